@@ -1,0 +1,1 @@
+#include "db/chrome_trace.hpp"

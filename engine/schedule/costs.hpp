@@ -1,0 +1,37 @@
+// Per-stage op costs used by cost-aware generators (zero-bubble, vocabulary placement) and by the
+// simulator. Times are in seconds; any consistent unit works for the shape of a schedule.
+#pragma once
+
+#include <array>
+#include <vector>
+
+#include "engine/schedule/op.hpp"
+
+namespace pipetune::schedule {
+
+struct StageCosts {
+  // Cost of one op of each kind on this stage (one chunk, one micro-batch). A BW of 0 means B + W.
+  std::array<double, kOpKindCount> op{};
+  double operator[](OpKind k) const { return op[static_cast<int>(k)]; }
+  double& operator[](OpKind k) { return op[static_cast<int>(k)]; }
+};
+
+struct CostTable {
+  std::vector<StageCosts> stages;  // one entry per pipeline rank
+  double p2p_latency = 0.0;        // seconds per point-to-point transfer
+  double p2p_bytes = 0.0;          // bytes of one activation (or gradient) transfer
+  double p2p_bandwidth = 0.0;      // bytes/s of a link; 0 = infinite
+  double collective_time = 0.0;    // one vocabulary barrier (all-reduce / broadcast), seconds
+  // Fraction of a forward's activations that survive B and are freed by W (zero-bubble split).
+  // 1.0 is the convention of the V-Half/V-Min building block (B keeps all, W frees all).
+  double w_free_fraction = 1.0;
+
+  // Same costs on every stage; BW = B + W; S/T/IF/IB as given.
+  static CostTable uniform(int stages, double f, double b, double w, double s = 0.0,
+                           double t = 0.0, double comm = 0.0);
+
+  double cost(int rank, OpKind k) const;  // BW falls back to B + W
+  double p2p_time() const;                // latency + bytes / bandwidth
+};
+
+}  // namespace pipetune::schedule

@@ -1,0 +1,136 @@
+// Runs every rank's op list in an order that respects program order and the dependencies of
+// dependencies.hpp (list scheduling, as the zero-bubble runtime's add_time pass). The executor
+// decides only the order in which ops become runnable; a Hooks object assigns times:
+//
+//   double op(int rank, std::size_t index, const Op& op, const Requirement& req, double req_time)
+//       Runs one op; req_time is when its requirement became available at the source (0 when it
+//       has none). Returns the time its product (if any) is available on this rank.
+//   double barrier(const Event& barrier, double last_arrival)
+//       A barrier every rank has reached; returns its completion time.
+//   void wait(int rank, double until)
+//       Interlaced vocabulary passes: the rank's compute stream blocks until the barrier is done.
+//
+// The validator runs it with timeless hooks to prove a schedule is free of deadlock; the
+// simulator runs it with costs. A deadlock throws DeadlockError naming the stuck ops.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/errors.hpp"
+#include "engine/schedule/dependencies.hpp"
+#include "engine/schedule/schedule.hpp"
+
+namespace pipetune::schedule {
+
+class EventTimes {
+ public:
+  explicit EventTimes(const Schedule& s);
+
+  // Time at which the event is complete, or a negative value while it is not.
+  double time(const Event& e) const { return slot(e); }
+  void set(const Event& e, double t) { slot_ref(e) = t; }
+  // Barrier bookkeeping: returns true when this arrival was the last one.
+  bool arrive(const Event& e, double t);
+  double last_arrival(const Event& e) const;
+  int arrivals(const Event& e) const;
+
+ private:
+  double slot(const Event& e) const;
+  double& slot_ref(const Event& e);
+  int m_, groups_, ranks_;
+  std::vector<double> forward_, backward_;
+  std::vector<double> barrier_done_[3];
+  std::vector<double> barrier_max_[3];
+  std::vector<std::int32_t> barrier_count_[3];
+};
+
+// Builds the one-line deadlock report; exposed for tests and for the engine.
+std::string describe_deadlock(const Schedule& s, const std::vector<std::size_t>& position,
+                              const EventTimes& events);
+
+template <class Hooks>
+void execute(const Schedule& s, Hooks& hooks) {
+  const int p = s.stages;
+  EventTimes events(s);
+  std::vector<std::size_t> position(static_cast<std::size_t>(p), 0);
+  std::vector<Event> blocked_on_barrier(static_cast<std::size_t>(p));
+  std::vector<char> waiting(static_cast<std::size_t>(p), 0);  // Interlaced barrier wait
+  std::vector<char> queued(static_cast<std::size_t>(p), 1);
+  std::vector<int> worklist;
+  worklist.reserve(static_cast<std::size_t>(p) * 2);
+  for (int r = p - 1; r >= 0; --r) worklist.push_back(r);
+
+  auto wake = [&](int r) {
+    if (!queued[static_cast<std::size_t>(r)]) {
+      queued[static_cast<std::size_t>(r)] = 1;
+      worklist.push_back(r);
+    }
+  };
+  auto wake_all = [&] {
+    for (int r = 0; r < p; ++r) wake(r);
+  };
+
+  while (!worklist.empty()) {
+    const int r = worklist.back();
+    worklist.pop_back();
+    queued[static_cast<std::size_t>(r)] = 0;
+    const auto& ops = s.ranks[static_cast<std::size_t>(r)];
+    std::size_t& pos = position[static_cast<std::size_t>(r)];
+    while (true) {
+      if (waiting[static_cast<std::size_t>(r)]) {
+        const double t = events.time(blocked_on_barrier[static_cast<std::size_t>(r)]);
+        if (t < 0.0) break;
+        hooks.wait(r, t);
+        waiting[static_cast<std::size_t>(r)] = 0;
+      }
+      if (pos >= ops.size()) break;
+      const Op& op = ops[pos];
+      const Requirement req = requirement_of(s, r, op);
+      double req_time = 0.0;
+      if (req.present) {
+        req_time = events.time(req.event);
+        if (req_time < 0.0) break;  // not yet produced: another rank will wake us
+      }
+      const double done = hooks.op(r, pos, op, req, req_time);
+      ++pos;
+      const Production prod = production_of(s, r, op);
+      if (!prod.present) continue;
+      if (!prod.joins_barrier) {
+        events.set(prod.event, done);
+        // Forward output goes to the next group's rank (or every rank for S); backward to the
+        // previous group's rank (or every rank for IB). Waking everyone is cheap only for small
+        // p, so wake exactly the consumers.
+        const int g = prod.event.group;
+        if (prod.event.kind == EventKind::Forward) {
+          if (g + 1 < s.groups()) wake(s.rank_of_group(g + 1));
+          if (g + 1 == s.groups()) {
+            if (s.vocab == VocabMode::None) wake(r);
+            else wake_all();
+          }
+        } else {
+          if (g > 0) wake(s.rank_of_group(g - 1));
+          if (g == 0 && s.vocab != VocabMode::None) wake_all();
+        }
+        continue;
+      }
+      if (events.arrive(prod.event, done)) {
+        events.set(prod.event, hooks.barrier(prod.event, events.last_arrival(prod.event)));
+        wake_all();
+      }
+      if (prod.waits_for_barrier) {
+        blocked_on_barrier[static_cast<std::size_t>(r)] = prod.event;
+        waiting[static_cast<std::size_t>(r)] = 1;
+      }
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    if (position[static_cast<std::size_t>(r)] < s.ranks[static_cast<std::size_t>(r)].size() ||
+        waiting[static_cast<std::size_t>(r)]) {
+      throw DeadlockError(describe_deadlock(s, position, events));
+    }
+  }
+}
+
+}  // namespace pipetune::schedule

@@ -1,0 +1,53 @@
+// Schedule generators: build a Schedule from a few parameters (and, for the cost-aware ones,
+// per-stage op costs). Every generated schedule passes the validator before it is returned.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/schedule/costs.hpp"
+#include "engine/schedule/schedule.hpp"
+
+namespace pipetune::schedule {
+
+struct GeneratorParams {
+  std::string name = "1f1b";  // one of schedule_names()
+  int stages = 1;             // p
+  int microbatches = 1;       // m
+  int chunks = 0;             // v; 0 = the schedule's default (1 linear, 2 for V schedules)
+  int group_size = 0;         // interleaved-1f1b: micro-batch group size G; 0 = p
+  VocabMode vocab = VocabMode::None;
+  // Per-stage costs for the cost-aware generators; empty = unit costs (F = B = W = 1).
+  CostTable costs;
+  // Activation budget per stage in micro-batches (one micro-batch through one stage's worth of
+  // layers) for memory-bounded generators (zb-h2, zb-v); 0 = the schedule's default.
+  double memory_limit = 0.0;
+};
+
+// Names accepted by generate(), in a stable order.
+const std::vector<std::string_view>& schedule_names();
+// Schedules that accept vocab-1 / vocab-2 / interlaced.
+bool supports_vocab(std::string_view name, VocabMode vocab);
+
+// Builds and validates a schedule. Throws ScheduleError (an InputError) for an unknown name
+// (listing the valid ones), non-positive sizes, too few micro-batches for the schedule, chunks
+// invalid for it, or a vocabulary mode it does not support.
+Schedule generate(const GeneratorParams& params);
+
+// The costs a generator plans with: params.costs, or unit costs when it is empty.
+CostTable planning_costs(const GeneratorParams& params);
+
+// Individual generators (engine/schedule/generators/*.cpp). They expect params already checked
+// for positive sizes by generate(), and throw ScheduleError for their own rules.
+Schedule generate_gpipe(const GeneratorParams& params);
+Schedule generate_1f1b(const GeneratorParams& params);            // also vocab-1/-2/interlaced
+Schedule generate_interleaved_1f1b(const GeneratorParams& params);
+Schedule generate_zb_h1(const GeneratorParams& params);
+Schedule generate_zb_h2(const GeneratorParams& params);
+Schedule generate_zb_v(const GeneratorParams& params);
+Schedule generate_v_half(const GeneratorParams& params);          // also vocab-1/-2
+Schedule generate_v_min(const GeneratorParams& params);
+Schedule generate_dualpipe_v(const GeneratorParams& params);
+
+}  // namespace pipetune::schedule

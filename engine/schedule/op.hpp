@@ -1,0 +1,40 @@
+// The op IR of a pipeline schedule: typed ops tagged with micro-batch and chunk.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace pipetune::schedule {
+
+// F: forward; B: input-gradient backward; W: weight-gradient backward (deferred, zero-bubble
+// split); BW: fused backward; S/T: vocabulary output-layer passes (forward statistics and
+// gradient); IF/IB: vocabulary input-embedding forward and backward.
+enum class OpKind : std::uint8_t { F, B, W, BW, S, T, IF, IB };
+inline constexpr int kOpKindCount = 8;
+inline constexpr std::array<OpKind, kOpKindCount> kAllOpKinds = {
+    OpKind::F, OpKind::B, OpKind::W, OpKind::BW, OpKind::S, OpKind::T, OpKind::IF, OpKind::IB};
+
+std::string_view op_kind_name(OpKind kind);
+std::optional<OpKind> parse_op_kind(std::string_view name);
+
+// Vocabulary ops run on every pipeline rank (each holds a vocabulary shard).
+inline constexpr bool is_vocab_op(OpKind k) {
+  return k == OpKind::S || k == OpKind::T || k == OpKind::IF || k == OpKind::IB;
+}
+inline constexpr bool is_backward_input(OpKind k) { return k == OpKind::B || k == OpKind::BW; }
+
+struct Op {
+  OpKind kind = OpKind::F;
+  std::int16_t chunk = 0;        // local chunk index on the rank (0 for vocabulary ops)
+  std::int32_t microbatch = 0;   // 0 .. m-1
+
+  friend bool operator==(const Op&, const Op&) = default;
+};
+
+// "F3.1" = forward of micro-batch 3 on chunk 1; vocabulary ops omit the chunk ("S3").
+std::string op_label(const Op& op);
+
+}  // namespace pipetune::schedule

@@ -1,0 +1,50 @@
+#include "engine/schedule/schedule.hpp"
+
+#include "engine/errors.hpp"
+
+namespace pipetune::schedule {
+
+std::string_view placement_name(Placement p) {
+  return p == Placement::Linear ? "linear" : "v-shape";
+}
+
+std::string_view vocab_mode_name(VocabMode v) {
+  switch (v) {
+    case VocabMode::None: return "none";
+    case VocabMode::Vocab1: return "vocab-1";
+    case VocabMode::Vocab2: return "vocab-2";
+    case VocabMode::Interlaced: return "interlaced";
+  }
+  return "?";
+}
+
+VocabMode parse_vocab_mode(std::string_view name) {
+  for (VocabMode v : {VocabMode::None, VocabMode::Vocab1, VocabMode::Vocab2, VocabMode::Interlaced}) {
+    if (vocab_mode_name(v) == name) return v;
+  }
+  throw InputError("unknown vocabulary mode '" + std::string(name) +
+                   "' (valid: none, vocab-1, vocab-2, interlaced)");
+}
+
+int Schedule::group_of(int rank, int chunk) const {
+  if (placement == Placement::VShape) return chunk == 0 ? rank : 2 * stages - 1 - rank;
+  return chunk * stages + rank;
+}
+
+int Schedule::rank_of_group(int group) const {
+  if (placement == Placement::VShape) return group < stages ? group : 2 * stages - 1 - group;
+  return group % stages;
+}
+
+int Schedule::chunk_of_group(int group) const {
+  if (placement == Placement::VShape) return group < stages ? 0 : 1;
+  return group / stages;
+}
+
+std::size_t Schedule::op_count() const {
+  std::size_t n = 0;
+  for (const auto& r : ranks) n += r.size();
+  return n;
+}
+
+}  // namespace pipetune::schedule

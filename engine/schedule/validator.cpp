@@ -1,0 +1,138 @@
+#include "engine/schedule/validator.hpp"
+
+#include <string>
+#include <vector>
+
+#include "engine/errors.hpp"
+#include "engine/schedule/dependencies.hpp"
+#include "engine/schedule/executor.hpp"
+
+namespace pipetune::schedule {
+
+namespace {
+
+[[noreturn]] void fail(const Schedule& s, const std::string& what) {
+  throw ScheduleError("schedule '" + s.name + "': " + what);
+}
+
+std::string where(int rank, const Op& op, std::size_t index) {
+  return "rank " + std::to_string(rank) + " op " + std::to_string(index) + " (" + op_label(op) +
+         ")";
+}
+
+struct TimelessHooks {
+  double op(int, std::size_t, const Op&, const Requirement&, double) { return 0.0; }
+  double barrier(const Event&, double) { return 0.0; }
+  void wait(int, double) {}
+};
+
+}  // namespace
+
+void validate_structure(const Schedule& s) {
+  if (s.stages < 1) fail(s, "stages must be positive, got " + std::to_string(s.stages));
+  if (s.microbatches < 1)
+    fail(s, "micro-batches must be positive, got " + std::to_string(s.microbatches));
+  if (s.chunks < 1) fail(s, "chunks must be positive, got " + std::to_string(s.chunks));
+  if (s.placement == Placement::VShape && s.chunks != 2)
+    fail(s, "a V-shaped placement needs exactly 2 chunks per rank, got " + std::to_string(s.chunks));
+  if (static_cast<int>(s.ranks.size()) != s.stages)
+    fail(s, "has op lists for " + std::to_string(s.ranks.size()) + " ranks, expected " +
+                std::to_string(s.stages));
+
+  const int m = s.microbatches;
+  const int G = s.groups();
+  const auto cells = static_cast<std::size_t>(G) * static_cast<std::size_t>(m);
+  std::vector<std::uint8_t> f(cells, 0), b(cells, 0), w(cells, 0), bw(cells, 0);
+  const auto vcells = static_cast<std::size_t>(s.stages) * static_cast<std::size_t>(m);
+  std::vector<std::uint8_t> vocab_count[4];
+  for (auto& v : vocab_count) v.assign(vcells, 0);
+
+  for (int r = 0; r < s.stages; ++r) {
+    const auto& ops = s.ranks[static_cast<std::size_t>(r)];
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      if (op.microbatch < 0 || op.microbatch >= m)
+        fail(s, where(r, op, i) + ": micro-batch out of range 0.." + std::to_string(m - 1));
+      if (is_vocab_op(op.kind)) {
+        if (s.vocab == VocabMode::None)
+          fail(s, where(r, op, i) + ": vocabulary op in a schedule without vocabulary parallelism");
+        if (op.chunk != 0) fail(s, where(r, op, i) + ": vocabulary ops carry chunk 0");
+        const int k = op.kind == OpKind::S ? 0 : op.kind == OpKind::T ? 1 : op.kind == OpKind::IF ? 2 : 3;
+        auto& c = vocab_count[k][static_cast<std::size_t>(r) * static_cast<std::size_t>(m) +
+                                 static_cast<std::size_t>(op.microbatch)];
+        if (++c > 1) fail(s, where(r, op, i) + ": appears more than once on this rank");
+        continue;
+      }
+      if (op.chunk < 0 || op.chunk >= s.chunks)
+        fail(s, where(r, op, i) + ": chunk out of range 0.." + std::to_string(s.chunks - 1));
+      const auto cell = static_cast<std::size_t>(s.group_of(r, op.chunk)) *
+                            static_cast<std::size_t>(m) +
+                        static_cast<std::size_t>(op.microbatch);
+      std::uint8_t* counter = op.kind == OpKind::F    ? &f[cell]
+                              : op.kind == OpKind::B  ? &b[cell]
+                              : op.kind == OpKind::W  ? &w[cell]
+                                                      : &bw[cell];
+      if (++*counter > 1) fail(s, where(r, op, i) + ": appears more than once");
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    const int r = s.rank_of_group(g);
+    const int c = s.chunk_of_group(g);
+    for (int mb = 0; mb < m; ++mb) {
+      const auto cell = static_cast<std::size_t>(g) * static_cast<std::size_t>(m) +
+                        static_cast<std::size_t>(mb);
+      const std::string at = " of micro-batch " + std::to_string(mb) + " chunk " +
+                             std::to_string(c) + " is missing on rank " + std::to_string(r);
+      if (!f[cell]) fail(s, "F" + at);
+      if (b[cell] + bw[cell] != 1) {
+        if (b[cell] + bw[cell] == 0) fail(s, "B or BW" + at);
+        fail(s, "micro-batch " + std::to_string(mb) + " chunk " + std::to_string(c) + " on rank " +
+                    std::to_string(r) + " has both a B and a fused BW");
+      }
+      if (b[cell] && !w[cell]) fail(s, "W" + at + " (its B was split)");
+      if (bw[cell] && w[cell])
+        fail(s, "micro-batch " + std::to_string(mb) + " chunk " + std::to_string(c) + " on rank " +
+                    std::to_string(r) + " has a W after a fused BW");
+    }
+  }
+  if (s.vocab != VocabMode::None) {
+    static const char* names[4] = {"S", "T", "IF", "IB"};
+    for (int k = 0; k < 4; ++k)
+      for (int r = 0; r < s.stages; ++r)
+        for (int mb = 0; mb < m; ++mb)
+          if (!vocab_count[k][static_cast<std::size_t>(r) * static_cast<std::size_t>(m) +
+                              static_cast<std::size_t>(mb)])
+            fail(s, std::string(names[k]) + " of micro-batch " + std::to_string(mb) +
+                        " is missing on rank " + std::to_string(r) +
+                        " (vocabulary ops run on every rank)");
+
+    // Barriers are collectives over the pipeline group: every rank must issue them in the same
+    // order, or a real run deadlocks inside the communicator.
+    std::vector<Event> reference;
+    for (int r = 0; r < s.stages; ++r) {
+      std::vector<Event> order;
+      for (const Op& op : s.ranks[static_cast<std::size_t>(r)]) {
+        const Production prod = production_of(s, r, op);
+        if (prod.present && prod.joins_barrier) order.push_back(prod.event);
+      }
+      if (r == 0) {
+        reference = std::move(order);
+        continue;
+      }
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        if (order[i].kind != reference[i].kind || order[i].microbatch != reference[i].microbatch)
+          fail(s, "barrier order differs between ranks (a real run would deadlock): rank 0 issues " +
+                      event_label(reference[i]) + " as barrier " + std::to_string(i) + ", rank " +
+                      std::to_string(r) + " issues " + event_label(order[i]));
+      }
+    }
+  }
+}
+
+void validate(const Schedule& s) {
+  validate_structure(s);
+  TimelessHooks hooks;
+  execute(s, hooks);
+}
+
+}  // namespace pipetune::schedule

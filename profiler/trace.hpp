@@ -1,0 +1,92 @@
+// Trace: what happened (or what the simulator predicts will happen). Three producers make the
+// same Trace: the simulator, the engine's profiler and importers; analyses work on any of them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pipetune::profiler {
+
+enum class TraceKind : std::uint8_t { Simulated, Measured, Imported };
+
+// A rank has several streams; each (rank, stream) pair is one lane of the timeline.
+enum class Stream : std::uint8_t {
+  Compute,  // forward/backward/vocabulary passes
+  Comm,     // collectives (vocabulary barriers; later DP/TP/EP collectives)
+  P2P,      // point-to-point sends between pipeline stages
+};
+std::string_view stream_name(Stream s);
+
+// What a span is. The first eight mirror the schedule op kinds (same order).
+enum class SpanKind : std::uint8_t {
+  F, B, W, BW, S, T, IF, IB,
+  Send, AllReduce, Broadcast, Other,
+};
+std::string_view span_kind_name(SpanKind k);
+bool is_compute(SpanKind k);
+
+enum class MemoryCategory : std::uint8_t {
+  Parameters, Gradients, OptimizerState, Activations, Temporaries, VocabularyLayers,
+};
+inline constexpr int kMemoryCategoryCount = 6;
+std::string_view memory_category_name(MemoryCategory c);
+
+struct Lane {
+  std::int32_t rank = 0;
+  Stream stream = Stream::Compute;
+  std::string name;  // "rank 3 compute"
+};
+
+struct Span {
+  std::int32_t lane = 0;         // index into Trace::lanes
+  SpanKind kind = SpanKind::Other;
+  std::int16_t chunk = -1;       // -1 when not applicable
+  std::int32_t microbatch = -1;  // -1 when not applicable
+  std::int32_t peer = -1;        // Send: destination rank
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  std::uint32_t name = 0;        // index into Trace::names; 0 = derive from kind/mb/chunk
+};
+
+// Bytes in use on a rank for one category from t_ns on (a step function).
+struct MemorySample {
+  std::int32_t rank = 0;
+  MemoryCategory category = MemoryCategory::Activations;
+  std::int64_t t_ns = 0;
+  std::int64_t bytes = 0;
+};
+
+// A named numeric series per rank (for example activations held, in micro-batches).
+struct CounterSample {
+  std::int32_t rank = 0;
+  std::uint32_t name = 0;  // index into Trace::names
+  std::int64_t t_ns = 0;
+  double value = 0.0;
+};
+
+struct StepMetric {
+  std::int32_t step = 0;
+  std::int64_t t_ns = 0;
+  double loss = 0.0;
+  double tokens_per_s = 0.0;
+};
+
+struct Trace {
+  TraceKind kind = TraceKind::Simulated;
+  std::vector<Lane> lanes;
+  std::vector<Span> spans;
+  std::vector<MemorySample> memory;
+  std::vector<CounterSample> counters;
+  std::vector<StepMetric> steps;
+  std::vector<std::string> names{""};  // names[0] is the empty name
+
+  // Index of the (rank, stream) lane, created on first use.
+  std::int32_t lane(std::int32_t rank, Stream stream);
+  std::uint32_t intern(std::string name);
+  // "F3.1" style label: kind, micro-batch and chunk when present, or the interned name.
+  std::string span_label(const Span& s) const;
+};
+
+}  // namespace pipetune::profiler

@@ -1,0 +1,61 @@
+#include "engine/errors.hpp"
+#include "engine/schedule/validator.hpp"
+
+#include <gtest/gtest.h>
+
+namespace pipetune::schedule {
+namespace {
+
+Schedule two_stage_gpipe(int m) {
+  Schedule s;
+  s.name = "hand";
+  s.stages = 2;
+  s.microbatches = m;
+  s.ranks.resize(2);
+  for (int r = 0; r < 2; ++r) {
+    for (int i = 0; i < m; ++i) s.ranks[r].push_back({OpKind::F, 0, i});
+    for (int i = 0; i < m; ++i) s.ranks[r].push_back({OpKind::BW, 0, i});
+  }
+  return s;
+}
+
+TEST(Validator, AcceptsHandMadeGpipe) { EXPECT_NO_THROW(validate(two_stage_gpipe(3))); }
+
+TEST(Validator, CatchesDeadlockAndNamesStuckOps) {
+  Schedule s = two_stage_gpipe(2);
+  // Rank 0 wants the backward of micro-batch 0 before it has sent the forward.
+  std::swap(s.ranks[0][0], s.ranks[0][2]);
+  try {
+    validate(s);
+    FAIL() << "deadlock not detected";
+  } catch (const DeadlockError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("rank 0 BW0.0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("waits for B(g1, mb0) on rank 1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank 1 F0.0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("waits for F(g0, mb0) on rank 0"), std::string::npos) << msg;
+  }
+}
+
+TEST(Validator, CatchesMissingAndDuplicateOps) {
+  Schedule s = two_stage_gpipe(2);
+  s.ranks[1].pop_back();
+  EXPECT_THROW(validate(s), ScheduleError);
+  s = two_stage_gpipe(2);
+  s.ranks[1].push_back({OpKind::F, 0, 1});
+  EXPECT_THROW(validate(s), ScheduleError);
+}
+
+TEST(Validator, RequiresWAfterSplitB) {
+  Schedule s = two_stage_gpipe(1);
+  s.ranks[1][1] = {OpKind::B, 0, 0};
+  EXPECT_THROW(validate(s), ScheduleError);
+  s.ranks[1].push_back({OpKind::W, 0, 0});
+  EXPECT_NO_THROW(validate(s));
+  // A W before its B can never run.
+  std::swap(s.ranks[1][1], s.ranks[1][2]);
+  EXPECT_THROW(validate(s), DeadlockError);
+}
+
+}  // namespace
+}  // namespace pipetune::schedule

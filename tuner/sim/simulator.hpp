@@ -1,0 +1,53 @@
+// The schedule simulator: executes a Schedule with per-op costs and produces a Trace and a
+// summary. It is the single source of truth for time and activation memory given op costs.
+//
+// Model: each rank has a compute stream that runs its op list in order; an op starts when the
+// stream is free and its requirement (dependencies.hpp) is available, plus one point-to-point
+// transfer when the requirement was produced on another rank. Transfers travel over the directed
+// link between the two ranks, one at a time per link (a link is busy while a transfer is on it).
+// Vocabulary barriers are collectives over the pipeline group on each rank's communication
+// stream: one starts when every rank has reached it and its comm stream is free.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "engine/schedule/costs.hpp"
+#include "engine/schedule/schedule.hpp"
+#include "profiler/trace.hpp"
+
+namespace pipetune::sim {
+
+struct SimOptions {
+  bool record_trace = true;
+  // Bytes of activations one micro-batch leaves on each stage after its forward through the
+  // stage's layers (all chunks). Empty = unknown; peak_activation_bytes then stays negative.
+  std::vector<double> activation_bytes_per_microbatch;
+};
+
+struct StageSummary {
+  int stage = 0;
+  double busy = 0.0;          // compute time
+  double bubble = 0.0;        // iteration time - busy
+  double bubble_ratio = 0.0;  // bubble / iteration time
+  double comm = 0.0;          // time on the communication stream (barriers)
+  // Peak activations held, in micro-batches of one stage's layers (1F1B stage r: p - r).
+  double peak_activation_microbatches = 0.0;
+  double peak_activation_bytes = -1.0;  // negative when no model is given
+  std::size_t ops = 0;
+};
+
+struct SimResult {
+  double iteration_time = 0.0;  // makespan: last op end on any rank (all start at 0)
+  double bubble_ratio = 0.0;    // sum of bubbles / (stages * iteration time)
+  std::vector<StageSummary> stages;
+  profiler::Trace trace;  // empty unless options.record_trace
+  std::size_t op_count = 0;
+};
+
+// Throws ScheduleError for a malformed schedule, DeadlockError when ops can never all run, and
+// InputError when the cost table does not cover every stage.
+SimResult simulate(const schedule::Schedule& schedule, const schedule::CostTable& costs,
+                   const SimOptions& options = {});
+
+}  // namespace pipetune::sim
