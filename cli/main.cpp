@@ -1,2 +1,34 @@
-#include <cstdio>
-int main() { std::puts("pipetune: under construction"); return 0; }
+// pipetune: thin front end. Parses, calls the libraries, prints. Exit codes: 0 success,
+// 1 runtime failure, 2 usage or input error.
+#include <exception>
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "engine/errors.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"pipetune: simulate, tune and inspect pipeline-parallel LLM training"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show help for every command");
+  pipetune::cli::add_simulate_command(app);
+  pipetune::cli::add_presets_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "pipetune: " << e.what() << " (see pipetune --help)\n";
+    return 2;
+  } catch (const pipetune::InputError& e) {
+    std::cerr << "pipetune: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "pipetune: failed: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -27,6 +27,8 @@ struct GeneratorParams {
 
 // Names accepted by generate(), in a stable order.
 const std::vector<std::string_view>& schedule_names();
+// Where the schedule puts layer groups (V schedules: VShape). Throws for an unknown name.
+Placement schedule_placement(std::string_view name);
 // Schedules that accept vocab-1 / vocab-2 / interlaced.
 bool supports_vocab(std::string_view name, VocabMode vocab);
 

@@ -1,0 +1,13 @@
+// The pipetune subcommands. Each registers its options on the CLI11 app and runs when selected.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace pipetune::cli {
+
+// Registers `simulate`; its callback runs the simulation and prints the report.
+void add_simulate_command(CLI::App& app);
+// Registers `presets`: lists presets by kind.
+void add_presets_command(CLI::App& app);
+
+}  // namespace pipetune::cli

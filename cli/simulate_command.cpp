@@ -1,0 +1,223 @@
+// `pipetune simulate`: generate a schedule, simulate it, print a per-stage report and a Gantt.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <unistd.h>
+
+#include "cli/commands.hpp"
+#include "db/chrome_trace.hpp"
+#include "engine/errors.hpp"
+#include "engine/schedule/generators.hpp"
+#include "profiler/text_gantt.hpp"
+#include "tuner/run_setup.hpp"
+#include "tuner/sim/simulator.hpp"
+
+namespace pipetune::cli {
+
+namespace {
+
+struct SimulateArgs {
+  std::string config;
+  std::string schedule;
+  int stages = 0;
+  int microbatches = 0;
+  int chunks = 0;
+  int group_size = 0;
+  std::string vocab = "none";
+  double cost_f = 1.0, cost_b = 1.0, cost_w = 1.0, cost_s = 0.5, cost_t = 0.5;
+  double comm = 0.0;
+  std::optional<double> barrier;
+  double memory_limit = 0.0;
+  bool json = false;
+  std::string trace;
+  int width = 0;
+  bool no_gantt = false;
+};
+
+std::string human_time(double t, const std::string& unit) {
+  char buf[64];
+  if (unit != "s") {
+    std::snprintf(buf, sizeof buf, "%.4g", t);
+    return buf;
+  }
+  if (t >= 1.0) std::snprintf(buf, sizeof buf, "%.3f s", t);
+  else if (t >= 1e-3) std::snprintf(buf, sizeof buf, "%.3f ms", t * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.3f us", t * 1e6);
+  return buf;
+}
+
+std::string human_bytes(double b) {
+  char buf[64];
+  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
+  else std::snprintf(buf, sizeof buf, "%.0f B", b);
+  return buf;
+}
+
+int terminal_width() {
+  if (!::isatty(STDOUT_FILENO)) return 100;
+  if (const char* c = std::getenv("COLUMNS")) {
+    const int w = std::atoi(c);
+    if (w > 40) return w - 12;
+  }
+  return 100;
+}
+
+void check_costs(const SimulateArgs& a) {
+  const std::pair<const char*, double> costs[] = {{"--cost-f", a.cost_f}, {"--cost-b", a.cost_b},
+                                                  {"--cost-w", a.cost_w}, {"--cost-s", a.cost_s},
+                                                  {"--cost-t", a.cost_t}, {"--comm", a.comm}};
+  for (const auto& [flag, v] : costs)
+    if (!(v >= 0.0) || !std::isfinite(v))
+      throw InputError(std::string(flag) + " must be a finite number >= 0, got " + std::to_string(v));
+  if (a.cost_f <= 0.0) throw InputError("--cost-f must be positive");
+  if (a.barrier && !(*a.barrier >= 0.0)) throw InputError("--cost-barrier must be >= 0");
+}
+
+tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
+  if (a.schedule.empty()) throw InputError("--schedule is required (or --config FILE.toml)");
+  if (a.stages == 0) throw InputError("--stages is required (or --config FILE.toml)");
+  if (a.microbatches == 0) throw InputError("--microbatches is required (or --config FILE.toml)");
+  check_costs(a);
+  tuner::SimulationSetup setup;
+  auto& p = setup.params;
+  p.name = a.schedule;
+  p.stages = a.stages;
+  p.microbatches = a.microbatches;
+  p.chunks = a.chunks;
+  p.group_size = a.group_size;
+  p.vocab = schedule::parse_vocab_mode(a.vocab);
+  p.memory_limit = a.memory_limit;
+  if (a.group_size != 0 && a.schedule != "interleaved-1f1b")
+    throw InputError("--group-size applies to interleaved-1f1b only");
+  if (a.stages < 1) throw InputError("--stages must be positive, got " + std::to_string(a.stages));
+  if (a.microbatches < 1)
+    throw InputError("--microbatches must be positive, got " + std::to_string(a.microbatches));
+  setup.costs = schedule::CostTable::uniform(a.stages, a.cost_f, a.cost_b, a.cost_w, a.cost_s,
+                                             a.cost_t, a.comm);
+  if (a.barrier) setup.costs.collective_time = *a.barrier;
+  p.costs = setup.costs;
+  setup.time_unit = "cost units";
+  setup.description = "uniform costs F=" + human_time(a.cost_f, "") + " B=" +
+                      human_time(a.cost_b, "") + " W=" + human_time(a.cost_w, "") +
+                      (p.vocab != schedule::VocabMode::None
+                           ? " S=" + human_time(a.cost_s, "") + " T=" + human_time(a.cost_t, "")
+                           : std::string()) +
+                      " comm=" + human_time(a.comm, "");
+  return setup;
+}
+
+nlohmann::json to_json(const tuner::SimulationSetup& setup, const schedule::Schedule& s,
+                       const sim::SimResult& r) {
+  nlohmann::json j;
+  j["schedule"] = s.name;
+  j["stages_count"] = s.stages;
+  j["microbatches"] = s.microbatches;
+  j["chunks"] = s.chunks;
+  j["vocab"] = std::string(schedule::vocab_mode_name(s.vocab));
+  j["time_unit"] = setup.time_unit;
+  if (!setup.description.empty()) j["setup"] = setup.description;
+  j["iteration_time"] = r.iteration_time;
+  j["bubble_ratio"] = r.bubble_ratio;
+  j["ops"] = r.op_count;
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& st : r.stages) {
+    nlohmann::json o;
+    o["stage"] = st.stage;
+    o["busy"] = st.busy;
+    o["bubble"] = st.bubble;
+    o["bubble_ratio"] = st.bubble_ratio;
+    o["peak_activation_microbatches"] = st.peak_activation_microbatches;
+    if (st.peak_activation_bytes >= 0.0) o["peak_activation_bytes"] = st.peak_activation_bytes;
+    if (st.comm > 0.0) o["comm"] = st.comm;
+    stages.push_back(o);
+  }
+  j["stages"] = stages;
+  return j;
+}
+
+void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& s,
+                 const sim::SimResult& r, const SimulateArgs& a) {
+  std::printf("schedule %s  stages %d  micro-batches %d  chunks %d  vocab %s\n", s.name.c_str(),
+              s.stages, s.microbatches, s.chunks,
+              std::string(schedule::vocab_mode_name(s.vocab)).c_str());
+  if (!setup.description.empty()) std::printf("%s\n", setup.description.c_str());
+  std::printf("iteration time %s   pipeline bubble %.1f%%   %zu ops\n\n",
+              human_time(r.iteration_time, setup.time_unit).c_str(), 100.0 * r.bubble_ratio,
+              r.op_count);
+  const bool bytes = !r.stages.empty() && r.stages[0].peak_activation_bytes >= 0.0;
+  std::printf("%-6s %14s %14s %8s %14s%s\n", "stage", "busy", "bubble", "bubble%",
+              "peak act (mb)", bytes ? "   peak act bytes" : "");
+  for (const auto& st : r.stages) {
+    std::printf("%-6d %14s %14s %7.1f%% %14.2f", st.stage, human_time(st.busy, setup.time_unit).c_str(),
+                human_time(st.bubble, setup.time_unit).c_str(), 100.0 * st.bubble_ratio,
+                st.peak_activation_microbatches);
+    if (bytes) std::printf("   %14s", human_bytes(st.peak_activation_bytes).c_str());
+    std::printf("\n");
+  }
+  if (!a.no_gantt) {
+    profiler::TextGanttOptions g;
+    g.width = a.width > 0 ? a.width : terminal_width();
+    std::printf("\n%s", profiler::render_text_gantt(r.trace, g).c_str());
+  }
+}
+
+void run(const SimulateArgs& a) {
+  tuner::SimulationSetup setup =
+      a.config.empty() ? setup_from_flags(a) : tuner::setup_from_run_file(a.config);
+  const schedule::Schedule s = schedule::generate(setup.params);
+  sim::SimOptions options = setup.options;
+  options.record_trace = !a.trace.empty() || (!a.json && !a.no_gantt);
+  const sim::SimResult r = sim::simulate(s, setup.costs, options);
+  // Write the trace before printing, so a failure to write leaves neither file nor report.
+  if (!a.trace.empty()) db::write_chrome_trace_file(r.trace, a.trace);
+  if (a.json) {
+    std::cout << to_json(setup, s, r).dump(2) << "\n";
+  } else {
+    print_human(setup, s, r, a);
+    if (!a.trace.empty()) std::printf("\ntrace written to %s\n", a.trace.c_str());
+  }
+}
+
+}  // namespace
+
+void add_simulate_command(CLI::App& app) {
+  auto args = std::make_shared<SimulateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "simulate", "Generate a pipeline schedule and simulate one iteration");
+  auto* config = cmd->add_option("--config", args->config,
+                                 "Run file (preset name or path to TOML) naming model, cluster and plan");
+  std::string names;
+  for (auto n : schedule::schedule_names()) names += (names.empty() ? "" : ", ") + std::string(n);
+  auto* sched = cmd->add_option("--schedule", args->schedule, "Schedule: " + names);
+  auto* stages = cmd->add_option("--stages", args->stages, "Pipeline stages p");
+  auto* mbs = cmd->add_option("--microbatches", args->microbatches, "Micro-batches per iteration m");
+  auto* chunks = cmd->add_option("--chunks", args->chunks, "Chunks (virtual stages) per rank v");
+  auto* group = cmd->add_option("--group-size", args->group_size,
+                                "interleaved-1f1b micro-batch group size G (default p)");
+  auto* vocab = cmd->add_option("--vocab", args->vocab,
+                                "Vocabulary parallelism: none, vocab-1, vocab-2, interlaced");
+  auto* cf = cmd->add_option("--cost-f", args->cost_f, "Forward cost per chunk")->capture_default_str();
+  auto* cb = cmd->add_option("--cost-b", args->cost_b, "Input-gradient backward cost")->capture_default_str();
+  auto* cw = cmd->add_option("--cost-w", args->cost_w, "Weight-gradient backward cost")->capture_default_str();
+  auto* cs = cmd->add_option("--cost-s", args->cost_s, "Vocabulary S pass cost")->capture_default_str();
+  auto* ct = cmd->add_option("--cost-t", args->cost_t, "Vocabulary T pass cost")->capture_default_str();
+  auto* comm = cmd->add_option("--comm", args->comm, "Point-to-point transfer time (and barrier time)")
+                   ->capture_default_str();
+  auto* barrier = cmd->add_option("--cost-barrier", args->barrier,
+                                  "Vocabulary barrier (all-reduce) time; default --comm");
+  auto* mem = cmd->add_option("--memory-limit", args->memory_limit,
+                              "Activation budget in micro-batches for zb-h2 / zb-v");
+  cmd->add_flag("--json", args->json, "Print one JSON object on stdout");
+  cmd->add_option("--trace", args->trace, "Write a Chrome trace JSON (Perfetto) to FILE");
+  cmd->add_option("--width", args->width, "Gantt chart width in columns");
+  cmd->add_flag("--no-gantt", args->no_gantt, "Do not print the Gantt chart");
+  for (CLI::Option* o : {sched, stages, mbs, chunks, group, vocab, cf, cb, cw, cs, ct, comm, barrier, mem})
+    config->excludes(o);
+  cmd->callback([args] { run(*args); });
+}
+
+}  // namespace pipetune::cli

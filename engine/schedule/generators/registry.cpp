@@ -1,0 +1,98 @@
+// generate(): checks the parameters every schedule shares, then dispatches by name.
+#include <algorithm>
+
+#include "engine/errors.hpp"
+#include "engine/schedule/generators.hpp"
+
+namespace pipetune::schedule {
+
+namespace {
+
+using GeneratorFn = Schedule (*)(const GeneratorParams&);
+
+struct Entry {
+  std::string_view name;
+  GeneratorFn fn;
+};
+
+const std::vector<Entry>& entries() {
+  static const std::vector<Entry> table = {
+      {"gpipe", generate_gpipe},
+      {"1f1b", generate_1f1b},
+      {"interleaved-1f1b", generate_interleaved_1f1b},
+      {"zb-h1", generate_zb_h1},
+      {"zb-h2", generate_zb_h2},
+      {"zb-v", generate_zb_v},
+      {"v-half", generate_v_half},
+      {"v-min", generate_v_min},
+      {"dualpipe-v", generate_dualpipe_v},
+  };
+  return table;
+}
+
+std::string joined_names() {
+  std::string s;
+  for (const auto& e : entries()) {
+    if (!s.empty()) s += ", ";
+    s += e.name;
+  }
+  return s;
+}
+
+}  // namespace
+
+const std::vector<std::string_view>& schedule_names() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> n;
+    for (const auto& e : entries()) n.push_back(e.name);
+    return n;
+  }();
+  return names;
+}
+
+Placement schedule_placement(std::string_view name) {
+  if (name == "zb-v" || name == "v-half" || name == "v-min" || name == "dualpipe-v")
+    return Placement::VShape;
+  for (const auto& e : entries())
+    if (e.name == name) return Placement::Linear;
+  throw ScheduleError("unknown schedule '" + std::string(name) + "' (valid: " + joined_names() + ")");
+}
+
+bool supports_vocab(std::string_view name, VocabMode vocab) {
+  switch (vocab) {
+    case VocabMode::None: return true;
+    case VocabMode::Vocab1:
+    case VocabMode::Vocab2: return name == "1f1b" || name == "v-half";
+    case VocabMode::Interlaced: return name == "1f1b";
+  }
+  return false;
+}
+
+Schedule generate(const GeneratorParams& params) {
+  const auto it = std::find_if(entries().begin(), entries().end(),
+                               [&](const Entry& e) { return e.name == params.name; });
+  if (it == entries().end())
+    throw ScheduleError("unknown schedule '" + params.name + "' (valid: " + joined_names() + ")");
+  if (params.stages < 1)
+    throw ScheduleError("stages must be positive, got " + std::to_string(params.stages));
+  if (params.microbatches < 1)
+    throw ScheduleError("micro-batches must be positive, got " +
+                        std::to_string(params.microbatches));
+  if (params.chunks < 0)
+    throw ScheduleError("chunks must be positive, got " + std::to_string(params.chunks));
+  if (params.group_size < 0)
+    throw ScheduleError("group size must be positive, got " + std::to_string(params.group_size));
+  if (params.memory_limit < 0.0) throw ScheduleError("memory limit must not be negative");
+  if (!supports_vocab(params.name, params.vocab)) {
+    throw ScheduleError("vocabulary mode " + std::string(vocab_mode_name(params.vocab)) +
+                        " is supported on " +
+                        (params.vocab == VocabMode::Interlaced ? "1f1b" : "1f1b and v-half") +
+                        " only, not on " + params.name);
+  }
+  if (!params.costs.stages.empty() && static_cast<int>(params.costs.stages.size()) != params.stages)
+    throw ScheduleError("cost table has " + std::to_string(params.costs.stages.size()) +
+                        " stages, asked for " + std::to_string(params.stages));
+  return it->fn(params);
+}
+
+}  // namespace pipetune::schedule

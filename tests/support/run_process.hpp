@@ -1,0 +1,73 @@
+// Runs the pipetune binary as a child process and captures its exit code, stdout and stderr, so
+// CLI tests check exactly what a user sees.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pipetune::testing {
+
+struct ProcessResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline ProcessResult run_pipetune(const std::vector<std::string>& args, const std::string& cwd = "") {
+  char out_tmpl[] = "/tmp/pipetune_out_XXXXXX";
+  char err_tmpl[] = "/tmp/pipetune_err_XXXXXX";
+  const int out_fd = ::mkstemp(out_tmpl);
+  const int err_fd = ::mkstemp(err_tmpl);
+  if (out_fd < 0 || err_fd < 0) throw std::runtime_error("mkstemp failed");
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    ::dup2(out_fd, 1);
+    ::dup2(err_fd, 2);
+    const int null_fd = ::open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) ::dup2(null_fd, 0);
+    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(127);
+    std::vector<char*> argv;
+    std::string bin = PIPETUNE_BIN;
+    argv.push_back(bin.data());
+    std::vector<std::string> copy = args;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ProcessResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  ::close(out_fd);
+  ::close(err_fd);
+  r.out = slurp(out_tmpl);
+  r.err = slurp(err_tmpl);
+  ::unlink(out_tmpl);
+  ::unlink(err_tmpl);
+  return r;
+}
+
+inline int count_lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+}  // namespace pipetune::testing
