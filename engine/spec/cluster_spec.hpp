@@ -1,0 +1,44 @@
+// ClusterSpec: how many devices of one hardware kind, how they are grouped into nodes and how
+// fast the links between them are. Link figures start as the hardware's and may be overridden
+// per cluster; node groups describe clusters whose nodes have different NICs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/spec/hardware_spec.hpp"
+
+namespace pipetune::spec {
+
+// A run of consecutive nodes sharing one NIC bandwidth.
+struct NodeGroup {
+  int nodes = 0;
+  double inter_node_bandwidth = 0.0;  // bytes/s per GPU per direction
+};
+
+struct ClusterSpec {
+  std::string name;
+  std::string description;
+  HardwareSpec hardware;
+  int devices = 0;  // total devices; a single node may be partly used (devices < per node)
+  int devices_per_node = 8;
+  // Effective link figures (the hardware's unless the cluster overrides them).
+  double intra_node_bandwidth = 0.0;  // bytes/s per GPU per direction
+  double inter_node_bandwidth = 0.0;  // bytes/s per GPU per direction; nodes outside any group
+  double intra_node_latency = 0.0;    // seconds
+  double inter_node_latency = 0.0;    // seconds
+  // Empty = every node has inter_node_bandwidth. Otherwise the groups cover all nodes in order.
+  std::vector<NodeGroup> node_groups;
+
+  int nodes() const;
+  // NIC bandwidth of a node (0-based) or of the node holding a device (0-based).
+  double node_inter_bandwidth(int node) const;
+  double device_inter_bandwidth(int device) const;
+  // The slowest NIC: what a collective spanning every node is limited by.
+  double min_inter_node_bandwidth() const;
+};
+
+// A homogeneous cluster of `devices` devices of one hardware kind with its own link figures.
+ClusterSpec make_cluster(const HardwareSpec& hardware, int devices, std::string name = "");
+
+}  // namespace pipetune::spec

@@ -1,0 +1,54 @@
+#include "engine/spec/parallel_plan.hpp"
+
+#include "engine/errors.hpp"
+
+namespace pipetune::spec {
+
+std::string_view recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::None:
+      return "none";
+    case Recompute::Selective:
+      return "selective";
+    case Recompute::Full:
+      return "full";
+  }
+  return "?";
+}
+
+Recompute parse_recompute(std::string_view name) {
+  for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+    if (recompute_name(r) == name) return r;
+  }
+  throw SpecError("unknown recompute mode '" + std::string(name) +
+                  "' (valid: none, selective, full)");
+}
+
+void apply_defaults(ParallelPlan& plan) {
+  if (plan.microbatches == 0) {
+    const std::int64_t per_microbatch = std::int64_t{plan.micro_batch_size} * plan.dp;
+    if (plan.global_batch > 0 && per_microbatch > 0 && plan.global_batch % per_microbatch == 0) {
+      plan.microbatches = static_cast<int>(plan.global_batch / per_microbatch);
+    } else {
+      plan.microbatches = plan.pp;
+    }
+  }
+  if (plan.global_batch == 0) {
+    plan.global_batch = std::int64_t{plan.micro_batch_size} * plan.microbatches * plan.dp;
+  }
+}
+
+std::vector<int> even_layer_split(std::int64_t layers, int groups) {
+  if (groups <= 0) return {};
+  std::vector<int> split(groups, static_cast<int>(layers / groups));
+  const std::int64_t remainder = layers % groups;
+  for (std::int64_t g = 0; g < remainder; ++g) ++split[g];
+  return split;
+}
+
+std::vector<int> layer_split(const ModelSpec& model, const ParallelPlan& plan) {
+  if (!plan.layer_split.empty()) return plan.layer_split;
+  return even_layer_split(model.layers, plan.layer_groups());
+}
+
+}  // namespace pipetune::spec

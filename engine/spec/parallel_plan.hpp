@@ -1,0 +1,56 @@
+// ParallelPlan: how one training iteration is split over the devices (TP x PP x DP ranks, EP
+// carved out of DP), batched into micro-batches and scheduled through the pipeline.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/schedule/schedule.hpp"
+#include "engine/spec/model_spec.hpp"
+
+namespace pipetune::spec {
+
+enum class Recompute { None, Selective, Full };
+
+std::string_view recompute_name(Recompute r);
+Recompute parse_recompute(std::string_view name);  // throws SpecError listing valid names
+
+struct ParallelPlan {
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+  int ep = 1;                     // expert parallel degree, carved out of dp
+  int chunks = 1;                 // v: layer groups (virtual stages) per pipeline rank
+  int micro_batch_size = 1;       // sequences per micro-batch
+  int microbatches = 0;           // m per iteration (per DP replica); 0 = pp, see apply_defaults
+  std::int64_t global_batch = 0;  // sequences per iteration; 0 = micro_batch_size * m * dp
+  std::string schedule = "1f1b";  // a name from schedule::schedule_names()
+  schedule::VocabMode vocab = schedule::VocabMode::None;
+  // Layers per layer group, in model order (pp * chunks entries; group g is placed as the
+  // schedule's placement says). Empty = even_layer_split. Entries may be 0 (e.g. a last stage
+  // that only holds the output layer).
+  std::vector<int> layer_split;
+  Recompute recompute = Recompute::None;
+  bool sequence_parallel = false;
+  int zero_stage = 0;  // 0..3 (ZeRO / distributed optimizer sharding over dp)
+  int group_size = 0;  // interleaved-1f1b micro-batch group size G; 0 = the schedule's default
+
+  int world_size() const { return tp * pp * dp; }
+  int layer_groups() const { return pp * chunks; }
+};
+
+// Fills the fields whose 0 means "derived": microbatches (global_batch / (micro_batch_size * dp)
+// when global_batch is given and divisible, else pp) and then global_batch.
+void apply_defaults(ParallelPlan& plan);
+
+// `layers` split over `groups` as evenly as possible; the remainder goes one layer each to the
+// first groups (so group sizes never differ by more than one and never increase along the model).
+std::vector<int> even_layer_split(std::int64_t layers, int groups);
+
+// Layers per layer group (pp * chunks entries, model order): plan.layer_split when given, else
+// even_layer_split(model.layers, pp * chunks).
+std::vector<int> layer_split(const ModelSpec& model, const ParallelPlan& plan);
+
+}  // namespace pipetune::spec

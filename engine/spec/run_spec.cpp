@@ -1,0 +1,174 @@
+#include "engine/spec/run_spec.hpp"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+
+#include "engine/errors.hpp"
+#include "engine/spec/presets.hpp"
+#include "engine/spec/table_loaders.hpp"
+#include "engine/spec/toml_reader.hpp"
+#include "engine/spec/validate.hpp"
+
+namespace fs = std::filesystem;
+
+namespace pipetune::spec {
+
+namespace {
+
+using detail::TableContext;
+using detail::TableReader;
+
+// Schedules whose layer groups sit in a V (two per rank); mirrors the generators' default of
+// two chunks for them, so that a run file naming one needs no `chunks = 2`.
+bool is_v_schedule(std::string_view name) {
+  constexpr std::array<std::string_view, 4> v_schedules = {"zb-v", "v-half", "v-min", "dualpipe-v"};
+  return std::find(v_schedules.begin(), v_schedules.end(), name) != v_schedules.end();
+}
+
+// `key = "name or path"` or an inline table `[key]`.
+template <typename Spec, typename LoadTable>
+Spec read_named_or_table(const TableReader& r, std::string_view key, const toml::node* node,
+                         PresetKind kind, const TableContext& ctx, LoadTable&& load_table) {
+  if (node == nullptr) {
+    throw SpecError(ctx.source + ": missing key '" + std::string(key) + "'");
+  }
+  if (node->is_string()) {
+    fs::path file;
+    try {
+      file = resolve_preset(kind, node->as_string()->get(), ctx.base_dir);
+    } catch (const SpecError& e) {
+      r.fail(key, e.what());
+    }
+    return load_table(detail::parse_toml_file(file), detail::file_context(file));
+  }
+  if (node->is_table()) {
+    const TableContext inner{ctx.source, std::string(key) + ".", ctx.base_dir, ""};
+    return load_table(*node->as_table(), inner);
+  }
+  r.fail(key, "expected a preset name, a path or a table, got " +
+                  std::string(detail::node_type_phrase(*node)));
+}
+
+std::vector<int> read_layer_split(TableReader& r) {
+  std::vector<int> split;
+  const toml::array* array = r.array("layer_split");
+  if (array == nullptr) return split;
+  for (const toml::node& elem : *array) {
+    if (!elem.is_integer()) {
+      r.fail("layer_split",
+             "expected an array of integers, found " + std::string(detail::node_type_phrase(elem)));
+    }
+    const std::int64_t v = elem.as_integer()->get();
+    if (v < 0 || v > std::numeric_limits<int>::max()) {
+      r.fail("layer_split", "entry " + std::to_string(v) + " is out of range");
+    }
+    split.push_back(static_cast<int>(v));
+  }
+  return split;
+}
+
+// The [plan] table; dp and chunks are left 0 when absent, for the caller to derive.
+ParallelPlan read_plan(const toml::table& table, const std::string& source) {
+  TableReader r(table, source, "plan.");
+  ParallelPlan p;
+  p.dp = 0;
+  p.chunks = 0;
+  if (auto v = r.positive_int("tp")) p.tp = *v;
+  if (auto v = r.positive_int("pp")) p.pp = *v;
+  if (auto v = r.positive_int("dp")) p.dp = *v;
+  if (auto v = r.positive_int("ep")) p.ep = *v;
+  if (auto v = r.positive_int("chunks")) p.chunks = *v;
+  if (auto v = r.positive_int("micro_batch_size")) p.micro_batch_size = *v;
+  if (auto v = r.positive_int("microbatches")) p.microbatches = *v;
+  if (auto v = r.positive_int64("global_batch")) p.global_batch = *v;
+  if (auto v = r.string("schedule")) p.schedule = *v;
+  if (auto v = r.string("vocab")) {
+    try {
+      p.vocab = schedule::parse_vocab_mode(*v);
+    } catch (const InputError& e) {
+      r.fail("vocab", e.what());
+    }
+  }
+  p.layer_split = read_layer_split(r);
+  if (auto v = r.string("recompute")) {
+    try {
+      p.recompute = parse_recompute(*v);
+    } catch (const SpecError& e) {
+      r.fail("recompute", e.what());
+    }
+  }
+  if (auto v = r.boolean("sequence_parallel")) p.sequence_parallel = *v;
+  if (auto v = r.int32("zero_stage")) {
+    if (*v < 0 || *v > 3) r.fail("zero_stage", "must be 0..3, got " + std::to_string(*v));
+    p.zero_stage = *v;
+  }
+  if (auto v = r.int32("group_size")) {
+    if (*v < 0) r.fail("group_size", "must not be negative, got " + std::to_string(*v));
+    p.group_size = *v;
+  }
+  r.reject_unknown();
+  return p;
+}
+
+RunSpec read_run(const toml::table& table, const TableContext& ctx, RunCheck check) {
+  TableReader r(table, ctx.source);
+  RunSpec run;
+  run.source = ctx.source;
+  run.name = r.string("name").value_or(ctx.default_name.empty() ? "run" : ctx.default_name);
+  run.description = r.string("description").value_or("");
+  const toml::node* model_node = r.node("model");
+  const toml::node* cluster_node = r.node("cluster");
+  const toml::table* plan_table = r.table("plan");
+  r.reject_unknown();  // before loading anything, so a misspelt key is the error reported
+  run.model = read_named_or_table<ModelSpec>(r, "model", model_node, PresetKind::Models, ctx,
+                                             detail::read_model_table);
+  run.cluster = read_named_or_table<ClusterSpec>(r, "cluster", cluster_node, PresetKind::Clusters,
+                                                 ctx, detail::read_cluster_table);
+  run.plan = plan_table != nullptr ? read_plan(*plan_table, ctx.source) : [] {
+    ParallelPlan p;
+    p.dp = p.chunks = 0;
+    return p;
+  }();
+
+  ParallelPlan& plan = run.plan;
+  if (plan.dp == 0) {
+    const int tp_pp = plan.tp * plan.pp;
+    if (run.cluster.devices % tp_pp != 0) {
+      throw SpecError(ctx.source + ": plan.dp is not given and the cluster's " +
+                      std::to_string(run.cluster.devices) +
+                      " devices are not divisible by tp*pp=" + std::to_string(tp_pp));
+    }
+    plan.dp = run.cluster.devices / tp_pp;
+  }
+  if (plan.chunks == 0) plan.chunks = is_v_schedule(plan.schedule) ? 2 : 1;
+  apply_defaults(plan);
+  if (check == RunCheck::Full) {
+    try {
+      validate(run);
+    } catch (const SpecError& e) {
+      throw SpecError(ctx.source + ": " + e.what());
+    }
+  }
+  return run;
+}
+
+}  // namespace
+
+RunSpec load_run(std::string_view name_or_path, RunCheck check) {
+  const fs::path file = resolve_preset(PresetKind::Runs, name_or_path);
+  return read_run(detail::parse_toml_file(file), detail::file_context(file), check);
+}
+
+RunSpec parse_run(std::string_view toml_text, std::string_view source, const fs::path& base_dir,
+                  RunCheck check) {
+  const TableContext ctx{std::string(source), "", base_dir,
+                         fs::path(std::string(source)).stem().string()};
+  return read_run(detail::parse_toml_text(toml_text, source), ctx, check);
+}
+
+void validate(const RunSpec& run) {
+  validate(run.model, run.cluster, run.plan);
+}
+
+}  // namespace pipetune::spec

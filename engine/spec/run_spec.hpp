@@ -1,0 +1,73 @@
+// RunSpec: a run file, naming a model, a cluster and a parallel plan.
+//
+// Run file format (TOML; presets/runs/*.toml are examples):
+//
+//   description = "Llama-3-8B on one DGX H100"  # optional; `name` defaults to the file name
+//   model = "llama3-8b"        # a models/ preset name or a path to a model file
+//   cluster = "dgx-h100-8"     # a clusters/ preset name or a path to a cluster file
+//
+//   [plan]                     # every key optional; defaults in parentheses
+//   tp = 2                     # tensor parallel                            (1)
+//   pp = 4                     # pipeline stages                            (1)
+//   dp = 1                     # data parallel              (devices / (tp*pp))
+//   ep = 1                     # expert parallel, divides dp                (1)
+//   chunks = 1                 # layer groups per stage (1; 2 for zb-v, v-half, v-min, dualpipe-v)
+//   micro_batch_size = 1       # sequences per micro-batch                  (1)
+//   microbatches = 16          # per iteration   (global_batch / (micro_batch_size*dp), else pp)
+//   global_batch = 16          # sequences per iteration (micro_batch_size*microbatches*dp)
+//   schedule = "1f1b"          # gpipe, 1f1b, interleaved-1f1b, zb-h1, ...   ("1f1b")
+//   vocab = "none"             # none, vocab-1, vocab-2, interlaced          ("none")
+//   layer_split = [9, 8, 8, 7] # layers per layer group, model order   (even, see parallel_plan)
+//   recompute = "none"         # none, selective, full                       ("none")
+//   sequence_parallel = false  #                                             (false)
+//   zero_stage = 0             # 0..3                                        (0)
+//   group_size = 0             # interleaved-1f1b micro-batch group G        (0 = default)
+//
+// `model` and `cluster` may instead be tables holding the keys of a model or cluster file
+// (load.hpp), optionally starting from a preset whose keys they override:
+//
+//   [model]                    # the 256k-vocabulary model at a longer sequence
+//   preset = "vp-4b-256k"
+//   seq_len = 4096
+//
+//   [cluster]                  # no cluster preset: a hardware preset and a size
+//   hardware = "h100-sxm"
+//   nodes = 2                  # or devices = 16
+//
+// Relative paths are relative to the run file's folder.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "engine/spec/cluster_spec.hpp"
+#include "engine/spec/model_spec.hpp"
+#include "engine/spec/parallel_plan.hpp"
+
+namespace pipetune::spec {
+
+struct RunSpec {
+  std::string name;
+  std::string description;
+  std::string source;  // the file (or text source name) it was read from
+  ModelSpec model;
+  ClusterSpec cluster;
+  ParallelPlan plan;
+};
+
+// Full: validate(model, cluster, plan) before returning. KeysOnly: only the per-file checks
+// (keys, types, sizes; the model and cluster alone), for callers that override plan fields
+// first (a CLI flag) and call validate(run) afterwards.
+enum class RunCheck { Full, KeysOnly };
+
+// A runs/ preset name or a path to a run file.
+RunSpec load_run(std::string_view name_or_path, RunCheck check = RunCheck::Full);
+// The same from TOML text; relative paths inside resolve against base_dir.
+RunSpec parse_run(std::string_view toml_text, std::string_view source = "run",
+                  const std::filesystem::path& base_dir = {}, RunCheck check = RunCheck::Full);
+
+// validate(run.model, run.cluster, run.plan).
+void validate(const RunSpec& run);
+
+}  // namespace pipetune::spec
