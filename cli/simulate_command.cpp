@@ -1,11 +1,11 @@
 // `pipetune simulate`: generate a schedule, simulate it, print a per-stage report and a Gantt.
+#include <unistd.h>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <unistd.h>
 
 #include "cli/commands.hpp"
 #include "db/chrome_trace.hpp"
@@ -43,17 +43,23 @@ std::string human_time(double t, const std::string& unit) {
     std::snprintf(buf, sizeof buf, "%.4g", t);
     return buf;
   }
-  if (t >= 1.0) std::snprintf(buf, sizeof buf, "%.3f s", t);
-  else if (t >= 1e-3) std::snprintf(buf, sizeof buf, "%.3f ms", t * 1e3);
-  else std::snprintf(buf, sizeof buf, "%.3f us", t * 1e6);
+  if (t >= 1.0)
+    std::snprintf(buf, sizeof buf, "%.3f s", t);
+  else if (t >= 1e-3)
+    std::snprintf(buf, sizeof buf, "%.3f ms", t * 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.3f us", t * 1e6);
   return buf;
 }
 
 std::string human_bytes(double b) {
   char buf[64];
-  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
-  else std::snprintf(buf, sizeof buf, "%.0f B", b);
+  if (b >= 1024.0 * 1024 * 1024)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  else if (b >= 1024.0 * 1024)
+    std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
+  else
+    std::snprintf(buf, sizeof buf, "%.0f B", b);
   return buf;
 }
 
@@ -72,7 +78,8 @@ void check_costs(const SimulateArgs& a) {
                                                   {"--cost-t", a.cost_t}, {"--comm", a.comm}};
   for (const auto& [flag, v] : costs)
     if (!(v >= 0.0) || !std::isfinite(v))
-      throw InputError(std::string(flag) + " must be a finite number >= 0, got " + std::to_string(v));
+      throw InputError(std::string(flag) + " must be a finite number >= 0, got " +
+                       std::to_string(v));
   if (a.cost_f <= 0.0) throw InputError("--cost-f must be positive");
   if (a.barrier && !(*a.barrier >= 0.0)) throw InputError("--cost-barrier must be >= 0");
 }
@@ -101,8 +108,8 @@ tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
   if (a.barrier) setup.costs.collective_time = *a.barrier;
   p.costs = setup.costs;
   setup.time_unit = "cost units";
-  setup.description = "uniform costs F=" + human_time(a.cost_f, "") + " B=" +
-                      human_time(a.cost_b, "") + " W=" + human_time(a.cost_w, "") +
+  setup.description = "uniform costs F=" + human_time(a.cost_f, "") +
+                      " B=" + human_time(a.cost_b, "") + " W=" + human_time(a.cost_w, "") +
                       (p.vocab != schedule::VocabMode::None
                            ? " S=" + human_time(a.cost_s, "") + " T=" + human_time(a.cost_t, "")
                            : std::string()) +
@@ -149,10 +156,11 @@ void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& 
               human_time(r.iteration_time, setup.time_unit).c_str(), 100.0 * r.bubble_ratio,
               r.op_count);
   const bool bytes = !r.stages.empty() && r.stages[0].peak_activation_bytes >= 0.0;
-  std::printf("%-6s %14s %14s %8s %14s%s\n", "stage", "busy", "bubble", "bubble%",
-              "peak act (mb)", bytes ? "   peak act bytes" : "");
+  std::printf("%-6s %14s %14s %8s %14s%s\n", "stage", "busy", "bubble", "bubble%", "peak act (mb)",
+              bytes ? "   peak act bytes" : "");
   for (const auto& st : r.stages) {
-    std::printf("%-6d %14s %14s %7.1f%% %14.2f", st.stage, human_time(st.busy, setup.time_unit).c_str(),
+    std::printf("%-6d %14s %14s %7.1f%% %14.2f", st.stage,
+                human_time(st.busy, setup.time_unit).c_str(),
                 human_time(st.bubble, setup.time_unit).c_str(), 100.0 * st.bubble_ratio,
                 st.peak_activation_microbatches);
     if (bytes) std::printf("   %14s", human_bytes(st.peak_activation_bytes).c_str());
@@ -186,27 +194,35 @@ void run(const SimulateArgs& a) {
 
 void add_simulate_command(CLI::App& app) {
   auto args = std::make_shared<SimulateArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "simulate", "Generate a pipeline schedule and simulate one iteration");
-  auto* config = cmd->add_option("--config", args->config,
-                                 "Run file (preset name or path to TOML) naming model, cluster and plan");
+  CLI::App* cmd =
+      app.add_subcommand("simulate", "Generate a pipeline schedule and simulate one iteration");
+  auto* config =
+      cmd->add_option("--config", args->config,
+                      "Run file (preset name or path to TOML) naming model, cluster and plan");
   std::string names;
   for (auto n : schedule::schedule_names()) names += (names.empty() ? "" : ", ") + std::string(n);
   auto* sched = cmd->add_option("--schedule", args->schedule, "Schedule: " + names);
   auto* stages = cmd->add_option("--stages", args->stages, "Pipeline stages p");
-  auto* mbs = cmd->add_option("--microbatches", args->microbatches, "Micro-batches per iteration m");
+  auto* mbs =
+      cmd->add_option("--microbatches", args->microbatches, "Micro-batches per iteration m");
   auto* chunks = cmd->add_option("--chunks", args->chunks, "Chunks (virtual stages) per rank v");
   auto* group = cmd->add_option("--group-size", args->group_size,
                                 "interleaved-1f1b micro-batch group size G (default p)");
   auto* vocab = cmd->add_option("--vocab", args->vocab,
                                 "Vocabulary parallelism: none, vocab-1, vocab-2, interlaced");
-  auto* cf = cmd->add_option("--cost-f", args->cost_f, "Forward cost per chunk")->capture_default_str();
-  auto* cb = cmd->add_option("--cost-b", args->cost_b, "Input-gradient backward cost")->capture_default_str();
-  auto* cw = cmd->add_option("--cost-w", args->cost_w, "Weight-gradient backward cost")->capture_default_str();
-  auto* cs = cmd->add_option("--cost-s", args->cost_s, "Vocabulary S pass cost")->capture_default_str();
-  auto* ct = cmd->add_option("--cost-t", args->cost_t, "Vocabulary T pass cost")->capture_default_str();
-  auto* comm = cmd->add_option("--comm", args->comm, "Point-to-point transfer time (and barrier time)")
-                   ->capture_default_str();
+  auto* cf =
+      cmd->add_option("--cost-f", args->cost_f, "Forward cost per chunk")->capture_default_str();
+  auto* cb = cmd->add_option("--cost-b", args->cost_b, "Input-gradient backward cost")
+                 ->capture_default_str();
+  auto* cw = cmd->add_option("--cost-w", args->cost_w, "Weight-gradient backward cost")
+                 ->capture_default_str();
+  auto* cs =
+      cmd->add_option("--cost-s", args->cost_s, "Vocabulary S pass cost")->capture_default_str();
+  auto* ct =
+      cmd->add_option("--cost-t", args->cost_t, "Vocabulary T pass cost")->capture_default_str();
+  auto* comm =
+      cmd->add_option("--comm", args->comm, "Point-to-point transfer time (and barrier time)")
+          ->capture_default_str();
   auto* barrier = cmd->add_option("--cost-barrier", args->barrier,
                                   "Vocabulary barrier (all-reduce) time; default --comm");
   auto* mem = cmd->add_option("--memory-limit", args->memory_limit,
@@ -215,7 +231,8 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--trace", args->trace, "Write a Chrome trace JSON (Perfetto) to FILE");
   cmd->add_option("--width", args->width, "Gantt chart width in columns");
   cmd->add_flag("--no-gantt", args->no_gantt, "Do not print the Gantt chart");
-  for (CLI::Option* o : {sched, stages, mbs, chunks, group, vocab, cf, cb, cw, cs, ct, comm, barrier, mem})
+  for (CLI::Option* o :
+       {sched, stages, mbs, chunks, group, vocab, cf, cb, cw, cs, ct, comm, barrier, mem})
     config->excludes(o);
   cmd->callback([args] { run(*args); });
 }

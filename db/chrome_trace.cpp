@@ -1,5 +1,6 @@
 #include "db/chrome_trace.hpp"
 
+#include <unistd.h>
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -7,7 +8,6 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <system_error>
-#include <unistd.h>
 
 namespace pipetune::db {
 
@@ -27,7 +27,9 @@ void put_us(std::ostream& out, std::int64_t ns) {
   out << buf;
 }
 
-std::string quoted(const std::string& s) { return nlohmann::json(s).dump(); }
+std::string quoted(const std::string& s) {
+  return nlohmann::json(s).dump();
+}
 
 class EventWriter {
  public:
@@ -62,9 +64,9 @@ void write_chrome_trace(const Trace& trace, std::ostream& out, const ChromeTrace
   }
   for (const auto& lane : trace.lanes) {
     const int tid = static_cast<int>(lane.stream);
-    w.next() << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << lane.rank
-             << ",\"tid\":" << tid << ",\"args\":{\"name\":"
-             << quoted(std::string(profiler::stream_name(lane.stream))) << "}}";
+    w.next() << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << lane.rank << ",\"tid\":" << tid
+             << ",\"args\":{\"name\":" << quoted(std::string(profiler::stream_name(lane.stream)))
+             << "}}";
     w.next() << "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":" << lane.rank
              << ",\"tid\":" << tid << ",\"args\":{\"sort_index\":" << tid << "}}";
   }
@@ -78,8 +80,10 @@ void write_chrome_trace(const Trace& trace, std::ostream& out, const ChromeTrace
     const std::string cat = quoted(std::string(profiler::span_kind_name(s.kind)));
     std::string args = "{";
     if (s.microbatch >= 0) args += "\"microbatch\":" + std::to_string(s.microbatch);
-    if (s.chunk >= 0) args += std::string(args.size() > 1 ? "," : "") + "\"chunk\":" + std::to_string(s.chunk);
-    if (s.peer >= 0) args += std::string(args.size() > 1 ? "," : "") + "\"peer\":" + std::to_string(s.peer);
+    if (s.chunk >= 0)
+      args += std::string(args.size() > 1 ? "," : "") + "\"chunk\":" + std::to_string(s.chunk);
+    if (s.peer >= 0)
+      args += std::string(args.size() > 1 ? "," : "") + "\"peer\":" + std::to_string(s.peer);
     args += "}";
     if (s.kind == profiler::SpanKind::Send) {
       // Transfers may overlap on one link: async slices stack instead of mis-nesting.
@@ -118,8 +122,8 @@ void write_chrome_trace(const Trace& trace, std::ostream& out, const ChromeTrace
       auto& x = w.next();
       x << "{\"ph\":\"C\",\"name\":\"memory bytes\",\"pid\":" << m.rank << ",\"ts\":";
       put_us(x, m.t_ns);
-      x << ",\"args\":{" << quoted(std::string(profiler::memory_category_name(m.category)))
-        << ":" << m.bytes << "}}";
+      x << ",\"args\":{" << quoted(std::string(profiler::memory_category_name(m.category))) << ":"
+        << m.bytes << "}}";
     }
   }
   w.close();

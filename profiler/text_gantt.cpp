@@ -12,25 +12,42 @@ char glyph(const Span& s) {
   const bool upper = s.chunk <= 0;
   char c = '?';
   switch (s.kind) {
-    case SpanKind::F: c = 'F'; break;
-    case SpanKind::B: c = 'B'; break;
-    case SpanKind::W: c = 'W'; break;
-    case SpanKind::BW: c = 'X'; break;
-    case SpanKind::S: return 'S';
-    case SpanKind::T: return 'T';
-    case SpanKind::IF: return 'I';
-    case SpanKind::IB: return 'J';
-    default: return '~';
+    case SpanKind::F:
+      c = 'F';
+      break;
+    case SpanKind::B:
+      c = 'B';
+      break;
+    case SpanKind::W:
+      c = 'W';
+      break;
+    case SpanKind::BW:
+      c = 'X';
+      break;
+    case SpanKind::S:
+      return 'S';
+    case SpanKind::T:
+      return 'T';
+    case SpanKind::IF:
+      return 'I';
+    case SpanKind::IB:
+      return 'J';
+    default:
+      return '~';
   }
   return upper ? c : static_cast<char>(c - 'A' + 'a');
 }
 
 std::string format_time(double ns) {
   char buf[32];
-  if (ns >= 1e9) std::snprintf(buf, sizeof buf, "%.3gs", ns / 1e9);
-  else if (ns >= 1e6) std::snprintf(buf, sizeof buf, "%.3gms", ns / 1e6);
-  else if (ns >= 1e3) std::snprintf(buf, sizeof buf, "%.3gus", ns / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.3gns", ns);
+  if (ns >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.3gs", ns / 1e9);
+  else if (ns >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.3gms", ns / 1e6);
+  else if (ns >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.3gus", ns / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.3gns", ns);
   return buf;
 }
 
@@ -53,16 +70,20 @@ std::string render_text_gantt(const Trace& trace, const TextGanttOptions& option
   for (std::size_t i = 0; i < trace.lanes.size(); ++i)
     if (trace.lanes[i].stream == Stream::Compute) lanes.push_back(static_cast<std::int32_t>(i));
   std::sort(lanes.begin(), lanes.end(), [&](std::int32_t a, std::int32_t b) {
-    return trace.lanes[static_cast<std::size_t>(a)].rank < trace.lanes[static_cast<std::size_t>(b)].rank;
+    return trace.lanes[static_cast<std::size_t>(a)].rank <
+           trace.lanes[static_cast<std::size_t>(b)].rank;
   });
 
   std::size_t label_width = 0;
-  for (std::int32_t l : lanes) label_width = std::max(label_width, trace.lanes[static_cast<std::size_t>(l)].name.size());
+  for (std::int32_t l : lanes)
+    label_width = std::max(label_width, trace.lanes[static_cast<std::size_t>(l)].name.size());
 
   std::vector<std::string> rows(trace.lanes.size());
-  for (std::int32_t l : lanes) rows[static_cast<std::size_t>(l)].assign(static_cast<std::size_t>(width), '.');
+  for (std::int32_t l : lanes)
+    rows[static_cast<std::size_t>(l)].assign(static_cast<std::size_t>(width), '.');
   for (const Span& s : trace.spans) {
-    if (!is_compute(s.kind) || s.lane < 0 || static_cast<std::size_t>(s.lane) >= rows.size()) continue;
+    if (!is_compute(s.kind) || s.lane < 0 || static_cast<std::size_t>(s.lane) >= rows.size())
+      continue;
     std::string& row = rows[static_cast<std::size_t>(s.lane)];
     if (row.empty()) continue;
     // A span covers the columns whose centre lies inside it; a span narrower than a column still
@@ -84,7 +105,8 @@ std::string render_text_gantt(const Trace& trace, const TextGanttOptions& option
   std::string out;
   for (std::int32_t l : lanes) {
     const auto& name = trace.lanes[static_cast<std::size_t>(l)].name;
-    out += name + std::string(label_width - name.size(), ' ') + " |" + rows[static_cast<std::size_t>(l)] + "|\n";
+    out += name + std::string(label_width - name.size(), ' ') + " |" +
+           rows[static_cast<std::size_t>(l)] + "|\n";
   }
   const std::string left = format_time(0.0);
   const std::string right = format_time(static_cast<double>(t1 - t0));
@@ -95,8 +117,9 @@ std::string render_text_gantt(const Trace& trace, const TextGanttOptions& option
                               : 1;
   axis += std::string(pad, ' ') + right + "\n";
   out += axis;
-  out += "legend: F/f forward, B/b input-grad backward, W/w weight-grad, X/x fused backward "
-         "(lower case = chunk >= 1), S/T vocab output passes, I/J vocab input passes, . idle\n";
+  out +=
+      "legend: F/f forward, B/b input-grad backward, W/w weight-grad, X/x fused backward "
+      "(lower case = chunk >= 1), S/T vocab output passes, I/J vocab input passes, . idle\n";
   return out;
 }
 

@@ -8,8 +8,8 @@
 namespace pipetune::profiler {
 
 struct TextGanttOptions {
-  int width = 100;          // columns for the time axis
-  bool labels = true;       // write "F12" inside spans that are wide enough
+  int width = 100;     // columns for the time axis
+  bool labels = true;  // write "F12" inside spans that are wide enough
 };
 
 // One line per compute lane ("rank 0 |FFFF....BBBB|"), idle time as '.', a time axis and a

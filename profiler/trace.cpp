@@ -4,41 +4,64 @@ namespace pipetune::profiler {
 
 std::string_view stream_name(Stream s) {
   switch (s) {
-    case Stream::Compute: return "compute";
-    case Stream::Comm: return "comm";
-    case Stream::P2P: return "p2p";
+    case Stream::Compute:
+      return "compute";
+    case Stream::Comm:
+      return "comm";
+    case Stream::P2P:
+      return "p2p";
   }
   return "?";
 }
 
 std::string_view span_kind_name(SpanKind k) {
   switch (k) {
-    case SpanKind::F: return "F";
-    case SpanKind::B: return "B";
-    case SpanKind::W: return "W";
-    case SpanKind::BW: return "BW";
-    case SpanKind::S: return "S";
-    case SpanKind::T: return "T";
-    case SpanKind::IF: return "IF";
-    case SpanKind::IB: return "IB";
-    case SpanKind::Send: return "send";
-    case SpanKind::AllReduce: return "all-reduce";
-    case SpanKind::Broadcast: return "broadcast";
-    case SpanKind::Other: return "other";
+    case SpanKind::F:
+      return "F";
+    case SpanKind::B:
+      return "B";
+    case SpanKind::W:
+      return "W";
+    case SpanKind::BW:
+      return "BW";
+    case SpanKind::S:
+      return "S";
+    case SpanKind::T:
+      return "T";
+    case SpanKind::IF:
+      return "IF";
+    case SpanKind::IB:
+      return "IB";
+    case SpanKind::Send:
+      return "send";
+    case SpanKind::AllReduce:
+      return "all-reduce";
+    case SpanKind::Broadcast:
+      return "broadcast";
+    case SpanKind::Other:
+      return "other";
   }
   return "?";
 }
 
-bool is_compute(SpanKind k) { return static_cast<int>(k) <= static_cast<int>(SpanKind::IB); }
+bool is_compute(SpanKind k) {
+  return static_cast<int>(k) <= static_cast<int>(SpanKind::IB);
+}
 
 std::string_view memory_category_name(MemoryCategory c) {
   switch (c) {
-    case MemoryCategory::Parameters: return "parameters";
-    case MemoryCategory::Gradients: return "gradients";
-    case MemoryCategory::OptimizerState: return "optimizer_state";
-    case MemoryCategory::Activations: return "activations";
-    case MemoryCategory::Temporaries: return "temporaries";
-    case MemoryCategory::VocabularyLayers: return "vocabulary_layers";
+    case MemoryCategory::Parameters:
+      return "parameters";
+    case MemoryCategory::Gradients:
+      return "gradients";
+    case MemoryCategory::OptimizerState:
+      return "optimizer_state";
+    case MemoryCategory::Activations:
+      return "activations";
+    case MemoryCategory::Temporaries:
+      return "temporaries";
+    case MemoryCategory::VocabularyLayers:
+      return "vocabulary_layers";
   }
   return "?";
 }
@@ -47,8 +70,8 @@ std::int32_t Trace::lane(std::int32_t rank, Stream stream) {
   for (std::size_t i = 0; i < lanes.size(); ++i) {
     if (lanes[i].rank == rank && lanes[i].stream == stream) return static_cast<std::int32_t>(i);
   }
-  lanes.push_back(Lane{rank, stream, "rank " + std::to_string(rank) + " " +
-                                         std::string(stream_name(stream))});
+  lanes.push_back(
+      Lane{rank, stream, "rank " + std::to_string(rank) + " " + std::string(stream_name(stream))});
   return static_cast<std::int32_t>(lanes.size() - 1);
 }
 

@@ -21,14 +21,29 @@ std::string_view stream_name(Stream s);
 
 // What a span is. The first eight mirror the schedule op kinds (same order).
 enum class SpanKind : std::uint8_t {
-  F, B, W, BW, S, T, IF, IB,
-  Send, AllReduce, Broadcast, Other,
+  F,
+  B,
+  W,
+  BW,
+  S,
+  T,
+  IF,
+  IB,
+  Send,
+  AllReduce,
+  Broadcast,
+  Other,
 };
 std::string_view span_kind_name(SpanKind k);
 bool is_compute(SpanKind k);
 
 enum class MemoryCategory : std::uint8_t {
-  Parameters, Gradients, OptimizerState, Activations, Temporaries, VocabularyLayers,
+  Parameters,
+  Gradients,
+  OptimizerState,
+  Activations,
+  Temporaries,
+  VocabularyLayers,
 };
 inline constexpr int kMemoryCategoryCount = 6;
 std::string_view memory_category_name(MemoryCategory c);
@@ -40,14 +55,14 @@ struct Lane {
 };
 
 struct Span {
-  std::int32_t lane = 0;         // index into Trace::lanes
+  std::int32_t lane = 0;  // index into Trace::lanes
   SpanKind kind = SpanKind::Other;
   std::int16_t chunk = -1;       // -1 when not applicable
   std::int32_t microbatch = -1;  // -1 when not applicable
   std::int32_t peer = -1;        // Send: destination rank
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
-  std::uint32_t name = 0;        // index into Trace::names; 0 = derive from kind/mb/chunk
+  std::uint32_t name = 0;  // index into Trace::names; 0 = derive from kind/mb/chunk
 };
 
 // Bytes in use on a rank for one category from t_ns on (a step function).

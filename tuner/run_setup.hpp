@@ -14,8 +14,8 @@ struct SimulationSetup {
   schedule::GeneratorParams params;
   schedule::CostTable costs;
   sim::SimOptions options;
-  std::string description;          // one line: model, cluster, plan
-  std::string time_unit = "s";      // unit of every time in the costs and results
+  std::string description;      // one line: model, cluster, plan
+  std::string time_unit = "s";  // unit of every time in the costs and results
 };
 
 // name_or_path: a preset under presets/runs/ or a path to a run TOML. Throws InputError

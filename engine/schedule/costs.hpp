@@ -27,8 +27,8 @@ struct CostTable {
   double w_free_fraction = 1.0;
 
   // Same costs on every stage; BW = B + W; S/T/IF/IB as given.
-  static CostTable uniform(int stages, double f, double b, double w, double s = 0.0,
-                           double t = 0.0, double comm = 0.0);
+  static CostTable uniform(int stages, double f, double b, double w, double s = 0.0, double t = 0.0,
+                           double comm = 0.0);
 
   double cost(int rank, OpKind k) const;  // BW falls back to B + W
   double p2p_time() const;                // latency + bytes / bandwidth

@@ -10,11 +10,16 @@ bool is_barrier(EventKind k) {
 std::string event_label(const Event& e) {
   const std::string mb = "mb" + std::to_string(e.microbatch);
   switch (e.kind) {
-    case EventKind::Forward: return "F(g" + std::to_string(e.group) + ", " + mb + ")";
-    case EventKind::Backward: return "B(g" + std::to_string(e.group) + ", " + mb + ")";
-    case EventKind::InputReduce: return "IF-reduce(" + mb + ")";
-    case EventKind::OutputBarrier1: return "C1(" + mb + ")";
-    case EventKind::OutputBarrier2: return "C2(" + mb + ")";
+    case EventKind::Forward:
+      return "F(g" + std::to_string(e.group) + ", " + mb + ")";
+    case EventKind::Backward:
+      return "B(g" + std::to_string(e.group) + ", " + mb + ")";
+    case EventKind::InputReduce:
+      return "IF-reduce(" + mb + ")";
+    case EventKind::OutputBarrier1:
+      return "C1(" + mb + ")";
+    case EventKind::OutputBarrier2:
+      return "C2(" + mb + ")";
   }
   return "?";
 }
@@ -58,7 +63,8 @@ Requirement requirement_of(const Schedule& s, int rank, const Op& op) {
       return on_op(s, rank, EventKind::Forward, g, op.microbatch);  // the loss
     }
     case OpKind::W: {
-      Requirement r = on_op(s, rank, EventKind::Backward, s.group_of(rank, op.chunk), op.microbatch);
+      Requirement r =
+          on_op(s, rank, EventKind::Backward, s.group_of(rank, op.chunk), op.microbatch);
       r.needs_split_b = true;
       return r;
     }

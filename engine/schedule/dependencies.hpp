@@ -12,11 +12,11 @@ namespace pipetune::schedule {
 // Something an op waits for. Forward/Backward events are produced by one op on one rank; the
 // barriers complete when every pipeline rank has reached them (a collective over the PP group).
 enum class EventKind : std::uint8_t {
-  Forward,        // output of F(group, mb)
-  Backward,       // input gradient of group for mb (produced by B or BW)
-  InputReduce,    // all-reduce of the IF partial embeddings of mb
-  OutputBarrier1, // C1: all-reduce of S statistics (max, sum of exp, target logit) of mb
-  OutputBarrier2, // C2: all-reduce of the output-layer input gradient after T of mb (Vocab1)
+  Forward,         // output of F(group, mb)
+  Backward,        // input gradient of group for mb (produced by B or BW)
+  InputReduce,     // all-reduce of the IF partial embeddings of mb
+  OutputBarrier1,  // C1: all-reduce of S statistics (max, sum of exp, target logit) of mb
+  OutputBarrier2,  // C2: all-reduce of the output-layer input gradient after T of mb (Vocab1)
 };
 
 struct Event {
@@ -32,8 +32,8 @@ bool is_barrier(EventKind k);
 struct Requirement {
   bool present = false;
   Event event;
-  int source_rank = -1;   // rank that produces a Forward/Backward event; -1 for a barrier
-  bool transfer = false;  // produced on another rank: pays a point-to-point transfer
+  int source_rank = -1;        // rank that produces a Forward/Backward event; -1 for a barrier
+  bool transfer = false;       // produced on another rank: pays a point-to-point transfer
   bool needs_split_b = false;  // W: the backward of (group, mb) must be a B, not a fused BW
 };
 
@@ -44,7 +44,7 @@ Requirement requirement_of(const Schedule& s, int rank, const Op& op);
 struct Production {
   bool present = false;
   Event event;
-  bool joins_barrier = false;   // the op arrives at a barrier rather than producing alone
+  bool joins_barrier = false;      // the op arrives at a barrier rather than producing alone
   bool waits_for_barrier = false;  // Interlaced: the rank blocks until the barrier completes
 };
 

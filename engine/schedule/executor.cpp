@@ -7,9 +7,12 @@ namespace pipetune::schedule {
 namespace {
 int barrier_index(EventKind k) {
   switch (k) {
-    case EventKind::InputReduce: return 0;
-    case EventKind::OutputBarrier1: return 1;
-    default: return 2;
+    case EventKind::InputReduce:
+      return 0;
+    case EventKind::OutputBarrier1:
+      return 1;
+    default:
+      return 2;
   }
 }
 }  // namespace

@@ -106,8 +106,10 @@ void execute(const Schedule& s, Hooks& hooks) {
         if (prod.event.kind == EventKind::Forward) {
           if (g + 1 < s.groups()) wake(s.rank_of_group(g + 1));
           if (g + 1 == s.groups()) {
-            if (s.vocab == VocabMode::None) wake(r);
-            else wake_all();
+            if (s.vocab == VocabMode::None)
+              wake(r);
+            else
+              wake_all();
           }
         } else {
           if (g > 0) wake(s.rank_of_group(g - 1));

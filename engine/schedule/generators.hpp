@@ -43,12 +43,12 @@ CostTable planning_costs(const GeneratorParams& params);
 // Individual generators (engine/schedule/generators/*.cpp). They expect params already checked
 // for positive sizes by generate(), and throw ScheduleError for their own rules.
 Schedule generate_gpipe(const GeneratorParams& params);
-Schedule generate_1f1b(const GeneratorParams& params);            // also vocab-1/-2/interlaced
+Schedule generate_1f1b(const GeneratorParams& params);  // also vocab-1/-2/interlaced
 Schedule generate_interleaved_1f1b(const GeneratorParams& params);
 Schedule generate_zb_h1(const GeneratorParams& params);
 Schedule generate_zb_h2(const GeneratorParams& params);
 Schedule generate_zb_v(const GeneratorParams& params);
-Schedule generate_v_half(const GeneratorParams& params);          // also vocab-1/-2
+Schedule generate_v_half(const GeneratorParams& params);  // also vocab-1/-2
 Schedule generate_v_min(const GeneratorParams& params);
 Schedule generate_dualpipe_v(const GeneratorParams& params);
 

@@ -4,14 +4,22 @@ namespace pipetune::schedule {
 
 std::string_view op_kind_name(OpKind kind) {
   switch (kind) {
-    case OpKind::F: return "F";
-    case OpKind::B: return "B";
-    case OpKind::W: return "W";
-    case OpKind::BW: return "BW";
-    case OpKind::S: return "S";
-    case OpKind::T: return "T";
-    case OpKind::IF: return "IF";
-    case OpKind::IB: return "IB";
+    case OpKind::F:
+      return "F";
+    case OpKind::B:
+      return "B";
+    case OpKind::W:
+      return "W";
+    case OpKind::BW:
+      return "BW";
+    case OpKind::S:
+      return "S";
+    case OpKind::T:
+      return "T";
+    case OpKind::IF:
+      return "IF";
+    case OpKind::IB:
+      return "IB";
   }
   return "?";
 }

@@ -24,12 +24,14 @@ std::optional<OpKind> parse_op_kind(std::string_view name);
 inline constexpr bool is_vocab_op(OpKind k) {
   return k == OpKind::S || k == OpKind::T || k == OpKind::IF || k == OpKind::IB;
 }
-inline constexpr bool is_backward_input(OpKind k) { return k == OpKind::B || k == OpKind::BW; }
+inline constexpr bool is_backward_input(OpKind k) {
+  return k == OpKind::B || k == OpKind::BW;
+}
 
 struct Op {
   OpKind kind = OpKind::F;
-  std::int16_t chunk = 0;        // local chunk index on the rank (0 for vocabulary ops)
-  std::int32_t microbatch = 0;   // 0 .. m-1
+  std::int16_t chunk = 0;       // local chunk index on the rank (0 for vocabulary ops)
+  std::int32_t microbatch = 0;  // 0 .. m-1
 
   friend bool operator==(const Op&, const Op&) = default;
 };

@@ -10,16 +10,21 @@ std::string_view placement_name(Placement p) {
 
 std::string_view vocab_mode_name(VocabMode v) {
   switch (v) {
-    case VocabMode::None: return "none";
-    case VocabMode::Vocab1: return "vocab-1";
-    case VocabMode::Vocab2: return "vocab-2";
-    case VocabMode::Interlaced: return "interlaced";
+    case VocabMode::None:
+      return "none";
+    case VocabMode::Vocab1:
+      return "vocab-1";
+    case VocabMode::Vocab2:
+      return "vocab-2";
+    case VocabMode::Interlaced:
+      return "interlaced";
   }
   return "?";
 }
 
 VocabMode parse_vocab_mode(std::string_view name) {
-  for (VocabMode v : {VocabMode::None, VocabMode::Vocab1, VocabMode::Vocab2, VocabMode::Interlaced}) {
+  for (VocabMode v :
+       {VocabMode::None, VocabMode::Vocab1, VocabMode::Vocab2, VocabMode::Interlaced}) {
     if (vocab_mode_name(v) == name) return v;
   }
   throw InputError("unknown vocabulary mode '" + std::string(name) +

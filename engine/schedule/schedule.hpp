@@ -28,7 +28,7 @@ std::string_view vocab_mode_name(VocabMode v);
 VocabMode parse_vocab_mode(std::string_view name);  // throws InputError listing valid names
 
 struct Schedule {
-  std::string name;  // generator name, e.g. "1f1b"
+  std::string name;      // generator name, e.g. "1f1b"
   int stages = 1;        // p: pipeline ranks
   int microbatches = 1;  // m
   int chunks = 1;        // v: layer groups per rank

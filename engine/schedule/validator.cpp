@@ -34,7 +34,8 @@ void validate_structure(const Schedule& s) {
     fail(s, "micro-batches must be positive, got " + std::to_string(s.microbatches));
   if (s.chunks < 1) fail(s, "chunks must be positive, got " + std::to_string(s.chunks));
   if (s.placement == Placement::VShape && s.chunks != 2)
-    fail(s, "a V-shaped placement needs exactly 2 chunks per rank, got " + std::to_string(s.chunks));
+    fail(s,
+         "a V-shaped placement needs exactly 2 chunks per rank, got " + std::to_string(s.chunks));
   if (static_cast<int>(s.ranks.size()) != s.stages)
     fail(s, "has op lists for " + std::to_string(s.ranks.size()) + " ranks, expected " +
                 std::to_string(s.stages));
@@ -57,7 +58,10 @@ void validate_structure(const Schedule& s) {
         if (s.vocab == VocabMode::None)
           fail(s, where(r, op, i) + ": vocabulary op in a schedule without vocabulary parallelism");
         if (op.chunk != 0) fail(s, where(r, op, i) + ": vocabulary ops carry chunk 0");
-        const int k = op.kind == OpKind::S ? 0 : op.kind == OpKind::T ? 1 : op.kind == OpKind::IF ? 2 : 3;
+        const int k = op.kind == OpKind::S    ? 0
+                      : op.kind == OpKind::T  ? 1
+                      : op.kind == OpKind::IF ? 2
+                                              : 3;
         auto& c = vocab_count[k][static_cast<std::size_t>(r) * static_cast<std::size_t>(m) +
                                  static_cast<std::size_t>(op.microbatch)];
         if (++c > 1) fail(s, where(r, op, i) + ": appears more than once on this rank");
@@ -65,13 +69,13 @@ void validate_structure(const Schedule& s) {
       }
       if (op.chunk < 0 || op.chunk >= s.chunks)
         fail(s, where(r, op, i) + ": chunk out of range 0.." + std::to_string(s.chunks - 1));
-      const auto cell = static_cast<std::size_t>(s.group_of(r, op.chunk)) *
-                            static_cast<std::size_t>(m) +
-                        static_cast<std::size_t>(op.microbatch);
-      std::uint8_t* counter = op.kind == OpKind::F    ? &f[cell]
-                              : op.kind == OpKind::B  ? &b[cell]
-                              : op.kind == OpKind::W  ? &w[cell]
-                                                      : &bw[cell];
+      const auto cell =
+          static_cast<std::size_t>(s.group_of(r, op.chunk)) * static_cast<std::size_t>(m) +
+          static_cast<std::size_t>(op.microbatch);
+      std::uint8_t* counter = op.kind == OpKind::F   ? &f[cell]
+                              : op.kind == OpKind::B ? &b[cell]
+                              : op.kind == OpKind::W ? &w[cell]
+                                                     : &bw[cell];
       if (++*counter > 1) fail(s, where(r, op, i) + ": appears more than once");
     }
   }
@@ -79,8 +83,8 @@ void validate_structure(const Schedule& s) {
     const int r = s.rank_of_group(g);
     const int c = s.chunk_of_group(g);
     for (int mb = 0; mb < m; ++mb) {
-      const auto cell = static_cast<std::size_t>(g) * static_cast<std::size_t>(m) +
-                        static_cast<std::size_t>(mb);
+      const auto cell =
+          static_cast<std::size_t>(g) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb);
       const std::string at = " of micro-batch " + std::to_string(mb) + " chunk " +
                              std::to_string(c) + " is missing on rank " + std::to_string(r);
       if (!f[cell]) fail(s, "F" + at);
@@ -121,9 +125,10 @@ void validate_structure(const Schedule& s) {
       }
       for (std::size_t i = 0; i < order.size(); ++i) {
         if (order[i].kind != reference[i].kind || order[i].microbatch != reference[i].microbatch)
-          fail(s, "barrier order differs between ranks (a real run would deadlock): rank 0 issues " +
-                      event_label(reference[i]) + " as barrier " + std::to_string(i) + ", rank " +
-                      std::to_string(r) + " issues " + event_label(order[i]));
+          fail(s,
+               "barrier order differs between ranks (a real run would deadlock): rank 0 issues " +
+                   event_label(reference[i]) + " as barrier " + std::to_string(i) + ", rank " +
+                   std::to_string(r) + " issues " + event_label(order[i]));
       }
     }
   }

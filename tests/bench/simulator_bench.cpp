@@ -28,10 +28,18 @@ void run(benchmark::State& state, const char* name, int p, int m, bool trace) {
   state.SetItemsProcessed(static_cast<std::int64_t>(ops));
 }
 
-void BM_GenerateSimulate_1F1B_p64_m1024(benchmark::State& s) { run(s, "1f1b", 64, 1024, false); }
-void BM_GenerateSimulate_1F1B_p64_m1024_Trace(benchmark::State& s) { run(s, "1f1b", 64, 1024, true); }
-void BM_GenerateSimulate_VHalf_p32_m512(benchmark::State& s) { run(s, "v-half", 32, 512, false); }
-void BM_GenerateSimulate_VHalf_p32_m512_Trace(benchmark::State& s) { run(s, "v-half", 32, 512, true); }
+void BM_GenerateSimulate_1F1B_p64_m1024(benchmark::State& s) {
+  run(s, "1f1b", 64, 1024, false);
+}
+void BM_GenerateSimulate_1F1B_p64_m1024_Trace(benchmark::State& s) {
+  run(s, "1f1b", 64, 1024, true);
+}
+void BM_GenerateSimulate_VHalf_p32_m512(benchmark::State& s) {
+  run(s, "v-half", 32, 512, false);
+}
+void BM_GenerateSimulate_VHalf_p32_m512_Trace(benchmark::State& s) {
+  run(s, "v-half", 32, 512, true);
+}
 
 void BM_Simulate_1F1B_p64_m1024(benchmark::State& state) {
   schedule::GeneratorParams params;

@@ -93,9 +93,10 @@ TEST_F(ConfigCli, MalformedTomlNamesFileAndLine) {
 }
 
 TEST_F(ConfigCli, WrongTypeNamesKey) {
-  const std::string bad = write("typed.toml",
-                                "model = \"tiny\"\n[cluster]\nhardware = \"h100-sxm\"\ndevices = 2\n"
-                                "[plan]\npp = \"two\"\n");
+  const std::string bad =
+      write("typed.toml",
+            "model = \"tiny\"\n[cluster]\nhardware = \"h100-sxm\"\ndevices = 2\n"
+            "[plan]\npp = \"two\"\n");
   const auto r = run_pipetune({"simulate", "--config", bad});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
@@ -104,9 +105,10 @@ TEST_F(ConfigCli, WrongTypeNamesKey) {
 }
 
 TEST_F(ConfigCli, BrokenPlanRuleIsNamed) {
-  const std::string bad = write("rule.toml",
-                                "model = \"tiny\"\n[cluster]\nhardware = \"h100-sxm\"\ndevices = 3\n"
-                                "[plan]\ntp = 3\n");
+  const std::string bad =
+      write("rule.toml",
+            "model = \"tiny\"\n[cluster]\nhardware = \"h100-sxm\"\ndevices = 3\n"
+            "[plan]\ntp = 3\n");
   const auto r = run_pipetune({"simulate", "--config", bad});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(count_lines(r.err), 1) << r.err;

@@ -18,8 +18,8 @@ fs::path temp_dir() {
 }
 
 TEST(SimulateCli, JsonMatchesOneF1BClosedForm) {
-  const auto r = run_pipetune({"simulate", "--schedule", "1f1b", "--stages", "4", "--microbatches",
-                               "8", "--json"});
+  const auto r = run_pipetune(
+      {"simulate", "--schedule", "1f1b", "--stages", "4", "--microbatches", "8", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   // Equal costs F=B=W=1 (BW=2): iteration (m+p-1)(F+BW) = 33, bubble (p-1)/(m+p-1) = 3/11.
@@ -38,8 +38,8 @@ TEST(SimulateCli, JsonMatchesOneF1BClosedForm) {
 }
 
 TEST(SimulateCli, HumanOutputHasTableAndGantt) {
-  const auto r = run_pipetune({"simulate", "--schedule", "gpipe", "--stages", "2",
-                               "--microbatches", "3", "--width", "60"});
+  const auto r = run_pipetune(
+      {"simulate", "--schedule", "gpipe", "--stages", "2", "--microbatches", "3", "--width", "60"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("bubble%"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rank 0 compute |F0"), std::string::npos) << r.out;
@@ -92,8 +92,10 @@ TEST(SimulateCli, BadNumbersAreInputErrors) {
       {"simulate", "--schedule", "1f1b", "--stages", "4", "--microbatches", "8", "--vocab", "v3"},
       {"simulate", "--schedule", "1f1b", "--stages", "4"},
       {"simulate", "--schedule", "zb-v", "--stages", "4", "--microbatches", "8", "--chunks", "3"},
-      {"simulate", "--schedule", "gpipe", "--stages", "4", "--microbatches", "8", "--vocab", "vocab-1"},
-      {"simulate", "--schedule", "1f1b", "--stages", "4", "--microbatches", "8", "--group-size", "4"},
+      {"simulate", "--schedule", "gpipe", "--stages", "4", "--microbatches", "8", "--vocab",
+       "vocab-1"},
+      {"simulate", "--schedule", "1f1b", "--stages", "4", "--microbatches", "8", "--group-size",
+       "4"},
       {"simulate", "--frobnicate"},
   };
   for (const auto& args : cases) {

@@ -5,11 +5,11 @@
 
 #include <vector>
 
-#define CUDA_CHECK(call)                                                                   \
-  do {                                                                                     \
-    const cudaError_t err_ = (call);                                                       \
-    ASSERT_EQ(err_, cudaSuccess) << __FILE__ << ":" << __LINE__ << " " << #call << ": "    \
-                                 << cudaGetErrorString(err_);                              \
+#define CUDA_CHECK(call)                                                                \
+  do {                                                                                  \
+    const cudaError_t err_ = (call);                                                    \
+    ASSERT_EQ(err_, cudaSuccess) << __FILE__ << ":" << __LINE__ << " " << #call << ": " \
+                                 << cudaGetErrorString(err_);                           \
   } while (0)
 
 namespace {

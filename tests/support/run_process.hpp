@@ -28,7 +28,8 @@ inline std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-inline ProcessResult run_pipetune(const std::vector<std::string>& args, const std::string& cwd = "") {
+inline ProcessResult run_pipetune(const std::vector<std::string>& args,
+                                  const std::string& cwd = "") {
   char out_tmpl[] = "/tmp/pipetune_out_XXXXXX";
   char err_tmpl[] = "/tmp/pipetune_err_XXXXXX";
   const int out_fd = ::mkstemp(out_tmpl);

@@ -41,8 +41,10 @@ TEST(Simulator, TwoStageGpipeMatchesHandCalculation) {
   // Four compute spans per rank and a send per cross-rank dependency (2 forward + 2 backward).
   int compute = 0, sends = 0;
   for (const auto& sp : r.trace.spans) {
-    if (sp.kind == profiler::SpanKind::Send) ++sends;
-    else ++compute;
+    if (sp.kind == profiler::SpanKind::Send)
+      ++sends;
+    else
+      ++compute;
   }
   EXPECT_EQ(compute, 8);
   EXPECT_EQ(sends, 4);

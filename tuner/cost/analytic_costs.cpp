@@ -8,7 +8,9 @@ namespace pipetune::tuner {
 
 namespace {
 
-double as_d(std::int64_t v) { return static_cast<double>(v); }
+double as_d(std::int64_t v) {
+  return static_cast<double>(v);
+}
 
 // One all-reduce (ring): 2 (n-1)/n of the bytes cross each link, plus a latency per step.
 double all_reduce_time(double bytes, int n, double bandwidth, double latency) {
@@ -58,21 +60,20 @@ double layer_activation_bytes(const spec::ModelSpec& model, const spec::Parallel
   double mlp_factor = model.activation == spec::Activation::Swiglu ? 6.0 * f / h : 4.0 * f / h;
   if (spec::is_moe(model)) mlp_factor *= as_d(model.top_k);
   const double t = plan.tp;
-  const double scores = a.flash_attention ? 0.0
-                                          : 5.0 * as_d(model.heads) * as_d(model.seq_len) / h;
+  const double scores = a.flash_attention ? 0.0 : 5.0 * as_d(model.heads) * as_d(model.seq_len) / h;
   const double scale = a.bytes_per_value / 2.0;
   switch (plan.recompute) {
     case spec::Recompute::Full:
       return scale * 2.0 * sbh / (plan.sequence_parallel ? t : 1.0);
     case spec::Recompute::Selective:
-      return scale * sbh * (plan.sequence_parallel ? (18.0 + mlp_factor) / t
-                                                   : 10.0 + (8.0 + mlp_factor) / t);
+      return scale * sbh *
+             (plan.sequence_parallel ? (18.0 + mlp_factor) / t : 10.0 + (8.0 + mlp_factor) / t);
     case spec::Recompute::None:
       break;
   }
   // Without sequence parallelism the LayerNorm/dropout part (10sbh) is replicated on TP ranks.
-  const double base = plan.sequence_parallel ? (18.0 + mlp_factor) / t
-                                             : 10.0 + (8.0 + mlp_factor) / t;
+  const double base =
+      plan.sequence_parallel ? (18.0 + mlp_factor) / t : 10.0 + (8.0 + mlp_factor) / t;
   return scale * sbh * (base + scores / t);
 }
 
@@ -101,12 +102,14 @@ AnalyticCosts analytic_costs(const spec::ModelSpec& model, const spec::ClusterSp
   // Links: pipeline neighbours are tp*dp devices apart (rank order tp, dp, pp).
   const int stride = plan.tp * plan.dp;
   const bool pp_inter = p > 1 && stride * p > cluster.devices_per_node;
-  const double pp_bw = (pp_inter ? cluster.min_inter_node_bandwidth() : cluster.intra_node_bandwidth) *
-                       a.link_efficiency;
+  const double pp_bw =
+      (pp_inter ? cluster.min_inter_node_bandwidth() : cluster.intra_node_bandwidth) *
+      a.link_efficiency;
   const double pp_lat = pp_inter ? cluster.inter_node_latency : cluster.intra_node_latency;
   const bool tp_inter = plan.tp > cluster.devices_per_node;
-  const double tp_bw = (tp_inter ? cluster.min_inter_node_bandwidth() : cluster.intra_node_bandwidth) *
-                       a.link_efficiency;
+  const double tp_bw =
+      (tp_inter ? cluster.min_inter_node_bandwidth() : cluster.intra_node_bandwidth) *
+      a.link_efficiency;
   const double tp_lat = tp_inter ? cluster.inter_node_latency : cluster.intra_node_latency;
   const double act_bytes = n * h * a.bytes_per_value;
   // Two TP all-reduces (or reduce-scatter + all-gather pairs, same volume) per layer in the
@@ -135,7 +138,8 @@ AnalyticCosts analytic_costs(const spec::ModelSpec& model, const spec::ClusterSp
   // the pipeline ranks under vocabulary parallelism.
   const double vocab_gemm = 2.0 * n * h * vocab / t;
   const double embed_bytes = n * h * a.bytes_per_value / t;  // gather or scatter-add of rows
-  const double mem_bw = cluster.hardware.hbm_bandwidth > 0.0 ? cluster.hardware.hbm_bandwidth : 1e12;
+  const double mem_bw =
+      cluster.hardware.hbm_bandwidth > 0.0 ? cluster.hardware.hbm_bandwidth : 1e12;
   const double logits_bytes = n * vocab * 4.0 / t;  // fp32 logits kept for cross-entropy
   if (plan.vocab == schedule::VocabMode::None) {
     const auto first = static_cast<std::size_t>(where.rank_of_group(0));
@@ -160,8 +164,9 @@ AnalyticCosts analytic_costs(const spec::ModelSpec& model, const spec::ClusterSp
     }
     // The barrier that carries the output layer's input gradient dominates: n*h fp32 values.
     const bool pp_group_inter = stride * p > cluster.devices_per_node;
-    const double bw = (pp_group_inter ? cluster.min_inter_node_bandwidth()
-                                      : cluster.intra_node_bandwidth) * a.link_efficiency;
+    const double bw =
+        (pp_group_inter ? cluster.min_inter_node_bandwidth() : cluster.intra_node_bandwidth) *
+        a.link_efficiency;
     out.costs.collective_time = all_reduce_time(n * h * 4.0 / t, p, bw, pp_lat);
   }
   for (int r = 0; r < p; ++r) {

@@ -28,9 +28,9 @@ struct AnalyticAssumptions {
 
 // FLOPs of one micro-batch through one transformer layer of this model on one TP rank.
 struct LayerFlops {
-  double forward = 0.0;        // F
-  double input_grad = 0.0;     // B (incl. recomputation the plan asks for)
-  double weight_grad = 0.0;    // W
+  double forward = 0.0;      // F
+  double input_grad = 0.0;   // B (incl. recomputation the plan asks for)
+  double weight_grad = 0.0;  // W
 };
 LayerFlops layer_flops(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
                        std::int64_t layer);
@@ -40,7 +40,7 @@ double layer_activation_bytes(const spec::ModelSpec& model, const spec::Parallel
                               const AnalyticAssumptions& a = {});
 
 struct AnalyticCosts {
-  schedule::CostTable costs;  // per pipeline rank, per op (one chunk)
+  schedule::CostTable costs;                            // per pipeline rank, per op (one chunk)
   std::vector<double> activation_bytes_per_microbatch;  // per pipeline rank (all its chunks)
   std::vector<double> stage_forward_flops;              // per rank, one micro-batch, all chunks
 };

@@ -19,9 +19,13 @@ using schedule::Schedule;
 
 namespace {
 
-std::int64_t to_ns(double seconds) { return static_cast<std::int64_t>(std::llround(seconds * 1e9)); }
+std::int64_t to_ns(double seconds) {
+  return static_cast<std::int64_t>(std::llround(seconds * 1e9));
+}
 
-profiler::SpanKind span_kind(OpKind k) { return static_cast<profiler::SpanKind>(k); }
+profiler::SpanKind span_kind(OpKind k) {
+  return static_cast<profiler::SpanKind>(k);
+}
 
 // Assigns times to ops in the order the executor makes them runnable.
 class TimingHooks {
@@ -95,11 +99,21 @@ class TimingHooks {
     double delta = 0.0;
     double at = end;
     switch (op.kind) {
-      case OpKind::F: delta = forward_units_; at = start; break;
-      case OpKind::B: delta = -b_free_units_; break;
-      case OpKind::W: delta = -w_free_units_; break;
-      case OpKind::BW: delta = -forward_units_; break;
-      default: break;
+      case OpKind::F:
+        delta = forward_units_;
+        at = start;
+        break;
+      case OpKind::B:
+        delta = -b_free_units_;
+        break;
+      case OpKind::W:
+        delta = -w_free_units_;
+        break;
+      case OpKind::BW:
+        delta = -forward_units_;
+        break;
+      default:
+        break;
     }
     if (delta != 0.0) {
       units_[r] += delta;
@@ -173,9 +187,10 @@ class TimingHooks {
       auto& spans = result_.trace.spans;
       spans.insert(spans.end(), barrier_spans_.begin(), barrier_spans_.end());
       // Spans arrive in execution order, not time order; readers want each lane sorted.
-      std::stable_sort(spans.begin(), spans.end(), [](const profiler::Span& a, const profiler::Span& b) {
-        return a.lane != b.lane ? a.lane < b.lane : a.start_ns < b.start_ns;
-      });
+      std::stable_sort(spans.begin(), spans.end(),
+                       [](const profiler::Span& a, const profiler::Span& b) {
+                         return a.lane != b.lane ? a.lane < b.lane : a.start_ns < b.start_ns;
+                       });
     }
   }
 

@@ -55,15 +55,19 @@ Placement schedule_placement(std::string_view name) {
     return Placement::VShape;
   for (const auto& e : entries())
     if (e.name == name) return Placement::Linear;
-  throw ScheduleError("unknown schedule '" + std::string(name) + "' (valid: " + joined_names() + ")");
+  throw ScheduleError("unknown schedule '" + std::string(name) + "' (valid: " + joined_names() +
+                      ")");
 }
 
 bool supports_vocab(std::string_view name, VocabMode vocab) {
   switch (vocab) {
-    case VocabMode::None: return true;
+    case VocabMode::None:
+      return true;
     case VocabMode::Vocab1:
-    case VocabMode::Vocab2: return name == "1f1b" || name == "v-half";
-    case VocabMode::Interlaced: return name == "1f1b";
+    case VocabMode::Vocab2:
+      return name == "1f1b" || name == "v-half";
+    case VocabMode::Interlaced:
+      return name == "1f1b";
   }
   return false;
 }

@@ -1,5 +1,5 @@
-#include "engine/errors.hpp"
 #include "engine/schedule/validator.hpp"
+#include "engine/errors.hpp"
 
 #include <gtest/gtest.h>
 
@@ -19,7 +19,9 @@ Schedule two_stage_gpipe(int m) {
   return s;
 }
 
-TEST(Validator, AcceptsHandMadeGpipe) { EXPECT_NO_THROW(validate(two_stage_gpipe(3))); }
+TEST(Validator, AcceptsHandMadeGpipe) {
+  EXPECT_NO_THROW(validate(two_stage_gpipe(3)));
+}
 
 TEST(Validator, CatchesDeadlockAndNamesStuckOps) {
   Schedule s = two_stage_gpipe(2);
