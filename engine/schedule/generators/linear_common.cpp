@@ -1,0 +1,167 @@
+#include "engine/schedule/generators/linear_common.hpp"
+
+#include <algorithm>
+
+#include "engine/errors.hpp"
+#include "engine/schedule/dependencies.hpp"
+#include "engine/schedule/validator.hpp"
+
+namespace pipetune::schedule::linear {
+
+void fail(std::string_view generator, const std::string& rule) {
+  throw ScheduleError(std::string(generator) + ": " + rule);
+}
+
+void check_sizes(std::string_view generator, const GeneratorParams& params) {
+  if (params.stages < 1)
+    fail(generator, "stages must be positive, got " + std::to_string(params.stages));
+  if (params.microbatches < 1)
+    fail(generator, "micro-batches must be positive, got " + std::to_string(params.microbatches));
+}
+
+void require_single_chunk(std::string_view generator, const GeneratorParams& params) {
+  if (params.chunks != 0 && params.chunks != 1)
+    throw ScheduleError(std::string(generator) +
+                        " supports chunks=1 only, got chunks=" + std::to_string(params.chunks));
+}
+
+void require_no_vocab(std::string_view generator, const GeneratorParams& params) {
+  if (params.vocab == VocabMode::None) return;
+  const bool interlaced = params.vocab == VocabMode::Interlaced;
+  throw ScheduleError(std::string(vocab_mode_name(params.vocab)) + " is supported on " +
+                      (interlaced ? "1f1b" : "1f1b and v-half") + " only, not on " +
+                      std::string(generator));
+}
+
+CostTable checked_planning_costs(std::string_view generator, const GeneratorParams& params) {
+  CostTable costs = planning_costs(params);
+  if (static_cast<int>(costs.stages.size()) != params.stages)
+    fail(generator, "cost table has " + std::to_string(costs.stages.size()) + " stages, expected " +
+                        std::to_string(params.stages));
+  return costs;
+}
+
+Schedule empty_schedule(std::string_view name, int stages, int microbatches, int chunks,
+                        VocabMode vocab) {
+  Schedule s;
+  s.name = std::string(name);
+  s.stages = stages;
+  s.microbatches = microbatches;
+  s.chunks = chunks;
+  s.placement = Placement::Linear;
+  s.vocab = vocab;
+  s.ranks.resize(static_cast<std::size_t>(stages));
+  return s;
+}
+
+void append_one_f_one_b(std::vector<Op>& ops, int microbatches, int warmup, OpKind backward) {
+  const int w = std::clamp(warmup, 0, microbatches);
+  for (int i = 0; i < w; ++i) ops.push_back({OpKind::F, 0, i});
+  for (int i = 0; i < microbatches - w; ++i) {
+    ops.push_back({OpKind::F, 0, w + i});
+    ops.push_back({backward, 0, i});
+  }
+  for (int i = microbatches - w; i < microbatches; ++i) ops.push_back({backward, 0, i});
+}
+
+Schedule validated(Schedule s) {
+  validate(s);
+  return s;
+}
+
+namespace {
+
+struct TimedHooks {
+  const CostTable& costs;
+  double p2p;
+  std::vector<double> clock;
+
+  double op(int rank, std::size_t, const Op& op, const Requirement& req, double req_time) {
+    double& c = clock[static_cast<std::size_t>(rank)];
+    const double ready = req.present ? req_time + (req.transfer ? p2p : 0.0) : 0.0;
+    c = std::max(c, ready) + costs.cost(rank, op.kind);
+    return c;
+  }
+  double barrier(const Event&, double last_arrival) { return last_arrival + costs.collective_time; }
+  void wait(int rank, double until) {
+    double& c = clock[static_cast<std::size_t>(rank)];
+    c = std::max(c, until);
+  }
+};
+
+}  // namespace
+
+double estimated_makespan(const Schedule& s, const CostTable& costs) {
+  TimedHooks hooks{costs, costs.p2p_time(),
+                   std::vector<double>(static_cast<std::size_t>(s.stages))};
+  execute(s, hooks);
+  return *std::max_element(hooks.clock.begin(), hooks.clock.end());
+}
+
+Planner::Planner(Schedule& s, const CostTable& costs)
+    : schedule_(s),
+      costs_(costs),
+      events_(s),
+      p2p_(costs.p2p_time()),
+      clock_(static_cast<std::size_t>(s.stages), 0.0),
+      idle_since_(static_cast<std::size_t>(s.stages), -1.0),
+      barrier_of_(static_cast<std::size_t>(s.stages)),
+      in_barrier_(static_cast<std::size_t>(s.stages), 0) {}
+
+std::optional<double> Planner::ready_time(int rank, const Op& op) const {
+  const Requirement req = requirement_of(schedule_, rank, op);
+  if (!req.present) return 0.0;
+  const double t = events_.time(req.event);
+  if (t < 0.0) return std::nullopt;
+  return req.transfer ? t + p2p_ : t;
+}
+
+void Planner::run(int rank, const Op& op) {
+  const auto r = static_cast<std::size_t>(rank);
+  const double start = std::max(clock_[r], ready_time(rank, op).value());
+  const double done = start + costs_.cost(rank, op.kind);
+  clock_[r] = done;
+  idle_since_[r] = -1.0;
+  schedule_.ranks[r].push_back(op);
+  const Production prod = production_of(schedule_, rank, op);
+  if (!prod.present) return;
+  if (!prod.joins_barrier) {
+    events_.set(prod.event, done);
+    produced(done);
+    return;
+  }
+  if (events_.arrive(prod.event, done)) {
+    const double complete = events_.last_arrival(prod.event) + costs_.collective_time;
+    events_.set(prod.event, complete);
+    produced(complete);
+  }
+  if (prod.waits_for_barrier) {
+    barrier_of_[r] = prod.event;
+    in_barrier_[r] = 1;
+  }
+}
+
+void Planner::idle_until(int rank, double t) {
+  const auto r = static_cast<std::size_t>(rank);
+  if (idle_since_[r] < 0.0) idle_since_[r] = clock_[r];
+  clock_[r] = std::max(clock_[r], t);
+}
+
+bool Planner::leave_barrier(int rank) {
+  const auto r = static_cast<std::size_t>(rank);
+  const double t = events_.time(barrier_of_[r]);
+  if (t < 0.0) return false;
+  clock_[r] = std::max(clock_[r], t);
+  in_barrier_[r] = 0;
+  return true;
+}
+
+void Planner::produced(double time) {
+  ++productions_;
+  // An idling rank may have been waiting for exactly this: let it look again at `time`.
+  for (std::size_t r = 0; r < clock_.size(); ++r) {
+    if (idle_since_[r] >= 0.0 && clock_[r] > time) clock_[r] = std::max(idle_since_[r], time);
+  }
+}
+
+}  // namespace pipetune::schedule::linear

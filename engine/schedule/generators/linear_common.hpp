@@ -1,0 +1,141 @@
+// Private helpers of the linear-placement generators (gpipe, 1f1b and its vocabulary variants,
+// interleaved-1f1b, zb-h1): parameter checks, the 1F1B op order, a timed estimate of a
+// schedule's iteration, and a planner that builds op lists in simulated time so the cost-aware
+// generators can put ops where they fit instead of assuming uniform costs.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/schedule/costs.hpp"
+#include "engine/schedule/executor.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/schedule/schedule.hpp"
+
+namespace pipetune::schedule::linear {
+
+// Throws ScheduleError "<generator>: <rule>".
+[[noreturn]] void fail(std::string_view generator, const std::string& rule);
+
+// Positive stages and micro-batches (generate() checks them too; the generators are also called
+// directly by tests and tools).
+void check_sizes(std::string_view generator, const GeneratorParams& params);
+// chunks must be 0 (default) or 1: "gpipe supports chunks=1 only".
+void require_single_chunk(std::string_view generator, const GeneratorParams& params);
+// Vocabulary parallelism is implemented on 1f1b (and v-half elsewhere) only.
+void require_no_vocab(std::string_view generator, const GeneratorParams& params);
+// The cost table the generator plans with (unit costs when params.costs is empty), checked to
+// cover every stage.
+CostTable checked_planning_costs(std::string_view generator, const GeneratorParams& params);
+
+// A linear-placement schedule with empty op lists.
+Schedule empty_schedule(std::string_view name, int stages, int microbatches, int chunks,
+                        VocabMode vocab);
+
+// The 1F1B order of one rank (PipeDream-flush, Megatron's non-interleaved loop): `warmup`
+// forwards, then (F, backward) pairs, then the remaining backwards. warmup is clamped to
+// [0, microbatches].
+void append_one_f_one_b(std::vector<Op>& ops, int microbatches, int warmup, OpKind backward);
+
+// Validates and returns the schedule (every generator's last step).
+Schedule validated(Schedule s);
+
+// Iteration time of a schedule under the planning costs: each rank runs its list in order, an op
+// starts when the rank is free and its requirement is done (plus one p2p transfer across ranks),
+// a barrier completes collective_time after its last arrival. This is a deliberately small model
+// (no link contention, no comm streams) used only to choose between candidate orders; the
+// simulator in tuner/sim is the reference for reported times.
+double estimated_makespan(const Schedule& s, const CostTable& costs);
+
+// Builds op lists in simulated time. A generator's step function looks at one rank at its current
+// clock, asks when candidate ops could start, and either runs one, idles until a known time, or
+// reports that it is blocked on something not planned yet. plan_in_time_order() always advances
+// the rank with the earliest clock, so "not produced yet" means "not before this clock", and
+// since an op is only run once its requirement has been produced, the resulting order cannot
+// deadlock.
+class Planner {
+ public:
+  Planner(Schedule& s, const CostTable& costs);
+
+  int stages() const { return schedule_.stages; }
+  double clock(int rank) const { return clock_[static_cast<std::size_t>(rank)]; }
+  double cost(int rank, OpKind kind) const { return costs_.cost(rank, kind); }
+
+  // When op could start on rank (its requirement's completion plus a transfer when it comes
+  // from another rank); nullopt while the requirement has not been planned yet.
+  std::optional<double> ready_time(int rank, const Op& op) const;
+  // Appends op to the rank's list, starting at max(clock, ready_time); ready_time must be known.
+  void run(int rank, const Op& op);
+  // Nothing to do before t: the rank idles, but is woken earlier when another rank produces an
+  // event before t (it may be what the rank needs).
+  void idle_until(int rank, double t);
+
+  // Interlaced vocabulary passes: after joining a barrier the rank waits for it to complete.
+  bool in_barrier(int rank) const { return in_barrier_[static_cast<std::size_t>(rank)] != 0; }
+  // Leaves the barrier when it is complete (clock moves to its completion); false otherwise.
+  bool leave_barrier(int rank);
+
+  // Changes whenever an event or a barrier completion is produced.
+  std::uint64_t productions() const { return productions_; }
+
+ private:
+  void produced(double time);
+
+  Schedule& schedule_;
+  const CostTable& costs_;
+  EventTimes events_;
+  double p2p_ = 0.0;
+  std::vector<double> clock_;
+  std::vector<double> idle_since_;  // negative when the rank is not idling
+  std::vector<Event> barrier_of_;
+  std::vector<char> in_barrier_;
+  std::uint64_t productions_ = 0;
+};
+
+enum class StepResult { Progress, Blocked, Done };
+
+// Runs step(rank) for the rank with the earliest clock until every rank reports Done. A Blocked
+// rank is retried after the next production. Throws ScheduleError naming the generator when every
+// remaining rank is blocked (a bug in its step function, not a user error).
+template <class Step>
+void plan_in_time_order(std::string_view generator, Planner& planner, Step&& step) {
+  const int p = planner.stages();
+  std::vector<char> blocked(static_cast<std::size_t>(p), 0), done(static_cast<std::size_t>(p), 0);
+  std::uint64_t seen = planner.productions();
+  while (true) {
+    int r = -1;
+    for (int i = 0; i < p; ++i) {
+      const auto ii = static_cast<std::size_t>(i);
+      if (done[ii] || blocked[ii]) continue;
+      if (r < 0 || planner.clock(i) < planner.clock(r)) r = i;
+    }
+    if (r < 0) {
+      for (int i = 0; i < p; ++i)
+        if (!done[static_cast<std::size_t>(i)])
+          fail(generator, "internal planner stalled with rank " + std::to_string(i) +
+                              " blocked (please report this schedule's parameters)");
+      return;
+    }
+    const auto rr = static_cast<std::size_t>(r);
+    if (planner.in_barrier(r)) {
+      if (!planner.leave_barrier(r)) blocked[rr] = 1;
+    } else {
+      const StepResult res = step(r);
+      if (res == StepResult::Blocked) blocked[rr] = 1;
+      if (res == StepResult::Done) done[rr] = 1;
+    }
+    if (planner.productions() != seen) {
+      seen = planner.productions();
+      std::fill(blocked.begin(), blocked.end(), 0);
+    }
+  }
+}
+
+// 1f1b with vocabulary parallelism (one_f_one_b_vocab.cpp).
+Schedule generate_1f1b_vocab(const GeneratorParams& params);
+
+}  // namespace pipetune::schedule::linear

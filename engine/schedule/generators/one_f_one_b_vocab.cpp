@@ -1,0 +1,252 @@
+// 1f1b with vocabulary parallelism (schedules.md b.1-b.4, b.6; Yeung et al., "Balancing Pipeline
+// Parallelism with Vocabulary Parallelism"). The output layer and the input embedding are sharded
+// over all p ranks, so every rank runs S, T, IF and IB for every micro-batch, joined by barriers
+// (all-reduces over the pipeline group) that all ranks must issue in the same order.
+//
+// Transformer ops keep the 1F1B order with a longer warm-up, because the last stage's backward of
+// micro-batch i now waits for the vocabulary barrier(s) of i rather than for its own forward:
+//   vocab-2 (one barrier C1):              p - r warm-up forwards, stage 0 peaks at p + 1;
+//   vocab-1 (C1 after S, C2 after T):      p - r + 1,              stage 0 peaks at p + 2;
+//   interlaced (passes run synchronously): floor(3p/2) - r - 1,    stage 0 peaks at 1.5p.
+//
+// Vocabulary ops are placed by planning in simulated time with the per-stage costs: a rank runs
+// the next vocabulary barrier op (S, T under vocab-1, IF) as soon as its input is there, at its
+// next op boundary. S(i) becomes runnable on every rank when the last stage's F(i) is broadcast,
+// so the S passes of a micro-batch land within one transformer op of each other and C1(i)
+// completes while the last stage runs its next forward; the pipeline does not stall on it. The
+// global barrier order is fixed up front: IF for the first k micro-batches, then per micro-batch
+// S(i), [T(i) interlaced], IF(i + k), [T(i) vocab-1], with k = stage 0's warm-up + 2 so stage 0
+// never waits for an input embedding. T under vocab-2 (no barrier) runs as soon as C1 is done;
+// IB fills waits, but is brought forward when more than p of them are pending (each holds an
+// embedding gradient).
+//
+// Interlaced: the passes block every rank (no overlap of the all-reduces), so ranks must reach
+// each barrier at the same time. Besides the planned order we build the interlaced schedule's
+// own lock-step order (VocabularyParallelism interlaced_schedule.py: 3p/2 - r warm-up forwards,
+// a burst of p - r vocabulary passes, then one pass per 1F1B step) and keep whichever the
+// planning costs say is faster; the lock-step order needs enough micro-batches to be valid.
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "engine/errors.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/schedule/generators/linear_common.hpp"
+#include "engine/schedule/validator.hpp"
+
+namespace pipetune::schedule::linear {
+
+namespace {
+
+constexpr std::string_view kName = "1f1b";
+
+int warmup_of(VocabMode mode, int p, int r) {
+  switch (mode) {
+    case VocabMode::Vocab2:
+      return p - r;
+    case VocabMode::Vocab1:
+      return p - r + 1;
+    case VocabMode::Interlaced:
+      return (3 * p) / 2 - r - 1;
+    case VocabMode::None:
+      break;
+  }
+  return p - r - 1;
+}
+
+// The order in which every rank joins the vocabulary barriers (see the file comment).
+std::vector<Op> barrier_sequence(VocabMode mode, int m, int if_lookahead) {
+  std::vector<Op> seq;
+  seq.reserve(3 * static_cast<std::size_t>(m));
+  for (int i = 0; i < if_lookahead; ++i) seq.push_back({OpKind::IF, 0, i});
+  for (int i = 0; i < m; ++i) {
+    seq.push_back({OpKind::S, 0, i});
+    if (mode == VocabMode::Interlaced) seq.push_back({OpKind::T, 0, i});
+    if (i + if_lookahead < m) seq.push_back({OpKind::IF, 0, i + if_lookahead});
+    if (mode == VocabMode::Vocab1) seq.push_back({OpKind::T, 0, i});
+  }
+  return seq;
+}
+
+Schedule plan_eager(const GeneratorParams& params, const CostTable& costs) {
+  const int p = params.stages;
+  const int m = params.microbatches;
+  const VocabMode mode = params.vocab;
+  const auto P = static_cast<std::size_t>(p);
+  Schedule s = empty_schedule(kName, p, m, 1, mode);
+
+  std::vector<std::vector<Op>> transformer(P);
+  for (int r = 0; r < p; ++r) {
+    auto& ops = transformer[static_cast<std::size_t>(r)];
+    ops.reserve(2 * static_cast<std::size_t>(m));
+    append_one_f_one_b(ops, m, warmup_of(mode, p, r), OpKind::BW);
+    s.ranks[static_cast<std::size_t>(r)].reserve(6 * static_cast<std::size_t>(m));
+  }
+  const int stage0_warmup = std::clamp(warmup_of(mode, p, 0), 0, m);
+  const std::vector<Op> barriers = barrier_sequence(mode, m, std::min(m, stage0_warmup + 2));
+  const bool free_t = mode == VocabMode::Vocab2;  // T joins no barrier: place it freely
+
+  std::vector<std::size_t> next_tr(P, 0), next_bar(P, 0);
+  std::vector<int> next_t(P, free_t ? 0 : m), next_ib(P, 0);
+
+  Planner planner(s, costs);
+  plan_in_time_order(kName, planner, [&](int r) {
+    const auto R = static_cast<std::size_t>(r);
+    const double now = planner.clock(r);
+    // Candidates in order of preference; `slot` says which cursor to advance.
+    struct Candidate {
+      Op op;
+      int slot;  // 0 barrier, 1 free T, 2 transformer, 3 IB
+      std::optional<double> ready;
+    };
+    Candidate cands[5];
+    int n = 0;
+    if (next_bar[R] < barriers.size()) {
+      const Op op = barriers[next_bar[R]];
+      cands[n++] = {op, 0, planner.ready_time(r, op)};
+    }
+    if (next_ib[R] < m && next_ib[R] + p < m) {
+      // More than p embedding gradients waiting: run IB before transformer work.
+      const auto backlog = planner.ready_time(r, {OpKind::IB, 0, next_ib[R] + p});
+      if (backlog && *backlog <= now) {
+        const Op op{OpKind::IB, 0, next_ib[R]};
+        cands[n++] = {op, 3, planner.ready_time(r, op)};
+      }
+    }
+    if (next_t[R] < m) {
+      const Op op{OpKind::T, 0, next_t[R]};
+      cands[n++] = {op, 1, planner.ready_time(r, op)};
+    }
+    if (next_tr[R] < transformer[R].size()) {
+      const Op op = transformer[R][next_tr[R]];
+      cands[n++] = {op, 2, planner.ready_time(r, op)};
+    }
+    if (next_ib[R] < m) {
+      const Op op{OpKind::IB, 0, next_ib[R]};
+      cands[n++] = {op, 3, planner.ready_time(r, op)};
+    }
+    if (n == 0) return StepResult::Done;
+    std::optional<double> earliest;
+    for (int k = 0; k < n; ++k) {
+      const Candidate& c = cands[k];
+      if (!c.ready) continue;
+      if (*c.ready <= now) {
+        planner.run(r, c.op);
+        switch (c.slot) {
+          case 0:
+            ++next_bar[R];
+            break;
+          case 1:
+            ++next_t[R];
+            break;
+          case 2:
+            ++next_tr[R];
+            break;
+          default:
+            ++next_ib[R];
+            break;
+        }
+        return StepResult::Progress;
+      }
+      if (!earliest || *c.ready < *earliest) earliest = c.ready;
+    }
+    if (earliest) {
+      planner.idle_until(r, *earliest);
+      return StepResult::Progress;
+    }
+    return StepResult::Blocked;
+  });
+  return s;
+}
+
+// The interlaced schedule's lock-step order (see the file comment), built for rank r.
+std::vector<Op> lockstep_rank(int p, int m, int r) {
+  const int warmup = std::min((3 * p) / 2 - r, m);
+  const int warmup0 = std::min((3 * p) / 2, m);
+  const int burst = std::min(p - r, m);  // vocabulary passes right after the warm-up
+  const int burst0 = std::min(p, m);
+  const int hold = std::max(0, warmup - burst - (p - r - 1) / 2);  // (B, pass) steps
+  const int steady = m - warmup;
+  const bool forward_first = (r % 2) == (p % 2);
+  const bool stage0_forward_first = p % 2 == 0;
+  std::vector<Op> ops;
+  ops.reserve(6 * static_cast<std::size_t>(m));
+  int next_if = 0, next_ib = 0;
+  auto input_forward = [&] {
+    if (next_if < m) ops.push_back({OpKind::IF, 0, next_if++});
+  };
+  auto input_backward = [&] {
+    if (next_ib < m) ops.push_back({OpKind::IB, 0, next_ib++});
+  };
+  auto vocab_pass = [&](int i) {
+    ops.push_back({OpKind::S, 0, i});
+    ops.push_back({OpKind::T, 0, i});
+  };
+  // Input passes ride along with output pass x once stage 0 is in its steady state.
+  auto input_passes_after = [&](int x) {
+    if (x >= burst0 - 1) input_forward();
+    if (x >= burst0 + 1 || (!stage0_forward_first && x == burst0)) input_backward();
+  };
+  for (int k = 0; k <= warmup0 - warmup; ++k) input_forward();
+  for (int i = 0; i < warmup; ++i) {
+    input_forward();
+    ops.push_back({OpKind::F, 0, i});
+  }
+  for (int i = 0; i < burst; ++i) {
+    vocab_pass(i);
+    if (i >= burst0 - 1) input_forward();
+  }
+  for (int i = 0; i < hold; ++i) {
+    ops.push_back({OpKind::BW, 0, i});
+    vocab_pass(burst + i);
+    input_passes_after(burst + i);
+  }
+  for (int i = 0; i < steady; ++i) {
+    const Op f{OpKind::F, 0, warmup + i};
+    const Op b{OpKind::BW, 0, hold + i};
+    ops.push_back(forward_first ? f : b);
+    ops.push_back(forward_first ? b : f);
+    vocab_pass(burst + hold + i);
+    input_passes_after(burst + hold + i);
+  }
+  for (int i = 0; i < warmup - burst - hold; ++i) {
+    ops.push_back({OpKind::BW, 0, hold + steady + i});
+    vocab_pass(burst + hold + steady + i);
+    input_backward();
+  }
+  for (int i = 0; i < burst; ++i) {
+    ops.push_back({OpKind::BW, 0, m - burst + i});
+    input_backward();
+  }
+  while (next_ib < m) input_backward();
+  return ops;
+}
+
+std::optional<Schedule> lockstep_interlaced(const GeneratorParams& params) {
+  const int p = params.stages;
+  const int m = params.microbatches;
+  Schedule s = empty_schedule(kName, p, m, 1, VocabMode::Interlaced);
+  for (int r = 0; r < p; ++r) s.ranks[static_cast<std::size_t>(r)] = lockstep_rank(p, m, r);
+  try {
+    validate(s);
+  } catch (const ScheduleError&) {
+    return std::nullopt;  // too few micro-batches for the lock-step pattern
+  }
+  return s;
+}
+
+}  // namespace
+
+Schedule generate_1f1b_vocab(const GeneratorParams& params) {
+  const CostTable costs = checked_planning_costs(kName, params);
+  Schedule best = plan_eager(params, costs);
+  if (params.vocab == VocabMode::Interlaced) {
+    if (auto lockstep = lockstep_interlaced(params)) {
+      if (estimated_makespan(*lockstep, costs) < estimated_makespan(best, costs))
+        best = std::move(*lockstep);
+    }
+  }
+  return validated(std::move(best));
+}
+
+}  // namespace pipetune::schedule::linear
