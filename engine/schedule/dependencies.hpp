@@ -37,8 +37,6 @@ struct Requirement {
   bool needs_split_b = false;  // W: the backward of (group, mb) must be a B, not a fused BW
 };
 
-Requirement requirement_of(const Schedule& s, int rank, const Op& op);
-
 // The event an op produces (Forward, Backward) or the barrier it joins (S, T, IF). Ops that do
 // neither (W, IB, and T under Vocab2) return present=false.
 struct Production {
@@ -48,6 +46,99 @@ struct Production {
   bool waits_for_barrier = false;  // Interlaced: the rank blocks until the barrier completes
 };
 
-Production production_of(const Schedule& s, int rank, const Op& op);
+// Defined inline below: the executor calls both for every op.
+namespace detail {
+
+inline Requirement on_op(const Schedule& s, int rank, EventKind kind, int group, int mb) {
+  Requirement r;
+  r.present = true;
+  r.event = Event{kind, group, mb};
+  r.source_rank = s.rank_of_group(group);
+  r.transfer = r.source_rank != rank;
+  return r;
+}
+
+inline Requirement on_barrier(EventKind kind, int mb) {
+  Requirement r;
+  r.present = true;
+  r.event = Event{kind, -1, mb};
+  return r;
+}
+
+}  // namespace detail
+
+inline Requirement requirement_of(const Schedule& s, int rank, const Op& op) {
+  const int last = s.groups() - 1;
+  const bool vocab = s.vocab != VocabMode::None;
+  switch (op.kind) {
+    case OpKind::F: {
+      const int g = s.group_of(rank, op.chunk);
+      if (g > 0) return detail::on_op(s, rank, EventKind::Forward, g - 1, op.microbatch);
+      if (vocab) return detail::on_barrier(EventKind::InputReduce, op.microbatch);
+      return {};
+    }
+    case OpKind::B:
+    case OpKind::BW: {
+      const int g = s.group_of(rank, op.chunk);
+      if (g < last) return detail::on_op(s, rank, EventKind::Backward, g + 1, op.microbatch);
+      if (s.vocab == VocabMode::Vocab2)
+        return detail::on_barrier(EventKind::OutputBarrier1, op.microbatch);
+      if (vocab) return detail::on_barrier(EventKind::OutputBarrier2, op.microbatch);
+      return detail::on_op(s, rank, EventKind::Forward, g, op.microbatch);  // the loss
+    }
+    case OpKind::W: {
+      Requirement r =
+          detail::on_op(s, rank, EventKind::Backward, s.group_of(rank, op.chunk), op.microbatch);
+      r.needs_split_b = true;
+      return r;
+    }
+    case OpKind::S:  // needs the final hidden state, broadcast from the last group's rank
+      return detail::on_op(s, rank, EventKind::Forward, last, op.microbatch);
+    case OpKind::T:  // needs the reduced softmax statistics and the loss gradient
+      return detail::on_barrier(EventKind::OutputBarrier1, op.microbatch);
+    case OpKind::IF:
+      return {};
+    case OpKind::IB:  // needs dL/dE, broadcast from the rank of group 0
+      return detail::on_op(s, rank, EventKind::Backward, 0, op.microbatch);
+  }
+  return {};
+}
+
+inline Production production_of(const Schedule& s, int rank, const Op& op) {
+  Production p;
+  switch (op.kind) {
+    case OpKind::F:
+      p.present = true;
+      p.event = Event{EventKind::Forward, s.group_of(rank, op.chunk), op.microbatch};
+      break;
+    case OpKind::B:
+    case OpKind::BW:
+      p.present = true;
+      p.event = Event{EventKind::Backward, s.group_of(rank, op.chunk), op.microbatch};
+      break;
+    case OpKind::S:
+      p.present = true;
+      p.joins_barrier = true;
+      p.event = Event{EventKind::OutputBarrier1, -1, op.microbatch};
+      break;
+    case OpKind::T:
+      if (s.vocab == VocabMode::Vocab1 || s.vocab == VocabMode::Interlaced) {
+        p.present = true;
+        p.joins_barrier = true;
+        p.event = Event{EventKind::OutputBarrier2, -1, op.microbatch};
+      }
+      break;
+    case OpKind::IF:
+      p.present = true;
+      p.joins_barrier = true;
+      p.event = Event{EventKind::InputReduce, -1, op.microbatch};
+      break;
+    case OpKind::W:
+    case OpKind::IB:
+      break;
+  }
+  p.waits_for_barrier = p.joins_barrier && s.vocab == VocabMode::Interlaced;
+  return p;
+}
 
 }  // namespace pipetune::schedule

@@ -31,21 +31,6 @@ VocabMode parse_vocab_mode(std::string_view name) {
                    "' (valid: none, vocab-1, vocab-2, interlaced)");
 }
 
-int Schedule::group_of(int rank, int chunk) const {
-  if (placement == Placement::VShape) return chunk == 0 ? rank : 2 * stages - 1 - rank;
-  return chunk * stages + rank;
-}
-
-int Schedule::rank_of_group(int group) const {
-  if (placement == Placement::VShape) return group < stages ? group : 2 * stages - 1 - group;
-  return group % stages;
-}
-
-int Schedule::chunk_of_group(int group) const {
-  if (placement == Placement::VShape) return group < stages ? 0 : 1;
-  return group / stages;
-}
-
 std::size_t Schedule::op_count() const {
   std::size_t n = 0;
   for (const auto& r : ranks) n += r.size();

@@ -37,9 +37,19 @@ struct Schedule {
   std::vector<std::vector<Op>> ranks;  // ranks[r] = ops of pipeline rank r in execution order
 
   int groups() const { return stages * chunks; }
-  int group_of(int rank, int chunk) const;
-  int rank_of_group(int group) const;
-  int chunk_of_group(int group) const;
+  // Inline: the executor asks these for every op.
+  int group_of(int rank, int chunk) const {
+    if (placement == Placement::VShape) return chunk == 0 ? rank : 2 * stages - 1 - rank;
+    return chunk * stages + rank;
+  }
+  int rank_of_group(int group) const {
+    if (placement == Placement::VShape) return group < stages ? group : 2 * stages - 1 - group;
+    return group % stages;
+  }
+  int chunk_of_group(int group) const {
+    if (placement == Placement::VShape) return group < stages ? 0 : 1;
+    return group / stages;
+  }
   std::size_t op_count() const;
 };
 

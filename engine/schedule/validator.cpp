@@ -85,18 +85,18 @@ void validate_structure(const Schedule& s) {
     for (int mb = 0; mb < m; ++mb) {
       const auto cell =
           static_cast<std::size_t>(g) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb);
+      const bool complete = f[cell] && b[cell] + bw[cell] == 1 && w[cell] == b[cell];
+      if (complete) continue;
+      // Messages are built only on failure: this loop runs for every (group, micro-batch).
       const std::string at = " of micro-batch " + std::to_string(mb) + " chunk " +
                              std::to_string(c) + " is missing on rank " + std::to_string(r);
+      const std::string cell_name = "micro-batch " + std::to_string(mb) + " chunk " +
+                                    std::to_string(c) + " on rank " + std::to_string(r);
       if (!f[cell]) fail(s, "F" + at);
-      if (b[cell] + bw[cell] != 1) {
-        if (b[cell] + bw[cell] == 0) fail(s, "B or BW" + at);
-        fail(s, "micro-batch " + std::to_string(mb) + " chunk " + std::to_string(c) + " on rank " +
-                    std::to_string(r) + " has both a B and a fused BW");
-      }
+      if (b[cell] + bw[cell] == 0) fail(s, "B or BW" + at);
+      if (b[cell] && bw[cell]) fail(s, cell_name + " has both a B and a fused BW");
       if (b[cell] && !w[cell]) fail(s, "W" + at + " (its B was split)");
-      if (bw[cell] && w[cell])
-        fail(s, "micro-batch " + std::to_string(mb) + " chunk " + std::to_string(c) + " on rank " +
-                    std::to_string(r) + " has a W after a fused BW");
+      fail(s, cell_name + " has a W after a fused BW");
     }
   }
   if (s.vocab != VocabMode::None) {

@@ -66,7 +66,10 @@ class TimingHooks {
         p2p_lane_[static_cast<std::size_t>(r)] = t.lane(r, profiler::Stream::P2P);
       }
       activation_counter_ = t.intern("activations (micro-batches)");
-      t.spans.reserve(s.op_count() * (p2p_time_ > 0.0 ? 2 : 1));
+      lane_spans_.resize(t.lanes.size());
+      for (int r = 0; r < s.stages; ++r)
+        lane_spans_[static_cast<std::size_t>(compute_lane_[static_cast<std::size_t>(r)])].reserve(
+            s.ranks[static_cast<std::size_t>(r)].size());
       t.counters.reserve(s.op_count() + p);
       if (!options.activation_bytes_per_microbatch.empty()) t.memory.reserve(s.op_count() + p);
     }
@@ -85,7 +88,7 @@ class TimingHooks {
         send.peer = rank;
         send.start_ns = to_ns(req_time);
         send.end_ns = to_ns(ready);
-        result_.trace.spans.push_back(send);
+        lane_spans_[static_cast<std::size_t>(send.lane)].push_back(send);
       }
     }
     const double start = std::max(compute_free_[r], ready);
@@ -127,7 +130,7 @@ class TimingHooks {
       span.microbatch = op.microbatch;
       span.start_ns = to_ns(start);
       span.end_ns = to_ns(end);
-      result_.trace.spans.push_back(span);
+      lane_spans_[static_cast<std::size_t>(span.lane)].push_back(span);
       if (delta != 0.0) record_memory(rank, at);
     }
     return end;
@@ -146,7 +149,7 @@ class TimingHooks {
         span.kind = profiler::SpanKind::AllReduce;
         span.start_ns = to_ns(start);
         span.end_ns = to_ns(end);
-        barrier_spans_.push_back(span);
+        lane_spans_[static_cast<std::size_t>(span.lane)].push_back(span);
       }
     }
     return end;
@@ -184,13 +187,20 @@ class TimingHooks {
     }
     result_.bubble_ratio = makespan > 0.0 ? bubble_sum / (makespan * p) : 0.0;
     if (options_.record_trace) {
+      // Compute and barrier spans arrive in time order per lane (each stream runs in order);
+      // sends arrive in the order their consumers ran, so only those lanes may need sorting.
       auto& spans = result_.trace.spans;
-      spans.insert(spans.end(), barrier_spans_.begin(), barrier_spans_.end());
-      // Spans arrive in execution order, not time order; readers want each lane sorted.
-      std::stable_sort(spans.begin(), spans.end(),
-                       [](const profiler::Span& a, const profiler::Span& b) {
-                         return a.lane != b.lane ? a.lane < b.lane : a.start_ns < b.start_ns;
-                       });
+      std::size_t total = 0;
+      for (const auto& l : lane_spans_) total += l.size();
+      spans.reserve(total);
+      const auto by_start = [](const profiler::Span& a, const profiler::Span& b) {
+        return a.start_ns < b.start_ns;
+      };
+      for (auto& l : lane_spans_) {
+        if (!std::is_sorted(l.begin(), l.end(), by_start))
+          std::stable_sort(l.begin(), l.end(), by_start);
+        spans.insert(spans.end(), l.begin(), l.end());
+      }
     }
   }
 
@@ -213,7 +223,7 @@ class TimingHooks {
   std::vector<double> compute_free_, comm_free_, busy_, comm_busy_, units_, peak_units_, cost_;
   std::vector<std::size_t> ops_;
   std::vector<std::int32_t> compute_lane_, comm_lane_, p2p_lane_;
-  std::vector<profiler::Span> barrier_spans_;
+  std::vector<std::vector<profiler::Span>> lane_spans_;
   std::uint32_t activation_counter_ = 0;
   double p2p_time_ = 0.0, forward_units_ = 1.0, b_free_units_ = 0.0, w_free_units_ = 1.0;
 };
