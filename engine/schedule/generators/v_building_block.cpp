@@ -154,7 +154,9 @@ std::vector<Lists> eager_unit_times(const std::vector<Lists>& st, int types) {
 // earliest free slot after its dependencies, as long as the peak memory of its stage stays
 // within the schedule's current peak. The steady phase (from the first chunk-0 backward on
 // stage 0 up to the last micro-batch's first forward) stays as the block placed it; the warm-up
-// is squeezed only in the pass with explicit W. Returns unit-cost start times with one W list.
+// is squeezed only in the pass with explicit W. The memory bound is the peak over all stages, as
+// in the reference code (a.8's text says "the stage's peak"). Returns unit-cost start times with
+// one W list.
 std::vector<Lists> squeeze(std::vector<Lists> st, bool consider_w, int m) {
   const int p = static_cast<int>(st.size());
   int types = kComputeTypes;

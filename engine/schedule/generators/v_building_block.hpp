@@ -48,7 +48,8 @@ std::vector<std::vector<SlottedOp>> v_block_slots(VKind kind, int p, int m, int 
                                                   bool squeeze);
 
 // Checks what every V-placement generator shares: positive sizes, chunks 0 or 2, and no
-// vocabulary mode unless `vocab_ok`. Returns nothing; throws ScheduleError naming the rule.
+// vocabulary mode unless `vocab_ok`, a cost table covering every stage. Throws ScheduleError
+// naming the rule broken.
 void check_v_params(const GeneratorParams& params, std::string_view name, bool vocab_ok);
 
 // An empty Schedule with the V placement: name, sizes, chunks 2, one op list per rank.

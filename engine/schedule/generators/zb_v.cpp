@@ -7,13 +7,19 @@
 //      chunk-1 forward;
 //   2. balance: later stages catch up so each has issued at least as many forwards as its
 //      predecessor and more chunk-1 forwards, alternating chunks;
-//   3. 2m steady rounds: per stage one backward (chunk 1 where its gradient can be there, else
-//      chunk 0), then one forward (chunk 1 where its input is ready, else chunk 0), inserting
-//      pending W while memory is over the cap, while a W fits into the wait for a dependency,
-//      or when the wait exceeds the bubble this stage may still take;
+//   3. steady rounds: per stage one backward (the pending chunk-0 backward when the next stage
+//      has sent its gradient, else the next chunk-1 backward), then one forward (chunk 1 when its
+//      input is there, else chunk 0), inserting pending W while memory is over the cap, while a
+//      whole W fits into the wait for a dependency, or when the wait exceeds the bubble this
+//      stage may still take;
 //   4. flush the remaining W.
-// A round is retried with the per-stage bubbles of the previous one as allowance while the worst
+// A pass is retried with the per-stage bubbles of the previous one as allowance while the worst
 // stage bubble keeps shrinking, for each of four fill_f/fill_b variants; the best one is kept.
+//
+// With equal costs this is the reference, op for op. The reference assumes each op it picks is
+// ready (true in its lock step with equal costs); with unequal per-stage costs that fails, so here
+// a stage skips an op whose producer is not issued yet (or takes the other chunk's backward), and
+// the steady rounds run until everything is issued instead of exactly 2m times.
 #include <algorithm>
 #include <array>
 #include <deque>
