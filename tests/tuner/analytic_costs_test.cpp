@@ -1,0 +1,106 @@
+// Analytic op costs against the published closed forms (reference/tuners.md section 3).
+#include "tuner/cost/analytic_costs.hpp"
+
+#include <gtest/gtest.h>
+
+#include "engine/spec/load.hpp"
+
+namespace pipetune::tuner {
+namespace {
+
+spec::ModelSpec gpt_like() {
+  spec::ModelSpec m;
+  m.name = "gpt-like";
+  m.layers = 24;
+  m.hidden = 2048;
+  m.heads = 16;
+  m.vocab = 51200;
+  m.seq_len = 2048;
+  spec::apply_defaults(m);  // kv_heads = heads, ffn = 4h, gelu
+  return m;
+}
+
+TEST(AnalyticCosts, LayerFlopsMatchMegatronModelFlopsWithCausalHalving) {
+  // Megatron (2205.05198): model FLOPs per layer and micro-batch 72*n*h^2*(1 + s/(6h)) with
+  // non-causal attention; halving the attention-score term for the causal mask gives
+  // 72*n*h^2*(1 + s/(12h)). Full recomputation adds one forward: 96*n*h^2*(1 + s/(12h)).
+  const spec::ModelSpec m = gpt_like();
+  spec::ParallelPlan plan;
+  plan.micro_batch_size = 2;
+  const double n = 2.0 * 2048, h = 2048, s = 2048;
+  const LayerFlops f = layer_flops(m, plan, 0);
+  EXPECT_NEAR(f.forward + f.input_grad + f.weight_grad, 72 * n * h * h * (1 + s / (12 * h)), 1.0);
+  plan.recompute = spec::Recompute::Full;
+  const LayerFlops r = layer_flops(m, plan, 0);
+  EXPECT_NEAR(r.forward + r.input_grad + r.weight_grad, 96 * n * h * h * (1 + s / (12 * h)), 1.0);
+  plan.recompute = spec::Recompute::None;
+  plan.tp = 4;
+  const LayerFlops t = layer_flops(m, plan, 0);
+  EXPECT_NEAR(t.forward * 4, f.forward, 1.0);
+}
+
+TEST(AnalyticCosts, ActivationBytesMatchKorthikantiTable) {
+  // 2205.05198 Table 2 (bf16): s*b*h*(34 + 5as/h) without parallelism; with TP and SP
+  // s*b*h*(34/t + 5as/(ht)); TP without SP s*b*h*(10 + 24/t + 5as/(ht)); full recompute 2sbh.
+  const spec::ModelSpec m = gpt_like();
+  spec::ParallelPlan plan;
+  AnalyticAssumptions no_flash;
+  no_flash.flash_attention = false;
+  const double sbh = 2048.0 * 2048.0, scores = 5.0 * 16 * 2048 / 2048.0;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, plan, no_flash), sbh * (34 + scores));
+  plan.tp = 4;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, plan, no_flash), sbh * (10 + 24.0 / 4 + scores / 4));
+  plan.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, plan, no_flash), sbh * (34.0 / 4 + scores / 4));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, plan), sbh * 34.0 / 4);  // flash: no scores
+  plan.recompute = spec::Recompute::Full;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, plan), 2 * sbh / 4);
+}
+
+TEST(AnalyticCosts, OutputLayerLandsOnTheLastStageOrIsShardedByVocabularyParallelism) {
+  const spec::ModelSpec m = gpt_like();
+  const spec::ClusterSpec c = spec::load_cluster("dgx-a100-8");
+  spec::ParallelPlan plan;
+  plan.pp = 4;
+  plan.dp = 2;
+  plan.microbatches = 8;
+  const AnalyticCosts base = analytic_costs(m, c, plan, schedule::Placement::Linear);
+  const double peak = c.hardware.peak_flops * AnalyticAssumptions{}.matmul_efficiency;
+  const double logits = 2.0 * 2048 * 2048 * 51200 / peak;  // one vocabulary GEMM, seconds
+  const auto F = schedule::OpKind::F;
+  EXPECT_NEAR(base.costs.stages[3][F] - base.costs.stages[1][F], logits, logits * 1e-9);
+  EXPECT_NEAR(base.costs.stages[1][F], base.costs.stages[2][F], 1e-15);
+  // V placement: group 0 and the last group are both on rank 0.
+  plan.chunks = 2;
+  const AnalyticCosts v = analytic_costs(m, c, plan, schedule::Placement::VShape);
+  EXPECT_GT(v.costs.stages[0][F], v.costs.stages[3][F]);
+  // Vocabulary parallelism: every rank runs a 1/p shard; Vocab2's S also precomputes dX.
+  plan.chunks = 1;
+  plan.vocab = schedule::VocabMode::Vocab2;
+  const AnalyticCosts vp = analytic_costs(m, c, plan, schedule::Placement::Linear);
+  for (const auto& st : vp.costs.stages) {
+    EXPECT_NEAR(st[schedule::OpKind::S], 2 * logits / 4, logits * 1e-9);
+    EXPECT_NEAR(st[schedule::OpKind::T], logits / 4, logits * 1e-9);
+    EXPECT_NEAR(st[F], vp.costs.stages[1][F], 1e-15);
+  }
+  EXPECT_GT(vp.costs.collective_time, 0.0);
+  // Activations: one micro-batch of 6 layers per stage, plus fp32 logits on the last stage.
+  const double layer = layer_activation_bytes(m, plan);
+  EXPECT_DOUBLE_EQ(base.activation_bytes_per_microbatch[0], 6 * layer);
+  EXPECT_DOUBLE_EQ(base.activation_bytes_per_microbatch[3], 6 * layer + 2048.0 * 51200 * 4);
+}
+
+TEST(AnalyticCosts, UnevenLayerSplitMovesWork) {
+  const spec::ModelSpec m = gpt_like();
+  const spec::ClusterSpec c = spec::load_cluster("dgx-a100-8");
+  spec::ParallelPlan plan;
+  plan.pp = 2;
+  plan.dp = 4;
+  plan.layer_split = {16, 8};
+  const AnalyticCosts a = analytic_costs(m, c, plan, schedule::Placement::Linear);
+  EXPECT_DOUBLE_EQ(a.activation_bytes_per_microbatch[0],
+                   2 * (a.activation_bytes_per_microbatch[1] - 2048.0 * 51200 * 4));
+}
+
+}  // namespace
+}  // namespace pipetune::tuner
