@@ -96,6 +96,11 @@ TEST(SimulateCli, BadNumbersAreInputErrors) {
        "vocab-1"},
       {"simulate", "--schedule", "1f1b", "--stages", "4", "--microbatches", "8", "--group-size",
        "4"},
+      {"simulate", "--schedule", "dualpipe-v", "--stages", "4", "--microbatches", "3"},
+      {"simulate", "--schedule", "interleaved-1f1b", "--stages", "4", "--microbatches", "6",
+       "--chunks", "2"},
+      {"simulate", "--schedule", "v-half", "--stages", "4", "--microbatches", "8", "--vocab",
+       "interlaced"},
       {"simulate", "--frobnicate"},
   };
   for (const auto& args : cases) {
