@@ -32,15 +32,8 @@ EventTimes::EventTimes(const Schedule& s)
 }
 
 double EventTimes::slot(const Event& e) const {
-  const auto mb = static_cast<std::size_t>(e.microbatch);
-  switch (e.kind) {
-    case EventKind::Forward:
-      return forward_[static_cast<std::size_t>(e.group) * static_cast<std::size_t>(m_) + mb];
-    case EventKind::Backward:
-      return backward_[static_cast<std::size_t>(e.group) * static_cast<std::size_t>(m_) + mb];
-    default:
-      return barrier_done_[barrier_index(e.kind)][mb];
-  }
+  // One indexing rule for reads and writes.
+  return const_cast<EventTimes*>(this)->slot_ref(e);
 }
 
 double& EventTimes::slot_ref(const Event& e) {

@@ -8,31 +8,18 @@
 #include <string>
 
 #include "engine/schedule/generators.hpp"
+#include "support/schedule_helpers.hpp"
+#include "support/sim_helpers.hpp"
 #include "tuner/sim/simulator.hpp"
 
 namespace pipetune::schedule {
 namespace {
 
+using testing::params;
+using testing::run;
+using testing::where;
+
 constexpr double kEps = 1e-9;
-
-GeneratorParams params(const std::string& name, int p, int m, VocabMode vocab = VocabMode::None) {
-  GeneratorParams g;
-  g.name = name;
-  g.stages = p;
-  g.microbatches = m;
-  g.vocab = vocab;
-  return g;
-}
-
-std::string where(int p, int m) {
-  return "p=" + std::to_string(p) + " m=" + std::to_string(m);
-}
-
-sim::SimResult run(const GeneratorParams& g, const CostTable& costs) {
-  GeneratorParams with_costs = g;
-  with_costs.costs = costs;
-  return sim::simulate(generate(with_costs), costs);
-}
 
 TEST(LinearSchedulesSim, OneFOneBAndGpipeBubbleIsPMinusOneOverMPlusPMinusOne) {
   // Equal costs F = B = W = 1 (BW = 2): both take (m + p - 1)(F + BW); each stage is busy

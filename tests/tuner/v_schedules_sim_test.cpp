@@ -9,38 +9,19 @@
 #include <string>
 
 #include "engine/schedule/generators.hpp"
+#include "support/schedule_helpers.hpp"
+#include "support/sim_helpers.hpp"
 #include "tuner/sim/simulator.hpp"
 
 namespace pipetune::schedule {
 namespace {
 
+using testing::params;
+using testing::peak;
+using testing::run;
+using testing::where;
+
 constexpr double kEps = 1e-9;
-
-GeneratorParams params(const std::string& name, int p, int m, VocabMode vocab = VocabMode::None) {
-  GeneratorParams g;
-  g.name = name;
-  g.stages = p;
-  g.microbatches = m;
-  g.vocab = vocab;
-  return g;
-}
-
-std::string where(int p, int m) {
-  return "p=" + std::to_string(p) + " m=" + std::to_string(m);
-}
-
-// Generated with the planning costs `costs` and simulated with the same costs.
-sim::SimResult run(const GeneratorParams& g, const CostTable& costs) {
-  GeneratorParams with_costs = g;
-  with_costs.costs = costs;
-  return sim::simulate(generate(with_costs), costs);
-}
-
-double peak(const sim::SimResult& r) {
-  double x = 0.0;
-  for (const auto& st : r.stages) x = std::max(x, st.peak_activation_microbatches);
-  return x;
-}
 
 // With F = B = W = 1 a rank of the V does 6m units of work. Rank p-1 gets its first input only
 // after the p-1 chunk-0 forwards before it, so no schedule ends before 6m + p - 1. ZB-V ("zero

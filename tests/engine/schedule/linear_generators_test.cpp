@@ -11,24 +11,13 @@
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/validator.hpp"
+#include "support/schedule_helpers.hpp"
 
 namespace pipetune::schedule {
 namespace {
 
-GeneratorParams params(const std::string& name, int p, int m, VocabMode vocab = VocabMode::None) {
-  GeneratorParams g;
-  g.name = name;
-  g.stages = p;
-  g.microbatches = m;
-  g.vocab = vocab;
-  return g;
-}
-
-std::string where(const GeneratorParams& g) {
-  return g.name + " vocab=" + std::string(vocab_mode_name(g.vocab)) +
-         " p=" + std::to_string(g.stages) + " m=" + std::to_string(g.microbatches) +
-         " v=" + std::to_string(g.chunks) + " G=" + std::to_string(g.group_size);
-}
+using testing::params;
+using testing::where;
 
 // Peak activations held by a rank, in micro-batches of the rank's layers, with the memory
 // convention of the simulator: F adds 1/v, BW frees 1/v, B frees (1 - wf)/v and W frees wf/v.

@@ -15,25 +15,15 @@
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/generators/v_building_block.hpp"
 #include "engine/schedule/validator.hpp"
+#include "support/schedule_helpers.hpp"
 
 namespace pipetune::schedule {
 namespace {
 
+using testing::params;
+using testing::where;
+
 const std::vector<std::string> kVGenerators = {"v-half", "v-min", "zb-v", "dualpipe-v"};
-
-GeneratorParams params(const std::string& name, int p, int m, VocabMode vocab = VocabMode::None) {
-  GeneratorParams g;
-  g.name = name;
-  g.stages = p;
-  g.microbatches = m;
-  g.vocab = vocab;
-  return g;
-}
-
-std::string where(const GeneratorParams& g) {
-  return g.name + " vocab=" + std::string(vocab_mode_name(g.vocab)) +
-         " p=" + std::to_string(g.stages) + " m=" + std::to_string(g.microbatches);
-}
 
 // "F0.0 B0.1 ..." (op_label of each op) for one rank.
 std::string render(const Schedule& s, int rank) {
