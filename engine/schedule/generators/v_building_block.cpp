@@ -4,6 +4,8 @@
 #include "engine/schedule/generators/v_building_block.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -35,119 +37,244 @@ int last_slot(const Lists& lists, int types) {
   return bound;
 }
 
-// Type of the op in each slot (-1 = free). Two ops in one slot would be a bug of this file.
-void fill_occupancy(const Lists& lists, int types, int bound, std::vector<int>& slot_type) {
-  slot_type.assign(at(bound + 1), -1);
-  for (int t = 0; t < types; ++t) {
-    for (int s : lists[at(t)]) {
-      if (slot_type[at(s)] >= 0) throw std::logic_error("v-block: two ops share one slot");
-      slot_type[at(s)] = t;
+// The op in each slot of one stage, packed as index * 8 + type (-1 = free), where index is its
+// place in its list. Walking slots in order replaces sorting ops by slot.
+struct SlotMap {
+  std::vector<int> code;
+
+  static constexpr int kFree = -1;
+  static int pack(int type, int index) { return index * 8 + type; }
+  static int type_of(int code) { return code < 0 ? -1 : code & 7; }
+  static int index_of(int code) { return code >> 3; }
+
+  int size() const { return static_cast<int>(code.size()); }
+  int type(int slot) const { return type_of(code[at(slot)]); }
+
+  // Two ops in one slot would be a bug of this file.
+  void fill(const Lists& lists, int types) {
+    code.assign(at(last_slot(lists, types) + 1), kFree);
+    for (int t = 0; t < types; ++t) {
+      const auto& list = lists[at(t)];
+      for (int k = 0; k < static_cast<int>(list.size()); ++k) {
+        int& c = code[at(list[at(k)])];
+        if (c != kFree) throw std::logic_error("v-block: two ops share one slot");
+        c = pack(t, k);
+      }
     }
   }
-}
+};
 
 // Puts every W into the first free slot after its B (reference put_w). With `split` the W of
 // chunk-1 and chunk-0 backwards go to separate lists and chunk 1's goes first when both wait.
-Lists put_w(Lists lists, bool split) {
+// `map` holds the stage's compute ops on entry and every op on return.
+void put_w(Lists& lists, bool split, SlotMap& map) {
   const int bound = last_slot(lists, kComputeTypes);
-  std::vector<int> slot_type;
-  fill_occupancy(lists, kComputeTypes, bound, slot_type);
+  map.code.resize(at(bound + 1));  // moves may have left free slots after the last op
   lists.resize(kComputeTypes);
   lists.resize(split ? 6 : 5);
   std::array<int, 2> pending{0, 0};
+  auto place = [&](int w, int slot) {
+    auto& list = lists[at(kW + w)];
+    const int code = SlotMap::pack(kW + w, static_cast<int>(list.size()));
+    if (slot < map.size())
+      map.code[at(slot)] = code;
+    else
+      map.code.push_back(code);
+    list.push_back(slot);
+    --pending[at(w)];
+  };
   for (int i = 0; i <= bound; ++i) {
-    const int t = slot_type[at(i)];
+    const int t = map.type(i);
     if (t >= 0) {
       if (t == kB1 || t == kB0) ++pending[split ? at(t - kB1) : 0];
       continue;
     }
     for (int w = 0; w < 2; ++w) {
       if (pending[at(w)] > 0) {
-        lists[at(kW + w)].push_back(i);
-        --pending[at(w)];
+        place(w, i);
         break;
       }
     }
   }
   int slot = bound;
   for (int w = 0; w < 2; ++w)
-    for (; pending[at(w)] > 0; --pending[at(w)]) lists[at(kW + w)].push_back(++slot);
-  return lists;
+    while (pending[at(w)] > 0) place(w, ++slot);
 }
 
-// Peak memory of one stage in chunk units (reference mem_of_stage). Without explicit W lists,
-// a pending W is assumed to run in every free slot.
-int peak_memory(const Lists& lists, bool has_w, std::vector<int>& scratch) {
-  const int types = has_w ? 5 : kComputeTypes;
-  const int bound = last_slot(lists, types);
-  fill_occupancy(lists, types, bound, scratch);
-  int cur = 0, peak = 0, pending_w = 0;
-  for (int i = 0; i <= bound; ++i) {
-    const int t = scratch[at(i)];
-    if (t >= 0) {
-      cur += kMemory[at(t)];
-      if (t == kB1 || t == kB0) ++pending_w;
-    } else if (!has_w && pending_w > 0) {
-      cur += kMemory[kW];
-      --pending_w;
+// Walk positions: key = slot * stages + stage orders ops by (slot, stage), and within one
+// stage's slot there is one op, so this is the (slot, stage, type, index) order the reference
+// walks ops in.
+using Key = std::int64_t;
+
+Key walk_end(const std::vector<const SlotMap*>& maps) {
+  int horizon = 0;
+  for (const SlotMap* map : maps) horizon = std::max(horizon, map->size());
+  return static_cast<Key>(horizon) * static_cast<Key>(maps.size());
+}
+
+// Calls visit(slot, stage, type, index) for every op with a key in [begin, end), in key order,
+// reading the stages' slot maps side by side. The walk reads them live, so `visit` may move the
+// op it is given to an earlier slot of its stage (behind the walk), but not resize a map.
+template <class Visit>
+void walk_in_time_order(const std::vector<const SlotMap*>& maps, Key begin, Key end,
+                        Visit&& visit) {
+  const int stages = static_cast<int>(maps.size());
+  for (Key key = begin; key < end;) {
+    const int slot = static_cast<int>(key / stages);
+    for (int s = static_cast<int>(key % stages); s < stages && key < end; ++s, ++key) {
+      const SlotMap& map = *maps[at(s)];
+      if (slot >= map.size()) continue;
+      const int code = map.code[at(slot)];
+      if (code != SlotMap::kFree) visit(slot, s, SlotMap::type_of(code), SlotMap::index_of(code));
     }
-    peak = std::max(peak, cur);
   }
-  return peak;
-}
-
-struct Item {
-  int time, stage, type, mb;
-  bool operator<(const Item& o) const {
-    if (time != o.time) return time < o.time;
-    if (stage != o.stage) return stage < o.stage;
-    if (type != o.type) return type < o.type;
-    return mb < o.mb;
-  }
-};
-
-std::vector<Item> items_in_time_order(const std::vector<Lists>& st, int types) {
-  std::vector<Item> items;
-  for (int s = 0; s < static_cast<int>(st.size()); ++s)
-    for (int t = 0; t < types; ++t)
-      for (int k = 0; k < static_cast<int>(st[at(s)][at(t)].size()); ++k)
-        items.push_back({st[at(s)][at(t)][at(k)], s, t, k});
-  std::sort(items.begin(), items.end());
-  return items;
 }
 
 // Re-times the slot order with unit costs and no communication (reference
 // eager_execution_time with costs 1): idle slots that no dependency needs disappear, and each
-// stage keeps its order. Returns start times in the same shape.
-std::vector<Lists> eager_unit_times(const std::vector<Lists>& st, int types) {
+// stage keeps its order. `maps` are the slot maps of `st`. Returns start times in the same shape.
+//
+// An op starts once its stage is free and its cross-stage input (the neighbour stage's op of the
+// same type and micro-batch) has ended. Its same-stage dependencies (the previous op of its list,
+// the previous op of the block) sit in earlier slots of its stage, so they have ended by the time
+// the stage is free: checking their slots once replaces looking them up for every op.
+std::vector<Lists> eager_unit_times(const std::vector<Lists>& st, int types,
+                                    const std::vector<const SlotMap*>& maps) {
+  constexpr int kUntimed = -2;  // start -1 (end 0) stands for "no input"
   const int p = static_cast<int>(st.size());
-  std::vector<Lists> end(st.size());
-  for (int s = 0; s < p; ++s) {
-    end[at(s)].resize(at(types));
-    for (int t = 0; t < types; ++t) end[at(s)][at(t)].assign(st[at(s)][at(t)].size(), -1);
+  std::size_t longest = 0;
+  for (const Lists& lists : st)
+    for (int t = 0; t < types; ++t) longest = std::max(longest, lists[at(t)].size());
+  const std::vector<int> no_input(longest, -1);
+  std::vector<Lists> start(at(p), Lists(at(types)));
+  std::vector<int*> own(at(p * types));
+  std::vector<const int*> input(at(p * types), no_input.data());
+  for (int s = 0; s < p; ++s)
+    for (int t = 0; t < types; ++t) {
+      start[at(s)][at(t)].assign(st[at(s)][at(t)].size(), kUntimed);
+      own[at(s * types + t)] = start[at(s)][at(t)].data();
+    }
+  for (int s = 0; s < p; ++s)
+    for (int t = 0; t < types; ++t) {
+      const auto& list = st[at(s)][at(t)];
+      for (int k = 0; k < static_cast<int>(list.size()); ++k)
+        if ((k > 0 && list[at(k - 1)] >= list[at(k)]) ||
+            (t > 0 && t < kComputeTypes && st[at(s)][at(t - 1)][at(k)] >= list[at(k)]))
+          throw std::logic_error("v-block: an op is timed before its dependency");
+      int from = -1;
+      if ((t == kF0 || t == kB1) && s > 0) from = s - 1;
+      if ((t == kF1 || t == kB0) && s + 1 < p) from = s + 1;
+      if (from < 0) continue;
+      if (st[at(from)][at(t)].size() < list.size())
+        throw std::logic_error("v-block: an op without its input");
+      input[at(s * types + t)] = start[at(from)][at(t)].data();
+    }
+  std::vector<int> stage_free(at(p), 0);
+  walk_in_time_order(maps, 0, walk_end(maps), [&](int, int s, int t, int k) {
+    const int in = input[at(s * types + t)][at(k)];
+    if (in == kUntimed) throw std::logic_error("v-block: an op is timed before its dependency");
+    const int begin = std::max(stage_free[at(s)], in + 1);
+    own[at(s * types + t)][at(k)] = begin;
+    stage_free[at(s)] = begin + 1;
+  });
+  return start;
+}
+
+// Memory profile of one stage, slot by slot (reference mem_of_stage), kept up to date while the
+// squeeze moves ops, so that trying a slot costs the slots the move affects rather than a
+// rescan of the whole stage. Memory is counted in chunk units; without explicit W lists a
+// pending W is assumed to run in every free slot, which `pending` tracks.
+struct Profile {
+  bool has_w = false;
+  SlotMap map;
+  std::vector<int> cur;      // memory after the slot
+  std::vector<int> pending;  // backwards whose W has not run yet, after the slot (implicit W)
+
+  int size() const { return map.size(); }
+
+  // One slot of the reference's memory walk.
+  void step(int t, int& mem, int& pend) const {
+    if (t >= 0) {
+      mem += kMemory[at(t)];
+      if (t == kB1 || t == kB0) ++pend;
+    } else if (!has_w && pend > 0) {
+      mem += kMemory[kW];
+      --pend;
+    }
   }
-  std::vector<int> stage_end(at(p), 0);
-  auto need = [](int e) {
-    if (e < 0) throw std::logic_error("v-block: an op is timed before its dependency");
-    return e;
-  };
-  for (const Item& it : items_in_time_order(st, types)) {
-    auto& e = end[at(it.stage)];
-    int ready = stage_end[at(it.stage)];
-    if ((it.type == kF0 || it.type == kB1) && it.stage > 0)
-      ready = std::max(ready, need(end[at(it.stage - 1)][at(it.type)][at(it.mb)]));
-    if ((it.type == kF1 || it.type == kB0) && it.stage + 1 < p)
-      ready = std::max(ready, need(end[at(it.stage + 1)][at(it.type)][at(it.mb)]));
-    if (it.type > 0 && it.type < kComputeTypes)
-      ready = std::max(ready, need(e[at(it.type - 1)][at(it.mb)]));
-    if (it.mb > 0) ready = std::max(ready, need(e[at(it.type)][at(it.mb - 1)]));
-    e[at(it.type)][at(it.mb)] = ready + 1;
-    stage_end[at(it.stage)] = ready + 1;
+
+  void build() {
+    cur.assign(at(size()), 0);
+    if (!has_w) pending.assign(at(size()), 0);
+    int mem = 0, pend = 0;
+    for (int s = 0; s < size(); ++s) {
+      step(map.type(s), mem, pend);
+      cur[at(s)] = mem;
+      if (!has_w) pending[at(s)] = pend;
+    }
   }
-  for (auto& stage : end)
-    for (auto& list : stage)
-      for (int& t : list) t -= 1;
-  return end;
+
+  // Highest memory over all slots (at least 0, as the walk starts there). Slots past the last
+  // op are free and can only lower the memory, so they do not change the peak.
+  int peak() const {
+    int peak = 0;
+    for (int m : cur) peak = std::max(peak, m);
+    return peak;
+  }
+
+  // Whether the stage stays within `limit` with the op of type t moved from slot `from` to the
+  // free slot `to` < from. Before `to` nothing changes; once past `from` the occupancy is the
+  // old one again, so the walk stops as soon as its state matches the stored one. Every stored
+  // value is within `limit` (the squeeze only keeps moves that are).
+  bool fits(int t, int to, int from, int limit) const {
+    if (has_w) return true;  // see squeeze: with explicit W the caller has ruled it out
+    int mem = to > 0 ? cur[at(to - 1)] : 0;
+    int pend = to > 0 ? pending[at(to - 1)] : 0;
+    for (int s = to; s < size(); ++s) {
+      step(s == to ? t : s == from ? -1 : map.type(s), mem, pend);
+      if (mem > limit) return false;
+      if (s >= from && mem == cur[at(s)] && pend == pending[at(s)]) return true;
+    }
+    return true;  // past the last slot only free slots follow: the memory cannot rise
+  }
+
+  void move(int to, int from) {
+    const int t = map.type(from);
+    map.code[at(to)] = map.code[at(from)];
+    map.code[at(from)] = SlotMap::kFree;
+    if (has_w) {
+      // Explicit memory is a plain prefix sum: only the slots the op passes change.
+      for (int s = to; s < from; ++s) cur[at(s)] += kMemory[at(t)];
+      return;
+    }
+    int mem = to > 0 ? cur[at(to - 1)] : 0;
+    int pend = to > 0 ? pending[at(to - 1)] : 0;
+    for (int s = to; s < size(); ++s) {
+      step(map.type(s), mem, pend);
+      if (s >= from && mem == cur[at(s)] && pend == pending[at(s)]) break;
+      cur[at(s)] = mem;
+      pending[at(s)] = pend;
+    }
+  }
+};
+
+// The (k+1)-th smallest slot of two increasing lists (the stage's chunk-1 and chunk-0
+// backwards), by binary search on how many come from the first: O(log m) where copying and
+// partitioning both lists cost O(m) for every W.
+int kth_smallest(const std::vector<int>& a, const std::vector<int>& b, int k) {
+  const int na = static_cast<int>(a.size());
+  const int nb = static_cast<int>(b.size());
+  int lo = std::max(0, k + 1 - nb);
+  int hi = std::min(k + 1, na);
+  while (lo < hi) {
+    const int i = lo + (hi - lo) / 2;
+    if (a[at(i)] < b[at(k - i)])
+      lo = i + 1;
+    else
+      hi = i;
+  }
+  const int j = k + 1 - lo;
+  return std::max(lo > 0 ? a[at(lo - 1)] : -1, j > 0 ? b[at(j - 1)] : -1);
 }
 
 // The squeeze (reference `reorder`): walks the ops in slot order and moves each into the
@@ -155,69 +282,73 @@ std::vector<Lists> eager_unit_times(const std::vector<Lists>& st, int types) {
 // within the schedule's current peak. The steady phase (from the first chunk-0 backward on
 // stage 0 up to the last micro-batch's first forward) stays as the block placed it; the warm-up
 // is squeezed only in the pass with explicit W. The memory bound is the peak over all stages, as
-// in the reference code (a.8's text says "the stage's peak"). Returns unit-cost start times with
-// one W list.
+// in the reference code (a.8's text says "the stage's peak"). Takes the compute ops, returns
+// unit-cost start times with one W list.
 std::vector<Lists> squeeze(std::vector<Lists> st, bool consider_w, int m) {
   const int p = static_cast<int>(st.size());
-  int types = kComputeTypes;
-  if (consider_w) {
-    for (auto& lists : st) lists = put_w(std::move(lists), false);
-    types = 5;
-  }
-  std::vector<int> scratch;
+  // Ops only move to earlier slots, so the profiles never need to grow.
+  std::vector<Profile> profiles(at(p));
+  std::vector<const SlotMap*> maps(at(p));
   int current_mem = 0;
-  for (const auto& lists : st)
-    current_mem = std::max(current_mem, peak_memory(lists, consider_w, scratch));
+  for (int s = 0; s < p; ++s) {
+    Profile& profile = profiles[at(s)];
+    profile.has_w = consider_w;
+    profile.map.fill(st[at(s)], kComputeTypes);
+    if (consider_w) put_w(st[at(s)], false, profile.map);
+    profile.build();
+    current_mem = std::max(current_mem, profile.peak());
+    maps[at(s)] = &profile.map;
+  }
 
-  std::vector<std::vector<char>> occupied(at(p));
-  for (int s = 0; s < p; ++s) occupied[at(s)].assign(at(st[at(s)][at(types - 1)].back() + 1), 0);
-
-  int phase = 0;
-  std::vector<int> b_times;
-  for (const Item& it : items_in_time_order(st, types)) {
-    auto& lists = st[at(it.stage)];
-    auto& occ = occupied[at(it.stage)];
-    const int original = it.time;
-    if (it.type == kB0 && it.stage == 0 && phase == 0) phase = 1;
-    if (phase == 1) {
-      if (it.type == kF0 && it.mb == m - 1) phase = 2;
-      occ[at(original)] = 1;
-      continue;
-    }
-    if (phase == 0 && !consider_w) {
-      occ[at(original)] = 1;
-      continue;
-    }
+  // The walk's phases: the steady phase starts at stage 0's first chunk-0 backward and ends
+  // with the first last-micro-batch chunk-0 forward after it, both skipped. Ops only move when
+  // walked, so both are found at the slots the pass starts with, and the walk jumps over the
+  // steady phase (most of the ops) instead of stepping through it.
+  const Key steady_begin = static_cast<Key>(st[0][kB0][0]) * p;
+  Key steady_end = std::numeric_limits<Key>::max();
+  for (int s = 0; s < p; ++s) {
+    const Key key = static_cast<Key>(st[at(s)][kF0][at(m - 1)]) * p + s;
+    if (key > steady_begin) steady_end = std::min(steady_end, key + 1);
+  }
+  auto visit = [&](int original, int stage, int type, int mb) {
+    auto& lists = st[at(stage)];
+    Profile& profile = profiles[at(stage)];
     int deps = -1;
-    if ((it.type == kF0 || it.type == kB1) && it.stage > 0)
-      deps = std::max(deps, st[at(it.stage - 1)][at(it.type)][at(it.mb)]);
-    if ((it.type == kF1 || it.type == kB0) && it.stage + 1 < p)
-      deps = std::max(deps, st[at(it.stage + 1)][at(it.type)][at(it.mb)]);
-    if (it.type > 0 && it.type < kComputeTypes)
-      deps = std::max(deps, lists[at(it.type - 1)][at(it.mb)]);
-    if (it.type == kW) {
-      // The k-th W waits for the k-th backward of the stage in slot order.
-      b_times = lists[kB1];
-      b_times.insert(b_times.end(), lists[kB0].begin(), lists[kB0].end());
-      std::nth_element(b_times.begin(), b_times.begin() + it.mb, b_times.end());
-      deps = std::max(deps, b_times[at(it.mb)]);
-    }
-    if (it.mb > 0) deps = std::max(deps, lists[at(it.type)][at(it.mb - 1)]);
+    if ((type == kF0 || type == kB1) && stage > 0)
+      deps = std::max(deps, st[at(stage - 1)][at(type)][at(mb)]);
+    if ((type == kF1 || type == kB0) && stage + 1 < p)
+      deps = std::max(deps, st[at(stage + 1)][at(type)][at(mb)]);
+    if (type > 0 && type < kComputeTypes) deps = std::max(deps, lists[at(type - 1)][at(mb)]);
+    // The k-th W waits for the k-th backward of the stage in slot order.
+    if (type == kW) deps = std::max(deps, kth_smallest(lists[kB1], lists[kB0], mb));
+    if (mb > 0) deps = std::max(deps, lists[at(type)][at(mb - 1)]);
     deps += 1;
     if (deps > original) throw std::logic_error("v-block: squeeze met an op before its dependency");
-    int& slot = lists[at(it.type)][at(it.mb)];
-    bool moved = false;
-    for (int candidate = deps; candidate < original && !moved; ++candidate) {
-      if (occ[at(candidate)]) continue;
-      slot = candidate;
-      moved = peak_memory(lists, consider_w, scratch) <= current_mem;
+    // Slots in [deps, original) hold only ops already walked (the rest lie later), so the
+    // profile's occupancy there is the reference's `occupied`. A forward raises the memory by at
+    // least one in every slot it passes (implicit W can only run later), so a slot already at
+    // the bound rules out every candidate up to it. With explicit W that is the whole test: the
+    // forward adds exactly one there, and a backward (0) or a W (-1) never raises the memory.
+    int first = deps;
+    if (kMemory[at(type)] > 0)
+      for (int s = original - 1; s >= deps; --s)
+        if (profile.cur[at(s)] >= current_mem) {
+          first = s + 1;
+          break;
+        }
+    for (int candidate = first; candidate < original; ++candidate) {
+      if (profile.map.code[at(candidate)] != SlotMap::kFree) continue;
+      if (!profile.fits(type, candidate, original, current_mem)) continue;
+      profile.move(candidate, original);
+      lists[at(type)][at(mb)] = candidate;
+      break;
     }
-    if (!moved) slot = original;
-    occ[at(slot)] = 1;
-  }
+  };
+  if (consider_w) walk_in_time_order(maps, 0, steady_begin, visit);
+  walk_in_time_order(maps, steady_end, walk_end(maps), visit);
   if (!consider_w)
-    for (auto& lists : st) lists = put_w(std::move(lists), false);
-  return eager_unit_times(st, 5);
+    for (int s = 0; s < p; ++s) put_w(st[at(s)], false, profiles[at(s)].map);
+  return eager_unit_times(st, 5, maps);
 }
 
 Op op_of_type(int type, int mb) {
@@ -255,14 +386,18 @@ std::vector<VBlockRow> v_block_offsets(VKind kind, int p, int extra_interval) {
   return rows;
 }
 
-std::vector<std::vector<SlottedOp>> v_block_slots(VKind kind, int p, int m, int extra_interval,
-                                                  bool squeeze_ops) {
+namespace {
+
+// Every stage's slot map at the end: compute ops and both W lists (v_block_slots).
+std::vector<SlotMap> final_maps(VKind kind, int p, int m, int extra_interval, bool squeeze_ops) {
   const std::vector<VBlockRow> offsets = v_block_offsets(kind, p, extra_interval);
   std::vector<Lists> st(at(p), Lists(kComputeTypes));
   for (int s = 0; s < p; ++s)
-    for (int t = 0; t < kComputeTypes; ++t)
-      for (int k = 0; k < m; ++k)
-        st[at(s)][at(t)].push_back(offsets[at(s)][at(t)] + kVBlockPeriod * k);
+    for (int t = 0; t < kComputeTypes; ++t) {
+      auto& list = st[at(s)][at(t)];
+      list.reserve(at(m));
+      for (int k = 0; k < m; ++k) list.push_back(offsets[at(s)][at(t)] + kVBlockPeriod * k);
+    }
 
   if (squeeze_ops) {
     // Once with W placed explicitly (squeezes warm-up and cool-down), once with W implicit in
@@ -273,15 +408,40 @@ std::vector<std::vector<SlottedOp>> v_block_slots(VKind kind, int p, int m, int 
     for (auto& lists : st) lists.resize(kComputeTypes);
   }
 
-  std::vector<std::vector<SlottedOp>> out(at(p));
+  std::vector<SlotMap> maps(at(p));
   for (int s = 0; s < p; ++s) {
-    const Lists lists = put_w(std::move(st[at(s)]), true);
-    auto& ops = out[at(s)];
-    for (int t = 0; t < static_cast<int>(lists.size()); ++t)
-      for (int k = 0; k < static_cast<int>(lists[at(t)].size()); ++k)
-        ops.push_back({op_of_type(t, k), lists[at(t)][at(k)]});
-    std::sort(ops.begin(), ops.end(),
-              [](const SlottedOp& a, const SlottedOp& b) { return a.slot < b.slot; });
+    maps[at(s)].fill(st[at(s)], kComputeTypes);
+    put_w(st[at(s)], true, maps[at(s)]);
+  }
+  return maps;
+}
+
+}  // namespace
+
+std::vector<std::vector<SlottedOp>> v_block_slots(VKind kind, int p, int m, int extra_interval,
+                                                  bool squeeze_ops) {
+  const std::vector<SlotMap> maps = final_maps(kind, p, m, extra_interval, squeeze_ops);
+  std::vector<std::vector<SlottedOp>> out(maps.size());
+  for (std::size_t s = 0; s < maps.size(); ++s) {
+    out[s].reserve(at(6 * m));
+    for (int slot = 0; slot < maps[s].size(); ++slot) {
+      const int code = maps[s].code[at(slot)];
+      if (code != SlotMap::kFree)
+        out[s].push_back({op_of_type(SlotMap::type_of(code), SlotMap::index_of(code)), slot});
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<Op>> v_block_order(VKind kind, int p, int m, int extra_interval,
+                                           bool squeeze_ops) {
+  const std::vector<SlotMap> maps = final_maps(kind, p, m, extra_interval, squeeze_ops);
+  std::vector<std::vector<Op>> out(maps.size());
+  for (std::size_t s = 0; s < maps.size(); ++s) {
+    out[s].reserve(at(6 * m));
+    for (int code : maps[s].code)
+      if (code != SlotMap::kFree)
+        out[s].push_back(op_of_type(SlotMap::type_of(code), SlotMap::index_of(code)));
   }
   return out;
 }

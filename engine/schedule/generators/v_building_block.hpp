@@ -46,6 +46,9 @@ struct SlottedOp {
 // `squeeze` is set, the two squeeze passes of the reference (with and without W).
 std::vector<std::vector<SlottedOp>> v_block_slots(VKind kind, int p, int m, int extra_interval,
                                                   bool squeeze);
+// The same ops without their slots: each stage's op order, what the generators hand on.
+std::vector<std::vector<Op>> v_block_order(VKind kind, int p, int m, int extra_interval,
+                                           bool squeeze);
 
 // Checks what every V-placement generator shares: positive sizes, chunks 0 or 2, and no
 // vocabulary mode unless `vocab_ok`, a cost table covering every stage. Throws ScheduleError

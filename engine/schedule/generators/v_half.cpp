@@ -23,10 +23,8 @@ Schedule generate_v_half(const GeneratorParams& params) {
   const int extra = params.vocab == VocabMode::Vocab1 ? 12 : vocab ? 6 : 0;
 
   Schedule s = make_v_schedule(params, "v-half");
-  const auto slots = v_block_slots(VKind::Half, params.stages, params.microbatches, extra,
-                                   /*squeeze=*/!vocab);
-  for (std::size_t r = 0; r < slots.size(); ++r)
-    for (const SlottedOp& so : slots[r]) s.ranks[r].push_back(so.op);
+  s.ranks = v_block_order(VKind::Half, params.stages, params.microbatches, extra,
+                          /*squeeze=*/!vocab);
   if (vocab) add_v_half_vocab_passes(s, params.vocab, planning_costs(params));
   validate(s);
   return s;

@@ -11,10 +11,7 @@ namespace pipetune::schedule {
 Schedule generate_v_min(const GeneratorParams& params) {
   check_v_params(params, "v-min", /*vocab_ok=*/false);
   Schedule s = make_v_schedule(params, "v-min");
-  const auto slots = v_block_slots(VKind::Min, params.stages, params.microbatches, 0,
-                                   /*squeeze=*/true);
-  for (std::size_t r = 0; r < slots.size(); ++r)
-    for (const SlottedOp& so : slots[r]) s.ranks[r].push_back(so.op);
+  s.ranks = v_block_order(VKind::Min, params.stages, params.microbatches, 0, /*squeeze=*/true);
   validate(s);
   return s;
 }

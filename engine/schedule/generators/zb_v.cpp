@@ -22,7 +22,6 @@
 // the steady rounds run until everything is issued instead of exactly 2m times.
 #include <algorithm>
 #include <array>
-#include <deque>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -53,6 +52,16 @@ bool is_forward(int kind) {
   return kind == kF0 || kind == kF1;
 }
 
+// Backwards whose W is still to run, (chunk, micro-batch) first in first out. Items stay in
+// place until the pass ends, which spares the allocations a deque makes as it drains.
+struct WQueue {
+  std::vector<std::pair<int, int>> items;
+  std::size_t head = 0;
+
+  bool empty() const { return head == items.size(); }
+  std::pair<int, int> pop() { return items[head++]; }
+};
+
 // The memory cap cannot hold what the greedy must issue.
 struct OverBudget {};
 
@@ -67,11 +76,16 @@ class ZbvGreedy {
   ZbvGreedy(int p, int m, const CostTable& costs, double max_mem)
       : p_(p),
         m_(m),
-        costs_(costs),
         comm_(costs.p2p_time()),
         max_mem_(max_mem),
         b_mem_(-(1.0 - costs.w_free_fraction)),
-        w_mem_(-costs.w_free_fraction) {}
+        w_mem_(-costs.w_free_fraction) {
+    // The greedy asks for a cost at every op of every pass; the table's lookup checks the stage
+    // and the kind each time, so the three it needs are copied out once.
+    for (int s = 0; s < p; ++s)
+      stage_costs_.push_back(
+          {costs.cost(s, OpKind::F), costs.cost(s, OpKind::B), costs.cost(s, OpKind::W)});
+  }
 
   // One greedy pass; `approved` is the previous pass's per-stage bubble (empty on the first).
   Attempt run(bool fill_f, bool fill_b, const std::vector<double>& approved) {
@@ -103,22 +117,29 @@ class ZbvGreedy {
     cur_.assign(at(p_), 0.0);
     mem_.assign(at(p_), 0.0);
     bubble_.assign(at(p_), 0.0);
+    worst_bubble_ = 0.0;
     pending_w_.assign(at(p_), {});
+    for (auto& pending : pending_w_) pending.items.reserve(2 * at(m_));
     ops_.assign(at(p_), {});
+    for (auto& ops : ops_) ops.reserve(6 * at(m_));
     issued_ = 0;
     approved_ = approved;
     max_approved_ = approved.empty() ? -1.0 : *std::max_element(approved.begin(), approved.end());
   }
 
   double& end(int stage, int kind, int mb) {
-    return end_[(at(stage) * 4 + at(kind)) * at(m_) + at(mb)];
+    // Micro-batch major: a round touches every stage at about the same micro-batch, which then
+    // shares cache lines (stage-major rows 4 KiB apart all fell into one cache set).
+    return end_[(at(mb) * at(p_) + at(stage)) * 4 + at(kind)];
   }
-  double cost(int stage, OpKind k) const { return costs_.cost(stage, k); }
+  double cost(int stage, OpKind k) const {
+    const auto& c = stage_costs_[at(stage)];
+    return k == OpKind::F ? c[0] : k == OpKind::B ? c[1] : c[2];
+  }
 
   // The worst bubble so far, or what the previous pass allows this stage beyond its own.
   double max_stage_bubble(int stage) const {
-    double b = 0.0;
-    for (double x : bubble_) b = std::max(b, x);
+    double b = worst_bubble_;
     if (stage >= 0 && !approved_.empty()) b = std::max(b, max_approved_ - approved_[at(stage)]);
     return b;
   }
@@ -167,19 +188,21 @@ class ZbvGreedy {
       if (d < 0.0) throw std::logic_error("zb-v: op issued before its cross-stage dependency");
       t = std::max(t, d + comm_ + c);
     }
-    if (count_[at(stage)][kF0] > 0) bubble_[at(stage)] += t - no_bubble;
+    if (count_[at(stage)][kF0] > 0) {
+      bubble_[at(stage)] += t - no_bubble;
+      worst_bubble_ = std::max(worst_bubble_, bubble_[at(stage)]);
+    }
     end(stage, kind, mb) = t;
     cur_[at(stage)] = t;
     mem_[at(stage)] += delta;
     ops_[at(stage)].push_back({k, static_cast<std::int16_t>(chunk_of(kind)), mb});
-    if (!is_forward(kind)) pending_w_[at(stage)].push_back({chunk_of(kind), mb});
+    if (!is_forward(kind)) pending_w_[at(stage)].items.push_back({chunk_of(kind), mb});
     ++count_[at(stage)][at(kind)];
     ++issued_;
   }
 
   void put_w(int stage) {
-    const auto [chunk, mb] = pending_w_[at(stage)].front();
-    pending_w_[at(stage)].pop_front();
+    const auto [chunk, mb] = pending_w_[at(stage)].pop();
     cur_[at(stage)] += cost(stage, OpKind::W);
     mem_[at(stage)] += w_mem_;
     ops_[at(stage)].push_back({OpKind::W, static_cast<std::int16_t>(chunk), mb});
@@ -245,7 +268,10 @@ class ZbvGreedy {
         put_w(i);
       }
     // Chunk-0 backwards run from the last stage down, chunk-1 backwards from stage 0 up.
-    std::vector<int> b0_stages, b1_stages;
+    auto& b0_stages = b0_stages_;
+    auto& b1_stages = b1_stages_;
+    b0_stages.clear();
+    b1_stages.clear();
     for (int i = 0; i < p_; ++i) {
       const auto& c = count_[at(i)];
       if (c[kB0] >= c[kB1]) {
@@ -256,7 +282,8 @@ class ZbvGreedy {
         b1_stages.push_back(i);
       }
     }
-    std::vector<std::pair<int, int>> order;
+    auto& order = order_;
+    order.clear();
     for (auto it = b0_stages.rbegin(); it != b0_stages.rend(); ++it) order.push_back({*it, kB0});
     for (int i : b1_stages) order.push_back({i, kB1});
     for (auto [i, kind] : order) {
@@ -293,13 +320,19 @@ class ZbvGreedy {
   }
 
   int p_, m_;
-  const CostTable& costs_;
   double comm_, max_mem_, b_mem_, w_mem_;
+  std::vector<std::array<double, 3>> stage_costs_;  // F, B, W per stage
   std::vector<std::array<int, 4>> count_;
   std::vector<double> end_, cur_, mem_, bubble_, approved_;
+  // Bubbles only grow, so the worst one is a running maximum rather than a scan over the stages
+  // for every op that may fill its wait with a W.
+  double worst_bubble_ = 0.0;
   double max_approved_ = -1.0;
-  std::vector<std::deque<std::pair<int, int>>> pending_w_;
+  std::vector<WQueue> pending_w_;
   std::vector<std::vector<Op>> ops_;
+  // Scratch of place_backwards, kept across rounds so that a round allocates nothing.
+  std::vector<int> b0_stages_, b1_stages_;
+  std::vector<std::pair<int, int>> order_;
   int issued_ = 0;  // F and B issued so far (W not counted)
 };
 
