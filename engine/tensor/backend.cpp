@@ -1,0 +1,507 @@
+// Shape checks shared by every backend, then dispatch to the backend's do_* implementation.
+#include "engine/tensor/backend.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "engine/errors.hpp"
+#include "engine/tensor/check.hpp"
+#include "engine/tensor/tensor.hpp"
+
+namespace pipetune::tensor {
+
+namespace {
+
+std::string sh(const char* name, ConstTensorView v) {
+  return std::string(name) + " " + (v.empty() ? std::string("(absent)") : v.shape.str());
+}
+
+void need(const char* op, const char* name, ConstTensorView v) {
+  PIPETUNE_TENSOR_CHECK(!v.empty() || v.numel() == 0, op, std::string(name) + " is absent");
+}
+
+void same_shape(const char* op, const char* an, ConstTensorView a, const char* bn,
+                ConstTensorView b) {
+  need(op, an, a);
+  need(op, bn, b);
+  PIPETUNE_TENSOR_CHECK(a.shape == b.shape, op, sh(an, a) + " != " + sh(bn, b));
+}
+
+void length_n(const char* op, const char* name, ConstTensorView v, std::int64_t n) {
+  need(op, name, v);
+  PIPETUNE_TENSOR_CHECK(v.numel() == n, op,
+                        sh(name, v) + " must hold " + std::to_string(n) + " values");
+}
+
+void rank_is(const char* op, const char* name, ConstTensorView v, int rank) {
+  need(op, name, v);
+  PIPETUNE_TENSOR_CHECK(v.shape.rank() == rank, op,
+                        sh(name, v) + " must have rank " + std::to_string(rank));
+}
+
+void tokens_in_range(const char* op, const char* name, std::span<const std::int32_t> ids,
+                     std::int64_t vocab_size) {
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    PIPETUNE_TENSOR_CHECK(ids[i] >= 0 && ids[i] < vocab_size, op,
+                          std::string(name) + "[" + std::to_string(i) +
+                              "] = " + std::to_string(ids[i]) + " outside [0, " +
+                              std::to_string(vocab_size) + ")");
+  }
+}
+
+void check_routing(const char* op, const MoeRouting& r) {
+  const auto nk = static_cast<std::size_t>(r.tokens * r.top_k);
+  PIPETUNE_TENSOR_CHECK(
+      r.expert.size() == nk && r.slot.size() == nk &&
+          r.slot_token.size() == static_cast<std::size_t>(r.experts * r.capacity) &&
+          r.assigned.size() == static_cast<std::size_t>(r.experts),
+      op, "routing is inconsistent (not from moe_router_forward?)");
+}
+
+void check_expert_buffer(const char* op, const char* name, ConstTensorView buf, const MoeRouting& r,
+                         std::int64_t channels) {
+  rank_is(op, name, buf, 3);
+  PIPETUNE_TENSOR_CHECK(
+      buf.shape[0] == r.experts && buf.shape[1] == r.capacity && buf.shape[2] == channels, op,
+      sh(name, buf) + " must be (experts=" + std::to_string(r.experts) +
+          ", capacity=" + std::to_string(r.capacity) + ", C=" + std::to_string(channels) + ")");
+}
+
+void check_probs(const char* op, ConstTensorView probs, const MoeRouting& r) {
+  rank_is(op, "probs", probs, 2);
+  PIPETUNE_TENSOR_CHECK(probs.shape[0] == r.tokens && probs.shape[1] == r.experts, op,
+                        sh("probs", probs) + " must be (N=" + std::to_string(r.tokens) +
+                            ", E=" + std::to_string(r.experts) + ")");
+}
+
+}  // namespace
+
+float clip_coefficient(double global_norm, float max_norm) {
+  if (!(max_norm > 0.0f)) {
+    throw InputError("clip_grad_norm: max_norm must be positive, got " + std::to_string(max_norm));
+  }
+  const double c = static_cast<double>(max_norm) / (global_norm + 1e-6);
+  return static_cast<float>(std::min(1.0, c));
+}
+
+// ---- elementwise ----------------------------------------------------------------------------
+
+void Backend::zero(TensorView t) {
+  need("zero", "t", t);
+  do_zero(t);
+}
+
+void Backend::scale(TensorView t, float s) {
+  need("scale", "t", t);
+  do_scale(t, s);
+}
+
+void Backend::add(ConstTensorView a, ConstTensorView b, TensorView out) {
+  same_shape("add", "a", a, "b", b);
+  same_shape("add", "a", a, "out", out);
+  do_add(a, b, out);
+}
+
+void Backend::accumulate(TensorView dst, ConstTensorView src) {
+  same_shape("accumulate", "dst", dst, "src", src);
+  do_accumulate(dst, src);
+}
+
+// ---- linear ---------------------------------------------------------------------------------
+
+void Backend::linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
+                             TensorView y) {
+  const char* op = "linear_forward";
+  need(op, "x", x);
+  rank_is(op, "w", w, 2);
+  need(op, "y", y);
+  PIPETUNE_TENSOR_CHECK(x.shape.last() == w.shape[1] && y.shape.last() == w.shape[0] &&
+                            y.shape.rows() == x.shape.rows(),
+                        op,
+                        sh("x", x) + " w " + w.shape.str() + " " + sh("y", y) +
+                            " (want x (N, in), w (out, in), y (N, out))");
+  PIPETUNE_TENSOR_CHECK(b.empty() || (b.shape.rank() == 1 && b.shape[0] == w.shape[0]), op,
+                        sh("b", b) + " does not match w " + w.shape.str());
+  do_linear_forward(x, w, b, y);
+}
+
+void Backend::linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx) {
+  const char* op = "linear_backward_input";
+  need(op, "dy", dy);
+  rank_is(op, "w", w, 2);
+  need(op, "dx", dx);
+  PIPETUNE_TENSOR_CHECK(dy.shape.last() == w.shape[0] && dx.shape.last() == w.shape[1] &&
+                            dy.shape.rows() == dx.shape.rows(),
+                        op,
+                        sh("dy", dy) + " w " + w.shape.str() + " " + sh("dx", dx) +
+                            " (want dy (N, out), w (out, in), dx (N, in))");
+  do_linear_backward_input(dy, w, dx);
+}
+
+void Backend::linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw,
+                                     TensorView db) {
+  const char* op = "linear_backward_weight";
+  need(op, "dy", dy);
+  need(op, "x", x);
+  rank_is(op, "dw", dw, 2);
+  PIPETUNE_TENSOR_CHECK(dy.shape.rows() == x.shape.rows() && dw.shape[0] == dy.shape.last() &&
+                            dw.shape[1] == x.shape.last(),
+                        op,
+                        sh("dy", dy) + " " + sh("x", x) + " " + sh("dw", dw) +
+                            " (want dy (N, out), x (N, in), dw (out, in))");
+  PIPETUNE_TENSOR_CHECK(db.empty() || (db.shape.rank() == 1 && db.shape[0] == dw.shape[0]), op,
+                        sh("db", db) + " does not match dw " + dw.shape.str());
+  do_linear_backward_weight(dy, x, dw, db);
+}
+
+// ---- embedding ------------------------------------------------------------------------------
+
+namespace {
+
+void check_embedding(const char* op, std::span<const std::int32_t> tokens, ConstTensorView table,
+                     std::int64_t vocab_lo, std::int64_t vocab_size, ConstTensorView wpe,
+                     ConstTensorView out) {
+  rank_is(op, "table", table, 2);
+  rank_is(op, "out", out, 3);
+  PIPETUNE_TENSOR_CHECK(out.shape.rows() == static_cast<std::int64_t>(tokens.size()) &&
+                            out.shape[2] == table.shape[1],
+                        op,
+                        sh("out", out) + " table " + table.shape.str() + " tokens (" +
+                            std::to_string(tokens.size()) + ") (want out (B, T, C), " +
+                            "table (V, C), B*T tokens)");
+  PIPETUNE_TENSOR_CHECK(vocab_lo >= 0 && vocab_lo + table.shape[0] <= vocab_size, op,
+                        "shard [" + std::to_string(vocab_lo) + ", " +
+                            std::to_string(vocab_lo + table.shape[0]) + ") outside vocabulary " +
+                            std::to_string(vocab_size));
+  PIPETUNE_TENSOR_CHECK(wpe.empty() || (wpe.shape.rank() == 2 && wpe.shape[0] >= out.shape[1] &&
+                                        wpe.shape[1] == out.shape[2]),
+                        op, sh("wpe", wpe) + " does not cover " + sh("out", out));
+  tokens_in_range(op, "tokens", tokens, vocab_size);
+}
+
+}  // namespace
+
+void Backend::embedding_forward(std::span<const std::int32_t> tokens, ConstTensorView wte,
+                                ConstTensorView wpe, TensorView out) {
+  rank_is("embedding_forward", "wte", wte, 2);
+  check_embedding("embedding_forward", tokens, wte, 0, wte.shape[0], wpe, out);
+  do_embedding_forward(tokens, wte, 0, wpe, out);
+}
+
+void Backend::embedding_shard_forward(std::span<const std::int32_t> tokens,
+                                      ConstTensorView wte_shard, std::int64_t vocab_lo,
+                                      std::int64_t vocab_size, ConstTensorView wpe,
+                                      TensorView out) {
+  check_embedding("embedding_shard_forward", tokens, wte_shard, vocab_lo, vocab_size, wpe, out);
+  do_embedding_forward(tokens, wte_shard, vocab_lo, wpe, out);
+}
+
+void Backend::embedding_backward_weight(std::span<const std::int32_t> tokens, ConstTensorView dout,
+                                        TensorView dwte, TensorView dwpe) {
+  rank_is("embedding_backward_weight", "dwte", dwte, 2);
+  check_embedding("embedding_backward_weight", tokens, dwte, 0, dwte.shape[0], dwpe, dout);
+  do_embedding_backward_weight(tokens, dout, 0, dwte, dwpe);
+}
+
+void Backend::embedding_shard_backward_weight(std::span<const std::int32_t> tokens,
+                                              ConstTensorView dout, std::int64_t vocab_lo,
+                                              std::int64_t vocab_size, TensorView dwte_shard,
+                                              TensorView dwpe) {
+  check_embedding("embedding_shard_backward_weight", tokens, dwte_shard, vocab_lo, vocab_size, dwpe,
+                  dout);
+  do_embedding_backward_weight(tokens, dout, vocab_lo, dwte_shard, dwpe);
+}
+
+// ---- layernorm ------------------------------------------------------------------------------
+
+namespace {
+
+void check_layernorm(const char* op, ConstTensorView x, ConstTensorView mean,
+                     ConstTensorView rstd) {
+  need(op, "x", x);
+  length_n(op, "mean", mean, x.shape.rows());
+  length_n(op, "rstd", rstd, x.shape.rows());
+}
+
+void check_channel_vector(const char* op, const char* name, ConstTensorView v, ConstTensorView x) {
+  rank_is(op, name, v, 1);
+  PIPETUNE_TENSOR_CHECK(v.shape[0] == x.shape.last(), op,
+                        sh(name, v) + " does not match the channels of " + sh("x", x));
+}
+
+}  // namespace
+
+void Backend::layernorm_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
+                                TensorView y, TensorView mean, TensorView rstd) {
+  const char* op = "layernorm_forward";
+  check_layernorm(op, x, mean, rstd);
+  check_channel_vector(op, "w", w, x);
+  check_channel_vector(op, "b", b, x);
+  same_shape(op, "x", x, "y", y);
+  do_layernorm_forward(x, w, b, y, mean, rstd);
+}
+
+void Backend::layernorm_backward_input(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
+                                       ConstTensorView mean, ConstTensorView rstd, TensorView dx) {
+  const char* op = "layernorm_backward_input";
+  check_layernorm(op, x, mean, rstd);
+  check_channel_vector(op, "w", w, x);
+  same_shape(op, "x", x, "dy", dy);
+  same_shape(op, "x", x, "dx", dx);
+  do_layernorm_backward_input(dy, x, w, mean, rstd, dx);
+}
+
+void Backend::layernorm_backward_weight(ConstTensorView dy, ConstTensorView x, ConstTensorView mean,
+                                        ConstTensorView rstd, TensorView dw, TensorView db) {
+  const char* op = "layernorm_backward_weight";
+  check_layernorm(op, x, mean, rstd);
+  same_shape(op, "x", x, "dy", dy);
+  check_channel_vector(op, "dw", dw, x);
+  check_channel_vector(op, "db", db, x);
+  do_layernorm_backward_weight(dy, x, mean, rstd, dw, db);
+}
+
+// ---- gelu -----------------------------------------------------------------------------------
+
+void Backend::gelu_forward(ConstTensorView x, TensorView y) {
+  same_shape("gelu_forward", "x", x, "y", y);
+  do_gelu_forward(x, y);
+}
+
+void Backend::gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx) {
+  same_shape("gelu_backward_input", "x", x, "dy", dy);
+  same_shape("gelu_backward_input", "x", x, "dx", dx);
+  do_gelu_backward_input(dy, x, dx);
+}
+
+// ---- attention ------------------------------------------------------------------------------
+
+namespace {
+
+void check_attention(const char* op, ConstTensorView qkv, std::int64_t nh, ConstTensorView out,
+                     ConstTensorView att) {
+  rank_is(op, "qkv", qkv, 3);
+  rank_is(op, "out", out, 3);
+  rank_is(op, "att", att, 4);
+  const std::int64_t B = qkv.shape[0], T = qkv.shape[1], C3 = qkv.shape[2];
+  PIPETUNE_TENSOR_CHECK(nh > 0 && C3 % 3 == 0 && (C3 / 3) % nh == 0, op,
+                        sh("qkv", qkv) + " is not (B, T, 3 * num_heads * head_size) for " +
+                            "num_heads " + std::to_string(nh));
+  PIPETUNE_TENSOR_CHECK(out.shape == Shape({B, T, C3 / 3}), op,
+                        sh("out", out) + " must be (B, T, C) for " + sh("qkv", qkv));
+  PIPETUNE_TENSOR_CHECK(att.shape == Shape({B, nh, T, T}), op,
+                        sh("att", att) + " must be (B, NH, T, T) for " + sh("qkv", qkv) +
+                            " num_heads " + std::to_string(nh));
+}
+
+}  // namespace
+
+void Backend::attention_forward(ConstTensorView qkv, std::int64_t num_heads, TensorView out,
+                                TensorView att) {
+  check_attention("attention_forward", qkv, num_heads, out, att);
+  do_attention_forward(qkv, num_heads, out, att);
+}
+
+void Backend::attention_backward_input(ConstTensorView dout, ConstTensorView qkv,
+                                       ConstTensorView att, std::int64_t num_heads,
+                                       TensorView dqkv) {
+  check_attention("attention_backward_input", qkv, num_heads, dout, att);
+  same_shape("attention_backward_input", "qkv", qkv, "dqkv", dqkv);
+  do_attention_backward_input(dout, qkv, att, num_heads, dqkv);
+}
+
+// ---- cross-entropy --------------------------------------------------------------------------
+
+namespace {
+
+void check_logits(const char* op, ConstTensorView logits, std::span<const std::int32_t> targets) {
+  rank_is(op, "logits", logits, 2);
+  PIPETUNE_TENSOR_CHECK(
+      logits.shape[0] == static_cast<std::int64_t>(targets.size()), op,
+      sh("logits", logits) + " rows != " + std::to_string(targets.size()) + " targets");
+}
+
+}  // namespace
+
+// The unsharded loss is the one-shard case of the vocabulary-parallel protocol: with a single
+// shard the local statistics are already the global ones.
+float Backend::cross_entropy_forward(ConstTensorView logits, std::span<const std::int32_t> targets,
+                                     TensorView losses) {
+  const char* op = "cross_entropy_forward";
+  check_logits(op, logits, targets);
+  tokens_in_range(op, "targets", targets, logits.shape[1]);
+  const std::int64_t n = logits.shape[0];
+  length_n(op, "losses", losses, n);
+  Tensor max(Shape{n}), sum(Shape{n}), target(Shape{n});
+  do_vocab_ce_local_stats(logits, targets, 0, max, sum, target);
+  return do_vocab_ce_loss(max, sum, target, losses);
+}
+
+void Backend::cross_entropy_backward(ConstTensorView logits, std::span<const std::int32_t> targets,
+                                     float grad_scale, TensorView dlogits) {
+  const char* op = "cross_entropy_backward";
+  check_logits(op, logits, targets);
+  tokens_in_range(op, "targets", targets, logits.shape[1]);
+  same_shape(op, "logits", logits, "dlogits", dlogits);
+  const std::int64_t n = logits.shape[0];
+  Tensor max(Shape{n}), sum(Shape{n}), target(Shape{n});
+  do_vocab_ce_local_stats(logits, targets, 0, max, sum, target);
+  do_vocab_ce_backward(logits, targets, 0, max, sum, grad_scale, dlogits);
+}
+
+void Backend::vocab_ce_local_stats(ConstTensorView logits_shard,
+                                   std::span<const std::int32_t> targets, std::int64_t vocab_lo,
+                                   TensorView local_max, TensorView local_sum,
+                                   TensorView target_logit) {
+  const char* op = "vocab_ce_local_stats";
+  check_logits(op, logits_shard, targets);
+  PIPETUNE_TENSOR_CHECK(vocab_lo >= 0, op, "negative vocab_lo " + std::to_string(vocab_lo));
+  const std::int64_t n = logits_shard.shape[0];
+  length_n(op, "local_max", local_max, n);
+  length_n(op, "local_sum", local_sum, n);
+  length_n(op, "target_logit", target_logit, n);
+  do_vocab_ce_local_stats(logits_shard, targets, vocab_lo, local_max, local_sum, target_logit);
+}
+
+void Backend::vocab_ce_rescale_sum(ConstTensorView local_max, ConstTensorView global_max,
+                                   TensorView local_sum) {
+  const char* op = "vocab_ce_rescale_sum";
+  length_n(op, "global_max", global_max, local_max.numel());
+  length_n(op, "local_sum", local_sum, local_max.numel());
+  do_vocab_ce_rescale_sum(local_max, global_max, local_sum);
+}
+
+float Backend::vocab_ce_loss(ConstTensorView global_max, ConstTensorView global_sum,
+                             ConstTensorView target_logit, TensorView losses) {
+  const char* op = "vocab_ce_loss";
+  need(op, "global_max", global_max);
+  const std::int64_t n = global_max.numel();
+  length_n(op, "global_sum", global_sum, n);
+  length_n(op, "target_logit", target_logit, n);
+  length_n(op, "losses", losses, n);
+  return do_vocab_ce_loss(global_max, global_sum, target_logit, losses);
+}
+
+void Backend::vocab_ce_backward(ConstTensorView logits_shard, std::span<const std::int32_t> targets,
+                                std::int64_t vocab_lo, ConstTensorView global_max,
+                                ConstTensorView global_sum, float grad_scale,
+                                TensorView dlogits_shard) {
+  const char* op = "vocab_ce_backward";
+  check_logits(op, logits_shard, targets);
+  const std::int64_t n = logits_shard.shape[0];
+  length_n(op, "global_max", global_max, n);
+  length_n(op, "global_sum", global_sum, n);
+  same_shape(op, "logits_shard", logits_shard, "dlogits_shard", dlogits_shard);
+  do_vocab_ce_backward(logits_shard, targets, vocab_lo, global_max, global_sum, grad_scale,
+                       dlogits_shard);
+}
+
+// ---- MoE ------------------------------------------------------------------------------------
+
+void Backend::moe_router_forward(ConstTensorView logits, std::int64_t top_k, std::int64_t capacity,
+                                 TensorView probs, MoeRouting& routing) {
+  const char* op = "moe_router_forward";
+  rank_is(op, "logits", logits, 2);
+  same_shape(op, "logits", logits, "probs", probs);
+  PIPETUNE_TENSOR_CHECK(top_k >= 1 && top_k <= logits.shape[1] && capacity >= 1, op,
+                        "top_k " + std::to_string(top_k) + " / capacity " +
+                            std::to_string(capacity) + " invalid for " + sh("logits", logits));
+  do_moe_router_forward(logits, top_k, capacity, probs, routing);
+}
+
+void Backend::moe_router_backward(ConstTensorView probs, ConstTensorView dprobs,
+                                  TensorView dlogits) {
+  rank_is("moe_router_backward", "probs", probs, 2);
+  same_shape("moe_router_backward", "probs", probs, "dprobs", dprobs);
+  same_shape("moe_router_backward", "probs", probs, "dlogits", dlogits);
+  do_moe_router_backward(probs, dprobs, dlogits);
+}
+
+float Backend::moe_aux_loss(ConstTensorView probs, const MoeRouting& routing) {
+  check_routing("moe_aux_loss", routing);
+  check_probs("moe_aux_loss", probs, routing);
+  return do_moe_aux_loss(probs, routing);
+}
+
+void Backend::moe_aux_loss_backward(const MoeRouting& routing, float grad_scale,
+                                    TensorView dprobs) {
+  check_routing("moe_aux_loss_backward", routing);
+  check_probs("moe_aux_loss_backward", dprobs, routing);
+  do_moe_aux_loss_backward(routing, grad_scale, dprobs);
+}
+
+void Backend::moe_dispatch(ConstTensorView x, const MoeRouting& routing, TensorView expert_in) {
+  const char* op = "moe_dispatch";
+  check_routing(op, routing);
+  rank_is(op, "x", x, 2);
+  PIPETUNE_TENSOR_CHECK(x.shape[0] == routing.tokens, op,
+                        sh("x", x) + " rows != routed tokens " + std::to_string(routing.tokens));
+  check_expert_buffer(op, "expert_in", expert_in, routing, x.shape[1]);
+  do_moe_dispatch(x, routing, expert_in);
+}
+
+void Backend::moe_dispatch_backward(ConstTensorView dexpert_in, const MoeRouting& routing,
+                                    TensorView dx) {
+  const char* op = "moe_dispatch_backward";
+  check_routing(op, routing);
+  rank_is(op, "dx", dx, 2);
+  PIPETUNE_TENSOR_CHECK(dx.shape[0] == routing.tokens, op,
+                        sh("dx", dx) + " rows != routed tokens " + std::to_string(routing.tokens));
+  check_expert_buffer(op, "dexpert_in", dexpert_in, routing, dx.shape[1]);
+  do_moe_dispatch_backward(dexpert_in, routing, dx);
+}
+
+void Backend::moe_combine(ConstTensorView expert_out, ConstTensorView probs,
+                          const MoeRouting& routing, TensorView y) {
+  const char* op = "moe_combine";
+  check_routing(op, routing);
+  check_probs(op, probs, routing);
+  rank_is(op, "y", y, 2);
+  PIPETUNE_TENSOR_CHECK(y.shape[0] == routing.tokens, op,
+                        sh("y", y) + " rows != routed tokens " + std::to_string(routing.tokens));
+  check_expert_buffer(op, "expert_out", expert_out, routing, y.shape[1]);
+  do_moe_combine(expert_out, probs, routing, y);
+}
+
+void Backend::moe_combine_backward(ConstTensorView dy, ConstTensorView expert_out,
+                                   ConstTensorView probs, const MoeRouting& routing,
+                                   TensorView dexpert_out, TensorView dprobs) {
+  const char* op = "moe_combine_backward";
+  check_routing(op, routing);
+  check_probs(op, probs, routing);
+  same_shape(op, "probs", probs, "dprobs", dprobs);
+  rank_is(op, "dy", dy, 2);
+  PIPETUNE_TENSOR_CHECK(dy.shape[0] == routing.tokens, op,
+                        sh("dy", dy) + " rows != routed tokens " + std::to_string(routing.tokens));
+  check_expert_buffer(op, "expert_out", expert_out, routing, dy.shape[1]);
+  same_shape(op, "expert_out", expert_out, "dexpert_out", dexpert_out);
+  do_moe_combine_backward(dy, expert_out, probs, routing, dexpert_out, dprobs);
+}
+
+// ---- optimizer ------------------------------------------------------------------------------
+
+void Backend::adamw_step(TensorView params, ConstTensorView grads, TensorView m, TensorView v,
+                         const AdamWConfig& config, std::int64_t step) {
+  const char* op = "adamw_step";
+  need(op, "params", params);
+  length_n(op, "grads", grads, params.numel());
+  length_n(op, "m", m, params.numel());
+  length_n(op, "v", v, params.numel());
+  PIPETUNE_TENSOR_CHECK(step >= 1, op, "step must count from 1, got " + std::to_string(step));
+  do_adamw_step(params, grads, m, v, config, step);
+}
+
+double Backend::grad_sum_squares(ConstTensorView g) {
+  need("grad_sum_squares", "g", g);
+  return do_grad_sum_squares(g);
+}
+
+float Backend::clip_grad_norm(TensorView g, double global_norm, float max_norm) {
+  need("clip_grad_norm", "g", g);
+  const float c = clip_coefficient(global_norm, max_norm);
+  if (c < 1.0f) do_scale(g, c);
+  return c;
+}
+
+}  // namespace pipetune::tensor

@@ -1,0 +1,234 @@
+// Backend: the interface every compute backend implements (CPU now, CUDA next), ggml-style.
+//
+// Each op is a public non-virtual method that checks shapes once for every backend (throwing
+// InputError with a one-line message naming the op and the shapes) and then calls the protected
+// virtual `do_*` that a backend implements. Tests run every op through this interface, once per
+// registered backend.
+//
+// Conventions:
+//  - Forward ops overwrite their outputs. Every backward op ACCUMULATES (+=) into its gradient
+//    outputs (llm.c convention: residual branches add up for free); the caller zeroes gradients.
+//  - Ops with weights split their backward into `*_backward_input` (dx) and
+//    `*_backward_weight` (dW, db), both computed from the stored forward inputs and the output
+//    gradient, so a zero-bubble schedule can run B and W at different times.
+//  - Leading dimensions are flattened where an op works on rows: x (B, T, C) is (B*T, C).
+//  - Token ids and targets are int32 spans; their length is the number of rows N = B*T.
+//  - A default-constructed (empty) view means "absent" (no bias, no position embedding).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "engine/tensor/moe_routing.hpp"
+#include "engine/tensor/tensor.hpp"
+
+namespace pipetune::tensor {
+
+struct AdamWConfig {
+  float lr = 3e-4f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // decoupled: p -= lr * weight_decay * p
+};
+
+inline constexpr float kLayerNormEps = 1e-5f;
+
+// Global-norm clipping coefficient: min(1, max_norm / (global_norm + 1e-6)), as in PyTorch.
+float clip_coefficient(double global_norm, float max_norm);
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // ---- elementwise --------------------------------------------------------------------------
+  void zero(TensorView t);
+  void scale(TensorView t, float s);                               // t *= s
+  void add(ConstTensorView a, ConstTensorView b, TensorView out);  // out = a + b
+  void accumulate(TensorView dst, ConstTensorView src);            // dst += src
+
+  // ---- linear: y = x W^T + b (Megatron layout W (out, in)), BLAS sgemm ------------------------
+  // x (N, in), w (out, in), b (out) or empty, y (N, out)
+  void linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b, TensorView y);
+  // dx (N, in) += dy (N, out) W
+  void linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx);
+  // dw (out, in) += dy^T x; db (out) += column sums of dy (db may be empty)
+  void linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw, TensorView db);
+
+  // ---- token + position embedding -------------------------------------------------------------
+  // out (B, T, C) = wte[token] + wpe[t]; tokens (B*T) in [0, V); wte (V, C); wpe (maxT, C) or
+  // empty (no position term).
+  void embedding_forward(std::span<const std::int32_t> tokens, ConstTensorView wte,
+                         ConstTensorView wpe, TensorView out);
+  // Vocabulary-range-sharded: wte_shard (hi - lo, C) holds rows [lo, hi) of a V-row table.
+  // Tokens outside [lo, hi) contribute zeros, so summing every shard's output over the group
+  // (with exactly one shard passing wpe) equals embedding_forward with the full table.
+  void embedding_shard_forward(std::span<const std::int32_t> tokens, ConstTensorView wte_shard,
+                               std::int64_t vocab_lo, std::int64_t vocab_size, ConstTensorView wpe,
+                               TensorView out);
+  // Scatter-add: dwte[token] += dout[b, t]; dwpe[t] += dout[b, t] (dwpe may be empty).
+  void embedding_backward_weight(std::span<const std::int32_t> tokens, ConstTensorView dout,
+                                 TensorView dwte, TensorView dwpe);
+  void embedding_shard_backward_weight(std::span<const std::int32_t> tokens, ConstTensorView dout,
+                                       std::int64_t vocab_lo, std::int64_t vocab_size,
+                                       TensorView dwte_shard, TensorView dwpe);
+
+  // ---- LayerNorm (eps kLayerNormEps) ----------------------------------------------------------
+  // x (N, C), w (C), b (C) -> y (N, C); stores mean (N) and rstd (N) for the backward.
+  void layernorm_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b, TensorView y,
+                         TensorView mean, TensorView rstd);
+  void layernorm_backward_input(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
+                                ConstTensorView mean, ConstTensorView rstd, TensorView dx);
+  void layernorm_backward_weight(ConstTensorView dy, ConstTensorView x, ConstTensorView mean,
+                                 ConstTensorView rstd, TensorView dw, TensorView db);
+
+  // ---- GELU, tanh approximation (GPT-2) -------------------------------------------------------
+  void gelu_forward(ConstTensorView x, TensorView y);
+  void gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx);
+
+  // ---- causal multi-head self-attention core --------------------------------------------------
+  // Packed llm.c layout: qkv (B, T, 3C) = [q | k | v], each C = NH * HS channels, head h at
+  // channels [h*HS, (h+1)*HS) of its part. out (B, T, C). att (B, NH, T, T) stores the softmax
+  // probabilities (zero above the diagonal) for the backward. Scale 1/sqrt(HS).
+  void attention_forward(ConstTensorView qkv, std::int64_t num_heads, TensorView out,
+                         TensorView att);
+  // dqkv (B, T, 3C) += gradient through q, k and v.
+  void attention_backward_input(ConstTensorView dout, ConstTensorView qkv, ConstTensorView att,
+                                std::int64_t num_heads, TensorView dqkv);
+
+  // ---- softmax cross-entropy ------------------------------------------------------------------
+  // logits (N, V), targets (N) in [0, V) -> losses (N); returns the mean loss.
+  float cross_entropy_forward(ConstTensorView logits, std::span<const std::int32_t> targets,
+                              TensorView losses);
+  // dlogits (N, V) += (softmax(logits) - onehot(target)) * grad_scale (1/N for the mean loss;
+  // 1/(N*M) over M micro-batches).
+  void cross_entropy_backward(ConstTensorView logits, std::span<const std::int32_t> targets,
+                              float grad_scale, TensorView dlogits);
+
+  // ---- vocabulary-parallel cross-entropy (online softmax across vocabulary shards) ------------
+  // Each rank holds logits_shard (N, hi - lo) for vocabulary ids [lo, hi). Protocol:
+  //  1. vocab_ce_local_stats -> local_max (N), local_sum (N) = sum exp(l - local_max),
+  //     target_logit (N) = the target's logit if the target is in the shard, else 0;
+  //  2. all-reduce MAX of local_max -> global_max;
+  //  3. vocab_ce_rescale_sum: local_sum *= exp(local_max - global_max);
+  //  4. all-reduce SUM of local_sum -> global_sum and of target_logit;
+  //  5. vocab_ce_loss -> losses (N) = log(global_sum) + global_max - target_logit, mean returned;
+  //  6. vocab_ce_backward: dlogits_shard += (exp(l - global_max) / global_sum - onehot) * scale.
+  void vocab_ce_local_stats(ConstTensorView logits_shard, std::span<const std::int32_t> targets,
+                            std::int64_t vocab_lo, TensorView local_max, TensorView local_sum,
+                            TensorView target_logit);
+  void vocab_ce_rescale_sum(ConstTensorView local_max, ConstTensorView global_max,
+                            TensorView local_sum);
+  float vocab_ce_loss(ConstTensorView global_max, ConstTensorView global_sum,
+                      ConstTensorView target_logit, TensorView losses);
+  void vocab_ce_backward(ConstTensorView logits_shard, std::span<const std::int32_t> targets,
+                         std::int64_t vocab_lo, ConstTensorView global_max,
+                         ConstTensorView global_sum, float grad_scale, TensorView dlogits_shard);
+
+  // ---- MoE ------------------------------------------------------------------------------------
+  // Router: probs (N, E) = softmax(logits (N, E)); top-k per token with capacity (see
+  // MoeRouting). The combine weight of a kept choice is its softmax probability (not
+  // renormalised over the k choices), so the router learns through the combine.
+  void moe_router_forward(ConstTensorView logits, std::int64_t top_k, std::int64_t capacity,
+                          TensorView probs, MoeRouting& routing);
+  // dlogits (N, E) += softmax backward of dprobs.
+  void moe_router_backward(ConstTensorView probs, ConstTensorView dprobs, TensorView dlogits);
+  // Switch/GShard load-balancing loss E * sum_e f_e * P_e, f_e = assigned[e] / (N k) (before
+  // capacity dropping), P_e = mean_n probs[n, e]. Multiply by the aux coefficient outside.
+  float moe_aux_loss(ConstTensorView probs, const MoeRouting& routing);
+  // dprobs (N, E) += grad_scale * E * f_e / N (f_e is a constant of the discrete routing).
+  void moe_aux_loss_backward(const MoeRouting& routing, float grad_scale, TensorView dprobs);
+  // expert_in (E, capacity, C): slot s of expert e holds x[slot_token] or zeros if empty.
+  void moe_dispatch(ConstTensorView x, const MoeRouting& routing, TensorView expert_in);
+  void moe_dispatch_backward(ConstTensorView dexpert_in, const MoeRouting& routing, TensorView dx);
+  // y (N, C) = sum over kept choices probs[n, e] * expert_out[e, slot].
+  void moe_combine(ConstTensorView expert_out, ConstTensorView probs, const MoeRouting& routing,
+                   TensorView y);
+  void moe_combine_backward(ConstTensorView dy, ConstTensorView expert_out, ConstTensorView probs,
+                            const MoeRouting& routing, TensorView dexpert_out, TensorView dprobs);
+
+  // ---- optimizer ------------------------------------------------------------------------------
+  // One AdamW step (step counts from 1): bias-corrected moments, decoupled weight decay.
+  void adamw_step(TensorView params, ConstTensorView grads, TensorView m, TensorView v,
+                  const AdamWConfig& config, std::int64_t step);
+  // Sum of squares (in double) of one gradient tensor: the caller sums these over its tensors,
+  // all-reduces across ranks, takes the square root and passes the global norm below.
+  double grad_sum_squares(ConstTensorView g);
+  // Scales g by clip_coefficient(global_norm, max_norm); returns the coefficient.
+  float clip_grad_norm(TensorView g, double global_norm, float max_norm);
+
+ protected:
+  virtual void do_zero(TensorView t) = 0;
+  virtual void do_scale(TensorView t, float s) = 0;
+  virtual void do_add(ConstTensorView a, ConstTensorView b, TensorView out) = 0;
+  virtual void do_accumulate(TensorView dst, ConstTensorView src) = 0;
+
+  virtual void do_linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
+                                 TensorView y) = 0;
+  virtual void do_linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx) = 0;
+  virtual void do_linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw,
+                                         TensorView db) = 0;
+
+  virtual void do_embedding_forward(std::span<const std::int32_t> tokens, ConstTensorView wte,
+                                    std::int64_t vocab_lo, ConstTensorView wpe, TensorView out) = 0;
+  virtual void do_embedding_backward_weight(std::span<const std::int32_t> tokens,
+                                            ConstTensorView dout, std::int64_t vocab_lo,
+                                            TensorView dwte, TensorView dwpe) = 0;
+
+  virtual void do_layernorm_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
+                                    TensorView y, TensorView mean, TensorView rstd) = 0;
+  virtual void do_layernorm_backward_input(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
+                                           ConstTensorView mean, ConstTensorView rstd,
+                                           TensorView dx) = 0;
+  virtual void do_layernorm_backward_weight(ConstTensorView dy, ConstTensorView x,
+                                            ConstTensorView mean, ConstTensorView rstd,
+                                            TensorView dw, TensorView db) = 0;
+
+  virtual void do_gelu_forward(ConstTensorView x, TensorView y) = 0;
+  virtual void do_gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx) = 0;
+
+  virtual void do_attention_forward(ConstTensorView qkv, std::int64_t num_heads, TensorView out,
+                                    TensorView att) = 0;
+  virtual void do_attention_backward_input(ConstTensorView dout, ConstTensorView qkv,
+                                           ConstTensorView att, std::int64_t num_heads,
+                                           TensorView dqkv) = 0;
+
+  virtual void do_vocab_ce_local_stats(ConstTensorView logits_shard,
+                                       std::span<const std::int32_t> targets, std::int64_t vocab_lo,
+                                       TensorView local_max, TensorView local_sum,
+                                       TensorView target_logit) = 0;
+  virtual void do_vocab_ce_rescale_sum(ConstTensorView local_max, ConstTensorView global_max,
+                                       TensorView local_sum) = 0;
+  virtual float do_vocab_ce_loss(ConstTensorView global_max, ConstTensorView global_sum,
+                                 ConstTensorView target_logit, TensorView losses) = 0;
+  virtual void do_vocab_ce_backward(ConstTensorView logits_shard,
+                                    std::span<const std::int32_t> targets, std::int64_t vocab_lo,
+                                    ConstTensorView global_max, ConstTensorView global_sum,
+                                    float grad_scale, TensorView dlogits_shard) = 0;
+
+  virtual void do_moe_router_forward(ConstTensorView logits, std::int64_t top_k,
+                                     std::int64_t capacity, TensorView probs,
+                                     MoeRouting& routing) = 0;
+  virtual void do_moe_router_backward(ConstTensorView probs, ConstTensorView dprobs,
+                                      TensorView dlogits) = 0;
+  virtual float do_moe_aux_loss(ConstTensorView probs, const MoeRouting& routing) = 0;
+  virtual void do_moe_aux_loss_backward(const MoeRouting& routing, float grad_scale,
+                                        TensorView dprobs) = 0;
+  virtual void do_moe_dispatch(ConstTensorView x, const MoeRouting& routing,
+                               TensorView expert_in) = 0;
+  virtual void do_moe_dispatch_backward(ConstTensorView dexpert_in, const MoeRouting& routing,
+                                        TensorView dx) = 0;
+  virtual void do_moe_combine(ConstTensorView expert_out, ConstTensorView probs,
+                              const MoeRouting& routing, TensorView y) = 0;
+  virtual void do_moe_combine_backward(ConstTensorView dy, ConstTensorView expert_out,
+                                       ConstTensorView probs, const MoeRouting& routing,
+                                       TensorView dexpert_out, TensorView dprobs) = 0;
+
+  virtual void do_adamw_step(TensorView params, ConstTensorView grads, TensorView m, TensorView v,
+                             const AdamWConfig& config, std::int64_t step) = 0;
+  virtual double do_grad_sum_squares(ConstTensorView g) = 0;
+};
+
+}  // namespace pipetune::tensor

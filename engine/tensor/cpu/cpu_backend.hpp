@@ -1,0 +1,82 @@
+// CpuBackend: the embedded default backend. fp32, OpenBLAS sgemm for matrix products, plain
+// loops (written to auto-vectorise) for everything else. One CpuBackend per rank thread; it
+// holds no global state.
+//
+// Threading: the engine runs one thread per rank, so BLAS must run single-threaded per rank.
+// OpenBLAS's thread count is process-wide, so it is NOT set here (no static initialisers either):
+// the owner of the rank contexts (the runtime, a test main, a benchmark) calls
+// set_blas_threads(1) once before starting rank threads.
+#pragma once
+
+#include "engine/tensor/backend.hpp"
+
+namespace pipetune::tensor {
+
+// Sets OpenBLAS's (process-wide) thread count. Call once from the owner of the contexts.
+void set_blas_threads(int threads);
+int blas_threads();
+
+class CpuBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+
+ protected:
+  void do_zero(TensorView t) override;
+  void do_scale(TensorView t, float s) override;
+  void do_add(ConstTensorView a, ConstTensorView b, TensorView out) override;
+  void do_accumulate(TensorView dst, ConstTensorView src) override;
+  void do_linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
+                         TensorView y) override;
+  void do_linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx) override;
+  void do_linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw,
+                                 TensorView db) override;
+  void do_embedding_forward(std::span<const std::int32_t> tokens, ConstTensorView wte,
+                            std::int64_t vocab_lo, ConstTensorView wpe, TensorView out) override;
+  void do_embedding_backward_weight(std::span<const std::int32_t> tokens, ConstTensorView dout,
+                                    std::int64_t vocab_lo, TensorView dwte,
+                                    TensorView dwpe) override;
+  void do_layernorm_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b, TensorView y,
+                            TensorView mean, TensorView rstd) override;
+  void do_layernorm_backward_input(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
+                                   ConstTensorView mean, ConstTensorView rstd,
+                                   TensorView dx) override;
+  void do_layernorm_backward_weight(ConstTensorView dy, ConstTensorView x, ConstTensorView mean,
+                                    ConstTensorView rstd, TensorView dw, TensorView db) override;
+  void do_gelu_forward(ConstTensorView x, TensorView y) override;
+  void do_gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx) override;
+  void do_attention_forward(ConstTensorView qkv, std::int64_t num_heads, TensorView out,
+                            TensorView att) override;
+  void do_attention_backward_input(ConstTensorView dout, ConstTensorView qkv, ConstTensorView att,
+                                   std::int64_t num_heads, TensorView dqkv) override;
+  void do_vocab_ce_local_stats(ConstTensorView logits_shard, std::span<const std::int32_t> targets,
+                               std::int64_t vocab_lo, TensorView local_max, TensorView local_sum,
+                               TensorView target_logit) override;
+  void do_vocab_ce_rescale_sum(ConstTensorView local_max, ConstTensorView global_max,
+                               TensorView local_sum) override;
+  float do_vocab_ce_loss(ConstTensorView global_max, ConstTensorView global_sum,
+                         ConstTensorView target_logit, TensorView losses) override;
+  void do_vocab_ce_backward(ConstTensorView logits_shard, std::span<const std::int32_t> targets,
+                            std::int64_t vocab_lo, ConstTensorView global_max,
+                            ConstTensorView global_sum, float grad_scale,
+                            TensorView dlogits_shard) override;
+  void do_moe_router_forward(ConstTensorView logits, std::int64_t top_k, std::int64_t capacity,
+                             TensorView probs, MoeRouting& routing) override;
+  void do_moe_router_backward(ConstTensorView probs, ConstTensorView dprobs,
+                              TensorView dlogits) override;
+  float do_moe_aux_loss(ConstTensorView probs, const MoeRouting& routing) override;
+  void do_moe_aux_loss_backward(const MoeRouting& routing, float grad_scale,
+                                TensorView dprobs) override;
+  void do_moe_dispatch(ConstTensorView x, const MoeRouting& routing, TensorView expert_in) override;
+  void do_moe_dispatch_backward(ConstTensorView dexpert_in, const MoeRouting& routing,
+                                TensorView dx) override;
+  void do_moe_combine(ConstTensorView expert_out, ConstTensorView probs, const MoeRouting& routing,
+                      TensorView y) override;
+  void do_moe_combine_backward(ConstTensorView dy, ConstTensorView expert_out,
+                               ConstTensorView probs, const MoeRouting& routing,
+                               TensorView dexpert_out, TensorView dprobs) override;
+  void do_adamw_step(TensorView params, ConstTensorView grads, TensorView m, TensorView v,
+                     const AdamWConfig& config, std::int64_t step) override;
+  double do_grad_sum_squares(ConstTensorView g) override;
+};
+
+}  // namespace pipetune::tensor

@@ -1,0 +1,92 @@
+// Causal self-attention core through the Backend interface: forward against a naive double
+// reference, causality, and the backward against central finite differences.
+#include "tests/engine/tensor/backend_test_support.hpp"
+
+namespace pipetune::tensor::testing {
+namespace {
+
+// Naive attention in double: qkv (B, T, 3C) -> out (B, T, C).
+std::vector<float> reference_attention(const Tensor& qkv, std::int64_t NH) {
+  const std::int64_t B = qkv.shape()[0], T = qkv.shape()[1], C = qkv.shape()[2] / 3;
+  const std::int64_t HS = C / NH;
+  std::vector<float> out(static_cast<std::size_t>(B * T * C));
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t h = 0; h < NH; ++h) {
+      for (std::int64_t t = 0; t < T; ++t) {
+        std::vector<double> score(static_cast<std::size_t>(t + 1));
+        double mx = -1e300, sum = 0.0;
+        for (std::int64_t s = 0; s <= t; ++s) {
+          double d = 0.0;
+          for (std::int64_t i = 0; i < HS; ++i) {
+            d += static_cast<double>(qkv[(b * T + t) * 3 * C + h * HS + i]) *
+                 qkv[(b * T + s) * 3 * C + C + h * HS + i];
+          }
+          score[s] = d / std::sqrt(static_cast<double>(HS));
+          mx = std::max(mx, score[s]);
+        }
+        for (auto& v : score) sum += (v = std::exp(v - mx));
+        for (std::int64_t i = 0; i < HS; ++i) {
+          double o = 0.0;
+          for (std::int64_t s = 0; s <= t; ++s) {
+            o += score[s] / sum * qkv[(b * T + s) * 3 * C + 2 * C + h * HS + i];
+          }
+          out[(b * T + t) * C + h * HS + i] = static_cast<float>(o);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+class AttentionOpTest : public BackendTest {};
+
+TEST_P(AttentionOpTest, ForwardMatchesNaiveReference) {
+  const std::int64_t B = 2, T = 5, NH = 2, HS = 3, C = NH * HS;
+  Tensor qkv = random_tensor({B, T, 3 * C}, rng);  // (B, T, 3C)
+  Tensor out({B, T, C});                           // (B, T, C)
+  Tensor att({B, NH, T, T});                       // (B, NH, T, T)
+  be().attention_forward(qkv, NH, out, att);
+  EXPECT_TRUE(all_close("out", out.values(), reference_attention(qkv, NH), 1e-5, 1e-5));
+  for (std::int64_t row = 0; row < B * NH * T; ++row) {  // each probability row sums to 1
+    double s = 0.0;
+    for (std::int64_t c = 0; c < T; ++c) s += att[row * T + c];
+    EXPECT_NEAR(s, 1.0, 1e-5);
+  }
+}
+
+TEST_P(AttentionOpTest, LaterTokensDoNotChangeEarlierOutputs) {
+  const std::int64_t B = 1, T = 6, NH = 2, C = 4;
+  Tensor qkv = random_tensor({B, T, 3 * C}, rng);
+  Tensor out1({B, T, C}), out2({B, T, C}), att({B, NH, T, T});
+  be().attention_forward(qkv, NH, out1, att);
+  for (std::int64_t i = 4 * 3 * C; i < T * 3 * C; ++i) qkv[i] += 1.0f;  // perturb t = 4, 5
+  be().attention_forward(qkv, NH, out2, att);
+  for (std::int64_t i = 0; i < 4 * C; ++i) EXPECT_EQ(out1[i], out2[i]) << "element " << i;
+}
+
+TEST_P(AttentionOpTest, BackwardMatchesFiniteDifferences) {
+  const std::int64_t B = 2, T = 4, NH = 2, HS = 3, C = NH * HS;
+  Tensor qkv = random_tensor({B, T, 3 * C}, rng);
+  Tensor r = random_tensor({B, T, C}, rng);
+  auto loss = [&] {
+    Tensor out({B, T, C}), att({B, NH, T, T});
+    be().attention_forward(qkv, NH, out, att);
+    return dot(out, r);
+  };
+  Tensor out({B, T, C}), att({B, NH, T, T});
+  be().attention_forward(qkv, NH, out, att);
+  Tensor dqkv({B, T, 3 * C});
+  be().attention_backward_input(r, qkv, att, NH, dqkv);
+  EXPECT_TRUE(grad_close("dqkv", dqkv, numeric_grad(loss, qkv, 1e-2f)));
+}
+
+TEST_P(AttentionOpTest, RejectsHeadsThatDoNotDivideChannels) {
+  Tensor qkv({1, 2, 12}), out({1, 2, 4}), att({1, 3, 2, 2});
+  EXPECT_THROW(be().attention_forward(qkv, 3, out, att), InputError);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, AttentionOpTest, ::testing::ValuesIn(all_backends()),
+                         backend_case_name);
+
+}  // namespace
+}  // namespace pipetune::tensor::testing

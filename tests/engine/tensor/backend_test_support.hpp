@@ -1,0 +1,136 @@
+// Shared helpers for the tensor op tests: the list of backends every op test runs on, seeded
+// random tensors, central finite differences and a readable diff (llm.c check_tensor style:
+// first values side by side plus the max difference).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/errors.hpp"
+#include "engine/tensor/backend.hpp"
+#include "engine/tensor/cpu/cpu_backend.hpp"
+#include "engine/tensor/tensor.hpp"
+
+namespace pipetune::tensor::testing {
+
+struct BackendCase {
+  std::string name;
+  std::function<std::unique_ptr<Backend>()> make;
+};
+
+// Every backend the op tests run on. A CUDA backend adds itself here (under its build flag).
+inline std::vector<BackendCase> all_backends() {
+  return {{"cpu", [] { return std::unique_ptr<Backend>(std::make_unique<CpuBackend>()); }}};
+}
+
+// gtest prints the parameter of a failing test with this (instead of its bytes).
+inline void PrintTo(const BackendCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
+inline std::string backend_case_name(const ::testing::TestParamInfo<BackendCase>& info) {
+  return info.param.name;
+}
+
+// Fixture for tests parameterised over backends: `be()` is a fresh backend per test.
+class BackendTest : public ::testing::TestWithParam<BackendCase> {
+ protected:
+  void SetUp() override {
+    set_blas_threads(1);  // the test is the owner of the context: one BLAS thread per rank
+    backend_ = GetParam().make();
+  }
+  Backend& be() { return *backend_; }
+  std::mt19937 rng{1234};
+
+ private:
+  std::unique_ptr<Backend> backend_;
+};
+
+inline Tensor random_tensor(Shape shape, std::mt19937& rng, float scale = 1.0f) {
+  Tensor t(shape);
+  std::normal_distribution<float> dist(0.0f, scale);
+  for (float& v : t.values()) v = dist(rng);
+  return t;
+}
+
+inline std::vector<std::int32_t> random_ids(std::size_t n, std::int32_t vocab, std::mt19937& rng) {
+  std::uniform_int_distribution<std::int32_t> dist(0, vocab - 1);
+  std::vector<std::int32_t> ids(n);
+  for (auto& id : ids) id = dist(rng);
+  return ids;
+}
+
+// sum_i a[i] * r[i] in double: the scalar "loss" whose gradient w.r.t. a is r.
+inline double dot(const Tensor& a, const Tensor& r) {
+  double s = 0.0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) s += static_cast<double>(a[i]) * r[i];
+  return s;
+}
+
+// Central finite differences of `loss` w.r.t. every element of `input` (restored afterwards).
+inline Tensor numeric_grad(const std::function<double()>& loss, Tensor& input, float eps = 1e-2f) {
+  Tensor g(input.shape());
+  for (std::int64_t i = 0; i < input.numel(); ++i) {
+    const float saved = input[i];
+    input[i] = saved + eps;
+    const double up = loss();
+    input[i] = saved - eps;
+    const double down = loss();
+    input[i] = saved;
+    g[i] = static_cast<float>((up - down) / (2.0 * static_cast<double>(eps)));
+  }
+  return g;
+}
+
+// Element-wise |actual - expected| <= rtol * |expected| + atol. On failure: the first values side
+// by side, the worst element and the max difference.
+inline ::testing::AssertionResult all_close(const std::string& name,
+                                            const std::vector<float>& actual,
+                                            const std::vector<float>& expected, double rtol,
+                                            double atol) {
+  if (actual.size() != expected.size()) {
+    return ::testing::AssertionFailure()
+           << name << ": size " << actual.size() << " != expected size " << expected.size();
+  }
+  double max_diff = 0.0;
+  std::size_t worst = 0, bad = 0;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(actual[i]) - expected[i]);
+    const bool ok = d <= rtol * std::fabs(static_cast<double>(expected[i])) + atol;
+    if (!ok) ++bad;
+    if (d > max_diff || std::isnan(d)) {
+      max_diff = d;
+      worst = i;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  std::ostringstream os;
+  os << name << ": " << bad << " of " << actual.size() << " values differ (rtol " << rtol
+     << ", atol " << atol << ")\n        actual      expected\n";
+  for (std::size_t i = 0; i < std::min<std::size_t>(5, actual.size()); ++i) {
+    char line[96];
+    std::snprintf(line, sizeof line, "  [%zu] %12.6g %12.6g\n", i, actual[i], expected[i]);
+    os << line;
+  }
+  os << "  max diff " << max_diff << " at [" << worst << "]: " << actual[worst] << " vs "
+     << expected[worst];
+  return ::testing::AssertionFailure() << os.str();
+}
+
+// Gradient check: tolerance relative to each element plus a floor relative to the largest one.
+inline ::testing::AssertionResult grad_close(const std::string& name, const Tensor& analytic,
+                                             const Tensor& numeric, double rtol = 1e-2) {
+  double scale = 0.0;
+  for (float v : numeric.values()) scale = std::max(scale, std::fabs(static_cast<double>(v)));
+  return all_close(name, analytic.values(), numeric.values(), rtol, rtol * scale + 1e-5);
+}
+
+}  // namespace pipetune::tensor::testing

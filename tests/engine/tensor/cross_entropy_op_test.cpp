@@ -1,0 +1,114 @@
+// Softmax cross-entropy through the Backend interface: the loss against a double reference, the
+// gradient against finite differences, and the vocabulary-parallel protocol (2 and 3 uneven
+// shards, reductions done by hand here as the communicator would) against the unsharded op.
+#include "tests/engine/tensor/backend_test_support.hpp"
+
+namespace pipetune::tensor::testing {
+namespace {
+
+class CrossEntropyOpTest : public BackendTest {};
+
+TEST_P(CrossEntropyOpTest, LossMatchesReference) {
+  const std::int64_t N = 5, V = 7;
+  Tensor logits = random_tensor({N, V}, rng, 3.0f);  // (N, V)
+  const auto targets = random_ids(N, V, rng);        // (N)
+  Tensor losses({N});
+  const float mean = be().cross_entropy_forward(logits, targets, losses);
+  std::vector<float> expected;
+  double total = 0.0;
+  for (std::int64_t n = 0; n < N; ++n) {
+    double s = 0.0;
+    for (std::int64_t j = 0; j < V; ++j) s += std::exp(static_cast<double>(logits[n * V + j]));
+    const double l = std::log(s) - logits[n * V + targets[n]];
+    expected.push_back(static_cast<float>(l));
+    total += l;
+  }
+  EXPECT_TRUE(all_close("losses", losses.values(), expected, 1e-5, 1e-6));
+  EXPECT_NEAR(mean, total / N, 1e-5);
+}
+
+TEST_P(CrossEntropyOpTest, BackwardMatchesFiniteDifferences) {
+  const std::int64_t N = 4, V = 6;
+  Tensor logits = random_tensor({N, V}, rng, 2.0f);
+  const auto targets = random_ids(N, V, rng);
+  auto loss = [&] {
+    Tensor losses({N});
+    return static_cast<double>(be().cross_entropy_forward(logits, targets, losses));
+  };
+  Tensor dlogits({N, V});
+  be().cross_entropy_backward(logits, targets, 1.0f / N, dlogits);
+  EXPECT_TRUE(grad_close("dlogits", dlogits, numeric_grad(loss, logits)));
+}
+
+TEST_P(CrossEntropyOpTest, RejectsTargetOutsideVocabulary) {
+  Tensor logits({2, 3}), losses({2});
+  const std::vector<std::int32_t> targets = {0, 3};
+  EXPECT_THROW(be().cross_entropy_forward(logits, targets, losses), InputError);
+}
+
+// Runs the vocabulary-parallel protocol over shards with the given boundaries and compares the
+// loss and the concatenated gradient with the unsharded op to 1e-6 relative.
+void check_sharded_equals_unsharded(Backend& be, std::mt19937& rng,
+                                    const std::vector<std::int64_t>& bounds) {
+  const std::int64_t N = 6, V = bounds.back();
+  Tensor logits = random_tensor({N, V}, rng, 4.0f);  // (N, V)
+  const auto targets = random_ids(N, static_cast<std::int32_t>(V), rng);
+  Tensor full_losses({N}), full_grad({N, V});
+  const float full_mean = be.cross_entropy_forward(logits, targets, full_losses);
+  be.cross_entropy_backward(logits, targets, 1.0f / N, full_grad);
+
+  const std::size_t S = bounds.size() - 1;
+  std::vector<Tensor> shard(S), lmax(S), lsum(S), tlog(S);
+  for (std::size_t s = 0; s < S; ++s) {
+    const std::int64_t lo = bounds[s], w = bounds[s + 1] - lo;
+    shard[s] = Tensor({N, w});  // (N, hi - lo)
+    for (std::int64_t n = 0; n < N; ++n) {
+      for (std::int64_t j = 0; j < w; ++j) shard[s][n * w + j] = logits[n * V + lo + j];
+    }
+    lmax[s] = Tensor({N});
+    lsum[s] = Tensor({N});
+    tlog[s] = Tensor({N});
+    be.vocab_ce_local_stats(shard[s], targets, lo, lmax[s], lsum[s], tlog[s]);
+  }
+  Tensor gmax({N}), gsum({N}), gtarget({N});  // the all-reduces, done by hand
+  for (std::int64_t n = 0; n < N; ++n) {
+    gmax[n] = lmax[0][n];
+    for (std::size_t s = 1; s < S; ++s) gmax[n] = std::max(gmax[n], lmax[s][n]);
+  }
+  for (std::size_t s = 0; s < S; ++s) {
+    be.vocab_ce_rescale_sum(lmax[s], gmax, lsum[s]);
+    for (std::int64_t n = 0; n < N; ++n) {
+      gsum[n] += lsum[s][n];
+      gtarget[n] += tlog[s][n];
+    }
+  }
+  Tensor losses({N});
+  const float mean = be.vocab_ce_loss(gmax, gsum, gtarget, losses);
+  EXPECT_NEAR(mean, full_mean, 1e-6 * std::fabs(full_mean));
+  EXPECT_TRUE(all_close("sharded losses", losses.values(), full_losses.values(), 1e-6, 0));
+
+  std::vector<float> grad(static_cast<std::size_t>(N * V));
+  for (std::size_t s = 0; s < S; ++s) {
+    const std::int64_t lo = bounds[s], w = bounds[s + 1] - lo;
+    Tensor d({N, w});
+    be.vocab_ce_backward(shard[s], targets, lo, gmax, gsum, 1.0f / N, d);
+    for (std::int64_t n = 0; n < N; ++n) {
+      for (std::int64_t j = 0; j < w; ++j) grad[n * V + lo + j] = d[n * w + j];
+    }
+  }
+  EXPECT_TRUE(all_close("sharded dlogits", grad, full_grad.values(), 1e-6, 1e-9));
+}
+
+TEST_P(CrossEntropyOpTest, TwoUnevenVocabShardsEqualUnsharded) {
+  check_sharded_equals_unsharded(be(), rng, {0, 4, 11});
+}
+
+TEST_P(CrossEntropyOpTest, ThreeUnevenVocabShardsEqualUnsharded) {
+  check_sharded_equals_unsharded(be(), rng, {0, 2, 9, 13});
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CrossEntropyOpTest, ::testing::ValuesIn(all_backends()),
+                         backend_case_name);
+
+}  // namespace
+}  // namespace pipetune::tensor::testing

@@ -1,0 +1,103 @@
+// LayerNorm and GELU through the Backend interface, against closed forms and finite differences.
+#include "tests/engine/tensor/backend_test_support.hpp"
+
+namespace pipetune::tensor::testing {
+namespace {
+
+class LayerNormOpTest : public BackendTest {};
+
+TEST_P(LayerNormOpTest, ForwardNormalisesEachRow) {
+  const std::int64_t N = 4, C = 8;
+  Tensor x = random_tensor({N, C}, rng, 3.0f);
+  Tensor w({C}), b({C});
+  w.fill(1.0f);
+  Tensor y({N, C}), mean({N}), rstd({N});
+  be().layernorm_forward(x, w, b, y, mean, rstd);
+  for (std::int64_t n = 0; n < N; ++n) {
+    double m = 0.0, v = 0.0, xm = 0.0;
+    for (std::int64_t c = 0; c < C; ++c) {
+      m += y[n * C + c];
+      v += static_cast<double>(y[n * C + c]) * y[n * C + c];
+      xm += x[n * C + c];
+    }
+    EXPECT_NEAR(m / C, 0.0, 1e-5);
+    EXPECT_NEAR(v / C, 1.0, 1e-3);
+    EXPECT_NEAR(mean[n], xm / C, 1e-5);
+  }
+}
+
+TEST_P(LayerNormOpTest, BackwardMatchesFiniteDifferences) {
+  const std::int64_t B = 2, T = 3, C = 6;
+  Tensor x = random_tensor({B, T, C}, rng);  // (B, T, C)
+  Tensor w = random_tensor({C}, rng);
+  Tensor b = random_tensor({C}, rng);
+  Tensor r = random_tensor({B, T, C}, rng);
+  auto loss = [&] {
+    Tensor y({B, T, C}), mean({B * T}), rstd({B * T});
+    be().layernorm_forward(x, w, b, y, mean, rstd);
+    return dot(y, r);
+  };
+  Tensor y({B, T, C}), mean({B * T}), rstd({B * T});
+  be().layernorm_forward(x, w, b, y, mean, rstd);
+  Tensor dx({B, T, C}), dw({C}), db({C});
+  be().layernorm_backward_input(r, x, w, mean, rstd, dx);
+  be().layernorm_backward_weight(r, x, mean, rstd, dw, db);
+  EXPECT_TRUE(grad_close("dx", dx, numeric_grad(loss, x, 1e-3f), 2e-2));
+  EXPECT_TRUE(grad_close("dw", dw, numeric_grad(loss, w)));
+  EXPECT_TRUE(grad_close("db", db, numeric_grad(loss, b)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, LayerNormOpTest, ::testing::ValuesIn(all_backends()),
+                         backend_case_name);
+
+class GeluOpTest : public BackendTest {};
+
+TEST_P(GeluOpTest, ForwardMatchesTanhApproximation) {
+  Tensor x({5}, {-3.0f, -1.0f, 0.0f, 0.5f, 2.0f});
+  Tensor y({5});
+  be().gelu_forward(x, y);
+  std::vector<float> expected;
+  for (float v : x.values()) {
+    const double u = std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v);
+    expected.push_back(static_cast<float>(0.5 * v * (1.0 + std::tanh(u))));
+  }
+  EXPECT_TRUE(all_close("gelu", y.values(), expected, 1e-6, 1e-7));
+}
+
+TEST_P(GeluOpTest, BackwardMatchesFiniteDifferences) {
+  Tensor x = random_tensor({3, 7}, rng, 2.0f);
+  Tensor r = random_tensor({3, 7}, rng);
+  auto loss = [&] {
+    Tensor y({3, 7});
+    be().gelu_forward(x, y);
+    return dot(y, r);
+  };
+  Tensor dx({3, 7});
+  be().gelu_backward_input(r, x, dx);
+  EXPECT_TRUE(grad_close("dx", dx, numeric_grad(loss, x, 1e-3f)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GeluOpTest, ::testing::ValuesIn(all_backends()),
+                         backend_case_name);
+
+class ElementwiseOpTest : public BackendTest {};
+
+TEST_P(ElementwiseOpTest, AddAccumulateScaleZero) {
+  Tensor a({2, 2}, {1, 2, 3, 4}), b({2, 2}, {10, 20, 30, 40}), out({2, 2});
+  be().add(a, b, out);
+  EXPECT_TRUE(all_close("add", out.values(), {11, 22, 33, 44}, 0, 0));
+  be().accumulate(out, a);
+  EXPECT_TRUE(all_close("accumulate", out.values(), {12, 24, 36, 48}, 0, 0));
+  be().scale(out, 0.5f);
+  EXPECT_TRUE(all_close("scale", out.values(), {6, 12, 18, 24}, 0, 0));
+  be().zero(out);
+  EXPECT_TRUE(all_close("zero", out.values(), {0, 0, 0, 0}, 0, 0));
+  Tensor wrong({4});
+  EXPECT_THROW(be().add(a, wrong, out), InputError);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ElementwiseOpTest, ::testing::ValuesIn(all_backends()),
+                         backend_case_name);
+
+}  // namespace
+}  // namespace pipetune::tensor::testing

@@ -1,0 +1,89 @@
+// Linear layer through the Backend interface: forward against a naive loop, dx and dW/db against
+// central finite differences, accumulation, and shape errors.
+#include "tests/engine/tensor/backend_test_support.hpp"
+
+#include "engine/errors.hpp"
+
+namespace pipetune::tensor::testing {
+namespace {
+
+class LinearOpTest : public BackendTest {};
+
+TEST_P(LinearOpTest, ForwardMatchesNaiveLoop) {
+  const std::int64_t B = 2, T = 3, IN = 5, OUT = 4;
+  Tensor x = random_tensor({B, T, IN}, rng);  // (B, T, IN)
+  Tensor w = random_tensor({OUT, IN}, rng);   // (OUT, IN)
+  Tensor b = random_tensor({OUT}, rng);       // (OUT)
+  Tensor y({B, T, OUT});                      // (B, T, OUT)
+  be().linear_forward(x, w, b, y);
+  std::vector<float> expected;
+  for (std::int64_t n = 0; n < B * T; ++n) {
+    for (std::int64_t o = 0; o < OUT; ++o) {
+      double s = b[o];
+      for (std::int64_t i = 0; i < IN; ++i) s += static_cast<double>(x[n * IN + i]) * w[o * IN + i];
+      expected.push_back(static_cast<float>(s));
+    }
+  }
+  EXPECT_TRUE(all_close("y", y.values(), expected, 1e-5, 1e-5));
+
+  Tensor y_nobias({B * T, OUT});  // (N, OUT): leading dims may be flattened
+  be().linear_forward(x, w, ConstTensorView{}, y_nobias);
+  for (std::int64_t n = 0; n < B * T; ++n) {
+    for (std::int64_t o = 0; o < OUT; ++o) expected[n * OUT + o] -= b[o];
+  }
+  EXPECT_TRUE(all_close("y without bias", y_nobias.values(), expected, 1e-5, 1e-5));
+}
+
+TEST_P(LinearOpTest, BackwardMatchesFiniteDifferences) {
+  const std::int64_t N = 6, IN = 5, OUT = 3;
+  Tensor x = random_tensor({N, IN}, rng);
+  Tensor w = random_tensor({OUT, IN}, rng);
+  Tensor b = random_tensor({OUT}, rng);
+  Tensor r = random_tensor({N, OUT}, rng);  // random projection: L = sum(y * r), dL/dy = r
+  auto loss = [&] {
+    Tensor y({N, OUT});
+    be().linear_forward(x, w, b, y);
+    return dot(y, r);
+  };
+  Tensor dx({N, IN}), dw({OUT, IN}), db({OUT});
+  be().linear_backward_input(r, w, dx);
+  be().linear_backward_weight(r, x, dw, db);
+  EXPECT_TRUE(grad_close("dx", dx, numeric_grad(loss, x)));
+  EXPECT_TRUE(grad_close("dw", dw, numeric_grad(loss, w)));
+  EXPECT_TRUE(grad_close("db", db, numeric_grad(loss, b)));
+}
+
+TEST_P(LinearOpTest, BackwardAccumulates) {
+  Tensor x = random_tensor({4, 3}, rng), w = random_tensor({2, 3}, rng);
+  Tensor dy = random_tensor({4, 2}, rng);
+  Tensor dx1({4, 3}), dw1({2, 3}), db1({2});
+  be().linear_backward_input(dy, w, dx1);
+  be().linear_backward_weight(dy, x, dw1, db1);
+  Tensor dx2 = dx1, dw2 = dw1, db2 = db1;
+  be().linear_backward_input(dy, w, dx2);
+  be().linear_backward_weight(dy, x, dw2, db2);
+  for (auto* pair : {&dx1, &dw1, &db1}) be().scale(*pair, 2.0f);
+  EXPECT_TRUE(all_close("dx twice", dx2.values(), dx1.values(), 1e-6, 1e-6));
+  EXPECT_TRUE(all_close("dw twice", dw2.values(), dw1.values(), 1e-6, 1e-6));
+  EXPECT_TRUE(all_close("db twice", db2.values(), db1.values(), 1e-6, 1e-6));
+}
+
+TEST_P(LinearOpTest, ShapeMismatchNamesOpAndShapes) {
+  Tensor x({4, 3}), w({2, 5}), y({4, 2});
+  try {
+    be().linear_forward(x, w, ConstTensorView{}, y);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("linear_forward"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("(4, 3)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("(2, 5)"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, LinearOpTest, ::testing::ValuesIn(all_backends()),
+                         backend_case_name);
+
+}  // namespace
+}  // namespace pipetune::tensor::testing
