@@ -1,0 +1,46 @@
+// The GELU MLP of a block with Megatron tensor parallelism: fc is column-parallel (each TP rank
+// holds F/tp rows), proj is row-parallel (F/tp columns), its partial outputs summed over TP.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model/model_config.hpp"
+#include "engine/model/parallel_context.hpp"
+#include "engine/model/parameters.hpp"
+
+namespace pipetune::model {
+
+struct DenseMlpActivations {
+  std::vector<float> fc;    // (N, F/tp) pre-activation
+  std::vector<float> gelu;  // (N, F/tp)
+  std::vector<float> dout;  // (N, C)      output gradient, kept for W
+  std::vector<float> dfc;   // (N, F/tp)   kept for W
+  std::size_t bytes() const;
+  void clear();
+};
+
+class DenseMlp {
+ public:
+  // Registers "<prefix>fc.w" ... in `params`. tp divides ffn (checked by the caller).
+  DenseMlp(const ModelConfig& config, const std::string& prefix, int tp_size, int tp_rank,
+           ParameterSet& params);
+
+  // x (N, C) -> out (N, C), complete (summed over TP).
+  void forward(const ParallelContext& ctx, tensor::ConstTensorView x, tensor::TensorView out,
+               DenseMlpActivations& a);
+  // dx (N, C) += input gradient (complete, summed over TP). Frees what W does not need.
+  void backward_input(const ParallelContext& ctx, tensor::ConstTensorView dout,
+                      tensor::TensorView dx, DenseMlpActivations& a);
+  void backward_weight(const ParallelContext& ctx, tensor::ConstTensorView x,
+                       DenseMlpActivations& a);
+
+ private:
+  ParameterSet* params_;
+  std::int64_t hidden_, ffn_local_;
+  int tp_rank_;
+  int fc_w_, fc_b_, proj_w_, proj_b_;
+};
+
+}  // namespace pipetune::model

@@ -1,0 +1,193 @@
+#include "engine/model/moe_mlp.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+
+#include "engine/model/buffers.hpp"
+
+namespace pipetune::model {
+
+using tensor::ConstTensorView;
+using tensor::Shape;
+using tensor::TensorView;
+
+std::size_t MoeMlpActivations::bytes() const {
+  std::size_t b = bytes_of(probs) + bytes_of(expert_out) + bytes_of(dlogits);
+  for (const auto* list : {&xin, &fc, &gelu, &dout, &dfc})
+    for (const auto& v : *list) b += bytes_of(v);
+  b += (routing.expert.capacity() + routing.slot.capacity() + routing.slot_token.capacity()) *
+       sizeof(std::int32_t);
+  return b;
+}
+
+void MoeMlpActivations::clear() {
+  *this = MoeMlpActivations{};
+}
+
+MoeMlp::MoeMlp(const ModelConfig& config, const std::string& prefix, int tp_size, int tp_rank,
+               int ep_size, int ep_rank, ParameterSet& dense, ParameterSet& expert)
+    : config_(config),
+      dense_(&dense),
+      expert_(&expert),
+      ffn_local_(config.ffn / tp_size),
+      local_experts_(config.experts / ep_size),
+      tp_rank_(tp_rank) {
+  const std::int64_t C = config.hidden, F = config.ffn, E = config.experts, Fl = ffn_local_;
+  const std::int64_t lo = tp_rank * Fl, hi = lo + Fl;
+  const float proj_std = config.init_std / std::sqrt(2.0f * static_cast<float>(config.layers));
+  router_w_ = dense.add({prefix + "router.w", Shape{E, C}, ShardLayout::whole(E, C), true, false,
+                         Init::Normal, config.init_std});
+  for (std::int64_t le = 0; le < local_experts_; ++le) {
+    const std::string p = prefix + "expert." + std::to_string(ep_rank * local_experts_ + le) + ".";
+    ExpertParams e{};
+    e.fc_w = expert.add({p + "fc.w", Shape{Fl, C}, ShardLayout::row_blocks(F, C, 1, lo, hi), false,
+                         true, Init::Normal, config.init_std});
+    e.fc_b = expert.add({p + "fc.b", Shape{Fl}, ShardLayout::row_blocks(F, 1, 1, lo, hi), false,
+                         false, Init::Zeros, 0.0f});
+    e.proj_w = expert.add({p + "proj.w", Shape{C, Fl}, ShardLayout::columns(C, F, lo, hi), false,
+                           true, Init::Normal, proj_std});
+    e.proj_b =
+        expert.add({p + "proj.b", Shape{C}, ShardLayout::whole(C), true, false, Init::Zeros, 0.0f});
+    experts_.push_back(e);
+  }
+}
+
+void MoeMlp::to_experts(const ParallelContext& ctx, const std::vector<float>& by_expert,
+                        std::vector<std::vector<float>>& per_local, std::int64_t cap) const {
+  const std::int64_t C = config_.hidden, El = local_experts_, ep = ctx.ep_size;
+  const std::size_t block = static_cast<std::size_t>(cap * C);  // one expert's slots
+  // received (ep, El, cap, C): from EP rank i, its tokens for each of my local experts.
+  std::vector<float> received;
+  if (ep > 1) {
+    received.resize(by_expert.size());
+    ctx.comm->all_to_all(ctx.ep_group, by_expert, received);
+  }
+  const std::vector<float>& src = ep > 1 ? received : by_expert;
+  per_local.assign(static_cast<std::size_t>(El), {});
+  for (std::int64_t le = 0; le < El; ++le) {
+    auto& dst = per_local[static_cast<std::size_t>(le)];
+    dst.resize(static_cast<std::size_t>(ep) * block);  // (ep*cap, C)
+    for (std::int64_t i = 0; i < ep; ++i)
+      std::copy_n(src.data() + static_cast<std::size_t>(i * El + le) * block, block,
+                  dst.data() + static_cast<std::size_t>(i) * block);
+  }
+}
+
+void MoeMlp::from_experts(const ParallelContext& ctx,
+                          const std::vector<std::vector<float>>& per_local,
+                          std::vector<float>& by_expert, std::int64_t cap) const {
+  const std::int64_t C = config_.hidden, El = local_experts_, ep = ctx.ep_size;
+  const std::size_t block = static_cast<std::size_t>(cap * C);
+  std::vector<float> gathered(static_cast<std::size_t>(ep * El) * block);  // (ep, El, cap, C)
+  for (std::int64_t le = 0; le < El; ++le)
+    for (std::int64_t i = 0; i < ep; ++i)
+      std::copy_n(
+          per_local[static_cast<std::size_t>(le)].data() + static_cast<std::size_t>(i) * block,
+          block, gathered.data() + static_cast<std::size_t>(i * El + le) * block);
+  if (ep > 1) {
+    by_expert.resize(gathered.size());
+    ctx.comm->all_to_all(ctx.ep_group, gathered, by_expert);
+  } else {
+    by_expert = std::move(gathered);
+  }
+}
+
+void MoeMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView out,
+                     MoeMlpActivations& a) {
+  const std::int64_t N = x.shape.rows(), C = config_.hidden, E = config_.experts, Fl = ffn_local_,
+                     ep = ctx.ep_size;
+  auto& be = ctx.be();
+  const std::int64_t cap = config_.capacity_factor > 0.0
+                               ? tensor::moe_capacity(N, E, config_.top_k, config_.capacity_factor)
+                               : N;  // no dropping: a token picks an expert at most once
+  a.capacity = cap;
+  std::vector<float> logits_buf;
+  TensorView logits = sized(logits_buf, Shape{N, E});  // (N, E)
+  be.linear_forward(x, dense_->param(router_w_), {}, logits);
+  TensorView probs = sized(a.probs, Shape{N, E});  // (N, E)
+  be.moe_router_forward(logits, config_.top_k, cap, probs, a.routing);
+  a.aux_loss = config_.aux_loss_coef * be.moe_aux_loss(probs, a.routing);
+
+  std::vector<float> dispatched;
+  be.moe_dispatch(x, a.routing, sized(dispatched, Shape{E, cap, C}));  // (E, cap, C)
+  to_experts(ctx, dispatched, a.xin, cap);
+
+  const std::int64_t rows = ep * cap;
+  std::vector<std::vector<float>> outs(static_cast<std::size_t>(local_experts_));
+  a.fc.assign(static_cast<std::size_t>(local_experts_), {});
+  a.gelu.assign(static_cast<std::size_t>(local_experts_), {});
+  for (std::int64_t le = 0; le < local_experts_; ++le) {
+    const auto i = static_cast<std::size_t>(le);
+    const ExpertParams& e = experts_[i];
+    TensorView xin = view(a.xin[i], Shape{rows, C});  // (ep*cap, C)
+    TensorView fc = sized(a.fc[i], Shape{rows, Fl});  // (ep*cap, F/tp)
+    be.linear_forward(xin, expert_->param(e.fc_w), expert_->param(e.fc_b), fc);
+    TensorView g = sized(a.gelu[i], Shape{rows, Fl});
+    be.gelu_forward(fc, g);
+    TensorView o = sized(outs[i], Shape{rows, C});  // (ep*cap, C) partial over TP
+    ConstTensorView bias =
+        tp_rank_ == 0 ? ConstTensorView(expert_->param(e.proj_b)) : ConstTensorView{};
+    be.linear_forward(g, expert_->param(e.proj_w), bias, o);
+    ctx.tp_all_reduce(o);
+  }
+  from_experts(ctx, outs, a.expert_out, cap);
+  be.moe_combine(view(a.expert_out, Shape{E, cap, C}), probs, a.routing, out);
+}
+
+void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, TensorView dx,
+                            float aux_scale, MoeMlpActivations& a) {
+  const std::int64_t N = dout.shape.rows(), C = config_.hidden, E = config_.experts,
+                     Fl = ffn_local_, cap = a.capacity, rows = ctx.ep_size * cap;
+  auto& be = ctx.be();
+  std::vector<float> dexpert_out, dprobs_buf;
+  TensorView dprobs = zeros(dprobs_buf, Shape{N, E});  // (N, E)
+  be.moe_combine_backward(dout, view(a.expert_out, Shape{E, cap, C}), view(a.probs, Shape{N, E}),
+                          a.routing, zeros(dexpert_out, Shape{E, cap, C}), dprobs);
+  be.moe_aux_loss_backward(a.routing, config_.aux_loss_coef * aux_scale, dprobs);
+  TensorView dlogits = zeros(a.dlogits, Shape{N, E});  // (N, E)
+  be.moe_router_backward(view(a.probs, Shape{N, E}), dprobs, dlogits);
+  release(a.expert_out);
+
+  to_experts(ctx, dexpert_out, a.dout, cap);
+  std::vector<std::vector<float>> dxin(static_cast<std::size_t>(local_experts_));
+  a.dfc.assign(static_cast<std::size_t>(local_experts_), {});
+  for (std::int64_t le = 0; le < local_experts_; ++le) {
+    const auto i = static_cast<std::size_t>(le);
+    const ExpertParams& e = experts_[i];
+    std::vector<float> dgelu_buf;
+    TensorView dgelu = zeros(dgelu_buf, Shape{rows, Fl});  // (ep*cap, F/tp)
+    be.linear_backward_input(view(a.dout[i], Shape{rows, C}), expert_->param(e.proj_w), dgelu);
+    TensorView dfc = zeros(a.dfc[i], Shape{rows, Fl});
+    be.gelu_backward_input(dgelu, view(a.fc[i], Shape{rows, Fl}), dfc);
+    release(a.fc[i]);
+    be.linear_backward_input(dfc, expert_->param(e.fc_w), zeros(dxin[i], Shape{rows, C}));
+  }
+  std::vector<float> ddispatched;
+  from_experts(ctx, dxin, ddispatched, cap);
+  std::vector<float> part_buf;
+  TensorView part = zeros(part_buf, Shape{N, C});  // (N, C) partial over TP
+  be.moe_dispatch_backward(view(ddispatched, Shape{E, cap, C}), a.routing, part);
+  ctx.tp_all_reduce(part);
+  // The router is replicated over TP: its input gradient is complete on every TP rank.
+  be.linear_backward_input(dlogits, dense_->param(router_w_), part);
+  be.accumulate(dx, part);
+}
+
+void MoeMlp::backward_weight(const ParallelContext& ctx, ConstTensorView x, MoeMlpActivations& a) {
+  const std::int64_t N = x.shape.rows(), C = config_.hidden, E = config_.experts, Fl = ffn_local_,
+                     rows = ctx.ep_size * a.capacity;
+  auto& be = ctx.be();
+  for (std::int64_t le = 0; le < local_experts_; ++le) {
+    const auto i = static_cast<std::size_t>(le);
+    const ExpertParams& e = experts_[i];
+    be.linear_backward_weight(view(a.dout[i], Shape{rows, C}), view(a.gelu[i], Shape{rows, Fl}),
+                              expert_->grad(e.proj_w), expert_->grad(e.proj_b));
+    be.linear_backward_weight(view(a.dfc[i], Shape{rows, Fl}), view(a.xin[i], Shape{rows, C}),
+                              expert_->grad(e.fc_w), expert_->grad(e.fc_b));
+  }
+  be.linear_backward_weight(view(a.dlogits, Shape{N, E}), x, dense_->grad(router_w_), {});
+  a.clear();
+}
+
+}  // namespace pipetune::model

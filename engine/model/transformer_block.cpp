@@ -1,0 +1,151 @@
+#include "engine/model/transformer_block.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "engine/model/buffers.hpp"
+
+namespace pipetune::model {
+
+using tensor::ConstTensorView;
+using tensor::Shape;
+using tensor::TensorView;
+
+std::size_t BlockActivations::bytes() const {
+  std::size_t b = 0;
+  for (const auto* v : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &atty, &x2, &ln2, &ln2_mean,
+                        &ln2_rstd, &dln1, &dqkv, &dx2, &dln2})
+    b += bytes_of(*v);
+  return b + dense.bytes() + moe.bytes();
+}
+
+void BlockActivations::clear() {
+  *this = BlockActivations{};
+}
+
+TransformerBlock::TransformerBlock(const ModelConfig& config, std::int64_t layer, int tp_size,
+                                   int tp_rank, int ep_size, int ep_rank, ParameterSet& dense,
+                                   ParameterSet& expert)
+    : params_(&dense),
+      hidden_(config.hidden),
+      heads_local_(config.heads / tp_size),
+      hidden_local_(config.hidden / tp_size),
+      tp_rank_(tp_rank) {
+  const std::int64_t C = config.hidden, Cl = hidden_local_;
+  const std::int64_t lo = tp_rank * Cl, hi = lo + Cl;
+  const std::string p = "h." + std::to_string(layer) + ".";
+  const float proj_std = config.init_std / std::sqrt(2.0f * static_cast<float>(config.layers));
+  auto norm = [&](const std::string& name, Init init) {
+    return dense.add({p + name, Shape{C}, ShardLayout::whole(C), true, false, init, 0.0f});
+  };
+  ln1_w_ = norm("ln1.w", Init::Ones);
+  ln1_b_ = norm("ln1.b", Init::Zeros);
+  // Packed [q | k | v] rows: TP rank t holds rows [t*C/tp, (t+1)*C/tp) of each of the three,
+  // which are exactly the heads it owns.
+  qkv_w_ =
+      dense.add({p + "attn.qkv.w", Shape{3 * Cl, C}, ShardLayout::row_blocks(3 * C, C, 3, lo, hi),
+                 false, true, Init::Normal, config.init_std});
+  qkv_b_ = dense.add({p + "attn.qkv.b", Shape{3 * Cl}, ShardLayout::row_blocks(3 * C, 1, 3, lo, hi),
+                      false, false, Init::Zeros, 0.0f});
+  proj_w_ = dense.add({p + "attn.proj.w", Shape{C, Cl}, ShardLayout::columns(C, C, lo, hi), false,
+                       true, Init::Normal, proj_std});
+  proj_b_ = dense.add(
+      {p + "attn.proj.b", Shape{C}, ShardLayout::whole(C), true, false, Init::Zeros, 0.0f});
+  ln2_w_ = norm("ln2.w", Init::Ones);
+  ln2_b_ = norm("ln2.b", Init::Zeros);
+  if (config.is_moe_layer(layer))
+    moe_.emplace(config, p + "moe.", tp_size, tp_rank, ep_size, ep_rank, dense, expert);
+  else
+    dense_.emplace(config, p + "mlp.", tp_size, tp_rank, dense);
+}
+
+float TransformerBlock::forward(const ParallelContext& ctx, ConstTensorView x, TensorView y,
+                                std::int64_t batch, std::int64_t seq, BlockActivations& a) {
+  const std::int64_t B = batch, T = seq, N = B * T, C = hidden_, Cl = hidden_local_;
+  auto& be = ctx.be();
+  a.batch = B;
+  a.seq = T;
+  a.x.assign(x.data, x.data + x.numel());  // (N, C)
+  TensorView ln1 = sized(a.ln1, Shape{N, C});
+  be.layernorm_forward(view(a.x, Shape{N, C}), params_->param(ln1_w_), params_->param(ln1_b_), ln1,
+                       sized(a.ln1_mean, Shape{N}), sized(a.ln1_rstd, Shape{N}));
+  TensorView qkv = sized(a.qkv, Shape{N, 3 * Cl});  // (N, 3C/tp)
+  be.linear_forward(ln1, params_->param(qkv_w_), params_->param(qkv_b_), qkv);
+  TensorView atty = sized(a.atty, Shape{B, T, Cl});  // (B, T, C/tp)
+  be.attention_forward(view(a.qkv, Shape{B, T, 3 * Cl}), heads_local_, atty,
+                       sized(a.att, Shape{B, heads_local_, T, T}));
+  TensorView x2 = sized(a.x2, Shape{N, C});  // (N, C): attention output, then + x
+  ConstTensorView bias =
+      tp_rank_ == 0 ? ConstTensorView(params_->param(proj_b_)) : ConstTensorView{};
+  be.linear_forward(view(a.atty, Shape{N, Cl}), params_->param(proj_w_), bias, x2);
+  ctx.tp_all_reduce(x2);
+  be.accumulate(x2, view(a.x, Shape{N, C}));
+
+  TensorView ln2 = sized(a.ln2, Shape{N, C});
+  be.layernorm_forward(x2, params_->param(ln2_w_), params_->param(ln2_b_), ln2,
+                       sized(a.ln2_mean, Shape{N}), sized(a.ln2_rstd, Shape{N}));
+  float aux = 0.0f;
+  if (moe_) {
+    moe_->forward(ctx, ln2, y, a.moe);
+    aux = a.moe.aux_loss;
+  } else {
+    dense_->forward(ctx, ln2, y, a.dense);
+  }
+  be.accumulate(y, x2);
+  return aux;
+}
+
+void TransformerBlock::backward_input(const ParallelContext& ctx, ConstTensorView dy, TensorView dx,
+                                      float aux_scale, BlockActivations& a) {
+  const std::int64_t B = a.batch, T = a.seq, N = B * T, C = hidden_, Cl = hidden_local_;
+  auto& be = ctx.be();
+  // MLP half: dln2 is complete (summed over TP) when the MLP returns it.
+  TensorView dln2 = zeros(a.dln2, Shape{N, C});
+  if (moe_)
+    moe_->backward_input(ctx, dy, dln2, aux_scale, a.moe);
+  else
+    dense_->backward_input(ctx, dy, dln2, a.dense);
+  TensorView dx2 = sized(a.dx2, Shape{N, C});  // residual: dy + ln2's input gradient
+  std::copy(dy.data, dy.data + dy.numel(), dx2.data);
+  be.layernorm_backward_input(dln2, view(a.x2, Shape{N, C}), params_->param(ln2_w_),
+                              view(a.ln2_mean, Shape{N}), view(a.ln2_rstd, Shape{N}), dx2);
+
+  // Attention half.
+  std::vector<float> datty_buf;
+  TensorView datty = zeros(datty_buf, Shape{N, Cl});  // (N, C/tp)
+  be.linear_backward_input(dx2, params_->param(proj_w_), datty);
+  TensorView dqkv = zeros(a.dqkv, Shape{B, T, 3 * Cl});
+  be.attention_backward_input(view(datty_buf, Shape{B, T, Cl}), view(a.qkv, Shape{B, T, 3 * Cl}),
+                              view(a.att, Shape{B, heads_local_, T, T}), heads_local_, dqkv);
+  release(a.att);  // the largest activation; W does not need it
+  release(a.qkv);
+  TensorView dln1 = zeros(a.dln1, Shape{N, C});
+  be.linear_backward_input(view(a.dqkv, Shape{N, 3 * Cl}), params_->param(qkv_w_), dln1);
+  ctx.tp_all_reduce(dln1);
+  std::copy(dx2.data, dx2.data + dx2.numel(), dx.data);
+  be.layernorm_backward_input(dln1, view(a.x, Shape{N, C}), params_->param(ln1_w_),
+                              view(a.ln1_mean, Shape{N}), view(a.ln1_rstd, Shape{N}), dx);
+}
+
+void TransformerBlock::backward_weight(const ParallelContext& ctx, BlockActivations& a) {
+  const std::int64_t N = a.batch * a.seq, C = hidden_, Cl = hidden_local_;
+  auto& be = ctx.be();
+  if (moe_)
+    moe_->backward_weight(ctx, view(a.ln2, Shape{N, C}), a.moe);
+  else
+    dense_->backward_weight(ctx, view(a.ln2, Shape{N, C}), a.dense);
+  be.layernorm_backward_weight(view(a.dln2, Shape{N, C}), view(a.x2, Shape{N, C}),
+                               view(a.ln2_mean, Shape{N}), view(a.ln2_rstd, Shape{N}),
+                               params_->grad(ln2_w_), params_->grad(ln2_b_));
+  be.linear_backward_weight(view(a.dx2, Shape{N, C}), view(a.atty, Shape{N, Cl}),
+                            params_->grad(proj_w_), params_->grad(proj_b_));
+  be.linear_backward_weight(view(a.dqkv, Shape{N, 3 * Cl}), view(a.ln1, Shape{N, C}),
+                            params_->grad(qkv_w_), params_->grad(qkv_b_));
+  be.layernorm_backward_weight(view(a.dln1, Shape{N, C}), view(a.x, Shape{N, C}),
+                               view(a.ln1_mean, Shape{N}), view(a.ln1_rstd, Shape{N}),
+                               params_->grad(ln1_w_), params_->grad(ln1_b_));
+  a.clear();
+}
+
+}  // namespace pipetune::model

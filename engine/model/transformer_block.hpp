@@ -1,0 +1,65 @@
+// One pre-LayerNorm transformer block with Megatron tensor parallelism:
+//   x2 = x + proj(attention(qkv(ln1(x))))      qkv column-parallel (heads split over TP),
+//   y  = x2 + mlp(ln2(x2))                     proj row-parallel; mlp dense or MoE.
+// The backward is split: backward_input (B) computes the input gradient and keeps what the
+// weight gradients need; backward_weight (W) computes them later (zero-bubble schedules).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "engine/model/dense_mlp.hpp"
+#include "engine/model/moe_mlp.hpp"
+
+namespace pipetune::model {
+
+struct BlockActivations {
+  std::int64_t batch = 0, seq = 0;             // B, T (N = B*T rows)
+  std::vector<float> x;                        // (N, C) block input
+  std::vector<float> ln1, ln1_mean, ln1_rstd;  // (N, C), (N), (N)
+  std::vector<float> qkv;                      // (B, T, 3C/tp)
+  std::vector<float> att;                      // (B, NH/tp, T, T)
+  std::vector<float> atty;                     // (N, C/tp)
+  std::vector<float> x2;                       // (N, C) after the attention residual
+  std::vector<float> ln2, ln2_mean, ln2_rstd;  // (N, C), (N), (N)
+  // Gradients kept from B for W.
+  std::vector<float> dln1;  // (N, C)
+  std::vector<float> dqkv;  // (B, T, 3C/tp)
+  std::vector<float> dx2;   // (N, C)
+  std::vector<float> dln2;  // (N, C)
+  DenseMlpActivations dense;
+  MoeMlpActivations moe;
+
+  std::size_t bytes() const;
+  void clear();
+};
+
+class TransformerBlock {
+ public:
+  // Registers "h.<layer>.*" in `dense` (and experts in `expert`). Divisibility of heads, ffn and
+  // experts is checked by the caller.
+  TransformerBlock(const ModelConfig& config, std::int64_t layer, int tp_size, int tp_rank,
+                   int ep_size, int ep_rank, ParameterSet& dense, ParameterSet& expert);
+
+  // x (B*T, C) -> y (B*T, C). Returns this block's load-balancing loss (0 for a dense block).
+  float forward(const ParallelContext& ctx, tensor::ConstTensorView x, tensor::TensorView y,
+                std::int64_t batch, std::int64_t seq, BlockActivations& a);
+  // dx (N, C) = input gradient of dy (overwritten). aux_scale: the loss's gradient scale.
+  void backward_input(const ParallelContext& ctx, tensor::ConstTensorView dy, tensor::TensorView dx,
+                      float aux_scale, BlockActivations& a);
+  // Accumulates the weight gradients and frees the activations.
+  void backward_weight(const ParallelContext& ctx, BlockActivations& a);
+
+  bool is_moe() const { return moe_.has_value(); }
+
+ private:
+  ParameterSet* params_;
+  std::int64_t hidden_, heads_local_, hidden_local_;
+  int tp_rank_;
+  int ln1_w_, ln1_b_, qkv_w_, qkv_b_, proj_w_, proj_b_, ln2_w_, ln2_b_;
+  std::optional<DenseMlp> dense_;
+  std::optional<MoeMlp> moe_;
+};
+
+}  // namespace pipetune::model

@@ -1,0 +1,42 @@
+// Point-to-point messages of the pipeline runtime. Every message is tagged with what it carries
+// and for which (layer group, micro-batch), so a receive can never pick up the wrong tensor.
+// Messages to oneself (two chunks of a V schedule meeting on one rank, pp = 1) stay in a local
+// queue instead of going through the communicator.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "engine/comm/communicator.hpp"
+
+namespace pipetune::runtime {
+
+enum class MessageKind : std::uint8_t {
+  Activation = 1,      // output of layer group g-1 -> input of group g
+  Gradient = 2,        // input gradient of group g+1 -> output gradient of group g
+  FinalHidden = 3,     // vocabulary parallel: final hidden state -> every S pass
+  EmbeddingGrad = 4,   // vocabulary parallel: gradient of the embedding output -> every IB pass
+  Stats = 5,           // vocabulary parallel C1: per-shard max, sum of exp, target logit
+  SoftmaxWeights = 6,  // vocabulary parallel C1 (Vocab2): sum_v p_v W_v and W_target partials
+  OutputGrad = 7,      // vocabulary parallel C2 (Vocab1): partial gradient of the final hidden
+  EmbeddingPart = 8,   // vocabulary parallel input reduce: partial embeddings
+};
+
+int message_tag(MessageKind kind, int group, int microbatch);
+
+class Mailbox {
+ public:
+  explicit Mailbox(comm::Communicator& comm) : comm_(&comm) {}
+
+  void post(int dst, MessageKind kind, int group, int microbatch, std::span<const float> data);
+  // Fills `data` (its size must match the message).
+  void take(int src, MessageKind kind, int group, int microbatch, std::span<float> data);
+
+ private:
+  comm::Communicator* comm_;
+  std::map<int, std::vector<std::vector<float>>> local_;  // tag -> FIFO of messages to self
+};
+
+}  // namespace pipetune::runtime

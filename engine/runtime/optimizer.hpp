@@ -1,0 +1,53 @@
+// Data-parallel gradient reduction and AdamW for one ParameterSet of one rank.
+//
+// Without ZeRO the gradients are all-reduced over the reduction group (DP for dense parameters,
+// expert-DP for experts) and every rank updates all its parameters. With ZeRO-1 the flat
+// gradient buffer is reduce-scattered, each rank keeps AdamW moments for and updates only its
+// 1/g shard, and the updated parameters are all-gathered: the same numbers, 1/g of the optimizer
+// state.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/comm/communicator.hpp"
+#include "engine/model/parameters.hpp"
+#include "engine/tensor/backend.hpp"
+
+namespace pipetune::runtime {
+
+class DataParallelOptimizer {
+ public:
+  // `group`: the ranks holding replicas of these parameters (this rank included).
+  DataParallelOptimizer(model::ParameterSet& params, comm::Communicator& comm,
+                        comm::ProcessGroup group, int tp_rank, bool zero1,
+                        tensor::Backend& backend);
+
+  void reduce_gradients();
+  // Sum of squares of the gradient elements this rank is responsible for, so that summing it over
+  // the world counts every distinct element once (TP replicas on TP rank 0, DP replicas on the
+  // owner of their shard).
+  double owned_sum_squares() const;
+  // AdamW step `step` (from 1) on the owned elements after scaling their gradients by
+  // `clip_coef`; all-gathers under ZeRO-1. Weight decay only on entries marked `decay`.
+  void step(const tensor::AdamWConfig& config, std::int64_t step, float clip_coef);
+  void zero_grad();
+
+  // Owned range of the flat buffers, [lo, hi).
+  std::int64_t owned_lo() const { return lo_; }
+  std::int64_t owned_hi() const { return hi_; }
+  std::vector<float>& moment1() { return m_; }
+  std::vector<float>& moment2() { return v_; }
+
+ private:
+  model::ParameterSet* params_;
+  comm::Communicator* comm_;
+  comm::ProcessGroup group_;
+  int tp_rank_;
+  bool zero1_;
+  tensor::Backend* backend_;
+  std::int64_t lo_ = 0, hi_ = 0;
+  std::vector<float> m_, v_;  // (hi - lo)
+};
+
+}  // namespace pipetune::runtime

@@ -1,0 +1,334 @@
+#include "engine/runtime/rank_runtime.hpp"
+
+#include "engine/runtime/rank_runtime_state.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "engine/errors.hpp"
+#include "engine/model/buffers.hpp"
+#include "engine/schedule/dependencies.hpp"
+
+namespace pipetune::runtime {
+
+using model::release;
+using model::sized;
+using model::view;
+using model::zeros;
+using schedule::Op;
+using schedule::OpKind;
+using tensor::ConstTensorView;
+using tensor::Shape;
+using tensor::TensorView;
+
+namespace {
+
+model::RankPlacement make_placement(const model::ModelConfig& config,
+                                    const spec::ParallelPlan& plan,
+                                    const std::vector<int>& layer_split,
+                                    const schedule::Schedule& s, const comm::RankCoordinates& at) {
+  model::RankPlacement p;
+  p.tp_size = plan.tp;
+  p.tp_rank = at.tp_rank;
+  p.ep_size = plan.ep;
+  p.ep_rank = at.ep_rank;
+  p.groups = s.groups();
+  std::vector<std::int64_t> first(layer_split.size() + 1, 0);
+  for (std::size_t g = 0; g < layer_split.size(); ++g) first[g + 1] = first[g] + layer_split[g];
+  for (int c = 0; c < s.chunks; ++c) {
+    const int g = s.group_of(at.pp_rank, c);
+    p.chunks.push_back(
+        {g, first[static_cast<std::size_t>(g)], layer_split[static_cast<std::size_t>(g)]});
+  }
+  p.vocab_parallel = s.vocab != schedule::VocabMode::None;
+  p.vocab_shards = p.vocab_parallel ? plan.tp * plan.pp : plan.tp;
+  p.vocab_index = p.vocab_parallel ? at.pp_rank * plan.tp + at.tp_rank : at.tp_rank;
+  p.holds_position_embedding = at.pp_rank == s.rank_of_group(0);
+  (void)config;
+  return p;
+}
+
+}  // namespace
+
+RankRuntime::RankRuntime(const model::ModelConfig& config, const spec::ParallelPlan& plan,
+                         const std::vector<int>& layer_split, const schedule::Schedule& schedule,
+                         const comm::Topology& topology, comm::Communicator& comm,
+                         tensor::Backend& backend, RankObserver* observer)
+    : config_(config),
+      plan_(plan),
+      schedule_(&schedule),
+      topology_(&topology),
+      comm_(&comm),
+      observer_(observer),
+      rank_(comm.rank()),
+      pp_rank_(topology.coordinates(comm.rank()).pp_rank),
+      pp_group_(topology.pp_group(comm.rank())),
+      vocab_group_(topology.vocab_group(comm.rank())),
+      mailbox_(comm) {
+  const comm::RankCoordinates at = topology.coordinates(rank_);
+  ctx_.backend = &backend;
+  ctx_.comm = &comm;
+  ctx_.tp_group = topology.tp_group(rank_);
+  ctx_.ep_group = topology.ep_group(rank_);
+  ctx_.tp_rank = at.tp_rank;
+  ctx_.tp_size = plan.tp;
+  ctx_.ep_rank = at.ep_rank;
+  ctx_.ep_size = plan.ep;
+  vocab_parallel_ = schedule.vocab != schedule::VocabMode::None;
+  model_ = std::make_unique<model::RankModel>(
+      config, make_placement(config, plan, layer_split, schedule, at));
+}
+
+RankRuntime::~RankRuntime() = default;
+
+int RankRuntime::group_rank(int group) const {
+  return pp_group_.ranks[static_cast<std::size_t>(schedule_->rank_of_group(group))];
+}
+
+RankRuntime::ChunkState& RankRuntime::chunk_state(int chunk, int mb) {
+  return chunks_[static_cast<std::int64_t>(chunk) * schedule_->microbatches + mb];
+}
+
+void RankRuntime::drop_chunk_state(int chunk, int mb) {
+  chunks_.erase(static_cast<std::int64_t>(chunk) * schedule_->microbatches + mb);
+}
+
+std::size_t RankRuntime::activation_bytes() const {
+  std::size_t b = 0;
+  for (const auto& [key, s] : chunks_) b += s.bytes();
+  for (const auto& [key, v] : vocab_) b += v.bytes();
+  return b;
+}
+
+IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batches,
+                                          std::int64_t step) {
+  if (static_cast<int>(batches.size()) != schedule_->microbatches)
+    throw std::logic_error("run_schedule: " + std::to_string(batches.size()) + " batches for " +
+                           std::to_string(schedule_->microbatches) + " micro-batches");
+  batches_ = &batches;
+  step_ = step;
+  batch_ = batches.front().batch_size;
+  seq_ = batches.front().seq_len;
+  grad_scale_ = 1.0f / static_cast<float>(schedule_->microbatches * plan_.dp);
+  losses_ = {};
+  for (const Op& op : schedule_->ranks[static_cast<std::size_t>(pp_rank_)]) {
+    if (observer_) observer_->op_begin(op);
+    run_op(op);
+    if (observer_) observer_->op_end(op, activation_bytes());
+  }
+  if (!chunks_.empty() || !vocab_.empty())
+    throw std::logic_error("run_schedule: activations left after the iteration on rank " +
+                           std::to_string(rank_));
+  return losses_;
+}
+
+void RankRuntime::run_op(const Op& op) {
+  switch (op.kind) {
+    case OpKind::F:
+      forward(op.chunk, op.microbatch);
+      break;
+    case OpKind::B:
+      backward_input(op.chunk, op.microbatch);
+      break;
+    case OpKind::W:
+      backward_weight(op.chunk, op.microbatch);
+      break;
+    case OpKind::BW:
+      backward_input(op.chunk, op.microbatch);
+      backward_weight(op.chunk, op.microbatch);
+      break;
+    case OpKind::S:
+      vocab_output_forward(op.microbatch);
+      break;
+    case OpKind::T:
+      vocab_output_backward(op.microbatch);
+      break;
+    case OpKind::IF:
+      vocab_input_forward(op.microbatch);
+      break;
+    case OpKind::IB:
+      vocab_input_backward(op.microbatch);
+      break;
+  }
+}
+
+// ---- forward ------------------------------------------------------------------------------------
+
+void RankRuntime::embed_plain(int mb, TensorView x) {
+  auto& m = *model_;
+  auto& be = ctx_.be();
+  const auto& tokens = (*batches_)[static_cast<std::size_t>(mb)].inputs;
+  // Vocabulary rows split over TP: each rank embeds the tokens of its rows, the TP sum completes
+  // it; the position term joins on TP rank 0 only.
+  ConstTensorView wpe =
+      ctx_.tp_rank == 0 ? ConstTensorView(m.dense.param(m.wpe())) : ConstTensorView{};
+  be.embedding_shard_forward(tokens, m.dense.param(m.wte()), m.vocab().lo, config_.vocab, wpe,
+                             TensorView{x.data, Shape{batch_, seq_, config_.hidden}});
+  ctx_.tp_all_reduce(x);
+}
+
+void RankRuntime::reduce_embedding_parts(int mb, TensorView x) {
+  // Input reduce: every vocabulary-group member's partial embedding, summed in group order.
+  const std::int64_t N = rows(), C = config_.hidden;
+  std::vector<float> part(static_cast<std::size_t>(N * C));
+  std::fill(x.data, x.data + x.numel(), 0.0f);
+  for (int src : vocab_group_.ranks) {
+    mailbox_.take(src, MessageKind::EmbeddingPart, 0, mb, part);
+    ctx_.be().accumulate(x, view(part, Shape{N, C}));
+  }
+}
+
+void RankRuntime::forward(int chunk, int mb) {
+  const std::int64_t N = rows(), C = config_.hidden;
+  auto& m = *model_;
+  auto& be = ctx_.be();
+  const int group = m.placement().chunks[static_cast<std::size_t>(chunk)].group;
+  ChunkState& s = chunk_state(chunk, mb);
+  auto& blocks = m.blocks(chunk);
+  s.blocks.resize(blocks.size());
+
+  std::vector<float> x_buf, y_buf;
+  TensorView x = sized(x_buf, Shape{N, C});  // (N, C)
+  if (group > 0)
+    mailbox_.take(group_rank(group - 1), MessageKind::Activation, group, mb,
+                  {x.data, static_cast<std::size_t>(x.numel())});
+  else if (vocab_parallel_)
+    reduce_embedding_parts(mb, x);
+  else
+    embed_plain(mb, x);
+
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    TensorView y = sized(y_buf, Shape{N, C});
+    losses_.aux_sum += blocks[i].forward(ctx_, x, y, batch_, seq_, s.blocks[i]);
+    std::swap(x_buf, y_buf);
+    x = view(x_buf, Shape{N, C});
+  }
+
+  if (group < m.placement().groups - 1) {
+    mailbox_.post(group_rank(group + 1), MessageKind::Activation, group + 1, mb, x_buf);
+    return;
+  }
+  // Last group: final LayerNorm, then the loss (plain) or the hand-off to the S passes.
+  s.out = std::move(x_buf);
+  TensorView lnf = sized(s.lnf, Shape{N, C});
+  be.layernorm_forward(view(s.out, Shape{N, C}), m.dense.param(m.lnf_w()), m.dense.param(m.lnf_b()),
+                       lnf, sized(s.lnf_mean, Shape{N}), sized(s.lnf_rstd, Shape{N}));
+  if (vocab_parallel_) {
+    for (int dst : vocab_group_.ranks) mailbox_.post(dst, MessageKind::FinalHidden, 0, mb, s.lnf);
+    return;
+  }
+  const float loss = output_loss_plain(s, mb);
+  losses_.loss_sum += loss;
+  losses_.loss_microbatches += 1;
+}
+
+float RankRuntime::output_loss_plain(ChunkState& s, int mb) {
+  const std::int64_t N = rows(), C = config_.hidden, Vs = model_->vocab().rows();
+  auto& m = *model_;
+  auto& be = ctx_.be();
+  const auto& targets = (*batches_)[static_cast<std::size_t>(mb)].targets;
+  TensorView logits = sized(s.logits, Shape{N, Vs});  // (N, V/tp)
+  be.linear_forward(view(s.lnf, Shape{N, C}), m.dense.param(m.head()), {}, logits);
+  TensorView gmax = sized(s.gmax, Shape{N}), gsum = sized(s.gsum, Shape{N});
+  std::vector<float> target_buf, losses_buf;
+  TensorView target = sized(target_buf, Shape{N});
+  be.vocab_ce_local_stats(logits, targets, m.vocab().lo, gmax, gsum, target);
+  if (ctx_.tp_size > 1) {
+    // Megatron's vocab-parallel cross-entropy: max, then rescaled sums, over the TP group.
+    std::vector<float> local_max(s.gmax);
+    ctx_.tp_all_reduce(gmax, comm::ReduceOp::max);
+    be.vocab_ce_rescale_sum(view(local_max, Shape{N}), gmax, gsum);
+    ctx_.tp_all_reduce(gsum);
+    ctx_.tp_all_reduce(target);
+  }
+  const float loss = be.vocab_ce_loss(gmax, gsum, target, sized(losses_buf, Shape{N}));
+  if (!std::isfinite(loss))
+    throw std::runtime_error("step " + std::to_string(step_) + ": loss is " +
+                             (std::isnan(loss) ? "nan" : "inf") + " on rank " +
+                             std::to_string(rank_) + " (micro-batch " + std::to_string(mb) + ")");
+  return loss;
+}
+
+// ---- backward -----------------------------------------------------------------------------------
+
+void RankRuntime::output_backward_plain(ChunkState& s, int mb, TensorView dy_final) {
+  const std::int64_t N = rows(), C = config_.hidden, Vs = model_->vocab().rows();
+  auto& m = *model_;
+  auto& be = ctx_.be();
+  const auto& targets = (*batches_)[static_cast<std::size_t>(mb)].targets;
+  TensorView dlogits = zeros(s.dlogits, Shape{N, Vs});
+  be.vocab_ce_backward(view(s.logits, Shape{N, Vs}), targets, m.vocab().lo, view(s.gmax, Shape{N}),
+                       view(s.gsum, Shape{N}), grad_scale_ / static_cast<float>(N), dlogits);
+  release(s.logits);
+  TensorView dlnf = zeros(s.dlnf, Shape{N, C});
+  be.linear_backward_input(dlogits, m.dense.param(m.head()), dlnf);
+  ctx_.tp_all_reduce(dlnf);
+  std::fill(dy_final.data, dy_final.data + dy_final.numel(), 0.0f);
+  be.layernorm_backward_input(dlnf, view(s.out, Shape{N, C}), m.dense.param(m.lnf_w()),
+                              view(s.lnf_mean, Shape{N}), view(s.lnf_rstd, Shape{N}), dy_final);
+}
+
+void RankRuntime::backward_input(int chunk, int mb) {
+  const std::int64_t N = rows(), C = config_.hidden;
+  auto& m = *model_;
+  const int group = m.placement().chunks[static_cast<std::size_t>(chunk)].group;
+  ChunkState& s = chunk_state(chunk, mb);
+  auto& blocks = m.blocks(chunk);
+
+  std::vector<float> dy_buf, dx_buf;
+  TensorView dy = sized(dy_buf, Shape{N, C});
+  if (group < m.placement().groups - 1)
+    mailbox_.take(group_rank(group + 1), MessageKind::Gradient, group, mb,
+                  {dy.data, static_cast<std::size_t>(dy.numel())});
+  else if (vocab_parallel_)
+    output_backward_vocab(s, mb, dy);
+  else
+    output_backward_plain(s, mb, dy);
+
+  for (std::size_t i = blocks.size(); i-- > 0;) {
+    TensorView dx = sized(dx_buf, Shape{N, C});
+    blocks[i].backward_input(ctx_, dy, dx, grad_scale_, s.blocks[i]);
+    std::swap(dy_buf, dx_buf);
+    dy = view(dy_buf, Shape{N, C});
+  }
+  s.backward_done = true;
+  if (group > 0) {
+    mailbox_.post(group_rank(group - 1), MessageKind::Gradient, group - 1, mb, dy_buf);
+  } else if (vocab_parallel_) {
+    for (int dst : vocab_group_.ranks)
+      mailbox_.post(dst, MessageKind::EmbeddingGrad, 0, mb, dy_buf);
+  } else {
+    s.demb = std::move(dy_buf);  // the embedding's weight gradient waits for W
+  }
+}
+
+void RankRuntime::backward_weight(int chunk, int mb) {
+  const std::int64_t N = rows(), C = config_.hidden;
+  auto& m = *model_;
+  auto& be = ctx_.be();
+  const int group = m.placement().chunks[static_cast<std::size_t>(chunk)].group;
+  ChunkState& s = chunk_state(chunk, mb);
+  if (!s.backward_done)
+    throw std::logic_error("W before B for chunk " + std::to_string(chunk) + " micro-batch " +
+                           std::to_string(mb));
+  auto& blocks = m.blocks(chunk);
+  if (group == m.placement().groups - 1) {
+    if (!vocab_parallel_)
+      be.linear_backward_weight(view(s.dlogits, Shape{N, model_->vocab().rows()}),
+                                view(s.lnf, Shape{N, C}), m.dense.grad(m.head()), {});
+    be.layernorm_backward_weight(view(s.dlnf, Shape{N, C}), view(s.out, Shape{N, C}),
+                                 view(s.lnf_mean, Shape{N}), view(s.lnf_rstd, Shape{N}),
+                                 m.dense.grad(m.lnf_w()), m.dense.grad(m.lnf_b()));
+  }
+  for (std::size_t i = blocks.size(); i-- > 0;) blocks[i].backward_weight(ctx_, s.blocks[i]);
+  if (group == 0 && !vocab_parallel_) {
+    const auto& tokens = (*batches_)[static_cast<std::size_t>(mb)].inputs;
+    TensorView dwpe = m.wpe() >= 0 ? m.dense.grad(m.wpe()) : TensorView{};
+    be.embedding_shard_backward_weight(tokens, view(s.demb, Shape{batch_, seq_, C}), m.vocab().lo,
+                                       config_.vocab, m.dense.grad(m.wte()), dwpe);
+  }
+  drop_chunk_state(chunk, mb);
+}
+
+}  // namespace pipetune::runtime

@@ -1,0 +1,105 @@
+// One rank of a training run: its slice of the model and the pipeline op list it executes.
+//
+// run_schedule() executes this rank's ops of the Schedule in order for one iteration: F runs a
+// layer group forward (receiving its input from the previous group's rank, sending its output
+// on), B the input-gradient backward, W the deferred weight gradients, BW both; S/T/IF/IB the
+// vocabulary-parallel passes. Barriers of the vocabulary passes are exchanges of buffered
+// messages among the vocabulary group: a rank joins by sending its contribution and continues;
+// the op that needs the result receives every member's contribution and combines them in group
+// order (deterministic). That keeps the schedule's semantics (joining never blocks), so every
+// schedule the validator accepts runs without deadlock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "engine/comm/topology.hpp"
+#include "engine/data/data_loader.hpp"
+#include "engine/model/rank_model.hpp"
+#include "engine/runtime/mailbox.hpp"
+#include "engine/runtime/rank_observer.hpp"
+#include "engine/schedule/schedule.hpp"
+#include "engine/spec/parallel_plan.hpp"
+
+namespace pipetune::runtime {
+
+// Losses of one iteration as this rank saw them. Only the ranks that compute the loss (those
+// holding the last layer group) fill `loss_sum`; aux_sum holds this rank's MoE layers.
+struct IterationLosses {
+  double loss_sum = 0.0;  // sum over micro-batches of the mean cross-entropy
+  double aux_sum = 0.0;   // sum over micro-batches of the load-balancing losses (coefficient in)
+  int loss_microbatches = 0;
+};
+
+class RankRuntime {
+ public:
+  RankRuntime(const model::ModelConfig& config, const spec::ParallelPlan& plan,
+              const std::vector<int>& layer_split, const schedule::Schedule& schedule,
+              const comm::Topology& topology, comm::Communicator& comm, tensor::Backend& backend,
+              RankObserver* observer = nullptr);
+  ~RankRuntime();
+  RankRuntime(const RankRuntime&) = delete;
+  RankRuntime& operator=(const RankRuntime&) = delete;
+
+  // Runs this rank's op list for one iteration over `batches` (one per micro-batch). Gradients
+  // accumulate into the model's gradient buffers (the caller zeroes them). `step` (from 1) only
+  // names the iteration in errors.
+  IterationLosses run_schedule(const std::vector<data::Batch>& batches, std::int64_t step);
+
+  model::RankModel& model() { return *model_; }
+  const model::RankModel& model() const { return *model_; }
+  const model::ParallelContext& context() const { return ctx_; }
+  // Activation bytes currently held (all micro-batches in flight).
+  std::size_t activation_bytes() const;
+
+ private:
+  struct ChunkState;
+  struct VocabState;
+
+  void run_op(const schedule::Op& op);
+  void forward(int chunk, int mb);
+  void backward_input(int chunk, int mb);
+  void backward_weight(int chunk, int mb);
+  void vocab_output_forward(int mb);   // S
+  void vocab_output_backward(int mb);  // T
+  void vocab_input_forward(int mb);    // IF
+  void vocab_input_backward(int mb);   // IB
+
+  void embed_plain(int mb, tensor::TensorView x);
+  void reduce_embedding_parts(int mb, tensor::TensorView x);
+  float output_loss_plain(ChunkState& s, int mb);
+  void output_backward_plain(ChunkState& s, int mb, tensor::TensorView dy_final);
+  // C1 for micro-batch mb: global max / sum of exp / target logit, received once and cached.
+  VocabState& collect_stats(int mb);
+  void output_backward_vocab(ChunkState& s, int mb, tensor::TensorView dy_final);
+
+  ChunkState& chunk_state(int chunk, int mb);
+  void drop_chunk_state(int chunk, int mb);
+  int group_rank(int group) const;  // global rank holding layer group `group`
+  std::int64_t rows() const { return batch_ * seq_; }
+
+  model::ModelConfig config_;
+  spec::ParallelPlan plan_;
+  const schedule::Schedule* schedule_;
+  const comm::Topology* topology_;
+  comm::Communicator* comm_;
+  RankObserver* observer_;
+  int rank_, pp_rank_;
+  comm::ProcessGroup pp_group_;
+  comm::ProcessGroup vocab_group_;
+  model::ParallelContext ctx_;
+  std::unique_ptr<model::RankModel> model_;
+  Mailbox mailbox_;
+  bool vocab_parallel_ = false;
+  std::int64_t batch_ = 0, seq_ = 0;
+  float grad_scale_ = 1.0f;  // d(loss)/d(mean CE of one micro-batch) = 1 / (m * dp)
+  const std::vector<data::Batch>* batches_ = nullptr;
+  std::int64_t step_ = 0;
+  IterationLosses losses_;
+  std::map<std::int64_t, ChunkState> chunks_;  // key chunk * m + mb
+  std::map<int, VocabState> vocab_;            // key mb
+};
+
+}  // namespace pipetune::runtime

@@ -1,0 +1,206 @@
+// The vocabulary-parallel passes of RankRuntime (Vocabulary Parallelism, Yeung et al. 2024):
+// S computes this shard's logits and softmax statistics, T the logits' gradient and the output
+// layer's weight gradient, IF a partial input embedding, IB the input embedding's weight
+// gradient. Barriers are exchanges of buffered messages (see rank_runtime.hpp).
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "engine/model/buffers.hpp"
+#include "engine/runtime/rank_runtime.hpp"
+#include "engine/runtime/rank_runtime_state.hpp"
+
+namespace pipetune::runtime {
+
+using model::release;
+using model::sized;
+using model::view;
+using model::zeros;
+using tensor::ConstTensorView;
+using tensor::Shape;
+using tensor::TensorView;
+
+void RankRuntime::vocab_output_forward(int mb) {
+  const std::int64_t N = rows(), C = config_.hidden, Vs = model_->vocab().rows();
+  auto& m = *model_;
+  auto& be = ctx_.be();
+  const auto& targets = (*batches_)[static_cast<std::size_t>(mb)].targets;
+  const int last = m.placement().groups - 1;
+  VocabState& v = vocab_[mb];
+  TensorView hidden = sized(v.hidden, Shape{N, C});
+  mailbox_.take(group_rank(last), MessageKind::FinalHidden, 0, mb,
+                {hidden.data, static_cast<std::size_t>(hidden.numel())});
+  TensorView logits = sized(v.logits, Shape{N, Vs});  // (N, V/shards)
+  be.linear_forward(hidden, m.dense.param(m.head()), {}, logits);
+
+  std::vector<float> stats(static_cast<std::size_t>(3 * N));  // [max | sum | target] (3, N)
+  TensorView lmax{stats.data(), Shape{N}}, lsum{stats.data() + N, Shape{N}},
+      target{stats.data() + 2 * N, Shape{N}};
+  be.vocab_ce_local_stats(logits, targets, m.vocab().lo, lmax, lsum, target);
+  if (ctx_.tp_size > 1) {
+    std::vector<float> local_max(stats.begin(), stats.begin() + N);
+    ctx_.tp_all_reduce(lmax, comm::ReduceOp::max);
+    be.vocab_ce_rescale_sum(view(local_max, Shape{N}), lmax, lsum);
+    ctx_.tp_all_reduce(lsum);
+    ctx_.tp_all_reduce(target);
+  }
+  for (int dst : vocab_group_.ranks) mailbox_.post(dst, MessageKind::Stats, 0, mb, stats);
+
+  if (schedule_->vocab == schedule::VocabMode::Vocab2) {
+    // Algorithm 2: send what lets the last group's B form the hidden state's gradient right
+    // after the one barrier: A = sum_v exp(l_v - max) W_v and the target's row W_t.
+    std::vector<float> weights(static_cast<std::size_t>(2 * N * C), 0.0f);  // [A | W_t] (2, N, C)
+    std::vector<float> p_buf;
+    TensorView p = sized(p_buf, Shape{N, Vs});
+    for (std::int64_t n = 0; n < N; ++n) {
+      const float* l = logits.data + n * Vs;
+      float* pr = p.data + n * Vs;
+      for (std::int64_t j = 0; j < Vs; ++j) pr[j] = std::exp(l[j] - lmax.data[n]);
+    }
+    TensorView a{weights.data(), Shape{N, C}}, wt{weights.data() + N * C, Shape{N, C}};
+    be.linear_backward_input(p, m.dense.param(m.head()), a);
+    const float* head = m.dense.param(m.head()).data;
+    for (std::int64_t n = 0; n < N; ++n) {
+      const std::int64_t t = targets[static_cast<std::size_t>(n)];
+      if (t >= m.vocab().lo && t < m.vocab().hi)
+        std::copy_n(head + (t - m.vocab().lo) * C, C, wt.data + n * C);
+    }
+    if (ctx_.tp_size > 1) {
+      TensorView both{weights.data(), Shape{2 * N, C}};
+      ctx_.tp_all_reduce(both);
+    }
+    mailbox_.post(group_rank(last), MessageKind::SoftmaxWeights, 0, mb, weights);
+  }
+}
+
+RankRuntime::VocabState& RankRuntime::collect_stats(int mb) {
+  VocabState& v = vocab_[mb];
+  if (v.stats_ready) return v;
+  const std::int64_t N = rows();
+  const auto members = static_cast<std::int64_t>(vocab_group_.ranks.size());
+  std::vector<float> all(static_cast<std::size_t>(members * 3 * N));  // (members, 3, N)
+  for (std::int64_t i = 0; i < members; ++i)
+    mailbox_.take(vocab_group_.ranks[static_cast<std::size_t>(i)], MessageKind::Stats, 0, mb,
+                  {all.data() + i * 3 * N, static_cast<std::size_t>(3 * N)});
+  v.gmax.assign(static_cast<std::size_t>(N), -INFINITY);
+  v.gsum.assign(static_cast<std::size_t>(N), 0.0f);
+  v.target.assign(static_cast<std::size_t>(N), 0.0f);
+  v.peer_max.resize(static_cast<std::size_t>(members * N));
+  for (std::int64_t i = 0; i < members; ++i)
+    for (std::int64_t n = 0; n < N; ++n) {
+      v.peer_max[static_cast<std::size_t>(i * N + n)] =
+          all[static_cast<std::size_t>(i * 3 * N + n)];
+      v.gmax[static_cast<std::size_t>(n)] = std::max(v.gmax[static_cast<std::size_t>(n)],
+                                                     all[static_cast<std::size_t>(i * 3 * N + n)]);
+    }
+  // Combined in group order, like the communicator's deterministic reductions.
+  for (std::int64_t i = 0; i < members; ++i)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const auto k = static_cast<std::size_t>(n);
+      const float mi = all[static_cast<std::size_t>(i * 3 * N + n)];
+      v.gsum[k] += all[static_cast<std::size_t>(i * 3 * N + N + n)] * std::exp(mi - v.gmax[k]);
+      v.target[k] += all[static_cast<std::size_t>(i * 3 * N + 2 * N + n)];
+    }
+  v.stats_ready = true;
+  const bool holds_last = rank_ == group_rank(model_->placement().groups - 1);
+  v.stats_uses_left = schedule_->vocab == schedule::VocabMode::Vocab2 && holds_last ? 2 : 1;
+  return v;
+}
+
+void RankRuntime::vocab_output_backward(int mb) {
+  const std::int64_t N = rows(), C = config_.hidden, Vs = model_->vocab().rows();
+  auto& m = *model_;
+  auto& be = ctx_.be();
+  const auto& targets = (*batches_)[static_cast<std::size_t>(mb)].targets;
+  const int last = m.placement().groups - 1;
+  VocabState& v = collect_stats(mb);
+  if (rank_ == group_rank(last)) {
+    std::vector<float> losses_buf;
+    const float loss = be.vocab_ce_loss(view(v.gmax, Shape{N}), view(v.gsum, Shape{N}),
+                                        view(v.target, Shape{N}), sized(losses_buf, Shape{N}));
+    if (!std::isfinite(loss))
+      throw std::runtime_error("step " + std::to_string(step_) + ": loss is " +
+                               (std::isnan(loss) ? "nan" : "inf") + " on rank " +
+                               std::to_string(rank_) + " (micro-batch " + std::to_string(mb) + ")");
+    losses_.loss_sum += loss;
+    losses_.loss_microbatches += 1;
+  }
+  std::vector<float> dlogits_buf;
+  TensorView dlogits = zeros(dlogits_buf, Shape{N, Vs});
+  be.vocab_ce_backward(view(v.logits, Shape{N, Vs}), targets, m.vocab().lo, view(v.gmax, Shape{N}),
+                       view(v.gsum, Shape{N}), grad_scale_ / static_cast<float>(N), dlogits);
+  be.linear_backward_weight(dlogits, view(v.hidden, Shape{N, C}), m.dense.grad(m.head()), {});
+  if (schedule_->vocab != schedule::VocabMode::Vocab2) {
+    // C2: this shard's part of the final hidden state's gradient, to the last group's rank.
+    std::vector<float> dx_buf;
+    TensorView dx = zeros(dx_buf, Shape{N, C});
+    be.linear_backward_input(dlogits, m.dense.param(m.head()), dx);
+    ctx_.tp_all_reduce(dx);
+    mailbox_.post(group_rank(last), MessageKind::OutputGrad, 0, mb, dx_buf);
+  }
+  release(v.hidden);
+  release(v.logits);
+  v.output_done = true;
+  if (--v.stats_uses_left == 0) vocab_.erase(mb);
+}
+
+void RankRuntime::output_backward_vocab(ChunkState& s, int mb, TensorView dy_final) {
+  const std::int64_t N = rows(), C = config_.hidden;
+  auto& m = *model_;
+  auto& be = ctx_.be();
+  TensorView dlnf = zeros(s.dlnf, Shape{N, C});
+  if (schedule_->vocab == schedule::VocabMode::Vocab2) {
+    VocabState& v = collect_stats(mb);
+    const float scale = grad_scale_ / static_cast<float>(N);
+    std::vector<float> weights(static_cast<std::size_t>(2 * N * C));
+    for (std::size_t i = 0; i < vocab_group_.ranks.size(); ++i) {
+      mailbox_.take(vocab_group_.ranks[i], MessageKind::SoftmaxWeights, 0, mb, weights);
+      for (std::int64_t n = 0; n < N; ++n) {
+        const auto k = static_cast<std::size_t>(n);
+        const float coef =
+            std::exp(v.peer_max[i * static_cast<std::size_t>(N) + k] - v.gmax[k]) / v.gsum[k];
+        const float* a = weights.data() + n * C;
+        const float* wt = weights.data() + N * C + n * C;
+        float* d = dlnf.data + n * C;
+        for (std::int64_t c = 0; c < C; ++c) d[c] += scale * (coef * a[c] - wt[c]);
+      }
+    }
+    if (--v.stats_uses_left == 0) vocab_.erase(mb);
+  } else {
+    std::vector<float> part(static_cast<std::size_t>(N * C));
+    for (int src : vocab_group_.ranks) {
+      mailbox_.take(src, MessageKind::OutputGrad, 0, mb, part);
+      be.accumulate(dlnf, view(part, Shape{N, C}));
+    }
+  }
+  std::fill(dy_final.data, dy_final.data + dy_final.numel(), 0.0f);
+  be.layernorm_backward_input(dlnf, view(s.out, Shape{N, C}), m.dense.param(m.lnf_w()),
+                              view(s.lnf_mean, Shape{N}), view(s.lnf_rstd, Shape{N}), dy_final);
+}
+
+void RankRuntime::vocab_input_forward(int mb) {
+  const std::int64_t N = rows(), C = config_.hidden;
+  auto& m = *model_;
+  const auto& tokens = (*batches_)[static_cast<std::size_t>(mb)].inputs;
+  std::vector<float> part(static_cast<std::size_t>(N * C));
+  ConstTensorView wpe = m.wpe() >= 0 && ctx_.tp_rank == 0 ? ConstTensorView(m.dense.param(m.wpe()))
+                                                          : ConstTensorView{};
+  ctx_.be().embedding_shard_forward(tokens, m.dense.param(m.wte()), m.vocab().lo, config_.vocab,
+                                    wpe, TensorView{part.data(), Shape{batch_, seq_, C}});
+  ctx_.tp_all_reduce(TensorView{part.data(), Shape{N, C}});
+  mailbox_.post(group_rank(0), MessageKind::EmbeddingPart, 0, mb, part);
+}
+
+void RankRuntime::vocab_input_backward(int mb) {
+  const std::int64_t C = config_.hidden;
+  auto& m = *model_;
+  const auto& tokens = (*batches_)[static_cast<std::size_t>(mb)].inputs;
+  std::vector<float> demb(static_cast<std::size_t>(rows() * C));
+  mailbox_.take(group_rank(0), MessageKind::EmbeddingGrad, 0, mb, demb);
+  TensorView dwpe = m.wpe() >= 0 ? m.dense.grad(m.wpe()) : TensorView{};
+  ctx_.be().embedding_shard_backward_weight(tokens, view(demb, Shape{batch_, seq_, C}),
+                                            m.vocab().lo, config_.vocab, m.dense.grad(m.wte()),
+                                            dwpe);
+}
+
+}  // namespace pipetune::runtime

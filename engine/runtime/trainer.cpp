@@ -1,0 +1,246 @@
+#include "engine/runtime/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "engine/comm/thread_cluster.hpp"
+#include "engine/comm/topology.hpp"
+#include "engine/data/data_loader.hpp"
+#include "engine/data/synthetic_corpus.hpp"
+#include "engine/errors.hpp"
+#include "engine/model/model_config.hpp"
+#include "engine/runtime/optimizer.hpp"
+#include "engine/runtime/rank_runtime.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/spec/validate.hpp"
+#include "engine/tensor/cpu/cpu_backend.hpp"
+
+namespace pipetune::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string n(std::int64_t v) {
+  return std::to_string(v);
+}
+
+// Checks the engine's own rules (the spec validation covers sizes and names).
+void check_trainable(const model::ModelConfig& c, const spec::ParallelPlan& p, int groups,
+                     const std::vector<int>& split) {
+  if (p.world_size() > kMaxTrainRanks)
+    throw InputError("world = tp*pp*dp = " + n(p.world_size()) + " ranks is more than the " +
+                     n(kMaxTrainRanks) + " rank threads the embedded engine runs");
+  if (c.heads % p.tp != 0)
+    throw InputError("tp=" + n(p.tp) + " does not divide heads=" + n(c.heads));
+  if (c.ffn % p.tp != 0)
+    throw InputError("tp=" + n(p.tp) + " does not divide ffn_hidden=" + n(c.ffn));
+  if (p.ep > 1 && !c.is_moe())
+    throw InputError("ep=" + n(p.ep) + " needs an MoE model (model '" + c.name + "' is dense)");
+  if (c.experts % p.ep != 0)
+    throw InputError("ep=" + n(p.ep) + " does not divide experts=" + n(c.experts));
+  if (p.dp % p.ep != 0) throw InputError("ep=" + n(p.ep) + " does not divide dp=" + n(p.dp));
+  if (groups > c.layers)
+    throw InputError("pp*chunks = " + n(groups) + " layer groups for " + n(c.layers) +
+                     " layers (each group needs at least one)");
+  if (static_cast<int>(split.size()) != groups)
+    throw InputError("layer_split has " + n(static_cast<std::int64_t>(split.size())) +
+                     " entries, the schedule has " + n(groups) + " layer groups");
+  std::int64_t sum = 0;
+  for (int s : split) {
+    if (s < 1) throw InputError("layer_split entries must be at least 1");
+    sum += s;
+  }
+  if (sum != c.layers)
+    throw InputError("layer_split sums to " + n(sum) + ", the model has " + n(c.layers) +
+                     " layers");
+  if (p.microbatches > 65535)
+    throw InputError("microbatches=" + n(p.microbatches) + " is over 65535");
+  if (groups > 2047) throw InputError("more than 2047 layer groups");
+  const int shards = p.vocab != schedule::VocabMode::None ? p.tp * p.pp : p.tp;
+  if (c.vocab < shards)
+    throw InputError("vocab=" + n(c.vocab) + " is smaller than its " + n(shards) + " shards");
+}
+
+// Writes this rank's elements [lo, hi) of `flat` into full-model tensors.
+void export_full(const model::ParameterSet& set, const std::vector<float>& flat, std::int64_t lo,
+                 std::int64_t hi, std::map<std::string, tensor::Tensor>& out, std::mutex& mutex) {
+  std::lock_guard lock(mutex);
+  for (const model::ParamEntry& e : set.entries()) {
+    const auto off = static_cast<std::int64_t>(e.offset);
+    const std::int64_t a = std::max(lo, off), b = std::min(hi, off + e.numel());
+    if (a >= b) continue;
+    auto it = out.find(e.name);
+    if (it == out.end()) {
+      const tensor::Shape shape = e.layout.full_cols == 1
+                                      ? tensor::Shape{e.layout.full_rows}
+                                      : tensor::Shape{e.layout.full_rows, e.layout.full_cols};
+      it = out.emplace(e.name, tensor::Tensor(shape)).first;
+    }
+    for (std::int64_t i = a; i < b; ++i)
+      it->second[e.layout.full_index(i - off)] = flat[static_cast<std::size_t>(i)];
+  }
+}
+
+}  // namespace
+
+std::string describe_plan(const spec::ParallelPlan& p) {
+  std::ostringstream s;
+  s << "tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp << " ep=" << p.ep
+    << " schedule=" << p.schedule << " chunks=" << p.chunks
+    << " vocab=" << schedule::vocab_mode_name(p.vocab) << " microbatches=" << p.microbatches
+    << " micro_batch_size=" << p.micro_batch_size << " zero=" << p.zero_stage << " split=";
+  for (std::size_t i = 0; i < p.layer_split.size(); ++i) s << (i ? "," : "") << p.layer_split[i];
+  return s.str();
+}
+
+TrainResult train(const TrainOptions& options) {
+  model::ModelConfig config = model::engine_model_config(options.model);
+  config.capacity_factor = options.capacity_factor;
+  config.aux_loss_coef = options.aux_loss_coef;
+  spec::ParallelPlan plan = options.plan;
+  spec::apply_defaults(plan);
+  spec::validate(plan);
+  if (options.steps < 1)
+    throw InputError("steps must be at least 1 (got " + n(options.steps) + ")");
+  if (plan.zero_stage > 1)
+    throw InputError("zero_stage=" + n(plan.zero_stage) +
+                     ": the engine implements ZeRO-1 (optimizer state sharding) only");
+
+  schedule::GeneratorParams gp;
+  gp.name = plan.schedule;
+  gp.stages = plan.pp;
+  gp.microbatches = plan.microbatches;
+  gp.chunks = plan.chunks > 1 ? plan.chunks : 0;
+  gp.group_size = plan.group_size;
+  gp.vocab = plan.vocab;
+  const schedule::Schedule sched = schedule::generate(gp);
+  std::vector<int> split = plan.layer_split.empty()
+                               ? spec::even_layer_split(config.layers, sched.groups())
+                               : plan.layer_split;
+  check_trainable(config, plan, sched.groups(), split);
+  plan.chunks = sched.chunks;
+  plan.layer_split = split;
+
+  const comm::Topology topology(plan.tp, plan.pp, plan.dp, plan.ep);
+  const int world = topology.world();
+  const std::int64_t B = plan.micro_batch_size, T = config.seq_len;
+
+  data::SyntheticCorpusConfig corpus_config;
+  corpus_config.vocab_size = config.vocab;
+  corpus_config.seed = options.seed;
+  std::shared_ptr<const data::SyntheticCorpus> corpus;
+  if (options.data_shards.empty())
+    corpus = std::make_shared<const data::SyntheticCorpus>(corpus_config);
+  else  // opened once here so a bad shard fails before any thread starts
+    (void)data::make_shard_loader(options.data_shards, config.vocab, {B, T, 0, plan.dp});
+
+  const int hw = std::max(1u, std::thread::hardware_concurrency());
+  const int threads =
+      options.threads_per_rank > 0 ? options.threads_per_rank : std::max(1, hw / world);
+  tensor::set_blas_threads(threads);
+
+  TrainResult result;
+  result.schedule = sched.name;
+  result.tokens_per_step = B * T * plan.microbatches * plan.dp;
+  result.memory.resize(static_cast<std::size_t>(world));
+  std::mutex mutex;
+
+  comm::ClusterOptions cluster_options;
+  cluster_options.watchdog_timeout =
+      std::chrono::milliseconds(static_cast<std::int64_t>(options.watchdog_seconds * 1000.0));
+  comm::ThreadCluster cluster(topology, cluster_options);
+
+  cluster.run([&](comm::Communicator& comm) {
+    const int rank = comm.rank();
+    const comm::RankCoordinates at = topology.coordinates(rank);
+    tensor::CpuBackend backend;
+    RankRuntime runtime(config, plan, split, sched, topology, comm, backend);
+    model::RankModel& m = runtime.model();
+    const comm::ProcessGroup dp_group = topology.dp_group(rank);
+    const comm::ProcessGroup edp_group = topology.expert_dp_group(rank);
+    const bool zero1 = plan.zero_stage == 1;
+    m.dense.allocate(zero1 ? dp_group.size() : 1);
+    m.expert.allocate(zero1 ? edp_group.size() : 1);
+    m.dense.initialize(options.seed);
+    m.expert.initialize(options.seed);
+    DataParallelOptimizer dense_opt(m.dense, comm, dp_group, at.tp_rank, zero1, backend);
+    DataParallelOptimizer expert_opt(m.expert, comm, edp_group, at.tp_rank, zero1, backend);
+
+    data::LoaderConfig lc{B, T, at.dp_rank, plan.dp};
+    data::DataLoader loader = options.data_shards.empty()
+                                  ? data::make_synthetic_loader(corpus, lc)
+                                  : data::make_shard_loader(options.data_shards, config.vocab, lc);
+    const comm::ProcessGroup world_group = topology.world_group();
+    std::vector<data::Batch> batches(static_cast<std::size_t>(plan.microbatches));
+    std::size_t peak_activations = 0;
+    const int first_step = 1;
+
+    for (int step = first_step; step <= options.steps; ++step) {
+      const auto t0 = Clock::now();
+      for (auto& b : batches) loader.next(b);
+      const IterationLosses losses = runtime.run_schedule(batches, step);
+      peak_activations = std::max(peak_activations, runtime.activation_bytes());
+      dense_opt.reduce_gradients();
+      expert_opt.reduce_gradients();
+      if (options.capture_gradients && step == first_step) {
+        export_full(m.dense, m.dense.flat_grads(), dense_opt.owned_lo(), dense_opt.owned_hi(),
+                    result.first_step_gradients, mutex);
+        export_full(m.expert, m.expert.flat_grads(), expert_opt.owned_lo(), expert_opt.owned_hi(),
+                    result.first_step_gradients, mutex);
+      }
+      // One world all-reduce for the norm and the losses: [sum of squares, loss, aux].
+      const bool counts = at.tp_rank == 0;
+      std::vector<float> totals = {
+          static_cast<float>(dense_opt.owned_sum_squares() + expert_opt.owned_sum_squares()),
+          counts ? static_cast<float>(losses.loss_sum) : 0.0f,
+          counts ? static_cast<float>(losses.aux_sum) : 0.0f};
+      comm.all_reduce(world_group, totals);
+      const double norm = std::sqrt(static_cast<double>(totals[0]));
+      const float coef =
+          options.grad_clip > 0.0f ? tensor::clip_coefficient(norm, options.grad_clip) : 1.0f;
+      dense_opt.step(options.adamw, step, coef);
+      expert_opt.step(options.adamw, step, coef);
+      dense_opt.zero_grad();
+      expert_opt.zero_grad();
+      if (rank == 0) {
+        StepResult r;
+        r.step = step;
+        const double mbs = static_cast<double>(plan.microbatches) * plan.dp;
+        r.loss = totals[1] / mbs;
+        r.aux_loss = totals[2] / mbs;
+        r.grad_norm = norm;
+        r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        r.tokens_per_s = static_cast<double>(result.tokens_per_step) / r.seconds;
+        {
+          std::lock_guard lock(mutex);
+          result.steps.push_back(r);
+        }
+        if (options.on_step) options.on_step(r);
+      }
+    }
+    if (options.capture_parameters) {
+      export_full(m.dense, m.dense.flat_params(), 0, m.dense.padded_size(), result.final_parameters,
+                  mutex);
+      export_full(m.expert, m.expert.flat_params(), 0, m.expert.padded_size(),
+                  result.final_parameters, mutex);
+    }
+    RankMemory mem;
+    mem.rank = rank;
+    mem.parameter_bytes = (m.dense.padded_size() + m.expert.padded_size()) * 4;
+    mem.gradient_bytes = mem.parameter_bytes;
+    mem.optimizer_bytes = static_cast<std::int64_t>(dense_opt.moment1().size() * 2 +
+                                                    expert_opt.moment1().size() * 2) *
+                          4;
+    mem.peak_activation_bytes = static_cast<std::int64_t>(peak_activations);
+    std::lock_guard lock(mutex);
+    result.memory[static_cast<std::size_t>(rank)] = mem;
+  });
+  return result;
+}
+
+}  // namespace pipetune::runtime

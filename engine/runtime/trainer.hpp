@@ -1,0 +1,82 @@
+// Training runs of the embedded engine: a virtual cluster of tp * pp * dp rank threads trains
+// the model of a ModelSpec with a ParallelPlan, every rank executing its op list of the plan's
+// Schedule. The parallel run computes the same numbers as the 1-rank run (up to the order of
+// floating-point sums): tests/engine/runtime checks it for every axis of the plan.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/spec/model_spec.hpp"
+#include "engine/spec/parallel_plan.hpp"
+#include "engine/tensor/backend.hpp"
+#include "engine/tensor/tensor.hpp"
+#include "profiler/trace.hpp"
+
+namespace pipetune::runtime {
+
+// Beyond this many rank threads a run is almost surely a typo (each rank is a thread here).
+inline constexpr int kMaxTrainRanks = 256;
+
+struct TrainOptions {
+  spec::ModelSpec model;
+  spec::ParallelPlan plan;
+  int steps = 20;             // total iterations (a resumed run continues up to this count)
+  std::uint64_t seed = 1234;  // parameter initialisation and the synthetic corpus
+  tensor::AdamWConfig adamw{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  float grad_clip = 1.0f;        // global-norm clipping; <= 0 disables it
+  double capacity_factor = 0.0;  // MoE expert capacity; <= 0: no token dropping
+  float aux_loss_coef = 0.01f;   // MoE load-balancing loss weight
+  std::string data_shards;       // llm.c token shards (glob patterns); empty = synthetic corpus
+  std::string checkpoint_dir;    // write a checkpoint here (at the end, and every N steps)
+  int checkpoint_every = 0;
+  std::string resume_dir;           // resume from this checkpoint
+  bool capture_gradients = false;   // TrainResult::first_step_gradients
+  bool capture_parameters = false;  // TrainResult::final_parameters
+  bool record_trace = false;        // TrainResult::trace: spans and memory of every rank
+  double watchdog_seconds = 300.0;  // a collective waiting longer fails the run
+  int threads_per_rank = 0;         // compute threads per rank; 0 = cores / world, at least 1
+  // Called on rank 0's thread after each step.
+  std::function<void(const struct StepResult&)> on_step;
+};
+
+struct StepResult {
+  int step = 0;            // from 1
+  double loss = 0.0;       // mean cross-entropy over the global batch
+  double aux_loss = 0.0;   // MoE load-balancing loss (coefficient included)
+  double grad_norm = 0.0;  // before clipping
+  double seconds = 0.0;    // wall time of the step
+  double tokens_per_s = 0.0;
+};
+
+struct RankMemory {
+  int rank = 0;
+  std::int64_t parameter_bytes = 0;
+  std::int64_t gradient_bytes = 0;
+  std::int64_t optimizer_bytes = 0;
+  std::int64_t peak_activation_bytes = 0;
+};
+
+struct TrainResult {
+  std::vector<StepResult> steps;  // the steps this run executed
+  int first_step = 1;             // > 1 when resumed
+  std::int64_t tokens_per_step = 0;
+  std::vector<RankMemory> memory;  // per rank
+  // Full-model tensors by parameter name ("h.3.attn.qkv.w"), gathered from every rank's shard.
+  std::map<std::string, tensor::Tensor> first_step_gradients;  // reduced, before clipping
+  std::map<std::string, tensor::Tensor> final_parameters;
+  profiler::Trace trace;
+  std::string schedule;  // the generated schedule's name
+};
+
+// Throws InputError (bad plan, spec, data or checkpoint) or a runtime error (a failed rank, a
+// non-finite loss naming step and rank, a failed checkpoint write).
+TrainResult train(const TrainOptions& options);
+
+// The plan text stored in checkpoints and compared on resume.
+std::string describe_plan(const spec::ParallelPlan& plan);
+
+}  // namespace pipetune::runtime
