@@ -7,6 +7,8 @@ namespace pipetune::cli {
 
 // Registers `simulate`; its callback runs the simulation and prints the report.
 void add_simulate_command(CLI::App& app);
+// Registers `train`: trains on the embedded engine.
+void add_train_command(CLI::App& app);
 // Registers `presets`: lists presets by kind.
 void add_presets_command(CLI::App& app);
 

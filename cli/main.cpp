@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every command");
   pipetune::cli::add_simulate_command(app);
+  pipetune::cli::add_train_command(app);
   pipetune::cli::add_presets_command(app);
   try {
     app.parse(argc, argv);

@@ -61,7 +61,7 @@ void MoeMlp::to_experts(const ParallelContext& ctx, const std::vector<float>& by
   std::vector<float> received;
   if (ep > 1) {
     received.resize(by_expert.size());
-    ctx.comm->all_to_all(ctx.ep_group, by_expert, received);
+    ctx.ep_all_to_all(by_expert, received);
   }
   const std::vector<float>& src = ep > 1 ? received : by_expert;
   per_local.assign(static_cast<std::size_t>(El), {});
@@ -87,7 +87,7 @@ void MoeMlp::from_experts(const ParallelContext& ctx,
           block, gathered.data() + static_cast<std::size_t>(i * El + le) * block);
   if (ep > 1) {
     by_expert.resize(gathered.size());
-    ctx.comm->all_to_all(ctx.ep_group, gathered, by_expert);
+    ctx.ep_all_to_all(gathered, by_expert);
   } else {
     by_expert = std::move(gathered);
   }

@@ -9,6 +9,7 @@
 #include "engine/comm/communicator.hpp"
 #include "engine/comm/process_group.hpp"
 #include "engine/tensor/backend.hpp"
+#include "profiler/recorder/rank_recorder.hpp"
 
 namespace pipetune::model {
 
@@ -21,12 +22,20 @@ struct ParallelContext {
   int tp_size = 1;
   int ep_rank = 0;
   int ep_size = 1;
+  profiler::RankRecorder* recorder = nullptr;  // spans of the collectives; may be null
+  profiler::NameId all_to_all_name = 0;        // interned "all_to_all" on the recorder
 
   tensor::Backend& be() const { return *backend; }
   // Sum over the TP group (Megatron's g/f operators); nothing to do without TP.
   void tp_all_reduce(tensor::TensorView t, comm::ReduceOp op = comm::ReduceOp::sum) const {
-    if (tp_size > 1)
-      comm->all_reduce(tp_group, std::span<float>(t.data, static_cast<std::size_t>(t.numel())), op);
+    if (tp_size <= 1) return;
+    profiler::ScopedSpan span(recorder, profiler::SpanKind::AllReduce, profiler::Stream::Comm);
+    comm->all_reduce(tp_group, std::span<float>(t.data, static_cast<std::size_t>(t.numel())), op);
+  }
+  void ep_all_to_all(std::span<const float> input, std::span<float> output) const {
+    profiler::ScopedSpan span(recorder, profiler::SpanKind::Other, profiler::Stream::Comm, -1, -1,
+                              -1, all_to_all_name);
+    comm->all_to_all(ep_group, input, output);
   }
 };
 

@@ -6,6 +6,11 @@
 
 namespace pipetune::runtime {
 
+Mailbox::Mailbox(comm::Communicator& comm, profiler::RankRecorder* recorder)
+    : comm_(&comm), recorder_(recorder) {
+  if (recorder_ != nullptr && recorder_->enabled()) recv_name_ = recorder_->intern("recv");
+}
+
 int message_tag(MessageKind kind, int group, int microbatch) {
   // kind: 4 bits, group: 11 bits, micro-batch: 16 bits (checked by the trainer's limits).
   return (static_cast<int>(kind) << 27) | (group << 16) | microbatch;
@@ -18,12 +23,16 @@ void Mailbox::post(int dst, MessageKind kind, int group, int microbatch,
     local_[tag].emplace_back(data.begin(), data.end());
     return;
   }
+  profiler::ScopedSpan span(recorder_, profiler::SpanKind::Send, profiler::Stream::P2P, microbatch,
+                            -1, dst);
   comm_->send(dst, tag, data);
 }
 
 void Mailbox::take(int src, MessageKind kind, int group, int microbatch, std::span<float> data) {
   const int tag = message_tag(kind, group, microbatch);
   if (src != comm_->rank()) {
+    profiler::ScopedSpan span(recorder_, profiler::SpanKind::Other, profiler::Stream::P2P,
+                              microbatch, -1, src, recv_name_);
     comm_->recv(src, tag, data);
     return;
   }

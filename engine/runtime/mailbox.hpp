@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
+#include "profiler/recorder/rank_recorder.hpp"
 
 namespace pipetune::runtime {
 
@@ -28,7 +29,8 @@ int message_tag(MessageKind kind, int group, int microbatch);
 
 class Mailbox {
  public:
-  explicit Mailbox(comm::Communicator& comm) : comm_(&comm) {}
+  // `recorder` (may be null) gets a span per send and receive on the P2P stream.
+  explicit Mailbox(comm::Communicator& comm, profiler::RankRecorder* recorder = nullptr);
 
   void post(int dst, MessageKind kind, int group, int microbatch, std::span<const float> data);
   // Fills `data` (its size must match the message).
@@ -36,6 +38,8 @@ class Mailbox {
 
  private:
   comm::Communicator* comm_;
+  profiler::RankRecorder* recorder_;
+  profiler::NameId recv_name_ = 0;
   std::map<int, std::vector<std::vector<float>>> local_;  // tag -> FIFO of messages to self
 };
 

@@ -54,18 +54,18 @@ model::RankPlacement make_placement(const model::ModelConfig& config,
 RankRuntime::RankRuntime(const model::ModelConfig& config, const spec::ParallelPlan& plan,
                          const std::vector<int>& layer_split, const schedule::Schedule& schedule,
                          const comm::Topology& topology, comm::Communicator& comm,
-                         tensor::Backend& backend, RankObserver* observer)
+                         tensor::Backend& backend, profiler::RankRecorder* recorder)
     : config_(config),
       plan_(plan),
       schedule_(&schedule),
       topology_(&topology),
       comm_(&comm),
-      observer_(observer),
+      recorder_(recorder),
       rank_(comm.rank()),
       pp_rank_(topology.coordinates(comm.rank()).pp_rank),
       pp_group_(topology.pp_group(comm.rank())),
       vocab_group_(topology.vocab_group(comm.rank())),
-      mailbox_(comm) {
+      mailbox_(comm, recorder) {
   const comm::RankCoordinates at = topology.coordinates(rank_);
   ctx_.backend = &backend;
   ctx_.comm = &comm;
@@ -75,6 +75,9 @@ RankRuntime::RankRuntime(const model::ModelConfig& config, const spec::ParallelP
   ctx_.tp_size = plan.tp;
   ctx_.ep_rank = at.ep_rank;
   ctx_.ep_size = plan.ep;
+  ctx_.recorder = recorder;
+  if (recorder != nullptr && recorder->enabled())
+    ctx_.all_to_all_name = recorder->intern("all_to_all");
   vocab_parallel_ = schedule.vocab != schedule::VocabMode::None;
   model_ = std::make_unique<model::RankModel>(
       config, make_placement(config, plan, layer_split, schedule, at));
@@ -113,9 +116,23 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
   grad_scale_ = 1.0f / static_cast<float>(schedule_->microbatches * plan_.dp);
   losses_ = {};
   for (const Op& op : schedule_->ranks[static_cast<std::size_t>(pp_rank_)]) {
-    if (observer_) observer_->op_begin(op);
-    run_op(op);
-    if (observer_) observer_->op_end(op, activation_bytes());
+    {
+      // Op kinds and the first span kinds share their order (profiler/trace.hpp).
+      profiler::ScopedSpan span(recorder_, static_cast<profiler::SpanKind>(op.kind),
+                                profiler::Stream::Compute, op.microbatch,
+                                schedule::is_vocab_op(op.kind) ? -1 : op.chunk);
+      run_op(op);
+    }
+    if (recorder_ != nullptr) {
+      const auto now = static_cast<std::int64_t>(activation_bytes());
+      if (now > ledger_activations_)
+        recorder_->memory().allocate(profiler::MemoryCategory::Activations,
+                                     now - ledger_activations_);
+      else if (now < ledger_activations_)
+        recorder_->memory().release(profiler::MemoryCategory::Activations,
+                                    ledger_activations_ - now);
+      ledger_activations_ = now;
+    }
   }
   if (!chunks_.empty() || !vocab_.empty())
     throw std::logic_error("run_schedule: activations left after the iteration on rank " +

@@ -19,9 +19,9 @@
 #include "engine/data/data_loader.hpp"
 #include "engine/model/rank_model.hpp"
 #include "engine/runtime/mailbox.hpp"
-#include "engine/runtime/rank_observer.hpp"
 #include "engine/schedule/schedule.hpp"
 #include "engine/spec/parallel_plan.hpp"
+#include "profiler/recorder/rank_recorder.hpp"
 
 namespace pipetune::runtime {
 
@@ -38,7 +38,7 @@ class RankRuntime {
   RankRuntime(const model::ModelConfig& config, const spec::ParallelPlan& plan,
               const std::vector<int>& layer_split, const schedule::Schedule& schedule,
               const comm::Topology& topology, comm::Communicator& comm, tensor::Backend& backend,
-              RankObserver* observer = nullptr);
+              profiler::RankRecorder* recorder = nullptr);
   ~RankRuntime();
   RankRuntime(const RankRuntime&) = delete;
   RankRuntime& operator=(const RankRuntime&) = delete;
@@ -85,7 +85,9 @@ class RankRuntime {
   const schedule::Schedule* schedule_;
   const comm::Topology* topology_;
   comm::Communicator* comm_;
-  RankObserver* observer_;
+  // Spans of every op, send, receive and collective; activation bytes on its memory ledger.
+  profiler::RankRecorder* recorder_;
+  std::int64_t ledger_activations_ = 0;  // what the ledger holds for Activations
   int rank_, pp_rank_;
   comm::ProcessGroup pp_group_;
   comm::ProcessGroup vocab_group_;

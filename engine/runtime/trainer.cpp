@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -18,6 +19,8 @@
 #include "engine/schedule/generators.hpp"
 #include "engine/spec/validate.hpp"
 #include "engine/tensor/cpu/cpu_backend.hpp"
+#include "profiler/recorder/merge_recorders.hpp"
+#include "profiler/recorder/rank_recorder.hpp"
 
 namespace pipetune::runtime {
 
@@ -86,6 +89,50 @@ void export_full(const model::ParameterSet& set, const std::vector<float>& flat,
   }
 }
 
+// Parameter and gradient bytes of the vocabulary layers (embedding, position embedding, output
+// layer) and of everything else.
+struct ParameterBytes {
+  std::int64_t vocabulary = 0;
+  std::int64_t other = 0;
+};
+
+ParameterBytes parameter_bytes(const model::ParameterSet& set) {
+  ParameterBytes b;
+  for (const model::ParamEntry& e : set.entries()) {
+    const bool vocab = e.name == "wte" || e.name == "wpe" || e.name == "head.w";
+    (vocab ? b.vocabulary : b.other) += e.numel() * static_cast<std::int64_t>(sizeof(float));
+  }
+  b.other += (set.padded_size() - set.size()) * static_cast<std::int64_t>(sizeof(float));
+  return b;
+}
+
+// One step of one rank as its spans show it.
+struct StepTiming {
+  std::int64_t first_start_ns = 0;
+  std::int64_t last_end_ns = 0;
+  std::int64_t compute_ns = 0;  // inside ops, minus their waits for messages and collectives
+};
+
+StepTiming step_timing(const profiler::RankRecorder& recorder, std::size_t first_span) {
+  StepTiming t;
+  t.first_start_ns = std::numeric_limits<std::int64_t>::max();
+  const auto& spans = recorder.spans();
+  for (std::size_t i = first_span; i < spans.size(); ++i) {
+    const profiler::RecordedSpan& sp = spans[i];
+    const std::int64_t d = sp.end_ns - sp.start_ns;
+    if (sp.stream == profiler::Stream::Compute && sp.parent == profiler::kNoSpan) {
+      t.compute_ns += d;
+      t.first_start_ns = std::min(t.first_start_ns, sp.start_ns);
+      t.last_end_ns = std::max(t.last_end_ns, sp.end_ns);
+    } else if (sp.stream != profiler::Stream::Compute && sp.parent != profiler::kNoSpan &&
+               spans[sp.parent].stream == profiler::Stream::Compute) {
+      t.compute_ns -= d;
+    }
+  }
+  if (t.first_start_ns == std::numeric_limits<std::int64_t>::max()) t.first_start_ns = 0;
+  return t;
+}
+
 }  // namespace
 
 std::string describe_plan(const spec::ParallelPlan& p) {
@@ -146,20 +193,28 @@ TrainResult train(const TrainOptions& options) {
 
   TrainResult result;
   result.schedule = sched.name;
+  result.chunks = sched.chunks;
+  result.microbatches = sched.microbatches;
   result.tokens_per_step = B * T * plan.microbatches * plan.dp;
-  result.memory.resize(static_cast<std::size_t>(world));
+  result.ranks.resize(static_cast<std::size_t>(world));
   std::mutex mutex;
 
   comm::ClusterOptions cluster_options;
   cluster_options.watchdog_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(options.watchdog_seconds * 1000.0));
   comm::ThreadCluster cluster(topology, cluster_options);
+  const auto epoch = Clock::now();
+  std::vector<std::unique_ptr<profiler::RankRecorder>> recorders;
+  for (int r = 0; r < world; ++r)
+    recorders.push_back(std::make_unique<profiler::RankRecorder>(r, epoch, true));
+  std::vector<StepTiming> last_timing(static_cast<std::size_t>(world));
 
   cluster.run([&](comm::Communicator& comm) {
     const int rank = comm.rank();
     const comm::RankCoordinates at = topology.coordinates(rank);
     tensor::CpuBackend backend;
-    RankRuntime runtime(config, plan, split, sched, topology, comm, backend);
+    profiler::RankRecorder& recorder = *recorders[static_cast<std::size_t>(rank)];
+    RankRuntime runtime(config, plan, split, sched, topology, comm, backend, &recorder);
     model::RankModel& m = runtime.model();
     const comm::ProcessGroup dp_group = topology.dp_group(rank);
     const comm::ProcessGroup edp_group = topology.expert_dp_group(rank);
@@ -170,6 +225,21 @@ TrainResult train(const TrainOptions& options) {
     m.expert.initialize(options.seed);
     DataParallelOptimizer dense_opt(m.dense, comm, dp_group, at.tp_rank, zero1, backend);
     DataParallelOptimizer expert_opt(m.expert, comm, edp_group, at.tp_rank, zero1, backend);
+    {
+      profiler::MemoryLedger& ledger = recorder.memory();
+      const ParameterBytes dense_bytes = parameter_bytes(m.dense);
+      const ParameterBytes expert_bytes = parameter_bytes(m.expert);
+      const std::int64_t other = dense_bytes.other + expert_bytes.other;
+      ledger.allocate(profiler::MemoryCategory::Parameters, other);
+      ledger.allocate(profiler::MemoryCategory::Gradients, other);
+      ledger.allocate(profiler::MemoryCategory::VocabularyLayers, 2 * dense_bytes.vocabulary);
+      ledger.allocate(
+          profiler::MemoryCategory::OptimizerState,
+          static_cast<std::int64_t>(2 * (dense_opt.moment1().size() + expert_opt.moment1().size()) *
+                                    sizeof(float)));
+    }
+    const profiler::NameId reduce_name = recorder.intern("gradient reduce");
+    const profiler::NameId gather_name = recorder.intern("optimizer step");
 
     data::LoaderConfig lc{B, T, at.dp_rank, plan.dp};
     data::DataLoader loader = options.data_shards.empty()
@@ -177,16 +247,21 @@ TrainResult train(const TrainOptions& options) {
                                   : data::make_shard_loader(options.data_shards, config.vocab, lc);
     const comm::ProcessGroup world_group = topology.world_group();
     std::vector<data::Batch> batches(static_cast<std::size_t>(plan.microbatches));
-    std::size_t peak_activations = 0;
     const int first_step = 1;
 
     for (int step = first_step; step <= options.steps; ++step) {
       const auto t0 = Clock::now();
+      if (!options.record_trace) recorder.clear();  // keep only the step being measured
       for (auto& b : batches) loader.next(b);
+      const std::size_t first_span = recorder.spans().size();
       const IterationLosses losses = runtime.run_schedule(batches, step);
-      peak_activations = std::max(peak_activations, runtime.activation_bytes());
-      dense_opt.reduce_gradients();
-      expert_opt.reduce_gradients();
+      last_timing[static_cast<std::size_t>(rank)] = step_timing(recorder, first_span);
+      {
+        profiler::ScopedSpan span(recorder, profiler::SpanKind::AllReduce, profiler::Stream::Comm,
+                                  -1, -1, -1, reduce_name);
+        dense_opt.reduce_gradients();
+        expert_opt.reduce_gradients();
+      }
       if (options.capture_gradients && step == first_step) {
         export_full(m.dense, m.dense.flat_grads(), dense_opt.owned_lo(), dense_opt.owned_hi(),
                     result.first_step_gradients, mutex);
@@ -203,8 +278,12 @@ TrainResult train(const TrainOptions& options) {
       const double norm = std::sqrt(static_cast<double>(totals[0]));
       const float coef =
           options.grad_clip > 0.0f ? tensor::clip_coefficient(norm, options.grad_clip) : 1.0f;
-      dense_opt.step(options.adamw, step, coef);
-      expert_opt.step(options.adamw, step, coef);
+      {
+        profiler::ScopedSpan span(recorder, profiler::SpanKind::Other, profiler::Stream::Comm, -1,
+                                  -1, -1, gather_name);
+        dense_opt.step(options.adamw, step, coef);
+        expert_opt.step(options.adamw, step, coef);
+      }
       dense_opt.zero_grad();
       expert_opt.zero_grad();
       if (rank == 0) {
@@ -219,6 +298,7 @@ TrainResult train(const TrainOptions& options) {
         {
           std::lock_guard lock(mutex);
           result.steps.push_back(r);
+          result.trace.steps.push_back({step, recorder.now_ns(), r.loss, r.tokens_per_s});
         }
         if (options.on_step) options.on_step(r);
       }
@@ -229,17 +309,43 @@ TrainResult train(const TrainOptions& options) {
       export_full(m.expert, m.expert.flat_params(), 0, m.expert.padded_size(),
                   result.final_parameters, mutex);
     }
-    RankMemory mem;
+    RankSummary mem;
     mem.rank = rank;
-    mem.parameter_bytes = (m.dense.padded_size() + m.expert.padded_size()) * 4;
-    mem.gradient_bytes = mem.parameter_bytes;
-    mem.optimizer_bytes = static_cast<std::int64_t>(dense_opt.moment1().size() * 2 +
-                                                    expert_opt.moment1().size() * 2) *
-                          4;
-    mem.peak_activation_bytes = static_cast<std::int64_t>(peak_activations);
+    mem.pp_rank = at.pp_rank;
+    mem.tp_rank = at.tp_rank;
+    mem.dp_rank = at.dp_rank;
+    const profiler::MemoryLedger& ledger = recorder.memory();
+    const std::int64_t vocab = ledger.current(profiler::MemoryCategory::VocabularyLayers) / 2;
+    mem.parameter_bytes = ledger.current(profiler::MemoryCategory::Parameters) + vocab;
+    mem.gradient_bytes = ledger.current(profiler::MemoryCategory::Gradients) + vocab;
+    mem.optimizer_bytes = ledger.current(profiler::MemoryCategory::OptimizerState);
+    mem.peak_activation_bytes = ledger.peak(profiler::MemoryCategory::Activations);
     std::lock_guard lock(mutex);
-    result.memory[static_cast<std::size_t>(rank)] = mem;
+    result.ranks[static_cast<std::size_t>(rank)] = mem;
   });
+
+  // The pipeline's iteration time of the last step: first op start to last op end, all ranks.
+  std::int64_t begin = std::numeric_limits<std::int64_t>::max(), end = 0;
+  for (const StepTiming& t : last_timing) {
+    begin = std::min(begin, t.first_start_ns);
+    end = std::max(end, t.last_end_ns);
+  }
+  const std::int64_t iteration = std::max<std::int64_t>(0, end - begin);
+  result.iteration_seconds = static_cast<double>(iteration) * 1e-9;
+  for (int r = 0; r < world; ++r) {
+    RankSummary& k = result.ranks[static_cast<std::size_t>(r)];
+    const StepTiming& t = last_timing[static_cast<std::size_t>(r)];
+    k.compute_seconds = static_cast<double>(t.compute_ns) * 1e-9;
+    k.bubble_seconds = std::max(0.0, result.iteration_seconds - k.compute_seconds);
+    k.bubble_ratio = iteration > 0 ? k.bubble_seconds / result.iteration_seconds : 0.0;
+  }
+  if (options.record_trace) {
+    std::vector<const profiler::RankRecorder*> list;
+    for (const auto& r : recorders) list.push_back(r.get());
+    std::vector<profiler::StepMetric> steps = std::move(result.trace.steps);
+    result.trace = profiler::merge_recorders(list);
+    result.trace.steps = std::move(steps);
+  }
   return result;
 }
 

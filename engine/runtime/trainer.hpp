@@ -52,24 +52,33 @@ struct StepResult {
   double tokens_per_s = 0.0;
 };
 
-struct RankMemory {
+// One rank as measured over the last step: time inside its ops against the pipeline's
+// iteration time (first op start to last op end over all ranks), and its memory.
+struct RankSummary {
   int rank = 0;
+  int pp_rank = 0, tp_rank = 0, dp_rank = 0;
+  double compute_seconds = 0.0;  // inside F/B/W/BW/S/T/IF/IB ops
+  double bubble_seconds = 0.0;   // iteration time minus compute
+  double bubble_ratio = 0.0;
   std::int64_t parameter_bytes = 0;
   std::int64_t gradient_bytes = 0;
   std::int64_t optimizer_bytes = 0;
-  std::int64_t peak_activation_bytes = 0;
+  std::int64_t peak_activation_bytes = 0;  // activations and kept gradients, all steps
 };
 
 struct TrainResult {
   std::vector<StepResult> steps;  // the steps this run executed
   int first_step = 1;             // > 1 when resumed
   std::int64_t tokens_per_step = 0;
-  std::vector<RankMemory> memory;  // per rank
+  std::vector<RankSummary> ranks;  // by global rank
+  double iteration_seconds = 0.0;  // last step, pipeline schedule only (no optimizer)
   // Full-model tensors by parameter name ("h.3.attn.qkv.w"), gathered from every rank's shard.
   std::map<std::string, tensor::Tensor> first_step_gradients;  // reduced, before clipping
   std::map<std::string, tensor::Tensor> final_parameters;
   profiler::Trace trace;
   std::string schedule;  // the generated schedule's name
+  int chunks = 1;        // layer groups per pipeline rank
+  int microbatches = 1;
 };
 
 // Throws InputError (bad plan, spec, data or checkpoint) or a runtime error (a failed rank, a

@@ -30,7 +30,7 @@ struct Case {
   int chunks = 1;
   int microbatches = 4;
   int zero = 0;
-  std::vector<int> split;
+  std::vector<int> split = {};
 };
 
 std::ostream& operator<<(std::ostream& os, const Case& c) {

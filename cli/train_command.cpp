@@ -1,0 +1,216 @@
+// `pipetune train`: train a GPT on the embedded engine's virtual cluster and report loss,
+// throughput, and per-stage bubble and memory.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "cli/commands.hpp"
+#include "cli/format.hpp"
+#include "db/chrome_trace.hpp"
+#include "engine/errors.hpp"
+#include "engine/runtime/trainer.hpp"
+#include "engine/spec/load.hpp"
+#include "engine/spec/run_spec.hpp"
+
+namespace pipetune::cli {
+
+namespace {
+
+// The run `pipetune train` trains when no --config is given.
+constexpr const char* kDefaultRun = "tiny-train";
+
+struct TrainArgs {
+  std::string config;
+  std::string model;
+  std::optional<int> tp, pp, dp, ep, chunks, microbatches, micro_batch_size, zero;
+  std::optional<std::string> schedule, vocab;
+  int steps = 60;
+  std::uint64_t seed = 1234;
+  float lr = 3e-3f;
+  std::string data;
+  std::string checkpoint;
+  int checkpoint_every = 0;
+  std::string resume;
+  bool json = false;
+  std::string trace;
+  int threads = 0;
+};
+
+runtime::TrainOptions build_options(const TrainArgs& a) {
+  spec::RunSpec run =
+      spec::load_run(a.config.empty() ? kDefaultRun : a.config, spec::RunCheck::KeysOnly);
+  runtime::TrainOptions o;
+  o.model = a.model.empty() ? run.model : spec::load_model(a.model);
+  o.plan = run.plan;
+  if (a.tp) o.plan.tp = *a.tp;
+  if (a.pp) o.plan.pp = *a.pp;
+  if (a.dp) o.plan.dp = *a.dp;
+  if (a.ep) o.plan.ep = *a.ep;
+  if (a.chunks) o.plan.chunks = *a.chunks;
+  if (a.microbatches) o.plan.microbatches = *a.microbatches;
+  if (a.micro_batch_size) o.plan.micro_batch_size = *a.micro_batch_size;
+  if (a.zero) o.plan.zero_stage = *a.zero;
+  if (a.schedule) o.plan.schedule = *a.schedule;
+  if (a.vocab) o.plan.vocab = schedule::parse_vocab_mode(*a.vocab);
+  // Flags may change the world size: the global batch follows the plan, not the run file.
+  if (a.tp || a.pp || a.dp || a.microbatches || a.micro_batch_size) o.plan.global_batch = 0;
+  if (a.steps < 1)
+    throw InputError("--steps must be at least 1 (got " + std::to_string(a.steps) + ")");
+  if (!(a.lr > 0.0f)) throw InputError("--lr must be positive");
+  if (a.threads < 0) throw InputError("--threads must be >= 0");
+  if (a.checkpoint_every < 0) throw InputError("--checkpoint-every must be >= 0");
+  o.steps = a.steps;
+  o.seed = a.seed;
+  o.adamw.lr = a.lr;
+  o.data_shards = a.data;
+  o.checkpoint_dir = a.checkpoint;
+  o.checkpoint_every = a.checkpoint_every;
+  o.resume_dir = a.resume;
+  o.record_trace = true;
+  o.threads_per_rank = a.threads;
+  return o;
+}
+
+nlohmann::json plan_json(const runtime::TrainOptions& o, const runtime::TrainResult& r) {
+  const spec::ParallelPlan& p = o.plan;
+  return {{"model", o.model.name},
+          {"tp", p.tp},
+          {"pp", p.pp},
+          {"dp", p.dp},
+          {"ep", p.ep},
+          {"world", p.tp * p.pp * p.dp},
+          {"schedule", r.schedule},
+          {"chunks", r.chunks},
+          {"vocab", std::string(schedule::vocab_mode_name(p.vocab))},
+          {"microbatches", r.microbatches},
+          {"micro_batch_size", p.micro_batch_size},
+          {"seq_len", o.model.seq_len},
+          {"zero_stage", p.zero_stage},
+          {"tokens_per_step", r.tokens_per_step}};
+}
+
+// Mean throughput over the steps after the first (which pays for warming caches and pools).
+double steady_tokens_per_s(const runtime::TrainResult& r) {
+  if (r.steps.empty()) return 0.0;
+  const std::size_t from = r.steps.size() > 1 ? 1 : 0;
+  double seconds = 0.0;
+  for (std::size_t i = from; i < r.steps.size(); ++i) seconds += r.steps[i].seconds;
+  return seconds > 0.0 ? static_cast<double>(r.tokens_per_step) *
+                             static_cast<double>(r.steps.size() - from) / seconds
+                       : 0.0;
+}
+
+void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r) {
+  nlohmann::json losses = nlohmann::json::array(), steps = nlohmann::json::array(),
+                 ranks = nlohmann::json::array();
+  for (const auto& s : r.steps) {
+    losses.push_back(s.loss);
+    steps.push_back({{"step", s.step},
+                     {"loss", s.loss},
+                     {"aux_loss", s.aux_loss},
+                     {"grad_norm", s.grad_norm},
+                     {"seconds", s.seconds},
+                     {"tokens_per_s", s.tokens_per_s}});
+  }
+  for (const auto& k : r.ranks)
+    ranks.push_back({{"rank", k.rank},
+                     {"stage", k.pp_rank},
+                     {"tp_rank", k.tp_rank},
+                     {"dp_rank", k.dp_rank},
+                     {"compute", k.compute_seconds},
+                     {"bubble", k.bubble_seconds},
+                     {"bubble_ratio", k.bubble_ratio},
+                     {"parameter_bytes", k.parameter_bytes},
+                     {"gradient_bytes", k.gradient_bytes},
+                     {"optimizer_bytes", k.optimizer_bytes},
+                     {"peak_activation_bytes", k.peak_activation_bytes}});
+  nlohmann::json j = {{"losses", losses},        {"tokens_per_s", steady_tokens_per_s(r)},
+                      {"plan", plan_json(o, r)}, {"first_step", r.first_step},
+                      {"steps", steps},          {"iteration_time", r.iteration_seconds},
+                      {"ranks", ranks}};
+  std::cout << j.dump(2) << "\n";
+}
+
+void print_summary(const runtime::TrainResult& r) {
+  std::printf("\nlast step: pipeline %s, %.0f tokens/s over steps %d-%d\n",
+              human_time(r.iteration_seconds).c_str(), steady_tokens_per_s(r),
+              r.steps.size() > 1 ? r.steps[1].step : r.first_step,
+              r.steps.empty() ? r.first_step : r.steps.back().step);
+  std::printf("%-5s %-5s %-3s %-3s %11s %11s %7s %11s %11s %11s %11s\n", "rank", "stage", "tp",
+              "dp", "compute", "bubble", "bubble%", "params", "grads", "optimizer", "peak act");
+  for (const auto& k : r.ranks)
+    std::printf("%-5d %-5d %-3d %-3d %11s %11s %6.1f%% %11s %11s %11s %11s\n", k.rank, k.pp_rank,
+                k.tp_rank, k.dp_rank, human_time(k.compute_seconds).c_str(),
+                human_time(k.bubble_seconds).c_str(), 100.0 * k.bubble_ratio,
+                human_bytes(static_cast<double>(k.parameter_bytes)).c_str(),
+                human_bytes(static_cast<double>(k.gradient_bytes)).c_str(),
+                human_bytes(static_cast<double>(k.optimizer_bytes)).c_str(),
+                human_bytes(static_cast<double>(k.peak_activation_bytes)).c_str());
+}
+
+void run(const TrainArgs& a) {
+  runtime::TrainOptions o = build_options(a);
+  if (!a.json) {
+    const spec::ParallelPlan& p = o.plan;
+    std::printf(
+        "training %s on %d ranks (tp=%d pp=%d dp=%d ep=%d), schedule %s, vocab %s, %d steps\n",
+        o.model.name.c_str(), p.tp * p.pp * p.dp, p.tp, p.pp, p.dp, p.ep, p.schedule.c_str(),
+        std::string(schedule::vocab_mode_name(p.vocab)).c_str(), o.steps);
+    std::fflush(stdout);
+    o.on_step = [](const runtime::StepResult& s) {
+      std::printf("step %4d  loss %.4f", s.step, s.loss);
+      if (s.aux_loss != 0.0) std::printf("  aux %.4f", s.aux_loss);
+      std::printf("  norm %7.3f  %8.1f ms  %9.0f tok/s\n", s.grad_norm, s.seconds * 1e3,
+                  s.tokens_per_s);
+      std::fflush(stdout);
+    };
+  }
+  const runtime::TrainResult r = runtime::train(o);
+  if (!a.trace.empty()) db::write_chrome_trace_file(r.trace, a.trace);
+  if (a.json) {
+    print_json(o, r);
+    return;
+  }
+  print_summary(r);
+  if (!a.checkpoint.empty()) std::printf("checkpoint written to %s\n", a.checkpoint.c_str());
+  if (!a.trace.empty()) std::printf("trace written to %s\n", a.trace.c_str());
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "train", "Train a GPT on the embedded engine's virtual cluster (one thread per rank)");
+  cmd->add_option("--config", args->config,
+                  std::string("Run preset or run TOML file (default: ") + kDefaultRun + ")");
+  cmd->add_option("--model", args->model, "Model preset or TOML file (replaces the run's model)");
+  cmd->add_option("--tp", args->tp, "Tensor-parallel degree");
+  cmd->add_option("--pp", args->pp, "Pipeline stages");
+  cmd->add_option("--dp", args->dp, "Data-parallel degree");
+  cmd->add_option("--ep", args->ep, "Expert-parallel degree (divides dp)");
+  cmd->add_option("--schedule", args->schedule, "Pipeline schedule");
+  cmd->add_option("--chunks", args->chunks, "Layer groups per pipeline rank");
+  cmd->add_option("--vocab", args->vocab, "Vocabulary parallelism: none, vocab-1, vocab-2");
+  cmd->add_option("--microbatches", args->microbatches, "Micro-batches per step");
+  cmd->add_option("--micro-batch-size", args->micro_batch_size, "Sequences per micro-batch");
+  cmd->add_option("--zero", args->zero, "ZeRO stage (0 or 1)");
+  cmd->add_option("--steps", args->steps, "Training steps")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed of the initialisation and the synthetic corpus")
+      ->capture_default_str();
+  cmd->add_option("--lr", args->lr, "AdamW learning rate")->capture_default_str();
+  cmd->add_option("--data", args->data,
+                  "llm.c token shards (glob pattern); default: the synthetic corpus");
+  cmd->add_option("--checkpoint", args->checkpoint, "Write a checkpoint to DIR at the end");
+  cmd->add_option("--checkpoint-every", args->checkpoint_every, "Also write it every N steps");
+  cmd->add_option("--resume", args->resume, "Resume from the checkpoint in DIR");
+  cmd->add_flag("--json", args->json, "Print one JSON object on stdout");
+  cmd->add_option("--trace", args->trace, "Write a Chrome trace JSON (Perfetto) to FILE");
+  cmd->add_option("--threads", args->threads, "Compute threads per rank (0 = cores / ranks)");
+  cmd->callback([args] { run(*args); });
+}
+
+}  // namespace pipetune::cli
