@@ -153,6 +153,7 @@ void print_summary(const runtime::TrainResult& r) {
 
 void run(const TrainArgs& a) {
   runtime::TrainOptions o = build_options(a);
+  runtime::check_train_options(o);
   if (!a.json) {
     const spec::ParallelPlan& p = o.plan;
     std::printf(

@@ -35,9 +35,6 @@ std::string n(std::int64_t v) {
 // Checks the engine's own rules (the spec validation covers sizes and names).
 void check_trainable(const model::ModelConfig& c, const spec::ParallelPlan& p, int groups,
                      const std::vector<int>& split) {
-  if (p.world_size() > kMaxTrainRanks)
-    throw InputError("world = tp*pp*dp = " + n(p.world_size()) + " ranks is more than the " +
-                     n(kMaxTrainRanks) + " rank threads the embedded engine runs");
   if (c.heads % p.tp != 0)
     throw InputError("tp=" + n(p.tp) + " does not divide heads=" + n(c.heads));
   if (c.ffn % p.tp != 0)
@@ -145,33 +142,64 @@ std::string describe_plan(const spec::ParallelPlan& p) {
   return s.str();
 }
 
-TrainResult train(const TrainOptions& options) {
-  model::ModelConfig config = model::engine_model_config(options.model);
-  config.capacity_factor = options.capacity_factor;
-  config.aux_loss_coef = options.aux_loss_coef;
-  spec::ParallelPlan plan = options.plan;
-  spec::apply_defaults(plan);
-  spec::validate(plan);
+namespace {
+
+// Everything train() derives from its options before starting a thread; every input error is
+// raised here.
+struct PreparedRun {
+  model::ModelConfig config;
+  spec::ParallelPlan plan;
+  schedule::Schedule sched;
+  std::vector<int> split;
+};
+
+PreparedRun prepare(const TrainOptions& options) {
+  PreparedRun p;
+  p.config = model::engine_model_config(options.model);
+  p.config.capacity_factor = options.capacity_factor;
+  p.config.aux_loss_coef = options.aux_loss_coef;
+  p.plan = options.plan;
+  spec::apply_defaults(p.plan);
+  spec::validate(p.plan);
   if (options.steps < 1)
     throw InputError("steps must be at least 1 (got " + n(options.steps) + ")");
-  if (plan.zero_stage > 1)
-    throw InputError("zero_stage=" + n(plan.zero_stage) +
+  if (p.plan.zero_stage > 1)
+    throw InputError("zero_stage=" + n(p.plan.zero_stage) +
                      ": the engine implements ZeRO-1 (optimizer state sharding) only");
-
+  if (p.plan.world_size() > kMaxTrainRanks)
+    throw InputError("world = tp*pp*dp = " + n(p.plan.world_size()) + " ranks is more than the " +
+                     n(kMaxTrainRanks) + " rank threads the embedded engine runs");
   schedule::GeneratorParams gp;
-  gp.name = plan.schedule;
-  gp.stages = plan.pp;
-  gp.microbatches = plan.microbatches;
-  gp.chunks = plan.chunks > 1 ? plan.chunks : 0;
-  gp.group_size = plan.group_size;
-  gp.vocab = plan.vocab;
-  const schedule::Schedule sched = schedule::generate(gp);
-  std::vector<int> split = plan.layer_split.empty()
-                               ? spec::even_layer_split(config.layers, sched.groups())
-                               : plan.layer_split;
-  check_trainable(config, plan, sched.groups(), split);
-  plan.chunks = sched.chunks;
-  plan.layer_split = split;
+  gp.name = p.plan.schedule;
+  gp.stages = p.plan.pp;
+  gp.microbatches = p.plan.microbatches;
+  gp.chunks = p.plan.chunks > 1 ? p.plan.chunks : 0;
+  gp.group_size = p.plan.group_size;
+  gp.vocab = p.plan.vocab;
+  p.sched = schedule::generate(gp);
+  p.split = p.plan.layer_split.empty() ? spec::even_layer_split(p.config.layers, p.sched.groups())
+                                       : p.plan.layer_split;
+  check_trainable(p.config, p.plan, p.sched.groups(), p.split);
+  p.plan.chunks = p.sched.chunks;
+  p.plan.layer_split = p.split;
+  if (!options.data_shards.empty())  // opened once here so a bad shard fails before any thread
+    (void)data::make_shard_loader(options.data_shards, p.config.vocab,
+                                  {p.plan.micro_batch_size, p.config.seq_len, 0, p.plan.dp});
+  return p;
+}
+
+}  // namespace
+
+void check_train_options(const TrainOptions& options) {
+  (void)prepare(options);
+}
+
+TrainResult train(const TrainOptions& options) {
+  PreparedRun prepared = prepare(options);
+  const model::ModelConfig& config = prepared.config;
+  const spec::ParallelPlan& plan = prepared.plan;
+  const schedule::Schedule& sched = prepared.sched;
+  const std::vector<int>& split = prepared.split;
 
   const comm::Topology topology(plan.tp, plan.pp, plan.dp, plan.ep);
   const int world = topology.world();
@@ -183,8 +211,6 @@ TrainResult train(const TrainOptions& options) {
   std::shared_ptr<const data::SyntheticCorpus> corpus;
   if (options.data_shards.empty())
     corpus = std::make_shared<const data::SyntheticCorpus>(corpus_config);
-  else  // opened once here so a bad shard fails before any thread starts
-    (void)data::make_shard_loader(options.data_shards, config.vocab, {B, T, 0, plan.dp});
 
   const int hw = std::max(1u, std::thread::hardware_concurrency());
   const int threads =

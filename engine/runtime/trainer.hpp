@@ -85,6 +85,9 @@ struct TrainResult {
 // non-finite loss naming step and rank, a failed checkpoint write).
 TrainResult train(const TrainOptions& options);
 
+// Raises the InputError train() would raise for these options, without training.
+void check_train_options(const TrainOptions& options);
+
 // The plan text stored in checkpoints and compared on resume.
 std::string describe_plan(const spec::ParallelPlan& plan);
 

@@ -1,0 +1,123 @@
+// `pipetune train` as a user runs it: JSON output, overrides, traces, and bad input (one line on
+// stderr, exit 2 for input, 1 for a runtime failure, no output file left behind).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "support/run_process.hpp"
+
+namespace pipetune {
+namespace {
+
+using testing::run_pipetune;
+
+int line_count(const std::string& s) {
+  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+}
+
+TEST(TrainCli, JsonHasLossesThroughputPlanAndRanks) {
+  const auto r = run_pipetune({"train", "--steps", "3", "--microbatches", "4", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["losses"].size(), 3u);
+  EXPECT_NEAR(j["losses"][0].get<double>(), std::log(512.0), 0.2);  // uniform at initialisation
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0.0);
+  EXPECT_EQ(j["plan"]["tp"], 2);
+  EXPECT_EQ(j["plan"]["pp"], 2);
+  EXPECT_EQ(j["plan"]["dp"], 2);
+  EXPECT_EQ(j["plan"]["world"], 8);
+  EXPECT_EQ(j["plan"]["schedule"], "1f1b");
+  EXPECT_EQ(j["plan"]["tokens_per_step"], 4 * 4 * 32 * 2);  // m * B * T * dp
+  ASSERT_EQ(j["ranks"].size(), 8u);
+  for (const auto& k : j["ranks"]) {
+    EXPECT_GT(k["peak_activation_bytes"].get<std::int64_t>(), 0);
+    EXPECT_GE(k["bubble_ratio"].get<double>(), 0.0);
+    EXPECT_LE(k["bubble_ratio"].get<double>(), 1.0);
+  }
+  // The first stage holds more micro-batches of activations than the last under 1F1B.
+  EXPECT_GT(j["ranks"][0]["peak_activation_bytes"].get<std::int64_t>(),
+            j["ranks"][4]["peak_activation_bytes"].get<std::int64_t>());
+}
+
+TEST(TrainCli, HumanOutputPrintsEveryStepAndEveryRank) {
+  const auto r = run_pipetune({"train", "--steps", "2", "--microbatches", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("step    1  loss"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step    2  loss"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bubble%"), std::string::npos) << r.out;
+  EXPECT_GE(line_count(r.out), 2 + 1 + 2 + 8);
+}
+
+TEST(TrainCli, OverridesAndMoeConfig) {
+  const auto r = run_pipetune({"train", "--model", "tiny-moe", "--tp", "1", "--pp", "1", "--dp",
+                               "2", "--ep", "2", "--steps", "2", "--microbatches", "2", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["plan"]["model"], "tiny-moe");
+  EXPECT_EQ(j["plan"]["ep"], 2);
+  EXPECT_GT(j["steps"][0]["aux_loss"].get<double>(), 0.0);
+}
+
+TEST(TrainCli, TraceHasASpanPerOp) {
+  const std::string path = ::testing::TempDir() + "train_trace.json";
+  std::filesystem::remove(path);
+  const auto r = run_pipetune({"train", "--tp", "1", "--dp", "1", "--steps", "1", "--microbatches",
+                               "4", "--trace", path, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(testing::slurp(path));
+  int f = 0, b = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e.value("ph", "") != "X") continue;
+    const std::string name = e.value("name", "");
+    if (name.rfind("F", 0) == 0) ++f;
+    if (name.rfind("B", 0) == 0) ++b;
+  }
+  EXPECT_EQ(f, 2 * 4);  // 2 stages x 4 micro-batches
+  EXPECT_EQ(b, 2 * 4);
+  std::filesystem::remove(path);
+}
+
+struct BadInput {
+  std::vector<std::string> args;
+  std::string message;
+  int exit_code = 2;
+};
+
+class TrainCliBadInput : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(TrainCliBadInput, OneLineErrorAndExitCode) {
+  const BadInput& c = GetParam();
+  std::vector<std::string> args = {"train"};
+  args.insert(args.end(), c.args.begin(), c.args.end());
+  const auto r = run_pipetune(args);
+  EXPECT_EQ(r.exit_code, c.exit_code) << r.err;
+  EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+  EXPECT_EQ(line_count(r.err), 1) << r.err;
+  EXPECT_TRUE(r.out.empty() || r.exit_code == 1) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TrainCliBadInput,
+    ::testing::Values(
+        BadInput{{"--tp", "3"}, "tp=3 does not divide heads=4"},
+        BadInput{{"--tp", "1", "--pp", "9", "--dp", "1"}, "layer groups for 8 layers"},
+        BadInput{{"--model", "tiny-moe", "--tp", "1", "--pp", "1", "--dp", "2", "--ep", "3"},
+                 "ep=3"},
+        BadInput{{"--model", "tiny-moe", "--tp", "1", "--pp", "1", "--dp", "3", "--ep", "2"},
+                 "ep=2 does not divide dp=3"},
+        BadInput{{"--ep", "2"}, "needs an MoE model"},
+        BadInput{{"--tp", "1", "--pp", "1", "--dp", "300"}, "rank threads"},
+        BadInput{{"--schedule", "nope"}, "nope"},
+        BadInput{{"--vocab", "vocab-1", "--schedule", "gpipe"}, "vocab"},
+        BadInput{{"--steps", "0"}, "--steps"}, BadInput{{"--model", "llama3-8b"}, "activation"},
+        BadInput{{"--data", "/nonexistent/shard_*.bin"}, "shard"},
+        BadInput{{"--zero", "2"}, "ZeRO-1"},
+        // A learning rate that blows the weights up: the loss turns non-finite, the run stops and
+        // names the step and the rank, exit 1, no hang.
+        BadInput{{"--lr", "1e30", "--steps", "5", "--microbatches", "2"}, "loss is", 1}),
+    [](const auto& info) { return "case" + std::to_string(info.index); });
+
+}  // namespace
+}  // namespace pipetune
