@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -14,6 +15,7 @@
 #include "engine/data/synthetic_corpus.hpp"
 #include "engine/errors.hpp"
 #include "engine/model/model_config.hpp"
+#include "engine/runtime/checkpoint.hpp"
 #include "engine/runtime/optimizer.hpp"
 #include "engine/runtime/rank_runtime.hpp"
 #include "engine/schedule/generators.hpp"
@@ -147,6 +149,7 @@ namespace {
 // Everything train() derives from its options before starting a thread; every input error is
 // raised here.
 struct PreparedRun {
+  std::optional<CheckpointManifest> resume;
   model::ModelConfig config;
   spec::ParallelPlan plan;
   schedule::Schedule sched;
@@ -185,6 +188,24 @@ PreparedRun prepare(const TrainOptions& options) {
   if (!options.data_shards.empty())  // opened once here so a bad shard fails before any thread
     (void)data::make_shard_loader(options.data_shards, p.config.vocab,
                                   {p.plan.micro_batch_size, p.config.seq_len, 0, p.plan.dp});
+  if (!options.resume_dir.empty()) {
+    CheckpointManifest m = read_checkpoint_manifest(options.resume_dir);
+    const std::string who = "checkpoint '" + options.resume_dir + "'";
+    const std::string plan = describe_plan(p.plan);
+    if (m.model != p.config.name)
+      throw InputError(who + " is of model '" + m.model + "', not '" + p.config.name + "'");
+    if (m.plan != plan)
+      throw InputError(who + " was written by plan [" + m.plan + "], this run is [" + plan + "]");
+    if (m.world != p.plan.world_size())
+      throw InputError(who + " has " + n(m.world) + " ranks, the plan " + n(p.plan.world_size()));
+    if (m.seed != options.seed)
+      throw InputError(who + " was written with seed " + std::to_string(m.seed) + ", not " +
+                       std::to_string(options.seed));
+    if (m.step >= options.steps)
+      throw InputError(who + " is at step " + n(m.step) + ": --steps " + n(options.steps) +
+                       " leaves nothing to train");
+    p.resume = std::move(m);
+  }
   return p;
 }
 
@@ -234,6 +255,8 @@ TrainResult train(const TrainOptions& options) {
   for (int r = 0; r < world; ++r)
     recorders.push_back(std::make_unique<profiler::RankRecorder>(r, epoch, true));
   std::vector<StepTiming> last_timing(static_cast<std::size_t>(world));
+  std::vector<RankCheckpoint> checkpoint_slots(static_cast<std::size_t>(world));
+  result.first_step = prepared.resume ? static_cast<int>(prepared.resume->step) + 1 : 1;
 
   cluster.run([&](comm::Communicator& comm) {
     const int rank = comm.rank();
@@ -273,7 +296,24 @@ TrainResult train(const TrainOptions& options) {
                                   : data::make_shard_loader(options.data_shards, config.vocab, lc);
     const comm::ProcessGroup world_group = topology.world_group();
     std::vector<data::Batch> batches(static_cast<std::size_t>(plan.microbatches));
-    const int first_step = 1;
+    const int first_step = prepared.resume ? static_cast<int>(prepared.resume->step) + 1 : 1;
+    if (prepared.resume) {
+      const RankCheckpoint c = read_rank_checkpoint(options.resume_dir, rank);
+      auto restore = [&](const std::string& name, std::vector<float>& into) {
+        const NamedBuffer* b = c.find(name);
+        if (b == nullptr || b->values.size() != into.size())
+          throw InputError("checkpoint '" + options.resume_dir + "' rank " + n(rank) +
+                           ": buffer '" + name + "' is missing or has the wrong size");
+        into = b->values;
+      };
+      restore("dense.params", m.dense.flat_params());
+      restore("dense.m", dense_opt.moment1());
+      restore("dense.v", dense_opt.moment2());
+      restore("expert.params", m.expert.flat_params());
+      restore("expert.m", expert_opt.moment1());
+      restore("expert.v", expert_opt.moment2());
+      loader.restore(c.loader);
+    }
 
     for (int step = first_step; step <= options.steps; ++step) {
       const auto t0 = Clock::now();
@@ -327,6 +367,34 @@ TrainResult train(const TrainOptions& options) {
           result.trace.steps.push_back({step, recorder.now_ns(), r.loss, r.tokens_per_s});
         }
         if (options.on_step) options.on_step(r);
+      }
+      const bool save = !options.checkpoint_dir.empty() &&
+                        (step == options.steps ||
+                         (options.checkpoint_every > 0 && step % options.checkpoint_every == 0));
+      if (save) {
+        RankCheckpoint c;
+        c.rank = rank;
+        c.buffers = {
+            {"dense.params", m.dense.flat_params()}, {"dense.m", dense_opt.moment1()},
+            {"dense.v", dense_opt.moment2()},        {"expert.params", m.expert.flat_params()},
+            {"expert.m", expert_opt.moment1()},      {"expert.v", expert_opt.moment2()}};
+        c.loader = loader.state();
+        {
+          std::lock_guard lock(mutex);
+          checkpoint_slots[static_cast<std::size_t>(rank)] = std::move(c);
+        }
+        comm.barrier(world_group);
+        if (rank == 0) {
+          CheckpointManifest manifest;
+          manifest.step = step;
+          manifest.world = world;
+          manifest.model = config.name;
+          manifest.plan = describe_plan(plan);
+          manifest.seed = options.seed;
+          write_checkpoint(options.checkpoint_dir, manifest, checkpoint_slots);
+          checkpoint_slots.assign(checkpoint_slots.size(), {});
+        }
+        comm.barrier(world_group);
       }
     }
     if (options.capture_parameters) {
