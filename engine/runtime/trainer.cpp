@@ -88,6 +88,19 @@ void export_full(const model::ParameterSet& set, const std::vector<float>& flat,
   }
 }
 
+// Overwrites this rank's shards with the elements of the given full-model tensors.
+void import_full(model::ParameterSet& set, const std::map<std::string, tensor::Tensor>& full) {
+  for (const model::ParamEntry& e : set.entries()) {
+    auto it = full.find(e.name);
+    if (it == full.end()) continue;
+    if (it->second.numel() != e.layout.full_numel())
+      throw InputError("initial parameter '" + e.name + "' has " + n(it->second.numel()) +
+                       " elements, the model " + n(e.layout.full_numel()));
+    float* p = set.flat_params().data() + e.offset;
+    for (std::int64_t i = 0; i < e.numel(); ++i) p[i] = it->second[e.layout.full_index(i)];
+  }
+}
+
 // Parameter and gradient bytes of the vocabulary layers (embedding, position embedding, output
 // layer) and of everything else.
 struct ParameterBytes {
@@ -272,6 +285,10 @@ TrainResult train(const TrainOptions& options) {
     m.expert.allocate(zero1 ? edp_group.size() : 1);
     m.dense.initialize(options.seed);
     m.expert.initialize(options.seed);
+    if (options.initial_parameters != nullptr) {
+      import_full(m.dense, *options.initial_parameters);
+      import_full(m.expert, *options.initial_parameters);
+    }
     DataParallelOptimizer dense_opt(m.dense, comm, dp_group, at.tp_rank, zero1, backend);
     DataParallelOptimizer expert_opt(m.expert, comm, edp_group, at.tp_rank, zero1, backend);
     {

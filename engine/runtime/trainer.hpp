@@ -36,6 +36,9 @@ struct TrainOptions {
   std::string resume_dir;           // resume from this checkpoint
   bool capture_gradients = false;   // TrainResult::first_step_gradients
   bool capture_parameters = false;  // TrainResult::final_parameters
+  // Start from these full-model tensors (by parameter name, as in final_parameters) instead of
+  // the seeded initialisation; tensors not named keep their initial values.
+  const std::map<std::string, tensor::Tensor>* initial_parameters = nullptr;
   bool record_trace = false;        // TrainResult::trace: spans and memory of every rank
   double watchdog_seconds = 300.0;  // a collective waiting longer fails the run
   int threads_per_rank = 0;         // compute threads per rank; 0 = cores / world, at least 1
