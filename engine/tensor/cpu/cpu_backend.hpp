@@ -1,14 +1,23 @@
-// CpuBackend: the embedded default backend. fp32, OpenBLAS sgemm for matrix products, plain
-// loops (written to auto-vectorise) for everything else. One CpuBackend per rank thread; it
+// CpuBackend: the embedded default backend. fp32, OpenBLAS sgemm for the linear layers, own
+// kernels (ISA-cloned, see simd.hpp) for everything else. One CpuBackend per rank thread; it
 // holds no global state.
 //
-// Threading: the engine runs one thread per rank, so BLAS must run single-threaded per rank.
-// OpenBLAS's thread count is process-wide, so it is NOT set here (no static initialisers either):
-// the owner of the rank contexts (the runtime, a test main, a benchmark) calls
-// set_blas_threads(1) once before starting rank threads.
+// Threading, two independent knobs:
+//  - BLAS: OpenBLAS's thread count is process-wide, so it is NOT set here (no static
+//    initialisers either): the owner of the rank contexts (the runtime, a test main, a
+//    benchmark) calls set_blas_threads() once before starting rank threads (1 when every core
+//    has a rank; the core count for a single rank).
+//  - The backend's own pool: CpuBackend(threads) runs the non-BLAS ops (attention, LayerNorm,
+//    GELU, cross-entropy, embedding, AdamW, large elementwise ops) on `threads` threads with a
+//    fixed static partition. Results are bit-identical for every thread count: each output
+//    element is computed by one thread in the same way, and reductions across rows either split
+//    the columns (the row order stays the serial one) or sum fixed-size chunks in a fixed order.
 #pragma once
 
+#include <vector>
+
 #include "engine/tensor/backend.hpp"
+#include "engine/tensor/cpu/thread_pool.hpp"
 
 namespace pipetune::tensor {
 
@@ -16,9 +25,24 @@ namespace pipetune::tensor {
 void set_blas_threads(int threads);
 int blas_threads();
 
+// x86-64 ISA levels the kernels are built for: baseline (SSE2), v3 (AVX2 + FMA), v4 (AVX-512).
+enum class CpuIsa { Base, V3, V4 };
+// The highest level this machine runs (Base off x86-64 / GCC).
+CpuIsa detected_cpu_isa();
+
 class CpuBackend final : public Backend {
  public:
+  // threads >= 1: the size of the backend's own pool (values below 1 count as 1).
+  explicit CpuBackend(int threads = 1);
+
   std::string_view name() const override { return "cpu"; }
+  int threads() const { return pool_.size(); }
+
+  // The register-tiled kernels (attention) pick their tile per ISA level by hand; this caps the
+  // level they use (default: detected_cpu_isa()), so tests can run the lower levels' code too.
+  // The elementwise kernels are ISA clones and always run the machine's level.
+  void limit_isa(CpuIsa max_level);
+  CpuIsa isa() const { return isa_; }
 
  protected:
   void do_zero(TensorView t) override;
@@ -77,6 +101,17 @@ class CpuBackend final : public Backend {
   void do_adamw_step(TensorView params, ConstTensorView grads, TensorView m, TensorView v,
                      const AdamWConfig& config, std::int64_t step) override;
   double do_grad_sum_squares(ConstTensorView g) override;
+
+ private:
+  // Grows every pool part's scratch to at least `floats` floats (kept between calls, never
+  // shrunk); called on the dispatching thread, so an allocation failure throws there.
+  void reserve_scratch(std::size_t floats);
+  float* scratch(int part) { return scratch_[static_cast<std::size_t>(part)].data(); }
+
+  ThreadPool pool_;
+  CpuIsa isa_;
+  std::vector<std::vector<float>> scratch_;  // one buffer per pool part
+  std::vector<double> partials_;             // fixed-chunk partial sums (grad_sum_squares)
 };
 
 }  // namespace pipetune::tensor

@@ -1,28 +1,67 @@
 // Softmax cross-entropy on the CPU in its vocabulary-parallel (online softmax) form; the
 // unsharded loss is the one-shard case (see Backend::cross_entropy_forward).
+//
+// The two passes over the (N, V) logits (local stats, backward) split the rows across the pool;
+// each row's max and exp-sum are lane reductions (simd.hpp), the same for any thread count. The
+// per-row helpers (rescale, loss) touch N values and stay on the calling thread.
 #include <cmath>
 #include <limits>
 
 #include "engine/tensor/cpu/cpu_backend.hpp"
+#include "engine/tensor/cpu/simd.hpp"
 
 namespace pipetune::tensor {
+
+namespace {
+
+PIPETUNE_CPU_KERNEL void local_stats_rows(const float* logits, const std::int32_t* targets,
+                                          std::int64_t vocab_lo, float* local_max, float* local_sum,
+                                          float* target_logit, std::int64_t V, std::int64_t n0,
+                                          std::int64_t n1) {
+  for (std::int64_t n = n0; n < n1; ++n) {
+    const float* l = logits + n * V;  // (V shard)
+    const float mx = cpu::row_max(l, V);
+    const std::int64_t tj = targets[n] - vocab_lo;
+    local_max[n] = mx;
+    local_sum[n] = cpu::row_sum_exp(l, V, mx);
+    target_logit[n] = (tj >= 0 && tj < V) ? l[tj] : 0.0f;
+  }
+}
+
+PIPETUNE_CPU_KERNEL void backward_rows(const float* logits, const std::int32_t* targets,
+                                       std::int64_t vocab_lo, const float* global_max,
+                                       const float* global_sum, float grad_scale, float* dlogits,
+                                       std::int64_t V, std::int64_t n0, std::int64_t n1) {
+  for (std::int64_t n = n0; n < n1; ++n) {
+    const float* l = logits + n * V;  // (V shard)
+    float* d = dlogits + n * V;       // (V shard)
+    const float mx = global_max[n];
+    const float p_scale = grad_scale / global_sum[n];
+    for (std::int64_t j = 0; j < V; ++j) d[j] += cpu::exp_approx(l[j] - mx) * p_scale;
+    const std::int64_t tj = targets[n] - vocab_lo;
+    if (tj >= 0 && tj < V) d[tj] -= grad_scale;
+  }
+}
+
+}  // namespace
 
 void CpuBackend::do_vocab_ce_local_stats(ConstTensorView logits_shard,
                                          std::span<const std::int32_t> targets,
                                          std::int64_t vocab_lo, TensorView local_max,
                                          TensorView local_sum, TensorView target_logit) {
   const std::int64_t N = logits_shard.shape[0], V = logits_shard.shape[1];
-  for (std::int64_t n = 0; n < N; ++n) {
-    const float* l = logits_shard.data + n * V;  // (V shard)
-    float mx = -std::numeric_limits<float>::infinity();
-    for (std::int64_t j = 0; j < V; ++j) mx = std::max(mx, l[j]);
-    float sum = 0.0f;
-    for (std::int64_t j = 0; j < V; ++j) sum += std::exp(l[j] - mx);
-    const std::int64_t tj = targets[static_cast<std::size_t>(n)] - vocab_lo;
-    local_max.data[n] = mx;
-    local_sum.data[n] = sum;
-    target_logit.data[n] = (tj >= 0 && tj < V) ? l[tj] : 0.0f;
+  if (V == 0) {  // an empty shard: max -inf, sum 0
+    for (std::int64_t n = 0; n < N; ++n) {
+      local_max.data[n] = -std::numeric_limits<float>::infinity();
+      local_sum.data[n] = 0.0f;
+      target_logit.data[n] = 0.0f;
+    }
+    return;
   }
+  pool_.parallel_for(N, 1, [&](std::int64_t n0, std::int64_t n1, int) {
+    local_stats_rows(logits_shard.data, targets.data(), vocab_lo, local_max.data, local_sum.data,
+                     target_logit.data, V, n0, n1);
+  });
 }
 
 void CpuBackend::do_vocab_ce_rescale_sum(ConstTensorView local_max, ConstTensorView global_max,
@@ -53,15 +92,11 @@ void CpuBackend::do_vocab_ce_backward(ConstTensorView logits_shard,
                                       ConstTensorView global_max, ConstTensorView global_sum,
                                       float grad_scale, TensorView dlogits_shard) {
   const std::int64_t N = logits_shard.shape[0], V = logits_shard.shape[1];
-  for (std::int64_t n = 0; n < N; ++n) {
-    const float* l = logits_shard.data + n * V;  // (V shard)
-    float* d = dlogits_shard.data + n * V;       // (V shard)
-    const float mx = global_max.data[n];
-    const float inv_sum = 1.0f / global_sum.data[n];
-    for (std::int64_t j = 0; j < V; ++j) d[j] += std::exp(l[j] - mx) * inv_sum * grad_scale;
-    const std::int64_t tj = targets[static_cast<std::size_t>(n)] - vocab_lo;
-    if (tj >= 0 && tj < V) d[tj] -= grad_scale;
-  }
+  if (V == 0) return;
+  pool_.parallel_for(N, 1, [&](std::int64_t n0, std::int64_t n1, int) {
+    backward_rows(logits_shard.data, targets.data(), vocab_lo, global_max.data, global_sum.data,
+                  grad_scale, dlogits_shard.data, V, n0, n1);
+  });
 }
 
 }  // namespace pipetune::tensor

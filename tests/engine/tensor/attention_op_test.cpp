@@ -1,5 +1,6 @@
 // Causal self-attention core through the Backend interface: forward against a naive double
-// reference, causality, and the backward against central finite differences.
+// reference, causality, and the backward against central finite differences; then the CPU
+// backend's tiled kernels at larger sizes for each ISA level.
 #include "tests/engine/tensor/backend_test_support.hpp"
 
 namespace pipetune::tensor::testing {
@@ -87,6 +88,64 @@ TEST_P(AttentionOpTest, RejectsHeadsThatDoNotDivideChannels) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, AttentionOpTest, ::testing::ValuesIn(all_backends()),
                          backend_case_name);
+
+// The CPU backend's tiled kernels at sizes with full and partial row tiles, several key blocks
+// and padded head columns, for every ISA level this machine can run (each has its own tile).
+std::vector<CpuIsa> isa_levels() {
+  std::vector<CpuIsa> levels = {CpuIsa::Base};
+  if (detected_cpu_isa() >= CpuIsa::V3) levels.push_back(CpuIsa::V3);
+  if (detected_cpu_isa() >= CpuIsa::V4) levels.push_back(CpuIsa::V4);
+  return levels;
+}
+
+TEST(CpuAttentionTiles, ForwardMatchesNaiveReferenceAtEveryIsaLevel) {
+  set_blas_threads(1);
+  std::mt19937 rng(7);
+  const std::int64_t B = 2, T = 37, NH = 2, HS = 20, C = NH * HS;
+  const Tensor qkv = random_tensor({B, T, 3 * C}, rng);
+  const std::vector<float> expected = reference_attention(qkv, NH);
+  for (CpuIsa isa : isa_levels()) {
+    CpuBackend be(2);
+    be.limit_isa(isa);
+    Tensor out({B, T, C}), att({B, NH, T, T});
+    be.attention_forward(qkv, NH, out, att);
+    EXPECT_TRUE(all_close("out", out.values(), expected, 1e-5, 1e-5))
+        << "isa level " << static_cast<int>(isa);
+    for (std::int64_t row = 0; row < B * NH * T; ++row) {
+      const std::int64_t t = row % T;
+      double s = 0.0;
+      for (std::int64_t c = 0; c < T; ++c) {
+        s += att[row * T + c];
+        if (c > t) {
+          ASSERT_EQ(att[row * T + c], 0.0f) << "above the diagonal, row " << row;
+        }
+      }
+      EXPECT_NEAR(s, 1.0, 1e-5) << "row " << row;
+    }
+  }
+}
+
+TEST(CpuAttentionTiles, BackwardMatchesFiniteDifferencesAtEveryIsaLevel) {
+  set_blas_threads(1);
+  std::mt19937 rng(8);
+  const std::int64_t B = 1, T = 19, NH = 2, HS = 20, C = NH * HS;
+  Tensor qkv = random_tensor({B, T, 3 * C}, rng);
+  const Tensor r = random_tensor({B, T, C}, rng);
+  for (CpuIsa isa : isa_levels()) {
+    CpuBackend be(2);
+    be.limit_isa(isa);
+    auto loss = [&] {
+      Tensor out({B, T, C}), att({B, NH, T, T});
+      be.attention_forward(qkv, NH, out, att);
+      return dot(out, r);
+    };
+    Tensor out({B, T, C}), att({B, NH, T, T}), dqkv({B, T, 3 * C});
+    be.attention_forward(qkv, NH, out, att);
+    be.attention_backward_input(r, qkv, att, NH, dqkv);
+    EXPECT_TRUE(grad_close("dqkv", dqkv, numeric_grad(loss, qkv, 1e-2f)))
+        << "isa level " << static_cast<int>(isa);
+  }
+}
 
 }  // namespace
 }  // namespace pipetune::tensor::testing

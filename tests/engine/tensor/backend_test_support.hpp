@@ -27,8 +27,12 @@ struct BackendCase {
 };
 
 // Every backend the op tests run on. A CUDA backend adds itself here (under its build flag).
+// The CPU backend runs twice: on one thread, and on a pool of three (more threads than this
+// machine may have cores, so parts really interleave; cpu_threads_test checks bit-identity).
 inline std::vector<BackendCase> all_backends() {
-  return {{"cpu", [] { return std::unique_ptr<Backend>(std::make_unique<CpuBackend>()); }}};
+  return {
+      {"cpu", [] { return std::unique_ptr<Backend>(std::make_unique<CpuBackend>()); }},
+      {"cpu_threads3", [] { return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(3)); }}};
 }
 
 // gtest prints the parameter of a failing test with this (instead of its bytes).
