@@ -10,8 +10,22 @@ std::string_view stream_name(Stream s) {
       return "comm";
     case Stream::P2P:
       return "p2p";
+    case Stream::Gpu:
+      return "gpu";
+    case Stream::Host:
+      return "host";
   }
   return "?";
+}
+
+bool parse_stream(std::string_view name, Stream& out) {
+  for (int i = 0; i < kStreamCount; ++i) {
+    if (stream_name(static_cast<Stream>(i)) == name) {
+      out = static_cast<Stream>(i);
+      return true;
+    }
+  }
+  return false;
 }
 
 std::string_view span_kind_name(SpanKind k) {
@@ -38,14 +52,60 @@ std::string_view span_kind_name(SpanKind k) {
       return "all-reduce";
     case SpanKind::Broadcast:
       return "broadcast";
+    case SpanKind::Recv:
+      return "recv";
+    case SpanKind::AllGather:
+      return "all-gather";
+    case SpanKind::ReduceScatter:
+      return "reduce-scatter";
+    case SpanKind::AllToAll:
+      return "all-to-all";
+    case SpanKind::Barrier:
+      return "barrier";
+    case SpanKind::Kernel:
+      return "kernel";
+    case SpanKind::Memcpy:
+      return "memcpy";
+    case SpanKind::Memset:
+      return "memset";
+    case SpanKind::Runtime:
+      return "runtime";
+    case SpanKind::Range:
+      return "range";
     case SpanKind::Other:
       return "other";
   }
   return "?";
 }
 
+bool parse_span_kind(std::string_view name, SpanKind& out) {
+  for (int i = 0; i < kSpanKindCount; ++i) {
+    if (span_kind_name(static_cast<SpanKind>(i)) == name) {
+      out = static_cast<SpanKind>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
 bool is_compute(SpanKind k) {
   return static_cast<int>(k) <= static_cast<int>(SpanKind::IB);
+}
+
+bool is_communication(SpanKind k) {
+  switch (k) {
+    case SpanKind::Send:
+    case SpanKind::Recv:
+    case SpanKind::AllReduce:
+    case SpanKind::Broadcast:
+    case SpanKind::AllGather:
+    case SpanKind::ReduceScatter:
+    case SpanKind::AllToAll:
+    case SpanKind::Barrier:
+      return true;
+    default:
+      return false;
+  }
 }
 
 std::string_view memory_category_name(MemoryCategory c) {
@@ -66,12 +126,24 @@ std::string_view memory_category_name(MemoryCategory c) {
   return "?";
 }
 
-std::int32_t Trace::lane(std::int32_t rank, Stream stream) {
-  for (std::size_t i = 0; i < lanes.size(); ++i) {
-    if (lanes[i].rank == rank && lanes[i].stream == stream) return static_cast<std::int32_t>(i);
+bool parse_memory_category(std::string_view name, MemoryCategory& out) {
+  for (int i = 0; i < kMemoryCategoryCount; ++i) {
+    if (memory_category_name(static_cast<MemoryCategory>(i)) == name) {
+      out = static_cast<MemoryCategory>(i);
+      return true;
+    }
   }
-  lanes.push_back(
-      Lane{rank, stream, "rank " + std::to_string(rank) + " " + std::string(stream_name(stream))});
+  return false;
+}
+
+std::int32_t Trace::lane(std::int32_t rank, Stream stream, std::int32_t index) {
+  for (std::size_t i = 0; i < lanes.size(); ++i) {
+    if (lanes[i].rank == rank && lanes[i].stream == stream && lanes[i].index == index)
+      return static_cast<std::int32_t>(i);
+  }
+  std::string name = "rank " + std::to_string(rank) + " " + std::string(stream_name(stream));
+  if (index != 0) name += " " + std::to_string(index);
+  lanes.push_back(Lane{rank, stream, std::move(name), index});
   return static_cast<std::int32_t>(lanes.size() - 1);
 }
 

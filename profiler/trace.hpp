@@ -11,15 +11,21 @@ namespace pipetune::profiler {
 
 enum class TraceKind : std::uint8_t { Simulated, Measured, Imported };
 
-// A rank has several streams; each (rank, stream) pair is one lane of the timeline.
+// A rank has several streams; each (rank, stream, index) is one lane of the timeline.
 enum class Stream : std::uint8_t {
   Compute,  // forward/backward/vocabulary passes
-  Comm,     // collectives (vocabulary barriers; later DP/TP/EP collectives)
+  Comm,     // collectives (vocabulary barriers, DP/TP/EP collectives)
   P2P,      // point-to-point sends between pipeline stages
+  Gpu,      // a device stream of an imported profile (Lane::index = CUDA stream id)
+  Host,     // a host thread of an imported profile: CUDA API calls, NVTX ranges (index = tid)
 };
+inline constexpr int kStreamCount = 5;
 std::string_view stream_name(Stream s);
+// Inverse of stream_name; false when `name` is none of them.
+bool parse_stream(std::string_view name, Stream& out);
 
-// What a span is. The first eight mirror the schedule op kinds (same order).
+// What a span is. The first eight mirror the schedule op kinds (same order). Values are stored
+// by name (span_kind_name), never by number, so new kinds may be added anywhere before Other.
 enum class SpanKind : std::uint8_t {
   F,
   B,
@@ -32,10 +38,26 @@ enum class SpanKind : std::uint8_t {
   Send,
   AllReduce,
   Broadcast,
+  Recv,  // point-to-point receive (peer = source rank)
+  AllGather,
+  ReduceScatter,
+  AllToAll,
+  Barrier,
+  Kernel,   // an imported GPU kernel that is not a collective
+  Memcpy,   // imported GPU copy
+  Memset,   // imported GPU memset
+  Runtime,  // imported CUDA runtime / driver API call (host)
+  Range,    // an annotation range (NVTX) that is not a pipeline phase
   Other,
 };
+inline constexpr int kSpanKindCount = static_cast<int>(SpanKind::Other) + 1;
 std::string_view span_kind_name(SpanKind k);
+// Inverse of span_kind_name; false when `name` is none of them.
+bool parse_span_kind(std::string_view name, SpanKind& out);
+// Pipeline compute: F, B, W, BW, S, T, IF, IB.
 bool is_compute(SpanKind k);
+// Data movement between ranks: Send, Recv and the collectives (Barrier included).
+bool is_communication(SpanKind k);
 
 enum class MemoryCategory : std::uint8_t {
   Parameters,
@@ -47,11 +69,14 @@ enum class MemoryCategory : std::uint8_t {
 };
 inline constexpr int kMemoryCategoryCount = 6;
 std::string_view memory_category_name(MemoryCategory c);
+// Inverse of memory_category_name; false when `name` is none of them.
+bool parse_memory_category(std::string_view name, MemoryCategory& out);
 
 struct Lane {
   std::int32_t rank = 0;
   Stream stream = Stream::Compute;
-  std::string name;  // "rank 3 compute"
+  std::string name;        // "rank 3 compute"
+  std::int32_t index = 0;  // tells apart lanes of one (rank, stream): GPU stream id, thread id
 };
 
 struct Span {
@@ -59,7 +84,7 @@ struct Span {
   SpanKind kind = SpanKind::Other;
   std::int16_t chunk = -1;       // -1 when not applicable
   std::int32_t microbatch = -1;  // -1 when not applicable
-  std::int32_t peer = -1;        // Send: destination rank
+  std::int32_t peer = -1;        // Send: destination rank; Recv: source rank
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
   std::uint32_t name = 0;  // index into Trace::names; 0 = derive from kind/mb/chunk
@@ -97,8 +122,8 @@ struct Trace {
   std::vector<StepMetric> steps;
   std::vector<std::string> names{""};  // names[0] is the empty name
 
-  // Index of the (rank, stream) lane, created on first use.
-  std::int32_t lane(std::int32_t rank, Stream stream);
+  // Index of the (rank, stream, index) lane, created on first use.
+  std::int32_t lane(std::int32_t rank, Stream stream, std::int32_t index = 0);
   std::uint32_t intern(std::string name);
   // "F3.1" style label: kind, micro-batch and chunk when present, or the interned name.
   std::string span_label(const Span& s) const;

@@ -33,8 +33,8 @@ struct ParallelContext {
     comm->all_reduce(tp_group, std::span<float>(t.data, static_cast<std::size_t>(t.numel())), op);
   }
   void ep_all_to_all(std::span<const float> input, std::span<float> output) const {
-    profiler::ScopedSpan span(recorder, profiler::SpanKind::Other, profiler::Stream::Comm, -1, -1,
-                              -1, all_to_all_name);
+    profiler::ScopedSpan span(recorder, profiler::SpanKind::AllToAll, profiler::Stream::Comm, -1,
+                              -1, -1, all_to_all_name);
     comm->all_to_all(ep_group, input, output);
   }
 };

@@ -31,7 +31,7 @@ void Mailbox::post(int dst, MessageKind kind, int group, int microbatch,
 void Mailbox::take(int src, MessageKind kind, int group, int microbatch, std::span<float> data) {
   const int tag = message_tag(kind, group, microbatch);
   if (src != comm_->rank()) {
-    profiler::ScopedSpan span(recorder_, profiler::SpanKind::Other, profiler::Stream::P2P,
+    profiler::ScopedSpan span(recorder_, profiler::SpanKind::Recv, profiler::Stream::P2P,
                               microbatch, -1, src, recv_name_);
     comm_->recv(src, tag, data);
     return;

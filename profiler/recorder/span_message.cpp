@@ -71,9 +71,20 @@ std::uint32_t span_color(SpanKind kind) {
       return 0xFF8172B2u;
     case SpanKind::Send:
       return 0xFFDD8452u;
+    case SpanKind::Recv:
+      return 0xFFE6A46Eu;
     case SpanKind::AllReduce:
     case SpanKind::Broadcast:
+    case SpanKind::AllGather:
+    case SpanKind::ReduceScatter:
+    case SpanKind::AllToAll:
+    case SpanKind::Barrier:
       return 0xFFC44E52u;
+    case SpanKind::Kernel:
+    case SpanKind::Memcpy:
+    case SpanKind::Memset:
+    case SpanKind::Runtime:
+    case SpanKind::Range:
     case SpanKind::Other:
       return 0xFF8C8C8Cu;
   }

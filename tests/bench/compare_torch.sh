@@ -38,7 +38,7 @@ py=/usr/bin/python3  # Debian's interpreter, where python3-torch lives (not a py
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-"$bench" --benchmark_filter="BM_Sgemm/n:4096/blas_threads:$threads\$" \
+"$bench" --benchmark_filter="BM_Sgemm/n:4096/blas_threads:$threads/real_time\$" \
   --benchmark_format=json >"$tmp/sgemm.json" 2>/dev/null || true
 "$py" "$here/torch_gpt_step.py" --threads "$threads" --steps "$steps" >"$tmp/torch.json"
 cpp_filter="$("$bench" --benchmark_list_tests 2>/dev/null | grep -m1 GptTrainStep || true)"
