@@ -61,7 +61,7 @@ void DenseMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, 
   auto& be = ctx.be();
   TensorView kept = sized(a.dout, Shape{N, C});  // (N, C)
   std::copy(dout.data, dout.data + dout.numel(), kept.data);
-  std::vector<float> dgelu_buf;
+  Buffer dgelu_buf;
   TensorView dgelu = zeros(dgelu_buf, Shape{N, Fl});  // (N, F/tp)
   be.linear_backward_input(dout, params_->param(proj_w_), dgelu);
   TensorView dfc = zeros(a.dfc, Shape{N, Fl});  // (N, F/tp)
@@ -70,7 +70,7 @@ void DenseMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, 
   // dx gets this rank's partial; the TP sum completes it. dx may already hold other terms, so
   // the partial goes through a temporary.
   if (ctx.tp_size > 1) {
-    std::vector<float> part_buf;
+    Buffer part_buf;
     TensorView part = zeros(part_buf, Shape{N, C});  // (N, C)
     be.linear_backward_input(dfc, params_->param(fc_w_), part);
     ctx.tp_all_reduce(part);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/buffer_cache.hpp"
 #include "engine/model/model_config.hpp"
 #include "engine/model/parallel_context.hpp"
 #include "engine/model/parameters.hpp"
@@ -13,10 +14,10 @@
 namespace pipetune::model {
 
 struct DenseMlpActivations {
-  std::vector<float> fc;    // (N, F/tp) pre-activation
-  std::vector<float> gelu;  // (N, F/tp)
-  std::vector<float> dout;  // (N, C)      output gradient, kept for W
-  std::vector<float> dfc;   // (N, F/tp)   kept for W
+  Buffer fc;    // (N, F/tp) pre-activation
+  Buffer gelu;  // (N, F/tp)
+  Buffer dout;  // (N, C)      output gradient, kept for W
+  Buffer dfc;   // (N, F/tp)   kept for W
   std::size_t bytes() const;
   void clear();
 };

@@ -53,17 +53,17 @@ MoeMlp::MoeMlp(const ModelConfig& config, const std::string& prefix, int tp_size
   }
 }
 
-void MoeMlp::to_experts(const ParallelContext& ctx, const std::vector<float>& by_expert,
-                        std::vector<std::vector<float>>& per_local, std::int64_t cap) const {
+void MoeMlp::to_experts(const ParallelContext& ctx, const Buffer& by_expert,
+                        std::vector<Buffer>& per_local, std::int64_t cap) const {
   const std::int64_t C = config_.hidden, El = local_experts_, ep = ctx.ep_size;
   const std::size_t block = static_cast<std::size_t>(cap * C);  // one expert's slots
   // received (ep, El, cap, C): from EP rank i, its tokens for each of my local experts.
-  std::vector<float> received;
+  Buffer received;
   if (ep > 1) {
     received.resize(by_expert.size());
     ctx.ep_all_to_all(by_expert, received);
   }
-  const std::vector<float>& src = ep > 1 ? received : by_expert;
+  const Buffer& src = ep > 1 ? received : by_expert;
   per_local.assign(static_cast<std::size_t>(El), {});
   for (std::int64_t le = 0; le < El; ++le) {
     auto& dst = per_local[static_cast<std::size_t>(le)];
@@ -74,12 +74,11 @@ void MoeMlp::to_experts(const ParallelContext& ctx, const std::vector<float>& by
   }
 }
 
-void MoeMlp::from_experts(const ParallelContext& ctx,
-                          const std::vector<std::vector<float>>& per_local,
-                          std::vector<float>& by_expert, std::int64_t cap) const {
+void MoeMlp::from_experts(const ParallelContext& ctx, const std::vector<Buffer>& per_local,
+                          Buffer& by_expert, std::int64_t cap) const {
   const std::int64_t C = config_.hidden, El = local_experts_, ep = ctx.ep_size;
   const std::size_t block = static_cast<std::size_t>(cap * C);
-  std::vector<float> gathered(static_cast<std::size_t>(ep * El) * block);  // (ep, El, cap, C)
+  Buffer gathered(static_cast<std::size_t>(ep * El) * block);  // (ep, El, cap, C)
   for (std::int64_t le = 0; le < El; ++le)
     for (std::int64_t i = 0; i < ep; ++i)
       std::copy_n(
@@ -102,19 +101,19 @@ void MoeMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView o
                                ? tensor::moe_capacity(N, E, config_.top_k, config_.capacity_factor)
                                : N;  // no dropping: a token picks an expert at most once
   a.capacity = cap;
-  std::vector<float> logits_buf;
+  Buffer logits_buf;
   TensorView logits = sized(logits_buf, Shape{N, E});  // (N, E)
   be.linear_forward(x, dense_->param(router_w_), {}, logits);
   TensorView probs = sized(a.probs, Shape{N, E});  // (N, E)
   be.moe_router_forward(logits, config_.top_k, cap, probs, a.routing);
   a.aux_loss = config_.aux_loss_coef * be.moe_aux_loss(probs, a.routing);
 
-  std::vector<float> dispatched;
+  Buffer dispatched;
   be.moe_dispatch(x, a.routing, sized(dispatched, Shape{E, cap, C}));  // (E, cap, C)
   to_experts(ctx, dispatched, a.xin, cap);
 
   const std::int64_t rows = ep * cap;
-  std::vector<std::vector<float>> outs(static_cast<std::size_t>(local_experts_));
+  std::vector<Buffer> outs(static_cast<std::size_t>(local_experts_));
   a.fc.assign(static_cast<std::size_t>(local_experts_), {});
   a.gelu.assign(static_cast<std::size_t>(local_experts_), {});
   for (std::int64_t le = 0; le < local_experts_; ++le) {
@@ -140,7 +139,7 @@ void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, Te
   const std::int64_t N = dout.shape.rows(), C = config_.hidden, E = config_.experts,
                      Fl = ffn_local_, cap = a.capacity, rows = ctx.ep_size * cap;
   auto& be = ctx.be();
-  std::vector<float> dexpert_out, dprobs_buf;
+  Buffer dexpert_out, dprobs_buf;
   TensorView dprobs = zeros(dprobs_buf, Shape{N, E});  // (N, E)
   be.moe_combine_backward(dout, view(a.expert_out, Shape{E, cap, C}), view(a.probs, Shape{N, E}),
                           a.routing, zeros(dexpert_out, Shape{E, cap, C}), dprobs);
@@ -150,12 +149,12 @@ void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, Te
   release(a.expert_out);
 
   to_experts(ctx, dexpert_out, a.dout, cap);
-  std::vector<std::vector<float>> dxin(static_cast<std::size_t>(local_experts_));
+  std::vector<Buffer> dxin(static_cast<std::size_t>(local_experts_));
   a.dfc.assign(static_cast<std::size_t>(local_experts_), {});
   for (std::int64_t le = 0; le < local_experts_; ++le) {
     const auto i = static_cast<std::size_t>(le);
     const ExpertParams& e = experts_[i];
-    std::vector<float> dgelu_buf;
+    Buffer dgelu_buf;
     TensorView dgelu = zeros(dgelu_buf, Shape{rows, Fl});  // (ep*cap, F/tp)
     be.linear_backward_input(view(a.dout[i], Shape{rows, C}), expert_->param(e.proj_w), dgelu);
     TensorView dfc = zeros(a.dfc[i], Shape{rows, Fl});
@@ -163,9 +162,9 @@ void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, Te
     release(a.fc[i]);
     be.linear_backward_input(dfc, expert_->param(e.fc_w), zeros(dxin[i], Shape{rows, C}));
   }
-  std::vector<float> ddispatched;
+  Buffer ddispatched;
   from_experts(ctx, dxin, ddispatched, cap);
-  std::vector<float> part_buf;
+  Buffer part_buf;
   TensorView part = zeros(part_buf, Shape{N, C});  // (N, C) partial over TP
   be.moe_dispatch_backward(view(ddispatched, Shape{E, cap, C}), a.routing, part);
   ctx.tp_all_reduce(part);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/buffer_cache.hpp"
 #include "engine/model/model_config.hpp"
 #include "engine/model/parallel_context.hpp"
 #include "engine/model/parameters.hpp"
@@ -18,15 +19,15 @@ namespace pipetune::model {
 struct MoeMlpActivations {
   tensor::MoeRouting routing;
   std::int64_t capacity = 0;
-  std::vector<float> probs;              // (N, E)
-  std::vector<float> expert_out;         // (E, cap, C) outputs for this rank's tokens
-  std::vector<std::vector<float>> xin;   // per local expert (ep*cap, C)
-  std::vector<std::vector<float>> fc;    // per local expert (ep*cap, F/tp)
-  std::vector<std::vector<float>> gelu;  // per local expert (ep*cap, F/tp)
-  std::vector<std::vector<float>> dout;  // per local expert (ep*cap, C), kept for W
-  std::vector<std::vector<float>> dfc;   // per local expert (ep*cap, F/tp), kept for W
-  std::vector<float> dlogits;            // (N, E) router logit gradient, kept for W
-  float aux_loss = 0.0f;                 // coefficient included
+  Buffer probs;              // (N, E)
+  Buffer expert_out;         // (E, cap, C) outputs for this rank's tokens
+  std::vector<Buffer> xin;   // per local expert (ep*cap, C)
+  std::vector<Buffer> fc;    // per local expert (ep*cap, F/tp)
+  std::vector<Buffer> gelu;  // per local expert (ep*cap, F/tp)
+  std::vector<Buffer> dout;  // per local expert (ep*cap, C), kept for W
+  std::vector<Buffer> dfc;   // per local expert (ep*cap, F/tp), kept for W
+  Buffer dlogits;            // (N, E) router logit gradient, kept for W
+  float aux_loss = 0.0f;     // coefficient included
   std::size_t bytes() const;
   void clear();
 };
@@ -51,10 +52,10 @@ class MoeMlp {
     int fc_w, fc_b, proj_w, proj_b;
   };
   // (E, cap, C) <-> per-local-expert (ep*cap, C) through the EP all-to-all.
-  void to_experts(const ParallelContext& ctx, const std::vector<float>& by_expert,
-                  std::vector<std::vector<float>>& per_local, std::int64_t cap) const;
-  void from_experts(const ParallelContext& ctx, const std::vector<std::vector<float>>& per_local,
-                    std::vector<float>& by_expert, std::int64_t cap) const;
+  void to_experts(const ParallelContext& ctx, const Buffer& by_expert,
+                  std::vector<Buffer>& per_local, std::int64_t cap) const;
+  void from_experts(const ParallelContext& ctx, const std::vector<Buffer>& per_local,
+                    Buffer& by_expert, std::int64_t cap) const;
 
   ModelConfig config_;
   ParameterSet* dense_;

@@ -112,7 +112,7 @@ void TransformerBlock::backward_input(const ParallelContext& ctx, ConstTensorVie
                               view(a.ln2_mean, Shape{N}), view(a.ln2_rstd, Shape{N}), dx2);
 
   // Attention half.
-  std::vector<float> datty_buf;
+  Buffer datty_buf;
   TensorView datty = zeros(datty_buf, Shape{N, Cl});  // (N, C/tp)
   be.linear_backward_input(dx2, params_->param(proj_w_), datty);
   TensorView dqkv = zeros(a.dqkv, Shape{B, T, 3 * Cl});

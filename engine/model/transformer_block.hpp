@@ -15,19 +15,19 @@
 namespace pipetune::model {
 
 struct BlockActivations {
-  std::int64_t batch = 0, seq = 0;             // B, T (N = B*T rows)
-  std::vector<float> x;                        // (N, C) block input
-  std::vector<float> ln1, ln1_mean, ln1_rstd;  // (N, C), (N), (N)
-  std::vector<float> qkv;                      // (B, T, 3C/tp)
-  std::vector<float> att;                      // (B, NH/tp, T, T)
-  std::vector<float> atty;                     // (N, C/tp)
-  std::vector<float> x2;                       // (N, C) after the attention residual
-  std::vector<float> ln2, ln2_mean, ln2_rstd;  // (N, C), (N), (N)
+  std::int64_t batch = 0, seq = 0;  // B, T (N = B*T rows)
+  Buffer x;                         // (N, C) block input
+  Buffer ln1, ln1_mean, ln1_rstd;   // (N, C), (N), (N)
+  Buffer qkv;                       // (B, T, 3C/tp)
+  Buffer att;                       // (B, NH/tp, T, T)
+  Buffer atty;                      // (N, C/tp)
+  Buffer x2;                        // (N, C) after the attention residual
+  Buffer ln2, ln2_mean, ln2_rstd;   // (N, C), (N), (N)
   // Gradients kept from B for W.
-  std::vector<float> dln1;  // (N, C)
-  std::vector<float> dqkv;  // (B, T, 3C/tp)
-  std::vector<float> dx2;   // (N, C)
-  std::vector<float> dln2;  // (N, C)
+  Buffer dln1;  // (N, C)
+  Buffer dqkv;  // (B, T, 3C/tp)
+  Buffer dx2;   // (N, C)
+  Buffer dln2;  // (N, C)
   DenseMlpActivations dense;
   MoeMlpActivations moe;
 

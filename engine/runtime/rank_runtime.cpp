@@ -188,7 +188,7 @@ void RankRuntime::embed_plain(int mb, TensorView x) {
 void RankRuntime::reduce_embedding_parts(int mb, TensorView x) {
   // Input reduce: every vocabulary-group member's partial embedding, summed in group order.
   const std::int64_t N = rows(), C = config_.hidden;
-  std::vector<float> part(static_cast<std::size_t>(N * C));
+  model::Buffer part(static_cast<std::size_t>(N * C));
   std::fill(x.data, x.data + x.numel(), 0.0f);
   for (int src : vocab_group_.ranks) {
     mailbox_.take(src, MessageKind::EmbeddingPart, 0, mb, part);
@@ -205,7 +205,7 @@ void RankRuntime::forward(int chunk, int mb) {
   auto& blocks = m.blocks(chunk);
   s.blocks.resize(blocks.size());
 
-  std::vector<float> x_buf, y_buf;
+  model::Buffer x_buf, y_buf;
   TensorView x = sized(x_buf, Shape{N, C});  // (N, C)
   if (group > 0)
     mailbox_.take(group_rank(group - 1), MessageKind::Activation, group, mb,
@@ -248,12 +248,12 @@ float RankRuntime::output_loss_plain(ChunkState& s, int mb) {
   TensorView logits = sized(s.logits, Shape{N, Vs});  // (N, V/tp)
   be.linear_forward(view(s.lnf, Shape{N, C}), m.dense.param(m.head()), {}, logits);
   TensorView gmax = sized(s.gmax, Shape{N}), gsum = sized(s.gsum, Shape{N});
-  std::vector<float> target_buf, losses_buf;
+  model::Buffer target_buf, losses_buf;
   TensorView target = sized(target_buf, Shape{N});
   be.vocab_ce_local_stats(logits, targets, m.vocab().lo, gmax, gsum, target);
   if (ctx_.tp_size > 1) {
     // Megatron's vocab-parallel cross-entropy: max, then rescaled sums, over the TP group.
-    std::vector<float> local_max(s.gmax);
+    model::Buffer local_max(s.gmax);
     ctx_.tp_all_reduce(gmax, comm::ReduceOp::max);
     be.vocab_ce_rescale_sum(view(local_max, Shape{N}), gmax, gsum);
     ctx_.tp_all_reduce(gsum);
@@ -293,7 +293,7 @@ void RankRuntime::backward_input(int chunk, int mb) {
   ChunkState& s = chunk_state(chunk, mb);
   auto& blocks = m.blocks(chunk);
 
-  std::vector<float> dy_buf, dx_buf;
+  model::Buffer dy_buf, dx_buf;
   TensorView dy = sized(dy_buf, Shape{N, C});
   if (group < m.placement().groups - 1)
     mailbox_.take(group_rank(group + 1), MessageKind::Gradient, group, mb,

@@ -10,13 +10,13 @@ namespace pipetune::runtime {
 
 struct RankRuntime::ChunkState {
   std::vector<model::BlockActivations> blocks;
-  std::vector<float> out;                      // (N, C) last block output
-  std::vector<float> lnf, lnf_mean, lnf_rstd;  // last group: (N, C), (N), (N)
-  std::vector<float> logits;                   // last group, plain: (N, V/tp)
-  std::vector<float> gmax, gsum;               // last group, plain: (N) softmax statistics
-  std::vector<float> dlnf;                     // last group: (N, C), kept for W
-  std::vector<float> dlogits;                  // last group, plain: (N, V/tp), kept for W
-  std::vector<float> demb;                     // group 0, plain: (N, C), kept for W
+  model::Buffer out;                      // (N, C) last block output
+  model::Buffer lnf, lnf_mean, lnf_rstd;  // last group: (N, C), (N), (N)
+  model::Buffer logits;                   // last group, plain: (N, V/tp)
+  model::Buffer gmax, gsum;               // last group, plain: (N) softmax statistics
+  model::Buffer dlnf;                     // last group: (N, C), kept for W
+  model::Buffer dlogits;                  // last group, plain: (N, V/tp), kept for W
+  model::Buffer demb;                     // group 0, plain: (N, C), kept for W
   bool backward_done = false;
 
   std::size_t bytes() const {
@@ -30,11 +30,11 @@ struct RankRuntime::ChunkState {
 };
 
 struct RankRuntime::VocabState {
-  std::vector<float> hidden;  // (N, C) final hidden state, from S to T
-  std::vector<float> logits;  // (N, V/shards)
+  model::Buffer hidden;  // (N, C) final hidden state, from S to T
+  model::Buffer logits;  // (N, V/shards)
   bool stats_ready = false;
-  std::vector<float> gmax, gsum, target;  // (N) combined over the vocabulary group
-  std::vector<float> peer_max;            // (members, N) each member's maximum (Vocab2)
+  model::Buffer gmax, gsum, target;  // (N) combined over the vocabulary group
+  model::Buffer peer_max;            // (members, N) each member's maximum (Vocab2)
   int stats_uses_left = 0;
   bool output_done = false;  // T ran
 

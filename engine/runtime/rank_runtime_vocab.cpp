@@ -33,12 +33,12 @@ void RankRuntime::vocab_output_forward(int mb) {
   TensorView logits = sized(v.logits, Shape{N, Vs});  // (N, V/shards)
   be.linear_forward(hidden, m.dense.param(m.head()), {}, logits);
 
-  std::vector<float> stats(static_cast<std::size_t>(3 * N));  // [max | sum | target] (3, N)
+  model::Buffer stats(static_cast<std::size_t>(3 * N));  // [max | sum | target] (3, N)
   TensorView lmax{stats.data(), Shape{N}}, lsum{stats.data() + N, Shape{N}},
       target{stats.data() + 2 * N, Shape{N}};
   be.vocab_ce_local_stats(logits, targets, m.vocab().lo, lmax, lsum, target);
   if (ctx_.tp_size > 1) {
-    std::vector<float> local_max(stats.begin(), stats.begin() + N);
+    model::Buffer local_max(stats.begin(), stats.begin() + N);
     ctx_.tp_all_reduce(lmax, comm::ReduceOp::max);
     be.vocab_ce_rescale_sum(view(local_max, Shape{N}), lmax, lsum);
     ctx_.tp_all_reduce(lsum);
@@ -49,8 +49,8 @@ void RankRuntime::vocab_output_forward(int mb) {
   if (schedule_->vocab == schedule::VocabMode::Vocab2) {
     // Algorithm 2: send what lets the last group's B form the hidden state's gradient right
     // after the one barrier: A = sum_v exp(l_v - max) W_v and the target's row W_t.
-    std::vector<float> weights(static_cast<std::size_t>(2 * N * C), 0.0f);  // [A | W_t] (2, N, C)
-    std::vector<float> p_buf;
+    model::Buffer weights(static_cast<std::size_t>(2 * N * C), 0.0f);  // [A | W_t] (2, N, C)
+    model::Buffer p_buf;
     TensorView p = sized(p_buf, Shape{N, Vs});
     for (std::int64_t n = 0; n < N; ++n) {
       const float* l = logits.data + n * Vs;
@@ -78,7 +78,7 @@ RankRuntime::VocabState& RankRuntime::collect_stats(int mb) {
   if (v.stats_ready) return v;
   const std::int64_t N = rows();
   const auto members = static_cast<std::int64_t>(vocab_group_.ranks.size());
-  std::vector<float> all(static_cast<std::size_t>(members * 3 * N));  // (members, 3, N)
+  model::Buffer all(static_cast<std::size_t>(members * 3 * N));  // (members, 3, N)
   for (std::int64_t i = 0; i < members; ++i)
     mailbox_.take(vocab_group_.ranks[static_cast<std::size_t>(i)], MessageKind::Stats, 0, mb,
                   {all.data() + i * 3 * N, static_cast<std::size_t>(3 * N)});
@@ -115,7 +115,7 @@ void RankRuntime::vocab_output_backward(int mb) {
   const int last = m.placement().groups - 1;
   VocabState& v = collect_stats(mb);
   if (rank_ == group_rank(last)) {
-    std::vector<float> losses_buf;
+    model::Buffer losses_buf;
     const float loss = be.vocab_ce_loss(view(v.gmax, Shape{N}), view(v.gsum, Shape{N}),
                                         view(v.target, Shape{N}), sized(losses_buf, Shape{N}));
     if (!std::isfinite(loss))
@@ -125,14 +125,14 @@ void RankRuntime::vocab_output_backward(int mb) {
     losses_.loss_sum += loss;
     losses_.loss_microbatches += 1;
   }
-  std::vector<float> dlogits_buf;
+  model::Buffer dlogits_buf;
   TensorView dlogits = zeros(dlogits_buf, Shape{N, Vs});
   be.vocab_ce_backward(view(v.logits, Shape{N, Vs}), targets, m.vocab().lo, view(v.gmax, Shape{N}),
                        view(v.gsum, Shape{N}), grad_scale_ / static_cast<float>(N), dlogits);
   be.linear_backward_weight(dlogits, view(v.hidden, Shape{N, C}), m.dense.grad(m.head()), {});
   if (schedule_->vocab != schedule::VocabMode::Vocab2) {
     // C2: this shard's part of the final hidden state's gradient, to the last group's rank.
-    std::vector<float> dx_buf;
+    model::Buffer dx_buf;
     TensorView dx = zeros(dx_buf, Shape{N, C});
     be.linear_backward_input(dlogits, m.dense.param(m.head()), dx);
     ctx_.tp_all_reduce(dx);
@@ -152,7 +152,7 @@ void RankRuntime::output_backward_vocab(ChunkState& s, int mb, TensorView dy_fin
   if (schedule_->vocab == schedule::VocabMode::Vocab2) {
     VocabState& v = collect_stats(mb);
     const float scale = grad_scale_ / static_cast<float>(N);
-    std::vector<float> weights(static_cast<std::size_t>(2 * N * C));
+    model::Buffer weights(static_cast<std::size_t>(2 * N * C));
     for (std::size_t i = 0; i < vocab_group_.ranks.size(); ++i) {
       mailbox_.take(vocab_group_.ranks[i], MessageKind::SoftmaxWeights, 0, mb, weights);
       for (std::int64_t n = 0; n < N; ++n) {
@@ -167,7 +167,7 @@ void RankRuntime::output_backward_vocab(ChunkState& s, int mb, TensorView dy_fin
     }
     if (--v.stats_uses_left == 0) vocab_.erase(mb);
   } else {
-    std::vector<float> part(static_cast<std::size_t>(N * C));
+    model::Buffer part(static_cast<std::size_t>(N * C));
     for (int src : vocab_group_.ranks) {
       mailbox_.take(src, MessageKind::OutputGrad, 0, mb, part);
       be.accumulate(dlnf, view(part, Shape{N, C}));
@@ -182,7 +182,7 @@ void RankRuntime::vocab_input_forward(int mb) {
   const std::int64_t N = rows(), C = config_.hidden;
   auto& m = *model_;
   const auto& tokens = (*batches_)[static_cast<std::size_t>(mb)].inputs;
-  std::vector<float> part(static_cast<std::size_t>(N * C));
+  model::Buffer part(static_cast<std::size_t>(N * C));
   ConstTensorView wpe = m.wpe() >= 0 && ctx_.tp_rank == 0 ? ConstTensorView(m.dense.param(m.wpe()))
                                                           : ConstTensorView{};
   ctx_.be().embedding_shard_forward(tokens, m.dense.param(m.wte()), m.vocab().lo, config_.vocab,
@@ -195,7 +195,7 @@ void RankRuntime::vocab_input_backward(int mb) {
   const std::int64_t C = config_.hidden;
   auto& m = *model_;
   const auto& tokens = (*batches_)[static_cast<std::size_t>(mb)].inputs;
-  std::vector<float> demb(static_cast<std::size_t>(rows() * C));
+  model::Buffer demb(static_cast<std::size_t>(rows() * C));
   mailbox_.take(group_rank(0), MessageKind::EmbeddingGrad, 0, mb, demb);
   TensorView dwpe = m.wpe() >= 0 ? m.dense.grad(m.wpe()) : TensorView{};
   ctx_.be().embedding_shard_backward_weight(tokens, view(demb, Shape{batch_, seq_, C}),

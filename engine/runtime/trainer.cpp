@@ -14,6 +14,7 @@
 #include "engine/data/data_loader.hpp"
 #include "engine/data/synthetic_corpus.hpp"
 #include "engine/errors.hpp"
+#include "engine/model/buffer_cache.hpp"
 #include "engine/model/model_config.hpp"
 #include "engine/runtime/checkpoint.hpp"
 #include "engine/runtime/optimizer.hpp"
@@ -276,6 +277,9 @@ TrainResult train(const TrainOptions& options) {
     const comm::RankCoordinates at = topology.coordinates(rank);
     tensor::CpuBackend backend;
     profiler::RankRecorder& recorder = *recorders[static_cast<std::size_t>(rank)];
+    // Before the runtime: its buffers go back to the cache while it is still bound.
+    model::BufferCache buffer_cache(options.buffer_cache_bytes);
+    model::ScopedBufferCache bind_buffer_cache(buffer_cache);
     RankRuntime runtime(config, plan, split, sched, topology, comm, backend, &recorder);
     model::RankModel& m = runtime.model();
     const comm::ProcessGroup dp_group = topology.dp_group(rank);

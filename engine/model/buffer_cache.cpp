@@ -1,0 +1,45 @@
+#include "engine/model/buffer_cache.hpp"
+
+namespace pipetune::model {
+
+BufferCache::~BufferCache() {
+  for (auto& [bytes, blocks] : free_) {
+    for (void* block : blocks) ::operator delete(block);
+  }
+}
+
+void* BufferCache::take(std::size_t bytes) noexcept {
+  auto it = free_.find(bytes);
+  if (it == free_.end() || it->second.empty()) {
+    ++misses_;
+    return nullptr;
+  }
+  void* block = it->second.back();
+  it->second.pop_back();
+  cached_bytes_ -= bytes;
+  ++hits_;
+  return block;
+}
+
+bool BufferCache::give(void* block, std::size_t bytes) noexcept {
+  if (block == nullptr || bytes == 0 || cached_bytes_ + bytes > max_bytes_) return false;
+  try {
+    free_[bytes].push_back(block);
+  } catch (...) {  // no memory for the bookkeeping: let the caller free the block
+    return false;
+  }
+  cached_bytes_ += bytes;
+  return true;
+}
+
+BufferCache*& BufferCache::bound() noexcept {
+  // The only thread-local state: which rank's cache this thread allocates from.
+  thread_local BufferCache* cache = nullptr;
+  return cache;
+}
+
+BufferCache* BufferCache::current() noexcept {
+  return bound();
+}
+
+}  // namespace pipetune::model

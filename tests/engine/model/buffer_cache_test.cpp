@@ -1,0 +1,82 @@
+// BufferCache: freed blocks come back for the same size, the byte limit holds, and Buffers use
+// the cache bound to their thread (and plain new/delete without one).
+#include "engine/model/buffer_cache.hpp"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace pipetune::model {
+namespace {
+
+TEST(BufferCache, GivesBackABlockOfTheSameSizeOnly) {
+  BufferCache cache(1 << 20);
+  void* a = ::operator new(4096);
+  ASSERT_TRUE(cache.give(a, 4096));
+  EXPECT_EQ(cache.cached_bytes(), 4096u);
+  EXPECT_EQ(cache.take(8192), nullptr);  // no block of that size
+  EXPECT_EQ(cache.take(4096), a);
+  EXPECT_EQ(cache.take(4096), nullptr);  // taken once
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+  EXPECT_EQ(cache.hits(), 1u);
+  EXPECT_EQ(cache.misses(), 2u);
+  ::operator delete(a);
+}
+
+TEST(BufferCache, RefusesBlocksBeyondItsLimit) {
+  BufferCache cache(10000);
+  void* a = ::operator new(6000);
+  void* b = ::operator new(6000);
+  EXPECT_TRUE(cache.give(a, 6000));
+  EXPECT_FALSE(cache.give(b, 6000));  // 12000 > 10000: the caller keeps (and frees) it
+  EXPECT_EQ(cache.cached_bytes(), 6000u);
+  ::operator delete(b);
+}  // the destructor frees `a`
+
+TEST(BufferCache, BufferReusesStorageOfTheBoundCache) {
+  BufferCache cache(1 << 20);
+  {
+    ScopedBufferCache bind(cache);
+    EXPECT_EQ(BufferCache::current(), &cache);
+    const float* first = nullptr;
+    {
+      Buffer b(1000);
+      first = b.data();
+    }
+    EXPECT_EQ(cache.cached_bytes(), 1000 * sizeof(float));
+    Buffer again(1000);
+    EXPECT_EQ(again.data(), first);  // the same block, no new allocation
+    Buffer other(999);
+    EXPECT_NE(other.data(), first);
+  }
+  EXPECT_EQ(BufferCache::current(), nullptr);  // unbound after the scope
+}
+
+TEST(BufferCache, ZeroFilledWhereAsked) {
+  BufferCache cache(1 << 20);
+  ScopedBufferCache bind(cache);
+  { Buffer dirty(64, 7.0f); }
+  Buffer clean(64, 0.0f);  // takes the dirty block, and fills it
+  for (float v : clean) ASSERT_EQ(v, 0.0f);
+}
+
+TEST(BufferCache, BuffersMoveAcrossThreadsWithOrWithoutACache) {
+  BufferCache cache(1 << 20);
+  Buffer moved;
+  {
+    ScopedBufferCache bind(cache);
+    moved = Buffer(256, 1.0f);
+  }
+  // Freed on a thread with no cache bound: plain delete; with one bound: kept there.
+  std::thread([b = std::move(moved)]() mutable { Buffer().swap(b); }).join();
+  BufferCache other(1 << 20);
+  std::thread([&] {
+    ScopedBufferCache bind(other);
+    Buffer b(128, 2.0f);
+  }).join();
+  EXPECT_EQ(other.cached_bytes(), 128 * sizeof(float));
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace pipetune::model
