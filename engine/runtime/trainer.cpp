@@ -275,7 +275,7 @@ TrainResult train(const TrainOptions& options) {
   cluster.run([&](comm::Communicator& comm) {
     const int rank = comm.rank();
     const comm::RankCoordinates at = topology.coordinates(rank);
-    tensor::CpuBackend backend;
+    tensor::CpuBackend backend(threads);
     profiler::RankRecorder& recorder = *recorders[static_cast<std::size_t>(rank)];
     // Before the runtime: its buffers go back to the cache while it is still bound.
     model::BufferCache buffer_cache(options.buffer_cache_bytes);
