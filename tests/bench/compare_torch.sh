@@ -57,11 +57,15 @@ def bench_json(name):
     runs = json.load(open(path)).get("benchmarks", [])
     return runs[0] if runs else None
 sgemm = bench_json("sgemm.json")
-if sgemm:
-    print(f"sgemm peak (n 4096, {threads} BLAS threads): {sgemm['FLOP/s'] / 1e9:.1f} GFLOP/s")
+peak = sgemm["FLOP/s"] if sgemm else None
+if peak:
+    print(f"sgemm peak (n 4096, {threads} BLAS threads): {peak / 1e9:.1f} GFLOP/s")
+def share(flops):
+    return f" = {100 * flops / peak:.0f}% of sgemm peak" if peak else ""
 torch = json.loads(open(os.path.join(tmp, "torch.json")).read().strip().splitlines()[-1])
 print(f"pytorch {torch['torch']} ({torch['threads']} threads): {torch['tokens_per_s']:.1f} tokens/s,"
-      f" {torch['step_ms']:.0f} ms/step, {torch['model_flops_per_s'] / 1e9:.1f} GFLOP/s model")
+      f" {torch['step_ms']:.0f} ms/step, {torch['model_flops_per_s'] / 1e9:.1f} GFLOP/s model"
+      + share(torch['model_flops_per_s']))
 cpp = bench_json("cpp.json")
 if cpp is None:
     print("engine: no GptTrainStep benchmark in this build")
@@ -72,7 +76,7 @@ if tps is None:
     sys.exit(2)
 mfs = cpp.get("model_flops_per_s", 0.0)
 ratio = tps / torch["tokens_per_s"]
-print(f"engine {cpp['name']}: {tps:.1f} tokens/s, {mfs / 1e9:.1f} GFLOP/s model"
-      f" -> {ratio:.2f}x pytorch")
+print(f"engine {cpp['name']}: {tps:.1f} tokens/s, {mfs / 1e9:.1f} GFLOP/s model" + share(mfs)
+      + f" -> {ratio:.2f}x pytorch")
 sys.exit(0 if ratio >= 1.0 else 1)
 PY
