@@ -336,9 +336,13 @@ TrainResult train(const TrainOptions& options) {
       loader.restore(c.loader);
     }
 
+    profiler::RecorderMark streamed;  // how much of the recorder trace_sink has had
     for (int step = first_step; step <= options.steps; ++step) {
       const auto t0 = Clock::now();
-      if (!options.record_trace) recorder.clear();  // keep only the step being measured
+      if (!options.record_trace) {
+        recorder.clear();  // keep only the step being measured
+        streamed = {};
+      }
       for (auto& b : batches) loader.next(b);
       const std::size_t first_span = recorder.spans().size();
       const IterationLosses losses = runtime.run_schedule(batches, step);
@@ -373,6 +377,7 @@ TrainResult train(const TrainOptions& options) {
       }
       dense_opt.zero_grad();
       expert_opt.zero_grad();
+      profiler::StepMetric step_metric;
       if (rank == 0) {
         StepResult r;
         r.step = step;
@@ -382,12 +387,18 @@ TrainResult train(const TrainOptions& options) {
         r.grad_norm = norm;
         r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
         r.tokens_per_s = static_cast<double>(result.tokens_per_step) / r.seconds;
+        step_metric = {step, recorder.now_ns(), r.loss, r.tokens_per_s};
         {
           std::lock_guard lock(mutex);
           result.steps.push_back(r);
-          result.trace.steps.push_back({step, recorder.now_ns(), r.loss, r.tokens_per_s});
+          result.trace.steps.push_back(step_metric);
         }
         if (options.on_step) options.on_step(r);
+      }
+      if (options.trace_sink) {
+        profiler::Trace part = profiler::take_recorder_part(recorder, streamed);
+        if (rank == 0) part.steps.push_back(step_metric);
+        options.trace_sink(std::move(part));
       }
       const bool save = !options.checkpoint_dir.empty() &&
                         (step == options.steps ||

@@ -46,6 +46,11 @@ struct TrainOptions {
   std::size_t buffer_cache_bytes = std::size_t{2} << 30;
   // Called on rank 0's thread after each step.
   std::function<void(const struct StepResult&)> on_step;
+  // Streams the run's records: called on every rank's thread after each of its steps with what
+  // the rank recorded in that step (spans, memory samples, counters; rank 0's part also carries
+  // the step's StepMetric). Called concurrently from several ranks: it must be thread-safe. An
+  // exception from it fails the run like any other rank failure.
+  std::function<void(profiler::Trace)> trace_sink;
 };
 
 struct StepResult {

@@ -30,10 +30,13 @@ std::vector<std::uint32_t> intern_names(const RankRecorder& r, Trace& trace) {
   return ids;
 }
 
-void add_spans(const RankRecorder& r, const std::vector<std::uint32_t>& names, Trace& trace) {
+void add_spans(const RankRecorder& r, std::size_t from, const std::vector<std::uint32_t>& names,
+               Trace& trace) {
+  const std::vector<RecordedSpan>& recorded = r.spans();
   for (const Stream stream : kStreams) {
     const auto first = trace.spans.size();
-    for (const RecordedSpan& s : r.spans()) {
+    for (std::size_t i = from; i < recorded.size(); ++i) {
+      const RecordedSpan& s = recorded[i];
       if (s.stream != stream) continue;
       Span out;
       out.lane = trace.lane(r.rank(), stream);
@@ -72,7 +75,7 @@ Trace merge_recorders(const std::vector<const RankRecorder*>& recorders) {
   trace.spans.reserve(spans);
   for (const RankRecorder* r : sorted) {
     const std::vector<std::uint32_t> names = intern_names(*r, trace);
-    add_spans(*r, names, trace);
+    add_spans(*r, 0, names, trace);
     const auto& samples = r->memory().samples();
     trace.memory.insert(trace.memory.end(), samples.begin(), samples.end());
     for (const RecordedCounter& c : r->counters()) {
@@ -80,6 +83,27 @@ Trace merge_recorders(const std::vector<const RankRecorder*>& recorders) {
           CounterSample{r->rank(), c.name < names.size() ? names[c.name] : 0, c.t_ns, c.value});
     }
   }
+  return trace;
+}
+
+Trace take_recorder_part(const RankRecorder& r, RecorderMark& mark) {
+  check({&r});
+  const auto& samples = r.memory().samples();
+  if (mark.spans > r.spans().size() || mark.counters > r.counters().size() ||
+      mark.memory > samples.size())
+    throw std::logic_error("take_recorder_part: rank " + std::to_string(r.rank()) +
+                           " was cleared since the mark");
+  Trace trace;
+  trace.kind = TraceKind::Measured;
+  const std::vector<std::uint32_t> names = intern_names(r, trace);
+  add_spans(r, mark.spans, names, trace);
+  trace.memory.assign(samples.begin() + static_cast<std::ptrdiff_t>(mark.memory), samples.end());
+  for (std::size_t i = mark.counters; i < r.counters().size(); ++i) {
+    const RecordedCounter& c = r.counters()[i];
+    trace.counters.push_back(
+        CounterSample{r.rank(), c.name < names.size() ? names[c.name] : 0, c.t_ns, c.value});
+  }
+  mark = {r.spans().size(), r.counters().size(), samples.size()};
   return trace;
 }
 

@@ -85,6 +85,11 @@ struct BadInput {
   int exit_code = 2;
 };
 
+// ctest lists the case by its arguments, not by a dump of the struct's bytes.
+void PrintTo(const BadInput& c, std::ostream* os) {
+  for (const auto& a : c.args) *os << a << ' ';
+}
+
 class TrainCliBadInput : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(TrainCliBadInput, OneLineErrorAndExitCode) {
