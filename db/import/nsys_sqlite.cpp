@@ -1,0 +1,574 @@
+#include "db/import/nsys_sqlite.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <system_error>
+#include <tuple>
+#include <unordered_set>
+
+#include "db/import/nsys_rows.hpp"
+#include "db/import/nsys_schema.hpp"
+#include "db/import/pipeline_phase_names.hpp"
+#include "db/import/rank_names.hpp"
+#include "db/import/trace_builder.hpp"
+
+namespace pipetune::db {
+
+namespace {
+
+using namespace import_detail;
+using profiler::Span;
+using profiler::SpanKind;
+using profiler::Stream;
+
+constexpr std::string_view kKernels = "CUPTI_ACTIVITY_KIND_KERNEL";
+constexpr std::string_view kMemcpy = "CUPTI_ACTIVITY_KIND_MEMCPY";
+constexpr std::string_view kMemset = "CUPTI_ACTIVITY_KIND_MEMSET";
+constexpr std::string_view kRuntime = "CUPTI_ACTIVITY_KIND_RUNTIME";
+constexpr std::string_view kNvtx = "NVTX_EVENTS";
+
+// NVTX eventType codes (nsys "SQLite Schema Event Values").
+constexpr std::int64_t kNvtxThreadName = 39;
+constexpr std::int64_t kNvtxPushPop = 59;
+constexpr std::int64_t kNvtxStartEnd = 60;
+constexpr std::int64_t kNvtxDomainCreate = 75;
+
+NcclCall nccl_call_of(std::string_view name) {
+  auto is = [&](std::string_view call) {
+    return name.substr(0, call.size()) == call &&
+           (name.size() == call.size() ||
+            !std::isalnum(static_cast<unsigned char>(name[call.size()])));
+  };
+  if (name.substr(0, 4) != "nccl") return NcclCall::None;
+  if (is("ncclSend")) return NcclCall::Send;
+  if (is("ncclRecv")) return NcclCall::Recv;
+  if (is("ncclGroupStart")) return NcclCall::GroupStart;
+  if (is("ncclGroupEnd")) return NcclCall::GroupEnd;
+  return NcclCall::Other;
+}
+
+SpanKind span_kind_of(NcclKernel k) {
+  switch (k) {
+    case NcclKernel::AllReduce:
+      return SpanKind::AllReduce;
+    case NcclKernel::AllGather:
+      return SpanKind::AllGather;
+    case NcclKernel::ReduceScatter:
+      return SpanKind::ReduceScatter;
+    case NcclKernel::Broadcast:
+      return SpanKind::Broadcast;
+    case NcclKernel::AllToAll:
+      return SpanKind::AllToAll;
+    case NcclKernel::Send:
+    case NcclKernel::SendRecv:
+      return SpanKind::Send;
+    case NcclKernel::Recv:
+      return SpanKind::Recv;
+    case NcclKernel::Reduce:
+    case NcclKernel::Unknown:
+      return SpanKind::Kernel;
+  }
+  return SpanKind::Kernel;
+}
+
+std::string plural(std::int64_t n, std::string_view what) {
+  return std::to_string(n) + " " + std::string(what);
+}
+
+class NsysImport {
+ public:
+  explicit NsysImport(const std::filesystem::path& file)
+      : file_(file.string()), db_(file), schema_(db_) {}
+
+  ImportedProfile run() {
+    check_is_nsys_export();
+    read_schema_version();
+    strings_ = read_string_ids(schema_);
+    read_memcpy_kinds();
+    read_processes_and_threads();
+    read_kernels();
+    read_copies();
+    read_memsets();
+    read_runtime();
+    read_nvtx();
+    read_mpi_ranks();
+    read_gpus();
+    emit();
+    return std::move(out_);
+  }
+
+ private:
+  void warn(std::string text) { out_.warnings.push_back(std::move(text)); }
+
+  void note_missing(std::string_view table, std::string_view consequence) {
+    if (!schema_.has_table(table))
+      warn("table " + std::string(table) +
+           " absent (nsys creates tables only for captured "
+           "data): " +
+           std::string(consequence));
+  }
+
+  void check_is_nsys_export() {
+    bool activity = schema_.has_table(kNvtx);
+    for (std::string_view t : {kKernels, kMemcpy, kMemset, kRuntime})
+      activity = activity || schema_.has_table(t);
+    if (!schema_.has_table("StringIds") && !activity)
+      throw InputError(file_ +
+                       ": not an Nsight Systems export: no StringIds, CUPTI_ACTIVITY_KIND_* or "
+                       "NVTX_EVENTS table");
+    note_missing("StringIds", "kernel, API and registered NVTX names unknown");
+    note_missing(kKernels, "no kernels");
+    note_missing(kMemcpy, "no copies");
+    note_missing(kMemset, "no memsets");
+    note_missing(kRuntime, "no CUDA API calls");
+    note_missing(kNvtx, "no NVTX ranges");
+    note_missing("TARGET_INFO_GPU", "GPU names unknown");
+    note_missing("PROCESSES", "process names unknown");
+    note_missing("ThreadNames", "thread names unknown");
+  }
+
+  void read_schema_version() {
+    // Newer exports: META_DATA_EXPORT; schema 2.x: EXPORT_META_DATA.
+    for (std::string_view table : {"META_DATA_EXPORT", "EXPORT_META_DATA"}) {
+      if (!schema_.has_table(table)) continue;
+      TableReader r(schema_, table, {"name", "value"}, {}, "name = 'EXPORT_SCHEMA_VERSION'");
+      if (r.next()) out_.schema_version = std::string(r.text(1));
+      return;
+    }
+    warn("no META_DATA_EXPORT or EXPORT_META_DATA table: export schema version unknown");
+  }
+
+  const std::string* string_id(std::optional<std::int64_t> id) {
+    if (!id) return nullptr;
+    auto it = strings_.find(*id);
+    if (it == strings_.end()) {
+      ++missing_strings_;
+      return nullptr;
+    }
+    return &it->second;
+  }
+
+  void read_memcpy_kinds() {
+    if (!schema_.has_table("ENUM_CUDA_MEMCPY_OPER")) return;
+    TableReader r(schema_, "ENUM_CUDA_MEMCPY_OPER", {"id", "name"}, {});
+    while (r.next()) {
+      const std::string label = memcpy_kind_label_from_enum_name(r.text(1));
+      if (auto id = r.integer(0); id && !label.empty()) memcpy_labels_[*id] = label;
+    }
+  }
+
+  void read_processes_and_threads() {
+    if (schema_.has_table("PROCESSES")) {
+      TableReader r(schema_, "PROCESSES", {"globalPid"}, {"pid", "name"});
+      while (r.next()) {
+        auto gpid = r.integer(0);
+        if (!gpid) continue;
+        ProcessInfo info{static_cast<std::int32_t>(r.integer_or(1, pid_of(*gpid))),
+                         std::string(r.text(2))};
+        ranks_in_.processes[process_key(*gpid)] = std::move(info);
+      }
+    }
+    if (schema_.has_table("ThreadNames")) {
+      TableReader r(schema_, "ThreadNames", {"globalTid", "nameId"}, {"priority"});
+      std::unordered_map<std::int64_t, std::int64_t> priority;
+      while (r.next()) {
+        auto gtid = r.integer(0);
+        const std::string* name = string_id(r.integer(1));
+        if (!gtid || name == nullptr) continue;
+        const std::int64_t prio = r.integer_or(2, 0);
+        auto [it, fresh] = priority.emplace(*gtid, prio);
+        if (!fresh && prio < it->second) continue;
+        it->second = prio;
+        name_thread(*gtid, *name);
+      }
+    }
+  }
+
+  void name_thread(std::int64_t global_tid, std::string_view name) {
+    thread_names_[global_tid] = std::string(name);
+    if (auto rank = rank_from_name(name))
+      ranks_in_.explicit_ranks[process_key(global_tid)] = {
+          *rank, "thread name '" + std::string(name) + "'"};
+  }
+
+  void add_gpu(GpuActivity a) {
+    ranks_in_.gpu_processes.insert(a.process);
+    if (a.record.device >= 0) ranks_in_.devices[a.process].insert(a.record.device);
+    gpu_.push_back(std::move(a));
+  }
+
+  // Reads start, end, globalPid, deviceId, streamId, correlationId (columns 0..5) into `a`;
+  // false (row skipped, counted) when a time or the process is missing or end < start.
+  bool read_gpu_common(const TableReader& r, GpuActivity& a) {
+    auto start = r.integer(0), end = r.integer(1), gpid = r.integer(2);
+    if (!start || !end || !gpid || *end < *start) {
+      ++skipped_gpu_;
+      return false;
+    }
+    a.process = process_key(*gpid);
+    a.record.start_ns = *start;
+    a.record.end_ns = *end;
+    a.record.device = static_cast<std::int32_t>(r.integer_or(3, -1));
+    a.record.stream = static_cast<std::int32_t>(r.integer_or(4, -1));
+    a.record.correlation = r.integer_or(5, -1);
+    return true;
+  }
+
+  void read_kernels() {
+    if (!schema_.has_table(kKernels)) return;
+    TableReader r(schema_, kKernels, {"start", "end", "globalPid"},
+                  {"deviceId", "streamId", "correlationId", "shortName", "demangledName",
+                   "mangledName", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"});
+    while (r.next()) {
+      GpuActivity a;
+      if (!read_gpu_common(r, a)) continue;
+      const std::string* short_name = string_id(r.integer(6));
+      const std::string* demangled = string_id(r.integer(7));
+      const std::string* mangled = string_id(r.integer(8));
+      const std::string* label = short_name ? short_name : demangled ? demangled : mangled;
+      a.span_name = builder_.name(label ? std::string_view(*label) : "kernel");
+      const std::string* full = demangled ? demangled : label;
+      if (full) a.record.name = *full;
+      for (int i = 0; i < 3; ++i) {
+        a.record.grid[static_cast<std::size_t>(i)] =
+            static_cast<std::int32_t>(r.integer_or(9 + i, 0));
+        a.record.block[static_cast<std::size_t>(i)] =
+            static_cast<std::int32_t>(r.integer_or(12 + i, 0));
+      }
+      if (label) a.nccl = classify_nccl_kernel(*label);
+      if (!a.nccl && full) a.nccl = classify_nccl_kernel(*full);
+      a.kind = a.nccl ? span_kind_of(*a.nccl) : SpanKind::Kernel;
+      add_gpu(std::move(a));
+    }
+  }
+
+  void read_copies() {
+    if (!schema_.has_table(kMemcpy)) return;
+    TableReader r(schema_, kMemcpy, {"start", "end", "globalPid"},
+                  {"deviceId", "streamId", "correlationId", "bytes", "copyKind"});
+    while (r.next()) {
+      GpuActivity a;
+      if (!read_gpu_common(r, a)) continue;
+      a.kind = SpanKind::Memcpy;
+      a.record.bytes = r.integer_or(6, 0);
+      const std::int64_t code = r.integer_or(7, 0);
+      auto it = memcpy_labels_.find(code);
+      const std::string label =
+          it != memcpy_labels_.end() ? it->second : std::string(memcpy_kind_label(code));
+      a.record.name = "memcpy " + label;
+      a.span_name = builder_.name(a.record.name);
+      add_gpu(std::move(a));
+    }
+  }
+
+  void read_memsets() {
+    if (!schema_.has_table(kMemset)) return;
+    TableReader r(schema_, kMemset, {"start", "end", "globalPid"},
+                  {"deviceId", "streamId", "correlationId", "bytes"});
+    while (r.next()) {
+      GpuActivity a;
+      if (!read_gpu_common(r, a)) continue;
+      a.kind = SpanKind::Memset;
+      a.record.bytes = r.integer_or(6, 0);
+      a.record.name = "memset";
+      a.span_name = builder_.name(a.record.name);
+      add_gpu(std::move(a));
+    }
+  }
+
+  void read_runtime() {
+    if (!schema_.has_table(kRuntime)) return;
+    TableReader r(schema_, kRuntime, {"start", "end", "globalTid"},
+                  {"correlationId", "nameId", "name"});
+    std::unordered_map<std::int64_t, std::uint32_t> name_of_id;
+    while (r.next()) {
+      auto start = r.integer(0), end = r.integer(1), gtid = r.integer(2);
+      if (!start || !end || !gtid || *end < *start) {
+        ++skipped_api_;
+        continue;
+      }
+      ApiCall c{process_key(*gtid), tid_of(*gtid), *start, *end, r.integer_or(3, -1), 0};
+      if (!r.is_null(5)) {
+        c.name = builder_.name(r.text(5));  // schema 2.x carries a name column (usually NULL)
+      } else if (auto id = r.integer(4)) {
+        auto it = name_of_id.find(*id);
+        if (it == name_of_id.end()) {
+          const std::string* s = string_id(id);
+          it = name_of_id.emplace(*id, builder_.name(s ? std::string_view(*s) : "CUDA API")).first;
+        }
+        c.name = it->second;
+      } else {
+        c.name = builder_.name("CUDA API");
+      }
+      ranks_in_.host_processes.insert(c.process);
+      api_.push_back(c);
+    }
+  }
+
+  void read_nvtx() {
+    if (!schema_.has_table(kNvtx)) return;
+    TableReader r(schema_, kNvtx, {"start", "eventType", "globalTid"},
+                  {"end", "text", "textId", "domainId"});
+    std::unordered_map<std::int64_t, std::uint32_t> name_of_text_id;
+    while (r.next()) {
+      const std::int64_t type = r.integer_or(1, -1);
+      auto gtid = r.integer(2);
+      std::string_view text;
+      bool have_text = !r.is_null(4);
+      if (have_text) text = r.text(4);
+      if (type == kNvtxDomainCreate || type == kNvtxThreadName) {
+        if (!have_text) {
+          const std::string* s = string_id(r.integer(5));
+          if (s) text = *s, have_text = true;
+        }
+        if (!have_text) continue;
+        if (type == kNvtxDomainCreate) domain_names_[r.integer_or(6, 0)] = std::string(text);
+        if (type == kNvtxThreadName && gtid) name_thread(*gtid, text);
+        continue;
+      }
+      if (type != kNvtxPushPop && type != kNvtxStartEnd) continue;
+      auto start = r.integer(0), end = r.integer(3);
+      if (!start || !end || !gtid || *end < *start) {
+        ++skipped_nvtx_;
+        continue;
+      }
+      NvtxRange range{process_key(*gtid), tid_of(*gtid), *start, *end, 0, NcclCall::None};
+      if (have_text) {
+        range.name = builder_.name(text);
+        range.nccl = nccl_call_of(text);
+      } else if (auto id = r.integer(5)) {
+        auto it = name_of_text_id.find(*id);
+        if (it == name_of_text_id.end()) {
+          const std::string* s = string_id(id);
+          it = name_of_text_id.emplace(*id, builder_.name(s ? std::string_view(*s) : "")).first;
+        }
+        range.name = it->second;
+        range.nccl = nccl_call_of(builder_.trace().names[range.name]);
+      }
+      range_domains_.push_back(r.integer_or(6, 0));
+      ranks_in_.host_processes.insert(range.process);
+      nvtx_.push_back(range);
+    }
+  }
+
+  void read_mpi_ranks() {
+    if (!schema_.has_table("MPI_RANKS")) return;
+    TableReader r(schema_, "MPI_RANKS", {"globalTid", "rank"}, {});
+    while (r.next()) {
+      auto gtid = r.integer(0), rank = r.integer(1);
+      if (gtid && rank && *rank >= 0 && *rank <= INT32_MAX)
+        ranks_in_.explicit_ranks[process_key(*gtid)] = {static_cast<std::int32_t>(*rank),
+                                                        "MPI_RANKS"};
+    }
+  }
+
+  void read_gpus() {
+    if (!schema_.has_table("TARGET_INFO_GPU")) return;
+    TableReader r(schema_, "TARGET_INFO_GPU", {"id"}, {"name", "totalMemory", "smCount"});
+    while (r.next()) {
+      ImportedGpu g;
+      g.id = static_cast<std::int32_t>(r.integer_or(0, 0));
+      g.name = std::string(r.text(1));
+      g.total_memory_bytes = r.integer_or(2, 0);
+      g.sm_count = static_cast<std::int32_t>(r.integer_or(3, 0));
+      out_.gpus.push_back(std::move(g));
+    }
+  }
+
+  // A NCCL-API range counts only in the "NCCL" domain or an unnamed non-default one (NCCL's
+  // domain-create row can fall outside a trimmed capture).
+  bool in_nccl_domain(std::size_t range_index) const {
+    const std::int64_t d = range_domains_[range_index];
+    if (d == 0) return false;
+    auto it = domain_names_.find(d);
+    return it == domain_names_.end() || it->second == "NCCL";
+  }
+
+  std::int32_t host_lane(std::int32_t rank, std::int64_t process, std::int32_t tid) {
+    const std::int32_t lane = builder_.lane(rank, Stream::Host, tid);
+    if (named_lanes_.insert(lane).second) {
+      std::string name = "rank " + std::to_string(rank) + " host " + std::to_string(tid);
+      auto it = thread_names_.find(process | tid);
+      if (it != thread_names_.end()) name += " (" + it->second + ")";
+      builder_.set_lane_name(lane, std::move(name));
+    }
+    return lane;
+  }
+
+  // Send unless the NCCL calls that issued the launch show ncclRecv and no ncclSend.
+  SpanKind sendrecv_direction(const GpuActivity& a) {
+    auto launch = launches_.find({a.process, a.record.correlation});
+    if (launch == launches_.end()) return SpanKind::Send;
+    auto calls = nccl_calls_.find(a.process | launch->second.first);
+    if (calls == nccl_calls_.end()) return SpanKind::Send;
+    const auto& v = calls->second;  // (start, end, call) by start
+    const std::int64_t t = launch->second.second;
+    auto it = std::upper_bound(v.begin(), v.end(), t,
+                               [](std::int64_t x, const auto& c) { return x < std::get<0>(c); });
+    if (it == v.begin()) return SpanKind::Send;
+    std::size_t i = static_cast<std::size_t>(it - v.begin()) - 1;
+    if (std::get<1>(v[i]) < t) return SpanKind::Send;  // no call encloses the launch
+    bool send = false, recv = false;
+    if (std::get<2>(v[i]) == NcclCall::GroupEnd) {
+      for (std::size_t j = i; j-- > 0;) {
+        const NcclCall c = std::get<2>(v[j]);
+        if (c == NcclCall::GroupStart || c == NcclCall::GroupEnd) break;
+        send = send || c == NcclCall::Send;
+        recv = recv || c == NcclCall::Recv;
+      }
+    } else {
+      send = std::get<2>(v[i]) == NcclCall::Send;
+      recv = std::get<2>(v[i]) == NcclCall::Recv;
+    }
+    return recv && !send ? SpanKind::Recv : SpanKind::Send;
+  }
+
+  void index_nccl_launches() {
+    std::unordered_set<std::int64_t> correlations;
+    for (const GpuActivity& a : gpu_)
+      if (a.nccl == NcclKernel::SendRecv) correlations.insert(a.record.correlation);
+    if (correlations.empty()) return;
+    for (const ApiCall& c : api_)
+      if (correlations.count(c.correlation))
+        launches_[{c.process, c.correlation}] = {c.tid, c.start_ns};
+    for (std::size_t i = 0; i < nvtx_.size(); ++i) {
+      const NvtxRange& r = nvtx_[i];
+      if (r.nccl == NcclCall::None || !in_nccl_domain(i)) continue;
+      nccl_calls_[r.process | r.tid].emplace_back(r.start_ns, r.end_ns, r.nccl);
+    }
+    for (auto& [thread, calls] : nccl_calls_) std::sort(calls.begin(), calls.end());
+  }
+
+  void emit() {
+    const auto rank_of = assign_ranks(ranks_in_, out_.ranks, out_.warnings);
+    index_nccl_launches();
+
+    std::int64_t unclassified_nccl = 0, sendrecv_without_evidence = 0, dropped_api = 0,
+                 dropped_nvtx = 0;
+    std::map<std::pair<std::int32_t, std::int32_t>, std::int32_t> stream_device;
+    bool stream_shared = false;
+    for (GpuActivity& a : gpu_) {
+      const std::int32_t rank = rank_of.at(a.process);
+      a.record.rank = rank;
+      SpanKind kind = a.kind;
+      if (a.nccl == NcclKernel::SendRecv) {
+        if (!launches_.count({a.process, a.record.correlation})) ++sendrecv_without_evidence;
+        kind = sendrecv_direction(a);
+      }
+      if (a.nccl == NcclKernel::Reduce || a.nccl == NcclKernel::Unknown) ++unclassified_nccl;
+      auto [it, fresh] = stream_device.emplace(std::pair(rank, a.record.stream), a.record.device);
+      stream_shared = stream_shared || (!fresh && it->second != a.record.device);
+      Span s;
+      s.lane = builder_.lane(rank, Stream::Gpu, a.record.stream);
+      s.kind = kind;
+      s.start_ns = a.record.start_ns;
+      s.end_ns = a.record.end_ns;
+      s.name = a.span_name;
+      builder_.add_gpu_span(s, std::move(a.record));
+    }
+    gpu_.clear();
+
+    for (const ApiCall& c : api_) {
+      auto r = rank_of.find(c.process);
+      if (r == rank_of.end()) {
+        ++dropped_api;
+        continue;
+      }
+      Span s;
+      s.lane = host_lane(r->second, c.process, c.tid);
+      s.kind = SpanKind::Runtime;
+      s.start_ns = c.start_ns;
+      s.end_ns = c.end_ns;
+      s.name = c.name;
+      builder_.add_span(s);
+    }
+
+    std::unordered_map<std::uint32_t, std::optional<PipelinePhase>> phase_of_name;
+    for (const NvtxRange& n : nvtx_) {
+      auto r = rank_of.find(n.process);
+      if (r == rank_of.end()) {
+        ++dropped_nvtx;
+        continue;
+      }
+      auto ph = phase_of_name.find(n.name);
+      if (ph == phase_of_name.end())
+        ph = phase_of_name.emplace(n.name, match_pipeline_phase(builder_.trace().names[n.name]))
+                 .first;
+      Span s;
+      s.lane = host_lane(r->second, n.process, n.tid);
+      s.kind = ph->second ? ph->second->kind : SpanKind::Range;
+      if (ph->second) s.microbatch = ph->second->microbatch;
+      s.start_ns = n.start_ns;
+      s.end_ns = n.end_ns;
+      s.name = n.name;
+      builder_.add_span(s);
+    }
+
+    if (unclassified_nccl > 0)
+      warn(plural(unclassified_nccl, "NCCL kernels") +
+           " of a collective with no span kind (Reduce or unknown) kept as kernel spans");
+    if (sendrecv_without_evidence > 0)
+      warn(plural(sendrecv_without_evidence, "NCCL SendRecv kernels") +
+           " without their launching CUDA call in the capture: kind send");
+    if (stream_shared)
+      warn("a rank uses the same CUDA stream id on several devices: their work shares a lane");
+    if (skipped_gpu_ > 0)
+      warn(plural(skipped_gpu_, "GPU activity rows") +
+           " without start, end or process, or ending before they start: skipped");
+    if (skipped_api_ > 0)
+      warn(plural(skipped_api_, "CUDA API rows") + " without times or thread: skipped");
+    if (skipped_nvtx_ > 0)
+      warn(plural(skipped_nvtx_, "NVTX ranges") + " without an end or a thread: skipped");
+    if (dropped_api > 0)
+      warn(plural(dropped_api, "CUDA API calls") + " of processes that are not ranks: skipped");
+    if (dropped_nvtx > 0)
+      warn(plural(dropped_nvtx, "NVTX ranges") + " of processes that are not ranks: skipped");
+    if (missing_strings_ > 0)
+      warn(plural(missing_strings_, "string ids") + " not in StringIds: names left generic");
+    builder_.finish(out_);
+  }
+
+  std::string file_;
+  ReadOnlyDatabase db_;
+  NsysSchema schema_;
+  ImportedTraceBuilder builder_;
+  ImportedProfile out_;
+
+  std::unordered_map<std::int64_t, std::string> strings_;
+  std::unordered_map<std::int64_t, std::string> memcpy_labels_;
+  std::unordered_map<std::int64_t, std::string> thread_names_;  // globalTid -> name
+  std::unordered_map<std::int64_t, std::string> domain_names_;  // domainId -> name
+  RankInputs ranks_in_;
+  std::vector<GpuActivity> gpu_;
+  std::vector<ApiCall> api_;
+  std::vector<NvtxRange> nvtx_;
+  std::vector<std::int64_t> range_domains_;  // domainId per nvtx_ entry
+  std::unordered_set<std::int32_t> named_lanes_;
+
+  struct PairHash {
+    std::size_t operator()(const std::pair<std::int64_t, std::int64_t>& p) const noexcept {
+      return std::hash<std::int64_t>{}(p.first * 1000003 ^ p.second);
+    }
+  };
+  // (process, correlationId) -> (tid, start) of the CUDA call that launched a SendRecv kernel.
+  std::unordered_map<std::pair<std::int64_t, std::int64_t>, std::pair<std::int32_t, std::int64_t>,
+                     PairHash>
+      launches_;
+  // globalTid -> NCCL API calls (start, end, call) by start.
+  std::unordered_map<std::int64_t, std::vector<std::tuple<std::int64_t, std::int64_t, NcclCall>>>
+      nccl_calls_;
+
+  std::int64_t skipped_gpu_ = 0, skipped_api_ = 0, skipped_nvtx_ = 0, missing_strings_ = 0;
+};
+
+}  // namespace
+
+ImportedProfile import_nsys_sqlite(const std::filesystem::path& file) {
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) throw InputError(file.string() + ": no such file");
+  if (!std::filesystem::is_regular_file(file, ec))
+    throw InputError(file.string() + ": not a regular file");
+  return NsysImport(file).run();
+}
+
+}  // namespace pipetune::db

@@ -1,0 +1,52 @@
+// Builds the Trace of an imported profile: lanes found by hash (not Trace::lane's scan), names
+// interned by hash (imports carry tens of thousands of distinct range names), and GPU spans
+// kept together with their KernelRecord until the final sort.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "db/import/imported_profile.hpp"
+#include "db/kernel_record.hpp"
+#include "profiler/trace.hpp"
+
+namespace pipetune::db::import_detail {
+
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept {
+    return std::hash<std::string_view>{}(s);
+  }
+};
+
+class ImportedTraceBuilder {
+ public:
+  ImportedTraceBuilder();
+
+  std::int32_t lane(std::int32_t rank, profiler::Stream stream, std::int32_t index);
+  void set_lane_name(std::int32_t lane, std::string name);
+  std::uint32_t name(std::string_view text);
+
+  void add_span(const profiler::Span& span);
+  void add_gpu_span(const profiler::Span& span, KernelRecord record);
+
+  std::size_t span_count() const { return trace_.spans.size(); }
+  profiler::Trace& trace() { return trace_; }
+
+  // Orders lanes by (rank, stream, index) and spans by (lane, start, longer first, insertion),
+  // keeps kernels in span order, and moves the result into `out` (trace kind Imported).
+  void finish(ImportedProfile& out);
+
+ private:
+  profiler::Trace trace_;
+  std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>> names_;
+  std::unordered_map<std::uint64_t, std::int32_t> lanes_;  // packed (rank, stream, index)
+  std::vector<KernelRecord> kernels_;
+  std::vector<std::int64_t> kernel_of_span_;  // index into kernels_, -1 for none
+};
+
+}  // namespace pipetune::db::import_detail
