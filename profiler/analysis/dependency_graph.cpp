@@ -1,0 +1,545 @@
+#include "profiler/analysis/dependency_graph.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "profiler/analysis/analysis_error.hpp"
+
+namespace pipetune::profiler::analysis::detail {
+
+namespace {
+
+bool is_collective(SpanKind k) {
+  return is_communication(k) && k != SpanKind::Send && k != SpanKind::Recv;
+}
+
+bool in_window(const Span& s, const TimeWindow& w) {
+  if (s.end_ns > s.start_ns) return s.end_ns > w.start_ns && s.start_ns < w.end_ns;
+  return s.start_ns >= w.start_ns && s.start_ns < w.end_ns;
+}
+
+// The thread or stream that orders a span: on a rank thread (NestedComm::Wait, non-GPU lanes)
+// the rank's slot; otherwise its lane, and on a P2P lane its lane and peer (one link each).
+class Sequencer {
+ public:
+  Sequencer(const Trace& trace, const SpanRoles& roles) {
+    const auto slots = static_cast<std::uint64_t>(roles.ranks().size());
+    base_.resize(trace.lanes.size());
+    per_peer_.resize(trace.lanes.size());
+    merged_.resize(trace.lanes.size());
+    for (std::size_t l = 0; l < trace.lanes.size(); ++l) {
+      const Stream stream = trace.lanes[l].stream;
+      const std::int32_t slot = roles.slot_of_lane(static_cast<std::int32_t>(l));
+      const bool merged = roles.nested_waits() && stream != Stream::Gpu && slot >= 0;
+      merged_[l] = merged ? 1 : 0;
+      base_[l] = merged ? static_cast<std::uint64_t>(slot) : slots + l;
+      per_peer_[l] = !merged && stream == Stream::P2P ? 1 : 0;
+    }
+  }
+  std::uint64_t key(const Span& s) const {
+    const auto l = static_cast<std::size_t>(s.lane);
+    const std::uint64_t peer =
+        per_peer_[l] ? static_cast<std::uint64_t>(static_cast<std::uint32_t>(s.peer + 1)) : 0;
+    return (base_[l] << 32) | peer;
+  }
+  bool merged(const Span& s) const { return merged_[static_cast<std::size_t>(s.lane)] != 0; }
+
+ private:
+  std::vector<std::uint64_t> base_;
+  std::vector<std::uint8_t> per_peer_, merged_;
+};
+
+class Builder {
+ public:
+  Builder(const Trace& trace, const SpanRoles& roles, const TimeWindow& window,
+          const CriticalPathOptions& options, std::int64_t tolerance)
+      : trace_(trace),
+        roles_(roles),
+        window_(window),
+        options_(options),
+        tol_(tolerance),
+        seq_(trace, roles) {}
+
+  DependencyGraph build() {
+    make_nodes();
+    const std::size_t n = g_.size();
+    g_.data.assign(n, -1);
+    g_.other.assign(n, -1);
+    g_.other_kind.assign(n, PathEdge::Start);
+    g_.instance.assign(n, -1);
+    infer_pipeline_data();
+    match_send_recv();
+    add_issue_edges();
+    add_completion_edges();
+    group_collectives();
+    return std::move(g_);
+  }
+
+ private:
+  const Span& span_of(std::size_t node) const { return trace_.spans[g_.span[node]]; }
+  std::int32_t rank_of(std::size_t node) const {
+    return trace_.lanes[static_cast<std::size_t>(span_of(node).lane)].rank;
+  }
+
+  std::int32_t add_node(std::uint32_t span, std::int64_t start, std::int64_t end,
+                        std::uint8_t flags, std::int32_t prev) {
+    g_.span.push_back(span);
+    g_.start.push_back(start);
+    g_.end.push_back(end);
+    g_.slot.push_back(roles_.slot_of_lane(trace_.spans[span].lane));
+    g_.flags.push_back(flags);
+    g_.prev.push_back(prev);
+    return static_cast<std::int32_t>(g_.span.size() - 1);
+  }
+
+  // Selected spans in (sequence, start, longer first) order.
+  std::vector<std::uint32_t> select() const {
+    std::vector<std::uint32_t> sel;
+    for (std::size_t i = 0; i < trace_.spans.size(); ++i) {
+      const Span& s = trace_.spans[i];
+      if (roles_.role(s) == SpanRole::None || roles_.slot_of_lane(s.lane) < 0) continue;
+      if (!in_window(s, window_)) continue;
+      sel.push_back(static_cast<std::uint32_t>(i));
+    }
+    const auto less = [&](std::uint32_t a, std::uint32_t b) {
+      const Span& x = trace_.spans[a];
+      const Span& y = trace_.spans[b];
+      const std::uint64_t kx = seq_.key(x), ky = seq_.key(y);
+      if (kx != ky) return kx < ky;
+      if (x.start_ns != y.start_ns) return x.start_ns < y.start_ns;
+      if (x.end_ns != y.end_ns) return x.end_ns > y.end_ns;  // a container before what it holds
+      return a < b;
+    };
+    if (!std::is_sorted(sel.begin(), sel.end(), less)) std::sort(sel.begin(), sel.end(), less);
+    return sel;
+  }
+
+  void make_nodes() {
+    const std::vector<std::uint32_t> sel = select();
+    const std::size_t reserve = sel.size() + sel.size() / 8;
+    g_.span.reserve(reserve);
+    g_.start.reserve(reserve);
+    g_.end.reserve(reserve);
+    g_.slot.reserve(reserve);
+    g_.flags.reserve(reserve);
+    g_.prev.reserve(reserve);
+    for (std::size_t lo = 0; lo < sel.size();) {
+      const std::uint64_t key = seq_.key(trace_.spans[sel[lo]]);
+      std::size_t hi = lo;
+      while (hi < sel.size() && seq_.key(trace_.spans[sel[hi]]) == key) ++hi;
+      if (seq_.merged(trace_.spans[sel[lo]])) {
+        thread_nodes(sel, lo, hi);
+      } else {
+        std::int32_t prev = -1;
+        for (std::size_t i = lo; i < hi; ++i) {
+          const Span& s = trace_.spans[sel[i]];
+          const std::uint8_t role = roles_.role(s) == SpanRole::Compute ? kComputeNode : kCommNode;
+          prev = add_node(sel[i], s.start_ns, s.end_ns, role | kFirstPiece | kLastPiece, prev);
+        }
+      }
+      lo = hi;
+    }
+  }
+
+  // One rank thread: compute spans split into pieces around the communication nested in them.
+  void thread_nodes(const std::vector<std::uint32_t>& sel, std::size_t lo, std::size_t hi) {
+    std::int32_t last = -1;
+    struct Open {
+      bool active = false;
+      std::uint32_t span = 0;
+      std::int64_t start = 0, cursor = 0, end = 0;
+      std::int32_t first = -1, last = -1;
+      bool has_recv = false;
+    } open;
+    const auto piece = [&](std::int64_t a, std::int64_t b) {
+      const std::uint8_t first = open.first < 0 ? kFirstPiece : 0;
+      last = add_node(open.span, a, b, kComputeNode | kThreadNode | first, last);
+      if (open.first < 0) open.first = last;
+      open.last = last;
+    };
+    const auto close = [&] {
+      if (!open.active) return;
+      if (open.cursor < open.end || open.first < 0)
+        piece(std::min(open.cursor, open.end), open.end);
+      g_.flags[static_cast<std::size_t>(open.last)] |= kLastPiece;
+      if (open.has_recv) g_.flags[static_cast<std::size_t>(open.first)] |= kHasNestedRecv;
+      open.active = false;
+    };
+    for (std::size_t i = lo; i < hi; ++i) {
+      const std::uint32_t idx = sel[i];
+      const Span& s = trace_.spans[idx];
+      if (roles_.role(s) == SpanRole::Compute) {
+        close();
+        open = Open{};
+        open.active = true;
+        open.span = idx;
+        open.start = open.cursor = s.start_ns;
+        open.end = s.end_ns;
+        continue;
+      }
+      const bool nested = open.active && s.start_ns >= open.start && s.end_ns <= open.end;
+      if (nested) {
+        if (s.start_ns > open.cursor) piece(open.cursor, s.start_ns);
+        if (s.kind == SpanKind::Recv) open.has_recv = true;
+        open.cursor = std::max(open.cursor, s.end_ns);
+      } else {
+        close();
+      }
+      last = add_node(idx, s.start_ns, s.end_ns, kCommNode | kThreadNode | kFirstPiece | kLastPiece,
+                      last);
+    }
+    close();
+  }
+
+  // ---- pipeline data dependencies ----
+
+  struct Entry {
+    std::uint64_t key = 0;
+    std::uint32_t first = 0;  // first piece of the span (consumer side)
+    std::uint32_t last = 0;   // last piece (producer side)
+  };
+  static constexpr std::uint64_t kNoKey = std::numeric_limits<std::uint64_t>::max();
+
+  static int op_class(SpanKind k) {
+    switch (k) {
+      case SpanKind::F:
+        return 0;
+      case SpanKind::B:
+      case SpanKind::BW:
+        return 1;
+      case SpanKind::W:
+        return 2;
+      default:
+        return -1;
+    }
+  }
+
+  // replica (16 bits) | class (2) | group (14) | micro-batch (32); kNoKey when out of range.
+  static std::uint64_t pack(std::int64_t replica, int cls, std::int64_t group, std::int64_t mb) {
+    if (replica < 0 || replica >= (1 << 16) || group < 0 || group >= (1 << 14) || mb < 0 ||
+        mb > std::numeric_limits<std::int32_t>::max())
+      return kNoKey;
+    return (static_cast<std::uint64_t>(replica) << 48) | (static_cast<std::uint64_t>(cls) << 46) |
+           (static_cast<std::uint64_t>(group) << 32) | static_cast<std::uint64_t>(mb);
+  }
+
+  struct OpShape {
+    int stages = 0;  // p
+    int chunks = 0;  // v
+  };
+
+  OpShape op_shape() const {
+    OpShape shape;
+    for (std::size_t i = 0; i < g_.size(); ++i) {
+      if (!(g_.flags[i] & kFirstPiece) || !(g_.flags[i] & kComputeNode)) continue;
+      const Span& s = span_of(i);
+      if (op_class(s.kind) < 0 || s.microbatch < 0) continue;
+      const std::int32_t rank = rank_of(i);
+      if (rank < 0) continue;
+      shape.stages = std::max(shape.stages, rank / options_.ranks_per_stage + 1);
+      shape.chunks = std::max(shape.chunks, std::max<int>(s.chunk, 0) + 1);
+    }
+    return shape;
+  }
+
+  std::int64_t group_of(int stage, int chunk, ChunkPlacement placement,
+                        const OpShape& shape) const {
+    if (placement == ChunkPlacement::VShape) {
+      if (chunk == 0) return stage;
+      if (chunk == 1) return 2 * shape.stages - 1 - stage;
+      return -1;
+    }
+    return static_cast<std::int64_t>(chunk) * shape.stages + stage;
+  }
+
+  std::vector<Entry> entries(ChunkPlacement placement, const OpShape& shape) const {
+    std::vector<Entry> out;
+    for (std::size_t i = 0; i < g_.size(); ++i) {
+      if (!(g_.flags[i] & kFirstPiece) || !(g_.flags[i] & kComputeNode)) continue;
+      const Span& s = span_of(i);
+      const int cls = op_class(s.kind);
+      const std::int32_t rank = rank_of(i);
+      if (cls < 0 || s.microbatch < 0 || rank < 0) continue;
+      const int stage = rank / options_.ranks_per_stage;
+      const std::int64_t group = group_of(stage, std::max<int>(s.chunk, 0), placement, shape);
+      const std::uint64_t key = pack(rank % options_.ranks_per_stage, cls, group, s.microbatch);
+      if (key == kNoKey) continue;
+      out.push_back({key, static_cast<std::uint32_t>(i), 0});
+    }
+    // Last pieces: node ids of one span's pieces are consecutive on its thread, in order.
+    for (Entry& e : out) {
+      std::uint32_t j = e.first;  // nested communication nodes lie between the pieces
+      while (g_.span[j] != g_.span[e.first] || !(g_.flags[j] & kLastPiece)) ++j;
+      e.last = j;
+    }
+    std::sort(out.begin(), out.end(), [&](const Entry& a, const Entry& b) {
+      if (a.key != b.key) return a.key < b.key;
+      if (g_.start[a.first] != g_.start[b.first]) return g_.start[a.first] < g_.start[b.first];
+      return a.first < b.first;
+    });
+    return out;
+  }
+
+  // Counts (and with `fill`, records) the data edges under a placement.
+  std::pair<std::size_t, std::size_t> data_edges(ChunkPlacement placement, const OpShape& shape,
+                                                 bool fill) {
+    const std::vector<Entry> all = entries(placement, shape);
+    const std::int64_t groups = placement == ChunkPlacement::VShape
+                                    ? 2 * shape.stages
+                                    : static_cast<std::int64_t>(shape.stages) * shape.chunks;
+    std::size_t inferred = 0, rejected = 0;
+    std::size_t run = 0;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (i > 0 && all[i].key != all[i - 1].key) run = i;
+      const Entry& e = all[i];
+      if (g_.flags[e.first] & kHasNestedRecv) continue;  // the nested recv carries it
+      const auto replica = static_cast<std::int64_t>(e.key >> 48);
+      const int cls = static_cast<int>((e.key >> 46) & 3u);
+      const auto group = static_cast<std::int64_t>((e.key >> 32) & 0x3FFFu);
+      const auto mb = static_cast<std::int64_t>(e.key & 0xFFFFFFFFu);
+      std::uint64_t want = kNoKey;
+      if (cls == 0 && group > 0) want = pack(replica, 0, group - 1, mb);
+      if (cls == 1)
+        want = group + 1 < groups ? pack(replica, 1, group + 1, mb)
+                                  : pack(replica, 0, group, mb);  // the loss
+      if (cls == 2) want = pack(replica, 1, group, mb);
+      if (want == kNoKey) continue;
+      const auto it = std::lower_bound(all.begin(), all.end(), want,
+                                       [](const Entry& x, std::uint64_t k) { return x.key < k; });
+      const std::size_t at = static_cast<std::size_t>(it - all.begin()) + (i - run);
+      if (at >= all.size() || all[at].key != want) continue;
+      const std::uint32_t producer = all[at].last;
+      ++inferred;
+      if (g_.start[e.first] < g_.end[producer] - tol_) {
+        ++rejected;
+      } else if (fill) {
+        g_.data[e.first] = static_cast<std::int32_t>(producer);
+      }
+    }
+    return {inferred, rejected};
+  }
+
+  void infer_pipeline_data() {
+    if (options_.ranks_per_stage < 1)
+      throw AnalysisError("critical_path: ranks_per_stage must be at least 1 (got " +
+                          std::to_string(options_.ranks_per_stage) + ")");
+    const OpShape shape = op_shape();
+    if (shape.stages == 0) return;
+    ChunkPlacement placement = options_.placement;
+    if (placement == ChunkPlacement::Auto) {
+      placement = ChunkPlacement::Linear;
+      if (shape.chunks == 2) {
+        const auto linear = data_edges(ChunkPlacement::Linear, shape, false);
+        const auto v = data_edges(ChunkPlacement::VShape, shape, false);
+        if (v.second < linear.second) placement = ChunkPlacement::VShape;
+      }
+    }
+    g_.placement = placement;
+    const auto counts = data_edges(placement, shape, true);
+    g_.inferred_edges = counts.first;
+    g_.rejected_edges = counts.second;
+  }
+
+  // ---- communication ----
+
+  void match_send_recv() {
+    struct End {
+      std::int32_t src, dst, mb;
+      std::int64_t start;
+      std::uint32_t node;
+    };
+    std::vector<End> sends, recvs;
+    for (std::size_t i = 0; i < g_.size(); ++i) {
+      const Span& s = span_of(i);
+      if (s.peer < 0) continue;
+      if (s.kind == SpanKind::Send)
+        sends.push_back(
+            {rank_of(i), s.peer, s.microbatch, g_.start[i], static_cast<std::uint32_t>(i)});
+      if (s.kind == SpanKind::Recv)
+        recvs.push_back(
+            {s.peer, rank_of(i), s.microbatch, g_.start[i], static_cast<std::uint32_t>(i)});
+    }
+    const auto less = [](const End& a, const End& b) {
+      if (a.src != b.src) return a.src < b.src;
+      if (a.dst != b.dst) return a.dst < b.dst;
+      if (a.mb != b.mb) return a.mb < b.mb;
+      if (a.start != b.start) return a.start < b.start;
+      return a.node < b.node;
+    };
+    const auto same = [](const End& a, const End& b) {
+      return a.src == b.src && a.dst == b.dst && a.mb == b.mb;
+    };
+    std::sort(sends.begin(), sends.end(), less);
+    std::sort(recvs.begin(), recvs.end(), less);
+    std::size_t i = 0, j = 0;
+    while (i < sends.size() && j < recvs.size()) {
+      if (same(sends[i], recvs[j])) {
+        // Pair the runs in order.
+        std::size_t a = i, b = j;
+        while (a < sends.size() && b < recvs.size() && same(sends[a], sends[i]) &&
+               same(recvs[b], recvs[j])) {
+          g_.other[recvs[b].node] = static_cast<std::int32_t>(sends[a].node);
+          g_.other_kind[recvs[b].node] = PathEdge::SendRecv;
+          ++a;
+          ++b;
+        }
+        while (a < sends.size() && same(sends[a], sends[i])) ++a;
+        while (b < recvs.size() && same(recvs[b], recvs[j])) ++b;
+        i = a;
+        j = b;
+      } else if (less(sends[i], recvs[j])) {
+        ++i;
+      } else {
+        ++j;
+      }
+    }
+  }
+
+  struct Timed {
+    std::int32_t slot;
+    std::int64_t end;
+    std::uint32_t node;
+  };
+  static void sort_timed(std::vector<Timed>& v) {
+    std::sort(v.begin(), v.end(), [](const Timed& a, const Timed& b) {
+      if (a.slot != b.slot) return a.slot < b.slot;
+      if (a.end != b.end) return a.end < b.end;
+      return a.node < b.node;
+    });
+  }
+  // [begin, end) of one slot's entries in a sorted list.
+  static std::pair<std::size_t, std::size_t> slot_range(const std::vector<Timed>& v,
+                                                        std::int32_t slot) {
+    const auto lo = std::lower_bound(v.begin(), v.end(), slot,
+                                     [](const Timed& t, std::int32_t s) { return t.slot < s; });
+    const auto hi = std::upper_bound(lo, v.end(), slot,
+                                     [](std::int32_t s, const Timed& t) { return s < t.slot; });
+    return {static_cast<std::size_t>(lo - v.begin()), static_cast<std::size_t>(hi - v.begin())};
+  }
+
+  // Communication on its own stream was issued by the latest compute of its rank before it.
+  void add_issue_edges() {
+    std::vector<Timed> compute;
+    for (std::size_t i = 0; i < g_.size(); ++i)
+      if (g_.flags[i] & kComputeNode)
+        compute.push_back({g_.slot[i], g_.end[i], static_cast<std::uint32_t>(i)});
+    if (compute.empty()) return;
+    sort_timed(compute);
+    for (std::size_t i = 0; i < g_.size(); ++i) {
+      if (!(g_.flags[i] & kCommNode) || (g_.flags[i] & kThreadNode)) continue;
+      const auto [lo, hi] = slot_range(compute, g_.slot[i]);
+      const std::int64_t limit = g_.start[i] + tol_;
+      const auto it = std::upper_bound(compute.begin() + static_cast<std::ptrdiff_t>(lo),
+                                       compute.begin() + static_cast<std::ptrdiff_t>(hi), limit,
+                                       [](std::int64_t t, const Timed& x) { return t < x.end; });
+      if (it == compute.begin() + static_cast<std::ptrdiff_t>(lo)) continue;
+      const Timed& u = *(it - 1);
+      const std::int32_t had = g_.other[i];
+      if (had >= 0 && g_.end[static_cast<std::size_t>(had)] >= u.end) continue;
+      g_.other[i] = static_cast<std::int32_t>(u.node);
+      g_.other_kind[i] = PathEdge::Issue;
+    }
+  }
+
+  // A compute span starting when a communication for its rank ends waited for it.
+  void add_completion_edges() {
+    std::vector<Timed> incoming;
+    for (std::size_t i = 0; i < g_.size(); ++i) {
+      if (!(g_.flags[i] & kCommNode) || (g_.flags[i] & kThreadNode)) continue;
+      const Span& s = span_of(i);
+      std::int32_t slot = g_.slot[i];
+      if (s.kind == SpanKind::Send) slot = s.peer >= 0 ? roles_.slot_of_rank(s.peer) : -1;
+      if (slot >= 0) incoming.push_back({slot, g_.end[i], static_cast<std::uint32_t>(i)});
+    }
+    if (incoming.empty()) return;
+    sort_timed(incoming);
+    constexpr int kMaxScan = 64;  // bounds the work when many transfers end together
+    for (std::size_t i = 0; i < g_.size(); ++i) {
+      if (!(g_.flags[i] & kComputeNode) || (g_.flags[i] & kThreadNode)) continue;
+      const auto [lo, hi] = slot_range(incoming, g_.slot[i]);
+      if (lo == hi) continue;
+      const std::int64_t t = g_.start[i];
+      const std::int32_t mb = span_of(i).microbatch;
+      auto it = std::upper_bound(incoming.begin() + static_cast<std::ptrdiff_t>(lo),
+                                 incoming.begin() + static_cast<std::ptrdiff_t>(hi), t + tol_,
+                                 [](std::int64_t x, const Timed& e) { return x < e.end; });
+      for (int scanned = 0;
+           it != incoming.begin() + static_cast<std::ptrdiff_t>(lo) && scanned < kMaxScan;
+           ++scanned) {
+        --it;
+        if (it->end < t - tol_) break;
+        const Span& c = span_of(it->node);
+        const bool p2p = c.kind == SpanKind::Send || c.kind == SpanKind::Recv;
+        if (p2p && mb >= 0 && c.microbatch >= 0 && c.microbatch != mb) continue;
+        g_.other[i] = static_cast<std::int32_t>(it->node);
+        g_.other_kind[i] = PathEdge::Completion;
+        break;
+      }
+    }
+  }
+
+  // The k-th collective of a kind on each rank, overlapping in time, is one instance.
+  void group_collectives() {
+    struct Member {
+      std::int32_t slot;
+      SpanKind kind;
+      std::int64_t ordinal;
+      std::int64_t start, end;
+      std::uint32_t node;
+    };
+    std::vector<Member> m;
+    for (std::size_t i = 0; i < g_.size(); ++i) {
+      const Span& s = span_of(i);
+      if ((g_.flags[i] & kCommNode) && is_collective(s.kind))
+        m.push_back({g_.slot[i], s.kind, 0, g_.start[i], g_.end[i], static_cast<std::uint32_t>(i)});
+    }
+    if (m.empty()) return;
+    std::sort(m.begin(), m.end(), [](const Member& a, const Member& b) {
+      if (a.slot != b.slot) return a.slot < b.slot;
+      if (a.kind != b.kind) return a.kind < b.kind;
+      if (a.start != b.start) return a.start < b.start;
+      return a.node < b.node;
+    });
+    for (std::size_t i = 1; i < m.size(); ++i)
+      if (m[i].slot == m[i - 1].slot && m[i].kind == m[i - 1].kind)
+        m[i].ordinal = m[i - 1].ordinal + 1;
+    std::sort(m.begin(), m.end(), [](const Member& a, const Member& b) {
+      if (a.kind != b.kind) return a.kind < b.kind;
+      if (a.ordinal != b.ordinal) return a.ordinal < b.ordinal;
+      if (a.start != b.start) return a.start < b.start;
+      return a.node < b.node;
+    });
+    std::int32_t id = -1;
+    std::int64_t reach = 0;
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      const bool same = i > 0 && m[i].kind == m[i - 1].kind && m[i].ordinal == m[i - 1].ordinal;
+      if (!same || m[i].start > reach + tol_) {
+        ++id;
+        reach = m[i].end;
+      } else {
+        reach = std::max(reach, m[i].end);
+      }
+      g_.instance[m[i].node] = id;
+    }
+    g_.instances = static_cast<std::size_t>(id + 1);
+  }
+
+  const Trace& trace_;
+  const SpanRoles& roles_;
+  TimeWindow window_;
+  const CriticalPathOptions& options_;
+  std::int64_t tol_;
+  Sequencer seq_;
+  DependencyGraph g_;
+};
+
+}  // namespace
+
+DependencyGraph build_dependency_graph(const Trace& trace, const SpanRoles& roles,
+                                       const TimeWindow& window, const CriticalPathOptions& options,
+                                       std::int64_t tolerance_ns) {
+  return Builder(trace, roles, window, options, tolerance_ns).build();
+}
+
+}  // namespace pipetune::profiler::analysis::detail

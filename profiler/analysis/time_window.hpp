@@ -1,0 +1,36 @@
+// Time windows of a trace: the whole trace, or one iteration cut at Trace::steps boundaries.
+// Every analysis takes a window [start_ns, end_ns) and clips spans to it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "profiler/trace.hpp"
+
+namespace pipetune::profiler::analysis {
+
+struct TimeWindow {
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;  // exclusive
+
+  std::int64_t length_ns() const { return end_ns > start_ns ? end_ns - start_ns : 0; }
+  friend bool operator==(const TimeWindow&, const TimeWindow&) = default;
+};
+
+// First span start to last span end (memory samples when there are no spans; {0, 0} when the
+// trace is empty).
+TimeWindow trace_extent(const Trace& trace);
+
+// Iterations the trace holds: one per StepMetric, or 1 when it has no steps (the whole trace).
+std::size_t iteration_count(const Trace& trace);
+
+// Iteration `index` (0-based, in time order). A StepMetric's t_ns is the end of its step, so
+// iteration k runs from the end of step k-1 (iteration 0: the trace's first span) to the end of
+// step k. Without steps, iteration 0 is trace_extent(). Throws AnalysisError for an index out of
+// range, naming how many iterations there are.
+TimeWindow iteration_window(const Trace& trace, std::size_t index);
+
+// Throws AnalysisError when the window ends before it starts.
+void check_window(const TimeWindow& window, const char* who);
+
+}  // namespace pipetune::profiler::analysis
