@@ -1,0 +1,134 @@
+// The tuner's memory model against published closed forms: the ZeRO paper's per-device bytes,
+// Megatron's distributed-optimizer bytes per parameter, parameter counts that add up to the
+// model's, and a plan that cannot fit named with its stage and the largest part.
+#include "tuner/memory/memory_model.hpp"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "engine/errors.hpp"
+#include "engine/spec/load.hpp"
+
+namespace pipetune::tuner {
+namespace {
+
+constexpr double kGB = 1e9;
+
+// ZeRO (Rajbhandari et al. 2020), Figure 1: Psi = 7.5B parameters, N_d = 64, mixed-precision
+// Adam with fp16 gradients (K = 12): 120 GB, 31.4 GB, 16.6 GB, 1.9 GB per device.
+TEST(MemoryModel, ZeroStagesMatchTheZeroPaper) {
+  MemoryModelOptions deepspeed;
+  deepspeed.gradient_bytes = 2.0;
+  const double psi = 7.5e9;
+  const double want[] = {120.0, 31.4, 16.6, 1.9};
+  for (int stage = 0; stage <= 3; ++stage) {
+    const double got = psi * bytes_per_parameter(stage, 64, deepspeed).total() / kGB;
+    EXPECT_NEAR(got, want[stage], 0.05) << "ZeRO stage " << stage;
+  }
+}
+
+// Megatron's distributed optimizer guide: 18 bytes per parameter with bf16 weights and fp32 main
+// gradients, 6 + 12/d with the optimizer state sharded over d data-parallel ranks.
+TEST(MemoryModel, DistributedOptimizerMatchesMegatron) {
+  const MemoryModelOptions megatron;
+  EXPECT_DOUBLE_EQ(bytes_per_parameter(0, 8, megatron).total(), 18.0);
+  for (int d : {1, 2, 8, 64})
+    EXPECT_DOUBLE_EQ(bytes_per_parameter(1, d, megatron).total(), 6.0 + 12.0 / d);
+}
+
+double sum_total(const std::vector<StageParameters>& stages) {
+  return std::accumulate(stages.begin(), stages.end(), 0.0,
+                         [](double a, const StageParameters& s) { return a + s.total(); });
+}
+
+TEST(MemoryModel, StageParametersAddUpToTheModel) {
+  spec::ModelSpec llama = spec::load_model("llama2-7b");
+  spec::ParallelPlan plan;
+  plan.pp = 4;
+  const auto stages = stage_parameters(llama, plan, schedule::Placement::Linear);
+  EXPECT_NEAR(sum_total(stages), static_cast<double>(spec::total_parameters(llama)), 1.0);
+  // 32 layers over 4 stages; the embedding on stage 0, the output layer on stage 3.
+  EXPECT_NEAR(stages[1].dense, 8.0 * spec::layer_parameters(llama, 0), 1.0);
+  EXPECT_GT(stages[0].vocabulary, 0.0);
+  EXPECT_EQ(stages[1].vocabulary, 0.0);
+  EXPECT_GT(stages[3].vocabulary, stages[0].vocabulary);  // the table and the final norm
+
+  // Vocabulary parallelism spreads both tables evenly over the pipeline.
+  plan.vocab = schedule::VocabMode::Vocab1;
+  const auto vp = stage_parameters(llama, plan, schedule::Placement::Linear);
+  EXPECT_NEAR(vp[1].vocabulary, 2.0 * spec::embedding_parameters(llama) / 4.0, 1.0);
+  EXPECT_NEAR(sum_total(vp), static_cast<double>(spec::total_parameters(llama)), 1.0);
+}
+
+TEST(MemoryModel, TensorAndExpertParallelismShardWhatTheyShard) {
+  const spec::ModelSpec mixtral = spec::load_model("mixtral-8x7b");
+  spec::ParallelPlan one, sharded;
+  sharded.tp = 2;
+  sharded.dp = 4;
+  sharded.ep = 4;
+  const auto a = stage_parameters(mixtral, one, schedule::Placement::Linear)[0];
+  const auto b = stage_parameters(mixtral, sharded, schedule::Placement::Linear)[0];
+  EXPECT_NEAR(b.expert, a.expert / 8.0, 1.0);  // experts over EP (4) and TP (2)
+  // Norms (2h per layer) and routers (h * experts per layer) stay whole on every TP rank.
+  const double replicated =
+      mixtral.layers * (2.0 * mixtral.hidden + spec::router_parameters(mixtral));
+  EXPECT_NEAR(b.dense, (a.dense - replicated) / 2.0 + replicated, 1.0);
+  EXPECT_NEAR(b.vocabulary, (a.vocabulary - mixtral.hidden) / 2.0 + mixtral.hidden, 1.0);
+}
+
+TEST(MemoryModel, TiedEmbeddingsShareOneTableOnOneStage) {
+  spec::ModelSpec tied = spec::load_model("llama2-7b");
+  tied.tied_embeddings = true;
+  spec::ParallelPlan one, two;
+  two.pp = 2;
+  const double table = static_cast<double>(spec::embedding_parameters(tied));
+  EXPECT_NEAR(stage_parameters(tied, one, schedule::Placement::Linear)[0].vocabulary,
+              table + tied.hidden, 1.0);
+  const auto split = stage_parameters(tied, two, schedule::Placement::Linear);
+  EXPECT_NEAR(split[0].vocabulary + split[1].vocabulary, 2.0 * table + tied.hidden, 1.0);
+}
+
+TEST(MemoryModel, SeventyBillionOnEightDevicesWithoutShardingDoesNotFit) {
+  const spec::ModelSpec llama = spec::load_model("llama3-70b");
+  const spec::ClusterSpec cluster = spec::load_cluster("dgx-h100-8");
+  spec::ParallelPlan plan;
+  plan.tp = 8;
+  const MemoryEstimate e =
+      estimate_memory(llama, cluster, plan, schedule::Placement::Linear, {1e9});
+  // 70.6B / 8 parameters x 18 bytes = 159 GB of static memory alone.
+  EXPECT_FALSE(e.fits());
+  EXPECT_NEAR(e.stages[0].parameters + e.stages[0].gradients + e.stages[0].optimizer,
+              spec::total_parameters(llama) / 8.0 * 18.0, 0.01 * 159e9);
+  EXPECT_EQ(e.binding_constraint().rfind("stage 0 needs ", 0), 0u) << e.binding_constraint();
+  EXPECT_NE(e.binding_constraint().find("optimizer state"), std::string::npos)
+      << e.binding_constraint();
+
+  // With the optimizer sharded over 8 data-parallel ranks (64 devices) it does.
+  plan.dp = 8;
+  plan.zero_stage = 1;
+  const MemoryEstimate z =
+      estimate_memory(llama, cluster, plan, schedule::Placement::Linear, {1e9});
+  EXPECT_TRUE(z.fits()) << z.binding_constraint();
+  EXPECT_EQ(z.binding_constraint(), "");
+}
+
+TEST(MemoryModel, ActivationsAndOverheadAddToTheStage) {
+  const spec::ModelSpec tiny = spec::load_model("tiny");
+  const spec::ClusterSpec cluster = spec::load_cluster("dgx-h100-8");
+  spec::ParallelPlan plan;
+  plan.pp = 2;
+  MemoryModelOptions o;
+  o.framework_overhead_bytes = 1000.0;
+  const MemoryEstimate e =
+      estimate_memory(tiny, cluster, plan, schedule::Placement::Linear, {5e6, 7e6}, o);
+  ASSERT_EQ(e.stages.size(), 2u);
+  EXPECT_EQ(e.stages[1].activations, 7e6);
+  EXPECT_EQ(e.stages[0].overhead, 1000.0);
+  EXPECT_EQ(e.peak_bytes, std::max(e.stages[0].total(), e.stages[1].total()));
+  EXPECT_THROW(estimate_memory(tiny, cluster, plan, schedule::Placement::Linear, {1.0}, o),
+               InputError);
+}
+
+}  // namespace
+}  // namespace pipetune::tuner

@@ -1,0 +1,127 @@
+#include "tuner/memory/memory_model.hpp"
+
+#include <cstdio>
+
+#include "engine/errors.hpp"
+
+namespace pipetune::tuner {
+
+namespace {
+
+double as_d(std::int64_t v) {
+  return static_cast<double>(v);
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+BytesPerParameter bytes_per_parameter(int zero_stage, int dp, const MemoryModelOptions& o) {
+  const double d = dp > 1 ? dp : 1;
+  BytesPerParameter b{o.weight_bytes, o.gradient_bytes, o.optimizer_bytes};
+  if (zero_stage >= 1) b.optimizer /= d;
+  if (zero_stage >= 2) b.gradients /= d;
+  if (zero_stage >= 3) b.weights /= d;
+  return b;
+}
+
+std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
+                                              const spec::ParallelPlan& plan,
+                                              schedule::Placement placement) {
+  const int p = plan.pp, groups = plan.pp * plan.chunks;
+  const std::vector<int> split = spec::layer_split(model, plan);
+  if (static_cast<int>(split.size()) != groups)
+    throw SpecError("layer split has " + std::to_string(split.size()) + " groups, expected " +
+                    std::to_string(groups));
+  schedule::Schedule where;  // the group -> rank mapping of the placement
+  where.stages = p;
+  where.chunks = plan.chunks;
+  where.placement = placement;
+
+  const double t = plan.tp, h = as_d(model.hidden);
+  const double experts_per_device = as_d(model.experts) / plan.ep;
+  std::vector<StageParameters> out(static_cast<std::size_t>(p));
+  std::int64_t layer = 0;
+  for (int g = 0; g < groups; ++g) {
+    StageParameters& s = out[static_cast<std::size_t>(where.rank_of_group(g))];
+    for (int i = 0; i < split[static_cast<std::size_t>(g)]; ++i, ++layer) {
+      const double norms = 2.0 * h;  // replicated on every TP rank
+      s.dense += as_d(spec::attention_parameters(model)) / t + norms;
+      if (spec::is_moe_layer(model, layer)) {
+        s.dense += as_d(spec::router_parameters(model));
+        s.expert += experts_per_device * as_d(spec::mlp_parameters(model)) / t;
+      } else {
+        s.dense += as_d(spec::mlp_parameters(model)) / t;
+      }
+    }
+  }
+  const double table = as_d(spec::embedding_parameters(model)) / t;  // V*h over TP
+  const double final_norm = h;
+  const int first = where.rank_of_group(0), last = where.rank_of_group(groups - 1);
+  if (plan.vocab == schedule::VocabMode::None) {
+    out[static_cast<std::size_t>(first)].vocabulary += table;
+    // A tied output layer shares the table on one stage; on another stage it is a second copy
+    // (kept in sync by an all-reduce, as in Megatron).
+    const bool shared_table = model.tied_embeddings && first == last;
+    out[static_cast<std::size_t>(last)].vocabulary += (shared_table ? 0.0 : table) + final_norm;
+  } else {
+    for (auto& s : out) s.vocabulary += 2.0 * table / p;
+    out[static_cast<std::size_t>(last)].vocabulary += final_norm;
+  }
+  return out;
+}
+
+MemoryEstimate estimate_memory(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                               const spec::ParallelPlan& plan, schedule::Placement placement,
+                               const std::vector<double>& peak_activation_bytes,
+                               const MemoryModelOptions& options) {
+  if (peak_activation_bytes.size() != static_cast<std::size_t>(plan.pp))
+    throw InputError("estimate_memory: " + std::to_string(peak_activation_bytes.size()) +
+                     " activation peaks for " + std::to_string(plan.pp) + " pipeline stages");
+  const std::vector<StageParameters> params = stage_parameters(model, plan, placement);
+  const BytesPerParameter dense = bytes_per_parameter(plan.zero_stage, plan.dp, options);
+  const BytesPerParameter expert = bytes_per_parameter(plan.zero_stage, plan.dp / plan.ep, options);
+
+  MemoryEstimate e;
+  e.device_bytes = as_d(cluster.hardware.hbm_bytes);
+  for (int r = 0; r < plan.pp; ++r) {
+    const StageParameters& sp = params[static_cast<std::size_t>(r)];
+    const double shared = sp.dense + sp.vocabulary;
+    StageMemory m;
+    m.stage = r;
+    m.parameters = shared * dense.weights + sp.expert * expert.weights;
+    m.gradients = shared * dense.gradients + sp.expert * expert.gradients;
+    m.optimizer = shared * dense.optimizer + sp.expert * expert.optimizer;
+    m.activations = std::max(0.0, peak_activation_bytes[static_cast<std::size_t>(r)]);
+    m.overhead = options.framework_overhead_bytes;
+    if (m.total() > e.peak_bytes || r == 0) {
+      e.peak_bytes = m.total();
+      e.peak_stage = r;
+    }
+    e.stages.push_back(m);
+  }
+  return e;
+}
+
+std::string MemoryEstimate::binding_constraint() const {
+  if (fits() || stages.empty()) return "";
+  const StageMemory& s = stages[static_cast<std::size_t>(peak_stage)];
+  struct Part {
+    const char* name;
+    double bytes;
+  } parts[] = {{"weights", s.parameters},
+               {"gradients", s.gradients},
+               {"optimizer state", s.optimizer},
+               {"activations", s.activations}};
+  const Part* largest = &parts[0];
+  for (const Part& p : parts)
+    if (p.bytes > largest->bytes) largest = &p;
+  return "stage " + std::to_string(peak_stage) + " needs " + gib(peak_bytes) + " of the device's " +
+         gib(device_bytes) + " (" + largest->name + " " + gib(largest->bytes) + ")";
+}
+
+}  // namespace pipetune::tuner

@@ -1,0 +1,87 @@
+// Memory model of the tuner: what one device of each pipeline stage holds at its peak.
+//
+//  - Parameters, gradients and optimizer state of the stage's layers, sharded as the plan says:
+//    matrices over TP (norms and the router replicated), experts over EP, the embedding on the
+//    stage of the first layer group and the output layer on the stage of the last (or both
+//    sharded over every pipeline rank under vocabulary parallelism; a tied output layer keeps
+//    its own copy on the last stage, as Megatron does). Bytes per parameter follow mixed-
+//    precision Adam (reference/tuners.md 3.3): bf16 weights (2), fp32 main gradients (4, or 2 for
+//    DeepSpeed-style bf16 gradients) and fp32 master weights + m + v (12), sharded over the data-
+//    parallel group by the ZeRO stage: 1 (and Megatron's distributed optimizer) the optimizer
+//    state, 2 also the gradients, 3 also the weights. Expert parameters shard over the expert
+//    data-parallel group (dp / ep).
+//  - Activations: the stage's peak in flight, as the simulator reports it for the schedule
+//    (activation bytes per micro-batch times the micro-batches held; Korthikanti et al. per
+//    layer with the plan's recomputation, see tuner/cost/analytic_costs.hpp).
+//  - A fixed framework overhead (CUDA context, communication buffers, allocator slack).
+// A plan fits when every stage's total is at most the device's memory.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/schedule/schedule.hpp"
+#include "engine/spec/cluster_spec.hpp"
+#include "engine/spec/model_spec.hpp"
+#include "engine/spec/parallel_plan.hpp"
+
+namespace pipetune::tuner {
+
+struct MemoryModelOptions {
+  double weight_bytes = 2.0;      // per parameter: bf16 weights
+  double gradient_bytes = 4.0;    // fp32 main gradients (Megatron); 2 for bf16 gradients
+  double optimizer_bytes = 12.0;  // fp32 master weights, Adam m and v
+  // CUDA context, NCCL buffers, allocator fragmentation: an assumption (about 2 GiB is what
+  // PyTorch jobs commonly lose to these); 0 to leave it out.
+  double framework_overhead_bytes = 2.0 * 1024 * 1024 * 1024;
+};
+
+// Parameters one device of a pipeline stage holds (after TP / EP / vocabulary sharding, before
+// ZeRO sharding).
+struct StageParameters {
+  double dense = 0.0;       // transformer layers without experts (per device)
+  double expert = 0.0;      // this device's experts
+  double vocabulary = 0.0;  // its share of the embedding and the output layer
+  double total() const { return dense + expert + vocabulary; }
+};
+
+// One entry per pipeline rank. Throws SpecError when the plan's layer split does not match.
+std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
+                                              const spec::ParallelPlan& plan,
+                                              schedule::Placement placement);
+
+struct StageMemory {
+  int stage = 0;
+  double parameters = 0.0;  // bytes of weights
+  double gradients = 0.0;
+  double optimizer = 0.0;
+  double activations = 0.0;  // peak activations in flight
+  double overhead = 0.0;
+  double total() const { return parameters + gradients + optimizer + activations + overhead; }
+};
+
+struct MemoryEstimate {
+  std::vector<StageMemory> stages;
+  double device_bytes = 0.0;  // the hardware's memory
+  int peak_stage = 0;
+  double peak_bytes = 0.0;
+  bool fits() const { return peak_bytes <= device_bytes; }
+  // "stage 3 needs 92.4 GiB of the device's 80.0 GiB (activations 61.2 GiB)"; empty when it fits.
+  std::string binding_constraint() const;
+};
+
+// peak_activation_bytes: per pipeline rank, the simulator's StageSummary::peak_activation_bytes.
+MemoryEstimate estimate_memory(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                               const spec::ParallelPlan& plan, schedule::Placement placement,
+                               const std::vector<double>& peak_activation_bytes,
+                               const MemoryModelOptions& options = {});
+
+// Bytes of weights, gradients and optimizer state per parameter for a ZeRO stage and a data-
+// parallel group of `dp` devices: {weights, gradients, optimizer}.
+struct BytesPerParameter {
+  double weights = 0.0, gradients = 0.0, optimizer = 0.0;
+  double total() const { return weights + gradients + optimizer; }
+};
+BytesPerParameter bytes_per_parameter(int zero_stage, int dp, const MemoryModelOptions& options);
+
+}  // namespace pipetune::tuner
