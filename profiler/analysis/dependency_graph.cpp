@@ -93,7 +93,7 @@ class Builder {
     return static_cast<std::int32_t>(g_.span.size() - 1);
   }
 
-  // Selected spans in (sequence, start, longer first) order.
+  // Selected spans in (sequence, start, trace) order.
   std::vector<std::uint32_t> select() const {
     std::vector<std::uint32_t> sel;
     for (std::size_t i = 0; i < trace_.spans.size(); ++i) {
@@ -108,7 +108,14 @@ class Builder {
       const std::uint64_t kx = seq_.key(x), ky = seq_.key(y);
       if (kx != ky) return kx < ky;
       if (x.start_ns != y.start_ns) return x.start_ns < y.start_ns;
-      if (x.end_ns != y.end_ns) return x.end_ns > y.end_ns;  // a container before what it holds
+      // Same start: on a rank thread a compute span before the communication it may hold; then
+      // trace order, which is execution order for the simulator and the recorder (a zero-length
+      // op that ran first stays first).
+      if (seq_.merged(x)) {
+        const bool cx = roles_.role(x) == SpanRole::Compute;
+        const bool cy = roles_.role(y) == SpanRole::Compute;
+        if (cx != cy) return cx;
+      }
       return a < b;
     };
     if (!std::is_sorted(sel.begin(), sel.end(), less)) std::sort(sel.begin(), sel.end(), less);
