@@ -1,0 +1,28 @@
+// Helpers shared by the exporters (private to tuner/export).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/errors.hpp"
+#include "tuner/export/exporters.hpp"
+
+namespace pipetune::tuner::export_detail {
+
+inline std::string num(std::int64_t v) {
+  return std::to_string(v);
+}
+
+// Throws InputError "<framework>: <rule>" unless ok.
+inline void require(bool ok, std::string_view framework, const std::string& rule) {
+  if (!ok) throw InputError(std::string(framework) + ": " + rule);
+}
+
+// The rules every framework shares: the world fills the cluster's devices, sizes divide, the
+// global batch is micro-batch x micro-batches x data-parallel.
+void check_common(const ExportRequest& r, std::string_view framework);
+
+// Gradient-accumulation steps (micro-batches per iteration per data-parallel replica).
+std::int64_t accumulation_steps(const spec::ParallelPlan& plan);
+
+}  // namespace pipetune::tuner::export_detail

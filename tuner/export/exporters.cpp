@@ -1,0 +1,88 @@
+#include "tuner/export/exporters.hpp"
+
+#include <array>
+
+#include "tuner/export/export_common.hpp"
+
+namespace pipetune::tuner {
+
+namespace {
+
+constexpr std::array kFormats{ExportFormat::Megatron, ExportFormat::Torchtitan,
+                              ExportFormat::Deepspeed, ExportFormat::Pipetune};
+
+}  // namespace
+
+std::string_view export_format_name(ExportFormat f) {
+  switch (f) {
+    case ExportFormat::Megatron:
+      return "megatron";
+    case ExportFormat::Torchtitan:
+      return "torchtitan";
+    case ExportFormat::Deepspeed:
+      return "deepspeed";
+    case ExportFormat::Pipetune:
+      return "pipetune";
+  }
+  return "?";
+}
+
+std::vector<std::string> export_format_names() {
+  std::vector<std::string> out;
+  for (ExportFormat f : kFormats) out.emplace_back(export_format_name(f));
+  return out;
+}
+
+ExportFormat parse_export_format(std::string_view name) {
+  for (ExportFormat f : kFormats)
+    if (export_format_name(f) == name) return f;
+  std::string valid;
+  for (const std::string& n : export_format_names()) valid += (valid.empty() ? "" : ", ") + n;
+  throw InputError("unknown export format '" + std::string(name) + "' (valid: " + valid + ")");
+}
+
+std::string export_plan(ExportFormat format, const ExportRequest& request) {
+  switch (format) {
+    case ExportFormat::Megatron:
+      return export_megatron(request);
+    case ExportFormat::Torchtitan:
+      return export_torchtitan(request);
+    case ExportFormat::Deepspeed:
+      return export_deepspeed(request);
+    case ExportFormat::Pipetune:
+      return export_pipetune(request);
+  }
+  throw InputError("unknown export format");
+}
+
+namespace export_detail {
+
+std::int64_t accumulation_steps(const spec::ParallelPlan& plan) {
+  return plan.global_batch / (static_cast<std::int64_t>(plan.micro_batch_size) * plan.dp);
+}
+
+void check_common(const ExportRequest& r, std::string_view fw) {
+  const spec::ParallelPlan& p = r.plan;
+  const spec::ModelSpec& m = r.model;
+  const std::int64_t world = static_cast<std::int64_t>(p.tp) * p.pp * p.dp;
+  require(r.cluster.devices <= 0 || world == r.cluster.devices, fw,
+          "tp*pp*dp = " + num(world) + " does not fill the cluster's " + num(r.cluster.devices) +
+              " devices");
+  require(m.heads % p.tp == 0, fw,
+          "tp=" + num(p.tp) + " does not divide attention heads=" + num(m.heads));
+  require(m.kv_heads % p.tp == 0, fw,
+          "tp=" + num(p.tp) + " does not divide query groups (kv heads)=" + num(m.kv_heads));
+  require(m.ffn_hidden % p.tp == 0, fw,
+          "tp=" + num(p.tp) + " does not divide ffn hidden=" + num(m.ffn_hidden));
+  require(p.dp % p.ep == 0, fw, "ep=" + num(p.ep) + " does not divide dp=" + num(p.dp));
+  require(m.experts % p.ep == 0, fw,
+          "ep=" + num(p.ep) + " does not divide experts=" + num(m.experts));
+  const std::int64_t per_step = static_cast<std::int64_t>(p.micro_batch_size) * p.dp;
+  require(p.global_batch > 0 && p.global_batch % per_step == 0, fw,
+          "global batch " + num(p.global_batch) + " is not divisible by micro-batch " +
+              num(p.micro_batch_size) + " x data-parallel " + num(p.dp));
+}
+
+}  // namespace export_detail
+
+}  // namespace pipetune::tuner

@@ -1,0 +1,48 @@
+// Exporters: a tuned plan written as the launch file of the framework people train with.
+//
+//   megatron    a bash script running Megatron-LM's pretrain_gpt.py under torchrun, with the
+//               parallelism, batch, recomputation and model-shape flags of the plan
+//   torchtitan  a job config TOML in torchtitan's pre-2026 schema (torchtitan/config/job_config.py)
+//   deepspeed   a DeepSpeed JSON config (batch, ZeRO, pipeline, activation checkpointing, AutoTP)
+//   pipetune    a pipetune run file that `pipetune train --config` (and `simulate`) reads
+//
+// Each exporter checks the rules its framework enforces before it writes anything and throws
+// InputError naming the first rule the plan breaks ("megatron: global batch 96 is not divisible
+// by micro-batch 4 x data-parallel 16"). The sources of the rules are in
+// ../shared/reference/engine_and_style.md (A2: Megatron's validate_args, A3: torchtitan and
+// DeepSpeed configs).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/spec/cluster_spec.hpp"
+#include "engine/spec/model_spec.hpp"
+#include "engine/spec/parallel_plan.hpp"
+
+namespace pipetune::tuner {
+
+enum class ExportFormat { Megatron, Torchtitan, Deepspeed, Pipetune };
+std::string_view export_format_name(ExportFormat f);
+// Throws InputError listing the valid names.
+ExportFormat parse_export_format(std::string_view name);
+std::vector<std::string> export_format_names();
+
+struct ExportRequest {
+  spec::ModelSpec model;
+  spec::ClusterSpec cluster;
+  spec::ParallelPlan plan;  // apply_defaults'ed: microbatches and global_batch set
+  int train_iters = 100;
+  std::string description;  // a comment line in the file, e.g. what the tuner predicted
+};
+
+// The file's text.
+std::string export_plan(ExportFormat format, const ExportRequest& request);
+
+std::string export_megatron(const ExportRequest& request);
+std::string export_torchtitan(const ExportRequest& request);
+std::string export_deepspeed(const ExportRequest& request);
+std::string export_pipetune(const ExportRequest& request);
+
+}  // namespace pipetune::tuner

@@ -1,0 +1,168 @@
+// Megatron-LM launch script: torchrun over pretrain_gpt.py with the plan's flags (flag names and
+// rules: reference/engine_and_style.md A2, from megatron/training/arguments.py).
+#include <algorithm>
+#include <sstream>
+
+#include "tuner/export/export_common.hpp"
+
+namespace pipetune::tuner {
+
+using export_detail::num;
+using export_detail::require;
+
+namespace {
+
+constexpr std::string_view kFw = "megatron";
+
+// Megatron's flags for the plan's layer split: none when even; the first / last stage's layer
+// counts when only those differ (the rest must split evenly). Interleaving needs an even split.
+std::vector<std::string> pipeline_split_flags(const ExportRequest& r) {
+  const spec::ParallelPlan& p = r.plan;
+  if (p.pp == 1) return {};
+  const std::vector<int> split = spec::layer_split(r.model, p);
+  const bool even = std::all_of(split.begin(), split.end(), [&](int n) { return n == split[0]; });
+  if (even) return {};
+  require(p.chunks == 1, kFw,
+          "an uneven layer split cannot be combined with the interleaved schedule (" +
+              num(r.model.layers) + " layers over " + num(p.pp) + "x" + num(p.chunks) +
+              " layer groups)");
+  const bool middle_even = p.pp < 3 || std::all_of(split.begin() + 1, split.end() - 1,
+                                                   [&](int n) { return n == split[1]; });
+  require(middle_even, kFw, "only the first and last stages may hold a different number of layers");
+  return {"--decoder-first-pipeline-num-layers " + num(split.front()),
+          "--decoder-last-pipeline-num-layers " + num(split.back())};
+}
+
+}  // namespace
+
+std::string export_megatron(const ExportRequest& r) {
+  export_detail::check_common(r, kFw);
+  const spec::ParallelPlan& p = r.plan;
+  const spec::ModelSpec& m = r.model;
+  const bool pipelined = p.pp > 1;
+  require(!pipelined || p.schedule == "1f1b" || p.schedule == "interleaved-1f1b", kFw,
+          "schedule " + p.schedule + " is not one of Megatron-LM's (1f1b, interleaved-1f1b)");
+  require(p.vocab == schedule::VocabMode::None, kFw,
+          "vocabulary parallelism (" + std::string(schedule::vocab_mode_name(p.vocab)) +
+              ") is not in Megatron-LM; export the plan with vocab none");
+  require(!(p.tp > 1 && p.ep > 1) || p.sequence_parallel, kFw,
+          "tensor parallelism with expert parallelism needs sequence parallelism");
+  const bool interleaved = pipelined && p.schedule == "interleaved-1f1b";
+  if (interleaved) {
+    require(p.chunks >= 2, kFw, "interleaved-1f1b needs at least 2 chunks per stage");
+    require(m.layers % p.pp == 0, kFw,
+            "layers=" + num(m.layers) + " are not divisible by pp=" + num(p.pp));
+    require((m.layers / p.pp) % p.chunks == 0, kFw,
+            "layers per stage " + num(m.layers / p.pp) + " are not divisible by " + num(p.chunks) +
+                " virtual stages");
+  }
+  const std::vector<std::string> split_flags = pipeline_split_flags(r);
+  if (split_flags.empty() && pipelined)
+    require(m.layers % p.pp == 0, kFw,
+            "layers=" + num(m.layers) + " are not divisible by pp=" + num(p.pp));
+
+  const int per_node = std::min(r.cluster.devices_per_node, std::max(1, r.cluster.devices));
+  const int nodes = (p.world_size() + per_node - 1) / per_node;
+  const bool gated = m.activation == spec::Activation::Swiglu;
+
+  std::ostringstream o;
+  o << "#!/usr/bin/env bash\n"
+    << "# Megatron-LM launch script written by `pipetune export --format megatron`.\n";
+  if (!r.description.empty()) o << "# " << r.description << "\n";
+  o << "# Model " << m.name << " on " << p.world_size() << " GPUs (" << r.cluster.name
+    << "): tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp << " ep=" << p.ep
+    << " schedule=" << p.schedule << ", " << export_detail::accumulation_steps(p)
+    << " micro-batches of " << p.micro_batch_size << " per replica.\n"
+    << "# Run on every node with NODE_RANK set; mock data (NullTokenizer) unless you edit\n"
+    << "# DATA_ARGS. MEGATRON_DIR is the Megatron-LM checkout.\n"
+    << "set -euo pipefail\n\n"
+    << "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+    << "MEGATRON_DIR=${MEGATRON_DIR:-.}\n"
+    << "GPUS_PER_NODE=" << per_node << "\n"
+    << "NNODES=" << nodes << "\n"
+    << "NODE_RANK=${NODE_RANK:-0}\n"
+    << "MASTER_ADDR=${MASTER_ADDR:-localhost}\n"
+    << "MASTER_PORT=${MASTER_PORT:-6000}\n\n";
+
+  auto block = [&](const char* name, const std::vector<std::string>& flags) {
+    o << name << "=(\n";
+    for (const std::string& f : flags) o << "  " << f << "\n";
+    o << ")\n";
+  };
+  std::vector<std::string> model = {
+      "--num-layers " + num(m.layers),          "--hidden-size " + num(m.hidden),
+      "--ffn-hidden-size " + num(m.ffn_hidden), "--num-attention-heads " + num(m.heads),
+      "--seq-length " + num(m.seq_len),         "--max-position-embeddings " + num(m.seq_len)};
+  if (m.kv_heads != m.heads) {
+    model.push_back("--group-query-attention");
+    model.push_back("--num-query-groups " + num(m.kv_heads));
+  }
+  // Gated-MLP models are Llama-style (RMSNorm, rotary positions, no linear biases).
+  if (gated) {
+    model.insert(model.end(), {"--swiglu", "--normalization RMSNorm",
+                               "--position-embedding-type rope", "--disable-bias-linear"});
+  } else {
+    model.insert(model.end(),
+                 {"--normalization LayerNorm", "--position-embedding-type learned_absolute"});
+  }
+  if (!m.tied_embeddings) model.push_back("--untie-embeddings-and-output-weights");
+  if (spec::is_moe(m)) {
+    model.insert(model.end(),
+                 {"--num-experts " + num(m.experts), "--moe-router-topk " + num(m.top_k),
+                  "--moe-ffn-hidden-size " + num(m.ffn_hidden),
+                  "--moe-router-load-balancing-type aux_loss", "--moe-aux-loss-coeff 1e-2",
+                  "--moe-grouped-gemm", "--moe-token-dispatcher-type alltoall"});
+    if (m.moe_every > 1) model.push_back("--moe-layer-freq " + num(m.moe_every));
+  }
+  block("MODEL_ARGS", model);
+
+  std::vector<std::string> parallel = {"--tensor-model-parallel-size " + num(p.tp),
+                                       "--pipeline-model-parallel-size " + num(p.pp)};
+  if (p.sequence_parallel && p.tp > 1) parallel.push_back("--sequence-parallel");
+  if (interleaved) parallel.push_back("--num-virtual-stages-per-pipeline-rank " + num(p.chunks));
+  parallel.insert(parallel.end(), split_flags.begin(), split_flags.end());
+  if (spec::is_moe(m)) {
+    parallel.push_back("--expert-model-parallel-size " + num(p.ep));
+    parallel.push_back("--expert-tensor-parallel-size " + num(p.tp));
+  }
+  switch (p.zero_stage) {
+    case 0:
+      parallel.push_back("--overlap-grad-reduce");
+      break;
+    case 1:
+      parallel.insert(parallel.end(), {"--use-distributed-optimizer", "--overlap-grad-reduce",
+                                       "--overlap-param-gather"});
+      break;
+    default:
+      parallel.insert(
+          parallel.end(),
+          {"--use-megatron-fsdp", std::string("--data-parallel-sharding-strategy ") +
+                                      (p.zero_stage == 2 ? "optim_grads" : "optim_grads_params")});
+  }
+  if (p.recompute == spec::Recompute::Selective)
+    parallel.push_back("--recompute-granularity selective");
+  if (p.recompute == spec::Recompute::Full)
+    parallel.insert(parallel.end(), {"--recompute-granularity full", "--recompute-method uniform",
+                                     "--recompute-num-layers 1"});
+  block("PARALLEL_ARGS", parallel);
+
+  block("TRAINING_ARGS",
+        {"--micro-batch-size " + num(p.micro_batch_size),
+         "--global-batch-size " + num(p.global_batch), "--train-iters " + num(r.train_iters),
+         "--bf16", "--lr 3.0e-4", "--min-lr 3.0e-5", "--lr-decay-style cosine",
+         "--lr-warmup-fraction 0.01", "--weight-decay 0.1", "--clip-grad 1.0", "--adam-beta1 0.9",
+         "--adam-beta2 0.95", "--init-method-std 0.02", "--attention-backend auto",
+         "--transformer-impl transformer_engine"});
+  block("DATA_ARGS", {"--mock-data", "--tokenizer-type NullTokenizer",
+                      "--vocab-size " + num(m.vocab), "--split 949,50,1"});
+  block("LOGGING_ARGS", {"--log-interval 1", "--eval-interval 1000", "--eval-iters 0"});
+  o << "\ntorchrun --nproc_per_node \"$GPUS_PER_NODE\" --nnodes \"$NNODES\" "
+       "--node_rank \"$NODE_RANK\" \\\n"
+    << "  --master_addr \"$MASTER_ADDR\" --master_port \"$MASTER_PORT\" \\\n"
+    << "  \"$MEGATRON_DIR/pretrain_gpt.py\" \\\n"
+    << "  \"${MODEL_ARGS[@]}\" \"${PARALLEL_ARGS[@]}\" \"${TRAINING_ARGS[@]}\" \"${DATA_ARGS[@]}\" "
+       "\"${LOGGING_ARGS[@]}\" \"$@\"\n";
+  return o.str();
+}
+
+}  // namespace pipetune::tuner

@@ -1,0 +1,52 @@
+// pipetune run file: the tuned plan shrunk to the embedded engine (small_scale.hpp), so that
+// `pipetune train --config FILE` trains it on this machine and `pipetune simulate --config FILE`
+// simulates it; the tuned full-scale plan is kept in the header comment.
+#include <sstream>
+
+#include "engine/schedule/schedule.hpp"
+#include "tuner/export/export_common.hpp"
+#include "tuner/export/small_scale.hpp"
+
+namespace pipetune::tuner {
+
+std::string export_pipetune(const ExportRequest& r) {
+  const spec::ParallelPlan& full = r.plan;
+  const SmallScaleRun small = shrink_to_engine(r.model, full);
+  const spec::ModelSpec& m = small.model;
+  const spec::ParallelPlan& p = small.plan;
+  std::ostringstream o;
+  o << "# pipetune run file written by `pipetune export --format pipetune`.\n";
+  if (!r.description.empty()) o << "# " << r.description << "\n";
+  o << "# Tuned plan: " << r.model.name << " on " << full.world_size() << " x "
+    << r.cluster.hardware.name << ": tp=" << full.tp << " pp=" << full.pp << " dp=" << full.dp
+    << " ep=" << full.ep << " schedule=" << full.schedule << " chunks=" << full.chunks
+    << " vocab=" << schedule::vocab_mode_name(full.vocab)
+    << " micro_batch_size=" << full.micro_batch_size << " microbatches=" << full.microbatches
+    << " recompute=" << spec::recompute_name(full.recompute)
+    << " sequence_parallel=" << (full.sequence_parallel ? "true" : "false")
+    << " zero_stage=" << full.zero_stage << ".\n"
+    << "# Below: the same pipeline at small scale for the embedded engine (pipetune train).\n"
+    << "description = \"" << m.description << "\"\n\n"
+    << "[model]\n"
+    << "name = \"" << m.name << "\"\n"
+    << "layers = " << m.layers << "\nhidden = " << m.hidden << "\nheads = " << m.heads
+    << "\nkv_heads = " << m.kv_heads << "\nffn_hidden = " << m.ffn_hidden << "\nvocab = " << m.vocab
+    << "\nseq_len = " << m.seq_len << "\n";
+  if (spec::is_moe(m))
+    o << "experts = " << m.experts << "\ntop_k = " << m.top_k << "\nmoe_every = " << m.moe_every
+      << "\n";
+  o << "activation = \"" << spec::activation_name(m.activation) << "\"\n\n"
+    << "[cluster]\n"
+    << "hardware = \"" << r.cluster.hardware.name << "\"\n"
+    << "devices = " << p.world_size() << "\n\n"
+    << "[plan]\n"
+    << "tp = " << p.tp << "\npp = " << p.pp << "\ndp = " << p.dp << "\nep = " << p.ep
+    << "\nchunks = " << p.chunks << "\nmicro_batch_size = " << p.micro_batch_size
+    << "\nmicrobatches = " << p.microbatches << "\nschedule = \"" << p.schedule << "\""
+    << "\nvocab = \"" << schedule::vocab_mode_name(p.vocab) << "\""
+    << "\nzero_stage = " << p.zero_stage << "\n";
+  if (p.group_size > 0) o << "group_size = " << p.group_size << "\n";
+  return o.str();
+}
+
+}  // namespace pipetune::tuner

@@ -1,0 +1,54 @@
+#include "tuner/export/small_scale.hpp"
+
+#include <algorithm>
+
+#include "engine/errors.hpp"
+
+namespace pipetune::tuner {
+
+SmallScaleRun shrink_to_engine(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                               int max_ranks) {
+  SmallScaleRun s;
+  spec::ParallelPlan& p = s.plan;
+  p = plan;
+  p.tp = std::min(plan.tp, 2);
+  p.dp = std::min(plan.dp, 2);
+  p.ep = std::min(plan.ep, p.dp);
+  p.zero_stage = std::min(plan.zero_stage, 1);
+  p.recompute = spec::Recompute::None;
+  p.sequence_parallel = false;
+  p.micro_batch_size = std::min(plan.micro_batch_size, 2);
+  p.layer_split.clear();  // the tiny model's layers split evenly
+  p.global_batch = 0;     // micro_batch_size * microbatches * dp again
+  if (p.world_size() > max_ranks)
+    throw InputError("a small-scale run keeps the " + std::to_string(plan.pp) +
+                     " pipeline stages: " + std::to_string(p.world_size()) +
+                     " rank threads is more than " + std::to_string(max_ranks));
+
+  spec::ModelSpec& m = s.model;
+  const std::int64_t groups = static_cast<std::int64_t>(p.pp) * std::max(1, p.chunks);
+  m.name = model.name + "-small";
+  m.description = "a tiny model with the layout of " + model.name + " (pipetune export)";
+  // At least 8 layers, a whole number per layer group.
+  const std::int64_t at_least = std::max<std::int64_t>(8, groups);
+  m.layers = (at_least + groups - 1) / groups * groups;
+             (groups - std::max<std::int64_t>(8, groups) % groups) % groups;
+  m.hidden = 64;
+  m.heads = 4;
+  m.kv_heads = 4;
+  m.ffn_hidden = 256;
+  m.vocab = 512;
+  m.seq_len = 32;
+  m.activation = spec::Activation::Gelu;
+  m.tied_embeddings = false;
+  if (spec::is_moe(model)) {
+    m.experts = 4;
+    m.top_k = std::min<std::int64_t>(model.top_k, 2);
+    m.moe_every = std::min<std::int64_t>(model.moe_every, m.layers);
+  }
+  spec::apply_defaults(m);
+  spec::apply_defaults(p);
+  return s;
+}
+
+}  // namespace pipetune::tuner

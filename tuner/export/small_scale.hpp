@@ -1,0 +1,23 @@
+// A tuned plan shrunk to what the embedded engine trains on this machine ("run at small
+// scale"): the same pipeline (stages, schedule, chunks, vocabulary mode, micro-batches per
+// iteration), at most 2-way tensor, data and expert parallelism, ZeRO 0 or 1, and a tiny model of
+// the same kind (dense or MoE) whose layer count fills every layer group of the schedule. The
+// engine trains GELU models without recomputation or sequence parallelism, so those become the
+// plain variants.
+#pragma once
+
+#include "engine/spec/model_spec.hpp"
+#include "engine/spec/parallel_plan.hpp"
+
+namespace pipetune::tuner {
+
+struct SmallScaleRun {
+  spec::ModelSpec model;
+  spec::ParallelPlan plan;
+};
+
+// Throws InputError when the pipeline alone needs more rank threads than max_ranks.
+SmallScaleRun shrink_to_engine(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                               int max_ranks = 64);
+
+}  // namespace pipetune::tuner
