@@ -1,0 +1,322 @@
+#include "tuner/search/search.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "engine/errors.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/spec/validate.hpp"
+#include "tuner/memory/memory_model.hpp"
+
+namespace pipetune::tuner {
+
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+bool is_v_schedule(std::string_view s) {
+  return schedule::schedule_placement(s) == schedule::Placement::VShape;
+}
+
+// An error message as a pruning reason: numbers become N so that equal rules count together.
+std::string reason_key(std::string_view message) {
+  std::string out;
+  bool in_number = false;
+  for (char c : message) {
+    const bool digit = c >= '0' && c <= '9';
+    if (digit && !in_number) out += 'N';
+    if (!digit) out += c;
+    in_number = digit || (in_number && c == '.');
+  }
+  return out;
+}
+
+struct Job {
+  spec::ParallelPlan plan;
+  std::string vocab_label;
+};
+
+class Enumerator {
+ public:
+  Enumerator(const SearchSpace& space, SearchResult& result) : s_(space), r_(result) {}
+
+  std::vector<Job> run() {
+    const int n = s_.cluster.devices;
+    if (n <= 0) throw InputError("the cluster has no devices");
+    if (s_.global_batch <= 0)
+      throw InputError("--global-batch must be positive (got " + std::to_string(s_.global_batch) +
+                       ")");
+    for (int tp : divisors(n)) {
+      if (tp > s_.cluster.devices_per_node) {
+        prune("tp spans nodes");
+        continue;
+      }
+      if (s_.model.heads % tp != 0 || s_.model.kv_heads % tp != 0) {
+        prune("tp does not divide the attention heads");
+        continue;
+      }
+      for (int pp : divisors(n / tp)) {
+        if (pp > s_.model.layers) {
+          prune("pp exceeds the layers");
+          continue;
+        }
+        const int dp = n / (tp * pp);
+        if (s_.global_batch % dp != 0) {
+          prune("global batch not divisible by dp");
+          continue;
+        }
+        factorisable_ = true;
+        for (int ep : expert_degrees(dp)) enumerate_batches(tp, pp, dp, ep);
+        if (full()) return std::move(jobs_);
+      }
+    }
+    if (!factorisable_)
+      throw InputError("no valid factorisation of " + std::to_string(n) +
+                       " GPUs into tp x pp x dp for " + s_.model.name + " at global batch " +
+                       std::to_string(s_.global_batch) + " (" + reasons() + ")");
+    return std::move(jobs_);
+  }
+
+ private:
+  bool full() const {
+    return s_.max_candidates > 0 && static_cast<std::int64_t>(jobs_.size()) >= s_.max_candidates;
+  }
+  void prune(const std::string& reason) { ++r_.pruned[reason]; }
+  std::string reasons() const {
+    std::string s;
+    for (const auto& [k, v] : r_.pruned) s += (s.empty() ? "" : "; ") + k;
+    return s;
+  }
+
+  std::vector<int> expert_degrees(int dp) {
+    if (!spec::is_moe(s_.model)) return {1};
+    std::vector<int> out;
+    for (int ep : divisors(dp)) {
+      if (s_.model.experts % ep == 0)
+        out.push_back(ep);
+      else
+        prune("ep does not divide the experts");
+    }
+    return out;
+  }
+
+  void enumerate_batches(int tp, int pp, int dp, int ep) {
+    const std::int64_t per_replica = s_.global_batch / dp;
+    for (int mbs : s_.micro_batch_sizes) {
+      if (mbs <= 0 || per_replica % mbs != 0) {
+        prune("global batch not divisible by micro-batch x dp");
+        continue;
+      }
+      spec::ParallelPlan p;
+      p.tp = tp;
+      p.pp = pp;
+      p.dp = dp;
+      p.ep = ep;
+      p.micro_batch_size = mbs;
+      p.microbatches = static_cast<int>(per_replica / mbs);
+      p.global_batch = s_.global_batch;
+      p.sequence_parallel = tp > 1;
+      enumerate_schedules(p);
+      if (full()) return;
+    }
+  }
+
+  void enumerate_schedules(const spec::ParallelPlan& base) {
+    std::vector<std::string> names = s_.schedules;
+    if (names.empty())
+      for (auto n : schedule::schedule_names()) names.emplace_back(n);
+    if (base.pp == 1) names = {"1f1b"};  // no pipeline: every schedule is the same
+    for (const std::string& name : names) {
+      for (int chunks : chunk_options(name, base.pp)) {
+        spec::ParallelPlan p = base;
+        p.schedule = name;
+        p.chunks = chunks;
+        enumerate_vocab(p);
+        if (full()) return;
+      }
+    }
+  }
+
+  std::vector<int> chunk_options(const std::string& name, int pp) {
+    if (pp == 1) return {1};
+    if (is_v_schedule(name)) return {2};
+    if (name != "interleaved-1f1b") return {1};
+    std::vector<int> out;
+    for (int v = 2; v <= s_.max_chunks; ++v) {
+      if (s_.model.layers % (static_cast<std::int64_t>(pp) * v) == 0)
+        out.push_back(v);
+      else
+        prune("interleaved chunks do not split the layers evenly");
+    }
+    return out;
+  }
+
+  void enumerate_vocab(const spec::ParallelPlan& base) {
+    const bool pipelined = base.pp > 1;
+    for (const std::string& mode : s_.vocab_modes) {
+      spec::ParallelPlan p = base;
+      if (mode == "none") {
+      } else if (!pipelined) {
+        continue;  // without a pipeline every mode is "none"
+      } else if (mode == "redis") {
+        if (is_v_schedule(p.schedule) || p.chunks > 1) continue;  // one group per stage only
+        p.layer_split =
+            redistributed_layer_split(s_.model.layers, p.pp, 0.0, output_layer_in_layers(s_.model));
+      } else {
+        p.vocab = schedule::parse_vocab_mode(mode);
+        if (!schedule::supports_vocab(p.schedule, p.vocab)) continue;
+      }
+      enumerate_memory_knobs(p, mode);
+      if (full()) return;
+    }
+  }
+
+  void enumerate_memory_knobs(const spec::ParallelPlan& base, const std::string& vocab_label) {
+    for (spec::Recompute rc : s_.recomputes) {
+      for (int zero : s_.zero_stages) {
+        if (zero > 0 && base.dp == 1) continue;  // nothing to shard over
+        spec::ParallelPlan p = base;
+        p.recompute = rc;
+        p.zero_stage = zero;
+        ++r_.candidates_enumerated;
+        try {
+          spec::validate(s_.model, s_.cluster, p);
+        } catch (const SpecError& e) {
+          prune("plan rule: " + reason_key(e.what()));
+          continue;
+        }
+        const schedule::Placement placement = schedule::schedule_placement(p.schedule);
+        const MemoryEstimate fixed =
+            estimate_memory(s_.model, s_.cluster, p, placement, std::vector<double>(p.pp, 0.0));
+        if (!fixed.fits()) {
+          prune("weights, gradients and optimizer state exceed device memory");
+          continue;
+        }
+        jobs_.push_back({std::move(p), vocab_label});
+        if (full()) return;
+      }
+    }
+  }
+
+  const SearchSpace& s_;
+  SearchResult& r_;
+  std::vector<Job> jobs_;
+  bool factorisable_ = false;
+};
+
+}  // namespace
+
+double output_layer_in_layers(const spec::ModelSpec& model) {
+  const double h = static_cast<double>(model.hidden), s = static_cast<double>(model.seq_len);
+  const double v = static_cast<double>(model.vocab);
+  return 6.0 * v / (72.0 * h + 6.0 * s);
+}
+
+std::vector<int> redistributed_layer_split(std::int64_t layers, int pp, double input_layers,
+                                           double output_layers) {
+  if (pp <= 1) return {static_cast<int>(layers)};
+  const double target = (static_cast<double>(layers) + input_layers + output_layers) / pp;
+  auto clamp = [&](double x) {
+    return static_cast<int>(std::clamp<double>(std::round(x), 0.0, static_cast<double>(layers)));
+  };
+  std::vector<int> split(static_cast<std::size_t>(pp), 0);
+  int first = clamp(target - input_layers), last = clamp(target - output_layers);
+  if (first + last > layers) last = static_cast<int>(layers) - first;
+  int rest = static_cast<int>(layers) - first - last;
+  if (pp == 2) {
+    first += rest;  // no middle stage: the first takes what is left
+    rest = 0;
+  }
+  split.front() = first;
+  split.back() = last;
+  const int middle = pp - 2;
+  for (int i = 0; i < middle; ++i)
+    split[static_cast<std::size_t>(i + 1)] = rest / middle + (i < rest % middle ? 1 : 0);
+  return split;
+}
+
+SearchResult search_plans(const SearchSpace& space, const PlanEvaluator& evaluate,
+                          const SearchProgress& progress, const std::atomic<bool>* cancel) {
+  SearchResult result;
+  std::vector<Job> jobs = Enumerator(space, result).run();
+
+  std::vector<std::optional<CandidateScore>> scores(jobs.size());
+  std::vector<std::string> errors(jobs.size());
+  std::atomic<std::size_t> next{0}, done{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto worker = [&] {
+    for (;;) {
+      if (failed.load() || (cancel != nullptr && cancel->load())) return;
+      const std::size_t i = next.fetch_add(1);
+      if (i >= jobs.size()) return;
+      try {
+        scores[i] = evaluate(jobs[i].plan);
+      } catch (const InputError& e) {
+        errors[i] = reason_key(e.what());
+      } catch (...) {
+        std::lock_guard lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+        failed = true;
+      }
+      done.fetch_add(1);
+    }
+  };
+  const int threads = space.threads > 0
+                          ? space.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
+  const auto total = static_cast<std::int64_t>(jobs.size());
+  while (progress && done.load() < jobs.size() && !failed.load() &&
+         !(cancel != nullptr && cancel->load())) {
+    progress(static_cast<std::int64_t>(done.load()), total);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (auto& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+  if (progress) progress(static_cast<std::int64_t>(done.load()), total);
+  result.cancelled = cancel != nullptr && cancel->load();
+
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    if (!errors[i].empty()) {
+      ++result.pruned["schedule: " + errors[i]];
+      continue;
+    }
+    if (!scores[i]) continue;  // not reached (cancelled)
+    ++result.candidates_evaluated;
+    if (!scores[i]->feasible) {
+      ++result.pruned[scores[i]->infeasible_reason.empty() ? "infeasible"
+                                                           : scores[i]->infeasible_reason];
+      continue;
+    }
+    result.ranked.push_back({std::move(jobs[i].plan), jobs[i].vocab_label, *scores[i]});
+  }
+  std::stable_sort(result.ranked.begin(), result.ranked.end(),
+                   [](const ScoredPlan& a, const ScoredPlan& b) {
+                     if (a.score.tokens_per_s != b.score.tokens_per_s)
+                       return a.score.tokens_per_s > b.score.tokens_per_s;
+                     return a.score.peak_memory_bytes < b.score.peak_memory_bytes;
+                   });
+  double least_memory = INFINITY;
+  for (const ScoredPlan& c : result.ranked) {
+    if (c.score.peak_memory_bytes < least_memory) {
+      result.pareto.push_back(c);
+      least_memory = c.score.peak_memory_bytes;
+    }
+  }
+  return result;
+}
+
+}  // namespace pipetune::tuner

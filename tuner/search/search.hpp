@@ -1,0 +1,98 @@
+// The tuner's search: enumerate plans for a model on a cluster at a global batch, prune the ones
+// that cannot work (and count why), score the rest with an evaluator (the cost model, the
+// schedule simulator and the memory model: tuner/predict), rank the feasible ones by predicted
+// throughput and keep the Pareto front of throughput against peak memory.
+//
+// Dimensions: tp (divisors of the GPU count within a node that divide the attention heads and
+// KV heads), pp (up to the layer count), dp (what is left), ep (MoE: divisors of dp that divide
+// the experts), micro-batch size, schedule with its chunks (interleaved-1f1b: layer groups that
+// split the layers evenly, V schedules: 2), vocabulary mode (none; redis: transformer layers
+// moved off the stages that hold the vocabulary layers; vocab-1, vocab-2, interlaced where the
+// schedule supports them), recomputation and ZeRO stage. Sequence parallelism is on whenever
+// tp > 1 (the same communication volume, less activation memory).
+//
+// Before scoring, a plan is pruned when it breaks a plan rule (spec::validate, the schedule's
+// micro-batch minimum) or when its weights, gradients and optimizer state alone exceed the
+// device's memory; plans whose result would not change with a knob (the ZeRO stage at dp = 1)
+// are not enumerated twice.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/spec/cluster_spec.hpp"
+#include "engine/spec/model_spec.hpp"
+#include "engine/spec/parallel_plan.hpp"
+
+namespace pipetune::tuner {
+
+// What the evaluator predicts for one plan.
+struct CandidateScore {
+  bool feasible = false;
+  std::string infeasible_reason;  // a short key for the pruned counts ("out of memory")
+  double iteration_time = 0.0;    // seconds
+  double tokens_per_s = 0.0;
+  double mfu = 0.0;
+  double peak_memory_bytes = 0.0;  // the stage with the most
+};
+
+// Thread-safe: the search calls it from several threads. May throw InputError for a plan the
+// schedule generators refuse; the search counts that as pruned with the error's reason.
+using PlanEvaluator = std::function<CandidateScore(const spec::ParallelPlan&)>;
+
+struct SearchSpace {
+  spec::ModelSpec model;  // seq_len is the training sequence length
+  spec::ClusterSpec cluster;
+  std::int64_t global_batch = 0;       // sequences per iteration
+  std::vector<std::string> schedules;  // empty = every schedule
+  std::vector<std::string> vocab_modes = {"none", "redis", "vocab-1", "vocab-2", "interlaced"};
+  std::vector<int> micro_batch_sizes = {1, 2, 4, 8};
+  std::vector<spec::Recompute> recomputes = {spec::Recompute::None, spec::Recompute::Selective,
+                                             spec::Recompute::Full};
+  std::vector<int> zero_stages = {0, 1};
+  int max_chunks = 4;               // interleaved-1f1b layer groups per stage, at most
+  std::int64_t max_candidates = 0;  // stop enumerating after this many plans; 0 = no limit
+  int threads = 0;                  // scoring threads; 0 = hardware concurrency
+};
+
+struct ScoredPlan {
+  spec::ParallelPlan plan;
+  std::string vocab_label;  // "none", "redis", "vocab-1", ...
+  CandidateScore score;
+};
+
+struct SearchResult {
+  std::int64_t candidates_enumerated = 0;
+  std::int64_t candidates_evaluated = 0;       // scored by the evaluator
+  std::map<std::string, std::int64_t> pruned;  // reason -> count (before and after scoring)
+  std::vector<ScoredPlan> ranked;  // feasible, by tokens/s descending (ties: less memory)
+  std::vector<ScoredPlan> pareto;  // feasible, not beaten on both tokens/s and peak memory
+  bool cancelled = false;
+};
+
+// Progress: (plans scored, plans to score); called from the search's calling thread.
+using SearchProgress = std::function<void(std::int64_t done, std::int64_t total)>;
+
+// Throws InputError when the GPU count has no valid factorisation at all (naming why).
+// `cancel` (may be null) stops the search early; the result then holds what was scored.
+SearchResult search_plans(const SearchSpace& space, const PlanEvaluator& evaluate,
+                          const SearchProgress& progress = {},
+                          const std::atomic<bool>* cancel = nullptr);
+
+// The "redis" layer split: pp stages, the first holding the input embedding and the last the
+// output layer, each worth `*_layers` transformer layers of work; transformer layers are moved
+// off those two stages so every stage carries about the same work (the Vocabulary Parallelism
+// paper's redistribution baseline). Returns layers per stage; sums to model.layers.
+std::vector<int> redistributed_layer_split(std::int64_t layers, int pp, double input_layers,
+                                           double output_layers);
+
+// Work of the vocabulary layers in transformer-layer units for the model (forward + backward
+// FLOPs, reference/tuners.md 3.1: output layer 6bshV, input embedding ~0, a layer
+// bsh(72h + 12s) halved for causal attention).
+double output_layer_in_layers(const spec::ModelSpec& model);
+
+}  // namespace pipetune::tuner
