@@ -1,0 +1,538 @@
+#include "db/import/chrome_trace_import.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "db/import/chrome_event_reader.hpp"
+#include "db/import/gpu_activity_names.hpp"
+#include "db/import/pipeline_phase_names.hpp"
+#include "db/import/rank_names.hpp"
+#include "db/import/trace_builder.hpp"
+#include "engine/errors.hpp"
+
+namespace pipetune::db {
+
+namespace {
+
+using import_detail::ChromeEvent;
+using import_detail::ChromeId;
+using nlohmann::json;
+using profiler::Span;
+using profiler::SpanKind;
+using profiler::Stream;
+
+std::string id_key(const ChromeId& id) {
+  if (!id.present) return "-";
+  return id.is_text ? "s" + id.text : "i" + std::to_string(id.number);
+}
+
+// The integer a pid/tid stands for: itself, or a text that is a whole number ("3").
+std::optional<std::int64_t> id_number(const ChromeId& id) {
+  if (!id.present) return std::nullopt;
+  if (!id.is_text) return id.number;
+  if (id.text.empty() || id.text.size() > 18) return std::nullopt;
+  std::int64_t v = 0;
+  std::size_t i = id.text[0] == '-' ? 1 : 0;
+  if (i == id.text.size()) return std::nullopt;
+  for (; i < id.text.size(); ++i) {
+    if (id.text[i] < '0' || id.text[i] > '9') return std::nullopt;
+    v = v * 10 + (id.text[i] - '0');
+  }
+  return id.text[0] == '-' ? -v : v;
+}
+
+std::optional<std::int64_t> int_arg(const json& args, const char* key) {
+  if (!args.is_object()) return std::nullopt;
+  auto it = args.find(key);
+  if (it == args.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<std::int64_t>();
+}
+
+std::array<std::int32_t, 3> dim_arg(const json& args, const char* key) {
+  std::array<std::int32_t, 3> d{0, 0, 0};
+  if (!args.is_object()) return d;
+  auto it = args.find(key);
+  if (it == args.end() || !it->is_array()) return d;
+  for (std::size_t i = 0; i < 3 && i < it->size(); ++i)
+    if ((*it)[i].is_number_integer()) d[i] = (*it)[i].get<std::int32_t>();
+  return d;
+}
+
+bool is_gpu_kind(SpanKind k) {
+  return k == SpanKind::Kernel || k == SpanKind::Memcpy || k == SpanKind::Memset;
+}
+
+bool is_kineto_category(const std::string& cat) {
+  return cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset" || cat == "cuda_runtime" ||
+         cat == "cuda_driver" || cat == "cpu_op" || cat == "user_annotation" ||
+         cat == "gpu_user_annotation" || cat == "python_function" || cat == "ac2g";
+}
+
+// The stream and index of a thread named as db/chrome_trace names them ("compute", "gpu 7",
+// "host 12").
+std::optional<std::pair<Stream, std::int32_t>> export_thread_lane(const std::string& name) {
+  const std::size_t space = name.find(' ');
+  Stream stream;
+  if (name.empty() || !profiler::parse_stream(name.substr(0, space), stream)) return std::nullopt;
+  if (space == std::string::npos) return std::pair(stream, 0);
+  auto index = id_number(ChromeId{true, 0, name.substr(space + 1), true});
+  if (!index || *index < INT32_MIN || *index > INT32_MAX) return std::nullopt;
+  return std::pair(stream, static_cast<std::int32_t>(*index));
+}
+
+struct ThreadInfo {
+  ChromeId pid, tid;
+  std::uint32_t process = 0;
+  std::string name;  // thread_name metadata
+  bool compute = false;
+  std::int32_t stage = -1;
+  bool stage_conflict = false;
+  std::int32_t rank = -1;
+};
+
+struct ProcessInfo {
+  ChromeId pid;
+  std::string name;  // process_name metadata
+  std::set<std::int32_t> devices;
+};
+
+struct PendingSpan {
+  std::uint32_t thread = 0;
+  Span span;         // lane not yet known
+  bool gpu = false;  // goes to the Gpu lane of gpu_stream
+  std::int32_t gpu_stream = -1;
+  std::int64_t kernel = -1;  // index into records_
+};
+
+struct OpenSpan {
+  std::uint32_t thread = 0;
+  std::string name, cat;
+  std::int64_t start_ns = 0;
+  json args;
+};
+
+struct PendingCounter {
+  std::uint32_t thread = 0;
+  std::int64_t t_ns = 0;
+  std::string name, key;
+  double value = 0.0;
+};
+
+class ChromeImport {
+ public:
+  explicit ChromeImport(const std::filesystem::path& file) : file_(file.string()) {}
+
+  ImportedProfile run(const std::filesystem::path& path) {
+    info_ = import_detail::read_chrome_events(path, [this](ChromeEvent& e) { on_event(e); });
+    finish();
+    return std::move(out_);
+  }
+
+ private:
+  [[noreturn]] void fail(const ChromeEvent& e, const std::string& what) const {
+    throw InputError(file_ + ": event " + std::to_string(e.index) + " (\"" + e.name + "\", ph " +
+                     e.ph + "): " + what);
+  }
+
+  std::uint32_t process_of(const ChromeId& pid) {
+    const std::string key = id_key(pid);
+    auto it = process_index_.find(key);
+    if (it != process_index_.end()) return it->second;
+    const auto id = static_cast<std::uint32_t>(processes_.size());
+    processes_.push_back(ProcessInfo{pid, {}, {}});
+    process_index_.emplace(key, id);
+    return id;
+  }
+
+  std::uint32_t thread_of(const ChromeEvent& e) {
+    // A missing tid is the process's own thread (as Perfetto reads it).
+    const ChromeId& tid = e.tid.present ? e.tid : e.pid;
+    const std::string key = id_key(e.pid) + '\x1f' + id_key(tid);
+    auto it = thread_index_.find(key);
+    if (it != thread_index_.end()) return it->second;
+    const auto id = static_cast<std::uint32_t>(threads_.size());
+    ThreadInfo t;
+    t.pid = e.pid;
+    t.tid = tid;
+    t.process = process_of(e.pid);
+    threads_.push_back(std::move(t));
+    thread_index_.emplace(key, id);
+    return id;
+  }
+
+  void on_event(ChromeEvent& e) {
+    if (e.ph.empty()) fail(e, "no \"ph\"");
+    if (!e.cat.empty() && is_kineto_category(e.cat)) kineto_ = true;
+    switch (e.ph[0]) {
+      case 'X': {
+        if (!e.ts_ns || !e.dur_ns) fail(e, "a complete event needs \"ts\" and \"dur\"");
+        if (*e.dur_ns < 0) {
+          ++negative_durations_;
+          return;
+        }
+        add_span(thread_of(e), e.name, e.cat, *e.ts_ns, *e.ts_ns + *e.dur_ns, e.args);
+        return;
+      }
+      case 'B':
+      case 'b': {
+        if (!e.ts_ns) fail(e, "a begin event needs \"ts\"");
+        const std::uint32_t thread = thread_of(e);
+        OpenSpan open{thread, e.name, e.cat, *e.ts_ns, std::move(e.args)};
+        if (e.ph[0] == 'B') {
+          open_by_thread_[thread].push_back(std::move(open));
+        } else {
+          open_async_[async_key(e)].push_back(std::move(open));
+        }
+        return;
+      }
+      case 'E':
+      case 'e': {
+        if (!e.ts_ns) fail(e, "an end event needs \"ts\"");
+        std::vector<OpenSpan>* stack = nullptr;
+        if (e.ph[0] == 'E') {
+          stack = &open_by_thread_[thread_of(e)];
+        } else {
+          auto it = open_async_.find(async_key(e));
+          if (it != open_async_.end()) stack = &it->second;
+        }
+        if (stack == nullptr || stack->empty()) {
+          ++unmatched_ends_;
+          return;
+        }
+        OpenSpan open = std::move(stack->back());
+        stack->pop_back();
+        if (*e.ts_ns < open.start_ns) {
+          ++negative_durations_;
+          return;
+        }
+        add_span(open.thread, open.name, open.cat, open.start_ns, *e.ts_ns, open.args);
+        return;
+      }
+      case 'C':
+        add_counters(e);
+        return;
+      case 'M':
+        add_metadata(e);
+        return;
+      default:
+        ++ignored_events_;  // instants, flows, samples, object events: not spans
+    }
+  }
+
+  std::string async_key(const ChromeEvent& e) const {
+    return id_key(e.pid) + '\x1f' + e.cat + '\x1f' + e.id;
+  }
+
+  void add_metadata(ChromeEvent& e) {
+    if (!e.args.is_object()) return;
+    auto name = e.args.find("name");
+    if (name == e.args.end() || !name->is_string()) return;
+    if (e.name == "process_name") {
+      processes_[process_of(e.pid)].name = name->get<std::string>();
+    } else if (e.name == "thread_name") {
+      threads_[thread_of(e)].name = name->get<std::string>();
+    }
+  }
+
+  void add_counters(const ChromeEvent& e) {
+    if (!e.ts_ns) fail(e, "a counter event needs \"ts\"");
+    if (!e.args.is_object()) return;
+    const std::uint32_t thread = thread_of(e);
+    for (auto it = e.args.begin(); it != e.args.end(); ++it) {
+      if (!it->is_number()) continue;
+      counters_.push_back(PendingCounter{thread, *e.ts_ns, e.name, it.key(), it->get<double>()});
+    }
+  }
+
+  void add_span(std::uint32_t thread, const std::string& name, const std::string& cat,
+                std::int64_t start, std::int64_t end, const json& args) {
+    PendingSpan p;
+    p.thread = thread;
+    Span& s = p.span;
+    s.start_ns = start;
+    s.end_ns = end;
+    s.name = builder_.name(name);
+    SpanKind kind = SpanKind::Range;
+    if (!cat.empty() && profiler::parse_span_kind(cat, kind)) {
+      if (auto v = int_arg(args, "microbatch")) s.microbatch = static_cast<std::int32_t>(*v);
+      if (auto v = int_arg(args, "chunk")) s.chunk = static_cast<std::int16_t>(*v);
+      if (auto v = int_arg(args, "peer")) s.peer = static_cast<std::int32_t>(*v);
+    } else if (cat == "gpu_memcpy") {
+      kind = SpanKind::Memcpy;
+    } else if (cat == "gpu_memset") {
+      kind = SpanKind::Memset;
+    } else if (cat == "cuda_runtime" || cat == "cuda_driver") {
+      kind = SpanKind::Runtime;
+    } else if (auto phase = cat == "cpu_op" || cat == "python_function"
+                                ? std::nullopt  // operators and Python calls, not annotations
+                                : match_pipeline_phase(name)) {
+      kind = phase->kind;
+      s.microbatch = phase->microbatch;
+      ThreadInfo& t = threads_[thread];
+      t.compute = true;
+      if (phase->stage >= 0) {
+        if (t.stage >= 0 && t.stage != phase->stage) t.stage_conflict = true;
+        t.stage = phase->stage;
+      }
+    }
+    if (profiler::is_compute(kind)) threads_[thread].compute = true;
+
+    const bool gpu = is_gpu_kind(kind);
+    if (kind == SpanKind::Kernel) {
+      if (auto nccl = classify_nccl_kernel(name)) {
+        switch (*nccl) {
+          case NcclKernel::AllReduce:
+            kind = SpanKind::AllReduce;
+            break;
+          case NcclKernel::AllGather:
+            kind = SpanKind::AllGather;
+            break;
+          case NcclKernel::ReduceScatter:
+            kind = SpanKind::ReduceScatter;
+            break;
+          case NcclKernel::Broadcast:
+            kind = SpanKind::Broadcast;
+            break;
+          case NcclKernel::AllToAll:
+            kind = SpanKind::AllToAll;
+            break;
+          case NcclKernel::Send:
+          case NcclKernel::SendRecv:
+            kind = SpanKind::Send;
+            break;
+          case NcclKernel::Recv:
+            kind = SpanKind::Recv;
+            break;
+          case NcclKernel::Reduce:
+          case NcclKernel::Unknown:
+            ++unclassified_nccl_;
+            break;
+        }
+      }
+    }
+    s.kind = kind;
+    if (gpu) {
+      const ThreadInfo& t = threads_[thread];
+      p.gpu = true;
+      p.gpu_stream = static_cast<std::int32_t>(
+          int_arg(args, "stream").value_or(id_number(t.tid).value_or(-1)));
+      KernelRecord r;
+      r.device = static_cast<std::int32_t>(
+          int_arg(args, "device").value_or(id_number(t.pid).value_or(-1)));
+      r.stream = p.gpu_stream;
+      r.correlation = int_arg(args, "correlation").value_or(-1);
+      r.start_ns = start;
+      r.end_ns = end;
+      r.name = name;
+      r.grid = dim_arg(args, "grid");
+      r.block = dim_arg(args, "block");
+      r.bytes = int_arg(args, "bytes").value_or(0);
+      if (r.device >= 0) processes_[t.process].devices.insert(r.device);
+      p.kernel = static_cast<std::int64_t>(records_.size());
+      records_.push_back(std::move(r));
+    }
+    spans_.push_back(p);
+  }
+
+  // Ranks per the rule in chrome_trace_import.hpp.
+  void assign_ranks() {
+    std::map<std::int32_t, std::string> source;
+    if (kineto_ || info_.top_level.contains("distributedInfo")) {
+      std::int32_t rank = 0;
+      std::string why = "distributedInfo.rank";
+      const json& di =
+          info_.top_level.contains("distributedInfo") ? info_.top_level["distributedInfo"] : json();
+      if (auto r = int_arg(di, "rank")) {
+        rank = static_cast<std::int32_t>(*r);
+      } else {
+        why = "Kineto trace without distributedInfo.rank: rank 0";
+        out_.warnings.push_back("no distributedInfo.rank in a Kineto trace: imported as rank 0");
+      }
+      for (ThreadInfo& t : threads_) t.rank = rank;
+      source[rank] = why;
+    } else {
+      std::vector<std::optional<std::int32_t>> named(processes_.size());
+      for (std::size_t i = 0; i < processes_.size(); ++i)
+        if (!processes_[i].name.empty()) named[i] = rank_from_name(processes_[i].name);
+      for (ThreadInfo& t : threads_) {
+        if (named[t.process]) {
+          t.rank = *named[t.process];
+          source.emplace(t.rank, "process name '" + processes_[t.process].name + "'");
+        } else if (t.stage >= 0 && !t.stage_conflict) {
+          t.rank = t.stage;
+          source.emplace(t.rank, "pipeline stage in range names");
+        }
+      }
+      // Threads still without a rank: their process's agreed rank, else new ranks.
+      std::map<std::uint32_t, std::set<std::int32_t>> process_ranks;
+      for (const ThreadInfo& t : threads_)
+        if (t.rank >= 0) process_ranks[t.process].insert(t.rank);
+      std::int32_t next = 0;
+      for (const auto& [r, why] : source) next = std::max(next, r + 1);
+      std::map<std::uint32_t, std::int32_t> new_rank;
+      for (ThreadInfo& t : threads_) {
+        if (t.rank >= 0) continue;
+        auto pr = process_ranks.find(t.process);
+        if (pr != process_ranks.end() && pr->second.size() == 1) {
+          t.rank = *pr->second.begin();
+          continue;
+        }
+        auto [it, fresh] = new_rank.emplace(t.process, next);
+        if (fresh) {
+          source.emplace(next, "process order");
+          ++next;
+        }
+        t.rank = it->second;
+      }
+    }
+    // One ImportedRank per rank: the process it came from (the first one seen).
+    std::map<std::int32_t, ImportedRank> ranks;
+    for (const ThreadInfo& t : threads_) {
+      auto [it, fresh] = ranks.emplace(t.rank, ImportedRank{});
+      ImportedRank& r = it->second;
+      const ProcessInfo& p = processes_[t.process];
+      if (fresh) {
+        r.rank = t.rank;
+        r.source = source[t.rank];
+      }
+      if (r.pid < 0 && p.devices.empty()) {  // prefer the host process over a GPU "process"
+        r.pid = id_number(p.pid).value_or(-1);
+        r.process_name = p.name;
+      }
+      for (std::int32_t d : p.devices)
+        if (std::find(r.devices.begin(), r.devices.end(), d) == r.devices.end())
+          r.devices.push_back(d);
+    }
+    for (auto& [rank, r] : ranks) {
+      std::sort(r.devices.begin(), r.devices.end());
+      out_.ranks.push_back(std::move(r));
+    }
+  }
+
+  std::int32_t lane_of(const PendingSpan& p) {
+    const ThreadInfo& t = threads_[p.thread];
+    if (auto ours = export_thread_lane(t.name))
+      return builder_.lane(t.rank, ours->first, ours->second);
+    if (p.gpu) return builder_.lane(t.rank, Stream::Gpu, p.gpu_stream);
+    // Kineto traces are host threads and streams; a thread with pipeline phases is a compute
+    // lane only in traces that are nothing but such phases (PiPPy's).
+    if (t.compute && !kineto_) {
+      auto [it, fresh] = compute_index_.emplace(p.thread, 0);
+      if (fresh) it->second = compute_lanes_[t.rank]++;
+      return builder_.lane(t.rank, Stream::Compute, it->second);
+    }
+    auto [it, fresh] = host_index_.emplace(p.thread, 0);
+    if (fresh) {
+      auto n = id_number(t.tid);
+      it->second = n ? static_cast<std::int32_t>(*n) : --text_tids_;
+    }
+    const std::int32_t lane = builder_.lane(t.rank, Stream::Host, it->second);
+    if (named_lanes_.insert(lane).second) {
+      std::string name = "rank " + std::to_string(t.rank) + " host " + std::to_string(it->second);
+      const std::string label = !t.name.empty() ? t.name : t.tid.is_text ? t.tid.text : "";
+      if (!label.empty()) name += " (" + label + ")";
+      builder_.set_lane_name(lane, std::move(name));
+    }
+    return lane;
+  }
+
+  void finish() {
+    assign_ranks();
+    std::int64_t base = 0;
+    if (info_.top_level.contains("baseTimeNanoseconds") &&
+        info_.top_level["baseTimeNanoseconds"].is_number_integer())
+      base = info_.top_level["baseTimeNanoseconds"].get<std::int64_t>();
+
+    for (PendingSpan& p : spans_) {
+      p.span.lane = lane_of(p);
+      p.span.start_ns += base;
+      p.span.end_ns += base;
+      if (p.kernel >= 0) {
+        KernelRecord r = std::move(records_[static_cast<std::size_t>(p.kernel)]);
+        r.rank = threads_[p.thread].rank;
+        r.start_ns += base;
+        r.end_ns += base;
+        builder_.add_gpu_span(p.span, std::move(r));
+      } else {
+        builder_.add_span(p.span);
+      }
+    }
+    spans_.clear();
+
+    // Counters: memory by category from "memory bytes", only changes kept (our export repeats
+    // every category of the rank at each sample).
+    std::map<std::pair<std::int32_t, int>, std::int64_t> last_bytes;
+    auto& trace = builder_.trace();
+    for (const PendingCounter& c : counters_) {
+      const std::int32_t rank = threads_[c.thread].rank;
+      profiler::MemoryCategory category;
+      if (c.name == "memory bytes" && profiler::parse_memory_category(c.key, category)) {
+        const auto bytes = static_cast<std::int64_t>(c.value);
+        auto [it, fresh] = last_bytes.emplace(std::pair(rank, static_cast<int>(category)), bytes);
+        if (!fresh && it->second == bytes) continue;
+        it->second = bytes;
+        trace.memory.push_back(profiler::MemorySample{rank, category, c.t_ns + base, bytes});
+      } else {
+        const std::string name = c.key == "value" ? c.name : c.name + " " + c.key;
+        trace.counters.push_back(
+            profiler::CounterSample{rank, builder_.name(name), c.t_ns + base, c.value});
+      }
+    }
+
+    std::int64_t unclosed = 0;
+    for (const auto& [thread, stack] : open_by_thread_)
+      unclosed += static_cast<std::int64_t>(stack.size());
+    for (const auto& [key, stack] : open_async_)
+      unclosed += static_cast<std::int64_t>(stack.size());
+    auto warn = [&](std::int64_t n, const std::string& what) {
+      if (n > 0) out_.warnings.push_back(std::to_string(n) + " " + what);
+    };
+    warn(unclosed, "begin events (B/b) never ended: skipped");
+    warn(unmatched_ends_, "end events (E/e) without a begin: skipped");
+    warn(negative_durations_, "events ending before they start: skipped");
+    warn(unclassified_nccl_,
+         "NCCL kernels of a collective with no span kind (Reduce or unknown) kept as kernel spans");
+    warn(ignored_events_, "instant, flow or other non-span events ignored");
+    if (info_.top_level.contains("schemaVersion"))
+      out_.schema_version = info_.top_level["schemaVersion"].dump();
+    builder_.finish(out_);
+  }
+
+  std::string file_;
+  import_detail::ChromeFileInfo info_;
+  import_detail::ImportedTraceBuilder builder_;
+  ImportedProfile out_;
+  bool kineto_ = false;
+
+  std::vector<ProcessInfo> processes_;
+  std::unordered_map<std::string, std::uint32_t> process_index_;
+  std::vector<ThreadInfo> threads_;
+  std::unordered_map<std::string, std::uint32_t> thread_index_;
+  std::vector<PendingSpan> spans_;
+  std::vector<KernelRecord> records_;
+  std::vector<PendingCounter> counters_;
+  std::unordered_map<std::uint32_t, std::vector<OpenSpan>> open_by_thread_;
+  std::unordered_map<std::string, std::vector<OpenSpan>> open_async_;
+
+  std::unordered_map<std::uint32_t, std::int32_t> compute_index_, host_index_;
+  std::map<std::int32_t, std::int32_t> compute_lanes_;  // rank -> compute lanes so far
+  std::set<std::int32_t> named_lanes_;
+  std::int32_t text_tids_ = 0;
+
+  std::int64_t unmatched_ends_ = 0, negative_durations_ = 0, unclassified_nccl_ = 0,
+               ignored_events_ = 0;
+};
+
+}  // namespace
+
+ImportedProfile import_chrome_trace(const std::filesystem::path& file) {
+  return ChromeImport(file).run(file);
+}
+
+bool chrome_trace_gzip_supported() {
+  return import_detail::gzip_supported();
+}
+
+}  // namespace pipetune::db
