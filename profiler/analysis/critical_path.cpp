@@ -1,8 +1,8 @@
 #include "profiler/analysis/critical_path.hpp"
 
 #include <algorithm>
+#include <array>
 #include <limits>
-#include <numeric>
 
 #include "profiler/analysis/dependency_graph.hpp"
 
@@ -101,37 +101,39 @@ Bindings bind(const DependencyGraph& g, std::int64_t tol) {
   return b;
 }
 
-// Slack of every node (see critical_path.hpp), relaxing each node's candidates in decreasing
-// end order. A candidate that ends after its successor (jitter within the tolerance) is already
-// final when the successor is reached and keeps its slack.
+// Slack of every node (see critical_path.hpp), in reverse topological order (Kahn's algorithm
+// on the candidate edges: a node is final once every node naming it as a candidate is). Nodes
+// on a cycle (possible only through jitter within the tolerance) keep what they have then.
 std::vector<std::int64_t> slack_of(const DependencyGraph& g, const Bindings& b,
                                    const TimeWindow& w) {
   const std::size_t n = g.size();
   std::vector<std::int64_t> slack(n);
   for (std::size_t i = 0; i < n; ++i) slack[i] = std::max<std::int64_t>(0, w.end_ns - g.end[i]);
-  std::vector<std::uint32_t> order(n);
-  std::iota(order.begin(), order.end(), 0u);
-  std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
-    if (g.end[x] != g.end[y]) return g.end[x] > g.end[y];
-    if (g.start[x] != g.start[y]) return g.start[x] > g.start[y];
-    return x > y;
-  });
-  std::vector<std::uint8_t> done(n, 0);
-  for (const std::uint32_t v : order) {
-    done[v] = 1;
+  // A node's candidates: its binding predecessor and its program-order, data and other edges
+  // (one may repeat another; each occurrence is counted and released alike).
+  const auto candidates = [&](std::size_t v) {
+    return std::array<std::int32_t, 4>{b.pred[v], g.prev[v], g.data[v], g.other[v]};
+  };
+  std::vector<std::uint32_t> waiting(n, 0);  // successors not yet processed
+  for (std::size_t v = 0; v < n; ++v)
+    for (const std::int32_t u : candidates(v))
+      if (u >= 0) ++waiting[static_cast<std::size_t>(u)];
+  std::vector<std::uint32_t> ready;
+  ready.reserve(n);
+  for (std::size_t v = 0; v < n; ++v)
+    if (waiting[v] == 0) ready.push_back(static_cast<std::uint32_t>(v));
+  for (std::size_t head = 0; head < ready.size(); ++head) {
+    const std::uint32_t v = ready[head];
     const std::int32_t bp = b.pred[v];
-    if (bp < 0) continue;
+    if (bp < 0) continue;  // then it names no candidate either
     const std::int64_t release = g.end[static_cast<std::size_t>(bp)];
-    const auto relax = [&](std::int32_t u) {
-      if (u < 0 || done[static_cast<std::size_t>(u)]) return;
+    for (const std::int32_t u : candidates(v)) {
+      if (u < 0) continue;
       const auto k = static_cast<std::size_t>(u);
       const std::int64_t term = std::max<std::int64_t>(0, release - g.end[k] + slack[v]);
       slack[k] = std::min(slack[k], term);
-    };
-    relax(bp);
-    relax(g.prev[v]);
-    relax(g.data[v]);
-    relax(g.other[v]);
+      if (--waiting[k] == 0) ready.push_back(static_cast<std::uint32_t>(u));
+    }
   }
   return slack;
 }
@@ -184,11 +186,12 @@ CriticalPath critical_path(const Trace& trace, const CriticalPathOptions& option
       last = i;
     }
   }
+  // Jitter within the tolerance can close a cycle of binding predecessors: stop there.
   std::vector<std::size_t> chain;
-  std::vector<std::uint8_t> seen(n, 0);
+  std::vector<bool> seen(n, false);  // one bit per node
   for (std::size_t v = last;;) {
     chain.push_back(v);
-    seen[v] = 1;
+    seen[v] = true;
     const std::int32_t u = b.pred[v];
     if (u < 0) break;
     const auto k = static_cast<std::size_t>(u);

@@ -67,7 +67,6 @@ class Builder {
     g_.data.assign(n, -1);
     g_.other.assign(n, -1);
     g_.other_kind.assign(n, PathEdge::Start);
-    g_.instance.assign(n, -1);
     infer_pipeline_data();
     match_send_recv();
     add_issue_edges();
@@ -78,6 +77,7 @@ class Builder {
 
  private:
   const Span& span_of(std::size_t node) const { return trace_.spans[g_.span[node]]; }
+  std::int32_t slot_of(std::size_t node) const { return roles_.slot_of_lane(span_of(node).lane); }
   std::int32_t rank_of(std::size_t node) const {
     return trace_.lanes[static_cast<std::size_t>(span_of(node).lane)].rank;
   }
@@ -87,7 +87,6 @@ class Builder {
     g_.span.push_back(span);
     g_.start.push_back(start);
     g_.end.push_back(end);
-    g_.slot.push_back(roles_.slot_of_lane(trace_.spans[span].lane));
     g_.flags.push_back(flags);
     g_.prev.push_back(prev);
     return static_cast<std::int32_t>(g_.span.size() - 1);
@@ -128,7 +127,6 @@ class Builder {
     g_.span.reserve(reserve);
     g_.start.reserve(reserve);
     g_.end.reserve(reserve);
-    g_.slot.reserve(reserve);
     g_.flags.reserve(reserve);
     g_.prev.reserve(reserve);
     for (std::size_t lo = 0; lo < sel.size();) {
@@ -260,38 +258,98 @@ class Builder {
     return static_cast<std::int64_t>(chunk) * shape.stages + stage;
   }
 
+  // The entry key of a node (first piece of an F/B/BW/W span with a micro-batch), or kNoKey.
+  std::uint64_t entry_key(std::size_t i, ChunkPlacement placement, const OpShape& shape) const {
+    if (!(g_.flags[i] & kFirstPiece) || !(g_.flags[i] & kComputeNode)) return kNoKey;
+    const Span& s = span_of(i);
+    const int cls = op_class(s.kind);
+    const std::int32_t rank = rank_of(i);
+    if (cls < 0 || s.microbatch < 0 || rank < 0) return kNoKey;
+    const int stage = rank / options_.ranks_per_stage;
+    const std::int64_t group = group_of(stage, std::max<int>(s.chunk, 0), placement, shape);
+    return pack(rank % options_.ranks_per_stage, cls, group, s.microbatch);
+  }
+
+  // Entries sorted by (key, start). Built bucketed by (replica, class, group) (few buckets: a
+  // stable counting sort in two passes), then a bucket is sorted only when out of order (one
+  // lane's ops usually come in micro-batch order already).
   std::vector<Entry> entries(ChunkPlacement placement, const OpShape& shape) const {
-    std::vector<Entry> out;
+    std::vector<std::uint64_t> prefixes;
     for (std::size_t i = 0; i < g_.size(); ++i) {
-      if (!(g_.flags[i] & kFirstPiece) || !(g_.flags[i] & kComputeNode)) continue;
-      const Span& s = span_of(i);
-      const int cls = op_class(s.kind);
-      const std::int32_t rank = rank_of(i);
-      if (cls < 0 || s.microbatch < 0 || rank < 0) continue;
-      const int stage = rank / options_.ranks_per_stage;
-      const std::int64_t group = group_of(stage, std::max<int>(s.chunk, 0), placement, shape);
-      const std::uint64_t key = pack(rank % options_.ranks_per_stage, cls, group, s.microbatch);
+      const std::uint64_t key = entry_key(i, placement, shape);
       if (key == kNoKey) continue;
-      out.push_back({key, static_cast<std::uint32_t>(i), 0});
+      const std::uint64_t p = key >> 32;
+      if (!prefixes.empty() && prefixes.back() == p) continue;
+      const auto it = std::lower_bound(prefixes.begin(), prefixes.end(), p);
+      if (it == prefixes.end() || *it != p) prefixes.insert(it, p);
     }
-    // Last pieces: node ids of one span's pieces are consecutive on its thread, in order.
-    for (Entry& e : out) {
-      std::uint32_t j = e.first;  // nested communication nodes lie between the pieces
-      while (g_.span[j] != g_.span[e.first] || !(g_.flags[j] & kLastPiece)) ++j;
-      e.last = j;
+    const auto bucket_of = [&](std::uint64_t key) {
+      return static_cast<std::size_t>(
+          std::lower_bound(prefixes.begin(), prefixes.end(), key >> 32) - prefixes.begin());
+    };
+    std::vector<std::size_t> offset(prefixes.size() + 1, 0);
+    for (std::size_t i = 0; i < g_.size(); ++i) {
+      const std::uint64_t key = entry_key(i, placement, shape);
+      if (key != kNoKey) ++offset[bucket_of(key) + 1];
     }
-    std::sort(out.begin(), out.end(), [&](const Entry& a, const Entry& b) {
+    for (std::size_t b = 0; b < prefixes.size(); ++b) offset[b + 1] += offset[b];
+    std::vector<Entry> out(offset.back());
+    std::vector<std::size_t> next(offset.begin(), offset.end() - 1);
+    for (std::size_t i = 0; i < g_.size(); ++i) {
+      const std::uint64_t key = entry_key(i, placement, shape);
+      if (key == kNoKey) continue;
+      // Last piece: nested communication nodes may lie between the pieces of one span.
+      std::size_t j = i;
+      while (g_.span[j] != g_.span[i] || !(g_.flags[j] & kLastPiece)) ++j;
+      out[next[bucket_of(key)]++] = {key, static_cast<std::uint32_t>(i),
+                                     static_cast<std::uint32_t>(j)};
+    }
+    const auto less = [&](const Entry& a, const Entry& b) {
       if (a.key != b.key) return a.key < b.key;
       if (g_.start[a.first] != g_.start[b.first]) return g_.start[a.first] < g_.start[b.first];
       return a.first < b.first;
-    });
+    };
+    for (std::size_t b = 0; b < prefixes.size(); ++b) {
+      const auto lo = out.begin() + static_cast<std::ptrdiff_t>(offset[b]);
+      const auto hi = out.begin() + static_cast<std::ptrdiff_t>(offset[b + 1]);
+      if (!std::is_sorted(lo, hi, less)) std::sort(lo, hi, less);
+    }
     return out;
+  }
+
+  // Start of the run of entries with key `want` in [lo, hi) (sorted), or hi. Micro-batches are
+  // usually dense within a (replica, class, group) block, so the position is tried directly
+  // before a binary search.
+  static std::size_t run_start(const std::vector<Entry>& all, std::size_t lo, std::size_t hi,
+                               std::uint64_t want) {
+    const std::uint64_t first_mb = all[lo].key & 0xFFFFFFFFu;
+    const std::uint64_t mb = want & 0xFFFFFFFFu;
+    if (mb >= first_mb) {
+      const std::size_t guess = lo + static_cast<std::size_t>(mb - first_mb);
+      if (guess < hi && all[guess].key == want && (guess == lo || all[guess - 1].key != want))
+        return guess;
+    }
+    const auto it = std::lower_bound(all.begin() + static_cast<std::ptrdiff_t>(lo),
+                                     all.begin() + static_cast<std::ptrdiff_t>(hi), want,
+                                     [](const Entry& x, std::uint64_t k) { return x.key < k; });
+    return static_cast<std::size_t>(it - all.begin());
   }
 
   // Counts (and with `fill`, records) the data edges under a placement.
   std::pair<std::size_t, std::size_t> data_edges(ChunkPlacement placement, const OpShape& shape,
                                                  bool fill) {
     const std::vector<Entry> all = entries(placement, shape);
+    // Blocks of entries sharing (replica, class, group): [begin, end) each, by prefix.
+    struct Block {
+      std::uint64_t prefix;
+      std::size_t lo, hi;
+    };
+    std::vector<Block> blocks;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      const std::uint64_t prefix = all[i].key >> 32;
+      if (blocks.empty() || blocks.back().prefix != prefix) blocks.push_back({prefix, i, i});
+      blocks.back().hi = i + 1;
+    }
     const std::int64_t groups = placement == ChunkPlacement::VShape
                                     ? 2 * shape.stages
                                     : static_cast<std::int64_t>(shape.stages) * shape.chunks;
@@ -312,10 +370,12 @@ class Builder {
                                   : pack(replica, 0, group, mb);  // the loss
       if (cls == 2) want = pack(replica, 1, group, mb);
       if (want == kNoKey) continue;
-      const auto it = std::lower_bound(all.begin(), all.end(), want,
-                                       [](const Entry& x, std::uint64_t k) { return x.key < k; });
-      const std::size_t at = static_cast<std::size_t>(it - all.begin()) + (i - run);
-      if (at >= all.size() || all[at].key != want) continue;
+      const auto block =
+          std::lower_bound(blocks.begin(), blocks.end(), want >> 32,
+                           [](const Block& b, std::uint64_t prefix) { return b.prefix < prefix; });
+      if (block == blocks.end() || block->prefix != (want >> 32)) continue;
+      const std::size_t at = run_start(all, block->lo, block->hi, want) + (i - run);
+      if (at >= block->hi || all[at].key != want) continue;
       const std::uint32_t producer = all[at].last;
       ++inferred;
       if (g_.start[e.first] < g_.end[producer] - tol_) {
@@ -409,11 +469,12 @@ class Builder {
     std::uint32_t node;
   };
   static void sort_timed(std::vector<Timed>& v) {
-    std::sort(v.begin(), v.end(), [](const Timed& a, const Timed& b) {
+    const auto less = [](const Timed& a, const Timed& b) {
       if (a.slot != b.slot) return a.slot < b.slot;
       if (a.end != b.end) return a.end < b.end;
       return a.node < b.node;
-    });
+    };
+    if (!std::is_sorted(v.begin(), v.end(), less)) std::sort(v.begin(), v.end(), less);
   }
   // [begin, end) of one slot's entries in a sorted list.
   static std::pair<std::size_t, std::size_t> slot_range(const std::vector<Timed>& v,
@@ -427,15 +488,19 @@ class Builder {
 
   // Communication on its own stream was issued by the latest compute of its rank before it.
   void add_issue_edges() {
+    bool needed = false;
+    for (std::size_t i = 0; i < g_.size() && !needed; ++i)
+      needed = (g_.flags[i] & kCommNode) && !(g_.flags[i] & kThreadNode);
+    if (!needed) return;
     std::vector<Timed> compute;
     for (std::size_t i = 0; i < g_.size(); ++i)
       if (g_.flags[i] & kComputeNode)
-        compute.push_back({g_.slot[i], g_.end[i], static_cast<std::uint32_t>(i)});
+        compute.push_back({slot_of(i), g_.end[i], static_cast<std::uint32_t>(i)});
     if (compute.empty()) return;
     sort_timed(compute);
     for (std::size_t i = 0; i < g_.size(); ++i) {
       if (!(g_.flags[i] & kCommNode) || (g_.flags[i] & kThreadNode)) continue;
-      const auto [lo, hi] = slot_range(compute, g_.slot[i]);
+      const auto [lo, hi] = slot_range(compute, slot_of(i));
       const std::int64_t limit = g_.start[i] + tol_;
       const auto it = std::upper_bound(compute.begin() + static_cast<std::ptrdiff_t>(lo),
                                        compute.begin() + static_cast<std::ptrdiff_t>(hi), limit,
@@ -455,7 +520,7 @@ class Builder {
     for (std::size_t i = 0; i < g_.size(); ++i) {
       if (!(g_.flags[i] & kCommNode) || (g_.flags[i] & kThreadNode)) continue;
       const Span& s = span_of(i);
-      std::int32_t slot = g_.slot[i];
+      std::int32_t slot = slot_of(i);
       if (s.kind == SpanKind::Send) slot = s.peer >= 0 ? roles_.slot_of_rank(s.peer) : -1;
       if (slot >= 0) incoming.push_back({slot, g_.end[i], static_cast<std::uint32_t>(i)});
     }
@@ -464,7 +529,7 @@ class Builder {
     constexpr int kMaxScan = 64;  // bounds the work when many transfers end together
     for (std::size_t i = 0; i < g_.size(); ++i) {
       if (!(g_.flags[i] & kComputeNode) || (g_.flags[i] & kThreadNode)) continue;
-      const auto [lo, hi] = slot_range(incoming, g_.slot[i]);
+      const auto [lo, hi] = slot_range(incoming, slot_of(i));
       if (lo == hi) continue;
       const std::int64_t t = g_.start[i];
       const std::int32_t mb = span_of(i).microbatch;
@@ -499,9 +564,10 @@ class Builder {
     for (std::size_t i = 0; i < g_.size(); ++i) {
       const Span& s = span_of(i);
       if ((g_.flags[i] & kCommNode) && is_collective(s.kind))
-        m.push_back({g_.slot[i], s.kind, 0, g_.start[i], g_.end[i], static_cast<std::uint32_t>(i)});
+        m.push_back({slot_of(i), s.kind, 0, g_.start[i], g_.end[i], static_cast<std::uint32_t>(i)});
     }
     if (m.empty()) return;
+    g_.instance.assign(g_.size(), -1);
     std::sort(m.begin(), m.end(), [](const Member& a, const Member& b) {
       if (a.slot != b.slot) return a.slot < b.slot;
       if (a.kind != b.kind) return a.kind < b.kind;

@@ -27,14 +27,13 @@ struct DependencyGraph {
   std::vector<std::uint32_t> span;  // index into Trace::spans
   std::vector<std::int64_t> start;  // ns, not clipped
   std::vector<std::int64_t> end;
-  std::vector<std::int32_t> slot;  // SpanRoles rank slot
   std::vector<std::uint8_t> flags;
   // Candidate predecessors, -1 when none.
   std::vector<std::int32_t> prev;   // program order
   std::vector<std::int32_t> data;   // pipeline data (accepted edges only)
   std::vector<std::int32_t> other;  // send -> recv, issue or completion (the latest of them)
   std::vector<PathEdge> other_kind;
-  std::vector<std::int32_t> instance;  // collective instance, -1
+  std::vector<std::int32_t> instance;  // collective instance, -1; empty when instances == 0
   std::size_t instances = 0;
 
   ChunkPlacement placement = ChunkPlacement::Linear;

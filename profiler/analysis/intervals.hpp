@@ -12,6 +12,16 @@ struct Interval {
   std::int64_t end_ns = 0;
 };
 
+// Appends x, merging it into the last interval when it starts inside it (input arriving in start
+// order, the common case, stays small); merge_intervals() still has to run afterwards.
+inline void append_interval(std::vector<Interval>& v, Interval x) {
+  if (!v.empty() && x.start_ns >= v.back().start_ns && x.start_ns <= v.back().end_ns) {
+    if (x.end_ns > v.back().end_ns) v.back().end_ns = x.end_ns;
+    return;
+  }
+  v.push_back(x);
+}
+
 // Sorts `v` and merges overlapping or touching intervals in place; empty ones are dropped.
 void merge_intervals(std::vector<Interval>& v);
 

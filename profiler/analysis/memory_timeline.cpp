@@ -1,7 +1,6 @@
 #include "profiler/analysis/memory_timeline.hpp"
 
 #include <algorithm>
-#include <numeric>
 
 namespace pipetune::profiler::analysis {
 
@@ -9,18 +8,43 @@ namespace {
 
 constexpr auto kCategories = static_cast<std::size_t>(kMemoryCategoryCount);
 
-// Sample indices ordered by (rank, t); trace order among equal keys.
+// Sample indices ordered by (rank, t); trace order among equal keys. Buckets by rank (a stable
+// counting sort), then sorts a rank's samples by time only when they are out of order.
 std::vector<std::uint32_t> sample_order(const std::vector<MemorySample>& samples) {
+  std::vector<std::int32_t> ranks;  // distinct ranks, sorted (few)
+  for (const MemorySample& s : samples) {
+    if (!ranks.empty() && ranks.back() == s.rank) continue;
+    const auto it = std::lower_bound(ranks.begin(), ranks.end(), s.rank);
+    if (it == ranks.end() || *it != s.rank) ranks.insert(it, s.rank);
+  }
+  std::vector<std::uint32_t> bucket(samples.size());
+  std::vector<std::size_t> offset(ranks.size() + 1, 0);
+  std::int32_t last_rank = 0;
+  std::uint32_t last_bucket = 0;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    if (i == 0 || samples[i].rank != last_rank) {
+      last_rank = samples[i].rank;
+      last_bucket = static_cast<std::uint32_t>(
+          std::lower_bound(ranks.begin(), ranks.end(), last_rank) - ranks.begin());
+    }
+    bucket[i] = last_bucket;
+    ++offset[last_bucket + 1];
+  }
+  for (std::size_t r = 0; r < ranks.size(); ++r) offset[r + 1] += offset[r];
   std::vector<std::uint32_t> order(samples.size());
-  std::iota(order.begin(), order.end(), 0u);
-  const auto less = [&](std::uint32_t a, std::uint32_t b) {
-    const MemorySample& x = samples[a];
-    const MemorySample& y = samples[b];
-    if (x.rank != y.rank) return x.rank < y.rank;
-    return x.t_ns < y.t_ns;
+  {
+    std::vector<std::size_t> next(offset.begin(), offset.end() - 1);
+    for (std::size_t i = 0; i < samples.size(); ++i)
+      order[next[bucket[i]]++] = static_cast<std::uint32_t>(i);
+  }
+  const auto by_time = [&](std::uint32_t a, std::uint32_t b) {
+    return samples[a].t_ns < samples[b].t_ns;
   };
-  if (!std::is_sorted(order.begin(), order.end(), less))
-    std::stable_sort(order.begin(), order.end(), less);
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const auto lo = order.begin() + static_cast<std::ptrdiff_t>(offset[r]);
+    const auto hi = order.begin() + static_cast<std::ptrdiff_t>(offset[r + 1]);
+    if (!std::is_sorted(lo, hi, by_time)) std::stable_sort(lo, hi, by_time);
+  }
   return order;
 }
 

@@ -18,14 +18,15 @@ SpanRoles::SpanRoles(const Trace& trace, const RoleOptions& options) {
                   (options.nested == NestedComm::Auto && trace.kind == TraceKind::Measured);
   const std::size_t lanes = trace.lanes.size();
 
-  // Which ranks have Gpu lanes with spans, and which lane kinds occur at all.
-  std::vector<std::uint8_t> lane_has_span(lanes, 0);
+  // One pass over the spans: which kinds occur on each lane.
+  std::vector<std::uint32_t> lane_kinds(lanes, 0);
+  static_assert(kSpanKindCount <= 32);
   for (const Span& s : trace.spans)
     if (s.lane >= 0 && static_cast<std::size_t>(s.lane) < lanes)
-      lane_has_span[static_cast<std::size_t>(s.lane)] = 1;
+      lane_kinds[static_cast<std::size_t>(s.lane)] |= 1u << static_cast<unsigned>(s.kind);
   std::vector<std::int32_t> gpu_ranks;
   for (std::size_t l = 0; l < lanes; ++l)
-    if (lane_has_span[l] && trace.lanes[l].stream == Stream::Gpu)
+    if (lane_kinds[l] != 0 && trace.lanes[l].stream == Stream::Gpu)
       gpu_ranks.push_back(trace.lanes[l].rank);
   std::sort(gpu_ranks.begin(), gpu_ranks.end());
   const auto rank_on_gpu = [&](std::int32_t rank) {
@@ -65,11 +66,12 @@ SpanRoles::SpanRoles(const Trace& trace, const RoleOptions& options) {
   }
 
   // Ranks with a compute or communication span.
-  std::vector<std::uint8_t> lane_used(lanes, 0);
-  for (const Span& s : trace.spans)
-    if (role(s) != SpanRole::None) lane_used[static_cast<std::size_t>(s.lane)] = 1;
-  for (std::size_t l = 0; l < lanes; ++l)
-    if (lane_used[l]) ranks_.push_back(trace.lanes[l].rank);
+  for (std::size_t l = 0; l < lanes; ++l) {
+    bool used = false;
+    for (int k = 0; k < kSpanKindCount && !used; ++k)
+      used = (lane_kinds[l] >> k & 1u) && lane_role_[l][static_cast<std::size_t>(k)] != 0;
+    if (used) ranks_.push_back(trace.lanes[l].rank);
+  }
   std::sort(ranks_.begin(), ranks_.end());
   ranks_.erase(std::unique(ranks_.begin(), ranks_.end()), ranks_.end());
   lane_slot_.assign(lanes, -1);

@@ -58,12 +58,12 @@ PipelineBreakdown stage_breakdown(const Trace& trace, const BreakdownOptions& op
     RankIntervals& r = per[static_cast<std::size_t>(slot)];
     switch (roles.role(s)) {
       case SpanRole::Compute:
-        r.compute.push_back({a, b});
+        append_interval(r.compute, {a, b});
         break;
       case SpanRole::Communication:
-        r.communication.push_back({a, b});
+        append_interval(r.communication, {a, b});
         if (trace.lanes[static_cast<std::size_t>(s.lane)].stream != Stream::Gpu)
-          r.thread_communication.push_back({a, b});
+          append_interval(r.thread_communication, {a, b});
         break;
       case SpanRole::None:
         break;
