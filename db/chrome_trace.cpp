@@ -1,29 +1,39 @@
 #include "db/chrome_trace.hpp"
 
 #include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <stdexcept>
 #include <system_error>
+#include <tuple>
+#include <unordered_map>
 
 namespace pipetune::db {
 
 namespace {
 
+using profiler::Lane;
 using profiler::Span;
+using profiler::SpanKind;
+using profiler::Stream;
 using profiler::Trace;
 
 // Chrome trace timestamps are microseconds; keep nanosecond precision as decimals.
 void put_us(std::ostream& out, std::int64_t ns) {
-  const std::int64_t whole = ns / 1000;
-  std::int64_t frac = ns % 1000;
-  if (frac < 0) frac = -frac;
+  const bool negative = ns < 0;
+  const std::uint64_t mag =
+      negative ? 0 - static_cast<std::uint64_t>(ns) : static_cast<std::uint64_t>(ns);
   char buf[48];
-  std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(whole),
-                static_cast<long long>(frac));
+  std::snprintf(buf, sizeof buf, "%s%llu.%03llu", negative ? "-" : "",
+                static_cast<unsigned long long>(mag / 1000),
+                static_cast<unsigned long long>(mag % 1000));
   out << buf;
 }
 
@@ -46,15 +56,120 @@ class EventWriter {
   bool first_ = true;
 };
 
+// "gpu 7", "compute", "host 144 (python3)": the lane's name without "rank N ", led by its stream.
+std::string thread_name(const Lane& lane) {
+  std::string canonical(profiler::stream_name(lane.stream));
+  if (lane.index != 0 || lane.stream == Stream::Gpu || lane.stream == Stream::Host)
+    canonical += " " + std::to_string(lane.index);
+  const std::string prefix = "rank " + std::to_string(lane.rank) + " ";
+  std::string rest = lane.name;
+  if (rest.rfind(prefix, 0) == 0) rest.erase(0, prefix.size());
+  if (rest.rfind(canonical, 0) == 0) return canonical + rest.substr(canonical.size());
+  return rest.empty() ? canonical : canonical + " (" + rest + ")";
+}
+
+bool is_transfer(SpanKind k) {
+  return k == SpanKind::Send || k == SpanKind::Recv;
+}
+
+// One flow per matched send/receive: span index -> (flow id, true for the send's end).
+std::unordered_map<std::size_t, std::pair<std::uint64_t, bool>> match_transfers(const Trace& t) {
+  // (sender, receiver, micro-batch) -> sends / receives, in span order.
+  std::map<std::tuple<std::int32_t, std::int32_t, std::int32_t>,
+           std::array<std::vector<std::size_t>, 2>>
+      by_key;
+  for (std::size_t i = 0; i < t.spans.size(); ++i) {
+    const Span& s = t.spans[i];
+    if (!is_transfer(s.kind) || s.peer < 0 || s.lane < 0 ||
+        static_cast<std::size_t>(s.lane) >= t.lanes.size())
+      continue;
+    const std::int32_t rank = t.lanes[static_cast<std::size_t>(s.lane)].rank;
+    if (s.kind == SpanKind::Send) {
+      by_key[{rank, s.peer, s.microbatch}][0].push_back(i);
+    } else {
+      by_key[{s.peer, rank, s.microbatch}][1].push_back(i);
+    }
+  }
+  std::unordered_map<std::size_t, std::pair<std::uint64_t, bool>> flows;
+  std::uint64_t next_id = 1;
+  auto by_start = [&](std::size_t a, std::size_t b) {
+    return std::pair(t.spans[a].start_ns, a) < std::pair(t.spans[b].start_ns, b);
+  };
+  for (auto& [key, lists] : by_key) {
+    auto& [sends, recvs] = lists;
+    std::sort(sends.begin(), sends.end(), by_start);
+    std::sort(recvs.begin(), recvs.end(), by_start);
+    for (std::size_t i = 0; i < std::min(sends.size(), recvs.size()); ++i) {
+      flows.emplace(sends[i], std::pair(next_id, true));
+      flows.emplace(recvs[i], std::pair(next_id, false));
+      ++next_id;
+    }
+  }
+  return flows;
+}
+
+std::string span_args(const Span& s) {
+  std::string args = "{";
+  auto add = [&](const char* key, long long v) {
+    if (args.size() > 1) args += ",";
+    args += "\"" + std::string(key) + "\":" + std::to_string(v);
+  };
+  if (s.microbatch >= 0) add("microbatch", s.microbatch);
+  if (s.chunk >= 0) add("chunk", s.chunk);
+  if (s.peer >= 0) add("peer", s.peer);
+  return args + "}";
+}
+
+void write_memory(const Trace& trace, EventWriter& w) {
+  // Samples of a rank in time order, each event carrying every category seen so far.
+  std::vector<std::size_t> order(trace.memory.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const auto& x = trace.memory[a];
+    const auto& y = trace.memory[b];
+    return std::tie(x.rank, x.t_ns) < std::tie(y.rank, y.t_ns);
+  });
+  std::array<std::int64_t, profiler::kMemoryCategoryCount> bytes{};
+  std::array<bool, profiler::kMemoryCategoryCount> seen{};
+  std::int32_t rank = 0;
+  bool first = true;
+  for (std::size_t i : order) {
+    const auto& m = trace.memory[i];
+    if (first || m.rank != rank) {
+      bytes.fill(0);
+      seen.fill(false);
+      rank = m.rank;
+      first = false;
+    }
+    const auto c = static_cast<std::size_t>(m.category);
+    bytes[c] = m.bytes;
+    seen[c] = true;
+    auto& x = w.next();
+    x << "{\"ph\":\"C\",\"name\":\"memory bytes\",\"pid\":" << m.rank << ",\"ts\":";
+    put_us(x, m.t_ns);
+    x << ",\"args\":{";
+    bool comma = false;
+    for (std::size_t k = 0; k < bytes.size(); ++k) {
+      if (!seen[k]) continue;
+      x << (comma ? "," : "")
+        << quoted(std::string(
+               profiler::memory_category_name(static_cast<profiler::MemoryCategory>(k))))
+        << ":" << bytes[k];
+      comma = true;
+    }
+    x << "}}";
+  }
+}
+
 }  // namespace
 
 void write_chrome_trace(const Trace& trace, std::ostream& out, const ChromeTraceOptions& options) {
   EventWriter w(out);
-  // Metadata: a process per rank, a thread per stream.
+  // Metadata: a process per rank, a thread per lane (ordered by stream, then index).
   std::vector<std::int32_t> ranks;
-  for (const auto& lane : trace.lanes) {
-    if (std::find(ranks.begin(), ranks.end(), lane.rank) == ranks.end()) ranks.push_back(lane.rank);
-  }
+  for (const auto& lane : trace.lanes) ranks.push_back(lane.rank);
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
   for (std::int32_t r : ranks) {
     w.next() << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << r
              << ",\"args\":{\"name\":" << quoted(options.process_prefix + " " + std::to_string(r))
@@ -62,51 +177,58 @@ void write_chrome_trace(const Trace& trace, std::ostream& out, const ChromeTrace
     w.next() << "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":" << r
              << ",\"args\":{\"sort_index\":" << r << "}}";
   }
-  for (const auto& lane : trace.lanes) {
-    const int tid = static_cast<int>(lane.stream);
+  std::vector<std::size_t> lane_order(trace.lanes.size());
+  std::iota(lane_order.begin(), lane_order.end(), std::size_t{0});
+  std::sort(lane_order.begin(), lane_order.end(), [&](std::size_t a, std::size_t b) {
+    const Lane& x = trace.lanes[a];
+    const Lane& y = trace.lanes[b];
+    return std::tie(x.rank, x.stream, x.index, a) < std::tie(y.rank, y.stream, y.index, b);
+  });
+  for (std::size_t sort_index = 0; sort_index < lane_order.size(); ++sort_index) {
+    const std::size_t tid = lane_order[sort_index];
+    const Lane& lane = trace.lanes[tid];
     w.next() << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << lane.rank << ",\"tid\":" << tid
-             << ",\"args\":{\"name\":" << quoted(std::string(profiler::stream_name(lane.stream)))
-             << "}}";
+             << ",\"args\":{\"name\":" << quoted(thread_name(lane)) << "}}";
     w.next() << "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":" << lane.rank
-             << ",\"tid\":" << tid << ",\"args\":{\"sort_index\":" << tid << "}}";
+             << ",\"tid\":" << tid << ",\"args\":{\"sort_index\":" << sort_index << "}}";
   }
 
+  const auto flows = options.flows
+                         ? match_transfers(trace)
+                         : std::unordered_map<std::size_t, std::pair<std::uint64_t, bool>>{};
   std::uint64_t async_id = 0;
-  for (const Span& s : trace.spans) {
+  for (std::size_t i = 0; i < trace.spans.size(); ++i) {
+    const Span& s = trace.spans[i];
     if (s.lane < 0 || static_cast<std::size_t>(s.lane) >= trace.lanes.size()) continue;
-    const auto& lane = trace.lanes[static_cast<std::size_t>(s.lane)];
-    const int tid = static_cast<int>(lane.stream);
+    const Lane& lane = trace.lanes[static_cast<std::size_t>(s.lane)];
     const std::string name = quoted(trace.span_label(s));
     const std::string cat = quoted(std::string(profiler::span_kind_name(s.kind)));
-    std::string args = "{";
-    if (s.microbatch >= 0) args += "\"microbatch\":" + std::to_string(s.microbatch);
-    if (s.chunk >= 0)
-      args += std::string(args.size() > 1 ? "," : "") + "\"chunk\":" + std::to_string(s.chunk);
-    if (s.peer >= 0)
-      args += std::string(args.size() > 1 ? "," : "") + "\"peer\":" + std::to_string(s.peer);
-    args += "}";
-    if (s.kind == profiler::SpanKind::Send) {
-      // Transfers may overlap on one link: async slices stack instead of mis-nesting.
+    const std::string args = span_args(s);
+    std::string flow;
+    if (auto f = flows.find(i); f != flows.end())
+      flow = ",\"bind_id\":" + std::to_string(f->second.first) +
+             (f->second.second ? ",\"flow_out\":true" : ",\"flow_in\":true");
+    if (is_transfer(s.kind) && lane.stream != Stream::Gpu) {
       const std::uint64_t id = ++async_id;
       auto& b = w.next();
       b << "{\"ph\":\"b\",\"cat\":" << cat << ",\"name\":" << name << ",\"id\":" << id
-        << ",\"pid\":" << lane.rank << ",\"tid\":" << tid << ",\"ts\":";
+        << ",\"pid\":" << lane.rank << ",\"tid\":" << s.lane << ",\"ts\":";
       put_us(b, s.start_ns);
-      b << ",\"args\":" << args << "}";
+      b << ",\"args\":" << args << flow << "}";
       auto& e = w.next();
       e << "{\"ph\":\"e\",\"cat\":" << cat << ",\"name\":" << name << ",\"id\":" << id
-        << ",\"pid\":" << lane.rank << ",\"tid\":" << tid << ",\"ts\":";
+        << ",\"pid\":" << lane.rank << ",\"tid\":" << s.lane << ",\"ts\":";
       put_us(e, s.end_ns);
       e << "}";
       continue;
     }
     auto& x = w.next();
     x << "{\"ph\":\"X\",\"cat\":" << cat << ",\"name\":" << name << ",\"pid\":" << lane.rank
-      << ",\"tid\":" << tid << ",\"ts\":";
+      << ",\"tid\":" << s.lane << ",\"ts\":";
     put_us(x, s.start_ns);
     x << ",\"dur\":";
     put_us(x, s.end_ns - s.start_ns);
-    x << ",\"args\":" << args << "}";
+    x << ",\"args\":" << args << flow << "}";
   }
 
   if (options.memory_counters) {
@@ -118,13 +240,7 @@ void write_chrome_trace(const Trace& trace, std::ostream& out, const ChromeTrace
       put_us(x, c.t_ns);
       x << ",\"args\":{\"value\":" << nlohmann::json(c.value).dump() << "}}";
     }
-    for (const auto& m : trace.memory) {
-      auto& x = w.next();
-      x << "{\"ph\":\"C\",\"name\":\"memory bytes\",\"pid\":" << m.rank << ",\"ts\":";
-      put_us(x, m.t_ns);
-      x << ",\"args\":{" << quoted(std::string(profiler::memory_category_name(m.category))) << ":"
-        << m.bytes << "}}";
-    }
+    write_memory(trace, w);
   }
   w.close();
 }

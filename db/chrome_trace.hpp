@@ -1,5 +1,21 @@
 // Export of a Trace to Chrome trace JSON (the format Perfetto and chrome://tracing open):
-// one process per rank, one thread per stream, counter tracks for memory, flow arrows for sends.
+// one process per rank, one thread per lane, counter tracks for memory by category, flow arrows
+// from each send to its receive.
+//
+// Layout:
+//  - pid = rank, named "<prefix> <rank>"; tid = the lane's index in Trace::lanes, named after the
+//    lane without its rank: "compute", "p2p", "gpu 7", "host 144 (python3)" (the stream, its
+//    index when not 0 or for GPU/host lanes, then anything else the lane's name says), ordered
+//    by stream and index. db/import's Chrome importer reads these names back.
+//  - Spans are X events (cat = span kind name, args = micro-batch, chunk, peer), except sends
+//    and receives off GPU lanes: transfers may overlap on one link, so they are async slices
+//    (b/e, which stack instead of mis-nesting).
+//  - A Send on rank a with peer b is paired with a Recv on rank b with peer a of the same
+//    micro-batch, the i-th send of that (a, b, micro-batch) with the i-th receive in start order;
+//    each pair gets one flow (Perfetto's flow v2: "bind_id" with "flow_out" on the send's begin
+//    event, "flow_in" on the receive's).
+//  - Memory: one counter event "memory bytes" per MemorySample, carrying every category the rank
+//    has used so far (bytes), so the categories stack; other counters as "<name>" {"value"}.
 #pragma once
 
 #include <ostream>
@@ -12,9 +28,11 @@ namespace pipetune::db {
 struct ChromeTraceOptions {
   std::string process_prefix = "rank";  // process names: "rank 0", "rank 1", ...
   bool memory_counters = true;
+  bool flows = true;  // arrows from sends to their receives
 };
 
-// Streams the JSON to out (nothing is buffered whole, so big traces are fine).
+// Streams the JSON to out (nothing is buffered whole, so big traces are fine: the writer keeps
+// per-lane and per-transfer bookkeeping, never the text).
 void write_chrome_trace(const profiler::Trace& trace, std::ostream& out,
                         const ChromeTraceOptions& options = {});
 

@@ -65,21 +65,34 @@ bool is_gpu_kind(SpanKind k) {
 }
 
 bool is_kineto_category(const std::string& cat) {
-  return cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset" || cat == "cuda_runtime" ||
+  // Not "kernel": that is also a span kind name, which db/chrome_trace writes as the category.
+  return cat == "gpu_memcpy" || cat == "gpu_memset" || cat == "cuda_runtime" ||
          cat == "cuda_driver" || cat == "cpu_op" || cat == "user_annotation" ||
          cat == "gpu_user_annotation" || cat == "python_function" || cat == "ac2g";
 }
 
-// The stream and index of a thread named as db/chrome_trace names them ("compute", "gpu 7",
-// "host 12").
+// The stream and index of a thread named as db/chrome_trace names them: "<stream>", then
+// " <index>", then " (<anything>)" ("compute", "gpu 7", "host 144 (python3)").
 std::optional<std::pair<Stream, std::int32_t>> export_thread_lane(const std::string& name) {
   const std::size_t space = name.find(' ');
   Stream stream;
   if (name.empty() || !profiler::parse_stream(name.substr(0, space), stream)) return std::nullopt;
   if (space == std::string::npos) return std::pair(stream, 0);
-  auto index = id_number(ChromeId{true, 0, name.substr(space + 1), true});
-  if (!index || *index < INT32_MIN || *index > INT32_MAX) return std::nullopt;
-  return std::pair(stream, static_cast<std::int32_t>(*index));
+  std::string_view rest = std::string_view(name).substr(space + 1);
+  std::size_t digits = rest.size() > 0 && rest[0] == '-' ? 1 : 0;
+  while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9') ++digits;
+  std::int32_t index = 0;
+  if (digits > 0) {
+    auto v = id_number(ChromeId{true, 0, std::string(rest.substr(0, digits)), true});
+    if (!v || *v < INT32_MIN || *v > INT32_MAX) return std::nullopt;
+    index = static_cast<std::int32_t>(*v);
+    rest.remove_prefix(digits);
+    if (rest.empty()) return std::pair(stream, index);
+    if (rest[0] != ' ') return std::nullopt;
+    rest.remove_prefix(1);
+  }
+  if (rest.size() < 2 || rest.front() != '(' || rest.back() != ')') return std::nullopt;
+  return std::pair(stream, index);
 }
 
 struct ThreadInfo {
@@ -413,8 +426,12 @@ class ChromeImport {
 
   std::int32_t lane_of(const PendingSpan& p) {
     const ThreadInfo& t = threads_[p.thread];
-    if (auto ours = export_thread_lane(t.name))
-      return builder_.lane(t.rank, ours->first, ours->second);
+    if (auto ours = export_thread_lane(t.name)) {
+      const std::int32_t lane = builder_.lane(t.rank, ours->first, ours->second);
+      if (named_lanes_.insert(lane).second)
+        builder_.set_lane_name(lane, "rank " + std::to_string(t.rank) + " " + t.name);
+      return lane;
+    }
     if (p.gpu) return builder_.lane(t.rank, Stream::Gpu, p.gpu_stream);
     // Kineto traces are host threads and streams; a thread with pipeline phases is a compute
     // lane only in traces that are nothing but such phases (PiPPy's).
@@ -445,6 +462,9 @@ class ChromeImport {
         info_.top_level["baseTimeNanoseconds"].is_number_integer())
       base = info_.top_level["baseTimeNanoseconds"].get<std::int64_t>();
 
+    // Threads our export named keep their lanes even without spans (an idle comm lane).
+    for (std::uint32_t i = 0; i < threads_.size(); ++i)
+      if (export_thread_lane(threads_[i].name)) lane_of(PendingSpan{i, Span{}, false, -1, -1});
     for (PendingSpan& p : spans_) {
       p.span.lane = lane_of(p);
       p.span.start_ns += base;
