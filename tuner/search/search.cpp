@@ -245,7 +245,7 @@ std::vector<int> redistributed_layer_split(std::int64_t layers, int pp, double i
   return split;
 }
 
-SearchResult search_plans(const SearchSpace& space, const PlanEvaluator& evaluate,
+SearchResult search_plans(const SearchSpace& space, const PlanScorer& evaluate,
                           const SearchProgress& progress, const std::atomic<bool>* cancel) {
   SearchResult result;
   std::vector<Job> jobs = Enumerator(space, result).run();

@@ -42,7 +42,7 @@ struct CandidateScore {
 
 // Thread-safe: the search calls it from several threads. May throw InputError for a plan the
 // schedule generators refuse; the search counts that as pruned with the error's reason.
-using PlanEvaluator = std::function<CandidateScore(const spec::ParallelPlan&)>;
+using PlanScorer = std::function<CandidateScore(const spec::ParallelPlan&)>;
 
 struct SearchSpace {
   spec::ModelSpec model;  // seq_len is the training sequence length
@@ -79,7 +79,7 @@ using SearchProgress = std::function<void(std::int64_t done, std::int64_t total)
 
 // Throws InputError when the GPU count has no valid factorisation at all (naming why).
 // `cancel` (may be null) stops the search early; the result then holds what was scored.
-SearchResult search_plans(const SearchSpace& space, const PlanEvaluator& evaluate,
+SearchResult search_plans(const SearchSpace& space, const PlanScorer& evaluate,
                           const SearchProgress& progress = {},
                           const std::atomic<bool>* cancel = nullptr);
 
