@@ -80,8 +80,8 @@ TEST(Search, EnumeratesValidDistinctPlansAndCountsWhyOthersWerePruned) {
         reason.rfind("schedule:", 0) == 0 || reason == "out of memory")
       after_enumeration += n;
   }
-  EXPECT_EQ(r.candidates_enumerated, r.candidates_evaluated - r.pruned.at("out of memory") +
-                                         after_enumeration)
+  EXPECT_EQ(r.candidates_enumerated,
+            r.candidates_evaluated - r.pruned.at("out of memory") + after_enumeration)
       << listing;
 }
 
@@ -110,6 +110,30 @@ TEST(Search, RankingAndParetoFrontMatchBruteForce) {
   std::set<std::string> got;
   for (const ScoredPlan& c : r.pareto) got.insert(key(c));
   EXPECT_EQ(got, want);
+}
+
+TEST(Search, RemembersThePlanThatCameClosestToFitting) {
+  const SearchResult r = search_plans(tiny_space(8), toy_score);
+  ASSERT_TRUE(r.smallest_infeasible.has_value());
+  // The toy calls tp=1 pp=1 without recomputation infeasible; its memory 1e9 + 1e8 mbs - 1e7 zero
+  // is least at micro-batch 1 with ZeRO 1.
+  const auto& s = *r.smallest_infeasible;
+  EXPECT_EQ(s.plan.tp, 1);
+  EXPECT_EQ(s.plan.pp, 1);
+  EXPECT_EQ(s.plan.micro_batch_size, 1);
+  EXPECT_EQ(s.plan.zero_stage, 1);
+  EXPECT_DOUBLE_EQ(s.score.peak_memory_bytes, 1e9 + 1e8 - 1e7);
+
+  // A model whose weights alone never fit: every plan is pruned before scoring, and the least
+  // static memory is reported.
+  SearchSpace big = tiny_space(8);
+  big.model = spec::load_model("llama3-405b");
+  big.global_batch = 8;
+  const SearchResult none = search_plans(big, toy_score);
+  EXPECT_TRUE(none.ranked.empty());
+  ASSERT_TRUE(none.smallest_infeasible.has_value());
+  EXPECT_GT(none.smallest_infeasible->score.peak_memory_bytes, 80e9);
+  EXPECT_EQ(none.candidates_evaluated, 0);
 }
 
 TEST(Search, RedistributedSplitMatchesAHandCalculation) {

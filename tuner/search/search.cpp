@@ -28,15 +28,24 @@ bool is_v_schedule(std::string_view s) {
   return schedule::schedule_placement(s) == schedule::Placement::VShape;
 }
 
-// An error message as a pruning reason: numbers become N so that equal rules count together.
+// An error message as a pruning reason: numbers become N so that equal rules count together
+// ("microbatches=12 is fewer than 16" -> "microbatches=N is fewer than N"); digits inside names
+// ("1f1b", "vocab-1") stay.
 std::string reason_key(std::string_view message) {
+  auto is_alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
   std::string out;
-  bool in_number = false;
-  for (char c : message) {
-    const bool digit = c >= '0' && c <= '9';
-    if (digit && !in_number) out += 'N';
-    if (!digit) out += c;
-    in_number = digit || (in_number && c == '.');
+  for (std::size_t i = 0; i < message.size();) {
+    if (!is_digit(message[i])) {
+      out += message[i++];
+      continue;
+    }
+    std::size_t j = i;
+    while (j < message.size() && (is_digit(message[j]) || message[j] == '.')) ++j;
+    const bool in_name = (i > 0 && (is_alpha(message[i - 1]) || message[i - 1] == '-')) ||
+                         (j < message.size() && is_alpha(message[j]));
+    out += in_name ? std::string(message.substr(i, j - i)) : std::string("N");
+    i = j;
   }
   return out;
 }
@@ -200,12 +209,22 @@ class Enumerator {
             estimate_memory(s_.model, s_.cluster, p, placement, std::vector<double>(p.pp, 0.0));
         if (!fixed.fits()) {
           prune("weights, gradients and optimizer state exceed device memory");
+          note_infeasible(p, vocab_label, fixed.peak_bytes);
           continue;
         }
         jobs_.push_back({std::move(p), vocab_label});
         if (full()) return;
       }
     }
+  }
+
+  void note_infeasible(const spec::ParallelPlan& p, const std::string& label, double bytes) {
+    auto& least = r_.smallest_infeasible;
+    if (least && least->score.peak_memory_bytes <= bytes) return;
+    CandidateScore score;
+    score.infeasible_reason = "weights, gradients and optimizer state exceed device memory";
+    score.peak_memory_bytes = bytes;
+    least = ScoredPlan{p, label, score};
   }
 
   const SearchSpace& s_;
@@ -245,7 +264,12 @@ std::vector<int> redistributed_layer_split(std::int64_t layers, int pp, double i
   return split;
 }
 
-SearchResult search_plans(const SearchSpace& space, const PlanScorer& evaluate,
+SearchResult search_plans(const SearchSpace& space, const PlanScorer& score,
+                          const SearchProgress& progress, const std::atomic<bool>* cancel) {
+  return search_plans(space, ScorerFactory([&score] { return score; }), progress, cancel);
+}
+
+SearchResult search_plans(const SearchSpace& space, const ScorerFactory& make_scorer,
                           const SearchProgress& progress, const std::atomic<bool>* cancel) {
   SearchResult result;
   std::vector<Job> jobs = Enumerator(space, result).run();
@@ -257,6 +281,15 @@ SearchResult search_plans(const SearchSpace& space, const PlanScorer& evaluate,
   std::exception_ptr failure;
   std::mutex failure_mutex;
   auto worker = [&] {
+    PlanScorer evaluate;
+    try {
+      evaluate = make_scorer();
+    } catch (...) {
+      std::lock_guard lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+      failed = true;
+      return;
+    }
     for (;;) {
       if (failed.load() || (cancel != nullptr && cancel->load())) return;
       const std::size_t i = next.fetch_add(1);
@@ -299,6 +332,9 @@ SearchResult search_plans(const SearchSpace& space, const PlanScorer& evaluate,
     if (!scores[i]->feasible) {
       ++result.pruned[scores[i]->infeasible_reason.empty() ? "infeasible"
                                                            : scores[i]->infeasible_reason];
+      auto& least = result.smallest_infeasible;
+      if (!least || scores[i]->peak_memory_bytes < least->score.peak_memory_bytes)
+        least = ScoredPlan{jobs[i].plan, jobs[i].vocab_label, *scores[i]};
       continue;
     }
     result.ranked.push_back({std::move(jobs[i].plan), jobs[i].vocab_label, *scores[i]});

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,15 +72,26 @@ struct SearchResult {
   std::map<std::string, std::int64_t> pruned;  // reason -> count (before and after scoring)
   std::vector<ScoredPlan> ranked;  // feasible, by tokens/s descending (ties: less memory)
   std::vector<ScoredPlan> pareto;  // feasible, not beaten on both tokens/s and peak memory
+  // Of the plans that did not fit, the one needing the least memory per device (its
+  // score.peak_memory_bytes: the simulated peak, or weights + gradients + optimizer state alone
+  // when those already did not fit): what "no feasible plan" reports. Empty when none.
+  std::optional<ScoredPlan> smallest_infeasible;
   bool cancelled = false;
 };
 
 // Progress: (plans scored, plans to score); called from the search's calling thread.
 using SearchProgress = std::function<void(std::int64_t done, std::int64_t total)>;
 
+// Makes one scorer per scoring thread (for evaluators that keep per-thread caches).
+using ScorerFactory = std::function<PlanScorer()>;
+
 // Throws InputError when the GPU count has no valid factorisation at all (naming why).
 // `cancel` (may be null) stops the search early; the result then holds what was scored.
-SearchResult search_plans(const SearchSpace& space, const PlanScorer& evaluate,
+SearchResult search_plans(const SearchSpace& space, const ScorerFactory& make_scorer,
+                          const SearchProgress& progress = {},
+                          const std::atomic<bool>* cancel = nullptr);
+// The same with one thread-safe scorer shared by every thread.
+SearchResult search_plans(const SearchSpace& space, const PlanScorer& score,
                           const SearchProgress& progress = {},
                           const std::atomic<bool>* cancel = nullptr);
 
