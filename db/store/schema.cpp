@@ -1,0 +1,261 @@
+#include "db/store/schema.hpp"
+
+#include <sys/stat.h>
+
+#include <iterator>
+#include <stdexcept>
+#include <string_view>
+
+#include "engine/errors.hpp"
+#include "profiler/trace.hpp"
+
+namespace pipetune::db {
+
+namespace {
+
+// Version 1: runs, lanes, names and the trace tables.
+constexpr std::string_view kVersion1 = R"sql(
+CREATE TABLE schema_version(version INTEGER NOT NULL);
+INSERT INTO schema_version(version) VALUES (0);
+CREATE TABLE runs(
+  id INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL,
+  name TEXT NOT NULL,
+  plan_json TEXT,
+  specs_json TEXT,
+  status TEXT NOT NULL,
+  started_unix_ns INTEGER NOT NULL,
+  ended_unix_ns INTEGER,
+  last_commit_unix_ns INTEGER,
+  writer_host TEXT,
+  writer_boot_id TEXT,
+  writer_pid INTEGER,
+  writer_start_ticks INTEGER
+);
+CREATE INDEX runs_by_name ON runs(name);
+CREATE INDEX runs_by_status ON runs(status);
+CREATE TABLE span_kinds(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE lanes(
+  id INTEGER PRIMARY KEY,
+  run INTEGER NOT NULL REFERENCES runs(id),
+  idx INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  stream TEXT NOT NULL,
+  stream_index INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  span_count INTEGER NOT NULL DEFAULT 0,
+  max_depth INTEGER NOT NULL DEFAULT -1,
+  start_ns INTEGER NOT NULL DEFAULT 0,
+  end_ns INTEGER NOT NULL DEFAULT 0,
+  UNIQUE(run, idx),
+  UNIQUE(run, rank, stream, stream_index)
+);
+CREATE TABLE names(
+  run INTEGER NOT NULL,
+  id INTEGER NOT NULL,
+  text TEXT NOT NULL,
+  PRIMARY KEY(run, id)
+) WITHOUT ROWID;
+CREATE TABLE span_blocks(
+  id INTEGER PRIMARY KEY,
+  lane INTEGER NOT NULL REFERENCES lanes(id),
+  depth INTEGER NOT NULL,
+  first_ord INTEGER NOT NULL,
+  span_count INTEGER NOT NULL,
+  start_ns INTEGER NOT NULL,
+  end_ns INTEGER NOT NULL,
+  pred_end_ns INTEGER,
+  max_duration_ns INTEGER NOT NULL,
+  max_gap_ns INTEGER NOT NULL,
+  spans BLOB NOT NULL
+);
+CREATE INDEX span_blocks_by_end ON span_blocks(
+  lane, depth, end_ns, first_ord, span_count, start_ns, pred_end_ns, max_duration_ns, max_gap_ns);
+CREATE TABLE memory_samples(
+  run INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  category TEXT NOT NULL,
+  t_ns INTEGER NOT NULL,
+  bytes INTEGER NOT NULL,
+  PRIMARY KEY(run, rank, t_ns, seq)
+) WITHOUT ROWID;
+CREATE TABLE counters(
+  run INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  name INTEGER NOT NULL,
+  t_ns INTEGER NOT NULL,
+  value REAL,
+  PRIMARY KEY(run, seq)
+) WITHOUT ROWID;
+CREATE TABLE step_metrics(
+  run INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  t_ns INTEGER NOT NULL,
+  loss REAL,
+  tokens_per_s REAL,
+  PRIMARY KEY(run, seq)
+) WITHOUT ROWID;
+CREATE TABLE kernels(
+  run INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  device INTEGER NOT NULL,
+  stream INTEGER NOT NULL,
+  correlation INTEGER NOT NULL,
+  start_ns INTEGER NOT NULL,
+  end_ns INTEGER NOT NULL,
+  name INTEGER NOT NULL,
+  grid_x INTEGER NOT NULL, grid_y INTEGER NOT NULL, grid_z INTEGER NOT NULL,
+  block_x INTEGER NOT NULL, block_y INTEGER NOT NULL, block_z INTEGER NOT NULL,
+  bytes INTEGER NOT NULL,
+  PRIMARY KEY(run, seq)
+) WITHOUT ROWID;
+CREATE INDEX kernels_by_span ON kernels(run, rank, stream, start_ns);
+)sql";
+
+// Version 2: a per-run summary for front ends, and the tuner's trials.
+constexpr std::string_view kVersion2 = R"sql(
+ALTER TABLE runs ADD COLUMN summary_json TEXT;
+CREATE TABLE tuner_trials(
+  id INTEGER PRIMARY KEY,
+  search_id INTEGER NOT NULL,
+  run_id INTEGER REFERENCES runs(id),
+  plan_json TEXT NOT NULL,
+  iteration_s REAL,
+  tokens_per_s REAL,
+  mfu REAL,
+  peak_memory_bytes INTEGER,
+  feasible INTEGER NOT NULL,
+  pruned_reason TEXT
+);
+CREATE INDEX tuner_trials_by_search ON tuner_trials(search_id);
+)sql";
+
+void create_version_1(sqlite::Connection& db) {
+  db.exec(kVersion1);
+  // Ids in enum order for a fresh workspace; a later binary appends kinds it adds.
+  sqlite::Statement insert = db.prepare("INSERT INTO span_kinds(id, name) VALUES (?1, ?2)");
+  for (int k = 0; k < profiler::kSpanKindCount; ++k) {
+    insert.bind(1, k).bind(2, profiler::span_kind_name(static_cast<profiler::SpanKind>(k)));
+    insert.run();
+  }
+}
+
+void create_version_2(sqlite::Connection& db) {
+  db.exec(kVersion2);
+}
+
+struct Migration {
+  int to_version;
+  void (*apply)(sqlite::Connection& db);
+};
+
+constexpr Migration kMigrations[] = {{1, create_version_1}, {2, create_version_2}};
+static_assert(std::size(kMigrations) == kSchemaVersion);
+
+// Table count and whether schema_version exists; NOTADB surfaces here for a foreign file.
+struct Contents {
+  std::int64_t tables = 0;
+  bool has_version = false;
+};
+
+Contents read_contents(sqlite::Connection& db) {
+  return sqlite::retry_busy(db, [&] {
+    Contents c;
+    c.tables = db.query_int64("SELECT count(*) FROM sqlite_master WHERE type = 'table'");
+    c.has_version = db.query_int64(
+                        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                        "name = 'schema_version'") > 0;
+    return c;
+  });
+}
+
+void check_version(const std::string& path, int version) {
+  if (version > kSchemaVersion)
+    throw InputError(path + ": workspace schema version " + std::to_string(version) +
+                     " is newer than this pipetune supports (" + std::to_string(kSchemaVersion) +
+                     "); upgrade pipetune");
+  if (version < 1)
+    throw InputError(path + ": not a pipetune workspace (schema_version holds " +
+                     std::to_string(version) + ")");
+}
+
+}  // namespace
+
+int read_schema_version(sqlite::Connection& db) {
+  const bool has = db.query_int64(
+                       "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                       "name = 'schema_version'") > 0;
+  if (!has) return 0;
+  return static_cast<int>(db.query_int64("SELECT max(version) FROM schema_version", 0));
+}
+
+void migrate(sqlite::Connection& db, int target) {
+  if (target > kSchemaVersion)
+    throw std::invalid_argument("migrate: no schema version " + std::to_string(target));
+  sqlite::Transaction tx(db);
+  const int from = read_schema_version(db);
+  if (from > target) return;  // another process migrated further meanwhile
+  for (const Migration& m : kMigrations) {
+    if (m.to_version <= from || m.to_version > target) continue;
+    m.apply(db);
+    sqlite::Statement set = db.prepare("UPDATE schema_version SET version = ?1");
+    set.bind(1, m.to_version).run();
+  }
+  tx.commit();
+}
+
+sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
+  struct stat st {};
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (!exists && mode == OpenMode::Existing)
+    throw InputError(path + ": no such workspace (file not found)");
+  if (exists && S_ISDIR(st.st_mode))
+    throw InputError(path + ": not a pipetune workspace (a directory)");
+
+  int flags = SQLITE_OPEN_READWRITE;
+  if (mode == OpenMode::Create) flags |= SQLITE_OPEN_CREATE;
+  sqlite::Connection db;
+  try {
+    db = sqlite::Connection(path, flags);
+  } catch (const sqlite::Error& e) {
+    if ((e.code() & 0xff) == SQLITE_CANTOPEN)
+      throw InputError(path + ": cannot open workspace (" + sqlite3_errstr(e.code()) + ")");
+    throw;
+  }
+  db.set_busy_timeout(kWorkspaceBusyTimeout);
+
+  Contents contents;
+  try {
+    contents = read_contents(db);
+  } catch (const sqlite::BadFileError& e) {
+    if ((e.code() & 0xff) == SQLITE_NOTADB)
+      throw sqlite::BadFileError(path + ": not a pipetune workspace (file is not a database)",
+                                 e.code());
+    throw sqlite::BadFileError(path + ": workspace is corrupt (" + sqlite3_errstr(e.code()) + ")",
+                               e.code());
+  }
+  if (contents.tables > 0 && !contents.has_version)
+    throw InputError(path + ": not a pipetune workspace (no schema_version table)");
+  if (contents.tables == 0 && mode == OpenMode::Existing)
+    throw InputError(path + ": not a pipetune workspace (empty database)");
+
+  // Only now that the file is ours (or new) may its journal mode change.
+  sqlite::retry_busy(db, [&] { db.exec("PRAGMA journal_mode = WAL"); });
+  db.exec("PRAGMA synchronous = NORMAL");
+  db.exec("PRAGMA cell_size_check = ON");  // turns more damage into SQLITE_CORRUPT early
+
+  int version = contents.has_version ? read_schema_version(db) : 0;
+  if (contents.has_version) check_version(path, version);
+  if (version < kSchemaVersion) {
+    migrate(db, kSchemaVersion);
+    version = read_schema_version(db);
+    check_version(path, version);
+  }
+  return db;
+}
+
+}  // namespace pipetune::db

@@ -1,0 +1,122 @@
+// Schema versions: a version-1 workspace (with a run in it) is migrated to the current version
+// on open and keeps its data; a workspace at the current version opens without a byte changed.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "db/store/run_writer.hpp"
+#include "db/store/schema.hpp"
+#include "db/store/workspace.hpp"
+#include "store_test_support.hpp"
+
+namespace pipetune::db {
+namespace {
+
+using namespace pipetune::profiler;
+using testing::TempDir;
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<std::string> columns(sqlite::Connection& db, const std::string& table) {
+  std::vector<std::string> out;
+  sqlite::Statement s = db.prepare("SELECT name FROM pragma_table_info('" + table + "')");
+  while (s.step()) out.push_back(s.column_text(0));
+  return out;
+}
+
+std::string schema_sql(sqlite::Connection& db) {
+  std::string out;
+  sqlite::Statement s =
+      db.prepare("SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name");
+  while (s.step())
+    out += s.column_text(0) + " " + s.column_text(1) + ": " + s.column_text(2) + "\n";
+  return out;
+}
+
+TEST(StoreMigration, VersionOneWorkspaceIsMigratedAndKeepsItsRuns) {
+  TempDir dir;
+  const std::string path = dir.file("v1.db");
+  {
+    // A version-1 workspace as pipetune 1 left it: no summary column, no trials table.
+    sqlite::Connection raw(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    raw.exec("PRAGMA journal_mode = WAL");
+    migrate(raw, 1);
+    EXPECT_EQ(read_schema_version(raw), 1);
+    const auto run_columns = columns(raw, "runs");
+    EXPECT_EQ(std::count(run_columns.begin(), run_columns.end(), "summary_json"), 0);
+    raw.exec(
+        "INSERT INTO runs(id, kind, name, status, started_unix_ns, ended_unix_ns) VALUES "
+        "(5, 'measured', 'old run', 'complete', 100, 200);"
+        "INSERT INTO lanes(id, run, idx, rank, stream, stream_index, name) VALUES "
+        "(1, 5, 0, 2, 'compute', 0, 'rank 2 compute');"
+        "INSERT INTO names(run, id, text) VALUES (5, 0, '');"
+        "INSERT INTO step_metrics(run, seq, step, t_ns, loss, tokens_per_s) VALUES "
+        "(5, 0, 1, 50, 4.5, 900.0);");
+  }
+  Workspace ws(path);
+  EXPECT_EQ(ws.schema_version(), kSchemaVersion);
+  const RunRecord r = ws.run(5);
+  EXPECT_EQ(r.name, "old run");
+  EXPECT_EQ(r.kind, TraceKind::Measured);
+  EXPECT_EQ(r.status, RunStatus::Complete);
+  EXPECT_EQ(r.summary_json, "");
+  EXPECT_EQ(r.ended_unix_ns, 200);
+  const StoredRun back = ws.load(5);
+  ASSERT_EQ(back.trace.lanes.size(), 1u);
+  EXPECT_EQ(back.trace.lanes[0].name, "rank 2 compute");
+  ASSERT_EQ(back.trace.steps.size(), 1u);
+  EXPECT_EQ(back.trace.steps[0].loss, 4.5);
+  // What version 2 added works on the migrated file.
+  ws.set_summary_json(5, R"({"iteration_s":0.5})");
+  EXPECT_EQ(ws.run(5).summary_json, R"({"iteration_s":0.5})");
+  TrialRecord trial;
+  trial.search_id = 1;
+  trial.run_id = 5;
+  trial.plan_json = "{}";
+  ws.add_trial(trial);
+  EXPECT_EQ(ws.trials(1).size(), 1u);
+  // A writer adds runs after the migrated one.
+  const std::int64_t next = store_trace(path, {TraceKind::Simulated, "new", "", ""}, Trace{});
+  EXPECT_EQ(next, 6);
+
+  // The migrated schema is the one a new workspace gets.
+  sqlite::Connection migrated(path, SQLITE_OPEN_READONLY);
+  Workspace fresh(dir.file("fresh.db"), OpenMode::Create);
+  sqlite::Connection created(dir.file("fresh.db"), SQLITE_OPEN_READONLY);
+  EXPECT_EQ(schema_sql(migrated), schema_sql(created));
+}
+
+TEST(StoreMigration, CurrentVersionOpensUnchanged) {
+  TempDir dir;
+  const std::string path = dir.file("current.db");
+  Trace t;
+  t.spans.push_back(Span{t.lane(0, Stream::Compute), SpanKind::F, 0, 0, -1, 0, 10, 0});
+  store_trace(path, {TraceKind::Simulated, "one", "", ""}, t);
+  const std::string before = file_bytes(path);
+  {
+    Workspace ws(path);
+    EXPECT_EQ(ws.schema_version(), kSchemaVersion);
+    EXPECT_EQ(ws.runs().size(), 1u);
+    EXPECT_EQ(ws.load(1).trace.spans.size(), 1u);
+  }
+  EXPECT_TRUE(file_bytes(path) == before) << "opening and reading changed the file";
+}
+
+TEST(StoreMigration, MigrateRefusesAnUnknownVersion) {
+  TempDir dir;
+  sqlite::Connection raw(dir.file("x.db"), SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  EXPECT_THROW(migrate(raw, kSchemaVersion + 1), std::invalid_argument);
+  migrate(raw, kSchemaVersion);
+  EXPECT_EQ(read_schema_version(raw), kSchemaVersion);
+  migrate(raw, 1);  // already past it: nothing to do
+  EXPECT_EQ(read_schema_version(raw), kSchemaVersion);
+}
+
+}  // namespace
+}  // namespace pipetune::db

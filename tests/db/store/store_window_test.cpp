@@ -1,0 +1,226 @@
+// Lane windows against brute force over the in-memory spans: the depth the store assigns, the
+// spans visible in a window, and Tracy-style folding to a pixel budget, on generated lanes that
+// span many blocks (whole-block folds, partial blocks, window edges inside blocks), on lanes
+// that arrived out of order, and on memory windows.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "db/store/run_writer.hpp"
+#include "db/store/span_block.hpp"
+#include "db/store/workspace.hpp"
+#include "store_test_support.hpp"
+
+namespace pipetune::db {
+namespace {
+
+using namespace pipetune::profiler;
+using testing::GeneratedSpan;
+using testing::TempDir;
+
+struct GeneratedRun {
+  Trace trace;
+  std::vector<std::vector<GeneratedSpan>> by_lane;
+  std::int64_t end_ns = 0;
+};
+
+GeneratedRun generate_run(std::uint64_t seed, int lanes, int top_spans) {
+  std::mt19937_64 rng(seed);
+  GeneratedRun g;
+  g.trace.kind = TraceKind::Measured;
+  for (const char* n : {"a", "b", "c"}) g.trace.intern(n);
+  g.by_lane.resize(static_cast<std::size_t>(lanes));
+  for (int l = 0; l < lanes; ++l) {
+    const auto lane = g.trace.lane(l / 2, l % 2 == 0 ? Stream::Host : Stream::Gpu, l);
+    const std::int64_t end = testing::generate_lane(rng, lane, 1000 * l, top_spans,
+                                                    g.by_lane[static_cast<std::size_t>(l)]);
+    g.end_ns = std::max(g.end_ns, end);
+  }
+  // Lanes interleaved in one part, as a merged trace would have them.
+  std::size_t longest = 0;
+  for (const auto& v : g.by_lane) longest = std::max(longest, v.size());
+  for (std::size_t i = 0; i < longest; ++i)
+    for (const auto& v : g.by_lane)
+      if (i < v.size()) g.trace.spans.push_back(v[i].span);
+  return g;
+}
+
+std::vector<SpanAt> reference_spans(const std::vector<GeneratedSpan>& lane, std::int64_t t0,
+                                    std::int64_t t1) {
+  std::vector<SpanAt> out;
+  for (const auto& g : lane)
+    if (testing::visible(g.span, t0, t1)) out.push_back({g.span, g.depth});
+  std::stable_sort(out.begin(), out.end(), [](const SpanAt& a, const SpanAt& b) {
+    return a.span.start_ns != b.span.start_ns ? a.span.start_ns < b.span.start_ns
+                                              : a.depth < b.depth;
+  });
+  return out;
+}
+
+std::string diff_spans(const std::vector<SpanAt>& want, const std::vector<SpanAt>& got) {
+  for (std::size_t i = 0; i < std::min(want.size(), got.size()); ++i) {
+    if (want[i].depth != got[i].depth || !testing::operator_eq(want[i].span, got[i].span))
+      return "span " + std::to_string(i) + ": want depth " + std::to_string(want[i].depth) + " " +
+             testing::describe(want[i].span) + " got depth " + std::to_string(got[i].depth) + " " +
+             testing::describe(got[i].span);
+  }
+  if (want.size() != got.size())
+    return "span count " + std::to_string(want.size()) + " vs " + std::to_string(got.size());
+  return "";
+}
+
+// Windows that matter: everything at several widths, zooms at random places, edges that cut
+// spans, empty and single-pixel windows, and no folding.
+void check_windows(Workspace& ws, std::int64_t run, const GeneratedRun& g, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  struct Window {
+    std::int64_t t0, t1;
+    int px;
+  };
+  std::vector<Window> windows;
+  for (int px : {1, 3, 64, 800, 2000, 100000}) windows.push_back({0, g.end_ns, px});
+  windows.push_back({-50, g.end_ns + 50, 0});
+  windows.push_back({g.end_ns / 3, g.end_ns / 3, 100});  // empty
+  for (int i = 0; i < 60; ++i) {
+    const std::int64_t a = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(g.end_ns));
+    const std::int64_t width = std::int64_t{1} << (rng() % 26);
+    windows.push_back({a, a + width, static_cast<int>(rng() % 3000)});
+  }
+  for (std::size_t l = 0; l < g.by_lane.size(); ++l) {
+    for (const Window& w : windows) {
+      SCOPED_TRACE("lane " + std::to_string(l) + " window [" + std::to_string(w.t0) + ", " +
+                   std::to_string(w.t1) + ") px " + std::to_string(w.px));
+      const LaneWindow got = ws.window(run, static_cast<std::int32_t>(l), w.t0, w.t1, w.px);
+      const std::int64_t pixel = w.px == 0 ? 0 : std::max<std::int64_t>(1, (w.t1 - w.t0) / w.px);
+      ASSERT_EQ(got.pixel_ns, pixel);
+      ASSERT_EQ(
+          testing::diff_items(testing::reference_fold(g.by_lane[l], w.t0, w.t1, pixel), got.items),
+          "");
+      ASSERT_EQ(diff_spans(reference_spans(g.by_lane[l], w.t0, w.t1),
+                           ws.spans(run, static_cast<std::int32_t>(l), w.t0, w.t1)),
+                "");
+    }
+  }
+}
+
+TEST(StoreWindow, FoldsAndSpansMatchBruteForceOverManyBlocks) {
+  TempDir dir;
+  const std::string path = dir.file("w.db");
+  const GeneratedRun g = generate_run(7, 3, 6000);
+  ASSERT_GT(g.by_lane[0].size(), 8 * kBlockSpans);  // many blocks per depth
+  const std::int64_t run = store_trace(path, {TraceKind::Measured, "gen", "", ""}, g.trace);
+  Workspace ws(path);
+  // The depths the generator built are the depths stored.
+  const auto lanes = ws.lanes(run);
+  for (std::size_t l = 0; l < lanes.size(); ++l) {
+    std::int32_t deepest = -1;
+    for (const auto& s : g.by_lane[l]) deepest = std::max(deepest, s.depth);
+    EXPECT_EQ(lanes[l].max_depth, deepest) << "lane " << l;
+    EXPECT_GE(deepest, 2) << "the generator should nest";
+    EXPECT_EQ(lanes[l].span_count, static_cast<std::int64_t>(g.by_lane[l].size()));
+  }
+  check_windows(ws, run, g, 11);
+}
+
+// Folding must also hold when a full-range window folds most blocks whole: a dense lane of tiny
+// spans with a few long ones and wide gaps.
+TEST(StoreWindow, DenseLaneFoldsWholeBlocksLikeBruteForce) {
+  TempDir dir;
+  const std::string path = dir.file("dense.db");
+  GeneratedRun g;
+  g.trace.kind = TraceKind::Imported;
+  const auto lane = g.trace.lane(0, Stream::Gpu, 1);
+  g.by_lane.resize(1);
+  std::mt19937_64 rng(3);
+  std::int64_t t = 0;
+  for (int i = 0; i < 50000; ++i) {
+    const std::int64_t d = i % 9973 == 0 ? 5000000 : 10 + static_cast<std::int64_t>(rng() % 50);
+    t += i % 7919 == 0 ? 20000000 : static_cast<std::int64_t>(rng() % 20);
+    Span s{lane, SpanKind::Kernel, -1, -1, -1, t, t + d, 0};
+    g.trace.spans.push_back(s);
+    g.by_lane[0].push_back({s, 0});
+    t += d;
+  }
+  g.end_ns = t;
+  const std::int64_t run = store_trace(path, {TraceKind::Imported, "dense", "", ""}, g.trace);
+  Workspace ws(path);
+  check_windows(ws, run, g, 5);
+  const LaneWindow full = ws.window(run, 0, 0, g.end_ns, 2000);
+  EXPECT_LT(full.items.size(), 100u) << "a full-range window of 50000 tiny spans folds";
+}
+
+// Parts whose spans on a lane go back in time: the lane is re-packed when the run finishes, so
+// depths and windows are right afterwards.
+TEST(StoreWindow, OutOfOrderPartsAreRepackedAtFinish) {
+  TempDir dir;
+  const std::string path = dir.file("ooo.db");
+  const GeneratedRun g = generate_run(21, 2, 1500);
+  RunWriter writer(path, {TraceKind::Measured, "shuffled", "", ""});
+  // Parts of 700 spans in reverse order: every lane gets later spans before earlier ones.
+  const std::size_t n = g.trace.spans.size();
+  for (std::size_t end = n; end > 0;) {
+    const std::size_t begin = end > 700 ? end - 700 : 0;
+    Trace part;
+    part.lanes = g.trace.lanes;
+    part.names = g.trace.names;
+    part.spans.assign(g.trace.spans.begin() + static_cast<std::ptrdiff_t>(begin),
+                      g.trace.spans.begin() + static_cast<std::ptrdiff_t>(end));
+    writer.append(std::move(part));
+    end = begin;
+  }
+  writer.finish(RunStatus::Complete);
+  Workspace ws(path);
+  check_windows(ws, writer.run_id(), g, 13);
+}
+
+TEST(StoreWindow, MemoryWindowHoldsTheSampleInEffectAndThoseInside) {
+  TempDir dir;
+  const std::string path = dir.file("mem.db");
+  Trace t;
+  for (int i = 0; i < 40; ++i) {
+    const auto cat = static_cast<MemoryCategory>(i % 3);
+    t.memory.push_back(MemorySample{i % 2, cat, 100 * i, 1000 + i});
+  }
+  const std::int64_t run = store_trace(path, {TraceKind::Measured, "mem", "", ""}, t);
+  Workspace ws(path);
+  // Rank 0 has samples at t = 0, 200, 400, ... with categories cycling 0, 2, 1, 0, 2, 1...
+  // Window [1000, 1600): in effect at 1000 are the last of each category before it.
+  std::vector<MemorySample> want;
+  for (int c = 0; c < 3; ++c) {
+    const MemorySample* last = nullptr;
+    for (const auto& m : t.memory)
+      if (m.rank == 0 && static_cast<int>(m.category) == c && m.t_ns < 1000) last = &m;
+    if (last != nullptr) want.push_back(*last);
+  }
+  std::sort(want.begin(), want.end(), [](auto& a, auto& b) { return a.t_ns < b.t_ns; });
+  for (const auto& m : t.memory)
+    if (m.rank == 0 && m.t_ns >= 1000 && m.t_ns < 1600) want.push_back(m);
+  const auto got = ws.memory(run, 0, 1000, 1600);
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].t_ns, want[i].t_ns) << i;
+    EXPECT_EQ(got[i].bytes, want[i].bytes) << i;
+    EXPECT_EQ(got[i].category, want[i].category) << i;
+  }
+}
+
+TEST(StoreWindow, BadWindowsAreInputErrors) {
+  TempDir dir;
+  const std::string path = dir.file("bad.db");
+  Trace t;
+  t.spans.push_back(Span{t.lane(0, Stream::Compute), SpanKind::F, 0, 0, -1, 0, 10, 0});
+  const std::int64_t run = store_trace(path, {TraceKind::Simulated, "one", "", ""}, t);
+  Workspace ws(path);
+  EXPECT_THROW(ws.window(run, 0, 10, 5, 100), InputError);
+  EXPECT_THROW(ws.window(run, 0, 0, 10, -1), InputError);
+  try {
+    ws.window(run, 4, 0, 10, 100);
+    ADD_FAILURE() << "lane 4 of a one-lane run";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("has no lane 4 (it has 1)"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace pipetune::db
