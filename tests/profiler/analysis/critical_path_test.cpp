@@ -244,6 +244,35 @@ TEST(CriticalPath, CollectiveWaitsForItsLastMember) {
   EXPECT_EQ(path.span_slack_ns[b1], 30);
 }
 
+// An imported GPU profile: kernels on stream 7, NCCL all-reduces on stream 13. Rank 0's all-reduce
+// [100, 200] was issued after its kernel [0, 100] but had to wait for rank 1, whose kernel ran to
+// 150; rank 0's next kernel starts 10 ns after the all-reduce (a launch gap).
+//   path: rank 1's kernel -> rank 0's all-reduce (adds 50) -> wait 10 -> rank 0's kernel (90).
+TEST(CriticalPath, GpuStreamsWithNcclCollectives) {
+  Trace t;
+  t.kind = TraceKind::Imported;
+  add(t, {0, Stream::Gpu, SpanKind::Kernel, 0, 100, -1, -1, -1, 7});
+  add(t, {0, Stream::Gpu, SpanKind::AllReduce, 100, 200, -1, -1, -1, 13});
+  add(t, {0, Stream::Gpu, SpanKind::Kernel, 210, 300, -1, -1, -1, 7});
+  add(t, {1, Stream::Gpu, SpanKind::Kernel, 0, 150, -1, -1, -1, 7});
+  add(t, {1, Stream::Gpu, SpanKind::AllReduce, 150, 200, -1, -1, -1, 13});
+  add(t, {1, Stream::Host, SpanKind::F, 0, 40, 0, 0, -1, 1});  // a host range: not GPU work
+  CriticalPathOptions o;
+  o.tolerance_ns = 15;
+  const CriticalPath path = critical_path(t, o);
+  const std::vector<Op> want = {
+      {1, SpanKind::Kernel, -1}, {0, SpanKind::AllReduce, -1}, {0, SpanKind::Kernel, -1}};
+  expect_chain(path, want);
+  ASSERT_EQ(path.steps.size(), 3u);
+  EXPECT_EQ(path.steps[1].via, PathEdge::Collective);
+  EXPECT_EQ(path.steps[1].contribution_ns, 50);
+  EXPECT_EQ(path.steps[2].via, PathEdge::Completion);
+  EXPECT_EQ(path.steps[2].wait_ns, 10);
+  EXPECT_EQ(path.busy_ns, 290);
+  EXPECT_EQ(path.length_ns, 300);
+  EXPECT_EQ(path.span_slack_ns[5], -1) << "host ranges are not analysed on GPU ranks";
+}
+
 // Rank 1's F0 starts 5 ns before rank 0's F0 ends (clock jitter): rejected without tolerance,
 // accepted with 10 ns.
 TEST(CriticalPath, ToleranceAcceptsJitteredDependencies) {
