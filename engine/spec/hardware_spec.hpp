@@ -7,6 +7,25 @@
 
 namespace pipetune::spec {
 
+// How close real kernels and collectives come to the datasheet figures: the tuner's efficiency
+// curves (tuner/cost). The defaults are Calculon's generic GPU tables (calculon-ai/calculon
+// systems/a100_80g.json and h100_80g_nvl8.json, reference/tuners.md section 2); hardware presets
+// replace them with calibrated values and say where each came from. A hardware file gives them
+// as an [efficiency] table with these key names (engine/spec/load.cpp).
+struct HardwareEfficiency {
+  // GEMMs follow gemm * F / (F + gemm_half_flops) of peak_flops for a product of F FLOPs, i.e.
+  // each GEMM costs (F + gemm_half_flops) / (gemm * peak_flops) seconds. Calculon's table
+  // (0.95 at >= 128 GFLOP, 0.9 at 16, 0.6 at 1) is this curve with 0.95 and 0.6e9.
+  double gemm = 0.95;
+  double gemm_half_flops = 0.6e9;  // FLOPs
+  // Fused (flash) attention kernels: fraction of peak_flops over the causal FLOPs they execute.
+  // FlashAttention-2 (Dao 2023) reports 50-73% of A100 peak forward; 0.6 is the middle.
+  double attention = 0.6;
+  double memory = 0.9;          // element-wise kernels: fraction of hbm_bandwidth
+  double intra_node_bus = 0.6;  // collective bus bandwidth / intra_node_bandwidth (Calculon)
+  double inter_node_bus = 0.9;  // collective bus bandwidth / NIC bandwidth (Calculon)
+};
+
 struct HardwareSpec {
   std::string name;
   std::string description;
@@ -20,6 +39,7 @@ struct HardwareSpec {
   // is a few microseconds over NVLink and around ten across a network); calibrate by measurement.
   double intra_node_latency = 3e-6;   // seconds
   double inter_node_latency = 10e-6;  // seconds
+  HardwareEfficiency efficiency;
 };
 
 }  // namespace pipetune::spec

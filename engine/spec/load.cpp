@@ -216,6 +216,31 @@ ModelSpec read_model_table(const toml::table& table, const TableContext& ctx) {
   return m;
 }
 
+namespace {
+
+// [efficiency] of a hardware file: fractions in (0, 1] (gemm_half_flops: FLOPs >= 0). Absent keys
+// keep the defaults of hardware_spec.hpp.
+HardwareEfficiency read_efficiency_table(const toml::table& table, const TableContext& ctx) {
+  TableReader r(table, ctx.source, ctx.prefix + "efficiency.");
+  HardwareEfficiency e;
+  const auto fraction = [&](std::string_view key, double& out) {
+    if (auto v = r.positive_number(key)) {
+      if (*v > 1.0) r.fail(key, "must be a fraction in (0, 1], got " + std::to_string(*v));
+      out = *v;
+    }
+  };
+  fraction("gemm", e.gemm);
+  fraction("attention", e.attention);
+  fraction("memory", e.memory);
+  fraction("intra_node_bus", e.intra_node_bus);
+  fraction("inter_node_bus", e.inter_node_bus);
+  if (auto v = r.non_negative_number("gemm_half_flops")) e.gemm_half_flops = *v;
+  r.reject_unknown();
+  return e;
+}
+
+}  // namespace
+
 HardwareSpec read_hardware_table(const toml::table& table, const TableContext& ctx) {
   TableReader r(table, ctx.source, ctx.prefix);
   HardwareSpec hw;
@@ -239,6 +264,9 @@ HardwareSpec read_hardware_table(const toml::table& table, const TableContext& c
       r.non_negative_number("intra_node_latency").value_or(hw.intra_node_latency);
   hw.inter_node_latency =
       r.non_negative_number("inter_node_latency").value_or(hw.inter_node_latency);
+  if (const toml::table* eff = r.table("efficiency")) {
+    hw.efficiency = read_efficiency_table(*eff, ctx);
+  }
   r.reject_unknown();
   with_source(ctx, [&] { validate(hw); });
   return hw;

@@ -1,0 +1,77 @@
+#include "tuner/cost/collectives.hpp"
+
+#include <algorithm>
+
+namespace pipetune::tuner {
+
+double GroupLink::ring_bandwidth() const {
+  if (!inter_node) return intra_bandwidth;
+  return std::min(intra_bandwidth, static_cast<double>(members_per_node) * nic_bandwidth);
+}
+
+GroupLink group_link(const spec::ClusterSpec& cluster, int first, int stride, int members) {
+  const auto& eff = cluster.hardware.efficiency;
+  GroupLink link;
+  link.members = members < 1 ? 1 : members;
+  link.intra_bandwidth = cluster.intra_node_bandwidth * eff.intra_node_bus;
+  link.latency = cluster.intra_node_latency;
+  const int per_node = cluster.devices_per_node > 0 ? cluster.devices_per_node : 1;
+  const int first_node = first / per_node;
+  const int last_node = (first + (link.members - 1) * stride) / per_node;
+  if (first_node == last_node) {
+    link.members_per_node = link.members;
+    link.nic_bandwidth = cluster.node_inter_bandwidth(first_node) * eff.inter_node_bus;
+    return link;
+  }
+  link.inter_node = true;
+  link.latency = cluster.inter_node_latency;
+  // Members are in increasing device order, so each node's members are consecutive.
+  double nic = cluster.node_inter_bandwidth(first_node);
+  int node = first_node, count = 0, most = 0;
+  for (int i = 0; i < link.members; ++i) {
+    const int n = (first + i * stride) / per_node;
+    if (n != node) {
+      most = std::max(most, count);
+      nic = std::min(nic, cluster.node_inter_bandwidth(n));
+      node = n;
+      count = 0;
+    }
+    ++count;
+  }
+  link.members_per_node = std::max(most, count);
+  link.nic_bandwidth = nic * eff.inter_node_bus;
+  return link;
+}
+
+GroupLink pair_link(const spec::ClusterSpec& cluster, int a, int b) {
+  const int lo = std::min(a, b), hi = std::max(a, b);
+  return group_link(cluster, lo, hi > lo ? hi - lo : 1, 2);
+}
+
+double collective_time(Collective kind, double bytes, const GroupLink& link) {
+  const int n = link.members;
+  if (kind != Collective::SendRecv && n <= 1) return 0.0;
+  const double steps = n - 1;
+  const double share = static_cast<double>(n - 1) / n;
+  switch (kind) {
+    case Collective::AllReduce:
+      return 2.0 * steps * link.latency + 2.0 * share * bytes / link.ring_bandwidth();
+    case Collective::AllGather:
+    case Collective::ReduceScatter:
+      return steps * link.latency + share * bytes / link.ring_bandwidth();
+    case Collective::AllToAll: {
+      if (!link.inter_node) return steps * link.latency + share * bytes / link.intra_bandwidth;
+      const double k = link.members_per_node;
+      const double inter = bytes * (n - k) / n / link.nic_bandwidth;
+      const double intra = bytes * (k - 1) / n / link.intra_bandwidth;
+      return steps * link.latency + std::max(inter, intra);
+    }
+    case Collective::Broadcast:
+      return steps * link.latency + bytes / link.ring_bandwidth();
+    case Collective::SendRecv:
+      return link.latency + bytes / (link.inter_node ? link.nic_bandwidth : link.intra_bandwidth);
+  }
+  return 0.0;
+}
+
+}  // namespace pipetune::tuner

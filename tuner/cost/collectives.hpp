@@ -1,0 +1,48 @@
+// Latency-bandwidth costs of collectives and the links a process group's traffic crosses.
+//
+// Topology: NVLink (or another scale-up fabric) inside a node, one NIC per device between nodes,
+// nodes possibly in groups with different NICs (ClusterSpec::node_groups). A ring collective
+// over a group that spans nodes with k members per node runs k rings side by side, one per NIC,
+// so its bus bandwidth is min(scale-up, k x NIC) (NCCL's multi-ring algorithm); the slowest NIC
+// among the nodes it touches sets the pace. Bus bandwidths are the links' rates times the
+// hardware's bus efficiencies (HardwareEfficiency::intra_node_bus / inter_node_bus).
+//
+// Time of a collective over n members (reference/tuners.md 3.4, NCCL's bus-bandwidth factors):
+//   all-reduce      2(n-1) latency + 2(n-1)/n bytes / bus bandwidth
+//   all-gather,
+//   reduce-scatter   (n-1) latency +  (n-1)/n bytes / bus bandwidth   (bytes = the full buffer)
+//   all-to-all       (n-1) latency + max(inter-node part / NIC, intra-node part / scale-up)
+//   broadcast        (n-1) latency + bytes / bus bandwidth             (pipelined ring)
+//   send/recv              latency + bytes / link bandwidth
+#pragma once
+
+#include "engine/spec/cluster_spec.hpp"
+
+namespace pipetune::tuner {
+
+enum class Collective { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, SendRecv };
+
+// Where a group's traffic goes: bandwidths already include the bus efficiencies.
+struct GroupLink {
+  int members = 1;
+  bool inter_node = false;       // the group spans more than one node
+  int members_per_node = 1;      // devices of the group in one node (the largest count)
+  double intra_bandwidth = 0.0;  // bytes/s per device per direction, scale-up fabric
+  double nic_bandwidth = 0.0;    // bytes/s per device per direction, the slowest NIC touched
+  double latency = 0.0;          // seconds per step (inter-node latency when spanning nodes)
+  // Bus bandwidth of a ring collective over the group.
+  double ring_bandwidth() const;
+};
+
+// The group of `members` devices `stride` apart starting at device `first` (Megatron's rank
+// order: tp fastest, then dp, then pp; so a TP group has stride 1, a DP group stride tp).
+GroupLink group_link(const spec::ClusterSpec& cluster, int first, int stride, int members);
+
+// Point-to-point between two devices.
+GroupLink pair_link(const spec::ClusterSpec& cluster, int a, int b);
+
+// Seconds for one collective. bytes: all-reduce / all-gather / reduce-scatter: the full buffer;
+// all-to-all: what one device sends in total; broadcast / send: the message. 0 for one member.
+double collective_time(Collective kind, double bytes, const GroupLink& link);
+
+}  // namespace pipetune::tuner

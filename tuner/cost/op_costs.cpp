@@ -1,0 +1,234 @@
+#include "tuner/cost/op_costs.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "engine/errors.hpp"
+#include "tuner/cost/analytic_costs.hpp"
+#include "tuner/memory/memory_model.hpp"
+
+namespace pipetune::tuner {
+
+namespace {
+
+double as_d(std::int64_t v) {
+  return static_cast<double>(v);
+}
+
+struct StageLinks {
+  GroupLink tp, dp, ep, expert_dp;
+};
+
+StageLinks stage_links(const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan, int r) {
+  const int first = r * plan.tp * plan.dp;  // rank order: tp fastest, then dp, then pp
+  StageLinks l;
+  l.tp = group_link(cluster, first, 1, plan.tp);
+  l.dp = group_link(cluster, first, plan.tp, plan.dp);
+  l.ep = group_link(cluster, first, plan.tp, plan.ep);
+  l.expert_dp = group_link(cluster, first, plan.tp * plan.ep, plan.dp / plan.ep);
+  return l;
+}
+
+}  // namespace
+
+WorkTime work_time(const Work& work, const spec::HardwareSpec& hw, const GroupLink& tp,
+                   const GroupLink& ep, const ExecutionOptions& exec) {
+  const spec::HardwareEfficiency& e = hw.efficiency;
+  WorkTime t;
+  if (work.gemm_flops > 0.0)
+    t.gemm = (work.gemm_flops + work.gemm_count * e.gemm_half_flops) / (e.gemm * hw.peak_flops);
+  t.attention = work.attention_flops / (e.attention * hw.peak_flops);
+  t.memory = work.memory_bytes / (e.memory * hw.hbm_bandwidth);
+  // Collectives of one kind share one size per pass; the latency is paid per collective.
+  const auto each = [&](Collective kind, double bytes, double count) {
+    if (count <= 0.0) return 0.0;
+    return count * collective_time(kind, bytes / count, tp);
+  };
+  t.tp_comm = each(Collective::AllReduce, work.tp_all_reduce_bytes, work.tp_all_reduce_count) +
+              each(Collective::AllGather, work.tp_all_gather_bytes, work.tp_all_gather_count) +
+              each(Collective::ReduceScatter, work.tp_reduce_scatter_bytes,
+                   work.tp_reduce_scatter_count);
+  t.tp_exposed = exec.tp_comm_overlap ? std::max(0.0, t.tp_comm - t.gemm) : t.tp_comm;
+  if (work.ep_all_to_all_count > 0.0)
+    t.ep_comm = work.ep_all_to_all_count *
+                collective_time(Collective::AllToAll,
+                                work.ep_all_to_all_bytes / work.ep_all_to_all_count, ep);
+  return t;
+}
+
+OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                 const spec::ParallelPlan& plan, schedule::Placement placement,
+                 const ExecutionOptions& exec) {
+  const int p = plan.pp, v = plan.chunks, groups = p * v;
+  const std::vector<int> split = spec::layer_split(model, plan);
+  if (static_cast<int>(split.size()) != groups)
+    throw SpecError("layer split has " + std::to_string(split.size()) + " groups, expected " +
+                    std::to_string(groups));
+  const spec::HardwareSpec& hw = cluster.hardware;
+  if (!(hw.peak_flops > 0.0) || !(hw.hbm_bandwidth > 0.0))
+    throw SpecError("hardware " + hw.name + " needs positive peak_flops and hbm_bandwidth");
+  schedule::Schedule where;  // the group -> rank mapping of the placement
+  where.stages = p;
+  where.chunks = v;
+  where.placement = placement;
+
+  // Layers of each kind per rank.
+  std::vector<double> dense_layers(static_cast<std::size_t>(p), 0.0);
+  std::vector<double> moe_layers(static_cast<std::size_t>(p), 0.0);
+  std::int64_t layer = 0;
+  for (int g = 0; g < groups; ++g) {
+    const auto r = static_cast<std::size_t>(where.rank_of_group(g));
+    for (int i = 0; i < split[static_cast<std::size_t>(g)]; ++i, ++layer)
+      (spec::is_moe_layer(model, layer) ? moe_layers : dense_layers)[r] += 1.0;
+  }
+  const PassWork dense = transformer_layer_work(model, plan, exec, false);
+  const PassWork moe = spec::is_moe(model) ? transformer_layer_work(model, plan, exec, true)
+                                           : PassWork{};
+  const bool vocab_parallel = plan.vocab != schedule::VocabMode::None;
+  const int first_rank = where.rank_of_group(0), last_rank = where.rank_of_group(groups - 1);
+  const PassWork embedding = embedding_work(model, plan, exec);
+  const PassWork output = output_layer_work(model, plan, exec);
+
+  AnalyticAssumptions act;
+  act.flash_attention = exec.flash_attention;
+  act.bytes_per_value = exec.activation_bytes;
+  const double layer_bytes = layer_activation_bytes(model, plan, act);
+  const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len);
+  const double h = as_d(model.hidden), t = plan.tp;
+  const double logits_bytes = n * as_d(model.vocab) * 4.0 / t;  // fp32 logits of one micro-batch
+
+  const std::vector<StageParameters> params = stage_parameters(model, plan, placement);
+  const double param_bytes = exec.activation_bytes;  // bf16 / fp16 weights
+  const double grad_bytes = exec.gradient_reduce_bytes;
+
+  OpCosts out;
+  out.table.stages.assign(static_cast<std::size_t>(p), schedule::StageCosts{});
+  out.stages.assign(static_cast<std::size_t>(p), StageCost{});
+  out.activation_bytes_per_microbatch.assign(static_cast<std::size_t>(p), 0.0);
+  out.transient_activation_bytes.assign(static_cast<std::size_t>(p), 0.0);
+
+  for (int r = 0; r < p; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    const StageLinks links = stage_links(cluster, plan, r);
+    PassWork work;
+    work.forward = dense.forward * dense_layers[i] + moe.forward * moe_layers[i];
+    work.input_grad = dense.input_grad * dense_layers[i] + moe.input_grad * moe_layers[i];
+    work.weight_grad = dense.weight_grad * dense_layers[i] + moe.weight_grad * moe_layers[i];
+    if (!vocab_parallel) {
+      if (r == first_rank) {
+        work.forward += embedding.forward;
+        work.weight_grad += embedding.weight_grad;
+      }
+      if (r == last_rank) {
+        work.forward += output.forward;
+        work.input_grad += output.input_grad;
+        work.weight_grad += output.weight_grad;
+        out.transient_activation_bytes[i] += logits_bytes;
+      }
+    }
+    StageCost& st = out.stages[i];
+    st.forward = work_time(work.forward, hw, links.tp, links.ep, exec);
+    st.input_grad = work_time(work.input_grad, hw, links.tp, links.ep, exec);
+    st.weight_grad = work_time(work.weight_grad, hw, links.tp, links.ep, exec);
+    st.executed_flops =
+        work.forward.flops() + work.input_grad.flops() + work.weight_grad.flops();
+    out.activation_bytes_per_microbatch[i] = layer_bytes * (dense_layers[i] + moe_layers[i]);
+
+    // Data parallelism over the stage's parameters.
+    const StageParameters& sp = params[i];
+    const double shared = sp.dense + sp.vocabulary;
+    st.parameters = sp.total();
+    const int edp = plan.dp / plan.ep;
+    if (plan.zero_stage >= 3) {
+      const double gather =
+          collective_time(Collective::AllGather, shared * param_bytes, links.dp) +
+          collective_time(Collective::AllGather, sp.expert * param_bytes, links.expert_dp);
+      const double scatter =
+          collective_time(Collective::ReduceScatter, shared * grad_bytes, links.dp) +
+          collective_time(Collective::ReduceScatter, sp.expert * grad_bytes, links.expert_dp);
+      st.zero3_forward_comm = gather;
+      st.zero3_backward_comm = gather + scatter;
+    } else if (plan.zero_stage >= 1) {
+      st.grad_reduce =
+          collective_time(Collective::ReduceScatter, shared * grad_bytes, links.dp) +
+          collective_time(Collective::ReduceScatter, sp.expert * grad_bytes, links.expert_dp);
+      st.param_gather =
+          collective_time(Collective::AllGather, shared * param_bytes, links.dp) +
+          collective_time(Collective::AllGather, sp.expert * param_bytes, links.expert_dp);
+    } else {
+      st.grad_reduce =
+          collective_time(Collective::AllReduce, shared * grad_bytes, links.dp) +
+          collective_time(Collective::AllReduce, sp.expert * grad_bytes, links.expert_dp);
+    }
+    const double local = plan.zero_stage >= 1 ? shared / plan.dp + sp.expert / edp : sp.total();
+    st.optimizer =
+        local * kOptimizerBytesPerParameter / (hw.efficiency.memory * hw.hbm_bandwidth);
+  }
+
+  // Tied embeddings on two stages keep their copies equal with one all-reduce per iteration.
+  if (model.tied_embeddings && !vocab_parallel && first_rank != last_rank) {
+    const int stride = plan.tp * plan.dp;
+    const GroupLink pair = pair_link(cluster, first_rank * stride, last_rank * stride);
+    const double bytes = as_d(model.vocab) * h / t * grad_bytes;
+    const double sync = collective_time(Collective::AllReduce, bytes, pair);
+    out.stages[static_cast<std::size_t>(first_rank)].embedding_sync = sync;
+    out.stages[static_cast<std::size_t>(last_rank)].embedding_sync = sync;
+  }
+
+  // Pipeline transfers: the slowest hop sets the simulator's one point-to-point cost.
+  const bool sharded_message = plan.sequence_parallel || exec.pp_scatter_gather;
+  const double p2p_bytes = n * h * exec.activation_bytes / (sharded_message ? t : 1.0);
+  GroupLink hop;
+  double worst = -1.0;
+  for (int r = 0; r + 1 < p; ++r) {
+    const int stride = plan.tp * plan.dp;
+    const GroupLink l = pair_link(cluster, r * stride, (r + 1) * stride);
+    const double time = collective_time(Collective::SendRecv, p2p_bytes, l);
+    if (time > worst) worst = time, hop = l;
+  }
+  if (p > 1) {
+    out.table.p2p_latency = hop.latency;
+    out.table.p2p_bytes = p2p_bytes;
+    out.table.p2p_bandwidth = hop.inter_node ? hop.nic_bandwidth : hop.intra_bandwidth;
+  }
+
+  if (vocab_parallel) {
+    const VocabularyWork vw = vocabulary_parallel_work(model, plan, exec);
+    const GroupLink pipeline = group_link(cluster, 0, plan.tp * plan.dp, p);
+    double barriers = collective_time(Collective::Broadcast, vw.broadcast_bytes, pipeline);
+    for (int b = 0; b < vw.barriers; ++b)
+      barriers += collective_time(Collective::AllReduce, vw.barrier_bytes[b], pipeline);
+    out.table.collective_time = barriers / vw.barriers;
+    for (int r = 0; r < p; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      const StageLinks links = stage_links(cluster, plan, r);
+      auto& c = out.table.stages[i];
+      c[schedule::OpKind::S] = work_time(vw.s, hw, links.tp, links.ep, exec).total();
+      c[schedule::OpKind::T] = work_time(vw.t, hw, links.tp, links.ep, exec).total();
+      c[schedule::OpKind::IF] = work_time(vw.input_forward, hw, links.tp, links.ep, exec).total();
+      c[schedule::OpKind::IB] = work_time(vw.input_backward, hw, links.tp, links.ep, exec).total();
+      out.stages[i].executed_flops += vw.s.flops() + vw.t.flops();
+      // The shard's logits live from S to T (about two micro-batches in flight).
+      out.transient_activation_bytes[i] += 2.0 * logits_bytes / p;
+    }
+  }
+
+  for (int r = 0; r < p; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    const StageCost& st = out.stages[i];
+    double f = st.forward.total(), b = st.input_grad.total(), w = st.weight_grad.total();
+    // ZeRO-3 communication runs beside the pass (prefetched layer by layer).
+    f = std::max(f, st.zero3_forward_comm);
+    b += std::max(0.0, st.zero3_backward_comm - (b + w));
+    auto& c = out.table.stages[i];
+    c[schedule::OpKind::F] = f / v;
+    c[schedule::OpKind::B] = b / v;
+    c[schedule::OpKind::W] = w / v;
+    c[schedule::OpKind::BW] = 0.0;  // B + W
+  }
+  // Weight-gradient GEMMs keep their inputs until W: nearly all of a layer's activations.
+  out.table.w_free_fraction = 1.0;
+  return out;
+}
+
+}  // namespace pipetune::tuner

@@ -1,0 +1,83 @@
+// The tuner's cost model: (model, cluster, plan) -> seconds of every schedule op on every
+// pipeline rank, plus what happens once per iteration (data-parallel gradient reduction,
+// parameter gathers, the optimizer step). Work (work.hpp) becomes time through the hardware's
+// efficiency curves (spec::HardwareEfficiency) and the collectives' latency-bandwidth costs over
+// the cluster's topology (collectives.hpp):
+//
+//   GEMMs            (FLOPs + gemm_half_flops per GEMM) / (gemm * peak_flops)
+//   fused attention  FLOPs / (attention * peak_flops)
+//   element-wise     bytes / (memory * hbm_bandwidth)
+//   TP collectives   inside F and B, over the stage's TP group; with tp_comm_overlap only the
+//                    part longer than the pass's GEMMs is exposed
+//   EP all-to-all    inside F and B, over the expert-parallel group
+//   PP send/recv     the simulator's point-to-point transfer (the slowest pipeline hop)
+//   vocabulary       S/T/IF/IB shards on every rank; barrier = all-reduces + broadcast of the
+//                    last stage's output over the pipeline group
+//   ZeRO-3           parameter all-gathers (forward, backward) and gradient reduce-scatter per
+//                    micro-batch, overlapped with the pass: it costs max(compute, communication)
+//   DP (ZeRO 0-2)    per iteration: all-reduce (0) or reduce-scatter + parameter all-gather
+//                    (1, 2) of the stage's gradients over its DP group; experts over dp / ep
+#pragma once
+
+#include <vector>
+
+#include "engine/schedule/costs.hpp"
+#include "engine/schedule/schedule.hpp"
+#include "engine/spec/cluster_spec.hpp"
+#include "engine/spec/model_spec.hpp"
+#include "engine/spec/parallel_plan.hpp"
+#include "tuner/cost/collectives.hpp"
+#include "tuner/cost/execution.hpp"
+#include "tuner/cost/work.hpp"
+
+namespace pipetune::tuner {
+
+// Seconds of one pass's Work, by what the time goes to.
+struct WorkTime {
+  double gemm = 0.0;
+  double attention = 0.0;
+  double memory = 0.0;
+  double tp_comm = 0.0;     // all TP collectives of the pass
+  double tp_exposed = 0.0;  // the part not hidden behind GEMMs (= tp_comm without overlap)
+  double ep_comm = 0.0;
+  double total() const { return gemm + attention + memory + tp_exposed + ep_comm; }
+};
+
+WorkTime work_time(const Work& work, const spec::HardwareSpec& hardware, const GroupLink& tp,
+                   const GroupLink& ep, const ExecutionOptions& exec);
+
+// One pipeline rank. Pass times are for one micro-batch through all of the rank's chunks.
+struct StageCost {
+  WorkTime forward, input_grad, weight_grad;
+  double zero3_forward_comm = 0.0;   // ZeRO-3 parameter all-gather per micro-batch
+  double zero3_backward_comm = 0.0;  // ZeRO-3 all-gather + gradient reduce-scatter
+  // Once per iteration (seconds).
+  double grad_reduce = 0.0;     // DP all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1, 2)
+  double param_gather = 0.0;    // ZeRO 1, 2: all-gather of the updated bf16 parameters
+  double embedding_sync = 0.0;  // tied embeddings: gradient all-reduce of first and last stage
+  double optimizer = 0.0;       // Adam step over this device's parameter shard
+  double parameters = 0.0;      // parameters this device holds (before ZeRO sharding)
+  double executed_flops = 0.0;  // FLOPs this device executes per micro-batch (all passes)
+};
+
+struct OpCosts {
+  schedule::CostTable table;  // per rank and op kind, one chunk, one micro-batch (seconds)
+  std::vector<StageCost> stages;
+  // Activations one micro-batch leaves on each rank (the simulator's units), and bytes each
+  // rank holds once on top of its peak (the logits of the micro-batch being finished).
+  std::vector<double> activation_bytes_per_microbatch;
+  std::vector<double> transient_activation_bytes;
+};
+
+// Throws SpecError when the plan's layer split does not match pp * chunks groups. Expects a plan
+// that passed spec::validate.
+OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                 const spec::ParallelPlan& plan, schedule::Placement placement,
+                 const ExecutionOptions& exec = {});
+
+// Bytes of memory traffic per parameter of one Adam step over fp32 master weights: read the
+// fp32 gradient (4), read and write master weights, m and v (24), write the bf16 weights (2),
+// read the gradient again for the norm (4), zero the gradient buffer (4).
+inline constexpr double kOptimizerBytesPerParameter = 38.0;
+
+}  // namespace pipetune::tuner

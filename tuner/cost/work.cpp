@@ -1,0 +1,270 @@
+#include "tuner/cost/work.hpp"
+
+namespace pipetune::tuner {
+
+namespace {
+
+double as_d(std::int64_t v) {
+  return static_cast<double>(v);
+}
+
+// Cross-entropy over fp32 logits (Megatron's vocab-parallel cross-entropy): the forward casts
+// the logits and makes about five fp32 passes over them (max, subtract, exp, sum, normalise), the
+// backward about three (softmax minus one-hot, cast). Bytes per logit; derived from the
+// implementation's structure, not measured.
+constexpr double kCrossEntropyForwardBytes = 24.0;
+constexpr double kCrossEntropyBackwardBytes = 12.0;
+// A fused attention backward runs 5 matrix products for the forward's 2 (FlashAttention-2).
+constexpr double kFlashBackwardFactor = 2.5;
+
+double routed_experts(const spec::ModelSpec& model, const ExecutionOptions& exec) {
+  const double k = as_d(model.top_k);
+  return exec.moe_capacity_factor > 0.0 ? k * exec.moe_capacity_factor : k;
+}
+
+}  // namespace
+
+Work& Work::operator+=(const Work& o) {
+  gemm_flops += o.gemm_flops;
+  gemm_count += o.gemm_count;
+  attention_flops += o.attention_flops;
+  memory_bytes += o.memory_bytes;
+  tp_all_reduce_bytes += o.tp_all_reduce_bytes;
+  tp_all_reduce_count += o.tp_all_reduce_count;
+  tp_all_gather_bytes += o.tp_all_gather_bytes;
+  tp_all_gather_count += o.tp_all_gather_count;
+  tp_reduce_scatter_bytes += o.tp_reduce_scatter_bytes;
+  tp_reduce_scatter_count += o.tp_reduce_scatter_count;
+  ep_all_to_all_bytes += o.ep_all_to_all_bytes;
+  ep_all_to_all_count += o.ep_all_to_all_count;
+  return *this;
+}
+
+Work& Work::operator*=(double k) {
+  gemm_flops *= k;
+  gemm_count *= k;
+  attention_flops *= k;
+  memory_bytes *= k;
+  tp_all_reduce_bytes *= k;
+  tp_all_reduce_count *= k;
+  tp_all_gather_bytes *= k;
+  tp_all_gather_count *= k;
+  tp_reduce_scatter_bytes *= k;
+  tp_reduce_scatter_count *= k;
+  ep_all_to_all_bytes *= k;
+  ep_all_to_all_count *= k;
+  return *this;
+}
+
+PassWork transformer_layer_work(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                                const ExecutionOptions& exec, bool moe_layer) {
+  const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len);
+  const double s = as_d(model.seq_len), h = as_d(model.hidden), f = as_d(model.ffn_hidden);
+  const double kv = as_d(spec::kv_dim(model));
+  const double t = plan.tp, w = exec.activation_bytes;
+  const bool sp = plan.sequence_parallel && plan.tp > 1;
+  const double ne = n * h / (sp ? t : 1.0);  // LayerNorm / dropout elements per device
+  const double matrices = model.activation == spec::Activation::Swiglu ? 3.0 : 2.0;
+  const double routed = moe_layer ? routed_experts(model, exec) : 1.0;
+
+  // Projections and MLP: the GEMMs every pass repeats.
+  Work gemms;
+  gemms.gemm_flops = 2.0 * n * h * (h + 2.0 * kv) / t + 2.0 * n * h * h / t;
+  gemms.gemm_count = 2.0;
+  gemms.gemm_flops += 2.0 * n * h * f * matrices * routed / t;
+  if (moe_layer) {
+    const double local_experts = as_d(model.experts) / plan.ep;
+    gemms.gemm_count += 2.0 * local_experts;
+    gemms.gemm_flops += 2.0 * n * h * as_d(model.experts) / (sp ? t : 1.0);  // router
+    gemms.gemm_count += 1.0;
+  } else {
+    gemms.gemm_count += 2.0;  // gate and up fused into one GEMM when gated
+  }
+
+  // Attention scores.
+  Work scores_forward, scores_backward;
+  const double score_flops = 4.0 * n * s * h / t;  // QK^T and attention-over-V, full square
+  if (exec.flash_attention) {
+    scores_forward.attention_flops = 0.5 * score_flops;  // causal blocks skipped
+    scores_backward.attention_flops = kFlashBackwardFactor * 0.5 * score_flops;
+  } else {
+    const double scores = as_d(plan.micro_batch_size) * as_d(model.heads) * s * s / t;
+    scores_forward.gemm_flops = score_flops;
+    scores_forward.gemm_count = 2.0;
+    scores_forward.memory_bytes = scores * (5.0 * w + 1.0);
+    scores_backward.gemm_flops = 2.0 * score_flops;
+    scores_backward.gemm_count = 4.0;
+    scores_backward.memory_bytes = scores * (5.0 * w + 2.0);
+  }
+
+  Work elementwise;
+  const double mlp_elements = n * f * routed / t;
+  elementwise.memory_bytes = ne * (10.0 * w + 2.0) + mlp_elements * (matrices == 3.0 ? 3.0 : 2.0) * w;
+  if (moe_layer) elementwise.memory_bytes += 4.0 * n * routed * h * w / (sp ? t : 1.0);  // permute
+
+  const double message = n * h * w;
+  Work tp_forward, tp_backward;
+  if (plan.tp > 1) {
+    if (sp) {
+      tp_forward.tp_all_gather_bytes = 2.0 * message;
+      tp_forward.tp_all_gather_count = 2.0;
+      tp_forward.tp_reduce_scatter_bytes = 2.0 * message;
+      tp_forward.tp_reduce_scatter_count = 2.0;
+      tp_backward.tp_all_gather_bytes = 4.0 * message;
+      tp_backward.tp_all_gather_count = 4.0;
+      tp_backward.tp_reduce_scatter_bytes = 2.0 * message;
+      tp_backward.tp_reduce_scatter_count = 2.0;
+    } else {
+      tp_forward.tp_all_reduce_bytes = 2.0 * message;
+      tp_forward.tp_all_reduce_count = 2.0;
+      tp_backward = tp_forward;
+    }
+  }
+  Work ep;
+  if (moe_layer && plan.ep > 1) {
+    ep.ep_all_to_all_bytes = 2.0 * n * routed * h * w / (sp ? t : 1.0);
+    ep.ep_all_to_all_count = 2.0;
+  }
+
+  PassWork out;
+  out.forward = gemms + scores_forward + elementwise + tp_forward + ep;
+  out.input_grad = gemms + scores_backward + elementwise * 2.0 + tp_backward + ep;
+  out.weight_grad = gemms;
+  switch (plan.recompute) {
+    case spec::Recompute::Full:
+      out.input_grad += out.forward;
+      break;
+    case spec::Recompute::Selective:
+      out.input_grad += scores_forward;
+      break;
+    case spec::Recompute::None:
+      break;
+  }
+  return out;
+}
+
+PassWork embedding_work(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                        const ExecutionOptions& exec) {
+  const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len), h = as_d(model.hidden);
+  const double t = plan.tp, w = exec.activation_bytes;
+  const bool sp = plan.sequence_parallel && plan.tp > 1;
+  PassWork out;
+  // Each TP rank gathers the rows of its vocabulary shard into a full n x h output.
+  out.forward.memory_bytes = n * h * w * (1.0 + 1.0 / t);
+  // The gradient rows are added into the fp32 gradient of the shard (read + write).
+  out.weight_grad.memory_bytes = n * h * w + 8.0 * n * h / t;
+  if (plan.tp > 1) {
+    if (sp) {
+      out.forward.tp_reduce_scatter_bytes = n * h * w;
+      out.forward.tp_reduce_scatter_count = 1.0;
+      out.weight_grad.tp_all_gather_bytes = n * h * w;
+      out.weight_grad.tp_all_gather_count = 1.0;
+    } else {
+      out.forward.tp_all_reduce_bytes = n * h * w;
+      out.forward.tp_all_reduce_count = 1.0;
+    }
+  }
+  return out;
+}
+
+PassWork output_layer_work(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                           const ExecutionOptions& exec) {
+  const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len), h = as_d(model.hidden);
+  const double v = as_d(model.vocab), t = plan.tp, w = exec.activation_bytes;
+  const bool sp = plan.sequence_parallel && plan.tp > 1;
+  const double ne = n * h / (sp ? t : 1.0);
+  const double logits = n * v / t;
+  PassWork out;
+  out.forward.gemm_flops = 2.0 * n * h * v / t;
+  out.forward.gemm_count = 1.0;
+  out.forward.memory_bytes = 2.0 * ne * w + logits * kCrossEntropyForwardBytes;  // final norm, CE
+  out.input_grad.gemm_flops = out.forward.gemm_flops;
+  out.input_grad.gemm_count = 1.0;
+  out.input_grad.memory_bytes = 4.0 * ne * w + logits * kCrossEntropyBackwardBytes;
+  out.weight_grad.gemm_flops = out.forward.gemm_flops;
+  out.weight_grad.gemm_count = 1.0;
+  if (plan.tp > 1) {
+    // Max, sum of exponentials and the target logit reduced over the vocabulary shards.
+    out.forward.tp_all_reduce_bytes = 3.0 * 4.0 * n;
+    out.forward.tp_all_reduce_count = 3.0;
+    if (sp) {
+      out.forward.tp_all_gather_bytes = n * h * w;
+      out.forward.tp_all_gather_count = 1.0;
+      out.input_grad.tp_reduce_scatter_bytes = n * h * w;
+      out.input_grad.tp_reduce_scatter_count = 1.0;
+    } else {
+      out.input_grad.tp_all_reduce_bytes = n * h * w;
+      out.input_grad.tp_all_reduce_count = 1.0;
+    }
+  }
+  return out;
+}
+
+VocabularyWork vocabulary_parallel_work(const spec::ModelSpec& model,
+                                        const spec::ParallelPlan& plan,
+                                        const ExecutionOptions& exec) {
+  const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len), h = as_d(model.hidden);
+  const double p = plan.pp, t = plan.tp, w = exec.activation_bytes;
+  const double shard_logits = n * as_d(model.vocab) / (p * t);
+  const double gemm = 2.0 * n * h * as_d(model.vocab) / (p * t);
+  // Algorithm 2 (Vocab2) precomputes the input gradient in S; the others compute it in T.
+  const bool fused = plan.vocab == schedule::VocabMode::Vocab2;
+  VocabularyWork out;
+  out.s.gemm_flops = gemm;
+  out.s.gemm_count = 1.0;
+  out.s.memory_bytes = shard_logits * kCrossEntropyForwardBytes;
+  out.t.gemm_flops = gemm;
+  out.t.gemm_count = 1.0;
+  Work input_grad;
+  input_grad.gemm_flops = gemm;
+  input_grad.gemm_count = 1.0;
+  input_grad.memory_bytes = shard_logits * kCrossEntropyBackwardBytes;
+  (fused ? out.s : out.t) += input_grad;
+  out.input_forward.memory_bytes = n * h * w * (1.0 + 1.0 / (p * t));
+  out.input_backward.memory_bytes = n * h * w + 8.0 * n * h / (p * t);
+  const double statistics = 3.0 * 4.0 * n;  // max, sum of exponentials, target logit (fp32)
+  const double input_gradient = 4.0 * n * h;  // fp32
+  if (fused) {
+    out.barriers = 1;
+    out.barrier_bytes[0] = statistics + input_gradient;
+  } else {
+    out.barriers = 2;
+    out.barrier_bytes[0] = statistics;
+    out.barrier_bytes[1] = input_gradient;
+  }
+  out.broadcast_bytes = n * h * w;
+  return out;
+}
+
+double model_flops_per_token(const spec::ModelSpec& model) {
+  const double s = as_d(model.seq_len), h = as_d(model.hidden), f = as_d(model.ffn_hidden);
+  const double kv = as_d(spec::kv_dim(model));
+  const double matrices = model.activation == spec::Activation::Swiglu ? 3.0 : 2.0;
+  const double projections = 2.0 * (h * (h + 2.0 * kv) + h * h);
+  const double attention = 0.5 * 4.0 * s * h;  // causal
+  const double dense_mlp = 2.0 * h * f * matrices;
+  const double moe_mlp = dense_mlp * as_d(model.top_k) + 2.0 * h * as_d(model.experts);
+  const double moe_layers = as_d(spec::moe_layer_count(model));
+  const double dense_layers = as_d(model.layers) - moe_layers;
+  const double forward = dense_layers * (projections + attention + dense_mlp) +
+                         moe_layers * (projections + attention + moe_mlp) +
+                         2.0 * h * as_d(model.vocab);
+  return 3.0 * forward;
+}
+
+double hardware_flops_per_token(const spec::ModelSpec& model, spec::Recompute recompute) {
+  const double model_flops = model_flops_per_token(model);
+  const double s = as_d(model.seq_len), h = as_d(model.hidden), l = as_d(model.layers);
+  const double output_forward = 2.0 * h * as_d(model.vocab);
+  switch (recompute) {
+    case spec::Recompute::Full:
+      return model_flops + (model_flops / 3.0 - output_forward);
+    case spec::Recompute::Selective:
+      return model_flops + l * 0.5 * 4.0 * s * h;
+    case spec::Recompute::None:
+      break;
+  }
+  return model_flops;
+}
+
+}  // namespace pipetune::tuner

@@ -1,0 +1,133 @@
+#include "tuner/predict/evaluate.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/errors.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/spec/validate.hpp"
+#include "tuner/cost/work.hpp"
+
+namespace pipetune::tuner {
+
+namespace {
+
+// Generators whose op order does not depend on the op costs they are given.
+bool cost_independent(const schedule::GeneratorParams& params) {
+  const std::string& n = params.name;
+  if (params.vocab != schedule::VocabMode::None) return false;
+  return n == "1f1b" || n == "interleaved-1f1b" || n == "gpipe" || n == "v-half" || n == "v-min" ||
+         n == "dualpipe-v";
+}
+
+// Schedules kept per evaluator; a search touches a few dozen shapes, so a full cache is dropped.
+constexpr std::size_t kMaxCachedSchedules = 256;
+
+}  // namespace
+
+const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorParams& params,
+                                                      schedule::Schedule& scratch) {
+  if (!cost_independent(params)) {
+    scratch = schedule::generate(params);
+    return scratch;
+  }
+  ScheduleKey key{params.name,         params.stages,
+                  params.microbatches, params.chunks,
+                  params.group_size,   static_cast<int>(params.vocab),
+                  params.memory_limit};
+  auto it = schedules_.find(key);
+  if (it != schedules_.end()) return it->second;
+  if (schedules_.size() >= kMaxCachedSchedules) schedules_.clear();
+  return schedules_.emplace(std::move(key), schedule::generate(params)).first->second;
+}
+
+PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
+                                       const spec::ClusterSpec& cluster,
+                                       const spec::ParallelPlan& plan_in) {
+  spec::ModelSpec model = model_in;
+  spec::apply_defaults(model);
+  spec::ParallelPlan plan = plan_in;
+  spec::apply_defaults(plan);
+  spec::validate(model, cluster, plan);
+
+  PlanEvaluation e;
+  e.placement = schedule::schedule_placement(plan.schedule);
+  const int world = plan.world_size();
+  const double tokens = static_cast<double>(plan.global_batch) * static_cast<double>(model.seq_len);
+  e.model_flops = tokens * model_flops_per_token(model);
+  e.hardware_flops = tokens * hardware_flops_per_token(model, plan.recompute);
+
+  if (options_.skip_simulation_when_static_memory_exceeds) {
+    const std::vector<double> none(static_cast<std::size_t>(plan.pp), 0.0);
+    MemoryEstimate fixed =
+        estimate_memory(model, cluster, plan, e.placement, none, options_.memory);
+    if (!fixed.fits()) {
+      e.memory = std::move(fixed);
+      e.feasible = false;
+      e.infeasible_reason = e.memory.binding_constraint() + " before any activations";
+      return e;
+    }
+  }
+
+  e.costs = op_costs(model, cluster, plan, e.placement, options_.execution);
+
+  schedule::GeneratorParams params;
+  params.name = plan.schedule;
+  params.stages = plan.pp;
+  params.microbatches = plan.microbatches;
+  params.chunks = plan.chunks;
+  params.group_size = plan.group_size;
+  params.vocab = plan.vocab;
+  params.memory_limit = options_.schedule_memory_limit;
+  if (!cost_independent(params)) params.costs = e.costs.table;
+  schedule::Schedule scratch;
+  const schedule::Schedule& s = schedule_for(params, scratch);
+
+  sim::SimOptions sim_options;
+  sim_options.record_trace = false;
+  sim_options.activation_bytes_per_microbatch = e.costs.activation_bytes_per_microbatch;
+  sim::SimResult r = sim::simulate(s, e.costs.table, sim_options);
+  e.simulated = true;
+  e.pipeline_time = r.iteration_time;
+  e.bubble_ratio = r.bubble_ratio;
+
+  const ExecutionOptions& x = options_.execution;
+  std::vector<double> peaks(static_cast<std::size_t>(plan.pp), 0.0);
+  for (int i = 0; i < plan.pp; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    const StageCost& st = e.costs.stages[k];
+    const double last_backward = st.input_grad.total() + st.weight_grad.total();
+    const double first_forward = st.forward.total();
+    const double reduce = x.overlap_grad_reduce ? std::max(0.0, st.grad_reduce - last_backward)
+                                                : st.grad_reduce;
+    const double gather = x.overlap_param_gather ? std::max(0.0, st.param_gather - first_forward)
+                                                 : st.param_gather;
+    e.data_parallel_time = std::max(e.data_parallel_time, reduce + gather + st.embedding_sync);
+    e.optimizer_time = std::max(e.optimizer_time, st.optimizer);
+    peaks[k] = std::max(0.0, r.stages[k].peak_activation_bytes) +
+               e.costs.transient_activation_bytes[k];
+  }
+  e.iteration_time = e.pipeline_time + e.data_parallel_time + e.optimizer_time;
+  e.stages = std::move(r.stages);
+
+  if (e.iteration_time > 0.0) {
+    const double peak = cluster.hardware.peak_flops;
+    e.tokens_per_s = tokens / e.iteration_time;
+    e.tflops_per_gpu = e.model_flops / e.iteration_time / world / 1e12;
+    e.hfu_tflops_per_gpu = e.hardware_flops / e.iteration_time / world / 1e12;
+    e.mfu = e.model_flops / (e.iteration_time * world * peak);
+    e.hfu = e.hardware_flops / (e.iteration_time * world * peak);
+  }
+  e.memory = estimate_memory(model, cluster, plan, e.placement, peaks, options_.memory);
+  e.feasible = e.memory.fits();
+  if (!e.feasible) e.infeasible_reason = e.memory.binding_constraint();
+  return e;
+}
+
+PlanEvaluation evaluate_plan(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                             const spec::ParallelPlan& plan, const EvaluateOptions& options) {
+  PlanEvaluator evaluator(options);
+  return evaluator.evaluate(model, cluster, plan);
+}
+
+}  // namespace pipetune::tuner

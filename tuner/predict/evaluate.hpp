@@ -1,0 +1,93 @@
+// Evaluating one plan: validate it, generate its schedule, cost its ops (tuner/cost), simulate
+// the pipeline (tuner/sim, no trace) and apply the memory model (tuner/memory). What
+// `pipetune predict` prints and what the search ranks.
+//
+// Iteration time = simulated pipeline makespan
+//                + the slowest stage's exposed data-parallel communication (gradient reduction
+//                  beyond the last micro-batch's backward when overlapped, parameter gather
+//                  beyond the first forward when overlapped, the tied-embedding all-reduce)
+//                + the slowest stage's optimizer step.
+// Stages are taken to finish the pipeline together (the simulator reports only the makespan),
+// so a stage whose pipeline work ends early is charged its exposed reduction anyway: an upper
+// bound when the last stage holds the most parameters.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "engine/schedule/generators.hpp"
+#include "engine/schedule/schedule.hpp"
+#include "engine/spec/cluster_spec.hpp"
+#include "engine/spec/model_spec.hpp"
+#include "engine/spec/parallel_plan.hpp"
+#include "tuner/cost/execution.hpp"
+#include "tuner/cost/op_costs.hpp"
+#include "tuner/memory/memory_model.hpp"
+#include "tuner/sim/simulator.hpp"
+
+namespace pipetune::tuner {
+
+struct EvaluateOptions {
+  ExecutionOptions execution;
+  MemoryModelOptions memory;
+  // When weights, gradients and optimizer state alone exceed a device, return the plan as
+  // infeasible without generating or simulating its schedule (time figures stay 0). For search.
+  bool skip_simulation_when_static_memory_exceeds = false;
+  // Activation budget per stage in micro-batches for memory-bounded generators (zb-h2, zb-v);
+  // 0 = the schedule's default.
+  double schedule_memory_limit = 0.0;
+};
+
+struct PlanEvaluation {
+  bool simulated = false;           // false: skipped (static memory does not fit)
+  double iteration_time = 0.0;      // seconds
+  double pipeline_time = 0.0;       // seconds: the simulated schedule's makespan
+  double data_parallel_time = 0.0;  // seconds: exposed DP communication after the pipeline
+  double optimizer_time = 0.0;      // seconds
+  double bubble_ratio = 0.0;        // the simulator's: idle share of the pipeline ranks
+  double tokens_per_s = 0.0;        // global batch tokens / iteration time
+  // Model FLOPs: forward + backward of the model with the causal mask halving attention scores;
+  // hardware FLOPs add the recomputation the plan asks for. Per iteration, whole cluster.
+  double model_flops = 0.0;
+  double hardware_flops = 0.0;
+  double tflops_per_gpu = 0.0;      // model FLOPs / s / device / 1e12
+  double hfu_tflops_per_gpu = 0.0;  // hardware FLOPs / s / device / 1e12
+  double mfu = 0.0;                 // model FLOPs / (time * devices * peak)
+  double hfu = 0.0;
+  MemoryEstimate memory;  // per stage, at the simulated activation peak
+  bool feasible = false;  // every stage fits its device
+  std::string infeasible_reason;
+  schedule::Placement placement = schedule::Placement::Linear;
+  std::vector<sim::StageSummary> stages;  // the simulator's per-stage summary
+  OpCosts costs;                          // the op costs used
+};
+
+// Reusable evaluator: keeps schedules whose shape does not depend on op costs (1f1b,
+// interleaved, gpipe, v-half, v-min, dualpipe-v) between calls. Not thread-safe: one per thread.
+class PlanEvaluator {
+ public:
+  explicit PlanEvaluator(EvaluateOptions options = {}) : options_(std::move(options)) {}
+
+  // Throws SpecError / ScheduleError (InputErrors) naming the rule an invalid plan breaks.
+  PlanEvaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                          const spec::ParallelPlan& plan);
+
+  const EvaluateOptions& options() const { return options_; }
+  EvaluateOptions& options() { return options_; }
+
+ private:
+  using ScheduleKey = std::tuple<std::string, int, int, int, int, int, double>;
+  const schedule::Schedule& schedule_for(const schedule::GeneratorParams& params,
+                                         schedule::Schedule& scratch);
+
+  EvaluateOptions options_;
+  std::map<ScheduleKey, schedule::Schedule> schedules_;
+};
+
+PlanEvaluation evaluate_plan(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                             const spec::ParallelPlan& plan, const EvaluateOptions& options = {});
+
+}  // namespace pipetune::tuner
