@@ -11,5 +11,9 @@ void add_simulate_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 // Registers `presets`: lists presets by kind.
 void add_presets_command(CLI::App& app);
+// Registers `predict`: evaluates one plan with the cost, schedule and memory models.
+void add_predict_command(CLI::App& app);
+// Registers `tune`: searches plans and ranks them.
+void add_tune_command(CLI::App& app);
 
 }  // namespace pipetune::cli

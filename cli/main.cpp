@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   pipetune::cli::add_simulate_command(app);
   pipetune::cli::add_train_command(app);
   pipetune::cli::add_presets_command(app);
+  pipetune::cli::add_predict_command(app);
+  pipetune::cli::add_tune_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -1,0 +1,150 @@
+// `pipetune predict`: the cost model, schedule simulator and memory model on one given plan.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/format.hpp"
+#include "cli/tuning_target.hpp"
+#include "engine/errors.hpp"
+#include "tuner/predict/evaluate.hpp"
+#include "tuner/search/search.hpp"
+
+namespace pipetune::cli {
+
+namespace {
+
+struct PredictArgs {
+  TargetArgs target;
+  int tp = 1, pp = 1, dp = 0, ep = 1, chunks = 0, micro_batch_size = 1, zero = 0;
+  std::string schedule = "1f1b", vocab = "none", recompute = "none";
+  bool sequence_parallel = false;
+  bool json = false;
+};
+
+void run(const PredictArgs& a) {
+  const Target t = resolve_target(a.target);
+  spec::ParallelPlan p;
+  p.tp = a.tp;
+  p.pp = a.pp;
+  p.dp = a.dp > 0 ? a.dp : 0;
+  if (p.dp == 0) {
+    const int tp_pp = a.tp * a.pp;
+    if (tp_pp < 1 || t.cluster.devices % tp_pp != 0)
+      throw InputError("tp*pp = " + std::to_string(tp_pp) + " does not divide --gpus " +
+                       std::to_string(t.cluster.devices));
+    p.dp = t.cluster.devices / tp_pp;
+  }
+  p.ep = a.ep;
+  p.chunks =
+      a.chunks > 0
+          ? a.chunks
+          : (schedule::schedule_placement(a.schedule) == schedule::Placement::VShape ? 2 : 1);
+  p.micro_batch_size = a.micro_batch_size;
+  p.global_batch = t.global_batch;
+  p.schedule = a.schedule;
+  if (a.vocab == "redis") {
+    p.layer_split = tuner::redistributed_layer_split(t.model.layers, p.pp, 0.0,
+                                                     tuner::output_layer_in_layers(t.model));
+  } else {
+    p.vocab = schedule::parse_vocab_mode(a.vocab);
+  }
+  p.recompute = spec::parse_recompute(a.recompute);
+  p.sequence_parallel = a.sequence_parallel;
+  p.zero_stage = a.zero;
+  if (p.micro_batch_size < 1 ||
+      t.global_batch % (static_cast<std::int64_t>(p.micro_batch_size) * p.dp) != 0)
+    throw InputError("--global-batch " + std::to_string(t.global_batch) +
+                     " is not divisible by micro-batch " + std::to_string(p.micro_batch_size) +
+                     " x dp " + std::to_string(p.dp));
+  p.microbatches = static_cast<int>(t.global_batch / (p.micro_batch_size * p.dp));
+  const tuner::PlanEvaluation e = tuner::evaluate_plan(t.model, t.cluster, p);
+
+  if (a.json) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (std::size_t i = 0; i < e.memory.stages.size(); ++i) {
+      const auto& m = e.memory.stages[i];
+      nlohmann::json s = {{"stage", m.stage},
+                          {"parameter_bytes", m.parameters},
+                          {"gradient_bytes", m.gradients},
+                          {"optimizer_bytes", m.optimizer},
+                          {"activation_bytes", m.activations},
+                          {"peak_memory_bytes", m.total()}};
+      if (i < e.stages.size()) {
+        s["busy"] = e.stages[i].busy;
+        s["bubble"] = e.stages[i].bubble;
+        s["bubble_ratio"] = e.stages[i].bubble_ratio;
+      }
+      stages.push_back(s);
+    }
+    const nlohmann::json j = {{"model", t.model.name},
+                              {"hardware", t.cluster.hardware.name},
+                              {"gpus", t.cluster.devices},
+                              {"plan", plan_to_json(p, a.vocab)},
+                              {"iteration_time", e.iteration_time},
+                              {"tokens_per_s", e.tokens_per_s},
+                              {"mfu", e.mfu},
+                              {"tflops_per_gpu", e.tflops_per_gpu},
+                              {"hfu_tflops_per_gpu", e.hfu_tflops_per_gpu},
+                              {"bubble_ratio", e.bubble_ratio},
+                              {"peak_memory_bytes", e.memory.peak_bytes},
+                              {"feasible", e.feasible},
+                              {"infeasible_reason", e.infeasible_reason},
+                              {"stages", stages}};
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::printf("%s on %d x %s, global batch %lld, sequence %lld\n%s\n\n", t.model.name.c_str(),
+              t.cluster.devices, t.cluster.hardware.name.c_str(),
+              static_cast<long long>(t.global_batch), static_cast<long long>(t.model.seq_len),
+              plan_summary(p, a.vocab).c_str());
+  std::printf("iteration      %s  (pipeline %s, data-parallel %s, optimizer %s)\n",
+              human_time(e.iteration_time).c_str(), human_time(e.pipeline_time).c_str(),
+              human_time(e.data_parallel_time).c_str(), human_time(e.optimizer_time).c_str());
+  std::printf(
+      "throughput     %.0f tokens/s, MFU %.1f%%, %.1f TFLOP/s per GPU (%.1f with "
+      "recomputation)\n",
+      e.tokens_per_s, 100.0 * e.mfu, e.tflops_per_gpu, e.hfu_tflops_per_gpu);
+  std::printf("bubble         %.1f%%\n", 100.0 * e.bubble_ratio);
+  std::printf("memory         %s peak on stage %d of %s per GPU: %s\n\n",
+              human_bytes(e.memory.peak_bytes).c_str(), e.memory.peak_stage,
+              human_bytes(e.memory.device_bytes).c_str(),
+              e.feasible ? "fits" : ("does not fit: " + e.infeasible_reason).c_str());
+  std::printf("%-6s %11s %11s %11s %11s %11s %9s\n", "stage", "weights", "grads", "optimizer",
+              "activations", "total", "bubble%");
+  for (std::size_t i = 0; i < e.memory.stages.size(); ++i) {
+    const auto& m = e.memory.stages[i];
+    std::printf("%-6d %11s %11s %11s %11s %11s %8.1f%%\n", m.stage,
+                human_bytes(m.parameters).c_str(), human_bytes(m.gradients).c_str(),
+                human_bytes(m.optimizer).c_str(), human_bytes(m.activations).c_str(),
+                human_bytes(m.total()).c_str(),
+                i < e.stages.size() ? 100.0 * e.stages[i].bubble_ratio : 0.0);
+  }
+}
+
+}  // namespace
+
+void add_predict_command(CLI::App& app) {
+  auto a = std::make_shared<PredictArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "predict", "Predict one plan: iteration time, throughput, MFU and memory per stage");
+  add_target_options(cmd, a->target);
+  cmd->add_option("--tp", a->tp, "Tensor-parallel degree")->required();
+  cmd->add_option("--pp", a->pp, "Pipeline stages")->required();
+  cmd->add_option("--dp", a->dp, "Data-parallel degree (default: gpus / (tp*pp))");
+  cmd->add_option("--ep", a->ep, "Expert-parallel degree");
+  cmd->add_option("--chunks", a->chunks, "Layer groups per stage (interleaved, V schedules)");
+  cmd->add_option("--micro-batch-size", a->micro_batch_size, "Sequences per micro-batch");
+  cmd->add_option("--schedule", a->schedule, "Pipeline schedule")->capture_default_str();
+  cmd->add_option("--vocab", a->vocab,
+                  "Vocabulary layers: none, redis, vocab-1, vocab-2, interlaced")
+      ->capture_default_str();
+  cmd->add_option("--recompute", a->recompute, "none, selective or full")->capture_default_str();
+  cmd->add_flag("--sequence-parallel", a->sequence_parallel, "Sequence parallelism (with TP)");
+  cmd->add_option("--zero", a->zero, "ZeRO stage 0-3 (1: distributed optimizer)");
+  cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace pipetune::cli

@@ -1,0 +1,185 @@
+// `pipetune tune`: search plans for a model on N GPUs and print the best predicted ones.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.hpp"
+#include "cli/format.hpp"
+#include "cli/tuning_target.hpp"
+#include "engine/errors.hpp"
+#include "engine/schedule/generators.hpp"
+#include "tuner/predict/evaluate.hpp"
+#include "tuner/search/search.hpp"
+
+namespace pipetune::cli {
+
+namespace {
+
+struct TuneArgs {
+  TargetArgs target;
+  std::string schedules;    // comma-separated; empty = all
+  std::string vocab_modes;  // comma-separated; empty = all
+  std::int64_t max_candidates = 0;
+  int top = 10;
+  int threads = 0;
+  bool json = false;
+};
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+tuner::SearchSpace make_space(const TuneArgs& a, const Target& t) {
+  tuner::SearchSpace s;
+  s.model = t.model;
+  s.cluster = t.cluster;
+  s.global_batch = t.global_batch;
+  s.max_candidates = a.max_candidates;
+  s.threads = a.threads;
+  for (const std::string& name : split_list(a.schedules)) {
+    (void)schedule::schedule_placement(name);  // InputError listing the valid names
+    s.schedules.push_back(name);
+  }
+  if (!a.vocab_modes.empty()) {
+    s.vocab_modes.clear();
+    for (const std::string& m : split_list(a.vocab_modes)) {
+      if (m != "redis") (void)schedule::parse_vocab_mode(m);  // InputError listing valid names
+      s.vocab_modes.push_back(m);
+    }
+  }
+  if (a.max_candidates < 0) throw InputError("--max-candidates must be >= 0");
+  if (a.top < 1) throw InputError("--top must be positive (got " + std::to_string(a.top) + ")");
+  if (a.threads < 0) throw InputError("--threads must be >= 0");
+  return s;
+}
+
+tuner::ScorerFactory scorer_factory(const Target& t) {
+  return [&t] {
+    tuner::EvaluateOptions options;
+    options.skip_simulation_when_static_memory_exceeds = true;
+    auto evaluator = std::make_shared<tuner::PlanEvaluator>(options);
+    return tuner::PlanScorer([evaluator, &t](const spec::ParallelPlan& plan) {
+      const tuner::PlanEvaluation e = evaluator->evaluate(t.model, t.cluster, plan);
+      tuner::CandidateScore c;
+      c.feasible = e.feasible;
+      c.infeasible_reason = e.feasible ? "" : "out of memory";
+      c.iteration_time = e.iteration_time;
+      c.tokens_per_s = e.tokens_per_s;
+      c.mfu = e.mfu;
+      c.peak_memory_bytes = e.memory.peak_bytes;
+      return c;
+    });
+  };
+}
+
+nlohmann::json result_json(const tuner::ScoredPlan& r) {
+  return {
+      {"plan", plan_to_json(r.plan, r.vocab_label)},    {"iteration_time", r.score.iteration_time},
+      {"tokens_per_s", r.score.tokens_per_s},           {"mfu", r.score.mfu},
+      {"peak_memory_bytes", r.score.peak_memory_bytes}, {"feasible", r.score.feasible}};
+}
+
+[[noreturn]] void no_feasible_plan(const tuner::SearchResult& r, const Target& t) {
+  std::string msg = "no feasible plan for " + t.model.name + " on " +
+                    std::to_string(t.cluster.devices) + " x " + t.cluster.hardware.name;
+  if (r.smallest_infeasible) {
+    msg += ": the smallest plan needs " +
+           human_bytes(r.smallest_infeasible->score.peak_memory_bytes) + " per GPU (" +
+           plan_summary(r.smallest_infeasible->plan, r.smallest_infeasible->vocab_label) +
+           "), the device has " + human_bytes(static_cast<double>(t.cluster.hardware.hbm_bytes));
+  } else {
+    msg += ": every plan was pruned";
+  }
+  throw InputError(msg);
+}
+
+void progress_bar(std::int64_t done, std::int64_t total) {
+  const int width = 40;
+  const int filled = total > 0 ? static_cast<int>(width * done / total) : width;
+  std::fprintf(stderr, "\r[%s%s] %lld/%lld plans", std::string(filled, '#').c_str(),
+               std::string(width - filled, ' ').c_str(), static_cast<long long>(done),
+               static_cast<long long>(total));
+  if (done == total) std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+void run(const TuneArgs& a) {
+  const Target t = resolve_target(a.target);
+  const tuner::SearchSpace space = make_space(a, t);
+  const bool bar = isatty(STDERR_FILENO) != 0;
+  const tuner::SearchResult r =
+      tuner::search_plans(space, scorer_factory(t), bar ? progress_bar : tuner::SearchProgress{});
+  if (r.ranked.empty()) no_feasible_plan(r, t);
+  const std::size_t top = std::min<std::size_t>(static_cast<std::size_t>(a.top), r.ranked.size());
+
+  if (a.json) {
+    nlohmann::json results = nlohmann::json::array(), pareto = nlohmann::json::array();
+    for (std::size_t i = 0; i < top; ++i) results.push_back(result_json(r.ranked[i]));
+    for (const auto& p : r.pareto) pareto.push_back(result_json(p));
+    const nlohmann::json j = {{"model", t.model.name},
+                              {"hardware", t.cluster.hardware.name},
+                              {"gpus", t.cluster.devices},
+                              {"global_batch", t.global_batch},
+                              {"seq_len", t.model.seq_len},
+                              {"candidates_enumerated", r.candidates_enumerated},
+                              {"candidates_evaluated", r.candidates_evaluated},
+                              {"feasible", r.ranked.size()},
+                              {"pruned", r.pruned},
+                              {"results", results},
+                              {"pareto", pareto}};
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::printf(
+      "%s on %d x %s, global batch %lld, sequence %lld: %lld plans, %lld simulated, "
+      "%zu feasible\n\n",
+      t.model.name.c_str(), t.cluster.devices, t.cluster.hardware.name.c_str(),
+      static_cast<long long>(t.global_batch), static_cast<long long>(t.model.seq_len),
+      static_cast<long long>(r.candidates_enumerated),
+      static_cast<long long>(r.candidates_evaluated), r.ranked.size());
+  int width = 4;
+  for (std::size_t i = 0; i < top; ++i)
+    width = std::max(
+        width, static_cast<int>(plan_summary(r.ranked[i].plan, r.ranked[i].vocab_label).size()));
+  std::printf("%-4s %-*s %11s %11s %6s %11s\n", "rank", width, "plan", "iteration", "tokens/s",
+              "MFU", "peak mem");
+  for (std::size_t i = 0; i < top; ++i) {
+    const auto& c = r.ranked[i];
+    std::printf("%-4zu %-*s %11s %11.0f %5.1f%% %11s\n", i + 1, width,
+                plan_summary(c.plan, c.vocab_label).c_str(),
+                human_time(c.score.iteration_time).c_str(), c.score.tokens_per_s,
+                100.0 * c.score.mfu, human_bytes(c.score.peak_memory_bytes).c_str());
+  }
+  std::printf("\nPareto front (throughput against peak memory): %zu plans\n", r.pareto.size());
+  std::printf("pruned:\n");
+  for (const auto& [reason, n] : r.pruned)
+    std::printf("  %8lld  %s\n", static_cast<long long>(n), reason.c_str());
+}
+
+}  // namespace
+
+void add_tune_command(CLI::App& app) {
+  auto a = std::make_shared<TuneArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "tune", "Search TP/PP/DP/EP, schedules, vocabulary layers, recomputation and ZeRO");
+  add_target_options(cmd, a->target);
+  cmd->add_option("--schedules", a->schedules, "Schedules to try, comma-separated (default all)");
+  cmd->add_option("--vocab-modes", a->vocab_modes,
+                  "none, redis, vocab-1, vocab-2, interlaced (comma-separated; default all)");
+  cmd->add_option("--max-candidates", a->max_candidates, "Stop after this many plans (0 = all)");
+  cmd->add_option("--top", a->top, "Results to print")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "Scoring threads (0 = all cores)");
+  cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace pipetune::cli
