@@ -247,6 +247,10 @@ class EventSax : public nlohmann::json_sax<json> {
       info_.array_form = !object;
       if (!object) events_depth_ = 1;
     } else if (in_event_members()) {
+      if (key_ == "ph" || key_ == "name" || key_ == "cat" || key_ == "pid" || key_ == "tid" ||
+          key_ == "ts" || key_ == "dur")
+        fail_event("\"" + key_ + "\" is " + (object ? "an object" : "an array") +
+                   ", not a single value");
       if (key_ == "args") {
         if (!object) fail_event("\"args\" is an array, not an object");
         event_.args = json::object();

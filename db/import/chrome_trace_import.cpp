@@ -384,6 +384,7 @@ class ChromeImport {
         if (t.rank >= 0) process_ranks[t.process].insert(t.rank);
       std::int32_t next = 0;
       for (const auto& [r, why] : source) next = std::max(next, r + 1);
+      // New ranks in the order processes first appear in the file.
       std::map<std::uint32_t, std::int32_t> new_rank;
       for (ThreadInfo& t : threads_) {
         if (t.rank >= 0) continue;
@@ -392,13 +393,14 @@ class ChromeImport {
           t.rank = *pr->second.begin();
           continue;
         }
-        auto [it, fresh] = new_rank.emplace(t.process, next);
-        if (fresh) {
-          source.emplace(next, "process order");
-          ++next;
-        }
-        t.rank = it->second;
+        new_rank.emplace(t.process, -1);
       }
+      for (auto& [process, rank] : new_rank) {
+        rank = next++;
+        source.emplace(rank, "process order");
+      }
+      for (ThreadInfo& t : threads_)
+        if (t.rank < 0) t.rank = new_rank.at(t.process);
     }
     // One ImportedRank per rank: the process it came from (the first one seen).
     std::map<std::int32_t, ImportedRank> ranks;
