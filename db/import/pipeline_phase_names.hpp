@@ -11,7 +11,8 @@
 //    nvtx_range_push default message is "<module>.<function>[.<suffix>]"): "forward",
 //    "forward-compute", "forward_step", "forward pass", "fwd", the same for backward/bwd, each
 //    optionally followed by a micro-batch number ("forward_3", "backward-compute mb=2",
-//    "Forward pass 3", "forward microbatch 1"). Case-insensitive.
+//    "Forward pass 3", "forward microbatch 1"). Case-insensitive. After a module path the bare
+//    word is not enough ("model.mlp.forward" is a module's forward): "x.forward_step" is.
 // Megatron-LM's own pipeline schedule ranges ("...forward_backward_pipelining_with_interleaving.
 // warmup" / ".steady" / ".cooldown" / ".misc") are phases of the whole schedule, not of one
 // micro-batch: they stay Range spans. "forward-backward" (the whole step) is not a phase either.

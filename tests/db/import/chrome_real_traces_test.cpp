@@ -8,6 +8,7 @@
 #include <map>
 
 #include "db/import/chrome_trace_import.hpp"
+#include "db/import/merge_profiles.hpp"
 #include "engine/errors.hpp"
 #include "tests/db/import/import_test_helpers.hpp"
 #include "tests/db/import/nsys_export_writer.hpp"
@@ -286,6 +287,47 @@ TEST_F(KinetoTraces, KernelRecordsFromArgs) {
   EXPECT_EQ(first->block, (std::array<std::int32_t, 3>{256, 1, 1}));
   EXPECT_EQ(first->stream, 23);
   EXPECT_EQ(first->correlation, 6935929);
+}
+
+TEST_F(KinetoTraces, MergedRanksShareOneTrace) {
+  const std::size_t spans = profile_[0].trace.spans.size() + profile_[1].trace.spans.size();
+  const std::size_t kernels = profile_[0].kernels.size() + profile_[1].kernels.size();
+  const ImportedProfile merged = merge_imported_profiles({profile_[0], profile_[1]});
+  const auto& t = merged.trace;
+  EXPECT_EQ(t.spans.size(), 4811u + 4676u);
+  EXPECT_EQ(t.spans.size(), spans);
+  EXPECT_EQ(merged.kernels.size(), kernels);
+  ASSERT_EQ(merged.ranks.size(), 2u);
+  EXPECT_EQ(merged.ranks[1].process_name, "pyper:trainer:0:1");
+  // Kernel records still sit beside their spans: (lane, start) finds a kernel-kind span.
+  std::size_t matched = 0;
+  for (const KernelRecord& k : merged.kernels) {
+    const int lane = find_lane(t, k.rank, Stream::Gpu, k.stream);
+    for (const Span& s : t.spans)
+      if (s.lane == lane && s.start_ns == k.start_ns && s.end_ns == k.end_ns) {
+        ++matched;
+        break;
+      }
+  }
+  EXPECT_EQ(matched, kernels);
+  std::int64_t step[2] = {0, 0};
+  for (const Span& s : t.spans)
+    if (t.names[s.name] == "ProfilerStep#551")
+      step[t.lanes[static_cast<std::size_t>(s.lane)].rank] = s.start_ns;
+  EXPECT_EQ(step[1] - step[0], 192'000);
+  for (int r = 0; r < 2; ++r) {
+    const auto k = spans_where(t, [&](const Span& s) {
+      return s.lane == find_lane(t, r, Stream::Gpu, 84) && is_communication(s.kind);
+    });
+    EXPECT_EQ(k.size(), 8u) << "rank " << r;
+  }
+  try {
+    merge_imported_profiles({profile_[0], profile_[0]});
+    ADD_FAILURE() << "two rank-0 profiles merged";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 is in part 1 and part 2"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(KinetoGzip, ReadsTheCompressedFileWhenBuiltWithZlib) {
