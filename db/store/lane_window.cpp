@@ -159,7 +159,7 @@ LaneWindow LaneWindowReader::fold(const LaneRef& lane, std::int64_t t0, std::int
       // A block inside the window whose spans and inner gaps are all under a pixel folds whole:
       // its first span joins (or starts) a fold and every later one extends it.
       const bool whole =
-          start >= t0 && end < t1 && blocks_.column_int64(4) < px && blocks_.column_int64(5) <= px;
+          start >= t0 && end < t1 && blocks_.column_int64(4) < px && blocks_.column_int64(5) < px;
       if (whole && fold.active && start - fold.end_ns < px) {
         fold.count += count;
         fold.end_ns = end;

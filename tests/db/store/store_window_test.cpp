@@ -173,6 +173,44 @@ TEST(StoreWindow, OutOfOrderPartsAreRepackedAtFinish) {
   check_windows(ws, writer.run_id(), g, 13);
 }
 
+// Exactly one pixel is not shorter than a pixel: gaps and durations equal to pixel_ns break
+// folds, also inside blocks that would otherwise fold whole. Window [0, 100 * 10000) at 10000
+// px: pixel_ns = 100. Four blocks of 256 spans of 10 ns with 5 ns gaps, except: block 0 has a
+// 100 ns gap after span 100; block 1 starts 100 ns after block 0 ends; block 2 holds a span of
+// 100 ns at 50; block 3 starts 99 ns after block 2 ends (still folds on).
+TEST(StoreWindow, OnePixelGapsAndSpansBreakFolds) {
+  TempDir dir;
+  const std::string path = dir.file("edges.db");
+  GeneratedRun g;
+  const auto lane = g.trace.lane(0, Stream::Compute);
+  g.by_lane.resize(1);
+  std::int64_t t = 0;
+  for (std::size_t block = 0; block < 4; ++block) {
+    for (std::size_t i = 0; i < kBlockSpans; ++i) {
+      std::int64_t gap = 5, dur = 10;
+      if (block == 0 && i == 101) gap = 100;
+      if (block == 1 && i == 0) gap = 100;
+      if (block == 2 && i == 50) dur = 100;
+      if (block == 3 && i == 0) gap = 99;
+      t += gap;
+      const Span s{lane, SpanKind::Kernel, -1, -1, -1, t, t + dur, 0};
+      g.trace.spans.push_back(s);
+      g.by_lane[0].push_back({s, 0});
+      t += dur;
+    }
+  }
+  const std::int64_t run = store_trace(path, {TraceKind::Imported, "edges", "", ""}, g.trace);
+  Workspace ws(path);
+  const LaneWindow w = ws.window(run, 0, 0, 100 * 10000, 10000);
+  ASSERT_EQ(w.pixel_ns, 100);
+  EXPECT_EQ(
+      testing::diff_items(testing::reference_fold(g.by_lane[0], 0, 100 * 10000, 100), w.items), "");
+  // By hand: folds of 101 | 155 | 256 + 50 | the 100 ns span | 205 + 256.
+  std::vector<std::int64_t> counts;
+  for (const auto& item : w.items) counts.push_back(item.count);
+  EXPECT_EQ(counts, (std::vector<std::int64_t>{101, 155, 306, 1, 461}));
+}
+
 TEST(StoreWindow, MemoryWindowHoldsTheSampleInEffectAndThoseInside) {
   TempDir dir;
   const std::string path = dir.file("mem.db");
