@@ -15,5 +15,12 @@ void add_presets_command(CLI::App& app);
 void add_predict_command(CLI::App& app);
 // Registers `tune`: searches plans and ranks them.
 void add_tune_command(CLI::App& app);
+// Workspace commands: `runs`, `report`, `timeline`, `diff`, `export-trace`, `import-nsys`,
+// `import-trace`.
+void add_runs_command(CLI::App& app);
+void add_report_command(CLI::App& app);
+void add_timeline_command(CLI::App& app);
+void add_diff_command(CLI::App& app);
+void add_trace_file_commands(CLI::App& app);
 
 }  // namespace pipetune::cli

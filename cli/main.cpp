@@ -5,6 +5,7 @@
 
 #include "cli/commands.hpp"
 #include "engine/errors.hpp"
+#include "profiler/analysis/analysis_error.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"pipetune: simulate, tune and inspect pipeline-parallel LLM training"};
@@ -15,18 +16,22 @@ int main(int argc, char** argv) {
   pipetune::cli::add_presets_command(app);
   pipetune::cli::add_predict_command(app);
   pipetune::cli::add_tune_command(app);
+  pipetune::cli::add_runs_command(app);
+  pipetune::cli::add_report_command(app);
+  pipetune::cli::add_timeline_command(app);
+  pipetune::cli::add_diff_command(app);
+  pipetune::cli::add_trace_file_commands(app);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::Success& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
+  } catch (const CLI::Success& e) {  // --help and --help-all too (they derive from Success)
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "pipetune: " << e.what() << " (see pipetune --help)\n";
     return 2;
   } catch (const pipetune::InputError& e) {
+    std::cerr << "pipetune: error: " << e.what() << "\n";
+    return 2;
+  } catch (const pipetune::profiler::analysis::AnalysisError& e) {
     std::cerr << "pipetune: error: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {

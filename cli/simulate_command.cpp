@@ -9,7 +9,9 @@
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
+#include "cli/workspace_cli.hpp"
 #include "db/chrome_trace.hpp"
+#include "db/store/run_writer.hpp"
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
 #include "profiler/text_gantt.hpp"
@@ -36,6 +38,10 @@ struct SimulateArgs {
   std::string trace;
   int width = 0;
   bool no_gantt = false;
+  bool force = false;
+  std::string db;
+  bool no_db = false;
+  std::string name;
 };
 
 void check_costs(const SimulateArgs& a) {
@@ -139,20 +145,55 @@ void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& 
   }
 }
 
+// The run as the store keeps it: what was simulated, and the unit of its times.
+std::int64_t store_simulation(const SimulateArgs& a, const tuner::SimulationSetup& setup,
+                              const schedule::Schedule& s, const sim::SimResult& r) {
+  nlohmann::json plan = {{"schedule", s.name},
+                         {"pp", s.stages},
+                         {"tp", 1},
+                         {"dp", 1},
+                         {"microbatches", s.microbatches},
+                         {"chunks", s.chunks},
+                         {"vocab", std::string(schedule::vocab_mode_name(s.vocab))},
+                         {"time_unit", setup.time_unit}};
+  if (!a.config.empty()) plan["config"] = a.config;
+  const std::string name = !a.name.empty()
+                               ? a.name
+                               : (a.config.empty() ? s.name + " p=" + std::to_string(s.stages) +
+                                                         " m=" + std::to_string(s.microbatches)
+                                                   : a.config);
+  db::RunWriter w(a.db, {profiler::TraceKind::Simulated, name, plan.dump(),
+                         nlohmann::json{{"setup", setup.description}}.dump()});
+  w.append(r.trace);
+  w.set_summary_json(nlohmann::json{
+      {"iteration_time", r.iteration_time},
+      {"bubble_ratio", r.bubble_ratio},
+      {"time_unit",
+       setup.time_unit}}.dump());
+  w.finish(db::RunStatus::Complete);
+  return w.run_id();
+}
+
 void run(const SimulateArgs& a) {
   tuner::SimulationSetup setup =
       a.config.empty() ? setup_from_flags(a) : tuner::setup_from_run_file(a.config);
+  if (!a.trace.empty()) check_output_file(a.trace, a.force);
   const schedule::Schedule s = schedule::generate(setup.params);
   sim::SimOptions options = setup.options;
-  options.record_trace = !a.trace.empty() || (!a.json && !a.no_gantt);
+  options.record_trace = !a.no_db || !a.trace.empty() || (!a.json && !a.no_gantt);
   const sim::SimResult r = sim::simulate(s, setup.costs, options);
-  // Write the trace before printing, so a failure to write leaves neither file nor report.
+  // Write the trace and the run before printing, so a failure leaves no half report.
   if (!a.trace.empty()) db::write_chrome_trace_file(r.trace, a.trace);
+  const std::int64_t run_id = a.no_db ? -1 : store_simulation(a, setup, s, r);
   if (a.json) {
-    std::cout << to_json(setup, s, r).dump(2) << "\n";
+    nlohmann::json j = to_json(setup, s, r);
+    if (run_id >= 0) j["run_id"] = run_id;
+    std::cout << j.dump(2) << "\n";
   } else {
     print_human(setup, s, r, a);
     if (!a.trace.empty()) std::printf("\ntrace written to %s\n", a.trace.c_str());
+    if (run_id >= 0)
+      std::printf("stored as run %lld in %s\n", static_cast<long long>(run_id), a.db.c_str());
   }
 }
 
@@ -197,6 +238,10 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--trace", args->trace, "Write a Chrome trace JSON (Perfetto) to FILE");
   cmd->add_option("--width", args->width, "Gantt chart width in columns");
   cmd->add_flag("--no-gantt", args->no_gantt, "Do not print the Gantt chart");
+  cmd->add_flag("--force", args->force, "Overwrite the --trace file if it exists");
+  add_db_option(cmd, args->db);
+  cmd->add_flag("--no-db", args->no_db, "Do not store the run in a workspace");
+  cmd->add_option("--name", args->name, "Run name in the workspace");
   for (CLI::Option* o :
        {sched, stages, mbs, chunks, group, vocab, cf, cb, cw, cs, ct, comm, barrier, mem})
     config->excludes(o);

@@ -9,7 +9,9 @@
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
+#include "cli/workspace_cli.hpp"
 #include "db/chrome_trace.hpp"
+#include "db/store/run_writer.hpp"
 #include "engine/errors.hpp"
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
@@ -36,7 +38,11 @@ struct TrainArgs {
   std::string resume;
   bool json = false;
   std::string trace;
+  bool force = false;
   int threads = 0;
+  std::string db;
+  bool no_db = false;
+  std::string name;
 };
 
 runtime::TrainOptions build_options(const TrainArgs& a) {
@@ -69,7 +75,7 @@ runtime::TrainOptions build_options(const TrainArgs& a) {
   o.checkpoint_dir = a.checkpoint;
   o.checkpoint_every = a.checkpoint_every;
   o.resume_dir = a.resume;
-  o.record_trace = true;
+  o.record_trace = !a.trace.empty();  // the store gets the records step by step instead
   o.threads_per_rank = a.threads;
   return o;
 }
@@ -103,7 +109,8 @@ double steady_tokens_per_s(const runtime::TrainResult& r) {
                        : 0.0;
 }
 
-void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r) {
+void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r,
+                std::int64_t run_id) {
   nlohmann::json losses = nlohmann::json::array(), steps = nlohmann::json::array(),
                  ranks = nlohmann::json::array();
   for (const auto& s : r.steps) {
@@ -131,6 +138,7 @@ void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r) {
                       {"plan", plan_json(o, r)}, {"first_step", r.first_step},
                       {"steps", steps},          {"iteration_time", r.iteration_seconds},
                       {"ranks", ranks}};
+  if (run_id >= 0) j["run_id"] = run_id;
   std::cout << j.dump(2) << "\n";
 }
 
@@ -151,9 +159,53 @@ void print_summary(const runtime::TrainResult& r) {
                 human_bytes(static_cast<double>(k.peak_activation_bytes)).c_str());
 }
 
+// The plan as the store keeps it (before training: the run exists while it trains).
+nlohmann::json stored_plan_json(const runtime::TrainOptions& o) {
+  const spec::ParallelPlan& p = o.plan;
+  return {{"model", o.model.name},
+          {"tp", p.tp},
+          {"pp", p.pp},
+          {"dp", p.dp},
+          {"ep", p.ep},
+          {"schedule", p.schedule},
+          {"chunks", p.chunks},
+          {"vocab", std::string(schedule::vocab_mode_name(p.vocab))},
+          {"microbatches", p.microbatches},
+          {"micro_batch_size", p.micro_batch_size},
+          {"zero_stage", p.zero_stage},
+          {"steps", o.steps},
+          {"seed", o.seed},
+          {"time_unit", "s"}};
+}
+
+std::string summary_json(const runtime::TrainResult& r) {
+  nlohmann::json losses = nlohmann::json::array();
+  for (const auto& s : r.steps) losses.push_back(s.loss);
+  return nlohmann::json{{"iteration_time", r.iteration_seconds},
+                        {"time_unit", "s"},
+                        {"tokens_per_s", steady_tokens_per_s(r)},
+                        {"losses", losses}}
+      .dump();
+}
+
 void run(const TrainArgs& a) {
   runtime::TrainOptions o = build_options(a);
   runtime::check_train_options(o);
+  if (!a.trace.empty()) check_output_file(a.trace, a.force);
+  // The run goes into the workspace as it trains: a crash leaves it there, interrupted.
+  std::unique_ptr<db::RunWriter> writer;
+  if (!a.no_db) {
+    const std::string name = a.name.empty()
+                                 ? o.model.name + " tp=" + std::to_string(o.plan.tp) +
+                                       " pp=" + std::to_string(o.plan.pp) +
+                                       " dp=" + std::to_string(o.plan.dp) + " " + o.plan.schedule
+                                 : a.name;
+    writer = std::make_unique<db::RunWriter>(
+        a.db, db::RunInfo{profiler::TraceKind::Measured, name, stored_plan_json(o).dump(),
+                          nlohmann::json{{"model", o.model.name}}.dump()});
+    db::RunWriter* w = writer.get();
+    o.trace_sink = [w](profiler::Trace part) { w->append(std::move(part)); };
+  }
   if (!a.json) {
     const spec::ParallelPlan& p = o.plan;
     std::printf(
@@ -169,15 +221,33 @@ void run(const TrainArgs& a) {
       std::fflush(stdout);
     };
   }
-  const runtime::TrainResult r = runtime::train(o);
+  runtime::TrainResult r;
+  try {
+    r = runtime::train(o);
+  } catch (...) {
+    if (writer) {
+      try {
+        writer->finish(db::RunStatus::Failed);
+      } catch (...) {  // the training error is the one to report
+      }
+    }
+    throw;
+  }
+  if (writer) {
+    writer->set_summary_json(summary_json(r));
+    writer->finish(db::RunStatus::Complete);
+  }
   if (!a.trace.empty()) db::write_chrome_trace_file(r.trace, a.trace);
   if (a.json) {
-    print_json(o, r);
+    print_json(o, r, writer ? writer->run_id() : -1);
     return;
   }
   print_summary(r);
   if (!a.checkpoint.empty()) std::printf("checkpoint written to %s\n", a.checkpoint.c_str());
   if (!a.trace.empty()) std::printf("trace written to %s\n", a.trace.c_str());
+  if (writer)
+    std::printf("stored as run %lld in %s\n", static_cast<long long>(writer->run_id()),
+                a.db.c_str());
 }
 
 }  // namespace
@@ -210,7 +280,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--resume", args->resume, "Resume from the checkpoint in DIR");
   cmd->add_flag("--json", args->json, "Print one JSON object on stdout");
   cmd->add_option("--trace", args->trace, "Write a Chrome trace JSON (Perfetto) to FILE");
+  cmd->add_flag("--force", args->force, "Overwrite the --trace file if it exists");
   cmd->add_option("--threads", args->threads, "Compute threads per rank (0 = cores / ranks)");
+  add_db_option(cmd, args->db);
+  cmd->add_flag("--no-db", args->no_db, "Do not store the run in a workspace");
+  cmd->add_option("--name", args->name, "Run name in the workspace (default: model and plan)");
   cmd->callback([args] { run(*args); });
 }
 

@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace pipetune::testing {
@@ -28,8 +30,28 @@ inline std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+// The working directory of children started without one: a directory of this test process
+// (removed when it exits), so that the workspace the CLI writes by default (pipetune.db) and any
+// relative output land there and nowhere else.
+inline const std::string& default_child_cwd() {
+  struct Dir {
+    std::string path;
+    Dir() {
+      char tmpl[] = "/tmp/pipetune_cli_XXXXXX";
+      if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+      path = tmpl;
+    }
+    ~Dir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Dir dir;
+  return dir.path;
+}
+
 inline ProcessResult run_pipetune(const std::vector<std::string>& args,
-                                  const std::string& cwd = "") {
+                                  const std::string& cwd = default_child_cwd()) {
   char out_tmpl[] = "/tmp/pipetune_out_XXXXXX";
   char err_tmpl[] = "/tmp/pipetune_err_XXXXXX";
   const int out_fd = ::mkstemp(out_tmpl);

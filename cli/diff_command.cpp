@@ -1,0 +1,150 @@
+// `pipetune diff RUN_A RUN_B`: per stage and per op kind, time and memory of two stored runs
+// (for example the prediction and the measurement of one plan), absolute and relative to A.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "cli/commands.hpp"
+#include "cli/format.hpp"
+#include "cli/workspace_cli.hpp"
+#include "engine/errors.hpp"
+#include "profiler/analysis/analysis.hpp"
+
+namespace pipetune::cli {
+
+namespace {
+
+namespace an = profiler::analysis;
+
+struct DiffArgs {
+  std::string db;
+  std::string a, b;
+  std::optional<int> iteration_a, iteration_b;
+  bool json = false;
+};
+
+nlohmann::json compared_json(const an::Compared& c, double scale = 1.0) {
+  return {{"a", c.a * scale},
+          {"b", c.b * scale},
+          {"delta", c.delta * scale},
+          {"relative", c.relative ? nlohmann::json(*c.relative) : nlohmann::json(nullptr)}};
+}
+
+std::string relative(const an::Compared& c) {
+  if (!c.relative) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+.1f%%", 100.0 * *c.relative);
+  return buf;
+}
+
+void print_json(const LoadedRun& ra, const LoadedRun& rb, const an::TraceComparison& d) {
+  constexpr double ns = 1e-9;
+  nlohmann::json kinds = nlohmann::json::array(), ranks = nlohmann::json::array();
+  auto kind_json = [&](const an::KindComparison& k) {
+    return nlohmann::json{{"kind", std::string(profiler::span_kind_name(k.kind))},
+                          {"presence", an::presence_name(k.presence)},
+                          {"count", compared_json(k.count)},
+                          {"time", compared_json(k.total_ns, ns)},
+                          {"mean", compared_json(k.mean_ns, ns)}};
+  };
+  for (const auto& k : d.kinds) kinds.push_back(kind_json(k));
+  for (const auto& r : d.ranks) {
+    nlohmann::json rk = {{"rank", r.rank},
+                         {"presence", an::presence_name(r.presence)},
+                         {"compute", compared_json(r.compute_ns, ns)},
+                         {"communication", compared_json(r.communication_ns, ns)},
+                         {"exposed_communication", compared_json(r.exposed_communication_ns, ns)},
+                         {"bubble", compared_json(r.bubble_ns, ns)},
+                         {"bubble_ratio", compared_json(r.bubble_ratio)},
+                         {"peak_memory_bytes", compared_json(r.peak_memory_bytes)},
+                         {"kinds", nlohmann::json::array()},
+                         {"memory", nlohmann::json::array()}};
+    for (const auto& k : r.kinds) rk["kinds"].push_back(kind_json(k));
+    for (const auto& m : r.memory)
+      rk["memory"].push_back({{"category", std::string(profiler::memory_category_name(m.category))},
+                              {"presence", an::presence_name(m.presence)},
+                              {"peak_bytes", compared_json(m.peak_bytes)}});
+    ranks.push_back(rk);
+  }
+  const nlohmann::json j = {{"a", run_identity_json(ra.stored.run)},
+                            {"b", run_identity_json(rb.stored.run)},
+                            {"iteration_time", compared_json(d.window_ns, ns)},
+                            {"bubble_ratio", compared_json(d.bubble_ratio)},
+                            {"compute", compared_json(d.compute_ns, ns)},
+                            {"peak_memory_bytes", compared_json(d.peak_memory_bytes)},
+                            {"kinds", kinds},
+                            {"ranks", ranks}};
+  std::cout << j.dump(2) << "\n";
+}
+
+void print_human(const LoadedRun& ra, const LoadedRun& rb, const an::TraceComparison& d) {
+  const std::string& u = ra.time_unit;
+  std::printf("A: run %lld %s (iteration %zu)\nB: run %lld %s (iteration %zu)\n\n",
+              static_cast<long long>(ra.stored.run.id), ra.stored.run.name.c_str(),
+              ra.iteration + 1, static_cast<long long>(rb.stored.run.id),
+              rb.stored.run.name.c_str(), rb.iteration + 1);
+  auto row = [&](const char* what, const an::Compared& c, bool time) {
+    auto f = [&](double v) { return time ? human_time(v * 1e-9, u) : human_bytes(v); };
+    std::printf("%-22s %14s %14s %14s %9s\n", what, f(c.a).c_str(), f(c.b).c_str(),
+                f(c.delta).c_str(), relative(c).c_str());
+  };
+  std::printf("%-22s %14s %14s %14s %9s\n", "", "A", "B", "B - A", "vs A");
+  row("iteration", d.window_ns, true);
+  row("compute (all ranks)", d.compute_ns, true);
+  row("peak memory", d.peak_memory_bytes, false);
+  std::printf("%-22s %13.1f%% %13.1f%% %+13.1f%%\n", "bubble", 100.0 * d.bubble_ratio.a,
+              100.0 * d.bubble_ratio.b, 100.0 * d.bubble_ratio.delta);
+  std::printf("\nper op kind (all ranks):\n");
+  for (const auto& k : d.kinds) {
+    std::string label = std::string(profiler::span_kind_name(k.kind));
+    if (k.presence != an::Presence::Both)
+      label += std::string(" (") + an::presence_name(k.presence) + ")";
+    row(label.c_str(), k.total_ns, true);
+  }
+  std::printf("\nper rank: compute / bubble\n");
+  for (const auto& r : d.ranks) {
+    char label[48];
+    std::snprintf(label, sizeof label, "rank %d compute", r.rank);
+    row(label, r.compute_ns, true);
+    std::snprintf(label, sizeof label, "rank %d bubble", r.rank);
+    row(label, r.bubble_ns, true);
+  }
+}
+
+void run(const DiffArgs& a) {
+  const LoadedRun ra = load_run(a.db, a.a, a.iteration_a);
+  const LoadedRun rb = load_run(a.db, a.b, a.iteration_b);
+  an::DiffOptions o;
+  o.window_a = ra.window;
+  o.window_b = rb.window;
+  an::TraceComparison d;
+  try {
+    d = an::diff_traces(ra.stored.trace, rb.stored.trace, o);
+  } catch (const an::AnalysisError& e) {
+    throw InputError(e.what());
+  }
+  if (a.json)
+    print_json(ra, rb, d);
+  else
+    print_human(ra, rb, d);
+}
+
+}  // namespace
+
+void add_diff_command(CLI::App& app) {
+  auto a = std::make_shared<DiffArgs>();
+  CLI::App* cmd =
+      app.add_subcommand("diff", "Compare two stored runs per stage and op kind (time and memory)");
+  cmd->add_option("RUN_A", a->a, "Run id or name")->required();
+  cmd->add_option("RUN_B", a->b, "Run id or name")->required();
+  add_db_option(cmd, a->db);
+  cmd->add_option("--iteration-a", a->iteration_a, "Iteration of A, from 1 (default: the last)");
+  cmd->add_option("--iteration-b", a->iteration_b, "Iteration of B, from 1 (default: the last)");
+  cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace pipetune::cli

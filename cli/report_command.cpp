@@ -1,0 +1,214 @@
+// `pipetune report RUN`: per-stage time breakdown, bubbles, memory peaks and the critical path of
+// one iteration of a stored run; `pipetune timeline RUN`: a text Gantt of that iteration.
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "cli/commands.hpp"
+#include "cli/format.hpp"
+#include "cli/workspace_cli.hpp"
+#include "engine/errors.hpp"
+#include "profiler/analysis/analysis.hpp"
+#include "profiler/text_gantt.hpp"
+
+namespace pipetune::cli {
+
+namespace {
+
+namespace an = profiler::analysis;
+
+struct ReportArgs {
+  std::string db;
+  std::string run;
+  std::optional<int> iteration;
+  bool json = false;
+  int width = 0;
+};
+
+double seconds(std::int64_t ns) {
+  return static_cast<double>(ns) * 1e-9;
+}
+
+struct Report {
+  an::PipelineBreakdown breakdown;
+  an::MemoryTimeline memory;
+  an::CriticalPath path;
+  std::map<std::int32_t, const an::RankMemory*> memory_of;
+};
+
+Report analyse(const LoadedRun& r) {
+  const profiler::Trace& t = r.stored.trace;
+  Report rep;
+  an::BreakdownOptions b;
+  b.window = r.window;
+  rep.breakdown = an::stage_breakdown(t, b);
+  an::MemoryOptions m;
+  m.window = r.window;
+  m.series = false;
+  rep.memory = an::memory_timeline(t, m);
+  for (const auto& rank : rep.memory.ranks) rep.memory_of[rank.rank] = &rank;
+  an::CriticalPathOptions c;
+  c.window = r.window;
+  c.ranks_per_stage = r.ranks_per_stage;
+  c.span_slack = false;
+  rep.path = an::critical_path(t, c);
+  return rep;
+}
+
+void print_json(const LoadedRun& r, const Report& rep) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& s : rep.breakdown.stages) {
+    const auto it = rep.memory_of.find(s.rank);
+    nlohmann::json kinds = nlohmann::json::object();  // time by op kind (summed durations)
+    for (int k = 0; k < profiler::kSpanKindCount; ++k) {
+      const an::KindTime& kt = s.kinds[static_cast<std::size_t>(k)];
+      if (kt.count == 0) continue;
+      kinds[std::string(profiler::span_kind_name(static_cast<profiler::SpanKind>(k)))] = {
+          {"count", kt.count}, {"time", seconds(kt.total_ns)}};
+    }
+    stages.push_back(
+        {{"stage", s.rank / r.ranks_per_stage},
+         {"rank", s.rank},
+         {"compute", seconds(s.compute_ns)},
+         {"communication", seconds(s.communication_ns)},
+         {"exposed_communication", seconds(s.exposed_communication_ns)},
+         {"bubble", seconds(s.bubble_ns)},
+         {"warmup_bubble", seconds(s.warmup_ns)},
+         {"steady_bubble", seconds(s.steady_ns)},
+         {"cooldown_bubble", seconds(s.cooldown_ns)},
+         {"bubble_ratio", s.bubble_ratio},
+         {"peak_memory_bytes",
+          it != rep.memory_of.end() ? nlohmann::json(it->second->peak.bytes) : nullptr},
+         {"kinds", kinds}});
+  }
+  std::map<std::int32_t, double> path_by_rank;
+  for (const auto& step : rep.path.steps) path_by_rank[step.rank] += seconds(step.contribution_ns);
+  nlohmann::json by_rank = nlohmann::json::object();
+  for (const auto& [rank, s] : path_by_rank) by_rank[std::to_string(rank)] = s;
+  const nlohmann::json j = {{"run", run_identity_json(r.stored.run)},
+                            {"iteration", r.iteration + 1},
+                            {"iterations", r.iterations},
+                            {"time_unit", r.time_unit},
+                            {"iteration_time", seconds(r.window.length_ns())},
+                            {"bubble_ratio", rep.breakdown.bubble_ratio},
+                            {"stages", stages},
+                            {"critical_path",
+                             {{"length", seconds(rep.path.length_ns)},
+                              {"busy", seconds(rep.path.busy_ns)},
+                              {"wait", seconds(rep.path.wait_ns)},
+                              {"steps", rep.path.steps.size()},
+                              {"busy_by_rank", by_rank}}}};
+  std::cout << j.dump(2) << "\n";
+}
+
+void print_human(const LoadedRun& r, const Report& rep) {
+  const auto& run = r.stored.run;
+  const std::string& u = r.time_unit;
+  std::printf("run %lld (%s, %s): %s\n", static_cast<long long>(run.id),
+              std::string(db::trace_kind_name(run.kind)).c_str(),
+              std::string(db::run_status_name(run.status)).c_str(), run.name.c_str());
+  std::printf("iteration %zu of %zu: %s, pipeline bubble %.1f%%\n\n", r.iteration + 1, r.iterations,
+              human_time(seconds(r.window.length_ns()), u).c_str(),
+              100.0 * rep.breakdown.bubble_ratio);
+  std::printf("%-5s %-5s %11s %11s %11s %11s %11s %11s %11s %8s %11s\n", "rank", "stage", "compute",
+              "comm", "exposed", "bubble", "warm-up", "steady", "cool-down", "bubble%", "peak mem");
+  for (const auto& s : rep.breakdown.stages) {
+    const auto it = rep.memory_of.find(s.rank);
+    std::printf(
+        "%-5d %-5d %11s %11s %11s %11s %11s %11s %11s %7.1f%% %11s\n", s.rank,
+        s.rank / r.ranks_per_stage, human_time(seconds(s.compute_ns), u).c_str(),
+        human_time(seconds(s.communication_ns), u).c_str(),
+        human_time(seconds(s.exposed_communication_ns), u).c_str(),
+        human_time(seconds(s.bubble_ns), u).c_str(), human_time(seconds(s.warmup_ns), u).c_str(),
+        human_time(seconds(s.steady_ns), u).c_str(), human_time(seconds(s.cooldown_ns), u).c_str(),
+        100.0 * s.bubble_ratio,
+        it != rep.memory_of.end() ? human_bytes(static_cast<double>(it->second->peak.bytes)).c_str()
+                                  : "-");
+  }
+  // What was running at each rank's memory peak.
+  bool header = false;
+  for (const auto& m : rep.memory.ranks) {
+    if (!m.op_at_peak) continue;
+    if (!header) std::printf("\nop running at the memory peak:\n");
+    header = true;
+    const auto& span = r.stored.trace.spans[*m.op_at_peak];
+    std::printf("  rank %-4d %s at %s\n", m.rank, r.stored.trace.span_label(span).c_str(),
+                human_time(seconds(m.peak.t_ns - r.window.start_ns), u).c_str());
+  }
+  std::printf("\ncritical path: %s = %s busy + %s waiting, %zu steps\n",
+              human_time(seconds(rep.path.length_ns), u).c_str(),
+              human_time(seconds(rep.path.busy_ns), u).c_str(),
+              human_time(seconds(rep.path.wait_ns), u).c_str(), rep.path.steps.size());
+}
+
+void report(const ReportArgs& a) {
+  const LoadedRun r = load_run(a.db, a.run, a.iteration);
+  try {
+    const Report rep = analyse(r);
+    if (a.json)
+      print_json(r, rep);
+    else
+      print_human(r, rep);
+  } catch (const an::AnalysisError& e) {
+    throw InputError(e.what());
+  }
+}
+
+// The iteration's spans only, shifted to start at 0, for the Gantt.
+profiler::Trace iteration_slice(const LoadedRun& r) {
+  profiler::Trace t = r.stored.trace;
+  std::vector<profiler::Span> kept;
+  for (profiler::Span s : t.spans) {
+    if (s.end_ns <= r.window.start_ns || s.start_ns >= r.window.end_ns) continue;
+    s.start_ns = std::max(s.start_ns, r.window.start_ns) - r.window.start_ns;
+    s.end_ns = std::min(s.end_ns, r.window.end_ns) - r.window.start_ns;
+    kept.push_back(s);
+  }
+  t.spans = std::move(kept);
+  t.memory.clear();
+  t.counters.clear();
+  return t;
+}
+
+void timeline(const ReportArgs& a) {
+  if (a.width < 0) throw InputError("--width must be positive");
+  const LoadedRun r = load_run(a.db, a.run, a.iteration);
+  const auto& run = r.stored.run;
+  std::printf("run %lld: %s, iteration %zu of %zu (%s)\n\n", static_cast<long long>(run.id),
+              run.name.c_str(), r.iteration + 1, r.iterations,
+              human_time(seconds(r.window.length_ns()), r.time_unit).c_str());
+  profiler::TextGanttOptions g;
+  g.width = a.width > 0 ? a.width : terminal_width();
+  std::printf("%s", profiler::render_text_gantt(iteration_slice(r), g).c_str());
+}
+
+void add_common(CLI::App* cmd, ReportArgs& a) {
+  cmd->add_option("RUN", a.run, "Run id or name")->required();
+  add_db_option(cmd, a.db);
+  cmd->add_option("--iteration", a.iteration, "Iteration, from 1 (default: the last)");
+}
+
+}  // namespace
+
+void add_report_command(CLI::App& app) {
+  auto a = std::make_shared<ReportArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "report", "Per-stage breakdown, bubbles, memory peaks and critical path of a stored run");
+  add_common(cmd, *a);
+  cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
+  cmd->callback([a] { report(*a); });
+}
+
+void add_timeline_command(CLI::App& app) {
+  auto a = std::make_shared<ReportArgs>();
+  CLI::App* cmd =
+      app.add_subcommand("timeline", "Text Gantt chart of one iteration of a stored run");
+  add_common(cmd, *a);
+  cmd->add_option("--width", a->width, "Columns for the time axis (default: the terminal's)");
+  cmd->callback([a] { timeline(*a); });
+}
+
+}  // namespace pipetune::cli

@@ -1,0 +1,91 @@
+// Traces in and out of a workspace: `export-trace` (Chrome trace JSON for Perfetto),
+// `import-nsys` (an Nsight Systems SQLite export) and `import-trace` (Chrome / Kineto JSON).
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/workspace_cli.hpp"
+#include "db/chrome_trace.hpp"
+#include "db/import/chrome_trace_import.hpp"
+#include "db/import/nsys_sqlite.hpp"
+#include "db/store/run_writer.hpp"
+#include "db/store/workspace.hpp"
+
+namespace pipetune::cli {
+
+namespace {
+
+struct ExportTraceArgs {
+  std::string db, run, output;
+  bool force = false;
+};
+
+void export_trace(const ExportTraceArgs& a) {
+  check_output_file(a.output, a.force);
+  db::Workspace ws(a.db);
+  const db::RunRecord record = ws.find_run(a.run);
+  const db::StoredRun run = ws.load(record.id);
+  db::write_chrome_trace_file(run.trace, a.output);
+  std::printf("run %lld (%lld spans) written to %s\n", static_cast<long long>(record.id),
+              static_cast<long long>(run.trace.spans.size()), a.output.c_str());
+}
+
+struct ImportArgs {
+  std::string db, file, name;
+};
+
+void store_import(const ImportArgs& a, db::ImportedProfile profile, const char* format) {
+  nlohmann::json specs = {{"source", a.file}, {"format", format}};
+  if (!profile.schema_version.empty()) specs["schema_version"] = profile.schema_version;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& r : profile.ranks)
+    ranks.push_back({{"rank", r.rank},
+                     {"pid", r.pid},
+                     {"process", r.process_name},
+                     {"devices", r.devices},
+                     {"source", r.source}});
+  specs["ranks"] = ranks;
+  const std::string name = a.name.empty() ? a.file : a.name;
+  const std::size_t spans = profile.trace.spans.size(), kernels = profile.kernels.size();
+  const std::int64_t id =
+      db::store_trace(a.db, {profiler::TraceKind::Imported, name, "", specs.dump()}, profile.trace,
+                      std::move(profile.kernels));
+  std::printf("imported %s as run %lld: %zu ranks, %zu spans, %zu GPU activities\n", a.file.c_str(),
+              static_cast<long long>(id), profile.ranks.size(), spans, kernels);
+  for (const std::string& w : profile.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+}
+
+void add_import(CLI::App& app, const char* name, const char* help, const char* file_help,
+                void (*run)(const ImportArgs&)) {
+  auto a = std::make_shared<ImportArgs>();
+  CLI::App* cmd = app.add_subcommand(name, help);
+  cmd->add_option("FILE", a->file, file_help)->required();
+  cmd->add_option("--name", a->name, "Run name (default: the file's path)");
+  add_db_option(cmd, a->db);
+  cmd->callback([a, run] { run(*a); });
+}
+
+}  // namespace
+
+void add_trace_file_commands(CLI::App& app) {
+  auto e = std::make_shared<ExportTraceArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "export-trace", "Write a stored run as Chrome trace JSON (Perfetto, chrome://tracing)");
+  cmd->add_option("RUN", e->run, "Run id or name")->required();
+  cmd->add_option("-o,--output", e->output, "Output file (.json)")->required();
+  cmd->add_flag("--force", e->force, "Overwrite the output file if it exists");
+  add_db_option(cmd, e->db);
+  cmd->callback([e] { export_trace(*e); });
+
+  add_import(
+      app, "import-nsys", "Import an Nsight Systems SQLite export (nsys export --type sqlite)",
+      "The .sqlite file",
+      [](const ImportArgs& a) { store_import(a, db::import_nsys_sqlite(a.file), "nsys-sqlite"); });
+  add_import(app, "import-trace", "Import a Chrome trace or PyTorch profiler (Kineto) JSON",
+             "The .json (or .json.gz) file", [](const ImportArgs& a) {
+               store_import(a, db::import_chrome_trace(a.file), "chrome-json");
+             });
+}
+
+}  // namespace pipetune::cli

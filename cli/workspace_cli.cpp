@@ -1,0 +1,61 @@
+#include "cli/workspace_cli.hpp"
+
+#include <filesystem>
+
+#include "db/store/workspace.hpp"
+#include "engine/errors.hpp"
+#include "profiler/analysis/analysis_error.hpp"
+
+namespace pipetune::cli {
+
+CLI::Option* add_db_option(CLI::App* cmd, std::string& db) {
+  db = kDefaultWorkspace;
+  return cmd->add_option("--db", db, "Workspace file")->capture_default_str();
+}
+
+void check_output_file(const std::string& path, bool force) {
+  std::error_code ec;
+  if (!force && std::filesystem::exists(path, ec))
+    throw InputError(path + " exists (use --force to overwrite it)");
+}
+
+LoadedRun load_run(const std::string& db_path, const std::string& id_or_name,
+                   std::optional<int> iteration) {
+  db::Workspace ws(db_path);
+  const db::RunRecord record = ws.find_run(id_or_name);
+  LoadedRun r;
+  r.stored = ws.load(record.id);
+  const profiler::Trace& t = r.stored.trace;
+  r.iterations = profiler::analysis::iteration_count(t);
+  if (iteration) {
+    if (*iteration < 1 || static_cast<std::size_t>(*iteration) > r.iterations)
+      throw InputError("run " + std::to_string(record.id) + " has " + std::to_string(r.iterations) +
+                       " iteration(s); --iteration " + std::to_string(*iteration) +
+                       " is out of range");
+    r.iteration = static_cast<std::size_t>(*iteration - 1);
+  } else {
+    r.iteration = r.iterations - 1;
+  }
+  try {
+    r.window = profiler::analysis::iteration_window(t, r.iteration);
+  } catch (const profiler::analysis::AnalysisError& e) {
+    throw InputError(e.what());
+  }
+  if (!record.plan_json.empty()) {
+    const auto plan = nlohmann::json::parse(record.plan_json, nullptr, false);
+    if (plan.is_object()) {
+      r.ranks_per_stage = std::max(1, plan.value("tp", 1) * plan.value("dp", 1));
+      r.time_unit = plan.value("time_unit", std::string("s"));
+    }
+  }
+  return r;
+}
+
+nlohmann::json run_identity_json(const db::RunRecord& run) {
+  return {{"id", run.id},
+          {"name", run.name},
+          {"kind", std::string(db::trace_kind_name(run.kind))},
+          {"status", std::string(db::run_status_name(run.status))}};
+}
+
+}  // namespace pipetune::cli

@@ -1,0 +1,42 @@
+// What the workspace commands share: the --db option, output files that are never overwritten
+// without --force, and a stored run loaded with the iteration a report looks at.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "db/store/store_types.hpp"
+#include "profiler/analysis/time_window.hpp"
+
+namespace pipetune::cli {
+
+inline constexpr const char* kDefaultWorkspace = "pipetune.db";
+
+// --db FILE (default pipetune.db in the working directory).
+CLI::Option* add_db_option(CLI::App* cmd, std::string& db);
+
+// InputError "FILE exists (use --force to overwrite it)" unless force or the file is new.
+void check_output_file(const std::string& path, bool force);
+
+// A stored run, loaded whole, with the window a report looks at.
+struct LoadedRun {
+  db::StoredRun stored;
+  std::size_t iterations = 1;
+  std::size_t iteration = 0;  // 0-based
+  profiler::analysis::TimeWindow window;
+  int ranks_per_stage = 1;  // tp * dp from the run's plan (1 when unknown)
+  std::string time_unit = "s";
+};
+
+// `iteration`: 1-based as the user types it; empty = the last complete iteration. Throws
+// InputError for an unknown run or an iteration out of range.
+LoadedRun load_run(const std::string& db_path, const std::string& id_or_name,
+                   std::optional<int> iteration = std::nullopt);
+
+// {"id", "name", "kind", "status"}.
+nlohmann::json run_identity_json(const db::RunRecord& run);
+
+}  // namespace pipetune::cli

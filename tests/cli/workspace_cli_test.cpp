@@ -1,0 +1,288 @@
+// The workspace commands end to end, through the built binary: simulate and train store their
+// runs, and runs / report / timeline / diff / export-trace / import-nsys / import-trace read
+// them back. References: the 1F1B closed form for a simulated run, the engine's own per-step
+// output for a measured one, the real-trace READMEs for imports; and the bad-input rules (one
+// line, exit 2, no overwrite without --force, a killed run shows as interrupted).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "support/run_process.hpp"
+
+namespace pipetune {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_pipetune;
+using testing::slurp;
+
+struct Workspace {
+  fs::path dir;
+  std::string db;
+  Workspace() {
+    char tmpl[] = "/tmp/pipetune_ws_XXXXXX";
+    dir = ::mkdtemp(tmpl);
+    db = (dir / "w.db").string();
+  }
+  ~Workspace() { fs::remove_all(dir); }
+  testing::ProcessResult run(std::vector<std::string> args) const {
+    args.push_back("--db");
+    args.push_back(db);
+    return run_pipetune(args);
+  }
+};
+
+nlohmann::json json_of(const testing::ProcessResult& r) {
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return nlohmann::json::parse(r.out);
+}
+
+int lines(const std::string& s) {
+  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+}
+
+void expect_input_error(const testing::ProcessResult& r, const std::string& text) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find(text), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+TEST(WorkspaceCli, SimulatedRunReportsTheOneFOneBClosedForm) {
+  Workspace w;
+  const auto sim = json_of(
+      w.run({"simulate", "--schedule", "1f1b", "--stages", "4", "--microbatches", "8", "--json"}));
+  const std::int64_t id = sim.at("run_id");
+  const auto runs = json_of(w.run({"runs", "--json"}));
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].at("kind"), "simulated");
+  EXPECT_EQ(runs[0].at("status"), "complete");
+  EXPECT_EQ(runs[0].at("iteration_time"), 33.0);
+
+  // Equal costs F = 1, B + W = 2, p = 4, m = 8: iteration (m + p - 1) * 3 = 33, every stage
+  // busy m * 3 = 24, bubble 9, ratio (p - 1) / (m + p - 1) = 3 / 11.
+  const auto rep = json_of(w.run({"report", std::to_string(id), "--json"}));
+  EXPECT_EQ(rep.at("run").at("id"), id);
+  EXPECT_DOUBLE_EQ(rep.at("iteration_time").get<double>(), 33.0);
+  EXPECT_NEAR(rep.at("bubble_ratio").get<double>(), 3.0 / 11.0, 1e-12);
+  ASSERT_EQ(rep.at("stages").size(), 4u);
+  for (int s = 0; s < 4; ++s) {
+    const auto& st = rep.at("stages")[static_cast<std::size_t>(s)];
+    EXPECT_EQ(st.at("stage"), s);
+    EXPECT_DOUBLE_EQ(st.at("compute").get<double>(), 24.0);
+    EXPECT_DOUBLE_EQ(st.at("bubble").get<double>(), 9.0);
+    EXPECT_DOUBLE_EQ(st.at("communication").get<double>(), 0.0);
+    // Stage s waits s forwards before its first op; the rest of its bubble is in the drain.
+    EXPECT_DOUBLE_EQ(st.at("warmup_bubble").get<double>(), s);
+    EXPECT_TRUE(st.contains("peak_memory_bytes"));
+  }
+  EXPECT_DOUBLE_EQ(rep.at("critical_path").at("length").get<double>(), 33.0);
+
+  const auto tl = w.run({"timeline", std::to_string(id), "--width", "66"});
+  ASSERT_EQ(tl.exit_code, 0) << tl.err;
+  EXPECT_NE(tl.out.find("rank 3 compute |"), std::string::npos) << tl.out;
+}
+
+TEST(WorkspaceCli, MeasuredRunIsStoredAsItTrainsAndReports) {
+  Workspace w;
+  const auto train = json_of(w.run({"train", "--steps", "3", "--json"}));
+  const std::int64_t id = train.at("run_id");
+  const auto runs = json_of(w.run({"runs", "--json"}));
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].at("kind"), "measured");
+  EXPECT_EQ(runs[0].at("status"), "complete");
+  EXPECT_GT(runs[0].at("spans").get<std::int64_t>(), 100);
+  const auto rep = json_of(w.run({"report", std::to_string(id), "--json"}));
+  EXPECT_EQ(rep.at("iterations"), 3);
+  EXPECT_EQ(rep.at("iteration"), 3);
+  ASSERT_EQ(rep.at("stages").size(), 8u);  // tiny-train: tp=2 pp=2 dp=2
+  for (const auto& st : rep.at("stages")) {
+    EXPECT_EQ(st.at("stage"), st.at("rank").get<int>() / 4);  // tp * dp ranks per stage
+    EXPECT_GT(st.at("compute").get<double>(), 0.0);
+    EXPECT_GT(st.at("peak_memory_bytes").get<double>(), 0.0);
+    EXPECT_NEAR(st.at("compute").get<double>() + st.at("bubble").get<double>(),
+                rep.at("iteration_time").get<double>(), 1e-9);
+  }
+  // The first iteration is there too, and an iteration past the last is refused.
+  EXPECT_EQ(
+      json_of(w.run({"report", std::to_string(id), "--json", "--iteration", "1"})).at("iteration"),
+      1);
+  expect_input_error(w.run({"report", std::to_string(id), "--iteration", "4"}),
+                     "has 3 iteration(s)");
+}
+
+TEST(WorkspaceCli, ExportTraceNeverOverwritesWithoutForce) {
+  Workspace w;
+  ASSERT_EQ(w.run({"simulate", "--schedule", "gpipe", "--stages", "2", "--microbatches", "3",
+                   "--no-gantt"})
+                .exit_code,
+            0);
+  const std::string out = (w.dir / "t.json").string();
+  const auto first = w.run({"export-trace", "1", "-o", out});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const auto trace = nlohmann::json::parse(slurp(out));
+  int spans = 0;
+  for (const auto& e : trace.at("traceEvents")) spans += e.at("ph") == "X";
+  EXPECT_EQ(spans, 2 * 3 * 2);  // F and BW of 3 micro-batches on 2 stages
+  std::ofstream(out) << "keep me";
+  expect_input_error(w.run({"export-trace", "1", "-o", out}), "exists (use --force");
+  EXPECT_EQ(slurp(out), "keep me");
+  EXPECT_EQ(w.run({"export-trace", "1", "-o", out, "--force"}).exit_code, 0);
+  EXPECT_NE(slurp(out), "keep me");
+  // The same rule for --trace of simulate.
+  expect_input_error(w.run({"simulate", "--schedule", "1f1b", "--stages", "2", "--microbatches",
+                            "2", "--trace", out}),
+                     "exists");
+}
+
+TEST(WorkspaceCli, DiffOfTwoPlansAndOfARunWithItself) {
+  Workspace w;
+  ASSERT_EQ(w.run({"simulate", "--schedule", "1f1b", "--stages", "4", "--microbatches", "4",
+                   "--name", "m4", "--no-gantt"})
+                .exit_code,
+            0);
+  ASSERT_EQ(w.run({"simulate", "--schedule", "1f1b", "--stages", "4", "--microbatches", "8",
+                   "--name", "m8", "--no-gantt"})
+                .exit_code,
+            0);
+  const auto same = json_of(w.run({"diff", "m4", "m4", "--json"}));
+  EXPECT_EQ(same.at("iteration_time").at("delta"), 0.0);
+  // 1F1B equal costs: (m + p - 1) * 3 = 21 for m = 4 and 33 for m = 8.
+  const auto d = json_of(w.run({"diff", "m4", "m8", "--json"}));
+  EXPECT_DOUBLE_EQ(d.at("iteration_time").at("a").get<double>(), 21.0);
+  EXPECT_DOUBLE_EQ(d.at("iteration_time").at("b").get<double>(), 33.0);
+  EXPECT_NEAR(d.at("iteration_time").at("relative").get<double>(), 12.0 / 21.0, 1e-12);
+  ASSERT_EQ(d.at("ranks").size(), 4u);
+  const auto human = w.run({"diff", "m4", "m8"});
+  ASSERT_EQ(human.exit_code, 0) << human.err;
+  EXPECT_NE(human.out.find("+57.1%"), std::string::npos) << human.out;
+}
+
+fs::path real_trace(const char* relative) {
+  return fs::path(PIPETUNE_SOURCE_DIR).parent_path() / "shared/data/real_traces" / relative;
+}
+
+TEST(WorkspaceCli, ImportsRealProfilesAndReportsThem) {
+  const fs::path nsys = real_trace("nsys-2gpu-torchrun/mfu_2gpu_before.sqlite");
+  const fs::path pippy = real_trace("pippy-4stage-toy/pipe_visualized.json");
+  if (!fs::exists(nsys) || !fs::exists(pippy)) GTEST_SKIP() << "shared/data/real_traces absent";
+  Workspace w;
+  const auto in = w.run({"import-nsys", nsys.string(), "--name", "fastvideo"});
+  ASSERT_EQ(in.exit_code, 0) << in.err;
+  EXPECT_NE(in.out.find("2 ranks"), std::string::npos) << in.out;
+  const auto rep = json_of(w.run({"report", "fastvideo", "--json"}));
+  EXPECT_EQ(rep.at("run").at("kind"), "imported");
+  ASSERT_EQ(rep.at("stages").size(), 2u);
+  // README: 1,993 and 2,017 kernels on devices 0 and 1 (ranks 0 and 1), 33 NCCL SendRecv each
+  // taking 17,172,652 and 8,229,100 ns; kernels' union busy time 270,863,484 and 264,324,724 ns
+  // on one stream each (the summed durations exceed the union only where kernels overlap, by
+  // microseconds).
+  const std::int64_t kernels_want[] = {1993, 2017};
+  const double busy_ns[] = {270863484, 264324724}, nccl_ns[] = {17172652, 8229100};
+  for (int r = 0; r < 2; ++r) {
+    const auto& kinds = rep.at("stages")[static_cast<std::size_t>(r)].at("kinds");
+    double kernel_time = 0.0, nccl = 0.0;
+    std::int64_t count = 0, nccl_count = 0;
+    for (const auto& [kind, v] : kinds.items()) {
+      const bool is_nccl = kind == "send" || kind == "recv";
+      if (kind == "kernel" || is_nccl) {
+        kernel_time += v.at("time").get<double>();
+        count += v.at("count").get<std::int64_t>();
+      }
+      if (is_nccl) {
+        nccl += v.at("time").get<double>();
+        nccl_count += v.at("count").get<std::int64_t>();
+      }
+    }
+    EXPECT_EQ(count, kernels_want[r]) << "rank " << r;
+    EXPECT_EQ(nccl_count, 33) << "rank " << r;
+    EXPECT_NEAR(nccl, nccl_ns[r] * 1e-9, 1e-9) << "rank " << r;
+    EXPECT_GE(kernel_time, busy_ns[r] * 1e-9 - 1e-9) << "rank " << r;
+    EXPECT_NEAR(kernel_time, busy_ns[r] * 1e-9, 50e-6) << "rank " << r;
+  }
+
+  // PiPPy, 4 stages x 4 micro-batches, fill-drain: stage busy 8.088 / 8.087 / 8.169 / 8.564 s
+  // of a 14.686 s makespan (README). Busy counts every event; stage 3's sync barriers (S, a few
+  // tenths of a ms) are communication, so busy = compute + exposed communication.
+  ASSERT_EQ(w.run({"import-trace", pippy.string(), "--name", "pippy"}).exit_code, 0);
+  const auto p = json_of(w.run({"report", "pippy", "--json"}));
+  EXPECT_NEAR(p.at("iteration_time").get<double>(), 14.6863155, 1e-6);
+  const double busy[] = {8.088, 8.087, 8.169, 8.564};
+  ASSERT_EQ(p.at("stages").size(), 4u);
+  for (int s = 0; s < 4; ++s)
+    EXPECT_NEAR(
+        p.at("stages")[static_cast<std::size_t>(s)].at("compute").get<double>() +
+            p.at("stages")[static_cast<std::size_t>(s)].at("exposed_communication").get<double>(),
+        busy[s], 0.0005)
+        << "stage " << s;
+}
+
+TEST(WorkspaceCli, BadWorkspacesAndRunsAreOneLineErrors) {
+  Workspace w;
+  const std::string junk = (w.dir / "junk.db").string();
+  std::ofstream(junk) << "this is not a database, just text that is long enough to matter....";
+  auto r = run_pipetune({"runs", "--db", junk});
+  expect_input_error(r, "junk.db");
+  expect_input_error(w.run({"report", "1"}), "w.db");  // no workspace there yet
+  ASSERT_EQ(w.run({"simulate", "--schedule", "1f1b", "--stages", "2", "--microbatches", "2",
+                   "--no-gantt"})
+                .exit_code,
+            0);
+  expect_input_error(w.run({"report", "nosuchrun"}), "nosuchrun");
+  expect_input_error(w.run({"import-nsys", junk}), "junk.db");
+}
+
+// A training run killed with SIGKILL while it writes shows as interrupted, with the spans it
+// had committed.
+TEST(WorkspaceCli, KilledTrainingRunShowsAsInterrupted) {
+  Workspace w;
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int null_fd = ::open("/dev/null", O_WRONLY);
+    ::dup2(null_fd, 1);
+    ::dup2(null_fd, 2);
+    std::string bin = PIPETUNE_BIN;
+    std::vector<std::string> args = {bin, "train", "--steps", "100000", "--db", w.db};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  // Wait until some spans are committed (the writer commits at least every 200 ms).
+  std::int64_t spans = 0;
+  for (int i = 0; i < 600 && spans == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto r = w.run({"runs", "--json"});
+    if (r.exit_code != 0) continue;
+    const auto j = nlohmann::json::parse(r.out);
+    if (!j.empty()) {
+      EXPECT_EQ(j[0].at("status"), "running");
+      spans = j[0].at("spans");
+    }
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_GT(spans, 0) << "the run never committed a span";
+  const auto after = json_of(w.run({"runs", "--json"}));
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0].at("status"), "interrupted");
+  EXPECT_GE(after[0].at("spans").get<std::int64_t>(), spans);
+  // The interrupted run still reports.
+  EXPECT_EQ(w.run({"report", "1", "--json"}).exit_code, 0);
+}
+
+}  // namespace
+}  // namespace pipetune
