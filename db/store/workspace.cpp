@@ -376,13 +376,9 @@ void Workspace::set_summary_json(std::int64_t run_id, const std::string& json) {
   tx.commit();
 }
 
-std::int64_t Workspace::add_trial(const TrialRecord& trial) {
-  if (!nlohmann::json::accept(trial.plan_json))
-    throw InputError("tuner trial: plan_json is not valid JSON");
-  sqlite::Transaction tx(db_);
-  sqlite::Statement s = db_.prepare(
-      "INSERT INTO tuner_trials(search_id, run_id, plan_json, iteration_s, tokens_per_s, mfu, "
-      "peak_memory_bytes, feasible, pruned_reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+namespace {
+
+void insert_trial(sqlite::Statement& s, const TrialRecord& trial) {
   s.bind(1, trial.search_id);
   if (trial.run_id < 0)
     s.bind_null(2);
@@ -399,6 +395,41 @@ std::int64_t Workspace::add_trial(const TrialRecord& trial) {
   else
     s.bind(9, trial.pruned_reason);
   s.run();
+}
+
+constexpr const char* kInsertTrial =
+    "INSERT INTO tuner_trials(search_id, run_id, plan_json, iteration_s, tokens_per_s, mfu, "
+    "peak_memory_bytes, feasible, pruned_reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+
+}  // namespace
+
+std::int64_t Workspace::latest_search_id() {
+  sqlite::Statement s = db_.prepare("SELECT MAX(search_id) FROM tuner_trials");
+  if (!s.step() || s.column_is_null(0)) return -1;
+  return s.column_int64(0);
+}
+
+std::int64_t Workspace::add_search(std::vector<TrialRecord> trials) {
+  for (const TrialRecord& t : trials)
+    if (!nlohmann::json::accept(t.plan_json))
+      throw InputError("tuner trial: plan_json is not valid JSON");
+  sqlite::Transaction tx(db_);
+  const std::int64_t search_id = latest_search_id() + 1;
+  sqlite::Statement s = db_.prepare(kInsertTrial);
+  for (TrialRecord& t : trials) {
+    t.search_id = search_id;
+    insert_trial(s, t);
+  }
+  tx.commit();
+  return search_id;
+}
+
+std::int64_t Workspace::add_trial(const TrialRecord& trial) {
+  if (!nlohmann::json::accept(trial.plan_json))
+    throw InputError("tuner trial: plan_json is not valid JSON");
+  sqlite::Transaction tx(db_);
+  sqlite::Statement s = db_.prepare(kInsertTrial);
+  insert_trial(s, trial);
   const std::int64_t id = db_.last_insert_rowid();
   tx.commit();
   return id;

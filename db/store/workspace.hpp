@@ -63,7 +63,12 @@ class Workspace {
   void set_summary_json(std::int64_t run_id, const std::string& json);
 
   std::int64_t add_trial(const TrialRecord& trial);  // returns the trial's id
+  // A whole search in one transaction: its trials get search_id = next_search_id(), which is
+  // returned.
+  std::int64_t add_search(std::vector<TrialRecord> trials);
   std::vector<TrialRecord> trials(std::int64_t search_id);
+  // The most recent search's id, -1 when the workspace has no trials.
+  std::int64_t latest_search_id();
 
   // PRAGMA quick_check over the whole file (reads all of it); BadFileError when damaged.
   void check();
