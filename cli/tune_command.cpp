@@ -11,6 +11,8 @@
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
 #include "cli/tuning_target.hpp"
+#include "cli/workspace_cli.hpp"
+#include "db/store/workspace.hpp"
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
 #include "tuner/predict/evaluate.hpp"
@@ -28,6 +30,8 @@ struct TuneArgs {
   int top = 10;
   int threads = 0;
   bool json = false;
+  std::string db;
+  bool no_db = false;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -112,6 +116,24 @@ void progress_bar(std::int64_t done, std::int64_t total) {
   std::fflush(stderr);
 }
 
+// The ranked plans as one search in the workspace (what `pipetune export --rank N` reads).
+std::int64_t store_search(const TuneArgs& a, const tuner::SearchResult& r) {
+  std::vector<db::TrialRecord> trials;
+  trials.reserve(r.ranked.size());
+  for (const auto& c : r.ranked) {
+    db::TrialRecord t;
+    t.plan_json = trial_json(a.target, c.plan, c.vocab_label).dump();
+    t.iteration_s = c.score.iteration_time;
+    t.tokens_per_s = c.score.tokens_per_s;
+    t.mfu = c.score.mfu;
+    t.peak_memory_bytes = static_cast<std::int64_t>(c.score.peak_memory_bytes);
+    t.feasible = true;
+    trials.push_back(std::move(t));
+  }
+  db::Workspace ws(a.db, db::OpenMode::Create);
+  return ws.add_search(std::move(trials));
+}
+
 void run(const TuneArgs& a) {
   const Target t = resolve_target(a.target);
   const tuner::SearchSpace space = make_space(a, t);
@@ -120,22 +142,24 @@ void run(const TuneArgs& a) {
       tuner::search_plans(space, scorer_factory(t), bar ? progress_bar : tuner::SearchProgress{});
   if (r.ranked.empty()) no_feasible_plan(r, t);
   const std::size_t top = std::min<std::size_t>(static_cast<std::size_t>(a.top), r.ranked.size());
+  const std::int64_t search_id = a.no_db ? -1 : store_search(a, r);
 
   if (a.json) {
     nlohmann::json results = nlohmann::json::array(), pareto = nlohmann::json::array();
     for (std::size_t i = 0; i < top; ++i) results.push_back(result_json(r.ranked[i]));
     for (const auto& p : r.pareto) pareto.push_back(result_json(p));
-    const nlohmann::json j = {{"model", t.model.name},
-                              {"hardware", t.cluster.hardware.name},
-                              {"gpus", t.cluster.devices},
-                              {"global_batch", t.global_batch},
-                              {"seq_len", t.model.seq_len},
-                              {"candidates_enumerated", r.candidates_enumerated},
-                              {"candidates_evaluated", r.candidates_evaluated},
-                              {"feasible", r.ranked.size()},
-                              {"pruned", r.pruned},
-                              {"results", results},
-                              {"pareto", pareto}};
+    nlohmann::json j = {{"model", t.model.name},
+                        {"hardware", t.cluster.hardware.name},
+                        {"gpus", t.cluster.devices},
+                        {"global_batch", t.global_batch},
+                        {"seq_len", t.model.seq_len},
+                        {"candidates_enumerated", r.candidates_enumerated},
+                        {"candidates_evaluated", r.candidates_evaluated},
+                        {"feasible", r.ranked.size()},
+                        {"pruned", r.pruned},
+                        {"results", results},
+                        {"pareto", pareto}};
+    if (search_id >= 0) j["search_id"] = search_id;
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -163,6 +187,11 @@ void run(const TuneArgs& a) {
   std::printf("pruned:\n");
   for (const auto& [reason, n] : r.pruned)
     std::printf("  %8lld  %s\n", static_cast<long long>(n), reason.c_str());
+  if (search_id >= 0)
+    std::printf(
+        "\nstored as search %lld in %s (pipetune export --format megatron -o "
+        "FILE)\n",
+        static_cast<long long>(search_id), a.db.c_str());
 }
 
 }  // namespace
@@ -179,6 +208,8 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--top", a->top, "Results to print")->capture_default_str();
   cmd->add_option("--threads", a->threads, "Scoring threads (0 = all cores)");
   cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
+  add_db_option(cmd, a->db);
+  cmd->add_flag("--no-db", a->no_db, "Do not store the results in a workspace");
   cmd->callback([a] { run(*a); });
 }
 

@@ -50,6 +50,56 @@ nlohmann::json plan_to_json(const spec::ParallelPlan& p, const std::string& voca
           {"zero_stage", p.zero_stage}};
 }
 
+spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_label) {
+  try {
+    spec::ParallelPlan p;
+    p.tp = j.at("tp");
+    p.pp = j.at("pp");
+    p.dp = j.at("dp");
+    p.ep = j.at("ep");
+    p.chunks = j.at("chunks");
+    p.micro_batch_size = j.at("micro_batch_size");
+    p.microbatches = j.at("microbatches");
+    p.global_batch = j.at("global_batch");
+    p.schedule = j.at("schedule");
+    vocab_label = j.at("vocab");
+    if (vocab_label != "redis") p.vocab = schedule::parse_vocab_mode(vocab_label);
+    p.layer_split = j.at("layer_split").get<std::vector<int>>();
+    p.recompute = spec::parse_recompute(j.at("recompute").get<std::string>());
+    p.sequence_parallel = j.at("sequence_parallel");
+    p.zero_stage = j.at("zero_stage");
+    return p;
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(std::string("stored plan: ") + e.what());
+  }
+}
+
+nlohmann::json trial_json(const TargetArgs& t, const spec::ParallelPlan& plan,
+                          const std::string& vocab_label) {
+  return {{"model", t.model},
+          {"hardware", t.hardware},
+          {"gpus", t.gpus},
+          {"nodes_of", t.nodes_of},
+          {"global_batch", t.global_batch},
+          {"seq", t.seq},
+          {"plan", plan_to_json(plan, vocab_label)}};
+}
+
+void read_trial_json(const nlohmann::json& j, TargetArgs& t, spec::ParallelPlan& plan,
+                     std::string& vocab_label) {
+  try {
+    t.model = j.at("model");
+    t.hardware = j.at("hardware");
+    t.gpus = j.at("gpus");
+    t.nodes_of = j.at("nodes_of");
+    t.global_batch = j.at("global_batch");
+    t.seq = j.at("seq");
+    plan = plan_from_json(j.at("plan"), vocab_label);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(std::string("stored trial: ") + e.what());
+  }
+}
+
 std::string plan_summary(const spec::ParallelPlan& p, const std::string& vocab_label) {
   std::string s =
       "tp=" + std::to_string(p.tp) + " pp=" + std::to_string(p.pp) + " dp=" + std::to_string(p.dp);

@@ -122,6 +122,10 @@ fs::path resolve_preset(PresetKind kind, std::string_view name_or_path, const fs
   const fs::path file =
       presets_dir() / preset_kind_name(kind) / (std::string(name_or_path) + ".toml");
   if (fs::is_regular_file(file, ec)) return file;
+  // Not a preset: an existing file of that name (say `run.pipetune` from `pipetune export`).
+  fs::path local{std::string(name_or_path)};
+  if (!base_dir.empty()) local = base_dir / local;
+  if (fs::is_regular_file(local, ec)) return local;
   throw SpecError("unknown " + std::string(kind_noun(kind)) + " preset '" +
                   std::string(name_or_path) + "' (valid: " + joined(list_presets(kind)) +
                   "; or give a path to a .toml file)");

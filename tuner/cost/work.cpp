@@ -17,6 +17,11 @@ constexpr double kCrossEntropyBackwardBytes = 12.0;
 // A fused attention backward runs 5 matrix products for the forward's 2 (FlashAttention-2).
 constexpr double kFlashBackwardFactor = 2.5;
 
+// Entries (vocab x hidden) of the embedding table on one TP rank.
+double v_shard(const spec::ModelSpec& model, int tp) {
+  return as_d(model.vocab) * as_d(model.hidden) / tp;
+}
+
 double routed_experts(const spec::ModelSpec& model, const ExecutionOptions& exec) {
   const double k = as_d(model.top_k);
   return exec.moe_capacity_factor > 0.0 ? k * exec.moe_capacity_factor : k;
@@ -99,7 +104,8 @@ PassWork transformer_layer_work(const spec::ModelSpec& model, const spec::Parall
 
   Work elementwise;
   const double mlp_elements = n * f * routed / t;
-  elementwise.memory_bytes = ne * (10.0 * w + 2.0) + mlp_elements * (matrices == 3.0 ? 3.0 : 2.0) * w;
+  elementwise.memory_bytes =
+      ne * (10.0 * w + 2.0) + mlp_elements * (matrices == 3.0 ? 3.0 : 2.0) * w;
   if (moe_layer) elementwise.memory_bytes += 4.0 * n * routed * h * w / (sp ? t : 1.0);  // permute
 
   const double message = n * h * w;
@@ -151,8 +157,10 @@ PassWork embedding_work(const spec::ModelSpec& model, const spec::ParallelPlan& 
   PassWork out;
   // Each TP rank gathers the rows of its vocabulary shard into a full n x h output.
   out.forward.memory_bytes = n * h * w * (1.0 + 1.0 / t);
-  // The gradient rows are added into the fp32 gradient of the shard (read + write).
-  out.weight_grad.memory_bytes = n * h * w + 8.0 * n * h / t;
+  // The backward of a lookup builds a dense gradient of the shard (zero-filled, rows added) that
+  // is then accumulated into the fp32 main gradient: about (2w + 8) bytes per table entry per
+  // micro-batch (PyTorch embedding_dense_backward + Megatron's main_grad add), plus the rows.
+  out.weight_grad.memory_bytes = n * h * w + (2.0 * w + 8.0) * v_shard(model, plan.tp);
   if (plan.tp > 1) {
     if (sp) {
       out.forward.tp_reduce_scatter_bytes = n * h * w;
@@ -221,8 +229,8 @@ VocabularyWork vocabulary_parallel_work(const spec::ModelSpec& model,
   input_grad.memory_bytes = shard_logits * kCrossEntropyBackwardBytes;
   (fused ? out.s : out.t) += input_grad;
   out.input_forward.memory_bytes = n * h * w * (1.0 + 1.0 / (p * t));
-  out.input_backward.memory_bytes = n * h * w + 8.0 * n * h / (p * t);
-  const double statistics = 3.0 * 4.0 * n;  // max, sum of exponentials, target logit (fp32)
+  out.input_backward.memory_bytes = n * h * w + (2.0 * w + 8.0) * v_shard(model, plan.tp) / p;
+  const double statistics = 3.0 * 4.0 * n;    // max, sum of exponentials, target logit (fp32)
   const double input_gradient = 4.0 * n * h;  // fp32
   if (fused) {
     out.barriers = 1;

@@ -81,8 +81,16 @@ void check_windows(Workspace& ws, std::int64_t run, const GeneratedRun& g, std::
   for (int px : {1, 3, 64, 800, 2000, 100000}) windows.push_back({0, g.end_ns, px});
   windows.push_back({-50, g.end_ns + 50, 0});
   windows.push_back({g.end_ns / 3, g.end_ns / 3, 100});  // empty
-  for (int i = 0; i < 60; ++i) {
-    const std::int64_t a = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(g.end_ns));
+  // Half start anywhere (mostly in gaps: traces are sparse), half inside a span of lane 0, so
+  // window edges cut blocks that would fold whole.
+  const auto& anchors = g.by_lane[0];
+  for (int i = 0; i < 120; ++i) {
+    std::int64_t a = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(g.end_ns));
+    if (i % 2 == 1) {
+      const profiler::Span& s = anchors[rng() % anchors.size()].span;
+      a = s.start_ns +
+          static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(s.end_ns - s.start_ns + 1));
+    }
     const std::int64_t width = std::int64_t{1} << (rng() % 26);
     windows.push_back({a, a + width, static_cast<int>(rng() % 3000)});
   }

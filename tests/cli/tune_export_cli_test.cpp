@@ -1,0 +1,182 @@
+// `pipetune tune` stores its ranked results as a search in the workspace and `pipetune export`
+// writes one of them for Megatron-LM, torchtitan, DeepSpeed or pipetune. References: the JSON
+// that tune printed (the exported flags must be that plan's), the frameworks' formats (a JSON
+// document parses, the pipetune run file trains), and the bad-input rules (one line, exit 2,
+// never overwrite without --force).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "support/run_process.hpp"
+
+namespace pipetune {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_pipetune;
+using testing::slurp;
+
+struct Dir {
+  fs::path path;
+  std::string db;
+  Dir() {
+    char tmpl[] = "/tmp/pipetune_export_XXXXXX";
+    path = ::mkdtemp(tmpl);
+    db = (path / "w.db").string();
+  }
+  ~Dir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  testing::ProcessResult run(std::vector<std::string> args) const {
+    args.push_back("--db");
+    args.push_back(db);
+    return run_pipetune(args);
+  }
+};
+
+void expect_input_error(const testing::ProcessResult& r, const std::string& text) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(text), std::string::npos) << r.err;
+}
+
+const std::vector<std::string> kTinyTune = {"tune",     "--model", "tiny", "--hardware",
+                                            "h100-sxm", "--gpus",  "8",    "--global-batch",
+                                            "32",       "--seq",   "32",   "--json"};
+
+nlohmann::json tune(const Dir& d, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = kTinyTune;
+  args.insert(args.end(), extra.begin(), extra.end());
+  const testing::ProcessResult r = d.run(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return nlohmann::json::parse(r.out);
+}
+
+// The integer after `flag` in a launch script, or -1.
+int flag_value(const std::string& script, const std::string& flag) {
+  std::smatch m;
+  if (!std::regex_search(script, m, std::regex(flag + " (\\d+)"))) return -1;
+  return std::stoi(m[1]);
+}
+
+TEST(TuneExportCli, TuneStoresItsResultsAsASearch) {
+  Dir d;
+  const nlohmann::json first = tune(d);
+  ASSERT_TRUE(first.contains("search_id"));
+  const nlohmann::json second = tune(d, {"--schedules", "1f1b"});
+  EXPECT_NE(second["search_id"], first["search_id"]);
+  // Without a workspace nothing is written.
+  Dir none;
+  const testing::ProcessResult r = run_pipetune(
+      [&] {
+        std::vector<std::string> a = kTinyTune;
+        a.push_back("--no-db");
+        return a;
+      }(),
+      none.path.string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(nlohmann::json::parse(r.out).contains("search_id"));
+  EXPECT_FALSE(fs::exists(none.path / "pipetune.db"));
+}
+
+TEST(TuneExportCli, MegatronScriptCarriesTheBestOneFOneBPlan) {
+  Dir d;
+  const nlohmann::json j = tune(d, {"--schedules", "1f1b"});
+  ASSERT_FALSE(j["results"].empty());
+  const nlohmann::json& plan = j["results"][0]["plan"];
+  const std::string out = d.file("launch.sh");
+  const testing::ProcessResult r = d.run({"export", "--format", "megatron", "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string script = slurp(out);
+  EXPECT_EQ(flag_value(script, "--tensor-model-parallel-size"), plan["tp"].get<int>()) << script;
+  EXPECT_EQ(flag_value(script, "--pipeline-model-parallel-size"), plan["pp"].get<int>());
+  EXPECT_EQ(flag_value(script, "--micro-batch-size"), plan["micro_batch_size"].get<int>());
+  EXPECT_EQ(flag_value(script, "--global-batch-size"), 32);
+  EXPECT_EQ(flag_value(script, "--num-layers"), 8);
+  struct stat st {};
+  ASSERT_EQ(::stat(out.c_str(), &st), 0);
+  EXPECT_NE(st.st_mode & S_IXUSR, 0u) << "a launch script is executable";
+}
+
+TEST(TuneExportCli, WithoutARankTheBestResultTheFrameworkCanRunIsChosen) {
+  Dir d;
+  const nlohmann::json j = tune(d, {"--top", "100000"});
+  const std::string out = d.file("ds.json");
+  const testing::ProcessResult r = d.run({"export", "--format", "deepspeed", "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json ds = nlohmann::json::parse(slurp(out));
+  EXPECT_EQ(ds["train_batch_size"], 32);
+  // The chosen rank is the first result with DeepSpeed's one schedule (1F1B) or no pipeline.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("^rank (\\d+):"))) << r.out;
+  const std::size_t rank = std::stoul(m[1]);
+  ASSERT_LE(rank, j["results"].size());
+  for (std::size_t i = 0; i < rank; ++i) {
+    const nlohmann::json& p = j["results"][i]["plan"];
+    const bool runnable = p["schedule"] == "1f1b" || p["pp"] == 1;
+    if (i + 1 < rank) {
+      EXPECT_FALSE(runnable && p["vocab"] == "none") << p.dump();
+    }
+  }
+  const nlohmann::json& chosen = j["results"][rank - 1]["plan"];
+  EXPECT_EQ(ds["train_micro_batch_size_per_gpu"], chosen["micro_batch_size"]);
+  EXPECT_EQ(ds["zero_optimization"]["stage"], chosen["zero_stage"]);
+}
+
+TEST(TuneExportCli, PipetuneRunFileTrainsOnTheEngine) {
+  Dir d;
+  tune(d);
+  const std::string out = d.file("run.pipetune");
+  ASSERT_EQ(d.run({"export", "--format", "pipetune", "--rank", "1", "-o", out}).exit_code, 0);
+  const testing::ProcessResult r = run_pipetune(
+      {"train", "--config", out, "--steps", "2", "--json", "--no-db", "--threads", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json t = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(t.contains("losses") || t.contains("steps")) << r.out;
+}
+
+TEST(TuneExportCli, TorchtitanConfigNamesTheDegrees) {
+  Dir d;
+  const nlohmann::json j = tune(d);
+  const nlohmann::json& plan = j["results"][0]["plan"];
+  const std::string out = d.file("job.toml");
+  ASSERT_EQ(d.run({"export", "--format", "torchtitan", "--rank", "1", "-o", out}).exit_code, 0);
+  const std::string text = slurp(out);
+  EXPECT_NE(text.find("pipeline_parallel_degree = " + std::to_string(plan["pp"].get<int>())),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tensor_parallel_degree = " + std::to_string(plan["tp"].get<int>())),
+            std::string::npos)
+      << text;
+}
+
+TEST(TuneExportCli, BadInput) {
+  Dir d;
+  const std::string out = d.file("x.sh");
+  expect_input_error(d.run({"export", "--format", "megatron", "-o", out}), "no such workspace");
+  ASSERT_EQ(d.run({"simulate", "--config", "tiny"}).exit_code, 0);  // a workspace, no search
+  expect_input_error(d.run({"export", "--format", "megatron", "-o", out}), "pipetune tune");
+  const nlohmann::json j = tune(d, {"--schedules", "zb-v"});
+  // Asked for by rank, a plan the framework cannot run is refused with the rule it breaks.
+  ASSERT_EQ(j["results"][0]["plan"]["schedule"], "zb-v");
+  expect_input_error(d.run({"export", "--format", "megatron", "--rank", "1", "-o", out}), "zb-v");
+  EXPECT_FALSE(fs::exists(out));
+  expect_input_error(d.run({"export", "--format", "slurm", "-o", out}), "slurm");
+  expect_input_error(d.run({"export", "--format", "pipetune", "--rank", "100000", "-o", out}),
+                     "out of range");
+  expect_input_error(d.run({"export", "--format", "pipetune", "--rank", "0", "-o", out}), "--rank");
+  expect_input_error(d.run({"export", "--format", "pipetune", "--search", "99", "-o", out}), "99");
+  // An existing file is never overwritten without --force, and stays as it was.
+  { std::ofstream(out) << "keep me\n"; }
+  expect_input_error(d.run({"export", "--format", "pipetune", "-o", out}), "--force");
+  EXPECT_EQ(slurp(out), "keep me\n");
+  EXPECT_EQ(d.run({"export", "--format", "pipetune", "-o", out, "--force"}).exit_code, 0);
+  EXPECT_NE(slurp(out), "keep me\n");
+}
+
+}  // namespace
+}  // namespace pipetune

@@ -1,0 +1,312 @@
+#include "tuner/calibration/calibration.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <memory>
+
+#include "engine/errors.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/spec/validate.hpp"
+#include "tuner/cost/op_costs.hpp"
+#include "tuner/predict/evaluate.hpp"
+
+namespace pipetune::tuner {
+
+const char* efficiency_parameter_name(EfficiencyParameter p) {
+  switch (p) {
+    case EfficiencyParameter::Gemm:
+      return "gemm";
+    case EfficiencyParameter::GemmHalfFlops:
+      return "gemm_half_flops";
+    case EfficiencyParameter::Attention:
+      return "attention";
+    case EfficiencyParameter::Memory:
+      return "memory";
+    case EfficiencyParameter::IntraNodeBus:
+      return "intra_node_bus";
+    case EfficiencyParameter::InterNodeBus:
+      return "inter_node_bus";
+  }
+  return "?";
+}
+
+double& efficiency_field(spec::HardwareEfficiency& e, EfficiencyParameter p) {
+  switch (p) {
+    case EfficiencyParameter::Gemm:
+      return e.gemm;
+    case EfficiencyParameter::GemmHalfFlops:
+      return e.gemm_half_flops;
+    case EfficiencyParameter::Attention:
+      return e.attention;
+    case EfficiencyParameter::Memory:
+      return e.memory;
+    case EfficiencyParameter::IntraNodeBus:
+      return e.intra_node_bus;
+    case EfficiencyParameter::InterNodeBus:
+      return e.inter_node_bus;
+  }
+  return e.gemm;
+}
+
+FitQuality fit_quality(const std::vector<double>& predicted, const std::vector<double>& measured) {
+  FitQuality q;
+  q.points = static_cast<int>(measured.size());
+  if (measured.empty()) return q;
+  double mean = 0.0;
+  for (double m : measured) mean += m;
+  mean /= static_cast<double>(measured.size());
+  double residual = 0.0, total = 0.0, ape = 0.0, log2 = 0.0;
+  for (std::size_t i = 0; i < measured.size(); ++i) {
+    const double d = predicted[i] - measured[i];
+    residual += d * d;
+    total += (measured[i] - mean) * (measured[i] - mean);
+    ape += std::fabs(d) / measured[i];
+    const double l = std::log(predicted[i] / measured[i]);
+    log2 += l * l;
+  }
+  const double n = static_cast<double>(measured.size());
+  q.r_squared = total > 0.0 ? 1.0 - residual / total : (residual == 0.0 ? 1.0 : 0.0);
+  q.mape = ape / n;
+  q.rms_log = std::sqrt(log2 / n);
+  return q;
+}
+
+namespace {
+
+// One measurement made ready: defaults applied, validated, an evaluator for its schedule.
+struct Prepared {
+  Measurement m;
+  schedule::Placement placement = schedule::Placement::Linear;
+  std::unique_ptr<PlanEvaluator> evaluator;
+};
+
+// Predictions of every data point for a set of efficiencies, in a fixed order.
+class Model {
+ public:
+  explicit Model(const std::vector<Measurement>& measurements) {
+    for (const Measurement& in : measurements) {
+      Prepared p;
+      p.m = in;
+      spec::apply_defaults(p.m.model);
+      spec::apply_defaults(p.m.plan);
+      spec::validate(p.m.model, p.m.cluster, p.m.plan);
+      if (p.m.cluster.hardware.name != measurements.front().cluster.hardware.name)
+        throw InputError("calibration: measurement '" + in.name + "' is on " +
+                         p.m.cluster.hardware.name + ", the first on " +
+                         measurements.front().cluster.hardware.name +
+                         " (one hardware type per fit)");
+      if (!(p.m.weight > 0.0))
+        throw InputError("calibration: measurement '" + in.name + "' has weight <= 0");
+      p.placement = schedule::schedule_placement(p.m.plan.schedule);
+      EvaluateOptions eo;
+      eo.execution = p.m.execution;
+      p.evaluator = std::make_unique<PlanEvaluator>(eo);
+      if (p.m.iteration_time > 0.0) {
+        labels_.push_back(in.name + ": iteration");
+        measured_.push_back(p.m.iteration_time);
+        weights_.push_back(p.m.weight);
+      }
+      if (!p.m.op_durations.empty() && static_cast<int>(p.m.op_durations.size()) != p.m.plan.pp)
+        throw InputError("calibration: measurement '" + in.name + "' has op durations for " +
+                         std::to_string(p.m.op_durations.size()) +
+                         " pipeline ranks, pp=" + std::to_string(p.m.plan.pp));
+      for (std::size_t r = 0; r < p.m.op_durations.size(); ++r)
+        for (schedule::OpKind k : schedule::kAllOpKinds)
+          if (p.m.op_durations[r][k] > 0.0) {
+            labels_.push_back(in.name + ": rank " + std::to_string(r) + " " +
+                              std::string(schedule::op_kind_name(k)));
+            measured_.push_back(p.m.op_durations[r][k]);
+            weights_.push_back(p.m.weight);
+          }
+      prepared_.push_back(std::move(p));
+    }
+    if (measured_.empty()) throw InputError("calibration: no measured times");
+  }
+
+  std::vector<double> predict(const spec::HardwareEfficiency& eff) {
+    std::vector<double> out;
+    out.reserve(measured_.size());
+    for (Prepared& p : prepared_) {
+      p.m.cluster.hardware.efficiency = eff;
+      if (p.m.iteration_time > 0.0)
+        out.push_back(p.evaluator->evaluate(p.m.model, p.m.cluster, p.m.plan).iteration_time);
+      if (p.m.op_durations.empty()) continue;
+      const OpCosts costs = op_costs(p.m.model, p.m.cluster, p.m.plan, p.placement, p.m.execution);
+      for (std::size_t r = 0; r < p.m.op_durations.size(); ++r)
+        for (schedule::OpKind k : schedule::kAllOpKinds)
+          if (p.m.op_durations[r][k] > 0.0) out.push_back(costs.table.cost(static_cast<int>(r), k));
+    }
+    return out;
+  }
+
+  // Weighted log-ratios; throws when a prediction is not positive (nothing to fit against).
+  std::vector<double> residuals(const std::vector<double>& predicted) const {
+    std::vector<double> r(predicted.size());
+    for (std::size_t i = 0; i < predicted.size(); ++i) {
+      if (!(predicted[i] > 0.0) || !std::isfinite(predicted[i]))
+        throw InputError("calibration: the cost model predicts " + std::to_string(predicted[i]) +
+                         " s for '" + labels_[i] + "'; it cannot be fitted");
+      r[i] = std::sqrt(weights_[i]) * std::log(predicted[i] / measured_[i]);
+    }
+    return r;
+  }
+
+  const std::vector<double>& measured() const { return measured_; }
+  const std::vector<std::string>& labels() const { return labels_; }
+
+ private:
+  std::vector<Prepared> prepared_;
+  std::vector<double> measured_, weights_;
+  std::vector<std::string> labels_;
+};
+
+double sum_squares(const std::vector<double>& r) {
+  double s = 0.0;
+  for (double x : r) s += x * x;
+  return s;
+}
+
+// Solves A x = b (k x k, row-major) by Gaussian elimination with partial pivoting; false when
+// singular.
+bool solve(std::vector<double> a, std::vector<double> b, std::vector<double>& x) {
+  const std::size_t k = b.size();
+  for (std::size_t c = 0; c < k; ++c) {
+    std::size_t pivot = c;
+    for (std::size_t r = c + 1; r < k; ++r)
+      if (std::fabs(a[r * k + c]) > std::fabs(a[pivot * k + c])) pivot = r;
+    if (std::fabs(a[pivot * k + c]) < 1e-300) return false;
+    if (pivot != c) {
+      for (std::size_t j = 0; j < k; ++j) std::swap(a[c * k + j], a[pivot * k + j]);
+      std::swap(b[c], b[pivot]);
+    }
+    for (std::size_t r = c + 1; r < k; ++r) {
+      const double f = a[r * k + c] / a[c * k + c];
+      for (std::size_t j = c; j < k; ++j) a[r * k + j] -= f * a[c * k + j];
+      b[r] -= f * b[c];
+    }
+  }
+  x.assign(k, 0.0);
+  for (std::size_t c = k; c-- > 0;) {
+    double s = b[c];
+    for (std::size_t j = c + 1; j < k; ++j) s -= a[c * k + j] * x[j];
+    x[c] = s / a[c * k + c];
+  }
+  return true;
+}
+
+}  // namespace
+
+CalibrationResult calibrate(const std::vector<Measurement>& measurements,
+                            const spec::HardwareEfficiency& start,
+                            const CalibrationOptions& options) {
+  if (measurements.empty()) throw InputError("calibration: no measurements");
+  Model model(measurements);
+  const std::vector<EfficiencyParameter>& fit = options.fit;
+  const std::size_t k = fit.size();
+  spec::HardwareEfficiency eff = start;
+  std::vector<double> x(k);  // log of each fitted parameter
+  for (std::size_t j = 0; j < k; ++j) {
+    const double v = efficiency_field(eff, fit[j]);
+    if (!(v > 0.0))
+      throw InputError(std::string("calibration: start value of ") +
+                       efficiency_parameter_name(fit[j]) + " must be positive");
+    x[j] = std::log(v);
+  }
+  const auto with = [&](const std::vector<double>& logs) {
+    spec::HardwareEfficiency e = start;
+    for (std::size_t j = 0; j < k; ++j) efficiency_field(e, fit[j]) = std::exp(logs[j]);
+    return e;
+  };
+
+  CalibrationResult result;
+  std::vector<double> predicted = model.predict(eff);
+  result.before = fit_quality(predicted, model.measured());
+  std::vector<double> r = model.residuals(predicted);
+  double loss = sum_squares(r);
+  double lambda = 1e-3;
+  constexpr double kStep = 1e-6;  // finite-difference step in log space
+  for (int it = 0; it < options.max_iterations && k > 0; ++it) {
+    result.iterations = it + 1;
+    // Jacobian of the residuals by forward differences.
+    const std::size_t n = r.size();
+    std::vector<double> jac(n * k);
+    for (std::size_t j = 0; j < k; ++j) {
+      std::vector<double> xs = x;
+      xs[j] += kStep;
+      const std::vector<double> rj = model.residuals(model.predict(with(xs)));
+      for (std::size_t i = 0; i < n; ++i) jac[i * k + j] = (rj[i] - r[i]) / kStep;
+    }
+    std::vector<double> jtj(k * k, 0.0), jtr(k, 0.0);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t a = 0; a < k; ++a) {
+        jtr[a] += jac[i * k + a] * r[i];
+        for (std::size_t b = 0; b < k; ++b) jtj[a * k + b] += jac[i * k + a] * jac[i * k + b];
+      }
+    bool accepted = false;
+    double improvement = 0.0;
+    while (lambda < 1e12) {
+      std::vector<double> a = jtj, minus_g(k), step;
+      for (std::size_t j = 0; j < k; ++j) {
+        a[j * k + j] += lambda * std::max(jtj[j * k + j], 1e-12);
+        minus_g[j] = -jtr[j];
+      }
+      if (!solve(a, minus_g, step)) {
+        lambda *= 10.0;
+        continue;
+      }
+      std::vector<double> xn = x;
+      for (std::size_t j = 0; j < k; ++j) xn[j] += step[j];
+      const std::vector<double> rn = model.residuals(model.predict(with(xn)));
+      const double ln = sum_squares(rn);
+      if (ln < loss) {
+        improvement = (loss - ln) / std::max(loss, 1e-300);
+        x = xn;
+        r = rn;
+        loss = ln;
+        lambda = std::max(lambda / 3.0, 1e-12);
+        accepted = true;
+        break;
+      }
+      lambda *= 4.0;
+    }
+    if (!accepted || improvement < options.tolerance || loss < 1e-24) {
+      result.converged = true;
+      break;
+    }
+  }
+  if (k == 0) result.converged = true;
+  result.efficiency = with(x);
+  predicted = model.predict(result.efficiency);
+  result.after = fit_quality(predicted, model.measured());
+  for (std::size_t i = 0; i < predicted.size(); ++i)
+    result.points.push_back({model.labels()[i], model.measured()[i], predicted[i]});
+  return result;
+}
+
+std::vector<schedule::StageCosts> op_durations_from_trace(const profiler::Trace& trace,
+                                                          const spec::ParallelPlan& plan) {
+  const int p = plan.pp, per_stage = plan.tp * plan.dp;
+  std::vector<schedule::StageCosts> sum(static_cast<std::size_t>(p));
+  std::vector<std::array<int, schedule::kOpKindCount>> count(static_cast<std::size_t>(p));
+  for (auto& c : count) c.fill(0);
+  for (const profiler::Span& s : trace.spans) {
+    if (s.lane < 0 || static_cast<std::size_t>(s.lane) >= trace.lanes.size()) continue;
+    const profiler::Lane& lane = trace.lanes[static_cast<std::size_t>(s.lane)];
+    if (lane.stream != profiler::Stream::Compute) continue;
+    if (static_cast<int>(s.kind) >= schedule::kOpKindCount) continue;  // not a schedule op
+    const int stage = lane.rank / per_stage;
+    if (stage < 0 || stage >= p) continue;
+    const auto kind = static_cast<schedule::OpKind>(s.kind);
+    sum[static_cast<std::size_t>(stage)][kind] += static_cast<double>(s.end_ns - s.start_ns) * 1e-9;
+    ++count[static_cast<std::size_t>(stage)][static_cast<std::size_t>(kind)];
+  }
+  for (int r = 0; r < p; ++r)
+    for (schedule::OpKind k : schedule::kAllOpKinds) {
+      const int c = count[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)];
+      if (c > 0) sum[static_cast<std::size_t>(r)][k] /= c;
+    }
+  return sum;
+}
+
+}  // namespace pipetune::tuner
