@@ -16,6 +16,7 @@
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
 #include "tuner/predict/evaluate.hpp"
+#include "tuner/search/evaluator_scorer.hpp"
 #include "tuner/search/search.hpp"
 
 namespace pipetune::cli {
@@ -64,25 +65,6 @@ tuner::SearchSpace make_space(const TuneArgs& a, const Target& t) {
   if (a.top < 1) throw InputError("--top must be positive (got " + std::to_string(a.top) + ")");
   if (a.threads < 0) throw InputError("--threads must be >= 0");
   return s;
-}
-
-tuner::ScorerFactory scorer_factory(const Target& t) {
-  return [&t] {
-    tuner::EvaluateOptions options;
-    options.skip_simulation_when_static_memory_exceeds = true;
-    auto evaluator = std::make_shared<tuner::PlanEvaluator>(options);
-    return tuner::PlanScorer([evaluator, &t](const spec::ParallelPlan& plan) {
-      const tuner::PlanEvaluation e = evaluator->evaluate(t.model, t.cluster, plan);
-      tuner::CandidateScore c;
-      c.feasible = e.feasible;
-      c.infeasible_reason = e.feasible ? "" : "out of memory";
-      c.iteration_time = e.iteration_time;
-      c.tokens_per_s = e.tokens_per_s;
-      c.mfu = e.mfu;
-      c.peak_memory_bytes = e.memory.peak_bytes;
-      return c;
-    });
-  };
 }
 
 nlohmann::json result_json(const tuner::ScoredPlan& r) {
@@ -139,7 +121,8 @@ void run(const TuneArgs& a) {
   const tuner::SearchSpace space = make_space(a, t);
   const bool bar = isatty(STDERR_FILENO) != 0;
   const tuner::SearchResult r =
-      tuner::search_plans(space, scorer_factory(t), bar ? progress_bar : tuner::SearchProgress{});
+      tuner::search_plans(space, tuner::evaluator_scorers(t.model, t.cluster),
+                          bar ? progress_bar : tuner::SearchProgress{});
   if (r.ranked.empty()) no_feasible_plan(r, t);
   const std::size_t top = std::min<std::size_t>(static_cast<std::size_t>(a.top), r.ranked.size());
   const std::int64_t search_id = a.no_db ? -1 : store_search(a, r);

@@ -1,0 +1,33 @@
+#include "tuner/search/evaluator_scorer.hpp"
+
+#include <memory>
+
+namespace pipetune::tuner {
+
+ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::ClusterSpec& cluster) {
+  EvaluateOptions options;
+  options.skip_simulation_when_static_memory_exceeds = true;
+  return evaluator_scorers(model, cluster, options);
+}
+
+ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                                const EvaluateOptions& options) {
+  auto target =
+      std::make_shared<const std::pair<spec::ModelSpec, spec::ClusterSpec>>(model, cluster);
+  return [target, options] {
+    auto evaluator = std::make_shared<PlanEvaluator>(options);
+    return PlanScorer([evaluator, target](const spec::ParallelPlan& plan) {
+      const PlanEvaluation e = evaluator->evaluate(target->first, target->second, plan);
+      CandidateScore c;
+      c.feasible = e.feasible;
+      c.infeasible_reason = e.feasible ? "" : "out of memory";
+      c.iteration_time = e.iteration_time;
+      c.tokens_per_s = e.tokens_per_s;
+      c.mfu = e.mfu;
+      c.peak_memory_bytes = e.memory.peak_bytes;
+      return c;
+    });
+  };
+}
+
+}  // namespace pipetune::tuner

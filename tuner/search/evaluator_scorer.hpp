@@ -1,0 +1,18 @@
+// The search's scorer from the cost model: each scoring thread gets its own PlanEvaluator (it
+// caches per-thread), shared by the CLI's `tune` and the GUI's tuner.
+#pragma once
+
+#include "engine/spec/cluster_spec.hpp"
+#include "engine/spec/model_spec.hpp"
+#include "tuner/predict/evaluate.hpp"
+#include "tuner/search/search.hpp"
+
+namespace pipetune::tuner {
+
+// Plans whose static memory (parameters, gradients, optimizer state) already exceeds the device
+// skip the simulation unless `options` says otherwise: they are infeasible whatever the schedule.
+ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::ClusterSpec& cluster);
+ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                                const EvaluateOptions& options);
+
+}  // namespace pipetune::tuner
