@@ -364,8 +364,12 @@ TrainResult train(const TrainOptions& options) {
       std::vector<float> totals = {
           static_cast<float>(dense_opt.owned_sum_squares() + expert_opt.owned_sum_squares()),
           counts ? static_cast<float>(losses.loss_sum) : 0.0f,
-          counts ? static_cast<float>(losses.aux_sum) : 0.0f};
+          counts ? static_cast<float>(losses.aux_sum) : 0.0f,
+          // Rank 0 alone reads the stop request, so every rank learns it from this reduction
+          // and stops after the same step.
+          rank == 0 && options.stop != nullptr && options.stop->load() ? 1.0f : 0.0f};
       comm.all_reduce(world_group, totals);
+      const bool stop_after_this_step = totals[3] > 0.0f && step < options.steps;
       const double norm = std::sqrt(static_cast<double>(totals[0]));
       const float coef =
           options.grad_clip > 0.0f ? tensor::clip_coefficient(norm, options.grad_clip) : 1.0f;
@@ -427,6 +431,13 @@ TrainResult train(const TrainOptions& options) {
           checkpoint_slots.assign(checkpoint_slots.size(), {});
         }
         comm.barrier(world_group);
+      }
+      if (stop_after_this_step) {
+        if (rank == 0) {
+          std::lock_guard lock(mutex);
+          result.stopped = true;
+        }
+        break;
       }
     }
     if (options.capture_parameters) {

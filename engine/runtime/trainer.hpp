@@ -4,6 +4,7 @@
 // floating-point sums): tests/engine/runtime checks it for every axis of the plan.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -51,6 +52,10 @@ struct TrainOptions {
   // the step's StepMetric). Called concurrently from several ranks: it must be thread-safe. An
   // exception from it fails the run like any other rank failure.
   std::function<void(profiler::Trace)> trace_sink;
+  // A stop request (from another thread, e.g. a GUI's Stop button): read by rank 0 before each
+  // step's final reduction; the run then ends cleanly after that step, every rank at the same
+  // step, and TrainResult::stopped is set. Null: run all steps.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct StepResult {
@@ -89,6 +94,7 @@ struct TrainResult {
   std::string schedule;  // the generated schedule's name
   int chunks = 1;        // layer groups per pipeline rank
   int microbatches = 1;
+  bool stopped = false;  // ended early on TrainOptions::stop
 };
 
 // Throws InputError (bad plan, spec, data or checkpoint) or a runtime error (a failed rank, a
