@@ -197,6 +197,8 @@ RunWriter::RunWriter(const std::string& path, RunInfo info, WriterOptions option
   s.options = options;
   s.db = open_workspace_db(path, OpenMode::Create);
   s.db.exec("PRAGMA cache_size = -65536");  // 64 MiB: block and index pages of every lane stay hot
+  // Checkpoint the WAL every 64 MiB rather than every 4 MiB: fewer fsyncs while streaming.
+  s.db.exec("PRAGMA wal_autocheckpoint = 16384");
 
   const ProcessIdentity self = current_process();
   sqlite::Transaction tx(s.db);
