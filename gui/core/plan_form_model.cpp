@@ -1,0 +1,314 @@
+#include "gui/core/plan_form_model.hpp"
+
+#include <QRegularExpression>
+#include <exception>
+
+#include "engine/errors.hpp"
+#include "engine/runtime/trainer.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/schedule/schedule.hpp"
+#include "engine/spec/load.hpp"
+#include "engine/spec/presets.hpp"
+#include "engine/spec/run_spec.hpp"
+#include "engine/spec/validate.hpp"
+
+namespace pipetune::gui {
+
+namespace {
+
+constexpr std::array<const char*, kPlanFieldCount> kKeys = {"model",
+                                                            "cluster",
+                                                            "hardware",
+                                                            "gpus",
+                                                            "tp",
+                                                            "pp",
+                                                            "dp",
+                                                            "ep",
+                                                            "schedule",
+                                                            "vocab",
+                                                            "micro_batch_size",
+                                                            "microbatches",
+                                                            "chunks",
+                                                            "recompute",
+                                                            "zero_stage",
+                                                            "sequence_parallel",
+                                                            "global_batch"};
+
+std::size_t slot(PlanField f) {
+  return static_cast<std::size_t>(f);
+}
+
+QStringList to_qt(const std::vector<std::string>& names) {
+  QStringList out;
+  for (const auto& n : names) out << QString::fromStdString(n);
+  return out;
+}
+
+// The form's own error: text that is not a number. Carries the field it belongs to.
+struct ParseError {
+  PlanField field;
+  QString message;
+};
+
+int parse_int(const QString& text, PlanField field) {
+  bool ok = false;
+  const int v = text.trimmed().toInt(&ok);
+  if (!ok)
+    throw ParseError{
+        field, plan_field_key(field) + " must be a whole number (got '" + text.trimmed() + "')"};
+  return v;
+}
+
+// Which fields a library message names. The libraries spell fields as the plan's keys
+// ("tp=3 does not divide heads=4", "tp*pp*dp = 6 ...", "interleaved-1f1b: microbatches=3 ...");
+// a few schedule messages use prose ("micro-batches", "group size", "vocab mode").
+std::array<bool, kPlanFieldCount> fields_named(const QString& message, PlanPurpose purpose) {
+  std::array<bool, kPlanFieldCount> named{};
+  auto mark_if = [&](PlanField f, const QString& pattern) {
+    if (message.contains(QRegularExpression(pattern))) named[slot(f)] = true;
+  };
+  mark_if(PlanField::Tp, R"(\btp\b)");
+  mark_if(PlanField::Pp, R"(\bpp\b|\bstages\b)");
+  mark_if(PlanField::Dp, R"(\bdp\b)");
+  mark_if(PlanField::Ep, R"(\bep\b)");
+  mark_if(PlanField::Chunks, R"(\bchunks\b|layer groups)");
+  mark_if(PlanField::MicroBatchSize, R"(\bmicro_batch_size\b)");
+  mark_if(PlanField::Microbatches, R"(\bmicrobatches\b|\bmicro-batches\b)");
+  mark_if(PlanField::Schedule, R"(\bschedule\b|^[a-z0-9-]+: )");
+  mark_if(PlanField::Vocab, R"(\bvocab mode\b|\bvocab-[12]\b|\binterlaced\b)");
+  mark_if(PlanField::Recompute, R"(\brecompute\b)");
+  mark_if(PlanField::ZeroStage, R"(\bzero_stage\b)");
+  mark_if(PlanField::SequenceParallel, R"(\bsequence_parallel\b)");
+  mark_if(PlanField::GlobalBatch, R"(\bglobal_batch\b)");
+  if (purpose == PlanPurpose::Simulate) mark_if(PlanField::Gpus, R"(\bdevices\b)");
+  return named;
+}
+
+}  // namespace
+
+QString plan_field_key(PlanField field) {
+  return QString::fromLatin1(kKeys[slot(field)]);
+}
+
+PlanFormModel::PlanFormModel(QObject* parent) : QObject(parent) {
+  values_[slot(PlanField::Tp)] = "1";
+  values_[slot(PlanField::Pp)] = "1";
+  values_[slot(PlanField::Dp)] = "1";
+  values_[slot(PlanField::Ep)] = "1";
+  values_[slot(PlanField::Schedule)] = "1f1b";
+  values_[slot(PlanField::Vocab)] = "none";
+  values_[slot(PlanField::MicroBatchSize)] = "1";
+  values_[slot(PlanField::Chunks)] = "1";
+  values_[slot(PlanField::Recompute)] = "none";
+  values_[slot(PlanField::ZeroStage)] = "0";
+  values_[slot(PlanField::SequenceParallel)] = "false";
+  message_ = "choose a model";
+}
+
+QStringList PlanFormModel::model_presets() {
+  return to_qt(spec::list_presets(spec::PresetKind::Models));
+}
+QStringList PlanFormModel::hardware_presets() {
+  return to_qt(spec::list_presets(spec::PresetKind::Hardware));
+}
+QStringList PlanFormModel::cluster_presets() {
+  return to_qt(spec::list_presets(spec::PresetKind::Clusters));
+}
+QStringList PlanFormModel::schedule_names() {
+  QStringList out;
+  for (auto n : schedule::schedule_names()) out << QString::fromUtf8(n.data(), n.size());
+  return out;
+}
+QStringList PlanFormModel::vocab_names() {
+  QStringList out;
+  for (auto m : {schedule::VocabMode::None, schedule::VocabMode::Vocab1,
+                 schedule::VocabMode::Vocab2, schedule::VocabMode::Interlaced}) {
+    const auto n = schedule::vocab_mode_name(m);
+    out << QString::fromUtf8(n.data(), n.size());
+  }
+  return out;
+}
+QStringList PlanFormModel::recompute_names() {
+  QStringList out;
+  for (auto r : {spec::Recompute::None, spec::Recompute::Selective, spec::Recompute::Full}) {
+    const auto n = spec::recompute_name(r);
+    out << QString::fromUtf8(n.data(), n.size());
+  }
+  return out;
+}
+
+QString PlanFormModel::value(PlanField field) const {
+  return values_[slot(field)];
+}
+
+QString PlanFormModel::field_error(PlanField field) const {
+  return error_fields_[slot(field)] ? message_ : QString();
+}
+
+void PlanFormModel::set_value(PlanField field, const QString& text) {
+  values_[slot(field)] = text;
+  if (field == PlanField::Cluster && !text.isEmpty()) {
+    try {
+      const spec::ClusterSpec& c = cluster_spec(text.toStdString());
+      values_[slot(PlanField::Hardware)] = QString::fromStdString(c.hardware.name);
+      values_[slot(PlanField::Gpus)] = QString::number(c.devices);
+    } catch (const std::exception&) {  // validate() reports the bad preset
+    }
+  } else if (field == PlanField::Hardware || field == PlanField::Gpus) {
+    values_[slot(PlanField::Cluster)].clear();
+  }
+  validate();
+}
+
+void PlanFormModel::set_purpose(PlanPurpose purpose) {
+  purpose_ = purpose;
+  validate();
+}
+
+void PlanFormModel::load_run_preset(const QString& name) {
+  try {
+    const spec::RunSpec run = spec::load_run(name.toStdString(), spec::RunCheck::KeysOnly);
+    const QStringList models = model_presets(), clusters = cluster_presets();
+    const QString model_name = QString::fromStdString(run.model.name);
+    values_[slot(PlanField::Model)] = models.contains(model_name) ? model_name : QString();
+    const QString cluster_name = QString::fromStdString(run.cluster.name);
+    values_[slot(PlanField::Cluster)] = clusters.contains(cluster_name) ? cluster_name : QString();
+    values_[slot(PlanField::Hardware)] = QString::fromStdString(run.cluster.hardware.name);
+    values_[slot(PlanField::Gpus)] = QString::number(run.cluster.devices);
+    const spec::ParallelPlan& p = run.plan;
+    values_[slot(PlanField::Tp)] = QString::number(p.tp);
+    values_[slot(PlanField::Pp)] = QString::number(p.pp);
+    values_[slot(PlanField::Dp)] = QString::number(p.dp);
+    values_[slot(PlanField::Ep)] = QString::number(p.ep);
+    values_[slot(PlanField::Schedule)] = QString::fromStdString(p.schedule);
+    const auto vocab = schedule::vocab_mode_name(p.vocab);
+    values_[slot(PlanField::Vocab)] = QString::fromUtf8(vocab.data(), vocab.size());
+    values_[slot(PlanField::MicroBatchSize)] = QString::number(p.micro_batch_size);
+    values_[slot(PlanField::Microbatches)] =
+        p.microbatches > 0 ? QString::number(p.microbatches) : QString();
+    values_[slot(PlanField::Chunks)] = QString::number(p.chunks);
+    const auto recompute = spec::recompute_name(p.recompute);
+    values_[slot(PlanField::Recompute)] = QString::fromUtf8(recompute.data(), recompute.size());
+    values_[slot(PlanField::ZeroStage)] = QString::number(p.zero_stage);
+    values_[slot(PlanField::SequenceParallel)] = p.sequence_parallel ? "true" : "false";
+    // A global batch the plan's sizes imply stays derived, so editing them keeps it consistent.
+    const bool derived = p.global_batch == std::int64_t{p.micro_batch_size} * p.microbatches * p.dp;
+    values_[slot(PlanField::GlobalBatch)] =
+        p.global_batch > 0 && !derived ? QString::number(p.global_batch) : QString();
+    validate();
+  } catch (const std::exception& e) {
+    message_ = QString::fromStdString(e.what());
+    error_fields_ = {};
+    selection_.reset();
+    emit validated();
+  }
+}
+
+const spec::ModelSpec& PlanFormModel::model_spec(const std::string& name) {
+  auto it = models_.find(name);
+  if (it == models_.end()) it = models_.emplace(name, spec::load_model(name)).first;
+  return it->second;
+}
+const spec::ClusterSpec& PlanFormModel::cluster_spec(const std::string& name) {
+  auto it = clusters_.find(name);
+  if (it == clusters_.end()) it = clusters_.emplace(name, spec::load_cluster(name)).first;
+  return it->second;
+}
+const spec::HardwareSpec& PlanFormModel::hardware_spec(const std::string& name) {
+  auto it = hardware_.find(name);
+  if (it == hardware_.end()) it = hardware_.emplace(name, spec::load_hardware(name)).first;
+  return it->second;
+}
+
+void PlanFormModel::validate() {
+  message_.clear();
+  error_fields_ = {};
+  selection_.reset();
+  auto text = [&](PlanField f) { return values_[slot(f)].trimmed(); };
+  try {
+    PlanSelection s;
+    if (text(PlanField::Model).isEmpty())
+      throw ParseError{PlanField::Model, "choose a model preset"};
+    s.model_preset = text(PlanField::Model).toStdString();
+    try {
+      s.model = model_spec(s.model_preset);
+    } catch (const InputError& e) {
+      throw ParseError{PlanField::Model, QString::fromStdString(e.what())};
+    }
+    if (!text(PlanField::Cluster).isEmpty()) {
+      try {
+        s.cluster = cluster_spec(text(PlanField::Cluster).toStdString());
+      } catch (const InputError& e) {
+        throw ParseError{PlanField::Cluster, QString::fromStdString(e.what())};
+      }
+      s.hardware_preset = s.cluster.hardware.name;
+      s.gpus = s.cluster.devices;
+    } else {
+      if (text(PlanField::Hardware).isEmpty())
+        throw ParseError{PlanField::Hardware, "choose a cluster or a hardware preset"};
+      s.hardware_preset = text(PlanField::Hardware).toStdString();
+      s.gpus = parse_int(text(PlanField::Gpus), PlanField::Gpus);
+      if (s.gpus < 1)
+        throw ParseError{PlanField::Gpus, "gpus=" + text(PlanField::Gpus) + " must be positive"};
+      try {
+        s.cluster = spec::make_cluster(hardware_spec(s.hardware_preset), s.gpus);
+      } catch (const InputError& e) {
+        throw ParseError{PlanField::Hardware, QString::fromStdString(e.what())};
+      }
+    }
+    spec::ParallelPlan& p = s.plan;
+    p.tp = parse_int(text(PlanField::Tp), PlanField::Tp);
+    p.pp = parse_int(text(PlanField::Pp), PlanField::Pp);
+    p.dp = parse_int(text(PlanField::Dp), PlanField::Dp);
+    p.ep = parse_int(text(PlanField::Ep), PlanField::Ep);
+    p.chunks = parse_int(text(PlanField::Chunks), PlanField::Chunks);
+    p.micro_batch_size = parse_int(text(PlanField::MicroBatchSize), PlanField::MicroBatchSize);
+    if (!text(PlanField::Microbatches).isEmpty())
+      p.microbatches = parse_int(text(PlanField::Microbatches), PlanField::Microbatches);
+    if (!text(PlanField::GlobalBatch).isEmpty())
+      p.global_batch = parse_int(text(PlanField::GlobalBatch), PlanField::GlobalBatch);
+    p.zero_stage = parse_int(text(PlanField::ZeroStage), PlanField::ZeroStage);
+    p.schedule = text(PlanField::Schedule).toStdString();
+    p.sequence_parallel = text(PlanField::SequenceParallel) == "true";
+    // The names are parsed by the libraries, whose messages list the valid ones.
+    try {
+      p.vocab = schedule::parse_vocab_mode(text(PlanField::Vocab).toStdString());
+    } catch (const InputError& e) {
+      throw ParseError{PlanField::Vocab, QString::fromStdString(e.what())};
+    }
+    try {
+      p.recompute = spec::parse_recompute(text(PlanField::Recompute).toStdString());
+    } catch (const InputError& e) {
+      throw ParseError{PlanField::Recompute, QString::fromStdString(e.what())};
+    }
+    // Zero sizes must reach the libraries' rules, but apply_defaults divides by them.
+    if (p.micro_batch_size > 0 && p.dp > 0) spec::apply_defaults(p);
+    if (purpose_ == PlanPurpose::Train) {
+      runtime::TrainOptions o;
+      o.model = s.model;
+      o.plan = p;
+      runtime::check_train_options(o);
+    } else {
+      spec::validate(s.model, s.cluster, p);
+      schedule::GeneratorParams g;
+      g.name = p.schedule;
+      g.stages = p.pp;
+      g.microbatches = p.microbatches;
+      g.chunks = p.chunks;
+      g.group_size = p.group_size;
+      g.vocab = p.vocab;
+      (void)schedule::generate(g);  // the schedule's own rules (micro-batch minimum, chunks)
+    }
+    s.global_batch = p.global_batch;
+    selection_ = std::move(s);
+  } catch (const ParseError& e) {
+    message_ = e.message;
+    error_fields_[slot(e.field)] = true;
+  } catch (const InputError& e) {
+    message_ = QString::fromStdString(e.what());
+    error_fields_ = fields_named(message_, purpose_);
+  }
+  emit validated();
+}
+
+}  // namespace pipetune::gui

@@ -1,0 +1,187 @@
+#include "gui/core/run_controller.hpp"
+
+#include <exception>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "db/store/run_writer.hpp"
+#include "engine/runtime/trainer.hpp"
+#include "engine/schedule/schedule.hpp"
+
+namespace pipetune::gui {
+
+namespace {
+
+// The plan as `pipetune train` stores it, so that both front ends' runs read the same.
+std::string stored_plan_json(const runtime::TrainOptions& o) {
+  const spec::ParallelPlan& p = o.plan;
+  return nlohmann::json{{"model", o.model.name},
+                        {"tp", p.tp},
+                        {"pp", p.pp},
+                        {"dp", p.dp},
+                        {"ep", p.ep},
+                        {"schedule", p.schedule},
+                        {"chunks", p.chunks},
+                        {"vocab", std::string(schedule::vocab_mode_name(p.vocab))},
+                        {"microbatches", p.microbatches},
+                        {"micro_batch_size", p.micro_batch_size},
+                        {"zero_stage", p.zero_stage},
+                        {"steps", o.steps},
+                        {"seed", o.seed},
+                        {"time_unit", "s"}}
+      .dump();
+}
+
+// Mean tokens/s over the steps after the first (which warms caches and pools), as `train`.
+double steady_tokens_per_s(const runtime::TrainResult& r) {
+  if (r.steps.empty()) return 0.0;
+  const std::size_t from = r.steps.size() > 1 ? 1 : 0;
+  double seconds = 0.0;
+  for (std::size_t i = from; i < r.steps.size(); ++i) seconds += r.steps[i].seconds;
+  return seconds > 0.0 ? static_cast<double>(r.tokens_per_step) *
+                             static_cast<double>(r.steps.size() - from) / seconds
+                       : 0.0;
+}
+
+std::string summary_json(const runtime::TrainResult& r) {
+  std::vector<double> losses;
+  for (const auto& s : r.steps) losses.push_back(s.loss);
+  return nlohmann::json{{"iteration_time", r.iteration_seconds},
+                        {"time_unit", "s"},
+                        {"tokens_per_s", steady_tokens_per_s(r)},
+                        {"losses", losses}}
+      .dump();
+}
+
+}  // namespace
+
+QString run_outcome_name(RunOutcome outcome) {
+  switch (outcome) {
+    case RunOutcome::Complete:
+      return "complete";
+    case RunOutcome::Interrupted:
+      return "interrupted";
+    case RunOutcome::Failed:
+      return "failed";
+  }
+  return "failed";
+}
+
+RunController::RunController(QObject* parent) : QObject(parent) {}
+
+RunController::~RunController() {
+  stop_ = true;
+  join_worker();
+}
+
+void RunController::join_worker() {
+  if (worker_.joinable()) worker_.join();
+}
+
+void RunController::stop() {
+  stop_ = true;
+}
+
+bool RunController::start(const RunRequest& request) {
+  error_.clear();
+  if (running_) {
+    error_ = "a run is still going: stop it first";
+    return false;
+  }
+  join_worker();
+  runtime::TrainOptions o;
+  o.model = request.model;
+  o.plan = request.plan;
+  o.steps = request.steps;
+  o.seed = request.seed;
+  o.adamw.lr = request.learning_rate;
+  o.threads_per_rank = request.threads_per_rank;
+  try {
+    runtime::check_train_options(o);
+  } catch (const std::exception& e) {
+    error_ = QString::fromStdString(e.what());
+    return false;
+  }
+  const std::string name = !request.name.empty()
+                               ? request.name
+                               : o.model.name + " tp=" + std::to_string(o.plan.tp) +
+                                     " pp=" + std::to_string(o.plan.pp) +
+                                     " dp=" + std::to_string(o.plan.dp) + " " + o.plan.schedule;
+  stop_ = false;
+  running_ = true;
+  run_id_ = -1;
+  losses_.clear();
+  tokens_per_s_ = 0.0;
+  spans_received_ = 0;
+  const std::string path = workspace_;
+  worker_ = std::thread([this, o = std::move(o), name, path]() mutable {
+    std::unique_ptr<db::RunWriter> writer;
+    RunOutcome outcome = RunOutcome::Failed;
+    QString message;
+    try {
+      writer = std::make_unique<db::RunWriter>(
+          path, db::RunInfo{profiler::TraceKind::Measured, name, stored_plan_json(o),
+                            nlohmann::json{{"model", o.model.name}}.dump()});
+      const std::int64_t id = writer->run_id();
+      QMetaObject::invokeMethod(
+          this,
+          [this, id] {
+            run_id_ = id;
+            emit started(id);
+          },
+          Qt::QueuedConnection);
+      db::RunWriter* w = writer.get();
+      o.trace_sink = [this, w](profiler::Trace part) {
+        w->append(part);
+        auto shared = std::make_shared<const profiler::Trace>(std::move(part));
+        QMetaObject::invokeMethod(
+            this,
+            [this, shared] {
+              spans_received_ += static_cast<std::int64_t>(shared->spans.size());
+              emit trace_part(shared);
+            },
+            Qt::QueuedConnection);
+      };
+      o.on_step = [this](const runtime::StepResult& s) {
+        QMetaObject::invokeMethod(
+            this,
+            [this, s] {
+              losses_.push_back(QPointF(s.step, s.loss));
+              tokens_per_s_ = s.tokens_per_s;
+              emit step_done(s.step, s.loss, s.tokens_per_s);
+            },
+            Qt::QueuedConnection);
+      };
+      o.stop = &stop_;
+      const runtime::TrainResult r = runtime::train(o);
+      writer->set_summary_json(summary_json(r));
+      outcome = r.stopped ? RunOutcome::Interrupted : RunOutcome::Complete;
+      writer->finish(outcome == RunOutcome::Complete ? db::RunStatus::Complete
+                                                     : db::RunStatus::Interrupted);
+      if (r.stopped)
+        message = QString("stopped after step %1").arg(r.steps.empty() ? 0 : r.steps.back().step);
+    } catch (const std::exception& e) {
+      outcome = RunOutcome::Failed;
+      message = QString::fromStdString(e.what());
+      if (writer) {
+        try {
+          writer->finish(db::RunStatus::Failed);
+        } catch (...) {  // the training error is the one to show
+        }
+      }
+    }
+    writer.reset();
+    QMetaObject::invokeMethod(
+        this,
+        [this, outcome, message] {
+          join_worker();
+          running_ = false;
+          if (outcome == RunOutcome::Failed) error_ = message;
+          emit finished(outcome, message);
+        },
+        Qt::QueuedConnection);
+  });
+  return true;
+}
+
+}  // namespace pipetune::gui

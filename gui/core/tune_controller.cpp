@@ -1,0 +1,265 @@
+#include "gui/core/tune_controller.hpp"
+
+#include <exception>
+#include <nlohmann/json.hpp>
+
+#include "db/store/workspace.hpp"
+#include "engine/errors.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/spec/load.hpp"
+#include "gui/core/plan_trace.hpp"
+#include "tuner/export/small_scale.hpp"
+#include "tuner/search/evaluator_scorer.hpp"
+
+namespace pipetune::gui {
+
+namespace {
+
+// A stored trial as `pipetune tune` writes it (cli/tuning_target.cpp trial_json: the same keys,
+// so `pipetune export --search` reads the GUI's searches).
+nlohmann::json plan_json(const spec::ParallelPlan& p, const std::string& vocab_label) {
+  return {{"tp", p.tp},
+          {"pp", p.pp},
+          {"dp", p.dp},
+          {"ep", p.ep},
+          {"chunks", p.chunks},
+          {"micro_batch_size", p.micro_batch_size},
+          {"microbatches", p.microbatches},
+          {"global_batch", p.global_batch},
+          {"schedule", p.schedule},
+          {"vocab", vocab_label},
+          {"layer_split", p.layer_split},
+          {"recompute", std::string(spec::recompute_name(p.recompute))},
+          {"sequence_parallel", p.sequence_parallel},
+          {"zero_stage", p.zero_stage}};
+}
+
+nlohmann::json trial_json(const TuneRequest& t, const spec::ParallelPlan& plan,
+                          const std::string& vocab_label) {
+  return {{"model", t.model_preset},
+          {"hardware", t.hardware_preset},
+          {"gpus", t.gpus},
+          {"nodes_of", t.nodes_of},
+          {"global_batch", t.global_batch},
+          {"seq", t.seq},
+          {"plan", plan_json(plan, vocab_label)}};
+}
+
+std::int64_t store_search(const std::string& path, const TuneRequest& request,
+                          const tuner::SearchResult& r) {
+  std::vector<db::TrialRecord> trials;
+  trials.reserve(r.ranked.size());
+  for (const auto& c : r.ranked) {
+    db::TrialRecord t;
+    t.plan_json = trial_json(request, c.plan, c.vocab_label).dump();
+    t.iteration_s = c.score.iteration_time;
+    t.tokens_per_s = c.score.tokens_per_s;
+    t.mfu = c.score.mfu;
+    t.peak_memory_bytes = static_cast<std::int64_t>(c.score.peak_memory_bytes);
+    t.feasible = true;
+    trials.push_back(std::move(t));
+  }
+  db::Workspace ws(path, db::OpenMode::Create);
+  return ws.add_search(std::move(trials));
+}
+
+}  // namespace
+
+TuneTarget resolve_tune_target(const TuneRequest& r) {
+  if (r.model_preset.empty()) throw InputError("model: choose a model preset");
+  if (r.hardware_preset.empty()) throw InputError("hardware: choose a hardware preset");
+  if (r.gpus < 1) throw InputError("gpus must be positive (got " + std::to_string(r.gpus) + ")");
+  if (r.nodes_of < 0)
+    throw InputError("nodes_of must be positive (got " + std::to_string(r.nodes_of) + ")");
+  if (r.global_batch < 1)
+    throw InputError("global_batch must be positive (got " + std::to_string(r.global_batch) + ")");
+  if (r.seq < 0) throw InputError("seq must be positive (got " + std::to_string(r.seq) + ")");
+  if (r.max_candidates < 0) throw InputError("max_candidates must be >= 0");
+  if (r.threads < 0) throw InputError("threads must be >= 0");
+  for (const std::string& name : r.schedules)
+    (void)schedule::schedule_placement(name);  // InputError listing the valid names
+  TuneTarget t;
+  t.model = spec::load_model(r.model_preset);
+  if (r.seq > 0) t.model.seq_len = r.seq;
+  t.cluster = spec::make_cluster(spec::load_hardware(r.hardware_preset), r.gpus);
+  if (r.nodes_of > 0) t.cluster.devices_per_node = r.nodes_of;
+  t.global_batch = r.global_batch;
+  return t;
+}
+
+TuneController::TuneController(QObject* parent) : QObject(parent) {}
+
+TuneController::~TuneController() {
+  cancel_ = true;
+  join_workers();
+}
+
+void TuneController::join_workers() {
+  if (search_worker_.joinable()) search_worker_.join();
+  if (preview_worker_.joinable()) preview_worker_.join();
+}
+
+void TuneController::cancel() {
+  cancel_ = true;
+}
+
+bool TuneController::start(const TuneRequest& request) {
+  error_.clear();
+  if (running_ || previewing_) {
+    error_ = running_ ? "a search is still going: cancel it first"
+                      : "a preview is still being simulated";
+    return false;
+  }
+  TuneTarget target;
+  try {
+    target = resolve_tune_target(request);
+  } catch (const std::exception& e) {
+    error_ = QString::fromStdString(e.what());
+    return false;
+  }
+  join_workers();
+  request_ = request;
+  target_ = target;
+  results_.clear();
+  search_id_ = -1;
+  cancel_ = false;
+  done_ = 0;
+  total_ = 0;
+  running_ = true;
+  tuner::SearchSpace space;
+  space.model = target.model;
+  space.cluster = target.cluster;
+  space.global_batch = target.global_batch;
+  space.schedules = request.schedules;
+  space.max_candidates = request.max_candidates;
+  space.threads = request.threads;
+  const std::string path = workspace_;
+  search_worker_ = std::thread([this, space, target, request, path] {
+    auto result = std::make_shared<tuner::SearchResult>();
+    QString message;
+    bool error = false;
+    std::int64_t id = -1;
+    try {
+      *result = tuner::search_plans(
+          space, tuner::evaluator_scorers(target.model, target.cluster),
+          [this](std::int64_t done, std::int64_t total) {
+            done_ = done;
+            total_ = total;
+            if (progress_pending_.exchange(true)) return;
+            QMetaObject::invokeMethod(
+                this,
+                [this] {
+                  progress_pending_ = false;
+                  emit progress(done_.load(), total_.load());
+                },
+                Qt::QueuedConnection);
+          },
+          &cancel_);
+      if (result->cancelled) {
+        message = QString("cancelled after %1 of %2 plans; nothing stored")
+                      .arg(done_.load())
+                      .arg(total_.load());
+      } else if (result->ranked.empty()) {
+        message = QString("no feasible plan for %1 on %2 x %3")
+                      .arg(QString::fromStdString(target.model.name))
+                      .arg(target.cluster.devices)
+                      .arg(QString::fromStdString(target.cluster.hardware.name));
+        if (result->smallest_infeasible)
+          message += QString(": the smallest plan needs %1 per GPU (%2), the device has %3")
+                         .arg(human_bytes(result->smallest_infeasible->score.peak_memory_bytes))
+                         .arg(plan_label(result->smallest_infeasible->plan,
+                                         result->smallest_infeasible->vocab_label))
+                         .arg(human_bytes(static_cast<double>(target.cluster.hardware.hbm_bytes)));
+        else
+          message += ": every plan was pruned";
+      } else {
+        id = store_search(path, request, *result);
+        message = QString("%1 feasible plans of %2 (%3 simulated); stored as search %4")
+                      .arg(result->ranked.size())
+                      .arg(result->candidates_enumerated)
+                      .arg(result->candidates_evaluated)
+                      .arg(id);
+      }
+    } catch (const std::exception& e) {
+      error = true;
+      message = QString::fromStdString(e.what());
+    }
+    QMetaObject::invokeMethod(
+        this,
+        [this, result, message, error, id] {
+          if (search_worker_.joinable()) search_worker_.join();
+          running_ = false;
+          search_id_ = id;
+          results_.set_result(*result);
+          if (error) {
+            error_ = message;
+            emit failed(message);
+          } else {
+            emit finished(result->cancelled, message);
+          }
+        },
+        Qt::QueuedConnection);
+  });
+  return true;
+}
+
+tuner::ExportRequest TuneController::export_request(int row) const {
+  const tuner::ScoredPlan& c = results_.plan_at(row);
+  tuner::ExportRequest r;
+  r.model = target_.model;
+  r.cluster = target_.cluster;
+  r.plan = c.plan;
+  spec::apply_defaults(r.plan);
+  r.description = "pipetune-gui: predicted " + human_seconds(c.score.iteration_time).toStdString() +
+                  " per iteration, " + QString::number(c.score.tokens_per_s, 'f', 0).toStdString() +
+                  " tokens/s, MFU " + QString::number(100.0 * c.score.mfu, 'f', 1).toStdString() +
+                  "%, peak " + human_bytes(c.score.peak_memory_bytes).toStdString();
+  return r;
+}
+
+RunRequest TuneController::small_scale_request(int row, int steps) const {
+  const tuner::ScoredPlan& c = results_.plan_at(row);
+  const tuner::SmallScaleRun small = tuner::shrink_to_engine(target_.model, c.plan);
+  RunRequest r;
+  r.model = small.model;
+  r.plan = small.plan;
+  r.steps = steps;
+  r.name = "small scale of " + plan_label(c.plan, c.vocab_label).toStdString();
+  return r;
+}
+
+bool TuneController::preview(int row) {
+  if (running_ || previewing_ || row < 0 || row >= results_.rowCount()) return false;
+  if (preview_worker_.joinable()) preview_worker_.join();
+  previewing_ = true;
+  const tuner::ScoredPlan plan = results_.plan_at(row);
+  const TuneTarget target = target_;
+  preview_worker_ = std::thread([this, row, plan, target] {
+    std::shared_ptr<const profiler::Trace> trace;
+    QString message;
+    try {
+      PlanTrace t = simulate_plan_trace(target.model, target.cluster, plan.plan);
+      message = QString("%1 (simulated: pipeline %2, bubble %3%)")
+                    .arg(plan_label(plan.plan, plan.vocab_label))
+                    .arg(human_seconds(t.iteration_time))
+                    .arg(100.0 * t.bubble_ratio, 0, 'f', 1);
+      trace = std::make_shared<const profiler::Trace>(std::move(t.trace));
+    } catch (const std::exception& e) {
+      message = QString::fromStdString(e.what());
+    }
+    QMetaObject::invokeMethod(
+        this,
+        [this, row, trace, message] {
+          if (preview_worker_.joinable()) preview_worker_.join();
+          previewing_ = false;
+          if (trace)
+            emit preview_ready(row, trace, message);
+          else
+            emit preview_failed(row, message);
+        },
+        Qt::QueuedConnection);
+  });
+  return true;
+}
+
+}  // namespace pipetune::gui

@@ -1,0 +1,110 @@
+// TuneController: the auto-tuner (tuner::search_plans with the cost-model scorers the CLI's
+// `tune` uses) on a worker thread, with progress and Cancel (the search's cancel flag). A search
+// that finishes is stored in the workspace as `pipetune tune` stores it (Workspace::add_search,
+// trials with the target and plan as JSON under the same keys), so `pipetune export --search`
+// and the Inspect view read it back. Results go to a ResultsTableModel. A selected result can be
+// previewed as a simulated timeline (plan_trace.hpp) on a worker, exported, or shrunk to the
+// embedded engine ("run at small scale").
+#pragma once
+
+#include <QObject>
+#include <QString>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/spec/cluster_spec.hpp"
+#include "engine/spec/model_spec.hpp"
+#include "gui/core/results_table_model.hpp"
+#include "gui/core/run_controller.hpp"
+#include "profiler/trace.hpp"
+#include "tuner/export/exporters.hpp"
+#include "tuner/search/search.hpp"
+
+namespace pipetune::gui {
+
+// What to tune: the CLI's --model --hardware --gpus --nodes-of --global-batch --seq, and the
+// search's own limits.
+struct TuneRequest {
+  std::string model_preset;
+  std::string hardware_preset;
+  int gpus = 0;
+  int nodes_of = 0;  // GPUs per node; 0 = the hardware's
+  std::int64_t global_batch = 0;
+  std::int64_t seq = 0;                // 0 = the model's
+  std::vector<std::string> schedules;  // empty = every schedule
+  std::int64_t max_candidates = 0;     // 0 = no limit
+  int threads = 0;                     // scoring threads; 0 = hardware concurrency
+};
+
+struct TuneTarget {
+  spec::ModelSpec model;
+  spec::ClusterSpec cluster;
+  std::int64_t global_batch = 0;
+};
+
+// Loads the presets and checks the numbers; InputError naming the field.
+TuneTarget resolve_tune_target(const TuneRequest& request);
+
+class TuneController : public QObject {
+  Q_OBJECT
+ public:
+  explicit TuneController(QObject* parent = nullptr);
+  ~TuneController() override;  // cancels and waits
+
+  void set_workspace(const QString& db_path) { workspace_ = db_path.toStdString(); }
+  QString workspace() const { return QString::fromStdString(workspace_); }
+
+  // Resolves the target on the calling thread (InputError text in error_message(), false) and
+  // searches on a worker. False as well while a search or a preview is going.
+  bool start(const TuneRequest& request);
+  void cancel();  // thread-safe; the search returns what it scored and nothing is stored
+  bool running() const { return running_; }
+
+  QString error_message() const { return error_; }
+  std::int64_t search_id() const { return search_id_; }  // -1 until a search is stored
+  ResultsTableModel* results() { return &results_; }
+  const TuneTarget& target() const { return target_; }
+  const TuneRequest& request() const { return request_; }
+
+  // Simulated timeline of a row's plan, computed on a worker; preview_ready or failed.
+  bool preview(int row);
+  // The exporter's request for a row (apply_defaults'ed plan, the prediction as description).
+  tuner::ExportRequest export_request(int row) const;
+  // The row's plan shrunk to the embedded engine (tuner::shrink_to_engine); InputError when the
+  // pipeline alone needs too many rank threads.
+  RunRequest small_scale_request(int row, int steps = 20) const;
+
+ signals:
+  void progress(qint64 done, qint64 total);
+  // The search ended: cancelled, or finished (stored when search_id() >= 0). message says what
+  // happened in one line ("312 feasible plans of 1840; stored as search 3").
+  void finished(bool cancelled, QString message);
+  void failed(QString message);
+  void preview_ready(int row, std::shared_ptr<const pipetune::profiler::Trace> trace,
+                     QString title);
+  void preview_failed(int row, QString message);
+
+ private:
+  void join_workers();
+
+  std::string workspace_ = "pipetune.db";
+  TuneRequest request_;
+  TuneTarget target_;
+  ResultsTableModel results_;
+  std::thread search_worker_;
+  std::thread preview_worker_;
+  std::atomic<bool> cancel_{false};
+  // Coalesces progress reports: one queued report at a time, carrying the latest numbers.
+  std::atomic<std::int64_t> done_{0}, total_{0};
+  std::atomic<bool> progress_pending_{false};
+  bool running_ = false;
+  bool previewing_ = false;
+  QString error_;
+  std::int64_t search_id_ = -1;
+};
+
+}  // namespace pipetune::gui

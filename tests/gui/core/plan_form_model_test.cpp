@@ -1,0 +1,176 @@
+// PlanFormModel: presets listed from the presets folder, a run preset loaded into the fields,
+// and validation as you type showing the libraries' own rule next to the fields it names.
+#include "gui/core/plan_form_model.hpp"
+
+#include <gtest/gtest.h>
+
+#include <QDir>
+#include <algorithm>
+#include <string>
+
+#include "engine/errors.hpp"
+#include "engine/runtime/trainer.hpp"
+#include "engine/spec/load.hpp"
+#include "engine/spec/validate.hpp"
+
+namespace pipetune::gui {
+namespace {
+
+QStringList preset_stems(const char* kind) {
+  QDir dir(QString(PIPETUNE_SOURCE_DIR) + "/presets/" + kind);
+  QStringList out;
+  for (const QString& f : dir.entryList({"*.toml"}, QDir::Files, QDir::Name)) out << f.chopped(5);
+  out.sort();
+  return out;
+}
+
+std::string all_errors(const PlanFormModel& form) {
+  std::string s;
+  for (int f = 0; f < kPlanFieldCount; ++f) {
+    const QString e = form.field_error(static_cast<PlanField>(f));
+    if (!e.isEmpty())
+      s += plan_field_key(static_cast<PlanField>(f)).toStdString() + ": " + e.toStdString() + "\n";
+  }
+  return s;
+}
+
+TEST(PlanFormModel, ListsThePresetFolders) {
+  EXPECT_EQ(PlanFormModel::model_presets(), preset_stems("models"));
+  EXPECT_EQ(PlanFormModel::hardware_presets(), preset_stems("hardware"));
+  EXPECT_EQ(PlanFormModel::cluster_presets(), preset_stems("clusters"));
+  EXPECT_TRUE(PlanFormModel::schedule_names().contains("interleaved-1f1b"));
+  EXPECT_EQ(PlanFormModel::vocab_names(),
+            QStringList({"none", "vocab-1", "vocab-2", "interlaced"}));
+}
+
+TEST(PlanFormModel, LoadsARunPresetAndAcceptsIt) {
+  PlanFormModel form;
+  form.load_run_preset("default");
+  // presets/runs/default.toml: llama3-8b on dgx-h100-8, tp=2 pp=4 dp=1, 16 micro-batches,
+  // selective recomputation, sequence parallel, ZeRO 1.
+  EXPECT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_EQ(form.value(PlanField::Model), "llama3-8b");
+  EXPECT_EQ(form.value(PlanField::Cluster), "dgx-h100-8");
+  EXPECT_EQ(form.value(PlanField::Hardware), "h100-sxm");
+  EXPECT_EQ(form.value(PlanField::Gpus), "8");
+  EXPECT_EQ(form.value(PlanField::Tp), "2");
+  EXPECT_EQ(form.value(PlanField::Pp), "4");
+  EXPECT_EQ(form.value(PlanField::Microbatches), "16");
+  EXPECT_EQ(form.value(PlanField::Recompute), "selective");
+  EXPECT_EQ(form.value(PlanField::SequenceParallel), "true");
+  EXPECT_EQ(form.value(PlanField::ZeroStage), "1");
+  ASSERT_TRUE(form.selection().has_value());
+  const PlanSelection& s = *form.selection();
+  EXPECT_EQ(s.plan.tp * s.plan.pp * s.plan.dp, 8);
+  EXPECT_EQ(s.plan.global_batch, 16);  // micro-batch 1 x 16 micro-batches x dp 1
+  EXPECT_EQ(s.cluster.devices, 8);
+  EXPECT_EQ(s.model.layers, 32);
+}
+
+TEST(PlanFormModel, ShowsTheSpecRuleAtTheFieldsItNames) {
+  PlanFormModel form;
+  form.load_run_preset("default");
+  ASSERT_TRUE(form.valid());
+  form.set_value(PlanField::Tp, "3");
+  form.set_value(PlanField::Dp, "1");
+  EXPECT_FALSE(form.valid());
+  EXPECT_FALSE(form.selection().has_value());
+  // The message is the library's, word for word.
+  spec::ParallelPlan p;
+  p.tp = 3;
+  p.pp = 4;
+  p.dp = 1;
+  p.micro_batch_size = 1;
+  p.microbatches = 16;
+  p.recompute = spec::Recompute::Selective;
+  p.sequence_parallel = true;
+  p.zero_stage = 1;
+  spec::apply_defaults(p);
+  std::string expected;
+  try {
+    spec::validate(spec::load_model("llama3-8b"), spec::load_cluster("dgx-h100-8"), p);
+  } catch (const SpecError& e) {
+    expected = e.what();
+  }
+  ASSERT_FALSE(expected.empty());
+  EXPECT_EQ(form.message().toStdString(), expected);
+  EXPECT_FALSE(form.field_error(PlanField::Tp).isEmpty()) << all_errors(form);
+  EXPECT_TRUE(form.field_error(PlanField::Schedule).isEmpty()) << all_errors(form);
+  EXPECT_TRUE(form.field_error(PlanField::Model).isEmpty()) << all_errors(form);
+  // Fixed as the user types on: 2 x 4 x 1 = 8 devices.
+  form.set_value(PlanField::Tp, "2");
+  EXPECT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_EQ(all_errors(form), "");
+}
+
+TEST(PlanFormModel, ShowsTheScheduleGeneratorsRule) {
+  PlanFormModel form;
+  form.load_run_preset("default");
+  form.set_value(PlanField::Tp, "1");
+  form.set_value(PlanField::Pp, "8");
+  form.set_value(PlanField::SequenceParallel, "false");
+  form.set_value(PlanField::Schedule, "interleaved-1f1b");
+  form.set_value(PlanField::Chunks, "2");
+  form.set_value(PlanField::Microbatches, "12");  // 12 is not a multiple of the 8 stages
+  ASSERT_FALSE(form.valid());
+  EXPECT_NE(form.message().indexOf("interleaved-1f1b"), -1) << form.message().toStdString();
+  EXPECT_FALSE(form.field_error(PlanField::Microbatches).isEmpty()) << all_errors(form);
+  form.set_value(PlanField::Microbatches, "16");
+  EXPECT_TRUE(form.valid()) << form.message().toStdString();
+}
+
+TEST(PlanFormModel, TextThatIsNotANumberIsNamedAtItsField) {
+  PlanFormModel form;
+  form.load_run_preset("default");
+  form.set_value(PlanField::Pp, "four");
+  EXPECT_EQ(form.message(), "pp must be a whole number (got 'four')");
+  EXPECT_EQ(form.field_error(PlanField::Pp), form.message());
+  EXPECT_TRUE(form.field_error(PlanField::Tp).isEmpty());
+}
+
+TEST(PlanFormModel, UnknownPresetsAndHandEditedClusters) {
+  PlanFormModel form;
+  form.load_run_preset("default");
+  form.set_value(PlanField::Cluster, "no-such-cluster");
+  EXPECT_FALSE(form.valid());
+  EXPECT_FALSE(form.field_error(PlanField::Cluster).isEmpty()) << all_errors(form);
+  // The library's message lists the valid names.
+  EXPECT_NE(form.message().indexOf("dgx-h100-8"), -1) << form.message().toStdString();
+  // Hardware x GPUs instead of a cluster preset.
+  form.set_value(PlanField::Hardware, "a100-80gb");
+  form.set_value(PlanField::Gpus, "8");
+  EXPECT_EQ(form.value(PlanField::Cluster), "");
+  EXPECT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_EQ(form.selection()->cluster.hardware.name, "a100-80gb");
+  form.set_value(PlanField::Gpus, "16");  // tp*pp*dp = 8 no longer matches
+  EXPECT_FALSE(form.valid());
+  EXPECT_FALSE(form.field_error(PlanField::Gpus).isEmpty()) << all_errors(form);
+}
+
+TEST(PlanFormModel, TrainingIsCheckedByTheEngine) {
+  PlanFormModel form;
+  form.load_run_preset("tiny-train");
+  form.set_purpose(PlanPurpose::Train);
+  EXPECT_TRUE(form.valid()) << form.message().toStdString();
+  form.set_value(PlanField::Tp, "3");  // tiny has 4 heads
+  ASSERT_FALSE(form.valid());
+  runtime::TrainOptions o;
+  o.model = spec::load_model("tiny");
+  o.plan = form.selection().has_value() ? form.selection()->plan : spec::ParallelPlan{};
+  o.plan.tp = 3;
+  o.plan.pp = 2;
+  o.plan.dp = 2;
+  o.plan.micro_batch_size = 4;
+  o.plan.microbatches = 8;
+  std::string expected;
+  try {
+    runtime::check_train_options(o);
+  } catch (const InputError& e) {
+    expected = e.what();
+  }
+  EXPECT_EQ(form.message().toStdString(), expected);
+  EXPECT_FALSE(form.field_error(PlanField::Tp).isEmpty()) << all_errors(form);
+}
+
+}  // namespace
+}  // namespace pipetune::gui

@@ -1,0 +1,240 @@
+// TuneController: a search on a worker stored as `pipetune tune` stores it, Cancel, bad
+// requests, the simulated timeline of a result, export and "run at small scale".
+#include "gui/core/tune_controller.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <QFile>
+#include <QFileInfo>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "db/store/workspace.hpp"
+#include "engine/errors.hpp"
+#include "engine/runtime/trainer.hpp"
+#include "engine/spec/run_spec.hpp"
+#include "gui/core/plan_export.hpp"
+#include "tests/gui/core/event_wait.hpp"
+#include "tests/gui/support/gui_test_env.hpp"
+#include "tuner/search/evaluator_scorer.hpp"
+
+namespace pipetune::gui {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() /
+           ("pipetune_gui_tune_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  QString file(const char* name) const { return QString::fromStdString((path / name).string()); }
+};
+
+TuneRequest small_request() {
+  TuneRequest r;
+  r.model_preset = "llama3-8b";
+  r.hardware_preset = "h100-sxm";
+  r.gpus = 8;
+  r.global_batch = 32;
+  r.schedules = {"1f1b", "interleaved-1f1b"};
+  return r;
+}
+
+struct Finished {
+  bool done = false, cancelled = false;
+  QString message;
+};
+
+Finished run_search(TuneController& c, const TuneRequest& r) {
+  Finished f;
+  QObject::connect(&c, &TuneController::finished, [&](bool cancelled, QString message) {
+    f.done = true;
+    f.cancelled = cancelled;
+    f.message = message;
+  });
+  QObject::connect(&c, &TuneController::failed, [&](QString message) {
+    f.done = true;
+    f.message = "failed: " + message;
+  });
+  EXPECT_TRUE(c.start(r)) << c.error_message().toStdString();
+  EXPECT_TRUE(test::process_events_until([&] { return f.done; }));
+  return f;
+}
+
+TEST(TuneController, SearchesOnAWorkerAndStoresTheSearch) {
+  test::test_core_app();
+  TempDir dir;
+  TuneController c;
+  c.set_workspace(dir.file("ws.db"));
+  std::int64_t last_done = -1, last_total = -1;
+  QObject::connect(&c, &TuneController::progress, [&](qint64 done, qint64 total) {
+    EXPECT_GE(done, last_done) << "progress never goes back";
+    last_done = done;
+    last_total = total;
+  });
+  const TuneRequest request = small_request();
+  const Finished f = run_search(c, request);
+  ASSERT_FALSE(f.cancelled) << f.message.toStdString();
+  ASSERT_GE(c.search_id(), 0) << f.message.toStdString();
+  EXPECT_EQ(last_done, last_total) << "the last progress report is the end";
+
+  // The same search called directly ranks the same plans.
+  const TuneTarget t = resolve_tune_target(request);
+  tuner::SearchSpace space;
+  space.model = t.model;
+  space.cluster = t.cluster;
+  space.global_batch = t.global_batch;
+  space.schedules = request.schedules;
+  const tuner::SearchResult direct =
+      tuner::search_plans(space, tuner::evaluator_scorers(t.model, t.cluster));
+  ResultsTableModel* m = c.results();
+  ASSERT_EQ(static_cast<std::size_t>(m->rowCount()), direct.ranked.size());
+  EXPECT_DOUBLE_EQ(m->plan_at(0).score.tokens_per_s, direct.ranked[0].score.tokens_per_s);
+  EXPECT_EQ(m->candidates_enumerated(), direct.candidates_enumerated);
+
+  // Stored as `pipetune tune` stores it: one trial per ranked plan, the target and plan as JSON.
+  db::Workspace ws(dir.file("ws.db").toStdString());
+  EXPECT_EQ(ws.latest_search_id(), c.search_id());
+  const auto trials = ws.trials(c.search_id());
+  ASSERT_EQ(trials.size(), direct.ranked.size());
+  const auto j = nlohmann::json::parse(trials[0].plan_json);
+  EXPECT_EQ(j.at("model"), "llama3-8b");
+  EXPECT_EQ(j.at("hardware"), "h100-sxm");
+  EXPECT_EQ(j.at("gpus"), 8);
+  EXPECT_EQ(j.at("global_batch"), 32);
+  EXPECT_EQ(j.at("plan").at("tp"), direct.ranked[0].plan.tp);
+  EXPECT_EQ(j.at("plan").at("pp"), direct.ranked[0].plan.pp);
+  EXPECT_EQ(j.at("plan").at("schedule"), direct.ranked[0].plan.schedule);
+  EXPECT_DOUBLE_EQ(trials[0].tokens_per_s, direct.ranked[0].score.tokens_per_s);
+}
+
+TEST(TuneController, CancelEndsALongSearchAndStoresNothing) {
+  test::test_core_app();
+  TempDir dir;
+  TuneController c;
+  c.set_workspace(dir.file("ws.db"));
+  TuneRequest r;  // a big search: tens of thousands of plans
+  r.model_preset = "llama3-405b";
+  r.hardware_preset = "h100-sxm";
+  r.gpus = 1024;
+  r.global_batch = 2048;
+  QObject::connect(&c, &TuneController::progress, [&](qint64 done, qint64) {
+    if (done > 0) c.cancel();
+  });
+  const Finished f = run_search(c, r);
+  EXPECT_TRUE(f.cancelled) << f.message.toStdString();
+  EXPECT_EQ(c.search_id(), -1);
+  EXPECT_FALSE(c.running());
+  EXPECT_NE(f.message.indexOf("nothing stored"), -1) << f.message.toStdString();
+  EXPECT_FALSE(fs::exists(dir.path / "ws.db")) << "a cancelled search writes nothing";
+}
+
+TEST(TuneController, BadRequestsAreRefusedWithTheRule) {
+  test::test_core_app();
+  TuneController c;
+  TuneRequest r = small_request();
+  r.gpus = 0;
+  EXPECT_FALSE(c.start(r));
+  EXPECT_EQ(c.error_message(), "gpus must be positive (got 0)");
+  r = small_request();
+  r.model_preset = "no-such-model";
+  EXPECT_FALSE(c.start(r));
+  EXPECT_NE(c.error_message().indexOf("llama3-8b"), -1)
+      << "lists the valid names: " << c.error_message().toStdString();
+  r = small_request();
+  r.schedules = {"2f2b"};
+  EXPECT_FALSE(c.start(r));
+  EXPECT_NE(c.error_message().indexOf("2f2b"), -1) << c.error_message().toStdString();
+  EXPECT_FALSE(c.running());
+}
+
+TEST(TuneController, PreviewExportAndSmallScale) {
+  test::test_core_app();
+  TempDir dir;
+  TuneController c;
+  c.set_workspace(dir.file("ws.db"));
+  ASSERT_FALSE(run_search(c, small_request()).cancelled);
+  ASSERT_GT(c.results()->rowCount(), 0);
+  c.results()->sort(ResultsTableModel::PeakMemory, Qt::AscendingOrder);
+  const tuner::ScoredPlan chosen = c.results()->plan_at(0);
+
+  // The simulated timeline: one compute lane per stage, each running every micro-batch's
+  // forward once per chunk.
+  std::shared_ptr<const profiler::Trace> trace;
+  QString title;
+  QObject::connect(&c, &TuneController::preview_ready,
+                   [&](int, std::shared_ptr<const profiler::Trace> t, QString s) {
+                     trace = std::move(t);
+                     title = s;
+                   });
+  QString preview_error;
+  QObject::connect(&c, &TuneController::preview_failed, [&](int, QString m) { preview_error = m; });
+  ASSERT_TRUE(c.preview(0));
+  ASSERT_TRUE(test::process_events_until([&] { return trace || !preview_error.isEmpty(); }));
+  ASSERT_TRUE(trace) << preview_error.toStdString();
+  spec::ParallelPlan plan = chosen.plan;
+  spec::apply_defaults(plan);
+  std::vector<int> forwards(static_cast<std::size_t>(plan.pp), 0);
+  int compute_lanes = 0;
+  for (const auto& lane : trace->lanes)
+    if (lane.stream == profiler::Stream::Compute) ++compute_lanes;
+  EXPECT_EQ(compute_lanes, plan.pp);
+  for (const auto& s : trace->spans)
+    if (s.kind == profiler::SpanKind::F)
+      ++forwards.at(static_cast<std::size_t>(trace->lanes[s.lane].rank));
+  for (int st = 0; st < plan.pp; ++st)
+    EXPECT_EQ(forwards[static_cast<std::size_t>(st)], plan.microbatches * plan.chunks)
+        << "stage " << st;
+  EXPECT_NE(title.indexOf(plan_label(chosen.plan, chosen.vocab_label)), -1);
+
+  // Run at small scale: the same pipeline on the engine, which accepts it.
+  const RunRequest small = c.small_scale_request(0, 2);
+  EXPECT_EQ(small.plan.pp, plan.pp);
+  EXPECT_EQ(small.plan.microbatches, plan.microbatches);
+  EXPECT_EQ(small.plan.schedule, plan.schedule);
+  runtime::TrainOptions o;
+  o.model = small.model;
+  o.plan = small.plan;
+  o.steps = small.steps;
+  EXPECT_NO_THROW(runtime::check_train_options(o));
+
+  // Export: the pipetune run file is that small-scale run (tuner/export/pipetune_export.cpp) and
+  // reads back as it; files are never overwritten unasked.
+  const QString path = dir.file("plan.toml");
+  EXPECT_EQ(write_export(tuner::ExportFormat::Pipetune, c.export_request(0), path, false),
+            ExportWrite::Written);
+  const spec::RunSpec run = spec::load_run(path.toStdString());
+  EXPECT_EQ(run.plan.tp, small.plan.tp);
+  EXPECT_EQ(run.plan.pp, small.plan.pp);
+  EXPECT_EQ(run.plan.dp, small.plan.dp);
+  EXPECT_EQ(run.plan.microbatches, small.plan.microbatches);
+  EXPECT_EQ(run.plan.schedule, small.plan.schedule);
+  EXPECT_EQ(run.model.layers, small.model.layers);
+  QFile f(path);
+  ASSERT_TRUE(f.open(QIODevice::ReadOnly));
+  const QByteArray before = f.readAll();
+  f.close();
+  EXPECT_EQ(write_export(tuner::ExportFormat::Megatron, c.export_request(0), path, false),
+            ExportWrite::ExistsNotOverwritten);
+  ASSERT_TRUE(f.open(QIODevice::ReadOnly));
+  EXPECT_EQ(f.readAll(), before) << "the existing file is untouched";
+  f.close();
+  const QString script = dir.file("train.sh");
+  EXPECT_EQ(write_export(tuner::ExportFormat::Megatron, c.export_request(0), script, false),
+            ExportWrite::Written);
+  EXPECT_TRUE(QFileInfo(script).isExecutable());
+  EXPECT_EQ(write_export(tuner::ExportFormat::Megatron, c.export_request(0), path, true),
+            ExportWrite::Written);
+  ASSERT_TRUE(f.open(QIODevice::ReadOnly));
+  EXPECT_NE(f.readAll(), before) << "overwritten once confirmed";
+}
+
+}  // namespace
+}  // namespace pipetune::gui

@@ -1,0 +1,183 @@
+// WorkspaceModel: runs listed from a workspace on a worker, a whole run loaded for the timeline,
+// a run another writer is still writing shown with a note, and files that are not pipetune
+// workspaces answered with the store's one-line message.
+#include "gui/core/workspace_model.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "db/store/run_writer.hpp"
+#include "db/store/workspace.hpp"
+#include "engine/schedule/costs.hpp"
+#include "engine/schedule/generators.hpp"
+#include "tests/gui/core/event_wait.hpp"
+#include "tests/gui/support/gui_test_env.hpp"
+#include "tuner/sim/simulator.hpp"
+
+namespace pipetune::gui {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() /
+           ("pipetune_gui_ws_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const char* name) const { return (path / name).string(); }
+};
+
+// 1F1B, 4 stages, 8 micro-batches, F=1 B=2 (cost units as ns x 1e9 in the trace).
+profiler::Trace simulated_trace() {
+  schedule::GeneratorParams g;
+  g.name = "1f1b";
+  g.stages = 4;
+  g.microbatches = 8;
+  const auto costs = schedule::CostTable::uniform(4, 1e-3, 2e-3, 0.0, 0.0, 0.0, 0.0);
+  return sim::simulate(schedule::generate(g), costs).trace;
+}
+
+struct Opened {
+  bool done = false, ok = false;
+  QString message;
+  int runs = -1;
+};
+
+Opened open_and_wait(WorkspaceModel& m, const std::string& path) {
+  Opened o;
+  auto c1 = QObject::connect(&m, &WorkspaceModel::opened, [&](QString, int runs) {
+    o.done = o.ok = true;
+    o.runs = runs;
+  });
+  auto c2 = QObject::connect(&m, &WorkspaceModel::open_failed, [&](QString, QString message) {
+    o.done = true;
+    o.message = message;
+  });
+  m.open(QString::fromStdString(path));
+  EXPECT_TRUE(test::process_events_until([&] { return o.done; }));
+  QObject::disconnect(c1);
+  QObject::disconnect(c2);
+  return o;
+}
+
+TEST(WorkspaceModel, ListsRunsAndLoadsOne) {
+  test::test_core_app();
+  TempDir dir;
+  const std::string path = dir.file("ws.db");
+  const profiler::Trace trace = simulated_trace();
+  const std::int64_t id =
+      db::store_trace(path, {profiler::TraceKind::Simulated, "1f1b p=4 m=8", "{}", "{}"}, trace);
+  {
+    db::Workspace ws(path);
+    ws.set_summary_json(id, R"({"iteration_time": 0.033, "time_unit": "s"})");
+  }
+  WorkspaceModel m;
+  const Opened o = open_and_wait(m, path);
+  ASSERT_TRUE(o.ok) << o.message.toStdString();
+  ASSERT_EQ(o.runs, 1);
+  ASSERT_EQ(m.rowCount(), 1);
+  EXPECT_EQ(m.data(m.index(0, WorkspaceModel::Id)).toLongLong(), id);
+  EXPECT_EQ(m.data(m.index(0, WorkspaceModel::Kind)).toString(), "simulated");
+  EXPECT_EQ(m.data(m.index(0, WorkspaceModel::Name)).toString(), "1f1b p=4 m=8");
+  EXPECT_EQ(m.data(m.index(0, WorkspaceModel::Status)).toString(), "complete");
+  EXPECT_EQ(m.data(m.index(0, WorkspaceModel::IterationTime)).toString(), "33.000 ms");
+  EXPECT_EQ(m.data(m.index(0, WorkspaceModel::Spans)).toLongLong(),
+            static_cast<qlonglong>(trace.spans.size()));
+
+  std::shared_ptr<const profiler::Trace> loaded;
+  QString title, note;
+  QObject::connect(&m, &WorkspaceModel::run_loaded,
+                   [&](qint64, std::shared_ptr<const profiler::Trace> t, QString ti, QString n) {
+                     loaded = std::move(t);
+                     title = ti;
+                     note = n;
+                   });
+  m.load_run(id);
+  ASSERT_TRUE(test::process_events_until([&] { return loaded != nullptr; }));
+  EXPECT_EQ(loaded->spans.size(), trace.spans.size());
+  EXPECT_EQ(loaded->lanes.size(), trace.lanes.size());
+  EXPECT_EQ(title, QString("#%1 simulated 1f1b p=4 m=8").arg(id));
+  EXPECT_TRUE(note.isEmpty());
+}
+
+TEST(WorkspaceModel, ARunStillBeingWrittenIsShownWithANote) {
+  test::test_core_app();
+  TempDir dir;
+  const std::string path = dir.file("ws.db");
+  const profiler::Trace trace = simulated_trace();
+  // A live writer (this process: alive, so the store keeps the run "running").
+  db::RunWriter writer(path, {profiler::TraceKind::Measured, "live", "{}", "{}"});
+  profiler::Trace part = trace;
+  writer.append(part);
+  writer.flush();
+  WorkspaceModel m;
+  const Opened o = open_and_wait(m, path);
+  ASSERT_TRUE(o.ok) << o.message.toStdString();
+  ASSERT_EQ(m.rowCount(), 1);
+  EXPECT_EQ(m.data(m.index(0, WorkspaceModel::Status)).toString(), "running");
+  EXPECT_EQ(m.data(m.index(0, WorkspaceModel::IterationTime)).toString(), "-");
+  std::shared_ptr<const profiler::Trace> loaded;
+  QString note;
+  QObject::connect(&m, &WorkspaceModel::run_loaded,
+                   [&](qint64, std::shared_ptr<const profiler::Trace> t, QString, QString n) {
+                     loaded = std::move(t);
+                     note = n;
+                   });
+  m.load_run(writer.run_id());
+  ASSERT_TRUE(test::process_events_until([&] { return loaded != nullptr; }));
+  EXPECT_EQ(loaded->spans.size(), trace.spans.size()) << "what was committed so far";
+  EXPECT_NE(note.indexOf("still being written by process " + QString::number(::getpid())), -1)
+      << note.toStdString();
+  writer.finish(db::RunStatus::Complete);
+  const Opened again = open_and_wait(m, path);
+  ASSERT_TRUE(again.ok);
+  EXPECT_EQ(m.data(m.index(0, WorkspaceModel::Status)).toString(), "complete");
+}
+
+TEST(WorkspaceModel, NotAWorkspaceGivesTheStoresMessage) {
+  test::test_core_app();
+  TempDir dir;
+  const std::string notes = dir.file("notes.db");
+  {
+    std::ofstream out(notes);
+    out << "shopping list: eggs, milk\n";
+  }
+  WorkspaceModel m;
+  Opened o = open_and_wait(m, notes);
+  EXPECT_FALSE(o.ok);
+  std::string expected;
+  try {
+    db::Workspace ws(notes);
+  } catch (const std::exception& e) {
+    expected = e.what();
+  }
+  ASSERT_FALSE(expected.empty());
+  EXPECT_EQ(o.message.toStdString(), expected);
+  EXPECT_EQ(o.message.indexOf('\n'), -1) << "one line";
+  EXPECT_EQ(m.rowCount(), 0);
+  o = open_and_wait(m, dir.file("missing.db"));
+  EXPECT_FALSE(o.ok);
+  EXPECT_NE(o.message.indexOf("missing.db"), -1) << o.message.toStdString();
+  // A run id the workspace does not have.
+  const profiler::Trace trace = simulated_trace();
+  const std::string good = dir.file("ws.db");
+  db::store_trace(good, {profiler::TraceKind::Simulated, "x", "{}", "{}"}, trace);
+  ASSERT_TRUE(open_and_wait(m, good).ok);
+  QString failure;
+  QObject::connect(&m, &WorkspaceModel::load_failed, [&](qint64, QString msg) { failure = msg; });
+  m.load_run(999);
+  ASSERT_TRUE(test::process_events_until([&] { return !failure.isEmpty(); }));
+  EXPECT_NE(failure.indexOf("999"), -1) << failure.toStdString();
+}
+
+}  // namespace
+}  // namespace pipetune::gui
