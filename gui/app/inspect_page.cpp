@@ -1,0 +1,151 @@
+#include "gui/app/inspect_page.hpp"
+
+#include <QFileDialog>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QItemSelectionModel>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QSplitter>
+#include <QTableView>
+#include <QVBoxLayout>
+
+#include "gui/timeline/timeline_widget.hpp"
+
+namespace pipetune::gui {
+
+InspectPage::InspectPage(WorkspaceModel* workspace, QWidget* parent)
+    : QWidget(parent), workspace_(workspace) {
+  auto* outer = new QVBoxLayout(this);
+  auto* bar = new QHBoxLayout;
+  path_ = new QLineEdit;
+  path_->setObjectName("inspect_path");
+  path_->setPlaceholderText("workspace .db");
+  auto* browse = new QPushButton("Open workspace...");
+  auto* reload = new QPushButton("Reload");
+  auto* open = new QPushButton("Open in timeline");
+  open->setObjectName("inspect_open_run");
+  auto* compare = new QPushButton("Compare two runs");
+  compare->setObjectName("inspect_compare");
+  bar->addWidget(path_, 1);
+  bar->addWidget(browse);
+  bar->addWidget(reload);
+  bar->addWidget(open);
+  bar->addWidget(compare);
+  outer->addLayout(bar);
+  message_ = new QLabel("Open a workspace to list its runs.");
+  message_->setObjectName("inspect_message");
+  message_->setWordWrap(true);
+  outer->addWidget(message_);
+  auto* split = new QSplitter(Qt::Vertical);
+  auto* upper = new QSplitter(Qt::Horizontal);
+  table_ = new QTableView;
+  table_->setModel(workspace_);
+  table_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  table_->setSelectionMode(QAbstractItemView::ExtendedSelection);
+  table_->horizontalHeader()->setSectionResizeMode(WorkspaceModel::Name, QHeaderView::Stretch);
+  table_->verticalHeader()->setVisible(false);
+  details_ = new QPlainTextEdit;
+  details_->setReadOnly(true);
+  details_->setPlaceholderText(
+      "Click a block or select a range for details; compare two runs "
+      "for the per-stage diff.");
+  upper->addWidget(table_);
+  upper->addWidget(details_);
+  upper->setStretchFactor(0, 3);
+  upper->setStretchFactor(1, 2);
+  split->addWidget(upper);
+  timeline_ = new TimelineWidget;
+  split->addWidget(timeline_);
+  split->setStretchFactor(1, 3);
+  outer->addWidget(split, 1);
+
+  connect(browse, &QPushButton::clicked, this, [this] {
+    const QString path = QFileDialog::getOpenFileName(this, "Open a workspace", QString(),
+                                                      "pipetune workspace (*.db);;All files (*)");
+    if (!path.isEmpty()) open_workspace(path);
+  });
+  connect(path_, &QLineEdit::returnPressed, this, [this] { open_workspace(path_->text()); });
+  connect(reload, &QPushButton::clicked, this, [this] { open_workspace(path_->text()); });
+  connect(open, &QPushButton::clicked, this, &InspectPage::open_selected);
+  connect(compare, &QPushButton::clicked, this, &InspectPage::compare_selected);
+  connect(table_, &QTableView::doubleClicked, this,
+          [this](const QModelIndex& i) { open_row(i.row()); });
+  connect(workspace_, &WorkspaceModel::opened, this, [this](QString path, int runs) {
+    show_message(QString("%1: %2 runs").arg(path).arg(runs), false);
+  });
+  connect(workspace_, &WorkspaceModel::open_failed, this,
+          [this](QString, QString message) { show_message(message, true); });
+  connect(
+      workspace_, &WorkspaceModel::run_loaded, this,
+      [this](qint64 id, std::shared_ptr<const profiler::Trace> trace, QString title, QString note) {
+        if (id != comparing_) return;
+        comparing_ = -1;
+        timeline_->set_comparison(std::move(trace), title);
+        details_->setPlainText(timeline_->comparison_text());
+        if (!note.isEmpty()) show_message(note, false);
+      });
+  connect(workspace_, &WorkspaceModel::load_failed, this,
+          [this](qint64, QString message) { show_message(message, true); });
+  connect(timeline_, &TimelineWidget::error_message, this,
+          [this](QString message) { show_message(message, true); });
+  connect(timeline_, &TimelineWidget::span_selected, details_, &QPlainTextEdit::setPlainText);
+  connect(timeline_, &TimelineWidget::range_selected, details_, &QPlainTextEdit::setPlainText);
+}
+
+void InspectPage::show_message(const QString& text, bool error) {
+  message_->setStyleSheet(error ? "color: #c0392b;" : QString());
+  message_->setText(text);
+}
+
+void InspectPage::open_workspace(const QString& path) {
+  path_->setText(path);
+  if (path.trimmed().isEmpty()) {
+    show_message("Give the path of a workspace (.db).", true);
+    return;
+  }
+  show_message("Opening " + path + "...", false);
+  timeline_->clear();
+  workspace_->open(path.trimmed());
+}
+
+void InspectPage::open_row(int row) {
+  if (row < 0 || row >= workspace_->rowCount()) return;
+  const db::RunRecord& run = workspace_->run_at(row);
+  timeline_->open_run(workspace_->path(), run.id);
+  const QString note = running_run_note(run);
+  show_message(note.isEmpty() ? "Showing " + run_title(run) : note, false);
+}
+
+void InspectPage::compare_rows(int first, int second) {
+  if (first < 0 || second < 0 || first >= workspace_->rowCount() ||
+      second >= workspace_->rowCount())
+    return;
+  open_row(first);
+  comparing_ = workspace_->run_at(second).id;
+  workspace_->load_run(comparing_);
+}
+
+void InspectPage::open_selected() {
+  const QModelIndexList rows = table_->selectionModel()->selectedRows();
+  if (rows.isEmpty()) {
+    show_message("Select a run first.", true);
+    return;
+  }
+  open_row(rows.front().row());
+}
+
+void InspectPage::compare_selected() {
+  QModelIndexList rows = table_->selectionModel()->selectedRows();
+  if (rows.size() != 2) {
+    show_message("Select exactly two runs to compare (Ctrl+click).", true);
+    return;
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const QModelIndex& a, const QModelIndex& b) { return a.row() < b.row(); });
+  compare_rows(rows[0].row(), rows[1].row());
+}
+
+}  // namespace pipetune::gui

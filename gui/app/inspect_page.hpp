@@ -1,0 +1,50 @@
+// Inspect: open a workspace (.db), browse its runs, open any run (simulated, measured,
+// imported) in the timeline, and compare two runs (stacked, aligned, with the per-stage diff).
+// Every read goes through WorkspaceModel's workers or the timeline's own; errors (not a
+// workspace, a run still being written) appear as a message in the page.
+#pragma once
+
+#include <QWidget>
+
+#include "gui/core/workspace_model.hpp"
+
+class QLabel;
+class QLineEdit;
+class QPlainTextEdit;
+class QPushButton;
+class QTableView;
+
+namespace pipetune::gui {
+
+class TimelineWidget;
+
+class InspectPage : public QWidget {
+  Q_OBJECT
+ public:
+  explicit InspectPage(WorkspaceModel* workspace, QWidget* parent = nullptr);
+
+  void open_workspace(const QString& path);
+  // Opens the run of a row in the timeline; with a second row, stacks it for comparison.
+  void open_row(int row);
+  void compare_rows(int first, int second);
+
+  QLabel* message_label() const { return message_; }
+  QTableView* table() const { return table_; }
+  TimelineWidget* timeline() const { return timeline_; }
+  QPlainTextEdit* details() const { return details_; }
+
+ private:
+  void show_message(const QString& text, bool error);
+  void open_selected();
+  void compare_selected();
+
+  WorkspaceModel* workspace_;
+  QLineEdit* path_ = nullptr;
+  QTableView* table_ = nullptr;
+  QLabel* message_ = nullptr;
+  TimelineWidget* timeline_ = nullptr;
+  QPlainTextEdit* details_ = nullptr;
+  std::int64_t comparing_ = -1;  // run id whose load is awaited for the comparison
+};
+
+}  // namespace pipetune::gui

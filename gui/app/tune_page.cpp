@@ -1,0 +1,266 @@
+#include "gui/app/tune_page.hpp"
+
+#include <QComboBox>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QItemSelectionModel>
+#include <QLabel>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QMessageBox>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSplitter>
+#include <QTableView>
+#include <QVBoxLayout>
+#include <exception>
+
+#include "gui/app/pareto_scatter.hpp"
+#include "gui/core/plan_export.hpp"
+#include "gui/core/plan_form_model.hpp"
+#include "gui/timeline/timeline_widget.hpp"
+
+namespace pipetune::gui {
+
+TunePage::TunePage(TuneController* tuner, QWidget* parent) : QWidget(parent), tuner_(tuner) {
+  auto* outer = new QVBoxLayout(this);
+  auto* target = new QHBoxLayout;
+  model_ = new QComboBox;
+  model_->addItems(PlanFormModel::model_presets());
+  model_->setCurrentText("llama3-8b");
+  hardware_ = new QComboBox;
+  hardware_->addItems(PlanFormModel::hardware_presets());
+  hardware_->setCurrentText("h100-sxm");
+  gpus_ = new QLineEdit("8");
+  gpus_->setObjectName("tune_gpus");
+  gpus_->setMaximumWidth(70);
+  global_batch_ = new QLineEdit("32");
+  global_batch_->setObjectName("tune_global_batch");
+  global_batch_->setMaximumWidth(70);
+  schedules_ = new QLineEdit;
+  schedules_->setPlaceholderText("all schedules (or e.g. 1f1b,zb-h1)");
+  for (auto [label, w] : {std::pair<const char*, QWidget*>{"Model", model_},
+                          {"Hardware", hardware_},
+                          {"GPUs", gpus_},
+                          {"Global batch", global_batch_},
+                          {"Schedules", schedules_}}) {
+    target->addWidget(new QLabel(label));
+    target->addWidget(w);
+  }
+  start_ = new QPushButton("Search");
+  start_->setObjectName("tune_start");
+  cancel_ = new QPushButton("Cancel");
+  cancel_->setObjectName("tune_cancel");
+  target->addWidget(start_);
+  target->addWidget(cancel_);
+  outer->addLayout(target);
+
+  auto* progress_row = new QHBoxLayout;
+  progress_ = new QProgressBar;
+  progress_->setRange(0, 1);
+  progress_->setValue(0);
+  progress_->setFormat("%v / %m plans");
+  status_ = new QLabel("Search the plans of a model on a cluster at a global batch.");
+  status_->setObjectName("tune_status");
+  status_->setWordWrap(true);
+  progress_row->addWidget(progress_, 1);
+  progress_row->addWidget(status_, 2);
+  outer->addLayout(progress_row);
+
+  auto* vertical = new QSplitter(Qt::Vertical);
+  auto* upper = new QSplitter(Qt::Horizontal);
+  auto* left = new QWidget;
+  auto* left_layout = new QVBoxLayout(left);
+  left_layout->setContentsMargins(0, 0, 0, 0);
+  table_ = new QTableView;
+  table_->setModel(tuner_->results());
+  table_->setSortingEnabled(true);
+  table_->sortByColumn(ResultsTableModel::TokensPerS, Qt::DescendingOrder);
+  table_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  table_->setSelectionMode(QAbstractItemView::SingleSelection);
+  table_->horizontalHeader()->setSectionResizeMode(ResultsTableModel::Plan, QHeaderView::Stretch);
+  table_->verticalHeader()->setDefaultSectionSize(22);
+  left_layout->addWidget(table_, 1);
+  auto* actions = new QHBoxLayout;
+  format_ = new QComboBox;
+  for (const auto& n : tuner::export_format_names()) format_->addItem(QString::fromStdString(n));
+  export_ = new QPushButton("Export...");
+  export_->setObjectName("tune_export");
+  small_ = new QPushButton("Run at small scale");
+  small_->setObjectName("tune_small_scale");
+  actions->addWidget(new QLabel("Format:"));
+  actions->addWidget(format_);
+  actions->addWidget(export_);
+  actions->addWidget(small_);
+  actions->addStretch();
+  left_layout->addLayout(actions);
+  upper->addWidget(left);
+  auto* right = new QWidget;
+  auto* right_layout = new QVBoxLayout(right);
+  right_layout->setContentsMargins(0, 0, 0, 0);
+  scatter_ = new ParetoScatter;
+  right_layout->addWidget(scatter_, 3);
+  right_layout->addWidget(new QLabel("Why plans were pruned:"));
+  pruned_ = new QListWidget;
+  pruned_->setObjectName("tune_pruned");
+  right_layout->addWidget(pruned_, 1);
+  upper->addWidget(right);
+  upper->setStretchFactor(0, 3);
+  upper->setStretchFactor(1, 2);
+  vertical->addWidget(upper);
+  timeline_ = new TimelineWidget;
+  vertical->addWidget(timeline_);
+  vertical->setStretchFactor(0, 3);
+  vertical->setStretchFactor(1, 2);
+  outer->addWidget(vertical, 1);
+
+  connect(start_, &QPushButton::clicked, this, &TunePage::start_search);
+  connect(cancel_, &QPushButton::clicked, this, [this] {
+    tuner_->cancel();
+    status_->setText("Cancelling...");
+  });
+  connect(tuner_, &TuneController::progress, this, [this](qint64 done, qint64 total) {
+    // QProgressBar counts in int: scale big searches down.
+    const double scale = total > 1000000 ? 1000000.0 / static_cast<double>(total) : 1.0;
+    progress_->setRange(0, static_cast<int>(static_cast<double>(total) * scale));
+    progress_->setValue(static_cast<int>(static_cast<double>(done) * scale));
+    progress_->setFormat(QString("%1 / %2 plans").arg(done).arg(total));
+  });
+  connect(tuner_, &TuneController::finished, this, [this](bool, QString message) {
+    status_->setStyleSheet(QString());
+    status_->setText(message);
+    scatter_->set_points(tuner_->results()->points(), tuner_->results()->pareto_points());
+    pruned_->clear();
+    pruned_->addItems(tuner_->results()->pruned_lines());
+    table_->sortByColumn(table_->horizontalHeader()->sortIndicatorSection(),
+                         table_->horizontalHeader()->sortIndicatorOrder());
+    if (tuner_->results()->rowCount() > 0) select_row(0);
+    refresh_buttons();
+  });
+  connect(tuner_, &TuneController::failed, this, [this](QString message) {
+    show_error(message);
+    refresh_buttons();
+  });
+  connect(table_->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
+          [this](const QModelIndex& current) {
+            if (!current.isValid()) return;
+            scatter_->set_selected(tuner_->results()->result_index(current.row()));
+            tuner_->preview(current.row());
+            refresh_buttons();
+          });
+  connect(scatter_, &ParetoScatter::point_clicked, this,
+          [this](int index) { select_row(tuner_->results()->row_of(index)); });
+  connect(tuner_, &TuneController::preview_ready, this,
+          [this](int, std::shared_ptr<const profiler::Trace> trace, QString title) {
+            timeline_->set_trace(std::move(trace), title);
+          });
+  connect(tuner_, &TuneController::preview_failed, this,
+          [this](int, QString message) { show_error("Cannot simulate this plan: " + message); });
+  connect(export_, &QPushButton::clicked, this, &TunePage::export_selected);
+  connect(small_, &QPushButton::clicked, this, &TunePage::run_small_scale);
+  refresh_buttons();
+}
+
+void TunePage::refresh_buttons() {
+  start_->setEnabled(!tuner_->running());
+  cancel_->setEnabled(tuner_->running());
+  const bool selected = !tuner_->running() && selected_row() >= 0;
+  export_->setEnabled(selected);
+  small_->setEnabled(selected);
+}
+
+void TunePage::show_error(const QString& text) {
+  status_->setStyleSheet("color: #c0392b;");
+  status_->setText(text);
+}
+
+void TunePage::set_target(const QString& model, const QString& hardware, int gpus,
+                          std::int64_t global_batch, const QString& schedules) {
+  model_->setCurrentText(model);
+  hardware_->setCurrentText(hardware);
+  gpus_->setText(QString::number(gpus));
+  global_batch_->setText(QString::number(global_batch));
+  schedules_->setText(schedules);
+}
+
+bool TunePage::start_search() {
+  TuneRequest r;
+  r.model_preset = model_->currentText().toStdString();
+  r.hardware_preset = hardware_->currentText().toStdString();
+  bool ok_gpus = false, ok_batch = false;
+  r.gpus = gpus_->text().trimmed().toInt(&ok_gpus);
+  r.global_batch = global_batch_->text().trimmed().toLongLong(&ok_batch);
+  if (!ok_gpus) {
+    show_error("GPUs must be a whole number (got '" + gpus_->text() + "')");
+    return false;
+  }
+  if (!ok_batch) {
+    show_error("global batch must be a whole number (got '" + global_batch_->text() + "')");
+    return false;
+  }
+  for (const QString& s : schedules_->text().split(',', Qt::SkipEmptyParts))
+    r.schedules.push_back(s.trimmed().toStdString());
+  timeline_->clear();
+  scatter_->set_points({}, {});
+  pruned_->clear();
+  if (!tuner_->start(r)) {
+    show_error(tuner_->error_message());
+    return false;
+  }
+  status_->setStyleSheet(QString());
+  status_->setText("Searching...");
+  progress_->setRange(0, 0);  // busy until the first report
+  refresh_buttons();
+  return true;
+}
+
+int TunePage::selected_row() const {
+  const QModelIndex i = table_->selectionModel()->currentIndex();
+  return i.isValid() ? i.row() : -1;
+}
+
+void TunePage::select_row(int row) {
+  if (row < 0 || row >= tuner_->results()->rowCount()) return;
+  table_->selectionModel()->setCurrentIndex(
+      tuner_->results()->index(row, 0),
+      QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+  table_->scrollTo(tuner_->results()->index(row, 0));
+}
+
+void TunePage::export_selected() {
+  const int row = selected_row();
+  if (row < 0) return;
+  const tuner::ExportFormat format =
+      tuner::parse_export_format(format_->currentText().toStdString());
+  const QString suffix = export_suffix(format);
+  // The dialog asks before replacing an existing file; only then is it overwritten.
+  QFileDialog dialog(this, "Export the plan", QString(),
+                     QString("%1 (*.%2);;All files (*)").arg(format_->currentText(), suffix));
+  dialog.setAcceptMode(QFileDialog::AcceptSave);
+  dialog.setDefaultSuffix(suffix);
+  if (dialog.exec() != QDialog::Accepted || dialog.selectedFiles().isEmpty()) return;
+  const QString path = dialog.selectedFiles().front();
+  try {
+    const ExportWrite w = write_export(format, tuner_->export_request(row), path, true);
+    if (w == ExportWrite::Written) {
+      status_->setStyleSheet(QString());
+      status_->setText("Exported to " + path);
+    }
+  } catch (const std::exception& e) {
+    show_error("Export failed: " + QString::fromStdString(e.what()));
+  }
+}
+
+void TunePage::run_small_scale() {
+  const int row = selected_row();
+  if (row < 0) return;
+  try {
+    emit run_requested(tuner_->small_scale_request(row));
+  } catch (const std::exception& e) {
+    show_error("Cannot run at small scale: " + QString::fromStdString(e.what()));
+  }
+}
+
+}  // namespace pipetune::gui

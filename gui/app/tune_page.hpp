@@ -1,0 +1,74 @@
+// Tune: the auto-tuner's target (model, hardware, GPUs, global batch, schedules), Start with a
+// progress bar and Cancel, the sortable results table, the scatter of throughput against peak
+// memory with the Pareto front, the "why pruned" counts, the selected plan's simulated timeline,
+// Export (file dialog, four formats) and "Run at small scale" (handed to the Train page).
+#pragma once
+
+#include <QWidget>
+
+#include "gui/core/tune_controller.hpp"
+
+class QComboBox;
+class QLabel;
+class QLineEdit;
+class QListWidget;
+class QProgressBar;
+class QPushButton;
+class QTableView;
+
+namespace pipetune::gui {
+
+class ParetoScatter;
+class TimelineWidget;
+
+class TunePage : public QWidget {
+  Q_OBJECT
+ public:
+  explicit TunePage(TuneController* tuner, QWidget* parent = nullptr);
+
+  // Fills the target from text (as the user would type it) and starts the search.
+  void set_target(const QString& model, const QString& hardware, int gpus,
+                  std::int64_t global_batch, const QString& schedules = {});
+  bool start_search();
+  void select_row(int row);
+  int selected_row() const;
+
+  QPushButton* start_button() const { return start_; }
+  QPushButton* cancel_button() const { return cancel_; }
+  QProgressBar* progress_bar() const { return progress_; }
+  QTableView* table() const { return table_; }
+  ParetoScatter* scatter() const { return scatter_; }
+  QListWidget* pruned_list() const { return pruned_; }
+  QLabel* status_label() const { return status_; }
+  TimelineWidget* timeline() const { return timeline_; }
+
+ signals:
+  // "Run at small scale": the Train page runs it.
+  void run_requested(pipetune::gui::RunRequest request);
+
+ private:
+  void export_selected();
+  void run_small_scale();
+  void show_error(const QString& text);
+  void refresh_buttons();
+
+  TuneController* tuner_;
+  QComboBox* model_ = nullptr;
+  QComboBox* hardware_ = nullptr;
+  QLineEdit* gpus_ = nullptr;
+  QLineEdit* global_batch_ = nullptr;
+  QLineEdit* schedules_ = nullptr;
+  QPushButton* start_ = nullptr;
+  QPushButton* cancel_ = nullptr;
+  QProgressBar* progress_ = nullptr;
+  QLabel* status_ = nullptr;
+  QTableView* table_ = nullptr;
+  ParetoScatter* scatter_ = nullptr;
+  QListWidget* pruned_ = nullptr;
+  TimelineWidget* timeline_ = nullptr;
+  QComboBox* format_ = nullptr;
+  QPushButton* export_ = nullptr;
+  QPushButton* small_ = nullptr;
+};
+
+}  // namespace pipetune::gui
