@@ -1,0 +1,509 @@
+#include "gui/timeline/timeline_widget.hpp"
+
+#include <QElapsedTimer>
+#include <QKeyEvent>
+#include <QMouseEvent>
+#include <QOpenGLContext>
+#include <QOpenGLFunctions>
+#include <QSurfaceFormat>
+#include <QWheelEvent>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "gui/core/timeline_layout.hpp"
+#include "gui/core/timeline_loader.hpp"
+#include "gui/core/timeline_stored_source.hpp"
+#include "gui/core/timeline_text.hpp"
+#include "gui/core/timeline_trace_source.hpp"
+#include "gui/timeline/timeline_imgui_draw.hpp"
+#include "imgui.h"
+#include "imgui_impl_opengl3.h"
+#include "profiler/analysis/trace_diff.hpp"
+
+namespace pipetune::gui {
+
+// Everything behind the widget: its ImGui context, the runs shown, the view and the selection,
+// and the worker that reads stored runs.
+class TimelineView {
+ public:
+  ImGuiContext* imgui = nullptr;
+  bool gl_ready = false;
+  QElapsedTimer clock;
+  double last_frame_s = 0.0;
+
+  std::unique_ptr<TraceTimelineSource> trace;    // in-memory run (set_trace / append)
+  std::unique_ptr<StoredTimelineSource> stored;  // stored run (open_run)
+  std::unique_ptr<TraceTimelineSource> other;    // comparison, stacked below
+  std::uint64_t generation = 0;
+  QString db_path;
+  std::int64_t run_id = -1;
+  std::optional<StoredTimelineSource::Request> requested;  // window asked of the worker
+  std::unique_ptr<TimelineLoader> loader;
+
+  TimeView view;
+  TimelineGeometry geometry;
+  TimelineOverlay overlay;
+  TimelineFrame frame;
+  bool fit_pending = true;
+  double last_analysis_s = -1e9;
+
+  QString status;  // a one-line note shown on top of the side panel
+  QString details;
+  QString range_text;
+  QString comparison;
+
+  // Mouse.
+  QPointF mouse{-1, -1};
+  bool pressed = false;
+  bool range_drag = false;
+  bool moved = false;
+  QPointF press_pos;
+  QPointF last_pos;
+
+  const TimelineSource* main() const {
+    if (trace) return trace.get();
+    return stored.get();
+  }
+  std::vector<const TimelineSource*> runs() const {
+    std::vector<const TimelineSource*> r;
+    if (const TimelineSource* m = main()) r.push_back(m);
+    if (other) r.push_back(other.get());
+    return r;
+  }
+};
+
+TimelineWidget::TimelineWidget(QWidget* parent)
+    : QOpenGLWidget(parent), view_(std::make_unique<TimelineView>()) {
+  QSurfaceFormat f = format();
+  f.setVersion(3, 3);
+  f.setProfile(QSurfaceFormat::CoreProfile);
+  setFormat(f);
+  setMouseTracking(true);
+  setFocusPolicy(Qt::StrongFocus);
+  setMinimumSize(400, 200);
+  view_->clock.start();
+  TimelineView* v = view_.get();
+  TimelineLoader::Callbacks cb;
+  cb.opened = [this, v](std::uint64_t g, std::shared_ptr<const StoredRunMeta> meta) {
+    if (g != v->generation) return;
+    const db::RunRecord& r = meta->record;
+    const QString title =
+        QString("run %1: %2 (%3, %4)")
+            .arg(r.id)
+            .arg(QString::fromStdString(r.name))
+            .arg(QString::fromStdString(std::string(db::trace_kind_name(r.kind))))
+            .arg(QString::fromStdString(std::string(db::run_status_name(r.status))));
+    v->stored = std::make_unique<StoredTimelineSource>(std::move(meta), title.toStdString());
+    v->requested.reset();
+    v->fit_pending = true;
+    v->status.clear();
+    if (r.status == db::RunStatus::Running) {
+      v->status = QString(
+                      "run %1 in %2 is still being written (status running): showing the %3 "
+                      "spans stored so far; press R to re-read")
+                      .arg(r.id)
+                      .arg(v->db_path)
+                      .arg(r.span_count);
+      emit error_message(v->status);
+    }
+    update();
+  };
+  cb.window = [this, v](std::uint64_t g, std::shared_ptr<const StoredWindow> w) {
+    if (g != v->generation || !v->stored) return;
+    v->stored->set_window(std::move(w));
+    update();
+  };
+  cb.bubble_ratios = [this, v](std::uint64_t g, std::map<std::int32_t, double> ratios) {
+    if (g != v->generation || !v->stored) return;
+    v->stored->set_bubble_ratios(std::move(ratios));
+    update();
+  };
+  cb.range_statistics = [this, v](std::uint64_t g, QString text) {
+    if (g != v->generation) return;
+    v->range_text = text;
+    emit range_selected(text);
+    update();
+  };
+  cb.failed = [this, v](std::uint64_t g, QString message) {
+    if (g != v->generation) return;
+    v->status = message;
+    emit error_message(message);
+    update();
+  };
+  view_->loader = std::make_unique<TimelineLoader>(std::move(cb));
+}
+
+TimelineWidget::~TimelineWidget() {
+  view_->loader.reset();  // joins the worker before the state its answers touch goes away
+  if (view_->imgui != nullptr) {
+    makeCurrent();
+    ImGui::SetCurrentContext(view_->imgui);
+    if (view_->gl_ready) ImGui_ImplOpenGL3_Shutdown();
+    ImGui::DestroyContext(view_->imgui);
+    doneCurrent();
+  }
+}
+
+namespace {
+
+void reset_selection(TimelineView& v) {
+  v.overlay = {};
+  v.details.clear();
+  v.range_text.clear();
+  v.status.clear();
+  v.fit_pending = true;
+  v.view.set_following(true);
+}
+
+void update_comparison(TimelineWidget& w, TimelineView& v) {
+  v.comparison.clear();
+  if (!v.other) return;
+  if (!v.trace) {
+    v.comparison = "the per-stage diff needs the main run in memory (set_trace)";
+    return;
+  }
+  try {
+    v.comparison = QString::fromStdString(
+        comparison_text(profiler::analysis::diff_traces(v.trace->trace(), v.other->trace()),
+                        v.trace->title(), v.other->title()));
+  } catch (const std::exception& e) {
+    v.comparison.clear();
+    emit w.error_message(QString("comparison failed: ") + e.what());
+  }
+}
+
+}  // namespace
+
+void TimelineWidget::set_trace(std::shared_ptr<const profiler::Trace> trace, const QString& title) {
+  TimelineView& v = *view_;
+  ++v.generation;
+  v.stored.reset();
+  v.trace.reset();
+  reset_selection(v);
+  if (trace) {
+    try {
+      v.trace = std::make_unique<TraceTimelineSource>(std::move(trace), title.toStdString());
+      v.last_analysis_s = v.clock.elapsed() / 1e3;
+    } catch (const std::exception& e) {
+      emit error_message(QString("cannot show %1: %2").arg(title, e.what()));
+    }
+  }
+  update_comparison(*this, v);
+  update();
+}
+
+void TimelineWidget::append(const profiler::Trace& part) {
+  TimelineView& v = *view_;
+  try {
+    if (!v.trace) {
+      ++v.generation;
+      v.stored.reset();
+      reset_selection(v);
+      v.trace = std::make_unique<TraceTimelineSource>(std::make_shared<const profiler::Trace>(),
+                                                      "live run");
+    }
+    v.trace->append(part);
+  } catch (const std::exception& e) {
+    emit error_message(QString("live run: ") + e.what());
+  }
+  update();
+}
+
+void TimelineWidget::open_run(const QString& db_path, std::int64_t run_id) {
+  TimelineView& v = *view_;
+  ++v.generation;
+  v.trace.reset();
+  v.stored.reset();
+  reset_selection(v);
+  v.db_path = db_path;
+  v.run_id = run_id;
+  v.status = QString("reading run %1 of %2 ...").arg(run_id).arg(db_path);
+  v.loader->open(v.generation, db_path, run_id);
+  update_comparison(*this, v);
+  update();
+}
+
+void TimelineWidget::set_comparison(std::shared_ptr<const profiler::Trace> other,
+                                    const QString& title) {
+  TimelineView& v = *view_;
+  v.other.reset();
+  if (other) {
+    try {
+      v.other = std::make_unique<TraceTimelineSource>(std::move(other), title.toStdString());
+    } catch (const std::exception& e) {
+      emit error_message(QString("cannot compare with %1: %2").arg(title, e.what()));
+    }
+  }
+  update_comparison(*this, v);
+  update();
+}
+
+void TimelineWidget::clear() {
+  TimelineView& v = *view_;
+  ++v.generation;
+  v.trace.reset();
+  v.stored.reset();
+  v.other.reset();
+  v.comparison.clear();
+  reset_selection(v);
+  update();
+}
+
+QString TimelineWidget::comparison_text() const {
+  return view_->comparison;
+}
+
+void TimelineWidget::initializeGL() {
+  TimelineView& v = *view_;
+  v.imgui = ImGui::CreateContext();
+  ImGui::SetCurrentContext(v.imgui);
+  ImGuiIO& io = ImGui::GetIO();
+  io.IniFilename = nullptr;
+  io.LogFilename = nullptr;
+  ImGui::StyleColorsDark();
+  v.gl_ready = ImGui_ImplOpenGL3_Init("#version 330 core");
+  if (!v.gl_ready) emit error_message("timeline: OpenGL 3.3 initialisation failed");
+}
+
+void TimelineWidget::resizeGL(int, int) {}
+
+void TimelineWidget::paintGL() {
+  TimelineView& v = *view_;
+  QOpenGLFunctions* gl = context()->functions();
+  const qreal dpr = devicePixelRatioF();
+  gl->glViewport(0, 0, static_cast<GLsizei>(width() * dpr), static_cast<GLsizei>(height() * dpr));
+  gl->glClearColor(30 / 255.f, 30 / 255.f, 34 / 255.f, 1.f);
+  gl->glClear(GL_COLOR_BUFFER_BIT);
+  if (!v.gl_ready || v.imgui == nullptr) return;
+  ImGui::SetCurrentContext(v.imgui);
+  ImGuiIO& io = ImGui::GetIO();
+  io.DisplaySize = ImVec2(static_cast<float>(width()), static_cast<float>(height()));
+  io.DisplayFramebufferScale = ImVec2(static_cast<float>(dpr), static_cast<float>(dpr));
+  const double now = v.clock.elapsed() / 1e3;
+  io.DeltaTime = static_cast<float>(std::max(1e-3, now - v.last_frame_s));
+  v.last_frame_s = now;
+  io.MousePos = v.mouse.x() >= 0
+                    ? ImVec2(static_cast<float>(v.mouse.x()), static_cast<float>(v.mouse.y()))
+                    : ImVec2(-FLT_MAX, -FLT_MAX);
+
+  // A live run's analysis (bubble ratios, memory) is refreshed at most once a second.
+  if (v.trace && v.trace->analysis_stale() && now - v.last_analysis_s >= 1.0) {
+    v.trace->refresh_analysis();
+    v.last_analysis_s = now;
+  }
+
+  ImGui_ImplOpenGL3_NewFrame();
+  ImGui::NewFrame();
+
+  const bool panel = !v.details.isEmpty() || !v.range_text.isEmpty() || !v.status.isEmpty() ||
+                     !v.comparison.isEmpty();
+  TimelineGeometry& g = v.geometry;
+  g.width_px = width();
+  g.height_px = height();
+  g.side_panel_px = panel ? std::min(380.0f, 0.3f * static_cast<float>(width())) : 0.0f;
+  g.char_px = ImGui::CalcTextSize("0").x;
+  v.view.set_area(lanes_left(g), lanes_right(g));
+  const TimelineSource* main = v.main();
+  if (main != nullptr && main->end_ns() > main->start_ns()) {
+    const double start = static_cast<double>(main->start_ns() - main->origin_ns());
+    double end = static_cast<double>(main->end_ns() - main->origin_ns());
+    if (v.other) end = std::max(end, static_cast<double>(v.other->end_ns() - v.other->origin_ns()));
+    if (v.fit_pending) {
+      v.view.fit(start, end);
+      v.fit_pending = false;
+    } else {
+      v.view.follow_end(end);
+    }
+  }
+
+  v.frame = build_frame(v.runs(), v.view, g, v.overlay);
+  v.view.clamp_y(v.frame.content_height, static_cast<float>(height()) - g.axis_px);
+  draw_frame(*ImGui::GetBackgroundDrawList(), v.frame, g);
+
+  // A stored run: ask the worker for the window this frame wanted, once.
+  if (v.stored) {
+    const auto want = v.stored->last_request();
+    const bool asked = v.requested && v.requested->t0 == want.t0 && v.requested->t1 == want.t1 &&
+                       v.requested->width_px == want.width_px;
+    if (want.width_px > 0 && !asked && !v.stored->window_answers(want)) {
+      v.loader->request_window(v.generation, want.t0, want.t1, want.width_px);
+      v.requested = want;
+    }
+  }
+
+  if (!v.pressed && main != nullptr) {
+    if (const HitTarget* hit =
+            hit_test(v.frame, static_cast<float>(v.mouse.x()), static_cast<float>(v.mouse.y()))) {
+      const auto runs = v.runs();
+      ImGui::BeginTooltip();
+      ImGui::TextUnformatted(span_details(*runs[static_cast<std::size_t>(hit->run)], *hit).c_str());
+      ImGui::EndTooltip();
+    }
+  }
+
+  if (panel) {
+    ImGui::SetNextWindowPos(ImVec2(lanes_right(g), g.axis_px));
+    ImGui::SetNextWindowSize(ImVec2(g.side_panel_px, static_cast<float>(height()) - g.axis_px));
+    ImGui::Begin("##timeline_panel", nullptr,
+                 ImGuiWindowFlags_NoTitleBar | ImGuiWindowFlags_NoResize | ImGuiWindowFlags_NoMove |
+                     ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoSavedSettings |
+                     ImGuiWindowFlags_HorizontalScrollbar);
+    const auto section = [](const char* title, const QString& body) {
+      if (body.isEmpty()) return;
+      ImGui::TextColored(ImVec4(1.0f, 0.86f, 0.35f, 1.0f), "%s", title);
+      ImGui::TextUnformatted(body.toStdString().c_str());
+      ImGui::Separator();
+    };
+    section("Status", v.status);
+    section("Selection", v.details);
+    section("Range", v.range_text);
+    section("Comparison", v.comparison);
+    ImGui::End();
+  }
+
+  ImGui::Render();
+  ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+}
+
+void TimelineWidget::mousePressEvent(QMouseEvent* event) {
+  TimelineView& v = *view_;
+  if (event->button() != Qt::LeftButton && event->button() != Qt::RightButton) return;
+  v.pressed = true;
+  v.moved = false;
+  v.range_drag = event->button() == Qt::LeftButton &&
+                 (event->modifiers() & (Qt::ShiftModifier | Qt::ControlModifier));
+  v.press_pos = v.last_pos = event->position();
+  setFocus();
+}
+
+void TimelineWidget::mouseMoveEvent(QMouseEvent* event) {
+  TimelineView& v = *view_;
+  const QPointF p = event->position();
+  v.mouse = p;
+  if (v.pressed) {
+    if ((p - v.press_pos).manhattanLength() > 3) v.moved = true;
+    if (v.range_drag) {
+      v.overlay.range = std::make_pair(v.view.t_of(v.press_pos.x()), v.view.t_of(p.x()));
+    } else if (v.moved) {
+      v.view.pan_px(p.x() - v.last_pos.x(), static_cast<float>(p.y() - v.last_pos.y()));
+    }
+    v.last_pos = p;
+  }
+  update();
+}
+
+void TimelineWidget::mouseReleaseEvent(QMouseEvent* event) {
+  TimelineView& v = *view_;
+  if (!v.pressed) return;
+  v.pressed = false;
+  const QPointF p = event->position();
+  const TimelineSource* main = v.main();
+  if (v.range_drag && v.moved && main != nullptr) {
+    double a = v.view.t_of(v.press_pos.x()), b = v.view.t_of(p.x());
+    if (a > b) std::swap(a, b);
+    v.overlay.range = std::make_pair(a, b);
+    const auto origin = static_cast<double>(main->origin_ns());
+    const auto t0 = static_cast<std::int64_t>(std::floor(origin + a));
+    const auto t1 = static_cast<std::int64_t>(std::ceil(origin + b));
+    if (v.trace) {
+      try {
+        v.range_text = QString::fromStdString(
+            range_statistics(v.trace->trace(), t0, t1, v.trace->origin_ns()));
+        emit range_selected(v.range_text);
+      } catch (const std::exception& e) {
+        emit error_message(QString("range statistics: ") + e.what());
+      }
+    } else if (v.stored) {
+      v.range_text = "reading the range ...";
+      v.loader->request_range(v.generation, t0, t1);
+    }
+  } else if (!v.moved && event->button() == Qt::LeftButton) {
+    const HitTarget* hit = hit_test(v.frame, static_cast<float>(p.x()), static_cast<float>(p.y()));
+    if (hit != nullptr) {
+      v.overlay.selected = *hit;
+      const auto runs = v.runs();
+      v.details =
+          QString::fromStdString(span_details(*runs[static_cast<std::size_t>(hit->run)], *hit));
+      emit span_selected(v.details);
+    } else {
+      v.overlay.selected.reset();
+      v.details.clear();
+    }
+  }
+  update();
+}
+
+void TimelineWidget::wheelEvent(QWheelEvent* event) {
+  TimelineView& v = *view_;
+  const double steps = event->angleDelta().y() / 120.0;
+  if (steps == 0.0) return;
+  if (event->modifiers() & Qt::ShiftModifier) {  // Shift+wheel scrolls the lanes
+    v.view.pan_px(0.0, static_cast<float>(40.0 * steps));
+  } else {
+    v.view.zoom_at(event->position().x(), std::pow(1.25, steps));
+  }
+  event->accept();
+  update();
+}
+
+void TimelineWidget::keyPressEvent(QKeyEvent* event) {
+  TimelineView& v = *view_;
+  const TimelineSource* main = v.main();
+  switch (event->key()) {
+    case Qt::Key_W:
+      v.view.key('w');
+      break;
+    case Qt::Key_S:
+      v.view.key('s');
+      break;
+    case Qt::Key_A:
+      v.view.key('a');
+      break;
+    case Qt::Key_D:
+      v.view.key('d');
+      break;
+    case Qt::Key_F:
+      if (main == nullptr) break;
+      if (v.overlay.selected) {
+        const auto runs = v.runs();
+        const TimelineSource* run = runs[static_cast<std::size_t>(v.overlay.selected->run)];
+        const auto origin = static_cast<double>(run->origin_ns());
+        v.view.fit(v.overlay.selected->item.start_ns - origin,
+                   v.overlay.selected->item.end_ns - origin);
+        v.view.set_following(false);
+      } else if (v.overlay.range) {
+        v.view.fit(v.overlay.range->first, v.overlay.range->second);
+        v.view.set_following(false);
+      } else {
+        v.fit_pending = true;
+        v.view.set_following(true);
+      }
+      break;
+    case Qt::Key_R:
+      if (v.stored || (!v.trace && v.run_id >= 0 && !v.db_path.isEmpty()))
+        open_run(v.db_path, v.run_id);
+      break;
+    case Qt::Key_Escape:
+      v.overlay = {};
+      v.details.clear();
+      v.range_text.clear();
+      break;
+    default:
+      QOpenGLWidget::keyPressEvent(event);
+      return;
+  }
+  update();
+}
+
+void TimelineWidget::keyReleaseEvent(QKeyEvent* event) {
+  QOpenGLWidget::keyReleaseEvent(event);
+}
+
+void TimelineWidget::leaveEvent(QEvent* event) {
+  view_->mouse = QPointF(-1, -1);
+  update();
+  QOpenGLWidget::leaveEvent(event);
+}
+
+}  // namespace pipetune::gui
