@@ -1,11 +1,27 @@
-// pipetune-gui (scaffold; the main window lands in gui/app/).
+// pipetune-gui [WORKSPACE.db]: the desktop workbench (gui/app/main_window.hpp). Runs and
+// searches are stored in WORKSPACE.db (default pipetune.db, as the CLI's --db).
 #include <QApplication>
-#include <QMainWindow>
+#include <QCommandLineParser>
+#include <cstdio>
+
+#include "gui/app/main_window.hpp"
 
 int main(int argc, char** argv) {
   QApplication app(argc, argv);
-  QMainWindow window;
-  window.setWindowTitle("pipetune");
+  QApplication::setApplicationName("pipetune-gui");
+  QCommandLineParser parser;
+  parser.setApplicationDescription("pipetune: plan, train, tune and inspect pipeline training");
+  parser.addHelpOption();
+  parser.addPositionalArgument("workspace", "Workspace database (default: pipetune.db)",
+                               "[WORKSPACE.db]");
+  parser.process(app);
+  const QStringList args = parser.positionalArguments();
+  if (args.size() > 1) {
+    std::fprintf(stderr, "pipetune-gui: one workspace at most (got %lld)\n",
+                 static_cast<long long>(args.size()));
+    return 2;
+  }
+  pipetune::gui::MainWindow window(args.isEmpty() ? QString("pipetune.db") : args.front());
   window.show();
   return app.exec();
 }

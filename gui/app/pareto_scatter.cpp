@@ -35,7 +35,7 @@ void ParetoScatter::set_selected(int result_index) {
 }
 
 QRectF ParetoScatter::plot_rect() const {
-  return QRectF(rect()).adjusted(70, 24, -16, -40);
+  return QRectF(rect()).adjusted(70, 24, -40, -40);
 }
 
 QPointF ParetoScatter::map(const ResultPoint& p) const {

@@ -25,6 +25,7 @@ QString human_seconds(double s) {
 }
 
 QString human_bytes(double b) {
+  if (b == 0.0) return "0";
   const double gib = 1024.0 * 1024.0 * 1024.0;
   if (b >= gib) return QString::number(b / gib, 'f', 1) + " GiB";
   if (b >= 1024.0 * 1024.0) return QString::number(b / (1024.0 * 1024.0), 'f', 1) + " MiB";
@@ -117,6 +118,7 @@ QVariant ResultsTableModel::data(const QModelIndex& index, int role) const {
         return {};
     }
   }
+  if (role == Qt::ToolTipRole && index.column() == Plan) return plan_label(c.plan, c.vocab_label);
   if (role == Qt::TextAlignmentRole && index.column() != Plan)
     return QVariant(Qt::AlignRight | Qt::AlignVCenter);
   return {};

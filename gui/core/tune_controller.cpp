@@ -105,9 +105,8 @@ void TuneController::cancel() {
 
 bool TuneController::start(const TuneRequest& request) {
   error_.clear();
-  if (running_ || previewing_) {
-    error_ = running_ ? "a search is still going: cancel it first"
-                      : "a preview is still being simulated";
+  if (running_) {
+    error_ = "a search is still going: cancel it first";
     return false;
   }
   TuneTarget target;
@@ -117,7 +116,9 @@ bool TuneController::start(const TuneRequest& request) {
     error_ = QString::fromStdString(e.what());
     return false;
   }
-  join_workers();
+  if (search_worker_.joinable()) search_worker_.join();
+  ++generation_;
+  pending_preview_.reset();
   request_ = request;
   target_ = target;
   results_.clear();
@@ -229,12 +230,24 @@ RunRequest TuneController::small_scale_request(int row, int steps) const {
 }
 
 bool TuneController::preview(int row) {
-  if (running_ || previewing_ || row < 0 || row >= results_.rowCount()) return false;
+  if (running_ || row < 0 || row >= results_.rowCount()) return false;
+  pending_preview_ = results_.plan_at(row);
+  pending_preview_row_ = row;
+  if (!previewing_) start_next_preview();
+  return true;
+}
+
+void TuneController::start_next_preview() {
+  if (!pending_preview_) return;
+  // The previous worker has posted its result (that is how we got here): joining is immediate.
   if (preview_worker_.joinable()) preview_worker_.join();
   previewing_ = true;
-  const tuner::ScoredPlan plan = results_.plan_at(row);
+  const tuner::ScoredPlan plan = *pending_preview_;
+  const int row = pending_preview_row_;
+  pending_preview_.reset();
   const TuneTarget target = target_;
-  preview_worker_ = std::thread([this, row, plan, target] {
+  const std::uint64_t generation = generation_;
+  preview_worker_ = std::thread([this, row, plan, target, generation] {
     std::shared_ptr<const profiler::Trace> trace;
     QString message;
     try {
@@ -249,17 +262,19 @@ bool TuneController::preview(int row) {
     }
     QMetaObject::invokeMethod(
         this,
-        [this, row, trace, message] {
+        [this, row, trace, message, generation] {
           if (preview_worker_.joinable()) preview_worker_.join();
           previewing_ = false;
-          if (trace)
-            emit preview_ready(row, trace, message);
-          else
-            emit preview_failed(row, message);
+          if (generation == generation_) {
+            if (trace)
+              emit preview_ready(row, trace, message);
+            else
+              emit preview_failed(row, message);
+          }
+          start_next_preview();
         },
         Qt::QueuedConnection);
   });
-  return true;
 }
 
 }  // namespace pipetune::gui

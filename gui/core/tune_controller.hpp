@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,7 +71,9 @@ class TuneController : public QObject {
   const TuneTarget& target() const { return target_; }
   const TuneRequest& request() const { return request_; }
 
-  // Simulated timeline of a row's plan, computed on a worker; preview_ready or failed.
+  // Simulated timeline of a row's plan, computed on a worker; preview_ready or preview_failed
+  // follows. While one is computed, the latest request waits and runs next (older ones are
+  // dropped). False when no result is at that row or a search is going.
   bool preview(int row);
   // The exporter's request for a row (apply_defaults'ed plan, the prediction as description).
   tuner::ExportRequest export_request(int row) const;
@@ -90,6 +93,7 @@ class TuneController : public QObject {
 
  private:
   void join_workers();
+  void start_next_preview();
 
   std::string workspace_ = "pipetune.db";
   TuneRequest request_;
@@ -103,6 +107,9 @@ class TuneController : public QObject {
   std::atomic<bool> progress_pending_{false};
   bool running_ = false;
   bool previewing_ = false;
+  std::optional<tuner::ScoredPlan> pending_preview_;
+  int pending_preview_row_ = -1;
+  std::uint64_t generation_ = 0;  // bumped by each search: older previews are not shown
   QString error_;
   std::int64_t search_id_ = -1;
 };

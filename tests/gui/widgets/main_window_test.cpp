@@ -1,0 +1,320 @@
+// The main window under Xvfb: the GUI thread keeps processing events while a long tune runs and
+// Cancel ends it; bad input (a file that is not a workspace, a run still being written, an
+// invalid plan typed into the form) shows a clear message in the window; the tuner results view
+// (table + scatter with the Pareto front) is saved as a screenshot with pixel probes at the
+// points the results place.
+#include "gui/app/main_window.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <QApplication>
+#include <QDir>
+#include <QElapsedTimer>
+#include <QKeyEvent>
+#include <QLabel>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QTabWidget>
+#include <QTableView>
+#include <QTimer>
+#include <filesystem>
+#include <fstream>
+
+#include "db/store/run_writer.hpp"
+#include "db/store/workspace.hpp"
+#include "engine/schedule/costs.hpp"
+#include "engine/schedule/generators.hpp"
+#include "gui/app/inspect_page.hpp"
+#include "gui/app/pareto_scatter.hpp"
+#include "gui/app/setup_page.hpp"
+#include "gui/app/train_page.hpp"
+#include "gui/app/tune_page.hpp"
+#include "tests/gui/core/event_wait.hpp"
+#include "tests/gui/support/gui_test_env.hpp"
+#include "tuner/sim/simulator.hpp"
+
+namespace pipetune::gui {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() /
+           ("pipetune_gui_window_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  QString file(const char* name) const { return QString::fromStdString((path / name).string()); }
+};
+
+QString artifacts_dir() {
+  const QByteArray env = qgetenv("PIPETUNE_GUI_ARTIFACTS");
+  const QString dir = env.isEmpty() ? QDir::currentPath() + "/gui_artifacts" : QString(env);
+  QDir().mkpath(dir);
+  return dir;
+}
+
+// Types text into a widget as key events (what a user's keyboard sends).
+void type_text(QWidget* w, const QString& text) {
+  w->setFocus();
+  for (const QChar c : text) {
+    QKeyEvent press(QEvent::KeyPress, 0, Qt::NoModifier, QString(c));
+    QKeyEvent release(QEvent::KeyRelease, 0, Qt::NoModifier, QString(c));
+    QApplication::sendEvent(w, &press);
+    QApplication::sendEvent(w, &release);
+  }
+}
+
+void select_all_and_type(QLineEdit* line, const QString& text) {
+  line->selectAll();
+  QKeyEvent del(QEvent::KeyPress, Qt::Key_Backspace, Qt::NoModifier);
+  QApplication::sendEvent(line, &del);
+  type_text(line, text);
+}
+
+TEST(MainWindow, GuiThreadKeepsProcessingEventsDuringALongTuneAndCancelEndsIt) {
+  QApplication* app = test::gui_test_app();
+  if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
+  TempDir dir;
+  MainWindow window(dir.file("ws.db"));
+  window.show();
+  TunePage* tune = window.tune_page();
+  window.tabs()->setCurrentWidget(tune);
+  // A big search: Llama 3 405B on 1024 H100s, every schedule (tens of thousands of plans).
+  tune->set_target("llama3-405b", "h100-sxm", 1024, 2048);
+
+  // A GUI-thread timer at 20 ms: while the search runs, its ticks must keep coming.
+  int ticks = 0;
+  qint64 longest_gap_ms = 0;
+  QElapsedTimer since_tick;
+  QTimer timer;
+  timer.setInterval(20);
+  QObject::connect(&timer, &QTimer::timeout, [&] {
+    if (ticks > 0) longest_gap_ms = std::max(longest_gap_ms, since_tick.elapsed());
+    since_tick.restart();
+    ++ticks;
+  });
+  std::int64_t last_done = 0;
+  QObject::connect(window.tuner(), &TuneController::progress,
+                   [&](qint64 done, qint64) { last_done = done; });
+  bool finished = false, cancelled = false;
+  QObject::connect(window.tuner(), &TuneController::finished, [&](bool c, QString) {
+    finished = true;
+    cancelled = c;
+  });
+  timer.start();
+  since_tick.start();
+  ASSERT_TRUE(tune->start_search()) << tune->status_label()->text().toStdString();
+  ASSERT_TRUE(window.tuner()->running());
+  EXPECT_FALSE(tune->start_button()->isEnabled());
+  EXPECT_TRUE(tune->cancel_button()->isEnabled());
+  // 50 ticks (about a second of GUI time) with the search still going and reporting progress.
+  ASSERT_TRUE(test::process_events_until([&] { return ticks >= 50 || finished; }));
+  ASSERT_FALSE(finished) << "the search ended before the GUI thread had ticked 50 times; "
+                            "make the search bigger";
+  EXPECT_GT(last_done, 0) << "progress reached the GUI thread while the search ran";
+  EXPECT_GT(tune->progress_bar()->value(), 0);
+  // A blocked GUI thread would show one gap as long as the search; a live one, the timer rate
+  // give or take scheduling on a loaded machine.
+  EXPECT_LT(longest_gap_ms, 1000) << "the GUI thread stalled for " << longest_gap_ms << " ms";
+
+  const int ticks_at_cancel = ticks;
+  tune->cancel_button()->click();
+  ASSERT_TRUE(test::process_events_until([&] { return finished; }));
+  EXPECT_TRUE(cancelled);
+  EXPECT_LT(ticks - ticks_at_cancel, 100) << "Cancel ends the search promptly";
+  EXPECT_FALSE(window.tuner()->running());
+  EXPECT_TRUE(tune->start_button()->isEnabled());
+  EXPECT_NE(tune->status_label()->text().indexOf("cancelled"), -1)
+      << tune->status_label()->text().toStdString();
+}
+
+TEST(MainWindow, AnInvalidPlanTypedIntoTheFormShowsTheRuleInline) {
+  QApplication* app = test::gui_test_app();
+  if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
+  TempDir dir;
+  MainWindow window(dir.file("ws.db"));
+  window.show();
+  SetupPage* setup = window.setup_page();
+  window.tabs()->setCurrentWidget(setup);
+  QApplication::processEvents();
+  // The window starts on tiny-train checked for training: valid.
+  EXPECT_EQ(setup->message_label()->text(), "The plan is valid.");
+  auto* tp = qobject_cast<QLineEdit*>(setup->editor(PlanField::Tp));
+  ASSERT_NE(tp, nullptr);
+  select_all_and_type(tp, "3");
+  EXPECT_EQ(tp->text(), "3");
+  QLabel* error = setup->error_label(PlanField::Tp);
+  EXPECT_TRUE(error->isVisible());
+  EXPECT_NE(error->text().indexOf("tp=3"), -1) << error->text().toStdString();
+  EXPECT_TRUE(setup->message_label()->text().startsWith("Broken rule: "));
+  EXPECT_FALSE(setup->error_label(PlanField::Schedule)->isVisible());
+  // Letters where a number belongs.
+  select_all_and_type(tp, "two");
+  EXPECT_EQ(error->text(), "tp must be a whole number (got 'two')");
+  // Train refuses to start and says why; nothing is written.
+  window.tabs()->setCurrentWidget(window.train_page());
+  window.train_page()->start_button()->click();
+  EXPECT_NE(window.train_page()->status_label()->text().indexOf("whole number"), -1)
+      << window.train_page()->status_label()->text().toStdString();
+  EXPECT_FALSE(window.runs()->running());
+  EXPECT_FALSE(fs::exists(dir.path / "ws.db"));
+  // Typed back to a valid plan.
+  select_all_and_type(tp, "2");
+  EXPECT_FALSE(error->isVisible());
+  EXPECT_EQ(setup->message_label()->text(), "The plan is valid.");
+}
+
+profiler::Trace small_simulated_trace() {
+  schedule::GeneratorParams g;
+  g.name = "1f1b";
+  g.stages = 2;
+  g.microbatches = 4;
+  return sim::simulate(schedule::generate(g),
+                       schedule::CostTable::uniform(2, 1e-3, 2e-3, 0.0, 0.0, 0.0, 0.0))
+      .trace;
+}
+
+TEST(MainWindow, BadWorkspacesAndRunsBeingWrittenShowAMessage) {
+  QApplication* app = test::gui_test_app();
+  if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
+  TempDir dir;
+  const QString notes = dir.file("notes.db");
+  {
+    std::ofstream out(notes.toStdString());
+    out << "not a database at all\n";
+  }
+  MainWindow window(notes);  // given on the command line
+  window.show();
+  InspectPage* inspect = window.inspect_page();
+  window.tabs()->setCurrentWidget(inspect);
+  std::string expected;
+  try {
+    db::Workspace ws(notes.toStdString());
+  } catch (const std::exception& e) {
+    expected = e.what();
+  }
+  ASSERT_FALSE(expected.empty());
+  ASSERT_TRUE(test::process_events_until(
+      [&] { return inspect->message_label()->text().toStdString() == expected; }, 30000))
+      << inspect->message_label()->text().toStdString();
+  EXPECT_EQ(window.workspace_model()->rowCount(), 0);
+
+  // A run another writer is still writing (a live writer in this process).
+  const std::string path = dir.file("ws.db").toStdString();
+  db::store_trace(path, {profiler::TraceKind::Simulated, "done", "{}", "{}"},
+                  small_simulated_trace());
+  db::RunWriter writer(path, {profiler::TraceKind::Measured, "live", "{}", "{}"});
+  writer.append(small_simulated_trace());
+  writer.flush();
+  inspect->open_workspace(QString::fromStdString(path));
+  ASSERT_TRUE(
+      test::process_events_until([&] { return window.workspace_model()->rowCount() == 2; }));
+  const int live_row = window.workspace_model()->run_at(0).id == writer.run_id() ? 0 : 1;
+  EXPECT_EQ(window.workspace_model()
+                ->data(window.workspace_model()->index(live_row, WorkspaceModel::Status))
+                .toString(),
+            "running");
+  inspect->open_row(live_row);
+  EXPECT_NE(inspect->message_label()->text().indexOf("still being written"), -1)
+      << inspect->message_label()->text().toStdString();
+  // The window stays alive: events keep flowing, the other run opens.
+  for (int i = 0; i < 20; ++i) QApplication::processEvents(QEventLoop::AllEvents, 10);
+  inspect->open_row(1 - live_row);
+  EXPECT_NE(inspect->message_label()->text().indexOf("Showing #"), -1)
+      << inspect->message_label()->text().toStdString();
+  writer.finish(db::RunStatus::Complete);
+}
+
+// Colour distance in RGB.
+int colour_distance(QColor a, QColor b) {
+  return std::abs(a.red() - b.red()) + std::abs(a.green() - b.green()) +
+         std::abs(a.blue() - b.blue());
+}
+
+TEST(MainWindow, TunerResultsScreenshotWithTheParetoFrontWhereTheResultsPutIt) {
+  QApplication* app = test::gui_test_app();
+  if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
+  TempDir dir;
+  MainWindow window(dir.file("ws.db"));
+  window.resize(1500, 950);
+  window.show();
+  TunePage* tune = window.tune_page();
+  window.tabs()->setCurrentWidget(tune);
+  tune->set_target("llama3-8b", "h100-sxm", 16, 64);
+  bool finished = false;
+  QObject::connect(window.tuner(), &TuneController::finished,
+                   [&](bool, QString) { finished = true; });
+  bool previewed = false;
+  QObject::connect(window.tuner(), &TuneController::preview_ready,
+                   [&](int, std::shared_ptr<const profiler::Trace>, QString) { previewed = true; });
+  ASSERT_TRUE(tune->start_search());
+  ASSERT_TRUE(test::process_events_until([&] { return finished; }));
+  ResultsTableModel* results = window.tuner()->results();
+  ASSERT_GT(results->rowCount(), 5);
+  ASSERT_GE(window.tuner()->search_id(), 0);
+  EXPECT_EQ(tune->table()->model()->rowCount(), results->rowCount());
+  EXPECT_EQ(tune->pruned_list()->count(), results->pruned_lines().size());
+  ASSERT_TRUE(test::process_events_until([&] { return previewed; }))
+      << "selecting the first result simulates its timeline";
+  // For the picture, the best plan with a deep pipeline (its timeline shows the schedule).
+  previewed = false;
+  for (int row = 0; row < results->rowCount(); ++row) {
+    if (results->plan_at(row).plan.pp >= 4) {
+      tune->select_row(row);
+      break;
+    }
+  }
+  ASSERT_TRUE(test::process_events_until([&] { return previewed; }));
+  for (int i = 0; i < 10; ++i) QApplication::processEvents(QEventLoop::AllEvents, 20);
+
+  const QImage shot = tune->grab().toImage();
+  const QString file = artifacts_dir() + "/tuner.png";
+  ASSERT_TRUE(shot.save(file)) << file.toStdString();
+  std::printf("screenshot: %s\n", file.toStdString().c_str());
+
+  // Probes: every Pareto point is drawn red where the results place it; the selected (first)
+  // row's point is ringed green.
+  ParetoScatter* scatter = tune->scatter();
+  const auto front = results->pareto_points();
+  ASSERT_FALSE(front.empty());
+  for (const auto& f : front) {
+    const QPoint at = scatter->mapTo(tune, scatter->position_of(f.index).toPoint());
+    const QColor c = shot.pixelColor(at);
+    EXPECT_LT(colour_distance(c, QColor(210, 50, 40)), 90)
+        << "front point " << f.index << " at " << at.x() << "," << at.y() << " is " << c.red()
+        << "," << c.green() << "," << c.blue();
+  }
+  const int selected = results->result_index(tune->selected_row());
+  const QPointF centre = scatter->position_of(selected);
+  const QPoint ring = scatter->mapTo(tune, (centre + QPointF(8.0, 0.0)).toPoint());
+  EXPECT_LT(colour_distance(shot.pixelColor(ring), QColor(20, 160, 60)), 120)
+      << "the selected plan is ringed";
+  // A point off the front is drawn blue.
+  const auto all = results->points();
+  for (const auto& p : all) {
+    bool on_front = false;
+    for (const auto& f : front) on_front = on_front || f.index == p.index;
+    bool near_other = false;  // skip points another mark overlaps
+    for (const auto& q : all)
+      near_other =
+          near_other ||
+          (q.index != p.index &&
+           (scatter->position_of(q.index) - scatter->position_of(p.index)).manhattanLength() < 12);
+    if (on_front || near_other || p.index == selected) continue;
+    const QPoint at = scatter->mapTo(tune, scatter->position_of(p.index).toPoint());
+    const QColor c = shot.pixelColor(at);
+    EXPECT_GT(c.blue(), c.red()) << "plan " << p.index << " off the front";
+    break;
+  }
+}
+
+}  // namespace
+}  // namespace pipetune::gui
