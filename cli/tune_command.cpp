@@ -29,6 +29,7 @@ struct TuneArgs {
   std::string vocab_modes;  // comma-separated; empty = all
   std::int64_t max_candidates = 0;
   int top = 10;
+  std::int64_t keep = 100;
   int threads = 0;
   bool json = false;
   std::string db;
@@ -49,6 +50,8 @@ tuner::SearchSpace make_space(const TuneArgs& a, const Target& t) {
   s.cluster = t.cluster;
   s.global_batch = t.global_batch;
   s.max_candidates = a.max_candidates;
+  if (a.keep < 0) throw InputError("--keep must be >= 0 (got " + std::to_string(a.keep) + ")");
+  s.keep = a.keep == 0 ? 0 : std::max<std::int64_t>(a.keep, a.top);
   s.threads = a.threads;
   for (const std::string& name : split_list(a.schedules)) {
     (void)schedule::schedule_placement(name);  // InputError listing the valid names
@@ -189,6 +192,10 @@ void add_tune_command(CLI::App& app) {
                   "none, redis, vocab-1, vocab-2, interlaced (comma-separated; default all)");
   cmd->add_option("--max-candidates", a->max_candidates, "Stop after this many plans (0 = all)");
   cmd->add_option("--top", a->top, "Results to print")->capture_default_str();
+  cmd->add_option("--keep", a->keep,
+                  "Results ranked exactly (at least --top); plans whose lower bound cannot reach "
+                  "them or the Pareto front are not simulated (0 = simulate every plan)")
+      ->capture_default_str();
   cmd->add_option("--threads", a->threads, "Scoring threads (0 = all cores)");
   cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
   add_db_option(cmd, a->db);

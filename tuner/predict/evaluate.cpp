@@ -23,7 +23,74 @@ bool cost_independent(const schedule::GeneratorParams& params) {
 // Schedules kept per evaluator; a search touches a few dozen shapes, so a full cache is dropped.
 constexpr std::size_t kMaxCachedSchedules = 256;
 
+// Exposed data-parallel communication and optimizer time after the pipeline (the slowest stage
+// of each), from the op costs: what the schedule cannot hide.
+struct AfterPipeline {
+  double data_parallel = 0.0;
+  double optimizer = 0.0;
+};
+
+AfterPipeline after_pipeline(const OpCosts& costs, int pp, const ExecutionOptions& x) {
+  AfterPipeline a;
+  for (int i = 0; i < pp; ++i) {
+    const StageCost& st = costs.stages[static_cast<std::size_t>(i)];
+    const double last_backward = st.input_grad.total() + st.weight_grad.total();
+    const double first_forward = st.forward.total();
+    const double reduce =
+        x.overlap_grad_reduce ? std::max(0.0, st.grad_reduce - last_backward) : st.grad_reduce;
+    const double gather =
+        x.overlap_param_gather ? std::max(0.0, st.param_gather - first_forward) : st.param_gather;
+    a.data_parallel = std::max(a.data_parallel, reduce + gather + st.embedding_sync);
+    a.optimizer = std::max(a.optimizer, st.optimizer);
+  }
+  return a;
+}
+
 }  // namespace
+
+PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::ClusterSpec& cluster,
+                               const spec::ParallelPlan& plan_in) {
+  spec::ModelSpec model = model_in;
+  spec::apply_defaults(model);
+  spec::ParallelPlan plan = plan_in;
+  spec::apply_defaults(plan);
+  spec::validate(model, cluster, plan);
+  const schedule::Placement placement = schedule::schedule_placement(plan.schedule);
+  const OpCosts costs = op_costs(model, cluster, plan, placement, options_.execution);
+  const auto P = static_cast<std::size_t>(plan.pp);
+  // Every stage holds at least one micro-batch's activations between its first F and that
+  // micro-batch's backward.
+  std::vector<double> least_activations(P, 0.0);
+  for (std::size_t k = 0; k < P; ++k)
+    least_activations[k] =
+        costs.activation_bytes_per_microbatch[k] + costs.transient_activation_bytes[k];
+  PlanBound b;
+  b.peak_memory_bytes =
+      estimate_memory(model, cluster, plan, placement, least_activations, options_.memory)
+          .peak_bytes;
+  // Every rank runs each of its chunks' forward and backward (split or fused, whichever is
+  // cheaper) for every micro-batch, and under vocabulary parallelism the S, T, IF and IB passes;
+  // it cannot start before the first micro-batch's forward has crossed the ranks before it.
+  using schedule::OpKind;
+  const schedule::CostTable& t = costs.table;
+  const double m = plan.microbatches, v = plan.chunks;
+  double busiest = 0.0, startup = 0.0;
+  for (int r = 0; r < plan.pp; ++r) {
+    const double backward =
+        std::min(t.cost(r, OpKind::BW), t.cost(r, OpKind::B) + t.cost(r, OpKind::W));
+    const double transformer = m * v * (t.cost(r, OpKind::F) + backward);
+    // Vocabulary passes (the input embedding's at least) may run before the first forward.
+    const double vocabulary = plan.vocab == schedule::VocabMode::None
+                                  ? 0.0
+                                  : m * (t.cost(r, OpKind::S) + t.cost(r, OpKind::T) +
+                                         t.cost(r, OpKind::IF) + t.cost(r, OpKind::IB));
+    busiest = std::max(busiest, std::max(startup, vocabulary) + transformer);
+    startup += t.cost(r, OpKind::F) + t.p2p_time();
+  }
+  const AfterPipeline after = after_pipeline(costs, plan.pp, options_.execution);
+  b.iteration_time = busiest + after.data_parallel + after.optimizer;
+  return b;
+}
 
 const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorParams& params,
                                                       schedule::Schedule& scratch) {
@@ -31,9 +98,8 @@ const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorP
     scratch = schedule::generate(params);
     return scratch;
   }
-  ScheduleKey key{params.name,         params.stages,
-                  params.microbatches, params.chunks,
-                  params.group_size,   static_cast<int>(params.vocab),
+  ScheduleKey key{params.name,        params.stages,     params.microbatches,
+                  params.chunks,      params.group_size, static_cast<int>(params.vocab),
                   params.memory_limit};
   auto it = schedules_.find(key);
   if (it != schedules_.end()) return it->second;
@@ -91,21 +157,14 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
   e.pipeline_time = r.iteration_time;
   e.bubble_ratio = r.bubble_ratio;
 
-  const ExecutionOptions& x = options_.execution;
+  const AfterPipeline after = after_pipeline(e.costs, plan.pp, options_.execution);
+  e.data_parallel_time = after.data_parallel;
+  e.optimizer_time = after.optimizer;
   std::vector<double> peaks(static_cast<std::size_t>(plan.pp), 0.0);
   for (int i = 0; i < plan.pp; ++i) {
     const auto k = static_cast<std::size_t>(i);
-    const StageCost& st = e.costs.stages[k];
-    const double last_backward = st.input_grad.total() + st.weight_grad.total();
-    const double first_forward = st.forward.total();
-    const double reduce = x.overlap_grad_reduce ? std::max(0.0, st.grad_reduce - last_backward)
-                                                : st.grad_reduce;
-    const double gather = x.overlap_param_gather ? std::max(0.0, st.param_gather - first_forward)
-                                                 : st.param_gather;
-    e.data_parallel_time = std::max(e.data_parallel_time, reduce + gather + st.embedding_sync);
-    e.optimizer_time = std::max(e.optimizer_time, st.optimizer);
-    peaks[k] = std::max(0.0, r.stages[k].peak_activation_bytes) +
-               e.costs.transient_activation_bytes[k];
+    peaks[k] =
+        std::max(0.0, r.stages[k].peak_activation_bytes) + e.costs.transient_activation_bytes[k];
   }
   e.iteration_time = e.pipeline_time + e.data_parallel_time + e.optimizer_time;
   e.stages = std::move(r.stages);

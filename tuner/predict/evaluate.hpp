@@ -67,6 +67,15 @@ struct PlanEvaluation {
 
 // Reusable evaluator: keeps schedules whose shape does not depend on op costs (1f1b,
 // interleaved, gpipe, v-half, v-min, dualpipe-v) between calls. Not thread-safe: one per thread.
+// A cheap lower bound on what evaluate() returns for a plan, from the op costs alone (no
+// schedule): each pipeline rank runs its ops one after another, so the pipeline takes at least the
+// busiest rank's op time, and the data-parallel and optimizer time come after it as in evaluate();
+// activations only add memory to the weights, gradients and optimizer state.
+struct PlanBound {
+  double iteration_time = 0.0;     // <= evaluate().iteration_time
+  double peak_memory_bytes = 0.0;  // <= evaluate().memory.peak_bytes
+};
+
 class PlanEvaluator {
  public:
   explicit PlanEvaluator(EvaluateOptions options = {}) : options_(std::move(options)) {}
@@ -74,6 +83,10 @@ class PlanEvaluator {
   // Throws SpecError / ScheduleError (InputErrors) naming the rule an invalid plan breaks.
   PlanEvaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                           const spec::ParallelPlan& plan);
+
+  // Throws as evaluate() does for an invalid plan.
+  PlanBound bound(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                  const spec::ParallelPlan& plan);
 
   const EvaluateOptions& options() const { return options_; }
   EvaluateOptions& options() { return options_; }

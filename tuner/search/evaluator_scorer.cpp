@@ -16,7 +16,11 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
       std::make_shared<const std::pair<spec::ModelSpec, spec::ClusterSpec>>(model, cluster);
   return [target, options] {
     auto evaluator = std::make_shared<PlanEvaluator>(options);
-    return PlanScorer([evaluator, target](const spec::ParallelPlan& plan) {
+    PlanBounder bound = [evaluator, target](const spec::ParallelPlan& plan) {
+      const PlanBound b = evaluator->bound(target->first, target->second, plan);
+      return CandidateBound{b.iteration_time, b.peak_memory_bytes};
+    };
+    PlanScorer score([evaluator, target](const spec::ParallelPlan& plan) {
       const PlanEvaluation e = evaluator->evaluate(target->first, target->second, plan);
       CandidateScore c;
       c.feasible = e.feasible;
@@ -27,6 +31,7 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
       c.peak_memory_bytes = e.memory.peak_bytes;
       return c;
     });
+    return Scorer(std::move(score), std::move(bound));
   };
 }
 

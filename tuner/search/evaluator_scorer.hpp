@@ -9,6 +9,8 @@
 
 namespace pipetune::tuner {
 
+// Each scorer comes with the evaluator's lower bound (PlanEvaluator::bound), so a search with
+// SearchSpace::keep > 0 skips plans that cannot make the best results.
 // Plans whose static memory (parameters, gradients, optimizer state) already exceeds the device
 // skip the simulation unless `options` says otherwise: they are infeasible whatever the schedule.
 ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::ClusterSpec& cluster);

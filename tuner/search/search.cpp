@@ -6,6 +6,7 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <queue>
 #include <thread>
 
 #include "engine/errors.hpp"
@@ -266,65 +267,156 @@ std::vector<int> redistributed_layer_split(std::int64_t layers, int pp, double i
 
 SearchResult search_plans(const SearchSpace& space, const PlanScorer& score,
                           const SearchProgress& progress, const std::atomic<bool>* cancel) {
-  return search_plans(space, ScorerFactory([&score] { return score; }), progress, cancel);
+  return search_plans(space, ScorerFactory([&score] { return Scorer(score); }), progress, cancel);
 }
 
-SearchResult search_plans(const SearchSpace& space, const ScorerFactory& make_scorer,
-                          const SearchProgress& progress, const std::atomic<bool>* cancel) {
-  SearchResult result;
-  std::vector<Job> jobs = Enumerator(space, result).run();
+namespace {
 
-  std::vector<std::optional<CandidateScore>> scores(jobs.size());
-  std::vector<std::string> errors(jobs.size());
-  std::atomic<std::size_t> next{0}, done{0};
+// The scored plans that decide whether a bound can still matter: the `keep` fastest times and the
+// Pareto staircase (time up, memory down) of feasible plans. Shared by the scoring threads.
+class Frontier {
+ public:
+  explicit Frontier(std::size_t keep) : keep_(keep) {}
+
+  void add(const CandidateScore& c) {
+    if (!c.feasible) return;
+    std::lock_guard lock(mutex_);
+    fastest_.push(c.iteration_time);
+    if (fastest_.size() > keep_) fastest_.pop();
+    for (const auto& [t, m] : staircase_)
+      if (t <= c.iteration_time && m <= c.peak_memory_bytes) return;  // dominated
+    std::erase_if(staircase_, [&](const std::pair<double, double>& d) {
+      return c.iteration_time <= d.first && c.peak_memory_bytes <= d.second;
+    });
+    staircase_.emplace_back(c.iteration_time, c.peak_memory_bytes);
+  }
+
+  // True when no plan with this bound can enter the `keep` fastest or the Pareto front.
+  bool beats(const CandidateBound& b) const {
+    std::lock_guard lock(mutex_);
+    if (fastest_.size() < keep_ || fastest_.top() > b.iteration_time) return false;
+    for (const auto& [t, m] : staircase_)
+      if (t <= b.iteration_time && m <= b.peak_memory_bytes) return true;
+    return false;
+  }
+
+ private:
+  std::size_t keep_;
+  mutable std::mutex mutex_;
+  std::priority_queue<double> fastest_;               // the keep_ smallest times, largest on top
+  std::vector<std::pair<double, double>> staircase_;  // (time, memory), none dominating another
+};
+
+// Runs body(scorer, i) for i in [0, n) on `threads` threads, each with its own scorer, until
+// done, cancelled or failed. done counts finished items.
+template <class Body>
+void run_pool(int threads, std::size_t n, const ScorerFactory& make_scorer,
+              const std::atomic<bool>* cancel, std::atomic<std::size_t>& done,
+              const SearchProgress& progress, std::int64_t progress_total,
+              std::int64_t progress_base, Body&& body) {
+  std::atomic<std::size_t> next{0};
   std::atomic<bool> failed{false};
   std::exception_ptr failure;
   std::mutex failure_mutex;
+  auto fail = [&] {
+    std::lock_guard lock(failure_mutex);
+    if (!failure) failure = std::current_exception();
+    failed = true;
+  };
   auto worker = [&] {
-    PlanScorer evaluate;
+    Scorer scorer;
     try {
-      evaluate = make_scorer();
+      scorer = make_scorer();
     } catch (...) {
-      std::lock_guard lock(failure_mutex);
-      if (!failure) failure = std::current_exception();
-      failed = true;
+      fail();
       return;
     }
     for (;;) {
       if (failed.load() || (cancel != nullptr && cancel->load())) return;
       const std::size_t i = next.fetch_add(1);
-      if (i >= jobs.size()) return;
+      if (i >= n) return;
       try {
-        scores[i] = evaluate(jobs[i].plan);
-      } catch (const InputError& e) {
-        errors[i] = reason_key(e.what());
+        body(scorer, i);
       } catch (...) {
-        std::lock_guard lock(failure_mutex);
-        if (!failure) failure = std::current_exception();
-        failed = true;
+        fail();
       }
       done.fetch_add(1);
     }
   };
-  const int threads = space.threads > 0
-                          ? space.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
-  const auto total = static_cast<std::int64_t>(jobs.size());
-  while (progress && done.load() < jobs.size() && !failed.load() &&
-         !(cancel != nullptr && cancel->load())) {
-    progress(static_cast<std::int64_t>(done.load()), total);
+  while (progress && done.load() < n && !failed.load() && !(cancel != nullptr && cancel->load())) {
+    progress(progress_base + static_cast<std::int64_t>(done.load()), progress_total);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   for (auto& t : pool) t.join();
   if (failure) std::rethrow_exception(failure);
-  if (progress) progress(static_cast<std::int64_t>(done.load()), total);
+}
+
+}  // namespace
+
+SearchResult search_plans(const SearchSpace& space, const ScorerFactory& make_scorer,
+                          const SearchProgress& progress, const std::atomic<bool>* cancel) {
+  SearchResult result;
+  std::vector<Job> jobs = Enumerator(space, result).run();
+  const std::size_t n = jobs.size();
+  const int threads = space.threads > 0
+                          ? space.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const bool bounded = space.keep > 0 && make_scorer().bound != nullptr;
+
+  std::vector<std::optional<CandidateScore>> scores(n);
+  std::vector<std::string> errors(n);
+  std::vector<char> skipped(n, 0);
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  auto catch_input = [&](std::size_t i, auto&& what) {
+    try {
+      what();
+    } catch (const InputError& e) {
+      errors[i] = reason_key(e.what());
+    }
+  };
+
+  // Branch and bound: bound every plan (cheap), then score in the order of the bounds, so the
+  // plans that decide what can be skipped come first.
+  const auto total = static_cast<std::int64_t>(bounded ? 2 * n : n);
+  std::atomic<std::size_t> bounded_done{0};
+  std::vector<CandidateBound> bounds(n);
+  if (bounded) {
+    run_pool(threads, n, make_scorer, cancel, bounded_done, progress, total, 0,
+             [&](Scorer& sc, std::size_t i) {
+               catch_input(i, [&] { bounds[i] = sc.bound(jobs[i].plan); });
+             });
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return bounds[a].iteration_time < bounds[b].iteration_time;
+    });
+  }
+  Frontier frontier(static_cast<std::size_t>(std::max<std::int64_t>(space.keep, 1)));
+  std::atomic<std::size_t> done{0};
+  run_pool(threads, n, make_scorer, cancel, done, progress, total,
+           bounded ? static_cast<std::int64_t>(n) : 0, [&](Scorer& sc, std::size_t k) {
+             const std::size_t i = order[k];
+             if (!errors[i].empty()) return;
+             if (bounded && frontier.beats(bounds[i])) {
+               skipped[i] = 1;
+               return;
+             }
+             catch_input(i, [&] {
+               scores[i] = sc.score(jobs[i].plan);
+               frontier.add(*scores[i]);
+             });
+           });
+  if (progress) progress(total, total);
   result.cancelled = cancel != nullptr && cancel->load();
 
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     if (!errors[i].empty()) {
       ++result.pruned["schedule: " + errors[i]];
+      continue;
+    }
+    if (skipped[i]) {
+      ++result.pruned[std::string(kBoundPrunedReason)];
       continue;
     }
     if (!scores[i]) continue;  // not reached (cancelled)

@@ -45,6 +45,28 @@ struct CandidateScore {
 // schedule generators refuse; the search counts that as pruned with the error's reason.
 using PlanScorer = std::function<CandidateScore(const spec::ParallelPlan&)>;
 
+// A lower bound on a plan's score, cheap next to scoring it: no plan can be faster than
+// `iteration_time` or need less than `peak_memory_bytes`. Same thread-safety and errors as
+// PlanScorer.
+struct CandidateBound {
+  double iteration_time = 0.0;
+  double peak_memory_bytes = 0.0;
+};
+using PlanBounder = std::function<CandidateBound(const spec::ParallelPlan&)>;
+
+// What each scoring thread uses: the scorer, and optionally a bounder. With a bounder the search
+// is a branch and bound: plans are scored in order of their bound, and a plan is skipped when
+// SearchSpace::keep scored plans are already at least as fast as its bound AND a scored plan is
+// at least as fast and as small as its bound (so it could neither enter the `keep` best nor the
+// Pareto front).
+struct Scorer {
+  Scorer() = default;
+  Scorer(PlanScorer s) : score(std::move(s)) {}  // NOLINT: a scorer alone is a Scorer
+  Scorer(PlanScorer s, PlanBounder b) : score(std::move(s)), bound(std::move(b)) {}
+  PlanScorer score;
+  PlanBounder bound;  // empty: score every plan
+};
+
 struct SearchSpace {
   spec::ModelSpec model;  // seq_len is the training sequence length
   spec::ClusterSpec cluster;
@@ -57,8 +79,15 @@ struct SearchSpace {
   std::vector<int> zero_stages = {0, 1};
   int max_chunks = 4;               // interleaved-1f1b layer groups per stage, at most
   std::int64_t max_candidates = 0;  // stop enumerating after this many plans; 0 = no limit
-  int threads = 0;                  // scoring threads; 0 = hardware concurrency
+  // With a bounder: the best `keep` plans (and the Pareto front) are exact; plans that provably
+  // cannot be among them are skipped. 0 = score every plan.
+  std::int64_t keep = 0;
+  int threads = 0;  // scoring threads; 0 = hardware concurrency
 };
+
+// The pruned-count key of plans skipped by their bound.
+inline constexpr std::string_view kBoundPrunedReason =
+    "cannot reach the best results or the Pareto front (lower bound)";
 
 struct ScoredPlan {
   spec::ParallelPlan plan;
@@ -83,7 +112,7 @@ struct SearchResult {
 using SearchProgress = std::function<void(std::int64_t done, std::int64_t total)>;
 
 // Makes one scorer per scoring thread (for evaluators that keep per-thread caches).
-using ScorerFactory = std::function<PlanScorer()>;
+using ScorerFactory = std::function<Scorer()>;
 
 // Throws InputError when the GPU count has no valid factorisation at all (naming why).
 // `cancel` (may be null) stops the search early; the result then holds what was scored.

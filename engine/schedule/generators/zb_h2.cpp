@@ -107,7 +107,10 @@ GreedyResult build(const GeneratorParams& params, const CostTable& costs, double
       t[R] = wake;
       continue;
     }
-    std::fill(blocked.begin(), blocked.end(), 0);
+    // Only this stage's neighbours can have learnt an input time from its op (F feeds r + 1, B
+    // feeds r - 1): unblocking just them leaves the schedule as a full rescan would, in O(1).
+    if (r > 0) blocked[R - 1] = 0;
+    if (r + 1 < p) blocked[R + 1] = 0;
   }
 
   GreedyResult out;

@@ -1,0 +1,100 @@
+// PlanEvaluator::bound is a lower bound of evaluate() (time and memory) for every plan a real
+// search enumerates, over every schedule and vocabulary mode; and the branch and bound search
+// (SearchSpace::keep) returns exactly the exhaustive search's best `keep` plans and Pareto front
+// while simulating fewer plans.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <sstream>
+
+#include "engine/spec/load.hpp"
+#include "tuner/predict/evaluate.hpp"
+#include "tuner/search/evaluator_scorer.hpp"
+#include "tuner/search/search.hpp"
+
+namespace pipetune::tuner {
+namespace {
+
+SearchSpace space(const std::string& model, const std::string& hardware, int gpus,
+                  std::int64_t global_batch) {
+  SearchSpace s;
+  s.model = spec::load_model(model);
+  s.cluster = spec::make_cluster(spec::load_hardware(hardware), gpus);
+  s.global_batch = global_batch;
+  s.threads = 2;
+  return s;
+}
+
+std::string key(const ScoredPlan& s) {
+  std::ostringstream o;
+  const auto& p = s.plan;
+  o << "tp" << p.tp << " pp" << p.pp << " dp" << p.dp << " mbs" << p.micro_batch_size << ' '
+    << p.schedule << " v" << p.chunks << ' ' << s.vocab_label << " rc"
+    << static_cast<int>(p.recompute) << " z" << p.zero_stage;
+  return o.str();
+}
+
+void expect_bounds_hold(const SearchSpace& s) {
+  std::mutex mutex;
+  std::vector<std::string> violations;
+  int checked = 0;
+  const ScorerFactory factory = [&] {
+    auto evaluator = std::make_shared<PlanEvaluator>();
+    return Scorer([&, evaluator](const spec::ParallelPlan& plan) {
+      const PlanEvaluation e = evaluator->evaluate(s.model, s.cluster, plan);
+      const PlanBound b = evaluator->bound(s.model, s.cluster, plan);
+      std::lock_guard lock(mutex);
+      ++checked;
+      const ScoredPlan sp{plan, "", {}};
+      if (b.iteration_time > e.iteration_time * (1 + 1e-12))
+        violations.push_back(key(sp) + ": time bound " + std::to_string(b.iteration_time) +
+                             " s > evaluated " + std::to_string(e.iteration_time) + " s");
+      if (b.peak_memory_bytes > e.memory.peak_bytes * (1 + 1e-12))
+        violations.push_back(key(sp) + ": memory bound " + std::to_string(b.peak_memory_bytes) +
+                             " > evaluated " + std::to_string(e.memory.peak_bytes));
+      CandidateScore c;
+      c.feasible = true;
+      c.iteration_time = e.iteration_time;
+      return c;
+    });
+  };
+  search_plans(s, factory);
+  EXPECT_GT(checked, 100);
+  EXPECT_TRUE(violations.empty()) << violations.size() << " violations, first: " << violations[0];
+}
+
+TEST(PlanBound, NeverAboveTheEvaluationForGpt18bOn64Gpus) {
+  expect_bounds_hold(space("gpt3-18b", "a100-80gb", 64, 128));
+}
+
+TEST(PlanBound, NeverAboveTheEvaluationWithA256kVocabulary) {
+  expect_bounds_hold(space("vp-4b-256k", "a100-80gb", 16, 64));
+}
+
+TEST(PlanBound, BranchAndBoundKeepsTheExhaustiveBestAndParetoFront) {
+  SearchSpace s = space("gpt3-18b", "h100-sxm", 64, 256);
+  const SearchResult all = search_plans(s, evaluator_scorers(s.model, s.cluster));
+  s.keep = 20;
+  const SearchResult bb = search_plans(s, evaluator_scorers(s.model, s.cluster));
+  ASSERT_GE(all.ranked.size(), 20u);
+  ASSERT_GE(bb.ranked.size(), 20u);
+  for (std::size_t i = 0; i < 20; ++i) {
+    EXPECT_EQ(bb.ranked[i].score.iteration_time, all.ranked[i].score.iteration_time)
+        << "rank " << i + 1 << ": " << key(bb.ranked[i]) << " vs " << key(all.ranked[i]);
+  }
+  ASSERT_EQ(bb.pareto.size(), all.pareto.size());
+  for (std::size_t i = 0; i < all.pareto.size(); ++i) {
+    EXPECT_EQ(bb.pareto[i].score.iteration_time, all.pareto[i].score.iteration_time) << i;
+    EXPECT_EQ(bb.pareto[i].score.peak_memory_bytes, all.pareto[i].score.peak_memory_bytes) << i;
+  }
+  EXPECT_LT(bb.candidates_evaluated, all.candidates_evaluated);
+  // Skipped plans include some the schedule generators would have refused.
+  EXPECT_GE(bb.pruned.at(std::string(kBoundPrunedReason)) + bb.candidates_evaluated,
+            all.candidates_evaluated);
+  std::printf("exhaustive: %lld plans simulated; branch and bound (keep 20): %lld\n",
+              static_cast<long long>(all.candidates_evaluated),
+              static_cast<long long>(bb.candidates_evaluated));
+}
+
+}  // namespace
+}  // namespace pipetune::tuner
