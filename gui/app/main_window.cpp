@@ -42,7 +42,9 @@ MainWindow::MainWindow(const QString& workspace, QWidget* parent) : QMainWindow(
     train_->start_run(request);
   });
   // What was just stored shows up in Inspect.
-  connect(&runs_, &RunController::finished, this, [this] { workspace_model_.refresh(); });
+  connect(&runs_, &RunController::finished, this, [this] {
+    if (QFileInfo::exists(workspace_)) workspace_model_.open(workspace_);
+  });
   connect(&tuner_, &TuneController::finished, this,
           [this](bool, QString message) { statusBar()->showMessage(message, 10000); });
   set_workspace(workspace);

@@ -28,6 +28,7 @@
 #include "engine/schedule/costs.hpp"
 #include "engine/schedule/generators.hpp"
 #include "gui/app/inspect_page.hpp"
+#include "gui/app/loss_chart.hpp"
 #include "gui/app/pareto_scatter.hpp"
 #include "gui/app/setup_page.hpp"
 #include "gui/app/train_page.hpp"
@@ -233,6 +234,47 @@ TEST(MainWindow, BadWorkspacesAndRunsBeingWrittenShowAMessage) {
   writer.finish(db::RunStatus::Complete);
 }
 
+TEST(MainWindow, TrainStreamsTheLiveRunAndStopStoresItInterrupted) {
+  QApplication* app = test::gui_test_app();
+  if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
+  TempDir dir;
+  MainWindow window(dir.file("ws.db"));
+  window.resize(1400, 900);
+  window.show();
+  TrainPage* train = window.train_page();
+  window.tabs()->setCurrentWidget(train);
+  int steps = 0;
+  QObject::connect(window.runs(), &RunController::step_done,
+                   [&](int step, double, double) { steps = step; });
+  bool ended = false;
+  QObject::connect(window.runs(), &RunController::finished,
+                   [&](RunOutcome, QString) { ended = true; });
+  ASSERT_TRUE(window.form()->valid()) << window.form()->message().toStdString();
+  RunRequest r;
+  r.model = window.form()->selection()->model;
+  r.plan = window.form()->selection()->plan;
+  r.steps = 100000;
+  r.threads_per_rank = 1;
+  ASSERT_TRUE(train->start_run(r)) << train->status_label()->text().toStdString();
+  EXPECT_FALSE(train->start_button()->isEnabled());
+  ASSERT_TRUE(test::process_events_until([&] { return steps >= 3; }));
+  for (int i = 0; i < 5; ++i) QApplication::processEvents(QEventLoop::AllEvents, 20);
+  const QImage shot = train->grab().toImage();
+  shot.save(artifacts_dir() + "/train.png");
+  train->stop_button()->click();
+  ASSERT_TRUE(test::process_events_until([&] { return ended; }));
+  EXPECT_NE(train->status_label()->text().indexOf("interrupted"), -1)
+      << train->status_label()->text().toStdString();
+  EXPECT_EQ(train->loss_chart()->points().size(), window.runs()->loss_series().size());
+  EXPECT_GE(train->loss_chart()->points().size(), 3);
+  // The stored run appears in Inspect, interrupted.
+  ASSERT_TRUE(test::process_events_until([&] {
+    return window.workspace_model()->rowCount() == 1 &&
+           window.workspace_model()->run_at(0).status == db::RunStatus::Interrupted;
+  }));
+  EXPECT_TRUE(train->start_button()->isEnabled());
+}
+
 // Colour distance in RGB.
 int colour_distance(QColor a, QColor b) {
   return std::abs(a.red() - b.red()) + std::abs(a.green() - b.green()) +
@@ -314,6 +356,30 @@ TEST(MainWindow, TunerResultsScreenshotWithTheParetoFrontWhereTheResultsPutIt) {
     EXPECT_GT(c.blue(), c.red()) << "plan " << p.index << " off the front";
     break;
   }
+
+  // "Run at small scale": the selected plan shrunk to the engine starts on the Train tab.
+  bool ended = false;
+  RunOutcome outcome = RunOutcome::Failed;
+  QObject::connect(window.runs(), &RunController::finished, [&](RunOutcome o, QString) {
+    ended = true;
+    outcome = o;
+  });
+  QObject::connect(window.runs(), &RunController::step_done,
+                   [&](int, double, double) { window.train_page()->stop_button()->click(); });
+  const int pp = results->plan_at(tune->selected_row()).plan.pp;
+  tune->findChild<QPushButton*>("tune_small_scale")->click();
+  EXPECT_EQ(window.tabs()->currentWidget(), window.train_page());
+  ASSERT_TRUE(window.runs()->running())
+      << window.train_page()->status_label()->text().toStdString();
+  ASSERT_TRUE(test::process_events_until([&] { return ended; }));
+  EXPECT_EQ(outcome, RunOutcome::Interrupted);
+  db::Workspace ws(dir.file("ws.db").toStdString());
+  const db::RunRecord run = ws.run(window.runs()->run_id());
+  EXPECT_EQ(run.status, db::RunStatus::Interrupted);
+  int compute_ranks = 0;
+  for (const auto& lane : ws.lanes(run.id))
+    if (lane.lane.stream == profiler::Stream::Compute) ++compute_ranks;
+  EXPECT_EQ(compute_ranks % pp, 0) << "the shrunk run keeps the pipeline's " << pp << " stages";
 }
 
 }  // namespace
