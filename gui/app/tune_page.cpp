@@ -41,11 +41,18 @@ TunePage::TunePage(TuneController* tuner, QWidget* parent) : QWidget(parent), tu
   global_batch_->setMaximumWidth(70);
   schedules_ = new QLineEdit;
   schedules_->setPlaceholderText("all schedules (or e.g. 1f1b,zb-h1)");
+  keep_ = new QLineEdit("100");
+  keep_->setObjectName("tune_keep");
+  keep_->setMaximumWidth(60);
+  keep_->setToolTip(
+      "Results ranked exactly; plans whose lower bound cannot reach them or the "
+      "Pareto front are not simulated (0 = simulate every plan)");
   for (auto [label, w] : {std::pair<const char*, QWidget*>{"Model", model_},
                           {"Hardware", hardware_},
                           {"GPUs", gpus_},
                           {"Global batch", global_batch_},
-                          {"Schedules", schedules_}}) {
+                          {"Schedules", schedules_},
+                          {"Keep", keep_}}) {
     target->addWidget(new QLabel(label));
     target->addWidget(w);
   }
@@ -177,19 +184,25 @@ void TunePage::show_error(const QString& text) {
 }
 
 void TunePage::set_target(const QString& model, const QString& hardware, int gpus,
-                          std::int64_t global_batch, const QString& schedules) {
+                          std::int64_t global_batch, const QString& schedules, std::int64_t keep) {
   model_->setCurrentText(model);
   hardware_->setCurrentText(hardware);
   gpus_->setText(QString::number(gpus));
   global_batch_->setText(QString::number(global_batch));
   schedules_->setText(schedules);
+  keep_->setText(QString::number(keep));
 }
 
 bool TunePage::start_search() {
   TuneRequest r;
   r.model_preset = model_->currentText().toStdString();
   r.hardware_preset = hardware_->currentText().toStdString();
-  bool ok_gpus = false, ok_batch = false;
+  bool ok_gpus = false, ok_batch = false, ok_keep = false;
+  r.keep = keep_->text().trimmed().toLongLong(&ok_keep);
+  if (!ok_keep) {
+    show_error("keep must be a whole number (got '" + keep_->text() + "')");
+    return false;
+  }
   r.gpus = gpus_->text().trimmed().toInt(&ok_gpus);
   r.global_batch = global_batch_->text().trimmed().toLongLong(&ok_batch);
   if (!ok_gpus) {

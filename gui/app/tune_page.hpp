@@ -27,8 +27,10 @@ class TunePage : public QWidget {
   explicit TunePage(TuneController* tuner, QWidget* parent = nullptr);
 
   // Fills the target from text (as the user would type it) and starts the search.
+  // keep: results ranked exactly (0 = simulate every plan).
   void set_target(const QString& model, const QString& hardware, int gpus,
-                  std::int64_t global_batch, const QString& schedules = {});
+                  std::int64_t global_batch, const QString& schedules = {},
+                  std::int64_t keep = 100);
   bool start_search();
   void select_row(int row);
   int selected_row() const;
@@ -58,6 +60,7 @@ class TunePage : public QWidget {
   QLineEdit* gpus_ = nullptr;
   QLineEdit* global_batch_ = nullptr;
   QLineEdit* schedules_ = nullptr;
+  QLineEdit* keep_ = nullptr;
   QPushButton* start_ = nullptr;
   QPushButton* cancel_ = nullptr;
   QProgressBar* progress_ = nullptr;

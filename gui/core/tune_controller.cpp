@@ -75,6 +75,7 @@ TuneTarget resolve_tune_target(const TuneRequest& r) {
     throw InputError("global_batch must be positive (got " + std::to_string(r.global_batch) + ")");
   if (r.seq < 0) throw InputError("seq must be positive (got " + std::to_string(r.seq) + ")");
   if (r.max_candidates < 0) throw InputError("max_candidates must be >= 0");
+  if (r.keep < 0) throw InputError("keep must be >= 0 (got " + std::to_string(r.keep) + ")");
   if (r.threads < 0) throw InputError("threads must be >= 0");
   for (const std::string& name : r.schedules)
     (void)schedule::schedule_placement(name);  // InputError listing the valid names
@@ -133,6 +134,7 @@ bool TuneController::start(const TuneRequest& request) {
   space.global_batch = target.global_batch;
   space.schedules = request.schedules;
   space.max_candidates = request.max_candidates;
+  space.keep = request.keep;
   space.threads = request.threads;
   const std::string path = workspace_;
   search_worker_ = std::thread([this, space, target, request, path] {

@@ -38,7 +38,10 @@ struct TuneRequest {
   std::int64_t seq = 0;                // 0 = the model's
   std::vector<std::string> schedules;  // empty = every schedule
   std::int64_t max_candidates = 0;     // 0 = no limit
-  int threads = 0;                     // scoring threads; 0 = hardware concurrency
+  // Results ranked exactly, as `pipetune tune --keep`: plans whose lower bound cannot reach
+  // them or the Pareto front are not simulated. 0 = simulate every plan.
+  std::int64_t keep = 100;
+  int threads = 0;  // scoring threads; 0 = hardware concurrency
 };
 
 struct TuneTarget {

@@ -92,6 +92,7 @@ TEST(TuneController, SearchesOnAWorkerAndStoresTheSearch) {
   space.cluster = t.cluster;
   space.global_batch = t.global_batch;
   space.schedules = request.schedules;
+  space.keep = request.keep;
   const tuner::SearchResult direct =
       tuner::search_plans(space, tuner::evaluator_scorers(t.model, t.cluster));
   ResultsTableModel* m = c.results();
@@ -125,6 +126,7 @@ TEST(TuneController, CancelEndsALongSearchAndStoresNothing) {
   r.hardware_preset = "h100-sxm";
   r.gpus = 1024;
   r.global_batch = 2048;
+  r.keep = 0;  // exhaustive
   QObject::connect(&c, &TuneController::progress, [&](qint64 done, qint64) {
     if (done > 0) c.cancel();
   });
@@ -152,6 +154,10 @@ TEST(TuneController, BadRequestsAreRefusedWithTheRule) {
   r.schedules = {"2f2b"};
   EXPECT_FALSE(c.start(r));
   EXPECT_NE(c.error_message().indexOf("2f2b"), -1) << c.error_message().toStdString();
+  r = small_request();
+  r.keep = -1;
+  EXPECT_FALSE(c.start(r));
+  EXPECT_EQ(c.error_message(), "keep must be >= 0 (got -1)");
   EXPECT_FALSE(c.running());
 }
 

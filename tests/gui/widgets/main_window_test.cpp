@@ -89,7 +89,7 @@ TEST(MainWindow, GuiThreadKeepsProcessingEventsDuringALongTuneAndCancelEndsIt) {
   TunePage* tune = window.tune_page();
   window.tabs()->setCurrentWidget(tune);
   // A big search: Llama 3 405B on 1024 H100s, every schedule (tens of thousands of plans).
-  tune->set_target("llama3-405b", "h100-sxm", 1024, 2048);
+  tune->set_target("llama3-405b", "h100-sxm", 1024, 2048, QString(), 0);  // exhaustive
 
   // A GUI-thread timer at 20 ms: while the search runs, its ticks must keep coming.
   int ticks = 0;
@@ -290,7 +290,7 @@ TEST(MainWindow, TunerResultsScreenshotWithTheParetoFrontWhereTheResultsPutIt) {
   window.show();
   TunePage* tune = window.tune_page();
   window.tabs()->setCurrentWidget(tune);
-  tune->set_target("llama3-8b", "h100-sxm", 16, 64);
+  tune->set_target("llama3-8b", "h100-sxm", 16, 64, QString(), 0);  // every plan on the scatter
   bool finished = false;
   QObject::connect(window.tuner(), &TuneController::finished,
                    [&](bool, QString) { finished = true; });
