@@ -23,6 +23,7 @@ struct Event {
   EventKind kind = EventKind::Forward;
   std::int32_t group = -1;  // layer group for Forward/Backward, -1 for barriers
   std::int32_t microbatch = 0;
+  friend bool operator==(const Event&, const Event&) = default;
 };
 
 std::string event_label(const Event& e);  // "F(g3, mb5)", "C1(mb5)"...

@@ -70,11 +70,16 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
           .peak_bytes;
   // Every rank runs each of its chunks' forward and backward (split or fused, whichever is
   // cheaper) for every micro-batch, and under vocabulary parallelism the S, T, IF and IB passes;
-  // it cannot start before the first micro-batch's forward has crossed the ranks before it.
+  // it cannot start before the first micro-batch's forward has crossed the ranks before it. On a
+  // linear pipeline the last micro-batch's backward must then still cross those ranks back (the
+  // drain), except for the weight-gradient passes a zero-bubble schedule may defer past it.
   using schedule::OpKind;
   const schedule::CostTable& t = costs.table;
   const double m = plan.microbatches, v = plan.chunks;
-  double busiest = 0.0, startup = 0.0;
+  const bool linear = placement == schedule::Placement::Linear;
+  const bool fused_backward =
+      plan.schedule == "gpipe" || plan.schedule == "1f1b" || plan.schedule == "interleaved-1f1b";
+  double busiest = 0.0, startup = 0.0, drain = 0.0;
   for (int r = 0; r < plan.pp; ++r) {
     const double backward =
         std::min(t.cost(r, OpKind::BW), t.cost(r, OpKind::B) + t.cost(r, OpKind::W));
@@ -85,7 +90,12 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
                                   : m * (t.cost(r, OpKind::S) + t.cost(r, OpKind::T) +
                                          t.cost(r, OpKind::IF) + t.cost(r, OpKind::IB));
     busiest = std::max(busiest, std::max(startup, vocabulary) + transformer);
+    if (linear) {
+      const double deferrable = fused_backward ? 0.0 : m * v * t.cost(r, OpKind::W);
+      busiest = std::max(busiest, startup + transformer - deferrable + drain);
+    }
     startup += t.cost(r, OpKind::F) + t.p2p_time();
+    drain += std::min(t.cost(r, OpKind::B), t.cost(r, OpKind::BW)) + t.p2p_time();
   }
   const AfterPipeline after = after_pipeline(costs, plan.pp, options_.execution);
   b.iteration_time = busiest + after.data_parallel + after.optimizer;

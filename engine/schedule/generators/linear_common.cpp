@@ -106,13 +106,35 @@ Planner::Planner(Schedule& s, const CostTable& costs)
       clock_(static_cast<std::size_t>(s.stages), 0.0),
       idle_since_(static_cast<std::size_t>(s.stages), -1.0),
       barrier_of_(static_cast<std::size_t>(s.stages)),
-      in_barrier_(static_cast<std::size_t>(s.stages), 0) {}
+      in_barrier_(static_cast<std::size_t>(s.stages), 0),
+      watches_(static_cast<std::size_t>(s.stages)),
+      watch_count_(static_cast<std::size_t>(s.stages), 0) {}
+
+void Planner::watch(int rank, const Event& event) const {
+  const auto r = static_cast<std::size_t>(rank);
+  std::size_t& n = watch_count_[r];
+  if (n < kMaxWatches) watches_[r][n] = event;
+  if (n <= kMaxWatches) ++n;
+}
+
+bool Planner::wakes(int rank) const {
+  const auto r = static_cast<std::size_t>(rank);
+  const std::size_t n = watch_count_[r];
+  if (n > kMaxWatches) return !produced_.empty();
+  for (const Event& e : produced_)
+    for (std::size_t i = 0; i < n; ++i)
+      if (watches_[r][i] == e) return true;
+  return false;
+}
 
 std::optional<double> Planner::ready_time(int rank, const Op& op) const {
   const Requirement req = requirement_of(schedule_, rank, op);
   if (!req.present) return 0.0;
   const double t = events_.time(req.event);
-  if (t < 0.0) return std::nullopt;
+  if (t < 0.0) {
+    watch(rank, req.event);
+    return std::nullopt;
+  }
   return req.transfer ? t + p2p_ : t;
 }
 
@@ -127,13 +149,13 @@ void Planner::run(int rank, const Op& op) {
   if (!prod.present) return;
   if (!prod.joins_barrier) {
     events_.set(prod.event, done);
-    produced(done);
+    produced(prod.event, done);
     return;
   }
   if (events_.arrive(prod.event, done)) {
     const double complete = events_.last_arrival(prod.event) + costs_.collective_time;
     events_.set(prod.event, complete);
-    produced(complete);
+    produced(prod.event, complete);
   }
   if (prod.waits_for_barrier) {
     barrier_of_[r] = prod.event;
@@ -150,17 +172,45 @@ void Planner::idle_until(int rank, double t) {
 bool Planner::leave_barrier(int rank) {
   const auto r = static_cast<std::size_t>(rank);
   const double t = events_.time(barrier_of_[r]);
-  if (t < 0.0) return false;
+  if (t < 0.0) {
+    watch(rank, barrier_of_[r]);
+    return false;
+  }
   clock_[r] = std::max(clock_[r], t);
   in_barrier_[r] = 0;
   return true;
 }
 
-void Planner::produced(double time) {
+void Planner::produced(const Event& event, double time) {
   ++productions_;
+  produced_.push_back(event);
   // An idling rank may have been waiting for exactly this: let it look again at `time`.
   for (std::size_t r = 0; r < clock_.size(); ++r) {
-    if (idle_since_[r] >= 0.0 && clock_[r] > time) clock_[r] = std::max(idle_since_[r], time);
+    if (idle_since_[r] >= 0.0 && clock_[r] > time) {
+      clock_[r] = std::max(idle_since_[r], time);
+      rewound_.push_back(static_cast<int>(r));
+    }
+  }
+}
+
+EarliestRank::EarliestRank(int ranks) {
+  leaves_ = 1;
+  while (leaves_ < static_cast<std::size_t>(std::max(ranks, 1))) leaves_ *= 2;
+  key_.assign(2 * leaves_, kIneligible);
+  rank_.assign(2 * leaves_, -1);
+  for (std::size_t i = 0; i < leaves_; ++i) rank_[leaves_ + i] = static_cast<int>(i);
+  for (std::size_t i = leaves_ - 1; i >= 1; --i) rank_[i] = rank_[2 * i];
+}
+
+void EarliestRank::set(int rank, double clock) {
+  std::size_t i = leaves_ + static_cast<std::size_t>(rank);
+  key_[i] = clock;
+  for (i /= 2; i >= 1; i /= 2) {
+    // Ties go to the lower rank (the left child), as a first-minimum scan would.
+    const std::size_t l = 2 * i, r = 2 * i + 1;
+    const std::size_t win = key_[r] < key_[l] ? r : l;
+    key_[i] = key_[win];
+    rank_[i] = rank_[win];
   }
 }
 

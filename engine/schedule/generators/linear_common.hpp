@@ -4,6 +4,9 @@
 // generators can put ops where they fit instead of assuming uniform costs.
 #pragma once
 
+#include <array>
+#include <limits>
+
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -82,8 +85,21 @@ class Planner {
   // Changes whenever an event or a barrier completion is produced.
   std::uint64_t productions() const { return productions_; }
 
+  // Blocked ranks: a step that ends Blocked depends only on events it found unknown through
+  // ready_time() / leave_barrier() (its "watches", reset by begin_step), so it need be retried
+  // only when one of those is produced. wakes() says whether a production since
+  // clear_productions() was one the rank watches.
+  void begin_step(int rank) { watch_count_[static_cast<std::size_t>(rank)] = 0; }
+  // Ranks whose clock a production moved back (idling ranks), since clear_rewound().
+  const std::vector<int>& rewound() const { return rewound_; }
+  void clear_rewound() { rewound_.clear(); }
+  bool wakes(int rank) const;
+  void clear_productions() { produced_.clear(); }
+
  private:
-  void produced(double time);
+  static constexpr std::size_t kMaxWatches = 8;
+  void produced(const Event& event, double time);
+  void watch(int rank, const Event& event) const;
 
   Schedule& schedule_;
   const CostTable& costs_;
@@ -94,9 +110,30 @@ class Planner {
   std::vector<Event> barrier_of_;
   std::vector<char> in_barrier_;
   std::uint64_t productions_ = 0;
+  std::vector<Event> produced_;  // since clear_productions()
+  std::vector<int> rewound_;     // since clear_rewound()
+  // Events each rank found unknown in its current step; a rank with more than kMaxWatches
+  // watches every production (count kMaxWatches + 1).
+  mutable std::vector<std::array<Event, kMaxWatches>> watches_;
+  mutable std::vector<std::size_t> watch_count_;
 };
 
 enum class StepResult { Progress, Blocked, Done };
+
+// The eligible rank with the earliest clock (ties: the lowest rank) in O(1), updates in
+// O(log ranks): a tournament tree over the ranks' clocks, +infinity for ineligible ranks.
+class EarliestRank {
+ public:
+  static constexpr double kIneligible = std::numeric_limits<double>::infinity();
+  explicit EarliestRank(int ranks);
+  void set(int rank, double clock);  // kIneligible removes the rank
+  int top() const { return key_[1] == kIneligible ? -1 : rank_[1]; }
+
+ private:
+  std::size_t leaves_ = 1;
+  std::vector<double> key_;
+  std::vector<int> rank_;
+};
 
 // Runs step(rank) for the rank with the earliest clock until every rank reports Done. A Blocked
 // rank is retried after the next production. Throws ScheduleError naming the generator when every
@@ -105,14 +142,15 @@ template <class Step>
 void plan_in_time_order(std::string_view generator, Planner& planner, Step&& step) {
   const int p = planner.stages();
   std::vector<char> blocked(static_cast<std::size_t>(p), 0), done(static_cast<std::size_t>(p), 0);
+  EarliestRank earliest(p);
+  for (int i = 0; i < p; ++i) earliest.set(i, planner.clock(i));
+  auto refresh = [&](int i) {
+    const auto ii = static_cast<std::size_t>(i);
+    earliest.set(i, done[ii] || blocked[ii] ? EarliestRank::kIneligible : planner.clock(i));
+  };
   std::uint64_t seen = planner.productions();
   while (true) {
-    int r = -1;
-    for (int i = 0; i < p; ++i) {
-      const auto ii = static_cast<std::size_t>(i);
-      if (done[ii] || blocked[ii]) continue;
-      if (r < 0 || planner.clock(i) < planner.clock(r)) r = i;
-    }
+    const int r = earliest.top();
     if (r < 0) {
       for (int i = 0; i < p; ++i)
         if (!done[static_cast<std::size_t>(i)])
@@ -121,6 +159,7 @@ void plan_in_time_order(std::string_view generator, Planner& planner, Step&& ste
       return;
     }
     const auto rr = static_cast<std::size_t>(r);
+    planner.begin_step(r);
     if (planner.in_barrier(r)) {
       if (!planner.leave_barrier(r)) blocked[rr] = 1;
     } else {
@@ -128,9 +167,18 @@ void plan_in_time_order(std::string_view generator, Planner& planner, Step&& ste
       if (res == StepResult::Blocked) blocked[rr] = 1;
       if (res == StepResult::Done) done[rr] = 1;
     }
+    refresh(r);
+    for (int i : planner.rewound()) refresh(i);
+    planner.clear_rewound();
     if (planner.productions() != seen) {
       seen = planner.productions();
-      std::fill(blocked.begin(), blocked.end(), 0);
+      for (int i = 0; i < p; ++i) {
+        if (blocked[static_cast<std::size_t>(i)] && planner.wakes(i)) {
+          blocked[static_cast<std::size_t>(i)] = 0;
+          refresh(i);
+        }
+      }
+      planner.clear_productions();
     }
   }
 }
