@@ -237,11 +237,12 @@ class FrameBuilder {
       d.point_count = static_cast<std::uint32_t>(f_.points.size()) - d.first_point;
       f_.commands.push_back(std::move(d));
     };
+    // The total first, so that a category equal to it (one category in use) shows its colour.
+    series_line(m.total, palette::kMemoryTotal);
     for (int c = 0; c < profiler::kMemoryCategoryCount; ++c)
       if (m.present[static_cast<std::size_t>(c)])
         series_line(m.categories[static_cast<std::size_t>(c)],
                     memory_color(static_cast<profiler::MemoryCategory>(c)));
-    series_line(m.total, palette::kMemoryTotal);
     const double xp = view_.x_of(static_cast<double>(m.peak.t_ns) - origin);
     if (xp >= left_ && xp <= right_) {
       DrawCommand d;

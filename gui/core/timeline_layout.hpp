@@ -31,7 +31,7 @@ struct TimelineGeometry {
   float memory_px = 48.0f;     // a rank's memory timeline
   float side_panel_px = 0.0f;  // right side panel (range statistics, details)
   float char_px = 7.0f;        // advance of one character of the font
-  float label_pad_px = 4.0f;
+  float label_pad_px = 2.0f;
 };
 
 enum class DrawKind : std::uint8_t {

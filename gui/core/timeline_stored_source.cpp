@@ -102,8 +102,9 @@ StoredTimelineSource::StoredTimelineSource(std::shared_ptr<const StoredRunMeta> 
   std::int32_t max_index = -1;
   for (std::size_t p = 0; p < meta_->lanes.size(); ++p) {
     const db::LaneInfo& l = meta_->lanes[p];
-    lanes_.push_back({l.index, l.lane, std::max(0, l.max_depth)});
     max_index = std::max(max_index, l.index);
+    if (l.span_count == 0) continue;  // nothing to draw
+    lanes_.push_back({l.index, l.lane, std::max(0, l.max_depth)});
   }
   position_of_lane_.assign(static_cast<std::size_t>(max_index + 1), meta_->lanes.size());
   for (std::size_t p = 0; p < meta_->lanes.size(); ++p)

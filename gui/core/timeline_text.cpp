@@ -36,6 +36,7 @@ std::string signed_percent(const std::optional<double>& r) {
 
 std::string format_ns(double ns) {
   const double a = std::abs(ns);
+  if (a < 0.5) return "0";
   if (a < 1e3) return printf_string("%.0f %s", ns, "ns");
   if (a < 1e6) return printf_string(a < 1e4 ? "%.2f %s" : "%.1f %s", ns / 1e3, "us");
   if (a < 1e9) return printf_string(a < 1e7 ? "%.2f %s" : "%.1f %s", ns / 1e6, "ms");

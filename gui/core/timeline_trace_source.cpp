@@ -62,6 +62,7 @@ void TraceTimelineSource::reindex() {
   index_.update(t);
   lanes_.clear();
   for (std::size_t i = 0; i < t.lanes.size(); ++i) {
+    if (index_.span_count(static_cast<std::int32_t>(i)) == 0) continue;  // nothing to draw
     TimelineLane l;
     l.index = static_cast<std::int32_t>(i);
     l.lane = t.lanes[i];

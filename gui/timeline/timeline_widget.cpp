@@ -301,7 +301,7 @@ void TimelineWidget::paintGL() {
   TimelineGeometry& g = v.geometry;
   g.width_px = width();
   g.height_px = height();
-  g.side_panel_px = panel ? std::min(380.0f, 0.3f * static_cast<float>(width())) : 0.0f;
+  g.side_panel_px = panel ? std::min(470.0f, 0.34f * static_cast<float>(width())) : 0.0f;
   g.char_px = ImGui::CalcTextSize("0").x;
   v.view.set_area(lanes_left(g), lanes_right(g));
   const TimelineSource* main = v.main();
