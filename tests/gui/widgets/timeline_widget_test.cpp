@@ -1,0 +1,200 @@
+// The timeline widget driven like a user (synthesised Qt mouse, wheel and key events under
+// Xvfb): a click on a block selects it (span_selected with its label), a Shift-drag selects a
+// range (range_selected with the analysis' statistics), F fits the selection, the wheel zooms
+// at the cursor; bad input (not a workspace, a run still being written) gives error_message and
+// a widget that still paints.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <QCoreApplication>
+#include <QElapsedTimer>
+#include <QImage>
+#include <QKeyEvent>
+#include <QMouseEvent>
+#include <QWheelEvent>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "db/store/run_writer.hpp"
+#include "engine/schedule/costs.hpp"
+#include "engine/schedule/generators.hpp"
+#include "gui/core/timeline_layout.hpp"
+#include "gui/core/timeline_palette.hpp"
+#include "gui/support/gui_test_env.hpp"
+#include "gui/timeline/timeline_widget.hpp"
+#include "profiler/analysis/time_window.hpp"
+#include "tuner/sim/simulator.hpp"
+
+namespace pipetune::gui {
+namespace {
+
+constexpr int kWidth = 1220, kHeight = 600;  // lane area [220, 1220): 1000 px
+
+std::shared_ptr<const profiler::Trace> simulated() {
+  schedule::GeneratorParams p;
+  p.name = "1f1b";
+  p.stages = 4;
+  p.microbatches = 8;
+  return std::make_shared<const profiler::Trace>(
+      sim::simulate(schedule::generate(p), schedule::CostTable::uniform(4, 1, 1, 1, 0, 0, 0.1))
+          .trace);
+}
+
+template <class Pred>
+bool wait_for(Pred done) {
+  QElapsedTimer clock;
+  clock.start();
+  while (!done()) {
+    if (clock.elapsed() > 60000) return false;  // a hang guard, not a timing assertion
+    QCoreApplication::processEvents(QEventLoop::AllEvents, 10);
+  }
+  return true;
+}
+
+QImage frame(TimelineWidget& w) {
+  if (!w.isVisible()) {
+    w.resize(kWidth, kHeight);
+    w.show();
+  }
+  QCoreApplication::processEvents();
+  return w.grabFramebuffer().convertToFormat(QImage::Format_RGB32);
+}
+
+void mouse(TimelineWidget& w, QEvent::Type type, QPointF at, Qt::KeyboardModifiers mods = {}) {
+  const Qt::MouseButtons buttons =
+      type == QEvent::MouseButtonRelease ? Qt::NoButton : Qt::LeftButton;
+  QMouseEvent e(type, at, w.mapToGlobal(at),
+                type == QEvent::MouseMove ? Qt::NoButton : Qt::LeftButton, buttons, mods);
+  QCoreApplication::sendEvent(&w, &e);
+}
+
+void key(TimelineWidget& w, int k) {
+  QKeyEvent e(QEvent::KeyPress, k, Qt::NoModifier);
+  QCoreApplication::sendEvent(&w, &e);
+}
+
+bool near(QRgb p, Rgba c, int tol = 6) {
+  return std::abs(qRed(p) - c.r) <= tol && std::abs(qGreen(p) - c.g) <= tol &&
+         std::abs(qBlue(p) - c.b) <= tol;
+}
+
+TEST(TimelineWidget, ClickRangeFitAndZoomLikeAUser) {
+  if (test::gui_test_app() == nullptr) GTEST_SKIP() << test::gui_test_skip_reason();
+  const auto trace = simulated();
+  TimelineWidget w;
+  QString span, range, error;
+  QObject::connect(&w, &TimelineWidget::span_selected, [&](const QString& s) { span = s; });
+  QObject::connect(&w, &TimelineWidget::range_selected, [&](const QString& s) { range = s; });
+  QObject::connect(&w, &TimelineWidget::error_message, [&](const QString& s) { error = s; });
+  w.set_trace(trace, "1f1b");
+  frame(w);
+
+  // The fitted view: [-2%, 102%] of the run over the lane area.
+  const auto ext = profiler::analysis::trace_extent(*trace);
+  const double len = static_cast<double>(ext.length_ns());
+  const auto x_of = [&](std::int64_t t) {
+    return 220.0 + (static_cast<double>(t - ext.start_ns) + 0.02 * len) / (1.04 * len) * 1000.0;
+  };
+  const profiler::Span* f0 = nullptr;  // rank 0's first forward
+  for (const auto& s : trace->spans)
+    if (s.kind == profiler::SpanKind::F &&
+        trace->lanes[static_cast<std::size_t>(s.lane)].rank == 0 &&
+        (f0 == nullptr || s.start_ns < f0->start_ns))
+      f0 = &s;
+  ASSERT_NE(f0, nullptr);
+  const double row0 = 26 + 20 + 11;  // middle of rank 0's compute row
+  const QPointF on_f0(0.5 * (x_of(f0->start_ns) + x_of(f0->end_ns)), row0);
+  mouse(w, QEvent::MouseButtonPress, on_f0);
+  mouse(w, QEvent::MouseButtonRelease, on_f0);
+  EXPECT_TRUE(span.startsWith("F0.0")) << span.toStdString();
+  EXPECT_TRUE(span.contains("duration 1.000 s")) << span.toStdString();
+
+  // F fits the selection: the block now fills the lane area.
+  key(w, Qt::Key_F);
+  QImage img = frame(w);
+  EXPECT_TRUE(
+      near(img.pixel(220 + 500, static_cast<int>(row0) - 6), kind_color(profiler::SpanKind::F)))
+      << "after F the selected forward should fill the view";
+
+  // Escape drops the selection; F then fits the whole run again.
+  key(w, Qt::Key_Escape);
+  key(w, Qt::Key_F);
+  frame(w);
+  // Shift-drag over the first 40% of the run: statistics of that range.
+  const QPointF a(x_of(ext.start_ns), 300),
+      b(x_of(ext.start_ns + static_cast<std::int64_t>(0.4 * len)), 300);
+  mouse(w, QEvent::MouseButtonPress, a, Qt::ShiftModifier);
+  mouse(w, QEvent::MouseMove, b, Qt::ShiftModifier);
+  mouse(w, QEvent::MouseButtonRelease, b, Qt::ShiftModifier);
+  EXPECT_TRUE(range.contains("time by op kind")) << range.toStdString();
+  EXPECT_TRUE(range.contains("bubble")) << range.toStdString();
+  img = frame(w);  // the side panel opened: the lane area is narrower now, still painted
+  EXPECT_EQ(img.width(), kWidth);
+
+  // The wheel zooms at the cursor: 4 notches in at a point keep that point's block under it.
+  key(w, Qt::Key_Escape);
+  frame(w);
+  QWheelEvent wheel(on_f0, w.mapToGlobal(on_f0), QPoint(), QPoint(0, 4 * 120), Qt::NoButton,
+                    Qt::NoModifier, Qt::NoScrollPhase, false);
+  QCoreApplication::sendEvent(&w, &wheel);
+  img = frame(w);
+  EXPECT_TRUE(near(img.pixel(static_cast<int>(on_f0.x()), static_cast<int>(row0) - 6),
+                   kind_color(profiler::SpanKind::F)));
+  EXPECT_TRUE(error.isEmpty()) << error.toStdString();
+}
+
+TEST(TimelineWidget, BadInputSaysSoAndKeepsPainting) {
+  if (test::gui_test_app() == nullptr) GTEST_SKIP() << test::gui_test_skip_reason();
+  std::string tmpl = (std::filesystem::temp_directory_path() / "timeline_widget_XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const std::filesystem::path dir = tmpl;
+  const std::string text = (dir / "notes.db").string();
+  std::ofstream(text) << "plain text\n";
+
+  TimelineWidget w;
+  QString error;
+  QObject::connect(&w, &TimelineWidget::error_message, [&](const QString& s) { error = s; });
+  w.open_run(QString::fromStdString(text), 1);
+  ASSERT_TRUE(wait_for([&] { return !error.isEmpty(); }));
+  EXPECT_TRUE(error.contains(QString::fromStdString(text))) << error.toStdString();
+  frame(w);
+
+  // A run another writer is still writing: shown, and said to be still being written.
+  const std::string ws = (dir / "ws.db").string();
+  const auto trace = simulated();
+  {
+    db::RunWriter writer(ws, {profiler::TraceKind::Simulated, "live", "", ""});
+    writer.append(*trace);
+    writer.flush();
+    error.clear();
+    w.open_run(QString::fromStdString(ws), writer.run_id());
+    ASSERT_TRUE(wait_for([&] { return !error.isEmpty(); }));
+    EXPECT_TRUE(error.contains("still being written")) << error.toStdString();
+    // Paint until the worker's window has arrived: rank 0's first forward is then drawn.
+    QImage img;
+    ASSERT_TRUE(wait_for([&] {
+      img = frame(w);
+      return near(img.pixel(4, 26 + 20 + 11), palette::kHeader) &&
+             img.pixel(226, 26 + 20 + 5) != img.pixel(1000, 26 + 20 + 5 + 22 * 10);
+    }));
+    const char* env = std::getenv("PIPETUNE_GUI_ARTIFACTS");
+    const std::filesystem::path out = env != nullptr
+                                          ? std::filesystem::path(env)
+                                          : std::filesystem::current_path() / "gui_artifacts";
+    std::filesystem::create_directories(out);
+    img.save(QString::fromStdString((out / "timeline_stored_running.png").string()));
+    writer.finish();
+  }
+  error.clear();
+  w.open_run(QString::fromStdString(ws), 4242);
+  ASSERT_TRUE(wait_for([&] { return !error.isEmpty(); }));
+  EXPECT_TRUE(error.contains("4242")) << error.toStdString();
+  frame(w);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pipetune::gui
