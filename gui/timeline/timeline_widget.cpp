@@ -349,16 +349,20 @@ void TimelineWidget::paintGL() {
                  ImGuiWindowFlags_NoTitleBar | ImGuiWindowFlags_NoResize | ImGuiWindowFlags_NoMove |
                      ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoSavedSettings |
                      ImGuiWindowFlags_HorizontalScrollbar);
-    const auto section = [](const char* title, const QString& body) {
+    const auto section = [](const char* title, const QString& body, bool wrap) {
       if (body.isEmpty()) return;
       ImGui::TextColored(ImVec4(1.0f, 0.86f, 0.35f, 1.0f), "%s", title);
-      ImGui::TextUnformatted(body.toStdString().c_str());
+      const std::string text = body.toStdString();
+      if (wrap)
+        ImGui::TextWrapped("%s", text.c_str());
+      else
+        ImGui::TextUnformatted(text.c_str());  // tables: columns aligned, scroll sideways
       ImGui::Separator();
     };
-    section("Status", v.status);
-    section("Selection", v.details);
-    section("Range", v.range_text);
-    section("Comparison", v.comparison);
+    section("Status", v.status, true);
+    section("Selection", v.details, false);
+    section("Range (Shift/Ctrl-drag)", v.range_text, false);
+    section("Comparison (per stage)", v.comparison, false);
     ImGui::End();
   }
 

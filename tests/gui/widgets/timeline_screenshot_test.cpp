@@ -8,6 +8,7 @@
 #include <QCoreApplication>
 #include <QDir>
 #include <QImage>
+#include <QMouseEvent>
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -194,15 +195,28 @@ TEST(TimelineScreenshot, LanesBlocksAndBubbleHatchesAreWhereTheTraceSays) {
   }
 }
 
-// The README's picture: zero-bubble ZB-H1 compared with 1F1B, a range selected.
+// The README's picture: zero-bubble ZB-H1 above 1F1B on one time axis, a block clicked and a
+// range Shift-dragged (the side panel shows both and the per-stage diff).
 TEST(TimelineScreenshot, ReadmePicture) {
   if (test::gui_test_app() == nullptr) GTEST_SKIP() << test::gui_test_skip_reason();
   TimelineWidget w;
   w.set_trace(simulate_1f1b("zb-h1"), "zb-h1 p=4 m=8 (simulated)");
   w.set_comparison(simulate_1f1b("1f1b"), "1f1b p=4 m=8 (simulated)");
-  EXPECT_FALSE(w.comparison_text().isEmpty());
-  const QImage img = render(w);
-  const QString path = artifact_dir() + "/timeline_compare.png";
+  EXPECT_TRUE(w.comparison_text().contains("bubble")) << w.comparison_text().toStdString();
+  w.resize(1600, 900);
+  w.show();
+  QCoreApplication::processEvents();
+  w.grabFramebuffer();
+  const auto send = [&](QEvent::Type type, QPointF at, Qt::KeyboardModifiers mods) {
+    QMouseEvent e(type, at, w.mapToGlobal(at), Qt::LeftButton,
+                  type == QEvent::MouseButtonRelease ? Qt::NoButton : Qt::LeftButton, mods);
+    QCoreApplication::sendEvent(&w, &e);
+  };
+  send(QEvent::MouseButtonPress, QPointF(700, 500), Qt::ShiftModifier);
+  send(QEvent::MouseMove, QPointF(900, 500), Qt::ShiftModifier);
+  send(QEvent::MouseButtonRelease, QPointF(900, 500), Qt::ShiftModifier);
+  const QImage img = w.grabFramebuffer();
+  const QString path = artifact_dir() + "/timeline_readme.png";
   ASSERT_TRUE(img.save(path));
   std::printf("screenshot: %s\n", path.toStdString().c_str());
 }
