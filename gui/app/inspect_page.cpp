@@ -1,6 +1,7 @@
 #include "gui/app/inspect_page.hpp"
 
 #include <QFileDialog>
+#include <QFontDatabase>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QItemSelectionModel>
@@ -49,6 +50,7 @@ InspectPage::InspectPage(WorkspaceModel* workspace, QWidget* parent)
   table_->verticalHeader()->setVisible(false);
   details_ = new QPlainTextEdit;
   details_->setReadOnly(true);
+  details_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));  // tables align
   details_->setPlaceholderText(
       "Click a block or select a range for details; compare two runs "
       "for the per-stage diff.");
@@ -81,11 +83,21 @@ InspectPage::InspectPage(WorkspaceModel* workspace, QWidget* parent)
   connect(
       workspace_, &WorkspaceModel::run_loaded, this,
       [this](qint64 id, std::shared_ptr<const profiler::Trace> trace, QString title, QString note) {
-        if (id != comparing_) return;
-        comparing_ = -1;
-        timeline_->set_comparison(std::move(trace), title);
+        for (int k = 0; k < 2; ++k) {
+          if (compare_ids_[k] != id || compare_traces_[k]) continue;
+          compare_traces_[k] = std::move(trace);
+          compare_titles_[k] = title;
+          if (!note.isEmpty()) show_message(note, false);
+          break;
+        }
+        if (!compare_traces_[0] || !compare_traces_[1]) return;
+        timeline_->set_trace(compare_traces_[0], compare_titles_[0]);
+        timeline_->set_comparison(compare_traces_[1], compare_titles_[1]);
         details_->setPlainText(timeline_->comparison_text());
-        if (!note.isEmpty()) show_message(note, false);
+        show_message("Comparing " + compare_titles_[0] + " with " + compare_titles_[1], false);
+        compare_ids_[0] = compare_ids_[1] = -1;
+        compare_traces_[0].reset();
+        compare_traces_[1].reset();
       });
   connect(workspace_, &WorkspaceModel::load_failed, this,
           [this](qint64, QString message) { show_message(message, true); });
@@ -123,9 +135,13 @@ void InspectPage::compare_rows(int first, int second) {
   if (first < 0 || second < 0 || first >= workspace_->rowCount() ||
       second >= workspace_->rowCount())
     return;
-  open_row(first);
-  comparing_ = workspace_->run_at(second).id;
-  workspace_->load_run(comparing_);
+  const int rows[2] = {first, second};
+  for (int k = 0; k < 2; ++k) {
+    compare_ids_[k] = workspace_->run_at(rows[k]).id;
+    compare_traces_[k].reset();
+  }
+  show_message("Loading both runs...", false);
+  for (int k = 0; k < 2; ++k) workspace_->load_run(compare_ids_[k]);
 }
 
 void InspectPage::open_selected() {

@@ -44,7 +44,11 @@ class InspectPage : public QWidget {
   QLabel* message_ = nullptr;
   TimelineWidget* timeline_ = nullptr;
   QPlainTextEdit* details_ = nullptr;
-  std::int64_t comparing_ = -1;  // run id whose load is awaited for the comparison
+  // A comparison loads both runs whole (the per-stage diff needs them in memory): the ids
+  // awaited and what has arrived.
+  std::int64_t compare_ids_[2] = {-1, -1};
+  std::shared_ptr<const profiler::Trace> compare_traces_[2];
+  QString compare_titles_[2];
 };
 
 }  // namespace pipetune::gui

@@ -15,6 +15,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
+#include <QPlainTextEdit>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QTabWidget>
@@ -33,6 +34,7 @@
 #include "gui/app/setup_page.hpp"
 #include "gui/app/train_page.hpp"
 #include "gui/app/tune_page.hpp"
+#include "gui/timeline/timeline_widget.hpp"
 #include "tests/gui/core/event_wait.hpp"
 #include "tests/gui/support/gui_test_env.hpp"
 #include "tuner/sim/simulator.hpp"
@@ -273,6 +275,43 @@ TEST(MainWindow, TrainStreamsTheLiveRunAndStopStoresItInterrupted) {
            window.workspace_model()->run_at(0).status == db::RunStatus::Interrupted;
   }));
   EXPECT_TRUE(train->start_button()->isEnabled());
+}
+
+TEST(MainWindow, InspectComparesTwoRunsWithThePerStageDiff) {
+  QApplication* app = test::gui_test_app();
+  if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
+  TempDir dir;
+  const std::string path = dir.file("ws.db").toStdString();
+  // The same 1F1B pipeline simulated twice, the second with backward passes 50% slower.
+  schedule::GeneratorParams g;
+  g.name = "1f1b";
+  g.stages = 2;
+  g.microbatches = 4;
+  const auto s = schedule::generate(g);
+  db::store_trace(path, {profiler::TraceKind::Simulated, "fast", "{}", "{}"},
+                  sim::simulate(s, schedule::CostTable::uniform(2, 1e-3, 2e-3, 0, 0, 0, 0)).trace);
+  db::store_trace(path, {profiler::TraceKind::Simulated, "slow", "{}", "{}"},
+                  sim::simulate(s, schedule::CostTable::uniform(2, 1e-3, 3e-3, 0, 0, 0, 0)).trace);
+  MainWindow window(QString::fromStdString(path));
+  window.show();
+  InspectPage* inspect = window.inspect_page();
+  window.tabs()->setCurrentWidget(inspect);
+  ASSERT_TRUE(
+      test::process_events_until([&] { return window.workspace_model()->rowCount() == 2; }));
+  inspect->compare_rows(0, 1);
+  ASSERT_TRUE(test::process_events_until([&] {
+    return inspect->message_label()->text().startsWith("Comparing");
+  })) << inspect->message_label()->text().toStdString();
+  const QString diff = inspect->details()->toPlainText();
+  EXPECT_FALSE(diff.isEmpty());
+  EXPECT_EQ(diff, inspect->timeline()->comparison_text());
+  EXPECT_NE(diff.indexOf("fast"), -1) << diff.toStdString();
+  EXPECT_NE(diff.indexOf("slow"), -1) << diff.toStdString();
+  // 1F1B makespan (m + p - 1)(F + B): 5 x 3 ms against 5 x 4 ms.
+  EXPECT_NE(diff.indexOf("15.0 ms -> 20.0 ms"), -1) << diff.toStdString();
+  for (int i = 0; i < 5; ++i) QApplication::processEvents(QEventLoop::AllEvents, 20);
+  const QImage shot = inspect->grab().toImage();
+  shot.save(artifacts_dir() + "/inspect_compare.png");
 }
 
 // Colour distance in RGB.
