@@ -32,6 +32,12 @@ Placement schedule_placement(std::string_view name);
 // Schedules that accept vocab-1 / vocab-2 / interlaced.
 bool supports_vocab(std::string_view name, VocabMode vocab);
 
+// A lower bound on the activations stage `rank` holds at its peak, in the simulator's units
+// (micro-batches through all of the stage's layers; a chunk's forward adds 1 / chunks), implied by
+// the generator's warm-up rule: exact for gpipe, 1f1b (all vocabulary modes) and zb-h1, one
+// chunk of one micro-batch for the others. For the tuner's bounds; no schedule is built.
+double least_peak_in_flight(const GeneratorParams& params, int rank);
+
 // Builds and validates a schedule. Throws ScheduleError (an InputError) for an unknown name
 // (listing the valid ones), non-positive sizes, too few micro-batches for the schedule, chunks
 // invalid for it, or a vocabulary mode it does not support.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
@@ -58,12 +59,20 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   const schedule::Placement placement = schedule::schedule_placement(plan.schedule);
   const OpCosts costs = op_costs(model, cluster, plan, placement, options_.execution);
   const auto P = static_cast<std::size_t>(plan.pp);
-  // Every stage holds at least one micro-batch's activations between its first F and that
-  // micro-batch's backward.
+  // Activations: what the schedule's warm-up rule makes a stage hold before its first backward
+  // (schedule::least_peak_in_flight), at least one chunk of one micro-batch.
+  schedule::GeneratorParams shape;
+  shape.name = plan.schedule;
+  shape.stages = plan.pp;
+  shape.microbatches = plan.microbatches;
+  shape.chunks = plan.chunks;
+  shape.group_size = plan.group_size;
+  shape.vocab = plan.vocab;
   std::vector<double> least_activations(P, 0.0);
   for (std::size_t k = 0; k < P; ++k)
-    least_activations[k] =
-        costs.activation_bytes_per_microbatch[k] + costs.transient_activation_bytes[k];
+    least_activations[k] = schedule::least_peak_in_flight(shape, static_cast<int>(k)) *
+                               costs.activation_bytes_per_microbatch[k] +
+                           costs.transient_activation_bytes[k];
   PlanBound b;
   b.peak_memory_bytes =
       estimate_memory(model, cluster, plan, placement, least_activations, options_.memory)
@@ -156,13 +165,25 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
   params.vocab = plan.vocab;
   params.memory_limit = options_.schedule_memory_limit;
   if (!cost_independent(params)) params.costs = e.costs.table;
-  schedule::Schedule scratch;
-  const schedule::Schedule& s = schedule_for(params, scratch);
-
-  sim::SimOptions sim_options;
-  sim_options.record_trace = false;
-  sim_options.activation_bytes_per_microbatch = e.costs.activation_bytes_per_microbatch;
-  sim::SimResult r = sim::simulate(s, e.costs.table, sim_options);
+  SimulationCache* cache = options_.simulation_cache.get();
+  std::string key;
+  std::optional<sim::SimResult> cached;
+  if (cache != nullptr) {
+    key = SimulationCache::key(params, e.costs.table, e.costs.activation_bytes_per_microbatch);
+    cached = cache->find(key);
+  }
+  sim::SimResult r;
+  if (cached) {
+    r = std::move(*cached);
+  } else {
+    schedule::Schedule scratch;
+    const schedule::Schedule& s = schedule_for(params, scratch);
+    sim::SimOptions sim_options;
+    sim_options.record_trace = false;
+    sim_options.activation_bytes_per_microbatch = e.costs.activation_bytes_per_microbatch;
+    r = sim::simulate(s, e.costs.table, sim_options);
+    if (cache != nullptr) cache->insert(std::move(key), r);
+  }
   e.simulated = true;
   e.pipeline_time = r.iteration_time;
   e.bubble_ratio = r.bubble_ratio;

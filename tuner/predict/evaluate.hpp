@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "tuner/cost/execution.hpp"
 #include "tuner/cost/op_costs.hpp"
 #include "tuner/memory/memory_model.hpp"
+#include "tuner/predict/simulation_cache.hpp"
 #include "tuner/sim/simulator.hpp"
 
 namespace pipetune::tuner {
@@ -39,6 +41,8 @@ struct EvaluateOptions {
   // Activation budget per stage in micro-batches for memory-bounded generators (zb-h2, zb-v);
   // 0 = the schedule's default.
   double schedule_memory_limit = 0.0;
+  // Shared by the evaluators of one search (null: none): identical schedules simulate once.
+  std::shared_ptr<SimulationCache> simulation_cache;
 };
 
 struct PlanEvaluation {

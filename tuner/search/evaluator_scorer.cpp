@@ -14,7 +14,9 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
                                 const EvaluateOptions& options) {
   auto target =
       std::make_shared<const std::pair<spec::ModelSpec, spec::ClusterSpec>>(model, cluster);
-  return [target, options] {
+  EvaluateOptions shared = options;
+  if (!shared.simulation_cache) shared.simulation_cache = std::make_shared<SimulationCache>();
+  return [target, options = std::move(shared)] {
     auto evaluator = std::make_shared<PlanEvaluator>(options);
     PlanBounder bound = [evaluator, target](const spec::ParallelPlan& plan) {
       const PlanBound b = evaluator->bound(target->first, target->second, plan);

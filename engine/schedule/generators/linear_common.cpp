@@ -54,6 +54,20 @@ Schedule empty_schedule(std::string_view name, int stages, int microbatches, int
   return s;
 }
 
+int one_f_one_b_warmup(VocabMode mode, int p, int r) {
+  switch (mode) {
+    case VocabMode::Vocab2:
+      return p - r;
+    case VocabMode::Vocab1:
+      return p - r + 1;
+    case VocabMode::Interlaced:
+      return (3 * p) / 2 - r - 1;
+    case VocabMode::None:
+      break;
+  }
+  return p - r - 1;
+}
+
 void append_one_f_one_b(std::vector<Op>& ops, int microbatches, int warmup, OpKind backward) {
   const int w = std::clamp(warmup, 0, microbatches);
   for (int i = 0; i < w; ++i) ops.push_back({OpKind::F, 0, i});
@@ -143,7 +157,10 @@ void Planner::run(int rank, const Op& op) {
   const double start = std::max(clock_[r], ready_time(rank, op).value());
   const double done = start + costs_.cost(rank, op.kind);
   clock_[r] = done;
-  idle_since_[r] = -1.0;
+  if (idle_since_[r] >= 0.0) {
+    idle_since_[r] = -1.0;
+    std::erase(idling_, rank);
+  }
   schedule_.ranks[r].push_back(op);
   const Production prod = production_of(schedule_, rank, op);
   if (!prod.present) return;
@@ -165,7 +182,10 @@ void Planner::run(int rank, const Op& op) {
 
 void Planner::idle_until(int rank, double t) {
   const auto r = static_cast<std::size_t>(rank);
-  if (idle_since_[r] < 0.0) idle_since_[r] = clock_[r];
+  if (idle_since_[r] < 0.0) {
+    idle_since_[r] = clock_[r];
+    idling_.push_back(rank);
+  }
   clock_[r] = std::max(clock_[r], t);
 }
 
@@ -185,10 +205,11 @@ void Planner::produced(const Event& event, double time) {
   ++productions_;
   produced_.push_back(event);
   // An idling rank may have been waiting for exactly this: let it look again at `time`.
-  for (std::size_t r = 0; r < clock_.size(); ++r) {
-    if (idle_since_[r] >= 0.0 && clock_[r] > time) {
+  for (const int rank : idling_) {
+    const auto r = static_cast<std::size_t>(rank);
+    if (clock_[r] > time) {
       clock_[r] = std::max(idle_since_[r], time);
-      rewound_.push_back(static_cast<int>(r));
+      rewound_.push_back(rank);
     }
   }
 }
@@ -209,6 +230,7 @@ void EarliestRank::set(int rank, double clock) {
     // Ties go to the lower rank (the left child), as a first-minimum scan would.
     const std::size_t l = 2 * i, r = 2 * i + 1;
     const std::size_t win = key_[r] < key_[l] ? r : l;
+    if (key_[i] == key_[win] && rank_[i] == rank_[win]) break;  // the ancestors stand as they are
     key_[i] = key_[win];
     rank_[i] = rank_[win];
   }

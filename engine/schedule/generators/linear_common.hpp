@@ -44,6 +44,11 @@ Schedule empty_schedule(std::string_view name, int stages, int microbatches, int
 // [0, microbatches].
 void append_one_f_one_b(std::vector<Op>& ops, int microbatches, int warmup, OpKind backward);
 
+// Forwards rank r of a p-stage 1f1b runs before its first backward (not clamped to m): p - r - 1;
+// with vocabulary parallelism longer, as the last stage's backward waits for the vocabulary
+// barrier(s): vocab-2 p - r, vocab-1 p - r + 1, interlaced floor(3p/2) - r - 1.
+int one_f_one_b_warmup(VocabMode mode, int p, int r);
+
 // Validates and returns the schedule (every generator's last step).
 Schedule validated(Schedule s);
 
@@ -107,6 +112,7 @@ class Planner {
   double p2p_ = 0.0;
   std::vector<double> clock_;
   std::vector<double> idle_since_;  // negative when the rank is not idling
+  std::vector<int> idling_;         // the ranks with idle_since_ >= 0
   std::vector<Event> barrier_of_;
   std::vector<char> in_barrier_;
   std::uint64_t productions_ = 0;

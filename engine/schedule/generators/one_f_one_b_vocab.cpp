@@ -40,20 +40,6 @@ namespace {
 
 constexpr std::string_view kName = "1f1b";
 
-int warmup_of(VocabMode mode, int p, int r) {
-  switch (mode) {
-    case VocabMode::Vocab2:
-      return p - r;
-    case VocabMode::Vocab1:
-      return p - r + 1;
-    case VocabMode::Interlaced:
-      return (3 * p) / 2 - r - 1;
-    case VocabMode::None:
-      break;
-  }
-  return p - r - 1;
-}
-
 // The order in which every rank joins the vocabulary barriers (see the file comment).
 std::vector<Op> barrier_sequence(VocabMode mode, int m, int if_lookahead) {
   std::vector<Op> seq;
@@ -79,10 +65,10 @@ Schedule plan_eager(const GeneratorParams& params, const CostTable& costs) {
   for (int r = 0; r < p; ++r) {
     auto& ops = transformer[static_cast<std::size_t>(r)];
     ops.reserve(2 * static_cast<std::size_t>(m));
-    append_one_f_one_b(ops, m, warmup_of(mode, p, r), OpKind::BW);
+    append_one_f_one_b(ops, m, one_f_one_b_warmup(mode, p, r), OpKind::BW);
     s.ranks[static_cast<std::size_t>(r)].reserve(6 * static_cast<std::size_t>(m));
   }
-  const int stage0_warmup = std::clamp(warmup_of(mode, p, 0), 0, m);
+  const int stage0_warmup = std::clamp(one_f_one_b_warmup(mode, p, 0), 0, m);
   const std::vector<Op> barriers = barrier_sequence(mode, m, std::min(m, stage0_warmup + 2));
   const bool free_t = mode == VocabMode::Vocab2;  // T joins no barrier: place it freely
 

@@ -11,6 +11,7 @@
 
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
+#include "engine/schedule/generators/linear_common.hpp"
 #include "engine/schedule/validator.hpp"
 
 namespace pipetune::schedule {
@@ -51,15 +52,16 @@ GreedyResult build(const GeneratorParams& params, const CostTable& costs, double
   };
 
   std::vector<char> blocked(P, 0);
+  linear::EarliestRank earliest(p);
+  auto refresh = [&](int i) {
+    const auto ii = static_cast<std::size_t>(i);
+    earliest.set(i, next_w[ii] == m || blocked[ii] ? linear::EarliestRank::kIneligible : t[ii]);
+  };
+  for (int i = 0; i < p; ++i) refresh(i);
   std::size_t remaining = 3 * P * M;
   while (remaining > 0) {
     // The stage that is free earliest decides next (time order keeps arrivals known).
-    int r = -1;
-    for (int i = 0; i < p; ++i) {
-      const auto ii = static_cast<std::size_t>(i);
-      if (next_w[ii] == m || blocked[ii]) continue;
-      if (r < 0 || t[ii] < t[static_cast<std::size_t>(r)]) r = i;
-    }
+    const int r = earliest.top();
     if (r < 0)
       throw ScheduleError("zb-h2: no stage can make progress with a memory limit of " +
                           std::to_string(limit) + " micro-batches");
@@ -102,15 +104,24 @@ GreedyResult build(const GeneratorParams& params, const CostTable& costs, double
       const double wake = std::min(br, f_fits ? fr : kUnknown);
       if (wake == kUnknown) {
         blocked[R] = 1;
+        refresh(r);
         continue;
       }
       t[R] = wake;
+      refresh(r);
       continue;
     }
+    refresh(r);
     // Only this stage's neighbours can have learnt an input time from its op (F feeds r + 1, B
     // feeds r - 1): unblocking just them leaves the schedule as a full rescan would, in O(1).
-    if (r > 0) blocked[R - 1] = 0;
-    if (r + 1 < p) blocked[R + 1] = 0;
+    if (r > 0 && blocked[R - 1]) {
+      blocked[R - 1] = 0;
+      refresh(r - 1);
+    }
+    if (r + 1 < p && blocked[R + 1]) {
+      blocked[R + 1] = 0;
+      refresh(r + 1);
+    }
   }
 
   GreedyResult out;

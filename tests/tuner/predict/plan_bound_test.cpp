@@ -71,6 +71,27 @@ TEST(PlanBound, NeverAboveTheEvaluationWithA256kVocabulary) {
   expect_bounds_hold(space("vp-4b-256k", "a100-80gb", 16, 64));
 }
 
+void expect_branch_and_bound_exact(SearchSpace s, std::size_t keep) {
+  const SearchResult all = search_plans(s, evaluator_scorers(s.model, s.cluster));
+  s.keep = static_cast<std::int64_t>(keep);
+  const SearchResult bb = search_plans(s, evaluator_scorers(s.model, s.cluster));
+  ASSERT_GE(all.ranked.size(), keep);
+  ASSERT_GE(bb.ranked.size(), keep);
+  for (std::size_t i = 0; i < keep; ++i)
+    EXPECT_EQ(bb.ranked[i].score.iteration_time, all.ranked[i].score.iteration_time)
+        << "rank " << i + 1 << ": " << key(bb.ranked[i]) << " vs " << key(all.ranked[i]);
+  ASSERT_EQ(bb.pareto.size(), all.pareto.size());
+  for (std::size_t i = 0; i < all.pareto.size(); ++i) {
+    EXPECT_EQ(bb.pareto[i].score.iteration_time, all.pareto[i].score.iteration_time) << i;
+    EXPECT_EQ(bb.pareto[i].score.peak_memory_bytes, all.pareto[i].score.peak_memory_bytes) << i;
+  }
+  EXPECT_LT(bb.candidates_evaluated, all.candidates_evaluated);
+}
+
+TEST(PlanBound, BranchAndBoundIsExactWithA256kVocabulary) {
+  expect_branch_and_bound_exact(space("vp-4b-256k", "a100-80gb", 32, 128), 10);
+}
+
 TEST(PlanBound, BranchAndBoundKeepsTheExhaustiveBestAndParetoFront) {
   SearchSpace s = space("gpt3-18b", "h100-sxm", 64, 256);
   const SearchResult all = search_plans(s, evaluator_scorers(s.model, s.cluster));

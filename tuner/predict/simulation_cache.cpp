@@ -1,0 +1,60 @@
+#include "tuner/predict/simulation_cache.hpp"
+
+#include <cstring>
+
+namespace pipetune::tuner {
+
+namespace {
+
+template <class T>
+void append(std::string& out, const T& value) {
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &value, sizeof(T));
+  out.append(bytes, sizeof(T));
+}
+
+void append_table(std::string& out, const schedule::CostTable& t) {
+  append(out, t.stages.size());
+  for (const schedule::StageCosts& s : t.stages)
+    for (double c : s.op) append(out, c);
+  append(out, t.p2p_latency);
+  append(out, t.p2p_bytes);
+  append(out, t.p2p_bandwidth);
+  append(out, t.collective_time);
+  append(out, t.w_free_fraction);
+}
+
+}  // namespace
+
+std::string SimulationCache::key(const schedule::GeneratorParams& params,
+                                 const schedule::CostTable& costs,
+                                 const std::vector<double>& activation_bytes) {
+  std::string k = params.name;
+  k.push_back('\0');
+  append(k, params.stages);
+  append(k, params.microbatches);
+  append(k, params.chunks);
+  append(k, params.group_size);
+  append(k, static_cast<int>(params.vocab));
+  append(k, params.memory_limit);
+  append_table(k, params.costs);
+  append_table(k, costs);
+  append(k, activation_bytes.size());
+  for (double b : activation_bytes) append(k, b);
+  return k;
+}
+
+std::optional<sim::SimResult> SimulationCache::find(const std::string& key) const {
+  std::lock_guard lock(mutex_);
+  const auto it = results_.find(key);
+  if (it == results_.end()) return std::nullopt;
+  return it->second;
+}
+
+void SimulationCache::insert(std::string key, const sim::SimResult& result) {
+  std::lock_guard lock(mutex_);
+  if (results_.size() >= capacity_) results_.clear();
+  results_.emplace(std::move(key), result);
+}
+
+}  // namespace pipetune::tuner
