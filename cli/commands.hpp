@@ -24,5 +24,6 @@ void add_diff_command(CLI::App& app);
 void add_trace_file_commands(CLI::App& app);
 // Registers `export`: a tuned plan as a framework's launch file.
 void add_export_command(CLI::App& app);
+void add_calibrate_command(CLI::App& app);
 
 }  // namespace pipetune::cli

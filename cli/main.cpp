@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   pipetune::cli::add_diff_command(app);
   pipetune::cli::add_trace_file_commands(app);
   pipetune::cli::add_export_command(app);
+  pipetune::cli::add_calibrate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help and --help-all too (they derive from Success)

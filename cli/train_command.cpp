@@ -9,6 +9,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
+#include "cli/spec_json.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/chrome_trace.hpp"
 #include "db/store/run_writer.hpp"
@@ -202,7 +203,7 @@ void run(const TrainArgs& a) {
                                  : a.name;
     writer = std::make_unique<db::RunWriter>(
         a.db, db::RunInfo{profiler::TraceKind::Measured, name, stored_plan_json(o).dump(),
-                          nlohmann::json{{"model", o.model.name}}.dump()});
+                          nlohmann::json{{"model", model_to_json(o.model)}}.dump()});
     db::RunWriter* w = writer.get();
     o.trace_sink = [w](profiler::Trace part) { w->append(std::move(part)); };
   }

@@ -205,17 +205,26 @@ CalibrationResult calibrate(const std::vector<Measurement>& measurements,
   const std::vector<EfficiencyParameter>& fit = options.fit;
   const std::size_t k = fit.size();
   spec::HardwareEfficiency eff = start;
-  std::vector<double> x(k);  // log of each fitted parameter
+  // Unconstrained coordinates: the log of gemm_half_flops (a FLOP count > 0) and the logit of
+  // the others (fractions of a peak, in (0, 1)), so no step leaves the physical range.
+  const auto is_fraction = [](EfficiencyParameter p) {
+    return p != EfficiencyParameter::GemmHalfFlops;
+  };
+  std::vector<double> x(k);
   for (std::size_t j = 0; j < k; ++j) {
-    const double v = efficiency_field(eff, fit[j]);
-    if (!(v > 0.0))
+    double v = efficiency_field(eff, fit[j]);
+    if (!(v > 0.0) || (is_fraction(fit[j]) && v > 1.0))
       throw InputError(std::string("calibration: start value of ") +
-                       efficiency_parameter_name(fit[j]) + " must be positive");
-    x[j] = std::log(v);
+                       efficiency_parameter_name(fit[j]) +
+                       (is_fraction(fit[j]) ? " must be in (0, 1]" : " must be positive"));
+    if (is_fraction(fit[j])) v = std::min(v, 1.0 - 1e-6);
+    x[j] = is_fraction(fit[j]) ? std::log(v / (1.0 - v)) : std::log(v);
   }
-  const auto with = [&](const std::vector<double>& logs) {
+  const auto with = [&](const std::vector<double>& z) {
     spec::HardwareEfficiency e = start;
-    for (std::size_t j = 0; j < k; ++j) efficiency_field(e, fit[j]) = std::exp(logs[j]);
+    for (std::size_t j = 0; j < k; ++j)
+      efficiency_field(e, fit[j]) =
+          is_fraction(fit[j]) ? 1.0 / (1.0 + std::exp(-z[j])) : std::exp(z[j]);
     return e;
   };
 
@@ -255,9 +264,17 @@ CalibrationResult calibrate(const std::vector<Measurement>& measurements,
         lambda *= 10.0;
         continue;
       }
+      // At most a factor e^2 per parameter per iteration (a trust region in log space): far
+      // steps can leave the range where the cost model is finite.
       std::vector<double> xn = x;
-      for (std::size_t j = 0; j < k; ++j) xn[j] += step[j];
-      const std::vector<double> rn = model.residuals(model.predict(with(xn)));
+      for (std::size_t j = 0; j < k; ++j) xn[j] += std::clamp(step[j], -2.0, 2.0);
+      std::vector<double> rn;
+      try {
+        rn = model.residuals(model.predict(with(xn)));
+      } catch (const InputError&) {
+        lambda *= 4.0;  // a prediction that is not finite: reject the step
+        continue;
+      }
       const double ln = sum_squares(rn);
       if (ln < loss) {
         improvement = (loss - ln) / std::max(loss, 1e-300);

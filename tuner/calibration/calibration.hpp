@@ -1,5 +1,6 @@
 // Calibration of a hardware type's efficiency curves (spec::HardwareEfficiency) from measured
-// runs: Levenberg-Marquardt on the log of the parameters, minimising the squared log-ratio of
+// runs: Levenberg-Marquardt on the parameters (the logit of each fraction of peak, which keeps
+// it in (0, 1), and the log of gemm_half_flops), minimising the squared log-ratio of
 // predicted to measured times. Inputs are plain (no workspace): what ran (model, cluster, plan,
 // framework facts) and what it took, as an iteration time and/or mean op durations per pipeline
 // rank (op_durations_from_trace() reads them from a measured profiler::Trace, e.g. the engine's

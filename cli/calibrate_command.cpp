@@ -1,0 +1,274 @@
+// `pipetune calibrate`: fits a hardware type's efficiency curves (the [efficiency] table of a
+// hardware file) to the op durations of measured runs in the workspace, reports the fit before and
+// after, and optionally writes the hardware file with the fitted table.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.hpp"
+#include "cli/format.hpp"
+#include "cli/spec_json.hpp"
+#include "cli/workspace_cli.hpp"
+#include "db/store/workspace.hpp"
+#include "engine/errors.hpp"
+#include "engine/spec/load.hpp"
+#include "engine/spec/validate.hpp"
+#include "tuner/calibration/calibration.hpp"
+
+namespace pipetune::cli {
+
+namespace {
+
+struct CalibrateArgs {
+  std::string hardware;
+  std::string runs;  // comma-separated ids or names; empty: every complete measured run
+  std::string fit;   // comma-separated parameters; empty: all
+  std::string output;
+  bool force = false;
+  bool json = false;
+  std::string db;
+};
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::vector<tuner::EfficiencyParameter> parse_fit(const std::string& list) {
+  if (list.empty())
+    return {std::begin(tuner::kAllEfficiencyParameters), std::end(tuner::kAllEfficiencyParameters)};
+  std::vector<tuner::EfficiencyParameter> out;
+  for (const std::string& name : split_commas(list)) {
+    bool found = false;
+    std::string valid;
+    for (tuner::EfficiencyParameter p : tuner::kAllEfficiencyParameters) {
+      valid += (valid.empty() ? "" : ", ") + std::string(tuner::efficiency_parameter_name(p));
+      if (name == tuner::efficiency_parameter_name(p)) {
+        out.push_back(p);
+        found = true;
+      }
+    }
+    if (!found) throw InputError("--fit: unknown parameter '" + name + "' (valid: " + valid + ")");
+  }
+  return out;
+}
+
+// The plan a measured run was trained with, from the JSON `pipetune train` stores.
+spec::ParallelPlan stored_plan(const db::RunRecord& run) {
+  const auto j = nlohmann::json::parse(run.plan_json, nullptr, false);
+  const std::string who = "run " + std::to_string(run.id) + " (" + run.name + ")";
+  if (!j.is_object()) throw InputError(who + ": its plan is not a pipetune train plan");
+  auto integer = [&](const char* key) {
+    if (!j.contains(key) || !j[key].is_number_integer())
+      throw InputError(who + ": plan field '" + key + "' missing");
+    return j[key].get<int>();
+  };
+  spec::ParallelPlan p;
+  p.tp = integer("tp");
+  p.pp = integer("pp");
+  p.dp = integer("dp");
+  p.ep = integer("ep");
+  p.chunks = integer("chunks");
+  p.microbatches = integer("microbatches");
+  p.micro_batch_size = integer("micro_batch_size");
+  p.zero_stage = integer("zero_stage");
+  if (!j.contains("schedule") || !j["schedule"].is_string() || !j.contains("vocab") ||
+      !j["vocab"].is_string())
+    throw InputError(who + ": plan fields 'schedule' / 'vocab' missing");
+  p.schedule = j["schedule"].get<std::string>();
+  p.vocab = schedule::parse_vocab_mode(j["vocab"].get<std::string>());
+  spec::apply_defaults(p);
+  return p;
+}
+
+// The model: stored whole by `pipetune train` (specs_json {"model": {...}}), or by name by
+// older workspaces (then the preset of that name).
+spec::ModelSpec stored_model(const db::RunRecord& run) {
+  const auto j = nlohmann::json::parse(run.specs_json, nullptr, false);
+  if (j.is_object() && j.contains("model")) {
+    if (j["model"].is_object()) return model_from_json(j["model"]);
+    if (j["model"].is_string()) return spec::load_model(j["model"].get<std::string>());
+  }
+  throw InputError("run " + std::to_string(run.id) + " (" + run.name +
+                   "): the workspace does not say which model it trained");
+}
+
+std::vector<db::RunRecord> chosen_runs(db::Workspace& ws, const std::string& list) {
+  std::vector<db::RunRecord> out;
+  if (list.empty()) {
+    for (const db::RunRecord& r : ws.runs())
+      if (r.kind == profiler::TraceKind::Measured && r.status == db::RunStatus::Complete)
+        out.push_back(r);
+    if (out.empty())
+      throw InputError(ws.path() +
+                       " has no complete measured runs to calibrate with (train some with "
+                       "`pipetune train`)");
+    return out;
+  }
+  for (const std::string& id : split_commas(list)) {
+    const db::RunRecord r = ws.find_run(id);
+    if (r.kind != profiler::TraceKind::Measured)
+      throw InputError("run " + id + " is " + std::string(db::trace_kind_name(r.kind)) +
+                       ", not measured: only measured runs calibrate the cost model");
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::string efficiency_toml(const spec::HardwareEfficiency& e) {
+  std::string out = "[efficiency]\n";
+  char line[128];
+  for (tuner::EfficiencyParameter p : tuner::kAllEfficiencyParameters) {
+    spec::HardwareEfficiency copy = e;
+    std::snprintf(line, sizeof line, "%s = %.6g\n", tuner::efficiency_parameter_name(p),
+                  tuner::efficiency_field(copy, p));
+    out += line;
+  }
+  return out;
+}
+
+std::string hardware_toml(const spec::HardwareSpec& hw, const tuner::CalibrationResult& r,
+                          const std::vector<db::RunRecord>& runs) {
+  std::string ids;
+  for (const auto& run : runs) ids += (ids.empty() ? "" : ", ") + std::to_string(run.id);
+  char text[2048];
+  std::snprintf(text, sizeof text,
+                "# %s with efficiency curves fitted by `pipetune calibrate` to %d op durations of\n"
+                "# measured run(s) %s: MAPE %.1f%% -> %.1f%%, R^2 %.3f -> %.3f.\n"
+                "description = \"%s (calibrated)\"\n"
+                "peak_flops = %.6g\n"
+                "hbm_bytes = %lld\n"
+                "hbm_bandwidth = %.6g\n"
+                "intra_node_bandwidth = %.6g\n"
+                "inter_node_bandwidth = %.6g\n"
+                "devices_per_node = %d\n"
+                "intra_node_latency = %.6g\n"
+                "inter_node_latency = %.6g\n\n",
+                hw.name.c_str(), r.after.points, ids.c_str(), 100.0 * r.before.mape,
+                100.0 * r.after.mape, r.before.r_squared, r.after.r_squared,
+                hw.description.empty() ? hw.name.c_str() : hw.description.c_str(), hw.peak_flops,
+                static_cast<long long>(hw.hbm_bytes), hw.hbm_bandwidth, hw.intra_node_bandwidth,
+                hw.inter_node_bandwidth, hw.devices_per_node, hw.intra_node_latency,
+                hw.inter_node_latency);
+  return std::string(text) + efficiency_toml(r.efficiency);
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  fs::path tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw std::runtime_error("cannot write " + path);
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw std::runtime_error("cannot write " + path + ": " + ec.message());
+  }
+}
+
+nlohmann::json quality_json(const tuner::FitQuality& q) {
+  return {
+      {"points", q.points}, {"r_squared", q.r_squared}, {"mape", q.mape}, {"rms_log", q.rms_log}};
+}
+
+void run(const CalibrateArgs& a) {
+  const spec::HardwareSpec hardware = spec::load_hardware(a.hardware);
+  tuner::CalibrationOptions options;
+  options.fit = parse_fit(a.fit);
+  if (!a.output.empty()) check_output_file(a.output, a.force);
+  db::Workspace ws(a.db);
+  const std::vector<db::RunRecord> runs = chosen_runs(ws, a.runs);
+
+  std::vector<tuner::Measurement> measurements;
+  for (const db::RunRecord& run : runs) {
+    tuner::Measurement m;
+    m.name = "run " + std::to_string(run.id) + " " + run.name;
+    m.model = stored_model(run);
+    m.plan = stored_plan(run);
+    m.cluster = spec::make_cluster(hardware, m.plan.world_size());
+    // Mean op durations per pipeline rank: the engine's measured iteration has no DP or optimizer
+    // share that the cost model would predict the same way, so the ops are the clean signal.
+    m.op_durations = tuner::op_durations_from_trace(ws.load(run.id).trace, m.plan);
+    measurements.push_back(std::move(m));
+  }
+  const tuner::CalibrationResult r = tuner::calibrate(measurements, hardware.efficiency, options);
+  if (!a.output.empty()) write_file(a.output, hardware_toml(hardware, r, runs));
+
+  if (a.json) {
+    nlohmann::json fitted, start;
+    spec::HardwareEfficiency e = r.efficiency, s = hardware.efficiency;
+    for (tuner::EfficiencyParameter p : tuner::kAllEfficiencyParameters) {
+      fitted[tuner::efficiency_parameter_name(p)] = tuner::efficiency_field(e, p);
+      start[tuner::efficiency_parameter_name(p)] = tuner::efficiency_field(s, p);
+    }
+    nlohmann::json ids = nlohmann::json::array();
+    for (const auto& run : runs) ids.push_back(run.id);
+    nlohmann::json points = nlohmann::json::array();
+    for (const auto& p : r.points)
+      points.push_back({{"label", p.label}, {"measured", p.measured}, {"predicted", p.predicted}});
+    nlohmann::json out = {{"hardware", hardware.name},
+                          {"runs", ids},
+                          {"start", start},
+                          {"fitted", fitted},
+                          {"before", quality_json(r.before)},
+                          {"after", quality_json(r.after)},
+                          {"iterations", r.iterations},
+                          {"converged", r.converged},
+                          {"points", points}};
+    if (!a.output.empty()) out["output"] = a.output;
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf("calibrated %s on %zu measured run(s), %d op durations (%d iterations%s)\n",
+              hardware.name.c_str(), runs.size(), r.after.points, r.iterations,
+              r.converged ? ", converged" : ", NOT converged");
+  std::printf("fit          before     after\n");
+  std::printf("MAPE       %7.1f%%  %7.1f%%\n", 100.0 * r.before.mape, 100.0 * r.after.mape);
+  std::printf("R^2        %8.3f  %8.3f\n", r.before.r_squared, r.after.r_squared);
+  std::printf("RMS log    %8.3f  %8.3f\n\n", r.before.rms_log, r.after.rms_log);
+  std::printf("parameter          start      fitted\n");
+  spec::HardwareEfficiency e = r.efficiency, s = hardware.efficiency;
+  for (tuner::EfficiencyParameter p : tuner::kAllEfficiencyParameters)
+    std::printf("%-16s %9.4g   %9.4g\n", tuner::efficiency_parameter_name(p),
+                tuner::efficiency_field(s, p), tuner::efficiency_field(e, p));
+  if (!a.output.empty()) std::printf("\nwritten to %s\n", a.output.c_str());
+}
+
+}  // namespace
+
+void add_calibrate_command(CLI::App& app) {
+  auto a = std::make_shared<CalibrateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "calibrate", "Fit a hardware type's efficiency curves to the measured runs in the workspace");
+  cmd->add_option("--hardware", a->hardware, "Hardware preset or TOML file to calibrate")
+      ->required();
+  cmd->add_option("--runs", a->runs,
+                  "Measured runs (ids or names, comma-separated; default: every complete one)");
+  cmd->add_option("--fit", a->fit,
+                  "Parameters to fit (gemm, gemm_half_flops, attention, memory, intra_node_bus, "
+                  "inter_node_bus; default all)");
+  cmd->add_option("-o,--output", a->output, "Write the hardware file with the fitted table");
+  cmd->add_flag("--force", a->force, "Overwrite the output file if it exists");
+  cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
+  add_db_option(cmd, a->db);
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace pipetune::cli
