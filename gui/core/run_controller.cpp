@@ -123,34 +123,25 @@ bool RunController::start(const RunRequest& request) {
           path, db::RunInfo{profiler::TraceKind::Measured, name, stored_plan_json(o),
                             nlohmann::json{{"model", o.model.name}}.dump()});
       const std::int64_t id = writer->run_id();
-      QMetaObject::invokeMethod(
-          this,
-          [this, id] {
-            run_id_ = id;
-            emit started(id);
-          },
-          Qt::QueuedConnection);
+      inbox_.post([this, id] {
+        run_id_ = id;
+        emit started(id);
+      });
       db::RunWriter* w = writer.get();
       o.trace_sink = [this, w](profiler::Trace part) {
         w->append(part);
         auto shared = std::make_shared<const profiler::Trace>(std::move(part));
-        QMetaObject::invokeMethod(
-            this,
-            [this, shared] {
-              spans_received_ += static_cast<std::int64_t>(shared->spans.size());
-              emit trace_part(shared);
-            },
-            Qt::QueuedConnection);
+        inbox_.post([this, shared] {
+          spans_received_ += static_cast<std::int64_t>(shared->spans.size());
+          emit trace_part(shared);
+        });
       };
       o.on_step = [this](const runtime::StepResult& s) {
-        QMetaObject::invokeMethod(
-            this,
-            [this, s] {
-              losses_.push_back(QPointF(s.step, s.loss));
-              tokens_per_s_ = s.tokens_per_s;
-              emit step_done(s.step, s.loss, s.tokens_per_s);
-            },
-            Qt::QueuedConnection);
+        inbox_.post([this, s] {
+          losses_.push_back(QPointF(s.step, s.loss));
+          tokens_per_s_ = s.tokens_per_s;
+          emit step_done(s.step, s.loss, s.tokens_per_s);
+        });
       };
       o.stop = &stop_;
       const runtime::TrainResult r = runtime::train(o);
@@ -171,15 +162,12 @@ bool RunController::start(const RunRequest& request) {
       }
     }
     writer.reset();
-    QMetaObject::invokeMethod(
-        this,
-        [this, outcome, message] {
-          join_worker();
-          running_ = false;
-          if (outcome == RunOutcome::Failed) error_ = message;
-          emit finished(outcome, message);
-        },
-        Qt::QueuedConnection);
+    inbox_.post([this, outcome, message] {
+      join_worker();
+      running_ = false;
+      if (outcome == RunOutcome::Failed) error_ = message;
+      emit finished(outcome, message);
+    });
   });
   return true;
 }

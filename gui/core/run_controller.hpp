@@ -17,6 +17,7 @@
 
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
+#include "gui/core/gui_inbox.hpp"
 #include "profiler/trace.hpp"
 
 namespace pipetune::gui {
@@ -79,6 +80,7 @@ class RunController : public QObject {
   QVector<QPointF> losses_;
   double tokens_per_s_ = 0.0;
   std::int64_t spans_received_ = 0;
+  GuiInbox inbox_{this};  // results of the workers, run on this object's thread
 };
 
 }  // namespace pipetune::gui

@@ -149,13 +149,10 @@ bool TuneController::start(const TuneRequest& request) {
             done_ = done;
             total_ = total;
             if (progress_pending_.exchange(true)) return;
-            QMetaObject::invokeMethod(
-                this,
-                [this] {
-                  progress_pending_ = false;
-                  emit progress(done_.load(), total_.load());
-                },
-                Qt::QueuedConnection);
+            inbox_.post([this] {
+              progress_pending_ = false;
+              emit progress(done_.load(), total_.load());
+            });
           },
           &cancel_);
       if (result->cancelled) {
@@ -187,21 +184,18 @@ bool TuneController::start(const TuneRequest& request) {
       error = true;
       message = QString::fromStdString(e.what());
     }
-    QMetaObject::invokeMethod(
-        this,
-        [this, result, message, error, id] {
-          if (search_worker_.joinable()) search_worker_.join();
-          running_ = false;
-          search_id_ = id;
-          results_.set_result(*result);
-          if (error) {
-            error_ = message;
-            emit failed(message);
-          } else {
-            emit finished(result->cancelled, message);
-          }
-        },
-        Qt::QueuedConnection);
+    inbox_.post([this, result, message, error, id] {
+      if (search_worker_.joinable()) search_worker_.join();
+      running_ = false;
+      search_id_ = id;
+      results_.set_result(*result);
+      if (error) {
+        error_ = message;
+        emit failed(message);
+      } else {
+        emit finished(result->cancelled, message);
+      }
+    });
   });
   return true;
 }
@@ -262,20 +256,17 @@ void TuneController::start_next_preview() {
     } catch (const std::exception& e) {
       message = QString::fromStdString(e.what());
     }
-    QMetaObject::invokeMethod(
-        this,
-        [this, row, trace, message, generation] {
-          if (preview_worker_.joinable()) preview_worker_.join();
-          previewing_ = false;
-          if (generation == generation_) {
-            if (trace)
-              emit preview_ready(row, trace, message);
-            else
-              emit preview_failed(row, message);
-          }
-          start_next_preview();
-        },
-        Qt::QueuedConnection);
+    inbox_.post([this, row, trace, message, generation] {
+      if (preview_worker_.joinable()) preview_worker_.join();
+      previewing_ = false;
+      if (generation == generation_) {
+        if (trace)
+          emit preview_ready(row, trace, message);
+        else
+          emit preview_failed(row, message);
+      }
+      start_next_preview();
+    });
   });
 }
 

@@ -19,6 +19,7 @@
 
 #include "engine/spec/cluster_spec.hpp"
 #include "engine/spec/model_spec.hpp"
+#include "gui/core/gui_inbox.hpp"
 #include "gui/core/results_table_model.hpp"
 #include "gui/core/run_controller.hpp"
 #include "profiler/trace.hpp"
@@ -115,6 +116,7 @@ class TuneController : public QObject {
   std::uint64_t generation_ = 0;  // bumped by each search: older previews are not shown
   QString error_;
   std::int64_t search_id_ = -1;
+  GuiInbox inbox_{this};  // results of the workers, run on this object's thread
 };
 
 }  // namespace pipetune::gui

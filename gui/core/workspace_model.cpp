@@ -77,20 +77,17 @@ void WorkspaceModel::open(const QString& db_path) {
     } catch (const std::exception& e) {
       error = QString::fromStdString(e.what());
     }
-    QMetaObject::invokeMethod(
-        this,
-        [this, runs = std::move(runs), error, generation, path]() mutable {
-          --pending_;
-          if (generation != open_generation_) return;
-          beginResetModel();
-          runs_ = error.isEmpty() ? std::move(runs) : std::vector<db::RunRecord>{};
-          endResetModel();
-          if (error.isEmpty())
-            emit opened(QString::fromStdString(path), static_cast<int>(runs_.size()));
-          else
-            emit open_failed(QString::fromStdString(path), error);
-        },
-        Qt::QueuedConnection);
+    inbox_.post([this, runs = std::move(runs), error, generation, path]() mutable {
+      --pending_;
+      if (generation != open_generation_) return;
+      beginResetModel();
+      runs_ = error.isEmpty() ? std::move(runs) : std::vector<db::RunRecord>{};
+      endResetModel();
+      if (error.isEmpty())
+        emit opened(QString::fromStdString(path), static_cast<int>(runs_.size()));
+      else
+        emit open_failed(QString::fromStdString(path), error);
+    });
   });
 }
 
@@ -108,16 +105,13 @@ void WorkspaceModel::load_run(std::int64_t run_id) {
     } catch (const std::exception& e) {
       error = QString::fromStdString(e.what());
     }
-    QMetaObject::invokeMethod(
-        this,
-        [this, run_id, trace, error, title, note] {
-          --pending_;
-          if (trace)
-            emit run_loaded(run_id, trace, title, note);
-          else
-            emit load_failed(run_id, error);
-        },
-        Qt::QueuedConnection);
+    inbox_.post([this, run_id, trace, error, title, note] {
+      --pending_;
+      if (trace)
+        emit run_loaded(run_id, trace, title, note);
+      else
+        emit load_failed(run_id, error);
+    });
   });
 }
 

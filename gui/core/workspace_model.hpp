@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "db/store/store_types.hpp"
+#include "gui/core/gui_inbox.hpp"
 #include "profiler/trace.hpp"
 
 namespace pipetune::gui {
@@ -70,6 +71,7 @@ class WorkspaceModel : public QAbstractTableModel {
     std::shared_ptr<std::atomic<bool>> done;
   };
   std::vector<Worker> workers_;
+  GuiInbox inbox_{this};  // results of the workers, run on this object's thread
 };
 
 // "#3 measured tiny tp=2 pp=2 dp=2 1f1b"
