@@ -3,6 +3,7 @@
 #include "engine/errors.hpp"
 #include "engine/schedule/schedule.hpp"
 #include "engine/spec/load.hpp"
+#include "engine/spec/validate.hpp"
 
 namespace pipetune::cli {
 
@@ -30,6 +31,9 @@ Target resolve_target(const TargetArgs& a) {
   t.cluster = spec::make_cluster(hw, a.gpus);
   if (a.nodes_of > 0) t.cluster.devices_per_node = a.nodes_of;
   t.global_batch = a.global_batch;
+  // Contradictions between the options (8 GPUs in nodes of 3...) before any search.
+  spec::validate(t.model);
+  spec::validate(t.cluster);
   return t;
 }
 
