@@ -21,7 +21,7 @@ MainWindow::MainWindow(const QString& workspace, QWidget* parent) : QMainWindow(
   tabs_ = new QTabWidget;
   setup_ = new SetupPage(&form_);
   train_ = new TrainPage(&form_, &runs_);
-  tune_ = new TunePage(&tuner_);
+  tune_ = new TunePage(&tuner_, &form_);
   inspect_ = new InspectPage(&workspace_model_);
   tabs_->addTab(setup_, "Set up");
   tabs_->addTab(train_, "Train");

@@ -24,7 +24,8 @@
 
 namespace pipetune::gui {
 
-TunePage::TunePage(TuneController* tuner, QWidget* parent) : QWidget(parent), tuner_(tuner) {
+TunePage::TunePage(TuneController* tuner, const PlanFormModel* form, QWidget* parent)
+    : QWidget(parent), tuner_(tuner), form_(form) {
   auto* outer = new QVBoxLayout(this);
   auto* target = new QHBoxLayout;
   model_ = new QComboBox;
@@ -56,6 +57,11 @@ TunePage::TunePage(TuneController* tuner, QWidget* parent) : QWidget(parent), tu
     target->addWidget(new QLabel(label));
     target->addWidget(w);
   }
+  auto* from_form = new QPushButton("From Set up");
+  from_form->setObjectName("tune_from_setup");
+  from_form->setEnabled(form_ != nullptr);
+  target->addWidget(from_form);
+  connect(from_form, &QPushButton::clicked, this, [this] { take_target_from_form(); });
   start_ = new QPushButton("Search");
   start_->setObjectName("tune_start");
   cancel_ = new QPushButton("Cancel");
@@ -191,6 +197,22 @@ void TunePage::set_target(const QString& model, const QString& hardware, int gpu
   global_batch_->setText(QString::number(global_batch));
   schedules_->setText(schedules);
   keep_->setText(QString::number(keep));
+}
+
+bool TunePage::take_target_from_form() {
+  if (form_ == nullptr) return false;
+  const auto& s = form_->selection();
+  if (!s) {
+    show_error("The Set up plan is not valid: " + form_->message());
+    return false;
+  }
+  set_target(QString::fromStdString(s->model_preset), QString::fromStdString(s->hardware_preset),
+             s->gpus, s->global_batch, schedules_->text(), keep_->text().toLongLong());
+  status_->setStyleSheet(QString());
+  status_->setText("Target from Set up: " + model_->currentText() + " on " +
+                   QString::number(s->gpus) + " x " + hardware_->currentText() + ", global batch " +
+                   QString::number(s->global_batch));
+  return true;
 }
 
 bool TunePage::start_search() {

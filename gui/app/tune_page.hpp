@@ -6,6 +6,7 @@
 
 #include <QWidget>
 
+#include "gui/core/plan_form_model.hpp"
 #include "gui/core/tune_controller.hpp"
 
 class QComboBox;
@@ -24,7 +25,11 @@ class TimelineWidget;
 class TunePage : public QWidget {
   Q_OBJECT
  public:
-  explicit TunePage(TuneController* tuner, QWidget* parent = nullptr);
+  // form (may be null): "From Set up" copies its model, hardware, GPUs and global batch.
+  explicit TunePage(TuneController* tuner, const PlanFormModel* form = nullptr,
+                    QWidget* parent = nullptr);
+  // The Set up form's target; false (with the form's message shown) while the form is invalid.
+  bool take_target_from_form();
 
   // Fills the target from text (as the user would type it) and starts the search.
   // keep: results ranked exactly (0 = simulate every plan).
@@ -55,6 +60,7 @@ class TunePage : public QWidget {
   void refresh_buttons();
 
   TuneController* tuner_;
+  const PlanFormModel* form_;
   QComboBox* model_ = nullptr;
   QComboBox* hardware_ = nullptr;
   QLineEdit* gpus_ = nullptr;

@@ -169,10 +169,17 @@ TEST(MainWindow, AnInvalidPlanTypedIntoTheFormShowsTheRuleInline) {
       << window.train_page()->status_label()->text().toStdString();
   EXPECT_FALSE(window.runs()->running());
   EXPECT_FALSE(fs::exists(dir.path / "ws.db"));
+  // The Tune page cannot take the target from an invalid form either.
+  EXPECT_FALSE(window.tune_page()->take_target_from_form());
+  EXPECT_NE(window.tune_page()->status_label()->text().indexOf("whole number"), -1);
   // Typed back to a valid plan.
   select_all_and_type(tp, "2");
   EXPECT_FALSE(error->isVisible());
   EXPECT_EQ(setup->message_label()->text(), "The plan is valid.");
+  // tiny-train: tiny on 8 x a100-80gb, 8 micro-batches of 4 sequences over dp=2 = 64.
+  ASSERT_TRUE(window.tune_page()->take_target_from_form());
+  EXPECT_EQ(window.tune_page()->findChild<QLineEdit*>("tune_gpus")->text(), "8");
+  EXPECT_EQ(window.tune_page()->findChild<QLineEdit*>("tune_global_batch")->text(), "64");
 }
 
 profiler::Trace small_simulated_trace() {
