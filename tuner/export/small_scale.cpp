@@ -32,7 +32,6 @@ SmallScaleRun shrink_to_engine(const spec::ModelSpec& model, const spec::Paralle
   // At least 8 layers, a whole number per layer group.
   const std::int64_t at_least = std::max<std::int64_t>(8, groups);
   m.layers = (at_least + groups - 1) / groups * groups;
-             (groups - std::max<std::int64_t>(8, groups) % groups) % groups;
   m.hidden = 64;
   m.heads = 4;
   m.kv_heads = 4;
