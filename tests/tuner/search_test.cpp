@@ -59,7 +59,9 @@ TEST(Search, EnumeratesValidDistinctPlansAndCountsWhyOthersWerePruned) {
     EXPECT_EQ(c.plan.tp * c.plan.pp * c.plan.dp, 8);
     EXPECT_EQ(c.plan.global_batch, 16);
     EXPECT_EQ(c.plan.sequence_parallel, c.plan.tp > 1);
-    if (c.plan.dp == 1) EXPECT_EQ(c.plan.zero_stage, 0) << "ZeRO without data parallelism";
+    if (c.plan.dp == 1) {
+      EXPECT_EQ(c.plan.zero_stage, 0) << "ZeRO without data parallelism";
+    }
   }
   // tp = 8 crosses the 4-GPU nodes; tp = 8 is also the only TP degree not dividing 4 heads.
   EXPECT_EQ(r.pruned.at("tp spans nodes"), 1);
