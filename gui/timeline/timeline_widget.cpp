@@ -6,6 +6,7 @@
 #include <QOpenGLContext>
 #include <QOpenGLFunctions>
 #include <QSurfaceFormat>
+#include <QTimer>
 #include <QWheelEvent>
 #include <algorithm>
 #include <chrono>
@@ -47,6 +48,7 @@ class TimelineView {
   TimelineFrame frame;
   bool fit_pending = true;
   double last_analysis_s = -1e9;
+  bool refresh_scheduled = false;
 
   QString status;  // a one-line note shown on top of the side panel
   QString details;
@@ -56,6 +58,8 @@ class TimelineView {
   // Mouse.
   QPointF mouse{-1, -1};
   bool pressed = false;
+  bool panel_button = false;  // left button held on the side panel
+  float panel_wheel = 0.0f;   // wheel notches over the side panel, for ImGui's next frame
   bool range_drag = false;
   bool moved = false;
   QPointF press_pos;
@@ -288,11 +292,22 @@ void TimelineWidget::paintGL() {
                     : ImVec2(-FLT_MAX, -FLT_MAX);
 
   // A live run's analysis (bubble ratios, memory) is refreshed at most once a second.
-  if (v.trace && v.trace->analysis_stale() && now - v.last_analysis_s >= 1.0) {
-    v.trace->refresh_analysis();
-    v.last_analysis_s = now;
+  if (v.trace && v.trace->analysis_stale()) {
+    if (now - v.last_analysis_s >= 1.0) {
+      v.trace->refresh_analysis();
+      v.last_analysis_s = now;
+    } else if (!v.refresh_scheduled) {  // the last part of a run must not stay unanalysed
+      v.refresh_scheduled = true;
+      QTimer::singleShot(1000, this, [this] {
+        view_->refresh_scheduled = false;
+        update();
+      });
+    }
   }
 
+  io.MouseDown[0] = v.panel_button;
+  io.MouseWheel = v.panel_wheel;
+  v.panel_wheel = 0.0f;
   ImGui_ImplOpenGL3_NewFrame();
   ImGui::NewFrame();
 
@@ -373,6 +388,11 @@ void TimelineWidget::paintGL() {
 void TimelineWidget::mousePressEvent(QMouseEvent* event) {
   TimelineView& v = *view_;
   if (event->button() != Qt::LeftButton && event->button() != Qt::RightButton) return;
+  if (v.geometry.side_panel_px > 0 && event->position().x() >= lanes_right(v.geometry)) {
+    v.panel_button = true;  // the side panel's own (ImGui) scrollbars
+    update();
+    return;
+  }
   v.pressed = true;
   v.moved = false;
   v.range_drag = event->button() == Qt::LeftButton &&
@@ -399,6 +419,11 @@ void TimelineWidget::mouseMoveEvent(QMouseEvent* event) {
 
 void TimelineWidget::mouseReleaseEvent(QMouseEvent* event) {
   TimelineView& v = *view_;
+  if (v.panel_button) {
+    v.panel_button = false;
+    update();
+    return;
+  }
   if (!v.pressed) return;
   v.pressed = false;
   const QPointF p = event->position();
@@ -442,6 +467,12 @@ void TimelineWidget::wheelEvent(QWheelEvent* event) {
   TimelineView& v = *view_;
   const double steps = event->angleDelta().y() / 120.0;
   if (steps == 0.0) return;
+  if (v.geometry.side_panel_px > 0 && event->position().x() >= lanes_right(v.geometry)) {
+    v.panel_wheel += static_cast<float>(steps);  // scrolls the side panel (ImGui)
+    event->accept();
+    update();
+    return;
+  }
   if (event->modifiers() & Qt::ShiftModifier) {  // Shift+wheel scrolls the lanes
     v.view.pan_px(0.0, static_cast<float>(40.0 * steps));
   } else {

@@ -104,7 +104,8 @@ TEST(TimelineLayout, BubblesAreTheGapsBetweenOpsOfAnIteration) {
   auto trace = std::make_shared<Trace>(small_trace());
   {
     TraceTimelineSource src(trace, "run A");
-    const auto hatches = of_kind(build_frame({&src}, fx.view, fx.g), DrawKind::Hatch);
+    const TimelineFrame f = build_frame({&src}, fx.view, fx.g);
+    const auto hatches = of_kind(f, DrawKind::Hatch);
     // rank 0: [100,150) and [250,400); rank 1: [200,250). Nothing before the first op.
     ASSERT_EQ(hatches.size(), 3u);
     const double want[][2] = {{100, 150}, {250, 400}, {200, 250}};
@@ -119,7 +120,8 @@ TEST(TimelineLayout, BubblesAreTheGapsBetweenOpsOfAnIteration) {
   // ... the latter ends before 260 and stays a bubble; the former spans two iterations.
   trace->steps.push_back({0, 260, 0.0, 0.0});
   TraceTimelineSource src(trace, "run A");
-  const auto hatches = of_kind(build_frame({&src}, fx.view, fx.g), DrawKind::Hatch);
+  const TimelineFrame f = build_frame({&src}, fx.view, fx.g);
+  const auto hatches = of_kind(f, DrawKind::Hatch);
   EXPECT_EQ(hatches.size(), 2u);
   for (const DrawCommand* h : hatches)
     EXPECT_FALSE(std::abs(h->x0 - fx.x(250)) < 0.51) << "gap across the iteration end is hatched";

@@ -204,11 +204,17 @@ FrameCount count_frame(const std::shared_ptr<const Trace>& trace, int width) {
   TimeView view;
   view.set_area(lanes_left(g), lanes_right(g));
   view.fit(0, 1e9);
-  const auto t0 = std::chrono::steady_clock::now();
-  const TimelineFrame f = build_frame({&src}, view, g);
-  const auto t1 = std::chrono::steady_clock::now();
-  return {f.commands.size(), f.points.size(), f.folded_spans, trace->spans.size(),
-          std::chrono::duration<double, std::milli>(t1 - t0).count()};
+  // The best of five builds: the figure of a frame once the data is in cache, as when panning.
+  TimelineFrame f;
+  double best_ms = 1e300;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f = build_frame({&src}, view, g);
+    best_ms = std::min(
+        best_ms,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return {f.commands.size(), f.points.size(), f.folded_spans, trace->spans.size(), best_ms};
 }
 
 TEST(TimelineLod, DrawCommandsAreBoundedByTheWidthNotTheSpans) {
@@ -235,25 +241,38 @@ TEST(TimelineLod, DrawCommandsAreBoundedByTheWidthNotTheSpans) {
   }
 }
 
-TEST(TimelineLod, FrameOfAMillionRandomSpansAt1600PxIsBounded) {
-  // Random nesting and scales (not a friendly pattern): still bounded by lanes x depth x width.
+TEST(TimelineLod, FrameOfAMillionRandomSpansAt1600PxIsBoundedAtEveryZoom) {
+  // Random nesting and scales (not a friendly pattern), seen whole and zoomed in 10x .. 10^5x
+  // around the middle: every frame stays bounded by lanes x depth x width.
   const auto trace = std::make_shared<const Trace>(nested_trace(3, 8, 125'000));
+  const auto t_index = std::chrono::steady_clock::now();
   TraceTimelineSource src(trace, "random");
+  const double index_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_index).count();
+  std::printf("%zu spans: index and analysis built in %.0f ms\n", trace->spans.size(), index_ms);
   TimelineGeometry g;
   g.width_px = 1600 + static_cast<int>(g.header_px);
   g.height_px = 100000;
-  TimeView view;
-  view.set_area(lanes_left(g), lanes_right(g));
-  view.fit(0, static_cast<double>(src.end_ns() - src.origin_ns()));
   std::size_t rows = 0;
   for (const auto& l : src.lanes()) rows += static_cast<std::size_t>(l.max_depth + 1);
-  const auto t0 = std::chrono::steady_clock::now();
-  const TimelineFrame f = build_frame({&src}, view, g);
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("%zu spans (%zu lane rows) at 1600 px: %zu draw commands, frame built in %.2f ms\n",
-              trace->spans.size(), rows, f.commands.size(), ms);
-  EXPECT_LE(f.commands.size(), 4u * rows * 1600u + 64u * src.lanes().size() + 64u);
+  const std::size_t bound = 4u * rows * 1600u + 64u * src.lanes().size() + 64u;
+  const double len = static_cast<double>(src.end_ns() - src.origin_ns());
+  for (double zoom : {1.0, 10.0, 100.0, 1e3, 1e4, 1e5}) {
+    TimeView view;
+    view.set_area(lanes_left(g), lanes_right(g));
+    view.fit(0.5 * len - 0.5 * len / zoom, 0.5 * len + 0.5 * len / zoom);
+    const auto t0 = std::chrono::steady_clock::now();
+    const TimelineFrame f = build_frame({&src}, view, g);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::size_t blocks = 0;
+    for (const auto& c : f.commands) blocks += c.kind == DrawKind::Block;
+    std::printf(
+        "%zu spans (%zu lane rows) at 1600 px, zoom %gx: %zu draw commands (%zu single "
+        "spans, %zu spans folded), frame built in %.2f ms\n",
+        trace->spans.size(), rows, zoom, f.commands.size(), blocks, f.folded_spans, ms);
+    EXPECT_LE(f.commands.size(), bound) << "zoom " << zoom;
+  }
 }
 
 }  // namespace

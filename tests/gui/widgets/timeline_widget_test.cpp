@@ -146,6 +146,42 @@ TEST(TimelineWidget, ClickRangeFitAndZoomLikeAUser) {
   EXPECT_TRUE(error.isEmpty()) << error.toStdString();
 }
 
+TEST(TimelineWidget, LiveRunGrowsAndTheViewFollowsItsEnd) {
+  if (test::gui_test_app() == nullptr) GTEST_SKIP() << test::gui_test_skip_reason();
+  // The run arrives in two halves (by start time), as a training run's spans do.
+  const auto trace = simulated();
+  const auto ext = profiler::analysis::trace_extent(*trace);
+  const std::int64_t mid = ext.start_ns + ext.length_ns() / 2;
+  profiler::Trace first, second;
+  first.lanes = second.lanes = trace->lanes;
+  for (const auto& s : trace->spans) (s.start_ns < mid ? first : second).spans.push_back(s);
+  TimelineWidget w;
+  QString error;
+  QObject::connect(&w, &TimelineWidget::error_message, [&](const QString& s) { error = s; });
+  w.append(first);
+  frame(w);
+  w.append(second);
+  const QImage img = frame(w);
+  // The last op of rank 0 ends the run: following the right edge, it is in view, 2% before
+  // the lane area's right end (the width fitted to the first half is kept).
+  const profiler::Span* last = nullptr;
+  for (const auto& s : trace->spans)
+    if (trace->lanes[static_cast<std::size_t>(s.lane)].rank == 0 &&
+        trace->lanes[static_cast<std::size_t>(s.lane)].stream == profiler::Stream::Compute &&
+        (last == nullptr || s.end_ns > last->end_ns))
+      last = &s;
+  ASSERT_NE(last, nullptr);
+  const double width_ns =
+      1.04 * static_cast<double>(profiler::analysis::trace_extent(first).length_ns());  // fitted
+  const double t1 = static_cast<double>(ext.end_ns - ext.start_ns) + 0.02 * width_ns;
+  const double x_end =
+      220.0 + (1.0 - (t1 - static_cast<double>(last->end_ns - ext.start_ns)) / width_ns) * 1000.0;
+  EXPECT_TRUE(near(img.pixel(static_cast<int>(x_end) - 3, 26 + 20 + 5), kind_color(last->kind)))
+      << "the run's last op is not drawn where a view following the end puts it (x " << x_end
+      << ")";
+  EXPECT_TRUE(error.isEmpty()) << error.toStdString();
+}
+
 TEST(TimelineWidget, BadInputSaysSoAndKeepsPainting) {
   if (test::gui_test_app() == nullptr) GTEST_SKIP() << test::gui_test_skip_reason();
   std::string tmpl = (std::filesystem::temp_directory_path() / "timeline_widget_XXXXXX").string();
