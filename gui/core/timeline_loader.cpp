@@ -53,7 +53,7 @@ bool TimelineLoader::busy() const {
 
 template <class F>
 void TimelineLoader::post(F&& f) {
-  QMetaObject::invokeMethod(this, std::forward<F>(f), Qt::QueuedConnection);
+  inbox_.post(std::function<void()>(std::forward<F>(f)));
 }
 
 void TimelineLoader::fail(std::uint64_t generation, const std::string& what) {

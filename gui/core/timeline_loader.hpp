@@ -2,7 +2,8 @@
 // database: opening a run (its lanes, names, steps), the window the view needs (folded by the
 // store), the per-stage bubble ratios and a range's statistics. Requests replace older ones of
 // the same sort (only the latest view matters); results are posted back to the thread that owns
-// the loader (QMetaObject::invokeMethod, queued) and carry the generation they were asked with,
+// the loader (GuiInbox: a std::mutex hand-off ThreadSanitizer can see, drained by one queued Qt
+// call) and carry the generation they were asked with,
 // so the owner drops answers about a run it no longer shows. The worker owns its Workspace
 // (a Workspace is not thread-safe).
 #pragma once
@@ -18,6 +19,7 @@
 #include <optional>
 #include <thread>
 
+#include "gui/core/gui_inbox.hpp"
 #include "gui/core/timeline_stored_source.hpp"
 
 namespace pipetune::gui {
@@ -63,6 +65,7 @@ class TimelineLoader : public QObject {
   void fail(std::uint64_t generation, const std::string& what);
 
   Callbacks callbacks_;
+  GuiInbox inbox_{this};
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::optional<Open> open_;
