@@ -12,8 +12,8 @@
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
-#include "cli/spec_json.hpp"
 #include "cli/workspace_cli.hpp"
+#include "db/store/record_json.hpp"
 #include "db/store/workspace.hpp"
 #include "engine/errors.hpp"
 #include "engine/spec/load.hpp"
@@ -61,32 +61,16 @@ std::vector<tuner::EfficiencyParameter> parse_fit(const std::string& list) {
   return out;
 }
 
-// The plan a measured run was trained with, from the JSON `pipetune train` stores.
+// The plan a measured run was trained with, from the JSON the front ends store.
 spec::ParallelPlan stored_plan(const db::RunRecord& run) {
   const auto j = nlohmann::json::parse(run.plan_json, nullptr, false);
   const std::string who = "run " + std::to_string(run.id) + " (" + run.name + ")";
-  if (!j.is_object()) throw InputError(who + ": its plan is not a pipetune train plan");
-  auto integer = [&](const char* key) {
-    if (!j.contains(key) || !j[key].is_number_integer())
-      throw InputError(who + ": plan field '" + key + "' missing");
-    return j[key].get<int>();
-  };
-  spec::ParallelPlan p;
-  p.tp = integer("tp");
-  p.pp = integer("pp");
-  p.dp = integer("dp");
-  p.ep = integer("ep");
-  p.chunks = integer("chunks");
-  p.microbatches = integer("microbatches");
-  p.micro_batch_size = integer("micro_batch_size");
-  p.zero_stage = integer("zero_stage");
-  if (!j.contains("schedule") || !j["schedule"].is_string() || !j.contains("vocab") ||
-      !j["vocab"].is_string())
-    throw InputError(who + ": plan fields 'schedule' / 'vocab' missing");
-  p.schedule = j["schedule"].get<std::string>();
-  p.vocab = schedule::parse_vocab_mode(j["vocab"].get<std::string>());
-  spec::apply_defaults(p);
-  return p;
+  if (!j.is_object()) throw InputError(who + ": its plan is not a training plan");
+  try {
+    return db::training_plan_from_json(j);
+  } catch (const InputError& e) {
+    throw InputError(who + ": " + e.what());
+  }
 }
 
 // The model: stored whole by `pipetune train` (specs_json {"model": {...}}), or by name by
@@ -94,7 +78,7 @@ spec::ParallelPlan stored_plan(const db::RunRecord& run) {
 spec::ModelSpec stored_model(const db::RunRecord& run) {
   const auto j = nlohmann::json::parse(run.specs_json, nullptr, false);
   if (j.is_object() && j.contains("model")) {
-    if (j["model"].is_object()) return model_from_json(j["model"]);
+    if (j["model"].is_object()) return db::model_from_json(j["model"]);
     if (j["model"].is_string()) return spec::load_model(j["model"].get<std::string>());
   }
   throw InputError("run " + std::to_string(run.id) + " (" + run.name +
@@ -161,28 +145,6 @@ std::string hardware_toml(const spec::HardwareSpec& hw, const tuner::Calibration
   return std::string(text) + efficiency_toml(r.efficiency);
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  namespace fs = std::filesystem;
-  fs::path tmp = path;
-  tmp += ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw std::runtime_error("cannot write " + path);
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw std::runtime_error("cannot write " + path + ": " + ec.message());
-  }
-}
-
 nlohmann::json quality_json(const tuner::FitQuality& q) {
   return {
       {"points", q.points}, {"r_squared", q.r_squared}, {"mape", q.mape}, {"rms_log", q.rms_log}};
@@ -209,7 +171,7 @@ void run(const CalibrateArgs& a) {
     measurements.push_back(std::move(m));
   }
   const tuner::CalibrationResult r = tuner::calibrate(measurements, hardware.efficiency, options);
-  if (!a.output.empty()) write_file(a.output, hardware_toml(hardware, r, runs));
+  if (!a.output.empty()) write_output_file(a.output, hardware_toml(hardware, r, runs));
 
   if (a.json) {
     nlohmann::json fitted, start;

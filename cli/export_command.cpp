@@ -31,30 +31,6 @@ struct ExportArgs {
   int train_iters = 100;
 };
 
-// Written next to the target and renamed into place: never a half-written file.
-void write_atomically(const std::string& path, const std::string& text, bool executable) {
-  namespace fs = std::filesystem;
-  fs::path tmp = path;
-  tmp += ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw std::runtime_error("cannot write " + path);
-    }
-  }
-  if (executable) ::chmod(tmp.c_str(), 0755);
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw std::runtime_error("cannot write " + path + ": " + ec.message());
-  }
-}
-
 // The export request for one stored result (throws InputError when the format cannot express
 // the plan: the exporter checks its framework's rules).
 struct Exported {
@@ -67,7 +43,7 @@ Exported export_trial(tuner::ExportFormat format, const db::TrialRecord& trial, 
                       int rank, int train_iters) {
   Exported e;
   TargetArgs target;
-  read_trial_json(nlohmann::json::parse(trial.plan_json), target, e.request.plan, e.vocab);
+  db::read_trial_json(nlohmann::json::parse(trial.plan_json), target, e.request.plan, e.vocab);
   const Target t = resolve_target(target);
   e.request.model = t.model;
   e.request.cluster = t.cluster;
@@ -123,7 +99,7 @@ void run(const ExportArgs& a) {
                        std::to_string(search) + " can be written for " + framework + " (" +
                        first_reason + "); tune with --schedules that it supports");
   }
-  write_atomically(a.output, exported->text, format == tuner::ExportFormat::Megatron);
+  write_output_file(a.output, exported->text, format == tuner::ExportFormat::Megatron);
   std::printf("rank %d: %s (%s) written to %s\n", rank,
               plan_summary(exported->request.plan, exported->vocab).c_str(), framework.c_str(),
               a.output.c_str());

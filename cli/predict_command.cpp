@@ -81,7 +81,7 @@ void run(const PredictArgs& a) {
     const nlohmann::json j = {{"model", t.model.name},
                               {"hardware", t.cluster.hardware.name},
                               {"gpus", t.cluster.devices},
-                              {"plan", plan_to_json(p, a.vocab)},
+                              {"plan", db::plan_to_json(p, a.vocab)},
                               {"iteration_time", e.iteration_time},
                               {"tokens_per_s", e.tokens_per_s},
                               {"mfu", e.mfu},

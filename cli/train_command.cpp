@@ -9,9 +9,9 @@
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
-#include "cli/spec_json.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/chrome_trace.hpp"
+#include "db/store/record_json.hpp"
 #include "db/store/run_writer.hpp"
 #include "engine/errors.hpp"
 #include "engine/runtime/trainer.hpp"
@@ -160,25 +160,6 @@ void print_summary(const runtime::TrainResult& r) {
                 human_bytes(static_cast<double>(k.peak_activation_bytes)).c_str());
 }
 
-// The plan as the store keeps it (before training: the run exists while it trains).
-nlohmann::json stored_plan_json(const runtime::TrainOptions& o) {
-  const spec::ParallelPlan& p = o.plan;
-  return {{"model", o.model.name},
-          {"tp", p.tp},
-          {"pp", p.pp},
-          {"dp", p.dp},
-          {"ep", p.ep},
-          {"schedule", p.schedule},
-          {"chunks", p.chunks},
-          {"vocab", std::string(schedule::vocab_mode_name(p.vocab))},
-          {"microbatches", p.microbatches},
-          {"micro_batch_size", p.micro_batch_size},
-          {"zero_stage", p.zero_stage},
-          {"steps", o.steps},
-          {"seed", o.seed},
-          {"time_unit", "s"}};
-}
-
 std::string summary_json(const runtime::TrainResult& r) {
   nlohmann::json losses = nlohmann::json::array();
   for (const auto& s : r.steps) losses.push_back(s.loss);
@@ -202,8 +183,9 @@ void run(const TrainArgs& a) {
                                        " dp=" + std::to_string(o.plan.dp) + " " + o.plan.schedule
                                  : a.name;
     writer = std::make_unique<db::RunWriter>(
-        a.db, db::RunInfo{profiler::TraceKind::Measured, name, stored_plan_json(o).dump(),
-                          nlohmann::json{{"model", model_to_json(o.model)}}.dump()});
+        a.db, db::RunInfo{profiler::TraceKind::Measured, name,
+                          db::training_plan_json(o.model, o.plan, o.steps, o.seed).dump(),
+                          db::training_specs_json(o.model).dump()});
     db::RunWriter* w = writer.get();
     o.trace_sink = [w](profiler::Trace part) { w->append(std::move(part)); };
   }

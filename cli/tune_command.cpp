@@ -71,10 +71,12 @@ tuner::SearchSpace make_space(const TuneArgs& a, const Target& t) {
 }
 
 nlohmann::json result_json(const tuner::ScoredPlan& r) {
-  return {
-      {"plan", plan_to_json(r.plan, r.vocab_label)},    {"iteration_time", r.score.iteration_time},
-      {"tokens_per_s", r.score.tokens_per_s},           {"mfu", r.score.mfu},
-      {"peak_memory_bytes", r.score.peak_memory_bytes}, {"feasible", r.score.feasible}};
+  return {{"plan", db::plan_to_json(r.plan, r.vocab_label)},
+          {"iteration_time", r.score.iteration_time},
+          {"tokens_per_s", r.score.tokens_per_s},
+          {"mfu", r.score.mfu},
+          {"peak_memory_bytes", r.score.peak_memory_bytes},
+          {"feasible", r.score.feasible}};
 }
 
 [[noreturn]] void no_feasible_plan(const tuner::SearchResult& r, const Target& t) {
@@ -114,7 +116,7 @@ std::int64_t store_search(const TuneArgs& a, const tuner::SearchResult& r) {
   trials.reserve(r.ranked.size());
   for (const auto& c : r.ranked) {
     db::TrialRecord t;
-    t.plan_json = trial_json(a.target, c.plan, c.vocab_label).dump();
+    t.plan_json = db::trial_json(a.target, c.plan, c.vocab_label).dump();
     t.iteration_s = c.score.iteration_time;
     t.tokens_per_s = c.score.tokens_per_s;
     t.mfu = c.score.mfu;

@@ -1,6 +1,10 @@
 #include "cli/workspace_cli.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
 
 #include "db/store/workspace.hpp"
 #include "engine/errors.hpp"
@@ -17,6 +21,29 @@ void check_output_file(const std::string& path, bool force) {
   std::error_code ec;
   if (!force && std::filesystem::exists(path, ec))
     throw InputError(path + " exists (use --force to overwrite it)");
+}
+
+void write_output_file(const std::string& path, const std::string& text, bool executable) {
+  namespace fs = std::filesystem;
+  fs::path tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw std::runtime_error("cannot write " + path);
+    }
+  }
+  if (executable) ::chmod(tmp.c_str(), 0755);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw std::runtime_error("cannot write " + path + ": " + ec.message());
+  }
 }
 
 LoadedRun load_run(const std::string& db_path, const std::string& id_or_name,

@@ -20,6 +20,9 @@ CLI::Option* add_db_option(CLI::App* cmd, std::string& db);
 
 // InputError "FILE exists (use --force to overwrite it)" unless force or the file is new.
 void check_output_file(const std::string& path, bool force);
+// Writes next to the target and renames it into place: never a half-written file. Runtime error
+// (exit 1) when it cannot be written. `executable`: mode 0755 (launch scripts).
+void write_output_file(const std::string& path, const std::string& text, bool executable = false);
 
 // A stored run, loaded whole, with the window a report looks at.
 struct LoadedRun {

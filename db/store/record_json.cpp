@@ -1,0 +1,155 @@
+#include "db/store/record_json.hpp"
+
+#include "engine/errors.hpp"
+#include "engine/schedule/schedule.hpp"
+
+namespace pipetune::db {
+
+nlohmann::json plan_to_json(const spec::ParallelPlan& p, const std::string& vocab_label) {
+  return {{"tp", p.tp},
+          {"pp", p.pp},
+          {"dp", p.dp},
+          {"ep", p.ep},
+          {"chunks", p.chunks},
+          {"micro_batch_size", p.micro_batch_size},
+          {"microbatches", p.microbatches},
+          {"global_batch", p.global_batch},
+          {"schedule", p.schedule},
+          {"vocab", vocab_label},
+          {"layer_split", p.layer_split},
+          {"recompute", std::string(spec::recompute_name(p.recompute))},
+          {"sequence_parallel", p.sequence_parallel},
+          {"zero_stage", p.zero_stage}};
+}
+
+spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_label) {
+  try {
+    spec::ParallelPlan p;
+    p.tp = j.at("tp");
+    p.pp = j.at("pp");
+    p.dp = j.at("dp");
+    p.ep = j.at("ep");
+    p.chunks = j.at("chunks");
+    p.micro_batch_size = j.at("micro_batch_size");
+    p.microbatches = j.at("microbatches");
+    p.global_batch = j.at("global_batch");
+    p.schedule = j.at("schedule");
+    vocab_label = j.at("vocab");
+    if (vocab_label != "redis") p.vocab = schedule::parse_vocab_mode(vocab_label);
+    p.layer_split = j.at("layer_split").get<std::vector<int>>();
+    p.recompute = spec::parse_recompute(j.at("recompute").get<std::string>());
+    p.sequence_parallel = j.at("sequence_parallel");
+    p.zero_stage = j.at("zero_stage");
+    return p;
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(std::string("stored plan: ") + e.what());
+  }
+}
+
+nlohmann::json model_to_json(const spec::ModelSpec& m) {
+  return {{"name", m.name},
+          {"layers", m.layers},
+          {"hidden", m.hidden},
+          {"heads", m.heads},
+          {"kv_heads", m.kv_heads},
+          {"ffn_hidden", m.ffn_hidden},
+          {"vocab", m.vocab},
+          {"seq_len", m.seq_len},
+          {"experts", m.experts},
+          {"top_k", m.top_k},
+          {"moe_every", m.moe_every},
+          {"activation", std::string(spec::activation_name(m.activation))},
+          {"tied_embeddings", m.tied_embeddings}};
+}
+
+spec::ModelSpec model_from_json(const nlohmann::json& j) {
+  try {
+    spec::ModelSpec m;
+    m.name = j.value("name", "");
+    m.layers = j.at("layers");
+    m.hidden = j.at("hidden");
+    m.heads = j.at("heads");
+    m.kv_heads = j.at("kv_heads");
+    m.ffn_hidden = j.at("ffn_hidden");
+    m.vocab = j.at("vocab");
+    m.seq_len = j.at("seq_len");
+    m.experts = j.at("experts");
+    m.top_k = j.at("top_k");
+    m.moe_every = j.at("moe_every");
+    m.activation = spec::parse_activation(j.at("activation").get<std::string>());
+    m.tied_embeddings = j.value("tied_embeddings", false);
+    return m;
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(std::string("stored model: ") + e.what());
+  }
+}
+
+nlohmann::json trial_json(const TrialTarget& t, const spec::ParallelPlan& plan,
+                          const std::string& vocab_label) {
+  return {{"model", t.model},
+          {"hardware", t.hardware},
+          {"gpus", t.gpus},
+          {"nodes_of", t.nodes_of},
+          {"global_batch", t.global_batch},
+          {"seq", t.seq},
+          {"plan", plan_to_json(plan, vocab_label)}};
+}
+
+void read_trial_json(const nlohmann::json& j, TrialTarget& t, spec::ParallelPlan& plan,
+                     std::string& vocab_label) {
+  try {
+    t.model = j.at("model");
+    t.hardware = j.at("hardware");
+    t.gpus = j.at("gpus");
+    t.nodes_of = j.at("nodes_of");
+    t.global_batch = j.at("global_batch");
+    t.seq = j.at("seq");
+    plan = plan_from_json(j.at("plan"), vocab_label);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(std::string("stored trial: ") + e.what());
+  }
+}
+
+nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::ParallelPlan& p,
+                                  int steps, std::uint64_t seed) {
+  return {{"model", model.name},
+          {"tp", p.tp},
+          {"pp", p.pp},
+          {"dp", p.dp},
+          {"ep", p.ep},
+          {"schedule", p.schedule},
+          {"chunks", p.chunks},
+          {"vocab", std::string(schedule::vocab_mode_name(p.vocab))},
+          {"microbatches", p.microbatches},
+          {"micro_batch_size", p.micro_batch_size},
+          {"zero_stage", p.zero_stage},
+          {"steps", steps},
+          {"seed", seed},
+          {"time_unit", "s"}};
+}
+
+spec::ParallelPlan training_plan_from_json(const nlohmann::json& j) {
+  try {
+    spec::ParallelPlan p;
+    p.tp = j.at("tp");
+    p.pp = j.at("pp");
+    p.dp = j.at("dp");
+    p.ep = j.at("ep");
+    p.chunks = j.at("chunks");
+    p.microbatches = j.at("microbatches");
+    p.micro_batch_size = j.at("micro_batch_size");
+    p.zero_stage = j.at("zero_stage");
+    p.schedule = j.at("schedule");
+    p.vocab = schedule::parse_vocab_mode(j.at("vocab").get<std::string>());
+    spec::apply_defaults(p);
+    return p;
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(std::string("stored training plan: ") + e.what());
+  }
+}
+
+nlohmann::json training_specs_json(const spec::ModelSpec& model) {
+  return {{"model", model_to_json(model)}};
+}
+
+}  // namespace pipetune::db

@@ -1,0 +1,48 @@
+// How the workspace keeps plans, models and tuner trials as JSON (runs.plan_json and specs_json,
+// tuner_trials.plan_json). Every front end writes and reads them through these functions, so the
+// CLI reads what the GUI stored and the other way round.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "engine/spec/model_spec.hpp"
+#include "engine/spec/parallel_plan.hpp"
+
+namespace pipetune::db {
+
+// A tuner plan: tp, pp, dp, ep, chunks, micro_batch_size, microbatches, global_batch, schedule,
+// vocab (the search's label: none, redis, vocab-1...), layer_split, recompute,
+// sequence_parallel, zero_stage.
+nlohmann::json plan_to_json(const spec::ParallelPlan& plan, const std::string& vocab_label);
+// The inverse; InputError naming the field that is missing or wrong. Sets vocab_label.
+spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_label);
+
+// Every field of the model.
+nlohmann::json model_to_json(const spec::ModelSpec& model);
+spec::ModelSpec model_from_json(const nlohmann::json& j);  // InputError naming the field
+
+// What a tuner search was asked: presets by the name (or path) the user gave, and the sizes.
+struct TrialTarget {
+  std::string model;
+  std::string hardware;
+  int gpus = 0;
+  int nodes_of = 0;  // GPUs per node; 0 = the hardware's
+  std::int64_t global_batch = 0;
+  std::int64_t seq = 0;  // 0 = the model's
+};
+// A stored trial: the target and the plan.
+nlohmann::json trial_json(const TrialTarget& target, const spec::ParallelPlan& plan,
+                          const std::string& vocab_label);
+void read_trial_json(const nlohmann::json& j, TrialTarget& target, spec::ParallelPlan& plan,
+                     std::string& vocab_label);
+
+// A measured run (pipetune train, the GUI's Train page): the plan it trained with (runs.plan_json)
+// and the model (runs.specs_json {"model": {...}}).
+nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                                  int steps, std::uint64_t seed);
+spec::ParallelPlan training_plan_from_json(const nlohmann::json& j);  // InputError naming the field
+nlohmann::json training_specs_json(const spec::ModelSpec& model);
+
+}  // namespace pipetune::db

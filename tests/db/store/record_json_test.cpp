@@ -1,0 +1,112 @@
+// The workspace's JSON records: every field survives a round trip (so the CLI reads what the GUI
+// stored and the other way round), and a missing field is an InputError that names it.
+#include "db/store/record_json.hpp"
+
+#include <gtest/gtest.h>
+
+#include "engine/errors.hpp"
+#include "engine/spec/load.hpp"
+
+namespace pipetune::db {
+namespace {
+
+spec::ParallelPlan sample_plan() {
+  spec::ParallelPlan p;
+  p.tp = 2;
+  p.pp = 4;
+  p.dp = 3;
+  p.ep = 1;
+  p.chunks = 2;
+  p.micro_batch_size = 2;
+  p.microbatches = 16;
+  p.global_batch = 96;
+  p.schedule = "v-half";
+  p.vocab = schedule::VocabMode::Vocab2;
+  p.layer_split = {7, 9, 9, 7};
+  p.recompute = spec::Recompute::Selective;
+  p.sequence_parallel = true;
+  p.zero_stage = 1;
+  return p;
+}
+
+void expect_same_plan(const spec::ParallelPlan& a, const spec::ParallelPlan& b) {
+  EXPECT_EQ(a.tp, b.tp);
+  EXPECT_EQ(a.pp, b.pp);
+  EXPECT_EQ(a.dp, b.dp);
+  EXPECT_EQ(a.ep, b.ep);
+  EXPECT_EQ(a.chunks, b.chunks);
+  EXPECT_EQ(a.micro_batch_size, b.micro_batch_size);
+  EXPECT_EQ(a.microbatches, b.microbatches);
+  EXPECT_EQ(a.schedule, b.schedule);
+  EXPECT_EQ(a.vocab, b.vocab);
+  EXPECT_EQ(a.zero_stage, b.zero_stage);
+}
+
+TEST(RecordJson, PlanAndTrialRoundTrip) {
+  const spec::ParallelPlan p = sample_plan();
+  std::string label;
+  const spec::ParallelPlan back = plan_from_json(plan_to_json(p, "vocab-2"), label);
+  expect_same_plan(back, p);
+  EXPECT_EQ(label, "vocab-2");
+  EXPECT_EQ(back.global_batch, 96);
+  EXPECT_EQ(back.layer_split, p.layer_split);
+  EXPECT_EQ(back.recompute, spec::Recompute::Selective);
+  EXPECT_TRUE(back.sequence_parallel);
+
+  const TrialTarget t{"llama3-8b", "presets/hardware/h100-sxm.toml", 32, 4, 256, 4096};
+  TrialTarget t2;
+  spec::ParallelPlan p2;
+  read_trial_json(trial_json(t, p, "vocab-2"), t2, p2, label);
+  EXPECT_EQ(t2.model, t.model);
+  EXPECT_EQ(t2.hardware, t.hardware);
+  EXPECT_EQ(t2.gpus, 32);
+  EXPECT_EQ(t2.nodes_of, 4);
+  EXPECT_EQ(t2.global_batch, 256);
+  EXPECT_EQ(t2.seq, 4096);
+  EXPECT_EQ(label, "vocab-2");
+  expect_same_plan(p2, p);
+}
+
+TEST(RecordJson, ModelAndTrainingPlanRoundTrip) {
+  for (const char* name : {"mixtral-8x7b", "llama3-70b", "gpt3-175b", "tiny-moe"}) {
+    spec::ModelSpec m = spec::load_model(name);
+    spec::apply_defaults(m);
+    const spec::ModelSpec back = model_from_json(training_specs_json(m).at("model"));
+    EXPECT_EQ(back.name, m.name);
+    EXPECT_EQ(back.layers, m.layers);
+    EXPECT_EQ(back.hidden, m.hidden);
+    EXPECT_EQ(back.heads, m.heads);
+    EXPECT_EQ(back.kv_heads, m.kv_heads);
+    EXPECT_EQ(back.ffn_hidden, m.ffn_hidden);
+    EXPECT_EQ(back.vocab, m.vocab);
+    EXPECT_EQ(back.seq_len, m.seq_len);
+    EXPECT_EQ(back.experts, m.experts);
+    EXPECT_EQ(back.top_k, m.top_k);
+    EXPECT_EQ(back.moe_every, m.moe_every);
+    EXPECT_EQ(back.activation, m.activation);
+    EXPECT_EQ(back.tied_embeddings, m.tied_embeddings) << name;
+  }
+  spec::ParallelPlan p = sample_plan();
+  p.vocab = schedule::VocabMode::Vocab1;
+  const spec::ParallelPlan back =
+      training_plan_from_json(training_plan_json(spec::load_model("tiny"), p, 60, 1234));
+  expect_same_plan(back, p);
+}
+
+TEST(RecordJson, AMissingFieldIsNamed) {
+  nlohmann::json j = plan_to_json(sample_plan(), "none");
+  j.erase("microbatches");
+  std::string label;
+  try {
+    plan_from_json(j, label);
+    ADD_FAILURE() << "a plan without microbatches must be refused";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("microbatches"), std::string::npos) << e.what();
+  }
+  nlohmann::json m = model_to_json(spec::load_model("tiny"));
+  m.erase("hidden");
+  EXPECT_THROW(model_from_json(m), InputError);
+}
+
+}  // namespace
+}  // namespace pipetune::db
