@@ -1,6 +1,5 @@
 #include "gui/core/timeline_loader.hpp"
 
-#include <QMetaObject>
 #include <exception>
 
 #include "gui/core/timeline_text.hpp"
@@ -8,7 +7,27 @@
 namespace pipetune::gui {
 
 TimelineLoader::TimelineLoader(Callbacks callbacks, QObject* parent)
-    : QObject(parent), callbacks_(std::move(callbacks)), worker_([this] { run(); }) {}
+    : QObject(parent), callbacks_(std::move(callbacks)), worker_([this] { run(); }) {
+  poll_.setInterval(5);
+  QObject::connect(&poll_, &QTimer::timeout, this, [this] { drain(); });
+}
+
+void TimelineLoader::start_polling() {
+  if (!poll_.isActive()) poll_.start();
+}
+
+void TimelineLoader::drain() {
+  std::vector<std::function<void()>> batch;
+  bool idle = false;
+  {
+    std::lock_guard lock(mutex_);
+    batch.swap(results_);
+    idle = !working_ && !open_ && !window_ && !range_;
+  }
+  for (auto& fn : batch) fn();
+  // Stop once nothing is asked or running; the results of the last request were in `batch`.
+  if (idle) poll_.stop();
+}
 
 TimelineLoader::~TimelineLoader() {
   {
@@ -27,6 +46,7 @@ void TimelineLoader::open(std::uint64_t generation, const QString& db_path, std:
     range_.reset();
   }
   wake_.notify_all();
+  start_polling();
 }
 
 void TimelineLoader::request_window(std::uint64_t generation, std::int64_t t0, std::int64_t t1,
@@ -36,6 +56,7 @@ void TimelineLoader::request_window(std::uint64_t generation, std::int64_t t0, s
     window_ = Window{generation, t0, t1, width_px};
   }
   wake_.notify_all();
+  start_polling();
 }
 
 void TimelineLoader::request_range(std::uint64_t generation, std::int64_t t0, std::int64_t t1) {
@@ -44,6 +65,7 @@ void TimelineLoader::request_range(std::uint64_t generation, std::int64_t t0, st
     range_ = Range{generation, t0, t1};
   }
   wake_.notify_all();
+  start_polling();
 }
 
 bool TimelineLoader::busy() const {
@@ -53,7 +75,8 @@ bool TimelineLoader::busy() const {
 
 template <class F>
 void TimelineLoader::post(F&& f) {
-  inbox_.post(std::function<void()>(std::forward<F>(f)));
+  std::lock_guard lock(mutex_);
+  results_.emplace_back(std::forward<F>(f));
 }
 
 void TimelineLoader::fail(std::uint64_t generation, const std::string& what) {

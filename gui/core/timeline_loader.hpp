@@ -1,15 +1,18 @@
 // Reads a stored run for the timeline on a worker thread, so the GUI thread never waits on the
 // database: opening a run (its lanes, names, steps), the window the view needs (folded by the
 // store), the per-stage bubble ratios and a range's statistics. Requests replace older ones of
-// the same sort (only the latest view matters); results are posted back to the thread that owns
-// the loader (GuiInbox: a std::mutex hand-off ThreadSanitizer can see, drained by one queued Qt
-// call) and carry the generation they were asked with,
+// the same sort (only the latest view matters); results are queued under a std::mutex and run on
+// the thread that owns the loader by a QTimer that ticks (5 ms) only while requests are
+// outstanding: nothing crosses threads through Qt's event queue, so ThreadSanitizer sees every
+// hand-off (the distribution's Qt is not instrumented). Results carry the generation they were
+// asked with,
 // so the owner drops answers about a run it no longer shows. The worker owns its Workspace
 // (a Workspace is not thread-safe).
 #pragma once
 
 #include <QObject>
 #include <QString>
+#include <QTimer>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -18,8 +21,8 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
-#include "gui/core/gui_inbox.hpp"
 #include "gui/core/timeline_stored_source.hpp"
 
 namespace pipetune::gui {
@@ -64,9 +67,13 @@ class TimelineLoader : public QObject {
   void post(F&& f);
   void fail(std::uint64_t generation, const std::string& what);
 
+  void start_polling();
+  void drain();
+
   Callbacks callbacks_;
-  GuiInbox inbox_{this};
+  QTimer poll_;  // owner's thread: runs the results
   mutable std::mutex mutex_;
+  std::vector<std::function<void()>> results_;  // from the worker, under mutex_
   std::condition_variable wake_;
   std::optional<Open> open_;
   std::optional<Window> window_;
