@@ -4,11 +4,18 @@
 #include "gui/core/workspace_model.hpp"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
 #include <filesystem>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "db/store/run_writer.hpp"
 #include "db/store/workspace.hpp"
@@ -17,6 +24,8 @@
 #include "tests/gui/core/event_wait.hpp"
 #include "tests/gui/support/gui_test_env.hpp"
 #include "tuner/sim/simulator.hpp"
+
+extern char** environ;
 
 namespace pipetune::gui {
 namespace {
@@ -141,6 +150,72 @@ TEST(WorkspaceModel, ARunStillBeingWrittenIsShownWithANote) {
   const Opened again = open_and_wait(m, path);
   ASSERT_TRUE(again.ok);
   EXPECT_EQ(m.data(m.index(0, WorkspaceModel::Status)).toString(), "complete");
+}
+
+// `pipetune train` in a child process, killed at the end of the test whatever happens.
+struct TrainingChild {
+  pid_t pid = -1;
+  explicit TrainingChild(const std::string& db) {
+    std::vector<std::string> args = {PIPETUNE_BIN, "train",     "--db", db,      "--steps",
+                                     "1000000",    "--threads", "1",    "--json"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+    if (posix_spawn(&pid, PIPETUNE_BIN, &actions, nullptr, argv.data(), environ) != 0) pid = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  void kill_now() {
+    if (pid <= 0) return;
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    pid = -1;
+  }
+  ~TrainingChild() { kill_now(); }
+};
+
+TEST(WorkspaceModel, ARunAnotherProcessIsWritingThenACrashedOne) {
+  test::test_core_app();
+  if (!fs::exists(PIPETUNE_BIN))
+    GTEST_SKIP() << "the pipetune CLI is not built (" << PIPETUNE_BIN << ")";
+  TempDir dir;
+  const std::string path = dir.file("ws.db");
+  TrainingChild child(path);
+  ASSERT_GT(child.pid, 0) << "cannot start " << PIPETUNE_BIN;
+  WorkspaceModel m;
+  // Wait until the child's run exists and has committed spans.
+  ASSERT_TRUE(test::process_events_until([&] {
+    if (!fs::exists(path)) {
+      ::usleep(20000);
+      return false;
+    }
+    const Opened o = open_and_wait(m, path);
+    return o.ok && m.rowCount() == 1 && m.run_at(0).span_count > 0;
+  }));
+  EXPECT_EQ(m.data(m.index(0, WorkspaceModel::Status)).toString(), "running");
+  EXPECT_EQ(m.data(m.index(0, WorkspaceModel::Kind)).toString(), "measured");
+  std::shared_ptr<const profiler::Trace> loaded;
+  QString note;
+  QObject::connect(&m, &WorkspaceModel::run_loaded,
+                   [&](qint64, std::shared_ptr<const profiler::Trace> t, QString, QString n) {
+                     loaded = std::move(t);
+                     note = n;
+                   });
+  m.load_run(m.run_at(0).id);
+  ASSERT_TRUE(test::process_events_until([&] { return loaded != nullptr; }));
+  EXPECT_NE(note.indexOf("still being written by process " + QString::number(child.pid)), -1)
+      << note.toStdString();
+  EXPECT_FALSE(loaded->spans.empty());
+  // The writer dies (kill -9): the next open marks the run interrupted, keeping its spans.
+  child.kill_now();
+  const Opened o = open_and_wait(m, path);
+  ASSERT_TRUE(o.ok) << o.message.toStdString();
+  EXPECT_EQ(m.data(m.index(0, WorkspaceModel::Status)).toString(), "interrupted");
+  EXPECT_GT(m.run_at(0).span_count, 0);
 }
 
 TEST(WorkspaceModel, NotAWorkspaceGivesTheStoresMessage) {
