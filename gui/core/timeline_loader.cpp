@@ -22,7 +22,7 @@ void TimelineLoader::drain() {
   {
     std::lock_guard lock(mutex_);
     batch.swap(results_);
-    idle = !working_ && !open_ && !window_ && !range_;
+    idle = !working_ && !open_ && !window_ && !range_ && !prepare_;
   }
   for (auto& fn : batch) fn();
   // Stop once nothing is asked or running; the results of the last request were in `batch`.
@@ -68,9 +68,19 @@ void TimelineLoader::request_range(std::uint64_t generation, std::int64_t t0, st
   start_polling();
 }
 
+void TimelineLoader::prepare(std::uint64_t generation, std::shared_ptr<const profiler::Trace> trace,
+                             std::string title) {
+  {
+    std::lock_guard lock(mutex_);
+    prepare_ = Prepare{generation, std::move(trace), std::move(title)};
+  }
+  wake_.notify_all();
+  start_polling();
+}
+
 bool TimelineLoader::busy() const {
   std::lock_guard lock(mutex_);
-  return working_ || open_ || window_ || range_;
+  return working_ || open_ || window_ || range_ || prepare_;
 }
 
 template <class F>
@@ -93,13 +103,16 @@ void TimelineLoader::run() {
     std::optional<Open> open;
     std::optional<Window> window;
     std::optional<Range> range;
+    std::optional<Prepare> prep;
     {
       std::unique_lock lock(mutex_);
       working_ = false;
-      wake_.wait(lock, [&] { return stop_ || open_ || window_ || range_; });
+      wake_.wait(lock, [&] { return stop_ || open_ || window_ || range_ || prepare_; });
       if (stop_) return;
       working_ = true;
-      if (open_) {
+      if (prepare_) {
+        prep.swap(prepare_);
+      } else if (open_) {
         open.swap(open_);
       } else if (window_) {
         window.swap(window_);
@@ -108,7 +121,12 @@ void TimelineLoader::run() {
       }
     }
     try {
-      if (open) {
+      if (prep) {
+        auto source = std::make_shared<TraceTimelineSource>(std::move(prep->trace), prep->title);
+        post([this, g = prep->generation, source] {
+          if (callbacks_.prepared) callbacks_.prepared(g, source);
+        });
+      } else if (open) {
         ws.reset();
         meta.reset();
         ws = std::make_unique<db::Workspace>(open->path);
@@ -139,7 +157,8 @@ void TimelineLoader::run() {
         });
       }
     } catch (const std::exception& e) {
-      const std::uint64_t g = open     ? open->generation
+      const std::uint64_t g = prep     ? prep->generation
+                              : open   ? open->generation
                               : window ? window->generation
                                        : range->generation;
       if (open) {

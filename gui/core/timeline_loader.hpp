@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "gui/core/timeline_stored_source.hpp"
+#include "gui/core/timeline_trace_source.hpp"
 
 namespace pipetune::gui {
 
@@ -34,6 +35,7 @@ class TimelineLoader : public QObject {
     std::function<void(std::uint64_t, std::shared_ptr<const StoredWindow>)> window;
     std::function<void(std::uint64_t, std::map<std::int32_t, double>)> bubble_ratios;
     std::function<void(std::uint64_t, QString)> range_statistics;
+    std::function<void(std::uint64_t, std::shared_ptr<TraceTimelineSource>)> prepared;
     std::function<void(std::uint64_t, QString)> failed;  // one line
   };
 
@@ -43,6 +45,10 @@ class TimelineLoader : public QObject {
   void open(std::uint64_t generation, const QString& db_path, std::int64_t run_id);
   void request_window(std::uint64_t generation, std::int64_t t0, std::int64_t t1, int width_px);
   void request_range(std::uint64_t generation, std::int64_t t0, std::int64_t t1);
+  // Indexes and analyses an in-memory trace (TraceTimelineSource) on the worker: big traces
+  // take a second or more. Replaces an older such request.
+  void prepare(std::uint64_t generation, std::shared_ptr<const profiler::Trace> trace,
+               std::string title);
   // Requests asked and not answered yet (tests wait on it).
   bool busy() const;
 
@@ -61,6 +67,11 @@ class TimelineLoader : public QObject {
     std::uint64_t generation;
     std::int64_t t0, t1;
   };
+  struct Prepare {
+    std::uint64_t generation;
+    std::shared_ptr<const profiler::Trace> trace;
+    std::string title;
+  };
 
   void run();
   template <class F>
@@ -78,6 +89,7 @@ class TimelineLoader : public QObject {
   std::optional<Open> open_;
   std::optional<Window> window_;
   std::optional<Range> range_;
+  std::optional<Prepare> prepare_;
   bool stop_ = false;
   bool working_ = false;
   std::thread worker_;  // last: starts after everything above exists

@@ -24,6 +24,11 @@
 
 namespace pipetune::gui {
 
+namespace {
+// In-memory traces above this many spans are indexed and analysed on the worker.
+constexpr std::size_t kPrepareOnWorkerSpans = 200'000;
+}  // namespace
+
 // Everything behind the widget: its ImGui context, the runs shown, the view and the selection,
 // and the worker that reads stored runs.
 class TimelineView {
@@ -33,7 +38,9 @@ class TimelineView {
   QElapsedTimer clock;
   double last_frame_s = 0.0;
 
-  std::unique_ptr<TraceTimelineSource> trace;    // in-memory run (set_trace / append)
+  std::shared_ptr<TraceTimelineSource> trace;    // in-memory run (set_trace / append)
+  bool preparing = false;                        // a big trace is being indexed on the worker
+  std::vector<profiler::Trace> pending_parts;    // appended meanwhile
   std::unique_ptr<StoredTimelineSource> stored;  // stored run (open_run)
   std::unique_ptr<TraceTimelineSource> other;    // comparison, stacked below
   std::uint64_t generation = 0;
@@ -76,6 +83,10 @@ class TimelineView {
     return r;
   }
 };
+
+namespace {
+void update_comparison(TimelineWidget& w, TimelineView& v);
+}  // namespace
 
 TimelineWidget::TimelineWidget(QWidget* parent)
     : QOpenGLWidget(parent), view_(std::make_unique<TimelineView>()) {
@@ -129,8 +140,26 @@ TimelineWidget::TimelineWidget(QWidget* parent)
     emit range_selected(text);
     update();
   };
+  cb.prepared = [this, v](std::uint64_t g, std::shared_ptr<TraceTimelineSource> source) {
+    if (g != v->generation) return;
+    v->trace = std::move(source);
+    v->preparing = false;
+    v->status.clear();
+    try {
+      for (const profiler::Trace& part : v->pending_parts) v->trace->append(part);
+    } catch (const std::exception& e) {
+      emit error_message(QString("live run: ") + e.what());
+    }
+    v->pending_parts.clear();
+    v->fit_pending = true;
+    v->last_analysis_s = v->clock.elapsed() / 1e3;
+    update_comparison(*this, *v);
+    update();
+  };
   cb.failed = [this, v](std::uint64_t g, QString message) {
     if (g != v->generation) return;
+    v->preparing = false;
+    v->pending_parts.clear();
     v->status = message;
     emit error_message(message);
     update();
@@ -184,8 +213,15 @@ void TimelineWidget::set_trace(std::shared_ptr<const profiler::Trace> trace, con
   ++v.generation;
   v.stored.reset();
   v.trace.reset();
+  v.preparing = false;
+  v.pending_parts.clear();
   reset_selection(v);
-  if (trace) {
+  if (trace && trace->spans.size() > kPrepareOnWorkerSpans) {
+    // Indexing and analysing a big trace takes a second or more: done on the worker.
+    v.status = QString("indexing %1 spans of %2 ...").arg(trace->spans.size()).arg(title);
+    v.preparing = true;
+    v.loader->prepare(v.generation, std::move(trace), title.toStdString());
+  } else if (trace) {
     try {
       v.trace = std::make_unique<TraceTimelineSource>(std::move(trace), title.toStdString());
       v.last_analysis_s = v.clock.elapsed() / 1e3;
@@ -199,6 +235,10 @@ void TimelineWidget::set_trace(std::shared_ptr<const profiler::Trace> trace, con
 
 void TimelineWidget::append(const profiler::Trace& part) {
   TimelineView& v = *view_;
+  if (v.preparing) {
+    v.pending_parts.push_back(part);
+    return;
+  }
   try {
     if (!v.trace) {
       ++v.generation;
@@ -217,6 +257,8 @@ void TimelineWidget::append(const profiler::Trace& part) {
 void TimelineWidget::open_run(const QString& db_path, std::int64_t run_id) {
   TimelineView& v = *view_;
   ++v.generation;
+  v.preparing = false;
+  v.pending_parts.clear();
   v.trace.reset();
   v.stored.reset();
   reset_selection(v);
@@ -246,6 +288,8 @@ void TimelineWidget::set_comparison(std::shared_ptr<const profiler::Trace> other
 void TimelineWidget::clear() {
   TimelineView& v = *view_;
   ++v.generation;
+  v.preparing = false;
+  v.pending_parts.clear();
   v.trace.reset();
   v.stored.reset();
   v.other.reset();

@@ -182,6 +182,40 @@ TEST(TimelineWidget, LiveRunGrowsAndTheViewFollowsItsEnd) {
   EXPECT_TRUE(error.isEmpty()) << error.toStdString();
 }
 
+TEST(TimelineWidget, BigTraceIsIndexedOnTheWorkerThenDrawn) {
+  if (test::gui_test_app() == nullptr) GTEST_SKIP() << test::gui_test_skip_reason();
+  // 400k spans (above the widget's threshold for indexing on its worker): 1F1B with 50000
+  // micro-batches on 4 stages.
+  schedule::GeneratorParams p;
+  p.name = "1f1b";
+  p.stages = 4;
+  p.microbatches = 50000;
+  const auto trace = std::make_shared<const profiler::Trace>(
+      sim::simulate(schedule::generate(p), schedule::CostTable::uniform(4, 1, 1, 1, 0, 0, 0.1))
+          .trace);
+  ASSERT_GT(trace->spans.size(), 300000u);
+  TimelineWidget w;
+  QString error;
+  QObject::connect(&w, &TimelineWidget::error_message, [&](const QString& s) { error = s; });
+  w.set_trace(trace, "1f1b m=50000");
+  // While indexing, live parts are kept and applied once the index is there.
+  profiler::Trace part;
+  part.lane(0, profiler::Stream::Compute);
+  const auto ext = profiler::analysis::trace_extent(*trace);
+  part.spans.push_back({0, profiler::SpanKind::W, -1, 0, -1, ext.end_ns + 10, ext.end_ns + 20, 0});
+  w.append(part);
+  // Rank 0's first forward spans [0, 1 s) of a ~200000 s run: drawn as a fold or a block in
+  // the first lane-area pixel column once the worker's index has arrived.
+  QImage img;
+  ASSERT_TRUE(wait_for([&] {
+    img = frame(w);
+    const QRgb p = img.pixel(220 + 21, 26 + 20 + 11);
+    return !near(p, palette::kRowEven) && !near(p, palette::kRowOdd) &&
+           !near(p, palette::kBackground);
+  })) << "the big trace was never drawn";
+  EXPECT_TRUE(error.isEmpty()) << error.toStdString();
+}
+
 TEST(TimelineWidget, BadInputSaysSoAndKeepsPainting) {
   if (test::gui_test_app() == nullptr) GTEST_SKIP() << test::gui_test_skip_reason();
   std::string tmpl = (std::filesystem::temp_directory_path() / "timeline_widget_XXXXXX").string();
