@@ -1,5 +1,6 @@
 #include "gui/core/tune_controller.hpp"
 
+#include <algorithm>
 #include <exception>
 #include <nlohmann/json.hpp>
 
@@ -135,7 +136,10 @@ bool TuneController::start(const TuneRequest& request) {
   space.schedules = request.schedules;
   space.max_candidates = request.max_candidates;
   space.keep = request.keep;
-  space.threads = request.threads;
+  // One core is left to the GUI thread unless the request says otherwise.
+  space.threads = request.threads > 0
+                      ? request.threads
+                      : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
   const std::string path = workspace_;
   search_worker_ = std::thread([this, space, target, request, path] {
     auto result = std::make_shared<tuner::SearchResult>();

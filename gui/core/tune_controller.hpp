@@ -42,7 +42,7 @@ struct TuneRequest {
   // Results ranked exactly, as `pipetune tune --keep`: plans whose lower bound cannot reach
   // them or the Pareto front are not simulated. 0 = simulate every plan.
   std::int64_t keep = 100;
-  int threads = 0;  // scoring threads; 0 = hardware concurrency
+  int threads = 0;  // scoring threads; 0 = all cores but one (left to the GUI thread)
 };
 
 struct TuneTarget {
