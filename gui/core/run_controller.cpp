@@ -4,33 +4,13 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "db/store/record_json.hpp"
 #include "db/store/run_writer.hpp"
 #include "engine/runtime/trainer.hpp"
-#include "engine/schedule/schedule.hpp"
 
 namespace pipetune::gui {
 
 namespace {
-
-// The plan as `pipetune train` stores it, so that both front ends' runs read the same.
-std::string stored_plan_json(const runtime::TrainOptions& o) {
-  const spec::ParallelPlan& p = o.plan;
-  return nlohmann::json{{"model", o.model.name},
-                        {"tp", p.tp},
-                        {"pp", p.pp},
-                        {"dp", p.dp},
-                        {"ep", p.ep},
-                        {"schedule", p.schedule},
-                        {"chunks", p.chunks},
-                        {"vocab", std::string(schedule::vocab_mode_name(p.vocab))},
-                        {"microbatches", p.microbatches},
-                        {"micro_batch_size", p.micro_batch_size},
-                        {"zero_stage", p.zero_stage},
-                        {"steps", o.steps},
-                        {"seed", o.seed},
-                        {"time_unit", "s"}}
-      .dump();
-}
 
 // Mean tokens/s over the steps after the first (which warms caches and pools), as `train`.
 double steady_tokens_per_s(const runtime::TrainResult& r) {
@@ -120,8 +100,9 @@ bool RunController::start(const RunRequest& request) {
     QString message;
     try {
       writer = std::make_unique<db::RunWriter>(
-          path, db::RunInfo{profiler::TraceKind::Measured, name, stored_plan_json(o),
-                            nlohmann::json{{"model", o.model.name}}.dump()});
+          path, db::RunInfo{profiler::TraceKind::Measured, name,
+                            db::training_plan_json(o.model, o.plan, o.steps, o.seed).dump(),
+                            db::training_specs_json(o.model).dump()});
       const std::int64_t id = writer->run_id();
       inbox_.post([this, id] {
         run_id_ = id;

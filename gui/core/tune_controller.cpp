@@ -4,6 +4,7 @@
 #include <exception>
 #include <nlohmann/json.hpp>
 
+#include "db/store/record_json.hpp"
 #include "db/store/workspace.hpp"
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
@@ -16,43 +17,16 @@ namespace pipetune::gui {
 
 namespace {
 
-// A stored trial as `pipetune tune` writes it (cli/tuning_target.cpp trial_json: the same keys,
-// so `pipetune export --search` reads the GUI's searches).
-nlohmann::json plan_json(const spec::ParallelPlan& p, const std::string& vocab_label) {
-  return {{"tp", p.tp},
-          {"pp", p.pp},
-          {"dp", p.dp},
-          {"ep", p.ep},
-          {"chunks", p.chunks},
-          {"micro_batch_size", p.micro_batch_size},
-          {"microbatches", p.microbatches},
-          {"global_batch", p.global_batch},
-          {"schedule", p.schedule},
-          {"vocab", vocab_label},
-          {"layer_split", p.layer_split},
-          {"recompute", std::string(spec::recompute_name(p.recompute))},
-          {"sequence_parallel", p.sequence_parallel},
-          {"zero_stage", p.zero_stage}};
-}
-
-nlohmann::json trial_json(const TuneRequest& t, const spec::ParallelPlan& plan,
-                          const std::string& vocab_label) {
-  return {{"model", t.model_preset},
-          {"hardware", t.hardware_preset},
-          {"gpus", t.gpus},
-          {"nodes_of", t.nodes_of},
-          {"global_batch", t.global_batch},
-          {"seq", t.seq},
-          {"plan", plan_json(plan, vocab_label)}};
-}
-
+// Stored as `pipetune tune` stores a search (db/store/record_json.hpp), so the CLI reads it.
 std::int64_t store_search(const std::string& path, const TuneRequest& request,
                           const tuner::SearchResult& r) {
+  const db::TrialTarget target{request.model_preset, request.hardware_preset, request.gpus,
+                               request.nodes_of,     request.global_batch,    request.seq};
   std::vector<db::TrialRecord> trials;
   trials.reserve(r.ranked.size());
   for (const auto& c : r.ranked) {
     db::TrialRecord t;
-    t.plan_json = trial_json(request, c.plan, c.vocab_label).dump();
+    t.plan_json = db::trial_json(target, c.plan, c.vocab_label).dump();
     t.iteration_s = c.score.iteration_time;
     t.tokens_per_s = c.score.tokens_per_s;
     t.mfu = c.score.mfu;
