@@ -233,10 +233,11 @@ TEST(TimelineLod, DrawCommandsAreBoundedByTheWidthNotTheSpans) {
     // Each memory series: one point per pixel column at most (3 series per rank).
     EXPECT_LE(c.points, 3u * kLanes * (kWidth + 2)) << c.spans << " spans";
     EXPECT_GT(c.folded, c.spans / 2) << "most spans are sub-pixel and must be folded";
-    if (prev.spans > 0)
+    if (prev.spans > 0) {
       EXPECT_EQ(c.commands, prev.commands)
           << "the frame grew from " << prev.commands << " to " << c.commands
           << " commands when the spans went from " << prev.spans << " to " << c.spans;
+    }
     prev = c;
   }
 }

@@ -184,7 +184,9 @@ TEST(TimelineScreenshot, LanesBlocksAndBubbleHatchesAreWhereTheTraceSays) {
     }
     // 1F1B: rank 0 waits between its warm-up forwards and its first backward (p - 1 F + B
     // round trips); the last rank's gaps are only the transfers (a few pixels).
-    if (rank == 0) EXPECT_GT(hatched, 0) << "rank 0 shows no bubble";
+    if (rank == 0) {
+      EXPECT_GT(hatched, 0) << "rank 0 shows no bubble";
+    }
     const double x_first = e.x(spans.front().start_ns);
     if (x_first - e.g.header_px > 12) {
       const QRgb p =
