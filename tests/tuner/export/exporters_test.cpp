@@ -5,6 +5,7 @@
 #include "tuner/export/exporters.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <toml++/toml.h>
 #include <cmath>
@@ -39,7 +40,12 @@ bool has_line(const std::string& text, const std::string& line) {
 
 // The script must at least be valid bash.
 void expect_valid_bash(const std::string& script) {
-  const auto path = std::filesystem::temp_directory_path() / "pipetune_megatron_test.sh";
+  // A file of this call's own: tests run in parallel processes.
+  std::string tmpl = (std::filesystem::temp_directory_path() / "pipetune_megatron_XXXXXX").string();
+  const int fd = ::mkstemp(tmpl.data());
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  const std::filesystem::path path = tmpl;
   std::ofstream(path) << script;
   const int rc = std::system(("bash -n " + path.string()).c_str());
   std::filesystem::remove(path);
