@@ -23,8 +23,8 @@ struct ExecutionOptions {
   // A pipeline send carries 1/tp of an activation per TP rank (SC21 scatter-gather, and what
   // sequence parallelism does anyway); false: every TP rank sends the whole activation.
   bool pp_scatter_gather = true;
-  int activation_bytes = 2;         // bf16 / fp16 activations and TP, PP, EP messages
-  int gradient_reduce_bytes = 4;    // DP gradient reduction in fp32 (Megatron's bf16 default)
+  int activation_bytes = 2;          // bf16 / fp16 activations and TP, PP, EP messages
+  int gradient_reduce_bytes = 4;     // DP gradient reduction in fp32 (Megatron's bf16 default)
   double moe_capacity_factor = 0.0;  // > 0: expert compute and all-to-all padded to capacity
 };
 

@@ -44,10 +44,10 @@ WorkTime work_time(const Work& work, const spec::HardwareSpec& hw, const GroupLi
     if (count <= 0.0) return 0.0;
     return count * collective_time(kind, bytes / count, tp);
   };
-  t.tp_comm = each(Collective::AllReduce, work.tp_all_reduce_bytes, work.tp_all_reduce_count) +
-              each(Collective::AllGather, work.tp_all_gather_bytes, work.tp_all_gather_count) +
-              each(Collective::ReduceScatter, work.tp_reduce_scatter_bytes,
-                   work.tp_reduce_scatter_count);
+  t.tp_comm =
+      each(Collective::AllReduce, work.tp_all_reduce_bytes, work.tp_all_reduce_count) +
+      each(Collective::AllGather, work.tp_all_gather_bytes, work.tp_all_gather_count) +
+      each(Collective::ReduceScatter, work.tp_reduce_scatter_bytes, work.tp_reduce_scatter_count);
   t.tp_exposed = exec.tp_comm_overlap ? std::max(0.0, t.tp_comm - t.gemm) : t.tp_comm;
   if (work.ep_all_to_all_count > 0.0)
     t.ep_comm = work.ep_all_to_all_count *
@@ -82,8 +82,8 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
       (spec::is_moe_layer(model, layer) ? moe_layers : dense_layers)[r] += 1.0;
   }
   const PassWork dense = transformer_layer_work(model, plan, exec, false);
-  const PassWork moe = spec::is_moe(model) ? transformer_layer_work(model, plan, exec, true)
-                                           : PassWork{};
+  const PassWork moe =
+      spec::is_moe(model) ? transformer_layer_work(model, plan, exec, true) : PassWork{};
   const bool vocab_parallel = plan.vocab != schedule::VocabMode::None;
   const int first_rank = where.rank_of_group(0), last_rank = where.rank_of_group(groups - 1);
   const PassWork embedding = embedding_work(model, plan, exec);
@@ -130,8 +130,7 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
     st.forward = work_time(work.forward, hw, links.tp, links.ep, exec);
     st.input_grad = work_time(work.input_grad, hw, links.tp, links.ep, exec);
     st.weight_grad = work_time(work.weight_grad, hw, links.tp, links.ep, exec);
-    st.executed_flops =
-        work.forward.flops() + work.input_grad.flops() + work.weight_grad.flops();
+    st.executed_flops = work.forward.flops() + work.input_grad.flops() + work.weight_grad.flops();
     out.activation_bytes_per_microbatch[i] = layer_bytes * (dense_layers[i] + moe_layers[i]);
 
     // Data parallelism over the stage's parameters.
@@ -161,8 +160,7 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
           collective_time(Collective::AllReduce, sp.expert * grad_bytes, links.expert_dp);
     }
     const double local = plan.zero_stage >= 1 ? shared / plan.dp + sp.expert / edp : sp.total();
-    st.optimizer =
-        local * kOptimizerBytesPerParameter / (hw.efficiency.memory * hw.hbm_bandwidth);
+    st.optimizer = local * kOptimizerBytesPerParameter / (hw.efficiency.memory * hw.hbm_bandwidth);
   }
 
   // Tied embeddings on two stages keep their copies equal with one all-reduce per iteration.

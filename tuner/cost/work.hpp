@@ -54,8 +54,8 @@ inline Work operator+(Work a, const Work& b) {
 
 // The three passes of a part of the model for one micro-batch.
 struct PassWork {
-  Work forward;     // F
-  Work input_grad;  // B, recomputation included
+  Work forward;      // F
+  Work input_grad;   // B, recomputation included
   Work weight_grad;  // W
 };
 

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <mutex>
 #include <map>
+#include <mutex>
 
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
