@@ -42,7 +42,7 @@ void expect_input_error(const testing::ProcessResult& r, const std::string& text
 
 TEST(CalibrateCli, FitsTheMeasuredRunsAndWritesAUsableHardwareFile) {
   Dir d;
-  for (const std::vector<std::string> plan :
+  for (const std::vector<std::string>& plan :
        {std::vector<std::string>{"--pp", "2", "--tp", "1", "--dp", "1"},
         std::vector<std::string>{"--pp", "1", "--tp", "2", "--dp", "1"}}) {
     std::vector<std::string> args = {"train", "--config",  "tiny-train", "--steps",
@@ -61,7 +61,9 @@ TEST(CalibrateCli, FitsTheMeasuredRunsAndWritesAUsableHardwareFile) {
   EXPECT_LE(j["after"]["rms_log"].get<double>(), j["before"]["rms_log"].get<double>());
   for (const auto& [name, v] : j["fitted"].items()) {
     EXPECT_GT(v.get<double>(), 0.0) << name;
-    if (name != "gemm_half_flops") EXPECT_LE(v.get<double>(), 1.0) << name;
+    if (name != "gemm_half_flops") {
+      EXPECT_LE(v.get<double>(), 1.0) << name;
+    }
   }
   // The written file is a hardware file: predict accepts it and uses its fitted table.
   const testing::ProcessResult p =

@@ -123,7 +123,9 @@ TEST(ChromeTraceExport, SimulatedTraceProcessesThreadsSpansAndMemory) {
     EXPECT_EQ(e.at("cat"), std::string(profiler::span_kind_name(s.kind)));
     EXPECT_EQ(e.at("name"), t.span_label(s));
     EXPECT_EQ(ns_of(e.at("ts")), s.start_ns);
-    if (e.at("ph") == "X") EXPECT_EQ(ns_of(e.at("dur")), s.end_ns - s.start_ns);
+    if (e.at("ph") == "X") {
+      EXPECT_EQ(ns_of(e.at("dur")), s.end_ns - s.start_ns);
+    }
     EXPECT_EQ(e.at("args").value("microbatch", -1), s.microbatch);
   }
 

@@ -90,7 +90,9 @@ TEST(Calibration, FractionsStayWithinTheirRange) {
     spec::HardwareEfficiency e = r.efficiency;
     const double v = efficiency_field(e, p);
     EXPECT_GT(v, 0.0) << efficiency_parameter_name(p);
-    if (p != EfficiencyParameter::GemmHalfFlops) EXPECT_LE(v, 1.0) << efficiency_parameter_name(p);
+    if (p != EfficiencyParameter::GemmHalfFlops) {
+      EXPECT_LE(v, 1.0) << efficiency_parameter_name(p);
+    }
   }
 }
 
