@@ -17,24 +17,14 @@
 #include "engine/spec/run_spec.hpp"
 #include "tests/gui/core/event_wait.hpp"
 #include "tests/gui/support/gui_test_env.hpp"
+#include "tests/gui/support/temp_dir.hpp"
 
 namespace pipetune::gui {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("pipetune_gui_run_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  QString file(const char* name) const { return QString::fromStdString((path / name).string()); }
-};
+using pipetune::testing::TempDir;
 
 // presets/runs/tiny-train.toml: tiny on 8 ranks, tp=2 pp=2 dp=2, 8 micro-batches of 4.
 RunRequest tiny_request(int steps) {
@@ -68,7 +58,7 @@ TEST(RunController, TrainsOnAWorkerAndStoresTheRun) {
   test::test_core_app();
   TempDir dir;
   RunController c;
-  c.set_workspace(dir.file("ws.db"));
+  c.set_workspace(dir.qfile("ws.db"));
   std::vector<int> steps_seen;
   QObject::connect(&c, &RunController::step_done,
                    [&](int step, double, double) { steps_seen.push_back(step); });
@@ -107,7 +97,7 @@ TEST(RunController, TrainsOnAWorkerAndStoresTheRun) {
   }
 
   // Stored: a complete measured run with every span the GUI received and each step.
-  db::Workspace ws(dir.file("ws.db").toStdString());
+  db::Workspace ws(dir.qfile("ws.db").toStdString());
   const db::RunRecord rec = ws.run(c.run_id());
   EXPECT_EQ(rec.status, db::RunStatus::Complete);
   EXPECT_EQ(rec.kind, profiler::TraceKind::Measured);
@@ -121,7 +111,7 @@ TEST(RunController, StopEndsTheRunCleanlyAsInterrupted) {
   test::test_core_app();
   TempDir dir;
   RunController c;
-  c.set_workspace(dir.file("ws.db"));
+  c.set_workspace(dir.qfile("ws.db"));
   QObject::connect(&c, &RunController::step_done, [&](int step, double, double) {
     if (step == 2) c.stop();
   });
@@ -131,7 +121,7 @@ TEST(RunController, StopEndsTheRunCleanlyAsInterrupted) {
   const int steps = static_cast<int>(c.loss_series().size());
   EXPECT_GE(steps, 2);
   EXPECT_LT(steps, 100000);
-  db::Workspace ws(dir.file("ws.db").toStdString());
+  db::Workspace ws(dir.qfile("ws.db").toStdString());
   const db::RunRecord rec = ws.run(c.run_id());
   EXPECT_EQ(rec.status, db::RunStatus::Interrupted);
   EXPECT_EQ(ws.steps(c.run_id()).size(), static_cast<std::size_t>(steps))
@@ -147,7 +137,7 @@ TEST(RunController, AnErrorEndsTheRunAsFailedWithItsMessage) {
     out << "these are my notes, not a database\n";
   }
   RunController c;
-  c.set_workspace(dir.file("notes.db"));
+  c.set_workspace(dir.qfile("notes.db"));
   ASSERT_TRUE(c.start(tiny_request(2)));
   const Ended e = wait_for_end(c);
   EXPECT_EQ(e.outcome, RunOutcome::Failed);
@@ -160,7 +150,7 @@ TEST(RunController, InvalidPlansAreRefusedBeforeAnyWrite) {
   test::test_core_app();
   TempDir dir;
   RunController c;
-  c.set_workspace(dir.file("ws.db"));
+  c.set_workspace(dir.qfile("ws.db"));
   RunRequest r = tiny_request(2);
   r.plan.tp = 3;  // tiny has 4 heads
   r.plan.global_batch = 0;

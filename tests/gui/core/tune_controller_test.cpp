@@ -17,6 +17,7 @@
 #include "gui/core/plan_export.hpp"
 #include "tests/gui/core/event_wait.hpp"
 #include "tests/gui/support/gui_test_env.hpp"
+#include "tests/gui/support/temp_dir.hpp"
 #include "tuner/search/evaluator_scorer.hpp"
 
 namespace pipetune::gui {
@@ -24,18 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("pipetune_gui_tune_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  QString file(const char* name) const { return QString::fromStdString((path / name).string()); }
-};
+using pipetune::testing::TempDir;
 
 TuneRequest small_request() {
   TuneRequest r;
@@ -72,7 +62,7 @@ TEST(TuneController, SearchesOnAWorkerAndStoresTheSearch) {
   test::test_core_app();
   TempDir dir;
   TuneController c;
-  c.set_workspace(dir.file("ws.db"));
+  c.set_workspace(dir.qfile("ws.db"));
   std::int64_t last_done = -1, last_total = -1;
   QObject::connect(&c, &TuneController::progress, [&](qint64 done, qint64 total) {
     EXPECT_GE(done, last_done) << "progress never goes back";
@@ -101,7 +91,7 @@ TEST(TuneController, SearchesOnAWorkerAndStoresTheSearch) {
   EXPECT_EQ(m->candidates_enumerated(), direct.candidates_enumerated);
 
   // Stored as `pipetune tune` stores it: one trial per ranked plan, the target and plan as JSON.
-  db::Workspace ws(dir.file("ws.db").toStdString());
+  db::Workspace ws(dir.qfile("ws.db").toStdString());
   EXPECT_EQ(ws.latest_search_id(), c.search_id());
   const auto trials = ws.trials(c.search_id());
   ASSERT_EQ(trials.size(), direct.ranked.size());
@@ -120,7 +110,7 @@ TEST(TuneController, CancelEndsALongSearchAndStoresNothing) {
   test::test_core_app();
   TempDir dir;
   TuneController c;
-  c.set_workspace(dir.file("ws.db"));
+  c.set_workspace(dir.qfile("ws.db"));
   TuneRequest r;  // a big search: tens of thousands of plans
   r.model_preset = "llama3-405b";
   r.hardware_preset = "h100-sxm";
@@ -165,7 +155,7 @@ TEST(TuneController, PreviewExportAndSmallScale) {
   test::test_core_app();
   TempDir dir;
   TuneController c;
-  c.set_workspace(dir.file("ws.db"));
+  c.set_workspace(dir.qfile("ws.db"));
   ASSERT_FALSE(run_search(c, small_request()).cancelled);
   ASSERT_GT(c.results()->rowCount(), 0);
   c.results()->sort(ResultsTableModel::PeakMemory, Qt::AscendingOrder);
@@ -213,7 +203,7 @@ TEST(TuneController, PreviewExportAndSmallScale) {
 
   // Export: the pipetune run file is that small-scale run (tuner/export/pipetune_export.cpp) and
   // reads back as it; files are never overwritten unasked.
-  const QString path = dir.file("plan.toml");
+  const QString path = dir.qfile("plan.toml");
   EXPECT_EQ(write_export(tuner::ExportFormat::Pipetune, c.export_request(0), path, false),
             ExportWrite::Written);
   const spec::RunSpec run = spec::load_run(path.toStdString());
@@ -232,7 +222,7 @@ TEST(TuneController, PreviewExportAndSmallScale) {
   ASSERT_TRUE(f.open(QIODevice::ReadOnly));
   EXPECT_EQ(f.readAll(), before) << "the existing file is untouched";
   f.close();
-  const QString script = dir.file("train.sh");
+  const QString script = dir.qfile("train.sh");
   EXPECT_EQ(write_export(tuner::ExportFormat::Megatron, c.export_request(0), script, false),
             ExportWrite::Written);
   EXPECT_TRUE(QFileInfo(script).isExecutable());

@@ -23,6 +23,7 @@
 #include "engine/schedule/generators.hpp"
 #include "tests/gui/core/event_wait.hpp"
 #include "tests/gui/support/gui_test_env.hpp"
+#include "tests/gui/support/temp_dir.hpp"
 #include "tuner/sim/simulator.hpp"
 
 extern char** environ;
@@ -32,18 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("pipetune_gui_ws_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const char* name) const { return (path / name).string(); }
-};
+using pipetune::testing::TempDir;
 
 // 1F1B, 4 stages, 8 micro-batches, F=1 B=2 (cost units as ns x 1e9 in the trace).
 profiler::Trace simulated_trace() {

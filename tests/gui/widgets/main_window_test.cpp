@@ -37,6 +37,7 @@
 #include "gui/timeline/timeline_widget.hpp"
 #include "tests/gui/core/event_wait.hpp"
 #include "tests/gui/support/gui_test_env.hpp"
+#include "tests/gui/support/temp_dir.hpp"
 #include "tuner/sim/simulator.hpp"
 
 namespace pipetune::gui {
@@ -44,18 +45,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("pipetune_gui_window_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  QString file(const char* name) const { return QString::fromStdString((path / name).string()); }
-};
+using pipetune::testing::TempDir;
 
 QString artifacts_dir() {
   const QByteArray env = qgetenv("PIPETUNE_GUI_ARTIFACTS");
@@ -86,7 +76,7 @@ TEST(MainWindow, GuiThreadKeepsProcessingEventsDuringALongTuneAndCancelEndsIt) {
   QApplication* app = test::gui_test_app();
   if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
   TempDir dir;
-  MainWindow window(dir.file("ws.db"));
+  MainWindow window(dir.qfile("ws.db"));
   window.show();
   TunePage* tune = window.tune_page();
   window.tabs()->setCurrentWidget(tune);
@@ -150,7 +140,7 @@ TEST(MainWindow, AnInvalidPlanTypedIntoTheFormShowsTheRuleInline) {
   QApplication* app = test::gui_test_app();
   if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
   TempDir dir;
-  MainWindow window(dir.file("ws.db"));
+  MainWindow window(dir.qfile("ws.db"));
   window.show();
   SetupPage* setup = window.setup_page();
   window.tabs()->setCurrentWidget(setup);
@@ -203,7 +193,7 @@ TEST(MainWindow, BadWorkspacesAndRunsBeingWrittenShowAMessage) {
   QApplication* app = test::gui_test_app();
   if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
   TempDir dir;
-  const QString notes = dir.file("notes.db");
+  const QString notes = dir.qfile("notes.db");
   {
     std::ofstream out(notes.toStdString());
     out << "not a database at all\n";
@@ -225,7 +215,7 @@ TEST(MainWindow, BadWorkspacesAndRunsBeingWrittenShowAMessage) {
   EXPECT_EQ(window.workspace_model()->rowCount(), 0);
 
   // A run another writer is still writing (a live writer in this process).
-  const std::string path = dir.file("ws.db").toStdString();
+  const std::string path = dir.qfile("ws.db").toStdString();
   db::store_trace(path, {profiler::TraceKind::Simulated, "done", "{}", "{}"},
                   small_simulated_trace());
   db::RunWriter writer(path, {profiler::TraceKind::Measured, "live", "{}", "{}"});
@@ -254,7 +244,7 @@ TEST(MainWindow, TrainStreamsTheLiveRunAndStopStoresItInterrupted) {
   QApplication* app = test::gui_test_app();
   if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
   TempDir dir;
-  MainWindow window(dir.file("ws.db"));
+  MainWindow window(dir.qfile("ws.db"));
   window.resize(1400, 900);
   window.show();
   TrainPage* train = window.train_page();
@@ -295,7 +285,7 @@ TEST(MainWindow, InspectComparesTwoRunsWithThePerStageDiff) {
   QApplication* app = test::gui_test_app();
   if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
   TempDir dir;
-  const std::string path = dir.file("ws.db").toStdString();
+  const std::string path = dir.qfile("ws.db").toStdString();
   // The same 1F1B pipeline simulated twice, the second with backward passes 50% slower.
   schedule::GeneratorParams g;
   g.name = "1f1b";
@@ -338,7 +328,7 @@ TEST(MainWindow, TunerResultsScreenshotWithTheParetoFrontWhereTheResultsPutIt) {
   QApplication* app = test::gui_test_app();
   if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
   TempDir dir;
-  MainWindow window(dir.file("ws.db"));
+  MainWindow window(dir.qfile("ws.db"));
   window.resize(1500, 950);
   window.show();
   TunePage* tune = window.tune_page();
@@ -426,7 +416,7 @@ TEST(MainWindow, TunerResultsScreenshotWithTheParetoFrontWhereTheResultsPutIt) {
       << window.train_page()->status_label()->text().toStdString();
   ASSERT_TRUE(test::process_events_until([&] { return ended; }));
   EXPECT_EQ(outcome, RunOutcome::Interrupted);
-  db::Workspace ws(dir.file("ws.db").toStdString());
+  db::Workspace ws(dir.qfile("ws.db").toStdString());
   const db::RunRecord run = ws.run(window.runs()->run_id());
   EXPECT_EQ(run.status, db::RunStatus::Interrupted);
   int compute_ranks = 0;
