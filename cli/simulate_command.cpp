@@ -11,6 +11,7 @@
 #include "cli/format.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/chrome_trace.hpp"
+#include "db/store/record_json.hpp"
 #include "db/store/run_writer.hpp"
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
@@ -89,6 +90,50 @@ tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
   return setup;
 }
 
+// The whole iteration of a run file's plan: what dp, ep and zero_stage add to the pipeline.
+nlohmann::json iteration_json(const tuner::PlanEvaluation& e, const spec::RunSpec& run) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& m : e.memory.stages)
+    stages.push_back({{"stage", m.stage},
+                      {"parameters", m.parameters},
+                      {"gradients", m.gradients},
+                      {"optimizer", m.optimizer},
+                      {"activations", m.activations},
+                      {"overhead", m.overhead},
+                      {"total", m.total()}});
+  return {{"dp", run.plan.dp},
+          {"ep", run.plan.ep},
+          {"zero_stage", run.plan.zero_stage},
+          {"pipeline_time", e.pipeline_time},
+          {"data_parallel_time", e.data_parallel_time},
+          {"optimizer_time", e.optimizer_time},
+          {"iteration_time", e.iteration_time},
+          {"tokens_per_s", e.tokens_per_s},
+          {"mfu", e.mfu},
+          {"memory",
+           {{"device_bytes", e.memory.device_bytes},
+            {"peak_bytes", e.memory.peak_bytes},
+            {"peak_stage", e.memory.peak_stage},
+            {"fits", e.memory.fits()},
+            {"stages", stages}}}};
+}
+
+void print_iteration(const tuner::PlanEvaluation& e, const spec::RunSpec& run) {
+  std::printf("whole iteration, dp=%d ep=%d ZeRO-%d: pipeline %s + data-parallel %s + optimizer "
+              "%s = %s   %.0f tokens/s   MFU %.1f%%\n",
+              run.plan.dp, run.plan.ep, run.plan.zero_stage, human_time(e.pipeline_time).c_str(),
+              human_time(e.data_parallel_time).c_str(), human_time(e.optimizer_time).c_str(),
+              human_time(e.iteration_time).c_str(), e.tokens_per_s, 100.0 * e.mfu);
+  const auto& peak = e.memory.stages.at(static_cast<std::size_t>(e.memory.peak_stage));
+  std::printf("memory per device: peak %s on stage %d of %s (weights %s, gradients %s, optimizer "
+              "%s, activations %s)%s\n",
+              human_bytes(e.memory.peak_bytes).c_str(), e.memory.peak_stage,
+              human_bytes(e.memory.device_bytes).c_str(), human_bytes(peak.parameters).c_str(),
+              human_bytes(peak.gradients).c_str(), human_bytes(peak.optimizer).c_str(),
+              human_bytes(peak.activations).c_str(),
+              e.memory.fits() ? "" : ("  DOES NOT FIT: " + e.memory.binding_constraint()).c_str());
+}
+
 nlohmann::json to_json(const tuner::SimulationSetup& setup, const schedule::Schedule& s,
                        const sim::SimResult& r) {
   nlohmann::json j;
@@ -115,6 +160,7 @@ nlohmann::json to_json(const tuner::SimulationSetup& setup, const schedule::Sche
     stages.push_back(o);
   }
   j["stages"] = stages;
+  if (setup.iteration) j["iteration"] = iteration_json(*setup.iteration, *setup.run);
   return j;
 }
 
@@ -124,9 +170,12 @@ void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& 
               s.stages, s.microbatches, s.chunks,
               std::string(schedule::vocab_mode_name(s.vocab)).c_str());
   if (!setup.description.empty()) std::printf("%s\n", setup.description.c_str());
-  std::printf("iteration time %s   pipeline bubble %.1f%%   %zu ops\n\n",
+  std::printf("%s %s   pipeline bubble %.1f%%   %zu ops\n",
+              setup.iteration ? "pipeline time" : "iteration time",
               human_time(r.iteration_time, setup.time_unit).c_str(), 100.0 * r.bubble_ratio,
               r.op_count);
+  if (setup.iteration) print_iteration(*setup.iteration, *setup.run);
+  std::printf("\n");
   const bool bytes = !r.stages.empty() && r.stages[0].peak_activation_bytes >= 0.0;
   std::printf("%-6s %14s %14s %8s %14s%s\n", "stage", "busy", "bubble", "bubble%", "peak act (mb)",
               bytes ? "   peak act bytes" : "");
@@ -148,14 +197,15 @@ void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& 
 // The run as the store keeps it: what was simulated, and the unit of its times.
 std::int64_t store_simulation(const SimulateArgs& a, const tuner::SimulationSetup& setup,
                               const schedule::Schedule& s, const sim::SimResult& r) {
-  nlohmann::json plan = {{"schedule", s.name},
-                         {"pp", s.stages},
-                         {"tp", 1},
-                         {"dp", 1},
-                         {"microbatches", s.microbatches},
-                         {"chunks", s.chunks},
-                         {"vocab", std::string(schedule::vocab_mode_name(s.vocab))},
-                         {"time_unit", setup.time_unit}};
+  const std::string vocab(schedule::vocab_mode_name(s.vocab));
+  nlohmann::json plan = setup.run ? db::plan_to_json(setup.run->plan, vocab)
+                                  : nlohmann::json{{"pp", s.stages}, {"tp", 1}, {"dp", 1}};
+  plan["schedule"] = s.name;
+  plan["pp"] = s.stages;
+  plan["microbatches"] = s.microbatches;
+  plan["chunks"] = s.chunks;
+  plan["vocab"] = vocab;
+  plan["time_unit"] = setup.time_unit;
   if (!a.config.empty()) plan["config"] = a.config;
   const std::string name = !a.name.empty()
                                ? a.name

@@ -33,6 +33,8 @@ SimulationSetup setup_from_run_file(const std::string& name_or_path) {
                 static_cast<long long>(run.model.seq_len),
                 100.0 * AnalyticAssumptions{}.matmul_efficiency);
   setup.description = line;
+  setup.iteration = evaluate_plan(run.model, run.cluster, plan);
+  setup.run = run;
   return setup;
 }
 

@@ -1,11 +1,18 @@
 // Turns a run file (model, cluster, plan) into what the simulator needs: generator parameters,
-// per-stage op costs from the analytic cost model, and activation bytes per stage.
+// per-stage op costs from the analytic cost model, and activation bytes per stage. Every plan key
+// is applied: tp, pp, chunks, micro-batches, vocab, recompute and sequence_parallel enter the op
+// costs and the schedule; dp, ep and zero_stage enter the iteration after the pipeline (exposed
+// data-parallel communication, optimizer step) and the per-stage memory, evaluated as
+// `pipetune predict` does (tuner/predict/evaluate.hpp).
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "engine/schedule/costs.hpp"
 #include "engine/schedule/generators.hpp"
+#include "engine/spec/run_spec.hpp"
+#include "tuner/predict/evaluate.hpp"
 #include "tuner/sim/simulator.hpp"
 
 namespace pipetune::tuner {
@@ -16,6 +23,10 @@ struct SimulationSetup {
   sim::SimOptions options;
   std::string description;      // one line: model, cluster, plan
   std::string time_unit = "s";  // unit of every time in the costs and results
+  // From a run file only: the run, and the whole iteration (pipeline + data-parallel + optimizer)
+  // with memory per stage.
+  std::optional<spec::RunSpec> run;
+  std::optional<PlanEvaluation> iteration;
 };
 
 // name_or_path: a preset under presets/runs/ or a path to a run TOML. Throws InputError

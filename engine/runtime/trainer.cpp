@@ -180,9 +180,20 @@ PreparedRun prepare(const TrainOptions& options) {
   spec::validate(p.plan);
   if (options.steps < 1)
     throw InputError("steps must be at least 1 (got " + n(options.steps) + ")");
+  // Plan settings the engine does not carry out are refused, never trained without (issue 12).
+  // The simulator and predict model them; the engine keeps every activation and replicates
+  // layer-norm and dropout work across the TP group.
   if (p.plan.zero_stage > 1)
     throw InputError("zero_stage=" + n(p.plan.zero_stage) +
-                     ": the engine implements ZeRO-1 (optimizer state sharding) only");
+                     ": the engine implements ZeRO-1 (optimizer state sharding) only; set "
+                     "zero_stage = 0 or 1 to train (predict and simulate model stages 2 and 3)");
+  if (p.plan.recompute != spec::Recompute::None)
+    throw InputError("recompute=\"" + std::string(spec::recompute_name(p.plan.recompute)) +
+                     "\": the engine does not recompute activations; set recompute = \"none\" to "
+                     "train (predict and simulate model recomputation)");
+  if (p.plan.sequence_parallel)
+    throw InputError("sequence_parallel=true: the engine does not implement sequence parallelism; "
+                     "set sequence_parallel = false to train (predict and simulate model it)");
   if (p.plan.world_size() > kMaxTrainRanks)
     throw InputError("world = tp*pp*dp = " + n(p.plan.world_size()) + " ranks is more than the " +
                      n(kMaxTrainRanks) + " rank threads the embedded engine runs");

@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -81,6 +82,47 @@ TEST_F(ConfigCli, PathToRunFileWorks) {
   r = run_pipetune({"simulate", "--config", good, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out).at("schedule"), "zb-h1");
+}
+
+// Issue 12: every plan key of a run file is applied. dp and zero_stage do not change the
+// pipeline, so they must show in the whole iteration: the pipeline plus the exposed
+// data-parallel communication plus the optimizer step, and the memory of each stage.
+TEST_F(ConfigCli, DataParallelAndZeroStageEnterTheIteration) {
+  const auto run_file = [&](int zero) {
+    return write("zero" + std::to_string(zero) + ".toml",
+                 "model = \"llama3-8b\"\ncluster = \"dgx-h100-8\"\n[plan]\ntp = 2\npp = 2\n"
+                 "dp = 2\nmicrobatches = 8\nrecompute = \"selective\"\nzero_stage = " +
+                     std::to_string(zero) + "\n");
+  };
+  std::vector<nlohmann::json> it;
+  for (int zero : {0, 1, 3}) {
+    const auto r = run_pipetune({"simulate", "--config", run_file(zero), "--json", "--no-db"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    const auto& i = j.at("iteration");
+    EXPECT_EQ(i.at("dp"), 2);
+    EXPECT_EQ(i.at("zero_stage"), zero);
+    // The pipeline part is the simulated schedule this command reports.
+    EXPECT_DOUBLE_EQ(i.at("pipeline_time").get<double>(), j.at("iteration_time").get<double>());
+    EXPECT_GT(i.at("data_parallel_time").get<double>(), 0.0) << "dp=2 reduces gradients";
+    EXPECT_NEAR(i.at("iteration_time").get<double>(),
+                i.at("pipeline_time").get<double>() + i.at("data_parallel_time").get<double>() +
+                    i.at("optimizer_time").get<double>(),
+                1e-12);
+    it.push_back(i);
+  }
+  // ZeRO-1 shards the optimizer state over dp=2, ZeRO-3 also gradients and weights.
+  const auto stage0 = [](const nlohmann::json& i, const char* what) {
+    return i.at("memory").at("stages").at(0).at(what).get<double>();
+  };
+  EXPECT_NEAR(stage0(it[1], "optimizer"), stage0(it[0], "optimizer") / 2.0,
+              1e-6 * stage0(it[0], "optimizer"));
+  EXPECT_LT(stage0(it[2], "gradients"), stage0(it[1], "gradients"));
+  EXPECT_LT(stage0(it[2], "parameters"), stage0(it[1], "parameters"));
+
+  const auto human = run_pipetune({"simulate", "--config", run_file(1), "--no-db", "--no-gantt"});
+  ASSERT_EQ(human.exit_code, 0) << human.err;
+  EXPECT_NE(human.out.find("whole iteration, dp=2 ep=1 ZeRO-1"), std::string::npos) << human.out;
 }
 
 TEST_F(ConfigCli, MalformedTomlNamesFileAndLine) {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "support/run_process.hpp"
@@ -122,6 +123,40 @@ INSTANTIATE_TEST_SUITE_P(
         // A learning rate that blows the weights up: the loss turns non-finite, the run stops and
         // names the step and the rank, exit 1, no hang.
         BadInput{{"--lr", "1e30", "--steps", "5", "--microbatches", "2"}, "loss is", 1}),
+    [](const auto& info) { return "case" + std::to_string(info.index); });
+
+
+// Issue 12: a run file setting what the engine does not carry out is refused by name, never
+// trained without it (and the GUI's Train form goes through the same check_train_options).
+struct RefusedKey {
+  std::string plan_line;
+  std::string message;
+};
+
+class TrainCliRefusesUnimplementedPlanKeys : public ::testing::TestWithParam<RefusedKey> {};
+
+TEST_P(TrainCliRefusesUnimplementedPlanKeys, ExitTwoNamingTheKey) {
+  const RefusedKey& c = GetParam();
+  const std::string path = testing::default_child_cwd() + "/refused.toml";
+  {
+    std::ofstream f(path);
+    f << "model = \"tiny\"\n[cluster]\nhardware = \"a100-80gb\"\ndevices = 8\n"
+      << "[plan]\ntp = 2\npp = 2\ndp = 2\nmicro_batch_size = 2\nmicrobatches = 4\n"
+      << c.plan_line << "\n";
+  }
+  const auto r = run_pipetune({"train", "--config", path, "--steps", "1", "--no-db"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+  EXPECT_EQ(line_count(r.err), 1) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TrainCliRefusesUnimplementedPlanKeys,
+    ::testing::Values(RefusedKey{"recompute = \"full\"", "recompute=\"full\""},
+                      RefusedKey{"recompute = \"selective\"", "recompute=\"selective\""},
+                      RefusedKey{"sequence_parallel = true", "sequence_parallel=true"},
+                      RefusedKey{"zero_stage = 3", "zero_stage=3"}),
     [](const auto& info) { return "case" + std::to_string(info.index); });
 
 }  // namespace

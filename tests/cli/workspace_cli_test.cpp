@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "support/run_process.hpp"
+#include "tests/support/required_data.hpp"
 
 namespace pipetune {
 namespace {
@@ -175,7 +176,8 @@ fs::path real_trace(const char* relative) {
 TEST(WorkspaceCli, ImportsRealProfilesAndReportsThem) {
   const fs::path nsys = real_trace("nsys-2gpu-torchrun/mfu_2gpu_before.sqlite");
   const fs::path pippy = real_trace("pippy-4stage-toy/pipe_visualized.json");
-  if (!fs::exists(nsys) || !fs::exists(pippy)) GTEST_SKIP() << "shared/data/real_traces absent";
+  PIPETUNE_REQUIRE_SHARED(nsys);
+  PIPETUNE_REQUIRE_SHARED(pippy);
   Workspace w;
   const auto in = w.run({"import-nsys", nsys.string(), "--name", "fastvideo"});
   ASSERT_EQ(in.exit_code, 0) << in.err;

@@ -135,11 +135,11 @@ class KinetoTraces : public ::testing::Test {
   void SetUp() override {
     for (int r = 0; r < 2; ++r) {
       const auto gz = real_trace("hta-2rank-nccl/sampled_rank-" + std::to_string(r) + ".json.gz");
-      if (!std::filesystem::exists(gz)) GTEST_SKIP() << "real trace " << gz << " is absent";
+      PIPETUNE_REQUIRE_SHARED(gz);
       plain_[r] = std::make_unique<TempFile>(".json");
       const std::string cmd =
           "gzip -dc '" + gz.string() + "' > '" + plain_[r]->path().string() + "'";
-      if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "no gzip to decompress " << gz;
+      if (std::system(cmd.c_str()) != 0) PIPETUNE_SKIP_OR_FAIL("no gzip to decompress " << gz);
       profile_[r] = import_chrome_trace(plain_[r]->path());
     }
   }

@@ -14,20 +14,16 @@
 
 #include "db/import/imported_profile.hpp"
 #include "profiler/trace.hpp"
+#include "tests/support/required_data.hpp"
 
 namespace pipetune::db::testing {
 
 // The shared folder is a sibling of the repository.
 inline std::filesystem::path real_trace(const std::string& relative) {
-  return std::filesystem::path(PIPETUNE_SOURCE_DIR).parent_path() / "shared/data/real_traces" /
-         relative;
+  return pipetune::test::shared_path("data/real_traces/" + relative);
 }
 
-#define PIPETUNE_REQUIRE_FILE(path)                                                   \
-  do {                                                                                \
-    if (!std::filesystem::exists(path))                                               \
-      GTEST_SKIP() << "real trace " << (path) << " is absent (shared data not here)"; \
-  } while (0)
+#define PIPETUNE_REQUIRE_FILE(path) PIPETUNE_REQUIRE_SHARED(path)
 
 inline int find_lane(const profiler::Trace& t, std::int32_t rank, profiler::Stream stream,
                      std::int32_t index) {

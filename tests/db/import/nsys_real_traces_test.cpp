@@ -30,7 +30,7 @@ class TorchrunExport : public ::testing::Test {
   }
   void SetUp() override {
     if (profile_ == nullptr)
-      GTEST_SKIP() << "real trace nsys-2gpu-torchrun/mfu_2gpu_before.sqlite is absent";
+      PIPETUNE_SKIP_OR_FAIL("real trace nsys-2gpu-torchrun/mfu_2gpu_before.sqlite is absent");
   }
   const profiler::Trace& trace() const { return profile_->trace; }
   // Kernel spans (compute and NCCL) on a rank's stream.

@@ -172,5 +172,31 @@ TEST(PlanFormModel, TrainingIsCheckedByTheEngine) {
   EXPECT_FALSE(form.field_error(PlanField::Tp).isEmpty()) << all_errors(form);
 }
 
+// Issue 12: what the engine does not carry out is refused on the form's field, not dropped.
+TEST(PlanFormModel, TrainingRefusesWhatTheEngineDoesNotCarryOut) {
+  const struct {
+    PlanField field;
+    const char* value;
+    const char* words;
+  } cases[] = {{PlanField::Recompute, "full", "recompute=\"full\""},
+               {PlanField::Recompute, "selective", "recompute=\"selective\""},
+               {PlanField::SequenceParallel, "true", "sequence_parallel=true"},
+               {PlanField::ZeroStage, "2", "zero_stage=2"}};
+  for (const auto& c : cases) {
+    PlanFormModel form;
+    form.load_run_preset("tiny-train");
+    form.set_purpose(PlanPurpose::Train);
+    ASSERT_TRUE(form.valid()) << form.message().toStdString();
+    form.set_value(c.field, c.value);
+    EXPECT_FALSE(form.valid()) << c.words;
+    EXPECT_NE(form.message().toStdString().find(c.words), std::string::npos)
+        << form.message().toStdString();
+    EXPECT_FALSE(form.field_error(c.field).isEmpty()) << c.words << ": " << all_errors(form);
+    // The simulator models it: the same plan is valid for a prediction.
+    form.set_purpose(PlanPurpose::Simulate);
+    EXPECT_TRUE(form.valid()) << c.words << ": " << form.message().toStdString();
+  }
+}
+
 }  // namespace
 }  // namespace pipetune::gui

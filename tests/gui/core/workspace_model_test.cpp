@@ -171,7 +171,7 @@ struct TrainingChild {
 TEST(WorkspaceModel, ARunAnotherProcessIsWritingThenACrashedOne) {
   test::test_core_app();
   if (!fs::exists(PIPETUNE_BIN))
-    GTEST_SKIP() << "the pipetune CLI is not built (" << PIPETUNE_BIN << ")";
+    PIPETUNE_SKIP_OR_FAIL("the pipetune CLI is not built (" << PIPETUNE_BIN << ")");
   TempDir dir;
   const std::string path = dir.file("ws.db");
   TrainingChild child(path);

@@ -1,7 +1,7 @@
 // The display and the Qt application object of a GUI test process (header only).
 //
 //   QApplication* app = pipetune::gui::test::gui_test_app();
-//   if (!app) GTEST_SKIP() << pipetune::gui::test::gui_test_skip_reason();
+//   if (!app) PIPETUNE_SKIP_OR_FAIL(pipetune::gui::test::gui_test_skip_reason());
 //
 // gui_test_app() uses $DISPLAY when an X server answers on it, else starts its own
 // `Xvfb -displayfd N -screen 0 1600x1000x24 -nolisten tcp` (the display number is picked by the
@@ -30,6 +30,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "tests/support/required_data.hpp"
 
 extern char** environ;
 

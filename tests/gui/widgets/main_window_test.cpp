@@ -10,7 +10,6 @@
 
 #include <QApplication>
 #include <QDir>
-#include <QElapsedTimer>
 #include <QKeyEvent>
 #include <QLabel>
 #include <QLineEdit>
@@ -74,7 +73,7 @@ void select_all_and_type(QLineEdit* line, const QString& text) {
 
 TEST(MainWindow, GuiThreadKeepsProcessingEventsDuringALongTuneAndCancelEndsIt) {
   QApplication* app = test::gui_test_app();
-  if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
+  if (!app) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
   TempDir dir;
   MainWindow window(dir.qfile("ws.db"));
   window.show();
@@ -83,53 +82,52 @@ TEST(MainWindow, GuiThreadKeepsProcessingEventsDuringALongTuneAndCancelEndsIt) {
   // A big search: Llama 3 405B on 1024 H100s, every schedule (tens of thousands of plans).
   tune->set_target("llama3-405b", "h100-sxm", 1024, 2048, QString(), 0);  // exhaustive
 
-  // A GUI-thread timer at 20 ms: while the search runs, its ticks must keep coming.
+  // A GUI-thread timer at 20 ms: while the search runs, its ticks must keep coming. What is
+  // asserted is order, not time (a loaded machine only slows both sides): 50 ticks arrive
+  // before the search ends, with progress in between, and Cancel ends the search before it has
+  // scored every plan. The longest-gap figure is tests/bench/gui/tune_responsiveness_bench.cpp's.
   int ticks = 0;
-  qint64 longest_gap_ms = 0;
-  QElapsedTimer since_tick;
   QTimer timer;
   timer.setInterval(20);
-  QObject::connect(&timer, &QTimer::timeout, [&] {
-    if (ticks > 0) longest_gap_ms = std::max(longest_gap_ms, since_tick.elapsed());
-    since_tick.restart();
-    ++ticks;
+  QObject::connect(&timer, &QTimer::timeout, [&] { ++ticks; });
+  std::int64_t last_done = 0, last_total = 0;
+  int progress_at_tick_25 = -1;
+  QObject::connect(window.tuner(), &TuneController::progress, [&](qint64 done, qint64 total) {
+    last_done = done;
+    last_total = total;
   });
-  std::int64_t last_done = 0;
-  QObject::connect(window.tuner(), &TuneController::progress,
-                   [&](qint64 done, qint64) { last_done = done; });
   bool finished = false, cancelled = false;
   QObject::connect(window.tuner(), &TuneController::finished, [&](bool c, QString) {
     finished = true;
     cancelled = c;
   });
-  // The first paint (the timeline's OpenGL set-up under llvmpipe) happens before the clock.
+  // The first paint (the timeline's OpenGL set-up under llvmpipe) happens before the timer.
   for (int i = 0; i < 20; ++i) QApplication::processEvents(QEventLoop::AllEvents, 10);
   timer.start();
-  since_tick.start();
   ASSERT_TRUE(tune->start_search()) << tune->status_label()->text().toStdString();
   ASSERT_TRUE(window.tuner()->running());
   EXPECT_FALSE(tune->start_button()->isEnabled());
   EXPECT_TRUE(tune->cancel_button()->isEnabled());
-  // 50 ticks (about a second of GUI time) with the search still going and reporting progress.
-  ASSERT_TRUE(test::process_events_until([&] { return ticks >= 50 || finished; }));
-  ASSERT_FALSE(finished) << "the search ended before the GUI thread had ticked 50 times; "
-                            "make the search bigger";
+  // A blocked GUI thread would deliver no tick until the search is over.
+  ASSERT_TRUE(test::process_events_until([&] {
+    if (ticks >= 25 && progress_at_tick_25 < 0) progress_at_tick_25 = static_cast<int>(last_done);
+    return ticks >= 50 || finished;
+  }));
+  ASSERT_FALSE(finished) << "the search ended before the GUI thread had ticked 50 times: either "
+                            "the GUI thread was blocked or the search is too small";
   EXPECT_GT(last_done, 0) << "progress reached the GUI thread while the search ran";
+  EXPECT_GT(last_done, progress_at_tick_25) << "progress kept coming between ticks 25 and 50";
   EXPECT_GT(tune->progress_bar()->value(), 0);
-  // A blocked GUI thread would show one gap as long as the search; a live one, the timer rate
-  // give or take scheduling on a loaded machine.
-  EXPECT_LT(longest_gap_ms, 1000) << "the GUI thread stalled for " << longest_gap_ms << " ms";
 
   const int ticks_at_cancel = ticks;
   tune->cancel_button()->click();
   ASSERT_TRUE(test::process_events_until([&] { return finished; }));
   EXPECT_TRUE(cancelled);
-  EXPECT_LT(ticks - ticks_at_cancel, 100) << "Cancel ends the search promptly";
-  std::printf(
-      "GUI timer during the tune: %d ticks of 20 ms before Cancel, longest gap %lld ms; "
-      "%d ticks from Cancel to the end of the search (%lld plans scored)\n",
-      ticks_at_cancel, static_cast<long long>(longest_gap_ms), ticks - ticks_at_cancel,
-      static_cast<long long>(last_done));
+  EXPECT_LT(last_done, last_total) << "Cancel ended the search before every plan was scored";
+  std::printf("GUI timer during the tune: %d ticks before Cancel, %d from Cancel to the end of "
+              "the search (%lld of %lld plans scored)\n",
+              ticks_at_cancel, ticks - ticks_at_cancel, static_cast<long long>(last_done),
+              static_cast<long long>(last_total));
   EXPECT_FALSE(window.tuner()->running());
   EXPECT_TRUE(tune->start_button()->isEnabled());
   EXPECT_NE(tune->status_label()->text().indexOf("cancelled"), -1)
@@ -138,7 +136,7 @@ TEST(MainWindow, GuiThreadKeepsProcessingEventsDuringALongTuneAndCancelEndsIt) {
 
 TEST(MainWindow, AnInvalidPlanTypedIntoTheFormShowsTheRuleInline) {
   QApplication* app = test::gui_test_app();
-  if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
+  if (!app) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
   TempDir dir;
   MainWindow window(dir.qfile("ws.db"));
   window.show();
@@ -191,7 +189,7 @@ profiler::Trace small_simulated_trace() {
 
 TEST(MainWindow, BadWorkspacesAndRunsBeingWrittenShowAMessage) {
   QApplication* app = test::gui_test_app();
-  if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
+  if (!app) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
   TempDir dir;
   const QString notes = dir.qfile("notes.db");
   {
@@ -242,7 +240,7 @@ TEST(MainWindow, BadWorkspacesAndRunsBeingWrittenShowAMessage) {
 
 TEST(MainWindow, TrainStreamsTheLiveRunAndStopStoresItInterrupted) {
   QApplication* app = test::gui_test_app();
-  if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
+  if (!app) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
   TempDir dir;
   MainWindow window(dir.qfile("ws.db"));
   window.resize(1400, 900);
@@ -283,7 +281,7 @@ TEST(MainWindow, TrainStreamsTheLiveRunAndStopStoresItInterrupted) {
 
 TEST(MainWindow, InspectComparesTwoRunsWithThePerStageDiff) {
   QApplication* app = test::gui_test_app();
-  if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
+  if (!app) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
   TempDir dir;
   const std::string path = dir.qfile("ws.db").toStdString();
   // The same 1F1B pipeline simulated twice, the second with backward passes 50% slower.
@@ -326,7 +324,7 @@ int colour_distance(QColor a, QColor b) {
 
 TEST(MainWindow, TunerResultsScreenshotWithTheParetoFrontWhereTheResultsPutIt) {
   QApplication* app = test::gui_test_app();
-  if (!app) GTEST_SKIP() << test::gui_test_skip_reason();
+  if (!app) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
   TempDir dir;
   MainWindow window(dir.qfile("ws.db"));
   window.resize(1500, 950);

@@ -120,7 +120,7 @@ std::vector<Span> compute_spans(const profiler::Trace& t, int rank) {
 }
 
 TEST(TimelineScreenshot, LanesBlocksAndBubbleHatchesAreWhereTheTraceSays) {
-  if (test::gui_test_app() == nullptr) GTEST_SKIP() << test::gui_test_skip_reason();
+  if (test::gui_test_app() == nullptr) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
   const auto trace = simulate_1f1b();
   TimelineWidget w;
   int errors = 0;
@@ -200,7 +200,7 @@ TEST(TimelineScreenshot, LanesBlocksAndBubbleHatchesAreWhereTheTraceSays) {
 // The README's picture: zero-bubble ZB-H1 above 1F1B on one time axis, a block clicked and a
 // range Shift-dragged (the side panel shows both and the per-stage diff).
 TEST(TimelineScreenshot, ReadmePicture) {
-  if (test::gui_test_app() == nullptr) GTEST_SKIP() << test::gui_test_skip_reason();
+  if (test::gui_test_app() == nullptr) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
   TimelineWidget w;
   w.set_trace(simulate_1f1b("zb-h1"), "zb-h1 p=4 m=8 (simulated)");
   w.set_comparison(simulate_1f1b("1f1b"), "1f1b p=4 m=8 (simulated)");

@@ -82,7 +82,7 @@ bool near(QRgb p, Rgba c, int tol = 6) {
 }
 
 TEST(TimelineWidget, ClickRangeFitAndZoomLikeAUser) {
-  if (test::gui_test_app() == nullptr) GTEST_SKIP() << test::gui_test_skip_reason();
+  if (test::gui_test_app() == nullptr) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
   const auto trace = simulated();
   TimelineWidget w;
   QString span, range, error;
@@ -147,7 +147,7 @@ TEST(TimelineWidget, ClickRangeFitAndZoomLikeAUser) {
 }
 
 TEST(TimelineWidget, LiveRunGrowsAndTheViewFollowsItsEnd) {
-  if (test::gui_test_app() == nullptr) GTEST_SKIP() << test::gui_test_skip_reason();
+  if (test::gui_test_app() == nullptr) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
   // The run arrives in two halves (by start time), as a training run's spans do.
   const auto trace = simulated();
   const auto ext = profiler::analysis::trace_extent(*trace);
@@ -183,7 +183,7 @@ TEST(TimelineWidget, LiveRunGrowsAndTheViewFollowsItsEnd) {
 }
 
 TEST(TimelineWidget, BigTraceIsIndexedOnTheWorkerThenDrawn) {
-  if (test::gui_test_app() == nullptr) GTEST_SKIP() << test::gui_test_skip_reason();
+  if (test::gui_test_app() == nullptr) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
   // 400k spans (above the widget's threshold for indexing on its worker): 1F1B with 50000
   // micro-batches on 4 stages.
   schedule::GeneratorParams p;
@@ -217,7 +217,7 @@ TEST(TimelineWidget, BigTraceIsIndexedOnTheWorkerThenDrawn) {
 }
 
 TEST(TimelineWidget, BadInputSaysSoAndKeepsPainting) {
-  if (test::gui_test_app() == nullptr) GTEST_SKIP() << test::gui_test_skip_reason();
+  if (test::gui_test_app() == nullptr) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
   std::string tmpl = (std::filesystem::temp_directory_path() / "timeline_widget_XXXXXX").string();
   ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
   const std::filesystem::path dir = tmpl;

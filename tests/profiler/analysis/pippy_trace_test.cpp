@@ -16,6 +16,7 @@
 
 #include "profiler/analysis/critical_path.hpp"
 #include "profiler/analysis/stage_breakdown.hpp"
+#include "tests/support/required_data.hpp"
 
 namespace pipetune::profiler::analysis {
 namespace {
@@ -49,8 +50,7 @@ Trace load_pippy(const std::filesystem::path& file) {
 class PippyTrace : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(pippy_file()))
-      GTEST_SKIP() << "real trace not found: " << pippy_file();
+    PIPETUNE_REQUIRE_SHARED(pippy_file());
     trace_ = load_pippy(pippy_file());
   }
   Trace trace_;
