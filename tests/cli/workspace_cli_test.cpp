@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "support/run_process.hpp"
-#include "tests/support/required_data.hpp"
+#include "support/required_data.hpp"
 
 namespace pipetune {
 namespace {

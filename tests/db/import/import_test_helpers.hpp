@@ -14,7 +14,7 @@
 
 #include "db/import/imported_profile.hpp"
 #include "profiler/trace.hpp"
-#include "tests/support/required_data.hpp"
+#include "support/required_data.hpp"
 
 namespace pipetune::db::testing {
 

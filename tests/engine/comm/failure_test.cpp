@@ -58,8 +58,8 @@ std::string expect_run_throws(int world, ClusterOptions options, const RankFunct
 TEST(CommFailureTest, ThrowingRankWakesEveryRankBlockedInACollective) {
   Woken woken;
   const Topology t(2, 1, 4);
-  const auto start = std::chrono::steady_clock::now();
-  // A long watchdog: only the abort can end this run quickly.
+  // A long watchdog: the waiting ranks must be woken by the abort (their messages name rank 3's
+  // failure), not by the watchdog's timeout.
   const std::string what = expect_run_throws<std::runtime_error>(
       8, watchdog(60s),
       [&](Communicator& c) {
@@ -76,7 +76,6 @@ TEST(CommFailureTest, ThrowingRankWakesEveryRankBlockedInACollective) {
       },
       "boom");
   EXPECT_EQ(what, "boom");  // the original exception, not a RankFailure
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
   ASSERT_EQ(woken.messages.size(), 7u);
   for (const std::string& m : woken.messages) {
     EXPECT_TRUE(contains(m,

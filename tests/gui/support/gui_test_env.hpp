@@ -31,7 +31,7 @@
 #include <cstring>
 #include <string>
 
-#include "tests/support/required_data.hpp"
+#include "support/required_data.hpp"
 
 extern char** environ;
 

@@ -16,7 +16,7 @@
 
 #include "profiler/analysis/critical_path.hpp"
 #include "profiler/analysis/stage_breakdown.hpp"
-#include "tests/support/required_data.hpp"
+#include "support/required_data.hpp"
 
 namespace pipetune::profiler::analysis {
 namespace {

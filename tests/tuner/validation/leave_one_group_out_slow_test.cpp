@@ -13,14 +13,15 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/required_data.hpp"
+#include "support/required_data.hpp"
 #include "tests/tuner/validation/efficiency_fit.hpp"
 
 namespace pipetune::validation {
 namespace {
 
 struct HeldOut {
-  std::string hardware, group;
+  std::string hardware;
+  std::string group;
   int rows = 0;
   double in_sample = 0.0;      // shipped table, fitted on every group
   double out_of_sample = 0.0;  // table fitted without this group
@@ -35,7 +36,7 @@ std::vector<PublishedRun> of_group(const std::vector<PublishedRun>& runs, const 
 }
 
 TEST(LeaveOneGroupOut, HeldOutGroupsArePredictedByTablesFittedWithoutThem) {
-  const auto path = shared_path("reference/published_runs_dev.csv");
+  const auto path = test::shared_path("reference/published_runs_dev.csv");
   PIPETUNE_REQUIRE_SHARED(path);
   auto by_hardware = runs_by_hardware(path.string());
   const std::vector<PublishedRun>& a100 = by_hardware["a100-80gb"];
@@ -61,7 +62,7 @@ TEST(LeaveOneGroupOut, HeldOutGroupsArePredictedByTablesFittedWithoutThem) {
                                h100_start_from_a100(a100_all), h100_fitted_parameters(), false)
               : fit_efficiency(hardware + " without " + group, train,
                                spec::HardwareEfficiency{}, all_efficiency_parameters(), false);
-      table.push_back({hardware, group, rows, mape(test), mape(test, &fitted)});
+      table.push_back(HeldOut{hardware, group, rows, mape(test), mape(test, &fitted)});
     }
   }
   ASSERT_GE(table.size(), 4u) << "the A100 and H100 rows come from at least two groups each";

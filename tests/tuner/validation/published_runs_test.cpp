@@ -14,7 +14,7 @@
 #include <map>
 
 #include "engine/errors.hpp"
-#include "tests/support/required_data.hpp"
+#include "support/required_data.hpp"
 #include "tests/tuner/validation/efficiency_fit.hpp"
 
 namespace pipetune::validation {
