@@ -104,7 +104,8 @@ TEST_F(ConfigCli, DataParallelAndZeroStageEnterTheIteration) {
     EXPECT_EQ(i.at("zero_stage"), zero);
     // The pipeline part is the simulated schedule this command reports.
     EXPECT_DOUBLE_EQ(i.at("pipeline_time").get<double>(), j.at("iteration_time").get<double>());
-    EXPECT_GT(i.at("data_parallel_time").get<double>(), 0.0) << "dp=2 reduces gradients";
+    // Exposed only: on one NVSwitch node the gradient reduction hides behind the backward.
+    EXPECT_GE(i.at("data_parallel_time").get<double>(), 0.0);
     EXPECT_NEAR(i.at("iteration_time").get<double>(),
                 i.at("pipeline_time").get<double>() + i.at("data_parallel_time").get<double>() +
                     i.at("optimizer_time").get<double>(),

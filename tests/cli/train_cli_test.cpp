@@ -125,13 +125,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--lr", "1e30", "--steps", "5", "--microbatches", "2"}, "loss is", 1}),
     [](const auto& info) { return "case" + std::to_string(info.index); });
 
-
 // Issue 12: a run file setting what the engine does not carry out is refused by name, never
 // trained without it (and the GUI's Train form goes through the same check_train_options).
 struct RefusedKey {
   std::string plan_line;
   std::string message;
 };
+
+void PrintTo(const RefusedKey& c, std::ostream* os) {
+  *os << c.plan_line;
+}
 
 class TrainCliRefusesUnimplementedPlanKeys : public ::testing::TestWithParam<RefusedKey> {};
 

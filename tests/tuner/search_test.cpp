@@ -184,16 +184,24 @@ TEST(Search, EvaluatorErrorsArePrunedAndCancelStopsEarly) {
 
   std::atomic<bool> cancel{false};
   std::atomic<int> calls{0};
+  std::int64_t last_done = -1, last_total = -1;
   const SearchResult c = search_plans(
       s,
       [&](const spec::ParallelPlan& p) {
         if (++calls == 20) cancel = true;
         return toy_score(p);
       },
-      {}, &cancel);
+      [&](std::int64_t done, std::int64_t total) {
+        last_done = done;
+        last_total = total;
+      },
+      &cancel);
   EXPECT_TRUE(c.cancelled);
   EXPECT_LT(c.candidates_evaluated, r.candidates_evaluated);
   EXPECT_GE(c.candidates_evaluated, 1);
+  // The last progress report of a cancelled search says how far it got, not 100%.
+  EXPECT_GT(last_total, 0);
+  EXPECT_LT(last_done, last_total);
 }
 
 }  // namespace

@@ -126,6 +126,20 @@ const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorP
   return schedules_.emplace(std::move(key), schedule::generate(params)).first->second;
 }
 
+schedule::GeneratorParams plan_generator_params(const spec::ParallelPlan& plan,
+                                                const OpCosts& costs, double memory_limit) {
+  schedule::GeneratorParams params;
+  params.name = plan.schedule;
+  params.stages = plan.pp;
+  params.microbatches = plan.microbatches;
+  params.chunks = plan.chunks;
+  params.group_size = plan.group_size;
+  params.vocab = plan.vocab;
+  params.memory_limit = memory_limit;
+  if (!cost_independent(params)) params.costs = costs.table;
+  return params;
+}
+
 PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
                                        const spec::ClusterSpec& cluster,
                                        const spec::ParallelPlan& plan_in) {
@@ -156,15 +170,8 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
 
   e.costs = op_costs(model, cluster, plan, e.placement, options_.execution);
 
-  schedule::GeneratorParams params;
-  params.name = plan.schedule;
-  params.stages = plan.pp;
-  params.microbatches = plan.microbatches;
-  params.chunks = plan.chunks;
-  params.group_size = plan.group_size;
-  params.vocab = plan.vocab;
-  params.memory_limit = options_.schedule_memory_limit;
-  if (!cost_independent(params)) params.costs = e.costs.table;
+  const schedule::GeneratorParams params =
+      plan_generator_params(plan, e.costs, options_.schedule_memory_limit);
   SimulationCache* cache = options_.simulation_cache.get();
   std::string key;
   std::optional<sim::SimResult> cached;

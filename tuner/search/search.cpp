@@ -407,8 +407,12 @@ SearchResult search_plans(const SearchSpace& space, const ScorerFactory& make_sc
                frontier.add(*scores[i]);
              });
            });
-  if (progress) progress(total, total);
   result.cancelled = cancel != nullptr && cancel->load();
+  // A cancelled search reports how far it got, not 100%.
+  if (progress)
+    progress(
+        result.cancelled ? static_cast<std::int64_t>(bounded_done.load() + done.load()) : total,
+        total);
 
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     if (!errors[i].empty()) {
