@@ -119,19 +119,21 @@ nlohmann::json iteration_json(const tuner::PlanEvaluation& e, const spec::RunSpe
 }
 
 void print_iteration(const tuner::PlanEvaluation& e, const spec::RunSpec& run) {
-  std::printf("whole iteration, dp=%d ep=%d ZeRO-%d: pipeline %s + data-parallel %s + optimizer "
-              "%s = %s   %.0f tokens/s   MFU %.1f%%\n",
-              run.plan.dp, run.plan.ep, run.plan.zero_stage, human_time(e.pipeline_time).c_str(),
-              human_time(e.data_parallel_time).c_str(), human_time(e.optimizer_time).c_str(),
-              human_time(e.iteration_time).c_str(), e.tokens_per_s, 100.0 * e.mfu);
+  std::printf(
+      "whole iteration, dp=%d ep=%d ZeRO-%d: pipeline %s + data-parallel %s + optimizer "
+      "%s = %s   %.0f tokens/s   MFU %.1f%%\n",
+      run.plan.dp, run.plan.ep, run.plan.zero_stage, human_time(e.pipeline_time).c_str(),
+      human_time(e.data_parallel_time).c_str(), human_time(e.optimizer_time).c_str(),
+      human_time(e.iteration_time).c_str(), e.tokens_per_s, 100.0 * e.mfu);
   const auto& peak = e.memory.stages.at(static_cast<std::size_t>(e.memory.peak_stage));
-  std::printf("memory per device: peak %s on stage %d of %s (weights %s, gradients %s, optimizer "
-              "%s, activations %s)%s\n",
-              human_bytes(e.memory.peak_bytes).c_str(), e.memory.peak_stage,
-              human_bytes(e.memory.device_bytes).c_str(), human_bytes(peak.parameters).c_str(),
-              human_bytes(peak.gradients).c_str(), human_bytes(peak.optimizer).c_str(),
-              human_bytes(peak.activations).c_str(),
-              e.memory.fits() ? "" : ("  DOES NOT FIT: " + e.memory.binding_constraint()).c_str());
+  std::printf(
+      "memory per device: peak %s on stage %d of %s (weights %s, gradients %s, optimizer "
+      "%s, activations %s)%s\n",
+      human_bytes(e.memory.peak_bytes).c_str(), e.memory.peak_stage,
+      human_bytes(e.memory.device_bytes).c_str(), human_bytes(peak.parameters).c_str(),
+      human_bytes(peak.gradients).c_str(), human_bytes(peak.optimizer).c_str(),
+      human_bytes(peak.activations).c_str(),
+      e.memory.fits() ? "" : ("  DOES NOT FIT: " + e.memory.binding_constraint()).c_str());
 }
 
 nlohmann::json to_json(const tuner::SimulationSetup& setup, const schedule::Schedule& s,

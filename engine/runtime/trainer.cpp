@@ -192,8 +192,9 @@ PreparedRun prepare(const TrainOptions& options) {
                      "\": the engine does not recompute activations; set recompute = \"none\" to "
                      "train (predict and simulate model recomputation)");
   if (p.plan.sequence_parallel)
-    throw InputError("sequence_parallel=true: the engine does not implement sequence parallelism; "
-                     "set sequence_parallel = false to train (predict and simulate model it)");
+    throw InputError(
+        "sequence_parallel=true: the engine does not implement sequence parallelism; "
+        "set sequence_parallel = false to train (predict and simulate model it)");
   if (p.plan.world_size() > kMaxTrainRanks)
     throw InputError("world = tp*pp*dp = " + n(p.plan.world_size()) + " ranks is more than the " +
                      n(kMaxTrainRanks) + " rank threads the embedded engine runs");

@@ -17,8 +17,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "support/run_process.hpp"
 #include "support/required_data.hpp"
+#include "support/run_process.hpp"
 
 namespace pipetune {
 namespace {

@@ -31,14 +31,14 @@ inline bool ci_requires_everything() {
 }  // namespace pipetune::test
 
 // A fatal failure in SetUp() also keeps the test body from running, as a skip does.
-#define PIPETUNE_SKIP_OR_FAIL(message)                                                      \
-  do {                                                                                      \
-    std::ostringstream pipetune_why_;                                                       \
-    pipetune_why_ << message;                                                               \
-    if (::pipetune::test::ci_requires_everything())                                         \
-      GTEST_FAIL() << pipetune_why_.str() << " (CI=true: this test must run, not skip)";    \
-    else                                                                                    \
-      GTEST_SKIP() << pipetune_why_.str();                                                  \
+#define PIPETUNE_SKIP_OR_FAIL(message)                                                   \
+  do {                                                                                   \
+    std::ostringstream pipetune_why_;                                                    \
+    pipetune_why_ << message;                                                            \
+    if (::pipetune::test::ci_requires_everything())                                      \
+      GTEST_FAIL() << pipetune_why_.str() << " (CI=true: this test must run, not skip)"; \
+    else                                                                                 \
+      GTEST_SKIP() << pipetune_why_.str();                                               \
   } while (0)
 
 #define PIPETUNE_REQUIRE_SHARED(path)                                                       \

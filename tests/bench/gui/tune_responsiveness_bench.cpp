@@ -5,11 +5,11 @@
 // search as one gap), the mean gap, and the time from cancel() to `finished`.
 //
 //   build/tests/gui_bench --benchmark_counters_tabular=true
+#include <benchmark/benchmark.h>
 #include <QCoreApplication>
 #include <QElapsedTimer>
 #include <QTimer>
 #include <algorithm>
-#include <benchmark/benchmark.h>
 
 #include "gui/core/tune_controller.hpp"
 
@@ -54,7 +54,8 @@ void BM_GuiThreadDuringTune(benchmark::State& state) {
                      [&](qint64 done, qint64) { plans = done; });
     QObject::connect(&tuner, &pipetune::gui::TuneController::finished, [&](bool, QString) {
       finished = true;
-      if (since_cancel.isValid()) cancel_ms = static_cast<double>(since_cancel.nsecsElapsed()) / 1e6;
+      if (since_cancel.isValid())
+        cancel_ms = static_cast<double>(since_cancel.nsecsElapsed()) / 1e6;
     });
     timer.start();
     since_tick.start();
@@ -74,7 +75,11 @@ void BM_GuiThreadDuringTune(benchmark::State& state) {
   state.counters["cancel_to_finished_ms"] = cancel_ms;
   state.counters["plans_scored"] = static_cast<double>(plans);
 }
-BENCHMARK(BM_GuiThreadDuringTune)->Arg(2000)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GuiThreadDuringTune)
+    ->Arg(2000)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 

@@ -124,10 +124,11 @@ TEST(MainWindow, GuiThreadKeepsProcessingEventsDuringALongTuneAndCancelEndsIt) {
   ASSERT_TRUE(test::process_events_until([&] { return finished; }));
   EXPECT_TRUE(cancelled);
   EXPECT_LT(last_done, last_total) << "Cancel ended the search before every plan was scored";
-  std::printf("GUI timer during the tune: %d ticks before Cancel, %d from Cancel to the end of "
-              "the search (%lld of %lld plans scored)\n",
-              ticks_at_cancel, ticks - ticks_at_cancel, static_cast<long long>(last_done),
-              static_cast<long long>(last_total));
+  std::printf(
+      "GUI timer during the tune: %d ticks before Cancel, %d from Cancel to the end of "
+      "the search (%lld of %lld plans scored)\n",
+      ticks_at_cancel, ticks - ticks_at_cancel, static_cast<long long>(last_done),
+      static_cast<long long>(last_total));
   EXPECT_FALSE(window.tuner()->running());
   EXPECT_TRUE(tune->start_button()->isEnabled());
   EXPECT_NE(tune->status_label()->text().indexOf("cancelled"), -1)

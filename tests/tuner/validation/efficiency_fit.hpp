@@ -94,9 +94,10 @@ inline spec::HardwareEfficiency fit_efficiency(
     const tuner::CalibrationResult res = tuner::calibrate(ms, eff, options);
     eff = res.efficiency;
     if (log)
-      std::printf("%s round %d: R^2 %.3f -> %.3f, MAPE %.1f%% -> %.1f%% (%d points, %d iterations)\n",
-                  label.c_str(), round, res.before.r_squared, res.after.r_squared,
-                  100 * res.before.mape, 100 * res.after.mape, res.after.points, res.iterations);
+      std::printf(
+          "%s round %d: R^2 %.3f -> %.3f, MAPE %.1f%% -> %.1f%% (%d points, %d iterations)\n",
+          label.c_str(), round, res.before.r_squared, res.after.r_squared, 100 * res.before.mape,
+          100 * res.after.mape, res.after.points, res.iterations);
   }
   return eff;
 }

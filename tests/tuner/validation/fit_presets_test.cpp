@@ -27,9 +27,9 @@ TEST(FitPresets, DISABLED_EfficiencyFromPublishedRuns) {
   auto by_hardware = runs_by_hardware(path.string());
   // A100: four source groups (SC21, BLOOM, torchtitan, Vocabulary Parallelism) constrain all
   // six parameters, from the generic defaults (Calculon's tables).
-  const spec::HardwareEfficiency a = fit_efficiency("a100-80gb", by_hardware["a100-80gb"],
-                                                    spec::HardwareEfficiency{},
-                                                    all_efficiency_parameters());
+  const spec::HardwareEfficiency a =
+      fit_efficiency("a100-80gb", by_hardware["a100-80gb"], spec::HardwareEfficiency{},
+                     all_efficiency_parameters());
   print_table("a100-80gb", a);
   const spec::HardwareEfficiency h = fit_efficiency(
       "h100-sxm", by_hardware["h100-sxm"], h100_start_from_a100(a), h100_fitted_parameters());

@@ -60,8 +60,8 @@ TEST(LeaveOneGroupOut, HeldOutGroupsArePredictedByTablesFittedWithoutThem) {
           hardware == "h100-sxm"
               ? fit_efficiency(hardware + " without " + group, train,
                                h100_start_from_a100(a100_all), h100_fitted_parameters(), false)
-              : fit_efficiency(hardware + " without " + group, train,
-                               spec::HardwareEfficiency{}, all_efficiency_parameters(), false);
+              : fit_efficiency(hardware + " without " + group, train, spec::HardwareEfficiency{},
+                               all_efficiency_parameters(), false);
       table.push_back(HeldOut{hardware, group, rows, mape(test), mape(test, &fitted)});
     }
   }
