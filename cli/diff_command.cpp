@@ -40,7 +40,14 @@ std::string relative(const an::Compared& c) {
   return buf;
 }
 
-void print_json(const LoadedRun& ra, const LoadedRun& rb, const an::TraceComparison& d) {
+nlohmann::json pairing_json(const an::OpPairing& p) {
+  return {{"paired", p.paired},         {"only_a", p.only_a},
+          {"only_b", p.only_b},         {"ranks_in_different_order", p.ranks_in_different_order},
+          {"identical", p.identical()}, {"first_difference", p.first_difference}};
+}
+
+void print_json(const LoadedRun& ra, const LoadedRun& rb, const an::TraceComparison& d,
+                const an::OpPairing& pairing) {
   constexpr double ns = 1e-9;
   nlohmann::json kinds = nlohmann::json::array(), ranks = nlohmann::json::array();
   auto kind_json = [&](const an::KindComparison& k) {
@@ -76,11 +83,13 @@ void print_json(const LoadedRun& ra, const LoadedRun& rb, const an::TraceCompari
                             {"compute", compared_json(d.compute_ns, ns)},
                             {"peak_memory_bytes", compared_json(d.peak_memory_bytes)},
                             {"kinds", kinds},
-                            {"ranks", ranks}};
+                            {"ranks", ranks},
+                            {"op_pairing", pairing_json(pairing)}};
   std::cout << j.dump(2) << "\n";
 }
 
-void print_human(const LoadedRun& ra, const LoadedRun& rb, const an::TraceComparison& d) {
+void print_human(const LoadedRun& ra, const LoadedRun& rb, const an::TraceComparison& d,
+                 const an::OpPairing& pairing) {
   const std::string& u = ra.time_unit;
   std::printf("A: run %lld %s (iteration %zu)\nB: run %lld %s (iteration %zu)\n\n",
               static_cast<long long>(ra.stored.run.id), ra.stored.run.name.c_str(),
@@ -97,6 +106,12 @@ void print_human(const LoadedRun& ra, const LoadedRun& rb, const an::TraceCompar
   row("peak memory", d.peak_memory_bytes, false);
   std::printf("%-22s %13.1f%% %13.1f%% %+13.1f%%\n", "bubble", 100.0 * d.bubble_ratio.a,
               100.0 * d.bubble_ratio.b, 100.0 * d.bubble_ratio.delta);
+  std::printf("\ncompute ops paired op for op: %lld (only in A: %lld, only in B: %lld)%s\n",
+              static_cast<long long>(pairing.paired), static_cast<long long>(pairing.only_a),
+              static_cast<long long>(pairing.only_b),
+              pairing.identical() ? ", same order on every rank" : "");
+  if (!pairing.first_difference.empty())
+    std::printf("first difference: %s\n", pairing.first_difference.c_str());
   std::printf("\nper op kind (all ranks):\n");
   for (const auto& k : d.kinds) {
     std::string label = std::string(profiler::span_kind_name(k.kind));
@@ -121,15 +136,17 @@ void run(const DiffArgs& a) {
   o.window_a = ra.window;
   o.window_b = rb.window;
   an::TraceComparison d;
+  an::OpPairing pairing;
   try {
     d = an::diff_traces(ra.stored.trace, rb.stored.trace, o);
+    pairing = an::pair_compute_ops(ra.stored.trace, rb.stored.trace, ra.window, rb.window);
   } catch (const an::AnalysisError& e) {
     throw InputError(e.what());
   }
   if (a.json)
-    print_json(ra, rb, d);
+    print_json(ra, rb, d, pairing);
   else
-    print_human(ra, rb, d);
+    print_human(ra, rb, d, pairing);
 }
 
 }  // namespace

@@ -37,10 +37,7 @@ void run(const PredictArgs& a) {
     p.dp = t.cluster.devices / tp_pp;
   }
   p.ep = a.ep;
-  p.chunks =
-      a.chunks > 0
-          ? a.chunks
-          : (schedule::schedule_placement(a.schedule) == schedule::Placement::VShape ? 2 : 1);
+  p.chunks = a.chunks > 0 ? a.chunks : schedule::default_chunks(a.schedule);
   p.micro_batch_size = a.micro_batch_size;
   p.global_batch = t.global_batch;
   p.schedule = a.schedule;

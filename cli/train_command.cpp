@@ -17,6 +17,7 @@
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
 #include "engine/spec/run_spec.hpp"
+#include "tuner/predict/planned_schedule.hpp"
 
 namespace pipetune::cli {
 
@@ -46,10 +47,17 @@ struct TrainArgs {
   std::string name;
 };
 
-runtime::TrainOptions build_options(const TrainArgs& a) {
+struct TrainSetup {
+  runtime::TrainOptions options;
+  spec::ClusterSpec cluster;  // the run file's: its hardware's cost model plans the schedule
+};
+
+TrainSetup build_options(const TrainArgs& a) {
   spec::RunSpec run =
       spec::load_run(a.config.empty() ? kDefaultRun : a.config, spec::RunCheck::KeysOnly);
-  runtime::TrainOptions o;
+  TrainSetup setup;
+  setup.cluster = run.cluster;
+  runtime::TrainOptions& o = setup.options;
   o.model = a.model.empty() ? run.model : spec::load_model(a.model);
   o.plan = run.plan;
   if (a.tp) o.plan.tp = *a.tp;
@@ -61,6 +69,8 @@ runtime::TrainOptions build_options(const TrainArgs& a) {
   if (a.micro_batch_size) o.plan.micro_batch_size = *a.micro_batch_size;
   if (a.zero) o.plan.zero_stage = *a.zero;
   if (a.schedule) o.plan.schedule = *a.schedule;
+  // Another schedule without --chunks: that schedule's default, not the run file's chunks.
+  if (a.schedule && !a.chunks) o.plan.chunks = 0;
   if (a.vocab) o.plan.vocab = schedule::parse_vocab_mode(*a.vocab);
   // Flags may change the world size: the global batch follows the plan, not the run file.
   if (a.tp || a.pp || a.dp || a.microbatches || a.micro_batch_size) o.plan.global_batch = 0;
@@ -78,7 +88,7 @@ runtime::TrainOptions build_options(const TrainArgs& a) {
   o.resume_dir = a.resume;
   o.record_trace = !a.trace.empty();  // the store gets the records step by step instead
   o.threads_per_rank = a.threads;
-  return o;
+  return setup;
 }
 
 nlohmann::json plan_json(const runtime::TrainOptions& o, const runtime::TrainResult& r) {
@@ -171,8 +181,15 @@ std::string summary_json(const runtime::TrainResult& r) {
 }
 
 void run(const TrainArgs& a) {
-  runtime::TrainOptions o = build_options(a);
-  runtime::check_train_options(o);
+  TrainSetup setup = build_options(a);
+  runtime::TrainOptions& o = setup.options;
+  runtime::check_train_options(o);  // the engine's own rules first, with its messages
+  // The schedule `simulate --config` and `predict` simulate for this plan: planned with the op
+  // costs of the run's hardware, so the measured and the predicted run execute the same ops.
+  spec::apply_defaults(o.plan);
+  o.schedule =
+      tuner::planned_schedule(o.model, tuner::cluster_for_plan(setup.cluster, o.plan), o.plan)
+          .schedule;
   if (!a.trace.empty()) check_output_file(a.trace, a.force);
   // The run goes into the workspace as it trains: a crash leaves it there, interrupted.
   std::unique_ptr<db::RunWriter> writer;

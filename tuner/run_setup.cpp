@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "engine/spec/plan_schedule.hpp"
 #include "engine/spec/run_spec.hpp"
 
 namespace pipetune::tuner {
@@ -13,7 +14,7 @@ SimulationSetup setup_from_run_file(const std::string& name_or_path) {
   // The op costs and schedule are the ones `predict` and `tune` evaluate for this plan.
   PlanEvaluation e = evaluate_plan(run.model, run.cluster, plan);
   SimulationSetup setup;
-  setup.params = plan_generator_params(plan, e.costs);
+  setup.params = spec::generator_params(plan, e.costs.table);
   setup.costs = e.costs.table;
   setup.options.activation_bytes_per_microbatch = e.costs.activation_bytes_per_microbatch;
   setup.time_unit = "s";

@@ -20,6 +20,8 @@
 #include "engine/runtime/optimizer.hpp"
 #include "engine/runtime/rank_runtime.hpp"
 #include "engine/schedule/generators.hpp"
+#include "engine/schedule/validator.hpp"
+#include "engine/spec/plan_schedule.hpp"
 #include "engine/spec/validate.hpp"
 #include "engine/tensor/cpu/cpu_backend.hpp"
 #include "profiler/recorder/merge_recorders.hpp"
@@ -198,18 +200,18 @@ PreparedRun prepare(const TrainOptions& options) {
   if (p.plan.world_size() > kMaxTrainRanks)
     throw InputError("world = tp*pp*dp = " + n(p.plan.world_size()) + " ranks is more than the " +
                      n(kMaxTrainRanks) + " rank threads the embedded engine runs");
-  schedule::GeneratorParams gp;
-  gp.name = p.plan.schedule;
-  gp.stages = p.plan.pp;
-  gp.microbatches = p.plan.microbatches;
-  gp.chunks = p.plan.chunks > 1 ? p.plan.chunks : 0;
-  gp.group_size = p.plan.group_size;
-  gp.vocab = p.plan.vocab;
-  p.sched = schedule::generate(gp);
+  // The schedule the caller planned (with the cost model of the run's hardware, as simulate and
+  // predict do), or the plan's generator with unit costs.
+  if (options.schedule) {
+    spec::check_schedule_matches(*options.schedule, p.plan);
+    schedule::validate(*options.schedule);
+    p.sched = *options.schedule;
+  } else {
+    p.sched = spec::plan_schedule(p.plan);
+  }
   p.split = p.plan.layer_split.empty() ? spec::even_layer_split(p.config.layers, p.sched.groups())
                                        : p.plan.layer_split;
   check_trainable(p.config, p.plan, p.sched.groups(), p.split);
-  p.plan.chunks = p.sched.chunks;
   p.plan.layer_split = p.split;
   if (!options.data_shards.empty())  // opened once here so a bad shard fails before any thread
     (void)data::make_shard_loader(options.data_shards, p.config.vocab,

@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/schedule/schedule.hpp"
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
 #include "engine/tensor/backend.hpp"
@@ -25,6 +27,10 @@ inline constexpr int kMaxTrainRanks = 256;
 struct TrainOptions {
   spec::ModelSpec model;
   spec::ParallelPlan plan;
+  // The schedule to execute, op for op: what `simulate` and `predict` simulate for this plan
+  // (spec::plan_schedule with the cost model's op costs). Empty: spec::plan_schedule with unit
+  // costs. Must match the plan (name, stages, micro-batches, chunks, vocabulary mode).
+  std::optional<schedule::Schedule> schedule;
   int steps = 20;             // total iterations (a resumed run continues up to this count)
   std::uint64_t seed = 1234;  // parameter initialisation and the synthetic corpus
   tensor::AdamWConfig adamw{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};

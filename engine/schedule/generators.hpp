@@ -31,6 +31,12 @@ const std::vector<std::string_view>& schedule_names();
 Placement schedule_placement(std::string_view name);
 // Schedules that accept vocab-1 / vocab-2 / interlaced.
 bool supports_vocab(std::string_view name, VocabMode vocab);
+// Layer groups per rank when a plan does not say: 2 for interleaved-1f1b and the V schedules,
+// else 1 (what generate() does with chunks = 0). Throws for an unknown name.
+int default_chunks(std::string_view name);
+// Whether the generator's op order depends on the op costs it is given (zb-h1, zb-h2, zb-v and
+// every vocabulary mode); the others give the same schedule for any costs.
+bool uses_costs(std::string_view name, VocabMode vocab);
 
 // A lower bound on the activations stage `rank` holds at its peak, in the simulator's units
 // (micro-batches through all of the stage's layers; a chunk's forward adds 1 / chunks), implied by

@@ -1,6 +1,9 @@
 #include "engine/spec/parallel_plan.hpp"
 
+#include <algorithm>
+
 #include "engine/errors.hpp"
+#include "engine/schedule/generators.hpp"
 
 namespace pipetune::spec {
 
@@ -25,6 +28,12 @@ Recompute parse_recompute(std::string_view name) {
 }
 
 void apply_defaults(ParallelPlan& plan) {
+  if (plan.chunks == 0) {
+    // An unknown schedule is validate()'s to report, with the valid names.
+    const auto& names = schedule::schedule_names();
+    const bool known = std::find(names.begin(), names.end(), plan.schedule) != names.end();
+    plan.chunks = known ? schedule::default_chunks(plan.schedule) : 1;
+  }
   if (plan.microbatches == 0) {
     const std::int64_t per_microbatch = std::int64_t{plan.micro_batch_size} * plan.dp;
     if (plan.global_batch > 0 && per_microbatch > 0 && plan.global_batch % per_microbatch == 0) {

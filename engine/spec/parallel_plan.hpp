@@ -22,7 +22,7 @@ struct ParallelPlan {
   int pp = 1;
   int dp = 1;
   int ep = 1;                     // expert parallel degree, carved out of dp
-  int chunks = 1;                 // v: layer groups (virtual stages) per pipeline rank
+  int chunks = 1;                 // v: layer groups per pipeline rank; 0 = the schedule's default
   int micro_batch_size = 1;       // sequences per micro-batch
   int microbatches = 0;           // m per iteration (per DP replica); 0 = pp, see apply_defaults
   std::int64_t global_batch = 0;  // sequences per iteration; 0 = micro_batch_size * m * dp
@@ -41,8 +41,9 @@ struct ParallelPlan {
   int layer_groups() const { return pp * chunks; }
 };
 
-// Fills the fields whose 0 means "derived": microbatches (global_batch / (micro_batch_size * dp)
-// when global_batch is given and divisible, else pp) and then global_batch.
+// Fills the fields whose 0 means "derived": chunks (schedule::default_chunks), microbatches
+// (global_batch / (micro_batch_size * dp) when global_batch is given and divisible, else pp) and
+// then global_batch.
 void apply_defaults(ParallelPlan& plan);
 
 // `layers` split over `groups` as evenly as possible; the remainder goes one layer each to the

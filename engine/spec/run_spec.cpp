@@ -19,13 +19,6 @@ namespace {
 using detail::TableContext;
 using detail::TableReader;
 
-// Schedules whose layer groups sit in a V (two per rank); mirrors the generators' default of
-// two chunks for them, so that a run file naming one needs no `chunks = 2`.
-bool is_v_schedule(std::string_view name) {
-  constexpr std::array<std::string_view, 4> v_schedules = {"zb-v", "v-half", "v-min", "dualpipe-v"};
-  return std::find(v_schedules.begin(), v_schedules.end(), name) != v_schedules.end();
-}
-
 // `key = "name or path"` or an inline table `[key]`.
 template <typename Spec, typename LoadTable>
 Spec read_named_or_table(const TableReader& r, std::string_view key, const toml::node* node,
@@ -141,8 +134,7 @@ RunSpec read_run(const toml::table& table, const TableContext& ctx, RunCheck che
     }
     plan.dp = run.cluster.devices / tp_pp;
   }
-  if (plan.chunks == 0) plan.chunks = is_v_schedule(plan.schedule) ? 2 : 1;
-  apply_defaults(plan);
+  apply_defaults(plan);  // chunks left 0 become the schedule's default
   if (check == RunCheck::Full) {
     try {
       validate(run);

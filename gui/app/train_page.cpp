@@ -86,6 +86,7 @@ void TrainPage::start_from_form() {
   RunRequest r;
   r.model = form_->selection()->model;
   r.plan = form_->selection()->plan;
+  r.cluster = form_->selection()->cluster;
   r.steps = steps_->value();
   start_run(r);
 }

@@ -8,6 +8,7 @@
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/schedule.hpp"
 #include "engine/spec/load.hpp"
+#include "engine/spec/plan_schedule.hpp"
 #include "engine/spec/presets.hpp"
 #include "engine/spec/run_spec.hpp"
 #include "engine/spec/validate.hpp"
@@ -290,14 +291,7 @@ void PlanFormModel::validate() {
       runtime::check_train_options(o);
     } else {
       spec::validate(s.model, s.cluster, p);
-      schedule::GeneratorParams g;
-      g.name = p.schedule;
-      g.stages = p.pp;
-      g.microbatches = p.microbatches;
-      g.chunks = p.chunks;
-      g.group_size = p.group_size;
-      g.vocab = p.vocab;
-      (void)schedule::generate(g);  // the schedule's own rules (micro-batch minimum, chunks)
+      (void)spec::plan_schedule(p);  // the schedule's own rules (micro-batch minimum, chunks)
     }
     s.global_batch = p.global_batch;
     selection_ = std::move(s);

@@ -1,6 +1,6 @@
 #include "gui/core/plan_trace.hpp"
 
-#include "engine/schedule/generators.hpp"
+#include "engine/spec/plan_schedule.hpp"
 #include "tuner/predict/evaluate.hpp"
 #include "tuner/sim/simulator.hpp"
 
@@ -14,15 +14,7 @@ PlanTrace simulate_plan_trace(const spec::ModelSpec& model, const spec::ClusterS
   // no trace, so the schedule is simulated once more with the same costs, recording one.
   tuner::PlanEvaluator evaluator;
   const tuner::PlanEvaluation e = evaluator.evaluate(model, cluster, plan);
-  schedule::GeneratorParams params;
-  params.name = plan.schedule;
-  params.stages = plan.pp;
-  params.microbatches = plan.microbatches;
-  params.chunks = plan.chunks;
-  params.group_size = plan.group_size;
-  params.vocab = plan.vocab;
-  params.costs = e.costs.table;  // cost-aware generators (zb-h2, zb-v) plan with the real costs
-  const schedule::Schedule s = schedule::generate(params);
+  const schedule::Schedule s = spec::plan_schedule(plan, e.costs.table);
   sim::SimOptions options;
   options.record_trace = true;
   options.activation_bytes_per_microbatch = e.costs.activation_bytes_per_microbatch;

@@ -7,6 +7,7 @@
 #include "db/store/record_json.hpp"
 #include "db/store/run_writer.hpp"
 #include "engine/runtime/trainer.hpp"
+#include "tuner/predict/planned_schedule.hpp"
 
 namespace pipetune::gui {
 
@@ -78,6 +79,12 @@ bool RunController::start(const RunRequest& request) {
   o.threads_per_rank = request.threads_per_rank;
   try {
     runtime::check_train_options(o);
+    if (request.cluster) {
+      spec::apply_defaults(o.plan);
+      o.schedule = tuner::planned_schedule(
+                       o.model, tuner::cluster_for_plan(*request.cluster, o.plan), o.plan)
+                       .schedule;
+    }
   } catch (const std::exception& e) {
     error_ = QString::fromStdString(e.what());
     return false;

@@ -12,9 +12,11 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "engine/spec/cluster_spec.hpp"
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
 #include "gui/core/gui_inbox.hpp"
@@ -30,6 +32,10 @@ struct RunRequest {
   float learning_rate = 3e-3f;  // pipetune train's default
   int threads_per_rank = 0;     // 0 = cores / ranks
   std::string name;             // run name in the workspace; "" = model and plan
+  // The cluster whose hardware's op costs plan the schedule (tuner::planned_schedule), as
+  // `pipetune train` does with its run file's cluster, so the run executes the schedule the
+  // simulator predicts for it. None: the plan's generator with unit costs.
+  std::optional<spec::ClusterSpec> cluster;
 };
 
 // How a run ended (db::RunStatus without "running").

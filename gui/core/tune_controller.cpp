@@ -198,6 +198,7 @@ RunRequest TuneController::small_scale_request(int row, int steps) const {
   RunRequest r;
   r.model = small.model;
   r.plan = small.plan;
+  r.cluster = target_.cluster;  // planned with the target hardware's op costs, as predicted
   r.steps = steps;
   r.name = "small scale of " + plan_label(c.plan, c.vocab_label).toStdString();
   return r;

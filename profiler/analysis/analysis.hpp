@@ -6,6 +6,7 @@
 #include "profiler/analysis/analysis_error.hpp"
 #include "profiler/analysis/critical_path.hpp"
 #include "profiler/analysis/memory_timeline.hpp"
+#include "profiler/analysis/op_pairing.hpp"
 #include "profiler/analysis/span_roles.hpp"
 #include "profiler/analysis/stage_breakdown.hpp"
 #include "profiler/analysis/time_window.hpp"

@@ -1,5 +1,7 @@
 #include "tuner/predict/evaluate.hpp"
 
+#include "engine/spec/plan_schedule.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -12,14 +14,6 @@
 namespace pipetune::tuner {
 
 namespace {
-
-// Generators whose op order does not depend on the op costs they are given.
-bool cost_independent(const schedule::GeneratorParams& params) {
-  const std::string& n = params.name;
-  if (params.vocab != schedule::VocabMode::None) return false;
-  return n == "1f1b" || n == "interleaved-1f1b" || n == "gpipe" || n == "v-half" || n == "v-min" ||
-         n == "dualpipe-v";
-}
 
 // Schedules kept per evaluator; a search touches a few dozen shapes, so a full cache is dropped.
 constexpr std::size_t kMaxCachedSchedules = 256;
@@ -61,13 +55,7 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   const auto P = static_cast<std::size_t>(plan.pp);
   // Activations: what the schedule's warm-up rule makes a stage hold before its first backward
   // (schedule::least_peak_in_flight), at least one chunk of one micro-batch.
-  schedule::GeneratorParams shape;
-  shape.name = plan.schedule;
-  shape.stages = plan.pp;
-  shape.microbatches = plan.microbatches;
-  shape.chunks = plan.chunks;
-  shape.group_size = plan.group_size;
-  shape.vocab = plan.vocab;
+  const schedule::GeneratorParams shape = spec::generator_params(plan);
   std::vector<double> least_activations(P, 0.0);
   for (std::size_t k = 0; k < P; ++k)
     least_activations[k] = schedule::least_peak_in_flight(shape, static_cast<int>(k)) *
@@ -113,7 +101,7 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
 
 const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorParams& params,
                                                       schedule::Schedule& scratch) {
-  if (!cost_independent(params)) {
+  if (schedule::uses_costs(params.name, params.vocab)) {
     scratch = schedule::generate(params);
     return scratch;
   }
@@ -124,20 +112,6 @@ const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorP
   if (it != schedules_.end()) return it->second;
   if (schedules_.size() >= kMaxCachedSchedules) schedules_.clear();
   return schedules_.emplace(std::move(key), schedule::generate(params)).first->second;
-}
-
-schedule::GeneratorParams plan_generator_params(const spec::ParallelPlan& plan,
-                                                const OpCosts& costs, double memory_limit) {
-  schedule::GeneratorParams params;
-  params.name = plan.schedule;
-  params.stages = plan.pp;
-  params.microbatches = plan.microbatches;
-  params.chunks = plan.chunks;
-  params.group_size = plan.group_size;
-  params.vocab = plan.vocab;
-  params.memory_limit = memory_limit;
-  if (!cost_independent(params)) params.costs = costs.table;
-  return params;
 }
 
 PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
@@ -171,7 +145,7 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
   e.costs = op_costs(model, cluster, plan, e.placement, options_.execution);
 
   const schedule::GeneratorParams params =
-      plan_generator_params(plan, e.costs, options_.schedule_memory_limit);
+      spec::generator_params(plan, e.costs.table, options_.schedule_memory_limit);
   SimulationCache* cache = options_.simulation_cache.get();
   std::string key;
   std::optional<sim::SimResult> cached;

@@ -104,12 +104,6 @@ class PlanEvaluator {
   std::map<ScheduleKey, schedule::Schedule> schedules_;
 };
 
-// The schedule generator's parameters for a plan (apply_defaults'ed): the cost-aware generators
-// (zb-h1, zb-h2, zb-v, vocabulary modes) get the plan's op costs, so what the evaluator
-// simulates and what `simulate --config` generates is the same schedule.
-schedule::GeneratorParams plan_generator_params(const spec::ParallelPlan& plan,
-                                                const OpCosts& costs, double memory_limit = 0.0);
-
 PlanEvaluation evaluate_plan(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                              const spec::ParallelPlan& plan, const EvaluateOptions& options = {});
 

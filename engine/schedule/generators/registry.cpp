@@ -72,6 +72,15 @@ bool supports_vocab(std::string_view name, VocabMode vocab) {
   return false;
 }
 
+int default_chunks(std::string_view name) {
+  if (schedule_placement(name) == Placement::VShape || name == "interleaved-1f1b") return 2;
+  return 1;
+}
+
+bool uses_costs(std::string_view name, VocabMode vocab) {
+  return vocab != VocabMode::None || name == "zb-h1" || name == "zb-h2" || name == "zb-v";
+}
+
 Schedule generate(const GeneratorParams& params) {
   const auto it = std::find_if(entries().begin(), entries().end(),
                                [&](const Entry& e) { return e.name == params.name; });

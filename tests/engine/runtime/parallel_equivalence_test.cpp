@@ -27,7 +27,7 @@ struct Case {
   int tp = 1, pp = 1, dp = 1, ep = 1;
   std::string schedule = "1f1b";
   std::string vocab = "none";
-  int chunks = 1;
+  int chunks = 0;  // the schedule's default
   int microbatches = 4;
   int zero = 0;
   std::vector<int> split = {};

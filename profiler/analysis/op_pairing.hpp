@@ -1,0 +1,33 @@
+// Op-for-op pairing of two runs of one plan (a prediction and a measurement, or two
+// measurements): a compute span of A pairs with one of B when both are on the same rank with
+// the same kind, micro-batch and chunk, inside each run's window. When the two runs executed the
+// same Schedule every op pairs and each rank runs its ops in the same order; what does not pair
+// says where the schedules differ.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "profiler/analysis/time_window.hpp"
+#include "profiler/trace.hpp"
+
+namespace pipetune::profiler::analysis {
+
+struct OpPairing {
+  std::int64_t paired = 0;
+  std::int64_t only_a = 0;  // compute ops of A with no partner in B
+  std::int64_t only_b = 0;
+  // Ranks on which the paired ops start in a different order in A and B.
+  std::vector<std::int32_t> ranks_in_different_order;
+  // The first difference, in words ("rank 2: op 5 is B mb 3 chunk 0 in A, F mb 4 chunk 1 in
+  // B"); empty when every op pairs in the same order.
+  std::string first_difference;
+  bool identical() const { return only_a == 0 && only_b == 0 && ranks_in_different_order.empty(); }
+};
+
+// Compute spans (is_compute) only; a rank's spans on several lanes count as one sequence.
+OpPairing pair_compute_ops(const Trace& a, const Trace& b, const TimeWindow& window_a,
+                           const TimeWindow& window_b);
+
+}  // namespace pipetune::profiler::analysis

@@ -1,0 +1,104 @@
+// pair_compute_ops on hand-made traces: identical schedules pair completely whatever their
+// timing; a swapped pair of ops, a missing op and an op outside the window are each reported.
+#include <gtest/gtest.h>
+
+#include "profiler/analysis/op_pairing.hpp"
+#include "tests/profiler/analysis/trace_builder.hpp"
+
+namespace pipetune::profiler::analysis {
+namespace {
+
+using testing::add;
+
+struct Op {
+  SpanKind kind;
+  std::int32_t mb;
+  std::int16_t chunk;
+};
+
+// One rank's ops back to back, each `step` ns long, starting at `t0`; a send between ops, which
+// is not compute and must not count.
+Trace trace_of(const std::vector<std::vector<Op>>& ranks, std::int64_t step, std::int64_t t0 = 0) {
+  Trace t;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    std::int64_t at = t0;
+    for (const Op& op : ranks[r]) {
+      add(t, {.rank = static_cast<std::int32_t>(r),
+              .kind = op.kind,
+              .start_ns = at,
+              .end_ns = at + step,
+              .microbatch = op.mb,
+              .chunk = op.chunk});
+      add(t, {.rank = static_cast<std::int32_t>(r),
+              .stream = Stream::P2P,
+              .kind = SpanKind::Send,
+              .start_ns = at + step,
+              .end_ns = at + step + 1});
+      at += step + 1;
+    }
+  }
+  return t;
+}
+
+const std::vector<std::vector<Op>> kOneFOneB = {
+    {{SpanKind::F, 0, 0}, {SpanKind::F, 1, 0}, {SpanKind::B, 0, 0}, {SpanKind::B, 1, 0}},
+    {{SpanKind::F, 0, 0}, {SpanKind::B, 0, 0}, {SpanKind::F, 1, 0}, {SpanKind::B, 1, 0}}};
+
+TEST(OpPairing, TheSameScheduleAtAnotherSpeedPairsEveryOpInOrder) {
+  const Trace a = trace_of(kOneFOneB, 10);
+  const Trace b = trace_of(kOneFOneB, 37, 1000);  // slower, later: timing does not matter
+  const OpPairing p = pair_compute_ops(a, b, trace_extent(a), trace_extent(b));
+  EXPECT_EQ(p.paired, 8);
+  EXPECT_EQ(p.only_a, 0);
+  EXPECT_EQ(p.only_b, 0);
+  EXPECT_TRUE(p.ranks_in_different_order.empty());
+  EXPECT_TRUE(p.identical()) << p.first_difference;
+  EXPECT_EQ(p.first_difference, "");
+}
+
+TEST(OpPairing, SwappedOpsPairButTheRankIsReportedOutOfOrder) {
+  auto swapped = kOneFOneB;
+  std::swap(swapped[1][1], swapped[1][2]);  // rank 1: F0 F1 B0 B1 instead of F0 B0 F1 B1
+  const Trace a = trace_of(kOneFOneB, 10);
+  const Trace b = trace_of(swapped, 10);
+  const OpPairing p = pair_compute_ops(a, b, trace_extent(a), trace_extent(b));
+  EXPECT_EQ(p.paired, 8);
+  EXPECT_EQ(p.only_a + p.only_b, 0);
+  EXPECT_EQ(p.ranks_in_different_order, std::vector<std::int32_t>{1});
+  EXPECT_FALSE(p.identical());
+  EXPECT_EQ(p.first_difference, "rank 1: op 1 is B mb 0 chunk 0 in A, F mb 1 chunk 0 in B");
+}
+
+TEST(OpPairing, MissingAndExtraOpsAreCountedOnTheirSide) {
+  auto fewer = kOneFOneB;
+  fewer[0].pop_back();                      // B mb 1 missing on rank 0
+  fewer[1].push_back({SpanKind::W, 1, 0});  // a W that A does not have
+  const Trace a = trace_of(kOneFOneB, 10);
+  const Trace b = trace_of(fewer, 10);
+  const OpPairing p = pair_compute_ops(a, b, trace_extent(a), trace_extent(b));
+  EXPECT_EQ(p.paired, 7);
+  EXPECT_EQ(p.only_a, 1);
+  EXPECT_EQ(p.only_b, 1);
+  EXPECT_FALSE(p.identical());
+  EXPECT_EQ(p.first_difference, "rank 0 runs 4 compute ops in A, 3 in B");
+}
+
+TEST(OpPairing, OnlyOpsStartingInsideTheWindowsCount) {
+  const Trace a = trace_of(kOneFOneB, 10);
+  // Two iterations of the same schedule in B; the second one's window pairs with A completely.
+  Trace b = trace_of(kOneFOneB, 10);
+  const Trace second = trace_of(kOneFOneB, 10, 500);
+  for (Span s : second.spans) {
+    const Lane& lane = second.lanes.at(static_cast<std::size_t>(s.lane));
+    s.lane = b.lane(lane.rank, lane.stream, lane.index);
+    b.spans.push_back(s);
+  }
+  const OpPairing whole = pair_compute_ops(a, b, trace_extent(a), trace_extent(b));
+  EXPECT_EQ(whole.only_b, 8);
+  const OpPairing p = pair_compute_ops(a, b, trace_extent(a), TimeWindow{500, 1000});
+  EXPECT_TRUE(p.identical()) << p.first_difference;
+  EXPECT_EQ(p.paired, 8);
+}
+
+}  // namespace
+}  // namespace pipetune::profiler::analysis

@@ -1,0 +1,30 @@
+#include "tuner/predict/planned_schedule.hpp"
+
+#include "engine/schedule/generators.hpp"
+#include "engine/spec/plan_schedule.hpp"
+#include "engine/spec/validate.hpp"
+
+namespace pipetune::tuner {
+
+PlannedSchedule planned_schedule(const spec::ModelSpec& model_in, const spec::ClusterSpec& cluster,
+                                 const spec::ParallelPlan& plan_in,
+                                 const ExecutionOptions& execution, double memory_limit) {
+  spec::ModelSpec model = model_in;
+  spec::apply_defaults(model);
+  spec::ParallelPlan plan = plan_in;
+  spec::apply_defaults(plan);
+  spec::validate(model, cluster, plan);
+  PlannedSchedule out;
+  out.costs =
+      op_costs(model, cluster, plan, schedule::schedule_placement(plan.schedule), execution);
+  out.schedule = spec::plan_schedule(plan, out.costs.table, memory_limit);
+  return out;
+}
+
+spec::ClusterSpec cluster_for_plan(const spec::ClusterSpec& cluster,
+                                   const spec::ParallelPlan& plan) {
+  if (cluster.devices == plan.world_size()) return cluster;
+  return spec::make_cluster(cluster.hardware, plan.world_size(), cluster.name);
+}
+
+}  // namespace pipetune::tuner

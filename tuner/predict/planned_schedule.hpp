@@ -1,0 +1,31 @@
+// The schedule of a plan on a cluster, planned with the cost model's op costs: what `predict`,
+// `tune` and `simulate --config` simulate and what `train` then executes, op for op
+// (spec::plan_schedule fed with tuner/cost's op costs for the cluster's hardware).
+#pragma once
+
+#include "engine/schedule/schedule.hpp"
+#include "engine/spec/cluster_spec.hpp"
+#include "engine/spec/model_spec.hpp"
+#include "engine/spec/parallel_plan.hpp"
+#include "tuner/cost/execution.hpp"
+#include "tuner/cost/op_costs.hpp"
+
+namespace pipetune::tuner {
+
+struct PlannedSchedule {
+  OpCosts costs;  // the op costs it was planned with (seconds)
+  schedule::Schedule schedule;
+};
+
+// The plan is apply_defaults'ed and checked against the model and cluster (SpecError naming the
+// rule) before its ops are costed; ScheduleError for the schedule's own rules.
+PlannedSchedule planned_schedule(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                                 const spec::ParallelPlan& plan,
+                                 const ExecutionOptions& execution = {}, double memory_limit = 0.0);
+
+// The cluster a plan runs on when the engine trains it: `cluster`'s hardware, sized to the
+// plan's world (the engine's virtual cluster has exactly tp * pp * dp ranks).
+spec::ClusterSpec cluster_for_plan(const spec::ClusterSpec& cluster,
+                                   const spec::ParallelPlan& plan);
+
+}  // namespace pipetune::tuner
