@@ -93,9 +93,6 @@ bool is_checkpoint_entry(const std::string& name) {
   return name == kManifestName || parse_rank_file_name(name) >= 0;
 }
 
-std::string n(std::uint64_t v) {
-  return std::to_string(v);
-}
 
 // ---- errors ---------------------------------------------------------------------------------
 
@@ -323,7 +320,7 @@ void validate_arguments(const CheckpointManifest& manifest,
     fail("world " + std::to_string(manifest.world) + " is outside 1.." + std::to_string(kMaxWorld));
   if (manifest.step < 0) fail("step " + std::to_string(manifest.step) + " is negative");
   if (ranks.size() != static_cast<std::size_t>(manifest.world))
-    fail(n(ranks.size()) + " ranks given for world " + std::to_string(manifest.world));
+    fail(std::to_string(ranks.size()) + " ranks given for world " + std::to_string(manifest.world));
   std::vector<bool> seen(ranks.size(), false);
   for (const RankCheckpoint& r : ranks) {
     const std::string who = "rank " + std::to_string(r.rank);
@@ -344,7 +341,7 @@ void validate_arguments(const CheckpointManifest& manifest,
         product *= ud;
       }
       if (overflow || product != t.values.size())
-        fail(who + ": tensor '" + t.name + "' has " + n(t.values.size()) +
+        fail(who + ": tensor '" + t.name + "' has " + std::to_string(t.values.size()) +
              " values, which its shape does not hold");
     }
   }
@@ -531,7 +528,7 @@ class RankFileReader {
   std::uint64_t count(std::uint64_t min_item_bytes, const std::string& what) {
     const std::uint64_t c = u64();
     if (c > remaining() / min_item_bytes)
-      corrupt(what + " count " + n(c) + " overruns the file (" + n(remaining()) + " bytes left)");
+      corrupt(what + " count " + std::to_string(c) + " overruns the file (" + std::to_string(remaining()) + " bytes left)");
     return c;
   }
   std::string str(const char* what) {
@@ -619,8 +616,8 @@ RankCheckpoint read_rank_file(const fs::path& path, const CheckpointManifest& ma
   InputFile file(path, " (the manifest says world = " + std::to_string(manifest.world) + ")");
   const std::uint64_t size = file.size();
   if (size < kHeaderBytes + kTrailerBytes)
-    bad_file(path, "truncated (" + n(size) + " bytes, shorter than the " +
-                       n(kHeaderBytes + kTrailerBytes) + "-byte header and checksum)");
+    bad_file(path, "truncated (" + std::to_string(size) + " bytes, shorter than the " +
+                       std::to_string(kHeaderBytes + kTrailerBytes) + "-byte header and checksum)");
   RankFileReader r(file);
   char magic[sizeof kMagic];
   r.bytes(magic, sizeof magic);
@@ -629,15 +626,15 @@ RankCheckpoint read_rank_file(const fs::path& path, const CheckpointManifest& ma
   const std::uint32_t version = r.u32();
   if (version != kVersion)
     bad_file(path,
-             "version " + n(version) + " is not supported (this build reads " + n(kVersion) + ")");
+             "version " + std::to_string(version) + " is not supported (this build reads " + std::to_string(kVersion) + ")");
   const std::uint32_t file_rank = r.u32();
   const std::uint32_t file_world = r.u32();
   const std::uint32_t reserved = r.u32();
   const std::int64_t file_step = r.i64();
   const std::uint64_t payload = r.u64();
   if (payload != size - kHeaderBytes - kTrailerBytes)
-    bad_file(path, "truncated or padded (the header promises " + n(payload) +
-                       " payload bytes, the file holds " + n(size - kHeaderBytes - kTrailerBytes) +
+    bad_file(path, "truncated or padded (the header promises " + std::to_string(payload) +
+                       " payload bytes, the file holds " + std::to_string(size - kHeaderBytes - kTrailerBytes) +
                        ")");
   r.set_end(kHeaderBytes + payload);
 
@@ -648,7 +645,7 @@ RankCheckpoint read_rank_file(const fs::path& path, const CheckpointManifest& ma
     NamedTensor t;
     t.name = r.str("tensor name");
     const std::uint64_t ndim = r.count(8, "tensor '" + t.name + "' dimension");
-    if (ndim > kMaxDims) r.corrupt("tensor '" + t.name + "' has " + n(ndim) + " dimensions");
+    if (ndim > kMaxDims) r.corrupt("tensor '" + t.name + "' has " + std::to_string(ndim) + " dimensions");
     t.shape.resize(static_cast<std::size_t>(ndim));
     for (std::int64_t& d : t.shape) d = r.i64();
     t.values = r.floats("tensor '" + t.name + "'");
@@ -661,7 +658,7 @@ RankCheckpoint read_rank_file(const fs::path& path, const CheckpointManifest& ma
         product *= ud;
       }
       if (!fits || product != t.values.size())
-        r.corrupt("tensor '" + t.name + "' shape does not match its " + n(t.values.size()) +
+        r.corrupt("tensor '" + t.name + "' shape does not match its " + std::to_string(t.values.size()) +
                   " values");
     }
     c.buffers.push_back(std::move(t));
@@ -678,7 +675,7 @@ RankCheckpoint read_rank_file(const fs::path& path, const CheckpointManifest& ma
     std::string key = r.str("meta key");
     c.meta[std::move(key)] = r.str("meta value");
   }
-  if (r.remaining() != 0) r.corrupt(n(r.remaining()) + " unread bytes at the end of the payload");
+  if (r.remaining() != 0) r.corrupt(std::to_string(r.remaining()) + " unread bytes at the end of the payload");
   const std::uint32_t computed = r.crc();
   const std::uint32_t stored = r.stored_crc();
   if (stored != computed) {
@@ -688,11 +685,11 @@ RankCheckpoint read_rank_file(const fs::path& path, const CheckpointManifest& ma
                   computed);
     bad_file(path, b);
   }
-  if (reserved != 0) bad_file(path, "corrupted header (reserved field is " + n(reserved) + ")");
+  if (reserved != 0) bad_file(path, "corrupted header (reserved field is " + std::to_string(reserved) + ")");
   if (file_rank != static_cast<std::uint32_t>(rank))
-    bad_file(path, "holds rank " + n(file_rank) + ", expected " + std::to_string(rank));
+    bad_file(path, "holds rank " + std::to_string(file_rank) + ", expected " + std::to_string(rank));
   if (file_world != static_cast<std::uint32_t>(manifest.world) || file_step != manifest.step)
-    bad_file(path, "belongs to a checkpoint of world " + n(file_world) + " at step " +
+    bad_file(path, "belongs to a checkpoint of world " + std::to_string(file_world) + " at step " +
                        std::to_string(file_step) + ", the manifest says world " +
                        std::to_string(manifest.world) + " at step " +
                        std::to_string(manifest.step));
@@ -772,7 +769,7 @@ CheckpointManifest read_checkpoint_manifest(const fs::path& dir) {
   const fs::path path = dir / kManifestName;
   InputFile file(path, "");
   if (file.size() > kMaxManifestBytes)
-    bad_file(path, "too large for a manifest (" + n(file.size()) + " bytes)");
+    bad_file(path, "too large for a manifest (" + std::to_string(file.size()) + " bytes)");
   std::string text(static_cast<std::size_t>(file.size()), '\0');
   file.read(text.data(), text.size());
 

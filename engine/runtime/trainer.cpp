@@ -33,42 +33,25 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string n(std::int64_t v) {
-  return std::to_string(v);
-}
 
-// Checks the engine's own rules (the spec validation covers sizes and names).
-void check_trainable(const model::ModelConfig& c, const spec::ParallelPlan& p, int groups,
-                     const std::vector<int>& split) {
-  if (c.heads % p.tp != 0)
-    throw InputError("tp=" + n(p.tp) + " does not divide heads=" + n(c.heads));
-  if (c.ffn % p.tp != 0)
-    throw InputError("tp=" + n(p.tp) + " does not divide ffn_hidden=" + n(c.ffn));
-  if (p.ep > 1 && !c.is_moe())
-    throw InputError("ep=" + n(p.ep) + " needs an MoE model (model '" + c.name + "' is dense)");
-  if (c.experts % p.ep != 0)
-    throw InputError("ep=" + n(p.ep) + " does not divide experts=" + n(c.experts));
-  if (p.dp % p.ep != 0) throw InputError("ep=" + n(p.ep) + " does not divide dp=" + n(p.dp));
-  if (groups > c.layers)
-    throw InputError("pp*chunks = " + n(groups) + " layer groups for " + n(c.layers) +
-                     " layers (each group needs at least one)");
+// The embedded engine's own limits, on top of spec::validate(model, plan) (which holds the rules
+// every consumer of a plan shares): every layer group holds at least one layer, micro-batch and
+// layer-group counts fit the span fields, and the vocabulary has a row for every shard.
+void check_engine_limits(const model::ModelConfig& c, const spec::ParallelPlan& p, int groups,
+                         const std::vector<int>& split) {
+  for (int s : split)
+    if (s < 1)
+      throw InputError("layer_split entries must be at least 1 for the engine (an empty layer "
+                       "group has nothing to run)");
   if (static_cast<int>(split.size()) != groups)
-    throw InputError("layer_split has " + n(static_cast<std::int64_t>(split.size())) +
-                     " entries, the schedule has " + n(groups) + " layer groups");
-  std::int64_t sum = 0;
-  for (int s : split) {
-    if (s < 1) throw InputError("layer_split entries must be at least 1");
-    sum += s;
-  }
-  if (sum != c.layers)
-    throw InputError("layer_split sums to " + n(sum) + ", the model has " + n(c.layers) +
-                     " layers");
+    throw InputError("layer_split has " + std::to_string(static_cast<std::int64_t>(split.size())) +
+                     " entries, the schedule has " + std::to_string(groups) + " layer groups");
   if (p.microbatches > 65535)
-    throw InputError("microbatches=" + n(p.microbatches) + " is over 65535");
+    throw InputError("microbatches=" + std::to_string(p.microbatches) + " is over 65535");
   if (groups > 2047) throw InputError("more than 2047 layer groups");
   const int shards = p.vocab != schedule::VocabMode::None ? p.tp * p.pp : p.tp;
   if (c.vocab < shards)
-    throw InputError("vocab=" + n(c.vocab) + " is smaller than its " + n(shards) + " shards");
+    throw InputError("vocab=" + std::to_string(c.vocab) + " is smaller than its " + std::to_string(shards) + " shards");
 }
 
 // Writes this rank's elements [lo, hi) of `flat` into full-model tensors.
@@ -97,8 +80,8 @@ void import_full(model::ParameterSet& set, const std::map<std::string, tensor::T
     auto it = full.find(e.name);
     if (it == full.end()) continue;
     if (it->second.numel() != e.layout.full_numel())
-      throw InputError("initial parameter '" + e.name + "' has " + n(it->second.numel()) +
-                       " elements, the model " + n(e.layout.full_numel()));
+      throw InputError("initial parameter '" + e.name + "' has " + std::to_string(it->second.numel()) +
+                       " elements, the model " + std::to_string(e.layout.full_numel()));
     float* p = set.flat_params().data() + e.offset;
     for (std::int64_t i = 0; i < e.numel(); ++i) p[i] = it->second[e.layout.full_index(i)];
   }
@@ -179,14 +162,18 @@ PreparedRun prepare(const TrainOptions& options) {
   p.config.aux_loss_coef = options.aux_loss_coef;
   p.plan = options.plan;
   spec::apply_defaults(p.plan);
-  spec::validate(p.plan);
+  {
+    spec::ModelSpec model = options.model;
+    spec::apply_defaults(model);
+    spec::validate(model, p.plan);
+  }
   if (options.steps < 1)
-    throw InputError("steps must be at least 1 (got " + n(options.steps) + ")");
+    throw InputError("steps must be at least 1 (got " + std::to_string(options.steps) + ")");
   // Plan settings the engine does not carry out are refused, never trained without (issue 12).
   // The simulator and predict model them; the engine keeps every activation and replicates
   // layer-norm and dropout work across the TP group.
   if (p.plan.zero_stage > 1)
-    throw InputError("zero_stage=" + n(p.plan.zero_stage) +
+    throw InputError("zero_stage=" + std::to_string(p.plan.zero_stage) +
                      ": the engine implements ZeRO-1 (optimizer state sharding) only; set "
                      "zero_stage = 0 or 1 to train (predict and simulate model stages 2 and 3)");
   if (p.plan.recompute != spec::Recompute::None)
@@ -198,8 +185,8 @@ PreparedRun prepare(const TrainOptions& options) {
         "sequence_parallel=true: the engine does not implement sequence parallelism; "
         "set sequence_parallel = false to train (predict and simulate model it)");
   if (p.plan.world_size() > kMaxTrainRanks)
-    throw InputError("world = tp*pp*dp = " + n(p.plan.world_size()) + " ranks is more than the " +
-                     n(kMaxTrainRanks) + " rank threads the embedded engine runs");
+    throw InputError("world = tp*pp*dp = " + std::to_string(p.plan.world_size()) + " ranks is more than the " +
+                     std::to_string(kMaxTrainRanks) + " rank threads the embedded engine runs");
   // The schedule the caller planned (with the cost model of the run's hardware, as simulate and
   // predict do), or the plan's generator with unit costs.
   if (options.schedule) {
@@ -211,7 +198,7 @@ PreparedRun prepare(const TrainOptions& options) {
   }
   p.split = p.plan.layer_split.empty() ? spec::even_layer_split(p.config.layers, p.sched.groups())
                                        : p.plan.layer_split;
-  check_trainable(p.config, p.plan, p.sched.groups(), p.split);
+  check_engine_limits(p.config, p.plan, p.sched.groups(), p.split);
   p.plan.layer_split = p.split;
   if (!options.data_shards.empty())  // opened once here so a bad shard fails before any thread
     (void)data::make_shard_loader(options.data_shards, p.config.vocab,
@@ -225,12 +212,12 @@ PreparedRun prepare(const TrainOptions& options) {
     if (m.plan != plan)
       throw InputError(who + " was written by plan [" + m.plan + "], this run is [" + plan + "]");
     if (m.world != p.plan.world_size())
-      throw InputError(who + " has " + n(m.world) + " ranks, the plan " + n(p.plan.world_size()));
+      throw InputError(who + " has " + std::to_string(m.world) + " ranks, the plan " + std::to_string(p.plan.world_size()));
     if (m.seed != options.seed)
       throw InputError(who + " was written with seed " + std::to_string(m.seed) + ", not " +
                        std::to_string(options.seed));
     if (m.step >= options.steps)
-      throw InputError(who + " is at step " + n(m.step) + ": --steps " + n(options.steps) +
+      throw InputError(who + " is at step " + std::to_string(m.step) + ": --steps " + std::to_string(options.steps) +
                        " leaves nothing to train");
     p.resume = std::move(m);
   }
@@ -337,7 +324,7 @@ TrainResult train(const TrainOptions& options) {
       auto restore = [&](const std::string& name, std::vector<float>& into) {
         const NamedBuffer* b = c.find(name);
         if (b == nullptr || b->values.size() != into.size())
-          throw InputError("checkpoint '" + options.resume_dir + "' rank " + n(rank) +
+          throw InputError("checkpoint '" + options.resume_dir + "' rank " + std::to_string(rank) +
                            ": buffer '" + name + "' is missing or has the wrong size");
         into = b->values;
       };

@@ -13,34 +13,35 @@ namespace pipetune::spec {
 
 namespace {
 
-std::string str(std::int64_t v) {
+// A number as the error messages show it.
+std::string shown(std::int64_t v) {
   return std::to_string(v);
 }
 
-std::string str(double v) {
+std::string shown(double v) {
   std::ostringstream os;
   os << v;
   return os.str();
 }
 
 void require_positive(std::string_view what, std::int64_t v) {
-  if (v <= 0) throw SpecError(std::string(what) + "=" + str(v) + " must be positive");
+  if (v <= 0) throw SpecError(std::string(what) + "=" + shown(v) + " must be positive");
 }
 
 void require_positive(std::string_view what, double v) {
-  if (!(v > 0.0)) throw SpecError(std::string(what) + "=" + str(v) + " must be positive");
+  if (!(v > 0.0)) throw SpecError(std::string(what) + "=" + shown(v) + " must be positive");
 }
 
 void require_non_negative(std::string_view what, double v) {
-  if (v < 0.0) throw SpecError(std::string(what) + "=" + str(v) + " must not be negative");
+  if (v < 0.0) throw SpecError(std::string(what) + "=" + shown(v) + " must not be negative");
 }
 
 // "a=3 does not divide b=16" when b % a != 0 (a > 0).
 void require_divides(std::string_view a_name, std::int64_t a, std::string_view b_name,
                      std::int64_t b) {
   if (a > 0 && b % a != 0) {
-    throw SpecError(std::string(a_name) + "=" + str(a) + " does not divide " + std::string(b_name) +
-                    "=" + str(b));
+    throw SpecError(std::string(a_name) + "=" + shown(a) + " does not divide " + std::string(b_name) +
+                    "=" + shown(b));
   }
 }
 
@@ -76,7 +77,7 @@ void validate(const ModelSpec& model) {
   require_divides("heads", model.heads, "hidden", model.hidden);
   require_divides("kv_heads", model.kv_heads, "heads", model.heads);
   if (model.top_k > model.experts) {
-    throw SpecError("top_k=" + str(model.top_k) + " exceeds experts=" + str(model.experts));
+    throw SpecError("top_k=" + shown(model.top_k) + " exceeds experts=" + shown(model.experts));
   }
 }
 
@@ -104,9 +105,9 @@ void validate(const ClusterSpec& c) {
   // A lone node may be partly used (4 of 8 GPUs); several nodes must be whole, or the node of a
   // device would be ambiguous.
   if (c.devices > c.devices_per_node && c.devices % c.devices_per_node != 0) {
-    throw SpecError("devices=" + str(std::int64_t{c.devices}) +
+    throw SpecError("devices=" + shown(std::int64_t{c.devices}) +
                     " is not a whole number of nodes (devices_per_node=" +
-                    str(std::int64_t{c.devices_per_node}) + ")");
+                    shown(std::int64_t{c.devices_per_node}) + ")");
   }
   if (c.node_groups.empty()) return;
   std::int64_t covered = 0;
@@ -117,8 +118,8 @@ void validate(const ClusterSpec& c) {
     covered += c.node_groups[i].nodes;
   }
   if (covered != c.nodes()) {
-    throw SpecError("node_groups cover " + str(covered) + " nodes, cluster has " +
-                    str(std::int64_t{c.nodes()}));
+    throw SpecError("node_groups cover " + shown(covered) + " nodes, cluster has " +
+                    shown(std::int64_t{c.nodes()}));
   }
 }
 
@@ -132,11 +133,11 @@ void validate(const ParallelPlan& plan) {
   require_positive("microbatches", std::int64_t{plan.microbatches});
   require_positive("global_batch", plan.global_batch);
   if (plan.group_size < 0) {
-    throw SpecError("group_size=" + str(std::int64_t{plan.group_size}) +
+    throw SpecError("group_size=" + shown(std::int64_t{plan.group_size}) +
                     " must not be negative (0 = the schedule's default)");
   }
   if (plan.zero_stage < 0 || plan.zero_stage > 3) {
-    throw SpecError("zero_stage=" + str(std::int64_t{plan.zero_stage}) + " must be 0..3");
+    throw SpecError("zero_stage=" + shown(std::int64_t{plan.zero_stage}) + " must be 0..3");
   }
   const auto& names = schedule::schedule_names();
   if (std::find(names.begin(), names.end(), plan.schedule) == names.end()) {
@@ -154,61 +155,65 @@ void validate(const ParallelPlan& plan) {
   if (plan.sequence_parallel && plan.tp < 2) throw SpecError("sequence_parallel needs tp>1");
   const std::int64_t batch = std::int64_t{plan.micro_batch_size} * plan.microbatches * plan.dp;
   if (plan.global_batch != batch) {
-    throw SpecError("global_batch=" + str(plan.global_batch) +
+    throw SpecError("global_batch=" + shown(plan.global_batch) +
                     " does not equal micro_batch_size*microbatches*dp = " +
-                    str(std::int64_t{plan.micro_batch_size}) + "*" +
-                    str(std::int64_t{plan.microbatches}) + "*" + str(std::int64_t{plan.dp}) +
-                    " = " + str(batch));
+                    shown(std::int64_t{plan.micro_batch_size}) + "*" +
+                    shown(std::int64_t{plan.microbatches}) + "*" + shown(std::int64_t{plan.dp}) +
+                    " = " + shown(batch));
   }
   if (!plan.layer_split.empty() &&
       static_cast<int>(plan.layer_split.size()) != plan.layer_groups()) {
     const std::string groups = plan.chunks == 1
-                                   ? "pp=" + str(std::int64_t{plan.pp})
-                                   : "pp*chunks=" + str(std::int64_t{plan.layer_groups()});
-    throw SpecError("layer_split has " + str(static_cast<std::int64_t>(plan.layer_split.size())) +
+                                   ? "pp=" + shown(std::int64_t{plan.pp})
+                                   : "pp*chunks=" + shown(std::int64_t{plan.layer_groups()});
+    throw SpecError("layer_split has " + shown(static_cast<std::int64_t>(plan.layer_split.size())) +
                     " entries, " + groups);
   }
   for (std::size_t i = 0; i < plan.layer_split.size(); ++i) {
     if (plan.layer_split[i] < 0) {
       throw SpecError("layer_split[" + std::to_string(i) +
-                      "]=" + str(std::int64_t{plan.layer_split[i]}) + " is negative");
+                      "]=" + shown(std::int64_t{plan.layer_split[i]}) + " is negative");
     }
   }
 }
 
 void validate(const ModelSpec& model, const ClusterSpec& cluster, const ParallelPlan& plan) {
-  validate(model);
   validate(cluster);
+  validate(model, plan);
+  if (plan.world_size() != cluster.devices) {
+    throw SpecError("tp*pp*dp = " + shown(std::int64_t{plan.world_size()}) +
+                    " does not match the cluster's " + shown(std::int64_t{cluster.devices}) +
+                    " devices");
+  }
+}
+
+void validate(const ModelSpec& model, const ParallelPlan& plan) {
+  validate(model);
   validate(plan);
   require_divides("tp", plan.tp, "heads", model.heads);
   require_divides("tp", plan.tp, "kv_heads", model.kv_heads);
   require_divides("tp", plan.tp, "ffn_hidden", model.ffn_hidden);
-  if (plan.world_size() != cluster.devices) {
-    throw SpecError("tp*pp*dp = " + str(std::int64_t{plan.world_size()}) +
-                    " does not match the cluster's " + str(std::int64_t{cluster.devices}) +
-                    " devices");
-  }
   if (plan.ep > 1) {
     if (!is_moe(model)) {
-      throw SpecError("ep=" + str(std::int64_t{plan.ep}) +
-                      " needs an MoE model (experts=" + str(model.experts) + ")");
+      throw SpecError("ep=" + shown(std::int64_t{plan.ep}) +
+                      " needs an MoE model (experts=" + shown(model.experts) + ")");
     }
     require_divides("ep", plan.ep, "experts", model.experts);
   }
   if (plan.layer_split.empty()) {
     if (plan.pp > model.layers) {
-      throw SpecError("pp=" + str(std::int64_t{plan.pp}) + " exceeds layers=" + str(model.layers));
+      throw SpecError("pp=" + shown(std::int64_t{plan.pp}) + " exceeds layers=" + shown(model.layers));
     }
     if (plan.layer_groups() > model.layers) {
-      throw SpecError("chunks=" + str(std::int64_t{plan.chunks}) +
-                      " needs at least pp*chunks=" + str(std::int64_t{plan.layer_groups()}) +
-                      " layers, model has " + str(model.layers));
+      throw SpecError("chunks=" + shown(std::int64_t{plan.chunks}) +
+                      " needs at least pp*chunks=" + shown(std::int64_t{plan.layer_groups()}) +
+                      " layers, model has " + shown(model.layers));
     }
   } else {
     const std::int64_t sum =
         std::accumulate(plan.layer_split.begin(), plan.layer_split.end(), std::int64_t{0});
     if (sum != model.layers) {
-      throw SpecError("layer_split sums to " + str(sum) + ", model has " + str(model.layers) +
+      throw SpecError("layer_split sums to " + shown(sum) + ", model has " + shown(model.layers) +
                       " layers");
     }
   }

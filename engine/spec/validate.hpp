@@ -23,9 +23,11 @@ void validate(const ClusterSpec& cluster);
 // parallelism needs tp > 1, global batch = micro_batch_size * microbatches * dp,
 // layer_split length = pp * chunks.
 void validate(const ParallelPlan& plan);
-// All of the above plus the rules that join them: tp divides heads, kv_heads and ffn_hidden;
-// tp*pp*dp = the cluster's devices; ep needs an MoE model and divides experts; enough layers for
-// pp * chunks layer groups; layer_split sums to the model's layers.
+// The model, the plan and the rules that join them: tp divides heads, kv_heads and ffn_hidden;
+// ep needs an MoE model and divides experts; enough layers for pp * chunks layer groups;
+// layer_split sums to the model's layers. (The embedded engine's own cluster is virtual.)
+void validate(const ModelSpec& model, const ParallelPlan& plan);
+// validate(model, plan), the cluster, and tp*pp*dp = the cluster's devices.
 void validate(const ModelSpec& model, const ClusterSpec& cluster, const ParallelPlan& plan);
 
 }  // namespace pipetune::spec

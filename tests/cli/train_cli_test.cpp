@@ -108,7 +108,7 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, TrainCliBadInput,
     ::testing::Values(
         BadInput{{"--tp", "3"}, "tp=3 does not divide heads=4"},
-        BadInput{{"--tp", "1", "--pp", "9", "--dp", "1"}, "layer groups for 8 layers"},
+        BadInput{{"--tp", "1", "--pp", "9", "--dp", "1"}, "pp=9 exceeds layers=8"},
         BadInput{{"--model", "tiny-moe", "--tp", "1", "--pp", "1", "--dp", "2", "--ep", "3"},
                  "ep=3"},
         BadInput{{"--model", "tiny-moe", "--tp", "1", "--pp", "1", "--dp", "3", "--ep", "2"},

@@ -7,7 +7,6 @@
 
 namespace pipetune::tuner {
 
-using export_detail::num;
 using export_detail::require;
 
 std::string export_deepspeed(const ExportRequest& r) {
@@ -17,7 +16,7 @@ std::string export_deepspeed(const ExportRequest& r) {
   require(p.pp == 1 || p.schedule == "1f1b", kFw,
           "schedule " + p.schedule + ": DeepSpeed's pipeline engine runs 1F1B only");
   require(p.pp == 1 || p.zero_stage <= 1, kFw,
-          "ZeRO stage " + num(p.zero_stage) +
+          "ZeRO stage " + std::to_string(p.zero_stage) +
               " cannot be combined with pipeline parallelism "
               "(DeepSpeed's pipeline engine allows ZeRO 0 or 1)");
   require(p.vocab == schedule::VocabMode::None, kFw,

@@ -9,10 +9,6 @@
 
 namespace pipetune::tuner::export_detail {
 
-inline std::string num(std::int64_t v) {
-  return std::to_string(v);
-}
-
 // Throws InputError "<framework>: <rule>" unless ok.
 inline void require(bool ok, std::string_view framework, const std::string& rule) {
   if (!ok) throw InputError(std::string(framework) + ": " + rule);

@@ -66,21 +66,21 @@ void check_common(const ExportRequest& r, std::string_view fw) {
   const spec::ModelSpec& m = r.model;
   const std::int64_t world = static_cast<std::int64_t>(p.tp) * p.pp * p.dp;
   require(r.cluster.devices <= 0 || world == r.cluster.devices, fw,
-          "tp*pp*dp = " + num(world) + " does not fill the cluster's " + num(r.cluster.devices) +
+          "tp*pp*dp = " + std::to_string(world) + " does not fill the cluster's " + std::to_string(r.cluster.devices) +
               " devices");
   require(m.heads % p.tp == 0, fw,
-          "tp=" + num(p.tp) + " does not divide attention heads=" + num(m.heads));
+          "tp=" + std::to_string(p.tp) + " does not divide attention heads=" + std::to_string(m.heads));
   require(m.kv_heads % p.tp == 0, fw,
-          "tp=" + num(p.tp) + " does not divide query groups (kv heads)=" + num(m.kv_heads));
+          "tp=" + std::to_string(p.tp) + " does not divide query groups (kv heads)=" + std::to_string(m.kv_heads));
   require(m.ffn_hidden % p.tp == 0, fw,
-          "tp=" + num(p.tp) + " does not divide ffn hidden=" + num(m.ffn_hidden));
-  require(p.dp % p.ep == 0, fw, "ep=" + num(p.ep) + " does not divide dp=" + num(p.dp));
+          "tp=" + std::to_string(p.tp) + " does not divide ffn hidden=" + std::to_string(m.ffn_hidden));
+  require(p.dp % p.ep == 0, fw, "ep=" + std::to_string(p.ep) + " does not divide dp=" + std::to_string(p.dp));
   require(m.experts % p.ep == 0, fw,
-          "ep=" + num(p.ep) + " does not divide experts=" + num(m.experts));
+          "ep=" + std::to_string(p.ep) + " does not divide experts=" + std::to_string(m.experts));
   const std::int64_t per_step = static_cast<std::int64_t>(p.micro_batch_size) * p.dp;
   require(p.global_batch > 0 && p.global_batch % per_step == 0, fw,
-          "global batch " + num(p.global_batch) + " is not divisible by micro-batch " +
-              num(p.micro_batch_size) + " x data-parallel " + num(p.dp));
+          "global batch " + std::to_string(p.global_batch) + " is not divisible by micro-batch " +
+              std::to_string(p.micro_batch_size) + " x data-parallel " + std::to_string(p.dp));
 }
 
 }  // namespace export_detail

@@ -7,7 +7,6 @@
 
 namespace pipetune::tuner {
 
-using export_detail::num;
 using export_detail::require;
 
 namespace {
@@ -24,13 +23,13 @@ std::vector<std::string> pipeline_split_flags(const ExportRequest& r) {
   if (even) return {};
   require(p.chunks == 1, kFw,
           "an uneven layer split cannot be combined with the interleaved schedule (" +
-              num(r.model.layers) + " layers over " + num(p.pp) + "x" + num(p.chunks) +
+              std::to_string(r.model.layers) + " layers over " + std::to_string(p.pp) + "x" + std::to_string(p.chunks) +
               " layer groups)");
   const bool middle_even = p.pp < 3 || std::all_of(split.begin() + 1, split.end() - 1,
                                                    [&](int n) { return n == split[1]; });
   require(middle_even, kFw, "only the first and last stages may hold a different number of layers");
-  return {"--decoder-first-pipeline-num-layers " + num(split.front()),
-          "--decoder-last-pipeline-num-layers " + num(split.back())};
+  return {"--decoder-first-pipeline-num-layers " + std::to_string(split.front()),
+          "--decoder-last-pipeline-num-layers " + std::to_string(split.back())};
 }
 
 }  // namespace
@@ -51,15 +50,15 @@ std::string export_megatron(const ExportRequest& r) {
   if (interleaved) {
     require(p.chunks >= 2, kFw, "interleaved-1f1b needs at least 2 chunks per stage");
     require(m.layers % p.pp == 0, kFw,
-            "layers=" + num(m.layers) + " are not divisible by pp=" + num(p.pp));
+            "layers=" + std::to_string(m.layers) + " are not divisible by pp=" + std::to_string(p.pp));
     require((m.layers / p.pp) % p.chunks == 0, kFw,
-            "layers per stage " + num(m.layers / p.pp) + " are not divisible by " + num(p.chunks) +
+            "layers per stage " + std::to_string(m.layers / p.pp) + " are not divisible by " + std::to_string(p.chunks) +
                 " virtual stages");
   }
   const std::vector<std::string> split_flags = pipeline_split_flags(r);
   if (split_flags.empty() && pipelined)
     require(m.layers % p.pp == 0, kFw,
-            "layers=" + num(m.layers) + " are not divisible by pp=" + num(p.pp));
+            "layers=" + std::to_string(m.layers) + " are not divisible by pp=" + std::to_string(p.pp));
 
   const int per_node = std::min(r.cluster.devices_per_node, std::max(1, r.cluster.devices));
   const int nodes = (p.world_size() + per_node - 1) / per_node;
@@ -90,12 +89,12 @@ std::string export_megatron(const ExportRequest& r) {
     o << ")\n";
   };
   std::vector<std::string> model = {
-      "--num-layers " + num(m.layers),          "--hidden-size " + num(m.hidden),
-      "--ffn-hidden-size " + num(m.ffn_hidden), "--num-attention-heads " + num(m.heads),
-      "--seq-length " + num(m.seq_len),         "--max-position-embeddings " + num(m.seq_len)};
+      "--num-layers " + std::to_string(m.layers),          "--hidden-size " + std::to_string(m.hidden),
+      "--ffn-hidden-size " + std::to_string(m.ffn_hidden), "--num-attention-heads " + std::to_string(m.heads),
+      "--seq-length " + std::to_string(m.seq_len),         "--max-position-embeddings " + std::to_string(m.seq_len)};
   if (m.kv_heads != m.heads) {
     model.push_back("--group-query-attention");
-    model.push_back("--num-query-groups " + num(m.kv_heads));
+    model.push_back("--num-query-groups " + std::to_string(m.kv_heads));
   }
   // Gated-MLP models are Llama-style (RMSNorm, rotary positions, no linear biases).
   if (gated) {
@@ -108,22 +107,22 @@ std::string export_megatron(const ExportRequest& r) {
   if (!m.tied_embeddings) model.push_back("--untie-embeddings-and-output-weights");
   if (spec::is_moe(m)) {
     model.insert(model.end(),
-                 {"--num-experts " + num(m.experts), "--moe-router-topk " + num(m.top_k),
-                  "--moe-ffn-hidden-size " + num(m.ffn_hidden),
+                 {"--num-experts " + std::to_string(m.experts), "--moe-router-topk " + std::to_string(m.top_k),
+                  "--moe-ffn-hidden-size " + std::to_string(m.ffn_hidden),
                   "--moe-router-load-balancing-type aux_loss", "--moe-aux-loss-coeff 1e-2",
                   "--moe-grouped-gemm", "--moe-token-dispatcher-type alltoall"});
-    if (m.moe_every > 1) model.push_back("--moe-layer-freq " + num(m.moe_every));
+    if (m.moe_every > 1) model.push_back("--moe-layer-freq " + std::to_string(m.moe_every));
   }
   block("MODEL_ARGS", model);
 
-  std::vector<std::string> parallel = {"--tensor-model-parallel-size " + num(p.tp),
-                                       "--pipeline-model-parallel-size " + num(p.pp)};
+  std::vector<std::string> parallel = {"--tensor-model-parallel-size " + std::to_string(p.tp),
+                                       "--pipeline-model-parallel-size " + std::to_string(p.pp)};
   if (p.sequence_parallel && p.tp > 1) parallel.push_back("--sequence-parallel");
-  if (interleaved) parallel.push_back("--num-virtual-stages-per-pipeline-rank " + num(p.chunks));
+  if (interleaved) parallel.push_back("--num-virtual-stages-per-pipeline-rank " + std::to_string(p.chunks));
   parallel.insert(parallel.end(), split_flags.begin(), split_flags.end());
   if (spec::is_moe(m)) {
-    parallel.push_back("--expert-model-parallel-size " + num(p.ep));
-    parallel.push_back("--expert-tensor-parallel-size " + num(p.tp));
+    parallel.push_back("--expert-model-parallel-size " + std::to_string(p.ep));
+    parallel.push_back("--expert-tensor-parallel-size " + std::to_string(p.tp));
   }
   switch (p.zero_stage) {
     case 0:
@@ -147,14 +146,14 @@ std::string export_megatron(const ExportRequest& r) {
   block("PARALLEL_ARGS", parallel);
 
   block("TRAINING_ARGS",
-        {"--micro-batch-size " + num(p.micro_batch_size),
-         "--global-batch-size " + num(p.global_batch), "--train-iters " + num(r.train_iters),
+        {"--micro-batch-size " + std::to_string(p.micro_batch_size),
+         "--global-batch-size " + std::to_string(p.global_batch), "--train-iters " + std::to_string(r.train_iters),
          "--bf16", "--lr 3.0e-4", "--min-lr 3.0e-5", "--lr-decay-style cosine",
          "--lr-warmup-fraction 0.01", "--weight-decay 0.1", "--clip-grad 1.0", "--adam-beta1 0.9",
          "--adam-beta2 0.95", "--init-method-std 0.02", "--attention-backend auto",
          "--transformer-impl transformer_engine"});
   block("DATA_ARGS", {"--mock-data", "--tokenizer-type NullTokenizer",
-                      "--vocab-size " + num(m.vocab), "--split 949,50,1"});
+                      "--vocab-size " + std::to_string(m.vocab), "--split 949,50,1"});
   block("LOGGING_ARGS", {"--log-interval 1", "--eval-interval 1000", "--eval-iters 0"});
   o << "\ntorchrun --nproc_per_node \"$GPUS_PER_NODE\" --nnodes \"$NNODES\" "
        "--node_rank \"$NODE_RANK\" \\\n"

@@ -7,7 +7,6 @@
 
 namespace pipetune::tuner {
 
-using export_detail::num;
 using export_detail::require;
 
 namespace {
@@ -41,7 +40,7 @@ std::string export_torchtitan(const ExportRequest& r) {
   const int stages_per_rank = p.chunks;
   const std::int64_t stages = static_cast<std::int64_t>(p.pp) * stages_per_rank;
   require(m.layers % stages == 0, kFw,
-          "layers=" + num(m.layers) + " do not split evenly over " + num(stages) +
+          "layers=" + std::to_string(m.layers) + " do not split evenly over " + std::to_string(stages) +
               " pipeline stages (pipeline_parallel_layers_per_stage)");
   // FSDP shards weights, gradients and optimizer state together: ZeRO 1-3 all become FSDP.
   const int replicate = p.zero_stage == 0 ? p.dp : 1;
@@ -49,8 +48,8 @@ std::string export_torchtitan(const ExportRequest& r) {
   // Experts borrow their ranks from the data-parallel shard dimension (with the TP ranks when
   // experts are not tensor-parallel).
   require(p.ep == 1 || (static_cast<std::int64_t>(shard) * p.tp) % p.ep == 0, kFw,
-          "ep=" + num(p.ep) + " does not divide data_parallel_shard_degree x tp = " +
-              num(static_cast<std::int64_t>(shard) * p.tp) + " (use ZeRO >= 1 for MoE)");
+          "ep=" + std::to_string(p.ep) + " does not divide data_parallel_shard_degree x tp = " +
+              std::to_string(static_cast<std::int64_t>(shard) * p.tp) + " (use ZeRO >= 1 for MoE)");
   const std::int64_t local_batch =
       static_cast<std::int64_t>(p.micro_batch_size) * export_detail::accumulation_steps(p);
 
@@ -61,7 +60,7 @@ std::string export_torchtitan(const ExportRequest& r) {
   o << "# [model] name/flavor must name a model registered in torchtitan; this plan was tuned\n"
     << "# for " << m.name << ": " << m.layers << " layers, hidden " << m.hidden << ", " << m.heads
     << " heads (" << m.kv_heads << " kv), ffn " << m.ffn_hidden << ", vocabulary " << m.vocab
-    << (spec::is_moe(m) ? ", " + num(m.experts) + " experts top-" + num(m.top_k) : "") << ".\n"
+    << (spec::is_moe(m) ? ", " + std::to_string(m.experts) + " experts top-" + std::to_string(m.top_k) : "") << ".\n"
     << "# Launch: NGPU=" << p.world_size() << " ./run_train.sh --job.config_file <this file>\n\n"
     << "[job]\n"
     << "description = \"" << m.name << " tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp
