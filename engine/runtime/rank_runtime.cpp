@@ -1,5 +1,7 @@
 #include "engine/runtime/rank_runtime.hpp"
 
+#include "engine/schedule/span_kinds.hpp"
+
 #include "engine/runtime/rank_runtime_state.hpp"
 
 #include <algorithm>
@@ -117,8 +119,7 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
   losses_ = {};
   for (const Op& op : schedule_->ranks[static_cast<std::size_t>(pp_rank_)]) {
     {
-      // Op kinds and the first span kinds share their order (profiler/trace.hpp).
-      profiler::ScopedSpan span(recorder_, static_cast<profiler::SpanKind>(op.kind),
+      profiler::ScopedSpan span(recorder_, schedule::span_kind_of(op.kind),
                                 profiler::Stream::Compute, op.microbatch,
                                 schedule::is_vocab_op(op.kind) ? -1 : op.chunk);
       run_op(op);

@@ -1,5 +1,7 @@
 #include "tuner/sim/simulator.hpp"
 
+#include "engine/schedule/span_kinds.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -24,7 +26,7 @@ std::int64_t to_ns(double seconds) {
 }
 
 profiler::SpanKind span_kind(OpKind k) {
-  return static_cast<profiler::SpanKind>(k);
+  return schedule::span_kind_of(k);
 }
 
 // Assigns times to ops in the order the executor makes them runnable.
