@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "engine/checkpoint/checkpoint.hpp"
 #include "engine/comm/thread_cluster.hpp"
 #include "engine/comm/topology.hpp"
 #include "engine/data/data_loader.hpp"
@@ -16,7 +17,6 @@
 #include "engine/errors.hpp"
 #include "engine/model/buffer_cache.hpp"
 #include "engine/model/model_config.hpp"
-#include "engine/runtime/checkpoint.hpp"
 #include "engine/runtime/optimizer.hpp"
 #include "engine/runtime/rank_runtime.hpp"
 #include "engine/schedule/generators.hpp"
@@ -31,8 +31,13 @@ namespace pipetune::runtime {
 
 namespace {
 
+using checkpoint::CheckpointManifest;
+using checkpoint::NamedBuffer;
+using checkpoint::RankCheckpoint;
+using checkpoint::read_checkpoint_manifest;
+using checkpoint::read_rank_checkpoint;
+using checkpoint::write_checkpoint;
 using Clock = std::chrono::steady_clock;
-
 
 // The embedded engine's own limits, on top of spec::validate(model, plan) (which holds the rules
 // every consumer of a plan shares): every layer group holds at least one layer, micro-batch and
@@ -41,8 +46,9 @@ void check_engine_limits(const model::ModelConfig& c, const spec::ParallelPlan& 
                          const std::vector<int>& split) {
   for (int s : split)
     if (s < 1)
-      throw InputError("layer_split entries must be at least 1 for the engine (an empty layer "
-                       "group has nothing to run)");
+      throw InputError(
+          "layer_split entries must be at least 1 for the engine (an empty layer "
+          "group has nothing to run)");
   if (static_cast<int>(split.size()) != groups)
     throw InputError("layer_split has " + std::to_string(static_cast<std::int64_t>(split.size())) +
                      " entries, the schedule has " + std::to_string(groups) + " layer groups");
@@ -51,7 +57,8 @@ void check_engine_limits(const model::ModelConfig& c, const spec::ParallelPlan& 
   if (groups > 2047) throw InputError("more than 2047 layer groups");
   const int shards = p.vocab != schedule::VocabMode::None ? p.tp * p.pp : p.tp;
   if (c.vocab < shards)
-    throw InputError("vocab=" + std::to_string(c.vocab) + " is smaller than its " + std::to_string(shards) + " shards");
+    throw InputError("vocab=" + std::to_string(c.vocab) + " is smaller than its " +
+                     std::to_string(shards) + " shards");
 }
 
 // Writes this rank's elements [lo, hi) of `flat` into full-model tensors.
@@ -80,8 +87,9 @@ void import_full(model::ParameterSet& set, const std::map<std::string, tensor::T
     auto it = full.find(e.name);
     if (it == full.end()) continue;
     if (it->second.numel() != e.layout.full_numel())
-      throw InputError("initial parameter '" + e.name + "' has " + std::to_string(it->second.numel()) +
-                       " elements, the model " + std::to_string(e.layout.full_numel()));
+      throw InputError("initial parameter '" + e.name + "' has " +
+                       std::to_string(it->second.numel()) + " elements, the model " +
+                       std::to_string(e.layout.full_numel()));
     float* p = set.flat_params().data() + e.offset;
     for (std::int64_t i = 0; i < e.numel(); ++i) p[i] = it->second[e.layout.full_index(i)];
   }
@@ -185,8 +193,9 @@ PreparedRun prepare(const TrainOptions& options) {
         "sequence_parallel=true: the engine does not implement sequence parallelism; "
         "set sequence_parallel = false to train (predict and simulate model it)");
   if (p.plan.world_size() > kMaxTrainRanks)
-    throw InputError("world = tp*pp*dp = " + std::to_string(p.plan.world_size()) + " ranks is more than the " +
-                     std::to_string(kMaxTrainRanks) + " rank threads the embedded engine runs");
+    throw InputError("world = tp*pp*dp = " + std::to_string(p.plan.world_size()) +
+                     " ranks is more than the " + std::to_string(kMaxTrainRanks) +
+                     " rank threads the embedded engine runs");
   // The schedule the caller planned (with the cost model of the run's hardware, as simulate and
   // predict do), or the plan's generator with unit costs.
   if (options.schedule) {
@@ -212,13 +221,14 @@ PreparedRun prepare(const TrainOptions& options) {
     if (m.plan != plan)
       throw InputError(who + " was written by plan [" + m.plan + "], this run is [" + plan + "]");
     if (m.world != p.plan.world_size())
-      throw InputError(who + " has " + std::to_string(m.world) + " ranks, the plan " + std::to_string(p.plan.world_size()));
+      throw InputError(who + " has " + std::to_string(m.world) + " ranks, the plan " +
+                       std::to_string(p.plan.world_size()));
     if (m.seed != options.seed)
       throw InputError(who + " was written with seed " + std::to_string(m.seed) + ", not " +
                        std::to_string(options.seed));
     if (m.step >= options.steps)
-      throw InputError(who + " is at step " + std::to_string(m.step) + ": --steps " + std::to_string(options.steps) +
-                       " leaves nothing to train");
+      throw InputError(who + " is at step " + std::to_string(m.step) + ": --steps " +
+                       std::to_string(options.steps) + " leaves nothing to train");
     p.resume = std::move(m);
   }
   return p;

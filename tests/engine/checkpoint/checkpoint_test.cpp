@@ -18,14 +18,18 @@
 #include <functional>
 #include <limits>
 
+#include "engine/checkpoint/checkpoint.hpp"
 #include "engine/data/random.hpp"
 #include "engine/errors.hpp"
-#include "engine/runtime/checkpoint.hpp"
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
 
-namespace pipetune::runtime {
+namespace pipetune::checkpoint {
 namespace {
+
+using runtime::train;
+using runtime::TrainOptions;
+using runtime::TrainResult;
 
 namespace fs = std::filesystem;
 
@@ -730,4 +734,4 @@ TEST_F(CheckpointTest, FailedWriteLeavesNothingBehind) {
 }
 
 }  // namespace
-}  // namespace pipetune::runtime
+}  // namespace pipetune::checkpoint

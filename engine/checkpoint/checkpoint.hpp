@@ -1,4 +1,6 @@
 // Training checkpoints: a directory with a text manifest and one binary file per rank.
+//   checkpoint_format.*   the on-disk encoding shared by both sides (fields, names, manifest text)
+//   checkpoint_writer.cpp atomic writing; checkpoint_reader.cpp checked reading
 //
 //   <dir>/manifest.txt     "# pipetune checkpoint" then `key = value` lines: format, step, world,
 //                          model, plan, seed (values escaped: \\ \n \r \t \xHH)
@@ -32,7 +34,7 @@
 
 #include "engine/data/data_loader.hpp"
 
-namespace pipetune::runtime {
+namespace pipetune::checkpoint {
 
 // The version this build writes and the only one it reads (manifest `format` and rank files).
 inline constexpr int kCheckpointFormatVersion = 2;
@@ -88,8 +90,8 @@ RankCheckpoint read_rank_checkpoint(const std::filesystem::path& dir, int rank);
 // The manifest and every rank; also refuses rank files beyond the manifest's world.
 LoadedCheckpoint read_checkpoint(const std::filesystem::path& dir);
 
-// CRC-32 (IEEE 802.3 polynomial, reflected; the value zlib's crc32 gives). Chain calls by
-// passing the previous result as `crc`; start from 0.
+// CRC-32 (IEEE 802.3 polynomial, reflected): zlib's crc32, for buffers of any size. Chain calls
+// by passing the previous result as `crc`; start from 0.
 std::uint32_t crc32(const void* data, std::size_t size, std::uint32_t crc = 0);
 
-}  // namespace pipetune::runtime
+}  // namespace pipetune::checkpoint
