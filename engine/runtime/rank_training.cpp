@@ -1,0 +1,350 @@
+#include "engine/runtime/rank_training.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+
+#include "engine/data/data_loader.hpp"
+#include "engine/errors.hpp"
+#include "engine/model/buffer_cache.hpp"
+#include "engine/runtime/optimizer.hpp"
+#include "engine/runtime/rank_runtime.hpp"
+#include "engine/tensor/cpu/cpu_backend.hpp"
+#include "profiler/recorder/merge_recorders.hpp"
+
+namespace pipetune::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Writes this rank's elements [lo, hi) of `flat` into full-model tensors.
+void export_full(const model::ParameterSet& set, const std::vector<float>& flat, std::int64_t lo,
+                 std::int64_t hi, std::map<std::string, tensor::Tensor>& out, std::mutex& mutex) {
+  std::lock_guard lock(mutex);
+  for (const model::ParamEntry& e : set.entries()) {
+    const auto off = static_cast<std::int64_t>(e.offset);
+    const std::int64_t a = std::max(lo, off), b = std::min(hi, off + e.numel());
+    if (a >= b) continue;
+    auto it = out.find(e.name);
+    if (it == out.end()) {
+      const tensor::Shape shape = e.layout.full_cols == 1
+                                      ? tensor::Shape{e.layout.full_rows}
+                                      : tensor::Shape{e.layout.full_rows, e.layout.full_cols};
+      it = out.emplace(e.name, tensor::Tensor(shape)).first;
+    }
+    for (std::int64_t i = a; i < b; ++i)
+      it->second[e.layout.full_index(i - off)] = flat[static_cast<std::size_t>(i)];
+  }
+}
+
+// Overwrites this rank's shards with the elements of the given full-model tensors.
+void import_full(model::ParameterSet& set, const std::map<std::string, tensor::Tensor>& full) {
+  for (const model::ParamEntry& e : set.entries()) {
+    auto it = full.find(e.name);
+    if (it == full.end()) continue;
+    if (it->second.numel() != e.layout.full_numel())
+      throw InputError("initial parameter '" + e.name + "' has " +
+                       std::to_string(it->second.numel()) + " elements, the model " +
+                       std::to_string(e.layout.full_numel()));
+    float* p = set.flat_params().data() + e.offset;
+    for (std::int64_t i = 0; i < e.numel(); ++i) p[i] = it->second[e.layout.full_index(i)];
+  }
+}
+
+// Parameter and gradient bytes of the vocabulary layers (embedding, position embedding, output
+// layer) and of everything else.
+struct ParameterBytes {
+  std::int64_t vocabulary = 0;
+  std::int64_t other = 0;
+};
+
+ParameterBytes parameter_bytes(const model::ParameterSet& set) {
+  ParameterBytes b;
+  for (const model::ParamEntry& e : set.entries()) {
+    const bool vocab = e.name == "wte" || e.name == "wpe" || e.name == "head.w";
+    (vocab ? b.vocabulary : b.other) += e.numel() * static_cast<std::int64_t>(sizeof(float));
+  }
+  b.other += (set.padded_size() - set.size()) * static_cast<std::int64_t>(sizeof(float));
+  return b;
+}
+
+// One rank of a run: the members are built in the order the rank needs them (the buffer cache
+// before the runtime, so the runtime's buffers go back to it while it is still bound).
+class RankTraining {
+ public:
+  RankTraining(SharedTraining& shared, comm::Communicator& comm);
+
+  void resume();            // parameters, optimizer state and loader position from the checkpoint
+  bool run_step(int step);  // one iteration; true when a stop request ends the run after it
+  void finish();            // captured parameters and this rank's summary into the result
+  int first_step() const { return first_step_; }
+
+ private:
+  void stream_trace(const profiler::StepMetric& step_metric);
+  void save_checkpoint(int step);
+
+  SharedTraining& s_;
+  const TrainOptions& options_;
+  const spec::ParallelPlan& plan_;
+  comm::Communicator& comm_;
+  const int rank_;
+  const comm::RankCoordinates at_;
+  tensor::CpuBackend backend_;
+  profiler::RankRecorder& recorder_;
+  model::BufferCache buffer_cache_;
+  model::ScopedBufferCache bind_buffer_cache_;
+  RankRuntime runtime_;
+  model::RankModel& model_;
+  const comm::ProcessGroup dp_group_, edp_group_, world_group_;
+  std::optional<DataParallelOptimizer> dense_opt_, expert_opt_;
+  profiler::NameId reduce_name_ = 0, gather_name_ = 0;
+  data::DataLoader loader_;
+  std::vector<data::Batch> batches_;
+  int first_step_ = 1;
+  profiler::RecorderMark streamed_;  // how much of the recorder trace_sink has had
+};
+
+data::DataLoader make_loader(const SharedTraining& s, const comm::RankCoordinates& at) {
+  const data::LoaderConfig lc{s.prepared.plan.micro_batch_size, s.prepared.config.seq_len,
+                              at.dp_rank, s.prepared.plan.dp};
+  return s.options.data_shards.empty()
+             ? data::make_synthetic_loader(s.corpus, lc)
+             : data::make_shard_loader(s.options.data_shards, s.prepared.config.vocab, lc);
+}
+
+RankTraining::RankTraining(SharedTraining& shared, comm::Communicator& comm)
+    : s_(shared),
+      options_(shared.options),
+      plan_(shared.prepared.plan),
+      comm_(comm),
+      rank_(comm.rank()),
+      at_(shared.topology.coordinates(rank_)),
+      backend_(shared.threads_per_rank),
+      recorder_(*shared.recorders[static_cast<std::size_t>(rank_)]),
+      buffer_cache_(shared.options.buffer_cache_bytes),
+      bind_buffer_cache_(buffer_cache_),
+      runtime_(shared.prepared.config, plan_, shared.prepared.split, shared.prepared.sched,
+               shared.topology, comm, backend_, &recorder_),
+      model_(runtime_.model()),
+      dp_group_(shared.topology.dp_group(rank_)),
+      edp_group_(shared.topology.expert_dp_group(rank_)),
+      world_group_(shared.topology.world_group()),
+      loader_(make_loader(shared, at_)),
+      batches_(static_cast<std::size_t>(plan_.microbatches)),
+      first_step_(shared.prepared.resume ? static_cast<int>(shared.prepared.resume->step) + 1 : 1) {
+  const bool zero1 = plan_.zero_stage == 1;
+  model::RankModel& m = model_;
+  m.dense.allocate(zero1 ? dp_group_.size() : 1);
+  m.expert.allocate(zero1 ? edp_group_.size() : 1);
+  m.dense.initialize(options_.seed);
+  m.expert.initialize(options_.seed);
+  if (options_.initial_parameters != nullptr) {
+    import_full(m.dense, *options_.initial_parameters);
+    import_full(m.expert, *options_.initial_parameters);
+  }
+  dense_opt_.emplace(m.dense, comm, dp_group_, at_.tp_rank, zero1, backend_);
+  expert_opt_.emplace(m.expert, comm, edp_group_, at_.tp_rank, zero1, backend_);
+  profiler::MemoryLedger& ledger = recorder_.memory();
+  const ParameterBytes dense_bytes = parameter_bytes(m.dense);
+  const ParameterBytes expert_bytes = parameter_bytes(m.expert);
+  const std::int64_t other = dense_bytes.other + expert_bytes.other;
+  ledger.allocate(profiler::MemoryCategory::Parameters, other);
+  ledger.allocate(profiler::MemoryCategory::Gradients, other);
+  ledger.allocate(profiler::MemoryCategory::VocabularyLayers, 2 * dense_bytes.vocabulary);
+  ledger.allocate(
+      profiler::MemoryCategory::OptimizerState,
+      static_cast<std::int64_t>(2 * (dense_opt_->moment1().size() + expert_opt_->moment1().size()) *
+                                sizeof(float)));
+  reduce_name_ = recorder_.intern("gradient reduce");
+  gather_name_ = recorder_.intern("optimizer step");
+}
+
+void RankTraining::resume() {
+  if (!s_.prepared.resume) return;
+  const checkpoint::RankCheckpoint c = checkpoint::read_rank_checkpoint(options_.resume_dir, rank_);
+  auto restore = [&](const std::string& name, std::vector<float>& into) {
+    const checkpoint::NamedBuffer* b = c.find(name);
+    if (b == nullptr || b->values.size() != into.size())
+      throw InputError("checkpoint '" + options_.resume_dir + "' rank " + std::to_string(rank_) +
+                       ": buffer '" + name + "' is missing or has the wrong size");
+    into = b->values;
+  };
+  restore("dense.params", model_.dense.flat_params());
+  restore("dense.m", dense_opt_->moment1());
+  restore("dense.v", dense_opt_->moment2());
+  restore("expert.params", model_.expert.flat_params());
+  restore("expert.m", expert_opt_->moment1());
+  restore("expert.v", expert_opt_->moment2());
+  loader_.restore(c.loader);
+}
+
+bool RankTraining::run_step(int step) {
+  DataParallelOptimizer& dense_opt = *dense_opt_;
+  DataParallelOptimizer& expert_opt = *expert_opt_;
+  model::RankModel& m = model_;
+  TrainResult& result = s_.result;
+  const auto t0 = Clock::now();
+  if (!options_.record_trace) {
+    recorder_.clear();  // keep only the step being measured
+    streamed_ = {};
+  }
+  for (auto& b : batches_) loader_.next(b);
+  const std::size_t first_span = recorder_.spans().size();
+  const IterationLosses losses = runtime_.run_schedule(batches_, step);
+  s_.last_timing[static_cast<std::size_t>(rank_)] = step_timing(recorder_, first_span);
+  {
+    profiler::ScopedSpan span(recorder_, profiler::SpanKind::AllReduce, profiler::Stream::Comm, -1,
+                              -1, -1, reduce_name_);
+    dense_opt.reduce_gradients();
+    expert_opt.reduce_gradients();
+  }
+  if (options_.capture_gradients && step == first_step_) {
+    export_full(m.dense, m.dense.flat_grads(), dense_opt.owned_lo(), dense_opt.owned_hi(),
+                result.first_step_gradients, s_.mutex);
+    export_full(m.expert, m.expert.flat_grads(), expert_opt.owned_lo(), expert_opt.owned_hi(),
+                result.first_step_gradients, s_.mutex);
+  }
+  // One world all-reduce for the norm and the losses: [sum of squares, loss, aux, stop].
+  const bool counts = at_.tp_rank == 0;
+  std::vector<float> totals = {
+      static_cast<float>(dense_opt.owned_sum_squares() + expert_opt.owned_sum_squares()),
+      counts ? static_cast<float>(losses.loss_sum) : 0.0f,
+      counts ? static_cast<float>(losses.aux_sum) : 0.0f,
+      // Rank 0 alone reads the stop request, so every rank learns it from this reduction and
+      // stops after the same step.
+      rank_ == 0 && options_.stop != nullptr && options_.stop->load() ? 1.0f : 0.0f};
+  comm_.all_reduce(world_group_, totals);
+  const bool stop_after_this_step = totals[3] > 0.0f && step < options_.steps;
+  const double norm = std::sqrt(static_cast<double>(totals[0]));
+  const float coef =
+      options_.grad_clip > 0.0f ? tensor::clip_coefficient(norm, options_.grad_clip) : 1.0f;
+  {
+    profiler::ScopedSpan span(recorder_, profiler::SpanKind::Other, profiler::Stream::Comm, -1, -1,
+                              -1, gather_name_);
+    dense_opt.step(options_.adamw, step, coef);
+    expert_opt.step(options_.adamw, step, coef);
+  }
+  dense_opt.zero_grad();
+  expert_opt.zero_grad();
+  profiler::StepMetric step_metric;
+  if (rank_ == 0) {
+    StepResult r;
+    r.step = step;
+    const double mbs = static_cast<double>(plan_.microbatches) * plan_.dp;
+    r.loss = totals[1] / mbs;
+    r.aux_loss = totals[2] / mbs;
+    r.grad_norm = norm;
+    r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    r.tokens_per_s = static_cast<double>(result.tokens_per_step) / r.seconds;
+    step_metric = {step, recorder_.now_ns(), r.loss, r.tokens_per_s};
+    {
+      std::lock_guard lock(s_.mutex);
+      result.steps.push_back(r);
+      result.trace.steps.push_back(step_metric);
+    }
+    if (options_.on_step) options_.on_step(r);
+  }
+  stream_trace(step_metric);
+  const bool save = !options_.checkpoint_dir.empty() &&
+                    (step == options_.steps ||
+                     (options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0));
+  if (save) save_checkpoint(step);
+  if (stop_after_this_step && rank_ == 0) {
+    std::lock_guard lock(s_.mutex);
+    result.stopped = true;
+  }
+  return stop_after_this_step;
+}
+
+void RankTraining::stream_trace(const profiler::StepMetric& step_metric) {
+  if (!options_.trace_sink) return;
+  profiler::Trace part = profiler::take_recorder_part(recorder_, streamed_);
+  if (rank_ == 0) part.steps.push_back(step_metric);
+  options_.trace_sink(std::move(part));
+}
+
+// Every rank hands its state to rank 0, which writes the checkpoint between two barriers.
+void RankTraining::save_checkpoint(int step) {
+  checkpoint::RankCheckpoint c;
+  c.rank = rank_;
+  c.buffers = {
+      {"dense.params", model_.dense.flat_params()}, {"dense.m", dense_opt_->moment1()},
+      {"dense.v", dense_opt_->moment2()},           {"expert.params", model_.expert.flat_params()},
+      {"expert.m", expert_opt_->moment1()},         {"expert.v", expert_opt_->moment2()}};
+  c.loader = loader_.state();
+  {
+    std::lock_guard lock(s_.mutex);
+    s_.checkpoint_slots[static_cast<std::size_t>(rank_)] = std::move(c);
+  }
+  comm_.barrier(world_group_);
+  if (rank_ == 0) {
+    checkpoint::CheckpointManifest manifest;
+    manifest.step = step;
+    manifest.world = s_.topology.world();
+    manifest.model = s_.prepared.config.name;
+    manifest.plan = describe_plan(plan_);
+    manifest.seed = options_.seed;
+    checkpoint::write_checkpoint(options_.checkpoint_dir, manifest, s_.checkpoint_slots);
+    s_.checkpoint_slots.assign(s_.checkpoint_slots.size(), {});
+  }
+  comm_.barrier(world_group_);
+}
+
+void RankTraining::finish() {
+  model::RankModel& m = model_;
+  if (options_.capture_parameters) {
+    export_full(m.dense, m.dense.flat_params(), 0, m.dense.padded_size(),
+                s_.result.final_parameters, s_.mutex);
+    export_full(m.expert, m.expert.flat_params(), 0, m.expert.padded_size(),
+                s_.result.final_parameters, s_.mutex);
+  }
+  RankSummary mem;
+  mem.rank = rank_;
+  mem.pp_rank = at_.pp_rank;
+  mem.tp_rank = at_.tp_rank;
+  mem.dp_rank = at_.dp_rank;
+  const profiler::MemoryLedger& ledger = recorder_.memory();
+  const std::int64_t vocab = ledger.current(profiler::MemoryCategory::VocabularyLayers) / 2;
+  mem.parameter_bytes = ledger.current(profiler::MemoryCategory::Parameters) + vocab;
+  mem.gradient_bytes = ledger.current(profiler::MemoryCategory::Gradients) + vocab;
+  mem.optimizer_bytes = ledger.current(profiler::MemoryCategory::OptimizerState);
+  mem.peak_activation_bytes = ledger.peak(profiler::MemoryCategory::Activations);
+  std::lock_guard lock(s_.mutex);
+  s_.result.ranks[static_cast<std::size_t>(rank_)] = mem;
+}
+
+}  // namespace
+
+StepTiming step_timing(const profiler::RankRecorder& recorder, std::size_t first_span) {
+  StepTiming t;
+  t.first_start_ns = std::numeric_limits<std::int64_t>::max();
+  const auto& spans = recorder.spans();
+  for (std::size_t i = first_span; i < spans.size(); ++i) {
+    const profiler::RecordedSpan& sp = spans[i];
+    const std::int64_t d = sp.end_ns - sp.start_ns;
+    if (sp.stream == profiler::Stream::Compute && sp.parent == profiler::kNoSpan) {
+      t.compute_ns += d;
+      t.first_start_ns = std::min(t.first_start_ns, sp.start_ns);
+      t.last_end_ns = std::max(t.last_end_ns, sp.end_ns);
+    } else if (sp.stream != profiler::Stream::Compute && sp.parent != profiler::kNoSpan &&
+               spans[sp.parent].stream == profiler::Stream::Compute) {
+      t.compute_ns -= d;
+    }
+  }
+  if (t.first_start_ns == std::numeric_limits<std::int64_t>::max()) t.first_start_ns = 0;
+  return t;
+}
+
+void train_rank(SharedTraining& shared, comm::Communicator& comm) {
+  RankTraining rank(shared, comm);
+  rank.resume();
+  for (int step = rank.first_step(); step <= shared.options.steps; ++step)
+    if (rank.run_step(step)) break;
+  rank.finish();
+}
+
+}  // namespace pipetune::runtime
