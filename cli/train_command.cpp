@@ -109,17 +109,6 @@ nlohmann::json plan_json(const runtime::TrainOptions& o, const runtime::TrainRes
           {"tokens_per_step", r.tokens_per_step}};
 }
 
-// Mean throughput over the steps after the first (which pays for warming caches and pools).
-double steady_tokens_per_s(const runtime::TrainResult& r) {
-  if (r.steps.empty()) return 0.0;
-  const std::size_t from = r.steps.size() > 1 ? 1 : 0;
-  double seconds = 0.0;
-  for (std::size_t i = from; i < r.steps.size(); ++i) seconds += r.steps[i].seconds;
-  return seconds > 0.0 ? static_cast<double>(r.tokens_per_step) *
-                             static_cast<double>(r.steps.size() - from) / seconds
-                       : 0.0;
-}
-
 void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r,
                 std::int64_t run_id) {
   nlohmann::json losses = nlohmann::json::array(), steps = nlohmann::json::array(),
@@ -145,7 +134,7 @@ void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r,
                      {"gradient_bytes", k.gradient_bytes},
                      {"optimizer_bytes", k.optimizer_bytes},
                      {"peak_activation_bytes", k.peak_activation_bytes}});
-  nlohmann::json j = {{"losses", losses},        {"tokens_per_s", steady_tokens_per_s(r)},
+  nlohmann::json j = {{"losses", losses},        {"tokens_per_s", runtime::steady_tokens_per_s(r)},
                       {"plan", plan_json(o, r)}, {"first_step", r.first_step},
                       {"steps", steps},          {"iteration_time", r.iteration_seconds},
                       {"ranks", ranks}};
@@ -155,7 +144,7 @@ void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r,
 
 void print_summary(const runtime::TrainResult& r) {
   std::printf("\nlast step: pipeline %s, %.0f tokens/s over steps %d-%d\n",
-              human_time(r.iteration_seconds).c_str(), steady_tokens_per_s(r),
+              human_time(r.iteration_seconds).c_str(), runtime::steady_tokens_per_s(r),
               r.steps.size() > 1 ? r.steps[1].step : r.first_step,
               r.steps.empty() ? r.first_step : r.steps.back().step);
   std::printf("%-5s %-5s %-3s %-3s %11s %11s %7s %11s %11s %11s %11s\n", "rank", "stage", "tp",
@@ -171,12 +160,9 @@ void print_summary(const runtime::TrainResult& r) {
 }
 
 std::string summary_json(const runtime::TrainResult& r) {
-  nlohmann::json losses = nlohmann::json::array();
-  for (const auto& s : r.steps) losses.push_back(s.loss);
-  return nlohmann::json{{"iteration_time", r.iteration_seconds},
-                        {"time_unit", "s"},
-                        {"tokens_per_s", steady_tokens_per_s(r)},
-                        {"losses", losses}}
+  std::vector<double> losses;
+  for (const auto& st : r.steps) losses.push_back(st.loss);
+  return db::training_summary_json(r.iteration_seconds, runtime::steady_tokens_per_s(r), losses)
       .dump();
 }
 
@@ -194,11 +180,7 @@ void run(const TrainArgs& a) {
   // The run goes into the workspace as it trains: a crash leaves it there, interrupted.
   std::unique_ptr<db::RunWriter> writer;
   if (!a.no_db) {
-    const std::string name = a.name.empty()
-                                 ? o.model.name + " tp=" + std::to_string(o.plan.tp) +
-                                       " pp=" + std::to_string(o.plan.pp) +
-                                       " dp=" + std::to_string(o.plan.dp) + " " + o.plan.schedule
-                                 : a.name;
+    const std::string name = a.name.empty() ? db::training_run_name(o.model, o.plan) : a.name;
     writer = std::make_unique<db::RunWriter>(
         a.db, db::RunInfo{profiler::TraceKind::Measured, name,
                           db::training_plan_json(o.model, o.plan, o.steps, o.seed).dump(),

@@ -152,4 +152,17 @@ nlohmann::json training_specs_json(const spec::ModelSpec& model) {
   return {{"model", model_to_json(model)}};
 }
 
+std::string training_run_name(const spec::ModelSpec& model, const spec::ParallelPlan& plan) {
+  return model.name + " tp=" + std::to_string(plan.tp) + " pp=" + std::to_string(plan.pp) +
+         " dp=" + std::to_string(plan.dp) + " " + plan.schedule;
+}
+
+nlohmann::json training_summary_json(double iteration_seconds, double tokens_per_s,
+                                     const std::vector<double>& losses) {
+  return {{"iteration_time", iteration_seconds},
+          {"time_unit", "s"},
+          {"tokens_per_s", tokens_per_s},
+          {"losses", losses}};
+}
+
 }  // namespace pipetune::db

@@ -44,5 +44,11 @@ nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::Para
                                   int steps, std::uint64_t seed);
 spec::ParallelPlan training_plan_from_json(const nlohmann::json& j);  // InputError naming the field
 nlohmann::json training_specs_json(const spec::ModelSpec& model);
+// The default name of a measured run: "tiny tp=2 pp=2 dp=2 1f1b".
+std::string training_run_name(const spec::ModelSpec& model, const spec::ParallelPlan& plan);
+// runs.summary_json of a finished training run: the last iteration's time, steady tokens/s and
+// the loss of every step.
+nlohmann::json training_summary_json(double iteration_seconds, double tokens_per_s,
+                                     const std::vector<double>& losses);
 
 }  // namespace pipetune::db

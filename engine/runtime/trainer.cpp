@@ -177,6 +177,16 @@ void merge_trace(const std::vector<std::unique_ptr<profiler::RankRecorder>>& rec
 
 }  // namespace
 
+double steady_tokens_per_s(const TrainResult& r) {
+  if (r.steps.empty()) return 0.0;
+  const std::size_t from = r.steps.size() > 1 ? 1 : 0;
+  double seconds = 0.0;
+  for (std::size_t i = from; i < r.steps.size(); ++i) seconds += r.steps[i].seconds;
+  return seconds > 0.0 ? static_cast<double>(r.tokens_per_step) *
+                             static_cast<double>(r.steps.size() - from) / seconds
+                       : 0.0;
+}
+
 void check_train_options(const TrainOptions& options) {
   (void)prepare(options);
 }

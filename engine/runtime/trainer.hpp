@@ -107,6 +107,10 @@ struct TrainResult {
 // non-finite loss naming step and rank, a failed checkpoint write).
 TrainResult train(const TrainOptions& options);
 
+// Mean tokens/s over the steps after the first (which pays for warming caches and pools); the
+// one step's when there is only one. What `train` and the GUI report and store.
+double steady_tokens_per_s(const TrainResult& result);
+
 // Raises the InputError train() would raise for these options, without training.
 void check_train_options(const TrainOptions& options);
 

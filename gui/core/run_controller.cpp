@@ -13,24 +13,10 @@ namespace pipetune::gui {
 
 namespace {
 
-// Mean tokens/s over the steps after the first (which warms caches and pools), as `train`.
-double steady_tokens_per_s(const runtime::TrainResult& r) {
-  if (r.steps.empty()) return 0.0;
-  const std::size_t from = r.steps.size() > 1 ? 1 : 0;
-  double seconds = 0.0;
-  for (std::size_t i = from; i < r.steps.size(); ++i) seconds += r.steps[i].seconds;
-  return seconds > 0.0 ? static_cast<double>(r.tokens_per_step) *
-                             static_cast<double>(r.steps.size() - from) / seconds
-                       : 0.0;
-}
-
 std::string summary_json(const runtime::TrainResult& r) {
   std::vector<double> losses;
-  for (const auto& s : r.steps) losses.push_back(s.loss);
-  return nlohmann::json{{"iteration_time", r.iteration_seconds},
-                        {"time_unit", "s"},
-                        {"tokens_per_s", steady_tokens_per_s(r)},
-                        {"losses", losses}}
+  for (const auto& st : r.steps) losses.push_back(st.loss);
+  return db::training_summary_json(r.iteration_seconds, runtime::steady_tokens_per_s(r), losses)
       .dump();
 }
 
@@ -89,11 +75,8 @@ bool RunController::start(const RunRequest& request) {
     error_ = QString::fromStdString(e.what());
     return false;
   }
-  const std::string name = !request.name.empty()
-                               ? request.name
-                               : o.model.name + " tp=" + std::to_string(o.plan.tp) +
-                                     " pp=" + std::to_string(o.plan.pp) +
-                                     " dp=" + std::to_string(o.plan.dp) + " " + o.plan.schedule;
+  const std::string name =
+      !request.name.empty() ? request.name : db::training_run_name(o.model, o.plan);
   stop_ = false;
   running_ = true;
   run_id_ = -1;
