@@ -12,6 +12,7 @@
 #include "cli/format.hpp"
 #include "cli/tuning_target.hpp"
 #include "cli/workspace_cli.hpp"
+#include "db/store/search_records.hpp"
 #include "db/store/workspace.hpp"
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
@@ -112,20 +113,7 @@ void progress_bar(std::int64_t done, std::int64_t total) {
 
 // The ranked plans as one search in the workspace (what `pipetune export --rank N` reads).
 std::int64_t store_search(const TuneArgs& a, const tuner::SearchResult& r) {
-  std::vector<db::TrialRecord> trials;
-  trials.reserve(r.ranked.size());
-  for (const auto& c : r.ranked) {
-    db::TrialRecord t;
-    t.plan_json = db::trial_json(a.target, c.plan, c.vocab_label).dump();
-    t.iteration_s = c.score.iteration_time;
-    t.tokens_per_s = c.score.tokens_per_s;
-    t.mfu = c.score.mfu;
-    t.peak_memory_bytes = static_cast<std::int64_t>(c.score.peak_memory_bytes);
-    t.feasible = true;
-    trials.push_back(std::move(t));
-  }
-  db::Workspace ws(a.db, db::OpenMode::Create);
-  return ws.add_search(std::move(trials));
+  return db::store_search(a.db, a.target, r);
 }
 
 void run(const TuneArgs& a) {

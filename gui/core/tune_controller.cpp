@@ -1,5 +1,7 @@
 #include "gui/core/tune_controller.hpp"
 
+#include "db/store/search_records.hpp"
+
 #include <algorithm>
 #include <exception>
 #include <nlohmann/json.hpp>
@@ -17,25 +19,13 @@ namespace pipetune::gui {
 
 namespace {
 
-// Stored as `pipetune tune` stores a search (db/store/record_json.hpp), so the CLI reads it.
+// Stored as `pipetune tune` stores a search (db/store/search_records.hpp), so the CLI reads it.
 std::int64_t store_search(const std::string& path, const TuneRequest& request,
                           const tuner::SearchResult& r) {
-  const db::TrialTarget target{request.model_preset, request.hardware_preset, request.gpus,
-                               request.nodes_of,     request.global_batch,    request.seq};
-  std::vector<db::TrialRecord> trials;
-  trials.reserve(r.ranked.size());
-  for (const auto& c : r.ranked) {
-    db::TrialRecord t;
-    t.plan_json = db::trial_json(target, c.plan, c.vocab_label).dump();
-    t.iteration_s = c.score.iteration_time;
-    t.tokens_per_s = c.score.tokens_per_s;
-    t.mfu = c.score.mfu;
-    t.peak_memory_bytes = static_cast<std::int64_t>(c.score.peak_memory_bytes);
-    t.feasible = true;
-    trials.push_back(std::move(t));
-  }
-  db::Workspace ws(path, db::OpenMode::Create);
-  return ws.add_search(std::move(trials));
+  return db::store_search(path,
+                          {request.model_preset, request.hardware_preset, request.gpus,
+                           request.nodes_of, request.global_batch, request.seq},
+                          r);
 }
 
 }  // namespace
