@@ -12,6 +12,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/tuning_target.hpp"
+#include "db/store/record_json.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/store/workspace.hpp"
 #include "engine/errors.hpp"

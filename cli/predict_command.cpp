@@ -7,6 +7,7 @@
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
 #include "cli/tuning_target.hpp"
+#include "db/store/record_json.hpp"
 #include "engine/errors.hpp"
 #include "tuner/predict/evaluate.hpp"
 #include "tuner/search/search.hpp"

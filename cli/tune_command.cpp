@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
 #include "cli/tuning_target.hpp"
+#include "db/store/record_json.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/store/search_records.hpp"
 #include "db/store/workspace.hpp"

@@ -6,28 +6,20 @@
 #include <cstdint>
 #include <string>
 
-#include "db/store/record_json.hpp"
 #include "engine/spec/cluster_spec.hpp"
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
+#include "tuner/search/tuning_target.hpp"
 
 namespace pipetune::cli {
 
 // What the user asked for, as flags; stored with each tuner trial (db/store/record_json.hpp).
-using TargetArgs = db::TrialTarget;
-
-struct Target {
-  spec::ModelSpec model;
-  spec::ClusterSpec cluster;
-  std::int64_t global_batch = 0;
-};
+using TargetArgs = tuner::TuningTarget;
+using Target = tuner::ResolvedTarget;
 
 // --model --hardware --gpus --nodes-of --global-batch --seq
 void add_target_options(CLI::App* cmd, TargetArgs& args);
-// Loads the presets and checks the numbers; throws InputError naming the flag.
-Target resolve_target(const TargetArgs& args);
-
-// "tp=8 pp=4 dp=32 ep=1 mbs=1 1f1b vocab=none recompute=selective zero=1"
-std::string plan_summary(const spec::ParallelPlan& plan, const std::string& vocab_label);
+using tuner::plan_summary;
+using tuner::resolve_target;
 
 }  // namespace pipetune::cli

@@ -9,6 +9,7 @@
 
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
+#include "tuner/search/tuning_target.hpp"
 
 namespace pipetune::db {
 
@@ -24,14 +25,7 @@ nlohmann::json model_to_json(const spec::ModelSpec& model);
 spec::ModelSpec model_from_json(const nlohmann::json& j);  // InputError naming the field
 
 // What a tuner search was asked: presets by the name (or path) the user gave, and the sizes.
-struct TrialTarget {
-  std::string model;
-  std::string hardware;
-  int gpus = 0;
-  int nodes_of = 0;  // GPUs per node; 0 = the hardware's
-  std::int64_t global_batch = 0;
-  std::int64_t seq = 0;  // 0 = the model's
-};
+using TrialTarget = tuner::TuningTarget;
 // A stored trial: the target and the plan.
 nlohmann::json trial_json(const TrialTarget& target, const spec::ParallelPlan& plan,
                           const std::string& vocab_label);

@@ -3,19 +3,12 @@
 #include <algorithm>
 #include <numeric>
 
+#include "tuner/search/tuning_target.hpp"
+
 namespace pipetune::gui {
 
 QString plan_label(const spec::ParallelPlan& p, const std::string& vocab_label) {
-  QString s = QString("tp=%1 pp=%2 dp=%3").arg(p.tp).arg(p.pp).arg(p.dp);
-  if (p.ep > 1) s += QString(" ep=%1").arg(p.ep);
-  s += QString(" mbs=%1 %2").arg(p.micro_batch_size).arg(QString::fromStdString(p.schedule));
-  if (p.chunks > 1) s += QString(" v=%1").arg(p.chunks);
-  const auto recompute = spec::recompute_name(p.recompute);
-  s += QString(" vocab=%1 recompute=%2 zero=%3")
-           .arg(QString::fromStdString(vocab_label))
-           .arg(QString::fromUtf8(recompute.data(), static_cast<int>(recompute.size())))
-           .arg(p.zero_stage);
-  return s;
+  return QString::fromStdString(tuner::plan_summary(p, vocab_label));
 }
 
 QString human_seconds(double s) {

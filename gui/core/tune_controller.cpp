@@ -1,6 +1,7 @@
 #include "gui/core/tune_controller.hpp"
 
 #include "db/store/search_records.hpp"
+#include "tuner/search/tuning_target.hpp"
 
 #include <algorithm>
 #include <exception>
@@ -31,26 +32,13 @@ std::int64_t store_search(const std::string& path, const TuneRequest& request,
 }  // namespace
 
 TuneTarget resolve_tune_target(const TuneRequest& r) {
-  if (r.model_preset.empty()) throw InputError("model: choose a model preset");
-  if (r.hardware_preset.empty()) throw InputError("hardware: choose a hardware preset");
-  if (r.gpus < 1) throw InputError("gpus must be positive (got " + std::to_string(r.gpus) + ")");
-  if (r.nodes_of < 0)
-    throw InputError("nodes_of must be positive (got " + std::to_string(r.nodes_of) + ")");
-  if (r.global_batch < 1)
-    throw InputError("global_batch must be positive (got " + std::to_string(r.global_batch) + ")");
-  if (r.seq < 0) throw InputError("seq must be positive (got " + std::to_string(r.seq) + ")");
   if (r.max_candidates < 0) throw InputError("max_candidates must be >= 0");
   if (r.keep < 0) throw InputError("keep must be >= 0 (got " + std::to_string(r.keep) + ")");
   if (r.threads < 0) throw InputError("threads must be >= 0");
   for (const std::string& name : r.schedules)
     (void)schedule::schedule_placement(name);  // InputError listing the valid names
-  TuneTarget t;
-  t.model = spec::load_model(r.model_preset);
-  if (r.seq > 0) t.model.seq_len = r.seq;
-  t.cluster = spec::make_cluster(spec::load_hardware(r.hardware_preset), r.gpus);
-  if (r.nodes_of > 0) t.cluster.devices_per_node = r.nodes_of;
-  t.global_batch = r.global_batch;
-  return t;
+  return tuner::resolve_target(
+      {r.model_preset, r.hardware_preset, r.gpus, r.nodes_of, r.global_batch, r.seq});
 }
 
 TuneController::TuneController(QObject* parent) : QObject(parent) {}

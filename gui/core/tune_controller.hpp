@@ -25,6 +25,7 @@
 #include "profiler/trace.hpp"
 #include "tuner/export/exporters.hpp"
 #include "tuner/search/search.hpp"
+#include "tuner/search/tuning_target.hpp"
 
 namespace pipetune::gui {
 
@@ -45,11 +46,7 @@ struct TuneRequest {
   int threads = 0;  // scoring threads; 0 = all cores but one (left to the GUI thread)
 };
 
-struct TuneTarget {
-  spec::ModelSpec model;
-  spec::ClusterSpec cluster;
-  std::int64_t global_batch = 0;
-};
+using TuneTarget = tuner::ResolvedTarget;
 
 // Loads the presets and checks the numbers; InputError naming the field.
 TuneTarget resolve_tune_target(const TuneRequest& request);

@@ -1,0 +1,41 @@
+#include "tuner/search/tuning_target.hpp"
+
+#include "engine/errors.hpp"
+#include "engine/spec/load.hpp"
+#include "engine/spec/validate.hpp"
+
+namespace pipetune::tuner {
+
+ResolvedTarget resolve_target(const TuningTarget& a) {
+  if (a.model.empty()) throw InputError("model: choose a model preset");
+  if (a.hardware.empty()) throw InputError("hardware: choose a hardware preset");
+  if (a.gpus < 1) throw InputError("gpus must be positive (got " + std::to_string(a.gpus) + ")");
+  if (a.nodes_of < 0)
+    throw InputError("nodes_of must be positive (got " + std::to_string(a.nodes_of) + ")");
+  if (a.global_batch < 1)
+    throw InputError("global_batch must be positive (got " + std::to_string(a.global_batch) + ")");
+  if (a.seq < 0) throw InputError("seq must be positive (got " + std::to_string(a.seq) + ")");
+  ResolvedTarget t;
+  t.model = spec::load_model(a.model);
+  if (a.seq > 0) t.model.seq_len = a.seq;
+  t.cluster = spec::make_cluster(spec::load_hardware(a.hardware), a.gpus);
+  if (a.nodes_of > 0) t.cluster.devices_per_node = a.nodes_of;
+  t.global_batch = a.global_batch;
+  // Contradictions between the fields (8 GPUs in nodes of 3...) before any search.
+  spec::validate(t.model);
+  spec::validate(t.cluster);
+  return t;
+}
+
+std::string plan_summary(const spec::ParallelPlan& p, const std::string& vocab_label) {
+  std::string s =
+      "tp=" + std::to_string(p.tp) + " pp=" + std::to_string(p.pp) + " dp=" + std::to_string(p.dp);
+  if (p.ep > 1) s += " ep=" + std::to_string(p.ep);
+  s += " mbs=" + std::to_string(p.micro_batch_size) + " " + p.schedule;
+  if (p.chunks > 1) s += " v=" + std::to_string(p.chunks);
+  s += " vocab=" + vocab_label + " recompute=" + std::string(spec::recompute_name(p.recompute)) +
+       " zero=" + std::to_string(p.zero_stage);
+  return s;
+}
+
+}  // namespace pipetune::tuner
