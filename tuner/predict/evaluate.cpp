@@ -146,7 +146,8 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
 
   const schedule::GeneratorParams params =
       spec::generator_params(plan, e.costs.table, options_.schedule_memory_limit);
-  SimulationCache* cache = options_.simulation_cache.get();
+  // A recorded trace is never cached: the cache keeps summaries for the search.
+  SimulationCache* cache = options_.record_trace ? nullptr : options_.simulation_cache.get();
   std::string key;
   std::optional<sim::SimResult> cached;
   if (cache != nullptr) {
@@ -160,12 +161,13 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
     schedule::Schedule scratch;
     const schedule::Schedule& s = schedule_for(params, scratch);
     sim::SimOptions sim_options;
-    sim_options.record_trace = false;
+    sim_options.record_trace = options_.record_trace;
     sim_options.activation_bytes_per_microbatch = e.costs.activation_bytes_per_microbatch;
     r = sim::simulate(s, e.costs.table, sim_options);
     if (cache != nullptr) cache->insert(std::move(key), r);
   }
   e.simulated = true;
+  if (options_.record_trace) e.trace = std::move(r.trace);
   e.pipeline_time = r.iteration_time;
   e.bubble_ratio = r.bubble_ratio;
 

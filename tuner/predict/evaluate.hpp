@@ -24,6 +24,7 @@
 #include "engine/spec/cluster_spec.hpp"
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
+#include "profiler/trace.hpp"
 #include "tuner/cost/execution.hpp"
 #include "tuner/cost/op_costs.hpp"
 #include "tuner/memory/memory_model.hpp"
@@ -41,6 +42,9 @@ struct EvaluateOptions {
   // Activation budget per stage in micro-batches for memory-bounded generators (zb-h2, zb-v);
   // 0 = the schedule's default.
   double schedule_memory_limit = 0.0;
+  // Keep the simulated pipeline's trace in PlanEvaluation::trace (a previewed plan's timeline);
+  // off for search, where only the figures count.
+  bool record_trace = false;
   // Shared by the evaluators of one search (null: none): identical schedules simulate once.
   std::shared_ptr<SimulationCache> simulation_cache;
 };
@@ -67,6 +71,8 @@ struct PlanEvaluation {
   schedule::Placement placement = schedule::Placement::Linear;
   std::vector<sim::StageSummary> stages;  // the simulator's per-stage summary
   OpCosts costs;                          // the op costs used
+  profiler::Trace
+      trace;  // one iteration of the pipeline, ns; only with EvaluateOptions::record_trace
 };
 
 // Reusable evaluator: keeps schedules whose shape does not depend on op costs (1f1b,
