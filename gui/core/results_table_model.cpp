@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "profiler/units.hpp"
 #include "tuner/search/tuning_target.hpp"
 
 namespace pipetune::gui {
@@ -12,17 +13,11 @@ QString plan_label(const spec::ParallelPlan& p, const std::string& vocab_label) 
 }
 
 QString human_seconds(double s) {
-  if (s >= 1.0) return QString::number(s, 'f', 3) + " s";
-  if (s >= 1e-3) return QString::number(s * 1e3, 'f', 2) + " ms";
-  return QString::number(s * 1e6, 'f', 1) + " us";
+  return QString::fromStdString(profiler::format_seconds(s));
 }
 
 QString human_bytes(double b) {
-  if (b == 0.0) return "0";
-  const double gib = 1024.0 * 1024.0 * 1024.0;
-  if (b >= gib) return QString::number(b / gib, 'f', 1) + " GiB";
-  if (b >= 1024.0 * 1024.0) return QString::number(b / (1024.0 * 1024.0), 'f', 1) + " MiB";
-  return QString::number(b / 1024.0, 'f', 1) + " KiB";
+  return QString::fromStdString(profiler::format_bytes(b));
 }
 
 ResultsTableModel::ResultsTableModel(QObject* parent) : QAbstractTableModel(parent) {}

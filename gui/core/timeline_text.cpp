@@ -13,12 +13,6 @@ namespace analysis = profiler::analysis;
 
 namespace {
 
-std::string printf_string(const char* fmt, double v, const char* unit) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, fmt, v, unit);
-  return buf;
-}
-
 std::string percent(double ratio) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * ratio);
@@ -33,26 +27,6 @@ std::string signed_percent(const std::optional<double>& r) {
 }
 
 }  // namespace
-
-std::string format_ns(double ns) {
-  const double a = std::abs(ns);
-  if (a < 0.5) return "0";
-  if (a < 1e3) return printf_string("%.0f %s", ns, "ns");
-  if (a < 1e6) return printf_string(a < 1e4 ? "%.2f %s" : "%.1f %s", ns / 1e3, "us");
-  if (a < 1e9) return printf_string(a < 1e7 ? "%.2f %s" : "%.1f %s", ns / 1e6, "ms");
-  return printf_string("%.3f %s", ns / 1e9, "s");
-}
-
-std::string format_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  double v = bytes;
-  while (std::abs(v) >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  return u == 0 ? printf_string("%.0f %s", v, units[u]) : printf_string("%.2f %s", v, units[u]);
-}
 
 std::string span_details(const TimelineSource& run, const HitTarget& hit) {
   std::ostringstream o;

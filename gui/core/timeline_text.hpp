@@ -10,13 +10,12 @@
 #include "profiler/analysis/stage_breakdown.hpp"
 #include "profiler/analysis/trace_diff.hpp"
 #include "profiler/trace.hpp"
+#include "profiler/units.hpp"
 
 namespace pipetune::gui {
 
-// "750 ns", "12.5 us", "3.20 ms", "1.500 s" (3 significant digits or more).
-std::string format_ns(double ns);
-// "512 B", "1.50 KiB", "3.25 GiB".
-std::string format_bytes(double bytes);
+using profiler::format_bytes;  // profiler/units.hpp
+using profiler::format_ns;
 
 struct TimelineLane;
 struct HitTarget;

@@ -57,13 +57,13 @@ TEST(ResultsTableModel, ShowsTheRankedPlans) {
   EXPECT_EQ(m.data(m.index(0, ResultsTableModel::Plan)).toString(),
             "tp=8 pp=1 dp=1 mbs=1 1f1b vocab=none recompute=none zero=0");
   EXPECT_EQ(column_text(m, ResultsTableModel::IterationTime),
-            (std::vector<std::string>{"500.00 ms", "800.00 ms", "900.00 ms"}));
+            (std::vector<std::string>{"500.000 ms", "800.000 ms", "900.000 ms"}));
   EXPECT_EQ(column_text(m, ResultsTableModel::TokensPerS),
             (std::vector<std::string>{"4000", "2500", "2200"}));
   EXPECT_EQ(column_text(m, ResultsTableModel::Mfu),
             (std::vector<std::string>{"50.0%", "31.0%", "27.0%"}));
   EXPECT_EQ(column_text(m, ResultsTableModel::PeakMemory),
-            (std::vector<std::string>{"60.0 GiB", "30.0 GiB", "40.0 GiB"}));
+            (std::vector<std::string>{"60.00 GiB", "30.00 GiB", "40.00 GiB"}));
   EXPECT_EQ(m.headerData(ResultsTableModel::PeakMemory, Qt::Horizontal).toString(), "peak memory");
   EXPECT_EQ(m.candidates_enumerated(), 23);
 }
