@@ -10,12 +10,14 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/calibrate_local.hpp"
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/store/record_json.hpp"
 #include "db/store/workspace.hpp"
 #include "engine/errors.hpp"
+#include "engine/spec/hardware_toml.hpp"
 #include "engine/spec/load.hpp"
 #include "engine/spec/validate.hpp"
 #include "tuner/calibration/calibration.hpp"
@@ -32,6 +34,9 @@ struct CalibrateArgs {
   bool force = false;
   bool json = false;
   std::string db;
+  bool local = false;
+  LocalCalibrateArgs local_args;
+  CLI::App* cmd = nullptr;
 };
 
 std::vector<std::string> split_commas(const std::string& s) {
@@ -107,42 +112,21 @@ std::vector<db::RunRecord> chosen_runs(db::Workspace& ws, const std::string& lis
   return out;
 }
 
-std::string efficiency_toml(const spec::HardwareEfficiency& e) {
-  std::string out = "[efficiency]\n";
-  char line[128];
-  for (tuner::EfficiencyParameter p : tuner::kAllEfficiencyParameters) {
-    spec::HardwareEfficiency copy = e;
-    std::snprintf(line, sizeof line, "%s = %.6g\n", tuner::efficiency_parameter_name(p),
-                  tuner::efficiency_field(copy, p));
-    out += line;
-  }
-  return out;
-}
-
 std::string hardware_toml(const spec::HardwareSpec& hw, const tuner::CalibrationResult& r,
                           const std::vector<db::RunRecord>& runs) {
   std::string ids;
   for (const auto& run : runs) ids += (ids.empty() ? "" : ", ") + std::to_string(run.id);
-  char text[2048];
-  std::snprintf(text, sizeof text,
-                "# %s with efficiency curves fitted by `pipetune calibrate` to %d op durations of\n"
-                "# measured run(s) %s: MAPE %.1f%% -> %.1f%%, R^2 %.3f -> %.3f.\n"
-                "description = \"%s (calibrated)\"\n"
-                "peak_flops = %.6g\n"
-                "hbm_bytes = %lld\n"
-                "hbm_bandwidth = %.6g\n"
-                "intra_node_bandwidth = %.6g\n"
-                "inter_node_bandwidth = %.6g\n"
-                "devices_per_node = %d\n"
-                "intra_node_latency = %.6g\n"
-                "inter_node_latency = %.6g\n\n",
+  char header[512];
+  std::snprintf(header, sizeof header,
+                "%s with efficiency curves fitted by `pipetune calibrate` to %d op durations of\n"
+                "measured run(s) %s: MAPE %.1f%% -> %.1f%%, R^2 %.3f -> %.3f.",
                 hw.name.c_str(), r.after.points, ids.c_str(), 100.0 * r.before.mape,
-                100.0 * r.after.mape, r.before.r_squared, r.after.r_squared,
-                hw.description.empty() ? hw.name.c_str() : hw.description.c_str(), hw.peak_flops,
-                static_cast<long long>(hw.hbm_bytes), hw.hbm_bandwidth, hw.intra_node_bandwidth,
-                hw.inter_node_bandwidth, hw.devices_per_node, hw.intra_node_latency,
-                hw.inter_node_latency);
-  return std::string(text) + efficiency_toml(r.efficiency);
+                100.0 * r.after.mape, r.before.r_squared, r.after.r_squared);
+  spec::HardwareSpec fitted = hw;
+  fitted.description = hw.description.empty() ? hw.name : hw.description;
+  if (!fitted.description.ends_with(" (calibrated)")) fitted.description += " (calibrated)";
+  fitted.efficiency = r.efficiency;
+  return spec::hardware_toml(fitted, header);
 }
 
 nlohmann::json quality_json(const tuner::FitQuality& q) {
@@ -218,9 +202,12 @@ void run(const CalibrateArgs& a) {
 void add_calibrate_command(CLI::App& app) {
   auto a = std::make_shared<CalibrateArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "calibrate", "Fit a hardware type's efficiency curves to the measured runs in the workspace");
-  cmd->add_option("--hardware", a->hardware, "Hardware preset or TOML file to calibrate")
-      ->required();
+      "calibrate",
+      "Fit a hardware type's efficiency curves to the measured runs in the workspace, or measure "
+      "this machine for the CPU engine (--local)");
+  a->cmd = cmd;
+  cmd->add_option("--hardware", a->hardware,
+                  "Hardware preset or TOML file to calibrate (required without --local)");
   cmd->add_option("--runs", a->runs,
                   "Measured runs (ids or names, comma-separated; default: every complete one)");
   cmd->add_option("--fit", a->fit,
@@ -229,8 +216,35 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("-o,--output", a->output, "Write the hardware file with the fitted table");
   cmd->add_flag("--force", a->force, "Overwrite the output file if it exists");
   cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
+  cmd->add_flag("--local", a->local,
+                "Measure this machine with the engine's CPU kernels and write a CPU hardware "
+                "file (no workspace, --hardware, --runs or --fit)");
+  cmd->add_option("--devices", a->local_args.devices,
+                  "--local: ranks measured at once (default cores / threads)");
+  cmd->add_option("--threads", a->local_args.threads, "--local: compute threads per rank")
+      ->default_val(1);
+  cmd->add_option("--name", a->local_args.name,
+                  "--local: hardware name (default the output file's stem)");
+  cmd->add_flag("--quick", a->local_args.quick, "--local: small sizes, for a smoke test");
   add_db_option(cmd, a->db);
-  cmd->callback([a] { run(*a); });
+  cmd->callback([a] {
+    if (!a->local) {
+      if (a->hardware.empty()) throw InputError("calibrate: --hardware is required (or --local)");
+      for (const char* flag : {"--devices", "--threads", "--name", "--quick"})
+        if (a->cmd->count(flag) > 0)
+          throw InputError(std::string("calibrate: ") + flag + " needs --local");
+      run(*a);
+      return;
+    }
+    for (const char* flag : {"--hardware", "--runs", "--fit"})
+      if (a->cmd->count(flag) > 0)
+        throw InputError(std::string("calibrate --local measures this machine: ") + flag +
+                         " is for fitting measured runs");
+    a->local_args.output = a->output;
+    a->local_args.force = a->force;
+    a->local_args.json = a->json;
+    run_calibrate_local(a->local_args);
+  });
 }
 
 }  // namespace pipetune::cli

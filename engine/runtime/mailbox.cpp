@@ -28,26 +28,51 @@ void Mailbox::post(int dst, MessageKind kind, int group, int microbatch,
   comm_->send(dst, tag, data);
 }
 
+namespace {
+
+// Moves the oldest message of a FIFO into `data`; the FIFO's entry goes when empty.
+template <typename Map, typename Key>
+bool pop_into(Map& fifo, const Key& key, std::span<float> data) {
+  auto it = fifo.find(key);
+  if (it == fifo.end() || it->second.empty()) return false;
+  std::vector<float>& msg = it->second.front();
+  if (msg.size() != data.size())
+    throw std::logic_error("runtime: message size " + std::to_string(msg.size()) + " != expected " +
+                           std::to_string(data.size()));
+  std::copy(msg.begin(), msg.end(), data.begin());
+  it->second.erase(it->second.begin());
+  if (it->second.empty()) fifo.erase(it);
+  return true;
+}
+
+}  // namespace
+
+void Mailbox::receive_ahead(int src, MessageKind kind, int group, int microbatch,
+                            std::size_t count) {
+  if (src == comm_->rank()) return;
+  const int tag = message_tag(kind, group, microbatch);
+  std::vector<float> msg(count);
+  {
+    profiler::ScopedSpan span(recorder_, profiler::SpanKind::Recv, profiler::Stream::P2P,
+                              microbatch, -1, src, recv_name_);
+    comm_->recv(src, tag, msg);
+  }
+  arrived_[{src, tag}].push_back(std::move(msg));
+}
+
 void Mailbox::take(int src, MessageKind kind, int group, int microbatch, std::span<float> data) {
   const int tag = message_tag(kind, group, microbatch);
   if (src != comm_->rank()) {
+    if (pop_into(arrived_, std::pair{src, tag}, data)) return;
     profiler::ScopedSpan span(recorder_, profiler::SpanKind::Recv, profiler::Stream::P2P,
                               microbatch, -1, src, recv_name_);
     comm_->recv(src, tag, data);
     return;
   }
-  auto it = local_.find(tag);
-  if (it == local_.end() || it->second.empty())
+  if (!pop_into(local_, tag, data))
     throw std::logic_error("runtime: no local message of kind " +
                            std::to_string(static_cast<int>(kind)) + " for group " +
                            std::to_string(group) + " micro-batch " + std::to_string(microbatch));
-  std::vector<float>& msg = it->second.front();
-  if (msg.size() != data.size())
-    throw std::logic_error("runtime: local message size " + std::to_string(msg.size()) +
-                           " != expected " + std::to_string(data.size()));
-  std::copy(msg.begin(), msg.end(), data.begin());
-  it->second.erase(it->second.begin());
-  if (it->second.empty()) local_.erase(it);
 }
 
 }  // namespace pipetune::runtime

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
@@ -33,14 +34,21 @@ class Mailbox {
   explicit Mailbox(comm::Communicator& comm, profiler::RankRecorder* recorder = nullptr);
 
   void post(int dst, MessageKind kind, int group, int microbatch, std::span<const float> data);
-  // Fills `data` (its size must match the message).
+  // Fills `data` (its size must match the message): from a message received ahead, else by
+  // receiving it now.
   void take(int src, MessageKind kind, int group, int microbatch, std::span<float> data);
+  // Receives a message of `count` floats now and keeps it for take(): the runtime waits for an
+  // op's inputs before the op's span opens, so a measured op is its compute, not the wait for
+  // its neighbour (as the simulator times it). No-op for a message to oneself.
+  void receive_ahead(int src, MessageKind kind, int group, int microbatch, std::size_t count);
 
  private:
   comm::Communicator* comm_;
   profiler::RankRecorder* recorder_;
   profiler::NameId recv_name_ = 0;
   std::map<int, std::vector<std::vector<float>>> local_;  // tag -> FIFO of messages to self
+  // (source, tag) -> FIFO of messages received ahead
+  std::map<std::pair<int, int>, std::vector<std::vector<float>>> arrived_;
 };
 
 }  // namespace pipetune::runtime

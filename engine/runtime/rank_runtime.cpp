@@ -118,6 +118,7 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
   grad_scale_ = 1.0f / static_cast<float>(schedule_->microbatches * plan_.dp);
   losses_ = {};
   for (const Op& op : schedule_->ranks[static_cast<std::size_t>(pp_rank_)]) {
+    receive_inputs(op);
     {
       profiler::ScopedSpan span(recorder_, schedule::span_kind_of(op.kind),
                                 profiler::Stream::Compute, op.microbatch,
@@ -139,6 +140,45 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
     throw std::logic_error("run_schedule: activations left after the iteration on rank " +
                            std::to_string(rank_));
   return losses_;
+}
+
+void RankRuntime::receive_inputs(const Op& op) {
+  const auto count = static_cast<std::size_t>(rows() * config_.hidden);
+  const auto& placement = model_->placement();
+  const int last = placement.groups - 1;
+  const auto group_of = [&](int chunk) {
+    return placement.chunks[static_cast<std::size_t>(chunk)].group;
+  };
+  switch (op.kind) {
+    case OpKind::F: {
+      const int group = group_of(op.chunk);
+      if (group > 0)
+        mailbox_.receive_ahead(group_rank(group - 1), MessageKind::Activation, group, op.microbatch,
+                               count);
+      else if (vocab_parallel_)
+        for (int src : vocab_group_.ranks)
+          mailbox_.receive_ahead(src, MessageKind::EmbeddingPart, 0, op.microbatch, count);
+      break;
+    }
+    case OpKind::B:
+    case OpKind::BW: {
+      const int group = group_of(op.chunk);
+      if (group < last)
+        mailbox_.receive_ahead(group_rank(group + 1), MessageKind::Gradient, group, op.microbatch,
+                               count);
+      break;
+    }
+    case OpKind::S:
+      mailbox_.receive_ahead(group_rank(last), MessageKind::FinalHidden, 0, op.microbatch, count);
+      break;
+    case OpKind::IB:
+      mailbox_.receive_ahead(group_rank(0), MessageKind::EmbeddingGrad, 0, op.microbatch, count);
+      break;
+    case OpKind::W:
+    case OpKind::T:
+    case OpKind::IF:
+      break;
+  }
 }
 
 void RankRuntime::run_op(const Op& op) {

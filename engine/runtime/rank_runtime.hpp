@@ -59,6 +59,10 @@ class RankRuntime {
   struct VocabState;
 
   void run_op(const schedule::Op& op);
+  // Waits for the pipeline messages the op starts from (activation, gradient, final hidden
+  // state, embedding parts and gradients) before its span opens. Messages exchanged inside an
+  // op (the vocabulary barriers) are still taken inside it.
+  void receive_inputs(const schedule::Op& op);
   void forward(int chunk, int mb);
   void backward_input(int chunk, int mb);
   void backward_weight(int chunk, int mb);

@@ -26,19 +26,30 @@ struct HardwareEfficiency {
   double inter_node_bus = 0.9;  // collective bus bandwidth / NIC bandwidth (Calculon)
 };
 
+// What a device is. Gpu: an accelerator running a training framework (Megatron-Core and its
+// kin). Cpu: a share of this machine's cores running the embedded engine's CPU backend, one
+// rank per device (presets written by `pipetune calibrate --local`). The cost model takes the
+// framework's execution facts from it (tuner::default_execution).
+enum class DeviceKind { Gpu, Cpu };
+
 struct HardwareSpec {
   std::string name;
   std::string description;
-  double peak_flops = 0.0;            // dense BF16 FLOP/s (no sparsity)
-  std::int64_t hbm_bytes = 0;         // device memory
-  double hbm_bandwidth = 0.0;         // bytes/s
-  double intra_node_bandwidth = 0.0;  // scale-up link (NVLink...), bytes/s per GPU per direction
-  double inter_node_bandwidth = 0.0;  // scale-out NIC, bytes/s per GPU per direction
+  DeviceKind device = DeviceKind::Gpu;  // TOML `device = "gpu" | "cpu"`
+  double peak_flops = 0.0;              // dense BF16 FLOP/s (no sparsity); fp32 for a CPU
+  std::int64_t hbm_bytes = 0;           // device memory (a CPU device: its share of RAM)
+  double hbm_bandwidth = 0.0;           // bytes/s
+  double intra_node_bandwidth = 0.0;    // scale-up link (NVLink...), bytes/s per GPU per direction
+  double inter_node_bandwidth = 0.0;    // scale-out NIC, bytes/s per GPU per direction
   int devices_per_node = 8;
   // Start-up latency of one transfer. Order-of-magnitude defaults (NCCL small-message latency
   // is a few microseconds over NVLink and around ten across a network); calibrate by measurement.
   double intra_node_latency = 3e-6;   // seconds
   double inter_node_latency = 10e-6;  // seconds
+  // exp evaluations per second of the element-wise kernels that compute them (cross-entropy):
+  // where they, not the bytes, bound the kernel (a CPU). 0: bandwidth-bound, the exps free (a
+  // GPU's fused cross-entropy). `calibrate --local` measures it with the engine's kernels.
+  double special_function_rate = 0.0;
   HardwareEfficiency efficiency;
 };
 

@@ -246,6 +246,14 @@ HardwareSpec read_hardware_table(const toml::table& table, const TableContext& c
   HardwareSpec hw;
   hw.name = r.string("name").value_or(ctx.default_name.empty() ? "hardware" : ctx.default_name);
   hw.description = r.string("description").value_or("");
+  if (auto v = r.string("device")) {
+    if (*v == "gpu")
+      hw.device = DeviceKind::Gpu;
+    else if (*v == "cpu")
+      hw.device = DeviceKind::Cpu;
+    else
+      r.fail("device", "must be \"gpu\" or \"cpu\", not \"" + *v + "\"");
+  }
   const auto required = [&](std::optional<double> v, std::string_view key) {
     if (!v) missing(ctx, key);
     return *v;
@@ -264,6 +272,8 @@ HardwareSpec read_hardware_table(const toml::table& table, const TableContext& c
       r.non_negative_number("intra_node_latency").value_or(hw.intra_node_latency);
   hw.inter_node_latency =
       r.non_negative_number("inter_node_latency").value_or(hw.inter_node_latency);
+  hw.special_function_rate =
+      r.non_negative_number("special_function_rate").value_or(hw.special_function_rate);
   if (const toml::table* eff = r.table("efficiency")) {
     hw.efficiency = read_efficiency_table(*eff, ctx);
   }

@@ -87,3 +87,55 @@ TEST(CalibrateCli, BadInput) {
 
 }  // namespace
 }  // namespace pipetune
+
+namespace pipetune {
+namespace {
+
+// `calibrate --local`: a CPU hardware file from the engine's own kernels, which the other
+// commands accept and which makes the cost model describe the engine (fp32 weights: 4 bytes per
+// parameter in the memory estimate).
+TEST(CalibrateLocalCli, WritesACpuHardwareFileTheOtherCommandsUse) {
+  Dir d;
+  const std::string out = (d.path / "cpu.toml").string();
+  const testing::ProcessResult r = run_pipetune(
+      {"calibrate", "--local", "--quick", "--devices", "2", "--threads", "1", "-o", out, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["devices"], 2);
+  for (const char* key :
+       {"memory_bandwidth", "special_function_rate", "transfer_bandwidth", "transfer_latency"})
+    EXPECT_GT(j["measured"][key].get<double>(), 0.0) << key;
+  EXPECT_GT(j["hardware"]["peak_flops"].get<double>(), 0.0);
+  std::ifstream file(out);
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("device = \"cpu\""), std::string::npos) << text;
+
+  const testing::ProcessResult p =
+      run_pipetune({"predict", "--model", "tiny", "--hardware", out, "--gpus", "2", "--tp", "1",
+                    "--pp", "2", "--dp", "1", "--global-batch", "8", "--seq", "32", "--json"});
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  const nlohmann::json pj = nlohmann::json::parse(p.out);
+  EXPECT_GT(pj["iteration_time"].get<double>(), 0.0);
+  // The same plan on a GPU keeps bf16 weights (2 bytes per parameter), the CPU engine fp32.
+  const testing::ProcessResult g =
+      run_pipetune({"predict", "--model", "tiny", "--hardware", "a100-80gb", "--gpus", "2", "--tp",
+                    "1", "--pp", "2", "--dp", "1", "--global-batch", "8", "--seq", "32", "--json"});
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  const nlohmann::json gj = nlohmann::json::parse(g.out);
+  for (int stage = 0; stage < 2; ++stage)
+    EXPECT_DOUBLE_EQ(pj["stages"][stage]["parameter_bytes"].get<double>(),
+                     2.0 * gj["stages"][stage]["parameter_bytes"].get<double>())
+        << stage;
+
+  // Written once; --local takes no --hardware, and the fitting flags need none of --local's.
+  expect_input_error(run_pipetune({"calibrate", "--local", "--quick", "-o", out}), "--force");
+  expect_input_error(run_pipetune({"calibrate", "--local", "--hardware", "a100-80gb"}),
+                     "--hardware");
+  expect_input_error(d.run({"calibrate", "--threads", "2"}), "--hardware is required");
+  expect_input_error(d.run({"calibrate", "--hardware", "a100-80gb", "--threads", "2"}),
+                     "--threads needs --local");
+  expect_input_error(run_pipetune({"calibrate", "--local", "--threads", "0"}), "--threads");
+}
+
+}  // namespace
+}  // namespace pipetune

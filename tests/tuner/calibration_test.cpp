@@ -38,8 +38,9 @@ Measurement measured(const std::string& model, int tp, int pp, int mbs, int seq)
   m.plan.micro_batch_size = mbs;
   m.plan.sequence_parallel = tp > 1;
   spec::apply_defaults(m.plan);
-  const OpCosts costs = op_costs(m.model, m.cluster, m.plan,
-                                 schedule::schedule_placement(m.plan.schedule), m.execution);
+  const OpCosts costs =
+      op_costs(m.model, m.cluster, m.plan, schedule::schedule_placement(m.plan.schedule),
+               m.execution.value_or(ExecutionOptions{}));
   for (int r = 0; r < pp; ++r) {
     schedule::StageCosts s;
     for (schedule::OpKind k : {schedule::OpKind::F, schedule::OpKind::B, schedule::OpKind::W})

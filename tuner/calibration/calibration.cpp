@@ -99,6 +99,7 @@ class Model {
       if (!(p.m.weight > 0.0))
         throw InputError("calibration: measurement '" + in.name + "' has weight <= 0");
       p.placement = schedule::schedule_placement(p.m.plan.schedule);
+      if (!p.m.execution) p.m.execution = default_execution(p.m.cluster.hardware);
       EvaluateOptions eo;
       eo.execution = p.m.execution;
       p.evaluator = std::make_unique<PlanEvaluator>(eo);
@@ -132,7 +133,7 @@ class Model {
       if (p.m.iteration_time > 0.0)
         out.push_back(p.evaluator->evaluate(p.m.model, p.m.cluster, p.m.plan).iteration_time);
       if (p.m.op_durations.empty()) continue;
-      const OpCosts costs = op_costs(p.m.model, p.m.cluster, p.m.plan, p.placement, p.m.execution);
+      const OpCosts costs = op_costs(p.m.model, p.m.cluster, p.m.plan, p.placement, *p.m.execution);
       for (std::size_t r = 0; r < p.m.op_durations.size(); ++r)
         for (schedule::OpKind k : schedule::kAllOpKinds)
           if (p.m.op_durations[r][k] > 0.0) out.push_back(costs.table.cost(static_cast<int>(r), k));

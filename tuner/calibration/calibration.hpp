@@ -11,6 +11,7 @@
 // log-ratio.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,8 +30,8 @@ struct Measurement {
   spec::ModelSpec model;
   spec::ClusterSpec cluster;  // its hardware's efficiency is replaced by the fitted one
   spec::ParallelPlan plan;
-  ExecutionOptions execution;
-  double iteration_time = 0.0;  // seconds; <= 0: not measured
+  std::optional<ExecutionOptions> execution;  // unset: default_execution of the hardware
+  double iteration_time = 0.0;                // seconds; <= 0: not measured
   // Mean seconds of one op of each kind on each pipeline rank (one chunk, one micro-batch), as a
   // CostTable holds them (BW = fused backward); entries <= 0 are not measured.
   std::vector<schedule::StageCosts> op_durations;

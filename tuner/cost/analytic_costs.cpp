@@ -53,7 +53,11 @@ double layer_activation_bytes(const spec::ModelSpec& model, const spec::Parallel
   double mlp_factor = model.activation == spec::Activation::Swiglu ? 6.0 * f / h : 4.0 * f / h;
   if (spec::is_moe(model)) mlp_factor *= as_d(model.top_k);
   const double t = plan.tp;
-  const double scores = a.flash_attention ? 0.0 : 5.0 * as_d(model.heads) * as_d(model.seq_len) / h;
+  // Per sbh, in units of two bytes: a*s/h score values per element of the hidden state.
+  const double score_values = as_d(model.heads) * as_d(model.seq_len) / h;
+  const double scores = !a.flash_attention                 ? 5.0 * score_values
+                        : a.stores_attention_probabilities ? 2.0 * score_values
+                                                           : 0.0;
   const double scale = a.bytes_per_value / 2.0;
   switch (plan.recompute) {
     case spec::Recompute::Full:

@@ -15,8 +15,9 @@ namespace pipetune::tuner {
 
 // What the activation formula assumes about the kernels.
 struct AnalyticAssumptions {
-  bool flash_attention = true;  // no s^2 attention activations are stored
-  int bytes_per_value = 2;      // bf16 activations and transfers
+  bool flash_attention = true;                  // no s^2 attention activations are stored...
+  bool stores_attention_probabilities = false;  // ...but for the softmax output (CPU engine)
+  int bytes_per_value = 2;                      // bf16 activations and transfers
 };
 
 // FLOPs of one micro-batch through one transformer layer of this model on one TP rank.

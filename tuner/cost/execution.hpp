@@ -4,6 +4,8 @@
 // runs set the fields that differ (see tests/tuner/validation for published runs).
 #pragma once
 
+#include "engine/spec/hardware_spec.hpp"
+
 namespace pipetune::tuner {
 
 struct ExecutionOptions {
@@ -11,6 +13,13 @@ struct ExecutionOptions {
   // executed by a fused kernel (causal blocks skipped). False: attention scores as batched
   // GEMMs over the full s x s square plus memory-bound softmax and dropout (Megatron 2021).
   bool flash_attention = true;
+  // Attention keeps its softmax probabilities (micro_batch x heads x s x s per layer, at
+  // activation_bytes each) for the backward although its kernel is timed like a fused one (the
+  // embedded engine's CPU attention).
+  bool stores_attention_probabilities = false;
+  // The embedding's backward builds a dense gradient of the whole table per micro-batch
+  // (PyTorch's embedding_dense_backward); false: it adds the token rows into the gradient.
+  bool dense_embedding_gradient = true;
   // TP collectives hidden behind the GEMMs next to them (Megatron --tp-comm-overlap): only the
   // part longer than the pass's GEMM time is exposed.
   bool tp_comm_overlap = false;
@@ -27,5 +36,16 @@ struct ExecutionOptions {
   int gradient_reduce_bytes = 4;     // DP gradient reduction in fp32 (Megatron's bf16 default)
   double moe_capacity_factor = 0.0;  // > 0: expert compute and all-to-all padded to capacity
 };
+
+// The embedded engine on its CPU backend (engine/runtime, engine/tensor/cpu): fp32 activations
+// and messages; a tiled attention kernel over the causal half that stores its probabilities;
+// TP collectives between the GEMMs, not beside them; every TP rank sends the whole activation
+// down the pipeline; the DP gradient reduction and ZeRO-1 parameter gather run in the optimizer
+// step, after the pipeline flush.
+ExecutionOptions cpu_engine_execution();
+
+// How what runs on this hardware executes a plan: cpu_engine_execution() on a Cpu device, the
+// defaults above (Megatron-Core, bf16) on a Gpu.
+ExecutionOptions default_execution(const spec::HardwareSpec& hardware);
 
 }  // namespace pipetune::tuner

@@ -39,6 +39,7 @@ WorkTime work_time(const Work& work, const spec::HardwareSpec& hw, const GroupLi
     t.gemm = (work.gemm_flops + work.gemm_count * e.gemm_half_flops) / (e.gemm * hw.peak_flops);
   t.attention = work.attention_flops / (e.attention * hw.peak_flops);
   t.memory = work.memory_bytes / (e.memory * hw.hbm_bandwidth);
+  if (hw.special_function_rate > 0.0) t.memory += work.special_functions / hw.special_function_rate;
   // Collectives of one kind share one size per pass; the latency is paid per collective.
   const auto each = [&](Collective kind, double bytes, double count) {
     if (count <= 0.0) return 0.0;
@@ -91,6 +92,7 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
 
   AnalyticAssumptions act;
   act.flash_attention = exec.flash_attention;
+  act.stores_attention_probabilities = exec.stores_attention_probabilities;
   act.bytes_per_value = exec.activation_bytes;
   const double layer_bytes = layer_activation_bytes(model, plan, act);
   const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len);

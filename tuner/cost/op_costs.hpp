@@ -6,7 +6,8 @@
 //
 //   GEMMs            (FLOPs + gemm_half_flops per GEMM) / (gemm * peak_flops)
 //   fused attention  FLOPs / (attention * peak_flops)
-//   element-wise     bytes / (memory * hbm_bandwidth)
+//   element-wise     bytes / (memory * hbm_bandwidth) + exps / special_function_rate (where
+//                    the hardware has one: a CPU, whose cross-entropy the exps bound)
 //   TP collectives   inside F and B, over the stage's TP group; with tp_comm_overlap only the
 //                    part longer than the pass's GEMMs is exposed
 //   EP all-to-all    inside F and B, over the expert-parallel group

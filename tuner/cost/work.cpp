@@ -14,8 +14,6 @@ double as_d(std::int64_t v) {
 // implementation's structure, not measured.
 constexpr double kCrossEntropyForwardBytes = 24.0;
 constexpr double kCrossEntropyBackwardBytes = 12.0;
-// A fused attention backward runs 5 matrix products for the forward's 2 (FlashAttention-2).
-constexpr double kFlashBackwardFactor = 2.5;
 
 // Entries (vocab x hidden) of the embedding table on one TP rank.
 double v_shard(const spec::ModelSpec& model, int tp) {
@@ -27,13 +25,30 @@ double routed_experts(const spec::ModelSpec& model, const ExecutionOptions& exec
   return exec.moe_capacity_factor > 0.0 ? k * exec.moe_capacity_factor : k;
 }
 
+// The embedding's weight gradient per micro-batch: the rows read plus, when the framework builds
+// a dense gradient of the table, (2w + 8) bytes per table entry (see embedding_work).
+double embedding_grad_bytes(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                            const ExecutionOptions& exec, double shards) {
+  const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len), h = as_d(model.hidden);
+  const double w = exec.activation_bytes;
+  if (!exec.dense_embedding_gradient) return 2.0 * n * h * w;  // read dout, add into the rows
+  return n * h * w + (2.0 * w + 8.0) * v_shard(model, plan.tp) / shards;
+}
+
 }  // namespace
+
+double attention_backward_factor(const ExecutionOptions& exec) {
+  // FlashAttention-2 recomputes the scores: 5 products for the forward's 2. With the
+  // probabilities stored, 4 (dV, dP, dQ, dK).
+  return exec.stores_attention_probabilities ? 2.0 : 2.5;
+}
 
 Work& Work::operator+=(const Work& o) {
   gemm_flops += o.gemm_flops;
   gemm_count += o.gemm_count;
   attention_flops += o.attention_flops;
   memory_bytes += o.memory_bytes;
+  special_functions += o.special_functions;
   tp_all_reduce_bytes += o.tp_all_reduce_bytes;
   tp_all_reduce_count += o.tp_all_reduce_count;
   tp_all_gather_bytes += o.tp_all_gather_bytes;
@@ -50,6 +65,7 @@ Work& Work::operator*=(double k) {
   gemm_count *= k;
   attention_flops *= k;
   memory_bytes *= k;
+  special_functions *= k;
   tp_all_reduce_bytes *= k;
   tp_all_reduce_count *= k;
   tp_all_gather_bytes *= k;
@@ -91,7 +107,7 @@ PassWork transformer_layer_work(const spec::ModelSpec& model, const spec::Parall
   const double score_flops = 4.0 * n * s * h / t;  // QK^T and attention-over-V, full square
   if (exec.flash_attention) {
     scores_forward.attention_flops = 0.5 * score_flops;  // causal blocks skipped
-    scores_backward.attention_flops = kFlashBackwardFactor * 0.5 * score_flops;
+    scores_backward.attention_flops = attention_backward_factor(exec) * 0.5 * score_flops;
   } else {
     const double scores = as_d(plan.micro_batch_size) * as_d(model.heads) * s * s / t;
     scores_forward.gemm_flops = score_flops;
@@ -160,7 +176,7 @@ PassWork embedding_work(const spec::ModelSpec& model, const spec::ParallelPlan& 
   // The backward of a lookup builds a dense gradient of the shard (zero-filled, rows added) that
   // is then accumulated into the fp32 main gradient: about (2w + 8) bytes per table entry per
   // micro-batch (PyTorch embedding_dense_backward + Megatron's main_grad add), plus the rows.
-  out.weight_grad.memory_bytes = n * h * w + (2.0 * w + 8.0) * v_shard(model, plan.tp);
+  out.weight_grad.memory_bytes = embedding_grad_bytes(model, plan, exec, 1.0);
   if (plan.tp > 1) {
     if (sp) {
       out.forward.tp_reduce_scatter_bytes = n * h * w;
@@ -186,9 +202,11 @@ PassWork output_layer_work(const spec::ModelSpec& model, const spec::ParallelPla
   out.forward.gemm_flops = 2.0 * n * h * v / t;
   out.forward.gemm_count = 1.0;
   out.forward.memory_bytes = 2.0 * ne * w + logits * kCrossEntropyForwardBytes;  // final norm, CE
+  out.forward.special_functions = logits;  // the softmax's exp
   out.input_grad.gemm_flops = out.forward.gemm_flops;
   out.input_grad.gemm_count = 1.0;
   out.input_grad.memory_bytes = 4.0 * ne * w + logits * kCrossEntropyBackwardBytes;
+  out.input_grad.special_functions = logits;  // softmax again for its gradient
   out.weight_grad.gemm_flops = out.forward.gemm_flops;
   out.weight_grad.gemm_count = 1.0;
   if (plan.tp > 1) {
@@ -221,15 +239,19 @@ VocabularyWork vocabulary_parallel_work(const spec::ModelSpec& model,
   out.s.gemm_flops = gemm;
   out.s.gemm_count = 1.0;
   out.s.memory_bytes = shard_logits * kCrossEntropyForwardBytes;
+  out.s.special_functions = shard_logits;
   out.t.gemm_flops = gemm;
   out.t.gemm_count = 1.0;
+  out.t.special_functions = shard_logits;  // the logits' gradient for the weight gradient
   Work input_grad;
   input_grad.gemm_flops = gemm;
   input_grad.gemm_count = 1.0;
   input_grad.memory_bytes = shard_logits * kCrossEntropyBackwardBytes;
+  // T shares its softmax with the weight gradient; S (Algorithm 2) computes its own.
+  if (fused) input_grad.special_functions = shard_logits;
   (fused ? out.s : out.t) += input_grad;
   out.input_forward.memory_bytes = n * h * w * (1.0 + 1.0 / (p * t));
-  out.input_backward.memory_bytes = n * h * w + (2.0 * w + 8.0) * v_shard(model, plan.tp) / p;
+  out.input_backward.memory_bytes = embedding_grad_bytes(model, plan, exec, p);
   const double statistics = 3.0 * 4.0 * n;    // max, sum of exponentials, target logit (fp32)
   const double input_gradient = 4.0 * n * h;  // fp32
   if (fused) {

@@ -35,6 +35,9 @@ struct Work {
   double gemm_count = 0.0;       // GEMM kernels: each pays the efficiency curve's ramp-up
   double attention_flops = 0.0;  // executed by fused attention kernels
   double memory_bytes = 0.0;     // HBM traffic of element-wise kernels
+  // exp evaluations of those kernels (cross-entropy: one per logit per softmax), timed at the
+  // hardware's special_function_rate where it has one
+  double special_functions = 0.0;
   // Collectives inside the ops (bytes as collective_time() takes them) and how many.
   double tp_all_reduce_bytes = 0.0, tp_all_reduce_count = 0.0;
   double tp_all_gather_bytes = 0.0, tp_all_gather_count = 0.0;
@@ -51,6 +54,10 @@ inline Work operator*(Work w, double k) {
 inline Work operator+(Work a, const Work& b) {
   return a += b;
 }
+
+// FLOPs of a fused attention backward per forward FLOP (the forward: 2 products of the causal
+// half).
+double attention_backward_factor(const ExecutionOptions& exec);
 
 // The three passes of a part of the model for one micro-batch.
 struct PassWork {

@@ -20,6 +20,17 @@ std::string gib(double bytes) {
 
 }  // namespace
 
+MemoryModelOptions default_memory_options(const spec::HardwareSpec& hardware) {
+  MemoryModelOptions o;
+  if (hardware.device == spec::DeviceKind::Cpu) {
+    o.weight_bytes = 4.0;
+    o.gradient_bytes = 4.0;
+    o.optimizer_bytes = 8.0;
+    o.framework_overhead_bytes = 0.0;
+  }
+  return o;
+}
+
 BytesPerParameter bytes_per_parameter(int zero_stage, int dp, const MemoryModelOptions& o) {
   const double d = dp > 1 ? dp : 1;
   BytesPerParameter b{o.weight_bytes, o.gradient_bytes, o.optimizer_bytes};

@@ -36,6 +36,11 @@ struct MemoryModelOptions {
   double framework_overhead_bytes = 2.0 * 1024 * 1024 * 1024;
 };
 
+// What runs on the hardware keeps per parameter: the defaults above on a Gpu; on a Cpu device
+// the embedded engine's fp32 weights and gradients, Adam m and v (no master copy), and no
+// framework overhead.
+MemoryModelOptions default_memory_options(const spec::HardwareSpec& hardware);
+
 // Parameters one device of a pipeline stage holds (after TP / EP / vocabulary sharding, before
 // ZeRO sharding).
 struct StageParameters {

@@ -43,6 +43,14 @@ AfterPipeline after_pipeline(const OpCosts& costs, int pp, const ExecutionOption
 
 }  // namespace
 
+ExecutionOptions PlanEvaluator::execution_for(const spec::ClusterSpec& cluster) const {
+  return options_.execution.value_or(default_execution(cluster.hardware));
+}
+
+MemoryModelOptions PlanEvaluator::memory_for(const spec::ClusterSpec& cluster) const {
+  return options_.memory.value_or(default_memory_options(cluster.hardware));
+}
+
 PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::ClusterSpec& cluster,
                                const spec::ParallelPlan& plan_in) {
   spec::ModelSpec model = model_in;
@@ -51,7 +59,9 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   spec::apply_defaults(plan);
   spec::validate(model, cluster, plan);
   const schedule::Placement placement = schedule::schedule_placement(plan.schedule);
-  const OpCosts costs = op_costs(model, cluster, plan, placement, options_.execution);
+  const ExecutionOptions execution = execution_for(cluster);
+  const MemoryModelOptions memory = memory_for(cluster);
+  const OpCosts costs = op_costs(model, cluster, plan, placement, execution);
   const auto P = static_cast<std::size_t>(plan.pp);
   // Activations: what the schedule's warm-up rule makes a stage hold before its first backward
   // (schedule::least_peak_in_flight), at least one chunk of one micro-batch.
@@ -63,8 +73,7 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
                            costs.transient_activation_bytes[k];
   PlanBound b;
   b.peak_memory_bytes =
-      estimate_memory(model, cluster, plan, placement, least_activations, options_.memory)
-          .peak_bytes;
+      estimate_memory(model, cluster, plan, placement, least_activations, memory).peak_bytes;
   // Every rank runs each of its chunks' forward and backward (split or fused, whichever is
   // cheaper) for every micro-batch, and under vocabulary parallelism the S, T, IF and IB passes;
   // it cannot start before the first micro-batch's forward has crossed the ranks before it. On a
@@ -94,7 +103,7 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
     startup += t.cost(r, OpKind::F) + t.p2p_time();
     drain += std::min(t.cost(r, OpKind::B), t.cost(r, OpKind::BW)) + t.p2p_time();
   }
-  const AfterPipeline after = after_pipeline(costs, plan.pp, options_.execution);
+  const AfterPipeline after = after_pipeline(costs, plan.pp, execution);
   b.iteration_time = busiest + after.data_parallel + after.optimizer;
   return b;
 }
@@ -125,6 +134,8 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
 
   PlanEvaluation e;
   e.placement = schedule::schedule_placement(plan.schedule);
+  const ExecutionOptions execution = execution_for(cluster);
+  const MemoryModelOptions memory = memory_for(cluster);
   const int world = plan.world_size();
   const double tokens = static_cast<double>(plan.global_batch) * static_cast<double>(model.seq_len);
   e.model_flops = tokens * model_flops_per_token(model);
@@ -132,8 +143,7 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
 
   if (options_.skip_simulation_when_static_memory_exceeds) {
     const std::vector<double> none(static_cast<std::size_t>(plan.pp), 0.0);
-    MemoryEstimate fixed =
-        estimate_memory(model, cluster, plan, e.placement, none, options_.memory);
+    MemoryEstimate fixed = estimate_memory(model, cluster, plan, e.placement, none, memory);
     if (!fixed.fits()) {
       e.memory = std::move(fixed);
       e.feasible = false;
@@ -142,7 +152,7 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
     }
   }
 
-  e.costs = op_costs(model, cluster, plan, e.placement, options_.execution);
+  e.costs = op_costs(model, cluster, plan, e.placement, execution);
 
   const schedule::GeneratorParams params =
       spec::generator_params(plan, e.costs.table, options_.schedule_memory_limit);
@@ -171,7 +181,7 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
   e.pipeline_time = r.iteration_time;
   e.bubble_ratio = r.bubble_ratio;
 
-  const AfterPipeline after = after_pipeline(e.costs, plan.pp, options_.execution);
+  const AfterPipeline after = after_pipeline(e.costs, plan.pp, execution);
   e.data_parallel_time = after.data_parallel;
   e.optimizer_time = after.optimizer;
   std::vector<double> peaks(static_cast<std::size_t>(plan.pp), 0.0);
@@ -191,7 +201,7 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
     e.mfu = e.model_flops / (e.iteration_time * world * peak);
     e.hfu = e.hardware_flops / (e.iteration_time * world * peak);
   }
-  e.memory = estimate_memory(model, cluster, plan, e.placement, peaks, options_.memory);
+  e.memory = estimate_memory(model, cluster, plan, e.placement, peaks, memory);
   e.feasible = e.memory.fits();
   if (!e.feasible) e.infeasible_reason = e.memory.binding_constraint();
   return e;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -34,8 +35,9 @@
 namespace pipetune::tuner {
 
 struct EvaluateOptions {
-  ExecutionOptions execution;
-  MemoryModelOptions memory;
+  // Unset: what runs on the cluster's hardware (default_execution, default_memory_options).
+  std::optional<ExecutionOptions> execution;
+  std::optional<MemoryModelOptions> memory;
   // When weights, gradients and optimizer state alone exceed a device, return the plan as
   // infeasible without generating or simulating its schedule (time figures stay 0). For search.
   bool skip_simulation_when_static_memory_exceeds = false;
@@ -100,6 +102,9 @@ class PlanEvaluator {
 
   const EvaluateOptions& options() const { return options_; }
   EvaluateOptions& options() { return options_; }
+  // The options' execution and memory facts, or those of the cluster's hardware when unset.
+  ExecutionOptions execution_for(const spec::ClusterSpec& cluster) const;
+  MemoryModelOptions memory_for(const spec::ClusterSpec& cluster) const;
 
  private:
   using ScheduleKey = std::tuple<std::string, int, int, int, int, int, double>;

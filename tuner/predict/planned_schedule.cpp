@@ -8,15 +8,16 @@ namespace pipetune::tuner {
 
 PlannedSchedule planned_schedule(const spec::ModelSpec& model_in, const spec::ClusterSpec& cluster,
                                  const spec::ParallelPlan& plan_in,
-                                 const ExecutionOptions& execution, double memory_limit) {
+                                 const std::optional<ExecutionOptions>& execution,
+                                 double memory_limit) {
   spec::ModelSpec model = model_in;
   spec::apply_defaults(model);
   spec::ParallelPlan plan = plan_in;
   spec::apply_defaults(plan);
   spec::validate(model, cluster, plan);
   PlannedSchedule out;
-  out.costs =
-      op_costs(model, cluster, plan, schedule::schedule_placement(plan.schedule), execution);
+  out.costs = op_costs(model, cluster, plan, schedule::schedule_placement(plan.schedule),
+                       execution.value_or(default_execution(cluster.hardware)));
   out.schedule = spec::plan_schedule(plan, out.costs.table, memory_limit);
   return out;
 }

@@ -1,7 +1,10 @@
 // The schedule of a plan on a cluster, planned with the cost model's op costs: what `predict`,
 // `tune` and `simulate --config` simulate and what `train` then executes, op for op
-// (spec::plan_schedule fed with tuner/cost's op costs for the cluster's hardware).
+// (spec::plan_schedule fed with tuner/cost's op costs for the cluster's hardware; execution
+// unset: default_execution of that hardware, as PlanEvaluator does).
 #pragma once
+
+#include <optional>
 
 #include "engine/schedule/schedule.hpp"
 #include "engine/spec/cluster_spec.hpp"
@@ -21,7 +24,8 @@ struct PlannedSchedule {
 // rule) before its ops are costed; ScheduleError for the schedule's own rules.
 PlannedSchedule planned_schedule(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                                  const spec::ParallelPlan& plan,
-                                 const ExecutionOptions& execution = {}, double memory_limit = 0.0);
+                                 const std::optional<ExecutionOptions>& execution = {},
+                                 double memory_limit = 0.0);
 
 // The cluster a plan runs on when the engine trains it: `cluster`'s hardware, sized to the
 // plan's world (the engine's virtual cluster has exactly tp * pp * dp ranks).

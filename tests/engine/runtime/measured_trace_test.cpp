@@ -78,6 +78,27 @@ TEST(MeasuredTrace, ActivationPeakMatchesTheLedger) {
         << "rank " << i;
 }
 
+// An op's span is its compute: the runtime receives the activation or gradient an op starts
+// from before the span opens (as the simulator times ops), so no pipeline receive of this
+// plain-vocabulary run lies inside a compute span of its rank.
+TEST(MeasuredTrace, PipelineReceivesPrecedeTheirOps) {
+  const runtime::TrainResult& r = tiny_run();
+  int receives = 0;
+  for (const Span& recv : r.trace.spans) {
+    if (recv.kind != SpanKind::Recv) continue;
+    ++receives;
+    const Lane& recv_lane = r.trace.lanes[static_cast<std::size_t>(recv.lane)];
+    for (const Span& op : r.trace.spans) {
+      const Lane& op_lane = r.trace.lanes[static_cast<std::size_t>(op.lane)];
+      if (op_lane.stream != Stream::Compute || op_lane.rank != recv_lane.rank) continue;
+      EXPECT_FALSE(op.start_ns < recv.start_ns && recv.end_ns <= op.end_ns)
+          << "rank " << recv_lane.rank << ": receive of micro-batch " << recv.microbatch
+          << " inside " << span_kind_name(op.kind) << " of micro-batch " << op.microbatch;
+    }
+  }
+  EXPECT_GT(receives, 0);
+}
+
 // The path through a measured iteration explains its end, and each send -> recv step really is a
 // receive that waited for the send of its source rank.
 TEST(MeasuredTrace, CriticalPathFollowsRealMessages) {

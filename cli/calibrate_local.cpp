@@ -1,0 +1,152 @@
+#include "cli/calibrate_local.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli/workspace_cli.hpp"
+#include "engine/errors.hpp"
+#include "engine/runtime/machine_benchmark.hpp"
+#include "engine/spec/hardware_toml.hpp"
+#include "profiler/units.hpp"
+#include "tuner/calibration/cpu_profile.hpp"
+
+namespace pipetune::cli {
+
+namespace {
+
+tuner::CpuMeasurements to_profile_input(const runtime::MachineMeasurements& m) {
+  tuner::CpuMeasurements in;
+  in.devices = m.devices;
+  in.threads_per_device = m.threads_per_device;
+  for (const runtime::GemmSample& g : m.gemm)
+    in.gemm.push_back(
+        {2.0 * static_cast<double>(g.m) * static_cast<double>(g.k) * static_cast<double>(g.n),
+         g.seconds});
+  for (const runtime::AttentionSample& a : m.attention)
+    in.attention.push_back({tuner::attention_forward_flops(a.batch, a.heads, a.seq, a.head_dim),
+                            a.forward_seconds, a.backward_seconds});
+  in.memory_bandwidth = m.memory_bandwidth;
+  in.special_function_rate = m.special_function_rate;
+  in.transfer_bandwidth = m.transfer_bandwidth;
+  in.transfer_latency = m.transfer_latency;
+  in.memory_bytes = m.memory_bytes;
+  return in;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "this machine";
+  return name;
+}
+
+}  // namespace
+
+void run_calibrate_local(const LocalCalibrateArgs& a) {
+  if (a.threads < 1)
+    throw InputError("--threads must be at least 1, got " + std::to_string(a.threads));
+  if (a.devices < 0)
+    throw InputError("--devices must be >= 0 (0: cores / threads), got " +
+                     std::to_string(a.devices));
+  if (!a.output.empty()) check_output_file(a.output, a.force);
+
+  runtime::MachineBenchmarkOptions options;
+  options.devices = a.devices;
+  options.threads_per_device = a.threads;
+  options.quick = a.quick;
+  const runtime::MachineMeasurements m = runtime::measure_machine(options);
+
+  std::string name = a.name;
+  if (name.empty())
+    name = a.output.empty() ? "cpu-local" : std::filesystem::path(a.output).stem().string();
+  const unsigned cores = std::thread::hardware_concurrency();
+  char description[256];
+  std::snprintf(description, sizeof description,
+                "%s: %d rank(s) of %d thread(s) on %u core(s), the embedded engine's CPU backend",
+                host_name().c_str(), m.devices, m.threads_per_device, cores);
+  const spec::HardwareSpec hw = tuner::cpu_hardware_profile(to_profile_input(m), name, description);
+
+  if (!a.output.empty()) {
+    const std::string header =
+        "Written by `pipetune calibrate --local" + std::string(a.quick ? " --quick" : "") +
+        " --threads " + std::to_string(m.threads_per_device) + " --devices " +
+        std::to_string(m.devices) +
+        "`: micro-benchmarks of the engine's own\n"
+        "kernels with every device busy at once (engine/runtime/machine_benchmark.hpp), fitted\n"
+        "as tuner/calibration/cpu_profile.hpp says. Fractions of peak are set to 0.9 with the\n"
+        "peaks scaled to match; refine them with `pipetune calibrate --hardware THIS_FILE` on\n"
+        "measured training runs.";
+    write_output_file(a.output, spec::hardware_toml(hw, header));
+  }
+
+  const double large = m.gemm.empty()
+                           ? 0.0
+                           : 2.0 * static_cast<double>(m.gemm.back().m) *
+                                 static_cast<double>(m.gemm.back().k) *
+                                 static_cast<double>(m.gemm.back().n) / m.gemm.back().seconds;
+  if (a.json) {
+    nlohmann::json gemm = nlohmann::json::array(), attention = nlohmann::json::array();
+    for (const auto& g : m.gemm)
+      gemm.push_back({{"m", g.m}, {"k", g.k}, {"n", g.n}, {"seconds", g.seconds}});
+    for (const auto& t : m.attention)
+      attention.push_back({{"batch", t.batch},
+                           {"heads", t.heads},
+                           {"seq", t.seq},
+                           {"head_dim", t.head_dim},
+                           {"forward_seconds", t.forward_seconds},
+                           {"backward_seconds", t.backward_seconds}});
+    nlohmann::json out = {{"name", hw.name},
+                          {"devices", m.devices},
+                          {"threads_per_device", m.threads_per_device},
+                          {"measured",
+                           {{"gemm", gemm},
+                            {"attention", attention},
+                            {"memory_bandwidth", m.memory_bandwidth},
+                            {"special_function_rate", m.special_function_rate},
+                            {"transfer_bandwidth", m.transfer_bandwidth},
+                            {"transfer_latency", m.transfer_latency},
+                            {"memory_bytes", m.memory_bytes}}},
+                          {"hardware",
+                           {{"peak_flops", hw.peak_flops},
+                            {"hbm_bytes", hw.hbm_bytes},
+                            {"hbm_bandwidth", hw.hbm_bandwidth},
+                            {"intra_node_bandwidth", hw.intra_node_bandwidth},
+                            {"intra_node_latency", hw.intra_node_latency},
+                            {"special_function_rate", hw.special_function_rate},
+                            {"devices_per_node", hw.devices_per_node},
+                            {"efficiency",
+                             {{"gemm", hw.efficiency.gemm},
+                              {"gemm_half_flops", hw.efficiency.gemm_half_flops},
+                              {"attention", hw.efficiency.attention},
+                              {"memory", hw.efficiency.memory},
+                              {"intra_node_bus", hw.efficiency.intra_node_bus},
+                              {"inter_node_bus", hw.efficiency.inter_node_bus}}}}}};
+    if (!a.output.empty()) out["output"] = a.output;
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf("measured %d device(s) of %d thread(s) at once with the engine's CPU kernels\n",
+              m.devices, m.threads_per_device);
+  std::printf(
+      "GEMM        %8.2f GFLOP/s on the largest product, %.2f GFLOP/s asymptotic, "
+      "%.3g FLOPs per-call overhead\n",
+      large / 1e9, hw.peak_flops * hw.efficiency.gemm / 1e9, hw.efficiency.gemm_half_flops);
+  std::printf("attention   %8.2f GFLOP/s (cost-model FLOPs, forward + backward)\n",
+              hw.peak_flops * hw.efficiency.attention / 1e9);
+  std::printf("memory      %8.2f GB/s per device (add)\n", m.memory_bandwidth / 1e9);
+  std::printf("exp         %8.2f G/s (cross-entropy kernels)\n", m.special_function_rate / 1e9);
+  std::printf("transfer    %8.2f GB/s between two ranks, latency %s\n", m.transfer_bandwidth / 1e9,
+              profiler::format_seconds(m.transfer_latency).c_str());
+  std::printf("memory      %s per device\n",
+              profiler::format_bytes(static_cast<double>(m.memory_bytes)).c_str());
+  if (!a.output.empty())
+    std::printf("\nwritten to %s (hardware \"%s\", device = \"cpu\")\n", a.output.c_str(),
+                hw.name.c_str());
+  else
+    std::printf("\n%s", spec::hardware_toml(hw).c_str());
+}
+
+}  // namespace pipetune::cli

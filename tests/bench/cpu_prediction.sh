@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Predicted against measured on this machine (issue 13 point 5). Measures a CPU hardware profile
+# (`calibrate --local`), refines it on two short training runs of a calibration model
+# (`calibrate --hardware`), then for 1f1b, zb-h1, interleaved-1f1b and v-half + vocab-2 on
+# tests/bench/cpu-prediction-model.toml trains the plan (`train --config`) and simulates the same
+# run file (`simulate --config`, the schedule train executes), and prints per stage the predicted
+# and measured busy time and the iteration time, with the error. Target: within 10% per stage.
+#
+# Usage: tests/bench/cpu_prediction.sh [BUILD_DIR] [WORK_DIR]
+#   Two pipeline ranks of one thread each: run it on an otherwise idle machine with >= 2 cores.
+#   WORK_DIR keeps the profiles, run files and JSON (default: a temporary directory).
+#   PIPETUNE_STEPS (default 8) training steps per plan; the measured figures are the mean over
+#   the steps after the first (`pipetune report --iteration K`: compute per stage, iteration).
+set -euo pipefail
+build="${1:-build}"
+work="${2:-$(mktemp -d)}"
+here="$(cd "$(dirname "$0")" && pwd)"
+pipetune="$build/cli/pipetune"
+steps="${PIPETUNE_STEPS:-8}"
+[ -x "$pipetune" ] || { echo "cpu_prediction: $pipetune not built" >&2; exit 2; }
+command -v python3 >/dev/null || { echo "cpu_prediction: python3 is needed" >&2; exit 2; }
+mkdir -p "$work"
+cores="$(nproc)"
+[ "$cores" -ge 2 ] || echo "cpu_prediction: warning: $cores core(s) for 2 ranks" >&2
+
+echo "== calibrate --local (2 devices of 1 thread)"
+"$pipetune" calibrate --local --devices 2 --threads 1 -o "$work/cpu-local.toml" --force
+
+echo "== calibration runs on $(basename "$here/cpu-calibration-model.toml")"
+rm -f "$work/calibration.db"
+for schedule in 1f1b zb-h1; do
+  "$pipetune" train --model "$here/cpu-calibration-model.toml" --tp 1 --pp 2 --dp 1 \
+    --schedule "$schedule" --chunks 1 --vocab none --microbatches 8 --micro-batch-size 2 \
+    --threads 1 --steps "$steps" --db "$work/calibration.db" --name "calibration-$schedule" \
+    >/dev/null
+done
+"$pipetune" calibrate --hardware "$work/cpu-local.toml" --db "$work/calibration.db" \
+  -o "$work/cpu-fitted.toml" --force | head -5
+
+plans=("1f1b 1 none" "zb-h1 1 none" "interleaved-1f1b 2 none" "v-half 2 vocab-2")
+for plan in "${plans[@]}"; do
+  read -r schedule chunks vocab <<<"$plan"
+  name="$schedule-$vocab"
+  cat >"$work/$name.toml" <<RUN
+description = "cpu_prediction: $schedule, $vocab"
+model = "$here/cpu-prediction-model.toml"
+[cluster]
+hardware = "$work/cpu-fitted.toml"
+devices = 2
+[plan]
+tp = 1
+pp = 2
+dp = 1
+chunks = $chunks
+vocab = "$vocab"
+micro_batch_size = 2
+microbatches = 8
+schedule = "$schedule"
+RUN
+  echo "== $name: train and simulate"
+  "$pipetune" simulate --config "$work/$name.toml" --json --no-db >"$work/$name.predicted.json"
+  rm -f "$work/$name.db"
+  "$pipetune" train --config "$work/$name.toml" --threads 1 --steps "$steps" --json \
+    --db "$work/$name.db" --name "$name" >"$work/$name.measured.json"
+done
+
+python3 - "$pipetune" "$work" "$steps" "${plans[@]}" <<'PY'
+import json, subprocess, sys
+pipetune, work, steps, plans = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+
+def mean(xs):
+    return sum(xs) / len(xs)
+
+def measured(name):
+    """Per-stage compute and iteration time, mean over iterations 2..steps of the stored run."""
+    busy, iteration = {}, []
+    for k in range(2, steps + 1):
+        out = subprocess.run([pipetune, "report", name, "--db", f"{work}/{name}.db",
+                              "--iteration", str(k), "--json"],
+                             check=True, capture_output=True, text=True).stdout
+        rep = json.loads(out)
+        iteration.append(rep["iteration_time"])
+        for st in rep["stages"]:
+            busy.setdefault(st["stage"], {}).setdefault(st["rank"], []).append(st["compute"])
+    per_stage = {s: mean([mean(v) for v in ranks.values()]) for s, ranks in busy.items()}
+    return per_stage, mean(iteration)
+
+worst = 0.0
+print(f"\n{'plan':<24} {'stage':>5} {'predicted':>12} {'measured':>12} {'error':>8}")
+for plan in plans:
+    schedule, chunks, vocab = plan.split()
+    name = f"{schedule}-{vocab}"
+    pred = json.load(open(f"{work}/{name}.predicted.json"))
+    busy, iteration = measured(name)
+    for st in pred["stages"]:
+        p, m = st["busy"], busy[st["stage"]]
+        err = (p - m) / m
+        worst = max(worst, abs(err))
+        print(f"{name:<24} {st['stage']:>5} {p*1e3:>9.1f} ms {m*1e3:>9.1f} ms {100*err:>7.1f}%")
+    p = pred["iteration"]["iteration_time"]  # pipeline + optimizer, as the report's
+    m = iteration
+    err = (p - m) / m
+    print(f"{name:<24} {'iter':>5} {p*1e3:>9.1f} ms {m*1e3:>9.1f} ms {100*err:>7.1f}%")
+print(f"\nworst per-stage error {100*worst:.1f}% (target 10%): "
+      f"{'met' if worst <= 0.10 else 'NOT met'}")
+PY

@@ -1,0 +1,112 @@
+#include "tuner/calibration/cpu_profile.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/errors.hpp"
+#include "tuner/cost/execution.hpp"
+#include "tuner/cost/work.hpp"
+
+namespace pipetune::tuner {
+
+namespace {
+
+void check_positive(double v, const std::string& what) {
+  if (!(v > 0.0) || !std::isfinite(v))
+    throw InputError("CPU profile: " + what + " must be a positive number, not " +
+                     std::to_string(v));
+}
+
+struct Line {
+  double slope = 0.0, intercept = 0.0;
+};
+
+// Least squares of t = slope * F + intercept, each sample's residual divided by its t.
+Line fit_relative(const std::vector<TimedGemm>& samples) {
+  // Normal equations of rows (F/t, 1/t) -> 1.
+  double sff = 0, sf1 = 0, s11 = 0, sf = 0, s1 = 0;
+  for (const TimedGemm& g : samples) {
+    const double a = g.flops / g.seconds, b = 1.0 / g.seconds;
+    sff += a * a, sf1 += a * b, s11 += b * b, sf += a, s1 += b;
+  }
+  const double det = sff * s11 - sf1 * sf1;
+  Line l;
+  if (det > 0.0) {
+    l.slope = (sf * s11 - s1 * sf1) / det;
+    l.intercept = (sff * s1 - sf1 * sf) / det;
+  }
+  if (!(l.slope > 0.0) || l.intercept < 0.0) {
+    // No per-call overhead visible (or noise made it negative): the rate alone.
+    l.intercept = 0.0;
+    l.slope = sf / sff;
+  }
+  return l;
+}
+
+}  // namespace
+
+double attention_forward_flops(std::int64_t batch, std::int64_t heads, std::int64_t seq,
+                               std::int64_t head_dim) {
+  return 2.0 * static_cast<double>(batch) * static_cast<double>(seq) * static_cast<double>(seq) *
+         static_cast<double>(heads) * static_cast<double>(head_dim);
+}
+
+spec::HardwareSpec cpu_hardware_profile(const CpuMeasurements& m, const std::string& name,
+                                        const std::string& description) {
+  if (m.devices < 1) throw InputError("CPU profile: devices must be at least 1");
+  if (m.gemm.size() < 2)
+    throw InputError("CPU profile: the GEMM sweep needs at least two sizes, got " +
+                     std::to_string(m.gemm.size()));
+  for (const TimedGemm& g : m.gemm) {
+    check_positive(g.flops, "GEMM FLOPs");
+    check_positive(g.seconds, "GEMM time");
+  }
+  if (m.attention.empty()) throw InputError("CPU profile: no attention timings");
+  for (const TimedAttention& a : m.attention) {
+    check_positive(a.causal_forward_flops, "attention FLOPs");
+    check_positive(a.forward_seconds, "attention forward time");
+    check_positive(a.backward_seconds, "attention backward time");
+  }
+  check_positive(m.memory_bandwidth, "memory bandwidth");
+  check_positive(m.special_function_rate, "exp rate");
+  check_positive(m.transfer_bandwidth, "transfer bandwidth");
+  check_positive(m.transfer_latency, "transfer latency");
+  if (m.memory_bytes <= 0) throw InputError("CPU profile: memory bytes must be positive");
+
+  const double f = kCpuProfileFraction;
+  spec::HardwareSpec hw;
+  hw.name = name;
+  hw.description = description;
+  hw.device = spec::DeviceKind::Cpu;
+  const Line line = fit_relative(m.gemm);
+  const double gemm_rate = 1.0 / line.slope;  // asymptotic GEMM FLOP/s
+
+  // Fused-kernel accounting of the cost model for the engine (work.cpp): the backward executes
+  // attention_backward_factor times the forward's FLOPs. The geometric mean over the sweep.
+  const double passes = 1.0 + attention_backward_factor(cpu_engine_execution());
+  double log_sum = 0.0;
+  for (const TimedAttention& a : m.attention)
+    log_sum += std::log(passes * a.causal_forward_flops / (a.forward_seconds + a.backward_seconds));
+  const double attention_rate = std::exp(log_sum / static_cast<double>(m.attention.size()));
+
+  // The faster of the two sets the peak at fraction f, so both fractions are at most f.
+  hw.peak_flops = std::max(gemm_rate, attention_rate) / f;
+  hw.efficiency.gemm = gemm_rate / hw.peak_flops;
+  hw.efficiency.gemm_half_flops = line.intercept / line.slope;
+  hw.efficiency.attention = attention_rate / hw.peak_flops;
+
+  hw.hbm_bandwidth = m.memory_bandwidth / f;
+  hw.efficiency.memory = f;
+  hw.special_function_rate = m.special_function_rate;
+  hw.hbm_bytes = m.memory_bytes;
+  hw.intra_node_bandwidth = m.transfer_bandwidth / f;
+  hw.inter_node_bandwidth = hw.intra_node_bandwidth;  // one machine: no second tier
+  hw.efficiency.intra_node_bus = f;
+  hw.efficiency.inter_node_bus = f;
+  hw.intra_node_latency = m.transfer_latency;
+  hw.inter_node_latency = m.transfer_latency;
+  hw.devices_per_node = m.devices;
+  return hw;
+}
+
+}  // namespace pipetune::tuner
