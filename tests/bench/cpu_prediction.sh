@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Predicted against measured on this machine (issue 13 point 5). Measures a CPU hardware profile
-# (`calibrate --local`), refines it on two short training runs of a calibration model
+# (`calibrate --local`), refines it on short training runs of two calibration models
 # (`calibrate --hardware`), then for 1f1b, zb-h1, interleaved-1f1b and v-half + vocab-2 on
 # tests/bench/cpu-prediction-model.toml trains the plan (`train --config`) and simulates the same
 # run file (`simulate --config`, the schedule train executes), and prints per stage the predicted
@@ -26,16 +26,19 @@ cores="$(nproc)"
 echo "== calibrate --local (2 devices of 1 thread)"
 "$pipetune" calibrate --local --devices 2 --threads 1 -o "$work/cpu-local.toml" --force
 
-echo "== calibration runs on $(basename "$here/cpu-calibration-model.toml")"
+echo "== calibration runs: 1f1b and zb-h1 on cpu-calibration-model-a and -b"
 rm -f "$work/calibration.db"
-for schedule in 1f1b zb-h1; do
-  "$pipetune" train --model "$here/cpu-calibration-model.toml" --tp 1 --pp 2 --dp 1 \
-    --schedule "$schedule" --chunks 1 --vocab none --microbatches 8 --micro-batch-size 2 \
-    --threads 1 --steps "$steps" --db "$work/calibration.db" --name "calibration-$schedule" \
-    >/dev/null
+for model in a b; do
+  for schedule in 1f1b zb-h1; do
+    "$pipetune" train --model "$here/cpu-calibration-model-$model.toml" --tp 1 --pp 2 --dp 1 \
+      --schedule "$schedule" --chunks 1 --vocab none --microbatches 8 --micro-batch-size 2 \
+      --threads 1 --steps "$steps" --db "$work/calibration.db" \
+      --name "calibration-$model-$schedule" >/dev/null
+  done
 done
+# The compute curves only: the op durations carry no transfers to fit the bus factors with.
 "$pipetune" calibrate --hardware "$work/cpu-local.toml" --db "$work/calibration.db" \
-  -o "$work/cpu-fitted.toml" --force | head -5
+  --fit gemm,gemm_half_flops,attention,memory -o "$work/cpu-fitted.toml" --force | head -5
 
 plans=("1f1b 1 none" "zb-h1 1 none" "interleaved-1f1b 2 none" "v-half 2 vocab-2")
 for plan in "${plans[@]}"; do
