@@ -62,8 +62,8 @@ TEST(PresetFiles, EveryModelLoadsAndValidates) {
 
 TEST(PresetFiles, EveryHardwareLoadsAndValidates) {
   const auto names = list_presets(PresetKind::Hardware);
-  EXPECT_EQ(names, (std::vector<std::string>{"a100-40gb", "a100-80gb", "b200", "h100-sxm", "h200",
-                                             "mi300x"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"a100-40gb", "a100-80gb", "b200", "cpu-dev-2core",
+                                             "h100-sxm", "h200", "mi300x"}));
   for (const auto& name : names) {
     SCOPED_TRACE(name);
     EXPECT_NO_THROW(validate(load_hardware(name)));
@@ -149,7 +149,7 @@ TEST(PresetLookup, UnknownNameListsValidNames) {
   EXPECT_NE(msg.find("llama3-8b"), std::string::npos) << msg;
   EXPECT_NE(msg.find("tiny-moe"), std::string::npos) << msg;
   const std::string hw = error_of([] { load_hardware("h900"); });
-  EXPECT_NE(hw.find("(valid: a100-40gb, a100-80gb, b200, h100-sxm, h200, mi300x"),
+  EXPECT_NE(hw.find("(valid: a100-40gb, a100-80gb, b200, cpu-dev-2core, h100-sxm, h200, mi300x"),
             std::string::npos)
       << hw;
 }
