@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/comm/comm_errors.hpp"
+#include "engine/comm/reduction.hpp"
 #include "engine/errors.hpp"
 
 namespace pipetune::comm {
@@ -56,16 +57,8 @@ void reduce_into(ReduceOp op, const std::vector<Contribution>& members, std::siz
                  std::size_t len, float* out) {
   const float* first = members[0].input + offset;
   std::copy(first, first + len, out);
-  for (std::size_t j = 1; j < members.size(); ++j) {
-    const float* in = members[j].input + offset;
-    if (op == ReduceOp::sum) {
-      for (std::size_t k = 0; k < len; ++k) out[k] += in[k];
-    } else {
-      // NaN wins so that a diverged rank is never hidden by a max.
-      for (std::size_t k = 0; k < len; ++k)
-        if (in[k] > out[k] || std::isnan(in[k])) out[k] = std::isnan(out[k]) ? out[k] : in[k];
-    }
-  }
+  for (std::size_t j = 1; j < members.size(); ++j)
+    fold_into(op, out, members[j].input + offset, len);
 }
 
 std::string size_error(const OpCall& call, const std::string& rule) {

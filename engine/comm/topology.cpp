@@ -121,4 +121,13 @@ int Topology::pp_next(int rank) const {
   return c.pp_rank == pp_ - 1 ? -1 : rank_of(c.tp_rank, c.dp_rank, c.pp_rank + 1);
 }
 
+std::vector<ProcessGroup> every_group(const Topology& topology) {
+  std::vector<ProcessGroup> out;
+  for (GroupKind kind : kAllGroupKinds) {
+    std::vector<ProcessGroup> groups = topology.all_groups(kind);
+    out.insert(out.end(), groups.begin(), groups.end());
+  }
+  return out;
+}
+
 }  // namespace pipetune::comm

@@ -64,4 +64,12 @@ class Topology {
 
 const char* group_name(GroupKind kind);
 
+inline constexpr GroupKind kAllGroupKinds[] = {GroupKind::tensor,      GroupKind::pipeline,
+                                               GroupKind::data,        GroupKind::expert,
+                                               GroupKind::expert_data, GroupKind::vocabulary};
+
+// Every group of every kind, in one fixed order (kind, then first member): what a process
+// communicator that makes its groups up front (MPI) declares.
+std::vector<ProcessGroup> every_group(const Topology& topology);
+
 }  // namespace pipetune::comm

@@ -2,11 +2,13 @@
 # Fails when the build lacks a test executable that the source tree and this configuration imply,
 # so a part that configure quietly dropped cannot pass as a shorter, green test run.
 #   check_test_executables.sh SOURCE_DIR BUILD_DIR gui=ON|OFF cuda=AUTO|ON|OFF bench=ON|OFF
+#                             mpi=ON|OFF
 # Expected, derived from the tree rather than from CMake's logic:
 #   tests/<folder>/**/*_test.cpp       -> <folder>_fast_tests
 #   tests/<folder>/**/*_slow_test.cpp  -> <folder>_slow_tests
 #   tests/gui/**                       -> only when gui=ON
 #   tests/gpu/*.cu                     -> gpu_tests, when nvcc is on this machine and cuda != OFF
+#   tests/mpi/*.cpp                    -> mpi_tests (run under mpirun), when mpi=ON
 #   tests/bench/*.cpp                  -> pipetune_bench, when bench=ON
 #   tests/bench/gui/*.cpp              -> gui_bench, when bench=ON and gui=ON
 # Under CI=true an opted-out part is itself a failure: CI must build everything.
@@ -14,11 +16,11 @@ set -euo pipefail
 src="$1"
 bin="$2"
 shift 2
-declare -A opt=([gui]=ON [cuda]=AUTO [bench]=ON)
+declare -A opt=([gui]=ON [cuda]=AUTO [bench]=ON [mpi]=ON)
 for kv in "$@"; do opt["${kv%%=*}"]="${kv#*=}"; done
 
 if [ "${CI:-}" = "true" ]; then
-  for part in gui bench; do
+  for part in gui bench mpi; do
     if [ "${opt[$part]}" = "OFF" ]; then
       echo "FAIL: CI=true but the configuration opts out of '$part' (-DPIPETUNE_${part^^}=OFF)"
       exit 1
@@ -29,7 +31,7 @@ fi
 expected=()
 for dir in "$src"/tests/*/; do
   folder="$(basename "$dir")"
-  case "$folder" in support | bench | gpu) continue ;; esac
+  case "$folder" in support | bench | gpu | mpi) continue ;; esac
   if [ "$folder" = gui ] && [ "${opt[gui]}" = OFF ]; then continue; fi
   if find "$dir" -name '*_test.cpp' ! -name '*_slow_test.cpp' | grep -q .; then
     expected+=("${folder}_fast_tests")
@@ -42,6 +44,9 @@ if [ "${opt[cuda]}" != OFF ] && ls "$src"/tests/gpu/*.cu >/dev/null 2>&1; then
   if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || [ -n "${CUDACXX:-}" ]; then
     expected+=(gpu_tests)
   fi
+fi
+if [ "${opt[mpi]}" != OFF ] && ls "$src"/tests/mpi/*.cpp >/dev/null 2>&1; then
+  expected+=(mpi_tests)
 fi
 if [ "${opt[bench]}" != OFF ] && ls "$src"/tests/bench/*.cpp >/dev/null 2>&1; then
   expected+=(pipetune_bench)

@@ -1,0 +1,244 @@
+#include "engine/mpi/mpi_communicator.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+#include "engine/comm/comm_errors.hpp"
+#include "engine/comm/reduction.hpp"
+#include "engine/mpi/mpi_check.hpp"
+
+namespace pipetune::mpi {
+
+using comm::ProcessGroup;
+using comm::ReduceOp;
+
+namespace {
+
+int as_count(std::size_t n, const char* what) {
+  if (n > static_cast<std::size_t>(INT_MAX))
+    throw std::invalid_argument(std::string("MPI communicator: ") + what + " of " +
+                                std::to_string(n) + " floats exceeds MPI's int count");
+  return static_cast<int>(n);
+}
+
+bool overlaps(const float* a, std::size_t na, const float* b, std::size_t nb) {
+  const std::less<const float*> before;
+  return na > 0 && nb > 0 && before(a, b + nb) && before(b, a + na);
+}
+
+// Start of chunk j of n elements split over p members (chunk sizes differ by at most one).
+std::size_t chunk_start(std::size_t n, int p, int j) {
+  return n * static_cast<std::size_t>(j) / static_cast<std::size_t>(p);
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(const std::vector<ProcessGroup>& groups) {
+  PIPETUNE_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  PIPETUNE_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
+  PIPETUNE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &p2p_));
+  MPI_Comm_set_errhandler(p2p_, MPI_ERRORS_RETURN);
+  std::vector<ProcessGroup> all = groups;
+  all.push_back(comm::make_world_group(world_));
+  for (const ProcessGroup& g : all) {
+    if (groups_.count(g) > 0) continue;  // declared twice: one communicator (every process skips)
+    for (int r : g.ranks)
+      if (r < 0 || r >= world_)
+        throw std::invalid_argument("MPI communicator: " + g.describe() + " names rank " +
+                                    std::to_string(r) + " of a world of " +
+                                    std::to_string(world_));
+    const int index = g.index_of(rank_);
+    MPI_Comm c = MPI_COMM_NULL;
+    PIPETUNE_MPI_CHECK(
+        MPI_Comm_split(MPI_COMM_WORLD, index >= 0 ? 0 : MPI_UNDEFINED, index, &c));
+    if (c != MPI_COMM_NULL) MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    groups_.emplace(g, c);
+  }
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  try {
+    reap_sends(true);
+  } catch (...) {
+    // A failed run: the launcher ends the job; freeing what we can is all that is left.
+  }
+  for (auto& [group, c] : groups_)
+    if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+  if (p2p_ != MPI_COMM_NULL) MPI_Comm_free(&p2p_);
+}
+
+MPI_Comm MpiCommunicator::comm_of(const ProcessGroup& group) const {
+  const auto it = groups_.find(group);
+  if (it == groups_.end())
+    throw std::logic_error("MPI communicator: " + group.describe() +
+                           " was not declared when the communicator was made");
+  if (it->second == MPI_COMM_NULL)
+    throw std::logic_error("MPI communicator: rank " + std::to_string(rank_) +
+                           " is not a member of " + group.describe());
+  return it->second;
+}
+
+void MpiCommunicator::reap_sends(bool wait_all) {
+  for (auto it = sends_.begin(); it != sends_.end();) {
+    int done = 1;
+    if (wait_all) {
+      PIPETUNE_MPI_CHECK(MPI_Wait(&it->request, MPI_STATUS_IGNORE));
+    } else {
+      PIPETUNE_MPI_CHECK(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE));
+    }
+    it = done ? sends_.erase(it) : std::next(it);
+  }
+}
+
+void MpiCommunicator::send(int dst, int tag, std::span<const float> data) {
+  reap_sends(false);
+  PendingSend& s = sends_.emplace_back();
+  s.data.assign(data.begin(), data.end());  // buffered: the caller may reuse `data` at once
+  PIPETUNE_MPI_CHECK(MPI_Isend(s.data.data(), as_count(s.data.size(), "send"), MPI_FLOAT, dst,
+                               tag, p2p_, &s.request));
+}
+
+void MpiCommunicator::recv(int src, int tag, std::span<float> data) {
+  MPI_Status status;
+  PIPETUNE_MPI_CHECK(MPI_Probe(src, tag, p2p_, &status));
+  int count = 0;
+  PIPETUNE_MPI_CHECK(MPI_Get_count(&status, MPI_FLOAT, &count));
+  if (static_cast<std::size_t>(count) != data.size())
+    throw comm::CommMismatch(rank_, "recv",
+                             "recv on rank " + std::to_string(rank_) + " from rank " +
+                                 std::to_string(src) + " (tag " + std::to_string(tag) +
+                                 ") expects " + std::to_string(data.size()) +
+                                 " floats, the message has " + std::to_string(count));
+  PIPETUNE_MPI_CHECK(
+      MPI_Recv(data.data(), count, MPI_FLOAT, src, tag, p2p_, MPI_STATUS_IGNORE));
+  reap_sends(false);
+}
+
+void MpiCommunicator::all_reduce(const ProcessGroup& group, std::span<float> data, ReduceOp op) {
+  const MPI_Comm c = comm_of(group);
+  const int p = group.size(), me = group.index_of(rank_);
+  if (p == 1) return;
+  const std::size_t n = data.size();
+  as_count(n, "all_reduce");
+  // 1. Every member sends chunk j of its data to member j: I receive my chunk from each.
+  const std::size_t lo = chunk_start(n, p, me), len = chunk_start(n, p, me + 1) - lo;
+  std::vector<int> send_counts(p), send_displs(p), recv_counts(p), recv_displs(p);
+  for (int j = 0; j < p; ++j) {
+    send_displs[j] = static_cast<int>(chunk_start(n, p, j));
+    send_counts[j] = static_cast<int>(chunk_start(n, p, j + 1)) - send_displs[j];
+    recv_counts[j] = static_cast<int>(len);
+    recv_displs[j] = static_cast<int>(len) * j;
+  }
+  std::vector<float> pieces(len * static_cast<std::size_t>(p));
+  PIPETUNE_MPI_CHECK(MPI_Alltoallv(data.data(), send_counts.data(), send_displs.data(), MPI_FLOAT,
+                                   pieces.data(), recv_counts.data(), recv_displs.data(),
+                                   MPI_FLOAT, c));
+  // 2. Fold them in group-rank order: ((x0 op x1) op x2) ...
+  for (int j = 1; j < p; ++j)
+    comm::fold_into(op, pieces.data(), pieces.data() + len * static_cast<std::size_t>(j), len);
+  // 3. Every member's reduced chunk to everyone, in place.
+  PIPETUNE_MPI_CHECK(MPI_Allgatherv(pieces.data(), static_cast<int>(len), MPI_FLOAT, data.data(),
+                                    send_counts.data(), send_displs.data(), MPI_FLOAT, c));
+}
+
+void MpiCommunicator::reduce_scatter(const ProcessGroup& group, std::span<const float> input,
+                                     std::span<float> output, ReduceOp op) {
+  const MPI_Comm c = comm_of(group);
+  const int p = group.size();
+  const std::size_t n = output.size();
+  if (input.size() != n * static_cast<std::size_t>(p))
+    throw comm::CommMismatch(rank_, "reduce_scatter",
+                             "reduce_scatter on " + group.describe() + ": input of " +
+                                 std::to_string(input.size()) + " floats is not " +
+                                 std::to_string(p) + " x output " + std::to_string(n));
+  std::vector<float> pieces(input.size());  // (p, n): chunk `me` of every member
+  PIPETUNE_MPI_CHECK(MPI_Alltoall(input.data(), as_count(n, "reduce_scatter"), MPI_FLOAT,
+                                  pieces.data(), static_cast<int>(n), MPI_FLOAT, c));
+  for (int j = 1; j < p; ++j)
+    comm::fold_into(op, pieces.data(), pieces.data() + n * static_cast<std::size_t>(j), n);
+  std::copy_n(pieces.data(), n, output.data());
+}
+
+void MpiCommunicator::all_gather(const ProcessGroup& group, std::span<const float> input,
+                                 std::span<float> output) {
+  const MPI_Comm c = comm_of(group);
+  const std::size_t n = input.size();
+  if (output.size() != n * static_cast<std::size_t>(group.size()))
+    throw comm::CommMismatch(rank_, "all_gather",
+                             "all_gather on " + group.describe() + ": output of " +
+                                 std::to_string(output.size()) + " floats is not " +
+                                 std::to_string(group.size()) + " x input " + std::to_string(n));
+  // MPI forbids aliased send and receive buffers: stage an input that overlaps the output.
+  std::vector<float> staged;
+  const float* in = input.data();
+  if (overlaps(input.data(), n, output.data(), output.size())) {
+    staged.assign(input.begin(), input.end());
+    in = staged.data();
+  }
+  PIPETUNE_MPI_CHECK(MPI_Allgather(in, as_count(n, "all_gather"), MPI_FLOAT, output.data(),
+                                   static_cast<int>(n), MPI_FLOAT, c));
+}
+
+void MpiCommunicator::all_to_all(const ProcessGroup& group, std::span<const float> input,
+                                 std::span<float> output) {
+  const MPI_Comm c = comm_of(group);
+  const auto p = static_cast<std::size_t>(group.size());
+  if (input.size() % p != 0 || output.size() != input.size())
+    throw comm::CommMismatch(rank_, "all_to_all",
+                             "all_to_all on " + group.describe() + ": input of " +
+                                 std::to_string(input.size()) + " and output of " +
+                                 std::to_string(output.size()) + " floats");
+  const int chunk = as_count(input.size() / p, "all_to_all");
+  PIPETUNE_MPI_CHECK(
+      MPI_Alltoall(input.data(), chunk, MPI_FLOAT, output.data(), chunk, MPI_FLOAT, c));
+}
+
+void MpiCommunicator::all_to_all_v(const ProcessGroup& group, std::span<const float> input,
+                                   std::span<const std::size_t> send_counts,
+                                   std::span<float> output,
+                                   std::span<const std::size_t> recv_counts) {
+  const MPI_Comm c = comm_of(group);
+  const int p = group.size();
+  if (send_counts.size() != static_cast<std::size_t>(p) ||
+      recv_counts.size() != static_cast<std::size_t>(p))
+    throw comm::CommMismatch(rank_, "all_to_all_v",
+                             "all_to_all_v on " + group.describe() + ": counts for " +
+                                 std::to_string(send_counts.size()) + " and " +
+                                 std::to_string(recv_counts.size()) + " members");
+  std::vector<int> sc(p), sd(p), rc(p), rd(p);
+  std::size_t so = 0, ro = 0;
+  for (int j = 0; j < p; ++j) {
+    sc[j] = as_count(send_counts[j], "all_to_all_v");
+    rc[j] = as_count(recv_counts[j], "all_to_all_v");
+    sd[j] = as_count(so, "all_to_all_v");
+    rd[j] = as_count(ro, "all_to_all_v");
+    so += send_counts[j];
+    ro += recv_counts[j];
+  }
+  if (so != input.size() || ro != output.size())
+    throw comm::CommMismatch(rank_, "all_to_all_v",
+                             "all_to_all_v on " + group.describe() + ": counts sum to " +
+                                 std::to_string(so) + " / " + std::to_string(ro) +
+                                 " floats, buffers hold " + std::to_string(input.size()) +
+                                 " / " + std::to_string(output.size()));
+  PIPETUNE_MPI_CHECK(MPI_Alltoallv(input.data(), sc.data(), sd.data(), MPI_FLOAT, output.data(),
+                                   rc.data(), rd.data(), MPI_FLOAT, c));
+}
+
+void MpiCommunicator::broadcast(const ProcessGroup& group, std::span<float> data, int root) {
+  const MPI_Comm c = comm_of(group);
+  if (root < 0 || root >= group.size())
+    throw std::invalid_argument("broadcast on " + group.describe() + ": root " +
+                                std::to_string(root) + " is not a group rank");
+  PIPETUNE_MPI_CHECK(
+      MPI_Bcast(data.data(), as_count(data.size(), "broadcast"), MPI_FLOAT, root, c));
+}
+
+void MpiCommunicator::barrier(const ProcessGroup& group) {
+  PIPETUNE_MPI_CHECK(MPI_Barrier(comm_of(group)));
+}
+
+}  // namespace pipetune::mpi

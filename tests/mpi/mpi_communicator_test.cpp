@@ -1,0 +1,194 @@
+// The MPI communicator against the thread communicator: every collective of one process group
+// set, run over MPI by the processes and again by threads inside each process on the same
+// inputs, must give bit-identical results (the reference is the other implementation of the
+// same contract, whose fold order communicator.hpp fixes). Point-to-point: buffered sends never
+// deadlock, one tag's messages arrive in order, a size mismatch is named.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "engine/comm/comm_errors.hpp"
+#include "engine/comm/thread_cluster.hpp"
+#include "engine/mpi/mpi_communicator.hpp"
+
+namespace pipetune::mpi {
+namespace {
+
+using comm::Communicator;
+using comm::ProcessGroup;
+using comm::ReduceOp;
+
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+// Non-integral values of mixed magnitude: a different fold order gives different bits.
+std::vector<float> inputs(int rank, std::size_t n, int salt) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 1.3 * rank + salt) *
+                              std::pow(10.0, static_cast<double>((i + rank) % 5) - 2.0));
+  return v;
+}
+
+// Groups for N processes: the world, consecutive pairs and strided pairs (when N is even), and
+// the same members as the world under another name.
+std::vector<ProcessGroup> test_groups(int world) {
+  std::vector<ProcessGroup> g;
+  g.push_back(comm::make_world_group(world));
+  g.back().name = "all";
+  if (world % 2 == 0) {
+    for (int r = 0; r < world; r += 2) g.push_back({"pair", {r, r + 1}});
+    for (int r = 0; r < world / 2; ++r) g.push_back({"stride", {r, r + world / 2}});
+  }
+  return g;
+}
+
+// The groups `rank` belongs to, in declaration order.
+std::vector<ProcessGroup> groups_of(int rank, const std::vector<ProcessGroup>& all) {
+  std::vector<ProcessGroup> out;
+  for (const ProcessGroup& g : all)
+    if (g.contains(rank)) out.push_back(g);
+  return out;
+}
+
+// Every collective over every group of the rank, results appended in one flat vector.
+std::vector<float> run_collectives(Communicator& c, const std::vector<ProcessGroup>& all) {
+  const int me = c.rank();
+  std::vector<float> out;
+  int salt = 0;
+  const auto keep = [&](const std::vector<float>& v) { out.insert(out.end(), v.begin(), v.end()); };
+  for (const ProcessGroup& g : groups_of(me, all)) {
+    const auto p = static_cast<std::size_t>(g.size());
+    for (std::size_t n : {std::size_t{1000}, std::size_t{3}}) {  // 3: members with empty chunks
+      std::vector<float> sum = inputs(me, n, ++salt);
+      c.all_reduce(g, sum, ReduceOp::sum);
+      keep(sum);
+      std::vector<float> mx = inputs(me, n, ++salt);
+      if (me == g.ranks.back()) mx[1] = std::numeric_limits<float>::quiet_NaN();
+      c.all_reduce(g, mx, ReduceOp::max);
+      keep(mx);
+    }
+    const std::vector<float> rs_in = inputs(me, 64 * p, ++salt);
+    std::vector<float> rs(64);
+    c.reduce_scatter(g, rs_in, rs, ReduceOp::sum);
+    keep(rs);
+    const std::vector<float> ag_in = inputs(me, 33, ++salt);
+    std::vector<float> ag(33 * p);
+    c.all_gather(g, ag_in, ag);
+    keep(ag);
+    const std::vector<float> a2a_in = inputs(me, 10 * p, ++salt);
+    std::vector<float> a2a(10 * p);
+    c.all_to_all(g, a2a_in, a2a);
+    keep(a2a);
+    // Variable splits: group rank i sends i + j + 1 floats to group rank j.
+    const int gi = g.index_of(me);
+    std::vector<std::size_t> sc(p), rc(p);
+    std::size_t st = 0, rt = 0;
+    for (std::size_t j = 0; j < p; ++j) {
+      sc[j] = static_cast<std::size_t>(gi) + j + 1;
+      rc[j] = j + static_cast<std::size_t>(gi) + 1;
+      st += sc[j];
+      rt += rc[j];
+    }
+    const std::vector<float> v_in = inputs(me, st, ++salt);
+    std::vector<float> v_out(rt);
+    c.all_to_all_v(g, v_in, sc, v_out, rc);
+    keep(v_out);
+    std::vector<float> b = inputs(me, 17, ++salt);
+    c.broadcast(g, b, static_cast<int>(p) - 1);
+    keep(b);
+    c.barrier(g);
+  }
+  return out;
+}
+
+TEST(MpiCommunicator, CollectivesAreBitIdenticalToTheThreadCommunicator) {
+  const int world = world_size(), me = world_rank();
+  const std::vector<ProcessGroup> all = test_groups(world);
+  MpiCommunicator mpi(all);
+  const std::vector<float> got = run_collectives(mpi, all);
+
+  std::vector<float> want;
+  comm::run_threads(world, [&](Communicator& c) {
+    std::vector<float> r = run_collectives(c, all);
+    if (c.rank() == me) want = std::move(r);
+  });
+  ASSERT_EQ(got.size(), want.size());
+  std::size_t first_diff = got.size();
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+      first_diff = i;
+      break;
+    }
+  EXPECT_EQ(first_diff, got.size()) << "rank " << me << ": value " << first_diff << " is "
+                                    << got[first_diff] << " over MPI, " << want[first_diff]
+                                    << " over threads";
+}
+
+TEST(MpiCommunicator, BufferedSendsBothWaysDoNotDeadlock) {
+  const int world = world_size(), me = world_rank();
+  if (world % 2 != 0) GTEST_SKIP() << "needs an even number of processes";
+  MpiCommunicator mpi({});
+  const int partner = me ^ 1;
+  // Large enough for MPI's rendezvous protocol: a blocking send would wait for the receive.
+  const std::vector<float> mine = inputs(me, std::size_t{4} << 20, 7);
+  mpi.send(partner, 5, mine);
+  std::vector<float> theirs(mine.size());
+  mpi.recv(partner, 5, theirs);
+  EXPECT_EQ(theirs, inputs(partner, mine.size(), 7));
+}
+
+TEST(MpiCommunicator, OneTagsMessagesArriveInOrderAndSizesAreChecked) {
+  const int world = world_size(), me = world_rank();
+  if (world < 2) GTEST_SKIP() << "needs two processes";
+  MpiCommunicator mpi({});
+  if (me == 0) {
+    for (int k = 0; k < 5; ++k) mpi.send(1, 9, std::vector<float>(3, static_cast<float>(k)));
+    mpi.send(1, 10, std::vector<float>(4, 1.0f));
+  } else if (me == 1) {
+    for (int k = 0; k < 5; ++k) {
+      std::vector<float> m(3);
+      mpi.recv(0, 9, m);
+      EXPECT_EQ(m[0], static_cast<float>(k));
+    }
+    std::vector<float> wrong(5);
+    try {
+      mpi.recv(0, 10, wrong);
+      ADD_FAILURE() << "a 4-float message was received into 5 floats";
+    } catch (const comm::CommMismatch& e) {
+      EXPECT_NE(std::string(e.what()).find("expects 5 floats, the message has 4"),
+                std::string::npos)
+          << e.what();
+    }
+    std::vector<float> right(4);
+    mpi.recv(0, 10, right);  // the message is still there
+    EXPECT_EQ(right[3], 1.0f);
+  }
+  mpi.barrier(comm::make_world_group(world));
+}
+
+TEST(MpiCommunicator, UndeclaredGroupIsNamed) {
+  MpiCommunicator mpi({});
+  std::vector<float> v(2);
+  try {
+    mpi.all_reduce({"tp", {0}}, v);
+    ADD_FAILURE() << "an undeclared group was used";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("was not declared"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace pipetune::mpi
