@@ -76,9 +76,10 @@ void run_calibrate_local(const LocalCalibrateArgs& a) {
         std::to_string(m.devices) +
         "`: micro-benchmarks of the engine's own\n"
         "kernels with every device busy at once (engine/runtime/machine_benchmark.hpp), fitted\n"
-        "as tuner/calibration/cpu_profile.hpp says. Fractions of peak are set to 0.9 with the\n"
-        "peaks scaled to match; refine them with `pipetune calibrate --hardware THIS_FILE` on\n"
-        "measured training runs.";
+        "as tuner/calibration/cpu_profile.hpp says (the faster of GEMM and attention and each\n"
+        "bandwidth at 0.9 of a peak scaled to match). Refine the compute curves with\n"
+        "`pipetune calibrate --hardware THIS_FILE --fit gemm,gemm_half_flops,attention,memory`\n"
+        "on short `train --threads 1` runs of two model shapes (tests/bench/cpu_prediction.sh).";
     write_output_file(a.output, spec::hardware_toml(hw, header));
   }
 

@@ -13,6 +13,7 @@
 #include "db/chrome_trace.hpp"
 #include "db/store/record_json.hpp"
 #include "db/store/run_writer.hpp"
+#include "engine/comm/launcher.hpp"
 #include "engine/errors.hpp"
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
@@ -170,6 +171,18 @@ void run(const TrainArgs& a) {
   TrainSetup setup = build_options(a);
   runtime::TrainOptions& o = setup.options;
   runtime::check_train_options(o);  // the engine's own rules first, with its messages
+  // Under mpirun / srun every process would otherwise train the whole run as threads and write
+  // it to the same workspace: refused, in every process, before anything is written.
+  if (const int processes = comm::launcher_world_size(); processes > 1) {
+    const int world = o.plan.tp * o.plan.pp * o.plan.dp;
+    if (processes != world)
+      throw InputError("started by an MPI launcher with " + std::to_string(processes) +
+                       " processes, but the plan has tp*pp*dp = " + std::to_string(world) +
+                       " ranks");
+    throw InputError("started by an MPI launcher with " + std::to_string(processes) +
+                     " processes: `train` runs its ranks as threads of one process for now; run "
+                     "it without mpirun / srun");
+  }
   // The schedule `simulate --config` and `predict` simulate for this plan: planned with the op
   // costs of the run's hardware, so the measured and the predicted run execute the same ops.
   spec::apply_defaults(o.plan);

@@ -164,3 +164,38 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace pipetune
+
+namespace pipetune {
+namespace {
+
+// Started by an MPI launcher (its environment, as mpirun sets it): every process would train
+// the whole run and write it to one workspace, so each refuses before writing anything, naming
+// the process count and the plan's ranks when they differ.
+TEST(TrainCli, UnderAnMpiLauncherEveryProcessRefusesAndWritesNothing) {
+  const std::filesystem::path dir = testing::default_child_cwd();
+  const std::string db = (dir / "launched.db").string();
+  struct LauncherEnvironment {
+    explicit LauncherEnvironment(const char* size) { ::setenv("OMPI_COMM_WORLD_SIZE", size, 1); }
+    ~LauncherEnvironment() { ::unsetenv("OMPI_COMM_WORLD_SIZE"); }
+  };
+  {
+    LauncherEnvironment env("4");
+    const testing::ProcessResult r =
+        testing::run_pipetune({"train", "--steps", "1", "--db", db});  // tiny-train: 8 ranks
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("4 processes, but the plan has tp*pp*dp = 8 ranks"), std::string::npos)
+        << r.err;
+    const testing::ProcessResult same = testing::run_pipetune(
+        {"train", "--steps", "1", "--tp", "2", "--pp", "2", "--dp", "1", "--db", db});
+    EXPECT_EQ(same.exit_code, 2) << same.err;
+    EXPECT_NE(same.err.find("run it without mpirun / srun"), std::string::npos) << same.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(db));
+  {
+    LauncherEnvironment env("1");  // one process: the ordinary threads run
+    EXPECT_EQ(testing::run_pipetune({"train", "--steps", "1", "--no-db"}).exit_code, 0);
+  }
+}
+
+}  // namespace
+}  // namespace pipetune
