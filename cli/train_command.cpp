@@ -14,6 +14,11 @@
 #include "db/store/record_json.hpp"
 #include "db/store/run_writer.hpp"
 #include "engine/comm/launcher.hpp"
+#include "engine/comm/topology.hpp"
+#ifdef PIPETUNE_HAVE_MPI
+#include "engine/mpi/mpi_communicator.hpp"
+#include "engine/mpi/mpi_session.hpp"
+#endif
 #include "engine/errors.hpp"
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
@@ -167,21 +172,69 @@ std::string summary_json(const runtime::TrainResult& r) {
       .dump();
 }
 
+void print_header(const runtime::TrainOptions& o, const char* ranks) {
+  const spec::ParallelPlan& p = o.plan;
+  std::printf("training %s on %d %s (tp=%d pp=%d dp=%d ep=%d), schedule %s, vocab %s, %d steps\n",
+              o.model.name.c_str(), p.tp * p.pp * p.dp, ranks, p.tp, p.pp, p.dp, p.ep,
+              p.schedule.c_str(), std::string(schedule::vocab_mode_name(p.vocab)).c_str(), o.steps);
+  std::fflush(stdout);
+}
+
+#ifdef PIPETUNE_HAVE_MPI
+// One rank per process over MPI: rank 0's process prints; any failure ends every process (an
+// MPI job whose process returns while the others wait would hang), with exit 2 for input
+// errors and 1 otherwise.
+void train_as_processes(runtime::TrainOptions o, const TrainArgs& a) {
+  mpi::MpiSession session(nullptr, nullptr);
+  const bool root = session.rank() == 0;
+  try {
+    const comm::Topology topology(o.plan.tp, o.plan.pp, o.plan.dp, o.plan.ep);
+    mpi::MpiCommunicator comm(comm::every_group(topology));
+    o.processes = runtime::TrainOptions::Processes{
+        &comm, [&session](const std::string& bytes) { return session.gather(bytes, 0); }};
+    if (!root) o.on_step = nullptr;
+    if (root && !a.json) print_header(o, "processes");
+    const runtime::TrainResult r = runtime::train(o);
+    if (!root) return;
+    if (a.json)
+      print_json(o, r, -1);
+    else
+      print_summary(r);
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "pipetune: error: %s\n", e.what());
+    std::fflush(stderr);
+    session.abort(2);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pipetune: failed on rank %d: %s\n", session.rank(), e.what());
+    std::fflush(stderr);
+    session.abort(1);
+  }
+}
+#endif
+
 void run(const TrainArgs& a) {
   TrainSetup setup = build_options(a);
   runtime::TrainOptions& o = setup.options;
   runtime::check_train_options(o);  // the engine's own rules first, with its messages
-  // Under mpirun / srun every process would otherwise train the whole run as threads and write
-  // it to the same workspace: refused, in every process, before anything is written.
-  if (const int processes = comm::launcher_world_size(); processes > 1) {
+  // Under mpirun / srun: one rank per process, or a refusal in every process before anything is
+  // written (never every process training the whole run into one workspace).
+  const int processes = comm::launcher_world_size();
+  if (processes > 1) {
     const int world = o.plan.tp * o.plan.pp * o.plan.dp;
     if (processes != world)
       throw InputError("started by an MPI launcher with " + std::to_string(processes) +
                        " processes, but the plan has tp*pp*dp = " + std::to_string(world) +
-                       " ranks");
-    throw InputError("started by an MPI launcher with " + std::to_string(processes) +
-                     " processes: `train` runs its ranks as threads of one process for now; run "
-                     "it without mpirun / srun");
+                       " ranks (one rank per process)");
+#ifndef PIPETUNE_HAVE_MPI
+    throw InputError(
+        "started by an MPI launcher, but this pipetune was built without MPI "
+        "(configure with -DPIPETUNE_MPI=ON), so its ranks can only be threads: run "
+        "it without mpirun / srun");
+#else
+    if (!a.no_db)
+      throw InputError("ranks as processes do not store the run in a workspace yet: pass --no-db");
+    if (!a.trace.empty()) throw InputError("--trace is not available yet with ranks as processes");
+#endif
   }
   // The schedule `simulate --config` and `predict` simulate for this plan: planned with the op
   // costs of the run's hardware, so the measured and the predicted run execute the same ops.
@@ -202,12 +255,7 @@ void run(const TrainArgs& a) {
     o.trace_sink = [w](profiler::Trace part) { w->append(std::move(part)); };
   }
   if (!a.json) {
-    const spec::ParallelPlan& p = o.plan;
-    std::printf(
-        "training %s on %d ranks (tp=%d pp=%d dp=%d ep=%d), schedule %s, vocab %s, %d steps\n",
-        o.model.name.c_str(), p.tp * p.pp * p.dp, p.tp, p.pp, p.dp, p.ep, p.schedule.c_str(),
-        std::string(schedule::vocab_mode_name(p.vocab)).c_str(), o.steps);
-    std::fflush(stdout);
+    if (processes <= 1) print_header(o, "ranks");  // processes: rank 0's, once MPI is up
     o.on_step = [](const runtime::StepResult& s) {
       std::printf("step %4d  loss %.4f", s.step, s.loss);
       if (s.aux_loss != 0.0) std::printf("  aux %.4f", s.aux_loss);
@@ -216,6 +264,12 @@ void run(const TrainArgs& a) {
       std::fflush(stdout);
     };
   }
+#ifdef PIPETUNE_HAVE_MPI
+  if (processes > 1) {
+    train_as_processes(o, a);
+    return;
+  }
+#endif
   runtime::TrainResult r;
   try {
     r = runtime::train(o);

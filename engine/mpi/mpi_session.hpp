@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace pipetune::mpi {
 
@@ -29,6 +30,8 @@ class MpiSession {
 
   // Root's bytes to every process (the NCCL unique id of the GPU engine). Sizes must agree.
   void broadcast_bytes(std::span<std::uint8_t> bytes, int root) const;
+  // Collective: every process's bytes, in rank order, on `root` (empty elsewhere).
+  std::vector<std::string> gather(const std::string& bytes, int root) const;
   // Ends every process of the job (a failed rank must not leave the others waiting).
   [[noreturn]] void abort(int code) const;
 

@@ -2,12 +2,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/comm/thread_cluster.hpp"
@@ -191,8 +193,39 @@ void check_train_options(const TrainOptions& options) {
   (void)prepare(options);
 }
 
+namespace {
+
+// What rank 0's process needs from every other process for the run's summary, as bytes.
+struct RankReport {
+  StepTiming timing;
+  RankSummary summary;
+};
+static_assert(std::is_trivially_copyable_v<RankReport>);
+
+void check_process_options(const TrainOptions& o, const spec::ParallelPlan& plan) {
+  const TrainOptions::Processes& p = *o.processes;
+  if (p.comm == nullptr || !p.gather_to_root)
+    throw std::logic_error("train: TrainOptions::processes needs a communicator and a gather");
+  if (p.comm->world() != plan.world_size())
+    throw InputError("the run has " + std::to_string(p.comm->world()) +
+                     " processes, the plan tp*pp*dp = " + std::to_string(plan.world_size()) +
+                     " ranks (one rank per process)");
+  const auto refuse = [](bool set, const char* what) {
+    if (set)
+      throw InputError(std::string(what) +
+                       " is not available yet with ranks as processes (one rank per process)");
+  };
+  refuse(static_cast<bool>(o.trace_sink), "storing the run in a workspace");
+  refuse(o.record_trace, "recording the run's trace");
+  refuse(!o.checkpoint_dir.empty() || !o.resume_dir.empty(), "checkpointing");
+  refuse(o.capture_gradients || o.capture_parameters, "capturing tensors");
+}
+
+}  // namespace
+
 TrainResult train(const TrainOptions& options) {
   PreparedRun prepared = prepare(options);
+  if (options.processes) check_process_options(options, prepared.plan);
   const model::ModelConfig& config = prepared.config;
   const spec::ParallelPlan& plan = prepared.plan;
   const schedule::Schedule& sched = prepared.sched;
@@ -235,7 +268,28 @@ TrainResult train(const TrainOptions& options) {
 
   SharedTraining shared{options,   prepared,    topology,         corpus, threads,
                         recorders, last_timing, checkpoint_slots, result, mutex};
-  cluster.run([&](comm::Communicator& comm) { train_rank(shared, comm); });
+  if (!options.processes) {
+    cluster.run([&](comm::Communicator& comm) { train_rank(shared, comm); });
+  } else {
+    // This process's rank on this thread; then every rank's timing and memory to rank 0.
+    comm::Communicator& comm = *options.processes->comm;
+    train_rank(shared, comm);
+    const auto me = static_cast<std::size_t>(comm.rank());
+    const RankReport mine{last_timing[me], result.ranks[me]};
+    const std::vector<std::string> all = options.processes->gather_to_root(
+        std::string(reinterpret_cast<const char*>(&mine), sizeof mine));
+    if (comm.rank() != 0) return result;
+    if (all.size() != static_cast<std::size_t>(world))
+      throw std::logic_error("train: gathered " + std::to_string(all.size()) + " rank reports");
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      RankReport report;
+      if (all[r].size() != sizeof report)
+        throw std::logic_error("train: rank report of " + std::to_string(all[r].size()) + " bytes");
+      std::memcpy(&report, all[r].data(), sizeof report);
+      last_timing[r] = report.timing;
+      result.ranks[r] = report.summary;
+    }
+  }
 
   summarise_last_iteration(last_timing, result);
   if (options.record_trace) merge_trace(recorders, result);

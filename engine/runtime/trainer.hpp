@@ -19,6 +19,10 @@
 #include "engine/tensor/tensor.hpp"
 #include "profiler/trace.hpp"
 
+namespace pipetune::comm {
+class Communicator;
+}
+
 namespace pipetune::runtime {
 
 // Beyond this many rank threads a run is almost surely a typo (each rank is a thread here).
@@ -62,6 +66,18 @@ struct TrainOptions {
   // step's final reduction; the run then ends cleanly after that step, every rank at the same
   // step, and TrainResult::stopped is set. Null: run all steps.
   const std::atomic<bool>* stop = nullptr;
+
+  // Ranks as processes (mpirun / srun): this process runs the one rank `comm->rank()` of the
+  // run over `comm`, the other ranks are other processes started with the same options, and
+  // rank 0's process gets the run's summary (steps, per-rank compute and memory). Unset: every
+  // rank is a thread of this process. Not yet with trace_sink, record_trace, checkpoints or
+  // captures (InputError).
+  struct Processes {
+    comm::Communicator* comm = nullptr;  // declares every group of the plan's topology
+    // Collective: every process's bytes, in rank order, on rank 0's process (empty elsewhere).
+    std::function<std::vector<std::string>(const std::string&)> gather_to_root;
+  };
+  std::optional<Processes> processes;
 };
 
 struct StepResult {

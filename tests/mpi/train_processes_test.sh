@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# `mpirun -np N pipetune train` (one rank per process over the MPI communicator) gives the
+# losses of the same run with its ranks as threads, bit for bit: the communicators fold every
+# reduction in the same order. Also: a world size that differs from the plan's is refused with
+# exit 2 naming both numbers, and the workspace is refused with ranks as processes.
+#   train_processes_test.sh PIPETUNE MPIEXEC NP
+set -uo pipefail
+pipetune="$1"
+mpiexec="$2"
+np="$3"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+failures=0
+
+losses() { tr -d ' \n' | grep -o '"losses":\[[^]]*\]'; }
+
+check_plan() {
+  local what="$1"
+  shift
+  local threads processes
+  threads="$("$pipetune" train --steps 3 --threads 1 --no-db --json "$@" | losses)"
+  processes="$("$mpiexec" -np "$np" "$pipetune" train --steps 3 --threads 1 --no-db --json "$@" | losses)"
+  if [ -z "$threads" ] || [ "$threads" != "$processes" ]; then
+    echo "FAIL $what: threads $threads, processes ${processes:-(no output)}"
+    failures=$((failures + 1))
+  else
+    echo "ok   $what: $threads"
+  fi
+}
+
+if [ "$np" -eq 2 ]; then
+  check_plan "pp=2 1f1b" --tp 1 --pp 2 --dp 1 --schedule 1f1b
+  check_plan "pp=2 zb-h1" --tp 1 --pp 2 --dp 1 --schedule zb-h1
+  check_plan "pp=2 1f1b vocab-1" --tp 1 --pp 2 --dp 1 --schedule 1f1b --vocab vocab-1
+  check_plan "pp=2 v-half vocab-2" --tp 1 --pp 2 --dp 1 --schedule v-half --vocab vocab-2
+  check_plan "tp=2" --tp 2 --pp 1 --dp 1
+  check_plan "dp=2 zero-1" --tp 1 --pp 1 --dp 2 --zero 1
+  check_plan "moe dp=2 ep=2" --model tiny-moe --tp 1 --pp 1 --dp 2 --ep 2
+elif [ "$np" -eq 4 ]; then
+  check_plan "tp=2 pp=2" --tp 2 --pp 2 --dp 1
+  check_plan "pp=2 dp=2 interleaved zero-1" --tp 1 --pp 2 --dp 2 --schedule interleaved-1f1b \
+    --chunks 2 --zero 1
+  check_plan "pp=4 zb-v" --tp 1 --pp 4 --dp 1 --schedule zb-v
+fi
+
+# The plan's world must be the launcher's, in every process, with nothing written.
+out="$("$mpiexec" -np "$np" "$pipetune" train --steps 1 --db w.db 2>&1)"
+code=$?
+if [ "$code" -ne 2 ] || ! grep -q "with $np processes, but the plan has tp\*pp\*dp = 8 ranks" <<<"$out" ||
+  [ -e w.db ]; then
+  echo "FAIL world-size mismatch: exit $code, w.db $([ -e w.db ] && echo written || echo absent)"
+  echo "$out" | head -5
+  failures=$((failures + 1))
+else
+  echo "ok   world-size mismatch refused (exit 2), nothing written"
+fi
+out="$("$mpiexec" -np "$np" "$pipetune" train --steps 1 --tp 1 --pp "$np" --dp 1 --db w.db 2>&1)"
+code=$?
+if [ "$code" -ne 2 ] || ! grep -q "pass --no-db" <<<"$out" || [ -e w.db ]; then
+  echo "FAIL workspace with processes: exit $code"
+  failures=$((failures + 1))
+else
+  echo "ok   workspace with processes refused (exit 2), nothing written"
+fi
+[ "$failures" -eq 0 ]
