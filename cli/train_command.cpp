@@ -172,6 +172,35 @@ std::string summary_json(const runtime::TrainResult& r) {
       .dump();
 }
 
+// The workspace run of a training run, with the options' trace sink streaming into it; null
+// with --no-db.
+std::unique_ptr<db::RunWriter> open_run_writer(const TrainArgs& a, runtime::TrainOptions& o) {
+  if (a.no_db) return nullptr;
+  const std::string name = a.name.empty() ? db::training_run_name(o.model, o.plan) : a.name;
+  auto writer = std::make_unique<db::RunWriter>(
+      a.db, db::RunInfo{profiler::TraceKind::Measured, name,
+                        db::training_plan_json(o.model, o.plan, o.steps, o.seed).dump(),
+                        db::training_specs_json(o.model).dump()});
+  db::RunWriter* w = writer.get();
+  o.trace_sink = [w](profiler::Trace part) { w->append(std::move(part)); };
+  return writer;
+}
+
+// Prints the run's report and where it went (rank 0's process under MPI).
+void report_run(const TrainArgs& a, const runtime::TrainOptions& o, const runtime::TrainResult& r,
+                const db::RunWriter* writer) {
+  if (a.json) {
+    print_json(o, r, writer ? writer->run_id() : -1);
+    return;
+  }
+  print_summary(r);
+  if (!a.checkpoint.empty()) std::printf("checkpoint written to %s\n", a.checkpoint.c_str());
+  if (!a.trace.empty()) std::printf("trace written to %s\n", a.trace.c_str());
+  if (writer)
+    std::printf("stored as run %lld in %s\n", static_cast<long long>(writer->run_id()),
+                a.db.c_str());
+}
+
 void print_header(const runtime::TrainOptions& o, const char* ranks) {
   const spec::ParallelPlan& p = o.plan;
   std::printf("training %s on %d %s (tp=%d pp=%d dp=%d ep=%d), schedule %s, vocab %s, %d steps\n",
@@ -192,14 +221,33 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a) {
     mpi::MpiCommunicator comm(comm::every_group(topology));
     o.processes = runtime::TrainOptions::Processes{
         &comm, [&session](const std::string& bytes) { return session.gather(bytes, 0); }};
-    if (!root) o.on_step = nullptr;
+    std::unique_ptr<db::RunWriter> writer;
+    if (root) {
+      writer = open_run_writer(a, o);
+    } else {
+      o.on_step = nullptr;
+      // Every process streams (a collective per step); only rank 0's sink receives the parts.
+      if (!a.no_db) o.trace_sink = [](profiler::Trace) {};
+    }
     if (root && !a.json) print_header(o, "processes");
-    const runtime::TrainResult r = runtime::train(o);
+    runtime::TrainResult r;
+    try {
+      r = runtime::train(o);
+    } catch (...) {
+      if (writer) {
+        try {
+          writer->finish(db::RunStatus::Failed);
+        } catch (...) {  // the training error is the one to report
+        }
+      }
+      throw;
+    }
     if (!root) return;
-    if (a.json)
-      print_json(o, r, -1);
-    else
-      print_summary(r);
+    if (writer) {
+      writer->set_summary_json(summary_json(r));
+      writer->finish(db::RunStatus::Complete);
+    }
+    report_run(a, o, r, writer.get());
   } catch (const InputError& e) {
     std::fprintf(stderr, "pipetune: error: %s\n", e.what());
     std::fflush(stderr);
@@ -231,8 +279,6 @@ void run(const TrainArgs& a) {
         "(configure with -DPIPETUNE_MPI=ON), so its ranks can only be threads: run "
         "it without mpirun / srun");
 #else
-    if (!a.no_db)
-      throw InputError("ranks as processes do not store the run in a workspace yet: pass --no-db");
     if (!a.trace.empty()) throw InputError("--trace is not available yet with ranks as processes");
 #endif
   }
@@ -244,16 +290,9 @@ void run(const TrainArgs& a) {
           .schedule;
   if (!a.trace.empty()) check_output_file(a.trace, a.force);
   // The run goes into the workspace as it trains: a crash leaves it there, interrupted.
+  // (Processes: rank 0's process opens it, once MPI says which process that is.)
   std::unique_ptr<db::RunWriter> writer;
-  if (!a.no_db) {
-    const std::string name = a.name.empty() ? db::training_run_name(o.model, o.plan) : a.name;
-    writer = std::make_unique<db::RunWriter>(
-        a.db, db::RunInfo{profiler::TraceKind::Measured, name,
-                          db::training_plan_json(o.model, o.plan, o.steps, o.seed).dump(),
-                          db::training_specs_json(o.model).dump()});
-    db::RunWriter* w = writer.get();
-    o.trace_sink = [w](profiler::Trace part) { w->append(std::move(part)); };
-  }
+  if (processes <= 1) writer = open_run_writer(a, o);
   if (!a.json) {
     if (processes <= 1) print_header(o, "ranks");  // processes: rank 0's, once MPI is up
     o.on_step = [](const runtime::StepResult& s) {
@@ -287,16 +326,7 @@ void run(const TrainArgs& a) {
     writer->finish(db::RunStatus::Complete);
   }
   if (!a.trace.empty()) db::write_chrome_trace_file(r.trace, a.trace);
-  if (a.json) {
-    print_json(o, r, writer ? writer->run_id() : -1);
-    return;
-  }
-  print_summary(r);
-  if (!a.checkpoint.empty()) std::printf("checkpoint written to %s\n", a.checkpoint.c_str());
-  if (!a.trace.empty()) std::printf("trace written to %s\n", a.trace.c_str());
-  if (writer)
-    std::printf("stored as run %lld in %s\n", static_cast<long long>(writer->run_id()),
-                a.db.c_str());
+  report_run(a, o, r, writer.get());
 }
 
 }  // namespace

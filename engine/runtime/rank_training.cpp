@@ -14,6 +14,7 @@
 #include "engine/runtime/rank_runtime.hpp"
 #include "engine/tensor/cpu/cpu_backend.hpp"
 #include "profiler/recorder/merge_recorders.hpp"
+#include "profiler/trace_codec.hpp"
 
 namespace pipetune::runtime {
 
@@ -264,6 +265,13 @@ void RankTraining::stream_trace(const profiler::StepMetric& step_metric) {
   if (!options_.trace_sink) return;
   profiler::Trace part = profiler::take_recorder_part(recorder_, streamed_);
   if (rank_ == 0) part.steps.push_back(step_metric);
+  if (options_.processes) {
+    // Every process's part to rank 0's process, whose sink writes them (a collective per step).
+    for (const std::string& bytes :
+         options_.processes->gather_to_root(profiler::encode_trace(part)))
+      options_.trace_sink(profiler::decode_trace(bytes));
+    return;
+  }
   options_.trace_sink(std::move(part));
 }
 

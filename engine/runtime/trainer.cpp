@@ -215,7 +215,6 @@ void check_process_options(const TrainOptions& o, const spec::ParallelPlan& plan
       throw InputError(std::string(what) +
                        " is not available yet with ranks as processes (one rank per process)");
   };
-  refuse(static_cast<bool>(o.trace_sink), "storing the run in a workspace");
   refuse(o.record_trace, "recording the run's trace");
   refuse(!o.checkpoint_dir.empty() || !o.resume_dir.empty(), "checkpointing");
   refuse(o.capture_gradients || o.capture_parameters, "capturing tensors");
@@ -258,6 +257,9 @@ TrainResult train(const TrainOptions& options) {
   cluster_options.watchdog_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(options.watchdog_seconds * 1000.0));
   comm::ThreadCluster cluster(topology, cluster_options);
+  // Processes take their clock's zero right after a barrier, so their spans line up (to the
+  // barrier's skew, microseconds on one machine) as one timeline.
+  if (options.processes) options.processes->comm->barrier(topology.world_group());
   const auto epoch = Clock::now();
   std::vector<std::unique_ptr<profiler::RankRecorder>> recorders;
   for (int r = 0; r < world; ++r)

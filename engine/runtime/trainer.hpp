@@ -69,9 +69,10 @@ struct TrainOptions {
 
   // Ranks as processes (mpirun / srun): this process runs the one rank `comm->rank()` of the
   // run over `comm`, the other ranks are other processes started with the same options, and
-  // rank 0's process gets the run's summary (steps, per-rank compute and memory). Unset: every
-  // rank is a thread of this process. Not yet with trace_sink, record_trace, checkpoints or
-  // captures (InputError).
+  // rank 0's process gets the run's summary (steps, per-rank compute and memory) and its
+  // trace_sink every process's parts (every process must set one, or none). Unset: every rank
+  // is a thread of this process. Not yet with record_trace, checkpoints or captures
+  // (InputError).
   struct Processes {
     comm::Communicator* comm = nullptr;  // declares every group of the plan's topology
     // Collective: every process's bytes, in rank order, on rank 0's process (empty elsewhere).

@@ -169,8 +169,8 @@ namespace pipetune {
 namespace {
 
 // Started by an MPI launcher (its environment, as mpirun sets it) with a plan of another world
-// size, or asked to write a workspace, which ranks as processes do not do yet: every process
-// refuses before writing anything. (The runs themselves: tests/mpi/train_processes_test.sh.)
+// size, or asked for what ranks as processes do not do yet: every process refuses before
+// writing anything. (The runs themselves: tests/mpi/train_processes_test.sh.)
 TEST(TrainCli, UnderAnMpiLauncherEveryProcessRefusesAndWritesNothing) {
   const std::filesystem::path dir = testing::default_child_cwd();
   const std::string db = (dir / "launched.db").string();
@@ -185,12 +185,13 @@ TEST(TrainCli, UnderAnMpiLauncherEveryProcessRefusesAndWritesNothing) {
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_NE(r.err.find("4 processes, but the plan has tp*pp*dp = 8 ranks"), std::string::npos)
         << r.err;
-    const testing::ProcessResult same = testing::run_pipetune(
-        {"train", "--steps", "1", "--tp", "2", "--pp", "2", "--dp", "1", "--db", db});
-    // Matching sizes: one rank per process, which does not write a workspace yet (an MPI build),
-    // or no processes at all (a build without MPI).
+    // Matching sizes with what ranks as processes cannot do yet (a trace file), or a build
+    // without MPI: refused before MPI starts.
+    const testing::ProcessResult same =
+        testing::run_pipetune({"train", "--steps", "1", "--tp", "2", "--pp", "2", "--dp", "1",
+                               "--db", db, "--trace", (dir / "t.json").string()});
     EXPECT_EQ(same.exit_code, 2) << same.err;
-    EXPECT_TRUE(same.err.find("pass --no-db") != std::string::npos ||
+    EXPECT_TRUE(same.err.find("--trace is not available yet") != std::string::npos ||
                 same.err.find("built without MPI") != std::string::npos)
         << same.err;
   }

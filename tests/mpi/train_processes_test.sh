@@ -2,7 +2,8 @@
 # `mpirun -np N pipetune train` (one rank per process over the MPI communicator) gives the
 # losses of the same run with its ranks as threads, bit for bit: the communicators fold every
 # reduction in the same order. Also: a world size that differs from the plan's is refused with
-# exit 2 naming both numbers, and the workspace is refused with ranks as processes.
+# exit 2 naming both numbers; every process's spans land in one workspace run; a killed process
+# ends the run within 30 s and leaves it interrupted.
 #   train_processes_test.sh PIPETUNE MPIEXEC NP
 set -uo pipefail
 pipetune="$1"
@@ -56,12 +57,46 @@ if [ "$code" -ne 2 ] || ! grep -q "with $np processes, but the plan has tp\*pp\*
 else
   echo "ok   world-size mismatch refused (exit 2), nothing written"
 fi
-out="$("$mpiexec" -np "$np" "$pipetune" train --steps 1 --tp 1 --pp "$np" --dp 1 --db w.db 2>&1)"
-code=$?
-if [ "$code" -ne 2 ] || ! grep -q "pass --no-db" <<<"$out" || [ -e w.db ]; then
-  echo "FAIL workspace with processes: exit $code"
+# One workspace run from all processes: complete, with the spans of the same run as threads.
+spans() { "$pipetune" runs --db "$1" | awk 'NR == 2 { print $2, $3, $6 }'; }
+"$pipetune" train --steps 2 --threads 1 --tp 1 --pp "$np" --dp 1 --db threads.db >/dev/null
+"$mpiexec" -np "$np" "$pipetune" train --steps 2 --threads 1 --tp 1 --pp "$np" --dp 1 \
+  --db processes.db >/dev/null
+if [ "$(spans threads.db)" != "$(spans processes.db)" ]; then
+  echo "FAIL workspace: threads '$(spans threads.db)', processes '$(spans processes.db)'"
   failures=$((failures + 1))
 else
-  echo "ok   workspace with processes refused (exit 2), nothing written"
+  echo "ok   workspace: one run, $(spans processes.db) (kind, status, spans) as with threads"
+fi
+# A process killed mid-run ends the others within 30 s, named by the launcher, and the run
+# stays in the workspace as interrupted with the steps it committed.
+"$mpiexec" -np "$np" "$pipetune" train --steps 100000 --threads 1 --tp 1 --pp "$np" --dp 1 \
+  --db killed.db >killed.out 2>killed.err &
+launcher=$!
+for _ in $(seq 1 300); do  # until a step is committed (at most 30 s)
+  grep -q "^step" killed.out 2>/dev/null && break
+  sleep 0.1
+done
+victim="$(pgrep -P "$launcher" | tail -1)"
+kill -9 "$victim" 2>/dev/null
+ended=0
+for _ in $(seq 1 300); do
+  if ! kill -0 "$launcher" 2>/dev/null; then
+    ended=1
+    break
+  fi
+  sleep 0.1
+done
+wait "$launcher"
+code=$?
+status="$("$pipetune" runs --db killed.db | awk 'NR == 2 { print $3 }')"
+if [ "$ended" -ne 1 ] || [ "$code" -eq 0 ] || ! grep -q "signal 9" killed.err ||
+  [ "$status" != interrupted ]; then
+  [ "$ended" -eq 1 ] || kill -9 "$launcher" 2>/dev/null
+  echo "FAIL killed process: ended $ended, exit $code, status '$status'"
+  tail -5 killed.err
+  failures=$((failures + 1))
+else
+  echo "ok   killed process $victim: launcher ended (exit $code) naming it, run $status"
 fi
 [ "$failures" -eq 0 ]
