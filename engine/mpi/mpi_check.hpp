@@ -13,7 +13,8 @@ namespace pipetune::mpi {
 inline std::string mpi_error_string(int code) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
+    return "MPI error " + std::to_string(code);
   return std::string(text, static_cast<std::size_t>(length));
 }
 
@@ -28,9 +29,9 @@ inline std::string mpi_error_string(int code) {
 
 }  // namespace pipetune::mpi
 
-#define PIPETUNE_MPI_CHECK(call)                                                      \
-  do {                                                                                \
-    const int pipetune_mpi_code_ = (call);                                            \
-    if (pipetune_mpi_code_ != MPI_SUCCESS)                                            \
+#define PIPETUNE_MPI_CHECK(call)                                                       \
+  do {                                                                                 \
+    const int pipetune_mpi_code_ = (call);                                             \
+    if (pipetune_mpi_code_ != MPI_SUCCESS)                                             \
       ::pipetune::mpi::throw_mpi_error(pipetune_mpi_code_, #call, __FILE__, __LINE__); \
   } while (false)

@@ -48,12 +48,10 @@ MpiCommunicator::MpiCommunicator(const std::vector<ProcessGroup>& groups) {
     for (int r : g.ranks)
       if (r < 0 || r >= world_)
         throw std::invalid_argument("MPI communicator: " + g.describe() + " names rank " +
-                                    std::to_string(r) + " of a world of " +
-                                    std::to_string(world_));
+                                    std::to_string(r) + " of a world of " + std::to_string(world_));
     const int index = g.index_of(rank_);
     MPI_Comm c = MPI_COMM_NULL;
-    PIPETUNE_MPI_CHECK(
-        MPI_Comm_split(MPI_COMM_WORLD, index >= 0 ? 0 : MPI_UNDEFINED, index, &c));
+    PIPETUNE_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, index >= 0 ? 0 : MPI_UNDEFINED, index, &c));
     if (c != MPI_COMM_NULL) MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
     groups_.emplace(g, c);
   }
@@ -97,8 +95,8 @@ void MpiCommunicator::send(int dst, int tag, std::span<const float> data) {
   reap_sends(false);
   PendingSend& s = sends_.emplace_back();
   s.data.assign(data.begin(), data.end());  // buffered: the caller may reuse `data` at once
-  PIPETUNE_MPI_CHECK(MPI_Isend(s.data.data(), as_count(s.data.size(), "send"), MPI_FLOAT, dst,
-                               tag, p2p_, &s.request));
+  PIPETUNE_MPI_CHECK(MPI_Isend(s.data.data(), as_count(s.data.size(), "send"), MPI_FLOAT, dst, tag,
+                               p2p_, &s.request));
 }
 
 void MpiCommunicator::recv(int src, int tag, std::span<float> data) {
@@ -112,8 +110,7 @@ void MpiCommunicator::recv(int src, int tag, std::span<float> data) {
                                  std::to_string(src) + " (tag " + std::to_string(tag) +
                                  ") expects " + std::to_string(data.size()) +
                                  " floats, the message has " + std::to_string(count));
-  PIPETUNE_MPI_CHECK(
-      MPI_Recv(data.data(), count, MPI_FLOAT, src, tag, p2p_, MPI_STATUS_IGNORE));
+  PIPETUNE_MPI_CHECK(MPI_Recv(data.data(), count, MPI_FLOAT, src, tag, p2p_, MPI_STATUS_IGNORE));
   reap_sends(false);
 }
 
@@ -132,15 +129,16 @@ void MpiCommunicator::all_reduce(const ProcessGroup& group, std::span<float> dat
     recv_counts[j] = static_cast<int>(len);
     recv_displs[j] = static_cast<int>(len) * j;
   }
-  std::vector<float> pieces(len * static_cast<std::size_t>(p));
+  if (scratch_.size() < len * static_cast<std::size_t>(p))
+    scratch_.resize(len * static_cast<std::size_t>(p));
+  float* pieces = scratch_.data();
   PIPETUNE_MPI_CHECK(MPI_Alltoallv(data.data(), send_counts.data(), send_displs.data(), MPI_FLOAT,
-                                   pieces.data(), recv_counts.data(), recv_displs.data(),
-                                   MPI_FLOAT, c));
+                                   pieces, recv_counts.data(), recv_displs.data(), MPI_FLOAT, c));
   // 2. Fold them in group-rank order: ((x0 op x1) op x2) ...
   for (int j = 1; j < p; ++j)
-    comm::fold_into(op, pieces.data(), pieces.data() + len * static_cast<std::size_t>(j), len);
+    comm::fold_into(op, pieces, pieces + len * static_cast<std::size_t>(j), len);
   // 3. Every member's reduced chunk to everyone, in place.
-  PIPETUNE_MPI_CHECK(MPI_Allgatherv(pieces.data(), static_cast<int>(len), MPI_FLOAT, data.data(),
+  PIPETUNE_MPI_CHECK(MPI_Allgatherv(pieces, static_cast<int>(len), MPI_FLOAT, data.data(),
                                     send_counts.data(), send_displs.data(), MPI_FLOAT, c));
 }
 
@@ -154,12 +152,13 @@ void MpiCommunicator::reduce_scatter(const ProcessGroup& group, std::span<const 
                              "reduce_scatter on " + group.describe() + ": input of " +
                                  std::to_string(input.size()) + " floats is not " +
                                  std::to_string(p) + " x output " + std::to_string(n));
-  std::vector<float> pieces(input.size());  // (p, n): chunk `me` of every member
-  PIPETUNE_MPI_CHECK(MPI_Alltoall(input.data(), as_count(n, "reduce_scatter"), MPI_FLOAT,
-                                  pieces.data(), static_cast<int>(n), MPI_FLOAT, c));
+  if (scratch_.size() < input.size()) scratch_.resize(input.size());
+  float* pieces = scratch_.data();  // (p, n): chunk `me` of every member
+  PIPETUNE_MPI_CHECK(MPI_Alltoall(input.data(), as_count(n, "reduce_scatter"), MPI_FLOAT, pieces,
+                                  static_cast<int>(n), MPI_FLOAT, c));
   for (int j = 1; j < p; ++j)
-    comm::fold_into(op, pieces.data(), pieces.data() + n * static_cast<std::size_t>(j), n);
-  std::copy_n(pieces.data(), n, output.data());
+    comm::fold_into(op, pieces, pieces + n * static_cast<std::size_t>(j), n);
+  std::copy_n(pieces, n, output.data());
 }
 
 void MpiCommunicator::all_gather(const ProcessGroup& group, std::span<const float> input,
@@ -222,8 +221,8 @@ void MpiCommunicator::all_to_all_v(const ProcessGroup& group, std::span<const fl
     throw comm::CommMismatch(rank_, "all_to_all_v",
                              "all_to_all_v on " + group.describe() + ": counts sum to " +
                                  std::to_string(so) + " / " + std::to_string(ro) +
-                                 " floats, buffers hold " + std::to_string(input.size()) +
-                                 " / " + std::to_string(output.size()));
+                                 " floats, buffers hold " + std::to_string(input.size()) + " / " +
+                                 std::to_string(output.size()));
   PIPETUNE_MPI_CHECK(MPI_Alltoallv(input.data(), sc.data(), sd.data(), MPI_FLOAT, output.data(),
                                    rc.data(), rd.data(), MPI_FLOAT, c));
 }

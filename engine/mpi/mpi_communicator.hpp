@@ -69,6 +69,9 @@ class MpiCommunicator final : public comm::Communicator {
   MPI_Comm p2p_ = MPI_COMM_NULL;
   std::map<comm::ProcessGroup, MPI_Comm, comm::ProcessGroupLess> groups_;
   std::list<PendingSend> sends_;
+  // Reductions' receive buffer, kept between calls: a fresh one per call pays a page fault per
+  // 4 KiB on every large all-reduce (64 MiB: 0.3 s instead of 15 ms here).
+  std::vector<float> scratch_;
 };
 
 }  // namespace pipetune::mpi

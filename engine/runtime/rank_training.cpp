@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "engine/checkpoint/rank_checkpoint_codec.hpp"
 #include "engine/data/data_loader.hpp"
 #include "engine/errors.hpp"
 #include "engine/model/buffer_cache.hpp"
@@ -275,7 +276,8 @@ void RankTraining::stream_trace(const profiler::StepMetric& step_metric) {
   options_.trace_sink(std::move(part));
 }
 
-// Every rank hands its state to rank 0, which writes the checkpoint between two barriers.
+// Every rank hands its state to rank 0 (a slot, or a message from another process), which
+// writes the checkpoint between two barriers.
 void RankTraining::save_checkpoint(int step) {
   checkpoint::RankCheckpoint c;
   c.rank = rank_;
@@ -284,7 +286,13 @@ void RankTraining::save_checkpoint(int step) {
       {"dense.v", dense_opt_->moment2()},           {"expert.params", model_.expert.flat_params()},
       {"expert.m", expert_opt_->moment1()},         {"expert.v", expert_opt_->moment2()}};
   c.loader = loader_.state();
-  {
+  if (options_.processes) {
+    // Every process's state to rank 0's process, which writes the directory.
+    const std::vector<std::string> all =
+        options_.processes->gather_to_root(checkpoint::encode_rank_checkpoint(c));
+    for (std::size_t r = 0; r < all.size(); ++r)
+      s_.checkpoint_slots[r] = checkpoint::decode_rank_checkpoint(all[r]);
+  } else {
     std::lock_guard lock(s_.mutex);
     s_.checkpoint_slots[static_cast<std::size_t>(rank_)] = std::move(c);
   }

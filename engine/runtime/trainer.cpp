@@ -216,7 +216,6 @@ void check_process_options(const TrainOptions& o, const spec::ParallelPlan& plan
                        " is not available yet with ranks as processes (one rank per process)");
   };
   refuse(o.record_trace, "recording the run's trace");
-  refuse(!o.checkpoint_dir.empty() || !o.resume_dir.empty(), "checkpointing");
   refuse(o.capture_gradients || o.capture_parameters, "capturing tensors");
 }
 

@@ -71,7 +71,8 @@ struct TrainOptions {
   // run over `comm`, the other ranks are other processes started with the same options, and
   // rank 0's process gets the run's summary (steps, per-rank compute and memory) and its
   // trace_sink every process's parts (every process must set one, or none). Unset: every rank
-  // is a thread of this process. Not yet with record_trace, checkpoints or captures
+  // is a thread of this process. Checkpoints are written by rank 0's process and read by each
+  // process for its rank (a shared directory). Not yet with record_trace or captures
   // (InputError).
   struct Processes {
     comm::Communicator* comm = nullptr;  // declares every group of the plan's topology

@@ -2,8 +2,9 @@
 # `mpirun -np N pipetune train` (one rank per process over the MPI communicator) gives the
 # losses of the same run with its ranks as threads, bit for bit: the communicators fold every
 # reduction in the same order. Also: a world size that differs from the plan's is refused with
-# exit 2 naming both numbers; every process's spans land in one workspace run; a killed process
-# ends the run within 30 s and leaves it interrupted.
+# exit 2 naming both numbers; checkpoints move between threads and processes; every process's
+# spans land in one workspace run; a killed process ends the run within 30 s and leaves it
+# interrupted.
 #   train_processes_test.sh PIPETUNE MPIEXEC NP
 set -uo pipefail
 pipetune="$1"
@@ -57,6 +58,24 @@ if [ "$code" -ne 2 ] || ! grep -q "with $np processes, but the plan has tp\*pp\*
 else
   echo "ok   world-size mismatch refused (exit 2), nothing written"
 fi
+# Checkpoints: written by processes, resumed by threads, and the other way round, each giving
+# the uninterrupted run's losses for the steps after the checkpoint.
+plan=(--tp 1 --pp "$np" --dp 1 --threads 1 --no-db --json)
+last_two() { tr -d '"losses:[]' | tr ',' '\n' | tail -2 | paste -sd, -; }
+full="$("$pipetune" train --steps 4 "${plan[@]}" | losses | last_two)"
+"$mpiexec" -np "$np" "$pipetune" train --steps 2 "${plan[@]}" --checkpoint by-processes >/dev/null
+by_threads="$("$pipetune" train --steps 4 "${plan[@]}" --resume by-processes | losses | last_two)"
+"$pipetune" train --steps 2 "${plan[@]}" --checkpoint by-threads >/dev/null
+by_processes="$("$mpiexec" -np "$np" "$pipetune" train --steps 4 "${plan[@]}" --resume by-threads |
+  losses | last_two)"
+if [ -z "$full" ] || [ "$by_threads" != "$full" ] || [ "$by_processes" != "$full" ]; then
+  echo "FAIL checkpoints: uninterrupted $full, processes->threads $by_threads," \
+    "threads->processes $by_processes"
+  failures=$((failures + 1))
+else
+  echo "ok   checkpoints across threads and processes resume to the uninterrupted losses $full"
+fi
+
 # One workspace run from all processes: complete, with the spans of the same run as threads.
 spans() { "$pipetune" runs --db "$1" | awk 'NR == 2 { print $2, $3, $6 }'; }
 "$pipetune" train --steps 2 --threads 1 --tp 1 --pp "$np" --dp 1 --db threads.db >/dev/null
