@@ -45,12 +45,16 @@ elif [ "$np" -eq 4 ]; then
   check_plan "pp=2 dp=2 interleaved zero-1" --tp 1 --pp 2 --dp 2 --schedule interleaved-1f1b \
     --chunks 2 --zero 1
   check_plan "pp=4 zb-v" --tp 1 --pp 4 --dp 1 --schedule zb-v
+elif [ "$np" -eq 8 ]; then
+  check_plan "tp=2 pp=2 dp=2 (tiny-train)" --tp 2 --pp 2 --dp 2
+  check_plan "pp=4 dp=2 v-half vocab-2" --tp 1 --pp 4 --dp 2 --schedule v-half --vocab vocab-2
+  check_plan "moe tp=2 dp=4 ep=2 zero-1" --model tiny-moe --tp 2 --pp 1 --dp 4 --ep 2 --zero 1
 fi
 
 # The plan's world must be the launcher's, in every process, with nothing written.
-out="$("$mpiexec" -np "$np" "$pipetune" train --steps 1 --db w.db 2>&1)"
+out="$("$mpiexec" -np "$np" "$pipetune" train --steps 1 --tp 1 --pp 1 --dp 1 --db w.db 2>&1)"
 code=$?
-if [ "$code" -ne 2 ] || ! grep -q "with $np processes, but the plan has tp\*pp\*dp = 8 ranks" <<<"$out" ||
+if [ "$code" -ne 2 ] || ! grep -q "with $np processes, but the plan has tp\*pp\*dp = 1 ranks" <<<"$out" ||
   [ -e w.db ]; then
   echo "FAIL world-size mismatch: exit $code, w.db $([ -e w.db ] && echo written || echo absent)"
   echo "$out" | head -5
