@@ -1,5 +1,6 @@
 // `pipetune train`: train a GPT on the embedded engine's virtual cluster and report loss,
 // throughput, and per-stage bubble and memory.
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -48,6 +49,7 @@ struct TrainArgs {
   std::string trace;
   bool force = false;
   int threads = 0;
+  double watchdog = 300.0;
   std::string db;
   bool no_db = false;
   std::string name;
@@ -94,6 +96,9 @@ TrainSetup build_options(const TrainArgs& a) {
   o.resume_dir = a.resume;
   o.record_trace = !a.trace.empty();  // the store gets the records step by step instead
   o.threads_per_rank = a.threads;
+  if (!(a.watchdog > 0.0) || !std::isfinite(a.watchdog))
+    throw InputError("--watchdog must be a positive number of seconds");
+  o.watchdog_seconds = a.watchdog;
   return setup;
 }
 
@@ -218,9 +223,9 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a) {
   const bool root = session.rank() == 0;
   try {
     const comm::Topology topology(o.plan.tp, o.plan.pp, o.plan.dp, o.plan.ep);
-    mpi::MpiCommunicator comm(comm::every_group(topology));
+    mpi::MpiCommunicator comm(comm::every_group(topology), o.watchdog_seconds);
     o.processes = runtime::TrainOptions::Processes{
-        &comm, [&session](const std::string& bytes) { return session.gather(bytes, 0); }};
+        &comm, [&comm](const std::string& bytes) { return comm.gather_bytes(bytes, 0); }};
     std::unique_ptr<db::RunWriter> writer;
     if (root) {
       writer = open_run_writer(a, o);
@@ -361,6 +366,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--trace", args->trace, "Write a Chrome trace JSON (Perfetto) to FILE");
   cmd->add_flag("--force", args->force, "Overwrite the --trace file if it exists");
   cmd->add_option("--threads", args->threads, "Compute threads per rank (0 = cores / ranks)");
+  cmd->add_option("--watchdog", args->watchdog,
+                  "Seconds a rank may wait in one communication before the run fails")
+      ->default_val(300.0);
   add_db_option(cmd, args->db);
   cmd->add_flag("--no-db", args->no_db, "Do not store the run in a workspace");
   cmd->add_option("--name", args->name, "Run name in the workspace (default: model and plan)");

@@ -1,10 +1,12 @@
 #include "engine/mpi/mpi_communicator.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "engine/comm/comm_errors.hpp"
 #include "engine/comm/reduction.hpp"
@@ -36,7 +38,8 @@ std::size_t chunk_start(std::size_t n, int p, int j) {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(const std::vector<ProcessGroup>& groups) {
+MpiCommunicator::MpiCommunicator(const std::vector<ProcessGroup>& groups, double timeout_seconds)
+    : timeout_seconds_(timeout_seconds) {
   PIPETUNE_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   PIPETUNE_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
   PIPETUNE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &p2p_));
@@ -79,11 +82,43 @@ MPI_Comm MpiCommunicator::comm_of(const ProcessGroup& group) const {
   return it->second;
 }
 
+void MpiCommunicator::wait_or_watchdog(const std::function<bool()>& done,
+                                       const std::function<std::string()>& what, int peer) const {
+  // Spin briefly (small messages finish here), then sleep in growing steps so that waiting
+  // ranks leave the cores to the ones computing (oversubscribed runs), up to the watchdog.
+  const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::microseconds(1);
+  for (int polls = 0; !done(); ++polls) {
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (timeout_seconds_ > 0.0 && waited > timeout_seconds_)
+      throw comm::WatchdogTimeout(peer, what(),
+                                  "rank " + std::to_string(rank_) + " waited more than " +
+                                      std::to_string(static_cast<int>(timeout_seconds_)) +
+                                      " s in " + what() +
+                                      ": another process is stuck or gone (watchdog)");
+    if (polls > 64) {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
+  }
+}
+
+void MpiCommunicator::complete(MPI_Request& request, const std::string& op) const {
+  wait_or_watchdog(
+      [&] {
+        int done = 0;
+        PIPETUNE_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+        return done != 0;
+      },
+      [&] { return op; }, -1);
+}
+
 void MpiCommunicator::reap_sends(bool wait_all) {
   for (auto it = sends_.begin(); it != sends_.end();) {
     int done = 1;
     if (wait_all) {
-      PIPETUNE_MPI_CHECK(MPI_Wait(&it->request, MPI_STATUS_IGNORE));
+      complete(it->request, "delivery of a buffered send");  // under the watchdog
     } else {
       PIPETUNE_MPI_CHECK(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE));
     }
@@ -101,7 +136,17 @@ void MpiCommunicator::send(int dst, int tag, std::span<const float> data) {
 
 void MpiCommunicator::recv(int src, int tag, std::span<float> data) {
   MPI_Status status;
-  PIPETUNE_MPI_CHECK(MPI_Probe(src, tag, p2p_, &status));
+  wait_or_watchdog(
+      [&] {
+        int found = 0;
+        PIPETUNE_MPI_CHECK(MPI_Iprobe(src, tag, p2p_, &found, &status));
+        return found != 0;
+      },
+      [&] {
+        return "recv of a message from rank " + std::to_string(src) + " (tag " +
+               std::to_string(tag) + ")";
+      },
+      src);
   int count = 0;
   PIPETUNE_MPI_CHECK(MPI_Get_count(&status, MPI_FLOAT, &count));
   if (static_cast<std::size_t>(count) != data.size())
@@ -132,14 +177,24 @@ void MpiCommunicator::all_reduce(const ProcessGroup& group, std::span<float> dat
   if (scratch_.size() < len * static_cast<std::size_t>(p))
     scratch_.resize(len * static_cast<std::size_t>(p));
   float* pieces = scratch_.data();
-  PIPETUNE_MPI_CHECK(MPI_Alltoallv(data.data(), send_counts.data(), send_displs.data(), MPI_FLOAT,
-                                   pieces, recv_counts.data(), recv_displs.data(), MPI_FLOAT, c));
+  {
+    MPI_Request request;
+    PIPETUNE_MPI_CHECK(MPI_Ialltoallv(data.data(), send_counts.data(), send_displs.data(),
+                                      MPI_FLOAT, pieces, recv_counts.data(), recv_displs.data(),
+                                      MPI_FLOAT, c, &request));
+    complete(request, "all_reduce on " + group.describe());
+  }
   // 2. Fold them in group-rank order: ((x0 op x1) op x2) ...
   for (int j = 1; j < p; ++j)
     comm::fold_into(op, pieces, pieces + len * static_cast<std::size_t>(j), len);
   // 3. Every member's reduced chunk to everyone, in place.
-  PIPETUNE_MPI_CHECK(MPI_Allgatherv(pieces, static_cast<int>(len), MPI_FLOAT, data.data(),
-                                    send_counts.data(), send_displs.data(), MPI_FLOAT, c));
+  {
+    MPI_Request request;
+    PIPETUNE_MPI_CHECK(MPI_Iallgatherv(pieces, static_cast<int>(len), MPI_FLOAT, data.data(),
+                                       send_counts.data(), send_displs.data(), MPI_FLOAT, c,
+                                       &request));
+    complete(request, "all_reduce on " + group.describe());
+  }
 }
 
 void MpiCommunicator::reduce_scatter(const ProcessGroup& group, std::span<const float> input,
@@ -154,8 +209,12 @@ void MpiCommunicator::reduce_scatter(const ProcessGroup& group, std::span<const 
                                  std::to_string(p) + " x output " + std::to_string(n));
   if (scratch_.size() < input.size()) scratch_.resize(input.size());
   float* pieces = scratch_.data();  // (p, n): chunk `me` of every member
-  PIPETUNE_MPI_CHECK(MPI_Alltoall(input.data(), as_count(n, "reduce_scatter"), MPI_FLOAT, pieces,
-                                  static_cast<int>(n), MPI_FLOAT, c));
+  {
+    MPI_Request request;
+    PIPETUNE_MPI_CHECK(MPI_Ialltoall(input.data(), as_count(n, "reduce_scatter"), MPI_FLOAT, pieces,
+                                     static_cast<int>(n), MPI_FLOAT, c, &request));
+    complete(request, "reduce_scatter on " + group.describe());
+  }
   for (int j = 1; j < p; ++j)
     comm::fold_into(op, pieces, pieces + n * static_cast<std::size_t>(j), n);
   std::copy_n(pieces, n, output.data());
@@ -177,8 +236,12 @@ void MpiCommunicator::all_gather(const ProcessGroup& group, std::span<const floa
     staged.assign(input.begin(), input.end());
     in = staged.data();
   }
-  PIPETUNE_MPI_CHECK(MPI_Allgather(in, as_count(n, "all_gather"), MPI_FLOAT, output.data(),
-                                   static_cast<int>(n), MPI_FLOAT, c));
+  {
+    MPI_Request request;
+    PIPETUNE_MPI_CHECK(MPI_Iallgather(in, as_count(n, "all_gather"), MPI_FLOAT, output.data(),
+                                      static_cast<int>(n), MPI_FLOAT, c, &request));
+    complete(request, "all_gather on " + group.describe());
+  }
 }
 
 void MpiCommunicator::all_to_all(const ProcessGroup& group, std::span<const float> input,
@@ -191,8 +254,12 @@ void MpiCommunicator::all_to_all(const ProcessGroup& group, std::span<const floa
                                  std::to_string(input.size()) + " and output of " +
                                  std::to_string(output.size()) + " floats");
   const int chunk = as_count(input.size() / p, "all_to_all");
-  PIPETUNE_MPI_CHECK(
-      MPI_Alltoall(input.data(), chunk, MPI_FLOAT, output.data(), chunk, MPI_FLOAT, c));
+  {
+    MPI_Request request;
+    PIPETUNE_MPI_CHECK(MPI_Ialltoall(input.data(), chunk, MPI_FLOAT, output.data(), chunk,
+                                     MPI_FLOAT, c, &request));
+    complete(request, "all_to_all on " + group.describe());
+  }
 }
 
 void MpiCommunicator::all_to_all_v(const ProcessGroup& group, std::span<const float> input,
@@ -223,8 +290,12 @@ void MpiCommunicator::all_to_all_v(const ProcessGroup& group, std::span<const fl
                                  std::to_string(so) + " / " + std::to_string(ro) +
                                  " floats, buffers hold " + std::to_string(input.size()) + " / " +
                                  std::to_string(output.size()));
-  PIPETUNE_MPI_CHECK(MPI_Alltoallv(input.data(), sc.data(), sd.data(), MPI_FLOAT, output.data(),
-                                   rc.data(), rd.data(), MPI_FLOAT, c));
+  {
+    MPI_Request request;
+    PIPETUNE_MPI_CHECK(MPI_Ialltoallv(input.data(), sc.data(), sd.data(), MPI_FLOAT, output.data(),
+                                      rc.data(), rd.data(), MPI_FLOAT, c, &request));
+    complete(request, "all_to_all_v on " + group.describe());
+  }
 }
 
 void MpiCommunicator::broadcast(const ProcessGroup& group, std::span<float> data, int root) {
@@ -232,12 +303,53 @@ void MpiCommunicator::broadcast(const ProcessGroup& group, std::span<float> data
   if (root < 0 || root >= group.size())
     throw std::invalid_argument("broadcast on " + group.describe() + ": root " +
                                 std::to_string(root) + " is not a group rank");
-  PIPETUNE_MPI_CHECK(
-      MPI_Bcast(data.data(), as_count(data.size(), "broadcast"), MPI_FLOAT, root, c));
+  {
+    MPI_Request request;
+    PIPETUNE_MPI_CHECK(
+        MPI_Ibcast(data.data(), as_count(data.size(), "broadcast"), MPI_FLOAT, root, c, &request));
+    complete(request, "broadcast on " + group.describe());
+  }
 }
 
 void MpiCommunicator::barrier(const ProcessGroup& group) {
-  PIPETUNE_MPI_CHECK(MPI_Barrier(comm_of(group)));
+  {
+    MPI_Request request;
+    PIPETUNE_MPI_CHECK(MPI_Ibarrier(comm_of(group), &request));
+    complete(request, "barrier on " + group.describe());
+  }
+}
+
+std::vector<std::string> MpiCommunicator::gather_bytes(const std::string& bytes, int root) {
+  const MPI_Comm c = comm_of(comm::make_world_group(world_));
+  if (bytes.size() > static_cast<std::size_t>(INT_MAX))
+    throw std::invalid_argument("MPI communicator: gather of more than INT_MAX bytes");
+  const int mine = static_cast<int>(bytes.size());
+  std::vector<int> sizes(rank_ == root ? static_cast<std::size_t>(world_) : 0);
+  {
+    MPI_Request request;
+    PIPETUNE_MPI_CHECK(MPI_Igather(&mine, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, c, &request));
+    complete(request, "gather of sizes over the world");
+  }
+  std::vector<int> offsets(sizes.size());
+  std::size_t total = 0;
+  for (std::size_t r = 0; r < sizes.size(); ++r) {
+    if (total > static_cast<std::size_t>(INT_MAX))
+      throw std::invalid_argument("MPI communicator: gather of more than INT_MAX bytes in all");
+    offsets[r] = static_cast<int>(total);
+    total += static_cast<std::size_t>(sizes[r]);
+  }
+  std::string all(total, '\0');
+  {
+    MPI_Request request;
+    PIPETUNE_MPI_CHECK(MPI_Igatherv(bytes.data(), mine, MPI_BYTE, all.data(), sizes.data(),
+                                    offsets.data(), MPI_BYTE, root, c, &request));
+    complete(request, "gather over the world");
+  }
+  std::vector<std::string> out;
+  for (std::size_t r = 0; r < sizes.size(); ++r)
+    out.push_back(
+        all.substr(static_cast<std::size_t>(offsets[r]), static_cast<std::size_t>(sizes[r])));
+  return out;
 }
 
 }  // namespace pipetune::mpi

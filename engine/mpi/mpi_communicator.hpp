@@ -17,8 +17,10 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <list>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
@@ -28,8 +30,11 @@ namespace pipetune::mpi {
 class MpiCommunicator final : public comm::Communicator {
  public:
   // Collective over MPI_COMM_WORLD: every process passes the same groups in the same order
-  // (e.g. every group of a Topology). The world group is always available.
-  explicit MpiCommunicator(const std::vector<comm::ProcessGroup>& groups);
+  // (e.g. every group of a Topology). The world group is always available. A wait longer than
+  // timeout_seconds (> 0) throws comm::WatchdogTimeout naming the op: a stuck peer must not
+  // hang the run (the caller then aborts the job).
+  explicit MpiCommunicator(const std::vector<comm::ProcessGroup>& groups,
+                           double timeout_seconds = 0.0);
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -52,6 +57,9 @@ class MpiCommunicator final : public comm::Communicator {
                     std::span<const std::size_t> recv_counts) override;
   void broadcast(const comm::ProcessGroup& group, std::span<float> data, int root) override;
   void barrier(const comm::ProcessGroup& group) override;
+  // Collective over the world: every process's bytes, in rank order, on `root` (empty
+  // elsewhere), under the watchdog (the engine's per-step reports and trace parts).
+  std::vector<std::string> gather_bytes(const std::string& bytes, int root);
   // MPI reports a failed peer through the launcher, which ends the job (mpirun, srun): nothing
   // to poll here.
   void throw_if_aborted() const override {}
@@ -63,8 +71,14 @@ class MpiCommunicator final : public comm::Communicator {
   };
 
   MPI_Comm comm_of(const comm::ProcessGroup& group) const;
+  // Polls `done` with growing sleeps until it is true or the watchdog expires.
+  void wait_or_watchdog(const std::function<bool()>& done, const std::function<std::string()>& what,
+                        int peer) const;
+  // Waits for a non-blocking operation under the watchdog.
+  void complete(MPI_Request& request, const std::string& op) const;
   void reap_sends(bool wait_all);
 
+  double timeout_seconds_ = 0.0;
   int rank_ = 0, world_ = 1;
   MPI_Comm p2p_ = MPI_COMM_NULL;
   std::map<comm::ProcessGroup, MPI_Comm, comm::ProcessGroupLess> groups_;

@@ -49,30 +49,6 @@ void MpiSession::broadcast_bytes(std::span<std::uint8_t> bytes, int root) const 
       MPI_Bcast(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, root, MPI_COMM_WORLD));
 }
 
-std::vector<std::string> MpiSession::gather(const std::string& bytes, int root) const {
-  if (bytes.size() > static_cast<std::size_t>(INT_MAX))
-    throw std::invalid_argument("MpiSession::gather: more than INT_MAX bytes");
-  const int mine = static_cast<int>(bytes.size());
-  std::vector<int> sizes(rank_ == root ? static_cast<std::size_t>(size_) : 0);
-  PIPETUNE_MPI_CHECK(MPI_Gather(&mine, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, MPI_COMM_WORLD));
-  std::vector<int> offsets(sizes.size());
-  std::size_t total = 0;
-  for (std::size_t r = 0; r < sizes.size(); ++r) {
-    if (total > static_cast<std::size_t>(INT_MAX))
-      throw std::invalid_argument("MpiSession::gather: more than INT_MAX bytes in all");
-    offsets[r] = static_cast<int>(total);
-    total += static_cast<std::size_t>(sizes[r]);
-  }
-  std::string all(total, '\0');
-  PIPETUNE_MPI_CHECK(MPI_Gatherv(bytes.data(), mine, MPI_BYTE, all.data(), sizes.data(),
-                                 offsets.data(), MPI_BYTE, root, MPI_COMM_WORLD));
-  std::vector<std::string> out;
-  for (std::size_t r = 0; r < sizes.size(); ++r)
-    out.push_back(
-        all.substr(static_cast<std::size_t>(offsets[r]), static_cast<std::size_t>(sizes[r])));
-  return out;
-}
-
 void MpiSession::abort(int code) const {
   MPI_Abort(MPI_COMM_WORLD, code);
   std::abort();  // MPI_Abort does not return; this keeps [[noreturn]] honest

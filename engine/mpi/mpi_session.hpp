@@ -30,8 +30,6 @@ class MpiSession {
 
   // Root's bytes to every process (the NCCL unique id of the GPU engine). Sizes must agree.
   void broadcast_bytes(std::span<std::uint8_t> bytes, int root) const;
-  // Collective: every process's bytes, in rank order, on `root` (empty elsewhere).
-  std::vector<std::string> gather(const std::string& bytes, int root) const;
   // Ends every process of the job (a failed rank must not leave the others waiting).
   [[noreturn]] void abort(int code) const;
 

@@ -4,7 +4,7 @@
 # reduction in the same order. Also: a world size that differs from the plan's is refused with
 # exit 2 naming both numbers; checkpoints move between threads and processes; every process's
 # spans land in one workspace run; a killed process ends the run within 30 s and leaves it
-# interrupted.
+# interrupted; a hung one is caught by the watchdog and the run fails.
 #   train_processes_test.sh PIPETUNE MPIEXEC NP
 set -uo pipefail
 pipetune="$1"
@@ -121,5 +121,39 @@ if [ "$ended" -ne 1 ] || [ "$code" -eq 0 ] || ! grep -q "signal 9" killed.err ||
   failures=$((failures + 1))
 else
   echo "ok   killed process $victim: launcher ended (exit $code) naming it, run $status"
+fi
+# A process that hangs (stopped): the others' watchdog fails the run within its limit, naming the
+# wait, and the job ends (no hang); the run is stored as failed.
+"$mpiexec" -np "$np" "$pipetune" train --steps 100000 --threads 1 --tp 1 --pp "$np" --dp 1 \
+  --watchdog 3 --db hung.db >hung.out 2>hung.err &
+launcher=$!
+for _ in $(seq 1 300); do
+  grep -q "^step" hung.out 2>/dev/null && break
+  sleep 0.1
+done
+victim="$(pgrep -P "$launcher" | tail -1)"
+kill -STOP "$victim" 2>/dev/null
+ended=0
+for _ in $(seq 1 300); do  # the 3 s watchdog, then the abort: well within 30 s
+  if ! kill -0 "$launcher" 2>/dev/null; then
+    ended=1
+    break
+  fi
+  sleep 0.1
+done
+if [ "$ended" -ne 1 ]; then
+  kill -9 "$launcher" "$victim" 2>/dev/null
+  pkill -9 -P "$launcher" 2>/dev/null
+fi
+wait "$launcher"
+code=$?
+status="$("$pipetune" runs --db hung.db | awk 'NR == 2 { print $3 }')"
+if [ "$ended" -ne 1 ] || [ "$code" -eq 0 ] || ! grep -q "(watchdog)" hung.err ||
+  [ "$status" != failed ]; then
+  echo "FAIL hung process: ended $ended, exit $code, status '$status'"
+  grep -v '^-' hung.err | head -3
+  failures=$((failures + 1))
+else
+  echo "ok   hung process $victim: watchdog ended the job (exit $code), run $status"
 fi
 [ "$failures" -eq 0 ]
