@@ -191,6 +191,27 @@ std::unique_ptr<db::RunWriter> open_run_writer(const TrainArgs& a, runtime::Trai
   return writer;
 }
 
+// Trains, finishing the workspace run (if any) as complete with its summary, or as failed.
+runtime::TrainResult train_into(const runtime::TrainOptions& o, db::RunWriter* writer) {
+  runtime::TrainResult r;
+  try {
+    r = runtime::train(o);
+  } catch (...) {
+    if (writer) {
+      try {
+        writer->finish(db::RunStatus::Failed);
+      } catch (...) {  // the training error is the one to report
+      }
+    }
+    throw;
+  }
+  if (writer) {
+    writer->set_summary_json(summary_json(r));
+    writer->finish(db::RunStatus::Complete);
+  }
+  return r;
+}
+
 // Prints the run's report and where it went (rank 0's process under MPI).
 void report_run(const TrainArgs& a, const runtime::TrainOptions& o, const runtime::TrainResult& r,
                 const db::RunWriter* writer) {
@@ -235,23 +256,8 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a) {
       if (!a.no_db) o.trace_sink = [](profiler::Trace) {};
     }
     if (root && !a.json) print_header(o, "processes");
-    runtime::TrainResult r;
-    try {
-      r = runtime::train(o);
-    } catch (...) {
-      if (writer) {
-        try {
-          writer->finish(db::RunStatus::Failed);
-        } catch (...) {  // the training error is the one to report
-        }
-      }
-      throw;
-    }
+    const runtime::TrainResult r = train_into(o, writer.get());
     if (!root) return;
-    if (writer) {
-      writer->set_summary_json(summary_json(r));
-      writer->finish(db::RunStatus::Complete);
-    }
     report_run(a, o, r, writer.get());
   } catch (const InputError& e) {
     std::fprintf(stderr, "pipetune: error: %s\n", e.what());
@@ -314,22 +320,7 @@ void run(const TrainArgs& a) {
     return;
   }
 #endif
-  runtime::TrainResult r;
-  try {
-    r = runtime::train(o);
-  } catch (...) {
-    if (writer) {
-      try {
-        writer->finish(db::RunStatus::Failed);
-      } catch (...) {  // the training error is the one to report
-      }
-    }
-    throw;
-  }
-  if (writer) {
-    writer->set_summary_json(summary_json(r));
-    writer->finish(db::RunStatus::Complete);
-  }
+  const runtime::TrainResult r = train_into(o, writer.get());
   if (!a.trace.empty()) db::write_chrome_trace_file(r.trace, a.trace);
   report_run(a, o, r, writer.get());
 }
