@@ -18,6 +18,7 @@
 #include "engine/comm/topology.hpp"
 #ifdef PIPETUNE_HAVE_MPI
 #include "engine/mpi/mpi_communicator.hpp"
+#include "engine/mpi/mpi_hybrid_communicator.hpp"
 #include "engine/mpi/mpi_session.hpp"
 #endif
 #include "engine/errors.hpp"
@@ -50,6 +51,7 @@ struct TrainArgs {
   bool force = false;
   int threads = 0;
   double watchdog = 300.0;
+  std::optional<int> ranks_per_process;
   std::string db;
   bool no_db = false;
   std::string name;
@@ -236,17 +238,43 @@ void print_header(const runtime::TrainOptions& o, const char* ranks) {
 }
 
 #ifdef PIPETUNE_HAVE_MPI
-// One rank per process over MPI: rank 0's process prints; any failure ends every process (an
-// MPI job whose process returns while the others wait would hang), with exit 2 for input
-// errors and 1 otherwise.
-void train_as_processes(runtime::TrainOptions o, const TrainArgs& a) {
+// Ranks as processes over MPI, one or K (hybrid) per process: rank 0's process prints; any
+// failure ends every process (an MPI job whose process returns while the others wait would
+// hang), with exit 2 for input errors and 1 otherwise.
+void train_as_processes(runtime::TrainOptions o, const TrainArgs& a, int ranks_per_process) {
   mpi::MpiSession session(nullptr, nullptr);
   const bool root = session.rank() == 0;
   try {
     const comm::Topology topology(o.plan.tp, o.plan.pp, o.plan.dp, o.plan.ep);
-    mpi::MpiCommunicator comm(comm::every_group(topology), o.watchdog_seconds);
-    o.processes = runtime::TrainOptions::Processes{
-        &comm, [&comm](const std::string& bytes) { return comm.gather_bytes(bytes, 0); }};
+    const std::vector<comm::ProcessGroup> groups = comm::every_group(topology);
+    // One rank per process: MPI's own collectives over a communicator per group. Several: a
+    // router of this process's rank threads (mpi_rank_router.hpp), since a process is one
+    // member of an MPI communicator.
+    std::optional<mpi::MpiCommunicator> single;
+    std::optional<mpi::MpiRankRouter> router;
+    std::vector<std::unique_ptr<mpi::MpiHybridCommunicator>> hybrid;
+    runtime::TrainOptions::Processes processes;
+    if (ranks_per_process == 1) {
+      single.emplace(groups, o.watchdog_seconds);
+      processes.ranks = {&*single};
+      processes.gather_to_root = [&single](comm::Communicator&, const std::string& bytes) {
+        return single->gather_bytes(bytes, 0);
+      };
+    } else {
+      router.emplace(ranks_per_process, o.watchdog_seconds);
+      for (int k = 0; k < ranks_per_process; ++k) {
+        hybrid.push_back(std::make_unique<mpi::MpiHybridCommunicator>(
+            *router, router->first_rank() + k, groups));
+        processes.ranks.push_back(hybrid.back().get());
+      }
+      processes.gather_to_root = [](comm::Communicator& c, const std::string& bytes) {
+        return static_cast<mpi::MpiHybridCommunicator&>(c).gather_bytes(bytes, 0);
+      };
+      processes.on_rank_failure = [&router](int rank, const std::string& reason) {
+        router->fail(rank, reason);
+      };
+    }
+    o.processes = std::move(processes);
     std::unique_ptr<db::RunWriter> writer;
     if (root) {
       writer = open_run_writer(a, o);
@@ -255,7 +283,12 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a) {
       // Every process streams (a collective per step); only rank 0's sink receives the parts.
       if (!a.no_db) o.trace_sink = [](profiler::Trace) {};
     }
-    if (root && !a.json) print_header(o, "processes");
+    if (root && !a.json)
+      print_header(o, ranks_per_process == 1
+                          ? "processes"
+                          : ("ranks: " + std::to_string(session.size()) + " processes x " +
+                             std::to_string(ranks_per_process) + " threads")
+                                .c_str());
     const runtime::TrainResult r = train_into(o, writer.get());
     if (!root) return;
     report_run(a, o, r, writer.get());
@@ -264,7 +297,7 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a) {
     std::fflush(stderr);
     session.abort(2);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "pipetune: failed on rank %d: %s\n", session.rank(), e.what());
+    std::fprintf(stderr, "pipetune: failed in process %d: %s\n", session.rank(), e.what());
     std::fflush(stderr);
     session.abort(1);
   }
@@ -275,15 +308,28 @@ void run(const TrainArgs& a) {
   TrainSetup setup = build_options(a);
   runtime::TrainOptions& o = setup.options;
   runtime::check_train_options(o);  // the engine's own rules first, with its messages
-  // Under mpirun / srun: one rank per process, or a refusal in every process before anything is
-  // written (never every process training the whole run into one workspace).
-  const int processes = comm::launcher_world_size();
-  if (processes > 1) {
-    const int world = o.plan.tp * o.plan.pp * o.plan.dp;
-    if (processes != world)
-      throw InputError("started by an MPI launcher with " + std::to_string(processes) +
-                       " processes, but the plan has tp*pp*dp = " + std::to_string(world) +
-                       " ranks (one rank per process)");
+  // Under mpirun / srun: one rank (or --ranks-per-process K) per process, or a refusal in every
+  // process before anything is written (never every process training the whole run into one
+  // workspace).
+  const int processes = std::max(1, comm::launcher_world_size());
+  const int world = o.plan.tp * o.plan.pp * o.plan.dp;
+  const int per_process = a.ranks_per_process.value_or(processes > 1 ? 1 : world);
+  if (per_process < 1)
+    throw InputError("--ranks-per-process must be at least 1, not " + std::to_string(per_process));
+  if (processes > 1 || per_process != world) {
+    if (static_cast<long long>(processes) * per_process != world)
+      throw InputError(
+          processes > 1
+              ? "started by an MPI launcher with " + std::to_string(processes) +
+                    " processes, but the plan has tp*pp*dp = " + std::to_string(world) +
+                    " ranks (" + std::to_string(per_process) +
+                    " per process; --ranks-per-process runs several)"
+              : "--ranks-per-process " + std::to_string(per_process) +
+                    " runs ranks as threads of processes started by mpirun or srun (the plan's " +
+                    std::to_string(world) + " ranks need " +
+                    (world % per_process == 0 ? std::to_string(world / per_process) + " processes"
+                                              : "a divisor of " + std::to_string(world)) +
+                    "); this is one process");
 #ifndef PIPETUNE_HAVE_MPI
     throw InputError(
         "started by an MPI launcher, but this pipetune was built without MPI "
@@ -316,7 +362,7 @@ void run(const TrainArgs& a) {
   }
 #ifdef PIPETUNE_HAVE_MPI
   if (processes > 1) {
-    train_as_processes(o, a);
+    train_as_processes(o, a, per_process);
     return;
   }
 #endif
@@ -357,6 +403,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--trace", args->trace, "Write a Chrome trace JSON (Perfetto) to FILE");
   cmd->add_flag("--force", args->force, "Overwrite the --trace file if it exists");
   cmd->add_option("--threads", args->threads, "Compute threads per rank (0 = cores / ranks)");
+  cmd->add_option("--ranks-per-process", args->ranks_per_process,
+                  "Under mpirun / srun: ranks run as threads in each process (hybrid; default 1)");
   cmd->add_option("--watchdog", args->watchdog,
                   "Seconds a rank may wait in one communication before the run fails")
       ->default_val(300.0);

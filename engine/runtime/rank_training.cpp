@@ -267,9 +267,9 @@ void RankTraining::stream_trace(const profiler::StepMetric& step_metric) {
   profiler::Trace part = profiler::take_recorder_part(recorder_, streamed_);
   if (rank_ == 0) part.steps.push_back(step_metric);
   if (options_.processes) {
-    // Every process's part to rank 0's process, whose sink writes them (a collective per step).
+    // Every rank's part to rank 0, whose sink writes them (a collective per step).
     for (const std::string& bytes :
-         options_.processes->gather_to_root(profiler::encode_trace(part)))
+         options_.processes->gather_to_root(comm_, profiler::encode_trace(part)))
       options_.trace_sink(profiler::decode_trace(bytes));
     return;
   }
@@ -287,9 +287,9 @@ void RankTraining::save_checkpoint(int step) {
       {"expert.m", expert_opt_->moment1()},         {"expert.v", expert_opt_->moment2()}};
   c.loader = loader_.state();
   if (options_.processes) {
-    // Every process's state to rank 0's process, which writes the directory.
+    // Every rank's state to rank 0, which writes the directory.
     const std::vector<std::string> all =
-        options_.processes->gather_to_root(checkpoint::encode_rank_checkpoint(c));
+        options_.processes->gather_to_root(comm_, checkpoint::encode_rank_checkpoint(c));
     for (std::size_t r = 0; r < all.size(); ++r)
       s_.checkpoint_slots[r] = checkpoint::decode_rank_checkpoint(all[r]);
   } else {

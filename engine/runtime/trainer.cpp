@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -204,19 +206,51 @@ static_assert(std::is_trivially_copyable_v<RankReport>);
 
 void check_process_options(const TrainOptions& o, const spec::ParallelPlan& plan) {
   const TrainOptions::Processes& p = *o.processes;
-  if (p.comm == nullptr || !p.gather_to_root)
-    throw std::logic_error("train: TrainOptions::processes needs a communicator and a gather");
-  if (p.comm->world() != plan.world_size())
-    throw InputError("the run has " + std::to_string(p.comm->world()) +
-                     " processes, the plan tp*pp*dp = " + std::to_string(plan.world_size()) +
-                     " ranks (one rank per process)");
+  if (p.ranks.empty() || !p.gather_to_root)
+    throw std::logic_error("train: TrainOptions::processes needs its ranks and a gather");
+  for (const comm::Communicator* c : p.ranks)
+    if (c == nullptr || c->world() != p.ranks.front()->world())
+      throw std::logic_error("train: TrainOptions::processes ranks of different worlds");
+  const int world = p.ranks.front()->world();
+  if (world != plan.world_size())
+    throw InputError("the run has " + std::to_string(world) + " ranks over its processes (" +
+                     std::to_string(p.ranks.size()) +
+                     " per process), the plan tp*pp*dp = " + std::to_string(plan.world_size()));
   const auto refuse = [](bool set, const char* what) {
-    if (set)
-      throw InputError(std::string(what) +
-                       " is not available yet with ranks as processes (one rank per process)");
+    if (set) throw InputError(std::string(what) + " is not available yet with ranks as processes");
   };
   refuse(o.record_trace, "recording the run's trace");
   refuse(o.capture_gradients || o.capture_parameters, "capturing tensors");
+}
+
+// Runs fn(comm) for each of this process's ranks on a thread of its own (one rank: on the
+// calling thread). A rank's failure is reported at once (so that its siblings stop waiting for
+// it) and the first one is rethrown once every thread has ended.
+void run_process_ranks(const TrainOptions::Processes& p,
+                       const std::function<void(comm::Communicator&)>& fn) {
+  if (p.ranks.size() == 1) {
+    fn(*p.ranks.front());
+    return;
+  }
+  std::mutex mutex;
+  std::exception_ptr first;
+  std::vector<std::thread> threads;
+  for (comm::Communicator* c : p.ranks)
+    threads.emplace_back([&, c] {
+      try {
+        fn(*c);
+      } catch (const std::exception& e) {
+        if (p.on_rank_failure) p.on_rank_failure(c->rank(), e.what());
+        std::lock_guard lock(mutex);
+        if (!first) first = std::current_exception();
+      } catch (...) {
+        if (p.on_rank_failure) p.on_rank_failure(c->rank(), "unknown error");
+        std::lock_guard lock(mutex);
+        if (!first) first = std::current_exception();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
 }
 
 }  // namespace
@@ -258,7 +292,9 @@ TrainResult train(const TrainOptions& options) {
   comm::ThreadCluster cluster(topology, cluster_options);
   // Processes take their clock's zero right after a barrier, so their spans line up (to the
   // barrier's skew, microseconds on one machine) as one timeline.
-  if (options.processes) options.processes->comm->barrier(topology.world_group());
+  if (options.processes)
+    run_process_ranks(*options.processes,
+                      [&](comm::Communicator& c) { c.barrier(topology.world_group()); });
   const auto epoch = Clock::now();
   std::vector<std::unique_ptr<profiler::RankRecorder>> recorders;
   for (int r = 0; r < world; ++r)
@@ -272,24 +308,30 @@ TrainResult train(const TrainOptions& options) {
   if (!options.processes) {
     cluster.run([&](comm::Communicator& comm) { train_rank(shared, comm); });
   } else {
-    // This process's rank on this thread; then every rank's timing and memory to rank 0.
-    comm::Communicator& comm = *options.processes->comm;
-    train_rank(shared, comm);
-    const auto me = static_cast<std::size_t>(comm.rank());
-    const RankReport mine{last_timing[me], result.ranks[me]};
-    const std::vector<std::string> all = options.processes->gather_to_root(
-        std::string(reinterpret_cast<const char*>(&mine), sizeof mine));
-    if (comm.rank() != 0) return result;
-    if (all.size() != static_cast<std::size_t>(world))
-      throw std::logic_error("train: gathered " + std::to_string(all.size()) + " rank reports");
-    for (std::size_t r = 0; r < all.size(); ++r) {
-      RankReport report;
-      if (all[r].size() != sizeof report)
-        throw std::logic_error("train: rank report of " + std::to_string(all[r].size()) + " bytes");
-      std::memcpy(&report, all[r].data(), sizeof report);
-      last_timing[r] = report.timing;
-      result.ranks[r] = report.summary;
-    }
+    // This process's ranks, each then sending its timing and memory to rank 0.
+    bool root = false;
+    run_process_ranks(*options.processes, [&](comm::Communicator& comm) {
+      train_rank(shared, comm);
+      const auto me = static_cast<std::size_t>(comm.rank());
+      const RankReport mine{last_timing[me], result.ranks[me]};
+      const std::vector<std::string> all = options.processes->gather_to_root(
+          comm, std::string(reinterpret_cast<const char*>(&mine), sizeof mine));
+      if (comm.rank() != 0) return;
+      root = true;
+      if (all.size() != static_cast<std::size_t>(world))
+        throw std::logic_error("train: gathered " + std::to_string(all.size()) + " rank reports");
+      for (std::size_t r = 0; r < all.size(); ++r) {
+        RankReport report;
+        if (all[r].size() != sizeof report)
+          throw std::logic_error("train: rank report of " + std::to_string(all[r].size()) +
+                                 " bytes");
+        std::memcpy(&report, all[r].data(), sizeof report);
+        std::lock_guard lock(mutex);
+        last_timing[r] = report.timing;
+        result.ranks[r] = report.summary;
+      }
+    });
+    if (!root) return result;
   }
 
   summarise_last_iteration(last_timing, result);

@@ -67,17 +67,23 @@ struct TrainOptions {
   // step, and TrainResult::stopped is set. Null: run all steps.
   const std::atomic<bool>* stop = nullptr;
 
-  // Ranks as processes (mpirun / srun): this process runs the one rank `comm->rank()` of the
-  // run over `comm`, the other ranks are other processes started with the same options, and
-  // rank 0's process gets the run's summary (steps, per-rank compute and memory) and its
-  // trace_sink every process's parts (every process must set one, or none). Unset: every rank
-  // is a thread of this process. Checkpoints are written by rank 0's process and read by each
-  // process for its rank (a shared directory). Not yet with record_trace or captures
-  // (InputError).
+  // Ranks as processes (mpirun / srun): this process runs its ranks of the run (one, or K as
+  // threads in a hybrid run), each over its own communicator; the other ranks are other
+  // processes started with the same options. Rank 0's process gets the run's summary (steps,
+  // per-rank compute and memory) and its trace_sink every rank's parts (every process must set
+  // one, or none). Unset: every rank is a thread of this process. Checkpoints are written by
+  // rank 0's process and read by each process for its ranks (a shared directory). Not yet with
+  // record_trace or captures (InputError).
   struct Processes {
-    comm::Communicator* comm = nullptr;  // declares every group of the plan's topology
-    // Collective: every process's bytes, in rank order, on rank 0's process (empty elsewhere).
-    std::function<std::vector<std::string>(const std::string&)> gather_to_root;
+    // This process's ranks, one communicator each (its rank() is the global rank); each
+    // declares every group of the plan's topology.
+    std::vector<comm::Communicator*> ranks;
+    // Collective over every rank of the run, called on each rank's thread with its
+    // communicator: every rank's bytes, in rank order, on rank 0 (empty elsewhere).
+    std::function<std::vector<std::string>(comm::Communicator&, const std::string&)> gather_to_root;
+    // Told of a rank's failure on its thread, so that the process's other ranks stop waiting
+    // for it (hybrid runs); may be null.
+    std::function<void(int rank, const std::string& reason)> on_rank_failure;
   };
   std::optional<Processes> processes;
 };

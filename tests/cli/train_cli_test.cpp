@@ -202,5 +202,23 @@ TEST(TrainCli, UnderAnMpiLauncherEveryProcessRefusesAndWritesNothing) {
   }
 }
 
+TEST(TrainCli, RanksPerProcessWithoutALauncherNamesTheProcessesNeeded) {
+  const testing::ProcessResult r =
+      testing::run_pipetune({"train", "--steps", "1", "--no-db", "--ranks-per-process", "2"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("the plan's 8 ranks need 4 processes); this is one process"),
+            std::string::npos)
+      << r.err;
+  const testing::ProcessResult zero =
+      testing::run_pipetune({"train", "--steps", "1", "--no-db", "--ranks-per-process", "0"});
+  EXPECT_EQ(zero.exit_code, 2) << zero.err;
+  EXPECT_NE(zero.err.find("--ranks-per-process must be at least 1, not 0"), std::string::npos)
+      << zero.err;
+  // All of the plan's ranks in this one process is the ordinary threads run.
+  EXPECT_EQ(testing::run_pipetune({"train", "--steps", "1", "--no-db", "--ranks-per-process", "8"})
+                .exit_code,
+            0);
+}
+
 }  // namespace
 }  // namespace pipetune

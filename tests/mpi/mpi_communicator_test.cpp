@@ -5,15 +5,20 @@
 // deadlock, one tag's messages arrive in order, a size mismatch is named.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "engine/comm/comm_errors.hpp"
 #include "engine/comm/thread_cluster.hpp"
 #include "engine/mpi/mpi_communicator.hpp"
+#include "engine/mpi/mpi_hybrid_communicator.hpp"
 
 namespace pipetune::mpi {
 namespace {
@@ -132,9 +137,9 @@ TEST(MpiCommunicator, CollectivesAreBitIdenticalToTheThreadCommunicator) {
       first_diff = i;
       break;
     }
-  EXPECT_EQ(first_diff, got.size()) << "rank " << me << ": value " << first_diff << " is "
-                                    << got[first_diff] << " over MPI, " << want[first_diff]
-                                    << " over threads";
+  EXPECT_EQ(first_diff, got.size())
+      << "rank " << me << ": value " << first_diff << " is " << got[first_diff] << " over MPI, "
+      << want[first_diff] << " over threads";
 }
 
 TEST(MpiCommunicator, BufferedSendsBothWaysDoNotDeadlock) {
@@ -188,6 +193,138 @@ TEST(MpiCommunicator, UndeclaredGroupIsNamed) {
   } catch (const std::logic_error& e) {
     EXPECT_NE(std::string(e.what()).find("was not declared"), std::string::npos) << e.what();
   }
+}
+
+// Hybrid runs: K ranks as threads in each process. Runs fn on one thread per rank of this
+// process, each with its own communicator over the process's router; a rank's failure is
+// reported to the router so that its siblings stop waiting.
+void run_hybrid(int ranks_per_process, const std::vector<ProcessGroup>& groups,
+                const std::function<void(MpiHybridCommunicator&)>& fn, double timeout = 60.0) {
+  MpiRankRouter router(ranks_per_process, timeout);
+  std::vector<std::thread> threads;
+  std::mutex mutex;
+  std::string failure;
+  for (int k = 0; k < ranks_per_process; ++k)
+    threads.emplace_back([&, k] {
+      const int rank = router.first_rank() + k;
+      try {
+        MpiHybridCommunicator c(router, rank, groups);
+        fn(c);
+      } catch (const std::exception& e) {
+        router.fail(rank, e.what());
+        std::lock_guard lock(mutex);
+        if (failure.empty()) failure = e.what();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  if (!failure.empty()) ADD_FAILURE() << "rank of process " << world_rank() << ": " << failure;
+  MPI_Barrier(MPI_COMM_WORLD);  // every process's messages delivered before the router goes
+}
+
+// First differing value of two result vectors, or their size.
+std::size_t first_difference(const std::vector<float>& got, const std::vector<float>& want) {
+  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) return i;
+  return got.size() == want.size() ? got.size() : std::min(got.size(), want.size());
+}
+
+TEST(MpiHybridCommunicator, CollectivesAreBitIdenticalToTheThreadCommunicator) {
+  for (int k : {2, 3}) {
+    const int world = world_size() * k;
+    const std::vector<ProcessGroup> all = test_groups(world);
+    std::map<int, std::vector<float>> got;
+    std::mutex mutex;
+    run_hybrid(k, all, [&](MpiHybridCommunicator& c) {
+      std::vector<float> r = run_collectives(c, all);
+      std::lock_guard lock(mutex);
+      got[c.rank()] = std::move(r);
+    });
+    std::map<int, std::vector<float>> want;
+    comm::run_threads(world, [&](Communicator& c) {
+      std::vector<float> r = run_collectives(c, all);
+      std::lock_guard lock(mutex);
+      want[c.rank()] = std::move(r);
+    });
+    ASSERT_EQ(got.size(), static_cast<std::size_t>(k));
+    for (const auto& [rank, values] : got) {
+      const std::vector<float>& w = want.at(rank);
+      const std::size_t d = first_difference(values, w);
+      EXPECT_TRUE(d == values.size() && values.size() == w.size())
+          << k << " ranks per process, rank " << rank << ": " << values.size() << " vs " << w.size()
+          << " values, first difference at " << d;
+    }
+  }
+}
+
+TEST(MpiHybridCommunicator, PointToPointKeepsOrderWithinAndAcrossProcesses) {
+  const int k = 2, world = world_size() * k;
+  run_hybrid(k, {}, [&](MpiHybridCommunicator& c) {
+    const int me = c.rank(), next = (me + 1) % world, prev = (me + world - 1) % world;
+    const int across = (me + k) % world;  // another process when there are several
+    // Large messages both ways before any receive: buffered sends never deadlock.
+    const std::vector<float> big = inputs(me, std::size_t{1} << 20, 3);
+    c.send(next, 1, big);
+    for (int m = 0; m < 5; ++m) c.send(across, 2, std::vector<float>(3, static_cast<float>(m)));
+    std::vector<float> theirs(big.size());
+    c.recv(prev, 1, theirs);
+    EXPECT_EQ(theirs, inputs(prev, big.size(), 3));
+    const int from = (me + world - k) % world;
+    for (int m = 0; m < 5; ++m) {
+      std::vector<float> v(3);
+      c.recv(from, 2, v);
+      EXPECT_EQ(v[0], static_cast<float>(m)) << "rank " << me << " message " << m;
+    }
+    std::vector<float> wrong(4);
+    c.send(next, 3, std::vector<float>(2, 1.0f));
+    try {
+      c.recv(prev, 3, wrong);
+      ADD_FAILURE() << "a 2-float message was received into 4 floats";
+    } catch (const comm::CommMismatch& e) {
+      EXPECT_NE(std::string(e.what()).find("expects 4 floats, the message has 2"),
+                std::string::npos)
+          << e.what();
+    }
+    std::vector<float> right(2);
+    c.recv(prev, 3, right);  // the message is still there
+    EXPECT_EQ(right[1], 1.0f);
+    const std::vector<std::string> parts = c.gather_bytes(std::string(me + 1, 'x'), 0);
+    if (me == 0) {
+      ASSERT_EQ(parts.size(), static_cast<std::size_t>(world));
+      for (int r = 0; r < world; ++r) EXPECT_EQ(parts[r], std::string(r + 1, 'x'));
+    } else {
+      EXPECT_TRUE(parts.empty());
+    }
+  });
+}
+
+TEST(MpiHybridCommunicator, AFailedRankWakesItsSiblingsWithItsName) {
+  MpiRankRouter router(2, 30.0);
+  std::string woken;
+  std::thread waiter([&] {
+    MpiHybridCommunicator c(router, router.first_rank(), {});
+    std::vector<float> v(1);
+    try {
+      c.recv(router.first_rank() + 1, 7, v);  // never sent
+    } catch (const comm::RankFailure& e) {
+      woken = e.what();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  router.fail(router.first_rank() + 1, "out of memory in F of micro-batch 3");
+  waiter.join();
+  EXPECT_NE(woken.find("rank " + std::to_string(router.first_rank() + 1) +
+                       " failed: out of memory in F of micro-batch 3"),
+            std::string::npos)
+      << woken;
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(MpiHybridCommunicator, ARankOfAnotherProcessIsRefused) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two processes";
+  MpiRankRouter router(2, 30.0);
+  EXPECT_THROW(MpiHybridCommunicator(router, (router.first_rank() + 2) % router.world(), {}),
+               std::invalid_argument);
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 }  // namespace

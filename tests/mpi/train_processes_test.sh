@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# `mpirun -np N pipetune train` (one rank per process over the MPI communicator) gives the
-# losses of the same run with its ranks as threads, bit for bit: the communicators fold every
-# reduction in the same order. Also: a world size that differs from the plan's is refused with
+# `mpirun -np N pipetune train` (one rank per process over the MPI communicator, or K ranks as
+# threads per process with --ranks-per-process K) gives the losses of the same run with its
+# ranks as threads, bit for bit: the communicators fold every reduction in the same order. Also: a world size that differs from the plan's is refused with
 # exit 2 naming both numbers; checkpoints move between threads and processes; every process's
 # spans land in one workspace run; a killed process ends the run within 30 s and leaves it
 # interrupted; a hung one is caught by the watchdog and the run fails.
@@ -18,12 +18,18 @@ failures=0
 
 losses() { tr -d ' \n' | grep -o '"losses":\[[^]]*\]'; }
 
+# check_plan WHAT [--ranks-per-process K] PLAN...: np processes against threads.
 check_plan() {
   local what="$1"
   shift
-  local threads processes
+  local threads processes per_process=()
+  if [ "$1" = --ranks-per-process ]; then
+    per_process=("$1" "$2")
+    shift 2
+  fi
   threads="$("$pipetune" train --steps 3 --threads 1 --no-db --json "$@" | losses)"
-  processes="$("$mpiexec" -np "$np" "$pipetune" train --steps 3 --threads 1 --no-db --json "$@" | losses)"
+  processes="$("$mpiexec" -np "$np" "$pipetune" train --steps 3 --threads 1 --no-db --json \
+    "${per_process[@]}" "$@" | losses)"
   if [ -z "$threads" ] || [ "$threads" != "$processes" ]; then
     echo "FAIL $what: threads $threads, processes ${processes:-(no output)}"
     failures=$((failures + 1))
@@ -40,11 +46,19 @@ if [ "$np" -eq 2 ]; then
   check_plan "tp=2" --tp 2 --pp 1 --dp 1
   check_plan "dp=2 zero-1" --tp 1 --pp 1 --dp 2 --zero 1
   check_plan "moe dp=2 ep=2" --model tiny-moe --tp 1 --pp 1 --dp 2 --ep 2
+  # Hybrid: 2 ranks as threads in each of the 2 processes (groups inside and across processes).
+  check_plan "2x2 tp=2 pp=2 zb-h1" --ranks-per-process 2 --tp 2 --pp 2 --dp 1 --schedule zb-h1
+  check_plan "2x2 pp=2 dp=2 vocab-1" --ranks-per-process 2 --tp 1 --pp 2 --dp 2 --vocab vocab-1
+  check_plan "2x4 moe tp=2 dp=4 ep=2 zero-1" --ranks-per-process 4 --model tiny-moe --tp 2 \
+    --pp 1 --dp 4 --ep 2 --zero 1
 elif [ "$np" -eq 4 ]; then
   check_plan "tp=2 pp=2" --tp 2 --pp 2 --dp 1
   check_plan "pp=2 dp=2 interleaved zero-1" --tp 1 --pp 2 --dp 2 --schedule interleaved-1f1b \
     --chunks 2 --zero 1
   check_plan "pp=4 zb-v" --tp 1 --pp 4 --dp 1 --schedule zb-v
+  check_plan "4x2 tp=2 pp=2 dp=2 (tiny-train)" --ranks-per-process 2 --tp 2 --pp 2 --dp 2
+  check_plan "4x2 pp=4 dp=2 v-half vocab-2" --ranks-per-process 2 --tp 1 --pp 4 --dp 2 \
+    --schedule v-half --vocab vocab-2
 elif [ "$np" -eq 8 ]; then
   check_plan "tp=2 pp=2 dp=2 (tiny-train)" --tp 2 --pp 2 --dp 2
   check_plan "pp=4 dp=2 v-half vocab-2" --tp 1 --pp 4 --dp 2 --schedule v-half --vocab vocab-2
@@ -80,17 +94,22 @@ else
   echo "ok   checkpoints across threads and processes resume to the uninterrupted losses $full"
 fi
 
-# One workspace run from all processes: complete, with the spans of the same run as threads.
+# One workspace run from all processes: complete, with the spans of the same run as threads
+# (also with 2 ranks per process).
 spans() { "$pipetune" runs --db "$1" | awk 'NR == 2 { print $2, $3, $6 }'; }
-"$pipetune" train --steps 2 --threads 1 --tp 1 --pp "$np" --dp 1 --db threads.db >/dev/null
-"$mpiexec" -np "$np" "$pipetune" train --steps 2 --threads 1 --tp 1 --pp "$np" --dp 1 \
-  --db processes.db >/dev/null
-if [ "$(spans threads.db)" != "$(spans processes.db)" ]; then
-  echo "FAIL workspace: threads '$(spans threads.db)', processes '$(spans processes.db)'"
-  failures=$((failures + 1))
-else
-  echo "ok   workspace: one run, $(spans processes.db) (kind, status, spans) as with threads"
-fi
+for k in 1 2; do
+  "$pipetune" train --steps 2 --threads 1 --tp $k --pp "$np" --dp 1 --db threads$k.db >/dev/null
+  "$mpiexec" -np "$np" "$pipetune" train --steps 2 --threads 1 --tp $k --pp "$np" --dp 1 \
+    --ranks-per-process $k --db processes$k.db >/dev/null
+  if [ -z "$(spans threads$k.db)" ] || [ "$(spans threads$k.db)" != "$(spans processes$k.db)" ]; then
+    echo "FAIL workspace ($k per process): threads '$(spans threads$k.db)'," \
+      "processes '$(spans processes$k.db)'"
+    failures=$((failures + 1))
+  else
+    echo "ok   workspace ($k per process): one run, $(spans processes$k.db) (kind, status, spans)" \
+      "as with threads"
+  fi
+done
 # A process killed mid-run ends the others within 30 s, named by the launcher, and the run
 # stays in the workspace as interrupted with the steps it committed.
 "$mpiexec" -np "$np" "$pipetune" train --steps 100000 --threads 1 --tp 1 --pp "$np" --dp 1 \
@@ -123,37 +142,45 @@ else
   echo "ok   killed process $victim: launcher ended (exit $code) naming it, run $status"
 fi
 # A process that hangs (stopped): the others' watchdog fails the run within its limit, naming the
-# wait, and the job ends (no hang); the run is stored as failed.
-"$mpiexec" -np "$np" "$pipetune" train --steps 100000 --threads 1 --tp 1 --pp "$np" --dp 1 \
-  --watchdog 3 --db hung.db >hung.out 2>hung.err &
-launcher=$!
-for _ in $(seq 1 300); do
-  grep -q "^step" hung.out 2>/dev/null && break
-  sleep 0.1
-done
-victim="$(pgrep -P "$launcher" | tail -1)"
-kill -STOP "$victim" 2>/dev/null
-ended=0
-for _ in $(seq 1 300); do  # the 3 s watchdog, then the abort: well within 30 s
-  if ! kill -0 "$launcher" 2>/dev/null; then
-    ended=1
-    break
+# wait, and the job ends (no hang). The run is stored as failed when rank 0's own watchdog fires
+# first, or interrupted when another process's abort ends rank 0's first (which waits on whom
+# is the schedule's); either way not complete, with its committed steps. With one rank per
+# process, and (np = 2) with 2 ranks as threads per process.
+hung_ranks=(1)
+[ "$np" -eq 2 ] && hung_ranks=(1 2)
+for k in "${hung_ranks[@]}"; do
+  "$mpiexec" -np "$np" "$pipetune" train --steps 100000 --threads 1 --tp $k --pp "$np" \
+    --dp 1 --ranks-per-process $k --watchdog 3 --db hung$k.db >hung.out 2>hung.err &
+  launcher=$!
+  for _ in $(seq 1 300); do
+    grep -q "^step" hung.out 2>/dev/null && break
+    sleep 0.1
+  done
+  victim="$(pgrep -P "$launcher" | tail -1)"
+  kill -STOP "$victim" 2>/dev/null
+  ended=0
+  for _ in $(seq 1 300); do  # the 3 s watchdog, then the abort: well within 30 s
+    if ! kill -0 "$launcher" 2>/dev/null; then
+      ended=1
+      break
+    fi
+    sleep 0.1
+  done
+  if [ "$ended" -ne 1 ]; then
+    kill -9 "$launcher" "$victim" 2>/dev/null
+    pkill -9 -P "$launcher" 2>/dev/null
   fi
-  sleep 0.1
+  wait "$launcher"
+  code=$?
+  status="$("$pipetune" runs --db hung$k.db | awk 'NR == 2 { print $3 }')"
+  if [ "$ended" -ne 1 ] || [ "$code" -eq 0 ] || ! grep -q "(watchdog)" hung.err ||
+    { [ "$status" != failed ] && [ "$status" != interrupted ]; }; then
+    echo "FAIL hung process ($k per process): ended $ended, exit $code, status '$status'"
+    grep -v '^-' hung.err | head -3
+    failures=$((failures + 1))
+  else
+    echo "ok   hung process $victim ($k per process): watchdog ended the job (exit $code)," \
+      "run $status"
+  fi
 done
-if [ "$ended" -ne 1 ]; then
-  kill -9 "$launcher" "$victim" 2>/dev/null
-  pkill -9 -P "$launcher" 2>/dev/null
-fi
-wait "$launcher"
-code=$?
-status="$("$pipetune" runs --db hung.db | awk 'NR == 2 { print $3 }')"
-if [ "$ended" -ne 1 ] || [ "$code" -eq 0 ] || ! grep -q "(watchdog)" hung.err ||
-  [ "$status" != failed ]; then
-  echo "FAIL hung process: ended $ended, exit $code, status '$status'"
-  grep -v '^-' hung.err | head -3
-  failures=$((failures + 1))
-else
-  echo "ok   hung process $victim: watchdog ended the job (exit $code), run $status"
-fi
 [ "$failures" -eq 0 ]
