@@ -22,6 +22,9 @@
 #include "engine/mpi/mpi_session.hpp"
 #endif
 #include "engine/errors.hpp"
+#ifdef PIPETUNE_HAVE_CUDA
+#include "engine/cuda/cuda_devices.hpp"
+#endif
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
 #include "engine/spec/run_spec.hpp"
@@ -52,6 +55,7 @@ struct TrainArgs {
   int threads = 0;
   double watchdog = 300.0;
   std::optional<int> ranks_per_process;
+  std::optional<std::string> backend;
   std::string db;
   bool no_db = false;
   std::string name;
@@ -61,6 +65,23 @@ struct TrainSetup {
   runtime::TrainOptions options;
   spec::ClusterSpec cluster;  // the run file's: its hardware's cost model plans the schedule
 };
+
+// `--backend cuda` (or `backend = "cuda"` in the run file): refused with the reason, before
+// anything runs or is written.
+void require_cuda_backend() {
+#ifndef PIPETUNE_HAVE_CUDA
+  throw InputError(
+      "backend cuda: this pipetune was built without the CUDA toolkit (nvcc not found at "
+      "configure time); use the cpu backend");
+#else
+  const cuda::DeviceQuery q = cuda::query_devices();
+  if (q.devices.empty())
+    throw InputError("backend cuda: no CUDA device is usable (" + q.problem + ")");
+  throw InputError("backend cuda: found " + q.devices.front().name +
+                   ", but the engine's CUDA backend is not built yet (issue 15); use the cpu "
+                   "backend");
+#endif
+}
 
 TrainSetup build_options(const TrainArgs& a) {
   spec::RunSpec run =
@@ -101,6 +122,9 @@ TrainSetup build_options(const TrainArgs& a) {
   if (!(a.watchdog > 0.0) || !std::isfinite(a.watchdog))
     throw InputError("--watchdog must be a positive number of seconds");
   o.watchdog_seconds = a.watchdog;
+  const spec::EngineBackend backend =
+      a.backend ? spec::parse_engine_backend(*a.backend) : run.backend;
+  if (backend == spec::EngineBackend::cuda) require_cuda_backend();
   return setup;
 }
 
@@ -403,6 +427,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--trace", args->trace, "Write a Chrome trace JSON (Perfetto) to FILE");
   cmd->add_flag("--force", args->force, "Overwrite the --trace file if it exists");
   cmd->add_option("--threads", args->threads, "Compute threads per rank (0 = cores / ranks)");
+  cmd->add_option("--backend", args->backend,
+                  "Where the engine computes: cpu or cuda (default: the run file's, else cpu)");
   cmd->add_option("--ranks-per-process", args->ranks_per_process,
                   "Under mpirun / srun: ranks run as threads in each process (hybrid; default 1)");
   cmd->add_option("--watchdog", args->watchdog,

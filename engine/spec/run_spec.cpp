@@ -110,6 +110,13 @@ RunSpec read_run(const toml::table& table, const TableContext& ctx, RunCheck che
   run.source = ctx.source;
   run.name = r.string("name").value_or(ctx.default_name.empty() ? "run" : ctx.default_name);
   run.description = r.string("description").value_or("");
+  if (const auto backend = r.string("backend")) {
+    try {
+      run.backend = parse_engine_backend(*backend);
+    } catch (const SpecError& e) {
+      r.fail("backend", e.what());
+    }
+  }
   const toml::node* model_node = r.node("model");
   const toml::node* cluster_node = r.node("cluster");
   const toml::table* plan_table = r.table("plan");
@@ -146,6 +153,16 @@ RunSpec read_run(const toml::table& table, const TableContext& ctx, RunCheck che
 }
 
 }  // namespace
+
+std::string_view engine_backend_name(EngineBackend b) {
+  return b == EngineBackend::cuda ? "cuda" : "cpu";
+}
+
+EngineBackend parse_engine_backend(std::string_view name) {
+  if (name == "cpu") return EngineBackend::cpu;
+  if (name == "cuda") return EngineBackend::cuda;
+  throw SpecError("unknown backend '" + std::string(name) + "' (valid: cpu, cuda)");
+}
 
 RunSpec load_run(std::string_view name_or_path, RunCheck check) {
   const fs::path file = resolve_preset(PresetKind::Runs, name_or_path);

@@ -47,6 +47,12 @@
 
 namespace pipetune::spec {
 
+// Where the engine computes a run (`backend` in a run file, `train --backend`).
+enum class EngineBackend { cpu, cuda };
+std::string_view engine_backend_name(EngineBackend b);
+// Inverse of engine_backend_name; SpecError naming the valid ones otherwise.
+EngineBackend parse_engine_backend(std::string_view name);
+
 struct RunSpec {
   std::string name;
   std::string description;
@@ -54,6 +60,7 @@ struct RunSpec {
   ModelSpec model;
   ClusterSpec cluster;
   ParallelPlan plan;
+  EngineBackend backend = EngineBackend::cpu;  // what `train` runs on; the simulator ignores it
 };
 
 // Full: validate(model, cluster, plan) before returning. KeysOnly: only the per-file checks

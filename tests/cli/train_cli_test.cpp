@@ -2,6 +2,8 @@
 // stderr, exit 2 for input, 1 for a runtime failure, no output file left behind).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -200,6 +202,30 @@ TEST(TrainCli, UnderAnMpiLauncherEveryProcessRefusesAndWritesNothing) {
     LauncherEnvironment env("1");  // one process: the ordinary threads run
     EXPECT_EQ(testing::run_pipetune({"train", "--steps", "1", "--no-db"}).exit_code, 0);
   }
+}
+
+// Without a usable GPU (CI, this machine) or without the toolkit: one line saying why, exit 2,
+// nothing written. A bad name is refused like any bad setting.
+TEST(TrainCli, CudaBackendWithoutAUsableDeviceSaysWhy) {
+  const std::filesystem::path dir = testing::default_child_cwd();
+  const std::string db = (dir / "cuda.db").string();
+  const testing::ProcessResult r =
+      testing::run_pipetune({"train", "--steps", "1", "--backend", "cuda", "--db", db});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(r.err.find("backend cuda: no CUDA device is usable (cudaGetDeviceCount: ") !=
+                  std::string::npos ||
+              r.err.find("backend cuda: this pipetune was built without the CUDA toolkit") !=
+                  std::string::npos ||
+              r.err.find("the engine's CUDA backend is not built yet") != std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(db));
+  const testing::ProcessResult bad =
+      testing::run_pipetune({"train", "--steps", "1", "--backend", "tpu", "--no-db"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("unknown backend 'tpu' (valid: cpu, cuda)"), std::string::npos) << bad.err;
+  EXPECT_EQ(
+      testing::run_pipetune({"train", "--steps", "1", "--backend", "cpu", "--no-db"}).exit_code, 0);
 }
 
 TEST(TrainCli, RanksPerProcessWithoutALauncherNamesTheProcessesNeeded) {

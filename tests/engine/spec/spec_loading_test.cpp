@@ -72,6 +72,19 @@ TEST(SpecLoading, NonPositiveSizesNameTheKey) {
              "c.toml:3: key 'inter_node_bandwidth': must be positive");
 }
 
+TEST(SpecLoading, RunBackendIsCpuUnlessTheFileSaysCuda) {
+  EXPECT_EQ(parse_run("model = \"tiny\"\ncluster = \"dgx-a100-8\"\n", "r").backend,
+            EngineBackend::cpu);
+  EXPECT_EQ(
+      parse_run("backend = \"cuda\"\nmodel = \"tiny\"\ncluster = \"dgx-a100-8\"\n", "r").backend,
+      EngineBackend::cuda);
+  EXPECT_HAS(error_of([] {
+               parse_run("model = \"tiny\"\ncluster = \"dgx-a100-8\"\nbackend = \"gpu\"\n",
+                         "r.toml");
+             }),
+             "r.toml:3: key 'backend': unknown backend 'gpu' (valid: cpu, cuda)");
+}
+
 TEST(SpecLoading, MissingRequiredKey) {
   EXPECT_HAS(error_of([] { parse_model("layers = 2\nhidden = 8\nheads = 2\nvocab = 10\n", "m"); }),
              "m: missing key 'seq_len'");
