@@ -1,5 +1,6 @@
 // `pipetune report RUN`: per-stage time breakdown, bubbles, memory peaks and the critical path of
 // one iteration of a stored run; `pipetune timeline RUN`: a text Gantt of that iteration.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -54,7 +55,7 @@ Report analyse(const LoadedRun& r) {
   c.window = r.window;
   c.ranks_per_stage = r.ranks_per_stage;
   c.span_slack = false;
-  rep.path = an::critical_path(t, c);
+  if (r.pipeline) rep.path = an::critical_path(t, c);  // it follows pipeline stages
   return rep;
 }
 
@@ -69,39 +70,82 @@ void print_json(const LoadedRun& r, const Report& rep) {
       kinds[std::string(profiler::span_kind_name(static_cast<profiler::SpanKind>(k)))] = {
           {"count", kt.count}, {"time", seconds(kt.total_ns)}};
     }
-    stages.push_back(
-        {{"stage", s.rank / r.ranks_per_stage},
-         {"rank", s.rank},
-         {"compute", seconds(s.compute_ns)},
-         {"communication", seconds(s.communication_ns)},
-         {"exposed_communication", seconds(s.exposed_communication_ns)},
-         {"bubble", seconds(s.bubble_ns)},
-         {"warmup_bubble", seconds(s.warmup_ns)},
-         {"steady_bubble", seconds(s.steady_ns)},
-         {"cooldown_bubble", seconds(s.cooldown_ns)},
-         {"bubble_ratio", s.bubble_ratio},
-         {"peak_memory_bytes",
-          it != rep.memory_of.end() ? nlohmann::json(it->second->peak.bytes) : nullptr},
-         {"kinds", kinds}});
+    const nlohmann::json peak =
+        it != rep.memory_of.end() ? nlohmann::json(it->second->peak.bytes) : nullptr;
+    if (!r.pipeline) {  // no stages: busy and idle per rank, no pipeline phases
+      stages.push_back({{"rank", s.rank},
+                        {"busy", seconds(s.compute_ns)},
+                        {"communication", seconds(s.communication_ns)},
+                        {"exposed_communication", seconds(s.exposed_communication_ns)},
+                        {"idle", seconds(s.bubble_ns)},
+                        {"idle_ratio", s.bubble_ratio},
+                        {"gpu_time", s.gpu_activity},
+                        {"peak_memory_bytes", peak},
+                        {"kinds", kinds}});
+      continue;
+    }
+    stages.push_back({{"stage", s.rank / r.ranks_per_stage},
+                      {"rank", s.rank},
+                      {"compute", seconds(s.compute_ns)},
+                      {"communication", seconds(s.communication_ns)},
+                      {"exposed_communication", seconds(s.exposed_communication_ns)},
+                      {"bubble", seconds(s.bubble_ns)},
+                      {"warmup_bubble", seconds(s.warmup_ns)},
+                      {"steady_bubble", seconds(s.steady_ns)},
+                      {"cooldown_bubble", seconds(s.cooldown_ns)},
+                      {"bubble_ratio", s.bubble_ratio},
+                      {"peak_memory_bytes", peak},
+                      {"kinds", kinds}});
   }
   std::map<std::int32_t, double> path_by_rank;
   for (const auto& step : rep.path.steps) path_by_rank[step.rank] += seconds(step.contribution_ns);
   nlohmann::json by_rank = nlohmann::json::object();
   for (const auto& [rank, s] : path_by_rank) by_rank[std::to_string(rank)] = s;
-  const nlohmann::json j = {{"run", run_identity_json(r.stored.run)},
-                            {"iteration", r.iteration + 1},
-                            {"iterations", r.iterations},
-                            {"time_unit", r.time_unit},
-                            {"iteration_time", seconds(r.window.length_ns())},
-                            {"bubble_ratio", rep.breakdown.bubble_ratio},
-                            {"stages", stages},
-                            {"critical_path",
-                             {{"length", seconds(rep.path.length_ns)},
-                              {"busy", seconds(rep.path.busy_ns)},
-                              {"wait", seconds(rep.path.wait_ns)},
-                              {"steps", rep.path.steps.size()},
-                              {"busy_by_rank", by_rank}}}};
+  nlohmann::json j = {{"run", run_identity_json(r.stored.run)},
+                      {"iteration", r.iteration + 1},
+                      {"iterations", r.iterations},
+                      {"time_unit", r.time_unit},
+                      {"iteration_time", seconds(r.window.length_ns())},
+                      {"pipeline", r.pipeline}};
+  if (!r.pipeline) {
+    j["idle_ratio"] = rep.breakdown.bubble_ratio;
+    j["ranks"] = stages;
+  } else {
+    j["bubble_ratio"] = rep.breakdown.bubble_ratio;
+    j["stages"] = stages;
+    j["critical_path"] = {{"length", seconds(rep.path.length_ns)},
+                          {"busy", seconds(rep.path.busy_ns)},
+                          {"wait", seconds(rep.path.wait_ns)},
+                          {"steps", rep.path.steps.size()},
+                          {"busy_by_rank", by_rank}};
+  }
   std::cout << j.dump(2) << "\n";
+}
+
+// Without pipeline stages (an imported profile with no plan and no pipeline phases): each
+// rank's busy and idle time, and the communication it did not hide.
+void print_ranks(const LoadedRun& r, const Report& rep) {
+  const std::string& u = r.time_unit;
+  const bool gpu = std::any_of(rep.breakdown.stages.begin(), rep.breakdown.stages.end(),
+                               [](const an::StageBreakdown& s) { return s.gpu_activity; });
+  std::printf(
+      "iteration %zu of %zu: %s, %s idle %.1f%% (per rank: no plan was given and the "
+      "profile names no pipeline phases)\n\n",
+      r.iteration + 1, r.iterations, human_time(seconds(r.window.length_ns()), u).c_str(),
+      gpu ? "GPU" : "rank", 100.0 * rep.breakdown.bubble_ratio);
+  std::printf("%-5s %11s %11s %11s %11s %8s %11s\n", "rank", gpu ? "GPU busy" : "busy", "comm",
+              "exposed", "idle", "idle%", "peak mem");
+  for (const auto& s : rep.breakdown.stages) {
+    const auto it = rep.memory_of.find(s.rank);
+    std::printf("%-5d %11s %11s %11s %11s %7.1f%% %11s\n", s.rank,
+                human_time(seconds(s.compute_ns), u).c_str(),
+                human_time(seconds(s.communication_ns), u).c_str(),
+                human_time(seconds(s.exposed_communication_ns), u).c_str(),
+                human_time(seconds(s.bubble_ns), u).c_str(), 100.0 * s.bubble_ratio,
+                it != rep.memory_of.end()
+                    ? human_bytes(static_cast<double>(it->second->peak.bytes)).c_str()
+                    : "-");
+  }
 }
 
 void print_human(const LoadedRun& r, const Report& rep) {
@@ -110,6 +154,10 @@ void print_human(const LoadedRun& r, const Report& rep) {
   std::printf("run %lld (%s, %s): %s\n", static_cast<long long>(run.id),
               std::string(db::trace_kind_name(run.kind)).c_str(),
               std::string(db::run_status_name(run.status)).c_str(), run.name.c_str());
+  if (!r.pipeline) {
+    print_ranks(r, rep);
+    return;
+  }
   std::printf("iteration %zu of %zu: %s, pipeline bubble %.1f%%\n\n", r.iteration + 1, r.iterations,
               human_time(seconds(r.window.length_ns()), u).c_str(),
               100.0 * rep.breakdown.bubble_ratio);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "db/store/run_layout.hpp"
 #include "db/store/workspace.hpp"
 #include "engine/errors.hpp"
 #include "profiler/analysis/analysis_error.hpp"
@@ -68,13 +69,10 @@ LoadedRun load_run(const std::string& db_path, const std::string& id_or_name,
   } catch (const profiler::analysis::AnalysisError& e) {
     throw InputError(e.what());
   }
-  if (!record.plan_json.empty()) {
-    const auto plan = nlohmann::json::parse(record.plan_json, nullptr, false);
-    if (plan.is_object()) {
-      r.ranks_per_stage = std::max(1, plan.value("tp", 1) * plan.value("dp", 1));
-      r.time_unit = plan.value("time_unit", std::string("s"));
-    }
-  }
+  const db::RunLayout layout = db::run_layout(record, t);
+  r.pipeline = layout.pipeline;
+  r.ranks_per_stage = layout.ranks_per_stage;
+  r.time_unit = layout.time_unit;
   return r;
 }
 

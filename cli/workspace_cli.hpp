@@ -30,7 +30,9 @@ struct LoadedRun {
   std::size_t iterations = 1;
   std::size_t iteration = 0;  // 0-based
   profiler::analysis::TimeWindow window;
-  int ranks_per_stage = 1;  // tp * dp from the run's plan (1 when unknown)
+  // Whether the ranks are pipeline stages, and how many per stage (db/store/run_layout.hpp).
+  bool pipeline = true;
+  int ranks_per_stage = 1;
   std::string time_unit = "s";
 };
 

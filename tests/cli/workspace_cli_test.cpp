@@ -184,7 +184,11 @@ TEST(WorkspaceCli, ImportsRealProfilesAndReportsThem) {
   EXPECT_NE(in.out.find("2 ranks"), std::string::npos) << in.out;
   const auto rep = json_of(w.run({"report", "fastvideo", "--json"}));
   EXPECT_EQ(rep.at("run").at("kind"), "imported");
-  ASSERT_EQ(rep.at("stages").size(), 2u);
+  // Two sequence-parallel ranks, no plan and no pipeline phases: ranks, not stages.
+  EXPECT_FALSE(rep.at("pipeline").get<bool>());
+  EXPECT_FALSE(rep.contains("stages"));
+  EXPECT_FALSE(rep.contains("bubble_ratio"));
+  ASSERT_EQ(rep.at("ranks").size(), 2u);
   // README: 1,993 and 2,017 kernels on devices 0 and 1 (ranks 0 and 1), 33 NCCL SendRecv each
   // taking 17,172,652 and 8,229,100 ns; kernels' union busy time 270,863,484 and 264,324,724 ns
   // on one stream each (the summed durations exceed the union only where kernels overlap, by
@@ -192,7 +196,7 @@ TEST(WorkspaceCli, ImportsRealProfilesAndReportsThem) {
   const std::int64_t kernels_want[] = {1993, 2017};
   const double busy_ns[] = {270863484, 264324724}, nccl_ns[] = {17172652, 8229100};
   for (int r = 0; r < 2; ++r) {
-    const auto& kinds = rep.at("stages")[static_cast<std::size_t>(r)].at("kinds");
+    const auto& kinds = rep.at("ranks")[static_cast<std::size_t>(r)].at("kinds");
     double kernel_time = 0.0, nccl = 0.0;
     std::int64_t count = 0, nccl_count = 0;
     for (const auto& [kind, v] : kinds.items()) {
@@ -213,11 +217,18 @@ TEST(WorkspaceCli, ImportsRealProfilesAndReportsThem) {
     EXPECT_NEAR(kernel_time, busy_ns[r] * 1e-9, 50e-6) << "rank " << r;
   }
 
+  const auto human = w.run({"report", "fastvideo"});
+  ASSERT_EQ(human.exit_code, 0) << human.err;
+  EXPECT_EQ(human.out.find("stage"), std::string::npos) << human.out;
+  EXPECT_EQ(human.out.find("bubble"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("GPU idle"), std::string::npos) << human.out;
+
   // PiPPy, 4 stages x 4 micro-batches, fill-drain: stage busy 8.088 / 8.087 / 8.169 / 8.564 s
   // of a 14.686 s makespan (README). Busy counts every event; stage 3's sync barriers (S, a few
   // tenths of a ms) are communication, so busy = compute + exposed communication.
   ASSERT_EQ(w.run({"import-trace", pippy.string(), "--name", "pippy"}).exit_code, 0);
   const auto p = json_of(w.run({"report", "pippy", "--json"}));
+  EXPECT_TRUE(p.at("pipeline").get<bool>());  // inferred from the pipeline phases it names
   EXPECT_NEAR(p.at("iteration_time").get<double>(), 14.6863155, 1e-6);
   const double busy[] = {8.088, 8.087, 8.169, 8.564};
   ASSERT_EQ(p.at("stages").size(), 4u);

@@ -1,0 +1,30 @@
+#include "db/store/run_layout.hpp"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+namespace pipetune::db {
+
+RunLayout run_layout(const RunRecord& run, const profiler::Trace& trace) {
+  RunLayout layout;
+  if (!run.plan_json.empty()) {
+    const auto plan = nlohmann::json::parse(run.plan_json, nullptr, false);
+    if (plan.is_object()) {
+      layout.time_unit = plan.value("time_unit", std::string("s"));
+      if (plan.contains("pp")) {
+        layout.pipeline = true;
+        layout.ranks_per_stage = std::max(1, plan.value("tp", 1) * plan.value("dp", 1));
+        layout.source = "plan";
+        return layout;
+      }
+    }
+  }
+  const bool phases =
+      std::any_of(trace.spans.begin(), trace.spans.end(),
+                  [](const profiler::Span& s) { return profiler::is_compute(s.kind); });
+  layout.pipeline = phases;
+  layout.source = phases ? "pipeline phases in the profile" : "none";
+  return layout;
+}
+
+}  // namespace pipetune::db
