@@ -3,14 +3,19 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/commands.hpp"
+#include "cli/import_description.hpp"
+#include "cli/tuning_target.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/chrome_trace.hpp"
 #include "db/import/chrome_trace_import.hpp"
 #include "db/import/nsys_sqlite.hpp"
+#include "db/store/record_json.hpp"
 #include "db/store/run_writer.hpp"
 #include "db/store/workspace.hpp"
+#include "engine/schedule/schedule.hpp"
 
 namespace pipetune::cli {
 
@@ -33,10 +38,25 @@ void export_trace(const ExportTraceArgs& a) {
 
 struct ImportArgs {
   std::string db, file, name;
+  ImportDescriptionArgs description;
 };
 
-void store_import(const ImportArgs& a, db::ImportedProfile profile, const char* format) {
+// Imports with `read`, checks the profile against the plan given with it (if any) and stores
+// both: nothing is stored when either is refused.
+void store_import(const ImportArgs& a, db::ImportedProfile (*read)(const std::string&),
+                  const char* format) {
+  const std::optional<spec::RunSpec> run = import_description(a.description);
+  db::ImportedProfile profile = read(a.file);
+  std::string plan_json;
   nlohmann::json specs = {{"source", a.file}, {"format", format}};
+  if (run) {
+    check_profile_against_plan(profile, *run);
+    plan_json =
+        db::plan_to_json(run->plan, std::string(schedule::vocab_mode_name(run->plan.vocab))).dump();
+    specs["model"] = db::model_to_json(run->model);
+    specs["hardware"] = run->cluster.hardware.name;
+    specs["description"] = a.description.config.empty() ? "flags" : a.description.config;
+  }
   if (!profile.schema_version.empty()) specs["schema_version"] = profile.schema_version;
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& r : profile.ranks)
@@ -49,21 +69,28 @@ void store_import(const ImportArgs& a, db::ImportedProfile profile, const char* 
   const std::string name = a.name.empty() ? a.file : a.name;
   const std::size_t spans = profile.trace.spans.size(), kernels = profile.kernels.size();
   const std::int64_t id =
-      db::store_trace(a.db, {profiler::TraceKind::Imported, name, "", specs.dump()}, profile.trace,
-                      std::move(profile.kernels));
-  std::printf("imported %s as run %lld: %zu ranks, %zu spans, %zu GPU activities\n", a.file.c_str(),
+      db::store_trace(a.db, {profiler::TraceKind::Imported, name, plan_json, specs.dump()},
+                      profile.trace, std::move(profile.kernels));
+  std::printf("imported %s as run %lld: %zu ranks, %zu spans, %zu GPU activities", a.file.c_str(),
               static_cast<long long>(id), profile.ranks.size(), spans, kernels);
+  if (run)
+    std::printf(
+        " (plan %s)",
+        tuner::plan_summary(run->plan, std::string(schedule::vocab_mode_name(run->plan.vocab)))
+            .c_str());
+  std::printf("\n");
   for (const std::string& w : profile.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
 }
 
 void add_import(CLI::App& app, const char* name, const char* help, const char* file_help,
-                void (*run)(const ImportArgs&)) {
+                db::ImportedProfile (*read)(const std::string&), const char* format) {
   auto a = std::make_shared<ImportArgs>();
   CLI::App* cmd = app.add_subcommand(name, help);
   cmd->add_option("FILE", a->file, file_help)->required();
   cmd->add_option("--name", a->name, "Run name (default: the file's path)");
   add_db_option(cmd, a->db);
-  cmd->callback([a, run] { run(*a); });
+  add_import_description_options(cmd, a->description);
+  cmd->callback([a, read, format] { store_import(*a, read, format); });
 }
 
 }  // namespace
@@ -80,12 +107,12 @@ void add_trace_file_commands(CLI::App& app) {
 
   add_import(
       app, "import-nsys", "Import an Nsight Systems SQLite export (nsys export --type sqlite)",
-      "The .sqlite file",
-      [](const ImportArgs& a) { store_import(a, db::import_nsys_sqlite(a.file), "nsys-sqlite"); });
-  add_import(app, "import-trace", "Import a Chrome trace or PyTorch profiler (Kineto) JSON",
-             "The .json (or .json.gz) file", [](const ImportArgs& a) {
-               store_import(a, db::import_chrome_trace(a.file), "chrome-json");
-             });
+      "The .sqlite file", [](const std::string& f) { return db::import_nsys_sqlite(f); },
+      "nsys-sqlite");
+  add_import(
+      app, "import-trace", "Import a Chrome trace or PyTorch profiler (Kineto) JSON",
+      "The .json (or .json.gz) file",
+      [](const std::string& f) { return db::import_chrome_trace(f); }, "chrome-json");
 }
 
 }  // namespace pipetune::cli

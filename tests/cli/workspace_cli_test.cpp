@@ -240,6 +240,40 @@ TEST(WorkspaceCli, ImportsRealProfilesAndReportsThem) {
         << "stage " << s;
 }
 
+// An imported run told its plan: stored with it, grouped into stages by it; a plan its ranks
+// contradict, or a partial description, is refused with nothing stored.
+TEST(WorkspaceCli, ImportedRunsKeepThePlanTheyWereGiven) {
+  const fs::path nsys = real_trace("nsys-2gpu-torchrun/mfu_2gpu_before.sqlite");
+  PIPETUNE_REQUIRE_SHARED(nsys);
+  Workspace w;
+  expect_input_error(w.run({"import-nsys", nsys.string(), "--model", "tiny", "--hardware",
+                            "h100-sxm", "--tp", "2", "--pp", "2", "--dp", "2"}),
+                     "the profile has 2 rank(s), the plan's tp*pp*dp = 2*2*2 = 8 ranks");
+  expect_input_error(w.run({"import-nsys", nsys.string(), "--tp", "1", "--pp", "2"}),
+                     "the profiled run's description needs --model too");
+  expect_input_error(w.run({"import-nsys", nsys.string(), "--config", "tiny-train", "--tp", "1"}),
+                     "give either it or --model --hardware --tp --pp --dp, not both");
+  EXPECT_FALSE(fs::exists(w.db)) << "a refused import left a workspace";
+
+  // The two ranks as a 2-stage pipeline (as if it were one): stages 0 and 1 by the plan.
+  const auto in = w.run({"import-nsys", nsys.string(), "--name", "as-pp2", "--model", "tiny",
+                         "--hardware", "h100-sxm", "--tp", "1", "--pp", "2", "--dp", "1"});
+  ASSERT_EQ(in.exit_code, 0) << in.err;
+  EXPECT_NE(in.out.find("(plan tp=1 pp=2 dp=1"), std::string::npos) << in.out;
+  const auto rep = json_of(w.run({"report", "as-pp2", "--json"}));
+  EXPECT_TRUE(rep.at("pipeline").get<bool>());
+  ASSERT_EQ(rep.at("stages").size(), 2u);
+  EXPECT_EQ(rep.at("stages")[1].at("stage"), 1);
+  // Data-parallel: one stage of two ranks.
+  ASSERT_EQ(w.run({"import-nsys", nsys.string(), "--name", "as-dp2", "--model", "tiny",
+                   "--hardware", "h100-sxm", "--tp", "1", "--pp", "1", "--dp", "2"})
+                .exit_code,
+            0);
+  const auto dp = json_of(w.run({"report", "as-dp2", "--json"}));
+  ASSERT_EQ(dp.at("stages").size(), 2u);
+  EXPECT_EQ(dp.at("stages")[1].at("stage"), 0);
+}
+
 TEST(WorkspaceCli, BadWorkspacesAndRunsAreOneLineErrors) {
   Workspace w;
   const std::string junk = (w.dir / "junk.db").string();

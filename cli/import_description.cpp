@@ -1,0 +1,87 @@
+#include "cli/import_description.hpp"
+
+#include "engine/errors.hpp"
+#include "engine/spec/load.hpp"
+#include "engine/spec/validate.hpp"
+
+namespace pipetune::cli {
+
+void add_import_description_options(CLI::App* cmd, ImportDescriptionArgs& a) {
+  cmd->add_option("--config", a.config,
+                  "The profiled run's model, cluster and plan: a run file or preset");
+  cmd->add_option("--model", a.model, "The profiled run's model (with --hardware --tp --pp --dp)");
+  cmd->add_option("--hardware", a.hardware, "The GPUs it ran on (hardware preset or TOML file)");
+  cmd->add_option("--tp", a.tp, "Its tensor-parallel degree");
+  cmd->add_option("--pp", a.pp, "Its pipeline stages");
+  cmd->add_option("--dp", a.dp, "Its data-parallel degree");
+  cmd->add_option("--ep", a.ep, "Its expert-parallel degree");
+  cmd->add_option("--chunks", a.chunks, "Its layer groups per stage");
+  cmd->add_option("--schedule", a.schedule, "Its pipeline schedule (default 1f1b)");
+  cmd->add_option("--microbatches", a.microbatches, "Its micro-batches per iteration");
+  cmd->add_option("--micro-batch-size", a.micro_batch_size, "Its sequences per micro-batch");
+}
+
+std::optional<spec::RunSpec> import_description(const ImportDescriptionArgs& a) {
+  const bool flags = !a.model.empty() || !a.hardware.empty() || !a.schedule.empty() || a.tp ||
+                     a.pp || a.dp || a.ep || a.chunks || a.microbatches || a.micro_batch_size;
+  if (!a.config.empty()) {
+    if (flags)
+      throw InputError(
+          "--config describes the whole run: give either it or --model --hardware --tp --pp "
+          "--dp, not both");
+    return spec::load_run(a.config);
+  }
+  if (!flags) return std::nullopt;
+  const auto require = [](bool given, const char* flag) {
+    if (!given)
+      throw InputError(std::string("the profiled run's description needs ") + flag +
+                       " too (with --model --hardware --tp --pp --dp, or --config RUN)");
+  };
+  require(!a.model.empty(), "--model");
+  require(!a.hardware.empty(), "--hardware");
+  require(a.tp.has_value(), "--tp");
+  require(a.pp.has_value(), "--pp");
+  require(a.dp.has_value(), "--dp");
+  spec::RunSpec run;
+  run.name = "imported";
+  run.source = "import flags";
+  run.model = spec::load_model(a.model);
+  spec::ParallelPlan& p = run.plan;
+  p.tp = *a.tp;
+  p.pp = *a.pp;
+  p.dp = *a.dp;
+  p.ep = a.ep.value_or(1);
+  p.schedule = a.schedule.empty() ? "1f1b" : a.schedule;
+  p.chunks = a.chunks.value_or(0);
+  p.microbatches = a.microbatches.value_or(0);
+  p.micro_batch_size = a.micro_batch_size.value_or(1);
+  for (const auto& [value, flag] : {std::pair{p.tp, "--tp"}, std::pair{p.pp, "--pp"},
+                                    std::pair{p.dp, "--dp"}, std::pair{p.ep, "--ep"}})
+    if (value < 1)
+      throw InputError(std::string(flag) + " must be at least 1, not " + std::to_string(value));
+  if (static_cast<long long>(p.tp) * p.pp * p.dp > 1'000'000)
+    throw InputError("tp*pp*dp = " + std::to_string(static_cast<long long>(p.tp) * p.pp * p.dp) +
+                     " ranks is more than a profile can describe (at most 1000000)");
+  spec::apply_defaults(p);
+  run.cluster = spec::make_cluster(spec::load_hardware(a.hardware), p.tp * p.pp * p.dp);
+  spec::validate(run);
+  return run;
+}
+
+void check_profile_against_plan(const db::ImportedProfile& profile, const spec::RunSpec& run) {
+  const spec::ParallelPlan& p = run.plan;
+  const long long world = static_cast<long long>(p.tp) * p.pp * p.dp;
+  const auto plan_text = [&] {
+    return "the plan's tp*pp*dp = " + std::to_string(p.tp) + "*" + std::to_string(p.pp) + "*" +
+           std::to_string(p.dp) + " = " + std::to_string(world) + " ranks";
+  };
+  if (static_cast<long long>(profile.ranks.size()) != world)
+    throw InputError("the profile has " + std::to_string(profile.ranks.size()) + " rank(s), " +
+                     plan_text());
+  for (const db::ImportedRank& r : profile.ranks)
+    if (r.rank < 0 || r.rank >= world)
+      throw InputError("the profile's rank " + std::to_string(r.rank) + " (" + r.source +
+                       ") is outside " + plan_text());
+}
+
+}  // namespace pipetune::cli
