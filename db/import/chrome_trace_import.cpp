@@ -6,7 +6,7 @@
 #include <unordered_map>
 
 #include "db/import/chrome_event_reader.hpp"
-#include "db/import/gpu_activity_names.hpp"
+#include "profiler/gpu/gpu_activity_names.hpp"
 #include "db/import/pipeline_phase_names.hpp"
 #include "db/import/rank_names.hpp"
 #include "db/import/trace_builder.hpp"
@@ -294,32 +294,32 @@ class ChromeImport {
 
     const bool gpu = is_gpu_kind(kind);
     if (kind == SpanKind::Kernel) {
-      if (auto nccl = classify_nccl_kernel(name)) {
+      if (auto nccl = profiler::classify_nccl_kernel(name)) {
         switch (*nccl) {
-          case NcclKernel::AllReduce:
+          case profiler::NcclKernel::AllReduce:
             kind = SpanKind::AllReduce;
             break;
-          case NcclKernel::AllGather:
+          case profiler::NcclKernel::AllGather:
             kind = SpanKind::AllGather;
             break;
-          case NcclKernel::ReduceScatter:
+          case profiler::NcclKernel::ReduceScatter:
             kind = SpanKind::ReduceScatter;
             break;
-          case NcclKernel::Broadcast:
+          case profiler::NcclKernel::Broadcast:
             kind = SpanKind::Broadcast;
             break;
-          case NcclKernel::AllToAll:
+          case profiler::NcclKernel::AllToAll:
             kind = SpanKind::AllToAll;
             break;
-          case NcclKernel::Send:
-          case NcclKernel::SendRecv:
+          case profiler::NcclKernel::Send:
+          case profiler::NcclKernel::SendRecv:
             kind = SpanKind::Send;
             break;
-          case NcclKernel::Recv:
+          case profiler::NcclKernel::Recv:
             kind = SpanKind::Recv;
             break;
-          case NcclKernel::Reduce:
-          case NcclKernel::Unknown:
+          case profiler::NcclKernel::Reduce:
+          case profiler::NcclKernel::Unknown:
             ++unclassified_nccl_;
             break;
         }
@@ -331,7 +331,7 @@ class ChromeImport {
       p.gpu = true;
       p.gpu_stream = static_cast<std::int32_t>(
           int_arg(args, "stream").value_or(id_number(t.tid).value_or(-1)));
-      KernelRecord r;
+      profiler::KernelRecord r;
       r.device = static_cast<std::int32_t>(
           int_arg(args, "device").value_or(id_number(t.pid).value_or(-1)));
       r.stream = p.gpu_stream;
@@ -472,7 +472,7 @@ class ChromeImport {
       p.span.start_ns += base;
       p.span.end_ns += base;
       if (p.kernel >= 0) {
-        KernelRecord r = std::move(records_[static_cast<std::size_t>(p.kernel)]);
+        profiler::KernelRecord r = std::move(records_[static_cast<std::size_t>(p.kernel)]);
         r.rank = threads_[p.thread].rank;
         r.start_ns += base;
         r.end_ns += base;
@@ -533,7 +533,7 @@ class ChromeImport {
   std::vector<ThreadInfo> threads_;
   std::unordered_map<std::string, std::uint32_t> thread_index_;
   std::vector<PendingSpan> spans_;
-  std::vector<KernelRecord> records_;
+  std::vector<profiler::KernelRecord> records_;
   std::vector<PendingCounter> counters_;
   std::unordered_map<std::uint32_t, std::vector<OpenSpan>> open_by_thread_;
   std::unordered_map<std::string, std::vector<OpenSpan>> open_async_;

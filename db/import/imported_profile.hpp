@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "db/kernel_record.hpp"
+#include "profiler/gpu/kernel_record.hpp"
 #include "profiler/trace.hpp"
 
 namespace pipetune::db {
@@ -31,7 +31,7 @@ struct ImportedGpu {
 
 struct ImportedProfile {
   profiler::Trace trace;  // kind Imported; spans sorted by (lane, start_ns, longest first)
-  std::vector<KernelRecord> kernels;  // kernels, copies and memsets, in span order
+  std::vector<profiler::KernelRecord> kernels;  // kernels, copies and memsets, in span order
   std::string schema_version;         // "3.25.0" (nsys export schema); empty when not given
   std::vector<std::string> warnings;
   std::vector<ImportedRank> ranks;  // ascending rank

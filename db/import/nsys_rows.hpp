@@ -9,9 +9,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "db/import/gpu_activity_names.hpp"
+#include "profiler/gpu/gpu_activity_names.hpp"
 #include "db/import/imported_profile.hpp"
-#include "db/kernel_record.hpp"
+#include "profiler/gpu/kernel_record.hpp"
 #include "profiler/trace.hpp"
 
 namespace pipetune::db::import_detail {
@@ -20,9 +20,9 @@ namespace pipetune::db::import_detail {
 struct GpuActivity {
   std::int64_t process = 0;  // process_key(globalPid)
   profiler::SpanKind kind = profiler::SpanKind::Kernel;
-  std::optional<NcclKernel> nccl;  // set for NCCL kernels
+  std::optional<profiler::NcclKernel> nccl;  // set for NCCL kernels
   std::uint32_t span_name = 0;     // interned
-  KernelRecord record;
+  profiler::KernelRecord record;
 };
 
 // A CUDA runtime/driver call.

@@ -47,30 +47,6 @@ NcclCall nccl_call_of(std::string_view name) {
   return NcclCall::Other;
 }
 
-SpanKind span_kind_of(NcclKernel k) {
-  switch (k) {
-    case NcclKernel::AllReduce:
-      return SpanKind::AllReduce;
-    case NcclKernel::AllGather:
-      return SpanKind::AllGather;
-    case NcclKernel::ReduceScatter:
-      return SpanKind::ReduceScatter;
-    case NcclKernel::Broadcast:
-      return SpanKind::Broadcast;
-    case NcclKernel::AllToAll:
-      return SpanKind::AllToAll;
-    case NcclKernel::Send:
-    case NcclKernel::SendRecv:
-      return SpanKind::Send;
-    case NcclKernel::Recv:
-      return SpanKind::Recv;
-    case NcclKernel::Reduce:
-    case NcclKernel::Unknown:
-      return SpanKind::Kernel;
-  }
-  return SpanKind::Kernel;
-}
-
 std::string plural(std::int64_t n, std::string_view what) {
   return std::to_string(n) + " " + std::string(what);
 }
@@ -152,7 +128,7 @@ class NsysImport {
     if (!schema_.has_table("ENUM_CUDA_MEMCPY_OPER")) return;
     TableReader r(schema_, "ENUM_CUDA_MEMCPY_OPER", {"id", "name"}, {});
     while (r.next()) {
-      const std::string label = memcpy_kind_label_from_enum_name(r.text(1));
+      const std::string label = profiler::memcpy_kind_label_from_enum_name(r.text(1));
       if (auto id = r.integer(0); id && !label.empty()) memcpy_labels_[*id] = label;
     }
   }
@@ -235,9 +211,9 @@ class NsysImport {
         a.record.block[static_cast<std::size_t>(i)] =
             static_cast<std::int32_t>(r.integer_or(12 + i, 0));
       }
-      if (label) a.nccl = classify_nccl_kernel(*label);
-      if (!a.nccl && full) a.nccl = classify_nccl_kernel(*full);
-      a.kind = a.nccl ? span_kind_of(*a.nccl) : SpanKind::Kernel;
+      if (label) a.nccl = profiler::classify_nccl_kernel(*label);
+      if (!a.nccl && full) a.nccl = profiler::classify_nccl_kernel(*full);
+      a.kind = a.nccl ? profiler::span_kind_of(*a.nccl) : SpanKind::Kernel;
       add_gpu(std::move(a));
     }
   }
@@ -254,7 +230,7 @@ class NsysImport {
       const std::int64_t code = r.integer_or(7, 0);
       auto it = memcpy_labels_.find(code);
       const std::string label =
-          it != memcpy_labels_.end() ? it->second : std::string(memcpy_kind_label(code));
+          it != memcpy_labels_.end() ? it->second : std::string(profiler::memcpy_kind_label(code));
       a.record.name = "memcpy " + label;
       a.span_name = builder_.name(a.record.name);
       add_gpu(std::move(a));
@@ -426,7 +402,7 @@ class NsysImport {
   void index_nccl_launches() {
     std::unordered_set<std::int64_t> correlations;
     for (const GpuActivity& a : gpu_)
-      if (a.nccl == NcclKernel::SendRecv) correlations.insert(a.record.correlation);
+      if (a.nccl == profiler::NcclKernel::SendRecv) correlations.insert(a.record.correlation);
     if (correlations.empty()) return;
     for (const ApiCall& c : api_)
       if (correlations.count(c.correlation))
@@ -451,11 +427,12 @@ class NsysImport {
       const std::int32_t rank = rank_of.at(a.process);
       a.record.rank = rank;
       SpanKind kind = a.kind;
-      if (a.nccl == NcclKernel::SendRecv) {
+      if (a.nccl == profiler::NcclKernel::SendRecv) {
         if (!launches_.count({a.process, a.record.correlation})) ++sendrecv_without_evidence;
         kind = sendrecv_direction(a);
       }
-      if (a.nccl == NcclKernel::Reduce || a.nccl == NcclKernel::Unknown) ++unclassified_nccl;
+      if (a.nccl == profiler::NcclKernel::Reduce || a.nccl == profiler::NcclKernel::Unknown)
+        ++unclassified_nccl;
       auto [it, fresh] = stream_device.emplace(std::pair(rank, a.record.stream), a.record.device);
       stream_shared = stream_shared || (!fresh && it->second != a.record.device);
       Span s;

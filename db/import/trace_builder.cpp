@@ -56,7 +56,7 @@ void ImportedTraceBuilder::add_span(const Span& span) {
   kernel_of_span_.push_back(-1);
 }
 
-void ImportedTraceBuilder::add_gpu_span(const Span& span, KernelRecord record) {
+void ImportedTraceBuilder::add_gpu_span(const Span& span, profiler::KernelRecord record) {
   trace_.spans.push_back(span);
   kernel_of_span_.push_back(static_cast<std::int64_t>(kernels_.size()));
   kernels_.push_back(std::move(record));

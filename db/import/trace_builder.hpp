@@ -1,6 +1,6 @@
 // Builds the Trace of an imported profile: lanes found by hash (not Trace::lane's scan), names
 // interned by hash (imports carry tens of thousands of distinct range names), and GPU spans
-// kept together with their KernelRecord until the final sort.
+// kept together with their profiler::KernelRecord until the final sort.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "db/import/imported_profile.hpp"
-#include "db/kernel_record.hpp"
+#include "profiler/gpu/kernel_record.hpp"
 #include "profiler/trace.hpp"
 
 namespace pipetune::db::import_detail {
@@ -32,7 +32,7 @@ class ImportedTraceBuilder {
   std::uint32_t name(std::string_view text);
 
   void add_span(const profiler::Span& span);
-  void add_gpu_span(const profiler::Span& span, KernelRecord record);
+  void add_gpu_span(const profiler::Span& span, profiler::KernelRecord record);
 
   std::size_t span_count() const { return trace_.spans.size(); }
   profiler::Trace& trace() { return trace_; }
@@ -45,7 +45,7 @@ class ImportedTraceBuilder {
   profiler::Trace trace_;
   std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>> names_;
   std::unordered_map<std::uint64_t, std::int32_t> lanes_;  // packed (rank, stream, index)
-  std::vector<KernelRecord> kernels_;
+  std::vector<profiler::KernelRecord> kernels_;
   std::vector<std::int64_t> kernel_of_span_;  // index into kernels_, -1 for none
 };
 

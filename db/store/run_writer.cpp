@@ -82,7 +82,7 @@ void validate_trace_part(const profiler::Trace& part) {
 }
 
 struct RunWriter::State {
-  using Item = std::variant<profiler::Trace, std::vector<KernelRecord>, SummaryUpdate>;
+  using Item = std::variant<profiler::Trace, std::vector<profiler::KernelRecord>, SummaryUpdate>;
 
   WriterOptions options;
   sqlite::Connection db;
@@ -168,7 +168,7 @@ void RunWriter::State::commit_items(std::deque<Item>& items) {
     if (auto* part = std::get_if<profiler::Trace>(&item)) {
       rows += inserter->add_part(*part);
       *part = profiler::Trace{};  // release its memory early
-    } else if (auto* kernels = std::get_if<std::vector<KernelRecord>>(&item)) {
+    } else if (auto* kernels = std::get_if<std::vector<profiler::KernelRecord>>(&item)) {
       rows += inserter->add_kernels(*kernels);
       kernels->clear();
       kernels->shrink_to_fit();
@@ -263,7 +263,7 @@ void RunWriter::append(profiler::Trace&& part) {
   state_->enqueue(State::Item(std::in_place_type<profiler::Trace>, std::move(part)), rows);
 }
 
-void RunWriter::append_kernels(std::vector<KernelRecord> kernels) {
+void RunWriter::append_kernels(std::vector<profiler::KernelRecord> kernels) {
   const std::size_t rows = kernels.size();
   state_->enqueue(State::Item(std::move(kernels)), rows);
 }
@@ -318,7 +318,7 @@ void RunWriter::finish(RunStatus status) {
 }
 
 std::int64_t store_trace(const std::string& path, RunInfo info, const profiler::Trace& trace,
-                         std::vector<KernelRecord> kernels) {
+                         std::vector<profiler::KernelRecord> kernels) {
   validate_trace_part(trace);
   WriterOptions options;
   RunWriter writer(path, std::move(info), options);

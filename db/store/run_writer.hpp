@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "db/kernel_record.hpp"
+#include "profiler/gpu/kernel_record.hpp"
 #include "db/store/store_types.hpp"
 #include "profiler/trace.hpp"
 
@@ -48,7 +48,7 @@ class RunWriter {
   // ending before it starts), checked here on the caller's thread. Thread-safe.
   void append(const profiler::Trace& part);
   void append(profiler::Trace&& part);
-  void append_kernels(std::vector<KernelRecord> kernels);
+  void append_kernels(std::vector<profiler::KernelRecord> kernels);
   // Replaces the run's summary JSON (InputError when not JSON; "" clears it).
   void set_summary_json(std::string json);
 
@@ -68,6 +68,6 @@ void validate_trace_part(const profiler::Trace& part);
 
 // Writes a whole trace as one complete run; returns its id.
 std::int64_t store_trace(const std::string& path, RunInfo info, const profiler::Trace& trace,
-                         std::vector<KernelRecord> kernels = {});
+                         std::vector<profiler::KernelRecord> kernels = {});
 
 }  // namespace pipetune::db

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "db/kernel_record.hpp"
+#include "profiler/gpu/kernel_record.hpp"
 #include "profiler/trace.hpp"
 
 namespace pipetune::db {
@@ -95,7 +95,7 @@ struct TrialRecord {
 struct StoredRun {
   RunRecord run;
   profiler::Trace trace;
-  std::vector<KernelRecord> kernels;
+  std::vector<profiler::KernelRecord> kernels;
 };
 
 }  // namespace pipetune::db

@@ -274,8 +274,8 @@ void TraceInserter::write_block(LaneState& lane, std::int32_t depth, DepthState&
   d.block_dirty = false;
 }
 
-std::size_t TraceInserter::add_kernels(const std::vector<KernelRecord>& kernels) {
-  for (const KernelRecord& k : kernels) {
+std::size_t TraceInserter::add_kernels(const std::vector<profiler::KernelRecord>& kernels) {
+  for (const profiler::KernelRecord& k : kernels) {
     insert_kernel_.bind(1, run_id_)
         .bind(2, kernel_seq_++)
         .bind(3, k.rank)

@@ -17,7 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "db/kernel_record.hpp"
+#include "profiler/gpu/kernel_record.hpp"
 #include "db/store/span_block.hpp"
 #include "db/store/sqlite_util.hpp"
 #include "profiler/trace.hpp"
@@ -31,7 +31,7 @@ class TraceInserter {
 
   // Returns the rows added (spans + memory samples + counters + step metrics).
   std::size_t add_part(const profiler::Trace& part);
-  std::size_t add_kernels(const std::vector<KernelRecord>& kernels);
+  std::size_t add_kernels(const std::vector<profiler::KernelRecord>& kernels);
   void set_summary_json(const std::string& json);
 
   // Writes partial blocks and lane statistics changed since the last call, and the commit

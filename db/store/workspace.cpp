@@ -273,15 +273,15 @@ std::vector<profiler::StepMetric> Workspace::steps(std::int64_t run_id) {
   return out;
 }
 
-std::vector<KernelRecord> Workspace::kernels(std::int64_t run_id) {
+std::vector<profiler::KernelRecord> Workspace::kernels(std::int64_t run_id) {
   const std::vector<std::string> text = names(run_id);
   sqlite::Statement s = db_.prepare(
       "SELECT rank, device, stream, correlation, start_ns, end_ns, name, grid_x, grid_y, grid_z, "
       "block_x, block_y, block_z, bytes FROM kernels WHERE run = ?1 ORDER BY seq");
   s.bind(1, run_id);
-  std::vector<KernelRecord> out;
+  std::vector<profiler::KernelRecord> out;
   while (s.step()) {
-    KernelRecord k;
+    profiler::KernelRecord k;
     k.rank = static_cast<std::int32_t>(s.column_int64(0));
     k.device = static_cast<std::int32_t>(s.column_int64(1));
     k.stream = static_cast<std::int32_t>(s.column_int64(2));

@@ -51,7 +51,7 @@ class Workspace {
                                              std::int64_t t0, std::int64_t t1);
   std::vector<profiler::CounterSample> counters(std::int64_t run_id);
   std::vector<profiler::StepMetric> steps(std::int64_t run_id);
-  std::vector<KernelRecord> kernels(std::int64_t run_id);
+  std::vector<profiler::KernelRecord> kernels(std::int64_t run_id);
 
   // Spans of lane `lane_index` (its index in the run) visible in [t0, t1), with depths.
   std::vector<SpanAt> spans(std::int64_t run_id, std::int32_t lane_index, std::int64_t t0,

@@ -1,9 +1,9 @@
-#include "db/import/gpu_activity_names.hpp"
+#include "profiler/gpu/gpu_activity_names.hpp"
 
 #include <array>
 #include <cctype>
 
-namespace pipetune::db {
+namespace pipetune::profiler {
 
 namespace {
 
@@ -72,4 +72,28 @@ std::string memcpy_kind_label_from_enum_name(std::string_view enum_name) {
   return {};
 }
 
-}  // namespace pipetune::db
+SpanKind span_kind_of(NcclKernel k) {
+  switch (k) {
+    case NcclKernel::AllReduce:
+      return SpanKind::AllReduce;
+    case NcclKernel::AllGather:
+      return SpanKind::AllGather;
+    case NcclKernel::ReduceScatter:
+      return SpanKind::ReduceScatter;
+    case NcclKernel::Broadcast:
+      return SpanKind::Broadcast;
+    case NcclKernel::AllToAll:
+      return SpanKind::AllToAll;
+    case NcclKernel::Send:
+    case NcclKernel::SendRecv:
+      return SpanKind::Send;
+    case NcclKernel::Recv:
+      return SpanKind::Recv;
+    case NcclKernel::Reduce:
+    case NcclKernel::Unknown:
+      return SpanKind::Kernel;
+  }
+  return SpanKind::Kernel;
+}
+
+}  // namespace pipetune::profiler

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-namespace pipetune::db {
+namespace pipetune::profiler {
 
 struct KernelRecord {
   std::int32_t rank = 0;
@@ -23,4 +23,4 @@ struct KernelRecord {
   std::int64_t bytes = 0;  // memcpy / memset size; 0 for kernels
 };
 
-}  // namespace pipetune::db
+}  // namespace pipetune::profiler

@@ -8,6 +8,7 @@
 #   tests/<folder>/**/*_slow_test.cpp  -> <folder>_slow_tests
 #   tests/gui/**                       -> only when gui=ON
 #   tests/gpu/*.cu                     -> gpu_tests, when nvcc is on this machine and cuda != OFF
+#   tests/cuda/**/*_test.cpp           -> cuda_fast_tests, on the same condition
 #   tests/mpi/*.cpp                    -> mpi_tests (run under mpirun), when mpi=ON
 #   tests/bench/*.cpp                  -> pipetune_bench, when bench=ON
 #   tests/bench/gui/*.cpp              -> gui_bench, when bench=ON and gui=ON
@@ -32,7 +33,7 @@ fi
 expected=()
 for dir in "$src"/tests/*/; do
   folder="$(basename "$dir")"
-  case "$folder" in support | bench | gpu | mpi) continue ;; esac
+  case "$folder" in support | bench | gpu | mpi | cuda) continue ;; esac
   if [ "$folder" = gui ] && [ "${opt[gui]}" = OFF ]; then continue; fi
   if find "$dir" -name '*_test.cpp' ! -name '*_slow_test.cpp' | grep -q .; then
     expected+=("${folder}_fast_tests")
@@ -41,9 +42,10 @@ for dir in "$src"/tests/*/; do
     expected+=("${folder}_slow_tests")
   fi
 done
-if [ "${opt[cuda]}" != OFF ] && ls "$src"/tests/gpu/*.cu >/dev/null 2>&1; then
+if [ "${opt[cuda]}" != OFF ]; then
   if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || [ -n "${CUDACXX:-}" ]; then
-    expected+=(gpu_tests)
+    ls "$src"/tests/gpu/*.cu >/dev/null 2>&1 && expected+=(gpu_tests)
+    find "$src/tests/cuda" -name '*_test.cpp' 2>/dev/null | grep -q . && expected+=(cuda_fast_tests)
   fi
 fi
 if [ "${opt[mpi]}" != OFF ] && ls "$src"/tests/mpi/*.cpp >/dev/null 2>&1; then

@@ -268,7 +268,7 @@ TEST_F(KinetoTraces, StepsSpansAndHostEvents) {
 TEST_F(KinetoTraces, KernelRecordsFromArgs) {
   const ImportedProfile& p = profile_[0];
   std::size_t kernels = 0;
-  for (const KernelRecord& k : p.kernels) {
+  for (const profiler::KernelRecord& k : p.kernels) {
     EXPECT_EQ(k.rank, 0);
     EXPECT_EQ(k.device, 0);
     EXPECT_GE(k.correlation, 0);
@@ -276,8 +276,8 @@ TEST_F(KinetoTraces, KernelRecordsFromArgs) {
   }
   EXPECT_EQ(kernels, 1154u);
   // The first kernel (README excerpt): permute_2D_lengths_kernel, grid 2400, block 256, stream 23.
-  const KernelRecord* first = nullptr;
-  for (const KernelRecord& k : p.kernels)
+  const profiler::KernelRecord* first = nullptr;
+  for (const profiler::KernelRecord& k : p.kernels)
     if (k.grid[0] > 0 && (first == nullptr || k.start_ns < first->start_ns)) first = &k;
   ASSERT_NE(first, nullptr);
   EXPECT_EQ(first->name,
@@ -301,7 +301,7 @@ TEST_F(KinetoTraces, MergedRanksShareOneTrace) {
   EXPECT_EQ(merged.ranks[1].process_name, "pyper:trainer:0:1");
   // Kernel records still sit beside their spans: (lane, start) finds a kernel-kind span.
   std::size_t matched = 0;
-  for (const KernelRecord& k : merged.kernels) {
+  for (const profiler::KernelRecord& k : merged.kernels) {
     const int lane = find_lane(t, k.rank, Stream::Gpu, k.stream);
     for (const Span& s : t.spans)
       if (s.lane == lane && s.start_ns == k.start_ns && s.end_ns == k.end_ns) {
@@ -339,7 +339,7 @@ TEST(KinetoGzip, ReadsTheCompressedFileWhenBuiltWithZlib) {
   EXPECT_EQ(p.ranks.at(0).rank, 1);
   EXPECT_EQ(p.trace.spans.size(), 4676u);  // every X event of rank 1
   std::size_t kernels = 0;
-  for (const KernelRecord& k : p.kernels) kernels += k.grid[0] > 0;
+  for (const profiler::KernelRecord& k : p.kernels) kernels += k.grid[0] > 0;
   EXPECT_EQ(kernels, 1104u);
 }
 

@@ -5,7 +5,7 @@
 // (ncclKernel_* before NCCL 2.19, ncclDevKernel_* after) and the nsys copyKind codes.
 #include <gtest/gtest.h>
 
-#include "db/import/gpu_activity_names.hpp"
+#include "profiler/gpu/gpu_activity_names.hpp"
 #include "db/import/pipeline_phase_names.hpp"
 #include "db/import/rank_names.hpp"
 
@@ -84,42 +84,42 @@ TEST(PipelinePhaseNames, NotPhases) {
 }
 
 TEST(NcclKernelNames, Collectives) {
-  EXPECT_EQ(classify_nccl_kernel("ncclDevKernel_SendRecv"), NcclKernel::SendRecv);
-  EXPECT_EQ(classify_nccl_kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096>)"),
-            NcclKernel::SendRecv);
-  EXPECT_EQ(classify_nccl_kernel("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t"),
-            NcclKernel::SendRecv);
-  EXPECT_EQ(classify_nccl_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL"), NcclKernel::AllReduce);
-  EXPECT_EQ(classify_nccl_kernel("void ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)"),
-            NcclKernel::AllGather);
-  EXPECT_EQ(classify_nccl_kernel("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL"),
-            NcclKernel::ReduceScatter);
-  EXPECT_EQ(classify_nccl_kernel("ncclDevKernel_Reduce_Sum_f32_RING_LL"), NcclKernel::Reduce);
-  EXPECT_EQ(classify_nccl_kernel("ncclDevKernel_Broadcast_RING_LL"), NcclKernel::Broadcast);
-  EXPECT_EQ(classify_nccl_kernel("ncclKernel_AllToAll_RING"), NcclKernel::AllToAll);
-  EXPECT_EQ(classify_nccl_kernel("ncclDevKernel_Send_RING"), NcclKernel::Send);
-  EXPECT_EQ(classify_nccl_kernel("ncclDevKernel_Recv_RING"), NcclKernel::Recv);
-  EXPECT_EQ(classify_nccl_kernel("ncclDevKernel_Generic_4"), NcclKernel::Unknown);
-  EXPECT_EQ(classify_nccl_kernel("ncclDevKernel_SendRecvX"), NcclKernel::Unknown);
-  EXPECT_FALSE(classify_nccl_kernel("flash_fwd_kernel").has_value());
-  EXPECT_FALSE(classify_nccl_kernel("nccl:all_to_all").has_value());
-  EXPECT_FALSE(classify_nccl_kernel("my_ncclKernel_AllReduce").has_value());
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_SendRecv"), profiler::NcclKernel::SendRecv);
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096>)"),
+            profiler::NcclKernel::SendRecv);
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t"),
+            profiler::NcclKernel::SendRecv);
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL"), profiler::NcclKernel::AllReduce);
+  EXPECT_EQ(profiler::classify_nccl_kernel("void ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)"),
+            profiler::NcclKernel::AllGather);
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL"),
+            profiler::NcclKernel::ReduceScatter);
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_Reduce_Sum_f32_RING_LL"), profiler::NcclKernel::Reduce);
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_Broadcast_RING_LL"), profiler::NcclKernel::Broadcast);
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclKernel_AllToAll_RING"), profiler::NcclKernel::AllToAll);
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_Send_RING"), profiler::NcclKernel::Send);
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_Recv_RING"), profiler::NcclKernel::Recv);
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_Generic_4"), profiler::NcclKernel::Unknown);
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_SendRecvX"), profiler::NcclKernel::Unknown);
+  EXPECT_FALSE(profiler::classify_nccl_kernel("flash_fwd_kernel").has_value());
+  EXPECT_FALSE(profiler::classify_nccl_kernel("nccl:all_to_all").has_value());
+  EXPECT_FALSE(profiler::classify_nccl_kernel("my_ncclKernel_AllReduce").has_value());
 }
 
 TEST(MemcpyKinds, CodesAndEnumNames) {
-  EXPECT_EQ(memcpy_kind_label(0), "unknown");
-  EXPECT_EQ(memcpy_kind_label(1), "HtoD");
-  EXPECT_EQ(memcpy_kind_label(2), "DtoH");
-  EXPECT_EQ(memcpy_kind_label(8), "DtoD");
-  EXPECT_EQ(memcpy_kind_label(10), "PtoP");
-  EXPECT_EQ(memcpy_kind_label(13), "UVM DtoD");
-  EXPECT_EQ(memcpy_kind_label(14), "unknown");
-  EXPECT_EQ(memcpy_kind_label(-1), "unknown");
-  EXPECT_EQ(memcpy_kind_label_from_enum_name("CUDA_MEMCPY_KIND_DTOD"), "DtoD");
-  EXPECT_EQ(memcpy_kind_label_from_enum_name("CUDA_MEMCPY_KIND_UVM_HTOD"), "UVM HtoD");
-  EXPECT_EQ(memcpy_kind_label_from_enum_name("CUDA_MEMCPY_KIND_UNKNOWN"), "unknown");
-  EXPECT_EQ(memcpy_kind_label_from_enum_name("CUDA_MEMCPY_KIND_SIDEWAYS"), "");
-  EXPECT_EQ(memcpy_kind_label_from_enum_name("DTOD"), "");
+  EXPECT_EQ(profiler::memcpy_kind_label(0), "unknown");
+  EXPECT_EQ(profiler::memcpy_kind_label(1), "HtoD");
+  EXPECT_EQ(profiler::memcpy_kind_label(2), "DtoH");
+  EXPECT_EQ(profiler::memcpy_kind_label(8), "DtoD");
+  EXPECT_EQ(profiler::memcpy_kind_label(10), "PtoP");
+  EXPECT_EQ(profiler::memcpy_kind_label(13), "UVM DtoD");
+  EXPECT_EQ(profiler::memcpy_kind_label(14), "unknown");
+  EXPECT_EQ(profiler::memcpy_kind_label(-1), "unknown");
+  EXPECT_EQ(profiler::memcpy_kind_label_from_enum_name("CUDA_MEMCPY_KIND_DTOD"), "DtoD");
+  EXPECT_EQ(profiler::memcpy_kind_label_from_enum_name("CUDA_MEMCPY_KIND_UVM_HTOD"), "UVM HtoD");
+  EXPECT_EQ(profiler::memcpy_kind_label_from_enum_name("CUDA_MEMCPY_KIND_UNKNOWN"), "unknown");
+  EXPECT_EQ(profiler::memcpy_kind_label_from_enum_name("CUDA_MEMCPY_KIND_SIDEWAYS"), "");
+  EXPECT_EQ(profiler::memcpy_kind_label_from_enum_name("DTOD"), "");
 }
 
 TEST(RankNames, FromThreadAndProcessNames) {

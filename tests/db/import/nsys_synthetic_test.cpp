@@ -160,11 +160,11 @@ TEST(NsysSyntheticExport, TwoRanksSpanForSpan) {
 
   // Kernel records, in span order, with what the span cannot carry.
   ASSERT_EQ(p.kernels.size(), 9u);
-  const KernelRecord& copy = p.kernels[0];
+  const profiler::KernelRecord& copy = p.kernels[0];
   EXPECT_EQ(copy.name, "memcpy HtoD");
   EXPECT_EQ(copy.bytes, 4096);
   EXPECT_EQ(copy.correlation, 20);
-  const KernelRecord& gemm = p.kernels[1];
+  const profiler::KernelRecord& gemm = p.kernels[1];
   EXPECT_EQ(gemm.rank, 0);
   EXPECT_EQ(gemm.device, 0);
   EXPECT_EQ(gemm.stream, 7);

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "db/kernel_record.hpp"
+#include "profiler/gpu/kernel_record.hpp"
 #include "db/store/store_types.hpp"
 #include "profiler/trace.hpp"
 
@@ -127,8 +127,8 @@ inline std::string diff_traces(const profiler::Trace& want, const profiler::Trac
   return out.str();
 }
 
-inline std::string diff_kernels(const std::vector<KernelRecord>& want,
-                                const std::vector<KernelRecord>& got) {
+inline std::string diff_kernels(const std::vector<profiler::KernelRecord>& want,
+                                const std::vector<profiler::KernelRecord>& got) {
   if (want.size() != got.size())
     return "kernel count " + std::to_string(want.size()) + " vs " + std::to_string(got.size());
   for (std::size_t i = 0; i < want.size(); ++i) {

@@ -132,7 +132,7 @@ TEST(RunWriter, WriterThreadFailureIsRethrownAndTheRunMarkedFailed) {
     raw.set_busy_timeout(std::chrono::milliseconds(5000));
     raw.exec("DROP TABLE kernels");
   }
-  writer.append_kernels({KernelRecord{}});
+  writer.append_kernels({profiler::KernelRecord{}});
   try {
     writer.flush();
     ADD_FAILURE() << "flush should rethrow the writer thread's error";

@@ -1,0 +1,95 @@
+#include "engine/cuda/cupti_records.hpp"
+
+#include <cupti.h>
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "profiler/gpu/gpu_activity_names.hpp"
+
+namespace pipetune::cuda {
+
+namespace {
+
+std::int64_t ns(std::uint64_t t) {
+  return static_cast<std::int64_t>(t);
+}
+
+std::string api_name(CUpti_ActivityKind kind, CUpti_CallbackId cbid) {
+  const CUpti_CallbackDomain domain =
+      kind == CUPTI_ACTIVITY_KIND_DRIVER ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API;
+  const char* name = nullptr;
+  if (cuptiGetCallbackName(domain, cbid, &name) == CUPTI_SUCCESS && name != nullptr) return name;
+  return std::string(kind == CUPTI_ACTIVITY_KIND_DRIVER ? "driver" : "runtime") + " call " +
+         std::to_string(cbid);
+}
+
+}  // namespace
+
+std::string kernel_display_name(const char* name) {
+  if (name == nullptr) return "kernel";
+  if (name[0] != '_' || name[1] != 'Z') return name;
+  int status = 0;
+  const std::unique_ptr<char, decltype(&std::free)> demangled(
+      abi::__cxa_demangle(name, nullptr, nullptr, &status), &std::free);
+  return status == 0 && demangled ? std::string(demangled.get()) : std::string(name);
+}
+
+bool append_cupti_record(const CUpti_Activity& record, profiler::GpuCapture& capture) {
+  switch (record.kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+      const auto& k = reinterpret_cast<const CUpti_ActivityKernel10&>(record);
+      profiler::KernelRecord r;
+      r.device = static_cast<std::int32_t>(k.deviceId);
+      r.stream = static_cast<std::int32_t>(k.streamId);
+      r.correlation = k.correlationId;
+      r.start_ns = ns(k.start);
+      r.end_ns = ns(k.end);
+      r.name = kernel_display_name(k.name);
+      r.grid = {k.gridX, k.gridY, k.gridZ};
+      r.block = {k.blockX, k.blockY, k.blockZ};
+      capture.activities.push_back(std::move(r));
+      return true;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY: {
+      const auto& m = reinterpret_cast<const CUpti_ActivityMemcpy6&>(record);
+      profiler::KernelRecord r;
+      r.device = static_cast<std::int32_t>(m.deviceId);
+      r.stream = static_cast<std::int32_t>(m.streamId);
+      r.correlation = m.correlationId;
+      r.start_ns = ns(m.start);
+      r.end_ns = ns(m.end);
+      r.name = "memcpy " + std::string(profiler::memcpy_kind_label(m.copyKind));
+      r.bytes = static_cast<std::int64_t>(m.bytes);
+      capture.activities.push_back(std::move(r));
+      return true;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMSET: {
+      const auto& m = reinterpret_cast<const CUpti_ActivityMemset4&>(record);
+      profiler::KernelRecord r;
+      r.device = static_cast<std::int32_t>(m.deviceId);
+      r.stream = static_cast<std::int32_t>(m.streamId);
+      r.correlation = m.correlationId;
+      r.start_ns = ns(m.start);
+      r.end_ns = ns(m.end);
+      r.name = "memset";
+      r.bytes = static_cast<std::int64_t>(m.bytes);
+      capture.activities.push_back(std::move(r));
+      return true;
+    }
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER: {
+      const auto& a = reinterpret_cast<const CUpti_ActivityAPI&>(record);
+      capture.api_calls.push_back(
+          {a.correlationId, a.threadId, ns(a.start), ns(a.end), api_name(record.kind, a.cbid)});
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+}  // namespace pipetune::cuda

@@ -1,0 +1,142 @@
+// A rank's GPU capture joins its Trace: each device record lands on its stream's Gpu lane, under
+// the op whose span contains its launch call, with the micro-batch and chunk of that op. The
+// expectations are worked out by hand from the constructed records below.
+#include "profiler/gpu/gpu_capture.hpp"
+
+#include <gtest/gtest.h>
+
+#include "profiler/analysis/stage_breakdown.hpp"
+
+namespace pipetune::profiler {
+namespace {
+
+// Rank 0's ops in trace time: F of micro-batch 2 (chunk 1) [100, 200), B of micro-batch 2
+// [300, 500) with a nested receive [300, 320), an all-reduce [500, 600); rank 1 has an F at
+// [100, 200) that must never be chosen for rank 0's kernels.
+Trace host_trace() {
+  Trace t;
+  t.kind = TraceKind::Measured;
+  const std::int32_t compute = t.lane(0, Stream::Compute), comm = t.lane(0, Stream::Comm);
+  const std::int32_t other = t.lane(1, Stream::Compute);
+  t.spans.push_back({compute, SpanKind::F, 1, 2, -1, 100, 200, 0});
+  t.spans.push_back({compute, SpanKind::B, 1, 2, -1, 300, 500, 0});
+  t.spans.push_back({compute, SpanKind::Recv, -1, 2, 1, 300, 320, 0});
+  t.spans.push_back({comm, SpanKind::AllReduce, -1, -1, -1, 500, 600, 0});
+  t.spans.push_back({other, SpanKind::F, 0, 7, -1, 100, 200, 0});
+  return t;
+}
+
+KernelRecord kernel(std::uint32_t correlation, std::int32_t stream, std::int64_t start,
+                    std::int64_t end, std::string name) {
+  KernelRecord r;
+  r.device = 0;
+  r.stream = stream;
+  r.correlation = correlation;
+  r.start_ns = start;
+  r.end_ns = end;
+  r.name = std::move(name);
+  r.grid = {4, 1, 1};
+  r.block = {128, 1, 1};
+  return r;
+}
+
+// The capture clock runs 10,000 ns behind the trace's.
+constexpr std::int64_t kOffset = 10'000;
+
+GpuCapture capture() {
+  GpuCapture c;
+  c.api_calls = {{1, 77, 150 - kOffset, 160 - kOffset, "cudaLaunchKernel"},  // in F
+                 {2, 77, 310 - kOffset, 312 - kOffset, "cudaLaunchKernel"},  // in B's recv
+                 {3, 77, 250 - kOffset, 255 - kOffset, "cudaLaunchKernel"},  // between ops
+                 {5, 77, 550 - kOffset, 551 - kOffset, "cudaLaunchKernel"},  // in the all-reduce
+                 {6, 77, 400 - kOffset, 401 - kOffset, "cudaMemcpyAsync"},   // in B
+                 {7, 77, 420 - kOffset, 421 - kOffset, "cudaMemsetAsync"}};  // in B
+  c.activities.push_back(kernel(1, 7, 170 - kOffset, 260 - kOffset, "sgemm_128x64"));
+  c.activities.push_back(kernel(2, 7, 330 - kOffset, 380 - kOffset, "layernorm_backward"));
+  c.activities.push_back(kernel(3, 7, 260 - kOffset, 270 - kOffset, "adamw_step"));
+  c.activities.push_back(kernel(4, 7, 600 - kOffset, 610 - kOffset, "orphan"));  // no call
+  c.activities.push_back(
+      kernel(5, 13, 560 - kOffset, 640 - kOffset, "ncclDevKernel_AllReduce_Sum_f32_RING_LL"));
+  KernelRecord copy = kernel(6, 7, 405 - kOffset, 415 - kOffset, "memcpy DtoD");
+  copy.grid = copy.block = {0, 0, 0};
+  copy.bytes = 4096;
+  c.activities.push_back(copy);
+  KernelRecord set = kernel(7, 7, 430 - kOffset, 431 - kOffset, "memset");
+  set.grid = set.block = {0, 0, 0};
+  set.bytes = 256;
+  c.activities.push_back(set);
+  return c;
+}
+
+TEST(GpuCapture, RecordsLandOnTheirStreamsUnderTheOpsThatLaunchedThem) {
+  Trace t = host_trace();
+  const std::size_t host_spans = t.spans.size();
+  const GpuAttribution a = add_gpu_capture(t, 0, capture(), kOffset);
+  EXPECT_EQ(a.attributed, 5u);
+  EXPECT_EQ(a.outside_ops, 1u);
+  EXPECT_EQ(a.without_launch, 1u);
+  ASSERT_EQ(t.spans.size(), host_spans + 7);
+  // op_of_span: F (0), the nested receive (2, innermost), none, none, all-reduce (3), B (1) twice.
+  EXPECT_EQ(a.op_of_span, (std::vector<std::int64_t>{0, 2, -1, -1, 3, 1, 1}));
+
+  const Span& gemm = t.spans[host_spans];
+  const Lane& lane = t.lanes[static_cast<std::size_t>(gemm.lane)];
+  EXPECT_EQ(lane.rank, 0);
+  EXPECT_EQ(lane.stream, Stream::Gpu);
+  EXPECT_EQ(lane.index, 7);
+  EXPECT_EQ(gemm.kind, SpanKind::Kernel);
+  EXPECT_EQ(gemm.start_ns, 170);  // trace clock
+  EXPECT_EQ(gemm.end_ns, 260);
+  EXPECT_EQ(gemm.microbatch, 2);
+  EXPECT_EQ(gemm.chunk, 1);
+  EXPECT_EQ(t.names[gemm.name], "sgemm_128x64");
+  EXPECT_EQ(t.spans[host_spans + 2].microbatch, -1);  // the optimizer's kernel: no op
+
+  const Span& nccl = t.spans[host_spans + 4];
+  EXPECT_EQ(nccl.kind, SpanKind::AllReduce);
+  EXPECT_EQ(t.lanes[static_cast<std::size_t>(nccl.lane)].index, 13);
+  EXPECT_EQ(t.spans[host_spans + 5].kind, SpanKind::Memcpy);
+  EXPECT_EQ(t.spans[host_spans + 6].kind, SpanKind::Memset);
+  EXPECT_EQ(t.spans[host_spans + 5].lane, gemm.lane);  // one lane per stream
+
+  ASSERT_EQ(a.records.size(), 7u);
+  EXPECT_EQ(a.records[5].bytes, 4096);
+  EXPECT_EQ(a.records[5].rank, 0);
+  EXPECT_EQ(a.records[5].start_ns, 405);
+}
+
+// With Gpu lanes, the breakdown counts rank 0's GPU time: the union of its kernels, copies and
+// memsets ([170,270) + [330,380) + [405,415) + [430,431) + [600,610) = 171 ns), and the NCCL
+// kernel [560,640) as communication, of which [560,600) and [610,640) are exposed (the orphan
+// kernel covers [600,610)).
+TEST(GpuCapture, TheBreakdownCountsGpuTime) {
+  Trace t = host_trace();
+  add_gpu_capture(t, 0, capture(), kOffset);
+  analysis::BreakdownOptions o;
+  o.window = analysis::TimeWindow{100, 700};
+  const analysis::PipelineBreakdown b = analysis::stage_breakdown(t, o);
+  ASSERT_FALSE(b.stages.empty());
+  const analysis::StageBreakdown& r0 = b.stages.front();
+  ASSERT_EQ(r0.rank, 0);
+  EXPECT_TRUE(r0.gpu_activity);
+  EXPECT_EQ(r0.compute_ns, 171);
+  EXPECT_EQ(r0.communication_ns, 80);
+  EXPECT_EQ(r0.exposed_communication_ns, 40 + 30);
+}
+
+TEST(GpuCapture, ARecordEndingBeforeItStartsIsRefused) {
+  Trace t = host_trace();
+  GpuCapture c;
+  c.activities.push_back(kernel(1, 7, 500, 400, "backwards"));
+  try {
+    add_gpu_capture(t, 0, c, 0);
+    FAIL() << "a record ending before its start was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'backwards' (correlation 1) ends at 400 ns"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace pipetune::profiler
