@@ -41,6 +41,8 @@ check_plan() {
 if [ "$np" -eq 2 ]; then
   check_plan "pp=2 1f1b" --tp 1 --pp 2 --dp 1 --schedule 1f1b
   check_plan "pp=2 zb-h1" --tp 1 --pp 2 --dp 1 --schedule zb-h1
+  check_plan "pp=2 gpipe" --tp 1 --pp 2 --dp 1 --schedule gpipe
+  check_plan "pp=2 zb-h2" --tp 1 --pp 2 --dp 1 --schedule zb-h2
   check_plan "pp=2 1f1b vocab-1" --tp 1 --pp 2 --dp 1 --schedule 1f1b --vocab vocab-1
   check_plan "pp=2 v-half vocab-2" --tp 1 --pp 2 --dp 1 --schedule v-half --vocab vocab-2
   check_plan "tp=2" --tp 2 --pp 1 --dp 1
@@ -56,6 +58,9 @@ elif [ "$np" -eq 4 ]; then
   check_plan "pp=2 dp=2 interleaved zero-1" --tp 1 --pp 2 --dp 2 --schedule interleaved-1f1b \
     --chunks 2 --zero 1
   check_plan "pp=4 zb-v" --tp 1 --pp 4 --dp 1 --schedule zb-v
+  check_plan "pp=4 v-min" --tp 1 --pp 4 --dp 1 --schedule v-min
+  check_plan "pp=4 dualpipe-v" --tp 1 --pp 4 --dp 1 --schedule dualpipe-v
+  check_plan "pp=4 1f1b interlaced vocab" --tp 1 --pp 4 --dp 1 --schedule 1f1b --vocab interlaced
   check_plan "4x2 tp=2 pp=2 dp=2 (tiny-train)" --ranks-per-process 2 --tp 2 --pp 2 --dp 2
   check_plan "4x2 pp=4 dp=2 v-half vocab-2" --ranks-per-process 2 --tp 1 --pp 4 --dp 2 \
     --schedule v-half --vocab vocab-2
@@ -63,6 +68,31 @@ elif [ "$np" -eq 8 ]; then
   check_plan "tp=2 pp=2 dp=2 (tiny-train)" --tp 2 --pp 2 --dp 2
   check_plan "pp=4 dp=2 v-half vocab-2" --tp 1 --pp 4 --dp 2 --schedule v-half --vocab vocab-2
   check_plan "moe tp=2 dp=4 ep=2 zero-1" --model tiny-moe --tp 2 --pp 1 --dp 4 --ep 2 --zero 1
+fi
+
+# Against the single-rank run of the same global batch (the reference the thread runs are
+# tested against in the engine's suite): equal within 1e-5 relative, whatever the split.
+close() {  # close A B: the two loss lists agree within 1e-5 relative, value by value
+  awk -v a="$1" -v b="$2" 'BEGIN {
+    gsub(/[^0-9.,e+-]/, "", a); gsub(/[^0-9.,e+-]/, "", b)
+    n = split(a, x, ","); m = split(b, y, ",")
+    if (n != m || n == 0) exit 1
+    for (i = 1; i <= n; i++) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-5 * (x[i] < 0 ? -x[i] : x[i])) exit 1 }
+  }'
+}
+single="$("$pipetune" train --steps 3 --threads 1 --no-db --json --tp 1 --pp 1 --dp 1 | losses)"
+case "$np" in
+  2) split=(--tp 1 --pp 2 --dp 1) ;;
+  4) split=(--tp 2 --pp 2 --dp 1) ;;
+  *) split=(--tp 2 --pp 2 --dp 2 --microbatches 4) ;;  # 2 replicas x 4 = the single run's 8
+esac
+processes="$("$mpiexec" -np "$np" "$pipetune" train --steps 3 --threads 1 --no-db --json \
+  "${split[@]}" | losses)"
+if close "$single" "$processes"; then
+  echo "ok   ${split[*]} as $np processes matches the single-rank run: $processes"
+else
+  echo "FAIL ${split[*]} as $np processes: $processes, single rank $single"
+  failures=$((failures + 1))
 fi
 
 # The plan's world must be the launcher's, in every process, with nothing written.
