@@ -3,13 +3,17 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
+#include "cli/predict_against.hpp"
 #include "cli/tuning_target.hpp"
+#include "cli/workspace_cli.hpp"
 #include "db/store/record_json.hpp"
 #include "engine/errors.hpp"
 #include "tuner/predict/evaluate.hpp"
+#include "tuner/run_setup.hpp"
 #include "tuner/search/search.hpp"
 
 namespace pipetune::cli {
@@ -18,13 +22,89 @@ namespace {
 
 struct PredictArgs {
   TargetArgs target;
+  std::string config, against, db;
+  bool tp_given = false, pp_given = false;
   int tp = 1, pp = 1, dp = 0, ep = 1, chunks = 0, micro_batch_size = 1, zero = 0;
   std::string schedule = "1f1b", vocab = "none", recompute = "none";
   bool sequence_parallel = false;
   bool json = false;
 };
 
-void run(const PredictArgs& a) {
+// The prediction of one plan, as text or one JSON object.
+void print_prediction(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                      std::int64_t global_batch, const spec::ParallelPlan& p,
+                      const std::string& vocab, const tuner::PlanEvaluation& e, bool json) {
+  if (json) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (std::size_t i = 0; i < e.memory.stages.size(); ++i) {
+      const auto& m = e.memory.stages[i];
+      nlohmann::json s = {{"stage", m.stage},
+                          {"parameter_bytes", m.parameters},
+                          {"gradient_bytes", m.gradients},
+                          {"optimizer_bytes", m.optimizer},
+                          {"activation_bytes", m.activations},
+                          {"peak_memory_bytes", m.total()}};
+      if (i < e.stages.size()) {
+        s["busy"] = e.stages[i].busy;
+        s["bubble"] = e.stages[i].bubble;
+        s["bubble_ratio"] = e.stages[i].bubble_ratio;
+      }
+      stages.push_back(s);
+    }
+    const nlohmann::json j = {{"model", model.name},
+                              {"hardware", cluster.hardware.name},
+                              {"gpus", cluster.devices},
+                              {"plan", db::plan_to_json(p, vocab)},
+                              {"iteration_time", e.iteration_time},
+                              {"tokens_per_s", e.tokens_per_s},
+                              {"mfu", e.mfu},
+                              {"tflops_per_gpu", e.tflops_per_gpu},
+                              {"hfu_tflops_per_gpu", e.hfu_tflops_per_gpu},
+                              {"bubble_ratio", e.bubble_ratio},
+                              {"peak_memory_bytes", e.memory.peak_bytes},
+                              {"feasible", e.feasible},
+                              {"infeasible_reason", e.infeasible_reason},
+                              {"stages", stages}};
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::printf("%s on %d x %s, global batch %lld, sequence %lld\n%s\n\n", model.name.c_str(),
+              cluster.devices, cluster.hardware.name.c_str(), static_cast<long long>(global_batch),
+              static_cast<long long>(model.seq_len), plan_summary(p, vocab).c_str());
+  std::printf("iteration      %s  (pipeline %s, data-parallel %s, optimizer %s)\n",
+              human_time(e.iteration_time).c_str(), human_time(e.pipeline_time).c_str(),
+              human_time(e.data_parallel_time).c_str(), human_time(e.optimizer_time).c_str());
+  std::printf(
+      "throughput     %.0f tokens/s, MFU %.1f%%, %.1f TFLOP/s per GPU (%.1f with "
+      "recomputation)\n",
+      e.tokens_per_s, 100.0 * e.mfu, e.tflops_per_gpu, e.hfu_tflops_per_gpu);
+  std::printf("bubble         %.1f%%\n", 100.0 * e.bubble_ratio);
+  std::printf("memory         %s peak on stage %d of %s per GPU: %s\n\n",
+              human_bytes(e.memory.peak_bytes).c_str(), e.memory.peak_stage,
+              human_bytes(e.memory.device_bytes).c_str(),
+              e.feasible ? "fits" : ("does not fit: " + e.infeasible_reason).c_str());
+  std::printf("%-6s %11s %11s %11s %11s %11s %9s\n", "stage", "weights", "grads", "optimizer",
+              "activations", "total", "bubble%");
+  for (std::size_t i = 0; i < e.memory.stages.size(); ++i) {
+    const auto& m = e.memory.stages[i];
+    std::printf("%-6d %11s %11s %11s %11s %11s %8.1f%%\n", m.stage,
+                human_bytes(m.parameters).c_str(), human_bytes(m.gradients).c_str(),
+                human_bytes(m.optimizer).c_str(), human_bytes(m.activations).c_str(),
+                human_bytes(m.total()).c_str(),
+                i < e.stages.size() ? 100.0 * e.stages[i].bubble_ratio : 0.0);
+  }
+}
+
+void run_flags(const PredictArgs& a) {
+  const auto require = [](bool given, const char* flag) {
+    if (!given) throw InputError(std::string(flag) + " is required (or --config RUN)");
+  };
+  require(!a.target.model.empty(), "--model");
+  require(!a.target.hardware.empty(), "--hardware");
+  require(a.target.gpus != 0, "--gpus");
+  require(a.target.global_batch != 0, "--global-batch");
+  require(a.tp_given, "--tp");
+  require(a.pp_given, "--pp");
   const Target t = resolve_target(a.target);
   spec::ParallelPlan p;
   p.tp = a.tp;
@@ -57,68 +137,32 @@ void run(const PredictArgs& a) {
                      " is not divisible by micro-batch " + std::to_string(p.micro_batch_size) +
                      " x dp " + std::to_string(p.dp));
   p.microbatches = static_cast<int>(t.global_batch / (p.micro_batch_size * p.dp));
-  const tuner::PlanEvaluation e = tuner::evaluate_plan(t.model, t.cluster, p);
+  print_prediction(t.model, t.cluster, t.global_batch, p, a.vocab,
+                   tuner::evaluate_plan(t.model, t.cluster, p), a.json);
+}
 
-  if (a.json) {
-    nlohmann::json stages = nlohmann::json::array();
-    for (std::size_t i = 0; i < e.memory.stages.size(); ++i) {
-      const auto& m = e.memory.stages[i];
-      nlohmann::json s = {{"stage", m.stage},
-                          {"parameter_bytes", m.parameters},
-                          {"gradient_bytes", m.gradients},
-                          {"optimizer_bytes", m.optimizer},
-                          {"activation_bytes", m.activations},
-                          {"peak_memory_bytes", m.total()}};
-      if (i < e.stages.size()) {
-        s["busy"] = e.stages[i].busy;
-        s["bubble"] = e.stages[i].bubble;
-        s["bubble_ratio"] = e.stages[i].bubble_ratio;
-      }
-      stages.push_back(s);
-    }
-    const nlohmann::json j = {{"model", t.model.name},
-                              {"hardware", t.cluster.hardware.name},
-                              {"gpus", t.cluster.devices},
-                              {"plan", db::plan_to_json(p, a.vocab)},
-                              {"iteration_time", e.iteration_time},
-                              {"tokens_per_s", e.tokens_per_s},
-                              {"mfu", e.mfu},
-                              {"tflops_per_gpu", e.tflops_per_gpu},
-                              {"hfu_tflops_per_gpu", e.hfu_tflops_per_gpu},
-                              {"bubble_ratio", e.bubble_ratio},
-                              {"peak_memory_bytes", e.memory.peak_bytes},
-                              {"feasible", e.feasible},
-                              {"infeasible_reason", e.infeasible_reason},
-                              {"stages", stages}};
-    std::cout << j.dump(2) << "\n";
+// `predict --config RUN [--against STORED_RUN]`: the run file's prediction, or its per-stage
+// error against a measured or imported run of the same plan.
+void run_config(const PredictArgs& a) {
+  const tuner::SimulationSetup setup = tuner::setup_from_run_file(a.config);
+  if (!a.against.empty()) {
+    print_prediction_against(setup, a.db, a.against, a.json);
     return;
   }
-  std::printf("%s on %d x %s, global batch %lld, sequence %lld\n%s\n\n", t.model.name.c_str(),
-              t.cluster.devices, t.cluster.hardware.name.c_str(),
-              static_cast<long long>(t.global_batch), static_cast<long long>(t.model.seq_len),
-              plan_summary(p, a.vocab).c_str());
-  std::printf("iteration      %s  (pipeline %s, data-parallel %s, optimizer %s)\n",
-              human_time(e.iteration_time).c_str(), human_time(e.pipeline_time).c_str(),
-              human_time(e.data_parallel_time).c_str(), human_time(e.optimizer_time).c_str());
-  std::printf(
-      "throughput     %.0f tokens/s, MFU %.1f%%, %.1f TFLOP/s per GPU (%.1f with "
-      "recomputation)\n",
-      e.tokens_per_s, 100.0 * e.mfu, e.tflops_per_gpu, e.hfu_tflops_per_gpu);
-  std::printf("bubble         %.1f%%\n", 100.0 * e.bubble_ratio);
-  std::printf("memory         %s peak on stage %d of %s per GPU: %s\n\n",
-              human_bytes(e.memory.peak_bytes).c_str(), e.memory.peak_stage,
-              human_bytes(e.memory.device_bytes).c_str(),
-              e.feasible ? "fits" : ("does not fit: " + e.infeasible_reason).c_str());
-  std::printf("%-6s %11s %11s %11s %11s %11s %9s\n", "stage", "weights", "grads", "optimizer",
-              "activations", "total", "bubble%");
-  for (std::size_t i = 0; i < e.memory.stages.size(); ++i) {
-    const auto& m = e.memory.stages[i];
-    std::printf("%-6d %11s %11s %11s %11s %11s %8.1f%%\n", m.stage,
-                human_bytes(m.parameters).c_str(), human_bytes(m.gradients).c_str(),
-                human_bytes(m.optimizer).c_str(), human_bytes(m.activations).c_str(),
-                human_bytes(m.total()).c_str(),
-                i < e.stages.size() ? 100.0 * e.stages[i].bubble_ratio : 0.0);
+  const spec::RunSpec& run = *setup.run;
+  print_prediction(run.model, run.cluster, run.plan.global_batch, run.plan,
+                   std::string(schedule::vocab_mode_name(run.plan.vocab)), *setup.iteration,
+                   a.json);
+}
+
+void run(const PredictArgs& a) {
+  if (!a.config.empty()) {
+    run_config(a);
+    return;
   }
+  if (!a.against.empty())
+    throw InputError("--against compares a run file's prediction: give --config RUN");
+  run_flags(a);
 }
 
 }  // namespace
@@ -128,8 +172,8 @@ void add_predict_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "predict", "Predict one plan: iteration time, throughput, MFU and memory per stage");
   add_target_options(cmd, a->target);
-  cmd->add_option("--tp", a->tp, "Tensor-parallel degree")->required();
-  cmd->add_option("--pp", a->pp, "Pipeline stages")->required();
+  cmd->add_option("--tp", a->tp, "Tensor-parallel degree");
+  cmd->add_option("--pp", a->pp, "Pipeline stages");
   cmd->add_option("--dp", a->dp, "Data-parallel degree (default: gpus / (tp*pp))");
   cmd->add_option("--ep", a->ep, "Expert-parallel degree");
   cmd->add_option("--chunks", a->chunks, "Layer groups per stage (interleaved, V schedules)");
@@ -142,7 +186,24 @@ void add_predict_command(CLI::App& app) {
   cmd->add_flag("--sequence-parallel", a->sequence_parallel, "Sequence parallelism (with TP)");
   cmd->add_option("--zero", a->zero, "ZeRO stage 0-3 (1: distributed optimizer)");
   cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
-  cmd->callback([a] { run(*a); });
+  // A run file instead of the flags, and what to compare its prediction with.
+  std::vector<CLI::Option*> flags;
+  for (CLI::Option* o : cmd->get_options())
+    if (o->get_name() != "--json" && o->get_name() != "--help") flags.push_back(o);
+  CLI::Option* config =
+      cmd->add_option("--config", a->config, "Predict a run file (model, cluster, plan) instead");
+  for (CLI::Option* o : flags) config->excludes(o);
+  cmd->add_option("--against", a->against,
+                  "With --config: the per-stage error against this stored run (id or name)");
+  add_db_option(cmd, a->db);
+  // The target's flags are required unless --config is given (checked in run_flags).
+  for (const char* name : {"--model", "--hardware", "--gpus", "--global-batch"})
+    cmd->get_option(name)->required(false);
+  cmd->callback([a, cmd] {
+    a->tp_given = cmd->get_option("--tp")->count() > 0;
+    a->pp_given = cmd->get_option("--pp")->count() > 0;
+    run(*a);
+  });
 }
 
 }  // namespace pipetune::cli

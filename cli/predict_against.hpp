@@ -1,0 +1,16 @@
+// `pipetune predict --config RUN --against STORED`: a run file's prediction against a measured
+// or imported run of the same plan, stage by stage: compute time and bubble of each stage
+// (averaged over the stage's tp * dp ranks) and the iteration, with the relative error.
+#pragma once
+
+#include <string>
+
+#include "tuner/run_setup.hpp"
+
+namespace pipetune::cli {
+
+// InputError when the stored run has no plan, or a plan with another number of stages.
+void print_prediction_against(const tuner::SimulationSetup& setup, const std::string& db,
+                              const std::string& stored_run, bool json);
+
+}  // namespace pipetune::cli
