@@ -12,8 +12,8 @@
 
 #include "cli/commands.hpp"
 #include "cli/tuning_target.hpp"
-#include "db/store/record_json.hpp"
 #include "cli/workspace_cli.hpp"
+#include "db/store/record_json.hpp"
 #include "db/store/workspace.hpp"
 #include "engine/errors.hpp"
 #include "tuner/export/exporters.hpp"

@@ -1,5 +1,6 @@
 #include "cli/format.hpp"
 
+#include "engine/errors.hpp"
 #include "profiler/units.hpp"
 
 #include <unistd.h>
@@ -29,6 +30,12 @@ int terminal_width() {
     if (w > 40) return w - 12;
   }
   return 100;
+}
+
+void check_gantt_width(int width) {
+  if (width < 0 || width > 10000)
+    throw InputError("--width must be 1 to 10000 columns (0: the terminal's), not " +
+                     std::to_string(width));
 }
 
 }  // namespace pipetune::cli

@@ -11,5 +11,8 @@ std::string human_time(double t, const std::string& unit = "s");
 std::string human_bytes(double bytes);
 // Columns for charts: the terminal's width when stdout is one, else 100.
 int terminal_width();
+// --width of a text Gantt chart: 0 (the terminal's) or 1 to 10000 columns, else InputError
+// (the chart's output grows with it).
+void check_gantt_width(int width);
 
 }  // namespace pipetune::cli

@@ -222,7 +222,7 @@ profiler::Trace iteration_slice(const LoadedRun& r) {
 }
 
 void timeline(const ReportArgs& a) {
-  if (a.width < 0) throw InputError("--width must be positive");
+  check_gantt_width(a.width);
   const LoadedRun r = load_run(a.db, a.run, a.iteration);
   const auto& run = r.stored.run;
   std::printf("run %lld: %s, iteration %zu of %zu (%s)\n\n", static_cast<long long>(run.id),

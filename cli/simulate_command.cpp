@@ -26,15 +26,12 @@ namespace {
 struct SimulateArgs {
   std::string config;
   std::string schedule;
-  int stages = 0;
-  int microbatches = 0;
-  int chunks = 0;
-  int group_size = 0;
+  std::optional<int> stages, microbatches, chunks, group_size;
   std::string vocab = "none";
   double cost_f = 1.0, cost_b = 1.0, cost_w = 1.0, cost_s = 0.5, cost_t = 0.5;
   double comm = 0.0;
   std::optional<double> barrier;
-  double memory_limit = 0.0;
+  std::optional<double> memory_limit;
   bool json = false;
   std::string trace;
   int width = 0;
@@ -57,26 +54,33 @@ void check_costs(const SimulateArgs& a) {
   if (a.barrier && !(*a.barrier >= 0.0)) throw InputError("--cost-barrier must be >= 0");
 }
 
+// A count given on the command line: at least 1 (never silently replaced by a default).
+int at_least_one(const std::optional<int>& v, const char* flag) {
+  if (v && *v < 1)
+    throw InputError(std::string(flag) + " must be at least 1, not " + std::to_string(*v));
+  return v.value_or(0);
+}
+
 tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
   if (a.schedule.empty()) throw InputError("--schedule is required (or --config FILE.toml)");
-  if (a.stages == 0) throw InputError("--stages is required (or --config FILE.toml)");
-  if (a.microbatches == 0) throw InputError("--microbatches is required (or --config FILE.toml)");
+  if (!a.stages) throw InputError("--stages is required (or --config FILE.toml)");
+  if (!a.microbatches) throw InputError("--microbatches is required (or --config FILE.toml)");
   check_costs(a);
   tuner::SimulationSetup setup;
   auto& p = setup.params;
   p.name = a.schedule;
-  p.stages = a.stages;
-  p.microbatches = a.microbatches;
-  p.chunks = a.chunks;
-  p.group_size = a.group_size;
+  p.stages = at_least_one(a.stages, "--stages");
+  p.microbatches = at_least_one(a.microbatches, "--microbatches");
+  p.chunks = at_least_one(a.chunks, "--chunks");              // absent: the schedule's default
+  p.group_size = at_least_one(a.group_size, "--group-size");  // absent: p
   p.vocab = schedule::parse_vocab_mode(a.vocab);
-  p.memory_limit = a.memory_limit;
-  if (a.group_size != 0 && a.schedule != "interleaved-1f1b")
+  if (a.memory_limit && !(*a.memory_limit > 0.0 && std::isfinite(*a.memory_limit)))
+    throw InputError("--memory-limit must be a positive number of micro-batches, not " +
+                     std::to_string(*a.memory_limit));
+  p.memory_limit = a.memory_limit.value_or(0.0);  // absent: no limit
+  if (a.group_size && a.schedule != "interleaved-1f1b")
     throw InputError("--group-size applies to interleaved-1f1b only");
-  if (a.stages < 1) throw InputError("--stages must be positive, got " + std::to_string(a.stages));
-  if (a.microbatches < 1)
-    throw InputError("--microbatches must be positive, got " + std::to_string(a.microbatches));
-  setup.costs = schedule::CostTable::uniform(a.stages, a.cost_f, a.cost_b, a.cost_w, a.cost_s,
+  setup.costs = schedule::CostTable::uniform(p.stages, a.cost_f, a.cost_b, a.cost_w, a.cost_s,
                                              a.cost_t, a.comm);
   if (a.barrier) setup.costs.collective_time = *a.barrier;
   p.costs = setup.costs;
@@ -191,7 +195,7 @@ void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& 
   }
   if (!a.no_gantt) {
     profiler::TextGanttOptions g;
-    g.width = a.width > 0 ? a.width : terminal_width();
+    g.width = a.width > 0 ? a.width : terminal_width();  // checked in run()
     std::printf("\n%s", profiler::render_text_gantt(r.trace, g).c_str());
   }
 }
@@ -227,6 +231,7 @@ std::int64_t store_simulation(const SimulateArgs& a, const tuner::SimulationSetu
 }
 
 void run(const SimulateArgs& a) {
+  check_gantt_width(a.width);
   tuner::SimulationSetup setup =
       a.config.empty() ? setup_from_flags(a) : tuner::setup_from_run_file(a.config);
   if (!a.trace.empty()) check_output_file(a.trace, a.force);

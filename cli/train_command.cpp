@@ -1,5 +1,6 @@
 // `pipetune train`: train a GPT on the embedded engine's virtual cluster and report loss,
 // throughput, and per-stage bubble and memory.
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -43,7 +44,7 @@ struct TrainArgs {
   std::optional<int> tp, pp, dp, ep, chunks, microbatches, micro_batch_size, zero;
   std::optional<std::string> schedule, vocab;
   int steps = 60;
-  std::uint64_t seed = 1234;
+  std::string seed = "1234";  // parsed strictly: CLI11 saturates numbers past 2^64
   float lr = 3e-3f;
   std::string data;
   std::string checkpoint;
@@ -83,6 +84,16 @@ void require_cuda_backend() {
 #endif
 }
 
+std::uint64_t parse_seed(const std::string& text) {
+  std::uint64_t seed = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, seed);
+  if (text.empty() || ec != std::errc() || ptr != end)
+    throw InputError("--seed must be an integer from 0 to 18446744073709551615, not '" + text +
+                     "'");
+  return seed;
+}
+
 TrainSetup build_options(const TrainArgs& a) {
   spec::RunSpec run =
       spec::load_run(a.config.empty() ? kDefaultRun : a.config, spec::RunCheck::KeysOnly);
@@ -91,6 +102,14 @@ TrainSetup build_options(const TrainArgs& a) {
   runtime::TrainOptions& o = setup.options;
   o.model = a.model.empty() ? run.model : spec::load_model(a.model);
   o.plan = run.plan;
+  // Counts given on the command line are at least 1: never silently replaced by a default.
+  for (const auto& [value, flag] :
+       {std::pair{a.tp, "--tp"}, std::pair{a.pp, "--pp"}, std::pair{a.dp, "--dp"},
+        std::pair{a.ep, "--ep"}, std::pair{a.chunks, "--chunks"},
+        std::pair{a.microbatches, "--microbatches"},
+        std::pair{a.micro_batch_size, "--micro-batch-size"}})
+    if (value && *value < 1)
+      throw InputError(std::string(flag) + " must be at least 1, not " + std::to_string(*value));
   if (a.tp) o.plan.tp = *a.tp;
   if (a.pp) o.plan.pp = *a.pp;
   if (a.dp) o.plan.dp = *a.dp;
@@ -108,10 +127,12 @@ TrainSetup build_options(const TrainArgs& a) {
   if (a.steps < 1)
     throw InputError("--steps must be at least 1 (got " + std::to_string(a.steps) + ")");
   if (!(a.lr > 0.0f)) throw InputError("--lr must be positive");
-  if (a.threads < 0) throw InputError("--threads must be >= 0");
+  if (a.threads < 0 || a.threads > 1024)
+    throw InputError("--threads must be 0 (cores / ranks) to 1024 per rank, not " +
+                     std::to_string(a.threads));
   if (a.checkpoint_every < 0) throw InputError("--checkpoint-every must be >= 0");
   o.steps = a.steps;
-  o.seed = a.seed;
+  o.seed = parse_seed(a.seed);
   o.adamw.lr = a.lr;
   o.data_shards = a.data;
   o.checkpoint_dir = a.checkpoint;

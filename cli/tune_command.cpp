@@ -11,8 +11,8 @@
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
 #include "cli/tuning_target.hpp"
-#include "db/store/record_json.hpp"
 #include "cli/workspace_cli.hpp"
+#include "db/store/record_json.hpp"
 #include "db/store/search_records.hpp"
 #include "db/store/workspace.hpp"
 #include "engine/errors.hpp"
@@ -62,7 +62,16 @@ tuner::SearchSpace make_space(const TuneArgs& a, const Target& t) {
   if (!a.vocab_modes.empty()) {
     s.vocab_modes.clear();
     for (const std::string& m : split_list(a.vocab_modes)) {
-      if (m != "redis") (void)schedule::parse_vocab_mode(m);  // InputError listing valid names
+      // The search's vocabulary options: the schedule's modes and "redis" (layers redistributed
+      // around the vocabulary layers, tuner/search).
+      if (m != "redis") {
+        try {
+          (void)schedule::parse_vocab_mode(m);
+        } catch (const InputError&) {
+          throw InputError("--vocab-modes: unknown mode '" + m +
+                           "' (valid: none, redis, vocab-1, vocab-2, interlaced)");
+        }
+      }
       s.vocab_modes.push_back(m);
     }
   }

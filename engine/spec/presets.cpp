@@ -106,6 +106,15 @@ bool is_preset_path(std::string_view name_or_path) {
   return name_or_path.find('/') != std::string_view::npos || name_or_path.ends_with(".toml");
 }
 
+std::string not_a_file_reason(const fs::path& p) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(p, ec);
+  if (ec || !fs::exists(st)) return "not found";
+  if (fs::is_directory(st)) return "is a directory, not a TOML file";
+  if (!fs::is_regular_file(st)) return "is not a regular file (a device, pipe or socket)";
+  return "cannot be read";
+}
+
 fs::path resolve_preset(PresetKind kind, std::string_view name_or_path, const fs::path& base_dir) {
   std::error_code ec;
   if (name_or_path.empty()) {
@@ -114,9 +123,9 @@ fs::path resolve_preset(PresetKind kind, std::string_view name_or_path, const fs
   if (is_preset_path(name_or_path)) {
     fs::path p{std::string(name_or_path)};
     if (p.is_relative() && !base_dir.empty()) p = base_dir / p;
-    if (!fs::is_regular_file(p, ec)) {
-      throw SpecError(std::string(kind_noun(kind)) + " file '" + p.string() + "' not found");
-    }
+    if (!fs::is_regular_file(p, ec))
+      throw SpecError(std::string(kind_noun(kind)) + " file '" + p.string() + "' " +
+                      not_a_file_reason(p));
     return p;
   }
   const fs::path file =

@@ -26,6 +26,9 @@ std::vector<std::string> list_presets(PresetKind kind);
 
 // A string with a '/' or ending in ".toml" is a path; anything else is a preset name.
 bool is_preset_path(std::string_view name_or_path);
+// Why `p` is no spec file to read: "not found", "is a directory, ...", "is not a regular file
+// (...)".
+std::string not_a_file_reason(const std::filesystem::path& p);
 
 // The file a name or path stands for. A relative path is taken relative to base_dir when given
 // (the folder of the file that refers to it), else to the working directory. Throws SpecError

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <system_error>
 
 #include "engine/errors.hpp"
+#include "engine/spec/presets.hpp"
 
 namespace pipetune::spec::detail {
 
@@ -21,9 +24,14 @@ namespace {
 
 toml::table parse_toml_file(const std::filesystem::path& path) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    throw SpecError(path.string() + ": file not found");
-  }
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw SpecError(path.string() + ": " + not_a_file_reason(path));
+  // Spec files are a few KiB; a huge one is a mistake (or hostile), never a model.
+  constexpr std::uintmax_t kMaxSpecBytes = std::uintmax_t{16} << 20;
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxSpecBytes)
+    throw SpecError(path.string() + ": " + std::to_string(size) +
+                    " bytes is too large for a spec file (at most 16 MiB)");
   try {
     return toml::parse_file(path.string());
   } catch (const toml::parse_error& e) {

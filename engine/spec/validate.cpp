@@ -40,8 +40,8 @@ void require_non_negative(std::string_view what, double v) {
 void require_divides(std::string_view a_name, std::int64_t a, std::string_view b_name,
                      std::int64_t b) {
   if (a > 0 && b % a != 0) {
-    throw SpecError(std::string(a_name) + "=" + shown(a) + " does not divide " + std::string(b_name) +
-                    "=" + shown(b));
+    throw SpecError(std::string(a_name) + "=" + shown(a) + " does not divide " +
+                    std::string(b_name) + "=" + shown(b));
   }
 }
 
@@ -70,6 +70,9 @@ void validate(const ModelSpec& model) {
   require_positive("kv_heads", model.kv_heads);
   require_positive("ffn_hidden", model.ffn_hidden);
   require_positive("vocab", model.vocab);
+  if (model.vocab < 2)
+    throw SpecError("vocab=" + shown(model.vocab) +
+                    ": a vocabulary of one token leaves nothing to predict (at least 2)");
   require_positive("seq_len", model.seq_len);
   require_positive("experts", model.experts);
   require_positive("top_k", model.top_k);
@@ -193,6 +196,13 @@ void validate(const ModelSpec& model, const ParallelPlan& plan) {
   require_divides("tp", plan.tp, "heads", model.heads);
   require_divides("tp", plan.tp, "kv_heads", model.kv_heads);
   require_divides("tp", plan.tp, "ffn_hidden", model.ffn_hidden);
+  // Each vocabulary shard holds at least one row: tp shards, or tp*pp with vocabulary
+  // parallelism (the engine's layout; the cost model assumes the same).
+  const std::int64_t shards =
+      plan.vocab != schedule::VocabMode::None ? std::int64_t{plan.tp} * plan.pp : plan.tp;
+  if (model.vocab < shards)
+    throw SpecError("vocab=" + shown(model.vocab) + " is smaller than its " + shown(shards) +
+                    " shards (tp" + (plan.vocab != schedule::VocabMode::None ? "*pp" : "") + ")");
   if (plan.ep > 1) {
     if (!is_moe(model)) {
       throw SpecError("ep=" + shown(std::int64_t{plan.ep}) +
@@ -202,7 +212,8 @@ void validate(const ModelSpec& model, const ParallelPlan& plan) {
   }
   if (plan.layer_split.empty()) {
     if (plan.pp > model.layers) {
-      throw SpecError("pp=" + shown(std::int64_t{plan.pp}) + " exceeds layers=" + shown(model.layers));
+      throw SpecError("pp=" + shown(std::int64_t{plan.pp}) +
+                      " exceeds layers=" + shown(model.layers));
     }
     if (plan.layer_groups() > model.layers) {
       throw SpecError("chunks=" + shown(std::int64_t{plan.chunks}) +

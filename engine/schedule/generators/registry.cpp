@@ -1,5 +1,6 @@
 // generate(): checks the parameters every schedule shares, then dispatches by name.
 #include <algorithm>
+#include <cstdint>
 
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
@@ -96,6 +97,18 @@ Schedule generate(const GeneratorParams& params) {
   if (params.group_size < 0)
     throw ScheduleError("group size must be positive, got " + std::to_string(params.group_size));
   if (params.memory_limit < 0.0) throw ScheduleError("memory limit must not be negative");
+  // Sizes a schedule can have before anything is allocated: the op list and the simulator's
+  // state grow with stages x micro-batches x chunks (a typo of 1e9 micro-batches must be an
+  // error, not an hour of swapping).
+  constexpr std::int64_t kMaxTriples = std::int64_t{1} << 24;
+  const std::int64_t triples =
+      std::int64_t{params.stages} * params.microbatches * std::max(1, params.chunks);
+  if (triples > kMaxTriples)
+    throw ScheduleError("the schedule would have " + std::to_string(params.stages) + " stages x " +
+                        std::to_string(params.microbatches) + " micro-batches x " +
+                        std::to_string(std::max(1, params.chunks)) +
+                        " chunks = " + std::to_string(triples) + " forward passes; at most " +
+                        std::to_string(kMaxTriples) + " are generated");
   if (!supports_vocab(params.name, params.vocab)) {
     throw ScheduleError("vocabulary mode " + std::string(vocab_mode_name(params.vocab)) +
                         " is supported on " +

@@ -1,0 +1,138 @@
+// Inputs a hostile or careless user gives (issue 17's list), through the binary: each is refused
+// with one line naming what is wrong and exit 2, before any allocation, search or training, and
+// a setting is never silently replaced by a default.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "support/run_process.hpp"
+
+namespace pipetune::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Case {
+  std::vector<std::string> args;
+  std::string message;
+};
+
+void expect_refused(const Case& c) {
+  const ProcessResult r = run_pipetune(c.args);
+  std::string cmd;
+  for (const auto& a : c.args) cmd += a + " ";
+  EXPECT_EQ(r.exit_code, 2) << cmd << "\n" << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << cmd << "\n" << r.err;
+  EXPECT_NE(r.err.find(c.message), std::string::npos)
+      << cmd << "\nwanted: " << c.message << "\ngot:    " << r.err;
+}
+
+const std::vector<std::string> kPredict = {
+    "predict",        "--model", "tiny", "--hardware", "h100-sxm", "--gpus", "8",
+    "--global-batch", "64",      "--tp", "1",          "--pp",     "1"};
+
+std::vector<std::string> with(std::vector<std::string> base, std::vector<std::string> more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+TEST(HostileInput, CountsOfZeroAreRefusedNotReplaced) {
+  for (const Case& c : std::vector<Case>{
+           {{"train", "--microbatches", "0", "--steps", "1", "--no-db"},
+            "--microbatches must be at least 1, not 0"},
+           {{"train", "--micro-batch-size", "0", "--steps", "1", "--no-db"},
+            "--micro-batch-size must be at least 1, not 0"},
+           {{"simulate", "--schedule", "1f1b", "--stages", "0", "--microbatches", "8", "--no-db"},
+            "--stages must be at least 1, not 0"},
+           {{"simulate", "--schedule", "interleaved-1f1b", "--stages", "4", "--microbatches", "8",
+             "--chunks", "0", "--no-db"},
+            "--chunks must be at least 1, not 0"},
+           {{"simulate", "--schedule", "interleaved-1f1b", "--stages", "4", "--microbatches", "8",
+             "--group-size", "0", "--no-db"},
+            "--group-size must be at least 1, not 0"},
+           {{"simulate", "--schedule", "zb-h2", "--stages", "4", "--microbatches", "8",
+             "--memory-limit", "0", "--no-db"},
+            "--memory-limit must be a positive number of micro-batches"},
+           {{"simulate", "--schedule", "zb-h2", "--stages", "4", "--microbatches", "8",
+             "--memory-limit", "nan", "--no-db"},
+            "--memory-limit must be a positive number of micro-batches, not nan"},
+           {with(kPredict, {"--seq", "0"}), "--seq: must be at least 1, not 0"},
+           {with(kPredict, {"--nodes-of", "0"}), "--nodes-of: must be at least 1, not 0"},
+       })
+    expect_refused(c);
+}
+
+TEST(HostileInput, AbsurdSizesAreRefusedBeforeAnyWork) {
+  for (const Case& c : std::vector<Case>{
+           {{"simulate", "--schedule", "1f1b", "--stages", "100000", "--microbatches", "1000000000",
+             "--no-db"},
+            "= 100000000000000 forward passes; at most 16777216 are generated"},
+           {{"predict", "--model", "tiny", "--hardware", "a100-80gb", "--gpus", "8",
+             "--global-batch", "2000000000", "--tp", "1", "--pp", "2"},
+            "at most 16777216 are generated"},
+           {{"simulate", "--schedule", "1f1b", "--stages", "4", "--microbatches", "8", "--width",
+             "100000000", "--no-db"},
+            "--width must be 1 to 10000 columns (0: the terminal's), not 100000000"},
+           {{"train", "--threads", "100000", "--steps", "1", "--no-db"},
+            "--threads must be 0 (cores / ranks) to 1024 per rank, not 100000"},
+           {{"train", "--seed", "99999999999999999999999", "--steps", "1", "--no-db"},
+            "--seed must be an integer from 0 to 18446744073709551615, not "
+            "'99999999999999999999999'"},
+       })
+    expect_refused(c);
+}
+
+TEST(HostileInput, ADirectoryOrADeviceIsNoModelFile) {
+  expect_refused({{"predict", "--model", "/tmp", "--hardware", "h100-sxm", "--gpus", "8",
+                   "--global-batch", "64", "--tp", "1", "--pp", "1"},
+                  "model file '/tmp' is a directory, not a TOML file"});
+  expect_refused({{"train", "--model", "/dev/zero", "--steps", "1", "--no-db"},
+                  "model file '/dev/zero' is not a regular file (a device, pipe or socket)"});
+}
+
+TEST(HostileInput, TuneListsEveryVocabularyOptionItSearches) {
+  expect_refused({{"tune", "--model", "tiny", "--hardware", "h100-sxm", "--gpus", "8",
+                   "--global-batch", "64", "--vocab-modes", "zzz", "--no-db"},
+                  "--vocab-modes: unknown mode 'zzz' (valid: none, redis, vocab-1, vocab-2, "
+                  "interlaced)"});
+}
+
+// One validation for every command: a one-token vocabulary, and a vocabulary smaller than its
+// shards, are refused alike by predict, simulate, tune and train.
+TEST(HostileInput, AModelEveryCommandRefusesAlike) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("pipetune_hostile_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string model = (dir / "one-token.toml").string();
+  std::ofstream(model) << "layers = 2\nhidden = 64\nheads = 4\nvocab = 1\nseq_len = 32\n";
+  const std::string msg = "vocab=1: a vocabulary of one token leaves nothing to predict";
+  expect_refused({{"predict", "--model", model, "--hardware", "h100-sxm", "--gpus", "8",
+                   "--global-batch", "64", "--tp", "1", "--pp", "1"},
+                  msg});
+  expect_refused({{"tune", "--model", model, "--hardware", "h100-sxm", "--gpus", "8",
+                   "--global-batch", "64", "--no-db"},
+                  msg});
+  expect_refused({{"train", "--model", model, "--steps", "1", "--no-db"}, msg});
+  const std::string run = (dir / "run.toml").string();
+  std::ofstream(run) << "model = \"" << model
+                     << "\"\n[cluster]\nhardware = \"h100-sxm\"\ndevices = 2\n[plan]\npp = 2\n";
+  expect_refused({{"simulate", "--config", run, "--no-db"}, msg});
+
+  const std::string narrow = (dir / "narrow.toml").string();
+  std::ofstream(narrow) << "layers = 2\nhidden = 64\nheads = 4\nvocab = 3\nseq_len = 32\n";
+  const std::string shards = "vocab=3 is smaller than its 4 shards (tp)";
+  expect_refused({{"predict", "--model", narrow, "--hardware", "h100-sxm", "--gpus", "4",
+                   "--global-batch", "64", "--tp", "4", "--pp", "1"},
+                  shards});
+  expect_refused({{"train", "--model", narrow, "--tp", "4", "--pp", "1", "--dp", "1", "--steps",
+                   "1", "--no-db"},
+                  shards});
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pipetune::testing
