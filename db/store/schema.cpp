@@ -1,7 +1,9 @@
 #include "db/store/schema.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <iterator>
 #include <stdexcept>
 #include <string_view>
@@ -208,6 +210,16 @@ void migrate(sqlite::Connection& db, int target) {
   tx.commit();
 }
 
+namespace {
+
+// Whether this process may write the workspace file and create its WAL files beside it.
+bool writable_here(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return ::access(path.c_str(), W_OK) == 0 && ::access(dir.empty() ? "." : dir.c_str(), W_OK) == 0;
+}
+
+}  // namespace
+
 sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
   struct stat st {};
   const bool exists = ::stat(path.c_str(), &st) == 0;
@@ -216,11 +228,18 @@ sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
   if (exists && S_ISDIR(st.st_mode))
     throw InputError(path + ": not a pipetune workspace (a directory)");
 
+  // A workspace this process may not write (a shared, archived or mounted read-only file) is
+  // read as immutable: a WAL database otherwise needs to write its index even to be read.
+  const bool writable = !exists || writable_here(path);
+  if (!writable && mode == OpenMode::Create)
+    throw InputError(path +
+                     ": workspace is read-only here (no write permission): cannot store "
+                     "a run in it");
   int flags = SQLITE_OPEN_READWRITE;
   if (mode == OpenMode::Create) flags |= SQLITE_OPEN_CREATE;
   sqlite::Connection db;
   try {
-    db = sqlite::Connection(path, flags);
+    db = writable ? sqlite::Connection(path, flags) : sqlite::Connection::open_immutable(path);
   } catch (const sqlite::Error& e) {
     if ((e.code() & 0xff) == SQLITE_CANTOPEN)
       throw InputError(path + ": cannot open workspace (" + sqlite3_errstr(e.code()) + ")");
@@ -243,13 +262,20 @@ sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
   if (contents.tables == 0 && mode == OpenMode::Existing)
     throw InputError(path + ": not a pipetune workspace (empty database)");
 
+  db.exec("PRAGMA cell_size_check = ON");  // turns more damage into SQLITE_CORRUPT early
+  int version = contents.has_version ? read_schema_version(db) : 0;
+  if (contents.has_version) check_version(path, version);
+  if (!writable) {
+    if (version < kSchemaVersion)
+      throw InputError(path + ": workspace is read-only here and has schema version " +
+                       std::to_string(version) + "; this pipetune reads version " +
+                       std::to_string(kSchemaVersion) +
+                       " (open it once where it is writable to upgrade it)");
+    return db;
+  }
   // Only now that the file is ours (or new) may its journal mode change.
   sqlite::retry_busy(db, [&] { db.exec("PRAGMA journal_mode = WAL"); });
   db.exec("PRAGMA synchronous = NORMAL");
-  db.exec("PRAGMA cell_size_check = ON");  // turns more damage into SQLITE_CORRUPT early
-
-  int version = contents.has_version ? read_schema_version(db) : 0;
-  if (contents.has_version) check_version(path, version);
   if (version < kSchemaVersion) {
     migrate(db, kSchemaVersion);
     version = read_schema_version(db);

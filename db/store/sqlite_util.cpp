@@ -180,6 +180,25 @@ Connection::Connection(const std::string& path, int flags, std::source_location 
   sqlite3_extended_result_codes(db_, 1);
 }
 
+Connection Connection::open_immutable(const std::string& path, std::source_location where) {
+  // A URI: percent-encode what would end the path ('?', '#') and '%' itself.
+  std::string uri = "file:";
+  for (const char c : path) {
+    if (c == '?' || c == '#' || c == '%') {
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      uri += '%';
+      uri += kHex[(static_cast<unsigned char>(c) >> 4) & 0xF];
+      uri += kHex[static_cast<unsigned char>(c) & 0xF];
+    } else {
+      uri += c;
+    }
+  }
+  uri += "?immutable=1";
+  Connection c(uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, where);
+  c.path_ = path;
+  return c;
+}
+
 Connection::~Connection() {
   // Statements are owned by their users and finalized first; close_v2 copes with stragglers.
   sqlite3_close_v2(db_);

@@ -117,6 +117,10 @@ class Connection {
   // flags: SQLITE_OPEN_* (SQLITE_OPEN_NOMUTEX is added). Throws BadFileError / Error.
   Connection(const std::string& path, int flags,
              std::source_location where = std::source_location::current());
+  // A file this process may not write (read-only file or folder): opened read-only as
+  // immutable, so SQLite needs no lock, journal or WAL index beside it. Messages name `path`.
+  static Connection open_immutable(const std::string& path,
+                                   std::source_location where = std::source_location::current());
   ~Connection();
   Connection(Connection&& other) noexcept;
   Connection& operator=(Connection&& other) noexcept;

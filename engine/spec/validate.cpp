@@ -32,6 +32,15 @@ void require_positive(std::string_view what, double v) {
   if (!(v > 0.0)) throw SpecError(std::string(what) + "=" + shown(v) + " must be positive");
 }
 
+// Upper bounds of a model's sizes, far beyond any trained model (hidden 25,600 and 128 layers are
+// the largest in presets/), so that every count the tools derive (parameters, FLOPs, bytes) fits
+// in 64 bits and an absurd file is an error, not an hour of search or a 10^17 % MFU.
+void require_at_most(std::string_view what, std::int64_t v, std::int64_t limit) {
+  if (v > limit)
+    throw SpecError(std::string(what) + "=" + shown(v) +
+                    " is beyond what pipetune models (at most " + shown(limit) + ")");
+}
+
 void require_non_negative(std::string_view what, double v) {
   if (v < 0.0) throw SpecError(std::string(what) + "=" + shown(v) + " must not be negative");
 }
@@ -77,6 +86,13 @@ void validate(const ModelSpec& model) {
   require_positive("experts", model.experts);
   require_positive("top_k", model.top_k);
   require_positive("moe_every", model.moe_every);
+  require_at_most("layers", model.layers, 10'000);
+  require_at_most("hidden", model.hidden, std::int64_t{1} << 17);
+  require_at_most("ffn_hidden", model.ffn_hidden, std::int64_t{1} << 19);
+  require_at_most("heads", model.heads, std::int64_t{1} << 14);
+  require_at_most("vocab", model.vocab, std::int64_t{1} << 24);
+  require_at_most("seq_len", model.seq_len, std::int64_t{1} << 24);
+  require_at_most("experts", model.experts, std::int64_t{1} << 14);
   require_divides("heads", model.heads, "hidden", model.hidden);
   require_divides("kv_heads", model.kv_heads, "heads", model.heads);
   if (model.top_k > model.experts) {

@@ -274,6 +274,51 @@ TEST(WorkspaceCli, ImportedRunsKeepThePlanTheyWereGiven) {
   EXPECT_EQ(dp.at("stages")[1].at("stage"), 0);
 }
 
+// A workspace this process may not write (read-only file in a read-only folder) is read by
+// every reading command, and a writing one is refused before it works. As root (CI) the
+// commands run as nobody through setpriv, since root may write anything.
+TEST(WorkspaceCli, AReadOnlyWorkspaceIsReadAndNeverWritten) {
+  Workspace w;
+  ASSERT_EQ(
+      w.run({"simulate", "--schedule", "1f1b", "--stages", "2", "--microbatches", "4"}).exit_code,
+      0);
+  const fs::path bin_dir = w.dir / "bin";
+  fs::create_directories(bin_dir);
+  const fs::path bin = bin_dir / "pipetune";
+  fs::copy_file(PIPETUNE_BIN, bin);
+  fs::permissions(w.dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                             fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(bin_dir, fs::perms::owner_all | fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(bin, fs::perms::owner_all | fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(w.db, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  fs::permissions(w.dir, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::others_read |
+                             fs::perms::others_exec);
+  const bool root = ::geteuid() == 0;
+  if (root && !fs::exists("/usr/bin/setpriv")) GTEST_SKIP() << "root without setpriv";
+  const auto run_ro = [&](std::vector<std::string> args) {
+    args.push_back("--db");
+    args.push_back(w.db);
+    if (!root) return testing::run_program(bin.string(), args, "/");
+    std::vector<std::string> as_nobody = {"--reuid=65534", "--regid=65534", "--clear-groups",
+                                          bin.string()};
+    as_nobody.insert(as_nobody.end(), args.begin(), args.end());
+    return testing::run_program("/usr/bin/setpriv", as_nobody, "/");
+  };
+  for (const std::vector<std::string>& reading : {std::vector<std::string>{"runs"},
+                                                  {"report", "1"},
+                                                  {"timeline", "1", "--width", "40"},
+                                                  {"diff", "1", "1"}}) {
+    const auto r = run_ro(reading);
+    EXPECT_EQ(r.exit_code, 0) << reading[0] << ": " << r.err;
+  }
+  const auto write =
+      run_ro({"simulate", "--schedule", "1f1b", "--stages", "2", "--microbatches", "4"});
+  EXPECT_EQ(write.exit_code, 2) << write.err;
+  EXPECT_NE(write.err.find("workspace is read-only here (no write permission)"), std::string::npos)
+      << write.err;
+  fs::permissions(w.dir, fs::perms::owner_all);  // for the clean-up
+}
+
 TEST(WorkspaceCli, BadWorkspacesAndRunsAreOneLineErrors) {
   Workspace w;
   const std::string junk = (w.dir / "junk.db").string();

@@ -50,8 +50,9 @@ inline const std::string& default_child_cwd() {
   return dir.path;
 }
 
-inline ProcessResult run_pipetune(const std::vector<std::string>& args,
-                                  const std::string& cwd = default_child_cwd()) {
+// Runs `program` with `args` (argv[0] is the program), capturing stdout and stderr.
+inline ProcessResult run_program(const std::string& program, const std::vector<std::string>& args,
+                                 const std::string& cwd) {
   char out_tmpl[] = "/tmp/pipetune_out_XXXXXX";
   char err_tmpl[] = "/tmp/pipetune_err_XXXXXX";
   const int out_fd = ::mkstemp(out_tmpl);
@@ -66,7 +67,7 @@ inline ProcessResult run_pipetune(const std::vector<std::string>& args,
     if (null_fd >= 0) ::dup2(null_fd, 0);
     if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(127);
     std::vector<char*> argv;
-    std::string bin = PIPETUNE_BIN;
+    std::string bin = program;
     argv.push_back(bin.data());
     std::vector<std::string> copy = args;
     for (auto& a : copy) argv.push_back(a.data());
@@ -85,6 +86,11 @@ inline ProcessResult run_pipetune(const std::vector<std::string>& args,
   ::unlink(out_tmpl);
   ::unlink(err_tmpl);
   return r;
+}
+
+inline ProcessResult run_pipetune(const std::vector<std::string>& args,
+                                  const std::string& cwd = default_child_cwd()) {
+  return run_program(PIPETUNE_BIN, args, cwd);
 }
 
 inline int count_lines(const std::string& s) {
