@@ -134,5 +134,31 @@ TEST(HostileInput, AModelEveryCommandRefusesAlike) {
   fs::remove_all(dir);
 }
 
+// Absurd model sizes: refused by the shared validation with the limit, by every command (they
+// hung tune, printed a 686920959.7 % MFU, or overflowed into a 48.7 us iteration).
+TEST(HostileInput, AbsurdModelSizesAreRefusedWithTheLimit) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("pipetune_absurd_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const std::string layers : {"99999999999", "9223372036854775807"}) {
+    const std::string model = (dir / ("m" + layers + ".toml")).string();
+    std::ofstream(model) << "layers = " << layers
+                         << "\nhidden = 64\nheads = 4\nvocab = 512\nseq_len = 32\n";
+    const std::string msg = "layers=" + layers + " is beyond what pipetune models (at most 10000)";
+    expect_refused({{"predict", "--model", model, "--hardware", "h100-sxm", "--gpus", "8",
+                     "--global-batch", "64", "--tp", "1", "--pp", "2"},
+                    msg});
+    expect_refused({{"tune", "--model", model, "--hardware", "h100-sxm", "--gpus", "8",
+                     "--global-batch", "64", "--no-db"},
+                    msg});
+    expect_refused({{"train", "--model", model, "--steps", "1", "--no-db"}, msg});
+    const std::string run = (dir / ("r" + layers + ".toml")).string();
+    std::ofstream(run) << "model = \"" << model
+                       << "\"\n[cluster]\nhardware = \"h100-sxm\"\ndevices = 2\n[plan]\npp = 2\n";
+    expect_refused({{"simulate", "--config", run, "--no-db"}, msg});
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace pipetune::testing
