@@ -47,6 +47,8 @@ void store_import(const ImportArgs& a, db::ImportedProfile (*read)(const std::st
                   const char* format) {
   const std::optional<spec::RunSpec> run = import_description(a.description);
   db::ImportedProfile profile = read(a.file);
+  if (profile.trace.spans.empty())  // a run of nothing would read as a complete, empty run
+    throw InputError(a.file + ": no spans to import");
   std::string plan_json;
   nlohmann::json specs = {{"source", a.file}, {"format", format}};
   if (run) {

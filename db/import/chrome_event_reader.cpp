@@ -119,6 +119,12 @@ class EventSax : public nlohmann::json_sax<json> {
 
   bool parse_error(std::size_t position, const std::string&,
                    const nlohmann::detail::exception& ex) override {
+    // The array format's optional ']': input ending between two events of the top-level array.
+    if (info_.array_form && depth_ == 1 && !in_event_ && skip_depth_ < 0 &&
+        std::string_view(ex.what()).find("unexpected end of input") != std::string_view::npos) {
+      info_.unterminated = true;
+      return false;  // stop here; parse() accepts it
+    }
     throw InputError(file_ + ": not valid JSON (byte " + std::to_string(position) +
                      "): " + ex.what());
   }
@@ -320,9 +326,9 @@ class EventSax : public nlohmann::json_sax<json> {
   ChromeEvent event_;
 };
 
-void parse(std::istream& in, const std::string& file, EventSax& sax) {
+void parse(std::istream& in, const std::string& file, EventSax& sax, const ChromeFileInfo& info) {
   const bool ok = json::sax_parse(in, &sax, json::input_format_t::json, true);
-  if (!ok) throw InputError(file + ": not valid JSON");
+  if (!ok && !info.unterminated) throw InputError(file + ": not valid JSON");
 }
 
 }  // namespace
@@ -402,7 +408,7 @@ ChromeFileInfo read_chrome_events(const std::filesystem::path& path,
     if (!buf.is_open()) throw InputError(file + ": cannot be opened as gzip");
     std::istream in(&buf);
     try {
-      parse(in, file, sax);
+      parse(in, file, sax, info);
     } catch (const InputError& e) {
       // A cut-short gzip stream shows up as JSON ending early: say what really happened.
       if (!buf.error().empty()) throw InputError(file + ": gzip data is damaged: " + buf.error());
@@ -420,7 +426,7 @@ ChromeFileInfo read_chrome_events(const std::filesystem::path& path,
     in.rdbuf()->pubsetbuf(buffer.data(), static_cast<std::streamsize>(buffer.size()));
     in.open(path, std::ios::binary);
     if (!in) throw InputError(file + ": cannot be opened for reading");
-    parse(in, file, sax);
+    parse(in, file, sax, info);
   }
   if (!info.array_form && !sax.saw_events())
     throw InputError(file + ": not a Chrome trace: no \"traceEvents\" array");

@@ -37,6 +37,9 @@ struct ChromeEvent {
 // deviceProperties, displayTimeUnit, schemaVersion, baseTimeNanoseconds).
 struct ChromeFileInfo {
   bool array_form = false;
+  // The JSON Array Format may end without its closing ']' (a process that died while tracing,
+  // or a tracer that never closes it): the events before the cut are read and this is set.
+  bool unterminated = false;
   nlohmann::json top_level = nlohmann::json::object();
   std::size_t events = 0;
 };

@@ -6,11 +6,11 @@
 #include <unordered_map>
 
 #include "db/import/chrome_event_reader.hpp"
-#include "profiler/gpu/gpu_activity_names.hpp"
 #include "db/import/pipeline_phase_names.hpp"
 #include "db/import/rank_names.hpp"
 #include "db/import/trace_builder.hpp"
 #include "engine/errors.hpp"
+#include "profiler/gpu/gpu_activity_names.hpp"
 
 namespace pipetune::db {
 
@@ -140,6 +140,14 @@ class ChromeImport {
   ImportedProfile run(const std::filesystem::path& path) {
     info_ = import_detail::read_chrome_events(path, [this](ChromeEvent& e) { on_event(e); });
     finish();
+    if (info_.unterminated)
+      out_.warnings.push_back(
+          "the event array ends without its ']' (the format allows it, e.g. "
+          "a traced process that died): " +
+          std::to_string(info_.events) + " events read up to the cut");
+    if (out_.trace.spans.empty())
+      throw InputError(file_ + ": no spans to import (" + std::to_string(info_.events) +
+                       " events, none of them a complete, begin/end or GPU activity span)");
     return std::move(out_);
   }
 

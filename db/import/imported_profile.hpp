@@ -32,7 +32,7 @@ struct ImportedGpu {
 struct ImportedProfile {
   profiler::Trace trace;  // kind Imported; spans sorted by (lane, start_ns, longest first)
   std::vector<profiler::KernelRecord> kernels;  // kernels, copies and memsets, in span order
-  std::string schema_version;         // "3.25.0" (nsys export schema); empty when not given
+  std::string schema_version;  // "3.25.0" (nsys export schema); empty when not given
   std::vector<std::string> warnings;
   std::vector<ImportedRank> ranks;  // ascending rank
   std::vector<ImportedGpu> gpus;

@@ -9,8 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "profiler/gpu/gpu_activity_names.hpp"
 #include "db/import/imported_profile.hpp"
+#include "profiler/gpu/gpu_activity_names.hpp"
 #include "profiler/gpu/kernel_record.hpp"
 #include "profiler/trace.hpp"
 
@@ -21,7 +21,7 @@ struct GpuActivity {
   std::int64_t process = 0;  // process_key(globalPid)
   profiler::SpanKind kind = profiler::SpanKind::Kernel;
   std::optional<profiler::NcclKernel> nccl;  // set for NCCL kernels
-  std::uint32_t span_name = 0;     // interned
+  std::uint32_t span_name = 0;               // interned
   profiler::KernelRecord record;
 };
 

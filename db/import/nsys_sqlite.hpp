@@ -12,7 +12,8 @@
 //  - Lanes: per rank one Gpu lane per CUDA stream (index = streamId) and one Host lane per thread
 //    with NVTX ranges or CUDA API calls (index = TID). globalPid/globalTid decode as
 //    PID = (id >> 24) & 0xFFFFFF, TID = id & 0xFFFFFF.
-//  - Kernels: span name = shortName (else demangledName) through StringIds; profiler::KernelRecord::name =
+//  - Kernels: span name = shortName (else demangledName) through StringIds;
+//  profiler::KernelRecord::name =
 //    demangledName. NCCL kernels become communication spans on their stream (AllReduce,
 //    AllGather, ReduceScatter, Broadcast, AllToAll, Send, Recv). A SendRecv kernel is Recv only
 //    when the NCCL API ranges (NVTX domain "NCCL", or an unnamed non-default domain whose ranges

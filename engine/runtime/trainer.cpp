@@ -1,5 +1,7 @@
 #include "engine/runtime/trainer.hpp"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -79,6 +81,32 @@ std::string describe_plan(const spec::ParallelPlan& p) {
 
 namespace {
 
+// The state every rank keeps whatever the schedule (fp32 weights, gradients and Adam's two
+// moments: 16 bytes per parameter, each replica holding its share) against this machine's
+// memory, before anything is allocated: a model too large fails here with the numbers, not
+// with std::bad_alloc or the kernel's OOM killer halfway through start-up.
+void check_memory_fits(const TrainOptions& options, const spec::ParallelPlan& plan) {
+  spec::ModelSpec model = options.model;
+  spec::apply_defaults(model);
+  const double parameters = static_cast<double>(spec::total_parameters(model));
+  const double replicas = plan.dp;
+  // Ranks as processes: this process holds its share of the ranks.
+  const double share = options.processes ? static_cast<double>(options.processes->ranks.size()) /
+                                               std::max(1, plan.world_size())
+                                         : 1.0;
+  const double needed = 16.0 * parameters * replicas * share;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return;  // unknown: nothing to compare with
+  const double physical = static_cast<double>(pages) * static_cast<double>(page);
+  if (needed > physical)
+    throw InputError("training " + model.name + " needs at least " +
+                     std::to_string(static_cast<long long>(needed / (1 << 30))) +
+                     " GiB for weights, gradients and Adam state (16 bytes x " +
+                     std::to_string(static_cast<long long>(parameters)) + " parameters x dp=" +
+                     std::to_string(plan.dp) + "), more than this machine's " +
+                     std::to_string(static_cast<long long>(physical / (1 << 30))) + " GiB");
+}
+
 PreparedRun prepare(const TrainOptions& options) {
   PreparedRun p;
   p.config = model::engine_model_config(options.model);
@@ -108,6 +136,7 @@ PreparedRun prepare(const TrainOptions& options) {
     throw InputError(
         "sequence_parallel=true: the engine does not implement sequence parallelism; "
         "set sequence_parallel = false to train (predict and simulate model it)");
+  check_memory_fits(options, p.plan);
   if (p.plan.world_size() > kMaxTrainRanks)
     throw InputError("world = tp*pp*dp = " + std::to_string(p.plan.world_size()) +
                      " ranks is more than the " + std::to_string(kMaxTrainRanks) +

@@ -160,5 +160,23 @@ TEST(HostileInput, AbsurdModelSizesAreRefusedWithTheLimit) {
   fs::remove_all(dir);
 }
 
+// An empty trace is refused, not stored as a complete run of nothing; a model too large for this
+// machine is refused before any allocation (it ended in std::bad_alloc or the OOM killer).
+TEST(HostileInput, NothingToImportAndNoRoomToTrain) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("pipetune_nothing_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string empty = (dir / "empty.json").string(), db = (dir / "w.db").string();
+  std::ofstream(empty) << "[]";
+  expect_refused({{"import-trace", empty, "--db", db}, "empty.json: no spans to import"});
+  EXPECT_FALSE(fs::exists(db));
+  const std::string huge = (dir / "huge.toml").string();
+  std::ofstream(huge) << "layers = 2\nhidden = 131072\nheads = 4\nvocab = 512\nseq_len = 32\n";
+  expect_refused({{"train", "--model", huge, "--steps", "1", "--no-db"},
+                  "GiB for weights, gradients and Adam state (16 bytes x 412451733504 "
+                  "parameters x dp=2), more than this machine's"});
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace pipetune::testing

@@ -243,6 +243,23 @@ TEST(ChromeImport, TruncatedEmptyAndForeignFiles) {
   expect_input_error(sqlite.path(), "not valid JSON");
 }
 
+// The JSON Array Format's closing ']' is optional (Trace Event Format): a file cut between two
+// events imports those before the cut, with a warning; an array with no span is refused.
+TEST(ChromeImport, AnUnterminatedArrayImportsTheEventsBeforeTheCut) {
+  TempFile f(".json");
+  write(f.path(), R"([{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2},
+                     {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": 2},)");
+  const ImportedProfile p = import_chrome_trace(f.path());
+  ASSERT_EQ(p.trace.spans.size(), 2u);
+  EXPECT_EQ(p.trace.spans[1].end_ns, 7000);
+  ASSERT_FALSE(p.warnings.empty());
+  EXPECT_NE(p.warnings.back().find("ends without its ']'"), std::string::npos) << p.warnings.back();
+  expect_bad_json("[]", "no spans to import (0 events");
+  expect_bad_json(R"({"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1,
+                     "args": {"name": "x"}}]})",
+                  "no spans to import (1 events");
+}
+
 TEST(ChromeImport, DamagedGzip) {
   ASSERT_TRUE(chrome_trace_gzip_supported()) << "db/CMakeLists.txt requires zlib";
   TempFile plain(".json"), gz(".json.gz");
