@@ -196,6 +196,7 @@ void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& 
   if (!a.no_gantt) {
     profiler::TextGanttOptions g;
     g.width = a.width > 0 ? a.width : terminal_width();  // checked in run()
+    g.time_unit = setup.time_unit;
     std::printf("\n%s", profiler::render_text_gantt(r.trace, g).c_str());
   }
 }

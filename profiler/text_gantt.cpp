@@ -108,8 +108,14 @@ std::string render_text_gantt(const Trace& trace, const TextGanttOptions& option
     out += name + std::string(label_width - name.size(), ' ') + " |" +
            rows[static_cast<std::size_t>(l)] + "|\n";
   }
-  const std::string left = format_time(0.0);
-  const std::string right = format_time(static_cast<double>(t1 - t0));
+  const auto axis_label = [&](double ns) {
+    if (options.time_unit == "s") return format_time(ns);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g %s", ns * 1e-9, options.time_unit.c_str());
+    return std::string(buf);
+  };
+  const std::string left = axis_label(0.0);
+  const std::string right = axis_label(static_cast<double>(t1 - t0));
   std::string axis(label_width + 2, ' ');
   axis += left;
   const std::size_t pad = static_cast<std::size_t>(width) > left.size() + right.size()

@@ -10,6 +10,9 @@ namespace pipetune::profiler {
 struct TextGanttOptions {
   int width = 100;     // columns for the time axis
   bool labels = true;  // write "F12" inside spans that are wide enough
+  // What one second of the trace's clock stands for: "s" (real time) labels the axis as time;
+  // any other unit (the simulator's "cost units") labels it with plain numbers of that unit.
+  std::string time_unit = "s";
 };
 
 // One line per compute lane ("rank 0 |FFFF....BBBB|"), idle time as '.', a time axis and a

@@ -178,5 +178,19 @@ TEST(HostileInput, NothingToImportAndNoRoomToTrain) {
   fs::remove_all(dir);
 }
 
+// With --cost-* flags times are in cost units, not seconds: the Gantt axis says so (it printed
+// "65s" for 65 units).
+TEST(HostileInput, CostUnitsAreNotSecondsOnTheGanttAxis) {
+  const ProcessResult r =
+      run_pipetune({"simulate", "--schedule", "1f1b", "--stages", "2", "--microbatches", "4",
+                    "--cost-f", "11", "--no-db", "--width", "60"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // 1F1B, p = 2, m = 4, F = 11, B = W = 1 (fused backward 2): F0 reaches the last stage at 11,
+  // which runs 4 x (11 + 2), and the first stage's last backward adds 2: 11 + 52 + 2 = 65.
+  EXPECT_NE(r.out.find(" 0 cost units"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("65 cost units"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("65s"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace pipetune::testing
