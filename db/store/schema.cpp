@@ -7,6 +7,7 @@
 #include <iterator>
 #include <stdexcept>
 #include <string_view>
+#include <vector>
 
 #include "engine/errors.hpp"
 #include "profiler/trace.hpp"
@@ -175,6 +176,28 @@ Contents read_contents(sqlite::Connection& db) {
   });
 }
 
+// The tables of the current schema (the header's list). A workspace missing one was damaged
+// by hand or by a tool: refused at open, not with a raw SQL error halfway through a command.
+// Tested against what the migrations create (store tests), so the list cannot drift.
+constexpr const char* kTables[] = {"schema_version", "runs",        "span_kinds",     "lanes",
+                                   "names",          "span_blocks", "memory_samples", "counters",
+                                   "step_metrics",   "kernels",     "tuner_trials"};
+
+void check_tables(sqlite::Connection& db, const std::string& path) {
+  sqlite::Statement s =
+      db.prepare("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1");
+  for (const char* table : kTables) {
+    s.bind(1, std::string(table));
+    const bool present = s.step() && s.column_int64(0) > 0;
+    s.reset();
+    if (!present)
+      throw InputError(path + ": workspace is damaged: its table '" + table +
+                       "' is missing (a pipetune workspace of schema version " +
+                       std::to_string(kSchemaVersion) + " has " +
+                       std::to_string(std::size(kTables)) + " tables)");
+  }
+}
+
 void check_version(const std::string& path, int version) {
   if (version > kSchemaVersion)
     throw InputError(path + ": workspace schema version " + std::to_string(version) +
@@ -219,6 +242,10 @@ bool writable_here(const std::string& path) {
 }
 
 }  // namespace
+
+std::vector<std::string> workspace_tables() {
+  return {std::begin(kTables), std::end(kTables)};
+}
 
 sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
   struct stat st {};
@@ -266,6 +293,7 @@ sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
   int version = contents.has_version ? read_schema_version(db) : 0;
   if (contents.has_version) check_version(path, version);
   if (!writable) {
+    if (version == kSchemaVersion) check_tables(db, path);
     if (version < kSchemaVersion)
       throw InputError(path + ": workspace is read-only here and has schema version " +
                        std::to_string(version) + "; this pipetune reads version " +
@@ -281,6 +309,7 @@ sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
     version = read_schema_version(db);
     check_version(path, version);
   }
+  check_tables(db, path);
   return db;
 }
 

@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "db/store/sqlite_util.hpp"
 
@@ -40,6 +41,10 @@ enum class OpenMode {
   Existing,  // the workspace must exist (InputError when the file is missing)
   Create,    // create a new workspace when the file is missing or an empty database
 };
+
+// The tables of schema version kSchemaVersion; opening a workspace missing one is an
+// InputError naming it.
+std::vector<std::string> workspace_tables();
 
 // Opens a workspace read-write with WAL, synchronous=NORMAL and the busy timeout. Throws
 // InputError for a missing file (OpenMode::Existing), a file that is not a database, a database

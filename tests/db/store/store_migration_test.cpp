@@ -2,12 +2,14 @@
 // on open and keeps its data; a workspace at the current version opens without a byte changed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include "db/store/run_writer.hpp"
 #include "db/store/schema.hpp"
 #include "db/store/workspace.hpp"
+#include "engine/errors.hpp"
 #include "store_test_support.hpp"
 
 namespace pipetune::db {
@@ -116,6 +118,44 @@ TEST(StoreMigration, MigrateRefusesAnUnknownVersion) {
   EXPECT_EQ(read_schema_version(raw), kSchemaVersion);
   migrate(raw, 1);  // already past it: nothing to do
   EXPECT_EQ(read_schema_version(raw), kSchemaVersion);
+}
+
+// The table list open_workspace_db checks is exactly what the migrations create.
+TEST(StoreMigration, TheCheckedTablesAreThoseTheMigrationsCreate) {
+  TempDir dir;
+  sqlite::Connection raw(dir.file("fresh.db"), SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  migrate(raw, kSchemaVersion);
+  std::vector<std::string> created;
+  sqlite::Statement s = raw.prepare(
+      "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE "
+      "'sqlite_%' ORDER BY name");
+  while (s.step()) created.push_back(s.column_text(0));
+  std::vector<std::string> checked = workspace_tables();
+  std::sort(checked.begin(), checked.end());
+  EXPECT_EQ(checked, created);
+}
+
+// A workspace missing one of its tables is refused at open, naming the table (it failed later
+// with the raw SQL of whatever query first touched it, exit 1).
+TEST(StoreMigration, AMissingTableIsNamedAtOpen) {
+  TempDir dir;
+  const std::string path = dir.file("damaged.db");
+  Trace t;
+  t.spans.push_back(Span{t.lane(0, Stream::Compute), SpanKind::F, 0, 0, -1, 0, 10, 0});
+  store_trace(path, {TraceKind::Simulated, "one", "", ""}, t);
+  {
+    sqlite::Connection raw(path, SQLITE_OPEN_READWRITE);
+    raw.exec("DROP TABLE span_blocks");
+  }
+  try {
+    Workspace ws(path);
+    FAIL() << "a workspace without span_blocks opened";
+  } catch (const InputError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("workspace is damaged: its table 'span_blocks' is missing"),
+        std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
