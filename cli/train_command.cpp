@@ -239,7 +239,14 @@ std::unique_ptr<db::RunWriter> open_run_writer(const TrainArgs& a, runtime::Trai
 }
 
 // Trains, finishing the workspace run (if any) as complete with its summary, or as failed.
-runtime::TrainResult train_into(const runtime::TrainOptions& o, db::RunWriter* writer) {
+// Each step is reported (on_step) only once rank 0's records of it are committed, so a run killed
+// right after printing a step still has it in the workspace.
+runtime::TrainResult train_into(runtime::TrainOptions o, db::RunWriter* writer) {
+  if (writer != nullptr && o.on_step)
+    o.on_step = [report = o.on_step, writer](const runtime::StepResult& s) {
+      writer->flush();
+      report(s);
+    };
   runtime::TrainResult r;
   try {
     r = runtime::train(o);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "engine/checkpoint/rank_checkpoint_codec.hpp"
@@ -233,6 +234,7 @@ bool RankTraining::run_step(int step) {
   dense_opt.zero_grad();
   expert_opt.zero_grad();
   profiler::StepMetric step_metric;
+  std::optional<StepResult> reported;  // rank 0's, for on_step
   if (rank_ == 0) {
     StepResult r;
     r.step = step;
@@ -248,9 +250,12 @@ bool RankTraining::run_step(int step) {
       result.steps.push_back(r);
       result.trace.steps.push_back(step_metric);
     }
-    if (options_.on_step) options_.on_step(r);
+    reported = r;
   }
+  // The step's records go out first, so a caller that prints the step after making them durable
+  // (the CLI) never shows a step a crash would lose.
   stream_trace(step_metric);
+  if (reported && options_.on_step) options_.on_step(*reported);
   const bool save = !options_.checkpoint_dir.empty() &&
                     (step == options_.steps ||
                      (options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0));

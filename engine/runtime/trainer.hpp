@@ -55,7 +55,8 @@ struct TrainOptions {
   int threads_per_rank = 0;         // compute threads per rank; 0 = cores / world, at least 1
   // Freed activation buffers each rank keeps for reuse (model::BufferCache), in bytes.
   std::size_t buffer_cache_bytes = std::size_t{2} << 30;
-  // Called on rank 0's thread after each step.
+  // Called on rank 0's thread after each step, once rank 0 has handed the step's records to
+  // trace_sink (with processes: every rank's).
   std::function<void(const struct StepResult&)> on_step;
   // Streams the run's records: called on every rank's thread after each of its steps with what
   // the rank recorded in that step (spans, memory samples, counters; rank 0's part also carries

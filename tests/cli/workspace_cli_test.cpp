@@ -376,5 +376,45 @@ TEST(WorkspaceCli, KilledTrainingRunShowsAsInterrupted) {
   EXPECT_EQ(w.run({"report", "1", "--json"}).exit_code, 0);
 }
 
+// Every step `train` printed is in the workspace, even when the process is killed right after:
+// a step is printed only once its records are committed (it was one step behind).
+TEST(WorkspaceCli, EveryPrintedStepSurvivesAKill) {
+  Workspace w;
+  const std::string out = (w.dir / "train.out").string();
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int null_fd = ::open("/dev/null", O_WRONLY);
+    ::dup2(out_fd, 1);
+    ::dup2(null_fd, 2);
+    std::string bin = PIPETUNE_BIN;
+    std::vector<std::string> args = {bin, "train", "--steps", "100000", "--db", w.db};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  const auto printed_steps = [&] {
+    std::ifstream in(out);
+    std::string line;
+    int last = 0;
+    while (std::getline(in, line))
+      if (line.rfind("step ", 0) == 0) last = std::stoi(line.substr(5));
+    return last;
+  };
+  for (int i = 0; i < 600 && printed_steps() < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const int printed = printed_steps();
+  ASSERT_GE(printed, 3) << "the run never printed three steps";
+  const auto rep = json_of(w.run({"report", "1", "--json"}));
+  EXPECT_GE(rep.at("iterations").get<int>(), printed)
+      << "printed step " << printed << ", the workspace has " << rep.at("iterations");
+}
+
 }  // namespace
 }  // namespace pipetune
