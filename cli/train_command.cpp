@@ -229,10 +229,14 @@ std::string summary_json(const runtime::TrainResult& r) {
 std::unique_ptr<db::RunWriter> open_run_writer(const TrainArgs& a, runtime::TrainOptions& o) {
   if (a.no_db) return nullptr;
   const std::string name = a.name.empty() ? db::training_run_name(o.model, o.plan) : a.name;
+  db::WriterOptions options;
+  options.check_integrity = true;  // a corrupt workspace fails before training, not after
   auto writer = std::make_unique<db::RunWriter>(
-      a.db, db::RunInfo{profiler::TraceKind::Measured, name,
-                        db::training_plan_json(o.model, o.plan, o.steps, o.seed).dump(),
-                        db::training_specs_json(o.model).dump()});
+      a.db,
+      db::RunInfo{profiler::TraceKind::Measured, name,
+                  db::training_plan_json(o.model, o.plan, o.steps, o.seed).dump(),
+                  db::training_specs_json(o.model).dump()},
+      options);
   db::RunWriter* w = writer.get();
   o.trace_sink = [w](profiler::Trace part) { w->append(std::move(part)); };
   return writer;

@@ -196,6 +196,25 @@ RunWriter::RunWriter(const std::string& path, RunInfo info, WriterOptions option
   State& s = *state_;
   s.options = options;
   s.db = open_workspace_db(path, OpenMode::Create);
+  if (options.check_integrity) {
+    std::string verdict;
+    try {
+      sqlite::Statement check = s.db.prepare("PRAGMA quick_check(3)");
+      while (check.step()) {
+        std::string line = check.column_text(0);
+        for (char& c : line)
+          if (c == '\n') c = ' ';  // one line: quick_check writes several per row
+        const std::string banner = "*** in database main *** ";
+        if (line.rfind(banner, 0) == 0) line.erase(0, banner.size());
+        verdict += (verdict.empty() ? "" : "; ") + line;
+      }
+    } catch (const sqlite::Error& e) {
+      verdict = e.what();
+    }
+    if (verdict != "ok")
+      throw InputError(path + ": workspace is corrupt (" + verdict +
+                       "): nothing was run; store the run elsewhere (--db) or --no-db");
+  }
   s.db.exec("PRAGMA cache_size = -65536");  // 64 MiB: block and index pages of every lane stay hot
   // Checkpoint the WAL every 64 MiB rather than every 4 MiB: fewer fsyncs while streaming.
   s.db.exec("PRAGMA wal_autocheckpoint = 16384");

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "profiler/gpu/kernel_record.hpp"
 #include "db/store/store_types.hpp"
+#include "profiler/gpu/kernel_record.hpp"
 #include "profiler/trace.hpp"
 
 namespace pipetune::db {
@@ -30,6 +30,10 @@ namespace pipetune::db {
 struct WriterOptions {
   std::size_t batch_rows = 100000;                // rows per transaction (at most, roughly)
   std::chrono::milliseconds batch_interval{200};  // longest a queued row waits for a commit
+  // Check every page of the workspace (SQLite's quick_check) before creating the run, so a
+  // corrupt file fails before a long job rather than after it (InputError naming the damage).
+  // Reads the whole file: for runs that take long anyway (training).
+  bool check_integrity = false;
 };
 
 class RunWriter {

@@ -416,5 +416,29 @@ TEST(WorkspaceCli, EveryPrintedStepSurvivesAKill) {
       << "printed step " << printed << ", the workspace has " << rep.at("iterations");
 }
 
+// A workspace with damaged pages fails `train` before the first step, not after the last one
+// (when the run could no longer be stored).
+TEST(WorkspaceCli, ACorruptWorkspaceFailsTrainingBeforeItStarts) {
+  Workspace w;
+  ASSERT_EQ(w.run({"train", "--steps", "3"}).exit_code, 0);
+  const auto size = fs::file_size(w.db);
+  ASSERT_GT(size, 4u * 4096u);
+  {
+    std::fstream f(w.db, std::ios::in | std::ios::out | std::ios::binary);
+    std::string junk;
+    while (junk.size() < 2 * 4096) junk += "\xde\xad\xbe\xef";
+    f.seekp(
+        static_cast<std::streamoff>((size / 4096 - 3) * 4096));  // two b-tree pages near the end
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  const auto r = w.run({"train", "--steps", "2"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  // SQLite's quick_check finds the damaged pages that opening the workspace does not read.
+  EXPECT_NE(r.err.find("workspace is corrupt ("), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("nothing was run"), std::string::npos) << r.err;
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "it trained:\n" << r.out;
+}
+
 }  // namespace
 }  // namespace pipetune
