@@ -73,6 +73,9 @@ TEST(HostileInput, AbsurdSizesAreRefusedBeforeAnyWork) {
             "= 100000000000000 forward passes; at most 16777216 are generated"},
            {{"predict", "--model", "tiny", "--hardware", "a100-80gb", "--gpus", "8",
              "--global-batch", "2000000000", "--tp", "1", "--pp", "2"},
+            "global_batch 2000000000 is beyond what pipetune plans (at most 16777216 sequences)"},
+           {{"predict", "--model", "tiny", "--hardware", "a100-80gb", "--gpus", "8",
+             "--global-batch", "16000000", "--tp", "1", "--pp", "4"},
             "at most 16777216 are generated"},
            {{"simulate", "--schedule", "1f1b", "--stages", "4", "--microbatches", "8", "--width",
              "100000000", "--no-db"},
@@ -190,6 +193,34 @@ TEST(HostileInput, CostUnitsAreNotSecondsOnTheGanttAxis) {
   EXPECT_NE(r.out.find(" 0 cost units"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("65 cost units"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("65s"), std::string::npos) << r.out;
+}
+
+// Sizes that ran for minutes or ended in std::bad_alloc: a run file with 10^9 micro-batches, a
+// tune over a global batch of 2 x 10^9, and a train of hidden 2^20 or sequence 2^31.
+TEST(HostileInput, HugeRunFilesBatchesAndShapesFailFast) {
+  const fs::path dir = fs::temp_directory_path() / ("pipetune_huge_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string run = (dir / "mb.toml").string();
+  std::ofstream(run) << "model = \"tiny\"\n[cluster]\nhardware = \"h100-sxm\"\ndevices = 2\n"
+                        "[plan]\npp = 2\nmicrobatches = 1000000000\n";
+  expect_refused(
+      {{"simulate", "--config", run, "--no-db"}, "2 stages x 1000000000 micro-batches x 1 chunks"});
+  const ProcessResult tune =
+      run_pipetune({"tune", "--model", "tiny", "--hardware", "a100-80gb", "--gpus", "8",
+                    "--global-batch", "2000000000", "--no-db"});
+  EXPECT_EQ(tune.exit_code, 2) << tune.err;
+  EXPECT_NE(tune.err.find("global_batch 2000000000 is beyond what pipetune plans (at most "
+                          "16777216 sequences)"),
+            std::string::npos)
+      << tune.err;
+  const std::string hidden = (dir / "hidden.toml").string(), seq = (dir / "seq.toml").string();
+  std::ofstream(hidden) << "layers = 2\nhidden = 1048576\nheads = 4\nvocab = 512\nseq_len = 32\n";
+  std::ofstream(seq) << "layers = 2\nhidden = 64\nheads = 4\nvocab = 512\nseq_len = 2147483648\n";
+  expect_refused({{"train", "--model", hidden, "--steps", "1", "--no-db"},
+                  "hidden=1048576 is beyond what pipetune models (at most 131072)"});
+  expect_refused({{"train", "--model", seq, "--steps", "1", "--no-db"},
+                  "seq_len=2147483648 is beyond what pipetune models (at most 16777216)"});
+  fs::remove_all(dir);
 }
 
 }  // namespace

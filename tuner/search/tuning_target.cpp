@@ -15,6 +15,14 @@ ResolvedTarget resolve_target(const TuningTarget& a) {
   if (a.global_batch < 1)
     throw InputError("global_batch must be positive (got " + std::to_string(a.global_batch) + ")");
   if (a.seq < 0) throw InputError("seq must be positive (got " + std::to_string(a.seq) + ")");
+  // Beyond these no plan can be simulated (schedules stop at 2^24 forward passes), so refuse
+  // before a search prunes every candidate one by one.
+  if (a.global_batch > (std::int64_t{1} << 24))
+    throw InputError("global_batch " + std::to_string(a.global_batch) +
+                     " is beyond what pipetune plans (at most 16777216 sequences)");
+  if (a.gpus > (1 << 20))
+    throw InputError("gpus " + std::to_string(a.gpus) +
+                     " is beyond what pipetune plans (at most 1048576)");
   ResolvedTarget t;
   t.model = spec::load_model(a.model);
   if (a.seq > 0) t.model.seq_len = a.seq;
