@@ -57,6 +57,7 @@ struct TrainArgs {
   double watchdog = 300.0;
   std::optional<int> ranks_per_process;
   std::optional<std::string> backend;
+  std::string fault;
   std::string db;
   bool no_db = false;
   std::string name;
@@ -143,6 +144,12 @@ TrainSetup build_options(const TrainArgs& a) {
   if (!(a.watchdog > 0.0) || !std::isfinite(a.watchdog))
     throw InputError("--watchdog must be a positive number of seconds");
   o.watchdog_seconds = a.watchdog;
+  if (!a.fault.empty()) {
+    o.fault = runtime::parse_injected_fault(a.fault);
+    if (o.fault->rank >= o.plan.tp * o.plan.pp * o.plan.dp)
+      throw InputError("--fault: rank " + std::to_string(o.fault->rank) + " is not a rank of the " +
+                       std::to_string(o.plan.tp * o.plan.pp * o.plan.dp) + "-rank plan");
+  }
   const spec::EngineBackend backend =
       a.backend ? spec::parse_engine_backend(*a.backend) : run.backend;
   if (backend == spec::EngineBackend::cuda) require_cuda_backend();
@@ -463,6 +470,9 @@ void add_train_command(CLI::App& app) {
                   "Where the engine computes: cpu or cuda (default: the run file's, else cpu)");
   cmd->add_option("--ranks-per-process", args->ranks_per_process,
                   "Under mpirun / srun: ranks run as threads in each process (hybrid; default 1)");
+  cmd->add_option("--fault", args->fault,
+                  "Check failure handling: rank=R,step=S,kind=throw|hang|slow[,seconds=T] makes "
+                  "rank R fail that way at step S (never in a real run)");
   cmd->add_option("--watchdog", args->watchdog,
                   "Seconds a rank may wait in one communication before the run fails")
       ->default_val(300.0);

@@ -1,5 +1,9 @@
 #include "engine/runtime/rank_runtime.hpp"
 
+#include <chrono>
+
+#include <thread>
+
 #include "engine/schedule/span_kinds.hpp"
 
 #include "engine/runtime/rank_runtime_state.hpp"
@@ -117,7 +121,10 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
   seq_ = batches.front().seq_len;
   grad_scale_ = 1.0f / static_cast<float>(schedule_->microbatches * plan_.dp);
   losses_ = {};
+  bool first = true;
   for (const Op& op : schedule_->ranks[static_cast<std::size_t>(pp_rank_)]) {
+    if (first && fault_ != nullptr) inject_fault(op, step);
+    first = false;
     receive_inputs(op);
     {
       profiler::ScopedSpan span(recorder_, schedule::span_kind_of(op.kind),
@@ -140,6 +147,28 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
     throw std::logic_error("run_schedule: activations left after the iteration on rank " +
                            std::to_string(rank_));
   return losses_;
+}
+
+void RankRuntime::inject_fault(const Op& op, std::int64_t step) {
+  if (fault_->rank != rank_ || fault_->step != step) return;
+  const std::string where = "rank " + std::to_string(rank_) + ", step " + std::to_string(step) +
+                            ", before " +
+                            std::string(profiler::span_kind_name(schedule::span_kind_of(op.kind))) +
+                            " of micro-batch " + std::to_string(op.microbatch);
+  switch (fault_->kind) {
+    case InjectedFault::Kind::Throw:
+      throw InjectedFaultError("injected fault (--fault): " + where);
+    case InjectedFault::Kind::Hang:
+      // Stops taking part, as a stuck rank does, until the run is ended around it (the others'
+      // watchdog; with processes, the launcher ends this one).
+      for (;;) {
+        comm_->throw_if_aborted();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    case InjectedFault::Kind::Slow:
+      std::this_thread::sleep_for(std::chrono::duration<double>(fault_->slow_seconds));
+      return;
+  }
 }
 
 void RankRuntime::receive_inputs(const Op& op) {

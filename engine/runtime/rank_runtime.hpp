@@ -18,6 +18,7 @@
 #include "engine/comm/topology.hpp"
 #include "engine/data/data_loader.hpp"
 #include "engine/model/rank_model.hpp"
+#include "engine/runtime/injected_fault.hpp"
 #include "engine/runtime/mailbox.hpp"
 #include "engine/schedule/schedule.hpp"
 #include "engine/spec/parallel_plan.hpp"
@@ -47,6 +48,8 @@ class RankRuntime {
   // accumulate into the model's gradient buffers (the caller zeroes them). `step` (from 1) only
   // names the iteration in errors.
   IterationLosses run_schedule(const std::vector<data::Batch>& batches, std::int64_t step);
+  // A fault to inject (injected_fault.hpp); null for none. Must outlive the runtime.
+  void set_fault(const InjectedFault* fault) { fault_ = fault; }
 
   model::RankModel& model() { return *model_; }
   const model::RankModel& model() const { return *model_; }
@@ -59,6 +62,8 @@ class RankRuntime {
   struct VocabState;
 
   void run_op(const schedule::Op& op);
+  // Carries out fault_ before `op` when it is for this rank and step.
+  void inject_fault(const schedule::Op& op, std::int64_t step);
   // Waits for the pipeline messages the op starts from (activation, gradient, final hidden
   // state, embedding parts and gradients) before its span opens. Messages exchanged inside an
   // op (the vocabulary barriers) are still taken inside it.
@@ -89,6 +94,7 @@ class RankRuntime {
   const schedule::Schedule* schedule_;
   const comm::Topology* topology_;
   comm::Communicator* comm_;
+  const InjectedFault* fault_ = nullptr;
   // Spans of every op, send, receive and collective; activation bytes on its memory ledger.
   profiler::RankRecorder* recorder_;
   std::int64_t ledger_activations_ = 0;  // what the ledger holds for Activations

@@ -139,6 +139,7 @@ RankTraining::RankTraining(SharedTraining& shared, comm::Communicator& comm)
       loader_(make_loader(shared, at_)),
       batches_(static_cast<std::size_t>(plan_.microbatches)),
       first_step_(shared.prepared.resume ? static_cast<int>(shared.prepared.resume->step) + 1 : 1) {
+  if (options_.fault) runtime_.set_fault(&*options_.fault);
   const bool zero1 = plan_.zero_stage == 1;
   model::RankModel& m = model_;
   m.dense.allocate(zero1 ? dp_group_.size() : 1);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/runtime/injected_fault.hpp"
 #include "engine/schedule/schedule.hpp"
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
@@ -67,6 +68,9 @@ struct TrainOptions {
   // step's final reduction; the run then ends cleanly after that step, every rank at the same
   // step, and TrainResult::stopped is set. Null: run all steps.
   const std::atomic<bool>* stop = nullptr;
+  // A fault to inject (`train --fault`, injected_fault.hpp): for checking that failures end the
+  // run cleanly. Unset in every real run.
+  std::optional<InjectedFault> fault;
 
   // Ranks as processes (mpirun / srun): this process runs its ranks of the run (one, or K as
   // threads in a hybrid run), each over its own communicator; the other ranks are other

@@ -213,4 +213,17 @@ for k in "${hung_ranks[@]}"; do
       "run $status"
   fi
 done
+# An injected fault in one process (train --fault) ends the job with its named error.
+out="$("$mpiexec" -np "$np" "$pipetune" train --steps 3 --threads 1 --tp 1 --pp "$np" --dp 1 \
+  --fault rank=$((np - 1)),step=2,kind=throw --db fault.db 2>&1)"
+code=$?
+status="$("$pipetune" runs --db fault.db | awk 'NR == 2 { print $3 }')"
+if [ "$code" -eq 0 ] || ! grep -q "injected fault (--fault): rank $((np - 1)), step 2" <<<"$out" ||
+  { [ "$status" != failed ] && [ "$status" != interrupted ]; }; then
+  echo "FAIL injected fault: exit $code, status '$status'"
+  echo "$out" | grep -v '^-' | head -3
+  failures=$((failures + 1))
+else
+  echo "ok   injected fault on rank $((np - 1)): exit $code, named, run $status"
+fi
 [ "$failures" -eq 0 ]

@@ -1,0 +1,30 @@
+// Faults injected on purpose (`train --fault rank=R,step=S,kind=throw|hang|slow`), for people
+// checking that their setup ends a broken run cleanly, and for the tests that check it: rank R
+// throws, stops communicating, or stalls before the first op of step S. Never set in a real run.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace pipetune::runtime {
+
+struct InjectedFault {
+  enum class Kind { Throw, Hang, Slow };
+  int rank = 0;
+  int step = 1;
+  Kind kind = Kind::Throw;
+  double slow_seconds = 1.0;  // Slow: how long the op is delayed
+};
+
+// "rank=3,step=2,kind=throw" (and ",seconds=0.5" with kind=slow). InputError naming the part
+// that is wrong.
+InjectedFault parse_injected_fault(const std::string& text);
+std::string describe(const InjectedFault& fault);  // "rank 3 throws at step 2"
+
+// What an injected Throw raises: the run's failure names it as injected.
+class InjectedFaultError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace pipetune::runtime
