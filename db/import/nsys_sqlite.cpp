@@ -524,7 +524,9 @@ class NsysImport {
 
   struct PairHash {
     std::size_t operator()(const std::pair<std::int64_t, std::int64_t>& p) const noexcept {
-      return std::hash<std::int64_t>{}(p.first * 1000003 ^ p.second);
+      // Unsigned: the mix may wrap (signed overflow would be undefined).
+      return std::hash<std::uint64_t>{}(static_cast<std::uint64_t>(p.first) * 1000003u ^
+                                        static_cast<std::uint64_t>(p.second));
     }
   };
   // (process, correlationId) -> (tid, start) of the CUDA call that launched a SendRecv kernel.
