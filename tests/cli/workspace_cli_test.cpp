@@ -433,9 +433,10 @@ TEST(WorkspaceCli, ACorruptWorkspaceFailsTrainingBeforeItStarts) {
   }
   const auto r = w.run({"train", "--steps", "2"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  // SQLite's quick_check finds the damaged pages that opening the workspace does not read.
-  EXPECT_NE(r.err.find("workspace is corrupt ("), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("nothing was run"), std::string::npos) << r.err;
+  // SQLite's quick_check finds the damaged pages that opening the workspace does not read ("...
+  // workspace is corrupt (On tree page ...): nothing was run"); where the damage lands depends
+  // on the run's timings, and a page that opening reads is reported as "database is corrupt".
+  EXPECT_NE(r.err.find(" is corrupt ("), std::string::npos) << r.err;
   EXPECT_EQ(lines(r.err), 1) << r.err;
   EXPECT_EQ(r.out.find("step "), std::string::npos) << "it trained:\n" << r.out;
 }
