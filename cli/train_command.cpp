@@ -15,6 +15,7 @@
 #include "db/chrome_trace.hpp"
 #include "db/store/record_json.hpp"
 #include "db/store/run_writer.hpp"
+#include "db/store/workspace.hpp"
 #include "engine/comm/launcher.hpp"
 #include "engine/comm/topology.hpp"
 #ifdef PIPETUNE_HAVE_MPI
@@ -338,6 +339,7 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a, int ranks_p
       };
     }
     o.processes = std::move(processes);
+    o.record_trace = false;  // --trace: written from the workspace run, which has every rank's
     std::unique_ptr<db::RunWriter> writer;
     if (root) {
       writer = open_run_writer(a, o);
@@ -354,6 +356,10 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a, int ranks_p
                                 .c_str());
     const runtime::TrainResult r = train_into(o, writer.get());
     if (!root) return;
+    if (!a.trace.empty()) {  // every process's spans, as the workspace run holds them
+      db::Workspace ws(a.db);
+      db::write_chrome_trace_file(ws.load(writer->run_id()).trace, a.trace);
+    }
     report_run(a, o, r, writer.get());
   } catch (const InputError& e) {
     std::fprintf(stderr, "pipetune: error: %s\n", e.what());
@@ -399,7 +405,9 @@ void run(const TrainArgs& a) {
         "(configure with -DPIPETUNE_MPI=ON), so its ranks can only be threads: run "
         "it without mpirun / srun");
 #else
-    if (!a.trace.empty()) throw InputError("--trace is not available yet with ranks as processes");
+    if (!a.trace.empty() && a.no_db)
+      throw InputError(
+          "--trace with ranks as processes is written from the workspace run: drop --no-db");
 #endif
   }
   // The schedule `simulate --config` and `predict` simulate for this plan: planned with the op

@@ -140,6 +140,19 @@ for k in 1 2; do
       "as with threads"
   fi
 done
+# --trace with processes: the Chrome trace of the workspace run has the spans of the threads run.
+if [ "$np" -eq 2 ]; then
+  "$pipetune" train --steps 2 --threads 1 --tp 1 --pp 2 --dp 1 --no-db --trace threads.json >/dev/null
+  "$mpiexec" -np 2 "$pipetune" train --steps 2 --threads 1 --tp 1 --pp 2 --dp 1 --db traced.db \
+    --trace processes.json >/dev/null
+  complete() { grep -o '"ph": *"X"' "$1" 2>/dev/null | wc -l; }
+  if [ "$(complete threads.json)" -eq 0 ] || [ "$(complete threads.json)" != "$(complete processes.json)" ]; then
+    echo "FAIL --trace: threads $(complete threads.json) spans, processes $(complete processes.json)"
+    failures=$((failures + 1))
+  else
+    echo "ok   --trace with processes: $(complete processes.json) spans, as with threads"
+  fi
+fi
 # A process killed mid-run ends the others within 30 s, named by the launcher, and the run
 # stays in the workspace as interrupted with the steps it committed.
 "$mpiexec" -np "$np" "$pipetune" train --steps 100000 --threads 1 --tp 1 --pp "$np" --dp 1 \
