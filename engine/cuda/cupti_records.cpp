@@ -26,6 +26,19 @@ std::string api_name(CUpti_ActivityKind kind, CUpti_CallbackId cbid) {
          std::to_string(cbid);
 }
 
+// The fields every device record shares (CUPTI names them alike in each record type).
+template <typename Record>
+profiler::KernelRecord device_record(const Record& a, std::string name) {
+  profiler::KernelRecord r;
+  r.device = static_cast<std::int32_t>(a.deviceId);
+  r.stream = static_cast<std::int32_t>(a.streamId);
+  r.correlation = a.correlationId;
+  r.start_ns = ns(a.start);
+  r.end_ns = ns(a.end);
+  r.name = std::move(name);
+  return r;
+}
+
 }  // namespace
 
 std::string kernel_display_name(const char* name) {
@@ -42,13 +55,7 @@ bool append_cupti_record(const CUpti_Activity& record, profiler::GpuCapture& cap
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       const auto& k = reinterpret_cast<const CUpti_ActivityKernel10&>(record);
-      profiler::KernelRecord r;
-      r.device = static_cast<std::int32_t>(k.deviceId);
-      r.stream = static_cast<std::int32_t>(k.streamId);
-      r.correlation = k.correlationId;
-      r.start_ns = ns(k.start);
-      r.end_ns = ns(k.end);
-      r.name = kernel_display_name(k.name);
+      profiler::KernelRecord r = device_record(k, kernel_display_name(k.name));
       r.grid = {k.gridX, k.gridY, k.gridZ};
       r.block = {k.blockX, k.blockY, k.blockZ};
       capture.activities.push_back(std::move(r));
@@ -56,26 +63,15 @@ bool append_cupti_record(const CUpti_Activity& record, profiler::GpuCapture& cap
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
       const auto& m = reinterpret_cast<const CUpti_ActivityMemcpy6&>(record);
-      profiler::KernelRecord r;
-      r.device = static_cast<std::int32_t>(m.deviceId);
-      r.stream = static_cast<std::int32_t>(m.streamId);
-      r.correlation = m.correlationId;
-      r.start_ns = ns(m.start);
-      r.end_ns = ns(m.end);
-      r.name = "memcpy " + std::string(profiler::memcpy_kind_label(m.copyKind));
+      profiler::KernelRecord r =
+          device_record(m, "memcpy " + std::string(profiler::memcpy_kind_label(m.copyKind)));
       r.bytes = static_cast<std::int64_t>(m.bytes);
       capture.activities.push_back(std::move(r));
       return true;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
       const auto& m = reinterpret_cast<const CUpti_ActivityMemset4&>(record);
-      profiler::KernelRecord r;
-      r.device = static_cast<std::int32_t>(m.deviceId);
-      r.stream = static_cast<std::int32_t>(m.streamId);
-      r.correlation = m.correlationId;
-      r.start_ns = ns(m.start);
-      r.end_ns = ns(m.end);
-      r.name = "memset";
+      profiler::KernelRecord r = device_record(m, "memset");
       r.bytes = static_cast<std::int64_t>(m.bytes);
       capture.activities.push_back(std::move(r));
       return true;

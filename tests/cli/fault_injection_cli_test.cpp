@@ -16,16 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Scratch {
-  fs::path dir;
-  std::string db;
-  Scratch() {
-    char tmpl[] = "/tmp/pipetune_fault_XXXXXX";
-    dir = ::mkdtemp(tmpl);
-    db = (dir / "w.db").string();
-  }
-  ~Scratch() { fs::remove_all(dir); }
-};
+using Scratch = ScratchWorkspace;
 
 nlohmann::json runs_of(const std::string& db) {
   const ProcessResult r = run_pipetune({"runs", "--db", db, "--json"});

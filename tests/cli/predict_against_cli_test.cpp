@@ -15,16 +15,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Scratch {
-  fs::path dir;
-  std::string db;
-  Scratch() {
-    char tmpl[] = "/tmp/pipetune_against_XXXXXX";
-    dir = ::mkdtemp(tmpl);
-    db = (dir / "w.db").string();
-  }
-  ~Scratch() { fs::remove_all(dir); }
-};
+using Scratch = ScratchWorkspace;
 
 nlohmann::json json_of(const ProcessResult& r) {
   EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -93,6 +93,24 @@ inline ProcessResult run_pipetune(const std::vector<std::string>& args,
   return run_program(PIPETUNE_BIN, args, cwd);
 }
 
+// A fresh folder for one test, with the path of a workspace in it; removed at the end.
+struct ScratchWorkspace {
+  std::filesystem::path dir;
+  std::string db;
+  ScratchWorkspace() {
+    char tmpl[] = "/tmp/pipetune_test_XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+    dir = tmpl;
+    db = (dir / "w.db").string();
+  }
+  ~ScratchWorkspace() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  ScratchWorkspace(const ScratchWorkspace&) = delete;
+  ScratchWorkspace& operator=(const ScratchWorkspace&) = delete;
+};
+
 inline int count_lines(const std::string& s) {
   int n = 0;
   for (char c : s) n += c == '\n';
