@@ -17,9 +17,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "profiler/gpu/kernel_record.hpp"
 #include "db/store/span_block.hpp"
 #include "db/store/sqlite_util.hpp"
+#include "profiler/gpu/kernel_record.hpp"
 #include "profiler/trace.hpp"
 
 namespace pipetune::db {

@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "engine/comm/collective_checks.hpp"
 #include "engine/comm/comm_errors.hpp"
 #include "engine/comm/reduction.hpp"
 #include "engine/mpi/mpi_check.hpp"
@@ -202,11 +203,7 @@ void MpiCommunicator::reduce_scatter(const ProcessGroup& group, std::span<const 
   const MPI_Comm c = comm_of(group);
   const int p = group.size();
   const std::size_t n = output.size();
-  if (input.size() != n * static_cast<std::size_t>(p))
-    throw comm::CommMismatch(rank_, "reduce_scatter",
-                             "reduce_scatter on " + group.describe() + ": input of " +
-                                 std::to_string(input.size()) + " floats is not " +
-                                 std::to_string(p) + " x output " + std::to_string(n));
+  comm::check_reduce_scatter(rank_, group, input.size(), n);
   if (scratch_.size() < input.size()) scratch_.resize(input.size());
   float* pieces = scratch_.data();  // (p, n): chunk `me` of every member
   {
@@ -224,11 +221,7 @@ void MpiCommunicator::all_gather(const ProcessGroup& group, std::span<const floa
                                  std::span<float> output) {
   const MPI_Comm c = comm_of(group);
   const std::size_t n = input.size();
-  if (output.size() != n * static_cast<std::size_t>(group.size()))
-    throw comm::CommMismatch(rank_, "all_gather",
-                             "all_gather on " + group.describe() + ": output of " +
-                                 std::to_string(output.size()) + " floats is not " +
-                                 std::to_string(group.size()) + " x input " + std::to_string(n));
+  comm::check_all_gather(rank_, group, n, output.size());
   // MPI forbids aliased send and receive buffers: stage an input that overlaps the output.
   std::vector<float> staged;
   const float* in = input.data();
@@ -247,12 +240,8 @@ void MpiCommunicator::all_gather(const ProcessGroup& group, std::span<const floa
 void MpiCommunicator::all_to_all(const ProcessGroup& group, std::span<const float> input,
                                  std::span<float> output) {
   const MPI_Comm c = comm_of(group);
+  comm::check_all_to_all(rank_, group, input.size(), output.size());
   const auto p = static_cast<std::size_t>(group.size());
-  if (input.size() % p != 0 || output.size() != input.size())
-    throw comm::CommMismatch(rank_, "all_to_all",
-                             "all_to_all on " + group.describe() + ": input of " +
-                                 std::to_string(input.size()) + " and output of " +
-                                 std::to_string(output.size()) + " floats");
   const int chunk = as_count(input.size() / p, "all_to_all");
   {
     MPI_Request request;
@@ -268,28 +257,15 @@ void MpiCommunicator::all_to_all_v(const ProcessGroup& group, std::span<const fl
                                    std::span<const std::size_t> recv_counts) {
   const MPI_Comm c = comm_of(group);
   const int p = group.size();
-  if (send_counts.size() != static_cast<std::size_t>(p) ||
-      recv_counts.size() != static_cast<std::size_t>(p))
-    throw comm::CommMismatch(rank_, "all_to_all_v",
-                             "all_to_all_v on " + group.describe() + ": counts for " +
-                                 std::to_string(send_counts.size()) + " and " +
-                                 std::to_string(recv_counts.size()) + " members");
+  const comm::AllToAllOffsets at =
+      comm::check_all_to_all_v(rank_, group, input.size(), send_counts, output.size(), recv_counts);
   std::vector<int> sc(p), sd(p), rc(p), rd(p);
-  std::size_t so = 0, ro = 0;
   for (int j = 0; j < p; ++j) {
     sc[j] = as_count(send_counts[j], "all_to_all_v");
     rc[j] = as_count(recv_counts[j], "all_to_all_v");
-    sd[j] = as_count(so, "all_to_all_v");
-    rd[j] = as_count(ro, "all_to_all_v");
-    so += send_counts[j];
-    ro += recv_counts[j];
+    sd[j] = as_count(at.send[j], "all_to_all_v");
+    rd[j] = as_count(at.recv[j], "all_to_all_v");
   }
-  if (so != input.size() || ro != output.size())
-    throw comm::CommMismatch(rank_, "all_to_all_v",
-                             "all_to_all_v on " + group.describe() + ": counts sum to " +
-                                 std::to_string(so) + " / " + std::to_string(ro) +
-                                 " floats, buffers hold " + std::to_string(input.size()) + " / " +
-                                 std::to_string(output.size()));
   {
     MPI_Request request;
     PIPETUNE_MPI_CHECK(MPI_Ialltoallv(input.data(), sc.data(), sd.data(), MPI_FLOAT, output.data(),
@@ -300,9 +276,7 @@ void MpiCommunicator::all_to_all_v(const ProcessGroup& group, std::span<const fl
 
 void MpiCommunicator::broadcast(const ProcessGroup& group, std::span<float> data, int root) {
   const MPI_Comm c = comm_of(group);
-  if (root < 0 || root >= group.size())
-    throw std::invalid_argument("broadcast on " + group.describe() + ": root " +
-                                std::to_string(root) + " is not a group rank");
+  comm::check_broadcast_root(group, root);
   {
     MPI_Request request;
     PIPETUNE_MPI_CHECK(

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "engine/comm/collective_checks.hpp"
 #include "engine/comm/comm_errors.hpp"
 #include "engine/comm/reduction.hpp"
 
@@ -128,11 +129,7 @@ void MpiHybridCommunicator::reduce_scatter(const ProcessGroup& group, std::span<
                                            std::span<float> output, ReduceOp op) {
   const int tag = tag_of(group), p = group.size(), me = group.index_of(rank_);
   const std::size_t n = output.size();
-  if (input.size() != n * static_cast<std::size_t>(p))
-    throw comm::CommMismatch(rank_, "reduce_scatter",
-                             "reduce_scatter on " + group.describe() + ": input of " +
-                                 std::to_string(input.size()) + " floats is not " +
-                                 std::to_string(p) + " x output " + std::to_string(n));
+  comm::check_reduce_scatter(rank_, group, input.size(), n);
   const std::string what = "reduce_scatter on " + group.describe();
   for (int j = 0; j < p; ++j)
     if (j != me)
@@ -154,11 +151,7 @@ void MpiHybridCommunicator::all_gather(const ProcessGroup& group, std::span<cons
                                        std::span<float> output) {
   const int tag = tag_of(group), p = group.size(), me = group.index_of(rank_);
   const std::size_t n = input.size();
-  if (output.size() != n * static_cast<std::size_t>(p))
-    throw comm::CommMismatch(rank_, "all_gather",
-                             "all_gather on " + group.describe() + ": output of " +
-                                 std::to_string(output.size()) + " floats is not " +
-                                 std::to_string(p) + " x input " + std::to_string(n));
+  comm::check_all_gather(rank_, group, n, output.size());
   const std::vector<float> mine(input.begin(), input.end());  // input may overlap output
   for (int j = 0; j < p; ++j)
     if (j != me) post_floats(group.ranks[j], tag, mine.data(), n);
@@ -174,12 +167,8 @@ void MpiHybridCommunicator::all_gather(const ProcessGroup& group, std::span<cons
 
 void MpiHybridCommunicator::all_to_all(const ProcessGroup& group, std::span<const float> input,
                                        std::span<float> output) {
+  comm::check_all_to_all(rank_, group, input.size(), output.size());
   const auto p = static_cast<std::size_t>(group.size());
-  if (input.size() % p != 0 || output.size() != input.size())
-    throw comm::CommMismatch(rank_, "all_to_all",
-                             "all_to_all on " + group.describe() + ": input of " +
-                                 std::to_string(input.size()) + " and output of " +
-                                 std::to_string(output.size()) + " floats");
   const std::vector<std::size_t> counts(p, input.size() / p);
   all_to_all_v(group, input, counts, output, counts);
 }
@@ -189,26 +178,8 @@ void MpiHybridCommunicator::all_to_all_v(const ProcessGroup& group, std::span<co
                                          std::span<float> output,
                                          std::span<const std::size_t> recv_counts) {
   const int tag = tag_of(group), p = group.size(), me = group.index_of(rank_);
-  if (send_counts.size() != static_cast<std::size_t>(p) ||
-      recv_counts.size() != static_cast<std::size_t>(p))
-    throw comm::CommMismatch(rank_, "all_to_all_v",
-                             "all_to_all_v on " + group.describe() + ": counts for " +
-                                 std::to_string(send_counts.size()) + " and " +
-                                 std::to_string(recv_counts.size()) + " members");
-  std::vector<std::size_t> send_at(p), recv_at(p);
-  std::size_t so = 0, ro = 0;
-  for (int j = 0; j < p; ++j) {
-    send_at[j] = so;
-    recv_at[j] = ro;
-    so += send_counts[j];
-    ro += recv_counts[j];
-  }
-  if (so != input.size() || ro != output.size())
-    throw comm::CommMismatch(rank_, "all_to_all_v",
-                             "all_to_all_v on " + group.describe() + ": counts sum to " +
-                                 std::to_string(so) + " / " + std::to_string(ro) +
-                                 " floats, buffers hold " + std::to_string(input.size()) + " / " +
-                                 std::to_string(output.size()));
+  const comm::AllToAllOffsets at =
+      comm::check_all_to_all_v(rank_, group, input.size(), send_counts, output.size(), recv_counts);
   if (send_counts[me] != recv_counts[me])
     throw comm::CommMismatch(rank_, "all_to_all_v",
                              "all_to_all_v on " + group.describe() + ": rank " +
@@ -217,17 +188,15 @@ void MpiHybridCommunicator::all_to_all_v(const ProcessGroup& group, std::span<co
                                  std::to_string(recv_counts[me]));
   const std::string what = "all_to_all_v on " + group.describe();
   for (int j = 0; j < p; ++j)
-    if (j != me) post_floats(group.ranks[j], tag, input.data() + send_at[j], send_counts[j]);
-  std::copy_n(input.data() + send_at[me], send_counts[me], output.data() + recv_at[me]);
+    if (j != me) post_floats(group.ranks[j], tag, input.data() + at.send[j], send_counts[j]);
+  std::copy_n(input.data() + at.send[me], send_counts[me], output.data() + at.recv[me]);
   for (int j = 0; j < p; ++j)
-    if (j != me) take_floats(group.ranks[j], tag, output.subspan(recv_at[j], recv_counts[j]), what);
+    if (j != me) take_floats(group.ranks[j], tag, output.subspan(at.recv[j], recv_counts[j]), what);
 }
 
 void MpiHybridCommunicator::broadcast(const ProcessGroup& group, std::span<float> data, int root) {
   const int tag = tag_of(group), p = group.size(), me = group.index_of(rank_);
-  if (root < 0 || root >= p)
-    throw std::invalid_argument("broadcast on " + group.describe() + ": root " +
-                                std::to_string(root) + " is not a group rank");
+  comm::check_broadcast_root(group, root);
   if (me == root) {
     for (int j = 0; j < p; ++j)
       if (j != me) post_floats(group.ranks[j], tag, data.data(), data.size());

@@ -67,10 +67,10 @@ void MpiRankRouter::post(int src, int dst, Channel channel, int tag, const void*
   if (dst < 0 || dst >= world())
     throw std::invalid_argument("MPI rank router: rank " + std::to_string(src) + " sends to rank " +
                                 std::to_string(dst) + " of a world of " + std::to_string(world()));
-  std::vector<std::byte> payload(static_cast<const std::byte*>(bytes),
-                                 static_cast<const std::byte*>(bytes) + size);
-  std::lock_guard lock(mutex_);
+  const auto* first = static_cast<const std::byte*>(bytes);
   if (process_of(dst) == process_) {
+    std::vector<std::byte> payload(first, first + size);
+    std::lock_guard lock(mutex_);
     mailboxes_[{dst, src, static_cast<int>(channel), tag}].push_back(std::move(payload));
     arrived_.notify_all();
     return;
@@ -78,12 +78,15 @@ void MpiRankRouter::post(int src, int dst, Channel channel, int tag, const void*
   if (size > static_cast<std::size_t>(INT_MAX) - sizeof(Header))
     throw std::invalid_argument("MPI rank router: a message of " + std::to_string(size) +
                                 " bytes exceeds MPI's int count");
+  // Header and payload in one buffer, copied once, before taking the lock.
+  std::vector<std::byte> message(sizeof(Header) + size);
+  const Header h{dst, src, static_cast<std::int32_t>(channel), tag};
+  std::memcpy(message.data(), &h, sizeof h);
+  if (size > 0) std::memcpy(message.data() + sizeof h, first, size);
+  std::lock_guard lock(mutex_);
   reap_sends_locked(false);
   PendingSend& s = sends_.emplace_back();
-  s.bytes.resize(sizeof(Header) + size);
-  const Header h{dst, src, static_cast<std::int32_t>(channel), tag};
-  std::memcpy(s.bytes.data(), &h, sizeof h);
-  if (size > 0) std::memcpy(s.bytes.data() + sizeof h, payload.data(), size);
+  s.bytes = std::move(message);
   PIPETUNE_MPI_CHECK(MPI_Isend(s.bytes.data(), static_cast<int>(s.bytes.size()), MPI_BYTE,
                                process_of(dst), kMessageTag, comm_, &s.request));
 }

@@ -5,9 +5,9 @@
 // (ncclKernel_* before NCCL 2.19, ncclDevKernel_* after) and the nsys copyKind codes.
 #include <gtest/gtest.h>
 
-#include "profiler/gpu/gpu_activity_names.hpp"
 #include "db/import/pipeline_phase_names.hpp"
 #include "db/import/rank_names.hpp"
+#include "profiler/gpu/gpu_activity_names.hpp"
 
 namespace pipetune::db {
 namespace {
@@ -84,23 +84,32 @@ TEST(PipelinePhaseNames, NotPhases) {
 }
 
 TEST(NcclKernelNames, Collectives) {
-  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_SendRecv"), profiler::NcclKernel::SendRecv);
-  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096>)"),
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_SendRecv"),
             profiler::NcclKernel::SendRecv);
+  EXPECT_EQ(
+      profiler::classify_nccl_kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096>)"),
+      profiler::NcclKernel::SendRecv);
   EXPECT_EQ(profiler::classify_nccl_kernel("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t"),
             profiler::NcclKernel::SendRecv);
-  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL"), profiler::NcclKernel::AllReduce);
-  EXPECT_EQ(profiler::classify_nccl_kernel("void ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)"),
-            profiler::NcclKernel::AllGather);
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+            profiler::NcclKernel::AllReduce);
+  EXPECT_EQ(
+      profiler::classify_nccl_kernel("void ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)"),
+      profiler::NcclKernel::AllGather);
   EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL"),
             profiler::NcclKernel::ReduceScatter);
-  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_Reduce_Sum_f32_RING_LL"), profiler::NcclKernel::Reduce);
-  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_Broadcast_RING_LL"), profiler::NcclKernel::Broadcast);
-  EXPECT_EQ(profiler::classify_nccl_kernel("ncclKernel_AllToAll_RING"), profiler::NcclKernel::AllToAll);
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_Reduce_Sum_f32_RING_LL"),
+            profiler::NcclKernel::Reduce);
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_Broadcast_RING_LL"),
+            profiler::NcclKernel::Broadcast);
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclKernel_AllToAll_RING"),
+            profiler::NcclKernel::AllToAll);
   EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_Send_RING"), profiler::NcclKernel::Send);
   EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_Recv_RING"), profiler::NcclKernel::Recv);
-  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_Generic_4"), profiler::NcclKernel::Unknown);
-  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_SendRecvX"), profiler::NcclKernel::Unknown);
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_Generic_4"),
+            profiler::NcclKernel::Unknown);
+  EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_SendRecvX"),
+            profiler::NcclKernel::Unknown);
   EXPECT_FALSE(profiler::classify_nccl_kernel("flash_fwd_kernel").has_value());
   EXPECT_FALSE(profiler::classify_nccl_kernel("nccl:all_to_all").has_value());
   EXPECT_FALSE(profiler::classify_nccl_kernel("my_ncclKernel_AllReduce").has_value());

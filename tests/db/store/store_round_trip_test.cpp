@@ -74,8 +74,8 @@ Trace hand_made_trace() {
 
 std::vector<profiler::KernelRecord> hand_made_kernels() {
   std::vector<profiler::KernelRecord> k(3);
-  k[0] =
-      profiler::KernelRecord{0, 0, 7, 1001, 350, 2000, "ampere_sgemm_128x64_nn", {128, 4, 1}, {256, 1, 1}, 0};
+  k[0] = profiler::KernelRecord{
+      0, 0, 7, 1001, 350, 2000, "ampere_sgemm_128x64_nn", {128, 4, 1}, {256, 1, 1}, 0};
   k[1] = profiler::KernelRecord{
       0,         0,           7, 1002, 2100, 9000, "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
       {8, 1, 1}, {640, 1, 1}, 0};

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "profiler/gpu/kernel_record.hpp"
 #include "db/store/store_types.hpp"
+#include "profiler/gpu/kernel_record.hpp"
 #include "profiler/trace.hpp"
 
 namespace pipetune::db::testing {
