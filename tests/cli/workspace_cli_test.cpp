@@ -334,24 +334,30 @@ TEST(WorkspaceCli, BadWorkspacesAndRunsAreOneLineErrors) {
   expect_input_error(w.run({"import-nsys", junk}), "junk.db");
 }
 
+// Starts `pipetune train` for 100000 steps into `db` in the background, stdout to `out`
+// (stderr discarded); returns its pid (the tests kill it), or -1 when fork fails.
+pid_t start_long_training(const std::string& db, const std::string& out) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int null_fd = ::open("/dev/null", O_WRONLY);
+  ::dup2(out_fd, 1);
+  ::dup2(null_fd, 2);
+  std::string bin = PIPETUNE_BIN;
+  std::vector<std::string> args = {bin, "train", "--steps", "100000", "--db", db};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(bin.c_str(), argv.data());
+  ::_exit(127);
+}
+
 // A training run killed with SIGKILL while it writes shows as interrupted, with the spans it
 // had committed.
 TEST(WorkspaceCli, KilledTrainingRunShowsAsInterrupted) {
   Workspace w;
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const int null_fd = ::open("/dev/null", O_WRONLY);
-    ::dup2(null_fd, 1);
-    ::dup2(null_fd, 2);
-    std::string bin = PIPETUNE_BIN;
-    std::vector<std::string> args = {bin, "train", "--steps", "100000", "--db", w.db};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
-    ::_exit(127);
-  }
+  const pid_t pid = start_long_training(w.db, "/dev/null");
+  ASSERT_GT(pid, 0);
   // Wait until some spans are committed (the writer commits at least every 200 ms).
   std::int64_t spans = 0;
   for (int i = 0; i < 600 && spans == 0; ++i) {
@@ -381,21 +387,8 @@ TEST(WorkspaceCli, KilledTrainingRunShowsAsInterrupted) {
 TEST(WorkspaceCli, EveryPrintedStepSurvivesAKill) {
   Workspace w;
   const std::string out = (w.dir / "train.out").string();
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int null_fd = ::open("/dev/null", O_WRONLY);
-    ::dup2(out_fd, 1);
-    ::dup2(null_fd, 2);
-    std::string bin = PIPETUNE_BIN;
-    std::vector<std::string> args = {bin, "train", "--steps", "100000", "--db", w.db};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
-    ::_exit(127);
-  }
+  const pid_t pid = start_long_training(w.db, out);
+  ASSERT_GT(pid, 0);
   const auto printed_steps = [&] {
     std::ifstream in(out);
     std::string line;
