@@ -311,6 +311,42 @@ void Backend::attention_backward_input(ConstTensorView dout, ConstTensorView qkv
   do_attention_backward_input(dout, qkv, att, num_heads, dqkv);
 }
 
+namespace {
+
+void check_flash(const char* op, ConstTensorView qkv, std::int64_t nh, ConstTensorView out,
+                 ConstTensorView lse) {
+  rank_is(op, "qkv", qkv, 3);
+  rank_is(op, "out", out, 3);
+  rank_is(op, "lse", lse, 3);
+  const std::int64_t B = qkv.shape[0], T = qkv.shape[1], C3 = qkv.shape[2];
+  PIPETUNE_TENSOR_CHECK(nh > 0 && C3 % 3 == 0 && (C3 / 3) % nh == 0, op,
+                        sh("qkv", qkv) + " is not (B, T, 3 * num_heads * head_size) for " +
+                            "num_heads " + std::to_string(nh));
+  PIPETUNE_TENSOR_CHECK(out.shape == Shape({B, T, C3 / 3}), op,
+                        sh("out", out) + " must be (B, T, C) for " + sh("qkv", qkv));
+  PIPETUNE_TENSOR_CHECK(lse.shape == Shape({B, nh, T}), op,
+                        sh("lse", lse) + " must be (B, NH, T) for " + sh("qkv", qkv) +
+                            " num_heads " + std::to_string(nh));
+}
+
+}  // namespace
+
+void Backend::attention_flash_forward(ConstTensorView qkv, std::int64_t num_heads, TensorView out,
+                                      TensorView lse) {
+  check_flash("attention_flash_forward", qkv, num_heads, out, lse);
+  do_attention_flash_forward(qkv, num_heads, out, lse);
+}
+
+void Backend::attention_flash_backward_input(ConstTensorView dout, ConstTensorView qkv,
+                                             ConstTensorView out, ConstTensorView lse,
+                                             std::int64_t num_heads, TensorView dqkv) {
+  const char* op = "attention_flash_backward_input";
+  check_flash(op, qkv, num_heads, out, lse);
+  same_shape(op, "out", out, "dout", dout);
+  same_shape(op, "qkv", qkv, "dqkv", dqkv);
+  do_attention_flash_backward_input(dout, qkv, out, lse, num_heads, dqkv);
+}
+
 // ---- cross-entropy --------------------------------------------------------------------------
 
 namespace {
@@ -331,11 +367,8 @@ float Backend::cross_entropy_forward(ConstTensorView logits, std::span<const std
   const char* op = "cross_entropy_forward";
   check_logits(op, logits, targets);
   tokens_in_range(op, "targets", targets, logits.shape[1]);
-  const std::int64_t n = logits.shape[0];
-  length_n(op, "losses", losses, n);
-  Tensor max(Shape{n}), sum(Shape{n}), target(Shape{n});
-  do_vocab_ce_local_stats(logits, targets, 0, max, sum, target);
-  return do_vocab_ce_loss(max, sum, target, losses);
+  length_n(op, "losses", losses, logits.shape[0]);
+  return do_cross_entropy_forward(logits, targets, losses);
 }
 
 void Backend::cross_entropy_backward(ConstTensorView logits, std::span<const std::int32_t> targets,
@@ -344,6 +377,20 @@ void Backend::cross_entropy_backward(ConstTensorView logits, std::span<const std
   check_logits(op, logits, targets);
   tokens_in_range(op, "targets", targets, logits.shape[1]);
   same_shape(op, "logits", logits, "dlogits", dlogits);
+  do_cross_entropy_backward(logits, targets, grad_scale, dlogits);
+}
+
+float Backend::do_cross_entropy_forward(ConstTensorView logits,
+                                        std::span<const std::int32_t> targets, TensorView losses) {
+  const std::int64_t n = logits.shape[0];
+  Tensor max(Shape{n}), sum(Shape{n}), target(Shape{n});
+  do_vocab_ce_local_stats(logits, targets, 0, max, sum, target);
+  return do_vocab_ce_loss(max, sum, target, losses);
+}
+
+void Backend::do_cross_entropy_backward(ConstTensorView logits,
+                                        std::span<const std::int32_t> targets, float grad_scale,
+                                        TensorView dlogits) {
   const std::int64_t n = logits.shape[0];
   Tensor max(Shape{n}), sum(Shape{n}), target(Shape{n});
   do_vocab_ce_local_stats(logits, targets, 0, max, sum, target);

@@ -14,6 +14,9 @@
 //  - Leading dimensions are flattened where an op works on rows: x (B, T, C) is (B*T, C).
 //  - Token ids and targets are int32 spans; their length is the number of rows N = B*T.
 //  - A default-constructed (empty) view means "absent" (no bias, no position embedding).
+//  - Views point to the memory the backend computes in: host memory for the CPU backend, device
+//    memory for the CUDA backend. Token ids, targets and MoeRouting are host data for every
+//    backend: the shared checks here read the ids, and a device backend uploads what it needs.
 #pragma once
 
 #include <cstdint>
@@ -97,6 +100,16 @@ class Backend {
   // dqkv (B, T, 3C) += gradient through q, k and v.
   void attention_backward_input(ConstTensorView dout, ConstTensorView qkv, ConstTensorView att,
                                 std::int64_t num_heads, TensorView dqkv);
+
+  // Flash-style attention: the same causal attention without a (T, T) matrix in memory. The
+  // forward stores lse (B, NH, T), the log-sum-exp of each query row's scaled scores (max +
+  // log(sum exp(s - max))); the backward recomputes the probabilities exp(s - lse) from q, k and
+  // lse, and dqkv (B, T, 3C) += gradient through q, k and v, as attention_backward_input.
+  void attention_flash_forward(ConstTensorView qkv, std::int64_t num_heads, TensorView out,
+                               TensorView lse);
+  void attention_flash_backward_input(ConstTensorView dout, ConstTensorView qkv,
+                                      ConstTensorView out, ConstTensorView lse,
+                                      std::int64_t num_heads, TensorView dqkv);
 
   // ---- softmax cross-entropy ------------------------------------------------------------------
   // logits (N, V), targets (N) in [0, V) -> losses (N); returns the mean loss.
@@ -194,7 +207,20 @@ class Backend {
   virtual void do_attention_backward_input(ConstTensorView dout, ConstTensorView qkv,
                                            ConstTensorView att, std::int64_t num_heads,
                                            TensorView dqkv) = 0;
+  virtual void do_attention_flash_forward(ConstTensorView qkv, std::int64_t num_heads,
+                                          TensorView out, TensorView lse) = 0;
+  virtual void do_attention_flash_backward_input(ConstTensorView dout, ConstTensorView qkv,
+                                                 ConstTensorView out, ConstTensorView lse,
+                                                 std::int64_t num_heads, TensorView dqkv) = 0;
 
+  // The unsharded cross-entropy as the one-shard case of the vocabulary-parallel protocol. The
+  // defaults hold the per-row statistics in host Tensors, which suits backends whose views point
+  // to host memory; a backend whose views point elsewhere (CUDA) overrides both.
+  virtual float do_cross_entropy_forward(ConstTensorView logits,
+                                         std::span<const std::int32_t> targets, TensorView losses);
+  virtual void do_cross_entropy_backward(ConstTensorView logits,
+                                         std::span<const std::int32_t> targets, float grad_scale,
+                                         TensorView dlogits);
   virtual void do_vocab_ce_local_stats(ConstTensorView logits_shard,
                                        std::span<const std::int32_t> targets, std::int64_t vocab_lo,
                                        TensorView local_max, TensorView local_sum,

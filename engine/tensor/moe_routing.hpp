@@ -26,6 +26,13 @@ struct MoeRouting {
   std::int64_t dropped() const;
 };
 
+// Fills `routing` from the router's probabilities probs (tokens, experts), host memory, row-major:
+// the top-k experts of each token by probability, then the capacity rule above. Every backend
+// routes with this one function (the CUDA backend on probabilities copied back to the host), so
+// the same probabilities give the same routing on every backend.
+void route_top_k(const float* probs, std::int64_t tokens, std::int64_t experts, std::int64_t top_k,
+                 std::int64_t capacity, MoeRouting& routing);
+
 // Slots per expert: ceil(capacity_factor * tokens * top_k / experts), at least 1.
 std::int64_t moe_capacity(std::int64_t tokens, std::int64_t experts, std::int64_t top_k,
                           double capacity_factor);

@@ -72,6 +72,11 @@ class CpuBackend final : public Backend {
                             TensorView att) override;
   void do_attention_backward_input(ConstTensorView dout, ConstTensorView qkv, ConstTensorView att,
                                    std::int64_t num_heads, TensorView dqkv) override;
+  void do_attention_flash_forward(ConstTensorView qkv, std::int64_t num_heads, TensorView out,
+                                  TensorView lse) override;
+  void do_attention_flash_backward_input(ConstTensorView dout, ConstTensorView qkv,
+                                         ConstTensorView out, ConstTensorView lse,
+                                         std::int64_t num_heads, TensorView dqkv) override;
   void do_vocab_ce_local_stats(ConstTensorView logits_shard, std::span<const std::int32_t> targets,
                                std::int64_t vocab_lo, TensorView local_max, TensorView local_sum,
                                TensorView target_logit) override;

@@ -2,8 +2,6 @@
 // tokens into per-expert buffers and the probability-weighted combine, with backward.
 #include <algorithm>
 #include <cmath>
-#include <numeric>
-#include <vector>
 
 #include "engine/tensor/cpu/cpu_backend.hpp"
 
@@ -11,18 +9,7 @@ namespace pipetune::tensor {
 
 void CpuBackend::do_moe_router_forward(ConstTensorView logits, std::int64_t top_k,
                                        std::int64_t capacity, TensorView probs, MoeRouting& r) {
-  const std::int64_t N = logits.shape[0], E = logits.shape[1], K = top_k;
-  r.tokens = N;
-  r.experts = E;
-  r.top_k = K;
-  r.capacity = capacity;
-  r.expert.assign(static_cast<std::size_t>(N * K), -1);
-  r.slot.assign(static_cast<std::size_t>(N * K), -1);
-  r.slot_token.assign(static_cast<std::size_t>(E * capacity), -1);
-  r.assigned.assign(static_cast<std::size_t>(E), 0);
-  r.kept.assign(static_cast<std::size_t>(E), 0);
-
-  std::vector<std::int32_t> order(static_cast<std::size_t>(E));
+  const std::int64_t N = logits.shape[0], E = logits.shape[1];
   for (std::int64_t n = 0; n < N; ++n) {
     const float* l = logits.data + n * E;  // (E)
     float* p = probs.data + n * E;         // (E)
@@ -31,28 +18,8 @@ void CpuBackend::do_moe_router_forward(ConstTensorView logits, std::int64_t top_
     float sum = 0.0f;
     for (std::int64_t e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - mx));
     for (std::int64_t e = 0; e < E; ++e) p[e] /= sum;
-    // top-k by probability, ties to the lower expert index
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(
-        order.begin(), order.begin() + K, order.end(),
-        [p](std::int32_t a, std::int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    for (std::int64_t c = 0; c < K; ++c)
-      r.expert[static_cast<std::size_t>(n * K + c)] = order[static_cast<std::size_t>(c)];
   }
-  // Capacity: place choice rank by choice rank, tokens in order; a full expert drops the choice.
-  for (std::int64_t c = 0; c < K; ++c) {
-    for (std::int64_t n = 0; n < N; ++n) {
-      const auto i = static_cast<std::size_t>(n * K + c);
-      const auto e = static_cast<std::size_t>(r.expert[i]);
-      ++r.assigned[e];
-      if (r.kept[e] < capacity) {
-        const std::int64_t s = r.kept[e]++;
-        r.slot[i] = static_cast<std::int32_t>(s);
-        r.slot_token[e * static_cast<std::size_t>(capacity) + static_cast<std::size_t>(s)] =
-            static_cast<std::int32_t>(n);
-      }
-    }
-  }
+  route_top_k(probs.data, N, E, top_k, capacity, r);  // top-k and capacity (moe_routing.hpp)
 }
 
 void CpuBackend::do_moe_router_backward(ConstTensorView probs, ConstTensorView dprobs,

@@ -1,6 +1,9 @@
 // Causal self-attention core through the Backend interface: forward against a naive double
 // reference, causality, and the backward against central finite differences; then the CPU
 // backend's tiled kernels at larger sizes for each ISA level.
+#include <algorithm>
+#include <array>
+
 #include "tests/engine/tensor/backend_test_support.hpp"
 
 namespace pipetune::tensor::testing {
@@ -84,6 +87,99 @@ TEST_P(AttentionOpTest, BackwardMatchesFiniteDifferences) {
 TEST_P(AttentionOpTest, RejectsHeadsThatDoNotDivideChannels) {
   Tensor qkv({1, 2, 12}), out({1, 2, 4}), att({1, 3, 2, 2});
   EXPECT_THROW(be().attention_forward(qkv, 3, out, att), InputError);
+}
+
+// ---- flash-style attention: no (T, T) matrix, lse per query row --------------------------------
+
+// Log-sum-exp of each query row's scaled scores in double: (B, NH, T).
+std::vector<float> reference_lse(const Tensor& qkv, std::int64_t NH) {
+  const std::int64_t B = qkv.shape()[0], T = qkv.shape()[1], C = qkv.shape()[2] / 3;
+  const std::int64_t HS = C / NH;
+  std::vector<float> lse(static_cast<std::size_t>(B * NH * T));
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t h = 0; h < NH; ++h) {
+      for (std::int64_t t = 0; t < T; ++t) {
+        std::vector<double> score;
+        for (std::int64_t s = 0; s <= t; ++s) {
+          double d = 0.0;
+          for (std::int64_t i = 0; i < HS; ++i) {
+            d += static_cast<double>(qkv[(b * T + t) * 3 * C + h * HS + i]) *
+                 qkv[(b * T + s) * 3 * C + C + h * HS + i];
+          }
+          score.push_back(d / std::sqrt(static_cast<double>(HS)));
+        }
+        const double mx = *std::max_element(score.begin(), score.end());
+        double sum = 0.0;
+        for (double v : score) sum += std::exp(v - mx);
+        lse[(b * NH + h) * T + t] = static_cast<float>(mx + std::log(sum));
+      }
+    }
+  }
+  return lse;
+}
+
+// |a - e| <= 1e-5 |e| + 1e-5 * max|e|: relative agreement, with a floor at the tensor's scale for
+// elements that cancel to near zero.
+::testing::AssertionResult same_within_1e5(const std::string& name, const Tensor& actual,
+                                           const Tensor& expected) {
+  double scale = 0.0;
+  for (float v : expected.values()) scale = std::max(scale, std::fabs(static_cast<double>(v)));
+  return all_close(name, actual.values(), expected.values(), 1e-5, 1e-5 * scale);
+}
+
+TEST_P(AttentionOpTest, FlashForwardMatchesAttentionForward) {
+  for (const auto& [B, T, NH, HS] : std::vector<std::array<std::int64_t, 4>>{
+           {1, 1, 1, 1}, {2, 5, 2, 3}, {2, 37, 2, 20}, {1, 70, 3, 64}}) {
+    const std::int64_t C = NH * HS;
+    const Tensor qkv = random_tensor({B, T, 3 * C}, rng);
+    Tensor out({B, T, C}), att({B, NH, T, T}), flash_out({B, T, C}), lse({B, NH, T});
+    be().attention_forward(qkv, NH, out, att);
+    be().attention_flash_forward(qkv, NH, flash_out, lse);
+    const std::string at = " (B " + std::to_string(B) + ", T " + std::to_string(T) + ", NH " +
+                           std::to_string(NH) + ", HS " + std::to_string(HS) + ")";
+    EXPECT_TRUE(same_within_1e5("out" + at, flash_out, out));
+    EXPECT_TRUE(all_close("lse" + at, lse.values(), reference_lse(qkv, NH), 1e-5, 1e-5));
+  }
+}
+
+TEST_P(AttentionOpTest, FlashBackwardMatchesAttentionBackward) {
+  for (const auto& [B, T, NH, HS] : std::vector<std::array<std::int64_t, 4>>{
+           {1, 1, 1, 1}, {2, 5, 2, 3}, {2, 37, 2, 20}, {1, 70, 3, 64}}) {
+    const std::int64_t C = NH * HS;
+    const Tensor qkv = random_tensor({B, T, 3 * C}, rng);
+    const Tensor dout = random_tensor({B, T, C}, rng);
+    const Tensor start = random_tensor({B, T, 3 * C}, rng);  // both backwards accumulate onto it
+    Tensor out({B, T, C}), att({B, NH, T, T}), flash_out({B, T, C}), lse({B, NH, T});
+    be().attention_forward(qkv, NH, out, att);
+    be().attention_flash_forward(qkv, NH, flash_out, lse);
+    Tensor dqkv = start, flash_dqkv = start;
+    be().attention_backward_input(dout, qkv, att, NH, dqkv);
+    be().attention_flash_backward_input(dout, qkv, flash_out, lse, NH, flash_dqkv);
+    const std::string at = " (B " + std::to_string(B) + ", T " + std::to_string(T) + ", NH " +
+                           std::to_string(NH) + ", HS " + std::to_string(HS) + ")";
+    EXPECT_TRUE(same_within_1e5("dqkv" + at, flash_dqkv, dqkv));
+  }
+}
+
+TEST_P(AttentionOpTest, FlashLaterTokensDoNotChangeEarlierOutputs) {
+  const std::int64_t B = 1, T = 6, NH = 2, C = 4;
+  Tensor qkv = random_tensor({B, T, 3 * C}, rng);
+  Tensor out1({B, T, C}), out2({B, T, C}), lse({B, NH, T});
+  be().attention_flash_forward(qkv, NH, out1, lse);
+  for (std::int64_t i = 4 * 3 * C; i < T * 3 * C; ++i) qkv[i] += 1.0f;  // perturb t = 4, 5
+  be().attention_flash_forward(qkv, NH, out2, lse);
+  for (std::int64_t i = 0; i < 4 * C; ++i) EXPECT_EQ(out1[i], out2[i]) << "element " << i;
+}
+
+TEST_P(AttentionOpTest, FlashRejectsMismatchedShapes) {
+  Tensor qkv({1, 4, 12}), out({1, 4, 4}), lse({1, 2, 4}), dqkv({1, 4, 12});
+  Tensor bad_lse({1, 2, 3}), bad_out({1, 4, 3}), bad_dqkv({1, 4, 11});
+  EXPECT_THROW(be().attention_flash_forward(qkv, 2, out, bad_lse), InputError);
+  EXPECT_THROW(be().attention_flash_forward(qkv, 3, out, lse), InputError);
+  EXPECT_THROW(be().attention_flash_forward(qkv, 2, bad_out, lse), InputError);
+  EXPECT_THROW(be().attention_flash_backward_input(out, qkv, out, lse, 2, bad_dqkv), InputError);
+  EXPECT_THROW(be().attention_flash_backward_input(bad_out, qkv, out, lse, 2, dqkv), InputError);
+  EXPECT_NO_THROW(be().attention_flash_backward_input(out, qkv, out, lse, 2, dqkv));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, AttentionOpTest, ::testing::ValuesIn(all_backends()),
