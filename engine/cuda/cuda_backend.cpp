@@ -1,0 +1,185 @@
+// CudaBackend: construction (device, stream, cuBLASLt handle and workspace), scratch, uploads and
+// read-backs, and the elementwise, optimizer and reduction ops. The GEMMs are in cuda_gemm.cpp,
+// the other ops in cuda_backend_ops.cpp and cuda_backend_moe.cpp; the kernels in cuda_*.cu.
+#include "engine/cuda/cuda_backend.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/cuda/cuda_check.hpp"
+#include "engine/cuda/cuda_kernels.hpp"
+#include "engine/cuda/launch_shapes.hpp"
+
+namespace pipetune::cuda {
+
+using tensor::ConstTensorView;
+using tensor::TensorView;
+
+// ---- DeviceBuffer ---------------------------------------------------------------------------
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_ != nullptr) cudaFree(data_);  // no throw from a destructor
+}
+
+void* DeviceBuffer::reserve(std::size_t bytes, cudaStream_t stream) {
+  if (bytes <= bytes_ && data_ != nullptr) return data_;
+  if (data_ != nullptr) {
+    PIPETUNE_CUDA_CHECK(cudaStreamSynchronize(stream));  // earlier kernels may still read it
+    PIPETUNE_CUDA_CHECK(cudaFree(data_));
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  // Grow by at least half again, so a sequence of slowly growing requests allocates rarely.
+  const std::size_t want =
+      std::max<std::size_t>({bytes, bytes_ + bytes_ / 2, static_cast<std::size_t>(kScratchAlign)});
+  PIPETUNE_CUDA_CHECK(cudaMalloc(&data_, want));
+  bytes_ = want;
+  return data_;
+}
+
+// ---- construction ---------------------------------------------------------------------------
+
+CudaBackend::CudaBackend() : CudaBackend(Options{}) {}
+
+CudaBackend::CudaBackend(Options options) : options_(options) {
+  int count = 0;
+  PIPETUNE_CUDA_CHECK(cudaGetDeviceCount(&count));
+  if (options_.device < 0 || options_.device >= count) {
+    throw CudaError("CudaBackend: device " + std::to_string(options_.device) + " does not exist (" +
+                    std::to_string(count) + " CUDA devices)");
+  }
+  PIPETUNE_CUDA_CHECK(cudaSetDevice(options_.device));
+  int major = 0;
+  PIPETUNE_CUDA_CHECK(
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.device));
+  try {
+    PIPETUNE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    PIPETUNE_CUDA_CHECK(cudaEventCreateWithFlags(&staging_done_, cudaEventDisableTiming));
+    PIPETUNE_CUBLAS_CHECK(cublasLtCreate(&lt_));
+    workspace_bytes_ = static_cast<std::size_t>(cublaslt_workspace_bytes(major));
+    workspace_.reserve(workspace_bytes_, stream_);
+  } catch (...) {
+    if (lt_ != nullptr) cublasLtDestroy(lt_);
+    if (staging_done_ != nullptr) cudaEventDestroy(staging_done_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    throw;
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  // Nothing here throws: a failing call at teardown has nobody to report to.
+  cudaSetDevice(options_.device);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (pinned_ != nullptr) cudaFreeHost(pinned_);
+  if (lt_ != nullptr) cublasLtDestroy(lt_);
+  if (staging_done_ != nullptr) cudaEventDestroy(staging_done_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::activate() {
+  PIPETUNE_CUDA_CHECK(cudaSetDevice(options_.device));
+}
+
+void CudaBackend::synchronize() {
+  activate();
+  PIPETUNE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+// ---- staging, uploads and read-backs --------------------------------------------------------
+
+void* CudaBackend::staging(std::size_t bytes) {
+  // The previous copy from (or into) staging must be done before the host touches it again.
+  PIPETUNE_CUDA_CHECK(cudaEventSynchronize(staging_done_));
+  if (bytes > pinned_bytes_) {
+    if (pinned_ != nullptr) PIPETUNE_CUDA_CHECK(cudaFreeHost(pinned_));
+    pinned_ = nullptr;
+    pinned_bytes_ = 0;
+    const std::size_t want = std::max<std::size_t>(bytes, 4096);
+    PIPETUNE_CUDA_CHECK(cudaMallocHost(&pinned_, want));
+    pinned_bytes_ = want;
+  }
+  return pinned_;
+}
+
+void* CudaBackend::upload(const void* host, std::size_t bytes) {
+  void* dev = ids_.reserve(std::max<std::size_t>(bytes, 4), stream_);
+  if (bytes == 0) return dev;
+  void* pinned = staging(bytes);
+  std::memcpy(pinned, host, bytes);
+  PIPETUNE_CUDA_CHECK(cudaMemcpyAsync(dev, pinned, bytes, cudaMemcpyHostToDevice, stream_));
+  PIPETUNE_CUDA_CHECK(cudaEventRecord(staging_done_, stream_));
+  return dev;
+}
+
+const std::int32_t* CudaBackend::upload_ids(std::span<const std::int32_t> ids) {
+  return static_cast<const std::int32_t*>(upload(ids.data(), ids.size_bytes()));
+}
+
+void CudaBackend::download(void* host, const void* device, std::size_t bytes) {
+  if (bytes == 0) return;
+  void* pinned = staging(bytes);
+  PIPETUNE_CUDA_CHECK(cudaMemcpyAsync(pinned, device, bytes, cudaMemcpyDeviceToHost, stream_));
+  PIPETUNE_CUDA_CHECK(cudaEventRecord(staging_done_, stream_));
+  PIPETUNE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::memcpy(host, pinned, bytes);
+}
+
+// ---- elementwise ----------------------------------------------------------------------------
+
+void CudaBackend::do_zero(TensorView t) {
+  activate();
+  if (t.numel() == 0) return;
+  PIPETUNE_CUDA_CHECK(
+      cudaMemsetAsync(t.data, 0, static_cast<std::size_t>(t.numel()) * sizeof(float), stream_));
+}
+
+void CudaBackend::do_scale(TensorView t, float s) {
+  activate();
+  kernels::scale(stream_, t.data, s, t.numel());
+}
+
+void CudaBackend::do_add(ConstTensorView a, ConstTensorView b, TensorView out) {
+  activate();
+  kernels::add(stream_, a.data, b.data, out.data, out.numel());
+}
+
+void CudaBackend::do_accumulate(TensorView dst, ConstTensorView src) {
+  activate();
+  kernels::accumulate(stream_, dst.data, src.data, dst.numel());
+}
+
+void CudaBackend::do_gelu_forward(ConstTensorView x, TensorView y) {
+  activate();
+  kernels::gelu_forward(stream_, x.data, y.data, x.numel());
+}
+
+void CudaBackend::do_gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx) {
+  activate();
+  kernels::gelu_backward(stream_, dy.data, x.data, dx.data, x.numel());
+}
+
+// ---- optimizer ------------------------------------------------------------------------------
+
+void CudaBackend::do_adamw_step(TensorView params, ConstTensorView grads, TensorView m,
+                                TensorView v, const tensor::AdamWConfig& cfg, std::int64_t step) {
+  activate();
+  const double t = static_cast<double>(step);  // bias corrections as the CPU backend
+  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta1), t));
+  const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta2), t));
+  kernels::adamw(stream_, params.data, grads.data, m.data, v.data, params.numel(), cfg.beta1,
+                 cfg.beta2, cfg.lr, cfg.eps, cfg.weight_decay, bc1, bc2);
+}
+
+double CudaBackend::do_grad_sum_squares(ConstTensorView g) {
+  activate();
+  const SumReduction r = sum_reduction_shape(g.numel());
+  auto* partial =
+      static_cast<double*>(scratch(static_cast<std::size_t>(r.scratch_doubles) * sizeof(double)));
+  kernels::sum_squares(stream_, g.data, g.numel(), partial);
+  double total = 0.0;
+  download(&total, partial + r.blocks, sizeof total);
+  return total;
+}
+
+}  // namespace pipetune::cuda

@@ -1,0 +1,224 @@
+// CudaBackend: the engine's Backend interface (engine/tensor/backend.hpp) on one CUDA device.
+// GEMMs through cuBLASLt, own kernels for everything else (engine/cuda/cuda_*.cu), all on one
+// stream the backend owns. Every op is tested against CpuBackend (tests/gpu).
+//
+// Memory convention:
+//  - Every TensorView passed to a CudaBackend op points to DEVICE memory of the backend's device
+//    (the shape checks of backend.cpp read shapes only, never data).
+//  - Token ids, targets and MoeRouting stay HOST data, as for every backend: the shared checks
+//    read the ids (range errors are InputErrors before any launch), and the backend uploads them
+//    through a pinned staging buffer into device scratch, stream-ordered before the kernels that
+//    read them. The embedding backward uses that: it groups each table row's positions on the
+//    host, so its scatter-add is deterministic without atomics or a device sort.
+//  - Ops are asynchronous on stream() unless they return a value to the host: the losses
+//    (cross_entropy_forward, vocab_ce_loss), moe_aux_loss and grad_sum_squares synchronise the
+//    stream and copy their scalar back; moe_router_forward copies the probabilities back to run
+//    the routing on the host (see below). synchronize() waits for everything issued.
+//  - MoE routing is host data (MoeRouting): the router's softmax runs on the device, the
+//    probabilities come back to the host, route_top_k (moe_routing.hpp, the CPU backend's own
+//    routing) decides the top-k choices and capacity slots, and dispatch / combine upload the
+//    routing's slot tables on each call (they are small: N*k + E*capacity ints).
+//
+// Numerics: fp32 everywhere by default (cuBLASLt with CUBLAS_COMPUTE_32F: no TF32). With
+// Options::precision = bf16 the linear layers convert their GEMM inputs (x, w, dy) to bf16 copies
+// in scratch and multiply with fp32 accumulation and fp32 outputs; weights, gradients, optimizer
+// state and every other op stay fp32 (master weights are the fp32 tensors the caller owns).
+// Reductions (grad sum of squares, mean loss, bias / LayerNorm weight gradients, embedding
+// gradients, attention backward) use fixed orders and no atomics: a run repeats bit for bit on
+// the same device.
+//
+// Errors: a failing CUDA or cuBLASLt call throws CudaError (cuda_check.hpp) naming the call, file
+// and line; shapes and ids are checked by the Backend interface (InputError). The constructor
+// throws CudaError when no device is usable (the message is cudaGetDeviceCount's). A head size
+// the flash kernels do not support is an InputError (launch_shapes.hpp).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "engine/tensor/backend.hpp"
+
+namespace pipetune::cuda {
+
+enum class Precision { fp32, bf16 };
+
+// A growable device allocation (cudaMalloc). Growing first synchronises `stream`, since kernels
+// issued earlier may still read the old allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+  void* reserve(std::size_t bytes, cudaStream_t stream);
+  void* get() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+class CudaBackend final : public tensor::Backend {
+ public:
+  struct Options {
+    Precision precision = Precision::fp32;  // of the linear layers' GEMM inputs
+    int device = 0;
+  };
+
+  CudaBackend();
+  explicit CudaBackend(Options options);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string_view name() const override {
+    return options_.precision == Precision::bf16 ? "cuda-bf16" : "cuda";
+  }
+  const Options& options() const { return options_; }
+  cudaStream_t stream() const { return stream_; }
+  std::size_t gemm_workspace_bytes() const { return workspace_bytes_; }
+  // Waits for every op issued so far.
+  void synchronize();
+
+ protected:
+  void do_zero(tensor::TensorView t) override;
+  void do_scale(tensor::TensorView t, float s) override;
+  void do_add(tensor::ConstTensorView a, tensor::ConstTensorView b,
+              tensor::TensorView out) override;
+  void do_accumulate(tensor::TensorView dst, tensor::ConstTensorView src) override;
+  void do_linear_forward(tensor::ConstTensorView x, tensor::ConstTensorView w,
+                         tensor::ConstTensorView b, tensor::TensorView y) override;
+  void do_linear_backward_input(tensor::ConstTensorView dy, tensor::ConstTensorView w,
+                                tensor::TensorView dx) override;
+  void do_linear_backward_weight(tensor::ConstTensorView dy, tensor::ConstTensorView x,
+                                 tensor::TensorView dw, tensor::TensorView db) override;
+  void do_embedding_forward(std::span<const std::int32_t> tokens, tensor::ConstTensorView wte,
+                            std::int64_t vocab_lo, tensor::ConstTensorView wpe,
+                            tensor::TensorView out) override;
+  void do_embedding_backward_weight(std::span<const std::int32_t> tokens,
+                                    tensor::ConstTensorView dout, std::int64_t vocab_lo,
+                                    tensor::TensorView dwte, tensor::TensorView dwpe) override;
+  void do_layernorm_forward(tensor::ConstTensorView x, tensor::ConstTensorView w,
+                            tensor::ConstTensorView b, tensor::TensorView y,
+                            tensor::TensorView mean, tensor::TensorView rstd) override;
+  void do_layernorm_backward_input(tensor::ConstTensorView dy, tensor::ConstTensorView x,
+                                   tensor::ConstTensorView w, tensor::ConstTensorView mean,
+                                   tensor::ConstTensorView rstd, tensor::TensorView dx) override;
+  void do_layernorm_backward_weight(tensor::ConstTensorView dy, tensor::ConstTensorView x,
+                                    tensor::ConstTensorView mean, tensor::ConstTensorView rstd,
+                                    tensor::TensorView dw, tensor::TensorView db) override;
+  void do_gelu_forward(tensor::ConstTensorView x, tensor::TensorView y) override;
+  void do_gelu_backward_input(tensor::ConstTensorView dy, tensor::ConstTensorView x,
+                              tensor::TensorView dx) override;
+  void do_attention_forward(tensor::ConstTensorView qkv, std::int64_t num_heads,
+                            tensor::TensorView out, tensor::TensorView att) override;
+  void do_attention_backward_input(tensor::ConstTensorView dout, tensor::ConstTensorView qkv,
+                                   tensor::ConstTensorView att, std::int64_t num_heads,
+                                   tensor::TensorView dqkv) override;
+  void do_attention_flash_forward(tensor::ConstTensorView qkv, std::int64_t num_heads,
+                                  tensor::TensorView out, tensor::TensorView lse) override;
+  void do_attention_flash_backward_input(tensor::ConstTensorView dout, tensor::ConstTensorView qkv,
+                                         tensor::ConstTensorView out, tensor::ConstTensorView lse,
+                                         std::int64_t num_heads, tensor::TensorView dqkv) override;
+  float do_cross_entropy_forward(tensor::ConstTensorView logits,
+                                 std::span<const std::int32_t> targets,
+                                 tensor::TensorView losses) override;
+  void do_cross_entropy_backward(tensor::ConstTensorView logits,
+                                 std::span<const std::int32_t> targets, float grad_scale,
+                                 tensor::TensorView dlogits) override;
+  void do_vocab_ce_local_stats(tensor::ConstTensorView logits_shard,
+                               std::span<const std::int32_t> targets, std::int64_t vocab_lo,
+                               tensor::TensorView local_max, tensor::TensorView local_sum,
+                               tensor::TensorView target_logit) override;
+  void do_vocab_ce_rescale_sum(tensor::ConstTensorView local_max,
+                               tensor::ConstTensorView global_max,
+                               tensor::TensorView local_sum) override;
+  float do_vocab_ce_loss(tensor::ConstTensorView global_max, tensor::ConstTensorView global_sum,
+                         tensor::ConstTensorView target_logit, tensor::TensorView losses) override;
+  void do_vocab_ce_backward(tensor::ConstTensorView logits_shard,
+                            std::span<const std::int32_t> targets, std::int64_t vocab_lo,
+                            tensor::ConstTensorView global_max, tensor::ConstTensorView global_sum,
+                            float grad_scale, tensor::TensorView dlogits_shard) override;
+  void do_moe_router_forward(tensor::ConstTensorView logits, std::int64_t top_k,
+                             std::int64_t capacity, tensor::TensorView probs,
+                             tensor::MoeRouting& routing) override;
+  void do_moe_router_backward(tensor::ConstTensorView probs, tensor::ConstTensorView dprobs,
+                              tensor::TensorView dlogits) override;
+  float do_moe_aux_loss(tensor::ConstTensorView probs, const tensor::MoeRouting& routing) override;
+  void do_moe_aux_loss_backward(const tensor::MoeRouting& routing, float grad_scale,
+                                tensor::TensorView dprobs) override;
+  void do_moe_dispatch(tensor::ConstTensorView x, const tensor::MoeRouting& routing,
+                       tensor::TensorView expert_in) override;
+  void do_moe_dispatch_backward(tensor::ConstTensorView dexpert_in,
+                                const tensor::MoeRouting& routing, tensor::TensorView dx) override;
+  void do_moe_combine(tensor::ConstTensorView expert_out, tensor::ConstTensorView probs,
+                      const tensor::MoeRouting& routing, tensor::TensorView y) override;
+  void do_moe_combine_backward(tensor::ConstTensorView dy, tensor::ConstTensorView expert_out,
+                               tensor::ConstTensorView probs, const tensor::MoeRouting& routing,
+                               tensor::TensorView dexpert_out, tensor::TensorView dprobs) override;
+  void do_adamw_step(tensor::TensorView params, tensor::ConstTensorView grads, tensor::TensorView m,
+                     tensor::TensorView v, const tensor::AdamWConfig& config,
+                     std::int64_t step) override;
+  double do_grad_sum_squares(tensor::ConstTensorView g) override;
+
+ private:
+  // One GEMM in cuBLASLt's column-major terms: C (m, n) = alpha op(A) op(B) + beta C, with A and
+  // B of `ab_type` (CUDA_R_32F or CUDA_R_16BF) and C fp32 (cuda_gemm.cpp).
+  struct Gemm {
+    bool trans_a = false, trans_b = false;
+    std::int64_t m = 0, n = 0, k = 0;
+    const void* a = nullptr;
+    std::int64_t lda = 0;
+    const void* b = nullptr;
+    std::int64_t ldb = 0;
+    float* c = nullptr;
+    std::int64_t ldc = 0;
+    float beta = 0.0f;
+    cudaDataType_t ab_type = CUDA_R_32F;
+  };
+  void matmul(const Gemm& g);
+  // The operand as the GEMM reads it: the fp32 data itself, or (bf16) a converted copy in
+  // bf16 scratch slot `slot` (0 or 1).
+  const void* gemm_operand(const float* data, std::int64_t n, int slot);
+  cudaDataType_t gemm_type() const;
+
+  void activate();  // makes the backend's device current on the calling thread
+  // Device scratch for one op's temporaries (sub-allocate with launch_shapes' scratch_bytes).
+  void* scratch(std::size_t bytes) { return scratch_.reserve(bytes, stream_); }
+  // Copies host bytes to device scratch for ids (stream-ordered, through pinned staging).
+  void* upload(const void* host, std::size_t bytes);
+  const std::int32_t* upload_ids(std::span<const std::int32_t> ids);
+  // Copies device bytes to the host and waits for them.
+  void download(void* host, const void* device, std::size_t bytes);
+  void* staging(std::size_t bytes);  // pinned host staging, free for reuse when it returns
+
+  Options options_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t staging_done_ = nullptr;  // recorded after each copy from staging
+  cublasLtHandle_t lt_ = nullptr;
+  DeviceBuffer workspace_;  // cuBLASLt workspace
+  std::size_t workspace_bytes_ = 0;
+  DeviceBuffer scratch_;  // per-op temporaries
+  DeviceBuffer ids_;      // uploaded ids and routing tables
+  DeviceBuffer bf16_[2];  // converted GEMM operands
+  void* pinned_ = nullptr;
+  std::size_t pinned_bytes_ = 0;
+  std::vector<std::int32_t> packed_;  // host side of packed uploads (embedding buckets, routing)
+  std::vector<std::int32_t> counts_;  // embedding backward: positions per table row
+  std::vector<float> host_floats_;    // router probabilities copied back
+  // cuBLASLt heuristic choices by GEMM signature (trans, dims, leading dims, type, alignments).
+  using GemmKey = std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                             std::int64_t, std::int64_t, int, int, int, int, bool>;
+  std::map<GemmKey, cublasLtMatmulAlgo_t> algos_;
+};
+
+}  // namespace pipetune::cuda

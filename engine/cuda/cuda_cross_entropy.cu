@@ -1,0 +1,102 @@
+// Softmax cross-entropy on the GPU in its vocabulary-parallel (online softmax) form, the protocol
+// of backend.hpp: local statistics per row of a shard, rescaling to the global max, the loss, and
+// the backward. The two passes over the (N, V) logits run one block per row (block reductions
+// for the max and the exp-sum); the per-row helpers run one thread per row.
+#include "engine/cuda/cuda_kernels.hpp"
+#include "engine/cuda/device_utils.cuh"
+
+namespace pipetune::cuda::kernels {
+
+namespace {
+
+using device::block_reduce;
+using device::global_thread;
+
+__global__ void local_stats_kernel(const float* logits, const std::int32_t* targets,
+                                   std::int64_t vocab_lo, float* local_max, float* local_sum,
+                                   float* target_logit, std::int64_t V) {
+  extern __shared__ float shared_row[];
+  const std::int64_t n = blockIdx.x;
+  const float* l = logits + n * V;  // (V shard)
+  float mx = -INFINITY;
+  for (std::int64_t j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, l[j]);
+  mx = block_reduce(mx, shared_row, -INFINITY, device::MaxOp{});
+  float sum = 0.0f;
+  for (std::int64_t j = threadIdx.x; j < V; j += blockDim.x) sum += expf(l[j] - mx);
+  sum = block_reduce(sum, shared_row, 0.0f, device::SumOp{});
+  if (threadIdx.x == 0) {
+    const std::int64_t tj = targets[n] - vocab_lo;
+    local_max[n] = mx;  // -inf for an empty shard, whose sum is 0
+    local_sum[n] = sum;
+    target_logit[n] = (tj >= 0 && tj < V) ? l[tj] : 0.0f;
+  }
+}
+
+__global__ void rescale_kernel(const float* local_max, const float* global_max, float* local_sum,
+                               std::int64_t N) {
+  const std::int64_t n = global_thread();
+  if (n >= N) return;
+  // An empty shard has sum 0 and max -inf: keep it 0 rather than 0 * exp(-inf).
+  if (local_sum[n] != 0.0f) local_sum[n] *= expf(local_max[n] - global_max[n]);
+}
+
+__global__ void losses_kernel(const float* global_max, const float* global_sum,
+                              const float* target_logit, float* losses, std::int64_t N) {
+  const std::int64_t n = global_thread();
+  if (n >= N) return;
+  losses[n] = logf(global_sum[n]) + global_max[n] - target_logit[n];
+}
+
+__global__ void backward_kernel(const float* logits, const std::int32_t* targets,
+                                std::int64_t vocab_lo, const float* global_max,
+                                const float* global_sum, float grad_scale, float* dlogits,
+                                std::int64_t V) {
+  const std::int64_t n = blockIdx.x;
+  const float* l = logits + n * V;  // (V shard)
+  float* d = dlogits + n * V;       // (V shard)
+  const float mx = global_max[n];
+  const float p_scale = grad_scale / global_sum[n];
+  const std::int64_t tj = targets[n] - vocab_lo;
+  for (std::int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    float g = d[j] + expf(l[j] - mx) * p_scale;
+    if (j == tj) g -= grad_scale;  // the same two roundings as the CPU's separate update
+    d[j] = g;
+  }
+}
+
+LaunchShape per_row_thread(std::int64_t N) {
+  LaunchShape s;
+  s.threads = kElementwiseThreads;
+  s.blocks = ceil_div(N, kElementwiseThreads);
+  return s;
+}
+
+}  // namespace
+
+void ce_local_stats(cudaStream_t s, const float* logits, const std::int32_t* targets,
+                    std::int64_t vocab_lo, float* local_max, float* local_sum, float* target_logit,
+                    std::int64_t N, std::int64_t V) {
+  PIPETUNE_LAUNCH(local_stats_kernel, block_per_row_shape(N, V), s, logits, targets, vocab_lo,
+                  local_max, local_sum, target_logit, V);
+}
+
+void ce_rescale_sum(cudaStream_t s, const float* local_max, const float* global_max,
+                    float* local_sum, std::int64_t N) {
+  PIPETUNE_LAUNCH(rescale_kernel, per_row_thread(N), s, local_max, global_max, local_sum, N);
+}
+
+void ce_losses(cudaStream_t s, const float* global_max, const float* global_sum,
+               const float* target_logit, float* losses, std::int64_t N) {
+  PIPETUNE_LAUNCH(losses_kernel, per_row_thread(N), s, global_max, global_sum, target_logit, losses,
+                  N);
+}
+
+void ce_backward(cudaStream_t s, const float* logits, const std::int32_t* targets,
+                 std::int64_t vocab_lo, const float* global_max, const float* global_sum,
+                 float grad_scale, float* dlogits, std::int64_t N, std::int64_t V) {
+  if (V == 0) return;
+  PIPETUNE_LAUNCH(backward_kernel, block_per_row_shape(N, V), s, logits, targets, vocab_lo,
+                  global_max, global_sum, grad_scale, dlogits, V);
+}
+
+}  // namespace pipetune::cuda::kernels

@@ -1,0 +1,117 @@
+// Elementwise kernels: scale, add, accumulate, row-vector add, GELU (tanh approximation), AdamW
+// and the fp32 -> bf16 conversion of GEMM inputs. Grid-stride loops over the flat range
+// (elementwise_shape); each element is computed by one thread exactly as the CPU backend does,
+// with expf instead of the CPU's exp_approx (agreement within a few ulp, not bit-identity).
+#include <cuda_bf16.h>
+
+#include "engine/cuda/cuda_kernels.hpp"
+#include "engine/cuda/device_utils.cuh"
+
+namespace pipetune::cuda::kernels {
+
+namespace {
+
+using device::global_thread;
+using device::grid_threads;
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+
+__global__ void scale_kernel(float* t, float factor, std::int64_t n) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) t[i] *= factor;
+}
+
+__global__ void add_kernel(const float* a, const float* b, float* out, std::int64_t n) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) out[i] = a[i] + b[i];
+}
+
+__global__ void accumulate_kernel(float* dst, const float* src, std::int64_t n) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) dst[i] += src[i];
+}
+
+__global__ void add_row_vector_kernel(float* y, const float* v, std::int64_t n, std::int64_t cols) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) y[i] += v[i % cols];
+}
+
+// gelu(x) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), as the CPU backend.
+__global__ void gelu_forward_kernel(const float* x, float* y, std::int64_t n) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float v = x[i];
+    const float u = kGeluScale * (v + kGeluCubic * v * v * v);
+    y[i] = v / (1.0f + expf(-2.0f * u));
+  }
+}
+
+__global__ void gelu_backward_kernel(const float* dy, const float* x, float* dx, std::int64_t n) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float v = x[i];
+    const float u = kGeluScale * (v + kGeluCubic * v * v * v);
+    const float s = 1.0f / (1.0f + expf(-2.0f * u));
+    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
+    const float grad = s + 2.0f * v * s * (1.0f - s) * du;
+    dx[i] += grad * dy[i];
+  }
+}
+
+__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, std::int64_t n,
+                             float beta1, float beta2, float lr, float eps, float weight_decay,
+                             float bc1, float bc2) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float g = grads[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const float m_hat = mi / bc1;
+    const float v_hat = vi / bc2;
+    params[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * params[i]);
+  }
+}
+
+__global__ void to_bf16_kernel(const float* src, __nv_bfloat16* dst, std::int64_t n) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
+    dst[i] = __float2bfloat16(src[i]);
+}
+
+}  // namespace
+
+void scale(cudaStream_t s, float* t, float factor, std::int64_t n) {
+  PIPETUNE_LAUNCH(scale_kernel, elementwise_shape(n), s, t, factor, n);
+}
+
+void add(cudaStream_t s, const float* a, const float* b, float* out, std::int64_t n) {
+  PIPETUNE_LAUNCH(add_kernel, elementwise_shape(n), s, a, b, out, n);
+}
+
+void accumulate(cudaStream_t s, float* dst, const float* src, std::int64_t n) {
+  PIPETUNE_LAUNCH(accumulate_kernel, elementwise_shape(n), s, dst, src, n);
+}
+
+void add_row_vector(cudaStream_t s, float* y, const float* v, std::int64_t rows,
+                    std::int64_t cols) {
+  if (cols == 0) return;
+  PIPETUNE_LAUNCH(add_row_vector_kernel, elementwise_shape(rows * cols), s, y, v, rows * cols,
+                  cols);
+}
+
+void gelu_forward(cudaStream_t s, const float* x, float* y, std::int64_t n) {
+  PIPETUNE_LAUNCH(gelu_forward_kernel, elementwise_shape(n), s, x, y, n);
+}
+
+void gelu_backward(cudaStream_t s, const float* dy, const float* x, float* dx, std::int64_t n) {
+  PIPETUNE_LAUNCH(gelu_backward_kernel, elementwise_shape(n), s, dy, x, dx, n);
+}
+
+void adamw(cudaStream_t s, float* params, const float* grads, float* m, float* v, std::int64_t n,
+           float beta1, float beta2, float lr, float eps, float weight_decay, float bc1,
+           float bc2) {
+  PIPETUNE_LAUNCH(adamw_kernel, elementwise_shape(n), s, params, grads, m, v, n, beta1, beta2, lr,
+                  eps, weight_decay, bc1, bc2);
+}
+
+void to_bf16(cudaStream_t s, const float* src, void* dst, std::int64_t n) {
+  PIPETUNE_LAUNCH(to_bf16_kernel, elementwise_shape(n), s, src, static_cast<__nv_bfloat16*>(dst),
+                  n);
+}
+
+}  // namespace pipetune::cuda::kernels

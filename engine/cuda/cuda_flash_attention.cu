@@ -1,0 +1,317 @@
+// Flash-style causal attention on the GPU: tiled over keys with an online softmax, no (T, T)
+// matrix in memory (the interface's attention_flash_forward / _backward_input, backend.hpp).
+//
+// Forward: a block takes kFlashRowsPerBlock query rows of one (b, h), one warp per row. For each
+// tile of kFlashTile keys (K and V staged in shared memory, rows padded to HS + 1), lane l scores
+// key j0 + l against the warp's query, the warp takes the tile's max and exp-sum with butterflies,
+// rescales its running output and adds p v with the channels split over the lanes (R = ceil(HS /
+// 32) registers a lane). lse = m + log(l) per row is kept for the backward.
+//
+// Backward (FlashAttention-2, recomputing p = exp(s - lse)), three deterministic kernels without
+// atomics: D = rowsum(dout * out); dq by query rows (tiles over keys, like the forward); dk and dv
+// by key rows (tiles over the queries i >= j, Q and dout staged in shared memory).
+#include "engine/cuda/cuda_kernels.hpp"
+#include "engine/cuda/device_utils.cuh"
+
+namespace pipetune::cuda::kernels {
+
+namespace {
+
+using device::kFullMask;
+using device::lane_id;
+using device::warp_max;
+using device::warp_sum;
+
+// The block's (b, h) and first row, and the packed layout's offsets.
+struct FlashBlock {
+  std::int64_t bh, row0, C, C3;
+  const float* base;  // q of (b, t = 0, h); k at + C, v at + 2C, row t at + t * C3
+  std::int64_t out0;  // out of (b, t = 0, h), row t at + t * C
+  __device__ FlashBlock(const float* qkv, std::int64_t T, std::int64_t NH, std::int64_t HS,
+                        std::int64_t row_blocks) {
+    bh = blockIdx.x / row_blocks;
+    row0 = (blockIdx.x % row_blocks) * kFlashRowsPerBlock;
+    const std::int64_t b = bh / NH, h = bh % NH;
+    C = NH * HS;
+    C3 = 3 * C;
+    base = qkv + b * T * C3 + h * HS;
+    out0 = b * T * C + h * HS;
+  }
+};
+
+// dst (rows, ld) = rows [t0, t0 + rows) of src (row stride src_ld, HS values), zeros past T.
+__device__ __forceinline__ void stage_rows(float* dst, std::int64_t ld, const float* src,
+                                           std::int64_t src_ld, std::int64_t t0, int rows,
+                                           std::int64_t T, std::int64_t HS) {
+  for (std::int64_t idx = threadIdx.x; idx < rows * HS; idx += blockDim.x) {
+    const std::int64_t r = idx / HS, d = idx % HS, t = t0 + r;
+    dst[r * ld + d] = t < T ? src[t * src_ld + d] : 0.0f;
+  }
+}
+
+__device__ __forceinline__ std::int64_t min64(std::int64_t a, std::int64_t b) {
+  return a < b ? a : b;
+}
+
+__device__ __forceinline__ float smem_dot(const float* a, const float* b, std::int64_t HS) {
+  float acc = 0.0f;
+  for (std::int64_t d = 0; d < HS; ++d) acc += a[d] * b[d];
+  return acc;
+}
+
+template <int R>
+__global__ void forward_kernel(const float* qkv, float* out, float* lse, std::int64_t T,
+                               std::int64_t NH, std::int64_t HS, std::int64_t row_blocks,
+                               float scale) {
+  extern __shared__ float smem[];
+  const std::int64_t HSp = HS + 1;
+  float* ks = smem;                   // (kFlashTile, HSp)
+  float* vs = ks + kFlashTile * HSp;  // (kFlashTile, HSp)
+  float* qs = vs + kFlashTile * HSp;  // (kFlashRowsPerBlock, HS)
+  const FlashBlock fb(qkv, T, NH, HS, row_blocks);
+  const int warp = threadIdx.x / kWarpSize, lane = lane_id();
+  const std::int64_t i = fb.row0 + warp;  // this warp's query row
+  stage_rows(qs, HS, fb.base, fb.C3, fb.row0, kFlashRowsPerBlock, T, HS);
+  const float* q = qs + warp * HS;
+  const std::int64_t last = min64(fb.row0 + kFlashRowsPerBlock, T) - 1;  // the block's last row
+  float m = -INFINITY, l = 0.0f, o[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) o[r] = 0.0f;
+  for (std::int64_t j0 = 0; j0 <= last; j0 += kFlashTile) {
+    __syncthreads();  // the previous tile is consumed (and qs staged, the first time)
+    stage_rows(ks, HSp, fb.base + fb.C, fb.C3, j0, kFlashTile, T, HS);
+    stage_rows(vs, HSp, fb.base + 2 * fb.C, fb.C3, j0, kFlashTile, T, HS);
+    __syncthreads();
+    if (i < T && j0 <= i) {  // warp-uniform
+      const std::int64_t j = j0 + lane;
+      const float s = j <= i ? scale * smem_dot(q, ks + lane * HSp, HS) : -INFINITY;
+      const float m_new = fmaxf(m, warp_max(s));  // finite: key j0 <= i is in the tile
+      const float p = j <= i ? expf(s - m_new) : 0.0f;
+      const float corr = expf(m - m_new);  // 0 on the first tile (m = -inf)
+      l = l * corr + warp_sum(p);
+#pragma unroll
+      for (int r = 0; r < R; ++r) o[r] *= corr;
+      const int keys = static_cast<int>(min64(kFlashTile, i - j0 + 1));
+      for (int kk = 0; kk < keys; ++kk) {
+        const float pk = __shfl_sync(kFullMask, p, kk);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const std::int64_t d = lane + r * kWarpSize;
+          if (d < HS) o[r] += pk * vs[kk * HSp + d];
+        }
+      }
+      m = m_new;
+    }
+  }
+  if (i < T) {
+    const float inv = 1.0f / l;
+    float* orow = out + fb.out0 + i * fb.C;  // (HS)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const std::int64_t d = lane + r * kWarpSize;
+      if (d < HS) orow[d] = o[r] * inv;
+    }
+    if (lane == 0) lse[fb.bh * T + i] = m + logf(l);
+  }
+}
+
+// D[(b, h, t)] = dout_t . out_t, one warp per row.
+__global__ void row_dot_kernel(const float* dout, const float* out, float* D, std::int64_t B,
+                               std::int64_t T, std::int64_t NH, std::int64_t HS) {
+  const std::int64_t row = device::warp_row();
+  if (row >= B * NH * T) return;
+  const std::int64_t t = row % T, bh = row / T, b = bh / NH, h = bh % NH, C = NH * HS;
+  const std::int64_t off = b * T * C + h * HS + t * C;
+  float acc = 0.0f;
+  for (std::int64_t d = lane_id(); d < HS; d += kWarpSize) acc += dout[off + d] * out[off + d];
+  acc = warp_sum(acc);
+  if (lane_id() == 0) D[row] = acc;
+}
+
+template <int R>
+__global__ void dq_kernel(const float* dout, const float* qkv, const float* lse, const float* D,
+                          float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t HS,
+                          std::int64_t row_blocks, float scale) {
+  extern __shared__ float smem[];
+  const std::int64_t HSp = HS + 1;
+  float* ks = smem;                           // (kFlashTile, HSp)
+  float* vs = ks + kFlashTile * HSp;          // (kFlashTile, HSp)
+  float* qs = vs + kFlashTile * HSp;          // (kFlashRowsPerBlock, HS)
+  float* dos = qs + kFlashRowsPerBlock * HS;  // (kFlashRowsPerBlock, HS)
+  const FlashBlock fb(qkv, T, NH, HS, row_blocks);
+  const int warp = threadIdx.x / kWarpSize, lane = lane_id();
+  const std::int64_t i = fb.row0 + warp;
+  stage_rows(qs, HS, fb.base, fb.C3, fb.row0, kFlashRowsPerBlock, T, HS);
+  stage_rows(dos, HS, dout + fb.out0, fb.C, fb.row0, kFlashRowsPerBlock, T, HS);
+  const float* q = qs + warp * HS;
+  const float* g = dos + warp * HS;
+  const float lse_i = i < T ? lse[fb.bh * T + i] : 0.0f;
+  const float D_i = i < T ? D[fb.bh * T + i] : 0.0f;
+  const std::int64_t last = min64(fb.row0 + kFlashRowsPerBlock, T) - 1;
+  float dq[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) dq[r] = 0.0f;
+  for (std::int64_t j0 = 0; j0 <= last; j0 += kFlashTile) {
+    __syncthreads();
+    stage_rows(ks, HSp, fb.base + fb.C, fb.C3, j0, kFlashTile, T, HS);
+    stage_rows(vs, HSp, fb.base + 2 * fb.C, fb.C3, j0, kFlashTile, T, HS);
+    __syncthreads();
+    if (i < T && j0 <= i) {
+      const std::int64_t j = j0 + lane;
+      float ds = 0.0f;
+      if (j <= i) {
+        const float p = expf(scale * smem_dot(q, ks + lane * HSp, HS) - lse_i);
+        ds = p * (smem_dot(g, vs + lane * HSp, HS) - D_i);
+      }
+      const int keys = static_cast<int>(min64(kFlashTile, i - j0 + 1));
+      for (int kk = 0; kk < keys; ++kk) {
+        const float dsk = __shfl_sync(kFullMask, ds, kk);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const std::int64_t d = lane + r * kWarpSize;
+          if (d < HS) dq[r] += dsk * ks[kk * HSp + d];
+        }
+      }
+    }
+  }
+  if (i < T) {
+    float* dqrow = dqkv + (fb.base - qkv) + i * fb.C3;  // (HS)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const std::int64_t d = lane + r * kWarpSize;
+      if (d < HS) dqrow[d] += scale * dq[r];
+    }
+  }
+}
+
+// The block's rows are KEY rows j; tiles run over the queries i >= the block's first row.
+template <int R>
+__global__ void dkdv_kernel(const float* dout, const float* qkv, const float* lse, const float* D,
+                            float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t HS,
+                            std::int64_t row_blocks, float scale) {
+  extern __shared__ float smem[];
+  const std::int64_t HSp = HS + 1;
+  float* qs = smem;                          // (kFlashTile, HSp)
+  float* dos = qs + kFlashTile * HSp;        // (kFlashTile, HSp)
+  float* lses = dos + kFlashTile * HSp;      // (kFlashTile)
+  float* Ds = lses + kFlashTile;             // (kFlashTile)
+  float* kr = Ds + kFlashTile;               // (kFlashRowsPerBlock, HS)
+  float* vr = kr + kFlashRowsPerBlock * HS;  // (kFlashRowsPerBlock, HS)
+  const FlashBlock fb(qkv, T, NH, HS, row_blocks);
+  const int warp = threadIdx.x / kWarpSize, lane = lane_id();
+  const std::int64_t j = fb.row0 + warp;  // this warp's key row
+  stage_rows(kr, HS, fb.base + fb.C, fb.C3, fb.row0, kFlashRowsPerBlock, T, HS);
+  stage_rows(vr, HS, fb.base + 2 * fb.C, fb.C3, fb.row0, kFlashRowsPerBlock, T, HS);
+  const float* k = kr + warp * HS;
+  const float* v = vr + warp * HS;
+  float dk[R], dv[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) dk[r] = dv[r] = 0.0f;
+  for (std::int64_t i0 = fb.row0; i0 < T; i0 += kFlashTile) {
+    __syncthreads();
+    stage_rows(qs, HSp, fb.base, fb.C3, i0, kFlashTile, T, HS);
+    stage_rows(dos, HSp, dout + fb.out0, fb.C, i0, kFlashTile, T, HS);
+    for (int t = threadIdx.x; t < kFlashTile; t += blockDim.x) {
+      lses[t] = i0 + t < T ? lse[fb.bh * T + i0 + t] : 0.0f;
+      Ds[t] = i0 + t < T ? D[fb.bh * T + i0 + t] : 0.0f;
+    }
+    __syncthreads();
+    if (j < T) {
+      const std::int64_t i = i0 + lane;
+      float p = 0.0f, ds = 0.0f;
+      if (i < T && i >= j) {
+        p = expf(scale * smem_dot(qs + lane * HSp, k, HS) - lses[lane]);
+        ds = p * (smem_dot(dos + lane * HSp, v, HS) - Ds[lane]);
+      }
+      const int queries = static_cast<int>(min64(kFlashTile, T - i0));
+      for (int kk = 0; kk < queries; ++kk) {
+        const float pk = __shfl_sync(kFullMask, p, kk);
+        const float dsk = __shfl_sync(kFullMask, ds, kk);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const std::int64_t d = lane + r * kWarpSize;
+          if (d < HS) {
+            dv[r] += pk * dos[kk * HSp + d];
+            dk[r] += dsk * qs[kk * HSp + d];
+          }
+        }
+      }
+    }
+  }
+  if (j < T) {
+    float* dkrow = dqkv + (fb.base - qkv) + fb.C + j * fb.C3;  // (HS)
+    float* dvrow = dkrow + fb.C;                               // (HS)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const std::int64_t d = lane + r * kWarpSize;
+      if (d < HS) {
+        dkrow[d] += scale * dk[r];
+        dvrow[d] += dv[r];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void flash_attention_forward(cudaStream_t s, const float* qkv, float* out, float* lse,
+                             std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS) {
+  const FlashShape f = flash_attention_shape(B, NH, T, HS);
+  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
+  switch (f.lane_channels) {
+    case 1:
+      PIPETUNE_LAUNCH(forward_kernel<1>, f.forward, s, qkv, out, lse, T, NH, HS, f.row_blocks,
+                      scale);
+      break;
+    case 2:
+      PIPETUNE_LAUNCH(forward_kernel<2>, f.forward, s, qkv, out, lse, T, NH, HS, f.row_blocks,
+                      scale);
+      break;
+    case 3:
+      PIPETUNE_LAUNCH(forward_kernel<3>, f.forward, s, qkv, out, lse, T, NH, HS, f.row_blocks,
+                      scale);
+      break;
+    default:
+      PIPETUNE_LAUNCH(forward_kernel<4>, f.forward, s, qkv, out, lse, T, NH, HS, f.row_blocks,
+                      scale);
+      break;
+  }
+}
+
+namespace {
+
+template <int R>
+void flash_backward_kernels(cudaStream_t s, const FlashShape& f, const float* dout,
+                            const float* qkv, const float* lse, const float* D, float* dqkv,
+                            std::int64_t T, std::int64_t NH, std::int64_t HS, float scale) {
+  PIPETUNE_LAUNCH(dq_kernel<R>, f.backward_dq, s, dout, qkv, lse, D, dqkv, T, NH, HS, f.row_blocks,
+                  scale);
+  PIPETUNE_LAUNCH(dkdv_kernel<R>, f.backward_dkdv, s, dout, qkv, lse, D, dqkv, T, NH, HS,
+                  f.row_blocks, scale);
+}
+
+}  // namespace
+
+void flash_attention_backward(cudaStream_t s, const float* dout, const float* qkv, const float* out,
+                              const float* lse, float* dqkv, float* d_scratch, std::int64_t B,
+                              std::int64_t T, std::int64_t NH, std::int64_t HS) {
+  const FlashShape f = flash_attention_shape(B, NH, T, HS);
+  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
+  PIPETUNE_LAUNCH(row_dot_kernel, f.row_dot, s, dout, out, d_scratch, B, T, NH, HS);
+  switch (f.lane_channels) {
+    case 1:
+      flash_backward_kernels<1>(s, f, dout, qkv, lse, d_scratch, dqkv, T, NH, HS, scale);
+      break;
+    case 2:
+      flash_backward_kernels<2>(s, f, dout, qkv, lse, d_scratch, dqkv, T, NH, HS, scale);
+      break;
+    case 3:
+      flash_backward_kernels<3>(s, f, dout, qkv, lse, d_scratch, dqkv, T, NH, HS, scale);
+      break;
+    default:
+      flash_backward_kernels<4>(s, f, dout, qkv, lse, d_scratch, dqkv, T, NH, HS, scale);
+      break;
+  }
+}
+
+}  // namespace pipetune::cuda::kernels

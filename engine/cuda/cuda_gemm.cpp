@@ -1,0 +1,205 @@
+// The linear layers on cuBLASLt: y = x W^T + b, dx += dy W, dW += dy^T x (Megatron layout W (out,
+// in), row-major tensors).
+//
+// cuBLASLt is column-major; a row-major (r, c) matrix is the column-major (c, r) matrix with
+// leading dimension c, so each product is issued transposed (as llm.c does):
+//   forward   y^T (OUT, N)  = op(w) x^T : A = w  (IN, OUT) transposed, B = x  (IN, N)
+//   dx        dx^T (IN, N) += w dy^T    : A = w  (IN, OUT),            B = dy (OUT, N)
+//   dW        dw^T (IN, OUT) += x^T dy  : A = x  (IN, N),              B = dy (OUT, N) transposed
+// Compute type CUBLAS_COMPUTE_32F (no TF32). With Precision::bf16 the A and B operands are bf16
+// copies converted in scratch (round to nearest even); C stays fp32, so the accumulation, the
+// outputs and the weights the optimizer updates are fp32. The bias is added by a kernel after the
+// product, its gradient is a deterministic column sum (cuda_reduce.cu).
+//
+// cuBLASLt's heuristic is asked once per GEMM signature (dims, leading dims, types, the operands'
+// pointer alignment) and its choice cached; the workspace is the backend's.
+#include <cstring>
+#include <string>
+
+#include "engine/cuda/cuda_backend.hpp"
+#include "engine/cuda/cuda_check.hpp"
+#include "engine/cuda/cuda_kernels.hpp"
+#include "engine/cuda/launch_shapes.hpp"
+
+namespace pipetune::cuda {
+
+using tensor::ConstTensorView;
+using tensor::TensorView;
+
+namespace {
+
+// RAII for the cuBLASLt descriptors of one call.
+struct OpDesc {
+  cublasLtMatmulDesc_t d = nullptr;
+  ~OpDesc() {
+    if (d != nullptr) cublasLtMatmulDescDestroy(d);
+  }
+};
+struct Layout {
+  cublasLtMatrixLayout_t d = nullptr;
+  ~Layout() {
+    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
+  }
+};
+struct Preference {
+  cublasLtMatmulPreference_t d = nullptr;
+  ~Preference() {
+    if (d != nullptr) cublasLtMatmulPreferenceDestroy(d);
+  }
+};
+
+int alignment(const void* p) {
+  return pointer_alignment_bytes(reinterpret_cast<std::uintptr_t>(p));
+}
+
+}  // namespace
+
+cudaDataType_t CudaBackend::gemm_type() const {
+  return options_.precision == Precision::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+const void* CudaBackend::gemm_operand(const float* data, std::int64_t n, int slot) {
+  if (options_.precision == Precision::fp32) return data;
+  void* copy = bf16_[slot].reserve(static_cast<std::size_t>(scratch_bytes(n * 2)), stream_);
+  kernels::to_bf16(stream_, data, copy, n);
+  return copy;
+}
+
+void CudaBackend::matmul(const Gemm& g) {
+  if (g.m == 0 || g.n == 0) return;
+  if (g.k == 0) {  // an empty sum: C = beta C
+    if (g.beta == 0.0f) {
+      PIPETUNE_CUDA_CHECK(cudaMemset2DAsync(g.c, static_cast<std::size_t>(g.ldc) * sizeof(float), 0,
+                                            static_cast<std::size_t>(g.m) * sizeof(float),
+                                            static_cast<std::size_t>(g.n), stream_));
+    }
+    return;
+  }
+  OpDesc op;
+  PIPETUNE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  PIPETUNE_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  PIPETUNE_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  // Layouts of the stored matrices, before op(): A is (k, m) when transposed, else (m, k).
+  Layout a, b, c;
+  PIPETUNE_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&a.d, g.ab_type, static_cast<std::uint64_t>(g.trans_a ? g.k : g.m),
+                                 static_cast<std::uint64_t>(g.trans_a ? g.m : g.k), g.lda));
+  PIPETUNE_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&b.d, g.ab_type, static_cast<std::uint64_t>(g.trans_b ? g.n : g.k),
+                                 static_cast<std::uint64_t>(g.trans_b ? g.k : g.n), g.ldb));
+  PIPETUNE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+      &c.d, CUDA_R_32F, static_cast<std::uint64_t>(g.m), static_cast<std::uint64_t>(g.n), g.ldc));
+
+  const int align_a = alignment(g.a), align_b = alignment(g.b), align_c = alignment(g.c);
+  const GemmKey key{g.trans_a,     g.trans_b, g.m,
+                    g.n,           g.k,       g.lda,
+                    g.ldb,         g.ldc,     static_cast<int>(g.ab_type),
+                    align_a,       align_b,   align_c,
+                    g.beta != 0.0f};
+  auto found = algos_.find(key);
+  if (found == algos_.end()) {
+    Preference pref;
+    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.d));
+    const std::uint64_t ws = workspace_bytes_;
+    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    // Views into flat buffers can start anywhere: tell the heuristic what the pointers allow.
+    const std::uint32_t aa = static_cast<std::uint32_t>(align_a);
+    const std::uint32_t ab = static_cast<std::uint32_t>(align_b);
+    const std::uint32_t ac = static_cast<std::uint32_t>(align_c);
+    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa));
+    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
+    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac));
+    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac));
+    cublasLtMatmulHeuristicResult_t result;
+    std::memset(&result, 0, sizeof result);
+    int count = 0;
+    PIPETUNE_CUBLAS_CHECK(
+        cublasLtMatmulAlgoGetHeuristic(lt_, op.d, a.d, b.d, c.d, c.d, pref.d, 1, &result, &count));
+    if (count == 0) {
+      throw CudaError("cuBLASLt has no algorithm for the GEMM m=" + std::to_string(g.m) +
+                      " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
+                      (g.ab_type == CUDA_R_16BF ? " (bf16 inputs)" : " (fp32)"));
+    }
+    found = algos_.emplace(key, result.algo).first;
+  }
+  const float alpha = 1.0f;
+  PIPETUNE_CUBLAS_CHECK(cublasLtMatmul(lt_, op.d, &alpha, g.a, a.d, g.b, b.d, &g.beta, g.c, c.d,
+                                       g.c, c.d, &found->second, workspace_.get(), workspace_bytes_,
+                                       stream_));
+}
+
+void CudaBackend::do_linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
+                                    TensorView y) {
+  activate();
+  const std::int64_t N = x.shape.rows(), IN = w.shape[1], OUT = w.shape[0];
+  Gemm g;
+  g.trans_a = true;  // y^T (OUT, N) = w^T' x^T
+  g.m = OUT;
+  g.n = N;
+  g.k = IN;
+  g.a = gemm_operand(w.data, OUT * IN, 0);
+  g.lda = IN;
+  g.b = gemm_operand(x.data, N * IN, 1);
+  g.ldb = IN;
+  g.c = y.data;
+  g.ldc = OUT;
+  g.beta = 0.0f;
+  g.ab_type = gemm_type();
+  matmul(g);
+  if (!b.empty()) kernels::add_row_vector(stream_, y.data, b.data, N, OUT);
+}
+
+void CudaBackend::do_linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx) {
+  activate();
+  const std::int64_t N = dy.shape.rows(), IN = w.shape[1], OUT = w.shape[0];
+  Gemm g;  // dx^T (IN, N) += w (IN, OUT) dy^T (OUT, N)
+  g.m = IN;
+  g.n = N;
+  g.k = OUT;
+  g.a = gemm_operand(w.data, OUT * IN, 0);
+  g.lda = IN;
+  g.b = gemm_operand(dy.data, N * OUT, 1);
+  g.ldb = OUT;
+  g.c = dx.data;
+  g.ldc = IN;
+  g.beta = 1.0f;
+  g.ab_type = gemm_type();
+  matmul(g);
+}
+
+void CudaBackend::do_linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw,
+                                            TensorView db) {
+  activate();
+  const std::int64_t N = dy.shape.rows(), IN = dw.shape[1], OUT = dw.shape[0];
+  Gemm g;  // dw^T (IN, OUT) += x^T (IN, N) dy (N, OUT)
+  g.trans_b = true;
+  g.m = IN;
+  g.n = OUT;
+  g.k = N;
+  g.a = gemm_operand(x.data, N * IN, 0);
+  g.lda = IN;
+  g.b = gemm_operand(dy.data, N * OUT, 1);
+  g.ldb = OUT;
+  g.c = dw.data;
+  g.ldc = IN;
+  g.beta = 1.0f;
+  g.ab_type = gemm_type();
+  matmul(g);
+  if (!db.empty()) {
+    const ColumnReduction r = column_reduction_shape(N, OUT);
+    auto* partial =
+        static_cast<float*>(scratch(static_cast<std::size_t>(r.scratch_floats) * sizeof(float)));
+    kernels::column_sums(stream_, dy.data, N, OUT, partial, db.data);
+  }
+}
+
+}  // namespace pipetune::cuda

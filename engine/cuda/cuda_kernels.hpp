@@ -1,0 +1,115 @@
+// The CUDA backend's kernel launchers: plain host functions over device pointers, one group per
+// .cu file, each launching on the given stream with the shapes of launch_shapes.hpp. CudaBackend
+// (cuda_backend.hpp) checks shapes, manages scratch and calls these; nothing here synchronises.
+//
+// Included by .cu files (C++17) and by the backend's .cpp files, so no C++20 here.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace pipetune::cuda::kernels {
+
+// ---- cuda_elementwise.cu --------------------------------------------------------------------
+void scale(cudaStream_t s, float* t, float factor, std::int64_t n);
+void add(cudaStream_t s, const float* a, const float* b, float* out, std::int64_t n);
+void accumulate(cudaStream_t s, float* dst, const float* src, std::int64_t n);
+// y[r, c] += v[c] for a (rows, cols) y: the bias of a linear layer, the aux-loss gradient.
+void add_row_vector(cudaStream_t s, float* y, const float* v, std::int64_t rows, std::int64_t cols);
+void gelu_forward(cudaStream_t s, const float* x, float* y, std::int64_t n);
+void gelu_backward(cudaStream_t s, const float* dy, const float* x, float* dx, std::int64_t n);
+void adamw(cudaStream_t s, float* params, const float* grads, float* m, float* v, std::int64_t n,
+           float beta1, float beta2, float lr, float eps, float weight_decay, float bc1, float bc2);
+// dst (n bf16, round to nearest even) = src (n fp32): the converted GEMM inputs.
+void to_bf16(cudaStream_t s, const float* src, void* dst, std::int64_t n);
+
+// ---- cuda_reduce.cu -------------------------------------------------------------------------
+// scratch: sum_reduction_shape(n).scratch_doubles; the result lands in scratch[blocks].
+void sum_squares(cudaStream_t s, const float* x, std::int64_t n, double* scratch);
+void sum(cudaStream_t s, const float* x, std::int64_t n, double* scratch);
+// dst (cols) += column sums of x (rows, cols); scratch: column_reduction_shape(rows, cols).
+void column_sums(cudaStream_t s, const float* x, std::int64_t rows, std::int64_t cols,
+                 float* scratch, float* dst);
+// dst (cols) += sum over chunks of partials (chunks, cols), chunks in order.
+void finish_column_sums(cudaStream_t s, const float* partials, std::int64_t chunks,
+                        std::int64_t cols, float* dst);
+// out (cols) = column sums of x (rows, cols) in double, rows in order (one thread a column).
+void column_sums_double(cudaStream_t s, const float* x, std::int64_t rows, std::int64_t cols,
+                        double* out);
+
+// ---- cuda_layernorm.cu ----------------------------------------------------------------------
+void layernorm_forward(cudaStream_t s, const float* x, const float* w, const float* b, float* y,
+                       float* mean, float* rstd, std::int64_t N, std::int64_t C, float eps);
+void layernorm_backward_input(cudaStream_t s, const float* dy, const float* x, const float* w,
+                              const float* mean, const float* rstd, float* dx, std::int64_t N,
+                              std::int64_t C);
+// scratch: column_reduction_shape(N, C, 2).scratch_floats
+void layernorm_backward_weight(cudaStream_t s, const float* dy, const float* x, const float* mean,
+                               const float* rstd, float* dw, float* db, std::int64_t N,
+                               std::int64_t C, float* scratch);
+
+// ---- cuda_embedding.cu ----------------------------------------------------------------------
+// out (N, C) = wte[tokens[n] - vocab_lo] (zeros outside [0, rows)) + wpe[n % T] (wpe nullable).
+void embedding_forward(cudaStream_t s, const std::int32_t* tokens, const float* wte,
+                       std::int64_t rows, std::int64_t vocab_lo, const float* wpe, float* out,
+                       std::int64_t N, std::int64_t T, std::int64_t C);
+// dwte[row[b]] += sum of dout[positions[start[b] .. start[b + 1])], positions in order: one
+// bucket per distinct table row (built on the host from the host token ids).
+void embedding_backward_table(cudaStream_t s, const std::int32_t* bucket_row,
+                              const std::int32_t* bucket_start, const std::int32_t* positions,
+                              std::int64_t buckets, const float* dout, float* dwte, std::int64_t C);
+// dwpe[t] += sum over b of dout[b, t], b in order.
+void embedding_backward_position(cudaStream_t s, const float* dout, float* dwpe, std::int64_t B,
+                                 std::int64_t T, std::int64_t C);
+
+// ---- cuda_cross_entropy.cu ------------------------------------------------------------------
+void ce_local_stats(cudaStream_t s, const float* logits, const std::int32_t* targets,
+                    std::int64_t vocab_lo, float* local_max, float* local_sum, float* target_logit,
+                    std::int64_t N, std::int64_t V);
+void ce_rescale_sum(cudaStream_t s, const float* local_max, const float* global_max,
+                    float* local_sum, std::int64_t N);
+void ce_losses(cudaStream_t s, const float* global_max, const float* global_sum,
+               const float* target_logit, float* losses, std::int64_t N);
+void ce_backward(cudaStream_t s, const float* logits, const std::int32_t* targets,
+                 std::int64_t vocab_lo, const float* global_max, const float* global_sum,
+                 float grad_scale, float* dlogits, std::int64_t N, std::int64_t V);
+
+// ---- cuda_attention.cu: the attention that stores att (B, NH, T, T) -------------------------
+void attention_forward(cudaStream_t s, const float* qkv, float* out, float* att, std::int64_t B,
+                       std::int64_t T, std::int64_t NH, std::int64_t HS);
+// ds_scratch: attention_backward_scratch_floats(B, NH, T)
+void attention_backward(cudaStream_t s, const float* dout, const float* qkv, const float* att,
+                        float* dqkv, float* ds_scratch, std::int64_t B, std::int64_t T,
+                        std::int64_t NH, std::int64_t HS);
+
+// ---- cuda_flash_attention.cu ----------------------------------------------------------------
+void flash_attention_forward(cudaStream_t s, const float* qkv, float* out, float* lse,
+                             std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS);
+// d_scratch: flash_attention_shape(...).scratch_floats
+void flash_attention_backward(cudaStream_t s, const float* dout, const float* qkv, const float* out,
+                              const float* lse, float* dqkv, float* d_scratch, std::int64_t B,
+                              std::int64_t T, std::int64_t NH, std::int64_t HS);
+
+// ---- cuda_moe.cu ----------------------------------------------------------------------------
+void softmax_rows(cudaStream_t s, const float* logits, float* probs, std::int64_t N,
+                  std::int64_t E);
+// dlogits += softmax backward of dprobs, row by row.
+void softmax_backward_rows(cudaStream_t s, const float* probs, const float* dprobs, float* dlogits,
+                           std::int64_t N, std::int64_t E);
+// expert_in (slots, C): x[slot_token[i]] or zeros when slot_token[i] < 0.
+void moe_dispatch(cudaStream_t s, const float* x, const std::int32_t* slot_token, float* expert_in,
+                  std::int64_t slots, std::int64_t C);
+// dx[n] += dexpert_in[expert, slot] over the token's kept choices, in expert order.
+void moe_dispatch_backward(cudaStream_t s, const float* dexpert_in, const std::int32_t* expert,
+                           const std::int32_t* slot, std::int64_t capacity, float* dx,
+                           std::int64_t N, std::int64_t K, std::int64_t C);
+void moe_combine(cudaStream_t s, const float* expert_out, const float* probs,
+                 const std::int32_t* expert, const std::int32_t* slot, std::int64_t capacity,
+                 float* y, std::int64_t N, std::int64_t E, std::int64_t K, std::int64_t C);
+void moe_combine_backward(cudaStream_t s, const float* dy, const float* expert_out,
+                          const float* probs, const std::int32_t* expert, const std::int32_t* slot,
+                          std::int64_t capacity, float* dexpert_out, float* dprobs, std::int64_t N,
+                          std::int64_t E, std::int64_t K, std::int64_t C);
+
+}  // namespace pipetune::cuda::kernels

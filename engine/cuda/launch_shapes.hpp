@@ -1,0 +1,110 @@
+// Launch shapes and scratch sizes of the CUDA backend's kernels, in plain C++ (no CUDA headers):
+// the kernels launch with exactly these numbers, and tests/cuda checks them against closed forms
+// without a GPU. Every grid is one-dimensional (x up to 2^31 - 1 blocks); a shape that would not
+// fit, or a head size the flash kernels do not support, is refused with an InputError.
+//
+// Included by .cu files too, so this header stays C++17.
+#pragma once
+
+#include <cstdint>
+
+namespace pipetune::cuda {
+
+inline constexpr int kWarpSize = 32;
+inline constexpr std::int64_t kMaxGridBlocks = 2147483647;  // gridDim.x limit
+
+constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+constexpr std::int64_t round_up(std::int64_t a, std::int64_t m) {
+  return ceil_div(a, m) * m;
+}
+
+struct LaunchShape {
+  std::int64_t blocks = 0;        // 1-D grid; 0 means "nothing to launch"
+  int threads = 0;                // per block
+  std::int64_t shared_bytes = 0;  // dynamic shared memory per block
+};
+
+// Elementwise kernels: 256 threads per block, grid-stride loops, at most 2^16 blocks (enough to
+// fill any current GPU; larger tensors loop).
+inline constexpr int kElementwiseThreads = 256;
+inline constexpr std::int64_t kMaxElementwiseBlocks = 1 << 16;
+LaunchShape elementwise_shape(std::int64_t n);
+
+// Row kernels with one warp per row (LayerNorm, softmax rows, attention rows): 8 warps a block.
+inline constexpr int kRowWarpsPerBlock = 8;
+LaunchShape warp_per_row_shape(std::int64_t rows);
+
+// Row kernels with one block per row (cross-entropy over a vocabulary shard): the block is the
+// row's width rounded up to whole warps, between one warp and kMaxRowThreads; shared memory holds
+// one float per warp for the block reductions.
+inline constexpr int kMaxRowThreads = 512;
+LaunchShape block_per_row_shape(std::int64_t rows, std::int64_t cols);
+
+// Deterministic column sums over rows (bias and LayerNorm weight gradients): the rows are cut into
+// fixed chunks of kColumnChunkRows (independent of the device), one thread sums one column of one
+// chunk in row order into a partial, then one thread per column adds the chunk partials in chunk
+// order onto the destination. `outputs` column sums are computed at once (LayerNorm: dw and db).
+inline constexpr std::int64_t kColumnChunkRows = 64;
+struct ColumnReduction {
+  std::int64_t chunks = 0;          // ceil(rows / kColumnChunkRows)
+  std::int64_t scratch_floats = 0;  // outputs * chunks * cols partials
+  LaunchShape partial;              // one thread per (chunk, column)
+  LaunchShape finish;               // one thread per column
+};
+ColumnReduction column_reduction_shape(std::int64_t rows, std::int64_t cols, int outputs = 1);
+
+// Deterministic sums of n values in double (grad sum of squares, mean loss): block b sums the
+// fixed range [b * kSumChunk, (b + 1) * kSumChunk) with a fixed tree; one block then adds the
+// block partials in a fixed order. The result does not depend on the device or timing.
+inline constexpr int kSumThreads = 256;
+inline constexpr std::int64_t kSumChunk = 4096;
+struct SumReduction {
+  std::int64_t blocks = 0;           // ceil(n / kSumChunk), at least 1
+  std::int64_t scratch_doubles = 0;  // blocks partials + 1 result
+  LaunchShape partial;               // blocks x kSumThreads, shared: kSumThreads doubles
+  LaunchShape finish;                // 1 x kSumThreads, shared: kSumThreads doubles
+};
+SumReduction sum_reduction_shape(std::int64_t n);
+
+// Flash attention (tiled over keys, online softmax, no (T, T) matrix): a block holds
+// kFlashRowsPerBlock warps, each warp one query row (forward, dq) or one key row (dk/dv); lanes
+// take kFlashTile keys (or queries) of a tile at a time and, for the output rows, ceil(HS / 32)
+// channels each. Shared memory (floats): the tile's rows padded to HS + 1 (no bank conflicts when
+// lanes read down a column) plus the block's own rows.
+inline constexpr int kFlashRowsPerBlock = 8;
+inline constexpr int kFlashTile = 32;
+inline constexpr std::int64_t kFlashMaxHeadSize = 128;  // 4 channels per lane
+struct FlashShape {
+  std::int64_t head_size = 0;
+  int lane_channels = 0;            // ceil(HS / 32): channels of an output row each lane holds
+  std::int64_t row_blocks = 0;      // ceil(T / kFlashRowsPerBlock) per (batch, head)
+  LaunchShape forward;              // blocks = B * NH * row_blocks
+  LaunchShape backward_dq;          // same grid: query rows
+  LaunchShape backward_dkdv;        // same grid: key rows
+  LaunchShape row_dot;              // D = rowsum(dout * out): one warp per (b, h, t)
+  std::int64_t scratch_floats = 0;  // D: B * NH * T
+};
+// Throws InputError for head sizes outside [1, kFlashMaxHeadSize] or a grid too large.
+FlashShape flash_attention_shape(std::int64_t B, std::int64_t NH, std::int64_t T, std::int64_t HS);
+
+// The attention that stores att (B, NH, T, T): one warp per (b, h, row); the backward's
+// d(scores) scratch is as large as att.
+std::int64_t attention_backward_scratch_floats(std::int64_t B, std::int64_t NH, std::int64_t T);
+
+// cuBLASLt workspace: 32 MiB on Hopper and later (compute capability 9+), as NVIDIA recommends
+// for its kernels there, 4 MiB before.
+std::int64_t cublaslt_workspace_bytes(int compute_major);
+
+// The alignment cuBLASLt may assume for an operand at `address`: its largest power-of-two divisor,
+// capped at 256 (256 for a null address). Views into one flat buffer can start anywhere.
+int pointer_alignment_bytes(std::uintptr_t address);
+
+// Sub-allocations of one scratch buffer start on 256-byte boundaries.
+inline constexpr std::int64_t kScratchAlign = 256;
+constexpr std::int64_t scratch_bytes(std::int64_t bytes) {
+  return round_up(bytes, kScratchAlign);
+}
+
+}  // namespace pipetune::cuda
