@@ -2,7 +2,10 @@
 //
 //   megatron    a bash script running Megatron-LM's pretrain_gpt.py under torchrun, with the
 //               parallelism, batch, recomputation and model-shape flags of the plan
-//   torchtitan  a job config TOML in torchtitan's pre-2026 schema (torchtitan/config/job_config.py)
+//   torchtitan  a job config TOML in torchtitan's pre-2026 schema
+//   (torchtitan/config/job_config.py),
+//               with pipetune's own schedule order as a torch.distributed.pipelining CSV where
+//               torch has no class for it
 //   deepspeed   a DeepSpeed JSON config (batch, ZeRO, pipeline, activation checkpointing, AutoTP)
 //   pipetune    a pipetune run file that `pipetune train --config` (and `simulate`) reads
 //
@@ -10,7 +13,9 @@
 // InputError naming the first rule the plan breaks ("megatron: global batch 96 is not divisible
 // by micro-batch 4 x data-parallel 16"). The sources of the rules are in
 // ../shared/reference/engine_and_style.md (A2: Megatron's validate_args, A3: torchtitan and
-// DeepSpeed configs).
+// DeepSpeed configs). The files they write are checked again, as text, against each
+// framework's rules read from its source at a stated version: megatron_rules.hpp,
+// torchtitan_rules.hpp, deepspeed_rules.hpp (tests/tuner/export).
 #pragma once
 
 #include <string>
@@ -42,6 +47,13 @@ std::string export_plan(ExportFormat format, const ExportRequest& request);
 
 std::string export_megatron(const ExportRequest& request);
 std::string export_torchtitan(const ExportRequest& request);
+// The schedule CSV a torchtitan export points pipeline_parallel_schedule_csv at, for schedules
+// torch.distributed.pipelining has no class of its own for (zb-h1, zb-h2, zb-v, v-half, v-min):
+// pipetune's predicted op order (pipelining_csv.hpp). "" when the plan runs a torch class or has
+// no pipeline. export_torchtitan embeds it in the TOML as "#csv " comment lines.
+std::string torchtitan_schedule_csv(const ExportRequest& request);
+// The CSV embedded in an exported torchtitan TOML; "" when there is none.
+std::string embedded_schedule_csv(std::string_view torchtitan_toml);
 std::string export_deepspeed(const ExportRequest& request);
 std::string export_pipetune(const ExportRequest& request);
 

@@ -1,6 +1,7 @@
 // Megatron-LM launch script: torchrun over pretrain_gpt.py with the plan's flags (flag names and
 // rules: reference/engine_and_style.md A2, from megatron/training/arguments.py).
 #include <algorithm>
+#include <numeric>
 #include <sstream>
 
 #include "tuner/export/export_common.hpp"
@@ -23,8 +24,8 @@ std::vector<std::string> pipeline_split_flags(const ExportRequest& r) {
   if (even) return {};
   require(p.chunks == 1, kFw,
           "an uneven layer split cannot be combined with the interleaved schedule (" +
-              std::to_string(r.model.layers) + " layers over " + std::to_string(p.pp) + "x" + std::to_string(p.chunks) +
-              " layer groups)");
+              std::to_string(r.model.layers) + " layers over " + std::to_string(p.pp) + "x" +
+              std::to_string(p.chunks) + " layer groups)");
   const bool middle_even = p.pp < 3 || std::all_of(split.begin() + 1, split.end() - 1,
                                                    [&](int n) { return n == split[1]; });
   require(middle_even, kFw, "only the first and last stages may hold a different number of layers");
@@ -49,19 +50,27 @@ std::string export_megatron(const ExportRequest& r) {
   const bool interleaved = pipelined && p.schedule == "interleaved-1f1b";
   if (interleaved) {
     require(p.chunks >= 2, kFw, "interleaved-1f1b needs at least 2 chunks per stage");
-    require(m.layers % p.pp == 0, kFw,
-            "layers=" + std::to_string(m.layers) + " are not divisible by pp=" + std::to_string(p.pp));
+    require(
+        m.layers % p.pp == 0, kFw,
+        "layers=" + std::to_string(m.layers) + " are not divisible by pp=" + std::to_string(p.pp));
     require((m.layers / p.pp) % p.chunks == 0, kFw,
-            "layers per stage " + std::to_string(m.layers / p.pp) + " are not divisible by " + std::to_string(p.chunks) +
-                " virtual stages");
+            "layers per stage " + std::to_string(m.layers / p.pp) + " are not divisible by " +
+                std::to_string(p.chunks) + " virtual stages");
   }
   const std::vector<std::string> split_flags = pipeline_split_flags(r);
   if (split_flags.empty() && pipelined)
-    require(m.layers % p.pp == 0, kFw,
-            "layers=" + std::to_string(m.layers) + " are not divisible by pp=" + std::to_string(p.pp));
+    require(
+        m.layers % p.pp == 0, kFw,
+        "layers=" + std::to_string(m.layers) + " are not divisible by pp=" + std::to_string(p.pp));
 
-  const int per_node = std::min(r.cluster.devices_per_node, std::max(1, r.cluster.devices));
-  const int nodes = (p.world_size() + per_node - 1) / per_node;
+  // torchrun starts the same number of processes on every node, and Megatron-LM takes DP from
+  // their total (world / (TP x PP)): use as many GPUs per node as divide the world evenly.
+  const int node_size = std::min(r.cluster.devices_per_node, std::max(1, r.cluster.devices));
+  const int per_node = std::gcd(p.world_size(), std::max(1, node_size));
+  const int nodes = p.world_size() / per_node;
+  // Megatron-FSDP (ZeRO 2/3) refuses CUDA_DEVICE_MAX_CONNECTIONS=1; TP without it needs 1
+  // (megatron/training/arguments.py validate_args).
+  const bool fsdp = p.zero_stage >= 2;
   const bool gated = m.activation == spec::Activation::Swiglu;
 
   std::ostringstream o;
@@ -75,7 +84,8 @@ std::string export_megatron(const ExportRequest& r) {
     << "# Run on every node with NODE_RANK set; mock data (NullTokenizer) unless you edit\n"
     << "# DATA_ARGS. MEGATRON_DIR is the Megatron-LM checkout.\n"
     << "set -euo pipefail\n\n"
-    << "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+    << (fsdp ? "unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP needs more than 1\n"
+             : "export CUDA_DEVICE_MAX_CONNECTIONS=1\n")
     << "MEGATRON_DIR=${MEGATRON_DIR:-.}\n"
     << "GPUS_PER_NODE=" << per_node << "\n"
     << "NNODES=" << nodes << "\n"
@@ -88,10 +98,12 @@ std::string export_megatron(const ExportRequest& r) {
     for (const std::string& f : flags) o << "  " << f << "\n";
     o << ")\n";
   };
-  std::vector<std::string> model = {
-      "--num-layers " + std::to_string(m.layers),          "--hidden-size " + std::to_string(m.hidden),
-      "--ffn-hidden-size " + std::to_string(m.ffn_hidden), "--num-attention-heads " + std::to_string(m.heads),
-      "--seq-length " + std::to_string(m.seq_len),         "--max-position-embeddings " + std::to_string(m.seq_len)};
+  std::vector<std::string> model = {"--num-layers " + std::to_string(m.layers),
+                                    "--hidden-size " + std::to_string(m.hidden),
+                                    "--ffn-hidden-size " + std::to_string(m.ffn_hidden),
+                                    "--num-attention-heads " + std::to_string(m.heads),
+                                    "--seq-length " + std::to_string(m.seq_len),
+                                    "--max-position-embeddings " + std::to_string(m.seq_len)};
   if (m.kv_heads != m.heads) {
     model.push_back("--group-query-attention");
     model.push_back("--num-query-groups " + std::to_string(m.kv_heads));
@@ -107,7 +119,8 @@ std::string export_megatron(const ExportRequest& r) {
   if (!m.tied_embeddings) model.push_back("--untie-embeddings-and-output-weights");
   if (spec::is_moe(m)) {
     model.insert(model.end(),
-                 {"--num-experts " + std::to_string(m.experts), "--moe-router-topk " + std::to_string(m.top_k),
+                 {"--num-experts " + std::to_string(m.experts),
+                  "--moe-router-topk " + std::to_string(m.top_k),
                   "--moe-ffn-hidden-size " + std::to_string(m.ffn_hidden),
                   "--moe-router-load-balancing-type aux_loss", "--moe-aux-loss-coeff 1e-2",
                   "--moe-grouped-gemm", "--moe-token-dispatcher-type alltoall"});
@@ -118,11 +131,15 @@ std::string export_megatron(const ExportRequest& r) {
   std::vector<std::string> parallel = {"--tensor-model-parallel-size " + std::to_string(p.tp),
                                        "--pipeline-model-parallel-size " + std::to_string(p.pp)};
   if (p.sequence_parallel && p.tp > 1) parallel.push_back("--sequence-parallel");
-  if (interleaved) parallel.push_back("--num-virtual-stages-per-pipeline-rank " + std::to_string(p.chunks));
+  if (interleaved)
+    parallel.push_back("--num-virtual-stages-per-pipeline-rank " + std::to_string(p.chunks));
   parallel.insert(parallel.end(), split_flags.begin(), split_flags.end());
   if (spec::is_moe(m)) {
     parallel.push_back("--expert-model-parallel-size " + std::to_string(p.ep));
-    parallel.push_back("--expert-tensor-parallel-size " + std::to_string(p.tp));
+    // Megatron-LM allows linear biases in MoE layers only with expert TP 1
+    // (transformer_config.py TransformerConfig.__post_init__): non-gated (GPT-style, biased)
+    // MoE models keep their experts whole on each rank.
+    parallel.push_back("--expert-tensor-parallel-size " + std::to_string(gated ? p.tp : 1));
   }
   switch (p.zero_stage) {
     case 0:
@@ -133,10 +150,11 @@ std::string export_megatron(const ExportRequest& r) {
                                        "--overlap-param-gather"});
       break;
     default:
-      parallel.insert(
-          parallel.end(),
-          {"--use-megatron-fsdp", std::string("--data-parallel-sharding-strategy ") +
-                                      (p.zero_stage == 2 ? "optim_grads" : "optim_grads_params")});
+      parallel.insert(parallel.end(),
+                      {"--use-megatron-fsdp",
+                       std::string("--data-parallel-sharding-strategy ") +
+                           (p.zero_stage == 2 ? "optim_grads" : "optim_grads_params"),
+                       "--ckpt-format fsdp_dtensor"});
   }
   if (p.recompute == spec::Recompute::Selective)
     parallel.push_back("--recompute-granularity selective");
@@ -145,13 +163,13 @@ std::string export_megatron(const ExportRequest& r) {
                                      "--recompute-num-layers 1"});
   block("PARALLEL_ARGS", parallel);
 
-  block("TRAINING_ARGS",
-        {"--micro-batch-size " + std::to_string(p.micro_batch_size),
-         "--global-batch-size " + std::to_string(p.global_batch), "--train-iters " + std::to_string(r.train_iters),
-         "--bf16", "--lr 3.0e-4", "--min-lr 3.0e-5", "--lr-decay-style cosine",
-         "--lr-warmup-fraction 0.01", "--weight-decay 0.1", "--clip-grad 1.0", "--adam-beta1 0.9",
-         "--adam-beta2 0.95", "--init-method-std 0.02", "--attention-backend auto",
-         "--transformer-impl transformer_engine"});
+  block("TRAINING_ARGS", {"--micro-batch-size " + std::to_string(p.micro_batch_size),
+                          "--global-batch-size " + std::to_string(p.global_batch),
+                          "--train-iters " + std::to_string(r.train_iters), "--bf16", "--lr 3.0e-4",
+                          "--min-lr 3.0e-5", "--lr-decay-style cosine", "--lr-warmup-fraction 0.01",
+                          "--weight-decay 0.1", "--clip-grad 1.0", "--adam-beta1 0.9",
+                          "--adam-beta2 0.95", "--init-method-std 0.02", "--attention-backend auto",
+                          "--transformer-impl transformer_engine"});
   block("DATA_ARGS", {"--mock-data", "--tokenizer-type NullTokenizer",
                       "--vocab-size " + std::to_string(m.vocab), "--split 949,50,1"});
   block("LOGGING_ARGS", {"--log-interval 1", "--eval-interval 1000", "--eval-iters 0"});

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <sstream>
 
+#include "engine/schedule/generators.hpp"
 #include "tuner/export/export_common.hpp"
+#include "tuner/export/pipelining_csv.hpp"
 
 namespace pipetune::tuner {
 
@@ -13,15 +15,27 @@ namespace {
 
 constexpr std::string_view kFw = "torchtitan";
 
-// torch.distributed.pipelining's schedule class for a pipetune schedule; empty when none.
+// torch.distributed.pipelining's schedule class for a pipetune schedule it has (its own op
+// order); empty when pipetune's order goes in a schedule CSV instead (schedule_class_for_csv).
 std::string torchtitan_schedule(const std::string& name) {
   if (name == "gpipe") return "GPipe";
   if (name == "1f1b") return "1F1B";
   if (name == "interleaved-1f1b") return "Interleaved1F1B";
-  if (name == "zb-v") return "ZBVZeroBubble";
   if (name == "dualpipe-v") return "DualPipeV";
   return "";
 }
+
+// With a CSV, torchtitan runs _PipelineScheduleRuntime, but still builds the stages as the named
+// class says (pipeline_parallel.py@02ef790 pipeline_llm / pipeline_module_split): one stage per
+// rank for single-stage classes, V placement for ZBVZeroBubble.
+std::string schedule_class_for_csv(const spec::ParallelPlan& p) {
+  if (schedule::schedule_placement(p.schedule) == schedule::Placement::VShape)
+    return "ZBVZeroBubble";
+  return p.chunks == 1 ? "PipelineScheduleSingle" : "PipelineScheduleMulti";
+}
+
+constexpr const char* kCsvFile = "pipetune_schedule.csv";
+constexpr const char* kCsvPrefix = "#csv ";
 
 }  // namespace
 
@@ -29,29 +43,38 @@ std::string export_torchtitan(const ExportRequest& r) {
   export_detail::check_common(r, kFw);
   const spec::ParallelPlan& p = r.plan;
   const spec::ModelSpec& m = r.model;
-  const std::string schedule = torchtitan_schedule(p.schedule);
-  require(p.pp == 1 || !schedule.empty(), kFw,
-          "schedule " + p.schedule +
-              " has no torch.distributed.pipelining counterpart (gpipe, 1f1b, interleaved-1f1b, "
-              "zb-v, dualpipe-v)");
   require(p.vocab == schedule::VocabMode::None, kFw,
           "vocabulary parallelism (" + std::string(schedule::vocab_mode_name(p.vocab)) +
               ") is not in torchtitan");
+  // pipetune's own orders (zb-h1, zb-h2, zb-v, v-half, v-min) run from a schedule CSV.
+  const std::string csv = p.pp > 1 ? torchtitan_schedule_csv(r) : "";
+  const std::string schedule =
+      csv.empty() ? torchtitan_schedule(p.schedule) : schedule_class_for_csv(p);
+  require(p.pp == 1 || !schedule.empty(), kFw,
+          "schedule " + p.schedule + " has no torch.distributed.pipelining counterpart");
   const int stages_per_rank = p.chunks;
   const std::int64_t stages = static_cast<std::int64_t>(p.pp) * stages_per_rank;
   require(m.layers % stages == 0, kFw,
-          "layers=" + std::to_string(m.layers) + " do not split evenly over " + std::to_string(stages) +
-              " pipeline stages (pipeline_parallel_layers_per_stage)");
+          "layers=" + std::to_string(m.layers) + " do not split evenly over " +
+              std::to_string(stages) + " pipeline stages (pipeline_parallel_layers_per_stage)");
   // FSDP shards weights, gradients and optimizer state together: ZeRO 1-3 all become FSDP.
   const int replicate = p.zero_stage == 0 ? p.dp : 1;
   const int shard = p.zero_stage == 0 ? 1 : p.dp;
   // Experts borrow their ranks from the data-parallel shard dimension (with the TP ranks when
   // experts are not tensor-parallel).
+  // (parallel_dims.py@0119de1: with expert TP 1, EP takes all TP ranks and part of dp_shard.)
   require(p.ep == 1 || (static_cast<std::int64_t>(shard) * p.tp) % p.ep == 0, kFw,
           "ep=" + std::to_string(p.ep) + " does not divide data_parallel_shard_degree x tp = " +
               std::to_string(static_cast<std::int64_t>(shard) * p.tp) + " (use ZeRO >= 1 for MoE)");
-  const std::int64_t local_batch =
-      static_cast<std::int64_t>(p.micro_batch_size) * export_detail::accumulation_steps(p);
+  require(p.ep == 1 || p.ep % p.tp == 0, kFw,
+          "tp=" + std::to_string(p.tp) + " does not divide ep=" + std::to_string(p.ep) +
+              " (torchtitan's experts take all tensor-parallel ranks)");
+  // local_batch_size is one forward/backward step's batch: with a pipeline it holds all the
+  // pipeline's micro-batches (one step), without one each micro-batch is a gradient-accumulation
+  // step (train.py@000204a: steps = global / (local x DP)).
+  const std::int64_t local_batch = p.pp > 1 ? static_cast<std::int64_t>(p.micro_batch_size) *
+                                                  export_detail::accumulation_steps(p)
+                                            : p.micro_batch_size;
 
   std::ostringstream o;
   o << "# torchtitan job config (TOML schema of torchtitan/config/job_config.py before the 2026\n"
@@ -60,7 +83,10 @@ std::string export_torchtitan(const ExportRequest& r) {
   o << "# [model] name/flavor must name a model registered in torchtitan; this plan was tuned\n"
     << "# for " << m.name << ": " << m.layers << " layers, hidden " << m.hidden << ", " << m.heads
     << " heads (" << m.kv_heads << " kv), ffn " << m.ffn_hidden << ", vocabulary " << m.vocab
-    << (spec::is_moe(m) ? ", " + std::to_string(m.experts) + " experts top-" + std::to_string(m.top_k) : "") << ".\n"
+    << (spec::is_moe(m)
+            ? ", " + std::to_string(m.experts) + " experts top-" + std::to_string(m.top_k)
+            : "")
+    << ".\n"
     << "# Launch: NGPU=" << p.world_size() << " ./run_train.sh --job.config_file <this file>\n\n"
     << "[job]\n"
     << "description = \"" << m.name << " tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp
@@ -85,7 +111,14 @@ std::string export_torchtitan(const ExportRequest& r) {
   if (p.pp > 1) {
     o << "pipeline_parallel_schedule = \"" << schedule << "\"\n"
       << "pipeline_parallel_microbatch_size = " << p.micro_batch_size << "\n"
-      << "pipeline_parallel_layers_per_stage = " << m.layers / stages << "\n";
+      << "pipeline_parallel_layers_per_stage = " << m.layers / stages
+      << "\n"
+      // torchtitan counts the embedding and output layers as these many layers when it turns
+      // layers per stage into stages (default 1 each, which would add stages); pipetune's layer
+      // groups hold transformer layers only.
+      << "pipeline_parallel_first_stage_less_layers = 0\n"
+      << "pipeline_parallel_last_stage_less_layers = 0\n";
+    if (!csv.empty()) o << "pipeline_parallel_schedule_csv = \"" << kCsvFile << "\"\n";
   }
   o << "context_parallel_degree = 1\n"
     << "expert_parallel_degree = " << p.ep << "\n\n"
@@ -96,7 +129,33 @@ std::string export_torchtitan(const ExportRequest& r) {
                                                     : "none")
     << "\"\n";
   if (p.recompute == spec::Recompute::Selective) o << "selective_ac_option = \"op\"\n";
+  if (!csv.empty()) {
+    o << "\n# " << kCsvFile << ": pipetune's " << p.schedule << " order (the one it simulated),\n"
+      << "# for torch.distributed.pipelining's _PipelineScheduleRuntime: one line per pipeline\n"
+      << "# rank, <stage><F|I|W|B><micro-batch>. Write it where you launch:\n"
+      << "#   sed -n 's/^" << kCsvPrefix << "//p' <this file> > " << kCsvFile << "\n";
+    std::istringstream rows(csv);
+    std::string row;
+    while (std::getline(rows, row)) o << kCsvPrefix << row << "\n";
+  }
   return o.str();
+}
+
+std::string torchtitan_schedule_csv(const ExportRequest& r) {
+  const spec::ParallelPlan& p = r.plan;
+  if (p.pp <= 1 || !torchtitan_schedule(p.schedule).empty()) return "";
+  if (p.vocab != schedule::VocabMode::None) return "";
+  return pipelining_csv(predicted_schedule(r));
+}
+
+std::string embedded_schedule_csv(std::string_view torchtitan_toml) {
+  std::istringstream in{std::string(torchtitan_toml)};
+  std::string line;
+  std::string out;
+  while (std::getline(in, line))
+    if (line.rfind(kCsvPrefix, 0) == 0)
+      out += line.substr(std::string_view(kCsvPrefix).size()) + "\n";
+  return out;
 }
 
 }  // namespace pipetune::tuner

@@ -151,10 +151,17 @@ TEST(TorchtitanExport, DegreesMultiplyToTheWorldAndBatchesAgree) {
   EXPECT_EQ(tr["seq_len"].value_or(0), q.model.seq_len);
   EXPECT_EQ(t["activation_checkpoint"]["mode"].value_or(std::string()), "selective");
 
+  // pipetune's own V-Half runs from a schedule CSV (pipelining_csv_test.cpp checks the CSV).
   ExportRequest v = q;
   v.plan.schedule = "v-half";
   v.plan.chunks = 2;
-  EXPECT_NE(error_of(ExportFormat::Torchtitan, v).find("no torch.distributed.pipelining"),
+  const std::string vt = export_torchtitan(v);
+  EXPECT_NE(vt.find("pipeline_parallel_schedule = \"ZBVZeroBubble\""), std::string::npos) << vt;
+  EXPECT_NE(vt.find("pipeline_parallel_schedule_csv = \"pipetune_schedule.csv\""),
+            std::string::npos)
+      << vt;
+  v.plan.vocab = schedule::VocabMode::Vocab1;
+  EXPECT_NE(error_of(ExportFormat::Torchtitan, v).find("vocabulary parallelism"),
             std::string::npos);
 }
 

@@ -1,0 +1,115 @@
+// pipetune's schedules as torch.distributed.pipelining CSVs: every op appears once, in its rank's
+// order, with its stage placed as torchtitan places it; the CSV parses back to the same actions
+// and passes torch's own schedule checks (_validate_schedule, the send/recv lowering).
+#include "tuner/export/pipelining_csv.hpp"
+
+#include <gtest/gtest.h>
+
+#include "engine/errors.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/spec/load.hpp"
+#include "tuner/export/torchtitan_rules.hpp"
+
+namespace pipetune::tuner {
+namespace {
+
+char torch_type(schedule::OpKind k) {
+  switch (k) {
+    case schedule::OpKind::F:
+      return 'F';
+    case schedule::OpKind::B:
+      return 'I';
+    case schedule::OpKind::W:
+      return 'W';
+    case schedule::OpKind::BW:
+      return 'B';
+    default:
+      return '?';
+  }
+}
+
+TEST(PipeliningCsv, EveryScheduleRoundTripsInRankOrderAndPassesTorchsChecks) {
+  for (std::string_view name : schedule::schedule_names()) {
+    for (int p : {2, 4}) {
+      schedule::GeneratorParams params;
+      params.name = std::string(name);
+      params.stages = p;
+      params.microbatches = 2 * p;
+      const schedule::Schedule s = schedule::generate(params);
+      const std::string csv = pipelining_csv(s);
+      const PipeliningSchedule back = parse_pipelining_csv(csv);
+      ASSERT_EQ(back.size(), s.ranks.size()) << name;
+      for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+        ASSERT_EQ(back[r].size(), s.ranks[r].size()) << name << " rank " << r;
+        for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
+          const schedule::Op& op = s.ranks[r][i];
+          const PipeliningAction want{s.group_of(static_cast<int>(r), op.chunk),
+                                      torch_type(op.kind), op.microbatch};
+          EXPECT_EQ(back[r][i], want)
+              << name << " rank " << r << " op " << i << " " << schedule::op_label(op) << " -> "
+              << action_label(back[r][i]);
+        }
+      }
+      EXPECT_EQ(back, pipelining_actions(s)) << name;
+      const bool v = s.placement == schedule::Placement::VShape;
+      EXPECT_EQ(format_violations(check_pipelining_csv(csv, p, s.groups(), s.microbatches, v)), "")
+          << name << " p=" << p << "\n"
+          << csv;
+    }
+  }
+}
+
+TEST(PipeliningCsv, ZeroBubbleOrdersSplitTheBackwardAndVHalfPlacesStagesInAV) {
+  schedule::GeneratorParams params;
+  params.name = "zb-h1";
+  params.stages = 4;
+  params.microbatches = 8;
+  const std::string h1 = pipelining_csv(schedule::generate(params));
+  EXPECT_NE(h1.find("3I0"), std::string::npos) << h1;  // input gradient of the last stage
+  EXPECT_NE(h1.find("3W0"), std::string::npos) << h1;
+  params.name = "v-half";
+  const std::string vh = pipelining_csv(schedule::generate(params));
+  const PipeliningSchedule rows = parse_pipelining_csv(vh);
+  // Rank 0 holds stages 0 and 7 (the loss), rank 3 stages 3 and 4.
+  for (const PipeliningAction& a : rows[0]) EXPECT_TRUE(a.stage == 0 || a.stage == 7) << vh;
+  for (const PipeliningAction& a : rows[3]) EXPECT_TRUE(a.stage == 3 || a.stage == 4) << vh;
+}
+
+TEST(PipeliningCsv, VocabularyOpsHaveNoActionAndMalformedCellsAreNamed) {
+  schedule::GeneratorParams params;
+  params.name = "1f1b";
+  params.stages = 2;
+  params.microbatches = 4;
+  params.vocab = schedule::VocabMode::Vocab1;
+  EXPECT_THROW((void)pipelining_csv(schedule::generate(params)), InputError);
+  try {
+    (void)parse_pipelining_csv("0F0,0F1\n1F0,1X0\n");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("row 1 cell 2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)parse_pipelining_csv("0F0x\n"), InputError);  // torch's regex takes a prefix
+}
+
+TEST(PipeliningCsv, TheTorchtitanExportEmbedsThePredictedSchedule) {
+  ExportRequest q;
+  q.model = spec::load_model("llama3-8b");
+  q.cluster = spec::load_cluster("dgx-h100-8");
+  q.plan.tp = 2;
+  q.plan.pp = 4;
+  q.plan.microbatches = 8;
+  q.plan.schedule = "zb-h2";
+  spec::apply_defaults(q.plan);
+  const std::string toml = export_torchtitan(q);
+  EXPECT_EQ(embedded_schedule_csv(toml), pipelining_csv(predicted_schedule(q)));
+  EXPECT_EQ(embedded_schedule_csv(toml), torchtitan_schedule_csv(q));
+  EXPECT_NE(toml.find("pipeline_parallel_schedule = \"PipelineScheduleSingle\""),
+            std::string::npos);
+  // A schedule torch has a class for gets no CSV.
+  q.plan.schedule = "1f1b";
+  EXPECT_EQ(torchtitan_schedule_csv(q), "");
+  EXPECT_EQ(embedded_schedule_csv(export_torchtitan(q)), "");
+}
+
+}  // namespace
+}  // namespace pipetune::tuner

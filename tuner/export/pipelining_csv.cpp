@@ -1,0 +1,103 @@
+#include "tuner/export/pipelining_csv.hpp"
+
+#include <cctype>
+#include <sstream>
+
+#include "engine/errors.hpp"
+#include "engine/spec/plan_schedule.hpp"
+#include "tuner/predict/evaluate.hpp"
+
+namespace pipetune::tuner {
+
+std::string action_label(const PipeliningAction& a) {
+  return std::to_string(a.stage) + a.type + std::to_string(a.microbatch);
+}
+
+PipeliningSchedule pipelining_actions(const schedule::Schedule& s) {
+  PipeliningSchedule out(s.ranks.size());
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    for (const schedule::Op& op : s.ranks[r]) {
+      char type = 'F';
+      switch (op.kind) {
+        case schedule::OpKind::F:
+          type = 'F';
+          break;
+        case schedule::OpKind::B:
+          type = 'I';
+          break;
+        case schedule::OpKind::W:
+          type = 'W';
+          break;
+        case schedule::OpKind::BW:
+          type = 'B';
+          break;
+        default:
+          throw InputError("schedule " + s.name + " has vocabulary op " + schedule::op_label(op) +
+                           ", which torch.distributed.pipelining has no action for");
+      }
+      out[r].push_back({s.group_of(static_cast<int>(r), op.chunk), type, op.microbatch});
+    }
+  }
+  return out;
+}
+
+std::string pipelining_csv(const schedule::Schedule& s) {
+  std::string out;
+  for (const std::vector<PipeliningAction>& row : pipelining_actions(s)) {
+    for (std::size_t i = 0; i < row.size(); ++i) out += (i ? "," : "") + action_label(row[i]);
+    out += "\n";
+  }
+  return out;
+}
+
+namespace {
+
+// "<digits><F|I|W|B><digits>", the whole cell.
+bool parse_action(std::string cell, PipeliningAction& a) {
+  while (!cell.empty() && std::isspace(static_cast<unsigned char>(cell.back()))) cell.pop_back();
+  std::size_t i = cell.find_first_not_of(" \t");
+  if (i == std::string::npos) return false;
+  const std::size_t stage_end = cell.find_first_not_of("0123456789", i);
+  if (stage_end == i || stage_end == std::string::npos) return false;
+  const char type = cell[stage_end];
+  if (type != 'F' && type != 'I' && type != 'W' && type != 'B') return false;
+  const std::string mb = cell.substr(stage_end + 1);
+  if (mb.empty() || mb.find_first_not_of("0123456789") != std::string::npos) return false;
+  a.stage = std::stoi(cell.substr(i, stage_end - i));
+  a.type = type;
+  a.microbatch = std::stoi(mb);
+  return true;
+}
+
+}  // namespace
+
+PipeliningSchedule parse_pipelining_csv(std::string_view text) {
+  PipeliningSchedule out;
+  std::istringstream in{std::string(text)};
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    std::vector<PipeliningAction>& row = out.emplace_back();
+    std::istringstream cells(line);
+    std::string cell;
+    int column = 0;
+    while (std::getline(cells, cell, ',')) {
+      ++column;
+      if (cell.find_first_not_of(" \t") == std::string::npos) continue;
+      PipeliningAction a;
+      if (!parse_action(cell, a))
+        throw InputError("schedule CSV row " + std::to_string(out.size() - 1) + " cell " +
+                         std::to_string(column) + ": '" + cell +
+                         "' is not <stage><F|I|W|B><micro-batch>");
+      row.push_back(a);
+    }
+  }
+  return out;
+}
+
+schedule::Schedule predicted_schedule(const ExportRequest& r) {
+  const PlanEvaluation e = evaluate_plan(r.model, r.cluster, r.plan);
+  return spec::plan_schedule(r.plan, e.costs.table);
+}
+
+}  // namespace pipetune::tuner
