@@ -1,0 +1,226 @@
+// CudaBackend against CpuBackend, op by op on the same random inputs: elementwise ops, GELU,
+// AdamW, the gradient sum of squares, the linear layers (fp32 and bf16 GEMM inputs), LayerNorm
+// and the embedding. Tolerances per dtype are in gpu_test_support.hpp. Label "gpu"; every test
+// skips with the runtime's reason when no CUDA device is usable.
+#include <memory>
+
+#include "tests/engine/tensor/backend_test_support.hpp"
+#include "tests/gpu/gpu_test_support.hpp"
+
+namespace pipetune::cuda::testing {
+namespace {
+
+using tensor::AdamWConfig;
+using tensor::CpuBackend;
+using tensor::Shape;
+using tensor::Tensor;
+using tensor::testing::random_ids;
+using tensor::testing::random_tensor;
+
+class CudaDenseOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    PIPETUNE_REQUIRE_GPU();
+    tensor::set_blas_threads(1);
+    gpu_ = std::make_unique<CudaBackend>();
+  }
+  CudaBackend& gpu() { return *gpu_; }
+  CpuBackend cpu_;
+  std::mt19937 rng_{2024};
+
+ private:
+  std::unique_ptr<CudaBackend> gpu_;
+};
+
+TEST_F(CudaDenseOpsTest, ElementwiseOpsMatch) {
+  const Tensor a = random_tensor({33, 70}, rng_), b = random_tensor({33, 70}, rng_);
+  DeviceTensor da(a), db(b);
+  Tensor out({33, 70}), acc = a, scaled = a, zeroed = a;
+  DeviceTensor dout(out), dacc(acc), dscaled(scaled), dzeroed(zeroed);
+  cpu_.add(a, b, out);
+  gpu().add(da, db, dout);
+  cpu_.accumulate(acc, b);
+  gpu().accumulate(dacc, db);
+  cpu_.scale(scaled, -0.37f);
+  gpu().scale(dscaled, -0.37f);
+  gpu().zero(dzeroed);
+  EXPECT_TRUE(matches_cpu("add", dout, out, 0.0));
+  EXPECT_TRUE(matches_cpu("accumulate", dacc, acc, 0.0));
+  EXPECT_TRUE(matches_cpu("scale", dscaled, scaled, 0.0));
+  EXPECT_TRUE(matches_cpu("zero", dzeroed, Tensor({33, 70}), 0.0));
+}
+
+TEST_F(CudaDenseOpsTest, GeluForwardAndBackwardMatch) {
+  const Tensor x = random_tensor({7, 1000}, rng_, 3.0f), dy = random_tensor({7, 1000}, rng_);
+  const Tensor start = random_tensor({7, 1000}, rng_);
+  Tensor y({7, 1000}), dx = start;
+  DeviceTensor dx_dev(start), y_dev(y), x_dev(x), dy_dev(dy);
+  cpu_.gelu_forward(x, y);
+  gpu().gelu_forward(x_dev, y_dev);
+  cpu_.gelu_backward_input(dy, x, dx);
+  gpu().gelu_backward_input(dy_dev, x_dev, dx_dev);
+  EXPECT_TRUE(matches_cpu("gelu y", y_dev, y, kFp32ElementwiseTol));
+  EXPECT_TRUE(matches_cpu("gelu dx", dx_dev, dx, kFp32ElementwiseTol));
+}
+
+TEST_F(CudaDenseOpsTest, AdamWStepsMatch) {
+  Tensor p = random_tensor({1000, 3}, rng_), m({1000, 3}), v({1000, 3});
+  DeviceTensor dp(p), dm(m), dv(v);
+  AdamWConfig cfg;
+  cfg.lr = 1e-2f;
+  cfg.weight_decay = 0.1f;
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    const Tensor g = random_tensor({1000, 3}, rng_);
+    DeviceTensor dg(g);
+    cpu_.adamw_step(p, g, m, v, cfg, step);
+    gpu().adamw_step(dp, dg, dm, dv, cfg, step);
+  }
+  EXPECT_TRUE(matches_cpu("params", dp, p, kFp32ElementwiseTol));
+  EXPECT_TRUE(matches_cpu("m", dm, m, kFp32ElementwiseTol));
+  EXPECT_TRUE(matches_cpu("v", dv, v, kFp32ElementwiseTol));
+}
+
+TEST_F(CudaDenseOpsTest, GradSumSquaresMatchesInDoubleAndRepeatsBitForBit) {
+  for (std::int64_t n : {1LL, 4095LL, 4096LL, (1LL << 20) + 17}) {
+    const Tensor g = random_tensor({n}, rng_);
+    DeviceTensor dg(g);
+    const double want = cpu_.grad_sum_squares(g);
+    const double got = gpu().grad_sum_squares(dg);
+    EXPECT_NEAR(got, want, 1e-12 * want) << "n " << n;
+    EXPECT_EQ(gpu().grad_sum_squares(dg), got) << "n " << n << ": not deterministic";
+  }
+}
+
+TEST_F(CudaDenseOpsTest, ClipGradNormScalesOnTheDevice) {
+  Tensor g = random_tensor({100}, rng_);
+  DeviceTensor dg(g);
+  const float c_cpu = cpu_.clip_grad_norm(g, 10.0, 1.0f);
+  const float c_gpu = gpu().clip_grad_norm(dg, 10.0, 1.0f);
+  EXPECT_EQ(c_gpu, c_cpu);
+  EXPECT_TRUE(matches_cpu("clipped", dg, g, 0.0));
+}
+
+// The linear layer's three products and the bias terms on odd sizes; `offset` starts every
+// operand one float into its allocation, so cuBLASLt gets 4-byte-aligned pointers.
+void check_linear(CudaBackend& gpu, CpuBackend& cpu, std::mt19937& rng, std::int64_t N,
+                  std::int64_t IN, std::int64_t OUT, double tol, const std::string& label) {
+  const Tensor x = random_tensor({N, IN}, rng), w = random_tensor({OUT, IN}, rng, 0.1f);
+  const Tensor b = random_tensor({OUT}, rng), dy = random_tensor({N, OUT}, rng);
+  const Tensor dx0 = random_tensor({N, IN}, rng), dw0 = random_tensor({OUT, IN}, rng);
+  const Tensor db0 = random_tensor({OUT}, rng);
+  Tensor y({N, OUT}), dx = dx0, dw = dw0, db = db0;
+  cpu.linear_forward(x, w, b, y);
+  cpu.linear_backward_input(dy, w, dx);
+  cpu.linear_backward_weight(dy, x, dw, db);
+  // Device copies with one float of padding in front.
+  auto padded = [](const Tensor& t) {
+    Tensor p(Shape{t.numel() + 1});
+    std::copy(t.values().begin(), t.values().end(), p.values().begin() + 1);
+    return p;
+  };
+  DeviceTensor px(padded(x)), pw(padded(w)), pb(padded(b)), pdy(padded(dy)), pdx(padded(dx0)),
+      pdw(padded(dw0)), pdb(padded(db0)), py(padded(Tensor({N, OUT})));
+  auto at = [](DeviceTensor& d, Shape s) { return tensor::TensorView{d.view().data + 1, s}; };
+  gpu.linear_forward(at(px, x.shape()), at(pw, w.shape()), at(pb, b.shape()), at(py, y.shape()));
+  gpu.linear_backward_input(at(pdy, dy.shape()), at(pw, w.shape()), at(pdx, dx.shape()));
+  gpu.linear_backward_weight(at(pdy, dy.shape()), at(px, x.shape()), at(pdw, dw.shape()),
+                             at(pdb, db.shape()));
+  auto unpad = [](const DeviceTensor& d) {
+    std::vector<float> v = d.values();
+    return std::vector<float>(v.begin() + 1, v.end());
+  };
+  EXPECT_TRUE(matches_cpu(label + " y", unpad(py), y.values(), tol));
+  EXPECT_TRUE(matches_cpu(label + " dx", unpad(pdx), dx.values(), tol));
+  EXPECT_TRUE(matches_cpu(label + " dw", unpad(pdw), dw.values(), tol));
+  EXPECT_TRUE(matches_cpu(label + " db", unpad(pdb), db.values(), kFp32ReductionTol));
+}
+
+TEST_F(CudaDenseOpsTest, LinearFp32Matches) {
+  check_linear(gpu(), cpu_, rng_, 67, 101, 83, kFp32ReductionTol, "fp32 67x101x83");
+  check_linear(gpu(), cpu_, rng_, 256, 768, 768 * 3, kFp32ReductionTol, "fp32 256x768x2304");
+  check_linear(gpu(), cpu_, rng_, 1, 1, 1, kFp32ReductionTol, "fp32 1x1x1");
+}
+
+TEST_F(CudaDenseOpsTest, LinearBf16InputsWithFp32AccumulationMatchWithinBf16Tolerance) {
+  CudaBackend bf16(CudaBackend::Options{Precision::bf16, 0});
+  EXPECT_EQ(bf16.name(), "cuda-bf16");
+  check_linear(bf16, cpu_, rng_, 67, 101, 83, kBf16Tol, "bf16 67x101x83");
+  check_linear(bf16, cpu_, rng_, 256, 768, 768 * 3, kBf16Tol, "bf16 256x768x2304");
+}
+
+TEST_F(CudaDenseOpsTest, LinearWithoutBiasAndWithLeadingDimensions) {
+  const Tensor x = random_tensor({2, 5, 12}, rng_), w = random_tensor({7, 12}, rng_);
+  Tensor y({2, 5, 7});
+  DeviceTensor dx(x), dw(w), dy(y);
+  cpu_.linear_forward(x, w, {}, y);
+  gpu().linear_forward(dx, dw, {}, dy);
+  EXPECT_TRUE(matches_cpu("y", dy, y, kFp32ReductionTol));
+}
+
+TEST_F(CudaDenseOpsTest, LayerNormForwardAndBackwardMatch) {
+  for (const auto& [N, C] :
+       std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 1}, {264, 100}, {2048, 768}}) {
+    const Tensor x = random_tensor({N, C}, rng_, 2.0f), w = random_tensor({C}, rng_);
+    const Tensor b = random_tensor({C}, rng_), dy = random_tensor({N, C}, rng_);
+    const Tensor dx0 = random_tensor({N, C}, rng_), dw0 = random_tensor({C}, rng_);
+    const Tensor db0 = random_tensor({C}, rng_);
+    Tensor y({N, C}), mean({N}), rstd({N}), dx = dx0, dw = dw0, db = db0;
+    DeviceTensor gx(x), gw(w), gb(b), gdy(dy), gy(y), gmean(mean), grstd(rstd), gdx(dx0), gdw(dw0),
+        gdb(db0);
+    cpu_.layernorm_forward(x, w, b, y, mean, rstd);
+    cpu_.layernorm_backward_input(dy, x, w, mean, rstd, dx);
+    cpu_.layernorm_backward_weight(dy, x, mean, rstd, dw, db);
+    gpu().layernorm_forward(gx, gw, gb, gy, gmean, grstd);
+    gpu().layernorm_backward_input(gdy, gx, gw, gmean, grstd, gdx);
+    gpu().layernorm_backward_weight(gdy, gx, gmean, grstd, gdw, gdb);
+    const std::string at = " N " + std::to_string(N) + " C " + std::to_string(C);
+    EXPECT_TRUE(matches_cpu("y" + at, gy, y, kFp32ElementwiseTol));
+    EXPECT_TRUE(matches_cpu("mean" + at, gmean, mean, kFp32ElementwiseTol));
+    EXPECT_TRUE(matches_cpu("rstd" + at, grstd, rstd, kFp32ElementwiseTol));
+    EXPECT_TRUE(matches_cpu("dx" + at, gdx, dx, kFp32ReductionTol));
+    EXPECT_TRUE(matches_cpu("dw" + at, gdw, dw, kFp32ReductionTol));
+    EXPECT_TRUE(matches_cpu("db" + at, gdb, db, kFp32ReductionTol));
+  }
+}
+
+// The embedding's backward adds each table row's positions in token order, as the CPU does: the
+// sums are expected bit-identical; the tolerance only keeps the test about correctness.
+TEST_F(CudaDenseOpsTest, EmbeddingFullAndShardedMatch) {
+  const std::int64_t B = 3, T = 17, C = 40, V = 50, lo = 20, hi = 35;
+  const std::vector<std::int32_t> tokens = random_ids(B * T, V, rng_);
+  const Tensor wte = random_tensor({V, C}, rng_), wpe = random_tensor({T + 3, C}, rng_);
+  const Tensor shard = random_tensor({hi - lo, C}, rng_), dout = random_tensor({B, T, C}, rng_);
+  DeviceTensor gwte(wte), gwpe(wpe), gshard(shard), gdout(dout);
+  {  // full table with positions
+    Tensor out({B, T, C}), dwte = random_tensor({V, C}, rng_),
+                           dwpe = random_tensor({T + 3, C}, rng_);
+    DeviceTensor gout(out), gdwte(dwte), gdwpe(dwpe);
+    cpu_.embedding_forward(tokens, wte, wpe, out);
+    gpu().embedding_forward(tokens, gwte, gwpe, gout);
+    cpu_.embedding_backward_weight(tokens, dout, dwte, dwpe);
+    gpu().embedding_backward_weight(tokens, gdout, gdwte, gdwpe);
+    EXPECT_TRUE(matches_cpu("out", gout, out, 0.0));
+    EXPECT_TRUE(matches_cpu("dwte", gdwte, dwte, 1e-6));
+    EXPECT_TRUE(matches_cpu("dwpe", gdwpe, dwpe, 1e-6));
+  }
+  {  // a vocabulary shard without positions
+    Tensor out({B, T, C}), dshard = random_tensor({hi - lo, C}, rng_);
+    DeviceTensor gout(out), gdshard(dshard);
+    cpu_.embedding_shard_forward(tokens, shard, lo, V, {}, out);
+    gpu().embedding_shard_forward(tokens, gshard, lo, V, {}, gout);
+    cpu_.embedding_shard_backward_weight(tokens, dout, lo, V, dshard, {});
+    gpu().embedding_shard_backward_weight(tokens, gdout, lo, V, gdshard, {});
+    EXPECT_TRUE(matches_cpu("shard out", gout, out, 0.0));
+    EXPECT_TRUE(matches_cpu("dshard", gdshard, dshard, 1e-6));
+  }
+}
+
+TEST_F(CudaDenseOpsTest, TokenOutsideTheVocabularyIsAnInputErrorBeforeAnyLaunch) {
+  const Tensor wte = random_tensor({10, 4}, rng_);
+  DeviceTensor gwte(wte), gout(Tensor({1, 2, 4}));
+  const std::vector<std::int32_t> tokens = {3, 10};
+  EXPECT_THROW(gpu().embedding_forward(tokens, gwte, {}, gout), InputError);
+}
+
+}  // namespace
+}  // namespace pipetune::cuda::testing
