@@ -184,8 +184,12 @@ class CudaBackend final : public tensor::Backend {
     std::int64_t ldc = 0;
     float beta = 0.0f;
     cudaDataType_t ab_type = CUDA_R_32F;
+    bool realigned = false;  // operands already copied to 256-byte-aligned scratch
   };
   void matmul(const Gemm& g);
+  // When cuBLASLt offers no algorithm for the operands' alignment (views can start anywhere in a
+  // flat buffer), the GEMM runs on 256-byte-aligned copies of A, B and C, and C is copied back.
+  void matmul_realigned(const Gemm& g);
   // The operand as the GEMM reads it: the fp32 data itself, or (bf16) a converted copy in
   // bf16 scratch slot `slot` (0 or 1).
   const void* gemm_operand(const float* data, std::int64_t n, int slot);
@@ -210,6 +214,7 @@ class CudaBackend final : public tensor::Backend {
   DeviceBuffer scratch_;  // per-op temporaries
   DeviceBuffer ids_;      // uploaded ids and routing tables
   DeviceBuffer bf16_[2];  // converted GEMM operands
+  DeviceBuffer realign_;  // aligned copies of GEMM operands (matmul_realigned)
   void* pinned_ = nullptr;
   std::size_t pinned_bytes_ = 0;
   std::vector<std::int32_t> packed_;  // host side of packed uploads (embedding buckets, routing)

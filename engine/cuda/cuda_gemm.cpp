@@ -12,7 +12,8 @@
 // product, its gradient is a deterministic column sum (cuda_reduce.cu).
 //
 // cuBLASLt's heuristic is asked once per GEMM signature (dims, leading dims, types, the operands'
-// pointer alignment) and its choice cached; the workspace is the backend's.
+// pointer alignment) and its choice cached; the workspace is the backend's. When it has no
+// algorithm for the pointers' alignment, the GEMM runs on aligned copies (matmul_realigned).
 #include <cstring>
 #include <string>
 
@@ -124,6 +125,10 @@ void CudaBackend::matmul(const Gemm& g) {
     int count = 0;
     PIPETUNE_CUBLAS_CHECK(
         cublasLtMatmulAlgoGetHeuristic(lt_, op.d, a.d, b.d, c.d, c.d, pref.d, 1, &result, &count));
+    if (count == 0 && !g.realigned) {
+      matmul_realigned(g);  // no algorithm for these alignments: run on aligned copies
+      return;
+    }
     if (count == 0) {
       throw CudaError("cuBLASLt has no algorithm for the GEMM m=" + std::to_string(g.m) +
                       " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
@@ -135,6 +140,38 @@ void CudaBackend::matmul(const Gemm& g) {
   PIPETUNE_CUBLAS_CHECK(cublasLtMatmul(lt_, op.d, &alpha, g.a, a.d, g.b, b.d, &g.beta, g.c, c.d,
                                        g.c, c.d, &found->second, workspace_.get(), workspace_bytes_,
                                        stream_));
+}
+
+void CudaBackend::matmul_realigned(const Gemm& g) {
+  const std::int64_t elem = g.ab_type == CUDA_R_16BF ? 2 : 4;
+  // Bytes a column-major (rows, cols) matrix with leading dimension ld spans.
+  auto span = [](std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t size) {
+    return (ld * (cols - 1) + rows) * size;
+  };
+  const std::int64_t a_bytes = span(g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, elem);
+  const std::int64_t b_bytes = span(g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, elem);
+  const std::int64_t c_bytes = span(g.m, g.n, g.ldc, 4);
+  auto* base = static_cast<char*>(
+      realign_.reserve(static_cast<std::size_t>(scratch_bytes(a_bytes) + scratch_bytes(b_bytes) +
+                                                scratch_bytes(c_bytes)),
+                       stream_));
+  char* a = base;
+  char* b = a + scratch_bytes(a_bytes);
+  char* c = b + scratch_bytes(b_bytes);
+  const auto copy = [&](void* dst, const void* src, std::int64_t bytes) {
+    PIPETUNE_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(bytes),
+                                        cudaMemcpyDeviceToDevice, stream_));
+  };
+  copy(a, g.a, a_bytes);
+  copy(b, g.b, b_bytes);
+  copy(c, g.c, c_bytes);  // always: beta may be 1, and the gaps between columns must survive
+  Gemm h = g;
+  h.a = a;
+  h.b = b;
+  h.c = reinterpret_cast<float*>(c);
+  h.realigned = true;
+  matmul(h);
+  copy(g.c, c, c_bytes);
 }
 
 void CudaBackend::do_linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
