@@ -10,6 +10,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
+#include "cli/report_gpu_ops.hpp"
 #include "cli/workspace_cli.hpp"
 #include "engine/errors.hpp"
 #include "profiler/analysis/analysis.hpp"
@@ -107,6 +108,7 @@ void print_json(const LoadedRun& r, const Report& rep) {
                       {"time_unit", r.time_unit},
                       {"iteration_time", seconds(r.window.length_ns())},
                       {"pipeline", r.pipeline}};
+  if (nlohmann::json gpu = gpu_op_time_json(r); !gpu.is_null()) j["gpu_ops"] = std::move(gpu);
   if (!r.pipeline) {
     j["idle_ratio"] = rep.breakdown.bubble_ratio;
     j["ranks"] = stages;
@@ -156,6 +158,7 @@ void print_human(const LoadedRun& r, const Report& rep) {
               std::string(db::run_status_name(run.status)).c_str(), run.name.c_str());
   if (!r.pipeline) {
     print_ranks(r, rep);
+    print_gpu_op_time(r);
     return;
   }
   std::printf("iteration %zu of %zu: %s, pipeline bubble %.1f%%\n\n", r.iteration + 1, r.iterations,
@@ -190,6 +193,7 @@ void print_human(const LoadedRun& r, const Report& rep) {
               human_time(seconds(rep.path.length_ns), u).c_str(),
               human_time(seconds(rep.path.busy_ns), u).c_str(),
               human_time(seconds(rep.path.wait_ns), u).c_str(), rep.path.steps.size());
+  print_gpu_op_time(r);
 }
 
 void report(const ReportArgs& a) {

@@ -68,6 +68,10 @@ void store_import(const ImportArgs& a, db::ImportedProfile (*read)(const std::st
                      {"devices", r.devices},
                      {"source", r.source}});
   specs["ranks"] = ranks;
+  specs["kernel_attribution"] = {{"attributed", profile.attribution.attributed},
+                                 {"in_phase", profile.attribution.in_phase},
+                                 {"outside_ranges", profile.attribution.outside_ranges},
+                                 {"without_launch", profile.attribution.without_launch}};
   const std::string name = a.name.empty() ? a.file : a.name;
   const std::size_t spans = profile.trace.spans.size(), kernels = profile.kernels.size();
   const std::int64_t id =
@@ -81,6 +85,13 @@ void store_import(const ImportArgs& a, db::ImportedProfile (*read)(const std::st
         tuner::plan_summary(run->plan, std::string(schedule::vocab_mode_name(run->plan.vocab)))
             .c_str());
   std::printf("\n");
+  if (kernels > 0) {
+    const db::KernelAttributionCounts& c = profile.attribution;
+    std::printf(
+        "GPU activities attributed to the range that launched them: %zu of %zu (%zu in a "
+        "pipeline phase); %zu launched outside any range, %zu without their launch call\n",
+        c.attributed, kernels, c.in_phase, c.outside_ranges, c.without_launch);
+  }
   for (const std::string& w : profile.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
 }
 

@@ -116,7 +116,8 @@ struct PendingSpan {
   Span span;         // lane not yet known
   bool gpu = false;  // goes to the Gpu lane of gpu_stream
   std::int32_t gpu_stream = -1;
-  std::int64_t kernel = -1;  // index into records_
+  std::int64_t kernel = -1;       // index into records_
+  std::int64_t correlation = -1;  // of a CUDA API call: the GPU activity it launched
 };
 
 struct OpenSpan {
@@ -286,6 +287,7 @@ class ChromeImport {
       kind = SpanKind::Memset;
     } else if (cat == "cuda_runtime" || cat == "cuda_driver") {
       kind = SpanKind::Runtime;
+      p.correlation = int_arg(args, "correlation").value_or(-1);
     } else if (auto phase = cat == "cpu_op" || cat == "python_function"
                                 ? std::nullopt  // operators and Python calls, not annotations
                                 : match_pipeline_phase(name)) {
@@ -486,6 +488,8 @@ class ChromeImport {
         r.end_ns += base;
         builder_.add_gpu_span(p.span, std::move(r));
       } else {
+        if (p.correlation >= 0)
+          builder_.add_launch(threads_[p.thread].rank, p.correlation, p.span.lane, p.span.start_ns);
         builder_.add_span(p.span);
       }
     }

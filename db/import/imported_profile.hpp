@@ -29,6 +29,15 @@ struct ImportedGpu {
   std::int32_t sm_count = 0;            // 0 when unknown
 };
 
+// How the GPU activities were tied to the host ranges they were launched from
+// (kernel_attribution.hpp).
+struct KernelAttributionCounts {
+  std::size_t attributed = 0;      // launched inside a range: KernelRecord::op set
+  std::size_t in_phase = 0;        // of those, inside a pipeline phase: KernelRecord::phase set
+  std::size_t outside_ranges = 0;  // launch call found, but no range open around it
+  std::size_t without_launch = 0;  // no launch call with its correlation id in the profile
+};
+
 struct ImportedProfile {
   profiler::Trace trace;  // kind Imported; spans sorted by (lane, start_ns, longest first)
   std::vector<profiler::KernelRecord> kernels;  // kernels, copies and memsets, in span order
@@ -36,6 +45,7 @@ struct ImportedProfile {
   std::vector<std::string> warnings;
   std::vector<ImportedRank> ranks;  // ascending rank
   std::vector<ImportedGpu> gpus;
+  KernelAttributionCounts attribution;
 };
 
 }  // namespace pipetune::db

@@ -453,6 +453,7 @@ class NsysImport {
       }
       Span s;
       s.lane = host_lane(r->second, c.process, c.tid);
+      builder_.add_launch(r->second, c.correlation, s.lane, c.start_ns);
       s.kind = SpanKind::Runtime;
       s.start_ns = c.start_ns;
       s.end_ns = c.end_ns;

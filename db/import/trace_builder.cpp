@@ -1,5 +1,7 @@
 #include "db/import/trace_builder.hpp"
 
+#include "db/import/kernel_attribution.hpp"
+
 #include <algorithm>
 #include <numeric>
 #include <tuple>
@@ -62,6 +64,12 @@ void ImportedTraceBuilder::add_gpu_span(const Span& span, profiler::KernelRecord
   kernels_.push_back(std::move(record));
 }
 
+void ImportedTraceBuilder::add_launch(std::int32_t rank, std::int64_t correlation,
+                                      std::int32_t lane, std::int64_t start_ns) {
+  if (correlation < 0) return;
+  launches_[launch_key(rank, correlation)] = Launch{lane, start_ns};
+}
+
 void ImportedTraceBuilder::finish(ImportedProfile& out) {
   // Lanes in (rank, stream, index) order.
   const std::size_t lane_count = trace_.lanes.size();
@@ -96,12 +104,22 @@ void ImportedTraceBuilder::finish(ImportedProfile& out) {
   spans.reserve(order.size());
   out.kernels.clear();
   out.kernels.reserve(kernels_.size());
+  std::vector<bool> has_record;
+  has_record.reserve(order.size());
   for (std::size_t i : order) {
     spans.push_back(trace_.spans[i]);
+    has_record.push_back(kernel_of_span_[i] >= 0);
     if (kernel_of_span_[i] >= 0)
       out.kernels.push_back(std::move(kernels_[static_cast<std::size_t>(kernel_of_span_[i])]));
   }
   trace_.spans = std::move(spans);
+
+  std::unordered_map<std::uint64_t, LaunchSite> launches;
+  launches.reserve(launches_.size());
+  for (const auto& [key, l] : launches_)
+    launches.emplace(key, LaunchSite{new_lane[static_cast<std::size_t>(l.lane)], l.start_ns});
+  launches_.clear();
+  out.attribution = attribute_kernels(trace_, out.kernels, has_record, launches);
   out.trace = std::move(trace_);
   kernels_.clear();
   kernel_of_span_.clear();

@@ -33,12 +33,18 @@ class ImportedTraceBuilder {
 
   void add_span(const profiler::Span& span);
   void add_gpu_span(const profiler::Span& span, profiler::KernelRecord record);
+  // The host call (CUDA runtime/driver API) that launched `rank`'s GPU activity `correlation`:
+  // on host lane `lane` at `start_ns`. finish() attributes each GPU activity to the innermost
+  // range open on that lane at that time (kernel_attribution.hpp).
+  void add_launch(std::int32_t rank, std::int64_t correlation, std::int32_t lane,
+                  std::int64_t start_ns);
 
   std::size_t span_count() const { return trace_.spans.size(); }
   profiler::Trace& trace() { return trace_; }
 
   // Orders lanes by (rank, stream, index) and spans by (lane, start, longer first, insertion),
-  // keeps kernels in span order, and moves the result into `out` (trace kind Imported).
+  // keeps kernels in span order, attributes them to the ranges they were launched from
+  // (ImportedProfile::attribution), and moves the result into `out` (trace kind Imported).
   void finish(ImportedProfile& out);
 
  private:
@@ -47,6 +53,11 @@ class ImportedTraceBuilder {
   std::unordered_map<std::uint64_t, std::int32_t> lanes_;  // packed (rank, stream, index)
   std::vector<profiler::KernelRecord> kernels_;
   std::vector<std::int64_t> kernel_of_span_;  // index into kernels_, -1 for none
+  struct Launch {
+    std::int32_t lane = 0;
+    std::int64_t start_ns = 0;
+  };
+  std::unordered_map<std::uint64_t, Launch> launches_;  // packed (rank, correlation)
 };
 
 }  // namespace pipetune::db::import_detail

@@ -137,6 +137,16 @@ CREATE TABLE tuner_trials(
 CREATE INDEX tuner_trials_by_search ON tuner_trials(search_id);
 )sql";
 
+// Version 3: each GPU activity's op (the name id of the host range it was launched from) and
+// pipeline phase (a span kind name, with its micro-batch and chunk), NULL when unknown (kernel
+// attribution, db/import/kernel_attribution.hpp).
+constexpr std::string_view kVersion3 = R"sql(
+ALTER TABLE kernels ADD COLUMN op INTEGER;
+ALTER TABLE kernels ADD COLUMN phase TEXT;
+ALTER TABLE kernels ADD COLUMN microbatch INTEGER;
+ALTER TABLE kernels ADD COLUMN chunk INTEGER;
+)sql";
+
 void create_version_1(sqlite::Connection& db) {
   db.exec(kVersion1);
   // Ids in enum order for a fresh workspace; a later binary appends kinds it adds.
@@ -151,12 +161,17 @@ void create_version_2(sqlite::Connection& db) {
   db.exec(kVersion2);
 }
 
+void create_version_3(sqlite::Connection& db) {
+  db.exec(kVersion3);
+}
+
 struct Migration {
   int to_version;
   void (*apply)(sqlite::Connection& db);
 };
 
-constexpr Migration kMigrations[] = {{1, create_version_1}, {2, create_version_2}};
+constexpr Migration kMigrations[] = {
+    {1, create_version_1}, {2, create_version_2}, {3, create_version_3}};
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
 // Table count and whether schema_version exists; NOTADB surfaces here for a foreign file.

@@ -17,7 +17,7 @@
 //   counters(run, seq, rank, name, t_ns, value)
 //   step_metrics(run, seq, step, t_ns, loss, tokens_per_s)
 //   kernels(run, seq, rank, device, stream, correlation, start_ns, end_ns, name, grid_*, block_*,
-//           bytes)
+//           bytes, op, phase, microbatch, chunk)  (the last four: version 3; NULL when unknown)
 //   tuner_trials(id, search_id, run_id, plan_json, iteration_s, tokens_per_s, mfu,
 //                peak_memory_bytes, feasible, pruned_reason)
 // `seq` is the order records were appended in a run, so a run loads back in the same order.
@@ -32,7 +32,7 @@
 
 namespace pipetune::db {
 
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 // How long a connection waits for another process's write lock before failing.
 inline constexpr std::chrono::milliseconds kWorkspaceBusyTimeout{60000};

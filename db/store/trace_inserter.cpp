@@ -101,8 +101,9 @@ TraceInserter::TraceInserter(sqlite::Connection& db, std::int64_t run_id)
       true);
   insert_kernel_ = db_.prepare(
       "INSERT INTO kernels(run, seq, rank, device, stream, correlation, start_ns, end_ns, name, "
-      "grid_x, grid_y, grid_z, block_x, block_y, block_z, bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
-      "?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+      "grid_x, grid_y, grid_z, block_x, block_y, block_z, bytes, op, phase, microbatch, chunk) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
+      "?19, ?20)",
       true);
   update_commit_ = db_.prepare("UPDATE runs SET last_commit_unix_ns = ?2 WHERE id = ?1", true);
   update_summary_ = db_.prepare("UPDATE runs SET summary_json = ?2 WHERE id = ?1", true);
@@ -291,8 +292,24 @@ std::size_t TraceInserter::add_kernels(const std::vector<profiler::KernelRecord>
         .bind(13, k.block[0])
         .bind(14, k.block[1])
         .bind(15, k.block[2])
-        .bind(16, k.bytes)
-        .run();
+        .bind(16, k.bytes);
+    if (k.op.empty())
+      insert_kernel_.bind_null(17);
+    else
+      insert_kernel_.bind(17, std::int64_t{name_id(k.op)});
+    if (k.phase)
+      insert_kernel_.bind(18, profiler::span_kind_name(*k.phase));
+    else
+      insert_kernel_.bind_null(18);
+    if (k.microbatch >= 0)
+      insert_kernel_.bind(19, k.microbatch);
+    else
+      insert_kernel_.bind_null(19);
+    if (k.chunk >= 0)
+      insert_kernel_.bind(20, std::int64_t{k.chunk});
+    else
+      insert_kernel_.bind_null(20);
+    insert_kernel_.run();
   }
   return kernels.size();
 }

@@ -277,7 +277,8 @@ std::vector<profiler::KernelRecord> Workspace::kernels(std::int64_t run_id) {
   const std::vector<std::string> text = names(run_id);
   sqlite::Statement s = db_.prepare(
       "SELECT rank, device, stream, correlation, start_ns, end_ns, name, grid_x, grid_y, grid_z, "
-      "block_x, block_y, block_z, bytes FROM kernels WHERE run = ?1 ORDER BY seq");
+      "block_x, block_y, block_z, bytes, op, phase, microbatch, chunk FROM kernels WHERE run = ?1 "
+      "ORDER BY seq");
   s.bind(1, run_id);
   std::vector<profiler::KernelRecord> out;
   while (s.step()) {
@@ -297,6 +298,20 @@ std::vector<profiler::KernelRecord> Workspace::kernels(std::int64_t run_id) {
       k.block[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(s.column_int64(10 + i));
     }
     k.bytes = s.column_int64(13);
+    if (!s.column_is_null(14)) {
+      const std::int64_t op = s.column_int64(14);
+      if (op < 0 || op >= static_cast<std::int64_t>(text.size()))
+        corrupt(path(), "kernel op name id " + std::to_string(op));
+      k.op = text[static_cast<std::size_t>(op)];
+    }
+    if (!s.column_is_null(15)) {
+      profiler::SpanKind phase;
+      const std::string name = s.column_text(15);
+      if (!profiler::parse_span_kind(name, phase)) corrupt(path(), "kernel phase '" + name + "'");
+      k.phase = phase;
+    }
+    if (!s.column_is_null(16)) k.microbatch = static_cast<std::int32_t>(s.column_int64(16));
+    if (!s.column_is_null(17)) k.chunk = static_cast<std::int16_t>(s.column_int64(17));
     out.push_back(std::move(k));
   }
   return out;

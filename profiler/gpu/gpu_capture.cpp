@@ -4,66 +4,26 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "profiler/gpu/gpu_activity_names.hpp"
+#include "profiler/gpu/enclosing_ranges.hpp"
+#include "profiler/gpu/kernel_class.hpp"
 
 namespace pipetune::profiler {
 
 namespace {
 
-// The rank's host-side spans that work can be launched from, by start time.
-class OpIndex {
- public:
-  OpIndex(const Trace& trace, std::int32_t rank) : trace_(&trace) {
-    for (std::size_t i = 0; i < trace.spans.size(); ++i) {
-      const Span& s = trace.spans[i];
-      if (s.lane < 0 || static_cast<std::size_t>(s.lane) >= trace.lanes.size()) continue;
-      const Lane& lane = trace.lanes[static_cast<std::size_t>(s.lane)];
-      if (lane.rank != rank || lane.stream == Stream::Gpu || lane.stream == Stream::Host) continue;
-      if (!is_compute(s.kind) && !is_communication(s.kind)) continue;
-      ops_.push_back(static_cast<std::int64_t>(i));
-    }
-    std::sort(ops_.begin(), ops_.end(),
-              [&](std::int64_t a, std::int64_t b) { return span(a).start_ns < span(b).start_ns; });
+// The rank's host-side spans that work can be launched from: its ops, sends, receives and
+// collectives on its non-GPU, non-host lanes.
+EnclosingRanges rank_ops(const Trace& trace, std::int32_t rank) {
+  std::vector<std::int64_t> ops;
+  for (std::size_t i = 0; i < trace.spans.size(); ++i) {
+    const Span& s = trace.spans[i];
+    if (s.lane < 0 || static_cast<std::size_t>(s.lane) >= trace.lanes.size()) continue;
+    const Lane& lane = trace.lanes[static_cast<std::size_t>(s.lane)];
+    if (lane.rank != rank || lane.stream == Stream::Gpu || lane.stream == Stream::Host) continue;
+    if (!is_compute(s.kind) && !is_communication(s.kind)) continue;
+    ops.push_back(static_cast<std::int64_t>(i));
   }
-
-  // The innermost op containing t (the latest-starting one), or -1.
-  std::int64_t at(std::int64_t t) const {
-    auto it = std::upper_bound(ops_.begin(), ops_.end(), t, [&](std::int64_t time, std::int64_t i) {
-      return time < span(i).start_ns;
-    });
-    while (it != ops_.begin()) {
-      --it;
-      const Span& s = span(*it);
-      if (t < s.end_ns || (s.start_ns == s.end_ns && t == s.start_ns)) return *it;
-      // An earlier op may still contain t (an outer one); ops of one rank nest at most a few
-      // deep, so the scan ends quickly once it passes the ops that could.
-      if (t - s.start_ns > max_length()) break;
-    }
-    return -1;
-  }
-
- private:
-  const Span& span(std::int64_t i) const { return trace_->spans[static_cast<std::size_t>(i)]; }
-  std::int64_t max_length() const {
-    if (max_length_ < 0) {
-      max_length_ = 0;
-      for (std::int64_t i : ops_)
-        max_length_ = std::max(max_length_, span(i).end_ns - span(i).start_ns);
-    }
-    return max_length_;
-  }
-
-  const Trace* trace_;
-  std::vector<std::int64_t> ops_;
-  mutable std::int64_t max_length_ = -1;
-};
-
-SpanKind kind_of(const KernelRecord& r) {
-  if (r.grid[0] == 0 && r.block[0] == 0) {  // not a kernel: a copy or a memset
-    return r.name.rfind("memset", 0) == 0 ? SpanKind::Memset : SpanKind::Memcpy;
-  }
-  if (const auto nccl = classify_nccl_kernel(r.name)) return span_kind_of(*nccl);
-  return SpanKind::Kernel;
+  return EnclosingRanges(trace, std::move(ops));
 }
 
 }  // namespace
@@ -80,7 +40,7 @@ GpuAttribution add_gpu_capture(Trace& trace, std::int32_t rank, const GpuCapture
     if (added) trace.names.push_back(name);
     return it->second;
   };
-  const OpIndex ops(trace, rank);  // before any GPU span is added
+  const EnclosingRanges ops = rank_ops(trace, rank);  // before any GPU span is added
 
   GpuAttribution out;
   for (const KernelRecord& a : capture.activities) {
@@ -91,7 +51,7 @@ GpuAttribution add_gpu_capture(Trace& trace, std::int32_t rank, const GpuCapture
                                   std::to_string(a.start_ns));
     Span s;
     s.lane = trace.lane(rank, Stream::Gpu, a.stream);
-    s.kind = kind_of(a);
+    s.kind = gpu_span_kind(a);
     s.start_ns = a.start_ns + clock_offset_ns;
     s.end_ns = a.end_ns + clock_offset_ns;
     s.name = intern(a.name);
@@ -100,7 +60,7 @@ GpuAttribution add_gpu_capture(Trace& trace, std::int32_t rank, const GpuCapture
     if (call == launch.end()) {
       ++out.without_launch;
     } else {
-      op = ops.at(call->second->start_ns + clock_offset_ns);
+      op = ops.innermost(call->second->start_ns + clock_offset_ns);
       if (op < 0) {
         ++out.outside_ops;
       } else {
@@ -110,9 +70,18 @@ GpuAttribution add_gpu_capture(Trace& trace, std::int32_t rank, const GpuCapture
         s.chunk = parent.chunk;
       }
     }
+    KernelRecord record = a;
+    if (op >= 0) {
+      const Span& parent = trace.spans[static_cast<std::size_t>(op)];
+      record.op = trace.span_label(parent);
+      if (is_compute(parent.kind)) {
+        record.phase = parent.kind;
+        record.microbatch = parent.microbatch;
+        record.chunk = parent.chunk;
+      }
+    }
     trace.spans.push_back(s);
     out.op_of_span.push_back(op);
-    KernelRecord record = a;
     record.rank = rank;
     record.start_ns = s.start_ns;
     record.end_ns = s.end_ns;

@@ -6,7 +6,10 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include "profiler/trace.hpp"
 
 namespace pipetune::profiler {
 
@@ -21,6 +24,13 @@ struct KernelRecord {
   std::array<std::int32_t, 3> grid{0, 0, 0};  // 0 when not a kernel
   std::array<std::int32_t, 3> block{0, 0, 0};
   std::int64_t bytes = 0;  // memcpy / memset size; 0 for kernels
+  // The op it is attributed to (the innermost host range open on the launching thread when it
+  // was launched, e.g. "aten::addmm"); empty when unknown. `phase`: the pipeline phase (F, B, W,
+  // BW...) enclosing that launch, when one does, with its micro-batch and chunk (-1: none).
+  std::string op;
+  std::optional<SpanKind> phase;
+  std::int32_t microbatch = -1;
+  std::int16_t chunk = -1;
 };
 
 }  // namespace pipetune::profiler

@@ -7,6 +7,8 @@
 #include <set>
 
 #include "db/import/nsys_sqlite.hpp"
+#include "profiler/analysis/gpu_op_time.hpp"
+#include "profiler/gpu/kernel_class.hpp"
 #include "tests/db/import/import_test_helpers.hpp"
 
 namespace pipetune::db {
@@ -195,6 +197,40 @@ TEST_F(TorchrunExport, CudaApiCallsOnTheirThreads) {
   EXPECT_EQ(api(1, 242), 139u);
   EXPECT_EQ(spans_where(trace(), [](const Span& s) { return s.kind == SpanKind::Runtime; }).size(),
             7466u);
+}
+
+// Kernels attributed to the PyTorch op ranges (emit_nvtx names, ", op_id = ..." dropped) that
+// launched them. The README's facts: NCCL kernel time per device is the communication class's;
+// FlashAttention kernels (FlashAttnFunc in the README) are attention launched from flash_attn.
+TEST_F(TorchrunExport, KernelsAttributedToTheOpsThatLaunchedThem) {
+  const auto times =
+      profiler::analysis::gpu_op_time(profile_->kernels, profiler::analysis::trace_extent(trace()));
+  ASSERT_EQ(times.size(), 2u);
+  const auto comm = static_cast<std::size_t>(profiler::KernelClass::Communication);
+  EXPECT_EQ(times[0].class_ns[comm], 17'172'652);
+  EXPECT_EQ(times[1].class_ns[comm], 8'229'100);
+  EXPECT_EQ(times[0].class_count[comm] + times[1].class_count[comm], 66);
+  std::size_t flash = 0, sendrecv_with_op = 0;
+  for (const profiler::KernelRecord& k : profile_->kernels) {
+    EXPECT_EQ(k.op.find(", op_id"), std::string::npos) << k.op;
+    EXPECT_FALSE(k.phase.has_value()) << "no pipeline phase in this run: " << k.name;
+    if (k.name.find("flash_fwd_kernel") != std::string::npos) {
+      ++flash;
+      EXPECT_EQ(profiler::classify_gpu_activity(k), profiler::KernelClass::Attention) << k.name;
+      if (!k.op.empty()) EXPECT_NE(k.op.find("flash_attn"), std::string::npos) << k.op;
+    }
+    if (k.name.find("ncclDevKernel_SendRecv") != std::string::npos && !k.op.empty()) {
+      ++sendrecv_with_op;
+      EXPECT_NE(k.op.find("all_to_all"), std::string::npos) << k.op;  // c10d's range, not NCCL's
+    }
+  }
+  EXPECT_GT(flash, 0u);
+  EXPECT_EQ(sendrecv_with_op, 64u);  // 66, less the 2 whose launch fell outside the window
+  // Nearly every activity's launch call is in the window; those are all inside a range.
+  EXPECT_EQ(profile_->attribution.outside_ranges, 0u);
+  EXPECT_EQ(profile_->attribution.attributed + profile_->attribution.without_launch,
+            profile_->kernels.size());
+  EXPECT_LT(profile_->attribution.without_launch, 50u);
 }
 
 TEST(SaxpyExport, OlderSchemaExplicitRankAndUnclippedEvents) {

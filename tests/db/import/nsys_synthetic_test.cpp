@@ -120,7 +120,7 @@ TEST(NsysSyntheticExport, TwoRanksSpanForSpan) {
 
   const std::vector<SpanRow> expected = {
       {"rank 0 gpu 7", "memcpy", -1, "memcpy HtoD", 400, 450},
-      {"rank 0 gpu 7", "kernel", -1, "gemm", 1000, 2000},
+      {"rank 0 gpu 7", "kernel", 0, "gemm", 1000, 2000},  // micro-batch of its phase
       {"rank 0 gpu 13", "all-reduce", -1, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 2500, 3000},
       {"rank 0 gpu 13", "recv", -1, "ncclDevKernel_SendRecv", 3100, 3300},
       {"rank 0 gpu 13", "kernel", -1, "ncclDevKernel_Reduce_Sum_f32_RING_LL", 3500, 3600},
@@ -179,6 +179,20 @@ TEST(NsysSyntheticExport, TwoRanksSpanForSpan) {
   EXPECT_EQ(p.kernels[7].correlation, 12);
   for (std::size_t i = 0; i < p.kernels.size(); ++i)
     EXPECT_EQ(p.kernels[i].start_ns, p.trace.spans[i < 5 ? i : i + 9].start_ns) << i;
+
+  // Attribution: rank 0's gemm was launched (900) inside "forward-compute mb=0" inside the
+  // warm-up range; the other launches sit only in NCCL API ranges (not ops) or in none; four
+  // activities have no launch call in the capture (correlations 20, 4, 11, 14).
+  EXPECT_EQ(gemm.op, "forward-compute mb=0");
+  ASSERT_TRUE(gemm.phase.has_value());
+  EXPECT_EQ(*gemm.phase, SpanKind::F);
+  EXPECT_EQ(gemm.microbatch, 0);
+  for (std::size_t i = 0; i < p.kernels.size(); ++i)
+    if (i != 1) EXPECT_EQ(p.kernels[i].op, "") << p.kernels[i].name;
+  EXPECT_EQ(p.attribution.attributed, 1u);
+  EXPECT_EQ(p.attribution.in_phase, 1u);
+  EXPECT_EQ(p.attribution.outside_ranges, 4u);
+  EXPECT_EQ(p.attribution.without_launch, 4u);
 
   const std::string warnings = join(p.warnings);
   for (const char* w :

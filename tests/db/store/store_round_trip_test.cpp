@@ -80,6 +80,12 @@ std::vector<profiler::KernelRecord> hand_made_kernels() {
       0,         0,           7, 1002, 2100, 9000, "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
       {8, 1, 1}, {640, 1, 1}, 0};
   k[2] = profiler::KernelRecord{0, 0, 7, -1, -5, 20, "memcpy HtoD", {0, 0, 0}, {0, 0, 0}, 1 << 20};
+  // Attribution (schema version 3): an op and a phase with micro-batch and chunk; an op alone.
+  k[0].op = "aten::addmm";
+  k[0].phase = SpanKind::B;
+  k[0].microbatch = 3;
+  k[0].chunk = 1;
+  k[1].op = "c10d::allreduce_";
   return k;
 }
 

@@ -136,7 +136,8 @@ inline std::string diff_kernels(const std::vector<profiler::KernelRecord>& want,
     const auto& b = got[i];
     if (a.rank != b.rank || a.device != b.device || a.stream != b.stream ||
         a.correlation != b.correlation || a.start_ns != b.start_ns || a.end_ns != b.end_ns ||
-        a.name != b.name || a.grid != b.grid || a.block != b.block || a.bytes != b.bytes)
+        a.name != b.name || a.grid != b.grid || a.block != b.block || a.bytes != b.bytes ||
+        a.op != b.op || a.phase != b.phase || a.microbatch != b.microbatch || a.chunk != b.chunk)
       return "kernel " + std::to_string(i) + " differs: '" + a.name + "' vs '" + b.name + "'";
   }
   return "";

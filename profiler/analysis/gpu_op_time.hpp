@@ -1,0 +1,42 @@
+// Where each rank's GPU time went, by the kind of work (GEMM, attention, norm... kernel_class.hpp)
+// and by the pipeline phase that launched it (F, B, W, BW: KernelRecord::phase), from the GPU
+// activity records of a run (an import's, or the engine's CUPTI capture). Times are sums of
+// activity durations clipped to the window: concurrent kernels on several streams add up, so a
+// rank's class times can exceed its busy time (stage_breakdown.hpp has the unions).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "profiler/analysis/time_window.hpp"
+#include "profiler/gpu/kernel_class.hpp"
+#include "profiler/gpu/kernel_record.hpp"
+#include "profiler/trace.hpp"
+
+namespace pipetune::profiler::analysis {
+
+struct GpuOpTime {
+  std::int32_t rank = 0;
+  std::array<std::int64_t, kKernelClassCount> class_ns{};
+  std::array<std::int64_t, kKernelClassCount> class_count{};
+  // Non-communication activity by the phase it was launched in (index: SpanKind), and outside any.
+  std::array<std::int64_t, kSpanKindCount> phase_ns{};
+  std::int64_t outside_phase_ns = 0;
+  std::int64_t total_ns = 0;    // sum over every activity
+  std::int64_t attributed = 0;  // activities with an op
+  std::int64_t activities = 0;  // activities overlapping the window
+};
+
+// One entry per rank with activity in the window, by rank. Throws AnalysisError for a window that
+// ends before it starts.
+std::vector<GpuOpTime> gpu_op_time(const std::vector<KernelRecord>& records,
+                                   const TimeWindow& window);
+
+// Mean GPU time of one op of each pipeline phase kind on `rank`: the phase's non-communication
+// activity time divided by the number of distinct (micro-batch, chunk) ops of that kind the rank
+// launched work from (KernelRecord::microbatch, chunk). 0 where the rank has none.
+std::array<double, kSpanKindCount> mean_phase_op_ns(const std::vector<KernelRecord>& records,
+                                                    std::int32_t rank);
+
+}  // namespace pipetune::profiler::analysis
