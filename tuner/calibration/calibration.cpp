@@ -4,10 +4,12 @@
 #include <array>
 #include <cmath>
 #include <memory>
+#include <set>
 
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/spec/validate.hpp"
+#include "profiler/analysis/gpu_op_time.hpp"
 #include "tuner/cost/op_costs.hpp"
 #include "tuner/predict/evaluate.hpp"
 
@@ -318,6 +320,40 @@ std::vector<schedule::StageCosts> op_durations_from_trace(const profiler::Trace&
     const auto kind = static_cast<schedule::OpKind>(s.kind);
     sum[static_cast<std::size_t>(stage)][kind] += static_cast<double>(s.end_ns - s.start_ns) * 1e-9;
     ++count[static_cast<std::size_t>(stage)][static_cast<std::size_t>(kind)];
+  }
+  for (int r = 0; r < p; ++r)
+    for (schedule::OpKind k : schedule::kAllOpKinds) {
+      const int c = count[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)];
+      if (c > 0) sum[static_cast<std::size_t>(r)][k] /= c;
+    }
+  return sum;
+}
+
+std::vector<schedule::StageCosts> op_durations_from_kernels(
+    const std::vector<profiler::KernelRecord>& kernels, const spec::ParallelPlan& plan,
+    const std::string& who) {
+  const int p = plan.pp, per_stage = plan.tp * plan.dp;
+  std::set<std::int32_t> ranks;
+  for (const profiler::KernelRecord& k : kernels)
+    if (k.phase) ranks.insert(k.rank);
+  if (ranks.empty())
+    throw InputError(who +
+                     ": no GPU activity was launched inside a pipeline phase (forward/backward "
+                     "ranges such as Megatron-LM's \"forward-compute\"), so it has no op times to "
+                     "calibrate with");
+  std::vector<schedule::StageCosts> sum(static_cast<std::size_t>(p));
+  std::vector<std::array<int, schedule::kOpKindCount>> count(static_cast<std::size_t>(p));
+  for (auto& c : count) c.fill(0);
+  for (std::int32_t rank : ranks) {
+    const int stage = rank / per_stage;
+    if (stage < 0 || stage >= p) continue;
+    const auto mean = profiler::analysis::mean_phase_op_ns(kernels, rank);
+    for (schedule::OpKind k : schedule::kAllOpKinds) {
+      const double ns = mean[static_cast<std::size_t>(k)];  // OpKind and SpanKind share F..IB
+      if (!(ns > 0.0)) continue;
+      sum[static_cast<std::size_t>(stage)][k] += ns * 1e-9;
+      ++count[static_cast<std::size_t>(stage)][static_cast<std::size_t>(k)];
+    }
   }
   for (int r = 0; r < p; ++r)
     for (schedule::OpKind k : schedule::kAllOpKinds) {

@@ -20,6 +20,7 @@
 #include "engine/spec/hardware_spec.hpp"
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
+#include "profiler/gpu/kernel_record.hpp"
 #include "profiler/trace.hpp"
 #include "tuner/cost/execution.hpp"
 
@@ -94,5 +95,13 @@ FitQuality fit_quality(const std::vector<double>& predicted, const std::vector<d
 // fastest, then dp, then pp: pipeline rank = rank / (tp * dp)). Kinds without spans stay 0.
 std::vector<schedule::StageCosts> op_durations_from_trace(const profiler::Trace& trace,
                                                           const spec::ParallelPlan& plan);
+
+// The same from GPU activity records attributed to pipeline phases (an imported run's kernels,
+// KernelRecord::phase): per rank, the mean GPU time of one op of each kind (its non-communication
+// kernels, copies and memsets summed; profiler::analysis::mean_phase_op_ns), the ranks of one
+// pipeline rank averaged. Throws InputError naming `who` when no record has a phase.
+std::vector<schedule::StageCosts> op_durations_from_kernels(
+    const std::vector<profiler::KernelRecord>& kernels, const spec::ParallelPlan& plan,
+    const std::string& who);
 
 }  // namespace pipetune::tuner
