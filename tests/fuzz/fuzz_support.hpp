@@ -1,0 +1,74 @@
+// What the fuzz targets share: what counts as a clean refusal, and a scratch file that holds an
+// input for the code paths that read files (workspaces, nsys exports, Chrome traces).
+//
+// A clean refusal is what the CLI turns into exit 2 (cli/main.cpp): an InputError (SpecError,
+// ScheduleError, DeadlockError, sqlite BadFileError...) or an analysis's AnalysisError. Anything
+// else that escapes (std::bad_alloc, std::out_of_range, sqlite::Error, a json exception) is
+// printed with its type and aborts, so libFuzzer records the input as a crash.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <typeinfo>
+
+#include "engine/errors.hpp"
+#include "profiler/analysis/analysis_error.hpp"
+
+namespace pipetune::fuzz {
+
+template <class Fn>
+void refusals_are_clean(Fn&& fn) {
+  try {
+    fn();
+  } catch (const InputError&) {
+  } catch (const profiler::analysis::AnalysisError&) {
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fuzz: escaped %s: %s\n", typeid(e).name(), e.what());
+    std::abort();
+  }
+}
+
+// A file of this process (under /dev/shm when there is one: no disk I/O per input) holding the
+// input bytes; it and SQLite's side files (-wal, -shm, -journal) are removed before writing and
+// on destruction, so no input sees what the previous one left.
+class ScratchFile {
+ public:
+  ScratchFile(std::string_view suffix, const std::uint8_t* data, std::size_t size) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path dir =
+        fs::is_directory("/dev/shm", ec) ? fs::path("/dev/shm") : fs::temp_directory_path();
+    path_ = dir / ("pipetune_fuzz_" + std::to_string(::getpid()) + std::string(suffix));
+    remove_all();
+    std::ofstream out(path_, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "fuzz: cannot write %s\n", path_.c_str());
+      std::abort();
+    }
+  }
+  ~ScratchFile() { remove_all(); }
+  ScratchFile(const ScratchFile&) = delete;
+  ScratchFile& operator=(const ScratchFile&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  void remove_all() {
+    std::error_code ec;
+    for (const char* side : {"", "-wal", "-shm", "-journal"})
+      std::filesystem::remove(path_.string() + side, ec);
+  }
+  std::filesystem::path path_;
+};
+
+}  // namespace pipetune::fuzz
