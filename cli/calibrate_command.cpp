@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli/calibrate_local.hpp"
+#include "cli/calibration_report.hpp"
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
 #include "cli/workspace_cli.hpp"
@@ -90,23 +91,35 @@ spec::ModelSpec stored_model(const db::RunRecord& run) {
                    "): the workspace does not say which model it trained");
 }
 
+// An imported run calibrates only with the plan it was run with (import-nsys / import-trace
+// --config or --model --hardware --tp --pp --dp).
+bool imported_with_plan(const db::RunRecord& r) {
+  return r.kind == profiler::TraceKind::Imported && !r.plan_json.empty();
+}
+
 std::vector<db::RunRecord> chosen_runs(db::Workspace& ws, const std::string& list) {
   std::vector<db::RunRecord> out;
   if (list.empty()) {
     for (const db::RunRecord& r : ws.runs())
-      if (r.kind == profiler::TraceKind::Measured && r.status == db::RunStatus::Complete)
+      if ((r.kind == profiler::TraceKind::Measured || imported_with_plan(r)) &&
+          r.status == db::RunStatus::Complete)
         out.push_back(r);
     if (out.empty())
       throw InputError(ws.path() +
-                       " has no complete measured runs to calibrate with (train some with "
-                       "`pipetune train`)");
+                       " has no complete measured runs, nor imported runs with a plan, to "
+                       "calibrate with (train some with `pipetune train`, or import a profile with "
+                       "its plan: `pipetune import-nsys FILE --config RUN.toml`)");
     return out;
   }
   for (const std::string& id : split_commas(list)) {
     const db::RunRecord r = ws.find_run(id);
-    if (r.kind != profiler::TraceKind::Measured)
+    if (r.kind == profiler::TraceKind::Imported && !imported_with_plan(r))
+      throw InputError("run " + id +
+                       " was imported without its plan: import it again with --config RUN.toml "
+                       "or --model --hardware --tp --pp --dp to calibrate with it");
+    if (r.kind != profiler::TraceKind::Measured && r.kind != profiler::TraceKind::Imported)
       throw InputError("run " + id + " is " + std::string(db::trace_kind_name(r.kind)) +
-                       ", not measured: only measured runs calibrate the cost model");
+                       ", not measured: only measured and imported runs calibrate the cost model");
     out.push_back(r);
   }
   return out;
@@ -119,7 +132,7 @@ std::string hardware_toml(const spec::HardwareSpec& hw, const tuner::Calibration
   char header[512];
   std::snprintf(header, sizeof header,
                 "%s with efficiency curves fitted by `pipetune calibrate` to %d op durations of\n"
-                "measured run(s) %s: MAPE %.1f%% -> %.1f%%, R^2 %.3f -> %.3f.",
+                "run(s) %s: MAPE %.1f%% -> %.1f%%, R^2 %.3f -> %.3f.",
                 hw.name.c_str(), r.after.points, ids.c_str(), 100.0 * r.before.mape,
                 100.0 * r.after.mape, r.before.r_squared, r.after.r_squared);
   spec::HardwareSpec fitted = hw;
@@ -151,7 +164,11 @@ void run(const CalibrateArgs& a) {
     m.cluster = spec::make_cluster(hardware, m.plan.world_size());
     // Mean op durations per pipeline rank: the engine's measured iteration has no DP or optimizer
     // share that the cost model would predict the same way, so the ops are the clean signal.
-    m.op_durations = tuner::op_durations_from_trace(ws.load(run.id).trace, m.plan);
+    const db::StoredRun stored = ws.load(run.id);
+    // An imported run's op times are GPU time: its kernels, by the phase that launched them.
+    m.op_durations = run.kind == profiler::TraceKind::Imported
+                         ? tuner::op_durations_from_kernels(stored.kernels, m.plan, m.name)
+                         : tuner::op_durations_from_trace(stored.trace, m.plan);
     measurements.push_back(std::move(m));
   }
   const tuner::CalibrationResult r = tuner::calibrate(measurements, hardware.efficiency, options);
@@ -168,7 +185,10 @@ void run(const CalibrateArgs& a) {
     for (const auto& run : runs) ids.push_back(run.id);
     nlohmann::json points = nlohmann::json::array();
     for (const auto& p : r.points)
-      points.push_back({{"label", p.label}, {"measured", p.measured}, {"predicted", p.predicted}});
+      points.push_back({{"label", p.label},
+                        {"measured", p.measured},
+                        {"predicted", p.predicted},
+                        {"predicted_before", p.predicted_before}});
     nlohmann::json out = {{"hardware", hardware.name},
                           {"runs", ids},
                           {"start", start},
@@ -177,12 +197,13 @@ void run(const CalibrateArgs& a) {
                           {"after", quality_json(r.after)},
                           {"iterations", r.iterations},
                           {"converged", r.converged},
-                          {"points", points}};
+                          {"points", points},
+                          {"errors", calibration_errors_json(r)}};
     if (!a.output.empty()) out["output"] = a.output;
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
-  std::printf("calibrated %s on %zu measured run(s), %d op durations (%d iterations%s)\n",
+  std::printf("calibrated %s on %zu run(s), %d op durations (%d iterations%s)\n",
               hardware.name.c_str(), runs.size(), r.after.points, r.iterations,
               r.converged ? ", converged" : ", NOT converged");
   std::printf("fit          before     after\n");
@@ -194,6 +215,7 @@ void run(const CalibrateArgs& a) {
   for (tuner::EfficiencyParameter p : tuner::kAllEfficiencyParameters)
     std::printf("%-16s %9.4g   %9.4g\n", tuner::efficiency_parameter_name(p),
                 tuner::efficiency_field(s, p), tuner::efficiency_field(e, p));
+  print_calibration_errors(r);
   if (!a.output.empty()) std::printf("\nwritten to %s\n", a.output.c_str());
 }
 
@@ -209,7 +231,8 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--hardware", a->hardware,
                   "Hardware preset or TOML file to calibrate (required without --local)");
   cmd->add_option("--runs", a->runs,
-                  "Measured runs (ids or names, comma-separated; default: every complete one)");
+                  "Measured runs, or imported runs with a plan (ids or names, comma-separated; "
+                  "default: every complete one)");
   cmd->add_option("--fit", a->fit,
                   "Parameters to fit (gemm, gemm_half_flops, attention, memory, intra_node_bus, "
                   "inter_node_bus; default all)");

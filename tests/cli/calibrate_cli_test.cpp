@@ -10,6 +10,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "db/import/nsys_pipeline_export.hpp"
+#include "support/required_data.hpp"
 #include "support/run_process.hpp"
 
 namespace pipetune {
@@ -73,6 +75,80 @@ TEST(CalibrateCli, FitsTheMeasuredRunsAndWritesAUsableHardwareFile) {
   EXPECT_GT(nlohmann::json::parse(p.out)["iteration_time"].get<double>(), 0.0);
   // Never overwritten without --force.
   expect_input_error(d.run({"calibrate", "--hardware", "h100-sxm", "-o", out}), "--force");
+}
+
+// A GPipe run of 2 stages and 4 micro-batches as Nsight Systems would capture it from
+// Megatron-LM: F takes 2 ms and a backward 4 ms on each stage.
+std::vector<db::testing::PipelineOp> gpipe_ops() {
+  const std::int64_t f = 2'000'000, b = 4'000'000;
+  std::vector<db::testing::PipelineOp> ops;
+  for (int mb = 0; mb < 4; ++mb) {
+    ops.push_back({0, true, mb, mb * f, (mb + 1) * f});
+    ops.push_back({1, true, mb, (mb + 1) * f, (mb + 2) * f});
+  }
+  const std::int64_t backward_start = 5 * f;
+  for (int i = 0; i < 4; ++i) {  // micro-batches 3, 2, 1, 0
+    ops.push_back({1, false, 3 - i, backward_start + i * b, backward_start + (i + 1) * b});
+    ops.push_back({0, false, 3 - i, backward_start + (i + 1) * b, backward_start + (i + 2) * b});
+  }
+  return ops;
+}
+
+// Issue 16 point 4 end to end: an imported profile with its plan is a calibration input (its
+// kernels' GPU time by phase); without a plan, or without phases, it is refused by name.
+TEST(CalibrateCli, ImportedRunsWithTheirPlanCalibrate) {
+  Dir d;
+  const std::string file = (d.path / "pipeline.sqlite").string();
+  db::testing::write_pipeline_export(file, gpipe_ops());
+  const testing::ProcessResult imported =
+      d.run({"import-nsys", file, "--model", "tiny", "--hardware", "h100-sxm", "--tp", "1", "--pp",
+             "2", "--dp", "1", "--microbatches", "4", "--schedule", "gpipe"});
+  ASSERT_EQ(imported.exit_code, 0) << imported.err;
+  EXPECT_NE(imported.out.find("attributed to the range that launched them: 16 of 16 (16 in a "
+                              "pipeline phase)"),
+            std::string::npos)
+      << imported.out;
+  const testing::ProcessResult report = d.run({"report", "1"});
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_NE(report.out.find("GPU compute time by pipeline phase"), std::string::npos) << report.out;
+
+  const testing::ProcessResult fit =
+      d.run({"calibrate", "--hardware", "h100-sxm", "--runs", "1", "--fit", "gemm", "--json"});
+  ASSERT_EQ(fit.exit_code, 0) << fit.err;
+  const auto j = nlohmann::json::parse(fit.out);
+  EXPECT_EQ(j["after"]["points"], 4) << j.dump(2);  // F and BW on each of 2 stages
+  for (const char* kind : {"F", "BW"}) {
+    const auto& e = j["errors"]["by_kind"][kind];
+    ASSERT_TRUE(e.is_object()) << j.dump(2);
+    EXPECT_EQ(e["points"], 2);
+    EXPECT_LE(e["mape_after"].get<double>(), e["mape_before"].get<double>()) << kind;
+  }
+  for (const char* stage : {"0", "1"})
+    EXPECT_EQ(j["errors"]["by_stage"][stage]["points"], 2) << j.dump(2);
+  // The points are the mean kernel time per op: F 2 ms, BW 4 ms.
+  for (const auto& p : j["points"]) {
+    const std::string label = p["label"];
+    EXPECT_DOUBLE_EQ(p["measured"].get<double>(), label.ends_with(" F") ? 2e-3 : 4e-3) << label;
+  }
+  const testing::ProcessResult human =
+      d.run({"calibrate", "--hardware", "h100-sxm", "--runs", "1", "--fit", "gemm"});
+  ASSERT_EQ(human.exit_code, 0) << human.err;
+  EXPECT_NE(human.out.find("kind BW"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("stage 1"), std::string::npos) << human.out;
+
+  ASSERT_EQ(d.run({"import-nsys", file}).exit_code, 0);  // run 2: no plan
+  expect_input_error(d.run({"calibrate", "--hardware", "h100-sxm", "--runs", "2"}),
+                     "run 2 was imported without its plan");
+
+  // A real capture with its plan but no pipeline phases (a sequence-parallel run).
+  const auto real = test::shared_path("data/real_traces/nsys-2gpu-torchrun/mfu_2gpu_before.sqlite");
+  if (!fs::exists(real)) PIPETUNE_SKIP_OR_FAIL("real trace nsys-2gpu-torchrun is absent");
+  ASSERT_EQ(d.run({"import-nsys", real.string(), "--model", "tiny", "--hardware", "h100-sxm",
+                   "--tp", "1", "--pp", "1", "--dp", "2"})
+                .exit_code,
+            0);
+  expect_input_error(d.run({"calibrate", "--hardware", "h100-sxm", "--runs", "3"}),
+                     "no GPU activity was launched inside a pipeline phase");
 }
 
 TEST(CalibrateCli, BadInput) {

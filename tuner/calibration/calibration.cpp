@@ -107,6 +107,7 @@ class Model {
       p.evaluator = std::make_unique<PlanEvaluator>(eo);
       if (p.m.iteration_time > 0.0) {
         labels_.push_back(in.name + ": iteration");
+        sites_.push_back({-1, ""});
         measured_.push_back(p.m.iteration_time);
         weights_.push_back(p.m.weight);
       }
@@ -119,6 +120,7 @@ class Model {
           if (p.m.op_durations[r][k] > 0.0) {
             labels_.push_back(in.name + ": rank " + std::to_string(r) + " " +
                               std::string(schedule::op_kind_name(k)));
+            sites_.push_back({static_cast<int>(r), std::string(schedule::op_kind_name(k))});
             measured_.push_back(p.m.op_durations[r][k]);
             weights_.push_back(p.m.weight);
           }
@@ -157,8 +159,10 @@ class Model {
 
   const std::vector<double>& measured() const { return measured_; }
   const std::vector<std::string>& labels() const { return labels_; }
+  const std::vector<std::pair<int, std::string>>& sites() const { return sites_; }
 
  private:
+  std::vector<std::pair<int, std::string>> sites_;  // (pipeline rank, op kind) per point
   std::vector<Prepared> prepared_;
   std::vector<double> measured_, weights_;
   std::vector<std::string> labels_;
@@ -234,6 +238,7 @@ CalibrationResult calibrate(const std::vector<Measurement>& measurements,
   CalibrationResult result;
   std::vector<double> predicted = model.predict(eff);
   result.before = fit_quality(predicted, model.measured());
+  const std::vector<double> predicted_before = predicted;
   std::vector<double> r = model.residuals(predicted);
   double loss = sum_squares(r);
   double lambda = 1e-3;
@@ -300,7 +305,8 @@ CalibrationResult calibrate(const std::vector<Measurement>& measurements,
   predicted = model.predict(result.efficiency);
   result.after = fit_quality(predicted, model.measured());
   for (std::size_t i = 0; i < predicted.size(); ++i)
-    result.points.push_back({model.labels()[i], model.measured()[i], predicted[i]});
+    result.points.push_back({model.labels()[i], model.measured()[i], predicted[i],
+                             predicted_before[i], model.sites()[i].first, model.sites()[i].second});
   return result;
 }
 

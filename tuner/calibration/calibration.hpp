@@ -71,7 +71,10 @@ struct FitQuality {
 struct DataPoint {
   std::string label;  // "gpt-tiny pp=2: iteration" / "... rank 1 F"
   double measured = 0.0;
-  double predicted = 0.0;  // with the fitted efficiencies
+  double predicted = 0.0;         // with the fitted efficiencies
+  double predicted_before = 0.0;  // with the start
+  int stage = -1;                 // pipeline rank of an op time; -1 for an iteration time
+  std::string kind;               // op kind ("F", "BW"...); empty for an iteration time
 };
 
 struct CalibrationResult {

@@ -14,7 +14,7 @@
 #include "engine/spec/load.hpp"
 #include "profiler/analysis/gpu_op_time.hpp"
 #include "profiler/analysis/stage_breakdown.hpp"
-#include "tests/db/import/nsys_export_writer.hpp"
+#include "tests/db/import/nsys_pipeline_export.hpp"
 #include "tuner/calibration/calibration.hpp"
 #include "tuner/cost/op_costs.hpp"
 #include "tuner/sim/simulator.hpp"
@@ -26,28 +26,14 @@ using namespace pipetune::db::testing;
 using profiler::Span;
 using profiler::SpanKind;
 
-// Writes the simulated `trace` (compute spans F / BW on each stage's compute lane) as an nsys
-// export: stage r is process 100 + r on device r.
+// The simulated `trace`'s compute spans (F / BW on each stage's compute lane) as an nsys export.
 void write_pipeline_export(const std::filesystem::path& file, const profiler::Trace& trace) {
-  NsysExportWriter w(file);
-  w.metadata("META_DATA_EXPORT", "3.25.0");
-  w.string_id(1, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64");
-  w.string_id(2, "cudaLaunchKernel_v7000");
-  for (const profiler::Lane& lane : trace.lanes)
-    if (lane.stream == profiler::Stream::Compute) w.process(100 + lane.rank, "python");
-  std::int64_t correlation = 1;
-  for (const Span& s : trace.spans) {
-    if (s.kind != SpanKind::F && s.kind != SpanKind::BW) continue;
-    const std::int32_t rank = trace.lanes.at(static_cast<std::size_t>(s.lane)).rank;
-    const std::int64_t pid = 100 + rank;
-    const std::string name = std::string(s.kind == SpanKind::F ? "forward" : "backward") +
-                             "-compute mb=" + std::to_string(s.microbatch);
-    w.nvtx(59, pid, pid, s.start_ns, s.end_ns, name);
-    w.runtime(pid, pid, correlation, s.start_ns, s.start_ns + 1, 2);
-    w.kernel(pid, rank, 7, correlation, s.start_ns, s.end_ns, 1, 1);
-    ++correlation;
-  }
-  w.close();
+  std::vector<PipelineOp> ops;
+  for (const Span& s : trace.spans)
+    if (s.kind == SpanKind::F || s.kind == SpanKind::BW)
+      ops.push_back({trace.lanes.at(static_cast<std::size_t>(s.lane)).rank, s.kind == SpanKind::F,
+                     s.microbatch, s.start_ns, s.end_ns});
+  testing::write_pipeline_export(file, ops);
 }
 
 profiler::Trace simulate_1f1b(int p, int m, const schedule::CostTable& costs) {
