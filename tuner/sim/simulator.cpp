@@ -21,7 +21,12 @@ using schedule::Schedule;
 
 namespace {
 
+// A trace time: ns in 64 bits (about 292 years), so absurd op costs are refused, not wrapped.
 std::int64_t to_ns(double seconds) {
+  if (!(std::fabs(seconds) < 9.2e9))
+    throw InputError("a simulated time of " + std::to_string(seconds) +
+                     " s is beyond what a trace holds (about 292 years): the op costs are too "
+                     "large");
   return static_cast<std::int64_t>(std::llround(seconds * 1e9));
 }
 
