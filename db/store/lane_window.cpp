@@ -82,6 +82,7 @@ std::vector<SpanAt> LaneWindowReader::spans(const LaneRef& lane, std::int64_t t0
   check_window(t0, t1);
   std::vector<SpanAt> out;
   for (std::int32_t depth = 0; depth <= lane.max_depth; ++depth) {
+    blocks_.reset();  // also after a read that a corrupt block ended with an exception
     blocks_.bind(1, lane.db_id).bind(2, depth).bind(3, t0);
     bool past = false;
     while (!past && blocks_.step()) {
@@ -148,6 +149,7 @@ LaneWindow LaneWindowReader::fold(const LaneRef& lane, std::int64_t t0, std::int
       }
     };
 
+    blocks_.reset();  // also after a read that a corrupt block ended with an exception
     blocks_.bind(1, lane.db_id).bind(2, depth).bind(3, t0);
     bool past = false;
     while (!past && blocks_.step()) {

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iterator>
 #include <stdexcept>
@@ -198,10 +199,30 @@ constexpr const char* kTables[] = {"schema_version", "runs",        "span_kinds"
                                    "names",          "span_blocks", "memory_samples", "counters",
                                    "step_metrics",   "kernels",     "tuner_trials"};
 
+std::vector<std::string> table_columns(sqlite::Connection& db, const char* table) {
+  sqlite::Statement s = db.prepare(std::string("PRAGMA table_info(") + table + ")");
+  std::vector<std::string> names;
+  while (s.step()) names.push_back(s.column_text(1));
+  return names;
+}
+
+// Each table's columns as the migrations create them, read once from an in-memory workspace.
+const std::vector<std::vector<std::string>>& expected_columns() {
+  static const std::vector<std::vector<std::string>> columns = [] {
+    sqlite::Connection mem(":memory:", SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    migrate(mem, kSchemaVersion);  // schema.hpp
+    std::vector<std::vector<std::string>> c;
+    for (const char* table : kTables) c.push_back(table_columns(mem, table));
+    return c;
+  }();
+  return columns;
+}
+
 void check_tables(sqlite::Connection& db, const std::string& path) {
   sqlite::Statement s =
       db.prepare("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1");
-  for (const char* table : kTables) {
+  for (std::size_t t = 0; t < std::size(kTables); ++t) {
+    const char* table = kTables[t];
     s.bind(1, std::string(table));
     const bool present = s.step() && s.column_int64(0) > 0;
     s.reset();
@@ -210,6 +231,12 @@ void check_tables(sqlite::Connection& db, const std::string& path) {
                        "' is missing (a pipetune workspace of schema version " +
                        std::to_string(kSchemaVersion) + " has " +
                        std::to_string(std::size(kTables)) + " tables)");
+    // A column dropped or renamed by hand or by damage: named here, not as raw SQL later.
+    const std::vector<std::string> have = table_columns(db, table);
+    for (const std::string& column : expected_columns()[t])
+      if (std::find(have.begin(), have.end(), column) == have.end())
+        throw InputError(path + ": workspace is damaged: its table '" + table +
+                         "' has no column '" + column + "'");
   }
 }
 
@@ -250,6 +277,22 @@ void migrate(sqlite::Connection& db, int target) {
 
 namespace {
 
+// SQLite's codes for a file whose content it cannot use (rather than I/O, a full disk or a lock).
+bool damaged_file_code(int code) {
+  switch (code & 0xff) {
+    case SQLITE_ERROR:
+    case SQLITE_NOMEM:
+    case SQLITE_SCHEMA:
+    case SQLITE_TOOBIG:
+    case SQLITE_MISMATCH:
+    case SQLITE_FORMAT:
+    case SQLITE_RANGE:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Whether this process may write the workspace file and create its WAL files beside it.
 bool writable_here(const std::string& path) {
   const std::string dir = std::filesystem::path(path).parent_path().string();
@@ -289,43 +332,54 @@ sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
   }
   db.set_busy_timeout(kWorkspaceBusyTimeout);
 
-  Contents contents;
   try {
-    contents = read_contents(db);
-  } catch (const sqlite::BadFileError& e) {
-    if ((e.code() & 0xff) == SQLITE_NOTADB)
-      throw sqlite::BadFileError(path + ": not a pipetune workspace (file is not a database)",
+    Contents contents;
+    try {
+      contents = read_contents(db);
+    } catch (const sqlite::BadFileError& e) {
+      if ((e.code() & 0xff) == SQLITE_NOTADB)
+        throw sqlite::BadFileError(path + ": not a pipetune workspace (file is not a database)",
+                                   e.code());
+      throw sqlite::BadFileError(path + ": workspace is corrupt (" + sqlite3_errstr(e.code()) + ")",
                                  e.code());
-    throw sqlite::BadFileError(path + ": workspace is corrupt (" + sqlite3_errstr(e.code()) + ")",
+    }
+    if (contents.tables > 0 && !contents.has_version)
+      throw InputError(path + ": not a pipetune workspace (no schema_version table)");
+    if (contents.tables == 0 && mode == OpenMode::Existing)
+      throw InputError(path + ": not a pipetune workspace (empty database)");
+
+    db.exec("PRAGMA cell_size_check = ON");  // turns more damage into SQLITE_CORRUPT early
+    int version = contents.has_version ? read_schema_version(db) : 0;
+    if (contents.has_version) check_version(path, version);
+    if (!writable) {
+      if (version == kSchemaVersion) check_tables(db, path);
+      if (version < kSchemaVersion)
+        throw InputError(path + ": workspace is read-only here and has schema version " +
+                         std::to_string(version) + "; this pipetune reads version " +
+                         std::to_string(kSchemaVersion) +
+                         " (open it once where it is writable to upgrade it)");
+      return db;
+    }
+    // Only now that the file is ours (or new) may its journal mode change.
+    sqlite::retry_busy(db, [&] { db.exec("PRAGMA journal_mode = WAL"); });
+    db.exec("PRAGMA synchronous = NORMAL");
+    if (version < kSchemaVersion) {
+      migrate(db, kSchemaVersion);
+      version = read_schema_version(db);
+      check_version(path, version);
+    }
+    check_tables(db, path);
+    return db;
+  } catch (const sqlite::Error& e) {
+    // A schema SQLite cannot use (unsupported format, another text encoding, a table without
+    // the columns a query names) or absurd sizes in it: the file is damaged, not the machine.
+    if (!damaged_file_code(e.code())) throw;
+    const bool own = sqlite3_extended_errcode(db.handle()) == e.code();
+    throw sqlite::BadFileError(path + ": workspace is damaged (" +
+                                   (own ? sqlite3_errmsg(db.handle()) : sqlite3_errstr(e.code())) +
+                                   ")",
                                e.code());
   }
-  if (contents.tables > 0 && !contents.has_version)
-    throw InputError(path + ": not a pipetune workspace (no schema_version table)");
-  if (contents.tables == 0 && mode == OpenMode::Existing)
-    throw InputError(path + ": not a pipetune workspace (empty database)");
-
-  db.exec("PRAGMA cell_size_check = ON");  // turns more damage into SQLITE_CORRUPT early
-  int version = contents.has_version ? read_schema_version(db) : 0;
-  if (contents.has_version) check_version(path, version);
-  if (!writable) {
-    if (version == kSchemaVersion) check_tables(db, path);
-    if (version < kSchemaVersion)
-      throw InputError(path + ": workspace is read-only here and has schema version " +
-                       std::to_string(version) + "; this pipetune reads version " +
-                       std::to_string(kSchemaVersion) +
-                       " (open it once where it is writable to upgrade it)");
-    return db;
-  }
-  // Only now that the file is ours (or new) may its journal mode change.
-  sqlite::retry_busy(db, [&] { db.exec("PRAGMA journal_mode = WAL"); });
-  db.exec("PRAGMA synchronous = NORMAL");
-  if (version < kSchemaVersion) {
-    migrate(db, kSchemaVersion);
-    version = read_schema_version(db);
-    check_version(path, version);
-  }
-  check_tables(db, path);
-  return db;
 }
 
 }  // namespace pipetune::db

@@ -27,6 +27,16 @@ double read_real(const sqlite::Statement& s, int column) {
   throw InputError(path + ": corrupt workspace (" + what + ")");
 }
 
+// A lane's deepest nesting level: -1 without spans, else below its span count (depth d needs d + 1
+// nested spans). Readers query each level, so a damaged value must not become 2^31 queries.
+std::int32_t checked_max_depth(const std::string& path, std::int64_t max_depth,
+                               std::int64_t span_count) {
+  if (span_count < 0 || max_depth < -1 || max_depth >= std::max<std::int64_t>(span_count, 0))
+    corrupt(path, "lane of " + std::to_string(span_count) + " spans with max depth " +
+                      std::to_string(max_depth));
+  return static_cast<std::int32_t>(max_depth);
+}
+
 RunRecord read_run(const sqlite::Statement& s, const std::string& path) {
   RunRecord r;
   r.id = s.column_int64(0);
@@ -171,7 +181,7 @@ std::vector<LaneInfo> Workspace::lanes(std::int64_t run_id) {
     l.lane.index = static_cast<std::int32_t>(s.column_int64(3));
     l.lane.name = s.column_text(4);
     l.span_count = s.column_int64(5);
-    l.max_depth = static_cast<std::int32_t>(s.column_int64(6));
+    l.max_depth = checked_max_depth(path(), s.column_int64(6), l.span_count);
     l.start_ns = s.column_int64(7);
     l.end_ns = s.column_int64(8);
     out.push_back(std::move(l));
@@ -355,10 +365,11 @@ StoredRun Workspace::load(std::int64_t run_id) {
 
 LaneRef Workspace::lane_ref(std::int64_t run_id, std::int32_t lane_index) {
   sqlite::Statement s =
-      db_.prepare("SELECT id, max_depth FROM lanes WHERE run = ?1 AND idx = ?2", true);
+      db_.prepare("SELECT id, max_depth, span_count FROM lanes WHERE run = ?1 AND idx = ?2", true);
   s.bind(1, run_id).bind(2, lane_index);
   if (s.step())
-    return LaneRef{s.column_int64(0), lane_index, static_cast<std::int32_t>(s.column_int64(1))};
+    return LaneRef{s.column_int64(0), lane_index,
+                   checked_max_depth(path(), s.column_int64(1), s.column_int64(2))};
   require_run(run_id);
   const std::int64_t count =
       db_.query_int64("SELECT count(*) FROM lanes WHERE run = " + std::to_string(run_id));

@@ -1,7 +1,10 @@
 #include "profiler/analysis/stage_breakdown.hpp"
 
 #include <algorithm>
+#include <limits>
+#include <string>
 
+#include "profiler/analysis/analysis_error.hpp"
 #include "profiler/analysis/intervals.hpp"
 
 namespace pipetune::profiler::analysis {
@@ -24,6 +27,12 @@ std::vector<Interval> nested_in(const std::vector<Interval>& compute,
     if (j < compute.size() && compute[j].start_ns <= m.start_ns) out.push_back(m);
   }
   return out;
+}
+
+[[noreturn]] void too_long(const TimeWindow& w, std::size_t ranks) {
+  throw AnalysisError("stage_breakdown: a window of " + std::to_string(w.length_ns()) +
+                      " ns over " + std::to_string(ranks) +
+                      " ranks is beyond the 64-bit ns totals of a breakdown");
 }
 
 }  // namespace
@@ -53,7 +62,7 @@ PipelineBreakdown stage_breakdown(const Trace& trace, const BreakdownOptions& op
     KindTime& k =
         out.stages[static_cast<std::size_t>(slot)].kinds[static_cast<std::size_t>(s.kind)];
     ++k.count;
-    k.total_ns += b - a;
+    if (__builtin_add_overflow(k.total_ns, b - a, &k.total_ns)) too_long(w, ranks);
     if (b == a) continue;
     RankIntervals& r = per[static_cast<std::size_t>(slot)];
     switch (roles.role(s)) {
@@ -71,6 +80,10 @@ PipelineBreakdown stage_breakdown(const Trace& trace, const BreakdownOptions& op
   }
 
   const std::int64_t length = w.length_ns();
+  // Each rank's times are at most the window's length; their sums over ranks must fit too.
+  if (ranks > 0 &&
+      length > std::numeric_limits<std::int64_t>::max() / static_cast<std::int64_t>(ranks))
+    too_long(w, ranks);
   for (std::size_t i = 0; i < ranks; ++i) {
     RankIntervals& r = per[i];
     StageBreakdown& st = out.stages[i];

@@ -49,6 +49,11 @@ void check_window(const TimeWindow& window, const char* who) {
   if (window.end_ns < window.start_ns)
     throw AnalysisError(std::string(who) + ": window ends (" + std::to_string(window.end_ns) +
                         " ns) before it starts (" + std::to_string(window.start_ns) + " ns)");
+  if (window.start_ns < 0 &&
+      window.end_ns > std::numeric_limits<std::int64_t>::max() + window.start_ns)
+    throw AnalysisError(std::string(who) + ": window from " + std::to_string(window.start_ns) +
+                        " to " + std::to_string(window.end_ns) +
+                        " ns is longer than 64-bit ns hold (about 292 years)");
 }
 
 }  // namespace pipetune::profiler::analysis
