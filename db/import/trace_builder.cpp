@@ -1,9 +1,12 @@
 #include "db/import/trace_builder.hpp"
 
 #include "db/import/kernel_attribution.hpp"
+#include "engine/errors.hpp"
+#include "profiler/analysis/time_window.hpp"
 
 #include <algorithm>
 #include <numeric>
+#include <string>
 #include <tuple>
 
 namespace pipetune::db::import_detail {
@@ -53,12 +56,27 @@ std::uint32_t ImportedTraceBuilder::name(std::string_view text) {
   return id;
 }
 
+namespace {
+
+// Times beyond what the analyses handle (time_window.hpp) are refused at import, not wrapped.
+void check_times(const Span& span) {
+  if (!profiler::analysis::trace_time_ok(span.start_ns) ||
+      !profiler::analysis::trace_time_ok(span.end_ns))
+    throw InputError("a span from " + std::to_string(span.start_ns) + " to " +
+                     std::to_string(span.end_ns) +
+                     " ns is beyond the times pipetune handles (2^62 ns, about 146 years)");
+}
+
+}  // namespace
+
 void ImportedTraceBuilder::add_span(const Span& span) {
+  check_times(span);
   trace_.spans.push_back(span);
   kernel_of_span_.push_back(-1);
 }
 
 void ImportedTraceBuilder::add_gpu_span(const Span& span, profiler::KernelRecord record) {
+  check_times(span);
   trace_.spans.push_back(span);
   kernel_of_span_.push_back(static_cast<std::int64_t>(kernels_.size()));
   kernels_.push_back(std::move(record));

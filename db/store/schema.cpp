@@ -287,6 +287,7 @@ bool damaged_file_code(int code) {
     case SQLITE_MISMATCH:
     case SQLITE_FORMAT:
     case SQLITE_RANGE:
+    case SQLITE_READONLY:  // the file's header forbids writing; permissions were checked first
       return true;
     default:
       return false;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "engine/errors.hpp"
+#include "profiler/analysis/time_window.hpp"
 
 namespace pipetune::db {
 
@@ -27,6 +28,12 @@ void decode_block(const void* blob, std::size_t bytes, std::int64_t count, std::
                      std::to_string(bytes) + " bytes for " + std::to_string(count) + " spans)");
   out.resize(static_cast<std::size_t>(count));
   std::memcpy(out.data(), blob, bytes);
+  for (const PackedSpan& p : out)
+    if (p.end_ns < p.start_ns || !profiler::analysis::trace_time_ok(p.start_ns) ||
+        !profiler::analysis::trace_time_ok(p.end_ns))
+      throw InputError(db_path + ": corrupt span block " + std::to_string(block_id) +
+                       " (a span from " + std::to_string(p.start_ns) + " to " +
+                       std::to_string(p.end_ns) + " ns)");
 }
 
 }  // namespace pipetune::db

@@ -8,6 +8,7 @@
 
 #include "db/store/process_identity.hpp"
 #include "engine/errors.hpp"
+#include "profiler/analysis/time_window.hpp"
 
 namespace pipetune::db {
 
@@ -359,6 +360,14 @@ StoredRun Workspace::load(std::int64_t run_id) {
     if (c.name >= trace.names.size()) corrupt(path(), "counter name id " + std::to_string(c.name));
   }
   trace.steps = steps(run_id);
+  // Sample times an analysis can subtract (spans are checked as their blocks are read).
+  const auto check_time = [&](std::int64_t t, const char* what) {
+    if (!profiler::analysis::trace_time_ok(t))
+      corrupt(path(), std::string(what) + " at " + std::to_string(t) + " ns");
+  };
+  for (const auto& m : trace.memory) check_time(m.t_ns, "memory sample");
+  for (const auto& c : trace.counters) check_time(c.t_ns, "counter sample");
+  for (const auto& st : trace.steps) check_time(st.t_ns, "step");
   out.kernels = kernels(run_id);
   return out;
 }

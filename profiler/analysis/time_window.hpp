@@ -9,6 +9,14 @@
 
 namespace pipetune::profiler::analysis {
 
+// Times an analysis handles: |t| <= 2^62 - 1 ns (about 146 years either side of 0, so epoch ns
+// fit), so that the difference of any two fits in 64 bits. The store and the importers refuse
+// other times as damage or bad input.
+inline constexpr std::int64_t kMaxTraceTimeNs = (std::int64_t{1} << 62) - 1;
+inline bool trace_time_ok(std::int64_t t) {
+  return t >= -kMaxTraceTimeNs && t <= kMaxTraceTimeNs;
+}
+
 struct TimeWindow {
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;  // exclusive
