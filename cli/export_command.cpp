@@ -100,10 +100,24 @@ void run(const ExportArgs& a) {
                        std::to_string(search) + " can be written for " + framework + " (" +
                        first_reason + "); tune with --schedules that it supports");
   }
+  // torchtitan runs pipetune's own schedules (zb-h1, zb-h2, zb-v, v-half, v-min) from a CSV
+  // the TOML names by a relative path: it is written next to the TOML, both checked first so
+  // that neither is written when the other may not be.
+  std::string csv, csv_path;
+  if (format == tuner::ExportFormat::Torchtitan) {
+    csv = tuner::torchtitan_schedule_csv(exported->request);
+    if (!csv.empty()) {
+      csv_path = (std::filesystem::path(a.output).parent_path() / "pipetune_schedule.csv").string();
+      check_output_file(csv_path, a.force);
+    }
+  }
   write_output_file(a.output, exported->text, format == tuner::ExportFormat::Megatron);
+  if (!csv.empty()) write_output_file(csv_path, csv);
   std::printf("rank %d: %s (%s) written to %s\n", rank,
               plan_summary(exported->request.plan, exported->vocab).c_str(), framework.c_str(),
               a.output.c_str());
+  if (!csv.empty())
+    std::printf("its schedule (pipeline_parallel_schedule_csv) written to %s\n", csv_path.c_str());
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // pipetune: thin front end. Parses, calls the libraries, prints. Exit codes: 0 success,
 // 1 runtime failure, 2 usage or input error.
+#include <csignal>
 #include <exception>
 #include <iostream>
 
@@ -8,6 +9,9 @@
 #include "profiler/analysis/analysis_error.hpp"
 
 int main(int argc, char** argv) {
+  // A file-size limit (RLIMIT_FSIZE, a quota) must fail the write that crosses it with EFBIG,
+  // which the store reports as a full disk and records, not kill the process mid-write.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"pipetune: simulate, tune and inspect pipeline-parallel LLM training"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every command");

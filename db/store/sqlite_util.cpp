@@ -1,5 +1,6 @@
 #include "db/store/sqlite_util.hpp"
 
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -53,6 +54,19 @@ void throw_error(sqlite3* db, int code, std::string_view db_path, std::string_vi
   // The connection's message is the detailed one when it belongs to this failure.
   std::string message = sqlite3_errstr(code);
   if (db != nullptr && sqlite3_extended_errcode(db) == code) message = sqlite3_errmsg(db);
+  // An I/O failure says little by itself ("disk I/O error"): say which operation failed, and
+  // the operating system's reason when SQLite kept it.
+  if (primary == SQLITE_IOERR && db != nullptr) {
+    const int extended = sqlite3_extended_errcode(db);
+    if (extended == SQLITE_IOERR_WRITE)
+      message += ": a write failed (disk full, a file-size limit or quota, or a device error)";
+    else if (extended == SQLITE_IOERR_FSYNC)
+      message += ": flushing to the device failed";
+    else if (extended == SQLITE_IOERR_READ || extended == SQLITE_IOERR_SHORT_READ)
+      message += ": a read failed";
+    if (const int os_error = sqlite3_system_errno(db); os_error != 0)
+      message += std::string(" (") + std::strerror(os_error) + ")";
+  }
   throw Error(path + ": " + one_line(what) + ": " + message + " [" + std::string(base_name(file)) +
                   ":" + std::to_string(line) + "]",
               code);

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 
 #include "support/run_process.hpp"
 
@@ -152,6 +153,35 @@ TEST(TuneExportCli, TorchtitanConfigNamesTheDegrees) {
   EXPECT_NE(text.find("tensor_parallel_degree = " + std::to_string(plan["tp"].get<int>())),
             std::string::npos)
       << text;
+}
+
+// A torchtitan export of a pipetune schedule torch has no class for: the TOML names
+// pipetune_schedule.csv, which is written beside it with the rows the TOML embeds ("#csv ").
+TEST(TuneExportCli, TorchtitanExportOfAZeroBubbleScheduleWritesItsCsv) {
+  Dir d;
+  const nlohmann::json j = tune(d, {"--schedules", "zb-h1"});
+  ASSERT_EQ(j["results"][0]["plan"]["schedule"], "zb-h1");
+  const std::string out = d.file("job.toml");
+  const testing::ProcessResult r =
+      d.run({"export", "--format", "torchtitan", "--rank", "1", "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string toml = slurp(out);
+  EXPECT_NE(toml.find("pipeline_parallel_schedule_csv = \"pipetune_schedule.csv\""),
+            std::string::npos)
+      << toml;
+  const std::string csv_path = d.file("pipetune_schedule.csv");
+  ASSERT_TRUE(fs::exists(csv_path)) << r.out;
+  std::string embedded;
+  std::istringstream lines(toml);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("#csv ", 0) == 0) embedded += line.substr(5) + "\n";
+  EXPECT_FALSE(embedded.empty()) << toml;
+  EXPECT_EQ(slurp(csv_path), embedded);
+  // Never overwritten without --force: the TOML is not written either.
+  fs::remove(out);
+  expect_input_error(d.run({"export", "--format", "torchtitan", "--rank", "1", "-o", out}),
+                     "--force");
+  EXPECT_FALSE(fs::exists(out));
 }
 
 TEST(TuneExportCli, BadInput) {
