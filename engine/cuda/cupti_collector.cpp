@@ -1,0 +1,224 @@
+#include "engine/cuda/cupti_collector.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+#include <string_view>
+#include <vector>
+
+#include "engine/cuda/cupti_records.hpp"
+
+namespace pipetune::cuda {
+
+namespace detail {
+
+void throw_cupti_error(CUptiResult r, const char* call, const char* file, int line) {
+  const char* text = nullptr;
+  if (cuptiGetResultString(r, &text) != CUPTI_SUCCESS || text == nullptr) text = "unknown error";
+  std::string_view f(file);
+  const auto slash = f.rfind('/');
+  if (slash != std::string_view::npos) f.remove_prefix(slash + 1);
+  throw CudaError(std::string(call) + ": " + text + " (CUptiResult " + std::to_string(r) + ") [" +
+                  std::string(f) + ":" + std::to_string(line) + "]");
+}
+
+}  // namespace detail
+
+namespace {
+
+// CUPTI wants activity buffers aligned to 8 bytes.
+constexpr std::size_t kBufferAlign = 8;
+
+// The one registry of the process. Why a process-wide object: cuptiActivityRegisterCallbacks
+// takes two plain C function pointers with no user-data argument, and the registration and the
+// enabled activity kinds are process-wide; the completion callback has no other way to find the
+// collector. It holds only the active collector (at most one) and the buffer size it asked for.
+class Registry {
+ public:
+  static Registry& instance() {
+    static Registry registry;
+    return registry;
+  }
+
+  void attach(CuptiCollector* collector, std::size_t buffer_bytes) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (active_ != nullptr)
+      throw std::logic_error(
+          "a CUPTI collector is already active in this process (CUPTI's activity buffers are "
+          "process-wide: one collector per process)");
+    if (!registered_) {
+      PIPETUNE_CUPTI_CHECK(cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed));
+      registered_ = true;
+    }
+    buffer_bytes_ = std::max<std::size_t>(buffer_bytes, 64 * 1024);
+    buffer_bytes_ = (buffer_bytes_ + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
+    active_ = collector;
+  }
+
+  void detach(CuptiCollector* collector) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (active_ == collector) active_ = nullptr;
+  }
+
+ private:
+  static void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size,
+                                        std::size_t* max_records) {
+    Registry& r = instance();
+    std::size_t bytes = 0;
+    {
+      const std::lock_guard<std::mutex> lock(r.mutex_);
+      bytes = r.buffer_bytes_;
+    }
+    *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(kBufferAlign, bytes));
+    *size = *buffer != nullptr ? bytes : 0;  // no buffer: CUPTI drops records (and counts them)
+    *max_records = 0;                        // as many as fit
+  }
+
+  static void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id,
+                                        std::uint8_t* buffer, std::size_t /*size*/,
+                                        std::size_t valid_bytes) {
+    std::size_t dropped = 0;
+    if (cuptiActivityGetNumDroppedRecords(context, stream_id, &dropped) != CUPTI_SUCCESS)
+      dropped = 0;
+    Registry& r = instance();
+    {
+      const std::lock_guard<std::mutex> lock(r.mutex_);
+      if (r.active_ != nullptr && buffer != nullptr)
+        r.active_->consume(buffer, valid_bytes, dropped);
+    }
+    std::free(buffer);
+  }
+
+  std::mutex mutex_;
+  CuptiCollector* active_ = nullptr;
+  bool registered_ = false;
+  std::size_t buffer_bytes_ = std::size_t{8} << 20;
+};
+
+std::vector<CUpti_ActivityKind> kinds(const CuptiCollectorOptions& options) {
+  std::vector<CUpti_ActivityKind> k = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                       CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
+                                       CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
+  if (options.synchronization) k.push_back(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
+  return k;
+}
+
+}  // namespace
+
+ClockOffset estimate_clock_offset(std::span<const ClockSample> samples) {
+  if (samples.empty()) throw std::invalid_argument("clock offset: no samples");
+  const ClockSample* best = nullptr;
+  for (const ClockSample& s : samples) {
+    if (s.engine_after_ns < s.engine_before_ns)
+      throw std::invalid_argument("clock offset: an engine clock reading went backwards (" +
+                                  std::to_string(s.engine_before_ns) + " then " +
+                                  std::to_string(s.engine_after_ns) + " ns)");
+    if (best == nullptr ||
+        s.engine_after_ns - s.engine_before_ns < best->engine_after_ns - best->engine_before_ns)
+      best = &s;
+  }
+  const std::int64_t width = best->engine_after_ns - best->engine_before_ns;
+  const std::int64_t mid = best->engine_before_ns + width / 2;
+  return {mid - best->cupti_ns, (width + 1) / 2};
+}
+
+BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
+                               profiler::GpuCapture& capture) {
+  BufferWalk walk;
+  CUpti_Activity* record = nullptr;
+  for (;;) {
+    const CUptiResult r = cuptiActivityGetNextRecord(buffer, valid_bytes, &record);
+    if (r == CUPTI_ERROR_MAX_LIMIT_REACHED) break;  // the end of the valid bytes
+    if (r != CUPTI_SUCCESS) {
+      walk.error = r;
+      break;
+    }
+    ++walk.records;
+    if (append_cupti_record(*record, capture)) ++walk.kept;
+  }
+  return walk;
+}
+
+CuptiCollector::CuptiCollector(Clock::time_point epoch, CuptiCollectorOptions options)
+    : epoch_(epoch), options_(options) {
+  Registry::instance().attach(this, options_.buffer_bytes);
+  std::vector<CUpti_ActivityKind> enabled;
+  try {
+    for (const CUpti_ActivityKind k : kinds(options_)) {
+      PIPETUNE_CUPTI_CHECK(cuptiActivityEnable(k));
+      enabled.push_back(k);
+    }
+    remeasure_clock();
+  } catch (...) {
+    for (const CUpti_ActivityKind k : enabled) cuptiActivityDisable(k);
+    Registry::instance().detach(this);
+    throw;
+  }
+}
+
+CuptiCollector::~CuptiCollector() {
+  for (const CUpti_ActivityKind k : kinds(options_)) cuptiActivityDisable(k);
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // completes into this collector
+  Registry::instance().detach(this);
+}
+
+void CuptiCollector::remeasure_clock() {
+  std::vector<ClockSample> samples(static_cast<std::size_t>(std::max(1, options_.clock_samples)));
+  for (ClockSample& s : samples) {
+    std::uint64_t t = 0;
+    s.engine_before_ns = engine_now_ns();
+    PIPETUNE_CUPTI_CHECK(cuptiGetTimestamp(&t));
+    s.engine_after_ns = engine_now_ns();
+    s.cupti_ns = static_cast<std::int64_t>(t);
+  }
+  offset_ = estimate_clock_offset(samples);
+}
+
+void CuptiCollector::flush() {
+  PIPETUNE_CUPTI_CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+}
+
+profiler::GpuCapture CuptiCollector::take() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  profiler::GpuCapture out = std::move(capture_);
+  capture_ = {};
+  return out;
+}
+
+void CuptiCollector::consume(std::uint8_t* buffer, std::size_t valid_bytes, std::uint64_t dropped) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  const BufferWalk walk = append_cupti_buffer(buffer, valid_bytes, capture_);
+  records_ += walk.records;
+  dropped_ += dropped;
+  if (walk.error != CUPTI_SUCCESS) {
+    if (buffer_errors_++ == 0) {
+      const char* text = nullptr;
+      if (cuptiGetResultString(walk.error, &text) != CUPTI_SUCCESS || text == nullptr)
+        text = "unknown error";
+      first_error_ = std::string("cuptiActivityGetNextRecord: ") + text + " after " +
+                     std::to_string(walk.records) + " records";
+    }
+  }
+}
+
+std::uint64_t CuptiCollector::dropped_records() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return dropped_;
+}
+
+std::size_t CuptiCollector::records_seen() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return records_;
+}
+
+std::size_t CuptiCollector::buffer_errors() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return buffer_errors_;
+}
+
+std::string CuptiCollector::first_buffer_error() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return first_error_;
+}
+
+}  // namespace pipetune::cuda
