@@ -12,6 +12,7 @@
 #include "cli/workspace_cli.hpp"
 #include "engine/errors.hpp"
 #include "profiler/analysis/analysis.hpp"
+#include "profiler/analysis/gpu_op_time.hpp"
 
 namespace pipetune::cli {
 
@@ -41,9 +42,21 @@ std::string relative(const an::Compared& c) {
 }
 
 nlohmann::json pairing_json(const an::OpPairing& p) {
-  return {{"paired", p.paired},         {"only_a", p.only_a},
-          {"only_b", p.only_b},         {"ranks_in_different_order", p.ranks_in_different_order},
-          {"identical", p.identical()}, {"first_difference", p.first_difference}};
+  return {{"paired", p.paired},
+          {"only_a", p.only_a},
+          {"only_b", p.only_b},
+          {"ranks_in_different_order", p.ranks_in_different_order},
+          {"identical", p.identical()},
+          {"first_difference", p.first_difference},
+          {"largest_differences", [&] {
+             nlohmann::json out = nlohmann::json::array();
+             for (const auto& d : p.largest_differences)
+               out.push_back({{"rank", d.rank},
+                              {"op", d.op},
+                              {"a", static_cast<double>(d.a_ns) * 1e-9},
+                              {"b", static_cast<double>(d.b_ns) * 1e-9}});
+             return out;
+           }()}};
 }
 
 void print_json(const LoadedRun& ra, const LoadedRun& rb, const an::TraceComparison& d,
@@ -112,6 +125,14 @@ void print_human(const LoadedRun& ra, const LoadedRun& rb, const an::TraceCompar
               pairing.identical() ? ", same order on every rank" : "");
   if (!pairing.first_difference.empty())
     std::printf("first difference: %s\n", pairing.first_difference.c_str());
+  if (!pairing.largest_differences.empty()) {
+    std::printf("\npaired ops that differ most:\n");
+    for (const auto& op : pairing.largest_differences) {
+      char label[64];
+      std::snprintf(label, sizeof label, "rank %d %s", op.rank, op.op.c_str());
+      row(label, an::compare(static_cast<double>(op.a_ns), static_cast<double>(op.b_ns)), true);
+    }
+  }
   std::printf("\nper op kind (all ranks):\n");
   for (const auto& k : d.kinds) {
     std::string label = std::string(profiler::span_kind_name(k.kind));
@@ -137,9 +158,16 @@ void run(const DiffArgs& a) {
   o.window_b = rb.window;
   an::TraceComparison d;
   an::OpPairing pairing;
+  // A run with GPU activity (an import, a CUDA run) times its ops by the kernels they launched:
+  // its host ranges only show when work was enqueued.
+  const auto ops_view = [](const LoadedRun& r) {
+    return r.stored.kernels.empty() ? r.stored.trace
+                                    : an::ops_in_gpu_time(r.stored.trace, r.stored.kernels);
+  };
   try {
-    d = an::diff_traces(ra.stored.trace, rb.stored.trace, o);
-    pairing = an::pair_compute_ops(ra.stored.trace, rb.stored.trace, ra.window, rb.window);
+    const profiler::Trace ta = ops_view(ra), tb = ops_view(rb);
+    d = an::diff_traces(ta, tb, o);
+    pairing = an::pair_compute_ops(ta, tb, ra.window, rb.window);
   } catch (const an::AnalysisError& e) {
     throw InputError(e.what());
   }

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "db/store/workspace.hpp"
+#include "profiler/analysis/gpu_op_time.hpp"
 
 namespace pipetune::gui {
 
@@ -101,7 +102,12 @@ void WorkspaceModel::load_run(std::int64_t run_id) {
       db::StoredRun stored = ws.load(run_id);
       title = run_title(stored.run);
       note = running_run_note(stored.run);
-      trace = std::make_shared<const profiler::Trace>(std::move(stored.trace));
+      // A run with GPU activity (an import, a CUDA run) shows and compares its ops timed by the
+      // kernels they launched: its host ranges only show when the work was enqueued.
+      trace = std::make_shared<const profiler::Trace>(
+          stored.kernels.empty()
+              ? std::move(stored.trace)
+              : profiler::analysis::ops_in_gpu_time(stored.trace, stored.kernels));
     } catch (const std::exception& e) {
       error = QString::fromStdString(e.what());
     }

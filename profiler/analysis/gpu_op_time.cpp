@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 
 namespace pipetune::profiler::analysis {
@@ -52,6 +53,51 @@ std::array<double, kSpanKindCount> mean_phase_op_ns(const std::vector<KernelReco
   for (std::size_t k = 0; k < total.size(); ++k)
     total[k] = ops[k].empty() ? 0.0 : total[k] / static_cast<double>(ops[k].size());
   return total;
+}
+
+Trace ops_in_gpu_time(const Trace& trace, const std::vector<KernelRecord>& records) {
+  struct GpuWork {
+    std::int64_t first_start_ns = 0;
+    std::int64_t total_ns = 0;
+    bool taken = false;  // a host span has been moved onto it
+  };
+  using Key = std::tuple<std::int32_t, SpanKind, std::int32_t, std::int16_t>;
+  std::map<Key, GpuWork> work;
+  for (const KernelRecord& r : records) {
+    if (!r.phase || classify_gpu_activity(r) == KernelClass::Communication) continue;
+    auto [it, fresh] =
+        work.try_emplace(Key{r.rank, *r.phase, r.microbatch, r.chunk}, GpuWork{r.start_ns, 0});
+    it->second.first_start_ns = std::min(it->second.first_start_ns, r.start_ns);
+    it->second.total_ns += r.end_ns - r.start_ns;
+  }
+  Trace out = trace;
+  if (work.empty()) return out;
+  std::vector<Span> spans;
+  spans.reserve(out.spans.size());
+  for (const Span& s : trace.spans) {
+    const Lane& lane = trace.lanes.at(static_cast<std::size_t>(s.lane));
+    auto it = is_compute(s.kind) && lane.stream != Stream::Gpu
+                  ? work.find(Key{lane.rank, s.kind, s.microbatch, s.chunk})
+                  : work.end();
+    if (it == work.end()) {
+      spans.push_back(s);
+      continue;
+    }
+    if (it->second.taken) continue;
+    it->second.taken = true;
+    Span moved = s;
+    moved.lane = out.lane(lane.rank, Stream::Compute, 0);
+    moved.start_ns = it->second.first_start_ns;
+    moved.end_ns = it->second.first_start_ns + it->second.total_ns;
+    spans.push_back(moved);
+  }
+  std::stable_sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    if (a.lane != b.lane) return a.lane < b.lane;
+    if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
+    return a.end_ns > b.end_ns;
+  });
+  out.spans = std::move(spans);
+  return out;
 }
 
 }  // namespace pipetune::profiler::analysis

@@ -20,22 +20,30 @@ std::string describe(const OpKey& k) {
          std::to_string(k.chunk);
 }
 
+struct TimedOp {
+  std::int64_t start_ns = 0;
+  std::int64_t duration_ns = 0;
+  OpKey key;
+};
+
 // Each rank's compute ops inside the window, in start order (ties: by lane, as recorded).
-std::map<std::int32_t, std::vector<OpKey>> compute_ops(const Trace& t, const TimeWindow& w) {
-  std::map<std::int32_t, std::vector<std::pair<std::int64_t, OpKey>>> timed;
+std::map<std::int32_t, std::vector<TimedOp>> compute_ops(const Trace& t, const TimeWindow& w) {
+  std::map<std::int32_t, std::vector<TimedOp>> out;
   for (const Span& s : t.spans) {
     if (!is_compute(s.kind) || s.start_ns < w.start_ns || s.start_ns >= w.end_ns) continue;
     const std::int32_t rank = t.lanes.at(static_cast<std::size_t>(s.lane)).rank;
-    timed[rank].push_back({s.start_ns, OpKey{s.kind, s.microbatch, s.chunk}});
+    // An op without a chunk (an imported range names none) is its stage's one chunk, 0.
+    const std::int16_t chunk = s.chunk < 0 ? std::int16_t{0} : s.chunk;
+    out[rank].push_back({s.start_ns, s.end_ns - s.start_ns, OpKey{s.kind, s.microbatch, chunk}});
   }
-  std::map<std::int32_t, std::vector<OpKey>> out;
-  for (auto& [rank, ops] : timed) {
+  for (auto& [rank, ops] : out)
     std::stable_sort(ops.begin(), ops.end(),
-                     [](const auto& x, const auto& y) { return x.first < y.first; });
-    auto& seq = out[rank];
-    for (const auto& [start, key] : ops) seq.push_back(key);
-  }
+                     [](const TimedOp& x, const TimedOp& y) { return x.start_ns < y.start_ns; });
   return out;
+}
+
+std::int64_t abs_difference(const OpPairing::OpDifference& d) {
+  return d.b_ns > d.a_ns ? d.b_ns - d.a_ns : d.a_ns - d.b_ns;
 }
 
 }  // namespace
@@ -47,20 +55,28 @@ OpPairing pair_compute_ops(const Trace& a, const Trace& b, const TimeWindow& win
   std::map<std::int32_t, bool> ranks;
   for (const auto& [rank, ops] : ops_a) ranks[rank] = true;
   for (const auto& [rank, ops] : ops_b) ranks[rank] = true;
-  static const std::vector<OpKey> none;
+  static const std::vector<TimedOp> none;
   OpPairing p;
+  std::vector<OpPairing::OpDifference> differences;
   for (const auto& [rank, unused] : ranks) {
     const auto ia = ops_a.find(rank), ib = ops_b.find(rank);
-    const std::vector<OpKey>& sa = ia != ops_a.end() ? ia->second : none;
-    const std::vector<OpKey>& sb = ib != ops_b.end() ? ib->second : none;
-    // Multiset match by key: an op that occurs twice in A and once in B pairs once.
-    std::map<OpKey, std::int64_t> count;
-    for (const OpKey& k : sa) ++count[k];
+    const std::vector<TimedOp>& ta = ia != ops_a.end() ? ia->second : none;
+    const std::vector<TimedOp>& tb = ib != ops_b.end() ? ib->second : none;
+    std::vector<OpKey> sa, sb;
+    for (const TimedOp& o : ta) sa.push_back(o.key);
+    for (const TimedOp& o : tb) sb.push_back(o.key);
+    // Multiset match by key: an op that occurs twice in A and once in B pairs once (the k-th
+    // occurrence in B with the k-th in A).
+    std::map<OpKey, std::vector<std::int64_t>> durations_a;
+    for (const TimedOp& o : ta) durations_a[o.key].push_back(o.duration_ns);
+    std::map<OpKey, std::size_t> used;
     std::int64_t rank_paired = 0;
-    for (const OpKey& k : sb) {
-      auto it = count.find(k);
-      if (it != count.end() && it->second > 0) {
-        --it->second;
+    for (const TimedOp& o : tb) {
+      auto it = durations_a.find(o.key);
+      std::size_t& k = used[o.key];
+      if (it != durations_a.end() && k < it->second.size()) {
+        differences.push_back({rank, describe(o.key), it->second[k], o.duration_ns});
+        ++k;
         ++rank_paired;
       } else {
         ++p.only_b;
@@ -81,6 +97,13 @@ OpPairing pair_compute_ops(const Trace& a, const Trace& b, const TimeWindow& win
       p.first_difference = "rank " + std::to_string(rank) + " runs " + std::to_string(sa.size()) +
                            " compute ops in A, " + std::to_string(sb.size()) + " in B";
   }
+  const std::size_t keep = std::min(differences.size(), OpPairing::kLargestDifferences);
+  std::partial_sort(differences.begin(), differences.begin() + static_cast<std::ptrdiff_t>(keep),
+                    differences.end(), [](const auto& x, const auto& y) {
+                      return abs_difference(x) > abs_difference(y);
+                    });
+  differences.resize(keep);
+  p.largest_differences = std::move(differences);
   return p;
 }
 

@@ -1,6 +1,7 @@
 // Op-for-op pairing of two runs of one plan (a prediction and a measurement, or two
 // measurements): a compute span of A pairs with one of B when both are on the same rank with
-// the same kind, micro-batch and chunk, inside each run's window. When the two runs executed the
+// the same kind, micro-batch and chunk (an op without a chunk, as imported ranges are, counts as
+// chunk 0), inside each run's window. When the two runs executed the
 // same Schedule every op pairs and each rank runs its ops in the same order; what does not pair
 // says where the schedules differ.
 #pragma once
@@ -24,6 +25,15 @@ struct OpPairing {
   // B"); empty when every op pairs in the same order.
   std::string first_difference;
   bool identical() const { return only_a == 0 && only_b == 0 && ranks_in_different_order.empty(); }
+  // The paired ops whose durations differ most (|B - A|, largest first, at most
+  // kLargestDifferences): where time went differently, op by op.
+  struct OpDifference {
+    std::int32_t rank = 0;
+    std::string op;  // "F mb 3 chunk 0"
+    std::int64_t a_ns = 0, b_ns = 0;
+  };
+  static constexpr std::size_t kLargestDifferences = 5;
+  std::vector<OpDifference> largest_differences;
 };
 
 // Compute spans (is_compute) only; a rank's spans on several lanes count as one sequence.

@@ -87,16 +87,17 @@ std::vector<db::testing::PipelineOp> gpipe_ops() {
     ops.push_back({1, true, mb, (mb + 1) * f, (mb + 2) * f});
   }
   const std::int64_t backward_start = 5 * f;
-  for (int i = 0; i < 4; ++i) {  // micro-batches 3, 2, 1, 0
-    ops.push_back({1, false, 3 - i, backward_start + i * b, backward_start + (i + 1) * b});
-    ops.push_back({0, false, 3 - i, backward_start + (i + 1) * b, backward_start + (i + 2) * b});
+  for (int mb = 0; mb < 4; ++mb) {  // backwards in micro-batch order, as pipetune's GPipe
+    ops.push_back({1, false, mb, backward_start + mb * b, backward_start + (mb + 1) * b});
+    ops.push_back({0, false, mb, backward_start + (mb + 1) * b, backward_start + (mb + 2) * b});
   }
   return ops;
 }
 
-// Issue 16 point 4 end to end: an imported profile with its plan is a calibration input (its
+// Issue 16 points 3 and 4 end to end: an imported profile with its plan pairs op for op with
+// the plan's prediction (ops timed by their kernels) and is a calibration input (its
 // kernels' GPU time by phase); without a plan, or without phases, it is refused by name.
-TEST(CalibrateCli, ImportedRunsWithTheirPlanCalibrate) {
+TEST(CalibrateCli, ImportedRunsWithTheirPlanPairWithThePredictionAndCalibrate) {
   Dir d;
   const std::string file = (d.path / "pipeline.sqlite").string();
   db::testing::write_pipeline_export(file, gpipe_ops());
@@ -136,9 +137,31 @@ TEST(CalibrateCli, ImportedRunsWithTheirPlanCalibrate) {
   EXPECT_NE(human.out.find("kind BW"), std::string::npos) << human.out;
   EXPECT_NE(human.out.find("stage 1"), std::string::npos) << human.out;
 
-  ASSERT_EQ(d.run({"import-nsys", file}).exit_code, 0);  // run 2: no plan
-  expect_input_error(d.run({"calibrate", "--hardware", "h100-sxm", "--runs", "2"}),
-                     "run 2 was imported without its plan");
+  // The plan's prediction pairs with the import op for op (same GPipe order), ops timed by
+  // their kernels: every F took 2 ms and every BW 4 ms on the GPU.
+  const std::string run_file = (d.path / "run.toml").string();
+  {
+    std::ofstream(run_file) << "model = \"tiny\"\n[cluster]\nhardware = \"h100-sxm\"\ndevices = 2\n"
+                               "[plan]\ntp = 1\npp = 2\ndp = 1\nmicrobatches = 4\n"
+                               "schedule = \"gpipe\"\n";
+  }
+  ASSERT_EQ(d.run({"simulate", "--config", run_file, "--no-gantt"}).exit_code, 0);  // run 2
+  const testing::ProcessResult diff = d.run({"diff", "2", "1", "--json"});
+  ASSERT_EQ(diff.exit_code, 0) << diff.err;
+  const auto dj = nlohmann::json::parse(diff.out);
+  EXPECT_EQ(dj["op_pairing"]["paired"], 16) << dj["op_pairing"].dump(2);
+  EXPECT_TRUE(dj["op_pairing"]["identical"].get<bool>()) << dj["op_pairing"].dump(2);
+  ASSERT_FALSE(dj["op_pairing"]["largest_differences"].empty());
+  for (const auto& op : dj["op_pairing"]["largest_differences"]) {
+    const std::string name = op["op"];
+    EXPECT_DOUBLE_EQ(op["b"].get<double>(), name.starts_with("BW") ? 4e-3 : 2e-3) << name;
+  }
+  for (const auto& k : dj["kinds"])
+    if (k["kind"] == "F") EXPECT_DOUBLE_EQ(k["time"]["b"].get<double>(), 8 * 2e-3);
+
+  ASSERT_EQ(d.run({"import-nsys", file}).exit_code, 0);  // run 3: no plan
+  expect_input_error(d.run({"calibrate", "--hardware", "h100-sxm", "--runs", "3"}),
+                     "run 3 was imported without its plan");
 
   // A real capture with its plan but no pipeline phases (a sequence-parallel run).
   const auto real = test::shared_path("data/real_traces/nsys-2gpu-torchrun/mfu_2gpu_before.sqlite");
@@ -147,7 +170,7 @@ TEST(CalibrateCli, ImportedRunsWithTheirPlanCalibrate) {
                    "--tp", "1", "--pp", "1", "--dp", "2"})
                 .exit_code,
             0);
-  expect_input_error(d.run({"calibrate", "--hardware", "h100-sxm", "--runs", "3"}),
+  expect_input_error(d.run({"calibrate", "--hardware", "h100-sxm", "--runs", "4"}),
                      "no GPU activity was launched inside a pipeline phase");
 }
 

@@ -108,6 +108,49 @@ TEST(WorkspaceModel, ListsRunsAndLoadsOne) {
   EXPECT_TRUE(note.isEmpty());
 }
 
+// An imported run with kernels attributed to its phases loads with its ops timed by those
+// kernels (profiler::analysis::ops_in_gpu_time), so the timeline and Compare show GPU time.
+TEST(WorkspaceModel, AnImportedRunLoadsWithItsOpsInGpuTime) {
+  test::test_core_app();
+  TempDir dir;
+  const std::string path = dir.file("ws.db");
+  profiler::Trace t;
+  t.kind = profiler::TraceKind::Imported;
+  const auto host = t.lane(0, profiler::Stream::Host, 7);
+  const auto gpu = t.lane(0, profiler::Stream::Gpu, 7);
+  t.spans = {profiler::Span{host, profiler::SpanKind::F, -1, 0, -1, 0, 10, 0},
+             profiler::Span{gpu, profiler::SpanKind::Kernel, -1, 0, -1, 100, 140, 0}};
+  profiler::KernelRecord k;
+  k.start_ns = 100;
+  k.end_ns = 140;
+  k.name = "gemm";
+  k.grid = {1, 1, 1};
+  k.block = {128, 1, 1};
+  k.op = "aten::mm";
+  k.phase = profiler::SpanKind::F;
+  k.microbatch = 0;
+  const std::int64_t id =
+      db::store_trace(path, {profiler::TraceKind::Imported, "import", "", "{}"}, t, {k});
+  WorkspaceModel m;
+  ASSERT_TRUE(open_and_wait(m, path).ok);
+  std::shared_ptr<const profiler::Trace> loaded;
+  QObject::connect(&m, &WorkspaceModel::run_loaded,
+                   [&](qint64, std::shared_ptr<const profiler::Trace> tr, QString, QString) {
+                     loaded = std::move(tr);
+                   });
+  m.load_run(id);
+  ASSERT_TRUE(test::process_events_until([&] { return loaded != nullptr; }));
+  int ops = 0;
+  for (const profiler::Span& s : loaded->spans) {
+    if (s.kind != profiler::SpanKind::F) continue;
+    ++ops;
+    EXPECT_EQ(loaded->lanes[static_cast<std::size_t>(s.lane)].stream, profiler::Stream::Compute);
+    EXPECT_EQ(s.start_ns, 100);
+    EXPECT_EQ(s.end_ns, 140);
+  }
+  EXPECT_EQ(ops, 1);
+}
+
 TEST(WorkspaceModel, ARunStillBeingWrittenIsShownWithANote) {
   test::test_core_app();
   TempDir dir;

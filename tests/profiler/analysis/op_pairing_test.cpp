@@ -102,3 +102,38 @@ TEST(OpPairing, OnlyOpsStartingInsideTheWindowsCount) {
 
 }  // namespace
 }  // namespace pipetune::profiler::analysis
+
+namespace pipetune::profiler::analysis {
+namespace {
+
+// The paired ops whose durations differ most, largest first; an op without a chunk (an imported
+// range) pairs as chunk 0.
+TEST(OpPairing, LargestDifferencesAndOpsWithoutAChunk) {
+  const Trace a = trace_of(kOneFOneB, 10);
+  std::vector<std::vector<Op>> no_chunk = kOneFOneB;
+  for (auto& rank : no_chunk)
+    for (Op& op : rank) op.chunk = -1;
+  Trace b = trace_of(no_chunk, 10);
+  // Rank 1's B mb 0 (its second op) takes 30 ns longer, rank 0's F mb 1 5 ns longer.
+  for (Span& s : b.spans) {
+    const std::int32_t rank = b.lanes[static_cast<std::size_t>(s.lane)].rank;
+    if (rank == 1 && s.kind == SpanKind::B && s.microbatch == 0) s.end_ns += 30;
+    if (rank == 0 && s.kind == SpanKind::F && s.microbatch == 1) s.end_ns += 5;
+  }
+  const OpPairing p = pair_compute_ops(a, b, trace_extent(a), trace_extent(b));
+  EXPECT_EQ(p.paired, 8);
+  EXPECT_TRUE(p.identical()) << p.first_difference;
+  ASSERT_EQ(p.largest_differences.size(), OpPairing::kLargestDifferences);
+  EXPECT_EQ(p.largest_differences[0].rank, 1);
+  EXPECT_EQ(p.largest_differences[0].op, "B mb 0 chunk 0");
+  EXPECT_EQ(p.largest_differences[0].a_ns, 10);
+  EXPECT_EQ(p.largest_differences[0].b_ns, 40);
+  EXPECT_EQ(p.largest_differences[1].rank, 0);
+  EXPECT_EQ(p.largest_differences[1].op, "F mb 1 chunk 0");
+  EXPECT_EQ(p.largest_differences[1].b_ns - p.largest_differences[1].a_ns, 5);
+  for (std::size_t i = 2; i < p.largest_differences.size(); ++i)
+    EXPECT_EQ(p.largest_differences[i].a_ns, p.largest_differences[i].b_ns);
+}
+
+}  // namespace
+}  // namespace pipetune::profiler::analysis

@@ -4,6 +4,8 @@
 // are known.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "profiler/analysis/analysis_error.hpp"
 #include "profiler/analysis/gpu_op_time.hpp"
 #include "profiler/gpu/enclosing_ranges.hpp"
@@ -162,6 +164,48 @@ TEST(GpuOpTime, SumsByClassAndPhaseClippedToTheWindow) {
 
   EXPECT_THROW(analysis::gpu_op_time(records, analysis::TimeWindow{10, 5}),
                analysis::AnalysisError);
+}
+
+// An imported run's ops timed by their kernels: each host phase range moves to the rank's
+// Compute lane, starting at its first kernel and lasting its kernels' summed compute time
+// (communication left out); a duplicate range of the same op is dropped; an op that launched
+// nothing keeps its host timing.
+TEST(GpuOpTime, OpsInGpuTime) {
+  Trace t;
+  const auto host = t.lane(0, Stream::Host, 7);
+  const auto gpu = t.lane(0, Stream::Gpu, 7);
+  t.spans = {Span{host, SpanKind::F, -1, 0, -1, 0, 10, 0},    // F mb 0, launches at 0..10
+             Span{host, SpanKind::F, -1, 0, -1, 1, 9, 0},     // the same op again (nested)
+             Span{host, SpanKind::BW, -1, 0, -1, 20, 25, 0},  // BW mb 0
+             Span{host, SpanKind::F, -1, 1, -1, 30, 35, 0},   // F mb 1: no GPU work
+             Span{gpu, SpanKind::Kernel, -1, 0, -1, 100, 140, 0},
+             Span{gpu, SpanKind::Kernel, -1, 0, -1, 150, 170, 0},
+             Span{gpu, SpanKind::Send, -1, 0, -1, 170, 300, 0},
+             Span{gpu, SpanKind::Kernel, -1, 0, -1, 300, 380, 0}};
+  std::vector<KernelRecord> records = {
+      record(0, 100, 140, "gemm", "aten::mm", SpanKind::F, 0),
+      record(0, 150, 170, "gelu", "aten::gelu", SpanKind::F, 0),
+      record(0, 170, 300, "ncclDevKernel_SendRecv", "c10d::send", SpanKind::F, 0),
+      record(0, 300, 380, "gemm", "aten::mm", SpanKind::BW, 0)};
+  const Trace v = analysis::ops_in_gpu_time(t, records);
+  std::vector<std::tuple<std::string, SpanKind, std::int32_t, std::int64_t, std::int64_t>> got;
+  for (const Span& s : v.spans) {
+    const Lane& l = v.lanes[static_cast<std::size_t>(s.lane)];
+    if (!is_compute(s.kind)) continue;
+    got.emplace_back(l.stream == Stream::Compute ? "compute" : "host", s.kind, s.microbatch,
+                     s.start_ns, s.end_ns);
+  }
+  const decltype(got) want = {{"host", SpanKind::F, 1, 30, 35},
+                              {"compute", SpanKind::F, 0, 100, 160},
+                              {"compute", SpanKind::BW, 0, 300, 380}};
+  EXPECT_EQ(got, want);
+  // The GPU lanes are untouched: compute and bubbles do not change.
+  std::size_t gpu_spans = 0;
+  for (const Span& s : v.spans) gpu_spans += s.lane == gpu;
+  EXPECT_EQ(gpu_spans, 4u);
+  // No records with a phase: the trace as it was.
+  for (auto& r : records) r.phase.reset();
+  EXPECT_EQ(analysis::ops_in_gpu_time(t, records).spans.size(), t.spans.size());
 }
 
 }  // namespace
