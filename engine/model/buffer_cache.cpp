@@ -4,8 +4,28 @@ namespace pipetune::model {
 
 BufferCache::~BufferCache() {
   for (auto& [bytes, blocks] : free_) {
-    for (void* block : blocks) ::operator delete(block);
+    for (void* block : blocks) {
+      if (storage_ != nullptr)
+        storage_->deallocate(block, bytes);
+      else
+        ::operator delete(block);
+    }
   }
+}
+
+void* BufferCache::allocate_block(std::size_t bytes) {
+  void* block = take(bytes);
+  if (block != nullptr) return block;
+  if (storage_ != nullptr) return storage_->allocate(bytes, profiler::MemoryCategory::Activations);
+  return ::operator new(bytes);
+}
+
+void BufferCache::release_block(void* block, std::size_t bytes) noexcept {
+  if (give(block, bytes)) return;
+  if (storage_ != nullptr)
+    storage_->deallocate(block, bytes);
+  else
+    ::operator delete(block);
 }
 
 void* BufferCache::take(std::size_t bytes) noexcept {

@@ -17,8 +17,16 @@
 //
 // CachingAllocator default-initialises elements: resize() and the count constructor leave new
 // floats unset (every op writes its outputs; model::zeros() clears where a buffer accumulates).
-// Builds with PIPETUNE_POISON_BUFFERS (debug and sanitizer builds) fill every block they hand out
-// with NaN, so a read before the first write shows up as a non-finite loss in the tests.
+// Builds with PIPETUNE_POISON_BUFFERS (debug and sanitizer builds) fill every host block they hand
+// out with NaN, so a read before the first write shows up as a non-finite loss in the tests.
+//
+// Device storage: a cache made with a tensor::DeviceAllocator whose kind is device (a GPU rank)
+// takes its blocks from that allocator (accounted as activations) and gives them back to it, so
+// every Buffer of the rank's thread is device memory, and host code reaches its values only
+// through the copies of buffers.hpp / device_allocator.hpp. A device block must be freed on its
+// rank's thread while the cache is bound (the runtime does); a host block freed there (made on a
+// thread without the cache) still goes to operator delete. Without a device allocator nothing
+// changes: blocks come from operator new as before.
 #pragma once
 
 #include <algorithm>
@@ -30,11 +38,16 @@
 #include <utility>
 #include <vector>
 
+#include "engine/tensor/device_allocator.hpp"
+
 namespace pipetune::model {
 
 class BufferCache {
  public:
-  explicit BufferCache(std::size_t max_bytes) : max_bytes_(max_bytes) {}
+  // `storage`: a device allocator for the rank's buffers, or null for host memory (operator new).
+  explicit BufferCache(std::size_t max_bytes, tensor::DeviceAllocator* storage = nullptr)
+      : max_bytes_(max_bytes),
+        storage_(storage != nullptr && storage->on_device() ? storage : nullptr) {}
   ~BufferCache();
   BufferCache(const BufferCache&) = delete;
   BufferCache& operator=(const BufferCache&) = delete;
@@ -47,6 +60,12 @@ class BufferCache {
   std::size_t cached_bytes() const { return cached_bytes_; }
   std::size_t hits() const { return hits_; }
   std::size_t misses() const { return misses_; }
+  // The device allocator behind this cache's blocks, or null (host memory).
+  tensor::DeviceAllocator* storage() const { return storage_; }
+
+  // A new block of `bytes` (from the cache, else the storage), and its release.
+  void* allocate_block(std::size_t bytes);
+  void release_block(void* block, std::size_t bytes) noexcept;
 
   // The cache bound to the calling thread, or nullptr.
   static BufferCache* current() noexcept;
@@ -57,6 +76,7 @@ class BufferCache {
 
   std::unordered_map<std::size_t, std::vector<void*>> free_;  // bytes -> blocks
   std::size_t max_bytes_;
+  tensor::DeviceAllocator* storage_ = nullptr;
   std::size_t cached_bytes_ = 0;
   std::size_t hits_ = 0, misses_ = 0;
 };
@@ -86,7 +106,10 @@ struct CachingAllocator {
   T* allocate(std::size_t n) {
     const std::size_t bytes = n * sizeof(T);
     void* block = nullptr;
-    if (BufferCache* cache = BufferCache::current()) block = cache->take(bytes);
+    BufferCache* cache = BufferCache::current();
+    if (cache != nullptr && cache->storage() != nullptr)
+      return static_cast<T*>(cache->allocate_block(bytes));  // device memory: never touched here
+    if (cache != nullptr) block = cache->take(bytes);
     if (block == nullptr) block = ::operator new(bytes);
 #ifdef PIPETUNE_POISON_BUFFERS
     if constexpr (std::is_floating_point_v<T>)
@@ -97,7 +120,14 @@ struct CachingAllocator {
   void deallocate(T* p, std::size_t n) noexcept {
     const std::size_t bytes = n * sizeof(T);
     if (BufferCache* cache = BufferCache::current()) {
-      if (cache->give(p, bytes)) return;
+      if (cache->storage() != nullptr) {
+        if (cache->storage()->owns(p)) {
+          cache->release_block(p, bytes);
+          return;
+        }
+      } else if (cache->give(p, bytes)) {
+        return;
+      }
     }
     ::operator delete(p);
   }

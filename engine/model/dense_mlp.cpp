@@ -60,7 +60,7 @@ void DenseMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, 
   const std::int64_t N = dout.shape.rows(), C = hidden_, Fl = ffn_local_;
   auto& be = ctx.be();
   TensorView kept = sized(a.dout, Shape{N, C});  // (N, C)
-  std::copy(dout.data, dout.data + dout.numel(), kept.data);
+  copy_values(dout, kept);
   Buffer dgelu_buf;
   TensorView dgelu = zeros(dgelu_buf, Shape{N, Fl});  // (N, F/tp)
   be.linear_backward_input(dout, params_->param(proj_w_), dgelu);

@@ -57,20 +57,21 @@ void MoeMlp::to_experts(const ParallelContext& ctx, const Buffer& by_expert,
                         std::vector<Buffer>& per_local, std::int64_t cap) const {
   const std::int64_t C = config_.hidden, El = local_experts_, ep = ctx.ep_size;
   const std::size_t block = static_cast<std::size_t>(cap * C);  // one expert's slots
+  const std::int64_t n = cap * C;
   // received (ep, El, cap, C): from EP rank i, its tokens for each of my local experts.
   Buffer received;
   if (ep > 1) {
-    received.resize(by_expert.size());
+    sized(received, Shape{static_cast<std::int64_t>(by_expert.size())});
     ctx.ep_all_to_all(by_expert, received);
   }
   const Buffer& src = ep > 1 ? received : by_expert;
   per_local.assign(static_cast<std::size_t>(El), {});
   for (std::int64_t le = 0; le < El; ++le) {
     auto& dst = per_local[static_cast<std::size_t>(le)];
-    dst.resize(static_cast<std::size_t>(ep) * block);  // (ep*cap, C)
+    sized(dst, Shape{ep * cap, C});  // (ep*cap, C)
     for (std::int64_t i = 0; i < ep; ++i)
-      std::copy_n(src.data() + static_cast<std::size_t>(i * El + le) * block, block,
-                  dst.data() + static_cast<std::size_t>(i) * block);
+      copy_values({src.data() + static_cast<std::size_t>(i * El + le) * block, Shape{n}},
+                  {dst.data() + static_cast<std::size_t>(i) * block, Shape{n}});
   }
 }
 
@@ -78,14 +79,16 @@ void MoeMlp::from_experts(const ParallelContext& ctx, const std::vector<Buffer>&
                           Buffer& by_expert, std::int64_t cap) const {
   const std::int64_t C = config_.hidden, El = local_experts_, ep = ctx.ep_size;
   const std::size_t block = static_cast<std::size_t>(cap * C);
+  const std::int64_t n = cap * C;
   Buffer gathered(static_cast<std::size_t>(ep * El) * block);  // (ep, El, cap, C)
   for (std::int64_t le = 0; le < El; ++le)
     for (std::int64_t i = 0; i < ep; ++i)
-      std::copy_n(
-          per_local[static_cast<std::size_t>(le)].data() + static_cast<std::size_t>(i) * block,
-          block, gathered.data() + static_cast<std::size_t>(i * El + le) * block);
+      copy_values(
+          {per_local[static_cast<std::size_t>(le)].data() + static_cast<std::size_t>(i) * block,
+           Shape{n}},
+          {gathered.data() + static_cast<std::size_t>(i * El + le) * block, Shape{n}});
   if (ep > 1) {
-    by_expert.resize(gathered.size());
+    sized(by_expert, Shape{static_cast<std::int64_t>(gathered.size())});
     ctx.ep_all_to_all(gathered, by_expert);
   } else {
     by_expert = std::move(gathered);

@@ -62,21 +62,26 @@ int ParameterSet::add(ParamEntry entry) {
   return static_cast<int>(entries_.size()) - 1;
 }
 
-void ParameterSet::allocate(std::int64_t pad_multiple) {
+void ParameterSet::allocate(std::int64_t pad_multiple, tensor::DeviceAllocator* storage) {
   const std::int64_t m = pad_multiple < 1 ? 1 : pad_multiple;
-  const std::int64_t padded = (size_ + m - 1) / m * m;
-  params_.assign(static_cast<std::size_t>(padded), 0.0f);
-  grads_.assign(static_cast<std::size_t>(padded), 0.0f);
+  const auto padded = static_cast<std::size_t>((size_ + m - 1) / m * m);
+  params_ = tensor::FlatStorage(padded, profiler::MemoryCategory::Parameters, storage);
+  grads_ = tensor::FlatStorage(padded, profiler::MemoryCategory::Gradients, storage);
   allocated_ = true;
 }
 
 void ParameterSet::initialize(std::uint64_t seed) {
+  // On a device the values are made in a host copy and uploaded once.
+  std::vector<float> staged;
+  if (params_.on_device()) staged.assign(params_.size(), 0.0f);
+  float* base = params_.on_device() ? staged.data() : params_.host_span().data();
   for (const ParamEntry& e : entries_) {
-    float* p = params_.data() + e.offset;
+    float* p = base + e.offset;
     for (std::int64_t i = 0; i < e.numel(); ++i)
       p[i] = init_value(seed, e.name, e.init, e.init_std, e.layout.full_index(i));
   }
-  std::fill(grads_.begin(), grads_.end(), 0.0f);
+  if (params_.on_device()) params_.upload(staged);
+  grads_.zero();
 }
 
 int ParameterSet::find(const std::string& name) const {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/tensor/device_allocator.hpp"
 #include "engine/tensor/tensor.hpp"
 
 namespace pipetune::model {
@@ -59,12 +60,15 @@ struct ParamEntry {
 
 // One rank's parameters of one reduction domain (dense parameters are reduced over DP, expert
 // parameters over the expert-DP group). Flat buffers are padded to a multiple of `pad_multiple`
-// so ZeRO-1 can split them into equal shards.
+// so ZeRO-1 can split them into equal shards. The flat buffers live in the storage given to
+// allocate() (host memory by default, the rank's device for a GPU rank): views point there, and
+// host code reads or writes values through the buffers' explicit copies (FlatStorage).
 class ParameterSet {
  public:
   // Returns the entry's index. Throws std::logic_error after allocate().
   int add(ParamEntry entry);
-  void allocate(std::int64_t pad_multiple = 1);
+  // `storage`: where the flat buffers live; null for host memory.
+  void allocate(std::int64_t pad_multiple = 1, tensor::DeviceAllocator* storage = nullptr);
   void initialize(std::uint64_t seed);  // values from init_value(); gradients zeroed
 
   int count() const { return static_cast<int>(entries_.size()); }
@@ -79,15 +83,16 @@ class ParameterSet {
 
   std::int64_t size() const { return size_; }  // unpadded elements
   std::int64_t padded_size() const { return static_cast<std::int64_t>(params_.size()); }
-  std::vector<float>& flat_params() { return params_; }
-  std::vector<float>& flat_grads() { return grads_; }
-  const std::vector<float>& flat_params() const { return params_; }
-  const std::vector<float>& flat_grads() const { return grads_; }
+  tensor::FlatStorage& flat_params() { return params_; }
+  tensor::FlatStorage& flat_grads() { return grads_; }
+  const tensor::FlatStorage& flat_params() const { return params_; }
+  const tensor::FlatStorage& flat_grads() const { return grads_; }
+  bool on_device() const { return params_.on_device(); }
 
  private:
   std::vector<ParamEntry> entries_;
-  std::vector<float> params_;
-  std::vector<float> grads_;
+  tensor::FlatStorage params_;  // (padded_size) Parameters
+  tensor::FlatStorage grads_;   // (padded_size) Gradients
   std::int64_t size_ = 0;
   bool allocated_ = false;
 };

@@ -66,7 +66,7 @@ float TransformerBlock::forward(const ParallelContext& ctx, ConstTensorView x, T
   auto& be = ctx.be();
   a.batch = B;
   a.seq = T;
-  a.x.assign(x.data, x.data + x.numel());  // (N, C)
+  assign_copy(a.x, x);  // (N, C)
   TensorView ln1 = sized(a.ln1, Shape{N, C});
   be.layernorm_forward(view(a.x, Shape{N, C}), params_->param(ln1_w_), params_->param(ln1_b_), ln1,
                        sized(a.ln1_mean, Shape{N}), sized(a.ln1_rstd, Shape{N}));
@@ -107,7 +107,7 @@ void TransformerBlock::backward_input(const ParallelContext& ctx, ConstTensorVie
   else
     dense_->backward_input(ctx, dy, dln2, a.dense);
   TensorView dx2 = sized(a.dx2, Shape{N, C});  // residual: dy + ln2's input gradient
-  std::copy(dy.data, dy.data + dy.numel(), dx2.data);
+  copy_values(dy, dx2);
   be.layernorm_backward_input(dln2, view(a.x2, Shape{N, C}), params_->param(ln2_w_),
                               view(a.ln2_mean, Shape{N}), view(a.ln2_rstd, Shape{N}), dx2);
 
@@ -123,7 +123,7 @@ void TransformerBlock::backward_input(const ParallelContext& ctx, ConstTensorVie
   TensorView dln1 = zeros(a.dln1, Shape{N, C});
   be.linear_backward_input(view(a.dqkv, Shape{N, 3 * Cl}), params_->param(qkv_w_), dln1);
   ctx.tp_all_reduce(dln1);
-  std::copy(dx2.data, dx2.data + dx2.numel(), dx.data);
+  copy_values(dx2, dx);
   be.layernorm_backward_input(dln1, view(a.x, Shape{N, C}), params_->param(ln1_w_),
                               view(a.ln1_mean, Shape{N}), view(a.ln1_rstd, Shape{N}), dx);
 }

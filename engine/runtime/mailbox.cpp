@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/model/buffers.hpp"
+
 namespace pipetune::runtime {
 
 Mailbox::Mailbox(comm::Communicator& comm, profiler::RankRecorder* recorder)
@@ -20,7 +22,14 @@ void Mailbox::post(int dst, MessageKind kind, int group, int microbatch,
                    std::span<const float> data) {
   const int tag = message_tag(kind, group, microbatch);
   if (dst == comm_->rank()) {
-    local_[tag].emplace_back(data.begin(), data.end());
+    // Kept on the host; `data` is in the rank's storage (device memory on a GPU rank).
+    if (tensor::DeviceAllocator* device = model::device_storage()) {
+      std::vector<float> msg(data.size());
+      device->copy_to_host(msg.data(), data.data(), data.size() * sizeof(float));
+      local_[tag].push_back(std::move(msg));
+    } else {
+      local_[tag].emplace_back(data.begin(), data.end());
+    }
     return;
   }
   profiler::ScopedSpan span(recorder_, profiler::SpanKind::Send, profiler::Stream::P2P, microbatch,
@@ -30,7 +39,8 @@ void Mailbox::post(int dst, MessageKind kind, int group, int microbatch,
 
 namespace {
 
-// Moves the oldest message of a FIFO into `data`; the FIFO's entry goes when empty.
+// Moves the oldest message of a FIFO (host vectors) into `data` (in the rank's storage); the
+// FIFO's entry goes when empty.
 template <typename Map, typename Key>
 bool pop_into(Map& fifo, const Key& key, std::span<float> data) {
   auto it = fifo.find(key);
@@ -39,7 +49,7 @@ bool pop_into(Map& fifo, const Key& key, std::span<float> data) {
   if (msg.size() != data.size())
     throw std::logic_error("runtime: message size " + std::to_string(msg.size()) + " != expected " +
                            std::to_string(data.size()));
-  std::copy(msg.begin(), msg.end(), data.begin());
+  model::rank_storage().copy_from_host(data.data(), msg.data(), msg.size() * sizeof(float));
   it->second.erase(it->second.begin());
   if (it->second.empty()) fifo.erase(it);
   return true;

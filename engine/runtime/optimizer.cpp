@@ -25,27 +25,31 @@ DataParallelOptimizer::DataParallelOptimizer(model::ParameterSet& params, comm::
     lo_ = 0;
     hi_ = total;
   }
-  m_.assign(static_cast<std::size_t>(hi_ - lo_), 0.0f);
-  v_.assign(static_cast<std::size_t>(hi_ - lo_), 0.0f);
+  tensor::DeviceAllocator* storage = &params.flat_params().allocator();
+  m_ = tensor::FlatStorage(static_cast<std::size_t>(hi_ - lo_),
+                           profiler::MemoryCategory::OptimizerState, storage);
+  v_ = tensor::FlatStorage(static_cast<std::size_t>(hi_ - lo_),
+                           profiler::MemoryCategory::OptimizerState, storage);
 }
 
 void DataParallelOptimizer::reduce_gradients() {
   if (group_.size() <= 1 || params_->padded_size() == 0) return;
-  std::vector<float>& g = params_->flat_grads();
+  tensor::FlatStorage& g = params_->flat_grads();
   if (!zero1_) {
-    comm_->all_reduce(group_, g);
+    comm_->all_reduce(group_, {g.data(), g.size()});
     return;
   }
-  std::vector<float> mine(static_cast<std::size_t>(hi_ - lo_));
-  comm_->reduce_scatter(group_, g, mine);
-  std::copy(mine.begin(), mine.end(), g.begin() + lo_);
+  tensor::FlatStorage mine(static_cast<std::size_t>(hi_ - lo_),
+                           profiler::MemoryCategory::Temporaries, &g.allocator());
+  comm_->reduce_scatter(group_, {g.data(), g.size()}, {mine.data(), mine.size()});
+  g.allocator().copy(g.data() + lo_, mine.data(), mine.size() * sizeof(float));
 }
 
 double DataParallelOptimizer::owned_sum_squares() const {
   // Without ZeRO every replica holds all reduced gradients: group rank 0 counts them.
   if (!zero1_ && group_.index_of(comm_->rank()) != 0) return 0.0;
   double sum = 0.0;
-  const std::vector<float>& g = params_->flat_grads();
+  const tensor::FlatStorage& g = params_->flat_grads();
   for (const model::ParamEntry& e : params_->entries()) {
     if (e.tp_replicated && tp_rank_ != 0) continue;
     const std::int64_t a = std::max<std::int64_t>(lo_, static_cast<std::int64_t>(e.offset));
@@ -59,8 +63,8 @@ double DataParallelOptimizer::owned_sum_squares() const {
 
 void DataParallelOptimizer::step(const tensor::AdamWConfig& config, std::int64_t step,
                                  float clip_coef) {
-  std::vector<float>& p = params_->flat_params();
-  std::vector<float>& g = params_->flat_grads();
+  tensor::FlatStorage& p = params_->flat_params();
+  tensor::FlatStorage& g = params_->flat_grads();
   tensor::AdamWConfig no_decay = config;
   no_decay.weight_decay = 0.0f;
   for (const model::ParamEntry& e : params_->entries()) {
@@ -75,13 +79,15 @@ void DataParallelOptimizer::step(const tensor::AdamWConfig& config, std::int64_t
                          {v_.data() + (a - lo_), shape}, e.decay ? config : no_decay, step);
   }
   if (zero1_ && hi_ > lo_) {
-    std::vector<float> mine(p.begin() + lo_, p.begin() + hi_);
-    comm_->all_gather(group_, mine, p);
+    tensor::FlatStorage mine(static_cast<std::size_t>(hi_ - lo_),
+                             profiler::MemoryCategory::Temporaries, &p.allocator());
+    p.allocator().copy(mine.data(), p.data() + lo_, mine.size() * sizeof(float));
+    comm_->all_gather(group_, {mine.data(), mine.size()}, {p.data(), p.size()});
   }
 }
 
 void DataParallelOptimizer::zero_grad() {
-  std::fill(params_->flat_grads().begin(), params_->flat_grads().end(), 0.0f);
+  params_->flat_grads().zero();
 }
 
 }  // namespace pipetune::runtime

@@ -5,6 +5,9 @@
 // gradient buffer is reduce-scattered, each rank keeps AdamW moments for and updates only its
 // 1/g shard, and the updated parameters are all-gathered: the same numbers, 1/g of the optimizer
 // state.
+//
+// The moments live in the parameters' storage (the rank's device for a GPU rank); the reductions
+// pass device spans to the communicator, which stages them when it must.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +39,8 @@ class DataParallelOptimizer {
   // Owned range of the flat buffers, [lo, hi).
   std::int64_t owned_lo() const { return lo_; }
   std::int64_t owned_hi() const { return hi_; }
-  std::vector<float>& moment1() { return m_; }
-  std::vector<float>& moment2() { return v_; }
+  tensor::FlatStorage& moment1() { return m_; }
+  tensor::FlatStorage& moment2() { return v_; }
 
  private:
   model::ParameterSet* params_;
@@ -47,7 +50,7 @@ class DataParallelOptimizer {
   bool zero1_;
   tensor::Backend* backend_;
   std::int64_t lo_ = 0, hi_ = 0;
-  std::vector<float> m_, v_;  // (hi - lo)
+  tensor::FlatStorage m_, v_;  // (hi - lo) OptimizerState
 };
 
 }  // namespace pipetune::runtime

@@ -259,7 +259,7 @@ void RankRuntime::reduce_embedding_parts(int mb, TensorView x) {
   // Input reduce: every vocabulary-group member's partial embedding, summed in group order.
   const std::int64_t N = rows(), C = config_.hidden;
   model::Buffer part(static_cast<std::size_t>(N * C));
-  std::fill(x.data, x.data + x.numel(), 0.0f);
+  model::fill_zero(x);
   for (int src : vocab_group_.ranks) {
     mailbox_.take(src, MessageKind::EmbeddingPart, 0, mb, part);
     ctx_.be().accumulate(x, view(part, Shape{N, C}));
@@ -323,7 +323,7 @@ float RankRuntime::output_loss_plain(ChunkState& s, int mb) {
   be.vocab_ce_local_stats(logits, targets, m.vocab().lo, gmax, gsum, target);
   if (ctx_.tp_size > 1) {
     // Megatron's vocab-parallel cross-entropy: max, then rescaled sums, over the TP group.
-    model::Buffer local_max(s.gmax);
+    model::Buffer local_max = model::copy_of(s.gmax);
     ctx_.tp_all_reduce(gmax, comm::ReduceOp::max);
     be.vocab_ce_rescale_sum(view(local_max, Shape{N}), gmax, gsum);
     ctx_.tp_all_reduce(gsum);
@@ -351,7 +351,7 @@ void RankRuntime::output_backward_plain(ChunkState& s, int mb, TensorView dy_fin
   TensorView dlnf = zeros(s.dlnf, Shape{N, C});
   be.linear_backward_input(dlogits, m.dense.param(m.head()), dlnf);
   ctx_.tp_all_reduce(dlnf);
-  std::fill(dy_final.data, dy_final.data + dy_final.numel(), 0.0f);
+  model::fill_zero(dy_final);
   be.layernorm_backward_input(dlnf, view(s.out, Shape{N, C}), m.dense.param(m.lnf_w()),
                               view(s.lnf_mean, Shape{N}), view(s.lnf_rstd, Shape{N}), dy_final);
 }

@@ -17,6 +17,7 @@ using model::sized;
 using model::view;
 using model::zeros;
 using tensor::ConstTensorView;
+using tensor::HostAccess;
 using tensor::Shape;
 using tensor::TensorView;
 
@@ -38,7 +39,7 @@ void RankRuntime::vocab_output_forward(int mb) {
       target{stats.data() + 2 * N, Shape{N}};
   be.vocab_ce_local_stats(logits, targets, m.vocab().lo, lmax, lsum, target);
   if (ctx_.tp_size > 1) {
-    model::Buffer local_max(stats.begin(), stats.begin() + N);
+    model::Buffer local_max = model::copy_of(stats, 0, static_cast<std::size_t>(N));
     ctx_.tp_all_reduce(lmax, comm::ReduceOp::max);
     be.vocab_ce_rescale_sum(view(local_max, Shape{N}), lmax, lsum);
     ctx_.tp_all_reduce(lsum);
@@ -49,21 +50,34 @@ void RankRuntime::vocab_output_forward(int mb) {
   if (schedule_->vocab == schedule::VocabMode::Vocab2) {
     // Algorithm 2: send what lets the last group's B form the hidden state's gradient right
     // after the one barrier: A = sum_v exp(l_v - max) W_v and the target's row W_t.
-    model::Buffer weights(static_cast<std::size_t>(2 * N * C), 0.0f);  // [A | W_t] (2, N, C)
+    // The exponentials and the target rows are host loops: on a device they run on host copies.
+    tensor::DeviceAllocator& storage = model::rank_storage();
+    model::Buffer weights;
+    zeros(weights, Shape{2 * N * C});  // [A | W_t] (2, N, C)
     model::Buffer p_buf;
     TensorView p = sized(p_buf, Shape{N, Vs});
-    for (std::int64_t n = 0; n < N; ++n) {
-      const float* l = logits.data + n * Vs;
-      float* pr = p.data + n * Vs;
-      for (std::int64_t j = 0; j < Vs; ++j) pr[j] = std::exp(l[j] - lmax.data[n]);
+    {
+      const HostAccess l_host(storage, logits), max_host(storage, lmax);
+      HostAccess p_host(storage, p, HostAccess::Mode::write);
+      for (std::int64_t n = 0; n < N; ++n) {
+        const float* l = l_host.data() + n * Vs;
+        float* pr = p_host.data() + n * Vs;
+        for (std::int64_t j = 0; j < Vs; ++j) pr[j] = std::exp(l[j] - max_host.data()[n]);
+      }
+      p_host.commit();
     }
     TensorView a{weights.data(), Shape{N, C}}, wt{weights.data() + N * C, Shape{N, C}};
     be.linear_backward_input(p, m.dense.param(m.head()), a);
-    const float* head = m.dense.param(m.head()).data;
-    for (std::int64_t n = 0; n < N; ++n) {
-      const std::int64_t t = targets[static_cast<std::size_t>(n)];
-      if (t >= m.vocab().lo && t < m.vocab().hi)
-        std::copy_n(head + (t - m.vocab().lo) * C, C, wt.data + n * C);
+    {
+      const HostAccess head_host(storage, m.dense.param(m.head()));
+      HostAccess wt_host(storage, wt, HostAccess::Mode::read_write);
+      const float* head = head_host.data();
+      for (std::int64_t n = 0; n < N; ++n) {
+        const std::int64_t t = targets[static_cast<std::size_t>(n)];
+        if (t >= m.vocab().lo && t < m.vocab().hi)
+          std::copy_n(head + (t - m.vocab().lo) * C, C, wt_host.data() + n * C);
+      }
+      wt_host.commit();
     }
     if (ctx_.tp_size > 1) {
       TensorView both{weights.data(), Shape{2 * N, C}};
@@ -78,29 +92,42 @@ RankRuntime::VocabState& RankRuntime::collect_stats(int mb) {
   if (v.stats_ready) return v;
   const std::int64_t N = rows();
   const auto members = static_cast<std::int64_t>(vocab_group_.ranks.size());
-  model::Buffer all(static_cast<std::size_t>(members * 3 * N));  // (members, 3, N)
+  model::Buffer all_buf;
+  TensorView all_view = sized(all_buf, Shape{members * 3 * N});  // (members, 3, N)
   for (std::int64_t i = 0; i < members; ++i)
     mailbox_.take(vocab_group_.ranks[static_cast<std::size_t>(i)], MessageKind::Stats, 0, mb,
-                  {all.data() + i * 3 * N, static_cast<std::size_t>(3 * N)});
-  v.gmax.assign(static_cast<std::size_t>(N), -INFINITY);
-  v.gsum.assign(static_cast<std::size_t>(N), 0.0f);
-  v.target.assign(static_cast<std::size_t>(N), 0.0f);
-  v.peer_max.resize(static_cast<std::size_t>(members * N));
-  for (std::int64_t i = 0; i < members; ++i)
-    for (std::int64_t n = 0; n < N; ++n) {
-      v.peer_max[static_cast<std::size_t>(i * N + n)] =
-          all[static_cast<std::size_t>(i * 3 * N + n)];
-      v.gmax[static_cast<std::size_t>(n)] = std::max(v.gmax[static_cast<std::size_t>(n)],
+                  {all_buf.data() + i * 3 * N, static_cast<std::size_t>(3 * N)});
+  {
+    // Host loops over the statistics (on a device: over host copies, written back after).
+    tensor::DeviceAllocator& storage = model::rank_storage();
+    const HostAccess all(storage, all_view);
+    HostAccess gmax(storage, sized(v.gmax, Shape{N}), HostAccess::Mode::write);
+    HostAccess gsum(storage, sized(v.gsum, Shape{N}), HostAccess::Mode::write);
+    HostAccess target(storage, sized(v.target, Shape{N}), HostAccess::Mode::write);
+    HostAccess peer_max(storage, sized(v.peer_max, Shape{members * N}), HostAccess::Mode::write);
+    std::fill_n(gmax.data(), N, -INFINITY);
+    std::fill_n(gsum.data(), N, 0.0f);
+    std::fill_n(target.data(), N, 0.0f);
+    for (std::int64_t i = 0; i < members; ++i)
+      for (std::int64_t n = 0; n < N; ++n) {
+        peer_max[static_cast<std::size_t>(i * N + n)] =
+            all[static_cast<std::size_t>(i * 3 * N + n)];
+        gmax[static_cast<std::size_t>(n)] = std::max(gmax[static_cast<std::size_t>(n)],
                                                      all[static_cast<std::size_t>(i * 3 * N + n)]);
-    }
-  // Combined in group order, like the communicator's deterministic reductions.
-  for (std::int64_t i = 0; i < members; ++i)
-    for (std::int64_t n = 0; n < N; ++n) {
-      const auto k = static_cast<std::size_t>(n);
-      const float mi = all[static_cast<std::size_t>(i * 3 * N + n)];
-      v.gsum[k] += all[static_cast<std::size_t>(i * 3 * N + N + n)] * std::exp(mi - v.gmax[k]);
-      v.target[k] += all[static_cast<std::size_t>(i * 3 * N + 2 * N + n)];
-    }
+      }
+    // Combined in group order, like the communicator's deterministic reductions.
+    for (std::int64_t i = 0; i < members; ++i)
+      for (std::int64_t n = 0; n < N; ++n) {
+        const auto k = static_cast<std::size_t>(n);
+        const float mi = all[static_cast<std::size_t>(i * 3 * N + n)];
+        gsum[k] += all[static_cast<std::size_t>(i * 3 * N + N + n)] * std::exp(mi - gmax[k]);
+        target[k] += all[static_cast<std::size_t>(i * 3 * N + 2 * N + n)];
+      }
+    gmax.commit();
+    gsum.commit();
+    target.commit();
+    peer_max.commit();
+  }
   v.stats_ready = true;
   const bool holds_last = rank_ == group_rank(model_->placement().groups - 1);
   v.stats_uses_left = schedule_->vocab == schedule::VocabMode::Vocab2 && holds_last ? 2 : 1;
@@ -152,19 +179,28 @@ void RankRuntime::output_backward_vocab(ChunkState& s, int mb, TensorView dy_fin
   if (schedule_->vocab == schedule::VocabMode::Vocab2) {
     VocabState& v = collect_stats(mb);
     const float scale = grad_scale_ / static_cast<float>(N);
-    model::Buffer weights(static_cast<std::size_t>(2 * N * C));
+    const auto members = static_cast<std::int64_t>(vocab_group_.ranks.size());
+    // A host loop (on a device: over host copies, dlnf written back after).
+    tensor::DeviceAllocator& storage = model::rank_storage();
+    const HostAccess peer_max(storage, view(v.peer_max, Shape{members * N}));
+    const HostAccess gmax(storage, view(v.gmax, Shape{N})), gsum(storage, view(v.gsum, Shape{N}));
+    HostAccess d_host(storage, dlnf, HostAccess::Mode::read_write);
+    model::Buffer weights;
+    TensorView weights_view = sized(weights, Shape{2 * N * C});
     for (std::size_t i = 0; i < vocab_group_.ranks.size(); ++i) {
       mailbox_.take(vocab_group_.ranks[i], MessageKind::SoftmaxWeights, 0, mb, weights);
+      const HostAccess w_host(storage, weights_view);
       for (std::int64_t n = 0; n < N; ++n) {
         const auto k = static_cast<std::size_t>(n);
         const float coef =
-            std::exp(v.peer_max[i * static_cast<std::size_t>(N) + k] - v.gmax[k]) / v.gsum[k];
-        const float* a = weights.data() + n * C;
-        const float* wt = weights.data() + N * C + n * C;
-        float* d = dlnf.data + n * C;
+            std::exp(peer_max[i * static_cast<std::size_t>(N) + k] - gmax[k]) / gsum[k];
+        const float* a = w_host.data() + n * C;
+        const float* wt = w_host.data() + N * C + n * C;
+        float* d = d_host.data() + n * C;
         for (std::int64_t c = 0; c < C; ++c) d[c] += scale * (coef * a[c] - wt[c]);
       }
     }
+    d_host.commit();
     if (--v.stats_uses_left == 0) vocab_.erase(mb);
   } else {
     model::Buffer part(static_cast<std::size_t>(N * C));
@@ -173,7 +209,7 @@ void RankRuntime::output_backward_vocab(ChunkState& s, int mb, TensorView dy_fin
       be.accumulate(dlnf, view(part, Shape{N, C}));
     }
   }
-  std::fill(dy_final.data, dy_final.data + dy_final.numel(), 0.0f);
+  model::fill_zero(dy_final);
   be.layernorm_backward_input(dlnf, view(s.out, Shape{N, C}), m.dense.param(m.lnf_w()),
                               view(s.lnf_mean, Shape{N}), view(s.lnf_rstd, Shape{N}), dy_final);
 }

@@ -24,9 +24,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Writes this rank's elements [lo, hi) of `flat` into full-model tensors.
-void export_full(const model::ParameterSet& set, const std::vector<float>& flat, std::int64_t lo,
-                 std::int64_t hi, std::map<std::string, tensor::Tensor>& out, std::mutex& mutex) {
+// Writes this rank's elements [lo, hi) of `storage` into full-model tensors (a device storage is
+// copied to the host first).
+void export_full(const model::ParameterSet& set, const tensor::FlatStorage& storage,
+                 std::int64_t lo, std::int64_t hi, std::map<std::string, tensor::Tensor>& out,
+                 std::mutex& mutex) {
+  std::vector<float> staged;
+  if (storage.on_device()) staged = storage.to_host();
+  const std::span<const float> flat = storage.on_device() ? staged : storage.host_span();
   std::lock_guard lock(mutex);
   for (const model::ParamEntry& e : set.entries()) {
     const auto off = static_cast<std::int64_t>(e.offset);
@@ -44,8 +49,13 @@ void export_full(const model::ParameterSet& set, const std::vector<float>& flat,
   }
 }
 
-// Overwrites this rank's shards with the elements of the given full-model tensors.
+// Overwrites this rank's shards with the elements of the given full-model tensors (on a device:
+// in a host copy, uploaded at the end).
 void import_full(model::ParameterSet& set, const std::map<std::string, tensor::Tensor>& full) {
+  tensor::FlatStorage& storage = set.flat_params();
+  std::vector<float> staged;
+  if (storage.on_device()) staged = storage.to_host();
+  float* base = storage.on_device() ? staged.data() : storage.host_span().data();
   for (const model::ParamEntry& e : set.entries()) {
     auto it = full.find(e.name);
     if (it == full.end()) continue;
@@ -53,9 +63,10 @@ void import_full(model::ParameterSet& set, const std::map<std::string, tensor::T
       throw InputError("initial parameter '" + e.name + "' has " +
                        std::to_string(it->second.numel()) + " elements, the model " +
                        std::to_string(e.layout.full_numel()));
-    float* p = set.flat_params().data() + e.offset;
+    float* p = base + e.offset;
     for (std::int64_t i = 0; i < e.numel(); ++i) p[i] = it->second[e.layout.full_index(i)];
   }
+  if (storage.on_device()) storage.upload(staged);
 }
 
 // Parameter and gradient bytes of the vocabulary layers (embedding, position embedding, output
@@ -79,7 +90,7 @@ ParameterBytes parameter_bytes(const model::ParameterSet& set) {
 // before the runtime, so the runtime's buffers go back to it while it is still bound).
 class RankTraining {
  public:
-  RankTraining(SharedTraining& shared, comm::Communicator& comm);
+  RankTraining(SharedTraining& shared, RankDevice& device);
 
   void resume();            // parameters, optimizer state and loader position from the checkpoint
   bool run_step(int step);  // one iteration; true when a stop request ends the run after it
@@ -96,7 +107,7 @@ class RankTraining {
   comm::Communicator& comm_;
   const int rank_;
   const comm::RankCoordinates at_;
-  tensor::CpuBackend backend_;
+  tensor::Backend& backend_;
   profiler::RankRecorder& recorder_;
   model::BufferCache buffer_cache_;
   model::ScopedBufferCache bind_buffer_cache_;
@@ -119,19 +130,19 @@ data::DataLoader make_loader(const SharedTraining& s, const comm::RankCoordinate
              : data::make_shard_loader(s.options.data_shards, s.prepared.config.vocab, lc);
 }
 
-RankTraining::RankTraining(SharedTraining& shared, comm::Communicator& comm)
+RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
     : s_(shared),
       options_(shared.options),
       plan_(shared.prepared.plan),
-      comm_(comm),
-      rank_(comm.rank()),
+      comm_(device.communicator()),
+      rank_(comm_.rank()),
       at_(shared.topology.coordinates(rank_)),
-      backend_(shared.threads_per_rank),
+      backend_(device.backend()),
       recorder_(*shared.recorders[static_cast<std::size_t>(rank_)]),
-      buffer_cache_(shared.options.buffer_cache_bytes),
+      buffer_cache_(shared.options.buffer_cache_bytes, device.storage()),
       bind_buffer_cache_(buffer_cache_),
       runtime_(shared.prepared.config, plan_, shared.prepared.split, shared.prepared.sched,
-               shared.topology, comm, backend_, &recorder_),
+               shared.topology, comm_, backend_, &recorder_),
       model_(runtime_.model()),
       dp_group_(shared.topology.dp_group(rank_)),
       edp_group_(shared.topology.expert_dp_group(rank_)),
@@ -142,16 +153,16 @@ RankTraining::RankTraining(SharedTraining& shared, comm::Communicator& comm)
   if (options_.fault) runtime_.set_fault(&*options_.fault);
   const bool zero1 = plan_.zero_stage == 1;
   model::RankModel& m = model_;
-  m.dense.allocate(zero1 ? dp_group_.size() : 1);
-  m.expert.allocate(zero1 ? edp_group_.size() : 1);
+  m.dense.allocate(zero1 ? dp_group_.size() : 1, device.storage());
+  m.expert.allocate(zero1 ? edp_group_.size() : 1, device.storage());
   m.dense.initialize(options_.seed);
   m.expert.initialize(options_.seed);
   if (options_.initial_parameters != nullptr) {
     import_full(m.dense, *options_.initial_parameters);
     import_full(m.expert, *options_.initial_parameters);
   }
-  dense_opt_.emplace(m.dense, comm, dp_group_, at_.tp_rank, zero1, backend_);
-  expert_opt_.emplace(m.expert, comm, edp_group_, at_.tp_rank, zero1, backend_);
+  dense_opt_.emplace(m.dense, comm_, dp_group_, at_.tp_rank, zero1, backend_);
+  expert_opt_.emplace(m.expert, comm_, edp_group_, at_.tp_rank, zero1, backend_);
   profiler::MemoryLedger& ledger = recorder_.memory();
   const ParameterBytes dense_bytes = parameter_bytes(m.dense);
   const ParameterBytes expert_bytes = parameter_bytes(m.expert);
@@ -170,12 +181,12 @@ RankTraining::RankTraining(SharedTraining& shared, comm::Communicator& comm)
 void RankTraining::resume() {
   if (!s_.prepared.resume) return;
   const checkpoint::RankCheckpoint c = checkpoint::read_rank_checkpoint(options_.resume_dir, rank_);
-  auto restore = [&](const std::string& name, std::vector<float>& into) {
+  auto restore = [&](const std::string& name, tensor::FlatStorage& into) {
     const checkpoint::NamedBuffer* b = c.find(name);
     if (b == nullptr || b->values.size() != into.size())
       throw InputError("checkpoint '" + options_.resume_dir + "' rank " + std::to_string(rank_) +
                        ": buffer '" + name + "' is missing or has the wrong size");
-    into = b->values;
+    into.upload(b->values);
   };
   restore("dense.params", model_.dense.flat_params());
   restore("dense.m", dense_opt_->moment1());
@@ -287,10 +298,13 @@ void RankTraining::stream_trace(const profiler::StepMetric& step_metric) {
 void RankTraining::save_checkpoint(int step) {
   checkpoint::RankCheckpoint c;
   c.rank = rank_;
-  c.buffers = {
-      {"dense.params", model_.dense.flat_params()}, {"dense.m", dense_opt_->moment1()},
-      {"dense.v", dense_opt_->moment2()},           {"expert.params", model_.expert.flat_params()},
-      {"expert.m", expert_opt_->moment1()},         {"expert.v", expert_opt_->moment2()}};
+  // Host copies of the rank's state (downloaded from a device).
+  c.buffers = {{"dense.params", model_.dense.flat_params().to_host()},
+               {"dense.m", dense_opt_->moment1().to_host()},
+               {"dense.v", dense_opt_->moment2().to_host()},
+               {"expert.params", model_.expert.flat_params().to_host()},
+               {"expert.m", expert_opt_->moment1().to_host()},
+               {"expert.v", expert_opt_->moment2().to_host()}};
   c.loader = loader_.state();
   if (options_.processes) {
     // Every rank's state to rank 0, which writes the directory.
@@ -361,8 +375,33 @@ StepTiming step_timing(const profiler::RankRecorder& recorder, std::size_t first
   return t;
 }
 
+namespace {
+
+class CpuRankDevice final : public RankDevice {
+ public:
+  CpuRankDevice(comm::Communicator& comm, int threads) : backend_(threads), comm_(comm) {}
+  tensor::Backend& backend() override { return backend_; }
+  tensor::DeviceAllocator* storage() override { return nullptr; }
+  comm::Communicator& communicator() override { return comm_; }
+
+ private:
+  tensor::CpuBackend backend_;
+  comm::Communicator& comm_;
+};
+
+}  // namespace
+
+std::unique_ptr<RankDevice> make_cpu_rank_device(comm::Communicator& comm, int threads_per_rank) {
+  return std::make_unique<CpuRankDevice>(comm, threads_per_rank);
+}
+
 void train_rank(SharedTraining& shared, comm::Communicator& comm) {
-  RankTraining rank(shared, comm);
+  // The device outlives the rank's training (its buffers and parameters live in its storage).
+  const std::unique_ptr<RankDevice> device =
+      shared.options.rank_device ? shared.options.rank_device(comm, shared.threads_per_rank)
+                                 : make_cpu_rank_device(comm, shared.threads_per_rank);
+  if (!device) throw std::logic_error("train: the rank device factory returned nothing");
+  RankTraining rank(shared, *device);
   rank.resume();
   for (int step = rank.first_step(); step <= shared.options.steps; ++step)
     if (rank.run_step(step)) break;

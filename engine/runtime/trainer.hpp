@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,8 +24,32 @@
 namespace pipetune::comm {
 class Communicator;
 }
+namespace pipetune::tensor {
+class DeviceAllocator;
+}
 
 namespace pipetune::runtime {
+
+// Where one rank computes: its backend, the storage its tensors live in and the communicator it
+// talks through. The default is the CPU: a CpuBackend, host memory and the rank's own
+// communicator. A GPU rank (engine/cuda/cuda_rank_device.hpp) has a CudaBackend on its own stream,
+// a device allocator and a communicator that stages device spans.
+class RankDevice {
+ public:
+  virtual ~RankDevice() = default;
+  virtual tensor::Backend& backend() = 0;
+  // The rank's device storage, or null for host memory.
+  virtual tensor::DeviceAllocator* storage() = 0;
+  virtual comm::Communicator& communicator() = 0;
+};
+
+// Makes a rank's device on that rank's thread, from the communicator the run gives it and the
+// compute threads per rank. Exceptions fail the run like any rank failure.
+using RankDeviceFactory =
+    std::function<std::unique_ptr<RankDevice>(comm::Communicator& comm, int threads_per_rank)>;
+
+// The CPU rank: CpuBackend with `threads_per_rank` threads, host memory, `comm` itself.
+std::unique_ptr<RankDevice> make_cpu_rank_device(comm::Communicator& comm, int threads_per_rank);
 
 // Beyond this many rank threads a run is almost surely a typo (each rank is a thread here).
 inline constexpr int kMaxTrainRanks = 256;
@@ -71,6 +96,9 @@ struct TrainOptions {
   // A fault to inject (`train --fault`, injected_fault.hpp): for checking that failures end the
   // run cleanly. Unset in every real run.
   std::optional<InjectedFault> fault;
+  // Where the ranks compute (`train --backend`): null for the CPU (make_cpu_rank_device). The
+  // CLI sets engine/cuda's single-GPU factory for `--backend cuda`.
+  RankDeviceFactory rank_device;
 
   // Ranks as processes (mpirun / srun): this process runs its ranks of the run (one, or K as
   // threads in a hybrid run), each over its own communicator; the other ranks are other

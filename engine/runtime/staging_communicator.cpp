@@ -1,0 +1,85 @@
+#include "engine/runtime/staging_communicator.hpp"
+
+namespace pipetune::runtime {
+
+std::span<const float> StagingCommunicator::input(std::span<const float> data,
+                                                  std::vector<float>& stage) {
+  if (!on_device(data)) return data;
+  stage.resize(data.size());
+  storage_->copy_to_host(stage.data(), data.data(), data.size_bytes());
+  to_host_ += data.size_bytes();
+  return stage;
+}
+
+std::span<float> StagingCommunicator::output(std::span<float> data, std::vector<float>& stage) {
+  if (!on_device(data)) return data;
+  stage.resize(data.size());
+  return stage;
+}
+
+void StagingCommunicator::finish(std::span<float> data, const std::vector<float>& stage) {
+  if (!on_device(data)) return;
+  storage_->copy_from_host(data.data(), stage.data(), data.size_bytes());
+  to_device_ += data.size_bytes();
+}
+
+void StagingCommunicator::send(int dst, int tag, std::span<const float> data) {
+  inner_->send(dst, tag, input(data, in_));
+}
+
+void StagingCommunicator::recv(int src, int tag, std::span<float> data) {
+  inner_->recv(src, tag, output(data, out_));
+  finish(data, out_);
+}
+
+void StagingCommunicator::all_reduce(const comm::ProcessGroup& group, std::span<float> data,
+                                     comm::ReduceOp op) {
+  if (!on_device(data)) return inner_->all_reduce(group, data, op);
+  input(data, out_);  // in place: download into the output stage
+  inner_->all_reduce(group, out_, op);
+  finish(data, out_);
+}
+
+void StagingCommunicator::reduce_scatter(const comm::ProcessGroup& group,
+                                         std::span<const float> input_data,
+                                         std::span<float> output_data, comm::ReduceOp op) {
+  const std::span<const float> in = input(input_data, in_);
+  inner_->reduce_scatter(group, in, output(output_data, out_), op);
+  finish(output_data, out_);
+}
+
+void StagingCommunicator::all_gather(const comm::ProcessGroup& group,
+                                     std::span<const float> input_data,
+                                     std::span<float> output_data) {
+  const std::span<const float> in = input(input_data, in_);
+  inner_->all_gather(group, in, output(output_data, out_));
+  finish(output_data, out_);
+}
+
+void StagingCommunicator::all_to_all(const comm::ProcessGroup& group,
+                                     std::span<const float> input_data,
+                                     std::span<float> output_data) {
+  const std::span<const float> in = input(input_data, in_);
+  inner_->all_to_all(group, in, output(output_data, out_));
+  finish(output_data, out_);
+}
+
+void StagingCommunicator::all_to_all_v(const comm::ProcessGroup& group,
+                                       std::span<const float> input_data,
+                                       std::span<const std::size_t> send_counts,
+                                       std::span<float> output_data,
+                                       std::span<const std::size_t> recv_counts) {
+  const std::span<const float> in = input(input_data, in_);
+  inner_->all_to_all_v(group, in, send_counts, output(output_data, out_), recv_counts);
+  finish(output_data, out_);
+}
+
+void StagingCommunicator::broadcast(const comm::ProcessGroup& group, std::span<float> data,
+                                    int root) {
+  if (!on_device(data)) return inner_->broadcast(group, data, root);
+  input(data, out_);
+  inner_->broadcast(group, out_, root);
+  finish(data, out_);
+}
+
+}  // namespace pipetune::runtime

@@ -1,0 +1,269 @@
+// A host emulation of a GPU rank, for checking without a GPU that the engine never touches device
+// storage from host code: GuardedAllocator is a DeviceAllocator of kind device whose blocks are
+// pages mapped PROT_NONE, readable and writable only inside its own copies and inside the ops of
+// GuardedBackend (a CpuBackend whose every op opens the rank's blocks for its duration). Any
+// other host access (a std::fill, a vector copy, a loop over a buffer) is a segmentation fault.
+// GuardedRankDevice puts it together with a StagingCommunicator, as the CUDA rank device does
+// with cudaMalloc, the CudaBackend and its stream.
+#pragma once
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
+
+#include "engine/runtime/staging_communicator.hpp"
+#include "engine/runtime/trainer.hpp"
+#include "engine/tensor/cpu/cpu_backend.hpp"
+#include "engine/tensor/device_allocator.hpp"
+
+namespace pipetune::testing {
+
+class GuardedAllocator final : public tensor::DeviceAllocator {
+ public:
+  tensor::StorageKind kind() const override { return tensor::StorageKind::device; }
+  std::string_view name() const override { return "guarded"; }
+  std::size_t alignment() const override { return page(); }
+
+  void copy_to_host(void* host, const void* device, std::size_t bytes) override {
+    Open open(*this);
+    if (bytes > 0) std::memmove(host, device, bytes);
+  }
+  void copy_from_host(void* device, const void* host, std::size_t bytes) override {
+    Open open(*this);
+    if (bytes > 0) std::memmove(device, host, bytes);
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    Open open(*this);
+    if (bytes > 0) std::memmove(dst, src, bytes);
+  }
+  void fill_zero(void* dst, std::size_t bytes) override {
+    Open open(*this);
+    if (bytes > 0) std::memset(dst, 0, bytes);
+  }
+
+  // Opens every block for reading and writing while alive (nested opens allowed).
+  class Open {
+   public:
+    explicit Open(GuardedAllocator& a) : a_(a) { a_.open(); }
+    ~Open() { a_.close(); }
+    Open(const Open&) = delete;
+    Open& operator=(const Open&) = delete;
+
+   private:
+    GuardedAllocator& a_;
+  };
+
+ protected:
+  void* do_allocate(std::size_t bytes) override {
+    std::lock_guard lock(state_);
+    void* p = ::mmap(nullptr, rounded(bytes), depth_ > 0 ? PROT_READ | PROT_WRITE : PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return p;
+  }
+  void do_deallocate(void* block, std::size_t bytes) noexcept override {
+    ::munmap(block, rounded(bytes));
+  }
+
+ private:
+  static std::size_t page() { return static_cast<std::size_t>(::sysconf(_SC_PAGE_SIZE)); }
+  static std::size_t rounded(std::size_t bytes) { return (bytes + page() - 1) / page() * page(); }
+  void protect(int prot) {
+    for_each_block([&](void* p, std::size_t bytes) { ::mprotect(p, rounded(bytes), prot); });
+  }
+  void open() {
+    std::lock_guard lock(state_);
+    if (depth_++ == 0) protect(PROT_READ | PROT_WRITE);
+  }
+  void close() {
+    std::lock_guard lock(state_);
+    if (--depth_ == 0) protect(PROT_NONE);
+  }
+
+  std::recursive_mutex state_;
+  int depth_ = 0;
+};
+
+// CpuBackend with the rank's guarded blocks open during each op.
+class GuardedBackend final : public tensor::Backend {
+ public:
+  GuardedBackend(GuardedAllocator& storage, int threads) : storage_(storage), cpu_(threads) {}
+  std::string_view name() const override { return "guarded-cpu"; }
+
+ protected:
+  using CV = tensor::ConstTensorView;
+  using TV = tensor::TensorView;
+  using Ids = std::span<const std::int32_t>;
+  // Shard ops forward through the public API with a vocabulary no token id reaches.
+  static constexpr std::int64_t kAnyVocab = std::numeric_limits<std::int32_t>::max() + 1LL;
+
+  void do_zero(TV t) override {
+    G g(storage_);
+    cpu_.zero(t);
+  }
+  void do_scale(TV t, float s) override {
+    G g(storage_);
+    cpu_.scale(t, s);
+  }
+  void do_add(CV a, CV b, TV out) override {
+    G g(storage_);
+    cpu_.add(a, b, out);
+  }
+  void do_accumulate(TV d, CV s) override {
+    G g(storage_);
+    cpu_.accumulate(d, s);
+  }
+  void do_linear_forward(CV x, CV w, CV b, TV y) override {
+    G g(storage_);
+    cpu_.linear_forward(x, w, b, y);
+  }
+  void do_linear_backward_input(CV dy, CV w, TV dx) override {
+    G g(storage_);
+    cpu_.linear_backward_input(dy, w, dx);
+  }
+  void do_linear_backward_weight(CV dy, CV x, TV dw, TV db) override {
+    G g(storage_);
+    cpu_.linear_backward_weight(dy, x, dw, db);
+  }
+  void do_embedding_forward(Ids t, CV wte, std::int64_t lo, CV wpe, TV out) override {
+    G g(storage_);
+    cpu_.embedding_shard_forward(t, wte, lo, kAnyVocab, wpe, out);
+  }
+  void do_embedding_backward_weight(Ids t, CV dout, std::int64_t lo, TV dwte, TV dwpe) override {
+    G g(storage_);
+    cpu_.embedding_shard_backward_weight(t, dout, lo, kAnyVocab, dwte, dwpe);
+  }
+  void do_layernorm_forward(CV x, CV w, CV b, TV y, TV mean, TV rstd) override {
+    G g(storage_);
+    cpu_.layernorm_forward(x, w, b, y, mean, rstd);
+  }
+  void do_layernorm_backward_input(CV dy, CV x, CV w, CV mean, CV rstd, TV dx) override {
+    G g(storage_);
+    cpu_.layernorm_backward_input(dy, x, w, mean, rstd, dx);
+  }
+  void do_layernorm_backward_weight(CV dy, CV x, CV mean, CV rstd, TV dw, TV db) override {
+    G g(storage_);
+    cpu_.layernorm_backward_weight(dy, x, mean, rstd, dw, db);
+  }
+  void do_gelu_forward(CV x, TV y) override {
+    G g(storage_);
+    cpu_.gelu_forward(x, y);
+  }
+  void do_gelu_backward_input(CV dy, CV x, TV dx) override {
+    G g(storage_);
+    cpu_.gelu_backward_input(dy, x, dx);
+  }
+  void do_attention_forward(CV qkv, std::int64_t nh, TV out, TV att) override {
+    G g(storage_);
+    cpu_.attention_forward(qkv, nh, out, att);
+  }
+  void do_attention_backward_input(CV dout, CV qkv, CV att, std::int64_t nh, TV dqkv) override {
+    G g(storage_);
+    cpu_.attention_backward_input(dout, qkv, att, nh, dqkv);
+  }
+  void do_attention_flash_forward(CV qkv, std::int64_t nh, TV out, TV lse) override {
+    G g(storage_);
+    cpu_.attention_flash_forward(qkv, nh, out, lse);
+  }
+  void do_attention_flash_backward_input(CV dout, CV qkv, CV out, CV lse, std::int64_t nh,
+                                         TV dqkv) override {
+    G g(storage_);
+    cpu_.attention_flash_backward_input(dout, qkv, out, lse, nh, dqkv);
+  }
+  float do_cross_entropy_forward(CV logits, Ids targets, TV losses) override {
+    G g(storage_);
+    return cpu_.cross_entropy_forward(logits, targets, losses);
+  }
+  void do_cross_entropy_backward(CV logits, Ids targets, float scale, TV dlogits) override {
+    G g(storage_);
+    cpu_.cross_entropy_backward(logits, targets, scale, dlogits);
+  }
+  void do_vocab_ce_local_stats(CV l, Ids t, std::int64_t lo, TV mx, TV sm, TV tl) override {
+    G g(storage_);
+    cpu_.vocab_ce_local_stats(l, t, lo, mx, sm, tl);
+  }
+  void do_vocab_ce_rescale_sum(CV lm, CV gm, TV ls) override {
+    G g(storage_);
+    cpu_.vocab_ce_rescale_sum(lm, gm, ls);
+  }
+  float do_vocab_ce_loss(CV gm, CV gs, CV tl, TV losses) override {
+    G g(storage_);
+    return cpu_.vocab_ce_loss(gm, gs, tl, losses);
+  }
+  void do_vocab_ce_backward(CV l, Ids t, std::int64_t lo, CV gm, CV gs, float scale,
+                            TV dl) override {
+    G g(storage_);
+    cpu_.vocab_ce_backward(l, t, lo, gm, gs, scale, dl);
+  }
+  void do_moe_router_forward(CV logits, std::int64_t k, std::int64_t cap, TV probs,
+                             tensor::MoeRouting& r) override {
+    G g(storage_);
+    cpu_.moe_router_forward(logits, k, cap, probs, r);
+  }
+  void do_moe_router_backward(CV probs, CV dprobs, TV dlogits) override {
+    G g(storage_);
+    cpu_.moe_router_backward(probs, dprobs, dlogits);
+  }
+  float do_moe_aux_loss(CV probs, const tensor::MoeRouting& r) override {
+    G g(storage_);
+    return cpu_.moe_aux_loss(probs, r);
+  }
+  void do_moe_aux_loss_backward(const tensor::MoeRouting& r, float s, TV dprobs) override {
+    G g(storage_);
+    cpu_.moe_aux_loss_backward(r, s, dprobs);
+  }
+  void do_moe_dispatch(CV x, const tensor::MoeRouting& r, TV in) override {
+    G g(storage_);
+    cpu_.moe_dispatch(x, r, in);
+  }
+  void do_moe_dispatch_backward(CV din, const tensor::MoeRouting& r, TV dx) override {
+    G g(storage_);
+    cpu_.moe_dispatch_backward(din, r, dx);
+  }
+  void do_moe_combine(CV out, CV probs, const tensor::MoeRouting& r, TV y) override {
+    G g(storage_);
+    cpu_.moe_combine(out, probs, r, y);
+  }
+  void do_moe_combine_backward(CV dy, CV out, CV probs, const tensor::MoeRouting& r, TV dout,
+                               TV dprobs) override {
+    G g(storage_);
+    cpu_.moe_combine_backward(dy, out, probs, r, dout, dprobs);
+  }
+  void do_adamw_step(TV p, CV gr, TV m, TV v, const tensor::AdamWConfig& c,
+                     std::int64_t step) override {
+    G g(storage_);
+    cpu_.adamw_step(p, gr, m, v, c, step);
+  }
+  double do_grad_sum_squares(CV gr) override {
+    G g(storage_);
+    return cpu_.grad_sum_squares(gr);
+  }
+
+ private:
+  using G = GuardedAllocator::Open;
+  GuardedAllocator& storage_;
+  tensor::CpuBackend cpu_;
+};
+
+class GuardedRankDevice final : public runtime::RankDevice {
+ public:
+  GuardedRankDevice(comm::Communicator& comm, int threads)
+      : backend_(storage_, threads), comm_(comm, storage_) {}
+  tensor::Backend& backend() override { return backend_; }
+  tensor::DeviceAllocator* storage() override { return &storage_; }
+  comm::Communicator& communicator() override { return comm_; }
+  const GuardedAllocator& allocator() const { return storage_; }
+  const runtime::StagingCommunicator& staging() const { return comm_; }
+
+ private:
+  GuardedAllocator storage_;
+  GuardedBackend backend_;
+  runtime::StagingCommunicator comm_;
+};
+
+}  // namespace pipetune::testing
