@@ -44,9 +44,10 @@ if ! command -v clang++ >/dev/null; then
   echo "tests/fuzz/run.sh: clang++ not found: install clang libfuzzer-14-dev (scripts/setup)" >&2
   exit 2
 fi
+mkdir -p "$build"
 CXX=clang++ cmake -S "$root" -B "$build" -DPIPETUNE_FUZZ=ON -DPIPETUNE_GUI=OFF \
-  -DPIPETUNE_BENCH=OFF -DPIPETUNE_MPI=OFF -DPIPETUNE_CUDA=OFF >"$build.configure.log" 2>&1 ||
-  { cat "$build.configure.log" >&2; exit 1; }
+  -DPIPETUNE_BENCH=OFF -DPIPETUNE_MPI=OFF -DPIPETUNE_CUDA=OFF >"$build/configure.log" 2>&1 ||
+  { cat "$build/configure.log" >&2; exit 1; }
 build_targets=()
 for t in "${targets[@]}"; do build_targets+=(--target "fuzz_$t"); done
 cmake --build "$build" -j2 "${build_targets[@]}"
