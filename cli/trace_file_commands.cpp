@@ -12,6 +12,7 @@
 #include "db/chrome_trace.hpp"
 #include "db/import/chrome_trace_import.hpp"
 #include "db/import/nsys_sqlite.hpp"
+#include "db/import/pipeline_inference.hpp"
 #include "db/store/record_json.hpp"
 #include "db/store/run_writer.hpp"
 #include "db/store/workspace.hpp"
@@ -51,6 +52,13 @@ void store_import(const ImportArgs& a, db::ImportedProfile (*read)(const std::st
     throw InputError(a.file + ": no spans to import");
   std::string plan_json;
   nlohmann::json specs = {{"source", a.file}, {"format", format}};
+  // Stages from point-to-point partners (three ranks or more in one line): ranks renumbered in
+  // stage order, so that a plan given with the profile (or none) groups them as they ran.
+  if (const auto inferred = db::infer_pipeline_from_p2p(profile.trace)) {
+    db::apply_inferred_pipeline(profile, *inferred);
+    specs["inferred_pipeline"] = {{"stages", inferred->stage_ranks.size()},
+                                  {"evidence", inferred->evidence}};
+  }
   if (run) {
     check_profile_against_plan(profile, *run);
     plan_json =

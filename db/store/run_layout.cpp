@@ -19,6 +19,16 @@ RunLayout run_layout(const RunRecord& run, const profiler::Trace& trace) {
       }
     }
   }
+  // Stages the importer inferred from point-to-point partners (db/import/pipeline_inference.hpp):
+  // the ranks were renumbered in stage order.
+  if (!run.specs_json.empty()) {
+    const auto specs = nlohmann::json::parse(run.specs_json, nullptr, false);
+    if (specs.is_object() && specs.contains("inferred_pipeline")) {
+      layout.pipeline = true;
+      layout.source = "point-to-point partners in the profile";
+      return layout;
+    }
+  }
   const bool phases =
       std::any_of(trace.spans.begin(), trace.spans.end(),
                   [](const profiler::Span& s) { return profiler::is_compute(s.kind); });

@@ -1,9 +1,11 @@
 // How a stored run's ranks form pipeline stages, which decides the words its reports use. A run
 // with a plan (measured and simulated runs, imported runs given one) groups its ranks into
 // stages by the plan (stage = rank / (tp * dp), Megatron's order). An imported run without one
-// has stages only when its profile names pipeline phases (F/B/W... ranges, e.g. PiPPy's), one
-// stage per rank; otherwise it has none, and its reports speak of per-rank busy and idle GPU
-// time, never of stages and pipeline bubbles: data-parallel ranks are not pipeline stages.
+// has stages only when its profile names pipeline phases (F/B/W... ranges, e.g. PiPPy's) or its
+// point-to-point partners chain three or more ranks into a line (the importer then renumbers
+// them in stage order: specs_json "inferred_pipeline"), one stage per rank; otherwise it has none,
+// and its reports speak of per-rank busy and idle GPU time, never of stages and pipeline bubbles:
+// data-parallel ranks are not pipeline stages.
 #pragma once
 
 #include <string>
@@ -17,7 +19,8 @@ struct RunLayout {
   bool pipeline = false;    // the run's ranks are pipeline stages
   int ranks_per_stage = 1;  // tp * dp of the plan; 1 when inferred or none
   std::string time_unit = "s";
-  std::string source;  // "plan", "pipeline phases in the profile", or "none"
+  std::string source;  // "plan", "point-to-point partners in the profile", "pipeline phases in
+                       // the profile", or "none"
 };
 
 RunLayout run_layout(const RunRecord& run, const profiler::Trace& trace);

@@ -10,11 +10,13 @@
 #include <string>
 
 #include "db/import/nsys_sqlite.hpp"
+#include "db/import/pipeline_inference.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/spec/load.hpp"
 #include "profiler/analysis/gpu_op_time.hpp"
 #include "profiler/analysis/stage_breakdown.hpp"
 #include "tests/db/import/nsys_pipeline_export.hpp"
+#include "tests/support/required_data.hpp"
 #include "tuner/calibration/calibration.hpp"
 #include "tuner/cost/op_costs.hpp"
 #include "tuner/sim/simulator.hpp"
@@ -84,6 +86,72 @@ TEST(NsysPipelineExport, OneFOneBBubbleAndOpTimesAreTheClosedForms) {
     EXPECT_EQ(k.op, std::string(*k.phase == SpanKind::F ? "forward" : "backward") +
                         "-compute mb=" + std::to_string(k.microbatch));
   }
+}
+
+// Stages from point-to-point partners: stage s runs on device {2, 0, 3, 1}[s], so the importer's
+// device-order ranks are not the stage order; the transfers after each op (F to the next stage,
+// BW to the previous) chain the ranks into a line whose first stage sends first. Renumbered,
+// every closed form of the 1F1B test holds again.
+TEST(NsysPipelineExport, StagesInferredFromPointToPointPartners) {
+  const int p = 4, m = 8;
+  const profiler::Trace simulated =
+      simulate_1f1b(p, m, schedule::CostTable::uniform(p, 1e-3, 1e-3, 1e-3));
+  std::vector<PipelineOp> ops;
+  std::vector<PipelineTransfer> transfers;
+  for (const Span& s : simulated.spans) {
+    if (s.kind != SpanKind::F && s.kind != SpanKind::BW) continue;
+    const std::int32_t stage = simulated.lanes.at(static_cast<std::size_t>(s.lane)).rank;
+    ops.push_back({stage, s.kind == SpanKind::F, s.microbatch, s.start_ns, s.end_ns});
+    const std::int32_t peer = s.kind == SpanKind::F ? stage + 1 : stage - 1;
+    // Each transfer takes its own time (activations 10 us, gradients 20 us, plus 100 ns per
+    // stage index of the pair), as real links and sizes do: transfers of different pairs (or
+    // directions) at one moment end apart.
+    const std::int64_t took = (s.kind == SpanKind::F ? 10'000 : 20'000) + 100 * (stage + peer);
+    if (peer >= 0 && peer < p) transfers.push_back({stage, peer, s.end_ns, s.end_ns + took});
+  }
+  TempFile file(".sqlite");
+  write_pipeline_export(file.path(), ops, transfers, {2, 0, 3, 1});
+  ImportedProfile imported = import_nsys_sqlite(file.path());
+  ASSERT_EQ(imported.ranks.size(), 4u);
+  EXPECT_EQ(imported.ranks[0].pid, 101);  // device 0 holds stage 1
+
+  const auto inferred = infer_pipeline_from_p2p(imported.trace);
+  ASSERT_TRUE(inferred.has_value());
+  // Stage s is the imported rank of device {2, 0, 3, 1}[s].
+  EXPECT_EQ(inferred->stage_ranks, (std::vector<std::int32_t>{2, 0, 3, 1})) << inferred->evidence;
+  apply_inferred_pipeline(imported, *inferred);
+  for (std::int32_t s = 0; s < p; ++s) {
+    EXPECT_EQ(imported.ranks[static_cast<std::size_t>(s)].rank, s);
+    EXPECT_EQ(imported.ranks[static_cast<std::size_t>(s)].pid, 100 + s);
+  }
+  for (std::size_t i = 1; i < imported.trace.lanes.size(); ++i)
+    EXPECT_LE(imported.trace.lanes[i - 1].rank, imported.trace.lanes[i].rank);
+  const auto breakdown = profiler::analysis::stage_breakdown(imported.trace);
+  ASSERT_EQ(breakdown.stages.size(), static_cast<std::size_t>(p));
+  for (const auto& s : breakdown.stages) {
+    EXPECT_EQ(s.warmup_ns, s.rank * 1'000'000) << "rank " << s.rank;  // r forwards of 1 ms
+    EXPECT_EQ(s.compute_ns, m * 3'000'000) << "rank " << s.rank;      // F 1 ms + BW 2 ms
+  }
+  // Kernel records still line up with their spans, with their new ranks.
+  std::size_t k = 0;
+  for (const Span& s : imported.trace.spans) {
+    const profiler::Lane& lane = imported.trace.lanes[static_cast<std::size_t>(s.lane)];
+    if (lane.stream != profiler::Stream::Gpu) continue;
+    ASSERT_LT(k, imported.kernels.size());
+    EXPECT_EQ(imported.kernels[k].rank, lane.rank);
+    EXPECT_EQ(imported.kernels[k].start_ns, s.start_ns);
+    ++k;
+  }
+  EXPECT_EQ(k, imported.kernels.size());
+}
+
+// Two ranks exchanging data are no evidence of a pipeline (a sequence-parallel all-to-all is
+// point-to-point too): the real two-GPU torchrun capture infers nothing.
+TEST(NsysPipelineExport, TwoRanksExchangingDataAreNoPipeline) {
+  const auto file = test::shared_path("data/real_traces/nsys-2gpu-torchrun/mfu_2gpu_before.sqlite");
+  if (!std::filesystem::exists(file))
+    PIPETUNE_SKIP_OR_FAIL("real trace nsys-2gpu-torchrun is absent");
+  EXPECT_FALSE(infer_pipeline_from_p2p(import_nsys_sqlite(file).trace).has_value());
 }
 
 spec::HardwareEfficiency truth() {
