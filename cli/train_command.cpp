@@ -26,6 +26,7 @@
 #include "engine/errors.hpp"
 #ifdef PIPETUNE_HAVE_CUDA
 #include "engine/cuda/cuda_devices.hpp"
+#include "engine/cuda/cuda_rank_device.hpp"
 #endif
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
@@ -69,9 +70,10 @@ struct TrainSetup {
   spec::ClusterSpec cluster;  // the run file's: its hardware's cost model plans the schedule
 };
 
-// `--backend cuda` (or `backend = "cuda"` in the run file): refused with the reason, before
-// anything runs or is written.
-void require_cuda_backend() {
+// `--backend cuda` (or `backend = "cuda"` in the run file): the run's ranks as streams of GPU 0
+// (engine/cuda/cuda_rank_device.hpp), or refused with the reason before anything runs or is
+// written.
+void use_cuda_backend([[maybe_unused]] runtime::TrainOptions& o) {
 #ifndef PIPETUNE_HAVE_CUDA
   throw InputError(
       "backend cuda: this pipetune was built without the CUDA toolkit (nvcc not found at "
@@ -80,9 +82,7 @@ void require_cuda_backend() {
   const cuda::DeviceQuery q = cuda::query_devices();
   if (q.devices.empty())
     throw InputError("backend cuda: no CUDA device is usable (" + q.problem + ")");
-  throw InputError("backend cuda: found " + q.devices.front().name +
-                   ", but the engine's CUDA backend is not built yet (issue 15); use the cpu "
-                   "backend");
+  o.rank_device = cuda::single_gpu_rank_devices({.device = q.devices.front().id});
 #endif
 }
 
@@ -153,7 +153,7 @@ TrainSetup build_options(const TrainArgs& a) {
   }
   const spec::EngineBackend backend =
       a.backend ? spec::parse_engine_backend(*a.backend) : run.backend;
-  if (backend == spec::EngineBackend::cuda) require_cuda_backend();
+  if (backend == spec::EngineBackend::cuda) use_cuda_backend(o);
   return setup;
 }
 
@@ -399,6 +399,11 @@ void run(const TrainArgs& a) {
                     (world % per_process == 0 ? std::to_string(world / per_process) + " processes"
                                               : "a divisor of " + std::to_string(world)) +
                     "); this is one process");
+    if (o.rank_device)
+      throw InputError(
+          "backend cuda runs every rank as a stream of one GPU in this process (single-GPU "
+          "mode); ranks as processes on GPUs (NCCL) are not built yet: run it without mpirun / "
+          "srun and --ranks-per-process");
 #ifndef PIPETUNE_HAVE_MPI
     throw InputError(
         "started by an MPI launcher, but this pipetune was built without MPI "
@@ -422,7 +427,9 @@ void run(const TrainArgs& a) {
   std::unique_ptr<db::RunWriter> writer;
   if (processes <= 1) writer = open_run_writer(a, o);
   if (!a.json) {
-    if (processes <= 1) print_header(o, "ranks");  // processes: rank 0's, once MPI is up
+    if (processes <= 1)
+      print_header(o, o.rank_device ? "ranks as streams of one GPU"
+                                    : "ranks");  // processes: rank 0's, once MPI is up
     o.on_step = [](const runtime::StepResult& s) {
       std::printf("step %4d  loss %.4f", s.step, s.loss);
       if (s.aux_loss != 0.0) std::printf("  aux %.4f", s.aux_loss);

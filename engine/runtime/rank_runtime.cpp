@@ -131,6 +131,9 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
                                 profiler::Stream::Compute, op.microbatch,
                                 schedule::is_vocab_op(op.kind) ? -1 : op.chunk);
       run_op(op);
+      // A device computes asynchronously: the op's span ends when its kernels have run, so a
+      // GPU rank's spans time its ops as the simulator does (other ranks' streams still overlap).
+      if (tensor::DeviceAllocator* device = model::device_storage()) device->synchronize();
     }
     if (recorder_ != nullptr) {
       const auto now = static_cast<std::int64_t>(activation_bytes());

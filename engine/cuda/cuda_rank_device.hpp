@@ -1,0 +1,46 @@
+// GPU ranks for the trainer (runtime::RankDevice): single-GPU mode runs every rank of a run as a
+// thread of this process on one device ("ranks as streams of one device"), each with its own
+// CudaBackend (its own non-blocking stream, cuBLASLt handle and scratch), its own device
+// allocator on that stream, and a StagingCommunicator over the rank's thread communicator:
+// device spans go device -> host -> thread communicator -> host -> device (correct first; a
+// direct cudaMemcpyAsync between the ranks' streams with an event, or NCCL, is the fast path to
+// come). Kernels of different ranks overlap on the device as their streams allow.
+#pragma once
+
+#include <memory>
+
+#include "engine/cuda/cuda_backend.hpp"
+#include "engine/cuda/device_allocator_cuda.hpp"
+#include "engine/runtime/staging_communicator.hpp"
+#include "engine/runtime/trainer.hpp"
+
+namespace pipetune::cuda {
+
+struct SingleGpuOptions {
+  int device = 0;
+  Precision precision = Precision::fp32;
+};
+
+class CudaRankDevice final : public runtime::RankDevice {
+ public:
+  // Throws CudaError when the device is not usable.
+  CudaRankDevice(comm::Communicator& comm, const SingleGpuOptions& options);
+  ~CudaRankDevice() override;
+
+  tensor::Backend& backend() override { return backend_; }
+  tensor::DeviceAllocator* storage() override { return &storage_; }
+  comm::Communicator& communicator() override { return comm_; }
+  CudaBackend& cuda_backend() { return backend_; }
+  const CudaDeviceAllocator& allocator() const { return storage_; }
+  const runtime::StagingCommunicator& staging() const { return comm_; }
+
+ private:
+  CudaBackend backend_;          // owns the stream
+  CudaDeviceAllocator storage_;  // on the backend's stream
+  runtime::StagingCommunicator comm_;
+};
+
+// The trainer's factory for single-GPU mode: every rank on `options.device`.
+runtime::RankDeviceFactory single_gpu_rank_devices(SingleGpuOptions options = {});
+
+}  // namespace pipetune::cuda

@@ -1,0 +1,51 @@
+// The device storage of a GPU rank (tensor::DeviceAllocator on CUDA): blocks from cudaMalloc on
+// the rank's device, copies and fills on the rank's stream (the CudaBackend's), so each copy is
+// ordered after the kernels that wrote its source. copy_to_host and copy_from_host wait for the
+// stream (the host bytes are ready / reusable when they return); copy and fill_zero do not.
+// Every allocation is accounted by category (DeviceAllocator), so the rank's memory ledger and
+// this allocator count real device bytes; device_used_bytes() gives cudaMemGetInfo's view of the
+// whole device for a cross-check. Every call is checked (cuda_check.hpp: CudaError naming the
+// call, file and line).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "engine/tensor/device_allocator.hpp"
+
+namespace pipetune::cuda {
+
+class CudaDeviceAllocator final : public tensor::DeviceAllocator {
+ public:
+  // `stream` belongs to the caller (the rank's backend) and must outlive the allocator's use.
+  CudaDeviceAllocator(int device, cudaStream_t stream);
+
+  tensor::StorageKind kind() const override { return tensor::StorageKind::device; }
+  std::string_view name() const override { return name_; }
+  std::size_t alignment() const override { return 256; }  // cudaMalloc's guarantee
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+
+  void copy_to_host(void* host, const void* device, std::size_t bytes) override;
+  void copy_from_host(void* device, const void* host, std::size_t bytes) override;
+  void copy(void* dst, const void* src, std::size_t bytes) override;
+  void fill_zero(void* dst, std::size_t bytes) override;
+  void synchronize() override;
+
+ protected:
+  void* do_allocate(std::size_t bytes) override;
+  void do_deallocate(void* block, std::size_t bytes) noexcept override;
+
+ private:
+  int device_;
+  cudaStream_t stream_;
+  std::string name_;
+};
+
+// Bytes in use on `device` as cudaMemGetInfo reports them (total - free): every context's
+// allocations, the CUDA context itself, cuBLASLt workspaces. Throws CudaError.
+std::int64_t device_used_bytes(int device);
+
+}  // namespace pipetune::cuda

@@ -1,0 +1,152 @@
+// Training on the GPU in single-GPU mode (engine/cuda/cuda_rank_device.hpp: every rank a thread
+// with its own stream, CudaBackend and device allocator on device 0, transfers staged through
+// the thread communicator) against the CPU single-rank run of the same global batch.
+//
+// Tolerances (fp32 on both sides; the GPU sums in other orders: cuBLASLt GEMMs, tree reductions):
+//  - the step-1 loss within 1e-4 relative, the 5-step loss curve within 1e-3 relative;
+//  - every step-1 gradient within 1e-3 of the tensor's largest element (as relative_error below).
+// Device memory: what the rank's allocator holds (parameters, gradients, optimizer state, cached
+// activation blocks) against cudaMemGetInfo's used bytes grown since before the run, which also
+// hold the backend's cuBLASLt workspace, per-op scratch and cudaMalloc's rounding: the difference
+// must be non-negative and under 64 MiB + 5% of the allocator's bytes.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+
+#include "engine/cuda/cuda_rank_device.hpp"
+#include "engine/cuda/device_allocator_cuda.hpp"
+#include "engine/runtime/trainer.hpp"
+#include "engine/spec/load.hpp"
+#include "tests/gpu/gpu_test_support.hpp"
+
+namespace pipetune::cuda {
+namespace {
+
+constexpr int kSteps = 5;
+
+struct Case {
+  std::string name;
+  int tp = 1, pp = 1, dp = 1;
+  int microbatches = 4;
+};
+
+runtime::TrainOptions options_for(int microbatches) {
+  runtime::TrainOptions o;
+  o.model = spec::load_model("tiny");
+  o.plan.micro_batch_size = 2;
+  o.plan.microbatches = microbatches;
+  o.steps = kSteps;
+  o.capture_gradients = true;
+  o.threads_per_rank = 1;
+  o.watchdog_seconds = 120;
+  return o;
+}
+
+double relative_error(const tensor::Tensor& a, const tensor::Tensor& b) {
+  double diff = 0.0, scale = 1e-6;
+  for (std::int64_t i = 0; i < b.numel(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
+  }
+  return diff / scale;
+}
+
+class CudaTraining : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaTraining, SingleGpuModeMatchesTheCpuSingleRankRun) {
+  PIPETUNE_REQUIRE_GPU();
+  const Case& c = GetParam();
+  const runtime::TrainResult want = runtime::train(options_for(c.microbatches * c.dp));
+  runtime::TrainOptions o = options_for(c.microbatches);
+  o.plan.tp = c.tp;
+  o.plan.pp = c.pp;
+  o.plan.dp = c.dp;
+  o.rank_device = single_gpu_rank_devices();
+  const runtime::TrainResult got = runtime::train(o);
+
+  ASSERT_EQ(got.steps.size(), want.steps.size());
+  EXPECT_NEAR(got.steps[0].loss, want.steps[0].loss, 1e-4 * std::fabs(want.steps[0].loss));
+  std::ostringstream curve;
+  bool curve_ok = true;
+  for (std::size_t s = 0; s < want.steps.size(); ++s) {
+    const double d = std::fabs(got.steps[s].loss - want.steps[s].loss);
+    const bool ok = d <= 1e-3 * std::fabs(want.steps[s].loss);
+    curve_ok = curve_ok && ok;
+    curve << "  step " << s + 1 << ": gpu " << got.steps[s].loss << " cpu " << want.steps[s].loss
+          << (ok ? "" : "   <-- differs") << "\n";
+  }
+  EXPECT_TRUE(curve_ok) << "loss curves differ:\n" << curve.str();
+  std::ostringstream bad;
+  int failures = 0;
+  for (const auto& [name, w] : want.first_step_gradients) {
+    auto it = got.first_step_gradients.find(name);
+    const double err = it == got.first_step_gradients.end() ? 1.0 : relative_error(it->second, w);
+    if (!(err <= 1e-3)) {
+      bad << "  " << name << ": relative error " << err << "\n";
+      ++failures;
+    }
+  }
+  EXPECT_EQ(failures, 0) << "gradients that differ from the CPU 1-rank run:\n" << bad.str();
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, CudaTraining,
+                         ::testing::Values(Case{"single"}, Case{"pp2_1f1b", 1, 2, 1},
+                                           Case{"pp4_1f1b", 1, 4, 1, 8}, Case{"tp2", 2, 1, 1},
+                                           Case{"dp2", 1, 1, 2}),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(CudaTrainingMemory, AllocatorBytesMatchCudaMemGetInfo) {
+  PIPETUNE_REQUIRE_GPU();
+  PIPETUNE_CUDA_CHECK(cudaSetDevice(0));
+  PIPETUNE_CUDA_CHECK(cudaFree(nullptr));  // the context exists before the baseline
+  const std::int64_t before = device_used_bytes(0);
+
+  runtime::TrainOptions o = options_for(2);
+  o.capture_gradients = false;
+  o.steps = 2;
+  o.model.layers = 4;  // large enough that the margin below means something: ~21M parameters
+  o.model.hidden = 512;
+  o.model.heads = 8;
+  o.model.kv_heads = 8;
+  o.model.ffn_hidden = 2048;
+  o.model.vocab = 8192;
+  o.model.seq_len = 128;
+  std::atomic<const CudaDeviceAllocator*> allocator{nullptr};
+  const runtime::RankDeviceFactory gpu = single_gpu_rank_devices();
+  o.rank_device = [&](comm::Communicator& comm, int threads) {
+    auto d = gpu(comm, threads);
+    allocator = &static_cast<CudaRankDevice&>(*d).allocator();
+    return d;
+  };
+  std::int64_t accounted = -1, used = -1, params = -1, grads = -1, optimizer = -1;
+  o.on_step = [&](const runtime::StepResult&) {  // rank 0's thread, its tensors alive
+    const CudaDeviceAllocator& a = *allocator.load();
+    accounted = a.total_bytes();
+    params = a.bytes(profiler::MemoryCategory::Parameters);
+    grads = a.bytes(profiler::MemoryCategory::Gradients);
+    optimizer = a.bytes(profiler::MemoryCategory::OptimizerState);
+    used = device_used_bytes(0) - before;
+  };
+  const runtime::TrainResult r = runtime::train(o);
+  ASSERT_EQ(r.ranks.size(), 1u);
+  // The ledger's categories are the allocator's (the ledger splits vocabulary layers out).
+  EXPECT_EQ(params, r.ranks[0].parameter_bytes);
+  EXPECT_EQ(grads, r.ranks[0].gradient_bytes);
+  EXPECT_EQ(optimizer, r.ranks[0].optimizer_bytes);
+  const std::int64_t margin = (std::int64_t{64} << 20) + accounted / 20;
+  EXPECT_GE(used, accounted) << "cudaMemGetInfo sees less than the allocator holds";
+  EXPECT_LE(used - accounted, margin)
+      << "device used " << used << " bytes, the allocator accounts " << accounted;
+  std::printf("device memory: allocator %lld bytes, cudaMemGetInfo grew %lld bytes\n",
+              static_cast<long long>(accounted), static_cast<long long>(used));
+}
+
+}  // namespace
+}  // namespace pipetune::cuda
