@@ -122,6 +122,8 @@ std::string_view memory_category_name(MemoryCategory c) {
       return "temporaries";
     case MemoryCategory::VocabularyLayers:
       return "vocabulary_layers";
+    case MemoryCategory::Unattributed:
+      return "unattributed";
   }
   return "?";
 }

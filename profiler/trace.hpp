@@ -66,8 +66,11 @@ enum class MemoryCategory : std::uint8_t {
   Activations,
   Temporaries,
   VocabularyLayers,
+  // Device memory a profiler reports without saying what it holds (an imported profile: PyTorch
+  // Kineto's "[memory]" allocated total, nsys's CUDA memory-usage allocations).
+  Unattributed,
 };
-inline constexpr int kMemoryCategoryCount = 6;
+inline constexpr int kMemoryCategoryCount = 7;
 std::string_view memory_category_name(MemoryCategory c);
 // Inverse of memory_category_name; false when `name` is none of them.
 bool parse_memory_category(std::string_view name, MemoryCategory& out);

@@ -238,6 +238,11 @@ class ChromeImport {
       case 'M':
         add_metadata(e);
         return;
+      case 'i':
+      case 'I':
+        if (e.name == "[memory]" && add_memory(e)) return;
+        ++ignored_events_;
+        return;
       default:
         ++ignored_events_;  // instants, flows, samples, object events: not spans
     }
@@ -256,6 +261,19 @@ class ChromeImport {
     } else if (e.name == "thread_name") {
       threads_[thread_of(e)].name = name->get<std::string>();
     }
+  }
+
+  // PyTorch's profile_memory: "[memory]" instants whose "Total Allocated" is the caching
+  // allocator's allocated bytes on the device after the event ("Device Type" 1 = CUDA). They
+  // become the rank's memory in the unattributed category. False for other devices.
+  bool add_memory(const ChromeEvent& e) {
+    if (!e.ts_ns || !e.args.is_object()) return false;
+    const auto type = int_arg(e.args, "Device Type");
+    const auto total = e.args.find("Total Allocated");
+    if (!type || *type != 1 || total == e.args.end() || !total->is_number()) return false;
+    counters_.push_back(PendingCounter{thread_of(e), *e.ts_ns, "memory bytes", "unattributed",
+                                       total->get<double>()});
+    return true;
   }
 
   void add_counters(const ChromeEvent& e) {
@@ -503,6 +521,11 @@ class ChromeImport {
       const std::int32_t rank = threads_[c.thread].rank;
       profiler::MemoryCategory category;
       if (c.name == "memory bytes" && profiler::parse_memory_category(c.key, category)) {
+        // A byte count must be a whole number a 64-bit counter holds (2^62: far beyond any
+        // device); anything else is a damaged trace, not a value to convert (undefined).
+        if (!(c.value >= 0.0 && c.value <= 4.6e18))
+          throw InputError(file_ + ": memory bytes " + std::to_string(c.value) + " of '" + c.key +
+                           "' is not a byte count");
         const auto bytes = static_cast<std::int64_t>(c.value);
         auto [it, fresh] = last_bytes.emplace(std::pair(rank, static_cast<int>(category)), bytes);
         if (!fresh && it->second == bytes) continue;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <system_error>
 #include <tuple>
 #include <unordered_set>
@@ -69,6 +70,7 @@ class NsysImport {
     read_nvtx();
     read_mpi_ranks();
     read_gpus();
+    read_memory_usage();
     emit();
     return std::move(out_);
   }
@@ -351,6 +353,26 @@ class NsysImport {
     }
   }
 
+  // CUDA memory-usage tracing (nsys --cuda-memory-usage=true): each allocation and free on a
+  // device, in bytes. The running total per process is the memory cudaMalloc holds (for PyTorch,
+  // the caching allocator's reserved memory), stored as the rank's unattributed memory.
+  void read_memory_usage() {
+    constexpr std::string_view table = "CUDA_GPU_MEMORY_USAGE_EVENTS";
+    if (!schema_.has_table(table)) return;
+    TableReader r(schema_, table, {"start", "globalPid", "bytes"}, {"memoryOperationType"});
+    while (r.next()) {
+      auto start = r.integer(0), gpid = r.integer(1), bytes = r.integer(2);
+      if (!start || !gpid || !bytes || *bytes < 0 || *bytes > (std::int64_t{1} << 50)) {
+        ++skipped_memory_;
+        continue;
+      }
+      const std::int64_t op = r.integer_or(3, 0);  // ENUM_CUDA_DEV_MEM_EVENT_OPER: 0 alloc, 1 free
+      memory_.push_back({process_key(*gpid), *start, op == 1 ? -*bytes : *bytes});
+    }
+    std::stable_sort(memory_.begin(), memory_.end(),
+                     [](const MemoryEvent& a, const MemoryEvent& b) { return a.t_ns < b.t_ns; });
+  }
+
   // A NCCL-API range counts only in the "NCCL" domain or an unnamed non-default one (NCCL's
   // domain-create row can fall outside a trimmed capture).
   bool in_nccl_domain(std::size_t range_index) const {
@@ -482,6 +504,26 @@ class NsysImport {
       builder_.add_span(s);
     }
 
+    std::map<std::int64_t, std::int64_t> held;  // process -> bytes allocated
+    std::int64_t dropped_memory = 0;
+    for (const MemoryEvent& m : memory_) {
+      auto r = rank_of.find(m.process);
+      if (r == rank_of.end()) {
+        ++dropped_memory;
+        continue;
+      }
+      std::int64_t& total = held[m.process];
+      total = std::max<std::int64_t>(0, total + m.delta);  // a free of memory allocated earlier
+      builder_.trace().memory.push_back(
+          profiler::MemorySample{r->second, profiler::MemoryCategory::Unattributed, m.t_ns, total});
+    }
+    if (skipped_memory_ > 0)
+      warn(plural(skipped_memory_, "CUDA memory-usage rows") +
+           " without time, process or a byte count: skipped");
+    if (dropped_memory > 0)
+      warn(plural(dropped_memory, "CUDA memory-usage events") +
+           " of processes that are not ranks: skipped");
+
     if (unclassified_nccl > 0)
       warn(plural(unclassified_nccl, "NCCL kernels") +
            " of a collective with no span kind (Reduce or unknown) kept as kernel spans");
@@ -538,7 +580,15 @@ class NsysImport {
   std::unordered_map<std::int64_t, std::vector<std::tuple<std::int64_t, std::int64_t, NcclCall>>>
       nccl_calls_;
 
-  std::int64_t skipped_gpu_ = 0, skipped_api_ = 0, skipped_nvtx_ = 0, missing_strings_ = 0;
+  struct MemoryEvent {
+    std::int64_t process = 0;
+    std::int64_t t_ns = 0;
+    std::int64_t delta = 0;  // bytes allocated (> 0) or freed (< 0)
+  };
+  std::vector<MemoryEvent> memory_;
+
+  std::int64_t skipped_gpu_ = 0, skipped_api_ = 0, skipped_nvtx_ = 0, missing_strings_ = 0,
+               skipped_memory_ = 0;
 };
 
 }  // namespace

@@ -68,6 +68,8 @@ Rgba memory_color(profiler::MemoryCategory category) {
       return {240, 128, 128};
     case C::VocabularyLayers:
       return {218, 165, 32};
+    case C::Unattributed:
+      return {150, 150, 150};
   }
   return {200, 200, 200};
 }

@@ -156,8 +156,11 @@ TEST(CalibrateCli, ImportedRunsWithTheirPlanPairWithThePredictionAndCalibrate) {
     const std::string name = op["op"];
     EXPECT_DOUBLE_EQ(op["b"].get<double>(), name.starts_with("BW") ? 4e-3 : 2e-3) << name;
   }
-  for (const auto& k : dj["kinds"])
-    if (k["kind"] == "F") EXPECT_DOUBLE_EQ(k["time"]["b"].get<double>(), 8 * 2e-3);
+  for (const auto& k : dj["kinds"]) {
+    if (k["kind"] == "F") {
+      EXPECT_DOUBLE_EQ(k["time"]["b"].get<double>(), 8 * 2e-3);
+    }
+  }
 
   ASSERT_EQ(d.run({"import-nsys", file}).exit_code, 0);  // run 3: no plan
   expect_input_error(d.run({"calibrate", "--hardware", "h100-sxm", "--runs", "3"}),

@@ -151,9 +151,43 @@ TEST(ChromeImport, KinetoEventsAndNcclKernels) {
   EXPECT_EQ(p.kernels[1].bytes, 64);
   EXPECT_EQ(p.kernels[1].device, 1) << "a GPU event's pid is its device";
   EXPECT_EQ(p.kernels[2].bytes, 4096);
+  // The kernel's launch call (correlation 9, at 100 us on thread 41) ran inside "forward".
+  EXPECT_EQ(p.kernels[0].op, "forward");
+  EXPECT_EQ(p.attribution.attributed, 1u);
+  EXPECT_EQ(p.attribution.without_launch, 2u);
   ASSERT_EQ(p.ranks.size(), 1u);
   EXPECT_EQ(p.ranks[0].pid, 40);
   EXPECT_EQ(p.ranks[0].devices, std::vector<std::int32_t>{1});
+}
+
+// PyTorch's profile_memory instants: the CUDA allocator's "Total Allocated" after each event is
+// the rank's (unattributed) device memory; CPU-side ones are not device memory.
+TEST(ChromeImport, KinetoMemoryEventsAreTheRanksDeviceMemory) {
+  TempFile file(".json");
+  write(file.path(), R"json({"traceEvents": [
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 40, "tid": 41, "ts": 90, "dur": 40},
+    {"ph": "i", "s": "t", "name": "[memory]", "pid": 40, "tid": 41, "ts": 100,
+     "args": {"Device Type": 1, "Device Id": 0, "Bytes": 1000, "Total Allocated": 1000}},
+    {"ph": "i", "s": "t", "name": "[memory]", "pid": 40, "tid": 41, "ts": 110,
+     "args": {"Device Type": 0, "Device Id": -1, "Bytes": 64, "Total Allocated": 64}},
+    {"ph": "i", "s": "t", "name": "[memory]", "pid": 40, "tid": 41, "ts": 115,
+     "args": {"Device Type": 1, "Device Id": 0, "Bytes": 2000, "Total Allocated": 3000}},
+    {"ph": "i", "s": "t", "name": "[memory]", "pid": 40, "tid": 41, "ts": 120,
+     "args": {"Device Type": 1, "Device Id": 0, "Bytes": -2500, "Total Allocated": 500}}
+  ]})json");
+  const ImportedProfile p = import_chrome_trace(file.path());
+  using profiler::MemoryCategory;
+  ASSERT_EQ(p.trace.memory.size(), 3u);
+  const std::int64_t t[] = {100'000, 115'000, 120'000}, bytes[] = {1000, 3000, 500};
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(p.trace.memory[i].category, MemoryCategory::Unattributed);
+    EXPECT_EQ(p.trace.memory[i].t_ns, t[i]);
+    EXPECT_EQ(p.trace.memory[i].bytes, bytes[i]);
+  }
+  // Only the CPU-side one is left over, and said.
+  EXPECT_NE(join(p.warnings).find("1 instant, flow or other non-span events ignored"),
+            std::string::npos)
+      << join(p.warnings);
 }
 
 TEST(ChromeImport, MicrosecondText) {
@@ -200,6 +234,10 @@ void expect_bad_json(const std::string& text, const std::string& needle) {
 
 TEST(ChromeImport, WrongTypesAreInputErrors) {
   expect_bad_json("42", "the top level is a number");
+  expect_bad_json(R"([{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1},
+    {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 2,
+     "args": {"Device Type": 1, "Total Allocated": -5}}])",
+                  "memory bytes -5.000000 of 'unattributed' is not a byte count");
   expect_bad_json(R"({"foo": 1})", R"(no "traceEvents" array)");
   expect_bad_json(R"({"traceEvents": {}})", R"("traceEvents" is an object, not an array)");
   expect_bad_json(R"({"traceEvents": "none"})", R"("traceEvents" is a string, not an array)");

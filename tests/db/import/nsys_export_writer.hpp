@@ -152,6 +152,19 @@ class NsysExportWriter {
          std::to_string(end) + ", 0, " + std::to_string(global_tid(pid, tid)) + ", " +
          std::to_string(correlation) + ", " + std::to_string(name_id) + ", 0, NULL)");
   }
+  // One CUDA_GPU_MEMORY_USAGE_EVENTS row (nsys --cuda-memory-usage): `operation` 0 allocates,
+  // 1 frees (ENUM_CUDA_DEV_MEM_EVENT_OPER).
+  void memory_usage(std::int64_t pid, int device, std::int64_t start, std::int64_t bytes,
+                    int operation) {
+    create("CUDA_GPU_MEMORY_USAGE_EVENTS",
+           "start INTEGER NOT NULL, globalPid INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
+           "contextId INTEGER NOT NULL, address INTEGER NOT NULL, pc INTEGER NOT NULL, bytes "
+           "INTEGER NOT NULL, memKind INTEGER NOT NULL, memoryOperationType INTEGER NOT NULL, "
+           "name TEXT, correlationId INTEGER, streamId INTEGER");
+    exec("INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (" + std::to_string(start) + ", " +
+         std::to_string(global_pid(pid)) + ", " + std::to_string(device) + ", 1, 4096, 0, " +
+         std::to_string(bytes) + ", 1, " + std::to_string(operation) + ", NULL, NULL, NULL)");
+  }
   // One NVTX_EVENTS row; `text` for a plain string, `text_id` for a registered one.
   void nvtx(int event_type, std::int64_t pid, std::int64_t tid, std::int64_t start,
             std::optional<std::int64_t> end, std::optional<std::string> text,

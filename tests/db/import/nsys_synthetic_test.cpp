@@ -204,6 +204,34 @@ TEST(NsysSyntheticExport, TwoRanksSpanForSpan) {
                                                    << warnings;
 }
 
+// CUDA memory-usage tracing: allocations and frees per process become the rank's running
+// device memory (unattributed), so report and the memory timeline have a peak.
+TEST(NsysSyntheticExport, CudaMemoryUsageIsTheRanksDeviceMemory) {
+  TempFile file(".sqlite");
+  {
+    NsysExportWriter w(file.path());
+    w.string_id(1, "gemm");
+    w.kernel(100, 0, 7, 1, 1000, 2000, 1, 1);
+    w.memory_usage(100, 0, 500, 1 << 20, 0);
+    w.memory_usage(100, 0, 900, 3 << 20, 0);
+    w.memory_usage(100, 0, 2500, 1 << 20, 1);
+    w.memory_usage(999, 0, 600, 64, 0);  // a process that is not a rank
+    w.close();
+  }
+  const ImportedProfile p = import_nsys_sqlite(file.path());
+  ASSERT_EQ(p.trace.memory.size(), 3u);
+  const std::int64_t t[] = {500, 900, 2500}, bytes[] = {1 << 20, 4 << 20, 3 << 20};
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(p.trace.memory[i].rank, 0);
+    EXPECT_EQ(p.trace.memory[i].category, profiler::MemoryCategory::Unattributed);
+    EXPECT_EQ(p.trace.memory[i].t_ns, t[i]);
+    EXPECT_EQ(p.trace.memory[i].bytes, bytes[i]);
+  }
+  EXPECT_NE(join(p.warnings).find("1 CUDA memory-usage events of processes that are not ranks"),
+            std::string::npos)
+      << join(p.warnings);
+}
+
 TEST(NsysSyntheticExport, ExplicitRankNamesWinOverDeviceOrder) {
   TempFile file(".sqlite");
   {

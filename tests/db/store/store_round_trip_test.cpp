@@ -73,13 +73,27 @@ Trace hand_made_trace() {
 }
 
 std::vector<profiler::KernelRecord> hand_made_kernels() {
-  std::vector<profiler::KernelRecord> k(3);
-  k[0] = profiler::KernelRecord{
-      0, 0, 7, 1001, 350, 2000, "ampere_sgemm_128x64_nn", {128, 4, 1}, {256, 1, 1}, 0};
-  k[1] = profiler::KernelRecord{
-      0,         0,           7, 1002, 2100, 9000, "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
-      {8, 1, 1}, {640, 1, 1}, 0};
-  k[2] = profiler::KernelRecord{0, 0, 7, -1, -5, 20, "memcpy HtoD", {0, 0, 0}, {0, 0, 0}, 1 << 20};
+  const auto record = [](std::int64_t correlation, std::int64_t start, std::int64_t end,
+                         std::string name, std::array<std::int32_t, 3> grid,
+                         std::array<std::int32_t, 3> block, std::int64_t bytes) {
+    profiler::KernelRecord k;
+    k.rank = 0;
+    k.device = 0;
+    k.stream = 7;
+    k.correlation = correlation;
+    k.start_ns = start;
+    k.end_ns = end;
+    k.name = std::move(name);
+    k.grid = grid;
+    k.block = block;
+    k.bytes = bytes;
+    return k;
+  };
+  std::vector<profiler::KernelRecord> k = {
+      record(1001, 350, 2000, "ampere_sgemm_128x64_nn", {128, 4, 1}, {256, 1, 1}, 0),
+      record(1002, 2100, 9000, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", {8, 1, 1}, {640, 1, 1},
+             0),
+      record(-1, -5, 20, "memcpy HtoD", {0, 0, 0}, {0, 0, 0}, 1 << 20)};
   // Attribution (schema version 3): an op and a phase with micro-batch and chunk; an op alone.
   k[0].op = "aten::addmm";
   k[0].phase = SpanKind::B;
