@@ -16,7 +16,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "engine/comm/process_group.hpp"
 
@@ -62,6 +64,14 @@ class Communicator {
 
   // Throws RankFailure when another rank has failed; for long compute between communication.
   virtual void throw_if_aborted() const = 0;
+
+  // What the caller computes next: its training step and op ("F", "BW"... a name with static
+  // storage, e.g. profiler::span_kind_name) and micro-batch, so that a wait on this rank that
+  // times out says which step and op it is stuck in. Implementations whose waits describe their
+  // peers keep it (threads); the others ignore it.
+  virtual void note_progress(std::int64_t step, std::string_view op, int microbatch) {
+    (void)step, (void)op, (void)microbatch;
+  }
 };
 
 }  // namespace pipetune::comm

@@ -112,9 +112,40 @@ std::string ClusterState::describe_activity(int rank) {
   RankActivity& a = activity(rank);
   std::lock_guard lock(a.mutex);
   if (a.finished) return "finished its function";
-  if (a.in_op) return "in " + describe(a.current);
-  if (a.has_last) return "computing (last op: " + describe(a.last) + ")";
-  return "computing (no communication yet)";
+  const std::string at = a.step >= 0
+                             ? " at step " + std::to_string(a.step) + ", " + std::string(a.op) +
+                                   " of micro-batch " + std::to_string(a.microbatch)
+                             : "";
+  if (a.in_op) return "in " + describe(a.current) + at;
+  if (a.has_last) return "computing" + at + " (last op: " + describe(a.last) + ")";
+  return "computing" + at + " (no communication yet)";
+}
+
+std::string ClusterState::describe_waited_on(int rank) {
+  std::string s = describe_activity(rank);
+  const GroupState* group = nullptr;
+  std::uint64_t seq = 0;
+  {
+    RankActivity& a = activity(rank);
+    std::lock_guard lock(a.mutex);
+    if (a.in_op && a.current.group != nullptr) {
+      group = a.current.group;
+      seq = a.current.seq;
+    }
+  }
+  if (group == nullptr) return s;
+  // One activity lock at a time (never two): the group's members are fixed at its creation.
+  for (int r : group->group.ranks) {
+    if (r == rank) continue;
+    bool joined = false;
+    {
+      RankActivity& b = activity(r);
+      std::lock_guard lock(b.mutex);
+      joined = b.in_op && b.current.group == group && b.current.seq == seq;
+    }
+    if (!joined) s += "; rank " + std::to_string(r) + ": " + describe_activity(r);
+  }
+  return s;
 }
 
 bool ClusterState::fail(int rank, const std::string& op, const std::string& where,

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
@@ -115,6 +116,10 @@ struct RankActivity {
   bool finished = false;
   OpCall current;
   OpCall last;
+  // Communicator::note_progress: the step and op the rank computes (-1: not said).
+  std::int64_t step = -1;
+  std::string_view op;
+  int microbatch = -1;
 };
 
 struct Failure {
@@ -137,6 +142,9 @@ class ClusterState {
   RankActivity& activity(int rank) { return activities_[static_cast<std::size_t>(rank)]; }
   // "in all_reduce(...) on tp group [0, 1]", "computing (last op: ...)", "finished its function".
   std::string describe_activity(int rank);
+  // describe_activity, and when the rank is inside a collective, the activity of the members
+  // of its group that have not joined that call: who a wait on it is really waiting for.
+  std::string describe_waited_on(int rank);
 
   // Records the first failure and wakes every waiting rank. `where` reads "in <op>" or
   // "outside communication ...". Returns false when a failure was already recorded.

@@ -137,6 +137,14 @@ void ThreadCommunicator::throw_woken(const OpCall& call) const {
       f.summary + "; rank " + std::to_string(rank_) + " stopped in " + threads::describe(call));
 }
 
+void ThreadCommunicator::note_progress(std::int64_t step, std::string_view op, int microbatch) {
+  threads::RankActivity& a = state_.activity(rank_);
+  std::lock_guard lock(a.mutex);
+  a.step = step;
+  a.op = op;
+  a.microbatch = microbatch;
+}
+
 void ThreadCommunicator::throw_if_aborted() const {
   if (!state_.aborted()) return;
   const threads::Failure f = state_.failure();
@@ -315,7 +323,7 @@ void ThreadCommunicator::recv(int src, int tag, std::span<float> data) {
                                 " ms in " + threads::describe(call) + "; rank " +
                                 std::to_string(src) + " sent nothing with tag " +
                                 std::to_string(tag) + " (rank " + std::to_string(src) + ": " +
-                                state_.describe_activity(src) + ")";
+                                state_.describe_waited_on(src) + ")";
     fail_and_throw<WatchdogTimeout>(call, message, lock);
   }
   threads::Message message = std::move(*match);

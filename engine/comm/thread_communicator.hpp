@@ -46,6 +46,7 @@ class ThreadCommunicator final : public Communicator {
   void broadcast(const ProcessGroup& group, std::span<float> data, int root) override;
   void barrier(const ProcessGroup& group) override;
   void throw_if_aborted() const override;
+  void note_progress(std::int64_t step, std::string_view op, int microbatch) override;
 
  private:
   struct GroupHandle {

@@ -123,6 +123,8 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
   losses_ = {};
   bool first = true;
   for (const Op& op : schedule_->ranks[static_cast<std::size_t>(pp_rank_)]) {
+    comm_->note_progress(step, profiler::span_kind_name(schedule::span_kind_of(op.kind)),
+                         op.microbatch);
     if (first && fault_ != nullptr) inject_fault(op, step);
     first = false;
     receive_inputs(op);

@@ -38,6 +38,9 @@ class StagingCommunicator final : public comm::Communicator {
   void broadcast(const comm::ProcessGroup& group, std::span<float> data, int root) override;
   void barrier(const comm::ProcessGroup& group) override { inner_->barrier(group); }
   void throw_if_aborted() const override { inner_->throw_if_aborted(); }
+  void note_progress(std::int64_t step, std::string_view op, int microbatch) override {
+    inner_->note_progress(step, op, microbatch);
+  }
 
   // Bytes copied each way so far (tests, and the cost of staging).
   std::size_t bytes_to_host() const { return to_host_; }

@@ -50,6 +50,9 @@ TEST(FaultInjection, AHangingRankIsCaughtByTheWatchdog) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("watchdog"), std::string::npos) << r.err;
+  // It names the hung rank, its step and the op it never finished.
+  EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("at step 2, F of micro-batch 0"), std::string::npos) << r.err;
   EXPECT_LT(seconds, 30.0) << "the 2 s watchdog took " << seconds << " s to end the run";
   EXPECT_EQ(runs_of(s.db)[0].at("status"), "failed");
 }
