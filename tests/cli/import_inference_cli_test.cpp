@@ -3,7 +3,6 @@
 // devices 1, 2, 0 (so the device order is not the stage order), with a transfer after each op
 // to the next (forward) or previous (backward) stage.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -14,12 +13,10 @@
 namespace pipetune {
 namespace {
 
-namespace fs = std::filesystem;
-
 TEST(ImportInferenceCli, StagesFromPointToPointPartnersAreSaidAndUsed) {
-  char tmpl[] = "/tmp/pipetune_infer_XXXXXX";
-  const fs::path dir = ::mkdtemp(tmpl);
-  const std::string db = (dir / "w.db").string(), file = (dir / "p.sqlite").string();
+  const testing::ScratchWorkspace scratch;
+  const std::string& db = scratch.db;
+  const std::string file = (scratch.dir / "p.sqlite").string();
   const std::int64_t f = 1'000'000, b = 2'000'000;
   const int p = 3, m = 4;
   std::vector<db::testing::PipelineOp> ops;
@@ -50,7 +47,6 @@ TEST(ImportInferenceCli, StagesFromPointToPointPartnersAreSaidAndUsed) {
     // GPipe: stage s waits s forwards before its first op.
     EXPECT_DOUBLE_EQ(j["stages"][s]["warmup_bubble"].get<double>(), s * 1e-3) << s;
   }
-  fs::remove_all(dir);
 }
 
 }  // namespace

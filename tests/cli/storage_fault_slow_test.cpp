@@ -26,16 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::run_pipetune;
 
-struct Dir {
-  fs::path path;
-  std::string db;
-  Dir() {
-    char tmpl[] = "/tmp/pipetune_storage_XXXXXX";
-    path = ::mkdtemp(tmpl);
-    db = (path / "w.db").string();
-  }
-  ~Dir() { fs::remove_all(path); }
-};
+using Dir = testing::ScratchWorkspace;  // dir, db
 
 // Starts `pipetune train --steps 100000 --db db` with stdout to `out`, stderr to `err`, and (when
 // > 0) a file-size limit of `fsize_limit` bytes; returns its pid.
@@ -86,7 +77,7 @@ nlohmann::json runs_of(const std::string& db) {
 // could not be written); the steps printed before are in it.
 TEST(StorageFaults, FileSizeLimitWhileWritingFailsTheRunCleanly) {
   Dir d;
-  const std::string out = (d.path / "out").string(), err = (d.path / "err").string();
+  const std::string out = (d.dir / "out").string(), err = (d.dir / "err").string();
   const pid_t pid = start_training(d.db, out, err, 768 * 1024);
   ASSERT_GT(pid, 0);
   int status = 0;
@@ -125,7 +116,7 @@ TEST(StorageFaults, TwoHundredKillsAtRandomPoints) {
   Dir d;
   std::mt19937 random(20261125);
   std::uniform_int_distribution<int> delay_ms(0, 700);
-  const std::string out = (d.path / "out").string(), err = (d.path / "err").string();
+  const std::string out = (d.dir / "out").string(), err = (d.dir / "err").string();
   int printed_total = 0;
   for (int i = 0; i < 200; ++i) {
     const int wait = delay_ms(random);

@@ -20,20 +20,7 @@ using tensor::Tensor;
 using tensor::testing::random_ids;
 using tensor::testing::random_tensor;
 
-class CudaAttentionLossMoeTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    PIPETUNE_REQUIRE_GPU();
-    tensor::set_blas_threads(1);
-    gpu_ = std::make_unique<CudaBackend>();
-  }
-  CudaBackend& gpu() { return *gpu_; }
-  CpuBackend cpu_;
-  std::mt19937 rng_{77};
-
- private:
-  std::unique_ptr<CudaBackend> gpu_;
-};
+using CudaAttentionLossMoeTest = CudaVsCpuTest<77>;
 
 std::string shape_label(std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS) {
   return " (B " + std::to_string(B) + ", T " + std::to_string(T) + ", NH " + std::to_string(NH) +

@@ -17,20 +17,7 @@ using tensor::Tensor;
 using tensor::testing::random_ids;
 using tensor::testing::random_tensor;
 
-class CudaDenseOpsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    PIPETUNE_REQUIRE_GPU();
-    tensor::set_blas_threads(1);
-    gpu_ = std::make_unique<CudaBackend>();
-  }
-  CudaBackend& gpu() { return *gpu_; }
-  CpuBackend cpu_;
-  std::mt19937 rng_{2024};
-
- private:
-  std::unique_ptr<CudaBackend> gpu_;
-};
+using CudaDenseOpsTest = CudaVsCpuTest<2024>;
 
 TEST_F(CudaDenseOpsTest, ElementwiseOpsMatch) {
   const Tensor a = random_tensor({33, 70}, rng_), b = random_tensor({33, 70}, rng_);

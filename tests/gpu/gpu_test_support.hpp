@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "engine/cuda/cuda_backend.hpp"
 #include "engine/cuda/cuda_check.hpp"
 #include "engine/cuda/cuda_devices.hpp"
+#include "engine/tensor/cpu/cpu_backend.hpp"
 #include "engine/tensor/tensor.hpp"
 
 namespace pipetune::cuda::testing {
@@ -115,5 +118,23 @@ inline ::testing::AssertionResult matches_cpu(const std::string& name, const Dev
                                               const tensor::Tensor& cpu, double tol) {
   return matches_cpu(name, gpu.values(), cpu.values(), tol);
 }
+
+// A CudaBackend and a CpuBackend side by side, and a random generator seeded by the suite: the
+// fixture of the op-by-op comparisons. Skips without a usable device.
+template <unsigned Seed>
+class CudaVsCpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    PIPETUNE_REQUIRE_GPU();
+    tensor::set_blas_threads(1);
+    gpu_ = std::make_unique<CudaBackend>();
+  }
+  CudaBackend& gpu() { return *gpu_; }
+  tensor::CpuBackend cpu_;
+  std::mt19937 rng_{Seed};
+
+ private:
+  std::unique_ptr<CudaBackend> gpu_;
+};
 
 }  // namespace pipetune::cuda::testing
