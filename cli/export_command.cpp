@@ -44,7 +44,11 @@ Exported export_trial(tuner::ExportFormat format, const db::TrialRecord& trial, 
                       int rank, int train_iters) {
   Exported e;
   TargetArgs target;
-  db::read_trial_json(nlohmann::json::parse(trial.plan_json), target, e.request.plan, e.vocab);
+  const nlohmann::json plan = nlohmann::json::parse(trial.plan_json, nullptr, false);
+  if (plan.is_discarded())
+    throw InputError("search " + std::to_string(search) + ", result " + std::to_string(rank) +
+                     ": its stored plan is not JSON (a damaged workspace)");
+  db::read_trial_json(plan, target, e.request.plan, e.vocab);
   const Target t = resolve_target(target);
   e.request.model = t.model;
   e.request.cluster = t.cluster;

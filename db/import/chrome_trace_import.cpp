@@ -136,7 +136,9 @@ struct PendingCounter {
 
 class ChromeImport {
  public:
-  explicit ChromeImport(const std::filesystem::path& file) : file_(file.string()) {}
+  explicit ChromeImport(const std::filesystem::path& file) : file_(file.string()) {
+    builder_.set_source(file_);
+  }
 
   ImportedProfile run(const std::filesystem::path& path) {
     info_ = import_detail::read_chrome_events(path, [this](ChromeEvent& e) { on_event(e); });

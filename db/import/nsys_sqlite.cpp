@@ -55,7 +55,9 @@ std::string plural(std::int64_t n, std::string_view what) {
 class NsysImport {
  public:
   explicit NsysImport(const std::filesystem::path& file)
-      : file_(file.string()), db_(file), schema_(db_) {}
+      : file_(file.string()), db_(file), schema_(db_) {
+    builder_.set_source(file_);
+  }
 
   ImportedProfile run() {
     check_is_nsys_export();

@@ -58,11 +58,15 @@ std::uint32_t ImportedTraceBuilder::name(std::string_view text) {
 
 namespace {
 
+std::string prefix(const std::string& source) {
+  return source.empty() ? std::string() : source + ": ";
+}
+
 // Times beyond what the analyses handle (time_window.hpp) are refused at import, not wrapped.
-void check_times(const Span& span) {
+void check_times(const Span& span, const std::string& source) {
   if (!profiler::analysis::trace_time_ok(span.start_ns) ||
       !profiler::analysis::trace_time_ok(span.end_ns))
-    throw InputError("a span from " + std::to_string(span.start_ns) + " to " +
+    throw InputError(prefix(source) + "a span from " + std::to_string(span.start_ns) + " to " +
                      std::to_string(span.end_ns) +
                      " ns is beyond the times pipetune handles (2^62 ns, about 146 years)");
 }
@@ -70,13 +74,13 @@ void check_times(const Span& span) {
 }  // namespace
 
 void ImportedTraceBuilder::add_span(const Span& span) {
-  check_times(span);
+  check_times(span, source_);
   trace_.spans.push_back(span);
   kernel_of_span_.push_back(-1);
 }
 
 void ImportedTraceBuilder::add_gpu_span(const Span& span, profiler::KernelRecord record) {
-  check_times(span);
+  check_times(span, source_);
   trace_.spans.push_back(span);
   kernel_of_span_.push_back(static_cast<std::int64_t>(kernels_.size()));
   kernels_.push_back(std::move(record));
@@ -89,6 +93,14 @@ void ImportedTraceBuilder::add_launch(std::int32_t rank, std::int64_t correlatio
 }
 
 void ImportedTraceBuilder::finish(ImportedProfile& out) {
+  // Sample times too must be times the analyses handle (memory timeline, counters).
+  const auto check_sample = [&](std::int64_t t, const char* what) {
+    if (!profiler::analysis::trace_time_ok(t))
+      throw InputError(prefix(source_) + "a " + what + " at " + std::to_string(t) +
+                       " ns is beyond the times pipetune handles (2^62 ns, about 146 years)");
+  };
+  for (const profiler::MemorySample& m : trace_.memory) check_sample(m.t_ns, "memory sample");
+  for (const profiler::CounterSample& c : trace_.counters) check_sample(c.t_ns, "counter sample");
   // Lanes in (rank, stream, index) order.
   const std::size_t lane_count = trace_.lanes.size();
   std::vector<std::int32_t> lane_order(lane_count);

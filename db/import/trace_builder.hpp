@@ -26,6 +26,8 @@ struct StringHash {
 class ImportedTraceBuilder {
  public:
   ImportedTraceBuilder();
+  // The file being imported: errors about its records name it.
+  void set_source(std::string file) { source_ = std::move(file); }
 
   std::int32_t lane(std::int32_t rank, profiler::Stream stream, std::int32_t index);
   void set_lane_name(std::int32_t lane, std::string name);
@@ -48,6 +50,7 @@ class ImportedTraceBuilder {
   void finish(ImportedProfile& out);
 
  private:
+  std::string source_;
   profiler::Trace trace_;
   std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>> names_;
   std::unordered_map<std::uint64_t, std::int32_t> lanes_;  // packed (rank, stream, index)

@@ -238,6 +238,12 @@ TEST(ChromeImport, WrongTypesAreInputErrors) {
     {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 2,
      "args": {"Device Type": 1, "Total Allocated": -5}}])",
                   "memory bytes -5.000000 of 'unattributed' is not a byte count");
+  // A sample whose time, after the trace's base, is beyond what the analyses handle.
+  expect_bad_json(R"({"baseTimeNanoseconds": 4611686018000000000, "traceEvents": [
+    {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1},
+    {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1000000000,
+     "args": {"Device Type": 1, "Total Allocated": 5}}]})",
+                  "a memory sample at 4611687018000000000 ns is beyond the times");
   expect_bad_json(R"({"foo": 1})", R"(no "traceEvents" array)");
   expect_bad_json(R"({"traceEvents": {}})", R"("traceEvents" is an object, not an array)");
   expect_bad_json(R"({"traceEvents": "none"})", R"("traceEvents" is a string, not an array)");
