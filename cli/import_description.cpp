@@ -75,7 +75,14 @@ void check_profile_against_plan(const db::ImportedProfile& profile, const spec::
     return "the plan's tp*pp*dp = " + std::to_string(p.tp) + "*" + std::to_string(p.pp) + "*" +
            std::to_string(p.dp) + " = " + std::to_string(world) + " ranks";
   };
-  if (static_cast<long long>(profile.ranks.size()) != world)
+  // The launch command, when the profile records one, says how many ranks the job had: a
+  // capture of one node of it holds fewer, numbered from the node's first rank.
+  if (profile.launch_world_size > 0 && profile.launch_world_size != world)
+    throw InputError("the profile's launch command (" + profile.launch + ") starts " +
+                     std::to_string(profile.launch_world_size) + " rank(s), " + plan_text());
+  const bool one_node =
+      profile.launch_world_size == world && static_cast<long long>(profile.ranks.size()) < world;
+  if (static_cast<long long>(profile.ranks.size()) != world && !one_node)
     throw InputError("the profile has " + std::to_string(profile.ranks.size()) + " rank(s), " +
                      plan_text());
   for (const db::ImportedRank& r : profile.ranks)

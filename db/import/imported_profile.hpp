@@ -46,6 +46,8 @@ struct ImportedProfile {
   std::vector<ImportedRank> ranks;  // ascending rank
   std::vector<ImportedGpu> gpus;
   KernelAttributionCounts attribution;
+  std::string launch;  // the launch command the profile records (torchrun ...); "" when none
+  std::int32_t launch_world_size = 0;  // ranks that command starts in all; 0 when it does not say
 };
 
 }  // namespace pipetune::db

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <map>
 #include <system_error>
 #include <tuple>
 #include <unordered_set>
 
+#include "db/import/launch_command.hpp"
 #include "db/import/nsys_rows.hpp"
 #include "db/import/nsys_schema.hpp"
 #include "db/import/pipeline_phase_names.hpp"
@@ -62,6 +64,7 @@ class NsysImport {
   ImportedProfile run() {
     check_is_nsys_export();
     read_schema_version();
+    read_launch_command();
     strings_ = read_string_ids(schema_);
     read_memcpy_kinds();
     read_processes_and_threads();
@@ -105,6 +108,31 @@ class NsysImport {
     note_missing("TARGET_INFO_GPU", "GPU names unknown");
     note_missing("PROCESSES", "process names unknown");
     note_missing("ThreadNames", "thread names unknown");
+  }
+
+  // The command nsys launched (META_DATA_CAPTURE, newer exports): torchrun's or mpirun's
+  // options say how many ranks the job has and where this capture's ranks start.
+  void read_launch_command() {
+    if (!schema_.has_table("META_DATA_CAPTURE")) return;
+    TableReader r(schema_, "META_DATA_CAPTURE", {"name", "value"}, {},
+                  "name = 'PROCESS_0:COMMAND' OR name LIKE 'PROCESS_0:ARGUMENT_%'");
+    std::string command;
+    std::map<int, std::string> arguments;
+    while (r.next()) {
+      const std::string_view name = r.text(0);
+      if (name == "PROCESS_0:COMMAND") {
+        command = std::string(r.text(1));
+        continue;
+      }
+      const std::string_view index = name.substr(std::string_view("PROCESS_0:ARGUMENT_").size());
+      int i = 0;
+      const auto [end, ec] = std::from_chars(index.data(), index.data() + index.size(), i);
+      if (ec == std::errc() && end == index.data() + index.size() && i >= 0 && i < 4096)
+        arguments[i] = std::string(r.text(1));
+    }
+    std::vector<std::string> args;
+    for (auto& [i, a] : arguments) args.push_back(std::move(a));
+    launch_ = parse_launch_command(command, args);
   }
 
   void read_schema_version() {
@@ -439,8 +467,41 @@ class NsysImport {
     for (auto& [thread, calls] : nccl_calls_) std::sort(calls.begin(), calls.end());
   }
 
+  // torchrun: a capture holds one node's workers; ranks found by device or PID order are their
+  // local ranks, so global ranks start at node_rank * nproc_per_node. Said either way.
+  void apply_launch(std::map<std::int64_t, std::int32_t>& rank_of) {
+    if (!launch_) return;
+    const LaunchCommand& l = *launch_;
+    std::string said = "launched by " + l.text;
+    if (l.world_size) said += ": world size " + std::to_string(*l.world_size);
+    out_.launch = l.text;
+    out_.launch_world_size = l.world_size.value_or(0);
+    const bool implicit = std::all_of(out_.ranks.begin(), out_.ranks.end(), [](const auto& r) {
+      return r.source.rfind("device order", 0) == 0 || r.source == "PID order";
+    });
+    if (l.launcher == "torchrun" && l.processes_per_node) {
+      const auto here = static_cast<std::int32_t>(out_.ranks.size());
+      if (here != *l.processes_per_node)
+        said += "; torchrun started " + std::to_string(*l.processes_per_node) +
+                " workers per node, the capture holds " + std::to_string(here);
+      const std::int32_t offset = l.node_rank.value_or(0) * *l.processes_per_node;
+      if (implicit) {
+        for (auto& [process, rank] : rank_of) rank += offset;
+        for (ImportedRank& r : out_.ranks) {
+          r.rank += offset;
+          r.source += "; torchrun local rank " + std::to_string(r.rank - offset) + " of node " +
+                      std::to_string(l.node_rank.value_or(0));
+        }
+      }
+    } else if (l.world_size && static_cast<std::int32_t>(out_.ranks.size()) != *l.world_size) {
+      said += "; the capture holds " + std::to_string(out_.ranks.size()) + " of them";
+    }
+    warn(std::move(said));
+  }
+
   void emit() {
-    const auto rank_of = assign_ranks(ranks_in_, out_.ranks, out_.warnings);
+    auto rank_of = assign_ranks(ranks_in_, out_.ranks, out_.warnings);
+    apply_launch(rank_of);
     index_nccl_launches();
 
     std::int64_t unclassified_nccl = 0, sendrecv_without_evidence = 0, dropped_api = 0,
@@ -561,6 +622,7 @@ class NsysImport {
   std::unordered_map<std::int64_t, std::string> thread_names_;  // globalTid -> name
   std::unordered_map<std::int64_t, std::string> domain_names_;  // domainId -> name
   RankInputs ranks_in_;
+  std::optional<LaunchCommand> launch_;
   std::vector<GpuActivity> gpu_;
   std::vector<ApiCall> api_;
   std::vector<NvtxRange> nvtx_;

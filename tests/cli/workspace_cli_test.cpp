@@ -248,7 +248,7 @@ TEST(WorkspaceCli, ImportedRunsKeepThePlanTheyWereGiven) {
   Workspace w;
   expect_input_error(w.run({"import-nsys", nsys.string(), "--model", "tiny", "--hardware",
                             "h100-sxm", "--tp", "2", "--pp", "2", "--dp", "2"}),
-                     "the profile has 2 rank(s), the plan's tp*pp*dp = 2*2*2 = 8 ranks");
+                     "starts 2 rank(s), the plan's tp*pp*dp = 2*2*2 = 8 ranks");
   expect_input_error(w.run({"import-nsys", nsys.string(), "--tp", "1", "--pp", "2"}),
                      "the profiled run's description needs --model too");
   expect_input_error(w.run({"import-nsys", nsys.string(), "--config", "tiny-train", "--tp", "1"}),

@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace pipetune::db::testing {
 
@@ -88,6 +89,14 @@ class NsysExportWriter {
   void metadata(const std::string& table, const std::string& version) {
     create(table, "name TEXT, value TEXT");
     exec("INSERT INTO " + table + " VALUES ('EXPORT_SCHEMA_VERSION', " + sql_text(version) + ")");
+  }
+  // The launched command as META_DATA_CAPTURE records it (PROCESS_0:COMMAND, ARGUMENT_i).
+  void launch_command(const std::string& command, const std::vector<std::string>& arguments) {
+    create("META_DATA_CAPTURE", "name TEXT, value TEXT");
+    exec("INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:COMMAND', " + sql_text(command) + ")");
+    for (std::size_t i = 0; i < arguments.size(); ++i)
+      exec("INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ARGUMENT_" + std::to_string(i) +
+           "', " + sql_text(arguments[i]) + ")");
   }
   void string_id(std::int64_t id, const std::string& value) {
     create("StringIds", "id INTEGER PRIMARY KEY, value TEXT NOT NULL");

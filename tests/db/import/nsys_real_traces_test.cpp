@@ -61,7 +61,7 @@ TEST_F(TorchrunExport, RanksAreTheTwoGpuProcessesInDeviceOrder) {
   EXPECT_EQ(profile_->ranks[0].process_name, "python3");
   EXPECT_EQ(profile_->ranks[1].pid, 145);
   EXPECT_EQ(profile_->ranks[1].devices, std::vector<std::int32_t>{1});
-  EXPECT_EQ(profile_->ranks[0].source, "device order (device 0)");
+  EXPECT_EQ(profile_->ranks[0].source, "device order (device 0); torchrun local rank 0 of node 0");
 }
 
 TEST_F(TorchrunExport, KernelCountsPerDeviceAndStream) {
@@ -197,6 +197,20 @@ TEST_F(TorchrunExport, CudaApiCallsOnTheirThreads) {
   EXPECT_EQ(api(1, 242), 139u);
   EXPECT_EQ(spans_where(trace(), [](const Span& s) { return s.kind == SpanKind::Runtime; }).size(),
             7466u);
+}
+
+// The launch command nsys recorded: torchrun with 2 workers on 1 node (README: "torchrun
+// --nnodes=1 --nproc_per_node=2 --master_port=29506 .../fv_mfu_training.py"); the two rank
+// processes are its local ranks 0 and 1.
+TEST_F(TorchrunExport, LaunchCommandGivesTheWorldSize) {
+  EXPECT_EQ(
+      profile_->launch.rfind("torchrun --nnodes=1 --nproc_per_node=2 --master_port=29506 ", 0), 0u)
+      << profile_->launch;
+  EXPECT_EQ(profile_->launch_world_size, 2);
+  ASSERT_EQ(profile_->ranks.size(), 2u);
+  EXPECT_NE(profile_->ranks[1].source.find("torchrun local rank 1 of node 0"), std::string::npos)
+      << profile_->ranks[1].source;
+  EXPECT_TRUE(any_contains(profile_->warnings, "world size 2")) << join(profile_->warnings);
 }
 
 // Kernels attributed to the PyTorch op ranges (emit_nvtx names, ", op_id = ..." dropped) that

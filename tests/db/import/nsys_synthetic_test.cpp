@@ -232,6 +232,31 @@ TEST(NsysSyntheticExport, CudaMemoryUsageIsTheRanksDeviceMemory) {
       << join(p.warnings);
 }
 
+// A capture of node 1 of a two-node torchrun job: its two workers are global ranks 2 and 3.
+TEST(NsysSyntheticExport, TorchrunNodeRankOffsetsTheRanks) {
+  TempFile file(".sqlite");
+  {
+    NsysExportWriter w(file.path());
+    w.launch_command("torchrun", {"--nnodes=2", "--nproc_per_node=2", "--node_rank=1", "t.py"});
+    w.string_id(1, "gemm");
+    w.kernel(100, 0, 7, 1, 1000, 2000, 1, 1);
+    w.kernel(200, 1, 7, 2, 1000, 2000, 1, 1);
+    w.close();
+  }
+  const ImportedProfile p = import_nsys_sqlite(file.path());
+  ASSERT_EQ(p.ranks.size(), 2u);
+  EXPECT_EQ(p.ranks[0].rank, 2);
+  EXPECT_EQ(p.ranks[0].pid, 100);
+  EXPECT_EQ(p.ranks[1].rank, 3);
+  EXPECT_EQ(p.launch_world_size, 4);
+  EXPECT_EQ(p.kernels[0].rank, 2);
+  EXPECT_NE(join(p.warnings)
+                .find("launched by torchrun --nnodes=2 --nproc_per_node=2 --node_rank=1 t.py: "
+                      "world size 4"),
+            std::string::npos)
+      << join(p.warnings);
+}
+
 TEST(NsysSyntheticExport, ExplicitRankNamesWinOverDeviceOrder) {
   TempFile file(".sqlite");
   {
