@@ -3,6 +3,7 @@
 // after, and optionally writes the hardware file with the fitted table.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -165,10 +166,23 @@ void run(const CalibrateArgs& a) {
     // Mean op durations per pipeline rank: the engine's measured iteration has no DP or optimizer
     // share that the cost model would predict the same way, so the ops are the clean signal.
     const db::StoredRun stored = ws.load(run.id);
-    // An imported run's op times are GPU time: its kernels, by the phase that launched them.
-    m.op_durations = run.kind == profiler::TraceKind::Imported
-                         ? tuner::op_durations_from_kernels(stored.kernels, m.plan, m.name)
-                         : tuner::op_durations_from_trace(stored.trace, m.plan);
+    // An imported run's op times are GPU time when it has GPU activity: its kernels, by the
+    // phase that launched them. Without any (a CPU pipeline such as PiPPy's toy run), its phase
+    // ranges' own durations, as for the engine's measured runs.
+    const bool imported = run.kind == profiler::TraceKind::Imported;
+    if (imported && !stored.kernels.empty()) {
+      m.op_durations = tuner::op_durations_from_kernels(stored.kernels, m.plan, m.name);
+    } else {
+      m.op_durations = tuner::op_durations_from_trace(stored.trace, m.plan);
+      const bool any = std::any_of(
+          m.op_durations.begin(), m.op_durations.end(), [](const schedule::StageCosts& c) {
+            return std::any_of(c.op.begin(), c.op.end(), [](double t) { return t > 0.0; });
+          });
+      if (imported && !any)
+        throw InputError(m.name +
+                         ": no pipeline phase ranges (forward/backward) and no GPU activity, so "
+                         "it has no op times to calibrate with");
+    }
     measurements.push_back(std::move(m));
   }
   const tuner::CalibrationResult r = tuner::calibrate(measurements, hardware.efficiency, options);

@@ -175,6 +175,32 @@ TEST(CalibrateCli, ImportedRunsWithTheirPlanPairWithThePredictionAndCalibrate) {
             0);
   expect_input_error(d.run({"calibrate", "--hardware", "h100-sxm", "--runs", "4"}),
                      "no GPU activity was launched inside a pipeline phase");
+
+  // A real pipeline without GPU activity (PiPPy's 4-stage toy run, 1 s sleeps per op): its
+  // phase ranges' own durations are the op times (README facts: F and B 1.00-1.04 s on stages
+  // 0-2, stage 3's forwards 1.105-1.157 s with the loss).
+  const auto pippy = test::shared_path("data/real_traces/pippy-4stage-toy/pipe_visualized.json");
+  ASSERT_EQ(
+      d.run({"import-trace", pippy.string(), "--model", "tiny", "--hardware", "h100-sxm", "--tp",
+             "1", "--pp", "4", "--dp", "1", "--microbatches", "4", "--schedule", "gpipe"})
+          .exit_code,
+      0);
+  const testing::ProcessResult toy =
+      d.run({"calibrate", "--hardware", "h100-sxm", "--runs", "5", "--fit", "gemm", "--json"});
+  ASSERT_EQ(toy.exit_code, 0) << toy.err;
+  const auto tj = nlohmann::json::parse(toy.out);
+  ASSERT_EQ(tj["points"].size(), 8u) << tj.dump(2);  // F and BW on 4 stages
+  for (const auto& p : tj["points"]) {
+    const std::string label = p["label"];
+    const double t = p["measured"];
+    if (label.ends_with("rank 3 F")) {
+      EXPECT_GT(t, 1.10) << label;
+      EXPECT_LT(t, 1.16) << label;
+    } else {
+      EXPECT_GT(t, 0.99) << label;
+      EXPECT_LT(t, 1.05) << label;
+    }
+  }
 }
 
 TEST(CalibrateCli, BadInput) {
