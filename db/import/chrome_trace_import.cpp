@@ -308,8 +308,9 @@ class ChromeImport {
     } else if (cat == "cuda_runtime" || cat == "cuda_driver") {
       kind = SpanKind::Runtime;
       p.correlation = int_arg(args, "correlation").value_or(-1);
-    } else if (auto phase = cat == "cpu_op" || cat == "python_function"
-                                ? std::nullopt  // operators and Python calls, not annotations
+    } else if (auto phase = cat == "cpu_op" ? std::nullopt  // operators, not annotations
+                            : cat == "python_function"
+                                ? match_python_function_phase(name)  // DeepSpeed's passes only
                                 : match_pipeline_phase(name)) {
       kind = phase->kind;
       s.microbatch = phase->microbatch;

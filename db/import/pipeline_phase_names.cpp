@@ -131,4 +131,20 @@ std::optional<PipelinePhase> match_pipeline_phase(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<PipelinePhase> match_python_function_phase(std::string_view name) {
+  const auto ends_with = [&](std::string_view tail) {
+    return name.size() >= tail.size() && name.substr(name.size() - tail.size()) == tail;
+  };
+  PipelinePhase p;
+  if (ends_with("_exec_forward_pass")) {
+    p.kind = SpanKind::F;
+    return p;
+  }
+  if (ends_with("_exec_backward_pass")) {
+    p.kind = SpanKind::BW;
+    return p;
+  }
+  return std::nullopt;
+}
+
 }  // namespace pipetune::db

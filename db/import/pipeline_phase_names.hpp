@@ -37,4 +37,11 @@ struct PipelinePhase {
 
 std::optional<PipelinePhase> match_pipeline_phase(std::string_view name);
 
+// Python function events (PyTorch profiler with_stack, category "python_function") that are
+// pipeline phases: DeepSpeed's pipeline engine runs each forward and backward of its schedule in
+// PipelineEngine._exec_forward_pass / _exec_backward_pass (deepspeed/runtime/pipe/engine.py),
+// recorded as "deepspeed/runtime/pipe/engine.py(712): _exec_forward_pass" -> F / BW, micro-batch
+// unknown. Other Python functions are not phases (a module's forward is not one).
+std::optional<PipelinePhase> match_python_function_phase(std::string_view name);
+
 }  // namespace pipetune::db

@@ -83,6 +83,20 @@ TEST(PipelinePhaseNames, NotPhases) {
   }
 }
 
+// DeepSpeed's pipeline engine, as PyTorch's profiler records its Python calls (with_stack).
+TEST(PipelinePhaseNames, DeepSpeedPipelineEnginePasses) {
+  auto p = match_python_function_phase("deepspeed/runtime/pipe/engine.py(712): _exec_forward_pass");
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->kind, profiler::SpanKind::F);
+  EXPECT_EQ(p->microbatch, -1);
+  p = match_python_function_phase("PipelineEngine._exec_backward_pass");
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->kind, profiler::SpanKind::BW);
+  for (const char* name : {"torch/nn/modules/module.py(1501): _call_impl", "model.py(40): forward",
+                           "_exec_forward_pass_helper"})
+    EXPECT_FALSE(match_python_function_phase(name).has_value()) << name;
+}
+
 TEST(NcclKernelNames, Collectives) {
   EXPECT_EQ(profiler::classify_nccl_kernel("ncclDevKernel_SendRecv"),
             profiler::NcclKernel::SendRecv);
