@@ -4,6 +4,8 @@
 # the store's tests, and the MPI tests), each in its own build folder (build-asan, build-tsan). Prints one summary line per build and exits 1 when either fails.
 #
 # Usage: tests/sanitizers/run.sh [asan|tsan]...   (default: both)
+# Do not edit sources while it builds: objects compiled before and after a header change end up in
+# one binary and the sanitizers then report the mismatch, not a bug.
 # CI runs neither (two more full builds do not fit CI's 2 cores within its time); run it before
 # calling a concurrency change done.
 set -uo pipefail
@@ -20,18 +22,19 @@ run_build() {  # name, sanitizers, ctest arguments...
   shift 2
   local dir="build-$name" start
   start=$(date +%s)
+  mkdir -p "$dir"  # its logs live inside it (git ignores build folders)
   if ! cmake -S . -B "$dir" -DPIPETUNE_SANITIZE="$san" -DPIPETUNE_GUI=OFF -DPIPETUNE_BENCH=OFF \
-      >"$dir.configure.log" 2>&1; then
-    summary+=("$name: configure failed (see $dir.configure.log)")
+      >"$dir/sanitizers.configure.log" 2>&1; then
+    summary+=("$name: configure failed (see $dir/sanitizers.configure.log)")
     status=1
     return
   fi
-  if ! cmake --build "$dir" -j"$jobs" >"$dir.build.log" 2>&1; then
-    summary+=("$name: build failed (see $dir.build.log)")
+  if ! cmake --build "$dir" -j"$jobs" >"$dir/sanitizers.build.log" 2>&1; then
+    summary+=("$name: build failed (see $dir/sanitizers.build.log)")
     status=1
     return
   fi
-  local log="$dir.test.log" rc=0 line
+  local log="$dir/sanitizers.test.log" rc=0 line
   if [ "$1" = "--executables" ]; then  # gtest executables run directly, then ctest's MPI tests
     shift
     : >"$log"
