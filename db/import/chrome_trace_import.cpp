@@ -442,6 +442,7 @@ class ChromeImport {
       if (fresh) {
         r.rank = t.rank;
         r.source = source[t.rank];
+        r.ordered = r.source == "process order";
       }
       if (r.pid < 0 && p.devices.empty()) {  // prefer the host process over a GPU "process"
         r.pid = id_number(p.pid).value_or(-1);

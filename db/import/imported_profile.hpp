@@ -19,6 +19,10 @@ struct ImportedRank {
   std::string process_name;           // "python3", "./saxpy-mpi-cuda"; empty when unknown
   std::vector<std::int32_t> devices;  // CUDA devices the process ran work on, ascending
   std::string source;  // why this rank number: "thread name 'MPI Rank 0'", "device order"...
+  // Numbered by device or process order rather than named by the profile (MPI_RANKS, a rank in a
+  // thread or process name, distributedInfo): such numbers may be renumbered by what the profile
+  // shows later (a launcher's node rank, a pipeline's stage order).
+  bool ordered = false;
 };
 
 // A GPU described by the source (nsys TARGET_INFO_GPU).

@@ -38,7 +38,9 @@ std::map<std::int64_t, std::int32_t> assign_ranks(const RankInputs& in,
     ++with_explicit;
     explicit_numbers.insert(it->second.first);
   }
-  if (!procs.empty() && with_explicit == procs.size() && explicit_numbers.size() == procs.size()) {
+  const bool named =
+      !procs.empty() && with_explicit == procs.size() && explicit_numbers.size() == procs.size();
+  if (named) {
     for (std::int64_t p : procs) {
       rank_of[p] = in.explicit_ranks.at(p).first;
       source[p] = in.explicit_ranks.at(p).second;
@@ -83,6 +85,7 @@ std::map<std::int64_t, std::int32_t> assign_ranks(const RankInputs& in,
     auto d = in.devices.find(p);
     if (d != in.devices.end()) info.devices.assign(d->second.begin(), d->second.end());
     info.source = source[p];
+    info.ordered = !named;
     ranks.push_back(std::move(info));
   }
   std::sort(ranks.begin(), ranks.end(),

@@ -476,9 +476,8 @@ class NsysImport {
     if (l.world_size) said += ": world size " + std::to_string(*l.world_size);
     out_.launch = l.text;
     out_.launch_world_size = l.world_size.value_or(0);
-    const bool implicit = std::all_of(out_.ranks.begin(), out_.ranks.end(), [](const auto& r) {
-      return r.source.rfind("device order", 0) == 0 || r.source == "PID order";
-    });
+    const bool implicit = std::all_of(out_.ranks.begin(), out_.ranks.end(),
+                                      [](const ImportedRank& r) { return r.ordered; });
     if (l.launcher == "torchrun" && l.processes_per_node) {
       const auto here = static_cast<std::int32_t>(out_.ranks.size());
       if (here != *l.processes_per_node)

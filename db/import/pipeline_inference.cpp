@@ -127,12 +127,8 @@ std::optional<InferredPipeline> infer_pipeline_from_p2p(const profiler::Trace& t
 }
 
 void apply_inferred_pipeline(ImportedProfile& profile, const InferredPipeline& pipeline) {
-  const bool explicit_ranks =
-      std::any_of(profile.ranks.begin(), profile.ranks.end(), [](const ImportedRank& r) {
-        return r.source.find("device order") == std::string::npos &&
-               r.source.find("PID order") == std::string::npos &&
-               r.source.find("process order") == std::string::npos;
-      });
+  const bool explicit_ranks = std::any_of(profile.ranks.begin(), profile.ranks.end(),
+                                          [](const ImportedRank& r) { return !r.ordered; });
   const std::size_t n = pipeline.stage_ranks.size();
   bool identity = true;
   for (std::size_t s = 0; s < n; ++s)

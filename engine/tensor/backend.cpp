@@ -279,17 +279,23 @@ void Backend::gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorV
 
 namespace {
 
-void check_attention(const char* op, ConstTensorView qkv, std::int64_t nh, ConstTensorView out,
-                     ConstTensorView att) {
+// qkv (B, T, 3C) with C a multiple of num_heads, out (B, T, C): what both attention forms share.
+void check_qkv_and_out(const char* op, ConstTensorView qkv, std::int64_t nh, ConstTensorView out) {
   rank_is(op, "qkv", qkv, 3);
   rank_is(op, "out", out, 3);
-  rank_is(op, "att", att, 4);
   const std::int64_t B = qkv.shape[0], T = qkv.shape[1], C3 = qkv.shape[2];
   PIPETUNE_TENSOR_CHECK(nh > 0 && C3 % 3 == 0 && (C3 / 3) % nh == 0, op,
                         sh("qkv", qkv) + " is not (B, T, 3 * num_heads * head_size) for " +
                             "num_heads " + std::to_string(nh));
   PIPETUNE_TENSOR_CHECK(out.shape == Shape({B, T, C3 / 3}), op,
                         sh("out", out) + " must be (B, T, C) for " + sh("qkv", qkv));
+}
+
+void check_attention(const char* op, ConstTensorView qkv, std::int64_t nh, ConstTensorView out,
+                     ConstTensorView att) {
+  check_qkv_and_out(op, qkv, nh, out);
+  rank_is(op, "att", att, 4);
+  const std::int64_t B = qkv.shape[0], T = qkv.shape[1];
   PIPETUNE_TENSOR_CHECK(att.shape == Shape({B, nh, T, T}), op,
                         sh("att", att) + " must be (B, NH, T, T) for " + sh("qkv", qkv) +
                             " num_heads " + std::to_string(nh));
@@ -315,15 +321,9 @@ namespace {
 
 void check_flash(const char* op, ConstTensorView qkv, std::int64_t nh, ConstTensorView out,
                  ConstTensorView lse) {
-  rank_is(op, "qkv", qkv, 3);
-  rank_is(op, "out", out, 3);
+  check_qkv_and_out(op, qkv, nh, out);
   rank_is(op, "lse", lse, 3);
-  const std::int64_t B = qkv.shape[0], T = qkv.shape[1], C3 = qkv.shape[2];
-  PIPETUNE_TENSOR_CHECK(nh > 0 && C3 % 3 == 0 && (C3 / 3) % nh == 0, op,
-                        sh("qkv", qkv) + " is not (B, T, 3 * num_heads * head_size) for " +
-                            "num_heads " + std::to_string(nh));
-  PIPETUNE_TENSOR_CHECK(out.shape == Shape({B, T, C3 / 3}), op,
-                        sh("out", out) + " must be (B, T, C) for " + sh("qkv", qkv));
+  const std::int64_t B = qkv.shape[0], T = qkv.shape[1];
   PIPETUNE_TENSOR_CHECK(lse.shape == Shape({B, nh, T}), op,
                         sh("lse", lse) + " must be (B, NH, T) for " + sh("qkv", qkv) +
                             " num_heads " + std::to_string(nh));

@@ -55,6 +55,7 @@ GpuAttribution add_gpu_capture(Trace& trace, std::int32_t rank, const GpuCapture
     s.start_ns = a.start_ns + clock_offset_ns;
     s.end_ns = a.end_ns + clock_offset_ns;
     s.name = intern(a.name);
+    KernelRecord record = a;
     std::int64_t op = -1;
     const auto call = launch.find(static_cast<std::uint32_t>(a.correlation));
     if (call == launch.end()) {
@@ -68,16 +69,12 @@ GpuAttribution add_gpu_capture(Trace& trace, std::int32_t rank, const GpuCapture
         const Span& parent = trace.spans[static_cast<std::size_t>(op)];
         s.microbatch = parent.microbatch;
         s.chunk = parent.chunk;
-      }
-    }
-    KernelRecord record = a;
-    if (op >= 0) {
-      const Span& parent = trace.spans[static_cast<std::size_t>(op)];
-      record.op = trace.span_label(parent);
-      if (is_compute(parent.kind)) {
-        record.phase = parent.kind;
-        record.microbatch = parent.microbatch;
-        record.chunk = parent.chunk;
+        record.op = trace.span_label(parent);
+        if (is_compute(parent.kind)) {
+          record.phase = parent.kind;
+          record.microbatch = parent.microbatch;
+          record.chunk = parent.chunk;
+        }
       }
     }
     trace.spans.push_back(s);
