@@ -62,6 +62,7 @@ struct TrainArgs {
   std::string fault;
   std::string db;
   bool no_db = false;
+  bool no_gpu_capture = false;
   std::string name;
 };
 
@@ -154,6 +155,9 @@ TrainSetup build_options(const TrainArgs& a) {
   const spec::EngineBackend backend =
       a.backend ? spec::parse_engine_backend(*a.backend) : run.backend;
   if (backend == spec::EngineBackend::cuda) use_cuda_backend(o);
+  if (a.no_gpu_capture && backend != spec::EngineBackend::cuda)
+    throw InputError("--no-gpu-capture is for --backend cuda (the cpu backend captures no GPU)");
+  o.capture_gpu_activity = !a.no_gpu_capture;
   return setup;
 }
 
@@ -204,6 +208,11 @@ void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r,
                       {"plan", plan_json(o, r)}, {"first_step", r.first_step},
                       {"steps", steps},          {"iteration_time", r.iteration_seconds},
                       {"ranks", ranks}};
+  if (r.gpu_capture.activities > 0)
+    j["gpu_capture"] = {{"activities", r.gpu_capture.activities},
+                        {"attributed", r.gpu_capture.attributed},
+                        {"outside_ops", r.gpu_capture.outside_ops},
+                        {"without_launch", r.gpu_capture.without_launch}};
   if (run_id >= 0) j["run_id"] = run_id;
   std::cout << j.dump(2) << "\n";
 }
@@ -223,6 +232,12 @@ void print_summary(const runtime::TrainResult& r) {
                 human_bytes(static_cast<double>(k.gradient_bytes)).c_str(),
                 human_bytes(static_cast<double>(k.optimizer_bytes)).c_str(),
                 human_bytes(static_cast<double>(k.peak_activation_bytes)).c_str());
+  const runtime::TrainResult::GpuCaptureCounts& g = r.gpu_capture;
+  if (g.activities > 0)
+    std::printf(
+        "GPU activity (CUPTI): %zu kernels, copies and memsets; %zu launched inside ops, %zu "
+        "between ops, %zu without their launch call\n",
+        g.activities, g.attributed, g.outside_ops, g.without_launch);
 }
 
 std::string summary_json(const runtime::TrainResult& r) {
@@ -247,6 +262,7 @@ std::unique_ptr<db::RunWriter> open_run_writer(const TrainArgs& a, runtime::Trai
       options);
   db::RunWriter* w = writer.get();
   o.trace_sink = [w](profiler::Trace part) { w->append(std::move(part)); };
+  o.kernel_sink = [w](std::vector<profiler::KernelRecord> k) { w->append_kernels(std::move(k)); };
   return writer;
 }
 
@@ -483,6 +499,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "Compute threads per rank (0 = cores / ranks)");
   cmd->add_option("--backend", args->backend,
                   "Where the engine computes: cpu or cuda (default: the run file's, else cpu)");
+  cmd->add_flag("--no-gpu-capture", args->no_gpu_capture,
+                "With --backend cuda: NVTX ranges only, no CUPTI capture of kernels and copies");
   cmd->add_option("--ranks-per-process", args->ranks_per_process,
                   "Under mpirun / srun: ranks run as threads in each process (hybrid; default 1)");
   cmd->add_option("--fault", args->fault,

@@ -11,6 +11,7 @@
 
 #include "engine/cuda/cuda_backend.hpp"
 #include "engine/cuda/device_allocator_cuda.hpp"
+#include "engine/cuda/gpu_activity_hub.hpp"
 #include "engine/runtime/staging_communicator.hpp"
 #include "engine/runtime/trainer.hpp"
 
@@ -23,13 +24,19 @@ struct SingleGpuOptions {
 
 class CudaRankDevice final : public runtime::RankDevice {
  public:
-  // Throws CudaError when the device is not usable.
-  CudaRankDevice(comm::Communicator& comm, const SingleGpuOptions& options);
+  // Throws CudaError when the device is not usable. `activity`: the process's CUPTI capture the
+  // run's ranks share (null: no capture).
+  CudaRankDevice(comm::Communicator& comm, const SingleGpuOptions& options,
+                 std::shared_ptr<GpuActivityHub> activity = nullptr);
   ~CudaRankDevice() override;
 
   tensor::Backend& backend() override { return backend_; }
   tensor::DeviceAllocator* storage() override { return &storage_; }
   comm::Communicator& communicator() override { return comm_; }
+  // Joins the process's CUPTI capture with this rank's stream; false (the run goes on with NVTX
+  // ranges only, and says so on stderr once) when CUPTI cannot start.
+  bool start_gpu_capture(std::chrono::steady_clock::time_point epoch) override;
+  GpuActivity take_gpu_activity() override;
   CudaBackend& cuda_backend() { return backend_; }
   const CudaDeviceAllocator& allocator() const { return storage_; }
   const runtime::StagingCommunicator& staging() const { return comm_; }
@@ -38,9 +45,12 @@ class CudaRankDevice final : public runtime::RankDevice {
   CudaBackend backend_;          // owns the stream
   CudaDeviceAllocator storage_;  // on the backend's stream
   runtime::StagingCommunicator comm_;
+  std::shared_ptr<GpuActivityHub> activity_;
+  bool joined_ = false;
 };
 
-// The trainer's factory for single-GPU mode: every rank on `options.device`.
+// The trainer's factory for single-GPU mode: every rank on `options.device`, sharing one CUPTI
+// capture (used when the run asks for GPU activity: TrainOptions::capture_gpu_activity).
 runtime::RankDeviceFactory single_gpu_rank_devices(SingleGpuOptions options = {});
 
 }  // namespace pipetune::cuda

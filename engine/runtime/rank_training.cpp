@@ -15,6 +15,7 @@
 #include "engine/runtime/optimizer.hpp"
 #include "engine/runtime/rank_runtime.hpp"
 #include "engine/tensor/cpu/cpu_backend.hpp"
+#include "profiler/gpu/gpu_capture.hpp"
 #include "profiler/recorder/merge_recorders.hpp"
 #include "profiler/trace_codec.hpp"
 
@@ -98,10 +99,12 @@ class RankTraining {
   int first_step() const { return first_step_; }
 
  private:
-  void stream_trace(const profiler::StepMetric& step_metric);
+  profiler::GpuCapture take_gpu_activity();
+  void stream_trace(const profiler::StepMetric& step_metric, const profiler::GpuCapture& gpu);
   void save_checkpoint(int step);
 
   SharedTraining& s_;
+  RankDevice& device_;
   const TrainOptions& options_;
   const spec::ParallelPlan& plan_;
   comm::Communicator& comm_;
@@ -120,6 +123,7 @@ class RankTraining {
   std::vector<data::Batch> batches_;
   int first_step_ = 1;
   profiler::RecorderMark streamed_;  // how much of the recorder trace_sink has had
+  bool gpu_capture_ = false;         // the device captures its GPU activity for the trace
 };
 
 data::DataLoader make_loader(const SharedTraining& s, const comm::RankCoordinates& at) {
@@ -132,6 +136,7 @@ data::DataLoader make_loader(const SharedTraining& s, const comm::RankCoordinate
 
 RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
     : s_(shared),
+      device_(device),
       options_(shared.options),
       plan_(shared.prepared.plan),
       comm_(device.communicator()),
@@ -176,6 +181,31 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
                                 sizeof(float)));
   reduce_name_ = recorder_.intern("gradient reduce");
   gather_name_ = recorder_.intern("optimizer step");
+  // Nothing would keep what is captured without a trace to put it in.
+  gpu_capture_ = options_.capture_gpu_activity && (options_.trace_sink || options_.record_trace) &&
+                 device.start_gpu_capture(recorder_.epoch());
+}
+
+// What the rank's device did since the last take, in the engine's clock.
+profiler::GpuCapture RankTraining::take_gpu_activity() {
+  if (!gpu_capture_) return {};
+  RankDevice::GpuActivity a = device_.take_gpu_activity();
+  for (profiler::KernelRecord& k : a.capture.activities) {
+    k.start_ns += a.clock_offset_ns;
+    k.end_ns += a.clock_offset_ns;
+  }
+  for (profiler::ApiCallRecord& c : a.capture.api_calls) {
+    c.start_ns += a.clock_offset_ns;
+    c.end_ns += a.clock_offset_ns;
+  }
+  if (options_.record_trace) {
+    profiler::GpuCapture& all = s_.gpu_captures[static_cast<std::size_t>(rank_)];
+    all.activities.insert(all.activities.end(), a.capture.activities.begin(),
+                          a.capture.activities.end());
+    all.api_calls.insert(all.api_calls.end(), a.capture.api_calls.begin(),
+                         a.capture.api_calls.end());
+  }
+  return std::move(a.capture);
 }
 
 void RankTraining::resume() {
@@ -266,7 +296,7 @@ bool RankTraining::run_step(int step) {
   }
   // The step's records go out first, so a caller that prints the step after making them durable
   // (the CLI) never shows a step a crash would lose.
-  stream_trace(step_metric);
+  stream_trace(step_metric, take_gpu_activity());
   if (reported && options_.on_step) options_.on_step(*reported);
   const bool save = !options_.checkpoint_dir.empty() &&
                     (step == options_.steps ||
@@ -279,10 +309,24 @@ bool RankTraining::run_step(int step) {
   return stop_after_this_step;
 }
 
-void RankTraining::stream_trace(const profiler::StepMetric& step_metric) {
+void RankTraining::stream_trace(const profiler::StepMetric& step_metric,
+                                const profiler::GpuCapture& gpu) {
   if (!options_.trace_sink) return;
   profiler::Trace part = profiler::take_recorder_part(recorder_, streamed_);
   if (rank_ == 0) part.steps.push_back(step_metric);
+  if (gpu_capture_) {
+    // The step's kernels join the part that holds the ops they were launched from.
+    profiler::GpuAttribution a = profiler::add_gpu_capture(part, rank_, gpu, 0);
+    {
+      std::lock_guard lock(s_.mutex);
+      TrainResult::GpuCaptureCounts& n = s_.result.gpu_capture;
+      n.activities += a.records.size();
+      n.attributed += a.attributed;
+      n.outside_ops += a.outside_ops;
+      n.without_launch += a.without_launch;
+    }
+    if (options_.kernel_sink && !a.records.empty()) options_.kernel_sink(std::move(a.records));
+  }
   if (options_.processes) {
     // Every rank's part to rank 0, whose sink writes them (a collective per step).
     for (const std::string& bytes :

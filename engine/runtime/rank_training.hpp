@@ -42,7 +42,7 @@ StepTiming step_timing(const profiler::RankRecorder& recorder, std::size_t first
 
 // What the rank threads of one run share. Everything but `result`, `last_timing` and
 // `checkpoint_slots` is read-only while they run; those three are written under `mutex`
-// (last_timing[r] only by rank r).
+// (last_timing[r] and gpu_captures[r] only by rank r).
 struct SharedTraining {
   const TrainOptions& options;
   const PreparedRun& prepared;
@@ -54,6 +54,9 @@ struct SharedTraining {
   std::vector<checkpoint::RankCheckpoint>& checkpoint_slots;
   TrainResult& result;
   std::mutex& mutex;
+  // With record_trace: each rank's GPU activity of the whole run, in the engine's clock, joined
+  // to the merged trace at the end (slot r written only by rank r).
+  std::vector<profiler::GpuCapture>& gpu_captures;
 };
 
 // Runs one rank of the run on the calling thread (the cluster's rank thread).

@@ -208,6 +208,26 @@ void merge_trace(const std::vector<std::unique_ptr<profiler::RankRecorder>>& rec
   result.trace.steps = std::move(steps);
 }
 
+// Each rank's GPU activity of the run (engine clock) as GPU lanes of the merged trace, under
+// the ops that launched it; counted here unless the streamed parts already were.
+void add_gpu_activity(const std::vector<profiler::GpuCapture>& captures, bool count,
+                      TrainResult& result) {
+  for (std::size_t r = 0; r < captures.size(); ++r) {
+    if (captures[r].activities.empty()) continue;
+    profiler::GpuAttribution a =
+        profiler::add_gpu_capture(result.trace, static_cast<std::int32_t>(r), captures[r], 0);
+    if (count) {
+      TrainResult::GpuCaptureCounts& n = result.gpu_capture;
+      n.activities += a.records.size();
+      n.attributed += a.attributed;
+      n.outside_ops += a.outside_ops;
+      n.without_launch += a.without_launch;
+    }
+    result.kernels.insert(result.kernels.end(), std::make_move_iterator(a.records.begin()),
+                          std::make_move_iterator(a.records.end()));
+  }
+}
+
 }  // namespace
 
 double steady_tokens_per_s(const TrainResult& r) {
@@ -332,8 +352,9 @@ TrainResult train(const TrainOptions& options) {
   std::vector<RankCheckpoint> checkpoint_slots(static_cast<std::size_t>(world));
   result.first_step = prepared.resume ? static_cast<int>(prepared.resume->step) + 1 : 1;
 
-  SharedTraining shared{options,   prepared,    topology,         corpus, threads,
-                        recorders, last_timing, checkpoint_slots, result, mutex};
+  std::vector<profiler::GpuCapture> gpu_captures(static_cast<std::size_t>(world));
+  SharedTraining shared{options,     prepared,         topology, corpus, threads,      recorders,
+                        last_timing, checkpoint_slots, result,   mutex,  gpu_captures};
   if (!options.processes) {
     cluster.run([&](comm::Communicator& comm) { train_rank(shared, comm); });
   } else {
@@ -364,7 +385,10 @@ TrainResult train(const TrainOptions& options) {
   }
 
   summarise_last_iteration(last_timing, result);
-  if (options.record_trace) merge_trace(recorders, result);
+  if (options.record_trace) {
+    merge_trace(recorders, result);
+    add_gpu_activity(gpu_captures, !options.trace_sink, result);
+  }
   return result;
 }
 

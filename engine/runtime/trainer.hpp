@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -19,6 +20,8 @@
 #include "engine/spec/parallel_plan.hpp"
 #include "engine/tensor/backend.hpp"
 #include "engine/tensor/tensor.hpp"
+#include "profiler/gpu/gpu_capture.hpp"
+#include "profiler/gpu/kernel_record.hpp"
 #include "profiler/trace.hpp"
 
 namespace pipetune::comm {
@@ -41,6 +44,18 @@ class RankDevice {
   // The rank's device storage, or null for host memory.
   virtual tensor::DeviceAllocator* storage() = 0;
   virtual comm::Communicator& communicator() = 0;
+
+  // GPU activity capture (CUPTI on a CUDA rank). Called once on the rank's thread before its
+  // first step with the run's clock epoch (the recorders'); false when the device has no
+  // activity to capture (the CPU) or capture is unavailable.
+  virtual bool start_gpu_capture(std::chrono::steady_clock::time_point /*epoch*/) { return false; }
+  // After a step: waits for the rank's device work, then returns what its device did since the
+  // last take (its kernels, copies and memsets with the calls that launched them).
+  struct GpuActivity {
+    profiler::GpuCapture capture;
+    std::int64_t clock_offset_ns = 0;  // engine time = capture time + clock_offset_ns
+  };
+  virtual GpuActivity take_gpu_activity() { return {}; }
 };
 
 // Makes a rank's device on that rank's thread, from the communicator the run gives it and the
@@ -89,6 +104,13 @@ struct TrainOptions {
   // the step's StepMetric). Called concurrently from several ranks: it must be thread-safe. An
   // exception from it fails the run like any other rank failure.
   std::function<void(profiler::Trace)> trace_sink;
+  // Capture each rank's GPU activity (when its device has any: RankDevice::start_gpu_capture)
+  // into the run's trace as GPU lanes under the ops that launched it, with kernel_sink getting
+  // the kernels' details (what the workspace's kernels table keeps). Off: NVTX ranges only.
+  bool capture_gpu_activity = true;
+  // Called on each rank's thread after each step with the GPU activity it added to that step's
+  // trace part (before trace_sink gets the part); thread-safe like trace_sink. May be null.
+  std::function<void(std::vector<profiler::KernelRecord>)> kernel_sink;
   // A stop request (from another thread, e.g. a GUI's Stop button): read by rank 0 before each
   // step's final reduction; the run then ends cleanly after that step, every rank at the same
   // step, and TrainResult::stopped is set. Null: run all steps.
@@ -158,6 +180,15 @@ struct TrainResult {
   int chunks = 1;        // layer groups per pipeline rank
   int microbatches = 1;
   bool stopped = false;  // ended early on TrainOptions::stop
+  // With record_trace and GPU capture: the kernels of trace's GPU lanes, in the lanes' order.
+  std::vector<profiler::KernelRecord> kernels;
+  struct GpuCaptureCounts {
+    std::size_t activities = 0;      // kernels, copies and memsets captured on the ranks' devices
+    std::size_t attributed = 0;      // launched inside one of the rank's ops
+    std::size_t outside_ops = 0;     // launched between ops (the optimizer, checkpoints)
+    std::size_t without_launch = 0;  // whose launch call was not captured
+  };
+  GpuCaptureCounts gpu_capture;  // all zero without GPU capture
 };
 
 // Throws InputError (bad plan, spec, data or checkpoint) or a runtime error (a failed rank, a

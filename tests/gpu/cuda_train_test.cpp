@@ -150,3 +150,49 @@ TEST(CudaTrainingMemory, AllocatorBytesMatchCudaMemGetInfo) {
 
 }  // namespace
 }  // namespace pipetune::cuda
+
+namespace pipetune::cuda {
+namespace {
+
+// CUPTI capture in a training run (pp=2 as two streams of one device): each rank's kernels and
+// copies land on its own GPU lane under the ops that launched them: every record has its launch
+// call, most are launched inside ops, and every F-phase kernel starts after an F op of its rank
+// and micro-batch began (the trainer's wiring is checked op for op without a GPU in
+// tests/engine/runtime/gpu_activity_trace_test.cpp).
+TEST(CudaTrainingCapture, KernelsLandUnderTheOpsThatLaunchedThem) {
+  PIPETUNE_REQUIRE_GPU();
+  runtime::TrainOptions o = options_for(3);
+  o.steps = 2;
+  o.capture_gradients = false;
+  o.plan.pp = 2;
+  o.record_trace = true;
+  o.rank_device = single_gpu_rank_devices();
+  const runtime::TrainResult r = runtime::train(o);
+  ASSERT_GT(r.kernels.size(), 0u) << "no GPU activity captured";
+  EXPECT_EQ(r.gpu_capture.activities, r.kernels.size());
+  std::printf("captured %zu activities: %zu inside ops, %zu between ops, %zu without launch\n",
+              r.gpu_capture.activities, r.gpu_capture.attributed, r.gpu_capture.outside_ops,
+              r.gpu_capture.without_launch);
+  EXPECT_EQ(r.gpu_capture.without_launch, 0u);
+  EXPECT_GT(r.gpu_capture.attributed, r.gpu_capture.activities / 2);
+  std::map<int, int> lanes_of_rank;
+  for (const profiler::Lane& lane : r.trace.lanes)
+    if (lane.stream == profiler::Stream::Gpu) ++lanes_of_rank[lane.rank];
+  EXPECT_EQ(lanes_of_rank.size(), 2u) << "each rank its own GPU lane";
+  std::size_t forward = 0;
+  for (const profiler::KernelRecord& k : r.kernels) {
+    if (!k.phase || *k.phase != profiler::SpanKind::F) continue;
+    ++forward;
+    bool inside = false;
+    for (const profiler::Span& s : r.trace.spans)
+      if (s.kind == profiler::SpanKind::F && s.microbatch == k.microbatch &&
+          r.trace.lanes[static_cast<std::size_t>(s.lane)].rank == k.rank &&
+          s.start_ns <= k.start_ns)
+        inside = true;  // launched in the op, so it cannot start before it
+    EXPECT_TRUE(inside) << k.name << " of rank " << k.rank << " mb " << k.microbatch;
+  }
+  EXPECT_GT(forward, 0u);
+}
+
+}  // namespace
+}  // namespace pipetune::cuda

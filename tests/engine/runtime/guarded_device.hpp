@@ -5,13 +5,21 @@
 // other host access (a std::fill, a vector copy, a loop over a buffer) is a segmentation fault.
 // GuardedRankDevice puts it together with a StagingCommunicator, as the CUDA rank device does
 // with cudaMalloc, the CudaBackend and its stream.
+//
+// With an activity log (GuardedRankDevice(..., log_activity = true)) the device also reports its
+// work as CUPTI reports a GPU's: each op a kernel named after it ("linear_forward"), each copy a
+// memcpy and each fill a memset, on stream kLogStream, with the call that launched it (the same
+// correlation id), in a clock kLogClockAhead ns ahead of the engine's. The work is synchronous,
+// so a record spans its call.
 #pragma once
 
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -20,6 +28,7 @@
 #include "engine/runtime/trainer.hpp"
 #include "engine/tensor/cpu/cpu_backend.hpp"
 #include "engine/tensor/device_allocator.hpp"
+#include "profiler/gpu/gpu_capture.hpp"
 
 namespace pipetune::testing {
 
@@ -30,33 +39,56 @@ class GuardedAllocator final : public tensor::DeviceAllocator {
   std::size_t alignment() const override { return page(); }
 
   void copy_to_host(void* host, const void* device, std::size_t bytes) override {
-    Open open(*this);
+    Open open(*this, "memcpy DtoH", bytes);
     if (bytes > 0) std::memmove(host, device, bytes);
   }
   void copy_from_host(void* device, const void* host, std::size_t bytes) override {
-    Open open(*this);
+    Open open(*this, "memcpy HtoD", bytes);
     if (bytes > 0) std::memmove(device, host, bytes);
   }
   void copy(void* dst, const void* src, std::size_t bytes) override {
-    Open open(*this);
+    Open open(*this, "memcpy DtoD", bytes);
     if (bytes > 0) std::memmove(dst, src, bytes);
   }
   void fill_zero(void* dst, std::size_t bytes) override {
-    Open open(*this);
+    Open open(*this, "memset", bytes);
     if (bytes > 0) std::memset(dst, 0, bytes);
   }
 
-  // Opens every block for reading and writing while alive (nested opens allowed).
+  // Opens every block for reading and writing while alive (nested opens allowed); with a name,
+  // and the activity log on, logs the outermost one as device work.
   class Open {
    public:
-    explicit Open(GuardedAllocator& a) : a_(a) { a_.open(); }
-    ~Open() { a_.close(); }
+    explicit Open(GuardedAllocator& a, const char* work = nullptr, std::size_t bytes = 0)
+        : a_(a), work_(work), bytes_(bytes) {
+      a_.open();
+      if (work_ != nullptr && a_.logging_ && a_.log_depth_++ == 0) start_ = a_.log_now();
+      else work_ = nullptr;
+    }
+    ~Open() {
+      if (work_ != nullptr) {
+        --a_.log_depth_;
+        a_.log(work_, bytes_, start_);
+      }
+      a_.close();
+    }
     Open(const Open&) = delete;
     Open& operator=(const Open&) = delete;
 
    private:
     GuardedAllocator& a_;
+    const char* work_;
+    std::size_t bytes_;
+    std::int64_t start_ = 0;
   };
+
+  static constexpr std::uint32_t kLogStream = 7;
+  static constexpr std::int64_t kLogClockAhead = 5'000'000;
+  void start_log(std::chrono::steady_clock::time_point epoch) {
+    logging_ = true;
+    epoch_ = epoch;
+  }
+  profiler::GpuCapture take_log() { return std::exchange(log_, {}); }
 
  protected:
   void* do_allocate(std::size_t bytes) override {
@@ -85,8 +117,39 @@ class GuardedAllocator final : public tensor::DeviceAllocator {
     if (--depth_ == 0) protect(PROT_NONE);
   }
 
+  // The log is the rank thread's alone (its ops and copies).
+  std::int64_t log_now() const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                epoch_)
+               .count() +
+           kLogClockAhead;
+  }
+  void log(const char* work, std::size_t bytes, std::int64_t start) {
+    const std::int64_t end = log_now();
+    const auto correlation = ++correlation_;
+    profiler::KernelRecord r;
+    r.stream = static_cast<std::int32_t>(kLogStream);
+    r.correlation = correlation;
+    r.start_ns = start;
+    r.end_ns = end;
+    r.name = work;
+    r.bytes = static_cast<std::int64_t>(bytes);
+    if (std::strncmp(work, "mem", 3) != 0) r.grid = r.block = {1, 1, 1};
+    log_.activities.push_back(std::move(r));
+    const bool copy = std::strncmp(work, "memcpy", 6) == 0, set = std::strcmp(work, "memset") == 0;
+    log_.api_calls.push_back({correlation, 1, start, start + 1,
+                              copy  ? "cudaMemcpyAsync"
+                              : set ? "cudaMemsetAsync"
+                                    : "cudaLaunchKernel"});
+  }
+
   std::recursive_mutex state_;
   int depth_ = 0;
+  bool logging_ = false;
+  int log_depth_ = 0;
+  std::chrono::steady_clock::time_point epoch_;
+  std::uint32_t correlation_ = 0;
+  profiler::GpuCapture log_;
 };
 
 // CpuBackend with the rank's guarded blocks open during each op.
@@ -103,144 +166,144 @@ class GuardedBackend final : public tensor::Backend {
   static constexpr std::int64_t kAnyVocab = std::numeric_limits<std::int32_t>::max() + 1LL;
 
   void do_zero(TV t) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.zero(t);
   }
   void do_scale(TV t, float s) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.scale(t, s);
   }
   void do_add(CV a, CV b, TV out) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.add(a, b, out);
   }
   void do_accumulate(TV d, CV s) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.accumulate(d, s);
   }
   void do_linear_forward(CV x, CV w, CV b, TV y) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.linear_forward(x, w, b, y);
   }
   void do_linear_backward_input(CV dy, CV w, TV dx) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.linear_backward_input(dy, w, dx);
   }
   void do_linear_backward_weight(CV dy, CV x, TV dw, TV db) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.linear_backward_weight(dy, x, dw, db);
   }
   void do_embedding_forward(Ids t, CV wte, std::int64_t lo, CV wpe, TV out) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.embedding_shard_forward(t, wte, lo, kAnyVocab, wpe, out);
   }
   void do_embedding_backward_weight(Ids t, CV dout, std::int64_t lo, TV dwte, TV dwpe) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.embedding_shard_backward_weight(t, dout, lo, kAnyVocab, dwte, dwpe);
   }
   void do_layernorm_forward(CV x, CV w, CV b, TV y, TV mean, TV rstd) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.layernorm_forward(x, w, b, y, mean, rstd);
   }
   void do_layernorm_backward_input(CV dy, CV x, CV w, CV mean, CV rstd, TV dx) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.layernorm_backward_input(dy, x, w, mean, rstd, dx);
   }
   void do_layernorm_backward_weight(CV dy, CV x, CV mean, CV rstd, TV dw, TV db) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.layernorm_backward_weight(dy, x, mean, rstd, dw, db);
   }
   void do_gelu_forward(CV x, TV y) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.gelu_forward(x, y);
   }
   void do_gelu_backward_input(CV dy, CV x, TV dx) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.gelu_backward_input(dy, x, dx);
   }
   void do_attention_forward(CV qkv, std::int64_t nh, TV out, TV att) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.attention_forward(qkv, nh, out, att);
   }
   void do_attention_backward_input(CV dout, CV qkv, CV att, std::int64_t nh, TV dqkv) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.attention_backward_input(dout, qkv, att, nh, dqkv);
   }
   void do_attention_flash_forward(CV qkv, std::int64_t nh, TV out, TV lse) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.attention_flash_forward(qkv, nh, out, lse);
   }
   void do_attention_flash_backward_input(CV dout, CV qkv, CV out, CV lse, std::int64_t nh,
                                          TV dqkv) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.attention_flash_backward_input(dout, qkv, out, lse, nh, dqkv);
   }
   float do_cross_entropy_forward(CV logits, Ids targets, TV losses) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     return cpu_.cross_entropy_forward(logits, targets, losses);
   }
   void do_cross_entropy_backward(CV logits, Ids targets, float scale, TV dlogits) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.cross_entropy_backward(logits, targets, scale, dlogits);
   }
   void do_vocab_ce_local_stats(CV l, Ids t, std::int64_t lo, TV mx, TV sm, TV tl) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.vocab_ce_local_stats(l, t, lo, mx, sm, tl);
   }
   void do_vocab_ce_rescale_sum(CV lm, CV gm, TV ls) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.vocab_ce_rescale_sum(lm, gm, ls);
   }
   float do_vocab_ce_loss(CV gm, CV gs, CV tl, TV losses) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     return cpu_.vocab_ce_loss(gm, gs, tl, losses);
   }
   void do_vocab_ce_backward(CV l, Ids t, std::int64_t lo, CV gm, CV gs, float scale,
                             TV dl) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.vocab_ce_backward(l, t, lo, gm, gs, scale, dl);
   }
   void do_moe_router_forward(CV logits, std::int64_t k, std::int64_t cap, TV probs,
                              tensor::MoeRouting& r) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.moe_router_forward(logits, k, cap, probs, r);
   }
   void do_moe_router_backward(CV probs, CV dprobs, TV dlogits) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.moe_router_backward(probs, dprobs, dlogits);
   }
   float do_moe_aux_loss(CV probs, const tensor::MoeRouting& r) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     return cpu_.moe_aux_loss(probs, r);
   }
   void do_moe_aux_loss_backward(const tensor::MoeRouting& r, float s, TV dprobs) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.moe_aux_loss_backward(r, s, dprobs);
   }
   void do_moe_dispatch(CV x, const tensor::MoeRouting& r, TV in) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.moe_dispatch(x, r, in);
   }
   void do_moe_dispatch_backward(CV din, const tensor::MoeRouting& r, TV dx) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.moe_dispatch_backward(din, r, dx);
   }
   void do_moe_combine(CV out, CV probs, const tensor::MoeRouting& r, TV y) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.moe_combine(out, probs, r, y);
   }
   void do_moe_combine_backward(CV dy, CV out, CV probs, const tensor::MoeRouting& r, TV dout,
                                TV dprobs) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.moe_combine_backward(dy, out, probs, r, dout, dprobs);
   }
   void do_adamw_step(TV p, CV gr, TV m, TV v, const tensor::AdamWConfig& c,
                      std::int64_t step) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     cpu_.adamw_step(p, gr, m, v, c, step);
   }
   double do_grad_sum_squares(CV gr) override {
-    G g(storage_);
+    G g(storage_, &__func__[3]);
     return cpu_.grad_sum_squares(gr);
   }
 
@@ -252,8 +315,15 @@ class GuardedBackend final : public tensor::Backend {
 
 class GuardedRankDevice final : public runtime::RankDevice {
  public:
-  GuardedRankDevice(comm::Communicator& comm, int threads)
-      : backend_(storage_, threads), comm_(comm, storage_) {}
+  GuardedRankDevice(comm::Communicator& comm, int threads, bool log_activity = false)
+      : backend_(storage_, threads), comm_(comm, storage_), log_activity_(log_activity) {}
+  bool start_gpu_capture(std::chrono::steady_clock::time_point epoch) override {
+    if (log_activity_) storage_.start_log(epoch);
+    return log_activity_;
+  }
+  GpuActivity take_gpu_activity() override {
+    return {storage_.take_log(), -GuardedAllocator::kLogClockAhead};
+  }
   tensor::Backend& backend() override { return backend_; }
   tensor::DeviceAllocator* storage() override { return &storage_; }
   comm::Communicator& communicator() override { return comm_; }
@@ -264,6 +334,7 @@ class GuardedRankDevice final : public runtime::RankDevice {
   GuardedAllocator storage_;
   GuardedBackend backend_;
   runtime::StagingCommunicator comm_;
+  bool log_activity_;
 };
 
 }  // namespace pipetune::testing

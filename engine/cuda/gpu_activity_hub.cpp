@@ -1,0 +1,63 @@
+#include "engine/cuda/gpu_activity_hub.hpp"
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace pipetune::cuda {
+
+bool GpuActivityHub::join(std::int32_t rank, cudaStream_t stream, Clock::time_point epoch) {
+  std::lock_guard lock(mutex_);
+  if (members_ > 0 && epoch != epoch_)
+    throw std::logic_error("GpuActivityHub: rank " + std::to_string(rank) +
+                           " joins with another run's clock while " + std::to_string(members_) +
+                           " rank(s) of a run are still members");
+  try {
+    if (!collector_) {
+      collector_.emplace(epoch);
+      epoch_ = epoch;
+      router_ = profiler::CaptureRouter();
+    }
+    // CUPTI's id of the stream (unique within its context; one device here).
+    std::uint32_t id = 0;
+    PIPETUNE_CUPTI_CHECK(cuptiGetStreamIdEx(nullptr, stream, 0, &id));
+    router_.assign_stream(id, rank);
+  } catch (const CudaError& e) {
+    if (members_ == 0) collector_.reset();
+    if (!std::exchange(said_unavailable_, true))
+      std::fprintf(stderr, "pipetune: GPU activity capture is off (NVTX ranges only): %s\n",
+                   e.what());
+    return false;
+  }
+  ++members_;
+  return true;
+}
+
+void GpuActivityHub::leave(std::int32_t /*rank*/) noexcept {
+  std::lock_guard lock(mutex_);
+  if (members_ == 0) return;
+  if (--members_ > 0 || !collector_) return;
+  dropped_before_ += collector_->dropped_records();
+  collector_.reset();  // disables the activity kinds: nothing is captured between runs
+}
+
+runtime::RankDevice::GpuActivity GpuActivityHub::take(std::int32_t rank) {
+  std::lock_guard lock(mutex_);
+  if (!collector_) throw std::logic_error("GpuActivityHub::take before any rank joined");
+  collector_->flush();
+  router_.add(collector_->take());
+  return {router_.take(rank), collector_->clock_offset_ns()};
+}
+
+profiler::RouterCounts GpuActivityHub::counts() const {
+  std::lock_guard lock(mutex_);
+  return router_.counts();
+}
+
+std::uint64_t GpuActivityHub::dropped_records() const {
+  std::lock_guard lock(mutex_);
+  return dropped_before_ + (collector_ ? collector_->dropped_records() : 0);
+}
+
+}  // namespace pipetune::cuda

@@ -1,0 +1,53 @@
+// The process's CUPTI capture as the ranks of one run share it. CUPTI collects process-wide (one
+// CuptiCollector per process), while the trainer asks each rank for its own activity at the end
+// of each of its steps (RankDevice::take_gpu_activity). The hub starts the collector when the
+// first rank of a run joins (with the run's clock epoch), tells the router which CUPTI stream is
+// whose, and on each take flushes CUPTI and routes what arrived (profiler::CaptureRouter): device
+// records by stream, launch calls with their records. When the last rank leaves, the collector is
+// destroyed, so nothing is captured between runs. A run that joins with another epoch while
+// ranks of an earlier run are still members is a logic error.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "engine/cuda/cupti_collector.hpp"
+#include "engine/runtime/trainer.hpp"
+#include "profiler/gpu/capture_router.hpp"
+
+namespace pipetune::cuda {
+
+class GpuActivityHub {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Rank `rank` launches its work on `stream`. Starts CUPTI for the run on the first join.
+  // False when CUPTI cannot start or name the stream (a profiler such as Nsight Systems holds
+  // it, or the driver has none): the rank runs without capture, and the hub says why on stderr
+  // once.
+  bool join(std::int32_t rank, cudaStream_t stream, Clock::time_point epoch);
+  // Leaves; the last rank out stops CUPTI. Never throws.
+  void leave(std::int32_t rank) noexcept;
+  // Flushes CUPTI and returns what arrived for `rank` since its last take (the caller has
+  // synchronised the rank's stream, so its records are complete).
+  runtime::RankDevice::GpuActivity take(std::int32_t rank);
+
+  profiler::RouterCounts counts() const;
+  std::uint64_t dropped_records() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::optional<CuptiCollector> collector_;
+  Clock::time_point epoch_{};
+  profiler::CaptureRouter router_;
+  int members_ = 0;
+  bool said_unavailable_ = false;
+  std::uint64_t dropped_before_ = 0;  // of collectors already destroyed
+};
+
+}  // namespace pipetune::cuda

@@ -1,0 +1,76 @@
+#include "profiler/gpu/capture_router.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace pipetune::profiler {
+
+bool is_launch_call(std::string_view name) {
+  // Runtime (cuda...) and driver (cu...) spellings, with their _v2 / _ptsz / Ex suffixes.
+  for (std::string_view part : {"LaunchKernel", "LaunchCooperativeKernel", "GraphLaunch",
+                                "LaunchHostFunc", "Memcpy", "Memset", "LaunchGrid"})
+    if (name.find(part) != std::string_view::npos) return true;
+  return false;
+}
+
+void CaptureRouter::assign_stream(std::uint32_t stream, std::int32_t rank) {
+  const auto [it, added] = stream_rank_.emplace(stream, rank);
+  if (!added && it->second != rank)
+    throw std::invalid_argument("CUDA stream " + std::to_string(stream) + " is rank " +
+                                std::to_string(it->second) + "'s, not rank " +
+                                std::to_string(rank) + "'s");
+}
+
+std::int32_t CaptureRouter::rank_of_stream(std::int32_t stream) const {
+  if (sole_rank_ >= 0) return sole_rank_;
+  const auto it = stream_rank_.find(static_cast<std::uint32_t>(stream));
+  return it == stream_rank_.end() ? -1 : it->second;
+}
+
+void CaptureRouter::add(GpuCapture capture) {
+  for (ApiCallRecord& call : capture.api_calls) {
+    if (!is_launch_call(call.name)) {
+      ++counts_.other_calls;
+      continue;
+    }
+    newest_call_ns_ = std::max(newest_call_ns_, call.start_ns);
+    calls_.insert_or_assign(call.correlation, std::move(call));
+  }
+  for (KernelRecord& record : capture.activities) {
+    const std::int32_t rank = rank_of_stream(record.stream);
+    if (rank < 0) {
+      ++counts_.unknown_stream;
+      continue;
+    }
+    ++counts_.routed;
+    pending_[rank].activities.push_back(std::move(record));
+  }
+  // Calls whose record never came (dropped by CUPTI) must not pile up over a long run.
+  for (auto it = calls_.begin(); it != calls_.end();) {
+    if (newest_call_ns_ - it->second.start_ns > max_call_age_ns_) {
+      ++counts_.evicted_calls;
+      it = calls_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+GpuCapture CaptureRouter::take(std::int32_t rank) {
+  GpuCapture out;
+  const auto it = pending_.find(rank);
+  if (it == pending_.end()) return out;
+  out.activities = std::move(it->second.activities);
+  pending_.erase(it);
+  // One call may have several records (a graph launch): each call goes out once.
+  for (const KernelRecord& record : out.activities) {
+    const auto call = calls_.find(static_cast<std::uint32_t>(record.correlation));
+    if (call == calls_.end()) continue;
+    out.api_calls.push_back(std::move(call->second));
+    calls_.erase(call);
+  }
+  return out;
+}
+
+}  // namespace pipetune::profiler

@@ -1,0 +1,70 @@
+// Splits one process's GPU capture among the ranks that share the process. CUPTI collects
+// process-wide, but in single-GPU mode every rank of a run is a thread of one process with a
+// stream of its own; each rank's Trace must get its own device work. Device records (kernels,
+// copies, memsets) go to the rank whose stream they ran on; the API call that launched a record
+// goes with it (same correlation id). A process with one rank gives it everything, whatever the
+// stream (NCCL launches on streams of its own).
+//
+// Records arrive out of step: a launch call is recorded when it returns, its kernel when the
+// kernel completes, and one rank's take may come while another rank's kernels still run. So
+// launch calls wait for their record across takes. Only calls that create device work are kept
+// (launches, copies, memsets: is_launch_call); one whose record never comes (CUPTI dropped it) is
+// evicted once it is older than max_call_age_ns and counted. Pure host logic: tested without a GPU.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "profiler/gpu/gpu_capture.hpp"
+
+namespace pipetune::profiler {
+
+// Whether a CUDA runtime or driver call creates device work that CUPTI records as a kernel, copy
+// or memset: cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch, cudaMemcpyAsync, cuMemsetD8...
+bool is_launch_call(std::string_view api_name);
+
+struct RouterCounts {
+  std::size_t routed = 0;            // device records handed to a rank
+  std::size_t unknown_stream = 0;    // device records on a stream of no rank (dropped)
+  std::size_t evicted_calls = 0;     // launch calls whose record never came
+  std::size_t other_calls = 0;       // API calls that launch nothing (dropped on arrival)
+};
+
+class CaptureRouter {
+ public:
+  explicit CaptureRouter(std::int64_t max_call_age_ns = std::int64_t{120} * 1'000'000'000)
+      : max_call_age_ns_(max_call_age_ns) {}
+
+  // The rank whose work runs on `stream` (CUPTI's stream id). A stream has one rank; assigning
+  // it again to another rank throws std::invalid_argument.
+  void assign_stream(std::uint32_t stream, std::int32_t rank);
+  // Every record to `rank` (a process of one rank).
+  void set_sole_rank(std::int32_t rank) { sole_rank_ = rank; }
+
+  // Routes a capture's records (what a collector's take() returned).
+  void add(GpuCapture capture);
+  // What has been routed to `rank` since its last take: its device records and the launch calls
+  // of those that have arrived (a call comes no later than its record when both were flushed
+  // together; a record without one is counted by add_gpu_capture as without launch).
+  GpuCapture take(std::int32_t rank);
+
+  const RouterCounts& counts() const { return counts_; }
+  std::size_t waiting_calls() const { return calls_.size(); }
+
+ private:
+  std::int32_t rank_of_stream(std::int32_t stream) const;
+
+  std::int64_t max_call_age_ns_;
+  std::int32_t sole_rank_ = -1;
+  std::unordered_map<std::uint32_t, std::int32_t> stream_rank_;
+  std::map<std::int32_t, GpuCapture> pending_;  // by rank
+  // Launch calls waiting for their device record, by correlation id.
+  std::unordered_map<std::uint32_t, ApiCallRecord> calls_;
+  std::int64_t newest_call_ns_ = 0;
+  RouterCounts counts_;
+};
+
+}  // namespace pipetune::profiler

@@ -1,0 +1,155 @@
+// A run's GPU activity joins its trace: each rank's device work (here the emulated device of
+// guarded_device.hpp, which reports every op as a kernel and every copy as a memcpy, as CUPTI
+// reports a GPU's) becomes GPU lanes of that rank under the ops that launched it, streamed step by
+// step (trace_sink + kernel_sink) or merged at the end (record_trace). The counts are closed
+// forms of the plan: one attention kernel per layer and micro-batch in each forward, and the
+// trainer must put each under its own F op.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/runtime/trainer.hpp"
+#include "engine/spec/load.hpp"
+#include "engine/spec/validate.hpp"
+#include "tests/engine/runtime/guarded_device.hpp"
+
+namespace pipetune::runtime {
+namespace {
+
+constexpr int kSteps = 2;
+constexpr int kMicrobatches = 3;
+
+TrainOptions pipeline_options() {
+  TrainOptions o;
+  o.model = spec::load_model("tiny");
+  o.plan.micro_batch_size = 2;
+  o.plan.microbatches = kMicrobatches;
+  o.plan.pp = 2;
+  o.plan.schedule = "1f1b";
+  o.steps = kSteps;
+  o.threads_per_rank = 1;
+  o.watchdog_seconds = 60;
+  o.rank_device = [](comm::Communicator& comm, int threads) -> std::unique_ptr<RankDevice> {
+    return std::make_unique<testing::GuardedRankDevice>(comm, threads, /*log_activity=*/true);
+  };
+  return o;
+}
+
+int layers(const TrainOptions& o) {
+  spec::ModelSpec m = o.model;
+  spec::apply_defaults(m);
+  return static_cast<int>(m.layers);
+}
+
+// The F span of (rank, micro-batch) whose interval holds t, or null.
+const profiler::Span* forward_at(const profiler::Trace& t, int rank, int microbatch,
+                                 std::int64_t at) {
+  for (const profiler::Span& s : t.spans) {
+    if (s.kind != profiler::SpanKind::F || s.microbatch != microbatch) continue;
+    if (t.lanes[static_cast<std::size_t>(s.lane)].rank != rank) continue;
+    if (s.start_ns <= at && at <= s.end_ns) return &s;
+  }
+  return nullptr;
+}
+
+TEST(GpuActivityTrace, RecordedRunHasEachRanksKernelsUnderTheOpsThatLaunchedThem) {
+  TrainOptions o = pipeline_options();
+  o.record_trace = true;
+  const TrainResult r = train(o);
+  const profiler::Trace& t = r.trace;
+
+  // One GPU lane per rank (the emulated device's one stream), holding every activity.
+  std::map<int, int> gpu_lanes;
+  for (const profiler::Lane& lane : t.lanes)
+    if (lane.stream == profiler::Stream::Gpu) {
+      ++gpu_lanes[lane.rank];
+      EXPECT_EQ(lane.index, static_cast<int>(testing::GuardedAllocator::kLogStream));
+    }
+  EXPECT_EQ(gpu_lanes, (std::map<int, int>{{0, 1}, {1, 1}}));
+  ASSERT_FALSE(r.kernels.empty());
+  EXPECT_EQ(r.gpu_capture.activities, r.kernels.size());
+  EXPECT_EQ(r.gpu_capture.without_launch, 0u);  // every record came with its call
+  EXPECT_EQ(r.gpu_capture.attributed + r.gpu_capture.outside_ops, r.kernels.size());
+  EXPECT_GT(r.gpu_capture.attributed, r.gpu_capture.outside_ops);
+
+  // Attention: one kernel per layer and micro-batch of each forward, on the stage that holds the
+  // layer, each attributed to the F op of its micro-batch and lying inside it (the clock offset
+  // undone).
+  const int per_stage = layers(o) / 2;
+  std::map<std::pair<int, int>, int> attention;  // (rank, micro-batch) -> kernels in F
+  for (const profiler::KernelRecord& k : r.kernels) {
+    if (k.name != "attention_forward" && k.name != "attention_flash_forward") continue;
+    ASSERT_TRUE(k.phase.has_value()) << k.name << " at " << k.start_ns << " not attributed";
+    EXPECT_EQ(*k.phase, profiler::SpanKind::F);
+    ASSERT_GE(k.microbatch, 0);
+    EXPECT_NE(forward_at(t, k.rank, k.microbatch, k.start_ns), nullptr)
+        << "rank " << k.rank << " micro-batch " << k.microbatch << " at " << k.start_ns;
+    ++attention[{k.rank, k.microbatch}];
+  }
+  for (int rank = 0; rank < 2; ++rank)
+    for (int mb = 0; mb < kMicrobatches; ++mb)
+      EXPECT_EQ((attention[{rank, mb}]), per_stage * kSteps) << "rank " << rank << " mb " << mb;
+
+  // The copies of the pipeline's transfers are under its sends and receives.
+  std::size_t transfers = 0;
+  for (const profiler::KernelRecord& k : r.kernels)
+    if (k.name.rfind("memcpy", 0) == 0 && (k.op.find("send") != std::string::npos ||
+                                            k.op.find("recv") != std::string::npos))
+      ++transfers;
+  EXPECT_GT(transfers, 0u);
+}
+
+TEST(GpuActivityTrace, StreamedPartsCarryTheSameKernelsAsTheSink) {
+  TrainOptions o = pipeline_options();
+  std::mutex mutex;
+  std::size_t gpu_spans = 0, sunk = 0, parts_with_gpu = 0;
+  o.trace_sink = [&](profiler::Trace part) {
+    std::size_t here = 0;
+    for (const profiler::Span& s : part.spans)
+      if (part.lanes[static_cast<std::size_t>(s.lane)].stream == profiler::Stream::Gpu) ++here;
+    std::lock_guard lock(mutex);
+    gpu_spans += here;
+    parts_with_gpu += here > 0;
+  };
+  o.kernel_sink = [&](std::vector<profiler::KernelRecord> k) {
+    std::lock_guard lock(mutex);
+    for (const profiler::KernelRecord& record : k) EXPECT_GE(record.rank, 0);
+    sunk += k.size();
+  };
+  const TrainResult r = train(o);
+  EXPECT_GT(sunk, 0u);
+  EXPECT_EQ(gpu_spans, sunk);
+  EXPECT_EQ(r.gpu_capture.activities, sunk);
+  EXPECT_EQ(parts_with_gpu, static_cast<std::size_t>(2 * kSteps));  // every rank, every step
+}
+
+TEST(GpuActivityTrace, CaptureOffLeavesNvtxOnlyAndTheSameLosses) {
+  TrainOptions on = pipeline_options();
+  on.record_trace = true;
+  TrainOptions off = pipeline_options();
+  off.record_trace = true;
+  off.capture_gpu_activity = false;
+  const TrainResult with = train(on), without = train(off);
+  EXPECT_TRUE(without.kernels.empty());
+  EXPECT_EQ(without.gpu_capture.activities, 0u);
+  for (const profiler::Lane& lane : without.trace.lanes)
+    EXPECT_NE(lane.stream, profiler::Stream::Gpu);
+  ASSERT_EQ(with.steps.size(), without.steps.size());
+  for (std::size_t s = 0; s < with.steps.size(); ++s)
+    EXPECT_EQ(with.steps[s].loss, without.steps[s].loss) << "step " << s + 1;
+}
+
+TEST(GpuActivityTrace, TheCpuHasNoGpuActivity) {
+  TrainOptions o = pipeline_options();
+  o.rank_device = nullptr;
+  o.record_trace = true;
+  const TrainResult r = train(o);
+  EXPECT_TRUE(r.kernels.empty());
+  EXPECT_EQ(r.gpu_capture.activities, 0u);
+}
+
+}  // namespace
+}  // namespace pipetune::runtime

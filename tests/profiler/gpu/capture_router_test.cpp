@@ -1,0 +1,126 @@
+// CaptureRouter: a process-wide capture split among the ranks of the process by stream, launch
+// calls following their records, calls that launch nothing dropped, late calls evicted by age.
+#include "profiler/gpu/capture_router.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace pipetune::profiler {
+namespace {
+
+KernelRecord kernel(std::int32_t stream, std::int64_t correlation, std::int64_t start) {
+  KernelRecord k;
+  k.stream = stream;
+  k.correlation = correlation;
+  k.start_ns = start;
+  k.end_ns = start + 10;
+  k.name = "k" + std::to_string(correlation);
+  return k;
+}
+
+ApiCallRecord call(std::uint32_t correlation, std::int64_t start,
+                   std::string name = "cudaLaunchKernel") {
+  return {correlation, 1, start, start + 2, std::move(name)};
+}
+
+TEST(CaptureRouter, LaunchCallsAreTheOnesThatCreateDeviceWork) {
+  for (const char* yes : {"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cuLaunchKernel",
+                          "cuLaunchKernelEx", "cudaMemcpyAsync", "cuMemcpyDtoHAsync_v2",
+                          "cudaMemsetAsync", "cuMemsetD8Async", "cudaGraphLaunch",
+                          "cudaLaunchCooperativeKernel"})
+    EXPECT_TRUE(is_launch_call(yes)) << yes;
+  for (const char* no : {"cudaStreamSynchronize", "cudaMemGetInfo", "cudaEventRecord",
+                         "cudaMalloc", "cuCtxSynchronize", "cudaGetDevice"})
+    EXPECT_FALSE(is_launch_call(no)) << no;
+}
+
+TEST(CaptureRouter, SplitsRecordsByStreamWithTheirLaunchCalls) {
+  CaptureRouter router;
+  router.assign_stream(13, 0);
+  router.assign_stream(14, 1);
+  GpuCapture c;
+  c.activities = {kernel(13, 1, 100), kernel(14, 2, 110), kernel(13, 3, 120), kernel(99, 4, 130)};
+  c.api_calls = {call(1, 90), call(2, 95), call(3, 97), call(4, 98),
+                 call(5, 99, "cudaStreamSynchronize")};
+  router.add(c);
+  const GpuCapture zero = router.take(0);
+  ASSERT_EQ(zero.activities.size(), 2u);
+  EXPECT_EQ(zero.activities[0].correlation, 1);
+  EXPECT_EQ(zero.activities[1].correlation, 3);
+  ASSERT_EQ(zero.api_calls.size(), 2u);
+  EXPECT_EQ(zero.api_calls[0].correlation, 1u);
+  EXPECT_EQ(zero.api_calls[1].correlation, 3u);
+  const GpuCapture one = router.take(1);
+  ASSERT_EQ(one.activities.size(), 1u);
+  ASSERT_EQ(one.api_calls.size(), 1u);
+  EXPECT_EQ(one.api_calls[0].correlation, 2u);
+  EXPECT_TRUE(router.take(0).activities.empty());  // taken once
+  EXPECT_EQ(router.counts().routed, 3u);
+  EXPECT_EQ(router.counts().unknown_stream, 1u);   // stream 99 is no rank's
+  EXPECT_EQ(router.counts().other_calls, 1u);      // the synchronise
+  EXPECT_EQ(router.waiting_calls(), 1u);           // the call of the dropped record
+}
+
+TEST(CaptureRouter, ACallWaitsForItsRecordAcrossTakes) {
+  CaptureRouter router;
+  router.assign_stream(7, 2);
+  GpuCapture first;
+  first.api_calls = {call(10, 500)};  // the kernel is still running at this flush
+  router.add(first);
+  EXPECT_TRUE(router.take(2).activities.empty());
+  GpuCapture second;
+  second.activities = {kernel(7, 10, 520)};
+  router.add(second);
+  const GpuCapture got = router.take(2);
+  ASSERT_EQ(got.activities.size(), 1u);
+  ASSERT_EQ(got.api_calls.size(), 1u);
+  EXPECT_EQ(got.api_calls[0].start_ns, 500);
+  EXPECT_EQ(router.waiting_calls(), 0u);
+}
+
+TEST(CaptureRouter, OneCallWithSeveralRecordsGoesOutOnce) {
+  CaptureRouter router;
+  router.assign_stream(7, 0);
+  GpuCapture c;
+  c.activities = {kernel(7, 3, 10), kernel(7, 3, 30)};
+  c.api_calls = {call(3, 5, "cudaGraphLaunch")};
+  router.add(c);
+  const GpuCapture got = router.take(0);
+  EXPECT_EQ(got.activities.size(), 2u);
+  EXPECT_EQ(got.api_calls.size(), 1u);
+}
+
+TEST(CaptureRouter, ASoleRankGetsEveryStream) {
+  CaptureRouter router;
+  router.set_sole_rank(5);
+  GpuCapture c;
+  c.activities = {kernel(13, 1, 100), kernel(40, 2, 110)};  // 40: a NCCL stream
+  router.add(c);
+  EXPECT_EQ(router.take(5).activities.size(), 2u);
+  EXPECT_EQ(router.counts().unknown_stream, 0u);
+}
+
+TEST(CaptureRouter, CallsWhoseRecordNeverComesAreEvictedByAge) {
+  CaptureRouter router(1000);
+  router.assign_stream(7, 0);
+  GpuCapture c;
+  c.api_calls = {call(1, 0), call(2, 600)};
+  router.add(c);
+  EXPECT_EQ(router.waiting_calls(), 2u);
+  GpuCapture later;
+  later.api_calls = {call(3, 1500)};
+  router.add(later);  // call 1 is 1500 ns older than the newest: evicted; call 2 stays
+  EXPECT_EQ(router.waiting_calls(), 2u);
+  EXPECT_EQ(router.counts().evicted_calls, 1u);
+}
+
+TEST(CaptureRouter, AStreamBelongsToOneRank) {
+  CaptureRouter router;
+  router.assign_stream(7, 0);
+  router.assign_stream(7, 0);  // again, same rank: fine
+  EXPECT_THROW(router.assign_stream(7, 1), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace pipetune::profiler
