@@ -37,6 +37,23 @@ std::string one_line(std::string_view what) {
   return out;
 }
 
+// Whether SQLite's own check finds the database damaged (raw API: called while throwing).
+bool reports_damage(sqlite3* db) {
+  sqlite3_stmt* check = nullptr;
+  if (sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &check, nullptr) != SQLITE_OK) {
+    sqlite3_finalize(check);
+    return false;
+  }
+  const int rc = sqlite3_step(check);
+  bool damaged = (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB;
+  if (rc == SQLITE_ROW) {
+    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(check, 0));
+    damaged = text == nullptr || std::string_view(text) != "ok";
+  }
+  sqlite3_finalize(check);
+  return damaged;
+}
+
 }  // namespace
 
 bool is_busy(int code) {
@@ -51,6 +68,12 @@ void throw_error(sqlite3* db, int code, std::string_view db_path, std::string_vi
   if (primary == SQLITE_NOTADB) throw BadFileError(path + ": file is not a database", code);
   if (primary == SQLITE_CORRUPT)
     throw BadFileError(path + ": database is corrupt (" + sqlite3_errstr(code) + ")", code);
+  // A damaged record can claim a value SQLite cannot allocate (up to 2 GiB): "out of memory"
+  // from a file SQLite's own check finds damaged is the damage, not this machine's memory.
+  if (primary == SQLITE_NOMEM && db != nullptr && reports_damage(db))
+    throw BadFileError(path + ": database is corrupt (a damaged record claims more memory than " +
+                           "can be allocated)",
+                       SQLITE_CORRUPT);
   // The connection's message is the detailed one when it belongs to this failure.
   std::string message = sqlite3_errstr(code);
   if (db != nullptr && sqlite3_extended_errcode(db) == code) message = sqlite3_errmsg(db);
