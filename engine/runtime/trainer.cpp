@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -81,6 +82,12 @@ std::string describe_plan(const spec::ParallelPlan& p) {
 
 namespace {
 
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", bytes / static_cast<double>(1 << 30));
+  return text;
+}
+
 // The state every rank keeps whatever the schedule (fp32 weights, gradients and Adam's two
 // moments: 16 bytes per parameter, each replica holding its share) against this machine's
 // memory, before anything is allocated: a model too large fails here with the numbers, not
@@ -95,16 +102,24 @@ void check_memory_fits(const TrainOptions& options, const spec::ParallelPlan& pl
                                                std::max(1, plan.world_size())
                                          : 1.0;
   const double needed = 16.0 * parameters * replicas * share;
+  const std::string why = " for weights, gradients and Adam state (16 bytes x " +
+                          std::to_string(static_cast<long long>(parameters)) +
+                          " parameters x dp=" + std::to_string(plan.dp) + ")";
+  if (options.device_memory) {
+    // The ranks' state lives on the device; the host holds staging buffers only.
+    const double device = static_cast<double>(options.device_memory->bytes);
+    if (needed > device)
+      throw InputError("training " + model.name + " needs at least " + gib(needed) +
+                       " of device memory" + why + ", more than " + options.device_memory->name +
+                       " has (" + gib(device) + ")");
+    return;
+  }
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   if (pages <= 0 || page <= 0) return;  // unknown: nothing to compare with
   const double physical = static_cast<double>(pages) * static_cast<double>(page);
   if (needed > physical)
-    throw InputError("training " + model.name + " needs at least " +
-                     std::to_string(static_cast<long long>(needed / (1 << 30))) +
-                     " GiB for weights, gradients and Adam state (16 bytes x " +
-                     std::to_string(static_cast<long long>(parameters)) + " parameters x dp=" +
-                     std::to_string(plan.dp) + "), more than this machine's " +
-                     std::to_string(static_cast<long long>(physical / (1 << 30))) + " GiB");
+    throw InputError("training " + model.name + " needs at least " + gib(needed) + why +
+                     ", more than this machine's " + gib(physical));
 }
 
 PreparedRun prepare(const TrainOptions& options) {

@@ -121,6 +121,14 @@ struct TrainOptions {
   // Where the ranks compute (`train --backend`): null for the CPU (make_cpu_rank_device). The
   // CLI sets engine/cuda's single-GPU factory for `--backend cuda`.
   RankDeviceFactory rank_device;
+  // The memory of the device the ranks' state lives on, when it is not this machine's memory
+  // (single-GPU mode: every rank on one device): the run is refused before anything is
+  // allocated when the model's weights, gradients and Adam state cannot fit in it.
+  struct DeviceMemory {
+    std::string name;  // "GPU 0 (NVIDIA H100 80GB HBM3)"
+    std::int64_t bytes = 0;
+  };
+  std::optional<DeviceMemory> device_memory;
 
   // Ranks as processes (mpirun / srun): this process runs its ranks of the run (one, or K as
   // threads in a hybrid run), each over its own communicator; the other ranks are other

@@ -12,8 +12,11 @@
 #include <mutex>
 #include <string>
 
+#include "engine/errors.hpp"
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
+#include "engine/spec/model_spec.hpp"
+#include "engine/spec/validate.hpp"
 #include "tests/engine/runtime/guarded_device.hpp"
 
 namespace pipetune::runtime {
@@ -179,6 +182,34 @@ TEST(DeviceStorageCheckpoint, ResumesExactly) {
   EXPECT_EQ(got.steps[0].loss, want.steps[2].loss);
   EXPECT_EQ(got.steps[1].loss, want.steps[3].loss);
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pipetune::runtime
+
+namespace pipetune::runtime {
+namespace {
+
+// A run whose state cannot fit in its device's memory is refused before anything is allocated,
+// with the bytes it needs: 16 per parameter (fp32 weights, gradients and Adam's two moments)
+// per data-parallel replica, every rank on the one device.
+TEST(DeviceMemoryCheck, ARunLargerThanItsDeviceIsRefusedWithTheNumbers) {
+  TrainOptions o = options_for({"dp2", "tiny", 1, 1, 2});
+  spec::ModelSpec model = o.model;
+  spec::apply_defaults(model);
+  const auto needed = static_cast<std::int64_t>(16 * spec::total_parameters(model) * 2);
+  o.device_memory = TrainOptions::DeviceMemory{"GPU 0 (test)", needed - 1};
+  try {
+    check_train_options(o);
+    FAIL() << "a device of " << needed - 1 << " bytes was accepted for " << needed;
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("of device memory"), std::string::npos) << m;
+    EXPECT_NE(m.find("more than GPU 0 (test) has"), std::string::npos) << m;
+    EXPECT_NE(m.find("dp=2"), std::string::npos) << m;
+  }
+  o.device_memory->bytes = needed;  // exactly enough
+  EXPECT_NO_THROW(check_train_options(o));
 }
 
 }  // namespace
