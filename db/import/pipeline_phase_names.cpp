@@ -32,7 +32,7 @@ bool is_separator(char c) {
   return c == '-' || c == '_' || c == ' ' || c == ':' || c == '#' || c == '=';
 }
 
-// "F_0,3", "B_2,1", "S_3,0" (PiPPy).
+// "F_0,3", "B_2,1", "S_3,0" (PiPPy). Its later "A_0,3" (gradient accumulation) is not a phase.
 std::optional<PipelinePhase> match_pippy(std::string_view s) {
   if (s.size() < 5 || s[1] != '_') return std::nullopt;
   PipelinePhase p;
@@ -56,7 +56,8 @@ std::optional<PipelinePhase> match_pippy(std::string_view s) {
   return p;
 }
 
-// "PP:1F3" (torch.distributed.pipelining).
+// "PP:1F3" (torch.distributed.pipelining). Non-compute actions ("PP:0UNSHARD", "PP:1SEND_F3",
+// "PP:0REDUCE_GRAD") and DualPipeV's "PP:(0F3;1B2)OVERLAP_F_B" pair do not match.
 std::optional<PipelinePhase> match_torch_pipelining(std::string_view s) {
   std::size_t pos = 0;
   PipelinePhase p;
