@@ -5,11 +5,14 @@
 namespace pipetune::cuda {
 
 CudaRankDevice::CudaRankDevice(comm::Communicator& comm, const SingleGpuOptions& options,
-                               std::shared_ptr<GpuActivityHub> activity)
+                               std::shared_ptr<GpuActivityHub> activity,
+                               runtime::PeerExchange* peers)
     : backend_(CudaBackend::Options{options.precision, options.device}),
       storage_(options.device, backend_.stream()),
       comm_(comm, storage_),
-      activity_(std::move(activity)) {}
+      activity_(std::move(activity)) {
+  if (peers != nullptr) peers_.emplace(comm, comm_, storage_, *peers);
+}
 
 CudaRankDevice::~CudaRankDevice() {
   try {
@@ -32,9 +35,10 @@ runtime::RankDevice::GpuActivity CudaRankDevice::take_gpu_activity() {
 
 runtime::RankDeviceFactory single_gpu_rank_devices(SingleGpuOptions options) {
   auto activity = std::make_shared<GpuActivityHub>();
-  return [options, activity](comm::Communicator& comm,
-                             int /*threads_per_rank*/) -> std::unique_ptr<runtime::RankDevice> {
-    return std::make_unique<CudaRankDevice>(comm, options, activity);
+  auto peers = std::make_shared<runtime::PeerExchange>();
+  return [options, activity, peers](comm::Communicator& comm, int /*threads_per_rank*/)
+             -> std::unique_ptr<runtime::RankDevice> {
+    return std::make_unique<CudaRankDevice>(comm, options, activity, peers.get());
   };
 }
 

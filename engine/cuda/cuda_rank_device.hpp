@@ -8,10 +8,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "engine/cuda/cuda_backend.hpp"
 #include "engine/cuda/device_allocator_cuda.hpp"
 #include "engine/cuda/gpu_activity_hub.hpp"
+#include "engine/runtime/peer_copy_communicator.hpp"
 #include "engine/runtime/staging_communicator.hpp"
 #include "engine/runtime/trainer.hpp"
 
@@ -25,14 +27,19 @@ struct SingleGpuOptions {
 class CudaRankDevice final : public runtime::RankDevice {
  public:
   // Throws CudaError when the device is not usable. `activity`: the process's CUPTI capture the
-  // run's ranks share (null: no capture).
+  // run's ranks share (null: no capture). `peers`: the exchange of the run's ranks on this
+  // device, whose point-to-point transfers then go device to device (null: staged through the
+  // host).
   CudaRankDevice(comm::Communicator& comm, const SingleGpuOptions& options,
-                 std::shared_ptr<GpuActivityHub> activity = nullptr);
+                 std::shared_ptr<GpuActivityHub> activity = nullptr,
+                 runtime::PeerExchange* peers = nullptr);
   ~CudaRankDevice() override;
 
   tensor::Backend& backend() override { return backend_; }
   tensor::DeviceAllocator* storage() override { return &storage_; }
-  comm::Communicator& communicator() override { return comm_; }
+  comm::Communicator& communicator() override {
+    return peers_ ? static_cast<comm::Communicator&>(*peers_) : comm_;
+  }
   // Joins the process's CUPTI capture with this rank's stream; false (the run goes on with NVTX
   // ranges only, and says so on stderr once) when CUPTI cannot start.
   bool start_gpu_capture(std::chrono::steady_clock::time_point epoch) override;
@@ -45,12 +52,14 @@ class CudaRankDevice final : public runtime::RankDevice {
   CudaBackend backend_;          // owns the stream
   CudaDeviceAllocator storage_;  // on the backend's stream
   runtime::StagingCommunicator comm_;
+  std::optional<runtime::PeerCopyCommunicator> peers_;  // over comm_; goes before storage_
   std::shared_ptr<GpuActivityHub> activity_;
   bool joined_ = false;
 };
 
 // The trainer's factory for single-GPU mode: every rank on `options.device`, sharing one CUPTI
-// capture (used when the run asks for GPU activity: TrainOptions::capture_gpu_activity).
+// capture (used when the run asks for GPU activity: TrainOptions::capture_gpu_activity) and one
+// exchange for device-to-device transfers (engine/runtime/peer_copy_communicator.hpp).
 runtime::RankDeviceFactory single_gpu_rank_devices(SingleGpuOptions options = {});
 
 }  // namespace pipetune::cuda

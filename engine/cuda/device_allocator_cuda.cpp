@@ -2,6 +2,9 @@
 
 #include "engine/cuda/cuda_check.hpp"
 
+#include <stdexcept>
+#include <string>
+
 namespace pipetune::cuda {
 
 CudaDeviceAllocator::CudaDeviceAllocator(int device, cudaStream_t stream)
@@ -45,6 +48,32 @@ void CudaDeviceAllocator::fill_zero(void* dst, std::size_t bytes) {
 
 void CudaDeviceAllocator::synchronize() {
   PIPETUNE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+tensor::DeviceAllocator::Fence CudaDeviceAllocator::record_fence() {
+  cudaEvent_t event = nullptr;
+  PIPETUNE_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  // Owned by the fence: destroyed when the last holder lets go (a pending event may be
+  // destroyed: CUDA releases it once it completes).
+  Fence fence(static_cast<const void*>(event),
+              [](const void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(const_cast<void*>(e))); });
+  PIPETUNE_CUDA_CHECK(cudaEventRecord(event, stream_));
+  return fence;
+}
+
+void CudaDeviceAllocator::wait_for(const Fence& fence) {
+  if (!fence) return;
+  auto event = static_cast<cudaEvent_t>(const_cast<void*>(fence.get()));
+  PIPETUNE_CUDA_CHECK(cudaStreamWaitEvent(stream_, event, 0));
+}
+
+void CudaDeviceAllocator::copy_from_peer(void* dst, tensor::DeviceAllocator& peer,
+                                         const void* src, std::size_t bytes) {
+  if (!peer.on_device())
+    throw std::logic_error("cuda storage cannot copy from '" + std::string(peer.name()) +
+                           "' as a peer");
+  if (bytes == 0 || dst == src) return;
+  PIPETUNE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
 }
 
 std::int64_t device_used_bytes(int device) {

@@ -33,6 +33,13 @@ class CudaDeviceAllocator final : public tensor::DeviceAllocator {
   void copy(void* dst, const void* src, std::size_t bytes) override;
   void fill_zero(void* dst, std::size_t bytes) override;
   void synchronize() override;
+  // A CUDA event recorded on the rank's stream; wait_for makes the stream wait for another
+  // rank's event (cudaStreamWaitEvent: the host does not block). copy_from_peer copies device to
+  // device on this rank's stream (any block of the device: one address space).
+  Fence record_fence() override;
+  void wait_for(const Fence& fence) override;
+  void copy_from_peer(void* dst, tensor::DeviceAllocator& peer, const void* src,
+                      std::size_t bytes) override;
 
  protected:
   void* do_allocate(std::size_t bytes) override;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "engine/model/buffers.hpp"
 
@@ -22,14 +23,10 @@ void Mailbox::post(int dst, MessageKind kind, int group, int microbatch,
                    std::span<const float> data) {
   const int tag = message_tag(kind, group, microbatch);
   if (dst == comm_->rank()) {
-    // Kept on the host; `data` is in the rank's storage (device memory on a GPU rank).
-    if (tensor::DeviceAllocator* device = model::device_storage()) {
-      std::vector<float> msg(data.size());
-      device->copy_to_host(msg.data(), data.data(), data.size() * sizeof(float));
-      local_[tag].push_back(std::move(msg));
-    } else {
-      local_[tag].emplace_back(data.begin(), data.end());
-    }
+    model::Buffer msg;
+    model::assign_copy(
+        msg, tensor::ConstTensorView{data.data(), tensor::Shape{static_cast<std::int64_t>(data.size())}});
+    local_[tag].push_back(std::move(msg));
     return;
   }
   profiler::ScopedSpan span(recorder_, profiler::SpanKind::Send, profiler::Stream::P2P, microbatch,
@@ -39,17 +36,18 @@ void Mailbox::post(int dst, MessageKind kind, int group, int microbatch,
 
 namespace {
 
-// Moves the oldest message of a FIFO (host vectors) into `data` (in the rank's storage); the
-// FIFO's entry goes when empty.
+// Moves the oldest message of a FIFO into `data` (both in the rank's storage); the FIFO's entry
+// goes when empty.
 template <typename Map, typename Key>
 bool pop_into(Map& fifo, const Key& key, std::span<float> data) {
   auto it = fifo.find(key);
   if (it == fifo.end() || it->second.empty()) return false;
-  std::vector<float>& msg = it->second.front();
+  model::Buffer& msg = it->second.front();
   if (msg.size() != data.size())
     throw std::logic_error("runtime: message size " + std::to_string(msg.size()) + " != expected " +
                            std::to_string(data.size()));
-  model::rank_storage().copy_from_host(data.data(), msg.data(), msg.size() * sizeof(float));
+  const tensor::Shape shape{static_cast<std::int64_t>(msg.size())};
+  model::copy_values(model::view(std::as_const(msg), shape), {data.data(), shape});
   it->second.erase(it->second.begin());
   if (it->second.empty()) fifo.erase(it);
   return true;
@@ -61,7 +59,8 @@ void Mailbox::receive_ahead(int src, MessageKind kind, int group, int microbatch
                             std::size_t count) {
   if (src == comm_->rank()) return;
   const int tag = message_tag(kind, group, microbatch);
-  std::vector<float> msg(count);
+  model::Buffer msg;
+  model::sized(msg, tensor::Shape{static_cast<std::int64_t>(count)});
   {
     profiler::ScopedSpan span(recorder_, profiler::SpanKind::Recv, profiler::Stream::P2P,
                               microbatch, -1, src, recv_name_);

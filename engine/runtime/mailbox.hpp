@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
+#include "engine/model/buffer_cache.hpp"
 #include "profiler/recorder/rank_recorder.hpp"
 
 namespace pipetune::runtime {
@@ -46,9 +47,11 @@ class Mailbox {
   comm::Communicator* comm_;
   profiler::RankRecorder* recorder_;
   profiler::NameId recv_name_ = 0;
-  std::map<int, std::vector<std::vector<float>>> local_;  // tag -> FIFO of messages to self
+  // Messages are kept in the rank's storage (model::Buffer: device memory on a GPU rank, so a
+  // message received ahead goes device to device, never through the host).
+  std::map<int, std::vector<model::Buffer>> local_;  // tag -> FIFO of messages to self
   // (source, tag) -> FIFO of messages received ahead
-  std::map<std::pair<int, int>, std::vector<std::vector<float>>> arrived_;
+  std::map<std::pair<int, int>, std::vector<model::Buffer>> arrived_;
 };
 
 }  // namespace pipetune::runtime

@@ -110,6 +110,15 @@ void HostAllocator::copy_to_host(void* host, const void* device, std::size_t byt
 void HostAllocator::copy_from_host(void* device, const void* host, std::size_t bytes) {
   if (bytes > 0) std::memmove(device, host, bytes);
 }
+void DeviceAllocator::copy_from_peer(void* dst, DeviceAllocator& peer, const void* src,
+                                     std::size_t bytes) {
+  // Two host storages are one address space; a device and another storage are not.
+  if (on_device() || peer.on_device())
+    throw std::logic_error("storage '" + std::string(name()) + "' cannot copy from '" +
+                           std::string(peer.name()) + "'");
+  if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+}
+
 void HostAllocator::copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
 }

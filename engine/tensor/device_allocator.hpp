@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string_view>
@@ -65,6 +66,18 @@ class DeviceAllocator {
   virtual void fill_zero(void* dst, std::size_t bytes) = 0;
   // Waits for everything issued on the rank's storage (a no-op on the host).
   virtual void synchronize() {}
+
+  // Ordering between the storages of ranks that share one device (ranks as streams of one GPU).
+  // A fence marks everything issued on this storage so far; wait_for makes what is issued here
+  // next wait for another storage's fence, without blocking the host. Null: nothing to wait for
+  // (storages whose copies are done when they return, like the host's).
+  using Fence = std::shared_ptr<const void>;
+  virtual Fence record_fence() { return nullptr; }
+  virtual void wait_for(const Fence& fence) { (void)fence; }
+  // Copies `bytes` from a block of `peer` (another rank's storage on the same device) into this
+  // storage, ordered on this storage; the caller has waited for the fence of the peer's writes.
+  // Storages that cannot reach each other throw std::logic_error.
+  virtual void copy_from_peer(void* dst, DeviceAllocator& peer, const void* src, std::size_t bytes);
 
   // True when `p` points into a live block of this allocator.
   bool owns(const void* p) const;

@@ -23,7 +23,11 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
+#include <stdexcept>
+#include <string>
 
+#include "engine/runtime/peer_copy_communicator.hpp"
 #include "engine/runtime/staging_communicator.hpp"
 #include "engine/runtime/trainer.hpp"
 #include "engine/tensor/cpu/cpu_backend.hpp"
@@ -54,6 +58,18 @@ class GuardedAllocator final : public tensor::DeviceAllocator {
     Open open(*this, "memset", bytes);
     if (bytes > 0) std::memset(dst, 0, bytes);
   }
+  // Another rank's guarded storage (ranks as streams of one device): both open for the copy.
+  void copy_from_peer(void* dst, tensor::DeviceAllocator& peer, const void* src,
+                      std::size_t bytes) override {
+    auto* other = dynamic_cast<GuardedAllocator*>(&peer);
+    if (other == nullptr)
+      throw std::logic_error("guarded storage cannot copy from '" + std::string(peer.name()) + "'");
+    Open theirs(*other);
+    Open mine(*this, "memcpy DtoD", bytes);
+    if (bytes > 0) std::memmove(dst, src, bytes);
+    ++peer_copies_;
+  }
+  std::size_t peer_copies() const { return peer_copies_; }
 
   // Opens every block for reading and writing while alive (nested opens allowed); with a name,
   // and the activity log on, logs the outermost one as device work.
@@ -145,6 +161,7 @@ class GuardedAllocator final : public tensor::DeviceAllocator {
 
   std::recursive_mutex state_;
   int depth_ = 0;
+  std::size_t peer_copies_ = 0;
   bool logging_ = false;
   int log_depth_ = 0;
   std::chrono::steady_clock::time_point epoch_;
@@ -315,8 +332,12 @@ class GuardedBackend final : public tensor::Backend {
 
 class GuardedRankDevice final : public runtime::RankDevice {
  public:
-  GuardedRankDevice(comm::Communicator& comm, int threads, bool log_activity = false)
-      : backend_(storage_, threads), comm_(comm, storage_), log_activity_(log_activity) {}
+  // `peers`: the run's exchange for device-to-device transfers (as single-GPU mode has one).
+  GuardedRankDevice(comm::Communicator& comm, int threads, bool log_activity = false,
+                    runtime::PeerExchange* peers = nullptr)
+      : backend_(storage_, threads), comm_(comm, storage_), log_activity_(log_activity) {
+    if (peers != nullptr) peers_.emplace(comm, comm_, storage_, *peers);
+  }
   bool start_gpu_capture(std::chrono::steady_clock::time_point epoch) override {
     if (log_activity_) storage_.start_log(epoch);
     return log_activity_;
@@ -326,7 +347,9 @@ class GuardedRankDevice final : public runtime::RankDevice {
   }
   tensor::Backend& backend() override { return backend_; }
   tensor::DeviceAllocator* storage() override { return &storage_; }
-  comm::Communicator& communicator() override { return comm_; }
+  comm::Communicator& communicator() override {
+    return peers_ ? static_cast<comm::Communicator&>(*peers_) : comm_;
+  }
   const GuardedAllocator& allocator() const { return storage_; }
   const runtime::StagingCommunicator& staging() const { return comm_; }
 
@@ -334,6 +357,7 @@ class GuardedRankDevice final : public runtime::RankDevice {
   GuardedAllocator storage_;
   GuardedBackend backend_;
   runtime::StagingCommunicator comm_;
+  std::optional<runtime::PeerCopyCommunicator> peers_;
   bool log_activity_;
 };
 

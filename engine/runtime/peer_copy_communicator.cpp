@@ -1,0 +1,154 @@
+#include "engine/runtime/peer_copy_communicator.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace pipetune::runtime {
+
+void PeerExchange::post(int src, int dst, int tag, Parcel parcel) {
+  std::lock_guard lock(mutex_);
+  ++parcels_;
+  bytes_ += parcel.bytes;
+  in_flight_[{src, dst, tag}].push_back(std::move(parcel));
+}
+
+std::size_t PeerExchange::parcels_posted() const {
+  std::lock_guard lock(mutex_);
+  return parcels_;
+}
+
+std::size_t PeerExchange::bytes_posted() const {
+  std::lock_guard lock(mutex_);
+  return bytes_;
+}
+
+PeerExchange::Parcel PeerExchange::take(int src, int dst, int tag) {
+  std::lock_guard lock(mutex_);
+  const auto it = in_flight_.find({src, dst, tag});
+  if (it == in_flight_.end() || it->second.empty())
+    throw std::logic_error("peer exchange: rank " + std::to_string(dst) + " got a token from rank " +
+                           std::to_string(src) + " (tag " + std::to_string(tag) +
+                           ") with no block posted");
+  Parcel p = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) in_flight_.erase(it);
+  ++being_copied_[src];
+  return p;
+}
+
+void PeerExchange::give_back(int src, Returned returned) {
+  {
+    std::lock_guard lock(mutex_);
+    returns_[src].push_back(std::move(returned));
+    --being_copied_[src];
+  }
+  returned_.notify_all();
+}
+
+std::vector<PeerExchange::Returned> PeerExchange::reclaim(int src) {
+  std::lock_guard lock(mutex_);
+  const auto it = returns_.find(src);
+  if (it == returns_.end()) return {};
+  std::vector<Returned> out = std::move(it->second);
+  returns_.erase(it);
+  return out;
+}
+
+std::vector<PeerExchange::Returned> PeerExchange::leave(int src) {
+  std::unique_lock lock(mutex_);
+  // A receiver copies out of a taken block between take and give_back, with no wait in between.
+  returned_.wait(lock, [&] { return being_copied_[src] <= 0; });
+  std::vector<Returned> out;
+  if (const auto it = returns_.find(src); it != returns_.end()) {
+    out = std::move(it->second);
+    returns_.erase(it);
+  }
+  for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+    if (std::get<0>(it->first) != src) {
+      ++it;
+      continue;
+    }
+    for (Parcel& p : it->second)  // never taken: the run failed before its receive
+      out.push_back({const_cast<void*>(p.block), p.bytes, nullptr});
+    it = in_flight_.erase(it);
+  }
+  return out;
+}
+
+PeerCopyCommunicator::PeerCopyCommunicator(comm::Communicator& inner, comm::Communicator& staged,
+                                           tensor::DeviceAllocator& storage,
+                                           PeerExchange& exchange)
+    : inner_(&inner), staged_(&staged), storage_(&storage), exchange_(&exchange) {}
+
+PeerCopyCommunicator::~PeerCopyCommunicator() {
+  // Every block of this rank's storage goes back to it before the storage goes; the storage's
+  // own synchronisation orders the frees after the copies that read them.
+  for (const PeerExchange::Returned& r : exchange_->leave(rank())) {
+    storage_->wait_for(r.done);
+    storage_->deallocate(r.block, r.bytes);
+  }
+  try {
+    storage_->synchronize();
+  } catch (...) {  // a failed device: the run already reports its error
+  }
+  for (auto& [bytes, blocks] : free_)
+    for (void* b : blocks) storage_->deallocate(b, bytes);
+}
+
+void* PeerCopyCommunicator::staging_block(std::size_t bytes) {
+  for (PeerExchange::Returned& r : exchange_->reclaim(rank())) {
+    storage_->wait_for(r.done);  // later copies into the block wait for the receiver's read
+    free_[r.bytes].push_back(r.block);
+  }
+  std::vector<void*>& pool = free_[bytes];
+  if (!pool.empty()) {
+    void* b = pool.back();
+    pool.pop_back();
+    return b;
+  }
+  ++blocks_;
+  return storage_->allocate(bytes, tensor::DeviceAllocator::Category::Temporaries);
+}
+
+void PeerCopyCommunicator::send(int dst, int tag, std::span<const float> data) {
+  if (data.empty()) return staged_->send(dst, tag, data);
+  const std::size_t bytes = data.size_bytes();
+  void* block = staging_block(bytes);
+  if (on_device(data.data()))
+    storage_->copy(block, data.data(), bytes);
+  else
+    storage_->copy_from_host(block, data.data(), bytes);
+  exchange_->post(rank(), dst, tag, {block, bytes, storage_->record_fence(), storage_});
+  const float token = 1.0f;
+  inner_->send(dst, tag, std::span<const float>(&token, 1));
+}
+
+void PeerCopyCommunicator::recv(int src, int tag, std::span<float> data) {
+  if (data.empty()) return staged_->recv(src, tag, data);
+  float token = 0.0f;
+  inner_->recv(src, tag, std::span<float>(&token, 1));
+  const PeerExchange::Parcel p = exchange_->take(src, rank(), tag);
+  PeerExchange::Returned back{const_cast<void*>(p.block), p.bytes, nullptr};
+  try {
+    if (p.bytes != data.size_bytes())
+      throw std::logic_error("peer exchange: rank " + std::to_string(rank()) + " expected " +
+                             std::to_string(data.size_bytes()) + " bytes from rank " +
+                             std::to_string(src) + " (tag " + std::to_string(tag) + "), got " +
+                             std::to_string(p.bytes));
+    if (on_device(data.data())) {
+      storage_->wait_for(p.ready);
+      storage_->copy_from_peer(data.data(), *p.owner, p.block, p.bytes);
+      back.done = storage_->record_fence();
+      copied_ += p.bytes;
+    } else {
+      // On the sender's storage, ordered after its copy into the block; done when it returns.
+      p.owner->copy_to_host(data.data(), p.block, p.bytes);
+    }
+  } catch (...) {
+    exchange_->give_back(src, std::move(back));
+    throw;
+  }
+  exchange_->give_back(src, std::move(back));
+}
+
+}  // namespace pipetune::runtime

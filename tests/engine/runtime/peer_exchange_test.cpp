@@ -1,0 +1,57 @@
+// PeerExchange's bookkeeping: parcels in order per (src, dst, tag), blocks coming back to their
+// sender, and a leaving rank getting back every block of its still in the exchange (a failed
+// run's sends that were never received), so its storage frees them before it goes.
+#include "engine/runtime/peer_copy_communicator.hpp"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+namespace pipetune::runtime {
+namespace {
+
+TEST(PeerExchange, ParcelsComeOutInOrderPerSenderReceiverAndTag) {
+  int a = 0, b = 0, c = 0;  // stand-ins for blocks: only their addresses travel
+  PeerExchange x;
+  x.post(0, 1, 7, {&a, 4, nullptr, nullptr});
+  x.post(0, 1, 7, {&b, 8, nullptr, nullptr});
+  x.post(0, 1, 9, {&c, 12, nullptr, nullptr});
+  EXPECT_EQ(x.take(0, 1, 9).block, &c);
+  EXPECT_EQ(x.take(0, 1, 7).block, &a);
+  EXPECT_EQ(x.take(0, 1, 7).block, &b);
+  EXPECT_THROW(x.take(0, 1, 7), std::logic_error);  // a token without its parcel
+  EXPECT_EQ(x.parcels_posted(), 3u);
+  EXPECT_EQ(x.bytes_posted(), 24u);
+}
+
+TEST(PeerExchange, BlocksReturnToTheirSender) {
+  int a = 0;  // stand-ins for blocks: only their addresses travel
+  PeerExchange x;
+  x.post(2, 3, 1, {&a, 4, nullptr, nullptr});
+  const PeerExchange::Parcel p = x.take(2, 3, 1);
+  EXPECT_TRUE(x.reclaim(2).empty());
+  x.give_back(2, {const_cast<void*>(p.block), p.bytes, nullptr});
+  const std::vector<PeerExchange::Returned> back = x.reclaim(2);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].block, &a);
+  EXPECT_TRUE(x.reclaim(2).empty());
+  EXPECT_TRUE(x.reclaim(3).empty());
+}
+
+TEST(PeerExchange, ALeavingRankGetsBackWhatWasNeverReceived) {
+  int a = 0, b = 0, c = 0;  // stand-ins for blocks: only their addresses travel
+  PeerExchange x;
+  x.post(0, 1, 1, {&a, 4, nullptr, nullptr});  // received and returned
+  x.post(0, 1, 2, {&b, 8, nullptr, nullptr});  // never received
+  x.post(1, 0, 1, {&c, 4, nullptr, nullptr});  // another sender's
+  const PeerExchange::Parcel p = x.take(0, 1, 1);
+  x.give_back(0, {const_cast<void*>(p.block), p.bytes, nullptr});
+  const std::vector<PeerExchange::Returned> left = x.leave(0);
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_EQ(left[0].block, &a);
+  EXPECT_EQ(left[1].block, &b);
+  EXPECT_EQ(x.take(1, 0, 1).block, &c);  // untouched
+}
+
+}  // namespace
+}  // namespace pipetune::runtime
