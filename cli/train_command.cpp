@@ -59,6 +59,7 @@ struct TrainArgs {
   double watchdog = 300.0;
   std::optional<int> ranks_per_process;
   std::optional<std::string> backend;
+  std::string precision = "fp32";
   std::string fault;
   std::string db;
   bool no_db = false;
@@ -72,9 +73,9 @@ struct TrainSetup {
 };
 
 // `--backend cuda` (or `backend = "cuda"` in the run file): the run's ranks as streams of GPU 0
-// (engine/cuda/cuda_rank_device.hpp), or refused with the reason before anything runs or is
-// written.
-void use_cuda_backend([[maybe_unused]] runtime::TrainOptions& o) {
+// (engine/cuda/cuda_rank_device.hpp), with bf16 GEMM inputs when `bf16` (fp32 accumulation and
+// master weights), or refused with the reason before anything runs or is written.
+void use_cuda_backend([[maybe_unused]] runtime::TrainOptions& o, [[maybe_unused]] bool bf16) {
 #ifndef PIPETUNE_HAVE_CUDA
   throw InputError(
       "backend cuda: this pipetune was built without the CUDA toolkit (nvcc not found at "
@@ -83,7 +84,9 @@ void use_cuda_backend([[maybe_unused]] runtime::TrainOptions& o) {
   const cuda::DeviceQuery q = cuda::query_devices();
   if (q.devices.empty())
     throw InputError("backend cuda: no CUDA device is usable (" + q.problem + ")");
-  o.rank_device = cuda::single_gpu_rank_devices({.device = q.devices.front().id});
+  o.rank_device = cuda::single_gpu_rank_devices(
+      {.device = q.devices.front().id,
+       .precision = bf16 ? cuda::Precision::bf16 : cuda::Precision::fp32});
 #endif
 }
 
@@ -154,7 +157,12 @@ TrainSetup build_options(const TrainArgs& a) {
   }
   const spec::EngineBackend backend =
       a.backend ? spec::parse_engine_backend(*a.backend) : run.backend;
-  if (backend == spec::EngineBackend::cuda) use_cuda_backend(o);
+  if (a.precision != "fp32" && a.precision != "bf16")
+    throw InputError("--precision must be fp32 or bf16, not '" + a.precision + "'");
+  if (a.precision == "bf16" && backend != spec::EngineBackend::cuda)
+    throw InputError(
+        "--precision bf16 is for --backend cuda (the cpu backend computes in fp32 only)");
+  if (backend == spec::EngineBackend::cuda) use_cuda_backend(o, a.precision == "bf16");
   if (a.no_gpu_capture && backend != spec::EngineBackend::cuda)
     throw InputError("--no-gpu-capture is for --backend cuda (the cpu backend captures no GPU)");
   o.capture_gpu_activity = !a.no_gpu_capture;
@@ -180,7 +188,7 @@ nlohmann::json plan_json(const runtime::TrainOptions& o, const runtime::TrainRes
 }
 
 void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r,
-                std::int64_t run_id) {
+                std::int64_t run_id, const std::string& precision) {
   nlohmann::json losses = nlohmann::json::array(), steps = nlohmann::json::array(),
                  ranks = nlohmann::json::array();
   for (const auto& s : r.steps) {
@@ -207,7 +215,7 @@ void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r,
   nlohmann::json j = {{"losses", losses},        {"tokens_per_s", runtime::steady_tokens_per_s(r)},
                       {"plan", plan_json(o, r)}, {"first_step", r.first_step},
                       {"steps", steps},          {"iteration_time", r.iteration_seconds},
-                      {"ranks", ranks}};
+                      {"ranks", ranks},          {"precision", precision}};
   if (r.gpu_capture.activities > 0)
     j["gpu_capture"] = {{"activities", r.gpu_capture.activities},
                         {"attributed", r.gpu_capture.attributed},
@@ -298,7 +306,7 @@ runtime::TrainResult train_into(runtime::TrainOptions o, db::RunWriter* writer) 
 void report_run(const TrainArgs& a, const runtime::TrainOptions& o, const runtime::TrainResult& r,
                 const db::RunWriter* writer) {
   if (a.json) {
-    print_json(o, r, writer ? writer->run_id() : -1);
+    print_json(o, r, writer ? writer->run_id() : -1, a.precision);
     return;
   }
   print_summary(r);
@@ -444,8 +452,9 @@ void run(const TrainArgs& a) {
   if (processes <= 1) writer = open_run_writer(a, o);
   if (!a.json) {
     if (processes <= 1)
-      print_header(o, o.rank_device ? "ranks as streams of one GPU"
-                                    : "ranks");  // processes: rank 0's, once MPI is up
+      print_header(o, !o.rank_device          ? "ranks"  // processes: rank 0's, once MPI is up
+                      : a.precision == "bf16" ? "ranks as streams of one GPU (bf16 GEMMs)"
+                                              : "ranks as streams of one GPU");
     o.on_step = [](const runtime::StepResult& s) {
       std::printf("step %4d  loss %.4f", s.step, s.loss);
       if (s.aux_loss != 0.0) std::printf("  aux %.4f", s.aux_loss);
@@ -499,6 +508,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "Compute threads per rank (0 = cores / ranks)");
   cmd->add_option("--backend", args->backend,
                   "Where the engine computes: cpu or cuda (default: the run file's, else cpu)");
+  cmd->add_option("--precision", args->precision,
+                  "With --backend cuda: fp32, or bf16 GEMM inputs with fp32 accumulation and "
+                  "master weights")
+      ->capture_default_str();
   cmd->add_flag("--no-gpu-capture", args->no_gpu_capture,
                 "With --backend cuda: NVTX ranges only, no CUPTI capture of kernels and copies");
   cmd->add_option("--ranks-per-process", args->ranks_per_process,

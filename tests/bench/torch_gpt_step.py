@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch (CPU, fp32) reference for the engine's training-step throughput.
+"""PyTorch reference (CPU or CUDA; fp32 or bf16) for the engine's training-step throughput.
 
 A GPT-2-shaped model with exactly the architecture the engine trains:
   token + learned position embeddings;
@@ -13,6 +13,14 @@ One step = zero_grad, forward, loss, backward, optimizer step. Random tokens, fi
 Prints one JSON line:
   {"framework": "pytorch", "tokens_per_s": ..., "step_ms": ..., "model_flops_per_s": ..., ...}
 
+--device cuda trains on GPU 0 (the engine's `train --backend cuda`); the JSON adds "gpu" (the
+device's name) and "peak_memory_bytes" (torch.cuda.max_memory_allocated over the run). Steps are
+timed between torch.cuda.synchronize() calls. --dtype fp32 computes in IEEE fp32 (TF32 off, as
+the engine's fp32 cuBLASLt GEMMs); --dtype bf16 (CUDA only) runs forward and loss under
+torch.autocast(device_type="cuda", dtype=torch.bfloat16) with fp32 master weights and optimizer
+state, as the engine's bf16 mode (bf16 GEMM inputs, fp32 accumulation). Exit status 2 when no
+CUDA device is usable, 3 when the batch does not fit in device memory (one line on stderr).
+
 Model FLOPs (the same formula as the engine's benchmarks), per trained token, forward +
 backward, with L layers, hidden C, sequence T, vocabulary V:
   flops_per_token = 6 * N + 12 * L * T * C,   N = 12 * L * C^2 + V * C
@@ -23,7 +31,8 @@ forward, times 3 for forward + backward), counted without the causal halving (Pa
 model_flops_per_s = flops_per_token * batch * seq / step time.
 
 Run with Debian's python3-torch: /usr/bin/python3 tests/bench/torch_gpt_step.py --threads 2
-(scripts/setup --bench installs it).
+(scripts/setup --bench installs it). On a GPU machine:
+  python3 tests/bench/torch_gpt_step.py --device cuda --dtype bf16 --seq 1024 --batch 16
 """
 
 import argparse
@@ -47,7 +56,14 @@ def parse_args():
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                    help="intra-op threads (PyTorch and OpenBLAS)")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where to train (cuda: GPU 0)")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                   help="fp32, or bf16 autocast of forward and loss with fp32 master weights "
+                        "(cuda only)")
     a = p.parse_args()
+    if a.dtype == "bf16" and a.device != "cuda":
+        p.error("--dtype bf16 is for --device cuda (the CPU reference is fp32)")
     if a.hidden % a.heads != 0:
         p.error(f"heads={a.heads} does not divide hidden={a.hidden}")
     if min(a.layers, a.hidden, a.heads, a.seq, a.batch, a.vocab, a.steps, a.threads) < 1:
@@ -60,6 +76,21 @@ def parse_args():
 def flops_per_token(layers, hidden, seq, vocab):
     n = 12 * layers * hidden * hidden + vocab * hidden
     return 6 * n + 12 * layers * seq * hidden
+
+
+def ieee_fp32(torch):
+    """fp32 matrix products and convolutions without TF32 (the engine's fp32 GEMMs use none)."""
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):  # PyTorch >= 2.9: the legacy flags are deprecated
+        if hasattr(torch.backends, "fp32_precision"):
+            torch.backends.fp32_precision = "ieee"
+        matmul.fp32_precision = "ieee"
+        conv = getattr(torch.backends.cudnn, "conv", None)
+        if conv is not None and hasattr(conv, "fp32_precision"):
+            conv.fp32_precision = "ieee"
+    else:
+        matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
 
 
 def main():
@@ -77,6 +108,15 @@ def main():
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    cuda = args.device == "cuda"
+    if cuda:
+        if not torch.cuda.is_available():
+            print("torch_gpt_step: no usable CUDA device (torch " + torch.__version__ +
+                  ", built for CUDA " + str(torch.version.cuda) + ")", file=sys.stderr)
+            sys.exit(2)
+        ieee_fp32(torch)
+    device = torch.device("cuda:0" if cuda else "cpu")
+    out_of_memory = getattr(torch.cuda, "OutOfMemoryError", RuntimeError)
     sdpa = getattr(F, "scaled_dot_product_attention", None)  # PyTorch >= 2.0
 
     class Attention(nn.Module):
@@ -133,29 +173,56 @@ def main():
                 x = blk(x)
             return self.head(self.ln_f(x))
 
-    model = Gpt(args)
+    model = Gpt(args).to(device)  # fp32 parameters (the master weights under bf16 autocast)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.0)
     tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1))
-    idx, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    idx, targets = tokens[:, :-1].contiguous().to(device), tokens[:, 1:].contiguous().to(device)
+
+    def forward_loss():
+        logits = model(idx)
+        return F.cross_entropy(logits.reshape(-1, args.vocab).float(), targets.view(-1))
 
     def step():
         opt.zero_grad(set_to_none=True)
-        logits = model(idx)
-        loss = F.cross_entropy(logits.view(-1, args.vocab), targets.view(-1))
+        if args.dtype == "bf16":
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                loss = forward_loss()
+        else:
+            loss = forward_loss()
         loss.backward()
         opt.step()
         return loss.item()
 
-    for _ in range(args.warmup):
-        step()
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
     times = []
     loss = float("nan")
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        loss = step()
-        times.append(time.perf_counter() - t0)
+    try:
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        for _ in range(args.warmup):
+            step()
+        for _ in range(args.steps):
+            sync()
+            t0 = time.perf_counter()
+            loss = step()
+            sync()
+            times.append(time.perf_counter() - t0)
+    except out_of_memory as e:
+        if cuda and (out_of_memory is not RuntimeError or "out of memory" in str(e)):
+            print(f"torch_gpt_step: batch {args.batch} x seq {args.seq} ({args.dtype}) does not "
+                  "fit in device memory (CUDA out of memory)", file=sys.stderr)
+            sys.exit(3)
+        raise
     step_s = sum(times) / len(times)
     tokens_per_step = args.batch * args.seq
+    extra = {}
+    if cuda:
+        extra = {"gpu": torch.cuda.get_device_name(0),
+                 "peak_memory_bytes": torch.cuda.max_memory_allocated(),
+                 "cuda": torch.version.cuda}
     print(json.dumps({
         "framework": "pytorch",
         "tokens_per_s": round(tokens_per_step / step_s, 2),
@@ -169,6 +236,9 @@ def main():
         "attention": "sdpa" if sdpa is not None else "masked-matmul",
         "torch": torch.__version__,
         "loss": round(loss, 4),
+        "device": args.device,
+        "dtype": args.dtype,
+        **extra,
     }))
 
 

@@ -233,6 +233,31 @@ TEST(TrainCli, CudaBackendWithoutAUsableDeviceSaysWhy) {
       testing::run_pipetune({"train", "--steps", "1", "--backend", "cpu", "--no-db"}).exit_code, 0);
 }
 
+// bf16 GEMM inputs are a CUDA backend mode: the cpu backend refuses them in one line (exit 2,
+// nothing written), as it refuses a precision that is neither fp32 nor bf16.
+TEST(TrainCli, PrecisionBf16IsForTheCudaBackend) {
+  const std::filesystem::path dir = testing::default_child_cwd();
+  const std::string db = (dir / "bf16.db").string();
+  const testing::ProcessResult r =
+      testing::run_pipetune({"train", "--steps", "1", "--precision", "bf16", "--db", db});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--precision bf16 is for --backend cuda (the cpu backend computes in fp32 "
+                       "only)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(db));
+  const testing::ProcessResult bad = testing::run_pipetune(
+      {"train", "--steps", "1", "--backend", "cuda", "--precision", "fp16", "--no-db"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--precision must be fp32 or bf16, not 'fp16'"), std::string::npos)
+      << bad.err;
+  const testing::ProcessResult fp32 = testing::run_pipetune(
+      {"train", "--steps", "1", "--precision", "fp32", "--no-db", "--json"});
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
+  EXPECT_EQ(nlohmann::json::parse(fp32.out)["precision"], "fp32");
+}
+
 TEST(TrainCli, RanksPerProcessWithoutALauncherNamesTheProcessesNeeded) {
   const testing::ProcessResult r =
       testing::run_pipetune({"train", "--steps", "1", "--no-db", "--ranks-per-process", "2"});

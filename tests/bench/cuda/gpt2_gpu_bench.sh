@@ -1,0 +1,486 @@
+#!/usr/bin/env bash
+# GPT-2 124M on one GPU (issue 15 point 6), in one command:
+#  1. pipetune `train --backend cuda` on tests/bench/gpt2-small-1024.toml (12 layers, hidden 768,
+#     12 heads, vocabulary 50257, sequence 1024) in fp32 and in bf16 (`--precision bf16`: bf16
+#     GEMM inputs, fp32 accumulation and master weights), each at the largest micro-batch of the
+#     list that runs (a run that fails, e.g. out of device memory, moves on to the next size);
+#     tokens/s = the JSON's tokens_per_s (mean over the steps after the first). The throughput
+#     runs use --no-gpu-capture (NVTX ranges only, as PyTorch runs without a profiler).
+#  2. PyTorch on the same model, dtype and batch (tests/bench/torch_gpt_step.py --device cuda; a
+#     batch that does not fit there moves on to the next smaller one, and the table says so).
+#  3. One table: framework, dtype, batch, tokens/s, model TFLOP/s and MFU, with the model FLOPs
+#     of torch_gpt_step.py (6N + 12 L T C per token) and the peak of the GPU's hardware preset
+#     (bf16: its peak_flops; fp32: its fp32_peak_flops when it has one, else the vendor's FP32
+#     figure, named in the table).
+#  4. pp=4 1F1B as 4 streams of the GPU (tests/bench/cuda/gpt2-pp4-1f1b.toml, stored in a
+#     workspace with its GPU activity), then `pipetune report` of that run and
+#     `pipetune predict --config RUN --against ID`: the per-stage error of the simulated run
+#     (4 GPUs of the hardware) against the measured one (4 stages sharing one GPU).
+#
+# Usage: tests/bench/cuda/gpt2_gpu_bench.sh [BUILD_DIR] [options]
+#   BUILD_DIR / --build DIR  build folder with cli/pipetune (default: build-device)
+#   --steps N           pipetune steps per throughput run (default 6)
+#   --torch-steps N     timed PyTorch steps, after 2 warm-up steps (default 5)
+#   --pp-steps N        steps of the pp=4 run (default 6)
+#   --batches "LIST"    micro-batch sizes to try, largest first (default
+#                       "64 48 32 24 16 12 8 4 2 1")
+#   --precisions "LIST" default "fp32 bf16"
+#   --budget S          seconds for everything (default 330): each run is killed past what is
+#                       left, and runs that no longer fit are skipped, saying so
+#   --no-torch, --no-pp skip the PyTorch runs, the pp=4 run
+#   --cpu-check         the script's plumbing without a GPU: the cpu backend, fp32 only, the
+#                       smaller tests/bench/cpu-prediction-model.toml, PyTorch on the CPU, the
+#                       cpu-dev-2core peak (no figure of it means anything for a GPU)
+#   -h, --help
+# Environment: OUT (when set, also writes $OUT/gpt2_gpu_bench.log, $OUT/gpt2_gpu_bench.json and
+#   the pp=4 workspace as $OUT/gpt2_pp4.db.gz), PIPETUNE_LIBRARY_PATH (LD_LIBRARY_PATH for the
+#   pipetune binary only, set by tests/gpu/device_check.sh; PyTorch keeps the caller's), PYTHON
+#   (default python3).
+# Exit status: 0 when every part ran, 1 when a part failed, 2 on a usage error or without a GPU
+# (nvidia-smi missing or failing, or `train --backend cuda` finding no usable device).
+set -uo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../../.." && pwd)"
+build="build-device"
+steps=6
+torch_steps=5
+pp_steps=6
+batches="64 48 32 24 16 12 8 4 2 1"
+precisions="fp32 bf16"
+budget=330
+do_torch=1
+do_pp=1
+cpu_check=0
+py="${PYTHON:-python3}"
+
+usage_error() {
+  echo "gpt2_gpu_bench: $1 (--help for the usage)" >&2
+  exit 2
+}
+positive() {  # NAME VALUE
+  [[ "$2" =~ ^[1-9][0-9]*$ ]] || usage_error "$1 needs a positive integer, not '$2'"
+}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --build) [ $# -ge 2 ] || usage_error "--build needs a folder"; build="$2"; shift 2 ;;
+    --steps) [ $# -ge 2 ] || usage_error "--steps needs a value"; positive --steps "$2"; steps="$2"; shift 2 ;;
+    --torch-steps) [ $# -ge 2 ] || usage_error "--torch-steps needs a value"; positive --torch-steps "$2"; torch_steps="$2"; shift 2 ;;
+    --pp-steps) [ $# -ge 2 ] || usage_error "--pp-steps needs a value"; positive --pp-steps "$2"; pp_steps="$2"; shift 2 ;;
+    --batches) [ $# -ge 2 ] || usage_error "--batches needs a list"; batches="$2"; shift 2 ;;
+    --precisions) [ $# -ge 2 ] || usage_error "--precisions needs a list"; precisions="$2"; shift 2 ;;
+    --budget) [ $# -ge 2 ] || usage_error "--budget needs seconds"; positive --budget "$2"; budget="$2"; shift 2 ;;
+    --no-torch) do_torch=0; shift ;;
+    --no-pp) do_pp=0; shift ;;
+    --cpu-check) cpu_check=1; shift ;;
+    -*) usage_error "unknown option '$1'" ;;
+    *) build="$1"; shift ;;
+  esac
+done
+for b in $batches; do positive "--batches" "$b"; done
+[ -n "${batches// /}" ] || usage_error "--batches is empty"
+for p in $precisions; do
+  case "$p" in fp32 | bf16) ;; *) usage_error "--precisions: '$p' is not fp32 or bf16" ;; esac
+done
+[ -n "${precisions// /}" ] || usage_error "--precisions is empty"
+if [ "$cpu_check" = 1 ]; then
+  for p in $precisions; do
+    [ "$p" = fp32 ] || usage_error "--cpu-check runs fp32 only (--precisions fp32)"
+  done
+fi
+case "$build" in /*) ;; *) build="$PWD/$build" ;; esac
+pipetune="$build/cli/pipetune"
+[ -x "$pipetune" ] || usage_error "$pipetune is not built (scripts/device_bundle builds it)"
+command -v timeout >/dev/null || usage_error "timeout (coreutils) is needed"
+command -v "$py" >/dev/null || usage_error "$py is needed (the table is computed with it)"
+
+# The presets of this checkout, wherever the build was configured (its compiled-in path may not
+# exist on this machine).
+export PIPETUNE_PRESETS_DIR="${PIPETUNE_PRESETS_DIR:-$root/presets}"
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/gpt2_gpu_bench.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+out="${OUT:-}"
+[ -z "$out" ] || mkdir -p "$out" || usage_error "cannot create OUT=$out"
+
+start=$SECONDS
+remaining() { echo $((budget - (SECONDS - start))); }
+# Seconds a run may take: its cap, or what is left of the budget (0: skip it).
+limit_for() {
+  local cap="$1" left
+  left=$(($(remaining) - 5))
+  [ "$left" -ge 15 ] || { echo 0; return; }
+  [ "$left" -lt "$cap" ] && echo "$left" || echo "$cap"
+}
+# pipetune with its own libraries (device-libs), never PyTorch's process.
+pt() { LD_LIBRARY_PATH="${PIPETUNE_LIBRARY_PATH:-${LD_LIBRARY_PATH:-}}" "$pipetune" "$@"; }
+pt_limited() {  # SECONDS ARGS...: pt under timeout
+  local t="$1"
+  shift
+  LD_LIBRARY_PATH="${PIPETUNE_LIBRARY_PATH:-${LD_LIBRARY_PATH:-}}" timeout -k 10 "$t" "$pipetune" "$@"
+}
+last_line() { [ -s "$1" ] && grep -v '^[[:space:]]*$' "$1" | tail -n 1 | cut -c1-300; }
+
+main() {
+  local failed=0 backend=cuda model="$root/tests/bench/gpt2-small-1024.toml"
+  local pp_model="$root/tests/bench/gpt2-small-256.toml" gpu_name hw torch_device=cuda
+  echo "== gpt2_gpu_bench: $(date -u +%Y-%m-%dT%H:%M:%SZ), build $build, budget ${budget}s"
+  if [ "$cpu_check" = 1 ]; then
+    backend=cpu
+    torch_device=cpu
+    model="$root/tests/bench/cpu-prediction-model.toml"
+    pp_model="$model"
+    gpu_name="cpu (--cpu-check)"
+    hw=cpu-dev-2core
+    echo "-- --cpu-check: the cpu backend on $(basename "$model"); no figure here is a GPU's"
+  else
+    if ! command -v nvidia-smi >/dev/null; then
+      echo "gpt2_gpu_bench: no GPU: nvidia-smi not found" >&2
+      return 2
+    fi
+    if ! gpu_name="$(timeout 60 nvidia-smi --query-gpu=name --format=csv,noheader 2>&1)"; then
+      echo "gpt2_gpu_bench: no GPU: nvidia-smi failed: $(echo "$gpu_name" | head -n 1)" >&2
+      return 2
+    fi
+    gpu_name="$(echo "$gpu_name" | head -n 1)"
+    case "$gpu_name" in
+      *H200*) hw=h200 ;;
+      *H100*) hw=h100-sxm ;;
+      *A100*80GB*) hw=a100-80gb ;;
+      *A100*) hw=a100-40gb ;;
+      *B200*) hw=b200 ;;
+      *) hw="" ;;
+    esac
+    if [ -n "$hw" ]; then
+      echo "-- GPU 0: $gpu_name; peaks from presets/hardware/$hw.toml"
+    else
+      echo "-- GPU 0: $gpu_name; no hardware preset for it: MFU not computed, pp=4 predicted for h100-sxm"
+    fi
+    case "$gpu_name" in *H100*PCIe* | *H100*NVL*) echo "-- note: the H100 SXM preset's peaks are used for a $gpu_name" ;; esac
+    # Does the engine find the device? (one line, exit 2, when it does not)
+    pt_limited 120 train --backend cuda --steps 1 --no-db --tp 1 --pp 1 --dp 1 --microbatches 1 \
+      --json >"$work/probe.json" 2>"$work/probe.err"
+    local rc=$?
+    if [ "$rc" -ne 0 ]; then
+      if [ "$rc" -eq 2 ] && grep -q "backend cuda:" "$work/probe.err"; then
+        echo "gpt2_gpu_bench: no GPU for pipetune: $(last_line "$work/probe.err")" >&2
+        return 2
+      fi
+      echo "gpt2_gpu_bench: pipetune's probe run on the GPU failed (exit $rc): $(last_line "$work/probe.err")" >&2
+      failed=1
+    else
+      echo "-- pipetune sees the GPU (probe: tiny model, 1 step)"
+    fi
+  fi
+  {
+    echo "gpu=$gpu_name"
+    echo "hardware=$hw"
+    echo "model=$model"
+    echo "cpu_check=$cpu_check"
+  } >"$work/meta.txt"
+  : >"$work/rows.tsv"  # framework dtype batch status file note
+
+  # --- 1. pipetune, largest micro-batch that runs, per precision -------------------------------
+  local prec b t rc tried
+  declare -A chosen=()
+  for prec in $precisions; do
+    echo
+    echo "== pipetune train --backend $backend --precision $prec, $(basename "$model"), batch: first of ($batches) that runs"
+    tried=""
+    for b in $batches; do
+      t="$(limit_for 150)"
+      if [ "$t" -eq 0 ]; then
+        echo "-- batch $b: skipped (budget spent)"
+        echo -e "pipetune\t$prec\t$b\tskipped\t-\tbudget spent" >>"$work/rows.tsv"
+        failed=1
+        break
+      fi
+      local f="$work/pipetune-$prec-b$b"
+      local extra=(--precision "$prec")
+      [ "$backend" = cuda ] && extra+=(--no-gpu-capture)
+      local t0=$SECONDS
+      pt_limited "$t" train --backend "$backend" "${extra[@]}" --model "$model" --tp 1 --pp 1 \
+        --dp 1 --microbatches 1 --micro-batch-size "$b" --steps "$steps" --no-db --json \
+        >"$f.json" 2>"$f.err"
+      rc=$?
+      if [ "$rc" -eq 0 ]; then
+        echo "-- batch $b: ran ${steps} steps in $((SECONDS - t0)) s"
+        echo -e "pipetune\t$prec\t$b\tok\t$f.json\t${tried:+larger batches failed:$tried}" >>"$work/rows.tsv"
+        chosen[$prec]=$b
+        break
+      fi
+      if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        echo "-- batch $b: killed after ${t} s"
+      else
+        echo "-- batch $b: failed (exit $rc): $(last_line "$f.err")"
+      fi
+      if [ "$rc" -eq 2 ] && grep -q "backend cuda:" "$f.err"; then
+        echo "gpt2_gpu_bench: no GPU for pipetune: $(last_line "$f.err")" >&2
+        return 2
+      fi
+      tried="$tried $b"
+    done
+    if [ -z "${chosen[$prec]:-}" ]; then
+      echo "-- pipetune $prec: no batch of ($batches) ran"
+      grep -q "^pipetune"$'\t'"$prec"$'\t' "$work/rows.tsv" ||
+        echo -e "pipetune\t$prec\t-\tfailed\t-\tno batch of ($batches) ran" >>"$work/rows.tsv"
+      failed=1
+    fi
+  done
+
+  # --- 2. PyTorch at the same batch (or the next smaller one that fits) ------------------------
+  if [ "$do_torch" = 1 ]; then
+    local dims
+    dims="$("$py" - "$model" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+def key(k):
+    m = re.search(r"^\s*" + k + r"\s*=\s*([0-9_]+)", text, re.M)
+    return m.group(1).replace("_", "") if m else ""
+print(" ".join(f"--{a} {key(k)}" for a, k in
+               (("layers", "layers"), ("hidden", "hidden"), ("heads", "heads"),
+                ("seq", "seq_len"), ("vocab", "vocab"))))
+PY
+)"
+    for prec in $precisions; do
+      echo
+      local start_b="${chosen[$prec]:-}"
+      if [ -z "$start_b" ]; then
+        echo "== PyTorch $prec: skipped (pipetune ran no batch to compare with)"
+        continue
+      fi
+      echo "== PyTorch $torch_device $prec at batch $start_b ($py tests/bench/torch_gpt_step.py $dims)"
+      local started=0 ok=0
+      tried=""
+      for b in $batches; do
+        [ "$b" = "$start_b" ] && started=1
+        [ "$started" = 1 ] || continue
+        t="$(limit_for 150)"
+        if [ "$t" -eq 0 ]; then
+          echo "-- batch $b: skipped (budget spent)"
+          echo -e "pytorch\t$prec\t$b\tskipped\t-\tbudget spent" >>"$work/rows.tsv"
+          failed=1
+          ok=1
+          break
+        fi
+        local f="$work/torch-$prec-b$b" targs=()
+        [ "$cpu_check" = 1 ] && targs=(--threads "$(nproc)")
+        # shellcheck disable=SC2086  # dims is a list of options
+        timeout -k 10 "$t" "$py" "$root/tests/bench/torch_gpt_step.py" --device "$torch_device" \
+          --dtype "$prec" --batch "$b" $dims --steps "$torch_steps" --warmup 2 "${targs[@]}" \
+          >"$f.json" 2>"$f.err"
+        rc=$?
+        if [ "$rc" -eq 0 ]; then
+          echo "-- batch $b: $(last_line "$f.json" | cut -c1-160)..."
+          echo -e "pytorch\t$prec\t$b\tok\t$f.json\t${tried:+larger batches failed:$tried}" >>"$work/rows.tsv"
+          ok=1
+          break
+        fi
+        echo "-- batch $b: failed (exit $rc): $(last_line "$f.err")"
+        if [ "$rc" -eq 2 ] || grep -q "PyTorch not found" "$f.err"; then
+          echo -e "pytorch\t$prec\t$b\tfailed\t-\t$(last_line "$f.err" | tr '\t' ' ')" >>"$work/rows.tsv"
+          failed=1
+          ok=1
+          break
+        fi
+        tried="$tried $b"
+      done
+      if [ "$ok" = 0 ]; then
+        echo -e "pytorch\t$prec\t-\tfailed\t-\tno batch from $start_b down ran" >>"$work/rows.tsv"
+        failed=1
+      fi
+    done
+  fi
+
+  # --- 3. pp=4 1F1B as 4 streams, against its prediction --------------------------------------
+  local pp_status=skipped run_id=""
+  if [ "$do_pp" = 1 ]; then
+    echo
+    local runfile="$work/gpt2-pp4-1f1b.toml"
+    sed -e "s|^model = .*|model = \"$pp_model\"|" \
+      -e "s|^hardware = .*|hardware = \"${hw:-h100-sxm}\"|" \
+      "$here/gpt2-pp4-1f1b.toml" >"$runfile"
+    if [ "$cpu_check" = 1 ]; then  # a smaller pipeline for 2 cores
+      sed -i -e 's|^backend = .*|backend = "cpu"|' -e 's|^micro_batch_size = .*|micro_batch_size = 2|' \
+        "$runfile"
+    fi
+    echo "== pp=4 1F1B: train --config tests/bench/cuda/gpt2-pp4-1f1b.toml (model $(basename "$pp_model"), hardware ${hw:-h100-sxm}), 4 stages on one $backend device, $pp_steps steps"
+    t="$(limit_for 200)"
+    if [ "$t" -eq 0 ]; then
+      echo "-- skipped (budget spent)"
+      failed=1
+    else
+      pt_limited "$t" train --config "$runfile" --steps "$pp_steps" --db "$work/pp4.db" \
+        --name gpt2-pp4-1f1b --json >"$work/pp4-train.json" 2>"$work/pp4-train.err"
+      rc=$?
+      run_id="$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("run_id",""))' \
+        "$work/pp4-train.json" 2>/dev/null)"
+      if [ "$rc" -ne 0 ] || [ -z "$run_id" ]; then
+        echo "-- failed (exit $rc): $(last_line "$work/pp4-train.err")"
+        pp_status=failed
+        failed=1
+      else
+        "$py" - "$work/pp4-train.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+print(f"-- stored as run {j['run_id']}: {j['tokens_per_s']:.0f} tokens/s over steps 2.., "
+      f"last iteration {j['iteration_time'] * 1e3:.1f} ms")
+for k in j["ranks"]:
+    print(f"   stage {k['stage']}: compute {k['compute'] * 1e3:8.2f} ms, bubble "
+          f"{100 * k['bubble_ratio']:5.1f}%")
+PY
+        echo
+        echo "== pipetune report $run_id"
+        pt_limited 60 report "$run_id" --db "$work/pp4.db" 2>&1 | tee "$work/pp4-report.txt"
+        pt_limited 60 report "$run_id" --db "$work/pp4.db" --json >"$work/pp4-report.json" 2>/dev/null
+        echo
+        echo "== pipetune predict --config gpt2-pp4-1f1b.toml --against $run_id (simulated for 4 GPUs, measured as 4 streams of one)"
+        pt_limited 60 predict --config "$runfile" --against "$run_id" --db "$work/pp4.db" 2>&1 |
+          tee "$work/pp4-against.txt"
+        rc=${PIPESTATUS[0]}
+        pt_limited 60 predict --config "$runfile" --against "$run_id" --db "$work/pp4.db" --json \
+          >"$work/pp4-against.json" 2>/dev/null
+        if [ "$rc" -eq 0 ]; then pp_status=ok; else pp_status=failed; failed=1; fi
+      fi
+    fi
+  fi
+
+  # --- 4. the table --------------------------------------------------------------------------
+  echo
+  "$py" - "$work" "$root" "$out" "$pp_status" <<'PY'
+import json, os, re, sys
+work, root, out, pp_status = sys.argv[1:5]
+meta = dict(line.rstrip("\n").split("=", 1) for line in open(os.path.join(work, "meta.txt")))
+model_text = open(meta["model"]).read()
+def model_key(k):
+    m = re.search(r"^\s*" + k + r"\s*=\s*([0-9_]+)", model_text, re.M)
+    return int(m.group(1).replace("_", ""))
+L, C, T, V = (model_key(k) for k in ("layers", "hidden", "seq_len", "vocab"))
+# torch_gpt_step.py's model FLOPs per trained token (forward + backward)
+flops_per_token = 6 * (12 * L * C * C + V * C) + 12 * L * T * C
+
+# Peaks: the hardware preset's peak_flops is dense BF16 (fp32 for a CPU preset); its fp32 figure
+# is fp32_peak_flops when present, else the vendor's FP32 (non-tensor) figure.
+VENDOR_FP32 = {"h100-sxm": (67e12, "NVIDIA H100 SXM datasheet, FP32 67 TFLOP/s"),
+               "h200": (67e12, "NVIDIA H200 SXM datasheet, FP32 67 TFLOP/s"),
+               "a100-80gb": (19.5e12, "NVIDIA A100 datasheet, FP32 19.5 TFLOP/s"),
+               "a100-40gb": (19.5e12, "NVIDIA A100 datasheet, FP32 19.5 TFLOP/s")}
+hw = meta["hardware"]
+peaks = {}
+if hw:
+    path = f"presets/hardware/{hw}.toml"
+    text = open(os.path.join(root, path)).read()
+    def key(k):
+        m = re.search(r"^\s*" + k + r"\s*=\s*([0-9._eE+]+)", text, re.M)
+        return float(m.group(1).replace("_", "")) if m else None
+    if meta["cpu_check"] == "1":
+        peaks["fp32"] = (key("peak_flops"), f"{path} peak_flops")
+    else:
+        peaks["bf16"] = (key("peak_flops"), f"{path} peak_flops")
+        if key("fp32_peak_flops"):
+            peaks["fp32"] = (key("fp32_peak_flops"), f"{path} fp32_peak_flops")
+        elif hw in VENDOR_FP32:
+            v, src = VENDOR_FP32[hw]
+            peaks["fp32"] = (v, f"{src} ({path} has no fp32 figure)")
+
+rows = []
+for line in open(os.path.join(work, "rows.tsv")):
+    framework, dtype, batch, status, path, note = line.rstrip("\n").split("\t")
+    row = {"framework": framework, "dtype": dtype, "batch": None if batch == "-" else int(batch),
+           "status": status, "note": note}
+    if status == "ok":
+        text = open(path).read()
+        j = json.loads(text if framework == "pipetune" else text.strip().splitlines()[-1])
+        tps = float(j["tokens_per_s"])
+        row["tokens_per_s"] = tps
+        row["model_flops_per_s"] = flops_per_token * tps
+        if framework == "pipetune":
+            steps = j.get("steps", [])
+            later = [s["seconds"] for s in steps[1:]] or [s["seconds"] for s in steps]
+            row["step_ms"] = 1e3 * sum(later) / len(later) if later else None
+            row["first_step_ms"] = 1e3 * steps[0]["seconds"] if steps else None
+            row["loss"] = j["losses"][-1] if j.get("losses") else None
+            row["engine_bytes"] = sum(k["parameter_bytes"] + k["gradient_bytes"] +
+                                      k["optimizer_bytes"] + k["peak_activation_bytes"]
+                                      for k in j.get("ranks", []))
+        else:
+            row["step_ms"] = j.get("step_ms")
+            row["loss"] = j.get("loss")
+            row["peak_memory_bytes"] = j.get("peak_memory_bytes")
+            row["torch"] = j.get("torch")
+            row["attention"] = j.get("attention")
+        peak = peaks.get(dtype)
+        if peak and peak[0]:
+            row["peak_flops"], row["peak_source"] = peak
+            row["mfu"] = row["model_flops_per_s"] / peak[0]
+    rows.append(row)
+
+print(f"GPT-2 {L} layers, hidden {C}, seq {T}, vocab {V}: {flops_per_token / 1e6:.1f} MFLOP per "
+      f"token (6N + 12LTC); GPU: {meta['gpu']}")
+head = (f"{'framework':<10} {'dtype':<5} {'batch':>5} {'tokens/s':>10} {'step ms':>9} "
+        f"{'TFLOP/s':>8} {'MFU':>6}  memory")
+print(head)
+print("-" * len(head))
+def gib(x):
+    return f"{x / 2**30:.1f} GiB" if x else "n/a"
+for r in rows:
+    if r["status"] != "ok":
+        b = r["batch"] if r["batch"] is not None else "-"
+        print(f"{r['framework']:<10} {r['dtype']:<5} {b:>5} {r['status']:>10}  {r['note']}")
+        continue
+    mfu = f"{100 * r['mfu']:5.1f}%" if "mfu" in r else "   n/a"
+    mem = (f"engine {gib(r.get('engine_bytes'))}" if r["framework"] == "pipetune"
+           else f"peak {gib(r.get('peak_memory_bytes'))}")
+    step = f"{r['step_ms']:9.1f}" if r.get("step_ms") else f"{'':>9}"
+    print(f"{r['framework']:<10} {r['dtype']:<5} {r['batch']:>5} {r['tokens_per_s']:10.0f} {step} "
+          f"{r['model_flops_per_s'] / 1e12:8.2f} {mfu}  {mem}" +
+          (f"  ({r['note']})" if r["note"] else ""))
+for dtype, (value, src) in sorted(peaks.items()):
+    print(f"peak {dtype}: {value / 1e12:.1f} TFLOP/s from {src}")
+for dtype in sorted({r["dtype"] for r in rows}):
+    by = {r["framework"]: r for r in rows if r["dtype"] == dtype and r["status"] == "ok"}
+    if "pipetune" in by and "pytorch" in by:
+        p, t = by["pipetune"], by["pytorch"]
+        same = "" if p["batch"] == t["batch"] else f" (batches {p['batch']} / {t['batch']})"
+        print(f"{dtype}: pipetune / PyTorch = {p['tokens_per_s'] / t['tokens_per_s']:.2f}x{same}")
+print("pipetune memory: the engine's own accounting (weights, gradients, optimizer state, peak "
+      "activations); PyTorch's: torch.cuda.max_memory_allocated")
+
+if out:
+    result = {"gpu": meta["gpu"], "hardware": hw, "model": os.path.relpath(meta["model"], root),
+              "flops_per_token": flops_per_token, "rows": rows,
+              "peaks": {d: {"flops": v, "source": s} for d, (v, s) in peaks.items()},
+              "pp4": {"status": pp_status}}
+    for name, key in (("pp4-train.json", "train"), ("pp4-report.json", "report"),
+                      ("pp4-against.json", "against")):
+        p = os.path.join(work, name)
+        try:
+            result["pp4"][key] = json.load(open(p))
+        except (OSError, ValueError):
+            pass
+    runfile = os.path.join(work, "gpt2-pp4-1f1b.toml")
+    if os.path.exists(runfile):
+        result["pp4"]["run_file"] = open(runfile).read()
+    with open(os.path.join(out, "gpt2_gpu_bench.json"), "w") as f:
+        json.dump(result, f, indent=1)
+PY
+  [ $? -eq 0 ] || failed=1
+  if [ -n "$out" ] && [ -f "$work/pp4.db" ]; then
+    gzip -c "$work/pp4.db" >"$work/pp4.db.gz"
+    if [ "$(stat -c %s "$work/pp4.db.gz")" -lt $((15 * 1024 * 1024)) ]; then
+      cp "$work/pp4.db.gz" "$out/gpt2_pp4.db.gz"
+    else
+      echo "-- the pp=4 workspace is $(du -h "$work/pp4.db.gz" | cut -f1) gzipped: not copied to \$OUT"
+    fi
+  fi
+  echo
+  echo "== gpt2_gpu_bench: done in $((SECONDS - start)) s$([ "$failed" = 0 ] || echo ', with failures (above)')"
+  return "$failed"
+}
+
+if [ -n "$out" ]; then
+  main 2>&1 | tee "$out/gpt2_gpu_bench.log"
+  exit "${PIPESTATUS[0]}"
+fi
+main

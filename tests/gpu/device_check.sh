@@ -1,0 +1,271 @@
+#!/usr/bin/env bash
+# Every GPU check of issue 15 in one command, for a machine with one GPU, CUDA 13 and PyTorch but
+# no compiler or package registry. Made ready on a build machine by scripts/device_bundle, whose
+# build-device/ and device-libs/ travel with the checkout; run in its root:
+#   bash tests/gpu/device_check.sh
+# In order, each under its own time limit, a failing step reported and the next one run:
+#   1. cuda_fast_tests        the CUDA parts' host-side tests
+#   2. gpu_tests              the GPU tests (ctest label gpu), run as a binary: the ctest files
+#                             name the build machine's paths
+#   3. cuda_capture_bench     capture overhead, off / nvtx / cupti (Google Benchmark, 3 runs each)
+#   4. gpt2_gpu_bench.sh      GPT-2 124M tokens/s and MFU, pipetune (fp32, bf16) and PyTorch, and
+#                             the pp=4 1F1B run against its prediction
+# then a summary. About 5 minutes on an H100; at most about 9 (BUDGET seconds, default 540).
+# Before the steps: nvidia-smi, and ldd of the binaries with LD_LIBRARY_PATH = device-libs (its
+# .xz libraries unpacked to a temporary folder; its fallback/ libstdc++ only when this machine's
+# lacks a version the binaries need), the CUDA library folders found (/usr/local/cuda, PyTorch's
+# nvidia wheels); a library not found stops it there, naming it. PyTorch runs with the caller's
+# LD_LIBRARY_PATH, never device-libs.
+# Writes to $OUT (default: a new folder under /tmp, printed): device_check.log,
+# cuda_fast_tests.xml, gpu_tests.xml, cuda_capture_bench.json, and what gpt2_gpu_bench.sh writes
+# (gpt2_gpu_bench.log, gpt2_gpu_bench.json, gpt2_pp4.db.gz): 7 files.
+# Exit status: 0 when every step passed, 1 when one failed, 2 without a GPU (after the steps that
+# need none) or with a library missing.
+set -uo pipefail
+
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root" || exit 2
+build="${BUILD:-build-device}"
+libs="${LIBS:-device-libs}"
+budget="${BUDGET:-540}"
+case "${1:-}" in
+  -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+  "") ;;
+  *) echo "device_check: no arguments (BUILD, LIBS, BUDGET and OUT are read from the environment)" >&2; exit 2 ;;
+esac
+[[ "$budget" =~ ^[1-9][0-9]*$ ]] || { echo "device_check: BUDGET must be seconds, not '$budget'" >&2; exit 2; }
+out="${OUT:-}"
+[ -n "$out" ] || out="$(mktemp -d /tmp/device_check.XXXXXX)"
+mkdir -p "$out" || { echo "device_check: cannot create $out" >&2; exit 2; }
+export OUT="$out"
+# Working files live outside $OUT (what comes back from a GPU machine is a handful of files).
+scratch="$(mktemp -d /tmp/device_check_scratch.XXXXXX)"
+export SCRATCH="$scratch"
+start=$SECONDS
+
+declare -a summary=()
+failed=0
+no_gpu=""
+missing=""
+unpacked=""
+
+note() { summary+=("$(printf '%-22s %s' "$1" "$2")"); }
+
+# Runs one step: NAME CAP_SECONDS LOG COMMAND... under timeout, within what is left of the
+# budget, its output shown and kept in LOG.
+step() {
+  local name="$1" cap="$2" log="$3" t left rc t0
+  shift 3
+  left=$((budget - (SECONDS - start)))
+  t=$((left < cap ? left : cap))
+  echo
+  echo "================ $name (limit ${t} s) ================"
+  if [ "$t" -lt 10 ]; then
+    echo "skipped: the budget of $budget s is spent"
+    note "$name" "SKIPPED (budget spent)"
+    failed=1
+    return
+  fi
+  t0=$SECONDS
+  timeout -k 10 "$t" "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" -eq 0 ]; then
+    note "$name" "ok ($((SECONDS - t0)) s)"
+  elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    note "$name" "TIMEOUT after $((SECONDS - t0)) s"
+    failed=1
+  else
+    note "$name" "FAILED (exit $rc, $((SECONDS - t0)) s)"
+    failed=1
+  fi
+  return "$rc"
+}
+
+# gtest's closing lines of a log, for the summary.
+gtest_counts() {
+  local log="$1" p s f
+  p="$(grep -o '\[  PASSED  \] [0-9]* test' "$log" 2>/dev/null | tail -n 1 | grep -o '[0-9]*')"
+  s="$(grep -o '\[  SKIPPED \] [0-9]* test' "$log" 2>/dev/null | tail -n 1 | grep -o '[0-9]*')"
+  f="$(grep -o '\[  FAILED  \] [0-9]* test' "$log" 2>/dev/null | tail -n 1 | grep -o '[0-9]*')"
+  echo "passed ${p:-0}, skipped ${s:-0}, failed ${f:-0}"
+}
+
+checks() {
+  echo "== device_check: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) ($(uname -srm)), $root"
+  echo "== output: $out"
+  if [ -f "$build/bundle-info.txt" ]; then
+    sed 's/^/   /' "$build/bundle-info.txt"
+  else
+    echo "device_check: $build/bundle-info.txt missing: was scripts/device_bundle run and $build carried?" >&2
+  fi
+  echo "   glibc here: $(ldd --version 2>/dev/null | head -n 1)"
+
+  # --- libraries: device-libs first, then the CUDA folders this machine has --------------------
+  local paths=() d sp f
+  [ -d "$libs" ] && paths+=("$root/$libs") || echo "device_check: warning: no $libs folder (carry it)"
+  unpacked="$(mktemp -d /tmp/device_libs.XXXXXX)"
+  for f in "$libs"/*.xz; do
+    [ -f "$f" ] || continue
+    if command -v xz >/dev/null; then
+      xz -dc "$f" >"$unpacked/$(basename "$f" .xz)"
+    else
+      python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+        "$f" "$unpacked/$(basename "$f" .xz)"
+    fi || echo "device_check: cannot unpack $f"
+  done
+  paths+=("$unpacked")
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/extras/CUPTI/lib64 \
+    /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && paths+=("$d")
+  done
+  sp="$(timeout 60 python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null)"
+  if [ -n "$sp" ] && [ -d "$sp/nvidia" ]; then
+    for d in "$sp"/nvidia/*/lib "$sp"/nvidia/*/*/lib; do
+      [ -d "$d" ] && paths+=("$d")
+    done
+  fi
+  local joined
+  joined="$(IFS=:; echo "${paths[*]}")"
+  export PIPETUNE_LIBRARY_PATH="$joined${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # This machine's libstdc++ when it has what the binaries need, else the bundle's (which needs
+  # glibc 2.36).
+  if [ -d "$libs/fallback" ] &&
+    LD_LIBRARY_PATH="$PIPETUNE_LIBRARY_PATH" ldd "$build/cli/pipetune" 2>&1 |
+    grep -E 'not found' | grep -qE 'GLIBCXX|CXXABI|libstdc\+\+|libgcc_s'; then
+    echo "== this machine's libstdc++ is older than the binaries need: using $libs/fallback"
+    paths=("$root/$libs/fallback" "${paths[@]}")
+    joined="$(IFS=:; echo "${paths[*]}")"
+    export PIPETUNE_LIBRARY_PATH="$joined${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  export PIPETUNE_PRESETS_DIR="$root/presets"
+  echo "== library path for pipetune's binaries:"
+  printf '   %s\n' "${paths[@]}"
+
+  # --- the GPU -----------------------------------------------------------------------------------
+  echo
+  echo "== nvidia-smi"
+  if ! command -v nvidia-smi >/dev/null; then
+    no_gpu="nvidia-smi not found"
+  elif ! timeout 60 nvidia-smi; then
+    no_gpu="nvidia-smi failed"
+  else
+    timeout 60 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit \
+      --format=csv || true
+  fi
+  [ -z "$no_gpu" ] || echo "device_check: no GPU: $no_gpu"
+  echo "== PyTorch: $(timeout 120 python3 -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -n 1)"
+
+  # --- ldd: every library found? ------------------------------------------------------------------
+  echo
+  echo "== ldd"
+  local bin line
+  local binaries=("$build/cli/pipetune" "$build/tests/cuda_fast_tests" "$build/tests/gpu_tests"
+                  "$build/tests/cuda_capture_bench")
+  for bin in "${binaries[@]}"; do
+    if [ ! -f "$bin" ]; then
+      missing="$missing $bin (not in the bundle)"
+      continue
+    fi
+    [ -x "$bin" ] || chmod +x "$bin" 2>/dev/null
+    echo "-- $bin"
+    LD_LIBRARY_PATH="$PIPETUNE_LIBRARY_PATH" ldd "$bin" 2>&1 | sed 's/^/   /' | tee "$scratch/.ldd"
+    while read -r line; do
+      missing="$missing $(echo "$line" | cut -c1-160) [$(basename "$bin")];"
+    done < <(grep 'not found' "$scratch/.ldd")
+  done
+  rm -f "$scratch/.ldd"
+  if [ -n "${missing// /}" ]; then
+    echo "device_check: libraries not found, nothing run:$missing" >&2
+    note "ldd" "MISSING:$missing"
+    return 2
+  fi
+  note "ldd" "ok (every library found)"
+  local run_env=(env "LD_LIBRARY_PATH=$PIPETUNE_LIBRARY_PATH")
+
+  # --- 1. host-side tests (no GPU needed) -----------------------------------------------------------
+  step cuda_fast_tests 60 "$scratch/.fast.log" "${run_env[@]}" "$build/tests/cuda_fast_tests" \
+    "--gtest_output=xml:$out/cuda_fast_tests.xml"
+  summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.fast.log")"
+
+  if [ -n "$no_gpu" ]; then
+    for s in gpu_tests cuda_capture_bench gpt2_gpu_bench; do
+      echo "$s: skipped, no GPU ($no_gpu)"
+      note "$s" "SKIPPED (no GPU: $no_gpu)"
+    done
+    return 2
+  fi
+
+  # --- 2. GPU tests ---------------------------------------------------------------------------------
+  step gpu_tests 150 "$scratch/.gpu.log" "${run_env[@]}" "$build/tests/gpu_tests" \
+    "--gtest_output=xml:$out/gpu_tests.xml"
+  summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.gpu.log")"
+  if ! grep -q '\[  PASSED  \] [1-9]' "$scratch/.gpu.log" && grep -q '\[  SKIPPED \]' "$scratch/.gpu.log"; then
+    summary[-1]="${summary[-1]} (every test skipped: the CUDA runtime finds no device)"
+    failed=1
+  fi
+
+  # --- 3. capture overhead --------------------------------------------------------------------------
+  step cuda_capture_bench 90 "$scratch/.capture.log" "${run_env[@]}" "$build/tests/cuda_capture_bench" \
+    --benchmark_repetitions=3 "--benchmark_out=$out/cuda_capture_bench.json" \
+    --benchmark_out_format=json
+  if grep -q '^cuda_capture_bench: skipped' "$scratch/.capture.log"; then
+    summary[-1]="${summary[-1]}; SKIPPED by the program: no usable device"
+    failed=1
+  fi
+  if [ -s "$out/cuda_capture_bench.json" ]; then
+    python3 - "$out/cuda_capture_bench.json" <<'PY' && summary[-1]="${summary[-1]}; $(cat "$scratch/.overhead")"
+import json, os, re, sys
+runs = json.load(open(sys.argv[1]))["benchmarks"]
+mean = {}
+for r in runs:
+    if r.get("aggregate_name") == "mean":
+        m = re.search(r":(\d)", r["run_name"])
+        mean[int(m.group(1))] = r["real_time"]
+names = {0: "off", 1: "nvtx", 2: "cupti"}
+parts = []
+for mode in (1, 2):
+    if 0 in mean and mode in mean:
+        parts.append(f"{names[mode]} {100 * (mean[mode] / mean[0] - 1):+.2f}%")
+line = (f"step {mean.get(0, 0):.3f} ms off; overhead " + ", ".join(parts)) if parts else "no means"
+print("capture overhead (mean of 3):", line)
+open(os.path.join(os.environ["SCRATCH"], ".overhead"), "w").write(line)
+PY
+    rm -f "$scratch/.overhead"
+  fi
+
+  # --- 4. GPT-2 ------------------------------------------------------------------------------------
+  local left=$((budget - (SECONDS - start) - 15))
+  [ "$left" -gt 30 ] || left=30
+  step gpt2_gpu_bench $((left + 10)) "$scratch/.gpt2.log" bash tests/bench/cuda/gpt2_gpu_bench.sh \
+    --build "$build" --budget "$left"
+  grep -A 12 '^framework ' "$scratch/.gpt2.log" | grep -v '^$' | head -n 12 >"$scratch/.table" || true
+  return 0
+}
+
+main() {
+  checks
+  local rc=$?
+  [ -z "$unpacked" ] || rm -rf "$unpacked"
+  echo
+  echo "================ summary ($((SECONDS - start)) s) ================"
+  printf '%s\n' "${summary[@]}"
+  if [ -s "$scratch/.table" ]; then
+    echo "GPT-2 124M:"
+    sed 's/^/  /' "$scratch/.table"
+  fi
+  rm -rf "$scratch"
+  if [ "$rc" -eq 2 ]; then
+    if [ -n "${missing// /}" ]; then
+      echo "device_check: libraries not found (put them on LD_LIBRARY_PATH):$missing exit 2"
+    else
+      echo "device_check: no GPU ($no_gpu): exit 2"
+    fi
+    return 2
+  fi
+  [ "$failed" -eq 0 ] && echo "device_check: every step passed" || echo "device_check: a step failed (above)"
+  echo "output in $out: $(cd "$out" && ls | tr '\n' ' ')"
+  return "$failed"
+}
+
+main 2>&1 | tee "$out/device_check.log"
+exit "${PIPESTATUS[0]}"
