@@ -84,9 +84,12 @@ void use_cuda_backend([[maybe_unused]] runtime::TrainOptions& o, [[maybe_unused]
   const cuda::DeviceQuery q = cuda::query_devices();
   if (q.devices.empty())
     throw InputError("backend cuda: no CUDA device is usable (" + q.problem + ")");
+  const cuda::DeviceInfo& gpu = q.devices.front();
   o.rank_device = cuda::single_gpu_rank_devices(
-      {.device = q.devices.front().id,
-       .precision = bf16 ? cuda::Precision::bf16 : cuda::Precision::fp32});
+      {.device = gpu.id, .precision = bf16 ? cuda::Precision::bf16 : cuda::Precision::fp32});
+  // Every rank's state lives on this one device: a model that cannot fit is refused up front.
+  o.device_memory = runtime::TrainOptions::DeviceMemory{
+      "GPU " + std::to_string(gpu.id) + " (" + gpu.name + ")", gpu.total_bytes};
 #endif
 }
 
