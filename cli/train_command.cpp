@@ -190,8 +190,8 @@ nlohmann::json plan_json(const runtime::TrainOptions& o, const runtime::TrainRes
           {"tokens_per_step", r.tokens_per_step}};
 }
 
-void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r,
-                std::int64_t run_id, const std::string& precision) {
+void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r, std::int64_t run_id,
+                const std::string& precision) {
   nlohmann::json losses = nlohmann::json::array(), steps = nlohmann::json::array(),
                  ranks = nlohmann::json::array();
   for (const auto& s : r.steps) {

@@ -36,10 +36,11 @@ runtime::RankDevice::GpuActivity CudaRankDevice::take_gpu_activity() {
 runtime::RankDeviceFactory single_gpu_rank_devices(SingleGpuOptions options) {
   auto activity = std::make_shared<GpuActivityHub>();
   auto peers = std::make_shared<runtime::PeerExchange>();
-  return [options, activity, peers](comm::Communicator& comm, int /*threads_per_rank*/)
-             -> std::unique_ptr<runtime::RankDevice> {
-    return std::make_unique<CudaRankDevice>(comm, options, activity, peers.get());
-  };
+  return
+      [options, activity, peers](comm::Communicator& comm,
+                                 int /*threads_per_rank*/) -> std::unique_ptr<runtime::RankDevice> {
+        return std::make_unique<CudaRankDevice>(comm, options, activity, peers.get());
+      };
 }
 
 }  // namespace pipetune::cuda

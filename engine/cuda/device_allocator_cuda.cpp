@@ -55,8 +55,9 @@ tensor::DeviceAllocator::Fence CudaDeviceAllocator::record_fence() {
   PIPETUNE_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   // Owned by the fence: destroyed when the last holder lets go (a pending event may be
   // destroyed: CUDA releases it once it completes).
-  Fence fence(static_cast<const void*>(event),
-              [](const void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(const_cast<void*>(e))); });
+  Fence fence(static_cast<const void*>(event), [](const void* e) {
+    cudaEventDestroy(static_cast<cudaEvent_t>(const_cast<void*>(e)));
+  });
   PIPETUNE_CUDA_CHECK(cudaEventRecord(event, stream_));
   return fence;
 }
@@ -67,8 +68,8 @@ void CudaDeviceAllocator::wait_for(const Fence& fence) {
   PIPETUNE_CUDA_CHECK(cudaStreamWaitEvent(stream_, event, 0));
 }
 
-void CudaDeviceAllocator::copy_from_peer(void* dst, tensor::DeviceAllocator& peer,
-                                         const void* src, std::size_t bytes) {
+void CudaDeviceAllocator::copy_from_peer(void* dst, tensor::DeviceAllocator& peer, const void* src,
+                                         std::size_t bytes) {
   if (!peer.on_device())
     throw std::logic_error("cuda storage cannot copy from '" + std::string(peer.name()) +
                            "' as a peer");

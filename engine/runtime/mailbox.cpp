@@ -25,7 +25,8 @@ void Mailbox::post(int dst, MessageKind kind, int group, int microbatch,
   if (dst == comm_->rank()) {
     model::Buffer msg;
     model::assign_copy(
-        msg, tensor::ConstTensorView{data.data(), tensor::Shape{static_cast<std::int64_t>(data.size())}});
+        msg, tensor::ConstTensorView{data.data(),
+                                     tensor::Shape{static_cast<std::int64_t>(data.size())}});
     local_[tag].push_back(std::move(msg));
     return;
   }

@@ -26,9 +26,9 @@ PeerExchange::Parcel PeerExchange::take(int src, int dst, int tag) {
   std::lock_guard lock(mutex_);
   const auto it = in_flight_.find({src, dst, tag});
   if (it == in_flight_.end() || it->second.empty())
-    throw std::logic_error("peer exchange: rank " + std::to_string(dst) + " got a token from rank " +
-                           std::to_string(src) + " (tag " + std::to_string(tag) +
-                           ") with no block posted");
+    throw std::logic_error("peer exchange: rank " + std::to_string(dst) +
+                           " got a token from rank " + std::to_string(src) + " (tag " +
+                           std::to_string(tag) + ") with no block posted");
   Parcel p = std::move(it->second.front());
   it->second.pop_front();
   if (it->second.empty()) in_flight_.erase(it);
@@ -76,8 +76,7 @@ std::vector<PeerExchange::Returned> PeerExchange::leave(int src) {
 }
 
 PeerCopyCommunicator::PeerCopyCommunicator(comm::Communicator& inner, comm::Communicator& staged,
-                                           tensor::DeviceAllocator& storage,
-                                           PeerExchange& exchange)
+                                           tensor::DeviceAllocator& storage, PeerExchange& exchange)
     : inner_(&inner), staged_(&staged), storage_(&storage), exchange_(&exchange) {}
 
 PeerCopyCommunicator::~PeerCopyCommunicator() {

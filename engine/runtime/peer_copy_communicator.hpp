@@ -64,8 +64,8 @@ class PeerExchange {
   mutable std::mutex mutex_;
   std::condition_variable returned_;
   std::map<std::tuple<int, int, int>, std::deque<Parcel>> in_flight_;  // (src, dst, tag)
-  std::unordered_map<int, std::vector<Returned>> returns_;           // by sender
-  std::unordered_map<int, int> being_copied_;                         // taken, not given back
+  std::unordered_map<int, std::vector<Returned>> returns_;             // by sender
+  std::unordered_map<int, int> being_copied_;                          // taken, not given back
   std::size_t parcels_ = 0, bytes_ = 0;
 };
 

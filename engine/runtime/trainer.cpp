@@ -368,7 +368,7 @@ TrainResult train(const TrainOptions& options) {
   result.first_step = prepared.resume ? static_cast<int>(prepared.resume->step) + 1 : 1;
 
   std::vector<profiler::GpuCapture> gpu_captures(static_cast<std::size_t>(world));
-  SharedTraining shared{options,     prepared,         topology, corpus, threads,      recorders,
+  SharedTraining shared{options,     prepared,         topology, corpus, threads,     recorders,
                         last_timing, checkpoint_slots, result,   mutex,  gpu_captures};
   if (!options.processes) {
     cluster.run([&](comm::Communicator& comm) { train_rank(shared, comm); });

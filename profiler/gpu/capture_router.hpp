@@ -27,10 +27,10 @@ namespace pipetune::profiler {
 bool is_launch_call(std::string_view api_name);
 
 struct RouterCounts {
-  std::size_t routed = 0;            // device records handed to a rank
-  std::size_t unknown_stream = 0;    // device records on a stream of no rank (dropped)
-  std::size_t evicted_calls = 0;     // launch calls whose record never came
-  std::size_t other_calls = 0;       // API calls that launch nothing (dropped on arrival)
+  std::size_t routed = 0;          // device records handed to a rank
+  std::size_t unknown_stream = 0;  // device records on a stream of no rank (dropped)
+  std::size_t evicted_calls = 0;   // launch calls whose record never came
+  std::size_t other_calls = 0;     // API calls that launch nothing (dropped on arrival)
 };
 
 class CaptureRouter {

@@ -252,8 +252,8 @@ TEST(TrainCli, PrecisionBf16IsForTheCudaBackend) {
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_NE(bad.err.find("--precision must be fp32 or bf16, not 'fp16'"), std::string::npos)
       << bad.err;
-  const testing::ProcessResult fp32 = testing::run_pipetune(
-      {"train", "--steps", "1", "--precision", "fp32", "--no-db", "--json"});
+  const testing::ProcessResult fp32 =
+      testing::run_pipetune({"train", "--steps", "1", "--precision", "fp32", "--no-db", "--json"});
   ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
   EXPECT_EQ(nlohmann::json::parse(fp32.out)["precision"], "fp32");
 }

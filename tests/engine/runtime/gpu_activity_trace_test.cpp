@@ -96,8 +96,8 @@ TEST(GpuActivityTrace, RecordedRunHasEachRanksKernelsUnderTheOpsThatLaunchedThem
   // The copies of the pipeline's transfers are under its sends and receives.
   std::size_t transfers = 0;
   for (const profiler::KernelRecord& k : r.kernels)
-    if (k.name.rfind("memcpy", 0) == 0 && (k.op.find("send") != std::string::npos ||
-                                            k.op.find("recv") != std::string::npos))
+    if (k.name.rfind("memcpy", 0) == 0 &&
+        (k.op.find("send") != std::string::npos || k.op.find("recv") != std::string::npos))
       ++transfers;
   EXPECT_GT(transfers, 0u);
 }

@@ -19,13 +19,13 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
-#include <utility>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "engine/runtime/peer_copy_communicator.hpp"
 #include "engine/runtime/staging_communicator.hpp"
@@ -78,8 +78,10 @@ class GuardedAllocator final : public tensor::DeviceAllocator {
     explicit Open(GuardedAllocator& a, const char* work = nullptr, std::size_t bytes = 0)
         : a_(a), work_(work), bytes_(bytes) {
       a_.open();
-      if (work_ != nullptr && a_.logging_ && a_.log_depth_++ == 0) start_ = a_.log_now();
-      else work_ = nullptr;
+      if (work_ != nullptr && a_.logging_ && a_.log_depth_++ == 0)
+        start_ = a_.log_now();
+      else
+        work_ = nullptr;
     }
     ~Open() {
       if (work_ != nullptr) {

@@ -25,13 +25,13 @@ ApiCallRecord call(std::uint32_t correlation, std::int64_t start,
 }
 
 TEST(CaptureRouter, LaunchCallsAreTheOnesThatCreateDeviceWork) {
-  for (const char* yes : {"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cuLaunchKernel",
-                          "cuLaunchKernelEx", "cudaMemcpyAsync", "cuMemcpyDtoHAsync_v2",
-                          "cudaMemsetAsync", "cuMemsetD8Async", "cudaGraphLaunch",
-                          "cudaLaunchCooperativeKernel"})
+  for (const char* yes :
+       {"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cuLaunchKernel", "cuLaunchKernelEx",
+        "cudaMemcpyAsync", "cuMemcpyDtoHAsync_v2", "cudaMemsetAsync", "cuMemsetD8Async",
+        "cudaGraphLaunch", "cudaLaunchCooperativeKernel"})
     EXPECT_TRUE(is_launch_call(yes)) << yes;
-  for (const char* no : {"cudaStreamSynchronize", "cudaMemGetInfo", "cudaEventRecord",
-                         "cudaMalloc", "cuCtxSynchronize", "cudaGetDevice"})
+  for (const char* no : {"cudaStreamSynchronize", "cudaMemGetInfo", "cudaEventRecord", "cudaMalloc",
+                         "cuCtxSynchronize", "cudaGetDevice"})
     EXPECT_FALSE(is_launch_call(no)) << no;
 }
 
@@ -57,9 +57,9 @@ TEST(CaptureRouter, SplitsRecordsByStreamWithTheirLaunchCalls) {
   EXPECT_EQ(one.api_calls[0].correlation, 2u);
   EXPECT_TRUE(router.take(0).activities.empty());  // taken once
   EXPECT_EQ(router.counts().routed, 3u);
-  EXPECT_EQ(router.counts().unknown_stream, 1u);   // stream 99 is no rank's
-  EXPECT_EQ(router.counts().other_calls, 1u);      // the synchronise
-  EXPECT_EQ(router.waiting_calls(), 1u);           // the call of the dropped record
+  EXPECT_EQ(router.counts().unknown_stream, 1u);  // stream 99 is no rank's
+  EXPECT_EQ(router.counts().other_calls, 1u);     // the synchronise
+  EXPECT_EQ(router.waiting_calls(), 1u);          // the call of the dropped record
 }
 
 TEST(CaptureRouter, ACallWaitsForItsRecordAcrossTakes) {
