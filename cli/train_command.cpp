@@ -28,6 +28,9 @@
 #include "engine/cuda/cuda_devices.hpp"
 #include "engine/cuda/cuda_rank_device.hpp"
 #endif
+#ifdef PIPETUNE_HAVE_NCCL
+#include "engine/nccl/nccl_rank_device.hpp"
+#endif
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
 #include "engine/spec/run_spec.hpp"
@@ -341,6 +344,14 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a, int ranks_p
     // One rank per process: MPI's own collectives over a communicator per group. Several: a
     // router of this process's rank threads (mpi_rank_router.hpp), since a process is one
     // member of an MPI communicator.
+#ifdef PIPETUNE_HAVE_NCCL
+    if (o.rank_device) {  // --backend cuda: each process's rank on its own GPU, over NCCL
+      o.rank_device = nccl::nccl_rank_devices(
+          {groups, a.precision == "bf16" ? cuda::Precision::bf16 : cuda::Precision::fp32,
+           o.watchdog_seconds});
+      if (o.device_memory) o.device_memory->name = "each process's GPU";
+    }
+#endif
     std::optional<mpi::MpiCommunicator> single;
     std::optional<mpi::MpiRankRouter> router;
     std::vector<std::unique_ptr<mpi::MpiHybridCommunicator>> hybrid;
@@ -426,11 +437,19 @@ void run(const TrainArgs& a) {
                     (world % per_process == 0 ? std::to_string(world / per_process) + " processes"
                                               : "a divisor of " + std::to_string(world)) +
                     "); this is one process");
-    if (o.rank_device)
+    if (o.rank_device) {
+#ifndef PIPETUNE_HAVE_NCCL
       throw InputError(
-          "backend cuda runs every rank as a stream of one GPU in this process (single-GPU "
-          "mode); ranks as processes on GPUs (NCCL) are not built yet: run it without mpirun / "
-          "srun and --ranks-per-process");
+          "backend cuda with ranks as processes needs NCCL, and this pipetune was built without "
+          "it (nccl.h / libnccl and MPI at configure time): run it without mpirun / srun for "
+          "every rank as a stream of one GPU");
+#endif
+      if (per_process != 1)
+        throw InputError(
+            "backend cuda with ranks as processes runs one rank per process, each on its own "
+            "GPU (NCCL refuses two ranks of a communicator on one device): drop "
+            "--ranks-per-process");
+    }
 #ifndef PIPETUNE_HAVE_MPI
     throw InputError(
         "started by an MPI launcher, but this pipetune was built without MPI "

@@ -26,6 +26,11 @@ class GpuActivityHub {
  public:
   using Clock = std::chrono::steady_clock;
 
+  // `one_rank_per_process`: the process's only rank gets every record, whatever its stream
+  // (ranks as processes: NCCL launches on streams of its own).
+  explicit GpuActivityHub(bool one_rank_per_process = false)
+      : one_rank_per_process_(one_rank_per_process) {}
+
   // Rank `rank` launches its work on `stream`. Starts CUPTI for the run on the first join.
   // False when CUPTI cannot start or name the stream (a profiler such as Nsight Systems holds
   // it, or the driver has none): the rank runs without capture, and the hub says why on stderr
@@ -47,6 +52,7 @@ class GpuActivityHub {
   profiler::CaptureRouter router_;
   int members_ = 0;
   bool said_unavailable_ = false;
+  bool one_rank_per_process_;
   std::uint64_t dropped_before_ = 0;  // of collectors already destroyed
 };
 

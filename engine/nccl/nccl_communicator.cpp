@@ -48,15 +48,12 @@ const void* cv(const float* p) {
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(const std::vector<ProcessGroup>& groups, NcclOptions options)
-    : options_(std::move(options)) {
-  PIPETUNE_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
-  PIPETUNE_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
-
-  // 1. The device: one per process on each node.
+int process_device(int requested) {
+  int rank = 0;
+  PIPETUNE_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   MPI_Comm node = MPI_COMM_NULL;
   PIPETUNE_MPI_CHECK(
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
   int local = 0, local_size = 1;
   PIPETUNE_MPI_CHECK(MPI_Comm_rank(node, &local));
   PIPETUNE_MPI_CHECK(MPI_Comm_size(node, &local_size));
@@ -65,19 +62,27 @@ NcclCommunicator::NcclCommunicator(const std::vector<ProcessGroup>& groups, Nccl
   if (q.devices.empty())
     throw cuda::CudaError("NCCL communicator: no CUDA device is usable (" + q.problem + ")");
   const int count = static_cast<int>(q.devices.size());
-  if (options_.device >= 0) {
-    if (options_.device >= count)
-      throw cuda::CudaError("NCCL communicator: device " + std::to_string(options_.device) +
+  if (requested >= 0) {
+    if (requested >= count)
+      throw cuda::CudaError("NCCL communicator: device " + std::to_string(requested) +
                             " requested, this node has " + std::to_string(count));
-    device_ = options_.device;
-  } else {
-    if (local_size > count)
-      throw cuda::CudaError("NCCL communicator: " + std::to_string(local_size) +
-                            " processes on this node but " + std::to_string(count) +
-                            " CUDA device(s): NCCL needs one device per process (it refuses two "
-                            "ranks of one communicator on the same GPU)");
-    device_ = local;
+    return requested;
   }
+  if (local_size > count)
+    throw cuda::CudaError("NCCL communicator: " + std::to_string(local_size) +
+                          " processes on this node but " + std::to_string(count) +
+                          " CUDA device(s): NCCL needs one device per process (it refuses two "
+                          "ranks of one communicator on the same GPU)");
+  return local;
+}
+
+NcclCommunicator::NcclCommunicator(const std::vector<ProcessGroup>& groups, NcclOptions options)
+    : options_(std::move(options)) {
+  PIPETUNE_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  PIPETUNE_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
+
+  // 1. The device: one per process on each node.
+  device_ = process_device(options_.device);
   PIPETUNE_CUDA_CHECK(cudaSetDevice(device_));
   PIPETUNE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   PIPETUNE_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));

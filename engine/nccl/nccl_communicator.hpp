@@ -82,6 +82,11 @@ struct NcclOptions {
   double timeout_seconds = 0.0;
 };
 
+// The CUDA device of this process: `requested` when >= 0 (checked against the node's devices),
+// else its rank among the processes of its node (one device per process, as NCCL requires).
+// Collective over MPI_COMM_WORLD. Throws cuda::CudaError naming why no device fits.
+int process_device(int requested = -1);
+
 class NcclCommunicator final : public comm::Communicator {
  public:
   // Collective over MPI_COMM_WORLD: every process passes the same groups and options.links in
