@@ -15,7 +15,9 @@
 #include "engine/runtime/optimizer.hpp"
 #include "engine/runtime/rank_runtime.hpp"
 #include "engine/tensor/cpu/cpu_backend.hpp"
+#include "profiler/byte_codec.hpp"
 #include "profiler/gpu/gpu_capture.hpp"
+#include "profiler/gpu/kernel_record_codec.hpp"
 #include "profiler/recorder/merge_recorders.hpp"
 #include "profiler/trace_codec.hpp"
 
@@ -314,27 +316,36 @@ void RankTraining::stream_trace(const profiler::StepMetric& step_metric,
   if (!options_.trace_sink) return;
   profiler::Trace part = profiler::take_recorder_part(recorder_, streamed_);
   if (rank_ == 0) part.steps.push_back(step_metric);
+  std::vector<profiler::KernelRecord> kernels;
   if (gpu_capture_) {
     // The step's kernels join the part that holds the ops they were launched from.
     profiler::GpuAttribution a = profiler::add_gpu_capture(part, rank_, gpu, 0);
-    {
-      std::lock_guard lock(s_.mutex);
-      TrainResult::GpuCaptureCounts& n = s_.result.gpu_capture;
-      n.activities += a.records.size();
-      n.attributed += a.attributed;
-      n.outside_ops += a.outside_ops;
-      n.without_launch += a.without_launch;
-    }
-    if (options_.kernel_sink && !a.records.empty()) options_.kernel_sink(std::move(a.records));
+    std::lock_guard lock(s_.mutex);
+    TrainResult::GpuCaptureCounts& n = s_.result.gpu_capture;
+    n.activities += a.records.size();
+    n.attributed += a.attributed;
+    n.outside_ops += a.outside_ops;
+    n.without_launch += a.without_launch;
+    kernels = std::move(a.records);
   }
   if (options_.processes) {
-    // Every rank's part to rank 0, whose sink writes them (a collective per step).
-    for (const std::string& bytes :
-         options_.processes->gather_to_root(comm_, profiler::encode_trace(part)))
-      options_.trace_sink(profiler::decode_trace(bytes));
+    // Every rank's part and kernels to rank 0, whose sinks write them (a collective per step).
+    profiler::ByteWriter w;
+    w.text(profiler::encode_trace(part));
+    w.text(profiler::encode_kernels(kernels));
+    for (const std::string& bytes : options_.processes->gather_to_root(comm_, w.take())) {
+      profiler::ByteReader r(bytes, "trace part");
+      profiler::Trace rank_part = profiler::decode_trace(r.text());
+      std::vector<profiler::KernelRecord> rank_kernels = profiler::decode_kernels(r.text());
+      r.expect_end();
+      options_.trace_sink(std::move(rank_part));
+      if (options_.kernel_sink && !rank_kernels.empty())
+        options_.kernel_sink(std::move(rank_kernels));
+    }
     return;
   }
   options_.trace_sink(std::move(part));
+  if (options_.kernel_sink && !kernels.empty()) options_.kernel_sink(std::move(kernels));
 }
 
 // Every rank hands its state to rank 0 (a slot, or a message from another process), which

@@ -108,8 +108,9 @@ struct TrainOptions {
   // into the run's trace as GPU lanes under the ops that launched it, with kernel_sink getting
   // the kernels' details (what the workspace's kernels table keeps). Off: NVTX ranges only.
   bool capture_gpu_activity = true;
-  // Called on each rank's thread after each step with the GPU activity it added to that step's
-  // trace part (before trace_sink gets the part); thread-safe like trace_sink. May be null.
+  // Called after trace_sink with the kernels of the GPU activity added to that trace part, on
+  // the same thread (with processes: on rank 0's process, for every rank); thread-safe like
+  // trace_sink. May be null.
   std::function<void(std::vector<profiler::KernelRecord>)> kernel_sink;
   // A stop request (from another thread, e.g. a GUI's Stop button): read by rank 0 before each
   // step's final reduction; the run then ends cleanly after that step, every rank at the same
