@@ -14,7 +14,7 @@ NcclRankDevice::NcclRankDevice(const NcclRankOptions& options)
   o.compute_stream = backend_.stream();  // each NCCL call waits for the rank's kernels first
   o.timeout_seconds = options.watchdog_seconds;
   nccl_.emplace(options.groups, o);
-  spans_.emplace(*nccl_, storage_);
+  spans_.emplace(*nccl_, storage_, runtime::StagingCommunicator::Side::device);
 }
 
 NcclRankDevice::~NcclRankDevice() {

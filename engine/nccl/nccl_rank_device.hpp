@@ -3,8 +3,9 @@
 // its own stream, a device allocator on that stream, and the NCCL communicator (unique ids over
 // the MPI bootstrap) for its transfers and collectives, ordered after the rank's stream. NCCL
 // takes device spans only, so the few host spans of a step (its loss totals) are staged through
-// the rank's storage (runtime::DeviceSpanCommunicator). GPU activity is captured with CUPTI like
-// single-GPU mode's, every record the process's one rank's (NCCL's kernels run on its streams).
+// the rank's storage (runtime::StagingCommunicator, Side::device). GPU activity is captured with
+// CUPTI like single-GPU mode's, every record the process's one rank's (NCCL's kernels run on its
+// streams).
 #pragma once
 
 #include <memory>
@@ -17,7 +18,7 @@
 #include "engine/cuda/device_allocator_cuda.hpp"
 #include "engine/cuda/gpu_activity_hub.hpp"
 #include "engine/nccl/nccl_communicator.hpp"
-#include "engine/runtime/device_span_communicator.hpp"
+#include "engine/runtime/staging_communicator.hpp"
 #include "engine/runtime/trainer.hpp"
 
 namespace pipetune::nccl {
@@ -47,7 +48,7 @@ class NcclRankDevice final : public runtime::RankDevice {
   cuda::CudaBackend backend_;          // owns the stream
   cuda::CudaDeviceAllocator storage_;  // on the backend's stream
   std::optional<NcclCommunicator> nccl_;
-  std::optional<runtime::DeviceSpanCommunicator> spans_;  // over nccl_
+  std::optional<runtime::StagingCommunicator> spans_;  // over nccl_
   cuda::GpuActivityHub activity_{/*one_rank_per_process=*/true};
   bool joined_ = false;
 };

@@ -2,25 +2,54 @@
 
 namespace pipetune::runtime {
 
-std::span<const float> StagingCommunicator::input(std::span<const float> data,
-                                                  std::vector<float>& stage) {
-  if (!on_device(data)) return data;
-  stage.resize(data.size());
-  storage_->copy_to_host(stage.data(), data.data(), data.size_bytes());
-  to_host_ += data.size_bytes();
-  return stage;
+StagingCommunicator::~StagingCommunicator() {
+  for (Stage* s : {&in_, &out_})
+    if (s->data != nullptr) stage_storage().deallocate(s->data, s->count * sizeof(float));
 }
 
-std::span<float> StagingCommunicator::output(std::span<float> data, std::vector<float>& stage) {
-  if (!on_device(data)) return data;
-  stage.resize(data.size());
-  return stage;
+tensor::DeviceAllocator& StagingCommunicator::stage_storage() const {
+  return side_ == Side::host ? tensor::host_allocator() : *storage_;
 }
 
-void StagingCommunicator::finish(std::span<float> data, const std::vector<float>& stage) {
-  if (!on_device(data)) return;
-  storage_->copy_from_host(data.data(), stage.data(), data.size_bytes());
-  to_device_ += data.size_bytes();
+float* StagingCommunicator::reserve(Stage& stage, std::size_t count) {
+  if (count > stage.count) {
+    tensor::DeviceAllocator& where = stage_storage();
+    if (stage.data != nullptr) where.deallocate(stage.data, stage.count * sizeof(float));
+    stage = {};
+    stage.data = static_cast<float*>(
+        where.allocate(count * sizeof(float), tensor::DeviceAllocator::Category::Temporaries));
+    stage.count = count;
+  }
+  return stage.data;
+}
+
+std::span<const float> StagingCommunicator::input(std::span<const float> data, Stage& stage) {
+  if (!foreign(data)) return data;
+  float* staged = reserve(stage, data.size());
+  if (side_ == Side::host) {
+    storage_->copy_to_host(staged, data.data(), data.size_bytes());
+    to_host_ += data.size_bytes();
+  } else {
+    storage_->copy_from_host(staged, data.data(), data.size_bytes());
+    to_device_ += data.size_bytes();
+  }
+  return {staged, data.size()};
+}
+
+std::span<float> StagingCommunicator::output(std::span<float> data, Stage& stage) {
+  if (!foreign(data)) return data;
+  return {reserve(stage, data.size()), data.size()};
+}
+
+void StagingCommunicator::finish(std::span<float> data, const Stage& stage) {
+  if (!foreign(data)) return;
+  if (side_ == Side::host) {
+    storage_->copy_from_host(data.data(), stage.data, data.size_bytes());
+    to_device_ += data.size_bytes();
+  } else {
+    storage_->copy_to_host(data.data(), stage.data, data.size_bytes());
+    to_host_ += data.size_bytes();
+  }
 }
 
 void StagingCommunicator::send(int dst, int tag, std::span<const float> data) {
@@ -34,9 +63,9 @@ void StagingCommunicator::recv(int src, int tag, std::span<float> data) {
 
 void StagingCommunicator::all_reduce(const comm::ProcessGroup& group, std::span<float> data,
                                      comm::ReduceOp op) {
-  if (!on_device(data)) return inner_->all_reduce(group, data, op);
-  input(data, out_);  // in place: download into the output stage
-  inner_->all_reduce(group, out_, op);
+  if (!foreign(data)) return inner_->all_reduce(group, data, op);
+  input(data, out_);  // in place: into the output stage
+  inner_->all_reduce(group, {out_.data, data.size()}, op);
   finish(data, out_);
 }
 
@@ -76,9 +105,9 @@ void StagingCommunicator::all_to_all_v(const comm::ProcessGroup& group,
 
 void StagingCommunicator::broadcast(const comm::ProcessGroup& group, std::span<float> data,
                                     int root) {
-  if (!on_device(data)) return inner_->broadcast(group, data, root);
+  if (!foreign(data)) return inner_->broadcast(group, data, root);
   input(data, out_);
-  inner_->broadcast(group, out_, root);
+  inner_->broadcast(group, {out_.data, data.size()}, root);
   finish(data, out_);
 }
 

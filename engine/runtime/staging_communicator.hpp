@@ -1,13 +1,16 @@
-// A communicator for ranks whose tensors live in device storage: spans that point into the
-// rank's device allocator (DeviceAllocator::owns) are copied to the host, exchanged through the
-// wrapped communicator (threads, MPI) and copied back; host spans (the step's loss totals, the
-// mailbox's messages received ahead) pass straight through. Correct first: every device transfer
-// costs a device-to-host and a host-to-device copy. A direct device-to-device path (copies on the
-// sender's stream and an event the receiver waits on, or NCCL) can replace it behind the same
-// interface.
+// A communicator that hands the wrapped communicator spans of one kind of memory only, staging
+// the others through copies of the rank's device storage:
+//  - Side::host (threads, MPI: they read spans with the CPU): spans in the rank's device
+//    storage (DeviceAllocator::owns) are copied to the host, exchanged, and copied back; host
+//    spans (the step's loss totals) pass straight through. Every device transfer then costs a
+//    device-to-host and a host-to-device copy; single-GPU mode's pipeline transfers avoid it
+//    (peer_copy_communicator.hpp).
+//  - Side::device (NCCL: it reads device memory only): host spans are copied into a block of
+//    the rank's device storage and back; device spans pass straight through.
+// Staging buffers grow to the largest span seen and are reused.
 #pragma once
 
-#include <vector>
+#include <cstddef>
 
 #include "engine/comm/communicator.hpp"
 #include "engine/tensor/device_allocator.hpp"
@@ -16,9 +19,15 @@ namespace pipetune::runtime {
 
 class StagingCommunicator final : public comm::Communicator {
  public:
+  enum class Side { host, device };  // the memory the wrapped communicator takes
+
   // Both must outlive this communicator.
-  StagingCommunicator(comm::Communicator& inner, tensor::DeviceAllocator& storage)
-      : inner_(&inner), storage_(&storage) {}
+  StagingCommunicator(comm::Communicator& inner, tensor::DeviceAllocator& storage,
+                      Side inner_side = Side::host)
+      : inner_(&inner), storage_(&storage), side_(inner_side) {}
+  ~StagingCommunicator() override;
+  StagingCommunicator(const StagingCommunicator&) = delete;
+  StagingCommunicator& operator=(const StagingCommunicator&) = delete;
 
   int rank() const override { return inner_->rank(); }
   int world() const override { return inner_->world(); }
@@ -47,17 +56,27 @@ class StagingCommunicator final : public comm::Communicator {
   std::size_t bytes_to_device() const { return to_device_; }
 
  private:
-  bool on_device(std::span<const float> s) const { return !s.empty() && storage_->owns(s.data()); }
-  // The host side of `data`: itself when it is host memory, else a copy in `stage`.
-  std::span<const float> input(std::span<const float> data, std::vector<float>& stage);
+  struct Stage {  // a grow-only block on the wrapped communicator's side
+    float* data = nullptr;
+    std::size_t count = 0;
+  };
+  // Whether `s` is memory the wrapped communicator cannot take.
+  bool foreign(std::span<const float> s) const {
+    return !s.empty() && storage_->owns(s.data()) == (side_ == Side::host);
+  }
+  tensor::DeviceAllocator& stage_storage() const;
+  float* reserve(Stage& stage, std::size_t count);
+  // The wrapped communicator's side of `data`: itself, or a copy in `stage`.
+  std::span<const float> input(std::span<const float> data, Stage& stage);
   // Where the wrapped communicator writes `data`: itself, or `stage` (sized, not filled).
-  std::span<float> output(std::span<float> data, std::vector<float>& stage);
-  // Copies `stage` back to `data` when `data` is device memory.
-  void finish(std::span<float> data, const std::vector<float>& stage);
+  std::span<float> output(std::span<float> data, Stage& stage);
+  // Copies `stage` back into `data` when `data` was staged.
+  void finish(std::span<float> data, const Stage& stage);
 
   comm::Communicator* inner_;
   tensor::DeviceAllocator* storage_;
-  std::vector<float> in_, out_;  // host staging, reused
+  Side side_;
+  Stage in_, out_;
   std::size_t to_host_ = 0, to_device_ = 0;
 };
 

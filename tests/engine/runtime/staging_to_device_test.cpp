@@ -1,9 +1,9 @@
-// DeviceSpanCommunicator, for communicators that take device spans only (NCCL): host spans are
-// staged into the rank's device storage and back, device spans pass straight through. The
+// StagingCommunicator for communicators that take device spans only (Side::device, NCCL): host
+// spans are staged into the rank's device storage and back, device spans pass straight through. The
 // wrapped communicator here is the thread communicator behind a check that every span it gets is
 // in the rank's guarded storage (the emulated device, open only while the inner call runs, as a
 // device is to NCCL's kernels): results equal the thread communicator's on host data.
-#include "engine/runtime/device_span_communicator.hpp"
+#include "engine/runtime/staging_communicator.hpp"
 
 #include <gtest/gtest.h>
 
@@ -88,13 +88,13 @@ class DeviceOnly final : public comm::Communicator {
   testing::GuardedAllocator& device_;
 };
 
-TEST(DeviceSpanCommunicator, StagesHostSpansAndPassesDeviceSpans) {
+TEST(StagingCommunicator, ToADeviceOnlyCommunicatorStagesHostSpans) {
   const comm::Topology topology(1, 1, 2, 1);
   const comm::ProcessGroup world = topology.world_group();
   comm::ThreadCluster(topology).run([&](comm::Communicator& thread) {
     testing::GuardedAllocator device;
     DeviceOnly nccl_like(thread, device);
-    DeviceSpanCommunicator c(nccl_like, device);
+    StagingCommunicator c(nccl_like, device, StagingCommunicator::Side::device);
     const int r = c.rank();
     const auto f = static_cast<float>(r);
 
