@@ -71,6 +71,17 @@ void expect_same_tensors(const std::map<std::string, tensor::Tensor>& got,
   }
 }
 
+// Losses, gradient norms, first-step gradients and final parameters all bit-identical.
+void expect_same_training(const TrainResult& got, const TrainResult& want) {
+  ASSERT_EQ(got.steps.size(), want.steps.size());
+  for (std::size_t s = 0; s < want.steps.size(); ++s) {
+    EXPECT_EQ(got.steps[s].loss, want.steps[s].loss) << "step " << s + 1;
+    EXPECT_EQ(got.steps[s].grad_norm, want.steps[s].grad_norm) << "step " << s + 1;
+  }
+  expect_same_tensors(got.first_step_gradients, want.first_step_gradients, "gradients");
+  expect_same_tensors(got.final_parameters, want.final_parameters, "parameters");
+}
+
 class DeviceStorage : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DeviceStorage, TrainsBitIdenticalToTheCpuWithoutHostAccess) {
@@ -79,13 +90,7 @@ TEST_P(DeviceStorage, TrainsBitIdenticalToTheCpuWithoutHostAccess) {
   TrainOptions o = options_for(c);
   o.rank_device = guarded_factory();
   const TrainResult got = train(o);
-  ASSERT_EQ(got.steps.size(), want.steps.size());
-  for (std::size_t s = 0; s < want.steps.size(); ++s) {
-    EXPECT_EQ(got.steps[s].loss, want.steps[s].loss) << "step " << s + 1;
-    EXPECT_EQ(got.steps[s].grad_norm, want.steps[s].grad_norm) << "step " << s + 1;
-  }
-  expect_same_tensors(got.first_step_gradients, want.first_step_gradients, "gradients");
-  expect_same_tensors(got.final_parameters, want.final_parameters, "parameters");
+  expect_same_training(got, want);
   for (std::size_t r = 0; r < got.ranks.size(); ++r) {
     EXPECT_EQ(got.ranks[r].parameter_bytes, want.ranks[r].parameter_bytes);
     EXPECT_EQ(got.ranks[r].optimizer_bytes, want.ranks[r].optimizer_bytes);
@@ -105,13 +110,7 @@ TEST_P(DeviceStorage, TransfersDeviceToDeviceBitIdentically) {
     return std::make_unique<testing::GuardedRankDevice>(comm, threads, false, &exchange);
   };
   const TrainResult got = train(o);
-  ASSERT_EQ(got.steps.size(), want.steps.size());
-  for (std::size_t s = 0; s < want.steps.size(); ++s) {
-    EXPECT_EQ(got.steps[s].loss, want.steps[s].loss) << "step " << s + 1;
-    EXPECT_EQ(got.steps[s].grad_norm, want.steps[s].grad_norm) << "step " << s + 1;
-  }
-  expect_same_tensors(got.first_step_gradients, want.first_step_gradients, "gradients");
-  expect_same_tensors(got.final_parameters, want.final_parameters, "parameters");
+  expect_same_training(got, want);
   if (c.pp > 1) {
     // Each micro-batch crosses every stage boundary forward and back, every step (more with V
     // schedules and vocabulary passes).
