@@ -39,7 +39,6 @@ void GpuActivityHub::leave(std::int32_t /*rank*/) noexcept {
   std::lock_guard lock(mutex_);
   if (members_ == 0) return;
   if (--members_ > 0 || !collector_) return;
-  dropped_before_ += collector_->dropped_records();
   collector_.reset();  // disables the activity kinds: nothing is captured between runs
 }
 
@@ -49,16 +48,6 @@ runtime::RankDevice::GpuActivity GpuActivityHub::take(std::int32_t rank) {
   collector_->flush();
   router_.add(collector_->take());
   return {router_.take(rank), collector_->clock_offset_ns()};
-}
-
-profiler::RouterCounts GpuActivityHub::counts() const {
-  std::lock_guard lock(mutex_);
-  return router_.counts();
-}
-
-std::uint64_t GpuActivityHub::dropped_records() const {
-  std::lock_guard lock(mutex_);
-  return dropped_before_ + (collector_ ? collector_->dropped_records() : 0);
 }
 
 }  // namespace pipetune::cuda

@@ -42,9 +42,6 @@ class GpuActivityHub {
   // synchronised the rank's stream, so its records are complete).
   runtime::RankDevice::GpuActivity take(std::int32_t rank);
 
-  profiler::RouterCounts counts() const;
-  std::uint64_t dropped_records() const;
-
  private:
   mutable std::mutex mutex_;
   std::optional<CuptiCollector> collector_;
@@ -53,7 +50,6 @@ class GpuActivityHub {
   int members_ = 0;
   bool said_unavailable_ = false;
   bool one_rank_per_process_;
-  std::uint64_t dropped_before_ = 0;  // of collectors already destroyed
 };
 
 }  // namespace pipetune::cuda
