@@ -19,6 +19,8 @@
 # Writes to $OUT (default: a new folder under /tmp, printed): device_check.log,
 # cuda_fast_tests.xml, gpu_tests.xml, cuda_capture_bench.json, and what gpt2_gpu_bench.sh writes
 # (gpt2_gpu_bench.log, gpt2_gpu_bench.json, gpt2_pp4.db.gz): 7 files.
+# GPT2_ARGS (environment): more options for gpt2_gpu_bench.sh, split as the shell splits words,
+# e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look.
 # Exit status: 0 when every step passed, 1 when one failed, 2 without a GPU (after the steps that
 # need none) or with a library missing.
 set -uo pipefail
@@ -236,8 +238,10 @@ PY
   # --- 4. GPT-2 ------------------------------------------------------------------------------------
   local left=$((budget - (SECONDS - start) - 15))
   [ "$left" -gt 30 ] || left=30
+  local extra=()
+  eval "extra=(${GPT2_ARGS:-})" || { echo "device_check: GPT2_ARGS does not parse: $GPT2_ARGS"; return 2; }
   step gpt2_gpu_bench $((left + 10)) "$scratch/.gpt2.log" bash tests/bench/cuda/gpt2_gpu_bench.sh \
-    --build "$build" --budget "$left"
+    --build "$build" --budget "$left" "${extra[@]}"
   grep -A 12 '^framework ' "$scratch/.gpt2.log" | grep -v '^$' | head -n 12 >"$scratch/.table" || true
   return 0
 }
