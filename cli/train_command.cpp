@@ -63,6 +63,7 @@ struct TrainArgs {
   std::optional<int> ranks_per_process;
   std::optional<std::string> backend;
   std::string precision = "fp32";
+  std::optional<std::string> attention;
   std::string fault;
   std::string db;
   bool no_db = false;
@@ -172,6 +173,17 @@ TrainSetup build_options(const TrainArgs& a) {
   if (a.no_gpu_capture && backend != spec::EngineBackend::cuda)
     throw InputError("--no-gpu-capture is for --backend cuda (the cpu backend captures no GPU)");
   o.capture_gpu_activity = !a.no_gpu_capture;
+  if (a.attention) {
+    if (*a.attention == "flash")
+      o.attention = tensor::AttentionKernel::flash;
+    else if (*a.attention == "stored")
+      o.attention = tensor::AttentionKernel::stored;
+    else
+      throw InputError("--attention must be stored or flash, not '" + *a.attention + "'");
+  } else {
+    o.attention = backend == spec::EngineBackend::cuda ? tensor::AttentionKernel::flash
+                                                       : tensor::AttentionKernel::stored;
+  }
   return setup;
 }
 
@@ -222,6 +234,7 @@ void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r, s
                       {"plan", plan_json(o, r)}, {"first_step", r.first_step},
                       {"steps", steps},          {"iteration_time", r.iteration_seconds},
                       {"ranks", ranks},          {"precision", precision}};
+  if (o.attention) j["attention"] = std::string(tensor::attention_kernel_name(*o.attention));
   if (r.gpu_capture.activities > 0)
     j["gpu_capture"] = {{"activities", r.gpu_capture.activities},
                         {"attributed", r.gpu_capture.attributed},
@@ -534,6 +547,9 @@ void add_train_command(CLI::App& app) {
                   "With --backend cuda: fp32, or bf16 GEMM inputs with fp32 accumulation and "
                   "master weights")
       ->capture_default_str();
+  cmd->add_option("--attention", args->attention,
+                  "Attention kernel: stored (keeps the T x T probabilities; the cpu default) or "
+                  "flash (no T x T matrix; the cuda default)");
   cmd->add_flag("--no-gpu-capture", args->no_gpu_capture,
                 "With --backend cuda: NVTX ranges only, no CUPTI capture of kernels and copies");
   cmd->add_option("--ranks-per-process", args->ranks_per_process,

@@ -43,6 +43,7 @@ void* DeviceBuffer::reserve(std::size_t bytes, cudaStream_t stream) {
 CudaBackend::CudaBackend() : CudaBackend(Options{}) {}
 
 CudaBackend::CudaBackend(Options options) : options_(options) {
+  attention_kernel_ = tensor::AttentionKernel::flash;  // no (T, T) matrix in device memory
   int count = 0;
   PIPETUNE_CUDA_CHECK(cudaGetDeviceCount(&count));
   if (options_.device < 0 || options_.device >= count) {

@@ -97,8 +97,11 @@ class Registry {
 
 std::vector<CUpti_ActivityKind> kinds(const CuptiCollectorOptions& options) {
   std::vector<CUpti_ActivityKind> k = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-                                       CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
-                                       CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
+                                       CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
+  if (options.api_records) {
+    k.push_back(CUPTI_ACTIVITY_KIND_RUNTIME);
+    k.push_back(CUPTI_ACTIVITY_KIND_DRIVER);
+  }
   if (options.synchronization) k.push_back(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
   return k;
 }

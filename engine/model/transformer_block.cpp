@@ -14,7 +14,7 @@ using tensor::TensorView;
 
 std::size_t BlockActivations::bytes() const {
   std::size_t b = 0;
-  for (const auto* v : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &atty, &x2, &ln2, &ln2_mean,
+  for (const auto* v : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &lse, &atty, &x2, &ln2, &ln2_mean,
                         &ln2_rstd, &dln1, &dqkv, &dx2, &dln2})
     b += bytes_of(*v);
   return b + dense.bytes() + moe.bytes();
@@ -73,8 +73,12 @@ float TransformerBlock::forward(const ParallelContext& ctx, ConstTensorView x, T
   TensorView qkv = sized(a.qkv, Shape{N, 3 * Cl});  // (N, 3C/tp)
   be.linear_forward(ln1, params_->param(qkv_w_), params_->param(qkv_b_), qkv);
   TensorView atty = sized(a.atty, Shape{B, T, Cl});  // (B, T, C/tp)
-  be.attention_forward(view(a.qkv, Shape{B, T, 3 * Cl}), heads_local_, atty,
-                       sized(a.att, Shape{B, heads_local_, T, T}));
+  if (be.attention_kernel() == tensor::AttentionKernel::flash)
+    be.attention_flash_forward(view(a.qkv, Shape{B, T, 3 * Cl}), heads_local_, atty,
+                               sized(a.lse, Shape{B, heads_local_, T}));
+  else
+    be.attention_forward(view(a.qkv, Shape{B, T, 3 * Cl}), heads_local_, atty,
+                         sized(a.att, Shape{B, heads_local_, T, T}));
   TensorView x2 = sized(a.x2, Shape{N, C});  // (N, C): attention output, then + x
   ConstTensorView bias =
       tp_rank_ == 0 ? ConstTensorView(params_->param(proj_b_)) : ConstTensorView{};
@@ -116,9 +120,18 @@ void TransformerBlock::backward_input(const ParallelContext& ctx, ConstTensorVie
   TensorView datty = zeros(datty_buf, Shape{N, Cl});  // (N, C/tp)
   be.linear_backward_input(dx2, params_->param(proj_w_), datty);
   TensorView dqkv = zeros(a.dqkv, Shape{B, T, 3 * Cl});
-  be.attention_backward_input(view(datty_buf, Shape{B, T, Cl}), view(a.qkv, Shape{B, T, 3 * Cl}),
-                              view(a.att, Shape{B, heads_local_, T, T}), heads_local_, dqkv);
+  // Which kernel ran the forward is what this micro-batch kept (the backend's choice is fixed
+  // for a run, but the activations say it for certain).
+  if (!a.lse.empty())
+    be.attention_flash_backward_input(
+        view(datty_buf, Shape{B, T, Cl}), view(a.qkv, Shape{B, T, 3 * Cl}),
+        view(a.atty, Shape{B, T, Cl}), view(a.lse, Shape{B, heads_local_, T}), heads_local_, dqkv);
+  else
+    be.attention_backward_input(view(datty_buf, Shape{B, T, Cl}),
+                                view(a.qkv, Shape{B, T, 3 * Cl}),
+                                view(a.att, Shape{B, heads_local_, T, T}), heads_local_, dqkv);
   release(a.att);  // the largest activation; W does not need it
+  release(a.lse);
   release(a.qkv);
   TensorView dln1 = zeros(a.dln1, Shape{N, C});
   be.linear_backward_input(view(a.dqkv, Shape{N, 3 * Cl}), params_->param(qkv_w_), dln1);

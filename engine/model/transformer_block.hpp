@@ -19,7 +19,8 @@ struct BlockActivations {
   Buffer x;                         // (N, C) block input
   Buffer ln1, ln1_mean, ln1_rstd;   // (N, C), (N), (N)
   Buffer qkv;                       // (B, T, 3C/tp)
-  Buffer att;                       // (B, NH/tp, T, T)
+  Buffer att;                       // (B, NH/tp, T, T) stored attention
+  Buffer lse;                       // (B, NH/tp, T) flash attention
   Buffer atty;                      // (N, C/tp)
   Buffer x2;                        // (N, C) after the attention residual
   Buffer ln2, ln2_mean, ln2_rstd;   // (N, C), (N), (N)

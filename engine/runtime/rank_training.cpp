@@ -157,6 +157,7 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
       loader_(make_loader(shared, at_)),
       batches_(static_cast<std::size_t>(plan_.microbatches)),
       first_step_(shared.prepared.resume ? static_cast<int>(shared.prepared.resume->step) + 1 : 1) {
+  if (options_.attention) backend_.set_attention_kernel(*options_.attention);
   if (options_.fault) runtime_.set_fault(&*options_.fault);
   const bool zero1 = plan_.zero_stage == 1;
   model::RankModel& m = model_;

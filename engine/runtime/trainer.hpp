@@ -94,6 +94,9 @@ struct TrainOptions {
   bool record_trace = false;        // TrainResult::trace: spans and memory of every rank
   double watchdog_seconds = 300.0;  // a collective waiting longer fails the run
   int threads_per_rank = 0;         // compute threads per rank; 0 = cores / world, at least 1
+  // The attention kernel every rank's blocks run; unset: the backend's default (stored on the
+  // CPU, flash on CUDA; tensor::AttentionKernel).
+  std::optional<tensor::AttentionKernel> attention;
   // Freed activation buffers each rank keeps for reuse (model::BufferCache), in bytes.
   std::size_t buffer_cache_bytes = std::size_t{2} << 30;
   // Called on rank 0's thread after each step, once rank 0 has handed the step's records to

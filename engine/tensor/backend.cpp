@@ -11,6 +11,10 @@
 
 namespace pipetune::tensor {
 
+std::string_view attention_kernel_name(AttentionKernel k) {
+  return k == AttentionKernel::flash ? "flash" : "stored";
+}
+
 namespace {
 
 std::string sh(const char* name, ConstTensorView v) {

@@ -38,6 +38,16 @@ struct AdamWConfig {
 
 inline constexpr float kLayerNormEps = 1e-5f;
 
+// Which causal-attention kernel the model's blocks run (TransformerBlock):
+//  stored  attention_forward / attention_backward_input, keeping the (B, NH, T, T) softmax
+//          probabilities for the backward (the CPU default: the CPU engine's cost model and its
+//          calibrations describe it);
+//  flash   attention_flash_forward / attention_flash_backward_input: no (T, T) matrix in memory,
+//          (B, NH, T) log-sum-exps kept instead (the CUDA default).
+// Both compute the same function; they differ in rounding, memory and speed.
+enum class AttentionKernel { stored, flash };
+std::string_view attention_kernel_name(AttentionKernel k);
+
 // Global-norm clipping coefficient: min(1, max_norm / (global_norm + 1e-6)), as in PyTorch.
 float clip_coefficient(double global_norm, float max_norm);
 
@@ -45,6 +55,11 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+
+  // The attention kernel the model runs on this backend (AttentionKernel above); a run may
+  // choose the other one (TrainOptions::attention).
+  AttentionKernel attention_kernel() const { return attention_kernel_; }
+  void set_attention_kernel(AttentionKernel k) { attention_kernel_ = k; }
 
   // ---- elementwise --------------------------------------------------------------------------
   void zero(TensorView t);
@@ -173,6 +188,8 @@ class Backend {
   float clip_grad_norm(TensorView g, double global_norm, float max_norm);
 
  protected:
+  AttentionKernel attention_kernel_ = AttentionKernel::stored;
+
   virtual void do_zero(TensorView t) = 0;
   virtual void do_scale(TensorView t, float s) = 0;
   virtual void do_add(ConstTensorView a, ConstTensorView b, TensorView out) = 0;

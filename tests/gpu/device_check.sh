@@ -7,8 +7,10 @@
 #   1. cuda_fast_tests        the CUDA parts' host-side tests
 #   2. gpu_tests              the GPU tests (ctest label gpu), run as a binary: the ctest files
 #                             name the build machine's paths
-#   3. cuda_capture_bench     capture overhead, off / nvtx / cupti (Google Benchmark, 3 runs each)
-#   4. gpt2_gpu_bench.sh      GPT-2 124M tokens/s and MFU, pipetune (fp32, bf16) and PyTorch, and
+#   3. cuda_capture_bench     capture overhead, off / nvtx / cupti / cupti without API records
+#                             (Google Benchmark, 3 runs each)
+#   4. cuda_attention_bench   the stored and flash attention kernels at GPT-2's shape
+#   5. gpt2_gpu_bench.sh      GPT-2 124M tokens/s and MFU, pipetune (fp32, bf16) and PyTorch, and
 #                             the pp=4 1F1B run against its prediction
 # then a summary. About 5 minutes on an H100; at most about 9 (BUDGET seconds, default 540).
 # Before the steps: nvidia-smi, and ldd of the binaries with LD_LIBRARY_PATH = device-libs (its
@@ -17,8 +19,8 @@
 # nvidia wheels); a library not found stops it there, naming it. PyTorch runs with the caller's
 # LD_LIBRARY_PATH, never device-libs.
 # Writes to $OUT (default: a new folder under /tmp, printed): device_check.log,
-# cuda_fast_tests.xml, gpu_tests.xml, cuda_capture_bench.json, and what gpt2_gpu_bench.sh writes
-# (gpt2_gpu_bench.log, gpt2_gpu_bench.json, gpt2_pp4.db.gz): 7 files.
+# cuda_fast_tests.xml, gpu_tests.xml, cuda_capture_bench.json, cuda_attention_bench.json, and what
+# gpt2_gpu_bench.sh writes (gpt2_gpu_bench.log, gpt2_gpu_bench.json, gpt2_pp4.db.gz): 8 files.
 # GPT2_ARGS (environment): more options for gpt2_gpu_bench.sh, split as the shell splits words,
 # e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look.
 # Exit status: 0 when every step passed, 1 when one failed, 2 without a GPU (after the steps that
@@ -162,7 +164,7 @@ checks() {
   echo "== ldd"
   local bin line
   local binaries=("$build/cli/pipetune" "$build/tests/cuda_fast_tests" "$build/tests/gpu_tests"
-                  "$build/tests/cuda_capture_bench")
+                  "$build/tests/cuda_capture_bench" "$build/tests/cuda_attention_bench")
   for bin in "${binaries[@]}"; do
     if [ ! -f "$bin" ]; then
       missing="$missing $bin (not in the bundle)"
@@ -190,7 +192,7 @@ checks() {
   summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.fast.log")"
 
   if [ -n "$no_gpu" ]; then
-    for s in gpu_tests cuda_capture_bench gpt2_gpu_bench; do
+    for s in gpu_tests cuda_capture_bench cuda_attention_bench gpt2_gpu_bench; do
       echo "$s: skipped, no GPU ($no_gpu)"
       note "$s" "SKIPPED (no GPU: $no_gpu)"
     done
@@ -218,16 +220,19 @@ checks() {
     python3 - "$out/cuda_capture_bench.json" <<'PY' && summary[-1]="${summary[-1]}; $(cat "$scratch/.overhead")"
 import json, os, re, sys
 runs = json.load(open(sys.argv[1]))["benchmarks"]
-mean = {}
+mean, flush = {}, {}
 for r in runs:
     if r.get("aggregate_name") == "mean":
         m = re.search(r":(\d)", r["run_name"])
         mean[int(m.group(1))] = r["real_time"]
-names = {0: "off", 1: "nvtx", 2: "cupti"}
+        if "flush_ms" in r:
+            flush[int(m.group(1))] = r["flush_ms"]
+names = {0: "off", 1: "nvtx", 2: "cupti", 3: "cupti-device"}
 parts = []
-for mode in (1, 2):
+for mode in (1, 2, 3):
     if 0 in mean and mode in mean:
-        parts.append(f"{names[mode]} {100 * (mean[mode] / mean[0] - 1):+.2f}%")
+        extra = f" (flush {flush[mode]:.3f} ms)" if mode in flush else ""
+        parts.append(f"{names[mode]} {100 * (mean[mode] / mean[0] - 1):+.2f}%{extra}")
 line = (f"step {mean.get(0, 0):.3f} ms off; overhead " + ", ".join(parts)) if parts else "no means"
 print("capture overhead (mean of 3):", line)
 open(os.path.join(os.environ["SCRATCH"], ".overhead"), "w").write(line)
@@ -235,7 +240,29 @@ PY
     rm -f "$scratch/.overhead"
   fi
 
-  # --- 4. GPT-2 ------------------------------------------------------------------------------------
+  # --- 4. attention kernels -------------------------------------------------------------------------
+  step cuda_attention_bench 60 "$scratch/.attention.log" "${run_env[@]}" \
+    "$build/tests/cuda_attention_bench" "--benchmark_out=$out/cuda_attention_bench.json" \
+    --benchmark_out_format=json
+  if [ -s "$out/cuda_attention_bench.json" ]; then
+    python3 - "$out/cuda_attention_bench.json" <<'PY' && summary[-1]="${summary[-1]}; $(cat "$scratch/.attention")"
+import json, os, re, sys
+parts = []
+for r in json.load(open(sys.argv[1]))["benchmarks"]:
+    m = re.search(r"kernel:(\d)/T:(\d+)/pass:(\d)", r["name"])
+    if not m:
+        continue
+    kernel = "flash" if m.group(1) == "1" else "stored"
+    p = "bwd" if m.group(3) == "1" else "fwd"
+    parts.append(f"{kernel} T={m.group(2)} {p} {r['real_time']:.2f} ms ({r.get('TFLOP/s', 0) / 1e12 if r.get('TFLOP/s', 0) > 1e6 else r.get('TFLOP/s', 0):.2f} TFLOP/s)")
+line = "; ".join(parts) if parts else "no results"
+print("attention kernels:", line)
+open(os.path.join(os.environ["SCRATCH"], ".attention"), "w").write(line)
+PY
+    rm -f "$scratch/.attention"
+  fi
+
+  # --- 5. GPT-2 ------------------------------------------------------------------------------------
   local left=$((budget - (SECONDS - start) - 15))
   [ "$left" -gt 30 ] || left=30
   local extra=()

@@ -5,12 +5,17 @@
 //   BM_Step/off    no instrumentation
 //   BM_Step/nvtx   an NVTX range around every op (what the recorder emits)
 //   BM_Step/cupti  NVTX plus the CUPTI activity collector, flushed and taken every step
-// Overhead = time(mode) / time(off) - 1. Runs only on a GPU: without a usable device it prints
+//   BM_Step/cupti-device  the same with device records only (no runtime/driver API records, so
+//                  no launch ties kernels to ops): what the API records cost
+// Overhead = time(mode) / time(off) - 1. The CUPTI modes also report flush_ms, the step end's
+// flush and take alone (host time after the device is idle), to tell it from the time the
+// collection adds while the step runs. Runs only on a GPU: without a usable device it prints
 // why and exits 0.
 #include <benchmark/benchmark.h>
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <vector>
@@ -20,6 +25,7 @@
 #include "engine/cuda/cuda_devices.hpp"
 #include "engine/cuda/cupti_collector.hpp"
 #include "profiler/recorder/nvtx.hpp"
+#include "tests/bench/cuda/device_array.hpp"
 
 namespace {
 
@@ -28,22 +34,9 @@ using pipetune::tensor::ConstTensorView;
 using pipetune::tensor::Shape;
 using pipetune::tensor::TensorView;
 
-// A device tensor owned by the benchmark (values are irrelevant: zeros then scaled ones).
-struct DeviceArray {
-  explicit DeviceArray(Shape s) : shape(s) {
-    PIPETUNE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data),
-                                   static_cast<std::size_t>(s.numel()) * sizeof(float)));
-    PIPETUNE_CUDA_CHECK(cudaMemset(data, 0, static_cast<std::size_t>(s.numel()) * sizeof(float)));
-  }
-  ~DeviceArray() { cudaFree(data); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  TensorView view() { return {data, shape}; }
-  float* data = nullptr;
-  Shape shape;
-};
+using pipetune::bench::DeviceArray;
 
-enum Mode { kOff = 0, kNvtx = 1, kCupti = 2 };
+enum Mode { kOff = 0, kNvtx = 1, kCupti = 2, kCuptiDevice = 3 };
 
 class Ranges {
  public:
@@ -79,10 +72,14 @@ void BM_Step(benchmark::State& state) {
   backend.synchronize();
   Ranges ranges(mode != kOff);
   std::unique_ptr<pipetune::cuda::CuptiCollector> collector;
-  if (mode == kCupti)
+  if (mode == kCupti || mode == kCuptiDevice) {
+    pipetune::cuda::CuptiCollectorOptions options;
+    options.api_records = mode == kCupti;
     collector = std::make_unique<pipetune::cuda::CuptiCollector>(
-        pipetune::cuda::CuptiCollector::Clock::now());
+        pipetune::cuda::CuptiCollector::Clock::now(), options);
+  }
   std::size_t captured = 0;
+  double flush_seconds = 0.0;
   for (auto _ : state) {
     for (int l = 0; l < kLayers; ++l) {
       ranges.op("F", [&] {
@@ -110,8 +107,10 @@ void BM_Step(benchmark::State& state) {
     });
     backend.synchronize();
     if (collector) {  // step end: what the engine's capture does
+      const auto t0 = std::chrono::steady_clock::now();
       collector->flush();
       captured += collector->take().activities.size();
+      flush_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
   }
   const double flops = 2.0 * 3.0 * 2.0 * kTokens * kHidden * 4.0 * kHidden * kLayers;
@@ -120,13 +119,15 @@ void BM_Step(benchmark::State& state) {
     state.counters["records/step"] =
         static_cast<double>(captured) / static_cast<double>(state.iterations());
     state.counters["dropped"] = static_cast<double>(collector->dropped_records());
+    state.counters["flush_ms"] = 1e3 * flush_seconds / static_cast<double>(state.iterations());
   }
 }
 BENCHMARK(BM_Step)
-    ->ArgName("mode(0=off,1=nvtx,2=cupti)")
+    ->ArgName("mode(0=off,1=nvtx,2=cupti,3=cupti-device)")
     ->Arg(kOff)
     ->Arg(kNvtx)
     ->Arg(kCupti)
+    ->Arg(kCuptiDevice)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(2.0);

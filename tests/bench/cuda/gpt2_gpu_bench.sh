@@ -6,6 +6,8 @@
 #     list that runs (a run that fails, e.g. out of device memory, moves on to the next size);
 #     tokens/s = the JSON's tokens_per_s (mean over the steps after the first). The throughput
 #     runs use --no-gpu-capture (NVTX ranges only, as PyTorch runs without a profiler).
+#     The fp32 run is repeated with CUPTI capture on: its step time against the NVTX-only run is
+#     what capture costs the engine (issue 15 point 4).
 #  2. PyTorch on the same model, dtype and batch (tests/bench/torch_gpt_step.py --device cuda; a
 #     batch that does not fit there moves on to the next smaller one, and the table says so).
 #  3. One table: framework, dtype, batch, tokens/s, model TFLOP/s and MFU, with the model FLOPs
@@ -228,6 +230,36 @@ main() {
       failed=1
     fi
   done
+
+  # --- 1b. the same fp32 run with CUPTI capture on: what capture costs the engine's step -------
+  if [ "$backend" = cuda ] && [ -n "${chosen[fp32]:-}" ]; then
+    echo
+    b="${chosen[fp32]}"
+    echo "== pipetune fp32 batch $b again with CUPTI capture on (kernels and copies under their ops)"
+    t="$(limit_for 150)"
+    if [ "$t" -eq 0 ]; then
+      echo "-- skipped (budget spent)"
+    else
+      pt_limited "$t" train --backend cuda --precision fp32 --model "$model" --tp 1 --pp 1 --dp 1 \
+        --microbatches 1 --micro-batch-size "$b" --steps "$steps" --no-db --json \
+        >"$work/capture.json" 2>"$work/capture.err"
+      rc=$?
+      if [ "$rc" -ne 0 ]; then
+        echo "-- failed (exit $rc): $(last_line "$work/capture.err")"
+        rm -f "$work/capture.json"
+        failed=1
+      else
+        "$py" - "$work/pipetune-fp32-b$b.json" "$work/capture.json" <<'PY'
+import json, sys
+off, on = (json.load(open(p)) for p in sys.argv[1:3])
+g = on.get("gpu_capture", {})
+print(f"-- capture on: {on['tokens_per_s']:.0f} tokens/s against {off['tokens_per_s']:.0f} with NVTX "
+      f"only: {100 * (off['tokens_per_s'] / on['tokens_per_s'] - 1):+.2f}% step time; "
+      f"{g.get('activities', 0)} activities, {g.get('attributed', 0)} inside ops")
+PY
+      fi
+    fi
+  fi
 
   # --- 2. PyTorch at the same batch (or the next smaller one that fits) ------------------------
   if [ "$do_torch" = 1 ]; then
@@ -459,6 +491,15 @@ if out:
             result["pp4"][key] = json.load(open(p))
         except (OSError, ValueError):
             pass
+    try:
+        on = json.load(open(os.path.join(work, "capture.json")))
+        off = next(r for r in rows if r["framework"] == "pipetune" and r["dtype"] == "fp32")
+        result["capture"] = {"batch": off["batch"], "tokens_per_s_nvtx_only": off["tokens_per_s"],
+                             "tokens_per_s_capture": on["tokens_per_s"],
+                             "overhead": off["tokens_per_s"] / on["tokens_per_s"] - 1,
+                             "gpu_capture": on.get("gpu_capture", {})}
+    except (OSError, ValueError, StopIteration, KeyError):
+        pass
     runfile = os.path.join(work, "gpt2-pp4-1f1b.toml")
     if os.path.exists(runfile):
         result["pp4"]["run_file"] = open(runfile).read()
