@@ -44,6 +44,7 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/cuda/launch_shapes.hpp"
 #include "engine/tensor/backend.hpp"
 
 namespace pipetune::cuda {
@@ -72,6 +73,9 @@ class CudaBackend final : public tensor::Backend {
   struct Options {
     Precision precision = Precision::fp32;  // of the linear layers' GEMM inputs
     int device = 0;
+    // Flash attention's kernels: register tiles where the head size has them (32, 64, 128), or
+    // the warp-per-row kernels everywhere (kept to compare with).
+    FlashVariant flash = FlashVariant::tiles;
   };
 
   CudaBackend();

@@ -141,7 +141,7 @@ void CudaBackend::do_attention_flash_forward(ConstTensorView qkv, std::int64_t n
   activate();
   const std::int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3;
   kernels::flash_attention_forward(stream_, qkv.data, out.data, lse.data, B, T, num_heads,
-                                   C / num_heads);
+                                   C / num_heads, options_.flash);
 }
 
 void CudaBackend::do_attention_flash_backward_input(ConstTensorView dout, ConstTensorView qkv,
@@ -153,7 +153,7 @@ void CudaBackend::do_attention_flash_backward_input(ConstTensorView dout, ConstT
   auto* D =
       static_cast<float*>(scratch(static_cast<std::size_t>(f.scratch_floats) * sizeof(float)));
   kernels::flash_attention_backward(stream_, dout.data, qkv.data, out.data, lse.data, dqkv.data, D,
-                                    B, T, num_heads, C / num_heads);
+                                    B, T, num_heads, C / num_heads, options_.flash);
 }
 
 // ---- cross-entropy --------------------------------------------------------------------------

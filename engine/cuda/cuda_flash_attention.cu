@@ -255,8 +255,13 @@ __global__ void dkdv_kernel(const float* dout, const float* qkv, const float* ls
 }  // namespace
 
 void flash_attention_forward(cudaStream_t s, const float* qkv, float* out, float* lse,
-                             std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS) {
-  const FlashShape f = flash_attention_shape(B, NH, T, HS);
+                             std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS,
+                             FlashVariant variant) {
+  const FlashShape f = flash_attention_shape(B, NH, T, HS);  // checks HS for both variants
+  if (variant == FlashVariant::tiles && flash_tiled_shape(B, NH, T, HS).supported) {
+    flash_tiled_forward(s, qkv, out, lse, B, T, NH, HS);
+    return;
+  }
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   switch (f.lane_channels) {
     case 1:
@@ -294,10 +299,15 @@ void flash_backward_kernels(cudaStream_t s, const FlashShape& f, const float* do
 
 void flash_attention_backward(cudaStream_t s, const float* dout, const float* qkv, const float* out,
                               const float* lse, float* dqkv, float* d_scratch, std::int64_t B,
-                              std::int64_t T, std::int64_t NH, std::int64_t HS) {
+                              std::int64_t T, std::int64_t NH, std::int64_t HS,
+                              FlashVariant variant) {
   const FlashShape f = flash_attention_shape(B, NH, T, HS);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   PIPETUNE_LAUNCH(row_dot_kernel, f.row_dot, s, dout, out, d_scratch, B, T, NH, HS);
+  if (variant == FlashVariant::tiles && flash_tiled_shape(B, NH, T, HS).supported) {
+    flash_tiled_backward(s, dout, qkv, lse, d_scratch, dqkv, B, T, NH, HS);
+    return;
+  }
   switch (f.lane_channels) {
     case 1:
       flash_backward_kernels<1>(s, f, dout, qkv, lse, d_scratch, dqkv, T, NH, HS, scale);

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "engine/cuda/launch_shapes.hpp"
+
 namespace pipetune::cuda::kernels {
 
 // ---- cuda_elementwise.cu --------------------------------------------------------------------
@@ -84,12 +86,24 @@ void attention_backward(cudaStream_t s, const float* dout, const float* qkv, con
                         std::int64_t NH, std::int64_t HS);
 
 // ---- cuda_flash_attention.cu ----------------------------------------------------------------
+// `tiles`: the register-tiled kernels below where the head size has them (flash_tiled_shape),
+// else (and with `rows`) the warp-per-row kernels.
 void flash_attention_forward(cudaStream_t s, const float* qkv, float* out, float* lse,
-                             std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS);
+                             std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS,
+                             FlashVariant variant);
 // d_scratch: flash_attention_shape(...).scratch_floats
 void flash_attention_backward(cudaStream_t s, const float* dout, const float* qkv, const float* out,
                               const float* lse, float* dqkv, float* d_scratch, std::int64_t B,
-                              std::int64_t T, std::int64_t NH, std::int64_t HS);
+                              std::int64_t T, std::int64_t NH, std::int64_t HS,
+                              FlashVariant variant);
+
+// ---- cuda_flash_attention_tiled.cu ----------------------------------------------------------
+// Head sizes 32, 64 and 128 (flash_tiled_shape(...).supported); Dsum = rowsum(dout * out).
+void flash_tiled_forward(cudaStream_t s, const float* qkv, float* out, float* lse, std::int64_t B,
+                         std::int64_t T, std::int64_t NH, std::int64_t HS);
+void flash_tiled_backward(cudaStream_t s, const float* dout, const float* qkv, const float* lse,
+                          const float* Dsum, float* dqkv, std::int64_t B, std::int64_t T,
+                          std::int64_t NH, std::int64_t HS);
 
 // ---- cuda_moe.cu ----------------------------------------------------------------------------
 void softmax_rows(cudaStream_t s, const float* logits, float* probs, std::int64_t N,

@@ -91,6 +91,21 @@ FlashShape flash_attention_shape(std::int64_t B, std::int64_t NH, std::int64_t T
   return f;
 }
 
+FlashTiledShape flash_tiled_shape(std::int64_t B, std::int64_t NH, std::int64_t T,
+                                  std::int64_t HS) {
+  FlashTiledShape f;
+  f.supported = HS == 32 || HS == 64 || HS == 128;
+  if (!f.supported) return f;
+  f.row_blocks = ceil_div(T, kFlashTiledRows);
+  const std::int64_t blocks = checked_blocks(B * NH * f.row_blocks, "flash attention");
+  const std::int64_t rows = kFlashTiledRows * (HS + 1);                // a padded tile of rows
+  const std::int64_t square = kFlashTiledRows * (kFlashTiledRows + 1);  // P or dS
+  f.forward = {blocks, kFlashTiledThreads, 4 * (3 * rows + square)};
+  f.backward_dq = {blocks, kFlashTiledThreads, 4 * (4 * rows + square)};
+  f.backward_dkdv = {blocks, kFlashTiledThreads, 4 * (4 * rows + 2 * square + 2 * kFlashTiledRows)};
+  return f;
+}
+
 std::int64_t attention_backward_scratch_floats(std::int64_t B, std::int64_t NH, std::int64_t T) {
   return B * NH * T * T;
 }

@@ -89,6 +89,25 @@ struct FlashShape {
 // Throws InputError for head sizes outside [1, kFlashMaxHeadSize] or a grid too large.
 FlashShape flash_attention_shape(std::int64_t B, std::int64_t NH, std::int64_t T, std::int64_t HS);
 
+// Register-tiled flash attention (cuda_flash_attention_tiled.cu) for head sizes 32, 64 and 128:
+// a block of kFlashTiledThreads threads takes kFlashTiledRows query rows (forward, dq) or key rows
+// (dk/dv) of one (b, h) and walks tiles of kFlashTiledRows keys (or queries); each thread holds a
+// 4 x 4 tile of scores and 4 rows x HS/16 channels of its outputs. Shared memory (floats): tiles
+// of rows padded to HS + 1, and (64, 65) tiles of probabilities / their gradients; above the
+// default 48 KiB, so the launcher raises the kernels' limit (at most 227 KiB on Hopper).
+inline constexpr int kFlashTiledRows = 64;
+inline constexpr int kFlashTiledThreads = 256;
+enum class FlashVariant { rows, tiles };  // rows: the warp-per-row kernels above
+struct FlashTiledShape {
+  bool supported = false;          // HS is 32, 64 or 128
+  std::int64_t row_blocks = 0;     // ceil(T / kFlashTiledRows) per (batch, head)
+  LaunchShape forward;             // Q, K, V tiles; P
+  LaunchShape backward_dq;         // Q, dO, K, V tiles; dS
+  LaunchShape backward_dkdv;       // K, V, Q, dO tiles; P, dS; lse and D of the query tile
+};
+FlashTiledShape flash_tiled_shape(std::int64_t B, std::int64_t NH, std::int64_t T,
+                                  std::int64_t HS);
+
 // The attention that stores att (B, NH, T, T): one warp per (b, h, row); the backward's
 // d(scores) scratch is as large as att.
 std::int64_t attention_backward_scratch_floats(std::int64_t B, std::int64_t NH, std::int64_t T);

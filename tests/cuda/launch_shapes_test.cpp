@@ -130,6 +130,25 @@ TEST(LaunchShapes, FlashRefusesUnsupportedHeadSizesNamingTheRange) {
   EXPECT_NO_THROW(flash_attention_shape(1, 1, 16, 128));
 }
 
+TEST(LaunchShapes, TiledFlashAttentionTilesAndSharedMemory) {
+  const FlashTiledShape f = flash_tiled_shape(8, 12, 1024, 64);  // GPT-2 124M
+  ASSERT_TRUE(f.supported);
+  EXPECT_EQ(f.row_blocks, 16);  // 1024 / 64
+  EXPECT_EQ(f.forward.blocks, 8 * 12 * 16);
+  EXPECT_EQ(f.forward.threads, 256);
+  // Q, K, V tiles of 64 rows padded to 65 floats, and the (64, 65) probabilities
+  EXPECT_EQ(f.forward.shared_bytes, 4 * (3 * 64 * 65 + 64 * 65));
+  EXPECT_EQ(f.backward_dq.shared_bytes, 4 * (4 * 64 * 65 + 64 * 65));
+  EXPECT_EQ(f.backward_dkdv.shared_bytes, 4 * (4 * 64 * 65 + 2 * 64 * 65 + 2 * 64));
+  EXPECT_EQ(f.backward_dq.blocks, f.forward.blocks);
+  EXPECT_EQ(f.backward_dkdv.blocks, f.forward.blocks);
+  EXPECT_EQ(flash_tiled_shape(1, 1, 65, 32).row_blocks, 2);  // a partial last tile
+  // The largest head size stays under Hopper's 227 KiB a block.
+  EXPECT_LE(flash_tiled_shape(1, 1, 100, 128).backward_dkdv.shared_bytes, 227 * 1024);
+  for (std::int64_t hs : {1, 20, 48, 96, 127})
+    EXPECT_FALSE(flash_tiled_shape(1, 1, 100, hs).supported) << hs;  // the warp-per-row kernels
+}
+
 TEST(LaunchShapes, AttentionBackwardScratchIsAsLargeAsAtt) {
   EXPECT_EQ(attention_backward_scratch_floats(2, 3, 5), 2 * 3 * 5 * 5);
 }

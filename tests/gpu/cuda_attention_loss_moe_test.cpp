@@ -75,6 +75,33 @@ TEST_F(CudaAttentionLossMoeTest, FlashAttentionMatchesTheCpuFlashAndTheStoredAtt
   }
 }
 
+// Both flash variants (register tiles for head sizes 32, 64, 128; warp per row for every size)
+// against the CPU over several 64-row tiles, partial last tiles included, and with a dqkv that
+// already holds values (the backward accumulates).
+TEST_F(CudaAttentionLossMoeTest, FlashTilesAndRowsMatchTheCpuOverSeveralTiles) {
+  CudaBackend rows(CudaBackend::Options{.flash = FlashVariant::rows});
+  const std::vector<std::array<std::int64_t, 4>> shapes = {
+      {2, 130, 2, 64}, {1, 200, 3, 32}, {1, 129, 2, 128}, {1, 256, 2, 64}, {1, 150, 2, 48}};
+  for (const auto& [B, T, NH, HS] : shapes) {
+    const std::int64_t C = NH * HS;
+    const Tensor qkv = random_tensor({B, T, 3 * C}, rng_), dout = random_tensor({B, T, C}, rng_);
+    const Tensor dqkv0 = random_tensor({B, T, 3 * C}, rng_);
+    Tensor out({B, T, C}), lse({B, NH, T}), dqkv = dqkv0;
+    cpu_.attention_flash_forward(qkv, NH, out, lse);
+    cpu_.attention_flash_backward_input(dout, qkv, out, lse, NH, dqkv);
+    for (CudaBackend* be : {&gpu(), &rows}) {
+      const std::string at = shape_label(B, T, NH, HS) +
+                             (be == &rows ? " warp-per-row" : " tiled where the head size has it");
+      DeviceTensor gqkv(qkv), gdout(dout), gout(out), glse(lse), gdqkv(dqkv0);
+      be->attention_flash_forward(gqkv, NH, gout, glse);
+      be->attention_flash_backward_input(gdout, gqkv, gout, glse, NH, gdqkv);
+      EXPECT_TRUE(matches_cpu("flash out" + at, gout, out, kFp32ReductionTol));
+      EXPECT_TRUE(matches_cpu("flash lse" + at, glse, lse, kFp32ReductionTol));
+      EXPECT_TRUE(matches_cpu("flash dqkv" + at, gdqkv, dqkv, kFp32ReductionTol));
+    }
+  }
+}
+
 TEST_F(CudaAttentionLossMoeTest, FlashAttentionRefusesHeadSizesAbove128) {
   const std::int64_t B = 1, T = 4, NH = 1, HS = 129, C = NH * HS;
   DeviceTensor qkv(Tensor({B, T, 3 * C})), out(Tensor({B, T, C})), lse(Tensor({B, NH, T}));

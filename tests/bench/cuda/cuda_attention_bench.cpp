@@ -2,7 +2,8 @@
 // (12 heads of 64 channels, batch 8): stored (the (B, NH, T, T) probabilities in memory) and flash
 // (tiled, online softmax, none kept), forward and backward, at sequence 1024 (the GPT-2 benchmark)
 // and 256 (its pp=4 run).
-//   BM_Attention/kernel:K/T:T/pass:P   K 0 = stored, 1 = flash; P 0 = forward, 1 = backward
+//   BM_Attention/kernel:K/T:T/pass:P   K 0 = stored, 1 = flash (register tiles, the default),
+//                                      2 = flash (warp per row); P 0 = forward, 1 = backward
 // TFLOP/s counts the causal half's useful products once: forward 2 B NH T^2 HS (q k^T and p v
 // over the lower triangle), backward twice that (dv, dp, dq, dk); recomputation is not counted.
 // Timed with CUDA events over each iteration's launches. Runs only on a GPU: without a usable
@@ -27,10 +28,12 @@ using pipetune::tensor::Shape;
 constexpr std::int64_t kBatch = 8, kHeads = 12, kHeadSize = 64, kChannels = kHeads * kHeadSize;
 
 void BM_Attention(benchmark::State& state) {
-  const bool flash = state.range(0) == 1;
+  const bool flash = state.range(0) >= 1;
   const std::int64_t T = state.range(1);
   const bool backward = state.range(2) == 1;
-  CudaBackend backend;
+  CudaBackend backend(CudaBackend::Options{
+      .flash = state.range(0) == 2 ? pipetune::cuda::FlashVariant::rows
+                                   : pipetune::cuda::FlashVariant::tiles});
   DeviceArray qkv(Shape{kBatch, T, 3 * kChannels}, 1), out(Shape{kBatch, T, kChannels}, 2),
       dout(Shape{kBatch, T, kChannels}, 3), dqkv(Shape{kBatch, T, 3 * kChannels}, 4);
   // The probabilities (stored) or log-sum-exps (flash) the forward keeps.
@@ -78,7 +81,7 @@ void BM_Attention(benchmark::State& state) {
 }
 BENCHMARK(BM_Attention)
     ->ArgNames({"kernel", "T", "pass"})
-    ->ArgsProduct({{0, 1}, {256, 1024}, {0, 1}})
+    ->ArgsProduct({{0, 1, 2}, {256, 1024}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime()
     ->MinTime(0.5);

@@ -241,7 +241,7 @@ main() {
       echo "-- skipped (budget spent)"
     else
       pt_limited "$t" train --backend cuda --precision fp32 --model "$model" --tp 1 --pp 1 --dp 1 \
-        --microbatches 1 --micro-batch-size "$b" --steps "$steps" --no-db --json \
+        --microbatches 1 --micro-batch-size "$b" --steps "$steps" --db "$work/capture.db" --json \
         >"$work/capture.json" 2>"$work/capture.err"
       rc=$?
       if [ "$rc" -ne 0 ]; then
@@ -256,6 +256,18 @@ g = on.get("gpu_capture", {})
 print(f"-- capture on: {on['tokens_per_s']:.0f} tokens/s against {off['tokens_per_s']:.0f} with NVTX "
       f"only: {100 * (off['tokens_per_s'] / on['tokens_per_s'] - 1):+.2f}% step time; "
       f"{g.get('activities', 0)} activities, {g.get('attributed', 0)} inside ops")
+PY
+        # Where the GPU time of that step goes: the kernels table of the stored run.
+        "$py" - "$work/capture.db" <<'PY' || true
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+rows = db.execute(
+    "select substr(n.text, 1, 70), count(*), sum(k.end_ns - k.start_ns) from kernels k "
+    "join names n on n.run = k.run and n.id = k.name group by n.text order by 3 desc").fetchall()
+total = sum(r[2] for r in rows) or 1
+print(f"-- GPU time by kernel, all {len(rows)} kinds, {total / 1e6:.1f} ms over the run; the top 12:")
+for name, count, ns in rows[:12]:
+    print(f"   {ns / 1e6:9.2f} ms {100 * ns / total:5.1f}% {count:6d}x  {name}")
 PY
       fi
     fi
