@@ -313,8 +313,7 @@ template <int D>
 void forward_tiles(cudaStream_t s, const FlashTiledShape& f, const float* qkv, float* out,
                    float* lse, std::int64_t T, std::int64_t NH, float scale) {
   allow_shared(tiled_forward_kernel<D>, f.forward.shared_bytes);
-  PIPETUNE_LAUNCH(tiled_forward_kernel<D>, f.forward, s, qkv, out, lse, T, NH, f.row_blocks,
-                  scale);
+  PIPETUNE_LAUNCH(tiled_forward_kernel<D>, f.forward, s, qkv, out, lse, T, NH, f.row_blocks, scale);
 }
 
 template <int D>
@@ -336,11 +335,18 @@ void flash_tiled_forward(cudaStream_t s, const float* qkv, float* out, float* ls
   const FlashTiledShape f = flash_tiled_shape(B, NH, T, HS);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   switch (HS) {
-    case 32: forward_tiles<32>(s, f, qkv, out, lse, T, NH, scale); break;
-    case 64: forward_tiles<64>(s, f, qkv, out, lse, T, NH, scale); break;
-    case 128: forward_tiles<128>(s, f, qkv, out, lse, T, NH, scale); break;
-    default: throw CudaError("flash_tiled_forward: head size " + std::to_string(HS) +
-                             " has no tiled kernel (32, 64 or 128)");
+    case 32:
+      forward_tiles<32>(s, f, qkv, out, lse, T, NH, scale);
+      break;
+    case 64:
+      forward_tiles<64>(s, f, qkv, out, lse, T, NH, scale);
+      break;
+    case 128:
+      forward_tiles<128>(s, f, qkv, out, lse, T, NH, scale);
+      break;
+    default:
+      throw CudaError("flash_tiled_forward: head size " + std::to_string(HS) +
+                      " has no tiled kernel (32, 64 or 128)");
   }
 }
 
@@ -350,11 +356,18 @@ void flash_tiled_backward(cudaStream_t s, const float* dout, const float* qkv, c
   const FlashTiledShape f = flash_tiled_shape(B, NH, T, HS);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   switch (HS) {
-    case 32: backward_tiles<32>(s, f, dout, qkv, lse, Dsum, dqkv, T, NH, scale); break;
-    case 64: backward_tiles<64>(s, f, dout, qkv, lse, Dsum, dqkv, T, NH, scale); break;
-    case 128: backward_tiles<128>(s, f, dout, qkv, lse, Dsum, dqkv, T, NH, scale); break;
-    default: throw CudaError("flash_tiled_backward: head size " + std::to_string(HS) +
-                             " has no tiled kernel (32, 64 or 128)");
+    case 32:
+      backward_tiles<32>(s, f, dout, qkv, lse, Dsum, dqkv, T, NH, scale);
+      break;
+    case 64:
+      backward_tiles<64>(s, f, dout, qkv, lse, Dsum, dqkv, T, NH, scale);
+      break;
+    case 128:
+      backward_tiles<128>(s, f, dout, qkv, lse, Dsum, dqkv, T, NH, scale);
+      break;
+    default:
+      throw CudaError("flash_tiled_backward: head size " + std::to_string(HS) +
+                      " has no tiled kernel (32, 64 or 128)");
   }
 }
 

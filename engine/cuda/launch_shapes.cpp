@@ -98,7 +98,7 @@ FlashTiledShape flash_tiled_shape(std::int64_t B, std::int64_t NH, std::int64_t 
   if (!f.supported) return f;
   f.row_blocks = ceil_div(T, kFlashTiledRows);
   const std::int64_t blocks = checked_blocks(B * NH * f.row_blocks, "flash attention");
-  const std::int64_t rows = kFlashTiledRows * (HS + 1);                // a padded tile of rows
+  const std::int64_t rows = kFlashTiledRows * (HS + 1);                 // a padded tile of rows
   const std::int64_t square = kFlashTiledRows * (kFlashTiledRows + 1);  // P or dS
   f.forward = {blocks, kFlashTiledThreads, 4 * (3 * rows + square)};
   f.backward_dq = {blocks, kFlashTiledThreads, 4 * (4 * rows + square)};

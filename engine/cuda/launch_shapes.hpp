@@ -99,14 +99,13 @@ inline constexpr int kFlashTiledRows = 64;
 inline constexpr int kFlashTiledThreads = 256;
 enum class FlashVariant { rows, tiles };  // rows: the warp-per-row kernels above
 struct FlashTiledShape {
-  bool supported = false;          // HS is 32, 64 or 128
-  std::int64_t row_blocks = 0;     // ceil(T / kFlashTiledRows) per (batch, head)
-  LaunchShape forward;             // Q, K, V tiles; P
-  LaunchShape backward_dq;         // Q, dO, K, V tiles; dS
-  LaunchShape backward_dkdv;       // K, V, Q, dO tiles; P, dS; lse and D of the query tile
+  bool supported = false;       // HS is 32, 64 or 128
+  std::int64_t row_blocks = 0;  // ceil(T / kFlashTiledRows) per (batch, head)
+  LaunchShape forward;          // Q, K, V tiles; P
+  LaunchShape backward_dq;      // Q, dO, K, V tiles; dS
+  LaunchShape backward_dkdv;    // K, V, Q, dO tiles; P, dS; lse and D of the query tile
 };
-FlashTiledShape flash_tiled_shape(std::int64_t B, std::int64_t NH, std::int64_t T,
-                                  std::int64_t HS);
+FlashTiledShape flash_tiled_shape(std::int64_t B, std::int64_t NH, std::int64_t T, std::int64_t HS);
 
 // The attention that stores att (B, NH, T, T): one warp per (b, h, row); the backward's
 // d(scores) scratch is as large as att.

@@ -14,8 +14,8 @@ using tensor::TensorView;
 
 std::size_t BlockActivations::bytes() const {
   std::size_t b = 0;
-  for (const auto* v : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &lse, &atty, &x2, &ln2, &ln2_mean,
-                        &ln2_rstd, &dln1, &dqkv, &dx2, &dln2})
+  for (const auto* v : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &lse, &atty, &x2, &ln2,
+                        &ln2_mean, &ln2_rstd, &dln1, &dqkv, &dx2, &dln2})
     b += bytes_of(*v);
   return b + dense.bytes() + moe.bytes();
 }
@@ -127,8 +127,7 @@ void TransformerBlock::backward_input(const ParallelContext& ctx, ConstTensorVie
         view(datty_buf, Shape{B, T, Cl}), view(a.qkv, Shape{B, T, 3 * Cl}),
         view(a.atty, Shape{B, T, Cl}), view(a.lse, Shape{B, heads_local_, T}), heads_local_, dqkv);
   else
-    be.attention_backward_input(view(datty_buf, Shape{B, T, Cl}),
-                                view(a.qkv, Shape{B, T, 3 * Cl}),
+    be.attention_backward_input(view(datty_buf, Shape{B, T, Cl}), view(a.qkv, Shape{B, T, 3 * Cl}),
                                 view(a.att, Shape{B, heads_local_, T, T}), heads_local_, dqkv);
   release(a.att);  // the largest activation; W does not need it
   release(a.lse);

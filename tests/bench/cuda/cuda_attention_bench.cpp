@@ -31,9 +31,9 @@ void BM_Attention(benchmark::State& state) {
   const bool flash = state.range(0) >= 1;
   const std::int64_t T = state.range(1);
   const bool backward = state.range(2) == 1;
-  CudaBackend backend(CudaBackend::Options{
-      .flash = state.range(0) == 2 ? pipetune::cuda::FlashVariant::rows
-                                   : pipetune::cuda::FlashVariant::tiles});
+  CudaBackend backend(CudaBackend::Options{.flash = state.range(0) == 2
+                                                        ? pipetune::cuda::FlashVariant::rows
+                                                        : pipetune::cuda::FlashVariant::tiles});
   DeviceArray qkv(Shape{kBatch, T, 3 * kChannels}, 1), out(Shape{kBatch, T, kChannels}, 2),
       dout(Shape{kBatch, T, kChannels}, 3), dqkv(Shape{kBatch, T, 3 * kChannels}, 4);
   // The probabilities (stored) or log-sum-exps (flash) the forward keeps.

@@ -63,12 +63,14 @@ void expect_same_training(int tp, int pp) {
   for (const auto& [name, want] : stored.first_step_gradients) {
     const auto it = flash.first_step_gradients.find(name);
     ASSERT_NE(it, flash.first_step_gradients.end()) << name;
-    EXPECT_LE(relative_error(it->second, want), 1e-4) << name << " (tp " << tp << ", pp " << pp
-                                                      << ")";
+    EXPECT_LE(relative_error(it->second, want), 1e-4)
+        << name << " (tp " << tp << ", pp " << pp << ")";
   }
 }
 
-TEST(AttentionKernel, FlashTrainsTheSameModelAsStoredOnOneRank) { expect_same_training(1, 1); }
+TEST(AttentionKernel, FlashTrainsTheSameModelAsStoredOnOneRank) {
+  expect_same_training(1, 1);
+}
 
 TEST(AttentionKernel, FlashTrainsTheSameModelAsStoredThroughPipelineAndTensorParallelism) {
   expect_same_training(2, 2);
