@@ -163,14 +163,22 @@ void run(const CalibrateArgs& a) {
     m.model = stored_model(run);
     m.plan = stored_plan(run);
     m.cluster = spec::make_cluster(hardware, m.plan.world_size());
+    // A run of the CUDA engine is costed as that engine executes it (fp32 GEMMs on the fp32
+    // units...), not as the framework the hardware stands for.
+    if (run.kind == profiler::TraceKind::Measured) {
+      const db::TrainingEngine engine =
+          db::training_engine_from_json(nlohmann::json::parse(run.plan_json, nullptr, false));
+      m.execution = tuner::engine_execution(engine.backend, engine.precision);
+    }
     // Mean op durations per pipeline rank: the engine's measured iteration has no DP or optimizer
     // share that the cost model would predict the same way, so the ops are the clean signal.
     const db::StoredRun stored = ws.load(run.id);
     // An imported run's op times are GPU time when it has GPU activity: its kernels, by the
     // phase that launched them. Without any (a CPU pipeline such as PiPPy's toy run), its phase
     // ranges' own durations, as for the engine's measured runs.
+    // The CUDA engine's measured runs likewise, from the kernels it captured.
     const bool imported = run.kind == profiler::TraceKind::Imported;
-    if (imported && !stored.kernels.empty()) {
+    if (!stored.kernels.empty()) {
       m.op_durations = tuner::op_durations_from_kernels(stored.kernels, m.plan, m.name);
     } else {
       m.op_durations = tuner::op_durations_from_trace(stored.trace, m.plan);

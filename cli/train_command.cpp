@@ -62,7 +62,7 @@ struct TrainArgs {
   double watchdog = 300.0;
   std::optional<int> ranks_per_process;
   std::optional<std::string> backend;
-  std::string precision = "fp32";
+  std::optional<std::string> precision;  // unset: the run file's (fp32 by default)
   std::optional<std::string> attention;
   std::string fault;
   std::string db;
@@ -74,6 +74,8 @@ struct TrainArgs {
 struct TrainSetup {
   runtime::TrainOptions options;
   spec::ClusterSpec cluster;  // the run file's: its hardware's cost model plans the schedule
+  spec::EngineBackend backend = spec::EngineBackend::cpu;
+  spec::EnginePrecision precision = spec::EnginePrecision::fp32;
 };
 
 // `--backend cuda` (or `backend = "cuda"` in the run file): the run's ranks as streams of GPU 0
@@ -164,12 +166,20 @@ TrainSetup build_options(const TrainArgs& a) {
   }
   const spec::EngineBackend backend =
       a.backend ? spec::parse_engine_backend(*a.backend) : run.backend;
-  if (a.precision != "fp32" && a.precision != "bf16")
-    throw InputError("--precision must be fp32 or bf16, not '" + a.precision + "'");
-  if (a.precision == "bf16" && backend != spec::EngineBackend::cuda)
+  spec::EnginePrecision precision = run.precision;
+  if (a.precision) {
+    if (*a.precision != "fp32" && *a.precision != "bf16")
+      throw InputError("--precision must be fp32 or bf16, not '" + *a.precision + "'");
+    precision = spec::parse_engine_precision(*a.precision);
+  }
+  if (precision == spec::EnginePrecision::bf16 && backend != spec::EngineBackend::cuda)
     throw InputError(
-        "--precision bf16 is for --backend cuda (the cpu backend computes in fp32 only)");
-  if (backend == spec::EngineBackend::cuda) use_cuda_backend(o, a.precision == "bf16");
+        std::string(a.precision ? "--precision bf16" : "the run file's precision bf16") +
+        " is for --backend cuda (the cpu backend computes in fp32 only)");
+  setup.backend = backend;
+  setup.precision = precision;
+  if (backend == spec::EngineBackend::cuda)
+    use_cuda_backend(o, precision == spec::EnginePrecision::bf16);
   if (a.no_gpu_capture && backend != spec::EngineBackend::cuda)
     throw InputError("--no-gpu-capture is for --backend cuda (the cpu backend captures no GPU)");
   o.capture_gpu_activity = !a.no_gpu_capture;
@@ -276,16 +286,19 @@ std::string summary_json(const runtime::TrainResult& r) {
 
 // The workspace run of a training run, with the options' trace sink streaming into it; null
 // with --no-db.
-std::unique_ptr<db::RunWriter> open_run_writer(const TrainArgs& a, runtime::TrainOptions& o) {
+std::unique_ptr<db::RunWriter> open_run_writer(const TrainArgs& a, const db::TrainingEngine& engine,
+                                               runtime::TrainOptions& o) {
   if (a.no_db) return nullptr;
   const std::string name = a.name.empty() ? db::training_run_name(o.model, o.plan) : a.name;
   db::WriterOptions options;
   options.check_integrity = true;  // a corrupt workspace fails before training, not after
   auto writer = std::make_unique<db::RunWriter>(
       a.db,
-      db::RunInfo{profiler::TraceKind::Measured, name,
-                  db::training_plan_json(o.model, o.plan, o.steps, o.seed).dump(),
-                  db::training_specs_json(o.model).dump()},
+      db::RunInfo{
+          profiler::TraceKind::Measured, name,
+          db::training_plan_json(o.model, o.plan, o.steps, o.seed, engine.backend, engine.precision)
+              .dump(),
+          db::training_specs_json(o.model).dump()},
       options);
   db::RunWriter* w = writer.get();
   o.trace_sink = [w](profiler::Trace part) { w->append(std::move(part)); };
@@ -325,7 +338,7 @@ runtime::TrainResult train_into(runtime::TrainOptions o, db::RunWriter* writer) 
 void report_run(const TrainArgs& a, const runtime::TrainOptions& o, const runtime::TrainResult& r,
                 const db::RunWriter* writer) {
   if (a.json) {
-    print_json(o, r, writer ? writer->run_id() : -1, a.precision);
+    print_json(o, r, writer ? writer->run_id() : -1, a.precision.value_or("fp32"));
     return;
   }
   print_summary(r);
@@ -348,7 +361,8 @@ void print_header(const runtime::TrainOptions& o, const char* ranks) {
 // Ranks as processes over MPI, one or K (hybrid) per process: rank 0's process prints; any
 // failure ends every process (an MPI job whose process returns while the others wait would
 // hang), with exit 2 for input errors and 1 otherwise.
-void train_as_processes(runtime::TrainOptions o, const TrainArgs& a, int ranks_per_process) {
+void train_as_processes(runtime::TrainOptions o, const TrainArgs& a,
+                        const db::TrainingEngine& engine, int ranks_per_process) {
   mpi::MpiSession session(nullptr, nullptr);
   const bool root = session.rank() == 0;
   try {
@@ -393,7 +407,7 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a, int ranks_p
     o.record_trace = false;  // --trace: written from the workspace run, which has every rank's
     std::unique_ptr<db::RunWriter> writer;
     if (root) {
-      writer = open_run_writer(a, o);
+      writer = open_run_writer(a, engine, o);
     } else {
       o.on_step = nullptr;
       // Every process streams (a collective per step); only rank 0's sink receives the parts.
@@ -424,8 +438,10 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a, int ranks_p
 }
 #endif
 
-void run(const TrainArgs& a) {
-  TrainSetup setup = build_options(a);
+void run(const TrainArgs& given) {
+  TrainSetup setup = build_options(given);
+  TrainArgs a = given;  // with the precision in effect (the flag's, else the run file's)
+  a.precision = std::string(spec::engine_precision_name(setup.precision));
   runtime::TrainOptions& o = setup.options;
   runtime::check_train_options(o);  // the engine's own rules first, with its messages
   // Under mpirun / srun: one rank (or --ranks-per-process K) per process, or a refusal in every
@@ -478,13 +494,14 @@ void run(const TrainArgs& a) {
   // costs of the run's hardware, so the measured and the predicted run execute the same ops.
   spec::apply_defaults(o.plan);
   o.schedule =
-      tuner::planned_schedule(o.model, tuner::cluster_for_plan(setup.cluster, o.plan), o.plan)
+      tuner::planned_schedule(o.model, tuner::cluster_for_plan(setup.cluster, o.plan), o.plan,
+                              tuner::engine_execution(setup.backend, setup.precision))
           .schedule;
   if (!a.trace.empty()) check_output_file(a.trace, a.force);
   // The run goes into the workspace as it trains: a crash leaves it there, interrupted.
   // (Processes: rank 0's process opens it, once MPI says which process that is.)
   std::unique_ptr<db::RunWriter> writer;
-  if (processes <= 1) writer = open_run_writer(a, o);
+  if (processes <= 1) writer = open_run_writer(a, {setup.backend, setup.precision}, o);
   if (!a.json) {
     if (processes <= 1)
       print_header(o, !o.rank_device          ? "ranks"  // processes: rank 0's, once MPI is up
@@ -500,7 +517,7 @@ void run(const TrainArgs& a) {
   }
 #ifdef PIPETUNE_HAVE_MPI
   if (processes > 1) {
-    train_as_processes(o, a, per_process);
+    train_as_processes(o, a, {setup.backend, setup.precision}, per_process);
     return;
   }
 #endif
@@ -545,8 +562,7 @@ void add_train_command(CLI::App& app) {
                   "Where the engine computes: cpu or cuda (default: the run file's, else cpu)");
   cmd->add_option("--precision", args->precision,
                   "With --backend cuda: fp32, or bf16 GEMM inputs with fp32 accumulation and "
-                  "master weights")
-      ->capture_default_str();
+                  "master weights (default: the run file's precision, else fp32)");
   cmd->add_option("--attention", args->attention,
                   "Attention kernel: stored (keeps the T x T probabilities; the cpu default) or "
                   "flash (no T x T matrix; the cuda default)");

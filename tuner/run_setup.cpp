@@ -4,6 +4,7 @@
 
 #include "engine/spec/plan_schedule.hpp"
 #include "engine/spec/run_spec.hpp"
+#include "tuner/cost/execution.hpp"
 
 namespace pipetune::tuner {
 
@@ -12,7 +13,10 @@ SimulationSetup setup_from_run_file(const std::string& name_or_path) {
   spec::apply_defaults(run.plan);
   const spec::ParallelPlan& plan = run.plan;
   // The op costs and schedule are the ones `predict` and `tune` evaluate for this plan.
-  PlanEvaluation e = evaluate_plan(run.model, run.cluster, plan);
+  // With backend = "cuda", as pipetune's CUDA engine executes it (what `train` plans with too).
+  EvaluateOptions options;
+  options.execution = engine_execution(run.backend, run.precision);
+  PlanEvaluation e = evaluate_plan(run.model, run.cluster, plan, options);
   SimulationSetup setup;
   setup.params = spec::generator_params(plan, e.costs.table);
   setup.costs = e.costs.table;
@@ -21,10 +25,14 @@ SimulationSetup setup_from_run_file(const std::string& name_or_path) {
   char line[512];
   std::snprintf(line, sizeof line,
                 "%s on %d x %s: tp=%d pp=%d dp=%d ep=%d, micro-batch %d x %lld tokens, "
-                "op costs from the %s efficiency table (as predict)",
+                "op costs from the %s efficiency table (as predict)%s",
                 run.model.name.c_str(), run.cluster.devices, run.cluster.hardware.name.c_str(),
                 plan.tp, plan.pp, plan.dp, plan.ep, plan.micro_batch_size,
-                static_cast<long long>(run.model.seq_len), run.cluster.hardware.name.c_str());
+                static_cast<long long>(run.model.seq_len), run.cluster.hardware.name.c_str(),
+                !options.execution ? ""
+                : run.precision == spec::EnginePrecision::bf16
+                    ? ", as the CUDA engine runs it (bf16 GEMMs, fp32 attention)"
+                    : ", as the CUDA engine runs it (fp32)");
   setup.description = line;
   setup.iteration = std::move(e);
   setup.run = std::move(run);

@@ -111,8 +111,11 @@ void read_trial_json(const nlohmann::json& j, TrialTarget& t, spec::ParallelPlan
 }
 
 nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::ParallelPlan& p,
-                                  int steps, std::uint64_t seed) {
+                                  int steps, std::uint64_t seed, spec::EngineBackend backend,
+                                  spec::EnginePrecision precision) {
   return {{"model", model.name},
+          {"backend", std::string(spec::engine_backend_name(backend))},
+          {"precision", std::string(spec::engine_precision_name(precision))},
           {"tp", p.tp},
           {"pp", p.pp},
           {"dp", p.dp},
@@ -126,6 +129,24 @@ nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::Para
           {"steps", steps},
           {"seed", seed},
           {"time_unit", "s"}};
+}
+
+TrainingEngine training_engine_from_json(const nlohmann::json& j) {
+  TrainingEngine e;
+  for (const char* key : {"backend", "precision"}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_string())
+      throw InputError(std::string("training plan: ") + key + " is not a string");
+    try {
+      if (std::string(key) == "backend")
+        e.backend = spec::parse_engine_backend(j[key].get<std::string>());
+      else
+        e.precision = spec::parse_engine_precision(j[key].get<std::string>());
+    } catch (const SpecError& err) {
+      throw InputError(std::string("training plan: ") + err.what());
+    }
+  }
+  return e;
 }
 
 spec::ParallelPlan training_plan_from_json(const nlohmann::json& j) {

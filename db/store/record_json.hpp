@@ -9,6 +9,7 @@
 
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
+#include "engine/spec/run_spec.hpp"
 #include "tuner/search/tuning_target.hpp"
 
 namespace pipetune::db {
@@ -34,9 +35,19 @@ void read_trial_json(const nlohmann::json& j, TrialTarget& target, spec::Paralle
 
 // A measured run (pipetune train, the GUI's Train page): the plan it trained with (runs.plan_json)
 // and the model (runs.specs_json {"model": {...}}).
+// With the engine it ran on ("backend", "precision"): what calibrate and predict cost it as.
 nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
-                                  int steps, std::uint64_t seed);
+                                  int steps, std::uint64_t seed,
+                                  spec::EngineBackend backend = spec::EngineBackend::cpu,
+                                  spec::EnginePrecision precision = spec::EnginePrecision::fp32);
 spec::ParallelPlan training_plan_from_json(const nlohmann::json& j);  // InputError naming the field
+// The engine of a stored training plan: cpu / fp32 where it does not say (runs stored before it
+// was kept); InputError naming the field when it says something else.
+struct TrainingEngine {
+  spec::EngineBackend backend = spec::EngineBackend::cpu;
+  spec::EnginePrecision precision = spec::EnginePrecision::fp32;
+};
+TrainingEngine training_engine_from_json(const nlohmann::json& j);
 nlohmann::json training_specs_json(const spec::ModelSpec& model);
 // The default name of a measured run: "tiny tp=2 pp=2 dp=2 1f1b".
 std::string training_run_name(const spec::ModelSpec& model, const spec::ParallelPlan& plan);

@@ -37,6 +37,9 @@ struct HardwareSpec {
   std::string description;
   DeviceKind device = DeviceKind::Gpu;  // TOML `device = "gpu" | "cpu"`
   double peak_flops = 0.0;              // dense BF16 FLOP/s (no sparsity); fp32 for a CPU
+  // A GPU's dense FP32 FLOP/s without tensor cores (the CUDA engine's fp32 GEMMs and attention
+  // run there); 0: not known (the CPU's peak_flops is already fp32).
+  double fp32_peak_flops = 0.0;
   std::int64_t hbm_bytes = 0;           // device memory (a CPU device: its share of RAM)
   double hbm_bandwidth = 0.0;           // bytes/s
   double intra_node_bandwidth = 0.0;    // scale-up link (NVLink...), bytes/s per GPU per direction

@@ -40,6 +40,7 @@ std::string hardware_toml(const HardwareSpec& hw, const std::string& header) {
   out << "description = " << quoted(hw.description) << "\n";
   out << "device = \"" << (hw.device == DeviceKind::Cpu ? "cpu" : "gpu") << "\"\n";
   out << "peak_flops = " << number(hw.peak_flops) << "\n";
+  if (hw.fp32_peak_flops > 0.0) out << "fp32_peak_flops = " << number(hw.fp32_peak_flops) << "\n";
   out << "hbm_bytes = " << hw.hbm_bytes << "\n";
   out << "hbm_bandwidth = " << number(hw.hbm_bandwidth) << "\n";
   out << "intra_node_bandwidth = " << number(hw.intra_node_bandwidth) << "\n";

@@ -259,6 +259,7 @@ HardwareSpec read_hardware_table(const toml::table& table, const TableContext& c
     return *v;
   };
   hw.peak_flops = required(r.positive_number("peak_flops"), "peak_flops");
+  hw.fp32_peak_flops = r.non_negative_number("fp32_peak_flops").value_or(0.0);
   const auto hbm = r.positive_count("hbm_bytes");
   if (!hbm) missing(ctx, "hbm_bytes");
   hw.hbm_bytes = *hbm;

@@ -117,6 +117,15 @@ RunSpec read_run(const toml::table& table, const TableContext& ctx, RunCheck che
       r.fail("backend", e.what());
     }
   }
+  if (const auto precision = r.string("precision")) {
+    try {
+      run.precision = parse_engine_precision(*precision);
+    } catch (const SpecError& e) {
+      r.fail("precision", e.what());
+    }
+    if (run.precision == EnginePrecision::bf16 && run.backend != EngineBackend::cuda)
+      r.fail("precision", "bf16 is for backend = \"cuda\" (the cpu backend computes in fp32)");
+  }
   const toml::node* model_node = r.node("model");
   const toml::node* cluster_node = r.node("cluster");
   const toml::table* plan_table = r.table("plan");
@@ -156,6 +165,16 @@ RunSpec read_run(const toml::table& table, const TableContext& ctx, RunCheck che
 
 std::string_view engine_backend_name(EngineBackend b) {
   return b == EngineBackend::cuda ? "cuda" : "cpu";
+}
+
+std::string_view engine_precision_name(EnginePrecision p) {
+  return p == EnginePrecision::bf16 ? "bf16" : "fp32";
+}
+
+EnginePrecision parse_engine_precision(std::string_view name) {
+  if (name == "fp32") return EnginePrecision::fp32;
+  if (name == "bf16") return EnginePrecision::bf16;
+  throw SpecError("unknown precision '" + std::string(name) + "' (valid: fp32, bf16)");
 }
 
 EngineBackend parse_engine_backend(std::string_view name) {

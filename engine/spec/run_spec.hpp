@@ -53,6 +53,12 @@ std::string_view engine_backend_name(EngineBackend b);
 // Inverse of engine_backend_name; SpecError naming the valid ones otherwise.
 EngineBackend parse_engine_backend(std::string_view name);
 
+// The CUDA engine's GEMM inputs (`precision` in a run file, `train --precision`): fp32, or bf16
+// with fp32 accumulation and master weights. Everything else computes in fp32.
+enum class EnginePrecision { fp32, bf16 };
+std::string_view engine_precision_name(EnginePrecision p);
+EnginePrecision parse_engine_precision(std::string_view name);  // SpecError naming the valid ones
+
 struct RunSpec {
   std::string name;
   std::string description;
@@ -60,7 +66,10 @@ struct RunSpec {
   ModelSpec model;
   ClusterSpec cluster;
   ParallelPlan plan;
-  EngineBackend backend = EngineBackend::cpu;  // what `train` runs on; the simulator ignores it
+  // What `train` runs on, and in what precision (bf16 needs cuda). With cuda, predict and tune
+  // cost the plan as the CUDA engine executes it (tuner::engine_execution).
+  EngineBackend backend = EngineBackend::cpu;
+  EnginePrecision precision = EnginePrecision::fp32;
 };
 
 // Full: validate(model, cluster, plan) before returning. KeysOnly: only the per-file checks

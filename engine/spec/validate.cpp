@@ -103,6 +103,7 @@ void validate(const ModelSpec& model) {
 void validate(const HardwareSpec& hw) {
   with_context("hardware " + hw.name, [&] {
     require_positive("peak_flops", hw.peak_flops);
+    require_non_negative("fp32_peak_flops", hw.fp32_peak_flops);
     require_positive("hbm_bytes", hw.hbm_bytes);
     require_positive("hbm_bandwidth", hw.hbm_bandwidth);
     require_positive("intra_node_bandwidth", hw.intra_node_bandwidth);

@@ -41,17 +41,26 @@ std::vector<GpuOpTime> gpu_op_time(const std::vector<KernelRecord>& records,
 
 std::array<double, kSpanKindCount> mean_phase_op_ns(const std::vector<KernelRecord>& records,
                                                     std::int32_t rank) {
+  std::vector<const KernelRecord*> mine;
+  for (const KernelRecord& r : records)
+    if (r.rank == rank && r.phase && classify_gpu_activity(r) != KernelClass::Communication)
+      mine.push_back(&r);
+  std::stable_sort(mine.begin(), mine.end(), [](const KernelRecord* a, const KernelRecord* b) {
+    return a->start_ns < b->start_ns;
+  });
   std::array<double, kSpanKindCount> total{};
-  std::array<std::set<std::pair<std::int32_t, std::int16_t>>, kSpanKindCount> ops;
-  for (const KernelRecord& r : records) {
-    if (r.rank != rank || !r.phase) continue;
-    if (classify_gpu_activity(r) == KernelClass::Communication) continue;
-    const auto k = static_cast<std::size_t>(*r.phase);
-    total[k] += static_cast<double>(r.end_ns - r.start_ns);
-    ops[k].emplace(r.microbatch, r.chunk);
+  std::array<std::int64_t, kSpanKindCount> ops{};
+  const KernelRecord* previous = nullptr;
+  for (const KernelRecord* r : mine) {
+    const auto k = static_cast<std::size_t>(*r->phase);
+    total[k] += static_cast<double>(r->end_ns - r->start_ns);
+    if (previous == nullptr || previous->phase != r->phase ||
+        previous->microbatch != r->microbatch || previous->chunk != r->chunk)
+      ++ops[k];
+    previous = r;
   }
   for (std::size_t k = 0; k < total.size(); ++k)
-    total[k] = ops[k].empty() ? 0.0 : total[k] / static_cast<double>(ops[k].size());
+    total[k] = ops[k] == 0 ? 0.0 : total[k] / static_cast<double>(ops[k]);
   return total;
 }
 

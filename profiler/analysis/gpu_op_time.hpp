@@ -34,8 +34,10 @@ std::vector<GpuOpTime> gpu_op_time(const std::vector<KernelRecord>& records,
                                    const TimeWindow& window);
 
 // Mean GPU time of one op of each pipeline phase kind on `rank`: the phase's non-communication
-// activity time divided by the number of distinct (micro-batch, chunk) ops of that kind the rank
-// launched work from (KernelRecord::microbatch, chunk). 0 where the rank has none.
+// activity time divided by the number of ops of that kind the rank launched work from. An op is a
+// run of consecutive activities (by start) with one (phase, micro-batch, chunk): the same
+// micro-batch's F in the next iteration is another op, as other ops' work lies between them.
+// 0 where the rank has none.
 std::array<double, kSpanKindCount> mean_phase_op_ns(const std::vector<KernelRecord>& records,
                                                     std::int32_t rank);
 

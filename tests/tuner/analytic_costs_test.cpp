@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/errors.hpp"
 #include "engine/spec/load.hpp"
 
 namespace pipetune::tuner {
@@ -91,7 +92,8 @@ TEST(OpCosts, OutputLayerLandsOnTheLastStageOrIsShardedByVocabularyParallelism) 
   }
   EXPECT_GT(vp.table.collective_time, 0.0);
   // Activations: one micro-batch of 6 equal layers per stage.
-  EXPECT_DOUBLE_EQ(base.activation_bytes_per_microbatch[1], base.activation_bytes_per_microbatch[2]);
+  EXPECT_DOUBLE_EQ(base.activation_bytes_per_microbatch[1],
+                   base.activation_bytes_per_microbatch[2]);
   EXPECT_GT(base.activation_bytes_per_microbatch[1], 0.0);
 }
 
@@ -107,6 +109,44 @@ TEST(OpCosts, UnevenLayerSplitMovesWorkAndActivations) {
   const auto W = schedule::OpKind::W;  // the weight gradient: the layers' GEMMs only
   EXPECT_GT(a.table.stages[0][W], a.table.stages[1][W]);
   EXPECT_GT(a.activation_bytes_per_microbatch[0], a.activation_bytes_per_microbatch[1]);
+}
+
+// The CUDA engine in fp32 runs its GEMMs and attention on the fp32 units: the closed form of
+// work_time with fp32_peak_flops in place of peak_flops; bf16 GEMMs stay on the tensor cores.
+TEST(OpCosts, CudaEngineFp32WorkIsTimedAtTheFp32Peak) {
+  spec::HardwareSpec hw = spec::load_hardware("h100-sxm");
+  ASSERT_GT(hw.fp32_peak_flops, 0.0);
+  Work w;
+  w.gemm_flops = 4e12;
+  w.gemm_count = 10;
+  w.attention_flops = 1e12;
+  const spec::HardwareEfficiency& e = hw.efficiency;
+  const GroupLink none{};
+  const WorkTime fp32 = work_time(w, hw, none, none, cuda_engine_execution(false));
+  EXPECT_DOUBLE_EQ(fp32.gemm, (4e12 + 10 * e.gemm_half_flops) / (e.gemm * hw.fp32_peak_flops));
+  EXPECT_DOUBLE_EQ(fp32.attention, 1e12 / (e.attention * hw.fp32_peak_flops));
+  const WorkTime bf16 = work_time(w, hw, none, none, cuda_engine_execution(true));
+  EXPECT_DOUBLE_EQ(bf16.gemm, (4e12 + 10 * e.gemm_half_flops) / (e.gemm * hw.peak_flops));
+  EXPECT_DOUBLE_EQ(bf16.attention, fp32.attention);  // the engine's attention is fp32 either way
+  // A GPU without the figure: the error names the hardware and the key.
+  hw.fp32_peak_flops = 0.0;
+  try {
+    work_time(w, hw, none, none, cuda_engine_execution(false));
+    FAIL() << "no fp32 peak accepted";
+  } catch (const SpecError& err) {
+    EXPECT_NE(std::string(err.what()).find("h100-sxm has no fp32_peak_flops"), std::string::npos)
+        << err.what();
+  }
+  // A CPU's peak is already fp32.
+  hw.device = spec::DeviceKind::Cpu;
+  EXPECT_DOUBLE_EQ(fp32_peak_flops(hw), hw.peak_flops);
+  // A run file's engine: cuda sets the execution, cpu leaves it to the hardware.
+  EXPECT_FALSE(engine_execution(spec::EngineBackend::cpu, spec::EnginePrecision::fp32));
+  const auto cuda = engine_execution(spec::EngineBackend::cuda, spec::EnginePrecision::fp32);
+  ASSERT_TRUE(cuda);
+  EXPECT_TRUE(cuda->fp32_gemms);
+  EXPECT_FALSE(cuda->stores_attention_probabilities);
+  EXPECT_EQ(cuda->activation_bytes, 4);
 }
 
 }  // namespace

@@ -16,6 +16,20 @@ ExecutionOptions cpu_engine_execution() {
   return x;
 }
 
+ExecutionOptions cuda_engine_execution(bool bf16_gemms) {
+  ExecutionOptions x = cpu_engine_execution();
+  x.stores_attention_probabilities = false;  // tensor::AttentionKernel::flash, the CUDA default
+  x.fp32_gemms = !bf16_gemms;
+  x.fp32_attention = true;
+  return x;
+}
+
+std::optional<ExecutionOptions> engine_execution(spec::EngineBackend backend,
+                                                 spec::EnginePrecision precision) {
+  if (backend != spec::EngineBackend::cuda) return std::nullopt;
+  return cuda_engine_execution(precision == spec::EnginePrecision::bf16);
+}
+
 ExecutionOptions default_execution(const spec::HardwareSpec& hardware) {
   return hardware.device == spec::DeviceKind::Cpu ? cpu_engine_execution() : ExecutionOptions{};
 }

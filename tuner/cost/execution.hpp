@@ -4,7 +4,10 @@
 // runs set the fields that differ (see tests/tuner/validation for published runs).
 #pragma once
 
+#include <optional>
+
 #include "engine/spec/hardware_spec.hpp"
+#include "engine/spec/run_spec.hpp"
 
 namespace pipetune::tuner {
 
@@ -35,6 +38,10 @@ struct ExecutionOptions {
   int activation_bytes = 2;          // bf16 / fp16 activations and TP, PP, EP messages
   int gradient_reduce_bytes = 4;     // DP gradient reduction in fp32 (Megatron's bf16 default)
   double moe_capacity_factor = 0.0;  // > 0: expert compute and all-to-all padded to capacity
+  // GEMMs / attention on a GPU's fp32 units (HardwareSpec::fp32_peak_flops) instead of its
+  // bf16 tensor cores (peak_flops): the CUDA engine in fp32. No effect on a CPU.
+  bool fp32_gemms = false;
+  bool fp32_attention = false;
 };
 
 // The embedded engine on its CPU backend (engine/runtime, engine/tensor/cpu): fp32 activations
@@ -44,8 +51,19 @@ struct ExecutionOptions {
 // step, after the pipeline flush.
 ExecutionOptions cpu_engine_execution();
 
+// The embedded engine on its CUDA backend (engine/cuda): fp32 activations, weights and messages;
+// GEMMs in fp32, or with bf16 inputs on the tensor cores (bf16_gemms); flash attention in fp32
+// keeping no probabilities; collectives and the optimizer step as on the CPU backend.
+ExecutionOptions cuda_engine_execution(bool bf16_gemms);
+
 // How what runs on this hardware executes a plan: cpu_engine_execution() on a Cpu device, the
 // defaults above (Megatron-Core, bf16) on a Gpu.
 ExecutionOptions default_execution(const spec::HardwareSpec& hardware);
+
+// How `train` executes a run file's plan, and so what `predict`, `tune` and `simulate --config`
+// cost it with: the CUDA engine's execution for backend = "cuda" (in its precision), else unset
+// (default_execution of the hardware: a CPU run plans with the framework the hardware stands for).
+std::optional<ExecutionOptions> engine_execution(spec::EngineBackend backend,
+                                                 spec::EnginePrecision precision);
 
 }  // namespace pipetune::tuner

@@ -31,13 +31,24 @@ StageLinks stage_links(const spec::ClusterSpec& cluster, const spec::ParallelPla
 
 }  // namespace
 
+double fp32_peak_flops(const spec::HardwareSpec& hw) {
+  if (hw.device == spec::DeviceKind::Cpu) return hw.peak_flops;  // a CPU's peak is fp32
+  if (!(hw.fp32_peak_flops > 0.0))
+    throw SpecError("hardware " + hw.name +
+                    " has no fp32_peak_flops: the CUDA engine's fp32 GEMMs and attention are "
+                    "costed on it (add the GPU's dense FP32 FLOP/s to its hardware file)");
+  return hw.fp32_peak_flops;
+}
+
 WorkTime work_time(const Work& work, const spec::HardwareSpec& hw, const GroupLink& tp,
                    const GroupLink& ep, const ExecutionOptions& exec) {
   const spec::HardwareEfficiency& e = hw.efficiency;
   WorkTime t;
+  const double gemm_peak = exec.fp32_gemms ? fp32_peak_flops(hw) : hw.peak_flops;
+  const double attention_peak = exec.fp32_attention ? fp32_peak_flops(hw) : hw.peak_flops;
   if (work.gemm_flops > 0.0)
-    t.gemm = (work.gemm_flops + work.gemm_count * e.gemm_half_flops) / (e.gemm * hw.peak_flops);
-  t.attention = work.attention_flops / (e.attention * hw.peak_flops);
+    t.gemm = (work.gemm_flops + work.gemm_count * e.gemm_half_flops) / (e.gemm * gemm_peak);
+  t.attention = work.attention_flops / (e.attention * attention_peak);
   t.memory = work.memory_bytes / (e.memory * hw.hbm_bandwidth);
   if (hw.special_function_rate > 0.0) t.memory += work.special_functions / hw.special_function_rate;
   // Collectives of one kind share one size per pass; the latency is paid per collective.

@@ -6,6 +6,7 @@
 //
 //   GEMMs            (FLOPs + gemm_half_flops per GEMM) / (gemm * peak_flops)
 //   fused attention  FLOPs / (attention * peak_flops)
+//   (fp32_peak_flops instead of peak_flops where ExecutionOptions::fp32_gemms / fp32_attention)
 //   element-wise     bytes / (memory * hbm_bandwidth) + exps / special_function_rate (where
 //                    the hardware has one: a CPU, whose cross-entropy the exps bound)
 //   TP collectives   inside F and B, over the stage's TP group; with tp_comm_overlap only the
@@ -43,6 +44,10 @@ struct WorkTime {
   double ep_comm = 0.0;
   double total() const { return gemm + attention + memory + tp_exposed + ep_comm; }
 };
+
+// The FLOP/s of a device's fp32 units: a CPU's peak_flops, a GPU's fp32_peak_flops (SpecError
+// naming the hardware when its file has none).
+double fp32_peak_flops(const spec::HardwareSpec& hardware);
 
 WorkTime work_time(const Work& work, const spec::HardwareSpec& hardware, const GroupLink& tp,
                    const GroupLink& ep, const ExecutionOptions& exec);

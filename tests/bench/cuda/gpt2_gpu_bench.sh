@@ -6,8 +6,8 @@
 #     list that runs (a run that fails, e.g. out of device memory, moves on to the next size);
 #     tokens/s = the JSON's tokens_per_s (mean over the steps after the first). The throughput
 #     runs use --no-gpu-capture (NVTX ranges only, as PyTorch runs without a profiler).
-#     The fp32 run is repeated with CUPTI capture on: its step time against the NVTX-only run is
-#     what capture costs the engine (issue 15 point 4).
+#     Each is repeated with CUPTI capture on: its step time against the NVTX-only run is what
+#     capture costs the engine (issue 15 point 4), and its kernels say where the GPU time goes.
 #  2. PyTorch on the same model, dtype and batch (tests/bench/torch_gpt_step.py --device cuda; a
 #     batch that does not fit there moves on to the next smaller one, and the table says so).
 #  3. One table: framework, dtype, batch, tokens/s, model TFLOP/s and MFU, with the model FLOPs
@@ -17,7 +17,9 @@
 #  4. pp=4 1F1B as 4 streams of the GPU (tests/bench/cuda/gpt2-pp4-1f1b.toml, stored in a
 #     workspace with its GPU activity), then `pipetune report` of that run and
 #     `pipetune predict --config RUN --against ID`: the per-stage error of the simulated run
-#     (4 GPUs of the hardware) against the measured one (4 stages sharing one GPU).
+#     (4 GPUs of the hardware, costed as the CUDA engine runs it) against the measured one (4
+#     stages sharing one GPU); then `calibrate` on that run and the same prediction with the
+#     fitted efficiency table.
 #
 # Usage: tests/bench/cuda/gpt2_gpu_bench.sh [BUILD_DIR] [options]
 #   BUILD_DIR / --build DIR  build folder with cli/pipetune (default: build-device)
@@ -231,25 +233,29 @@ main() {
     fi
   done
 
-  # --- 1b. the same fp32 run with CUPTI capture on: what capture costs the engine's step -------
-  if [ "$backend" = cuda ] && [ -n "${chosen[fp32]:-}" ]; then
+  # --- 1b. the same runs with CUPTI capture on: what capture costs the engine's step, and where
+  # the GPU time goes ---------------------------------------------------------------------------
+  for prec in $precisions; do
+    [ "$backend" = cuda ] && [ -n "${chosen[$prec]:-}" ] || continue
     echo
-    b="${chosen[fp32]}"
-    echo "== pipetune fp32 batch $b again with CUPTI capture on (kernels and copies under their ops)"
+    b="${chosen[$prec]}"
+    echo "== pipetune $prec batch $b again with CUPTI capture on (kernels and copies under their ops)"
     t="$(limit_for 150)"
     if [ "$t" -eq 0 ]; then
       echo "-- skipped (budget spent)"
-    else
-      pt_limited "$t" train --backend cuda --precision fp32 --model "$model" --tp 1 --pp 1 --dp 1 \
-        --microbatches 1 --micro-batch-size "$b" --steps "$steps" --db "$work/capture.db" --json \
-        >"$work/capture.json" 2>"$work/capture.err"
-      rc=$?
-      if [ "$rc" -ne 0 ]; then
-        echo "-- failed (exit $rc): $(last_line "$work/capture.err")"
-        rm -f "$work/capture.json"
-        failed=1
-      else
-        "$py" - "$work/pipetune-fp32-b$b.json" "$work/capture.json" <<'PY'
+      continue
+    fi
+    pt_limited "$t" train --backend cuda --precision "$prec" --model "$model" --tp 1 --pp 1 \
+      --dp 1 --microbatches 1 --micro-batch-size "$b" --steps "$steps" \
+      --db "$work/capture-$prec.db" --json >"$work/capture-$prec.json" 2>"$work/capture.err"
+    rc=$?
+    if [ "$rc" -ne 0 ]; then
+      echo "-- failed (exit $rc): $(last_line "$work/capture.err")"
+      rm -f "$work/capture-$prec.json"
+      failed=1
+      continue
+    fi
+    "$py" - "$work/pipetune-$prec-b$b.json" "$work/capture-$prec.json" <<'PY'
 import json, sys
 off, on = (json.load(open(p)) for p in sys.argv[1:3])
 g = on.get("gpu_capture", {})
@@ -257,8 +263,8 @@ print(f"-- capture on: {on['tokens_per_s']:.0f} tokens/s against {off['tokens_pe
       f"only: {100 * (off['tokens_per_s'] / on['tokens_per_s'] - 1):+.2f}% step time; "
       f"{g.get('activities', 0)} activities, {g.get('attributed', 0)} inside ops")
 PY
-        # Where the GPU time of that step goes: the kernels table of the stored run.
-        "$py" - "$work/capture.db" <<'PY' || true
+    # Where the GPU time of that run goes: the kernels table of the stored run.
+    "$py" - "$work/capture-$prec.db" <<'PY' || true
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
 rows = db.execute(
@@ -269,9 +275,7 @@ print(f"-- GPU time by kernel, all {len(rows)} kinds, {total / 1e6:.1f} ms over 
 for name, count, ns in rows[:12]:
     print(f"   {ns / 1e6:9.2f} ms {100 * ns / total:5.1f}% {count:6d}x  {name}")
 PY
-      fi
-    fi
-  fi
+  done
 
   # --- 2. PyTorch at the same batch (or the next smaller one that fits) ------------------------
   if [ "$do_torch" = 1 ]; then
@@ -386,6 +390,21 @@ PY
         pt_limited 60 predict --config "$runfile" --against "$run_id" --db "$work/pp4.db" --json \
           >"$work/pp4-against.json" 2>/dev/null
         if [ "$rc" -eq 0 ]; then pp_status=ok; else pp_status=failed; failed=1; fi
+        # The loop closed: the hardware's efficiency table fitted to this run's kernel times,
+        # then the same prediction with the fitted table.
+        echo
+        echo "== pipetune calibrate --hardware ${hw:-h100-sxm} --runs $run_id, then predict --against $run_id with the fitted table"
+        if pt_limited 60 calibrate --hardware "${hw:-h100-sxm}" --runs "$run_id" --db "$work/pp4.db" \
+          -o "$work/fitted.toml" 2>&1 | tee "$work/pp4-calibrate.txt"; then
+          sed -e "s|^hardware = .*|hardware = \"$work/fitted.toml\"|" "$runfile" >"$work/fitted-run.toml"
+          pt_limited 60 predict --config "$work/fitted-run.toml" --against "$run_id" \
+            --db "$work/pp4.db" 2>&1 | tee "$work/pp4-against-fitted.txt"
+          pt_limited 60 predict --config "$work/fitted-run.toml" --against "$run_id" \
+            --db "$work/pp4.db" --json >"$work/pp4-against-fitted.json" 2>/dev/null
+        else
+          echo "-- calibrate failed"
+          failed=1
+        fi
       fi
     fi
   fi
@@ -497,21 +516,25 @@ if out:
               "peaks": {d: {"flops": v, "source": s} for d, (v, s) in peaks.items()},
               "pp4": {"status": pp_status}}
     for name, key in (("pp4-train.json", "train"), ("pp4-report.json", "report"),
-                      ("pp4-against.json", "against")):
+                      ("pp4-against.json", "against"),
+                      ("pp4-against-fitted.json", "against_fitted")):
         p = os.path.join(work, name)
         try:
             result["pp4"][key] = json.load(open(p))
         except (OSError, ValueError):
             pass
-    try:
-        on = json.load(open(os.path.join(work, "capture.json")))
-        off = next(r for r in rows if r["framework"] == "pipetune" and r["dtype"] == "fp32")
-        result["capture"] = {"batch": off["batch"], "tokens_per_s_nvtx_only": off["tokens_per_s"],
-                             "tokens_per_s_capture": on["tokens_per_s"],
-                             "overhead": off["tokens_per_s"] / on["tokens_per_s"] - 1,
-                             "gpu_capture": on.get("gpu_capture", {})}
-    except (OSError, ValueError, StopIteration, KeyError):
-        pass
+    result["capture"] = {}
+    for dtype in ("fp32", "bf16"):
+        try:
+            on = json.load(open(os.path.join(work, f"capture-{dtype}.json")))
+            off = next(r for r in rows if r["framework"] == "pipetune" and r["dtype"] == dtype)
+            result["capture"][dtype] = {
+                "batch": off["batch"], "tokens_per_s_nvtx_only": off["tokens_per_s"],
+                "tokens_per_s_capture": on["tokens_per_s"],
+                "overhead": off["tokens_per_s"] / on["tokens_per_s"] - 1,
+                "gpu_capture": on.get("gpu_capture", {})}
+        except (OSError, ValueError, StopIteration, KeyError):
+            pass
     runfile = os.path.join(work, "gpt2-pp4-1f1b.toml")
     if os.path.exists(runfile):
         result["pp4"]["run_file"] = open(runfile).read()

@@ -93,6 +93,30 @@ TEST(RecordJson, ModelAndTrainingPlanRoundTrip) {
   expect_same_plan(back, p);
 }
 
+TEST(RecordJson, TrainingPlanKeepsItsEngine) {
+  const spec::ParallelPlan p = sample_plan();
+  const nlohmann::json j =
+      training_plan_json(spec::load_model("tiny"), p, 60, 1234, spec::EngineBackend::cuda,
+                         spec::EnginePrecision::bf16);
+  const TrainingEngine e = training_engine_from_json(j);
+  EXPECT_EQ(e.backend, spec::EngineBackend::cuda);
+  EXPECT_EQ(e.precision, spec::EnginePrecision::bf16);
+  // Runs stored before the engine was kept: the CPU engine, fp32.
+  nlohmann::json old = j;
+  old.erase("backend");
+  old.erase("precision");
+  const TrainingEngine d = training_engine_from_json(old);
+  EXPECT_EQ(d.backend, spec::EngineBackend::cpu);
+  EXPECT_EQ(d.precision, spec::EnginePrecision::fp32);
+  old["backend"] = "tpu";
+  try {
+    training_engine_from_json(old);
+    FAIL() << "backend tpu accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown backend 'tpu'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(RecordJson, AMissingFieldIsNamed) {
   nlohmann::json j = plan_to_json(sample_plan(), "none");
   j.erase("microbatches");

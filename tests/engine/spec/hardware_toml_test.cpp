@@ -20,6 +20,7 @@ TEST(HardwareToml, EveryFigureLoadsBack) {
   hw.device = DeviceKind::Cpu;
   hw.intra_node_latency = 1.234567891e-7;
   hw.special_function_rate = 2.5e8;
+  hw.fp32_peak_flops = 1.95e13;
   hw.efficiency.gemm_half_flops = 3.14159265358979e6;
   const std::string text = hardware_toml(hw, "first line\nsecond line");
   EXPECT_EQ(text.rfind("# first line\n# second line\n", 0), 0u) << text;
@@ -35,6 +36,7 @@ TEST(HardwareToml, EveryFigureLoadsBack) {
   expect_close(hw.intra_node_latency, back.intra_node_latency, "intra_node_latency");
   expect_close(hw.inter_node_latency, back.inter_node_latency, "inter_node_latency");
   expect_close(hw.special_function_rate, back.special_function_rate, "special_function_rate");
+  expect_close(hw.fp32_peak_flops, back.fp32_peak_flops, "fp32_peak_flops");
   expect_close(hw.efficiency.gemm, back.efficiency.gemm, "gemm");
   expect_close(hw.efficiency.gemm_half_flops, back.efficiency.gemm_half_flops, "half");
   expect_close(hw.efficiency.attention, back.efficiency.attention, "attention");

@@ -85,6 +85,20 @@ TEST(SpecLoading, RunBackendIsCpuUnlessTheFileSaysCuda) {
              "r.toml:3: key 'backend': unknown backend 'gpu' (valid: cpu, cuda)");
 }
 
+TEST(SpecLoading, RunPrecisionIsFp32UnlessACudaRunSaysBf16) {
+  const char* run = "model = \"tiny\"\ncluster = \"dgx-a100-8\"\n";
+  EXPECT_EQ(parse_run(run, "r").precision, EnginePrecision::fp32);
+  EXPECT_EQ(
+      parse_run(std::string("backend = \"cuda\"\nprecision = \"bf16\"\n") + run, "r").precision,
+      EnginePrecision::bf16);
+  EXPECT_HAS(error_of([&] { parse_run(std::string("precision = \"bf16\"\n") + run, "r.toml"); }),
+             "r.toml:1: key 'precision': bf16 is for backend = \"cuda\"");
+  EXPECT_HAS(error_of([&] {
+               parse_run(std::string("backend = \"cuda\"\nprecision = \"fp16\"\n") + run, "r.toml");
+             }),
+             "key 'precision': unknown precision 'fp16' (valid: fp32, bf16)");
+}
+
 TEST(SpecLoading, MissingRequiredKey) {
   EXPECT_HAS(error_of([] { parse_model("layers = 2\nhidden = 8\nheads = 2\nvocab = 10\n", "m"); }),
              "m: missing key 'seq_len'");

@@ -166,6 +166,27 @@ TEST(GpuOpTime, SumsByClassAndPhaseClippedToTheWindow) {
                analysis::AnalysisError);
 }
 
+// Two iterations of F0 F1 B0 B1 (each op two kernels of 10 ns, an optimizer kernel between the
+// iterations): the mean op is one iteration's op, 20 ns, not both iterations' work under one
+// (micro-batch, chunk) key.
+TEST(GpuOpTime, MeanOpTimeCountsEachIterationsOpsApart) {
+  std::vector<KernelRecord> records;
+  std::int64_t t = 0;
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    for (const auto& [kind, mb] : {std::pair{SpanKind::F, 0}, std::pair{SpanKind::F, 1},
+                                   std::pair{SpanKind::BW, 0}, std::pair{SpanKind::BW, 1}}) {
+      for (int k = 0; k < 2; ++k, t += 10)
+        records.push_back(record(0, t, t + 10, "volta_sgemm_128x32_nt", "mm", kind, mb));
+    }
+    records.push_back(record(0, t, t + 30, "adam_kernel"));  // no phase: the optimizer step
+    t += 30;
+  }
+  std::swap(records[1], records[6]);  // order by start, not by position in the list
+  const auto mean = analysis::mean_phase_op_ns(records, 0);
+  EXPECT_DOUBLE_EQ(mean[static_cast<std::size_t>(SpanKind::F)], 20.0);
+  EXPECT_DOUBLE_EQ(mean[static_cast<std::size_t>(SpanKind::BW)], 20.0);
+}
+
 // An imported run's ops timed by their kernels: each host phase range moves to the rank's
 // Compute lane, starting at its first kernel and lasting its kernels' summed compute time
 // (communication left out); a duplicate range of the same op is dropped; an op that launched
