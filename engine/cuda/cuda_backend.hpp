@@ -194,9 +194,15 @@ class CudaBackend final : public tensor::Backend {
   // When cuBLASLt offers no algorithm for the operands' alignment (views can start anywhere in a
   // flat buffer), the GEMM runs on 256-byte-aligned copies of A, B and C, and C is copied back.
   void matmul_realigned(const Gemm& g);
-  // The operand as the GEMM reads it: the fp32 data itself, or (bf16) a converted copy in
-  // bf16 scratch slot `slot` (0 or 1).
-  const void* gemm_operand(const float* data, std::int64_t n, int slot);
+  // A row-major (rows, cols) operand as the GEMM reads it: the fp32 data itself (ld = cols), or
+  // (bf16) a converted copy in bf16 scratch slot `slot` (0 or 1) whose rows are padded to 16
+  // bytes (aligned_leading_dimension): an odd width such as GPT-2's 50257-wide logits otherwise
+  // keeps cuBLASLt on its pre-Hopper kernels (seen on an H200: 3 x slower LM-head GEMMs).
+  struct Operand {
+    const void* data = nullptr;
+    std::int64_t ld = 0;
+  };
+  Operand gemm_operand(const float* data, std::int64_t rows, std::int64_t cols, int slot);
   cudaDataType_t gemm_type() const;
 
   void activate();  // makes the backend's device current on the calling thread

@@ -73,6 +73,14 @@ __global__ void to_bf16_kernel(const float* src, __nv_bfloat16* dst, std::int64_
     dst[i] = __float2bfloat16(src[i]);
 }
 
+// dst (rows, dst_ld) = src (rows, cols), row-major; the columns past cols are left as they are.
+__global__ void to_bf16_rows_kernel(const float* src, __nv_bfloat16* dst, std::int64_t rows,
+                                    std::int64_t cols, std::int64_t dst_ld) {
+  const std::int64_t n = rows * cols;
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
+    dst[(i / cols) * dst_ld + i % cols] = __float2bfloat16(src[i]);
+}
+
 }  // namespace
 
 void scale(cudaStream_t s, float* t, float factor, std::int64_t n) {
@@ -107,6 +115,12 @@ void adamw(cudaStream_t s, float* params, const float* grads, float* m, float* v
            float bc2) {
   PIPETUNE_LAUNCH(adamw_kernel, elementwise_shape(n), s, params, grads, m, v, n, beta1, beta2, lr,
                   eps, weight_decay, bc1, bc2);
+}
+
+void to_bf16_rows(cudaStream_t s, const float* src, std::int64_t rows, std::int64_t cols, void* dst,
+                  std::int64_t dst_ld) {
+  PIPETUNE_LAUNCH(to_bf16_rows_kernel, elementwise_shape(rows * cols), s, src,
+                  static_cast<__nv_bfloat16*>(dst), rows, cols, dst_ld);
 }
 
 void to_bf16(cudaStream_t s, const float* src, void* dst, std::int64_t n) {

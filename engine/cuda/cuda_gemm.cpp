@@ -7,13 +7,15 @@
 //   dx        dx^T (IN, N) += w dy^T    : A = w  (IN, OUT),            B = dy (OUT, N)
 //   dW        dw^T (IN, OUT) += x^T dy  : A = x  (IN, N),              B = dy (OUT, N) transposed
 // Compute type CUBLAS_COMPUTE_32F (no TF32). With Precision::bf16 the A and B operands are bf16
-// copies converted in scratch (round to nearest even); C stays fp32, so the accumulation, the
-// outputs and the weights the optimizer updates are fp32. The bias is added by a kernel after the
-// product, its gradient is a deterministic column sum (cuda_reduce.cu).
+// copies converted in scratch (round to nearest even), their rows padded to 16 bytes, and a
+// forward output whose rows are not 16-byte aligned goes through padded scratch; C stays fp32, so
+// the accumulation, the outputs and the weights the optimizer updates are fp32. The bias is added
+// by a kernel after the product, its gradient is a deterministic column sum (cuda_reduce.cu).
 //
 // cuBLASLt's heuristic is asked once per GEMM signature (dims, leading dims, types, the operands'
 // pointer alignment) and its choice cached; the workspace is the backend's. When it has no
 // algorithm for the pointers' alignment, the GEMM runs on aligned copies (matmul_realigned).
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -59,11 +61,16 @@ cudaDataType_t CudaBackend::gemm_type() const {
   return options_.precision == Precision::bf16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
-const void* CudaBackend::gemm_operand(const float* data, std::int64_t n, int slot) {
-  if (options_.precision == Precision::fp32) return data;
-  void* copy = bf16_[slot].reserve(static_cast<std::size_t>(scratch_bytes(n * 2)), stream_);
-  kernels::to_bf16(stream_, data, copy, n);
-  return copy;
+CudaBackend::Operand CudaBackend::gemm_operand(const float* data, std::int64_t rows,
+                                               std::int64_t cols, int slot) {
+  if (options_.precision == Precision::fp32) return {data, cols};
+  const std::int64_t ld = aligned_leading_dimension(cols, 2);
+  void* copy = bf16_[slot].reserve(static_cast<std::size_t>(scratch_bytes(rows * ld * 2)), stream_);
+  if (ld == cols)
+    kernels::to_bf16(stream_, data, copy, rows * cols);
+  else
+    kernels::to_bf16_rows(stream_, data, rows, cols, copy, ld);
+  return {copy, ld};
 }
 
 void CudaBackend::matmul(const Gemm& g) {
@@ -183,15 +190,38 @@ void CudaBackend::do_linear_forward(ConstTensorView x, ConstTensorView w, ConstT
   g.m = OUT;
   g.n = N;
   g.k = IN;
-  g.a = gemm_operand(w.data, OUT * IN, 0);
-  g.lda = IN;
-  g.b = gemm_operand(x.data, N * IN, 1);
-  g.ldb = IN;
+  const Operand wa = gemm_operand(w.data, OUT, IN, 0), xb = gemm_operand(x.data, N, IN, 1);
+  g.a = wa.data;
+  g.lda = wa.ld;
+  g.b = xb.data;
+  g.ldb = xb.ld;
   g.c = y.data;
   g.ldc = OUT;
   g.beta = 0.0f;
   g.ab_type = gemm_type();
-  matmul(g);
+  const std::int64_t ld = aligned_leading_dimension(OUT, 4);
+  if (options_.precision == Precision::bf16 && ld != OUT && N > 0) {
+    // An output row of OUT floats is not 16-byte aligned: the product goes to padded rows in
+    // scratch, a bounded number of rows at a time, and is copied out.
+    const std::int64_t rows = padded_output_rows(N, ld);
+    auto* padded =
+        static_cast<float*>(scratch(static_cast<std::size_t>(rows * ld) * sizeof(float)));
+    for (std::int64_t r0 = 0; r0 < N; r0 += rows) {
+      Gemm part = g;
+      part.n = std::min(rows, N - r0);
+      part.b = static_cast<const char*>(xb.data) + r0 * xb.ld * 2;  // bf16 rows
+      part.c = padded;
+      part.ldc = ld;
+      matmul(part);
+      PIPETUNE_CUDA_CHECK(
+          cudaMemcpy2DAsync(y.data + r0 * OUT, static_cast<std::size_t>(OUT) * sizeof(float),
+                            padded, static_cast<std::size_t>(ld) * sizeof(float),
+                            static_cast<std::size_t>(OUT) * sizeof(float),
+                            static_cast<std::size_t>(part.n), cudaMemcpyDeviceToDevice, stream_));
+    }
+  } else {
+    matmul(g);
+  }
   if (!b.empty()) kernels::add_row_vector(stream_, y.data, b.data, N, OUT);
 }
 
@@ -202,10 +232,11 @@ void CudaBackend::do_linear_backward_input(ConstTensorView dy, ConstTensorView w
   g.m = IN;
   g.n = N;
   g.k = OUT;
-  g.a = gemm_operand(w.data, OUT * IN, 0);
-  g.lda = IN;
-  g.b = gemm_operand(dy.data, N * OUT, 1);
-  g.ldb = OUT;
+  const Operand wa = gemm_operand(w.data, OUT, IN, 0), dyb = gemm_operand(dy.data, N, OUT, 1);
+  g.a = wa.data;
+  g.lda = wa.ld;
+  g.b = dyb.data;
+  g.ldb = dyb.ld;
   g.c = dx.data;
   g.ldc = IN;
   g.beta = 1.0f;
@@ -222,10 +253,11 @@ void CudaBackend::do_linear_backward_weight(ConstTensorView dy, ConstTensorView 
   g.m = IN;
   g.n = OUT;
   g.k = N;
-  g.a = gemm_operand(x.data, N * IN, 0);
-  g.lda = IN;
-  g.b = gemm_operand(dy.data, N * OUT, 1);
-  g.ldb = OUT;
+  const Operand xa = gemm_operand(x.data, N, IN, 0), dyb = gemm_operand(dy.data, N, OUT, 1);
+  g.a = xa.data;
+  g.lda = xa.ld;
+  g.b = dyb.data;
+  g.ldb = dyb.ld;
   g.c = dw.data;
   g.ldc = IN;
   g.beta = 1.0f;

@@ -25,6 +25,9 @@ void adamw(cudaStream_t s, float* params, const float* grads, float* m, float* v
            float beta1, float beta2, float lr, float eps, float weight_decay, float bc1, float bc2);
 // dst (n bf16, round to nearest even) = src (n fp32): the converted GEMM inputs.
 void to_bf16(cudaStream_t s, const float* src, void* dst, std::int64_t n);
+// dst (rows, dst_ld bf16) = src (rows, cols fp32), row-major: a copy with padded rows.
+void to_bf16_rows(cudaStream_t s, const float* src, std::int64_t rows, std::int64_t cols, void* dst,
+                  std::int64_t dst_ld);
 
 // ---- cuda_reduce.cu -------------------------------------------------------------------------
 // scratch: sum_reduction_shape(n).scratch_doubles; the result lands in scratch[blocks].

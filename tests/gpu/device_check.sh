@@ -22,7 +22,8 @@
 # cuda_fast_tests.xml, gpu_tests.xml, cuda_capture_bench.json, cuda_attention_bench.json, and what
 # gpt2_gpu_bench.sh writes (gpt2_gpu_bench.log, gpt2_gpu_bench.json, gpt2_pp4.db.gz): 8 files.
 # GPT2_ARGS (environment): more options for gpt2_gpu_bench.sh, split as the shell splits words,
-# e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look.
+# e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look; SKIP: step names
+# not to run (e.g. SKIP="cuda_capture_bench cuda_attention_bench" to rerun the rest).
 # Exit status: 0 when every step passed, 1 when one failed, 2 without a GPU (after the steps that
 # need none) or with a library missing.
 set -uo pipefail
@@ -69,6 +70,12 @@ step() {
     note "$name" "SKIPPED (budget spent)"
     failed=1
     return
+  fi
+  if [[ " ${SKIP:-} " == *" $name "* ]]; then
+    echo "skipped: SKIP names it"
+    note "$name" "skipped (SKIP)"
+    : >"$log"
+    return 0
   fi
   t0=$SECONDS
   timeout -k 10 "$t" "$@" 2>&1 | tee "$log"
