@@ -110,7 +110,7 @@ template <int D>
 __global__ void __launch_bounds__(kThreads)
     tiled_forward_kernel(const float* qkv, float* out, float* lse, std::int64_t T, std::int64_t NH,
                          std::int64_t row_blocks, float scale) {
-  extern __shared__ float smem[];
+  PIPETUNE_DYNAMIC_SHARED(float, smem);
   float* qs = smem;                  // (64, D) the block's queries, times the scale
   float* ks = qs + kRows * (D + 1);  // (64, D) the tile's keys
   float* vs = ks + kRows * (D + 1);  // (64, D) the tile's values
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kThreads)
     tiled_dq_kernel(const float* dout, const float* qkv, const float* lse, const float* Dsum,
                     float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t row_blocks,
                     float scale) {
-  extern __shared__ float smem[];
+  PIPETUNE_DYNAMIC_SHARED(float, smem);
   float* qs = smem;                   // (64, D) the block's queries, times the scale
   float* dos = qs + kRows * (D + 1);  // (64, D) their output gradients
   float* ks = dos + kRows * (D + 1);  // (64, D) the tile's keys
@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(kThreads)
     tiled_dkdv_kernel(const float* dout, const float* qkv, const float* lse, const float* Dsum,
                       float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t row_blocks,
                       float scale) {
-  extern __shared__ float smem[];
+  PIPETUNE_DYNAMIC_SHARED(float, smem);
   float* ks = smem;                   // (64, D) the block's keys
   float* vs = ks + kRows * (D + 1);   // (64, D) the block's values
   float* qs = vs + kRows * (D + 1);   // (64, D) the tile's queries, times the scale

@@ -14,6 +14,10 @@ namespace pipetune::cuda::device {
 
 inline constexpr unsigned kFullMask = 0xffffffffu;
 
+// A kernel's dynamic shared memory as an array of T named `name` (a macro so that the host
+// emulation of tests/emulated can give each emulated block its own).
+#define PIPETUNE_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = kWarpSize / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
   return v;

@@ -1,0 +1,112 @@
+// Host emulation of what the CUDA kernels of engine/cuda use from the device, for tests/emulated:
+// a kernel file compiled as C++ with this folder before the source root on the include path gets
+// this header instead of the real device_utils.cuh. A launch runs each block as blockDim.x host
+// threads: __syncthreads is a barrier of the block's threads, a warp shuffle goes through the
+// block's exchange slots between two barriers (so every thread of the block must call it, as the
+// kernels tested here do), and dynamic shared memory is a per-block buffer filled with NaN, so a
+// read of a value nothing wrote shows in the results. Blocks run one after another. What this
+// checks: indexing, masking, the order of barriers and the arithmetic; not speed, not warp-level
+// divergence, not memory coalescing.
+#pragma once
+
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/cuda/launch_shapes.hpp"
+
+namespace pipetune::cuda::emulation {
+
+struct Dim {
+  unsigned x = 0;
+};
+
+struct Block {
+  std::vector<float> shared;  // dynamic shared memory, as floats
+  std::vector<float> slots;   // one per thread, for shuffles
+  std::unique_ptr<std::barrier<>> barrier;
+};
+
+inline thread_local Block* current_block = nullptr;
+inline thread_local Dim thread_index, block_index, block_dim, grid_dim;
+
+inline float* shared_memory() {
+  return current_block->shared.data();
+}
+
+// Runs kernel(args...) on blocks x threads emulated threads.
+template <typename Kernel, typename... Args>
+void launch(const LaunchShape& shape, Kernel kernel, Args... args) {
+  for (std::int64_t b = 0; b < shape.blocks; ++b) {
+    Block block;
+    block.shared.assign(static_cast<std::size_t>(shape.shared_bytes) / sizeof(float),
+                        std::nanf(""));
+    block.slots.assign(static_cast<std::size_t>(shape.threads), 0.0f);
+    block.barrier = std::make_unique<std::barrier<>>(shape.threads);
+    std::vector<std::thread> threads;
+    threads.reserve(static_cast<std::size_t>(shape.threads));
+    for (int t = 0; t < shape.threads; ++t)
+      threads.emplace_back([&, t] {
+        current_block = &block;
+        thread_index.x = static_cast<unsigned>(t);
+        block_index.x = static_cast<unsigned>(b);
+        block_dim.x = static_cast<unsigned>(shape.threads);
+        grid_dim.x = static_cast<unsigned>(shape.blocks);
+        kernel(args...);
+      });
+    for (std::thread& t : threads) t.join();
+  }
+}
+
+}  // namespace pipetune::cuda::emulation
+
+#define threadIdx ::pipetune::cuda::emulation::thread_index
+#define blockIdx ::pipetune::cuda::emulation::block_index
+#define blockDim ::pipetune::cuda::emulation::block_dim
+#define gridDim ::pipetune::cuda::emulation::grid_dim
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(threads)
+#define PIPETUNE_DYNAMIC_SHARED(T, name) T* name = ::pipetune::cuda::emulation::shared_memory()
+
+inline void __syncthreads() {
+  ::pipetune::cuda::emulation::current_block->barrier->arrive_and_wait();
+}
+
+inline float __shfl_xor_sync(unsigned /*mask*/, float v, int lane_mask) {
+  auto* block = ::pipetune::cuda::emulation::current_block;
+  const unsigned me = threadIdx.x;
+  block->slots[me] = v;
+  __syncthreads();
+  const float other = block->slots[me ^ static_cast<unsigned>(lane_mask)];
+  __syncthreads();  // every thread has read before the slots are written again
+  return other;
+}
+
+namespace pipetune::cuda {
+class CudaError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+namespace device {
+inline constexpr unsigned kFullMask = 0xffffffffu;
+}  // namespace device
+}  // namespace pipetune::cuda
+
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+template <typename Kernel>
+int cudaFuncSetAttribute(Kernel, cudaFuncAttribute, int) {
+  return 0;  // a host thread has no shared-memory limit to raise
+}
+#define PIPETUNE_CUDA_CHECK(call) (void)(call)
+#define PIPETUNE_LAUNCH(kernel, shape, stream, ...)                    \
+  do {                                                                 \
+    (void)(stream); /* one host thread runs the launches in order */   \
+    ::pipetune::cuda::emulation::launch((shape), kernel, __VA_ARGS__); \
+  } while (0)
