@@ -12,6 +12,7 @@
 // by key rows (tiles over the queries i >= j, Q and dout staged in shared memory).
 #include "engine/cuda/cuda_kernels.hpp"
 #include "engine/cuda/device_utils.cuh"
+#include "engine/cuda/flash_head.cuh"
 
 namespace pipetune::cuda::kernels {
 
@@ -21,23 +22,6 @@ using device::kFullMask;
 using device::lane_id;
 using device::warp_max;
 using device::warp_sum;
-
-// The block's (b, h) and first row, and the packed layout's offsets.
-struct FlashBlock {
-  std::int64_t bh, row0, C, C3;
-  const float* base;  // q of (b, t = 0, h); k at + C, v at + 2C, row t at + t * C3
-  std::int64_t out0;  // out of (b, t = 0, h), row t at + t * C
-  __device__ FlashBlock(const float* qkv, std::int64_t T, std::int64_t NH, std::int64_t HS,
-                        std::int64_t row_blocks) {
-    bh = blockIdx.x / row_blocks;
-    row0 = (blockIdx.x % row_blocks) * kFlashRowsPerBlock;
-    const std::int64_t b = bh / NH, h = bh % NH;
-    C = NH * HS;
-    C3 = 3 * C;
-    base = qkv + b * T * C3 + h * HS;
-    out0 = b * T * C + h * HS;
-  }
-};
 
 // dst (rows, ld) = rows [t0, t0 + rows) of src (row stride src_ld, HS values), zeros past T.
 __device__ __forceinline__ void stage_rows(float* dst, std::int64_t ld, const float* src,
@@ -68,7 +52,7 @@ __global__ void forward_kernel(const float* qkv, float* out, float* lse, std::in
   float* ks = smem;                   // (kFlashTile, HSp)
   float* vs = ks + kFlashTile * HSp;  // (kFlashTile, HSp)
   float* qs = vs + kFlashTile * HSp;  // (kFlashRowsPerBlock, HS)
-  const FlashBlock fb(qkv, T, NH, HS, row_blocks);
+  const FlashHead fb(qkv, T, NH, HS, row_blocks, kFlashRowsPerBlock);
   const int warp = threadIdx.x / kWarpSize, lane = lane_id();
   const std::int64_t i = fb.row0 + warp;  // this warp's query row
   stage_rows(qs, HS, fb.base, fb.C3, fb.row0, kFlashRowsPerBlock, T, HS);
@@ -138,7 +122,7 @@ __global__ void dq_kernel(const float* dout, const float* qkv, const float* lse,
   float* vs = ks + kFlashTile * HSp;          // (kFlashTile, HSp)
   float* qs = vs + kFlashTile * HSp;          // (kFlashRowsPerBlock, HS)
   float* dos = qs + kFlashRowsPerBlock * HS;  // (kFlashRowsPerBlock, HS)
-  const FlashBlock fb(qkv, T, NH, HS, row_blocks);
+  const FlashHead fb(qkv, T, NH, HS, row_blocks, kFlashRowsPerBlock);
   const int warp = threadIdx.x / kWarpSize, lane = lane_id();
   const std::int64_t i = fb.row0 + warp;
   stage_rows(qs, HS, fb.base, fb.C3, fb.row0, kFlashRowsPerBlock, T, HS);
@@ -197,7 +181,7 @@ __global__ void dkdv_kernel(const float* dout, const float* qkv, const float* ls
   float* Ds = lses + kFlashTile;             // (kFlashTile)
   float* kr = Ds + kFlashTile;               // (kFlashRowsPerBlock, HS)
   float* vr = kr + kFlashRowsPerBlock * HS;  // (kFlashRowsPerBlock, HS)
-  const FlashBlock fb(qkv, T, NH, HS, row_blocks);
+  const FlashHead fb(qkv, T, NH, HS, row_blocks, kFlashRowsPerBlock);
   const int warp = threadIdx.x / kWarpSize, lane = lane_id();
   const std::int64_t j = fb.row0 + warp;  // this warp's key row
   stage_rows(kr, HS, fb.base + fb.C, fb.C3, fb.row0, kFlashRowsPerBlock, T, HS);

@@ -14,6 +14,7 @@
 // Queries are staged multiplied by the scale, so s = (scale q) . k and dk = ds^T (scale q).
 #include "engine/cuda/cuda_kernels.hpp"
 #include "engine/cuda/device_utils.cuh"
+#include "engine/cuda/flash_head.cuh"
 
 namespace pipetune::cuda::kernels {
 
@@ -23,23 +24,6 @@ constexpr int kRows = kFlashTiledRows;  // 64 rows a block, 64 keys (queries) a 
 constexpr int kThreads = kFlashTiledThreads;
 constexpr int kSq = kRows + 1;  // row stride of the (64, 64) P and dS tiles
 static_assert(kThreads == 256 && kRows == 64, "the 16 x 16 thread grid of 4 x 4 tiles");
-
-// Where a block's rows lie in the packed layout: qkv (B, T, 3C) and out / dout (B, T, C).
-struct Head {
-  std::int64_t bh, row0, C, C3;
-  const float* base;  // q of (b, t = 0, h); k at + C, v at + 2C, row t at + t * C3
-  std::int64_t out0;  // out of (b, t = 0, h), row t at + t * C
-  __device__ Head(const float* qkv, std::int64_t T, std::int64_t NH, std::int64_t HS,
-                  std::int64_t row_blocks) {
-    bh = blockIdx.x / row_blocks;
-    row0 = (blockIdx.x % row_blocks) * kRows;
-    const std::int64_t b = bh / NH, h = bh % NH;
-    C = NH * HS;
-    C3 = 3 * C;
-    base = qkv + b * T * C3 + h * HS;
-    out0 = b * T * C + h * HS;
-  }
-};
 
 // dst (64, D) with row stride D + 1 = mul * rows [t0, t0 + 64) of src (row stride src_ld), zeros
 // past T. Consecutive threads read consecutive channels: coalesced.
@@ -115,7 +99,7 @@ __global__ void __launch_bounds__(kThreads)
   float* ks = qs + kRows * (D + 1);  // (64, D) the tile's keys
   float* vs = ks + kRows * (D + 1);  // (64, D) the tile's values
   float* ps = vs + kRows * (D + 1);  // (64, 64) probabilities (unnormalised)
-  const Head hd(qkv, T, NH, D, row_blocks);
+  const FlashHead hd(qkv, T, NH, D, row_blocks, kRows);
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   stage<D>(qs, hd.base, hd.C3, hd.row0, T, scale);
   float m[4], l[4], o[4][D / 16];
@@ -188,7 +172,7 @@ __global__ void __launch_bounds__(kThreads)
   float* ks = dos + kRows * (D + 1);  // (64, D) the tile's keys
   float* vs = ks + kRows * (D + 1);   // (64, D) the tile's values
   float* dss = vs + kRows * (D + 1);  // (64, 64) score gradients
-  const Head hd(qkv, T, NH, D, row_blocks);
+  const FlashHead hd(qkv, T, NH, D, row_blocks, kRows);
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   stage<D>(qs, hd.base, hd.C3, hd.row0, T, scale);
   stage<D>(dos, dout + hd.out0, hd.C, hd.row0, T, 1.0f);
@@ -249,7 +233,7 @@ __global__ void __launch_bounds__(kThreads)
   float* dss = ps + kRows * kSq;      // (64 keys, 64 queries) score gradients
   float* lses = dss + kRows * kSq;    // (64) the tile's lse
   float* ds_sum = lses + kRows;       // (64) the tile's D
-  const Head hd(qkv, T, NH, D, row_blocks);
+  const FlashHead hd(qkv, T, NH, D, row_blocks, kRows);
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   stage<D>(ks, hd.base + hd.C, hd.C3, hd.row0, T, 1.0f);
   stage<D>(vs, hd.base + 2 * hd.C, hd.C3, hd.row0, T, 1.0f);
