@@ -258,6 +258,48 @@ TEST(TrainCli, PrecisionBf16IsForTheCudaBackend) {
   EXPECT_EQ(nlohmann::json::parse(fp32.out)["precision"], "fp32");
 }
 
+// The attention kernel: stored on the cpu backend unless --attention flash says otherwise (the
+// JSON says which ran, and the stored run's plan keeps its engine); a third name is refused.
+TEST(TrainCli, AttentionKernelIsChosenAndReported) {
+  const testing::ProcessResult stored =
+      testing::run_pipetune({"train", "--steps", "1", "--no-db", "--json"});
+  ASSERT_EQ(stored.exit_code, 0) << stored.err;
+  EXPECT_EQ(nlohmann::json::parse(stored.out)["attention"], "stored");
+  const testing::ProcessResult flash =
+      testing::run_pipetune({"train", "--steps", "1", "--no-db", "--json", "--attention", "flash"});
+  ASSERT_EQ(flash.exit_code, 0) << flash.err;
+  const auto s = nlohmann::json::parse(stored.out), f = nlohmann::json::parse(flash.out);
+  EXPECT_EQ(f["attention"], "flash");
+  // The same training to rounding, with less activation memory on every rank.
+  EXPECT_NEAR(f["losses"][0].get<double>(), s["losses"][0].get<double>(),
+              1e-5 * s["losses"][0].get<double>());
+  for (std::size_t r = 0; r < s["ranks"].size(); ++r)
+    EXPECT_LT(f["ranks"][r]["peak_activation_bytes"].get<double>(),
+              s["ranks"][r]["peak_activation_bytes"].get<double>())
+        << "rank " << r;
+  const testing::ProcessResult bad =
+      testing::run_pipetune({"train", "--steps", "1", "--no-db", "--attention", "sdpa"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--attention must be stored or flash, not 'sdpa'"), std::string::npos)
+      << bad.err;
+}
+
+// A run file's precision: bf16 with the cpu backend is refused where the file says it.
+TEST(TrainCli, RunFilePrecisionBf16NeedsTheCudaBackend) {
+  const std::filesystem::path dir = testing::default_child_cwd();
+  const std::filesystem::path run = dir / "bf16-cpu.toml";
+  {
+    std::ofstream f(run);
+    f << "model = \"tiny\"\nprecision = \"bf16\"\n[cluster]\nhardware = \"h100-sxm\"\n"
+         "devices = 8\n[plan]\ntp = 2\npp = 2\ndp = 2\n";
+  }
+  const testing::ProcessResult r =
+      testing::run_pipetune({"train", "--config", run.string(), "--steps", "1", "--no-db"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("key 'precision': bf16 is for backend = \"cuda\""), std::string::npos)
+      << r.err;
+}
+
 TEST(TrainCli, RanksPerProcessWithoutALauncherNamesTheProcessesNeeded) {
   const testing::ProcessResult r =
       testing::run_pipetune({"train", "--steps", "1", "--no-db", "--ranks-per-process", "2"});
