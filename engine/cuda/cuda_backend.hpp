@@ -196,8 +196,8 @@ class CudaBackend final : public tensor::Backend {
   void matmul_realigned(const Gemm& g);
   // A row-major (rows, cols) operand as the GEMM reads it: the fp32 data itself (ld = cols), or
   // (bf16) a converted copy in bf16 scratch slot `slot` (0 or 1) whose rows are padded to 16
-  // bytes (aligned_leading_dimension): an odd width such as GPT-2's 50257-wide logits otherwise
-  // keeps cuBLASLt on its pre-Hopper kernels (seen on an H200: 3 x slower LM-head GEMMs).
+  // bytes (aligned_leading_dimension): with GPT-2's 50257-wide logits unpadded, the LM head's
+  // weight gradient ran on cuBLASLt's pre-Hopper kernels (seen on an H200), padded on Hopper's.
   struct Operand {
     const void* data = nullptr;
     std::int64_t ld = 0;

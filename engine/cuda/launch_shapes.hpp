@@ -127,13 +127,6 @@ constexpr std::int64_t aligned_leading_dimension(std::int64_t cols, std::int64_t
   const std::int64_t per16 = 16 / element_bytes;
   return (cols + per16 - 1) / per16 * per16;
 }
-// Rows of a padded GEMM output computed at once: its scratch stays under `limit_bytes`.
-constexpr std::int64_t padded_output_rows(std::int64_t rows, std::int64_t ld,
-                                          std::int64_t limit_bytes = std::int64_t{256} << 20) {
-  const std::int64_t fit = limit_bytes / (ld * 4);
-  return fit < 1 ? 1 : (fit < rows ? fit : rows);
-}
-
 constexpr std::int64_t scratch_bytes(std::int64_t bytes) {
   return round_up(bytes, kScratchAlign);
 }

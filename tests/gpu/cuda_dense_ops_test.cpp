@@ -133,8 +133,7 @@ TEST_F(CudaDenseOpsTest, LinearBf16InputsWithFp32AccumulationMatchWithinBf16Tole
   EXPECT_EQ(bf16.name(), "cuda-bf16");
   check_linear(bf16, cpu_, rng_, 67, 101, 83, kBf16Tol, "bf16 67x101x83");
   check_linear(bf16, cpu_, rng_, 256, 768, 768 * 3, kBf16Tol, "bf16 256x768x2304");
-  // An odd output width (as GPT-2's 50257 logits): padded bf16 operands, and a forward output
-  // over 256 MiB of padded rows, so computed in two parts.
+  // An odd output width (as GPT-2's 50257 logits): the bf16 copies of dy have padded rows.
   check_linear(bf16, cpu_, rng_, 2000, 64, 40001, kBf16Tol, "bf16 2000x64x40001");
 }
 
