@@ -165,6 +165,9 @@ checks() {
   fi
   [ -z "$no_gpu" ] || echo "device_check: no GPU: $no_gpu"
   echo "== PyTorch: $(timeout 120 python3 -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -n 1)"
+  # The pipeline-schedule names this torch's profiler ranges carry (issue 16's name table says
+  # from which release torch emits "PP:" ranges; each GPU session adds a release it has seen).
+  echo "== torch.distributed.pipelining names: $(timeout 60 python3 -c 'import inspect, re, torch, torch.distributed.pipelining.schedules as s; src = inspect.getsource(s); print(torch.__version__, "PP: ranges" if re.search(r"[\"\x27]PP:", src) else "no PP: ranges", "| Forward/Backward ranges" if "record_function(f\"Forward" in src else "")' 2>&1 | tail -n 1)"
 
   # --- ldd: every library found? ------------------------------------------------------------------
   echo
