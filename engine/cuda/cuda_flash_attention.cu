@@ -47,7 +47,7 @@ template <int R>
 __global__ void forward_kernel(const float* qkv, float* out, float* lse, std::int64_t T,
                                std::int64_t NH, std::int64_t HS, std::int64_t row_blocks,
                                float scale) {
-  extern __shared__ float smem[];
+  PIPETUNE_DYNAMIC_SHARED(float, smem);
   const std::int64_t HSp = HS + 1;
   float* ks = smem;                   // (kFlashTile, HSp)
   float* vs = ks + kFlashTile * HSp;  // (kFlashTile, HSp)
@@ -116,7 +116,7 @@ template <int R>
 __global__ void dq_kernel(const float* dout, const float* qkv, const float* lse, const float* D,
                           float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t HS,
                           std::int64_t row_blocks, float scale) {
-  extern __shared__ float smem[];
+  PIPETUNE_DYNAMIC_SHARED(float, smem);
   const std::int64_t HSp = HS + 1;
   float* ks = smem;                           // (kFlashTile, HSp)
   float* vs = ks + kFlashTile * HSp;          // (kFlashTile, HSp)
@@ -173,7 +173,7 @@ template <int R>
 __global__ void dkdv_kernel(const float* dout, const float* qkv, const float* lse, const float* D,
                             float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t HS,
                             std::int64_t row_blocks, float scale) {
-  extern __shared__ float smem[];
+  PIPETUNE_DYNAMIC_SHARED(float, smem);
   const std::int64_t HSp = HS + 1;
   float* qs = smem;                          // (kFlashTile, HSp)
   float* dos = qs + kFlashTile * HSp;        // (kFlashTile, HSp)

@@ -10,6 +10,21 @@ using cudaStream_t = void*;
 
 namespace pipetune::cuda::kernels {
 
+// cuda_attention.cu
+void attention_forward(cudaStream_t s, const float* qkv, float* out, float* att, std::int64_t B,
+                       std::int64_t T, std::int64_t NH, std::int64_t HS);
+void attention_backward(cudaStream_t s, const float* dout, const float* qkv, const float* att,
+                        float* dqkv, float* ds_scratch, std::int64_t B, std::int64_t T,
+                        std::int64_t NH, std::int64_t HS);
+// cuda_flash_attention.cu
+void flash_attention_forward(cudaStream_t s, const float* qkv, float* out, float* lse,
+                             std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS,
+                             FlashVariant variant);
+void flash_attention_backward(cudaStream_t s, const float* dout, const float* qkv, const float* out,
+                              const float* lse, float* dqkv, float* d_scratch, std::int64_t B,
+                              std::int64_t T, std::int64_t NH, std::int64_t HS,
+                              FlashVariant variant);
+// cuda_flash_attention_tiled.cu
 void flash_tiled_forward(cudaStream_t s, const float* qkv, float* out, float* lse, std::int64_t B,
                          std::int64_t T, std::int64_t NH, std::int64_t HS);
 void flash_tiled_backward(cudaStream_t s, const float* dout, const float* qkv, const float* lse,

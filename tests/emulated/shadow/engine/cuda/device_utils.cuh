@@ -1,14 +1,16 @@
 // Host emulation of what the CUDA kernels of engine/cuda use from the device, for tests/emulated:
 // a kernel file compiled as C++ with this folder before the source root on the include path gets
 // this header instead of the real device_utils.cuh. A launch runs each block as blockDim.x host
-// threads: __syncthreads is a barrier of the block's threads, a warp shuffle goes through the
-// block's exchange slots between two barriers (so every thread of the block must call it, as the
-// kernels tested here do), and dynamic shared memory is a per-block buffer filled with NaN, so a
-// read of a value nothing wrote shows in the results. Blocks run one after another. What this
-// checks: indexing, masking, the order of barriers and the arithmetic; not speed, not warp-level
-// divergence, not memory coalescing.
+// threads: __syncthreads is a barrier of the block's threads; a warp shuffle or __syncwarp is a
+// barrier of the warp's 32 threads around an exchange slot per thread (so every lane of a warp
+// must take part, as in the kernels tested here); a thread that returns drops out of both
+// barriers; dynamic shared memory is a per-block buffer filled with NaN, so a read of a value
+// nothing wrote shows in the results. Blocks run one after another. What this checks: indexing,
+// masking, the order of barriers and the arithmetic; not speed, not divergence inside a warp,
+// not memory coalescing.
 #pragma once
 
+#include <algorithm>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -30,6 +32,8 @@ struct Block {
   std::vector<float> shared;  // dynamic shared memory, as floats
   std::vector<float> slots;   // one per thread, for shuffles
   std::unique_ptr<std::barrier<>> barrier;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;  // one per warp of 32 threads
+  std::barrier<>& warp_of(unsigned thread) { return *warps[thread / 32]; }
 };
 
 inline thread_local Block* current_block = nullptr;
@@ -48,6 +52,8 @@ void launch(const LaunchShape& shape, Kernel kernel, Args... args) {
                         std::nanf(""));
     block.slots.assign(static_cast<std::size_t>(shape.threads), 0.0f);
     block.barrier = std::make_unique<std::barrier<>>(shape.threads);
+    for (int w = 0; w * 32 < shape.threads; ++w)
+      block.warps.push_back(std::make_unique<std::barrier<>>(std::min(32, shape.threads - w * 32)));
     std::vector<std::thread> threads;
     threads.reserve(static_cast<std::size_t>(shape.threads));
     for (int t = 0; t < shape.threads; ++t)
@@ -58,6 +64,8 @@ void launch(const LaunchShape& shape, Kernel kernel, Args... args) {
         block_dim.x = static_cast<unsigned>(shape.threads);
         grid_dim.x = static_cast<unsigned>(shape.blocks);
         kernel(args...);
+        block.barrier->arrive_and_drop();  // a returned thread no longer holds back the others
+        block.warp_of(static_cast<unsigned>(t)).arrive_and_drop();
       });
     for (std::thread& t : threads) t.join();
   }
@@ -79,14 +87,26 @@ inline void __syncthreads() {
   ::pipetune::cuda::emulation::current_block->barrier->arrive_and_wait();
 }
 
-inline float __shfl_xor_sync(unsigned /*mask*/, float v, int lane_mask) {
+// Lane `src` of the calling thread's warp reads what each lane passes (all lanes take part).
+inline float warp_exchange(float v, unsigned src) {
   auto* block = ::pipetune::cuda::emulation::current_block;
-  const unsigned me = threadIdx.x;
+  const unsigned me = threadIdx.x, base = me / 32 * 32;
+  std::barrier<>& warp = block->warp_of(me);
   block->slots[me] = v;
-  __syncthreads();
-  const float other = block->slots[me ^ static_cast<unsigned>(lane_mask)];
-  __syncthreads();  // every thread has read before the slots are written again
+  warp.arrive_and_wait();
+  const float other = block->slots[base + src];
+  warp.arrive_and_wait();  // every lane has read before the slots are written again
   return other;
+}
+
+inline float __shfl_xor_sync(unsigned /*mask*/, float v, int lane_mask) {
+  return warp_exchange(v, (threadIdx.x % 32) ^ static_cast<unsigned>(lane_mask));
+}
+inline float __shfl_sync(unsigned /*mask*/, float v, int src_lane) {
+  return warp_exchange(v, static_cast<unsigned>(src_lane));
+}
+inline void __syncwarp() {
+  ::pipetune::cuda::emulation::current_block->warp_of(threadIdx.x).arrive_and_wait();
 }
 
 namespace pipetune::cuda {
@@ -95,7 +115,28 @@ class CudaError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 namespace device {
+// What the real device_utils.cuh defines for the kernels, on the emulation's primitives.
 inline constexpr unsigned kFullMask = 0xffffffffu;
+inline float warp_sum(float v) {
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+inline float warp_max(float v) {
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+inline std::int64_t global_thread() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+inline std::int64_t grid_threads() {
+  return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+}
+inline std::int64_t warp_row() {
+  return global_thread() / kWarpSize;
+}
+inline int lane_id() {
+  return static_cast<int>(threadIdx.x % kWarpSize);
+}
 }  // namespace device
 }  // namespace pipetune::cuda
 
