@@ -15,7 +15,7 @@ using device::global_thread;
 __global__ void local_stats_kernel(const float* logits, const std::int32_t* targets,
                                    std::int64_t vocab_lo, float* local_max, float* local_sum,
                                    float* target_logit, std::int64_t V) {
-  extern __shared__ float shared_row[];
+  PIPETUNE_DYNAMIC_SHARED(float, shared_row);
   const std::int64_t n = blockIdx.x;
   const float* l = logits + n * V;  // (V shard)
   float mx = -INFINITY;

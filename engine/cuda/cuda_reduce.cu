@@ -23,7 +23,7 @@ __device__ double block_tree_sum(double v, double* shared) {
 
 template <bool Square>
 __global__ void sum_partial_kernel(const float* x, std::int64_t n, double* partial) {
-  extern __shared__ double shared_sum[];
+  PIPETUNE_DYNAMIC_SHARED(double, shared_sum);
   const std::int64_t begin = static_cast<std::int64_t>(blockIdx.x) * kSumChunk;
   const std::int64_t end = begin + kSumChunk < n ? begin + kSumChunk : n;
   double acc = 0.0;
@@ -36,7 +36,7 @@ __global__ void sum_partial_kernel(const float* x, std::int64_t n, double* parti
 }
 
 __global__ void sum_finish_kernel(double* partial, std::int64_t blocks) {
-  extern __shared__ double shared_sum[];
+  PIPETUNE_DYNAMIC_SHARED(double, shared_sum);
   double acc = 0.0;
   for (std::int64_t b = threadIdx.x; b < blocks; b += kSumThreads) acc += partial[b];
   const double total = block_tree_sum(acc, shared_sum);

@@ -10,6 +10,24 @@ using cudaStream_t = void*;
 
 namespace pipetune::cuda::kernels {
 
+// cuda_reduce.cu
+void sum_squares(cudaStream_t s, const float* x, std::int64_t n, double* scratch);
+void sum(cudaStream_t s, const float* x, std::int64_t n, double* scratch);
+void column_sums(cudaStream_t s, const float* x, std::int64_t rows, std::int64_t cols,
+                 float* scratch, float* dst);
+void finish_column_sums(cudaStream_t s, const float* partials, std::int64_t chunks,
+                        std::int64_t cols, float* dst);
+void column_sums_double(cudaStream_t s, const float* x, std::int64_t rows, std::int64_t cols,
+                        double* out);
+// cuda_layernorm.cu
+void layernorm_forward(cudaStream_t s, const float* x, const float* w, const float* b, float* y,
+                       float* mean, float* rstd, std::int64_t N, std::int64_t C, float eps);
+void layernorm_backward_input(cudaStream_t s, const float* dy, const float* x, const float* w,
+                              const float* mean, const float* rstd, float* dx, std::int64_t N,
+                              std::int64_t C);
+void layernorm_backward_weight(cudaStream_t s, const float* dy, const float* x, const float* mean,
+                               const float* rstd, float* dw, float* db, std::int64_t N,
+                               std::int64_t C, float* scratch);
 // cuda_attention.cu
 void attention_forward(cudaStream_t s, const float* qkv, float* out, float* att, std::int64_t B,
                        std::int64_t T, std::int64_t NH, std::int64_t HS);

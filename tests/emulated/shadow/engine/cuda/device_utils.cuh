@@ -81,7 +81,8 @@ void launch(const LaunchShape& shape, Kernel kernel, Args... args) {
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(threads)
-#define PIPETUNE_DYNAMIC_SHARED(T, name) T* name = ::pipetune::cuda::emulation::shared_memory()
+#define PIPETUNE_DYNAMIC_SHARED(T, name) \
+  T* name = reinterpret_cast<T*>(::pipetune::cuda::emulation::shared_memory())
 
 inline void __syncthreads() {
   ::pipetune::cuda::emulation::current_block->barrier->arrive_and_wait();

@@ -1,0 +1,98 @@
+// The LayerNorm kernels (engine/cuda/cuda_layernorm.cu) and the deterministic reductions they and
+// the gradient clipping use (cuda_reduce.cu) on the block emulation, against the CPU backend on
+// the same inputs (the GPU tests' reference too) and against float64 sums.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/cuda_layernorm.cu"
+#include "engine/tensor/cpu/cpu_backend.hpp"
+
+namespace pipetune::cuda::kernels {
+namespace {
+
+using tensor::Shape;
+using tensor::Tensor;
+
+Tensor random_tensor(Shape shape, std::mt19937& rng, float scale = 1.0f) {
+  Tensor t(shape);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t[i] = u(rng);
+  return t;
+}
+
+// |got - want| over the largest |want| (1e-12 at least); NaN (a value nothing wrote) is infinite.
+double relative_error(const float* got, const Tensor& want) {
+  double diff = 0.0, scale = 1e-12;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    diff = std::isnan(got[i]) ? INFINITY : std::max(diff, std::fabs(double(got[i]) - want[i]));
+    scale = std::max(scale, std::fabs(double(want[i])));
+  }
+  return diff / scale;
+}
+
+TEST(LayerNormEmulated, ForwardAndBothBackwardsMatchTheCpuBackend) {
+  std::mt19937 rng(11);
+  tensor::CpuBackend cpu;
+  // Rows of 1, 100 and 768 channels; 300 rows span more than one column-reduction chunk.
+  for (const auto& [N, C] :
+       std::vector<std::pair<std::int64_t, std::int64_t>>{{3, 1}, {37, 100}, {300, 768}}) {
+    const Tensor x = random_tensor({N, C}, rng, 2.0f), w = random_tensor({C}, rng);
+    const Tensor b = random_tensor({C}, rng), dy = random_tensor({N, C}, rng);
+    const Tensor dx0 = random_tensor({N, C}, rng), dw0 = random_tensor({C}, rng),
+                 db0 = random_tensor({C}, rng);
+    Tensor y({N, C}), mean({N}), rstd({N}), dx = dx0, dw = dw0, db = db0;
+    cpu.layernorm_forward(x, w, b, y, mean, rstd);
+    cpu.layernorm_backward_input(dy, x, w, mean, rstd, dx);
+    cpu.layernorm_backward_weight(dy, x, mean, rstd, dw, db);
+
+    std::vector<float> gy(static_cast<std::size_t>(N * C), std::nanf("")),
+        gmean(static_cast<std::size_t>(N), std::nanf("")),
+        grstd(static_cast<std::size_t>(N), std::nanf(""));
+    std::vector<float> gdx(dx0.data(), dx0.data() + N * C), gdw(dw0.data(), dw0.data() + C),
+        gdb(db0.data(), db0.data() + C);
+    layernorm_forward(nullptr, x.data(), w.data(), b.data(), gy.data(), gmean.data(), grstd.data(),
+                      N, C, tensor::kLayerNormEps);
+    layernorm_backward_input(nullptr, dy.data(), x.data(), w.data(), gmean.data(), grstd.data(),
+                             gdx.data(), N, C);
+    std::vector<float> scratch(
+        static_cast<std::size_t>(column_reduction_shape(N, C, 2).scratch_floats), std::nanf(""));
+    layernorm_backward_weight(nullptr, dy.data(), x.data(), gmean.data(), grstd.data(), gdw.data(),
+                              gdb.data(), N, C, scratch.data());
+    const std::string at = "N " + std::to_string(N) + " C " + std::to_string(C);
+    EXPECT_LE(relative_error(gy.data(), y), 1e-5) << "y, " << at;
+    EXPECT_LE(relative_error(gmean.data(), mean), 1e-5) << "mean, " << at;
+    EXPECT_LE(relative_error(grstd.data(), rstd), 1e-5) << "rstd, " << at;
+    EXPECT_LE(relative_error(gdx.data(), dx), 1e-5) << "dx, " << at;
+    EXPECT_LE(relative_error(gdw.data(), dw), 1e-5) << "dw, " << at;
+    EXPECT_LE(relative_error(gdb.data(), db), 1e-5) << "db, " << at;
+  }
+}
+
+TEST(ReduceEmulated, SumsInDoubleMatchAndRepeatBitForBit) {
+  std::mt19937 rng(12);
+  for (std::int64_t n : {1LL, 4095LL, 4096LL, 10000LL}) {
+    const Tensor x = random_tensor({n}, rng, 3.0f);
+    double want = 0.0, want_sq = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      want += x[i];
+      want_sq += double(x[i]) * x[i];
+    }
+    const SumReduction r = sum_reduction_shape(n);
+    std::vector<double> scratch(static_cast<std::size_t>(r.scratch_doubles), std::nan(""));
+    sum(nullptr, x.data(), n, scratch.data());
+    EXPECT_NEAR(scratch[static_cast<std::size_t>(r.blocks)], want, 1e-12 * (1.0 + std::fabs(want)))
+        << n;
+    sum_squares(nullptr, x.data(), n, scratch.data());
+    const double first = scratch[static_cast<std::size_t>(r.blocks)];
+    EXPECT_NEAR(first, want_sq, 1e-12 * want_sq) << n;
+    sum_squares(nullptr, x.data(), n, scratch.data());
+    EXPECT_EQ(scratch[static_cast<std::size_t>(r.blocks)], first) << n;  // a fixed order
+  }
+}
+
+}  // namespace
+}  // namespace pipetune::cuda::kernels
