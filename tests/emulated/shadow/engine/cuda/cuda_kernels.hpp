@@ -28,6 +28,17 @@ void layernorm_backward_input(cudaStream_t s, const float* dy, const float* x, c
 void layernorm_backward_weight(cudaStream_t s, const float* dy, const float* x, const float* mean,
                                const float* rstd, float* dw, float* db, std::int64_t N,
                                std::int64_t C, float* scratch);
+// cuda_cross_entropy.cu
+void ce_local_stats(cudaStream_t s, const float* logits, const std::int32_t* targets,
+                    std::int64_t vocab_lo, float* local_max, float* local_sum, float* target_logit,
+                    std::int64_t N, std::int64_t V);
+void ce_rescale_sum(cudaStream_t s, const float* local_max, const float* global_max,
+                    float* local_sum, std::int64_t N);
+void ce_losses(cudaStream_t s, const float* global_max, const float* global_sum,
+               const float* target_logit, float* losses, std::int64_t N);
+void ce_backward(cudaStream_t s, const float* logits, const std::int32_t* targets,
+                 std::int64_t vocab_lo, const float* global_max, const float* global_sum,
+                 float grad_scale, float* dlogits, std::int64_t N, std::int64_t V);
 // cuda_attention.cu
 void attention_forward(cudaStream_t s, const float* qkv, float* out, float* att, std::int64_t B,
                        std::int64_t T, std::int64_t NH, std::int64_t HS);

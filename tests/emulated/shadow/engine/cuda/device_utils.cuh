@@ -115,31 +115,10 @@ class CudaError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
-namespace device {
-// What the real device_utils.cuh defines for the kernels, on the emulation's primitives.
-inline constexpr unsigned kFullMask = 0xffffffffu;
-inline float warp_sum(float v) {
-  for (int o = kWarpSize / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
-  return v;
-}
-inline float warp_max(float v) {
-  for (int o = kWarpSize / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
-  return v;
-}
-inline std::int64_t global_thread() {
-  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-inline std::int64_t grid_threads() {
-  return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-}
-inline std::int64_t warp_row() {
-  return global_thread() / kWarpSize;
-}
-inline int lane_id() {
-  return static_cast<int>(threadIdx.x % kWarpSize);
-}
-}  // namespace device
 }  // namespace pipetune::cuda
+
+// The kernels' reductions and indexing: the real ones, on the primitives above.
+#include "engine/cuda/device_reductions.cuh"
 
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 template <typename Kernel>

@@ -1,0 +1,82 @@
+// The vocabulary-parallel cross-entropy kernels (engine/cuda/cuda_cross_entropy.cu: block
+// reductions per row, then per-row helpers) on the block emulation, step by step against the CPU
+// backend's protocol on the same shard: a shard [lo, hi) of a 300-word vocabulary holding some
+// rows' targets and not others', with made-up "all-reduced" statistics.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "engine/cuda/cuda_cross_entropy.cu"
+#include "engine/tensor/cpu/cpu_backend.hpp"
+
+namespace pipetune::cuda::kernels {
+namespace {
+
+using tensor::Tensor;
+
+double relative_error(const std::vector<float>& got, const Tensor& want) {
+  double diff = 0.0, scale = 1e-12;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    const float g = got[static_cast<std::size_t>(i)];
+    diff = std::isnan(g) ? INFINITY : std::max(diff, std::fabs(double(g) - want[i]));
+    scale = std::max(scale, std::fabs(double(want[i])));
+  }
+  return diff / scale;
+}
+
+std::vector<float> values(const Tensor& t) {
+  return std::vector<float>(t.data(), t.data() + t.numel());
+}
+
+TEST(CrossEntropyEmulated, ProtocolStepsMatchTheCpuBackend) {
+  const std::int64_t N = 29, V = 300, lo = 100, hi = 250, W = hi - lo;
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::uniform_int_distribution<std::int32_t> word(0, static_cast<std::int32_t>(V - 1));
+  Tensor shard({N, W}), dshard({N, W});
+  for (std::int64_t i = 0; i < shard.numel(); ++i) shard[i] = u(rng);
+  for (std::int64_t i = 0; i < dshard.numel(); ++i) dshard[i] = u(rng);
+  std::vector<std::int32_t> targets(static_cast<std::size_t>(N));
+  for (auto& t : targets) t = word(rng);
+  tensor::CpuBackend cpu;
+
+  Tensor lmax({N}), lsum({N}), tlogit({N});
+  cpu.vocab_ce_local_stats(shard, targets, lo, lmax, lsum, tlogit);
+  std::vector<float> gmax_l(static_cast<std::size_t>(N), std::nanf("")), gsum_l = gmax_l,
+                                                                         gt = gmax_l;
+  ce_local_stats(nullptr, shard.data(), targets.data(), lo, gmax_l.data(), gsum_l.data(), gt.data(),
+                 N, W);
+  EXPECT_LE(relative_error(gmax_l, lmax), 1e-6);
+  EXPECT_LE(relative_error(gsum_l, lsum), 1e-5);
+  EXPECT_LE(relative_error(gt, tlogit), 1e-6);
+
+  // "All-reduced": the global max a little above each local one, sums made up.
+  Tensor gmax({N}), gsum({N});
+  for (std::int64_t n = 0; n < N; ++n) {
+    gmax[n] = lmax[n] + 0.25f * static_cast<float>(n % 3);
+    gsum[n] = 2.0f + static_cast<float>(n);
+  }
+  Tensor rescaled = lsum;
+  cpu.vocab_ce_rescale_sum(lmax, gmax, rescaled);
+  std::vector<float> grescaled = values(lsum);
+  ce_rescale_sum(nullptr, lmax.data(), gmax.data(), grescaled.data(), N);
+  EXPECT_LE(relative_error(grescaled, rescaled), 1e-6);
+
+  Tensor losses({N});
+  cpu.vocab_ce_loss(gmax, gsum, tlogit, losses);
+  std::vector<float> glosses(static_cast<std::size_t>(N), std::nanf(""));
+  ce_losses(nullptr, gmax.data(), gsum.data(), tlogit.data(), glosses.data(), N);
+  EXPECT_LE(relative_error(glosses, losses), 1e-6);
+
+  Tensor dwant = dshard;
+  cpu.vocab_ce_backward(shard, targets, lo, gmax, gsum, 1.0f / static_cast<float>(N), dwant);
+  std::vector<float> dgot = values(dshard);
+  ce_backward(nullptr, shard.data(), targets.data(), lo, gmax.data(), gsum.data(),
+              1.0f / static_cast<float>(N), dgot.data(), N, W);
+  EXPECT_LE(relative_error(dgot, dwant), 1e-5);
+}
+
+}  // namespace
+}  // namespace pipetune::cuda::kernels
