@@ -5,7 +5,11 @@
 // Included by .cu files (C++17) and by the backend's .cpp files, so no C++20 here.
 #pragma once
 
+#if defined(PIPETUNE_EMULATED_DEVICE)
+using cudaStream_t = void*;  // tests/emulated: the kernel files compiled on the host, no CUDA
+#else
 #include <cuda_runtime_api.h>
+#endif
 
 #include <cstdint>
 
