@@ -1,0 +1,128 @@
+// The elementwise kernels (engine/cuda/cuda_elementwise.cu) on the block emulation, against the
+// CPU backend on the same inputs: scale, add, accumulate, GELU forward and backward, AdamW; and
+// the fp32 -> bf16 copies of GEMM inputs, flat and with padded rows, against bf16 rounding
+// computed here (round to nearest even, ties to the even mantissa).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/cuda/cuda_elementwise.cu"
+#include "engine/tensor/cpu/cpu_backend.hpp"
+
+namespace pipetune::cuda::kernels {
+namespace {
+
+using tensor::Tensor;
+
+Tensor random_tensor(std::int64_t n, std::mt19937& rng, float scale = 1.0f) {
+  Tensor t({n});
+  std::uniform_real_distribution<float> u(-scale, scale);
+  for (std::int64_t i = 0; i < n; ++i) t[i] = u(rng);
+  return t;
+}
+
+// |got - want| over the largest |want|; NaN (a value nothing wrote) is infinite.
+double relative_error(const Tensor& got, const Tensor& want) {
+  double diff = 0.0, scale = 1e-12;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    diff = std::isnan(got[i]) ? INFINITY : std::max(diff, std::fabs(double(got[i]) - want[i]));
+    scale = std::max(scale, std::fabs(double(want[i])));
+  }
+  return diff / scale;
+}
+
+TEST(ElementwiseEmulated, OpsMatchTheCpuBackend) {
+  std::mt19937 rng(21);
+  tensor::CpuBackend cpu;
+  const std::int64_t n = 5000;
+  const Tensor a = random_tensor(n, rng, 3.0f), b = random_tensor(n, rng, 3.0f);
+
+  Tensor want = a, got = a;
+  cpu.scale(want, 0.37f);
+  scale(nullptr, got.data(), 0.37f, n);
+  EXPECT_EQ(relative_error(got, want), 0.0);
+
+  Tensor sum_want({n}), sum_got({n});
+  cpu.add(a, b, sum_want);
+  add(nullptr, a.data(), b.data(), sum_got.data(), n);
+  EXPECT_EQ(relative_error(sum_got, sum_want), 0.0);
+
+  want = a;
+  got = a;
+  cpu.accumulate(want, b);
+  accumulate(nullptr, got.data(), b.data(), n);
+  EXPECT_EQ(relative_error(got, want), 0.0);
+
+  // GELU: expf here, the CPU's exp_approx there (a few ulp apart).
+  Tensor y_want({n}), y_got({n});
+  cpu.gelu_forward(a, y_want);
+  gelu_forward(nullptr, a.data(), y_got.data(), n);
+  EXPECT_LE(relative_error(y_got, y_want), 1e-6);
+  Tensor dx_want = b, dx_got = b;
+  cpu.gelu_backward_input(b, a, dx_want);
+  gelu_backward(nullptr, b.data(), a.data(), dx_got.data(), n);
+  EXPECT_LE(relative_error(dx_got, dx_want), 1e-6);
+}
+
+TEST(ElementwiseEmulated, AdamWStepsMatchTheCpuBackend) {
+  std::mt19937 rng(22);
+  tensor::CpuBackend cpu;
+  const std::int64_t n = 3000;
+  Tensor p_want = random_tensor(n, rng), m_want({n}), v_want({n});
+  Tensor p_got = p_want, m_got({n}), v_got({n});
+  const tensor::AdamWConfig cfg{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    const Tensor g = random_tensor(n, rng);
+    cpu.adamw_step(p_want, g, m_want, v_want, cfg, step);
+    const double t = static_cast<double>(step);
+    adamw(nullptr, p_got.data(), g.data(), m_got.data(), v_got.data(), n, cfg.beta1, cfg.beta2,
+          cfg.lr, cfg.eps, cfg.weight_decay,
+          static_cast<float>(1.0 - std::pow(double(cfg.beta1), t)),
+          static_cast<float>(1.0 - std::pow(double(cfg.beta2), t)));
+  }
+  EXPECT_LE(relative_error(p_got, p_want), 1e-6);
+  EXPECT_LE(relative_error(m_got, m_want), 1e-6);
+  EXPECT_LE(relative_error(v_got, v_want), 1e-6);
+}
+
+// bf16 of f by nearest-even rounding of its upper 16 bits (finite f).
+std::uint16_t bf16_bits(float f) {
+  std::uint32_t u = 0;
+  std::memcpy(&u, &f, sizeof u);
+  const std::uint32_t low = u & 0xffffu, high = u >> 16;
+  const bool up = low > 0x8000u || (low == 0x8000u && (high & 1u) != 0);
+  return static_cast<std::uint16_t>(high + (up ? 1u : 0u));
+}
+
+TEST(ElementwiseEmulated, Bf16CopiesRoundToNearestEvenAndPadRows) {
+  std::mt19937 rng(23);
+  const std::int64_t rows = 7, cols = 13, ld = 16;
+  const Tensor x = random_tensor(rows * cols, rng, 100.0f);
+  std::vector<__nv_bfloat16> flat(static_cast<std::size_t>(rows * cols));
+  to_bf16(nullptr, x.data(), flat.data(), rows * cols);
+  std::vector<__nv_bfloat16> padded(static_cast<std::size_t>(rows * ld));
+  for (auto& v : padded) v.bits = 0xdeadu;  // the padding must stay as it was
+  to_bf16_rows(nullptr, x.data(), rows, cols, padded.data(), ld);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < ld; ++c) {
+      const auto& got = padded[static_cast<std::size_t>(r * ld + c)];
+      if (c >= cols) {
+        EXPECT_EQ(got.bits, 0xdeadu) << r << "," << c;
+        continue;
+      }
+      const float f = x[r * cols + c];
+      EXPECT_EQ(got.bits, bf16_bits(f)) << r << "," << c;
+      EXPECT_EQ(flat[static_cast<std::size_t>(r * cols + c)].bits, bf16_bits(f)) << r << "," << c;
+    }
+  // A tie rounds to the even mantissa: 1 + 2^-8 lies halfway between two bf16 values.
+  const float tie = 1.0f + std::ldexp(1.0f, -8);
+  std::vector<__nv_bfloat16> one(1);
+  to_bf16(nullptr, &tie, one.data(), 1);
+  EXPECT_EQ(one[0].bits, 0x3f80u);
+}
+
+}  // namespace
+}  // namespace pipetune::cuda::kernels
