@@ -56,6 +56,14 @@ TEST(ElementwiseEmulated, OpsMatchTheCpuBackend) {
   accumulate(nullptr, got.data(), b.data(), n);
   EXPECT_EQ(relative_error(got, want), 0.0);
 
+  // The bias of a linear layer: every row of a (rows, cols) matrix plus the same vector.
+  const std::int64_t rows = 50, cols = n / rows;
+  Tensor bias_want = a, bias_got = a;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) bias_want[r * cols + c] += b[c];
+  add_row_vector(nullptr, bias_got.data(), b.data(), rows, cols);
+  EXPECT_EQ(relative_error(bias_got, bias_want), 0.0);
+
   // GELU: expf here, the CPU's exp_approx there (a few ulp apart).
   Tensor y_want({n}), y_got({n});
   cpu.gelu_forward(a, y_want);

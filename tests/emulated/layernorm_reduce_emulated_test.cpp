@@ -94,5 +94,30 @@ TEST(ReduceEmulated, SumsInDoubleMatchAndRepeatBitForBit) {
   }
 }
 
+TEST(ReduceEmulated, ColumnSumsMatchFloat64) {
+  std::mt19937 rng(14);
+  // 700 rows: more than one chunk of rows, summed chunk by chunk in order.
+  for (const auto& [rows, cols] :
+       std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 5}, {700, 33}}) {
+    const Tensor x = random_tensor({rows, cols}, rng, 2.0f), dst0 = random_tensor({cols}, rng);
+    std::vector<double> want(static_cast<std::size_t>(cols), 0.0);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) want[static_cast<std::size_t>(c)] += x[r * cols + c];
+    std::vector<float> scratch(
+        static_cast<std::size_t>(column_reduction_shape(rows, cols).scratch_floats), std::nanf(""));
+    std::vector<float> dst(dst0.data(), dst0.data() + cols);
+    column_sums(nullptr, x.data(), rows, cols, scratch.data(), dst.data());
+    std::vector<double> exact(static_cast<std::size_t>(cols), std::nan(""));
+    column_sums_double(nullptr, x.data(), rows, cols, exact.data());
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const double w = want[static_cast<std::size_t>(c)];
+      EXPECT_NEAR(dst[static_cast<std::size_t>(c)], dst0[c] + w, 1e-4 * (1.0 + std::fabs(w)))
+          << rows << "x" << cols << " column " << c;
+      EXPECT_NEAR(exact[static_cast<std::size_t>(c)], w, 1e-9 * (1.0 + std::fabs(w)))
+          << rows << "x" << cols << " column " << c;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pipetune::cuda::kernels
