@@ -7,6 +7,7 @@
 
 #include "cli/format.hpp"
 #include "cli/workspace_cli.hpp"
+#include "db/store/record_json.hpp"
 #include "engine/errors.hpp"
 #include "profiler/analysis/analysis.hpp"
 
@@ -72,6 +73,15 @@ void print_prediction_against(const tuner::SimulationSetup& setup, const std::st
       f.bubble_ratio /= f.ranks;
     }
   const double measured_iteration = static_cast<double>(r.window.length_ns()) * unit;
+  // A run of the CUDA engine whose ranks shared GPUs (streams of one device): its stages' compute
+  // compares with the prediction, its iteration does not (the simulation gives each rank a GPU).
+  const int world = plan.tp * plan.pp * plan.dp;
+  int shared_gpus = 0;
+  if (r.stored.run.kind == profiler::TraceKind::Measured) {
+    const db::TrainingEngine engine = db::training_engine_from_json(
+        nlohmann::json::parse(r.stored.run.plan_json, nullptr, false));
+    if (engine.gpus > 0 && engine.gpus < world) shared_gpus = engine.gpus;
+  }
 
   if (json) {
     nlohmann::json stages = nlohmann::json::array();
@@ -94,7 +104,9 @@ void print_prediction_against(const tuner::SimulationSetup& setup, const std::st
                                 {"measured_iteration", measured_iteration},
                                 {"iteration_error",
                                  relative_error(e.iteration_time, measured_iteration)},
-                                {"stages", stages}}
+                                {"stages", stages},
+                                {"ranks_shared_gpus", shared_gpus > 0},
+                                {"measured_gpus", shared_gpus > 0 ? shared_gpus : world}}
                      .dump(2)
               << "\n";
     return;
@@ -116,6 +128,12 @@ void print_prediction_against(const tuner::SimulationSetup& setup, const std::st
   std::printf("%-6s %12s %12s %+7.1f%%\n", "iter", human_time(e.iteration_time).c_str(),
               human_time(measured_iteration).c_str(),
               100.0 * relative_error(e.iteration_time, measured_iteration));
+  if (shared_gpus > 0)
+    std::printf(
+        "\nrun %lld trained its %d ranks on %d GPU%s (streams sharing a device): the stages' "
+        "compute compares with the prediction, the iteration does not (the simulation gives each "
+        "rank its own GPU)\n",
+        static_cast<long long>(r.stored.run.id), world, shared_gpus, shared_gpus == 1 ? "" : "s");
 }
 
 }  // namespace pipetune::cli

@@ -294,11 +294,11 @@ std::unique_ptr<db::RunWriter> open_run_writer(const TrainArgs& a, const db::Tra
   options.check_integrity = true;  // a corrupt workspace fails before training, not after
   auto writer = std::make_unique<db::RunWriter>(
       a.db,
-      db::RunInfo{
-          profiler::TraceKind::Measured, name,
-          db::training_plan_json(o.model, o.plan, o.steps, o.seed, engine.backend, engine.precision)
-              .dump(),
-          db::training_specs_json(o.model).dump()},
+      db::RunInfo{profiler::TraceKind::Measured, name,
+                  db::training_plan_json(o.model, o.plan, o.steps, o.seed, engine.backend,
+                                         engine.precision, engine.gpus)
+                      .dump(),
+                  db::training_specs_json(o.model).dump()},
       options);
   db::RunWriter* w = writer.get();
   o.trace_sink = [w](profiler::Trace part) { w->append(std::move(part)); };
@@ -501,7 +501,10 @@ void run(const TrainArgs& given) {
   // The run goes into the workspace as it trains: a crash leaves it there, interrupted.
   // (Processes: rank 0's process opens it, once MPI says which process that is.)
   std::unique_ptr<db::RunWriter> writer;
-  if (processes <= 1) writer = open_run_writer(a, {setup.backend, setup.precision}, o);
+  // With cuda in one process, every rank is a stream of GPU 0.
+  if (processes <= 1)
+    writer = open_run_writer(
+        a, {setup.backend, setup.precision, setup.backend == spec::EngineBackend::cuda ? 1 : 0}, o);
   if (!a.json) {
     if (processes <= 1)
       print_header(o, !o.rank_device          ? "ranks"  // processes: rank 0's, once MPI is up
@@ -517,7 +520,11 @@ void run(const TrainArgs& given) {
   }
 #ifdef PIPETUNE_HAVE_MPI
   if (processes > 1) {
-    train_as_processes(o, a, {setup.backend, setup.precision}, per_process);
+    // With cuda under a launcher: one GPU a process.
+    train_as_processes(o, a,
+                       {setup.backend, setup.precision,
+                        setup.backend == spec::EngineBackend::cuda ? processes : 0},
+                       per_process);
     return;
   }
 #endif

@@ -112,23 +112,25 @@ void read_trial_json(const nlohmann::json& j, TrialTarget& t, spec::ParallelPlan
 
 nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::ParallelPlan& p,
                                   int steps, std::uint64_t seed, spec::EngineBackend backend,
-                                  spec::EnginePrecision precision) {
-  return {{"model", model.name},
-          {"backend", std::string(spec::engine_backend_name(backend))},
-          {"precision", std::string(spec::engine_precision_name(precision))},
-          {"tp", p.tp},
-          {"pp", p.pp},
-          {"dp", p.dp},
-          {"ep", p.ep},
-          {"schedule", p.schedule},
-          {"chunks", p.chunks},
-          {"vocab", std::string(schedule::vocab_mode_name(p.vocab))},
-          {"microbatches", p.microbatches},
-          {"micro_batch_size", p.micro_batch_size},
-          {"zero_stage", p.zero_stage},
-          {"steps", steps},
-          {"seed", seed},
-          {"time_unit", "s"}};
+                                  spec::EnginePrecision precision, int gpus) {
+  nlohmann::json j = {{"model", model.name},
+                      {"backend", std::string(spec::engine_backend_name(backend))},
+                      {"precision", std::string(spec::engine_precision_name(precision))},
+                      {"tp", p.tp},
+                      {"pp", p.pp},
+                      {"dp", p.dp},
+                      {"ep", p.ep},
+                      {"schedule", p.schedule},
+                      {"chunks", p.chunks},
+                      {"vocab", std::string(schedule::vocab_mode_name(p.vocab))},
+                      {"microbatches", p.microbatches},
+                      {"micro_batch_size", p.micro_batch_size},
+                      {"zero_stage", p.zero_stage},
+                      {"steps", steps},
+                      {"seed", seed},
+                      {"time_unit", "s"}};
+  if (gpus > 0) j["gpus"] = gpus;
+  return j;
 }
 
 TrainingEngine training_engine_from_json(const nlohmann::json& j) {
@@ -145,6 +147,12 @@ TrainingEngine training_engine_from_json(const nlohmann::json& j) {
     } catch (const SpecError& err) {
       throw InputError(std::string("training plan: ") + err.what());
     }
+  }
+  if (j.contains("gpus")) {
+    if (!j["gpus"].is_number_integer() || j["gpus"].get<long long>() < 0 ||
+        j["gpus"].get<long long>() > (1 << 20))
+      throw InputError("training plan: gpus is not a count of GPUs");
+    e.gpus = j["gpus"].get<int>();
   }
   return e;
 }

@@ -2,10 +2,11 @@
 // `pipetune train --config tests/bench/cuda/gpt2-pp4-1f1b.toml --backend cuda` on an NVIDIA H200
 // (4 pipeline stages as 4 streams of one GPU, 6 steps, CUPTI capture; recorded by
 // tests/gpu/device_check.sh on 2026-11-26 at commit 0406db9; the kernels of steps 1-4 dropped to
-// keep it small). Predicted as the CUDA engine runs it, the per-stage compute is far off (the
-// shipped efficiency table is Megatron's on tensor cores, and the 4 stages share one GPU);
-// `calibrate` fits the table to the run's kernel times, and the same prediction with the fitted
-// table meets the measured stages within a few percent.
+// keep it small; "gpus": 1 added to its stored plan afterwards, as train now stores it). Predicted
+// as the CUDA engine runs it, the per-stage compute is far off (the shipped efficiency table is
+// Megatron's on tensor cores, and the 4 stages share one GPU); `calibrate` fits the table to the
+// run's kernel times, and the same prediction with the fitted table meets the measured stages
+// within a few percent.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -62,6 +63,15 @@ TEST(GpuRunCalibration, FittedTableMeetsTheMeasuredStagesOfAnH200Run) {
   ASSERT_EQ(after.at("stages").size(), 4u);
   for (const auto& st : after.at("stages"))
     EXPECT_LT(std::fabs(st.at("compute_error").get<double>()), 0.05) << st.dump();
+  // The 4 ranks shared one GPU: said, as the reason the iteration does not compare.
+  EXPECT_TRUE(after.at("ranks_shared_gpus").get<bool>());
+  EXPECT_EQ(after.at("measured_gpus"), 1);
+  const ProcessResult text =
+      run_pipetune({"predict", "--config", fitted_run.string(), "--against", "1", "--db", s.db});
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("run 1 trained its 4 ranks on 1 GPU (streams sharing a device)"),
+            std::string::npos)
+      << text.out;
 }
 
 }  // namespace

@@ -101,6 +101,12 @@ TEST(RecordJson, TrainingPlanKeepsItsEngine) {
   const TrainingEngine e = training_engine_from_json(j);
   EXPECT_EQ(e.backend, spec::EngineBackend::cuda);
   EXPECT_EQ(e.precision, spec::EnginePrecision::bf16);
+  EXPECT_EQ(e.gpus, 0);  // not given: not kept
+  EXPECT_EQ(training_engine_from_json(training_plan_json(spec::load_model("tiny"), p, 60, 1234,
+                                                         spec::EngineBackend::cuda,
+                                                         spec::EnginePrecision::fp32, 1))
+                .gpus,
+            1);
   // Runs stored before the engine was kept: the CPU engine, fp32.
   nlohmann::json old = j;
   old.erase("backend");
