@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/cuda/cupti_records.hpp"
+#include "profiler/gpu/capture_router.hpp"
 
 namespace pipetune::cuda {
 
@@ -119,12 +120,29 @@ class Registry {
 std::vector<CUpti_ActivityKind> kinds(const CuptiCollectorOptions& options) {
   std::vector<CUpti_ActivityKind> k = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
                                        CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
-  if (options.api_records) {
+  if (options.api_records == ApiRecords::all) {
     k.push_back(CUPTI_ACTIVITY_KIND_RUNTIME);
     k.push_back(CUPTI_ACTIVITY_KIND_DRIVER);
   }
   if (options.synchronization) k.push_back(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
   return k;
+}
+
+// ApiRecords::launches: switches the records of every runtime and driver call that creates
+// device work on or off, by name (the names the router reads from the records).
+void enable_launch_api_records(bool on) {
+  const auto each = [&](CUpti_CallbackDomain domain, CUpti_CallbackId count, auto enable) {
+    for (CUpti_CallbackId id = 1; id < count; ++id) {
+      const char* name = nullptr;
+      if (cuptiGetCallbackName(domain, id, &name) != CUPTI_SUCCESS || name == nullptr) continue;
+      if (!profiler::is_launch_call(name)) continue;
+      const CUptiResult r = enable(id, static_cast<std::uint8_t>(on ? 1 : 0));
+      if (on && r != CUPTI_SUCCESS)
+        detail::throw_cupti_error(r, "cuptiActivityEnable*Api", __FILE__, __LINE__);
+    }
+  };
+  each(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, cuptiActivityEnableRuntimeApi);
+  each(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, cuptiActivityEnableDriverApi);
 }
 
 }  // namespace
@@ -172,8 +190,10 @@ CuptiCollector::CuptiCollector(Clock::time_point epoch, CuptiCollectorOptions op
       PIPETUNE_CUPTI_CHECK(cuptiActivityEnable(k));
       enabled.push_back(k);
     }
+    if (options_.api_records == ApiRecords::launches) enable_launch_api_records(true);
     remeasure_clock();
   } catch (...) {
+    if (options_.api_records == ApiRecords::launches) enable_launch_api_records(false);
     for (const CUpti_ActivityKind k : enabled) cuptiActivityDisable(k);
     Registry::instance().detach(this);
     throw;
@@ -181,6 +201,7 @@ CuptiCollector::CuptiCollector(Clock::time_point epoch, CuptiCollectorOptions op
 }
 
 CuptiCollector::~CuptiCollector() {
+  if (options_.api_records == ApiRecords::launches) enable_launch_api_records(false);
   for (const CUpti_ActivityKind k : kinds(options_)) cuptiActivityDisable(k);
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // completes into this collector
   Registry::instance().detach(this);

@@ -80,13 +80,17 @@ BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
 
 // ---- the collector ------------------------------------------------------------------------------
 
+// Which runtime and driver calls CUPTI records (the launch calls tie each kernel to the op that
+// launched it): all (CUPTI_ACTIVITY_KIND_RUNTIME and _DRIVER); launches, only the calls that
+// create device work (profiler::is_launch_call), enabled one callback id at a time, which is all
+// the router keeps; none, device records only (what the overhead benchmark compares against).
+enum class ApiRecords { all, launches, none };
+
 struct CuptiCollectorOptions {
   std::size_t buffer_bytes = std::size_t{8} << 20;  // each buffer handed to CUPTI
   bool synchronization = false;  // also CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (kept out of captures)
-  // CUPTI_ACTIVITY_KIND_RUNTIME and _DRIVER: the launch calls that tie each kernel to the op that
-  // launched it. Off: device records only (what the overhead benchmark compares against).
-  bool api_records = true;
-  int clock_samples = 16;        // readings for the clock offset
+  ApiRecords api_records = ApiRecords::all;
+  int clock_samples = 16;  // readings for the clock offset
 };
 
 class CuptiCollector {

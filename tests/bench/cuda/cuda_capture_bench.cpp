@@ -7,6 +7,7 @@
 //   BM_Step/cupti  NVTX plus the CUPTI activity collector, flushed and taken every step
 //   BM_Step/cupti-device  the same with device records only (no runtime/driver API records, so
 //                  no launch ties kernels to ops): what the API records cost
+//   BM_Step/cupti-launches  the API records of launching calls only (ApiRecords::launches)
 // Overhead = time(mode) / time(off) - 1. The CUPTI modes also report flush_ms, the step end's
 // flush and take alone (host time after the device is idle), to tell it from the time the
 // collection adds while the step runs. Runs only on a GPU: without a usable device it prints
@@ -36,7 +37,7 @@ using pipetune::tensor::TensorView;
 
 using pipetune::bench::DeviceArray;
 
-enum Mode { kOff = 0, kNvtx = 1, kCupti = 2, kCuptiDevice = 3 };
+enum Mode { kOff = 0, kNvtx = 1, kCupti = 2, kCuptiDevice = 3, kCuptiLaunches = 4 };
 
 class Ranges {
  public:
@@ -72,9 +73,11 @@ void BM_Step(benchmark::State& state) {
   backend.synchronize();
   Ranges ranges(mode != kOff);
   std::unique_ptr<pipetune::cuda::CuptiCollector> collector;
-  if (mode == kCupti || mode == kCuptiDevice) {
+  if (mode >= kCupti) {
     pipetune::cuda::CuptiCollectorOptions options;
-    options.api_records = mode == kCupti;
+    options.api_records = mode == kCupti         ? pipetune::cuda::ApiRecords::all
+                          : mode == kCuptiDevice ? pipetune::cuda::ApiRecords::none
+                                                 : pipetune::cuda::ApiRecords::launches;
     collector = std::make_unique<pipetune::cuda::CuptiCollector>(
         pipetune::cuda::CuptiCollector::Clock::now(), options);
   }
@@ -123,11 +126,12 @@ void BM_Step(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Step)
-    ->ArgName("mode(0=off,1=nvtx,2=cupti,3=cupti-device)")
+    ->ArgName("mode(0=off,1=nvtx,2=cupti,3=cupti-device,4=cupti-launches)")
     ->Arg(kOff)
     ->Arg(kNvtx)
     ->Arg(kCupti)
     ->Arg(kCuptiDevice)
+    ->Arg(kCuptiLaunches)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(2.0);
