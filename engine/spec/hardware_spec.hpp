@@ -40,10 +40,10 @@ struct HardwareSpec {
   // A GPU's dense FP32 FLOP/s without tensor cores (the CUDA engine's fp32 GEMMs and attention
   // run there); 0: not known (the CPU's peak_flops is already fp32).
   double fp32_peak_flops = 0.0;
-  std::int64_t hbm_bytes = 0;           // device memory (a CPU device: its share of RAM)
-  double hbm_bandwidth = 0.0;           // bytes/s
-  double intra_node_bandwidth = 0.0;    // scale-up link (NVLink...), bytes/s per GPU per direction
-  double inter_node_bandwidth = 0.0;    // scale-out NIC, bytes/s per GPU per direction
+  std::int64_t hbm_bytes = 0;         // device memory (a CPU device: its share of RAM)
+  double hbm_bandwidth = 0.0;         // bytes/s
+  double intra_node_bandwidth = 0.0;  // scale-up link (NVLink...), bytes/s per GPU per direction
+  double inter_node_bandwidth = 0.0;  // scale-out NIC, bytes/s per GPU per direction
   int devices_per_node = 8;
   // Start-up latency of one transfer. Order-of-magnitude defaults (NCCL small-message latency
   // is a few microseconds over NVLink and around ten across a network); calibrate by measurement.

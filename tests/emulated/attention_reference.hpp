@@ -8,6 +8,8 @@
 #include <random>
 #include <vector>
 
+#include "tests/emulated/emulated_test_support.hpp"
+
 namespace pipetune::cuda::emulation {
 
 struct Reference {
@@ -74,17 +76,6 @@ inline Reference reference(const std::vector<float>& qkv, const std::vector<floa
       }
     }
   return r;
-}
-
-// The largest |got - want| over the largest |want|; a NaN (an unwritten value read) is infinite.
-inline double relative_error(const std::vector<float>& got, const std::vector<double>& want) {
-  double diff = 0.0, scale = 1e-12;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    const double d = std::fabs(got[i] - want[i]);
-    diff = std::isnan(got[i]) ? INFINITY : std::max(diff, d);
-    scale = std::max(scale, std::fabs(want[i]));
-  }
-  return diff / scale;
 }
 
 // Random packed qkv (B, T, 3C), dout (B, T, C) and a dqkv (B, T, 3C) the backward adds to.

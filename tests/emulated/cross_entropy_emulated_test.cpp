@@ -10,25 +10,13 @@
 
 #include "engine/cuda/cuda_cross_entropy.cu"
 #include "engine/tensor/cpu/cpu_backend.hpp"
+#include "tests/emulated/emulated_test_support.hpp"
 
 namespace pipetune::cuda::kernels {
 namespace {
 
+using emulation::relative_error;
 using tensor::Tensor;
-
-double relative_error(const std::vector<float>& got, const Tensor& want) {
-  double diff = 0.0, scale = 1e-12;
-  for (std::int64_t i = 0; i < want.numel(); ++i) {
-    const float g = got[static_cast<std::size_t>(i)];
-    diff = std::isnan(g) ? INFINITY : std::max(diff, std::fabs(double(g) - want[i]));
-    scale = std::max(scale, std::fabs(double(want[i])));
-  }
-  return diff / scale;
-}
-
-std::vector<float> values(const Tensor& t) {
-  return std::vector<float>(t.data(), t.data() + t.numel());
-}
 
 TEST(CrossEntropyEmulated, ProtocolStepsMatchTheCpuBackend) {
   const std::int64_t N = 29, V = 300, lo = 100, hi = 250, W = hi - lo;
@@ -60,7 +48,7 @@ TEST(CrossEntropyEmulated, ProtocolStepsMatchTheCpuBackend) {
   }
   Tensor rescaled = lsum;
   cpu.vocab_ce_rescale_sum(lmax, gmax, rescaled);
-  std::vector<float> grescaled = values(lsum);
+  std::vector<float> grescaled = lsum.values();
   ce_rescale_sum(nullptr, lmax.data(), gmax.data(), grescaled.data(), N);
   EXPECT_LE(relative_error(grescaled, rescaled), 1e-6);
 
@@ -72,7 +60,7 @@ TEST(CrossEntropyEmulated, ProtocolStepsMatchTheCpuBackend) {
 
   Tensor dwant = dshard;
   cpu.vocab_ce_backward(shard, targets, lo, gmax, gsum, 1.0f / static_cast<float>(N), dwant);
-  std::vector<float> dgot = values(dshard);
+  std::vector<float> dgot = dshard.values();
   ce_backward(nullptr, shard.data(), targets.data(), lo, gmax.data(), gsum.data(),
               1.0f / static_cast<float>(N), dgot.data(), N, W);
   EXPECT_LE(relative_error(dgot, dwant), 1e-5);

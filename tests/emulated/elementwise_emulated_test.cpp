@@ -11,34 +11,21 @@
 
 #include "engine/cuda/cuda_elementwise.cu"
 #include "engine/tensor/cpu/cpu_backend.hpp"
+#include "tests/emulated/emulated_test_support.hpp"
+#include "tests/engine/tensor/backend_test_support.hpp"
 
 namespace pipetune::cuda::kernels {
 namespace {
 
+using emulation::relative_error;
 using tensor::Tensor;
-
-Tensor random_tensor(std::int64_t n, std::mt19937& rng, float scale = 1.0f) {
-  Tensor t({n});
-  std::uniform_real_distribution<float> u(-scale, scale);
-  for (std::int64_t i = 0; i < n; ++i) t[i] = u(rng);
-  return t;
-}
-
-// |got - want| over the largest |want|; NaN (a value nothing wrote) is infinite.
-double relative_error(const Tensor& got, const Tensor& want) {
-  double diff = 0.0, scale = 1e-12;
-  for (std::int64_t i = 0; i < want.numel(); ++i) {
-    diff = std::isnan(got[i]) ? INFINITY : std::max(diff, std::fabs(double(got[i]) - want[i]));
-    scale = std::max(scale, std::fabs(double(want[i])));
-  }
-  return diff / scale;
-}
+using tensor::testing::random_tensor;
 
 TEST(ElementwiseEmulated, OpsMatchTheCpuBackend) {
   std::mt19937 rng(21);
   tensor::CpuBackend cpu;
   const std::int64_t n = 5000;
-  const Tensor a = random_tensor(n, rng, 3.0f), b = random_tensor(n, rng, 3.0f);
+  const Tensor a = random_tensor({n}, rng, 3.0f), b = random_tensor({n}, rng, 3.0f);
 
   Tensor want = a, got = a;
   cpu.scale(want, 0.37f);
@@ -79,11 +66,11 @@ TEST(ElementwiseEmulated, AdamWStepsMatchTheCpuBackend) {
   std::mt19937 rng(22);
   tensor::CpuBackend cpu;
   const std::int64_t n = 3000;
-  Tensor p_want = random_tensor(n, rng), m_want({n}), v_want({n});
+  Tensor p_want = random_tensor({n}, rng), m_want({n}), v_want({n});
   Tensor p_got = p_want, m_got({n}), v_got({n});
   const tensor::AdamWConfig cfg{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
   for (std::int64_t step = 1; step <= 3; ++step) {
-    const Tensor g = random_tensor(n, rng);
+    const Tensor g = random_tensor({n}, rng);
     cpu.adamw_step(p_want, g, m_want, v_want, cfg, step);
     const double t = static_cast<double>(step);
     adamw(nullptr, p_got.data(), g.data(), m_got.data(), v_got.data(), n, cfg.beta1, cfg.beta2,
@@ -108,7 +95,7 @@ std::uint16_t bf16_bits(float f) {
 TEST(ElementwiseEmulated, Bf16CopiesRoundToNearestEvenAndPadRows) {
   std::mt19937 rng(23);
   const std::int64_t rows = 7, cols = 13, ld = 16;
-  const Tensor x = random_tensor(rows * cols, rng, 100.0f);
+  const Tensor x = random_tensor({rows * cols}, rng, 100.0f);
   std::vector<__nv_bfloat16> flat(static_cast<std::size_t>(rows * cols));
   to_bf16(nullptr, x.data(), flat.data(), rows * cols);
   std::vector<__nv_bfloat16> padded(static_cast<std::size_t>(rows * ld));

@@ -11,27 +11,15 @@
 
 #include "engine/cuda/cuda_embedding.cu"
 #include "engine/tensor/cpu/cpu_backend.hpp"
+#include "tests/emulated/emulated_test_support.hpp"
+#include "tests/engine/tensor/backend_test_support.hpp"
 
 namespace pipetune::cuda::kernels {
 namespace {
 
+using emulation::relative_error;
 using tensor::Tensor;
-
-Tensor random_tensor(tensor::Shape shape, std::mt19937& rng) {
-  Tensor t(shape);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (std::int64_t i = 0; i < t.numel(); ++i) t[i] = u(rng);
-  return t;
-}
-
-double relative_error(const Tensor& got, const Tensor& want) {
-  double diff = 0.0, scale = 1e-12;
-  for (std::int64_t i = 0; i < want.numel(); ++i) {
-    diff = std::isnan(got[i]) ? INFINITY : std::max(diff, std::fabs(double(got[i]) - want[i]));
-    scale = std::max(scale, std::fabs(double(want[i])));
-  }
-  return diff / scale;
-}
+using tensor::testing::random_tensor;
 
 TEST(EmbeddingEmulated, ShardForwardAndBackwardMatchTheCpuBackend) {
   const std::int64_t B = 3, T = 11, C = 24, V = 50, lo = 10, hi = 35, rows = hi - lo, N = B * T;

@@ -10,29 +10,16 @@
 
 #include "engine/cuda/cuda_layernorm.cu"
 #include "engine/tensor/cpu/cpu_backend.hpp"
+#include "tests/emulated/emulated_test_support.hpp"
+#include "tests/engine/tensor/backend_test_support.hpp"
 
 namespace pipetune::cuda::kernels {
 namespace {
 
+using emulation::relative_error;
 using tensor::Shape;
 using tensor::Tensor;
-
-Tensor random_tensor(Shape shape, std::mt19937& rng, float scale = 1.0f) {
-  Tensor t(shape);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  for (std::int64_t i = 0; i < t.numel(); ++i) t[i] = u(rng);
-  return t;
-}
-
-// |got - want| over the largest |want| (1e-12 at least); NaN (a value nothing wrote) is infinite.
-double relative_error(const float* got, const Tensor& want) {
-  double diff = 0.0, scale = 1e-12;
-  for (std::int64_t i = 0; i < want.numel(); ++i) {
-    diff = std::isnan(got[i]) ? INFINITY : std::max(diff, std::fabs(double(got[i]) - want[i]));
-    scale = std::max(scale, std::fabs(double(want[i])));
-  }
-  return diff / scale;
-}
+using tensor::testing::random_tensor;
 
 TEST(LayerNormEmulated, ForwardAndBothBackwardsMatchTheCpuBackend) {
   std::mt19937 rng(11);
@@ -63,12 +50,12 @@ TEST(LayerNormEmulated, ForwardAndBothBackwardsMatchTheCpuBackend) {
     layernorm_backward_weight(nullptr, dy.data(), x.data(), gmean.data(), grstd.data(), gdw.data(),
                               gdb.data(), N, C, scratch.data());
     const std::string at = "N " + std::to_string(N) + " C " + std::to_string(C);
-    EXPECT_LE(relative_error(gy.data(), y), 1e-5) << "y, " << at;
-    EXPECT_LE(relative_error(gmean.data(), mean), 1e-5) << "mean, " << at;
-    EXPECT_LE(relative_error(grstd.data(), rstd), 1e-5) << "rstd, " << at;
-    EXPECT_LE(relative_error(gdx.data(), dx), 1e-5) << "dx, " << at;
-    EXPECT_LE(relative_error(gdw.data(), dw), 1e-5) << "dw, " << at;
-    EXPECT_LE(relative_error(gdb.data(), db), 1e-5) << "db, " << at;
+    EXPECT_LE(relative_error(gy, y), 1e-5) << "y, " << at;
+    EXPECT_LE(relative_error(gmean, mean), 1e-5) << "mean, " << at;
+    EXPECT_LE(relative_error(grstd, rstd), 1e-5) << "rstd, " << at;
+    EXPECT_LE(relative_error(gdx, dx), 1e-5) << "dx, " << at;
+    EXPECT_LE(relative_error(gdw, dw), 1e-5) << "dw, " << at;
+    EXPECT_LE(relative_error(gdb, db), 1e-5) << "db, " << at;
   }
 }
 

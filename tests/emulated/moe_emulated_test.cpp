@@ -10,27 +10,15 @@
 
 #include "engine/cuda/cuda_moe.cu"
 #include "engine/tensor/cpu/cpu_backend.hpp"
+#include "tests/emulated/emulated_test_support.hpp"
+#include "tests/engine/tensor/backend_test_support.hpp"
 
 namespace pipetune::cuda::kernels {
 namespace {
 
+using emulation::relative_error;
 using tensor::Tensor;
-
-Tensor random_tensor(tensor::Shape shape, std::mt19937& rng, float scale = 1.0f) {
-  Tensor t(shape);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  for (std::int64_t i = 0; i < t.numel(); ++i) t[i] = u(rng);
-  return t;
-}
-
-double relative_error(const Tensor& got, const Tensor& want) {
-  double diff = 0.0, scale = 1e-12;
-  for (std::int64_t i = 0; i < want.numel(); ++i) {
-    diff = std::isnan(got[i]) ? INFINITY : std::max(diff, std::fabs(double(got[i]) - want[i]));
-    scale = std::max(scale, std::fabs(double(want[i])));
-  }
-  return diff / scale;
-}
+using tensor::testing::random_tensor;
 
 TEST(MoeEmulated, RouterDispatchAndCombineMatchTheCpuBackend) {
   const std::int64_t N = 23, E = 4, K = 2, C = 40, capacity = 9;
