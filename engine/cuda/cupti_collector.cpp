@@ -62,29 +62,21 @@ class Registry {
   }
 
  private:
-  // Buffers are reused: every step's forced flush hands back a partly filled buffer and asks for
-  // a new one, and a fresh allocation of buffer_bytes_ costs page faults each time.
   static void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size,
                                         std::size_t* max_records) {
     Registry& r = instance();
     std::size_t bytes = 0;
-    *buffer = nullptr;
     {
       const std::lock_guard<std::mutex> lock(r.mutex_);
       bytes = r.buffer_bytes_;
-      if (!r.spare_.empty() && r.spare_bytes_ == bytes) {
-        *buffer = r.spare_.back();
-        r.spare_.pop_back();
-      }
     }
-    if (*buffer == nullptr)
-      *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(kBufferAlign, bytes));
+    *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(kBufferAlign, bytes));
     *size = *buffer != nullptr ? bytes : 0;  // no buffer: CUPTI drops records (and counts them)
     *max_records = 0;                        // as many as fit
   }
 
   static void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id,
-                                        std::uint8_t* buffer, std::size_t size,
+                                        std::uint8_t* buffer, std::size_t /*size*/,
                                         std::size_t valid_bytes) {
     std::size_t dropped = 0;
     if (cuptiActivityGetNumDroppedRecords(context, stream_id, &dropped) != CUPTI_SUCCESS)
@@ -94,27 +86,14 @@ class Registry {
       const std::lock_guard<std::mutex> lock(r.mutex_);
       if (r.active_ != nullptr && buffer != nullptr)
         r.active_->consume(buffer, valid_bytes, dropped);
-      if (buffer != nullptr && size == r.buffer_bytes_ && r.spare_.size() < kSpareBuffers) {
-        if (r.spare_bytes_ != size) {  // another size was asked for: drop the old spares
-          for (std::uint8_t* b : r.spare_) std::free(b);
-          r.spare_.clear();
-          r.spare_bytes_ = size;
-        }
-        r.spare_.push_back(buffer);
-        buffer = nullptr;
-      }
     }
     std::free(buffer);
   }
-
-  static constexpr std::size_t kSpareBuffers = 4;
 
   std::mutex mutex_;
   CuptiCollector* active_ = nullptr;
   bool registered_ = false;
   std::size_t buffer_bytes_ = std::size_t{8} << 20;
-  std::vector<std::uint8_t*> spare_;  // completed buffers of spare_bytes_, for the next requests
-  std::size_t spare_bytes_ = 0;
 };
 
 std::vector<CUpti_ActivityKind> kinds(const CuptiCollectorOptions& options) {
