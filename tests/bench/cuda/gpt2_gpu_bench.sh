@@ -12,8 +12,7 @@
 #     batch that does not fit there moves on to the next smaller one, and the table says so).
 #  3. One table: framework, dtype, batch, tokens/s, model TFLOP/s and MFU, with the model FLOPs
 #     of torch_gpt_step.py (6N + 12 L T C per token) and the peak of the GPU's hardware preset
-#     (bf16: its peak_flops; fp32: its fp32_peak_flops when it has one, else the vendor's FP32
-#     figure, named in the table).
+#     (bf16: its peak_flops; fp32: its fp32_peak_flops, and no fp32 MFU where it has none).
 #  4. pp=4 1F1B as 4 streams of the GPU (tests/bench/cuda/gpt2-pp4-1f1b.toml, stored in a
 #     workspace with its GPU activity), then `pipetune report` of that run and
 #     `pipetune predict --config RUN --against ID`: the per-stage error of the simulated run
@@ -423,12 +422,8 @@ L, C, T, V = (model_key(k) for k in ("layers", "hidden", "seq_len", "vocab"))
 # torch_gpt_step.py's model FLOPs per trained token (forward + backward)
 flops_per_token = 6 * (12 * L * C * C + V * C) + 12 * L * T * C
 
-# Peaks: the hardware preset's peak_flops is dense BF16 (fp32 for a CPU preset); its fp32 figure
-# is fp32_peak_flops when present, else the vendor's FP32 (non-tensor) figure.
-VENDOR_FP32 = {"h100-sxm": (67e12, "NVIDIA H100 SXM datasheet, FP32 67 TFLOP/s"),
-               "h200": (67e12, "NVIDIA H200 SXM datasheet, FP32 67 TFLOP/s"),
-               "a100-80gb": (19.5e12, "NVIDIA A100 datasheet, FP32 19.5 TFLOP/s"),
-               "a100-40gb": (19.5e12, "NVIDIA A100 datasheet, FP32 19.5 TFLOP/s")}
+# Peaks: the hardware preset's peak_flops is dense BF16 (fp32 for a CPU preset), its
+# fp32_peak_flops the FP32 (non-tensor) figure; no fp32 MFU without one.
 hw = meta["hardware"]
 peaks = {}
 if hw:
@@ -443,9 +438,6 @@ if hw:
         peaks["bf16"] = (key("peak_flops"), f"{path} peak_flops")
         if key("fp32_peak_flops"):
             peaks["fp32"] = (key("fp32_peak_flops"), f"{path} fp32_peak_flops")
-        elif hw in VENDOR_FP32:
-            v, src = VENDOR_FP32[hw]
-            peaks["fp32"] = (v, f"{src} ({path} has no fp32 figure)")
 
 rows = []
 for line in open(os.path.join(work, "rows.tsv")):
