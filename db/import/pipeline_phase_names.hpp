@@ -7,13 +7,15 @@
 //    "S_{stage},{mb}" its SYNC_BARRIER phase (-> Barrier). The names are made in
 //    pippy/PipelineDriver.py ({F|B|S}_{rank},{mb} at b39beba, the 2022-04-08 initial commit; the
 //    later event_name() uses the stage id) and written by pippy/visualizer.py events_to_json.
-//    Later PipelineDriver versions add "A_{stage},{mb}" (ACCUMULATE_GRAD), not a phase here. PiPPy
-//    release not established (0.1.0 was frozen 2023-04-18, PR #783; 0.2.0 moved to the PyTorch 2
-//    tracer, PR #936).
+//    Later PipelineDriver versions add "A_{stage},{mb}" (ACCUMULATE_GRAD), not a phase here.
+//    Releases: torchpippy 0.1.0 (frozen 2023-04-18, PR #783) and 0.1.1 (PR #798) come before
+//    PipelineDriver left (PR #919, 2023-12); 0.2.0 (PR #936, the PyTorch 2 tracer) lists neither
+//    file. No stored commit is pinned to 0.1.x, so their names were not read at a release.
 //  - torch.distributed.pipelining record_function names "PP:{stage}{action}{mb}": schedules.py
 //    _get_profiler_function_name returns "PP:" + str(_Action), and _PipelineScheduleRuntime wraps
 //    every action of its schedule in it. Added by pytorch/pytorch PR #160753 (opened 2025-08-15):
-//    absent at 1fd7abc, present in later copies. First PyTorch release not established. Compute
+//    absent at 1fd7abc, present in later copies. First release 2.9.0, not 2.8.0: ROCm/pytorch's
+//    release/2.9 merges 10b22ea and 6aedb8a carry it on the 2.9.0 side of their conflicts. Compute
 //    actions: F forward, I input backward (-> B), W weight backward (-> W), B full backward
 //    (-> BW). The other actions (UNSHARD, RESHARD, SEND_F/RECV_F/SEND_B/RECV_B, REDUCE_GRAD, and
 //    DualPipeV's "(a;b)OVERLAP_F_B" pair) are not phases. In the 2.4 release the action letters
@@ -72,7 +74,9 @@ std::optional<PipelinePhase> match_pipeline_phase(std::string_view name);
 // unknown. Other Python functions are not phases (a module's forward is not one).
 // The two methods came with the pipeline engine (deepspeedai/DeepSpeed PR #392; DeepSpeedExamples'
 // pipeline example, PR #50, was approved 2020-09-10). They were read at samyam/DeepSpeed@f095c7d
-// and deepspeedai/DeepSpeed@e787c16. The earliest release that has them is not established.
+// and deepspeedai/DeepSpeed@e787c16. They shipped as version 0.3.0 (September 2020, "DeepSpeed
+// v0.3 includes new support for pipeline parallelism", docs/_tutorials/pipeline.md at 0bec105);
+// the first release installable with pip was 0.3.1 (PR #496, 2020-10-30).
 // DeepSpeed's own NVTX ranges (deepspeed/utils/nvtx.py instrument_w_nvtx, named by __qualname__:
 // "DeepSpeedEngine.forward", "DeepSpeedEngine.backward") are not matched. In the pipeline engine
 // every stage's _exec_forward_pass calls DeepSpeedEngine.forward, but only the last stage's
