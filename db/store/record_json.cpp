@@ -59,7 +59,8 @@ nlohmann::json model_to_json(const spec::ModelSpec& m) {
           {"top_k", m.top_k},
           {"moe_every", m.moe_every},
           {"activation", std::string(spec::activation_name(m.activation))},
-          {"tied_embeddings", m.tied_embeddings}};
+          {"tied_embeddings", m.tied_embeddings},
+          {"vocab_divisible_by", m.vocab_divisible_by}};
 }
 
 spec::ModelSpec model_from_json(const nlohmann::json& j) {
@@ -78,6 +79,8 @@ spec::ModelSpec model_from_json(const nlohmann::json& j) {
     m.moe_every = j.at("moe_every");
     m.activation = spec::parse_activation(j.at("activation").get<std::string>());
     m.tied_embeddings = j.value("tied_embeddings", false);
+    // Runs stored before padding rows existed had none.
+    m.vocab_divisible_by = j.value("vocab_divisible_by", std::int64_t{1});
     return m;
   } catch (const nlohmann::json::exception& e) {
     throw InputError(std::string("stored model: ") + e.what());

@@ -150,6 +150,11 @@ void CudaBackend::do_accumulate(TensorView dst, ConstTensorView src) {
   kernels::accumulate(stream_, dst.data, src.data, dst.numel());
 }
 
+void CudaBackend::do_fill_columns(TensorView t, std::int64_t col_lo, float value) {
+  activate();
+  kernels::fill_columns(stream_, t.data, t.shape[0], t.shape[1], col_lo, value);
+}
+
 void CudaBackend::do_gelu_forward(ConstTensorView x, TensorView y) {
   activate();
   kernels::gelu_forward(stream_, x.data, y.data, x.numel());

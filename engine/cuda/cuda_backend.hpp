@@ -99,6 +99,7 @@ class CudaBackend final : public tensor::Backend {
   void do_add(tensor::ConstTensorView a, tensor::ConstTensorView b,
               tensor::TensorView out) override;
   void do_accumulate(tensor::TensorView dst, tensor::ConstTensorView src) override;
+  void do_fill_columns(tensor::TensorView t, std::int64_t col_lo, float value) override;
   void do_linear_forward(tensor::ConstTensorView x, tensor::ConstTensorView w,
                          tensor::ConstTensorView b, tensor::TensorView y) override;
   void do_linear_backward_input(tensor::ConstTensorView dy, tensor::ConstTensorView w,

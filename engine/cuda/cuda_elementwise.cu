@@ -1,7 +1,7 @@
-// Elementwise kernels: scale, add, accumulate, row-vector add, GELU (tanh approximation), AdamW
-// and the fp32 -> bf16 conversion of GEMM inputs. Grid-stride loops over the flat range
-// (elementwise_shape); each element is computed by one thread exactly as the CPU backend does,
-// with expf instead of the CPU's exp_approx (agreement within a few ulp, not bit-identity).
+// Elementwise kernels: scale, add, accumulate, column fill, row-vector add, GELU (tanh
+// approximation), AdamW and the fp32 -> bf16 conversion of GEMM inputs. Grid-stride loops over the
+// flat range (elementwise_shape); each element is computed by one thread exactly as the CPU backend
+// does, with expf instead of the CPU's exp_approx (agreement within a few ulp, not bit-identity).
 #include <cuda_bf16.h>
 
 #include "engine/cuda/cuda_kernels.hpp"
@@ -27,6 +27,20 @@ __global__ void add_kernel(const float* a, const float* b, float* out, std::int6
 
 __global__ void accumulate_kernel(float* dst, const float* src, std::int64_t n) {
   for (std::int64_t i = global_thread(); i < n; i += grid_threads()) dst[i] += src[i];
+}
+
+__global__ void maximum_kernel(float* dst, const float* src, std::int64_t n) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float a = dst[i], b = src[i];
+    if ((b > a || b != b) && a == a) dst[i] = b;  // x != x: x is NaN (no fast math here)
+  }
+}
+
+// n = rows * width elements of the columns [col_lo, cols).
+__global__ void fill_columns_kernel(float* t, std::int64_t n, std::int64_t width, std::int64_t cols,
+                                    std::int64_t col_lo, float value) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
+    t[(i / width) * cols + col_lo + i % width] = value;
 }
 
 __global__ void add_row_vector_kernel(float* y, const float* v, std::int64_t n, std::int64_t cols) {
@@ -93,6 +107,18 @@ void add(cudaStream_t s, const float* a, const float* b, float* out, std::int64_
 
 void accumulate(cudaStream_t s, float* dst, const float* src, std::int64_t n) {
   PIPETUNE_LAUNCH(accumulate_kernel, elementwise_shape(n), s, dst, src, n);
+}
+
+void maximum(cudaStream_t s, float* dst, const float* src, std::int64_t n) {
+  PIPETUNE_LAUNCH(maximum_kernel, elementwise_shape(n), s, dst, src, n);
+}
+
+void fill_columns(cudaStream_t s, float* t, std::int64_t rows, std::int64_t cols,
+                  std::int64_t col_lo, float value) {
+  const std::int64_t width = cols - col_lo;
+  if (width <= 0 || rows == 0) return;
+  PIPETUNE_LAUNCH(fill_columns_kernel, elementwise_shape(rows * width), s, t, rows * width, width,
+                  cols, col_lo, value);
 }
 
 void add_row_vector(cudaStream_t s, float* y, const float* v, std::int64_t rows,

@@ -21,6 +21,11 @@ namespace pipetune::cuda::kernels {
 void scale(cudaStream_t s, float* t, float factor, std::int64_t n);
 void add(cudaStream_t s, const float* a, const float* b, float* out, std::int64_t n);
 void accumulate(cudaStream_t s, float* dst, const float* src, std::int64_t n);
+// dst = max(dst, src) elementwise, NaN winning (the communicators' max: comm/reduction.hpp).
+void maximum(cudaStream_t s, float* dst, const float* src, std::int64_t n);
+// t[r, c] = value for c >= col_lo of a (rows, cols) t.
+void fill_columns(cudaStream_t s, float* t, std::int64_t rows, std::int64_t cols,
+                  std::int64_t col_lo, float value);
 // y[r, c] += v[c] for a (rows, cols) y: the bias of a linear layer, the aux-loss gradient.
 void add_row_vector(cudaStream_t s, float* y, const float* v, std::int64_t rows, std::int64_t cols);
 void gelu_forward(cudaStream_t s, const float* x, float* y, std::int64_t n);

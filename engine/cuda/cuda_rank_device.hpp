@@ -1,10 +1,11 @@
 // GPU ranks for the trainer (runtime::RankDevice): single-GPU mode runs every rank of a run as a
 // thread of this process on one device ("ranks as streams of one device"), each with its own
 // CudaBackend (its own non-blocking stream, cuBLASLt handle and scratch), its own device
-// allocator on that stream, and a StagingCommunicator over the rank's thread communicator:
-// device spans go device -> host -> thread communicator -> host -> device (correct first; a
-// direct cudaMemcpyAsync between the ranks' streams with an event, or NCCL, is the fast path to
-// come). Kernels of different ranks overlap on the device as their streams allow.
+// allocator on that stream, and a PeerCopyCommunicator over the rank's thread communicator:
+// transfers and collectives of device spans are copies and reduction kernels between the ranks'
+// streams, ordered by CUDA events (runtime/peer_copy_communicator.hpp); host spans and
+// all-to-all go through a StagingCommunicator (device -> host -> thread communicator -> host ->
+// device). Kernels of different ranks overlap on the device as their streams allow.
 #pragma once
 
 #include <memory>

@@ -1,6 +1,7 @@
 #include "engine/cuda/device_allocator_cuda.hpp"
 
 #include "engine/cuda/cuda_check.hpp"
+#include "engine/cuda/cuda_kernels.hpp"
 
 #include <stdexcept>
 #include <string>
@@ -75,6 +76,19 @@ void CudaDeviceAllocator::copy_from_peer(void* dst, tensor::DeviceAllocator& pee
                            "' as a peer");
   if (bytes == 0 || dst == src) return;
   PIPETUNE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaDeviceAllocator::combine_from_peer(float* dst, tensor::DeviceAllocator& peer,
+                                            const float* src, std::size_t count, Combine op) {
+  if (!peer.on_device())
+    throw std::logic_error("cuda storage cannot combine from '" + std::string(peer.name()) +
+                           "' as a peer");
+  if (count == 0) return;
+  const auto n = static_cast<std::int64_t>(count);
+  if (op == Combine::sum)
+    kernels::accumulate(stream_, dst, src, n);
+  else
+    kernels::maximum(stream_, dst, src, n);
 }
 
 std::int64_t device_used_bytes(int device) {

@@ -40,6 +40,9 @@ class CudaDeviceAllocator final : public tensor::DeviceAllocator {
   void wait_for(const Fence& fence) override;
   void copy_from_peer(void* dst, tensor::DeviceAllocator& peer, const void* src,
                       std::size_t bytes) override;
+  // A kernel on this rank's stream (kernels::accumulate, kernels::maximum).
+  void combine_from_peer(float* dst, tensor::DeviceAllocator& peer, const float* src,
+                         std::size_t count, Combine op) override;
 
  protected:
   void* do_allocate(std::size_t bytes) override;

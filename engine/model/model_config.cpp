@@ -26,6 +26,7 @@ ModelConfig engine_model_config(const spec::ModelSpec& spec) {
   c.ffn = spec.ffn_hidden != 0 ? spec.ffn_hidden
                                : spec::default_ffn_hidden(spec.hidden, spec.activation);
   c.vocab = spec.vocab;
+  c.vocab_divisible_by = spec.vocab_divisible_by;
   c.seq_len = spec.seq_len;
   c.experts = spec.experts;
   c.top_k = spec.top_k;

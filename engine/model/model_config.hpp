@@ -17,10 +17,13 @@ namespace pipetune::model {
 struct ModelConfig {
   std::string name;
   std::int64_t layers = 0;
-  std::int64_t hidden = 0;   // C
-  std::int64_t heads = 0;    // NH
-  std::int64_t ffn = 0;      // F: MLP width (and each expert's)
-  std::int64_t vocab = 0;    // V
+  std::int64_t hidden = 0;  // C
+  std::int64_t heads = 0;   // NH
+  std::int64_t ffn = 0;     // F: MLP width (and each expert's)
+  std::int64_t vocab = 0;   // V: token ids and softmax classes
+  // Vocabulary tables have vocab_rows(shards) rows (spec::ModelSpec::vocab_divisible_by); the
+  // rows from V on are padding: zero at initialisation, their logits masked out of the softmax.
+  std::int64_t vocab_divisible_by = 1;
   std::int64_t seq_len = 0;  // maximum T (rows of the position embedding)
   std::int64_t experts = 1;
   std::int64_t top_k = 1;
@@ -34,6 +37,9 @@ struct ModelConfig {
   bool is_moe() const { return experts > 1; }
   bool is_moe_layer(std::int64_t layer) const { return experts > 1 && layer % moe_every == 0; }
   std::int64_t head_dim() const { return hidden / heads; }
+  std::int64_t vocab_rows(int shards) const {
+    return spec::padded_vocab(vocab, vocab_divisible_by, shards);
+  }
 };
 
 // Throws InputError for specs the engine cannot train (names the key and value).

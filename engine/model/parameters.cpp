@@ -77,8 +77,11 @@ void ParameterSet::initialize(std::uint64_t seed) {
   float* base = params_.on_device() ? staged.data() : params_.host_span().data();
   for (const ParamEntry& e : entries_) {
     float* p = base + e.offset;
-    for (std::int64_t i = 0; i < e.numel(); ++i)
-      p[i] = init_value(seed, e.name, e.init, e.init_std, e.layout.full_index(i));
+    for (std::int64_t i = 0; i < e.numel(); ++i) {
+      const std::int64_t full = e.layout.full_index(i);
+      const bool padding = e.zero_rows_from >= 0 && full / e.layout.full_cols >= e.zero_rows_from;
+      p[i] = padding ? 0.0f : init_value(seed, e.name, e.init, e.init_std, full);
+    }
   }
   if (params_.on_device()) params_.upload(staged);
   grads_.zero();

@@ -54,6 +54,9 @@ struct ParamEntry {
   Init init = Init::Normal;
   float init_std = 0.02f;
   std::size_t offset = 0;  // into the flat buffers
+  // Rows of the full tensor from here on are padding (a padded vocabulary): initialised to zero
+  // whatever `init` says. -1: none.
+  std::int64_t zero_rows_from = -1;
 
   std::int64_t numel() const { return shape.numel(); }
 };

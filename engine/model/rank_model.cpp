@@ -26,14 +26,22 @@ RankModel::RankModel(const ModelConfig& config, const RankPlacement& placement)
     last = last || g.group == placement.groups - 1;
   }
   const bool vp = placement.vocab_parallel;
-  vocab_ = vocab_shard(V, placement.vocab_shards, placement.vocab_index);
+  // Shards of the padded table (rows V .. Vp - 1 are padding, all in the last shards).
+  const std::int64_t Vp = config.vocab_rows(placement.vocab_shards);
+  vocab_ = vocab_shard(Vp, placement.vocab_shards, placement.vocab_index);
+  vocab_rows_ = Vp;
   const std::int64_t Vs = vocab_.rows();
-  const ShardLayout vocab_rows{V, C, {{vocab_.lo, vocab_.hi}}, 0, C};
+  const ShardLayout vocab_rows{Vp, C, {{vocab_.lo, vocab_.hi}}, 0, C};
+  const auto table = [&](const char* name) {
+    ParamEntry e{name, Shape{Vs, C}, vocab_rows, false, true, Init::Normal, config.init_std};
+    if (Vp > V) e.zero_rows_from = V;
+    return e;
+  };
 
   // Parameters are registered in model order (embedding, blocks, final norm, head) so the flat
   // buffers read like the model.
   if (vp || first) {
-    wte_ = dense.add({"wte", Shape{Vs, C}, vocab_rows, false, true, Init::Normal, config.init_std});
+    wte_ = dense.add(table("wte"));
   }
   if (placement.holds_position_embedding)
     wpe_ = dense.add({"wpe", Shape{config.seq_len, C}, ShardLayout::whole(config.seq_len, C), true,
@@ -48,9 +56,7 @@ RankModel::RankModel(const ModelConfig& config, const RankPlacement& placement)
     lnf_w_ = dense.add({"lnf.w", Shape{C}, ShardLayout::whole(C), true, false, Init::Ones, 0.0f});
     lnf_b_ = dense.add({"lnf.b", Shape{C}, ShardLayout::whole(C), true, false, Init::Zeros, 0.0f});
   }
-  if (vp || last)
-    head_ =
-        dense.add({"head.w", Shape{Vs, C}, vocab_rows, false, true, Init::Normal, config.init_std});
+  if (vp || last) head_ = dense.add(table("head.w"));
 }
 
 bool RankModel::chunk_is_first(int chunk) const {

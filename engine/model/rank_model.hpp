@@ -7,8 +7,11 @@
 //    (Megatron's vocab-parallel embedding and cross-entropy);
 //  - with vocabulary parallelism (vocab-1/vocab-2) both tables are split over every rank of the
 //    TP x PP slice (shard pp_rank * tp + tp_rank): S/T/IF/IB passes run on every rank.
-// Shards are balanced ranges [V*i/n, V*(i+1)/n), so a vocabulary that the group does not divide
-// gets shards differing by one row; no padding rows take part in the softmax.
+// The tables have Vp = config.vocab_rows(n) rows for n shards: V itself without padding, when
+// shards are balanced ranges [V*i/n, V*(i+1)/n) that differ by at most one row; else V rounded
+// up to a multiple of vocab_divisible_by * n (Megatron-LM's padding), equal shards whose padding
+// rows start at zero, and whose logits the runtime masks (kPaddedLogit) so no padding row takes
+// part in the softmax or gets a gradient.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +26,16 @@ struct VocabShard {
   std::int64_t lo = 0;
   std::int64_t hi = 0;
   std::int64_t rows() const { return hi - lo; }
+  // Local index of the first padding row of a vocabulary of `vocab` real rows; rows() when the
+  // shard has none, 0 when it is all padding.
+  std::int64_t first_padding(std::int64_t vocab) const {
+    return hi <= vocab ? rows() : (lo >= vocab ? 0 : vocab - lo);
+  }
 };
+
+// The logit written over a padding row's: exp(kPaddedLogit - max) is 0 for every real max, and
+// it is finite, so a shard of padding alone still has a finite local max (no inf - inf).
+inline constexpr float kPaddedLogit = -1e30f;
 
 // Shard `index` of `count` balanced shards of `vocab` rows.
 VocabShard vocab_shard(std::int64_t vocab, int count, int index);
@@ -65,6 +77,8 @@ class RankModel {
   bool has_output() const { return head_ >= 0; }
   bool has_final_norm() const { return lnf_w_ >= 0; }
   VocabShard vocab() const { return vocab_; }
+  // Rows of the whole (padded) vocabulary table this rank's shard belongs to.
+  std::int64_t vocab_rows() const { return vocab_rows_; }
   int wte() const { return wte_; }
   int wpe() const { return wpe_; }
   int lnf_w() const { return lnf_w_; }
@@ -79,6 +93,7 @@ class RankModel {
   RankPlacement placement_;
   std::vector<std::vector<TransformerBlock>> blocks_;
   VocabShard vocab_;
+  std::int64_t vocab_rows_ = 0;
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, head_ = -1;
 };
 

@@ -22,6 +22,59 @@ std::size_t PeerExchange::bytes_posted() const {
   return bytes_;
 }
 
+std::size_t PeerExchange::shared_posted() const {
+  std::lock_guard lock(mutex_);
+  return shared_parcels_;
+}
+
+std::size_t PeerExchange::shared_bytes_posted() const {
+  std::lock_guard lock(mutex_);
+  return shared_bytes_;
+}
+
+void PeerExchange::post_shared(const std::string& key, int index, int src, Parcel parcel,
+                               int readers) {
+  std::lock_guard lock(mutex_);
+  ++shared_parcels_;
+  shared_bytes_ += parcel.bytes;
+  const auto [it, added] =
+      shared_.try_emplace({key, index}, Shared{std::move(parcel), src, readers, {}});
+  if (!added)
+    throw std::logic_error("peer exchange: collective " + key + " got two blocks of group rank " +
+                           std::to_string(index));
+}
+
+PeerExchange::Parcel PeerExchange::take_shared(const std::string& key, int index) {
+  std::lock_guard lock(mutex_);
+  const auto it = shared_.find({key, index});
+  if (it == shared_.end())
+    throw std::logic_error("peer exchange: collective " + key + " has no block of group rank " +
+                           std::to_string(index));
+  ++being_copied_[it->second.src];
+  return it->second.parcel;
+}
+
+void PeerExchange::release_shared(const std::string& key, int index,
+                                  tensor::DeviceAllocator::Fence done) {
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = shared_.find({key, index});
+    if (it == shared_.end())
+      throw std::logic_error("peer exchange: collective " + key +
+                             " released a block it never took (group rank " +
+                             std::to_string(index) + ")");
+    Shared& s = it->second;
+    s.done.push_back(std::move(done));
+    --being_copied_[s.src];
+    if (--s.readers_left <= 0) {
+      returns_[s.src].push_back(
+          {const_cast<void*>(s.parcel.block), s.parcel.bytes, std::move(s.done)});
+      shared_.erase(it);
+    }
+  }
+  returned_.notify_all();
+}
+
 PeerExchange::Parcel PeerExchange::take(int src, int dst, int tag) {
   std::lock_guard lock(mutex_);
   const auto it = in_flight_.find({src, dst, tag});
@@ -69,21 +122,36 @@ std::vector<PeerExchange::Returned> PeerExchange::leave(int src) {
       continue;
     }
     for (Parcel& p : it->second)  // never taken: the run failed before its receive
-      out.push_back({const_cast<void*>(p.block), p.bytes, nullptr});
+      out.push_back({const_cast<void*>(p.block), p.bytes, {}});
     it = in_flight_.erase(it);
+  }
+  // Collective blocks some member never read (the run failed in between); none is being read.
+  for (auto it = shared_.begin(); it != shared_.end();) {
+    if (it->second.src != src) {
+      ++it;
+      continue;
+    }
+    out.push_back({const_cast<void*>(it->second.parcel.block), it->second.parcel.bytes,
+                   std::move(it->second.done)});
+    it = shared_.erase(it);
   }
   return out;
 }
 
 PeerCopyCommunicator::PeerCopyCommunicator(comm::Communicator& inner, comm::Communicator& staged,
-                                           tensor::DeviceAllocator& storage, PeerExchange& exchange)
-    : inner_(&inner), staged_(&staged), storage_(&storage), exchange_(&exchange) {}
+                                           tensor::DeviceAllocator& storage, PeerExchange& exchange,
+                                           std::size_t collective_piece)
+    : inner_(&inner),
+      staged_(&staged),
+      storage_(&storage),
+      exchange_(&exchange),
+      piece_(collective_piece > 0 ? collective_piece : kCollectivePiece) {}
 
 PeerCopyCommunicator::~PeerCopyCommunicator() {
   // Every block of this rank's storage goes back to it before the storage goes; the storage's
   // own synchronisation orders the frees after the copies that read them.
   for (const PeerExchange::Returned& r : exchange_->leave(rank())) {
-    storage_->wait_for(r.done);
+    for (const auto& fence : r.done) storage_->wait_for(fence);
     storage_->deallocate(r.block, r.bytes);
   }
   try {
@@ -96,7 +164,8 @@ PeerCopyCommunicator::~PeerCopyCommunicator() {
 
 void* PeerCopyCommunicator::staging_block(std::size_t bytes) {
   for (PeerExchange::Returned& r : exchange_->reclaim(rank())) {
-    storage_->wait_for(r.done);  // later copies into the block wait for the receiver's read
+    // Later copies into the block wait for its readers.
+    for (const auto& fence : r.done) storage_->wait_for(fence);
     free_[r.bytes].push_back(r.block);
   }
   std::vector<void*>& pool = free_[bytes];
@@ -127,7 +196,7 @@ void PeerCopyCommunicator::recv(int src, int tag, std::span<float> data) {
   float token = 0.0f;
   inner_->recv(src, tag, std::span<float>(&token, 1));
   const PeerExchange::Parcel p = exchange_->take(src, rank(), tag);
-  PeerExchange::Returned back{const_cast<void*>(p.block), p.bytes, nullptr};
+  PeerExchange::Returned back{const_cast<void*>(p.block), p.bytes, {}};
   try {
     if (p.bytes != data.size_bytes())
       throw std::logic_error("peer exchange: rank " + std::to_string(rank()) + " expected " +
@@ -137,7 +206,7 @@ void PeerCopyCommunicator::recv(int src, int tag, std::span<float> data) {
     if (on_device(data.data())) {
       storage_->wait_for(p.ready);
       storage_->copy_from_peer(data.data(), *p.owner, p.block, p.bytes);
-      back.done = storage_->record_fence();
+      back.done.push_back(storage_->record_fence());
       copied_ += p.bytes;
     } else {
       // On the sender's storage, ordered after its copy into the block; done when it returns.

@@ -8,20 +8,35 @@
 // takes the token, makes its own stream wait for the fence, copies the block into its span and
 // hands the block back with a fence of its own; the sender reuses returned blocks (waiting for
 // that fence on its stream) rather than freeing them, since freeing device memory synchronises
-// the device. Collectives go to the wrapped staging communicator. Every rank of the run takes
-// part (all are on the one device), so both ends of a transfer always agree on the path.
+// the device. Every rank of the run takes part (all are on the one device), so both ends of a
+// transfer always agree on the path. Host spans are handled too (copied into and out of the
+// staging block), so both ends of a transfer need not agree on where their spans live.
 //
-// Host spans are handled too (copied into and out of the staging block), so both ends of a
-// transfer need not agree on where their spans live.
+// Collectives over device spans (all-reduce, reduce-scatter, all-gather, broadcast) run device
+// to device too (peer_copy_collectives.cpp): each member copies its input into a staging block
+// and posts it under the collective's key; after a barrier of the wrapped communicator (which
+// keeps its watchdog, abort and mismatch checks) each member reads the blocks it needs on its
+// own stream: copies, and for reductions DeviceAllocator::combine_from_peer folding the blocks
+// in group-rank order, ((x0 + x1) + x2) + ..., the thread communicator's order, so the results
+// are bit for bit the same. A block returns to its member once every reader released it (with
+// the fences of their reads), and a second barrier ends the collective, so no member goes on
+// (or frees its storage) while another still issues reads of its block. Host-side waits only:
+// the device work stays asynchronous, ordered by the fences. Large
+// all-reduces go in pieces of kCollectivePiece floats, bounding the staging memory. Collectives
+// over host spans (the step's loss totals) and all-to-all go to the wrapped staging
+// communicator; every member passes spans of the same kind, so all take the same path.
 #pragma once
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
@@ -42,7 +57,7 @@ class PeerExchange {
   struct Returned {
     void* block = nullptr;
     std::size_t bytes = 0;
-    tensor::DeviceAllocator::Fence done;  // the receiver's copy out of the block
+    std::vector<tensor::DeviceAllocator::Fence> done;  // the readers' copies out of the block
   };
 
   void post(int src, int dst, int tag, Parcel parcel);
@@ -56,9 +71,22 @@ class PeerExchange {
   // or given back) for it to free.
   std::vector<Returned> leave(int src);
 
-  // Transfers posted so far, and their bytes (tests, and what the host no longer carries).
+  // Collectives: blocks several members read. `key` names one collective of one group (its
+  // name, members and sequence number); the member at group rank `index` posts its block, each
+  // of `readers` members takes it and releases it with the fence of its reads, and the last
+  // release hands it back to `src` with every reader's fence.
+  void post_shared(const std::string& key, int index, int src, Parcel parcel, int readers);
+  // logic_error when absent (a member passed the barrier without posting: never, unless the
+  // members disagree on the protocol).
+  Parcel take_shared(const std::string& key, int index);
+  void release_shared(const std::string& key, int index, tensor::DeviceAllocator::Fence done);
+
+  // Transfers posted so far, and their bytes (tests, and what the host no longer carries);
+  // collective blocks apart.
   std::size_t parcels_posted() const;
   std::size_t bytes_posted() const;
+  std::size_t shared_posted() const;
+  std::size_t shared_bytes_posted() const;
 
  private:
   mutable std::mutex mutex_;
@@ -66,15 +94,25 @@ class PeerExchange {
   std::map<std::tuple<int, int, int>, std::deque<Parcel>> in_flight_;  // (src, dst, tag)
   std::unordered_map<int, std::vector<Returned>> returns_;             // by sender
   std::unordered_map<int, int> being_copied_;                          // taken, not given back
-  std::size_t parcels_ = 0, bytes_ = 0;
+  struct Shared {
+    Parcel parcel;
+    int src = 0;
+    int readers_left = 0;
+    std::vector<tensor::DeviceAllocator::Fence> done;
+  };
+  std::map<std::pair<std::string, int>, Shared> shared_;  // (key, group rank)
+  std::size_t parcels_ = 0, bytes_ = 0, shared_parcels_ = 0, shared_bytes_ = 0;
 };
 
 class PeerCopyCommunicator final : public comm::Communicator {
  public:
   // `inner` carries the tokens (the rank's own thread communicator); `staged` everything else
   // (the rank's StagingCommunicator over `inner`). All must outlive this communicator.
+  // `collective_piece`: the largest all-reduce round, in floats (kCollectivePiece; tests pass
+  // less).
   PeerCopyCommunicator(comm::Communicator& inner, comm::Communicator& staged,
-                       tensor::DeviceAllocator& storage, PeerExchange& exchange);
+                       tensor::DeviceAllocator& storage, PeerExchange& exchange,
+                       std::size_t collective_piece = kCollectivePiece);
   ~PeerCopyCommunicator() override;
   PeerCopyCommunicator(const PeerCopyCommunicator&) = delete;
   PeerCopyCommunicator& operator=(const PeerCopyCommunicator&) = delete;
@@ -84,17 +122,11 @@ class PeerCopyCommunicator final : public comm::Communicator {
   void send(int dst, int tag, std::span<const float> data) override;
   void recv(int src, int tag, std::span<float> data) override;
   void all_reduce(const comm::ProcessGroup& group, std::span<float> data,
-                  comm::ReduceOp op) override {
-    staged_->all_reduce(group, data, op);
-  }
+                  comm::ReduceOp op) override;
   void reduce_scatter(const comm::ProcessGroup& group, std::span<const float> input,
-                      std::span<float> output, comm::ReduceOp op) override {
-    staged_->reduce_scatter(group, input, output, op);
-  }
+                      std::span<float> output, comm::ReduceOp op) override;
   void all_gather(const comm::ProcessGroup& group, std::span<const float> input,
-                  std::span<float> output) override {
-    staged_->all_gather(group, input, output);
-  }
+                  std::span<float> output) override;
   void all_to_all(const comm::ProcessGroup& group, std::span<const float> input,
                   std::span<float> output) override {
     staged_->all_to_all(group, input, output);
@@ -104,29 +136,42 @@ class PeerCopyCommunicator final : public comm::Communicator {
                     std::span<const std::size_t> recv_counts) override {
     staged_->all_to_all_v(group, input, send_counts, output, recv_counts);
   }
-  void broadcast(const comm::ProcessGroup& group, std::span<float> data, int root) override {
-    staged_->broadcast(group, data, root);
-  }
+  void broadcast(const comm::ProcessGroup& group, std::span<float> data, int root) override;
   void barrier(const comm::ProcessGroup& group) override { staged_->barrier(group); }
   void throw_if_aborted() const override { inner_->throw_if_aborted(); }
   void note_progress(std::int64_t step, std::string_view op, int microbatch) override {
     inner_->note_progress(step, op, microbatch);
   }
 
-  // Bytes moved device to device so far (tests).
+  // Bytes moved device to device so far (tests); collectives run device to device.
   std::size_t bytes_copied() const { return copied_; }
   std::size_t staging_blocks() const { return blocks_; }
+  std::size_t device_collectives() const { return collectives_; }
+
+  // The largest all-reduce piece, in floats (64 MiB): bigger spans go in several rounds.
+  static constexpr std::size_t kCollectivePiece = std::size_t{1} << 24;
 
  private:
   bool on_device(const void* p) const { return storage_->owns(p); }
   void* staging_block(std::size_t bytes);
+  void recycle(void* block, std::size_t bytes) { free_[bytes].push_back(block); }
+  // The key of this member's next collective on `group` (same on every member: each calls the
+  // group's collectives in the same order).
+  std::string next_key(const comm::ProcessGroup& group);
+  // Copies `data` into a staging block posted under `key` for `readers` members.
+  void post_input(const std::string& key, int index, std::span<const float> data, int readers);
+  void all_reduce_piece(const comm::ProcessGroup& group, std::span<float> data, comm::ReduceOp op);
+  // Ends a collective once every member has released every block (a barrier).
+  void finish(const comm::ProcessGroup& group);
 
   comm::Communicator* inner_;
   comm::Communicator* staged_;
   tensor::DeviceAllocator* storage_;
   PeerExchange* exchange_;
   std::unordered_map<std::size_t, std::vector<void*>> free_;  // reusable blocks by size
-  std::size_t copied_ = 0, blocks_ = 0;
+  std::map<std::pair<std::string, std::vector<int>>, std::uint64_t> sequence_;  // per group
+  std::size_t piece_;
+  std::size_t copied_ = 0, blocks_ = 0, collectives_ = 0;
 };
 
 }  // namespace pipetune::runtime

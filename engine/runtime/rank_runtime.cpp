@@ -255,7 +255,7 @@ void RankRuntime::embed_plain(int mb, TensorView x) {
   // it; the position term joins on TP rank 0 only.
   ConstTensorView wpe =
       ctx_.tp_rank == 0 ? ConstTensorView(m.dense.param(m.wpe())) : ConstTensorView{};
-  be.embedding_shard_forward(tokens, m.dense.param(m.wte()), m.vocab().lo, config_.vocab, wpe,
+  be.embedding_shard_forward(tokens, m.dense.param(m.wte()), m.vocab().lo, m.vocab_rows(), wpe,
                              TensorView{x.data, Shape{batch_, seq_, config_.hidden}});
   ctx_.tp_all_reduce(x);
 }
@@ -320,8 +320,9 @@ float RankRuntime::output_loss_plain(ChunkState& s, int mb) {
   auto& m = *model_;
   auto& be = ctx_.be();
   const auto& targets = (*batches_)[static_cast<std::size_t>(mb)].targets;
-  TensorView logits = sized(s.logits, Shape{N, Vs});  // (N, V/tp)
+  TensorView logits = sized(s.logits, Shape{N, Vs});  // (N, Vp/tp)
   be.linear_forward(view(s.lnf, Shape{N, C}), m.dense.param(m.head()), {}, logits);
+  be.fill_columns(logits, m.vocab().first_padding(config_.vocab), model::kPaddedLogit);
   TensorView gmax = sized(s.gmax, Shape{N}), gsum = sized(s.gsum, Shape{N});
   model::Buffer target_buf, losses_buf;
   TensorView target = sized(target_buf, Shape{N});
@@ -418,7 +419,7 @@ void RankRuntime::backward_weight(int chunk, int mb) {
     const auto& tokens = (*batches_)[static_cast<std::size_t>(mb)].inputs;
     TensorView dwpe = m.wpe() >= 0 ? m.dense.grad(m.wpe()) : TensorView{};
     be.embedding_shard_backward_weight(tokens, view(s.demb, Shape{batch_, seq_, C}), m.vocab().lo,
-                                       config_.vocab, m.dense.grad(m.wte()), dwpe);
+                                       m.vocab_rows(), m.dense.grad(m.wte()), dwpe);
   }
   drop_chunk_state(chunk, mb);
 }

@@ -31,8 +31,9 @@ void RankRuntime::vocab_output_forward(int mb) {
   TensorView hidden = sized(v.hidden, Shape{N, C});
   mailbox_.take(group_rank(last), MessageKind::FinalHidden, 0, mb,
                 {hidden.data, static_cast<std::size_t>(hidden.numel())});
-  TensorView logits = sized(v.logits, Shape{N, Vs});  // (N, V/shards)
+  TensorView logits = sized(v.logits, Shape{N, Vs});  // (N, Vp/shards)
   be.linear_forward(hidden, m.dense.param(m.head()), {}, logits);
+  be.fill_columns(logits, m.vocab().first_padding(config_.vocab), model::kPaddedLogit);
 
   model::Buffer stats(static_cast<std::size_t>(3 * N));  // [max | sum | target] (3, N)
   TensorView lmax{stats.data(), Shape{N}}, lsum{stats.data() + N, Shape{N}},
@@ -221,7 +222,7 @@ void RankRuntime::vocab_input_forward(int mb) {
   model::Buffer part(static_cast<std::size_t>(N * C));
   ConstTensorView wpe = m.wpe() >= 0 && ctx_.tp_rank == 0 ? ConstTensorView(m.dense.param(m.wpe()))
                                                           : ConstTensorView{};
-  ctx_.be().embedding_shard_forward(tokens, m.dense.param(m.wte()), m.vocab().lo, config_.vocab,
+  ctx_.be().embedding_shard_forward(tokens, m.dense.param(m.wte()), m.vocab().lo, m.vocab_rows(),
                                     wpe, TensorView{part.data(), Shape{batch_, seq_, C}});
   ctx_.tp_all_reduce(TensorView{part.data(), Shape{N, C}});
   mailbox_.post(group_rank(0), MessageKind::EmbeddingPart, 0, mb, part);
@@ -235,7 +236,7 @@ void RankRuntime::vocab_input_backward(int mb) {
   mailbox_.take(group_rank(0), MessageKind::EmbeddingGrad, 0, mb, demb);
   TensorView dwpe = m.wpe() >= 0 ? m.dense.grad(m.wpe()) : TensorView{};
   ctx_.be().embedding_shard_backward_weight(tokens, view(demb, Shape{batch_, seq_, C}),
-                                            m.vocab().lo, config_.vocab, m.dense.grad(m.wte()),
+                                            m.vocab().lo, m.vocab_rows(), m.dense.grad(m.wte()),
                                             dwpe);
 }
 

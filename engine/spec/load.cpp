@@ -85,6 +85,7 @@ ModelSpec read_model_raw(const toml::table& table, const TableContext& ctx, int 
     }
   }
   if (auto v = r.boolean("tied_embeddings")) m.tied_embeddings = *v;
+  if (auto v = r.positive_int64("vocab_divisible_by")) m.vocab_divisible_by = *v;
   r.reject_unknown();
   return m;
 }

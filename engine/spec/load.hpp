@@ -5,7 +5,8 @@
 //
 // Model files: name, description (both optional; name defaults to the file name), layers, hidden,
 // heads, vocab, seq_len (required), kv_heads (= heads), ffn_hidden (default_ffn_hidden),
-// experts (1), top_k (1), moe_every (1), activation ("gelu" | "swiglu"), tied_embeddings (false).
+// experts (1), top_k (1), moe_every (1), activation ("gelu" | "swiglu"), tied_embeddings (false),
+// vocab_divisible_by (1: no padding rows; Megatron-LM's make_vocab_size_divisible_by).
 //
 // Hardware files: name, description, peak_flops, hbm_bytes, hbm_bandwidth, intra_node_bandwidth,
 // inter_node_bandwidth (required; FLOP/s, bytes, bytes/s), devices_per_node (8),

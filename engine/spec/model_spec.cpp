@@ -1,5 +1,7 @@
 #include "engine/spec/model_spec.hpp"
 
+#include <algorithm>
+
 #include "engine/errors.hpp"
 
 namespace pipetune::spec {
@@ -86,6 +88,16 @@ std::int64_t transformer_parameters(const ModelSpec& model) {
   if (dense > 0) sum += dense * layer_parameters(model, is_moe(model) ? 1 : 0);
   if (moe > 0) sum += moe * layer_parameters(model, 0);
   return sum;
+}
+
+std::int64_t padded_vocab(std::int64_t vocab, std::int64_t divisible_by, std::int64_t shards) {
+  if (divisible_by <= 1) return vocab;
+  const std::int64_t multiple = divisible_by * std::max<std::int64_t>(shards, 1);
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
+std::int64_t padded_vocab(const ModelSpec& model, std::int64_t shards) {
+  return padded_vocab(model.vocab, model.vocab_divisible_by, shards);
 }
 
 std::int64_t embedding_parameters(const ModelSpec& model) {

@@ -36,6 +36,11 @@ struct ModelSpec {
   std::int64_t moe_every = 1;  // layer i is an MoE layer when experts > 1 and i % moe_every == 0
   Activation activation = Activation::Gelu;
   bool tied_embeddings = false;  // the output layer reuses the input embedding matrix
+  // Megatron-LM's make_vocab_size_divisible_by: the vocabulary tables get padding rows up to a
+  // multiple of this times the number of vocabulary shards, so the LM head's GEMMs have aligned
+  // widths (GPT-2's 50257 becomes 50304). Padding rows start at zero and never take part in the
+  // softmax. 1 = no padding rows (shards of a vocabulary they do not divide differ by one row).
+  std::int64_t vocab_divisible_by = 1;
 };
 
 // 4*hidden for gelu; for swiglu Llama's rule 2/3 * 4*hidden rounded up to a multiple of 256
@@ -57,7 +62,12 @@ std::int64_t mlp_parameters(const ModelSpec& model);        // one dense MLP (or
 std::int64_t router_parameters(const ModelSpec& model);     // per MoE layer; 0 when dense
 std::int64_t layer_parameters(const ModelSpec& model, std::int64_t layer);  // incl. its 2 norms
 std::int64_t transformer_parameters(const ModelSpec& model);                // all layers
-std::int64_t embedding_parameters(const ModelSpec& model);                  // vocab * hidden
+// Rows of the vocabulary tables split into `shards` (tp, or tp * pp with vocabulary
+// parallelism): vocab rounded up to a multiple of vocab_divisible_by * shards, or vocab itself
+// when vocab_divisible_by is 1. Parameter counts below stay the published, unpadded ones.
+std::int64_t padded_vocab(std::int64_t vocab, std::int64_t divisible_by, std::int64_t shards);
+std::int64_t padded_vocab(const ModelSpec& model, std::int64_t shards);
+std::int64_t embedding_parameters(const ModelSpec& model);  // vocab * hidden
 // The final norm plus the LM head (vocab * hidden), which is absent when embeddings are tied.
 std::int64_t output_parameters(const ModelSpec& model);
 std::int64_t total_parameters(const ModelSpec& model);

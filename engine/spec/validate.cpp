@@ -93,6 +93,8 @@ void validate(const ModelSpec& model) {
   require_at_most("vocab", model.vocab, std::int64_t{1} << 24);
   require_at_most("seq_len", model.seq_len, std::int64_t{1} << 24);
   require_at_most("experts", model.experts, std::int64_t{1} << 14);
+  require_positive("vocab_divisible_by", model.vocab_divisible_by);
+  require_at_most("vocab_divisible_by", model.vocab_divisible_by, std::int64_t{1} << 16);
   require_divides("heads", model.heads, "hidden", model.hidden);
   require_divides("kv_heads", model.kv_heads, "heads", model.heads);
   if (model.top_k > model.experts) {

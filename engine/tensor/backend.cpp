@@ -112,6 +112,13 @@ void Backend::accumulate(TensorView dst, ConstTensorView src) {
   do_accumulate(dst, src);
 }
 
+void Backend::fill_columns(TensorView t, std::int64_t col_lo, float value) {
+  rank_is("fill_columns", "t", t, 2);
+  PIPETUNE_TENSOR_CHECK(col_lo >= 0 && col_lo <= t.shape[1], "fill_columns",
+                        "col_lo " + std::to_string(col_lo) + " outside [0, cols] of " + sh("t", t));
+  if (col_lo < t.shape[1]) do_fill_columns(t, col_lo, value);
+}
+
 // ---- linear ---------------------------------------------------------------------------------
 
 void Backend::linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,

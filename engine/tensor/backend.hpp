@@ -66,6 +66,8 @@ class Backend {
   void scale(TensorView t, float s);                               // t *= s
   void add(ConstTensorView a, ConstTensorView b, TensorView out);  // out = a + b
   void accumulate(TensorView dst, ConstTensorView src);            // dst += src
+  // t (rows, cols): t[:, col_lo:] = value. Masks the logits of a padded vocabulary's rows.
+  void fill_columns(TensorView t, std::int64_t col_lo, float value);
 
   // ---- linear: y = x W^T + b (Megatron layout W (out, in)), BLAS sgemm ------------------------
   // x (N, in), w (out, in), b (out) or empty, y (N, out)
@@ -194,6 +196,7 @@ class Backend {
   virtual void do_scale(TensorView t, float s) = 0;
   virtual void do_add(ConstTensorView a, ConstTensorView b, TensorView out) = 0;
   virtual void do_accumulate(TensorView dst, ConstTensorView src) = 0;
+  virtual void do_fill_columns(TensorView t, std::int64_t col_lo, float value) = 0;
 
   virtual void do_linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
                                  TensorView y) = 0;

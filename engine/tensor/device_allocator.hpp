@@ -78,6 +78,12 @@ class DeviceAllocator {
   // storage, ordered on this storage; the caller has waited for the fence of the peer's writes.
   // Storages that cannot reach each other throw std::logic_error.
   virtual void copy_from_peer(void* dst, DeviceAllocator& peer, const void* src, std::size_t bytes);
+  // dst[i] = dst[i] + src[i] (Combine::sum) or max(dst[i], src[i]) for `count` floats: dst in
+  // this storage, src in a block of `peer`, ordered like copy_from_peer. The reductions of ranks
+  // that share one device fold their blocks with it (runtime/peer_copy_communicator.hpp).
+  enum class Combine : std::uint8_t { sum, max };
+  virtual void combine_from_peer(float* dst, DeviceAllocator& peer, const float* src,
+                                 std::size_t count, Combine op);
 
   // True when `p` points into a live block of this allocator.
   bool owns(const void* p) const;
@@ -108,6 +114,9 @@ class DeviceAllocator {
   std::array<std::int64_t, profiler::kMemoryCategoryCount> current_{}, peak_{};
   std::int64_t total_ = 0, peak_total_ = 0;
 };
+
+// The host loop of combine_from_peer (host storages, and device emulations in tests).
+void combine_floats(float* dst, const float* src, std::size_t count, DeviceAllocator::Combine op);
 
 // Host memory from ::operator new (alignment 0 or the default: what std::vector<float> gets), or
 // aligned operator new for a larger power-of-two alignment.

@@ -1,7 +1,8 @@
 // The elementwise kernels (engine/cuda/cuda_elementwise.cu) on the block emulation, against the
-// CPU backend on the same inputs: scale, add, accumulate, GELU forward and backward, AdamW; and
-// the fp32 -> bf16 copies of GEMM inputs, flat and with padded rows, against bf16 rounding
-// computed here (round to nearest even, ties to the even mantissa).
+// CPU backend on the same inputs: scale, add, accumulate, the column fill, GELU forward and
+// backward, AdamW; the max of single-GPU all-reduces against the communicators' fold; and the
+// fp32 -> bf16 copies of GEMM inputs, flat and with padded rows, against bf16 rounding computed
+// here (round to nearest even, ties to the even mantissa).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/comm/reduction.hpp"
 #include "engine/cuda/cuda_elementwise.cu"
 #include "engine/tensor/cpu/cpu_backend.hpp"
 #include "tests/emulated/emulated_test_support.hpp"
@@ -50,6 +52,22 @@ TEST(ElementwiseEmulated, OpsMatchTheCpuBackend) {
     for (std::int64_t c = 0; c < cols; ++c) bias_want[r * cols + c] += b[c];
   add_row_vector(nullptr, bias_got.data(), b.data(), rows, cols);
   EXPECT_EQ(relative_error(bias_got, bias_want), 0.0);
+
+  // The padded vocabulary's logit mask: columns [37, cols) of every row, against the CPU's.
+  Tensor fill_want({rows, cols}, a.values()), fill_got = a;
+  cpu.fill_columns(fill_want, 37, -1e30f);
+  fill_columns(nullptr, fill_got.data(), rows, cols, 37, -1e30f);
+  EXPECT_EQ(relative_error(fill_got, fill_want), 0.0);
+
+  // The max of single-GPU all-reduces: the communicators' fold, NaN winning either way round.
+  Tensor max_want = a, max_got = a, other = b;
+  other[7] = NAN;
+  max_want[9] = max_got[9] = NAN;
+  comm::fold_into(comm::ReduceOp::max, max_want.data(), other.data(), n);
+  maximum(nullptr, max_got.data(), other.data(), n);
+  EXPECT_TRUE(std::isnan(max_got[7]) && std::isnan(max_got[9]));
+  max_want[7] = max_got[7] = max_want[9] = max_got[9] = 0.0f;
+  EXPECT_EQ(relative_error(max_got, max_want), 0.0);
 
   // GELU: expf here, the CPU's exp_approx there (a few ulp apart).
   Tensor y_want({n}), y_got({n});

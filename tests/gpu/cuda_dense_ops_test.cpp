@@ -35,6 +35,16 @@ TEST_F(CudaDenseOpsTest, ElementwiseOpsMatch) {
   EXPECT_TRUE(matches_cpu("accumulate", dacc, acc, 0.0));
   EXPECT_TRUE(matches_cpu("scale", dscaled, scaled, 0.0));
   EXPECT_TRUE(matches_cpu("zero", dzeroed, Tensor({33, 70}), 0.0));
+
+  // The padded vocabulary's logit mask: the columns from 61 on, and none.
+  Tensor masked = a, unmasked = a;
+  DeviceTensor dmasked(masked), dunmasked(unmasked);
+  cpu_.fill_columns(masked, 61, -1e30f);
+  gpu().fill_columns(dmasked, 61, -1e30f);
+  cpu_.fill_columns(unmasked, 70, -1e30f);
+  gpu().fill_columns(dunmasked, 70, -1e30f);
+  EXPECT_TRUE(matches_cpu("fill_columns", dmasked, masked, 0.0));
+  EXPECT_TRUE(matches_cpu("fill_columns (no column)", dunmasked, unmasked, 0.0));
 }
 
 TEST_F(CudaDenseOpsTest, GeluForwardAndBackwardMatch) {

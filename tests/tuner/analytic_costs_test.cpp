@@ -97,6 +97,25 @@ TEST(OpCosts, OutputLayerLandsOnTheLastStageOrIsShardedByVocabularyParallelism) 
   EXPECT_GT(base.activation_bytes_per_microbatch[1], 0.0);
 }
 
+TEST(OpCosts, PaddedVocabularyRowsAreComputedByTheOutputLayer) {
+  // The LM head computes every padding row's logit: 2 n h Vp / tp FLOPs, Vp by Megatron's rule
+  // (a multiple of 128 x tp): 50257 becomes 50304 at tp 1, ceil(50257 / 512) x 512 = 50688 at
+  // tp 4.
+  spec::ModelSpec m = gpt_like();
+  m.vocab = 50257;
+  spec::ParallelPlan plan;
+  plan.micro_batch_size = 2;
+  const double n = 2.0 * 2048, h = 2048;
+  EXPECT_DOUBLE_EQ(output_layer_work(m, plan, ExecutionOptions{}).forward.gemm_flops,
+                   2.0 * n * h * 50257.0);
+  m.vocab_divisible_by = 128;
+  EXPECT_DOUBLE_EQ(output_layer_work(m, plan, ExecutionOptions{}).forward.gemm_flops,
+                   2.0 * n * h * 50304.0);
+  plan.tp = 4;
+  EXPECT_DOUBLE_EQ(output_layer_work(m, plan, ExecutionOptions{}).forward.gemm_flops,
+                   2.0 * n * h * 50688.0 / 4.0);
+}
+
 TEST(OpCosts, UnevenLayerSplitMovesWorkAndActivations) {
   const spec::ModelSpec m = gpt_like();
   const spec::ClusterSpec c = spec::load_cluster("dgx-a100-8");

@@ -61,6 +61,24 @@ TEST(MemoryModel, StageParametersAddUpToTheModel) {
   EXPECT_NEAR(sum_total(vp), static_cast<double>(spec::total_parameters(llama)), 1.0);
 }
 
+TEST(MemoryModel, PaddedVocabularyTablesHoldTheirPaddingRows) {
+  // Llama-2's 32000 padded by 128 x tp 4 (a multiple of 512): 32256 rows, 256 of padding.
+  spec::ModelSpec llama = spec::load_model("llama2-7b");
+  spec::ParallelPlan plan;
+  plan.pp = 2;
+  plan.tp = 4;
+  const auto plain = stage_parameters(llama, plan, schedule::Placement::Linear);
+  llama.vocab_divisible_by = 128;
+  const auto padded = stage_parameters(llama, plan, schedule::Placement::Linear);
+  const double rows = 32256.0 - 32000.0, h = static_cast<double>(llama.hidden);
+  EXPECT_NEAR(padded[0].vocabulary - plain[0].vocabulary, rows * h / 4.0, 1e-6);
+  EXPECT_NEAR(padded[1].vocabulary - plain[1].vocabulary, rows * h / 4.0, 1e-6);
+  // Vocabulary parallelism: 8 shards, a multiple of 1024: 32768 rows.
+  plan.vocab = schedule::VocabMode::Vocab1;
+  const auto vp = stage_parameters(llama, plan, schedule::Placement::Linear);
+  EXPECT_NEAR(vp[0].vocabulary, 2.0 * 32768.0 * h / 8.0, 1e-6);
+}
+
 TEST(MemoryModel, TensorAndExpertParallelismShardWhatTheyShard) {
   const spec::ModelSpec mixtral = spec::load_model("mixtral-8x7b");
   spec::ParallelPlan one, sharded;

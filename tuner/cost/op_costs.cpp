@@ -108,7 +108,8 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   const double layer_bytes = layer_activation_bytes(model, plan, act);
   const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len);
   const double h = as_d(model.hidden), t = plan.tp;
-  const double logits_bytes = n * as_d(model.vocab) * 4.0 / t;  // fp32 logits of one micro-batch
+  // fp32 logits of one micro-batch, padding rows' included.
+  const double logits_bytes = n * as_d(spec::padded_vocab(model, plan.tp)) * 4.0 / t;
 
   const std::vector<StageParameters> params = stage_parameters(model, plan, placement);
   const double param_bytes = exec.activation_bytes;  // bf16 / fp16 weights
@@ -180,7 +181,7 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   if (model.tied_embeddings && !vocab_parallel && first_rank != last_rank) {
     const int stride = plan.tp * plan.dp;
     const GroupLink pair = pair_link(cluster, first_rank * stride, last_rank * stride);
-    const double bytes = as_d(model.vocab) * h / t * grad_bytes;
+    const double bytes = as_d(spec::padded_vocab(model, plan.tp)) * h / t * grad_bytes;
     const double sync = collective_time(Collective::AllReduce, bytes, pair);
     out.stages[static_cast<std::size_t>(first_rank)].embedding_sync = sync;
     out.stages[static_cast<std::size_t>(last_rank)].embedding_sync = sync;

@@ -15,9 +15,9 @@ double as_d(std::int64_t v) {
 constexpr double kCrossEntropyForwardBytes = 24.0;
 constexpr double kCrossEntropyBackwardBytes = 12.0;
 
-// Entries (vocab x hidden) of the embedding table on one TP rank.
+// Entries (padded vocab x hidden) of the embedding table on one TP rank.
 double v_shard(const spec::ModelSpec& model, int tp) {
-  return as_d(model.vocab) * as_d(model.hidden) / tp;
+  return as_d(spec::padded_vocab(model, tp)) * as_d(model.hidden) / tp;
 }
 
 double routed_experts(const spec::ModelSpec& model, const ExecutionOptions& exec) {
@@ -194,7 +194,8 @@ PassWork embedding_work(const spec::ModelSpec& model, const spec::ParallelPlan& 
 PassWork output_layer_work(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
                            const ExecutionOptions& exec) {
   const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len), h = as_d(model.hidden);
-  const double v = as_d(model.vocab), t = plan.tp, w = exec.activation_bytes;
+  // The LM head computes the padding rows' logits too (spec::padded_vocab).
+  const double v = as_d(spec::padded_vocab(model, plan.tp)), t = plan.tp, w = exec.activation_bytes;
   const bool sp = plan.sequence_parallel && plan.tp > 1;
   const double ne = n * h / (sp ? t : 1.0);
   const double logits = n * v / t;
@@ -231,8 +232,9 @@ VocabularyWork vocabulary_parallel_work(const spec::ModelSpec& model,
                                         const ExecutionOptions& exec) {
   const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len), h = as_d(model.hidden);
   const double p = plan.pp, t = plan.tp, w = exec.activation_bytes;
-  const double shard_logits = n * as_d(model.vocab) / (p * t);
-  const double gemm = 2.0 * n * h * as_d(model.vocab) / (p * t);
+  const double vocab = as_d(spec::padded_vocab(model, std::int64_t{plan.pp} * plan.tp));
+  const double shard_logits = n * vocab / (p * t);
+  const double gemm = 2.0 * n * h * vocab / (p * t);
   // Algorithm 2 (Vocab2) precomputes the input gradient in S; the others compute it in T.
   const bool fused = plan.vocab == schedule::VocabMode::Vocab2;
   VocabularyWork out;

@@ -170,8 +170,11 @@ std::string export_megatron(const ExportRequest& r) {
                           "--weight-decay 0.1", "--clip-grad 1.0", "--adam-beta1 0.9",
                           "--adam-beta2 0.95", "--init-method-std 0.02", "--attention-backend auto",
                           "--transformer-impl transformer_engine"});
-  block("DATA_ARGS", {"--mock-data", "--tokenizer-type NullTokenizer",
-                      "--vocab-size " + std::to_string(m.vocab), "--split 949,50,1"});
+  block("DATA_ARGS",
+        {"--mock-data", "--tokenizer-type NullTokenizer", "--vocab-size " + std::to_string(m.vocab),
+         // Explicit: Megatron's default (128) would pad a model that has none.
+         "--make-vocab-size-divisible-by " + std::to_string(m.vocab_divisible_by),
+         "--split 949,50,1"});
   block("LOGGING_ARGS", {"--log-interval 1", "--eval-interval 1000", "--eval-iters 0"});
   o << "\ntorchrun --nproc_per_node \"$GPUS_PER_NODE\" --nnodes \"$NNODES\" "
        "--node_rank \"$NODE_RANK\" \\\n"

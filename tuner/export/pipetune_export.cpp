@@ -32,6 +32,7 @@ std::string export_pipetune(const ExportRequest& r) {
     << "layers = " << m.layers << "\nhidden = " << m.hidden << "\nheads = " << m.heads
     << "\nkv_heads = " << m.kv_heads << "\nffn_hidden = " << m.ffn_hidden << "\nvocab = " << m.vocab
     << "\nseq_len = " << m.seq_len << "\n";
+  if (m.vocab_divisible_by > 1) o << "vocab_divisible_by = " << m.vocab_divisible_by << "\n";
   if (spec::is_moe(m))
     o << "experts = " << m.experts << "\ntop_k = " << m.top_k << "\nmoe_every = " << m.moe_every
       << "\n";

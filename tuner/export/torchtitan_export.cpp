@@ -83,6 +83,10 @@ std::string export_torchtitan(const ExportRequest& r) {
   o << "# [model] name/flavor must name a model registered in torchtitan; this plan was tuned\n"
     << "# for " << m.name << ": " << m.layers << " layers, hidden " << m.hidden << ", " << m.heads
     << " heads (" << m.kv_heads << " kv), ffn " << m.ffn_hidden << ", vocabulary " << m.vocab
+    << (m.vocab_divisible_by > 1
+            ? " (pipetune pads it to a multiple of " + std::to_string(m.vocab_divisible_by) +
+                  " x tp; torchtitan runs the vocab_size its model says)"
+            : "")
     << (spec::is_moe(m)
             ? ", " + std::to_string(m.experts) + " experts top-" + std::to_string(m.top_k)
             : "")

@@ -83,4 +83,10 @@ void CpuBackend::do_accumulate(TensorView dst, ConstTensorView src) {
   });
 }
 
+void CpuBackend::do_fill_columns(TensorView t, std::int64_t col_lo, float value) {
+  const std::int64_t rows = t.shape[0], cols = t.shape[1];
+  for (std::int64_t r = 0; r < rows; ++r)
+    std::fill(t.data + r * cols + col_lo, t.data + (r + 1) * cols, value);
+}
+
 }  // namespace pipetune::tensor

@@ -49,6 +49,7 @@ class CpuBackend final : public Backend {
   void do_scale(TensorView t, float s) override;
   void do_add(ConstTensorView a, ConstTensorView b, TensorView out) override;
   void do_accumulate(TensorView dst, ConstTensorView src) override;
+  void do_fill_columns(TensorView t, std::int64_t col_lo, float value) override;
   void do_linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
                          TensorView y) override;
   void do_linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx) override;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPT-2 124M on one GPU (issue 15 point 6), in one command:
 #  1. pipetune `train --backend cuda` on tests/bench/gpt2-small-1024.toml (12 layers, hidden 768,
-#     12 heads, vocabulary 50257, sequence 1024) in fp32 and in bf16 (`--precision bf16`: bf16
+#     12 heads, vocabulary 50257 in tables padded to 50304 rows, sequence 1024) in fp32 and in
+#     bf16 (`--precision bf16`: bf16
 #     GEMM inputs, fp32 accumulation and master weights), each at the largest micro-batch of the
 #     list that runs (a run that fails, e.g. out of device memory, moves on to the next size);
 #     tokens/s = the JSON's tokens_per_s (mean over the steps after the first). The throughput

@@ -69,6 +69,17 @@ class GuardedAllocator final : public tensor::DeviceAllocator {
     if (bytes > 0) std::memmove(dst, src, bytes);
     ++peer_copies_;
   }
+  void combine_from_peer(float* dst, tensor::DeviceAllocator& peer, const float* src,
+                         std::size_t count, Combine op) override {
+    auto* other = dynamic_cast<GuardedAllocator*>(&peer);
+    if (other == nullptr)
+      throw std::logic_error("guarded storage cannot combine from '" + std::string(peer.name()) +
+                             "'");
+    Open theirs(*other);
+    Open mine(*this, op == Combine::sum ? "accumulate" : "maximum", count * sizeof(float));
+    tensor::combine_floats(dst, src, count, op);
+    ++peer_copies_;
+  }
   std::size_t peer_copies() const { return peer_copies_; }
 
   // Opens every block for reading and writing while alive (nested opens allowed); with a name,
@@ -199,6 +210,10 @@ class GuardedBackend final : public tensor::Backend {
   void do_accumulate(TV d, CV s) override {
     G g(storage_, &__func__[3]);
     cpu_.accumulate(d, s);
+  }
+  void do_fill_columns(TV t, std::int64_t col_lo, float value) override {
+    G g(storage_, &__func__[3]);
+    cpu_.fill_columns(t, col_lo, value);
   }
   void do_linear_forward(CV x, CV w, CV b, TV y) override {
     G g(storage_, &__func__[3]);

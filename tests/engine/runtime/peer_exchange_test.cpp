@@ -30,7 +30,7 @@ TEST(PeerExchange, BlocksReturnToTheirSender) {
   x.post(2, 3, 1, {&a, 4, nullptr, nullptr});
   const PeerExchange::Parcel p = x.take(2, 3, 1);
   EXPECT_TRUE(x.reclaim(2).empty());
-  x.give_back(2, {const_cast<void*>(p.block), p.bytes, nullptr});
+  x.give_back(2, {const_cast<void*>(p.block), p.bytes, {}});
   const std::vector<PeerExchange::Returned> back = x.reclaim(2);
   ASSERT_EQ(back.size(), 1u);
   EXPECT_EQ(back[0].block, &a);
@@ -45,7 +45,7 @@ TEST(PeerExchange, ALeavingRankGetsBackWhatWasNeverReceived) {
   x.post(0, 1, 2, {&b, 8, nullptr, nullptr});  // never received
   x.post(1, 0, 1, {&c, 4, nullptr, nullptr});  // another sender's
   const PeerExchange::Parcel p = x.take(0, 1, 1);
-  x.give_back(0, {const_cast<void*>(p.block), p.bytes, nullptr});
+  x.give_back(0, {const_cast<void*>(p.block), p.bytes, {}});
   const std::vector<PeerExchange::Returned> left = x.leave(0);
   ASSERT_EQ(left.size(), 2u);
   EXPECT_EQ(left[0].block, &a);

@@ -72,6 +72,20 @@ TEST(SpecLoading, NonPositiveSizesNameTheKey) {
              "c.toml:3: key 'inter_node_bandwidth': must be positive");
 }
 
+TEST(SpecLoading, VocabularyPaddingIsOffUnlessTheModelSaysAMultiple) {
+  const char* gpt2 = "layers = 12\nhidden = 768\nheads = 12\nvocab = 50257\nseq_len = 1024\n";
+  EXPECT_EQ(parse_model(gpt2, "m.toml").vocab_divisible_by, 1);
+  const ModelSpec padded = parse_model(std::string(gpt2) + "vocab_divisible_by = 128\n", "m.toml");
+  EXPECT_EQ(padded.vocab_divisible_by, 128);
+  EXPECT_EQ(padded_vocab(padded, 1), 50304);
+  EXPECT_HAS(
+      error_of([&] { parse_model(std::string(gpt2) + "vocab_divisible_by = 0\n", "m.toml"); }),
+      "m.toml:6: key 'vocab_divisible_by': must be positive, got 0");
+  EXPECT_HAS(
+      error_of([&] { parse_model(std::string(gpt2) + "vocab_divisible_by = 131072\n", "m.toml"); }),
+      "vocab_divisible_by");
+}
+
 TEST(SpecLoading, RunBackendIsCpuUnlessTheFileSaysCuda) {
   EXPECT_EQ(parse_run("model = \"tiny\"\ncluster = \"dgx-a100-8\"\n", "r").backend,
             EngineBackend::cpu);

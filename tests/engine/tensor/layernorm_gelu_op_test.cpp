@@ -96,6 +96,17 @@ TEST_P(ElementwiseOpTest, AddAccumulateScaleZero) {
   EXPECT_THROW(be().add(a, wrong, out), InputError);
 }
 
+TEST_P(ElementwiseOpTest, FillColumnsFromAColumnToTheEnd) {
+  Tensor t({2, 3}, {1, 2, 3, 4, 5, 6});
+  be().fill_columns(t, 1, -7.0f);
+  EXPECT_TRUE(all_close("fill_columns", t.values(), {1, -7, -7, 4, -7, -7}, 0, 0));
+  be().fill_columns(t, 3, 9.0f);  // no column: nothing changes
+  EXPECT_TRUE(all_close("fill_columns (none)", t.values(), {1, -7, -7, 4, -7, -7}, 0, 0));
+  EXPECT_THROW(be().fill_columns(t, 4, 0.0f), InputError);
+  Tensor flat({6});
+  EXPECT_THROW(be().fill_columns(flat, 1, 0.0f), InputError);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, ElementwiseOpTest, ::testing::ValuesIn(all_backends()),
                          backend_case_name);
 

@@ -3,6 +3,7 @@
 // job config keys, DeepSpeed's batch assertion (train_batch_size = micro x GA x dp), and for the
 // pipetune format the engine itself (it must accept and train the file).
 #include "tuner/export/exporters.hpp"
+#include "tuner/export/megatron_rules.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -75,6 +76,17 @@ TEST(MegatronExport, InterleavedGqaPlanHasExactlyItsFlags) {
   EXPECT_NE(s.find("GPUS_PER_NODE=8\n"), std::string::npos);
   EXPECT_EQ(s.find("--expert-model-parallel-size"), std::string::npos);
   expect_valid_bash(s);
+}
+
+TEST(MegatronExport, VocabularyPaddingIsTheModelsNotMegatronsDefault) {
+  // Megatron pads to make_vocab_size_divisible_by x TP (default 128): the launch says the model's
+  // multiple, so Megatron runs the vocabulary tables that were predicted.
+  ExportRequest q = request("default");
+  EXPECT_TRUE(has_line(export_megatron(q), "--make-vocab-size-divisible-by 1"));
+  q.model.vocab_divisible_by = 128;
+  const std::string s = export_megatron(q);
+  EXPECT_TRUE(has_line(s, "--make-vocab-size-divisible-by 128")) << s;
+  EXPECT_TRUE(check_megatron_script(s).empty());
 }
 
 TEST(MegatronExport, MoeAndUnevenStagesUseTheirFlags) {
