@@ -1,6 +1,6 @@
 // Training on the GPU in single-GPU mode (engine/cuda/cuda_rank_device.hpp: every rank a thread
-// with its own stream, CudaBackend and device allocator on device 0, transfers staged through
-// the thread communicator) against the CPU single-rank run of the same global batch.
+// with its own stream, CudaBackend and device allocator on device 0, transfers and collectives
+// of device spans device to device) against the CPU single-rank run of the same global batch.
 //
 // Tolerances (fp32 on both sides; the GPU sums in other orders: cuBLASLt GEMMs, tree reductions):
 //  - the step-1 loss within 1e-4 relative, the 5-step loss curve within 1e-3 relative;
