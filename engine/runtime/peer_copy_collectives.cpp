@@ -34,8 +34,15 @@ class Reads {
     for (int index : taken_) exchange_.release_shared(key_, index, read);
   }
 
-  // Group rank `index`'s block, of `bytes` (the size this member passed: all must agree), with
-  // this member's stream waiting for its copy in.
+  // Group rank `index`'s block, with this member's stream waiting for its copy in.
+  PeerExchange::Parcel take(int index) {
+    PeerExchange::Parcel p = exchange_.take_shared(key_, index);
+    taken_.push_back(index);
+    storage_.wait_for(p.ready);
+    return p;
+  }
+
+  // The same, of `bytes` (the size this member passed: all must agree).
   const float* take(int index, std::size_t bytes, tensor::DeviceAllocator*& owner) {
     const PeerExchange::Parcel p = exchange_.take_shared(key_, index);
     taken_.push_back(index);
@@ -48,6 +55,12 @@ class Reads {
     storage_.wait_for(p.ready);
     owner = p.owner;
     return static_cast<const float*>(p.block);
+  }
+
+  [[noreturn]] void mismatch(const std::string& message) const {
+    throw comm::CommMismatch(
+        rank_, "collective " + key_,
+        "rank " + std::to_string(rank_) + ": collective " + key_ + " " + message);
   }
 
  private:
@@ -71,7 +84,8 @@ std::string PeerCopyCommunicator::next_key(const comm::ProcessGroup& group) {
 }
 
 void PeerCopyCommunicator::post_input(const std::string& key, int index,
-                                      std::span<const float> data, int readers) {
+                                      std::span<const float> data, int readers,
+                                      std::vector<std::size_t> parts) {
   const std::size_t bytes = data.size_bytes();
   void* block = staging_block(bytes);
   try {
@@ -80,7 +94,8 @@ void PeerCopyCommunicator::post_input(const std::string& key, int index,
     recycle(block, bytes);
     throw;
   }
-  exchange_->post_shared(key, index, rank(), {block, bytes, storage_->record_fence(), storage_},
+  exchange_->post_shared(key, index, rank(),
+                         {block, bytes, storage_->record_fence(), storage_, std::move(parts)},
                          readers);
 }
 
@@ -195,6 +210,67 @@ void PeerCopyCommunicator::broadcast(const comm::ProcessGroup& group, std::span<
     const float* block = reads.take(root, data.size_bytes(), owner);
     storage_->copy_from_peer(data.data(), *owner, block, data.size_bytes());
     copied_ += data.size_bytes();
+  }
+  finish(group);
+}
+
+void PeerCopyCommunicator::all_to_all(const comm::ProcessGroup& group, std::span<const float> input,
+                                      std::span<float> output) {
+  const auto g = static_cast<std::size_t>(group.size());
+  if (input.empty() || g <= 1 || !on_device(input.data()) || !on_device(output.data()) ||
+      input.size() % g != 0 || output.size() != input.size())
+    return staged_->all_to_all(group, input, output);  // which also names a bad size
+  const std::vector<std::size_t> parts(g, input.size() / g);
+  exchange_parts(group, input, parts, output, parts);
+}
+
+void PeerCopyCommunicator::all_to_all_v(const comm::ProcessGroup& group,
+                                        std::span<const float> input,
+                                        std::span<const std::size_t> send_counts,
+                                        std::span<float> output,
+                                        std::span<const std::size_t> recv_counts) {
+  const auto g = static_cast<std::size_t>(group.size());
+  std::size_t sent = 0, received = 0;
+  for (std::size_t c : send_counts) sent += c;
+  for (std::size_t c : recv_counts) received += c;
+  // Tokens routed nowhere make empty spans on some members only: the path is chosen by the
+  // storage (every member's is a device in single-GPU mode), never by a span's size.
+  const bool device = on_device_or_empty(input) && on_device_or_empty(output);
+  if (g <= 1 || !device || send_counts.size() != g || recv_counts.size() != g ||
+      sent != input.size() || received != output.size())
+    return staged_->all_to_all_v(group, input, send_counts, output, recv_counts);
+  exchange_parts(group, input, {send_counts.begin(), send_counts.end()}, output, recv_counts);
+}
+
+void PeerCopyCommunicator::exchange_parts(const comm::ProcessGroup& group,
+                                          std::span<const float> input,
+                                          std::vector<std::size_t> send, std::span<float> output,
+                                          std::span<const std::size_t> recv) {
+  const int g = group.size(), me = group.index_of(rank());
+  const std::string key = next_key(group);
+  post_input(key, me, input, g, std::move(send));
+  inner_->barrier(group);
+  {
+    Reads reads(*exchange_, *storage_, key, rank());
+    std::size_t at = 0;
+    for (int i = 0; i < g; ++i) {
+      const PeerExchange::Parcel p = reads.take(i);
+      const auto want = recv[static_cast<std::size_t>(i)];
+      if (p.parts.size() != static_cast<std::size_t>(g))
+        reads.mismatch("got " + std::to_string(p.parts.size()) + " parts from group rank " +
+                       std::to_string(i) + " for " + std::to_string(g) + " members");
+      std::size_t offset = 0;
+      for (int j = 0; j < me; ++j) offset += p.parts[static_cast<std::size_t>(j)];
+      const std::size_t n = p.parts[static_cast<std::size_t>(me)];
+      if (n != want)
+        reads.mismatch("expected " + std::to_string(want) + " floats from group rank " +
+                       std::to_string(i) + ", which sends " + std::to_string(n));
+      if (n > 0)
+        storage_->copy_from_peer(output.data() + at, *p.owner,
+                                 static_cast<const float*>(p.block) + offset, n * sizeof(float));
+      at += n;
+      copied_ += n * sizeof(float);
+    }
   }
   finish(group);
 }

@@ -35,13 +35,14 @@ std::size_t PeerExchange::shared_bytes_posted() const {
 void PeerExchange::post_shared(const std::string& key, int index, int src, Parcel parcel,
                                int readers) {
   std::lock_guard lock(mutex_);
-  ++shared_parcels_;
-  shared_bytes_ += parcel.bytes;
+  const std::size_t bytes = parcel.bytes;
   const auto [it, added] =
       shared_.try_emplace({key, index}, Shared{std::move(parcel), src, readers, {}});
   if (!added)
     throw std::logic_error("peer exchange: collective " + key + " got two blocks of group rank " +
                            std::to_string(index));
+  ++shared_parcels_;
+  shared_bytes_ += bytes;
 }
 
 PeerExchange::Parcel PeerExchange::take_shared(const std::string& key, int index) {

@@ -12,19 +12,19 @@
 // transfer always agree on the path. Host spans are handled too (copied into and out of the
 // staging block), so both ends of a transfer need not agree on where their spans live.
 //
-// Collectives over device spans (all-reduce, reduce-scatter, all-gather, broadcast) run device
-// to device too (peer_copy_collectives.cpp): each member copies its input into a staging block
-// and posts it under the collective's key; after a barrier of the wrapped communicator (which
-// keeps its watchdog, abort and mismatch checks) each member reads the blocks it needs on its
-// own stream: copies, and for reductions DeviceAllocator::combine_from_peer folding the blocks
-// in group-rank order, ((x0 + x1) + x2) + ..., the thread communicator's order, so the results
-// are bit for bit the same. A block returns to its member once every reader released it (with
-// the fences of their reads), and a second barrier ends the collective, so no member goes on
-// (or frees its storage) while another still issues reads of its block. Host-side waits only:
-// the device work stays asynchronous, ordered by the fences. Large
-// all-reduces go in pieces of kCollectivePiece floats, bounding the staging memory. Collectives
-// over host spans (the step's loss totals) and all-to-all go to the wrapped staging
-// communicator; every member passes spans of the same kind, so all take the same path.
+// Collectives over device spans (all-reduce, reduce-scatter, all-gather, broadcast, all-to-all
+// with equal or variable parts) run device to device too (peer_copy_collectives.cpp): each member
+// copies its input into a staging block and posts it under the collective's key; after a barrier of
+// the wrapped communicator (which keeps its watchdog, abort and mismatch checks) each member reads
+// the blocks it needs on its own stream: copies, and for reductions
+// DeviceAllocator::combine_from_peer folding the blocks in group-rank order, ((x0 + x1) + x2) +
+// ..., the thread communicator's order, so the results are bit for bit the same. A block returns to
+// its member once every reader released it (with the fences of their reads), and a second barrier
+// ends the collective, so no member goes on (or frees its storage) while another still issues reads
+// of its block. Host-side waits only: the device work stays asynchronous, ordered by the fences.
+// Large all-reduces go in pieces of kCollectivePiece floats, bounding the staging memory.
+// Collectives over host spans (the step's loss totals) go to the wrapped staging communicator;
+// every member passes spans of the same kind, so all take the same path.
 #pragma once
 
 #include <condition_variable>
@@ -53,6 +53,8 @@ class PeerExchange {
     std::size_t bytes = 0;
     tensor::DeviceAllocator::Fence ready;  // the sender's copy into the block
     tensor::DeviceAllocator* owner = nullptr;
+    // A collective's block of consecutive parts (all-to-all): the floats for each group rank.
+    std::vector<std::size_t> parts = {};
   };
   struct Returned {
     void* block = nullptr;
@@ -128,14 +130,10 @@ class PeerCopyCommunicator final : public comm::Communicator {
   void all_gather(const comm::ProcessGroup& group, std::span<const float> input,
                   std::span<float> output) override;
   void all_to_all(const comm::ProcessGroup& group, std::span<const float> input,
-                  std::span<float> output) override {
-    staged_->all_to_all(group, input, output);
-  }
+                  std::span<float> output) override;
   void all_to_all_v(const comm::ProcessGroup& group, std::span<const float> input,
                     std::span<const std::size_t> send_counts, std::span<float> output,
-                    std::span<const std::size_t> recv_counts) override {
-    staged_->all_to_all_v(group, input, send_counts, output, recv_counts);
-  }
+                    std::span<const std::size_t> recv_counts) override;
   void broadcast(const comm::ProcessGroup& group, std::span<float> data, int root) override;
   void barrier(const comm::ProcessGroup& group) override { staged_->barrier(group); }
   void throw_if_aborted() const override { inner_->throw_if_aborted(); }
@@ -153,13 +151,23 @@ class PeerCopyCommunicator final : public comm::Communicator {
 
  private:
   bool on_device(const void* p) const { return storage_->owns(p); }
+  // An empty span has no storage to tell: it goes the way its storage's other spans go.
+  bool on_device_or_empty(std::span<const float> s) const {
+    return s.empty() ? storage_->on_device() : on_device(s.data());
+  }
   void* staging_block(std::size_t bytes);
   void recycle(void* block, std::size_t bytes) { free_[bytes].push_back(block); }
   // The key of this member's next collective on `group` (same on every member: each calls the
   // group's collectives in the same order).
   std::string next_key(const comm::ProcessGroup& group);
-  // Copies `data` into a staging block posted under `key` for `readers` members.
-  void post_input(const std::string& key, int index, std::span<const float> data, int readers);
+  // Copies `data` into a staging block posted under `key` for `readers` members (`parts`: how
+  // many of its floats go to each group rank, for all-to-all).
+  void post_input(const std::string& key, int index, std::span<const float> data, int readers,
+                  std::vector<std::size_t> parts = {});
+  // All-to-all of device spans: part `me` of every member's block into `output`, in group order.
+  void exchange_parts(const comm::ProcessGroup& group, std::span<const float> input,
+                      std::vector<std::size_t> send, std::span<float> output,
+                      std::span<const std::size_t> recv);
   void all_reduce_piece(const comm::ProcessGroup& group, std::span<float> data, comm::ReduceOp op);
   // Ends a collective once every member has released every block (a barrier).
   void finish(const comm::ProcessGroup& group);

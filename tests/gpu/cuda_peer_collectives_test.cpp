@@ -36,7 +36,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-TEST(CudaPeerCollectives, AllReduceReduceScatterAndBroadcastAreTheThreadCommunicatorsBits) {
+TEST(CudaPeerCollectives, ReductionsBroadcastAndAllToAllAreTheThreadCommunicatorsBits) {
   PIPETUNE_REQUIRE_GPU();
   const comm::ProcessGroup world = comm::make_world_group(4);
   runtime::PeerExchange exchange;
@@ -90,7 +90,14 @@ TEST(CudaPeerCollectives, AllReduceReduceScatterAndBroadcastAreTheThreadCommunic
       peers.broadcast(world, {db, b.size()}, 3);
       comm.broadcast(world, b, 3);
       EXPECT_TRUE(same_bits(to_host(db, b.size()), b)) << "broadcast, rank " << r;
-      EXPECT_EQ(peers.device_collectives(), 3u + 1u + 1u + 1u);
+      const std::vector<float> parts = values(r, 5, 4 * 64);
+      std::vector<float> swapped(parts.size());
+      float* dparts = on_device(parts);
+      float* dswapped = on_device(swapped);
+      peers.all_to_all(world, {dparts, parts.size()}, {dswapped, swapped.size()});
+      comm.all_to_all(world, parts, swapped);
+      EXPECT_TRUE(same_bits(to_host(dswapped, swapped.size()), swapped)) << "all_to_all, " << r;
+      EXPECT_EQ(peers.device_collectives(), 3u + 1u + 1u + 1u + 1u);
 
       storage.synchronize();
       for (auto [p, n] :
@@ -100,7 +107,7 @@ TEST(CudaPeerCollectives, AllReduceReduceScatterAndBroadcastAreTheThreadCommunic
     }
     PIPETUNE_CUDA_CHECK(cudaStreamDestroy(stream));
   });
-  EXPECT_EQ(exchange.shared_posted(), 4u * 5u + 1u);  // the broadcast's root posts alone
+  EXPECT_EQ(exchange.shared_posted(), 4u * 6u + 1u);  // the broadcast's root posts alone
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -128,6 +129,42 @@ TEST(PeerCopyCollectives, ReduceScatterAllGatherAndBroadcastAreTheThreadCommunic
     reference.broadcast(world, b, 2);
     EXPECT_TRUE(same_bits(db.host(), b)) << "broadcast on rank " << r;
   });
+}
+
+TEST(PeerCopyCollectives, AllToAllWithEqualAndVariablePartsIsTheThreadCommunicators) {
+  const comm::ProcessGroup world = comm::make_world_group(4);
+  PeerExchange x;
+  run_four(x, [&](PeerCopyCommunicator& peers, testing::GuardedAllocator& a,
+                  comm::Communicator& reference) {
+    const int r = peers.rank();
+    const std::vector<float> in = values(r, 8, 8);  // 4 parts of 2
+    DeviceVector din(a, in), dout(a, std::vector<float>(8, 0.0f));
+    std::vector<float> want(8);
+    peers.all_to_all(world, din.span(), dout.span());
+    reference.all_to_all(world, in, want);
+    EXPECT_TRUE(same_bits(dout.host(), want)) << "all_to_all on rank " << r;
+
+    // Rank i sends (i + j) % 3 floats to rank j: empty parts, and rank 3 receives nothing from
+    // rank 0 ... the MoE dispatch's uneven routing. Rank 2 sends nothing at all.
+    std::vector<std::size_t> send(4), recv(4);
+    for (int j = 0; j < 4; ++j) {
+      send[static_cast<std::size_t>(j)] = r == 2 ? 0 : static_cast<std::size_t>((r + j) % 3);
+      recv[static_cast<std::size_t>(j)] = j == 2 ? 0 : static_cast<std::size_t>((j + r) % 3);
+    }
+    std::size_t sent = 0, received = 0;
+    for (int j = 0; j < 4; ++j) sent += send[j], received += recv[j];
+    const std::vector<float> vin = values(r, 9, sent);
+    std::vector<float> vwant(received);
+    std::optional<DeviceVector> dvin, dvout;
+    if (sent > 0) dvin.emplace(a, vin);
+    if (received > 0) dvout.emplace(a, std::vector<float>(received, 0.0f));
+    peers.all_to_all_v(world, dvin ? dvin->span() : std::span<float>{}, send,
+                       dvout ? dvout->span() : std::span<float>{}, recv);
+    reference.all_to_all_v(world, vin, send, vwant, recv);
+    if (dvout) EXPECT_TRUE(same_bits(dvout->host(), vwant)) << "all_to_all_v on rank " << r;
+    EXPECT_EQ(peers.device_collectives(), 2u);
+  });
+  EXPECT_EQ(x.shared_posted(), 8u);
 }
 
 TEST(PeerCopyCollectives, GroupsOfOneNameAndOtherMembersAreApartAndHostSpansStayOnTheHost) {

@@ -53,5 +53,28 @@ TEST(PeerExchange, ALeavingRankGetsBackWhatWasNeverReceived) {
   EXPECT_EQ(x.take(1, 0, 1).block, &c);  // untouched
 }
 
+TEST(PeerExchange, ACollectiveBlockReturnsOnceEveryReaderReleasedIt) {
+  int a = 0, b = 0;  // stand-ins for blocks
+  PeerExchange x;
+  x.post_shared("dp #0", 0, 5, {&a, 4, nullptr, nullptr}, 2);
+  x.post_shared("dp #0", 1, 6, {&b, 4, nullptr, nullptr}, 2);
+  EXPECT_THROW(x.post_shared("dp #0", 1, 6, {&b, 4, nullptr, nullptr}, 2), std::logic_error);
+  EXPECT_EQ(x.take_shared("dp #0", 0).block, &a);
+  EXPECT_EQ(x.take_shared("dp #0", 0).block, &a);  // both members read it
+  x.release_shared("dp #0", 0, nullptr);
+  EXPECT_TRUE(x.reclaim(5).empty());  // one reader still holds it
+  x.release_shared("dp #0", 0, nullptr);
+  const std::vector<PeerExchange::Returned> back = x.reclaim(5);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].block, &a);
+  EXPECT_EQ(back[0].done.size(), 2u);  // each reader's fence
+  EXPECT_THROW(x.take_shared("dp #0", 0), std::logic_error);
+  // Never read (the run failed first): back to its member when it leaves.
+  const std::vector<PeerExchange::Returned> left = x.leave(6);
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].block, &b);
+  EXPECT_EQ(x.shared_posted(), 2u);
+}
+
 }  // namespace
 }  // namespace pipetune::runtime
