@@ -33,6 +33,7 @@
 #endif
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
+#include "engine/spec/model_spec.hpp"
 #include "engine/spec/run_spec.hpp"
 #include "tuner/predict/planned_schedule.hpp"
 
@@ -354,6 +355,14 @@ void print_header(const runtime::TrainOptions& o, const char* ranks) {
   std::printf("training %s on %d %s (tp=%d pp=%d dp=%d ep=%d), schedule %s, vocab %s, %d steps\n",
               o.model.name.c_str(), p.tp * p.pp * p.dp, ranks, p.tp, p.pp, p.dp, p.ep,
               p.schedule.c_str(), std::string(schedule::vocab_mode_name(p.vocab)).c_str(), o.steps);
+  if (o.model.vocab_divisible_by > 1) {
+    const std::int64_t shards =
+        p.vocab != schedule::VocabMode::None ? std::int64_t{p.tp} * p.pp : p.tp;
+    std::printf("vocabulary %lld padded to %lld rows (a multiple of %lld x %lld shards)\n",
+                static_cast<long long>(o.model.vocab),
+                static_cast<long long>(spec::padded_vocab(o.model, shards)),
+                static_cast<long long>(o.model.vocab_divisible_by), static_cast<long long>(shards));
+  }
   std::fflush(stdout);
 }
 

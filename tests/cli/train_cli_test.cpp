@@ -8,6 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+
+#include <unistd.h>
 
 #include "support/run_process.hpp"
 
@@ -51,6 +54,30 @@ TEST(TrainCli, HumanOutputPrintsEveryStepAndEveryRank) {
   EXPECT_NE(r.out.find("step    2  loss"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("bubble%"), std::string::npos) << r.out;
   EXPECT_GE(line_count(r.out), 2 + 1 + 2 + 8);
+}
+
+TEST(TrainCli, APaddedVocabularySaysItsRowsAndStillPredictsOverTheRealOnes) {
+  // tiny (vocabulary 512) padded by 48 x tp 2 = 96: 576 rows. At initialisation the loss is
+  // log(512), the uniform over the real tokens: the 64 padding rows take no probability.
+  const std::filesystem::path model = std::filesystem::temp_directory_path() /
+                                      ("pipetune-padded-" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(model) << "preset = \"tiny\"\nname = \"tiny-padded\"\nvocab_divisible_by = 48\n";
+  const auto r =
+      run_pipetune({"train", "--model", model.string(), "--steps", "1", "--microbatches", "2"});
+  std::filesystem::remove(model);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("vocabulary 512 padded to 576 rows (a multiple of 48 x 2 shards)"),
+            std::string::npos)
+      << r.out;
+  const std::size_t at = r.out.find("step    1  loss ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_NEAR(std::stod(r.out.substr(at + 16)), std::log(512.0), 0.05) << r.out;  // log 576: +0.12
+  // And the loss the unpadded model prints.
+  const auto plain = run_pipetune({"train", "--steps", "1", "--microbatches", "2"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const std::size_t p = plain.out.find("step    1  loss ");
+  ASSERT_NE(p, std::string::npos) << plain.out;
+  EXPECT_EQ(r.out.substr(at, 23), plain.out.substr(p, 23));
 }
 
 TEST(TrainCli, OverridesAndMoeConfig) {
