@@ -149,6 +149,12 @@ class CudaBackend final : public tensor::Backend {
                                tensor::TensorView local_sum) override;
   float do_vocab_ce_loss(tensor::ConstTensorView global_max, tensor::ConstTensorView global_sum,
                          tensor::ConstTensorView target_logit, tensor::TensorView losses) override;
+  void do_vocab_ce_numerators(tensor::ConstTensorView logits_shard, tensor::ConstTensorView row_max,
+                              tensor::TensorView numerators) override;
+  void do_vocab_ce_input_grad(tensor::ConstTensorView shard_max, tensor::ConstTensorView global_max,
+                              tensor::ConstTensorView global_sum, tensor::ConstTensorView weights,
+                              tensor::ConstTensorView target_rows, float grad_scale,
+                              tensor::TensorView dx) override;
   void do_vocab_ce_backward(tensor::ConstTensorView logits_shard,
                             std::span<const std::int32_t> targets, std::int64_t vocab_lo,
                             tensor::ConstTensorView global_max, tensor::ConstTensorView global_sum,

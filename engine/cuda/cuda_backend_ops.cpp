@@ -235,4 +235,20 @@ void CudaBackend::do_vocab_ce_backward(ConstTensorView logits_shard,
                        logits_shard.shape[1]);
 }
 
+void CudaBackend::do_vocab_ce_numerators(ConstTensorView logits_shard, ConstTensorView row_max,
+                                         TensorView numerators) {
+  activate();
+  kernels::ce_numerators(stream_, logits_shard.data, row_max.data, numerators.data,
+                         logits_shard.shape[0], logits_shard.shape[1]);
+}
+
+void CudaBackend::do_vocab_ce_input_grad(ConstTensorView shard_max, ConstTensorView global_max,
+                                         ConstTensorView global_sum, ConstTensorView weights,
+                                         ConstTensorView target_rows, float grad_scale,
+                                         TensorView dx) {
+  activate();
+  kernels::ce_input_grad(stream_, shard_max.data, global_max.data, global_sum.data, weights.data,
+                         target_rows.data, grad_scale, dx.data, dx.shape[0], dx.shape[1]);
+}
+
 }  // namespace pipetune::cuda

@@ -1,7 +1,8 @@
 // Softmax cross-entropy on the GPU in its vocabulary-parallel (online softmax) form, the protocol
 // of backend.hpp: local statistics per row of a shard, rescaling to the global max, the loss, and
-// the backward. The two passes over the (N, V) logits run one block per row (block reductions
-// for the max and the exp-sum); the per-row helpers run one thread per row.
+// the backward; and Algorithm 2's numerators and input gradient (grid-stride loops). The two
+// passes over the (N, V) logits run one block per row (block reductions for the max and the
+// exp-sum); the per-row helpers run one thread per row.
 #include "engine/cuda/cuda_kernels.hpp"
 #include "engine/cuda/device_utils.cuh"
 
@@ -64,6 +65,23 @@ __global__ void backward_kernel(const float* logits, const std::int32_t* targets
   }
 }
 
+__global__ void numerators_kernel(const float* logits, const float* row_max, float* numerators,
+                                  std::int64_t n, std::int64_t V) {
+  for (std::int64_t i = global_thread(); i < n; i += device::grid_threads())
+    numerators[i] = expf(logits[i] - row_max[i / V]);
+}
+
+__global__ void input_grad_kernel(const float* shard_max, const float* global_max,
+                                  const float* global_sum, const float* weights,
+                                  const float* target_rows, float grad_scale, float* dx,
+                                  std::int64_t n, std::int64_t C) {
+  for (std::int64_t i = global_thread(); i < n; i += device::grid_threads()) {
+    const std::int64_t r = i / C;
+    const float coef = expf(shard_max[r] - global_max[r]) / global_sum[r];
+    dx[i] += grad_scale * (coef * weights[i] - target_rows[i]);
+  }
+}
+
 LaunchShape per_row_thread(std::int64_t N) {
   LaunchShape s;
   s.threads = kElementwiseThreads;
@@ -89,6 +107,21 @@ void ce_losses(cudaStream_t s, const float* global_max, const float* global_sum,
                const float* target_logit, float* losses, std::int64_t N) {
   PIPETUNE_LAUNCH(losses_kernel, per_row_thread(N), s, global_max, global_sum, target_logit, losses,
                   N);
+}
+
+void ce_numerators(cudaStream_t s, const float* logits, const float* row_max, float* numerators,
+                   std::int64_t N, std::int64_t V) {
+  if (N * V == 0) return;
+  PIPETUNE_LAUNCH(numerators_kernel, elementwise_shape(N * V), s, logits, row_max, numerators,
+                  N * V, V);
+}
+
+void ce_input_grad(cudaStream_t s, const float* shard_max, const float* global_max,
+                   const float* global_sum, const float* weights, const float* target_rows,
+                   float grad_scale, float* dx, std::int64_t N, std::int64_t C) {
+  if (N * C == 0) return;
+  PIPETUNE_LAUNCH(input_grad_kernel, elementwise_shape(N * C), s, shard_max, global_max, global_sum,
+                  weights, target_rows, grad_scale, dx, N * C, C);
 }
 
 void ce_backward(cudaStream_t s, const float* logits, const std::int32_t* targets,

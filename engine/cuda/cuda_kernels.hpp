@@ -85,6 +85,14 @@ void ce_rescale_sum(cudaStream_t s, const float* local_max, const float* global_
                     float* local_sum, std::int64_t N);
 void ce_losses(cudaStream_t s, const float* global_max, const float* global_sum,
                const float* target_logit, float* losses, std::int64_t N);
+// numerators (N, V) = exp(logits - row_max[n]); dx (N, C) += grad_scale * (exp(shard_max -
+// global_max) / global_sum * weights - target_rows), row by row (Backend::vocab_ce_numerators,
+// vocab_ce_input_grad).
+void ce_numerators(cudaStream_t s, const float* logits, const float* row_max, float* numerators,
+                   std::int64_t N, std::int64_t V);
+void ce_input_grad(cudaStream_t s, const float* shard_max, const float* global_max,
+                   const float* global_sum, const float* weights, const float* target_rows,
+                   float grad_scale, float* dx, std::int64_t N, std::int64_t C);
 void ce_backward(cudaStream_t s, const float* logits, const std::int32_t* targets,
                  std::int64_t vocab_lo, const float* global_max, const float* global_sum,
                  float grad_scale, float* dlogits, std::int64_t N, std::int64_t V);

@@ -51,35 +51,16 @@ void RankRuntime::vocab_output_forward(int mb) {
   if (schedule_->vocab == schedule::VocabMode::Vocab2) {
     // Algorithm 2: send what lets the last group's B form the hidden state's gradient right
     // after the one barrier: A = sum_v exp(l_v - max) W_v and the target's row W_t.
-    // The exponentials and the target rows are host loops: on a device they run on host copies.
-    tensor::DeviceAllocator& storage = model::rank_storage();
     model::Buffer weights;
     zeros(weights, Shape{2 * N * C});  // [A | W_t] (2, N, C)
     model::Buffer p_buf;
     TensorView p = sized(p_buf, Shape{N, Vs});
-    {
-      const HostAccess l_host(storage, logits), max_host(storage, lmax);
-      HostAccess p_host(storage, p, HostAccess::Mode::write);
-      for (std::int64_t n = 0; n < N; ++n) {
-        const float* l = l_host.data() + n * Vs;
-        float* pr = p_host.data() + n * Vs;
-        for (std::int64_t j = 0; j < Vs; ++j) pr[j] = std::exp(l[j] - max_host.data()[n]);
-      }
-      p_host.commit();
-    }
+    be.vocab_ce_numerators(logits, lmax, p);
     TensorView a{weights.data(), Shape{N, C}}, wt{weights.data() + N * C, Shape{N, C}};
     be.linear_backward_input(p, m.dense.param(m.head()), a);
-    {
-      const HostAccess head_host(storage, m.dense.param(m.head()));
-      HostAccess wt_host(storage, wt, HostAccess::Mode::read_write);
-      const float* head = head_host.data();
-      for (std::int64_t n = 0; n < N; ++n) {
-        const std::int64_t t = targets[static_cast<std::size_t>(n)];
-        if (t >= m.vocab().lo && t < m.vocab().hi)
-          std::copy_n(head + (t - m.vocab().lo) * C, C, wt_host.data() + n * C);
-      }
-      wt_host.commit();
-    }
+    // W_t: the head's row of each target in this shard, zero for the others: a lookup.
+    be.embedding_shard_forward(targets, m.dense.param(m.head()), m.vocab().lo, m.vocab_rows(), {},
+                               TensorView{wt.data, Shape{batch_, seq_, C}});
     if (ctx_.tp_size > 1) {
       TensorView both{weights.data(), Shape{2 * N, C}};
       ctx_.tp_all_reduce(both);
@@ -180,28 +161,15 @@ void RankRuntime::output_backward_vocab(ChunkState& s, int mb, TensorView dy_fin
   if (schedule_->vocab == schedule::VocabMode::Vocab2) {
     VocabState& v = collect_stats(mb);
     const float scale = grad_scale_ / static_cast<float>(N);
-    const auto members = static_cast<std::int64_t>(vocab_group_.ranks.size());
-    // A host loop (on a device: over host copies, dlnf written back after).
-    tensor::DeviceAllocator& storage = model::rank_storage();
-    const HostAccess peer_max(storage, view(v.peer_max, Shape{members * N}));
-    const HostAccess gmax(storage, view(v.gmax, Shape{N})), gsum(storage, view(v.gsum, Shape{N}));
-    HostAccess d_host(storage, dlnf, HostAccess::Mode::read_write);
     model::Buffer weights;
-    TensorView weights_view = sized(weights, Shape{2 * N * C});
+    sized(weights, Shape{2 * N * C});
     for (std::size_t i = 0; i < vocab_group_.ranks.size(); ++i) {
       mailbox_.take(vocab_group_.ranks[i], MessageKind::SoftmaxWeights, 0, mb, weights);
-      const HostAccess w_host(storage, weights_view);
-      for (std::int64_t n = 0; n < N; ++n) {
-        const auto k = static_cast<std::size_t>(n);
-        const float coef =
-            std::exp(peer_max[i * static_cast<std::size_t>(N) + k] - gmax[k]) / gsum[k];
-        const float* a = w_host.data() + n * C;
-        const float* wt = w_host.data() + N * C + n * C;
-        float* d = d_host.data() + n * C;
-        for (std::int64_t c = 0; c < C; ++c) d[c] += scale * (coef * a[c] - wt[c]);
-      }
+      const TensorView peer_max{v.peer_max.data() + static_cast<std::int64_t>(i) * N, Shape{N}};
+      be.vocab_ce_input_grad(peer_max, view(v.gmax, Shape{N}), view(v.gsum, Shape{N}),
+                             TensorView{weights.data(), Shape{N, C}},
+                             TensorView{weights.data() + N * C, Shape{N, C}}, scale, dlnf);
     }
-    d_host.commit();
     if (--v.stats_uses_left == 0) vocab_.erase(mb);
   } else {
     model::Buffer part(static_cast<std::size_t>(N * C));

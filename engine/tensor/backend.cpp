@@ -455,6 +455,29 @@ void Backend::vocab_ce_backward(ConstTensorView logits_shard, std::span<const st
                        dlogits_shard);
 }
 
+void Backend::vocab_ce_numerators(ConstTensorView logits_shard, ConstTensorView row_max,
+                                  TensorView numerators) {
+  const char* op = "vocab_ce_numerators";
+  rank_is(op, "logits_shard", logits_shard, 2);
+  length_n(op, "row_max", row_max, logits_shard.shape[0]);
+  same_shape(op, "logits_shard", logits_shard, "numerators", numerators);
+  do_vocab_ce_numerators(logits_shard, row_max, numerators);
+}
+
+void Backend::vocab_ce_input_grad(ConstTensorView shard_max, ConstTensorView global_max,
+                                  ConstTensorView global_sum, ConstTensorView weights,
+                                  ConstTensorView target_rows, float grad_scale, TensorView dx) {
+  const char* op = "vocab_ce_input_grad";
+  rank_is(op, "dx", dx, 2);
+  const std::int64_t n = dx.shape[0];
+  length_n(op, "shard_max", shard_max, n);
+  length_n(op, "global_max", global_max, n);
+  length_n(op, "global_sum", global_sum, n);
+  same_shape(op, "dx", dx, "weights", weights);
+  same_shape(op, "dx", dx, "target_rows", target_rows);
+  do_vocab_ce_input_grad(shard_max, global_max, global_sum, weights, target_rows, grad_scale, dx);
+}
+
 // ---- MoE ------------------------------------------------------------------------------------
 
 void Backend::moe_router_forward(ConstTensorView logits, std::int64_t top_k, std::int64_t capacity,

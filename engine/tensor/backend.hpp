@@ -156,6 +156,18 @@ class Backend {
   void vocab_ce_backward(ConstTensorView logits_shard, std::span<const std::int32_t> targets,
                          std::int64_t vocab_lo, ConstTensorView global_max,
                          ConstTensorView global_sum, float grad_scale, TensorView dlogits_shard);
+  // Vocabulary parallelism's Algorithm 2 (the hidden state's gradient formed from one barrier):
+  //  - numerators (N, V) = exp(logits_shard - row_max[n]): the shard's softmax numerators
+  //    against row_max (N), before the global normalisation;
+  //  - dx (N, C) += grad_scale * (exp(shard_max - global_max) / global_sum * weights -
+  //    target_rows), row by row: a shard's part of the gradient from its weighted rows
+  //    weights = numerators W (N, C) and its target rows W_t (N, C) (zero where the target is
+  //    another shard's).
+  void vocab_ce_numerators(ConstTensorView logits_shard, ConstTensorView row_max,
+                           TensorView numerators);
+  void vocab_ce_input_grad(ConstTensorView shard_max, ConstTensorView global_max,
+                           ConstTensorView global_sum, ConstTensorView weights,
+                           ConstTensorView target_rows, float grad_scale, TensorView dx);
 
   // ---- MoE ------------------------------------------------------------------------------------
   // Router: probs (N, E) = softmax(logits (N, E)); top-k per token with capacity (see
@@ -249,6 +261,12 @@ class Backend {
                                        TensorView local_sum) = 0;
   virtual float do_vocab_ce_loss(ConstTensorView global_max, ConstTensorView global_sum,
                                  ConstTensorView target_logit, TensorView losses) = 0;
+  virtual void do_vocab_ce_numerators(ConstTensorView logits_shard, ConstTensorView row_max,
+                                      TensorView numerators) = 0;
+  virtual void do_vocab_ce_input_grad(ConstTensorView shard_max, ConstTensorView global_max,
+                                      ConstTensorView global_sum, ConstTensorView weights,
+                                      ConstTensorView target_rows, float grad_scale,
+                                      TensorView dx) = 0;
   virtual void do_vocab_ce_backward(ConstTensorView logits_shard,
                                     std::span<const std::int32_t> targets, std::int64_t vocab_lo,
                                     ConstTensorView global_max, ConstTensorView global_sum,

@@ -1,7 +1,8 @@
 // The vocabulary-parallel cross-entropy kernels (engine/cuda/cuda_cross_entropy.cu: block
 // reductions per row, then per-row helpers) on the block emulation, step by step against the CPU
 // backend's protocol on the same shard: a shard [lo, hi) of a 300-word vocabulary holding some
-// rows' targets and not others', with made-up "all-reduced" statistics.
+// rows' targets and not others', with made-up "all-reduced" statistics; and Algorithm 2's
+// numerators and input gradient.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,6 +65,22 @@ TEST(CrossEntropyEmulated, ProtocolStepsMatchTheCpuBackend) {
   ce_backward(nullptr, shard.data(), targets.data(), lo, gmax.data(), gsum.data(),
               1.0f / static_cast<float>(N), dgot.data(), N, W);
   EXPECT_LE(relative_error(dgot, dwant), 1e-5);
+
+  // Algorithm 2: the numerators against the local max, and the input gradient from weighted rows.
+  Tensor pwant({N, W});
+  cpu.vocab_ce_numerators(shard, lmax, pwant);
+  std::vector<float> pgot(static_cast<std::size_t>(N * W), std::nanf(""));
+  ce_numerators(nullptr, shard.data(), lmax.data(), pgot.data(), N, W);
+  EXPECT_LE(relative_error(pgot, pwant), 1e-6);
+  const std::int64_t C = 24;
+  Tensor a({N, C}), wt({N, C}), dx({N, C});
+  for (std::int64_t i = 0; i < a.numel(); ++i) a[i] = u(rng), wt[i] = u(rng), dx[i] = u(rng);
+  Tensor dxwant = dx;
+  cpu.vocab_ce_input_grad(lmax, gmax, gsum, a, wt, 0.5f, dxwant);
+  std::vector<float> dxgot = dx.values();
+  ce_input_grad(nullptr, lmax.data(), gmax.data(), gsum.data(), a.data(), wt.data(), 0.5f,
+                dxgot.data(), N, C);
+  EXPECT_LE(relative_error(dxgot, dxwant), 1e-6);
 }
 
 }  // namespace

@@ -161,6 +161,20 @@ TEST_F(CudaAttentionLossMoeTest, VocabParallelProtocolStepsMatch) {
   cpu_.vocab_ce_backward(shard, targets, lo, gmax, sum, 0.5f, d);
   gpu().vocab_ce_backward(gshard, targets, lo, ggmax, gsum, 0.5f, gd);
   EXPECT_TRUE(matches_cpu("dlogits_shard", gd, d, kFp32ElementwiseTol));
+
+  // Algorithm 2's numerators and input gradient.
+  Tensor p({N, W});
+  DeviceTensor gp(p);
+  cpu_.vocab_ce_numerators(shard, lmax, p);
+  gpu().vocab_ce_numerators(gshard, glmax, gp);
+  EXPECT_TRUE(matches_cpu("numerators", gp, p, kFp32ElementwiseTol));
+  const std::int64_t C = 24;
+  const Tensor a = random_tensor({N, C}, rng_), wt = random_tensor({N, C}, rng_);
+  Tensor dx = random_tensor({N, C}, rng_);
+  DeviceTensor ga(a), gwt(wt), gdx(dx);
+  cpu_.vocab_ce_input_grad(lmax, gmax, sum, a, wt, 0.5f, dx);
+  gpu().vocab_ce_input_grad(glmax, ggmax, gsum, ga, gwt, 0.5f, gdx);
+  EXPECT_TRUE(matches_cpu("vocab_ce_input_grad", gdx, dx, kFp32ElementwiseTol));
 }
 
 bool same_routing(const MoeRouting& a, const MoeRouting& b) {

@@ -85,6 +85,12 @@ class CpuBackend final : public Backend {
                                TensorView local_sum) override;
   float do_vocab_ce_loss(ConstTensorView global_max, ConstTensorView global_sum,
                          ConstTensorView target_logit, TensorView losses) override;
+  void do_vocab_ce_numerators(ConstTensorView logits_shard, ConstTensorView row_max,
+                              TensorView numerators) override;
+  void do_vocab_ce_input_grad(ConstTensorView shard_max, ConstTensorView global_max,
+                              ConstTensorView global_sum, ConstTensorView weights,
+                              ConstTensorView target_rows, float grad_scale,
+                              TensorView dx) override;
   void do_vocab_ce_backward(ConstTensorView logits_shard, std::span<const std::int32_t> targets,
                             std::int64_t vocab_lo, ConstTensorView global_max,
                             ConstTensorView global_sum, float grad_scale,

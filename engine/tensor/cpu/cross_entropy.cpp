@@ -99,4 +99,33 @@ void CpuBackend::do_vocab_ce_backward(ConstTensorView logits_shard,
   });
 }
 
+void CpuBackend::do_vocab_ce_numerators(ConstTensorView logits_shard, ConstTensorView row_max,
+                                        TensorView numerators) {
+  const std::int64_t N = logits_shard.shape[0], V = logits_shard.shape[1];
+  pool_.parallel_for(N, 1, [&](std::int64_t n0, std::int64_t n1, int) {
+    for (std::int64_t n = n0; n < n1; ++n) {
+      const float* l = logits_shard.data + n * V;  // (V shard)
+      float* p = numerators.data + n * V;
+      const float mx = row_max.data[n];
+      for (std::int64_t j = 0; j < V; ++j) p[j] = std::exp(l[j] - mx);
+    }
+  });
+}
+
+void CpuBackend::do_vocab_ce_input_grad(ConstTensorView shard_max, ConstTensorView global_max,
+                                        ConstTensorView global_sum, ConstTensorView weights,
+                                        ConstTensorView target_rows, float grad_scale,
+                                        TensorView dx) {
+  const std::int64_t N = dx.shape[0], C = dx.shape[1];
+  pool_.parallel_for(N, 1, [&](std::int64_t n0, std::int64_t n1, int) {
+    for (std::int64_t n = n0; n < n1; ++n) {
+      const float coef = std::exp(shard_max.data[n] - global_max.data[n]) / global_sum.data[n];
+      const float* a = weights.data + n * C;
+      const float* wt = target_rows.data + n * C;
+      float* d = dx.data + n * C;
+      for (std::int64_t c = 0; c < C; ++c) d[c] += grad_scale * (coef * a[c] - wt[c]);
+    }
+  });
+}
+
 }  // namespace pipetune::tensor

@@ -292,6 +292,14 @@ class GuardedBackend final : public tensor::Backend {
     G g(storage_, &__func__[3]);
     return cpu_.vocab_ce_loss(gm, gs, tl, losses);
   }
+  void do_vocab_ce_numerators(CV l, CV mx, TV p) override {
+    G g(storage_, &__func__[3]);
+    cpu_.vocab_ce_numerators(l, mx, p);
+  }
+  void do_vocab_ce_input_grad(CV sm, CV gm, CV gs, CV w, CV wt, float scale, TV dx) override {
+    G g(storage_, &__func__[3]);
+    cpu_.vocab_ce_input_grad(sm, gm, gs, w, wt, scale, dx);
+  }
   void do_vocab_ce_backward(CV l, Ids t, std::int64_t lo, CV gm, CV gs, float scale,
                             TV dl) override {
     G g(storage_, &__func__[3]);

@@ -107,6 +107,54 @@ TEST_P(CrossEntropyOpTest, ThreeUnevenVocabShardsEqualUnsharded) {
   check_sharded_equals_unsharded(be(), rng, {0, 2, 9, 13});
 }
 
+// Algorithm 2 of vocabulary parallelism: the hidden state's gradient assembled from each shard's
+// weighted rows A = exp(l - shard max) W and target rows W_t (vocab_ce_numerators,
+// vocab_ce_input_grad) equals the unsharded one, (softmax - onehot) W / N, for shards [0, 4) and
+// [4, 9) of a 9-row output layer W (V, C).
+TEST_P(CrossEntropyOpTest, AlgorithmTwoInputGradientEqualsTheUnshardedOne) {
+  const std::int64_t N = 5, C = 4, V = 9, B = 1, T = N;
+  const std::vector<std::int64_t> bounds = {0, 4, 9};
+  Tensor logits = random_tensor({N, V}, rng, 3.0f);  // (N, V)
+  Tensor w = random_tensor({V, C}, rng);             // (V, C)
+  const auto targets = random_ids(N, static_cast<std::int32_t>(V), rng);
+  const float scale = 1.0f / N;
+  Tensor dlogits({N, V}), want({N, C});
+  be().cross_entropy_backward(logits, targets, scale, dlogits);
+  be().linear_backward_input(dlogits, w, want);
+
+  const std::size_t S = bounds.size() - 1;
+  std::vector<Tensor> shard(S), rows(S), lmax(S), lsum(S);
+  Tensor gmax({N}), gsum({N}), unused({N});
+  for (std::size_t s = 0; s < S; ++s) {
+    const std::int64_t lo = bounds[s], width = bounds[s + 1] - lo;
+    shard[s] = Tensor({N, width});  // (N, width)
+    rows[s] = Tensor({width, C});   // W's rows [lo, hi)
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t j = 0; j < width; ++j) shard[s][n * width + j] = logits[n * V + lo + j];
+    for (std::int64_t i = 0; i < width * C; ++i) rows[s][i] = w[lo * C + i];
+    lmax[s] = Tensor({N});
+    lsum[s] = Tensor({N});
+    be().vocab_ce_local_stats(shard[s], targets, lo, lmax[s], lsum[s], unused);
+  }
+  for (std::int64_t n = 0; n < N; ++n) gmax[n] = std::max(lmax[0][n], lmax[1][n]);
+  for (std::size_t s = 0; s < S; ++s) {
+    Tensor rescaled = lsum[s];
+    be().vocab_ce_rescale_sum(lmax[s], gmax, rescaled);
+    for (std::int64_t n = 0; n < N; ++n) gsum[n] += rescaled[n];
+  }
+  Tensor got({N, C});
+  for (std::size_t s = 0; s < S; ++s) {
+    const std::int64_t lo = bounds[s], width = bounds[s + 1] - lo;
+    Tensor p({N, width}), a({N, C}), target_rows({B, T, C});
+    be().vocab_ce_numerators(shard[s], lmax[s], p);
+    be().linear_backward_input(p, rows[s], a);
+    be().embedding_shard_forward(targets, rows[s], lo, V, {}, target_rows);
+    be().vocab_ce_input_grad(lmax[s], gmax, gsum, a, Tensor({N, C}, target_rows.values()), scale,
+                             got);
+  }
+  EXPECT_TRUE(all_close("dx", got.values(), want.values(), 1e-5, 1e-7));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, CrossEntropyOpTest, ::testing::ValuesIn(all_backends()),
                          backend_case_name);
 
