@@ -44,15 +44,10 @@ class Reads {
 
   // The same, of `bytes` (the size this member passed: all must agree).
   const float* take(int index, std::size_t bytes, tensor::DeviceAllocator*& owner) {
-    const PeerExchange::Parcel p = exchange_.take_shared(key_, index);
-    taken_.push_back(index);
+    const PeerExchange::Parcel p = take(index);
     if (p.bytes != bytes)
-      throw comm::CommMismatch(rank_, "collective " + key_,
-                               "rank " + std::to_string(rank_) + ": collective " + key_ +
-                                   " expected " + std::to_string(bytes) +
-                                   " bytes from group rank " + std::to_string(index) +
-                                   ", which passed " + std::to_string(p.bytes));
-    storage_.wait_for(p.ready);
+      mismatch("expected " + std::to_string(bytes) + " bytes from group rank " +
+               std::to_string(index) + ", which passed " + std::to_string(p.bytes));
     owner = p.owner;
     return static_cast<const float*>(p.block);
   }
