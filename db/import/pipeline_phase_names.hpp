@@ -8,9 +8,10 @@
 //    pippy/PipelineDriver.py ({F|B|S}_{rank},{mb} at b39beba, the 2022-04-08 initial commit; the
 //    later event_name() uses the stage id) and written by pippy/visualizer.py events_to_json.
 //    Later PipelineDriver versions add "A_{stage},{mb}" (ACCUMULATE_GRAD), not a phase here.
-//    Releases: torchpippy 0.1.0 (frozen 2023-04-18, PR #783) and 0.1.1 (PR #798) come before
-//    PipelineDriver left (PR #919, 2023-12); 0.2.0 (PR #936, the PyTorch 2 tracer) lists neither
-//    file. No stored commit is pinned to 0.1.x, so their names were not read at a release.
+//    Releases: torchpippy 0.2.0 (PR #936, the PyTorch 2 tracer) lists neither file. PipelineDriver
+//    was still in the tree after February 2023 (beside pippy.compile, PR #749) and was taken out
+//    from December 2023 (PR #919), so 0.1.0 (frozen 2023-04-18, PR #783) and 0.1.1 (PR #798) very
+//    likely make these names; no stored commit is pinned to them, so that was not read.
 //  - torch.distributed.pipelining record_function names "PP:{stage}{action}{mb}": schedules.py
 //    _get_profiler_function_name returns "PP:" + str(_Action), and _PipelineScheduleRuntime wraps
 //    every action of its schedule in it. Added by pytorch/pytorch PR #160753 (opened 2025-08-15):
