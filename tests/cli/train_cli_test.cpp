@@ -35,6 +35,7 @@ TEST(TrainCli, JsonHasLossesThroughputPlanAndRanks) {
   EXPECT_EQ(j["plan"]["dp"], 2);
   EXPECT_EQ(j["plan"]["world"], 8);
   EXPECT_EQ(j["plan"]["schedule"], "1f1b");
+  EXPECT_EQ(j["plan"]["vocab_rows"], 512);                  // tiny's vocabulary, unpadded
   EXPECT_EQ(j["plan"]["tokens_per_step"], 4 * 4 * 32 * 2);  // m * B * T * dp
   ASSERT_EQ(j["ranks"].size(), 8u);
   for (const auto& k : j["ranks"]) {
@@ -64,8 +65,12 @@ TEST(TrainCli, APaddedVocabularySaysItsRowsAndStillPredictsOverTheRealOnes) {
   std::ofstream(model) << "preset = \"tiny\"\nname = \"tiny-padded\"\nvocab_divisible_by = 48\n";
   const auto r =
       run_pipetune({"train", "--model", model.string(), "--steps", "1", "--microbatches", "2"});
+  const auto j = run_pipetune(
+      {"train", "--model", model.string(), "--steps", "1", "--microbatches", "2", "--json"});
   std::filesystem::remove(model);
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  EXPECT_EQ(nlohmann::json::parse(j.out)["plan"]["vocab_rows"], 576);
   EXPECT_NE(r.out.find("vocabulary 512 padded to 576 rows (a multiple of 48 x 2 shards)"),
             std::string::npos)
       << r.out;
