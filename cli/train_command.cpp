@@ -82,7 +82,8 @@ struct TrainSetup {
 // `--backend cuda` (or `backend = "cuda"` in the run file): the run's ranks as streams of GPU 0
 // (engine/cuda/cuda_rank_device.hpp), with bf16 GEMM inputs when `bf16` (fp32 accumulation and
 // master weights), or refused with the reason before anything runs or is written.
-void use_cuda_backend([[maybe_unused]] runtime::TrainOptions& o, [[maybe_unused]] bool bf16) {
+void use_cuda_backend([[maybe_unused]] runtime::TrainOptions& o, [[maybe_unused]] bool bf16,
+                      [[maybe_unused]] bool tensor_core_attention) {
 #ifndef PIPETUNE_HAVE_CUDA
   throw InputError(
       "backend cuda: this pipetune was built without the CUDA toolkit (nvcc not found at "
@@ -93,7 +94,10 @@ void use_cuda_backend([[maybe_unused]] runtime::TrainOptions& o, [[maybe_unused]
     throw InputError("backend cuda: no CUDA device is usable (" + q.problem + ")");
   const cuda::DeviceInfo& gpu = q.devices.front();
   o.rank_device = cuda::single_gpu_rank_devices(
-      {.device = gpu.id, .precision = bf16 ? cuda::Precision::bf16 : cuda::Precision::fp32});
+      {.device = gpu.id,
+       .precision = bf16 ? cuda::Precision::bf16 : cuda::Precision::fp32,
+       .flash =
+           tensor_core_attention ? cuda::FlashVariant::tensor_cores : cuda::FlashVariant::tiles});
   // Every rank's state lives on this one device: a model that cannot fit is refused up front.
   o.device_memory = runtime::TrainOptions::DeviceMemory{
       "GPU " + std::to_string(gpu.id) + " (" + gpu.name + ")", gpu.total_bytes};
@@ -179,18 +183,27 @@ TrainSetup build_options(const TrainArgs& a) {
         " is for --backend cuda (the cpu backend computes in fp32 only)");
   setup.backend = backend;
   setup.precision = precision;
+  // flash-tc: flash attention whose products run in bf16 on tensor cores, for bf16 runs on GPUs.
+  const bool tensor_cores = a.attention && *a.attention == "flash-tc";
+  if (tensor_cores &&
+      (backend != spec::EngineBackend::cuda || precision != spec::EnginePrecision::bf16))
+    throw InputError(
+        "--attention flash-tc needs --backend cuda and --precision bf16 (bf16 "
+        "products on tensor cores), not " +
+        std::string(spec::engine_backend_name(backend)) + " " +
+        std::string(spec::engine_precision_name(precision)));
   if (backend == spec::EngineBackend::cuda)
-    use_cuda_backend(o, precision == spec::EnginePrecision::bf16);
+    use_cuda_backend(o, precision == spec::EnginePrecision::bf16, tensor_cores);
   if (a.no_gpu_capture && backend != spec::EngineBackend::cuda)
     throw InputError("--no-gpu-capture is for --backend cuda (the cpu backend captures no GPU)");
   o.capture_gpu_activity = !a.no_gpu_capture;
   if (a.attention) {
-    if (*a.attention == "flash")
+    if (*a.attention == "flash" || tensor_cores)
       o.attention = tensor::AttentionKernel::flash;
     else if (*a.attention == "stored")
       o.attention = tensor::AttentionKernel::stored;
     else
-      throw InputError("--attention must be stored or flash, not '" + *a.attention + "'");
+      throw InputError("--attention must be stored, flash or flash-tc, not '" + *a.attention + "'");
   } else {
     o.attention = backend == spec::EngineBackend::cuda ? tensor::AttentionKernel::flash
                                                        : tensor::AttentionKernel::stored;
@@ -223,7 +236,7 @@ nlohmann::json plan_json(const runtime::TrainOptions& o, const runtime::TrainRes
 }
 
 void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r, std::int64_t run_id,
-                const std::string& precision) {
+                const std::string& precision, const std::string& attention) {
   nlohmann::json losses = nlohmann::json::array(), steps = nlohmann::json::array(),
                  ranks = nlohmann::json::array();
   for (const auto& s : r.steps) {
@@ -251,7 +264,10 @@ void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r, s
                       {"plan", plan_json(o, r)}, {"first_step", r.first_step},
                       {"steps", steps},          {"iteration_time", r.iteration_seconds},
                       {"ranks", ranks},          {"precision", precision}};
-  if (o.attention) j["attention"] = std::string(tensor::attention_kernel_name(*o.attention));
+  if (!attention.empty())
+    j["attention"] = attention;
+  else if (o.attention)
+    j["attention"] = std::string(tensor::attention_kernel_name(*o.attention));
   if (r.gpu_capture.activities > 0)
     j["gpu_capture"] = {{"activities", r.gpu_capture.activities},
                         {"attributed", r.gpu_capture.attributed},
@@ -345,7 +361,8 @@ runtime::TrainResult train_into(runtime::TrainOptions o, db::RunWriter* writer) 
 void report_run(const TrainArgs& a, const runtime::TrainOptions& o, const runtime::TrainResult& r,
                 const db::RunWriter* writer) {
   if (a.json) {
-    print_json(o, r, writer ? writer->run_id() : -1, a.precision.value_or("fp32"));
+    print_json(o, r, writer ? writer->run_id() : -1, a.precision.value_or("fp32"),
+               a.attention.value_or(""));
     return;
   }
   print_summary(r);
@@ -389,7 +406,9 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a,
     if (o.rank_device) {  // --backend cuda: each process's rank on its own GPU, over NCCL
       o.rank_device = nccl::nccl_rank_devices(
           {groups, a.precision == "bf16" ? cuda::Precision::bf16 : cuda::Precision::fp32,
-           o.watchdog_seconds});
+           o.watchdog_seconds,
+           a.attention == "flash-tc" ? cuda::FlashVariant::tensor_cores
+                                     : cuda::FlashVariant::tiles});
       if (o.device_memory) o.device_memory->name = "each process's GPU";
     }
 #endif
@@ -585,8 +604,9 @@ void add_train_command(CLI::App& app) {
                   "With --backend cuda: fp32, or bf16 GEMM inputs with fp32 accumulation and "
                   "master weights (default: the run file's precision, else fp32)");
   cmd->add_option("--attention", args->attention,
-                  "Attention kernel: stored (keeps the T x T probabilities; the cpu default) or "
-                  "flash (no T x T matrix; the cuda default)");
+                  "Attention kernel: stored (keeps the T x T probabilities; the cpu default), "
+                  "flash (no T x T matrix; the cuda default) or flash-tc (flash with bf16 "
+                  "products on tensor cores: --backend cuda --precision bf16)");
   cmd->add_flag("--no-gpu-capture", args->no_gpu_capture,
                 "With --backend cuda: NVTX ranges only, no CUPTI capture of kernels and copies");
   cmd->add_option("--ranks-per-process", args->ranks_per_process,

@@ -73,8 +73,9 @@ class CudaBackend final : public tensor::Backend {
   struct Options {
     Precision precision = Precision::fp32;  // of the linear layers' GEMM inputs
     int device = 0;
-    // Flash attention's kernels: register tiles where the head size has them (32, 64, 128), or
-    // the warp-per-row kernels everywhere (kept to compare with).
+    // Flash attention's kernels: register tiles where the head size has them (32, 64, 128), the
+    // warp-per-row kernels everywhere (kept to compare with), or bf16 products on tensor cores
+    // where the head size has them (64, 128; else tiles), whatever the GEMMs' precision.
     FlashVariant flash = FlashVariant::tiles;
   };
 

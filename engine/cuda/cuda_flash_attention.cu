@@ -242,7 +242,11 @@ void flash_attention_forward(cudaStream_t s, const float* qkv, float* out, float
                              std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS,
                              FlashVariant variant) {
   const FlashShape f = flash_attention_shape(B, NH, T, HS);  // checks HS for both variants
-  if (variant == FlashVariant::tiles && flash_tiled_shape(B, NH, T, HS).supported) {
+  if (variant == FlashVariant::tensor_cores && flash_mma_shape(B, NH, T, HS).supported) {
+    flash_mma_forward(s, qkv, out, lse, B, T, NH, HS);
+    return;
+  }
+  if (variant != FlashVariant::rows && flash_tiled_shape(B, NH, T, HS).supported) {
     flash_tiled_forward(s, qkv, out, lse, B, T, NH, HS);
     return;
   }
@@ -288,7 +292,11 @@ void flash_attention_backward(cudaStream_t s, const float* dout, const float* qk
   const FlashShape f = flash_attention_shape(B, NH, T, HS);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   PIPETUNE_LAUNCH(row_dot_kernel, f.row_dot, s, dout, out, d_scratch, B, T, NH, HS);
-  if (variant == FlashVariant::tiles && flash_tiled_shape(B, NH, T, HS).supported) {
+  if (variant == FlashVariant::tensor_cores && flash_mma_shape(B, NH, T, HS).supported) {
+    flash_mma_backward(s, dout, qkv, lse, d_scratch, dqkv, B, T, NH, HS);
+    return;
+  }
+  if (variant != FlashVariant::rows && flash_tiled_shape(B, NH, T, HS).supported) {
     flash_tiled_backward(s, dout, qkv, lse, d_scratch, dqkv, B, T, NH, HS);
     return;
   }

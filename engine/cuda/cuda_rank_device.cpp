@@ -7,7 +7,7 @@ namespace pipetune::cuda {
 CudaRankDevice::CudaRankDevice(comm::Communicator& comm, const SingleGpuOptions& options,
                                std::shared_ptr<GpuActivityHub> activity,
                                runtime::PeerExchange* peers)
-    : backend_(CudaBackend::Options{options.precision, options.device}),
+    : backend_(CudaBackend::Options{options.precision, options.device, options.flash}),
       storage_(options.device, backend_.stream()),
       comm_(comm, storage_),
       activity_(std::move(activity)) {

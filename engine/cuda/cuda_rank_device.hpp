@@ -23,6 +23,7 @@ namespace pipetune::cuda {
 struct SingleGpuOptions {
   int device = 0;
   Precision precision = Precision::fp32;
+  FlashVariant flash = FlashVariant::tiles;  // CudaBackend::Options::flash
 };
 
 class CudaRankDevice final : public runtime::RankDevice {

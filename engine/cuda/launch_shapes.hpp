@@ -97,7 +97,9 @@ FlashShape flash_attention_shape(std::int64_t B, std::int64_t NH, std::int64_t T
 // default 48 KiB, so the launcher raises the kernels' limit (at most 227 KiB on Hopper).
 inline constexpr int kFlashTiledRows = 64;
 inline constexpr int kFlashTiledThreads = 256;
-enum class FlashVariant { rows, tiles };  // rows: the warp-per-row kernels above
+// rows: the warp-per-row kernels above; tiles: the register-tiled ones; tensor_cores: bf16 WMMA
+// tiles (cuda_flash_attention_mma.cu) where the head size has them, else tiles.
+enum class FlashVariant { rows, tiles, tensor_cores };
 struct FlashTiledShape {
   bool supported = false;       // HS is 32, 64 or 128
   std::int64_t row_blocks = 0;  // ceil(T / kFlashTiledRows) per (batch, head)
@@ -106,6 +108,38 @@ struct FlashTiledShape {
   LaunchShape backward_dkdv;    // K, V, Q, dO tiles; P, dS; lse and D of the query tile
 };
 FlashTiledShape flash_tiled_shape(std::int64_t B, std::int64_t NH, std::int64_t T, std::int64_t HS);
+
+// Flash attention on tensor cores (cuda_flash_attention_mma.cu) for head sizes 64 and 128: a
+// block of 4 warps takes kFlashMmaRows rows, 16 a warp. Shared memory (bytes) by FlashMmaLayout:
+// bf16 (64, HS) tiles of rows with stride HS + 8, fp32 (64, 64) tiles with stride 68, bf16 (64,
+// 64) tiles with stride 72, the forward's fp32 output rows with stride HS + 4, and per-row
+// statistics; every 16 x 16 tile starts on 32 bytes, as WMMA loads need.
+inline constexpr int kFlashMmaRows = 64;
+inline constexpr int kFlashMmaThreads = 128;
+template <int HS>
+struct FlashMmaLayout {
+  static constexpr int kLd = HS + 8;
+  static constexpr int kSLd = kFlashMmaRows + 4;
+  static constexpr int kPLd = kFlashMmaRows + 8;
+  static constexpr int kOLd = HS + 4;
+  static constexpr int kTile = kFlashMmaRows * kLd * 2;
+  static constexpr int kSquare = kFlashMmaRows * kSLd * 4;
+  static constexpr int kPSquare = kFlashMmaRows * kPLd * 2;
+  static constexpr int kOut = kFlashMmaRows * kOLd * 4;
+  static constexpr int kRowStats = kFlashMmaRows * 4;
+  static constexpr int kForward = 3 * kTile + kSquare + kPSquare + kOut + 2 * kRowStats;
+  static constexpr int kDq = 4 * kTile + 2 * kSquare + kPSquare + 2 * kRowStats;
+  static constexpr int kDkdv = 4 * kTile + 2 * kSquare + 2 * kPSquare + 2 * kRowStats;
+  static_assert(kTile % 32 == 0 && kSquare % 32 == 0 && kPSquare % 32 == 0 && kOut % 32 == 0,
+                "every tile starts on 32 bytes");
+  static_assert(2 * kSquare >= kOut, "dq, dk and dv rows leave through the two fp32 squares");
+};
+struct FlashMmaShape {
+  bool supported = false;       // HS is 64 or 128
+  std::int64_t row_blocks = 0;  // ceil(T / kFlashMmaRows) per (batch, head)
+  LaunchShape forward, backward_dq, backward_dkdv;
+};
+FlashMmaShape flash_mma_shape(std::int64_t B, std::int64_t NH, std::int64_t T, std::int64_t HS);
 
 // The attention that stores att (B, NH, T, T): one warp per (b, h, row); the backward's
 // d(scores) scratch is as large as att.

@@ -7,7 +7,7 @@ namespace pipetune::nccl {
 
 NcclRankDevice::NcclRankDevice(const NcclRankOptions& options)
     : device_(process_device()),
-      backend_(cuda::CudaBackend::Options{options.precision, device_}),
+      backend_(cuda::CudaBackend::Options{options.precision, device_, options.flash}),
       storage_(device_, backend_.stream()) {
   NcclOptions o;
   o.device = device_;

@@ -26,7 +26,8 @@ namespace pipetune::nccl {
 struct NcclRankOptions {
   std::vector<comm::ProcessGroup> groups;  // every group of the plan's topology
   cuda::Precision precision = cuda::Precision::fp32;
-  double watchdog_seconds = 300.0;  // NcclOptions::timeout_seconds
+  double watchdog_seconds = 300.0;                       // NcclOptions::timeout_seconds
+  cuda::FlashVariant flash = cuda::FlashVariant::tiles;  // CudaBackend::Options::flash
 };
 
 class NcclRankDevice final : public runtime::RankDevice {

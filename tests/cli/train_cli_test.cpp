@@ -312,8 +312,17 @@ TEST(TrainCli, AttentionKernelIsChosenAndReported) {
   const testing::ProcessResult bad =
       testing::run_pipetune({"train", "--steps", "1", "--no-db", "--attention", "sdpa"});
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
-  EXPECT_NE(bad.err.find("--attention must be stored or flash, not 'sdpa'"), std::string::npos)
+  EXPECT_NE(bad.err.find("--attention must be stored, flash or flash-tc, not 'sdpa'"),
+            std::string::npos)
       << bad.err;
+  // Tensor-core attention is for bf16 runs on a GPU: refused on the cpu backend, saying why.
+  const testing::ProcessResult tc =
+      testing::run_pipetune({"train", "--steps", "1", "--no-db", "--attention", "flash-tc"});
+  EXPECT_EQ(tc.exit_code, 2) << tc.err;
+  EXPECT_NE(tc.err.find("--attention flash-tc needs --backend cuda and --precision bf16"),
+            std::string::npos)
+      << tc.err;
+  EXPECT_EQ(tc.out, "");
 }
 
 // A run file's precision: bf16 with the cpu backend is refused where the file says it.

@@ -252,7 +252,7 @@ PY
   fi
 
   # --- 4. attention kernels -------------------------------------------------------------------------
-  step cuda_attention_bench 60 "$scratch/.attention.log" "${run_env[@]}" \
+  step cuda_attention_bench 90 "$scratch/.attention.log" "${run_env[@]}" \
     "$build/tests/cuda_attention_bench" "--benchmark_out=$out/cuda_attention_bench.json" \
     --benchmark_out_format=json
   if [ -s "$out/cuda_attention_bench.json" ]; then
@@ -263,7 +263,7 @@ for r in json.load(open(sys.argv[1]))["benchmarks"]:
     m = re.search(r"kernel:(\d)/T:(\d+)/pass:(\d)", r["name"])
     if not m:
         continue
-    kernel = {"0": "stored", "1": "flash-tiles", "2": "flash-rows"}[m.group(1)]
+    kernel = {"0": "stored", "1": "flash-tiles", "2": "flash-rows", "3": "flash-tc"}[m.group(1)]
     p = "bwd" if m.group(3) == "1" else "fwd"
     parts.append(f"{kernel} T={m.group(2)} {p} {r['real_time']:.2f} ms ({r.get('TFLOP/s', 0) / 1e12 if r.get('TFLOP/s', 0) > 1e6 else r.get('TFLOP/s', 0):.2f} TFLOP/s)")
 line = "; ".join(parts) if parts else "no results"

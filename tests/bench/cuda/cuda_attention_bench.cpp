@@ -3,7 +3,8 @@
 // (tiled, online softmax, none kept), forward and backward, at sequence 1024 (the GPT-2 benchmark)
 // and 256 (its pp=4 run).
 //   BM_Attention/kernel:K/T:T/pass:P   K 0 = stored, 1 = flash (register tiles, the default),
-//                                      2 = flash (warp per row); P 0 = forward, 1 = backward
+//                                      2 = flash (warp per row), 3 = flash on tensor cores (bf16
+//                                      products, fp32 accumulation); P 0 = forward, 1 = backward
 // TFLOP/s counts the causal half's useful products once: forward 2 B NH T^2 HS (q k^T and p v
 // over the lower triangle), backward twice that (dv, dp, dq, dk); recomputation is not counted.
 // Timed with CUDA events over each iteration's launches. Runs only on a GPU: without a usable
@@ -31,9 +32,11 @@ void BM_Attention(benchmark::State& state) {
   const bool flash = state.range(0) >= 1;
   const std::int64_t T = state.range(1);
   const bool backward = state.range(2) == 1;
-  CudaBackend backend(CudaBackend::Options{.flash = state.range(0) == 2
-                                                        ? pipetune::cuda::FlashVariant::rows
-                                                        : pipetune::cuda::FlashVariant::tiles});
+  using pipetune::cuda::FlashVariant;
+  const FlashVariant variant = state.range(0) == 2   ? FlashVariant::rows
+                               : state.range(0) == 3 ? FlashVariant::tensor_cores
+                                                     : FlashVariant::tiles;
+  CudaBackend backend(CudaBackend::Options{.flash = variant});
   DeviceArray qkv(Shape{kBatch, T, 3 * kChannels}, 1), out(Shape{kBatch, T, kChannels}, 2),
       dout(Shape{kBatch, T, kChannels}, 3), dqkv(Shape{kBatch, T, 3 * kChannels}, 4);
   // The probabilities (stored) or log-sum-exps (flash) the forward keeps.
@@ -81,7 +84,7 @@ void BM_Attention(benchmark::State& state) {
 }
 BENCHMARK(BM_Attention)
     ->ArgNames({"kernel", "T", "pass"})
-    ->ArgsProduct({{0, 1, 2}, {256, 1024}, {0, 1}})
+    ->ArgsProduct({{0, 1, 2, 3}, {256, 1024}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime()
     ->MinTime(0.5);

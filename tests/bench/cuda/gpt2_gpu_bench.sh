@@ -32,6 +32,8 @@
 #   --budget S          seconds for everything (default 330): each run is killed past what is
 #                       left, and runs that no longer fit are skipped, saying so
 #   --no-torch, --no-pp skip the PyTorch runs, the pp=4 run
+#   --attention K       pipetune's attention kernel in the throughput runs (train --attention:
+#                       flash, or flash-tc with --precisions bf16; default: train's)
 #   --cpu-check         the script's plumbing without a GPU: the cpu backend, fp32 only, the
 #                       smaller tests/bench/cpu-prediction-model.toml, PyTorch on the CPU, the
 #                       cpu-dev-2core peak (no figure of it means anything for a GPU)
@@ -54,6 +56,7 @@ batches="64 48 32 24 16 12 8 4 2 1"
 precisions="fp32 bf16"
 budget=330
 do_torch=1
+attention=""
 do_pp=1
 cpu_check=0
 py="${PYTHON:-python3}"
@@ -76,6 +79,7 @@ while [ $# -gt 0 ]; do
     --precisions) [ $# -ge 2 ] || usage_error "--precisions needs a list"; precisions="$2"; shift 2 ;;
     --budget) [ $# -ge 2 ] || usage_error "--budget needs seconds"; positive --budget "$2"; budget="$2"; shift 2 ;;
     --no-torch) do_torch=0; shift ;;
+    --attention) [ $# -ge 2 ] || usage_error "--attention needs a kernel"; attention="$2"; shift 2 ;;
     --no-pp) do_pp=0; shift ;;
     --cpu-check) cpu_check=1; shift ;;
     -*) usage_error "unknown option '$1'" ;;
@@ -203,6 +207,7 @@ main() {
       local f="$work/pipetune-$prec-b$b"
       local extra=(--precision "$prec")
       [ "$backend" = cuda ] && extra+=(--no-gpu-capture)
+      [ -n "$attention" ] && extra+=(--attention "$attention")
       local t0=$SECONDS
       pt_limited "$t" train --backend "$backend" "${extra[@]}" --model "$model" --tp 1 --pp 1 \
         --dp 1 --microbatches 1 --micro-batch-size "$b" --steps "$steps" --no-db --json \
@@ -245,9 +250,10 @@ main() {
       echo "-- skipped (budget spent)"
       continue
     fi
-    pt_limited "$t" train --backend cuda --precision "$prec" --model "$model" --tp 1 --pp 1 \
-      --dp 1 --microbatches 1 --micro-batch-size "$b" --steps "$steps" \
-      --db "$work/capture-$prec.db" --json >"$work/capture-$prec.json" 2>"$work/capture.err"
+    pt_limited "$t" train --backend cuda --precision "$prec" ${attention:+--attention "$attention"} \
+      --model "$model" --tp 1 --pp 1 --dp 1 --microbatches 1 --micro-batch-size "$b" \
+      --steps "$steps" --db "$work/capture-$prec.db" --json >"$work/capture-$prec.json" \
+      2>"$work/capture.err"
     rc=$?
     if [ "$rc" -ne 0 ]; then
       echo "-- failed (exit $rc): $(last_line "$work/capture.err")"

@@ -1,0 +1,377 @@
+// Flash attention on tensor cores (FlashVariant::tensor_cores), head sizes 64 and 128: the
+// products q k^T, p v, do v^T, ds k, p^T do and ds^T q as bf16 16 x 16 x 16 WMMA tiles with fp32
+// accumulation; the softmax, its statistics and every sum outside a product in fp32. Why: the
+// fp32 kernels (cuda_flash_attention_tiled.cu) were 41% of a bf16 GPT-2 step on the H200.
+//
+// A block of 4 warps takes 64 rows of one (b, h): query rows (forward, dq) or key rows (dk/dv),
+// 16 per warp, and walks tiles of 64 keys (queries). Tiles live in shared memory as bf16 (q staged
+// times the scale, so s = (scale q) . k and dk = ds^T (scale q)); each warp multiplies its 16 rows
+// into fp32 tiles in shared memory, where two lanes a row apply the mask and the online softmax
+// (the fragments' register layout is never assumed: only load, store, mma and fill touch them).
+// The forward keeps its output rows in shared memory, rescaled there before each p v; dq, dk and
+// dv stay in fragments across tiles. Like the other flash kernels: lse = m + log l is kept, the
+// backward recomputes p = exp(s - lse), D = rowsum(dout * out) comes from the row-dot kernel, and
+// there are no atomics: every sum has a fixed order.
+//
+// Inputs are rounded to bf16, so results match the fp32 kernels to bf16 accuracy (about 1e-2
+// relative), not to fp32's.
+#include <cuda_bf16.h>
+#include <mma.h>
+
+#include "engine/cuda/cuda_kernels.hpp"
+#include "engine/cuda/device_utils.cuh"
+#include "engine/cuda/flash_head.cuh"
+
+namespace pipetune::cuda::kernels {
+
+namespace {
+
+namespace wmma = nvcuda::wmma;
+using bf16 = __nv_bfloat16;
+
+constexpr int kRows = kFlashMmaRows;  // 64 rows a block, 64 keys (queries) a tile
+constexpr int kThreads = kFlashMmaThreads;
+constexpr int kWarpRows = 16;  // rows a warp
+static_assert(kThreads == 128 && kRows == 64, "4 warps of 16 rows");
+
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
+using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
+using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+template <int HS>
+using Layout = FlashMmaLayout<HS>;
+
+// dst (64, HS) bf16 with row stride HS + 8 = mul * rows [t0, t0 + 64) of src (row stride src_ld),
+// zeros past T.
+template <int HS>
+__device__ __forceinline__ void stage(bf16* dst, const float* src, std::int64_t src_ld,
+                                      std::int64_t t0, std::int64_t T, float mul) {
+  for (int idx = threadIdx.x; idx < kRows * HS; idx += kThreads) {
+    const int r = idx / HS, d = idx % HS;
+    const std::int64_t t = t0 + r;
+    dst[r * Layout<HS>::kLd + d] = __float2bfloat16(t < T ? mul * src[t * src_ld + d] : 0.0f);
+  }
+}
+
+// out (16, 64) fp32 at row stride out_ld = A (16 rows of a, row stride lda, D columns) times the
+// transpose of B (64 rows of b, row stride ldb): each of the four 16-column tiles is
+// sum over d of a[., d] b[., d].
+template <int D>
+__device__ __forceinline__ void rows_times_rows_t(const bf16* a, int lda, const bf16* b, int ldb,
+                                                  float* out, int out_ld) {
+#pragma unroll
+  for (int n = 0; n < kRows / 16; ++n) {
+    FragC acc;
+    wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k) {
+      FragA fa;
+      FragBCol fb;  // b's rows read as the columns of b^T
+      wmma::load_matrix_sync(fa, a + 16 * k, lda);
+      wmma::load_matrix_sync(fb, b + 16 * n * ldb + 16 * k, ldb);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(out + 16 * n, acc, out_ld, wmma::mem_row_major);
+  }
+}
+
+// acc[n] += A (16 rows of a, 64 columns, row stride lda) times B (64 rows of b, row stride ldb),
+// columns [16n, 16n + 16) of the HS-wide product.
+template <int HS>
+__device__ __forceinline__ void accumulate_product(FragC (&acc)[HS / 16], const bf16* a, int lda,
+                                                   const bf16* b, int ldb) {
+#pragma unroll
+  for (int k = 0; k < kRows / 16; ++k) {
+    FragA fa;
+    wmma::load_matrix_sync(fa, a + 16 * k, lda);
+#pragma unroll
+    for (int n = 0; n < HS / 16; ++n) {
+      FragBRow fb;
+      wmma::load_matrix_sync(fb, b + 16 * k * ldb + 16 * n, ldb);
+      wmma::mma_sync(acc[n], fa, fb, acc[n]);
+    }
+  }
+}
+
+// Every row of the (64, HS) fragments' product, through the warp's rows of `staging` (fp32,
+// stride kOLd), added to dst rows [t0, t0 + 64) (row stride dst_ld) times mul, rows below T.
+template <int HS>
+__device__ __forceinline__ void add_rows(FragC (&acc)[HS / 16], float* staging, float* dst,
+                                         std::int64_t dst_ld, std::int64_t t0, std::int64_t T,
+                                         float mul) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* mine = staging + warp * kWarpRows * Layout<HS>::kOLd;
+#pragma unroll
+  for (int n = 0; n < HS / 16; ++n)
+    wmma::store_matrix_sync(mine + 16 * n, acc[n], Layout<HS>::kOLd, wmma::mem_row_major);
+  __syncwarp();
+  for (int idx = lane; idx < kWarpRows * HS; idx += 32) {
+    const int r = idx / HS, d = idx % HS;
+    const std::int64_t t = t0 + warp * kWarpRows + r;
+    if (t < T) dst[t * dst_ld + d] += mul * mine[r * Layout<HS>::kOLd + d];
+  }
+}
+
+template <int HS>
+__global__ void __launch_bounds__(kThreads)
+    mma_forward_kernel(const float* qkv, float* out, float* lse, std::int64_t T, std::int64_t NH,
+                       std::int64_t row_blocks, float scale) {
+  using L = Layout<HS>;
+  PIPETUNE_DYNAMIC_SHARED(float, shared);
+  auto* bytes = reinterpret_cast<unsigned char*>(shared);
+  auto* qs = reinterpret_cast<bf16*>(bytes);
+  auto* ks = reinterpret_cast<bf16*>(bytes + L::kTile);
+  auto* vs = reinterpret_cast<bf16*>(bytes + 2 * L::kTile);
+  auto* s = reinterpret_cast<float*>(bytes + 3 * L::kTile);
+  auto* p = reinterpret_cast<bf16*>(bytes + 3 * L::kTile + L::kSquare);
+  auto* o = reinterpret_cast<float*>(bytes + 3 * L::kTile + L::kSquare + L::kPSquare);
+  auto* m = reinterpret_cast<float*>(bytes + 3 * L::kTile + L::kSquare + L::kPSquare + L::kOut);
+  float* l = m + kRows;
+  const FlashHead f(qkv, T, NH, HS, row_blocks, kRows);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  stage<HS>(qs, f.base, f.C3, f.row0, T, scale);
+  for (int idx = threadIdx.x; idx < kRows * L::kOLd; idx += kThreads) o[idx] = 0.0f;
+  for (int r = threadIdx.x; r < kRows; r += kThreads) m[r] = -INFINITY, l[r] = 0.0f;
+
+  // Two lanes a row: row r of the warp's 16, columns [32 half, 32 half + 32) of a tile.
+  const int r = warp * kWarpRows + lane / 2, half = lane % 2;
+  const std::int64_t t = f.row0 + r;
+  const std::int64_t last_tile = f.row0 / kRows;  // causal: keys up to the block's rows
+  for (std::int64_t kt = 0; kt <= last_tile; ++kt) {
+    const std::int64_t k0 = kt * kRows;
+    __syncthreads();  // the previous tile's k and v are no longer read
+    stage<HS>(ks, f.base + f.C, f.C3, k0, T, 1.0f);
+    stage<HS>(vs, f.base + 2 * f.C, f.C3, k0, T, 1.0f);
+    __syncthreads();
+    rows_times_rows_t<HS>(qs + warp * kWarpRows * L::kLd, L::kLd, ks, L::kLd,
+                          s + warp * kWarpRows * L::kSLd, L::kSLd);
+    __syncwarp();
+
+    const float* srow = s + r * L::kSLd;
+    float mx = -INFINITY;
+    for (int c = 32 * half; c < 32 * half + 32; ++c) {
+      const std::int64_t j = k0 + c;
+      if (j <= t && j < T) mx = fmaxf(mx, srow[c]);
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    const float m_old = m[r];
+    const float m_new = fmaxf(m_old, mx);  // finite: key k0 <= t in every tile walked
+    float sum = 0.0f;
+    for (int c = 32 * half; c < 32 * half + 32; ++c) {
+      const std::int64_t j = k0 + c;
+      const float pv = (j <= t && j < T) ? expf(srow[c] - m_new) : 0.0f;
+      p[r * L::kPLd + c] = __float2bfloat16(pv);
+      sum += pv;
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    const float alpha = expf(m_old - m_new);  // 0 on the first tile (m_old = -inf)
+    for (int d = half; d < HS; d += 2) o[r * L::kOLd + d] *= alpha;
+    if (half == 0) {
+      m[r] = m_new;
+      l[r] = alpha * l[r] + sum;
+    }
+    __syncwarp();
+
+    // o (the warp's 16 rows) += p v
+#pragma unroll
+    for (int n = 0; n < HS / 16; ++n) {
+      FragC acc;
+      float* orow = o + warp * kWarpRows * L::kOLd + 16 * n;
+      wmma::load_matrix_sync(acc, orow, L::kOLd, wmma::mem_row_major);
+#pragma unroll
+      for (int k = 0; k < kRows / 16; ++k) {
+        FragA fa;
+        FragBRow fb;
+        wmma::load_matrix_sync(fa, p + warp * kWarpRows * L::kPLd + 16 * k, L::kPLd);
+        wmma::load_matrix_sync(fb, vs + 16 * k * L::kLd + 16 * n, L::kLd);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(orow, acc, L::kOLd, wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+
+  if (t < T) {
+    const float inv = 1.0f / l[r];
+    float* dst = out + f.out0 + t * f.C;
+    for (int d = half; d < HS; d += 2) dst[d] = o[r * L::kOLd + d] * inv;
+    if (half == 0) lse[f.bh * T + t] = m[r] + logf(l[r]);
+  }
+}
+
+// dq: by query tiles, over key tiles up to the diagonal.
+template <int HS>
+__global__ void __launch_bounds__(kThreads)
+    mma_dq_kernel(const float* dout, const float* qkv, const float* lse, const float* Dsum,
+                  float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t row_blocks,
+                  float scale) {
+  using L = Layout<HS>;
+  PIPETUNE_DYNAMIC_SHARED(float, shared);
+  auto* bytes = reinterpret_cast<unsigned char*>(shared);
+  auto* qs = reinterpret_cast<bf16*>(bytes);
+  auto* dos = reinterpret_cast<bf16*>(bytes + L::kTile);
+  auto* ks = reinterpret_cast<bf16*>(bytes + 2 * L::kTile);
+  auto* vs = reinterpret_cast<bf16*>(bytes + 3 * L::kTile);
+  auto* s = reinterpret_cast<float*>(bytes + 4 * L::kTile);
+  auto* dp = reinterpret_cast<float*>(bytes + 4 * L::kTile + L::kSquare);
+  auto* ds = reinterpret_cast<bf16*>(bytes + 4 * L::kTile + 2 * L::kSquare);
+  auto* row_lse = reinterpret_cast<float*>(bytes + 4 * L::kTile + 2 * L::kSquare + L::kPSquare);
+  float* row_d = row_lse + kRows;
+  const FlashHead f(qkv, T, NH, HS, row_blocks, kRows);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  stage<HS>(qs, f.base, f.C3, f.row0, T, scale);
+  stage<HS>(dos, dout + f.out0, f.C, f.row0, T, 1.0f);
+  for (int i = threadIdx.x; i < kRows; i += kThreads) {
+    const std::int64_t t = f.row0 + i;
+    row_lse[i] = t < T ? lse[f.bh * T + t] : 0.0f;
+    row_d[i] = t < T ? Dsum[f.bh * T + t] : 0.0f;
+  }
+  FragC dq[HS / 16];
+#pragma unroll
+  for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dq[n], 0.0f);
+
+  const int r = warp * kWarpRows + lane / 2, half = lane % 2;
+  const std::int64_t t = f.row0 + r;
+  const std::int64_t last_tile = f.row0 / kRows;
+  for (std::int64_t kt = 0; kt <= last_tile; ++kt) {
+    const std::int64_t k0 = kt * kRows;
+    __syncthreads();
+    stage<HS>(ks, f.base + f.C, f.C3, k0, T, 1.0f);
+    stage<HS>(vs, f.base + 2 * f.C, f.C3, k0, T, 1.0f);
+    __syncthreads();
+    rows_times_rows_t<HS>(qs + warp * kWarpRows * L::kLd, L::kLd, ks, L::kLd,
+                          s + warp * kWarpRows * L::kSLd, L::kSLd);
+    rows_times_rows_t<HS>(dos + warp * kWarpRows * L::kLd, L::kLd, vs, L::kLd,
+                          dp + warp * kWarpRows * L::kSLd, L::kSLd);
+    __syncwarp();
+    for (int c = 32 * half; c < 32 * half + 32; ++c) {
+      const std::int64_t j = k0 + c;
+      const bool valid = j <= t && j < T && t < T;
+      const float pv = valid ? expf(s[r * L::kSLd + c] - row_lse[r]) : 0.0f;
+      ds[r * L::kPLd + c] = __float2bfloat16(pv * (dp[r * L::kSLd + c] - row_d[r]));
+    }
+    __syncwarp();
+    accumulate_product<HS>(dq, ds + warp * kWarpRows * L::kPLd, L::kPLd, ks, L::kLd);
+  }
+  __syncthreads();  // s and dp become the warps' staging rows
+  add_rows<HS>(dq, s, dqkv + (f.base - qkv), f.C3, f.row0, T, scale);
+}
+
+// dk and dv: by key tiles, over query tiles from the diagonal on.
+template <int HS>
+__global__ void __launch_bounds__(kThreads)
+    mma_dkdv_kernel(const float* dout, const float* qkv, const float* lse, const float* Dsum,
+                    float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t row_blocks,
+                    float scale) {
+  using L = Layout<HS>;
+  PIPETUNE_DYNAMIC_SHARED(float, shared);
+  auto* bytes = reinterpret_cast<unsigned char*>(shared);
+  auto* ks = reinterpret_cast<bf16*>(bytes);
+  auto* vs = reinterpret_cast<bf16*>(bytes + L::kTile);
+  auto* qs = reinterpret_cast<bf16*>(bytes + 2 * L::kTile);
+  auto* dos = reinterpret_cast<bf16*>(bytes + 3 * L::kTile);
+  auto* s = reinterpret_cast<float*>(bytes + 4 * L::kTile);
+  auto* dp = reinterpret_cast<float*>(bytes + 4 * L::kTile + L::kSquare);
+  auto* pt = reinterpret_cast<bf16*>(bytes + 4 * L::kTile + 2 * L::kSquare);
+  auto* dst = reinterpret_cast<bf16*>(bytes + 4 * L::kTile + 2 * L::kSquare + L::kPSquare);
+  auto* q_lse = reinterpret_cast<float*>(bytes + 4 * L::kTile + 2 * L::kSquare + 2 * L::kPSquare);
+  float* q_d = q_lse + kRows;
+  const FlashHead f(qkv, T, NH, HS, row_blocks, kRows);  // row0: the block's first key
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  stage<HS>(ks, f.base + f.C, f.C3, f.row0, T, 1.0f);
+  stage<HS>(vs, f.base + 2 * f.C, f.C3, f.row0, T, 1.0f);
+  FragC dk[HS / 16], dv[HS / 16];
+#pragma unroll
+  for (int n = 0; n < HS / 16; ++n)
+    wmma::fill_fragment(dk[n], 0.0f), wmma::fill_fragment(dv[n], 0.0f);
+
+  // Two lanes a key row: key j of the warp's 16, query columns [32 half, 32 half + 32).
+  const int r = warp * kWarpRows + lane / 2, half = lane % 2;
+  const std::int64_t j = f.row0 + r;
+  for (std::int64_t q0 = f.row0; q0 < T; q0 += kRows) {
+    __syncthreads();
+    stage<HS>(qs, f.base, f.C3, q0, T, scale);
+    stage<HS>(dos, dout + f.out0, f.C, q0, T, 1.0f);
+    for (int i = threadIdx.x; i < kRows; i += kThreads) {
+      const std::int64_t t = q0 + i;
+      q_lse[i] = t < T ? lse[f.bh * T + t] : 0.0f;
+      q_d[i] = t < T ? Dsum[f.bh * T + t] : 0.0f;
+    }
+    __syncthreads();
+    // s^T (keys, queries) = k q^T; dp^T = v dout^T
+    rows_times_rows_t<HS>(ks + warp * kWarpRows * L::kLd, L::kLd, qs, L::kLd,
+                          s + warp * kWarpRows * L::kSLd, L::kSLd);
+    rows_times_rows_t<HS>(vs + warp * kWarpRows * L::kLd, L::kLd, dos, L::kLd,
+                          dp + warp * kWarpRows * L::kSLd, L::kSLd);
+    __syncwarp();
+    for (int c = 32 * half; c < 32 * half + 32; ++c) {
+      const std::int64_t t = q0 + c;
+      const bool valid = j <= t && t < T && j < T;
+      const float pv = valid ? expf(s[r * L::kSLd + c] - q_lse[c]) : 0.0f;
+      pt[r * L::kPLd + c] = __float2bfloat16(pv);
+      dst[r * L::kPLd + c] = __float2bfloat16(pv * (dp[r * L::kSLd + c] - q_d[c]));
+    }
+    __syncwarp();
+    accumulate_product<HS>(dv, pt + warp * kWarpRows * L::kPLd, L::kPLd, dos, L::kLd);
+    accumulate_product<HS>(dk, dst + warp * kWarpRows * L::kPLd, L::kPLd, qs, L::kLd);
+  }
+  __syncthreads();  // s and dp become the warps' staging rows
+  float* dk_rows = dqkv + (f.base - qkv) + f.C;
+  add_rows<HS>(dk, s, dk_rows, f.C3, f.row0, T, 1.0f);
+  __syncwarp();
+  add_rows<HS>(dv, s, dk_rows + f.C, f.C3, f.row0, T, 1.0f);
+}
+
+template <int HS>
+void forward_for(cudaStream_t s, const FlashMmaShape& f, const float* qkv, float* out, float* lse,
+                 std::int64_t T, std::int64_t NH, float scale) {
+  PIPETUNE_CUDA_CHECK(cudaFuncSetAttribute(mma_forward_kernel<HS>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(f.forward.shared_bytes)));
+  PIPETUNE_LAUNCH(mma_forward_kernel<HS>, f.forward, s, qkv, out, lse, T, NH, f.row_blocks, scale);
+}
+
+template <int HS>
+void backward_for(cudaStream_t s, const FlashMmaShape& f, const float* dout, const float* qkv,
+                  const float* lse, const float* Dsum, float* dqkv, std::int64_t T, std::int64_t NH,
+                  float scale) {
+  PIPETUNE_CUDA_CHECK(cudaFuncSetAttribute(mma_dq_kernel<HS>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(f.backward_dq.shared_bytes)));
+  PIPETUNE_CUDA_CHECK(cudaFuncSetAttribute(mma_dkdv_kernel<HS>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(f.backward_dkdv.shared_bytes)));
+  PIPETUNE_LAUNCH(mma_dq_kernel<HS>, f.backward_dq, s, dout, qkv, lse, Dsum, dqkv, T, NH,
+                  f.row_blocks, scale);
+  PIPETUNE_LAUNCH(mma_dkdv_kernel<HS>, f.backward_dkdv, s, dout, qkv, lse, Dsum, dqkv, T, NH,
+                  f.row_blocks, scale);
+}
+
+}  // namespace
+
+void flash_mma_forward(cudaStream_t s, const float* qkv, float* out, float* lse, std::int64_t B,
+                       std::int64_t T, std::int64_t NH, std::int64_t HS) {
+  const FlashMmaShape f = flash_mma_shape(B, NH, T, HS);
+  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
+  if (HS == 64)
+    forward_for<64>(s, f, qkv, out, lse, T, NH, scale);
+  else
+    forward_for<128>(s, f, qkv, out, lse, T, NH, scale);
+}
+
+void flash_mma_backward(cudaStream_t s, const float* dout, const float* qkv, const float* lse,
+                        const float* Dsum, float* dqkv, std::int64_t B, std::int64_t T,
+                        std::int64_t NH, std::int64_t HS) {
+  const FlashMmaShape f = flash_mma_shape(B, NH, T, HS);
+  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
+  if (HS == 64)
+    backward_for<64>(s, f, dout, qkv, lse, Dsum, dqkv, T, NH, scale);
+  else
+    backward_for<128>(s, f, dout, qkv, lse, Dsum, dqkv, T, NH, scale);
+}
+
+}  // namespace pipetune::cuda::kernels
