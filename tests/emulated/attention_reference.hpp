@@ -92,4 +92,23 @@ struct Inputs {
   }
 };
 
+// D = rowsum(dout * out) (B, NH, T) in fp32, as the flash kernels' row-dot kernel computes it.
+inline std::vector<float> row_dot(const std::vector<float>& dout, const std::vector<float>& out,
+                                  std::int64_t B, std::int64_t T, std::int64_t NH,
+                                  std::int64_t HS) {
+  const std::int64_t C = NH * HS;
+  std::vector<float> D(static_cast<std::size_t>(B * NH * T));
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < NH; ++h)
+      for (std::int64_t t = 0; t < T; ++t) {
+        float a = 0.0f;
+        for (std::int64_t d = 0; d < HS; ++d) {
+          const auto i = static_cast<std::size_t>(b * T * C + t * C + h * HS + d);
+          a += dout[i] * out[i];
+        }
+        D[static_cast<std::size_t>((b * NH + h) * T + t)] = a;
+      }
+  return D;
+}
+
 }  // namespace pipetune::cuda::emulation

@@ -25,23 +25,6 @@ using emulation::Inputs;
 using emulation::Reference;
 using emulation::relative_error;
 
-std::vector<float> row_dot(const std::vector<float>& dout, const std::vector<float>& out,
-                           std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS) {
-  const std::int64_t C = NH * HS;
-  std::vector<float> D(static_cast<std::size_t>(B * NH * T));
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t h = 0; h < NH; ++h)
-      for (std::int64_t t = 0; t < T; ++t) {
-        float a = 0.0f;
-        for (std::int64_t d = 0; d < HS; ++d) {
-          const auto i = static_cast<std::size_t>(b * T * C + t * C + h * HS + d);
-          a += dout[i] * out[i];
-        }
-        D[static_cast<std::size_t>((b * NH + h) * T + t)] = a;
-      }
-  return D;
-}
-
 TEST(FlashMmaEmulated, ForwardAndBackwardMatchFloat64ToBf16Accuracy) {
   const std::vector<std::array<std::int64_t, 4>> shapes = {
       {1, 70, 1, 64}, {2, 130, 1, 64}, {1, 65, 1, 128}, {1, 64, 2, 64}, {1, 1, 1, 64}};
@@ -54,7 +37,7 @@ TEST(FlashMmaEmulated, ForwardAndBackwardMatchFloat64ToBf16Accuracy) {
     std::vector<float> out(static_cast<std::size_t>(B * T * C), std::nanf(""));
     std::vector<float> lse(static_cast<std::size_t>(B * NH * T), std::nanf(""));
     flash_mma_forward(nullptr, qkv.data(), out.data(), lse.data(), B, T, NH, HS);
-    const std::vector<float> D = row_dot(dout, out, B, T, NH, HS);
+    const std::vector<float> D = emulation::row_dot(dout, out, B, T, NH, HS);
     flash_mma_backward(nullptr, dout.data(), qkv.data(), lse.data(), D.data(), dqkv.data(), B, T,
                        NH, HS);
     const std::string at = "B " + std::to_string(B) + " T " + std::to_string(T) + " NH " +

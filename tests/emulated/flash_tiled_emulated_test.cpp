@@ -35,18 +35,7 @@ TEST(FlashTiledEmulated, ForwardAndBackwardMatchFloat64ForEveryHeadSize) {
     std::vector<float> out(static_cast<std::size_t>(B * T * C), std::nanf(""));
     std::vector<float> lse(static_cast<std::size_t>(B * NH * T), std::nanf(""));
     flash_tiled_forward(nullptr, qkv.data(), out.data(), lse.data(), B, T, NH, HS);
-    // D = rowsum(dout * out), as the row-dot kernel computes it.
-    std::vector<float> Dsum(static_cast<std::size_t>(B * NH * T));
-    for (std::int64_t b = 0; b < B; ++b)
-      for (std::int64_t h = 0; h < NH; ++h)
-        for (std::int64_t t = 0; t < T; ++t) {
-          float a = 0.0f;
-          for (std::int64_t d = 0; d < HS; ++d) {
-            const auto i = static_cast<std::size_t>(b * T * C + t * C + h * HS + d);
-            a += dout[i] * out[i];
-          }
-          Dsum[static_cast<std::size_t>((b * NH + h) * T + t)] = a;
-        }
+    const std::vector<float> Dsum = emulation::row_dot(dout, out, B, T, NH, HS);
     flash_tiled_backward(nullptr, dout.data(), qkv.data(), lse.data(), Dsum.data(), dqkv.data(), B,
                          T, NH, HS);
     const std::string at = "B " + std::to_string(B) + " T " + std::to_string(T) + " NH " +
