@@ -211,11 +211,6 @@ TrainSetup build_options(const TrainArgs& a) {
   return setup;
 }
 
-// Shards of the vocabulary tables (tp, or tp * pp with vocabulary parallelism) and their rows.
-std::int64_t vocab_shards(const spec::ParallelPlan& p) {
-  return p.vocab != schedule::VocabMode::None ? std::int64_t{p.tp} * p.pp : p.tp;
-}
-
 nlohmann::json plan_json(const runtime::TrainOptions& o, const runtime::TrainResult& r) {
   const spec::ParallelPlan& p = o.plan;
   return {{"model", o.model.name},
@@ -227,7 +222,7 @@ nlohmann::json plan_json(const runtime::TrainOptions& o, const runtime::TrainRes
           {"schedule", r.schedule},
           {"chunks", r.chunks},
           {"vocab", std::string(schedule::vocab_mode_name(p.vocab))},
-          {"vocab_rows", spec::padded_vocab(o.model, vocab_shards(p))},
+          {"vocab_rows", spec::padded_vocab(o.model, p.vocab_shards())},
           {"microbatches", r.microbatches},
           {"micro_batch_size", p.micro_batch_size},
           {"seq_len", o.model.seq_len},
@@ -379,7 +374,7 @@ void print_header(const runtime::TrainOptions& o, const char* ranks) {
               o.model.name.c_str(), p.tp * p.pp * p.dp, ranks, p.tp, p.pp, p.dp, p.ep,
               p.schedule.c_str(), std::string(schedule::vocab_mode_name(p.vocab)).c_str(), o.steps);
   if (o.model.vocab_divisible_by > 1) {
-    const std::int64_t shards = vocab_shards(p);
+    const std::int64_t shards = p.vocab_shards();
     std::printf("vocabulary %lld padded to %lld rows (a multiple of %lld x %lld shards)\n",
                 static_cast<long long>(o.model.vocab),
                 static_cast<long long>(spec::padded_vocab(o.model, shards)),

@@ -54,6 +54,17 @@ __device__ __forceinline__ void stage(bf16* dst, const float* src, std::int64_t 
   }
 }
 
+// lse and D = rowsum(dout * out) of rows [t0, t0 + 64) of head bh, zeros past T.
+__device__ __forceinline__ void stage_row_stats(float* row_lse, float* row_d, const float* lse,
+                                                const float* Dsum, std::int64_t bh, std::int64_t t0,
+                                                std::int64_t T) {
+  for (int i = threadIdx.x; i < kRows; i += kThreads) {
+    const std::int64_t t = t0 + i;
+    row_lse[i] = t < T ? lse[bh * T + t] : 0.0f;
+    row_d[i] = t < T ? Dsum[bh * T + t] : 0.0f;
+  }
+}
+
 // out (16, 64) fp32 at row stride out_ld = A (16 rows of a, row stride lda, D columns) times the
 // transpose of B (64 rows of b, row stride ldb): each of the four 16-column tiles is
 // sum over d of a[., d] b[., d].
@@ -224,11 +235,7 @@ __global__ void __launch_bounds__(kThreads)
 
   stage<HS>(qs, f.base, f.C3, f.row0, T, scale);
   stage<HS>(dos, dout + f.out0, f.C, f.row0, T, 1.0f);
-  for (int i = threadIdx.x; i < kRows; i += kThreads) {
-    const std::int64_t t = f.row0 + i;
-    row_lse[i] = t < T ? lse[f.bh * T + t] : 0.0f;
-    row_d[i] = t < T ? Dsum[f.bh * T + t] : 0.0f;
-  }
+  stage_row_stats(row_lse, row_d, lse, Dsum, f.bh, f.row0, T);
   FragC dq[HS / 16];
 #pragma unroll
   for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dq[n], 0.0f);
@@ -296,11 +303,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     stage<HS>(qs, f.base, f.C3, q0, T, scale);
     stage<HS>(dos, dout + f.out0, f.C, q0, T, 1.0f);
-    for (int i = threadIdx.x; i < kRows; i += kThreads) {
-      const std::int64_t t = q0 + i;
-      q_lse[i] = t < T ? lse[f.bh * T + t] : 0.0f;
-      q_d[i] = t < T ? Dsum[f.bh * T + t] : 0.0f;
-    }
+    stage_row_stats(q_lse, q_d, lse, Dsum, f.bh, q0, T);
     __syncthreads();
     // s^T (keys, queries) = k q^T; dp^T = v dout^T
     rows_times_rows_t<HS>(ks + warp * kWarpRows * L::kLd, L::kLd, qs, L::kLd,

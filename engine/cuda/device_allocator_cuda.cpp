@@ -79,13 +79,14 @@ void CudaDeviceAllocator::copy_from_peer(void* dst, tensor::DeviceAllocator& pee
 }
 
 void CudaDeviceAllocator::combine_from_peer(float* dst, tensor::DeviceAllocator& peer,
-                                            const float* src, std::size_t count, Combine op) {
+                                            const float* src, std::size_t count,
+                                            comm::ReduceOp op) {
   if (!peer.on_device())
     throw std::logic_error("cuda storage cannot combine from '" + std::string(peer.name()) +
                            "' as a peer");
   if (count == 0) return;
   const auto n = static_cast<std::int64_t>(count);
-  if (op == Combine::sum)
+  if (op == comm::ReduceOp::sum)
     kernels::accumulate(stream_, dst, src, n);
   else
     kernels::maximum(stream_, dst, src, n);

@@ -42,7 +42,7 @@ class CudaDeviceAllocator final : public tensor::DeviceAllocator {
                       std::size_t bytes) override;
   // A kernel on this rank's stream (kernels::accumulate, kernels::maximum).
   void combine_from_peer(float* dst, tensor::DeviceAllocator& peer, const float* src,
-                         std::size_t count, Combine op) override;
+                         std::size_t count, comm::ReduceOp op) override;
 
  protected:
   void* do_allocate(std::size_t bytes) override;

@@ -12,11 +12,6 @@ namespace pipetune::runtime {
 
 namespace {
 
-tensor::DeviceAllocator::Combine combine_of(comm::ReduceOp op) {
-  return op == comm::ReduceOp::sum ? tensor::DeviceAllocator::Combine::sum
-                                   : tensor::DeviceAllocator::Combine::max;
-}
-
 // The blocks one member reads in one collective. Each is released with the fence of the reads
 // when the member is done, on success and on error alike, so that no owner waits for it forever.
 class Reads {
@@ -124,7 +119,7 @@ void PeerCopyCommunicator::all_reduce_piece(const comm::ProcessGroup& group, std
       if (i == 0)
         storage_->copy_from_peer(data.data(), *owner, block, data.size_bytes());
       else
-        storage_->combine_from_peer(data.data(), *owner, block, data.size(), combine_of(op));
+        storage_->combine_from_peer(data.data(), *owner, block, data.size(), op);
       copied_ += data.size_bytes();
     }
   }
@@ -154,7 +149,7 @@ void PeerCopyCommunicator::reduce_scatter(const comm::ProcessGroup& group,
       if (i == 0)
         storage_->copy_from_peer(output.data(), *owner, block + offset, n * sizeof(float));
       else
-        storage_->combine_from_peer(output.data(), *owner, block + offset, n, combine_of(op));
+        storage_->combine_from_peer(output.data(), *owner, block + offset, n, op);
       copied_ += n * sizeof(float);
     }
   }

@@ -38,6 +38,8 @@ struct ParallelPlan {
   int group_size = 0;  // interleaved-1f1b micro-batch group size G; 0 = the schedule's default
 
   int world_size() const { return tp * pp * dp; }
+  // Shards of the vocabulary tables: tp, or tp * pp with vocabulary parallelism.
+  int vocab_shards() const { return vocab != schedule::VocabMode::None ? tp * pp : tp; }
   int layer_groups() const { return pp * chunks; }
 };
 

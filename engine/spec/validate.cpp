@@ -217,8 +217,7 @@ void validate(const ModelSpec& model, const ParallelPlan& plan) {
   require_divides("tp", plan.tp, "ffn_hidden", model.ffn_hidden);
   // Each vocabulary shard holds at least one row: tp shards, or tp*pp with vocabulary
   // parallelism (the engine's layout; the cost model assumes the same).
-  const std::int64_t shards =
-      plan.vocab != schedule::VocabMode::None ? std::int64_t{plan.tp} * plan.pp : plan.tp;
+  const std::int64_t shards = plan.vocab_shards();
   if (model.vocab < shards)
     throw SpecError("vocab=" + shown(model.vocab) + " is smaller than its " + shown(shards) +
                     " shards (tp" + (plan.vocab != schedule::VocabMode::None ? "*pp" : "") + ")");

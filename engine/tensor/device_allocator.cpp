@@ -1,7 +1,8 @@
 #include "engine/tensor/device_allocator.hpp"
 
+#include "engine/comm/reduction.hpp"
+
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -120,22 +121,12 @@ void DeviceAllocator::copy_from_peer(void* dst, DeviceAllocator& peer, const voi
   if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
 }
 
-void combine_floats(float* dst, const float* src, std::size_t count, DeviceAllocator::Combine op) {
-  if (op == DeviceAllocator::Combine::sum) {
-    for (std::size_t i = 0; i < count; ++i) dst[i] += src[i];
-    return;
-  }
-  // NaN wins, as in the communicators' fold (comm/reduction.hpp): a diverged rank stays visible.
-  for (std::size_t i = 0; i < count; ++i)
-    if ((src[i] > dst[i] || std::isnan(src[i])) && !std::isnan(dst[i])) dst[i] = src[i];
-}
-
 void DeviceAllocator::combine_from_peer(float* dst, DeviceAllocator& peer, const float* src,
-                                        std::size_t count, Combine op) {
+                                        std::size_t count, comm::ReduceOp op) {
   if (on_device() || peer.on_device())
     throw std::logic_error("storage '" + std::string(name()) + "' cannot combine from '" +
                            std::string(peer.name()) + "'");
-  combine_floats(dst, src, count, op);
+  comm::fold_into(op, dst, src, count);
 }
 
 void HostAllocator::copy(void* dst, const void* src, std::size_t bytes) {

@@ -28,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/comm/communicator.hpp"  // ReduceOp
 #include "engine/tensor/tensor.hpp"
 #include "profiler/trace.hpp"
 
@@ -78,12 +79,11 @@ class DeviceAllocator {
   // storage, ordered on this storage; the caller has waited for the fence of the peer's writes.
   // Storages that cannot reach each other throw std::logic_error.
   virtual void copy_from_peer(void* dst, DeviceAllocator& peer, const void* src, std::size_t bytes);
-  // dst[i] = dst[i] + src[i] (Combine::sum) or max(dst[i], src[i]) for `count` floats: dst in
-  // this storage, src in a block of `peer`, ordered like copy_from_peer. The reductions of ranks
-  // that share one device fold their blocks with it (runtime/peer_copy_communicator.hpp).
-  enum class Combine : std::uint8_t { sum, max };
+  // dst[i] = dst[i] op src[i] for `count` floats, the communicators' fold (comm/reduction.hpp):
+  // dst in this storage, src in a block of `peer`, ordered like copy_from_peer. The reductions of
+  // ranks that share one device fold their blocks with it (runtime/peer_copy_communicator.hpp).
   virtual void combine_from_peer(float* dst, DeviceAllocator& peer, const float* src,
-                                 std::size_t count, Combine op);
+                                 std::size_t count, comm::ReduceOp op);
 
   // True when `p` points into a live block of this allocator.
   bool owns(const void* p) const;
@@ -114,9 +114,6 @@ class DeviceAllocator {
   std::array<std::int64_t, profiler::kMemoryCategoryCount> current_{}, peak_{};
   std::int64_t total_ = 0, peak_total_ = 0;
 };
-
-// The host loop of combine_from_peer (host storages, and device emulations in tests).
-void combine_floats(float* dst, const float* src, std::size_t count, DeviceAllocator::Combine op);
 
 // Host memory from ::operator new (alignment 0 or the default: what std::vector<float> gets), or
 // aligned operator new for a larger power-of-two alignment.

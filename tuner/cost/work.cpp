@@ -232,7 +232,7 @@ VocabularyWork vocabulary_parallel_work(const spec::ModelSpec& model,
                                         const ExecutionOptions& exec) {
   const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len), h = as_d(model.hidden);
   const double p = plan.pp, t = plan.tp, w = exec.activation_bytes;
-  const double vocab = as_d(spec::padded_vocab(model, std::int64_t{plan.pp} * plan.tp));
+  const double vocab = as_d(spec::padded_vocab(model, plan.vocab_shards()));
   const double shard_logits = n * vocab / (p * t);
   const double gemm = 2.0 * n * h * vocab / (p * t);
   // Algorithm 2 (Vocab2) precomputes the input gradient in S; the others compute it in T.

@@ -70,10 +70,8 @@ std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
       }
     }
   }
-  // Vp*h over TP (Vp: the padded vocabulary of spec::padded_vocab).
-  const double table = as_d(spec::padded_vocab(model, plan.tp)) * h / t;
-  const double vocab_parallel_table =
-      as_d(spec::padded_vocab(model, std::int64_t{plan.tp} * plan.pp)) * h / t;
+  // Vp*h over TP (Vp: the vocabulary padded for its shards, spec::padded_vocab).
+  const double table = as_d(spec::padded_vocab(model, plan.vocab_shards())) * h / t;
   const double final_norm = h;
   const int first = where.rank_of_group(0), last = where.rank_of_group(groups - 1);
   if (plan.vocab == schedule::VocabMode::None) {
@@ -83,7 +81,7 @@ std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
     const bool shared_table = model.tied_embeddings && first == last;
     out[static_cast<std::size_t>(last)].vocabulary += (shared_table ? 0.0 : table) + final_norm;
   } else {
-    for (auto& s : out) s.vocabulary += 2.0 * vocab_parallel_table / p;
+    for (auto& s : out) s.vocabulary += 2.0 * table / p;
     out[static_cast<std::size_t>(last)].vocabulary += final_norm;
   }
   return out;

@@ -27,6 +27,7 @@
 #include <string>
 #include <utility>
 
+#include "engine/comm/reduction.hpp"
 #include "engine/runtime/peer_copy_communicator.hpp"
 #include "engine/runtime/staging_communicator.hpp"
 #include "engine/runtime/trainer.hpp"
@@ -70,14 +71,14 @@ class GuardedAllocator final : public tensor::DeviceAllocator {
     ++peer_copies_;
   }
   void combine_from_peer(float* dst, tensor::DeviceAllocator& peer, const float* src,
-                         std::size_t count, Combine op) override {
+                         std::size_t count, comm::ReduceOp op) override {
     auto* other = dynamic_cast<GuardedAllocator*>(&peer);
     if (other == nullptr)
       throw std::logic_error("guarded storage cannot combine from '" + std::string(peer.name()) +
                              "'");
     Open theirs(*other);
-    Open mine(*this, op == Combine::sum ? "accumulate" : "maximum", count * sizeof(float));
-    tensor::combine_floats(dst, src, count, op);
+    Open mine(*this, op == comm::ReduceOp::sum ? "accumulate" : "maximum", count * sizeof(float));
+    comm::fold_into(op, dst, src, count);
     ++peer_copies_;
   }
   std::size_t peer_copies() const { return peer_copies_; }
