@@ -168,7 +168,7 @@ void run(const CalibrateArgs& a) {
     if (run.kind == profiler::TraceKind::Measured) {
       const db::TrainingEngine engine =
           db::training_engine_from_json(nlohmann::json::parse(run.plan_json, nullptr, false));
-      m.execution = tuner::engine_execution(engine.backend, engine.precision);
+      m.execution = tuner::engine_execution(engine.backend, engine.precision, engine.attention);
     }
     // Mean op durations per pipeline rank: the engine's measured iteration has no DP or optimizer
     // share that the cost model would predict the same way, so the ops are the clean signal.

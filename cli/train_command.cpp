@@ -77,6 +77,7 @@ struct TrainSetup {
   spec::ClusterSpec cluster;  // the run file's: its hardware's cost model plans the schedule
   spec::EngineBackend backend = spec::EngineBackend::cpu;
   spec::EnginePrecision precision = spec::EnginePrecision::fp32;
+  spec::EngineAttention attention = spec::EngineAttention::stored;
 };
 
 // `--backend cuda` (or `backend = "cuda"` in the run file): the run's ranks as streams of GPU 0
@@ -183,31 +184,31 @@ TrainSetup build_options(const TrainArgs& a) {
         " is for --backend cuda (the cpu backend computes in fp32 only)");
   setup.backend = backend;
   setup.precision = precision;
-  // flash-tc: flash attention whose products run in bf16 on tensor cores, for bf16 runs on GPUs.
-  const bool tensor_cores = a.attention && *a.attention == "flash-tc";
-  if (tensor_cores &&
-      (backend != spec::EngineBackend::cuda || precision != spec::EnginePrecision::bf16))
-    throw InputError(
-        "--attention flash-tc needs --backend cuda and --precision bf16 (bf16 "
-        "products on tensor cores), not " +
-        std::string(spec::engine_backend_name(backend)) + " " +
-        std::string(spec::engine_precision_name(precision)));
+  // The attention kernel: the flag's, else the run file's, else the backend and precision's
+  // default (flash-tc, bf16 products on tensor cores, for bf16 runs on GPUs).
+  spec::EngineAttention attention = spec::engine_attention(run);
+  if (a.attention) {
+    try {
+      attention = spec::parse_engine_attention(*a.attention);
+    } catch (const SpecError&) {
+      throw InputError("--attention must be stored, flash or flash-tc, not '" + *a.attention + "'");
+    }
+  } else if (!run.attention) {
+    attention = spec::default_engine_attention(backend, precision);
+  }
+  if (const std::string problem = spec::engine_attention_problem(attention, backend, precision);
+      !problem.empty())
+    throw InputError(std::string(a.attention ? "--attention " : "the run file's attention ") +
+                     problem);
+  setup.attention = attention;
+  const bool tensor_cores = attention == spec::EngineAttention::flash_tc;
   if (backend == spec::EngineBackend::cuda)
     use_cuda_backend(o, precision == spec::EnginePrecision::bf16, tensor_cores);
   if (a.no_gpu_capture && backend != spec::EngineBackend::cuda)
     throw InputError("--no-gpu-capture is for --backend cuda (the cpu backend captures no GPU)");
   o.capture_gpu_activity = !a.no_gpu_capture;
-  if (a.attention) {
-    if (*a.attention == "flash" || tensor_cores)
-      o.attention = tensor::AttentionKernel::flash;
-    else if (*a.attention == "stored")
-      o.attention = tensor::AttentionKernel::stored;
-    else
-      throw InputError("--attention must be stored, flash or flash-tc, not '" + *a.attention + "'");
-  } else {
-    o.attention = backend == spec::EngineBackend::cuda ? tensor::AttentionKernel::flash
-                                                       : tensor::AttentionKernel::stored;
-  }
+  o.attention = attention == spec::EngineAttention::stored ? tensor::AttentionKernel::stored
+                                                           : tensor::AttentionKernel::flash;
   return setup;
 }
 
@@ -313,9 +314,7 @@ std::unique_ptr<db::RunWriter> open_run_writer(const TrainArgs& a, const db::Tra
   auto writer = std::make_unique<db::RunWriter>(
       a.db,
       db::RunInfo{profiler::TraceKind::Measured, name,
-                  db::training_plan_json(o.model, o.plan, o.steps, o.seed, engine.backend,
-                                         engine.precision, engine.gpus)
-                      .dump(),
+                  db::training_plan_json(o.model, o.plan, o.steps, o.seed, engine).dump(),
                   db::training_specs_json(o.model).dump()},
       options);
   db::RunWriter* w = writer.get();
@@ -470,6 +469,7 @@ void run(const TrainArgs& given) {
   TrainSetup setup = build_options(given);
   TrainArgs a = given;  // with the precision in effect (the flag's, else the run file's)
   a.precision = std::string(spec::engine_precision_name(setup.precision));
+  a.attention = std::string(spec::engine_attention_name(setup.attention));
   runtime::TrainOptions& o = setup.options;
   runtime::check_train_options(o);  // the engine's own rules first, with its messages
   // Under mpirun / srun: one rank (or --ranks-per-process K) per process, or a refusal in every
@@ -521,18 +521,22 @@ void run(const TrainArgs& given) {
   // The schedule `simulate --config` and `predict` simulate for this plan: planned with the op
   // costs of the run's hardware, so the measured and the predicted run execute the same ops.
   spec::apply_defaults(o.plan);
-  o.schedule =
-      tuner::planned_schedule(o.model, tuner::cluster_for_plan(setup.cluster, o.plan), o.plan,
-                              tuner::engine_execution(setup.backend, setup.precision))
-          .schedule;
+  o.schedule = tuner::planned_schedule(
+                   o.model, tuner::cluster_for_plan(setup.cluster, o.plan), o.plan,
+                   tuner::engine_execution(setup.backend, setup.precision, setup.attention))
+                   .schedule;
   if (!a.trace.empty()) check_output_file(a.trace, a.force);
   // The run goes into the workspace as it trains: a crash leaves it there, interrupted.
   // (Processes: rank 0's process opens it, once MPI says which process that is.)
   std::unique_ptr<db::RunWriter> writer;
   // With cuda in one process, every rank is a stream of GPU 0.
   if (processes <= 1)
-    writer = open_run_writer(
-        a, {setup.backend, setup.precision, setup.backend == spec::EngineBackend::cuda ? 1 : 0}, o);
+    writer = open_run_writer(a,
+                             {.backend = setup.backend,
+                              .precision = setup.precision,
+                              .gpus = setup.backend == spec::EngineBackend::cuda ? 1 : 0,
+                              .attention = setup.attention},
+                             o);
   if (!a.json) {
     if (processes <= 1)
       print_header(o, !o.rank_device          ? "ranks"  // processes: rank 0's, once MPI is up
@@ -550,8 +554,10 @@ void run(const TrainArgs& given) {
   if (processes > 1) {
     // With cuda under a launcher: one GPU a process.
     train_as_processes(o, a,
-                       {setup.backend, setup.precision,
-                        setup.backend == spec::EngineBackend::cuda ? processes : 0},
+                       {.backend = setup.backend,
+                        .precision = setup.precision,
+                        .gpus = setup.backend == spec::EngineBackend::cuda ? processes : 0,
+                        .attention = setup.attention},
                        per_process);
     return;
   }
@@ -600,8 +606,8 @@ void add_train_command(CLI::App& app) {
                   "master weights (default: the run file's precision, else fp32)");
   cmd->add_option("--attention", args->attention,
                   "Attention kernel: stored (keeps the T x T probabilities; the cpu default), "
-                  "flash (no T x T matrix; the cuda default) or flash-tc (flash with bf16 "
-                  "products on tensor cores: --backend cuda --precision bf16)");
+                  "flash (no T x T matrix; the default on cuda in fp32) or flash-tc (flash with "
+                  "bf16 products on tensor cores; the default on cuda in bf16)");
   cmd->add_flag("--no-gpu-capture", args->no_gpu_capture,
                 "With --backend cuda: NVTX ranges only, no CUPTI capture of kernels and copies");
   cmd->add_option("--ranks-per-process", args->ranks_per_process,

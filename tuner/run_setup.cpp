@@ -15,13 +15,20 @@ SimulationSetup setup_from_run_file(const std::string& name_or_path) {
   // The op costs and schedule are the ones `predict` and `tune` evaluate for this plan.
   // With backend = "cuda", as pipetune's CUDA engine executes it (what `train` plans with too).
   EvaluateOptions options;
-  options.execution = engine_execution(run.backend, run.precision);
+  options.execution = engine_execution(run.backend, run.precision, spec::engine_attention(run));
   PlanEvaluation e = evaluate_plan(run.model, run.cluster, plan, options);
   SimulationSetup setup;
   setup.params = spec::generator_params(plan, e.costs.table);
   setup.costs = e.costs.table;
   setup.options.activation_bytes_per_microbatch = e.costs.activation_bytes_per_microbatch;
   setup.time_unit = "s";
+  std::string engine;
+  if (options.execution)
+    engine =
+        ", as the CUDA engine runs it (" +
+        std::string(run.precision == spec::EnginePrecision::bf16 ? "bf16 GEMMs" : "fp32 GEMMs") +
+        ", " + std::string(spec::engine_attention_name(spec::engine_attention(run))) +
+        " attention)";
   char line[512];
   std::snprintf(line, sizeof line,
                 "%s on %d x %s: tp=%d pp=%d dp=%d ep=%d, micro-batch %d x %lld tokens, "
@@ -29,10 +36,7 @@ SimulationSetup setup_from_run_file(const std::string& name_or_path) {
                 run.model.name.c_str(), run.cluster.devices, run.cluster.hardware.name.c_str(),
                 plan.tp, plan.pp, plan.dp, plan.ep, plan.micro_batch_size,
                 static_cast<long long>(run.model.seq_len), run.cluster.hardware.name.c_str(),
-                !options.execution ? ""
-                : run.precision == spec::EnginePrecision::bf16
-                    ? ", as the CUDA engine runs it (bf16 GEMMs, fp32 attention)"
-                    : ", as the CUDA engine runs it (fp32)");
+                engine.c_str());
   setup.description = line;
   setup.iteration = std::move(e);
   setup.run = std::move(run);

@@ -114,11 +114,11 @@ void read_trial_json(const nlohmann::json& j, TrialTarget& t, spec::ParallelPlan
 }
 
 nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::ParallelPlan& p,
-                                  int steps, std::uint64_t seed, spec::EngineBackend backend,
-                                  spec::EnginePrecision precision, int gpus) {
+                                  int steps, std::uint64_t seed, const TrainingEngine& engine) {
   nlohmann::json j = {{"model", model.name},
-                      {"backend", std::string(spec::engine_backend_name(backend))},
-                      {"precision", std::string(spec::engine_precision_name(precision))},
+                      {"backend", std::string(spec::engine_backend_name(engine.backend))},
+                      {"precision", std::string(spec::engine_precision_name(engine.precision))},
+                      {"attention", std::string(spec::engine_attention_name(engine.attention))},
                       {"tp", p.tp},
                       {"pp", p.pp},
                       {"dp", p.dp},
@@ -132,25 +132,35 @@ nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::Para
                       {"steps", steps},
                       {"seed", seed},
                       {"time_unit", "s"}};
-  if (gpus > 0) j["gpus"] = gpus;
+  if (engine.gpus > 0) j["gpus"] = engine.gpus;
   return j;
 }
 
 TrainingEngine training_engine_from_json(const nlohmann::json& j) {
   TrainingEngine e;
-  for (const char* key : {"backend", "precision"}) {
+  e.attention = spec::EngineAttention::flash;  // before "attention" was kept: cuda's flash...
+  for (const char* key : {"backend", "precision", "attention"}) {
     if (!j.contains(key)) continue;
     if (!j[key].is_string())
       throw InputError(std::string("training plan: ") + key + " is not a string");
+    const std::string text = j[key].get<std::string>();
     try {
       if (std::string(key) == "backend")
-        e.backend = spec::parse_engine_backend(j[key].get<std::string>());
+        e.backend = spec::parse_engine_backend(text);
+      else if (std::string(key) == "precision")
+        e.precision = spec::parse_engine_precision(text);
       else
-        e.precision = spec::parse_engine_precision(j[key].get<std::string>());
+        e.attention = spec::parse_engine_attention(text);
     } catch (const SpecError& err) {
       throw InputError(std::string("training plan: ") + err.what());
     }
   }
+  if (!j.contains("attention") && e.backend == spec::EngineBackend::cpu)
+    e.attention = spec::EngineAttention::stored;  // ...and the cpu's stored
+  if (const std::string problem =
+          spec::engine_attention_problem(e.attention, e.backend, e.precision);
+      !problem.empty())
+    throw InputError("training plan: attention " + problem);
   if (j.contains("gpus")) {
     if (!j["gpus"].is_number_integer() || j["gpus"].get<long long>() < 0 ||
         j["gpus"].get<long long>() > (1 << 20))

@@ -35,21 +35,20 @@ void read_trial_json(const nlohmann::json& j, TrialTarget& target, spec::Paralle
 
 // A measured run (pipetune train, the GUI's Train page): the plan it trained with (runs.plan_json)
 // and the model (runs.specs_json {"model": {...}}).
-// With the engine it ran on ("backend", "precision", and "gpus" when it ran on GPUs): what
-// calibrate and predict cost it as, and whether its ranks shared GPUs.
-nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
-                                  int steps, std::uint64_t seed,
-                                  spec::EngineBackend backend = spec::EngineBackend::cpu,
-                                  spec::EnginePrecision precision = spec::EnginePrecision::fp32,
-                                  int gpus = 0);
-spec::ParallelPlan training_plan_from_json(const nlohmann::json& j);  // InputError naming the field
-// The engine of a stored training plan: cpu / fp32 where it does not say (runs stored before it
-// was kept); InputError naming the field when it says something else.
 struct TrainingEngine {
   spec::EngineBackend backend = spec::EngineBackend::cpu;
   spec::EnginePrecision precision = spec::EnginePrecision::fp32;
   int gpus = 0;  // GPUs its ranks ran on (1: every rank a stream of one GPU); 0: none or unknown
+  spec::EngineAttention attention = spec::EngineAttention::stored;
 };
+// With the engine it ran on ("backend", "precision", "attention", and "gpus" when it ran on
+// GPUs): what calibrate and predict cost it as, and whether its ranks shared GPUs.
+nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                                  int steps, std::uint64_t seed, const TrainingEngine& engine = {});
+spec::ParallelPlan training_plan_from_json(const nlohmann::json& j);  // InputError naming the field
+// The engine of a stored training plan: cpu / fp32 where it does not say (runs stored before it
+// was kept), and without "attention" the default of those days: stored on the cpu, flash (fp32)
+// on cuda; InputError naming the field when it says something else.
 TrainingEngine training_engine_from_json(const nlohmann::json& j);
 nlohmann::json training_specs_json(const spec::ModelSpec& model);
 // The default name of a measured run: "tiny tp=2 pp=2 dp=2 1f1b".

@@ -18,6 +18,7 @@
 #include <cuda_bf16.h>
 #include <mma.h>
 
+#include "engine/cuda/bf16_pack.cuh"
 #include "engine/cuda/cuda_kernels.hpp"
 #include "engine/cuda/device_utils.cuh"
 #include "engine/cuda/flash_head.cuh"
@@ -43,16 +44,36 @@ template <int HS>
 using Layout = FlashMmaLayout<HS>;
 
 // dst (64, HS) bf16 with row stride HS + 8 = mul * rows [t0, t0 + 64) of src (row stride src_ld),
-// zeros past T.
+// zeros past T. Four values a thread and step where src allows (16-byte rows: the packed qkv
+// and out of any model whose buffers start aligned), else one.
 template <int HS>
 __device__ __forceinline__ void stage(bf16* dst, const float* src, std::int64_t src_ld,
                                       std::int64_t t0, std::int64_t T, float mul) {
+  if (floats4_aligned(src) && src_ld % 4 == 0) {  // the same for every thread of the block
+    constexpr int kQuads = HS / 4;                // dst rows are 8-byte aligned: (HS + 8) * 2 B
+    for (int idx = threadIdx.x; idx < kRows * kQuads; idx += kThreads) {
+      const int r = idx / kQuads, d = 4 * (idx % kQuads);
+      const std::int64_t t = t0 + r;
+      const Floats4 f = t < T ? *reinterpret_cast<const Floats4*>(src + t * src_ld + d) : Floats4{};
+      *reinterpret_cast<Bf16Bits4*>(dst + r * Layout<HS>::kLd + d) = bf16_x4(f, mul);
+    }
+    return;
+  }
   for (int idx = threadIdx.x; idx < kRows * HS; idx += kThreads) {
     const int r = idx / HS, d = idx % HS;
     const std::int64_t t = t0 + r;
     dst[r * Layout<HS>::kLd + d] = __float2bfloat16(t < T ? mul * src[t * src_ld + d] : 0.0f);
   }
 }
+
+// The column of a 64-wide tile that the lane holding (row r, half) visits at step i of 32: its
+// half's columns in a rotated order, so that the 32 lanes of a warp reading the fp32 square
+// (row stride 68 floats: bank 4r + column) hit 32 different banks at every step (a plain order
+// has rows r and r + 8, and both halves, on one bank: 4 ways).
+__device__ __forceinline__ int rotated_column(int r, int half, int i) {
+  return 32 * half + ((i + 2 * ((r / 8) % 2) + half) % 32);
+}
+static_assert(FlashMmaLayout<64>::kSLd % 32 == 4, "rotated_column assumes bank = 4 row + column");
 
 // lse and D = rowsum(dout * out) of rows [t0, t0 + 64) of head bh, zeros past T.
 __device__ __forceinline__ void stage_row_stats(float* row_lse, float* row_d, const float* lse,
@@ -162,7 +183,8 @@ __global__ void __launch_bounds__(kThreads)
 
     const float* srow = s + r * L::kSLd;
     float mx = -INFINITY;
-    for (int c = 32 * half; c < 32 * half + 32; ++c) {
+    for (int i = 0; i < 32; ++i) {
+      const int c = rotated_column(r, half, i);
       const std::int64_t j = k0 + c;
       if (j <= t && j < T) mx = fmaxf(mx, srow[c]);
     }
@@ -170,7 +192,8 @@ __global__ void __launch_bounds__(kThreads)
     const float m_old = m[r];
     const float m_new = fmaxf(m_old, mx);  // finite: key k0 <= t in every tile walked
     float sum = 0.0f;
-    for (int c = 32 * half; c < 32 * half + 32; ++c) {
+    for (int i = 0; i < 32; ++i) {
+      const int c = rotated_column(r, half, i);
       const std::int64_t j = k0 + c;
       const float pv = (j <= t && j < T) ? expf(srow[c] - m_new) : 0.0f;
       p[r * L::kPLd + c] = __float2bfloat16(pv);
@@ -178,7 +201,9 @@ __global__ void __launch_bounds__(kThreads)
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     const float alpha = expf(m_old - m_new);  // 0 on the first tile (m_old = -inf)
-    for (int d = half; d < HS; d += 2) o[r * L::kOLd + d] *= alpha;
+    // Rows r and r + 8 start their columns apart: one bank a lane (row stride HS + 4 floats).
+    for (int i = 0; i < HS / 2; ++i)
+      o[r * L::kOLd + half + 2 * ((i + (r / 8) % 2) % (HS / 2))] *= alpha;
     if (half == 0) {
       m[r] = m_new;
       l[r] = alpha * l[r] + sum;
@@ -254,7 +279,8 @@ __global__ void __launch_bounds__(kThreads)
     rows_times_rows_t<HS>(dos + warp * kWarpRows * L::kLd, L::kLd, vs, L::kLd,
                           dp + warp * kWarpRows * L::kSLd, L::kSLd);
     __syncwarp();
-    for (int c = 32 * half; c < 32 * half + 32; ++c) {
+    for (int i = 0; i < 32; ++i) {
+      const int c = rotated_column(r, half, i);
       const std::int64_t j = k0 + c;
       const bool valid = j <= t && j < T && t < T;
       const float pv = valid ? expf(s[r * L::kSLd + c] - row_lse[r]) : 0.0f;
@@ -311,7 +337,8 @@ __global__ void __launch_bounds__(kThreads)
     rows_times_rows_t<HS>(vs + warp * kWarpRows * L::kLd, L::kLd, dos, L::kLd,
                           dp + warp * kWarpRows * L::kSLd, L::kSLd);
     __syncwarp();
-    for (int c = 32 * half; c < 32 * half + 32; ++c) {
+    for (int i = 0; i < 32; ++i) {
+      const int c = rotated_column(r, half, i);
       const std::int64_t t = q0 + c;
       const bool valid = j <= t && t < T && j < T;
       const float pv = valid ? expf(s[r * L::kSLd + c] - q_lse[c]) : 0.0f;

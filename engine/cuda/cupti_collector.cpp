@@ -70,13 +70,15 @@ class Registry {
       const std::lock_guard<std::mutex> lock(r.mutex_);
       bytes = r.buffer_bytes_;
     }
-    *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(kBufferAlign, bytes));
+    *buffer = r.reuse(bytes);
+    if (*buffer == nullptr)
+      *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(kBufferAlign, bytes));
     *size = *buffer != nullptr ? bytes : 0;  // no buffer: CUPTI drops records (and counts them)
     *max_records = 0;                        // as many as fit
   }
 
   static void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id,
-                                        std::uint8_t* buffer, std::size_t /*size*/,
+                                        std::uint8_t* buffer, std::size_t size,
                                         std::size_t valid_bytes) {
     std::size_t dropped = 0;
     if (cuptiActivityGetNumDroppedRecords(context, stream_id, &dropped) != CUPTI_SUCCESS)
@@ -87,10 +89,42 @@ class Registry {
       if (r.active_ != nullptr && buffer != nullptr)
         r.active_->consume(buffer, valid_bytes, dropped);
     }
+    r.give_back(buffer, size);
+  }
+
+  // Buffers come back at every step's flush: reusing them saves a large allocation and its page
+  // faults per step. At most kSpareBuffers are kept, of the current size only.
+  static constexpr std::size_t kSpareBuffers = 4;
+
+  std::uint8_t* reuse(std::size_t bytes) {
+    const std::lock_guard<std::mutex> lock(spare_mutex_);
+    if (spare_.empty() || spare_bytes_ != bytes) return nullptr;
+    std::uint8_t* b = spare_.back();
+    spare_.pop_back();
+    return b;
+  }
+
+  void give_back(std::uint8_t* buffer, std::size_t size) {
+    if (buffer == nullptr) return;
+    {
+      const std::lock_guard<std::mutex> lock(spare_mutex_);
+      if (spare_bytes_ != size) {
+        for (std::uint8_t* b : spare_) std::free(b);
+        spare_.clear();
+        spare_bytes_ = size;
+      }
+      if (spare_.size() < kSpareBuffers) {
+        spare_.push_back(buffer);
+        return;
+      }
+    }
     std::free(buffer);
   }
 
   std::mutex mutex_;
+  std::mutex spare_mutex_;  // the spare buffers (apart: consume() runs under mutex_)
+  std::vector<std::uint8_t*> spare_;
+  std::size_t spare_bytes_ = 0;
   CuptiCollector* active_ = nullptr;
   bool registered_ = false;
   std::size_t buffer_bytes_ = std::size_t{8} << 20;
@@ -199,7 +233,8 @@ void CuptiCollector::remeasure_clock() {
 }
 
 void CuptiCollector::flush() {
-  PIPETUNE_CUPTI_CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+  PIPETUNE_CUPTI_CHECK(
+      cuptiActivityFlushAll(options_.forced_flush ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0));
 }
 
 profiler::GpuCapture CuptiCollector::take() {

@@ -91,6 +91,10 @@ struct CuptiCollectorOptions {
   bool synchronization = false;  // also CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (kept out of captures)
   ApiRecords api_records = ApiRecords::all;
   int clock_samples = 16;  // readings for the clock offset
+  // flush(): forced (every buffer, CUPTI's advice before reading a step's records), or only the
+  // buffers whose records are all complete (what a flush after a synchronisation should find;
+  // the overhead benchmark compares the two).
+  bool forced_flush = true;
 };
 
 class CuptiCollector {
@@ -106,8 +110,9 @@ class CuptiCollector {
   CuptiCollector(const CuptiCollector&) = delete;
   CuptiCollector& operator=(const CuptiCollector&) = delete;
 
-  // Completes every buffer CUPTI holds (cuptiActivityFlushAll, forced): call at step end after
-  // the device work of the step has finished (synchronise first).
+  // Completes every buffer CUPTI holds (cuptiActivityFlushAll, forced unless the options say
+  // otherwise): call at step end after the device work of the step has finished (synchronise
+  // first).
   void flush();
   // What arrived since the last take, emptied.
   profiler::GpuCapture take();

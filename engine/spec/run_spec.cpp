@@ -126,6 +126,16 @@ RunSpec read_run(const toml::table& table, const TableContext& ctx, RunCheck che
     if (run.precision == EnginePrecision::bf16 && run.backend != EngineBackend::cuda)
       r.fail("precision", "bf16 is for backend = \"cuda\" (the cpu backend computes in fp32)");
   }
+  if (const auto attention = r.string("attention")) {
+    try {
+      run.attention = parse_engine_attention(*attention);
+    } catch (const SpecError& e) {
+      r.fail("attention", e.what());
+    }
+    const std::string problem =
+        engine_attention_problem(*run.attention, run.backend, run.precision);
+    if (!problem.empty()) r.fail("attention", problem);
+  }
   const toml::node* model_node = r.node("model");
   const toml::node* cluster_node = r.node("cluster");
   const toml::table* plan_table = r.table("plan");
@@ -175,6 +185,43 @@ EnginePrecision parse_engine_precision(std::string_view name) {
   if (name == "fp32") return EnginePrecision::fp32;
   if (name == "bf16") return EnginePrecision::bf16;
   throw SpecError("unknown precision '" + std::string(name) + "' (valid: fp32, bf16)");
+}
+
+std::string_view engine_attention_name(EngineAttention a) {
+  switch (a) {
+    case EngineAttention::stored:
+      return "stored";
+    case EngineAttention::flash:
+      return "flash";
+    case EngineAttention::flash_tc:
+      return "flash-tc";
+  }
+  return "flash";
+}
+
+EngineAttention parse_engine_attention(std::string_view name) {
+  for (const EngineAttention a :
+       {EngineAttention::stored, EngineAttention::flash, EngineAttention::flash_tc})
+    if (name == engine_attention_name(a)) return a;
+  throw SpecError("unknown attention '" + std::string(name) + "' (valid: stored, flash, flash-tc)");
+}
+
+EngineAttention default_engine_attention(EngineBackend backend, EnginePrecision precision) {
+  if (backend == EngineBackend::cpu) return EngineAttention::stored;
+  return precision == EnginePrecision::bf16 ? EngineAttention::flash_tc : EngineAttention::flash;
+}
+
+std::string engine_attention_problem(EngineAttention attention, EngineBackend backend,
+                                     EnginePrecision precision) {
+  if (attention != EngineAttention::flash_tc) return {};
+  if (backend == EngineBackend::cuda && precision == EnginePrecision::bf16) return {};
+  return "flash-tc needs backend cuda and precision bf16 (bf16 products on tensor cores), not " +
+         std::string(engine_backend_name(backend)) + " " +
+         std::string(engine_precision_name(precision));
+}
+
+EngineAttention engine_attention(const RunSpec& run) {
+  return run.attention.value_or(default_engine_attention(run.backend, run.precision));
 }
 
 EngineBackend parse_engine_backend(std::string_view name) {

@@ -1,6 +1,7 @@
 // `pipetune train` as a user runs it: JSON output, overrides, traces, and bad input (one line on
 // stderr, exit 2 for input, 1 for a runtime failure, no output file left behind).
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <algorithm>
 
@@ -319,10 +320,54 @@ TEST(TrainCli, AttentionKernelIsChosenAndReported) {
   const testing::ProcessResult tc =
       testing::run_pipetune({"train", "--steps", "1", "--no-db", "--attention", "flash-tc"});
   EXPECT_EQ(tc.exit_code, 2) << tc.err;
-  EXPECT_NE(tc.err.find("--attention flash-tc needs --backend cuda and --precision bf16"),
+  EXPECT_NE(tc.err.find("--attention flash-tc needs backend cuda and precision bf16 (bf16 "
+                        "products on tensor cores), not cpu fp32"),
             std::string::npos)
       << tc.err;
   EXPECT_EQ(tc.out, "");
+}
+
+// A run file's attention: kept in the workspace run (calibrate costs the run by it); flash-tc
+// outside cuda bf16 is refused where the file says it.
+TEST(TrainCli, RunFileAttentionIsKeptAndCheckedWhereTheFileSaysIt) {
+  const std::filesystem::path dir = testing::default_child_cwd();
+  const std::filesystem::path run = dir / "attention-flash.toml";
+  const char* body =
+      "model = \"tiny\"\n[cluster]\nhardware = \"h100-sxm\"\ndevices = 2\n[plan]\npp = 2\n";
+  {
+    std::ofstream f(run);
+    f << "attention = \"flash\"\n" << body;
+  }
+  const std::filesystem::path db = dir / "attention.db";
+  std::filesystem::remove(db);
+  const testing::ProcessResult r = testing::run_pipetune(
+      {"train", "--config", run.string(), "--steps", "1", "--db", db.string(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["attention"], "flash");
+  // The workspace run's plan (runs.plan_json), as calibrate reads it.
+  sqlite3* handle = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(db.string().c_str(), &handle, SQLITE_OPEN_READONLY, nullptr),
+            SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(handle, "SELECT plan_json FROM runs", -1, &stmt, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  const std::string plan = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+  sqlite3_finalize(stmt);
+  sqlite3_close(handle);
+  EXPECT_EQ(nlohmann::json::parse(plan)["attention"], "flash") << plan;
+
+  const std::filesystem::path bad = dir / "attention-tc-cpu.toml";
+  {
+    std::ofstream f(bad);
+    f << "attention = \"flash-tc\"\n" << body;
+  }
+  const testing::ProcessResult tc =
+      testing::run_pipetune({"train", "--config", bad.string(), "--steps", "1", "--no-db"});
+  EXPECT_EQ(tc.exit_code, 2) << tc.err;
+  EXPECT_NE(tc.err.find("key 'attention': flash-tc needs backend cuda and precision bf16"),
+            std::string::npos)
+      << tc.err;
 }
 
 // A run file's precision: bf16 with the cpu backend is refused where the file says it.

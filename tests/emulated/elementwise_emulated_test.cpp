@@ -130,6 +130,18 @@ TEST(ElementwiseEmulated, Bf16CopiesRoundToNearestEvenAndPadRows) {
       EXPECT_EQ(got.bits, bf16_bits(f)) << r << "," << c;
       EXPECT_EQ(flat[static_cast<std::size_t>(r * cols + c)].bits, bf16_bits(f)) << r << "," << c;
     }
+  // Four values a thread where source and destination allow it, one at a time for the rest: the
+  // same bits from every start (aligned or not) and length (a multiple of 4 or not).
+  const Tensor long_x = random_tensor({1031}, rng, 100.0f);
+  for (const std::int64_t offset : {0, 1, 2, 4}) {
+    for (const std::int64_t n : {std::int64_t{1024}, std::int64_t{1027}, std::int64_t{3}}) {
+      std::vector<__nv_bfloat16> out(static_cast<std::size_t>(n + 4));
+      to_bf16(nullptr, long_x.data() + offset, out.data() + offset % 4, n);
+      for (std::int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(out[static_cast<std::size_t>(i + offset % 4)].bits, bf16_bits(long_x[offset + i]))
+            << "offset " << offset << ", n " << n << ", element " << i;
+    }
+  }
   // A tie rounds to the even mantissa: 1 + 2^-8 lies halfway between two bf16 values.
   const float tie = 1.0f + std::ldexp(1.0f, -8);
   std::vector<__nv_bfloat16> one(1);

@@ -8,7 +8,8 @@
 #   2. gpu_tests              the GPU tests (ctest label gpu), run as a binary: the ctest files
 #                             name the build machine's paths
 #   3. cuda_capture_bench     capture overhead, off / nvtx / cupti / cupti without API records /
-#                             cupti with the launching calls' records only
+#                             cupti with the launching calls' records only / cupti flushing
+#                             completed buffers only / cupti flushing on a helper thread
 #                             (Google Benchmark, 3 runs each)
 #   4. cuda_attention_bench   the stored and flash attention kernels at GPT-2's shape
 #   5. gpt2_gpu_bench.sh      GPT-2 124M tokens/s and MFU, pipetune (fp32, bf16) and PyTorch, and
@@ -220,7 +221,7 @@ checks() {
   fi
 
   # --- 3. capture overhead --------------------------------------------------------------------------
-  step cuda_capture_bench 120 "$scratch/.capture.log" "${run_env[@]}" "$build/tests/cuda_capture_bench" \
+  step cuda_capture_bench 170 "$scratch/.capture.log" "${run_env[@]}" "$build/tests/cuda_capture_bench" \
     --benchmark_repetitions=3 "--benchmark_out=$out/cuda_capture_bench.json" \
     --benchmark_out_format=json
   if grep -q '^cuda_capture_bench: skipped' "$scratch/.capture.log"; then
@@ -238,9 +239,10 @@ for r in runs:
         mean[int(m.group(1))] = r["real_time"]
         if "flush_ms" in r:
             flush[int(m.group(1))] = r["flush_ms"]
-names = {0: "off", 1: "nvtx", 2: "cupti", 3: "cupti-device", 4: "cupti-launches"}
+names = {0: "off", 1: "nvtx", 2: "cupti", 3: "cupti-device", 4: "cupti-launches",
+         5: "cupti-completed", 6: "cupti-behind"}
 parts = []
-for mode in (1, 2, 3, 4):
+for mode in sorted(m for m in names if m > 0):
     if 0 in mean and mode in mean:
         extra = f" (flush {flush[mode]:.3f} ms)" if mode in flush else ""
         parts.append(f"{names[mode]} {100 * (mean[mode] / mean[0] - 1):+.2f}%{extra}")

@@ -160,12 +160,24 @@ TEST(OpCosts, CudaEngineFp32WorkIsTimedAtTheFp32Peak) {
   hw.device = spec::DeviceKind::Cpu;
   EXPECT_DOUBLE_EQ(fp32_peak_flops(hw), hw.peak_flops);
   // A run file's engine: cuda sets the execution, cpu leaves it to the hardware.
-  EXPECT_FALSE(engine_execution(spec::EngineBackend::cpu, spec::EnginePrecision::fp32));
-  const auto cuda = engine_execution(spec::EngineBackend::cuda, spec::EnginePrecision::fp32);
+  EXPECT_FALSE(engine_execution(spec::EngineBackend::cpu, spec::EnginePrecision::fp32,
+                                spec::EngineAttention::stored));
+  const auto cuda = engine_execution(spec::EngineBackend::cuda, spec::EnginePrecision::fp32,
+                                     spec::EngineAttention::flash);
   ASSERT_TRUE(cuda);
   EXPECT_TRUE(cuda->fp32_gemms);
   EXPECT_FALSE(cuda->stores_attention_probabilities);
   EXPECT_EQ(cuda->activation_bytes, 4);
+  // The stored kernel keeps its probabilities; flash-tc is still timed at the fp32 peak (its
+  // tensor-core tiles measured at fp32-unit rates).
+  EXPECT_TRUE(engine_execution(spec::EngineBackend::cuda, spec::EnginePrecision::fp32,
+                               spec::EngineAttention::stored)
+                  ->stores_attention_probabilities);
+  const auto tc = engine_execution(spec::EngineBackend::cuda, spec::EnginePrecision::bf16,
+                                   spec::EngineAttention::flash_tc);
+  EXPECT_FALSE(tc->fp32_gemms);
+  EXPECT_TRUE(tc->fp32_attention);
+  EXPECT_FALSE(tc->stores_attention_probabilities);
 }
 
 }  // namespace

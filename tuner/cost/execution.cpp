@@ -16,18 +16,22 @@ ExecutionOptions cpu_engine_execution() {
   return x;
 }
 
-ExecutionOptions cuda_engine_execution(bool bf16_gemms) {
+ExecutionOptions cuda_engine_execution(bool bf16_gemms, spec::EngineAttention attention) {
   ExecutionOptions x = cpu_engine_execution();
-  x.stores_attention_probabilities = false;  // tensor::AttentionKernel::flash, the CUDA default
+  x.stores_attention_probabilities = attention == spec::EngineAttention::stored;
   x.fp32_gemms = !bf16_gemms;
+  // Timed at the fp32 peak even for flash-tc: its WMMA tiles measured at fp32-unit rates on an
+  // H200 (GPT-2 shape, T = 1024: 19.6 TFLOP/s forward, 13.1 backward, against the fp32 tiles'
+  // 18.3 and 11.6), nowhere near the tensor cores' peak; calibration fits the rest.
   x.fp32_attention = true;
   return x;
 }
 
 std::optional<ExecutionOptions> engine_execution(spec::EngineBackend backend,
-                                                 spec::EnginePrecision precision) {
+                                                 spec::EnginePrecision precision,
+                                                 spec::EngineAttention attention) {
   if (backend != spec::EngineBackend::cuda) return std::nullopt;
-  return cuda_engine_execution(precision == spec::EnginePrecision::bf16);
+  return cuda_engine_execution(precision == spec::EnginePrecision::bf16, attention);
 }
 
 ExecutionOptions default_execution(const spec::HardwareSpec& hardware) {

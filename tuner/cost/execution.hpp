@@ -52,9 +52,11 @@ struct ExecutionOptions {
 ExecutionOptions cpu_engine_execution();
 
 // The embedded engine on its CUDA backend (engine/cuda): fp32 activations, weights and messages;
-// GEMMs in fp32, or with bf16 inputs on the tensor cores (bf16_gemms); flash attention in fp32
-// keeping no probabilities; collectives and the optimizer step as on the CPU backend.
-ExecutionOptions cuda_engine_execution(bool bf16_gemms);
+// GEMMs in fp32, or with bf16 inputs on the tensor cores (bf16_gemms); attention timed at the
+// fp32 peak (flash-tc's tensor-core tiles included: see execution.cpp), keeping its probabilities
+// only with the stored kernel; collectives and the optimizer step as on the CPU backend.
+ExecutionOptions cuda_engine_execution(
+    bool bf16_gemms, spec::EngineAttention attention = spec::EngineAttention::flash);
 
 // How what runs on this hardware executes a plan: cpu_engine_execution() on a Cpu device, the
 // defaults above (Megatron-Core, bf16) on a Gpu.
@@ -64,6 +66,7 @@ ExecutionOptions default_execution(const spec::HardwareSpec& hardware);
 // cost it with: the CUDA engine's execution for backend = "cuda" (in its precision), else unset
 // (default_execution of the hardware: a CPU run plans with the framework the hardware stands for).
 std::optional<ExecutionOptions> engine_execution(spec::EngineBackend backend,
-                                                 spec::EnginePrecision precision);
+                                                 spec::EnginePrecision precision,
+                                                 spec::EngineAttention attention);
 
 }  // namespace pipetune::tuner

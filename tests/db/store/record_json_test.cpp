@@ -95,25 +95,47 @@ TEST(RecordJson, ModelAndTrainingPlanRoundTrip) {
 
 TEST(RecordJson, TrainingPlanKeepsItsEngine) {
   const spec::ParallelPlan p = sample_plan();
-  const nlohmann::json j =
-      training_plan_json(spec::load_model("tiny"), p, 60, 1234, spec::EngineBackend::cuda,
-                         spec::EnginePrecision::bf16);
+  const nlohmann::json j = training_plan_json(spec::load_model("tiny"), p, 60, 1234,
+                                              {.backend = spec::EngineBackend::cuda,
+                                               .precision = spec::EnginePrecision::bf16,
+                                               .attention = spec::EngineAttention::flash_tc});
   const TrainingEngine e = training_engine_from_json(j);
   EXPECT_EQ(e.backend, spec::EngineBackend::cuda);
   EXPECT_EQ(e.precision, spec::EnginePrecision::bf16);
+  EXPECT_EQ(e.attention, spec::EngineAttention::flash_tc);
   EXPECT_EQ(e.gpus, 0);  // not given: not kept
-  EXPECT_EQ(training_engine_from_json(training_plan_json(spec::load_model("tiny"), p, 60, 1234,
-                                                         spec::EngineBackend::cuda,
-                                                         spec::EnginePrecision::fp32, 1))
-                .gpus,
-            1);
-  // Runs stored before the engine was kept: the CPU engine, fp32.
+  EXPECT_EQ(
+      training_engine_from_json(training_plan_json(spec::load_model("tiny"), p, 60, 1234,
+                                                   {.backend = spec::EngineBackend::cuda,
+                                                    .precision = spec::EnginePrecision::fp32,
+                                                    .gpus = 1,
+                                                    .attention = spec::EngineAttention::flash}))
+          .gpus,
+      1);
+  // Runs stored before the attention was kept: cuda ran flash (fp32) whatever its precision.
+  nlohmann::json before_attention = j;
+  before_attention.erase("attention");
+  EXPECT_EQ(training_engine_from_json(before_attention).attention, spec::EngineAttention::flash);
+  // A kernel that cannot have run with the stored engine is an input error.
+  nlohmann::json tc_fp32 = j;
+  tc_fp32["precision"] = "fp32";
+  try {
+    training_engine_from_json(tc_fp32);
+    FAIL() << "flash-tc in fp32 accepted";
+  } catch (const InputError& err) {
+    EXPECT_NE(std::string(err.what()).find("training plan: attention flash-tc needs backend cuda"),
+              std::string::npos)
+        << err.what();
+  }
+  // Runs stored before the engine was kept: the CPU engine, fp32, stored attention.
   nlohmann::json old = j;
   old.erase("backend");
   old.erase("precision");
+  old.erase("attention");
   const TrainingEngine d = training_engine_from_json(old);
   EXPECT_EQ(d.backend, spec::EngineBackend::cpu);
   EXPECT_EQ(d.precision, spec::EnginePrecision::fp32);
+  EXPECT_EQ(d.attention, spec::EngineAttention::stored);
   old["backend"] = "tpu";
   try {
     training_engine_from_json(old);

@@ -22,3 +22,7 @@ inline __nv_bfloat16 __float2bfloat16(float f) {
   b.bits = static_cast<std::uint16_t>((u + rounding) >> 16);
   return b;
 }
+
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) {
+  return b.bits;
+}

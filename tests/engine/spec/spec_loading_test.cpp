@@ -113,6 +113,31 @@ TEST(SpecLoading, RunPrecisionIsFp32UnlessACudaRunSaysBf16) {
              "key 'precision': unknown precision 'fp16' (valid: fp32, bf16)");
 }
 
+TEST(SpecLoading, RunAttentionDefaultsByBackendAndPrecisionAndFlashTcNeedsCudaBf16) {
+  const std::string run = "model = \"tiny\"\ncluster = \"dgx-a100-8\"\n";
+  EXPECT_FALSE(parse_run(run, "r").attention);
+  EXPECT_EQ(engine_attention(parse_run(run, "r")), EngineAttention::stored);
+  EXPECT_EQ(engine_attention(parse_run("backend = \"cuda\"\n" + run, "r")), EngineAttention::flash);
+  EXPECT_EQ(engine_attention(parse_run("backend = \"cuda\"\nprecision = \"bf16\"\n" + run, "r")),
+            EngineAttention::flash_tc);
+  // Said in the file: kept, whatever the default.
+  EXPECT_EQ(engine_attention(parse_run(
+                "backend = \"cuda\"\nprecision = \"bf16\"\nattention = \"flash\"\n" + run, "r")),
+            EngineAttention::flash);
+  EXPECT_EQ(engine_attention(parse_run("attention = \"flash\"\n" + run, "r")),
+            EngineAttention::flash);
+  EXPECT_HAS(error_of([&] {
+               parse_run("backend = \"cuda\"\nattention = \"flash-tc\"\n" + run, "r.toml");
+             }),
+             "r.toml:2: key 'attention': flash-tc needs backend cuda and precision bf16 (bf16 "
+             "products on tensor cores), not cuda fp32");
+  EXPECT_HAS(error_of([&] { parse_run("attention = \"sdpa\"\n" + run, "r.toml"); }),
+             "key 'attention': unknown attention 'sdpa' (valid: stored, flash, flash-tc)");
+  for (const EngineAttention a :
+       {EngineAttention::stored, EngineAttention::flash, EngineAttention::flash_tc})
+    EXPECT_EQ(parse_engine_attention(engine_attention_name(a)), a);
+}
+
 TEST(SpecLoading, MissingRequiredKey) {
   EXPECT_HAS(error_of([] { parse_model("layers = 2\nhidden = 8\nheads = 2\nvocab = 10\n", "m"); }),
              "m: missing key 'seq_len'");

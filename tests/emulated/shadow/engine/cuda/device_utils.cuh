@@ -79,6 +79,7 @@ void launch(const LaunchShape& shape, Kernel kernel, Args... args) {
 #define gridDim ::pipetune::cuda::emulation::grid_dim
 #define __global__
 #define __device__
+#define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(threads)
 #define PIPETUNE_DYNAMIC_SHARED(T, name) \
