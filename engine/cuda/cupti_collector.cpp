@@ -189,7 +189,10 @@ BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
       break;
     }
     ++walk.records;
-    if (append_cupti_record(*record, capture)) ++walk.kept;
+    if (is_incomplete_device_record(*record))
+      ++walk.incomplete;
+    else if (append_cupti_record(*record, capture))
+      ++walk.kept;
   }
   return walk;
 }
@@ -248,6 +251,7 @@ void CuptiCollector::consume(std::uint8_t* buffer, std::size_t valid_bytes, std:
   const std::lock_guard<std::mutex> lock(mutex_);
   const BufferWalk walk = append_cupti_buffer(buffer, valid_bytes, capture_);
   records_ += walk.records;
+  incomplete_ += walk.incomplete;
   dropped_ += dropped;
   if (walk.error != CUPTI_SUCCESS) {
     if (buffer_errors_++ == 0) {
@@ -263,6 +267,11 @@ void CuptiCollector::consume(std::uint8_t* buffer, std::size_t valid_bytes, std:
 std::uint64_t CuptiCollector::dropped_records() const {
   const std::lock_guard<std::mutex> lock(mutex_);
   return dropped_;
+}
+
+std::size_t CuptiCollector::incomplete_records() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return incomplete_;
 }
 
 std::size_t CuptiCollector::records_seen() const {

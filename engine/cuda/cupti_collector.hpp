@@ -68,8 +68,9 @@ struct ClockOffset {
 ClockOffset estimate_clock_offset(std::span<const ClockSample> samples);
 
 struct BufferWalk {
-  std::size_t records = 0;  // records in the buffer
-  std::size_t kept = 0;     // of which the capture keeps (kernels, copies, memsets, API calls)
+  std::size_t records = 0;     // records in the buffer
+  std::size_t kept = 0;        // of which the capture keeps (kernels, copies, memsets, API calls)
+  std::size_t incomplete = 0;  // device records without their times (is_incomplete_device_record)
   CUptiResult error = CUPTI_SUCCESS;  // other than the end of the buffer; records before it count
 };
 
@@ -123,6 +124,9 @@ class CuptiCollector {
   void remeasure_clock();
 
   std::uint64_t dropped_records() const;
+  // Device records that came without their times and were left out (a forced flush while work
+  // of that record still ran).
+  std::size_t incomplete_records() const;
   std::size_t records_seen() const;
   std::size_t buffer_errors() const;
   std::string first_buffer_error() const;
@@ -141,7 +145,7 @@ class CuptiCollector {
   mutable std::mutex mutex_;  // what follows: filled by CUPTI's completion callback
   profiler::GpuCapture capture_;
   std::uint64_t dropped_ = 0;
-  std::size_t records_ = 0, buffer_errors_ = 0;
+  std::size_t records_ = 0, buffer_errors_ = 0, incomplete_ = 0;
   std::string first_error_;
 };
 

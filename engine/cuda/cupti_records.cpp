@@ -50,7 +50,32 @@ std::string kernel_display_name(const char* name) {
   return status == 0 && demangled ? std::string(demangled.get()) : std::string(name);
 }
 
+namespace {
+
+template <typename Record>
+bool without_times(const CUpti_Activity& record) {
+  const auto& a = reinterpret_cast<const Record&>(record);
+  return a.start == 0 || a.end == 0 || a.end < a.start;
+}
+
+}  // namespace
+
+bool is_incomplete_device_record(const CUpti_Activity& record) {
+  switch (record.kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+      return without_times<CUpti_ActivityKernel10>(record);
+    case CUPTI_ACTIVITY_KIND_MEMCPY:
+      return without_times<CUpti_ActivityMemcpy6>(record);
+    case CUPTI_ACTIVITY_KIND_MEMSET:
+      return without_times<CUpti_ActivityMemset4>(record);
+    default:
+      return false;
+  }
+}
+
 bool append_cupti_record(const CUpti_Activity& record, profiler::GpuCapture& capture) {
+  if (is_incomplete_device_record(record)) return false;
   switch (record.kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {

@@ -39,6 +39,11 @@ void GpuActivityHub::leave(std::int32_t /*rank*/) noexcept {
   std::lock_guard lock(mutex_);
   if (members_ == 0) return;
   if (--members_ > 0 || !collector_) return;
+  if (const std::size_t incomplete = collector_->incomplete_records(); incomplete > 0)
+    std::fprintf(stderr,
+                 "pipetune: %zu GPU activity records came without their times (flushed while "
+                 "another rank's work ran on the GPU) and were left out of the trace\n",
+                 incomplete);
   collector_.reset();  // disables the activity kinds: nothing is captured between runs
 }
 

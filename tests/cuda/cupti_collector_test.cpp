@@ -116,6 +116,21 @@ TEST(CuptiBufferWalk, EveryRecordOfACompletedBufferJoinsTheCapture) {
   EXPECT_EQ(a.op_of_span[0], 0);
 }
 
+TEST(CuptiBufferWalk, RecordsWithoutTheirTimesAreCountedAndLeftOut) {
+  FakeBuffer b;
+  b.add(kernel("_Z5scalefPf", 1, 1'100));
+  CUpti_ActivityKernel10 running = kernel("_Z5scalefPf", 2, 0);  // still running at the flush
+  running.start = running.end = 0;
+  b.add(running);
+  profiler::GpuCapture c;
+  const BufferWalk walk = append_cupti_buffer(b.data(), b.size(), c);
+  EXPECT_EQ(walk.records, 2u);
+  EXPECT_EQ(walk.kept, 1u);
+  EXPECT_EQ(walk.incomplete, 1u);
+  ASSERT_EQ(c.activities.size(), 1u);
+  EXPECT_EQ(c.activities[0].correlation, 1u);
+}
+
 TEST(CuptiBufferWalk, AnEmptyBufferHasNoRecords) {
   std::uint64_t storage[4] = {};
   profiler::GpuCapture c;

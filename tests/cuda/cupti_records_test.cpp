@@ -89,6 +89,29 @@ TEST(CuptiRecords, KernelsCopiesMemsetsAndApiCallsAreKept) {
   EXPECT_EQ(c.api_calls[0].thread_id, 1234u);
 }
 
+// A forced flush hands over records of work still running with zero times: left out, never a
+// span 1.8e18 ns before the run.
+TEST(CuptiRecords, DeviceRecordsWithoutTheirTimesAreLeftOut) {
+  profiler::GpuCapture c;
+  CUpti_ActivityKernel10 k = kernel_record("_Z4axpyifPKfPf", 42);
+  k.start = k.end = 0;
+  const auto& record = reinterpret_cast<const CUpti_Activity&>(k);
+  EXPECT_TRUE(is_incomplete_device_record(record));
+  EXPECT_FALSE(append_cupti_record(record, c));
+  k.start = 2'000;  // an end before the start: the end never came
+  EXPECT_TRUE(is_incomplete_device_record(record));
+  k.end = 2'000;  // an empty kernel is complete
+  EXPECT_FALSE(is_incomplete_device_record(record));
+  EXPECT_TRUE(append_cupti_record(record, c));
+  CUpti_ActivityMemset4 s;
+  std::memset(&s, 0, sizeof s);
+  s.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+  s.start = 4'000;
+  EXPECT_TRUE(is_incomplete_device_record(reinterpret_cast<const CUpti_Activity&>(s)));
+  EXPECT_FALSE(append_cupti_record(reinterpret_cast<const CUpti_Activity&>(s), c));
+  EXPECT_EQ(c.activities.size(), 1u);
+}
+
 // From CUPTI records to the timeline: the kernel lands on rank 2's stream-14 lane under the F op
 // its launch call ran in.
 TEST(CuptiRecords, ACapturedKernelJoinsTheRanksTraceUnderItsOp) {
