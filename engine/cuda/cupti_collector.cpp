@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string_view>
 #include <vector>
@@ -71,8 +72,10 @@ class Registry {
       bytes = r.buffer_bytes_;
     }
     *buffer = r.reuse(bytes);
-    if (*buffer == nullptr)
+    if (*buffer == nullptr) {
       *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(kBufferAlign, bytes));
+      if (*buffer != nullptr) std::memset(*buffer, 0, bytes);  // handed over zeroed, see below
+    }
     *size = *buffer != nullptr ? bytes : 0;  // no buffer: CUPTI drops records (and counts them)
     *max_records = 0;                        // as many as fit
   }
@@ -89,11 +92,16 @@ class Registry {
       if (r.active_ != nullptr && buffer != nullptr)
         r.active_->consume(buffer, valid_bytes, dropped);
     }
+    // Zero what CUPTI wrote (and a margin), so the buffer goes back zeroed at a step end: CUPTI
+    // zeroes every new buffer itself otherwise, on the thread launching the next kernel.
+    if (buffer != nullptr) std::memset(buffer, 0, std::min(size, valid_bytes + kZeroMargin));
     r.give_back(buffer, size);
   }
 
+  static constexpr std::size_t kZeroMargin = std::size_t{64} << 10;
+
   // Buffers come back at every step's flush: reusing them saves a large allocation and its page
-  // faults per step. At most kSpareBuffers are kept, of the current size only.
+  // faults per step. At most kSpareBuffers are kept, of the current size only, all zeroed.
   static constexpr std::size_t kSpareBuffers = 4;
 
   std::uint8_t* reuse(std::size_t bytes) {
@@ -199,6 +207,13 @@ BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
 
 CuptiCollector::CuptiCollector(Clock::time_point epoch, CuptiCollectorOptions options)
     : epoch_(epoch), options_(options) {
+  // Buffers are handed to CUPTI zeroed (the registry zeroes them as they come back), so CUPTI
+  // need not zero each new one (8 MiB) on the thread whose launch asked for it, at the start of
+  // every step (cuda_capture_bench measures both). Process-wide: set by each collector.
+  std::uint8_t zeroed = options_.zeroed_buffers ? 1 : 0;
+  std::size_t zeroed_size = sizeof zeroed;
+  PIPETUNE_CUPTI_CHECK(cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER,
+                                                 &zeroed_size, &zeroed));
   Registry::instance().attach(this, options_.buffer_bytes);
   std::vector<CUpti_ActivityKind> enabled;
   try {

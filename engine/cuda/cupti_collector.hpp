@@ -96,6 +96,10 @@ struct CuptiCollectorOptions {
   // buffers whose records are all complete (what a flush after a synchronisation should find;
   // the overhead benchmark compares the two).
   bool forced_flush = true;
+  // Hand CUPTI zeroed buffers (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER): false leaves the
+  // zeroing of each new buffer to CUPTI, on the thread whose launch needed it (the overhead
+  // benchmark compares the two).
+  bool zeroed_buffers = true;
 };
 
 class CuptiCollector {

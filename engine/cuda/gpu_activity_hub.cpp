@@ -17,6 +17,7 @@ bool GpuActivityHub::join(std::int32_t rank, cudaStream_t stream, Clock::time_po
     if (!collector_) {
       collector_.emplace(epoch);
       epoch_ = epoch;
+      last_flush_ = {};
       router_ = profiler::CaptureRouter();
     }
     // CUPTI's id of the stream (unique within its context; one device here).
@@ -48,10 +49,16 @@ void GpuActivityHub::leave(std::int32_t /*rank*/) noexcept {
 }
 
 runtime::RankDevice::GpuActivity GpuActivityHub::take(std::int32_t rank) {
+  const Clock::time_point synchronised = Clock::now();  // the caller's stream is idle by now
   std::lock_guard lock(mutex_);
   if (!collector_) throw std::logic_error("GpuActivityHub::take before any rank joined");
-  collector_->flush();
-  router_.add(collector_->take());
+  // A flush that began after this rank's stream went idle has every record of it: ranks ending
+  // their steps together share one flush instead of one each.
+  if (!flushed_since(synchronised)) {
+    last_flush_ = Clock::now();
+    collector_->flush();
+    router_.add(collector_->take());
+  }
   return {router_.take(rank), collector_->clock_offset_ns()};
 }
 

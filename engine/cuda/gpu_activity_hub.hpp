@@ -38,14 +38,18 @@ class GpuActivityHub {
   bool join(std::int32_t rank, cudaStream_t stream, Clock::time_point epoch);
   // Leaves; the last rank out stops CUPTI. Never throws.
   void leave(std::int32_t rank) noexcept;
-  // Flushes CUPTI and returns what arrived for `rank` since its last take (the caller has
+  // Flushes CUPTI (unless another rank's flush began after this call, and so after the rank's
+  // stream went idle) and returns what arrived for `rank` since its last take (the caller has
   // synchronised the rank's stream, so its records are complete).
   runtime::RankDevice::GpuActivity take(std::int32_t rank);
 
  private:
   mutable std::mutex mutex_;
+  bool flushed_since(Clock::time_point t) const { return last_flush_ >= t; }
+
   std::optional<CuptiCollector> collector_;
   Clock::time_point epoch_{};
+  Clock::time_point last_flush_{};  // when the latest flush of this collector began ({}: none)
   profiler::CaptureRouter router_;
   int members_ = 0;
   bool said_unavailable_ = false;

@@ -11,6 +11,12 @@
 namespace pipetune::cuda {
 namespace {
 
+// A record as the CUpti_Activity header it starts with (as CUPTI hands records over).
+template <typename Record>
+const CUpti_Activity& as_activity(const Record& r) {
+  return *static_cast<const CUpti_Activity*>(static_cast<const void*>(&r));
+}
+
 CUpti_ActivityKernel10 kernel_record(const char* name, std::uint32_t correlation) {
   CUpti_ActivityKernel10 k;
   std::memset(&k, 0, sizeof k);
@@ -33,7 +39,7 @@ CUpti_ActivityKernel10 kernel_record(const char* name, std::uint32_t correlation
 TEST(CuptiRecords, KernelsCopiesMemsetsAndApiCallsAreKept) {
   profiler::GpuCapture c;
   const CUpti_ActivityKernel10 k = kernel_record("_Z4axpyifPKfPf", 42);
-  ASSERT_TRUE(append_cupti_record(reinterpret_cast<const CUpti_Activity&>(k), c));
+  ASSERT_TRUE(append_cupti_record(as_activity(k), c));
 
   CUpti_ActivityMemcpy6 m;
   std::memset(&m, 0, sizeof m);
@@ -44,7 +50,7 @@ TEST(CuptiRecords, KernelsCopiesMemsetsAndApiCallsAreKept) {
   m.end = 3'900;
   m.streamId = 7;
   m.correlationId = 43;
-  ASSERT_TRUE(append_cupti_record(reinterpret_cast<const CUpti_Activity&>(m), c));
+  ASSERT_TRUE(append_cupti_record(as_activity(m), c));
 
   CUpti_ActivityMemset4 s;
   std::memset(&s, 0, sizeof s);
@@ -54,7 +60,7 @@ TEST(CuptiRecords, KernelsCopiesMemsetsAndApiCallsAreKept) {
   s.end = 4'010;
   s.streamId = 7;
   s.correlationId = 44;
-  ASSERT_TRUE(append_cupti_record(reinterpret_cast<const CUpti_Activity&>(s), c));
+  ASSERT_TRUE(append_cupti_record(as_activity(s), c));
 
   CUpti_ActivityAPI api;
   std::memset(&api, 0, sizeof api);
@@ -64,7 +70,7 @@ TEST(CuptiRecords, KernelsCopiesMemsetsAndApiCallsAreKept) {
   api.end = 1'950;
   api.threadId = 1234;
   api.correlationId = 42;
-  ASSERT_TRUE(append_cupti_record(reinterpret_cast<const CUpti_Activity&>(api), c));
+  ASSERT_TRUE(append_cupti_record(as_activity(api), c));
 
   CUpti_Activity marker;
   std::memset(&marker, 0, sizeof marker);
@@ -95,7 +101,7 @@ TEST(CuptiRecords, DeviceRecordsWithoutTheirTimesAreLeftOut) {
   profiler::GpuCapture c;
   CUpti_ActivityKernel10 k = kernel_record("_Z4axpyifPKfPf", 42);
   k.start = k.end = 0;
-  const auto& record = reinterpret_cast<const CUpti_Activity&>(k);
+  const auto& record = as_activity(k);
   EXPECT_TRUE(is_incomplete_device_record(record));
   EXPECT_FALSE(append_cupti_record(record, c));
   k.start = 2'000;  // an end before the start: the end never came
@@ -107,8 +113,8 @@ TEST(CuptiRecords, DeviceRecordsWithoutTheirTimesAreLeftOut) {
   std::memset(&s, 0, sizeof s);
   s.kind = CUPTI_ACTIVITY_KIND_MEMSET;
   s.start = 4'000;
-  EXPECT_TRUE(is_incomplete_device_record(reinterpret_cast<const CUpti_Activity&>(s)));
-  EXPECT_FALSE(append_cupti_record(reinterpret_cast<const CUpti_Activity&>(s), c));
+  EXPECT_TRUE(is_incomplete_device_record(as_activity(s)));
+  EXPECT_FALSE(append_cupti_record(as_activity(s), c));
   EXPECT_EQ(c.activities.size(), 1u);
 }
 
@@ -117,7 +123,7 @@ TEST(CuptiRecords, DeviceRecordsWithoutTheirTimesAreLeftOut) {
 TEST(CuptiRecords, ACapturedKernelJoinsTheRanksTraceUnderItsOp) {
   profiler::GpuCapture c;
   const CUpti_ActivityKernel10 k = kernel_record("ampere_sgemm_128x64_tn", 9);
-  append_cupti_record(reinterpret_cast<const CUpti_Activity&>(k), c);
+  append_cupti_record(as_activity(k), c);
   CUpti_ActivityAPI api;
   std::memset(&api, 0, sizeof api);
   api.kind = CUPTI_ACTIVITY_KIND_DRIVER;
@@ -125,7 +131,7 @@ TEST(CuptiRecords, ACapturedKernelJoinsTheRanksTraceUnderItsOp) {
   api.start = 1'900;
   api.end = 1'950;
   api.correlationId = 9;
-  append_cupti_record(reinterpret_cast<const CUpti_Activity&>(api), c);
+  append_cupti_record(as_activity(api), c);
 
   profiler::Trace t;
   const std::int32_t lane = t.lane(2, profiler::Stream::Compute);

@@ -9,7 +9,7 @@
 #                             name the build machine's paths
 #   3. cuda_capture_bench     capture overhead, off / nvtx / cupti / cupti without API records /
 #                             cupti with the launching calls' records only / cupti flushing
-#                             completed buffers only / cupti flushing on a helper thread
+#                             completed buffers only / cupti zeroing its own buffers
 #                             (Google Benchmark, 3 runs each)
 #   4. cuda_attention_bench   the stored and flash attention kernels at GPT-2's shape
 #   5. gpt2_gpu_bench.sh      GPT-2 124M tokens/s and MFU, pipetune (fp32, bf16) and PyTorch, and
@@ -232,19 +232,22 @@ checks() {
     python3 - "$out/cuda_capture_bench.json" <<'PY' && summary[-1]="${summary[-1]}; $(cat "$scratch/.overhead")"
 import json, os, re, sys
 runs = json.load(open(sys.argv[1]))["benchmarks"]
-mean, flush = {}, {}
+mean, flush, records = {}, {}, {}
 for r in runs:
     if r.get("aggregate_name") == "mean":
         m = re.search(r":(\d)", r["run_name"])
         mean[int(m.group(1))] = r["real_time"]
         if "flush_ms" in r:
             flush[int(m.group(1))] = r["flush_ms"]
+        if "records/step" in r:
+            records[int(m.group(1))] = r["records/step"]
 names = {0: "off", 1: "nvtx", 2: "cupti", 3: "cupti-device", 4: "cupti-launches",
-         5: "cupti-completed", 6: "cupti-behind"}
+         5: "cupti-completed", 6: "cupti-cupti-zeroes"}
 parts = []
 for mode in sorted(m for m in names if m > 0):
     if 0 in mean and mode in mean:
-        extra = f" (flush {flush[mode]:.3f} ms)" if mode in flush else ""
+        extra = (f" (flush {flush[mode]:.3f} ms, {records[mode]:.0f} records a step)"
+                 if mode in flush else "")
         parts.append(f"{names[mode]} {100 * (mean[mode] / mean[0] - 1):+.2f}%{extra}")
 line = (f"step {mean.get(0, 0):.3f} ms off; overhead " + ", ".join(parts)) if parts else "no means"
 print("capture overhead (mean of 3):", line)

@@ -9,8 +9,8 @@
 //                  no launch ties kernels to ops): what the API records cost
 //   BM_Step/cupti-launches  the API records of launching calls only (ApiRecords::launches)
 //   BM_Step/cupti-completed  as cupti, flushing only completed buffers (flag 0, not forced)
-//   BM_Step/cupti-behind  as cupti, the flush and take on a helper thread while the next step
-//                  runs (the step waits only for the previous step's flush to have ended)
+//   BM_Step/cupti-cupti-zeroes  as cupti, leaving the zeroing of each new activity buffer to
+//                  CUPTI (on the launching thread) instead of handing it zeroed buffers
 // Overhead = time(mode) / time(off) - 1. The CUPTI modes also report flush_ms, the step end's
 // flush and take alone (host time after the device is idle), to tell it from the time the
 // collection adds while the step runs. Runs only on a GPU: without a usable device it prints
@@ -22,7 +22,6 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "engine/cuda/cuda_backend.hpp"
@@ -48,7 +47,7 @@ enum Mode {
   kCuptiDevice = 3,
   kCuptiLaunches = 4,
   kCuptiCompleted = 5,
-  kCuptiBehind = 6
+  kCuptiZeroedByCupti = 6
 };
 
 class Ranges {
@@ -91,12 +90,12 @@ void BM_Step(benchmark::State& state) {
                           : mode == kCuptiLaunches ? pipetune::cuda::ApiRecords::launches
                                                    : pipetune::cuda::ApiRecords::all;
     options.forced_flush = mode != kCuptiCompleted;
+    options.zeroed_buffers = mode != kCuptiZeroedByCupti;
     collector = std::make_unique<pipetune::cuda::CuptiCollector>(
         pipetune::cuda::CuptiCollector::Clock::now(), options);
   }
   std::size_t captured = 0;
   double flush_seconds = 0.0;
-  std::thread behind;  // kCuptiBehind: the previous step's flush and take
   const auto flush_and_take = [&] {
     const auto t0 = std::chrono::steady_clock::now();
     collector->flush();
@@ -129,14 +128,8 @@ void BM_Step(benchmark::State& state) {
       }
     });
     backend.synchronize();
-    if (mode == kCuptiBehind) {  // step end: hand the flush to a helper, then go on
-      if (behind.joinable()) behind.join();
-      behind = std::thread(flush_and_take);
-    } else if (collector) {  // step end: what the engine's capture does
-      flush_and_take();
-    }
+    if (collector) flush_and_take();  // step end: what the engine's capture does
   }
-  if (behind.joinable()) behind.join();
   const double flops = 2.0 * 3.0 * 2.0 * kTokens * kHidden * 4.0 * kHidden * kLayers;
   state.counters["TFLOP/s"] =
       benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
@@ -150,14 +143,14 @@ void BM_Step(benchmark::State& state) {
 BENCHMARK(BM_Step)
     ->ArgName(
         "mode(0=off,1=nvtx,2=cupti,3=cupti-device,4=cupti-launches,5=cupti-completed,6=cupti-"
-        "behind)")
+        "cupti-zeroes)")
     ->Arg(kOff)
     ->Arg(kNvtx)
     ->Arg(kCupti)
     ->Arg(kCuptiDevice)
     ->Arg(kCuptiLaunches)
     ->Arg(kCuptiCompleted)
-    ->Arg(kCuptiBehind)
+    ->Arg(kCuptiZeroedByCupti)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(2.0);
