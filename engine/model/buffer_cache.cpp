@@ -3,6 +3,24 @@
 namespace pipetune::model {
 
 BufferCache::~BufferCache() {
+  release_all();
+}
+
+void* BufferCache::allocate_block(std::size_t bytes) {
+  void* block = take(bytes);
+  if (block != nullptr) return block;
+  if (storage_ == nullptr) return ::operator new(bytes);
+  try {
+    return storage_->allocate(bytes, profiler::MemoryCategory::Activations);
+  } catch (...) {
+    // Out of device memory with blocks of other sizes kept: give them back and try once more.
+    if (cached_bytes_ == 0) throw;
+    release_all();
+    return storage_->allocate(bytes, profiler::MemoryCategory::Activations);
+  }
+}
+
+void BufferCache::release_all() noexcept {
   for (auto& [bytes, blocks] : free_) {
     for (void* block : blocks) {
       if (storage_ != nullptr)
@@ -10,14 +28,9 @@ BufferCache::~BufferCache() {
       else
         ::operator delete(block);
     }
+    blocks.clear();
   }
-}
-
-void* BufferCache::allocate_block(std::size_t bytes) {
-  void* block = take(bytes);
-  if (block != nullptr) return block;
-  if (storage_ != nullptr) return storage_->allocate(bytes, profiler::MemoryCategory::Activations);
-  return ::operator new(bytes);
+  cached_bytes_ = 0;
 }
 
 void BufferCache::release_block(void* block, std::size_t bytes) noexcept {

@@ -26,7 +26,11 @@
 // through the copies of buffers.hpp / device_allocator.hpp. A device block must be freed on its
 // rank's thread while the cache is bound (the runtime does); a host block freed there (made on a
 // thread without the cache) still goes to operator delete. Without a device allocator nothing
-// changes: blocks come from operator new as before.
+// changes: blocks come from operator new as before. A GPU rank's cache has no byte limit by
+// default (TrainOptions::device_buffer_cache_bytes): cudaFree waits for the whole device, and
+// GPT-2 at batch 64 (about 40 GB of activations, the logits 13 GB) freed and allocated most of
+// them every step past a 2 GiB limit. It keeps no more than the largest set of buffers ever live
+// at once, and an allocation the device cannot satisfy first empties the cache.
 #pragma once
 
 #include <algorithm>
@@ -63,9 +67,13 @@ class BufferCache {
   // The device allocator behind this cache's blocks, or null (host memory).
   tensor::DeviceAllocator* storage() const { return storage_; }
 
-  // A new block of `bytes` (from the cache, else the storage), and its release.
+  // A new block of `bytes` (from the cache, else the storage), and its release. When the device
+  // storage has no room, the cache first gives every kept block back and asks once more.
   void* allocate_block(std::size_t bytes);
   void release_block(void* block, std::size_t bytes) noexcept;
+
+  // Frees every kept block (to the device storage, or operator delete).
+  void release_all() noexcept;
 
   // The cache bound to the calling thread, or nullptr.
   static BufferCache* current() noexcept;

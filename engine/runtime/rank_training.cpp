@@ -146,7 +146,10 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
       at_(shared.topology.coordinates(rank_)),
       backend_(device.backend()),
       recorder_(*shared.recorders[static_cast<std::size_t>(rank_)]),
-      buffer_cache_(shared.options.buffer_cache_bytes, device.storage()),
+      buffer_cache_(device.storage() != nullptr && device.storage()->on_device()
+                        ? shared.options.device_buffer_cache_bytes
+                        : shared.options.buffer_cache_bytes,
+                    device.storage()),
       bind_buffer_cache_(buffer_cache_),
       runtime_(shared.prepared.config, plan_, shared.prepared.split, shared.prepared.sched,
                shared.topology, comm_, backend_, &recorder_),

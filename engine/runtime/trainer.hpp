@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -97,8 +98,10 @@ struct TrainOptions {
   // The attention kernel every rank's blocks run; unset: the backend's default (stored on the
   // CPU, flash on CUDA; tensor::AttentionKernel).
   std::optional<tensor::AttentionKernel> attention;
-  // Freed activation buffers each rank keeps for reuse (model::BufferCache), in bytes.
+  // Freed activation buffers each rank keeps for reuse (model::BufferCache), in bytes: host
+  // memory, and device memory (a GPU rank; no limit by default, see buffer_cache.hpp).
   std::size_t buffer_cache_bytes = std::size_t{2} << 30;
+  std::size_t device_buffer_cache_bytes = std::numeric_limits<std::size_t>::max();
   // Called on rank 0's thread after each step, once rank 0 has handed the step's records to
   // trace_sink (with processes: every rank's).
   std::function<void(const struct StepResult&)> on_step;

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <limits>
+#include <stdexcept>
 #include <thread>
 
 namespace pipetune::model {
@@ -32,6 +35,55 @@ TEST(BufferCache, RefusesBlocksBeyondItsLimit) {
   EXPECT_EQ(cache.cached_bytes(), 6000u);
   ::operator delete(b);
 }  // the destructor frees `a`
+
+// A "device" of `capacity` bytes in host memory: an allocation beyond it throws, as cudaMalloc
+// does when the GPU is full.
+class SmallDevice final : public tensor::DeviceAllocator {
+ public:
+  explicit SmallDevice(std::size_t capacity) : capacity_(capacity) {}
+  tensor::StorageKind kind() const override { return tensor::StorageKind::device; }
+  std::string_view name() const override { return "small"; }
+  std::size_t alignment() const override { return 16; }
+  void copy_to_host(void* h, const void* d, std::size_t n) override { std::memcpy(h, d, n); }
+  void copy_from_host(void* d, const void* h, std::size_t n) override { std::memcpy(d, h, n); }
+  void copy(void* d, const void* s, std::size_t n) override { std::memmove(d, s, n); }
+  void fill_zero(void* d, std::size_t n) override { std::memset(d, 0, n); }
+  std::size_t used = 0;
+
+ protected:
+  void* do_allocate(std::size_t n) override {
+    if (used + n > capacity_) throw std::runtime_error("out of device memory");
+    used += n;
+    return ::operator new(n);
+  }
+  void do_deallocate(void* p, std::size_t n) noexcept override {
+    used -= n;
+    ::operator delete(p);
+  }
+
+ private:
+  std::size_t capacity_;
+};
+
+TEST(BufferCache, AFullDeviceGetsTheCachedBlocksBackBeforeTheAllocationFails) {
+  SmallDevice device(10000);
+  BufferCache cache(std::numeric_limits<std::size_t>::max(), &device);
+  void* a = cache.allocate_block(4000);
+  void* b = cache.allocate_block(4000);
+  cache.release_block(a, 4000);  // kept: the device still holds 8000 bytes
+  cache.release_block(b, 4000);
+  EXPECT_EQ(cache.cached_bytes(), 8000u);
+  EXPECT_EQ(device.used, 8000u);
+  EXPECT_EQ(cache.allocate_block(4000), b);  // the same size comes from the cache
+  // 6000 more do not fit beside 8000: the kept block goes back to the device first.
+  void* c = cache.allocate_block(6000);
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+  EXPECT_EQ(device.used, 10000u);
+  // Nothing left to give back: the device's error reaches the caller.
+  EXPECT_THROW(cache.allocate_block(1000), std::runtime_error);
+  cache.release_block(c, 6000);
+  cache.release_block(b, 4000);
+}  // the destructor gives the kept blocks back
 
 TEST(BufferCache, BufferReusesStorageOfTheBoundCache) {
   BufferCache cache(1 << 20);

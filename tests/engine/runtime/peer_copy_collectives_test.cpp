@@ -161,7 +161,9 @@ TEST(PeerCopyCollectives, AllToAllWithEqualAndVariablePartsIsTheThreadCommunicat
     peers.all_to_all_v(world, dvin ? dvin->span() : std::span<float>{}, send,
                        dvout ? dvout->span() : std::span<float>{}, recv);
     reference.all_to_all_v(world, vin, send, vwant, recv);
-    if (dvout) EXPECT_TRUE(same_bits(dvout->host(), vwant)) << "all_to_all_v on rank " << r;
+    if (dvout) {
+      EXPECT_TRUE(same_bits(dvout->host(), vwant)) << "all_to_all_v on rank " << r;
+    }
     EXPECT_EQ(peers.device_collectives(), 2u);
   });
   EXPECT_EQ(x.shared_posted(), 8u);
