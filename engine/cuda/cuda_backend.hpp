@@ -39,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <tuple>
@@ -197,6 +198,9 @@ class CudaBackend final : public tensor::Backend {
     float beta = 0.0f;
     cudaDataType_t ab_type = CUDA_R_32F;
     bool realigned = false;  // operands already copied to 256-byte-aligned scratch
+    // Added to every column of C (length m, fp32), in cuBLASLt's epilogue where it has an
+    // algorithm for it, else by a kernel after the product; needs ldc == m.
+    const float* bias = nullptr;
   };
   void matmul(const Gemm& g);
   // When cuBLASLt offers no algorithm for the operands' alignment (views can start anywhere in a
@@ -239,9 +243,10 @@ class CudaBackend final : public tensor::Backend {
   std::vector<std::int32_t> counts_;  // embedding backward: positions per table row
   std::vector<float> host_floats_;    // router probabilities copied back
   // cuBLASLt heuristic choices by GEMM signature (trans, dims, leading dims, type, alignments).
+  // The last int: the bias's alignment (0 without one). No value: cuBLASLt has no algorithm.
   using GemmKey = std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                             std::int64_t, std::int64_t, int, int, int, int, bool>;
-  std::map<GemmKey, cublasLtMatmulAlgo_t> algos_;
+                             std::int64_t, std::int64_t, int, int, int, int, bool, int>;
+  std::map<GemmKey, std::optional<cublasLtMatmulAlgo_t>> algos_;
 };
 
 }  // namespace pipetune::cuda

@@ -9,13 +9,15 @@
 // Compute type CUBLAS_COMPUTE_32F (no TF32). With Precision::bf16 the A and B operands are bf16
 // copies converted in scratch (round to nearest even), their rows padded to 16 bytes; C stays
 // fp32, so the accumulation, the outputs and the weights the optimizer updates are fp32. The bias
-// is added by a kernel after the product, its gradient is a deterministic column sum
+// is added in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS; by a kernel after the product where
+// the heuristic has no such algorithm), its gradient is a deterministic column sum
 // (cuda_reduce.cu).
 //
 // cuBLASLt's heuristic is asked once per GEMM signature (dims, leading dims, types, the operands'
 // pointer alignment) and its choice cached; the workspace is the backend's. When it has no
 // algorithm for the pointers' alignment, the GEMM runs on aligned copies (matmul_realigned).
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "engine/cuda/cuda_backend.hpp"
@@ -74,12 +76,15 @@ CudaBackend::Operand CudaBackend::gemm_operand(const float* data, std::int64_t r
 
 void CudaBackend::matmul(const Gemm& g) {
   if (g.m == 0 || g.n == 0) return;
-  if (g.k == 0) {  // an empty sum: C = beta C
+  if (g.bias != nullptr && g.ldc != g.m)
+    throw std::logic_error("CudaBackend::matmul: a bias needs ldc == m");
+  if (g.k == 0) {  // an empty sum: C = beta C (+ bias)
     if (g.beta == 0.0f) {
       PIPETUNE_CUDA_CHECK(cudaMemset2DAsync(g.c, static_cast<std::size_t>(g.ldc) * sizeof(float), 0,
                                             static_cast<std::size_t>(g.m) * sizeof(float),
                                             static_cast<std::size_t>(g.n), stream_));
     }
+    if (g.bias != nullptr) kernels::add_row_vector(stream_, g.c, g.bias, g.n, g.m);
     return;
   }
   OpDesc op;
@@ -90,6 +95,17 @@ void CudaBackend::matmul(const Gemm& g) {
       cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   PIPETUNE_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  if (g.bias != nullptr) {
+    // D = op(A) op(B) + bias, the bias broadcast over D's columns (y^T's columns are tokens).
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = CUDA_R_32F;
+    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                         &epilogue, sizeof epilogue));
+    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                         &g.bias, sizeof g.bias));
+    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                         &bias_type, sizeof bias_type));
+  }
   // Layouts of the stored matrices, before op(): A is (k, m) when transposed, else (m, k).
   Layout a, b, c;
   PIPETUNE_CUBLAS_CHECK(
@@ -102,11 +118,20 @@ void CudaBackend::matmul(const Gemm& g) {
       &c.d, CUDA_R_32F, static_cast<std::uint64_t>(g.m), static_cast<std::uint64_t>(g.n), g.ldc));
 
   const int align_a = alignment(g.a), align_b = alignment(g.b), align_c = alignment(g.c);
-  const GemmKey key{g.trans_a,     g.trans_b, g.m,
-                    g.n,           g.k,       g.lda,
-                    g.ldb,         g.ldc,     static_cast<int>(g.ab_type),
-                    align_a,       align_b,   align_c,
-                    g.beta != 0.0f};
+  const GemmKey key{g.trans_a,
+                    g.trans_b,
+                    g.m,
+                    g.n,
+                    g.k,
+                    g.lda,
+                    g.ldb,
+                    g.ldc,
+                    static_cast<int>(g.ab_type),
+                    align_a,
+                    align_b,
+                    align_c,
+                    g.beta != 0.0f,
+                    g.bias != nullptr ? alignment(g.bias) : 0};
   auto found = algos_.find(key);
   if (found == algos_.end()) {
     Preference pref;
@@ -131,21 +156,28 @@ void CudaBackend::matmul(const Gemm& g) {
     int count = 0;
     PIPETUNE_CUBLAS_CHECK(
         cublasLtMatmulAlgoGetHeuristic(lt_, op.d, a.d, b.d, c.d, c.d, pref.d, 1, &result, &count));
-    if (count == 0 && !g.realigned) {
+    found = algos_.emplace(key, count > 0 ? std::optional(result.algo) : std::nullopt).first;
+  }
+  if (!found->second) {
+    if (g.bias != nullptr) {  // no algorithm with the bias epilogue: the product, then a kernel
+      Gemm plain = g;
+      plain.bias = nullptr;
+      matmul(plain);
+      kernels::add_row_vector(stream_, g.c, g.bias, g.n, g.m);
+      return;
+    }
+    if (!g.realigned) {
       matmul_realigned(g);  // no algorithm for these alignments: run on aligned copies
       return;
     }
-    if (count == 0) {
-      throw CudaError("cuBLASLt has no algorithm for the GEMM m=" + std::to_string(g.m) +
-                      " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
-                      (g.ab_type == CUDA_R_16BF ? " (bf16 inputs)" : " (fp32)"));
-    }
-    found = algos_.emplace(key, result.algo).first;
+    throw CudaError("cuBLASLt has no algorithm for the GEMM m=" + std::to_string(g.m) +
+                    " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
+                    (g.ab_type == CUDA_R_16BF ? " (bf16 inputs)" : " (fp32)"));
   }
   const float alpha = 1.0f;
   PIPETUNE_CUBLAS_CHECK(cublasLtMatmul(lt_, op.d, &alpha, g.a, a.d, g.b, b.d, &g.beta, g.c, c.d,
-                                       g.c, c.d, &found->second, workspace_.get(), workspace_bytes_,
-                                       stream_));
+                                       g.c, c.d, &*found->second, workspace_.get(),
+                                       workspace_bytes_, stream_));
 }
 
 void CudaBackend::matmul_realigned(const Gemm& g) {
@@ -198,12 +230,12 @@ void CudaBackend::do_linear_forward(ConstTensorView x, ConstTensorView w, ConstT
   g.ldc = OUT;
   g.beta = 0.0f;
   g.ab_type = gemm_type();
+  g.bias = b.empty() ? nullptr : b.data;  // in the GEMM's epilogue: y is written once, not twice
   // An output whose rows are not 16-byte aligned (GPT-2's logits) is written in place: padded
   // scratch, computed 256 MiB at a time and copied out, kept cuBLASLt on the same pre-Hopper
   // kernels on an H200 and cost about 20 ms more a GPT-2 step at batch 64 (the odd M = 50257,
   // not the row stride, decides there).
   matmul(g);
-  if (!b.empty()) kernels::add_row_vector(stream_, y.data, b.data, N, OUT);
 }
 
 void CudaBackend::do_linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx) {

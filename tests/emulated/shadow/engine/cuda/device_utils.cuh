@@ -110,6 +110,23 @@ inline float __shfl_sync(unsigned /*mask*/, float v, int src_lane) {
 inline void __syncwarp() {
   ::pipetune::cuda::emulation::current_block->warp_of(threadIdx.x).arrive_and_wait();
 }
+// Non-zero when `predicate` is non-zero on any lane of the warp (all lanes take part).
+inline int __any_sync(unsigned /*mask*/, int predicate) {
+  auto* block = ::pipetune::cuda::emulation::current_block;
+  const unsigned me = threadIdx.x, base = me / 32 * 32;
+  std::barrier<>& warp = block->warp_of(me);
+  block->slots[me] = predicate != 0 ? 1.0f : 0.0f;
+  warp.arrive_and_wait();
+  int any = 0;
+  for (unsigned lane = 0; lane < 32; ++lane) any |= block->slots[base + lane] != 0.0f ? 1 : 0;
+  warp.arrive_and_wait();
+  return any;
+}
+// The device's fast exponential (ex2.approx of x log2 e): here the accurate one, its error far
+// below the bf16 roundings the tensor-core kernels' tests allow for.
+inline float __expf(float x) {
+  return std::exp(x);
+}
 
 namespace pipetune::cuda {
 class CudaError : public std::runtime_error {
