@@ -1,8 +1,9 @@
 // Softmax cross-entropy on the GPU in its vocabulary-parallel (online softmax) form, the protocol
 // of backend.hpp: local statistics per row of a shard, rescaling to the global max, the loss, and
-// the backward; and Algorithm 2's numerators and input gradient (grid-stride loops). The two
-// passes over the (N, V) logits run one block per row (block reductions for the max and the
-// exp-sum); the per-row helpers run one thread per row.
+// the backward; and Algorithm 2's numerators and input gradient (grid-stride loops). The passes
+// over the (N, V) logits run one block per row (the statistics in one online pass, then block
+// reductions for the max and the exp-sum); the per-row helpers run one thread per row.
+#include "engine/cuda/bf16_pack.cuh"
 #include "engine/cuda/cuda_kernels.hpp"
 #include "engine/cuda/device_utils.cuh"
 
@@ -13,18 +14,40 @@ namespace {
 using device::block_reduce;
 using device::global_thread;
 
+// Online softmax statistics of one thread's values: the running max m and the sum s of
+// exp(x - m), rescaled when the max grows. One pass over the row instead of two (max, then sum):
+// GPT-2's (65536, 50304) logits are 13 GB, and the second pass read them again from HBM.
+__device__ __forceinline__ void online_add(float& m, float& s, float x) {
+  if (x > m) {
+    s = s * expf(m - x) + 1.0f;  // expf(-inf) = 0 on the first value
+    m = x;
+  } else {
+    s += expf(x - m);
+  }
+}
+
 __global__ void local_stats_kernel(const float* logits, const std::int32_t* targets,
                                    std::int64_t vocab_lo, float* local_max, float* local_sum,
                                    float* target_logit, std::int64_t V) {
   PIPETUNE_DYNAMIC_SHARED(float, shared_row);
   const std::int64_t n = blockIdx.x;
   const float* l = logits + n * V;  // (V shard)
-  float mx = -INFINITY;
-  for (std::int64_t j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, l[j]);
-  mx = block_reduce(mx, shared_row, -INFINITY, device::MaxOp{});
-  float sum = 0.0f;
-  for (std::int64_t j = threadIdx.x; j < V; j += blockDim.x) sum += expf(l[j] - mx);
-  sum = block_reduce(sum, shared_row, 0.0f, device::SumOp{});
+  float m = -INFINITY, s = 0.0f;
+  std::int64_t scalar_from = 0;
+  if (floats4_aligned(l)) {  // the same for every thread of the block
+    const std::int64_t quads = V / 4;
+    const auto* l4 = reinterpret_cast<const Floats4*>(l);
+    for (std::int64_t q = threadIdx.x; q < quads; q += blockDim.x) {
+      const Floats4 f = l4[q];
+      for (const float x : f.v) online_add(m, s, x);
+    }
+    scalar_from = 4 * quads;
+  }
+  for (std::int64_t j = scalar_from + threadIdx.x; j < V; j += blockDim.x) online_add(m, s, l[j]);
+  const float mx = block_reduce(m, shared_row, -INFINITY, device::MaxOp{});
+  // Each thread's sum at the row's max (a thread that saw no value adds 0).
+  const float sum =
+      block_reduce(m == -INFINITY ? 0.0f : s * expf(m - mx), shared_row, 0.0f, device::SumOp{});
   if (threadIdx.x == 0) {
     const std::int64_t tj = targets[n] - vocab_lo;
     local_max[n] = mx;  // -inf for an empty shard, whose sum is 0

@@ -19,6 +19,34 @@ namespace {
 using emulation::relative_error;
 using tensor::Tensor;
 
+// The statistics in one online pass, four values at a time where a row starts on 16 bytes (the
+// shard's width a multiple of 4) and one at a time otherwise, against the CPU backend's two
+// passes: rows rising (the max grows at every value), falling, flat, and random.
+TEST(CrossEntropyEmulated, OnlineStatisticsMatchTheCpuBackendAlignedOrNot) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-30.0f, 30.0f);
+  tensor::CpuBackend cpu;
+  for (const std::int64_t W : {std::int64_t{1024}, std::int64_t{1027}, std::int64_t{3}}) {
+    const std::int64_t N = 4;
+    Tensor shard({N, W});
+    for (std::int64_t j = 0; j < W; ++j) {
+      shard[j] = 0.01f * static_cast<float>(j);       // rising
+      shard[W + j] = -0.01f * static_cast<float>(j);  // falling
+      shard[2 * W + j] = 1.5f;                        // flat
+      shard[3 * W + j] = u(rng);                      // random
+    }
+    std::vector<std::int32_t> targets = {0, 1, 2, static_cast<std::int32_t>(W - 1)};
+    Tensor lmax({N}), lsum({N}), tlogit({N});
+    cpu.vocab_ce_local_stats(shard, targets, 0, lmax, lsum, tlogit);
+    std::vector<float> gmax(static_cast<std::size_t>(N), std::nanf("")), gsum = gmax, gt = gmax;
+    ce_local_stats(nullptr, shard.data(), targets.data(), 0, gmax.data(), gsum.data(), gt.data(), N,
+                   W);
+    EXPECT_EQ(gmax, lmax.values()) << "W " << W;
+    EXPECT_LE(relative_error(gsum, lsum), 1e-5) << "W " << W;
+    EXPECT_EQ(gt, tlogit.values()) << "W " << W;
+  }
+}
+
 TEST(CrossEntropyEmulated, ProtocolStepsMatchTheCpuBackend) {
   const std::int64_t N = 29, V = 300, lo = 100, hi = 250, W = hi - lo;
   std::mt19937 rng(13);
