@@ -22,7 +22,8 @@
 # LD_LIBRARY_PATH, never device-libs.
 # Writes to $OUT (default: a new folder under /tmp, printed): device_check.log,
 # cuda_fast_tests.xml, gpu_tests.xml, cuda_capture_bench.json, cuda_attention_bench.json, and what
-# gpt2_gpu_bench.sh writes (gpt2_gpu_bench.log, gpt2_gpu_bench.json, gpt2_pp4.db.gz): 8 files.
+# gpt2_gpu_bench.sh writes (gpt2_gpu_bench.log, gpt2_gpu_bench.json, gpt2_pp4.db.gz, and the
+# capture runs' workspaces gpt2_capture-fp32.db.gz / gpt2_capture-bf16.db.gz when small).
 # GPT2_ARGS (environment): more options for gpt2_gpu_bench.sh, split as the shell splits words,
 # e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look; SKIP: step names
 # not to run (e.g. SKIP="cuda_capture_bench cuda_attention_bench" to rerun the rest).

@@ -39,7 +39,8 @@
 #                       cpu-dev-2core peak (no figure of it means anything for a GPU)
 #   -h, --help
 # Environment: OUT (when set, also writes $OUT/gpt2_gpu_bench.log, $OUT/gpt2_gpu_bench.json and
-#   the pp=4 workspace as $OUT/gpt2_pp4.db.gz), PIPETUNE_LIBRARY_PATH (LD_LIBRARY_PATH for the
+#   the pp=4 workspace as $OUT/gpt2_pp4.db.gz, the capture runs' as gpt2_capture-PREC.db.gz
+#   when under 15 MiB gzipped), PIPETUNE_LIBRARY_PATH (LD_LIBRARY_PATH for the
 #   pipetune binary only, set by tests/gpu/device_check.sh; PyTorch keeps the caller's), PYTHON
 #   (default python3).
 # Exit status: 0 when every part ran, 1 when a part failed, 2 on a usage error or without a GPU
@@ -541,6 +542,17 @@ if out:
         json.dump(result, f, indent=1)
 PY
   [ $? -eq 0 ] || failed=1
+  # The capture runs' workspaces too (their kernels and the gaps between them), when small.
+  for db in "$work"/capture-*.db; do
+    [ -n "$out" ] && [ -f "$db" ] || continue
+    name="gpt2_$(basename "$db" .db).db.gz"
+    gzip -c "$db" >"$work/$name"
+    if [ "$(stat -c %s "$work/$name")" -lt $((15 * 1024 * 1024)) ]; then
+      cp "$work/$name" "$out/$name"
+    else
+      echo "-- $(basename "$db") is $(du -h "$work/$name" | cut -f1) gzipped: not copied to \$OUT"
+    fi
+  done
   if [ -n "$out" ] && [ -f "$work/pp4.db" ]; then
     gzip -c "$work/pp4.db" >"$work/pp4.db.gz"
     if [ "$(stat -c %s "$work/pp4.db.gz")" -lt $((15 * 1024 * 1024)) ]; then
