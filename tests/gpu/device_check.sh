@@ -25,7 +25,9 @@
 # gpt2_gpu_bench.sh writes (gpt2_gpu_bench.log, gpt2_gpu_bench.json, gpt2_pp4.db.gz, and the
 # capture runs' workspaces gpt2_capture-fp32.db.gz / gpt2_capture-bf16.db.gz when small).
 # GPT2_ARGS (environment): more options for gpt2_gpu_bench.sh, split as the shell splits words,
-# e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look; SKIP: step names
+# e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look; CAPTURE_ARGS: more
+# options for cuda_capture_bench (e.g. CAPTURE_ARGS='--benchmark_filter=:[0123]/' for the first
+# four modes only); SKIP: step names
 # not to run (e.g. SKIP="cuda_capture_bench cuda_attention_bench" to rerun the rest).
 # Exit status: 0 when every step passed, 1 when one failed, 2 without a GPU (after the steps that
 # need none) or with a library missing.
@@ -224,7 +226,7 @@ checks() {
   # --- 3. capture overhead --------------------------------------------------------------------------
   step cuda_capture_bench 170 "$scratch/.capture.log" "${run_env[@]}" "$build/tests/cuda_capture_bench" \
     --benchmark_repetitions=3 "--benchmark_out=$out/cuda_capture_bench.json" \
-    --benchmark_out_format=json
+    --benchmark_out_format=json ${CAPTURE_ARGS:-}
   if grep -q '^cuda_capture_bench: skipped' "$scratch/.capture.log"; then
     summary[-1]="${summary[-1]}; SKIPPED by the program: no usable device"
     failed=1
