@@ -97,14 +97,21 @@ void CudaBackend::matmul(const Gemm& g) {
       cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   if (g.bias != nullptr) {
     // D = op(A) op(B) + bias, the bias broadcast over D's columns (y^T's columns are tokens).
+    // A cuBLASLt that refuses the attributes gets the product and a kernel instead.
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     const cudaDataType_t bias_type = CUDA_R_32F;
-    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                         &epilogue, sizeof epilogue));
-    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                         &g.bias, sizeof g.bias));
-    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                         &bias_type, sizeof bias_type));
+    if (cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                       sizeof epilogue) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
+                                       sizeof g.bias) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                       sizeof bias_type) != CUBLAS_STATUS_SUCCESS) {
+      Gemm plain = g;
+      plain.bias = nullptr;
+      matmul(plain);
+      kernels::add_row_vector(stream_, g.c, g.bias, g.n, g.m);
+      return;
+    }
   }
   // Layouts of the stored matrices, before op(): A is (k, m) when transposed, else (m, k).
   Layout a, b, c;

@@ -210,10 +210,12 @@ CuptiCollector::CuptiCollector(Clock::time_point epoch, CuptiCollectorOptions op
   // Buffers are handed to CUPTI zeroed (the registry zeroes them as they come back), so CUPTI
   // need not zero each new one (8 MiB) on the thread whose launch asked for it, at the start of
   // every step (cuda_capture_bench measures both). Process-wide: set by each collector.
+  // A CUPTI without the attribute zeroes the buffers itself, as before: not an error.
   std::uint8_t zeroed = options_.zeroed_buffers ? 1 : 0;
   std::size_t zeroed_size = sizeof zeroed;
-  PIPETUNE_CUPTI_CHECK(cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER,
-                                                 &zeroed_size, &zeroed));
+  zeroed_buffers_ = cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER,
+                                              &zeroed_size, &zeroed) == CUPTI_SUCCESS &&
+                    options_.zeroed_buffers;
   Registry::instance().attach(this, options_.buffer_bytes);
   std::vector<CUpti_ActivityKind> enabled;
   try {

@@ -127,6 +127,9 @@ class CuptiCollector {
   // Measures the offset again (long runs: the clocks may drift apart).
   void remeasure_clock();
 
+  // Whether CUPTI takes the zeroed buffers as they are (options.zeroed_buffers, and a CUPTI that
+  // has the attribute).
+  bool zeroed_buffers() const { return zeroed_buffers_; }
   std::uint64_t dropped_records() const;
   // Device records that came without their times and were left out (a forced flush while work
   // of that record still ran).
@@ -146,6 +149,7 @@ class CuptiCollector {
   Clock::time_point epoch_;
   CuptiCollectorOptions options_;
   ClockOffset offset_;
+  bool zeroed_buffers_ = false;
   mutable std::mutex mutex_;  // what follows: filled by CUPTI's completion callback
   profiler::GpuCapture capture_;
   std::uint64_t dropped_ = 0;

@@ -138,6 +138,7 @@ void BM_Step(benchmark::State& state) {
         static_cast<double>(captured) / static_cast<double>(state.iterations());
     state.counters["dropped"] = static_cast<double>(collector->dropped_records());
     state.counters["flush_ms"] = 1e3 * flush_seconds / static_cast<double>(state.iterations());
+    state.counters["zeroed_buffers"] = collector->zeroed_buffers() ? 1.0 : 0.0;
   }
 }
 BENCHMARK(BM_Step)
