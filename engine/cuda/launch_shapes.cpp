@@ -53,8 +53,9 @@ ColumnReduction column_reduction_shape(std::int64_t rows, std::int64_t cols, int
   r.partial.threads = kElementwiseThreads;
   r.partial.blocks =
       checked_blocks(ceil_div(r.chunks * cols, kElementwiseThreads), "column reduction");
-  r.finish.threads = kElementwiseThreads;
-  r.finish.blocks = ceil_div(cols, kElementwiseThreads);
+  r.finish.threads = 32 * kColumnFinishWarps;
+  r.finish.blocks = ceil_div(cols, 32);
+  r.finish.shared_bytes = 32 * kColumnFinishWarps * static_cast<std::int64_t>(sizeof(float));
   return r;
 }
 

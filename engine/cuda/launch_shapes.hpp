@@ -44,14 +44,17 @@ LaunchShape block_per_row_shape(std::int64_t rows, std::int64_t cols);
 
 // Deterministic column sums over rows (bias and LayerNorm weight gradients): the rows are cut into
 // fixed chunks of kColumnChunkRows (independent of the device), one thread sums one column of one
-// chunk in row order into a partial, then one thread per column adds the chunk partials in chunk
-// order onto the destination. `outputs` column sums are computed at once (LayerNorm: dw and db).
+// chunk in row order into a partial; then a block per 32 columns adds the chunk partials onto the
+// destination: each of its kColumnFinishWarps warps sums every kColumnFinishWarps-th chunk in
+// order, and the warps' sums are added in warp order (a fixed order, whatever the device).
+// `outputs` column sums are computed at once (LayerNorm: dw and db).
 inline constexpr std::int64_t kColumnChunkRows = 64;
+inline constexpr int kColumnFinishWarps = 16;
 struct ColumnReduction {
   std::int64_t chunks = 0;          // ceil(rows / kColumnChunkRows)
   std::int64_t scratch_floats = 0;  // outputs * chunks * cols partials
   LaunchShape partial;              // one thread per (chunk, column)
-  LaunchShape finish;               // one thread per column
+  LaunchShape finish;               // a block per 32 columns, a warp per 16th of the chunks
 };
 ColumnReduction column_reduction_shape(std::int64_t rows, std::int64_t cols, int outputs = 1);
 

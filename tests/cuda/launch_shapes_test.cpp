@@ -64,7 +64,9 @@ TEST(LaunchShapes, ColumnReductionChunksRowsBy64) {
   EXPECT_EQ(r.scratch_floats, 16 * 768);
   EXPECT_EQ(r.partial.blocks, (16 * 768 + 255) / 256);
   EXPECT_EQ(r.partial.threads, 256);
-  EXPECT_EQ(r.finish.blocks, 3);  // ceil(768 / 256): a thread per column
+  EXPECT_EQ(r.finish.blocks, 24);  // ceil(768 / 32): a block per 32 columns
+  EXPECT_EQ(r.finish.threads, 32 * kColumnFinishWarps);
+  EXPECT_EQ(r.finish.shared_bytes, 32 * kColumnFinishWarps * 4);  // a float per thread
   const ColumnReduction two = column_reduction_shape(64, 10, 2);
   EXPECT_EQ(two.chunks, 1);
   EXPECT_EQ(two.scratch_floats, 2 * 10);

@@ -83,9 +83,10 @@ TEST(ReduceEmulated, SumsInDoubleMatchAndRepeatBitForBit) {
 
 TEST(ReduceEmulated, ColumnSumsMatchFloat64) {
   std::mt19937 rng(14);
-  // 700 rows: more than one chunk of rows, summed chunk by chunk in order.
+  // 700 rows: more than one chunk of rows, summed chunk by chunk in order; 2100 rows: more chunks
+  // (33) than the finishing block has warps, and columns over three blocks.
   for (const auto& [rows, cols] :
-       std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 5}, {700, 33}}) {
+       std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 5}, {700, 33}, {2100, 70}}) {
     const Tensor x = random_tensor({rows, cols}, rng, 2.0f), dst0 = random_tensor({cols}, rng);
     std::vector<double> want(static_cast<std::size_t>(cols), 0.0);
     for (std::int64_t r = 0; r < rows; ++r)
