@@ -8,10 +8,10 @@
 // times the scale, so s = (scale q) . k and dk = ds^T (scale q)); each warp multiplies its 16 rows
 // into fp32 tiles in shared memory, where two lanes a row apply the mask and the online softmax
 // (the fragments' register layout is never assumed: only load, store, mma and fill touch them).
-// The forward keeps its output rows in shared memory, rescaled there before each p v; dq, dk and
-// dv stay in fragments across tiles. Like the other flash kernels: lse = m + log l is kept, the
-// backward recomputes p = exp(s - lse), D = rowsum(dout * out) comes from the row-dot kernel, and
-// there are no atomics: every sum has a fixed order.
+// The forward keeps its output rows in fragments, going through shared memory only to be
+// rescaled when a row's maximum grows; dq, dk and dv stay in fragments across tiles. Like the other
+// flash kernels: lse = m + log l is kept, the backward recomputes p = exp(s - lse), D = rowsum(dout
+// * out) comes from the row-dot kernel, and there are no atomics: every sum has a fixed order.
 //
 // Inputs are rounded to bf16, so results match the fp32 kernels to bf16 accuracy (about 1e-2
 // relative), not to fp32's; the exponentials are the fast __expf (relative error near 1e-6 over
@@ -165,8 +165,13 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   stage<HS>(qs, f.base, f.C3, f.row0, T, scale);
-  for (int idx = threadIdx.x; idx < kRows * L::kOLd; idx += kThreads) o[idx] = 0.0f;
   for (int r = threadIdx.x; r < kRows; r += kThreads) m[r] = -INFINITY, l[r] = 0.0f;
+  // The warp's 16 output rows stay in fragments; they go through its rows of `o` (shared) only
+  // when a row's maximum grows and they must be rescaled, and at the end.
+  FragC oacc[HS / 16];
+#pragma unroll
+  for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(oacc[n], 0.0f);
+  float* orows = o + warp * kWarpRows * L::kOLd;
 
   // Two lanes a row: row r of the warp's 16, columns [32 half, 32 half + 32) of a tile.
   const int r = warp * kWarpRows + lane / 2, half = lane % 2;
@@ -202,11 +207,21 @@ __global__ void __launch_bounds__(kThreads)
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     const float alpha = __expf(m_old - m_new);  // 0 on the first tile (m_old = -inf)
-    // Rows r and r + 8 start their columns apart: one bank a lane (row stride HS + 4 floats).
-    // Skipped when no row of the warp has a new maximum (alpha 1 everywhere: the same bits).
-    if (__any_sync(0xffffffffu, alpha != 1.0f))
+    // Rescaled through shared memory when a row of the warp has a new maximum (alpha 1
+    // everywhere: nothing to do; the first tile: the rows are still zero). Rows r and r + 8 start
+    // their columns apart: one bank a lane (row stride HS + 4 floats).
+    if (kt > 0 && __any_sync(0xffffffffu, alpha != 1.0f)) {
+#pragma unroll
+      for (int n = 0; n < HS / 16; ++n)
+        wmma::store_matrix_sync(orows + 16 * n, oacc[n], L::kOLd, wmma::mem_row_major);
+      __syncwarp();
       for (int i = 0; i < HS / 2; ++i)
         o[r * L::kOLd + half + 2 * ((i + (r / 8) % 2) % (HS / 2))] *= alpha;
+      __syncwarp();
+#pragma unroll
+      for (int n = 0; n < HS / 16; ++n)
+        wmma::load_matrix_sync(oacc[n], orows + 16 * n, L::kOLd, wmma::mem_row_major);
+    }
     if (half == 0) {
       m[r] = m_new;
       l[r] = alpha * l[r] + sum;
@@ -214,24 +229,14 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();
 
     // o (the warp's 16 rows) += p v
-#pragma unroll
-    for (int n = 0; n < HS / 16; ++n) {
-      FragC acc;
-      float* orow = o + warp * kWarpRows * L::kOLd + 16 * n;
-      wmma::load_matrix_sync(acc, orow, L::kOLd, wmma::mem_row_major);
-#pragma unroll
-      for (int k = 0; k < kRows / 16; ++k) {
-        FragA fa;
-        FragBRow fb;
-        wmma::load_matrix_sync(fa, p + warp * kWarpRows * L::kPLd + 16 * k, L::kPLd);
-        wmma::load_matrix_sync(fb, vs + 16 * k * L::kLd + 16 * n, L::kLd);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
-      wmma::store_matrix_sync(orow, acc, L::kOLd, wmma::mem_row_major);
-    }
+    accumulate_product<HS>(oacc, p + warp * kWarpRows * L::kPLd, L::kPLd, vs, L::kLd);
     __syncwarp();
   }
 
+#pragma unroll
+  for (int n = 0; n < HS / 16; ++n)
+    wmma::store_matrix_sync(orows + 16 * n, oacc[n], L::kOLd, wmma::mem_row_major);
+  __syncwarp();
   if (t < T) {
     const float inv = 1.0f / l[r];
     float* dst = out + f.out0 + t * f.C;
