@@ -7,6 +7,9 @@
 #   1. cuda_fast_tests        the CUDA parts' host-side tests
 #   2. gpu_tests              the GPU tests (ctest label gpu), run as a binary: the ctest files
 #                             name the build machine's paths
+#   2b. nccl_np1              the NCCL communicator's GPU tests under `mpirun -np 1`, when
+#                             device-mpi/ (scripts/device_bundle_mpi: the tests and Open MPI)
+#                             is carried too
 #   3. cuda_capture_bench     capture overhead, off / nvtx / cupti / cupti without API records /
 #                             cupti with the launching calls' records only / cupti flushing
 #                             completed buffers only / cupti zeroing its own buffers
@@ -37,6 +40,7 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root" || exit 2
 build="${BUILD:-build-device}"
 libs="${LIBS:-device-libs}"
+mpi="${MPI_BUNDLE:-device-mpi}"
 budget="${BUDGET:-540}"
 case "${1:-}" in
   -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -221,6 +225,17 @@ checks() {
   if ! grep -q '\[  PASSED  \] [1-9]' "$scratch/.gpu.log" && grep -q '\[  SKIPPED \]' "$scratch/.gpu.log"; then
     summary[-1]="${summary[-1]} (every test skipped: the CUDA runtime finds no device)"
     failed=1
+  fi
+
+  # --- 2b. the NCCL communicator in one process, when scripts/device_bundle_mpi's folder came ---
+  if [ -x "$mpi/nccl_gpu_tests" ] && [ -f "$mpi/env.sh" ]; then
+    step nccl_np1 120 "$scratch/.nccl.log" bash -c \
+      '. "$1/env.sh" "$1" && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$2" &&
+       mpirun -np 1 "$1/nccl_gpu_tests" "--gtest_output=xml:$3/nccl_gpu_tests.xml"' \
+      nccl_np1 "$root/$mpi" "$PIPETUNE_LIBRARY_PATH" "$out"
+    summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.nccl.log")"
+  else
+    note nccl_np1 "skipped ($mpi not carried: scripts/device_bundle_mpi makes it)"
   fi
 
   # --- 3. capture overhead --------------------------------------------------------------------------
