@@ -229,6 +229,7 @@ checks() {
 
   # --- 2b. the NCCL communicator in one process, when scripts/device_bundle_mpi's folder came ---
   if [ -x "$mpi/nccl_gpu_tests" ] && [ -f "$mpi/env.sh" ]; then
+    [ -f "$mpi/bundle-info.txt" ] && sed 's/^/   /' "$mpi/bundle-info.txt"
     step nccl_np1 120 "$scratch/.nccl.log" bash -c \
       '. "$1/env.sh" "$1" && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$2" &&
        mpirun -np 1 "$1/nccl_gpu_tests" "--gtest_output=xml:$3/nccl_gpu_tests.xml"' \
