@@ -186,15 +186,14 @@ TrainSetup build_options(const TrainArgs& a) {
   setup.precision = precision;
   // The attention kernel: the flag's, else the run file's, else the backend and precision's
   // default (flash-tc, bf16 products on tensor cores, for bf16 runs on GPUs).
-  spec::EngineAttention attention = spec::engine_attention(run);
+  spec::EngineAttention attention =
+      run.attention.value_or(spec::default_engine_attention(backend, precision));
   if (a.attention) {
     try {
       attention = spec::parse_engine_attention(*a.attention);
     } catch (const SpecError&) {
       throw InputError("--attention must be stored, flash or flash-tc, not '" + *a.attention + "'");
     }
-  } else if (!run.attention) {
-    attention = spec::default_engine_attention(backend, precision);
   }
   if (const std::string problem = spec::engine_attention_problem(attention, backend, precision);
       !problem.empty())

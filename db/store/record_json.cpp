@@ -138,7 +138,6 @@ nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::Para
 
 TrainingEngine training_engine_from_json(const nlohmann::json& j) {
   TrainingEngine e;
-  e.attention = spec::EngineAttention::flash;  // before "attention" was kept: cuda's flash...
   for (const char* key : {"backend", "precision", "attention"}) {
     if (!j.contains(key)) continue;
     if (!j[key].is_string())
@@ -155,8 +154,11 @@ TrainingEngine training_engine_from_json(const nlohmann::json& j) {
       throw InputError(std::string("training plan: ") + err.what());
     }
   }
-  if (!j.contains("attention") && e.backend == spec::EngineBackend::cpu)
-    e.attention = spec::EngineAttention::stored;  // ...and the cpu's stored
+  // Runs stored before "attention" was kept ran the defaults of those days: flash on cuda (in
+  // either precision), stored on the cpu.
+  if (!j.contains("attention"))
+    e.attention = e.backend == spec::EngineBackend::cuda ? spec::EngineAttention::flash
+                                                         : spec::EngineAttention::stored;
   if (const std::string problem =
           spec::engine_attention_problem(e.attention, e.backend, e.precision);
       !problem.empty())

@@ -203,6 +203,8 @@ class CudaBackend final : public tensor::Backend {
     const float* bias = nullptr;
   };
   void matmul(const Gemm& g);
+  // The product without the bias, then a kernel adding it: where cuBLASLt will not fuse it.
+  void matmul_then_bias(const Gemm& g);
   // When cuBLASLt offers no algorithm for the operands' alignment (views can start anywhere in a
   // flat buffer), the GEMM runs on 256-byte-aligned copies of A, B and C, and C is copied back.
   void matmul_realigned(const Gemm& g);

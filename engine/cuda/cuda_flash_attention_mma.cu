@@ -367,9 +367,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int HS>
 void forward_for(cudaStream_t s, const FlashMmaShape& f, const float* qkv, float* out, float* lse,
                  std::int64_t T, std::int64_t NH, float scale) {
-  PIPETUNE_CUDA_CHECK(cudaFuncSetAttribute(mma_forward_kernel<HS>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(f.forward.shared_bytes)));
+  allow_shared(mma_forward_kernel<HS>, f.forward.shared_bytes);
   PIPETUNE_LAUNCH(mma_forward_kernel<HS>, f.forward, s, qkv, out, lse, T, NH, f.row_blocks, scale);
 }
 
@@ -377,12 +375,8 @@ template <int HS>
 void backward_for(cudaStream_t s, const FlashMmaShape& f, const float* dout, const float* qkv,
                   const float* lse, const float* Dsum, float* dqkv, std::int64_t T, std::int64_t NH,
                   float scale) {
-  PIPETUNE_CUDA_CHECK(cudaFuncSetAttribute(mma_dq_kernel<HS>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(f.backward_dq.shared_bytes)));
-  PIPETUNE_CUDA_CHECK(cudaFuncSetAttribute(mma_dkdv_kernel<HS>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(f.backward_dkdv.shared_bytes)));
+  allow_shared(mma_dq_kernel<HS>, f.backward_dq.shared_bytes);
+  allow_shared(mma_dkdv_kernel<HS>, f.backward_dkdv.shared_bytes);
   PIPETUNE_LAUNCH(mma_dq_kernel<HS>, f.backward_dq, s, dout, qkv, lse, Dsum, dqkv, T, NH,
                   f.row_blocks, scale);
   PIPETUNE_LAUNCH(mma_dkdv_kernel<HS>, f.backward_dkdv, s, dout, qkv, lse, Dsum, dqkv, T, NH,

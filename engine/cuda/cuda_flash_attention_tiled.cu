@@ -285,14 +285,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Above 48 KiB a kernel's dynamic shared memory must be allowed first (per kernel, per device;
-// setting it again is cheap).
-template <typename Kernel>
-void allow_shared(Kernel kernel, std::int64_t bytes) {
-  PIPETUNE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(bytes)));
-}
-
 template <int D>
 void forward_tiles(cudaStream_t s, const FlashTiledShape& f, const float* qkv, float* out,
                    float* lse, std::int64_t T, std::int64_t NH, float scale) {

@@ -106,10 +106,7 @@ void CudaBackend::matmul(const Gemm& g) {
                                        sizeof g.bias) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                        sizeof bias_type) != CUBLAS_STATUS_SUCCESS) {
-      Gemm plain = g;
-      plain.bias = nullptr;
-      matmul(plain);
-      kernels::add_row_vector(stream_, g.c, g.bias, g.n, g.m);
+      matmul_then_bias(g);
       return;
     }
   }
@@ -166,11 +163,8 @@ void CudaBackend::matmul(const Gemm& g) {
     found = algos_.emplace(key, count > 0 ? std::optional(result.algo) : std::nullopt).first;
   }
   if (!found->second) {
-    if (g.bias != nullptr) {  // no algorithm with the bias epilogue: the product, then a kernel
-      Gemm plain = g;
-      plain.bias = nullptr;
-      matmul(plain);
-      kernels::add_row_vector(stream_, g.c, g.bias, g.n, g.m);
+    if (g.bias != nullptr) {  // no algorithm with the bias epilogue
+      matmul_then_bias(g);
       return;
     }
     if (!g.realigned) {
@@ -185,6 +179,13 @@ void CudaBackend::matmul(const Gemm& g) {
   PIPETUNE_CUBLAS_CHECK(cublasLtMatmul(lt_, op.d, &alpha, g.a, a.d, g.b, b.d, &g.beta, g.c, c.d,
                                        g.c, c.d, &*found->second, workspace_.get(),
                                        workspace_bytes_, stream_));
+}
+
+void CudaBackend::matmul_then_bias(const Gemm& g) {
+  Gemm plain = g;
+  plain.bias = nullptr;
+  matmul(plain);
+  kernels::add_row_vector(stream_, g.c, g.bias, g.n, g.m);
 }
 
 void CudaBackend::matmul_realigned(const Gemm& g) {

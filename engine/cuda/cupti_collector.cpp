@@ -197,10 +197,10 @@ BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
       break;
     }
     ++walk.records;
-    if (is_incomplete_device_record(*record))
-      ++walk.incomplete;
-    else if (append_cupti_record(*record, capture))
+    if (append_cupti_record(*record, capture))
       ++walk.kept;
+    else if (is_incomplete_device_record(*record))  // left out: counted apart from other kinds
+      ++walk.incomplete;
   }
   return walk;
 }

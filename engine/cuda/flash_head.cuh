@@ -1,6 +1,7 @@
 // Where a flash-attention block's rows lie in the packed layout (the kernels of
-// cuda_flash_attention.cu and cuda_flash_attention_tiled.cu): block b of a grid of
-// B * NH * row_blocks takes rows_per_block rows of one (batch, head).
+// cuda_flash_attention.cu, cuda_flash_attention_tiled.cu and cuda_flash_attention_mma.cu): block
+// b of a grid of B * NH * row_blocks takes rows_per_block rows of one (batch, head); and the
+// shared-memory allowance their launches need.
 #pragma once
 
 #include <cstdint>
@@ -24,5 +25,13 @@ struct FlashHead {
     out0 = b * T * C + h * HS;
   }
 };
+
+// Above 48 KiB a kernel's dynamic shared memory must be allowed first (per kernel, per device;
+// setting it again is cheap).
+template <typename Kernel>
+void allow_shared(Kernel kernel, std::int64_t bytes) {
+  PIPETUNE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(bytes)));
+}
 
 }  // namespace pipetune::cuda::kernels

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tests/emulated/emulated_test_support.hpp"
@@ -109,6 +110,31 @@ inline std::vector<float> row_dot(const std::vector<float>& dout, const std::vec
         D[static_cast<std::size_t>((b * NH + h) * T + t)] = a;
       }
   return D;
+}
+
+// "B 2 T 130 NH 1 HS 64": which shape a failure message is about.
+inline std::string shape_label(std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS) {
+  return "B " + std::to_string(B) + " T " + std::to_string(T) + " NH " + std::to_string(NH) +
+         " HS " + std::to_string(HS);
+}
+
+// What a pair of flash kernels computes from `in`: out and lse (NaN where nothing was written),
+// and in.dqkv plus the gradient. forward(qkv, out, lse) and backward(dout, qkv, lse, D, dqkv)
+// run the variant under test; D is row_dot's, as the row-dot kernel gives it.
+struct FlashResult {
+  std::vector<float> out, lse, dqkv;
+};
+template <typename Forward, typename Backward>
+FlashResult run_flash(const Inputs& in, std::int64_t B, std::int64_t T, std::int64_t NH,
+                      std::int64_t HS, Forward forward, Backward backward) {
+  FlashResult r;
+  r.out.assign(static_cast<std::size_t>(B * T * NH * HS), std::nanf(""));
+  r.lse.assign(static_cast<std::size_t>(B * NH * T), std::nanf(""));
+  r.dqkv = in.dqkv;
+  forward(in.qkv.data(), r.out.data(), r.lse.data());
+  const std::vector<float> D = row_dot(in.dout, r.out, B, T, NH, HS);
+  backward(in.dout.data(), in.qkv.data(), r.lse.data(), D.data(), r.dqkv.data());
+  return r;
 }
 
 }  // namespace pipetune::cuda::emulation

@@ -31,18 +31,17 @@ TEST(FlashMmaEmulated, ForwardAndBackwardMatchFloat64ToBf16Accuracy) {
       {1, 70, 1, 64}, {2, 130, 1, 64}, {1, 65, 1, 128}, {1, 64, 2, 64}, {1, 1, 1, 64}};
   std::mt19937 rng(2025);
   for (const auto& [B, T, NH, HS] : shapes) {
-    const std::int64_t C = NH * HS;
-    Inputs in(B, T, C, rng);
-    std::vector<float>&qkv = in.qkv, &dout = in.dout, &dqkv = in.dqkv;
-    const Reference want = emulation::reference(qkv, dout, dqkv, B, T, NH, HS);
-    std::vector<float> out(static_cast<std::size_t>(B * T * C), std::nanf(""));
-    std::vector<float> lse(static_cast<std::size_t>(B * NH * T), std::nanf(""));
-    flash_mma_forward(nullptr, qkv.data(), out.data(), lse.data(), B, T, NH, HS);
-    const std::vector<float> D = emulation::row_dot(dout, out, B, T, NH, HS);
-    flash_mma_backward(nullptr, dout.data(), qkv.data(), lse.data(), D.data(), dqkv.data(), B, T,
-                       NH, HS);
-    const std::string at = "B " + std::to_string(B) + " T " + std::to_string(T) + " NH " +
-                           std::to_string(NH) + " HS " + std::to_string(HS);
+    Inputs in(B, T, NH * HS, rng);
+    const Reference want = emulation::reference(in.qkv, in.dout, in.dqkv, B, T, NH, HS);
+    const auto [out, lse, dqkv] = emulation::run_flash(
+        in, B, T, NH, HS,
+        [&](const float* qkv, float* o, float* l) {
+          flash_mma_forward(nullptr, qkv, o, l, B, T, NH, HS);
+        },
+        [&](const float* dout, const float* qkv, const float* l, const float* D, float* dqkv) {
+          flash_mma_backward(nullptr, dout, qkv, l, D, dqkv, B, T, NH, HS);
+        });
+    const std::string at = emulation::shape_label(B, T, NH, HS);
     // bf16 operands (8 significant bits, 2^-9 = 2e-3 relative rounding each); measured here
     // 1.2e-3 .. 2.6e-3 of the largest value. A transposed operand is off by 0.1 .. 0.6.
     EXPECT_LE(relative_error(out, want.out), 6e-3) << "out, " << at;

@@ -25,9 +25,8 @@ void check(FlashVariant variant, std::int64_t B, std::int64_t T, std::int64_t NH
   flash_attention_forward(nullptr, in.qkv.data(), out.data(), lse.data(), B, T, NH, HS, variant);
   flash_attention_backward(nullptr, in.dout.data(), in.qkv.data(), out.data(), lse.data(),
                            in.dqkv.data(), d_scratch.data(), B, T, NH, HS, variant);
-  const std::string at = std::string(variant == FlashVariant::rows ? "rows" : "tiles") + " B " +
-                         std::to_string(B) + " T " + std::to_string(T) + " NH " +
-                         std::to_string(NH) + " HS " + std::to_string(HS);
+  const std::string at = std::string(variant == FlashVariant::rows ? "rows " : "tiles ") +
+                         emulation::shape_label(B, T, NH, HS);
   EXPECT_LE(emulation::relative_error(out, want.out), 1e-5) << "out, " << at;
   EXPECT_LE(emulation::relative_error(lse, want.lse), 1e-5) << "lse, " << at;
   EXPECT_LE(emulation::relative_error(in.dqkv, want.dqkv), 1e-5) << "dqkv, " << at;

@@ -28,18 +28,17 @@ TEST(FlashTiledEmulated, ForwardAndBackwardMatchFloat64ForEveryHeadSize) {
       {1, 70, 1, 32}, {2, 130, 1, 64}, {1, 65, 1, 128}, {1, 64, 2, 64}, {1, 1, 1, 32}};
   std::mt19937 rng(2024);
   for (const auto& [B, T, NH, HS] : shapes) {
-    const std::int64_t C = NH * HS;
-    Inputs in(B, T, C, rng);
-    std::vector<float>&qkv = in.qkv, &dout = in.dout, &dqkv = in.dqkv;
-    const Reference want = emulation::reference(qkv, dout, dqkv, B, T, NH, HS);
-    std::vector<float> out(static_cast<std::size_t>(B * T * C), std::nanf(""));
-    std::vector<float> lse(static_cast<std::size_t>(B * NH * T), std::nanf(""));
-    flash_tiled_forward(nullptr, qkv.data(), out.data(), lse.data(), B, T, NH, HS);
-    const std::vector<float> Dsum = emulation::row_dot(dout, out, B, T, NH, HS);
-    flash_tiled_backward(nullptr, dout.data(), qkv.data(), lse.data(), Dsum.data(), dqkv.data(), B,
-                         T, NH, HS);
-    const std::string at = "B " + std::to_string(B) + " T " + std::to_string(T) + " NH " +
-                           std::to_string(NH) + " HS " + std::to_string(HS);
+    Inputs in(B, T, NH * HS, rng);
+    const Reference want = emulation::reference(in.qkv, in.dout, in.dqkv, B, T, NH, HS);
+    const auto [out, lse, dqkv] = emulation::run_flash(
+        in, B, T, NH, HS,
+        [&](const float* qkv, float* o, float* l) {
+          flash_tiled_forward(nullptr, qkv, o, l, B, T, NH, HS);
+        },
+        [&](const float* dout, const float* qkv, const float* l, const float* D, float* dqkv) {
+          flash_tiled_backward(nullptr, dout, qkv, l, D, dqkv, B, T, NH, HS);
+        });
+    const std::string at = emulation::shape_label(B, T, NH, HS);
     // fp32 sums of up to T * HS products: well under 1e-5 of the largest value.
     EXPECT_LE(relative_error(out, want.out), 1e-5) << "out, " << at;
     EXPECT_LE(relative_error(lse, want.lse), 1e-5) << "lse, " << at;

@@ -27,6 +27,26 @@ std::string shape_label(std::int64_t B, std::int64_t T, std::int64_t NH, std::in
          ", HS " + std::to_string(HS) + ")";
 }
 
+// Random inputs of one shape (a dqkv that already holds values: the backward accumulates) and the
+// CPU's flash attention on them: out, lse and the accumulated dqkv.
+struct FlashCase {
+  Tensor qkv, dout, dqkv0, out, lse, dqkv;
+};
+FlashCase cpu_flash_case(tensor::CpuBackend& cpu, std::mt19937& rng, std::int64_t B, std::int64_t T,
+                         std::int64_t NH, std::int64_t HS) {
+  const std::int64_t C = NH * HS;
+  FlashCase f{random_tensor({B, T, 3 * C}, rng),
+              random_tensor({B, T, C}, rng),
+              random_tensor({B, T, 3 * C}, rng),
+              Tensor({B, T, C}),
+              Tensor({B, NH, T}),
+              Tensor()};
+  f.dqkv = f.dqkv0;
+  cpu.attention_flash_forward(f.qkv, NH, f.out, f.lse);
+  cpu.attention_flash_backward_input(f.dout, f.qkv, f.out, f.lse, NH, f.dqkv);
+  return f;
+}
+
 const std::vector<std::array<std::int64_t, 4>> kAttentionShapes = {
     {1, 1, 1, 1}, {2, 5, 2, 3}, {2, 37, 3, 20}, {1, 33, 2, 32}, {2, 70, 2, 64}, {1, 100, 1, 128}};
 
@@ -83,12 +103,7 @@ TEST_F(CudaAttentionLossMoeTest, FlashTilesAndRowsMatchTheCpuOverSeveralTiles) {
   const std::vector<std::array<std::int64_t, 4>> shapes = {
       {2, 130, 2, 64}, {1, 200, 3, 32}, {1, 129, 2, 128}, {1, 256, 2, 64}, {1, 150, 2, 48}};
   for (const auto& [B, T, NH, HS] : shapes) {
-    const std::int64_t C = NH * HS;
-    const Tensor qkv = random_tensor({B, T, 3 * C}, rng_), dout = random_tensor({B, T, C}, rng_);
-    const Tensor dqkv0 = random_tensor({B, T, 3 * C}, rng_);
-    Tensor out({B, T, C}), lse({B, NH, T}), dqkv = dqkv0;
-    cpu_.attention_flash_forward(qkv, NH, out, lse);
-    cpu_.attention_flash_backward_input(dout, qkv, out, lse, NH, dqkv);
+    const auto [qkv, dout, dqkv0, out, lse, dqkv] = cpu_flash_case(cpu_, rng_, B, T, NH, HS);
     for (CudaBackend* be : {&gpu(), &rows}) {
       const std::string at = shape_label(B, T, NH, HS) +
                              (be == &rows ? " warp-per-row" : " tiled where the head size has it");
@@ -111,12 +126,7 @@ TEST_F(CudaAttentionLossMoeTest, FlashOnTensorCoresMatchesTheCpuToBf16Accuracy) 
   const std::vector<std::array<std::int64_t, 4>> shapes = {
       {2, 130, 2, 64}, {1, 129, 2, 128}, {1, 256, 2, 64}, {1, 150, 2, 48}};
   for (const auto& [B, T, NH, HS] : shapes) {
-    const std::int64_t C = NH * HS;
-    const Tensor qkv = random_tensor({B, T, 3 * C}, rng_), dout = random_tensor({B, T, C}, rng_);
-    const Tensor dqkv0 = random_tensor({B, T, 3 * C}, rng_);
-    Tensor out({B, T, C}), lse({B, NH, T}), dqkv = dqkv0;
-    cpu_.attention_flash_forward(qkv, NH, out, lse);
-    cpu_.attention_flash_backward_input(dout, qkv, out, lse, NH, dqkv);
+    const auto [qkv, dout, dqkv0, out, lse, dqkv] = cpu_flash_case(cpu_, rng_, B, T, NH, HS);
     const std::string at = shape_label(B, T, NH, HS) + " tensor cores";
     DeviceTensor gqkv(qkv), gdout(dout), gout(out), glse(lse), gdqkv(dqkv0);
     tc.attention_flash_forward(gqkv, NH, gout, glse);
