@@ -83,8 +83,22 @@ struct TrainSetup {
 // `--backend cuda` (or `backend = "cuda"` in the run file): the run's ranks as streams of GPU 0
 // (engine/cuda/cuda_rank_device.hpp), with bf16 GEMM inputs when `bf16` (fp32 accumulation and
 // master weights), or refused with the reason before anything runs or is written.
+#ifdef PIPETUNE_HAVE_CUDA
+// The CUDA backend's flash kernels for an attention choice (stored runs no flash kernel).
+cuda::FlashVariant flash_variant(spec::EngineAttention attention) {
+  switch (attention) {
+    case spec::EngineAttention::flash_tc:
+      return cuda::FlashVariant::tensor_cores;
+    case spec::EngineAttention::flash_mma:
+      return cuda::FlashVariant::tensor_core_registers;
+    default:
+      return cuda::FlashVariant::tiles;
+  }
+}
+#endif
+
 void use_cuda_backend([[maybe_unused]] runtime::TrainOptions& o, [[maybe_unused]] bool bf16,
-                      [[maybe_unused]] bool tensor_core_attention) {
+                      [[maybe_unused]] spec::EngineAttention attention) {
 #ifndef PIPETUNE_HAVE_CUDA
   throw InputError(
       "backend cuda: this pipetune was built without the CUDA toolkit (nvcc not found at "
@@ -97,8 +111,7 @@ void use_cuda_backend([[maybe_unused]] runtime::TrainOptions& o, [[maybe_unused]
   o.rank_device = cuda::single_gpu_rank_devices(
       {.device = gpu.id,
        .precision = bf16 ? cuda::Precision::bf16 : cuda::Precision::fp32,
-       .flash =
-           tensor_core_attention ? cuda::FlashVariant::tensor_cores : cuda::FlashVariant::tiles});
+       .flash = flash_variant(attention)});
   // Every rank's state lives on this one device: a model that cannot fit is refused up front.
   o.device_memory = runtime::TrainOptions::DeviceMemory{
       "GPU " + std::to_string(gpu.id) + " (" + gpu.name + ")", gpu.total_bytes};
@@ -192,7 +205,8 @@ TrainSetup build_options(const TrainArgs& a) {
     try {
       attention = spec::parse_engine_attention(*a.attention);
     } catch (const SpecError&) {
-      throw InputError("--attention must be stored, flash or flash-tc, not '" + *a.attention + "'");
+      throw InputError("--attention must be one of " + spec::engine_attention_names() + ", not '" +
+                       *a.attention + "'");
     }
   }
   if (const std::string problem = spec::engine_attention_problem(attention, backend, precision);
@@ -200,9 +214,8 @@ TrainSetup build_options(const TrainArgs& a) {
     throw InputError(std::string(a.attention ? "--attention " : "the run file's attention ") +
                      problem);
   setup.attention = attention;
-  const bool tensor_cores = attention == spec::EngineAttention::flash_tc;
   if (backend == spec::EngineBackend::cuda)
-    use_cuda_backend(o, precision == spec::EnginePrecision::bf16, tensor_cores);
+    use_cuda_backend(o, precision == spec::EnginePrecision::bf16, attention);
   if (a.no_gpu_capture && backend != spec::EngineBackend::cuda)
     throw InputError("--no-gpu-capture is for --backend cuda (the cpu backend captures no GPU)");
   o.capture_gpu_activity = !a.no_gpu_capture;
@@ -400,8 +413,7 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a,
       o.rank_device = nccl::nccl_rank_devices(
           {groups, a.precision == "bf16" ? cuda::Precision::bf16 : cuda::Precision::fp32,
            o.watchdog_seconds,
-           a.attention == "flash-tc" ? cuda::FlashVariant::tensor_cores
-                                     : cuda::FlashVariant::tiles});
+           flash_variant(spec::parse_engine_attention(a.attention.value_or("flash")))});
       if (o.device_memory) o.device_memory->name = "each process's GPU";
     }
 #endif
@@ -605,8 +617,9 @@ void add_train_command(CLI::App& app) {
                   "master weights (default: the run file's precision, else fp32)");
   cmd->add_option("--attention", args->attention,
                   "Attention kernel: stored (keeps the T x T probabilities; the cpu default), "
-                  "flash (no T x T matrix; the default on cuda in fp32) or flash-tc (flash with "
-                  "bf16 products on tensor cores; the default on cuda in bf16)");
+                  "flash (no T x T matrix; the default on cuda in fp32), flash-tc (flash with "
+                  "bf16 WMMA products on tensor cores; the default on cuda in bf16) or flash-mma "
+                  "(flash with bf16 mma.sync products, the scores kept in registers)");
   cmd->add_flag("--no-gpu-capture", args->no_gpu_capture,
                 "With --backend cuda: NVTX ranges only, no CUPTI capture of kernels and copies");
   cmd->add_option("--ranks-per-process", args->ranks_per_process,

@@ -246,6 +246,11 @@ void flash_attention_forward(cudaStream_t s, const float* qkv, float* out, float
     flash_mma_forward(s, qkv, out, lse, B, T, NH, HS);
     return;
   }
+  if (variant == FlashVariant::tensor_core_registers &&
+      flash_registers_shape(B, NH, T, HS).supported) {
+    flash_registers_forward(s, qkv, out, lse, B, T, NH, HS);
+    return;
+  }
   if (variant != FlashVariant::rows && flash_tiled_shape(B, NH, T, HS).supported) {
     flash_tiled_forward(s, qkv, out, lse, B, T, NH, HS);
     return;
@@ -294,6 +299,11 @@ void flash_attention_backward(cudaStream_t s, const float* dout, const float* qk
   PIPETUNE_LAUNCH(row_dot_kernel, f.row_dot, s, dout, out, d_scratch, B, T, NH, HS);
   if (variant == FlashVariant::tensor_cores && flash_mma_shape(B, NH, T, HS).supported) {
     flash_mma_backward(s, dout, qkv, lse, d_scratch, dqkv, B, T, NH, HS);
+    return;
+  }
+  if (variant == FlashVariant::tensor_core_registers &&
+      flash_registers_shape(B, NH, T, HS).supported) {
+    flash_registers_backward(s, dout, qkv, lse, d_scratch, dqkv, B, T, NH, HS);
     return;
   }
   if (variant != FlashVariant::rows && flash_tiled_shape(B, NH, T, HS).supported) {

@@ -22,6 +22,7 @@
 #include "engine/cuda/bf16_pack.cuh"
 #include "engine/cuda/cuda_kernels.hpp"
 #include "engine/cuda/device_utils.cuh"
+#include "engine/cuda/flash_bf16_staging.cuh"
 #include "engine/cuda/flash_head.cuh"
 
 namespace pipetune::cuda::kernels {
@@ -43,29 +44,8 @@ using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
 template <int HS>
 using Layout = FlashMmaLayout<HS>;
-
-// dst (64, HS) bf16 with row stride HS + 8 = mul * rows [t0, t0 + 64) of src (row stride src_ld),
-// zeros past T. Four values a thread and step where src allows (16-byte rows: the packed qkv
-// and out of any model whose buffers start aligned), else one.
-template <int HS>
-__device__ __forceinline__ void stage(bf16* dst, const float* src, std::int64_t src_ld,
-                                      std::int64_t t0, std::int64_t T, float mul) {
-  if (floats4_aligned(src) && src_ld % 4 == 0) {  // the same for every thread of the block
-    constexpr int kQuads = HS / 4;                // dst rows are 8-byte aligned: (HS + 8) * 2 B
-    for (int idx = threadIdx.x; idx < kRows * kQuads; idx += kThreads) {
-      const int r = idx / kQuads, d = 4 * (idx % kQuads);
-      const std::int64_t t = t0 + r;
-      const Floats4 f = t < T ? *reinterpret_cast<const Floats4*>(src + t * src_ld + d) : Floats4{};
-      *reinterpret_cast<Bf16Bits4*>(dst + r * Layout<HS>::kLd + d) = bf16_x4(f, mul);
-    }
-    return;
-  }
-  for (int idx = threadIdx.x; idx < kRows * HS; idx += kThreads) {
-    const int r = idx / HS, d = idx % HS;
-    const std::int64_t t = t0 + r;
-    dst[r * Layout<HS>::kLd + d] = __float2bfloat16(t < T ? mul * src[t * src_ld + d] : 0.0f);
-  }
-}
+static_assert(Layout<64>::kLd == kBf16TileLd<64> && Layout<128>::kLd == kBf16TileLd<128>,
+              "tiles staged by flash_bf16_staging.cuh");
 
 // The column of a 64-wide tile that the lane holding (row r, half) visits at step i of 32: its
 // half's columns in a rotated order, so that the 32 lanes of a warp reading the fp32 square
@@ -75,17 +55,6 @@ __device__ __forceinline__ int rotated_column(int r, int half, int i) {
   return 32 * half + ((i + 2 * ((r / 8) % 2) + half) % 32);
 }
 static_assert(FlashMmaLayout<64>::kSLd % 32 == 4, "rotated_column assumes bank = 4 row + column");
-
-// lse and D = rowsum(dout * out) of rows [t0, t0 + 64) of head bh, zeros past T.
-__device__ __forceinline__ void stage_row_stats(float* row_lse, float* row_d, const float* lse,
-                                                const float* Dsum, std::int64_t bh, std::int64_t t0,
-                                                std::int64_t T) {
-  for (int i = threadIdx.x; i < kRows; i += kThreads) {
-    const std::int64_t t = t0 + i;
-    row_lse[i] = t < T ? lse[bh * T + t] : 0.0f;
-    row_d[i] = t < T ? Dsum[bh * T + t] : 0.0f;
-  }
-}
 
 // out (16, 64) fp32 at row stride out_ld = A (16 rows of a, row stride lda, D columns) times the
 // transpose of B (64 rows of b, row stride ldb): each of the four 16-column tiles is
@@ -164,7 +133,7 @@ __global__ void __launch_bounds__(kThreads)
   const FlashHead f(qkv, T, NH, HS, row_blocks, kRows);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  stage<HS>(qs, f.base, f.C3, f.row0, T, scale);
+  stage_bf16_rows<HS>(qs, f.base, f.C3, f.row0, T, scale);
   for (int r = threadIdx.x; r < kRows; r += kThreads) m[r] = -INFINITY, l[r] = 0.0f;
   // The warp's 16 output rows stay in fragments; they go through its rows of `o` (shared) only
   // when a row's maximum grows and they must be rescaled, and at the end.
@@ -180,8 +149,8 @@ __global__ void __launch_bounds__(kThreads)
   for (std::int64_t kt = 0; kt <= last_tile; ++kt) {
     const std::int64_t k0 = kt * kRows;
     __syncthreads();  // the previous tile's k and v are no longer read
-    stage<HS>(ks, f.base + f.C, f.C3, k0, T, 1.0f);
-    stage<HS>(vs, f.base + 2 * f.C, f.C3, k0, T, 1.0f);
+    stage_bf16_rows<HS>(ks, f.base + f.C, f.C3, k0, T, 1.0f);
+    stage_bf16_rows<HS>(vs, f.base + 2 * f.C, f.C3, k0, T, 1.0f);
     __syncthreads();
     rows_times_rows_t<HS>(qs + warp * kWarpRows * L::kLd, L::kLd, ks, L::kLd,
                           s + warp * kWarpRows * L::kSLd, L::kSLd);
@@ -266,8 +235,8 @@ __global__ void __launch_bounds__(kThreads)
   const FlashHead f(qkv, T, NH, HS, row_blocks, kRows);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  stage<HS>(qs, f.base, f.C3, f.row0, T, scale);
-  stage<HS>(dos, dout + f.out0, f.C, f.row0, T, 1.0f);
+  stage_bf16_rows<HS>(qs, f.base, f.C3, f.row0, T, scale);
+  stage_bf16_rows<HS>(dos, dout + f.out0, f.C, f.row0, T, 1.0f);
   stage_row_stats(row_lse, row_d, lse, Dsum, f.bh, f.row0, T);
   FragC dq[HS / 16];
 #pragma unroll
@@ -279,8 +248,8 @@ __global__ void __launch_bounds__(kThreads)
   for (std::int64_t kt = 0; kt <= last_tile; ++kt) {
     const std::int64_t k0 = kt * kRows;
     __syncthreads();
-    stage<HS>(ks, f.base + f.C, f.C3, k0, T, 1.0f);
-    stage<HS>(vs, f.base + 2 * f.C, f.C3, k0, T, 1.0f);
+    stage_bf16_rows<HS>(ks, f.base + f.C, f.C3, k0, T, 1.0f);
+    stage_bf16_rows<HS>(vs, f.base + 2 * f.C, f.C3, k0, T, 1.0f);
     __syncthreads();
     rows_times_rows_t<HS>(qs + warp * kWarpRows * L::kLd, L::kLd, ks, L::kLd,
                           s + warp * kWarpRows * L::kSLd, L::kSLd);
@@ -323,8 +292,8 @@ __global__ void __launch_bounds__(kThreads)
   const FlashHead f(qkv, T, NH, HS, row_blocks, kRows);  // row0: the block's first key
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  stage<HS>(ks, f.base + f.C, f.C3, f.row0, T, 1.0f);
-  stage<HS>(vs, f.base + 2 * f.C, f.C3, f.row0, T, 1.0f);
+  stage_bf16_rows<HS>(ks, f.base + f.C, f.C3, f.row0, T, 1.0f);
+  stage_bf16_rows<HS>(vs, f.base + 2 * f.C, f.C3, f.row0, T, 1.0f);
   FragC dk[HS / 16], dv[HS / 16];
 #pragma unroll
   for (int n = 0; n < HS / 16; ++n)
@@ -335,8 +304,8 @@ __global__ void __launch_bounds__(kThreads)
   const std::int64_t j = f.row0 + r;
   for (std::int64_t q0 = f.row0; q0 < T; q0 += kRows) {
     __syncthreads();
-    stage<HS>(qs, f.base, f.C3, q0, T, scale);
-    stage<HS>(dos, dout + f.out0, f.C, q0, T, 1.0f);
+    stage_bf16_rows<HS>(qs, f.base, f.C3, q0, T, scale);
+    stage_bf16_rows<HS>(dos, dout + f.out0, f.C, q0, T, 1.0f);
     stage_row_stats(q_lse, q_d, lse, Dsum, f.bh, q0, T);
     __syncthreads();
     // s^T (keys, queries) = k q^T; dp^T = v dout^T

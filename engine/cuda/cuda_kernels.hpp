@@ -126,6 +126,15 @@ void flash_mma_backward(cudaStream_t s, const float* dout, const float* qkv, con
                         const float* Dsum, float* dqkv, std::int64_t B, std::int64_t T,
                         std::int64_t NH, std::int64_t HS);
 
+// ---- cuda_flash_attention_registers.cu -------------------------------------------------------
+// Head sizes 64 and 128 (flash_registers_shape(...).supported); bf16 products on mma.sync with the
+// scores in registers, fp32 accumulation; Dsum = rowsum(dout * out).
+void flash_registers_forward(cudaStream_t s, const float* qkv, float* out, float* lse,
+                             std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS);
+void flash_registers_backward(cudaStream_t s, const float* dout, const float* qkv, const float* lse,
+                              const float* Dsum, float* dqkv, std::int64_t B, std::int64_t T,
+                              std::int64_t NH, std::int64_t HS);
+
 // ---- cuda_flash_attention_tiled.cu ----------------------------------------------------------
 // Head sizes 32, 64 and 128 (flash_tiled_shape(...).supported); Dsum = rowsum(dout * out).
 void flash_tiled_forward(cudaStream_t s, const float* qkv, float* out, float* lse, std::int64_t B,

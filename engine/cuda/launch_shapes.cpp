@@ -125,6 +125,25 @@ FlashMmaShape flash_mma_shape(std::int64_t B, std::int64_t NH, std::int64_t T, s
   return f;
 }
 
+FlashMmaShape flash_registers_shape(std::int64_t B, std::int64_t NH, std::int64_t T,
+                                    std::int64_t HS) {
+  FlashMmaShape f;
+  f.supported = HS == 64 || HS == 128;
+  if (!f.supported) return f;
+  f.row_blocks = ceil_div(T, kFlashMmaRows);
+  const std::int64_t blocks = checked_blocks(B * NH * f.row_blocks, "flash attention");
+  const auto bytes = [&](int forward64, int forward128) {
+    return HS == 64 ? forward64 : forward128;
+  };
+  f.forward = {blocks, kFlashMmaThreads,
+               bytes(FlashRegistersLayout<64>::kForward, FlashRegistersLayout<128>::kForward)};
+  f.backward_dq = {blocks, kFlashMmaThreads,
+                   bytes(FlashRegistersLayout<64>::kDq, FlashRegistersLayout<128>::kDq)};
+  f.backward_dkdv = {blocks, kFlashMmaThreads,
+                     bytes(FlashRegistersLayout<64>::kDkdv, FlashRegistersLayout<128>::kDkdv)};
+  return f;
+}
+
 std::int64_t attention_backward_scratch_floats(std::int64_t B, std::int64_t NH, std::int64_t T) {
   return B * NH * T * T;
 }

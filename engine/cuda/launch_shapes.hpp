@@ -101,8 +101,10 @@ FlashShape flash_attention_shape(std::int64_t B, std::int64_t NH, std::int64_t T
 inline constexpr int kFlashTiledRows = 64;
 inline constexpr int kFlashTiledThreads = 256;
 // rows: the warp-per-row kernels above; tiles: the register-tiled ones; tensor_cores: bf16 WMMA
-// tiles (cuda_flash_attention_mma.cu) where the head size has them, else tiles.
-enum class FlashVariant { rows, tiles, tensor_cores };
+// tiles (cuda_flash_attention_mma.cu) where the head size has them, else tiles;
+// tensor_core_registers: bf16 mma.sync with the scores in registers
+// (cuda_flash_attention_registers.cu) where the head size has them, else tiles.
+enum class FlashVariant { rows, tiles, tensor_cores, tensor_core_registers };
 struct FlashTiledShape {
   bool supported = false;       // HS is 32, 64 or 128
   std::int64_t row_blocks = 0;  // ceil(T / kFlashTiledRows) per (batch, head)
@@ -143,6 +145,19 @@ struct FlashMmaShape {
   LaunchShape forward, backward_dq, backward_dkdv;
 };
 FlashMmaShape flash_mma_shape(std::int64_t B, std::int64_t NH, std::int64_t T, std::int64_t HS);
+
+// Flash attention with its scores in registers (cuda_flash_attention_registers.cu) for head
+// sizes 64 and 128: the same blocks as FlashMmaShape's (4 warps, kFlashMmaRows rows, 16 a warp);
+// shared memory holds only the bf16 (64, HS) tiles of FlashMmaLayout (row stride HS + 8): q, k,
+// v (forward); q, dout, k, v (dq); k, v, q, dout and the query tile's lse and D (dk/dv).
+template <int HS>
+struct FlashRegistersLayout {
+  static constexpr int kForward = 3 * FlashMmaLayout<HS>::kTile;
+  static constexpr int kDq = 4 * FlashMmaLayout<HS>::kTile;
+  static constexpr int kDkdv = 4 * FlashMmaLayout<HS>::kTile + 2 * FlashMmaLayout<HS>::kRowStats;
+};
+FlashMmaShape flash_registers_shape(std::int64_t B, std::int64_t NH, std::int64_t T,
+                                    std::int64_t HS);
 
 // The attention that stores att (B, NH, T, T): one warp per (b, h, row); the backward's
 // d(scores) scratch is as large as att.

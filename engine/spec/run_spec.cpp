@@ -195,15 +195,30 @@ std::string_view engine_attention_name(EngineAttention a) {
       return "flash";
     case EngineAttention::flash_tc:
       return "flash-tc";
+    case EngineAttention::flash_mma:
+      return "flash-mma";
   }
   return "flash";
 }
 
+namespace {
+constexpr EngineAttention kEveryAttention[] = {EngineAttention::stored, EngineAttention::flash,
+                                               EngineAttention::flash_tc,
+                                               EngineAttention::flash_mma};
+}  // namespace
+
+std::string engine_attention_names() {
+  std::string names;
+  for (const EngineAttention a : kEveryAttention)
+    names += (names.empty() ? "" : ", ") + std::string(engine_attention_name(a));
+  return names;
+}
+
 EngineAttention parse_engine_attention(std::string_view name) {
-  for (const EngineAttention a :
-       {EngineAttention::stored, EngineAttention::flash, EngineAttention::flash_tc})
+  for (const EngineAttention a : kEveryAttention)
     if (name == engine_attention_name(a)) return a;
-  throw SpecError("unknown attention '" + std::string(name) + "' (valid: stored, flash, flash-tc)");
+  throw SpecError("unknown attention '" + std::string(name) +
+                  "' (valid: " + engine_attention_names() + ")");
 }
 
 EngineAttention default_engine_attention(EngineBackend backend, EnginePrecision precision) {
@@ -213,9 +228,10 @@ EngineAttention default_engine_attention(EngineBackend backend, EnginePrecision 
 
 std::string engine_attention_problem(EngineAttention attention, EngineBackend backend,
                                      EnginePrecision precision) {
-  if (attention != EngineAttention::flash_tc) return {};
+  if (attention != EngineAttention::flash_tc && attention != EngineAttention::flash_mma) return {};
   if (backend == EngineBackend::cuda && precision == EnginePrecision::bf16) return {};
-  return "flash-tc needs backend cuda and precision bf16 (bf16 products on tensor cores), not " +
+  return std::string(engine_attention_name(attention)) +
+         " needs backend cuda and precision bf16 (bf16 products on tensor cores), not " +
          std::string(engine_backend_name(backend)) + " " +
          std::string(engine_precision_name(precision));
 }

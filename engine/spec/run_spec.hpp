@@ -62,16 +62,20 @@ EnginePrecision parse_engine_precision(std::string_view name);  // SpecError nam
 
 // The engine's attention kernel (`attention` in a run file, `train --attention`): stored keeps the
 // T x T probabilities for the backward; flash keeps none (fp32); flash-tc is flash with its
-// products as bf16 tensor-core tiles (fp32 accumulation; cuda with bf16 only).
-enum class EngineAttention { stored, flash, flash_tc };
+// products as bf16 tensor-core tiles (WMMA, fp32 accumulation); flash-mma is flash with bf16
+// mma.sync products and the scores kept in registers (FlashAttention-2's manner). The last two run
+// on cuda with bf16 only.
+enum class EngineAttention { stored, flash, flash_tc, flash_mma };
 std::string_view engine_attention_name(EngineAttention a);
 EngineAttention parse_engine_attention(std::string_view name);  // SpecError naming the valid ones
+// "stored, flash, flash-tc, flash-mma": the valid names, for messages.
+std::string engine_attention_names();
 // The kernel a run gets when it names none: stored on the cpu, flash on cuda in fp32, flash-tc
 // on cuda in bf16 (measured faster on an H200: GPT-2 124M at batch 64, 129.7k against 122.6k
 // tokens/s).
 EngineAttention default_engine_attention(EngineBackend backend, EnginePrecision precision);
-// Why `attention` cannot run with this backend and precision (flash-tc outside cuda bf16), or
-// empty when it can.
+// Why `attention` cannot run with this backend and precision (flash-tc or flash-mma outside cuda
+// bf16), or empty when it can.
 std::string engine_attention_problem(EngineAttention attention, EngineBackend backend,
                                      EnginePrecision precision);
 

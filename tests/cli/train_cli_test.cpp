@@ -313,8 +313,9 @@ TEST(TrainCli, AttentionKernelIsChosenAndReported) {
   const testing::ProcessResult bad =
       testing::run_pipetune({"train", "--steps", "1", "--no-db", "--attention", "sdpa"});
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
-  EXPECT_NE(bad.err.find("--attention must be stored, flash or flash-tc, not 'sdpa'"),
-            std::string::npos)
+  EXPECT_NE(
+      bad.err.find("--attention must be one of stored, flash, flash-tc, flash-mma, not 'sdpa'"),
+      std::string::npos)
       << bad.err;
   // Tensor-core attention is for bf16 runs on a GPU: refused on the cpu backend, saying why.
   const testing::ProcessResult tc =
@@ -325,6 +326,12 @@ TEST(TrainCli, AttentionKernelIsChosenAndReported) {
             std::string::npos)
       << tc.err;
   EXPECT_EQ(tc.out, "");
+  const testing::ProcessResult mma =
+      testing::run_pipetune({"train", "--steps", "1", "--no-db", "--attention", "flash-mma"});
+  EXPECT_EQ(mma.exit_code, 2) << mma.err;
+  EXPECT_NE(mma.err.find("--attention flash-mma needs backend cuda and precision bf16"),
+            std::string::npos)
+      << mma.err;
 }
 
 // A run file's attention: kept in the workspace run (calibrate costs the run by it); flash-tc

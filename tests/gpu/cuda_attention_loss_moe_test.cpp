@@ -117,25 +117,30 @@ TEST_F(CudaAttentionLossMoeTest, FlashTilesAndRowsMatchTheCpuOverSeveralTiles) {
   }
 }
 
-// Flash attention on tensor cores (bf16 products, fp32 accumulation) against the CPU's fp32 flash
-// attention, to bf16 accuracy: head sizes 64 and 128 over several tiles, a partial last tile, a
-// dqkv that already holds values; head size 48 falls back to the fp32 tiles.
+// Flash attention on tensor cores (bf16 products, fp32 accumulation), the WMMA kernels and those
+// with the scores in registers (mma.sync), against the CPU's fp32 flash attention, to bf16
+// accuracy: head sizes 64 and 128 over several tiles, a partial last tile, a dqkv that already
+// holds values; head size 48 falls back to the fp32 tiles.
 TEST_F(CudaAttentionLossMoeTest, FlashOnTensorCoresMatchesTheCpuToBf16Accuracy) {
-  CudaBackend tc(
-      CudaBackend::Options{.precision = Precision::bf16, .flash = FlashVariant::tensor_cores});
   const std::vector<std::array<std::int64_t, 4>> shapes = {
-      {2, 130, 2, 64}, {1, 129, 2, 128}, {1, 256, 2, 64}, {1, 150, 2, 48}};
-  for (const auto& [B, T, NH, HS] : shapes) {
-    const auto [qkv, dout, dqkv0, out, lse, dqkv] = cpu_flash_case(cpu_, rng_, B, T, NH, HS);
-    const std::string at = shape_label(B, T, NH, HS) + " tensor cores";
-    DeviceTensor gqkv(qkv), gdout(dout), gout(out), glse(lse), gdqkv(dqkv0);
-    tc.attention_flash_forward(gqkv, NH, gout, glse);
-    tc.attention_flash_backward_input(gdout, gqkv, gout, glse, NH, gdqkv);
-    // The emulation measured 1.2e-3 .. 2.6e-3 of the largest value against float64.
-    const double tol = HS == 48 ? kFp32ReductionTol : 6e-3;
-    EXPECT_TRUE(matches_cpu("flash out" + at, gout, out, tol));
-    EXPECT_TRUE(matches_cpu("flash lse" + at, glse, lse, tol));
-    EXPECT_TRUE(matches_cpu("flash dqkv" + at, gdqkv, dqkv, tol));
+      {2, 130, 2, 64}, {1, 129, 2, 128}, {1, 256, 2, 64}, {1, 150, 2, 48}, {1, 1, 1, 64}};
+  for (const FlashVariant variant :
+       {FlashVariant::tensor_cores, FlashVariant::tensor_core_registers}) {
+    CudaBackend tc(CudaBackend::Options{.precision = Precision::bf16, .flash = variant});
+    for (const auto& [B, T, NH, HS] : shapes) {
+      const auto [qkv, dout, dqkv0, out, lse, dqkv] = cpu_flash_case(cpu_, rng_, B, T, NH, HS);
+      const std::string at = shape_label(B, T, NH, HS) + (variant == FlashVariant::tensor_cores
+                                                              ? " tensor cores (WMMA)"
+                                                              : " tensor cores (mma.sync)");
+      DeviceTensor gqkv(qkv), gdout(dout), gout(out), glse(lse), gdqkv(dqkv0);
+      tc.attention_flash_forward(gqkv, NH, gout, glse);
+      tc.attention_flash_backward_input(gdout, gqkv, gout, glse, NH, gdqkv);
+      // The emulations measured 1.2e-3 .. 2.6e-3 of the largest value against float64.
+      const double tol = HS == 48 ? kFp32ReductionTol : 6e-3;
+      EXPECT_TRUE(matches_cpu("flash out" + at, gout, out, tol));
+      EXPECT_TRUE(matches_cpu("flash lse" + at, glse, lse, tol));
+      EXPECT_TRUE(matches_cpu("flash dqkv" + at, gdqkv, dqkv, tol));
+    }
   }
 }
 

@@ -287,7 +287,8 @@ for r in json.load(open(sys.argv[1]))["benchmarks"]:
     m = re.search(r"kernel:(\d)/T:(\d+)/pass:(\d)", r["name"])
     if not m:
         continue
-    kernel = {"0": "stored", "1": "flash-tiles", "2": "flash-rows", "3": "flash-tc"}[m.group(1)]
+    kernel = {"0": "stored", "1": "flash-tiles", "2": "flash-rows", "3": "flash-tc",
+              "4": "flash-tc-registers"}[m.group(1)]
     p = "bwd" if m.group(3) == "1" else "fwd"
     parts.append(f"{kernel} T={m.group(2)} {p} {r['real_time']:.2f} ms ({r.get('TFLOP/s', 0) / 1e12 if r.get('TFLOP/s', 0) > 1e6 else r.get('TFLOP/s', 0):.2f} TFLOP/s)")
 line = "; ".join(parts) if parts else "no results"

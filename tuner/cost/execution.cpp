@@ -22,7 +22,8 @@ ExecutionOptions cuda_engine_execution(bool bf16_gemms, spec::EngineAttention at
   x.fp32_gemms = !bf16_gemms;
   // Timed at the fp32 peak even for flash-tc: its WMMA tiles measured at fp32-unit rates on an
   // H200 (GPT-2 shape, T = 1024: 19.6 TFLOP/s forward, 13.1 backward, against the fp32 tiles'
-  // 18.3 and 11.6), nowhere near the tensor cores' peak; calibration fits the rest.
+  // 18.3 and 11.6), nowhere near the tensor cores' peak; calibration fits the rest. flash-mma
+  // too, until its kernels are measured.
   x.fp32_attention = true;
   return x;
 }

@@ -4,7 +4,9 @@
 // and 256 (its pp=4 run).
 //   BM_Attention/kernel:K/T:T/pass:P   K 0 = stored, 1 = flash (register tiles, the default),
 //                                      2 = flash (warp per row), 3 = flash on tensor cores (bf16
-//                                      products, fp32 accumulation); P 0 = forward, 1 = backward
+//                                      WMMA products, fp32 accumulation), 4 = flash on tensor
+//                                      cores with the scores in registers (mma.sync);
+//                                      P 0 = forward, 1 = backward
 // TFLOP/s counts the causal half's useful products once: forward 2 B NH T^2 HS (q k^T and p v
 // over the lower triangle), backward twice that (dv, dp, dq, dk); recomputation is not counted.
 // Timed with CUDA events over each iteration's launches. Runs only on a GPU: without a usable
@@ -35,6 +37,7 @@ void BM_Attention(benchmark::State& state) {
   using pipetune::cuda::FlashVariant;
   const FlashVariant variant = state.range(0) == 2   ? FlashVariant::rows
                                : state.range(0) == 3 ? FlashVariant::tensor_cores
+                               : state.range(0) == 4 ? FlashVariant::tensor_core_registers
                                                      : FlashVariant::tiles;
   CudaBackend backend(CudaBackend::Options{.flash = variant});
   DeviceArray qkv(Shape{kBatch, T, 3 * kChannels}, 1), out(Shape{kBatch, T, kChannels}, 2),
@@ -84,7 +87,7 @@ void BM_Attention(benchmark::State& state) {
 }
 BENCHMARK(BM_Attention)
     ->ArgNames({"kernel", "T", "pass"})
-    ->ArgsProduct({{0, 1, 2, 3}, {256, 1024}, {0, 1}})
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {256, 1024}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime()
     ->MinTime(0.5);

@@ -33,7 +33,7 @@
 #                       left, and runs that no longer fit are skipped, saying so
 #   --no-torch, --no-pp skip the PyTorch runs, the pp=4 run
 #   --attention K       pipetune's attention kernel in the throughput runs (train --attention:
-#                       flash, or flash-tc with --precisions bf16; default: train's)
+#                       flash, or flash-tc / flash-mma with --precisions bf16; default: train's)
 #   --cpu-check         the script's plumbing without a GPU: the cpu backend, fp32 only, the
 #                       smaller tests/bench/cpu-prediction-model.toml, PyTorch on the CPU, the
 #                       cpu-dev-2core peak (no figure of it means anything for a GPU)

@@ -132,9 +132,19 @@ TEST(SpecLoading, RunAttentionDefaultsByBackendAndPrecisionAndFlashTcNeedsCudaBf
              "r.toml:2: key 'attention': flash-tc needs backend cuda and precision bf16 (bf16 "
              "products on tensor cores), not cuda fp32");
   EXPECT_HAS(error_of([&] { parse_run("attention = \"sdpa\"\n" + run, "r.toml"); }),
-             "key 'attention': unknown attention 'sdpa' (valid: stored, flash, flash-tc)");
-  for (const EngineAttention a :
-       {EngineAttention::stored, EngineAttention::flash, EngineAttention::flash_tc})
+             "key 'attention': unknown attention 'sdpa' (valid: stored, flash, flash-tc, "
+             "flash-mma)");
+  EXPECT_HAS(error_of([&] {
+               parse_run("backend = \"cuda\"\nattention = \"flash-mma\"\n" + run, "r.toml");
+             }),
+             "key 'attention': flash-mma needs backend cuda and precision bf16 (bf16 products on "
+             "tensor cores), not cuda fp32");
+  EXPECT_EQ(
+      engine_attention(parse_run(
+          "backend = \"cuda\"\nprecision = \"bf16\"\nattention = \"flash-mma\"\n" + run, "r")),
+      EngineAttention::flash_mma);
+  for (const EngineAttention a : {EngineAttention::stored, EngineAttention::flash,
+                                  EngineAttention::flash_tc, EngineAttention::flash_mma})
     EXPECT_EQ(parse_engine_attention(engine_attention_name(a)), a);
 }
 

@@ -29,8 +29,11 @@ struct Dim {
 };
 
 struct Block {
-  std::vector<float> shared;  // dynamic shared memory, as floats
-  std::vector<float> slots;   // one per thread, for shuffles
+  std::vector<float> shared;          // dynamic shared memory, as floats
+  std::vector<float> slots;           // one per thread, for shuffles
+  std::vector<const void*> pointers;  // one per thread, for ldmatrix (shadow mma_bf16.cuh)
+  std::vector<unsigned> words;        // kWordsPerThread per thread, for mma.sync's operands
+  static constexpr int kWordsPerThread = 6;
   std::unique_ptr<std::barrier<>> barrier;
   std::vector<std::unique_ptr<std::barrier<>>> warps;  // one per warp of 32 threads
   std::barrier<>& warp_of(unsigned thread) { return *warps[thread / 32]; }
@@ -51,6 +54,8 @@ void launch(const LaunchShape& shape, Kernel kernel, Args... args) {
     block.shared.assign(static_cast<std::size_t>(shape.shared_bytes) / sizeof(float),
                         std::nanf(""));
     block.slots.assign(static_cast<std::size_t>(shape.threads), 0.0f);
+    block.pointers.assign(static_cast<std::size_t>(shape.threads), nullptr);
+    block.words.assign(static_cast<std::size_t>(shape.threads) * Block::kWordsPerThread, 0u);
     block.barrier = std::make_unique<std::barrier<>>(shape.threads);
     for (int w = 0; w * 32 < shape.threads; ++w)
       block.warps.push_back(std::make_unique<std::barrier<>>(std::min(32, shape.threads - w * 32)));
