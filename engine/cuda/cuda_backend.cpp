@@ -160,9 +160,11 @@ void CudaBackend::do_gelu_forward(ConstTensorView x, TensorView y) {
   kernels::gelu_forward(stream_, x.data, y.data, x.numel());
 }
 
-void CudaBackend::do_gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx) {
+void CudaBackend::do_gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx,
+                                         tensor::GradientWrite write) {
   activate();
-  kernels::gelu_backward(stream_, dy.data, x.data, dx.data, x.numel());
+  kernels::gelu_backward(stream_, dy.data, x.data, dx.data, x.numel(),
+                         write == tensor::GradientWrite::overwrite);
 }
 
 // ---- optimizer ------------------------------------------------------------------------------

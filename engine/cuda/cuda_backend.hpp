@@ -105,7 +105,7 @@ class CudaBackend final : public tensor::Backend {
   void do_linear_forward(tensor::ConstTensorView x, tensor::ConstTensorView w,
                          tensor::ConstTensorView b, tensor::TensorView y) override;
   void do_linear_backward_input(tensor::ConstTensorView dy, tensor::ConstTensorView w,
-                                tensor::TensorView dx) override;
+                                tensor::TensorView dx, tensor::GradientWrite write) override;
   void do_linear_backward_weight(tensor::ConstTensorView dy, tensor::ConstTensorView x,
                                  tensor::TensorView dw, tensor::TensorView db) override;
   void do_embedding_forward(std::span<const std::int32_t> tokens, tensor::ConstTensorView wte,
@@ -125,7 +125,7 @@ class CudaBackend final : public tensor::Backend {
                                     tensor::TensorView dw, tensor::TensorView db) override;
   void do_gelu_forward(tensor::ConstTensorView x, tensor::TensorView y) override;
   void do_gelu_backward_input(tensor::ConstTensorView dy, tensor::ConstTensorView x,
-                              tensor::TensorView dx) override;
+                              tensor::TensorView dx, tensor::GradientWrite write) override;
   void do_attention_forward(tensor::ConstTensorView qkv, std::int64_t num_heads,
                             tensor::TensorView out, tensor::TensorView att) override;
   void do_attention_backward_input(tensor::ConstTensorView dout, tensor::ConstTensorView qkv,

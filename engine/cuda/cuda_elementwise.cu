@@ -57,14 +57,16 @@ __global__ void gelu_forward_kernel(const float* x, float* y, std::int64_t n) {
   }
 }
 
-__global__ void gelu_backward_kernel(const float* dy, const float* x, float* dx, std::int64_t n) {
+// dx (+)= gelu'(x) dy; with overwrite, dx is not read.
+__global__ void gelu_backward_kernel(const float* dy, const float* x, float* dx, std::int64_t n,
+                                     bool overwrite) {
   for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
     const float v = x[i];
     const float u = kGeluScale * (v + kGeluCubic * v * v * v);
     const float s = 1.0f / (1.0f + expf(-2.0f * u));
     const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
     const float grad = s + 2.0f * v * s * (1.0f - s) * du;
-    dx[i] += grad * dy[i];
+    dx[i] = overwrite ? grad * dy[i] : dx[i] + grad * dy[i];
   }
 }
 
@@ -141,8 +143,9 @@ void gelu_forward(cudaStream_t s, const float* x, float* y, std::int64_t n) {
   PIPETUNE_LAUNCH(gelu_forward_kernel, elementwise_shape(n), s, x, y, n);
 }
 
-void gelu_backward(cudaStream_t s, const float* dy, const float* x, float* dx, std::int64_t n) {
-  PIPETUNE_LAUNCH(gelu_backward_kernel, elementwise_shape(n), s, dy, x, dx, n);
+void gelu_backward(cudaStream_t s, const float* dy, const float* x, float* dx, std::int64_t n,
+                   bool overwrite) {
+  PIPETUNE_LAUNCH(gelu_backward_kernel, elementwise_shape(n), s, dy, x, dx, n, overwrite);
 }
 
 void adamw(cudaStream_t s, float* params, const float* grads, float* m, float* v, std::int64_t n,

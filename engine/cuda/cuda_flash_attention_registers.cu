@@ -133,8 +133,8 @@ __device__ __forceinline__ float quad_max(float v) {
 
 template <int HS>
 __global__ void __launch_bounds__(kThreads)
-    forward_kernel(const float* qkv, float* out, float* lse, std::int64_t T, std::int64_t NH,
-                   std::int64_t row_blocks, float scale) {
+    registers_forward_kernel(const float* qkv, float* out, float* lse, std::int64_t T,
+                             std::int64_t NH, std::int64_t row_blocks, float scale) {
   constexpr int kLd = kBf16TileLd<HS>;
   PIPETUNE_DYNAMIC_SHARED(float, shared);
   bf16* qs = reinterpret_cast<bf16*>(shared);
@@ -211,8 +211,9 @@ __global__ void __launch_bounds__(kThreads)
 // dq: by query tiles, over key tiles up to the diagonal.
 template <int HS>
 __global__ void __launch_bounds__(kThreads)
-    dq_kernel(const float* dout, const float* qkv, const float* lse, const float* Dsum, float* dqkv,
-              std::int64_t T, std::int64_t NH, std::int64_t row_blocks, float scale) {
+    registers_dq_kernel(const float* dout, const float* qkv, const float* lse, const float* Dsum,
+                        float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t row_blocks,
+                        float scale) {
   constexpr int kLd = kBf16TileLd<HS>;
   PIPETUNE_DYNAMIC_SHARED(float, shared);
   bf16* qs = reinterpret_cast<bf16*>(shared);
@@ -271,9 +272,9 @@ __global__ void __launch_bounds__(kThreads)
 // (keys as rows): s^T = k q^T, dp^T = v dout^T, dv += p^T dout, dk += ds^T (scale q).
 template <int HS>
 __global__ void __launch_bounds__(kThreads)
-    dkdv_kernel(const float* dout, const float* qkv, const float* lse, const float* Dsum,
-                float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t row_blocks,
-                float scale) {
+    registers_dkdv_kernel(const float* dout, const float* qkv, const float* lse, const float* Dsum,
+                          float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t row_blocks,
+                          float scale) {
   constexpr int kLd = kBf16TileLd<HS>;
   PIPETUNE_DYNAMIC_SHARED(float, shared);
   bf16* ks = reinterpret_cast<bf16*>(shared);
@@ -332,19 +333,20 @@ __global__ void __launch_bounds__(kThreads)
 template <int HS>
 void forward_for(cudaStream_t s, const FlashMmaShape& f, const float* qkv, float* out, float* lse,
                  std::int64_t T, std::int64_t NH, float scale) {
-  allow_shared(forward_kernel<HS>, f.forward.shared_bytes);
-  PIPETUNE_LAUNCH(forward_kernel<HS>, f.forward, s, qkv, out, lse, T, NH, f.row_blocks, scale);
+  allow_shared(registers_forward_kernel<HS>, f.forward.shared_bytes);
+  PIPETUNE_LAUNCH(registers_forward_kernel<HS>, f.forward, s, qkv, out, lse, T, NH, f.row_blocks,
+                  scale);
 }
 
 template <int HS>
 void backward_for(cudaStream_t s, const FlashMmaShape& f, const float* dout, const float* qkv,
                   const float* lse, const float* Dsum, float* dqkv, std::int64_t T, std::int64_t NH,
                   float scale) {
-  allow_shared(dq_kernel<HS>, f.backward_dq.shared_bytes);
-  allow_shared(dkdv_kernel<HS>, f.backward_dkdv.shared_bytes);
-  PIPETUNE_LAUNCH(dq_kernel<HS>, f.backward_dq, s, dout, qkv, lse, Dsum, dqkv, T, NH, f.row_blocks,
-                  scale);
-  PIPETUNE_LAUNCH(dkdv_kernel<HS>, f.backward_dkdv, s, dout, qkv, lse, Dsum, dqkv, T, NH,
+  allow_shared(registers_dq_kernel<HS>, f.backward_dq.shared_bytes);
+  allow_shared(registers_dkdv_kernel<HS>, f.backward_dkdv.shared_bytes);
+  PIPETUNE_LAUNCH(registers_dq_kernel<HS>, f.backward_dq, s, dout, qkv, lse, Dsum, dqkv, T, NH,
+                  f.row_blocks, scale);
+  PIPETUNE_LAUNCH(registers_dkdv_kernel<HS>, f.backward_dkdv, s, dout, qkv, lse, Dsum, dqkv, T, NH,
                   f.row_blocks, scale);
 }
 

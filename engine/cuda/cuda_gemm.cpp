@@ -5,6 +5,7 @@
 // leading dimension c, so each product is issued transposed (as llm.c does):
 //   forward   y^T (OUT, N)  = op(w) x^T : A = w  (IN, OUT) transposed, B = x  (IN, N)
 //   dx        dx^T (IN, N) += w dy^T    : A = w  (IN, OUT),            B = dy (OUT, N)
+//             (or = with GradientWrite::overwrite: beta 0, so the old dx is never read)
 //   dW        dw^T (IN, OUT) += x^T dy  : A = x  (IN, N),              B = dy (OUT, N) transposed
 // Compute type CUBLAS_COMPUTE_32F (no TF32). With Precision::bf16 the A and B operands are bf16
 // copies converted in scratch (round to nearest even), their rows padded to 16 bytes; C stays
@@ -246,7 +247,8 @@ void CudaBackend::do_linear_forward(ConstTensorView x, ConstTensorView w, ConstT
   matmul(g);
 }
 
-void CudaBackend::do_linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx) {
+void CudaBackend::do_linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx,
+                                           tensor::GradientWrite write) {
   activate();
   const std::int64_t N = dy.shape.rows(), IN = w.shape[1], OUT = w.shape[0];
   Gemm g;  // dx^T (IN, N) += w (IN, OUT) dy^T (OUT, N)
@@ -260,7 +262,7 @@ void CudaBackend::do_linear_backward_input(ConstTensorView dy, ConstTensorView w
   g.ldb = dyb.ld;
   g.c = dx.data;
   g.ldc = IN;
-  g.beta = 1.0f;
+  g.beta = write == tensor::GradientWrite::overwrite ? 0.0f : 1.0f;  // beta 0: C is not read
   g.ab_type = gemm_type();
   matmul(g);
 }

@@ -29,7 +29,9 @@ void fill_columns(cudaStream_t s, float* t, std::int64_t rows, std::int64_t cols
 // y[r, c] += v[c] for a (rows, cols) y: the bias of a linear layer, the aux-loss gradient.
 void add_row_vector(cudaStream_t s, float* y, const float* v, std::int64_t rows, std::int64_t cols);
 void gelu_forward(cudaStream_t s, const float* x, float* y, std::int64_t n);
-void gelu_backward(cudaStream_t s, const float* dy, const float* x, float* dx, std::int64_t n);
+// dx += gelu'(x) dy, or dx = gelu'(x) dy when overwrite (dx not read).
+void gelu_backward(cudaStream_t s, const float* dy, const float* x, float* dx, std::int64_t n,
+                   bool overwrite);
 void adamw(cudaStream_t s, float* params, const float* grads, float* m, float* v, std::int64_t n,
            float beta1, float beta2, float lr, float eps, float weight_decay, float bc1, float bc2);
 // dst (n bf16, round to nearest even) = src (n fp32): the converted GEMM inputs.

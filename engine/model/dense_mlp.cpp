@@ -62,17 +62,18 @@ void DenseMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, 
   TensorView kept = sized(a.dout, Shape{N, C});  // (N, C)
   copy_values(dout, kept);
   Buffer dgelu_buf;
-  TensorView dgelu = zeros(dgelu_buf, Shape{N, Fl});  // (N, F/tp)
-  be.linear_backward_input(dout, params_->param(proj_w_), dgelu);
-  TensorView dfc = zeros(a.dfc, Shape{N, Fl});  // (N, F/tp)
-  be.gelu_backward_input(dgelu, view(a.fc, Shape{N, Fl}), dfc);
+  // Fresh buffers are written over, not zeroed and added to (a memset each on a GPU).
+  TensorView dgelu = sized(dgelu_buf, Shape{N, Fl});  // (N, F/tp)
+  be.linear_backward_input(dout, params_->param(proj_w_), dgelu, tensor::GradientWrite::overwrite);
+  TensorView dfc = sized(a.dfc, Shape{N, Fl});  // (N, F/tp)
+  be.gelu_backward_input(dgelu, view(a.fc, Shape{N, Fl}), dfc, tensor::GradientWrite::overwrite);
   release(a.fc);
   // dx gets this rank's partial; the TP sum completes it. dx may already hold other terms, so
   // the partial goes through a temporary.
   if (ctx.tp_size > 1) {
     Buffer part_buf;
-    TensorView part = zeros(part_buf, Shape{N, C});  // (N, C)
-    be.linear_backward_input(dfc, params_->param(fc_w_), part);
+    TensorView part = sized(part_buf, Shape{N, C});  // (N, C)
+    be.linear_backward_input(dfc, params_->param(fc_w_), part, tensor::GradientWrite::overwrite);
     ctx.tp_all_reduce(part);
     be.accumulate(dx, part);
   } else {

@@ -158,12 +158,16 @@ void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, Te
     const auto i = static_cast<std::size_t>(le);
     const ExpertParams& e = experts_[i];
     Buffer dgelu_buf;
-    TensorView dgelu = zeros(dgelu_buf, Shape{rows, Fl});  // (ep*cap, F/tp)
-    be.linear_backward_input(view(a.dout[i], Shape{rows, C}), expert_->param(e.proj_w), dgelu);
-    TensorView dfc = zeros(a.dfc[i], Shape{rows, Fl});
-    be.gelu_backward_input(dgelu, view(a.fc[i], Shape{rows, Fl}), dfc);
+    // Fresh buffers are written over, not zeroed and added to.
+    TensorView dgelu = sized(dgelu_buf, Shape{rows, Fl});  // (ep*cap, F/tp)
+    be.linear_backward_input(view(a.dout[i], Shape{rows, C}), expert_->param(e.proj_w), dgelu,
+                             tensor::GradientWrite::overwrite);
+    TensorView dfc = sized(a.dfc[i], Shape{rows, Fl});
+    be.gelu_backward_input(dgelu, view(a.fc[i], Shape{rows, Fl}), dfc,
+                           tensor::GradientWrite::overwrite);
     release(a.fc[i]);
-    be.linear_backward_input(dfc, expert_->param(e.fc_w), zeros(dxin[i], Shape{rows, C}));
+    be.linear_backward_input(dfc, expert_->param(e.fc_w), sized(dxin[i], Shape{rows, C}),
+                             tensor::GradientWrite::overwrite);
   }
   Buffer ddispatched;
   from_experts(ctx, dxin, ddispatched, cap);

@@ -117,8 +117,8 @@ void TransformerBlock::backward_input(const ParallelContext& ctx, ConstTensorVie
 
   // Attention half.
   Buffer datty_buf;
-  TensorView datty = zeros(datty_buf, Shape{N, Cl});  // (N, C/tp)
-  be.linear_backward_input(dx2, params_->param(proj_w_), datty);
+  TensorView datty = sized(datty_buf, Shape{N, Cl});  // (N, C/tp), written over
+  be.linear_backward_input(dx2, params_->param(proj_w_), datty, tensor::GradientWrite::overwrite);
   TensorView dqkv = zeros(a.dqkv, Shape{B, T, 3 * Cl});
   // Which kernel ran the forward is what this micro-batch kept (the backend's choice is fixed
   // for a run, but the activations say it for certain).
@@ -132,8 +132,9 @@ void TransformerBlock::backward_input(const ParallelContext& ctx, ConstTensorVie
   release(a.att);  // the largest activation; W does not need it
   release(a.lse);
   release(a.qkv);
-  TensorView dln1 = zeros(a.dln1, Shape{N, C});
-  be.linear_backward_input(view(a.dqkv, Shape{N, 3 * Cl}), params_->param(qkv_w_), dln1);
+  TensorView dln1 = sized(a.dln1, Shape{N, C});
+  be.linear_backward_input(view(a.dqkv, Shape{N, 3 * Cl}), params_->param(qkv_w_), dln1,
+                           tensor::GradientWrite::overwrite);
   ctx.tp_all_reduce(dln1);
   copy_values(dx2, dx);
   be.layernorm_backward_input(dln1, view(a.x, Shape{N, C}), params_->param(ln1_w_),

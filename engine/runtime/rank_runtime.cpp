@@ -354,8 +354,9 @@ void RankRuntime::output_backward_plain(ChunkState& s, int mb, TensorView dy_fin
   be.vocab_ce_backward(view(s.logits, Shape{N, Vs}), targets, m.vocab().lo, view(s.gmax, Shape{N}),
                        view(s.gsum, Shape{N}), grad_scale_ / static_cast<float>(N), dlogits);
   release(s.logits);
-  TensorView dlnf = zeros(s.dlnf, Shape{N, C});
-  be.linear_backward_input(dlogits, m.dense.param(m.head()), dlnf);
+  TensorView dlnf = sized(s.dlnf, Shape{N, C});
+  be.linear_backward_input(dlogits, m.dense.param(m.head()), dlnf,
+                           tensor::GradientWrite::overwrite);
   ctx_.tp_all_reduce(dlnf);
   model::fill_zero(dy_final);
   be.layernorm_backward_input(dlnf, view(s.out, Shape{N, C}), m.dense.param(m.lnf_w()),

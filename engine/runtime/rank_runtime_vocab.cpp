@@ -142,8 +142,9 @@ void RankRuntime::vocab_output_backward(int mb) {
   if (schedule_->vocab != schedule::VocabMode::Vocab2) {
     // C2: this shard's part of the final hidden state's gradient, to the last group's rank.
     model::Buffer dx_buf;
-    TensorView dx = zeros(dx_buf, Shape{N, C});
-    be.linear_backward_input(dlogits, m.dense.param(m.head()), dx);
+    TensorView dx = sized(dx_buf, Shape{N, C});
+    be.linear_backward_input(dlogits, m.dense.param(m.head()), dx,
+                             tensor::GradientWrite::overwrite);
     ctx_.tp_all_reduce(dx);
     mailbox_.post(group_rank(last), MessageKind::OutputGrad, 0, mb, dx_buf);
   }

@@ -137,7 +137,8 @@ void Backend::linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorVi
   do_linear_forward(x, w, b, y);
 }
 
-void Backend::linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx) {
+void Backend::linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx,
+                                    GradientWrite write) {
   const char* op = "linear_backward_input";
   need(op, "dy", dy);
   rank_is(op, "w", w, 2);
@@ -147,7 +148,7 @@ void Backend::linear_backward_input(ConstTensorView dy, ConstTensorView w, Tenso
                         op,
                         sh("dy", dy) + " w " + w.shape.str() + " " + sh("dx", dx) +
                             " (want dy (N, out), w (out, in), dx (N, in))");
-  do_linear_backward_input(dy, w, dx);
+  do_linear_backward_input(dy, w, dx, write);
 }
 
 void Backend::linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw,
@@ -280,10 +281,11 @@ void Backend::gelu_forward(ConstTensorView x, TensorView y) {
   do_gelu_forward(x, y);
 }
 
-void Backend::gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx) {
+void Backend::gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx,
+                                  GradientWrite write) {
   same_shape("gelu_backward_input", "x", x, "dy", dy);
   same_shape("gelu_backward_input", "x", x, "dx", dx);
-  do_gelu_backward_input(dy, x, dx);
+  do_gelu_backward_input(dy, x, dx, write);
 }
 
 // ---- attention ------------------------------------------------------------------------------

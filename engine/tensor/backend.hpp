@@ -48,6 +48,11 @@ inline constexpr float kLayerNormEps = 1e-5f;
 enum class AttentionKernel { stored, flash };
 std::string_view attention_kernel_name(AttentionKernel k);
 
+// How an input-gradient op meets what its output already holds: added to it (the default, as
+// several terms sum into one gradient), or written over it (a fresh buffer, so no pass zeroing
+// it first: on a GPU each such pass is a memset of the whole activation).
+enum class GradientWrite { accumulate, overwrite };
+
 // Global-norm clipping coefficient: min(1, max_norm / (global_norm + 1e-6)), as in PyTorch.
 float clip_coefficient(double global_norm, float max_norm);
 
@@ -72,8 +77,10 @@ class Backend {
   // ---- linear: y = x W^T + b (Megatron layout W (out, in)), BLAS sgemm ------------------------
   // x (N, in), w (out, in), b (out) or empty, y (N, out)
   void linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b, TensorView y);
-  // dx (N, in) += dy (N, out) W
-  void linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx);
+  // dx (N, in) += dy (N, out) W; with GradientWrite::overwrite dx = dy W (dx's old values, NaN
+  // included, are never read).
+  void linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx,
+                             GradientWrite write = GradientWrite::accumulate);
   // dw (out, in) += dy^T x; db (out) += column sums of dy (db may be empty)
   void linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw, TensorView db);
 
@@ -106,7 +113,9 @@ class Backend {
 
   // ---- GELU, tanh approximation (GPT-2) -------------------------------------------------------
   void gelu_forward(ConstTensorView x, TensorView y);
-  void gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx);
+  // dx += gelu'(x) dy, or dx = gelu'(x) dy with GradientWrite::overwrite.
+  void gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx,
+                           GradientWrite write = GradientWrite::accumulate);
 
   // ---- causal multi-head self-attention core --------------------------------------------------
   // Packed llm.c layout: qkv (B, T, 3C) = [q | k | v], each C = NH * HS channels, head h at
@@ -212,7 +221,8 @@ class Backend {
 
   virtual void do_linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
                                  TensorView y) = 0;
-  virtual void do_linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx) = 0;
+  virtual void do_linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx,
+                                        GradientWrite write) = 0;
   virtual void do_linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw,
                                          TensorView db) = 0;
 
@@ -232,7 +242,8 @@ class Backend {
                                             TensorView dw, TensorView db) = 0;
 
   virtual void do_gelu_forward(ConstTensorView x, TensorView y) = 0;
-  virtual void do_gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx) = 0;
+  virtual void do_gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx,
+                                      GradientWrite write) = 0;
 
   virtual void do_attention_forward(ConstTensorView qkv, std::int64_t num_heads, TensorView out,
                                     TensorView att) = 0;

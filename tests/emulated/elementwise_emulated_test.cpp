@@ -76,8 +76,14 @@ TEST(ElementwiseEmulated, OpsMatchTheCpuBackend) {
   EXPECT_LE(relative_error(y_got, y_want), 1e-6);
   Tensor dx_want = b, dx_got = b;
   cpu.gelu_backward_input(b, a, dx_want);
-  gelu_backward(nullptr, b.data(), a.data(), dx_got.data(), n);
+  gelu_backward(nullptr, b.data(), a.data(), dx_got.data(), n, false);
   EXPECT_LE(relative_error(dx_got, dx_want), 1e-6);
+  // Overwriting: what dx held (NaN here) is never read.
+  Tensor over_want({n}), over_got = b;
+  for (std::int64_t i = 0; i < n; ++i) over_got[i] = NAN;
+  cpu.gelu_backward_input(b, a, over_want, tensor::GradientWrite::overwrite);
+  gelu_backward(nullptr, b.data(), a.data(), over_got.data(), n, true);
+  EXPECT_LE(relative_error(over_got, over_want), 1e-6);
 }
 
 TEST(ElementwiseEmulated, AdamWStepsMatchTheCpuBackend) {

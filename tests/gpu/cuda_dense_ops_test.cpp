@@ -12,6 +12,7 @@ namespace {
 
 using tensor::AdamWConfig;
 using tensor::CpuBackend;
+using tensor::GradientWrite;
 using tensor::Shape;
 using tensor::Tensor;
 using tensor::testing::random_ids;
@@ -58,6 +59,13 @@ TEST_F(CudaDenseOpsTest, GeluForwardAndBackwardMatch) {
   gpu().gelu_backward_input(dy_dev, x_dev, dx_dev);
   EXPECT_TRUE(matches_cpu("gelu y", y_dev, y, kFp32ElementwiseTol));
   EXPECT_TRUE(matches_cpu("gelu dx", dx_dev, dx, kFp32ElementwiseTol));
+  // Overwriting: what dx held (NaN on the device) is never read.
+  Tensor over({7, 1000}), nans({7, 1000});
+  for (std::int64_t i = 0; i < nans.numel(); ++i) nans[i] = NAN;
+  DeviceTensor over_dev(nans);
+  cpu_.gelu_backward_input(dy, x, over, GradientWrite::overwrite);
+  gpu().gelu_backward_input(dy_dev, x_dev, over_dev, GradientWrite::overwrite);
+  EXPECT_TRUE(matches_cpu("gelu dx overwritten", over_dev, over, kFp32ElementwiseTol));
 }
 
 TEST_F(CudaDenseOpsTest, AdamWStepsMatch) {
@@ -130,6 +138,14 @@ void check_linear(CudaBackend& gpu, CpuBackend& cpu, std::mt19937& rng, std::int
   EXPECT_TRUE(matches_cpu(label + " dx", unpad(pdx), dx.values(), tol));
   EXPECT_TRUE(matches_cpu(label + " dw", unpad(pdw), dw.values(), tol));
   EXPECT_TRUE(matches_cpu(label + " db", unpad(pdb), db.values(), kFp32ReductionTol));
+  // dx overwritten (GEMM beta 0): the NaN it held is never read.
+  Tensor over({N, IN}), nans({N, IN});
+  for (std::int64_t i = 0; i < nans.numel(); ++i) nans[i] = NAN;
+  DeviceTensor gover(nans);
+  cpu.linear_backward_input(dy, w, over, GradientWrite::overwrite);
+  gpu.linear_backward_input(at(pdy, dy.shape()), at(pw, w.shape()), gover,
+                            GradientWrite::overwrite);
+  EXPECT_TRUE(matches_cpu(label + " dx overwritten", gover, over, tol));
 }
 
 TEST_F(CudaDenseOpsTest, LinearFp32Matches) {

@@ -52,7 +52,8 @@ class CpuBackend final : public Backend {
   void do_fill_columns(TensorView t, std::int64_t col_lo, float value) override;
   void do_linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
                          TensorView y) override;
-  void do_linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx) override;
+  void do_linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx,
+                                GradientWrite write) override;
   void do_linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw,
                                  TensorView db) override;
   void do_embedding_forward(std::span<const std::int32_t> tokens, ConstTensorView wte,
@@ -68,7 +69,8 @@ class CpuBackend final : public Backend {
   void do_layernorm_backward_weight(ConstTensorView dy, ConstTensorView x, ConstTensorView mean,
                                     ConstTensorView rstd, TensorView dw, TensorView db) override;
   void do_gelu_forward(ConstTensorView x, TensorView y) override;
-  void do_gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx) override;
+  void do_gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx,
+                              GradientWrite write) override;
   void do_attention_forward(ConstTensorView qkv, std::int64_t num_heads, TensorView out,
                             TensorView att) override;
   void do_attention_backward_input(ConstTensorView dout, ConstTensorView qkv, ConstTensorView att,

@@ -22,15 +22,21 @@ PIPETUNE_CPU_KERNEL void forward_range(const float* x, float* y, std::int64_t n)
   }
 }
 
-PIPETUNE_CPU_KERNEL void backward_range(const float* dy, const float* x, float* dx,
-                                        std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float u = kGeluScale * (v + kGeluCubic * v * v * v);
-    const float s = 1.0f / (1.0f + cpu::exp_approx(-2.0f * u));
-    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
-    const float grad = s + 2.0f * v * s * (1.0f - s) * du;
-    dx[i] += grad * dy[i];
+// gelu'(x) (the tanh approximation's derivative).
+inline float gelu_gradient(float v) {
+  const float u = kGeluScale * (v + kGeluCubic * v * v * v);
+  const float s = 1.0f / (1.0f + cpu::exp_approx(-2.0f * u));
+  const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
+  return s + 2.0f * v * s * (1.0f - s) * du;
+}
+
+// dx (+)= gelu'(x) dy; overwrite never reads dx (it may hold anything, NaN included).
+PIPETUNE_CPU_KERNEL void backward_range(const float* dy, const float* x, float* dx, std::int64_t n,
+                                        bool overwrite) {
+  if (overwrite) {
+    for (std::int64_t i = 0; i < n; ++i) dx[i] = gelu_gradient(x[i]) * dy[i];
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) dx[i] += gelu_gradient(x[i]) * dy[i];
   }
 }
 
@@ -42,9 +48,11 @@ void CpuBackend::do_gelu_forward(ConstTensorView x, TensorView y) {
   });
 }
 
-void CpuBackend::do_gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx) {
+void CpuBackend::do_gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx,
+                                        GradientWrite write) {
   pool_.parallel_for(x.numel(), kGrain, [&](std::int64_t i0, std::int64_t i1, int) {
-    backward_range(dy.data + i0, x.data + i0, dx.data + i0, i1 - i0);
+    backward_range(dy.data + i0, x.data + i0, dx.data + i0, i1 - i0,
+                   write == GradientWrite::overwrite);
   });
 }
 

@@ -50,11 +50,13 @@ void CpuBackend::do_linear_forward(ConstTensorView x, ConstTensorView w, ConstTe
   }
 }
 
-void CpuBackend::do_linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx) {
+void CpuBackend::do_linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx,
+                                          GradientWrite write) {
   const std::int64_t N = dy.shape.rows(), IN = w.shape[1], OUT = w.shape[0];
-  // dx (N, IN) += dy (N, OUT) w (OUT, IN)
+  // dx (N, IN) (+)= dy (N, OUT) w (OUT, IN); beta 0 sets C without reading it (BLAS's rule)
+  const float beta = write == GradientWrite::overwrite ? 0.0f : 1.0f;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bl(N), bl(IN), bl(OUT), 1.0f, dy.data,
-              bl(OUT), w.data, bl(IN), 1.0f, dx.data, bl(IN));
+              bl(OUT), w.data, bl(IN), beta, dx.data, bl(IN));
 }
 
 void CpuBackend::do_linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw,

@@ -39,6 +39,7 @@ using pipetune::tensor::Shape;
 using pipetune::tensor::TensorView;
 
 using pipetune::bench::DeviceArray;
+constexpr auto kOverwrite = pipetune::tensor::GradientWrite::overwrite;
 
 enum Mode {
   kOff = 0,
@@ -113,12 +114,11 @@ void BM_Step(benchmark::State& state) {
     for (int l = kLayers - 1; l >= 0; --l) {
       ranges.op("B", [&] {
         backend.linear_backward_weight(dy.view(), a.view(), dw2[l]->view(), TensorView{});
-        backend.zero(da.view());
-        backend.linear_backward_input(dy.view(), w2[l]->view(), da.view());
-        backend.gelu_backward_input(da.view(), h.view(), dh.view());
+        // Fresh gradients written over, as the engine's blocks do (GradientWrite::overwrite).
+        backend.linear_backward_input(dy.view(), w2[l]->view(), da.view(), kOverwrite);
+        backend.gelu_backward_input(da.view(), h.view(), dh.view(), kOverwrite);
         backend.linear_backward_weight(dh.view(), x.view(), dw1[l]->view(), TensorView{});
-        backend.zero(dx.view());
-        backend.linear_backward_input(dh.view(), w1[l]->view(), dx.view());
+        backend.linear_backward_input(dh.view(), w1[l]->view(), dx.view(), kOverwrite);
       });
     }
     ranges.op("optimizer", [&] {

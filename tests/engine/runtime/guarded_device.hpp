@@ -220,9 +220,9 @@ class GuardedBackend final : public tensor::Backend {
     G g(storage_, &__func__[3]);
     cpu_.linear_forward(x, w, b, y);
   }
-  void do_linear_backward_input(CV dy, CV w, TV dx) override {
+  void do_linear_backward_input(CV dy, CV w, TV dx, tensor::GradientWrite write) override {
     G g(storage_, &__func__[3]);
-    cpu_.linear_backward_input(dy, w, dx);
+    cpu_.linear_backward_input(dy, w, dx, write);
   }
   void do_linear_backward_weight(CV dy, CV x, TV dw, TV db) override {
     G g(storage_, &__func__[3]);
@@ -252,9 +252,9 @@ class GuardedBackend final : public tensor::Backend {
     G g(storage_, &__func__[3]);
     cpu_.gelu_forward(x, y);
   }
-  void do_gelu_backward_input(CV dy, CV x, TV dx) override {
+  void do_gelu_backward_input(CV dy, CV x, TV dx, tensor::GradientWrite write) override {
     G g(storage_, &__func__[3]);
-    cpu_.gelu_backward_input(dy, x, dx);
+    cpu_.gelu_backward_input(dy, x, dx, write);
   }
   void do_attention_forward(CV qkv, std::int64_t nh, TV out, TV att) override {
     G g(storage_, &__func__[3]);

@@ -77,6 +77,16 @@ TEST_P(GeluOpTest, BackwardMatchesFiniteDifferences) {
   EXPECT_TRUE(grad_close("dx", dx, numeric_grad(loss, x, 1e-3f)));
 }
 
+// GradientWrite::overwrite: dx = gelu'(x) dy whatever dx held (NaN here: never read).
+TEST_P(GeluOpTest, BackwardOverwriteIgnoresWhatDxHeld) {
+  Tensor x = random_tensor({5, 9}, rng, 2.0f), dy = random_tensor({5, 9}, rng);
+  Tensor want({5, 9}), got({5, 9});
+  for (std::int64_t i = 0; i < got.numel(); ++i) got[i] = NAN;
+  be().gelu_backward_input(dy, x, want);
+  be().gelu_backward_input(dy, x, got, GradientWrite::overwrite);
+  EXPECT_TRUE(all_close("dx overwritten", got.values(), want.values(), 0, 0));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, GeluOpTest, ::testing::ValuesIn(all_backends()),
                          backend_case_name);
 

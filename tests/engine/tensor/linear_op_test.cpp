@@ -68,6 +68,17 @@ TEST_P(LinearOpTest, BackwardAccumulates) {
   EXPECT_TRUE(all_close("db twice", db2.values(), db1.values(), 1e-6, 1e-6));
 }
 
+// GradientWrite::overwrite: dx = dy W whatever dx held (NaN here: never read), the same values
+// as accumulating into zeros.
+TEST_P(LinearOpTest, BackwardInputOverwriteIgnoresWhatDxHeld) {
+  Tensor w = random_tensor({3, 5}, rng), dy = random_tensor({7, 3}, rng);
+  Tensor want({7, 5}), got({7, 5});
+  for (std::int64_t i = 0; i < got.numel(); ++i) got[i] = NAN;
+  be().linear_backward_input(dy, w, want);
+  be().linear_backward_input(dy, w, got, GradientWrite::overwrite);
+  EXPECT_TRUE(all_close("dx overwritten", got.values(), want.values(), 0, 0));
+}
+
 TEST_P(LinearOpTest, ShapeMismatchNamesOpAndShapes) {
   Tensor x({4, 3}), w({2, 5}), y({4, 2});
   try {
