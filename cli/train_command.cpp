@@ -69,6 +69,7 @@ struct TrainArgs {
   std::string db;
   bool no_db = false;
   bool no_gpu_capture = false;
+  std::optional<long long> device_cache_mib;
   std::string name;
 };
 
@@ -219,6 +220,15 @@ TrainSetup build_options(const TrainArgs& a) {
   if (a.no_gpu_capture && backend != spec::EngineBackend::cuda)
     throw InputError("--no-gpu-capture is for --backend cuda (the cpu backend captures no GPU)");
   o.capture_gpu_activity = !a.no_gpu_capture;
+  if (a.device_cache_mib) {
+    constexpr long long kMaxMib = 1LL << 24;  // 16 TiB: past any device
+    if (*a.device_cache_mib < 0 || *a.device_cache_mib > kMaxMib)
+      throw InputError("--device-cache-mib must be 0 to " + std::to_string(kMaxMib) + ", not " +
+                       std::to_string(*a.device_cache_mib));
+    if (backend != spec::EngineBackend::cuda)
+      throw InputError("--device-cache-mib is for --backend cuda (it caps a GPU rank's cache)");
+    o.device_buffer_cache_bytes = static_cast<std::size_t>(*a.device_cache_mib) << 20;
+  }
   o.attention = attention == spec::EngineAttention::stored ? tensor::AttentionKernel::stored
                                                            : tensor::AttentionKernel::flash;
   return setup;
@@ -620,6 +630,10 @@ void add_train_command(CLI::App& app) {
                   "flash (no T x T matrix; the default on cuda in fp32), flash-tc (flash with "
                   "bf16 WMMA products on tensor cores; the default on cuda in bf16) or flash-mma "
                   "(flash with bf16 mma.sync products, the scores kept in registers)");
+  cmd->add_option("--device-cache-mib", args->device_cache_mib,
+                  "With --backend cuda: freed activation blocks each GPU rank keeps for reuse, in "
+                  "MiB (default: no limit; ranks sharing one GPU each keep their own, so a plan "
+                  "near the GPU's memory may need a cap)");
   cmd->add_flag("--no-gpu-capture", args->no_gpu_capture,
                 "With --backend cuda: NVTX ranges only, no CUPTI capture of kernels and copies");
   cmd->add_option("--ranks-per-process", args->ranks_per_process,

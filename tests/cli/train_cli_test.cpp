@@ -155,6 +155,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--steps", "0"}, "--steps"}, BadInput{{"--model", "llama3-8b"}, "activation"},
         BadInput{{"--data", "/nonexistent/shard_*.bin"}, "shard"},
         BadInput{{"--zero", "2"}, "ZeRO-1"},
+        BadInput{{"--device-cache-mib", "-1"}, "--device-cache-mib must be 0 to 16777216, not -1"},
+        BadInput{{"--device-cache-mib", "64"},
+                 "--device-cache-mib is for --backend cuda (it caps a GPU rank's cache)"},
         // A learning rate that blows the weights up: the loss turns non-finite, the run stops and
         // names the step and the rank, exit 1, no hang.
         BadInput{{"--lr", "1e30", "--steps", "5", "--microbatches", "2"}, "loss is", 1}),
