@@ -34,6 +34,9 @@
 #   --no-torch, --no-pp skip the PyTorch runs, the pp=4 run
 #   --attention K       pipetune's attention kernel in the throughput runs (train --attention:
 #                       flash, or flash-tc / flash-mma with --precisions bf16; default: train's)
+#   --also-attention K  once bf16 has its batch, one more bf16 run at that batch with
+#                       --attention K, and its tokens/s against the first (e.g. flash-mma against
+#                       the default flash-tc); not in the table
 #   --cpu-check         the script's plumbing without a GPU: the cpu backend, fp32 only, the
 #                       smaller tests/bench/cpu-prediction-model.toml, PyTorch on the CPU, the
 #                       cpu-dev-2core peak (no figure of it means anything for a GPU)
@@ -58,6 +61,7 @@ precisions="fp32 bf16"
 budget=330
 do_torch=1
 attention=""
+also_attention=""
 do_pp=1
 cpu_check=0
 py="${PYTHON:-python3}"
@@ -81,6 +85,7 @@ while [ $# -gt 0 ]; do
     --budget) [ $# -ge 2 ] || usage_error "--budget needs seconds"; positive --budget "$2"; budget="$2"; shift 2 ;;
     --no-torch) do_torch=0; shift ;;
     --attention) [ $# -ge 2 ] || usage_error "--attention needs a kernel"; attention="$2"; shift 2 ;;
+    --also-attention) [ $# -ge 2 ] || usage_error "--also-attention needs a kernel"; also_attention="$2"; shift 2 ;;
     --no-pp) do_pp=0; shift ;;
     --cpu-check) cpu_check=1; shift ;;
     -*) usage_error "unknown option '$1'" ;;
@@ -238,6 +243,35 @@ main() {
       failed=1
     fi
   done
+
+  # --- 1a. bf16 with another attention kernel, at the batch bf16 ran ----------------------------
+  if [ -n "$also_attention" ] && [ -n "${chosen[bf16]:-}" ]; then
+    b="${chosen[bf16]}"
+    echo
+    echo "== pipetune bf16 batch $b again with --attention $also_attention"
+    t="$(limit_for 150)"
+    if [ "$t" -eq 0 ]; then
+      echo "-- skipped (budget spent)"
+    else
+      pt_limited "$t" train --backend "$backend" --precision bf16 --no-gpu-capture \
+        --attention "$also_attention" --model "$model" --tp 1 --pp 1 --dp 1 --microbatches 1 \
+        --micro-batch-size "$b" --steps "$steps" --no-db --json >"$work/also-attention.json" \
+        2>"$work/also-attention.err"
+      rc=$?
+      if [ "$rc" -ne 0 ]; then
+        echo "-- failed (exit $rc): $(last_line "$work/also-attention.err")"
+        failed=1
+      else
+        "$py" - "$work/pipetune-bf16-b$b.json" "$work/also-attention.json" <<'PY'
+import json, sys
+first, other = (json.load(open(p)) for p in sys.argv[1:3])
+print(f"-- attention {other.get('attention')}: {other['tokens_per_s']:.0f} tokens/s against "
+      f"{first['tokens_per_s']:.0f} with {first.get('attention')} "
+      f"({100 * (other['tokens_per_s'] / first['tokens_per_s'] - 1):+.1f}%)")
+PY
+      fi
+    fi
+  fi
 
   # --- 1b. the same runs with CUPTI capture on: what capture costs the engine's step, and where
   # the GPU time goes ---------------------------------------------------------------------------
