@@ -330,36 +330,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int HS>
-void forward_for(cudaStream_t s, const FlashMmaShape& f, const float* qkv, float* out, float* lse,
-                 std::int64_t T, std::int64_t NH, float scale) {
-  allow_shared(registers_forward_kernel<HS>, f.forward.shared_bytes);
-  PIPETUNE_LAUNCH(registers_forward_kernel<HS>, f.forward, s, qkv, out, lse, T, NH, f.row_blocks,
-                  scale);
-}
-
-template <int HS>
-void backward_for(cudaStream_t s, const FlashMmaShape& f, const float* dout, const float* qkv,
-                  const float* lse, const float* Dsum, float* dqkv, std::int64_t T, std::int64_t NH,
-                  float scale) {
-  allow_shared(registers_dq_kernel<HS>, f.backward_dq.shared_bytes);
-  allow_shared(registers_dkdv_kernel<HS>, f.backward_dkdv.shared_bytes);
-  PIPETUNE_LAUNCH(registers_dq_kernel<HS>, f.backward_dq, s, dout, qkv, lse, Dsum, dqkv, T, NH,
-                  f.row_blocks, scale);
-  PIPETUNE_LAUNCH(registers_dkdv_kernel<HS>, f.backward_dkdv, s, dout, qkv, lse, Dsum, dqkv, T, NH,
-                  f.row_blocks, scale);
-}
-
 }  // namespace
 
 void flash_registers_forward(cudaStream_t s, const float* qkv, float* out, float* lse,
                              std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS) {
   const FlashMmaShape f = flash_registers_shape(B, NH, T, HS);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
-  if (HS == 64)
-    forward_for<64>(s, f, qkv, out, lse, T, NH, scale);
-  else
-    forward_for<128>(s, f, qkv, out, lse, T, NH, scale);
+  with_head_size_64_or_128(HS, [&](auto head_size) {
+    constexpr int kHS = decltype(head_size)::value;
+    allow_shared(registers_forward_kernel<kHS>, f.forward.shared_bytes);
+    PIPETUNE_LAUNCH(registers_forward_kernel<kHS>, f.forward, s, qkv, out, lse, T, NH, f.row_blocks,
+                    scale);
+  });
 }
 
 void flash_registers_backward(cudaStream_t s, const float* dout, const float* qkv, const float* lse,
@@ -367,10 +349,15 @@ void flash_registers_backward(cudaStream_t s, const float* dout, const float* qk
                               std::int64_t NH, std::int64_t HS) {
   const FlashMmaShape f = flash_registers_shape(B, NH, T, HS);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
-  if (HS == 64)
-    backward_for<64>(s, f, dout, qkv, lse, Dsum, dqkv, T, NH, scale);
-  else
-    backward_for<128>(s, f, dout, qkv, lse, Dsum, dqkv, T, NH, scale);
+  with_head_size_64_or_128(HS, [&](auto head_size) {
+    constexpr int kHS = decltype(head_size)::value;
+    allow_shared(registers_dq_kernel<kHS>, f.backward_dq.shared_bytes);
+    allow_shared(registers_dkdv_kernel<kHS>, f.backward_dkdv.shared_bytes);
+    PIPETUNE_LAUNCH(registers_dq_kernel<kHS>, f.backward_dq, s, dout, qkv, lse, Dsum, dqkv, T, NH,
+                    f.row_blocks, scale);
+    PIPETUNE_LAUNCH(registers_dkdv_kernel<kHS>, f.backward_dkdv, s, dout, qkv, lse, Dsum, dqkv, T,
+                    NH, f.row_blocks, scale);
+  });
 }
 
 }  // namespace pipetune::cuda::kernels

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/cuda/device_utils.cuh"
 
@@ -32,6 +33,16 @@ template <typename Kernel>
 void allow_shared(Kernel kernel, std::int64_t bytes) {
   PIPETUNE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(bytes)));
+}
+
+// launch(std::integral_constant<int, 64>{}) when HS is 64, else with 128: the head sizes the
+// tensor-core kernels are compiled for, as a compile-time value.
+template <typename Launch>
+void with_head_size_64_or_128(std::int64_t HS, Launch&& launch) {
+  if (HS == 64)
+    launch(std::integral_constant<int, 64>{});
+  else
+    launch(std::integral_constant<int, 128>{});
 }
 
 }  // namespace pipetune::cuda::kernels

@@ -107,41 +107,34 @@ FlashTiledShape flash_tiled_shape(std::int64_t B, std::int64_t NH, std::int64_t 
   return f;
 }
 
-FlashMmaShape flash_mma_shape(std::int64_t B, std::int64_t NH, std::int64_t T, std::int64_t HS) {
+namespace {
+
+// The tensor-core kernels' blocks (kFlashMmaRows rows, kFlashMmaThreads threads) and their shared
+// memory by head size, from a layout with kForward, kDq and kDkdv bytes.
+template <template <int> class Layout>
+FlashMmaShape tensor_core_flash_shape(std::int64_t B, std::int64_t NH, std::int64_t T,
+                                      std::int64_t HS) {
   FlashMmaShape f;
   f.supported = HS == 64 || HS == 128;
   if (!f.supported) return f;
   f.row_blocks = ceil_div(T, kFlashMmaRows);
   const std::int64_t blocks = checked_blocks(B * NH * f.row_blocks, "flash attention");
-  const auto bytes = [&](int forward64, int forward128) {
-    return HS == 64 ? forward64 : forward128;
-  };
-  f.forward = {blocks, kFlashMmaThreads,
-               bytes(FlashMmaLayout<64>::kForward, FlashMmaLayout<128>::kForward)};
-  f.backward_dq = {blocks, kFlashMmaThreads,
-                   bytes(FlashMmaLayout<64>::kDq, FlashMmaLayout<128>::kDq)};
-  f.backward_dkdv = {blocks, kFlashMmaThreads,
-                     bytes(FlashMmaLayout<64>::kDkdv, FlashMmaLayout<128>::kDkdv)};
+  const bool small = HS == 64;
+  f.forward = {blocks, kFlashMmaThreads, small ? Layout<64>::kForward : Layout<128>::kForward};
+  f.backward_dq = {blocks, kFlashMmaThreads, small ? Layout<64>::kDq : Layout<128>::kDq};
+  f.backward_dkdv = {blocks, kFlashMmaThreads, small ? Layout<64>::kDkdv : Layout<128>::kDkdv};
   return f;
+}
+
+}  // namespace
+
+FlashMmaShape flash_mma_shape(std::int64_t B, std::int64_t NH, std::int64_t T, std::int64_t HS) {
+  return tensor_core_flash_shape<FlashMmaLayout>(B, NH, T, HS);
 }
 
 FlashMmaShape flash_registers_shape(std::int64_t B, std::int64_t NH, std::int64_t T,
                                     std::int64_t HS) {
-  FlashMmaShape f;
-  f.supported = HS == 64 || HS == 128;
-  if (!f.supported) return f;
-  f.row_blocks = ceil_div(T, kFlashMmaRows);
-  const std::int64_t blocks = checked_blocks(B * NH * f.row_blocks, "flash attention");
-  const auto bytes = [&](int forward64, int forward128) {
-    return HS == 64 ? forward64 : forward128;
-  };
-  f.forward = {blocks, kFlashMmaThreads,
-               bytes(FlashRegistersLayout<64>::kForward, FlashRegistersLayout<128>::kForward)};
-  f.backward_dq = {blocks, kFlashMmaThreads,
-                   bytes(FlashRegistersLayout<64>::kDq, FlashRegistersLayout<128>::kDq)};
-  f.backward_dkdv = {blocks, kFlashMmaThreads,
-                     bytes(FlashRegistersLayout<64>::kDkdv, FlashRegistersLayout<128>::kDkdv)};
-  return f;
+  return tensor_core_flash_shape<FlashRegistersLayout>(B, NH, T, HS);
 }
 
 std::int64_t attention_backward_scratch_floats(std::int64_t B, std::int64_t NH, std::int64_t T) {

@@ -2,9 +2,13 @@
 // checked against, and the inputs they share.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -135,6 +139,65 @@ FlashResult run_flash(const Inputs& in, std::int64_t B, std::int64_t T, std::int
   const std::vector<float> D = row_dot(in.dout, r.out, B, T, NH, HS);
   backward(in.dout.data(), in.qkv.data(), r.lse.data(), D.data(), r.dqkv.data());
   return r;
+}
+
+// A pair of flash kernels, forward(stream, qkv, out, lse, B, T, NH, HS) and backward(stream,
+// dout, qkv, lse, D, dqkv, B, T, NH, HS) (the signature of every flash_*_forward / _backward),
+// against the float64 reference on each (B, T, NH, HS): out, lse and dqkv within `tolerance` of
+// the largest value.
+template <typename Forward, typename Backward>
+void expect_matches_reference(const std::vector<std::array<std::int64_t, 4>>& shapes, unsigned seed,
+                              Forward forward, Backward backward, double tolerance) {
+  std::mt19937 rng(seed);
+  for (const auto& shape : shapes) {
+    const std::int64_t B = shape[0], T = shape[1], NH = shape[2], HS = shape[3];
+    Inputs in(B, T, NH * HS, rng);
+    const Reference want = reference(in.qkv, in.dout, in.dqkv, B, T, NH, HS);
+    const FlashResult got = run_flash(
+        in, B, T, NH, HS,
+        [&](const float* qkv, float* o, float* l) { forward(nullptr, qkv, o, l, B, T, NH, HS); },
+        [&](const float* dout, const float* qkv, const float* l, const float* D, float* dqkv) {
+          backward(nullptr, dout, qkv, l, D, dqkv, B, T, NH, HS);
+        });
+    const std::string at = shape_label(B, T, NH, HS);
+    EXPECT_LE(relative_error(got.out, want.out), tolerance) << "out, " << at;
+    EXPECT_LE(relative_error(got.lse, want.lse), tolerance) << "lse, " << at;
+    EXPECT_LE(relative_error(got.dqkv, want.dqkv), tolerance) << "dqkv, " << at;
+  }
+}
+
+// The same kernels give the same bits from 16-byte-aligned rows (tiles staged four values at a
+// time) and from rows one float off (one at a time): out, lse and dqkv compared bit for bit.
+template <typename Forward, typename Backward>
+void expect_aligned_and_unaligned_bits_equal(Forward forward, Backward backward) {
+  const std::int64_t B = 1, T = 70, NH = 2, HS = 64, C = NH * HS;
+  std::mt19937 rng(11);
+  Inputs in(B, T, C, rng);
+  const auto run = [&](std::size_t shift) {
+    // The same values `shift` floats into larger buffers.
+    const auto at = static_cast<std::ptrdiff_t>(shift);
+    std::vector<float> qkv(in.qkv.size() + 4), dout(in.dout.size() + 4), dqkv(in.dqkv.size() + 4),
+        out(static_cast<std::size_t>(B * T * C) + 4, std::nanf("")),
+        lse(static_cast<std::size_t>(B * NH * T), std::nanf(""));
+    std::copy(in.qkv.begin(), in.qkv.end(), qkv.begin() + at);
+    std::copy(in.dout.begin(), in.dout.end(), dout.begin() + at);
+    std::copy(in.dqkv.begin(), in.dqkv.end(), dqkv.begin() + at);
+    forward(nullptr, qkv.data() + shift, out.data() + shift, lse.data(), B, T, NH, HS);
+    std::vector<float> result(out.begin() + at, out.begin() + at + B * T * C);
+    const std::vector<float> D = row_dot(in.dout, result, B, T, NH, HS);
+    backward(nullptr, dout.data() + shift, qkv.data() + shift, lse.data(), D.data(),
+             dqkv.data() + shift, B, T, NH, HS);
+    result.insert(result.end(), lse.begin(), lse.end());
+    result.insert(result.end(), dqkv.begin() + at,
+                  dqkv.begin() + at + static_cast<std::ptrdiff_t>(in.dqkv.size()));
+    return result;
+  };
+  ASSERT_EQ(reinterpret_cast<std::uintptr_t>(in.qkv.data()) % 16, 0u);  // vector storage here
+  const std::vector<float> aligned = run(0), unaligned = run(1);
+  ASSERT_EQ(aligned.size(), unaligned.size());
+  for (std::size_t i = 0; i < aligned.size(); ++i)
+    ASSERT_EQ(std::memcmp(&aligned[i], &unaligned[i], sizeof(float)), 0)
+        << "value " << i << ": " << aligned[i] << " aligned, " << unaligned[i] << " unaligned";
 }
 
 }  // namespace pipetune::cuda::emulation

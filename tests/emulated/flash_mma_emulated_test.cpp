@@ -27,61 +27,17 @@ using emulation::Reference;
 using emulation::relative_error;
 
 TEST(FlashMmaEmulated, ForwardAndBackwardMatchFloat64ToBf16Accuracy) {
-  const std::vector<std::array<std::int64_t, 4>> shapes = {
-      {1, 70, 1, 64}, {2, 130, 1, 64}, {1, 65, 1, 128}, {1, 64, 2, 64}, {1, 1, 1, 64}};
-  std::mt19937 rng(2025);
-  for (const auto& [B, T, NH, HS] : shapes) {
-    Inputs in(B, T, NH * HS, rng);
-    const Reference want = emulation::reference(in.qkv, in.dout, in.dqkv, B, T, NH, HS);
-    const auto [out, lse, dqkv] = emulation::run_flash(
-        in, B, T, NH, HS,
-        [&](const float* qkv, float* o, float* l) {
-          flash_mma_forward(nullptr, qkv, o, l, B, T, NH, HS);
-        },
-        [&](const float* dout, const float* qkv, const float* l, const float* D, float* dqkv) {
-          flash_mma_backward(nullptr, dout, qkv, l, D, dqkv, B, T, NH, HS);
-        });
-    const std::string at = emulation::shape_label(B, T, NH, HS);
-    // bf16 operands (8 significant bits, 2^-9 = 2e-3 relative rounding each); measured here
-    // 1.2e-3 .. 2.6e-3 of the largest value. A transposed operand is off by 0.1 .. 0.6.
-    EXPECT_LE(relative_error(out, want.out), 6e-3) << "out, " << at;
-    EXPECT_LE(relative_error(lse, want.lse), 6e-3) << "lse, " << at;
-    EXPECT_LE(relative_error(dqkv, want.dqkv), 6e-3) << "dqkv, " << at;
-  }
+  // bf16 operands (8 significant bits, 2^-9 = 2e-3 relative rounding each); measured here
+  // 1.2e-3 .. 2.6e-3 of the largest value. A transposed operand is off by 0.1 .. 0.6.
+  emulation::expect_matches_reference(
+      {{1, 70, 1, 64}, {2, 130, 1, 64}, {1, 65, 1, 128}, {1, 64, 2, 64}, {1, 1, 1, 64}}, 2025,
+      flash_mma_forward, flash_mma_backward, 6e-3);
 }
 
 // Tiles are staged four values at a time from 16-byte-aligned rows and one at a time otherwise:
 // both give the same bits.
 TEST(FlashMmaEmulated, AlignedAndUnalignedInputsGiveTheSameBits) {
-  const std::int64_t B = 1, T = 70, NH = 2, HS = 64, C = NH * HS;
-  std::mt19937 rng(11);
-  Inputs in(B, T, C, rng);
-  const auto run = [&](std::size_t shift) {
-    // The same values `shift` floats into larger buffers.
-    std::vector<float> qkv(in.qkv.size() + 4), dout(in.dout.size() + 4), dqkv(in.dqkv.size() + 4),
-        out(static_cast<std::size_t>(B * T * C) + 4, std::nanf("")),
-        lse(static_cast<std::size_t>(B * NH * T), std::nanf(""));
-    std::copy(in.qkv.begin(), in.qkv.end(), qkv.begin() + static_cast<std::ptrdiff_t>(shift));
-    std::copy(in.dout.begin(), in.dout.end(), dout.begin() + static_cast<std::ptrdiff_t>(shift));
-    std::copy(in.dqkv.begin(), in.dqkv.end(), dqkv.begin() + static_cast<std::ptrdiff_t>(shift));
-    flash_mma_forward(nullptr, qkv.data() + shift, out.data() + shift, lse.data(), B, T, NH, HS);
-    const std::vector<float> o(out.begin() + static_cast<std::ptrdiff_t>(shift),
-                               out.begin() + static_cast<std::ptrdiff_t>(shift) + B * T * C);
-    const std::vector<float> D = emulation::row_dot(in.dout, o, B, T, NH, HS);
-    flash_mma_backward(nullptr, dout.data() + shift, qkv.data() + shift, lse.data(), D.data(),
-                       dqkv.data() + shift, B, T, NH, HS);
-    std::vector<float> result = o;
-    result.insert(result.end(), lse.begin(), lse.end());
-    result.insert(result.end(), dqkv.begin() + static_cast<std::ptrdiff_t>(shift),
-                  dqkv.begin() + static_cast<std::ptrdiff_t>(shift + in.dqkv.size()));
-    return result;
-  };
-  ASSERT_TRUE(floats4_aligned(in.qkv.data()));  // vector storage: 16-byte aligned here
-  const std::vector<float> aligned = run(0), unaligned = run(1);
-  ASSERT_EQ(aligned.size(), unaligned.size());
-  for (std::size_t i = 0; i < aligned.size(); ++i)
-    ASSERT_EQ(std::memcmp(&aligned[i], &unaligned[i], sizeof(float)), 0)
-        << "value " << i << ": " << aligned[i] << " aligned, " << unaligned[i] << " unaligned";
+  emulation::expect_aligned_and_unaligned_bits_equal(flash_mma_forward, flash_mma_backward);
 }
 
 TEST(FlashMmaEmulated, OnBf16InputsTheForwardIsExactToFp32ButForP) {

@@ -82,27 +82,16 @@ TEST(FlashRegistersEmulated, FragmentLoadsAndMmaGiveThePlainProduct) {
 }
 
 TEST(FlashRegistersEmulated, ForwardAndBackwardMatchFloat64ToBf16Accuracy) {
-  const std::vector<std::array<std::int64_t, 4>> shapes = {
-      {1, 70, 1, 64}, {2, 130, 1, 64}, {1, 65, 1, 128}, {1, 64, 2, 64},
-      {1, 1, 1, 64},  {1, 200, 2, 64}, {1, 129, 1, 128}};
-  std::mt19937 rng(2026);
-  for (const auto& [B, T, NH, HS] : shapes) {
-    Inputs in(B, T, NH * HS, rng);
-    const Reference want = emulation::reference(in.qkv, in.dout, in.dqkv, B, T, NH, HS);
-    const auto [out, lse, dqkv] = emulation::run_flash(
-        in, B, T, NH, HS,
-        [&](const float* qkv, float* o, float* l) {
-          flash_registers_forward(nullptr, qkv, o, l, B, T, NH, HS);
-        },
-        [&](const float* dout, const float* qkv, const float* l, const float* D, float* dqkv) {
-          flash_registers_backward(nullptr, dout, qkv, l, D, dqkv, B, T, NH, HS);
-        });
-    const std::string at = emulation::shape_label(B, T, NH, HS);
-    // bf16 operands, as the WMMA kernels' test (flash_mma_emulated_test.cpp) allows.
-    EXPECT_LE(relative_error(out, want.out), 6e-3) << "out, " << at;
-    EXPECT_LE(relative_error(lse, want.lse), 6e-3) << "lse, " << at;
-    EXPECT_LE(relative_error(dqkv, want.dqkv), 6e-3) << "dqkv, " << at;
-  }
+  // bf16 operands, as the WMMA kernels' test (flash_mma_emulated_test.cpp) allows.
+  emulation::expect_matches_reference({{1, 70, 1, 64},
+                                       {2, 130, 1, 64},
+                                       {1, 65, 1, 128},
+                                       {1, 64, 2, 64},
+                                       {1, 1, 1, 64},
+                                       {1, 200, 2, 64},
+                                       {1, 129, 1, 128}},
+                                      2026, flash_registers_forward, flash_registers_backward,
+                                      6e-3);
 }
 
 TEST(FlashRegistersEmulated, OnBf16InputsTheForwardIsExactToFp32ButForP) {
@@ -122,33 +111,8 @@ TEST(FlashRegistersEmulated, OnBf16InputsTheForwardIsExactToFp32ButForP) {
 // The same kernels give the same bits from 16-byte-aligned rows (staged four values at a time)
 // and unaligned ones (one at a time).
 TEST(FlashRegistersEmulated, AlignedAndUnalignedInputsGiveTheSameBits) {
-  const std::int64_t B = 1, T = 70, NH = 2, HS = 64, C = NH * HS;
-  std::mt19937 rng(11);
-  Inputs in(B, T, C, rng);
-  const auto run = [&](std::size_t shift) {
-    std::vector<float> qkv(in.qkv.size() + 4), dout(in.dout.size() + 4), dqkv(in.dqkv.size() + 4),
-        out(static_cast<std::size_t>(B * T * C) + 4, std::nanf("")),
-        lse(static_cast<std::size_t>(B * NH * T), std::nanf(""));
-    const auto at = static_cast<std::ptrdiff_t>(shift);
-    std::copy(in.qkv.begin(), in.qkv.end(), qkv.begin() + at);
-    std::copy(in.dout.begin(), in.dout.end(), dout.begin() + at);
-    std::copy(in.dqkv.begin(), in.dqkv.end(), dqkv.begin() + at);
-    flash_registers_forward(nullptr, qkv.data() + shift, out.data() + shift, lse.data(), B, T, NH,
-                            HS);
-    std::vector<float> result(out.begin() + at, out.begin() + at + B * T * C);
-    const std::vector<float> D = emulation::row_dot(in.dout, result, B, T, NH, HS);
-    flash_registers_backward(nullptr, dout.data() + shift, qkv.data() + shift, lse.data(), D.data(),
-                             dqkv.data() + shift, B, T, NH, HS);
-    result.insert(result.end(), lse.begin(), lse.end());
-    result.insert(result.end(), dqkv.begin() + at,
-                  dqkv.begin() + at + static_cast<std::ptrdiff_t>(in.dqkv.size()));
-    return result;
-  };
-  const std::vector<float> aligned = run(0), unaligned = run(1);
-  ASSERT_EQ(aligned.size(), unaligned.size());
-  for (std::size_t i = 0; i < aligned.size(); ++i)
-    ASSERT_EQ(std::memcmp(&aligned[i], &unaligned[i], sizeof(float)), 0)
-        << "value " << i << ": " << aligned[i] << " aligned, " << unaligned[i] << " unaligned";
+  emulation::expect_aligned_and_unaligned_bits_equal(flash_registers_forward,
+                                                     flash_registers_backward);
 }
 
 TEST(FlashRegistersEmulated, SharedMemoryIsTheTilesAndOtherHeadSizesAreNotSupported) {
