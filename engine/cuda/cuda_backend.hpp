@@ -52,6 +52,13 @@ namespace pipetune::cuda {
 
 enum class Precision { fp32, bf16 };
 
+// Where a bf16 GEMM's operands become bf16. copies: a kernel writes bf16 copies of both fp32
+// operands first (rows padded to 16 bytes) and cuBLASLt multiplies bf16; in_gemm: cuBLASLt reads
+// the fp32 operands and rounds them itself (CUBLAS_COMPUTE_32F_FAST_16BF), which saves the
+// copies' traffic (37 ms of the H200's 330 ms bf16 GPT-2 step) if its kernels for that keep pace
+// with the bf16 ones (not yet measured: tests/bench/cuda/cuda_gemm_bench.cpp compares them).
+enum class Bf16Operands { copies, in_gemm };
+
 // A growable device allocation (cudaMalloc). Growing first synchronises `stream`, since kernels
 // issued earlier may still read the old allocation.
 class DeviceBuffer {
@@ -78,6 +85,7 @@ class CudaBackend final : public tensor::Backend {
     // warp-per-row kernels everywhere (kept to compare with), or bf16 products on tensor cores
     // where the head size has them (64, 128; else tiles), whatever the GEMMs' precision.
     FlashVariant flash = FlashVariant::tiles;
+    Bf16Operands bf16_operands = Bf16Operands::copies;  // with Precision::bf16
   };
 
   CudaBackend();
@@ -197,6 +205,7 @@ class CudaBackend final : public tensor::Backend {
     std::int64_t ldc = 0;
     float beta = 0.0f;
     cudaDataType_t ab_type = CUDA_R_32F;
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;  // or _FAST_16BF (Bf16Operands::in_gemm)
     bool realigned = false;  // operands already copied to 256-byte-aligned scratch
     // Added to every column of C (length m, fp32), in cuBLASLt's epilogue where it has an
     // algorithm for it, else by a kernel after the product; needs ldc == m.
@@ -218,6 +227,10 @@ class CudaBackend final : public tensor::Backend {
   };
   Operand gemm_operand(const float* data, std::int64_t rows, std::int64_t cols, int slot);
   cudaDataType_t gemm_type() const;
+  cublasComputeType_t gemm_compute() const;
+  bool bf16_copies() const {
+    return options_.precision == Precision::bf16 && options_.bf16_operands == Bf16Operands::copies;
+  }
 
   void activate();  // makes the backend's device current on the calling thread
   // Device scratch for one op's temporaries (sub-allocate with launch_shapes' scratch_bytes).
@@ -247,7 +260,7 @@ class CudaBackend final : public tensor::Backend {
   // cuBLASLt heuristic choices by GEMM signature (trans, dims, leading dims, type, alignments).
   // The last int: the bias's alignment (0 without one). No value: cuBLASLt has no algorithm.
   using GemmKey = std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                             std::int64_t, std::int64_t, int, int, int, int, bool, int>;
+                             std::int64_t, std::int64_t, int, int, int, int, int, bool, int>;
   std::map<GemmKey, std::optional<cublasLtMatmulAlgo_t>> algos_;
 };
 

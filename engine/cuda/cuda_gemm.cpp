@@ -8,7 +8,9 @@
 //             (or = with GradientWrite::overwrite: beta 0, so the old dx is never read)
 //   dW        dw^T (IN, OUT) += x^T dy  : A = x  (IN, N),              B = dy (OUT, N) transposed
 // Compute type CUBLAS_COMPUTE_32F (no TF32). With Precision::bf16 the A and B operands are bf16
-// copies converted in scratch (round to nearest even), their rows padded to 16 bytes; C stays
+// copies converted in scratch (round to nearest even), their rows padded to 16 bytes, or with
+// Bf16Operands::in_gemm the fp32 operands themselves under CUBLAS_COMPUTE_32F_FAST_16BF (cuBLASLt
+// rounds them to bf16); C stays
 // fp32, so the accumulation, the outputs and the weights the optimizer updates are fp32. The bias
 // is added in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS; by a kernel after the product where
 // the heuristic has no such algorithm), its gradient is a deterministic column sum
@@ -60,12 +62,17 @@ int alignment(const void* p) {
 }  // namespace
 
 cudaDataType_t CudaBackend::gemm_type() const {
-  return options_.precision == Precision::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  return bf16_copies() ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+cublasComputeType_t CudaBackend::gemm_compute() const {
+  return options_.precision == Precision::bf16 && !bf16_copies() ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                                                 : CUBLAS_COMPUTE_32F;
 }
 
 CudaBackend::Operand CudaBackend::gemm_operand(const float* data, std::int64_t rows,
                                                std::int64_t cols, int slot) {
-  if (options_.precision == Precision::fp32) return {data, cols};
+  if (!bf16_copies()) return {data, cols};
   const std::int64_t ld = aligned_leading_dimension(cols, 2);
   void* copy = bf16_[slot].reserve(static_cast<std::size_t>(scratch_bytes(rows * ld * 2)), stream_);
   if (ld == cols)
@@ -89,7 +96,7 @@ void CudaBackend::matmul(const Gemm& g) {
     return;
   }
   OpDesc op;
-  PIPETUNE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  PIPETUNE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op.d, g.compute, CUDA_R_32F));
   const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   PIPETUNE_CUBLAS_CHECK(
@@ -132,6 +139,7 @@ void CudaBackend::matmul(const Gemm& g) {
                     g.ldb,
                     g.ldc,
                     static_cast<int>(g.ab_type),
+                    static_cast<int>(g.compute),
                     align_a,
                     align_b,
                     align_c,
@@ -174,7 +182,9 @@ void CudaBackend::matmul(const Gemm& g) {
     }
     throw CudaError("cuBLASLt has no algorithm for the GEMM m=" + std::to_string(g.m) +
                     " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
-                    (g.ab_type == CUDA_R_16BF ? " (bf16 inputs)" : " (fp32)"));
+                    (g.ab_type == CUDA_R_16BF                    ? " (bf16 inputs)"
+                     : g.compute == CUBLAS_COMPUTE_32F_FAST_16BF ? " (fp32 inputs, bf16 products)"
+                                                                 : " (fp32)"));
   }
   const float alpha = 1.0f;
   PIPETUNE_CUBLAS_CHECK(cublasLtMatmul(lt_, op.d, &alpha, g.a, a.d, g.b, b.d, &g.beta, g.c, c.d,
@@ -239,6 +249,7 @@ void CudaBackend::do_linear_forward(ConstTensorView x, ConstTensorView w, ConstT
   g.ldc = OUT;
   g.beta = 0.0f;
   g.ab_type = gemm_type();
+  g.compute = gemm_compute();
   g.bias = b.empty() ? nullptr : b.data;  // in the GEMM's epilogue: y is written once, not twice
   // An output whose rows are not 16-byte aligned (GPT-2's logits) is written in place: padded
   // scratch, computed 256 MiB at a time and copied out, kept cuBLASLt on the same pre-Hopper
@@ -264,6 +275,7 @@ void CudaBackend::do_linear_backward_input(ConstTensorView dy, ConstTensorView w
   g.ldc = IN;
   g.beta = write == tensor::GradientWrite::overwrite ? 0.0f : 1.0f;  // beta 0: C is not read
   g.ab_type = gemm_type();
+  g.compute = gemm_compute();
   matmul(g);
 }
 
@@ -285,6 +297,7 @@ void CudaBackend::do_linear_backward_weight(ConstTensorView dy, ConstTensorView 
   g.ldc = IN;
   g.beta = 1.0f;
   g.ab_type = gemm_type();
+  g.compute = gemm_compute();
   matmul(g);
   if (!db.empty()) {
     const ColumnReduction r = column_reduction_shape(N, OUT);

@@ -161,6 +161,12 @@ TEST_F(CudaDenseOpsTest, LinearBf16InputsWithFp32AccumulationMatchWithinBf16Tole
   check_linear(bf16, cpu_, rng_, 256, 768, 768 * 3, kBf16Tol, "bf16 256x768x2304");
   // An odd output width (as GPT-2's 50257 logits): the bf16 copies of dy have padded rows.
   check_linear(bf16, cpu_, rng_, 2000, 64, 40001, kBf16Tol, "bf16 2000x64x40001");
+  // fp32 operands rounded by cuBLASLt (CUBLAS_COMPUTE_32F_FAST_16BF): the same tolerance.
+  CudaBackend in_gemm(
+      CudaBackend::Options{.precision = Precision::bf16, .bf16_operands = Bf16Operands::in_gemm});
+  check_linear(in_gemm, cpu_, rng_, 67, 101, 83, kBf16Tol, "bf16 in the GEMM 67x101x83");
+  check_linear(in_gemm, cpu_, rng_, 256, 768, 768 * 3, kBf16Tol, "bf16 in the GEMM 256x768x2304");
+  check_linear(in_gemm, cpu_, rng_, 2000, 64, 40001, kBf16Tol, "bf16 in the GEMM 2000x64x40001");
 }
 
 TEST_F(CudaDenseOpsTest, LinearWithoutBiasAndWithLeadingDimensions) {

@@ -15,6 +15,8 @@
 #                             completed buffers only / cupti zeroing its own buffers
 #                             (Google Benchmark, 3 runs each)
 #   4. cuda_attention_bench   the stored and flash attention kernels at GPT-2's shape
+#   4b. cuda_gemm_bench       the linear layers' GEMMs at GPT-2's shapes: fp32, bf16 from copies,
+#                             bf16 rounded inside cuBLASLt
 #   5. gpt2_gpu_bench.sh      GPT-2 124M tokens/s and MFU, pipetune (fp32, bf16) and PyTorch, and
 #                             the pp=4 1F1B run against its prediction
 # then a summary. About 5 minutes on an H100; at most about 9 (BUDGET seconds, default 540).
@@ -24,7 +26,8 @@
 # nvidia wheels); a library not found stops it there, naming it. PyTorch runs with the caller's
 # LD_LIBRARY_PATH, never device-libs.
 # Writes to $OUT (default: a new folder under /tmp, printed): device_check.log,
-# cuda_fast_tests.xml, gpu_tests.xml, cuda_capture_bench.json, cuda_attention_bench.json, and what
+# cuda_fast_tests.xml, gpu_tests.xml, cuda_capture_bench.json, cuda_attention_bench.json,
+# cuda_gemm_bench.json, and what
 # gpt2_gpu_bench.sh writes (gpt2_gpu_bench.log, gpt2_gpu_bench.json, gpt2_pp4.db.gz, and the
 # capture runs' workspaces gpt2_capture-fp32.db.gz / gpt2_capture-bf16.db.gz when small).
 # GPT2_ARGS (environment): more options for gpt2_gpu_bench.sh, split as the shell splits words,
@@ -183,7 +186,8 @@ checks() {
   echo "== ldd"
   local bin line
   local binaries=("$build/cli/pipetune" "$build/tests/cuda_fast_tests" "$build/tests/gpu_tests"
-                  "$build/tests/cuda_capture_bench" "$build/tests/cuda_attention_bench")
+                  "$build/tests/cuda_capture_bench" "$build/tests/cuda_attention_bench"
+                  "$build/tests/cuda_gemm_bench")
   for bin in "${binaries[@]}"; do
     if [ ! -f "$bin" ]; then
       missing="$missing $bin (not in the bundle)"
@@ -211,7 +215,7 @@ checks() {
   summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.fast.log")"
 
   if [ -n "$no_gpu" ]; then
-    for s in gpu_tests cuda_capture_bench cuda_attention_bench gpt2_gpu_bench; do
+    for s in gpu_tests cuda_capture_bench cuda_attention_bench cuda_gemm_bench gpt2_gpu_bench; do
       echo "$s: skipped, no GPU ($no_gpu)"
       note "$s" "SKIPPED (no GPU: $no_gpu)"
     done
@@ -296,6 +300,36 @@ print("attention kernels:", line)
 open(os.path.join(os.environ["SCRATCH"], ".attention"), "w").write(line)
 PY
     rm -f "$scratch/.attention"
+  fi
+
+  # --- 4b. the linear layers' GEMMs: are bf16 copies worth their traffic? -----------------------
+  step cuda_gemm_bench 60 "$scratch/.gemm.log" "${run_env[@]}" \
+    "$build/tests/cuda_gemm_bench" "--benchmark_out=$out/cuda_gemm_bench.json" \
+    --benchmark_out_format=json
+  if [ -s "$out/cuda_gemm_bench.json" ]; then
+    python3 - "$out/cuda_gemm_bench.json" <<'PY' && summary[-1]="${summary[-1]}; $(cat "$scratch/.gemm")"
+import json, os, re, sys
+ms = {}
+for r in json.load(open(sys.argv[1]))["benchmarks"]:
+    m = re.search(r"operands:(\d)/layer:(\d)/pass:(\d)", r["name"])
+    if m:
+        ms[tuple(int(g) for g in m.groups())] = r["real_time"]
+layers, passes = ["qkv", "fc", "proj", "head"], ["fwd", "dx", "dw"]
+parts, total = [], [0.0, 0.0, 0.0]
+for l in range(4):
+    for p in range(3):
+        row = [ms.get((o, l, p)) for o in range(3)]
+        if None in row:
+            continue
+        for o in range(3):
+            total[o] += row[o]
+        parts.append(f"{layers[l]} {passes[p]} {row[0]:.2f}/{row[1]:.2f}/{row[2]:.2f}")
+line = ("ms fp32/bf16 copies/bf16 in GEMM: " + "; ".join(parts) +
+        f"; sum {total[0]:.1f}/{total[1]:.1f}/{total[2]:.1f}") if parts else "no results"
+print("linear layers:", line)
+open(os.path.join(os.environ["SCRATCH"], ".gemm"), "w").write(line)
+PY
+    rm -f "$scratch/.gemm"
   fi
 
   # --- 5. GPT-2 ------------------------------------------------------------------------------------
