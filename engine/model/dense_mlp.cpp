@@ -61,12 +61,11 @@ void DenseMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, 
   auto& be = ctx.be();
   TensorView kept = sized(a.dout, Shape{N, C});  // (N, C)
   copy_values(dout, kept);
-  Buffer dgelu_buf;
-  // Fresh buffers are written over, not zeroed and added to (a memset each on a GPU).
-  TensorView dgelu = sized(dgelu_buf, Shape{N, Fl});  // (N, F/tp)
-  be.linear_backward_input(dout, params_->param(proj_w_), dgelu, tensor::GradientWrite::overwrite);
+  // dfc = gelu'(fc) (dout W), in place: the GEMM writes over the fresh buffer (no memset), then
+  // the GELU backward reads and writes each element at the same index (no second buffer).
   TensorView dfc = sized(a.dfc, Shape{N, Fl});  // (N, F/tp)
-  be.gelu_backward_input(dgelu, view(a.fc, Shape{N, Fl}), dfc, tensor::GradientWrite::overwrite);
+  be.linear_backward_input(dout, params_->param(proj_w_), dfc, tensor::GradientWrite::overwrite);
+  be.gelu_backward_input(dfc, view(a.fc, Shape{N, Fl}), dfc, tensor::GradientWrite::overwrite);
   release(a.fc);
   // dx gets this rank's partial; the TP sum completes it. dx may already hold other terms, so
   // the partial goes through a temporary.

@@ -157,13 +157,11 @@ void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, Te
   for (std::int64_t le = 0; le < local_experts_; ++le) {
     const auto i = static_cast<std::size_t>(le);
     const ExpertParams& e = experts_[i];
-    Buffer dgelu_buf;
-    // Fresh buffers are written over, not zeroed and added to.
-    TensorView dgelu = sized(dgelu_buf, Shape{rows, Fl});  // (ep*cap, F/tp)
-    be.linear_backward_input(view(a.dout[i], Shape{rows, C}), expert_->param(e.proj_w), dgelu,
+    // dfc = gelu'(fc) (dout W) in place, as the dense MLP (dense_mlp.cpp) does it.
+    TensorView dfc = sized(a.dfc[i], Shape{rows, Fl});  // (ep*cap, F/tp)
+    be.linear_backward_input(view(a.dout[i], Shape{rows, C}), expert_->param(e.proj_w), dfc,
                              tensor::GradientWrite::overwrite);
-    TensorView dfc = sized(a.dfc[i], Shape{rows, Fl});
-    be.gelu_backward_input(dgelu, view(a.fc[i], Shape{rows, Fl}), dfc,
+    be.gelu_backward_input(dfc, view(a.fc[i], Shape{rows, Fl}), dfc,
                            tensor::GradientWrite::overwrite);
     release(a.fc[i]);
     be.linear_backward_input(dfc, expert_->param(e.fc_w), sized(dxin[i], Shape{rows, C}),

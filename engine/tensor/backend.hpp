@@ -113,7 +113,8 @@ class Backend {
 
   // ---- GELU, tanh approximation (GPT-2) -------------------------------------------------------
   void gelu_forward(ConstTensorView x, TensorView y);
-  // dx += gelu'(x) dy, or dx = gelu'(x) dy with GradientWrite::overwrite.
+  // dx += gelu'(x) dy, or dx = gelu'(x) dy with GradientWrite::overwrite; dx may be dy itself
+  // (each element is read before it is written, at the same index).
   void gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx,
                            GradientWrite write = GradientWrite::accumulate);
 

@@ -66,6 +66,10 @@ TEST_F(CudaDenseOpsTest, GeluForwardAndBackwardMatch) {
   cpu_.gelu_backward_input(dy, x, over, GradientWrite::overwrite);
   gpu().gelu_backward_input(dy_dev, x_dev, over_dev, GradientWrite::overwrite);
   EXPECT_TRUE(matches_cpu("gelu dx overwritten", over_dev, over, kFp32ElementwiseTol));
+  // In place over dy, as the MLPs call it.
+  DeviceTensor in_place(dy);
+  gpu().gelu_backward_input(in_place, x_dev, in_place, GradientWrite::overwrite);
+  EXPECT_TRUE(matches_cpu("gelu dx in place", in_place, over, kFp32ElementwiseTol));
 }
 
 TEST_F(CudaDenseOpsTest, AdamWStepsMatch) {

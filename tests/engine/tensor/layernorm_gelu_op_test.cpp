@@ -87,6 +87,15 @@ TEST_P(GeluOpTest, BackwardOverwriteIgnoresWhatDxHeld) {
   EXPECT_TRUE(all_close("dx overwritten", got.values(), want.values(), 0, 0));
 }
 
+// In place (dx is dy), as the MLPs call it: the same values as into a separate buffer.
+TEST_P(GeluOpTest, BackwardInPlaceOverDyMatchesASeparateOutput) {
+  Tensor x = random_tensor({4, 1000}, rng, 2.0f), dy = random_tensor({4, 1000}, rng);
+  Tensor want({4, 1000}), in_place = dy;
+  be().gelu_backward_input(dy, x, want, GradientWrite::overwrite);
+  be().gelu_backward_input(in_place, x, in_place, GradientWrite::overwrite);
+  EXPECT_TRUE(all_close("dx in place", in_place.values(), want.values(), 0, 0));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, GeluOpTest, ::testing::ValuesIn(all_backends()),
                          backend_case_name);
 
