@@ -116,6 +116,11 @@ class CudaBackend final : public tensor::Backend {
                                 tensor::TensorView dx, tensor::GradientWrite write) override;
   void do_linear_backward_weight(tensor::ConstTensorView dy, tensor::ConstTensorView x,
                                  tensor::TensorView dw, tensor::TensorView db) override;
+  void do_linear_gelu_forward(tensor::ConstTensorView x, tensor::ConstTensorView w,
+                              tensor::ConstTensorView b, tensor::TensorView pre,
+                              tensor::TensorView y) override;
+  void do_linear_gelu_backward_input(tensor::ConstTensorView dy, tensor::ConstTensorView w,
+                                     tensor::ConstTensorView pre, tensor::TensorView dpre) override;
   void do_embedding_forward(std::span<const std::int32_t> tokens, tensor::ConstTensorView wte,
                             std::int64_t vocab_lo, tensor::ConstTensorView wpe,
                             tensor::TensorView out) override;
@@ -210,10 +215,21 @@ class CudaBackend final : public tensor::Backend {
     // Added to every column of C (length m, fp32), in cuBLASLt's epilogue where it has an
     // algorithm for it, else by a kernel after the product; needs ldc == m.
     const float* bias = nullptr;
+    // GELU in the epilogue (both need ldc == m, and a beta of 0 for the gradient): with
+    // gelu_pre_out, C = gelu(product + bias) and gelu_pre_out = product + bias (ld ldc); with
+    // gelu_pre_in, C = gelu'(gelu_pre_in) * product. Where cuBLASLt will not fuse them, kernels
+    // after the product do the same.
+    float* gelu_pre_out = nullptr;
+    const float* gelu_pre_in = nullptr;
   };
   void matmul(const Gemm& g);
-  // The product without the bias, then a kernel adding it: where cuBLASLt will not fuse it.
-  void matmul_then_bias(const Gemm& g);
+  // The product alone, then kernels for the bias and GELU: where cuBLASLt will not fuse them.
+  void matmul_unfused(const Gemm& g);
+  // The Gemm of linear_forward (y = x w^T + b) and of linear_backward_input (dx (+)= dy w).
+  Gemm linear_forward_gemm(tensor::ConstTensorView x, tensor::ConstTensorView w,
+                           tensor::ConstTensorView b, tensor::TensorView y);
+  Gemm linear_backward_input_gemm(tensor::ConstTensorView dy, tensor::ConstTensorView w,
+                                  tensor::TensorView dx, tensor::GradientWrite write);
   // When cuBLASLt offers no algorithm for the operands' alignment (views can start anywhere in a
   // flat buffer), the GEMM runs on 256-byte-aligned copies of A, B and C, and C is copied back.
   void matmul_realigned(const Gemm& g);
@@ -259,8 +275,9 @@ class CudaBackend final : public tensor::Backend {
   std::vector<float> host_floats_;    // router probabilities copied back
   // cuBLASLt heuristic choices by GEMM signature (trans, dims, leading dims, type, alignments).
   // The last int: the bias's alignment (0 without one). No value: cuBLASLt has no algorithm.
-  using GemmKey = std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                             std::int64_t, std::int64_t, int, int, int, int, int, bool, int>;
+  using GemmKey =
+      std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                 std::int64_t, int, int, int, int, int, bool, int, int, int>;
   std::map<GemmKey, std::optional<cublasLtMatmulAlgo_t>> algos_;
 };
 

@@ -14,7 +14,8 @@
 // fp32, so the accumulation, the outputs and the weights the optimizer updates are fp32. The bias
 // is added in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS; by a kernel after the product where
 // the heuristic has no such algorithm), its gradient is a deterministic column sum
-// (cuda_reduce.cu).
+// (cuda_reduce.cu). The MLP's GELU joins the GEMMs the same way (GELU_AUX(_BIAS) forward, DGELU
+// for the input gradient), with the element-wise kernels as the fallback.
 //
 // cuBLASLt's heuristic is asked once per GEMM signature (dims, leading dims, types, the operands'
 // pointer alignment) and its choice cached; the workspace is the backend's. When it has no
@@ -59,6 +60,27 @@ int alignment(const void* p) {
   return pointer_alignment_bytes(reinterpret_cast<std::uintptr_t>(p));
 }
 
+// Sets `epilogue` on the descriptor with its inputs: the bias (fp32) where not null, the GELU
+// input/output matrix `aux` (fp32, leading dimension ld) where not null. False where cuBLASLt
+// refuses an attribute.
+bool set_epilogue(cublasLtMatmulDesc_t d, cublasLtEpilogue_t epilogue, const float* bias,
+                  const void* aux, std::int64_t ld) {
+  const auto set = [&](cublasLtMatmulDescAttributes_t attribute, const void* value,
+                       std::size_t bytes) {
+    return cublasLtMatmulDescSetAttribute(d, attribute, value, bytes) == CUBLAS_STATUS_SUCCESS;
+  };
+  const cudaDataType_t fp32 = CUDA_R_32F;
+  bool ok = set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
+  if (bias != nullptr)
+    ok = ok && set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) &&
+         set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &fp32, sizeof fp32);
+  if (aux != nullptr)
+    ok = ok && set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux) &&
+         set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld) &&
+         set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &fp32, sizeof fp32);
+  return ok;
+}
+
 }  // namespace
 
 cudaDataType_t CudaBackend::gemm_type() const {
@@ -84,15 +106,22 @@ CudaBackend::Operand CudaBackend::gemm_operand(const float* data, std::int64_t r
 
 void CudaBackend::matmul(const Gemm& g) {
   if (g.m == 0 || g.n == 0) return;
-  if (g.bias != nullptr && g.ldc != g.m)
-    throw std::logic_error("CudaBackend::matmul: a bias needs ldc == m");
-  if (g.k == 0) {  // an empty sum: C = beta C (+ bias)
+  const void* gelu_aux = g.gelu_pre_out != nullptr ? static_cast<const void*>(g.gelu_pre_out)
+                                                   : static_cast<const void*>(g.gelu_pre_in);
+  if ((g.bias != nullptr || gelu_aux != nullptr) && g.ldc != g.m)
+    throw std::logic_error("CudaBackend::matmul: a bias or GELU needs ldc == m");
+  if (g.gelu_pre_in != nullptr && g.beta != 0.0f)
+    throw std::logic_error("CudaBackend::matmul: the GELU gradient needs beta 0");
+  if (g.k == 0) {  // an empty sum: C = beta C (+ bias, GELU by kernels)
+    if (g.bias != nullptr || gelu_aux != nullptr) {
+      matmul_unfused(g);
+      return;
+    }
     if (g.beta == 0.0f) {
       PIPETUNE_CUDA_CHECK(cudaMemset2DAsync(g.c, static_cast<std::size_t>(g.ldc) * sizeof(float), 0,
                                             static_cast<std::size_t>(g.m) * sizeof(float),
                                             static_cast<std::size_t>(g.n), stream_));
     }
-    if (g.bias != nullptr) kernels::add_row_vector(stream_, g.c, g.bias, g.n, g.m);
     return;
   }
   OpDesc op;
@@ -103,20 +132,19 @@ void CudaBackend::matmul(const Gemm& g) {
       cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   PIPETUNE_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  if (g.bias != nullptr) {
-    // D = op(A) op(B) + bias, the bias broadcast over D's columns (y^T's columns are tokens).
-    // A cuBLASLt that refuses the attributes gets the product and a kernel instead.
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    const cudaDataType_t bias_type = CUDA_R_32F;
-    if (cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                       sizeof epilogue) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
-                                       sizeof g.bias) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                       sizeof bias_type) != CUBLAS_STATUS_SUCCESS) {
-      matmul_then_bias(g);
-      return;
-    }
+  // D = op(A) op(B) + bias, the bias broadcast over D's columns (y^T's columns are tokens);
+  // GELU_AUX(_BIAS): D = gelu(that), aux = that; DGELU: D = gelu'(aux) * op(A) op(B). A cuBLASLt
+  // that refuses the attributes gets the product and kernels instead.
+  const cublasLtEpilogue_t epilogue =
+      g.gelu_pre_out != nullptr
+          ? (g.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+      : g.gelu_pre_in != nullptr ? CUBLASLT_EPILOGUE_DGELU
+      : g.bias != nullptr        ? CUBLASLT_EPILOGUE_BIAS
+                                 : CUBLASLT_EPILOGUE_DEFAULT;
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
+      !set_epilogue(op.d, epilogue, g.bias, gelu_aux, g.ldc)) {
+    matmul_unfused(g);
+    return;
   }
   // Layouts of the stored matrices, before op(): A is (k, m) when transposed, else (m, k).
   Layout a, b, c;
@@ -144,7 +172,9 @@ void CudaBackend::matmul(const Gemm& g) {
                     align_b,
                     align_c,
                     g.beta != 0.0f,
-                    g.bias != nullptr ? alignment(g.bias) : 0};
+                    g.bias != nullptr ? alignment(g.bias) : 0,
+                    static_cast<int>(epilogue),
+                    gelu_aux != nullptr ? alignment(gelu_aux) : 0};
   auto found = algos_.find(key);
   if (found == algos_.end()) {
     Preference pref;
@@ -172,8 +202,8 @@ void CudaBackend::matmul(const Gemm& g) {
     found = algos_.emplace(key, count > 0 ? std::optional(result.algo) : std::nullopt).first;
   }
   if (!found->second) {
-    if (g.bias != nullptr) {  // no algorithm with the bias epilogue
-      matmul_then_bias(g);
+    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {  // no algorithm with that epilogue
+      matmul_unfused(g);
       return;
     }
     if (!g.realigned) {
@@ -192,11 +222,22 @@ void CudaBackend::matmul(const Gemm& g) {
                                        workspace_bytes_, stream_));
 }
 
-void CudaBackend::matmul_then_bias(const Gemm& g) {
+void CudaBackend::matmul_unfused(const Gemm& g) {
   Gemm plain = g;
   plain.bias = nullptr;
+  plain.gelu_pre_out = nullptr;
+  plain.gelu_pre_in = nullptr;
+  const std::int64_t n = g.m * g.n;  // ldc == m: C is contiguous
+  if (g.gelu_pre_out != nullptr) {   // the product and bias into pre (bias fused where it can be)
+    plain.c = g.gelu_pre_out;
+    plain.bias = g.bias;
+    matmul(plain);
+    kernels::gelu_forward(stream_, g.gelu_pre_out, g.c, n);
+    return;
+  }
   matmul(plain);
-  kernels::add_row_vector(stream_, g.c, g.bias, g.n, g.m);
+  if (g.bias != nullptr) kernels::add_row_vector(stream_, g.c, g.bias, g.n, g.m);
+  if (g.gelu_pre_in != nullptr) kernels::gelu_backward(stream_, g.c, g.gelu_pre_in, g.c, n, true);
 }
 
 void CudaBackend::matmul_realigned(const Gemm& g) {
@@ -231,9 +272,8 @@ void CudaBackend::matmul_realigned(const Gemm& g) {
   copy(g.c, c, c_bytes);
 }
 
-void CudaBackend::do_linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
-                                    TensorView y) {
-  activate();
+CudaBackend::Gemm CudaBackend::linear_forward_gemm(ConstTensorView x, ConstTensorView w,
+                                                   ConstTensorView b, TensorView y) {
   const std::int64_t N = x.shape.rows(), IN = w.shape[1], OUT = w.shape[0];
   Gemm g;
   g.trans_a = true;  // y^T (OUT, N) = w^T' x^T
@@ -255,12 +295,12 @@ void CudaBackend::do_linear_forward(ConstTensorView x, ConstTensorView w, ConstT
   // scratch, computed 256 MiB at a time and copied out, kept cuBLASLt on the same pre-Hopper
   // kernels on an H200 and cost about 20 ms more a GPT-2 step at batch 64 (the odd M = 50257,
   // not the row stride, decides there).
-  matmul(g);
+  return g;
 }
 
-void CudaBackend::do_linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx,
-                                           tensor::GradientWrite write) {
-  activate();
+CudaBackend::Gemm CudaBackend::linear_backward_input_gemm(ConstTensorView dy, ConstTensorView w,
+                                                          TensorView dx,
+                                                          tensor::GradientWrite write) {
   const std::int64_t N = dy.shape.rows(), IN = w.shape[1], OUT = w.shape[0];
   Gemm g;  // dx^T (IN, N) += w (IN, OUT) dy^T (OUT, N)
   g.m = IN;
@@ -276,6 +316,38 @@ void CudaBackend::do_linear_backward_input(ConstTensorView dy, ConstTensorView w
   g.beta = write == tensor::GradientWrite::overwrite ? 0.0f : 1.0f;  // beta 0: C is not read
   g.ab_type = gemm_type();
   g.compute = gemm_compute();
+  return g;
+}
+
+void CudaBackend::do_linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
+                                    TensorView y) {
+  activate();
+  matmul(linear_forward_gemm(x, w, b, y));
+}
+
+void CudaBackend::do_linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx,
+                                           tensor::GradientWrite write) {
+  activate();
+  matmul(linear_backward_input_gemm(dy, w, dx, write));
+}
+
+// The MLP's first layer: y = gelu(x w^T + b) with pre = x w^T + b, one GEMM where cuBLASLt has
+// the GELU_AUX epilogue: no pass reading pre to write y.
+void CudaBackend::do_linear_gelu_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
+                                         TensorView pre, TensorView y) {
+  activate();
+  Gemm g = linear_forward_gemm(x, w, b, y);
+  g.gelu_pre_out = pre.data;
+  matmul(g);
+}
+
+// dpre = gelu'(pre) (dy w), one GEMM where cuBLASLt has the DGELU epilogue: no pass reading the
+// product back to scale it.
+void CudaBackend::do_linear_gelu_backward_input(ConstTensorView dy, ConstTensorView w,
+                                                ConstTensorView pre, TensorView dpre) {
+  activate();
+  Gemm g = linear_backward_input_gemm(dy, w, dpre, tensor::GradientWrite::overwrite);
+  g.gelu_pre_in = pre.data;
   matmul(g);
 }
 

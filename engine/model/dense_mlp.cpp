@@ -44,10 +44,9 @@ void DenseMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView
                        DenseMlpActivations& a) {
   const std::int64_t N = x.shape.rows(), Fl = ffn_local_;
   auto& be = ctx.be();
-  TensorView fc = sized(a.fc, Shape{N, Fl});  // (N, F/tp)
-  be.linear_forward(x, params_->param(fc_w_), params_->param(fc_b_), fc);
+  TensorView fc = sized(a.fc, Shape{N, Fl});   // (N, F/tp): pre-activation, kept for the backward
   TensorView g = sized(a.gelu, Shape{N, Fl});  // (N, F/tp)
-  be.gelu_forward(fc, g);
+  be.linear_gelu_forward(x, params_->param(fc_w_), params_->param(fc_b_), fc, g);
   // Row-parallel: the bias joins on TP rank 0 only, so the TP sum adds it once.
   ConstTensorView bias =
       tp_rank_ == 0 ? ConstTensorView(params_->param(proj_b_)) : ConstTensorView{};
@@ -61,11 +60,9 @@ void DenseMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, 
   auto& be = ctx.be();
   TensorView kept = sized(a.dout, Shape{N, C});  // (N, C)
   copy_values(dout, kept);
-  // dfc = gelu'(fc) (dout W), in place: the GEMM writes over the fresh buffer (no memset), then
-  // the GELU backward reads and writes each element at the same index (no second buffer).
+  // dfc = gelu'(fc) (dout W), written over the fresh buffer (no memset, no dgelu temporary).
   TensorView dfc = sized(a.dfc, Shape{N, Fl});  // (N, F/tp)
-  be.linear_backward_input(dout, params_->param(proj_w_), dfc, tensor::GradientWrite::overwrite);
-  be.gelu_backward_input(dfc, view(a.fc, Shape{N, Fl}), dfc, tensor::GradientWrite::overwrite);
+  be.linear_gelu_backward_input(dout, params_->param(proj_w_), view(a.fc, Shape{N, Fl}), dfc);
   release(a.fc);
   // dx gets this rank's partial; the TP sum completes it. dx may already hold other terms, so
   // the partial goes through a temporary.

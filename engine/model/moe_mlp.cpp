@@ -124,9 +124,8 @@ void MoeMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView o
     const ExpertParams& e = experts_[i];
     TensorView xin = view(a.xin[i], Shape{rows, C});  // (ep*cap, C)
     TensorView fc = sized(a.fc[i], Shape{rows, Fl});  // (ep*cap, F/tp)
-    be.linear_forward(xin, expert_->param(e.fc_w), expert_->param(e.fc_b), fc);
     TensorView g = sized(a.gelu[i], Shape{rows, Fl});
-    be.gelu_forward(fc, g);
+    be.linear_gelu_forward(xin, expert_->param(e.fc_w), expert_->param(e.fc_b), fc, g);
     TensorView o = sized(outs[i], Shape{rows, C});  // (ep*cap, C) partial over TP
     ConstTensorView bias =
         tp_rank_ == 0 ? ConstTensorView(expert_->param(e.proj_b)) : ConstTensorView{};
@@ -157,12 +156,9 @@ void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, Te
   for (std::int64_t le = 0; le < local_experts_; ++le) {
     const auto i = static_cast<std::size_t>(le);
     const ExpertParams& e = experts_[i];
-    // dfc = gelu'(fc) (dout W) in place, as the dense MLP (dense_mlp.cpp) does it.
-    TensorView dfc = sized(a.dfc[i], Shape{rows, Fl});  // (ep*cap, F/tp)
-    be.linear_backward_input(view(a.dout[i], Shape{rows, C}), expert_->param(e.proj_w), dfc,
-                             tensor::GradientWrite::overwrite);
-    be.gelu_backward_input(dfc, view(a.fc[i], Shape{rows, Fl}), dfc,
-                           tensor::GradientWrite::overwrite);
+    TensorView dfc = sized(a.dfc[i], Shape{rows, Fl});  // (ep*cap, F/tp): gelu'(fc) (dout W)
+    be.linear_gelu_backward_input(view(a.dout[i], Shape{rows, C}), expert_->param(e.proj_w),
+                                  view(a.fc[i], Shape{rows, Fl}), dfc);
     release(a.fc[i]);
     be.linear_backward_input(dfc, expert_->param(e.fc_w), sized(dxin[i], Shape{rows, C}),
                              tensor::GradientWrite::overwrite);

@@ -121,9 +121,11 @@ void Backend::fill_columns(TensorView t, std::int64_t col_lo, float value) {
 
 // ---- linear ---------------------------------------------------------------------------------
 
-void Backend::linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
-                             TensorView y) {
-  const char* op = "linear_forward";
+namespace {
+
+// x (N, in), w (out, in), b (out) or empty, y (N, out), for `op`.
+void check_linear_forward(const char* op, ConstTensorView x, ConstTensorView w, ConstTensorView b,
+                          ConstTensorView y) {
   need(op, "x", x);
   rank_is(op, "w", w, 2);
   need(op, "y", y);
@@ -134,12 +136,11 @@ void Backend::linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorVi
                             " (want x (N, in), w (out, in), y (N, out))");
   PIPETUNE_TENSOR_CHECK(b.empty() || (b.shape.rank() == 1 && b.shape[0] == w.shape[0]), op,
                         sh("b", b) + " does not match w " + w.shape.str());
-  do_linear_forward(x, w, b, y);
 }
 
-void Backend::linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx,
-                                    GradientWrite write) {
-  const char* op = "linear_backward_input";
+// dy (N, out), w (out, in), dx (N, in), for `op`.
+void check_linear_backward_input(const char* op, ConstTensorView dy, ConstTensorView w,
+                                 ConstTensorView dx) {
   need(op, "dy", dy);
   rank_is(op, "w", w, 2);
   need(op, "dx", dx);
@@ -148,7 +149,46 @@ void Backend::linear_backward_input(ConstTensorView dy, ConstTensorView w, Tenso
                         op,
                         sh("dy", dy) + " w " + w.shape.str() + " " + sh("dx", dx) +
                             " (want dy (N, out), w (out, in), dx (N, in))");
+}
+
+}  // namespace
+
+void Backend::linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
+                             TensorView y) {
+  check_linear_forward("linear_forward", x, w, b, y);
+  do_linear_forward(x, w, b, y);
+}
+
+void Backend::linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx,
+                                    GradientWrite write) {
+  check_linear_backward_input("linear_backward_input", dy, w, dx);
   do_linear_backward_input(dy, w, dx, write);
+}
+
+void Backend::linear_gelu_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
+                                  TensorView pre, TensorView y) {
+  check_linear_forward("linear_gelu_forward", x, w, b, pre);
+  same_shape("linear_gelu_forward", "pre", pre, "y", y);
+  do_linear_gelu_forward(x, w, b, pre, y);
+}
+
+void Backend::linear_gelu_backward_input(ConstTensorView dy, ConstTensorView w, ConstTensorView pre,
+                                         TensorView dpre) {
+  check_linear_backward_input("linear_gelu_backward_input", dy, w, dpre);
+  same_shape("linear_gelu_backward_input", "pre", pre, "dpre", dpre);
+  do_linear_gelu_backward_input(dy, w, pre, dpre);
+}
+
+void Backend::do_linear_gelu_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
+                                     TensorView pre, TensorView y) {
+  do_linear_forward(x, w, b, pre);
+  do_gelu_forward(pre, y);
+}
+
+void Backend::do_linear_gelu_backward_input(ConstTensorView dy, ConstTensorView w,
+                                            ConstTensorView pre, TensorView dpre) {
+  do_linear_backward_input(dy, w, dpre, GradientWrite::overwrite);
+  do_gelu_backward_input(dpre, pre, dpre, GradientWrite::overwrite);  // in place, element-wise
 }
 
 void Backend::linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw,

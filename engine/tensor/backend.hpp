@@ -84,6 +84,17 @@ class Backend {
   // dw (out, in) += dy^T x; db (out) += column sums of dy (db may be empty)
   void linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw, TensorView db);
 
+  // ---- linear then GELU: an MLP's first layer, and its input gradient -------------------------
+  // pre = x W^T + b (kept for the backward) and y = gelu(pre): linear_forward then gelu_forward;
+  // on CUDA one GEMM with cuBLASLt's GELU epilogue where it has one.
+  void linear_gelu_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b, TensorView pre,
+                           TensorView y);
+  // dpre = gelu'(pre) (dy W), written over dpre (dy (N, out), w (out, in), pre and dpre (N, in)):
+  // linear_backward_input then gelu_backward_input in place; on CUDA one GEMM with the
+  // GELU-gradient epilogue where cuBLASLt has one.
+  void linear_gelu_backward_input(ConstTensorView dy, ConstTensorView w, ConstTensorView pre,
+                                  TensorView dpre);
+
   // ---- token + position embedding -------------------------------------------------------------
   // out (B, T, C) = wte[token] + wpe[t]; tokens (B*T) in [0, V); wte (V, C); wpe (maxT, C) or
   // empty (no position term).
@@ -243,6 +254,11 @@ class Backend {
                                             TensorView dw, TensorView db) = 0;
 
   virtual void do_gelu_forward(ConstTensorView x, TensorView y) = 0;
+  // The fused linear + GELU ops; by default the two ops one after the other.
+  virtual void do_linear_gelu_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
+                                      TensorView pre, TensorView y);
+  virtual void do_linear_gelu_backward_input(ConstTensorView dy, ConstTensorView w,
+                                             ConstTensorView pre, TensorView dpre);
   virtual void do_gelu_backward_input(ConstTensorView dy, ConstTensorView x, TensorView dx,
                                       GradientWrite write) = 0;
 

@@ -173,6 +173,43 @@ TEST_F(CudaDenseOpsTest, LinearBf16InputsWithFp32AccumulationMatchWithinBf16Tole
   check_linear(in_gemm, cpu_, rng_, 2000, 64, 40001, kBf16Tol, "bf16 in the GEMM 2000x64x40001");
 }
 
+// The fused linear + GELU ops (cuBLASLt's GELU_AUX(_BIAS) and DGELU epilogues where it has them,
+// kernels after the product where not) against the CPU's two ops, with and without a bias, in
+// fp32 and bf16, on GPT-2's MLP shape and on odd sizes.
+TEST_F(CudaDenseOpsTest, LinearGeluMatchesTheCpu) {
+  CudaBackend bf16(CudaBackend::Options{.precision = Precision::bf16});
+  for (CudaBackend* be : {&gpu(), &bf16}) {
+    const double tol = be == &bf16 ? kBf16Tol : kFp32ReductionTol;
+    for (const auto& [N, IN, OUT] :
+         std::vector<std::array<std::int64_t, 3>>{{256, 768, 3072}, {67, 101, 83}, {1, 1, 1}}) {
+      for (const bool with_bias : {true, false}) {
+        const std::string at = std::string(be->name()) + " " + std::to_string(N) + "x" +
+                               std::to_string(IN) + "x" + std::to_string(OUT) +
+                               (with_bias ? " with bias" : " without bias");
+        const Tensor x = random_tensor({N, IN}, rng_), w = random_tensor({OUT, IN}, rng_, 0.1f);
+        const Tensor b = random_tensor({OUT}, rng_), dy = random_tensor({N, IN}, rng_);
+        Tensor pre({N, OUT}), y({N, OUT}), dpre({N, OUT});
+        cpu_.linear_gelu_forward(
+            x, w, with_bias ? tensor::ConstTensorView(b) : tensor::ConstTensorView{}, pre, y);
+        // Backward through a layer (OUT -> IN): dpre = gelu'(pre) (dy w^T'), w^T as its weight.
+        Tensor wt({IN, OUT});
+        for (std::int64_t o = 0; o < OUT; ++o)
+          for (std::int64_t i = 0; i < IN; ++i) wt[i * OUT + o] = w[o * IN + i];
+        cpu_.linear_gelu_backward_input(dy, wt, pre, dpre);
+        DeviceTensor gx(x), gw(w), gb(b), gdy(dy), gwt(wt), gpre(Tensor({N, OUT})),
+            gy(Tensor({N, OUT})), gdpre(Tensor({N, OUT}));
+        be->linear_gelu_forward(
+            gx, gw, with_bias ? tensor::ConstTensorView(gb) : tensor::ConstTensorView{}, gpre, gy);
+        DeviceTensor gpre_cpu(pre);  // the CPU's pre: the backward compared on the same input
+        be->linear_gelu_backward_input(gdy, gwt, gpre_cpu, gdpre);
+        EXPECT_TRUE(matches_cpu("pre " + at, gpre, pre, tol));
+        EXPECT_TRUE(matches_cpu("y " + at, gy, y, tol));
+        EXPECT_TRUE(matches_cpu("dpre " + at, gdpre, dpre, tol));
+      }
+    }
+  }
+}
+
 TEST_F(CudaDenseOpsTest, LinearWithoutBiasAndWithLeadingDimensions) {
   const Tensor x = random_tensor({2, 5, 12}, rng_), w = random_tensor({7, 12}, rng_);
   Tensor y({2, 5, 7});

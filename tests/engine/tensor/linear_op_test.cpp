@@ -79,6 +79,34 @@ TEST_P(LinearOpTest, BackwardInputOverwriteIgnoresWhatDxHeld) {
   EXPECT_TRUE(all_close("dx overwritten", got.values(), want.values(), 0, 0));
 }
 
+// The fused linear + GELU ops. Forward: pre = x W^T + b and y = gelu(pre), as the two ops give
+// them. Backward: for L = sum(r * (gelu(h) V^T)), dL/dh = gelu'(h) (r V), against central
+// finite differences in h.
+TEST_P(LinearOpTest, LinearGeluMatchesTheOpsAndFiniteDifferences) {
+  const std::int64_t N = 5, IN = 4, HID = 6, OUT = 3;
+  Tensor x = random_tensor({N, IN}, rng), w = random_tensor({HID, IN}, rng);
+  Tensor b = random_tensor({HID}, rng);
+  Tensor pre({N, HID}), y({N, HID}), pre_want({N, HID}), y_want({N, HID});
+  be().linear_gelu_forward(x, w, b, pre, y);
+  be().linear_forward(x, w, b, pre_want);
+  be().gelu_forward(pre_want, y_want);
+  EXPECT_TRUE(all_close("pre", pre.values(), pre_want.values(), 0, 0));
+  EXPECT_TRUE(all_close("y", y.values(), y_want.values(), 0, 0));
+
+  Tensor h = random_tensor({N, HID}, rng, 2.0f), v = random_tensor({OUT, HID}, rng);
+  Tensor r = random_tensor({N, OUT}, rng);
+  auto loss = [&] {
+    Tensor g({N, HID}), z({N, OUT});
+    be().gelu_forward(h, g);
+    be().linear_forward(g, v, ConstTensorView{}, z);
+    return dot(z, r);
+  };
+  Tensor dh({N, HID});
+  for (std::int64_t i = 0; i < dh.numel(); ++i) dh[i] = NAN;  // written over, never read
+  be().linear_gelu_backward_input(r, v, h, dh);
+  EXPECT_TRUE(grad_close("dh", dh, numeric_grad(loss, h, 1e-3f)));
+}
+
 TEST_P(LinearOpTest, ShapeMismatchNamesOpAndShapes) {
   Tensor x({4, 3}), w({2, 5}), y({4, 2});
   try {
