@@ -86,6 +86,11 @@ class CudaBackend final : public tensor::Backend {
     // where the head size has them (64, 128; else tiles), whatever the GEMMs' precision.
     FlashVariant flash = FlashVariant::tiles;
     Bf16Operands bf16_operands = Bf16Operands::copies;  // with Precision::bf16
+    // linear_gelu_forward / linear_gelu_backward_input as one GEMM with cuBLASLt's GELU_AUX and
+    // DGELU epilogues (true), or as the GEMM and then the element-wise kernel (false: the path
+    // measured on a GPU; the epilogues are not yet, nor is cuBLASLt's GELU checked there against
+    // the tanh approximation the other backends compute).
+    bool gelu_epilogues = false;
   };
 
   CudaBackend();

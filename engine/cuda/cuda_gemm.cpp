@@ -335,6 +335,10 @@ void CudaBackend::do_linear_backward_input(ConstTensorView dy, ConstTensorView w
 // the GELU_AUX epilogue: no pass reading pre to write y.
 void CudaBackend::do_linear_gelu_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
                                          TensorView pre, TensorView y) {
+  if (!options_.gelu_epilogues) {
+    Backend::do_linear_gelu_forward(x, w, b, pre, y);
+    return;
+  }
   activate();
   Gemm g = linear_forward_gemm(x, w, b, y);
   g.gelu_pre_out = pre.data;
@@ -345,6 +349,10 @@ void CudaBackend::do_linear_gelu_forward(ConstTensorView x, ConstTensorView w, C
 // product back to scale it.
 void CudaBackend::do_linear_gelu_backward_input(ConstTensorView dy, ConstTensorView w,
                                                 ConstTensorView pre, TensorView dpre) {
+  if (!options_.gelu_epilogues) {
+    Backend::do_linear_gelu_backward_input(dy, w, pre, dpre);
+    return;
+  }
   activate();
   Gemm g = linear_backward_input_gemm(dy, w, dpre, tensor::GradientWrite::overwrite);
   g.gelu_pre_in = pre.data;

@@ -178,14 +178,18 @@ TEST_F(CudaDenseOpsTest, LinearBf16InputsWithFp32AccumulationMatchWithinBf16Tole
 // fp32 and bf16, on GPT-2's MLP shape and on odd sizes.
 TEST_F(CudaDenseOpsTest, LinearGeluMatchesTheCpu) {
   CudaBackend bf16(CudaBackend::Options{.precision = Precision::bf16});
-  for (CudaBackend* be : {&gpu(), &bf16}) {
-    const double tol = be == &bf16 ? kBf16Tol : kFp32ReductionTol;
+  CudaBackend fused(CudaBackend::Options{.gelu_epilogues = true});
+  CudaBackend fused_bf16(
+      CudaBackend::Options{.precision = Precision::bf16, .gelu_epilogues = true});
+  for (CudaBackend* be : {&gpu(), &bf16, &fused, &fused_bf16}) {
+    const double tol = be->options().precision == Precision::bf16 ? kBf16Tol : kFp32ReductionTol;
     for (const auto& [N, IN, OUT] :
          std::vector<std::array<std::int64_t, 3>>{{256, 768, 3072}, {67, 101, 83}, {1, 1, 1}}) {
       for (const bool with_bias : {true, false}) {
-        const std::string at = std::string(be->name()) + " " + std::to_string(N) + "x" +
-                               std::to_string(IN) + "x" + std::to_string(OUT) +
-                               (with_bias ? " with bias" : " without bias");
+        const std::string at = std::string(be->name()) +
+                               (be->options().gelu_epilogues ? " epilogues " : " kernels ") +
+                               std::to_string(N) + "x" + std::to_string(IN) + "x" +
+                               std::to_string(OUT) + (with_bias ? " with bias" : " without bias");
         const Tensor x = random_tensor({N, IN}, rng_), w = random_tensor({OUT, IN}, rng_, 0.1f);
         const Tensor b = random_tensor({OUT}, rng_), dy = random_tensor({N, IN}, rng_);
         Tensor pre({N, OUT}), y({N, OUT}), dpre({N, OUT});

@@ -16,7 +16,8 @@
 #                             (Google Benchmark, 3 runs each)
 #   4. cuda_attention_bench   the stored and flash attention kernels at GPT-2's shape
 #   4b. cuda_gemm_bench       the linear layers' GEMMs at GPT-2's shapes: fp32, bf16 from copies,
-#                             bf16 rounded inside cuBLASLt
+#                             bf16 rounded inside cuBLASLt; the MLP's GELU after its GEMM or in
+#                             cuBLASLt's epilogues
 #   5. gpt2_gpu_bench.sh      GPT-2 124M tokens/s and MFU, pipetune (fp32, bf16) and PyTorch, and
 #                             the pp=4 1F1B run against its prediction
 # then a summary. About 5 minutes on an H100; at most about 9 (BUDGET seconds, default 540).
@@ -303,7 +304,7 @@ PY
   fi
 
   # --- 4b. the linear layers' GEMMs: are bf16 copies worth their traffic? -----------------------
-  step cuda_gemm_bench 60 "$scratch/.gemm.log" "${run_env[@]}" \
+  step cuda_gemm_bench 90 "$scratch/.gemm.log" "${run_env[@]}" \
     "$build/tests/cuda_gemm_bench" "--benchmark_out=$out/cuda_gemm_bench.json" \
     --benchmark_out_format=json
   if [ -s "$out/cuda_gemm_bench.json" ]; then
@@ -324,6 +325,15 @@ for l in range(4):
         for o in range(3):
             total[o] += row[o]
         parts.append(f"{layers[l]} {passes[p]} {row[0]:.2f}/{row[1]:.2f}/{row[2]:.2f}")
+gelu = {}
+for r in json.load(open(sys.argv[1]))["benchmarks"]:
+    m = re.search(r"LinearGelu/operands:(\d)/epilogue:(\d)/pass:(\d)", r["name"])
+    if m:
+        gelu[tuple(int(g) for g in m.groups())] = r["real_time"]
+for o, name in enumerate(["fp32", "bf16 copies", "bf16 in GEMM"]):
+    for p, what in enumerate(["fc+gelu", "proj dx+gelu'"]):
+        if (o, 0, p) in gelu and (o, 1, p) in gelu:
+            parts.append(f"{name} {what} kernel/epilogue {gelu[(o, 0, p)]:.2f}/{gelu[(o, 1, p)]:.2f}")
 line = ("ms fp32/bf16 copies/bf16 in GEMM: " + "; ".join(parts) +
         f"; sum {total[0]:.1f}/{total[1]:.1f}/{total[2]:.1f}") if parts else "no results"
 print("linear layers:", line)
