@@ -15,11 +15,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstdio>
-
 #include "engine/cuda/cuda_backend.hpp"
 #include "engine/cuda/cuda_check.hpp"
-#include "engine/cuda/cuda_devices.hpp"
+#include "tests/bench/cuda/cuda_bench_support.hpp"
 #include "tests/bench/cuda/device_array.hpp"
 
 namespace {
@@ -60,24 +58,12 @@ void BM_Attention(benchmark::State& state) {
   forward();  // the backward's inputs, and the warm-up
   if (backward) backward_pass();
   backend.synchronize();
-  cudaEvent_t start = nullptr, stop = nullptr;
-  PIPETUNE_CUDA_CHECK(cudaEventCreate(&start));
-  PIPETUNE_CUDA_CHECK(cudaEventCreate(&stop));
-  for (auto _ : state) {
-    PIPETUNE_CUDA_CHECK(cudaEventRecord(start, backend.stream()));
+  pipetune::bench::time_each_iteration(state, backend.stream(), [&] {
     if (backward)
       backward_pass();
     else
       forward();
-    PIPETUNE_CUDA_CHECK(cudaEventRecord(stop, backend.stream()));
-    PIPETUNE_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    PIPETUNE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    state.SetIterationTime(static_cast<double>(ms) * 1e-3);
-  }
-  PIPETUNE_CUDA_CHECK(cudaGetLastError());
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  });
   const double forward_flops = 2.0 * kBatch * kHeads * static_cast<double>(T) * T * kHeadSize;
   const double flops = backward ? 2.0 * forward_flops : forward_flops;
   state.counters["TFLOP/s"] = benchmark::Counter(
@@ -95,14 +81,5 @@ BENCHMARK(BM_Attention)
 }  // namespace
 
 int main(int argc, char** argv) {
-  const pipetune::cuda::DeviceQuery q = pipetune::cuda::query_devices();
-  if (q.devices.empty()) {
-    std::printf("cuda_attention_bench: skipped, no CUDA device usable (%s)\n", q.problem.c_str());
-    return 0;
-  }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return pipetune::bench::run_benchmarks_on_a_gpu("cuda_attention_bench", argc, argv);
 }

@@ -20,15 +20,14 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
-#include <cstdio>
 #include <memory>
 #include <vector>
 
 #include "engine/cuda/cuda_backend.hpp"
 #include "engine/cuda/cuda_check.hpp"
-#include "engine/cuda/cuda_devices.hpp"
 #include "engine/cuda/cupti_collector.hpp"
 #include "profiler/recorder/nvtx.hpp"
+#include "tests/bench/cuda/cuda_bench_support.hpp"
 #include "tests/bench/cuda/device_array.hpp"
 
 namespace {
@@ -159,14 +158,5 @@ BENCHMARK(BM_Step)
 }  // namespace
 
 int main(int argc, char** argv) {
-  const pipetune::cuda::DeviceQuery q = pipetune::cuda::query_devices();
-  if (q.devices.empty()) {
-    std::printf("cuda_capture_bench: skipped, no CUDA device usable (%s)\n", q.problem.c_str());
-    return 0;
-  }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return pipetune::bench::run_benchmarks_on_a_gpu("cuda_capture_bench", argc, argv);
 }

@@ -16,11 +16,10 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
-#include <cstdio>
 
 #include "engine/cuda/cuda_backend.hpp"
 #include "engine/cuda/cuda_check.hpp"
-#include "engine/cuda/cuda_devices.hpp"
+#include "tests/bench/cuda/cuda_bench_support.hpp"
 #include "tests/bench/cuda/device_array.hpp"
 
 namespace {
@@ -37,29 +36,6 @@ using pipetune::tensor::TensorView;
 constexpr std::int64_t kTokens = 8 * 1024;  // the head's (N, 50304) output: 1.6 GB
 constexpr std::array<std::array<std::int64_t, 2>, 4> kLayers = {
     {{768, 2304}, {768, 3072}, {3072, 768}, {768, 50304}}};  // (in, out)
-
-// Runs `run` once to warm up (the heuristic's choice, scratch sizes), then times each
-// iteration's launches with CUDA events on the backend's stream.
-template <typename Run>
-void time_each_iteration(benchmark::State& state, CudaBackend& backend, Run run) {
-  run();
-  backend.synchronize();
-  cudaEvent_t start = nullptr, stop = nullptr;
-  PIPETUNE_CUDA_CHECK(cudaEventCreate(&start));
-  PIPETUNE_CUDA_CHECK(cudaEventCreate(&stop));
-  for (auto _ : state) {
-    PIPETUNE_CUDA_CHECK(cudaEventRecord(start, backend.stream()));
-    run();
-    PIPETUNE_CUDA_CHECK(cudaEventRecord(stop, backend.stream()));
-    PIPETUNE_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    PIPETUNE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    state.SetIterationTime(static_cast<double>(ms) * 1e-3);
-  }
-  PIPETUNE_CUDA_CHECK(cudaGetLastError());
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-}
 
 void BM_Linear(benchmark::State& state) {
   const auto operands = state.range(0);
@@ -78,7 +54,9 @@ void BM_Linear(benchmark::State& state) {
     else
       backend.linear_backward_weight(y.view(), x.view(), dw.view(), TensorView{});
   };
-  time_each_iteration(state, backend, run);
+  run();  // warm-up: the heuristic's choice, scratch sizes
+  backend.synchronize();
+  pipetune::bench::time_each_iteration(state, backend.stream(), run);
   const double flops =
       2.0 * static_cast<double>(kTokens) * static_cast<double>(IN) * static_cast<double>(OUT);
   state.counters["TFLOP/s"] = benchmark::Counter(
@@ -114,7 +92,9 @@ void BM_LinearGelu(benchmark::State& state) {
     else
       backend.linear_gelu_backward_input(dout.view(), proj_w.view(), pre.view(), dpre.view());
   };
-  time_each_iteration(state, backend, run);
+  run();  // warm-up: the heuristic's choice, scratch sizes
+  backend.synchronize();
+  pipetune::bench::time_each_iteration(state, backend.stream(), run);
 }
 BENCHMARK(BM_LinearGelu)
     ->ArgNames({"operands", "epilogue", "pass"})
@@ -126,14 +106,5 @@ BENCHMARK(BM_LinearGelu)
 }  // namespace
 
 int main(int argc, char** argv) {
-  const pipetune::cuda::DeviceQuery q = pipetune::cuda::query_devices();
-  if (q.devices.empty()) {
-    std::printf("cuda_gemm_bench: skipped, no CUDA device usable (%s)\n", q.problem.c_str());
-    return 0;
-  }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return pipetune::bench::run_benchmarks_on_a_gpu("cuda_gemm_bench", argc, argv);
 }
