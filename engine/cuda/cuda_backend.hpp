@@ -178,7 +178,8 @@ class CudaBackend final : public tensor::Backend {
   void do_vocab_ce_backward(tensor::ConstTensorView logits_shard,
                             std::span<const std::int32_t> targets, std::int64_t vocab_lo,
                             tensor::ConstTensorView global_max, tensor::ConstTensorView global_sum,
-                            float grad_scale, tensor::TensorView dlogits_shard) override;
+                            float grad_scale, tensor::TensorView dlogits_shard,
+                            tensor::GradientWrite write) override;
   void do_moe_router_forward(tensor::ConstTensorView logits, std::int64_t top_k,
                              std::int64_t capacity, tensor::TensorView probs,
                              tensor::MoeRouting& routing) override;

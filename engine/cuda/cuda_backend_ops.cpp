@@ -190,7 +190,8 @@ void CudaBackend::do_cross_entropy_backward(ConstTensorView logits,
   float* sum = max + N;
   float* target = sum + N;
   kernels::ce_local_stats(stream_, logits.data, ids, 0, max, sum, target, N, V);
-  kernels::ce_backward(stream_, logits.data, ids, 0, max, sum, grad_scale, dlogits.data, N, V);
+  kernels::ce_backward(stream_, logits.data, ids, 0, max, sum, grad_scale, dlogits.data, N, V,
+                       false);
 }
 
 void CudaBackend::do_vocab_ce_local_stats(ConstTensorView logits_shard,
@@ -227,12 +228,13 @@ float CudaBackend::do_vocab_ce_loss(ConstTensorView global_max, ConstTensorView 
 void CudaBackend::do_vocab_ce_backward(ConstTensorView logits_shard,
                                        std::span<const std::int32_t> targets, std::int64_t vocab_lo,
                                        ConstTensorView global_max, ConstTensorView global_sum,
-                                       float grad_scale, TensorView dlogits_shard) {
+                                       float grad_scale, TensorView dlogits_shard,
+                                       tensor::GradientWrite write) {
   activate();
   const std::int32_t* ids = upload_ids(targets);
   kernels::ce_backward(stream_, logits_shard.data, ids, vocab_lo, global_max.data, global_sum.data,
-                       grad_scale, dlogits_shard.data, logits_shard.shape[0],
-                       logits_shard.shape[1]);
+                       grad_scale, dlogits_shard.data, logits_shard.shape[0], logits_shard.shape[1],
+                       write == tensor::GradientWrite::overwrite);
 }
 
 void CudaBackend::do_vocab_ce_numerators(ConstTensorView logits_shard, ConstTensorView row_max,

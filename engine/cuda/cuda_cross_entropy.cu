@@ -74,7 +74,7 @@ __global__ void losses_kernel(const float* global_max, const float* global_sum,
 __global__ void backward_kernel(const float* logits, const std::int32_t* targets,
                                 std::int64_t vocab_lo, const float* global_max,
                                 const float* global_sum, float grad_scale, float* dlogits,
-                                std::int64_t V) {
+                                std::int64_t V, bool overwrite) {
   const std::int64_t n = blockIdx.x;
   const float* l = logits + n * V;  // (V shard)
   float* d = dlogits + n * V;       // (V shard)
@@ -82,8 +82,11 @@ __global__ void backward_kernel(const float* logits, const std::int32_t* targets
   const float p_scale = grad_scale / global_sum[n];
   const std::int64_t tj = targets[n] - vocab_lo;
   for (std::int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-    float g = d[j] + expf(l[j] - mx) * p_scale;
-    if (j == tj) g -= grad_scale;  // the same two roundings as the CPU's separate update
+    // Overwriting reads no d (it may be l itself: l[j] is read first); adding to d keeps the
+    // same two roundings as the CPU's separate update.
+    float g = expf(l[j] - mx) * p_scale;
+    if (!overwrite) g = d[j] + g;
+    if (j == tj) g -= grad_scale;
     d[j] = g;
   }
 }
@@ -149,10 +152,10 @@ void ce_input_grad(cudaStream_t s, const float* shard_max, const float* global_m
 
 void ce_backward(cudaStream_t s, const float* logits, const std::int32_t* targets,
                  std::int64_t vocab_lo, const float* global_max, const float* global_sum,
-                 float grad_scale, float* dlogits, std::int64_t N, std::int64_t V) {
+                 float grad_scale, float* dlogits, std::int64_t N, std::int64_t V, bool overwrite) {
   if (V == 0) return;
   PIPETUNE_LAUNCH(backward_kernel, block_per_row_shape(N, V), s, logits, targets, vocab_lo,
-                  global_max, global_sum, grad_scale, dlogits, V);
+                  global_max, global_sum, grad_scale, dlogits, V, overwrite);
 }
 
 }  // namespace pipetune::cuda::kernels

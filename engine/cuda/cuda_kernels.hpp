@@ -95,9 +95,10 @@ void ce_numerators(cudaStream_t s, const float* logits, const float* row_max, fl
 void ce_input_grad(cudaStream_t s, const float* shard_max, const float* global_max,
                    const float* global_sum, const float* weights, const float* target_rows,
                    float grad_scale, float* dx, std::int64_t N, std::int64_t C);
+// dlogits (+)= (softmax - onehot) * grad_scale; overwrite: = (dlogits may be logits itself).
 void ce_backward(cudaStream_t s, const float* logits, const std::int32_t* targets,
                  std::int64_t vocab_lo, const float* global_max, const float* global_sum,
-                 float grad_scale, float* dlogits, std::int64_t N, std::int64_t V);
+                 float grad_scale, float* dlogits, std::int64_t N, std::int64_t V, bool overwrite);
 
 // ---- cuda_attention.cu: the attention that stores att (B, NH, T, T) -------------------------
 void attention_forward(cudaStream_t s, const float* qkv, float* out, float* att, std::int64_t B,

@@ -350,10 +350,15 @@ void RankRuntime::output_backward_plain(ChunkState& s, int mb, TensorView dy_fin
   auto& m = *model_;
   auto& be = ctx_.be();
   const auto& targets = (*batches_)[static_cast<std::size_t>(mb)].targets;
-  TensorView dlogits = zeros(s.dlogits, Shape{N, Vs});
-  be.vocab_ce_backward(view(s.logits, Shape{N, Vs}), targets, m.vocab().lo, view(s.gmax, Shape{N}),
-                       view(s.gsum, Shape{N}), grad_scale_ / static_cast<float>(N), dlogits);
-  release(s.logits);
+  // The gradient takes the logits' place (each element is read before it is written): no second
+  // (N, V) buffer, the largest activation, and no pass zeroing one.
+  TensorView logits = view(s.logits, Shape{N, Vs});
+  be.vocab_ce_backward(logits, targets, m.vocab().lo, view(s.gmax, Shape{N}),
+                       view(s.gsum, Shape{N}), grad_scale_ / static_cast<float>(N), logits,
+                       tensor::GradientWrite::overwrite);
+  s.dlogits.swap(s.logits);  // the gradient, kept for W
+  release(s.logits);         // what dlogits held before, if anything
+  TensorView dlogits = view(s.dlogits, Shape{N, Vs});
   TensorView dlnf = sized(s.dlnf, Shape{N, C});
   be.linear_backward_input(dlogits, m.dense.param(m.head()), dlnf,
                            tensor::GradientWrite::overwrite);

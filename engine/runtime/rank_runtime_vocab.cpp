@@ -134,10 +134,12 @@ void RankRuntime::vocab_output_backward(int mb) {
     losses_.loss_sum += loss;
     losses_.loss_microbatches += 1;
   }
-  model::Buffer dlogits_buf;
-  TensorView dlogits = zeros(dlogits_buf, Shape{N, Vs});
-  be.vocab_ce_backward(view(v.logits, Shape{N, Vs}), targets, m.vocab().lo, view(v.gmax, Shape{N}),
-                       view(v.gsum, Shape{N}), grad_scale_ / static_cast<float>(N), dlogits);
+  // The gradient in the logits' place (each element read before it is written): no second
+  // (N, V shard) buffer and no pass zeroing one.
+  TensorView dlogits = view(v.logits, Shape{N, Vs});
+  be.vocab_ce_backward(dlogits, targets, m.vocab().lo, view(v.gmax, Shape{N}),
+                       view(v.gsum, Shape{N}), grad_scale_ / static_cast<float>(N), dlogits,
+                       tensor::GradientWrite::overwrite);
   be.linear_backward_weight(dlogits, view(v.hidden, Shape{N, C}), m.dense.grad(m.head()), {});
   if (schedule_->vocab != schedule::VocabMode::Vocab2) {
     // C2: this shard's part of the final hidden state's gradient, to the last group's rank.

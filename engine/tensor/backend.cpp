@@ -447,7 +447,8 @@ void Backend::do_cross_entropy_backward(ConstTensorView logits,
   const std::int64_t n = logits.shape[0];
   Tensor max(Shape{n}), sum(Shape{n}), target(Shape{n});
   do_vocab_ce_local_stats(logits, targets, 0, max, sum, target);
-  do_vocab_ce_backward(logits, targets, 0, max, sum, grad_scale, dlogits);
+  do_vocab_ce_backward(logits, targets, 0, max, sum, grad_scale, dlogits,
+                       GradientWrite::accumulate);
 }
 
 void Backend::vocab_ce_local_stats(ConstTensorView logits_shard,
@@ -486,15 +487,18 @@ float Backend::vocab_ce_loss(ConstTensorView global_max, ConstTensorView global_
 void Backend::vocab_ce_backward(ConstTensorView logits_shard, std::span<const std::int32_t> targets,
                                 std::int64_t vocab_lo, ConstTensorView global_max,
                                 ConstTensorView global_sum, float grad_scale,
-                                TensorView dlogits_shard) {
+                                TensorView dlogits_shard, GradientWrite write) {
   const char* op = "vocab_ce_backward";
   check_logits(op, logits_shard, targets);
   const std::int64_t n = logits_shard.shape[0];
   length_n(op, "global_max", global_max, n);
   length_n(op, "global_sum", global_sum, n);
   same_shape(op, "logits_shard", logits_shard, "dlogits_shard", dlogits_shard);
+  PIPETUNE_TENSOR_CHECK(
+      write == GradientWrite::overwrite || dlogits_shard.data != logits_shard.data, op,
+      "the gradient in place of the logits needs GradientWrite::overwrite");
   do_vocab_ce_backward(logits_shard, targets, vocab_lo, global_max, global_sum, grad_scale,
-                       dlogits_shard);
+                       dlogits_shard, write);
 }
 
 void Backend::vocab_ce_numerators(ConstTensorView logits_shard, ConstTensorView row_max,

@@ -166,7 +166,9 @@ class Backend {
   //  3. vocab_ce_rescale_sum: local_sum *= exp(local_max - global_max);
   //  4. all-reduce SUM of local_sum -> global_sum and of target_logit;
   //  5. vocab_ce_loss -> losses (N) = log(global_sum) + global_max - target_logit, mean returned;
-  //  6. vocab_ce_backward: dlogits_shard += (exp(l - global_max) / global_sum - onehot) * scale.
+  //  6. vocab_ce_backward: dlogits_shard += (exp(l - global_max) / global_sum - onehot) * scale
+  //     (= with GradientWrite::overwrite, where dlogits_shard may be logits_shard itself: each
+  //     element is read before it is written, at the same index).
   void vocab_ce_local_stats(ConstTensorView logits_shard, std::span<const std::int32_t> targets,
                             std::int64_t vocab_lo, TensorView local_max, TensorView local_sum,
                             TensorView target_logit);
@@ -176,7 +178,8 @@ class Backend {
                       ConstTensorView target_logit, TensorView losses);
   void vocab_ce_backward(ConstTensorView logits_shard, std::span<const std::int32_t> targets,
                          std::int64_t vocab_lo, ConstTensorView global_max,
-                         ConstTensorView global_sum, float grad_scale, TensorView dlogits_shard);
+                         ConstTensorView global_sum, float grad_scale, TensorView dlogits_shard,
+                         GradientWrite write = GradientWrite::accumulate);
   // Vocabulary parallelism's Algorithm 2 (the hidden state's gradient formed from one barrier):
   //  - numerators (N, V) = exp(logits_shard - row_max[n]): the shard's softmax numerators
   //    against row_max (N), before the global normalisation;
@@ -298,7 +301,8 @@ class Backend {
   virtual void do_vocab_ce_backward(ConstTensorView logits_shard,
                                     std::span<const std::int32_t> targets, std::int64_t vocab_lo,
                                     ConstTensorView global_max, ConstTensorView global_sum,
-                                    float grad_scale, TensorView dlogits_shard) = 0;
+                                    float grad_scale, TensorView dlogits_shard,
+                                    GradientWrite write) = 0;
 
   virtual void do_moe_router_forward(ConstTensorView logits, std::int64_t top_k,
                                      std::int64_t capacity, TensorView probs,

@@ -91,8 +91,16 @@ TEST(CrossEntropyEmulated, ProtocolStepsMatchTheCpuBackend) {
   cpu.vocab_ce_backward(shard, targets, lo, gmax, gsum, 1.0f / static_cast<float>(N), dwant);
   std::vector<float> dgot = dshard.values();
   ce_backward(nullptr, shard.data(), targets.data(), lo, gmax.data(), gsum.data(),
-              1.0f / static_cast<float>(N), dgot.data(), N, W);
+              1.0f / static_cast<float>(N), dgot.data(), N, W, false);
   EXPECT_LE(relative_error(dgot, dwant), 1e-5);
+  // Written over the logits themselves: the CPU's overwrite into a separate buffer.
+  Tensor over_want({N, W});
+  cpu.vocab_ce_backward(shard, targets, lo, gmax, gsum, 1.0f / static_cast<float>(N), over_want,
+                        tensor::GradientWrite::overwrite);
+  std::vector<float> in_place = shard.values();
+  ce_backward(nullptr, in_place.data(), targets.data(), lo, gmax.data(), gsum.data(),
+              1.0f / static_cast<float>(N), in_place.data(), N, W, true);
+  EXPECT_LE(relative_error(in_place, over_want), 1e-5);
 
   // Algorithm 2: the numerators against the local max, and the input gradient from weighted rows.
   Tensor pwant({N, W});

@@ -203,6 +203,14 @@ TEST_F(CudaAttentionLossMoeTest, VocabParallelProtocolStepsMatch) {
   cpu_.vocab_ce_backward(shard, targets, lo, gmax, sum, 0.5f, d);
   gpu().vocab_ce_backward(gshard, targets, lo, ggmax, gsum, 0.5f, gd);
   EXPECT_TRUE(matches_cpu("dlogits_shard", gd, d, kFp32ElementwiseTol));
+  // Written over the logits themselves, as the engine does.
+  Tensor over({N, W});
+  cpu_.vocab_ce_backward(shard, targets, lo, gmax, sum, 0.5f, over,
+                         tensor::GradientWrite::overwrite);
+  DeviceTensor in_place(shard);
+  gpu().vocab_ce_backward(in_place, targets, lo, ggmax, gsum, 0.5f, in_place,
+                          tensor::GradientWrite::overwrite);
+  EXPECT_TRUE(matches_cpu("dlogits_shard in place", in_place, over, kFp32ElementwiseTol));
 
   // Algorithm 2's numerators and input gradient.
   Tensor p({N, W});

@@ -95,8 +95,8 @@ class CpuBackend final : public Backend {
                               TensorView dx) override;
   void do_vocab_ce_backward(ConstTensorView logits_shard, std::span<const std::int32_t> targets,
                             std::int64_t vocab_lo, ConstTensorView global_max,
-                            ConstTensorView global_sum, float grad_scale,
-                            TensorView dlogits_shard) override;
+                            ConstTensorView global_sum, float grad_scale, TensorView dlogits_shard,
+                            GradientWrite write) override;
   void do_moe_router_forward(ConstTensorView logits, std::int64_t top_k, std::int64_t capacity,
                              TensorView probs, MoeRouting& routing) override;
   void do_moe_router_backward(ConstTensorView probs, ConstTensorView dprobs,

@@ -31,13 +31,17 @@ PIPETUNE_CPU_KERNEL void local_stats_rows(const float* logits, const std::int32_
 PIPETUNE_CPU_KERNEL void backward_rows(const float* logits, const std::int32_t* targets,
                                        std::int64_t vocab_lo, const float* global_max,
                                        const float* global_sum, float grad_scale, float* dlogits,
-                                       std::int64_t V, std::int64_t n0, std::int64_t n1) {
+                                       std::int64_t V, std::int64_t n0, std::int64_t n1,
+                                       bool overwrite) {
   for (std::int64_t n = n0; n < n1; ++n) {
-    const float* l = logits + n * V;  // (V shard)
+    const float* l = logits + n * V;  // (V shard); may be d itself when overwriting
     float* d = dlogits + n * V;       // (V shard)
     const float mx = global_max[n];
     const float p_scale = grad_scale / global_sum[n];
-    for (std::int64_t j = 0; j < V; ++j) d[j] += cpu::exp_approx(l[j] - mx) * p_scale;
+    if (overwrite)
+      for (std::int64_t j = 0; j < V; ++j) d[j] = cpu::exp_approx(l[j] - mx) * p_scale;
+    else
+      for (std::int64_t j = 0; j < V; ++j) d[j] += cpu::exp_approx(l[j] - mx) * p_scale;
     const std::int64_t tj = targets[n] - vocab_lo;
     if (tj >= 0 && tj < V) d[tj] -= grad_scale;
   }
@@ -90,12 +94,13 @@ float CpuBackend::do_vocab_ce_loss(ConstTensorView global_max, ConstTensorView g
 void CpuBackend::do_vocab_ce_backward(ConstTensorView logits_shard,
                                       std::span<const std::int32_t> targets, std::int64_t vocab_lo,
                                       ConstTensorView global_max, ConstTensorView global_sum,
-                                      float grad_scale, TensorView dlogits_shard) {
+                                      float grad_scale, TensorView dlogits_shard,
+                                      GradientWrite write) {
   const std::int64_t N = logits_shard.shape[0], V = logits_shard.shape[1];
   if (V == 0) return;
   pool_.parallel_for(N, 1, [&](std::int64_t n0, std::int64_t n1, int) {
     backward_rows(logits_shard.data, targets.data(), vocab_lo, global_max.data, global_sum.data,
-                  grad_scale, dlogits_shard.data, V, n0, n1);
+                  grad_scale, dlogits_shard.data, V, n0, n1, write == GradientWrite::overwrite);
   });
 }
 

@@ -301,10 +301,10 @@ class GuardedBackend final : public tensor::Backend {
     G g(storage_, &__func__[3]);
     cpu_.vocab_ce_input_grad(sm, gm, gs, w, wt, scale, dx);
   }
-  void do_vocab_ce_backward(CV l, Ids t, std::int64_t lo, CV gm, CV gs, float scale,
-                            TV dl) override {
+  void do_vocab_ce_backward(CV l, Ids t, std::int64_t lo, CV gm, CV gs, float scale, TV dl,
+                            tensor::GradientWrite write) override {
     G g(storage_, &__func__[3]);
-    cpu_.vocab_ce_backward(l, t, lo, gm, gs, scale, dl);
+    cpu_.vocab_ce_backward(l, t, lo, gm, gs, scale, dl, write);
   }
   void do_moe_router_forward(CV logits, std::int64_t k, std::int64_t cap, TV probs,
                              tensor::MoeRouting& r) override {

@@ -95,6 +95,14 @@ void check_sharded_equals_unsharded(Backend& be, std::mt19937& rng,
     for (std::int64_t n = 0; n < N; ++n) {
       for (std::int64_t j = 0; j < w; ++j) grad[n * V + lo + j] = d[n * w + j];
     }
+    // Written over the logits themselves (as the engine does): the same values, bit for bit.
+    Tensor in_place = shard[s];
+    be.vocab_ce_backward(in_place, targets, lo, gmax, gsum, 1.0f / N, in_place,
+                         GradientWrite::overwrite);
+    EXPECT_TRUE(all_close("dlogits in place", in_place.values(), d.values(), 0, 0));
+    // Adding to the logits in place is refused: it would read what it wrote.
+    EXPECT_THROW(be.vocab_ce_backward(in_place, targets, lo, gmax, gsum, 1.0f / N, in_place),
+                 InputError);
   }
   EXPECT_TRUE(all_close("sharded dlogits", grad, full_grad.values(), 1e-6, 1e-9));
 }
