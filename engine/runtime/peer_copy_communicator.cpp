@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/comm/comm_errors.hpp"
+
 namespace pipetune::runtime {
 
 void PeerExchange::post(int src, int dst, int tag, Parcel parcel) {
@@ -48,9 +50,17 @@ void PeerExchange::post_shared(const std::string& key, int index, int src, Parce
 PeerExchange::Parcel PeerExchange::take_shared(const std::string& key, int index) {
   std::lock_guard lock(mutex_);
   const auto it = shared_.find({key, index});
-  if (it == shared_.end())
+  if (it == shared_.end()) {
+    // Its owner failed (a mismatch it found first, say) and took its block back when it left:
+    // that rank's failure, not a protocol error, whichever member gets here first.
+    if (const auto gone = abandoned_.find({key, index}); gone != abandoned_.end())
+      throw comm::RankFailure(gone->second, "collective " + key,
+                              "collective " + key + ": rank " + std::to_string(gone->second) +
+                                  " (group rank " + std::to_string(index) +
+                                  ") failed before its block was read");
     throw std::logic_error("peer exchange: collective " + key + " has no block of group rank " +
                            std::to_string(index));
+  }
   ++being_copied_[it->second.src];
   return it->second.parcel;
 }
@@ -134,6 +144,7 @@ std::vector<PeerExchange::Returned> PeerExchange::leave(int src) {
     }
     out.push_back({const_cast<void*>(it->second.parcel.block), it->second.parcel.bytes,
                    std::move(it->second.done)});
+    abandoned_.emplace(it->first, src);
     it = shared_.erase(it);
   }
   return out;

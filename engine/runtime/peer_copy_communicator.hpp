@@ -78,8 +78,9 @@ class PeerExchange {
   // of `readers` members takes it and releases it with the fence of its reads, and the last
   // release hands it back to `src` with every reader's fence.
   void post_shared(const std::string& key, int index, int src, Parcel parcel, int readers);
-  // logic_error when absent (a member passed the barrier without posting: never, unless the
-  // members disagree on the protocol).
+  // comm::RankFailure naming the owner when it left the exchange (failed) before this member
+  // read its block; logic_error when never posted (a member passed the barrier without posting:
+  // never, unless the members disagree on the protocol).
   Parcel take_shared(const std::string& key, int index);
   void release_shared(const std::string& key, int index, tensor::DeviceAllocator::Fence done);
 
@@ -103,6 +104,8 @@ class PeerExchange {
     std::vector<tensor::DeviceAllocator::Fence> done;
   };
   std::map<std::pair<std::string, int>, Shared> shared_;  // (key, group rank)
+  // Collective blocks whose owner left before every member read them: (key, group rank) -> owner.
+  std::map<std::pair<std::string, int>, int> abandoned_;
   std::size_t parcels_ = 0, bytes_ = 0, shared_parcels_ = 0, shared_bytes_ = 0;
 };
 

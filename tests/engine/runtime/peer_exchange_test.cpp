@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <stdexcept>
+#include <string>
+
+#include "engine/comm/comm_errors.hpp"
 
 namespace pipetune::runtime {
 namespace {
@@ -74,6 +77,17 @@ TEST(PeerExchange, ACollectiveBlockReturnsOnceEveryReaderReleasedIt) {
   ASSERT_EQ(left.size(), 1u);
   EXPECT_EQ(left[0].block, &b);
   EXPECT_EQ(x.shared_posted(), 2u);
+  // A member that comes for it after its owner left gets the owner's failure, not a protocol
+  // error: under other timings the member that failed first (a size mismatch) had left already.
+  try {
+    x.take_shared("dp #0", 1);
+    FAIL() << "expected comm::RankFailure";
+  } catch (const comm::RankFailure& e) {
+    EXPECT_EQ(e.failed_rank(), 6);
+    EXPECT_NE(std::string(e.what()).find("rank 6 (group rank 1) failed before its block was read"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
