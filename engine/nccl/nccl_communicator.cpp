@@ -13,6 +13,7 @@
 #include "engine/cuda/cuda_devices.hpp"
 #include "engine/mpi/mpi_check.hpp"
 #include "engine/nccl/nccl_check.hpp"
+#include "engine/nccl/nccl_hosts.hpp"
 
 namespace pipetune::nccl {
 
@@ -49,15 +50,7 @@ const void* cv(const float* p) {
 }  // namespace
 
 int process_device(int requested) {
-  int rank = 0;
-  PIPETUNE_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  MPI_Comm node = MPI_COMM_NULL;
-  PIPETUNE_MPI_CHECK(
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-  int local = 0, local_size = 1;
-  PIPETUNE_MPI_CHECK(MPI_Comm_rank(node, &local));
-  PIPETUNE_MPI_CHECK(MPI_Comm_size(node, &local_size));
-  MPI_Comm_free(&node);
+  const HostPlacement host = nccl_host_placement();
   const cuda::DeviceQuery q = cuda::query_devices();
   if (q.devices.empty())
     throw cuda::CudaError("NCCL communicator: no CUDA device is usable (" + q.problem + ")");
@@ -68,12 +61,15 @@ int process_device(int requested) {
                             " requested, this node has " + std::to_string(count));
     return requested;
   }
-  if (local_size > count)
-    throw cuda::CudaError("NCCL communicator: " + std::to_string(local_size) +
-                          " processes on this node but " + std::to_string(count) +
-                          " CUDA device(s): NCCL needs one device per process (it refuses two "
-                          "ranks of one communicator on the same GPU)");
-  return local;
+  if (host.local_size > count)
+    throw cuda::CudaError(
+        "NCCL communicator: " + std::to_string(host.local_size) + " processes on this " +
+        (host.host_id_set ? "NCCL host (one NCCL_HOSTID)" : "node") + " but " +
+        std::to_string(count) +
+        " CUDA device(s): NCCL needs one device per process of a host (it refuses two ranks of "
+        "one communicator on the same GPU; processes given different NCCL_HOSTID values are "
+        "different hosts to it)");
+  return host.local_rank;
 }
 
 NcclCommunicator::NcclCommunicator(const std::vector<ProcessGroup>& groups, NcclOptions options)

@@ -41,10 +41,13 @@
 //    file and line; CUDA calls throw cuda::CudaError; a wait longer than Options::timeout_seconds
 //    (> 0) throws WatchdogTimeout. The caller then ends the job (MpiSession::abort).
 //
-// Devices: NCCL refuses two ranks of one communicator on the same GPU ("Duplicate GPU
-// detected"), so a run needs one device per process on each node: by default local rank (ranks
-// sharing a node, MPI_COMM_TYPE_SHARED) modulo the node's device count, checked to be distinct.
-// A pipeline of several ranks on ONE GPU is the streams mode of issue 15, not this class.
+// Devices: NCCL refuses two ranks of one communicator on the same GPU of one host ("Duplicate GPU
+// detected"), so a run needs one device per process of each host: by default the process's rank
+// among those of its host (nccl_hosts.hpp: its node, MPI_COMM_TYPE_SHARED, split further by
+// NCCL_HOSTID), checked against the node's device count. Processes that set different
+// NCCL_HOSTID values may share a GPU, talking through NCCL's network transport (how a one-GPU
+// machine tests ranks as processes). A pipeline of several ranks on ONE GPU in one process is
+// the streams mode of issue 15, not this class.
 //
 // Not thread-safe: one thread per process uses it (NCCL allows one thread per communicator).
 #pragma once
@@ -68,7 +71,8 @@
 namespace pipetune::nccl {
 
 struct NcclOptions {
-  // CUDA device of this process; -1: local rank on the node modulo the node's device count.
+  // CUDA device of this process; -1: its rank among the processes of its NCCL host
+  // (process_device).
   int device = -1;
   // Stream whose issued work each call waits for first (CudaBackend::stream()); nullptr: none.
   cudaStream_t compute_stream = nullptr;
@@ -83,7 +87,7 @@ struct NcclOptions {
 };
 
 // The CUDA device of this process: `requested` when >= 0 (checked against the node's devices),
-// else its rank among the processes of its node (one device per process, as NCCL requires).
+// else its rank among the processes of its NCCL host (one device per process, as NCCL requires).
 // Collective over MPI_COMM_WORLD. Throws cuda::CudaError naming why no device fits.
 int process_device(int requested = -1);
 

@@ -10,6 +10,9 @@
 #   2b. nccl_np1              the NCCL communicator's GPU tests under `mpirun -np 1`, when
 #                             device-mpi/ (scripts/device_bundle_mpi: the tests and Open MPI)
 #                             is carried too
+#   2c. nccl_np2_hosts, nccl_np4_hosts  the same under `mpirun -np 2` and `-np 4`, the processes
+#                             sharing the GPU, each its own NCCL host (tests/gpu/as_nccl_hosts.sh):
+#                             collectives, transfers and training across processes through NCCL
 #   3. cuda_capture_bench     capture overhead, off / nvtx / cupti / cupti without API records /
 #                             cupti with the launching calls' records only / cupti flushing
 #                             completed buffers only / cupti zeroing its own buffers
@@ -34,7 +37,8 @@
 # GPT2_ARGS (environment): more options for gpt2_gpu_bench.sh, split as the shell splits words,
 # e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look; CAPTURE_ARGS: more
 # options for cuda_capture_bench (e.g. CAPTURE_ARGS='--benchmark_filter=:[0123]/' for the first
-# four modes only); SKIP: step names
+# four modes only); NCCL_HOSTS_NP: the process counts of step 2c (default "2 4", "" for none);
+# SKIP: step names
 # not to run (e.g. SKIP="cuda_capture_bench cuda_attention_bench" to rerun the rest).
 # Exit status: 0 when every step passed, 1 when one failed, 2 without a GPU (after the steps that
 # need none) or with a library missing.
@@ -240,6 +244,17 @@ checks() {
        mpirun -np 1 "$1/nccl_gpu_tests" "--gtest_output=xml:$3/nccl_gpu_tests.xml"' \
       nccl_np1 "$root/$mpi" "$PIPETUNE_LIBRARY_PATH" "$out"
     summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.nccl.log")"
+    # The same tests across processes sharing the GPU, each its own NCCL host (NCCL's socket
+    # transport over loopback): the communicator with ranks as processes on one GPU.
+    local np
+    for np in ${NCCL_HOSTS_NP-2 4}; do
+      step "nccl_np${np}_hosts" $((60 + 15 * np)) "$scratch/.nccl$np.log" bash -c \
+        '. "$1/env.sh" "$1" && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$2" &&
+         mpirun -np "$4" --oversubscribe bash tests/gpu/as_nccl_hosts.sh "$1/nccl_gpu_tests" \
+           "--gtest_output=xml:$3/nccl_gpu_tests_np$4_hosts.xml"' \
+        "nccl_np${np}_hosts" "$root/$mpi" "$PIPETUNE_LIBRARY_PATH" "$out" "$np"
+      summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.nccl$np.log")"
+    done
   else
     note nccl_np1 "skipped ($mpi not carried: scripts/device_bundle_mpi makes it)"
   fi
