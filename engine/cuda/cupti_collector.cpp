@@ -187,6 +187,12 @@ ClockOffset estimate_clock_offset(std::span<const ClockSample> samples) {
 
 BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
                                profiler::GpuCapture& capture) {
+  CuptiNameCache names;
+  return append_cupti_buffer(buffer, valid_bytes, capture, names);
+}
+
+BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
+                               profiler::GpuCapture& capture, CuptiNameCache& names) {
   BufferWalk walk;
   CUpti_Activity* record = nullptr;
   for (;;) {
@@ -197,7 +203,7 @@ BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
       break;
     }
     ++walk.records;
-    if (append_cupti_record(*record, capture))
+    if (append_cupti_record(*record, capture, names))
       ++walk.kept;
     else if (is_incomplete_device_record(*record))  // left out: counted apart from other kinds
       ++walk.incomplete;
@@ -266,7 +272,7 @@ profiler::GpuCapture CuptiCollector::take() {
 
 void CuptiCollector::consume(std::uint8_t* buffer, std::size_t valid_bytes, std::uint64_t dropped) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  const BufferWalk walk = append_cupti_buffer(buffer, valid_bytes, capture_);
+  const BufferWalk walk = append_cupti_buffer(buffer, valid_bytes, capture_, names_);
   records_ += walk.records;
   incomplete_ += walk.incomplete;
   dropped_ += dropped;

@@ -37,6 +37,7 @@
 #include <string>
 
 #include "engine/cuda/cuda_check.hpp"
+#include "engine/cuda/cupti_records.hpp"
 #include "profiler/gpu/gpu_capture.hpp"
 
 namespace pipetune::cuda {
@@ -75,7 +76,10 @@ struct BufferWalk {
 };
 
 // Every record of a completed CUPTI buffer (valid_bytes of it) into `capture`, walked with
-// cuptiActivityGetNextRecord.
+// cuptiActivityGetNextRecord, names from `names` (the collector keeps one for its life).
+BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
+                               profiler::GpuCapture& capture, CuptiNameCache& names);
+// The same with a fresh name cache (tests).
 BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
                                profiler::GpuCapture& capture);
 
@@ -152,6 +156,7 @@ class CuptiCollector {
   bool zeroed_buffers_ = false;
   mutable std::mutex mutex_;  // what follows: filled by CUPTI's completion callback
   profiler::GpuCapture capture_;
+  CuptiNameCache names_;
   std::uint64_t dropped_ = 0;
   std::size_t records_ = 0, buffer_errors_ = 0, incomplete_ = 0;
   std::string first_error_;

@@ -74,13 +74,33 @@ bool is_incomplete_device_record(const CUpti_Activity& record) {
   }
 }
 
+const std::string& CuptiNameCache::kernel(const char* name) {
+  if (name == nullptr) return unnamed_;
+  auto [it, inserted] = kernels_.try_emplace(name);
+  if (inserted || it->second.mangled != name) it->second = {name, kernel_display_name(name)};
+  return it->second.display;
+}
+
+const std::string& CuptiNameCache::api(CUpti_ActivityKind kind, CUpti_CallbackId cbid) {
+  const std::uint64_t key = (static_cast<std::uint64_t>(kind) << 32) | cbid;
+  auto [it, inserted] = apis_.try_emplace(key);
+  if (inserted) it->second = api_name(kind, cbid);
+  return it->second;
+}
+
 bool append_cupti_record(const CUpti_Activity& record, profiler::GpuCapture& capture) {
+  CuptiNameCache names;
+  return append_cupti_record(record, capture, names);
+}
+
+bool append_cupti_record(const CUpti_Activity& record, profiler::GpuCapture& capture,
+                         CuptiNameCache& names) {
   if (is_incomplete_device_record(record)) return false;
   switch (record.kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       const auto& k = reinterpret_cast<const CUpti_ActivityKernel10&>(record);
-      profiler::KernelRecord r = device_record(k, kernel_display_name(k.name));
+      profiler::KernelRecord r = device_record(k, names.kernel(k.name));
       r.grid = {k.gridX, k.gridY, k.gridZ};
       r.block = {k.blockX, k.blockY, k.blockZ};
       capture.activities.push_back(std::move(r));
@@ -105,7 +125,7 @@ bool append_cupti_record(const CUpti_Activity& record, profiler::GpuCapture& cap
     case CUPTI_ACTIVITY_KIND_DRIVER: {
       const auto& a = reinterpret_cast<const CUpti_ActivityAPI&>(record);
       capture.api_calls.push_back(
-          {a.correlationId, a.threadId, ns(a.start), ns(a.end), api_name(record.kind, a.cbid)});
+          {a.correlationId, a.threadId, ns(a.start), ns(a.end), names.api(record.kind, a.cbid)});
       return true;
     }
     default:

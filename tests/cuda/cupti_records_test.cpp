@@ -146,5 +146,38 @@ TEST(CuptiRecords, ACapturedKernelJoinsTheRanksTraceUnderItsOp) {
   EXPECT_EQ(c.api_calls[0].name.rfind("cuLaunchKernel", 0), 0u) << c.api_calls[0].name;
 }
 
+TEST(CuptiNameCache, GivesWhatTheNamesWouldBeAfreshOncePerKernel) {
+  CuptiNameCache names;
+  // CUPTI shares one string among a kernel's records: the same pointer, many records.
+  const char* axpy = "_Z4axpyifPKfPf";
+  const char* nvjet = "nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_NNT";
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(names.kernel(axpy), "axpy(int, float, float const*, float*)");
+    EXPECT_EQ(names.kernel(nvjet), nvjet);  // not mangled: as it is
+  }
+  EXPECT_EQ(names.kernels(), 2u);
+  EXPECT_EQ(names.kernel(nullptr), kernel_display_name(nullptr));
+  EXPECT_EQ(names.api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000)
+                .rfind("cudaLaunchKernel", 0),
+            0u);
+
+  // A record through the cache reads as one through fresh names.
+  profiler::GpuCapture cached, fresh;
+  const CUpti_ActivityKernel10 k = kernel_record(axpy, 7);
+  ASSERT_TRUE(append_cupti_record(as_activity(k), cached, names));
+  ASSERT_TRUE(append_cupti_record(as_activity(k), fresh));
+  EXPECT_EQ(cached.activities.at(0).name, fresh.activities.at(0).name);
+}
+
+TEST(CuptiNameCache, AnAddressReusedForAnotherKernelGetsThatKernelsName) {
+  CuptiNameCache names;
+  char buffer[64];
+  std::strcpy(buffer, "_Z5scalefPf");
+  EXPECT_EQ(names.kernel(buffer), "scale(float, float*)");
+  std::strcpy(buffer, "_Z4axpyifPKfPf");  // same address, another kernel (a module reloaded)
+  EXPECT_EQ(names.kernel(buffer), "axpy(int, float, float const*, float*)");
+  EXPECT_EQ(names.kernels(), 1u);
+}
+
 }  // namespace
 }  // namespace pipetune::cuda
