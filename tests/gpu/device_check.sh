@@ -13,6 +13,8 @@
 #   2c. nccl_np2_hosts, nccl_np4_hosts  the same under `mpirun -np 2` and `-np 4`, the processes
 #                             sharing the GPU, each its own NCCL host (tests/gpu/as_nccl_hosts.sh):
 #                             collectives, transfers and training across processes through NCCL
+#   2d. nccl_train_np2_hosts  `mpirun -np 2 ... pipetune train --backend cuda --pp 2` that way,
+#                             into a workspace, its losses against the CPU single-rank run
 #   3. cuda_capture_bench     capture overhead, off / nvtx / cupti / cupti without API records /
 #                             cupti with the launching calls' records only / cupti flushing
 #                             completed buffers only / cupti zeroing its own buffers
@@ -73,6 +75,16 @@ unpacked=""
 
 note() { summary+=("$(printf '%-22s %s' "$1" "$2")"); }
 
+# unpack_xz SRC DEST: xz, or Python's lzma where xz is missing.
+unpack_xz() {
+  if command -v xz >/dev/null; then
+    xz -dc "$1" >"$2"
+  else
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+      "$1" "$2"
+  fi || { echo "device_check: cannot unpack $1"; return 1; }
+}
+
 # Runs one step: NAME CAP_SECONDS LOG COMMAND... under timeout, within what is left of the
 # budget, its output shown and kept in LOG.
 step() {
@@ -111,11 +123,25 @@ step() {
 
 # gtest's closing lines of a log, for the summary.
 gtest_counts() {
-  local log="$1" p s f
-  p="$(grep -o '\[  PASSED  \] [0-9]* test' "$log" 2>/dev/null | tail -n 1 | grep -o '[0-9]*')"
-  s="$(grep -o '\[  SKIPPED \] [0-9]* test' "$log" 2>/dev/null | tail -n 1 | grep -o '[0-9]*')"
-  f="$(grep -o '\[  FAILED  \] [0-9]* test' "$log" 2>/dev/null | tail -n 1 | grep -o '[0-9]*')"
+  local log="$1" plain p s f
+  # Without colours: under mpirun gtest writes to a terminal (Open MPI's pty) and colours them.
+  plain="$(sed 's/\x1b\[[0-9;]*m//g' "$log" 2>/dev/null)"
+  p="$(grep -o '\[  PASSED  \] [0-9]* test' <<<"$plain" | tail -n 1 | grep -o '[0-9]*')"
+  s="$(grep -o '\[  SKIPPED \] [0-9]* test' <<<"$plain" | tail -n 1 | grep -o '[0-9]*')"
+  f="$(grep -o '\[  FAILED  \] [0-9]* test' <<<"$plain" | tail -n 1 | grep -o '[0-9]*')"
   echo "passed ${p:-0}, skipped ${s:-0}, failed ${f:-0}"
+}
+
+# every_test_skipped LOG: on a GPU machine, a gtest run that passed nothing and skipped its tests
+# is a failure, named in the step's summary line.
+every_test_skipped() {
+  local counts
+  counts="$(gtest_counts "$1")"
+  if [[ "$counts" == "passed 0, skipped "[1-9]* ]]; then
+    summary[-1]="${summary[-1]} (every test skipped: $(sed 's/\x1b\[[0-9;]*m//g' "$1" |
+      grep -o 'not testable here: .*' | head -n 1 | cut -c1-200))"
+    failed=1
+  fi
 }
 
 checks() {
@@ -134,14 +160,20 @@ checks() {
   unpacked="$(mktemp -d /tmp/device_libs.XXXXXX)"
   for f in "$libs"/*.xz; do
     [ -f "$f" ] || continue
-    if command -v xz >/dev/null; then
-      xz -dc "$f" >"$unpacked/$(basename "$f" .xz)"
-    else
-      python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-        "$f" "$unpacked/$(basename "$f" .xz)"
-    fi || echo "device_check: cannot unpack $f"
+    unpack_xz "$f" "$unpacked/$(basename "$f" .xz)"
   done
   paths+=("$unpacked")
+  # device-mpi/'s binaries (scripts/device_bundle_mpi compresses them) into $unpacked/mpi-bin.
+  local name
+  for name in nccl_gpu_tests pipetune; do
+    if [ -f "$mpi/$name.xz" ]; then
+      mkdir -p "$unpacked/mpi-bin"
+      unpack_xz "$mpi/$name.xz" "$unpacked/mpi-bin/$name" && chmod +x "$unpacked/mpi-bin/$name"
+    elif [ -x "$mpi/$name" ]; then  # a bundle from before the compression
+      mkdir -p "$unpacked/mpi-bin"
+      cp "$mpi/$name" "$unpacked/mpi-bin/$name"
+    fi
+  done
   for d in /usr/local/cuda/lib64 /usr/local/cuda/extras/CUPTI/lib64 \
     /usr/local/cuda/targets/x86_64-linux/lib; do
     [ -d "$d" ] && paths+=("$d")
@@ -177,7 +209,7 @@ checks() {
   elif ! timeout 60 nvidia-smi; then
     no_gpu="nvidia-smi failed"
   else
-    timeout 60 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit \
+    timeout 60 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit,compute_mode \
       --format=csv || true
   fi
   [ -z "$no_gpu" ] || echo "device_check: no GPU: $no_gpu"
@@ -237,24 +269,68 @@ checks() {
   fi
 
   # --- 2b. the NCCL communicator in one process, when scripts/device_bundle_mpi's folder came ---
-  if [ -x "$mpi/nccl_gpu_tests" ] && [ -f "$mpi/env.sh" ]; then
+  local mpi_bin="$unpacked/mpi-bin"
+  if [ -x "$mpi_bin/nccl_gpu_tests" ] && [ -f "$mpi/env.sh" ]; then
     [ -f "$mpi/bundle-info.txt" ] && sed 's/^/   /' "$mpi/bundle-info.txt"
     step nccl_np1 120 "$scratch/.nccl.log" bash -c \
       '. "$1/env.sh" "$1" && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$2" &&
-       mpirun -np 1 "$1/nccl_gpu_tests" "--gtest_output=xml:$3/nccl_gpu_tests.xml"' \
-      nccl_np1 "$root/$mpi" "$PIPETUNE_LIBRARY_PATH" "$out"
+       mpirun -np 1 "$4" "--gtest_output=xml:$3/nccl_gpu_tests.xml"' \
+      nccl_np1 "$root/$mpi" "$PIPETUNE_LIBRARY_PATH" "$out" "$mpi_bin/nccl_gpu_tests"
     summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.nccl.log")"
-    # The same tests across processes sharing the GPU, each its own NCCL host (NCCL's socket
-    # transport over loopback): the communicator with ranks as processes on one GPU.
+    every_test_skipped "$scratch/.nccl.log"
+    # --- 2c. the same tests across processes sharing the GPU, each its own NCCL host (NCCL's
+    # socket transport over loopback): the communicator with ranks as processes on one GPU.
     local np
     for np in ${NCCL_HOSTS_NP-2 4}; do
       step "nccl_np${np}_hosts" $((60 + 15 * np)) "$scratch/.nccl$np.log" bash -c \
         '. "$1/env.sh" "$1" && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$2" &&
-         mpirun -np "$4" --oversubscribe bash tests/gpu/as_nccl_hosts.sh "$1/nccl_gpu_tests" \
-           "--gtest_output=xml:$3/nccl_gpu_tests_np$4_hosts.xml"' \
-        "nccl_np${np}_hosts" "$root/$mpi" "$PIPETUNE_LIBRARY_PATH" "$out" "$np"
+         mpirun -np "$5" --oversubscribe bash tests/gpu/as_nccl_hosts.sh "$4" \
+           "--gtest_output=xml:$3/nccl_gpu_tests_np$5_hosts.xml"' \
+        "nccl_np${np}_hosts" "$root/$mpi" "$PIPETUNE_LIBRARY_PATH" "$out" \
+        "$mpi_bin/nccl_gpu_tests" "$np"
       summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.nccl$np.log")"
+      every_test_skipped "$scratch/.nccl$np.log"
     done
+    # --- 2d. `pipetune train --backend cuda` as 2 processes (a 2-stage pipeline) on the GPU,
+    # each its own NCCL host, stored in a workspace, against the CPU single-rank run.
+    if [ -x "$mpi_bin/pipetune" ] && [ -n "${NCCL_HOSTS_NP-2 4}" ]; then
+      step nccl_train_np2_hosts 90 "$scratch/.nccltrain.log" bash -c \
+        '. "$1/env.sh" "$1" && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$2" &&
+         rm -f "$4" && mpirun -np 2 --oversubscribe bash tests/gpu/as_nccl_hosts.sh "$3" train \
+           --backend cuda --tp 1 --pp 2 --dp 1 --microbatches 4 --steps 6 --db "$4" \
+           --name nccl-pp2-hosts \
+           --json' \
+        nccl_train_np2_hosts "$root/$mpi" "$PIPETUNE_LIBRARY_PATH" "$mpi_bin/pipetune" \
+        "$scratch/nccl_train.db"
+      if [ -s "$scratch/nccl_train.db" ]; then
+        "${run_env[@]}" "$build/cli/pipetune" train --backend cpu --tp 1 --pp 1 --dp 1 \
+          --microbatches 4 --steps 6 --no-db --json >"$scratch/.cpu_train.json" 2>/dev/null
+        python3 - "$scratch/.nccltrain.log" "$scratch/.cpu_train.json" >"$scratch/.nccltrain" <<'PY' ||
+import json, sys
+def last_object(text):  # the JSON object rank 0 printed, among mpirun's and NCCL's lines
+    starts = [i for i in range(len(text)) if text.startswith("{\n", i) and (i == 0 or text[i - 1] == "\n")]
+    for i in reversed(starts):
+        try:
+            return json.JSONDecoder().raw_decode(text, i)[0]
+        except ValueError:
+            continue
+    raise SystemExit("no JSON object in the run's output")
+got = last_object(open(sys.argv[1]).read())
+want = json.load(open(sys.argv[2]))
+g, w = got["losses"], want["losses"]
+worst = max(abs(a - b) / b for a, b in zip(g, w)) if len(g) == len(w) else float("inf")
+cap = got.get("gpu_capture", {})
+print(f"{len(got['ranks'])} ranks; losses vs the CPU single-rank run: max relative difference "
+      f"{worst:.2e}{'' if worst <= 1e-3 else ' (OVER 1e-3)'}; GPU records {cap.get('activities', 0)}"
+      f", {cap.get('attributed', 0)} launched inside ops; {got['tokens_per_s']:.0f} tokens/s")
+sys.exit(0 if worst <= 1e-3 and cap.get("activities", 0) > 0 else 1)
+PY
+          { failed=1; summary[-1]="${summary[-1]}; CHECK FAILED"; }
+        summary[-1]="${summary[-1]}; $(cat "$scratch/.nccltrain" 2>/dev/null)"
+        "${run_env[@]}" "$build/cli/pipetune" report --db "$scratch/nccl_train.db" nccl-pp2-hosts || true
+        gzip -c "$scratch/nccl_train.db" >"$out/nccl_train_np2_hosts.db.gz"
+      fi
+    fi
   else
     note nccl_np1 "skipped ($mpi not carried: scripts/device_bundle_mpi makes it)"
   fi
