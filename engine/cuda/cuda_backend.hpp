@@ -153,7 +153,8 @@ class CudaBackend final : public tensor::Backend {
                                   tensor::TensorView out, tensor::TensorView lse) override;
   void do_attention_flash_backward_input(tensor::ConstTensorView dout, tensor::ConstTensorView qkv,
                                          tensor::ConstTensorView out, tensor::ConstTensorView lse,
-                                         std::int64_t num_heads, tensor::TensorView dqkv) override;
+                                         std::int64_t num_heads, tensor::TensorView dqkv,
+                                         tensor::GradientWrite write) override;
   float do_cross_entropy_forward(tensor::ConstTensorView logits,
                                  std::span<const std::int32_t> targets,
                                  tensor::TensorView losses) override;

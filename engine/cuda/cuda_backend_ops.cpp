@@ -146,14 +146,16 @@ void CudaBackend::do_attention_flash_forward(ConstTensorView qkv, std::int64_t n
 
 void CudaBackend::do_attention_flash_backward_input(ConstTensorView dout, ConstTensorView qkv,
                                                     ConstTensorView out, ConstTensorView lse,
-                                                    std::int64_t num_heads, TensorView dqkv) {
+                                                    std::int64_t num_heads, TensorView dqkv,
+                                                    tensor::GradientWrite write) {
   activate();
   const std::int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3;
   const FlashShape f = flash_attention_shape(B, num_heads, T, C / num_heads);
   auto* D =
       static_cast<float*>(scratch(static_cast<std::size_t>(f.scratch_floats) * sizeof(float)));
   kernels::flash_attention_backward(stream_, dout.data, qkv.data, out.data, lse.data, dqkv.data, D,
-                                    B, T, num_heads, C / num_heads, options_.flash);
+                                    B, T, num_heads, C / num_heads, options_.flash,
+                                    write == tensor::GradientWrite::accumulate);
 }
 
 // ---- cross-entropy --------------------------------------------------------------------------

@@ -115,7 +115,7 @@ __global__ void row_dot_kernel(const float* dout, const float* out, float* D, st
 template <int R>
 __global__ void dq_kernel(const float* dout, const float* qkv, const float* lse, const float* D,
                           float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t HS,
-                          std::int64_t row_blocks, float scale) {
+                          std::int64_t row_blocks, float scale, bool accumulate) {
   PIPETUNE_DYNAMIC_SHARED(float, smem);
   const std::int64_t HSp = HS + 1;
   float* ks = smem;                           // (kFlashTile, HSp)
@@ -163,7 +163,7 @@ __global__ void dq_kernel(const float* dout, const float* qkv, const float* lse,
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const std::int64_t d = lane + r * kWarpSize;
-      if (d < HS) dqrow[d] += scale * dq[r];
+      if (d < HS) write_gradient(dqrow[d], scale * dq[r], accumulate);
     }
   }
 }
@@ -172,7 +172,7 @@ __global__ void dq_kernel(const float* dout, const float* qkv, const float* lse,
 template <int R>
 __global__ void dkdv_kernel(const float* dout, const float* qkv, const float* lse, const float* D,
                             float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t HS,
-                            std::int64_t row_blocks, float scale) {
+                            std::int64_t row_blocks, float scale, bool accumulate) {
   PIPETUNE_DYNAMIC_SHARED(float, smem);
   const std::int64_t HSp = HS + 1;
   float* qs = smem;                          // (kFlashTile, HSp)
@@ -229,8 +229,8 @@ __global__ void dkdv_kernel(const float* dout, const float* qkv, const float* ls
     for (int r = 0; r < R; ++r) {
       const std::int64_t d = lane + r * kWarpSize;
       if (d < HS) {
-        dkrow[d] += scale * dk[r];
-        dvrow[d] += dv[r];
+        write_gradient(dkrow[d], scale * dk[r], accumulate);
+        write_gradient(dvrow[d], dv[r], accumulate);
       }
     }
   }
@@ -281,11 +281,12 @@ namespace {
 template <int R>
 void flash_backward_kernels(cudaStream_t s, const FlashShape& f, const float* dout,
                             const float* qkv, const float* lse, const float* D, float* dqkv,
-                            std::int64_t T, std::int64_t NH, std::int64_t HS, float scale) {
+                            std::int64_t T, std::int64_t NH, std::int64_t HS, float scale,
+                            bool accumulate) {
   PIPETUNE_LAUNCH(dq_kernel<R>, f.backward_dq, s, dout, qkv, lse, D, dqkv, T, NH, HS, f.row_blocks,
-                  scale);
+                  scale, accumulate);
   PIPETUNE_LAUNCH(dkdv_kernel<R>, f.backward_dkdv, s, dout, qkv, lse, D, dqkv, T, NH, HS,
-                  f.row_blocks, scale);
+                  f.row_blocks, scale, accumulate);
 }
 
 }  // namespace
@@ -293,35 +294,39 @@ void flash_backward_kernels(cudaStream_t s, const FlashShape& f, const float* do
 void flash_attention_backward(cudaStream_t s, const float* dout, const float* qkv, const float* out,
                               const float* lse, float* dqkv, float* d_scratch, std::int64_t B,
                               std::int64_t T, std::int64_t NH, std::int64_t HS,
-                              FlashVariant variant) {
+                              FlashVariant variant, bool accumulate) {
   const FlashShape f = flash_attention_shape(B, NH, T, HS);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   PIPETUNE_LAUNCH(row_dot_kernel, f.row_dot, s, dout, out, d_scratch, B, T, NH, HS);
   if (variant == FlashVariant::tensor_cores && flash_mma_shape(B, NH, T, HS).supported) {
-    flash_mma_backward(s, dout, qkv, lse, d_scratch, dqkv, B, T, NH, HS);
+    flash_mma_backward(s, dout, qkv, lse, d_scratch, dqkv, B, T, NH, HS, accumulate);
     return;
   }
   if (variant == FlashVariant::tensor_core_registers &&
       flash_registers_shape(B, NH, T, HS).supported) {
-    flash_registers_backward(s, dout, qkv, lse, d_scratch, dqkv, B, T, NH, HS);
+    flash_registers_backward(s, dout, qkv, lse, d_scratch, dqkv, B, T, NH, HS, accumulate);
     return;
   }
   if (variant != FlashVariant::rows && flash_tiled_shape(B, NH, T, HS).supported) {
-    flash_tiled_backward(s, dout, qkv, lse, d_scratch, dqkv, B, T, NH, HS);
+    flash_tiled_backward(s, dout, qkv, lse, d_scratch, dqkv, B, T, NH, HS, accumulate);
     return;
   }
   switch (f.lane_channels) {
     case 1:
-      flash_backward_kernels<1>(s, f, dout, qkv, lse, d_scratch, dqkv, T, NH, HS, scale);
+      flash_backward_kernels<1>(s, f, dout, qkv, lse, d_scratch, dqkv, T, NH, HS, scale,
+                                accumulate);
       break;
     case 2:
-      flash_backward_kernels<2>(s, f, dout, qkv, lse, d_scratch, dqkv, T, NH, HS, scale);
+      flash_backward_kernels<2>(s, f, dout, qkv, lse, d_scratch, dqkv, T, NH, HS, scale,
+                                accumulate);
       break;
     case 3:
-      flash_backward_kernels<3>(s, f, dout, qkv, lse, d_scratch, dqkv, T, NH, HS, scale);
+      flash_backward_kernels<3>(s, f, dout, qkv, lse, d_scratch, dqkv, T, NH, HS, scale,
+                                accumulate);
       break;
     default:
-      flash_backward_kernels<4>(s, f, dout, qkv, lse, d_scratch, dqkv, T, NH, HS, scale);
+      flash_backward_kernels<4>(s, f, dout, qkv, lse, d_scratch, dqkv, T, NH, HS, scale,
+                                accumulate);
       break;
   }
 }

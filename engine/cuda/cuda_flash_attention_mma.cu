@@ -97,11 +97,12 @@ __device__ __forceinline__ void accumulate_product(FragC (&acc)[HS / 16], const 
 }
 
 // Every row of the (64, HS) fragments' product, through the warp's rows of `staging` (fp32,
-// stride kOLd), added to dst rows [t0, t0 + 64) (row stride dst_ld) times mul, rows below T.
+// stride kOLd), added to (or, accumulate false, written over) dst rows [t0, t0 + 64) (row stride
+// dst_ld) times mul, rows below T.
 template <int HS>
 __device__ __forceinline__ void add_rows(FragC (&acc)[HS / 16], float* staging, float* dst,
                                          std::int64_t dst_ld, std::int64_t t0, std::int64_t T,
-                                         float mul) {
+                                         float mul, bool accumulate) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float* mine = staging + warp * kWarpRows * Layout<HS>::kOLd;
 #pragma unroll
@@ -111,7 +112,8 @@ __device__ __forceinline__ void add_rows(FragC (&acc)[HS / 16], float* staging, 
   for (int idx = lane; idx < kWarpRows * HS; idx += 32) {
     const int r = idx / HS, d = idx % HS;
     const std::int64_t t = t0 + warp * kWarpRows + r;
-    if (t < T) dst[t * dst_ld + d] += mul * mine[r * Layout<HS>::kOLd + d];
+    if (t < T)
+      write_gradient(dst[t * dst_ld + d], mul * mine[r * Layout<HS>::kOLd + d], accumulate);
   }
 }
 
@@ -219,7 +221,7 @@ template <int HS>
 __global__ void __launch_bounds__(kThreads)
     mma_dq_kernel(const float* dout, const float* qkv, const float* lse, const float* Dsum,
                   float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t row_blocks,
-                  float scale) {
+                  float scale, bool accumulate) {
   using L = Layout<HS>;
   PIPETUNE_DYNAMIC_SHARED(float, shared);
   auto* bytes = reinterpret_cast<unsigned char*>(shared);
@@ -267,7 +269,7 @@ __global__ void __launch_bounds__(kThreads)
     accumulate_product<HS>(dq, ds + warp * kWarpRows * L::kPLd, L::kPLd, ks, L::kLd);
   }
   __syncthreads();  // s and dp become the warps' staging rows
-  add_rows<HS>(dq, s, dqkv + (f.base - qkv), f.C3, f.row0, T, scale);
+  add_rows<HS>(dq, s, dqkv + (f.base - qkv), f.C3, f.row0, T, scale, accumulate);
 }
 
 // dk and dv: by key tiles, over query tiles from the diagonal on.
@@ -275,7 +277,7 @@ template <int HS>
 __global__ void __launch_bounds__(kThreads)
     mma_dkdv_kernel(const float* dout, const float* qkv, const float* lse, const float* Dsum,
                     float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t row_blocks,
-                    float scale) {
+                    float scale, bool accumulate) {
   using L = Layout<HS>;
   PIPETUNE_DYNAMIC_SHARED(float, shared);
   auto* bytes = reinterpret_cast<unsigned char*>(shared);
@@ -328,9 +330,9 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();  // s and dp become the warps' staging rows
   float* dk_rows = dqkv + (f.base - qkv) + f.C;
-  add_rows<HS>(dk, s, dk_rows, f.C3, f.row0, T, 1.0f);
+  add_rows<HS>(dk, s, dk_rows, f.C3, f.row0, T, 1.0f, accumulate);
   __syncwarp();
-  add_rows<HS>(dv, s, dk_rows + f.C, f.C3, f.row0, T, 1.0f);
+  add_rows<HS>(dv, s, dk_rows + f.C, f.C3, f.row0, T, 1.0f, accumulate);
 }
 
 }  // namespace
@@ -349,7 +351,7 @@ void flash_mma_forward(cudaStream_t s, const float* qkv, float* out, float* lse,
 
 void flash_mma_backward(cudaStream_t s, const float* dout, const float* qkv, const float* lse,
                         const float* Dsum, float* dqkv, std::int64_t B, std::int64_t T,
-                        std::int64_t NH, std::int64_t HS) {
+                        std::int64_t NH, std::int64_t HS, bool accumulate) {
   const FlashMmaShape f = flash_mma_shape(B, NH, T, HS);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   with_head_size_64_or_128(HS, [&](auto head_size) {
@@ -357,9 +359,9 @@ void flash_mma_backward(cudaStream_t s, const float* dout, const float* qkv, con
     allow_shared(mma_dq_kernel<kHS>, f.backward_dq.shared_bytes);
     allow_shared(mma_dkdv_kernel<kHS>, f.backward_dkdv.shared_bytes);
     PIPETUNE_LAUNCH(mma_dq_kernel<kHS>, f.backward_dq, s, dout, qkv, lse, Dsum, dqkv, T, NH,
-                    f.row_blocks, scale);
+                    f.row_blocks, scale, accumulate);
     PIPETUNE_LAUNCH(mma_dkdv_kernel<kHS>, f.backward_dkdv, s, dout, qkv, lse, Dsum, dqkv, T, NH,
-                    f.row_blocks, scale);
+                    f.row_blocks, scale, accumulate);
   });
 }
 

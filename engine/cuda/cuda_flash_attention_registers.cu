@@ -213,7 +213,7 @@ template <int HS>
 __global__ void __launch_bounds__(kThreads)
     registers_dq_kernel(const float* dout, const float* qkv, const float* lse, const float* Dsum,
                         float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t row_blocks,
-                        float scale) {
+                        float scale, bool accumulate) {
   constexpr int kLd = kBf16TileLd<HS>;
   PIPETUNE_DYNAMIC_SHARED(float, shared);
   bf16* qs = reinterpret_cast<bf16*>(shared);
@@ -262,8 +262,8 @@ __global__ void __launch_bounds__(kThreads)
     float* dst = dq_rows + row[h] * f.C3;
 #pragma unroll
     for (int n = 0; n < HS / 8; ++n) {
-      dst[fragment_column(n, 0)] += scale * dq[n][2 * h];
-      dst[fragment_column(n, 1)] += scale * dq[n][2 * h + 1];
+      write_gradient(dst[fragment_column(n, 0)], scale * dq[n][2 * h], accumulate);
+      write_gradient(dst[fragment_column(n, 1)], scale * dq[n][2 * h + 1], accumulate);
     }
   }
 }
@@ -274,7 +274,7 @@ template <int HS>
 __global__ void __launch_bounds__(kThreads)
     registers_dkdv_kernel(const float* dout, const float* qkv, const float* lse, const float* Dsum,
                           float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t row_blocks,
-                          float scale) {
+                          float scale, bool accumulate) {
   constexpr int kLd = kBf16TileLd<HS>;
   PIPETUNE_DYNAMIC_SHARED(float, shared);
   bf16* ks = reinterpret_cast<bf16*>(shared);
@@ -324,8 +324,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int n = 0; n < HS / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        dk_rows[key[h] * f.C3 + fragment_column(n, e)] += dk[n][2 * h + e];
-        dv_rows[key[h] * f.C3 + fragment_column(n, e)] += dv[n][2 * h + e];
+        write_gradient(dk_rows[key[h] * f.C3 + fragment_column(n, e)], dk[n][2 * h + e],
+                       accumulate);
+        write_gradient(dv_rows[key[h] * f.C3 + fragment_column(n, e)], dv[n][2 * h + e],
+                       accumulate);
       }
   }
 }
@@ -346,7 +348,7 @@ void flash_registers_forward(cudaStream_t s, const float* qkv, float* out, float
 
 void flash_registers_backward(cudaStream_t s, const float* dout, const float* qkv, const float* lse,
                               const float* Dsum, float* dqkv, std::int64_t B, std::int64_t T,
-                              std::int64_t NH, std::int64_t HS) {
+                              std::int64_t NH, std::int64_t HS, bool accumulate) {
   const FlashMmaShape f = flash_registers_shape(B, NH, T, HS);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   with_head_size_64_or_128(HS, [&](auto head_size) {
@@ -354,9 +356,9 @@ void flash_registers_backward(cudaStream_t s, const float* dout, const float* qk
     allow_shared(registers_dq_kernel<kHS>, f.backward_dq.shared_bytes);
     allow_shared(registers_dkdv_kernel<kHS>, f.backward_dkdv.shared_bytes);
     PIPETUNE_LAUNCH(registers_dq_kernel<kHS>, f.backward_dq, s, dout, qkv, lse, Dsum, dqkv, T, NH,
-                    f.row_blocks, scale);
+                    f.row_blocks, scale, accumulate);
     PIPETUNE_LAUNCH(registers_dkdv_kernel<kHS>, f.backward_dkdv, s, dout, qkv, lse, Dsum, dqkv, T,
-                    NH, f.row_blocks, scale);
+                    NH, f.row_blocks, scale, accumulate);
   });
 }
 

@@ -165,7 +165,7 @@ template <int D>
 __global__ void __launch_bounds__(kThreads)
     tiled_dq_kernel(const float* dout, const float* qkv, const float* lse, const float* Dsum,
                     float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t row_blocks,
-                    float scale) {
+                    float scale, bool accumulate) {
   PIPETUNE_DYNAMIC_SHARED(float, smem);
   float* qs = smem;                   // (64, D) the block's queries, times the scale
   float* dos = qs + kRows * (D + 1);  // (64, D) their output gradients
@@ -214,7 +214,8 @@ __global__ void __launch_bounds__(kThreads)
     if (q >= T) continue;
     float* dqrow = dqkv + (hd.base - qkv) + q * hd.C3;  // (D)
 #pragma unroll
-    for (int c = 0; c < D / 16; ++c) dqrow[tx + 16 * c] += scale * dq[i][c];
+    for (int c = 0; c < D / 16; ++c)
+      write_gradient(dqrow[tx + 16 * c], scale * dq[i][c], accumulate);
   }
 }
 
@@ -223,7 +224,7 @@ template <int D>
 __global__ void __launch_bounds__(kThreads)
     tiled_dkdv_kernel(const float* dout, const float* qkv, const float* lse, const float* Dsum,
                       float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t row_blocks,
-                      float scale) {
+                      float scale, bool accumulate) {
   PIPETUNE_DYNAMIC_SHARED(float, smem);
   float* ks = smem;                   // (64, D) the block's keys
   float* vs = ks + kRows * (D + 1);   // (64, D) the block's values
@@ -279,8 +280,8 @@ __global__ void __launch_bounds__(kThreads)
     float* dvrow = dkrow + hd.C;                               // (D)
 #pragma unroll
     for (int c = 0; c < D / 16; ++c) {
-      dkrow[tx + 16 * c] += dk[i][c];
-      dvrow[tx + 16 * c] += dv[i][c];
+      write_gradient(dkrow[tx + 16 * c], dk[i][c], accumulate);
+      write_gradient(dvrow[tx + 16 * c], dv[i][c], accumulate);
     }
   }
 }
@@ -295,13 +296,13 @@ void forward_tiles(cudaStream_t s, const FlashTiledShape& f, const float* qkv, f
 template <int D>
 void backward_tiles(cudaStream_t s, const FlashTiledShape& f, const float* dout, const float* qkv,
                     const float* lse, const float* Dsum, float* dqkv, std::int64_t T,
-                    std::int64_t NH, float scale) {
+                    std::int64_t NH, float scale, bool accumulate) {
   allow_shared(tiled_dq_kernel<D>, f.backward_dq.shared_bytes);
   allow_shared(tiled_dkdv_kernel<D>, f.backward_dkdv.shared_bytes);
   PIPETUNE_LAUNCH(tiled_dq_kernel<D>, f.backward_dq, s, dout, qkv, lse, Dsum, dqkv, T, NH,
-                  f.row_blocks, scale);
+                  f.row_blocks, scale, accumulate);
   PIPETUNE_LAUNCH(tiled_dkdv_kernel<D>, f.backward_dkdv, s, dout, qkv, lse, Dsum, dqkv, T, NH,
-                  f.row_blocks, scale);
+                  f.row_blocks, scale, accumulate);
 }
 
 }  // namespace
@@ -328,18 +329,18 @@ void flash_tiled_forward(cudaStream_t s, const float* qkv, float* out, float* ls
 
 void flash_tiled_backward(cudaStream_t s, const float* dout, const float* qkv, const float* lse,
                           const float* Dsum, float* dqkv, std::int64_t B, std::int64_t T,
-                          std::int64_t NH, std::int64_t HS) {
+                          std::int64_t NH, std::int64_t HS, bool accumulate) {
   const FlashTiledShape f = flash_tiled_shape(B, NH, T, HS);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   switch (HS) {
     case 32:
-      backward_tiles<32>(s, f, dout, qkv, lse, Dsum, dqkv, T, NH, scale);
+      backward_tiles<32>(s, f, dout, qkv, lse, Dsum, dqkv, T, NH, scale, accumulate);
       break;
     case 64:
-      backward_tiles<64>(s, f, dout, qkv, lse, Dsum, dqkv, T, NH, scale);
+      backward_tiles<64>(s, f, dout, qkv, lse, Dsum, dqkv, T, NH, scale, accumulate);
       break;
     case 128:
-      backward_tiles<128>(s, f, dout, qkv, lse, Dsum, dqkv, T, NH, scale);
+      backward_tiles<128>(s, f, dout, qkv, lse, Dsum, dqkv, T, NH, scale, accumulate);
       break;
     default:
       throw CudaError("flash_tiled_backward: head size " + std::to_string(HS) +

@@ -114,11 +114,12 @@ void attention_backward(cudaStream_t s, const float* dout, const float* qkv, con
 void flash_attention_forward(cudaStream_t s, const float* qkv, float* out, float* lse,
                              std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS,
                              FlashVariant variant);
-// d_scratch: flash_attention_shape(...).scratch_floats
+// d_scratch: flash_attention_shape(...).scratch_floats. Every flash backward adds the gradient
+// to dqkv, or with accumulate false writes it over dqkv (each element once; none is read).
 void flash_attention_backward(cudaStream_t s, const float* dout, const float* qkv, const float* out,
                               const float* lse, float* dqkv, float* d_scratch, std::int64_t B,
                               std::int64_t T, std::int64_t NH, std::int64_t HS,
-                              FlashVariant variant);
+                              FlashVariant variant, bool accumulate);
 
 // ---- cuda_flash_attention_mma.cu -------------------------------------------------------------
 // Head sizes 64 and 128 (flash_mma_shape(...).supported); bf16 products, fp32 accumulation;
@@ -127,7 +128,7 @@ void flash_mma_forward(cudaStream_t s, const float* qkv, float* out, float* lse,
                        std::int64_t T, std::int64_t NH, std::int64_t HS);
 void flash_mma_backward(cudaStream_t s, const float* dout, const float* qkv, const float* lse,
                         const float* Dsum, float* dqkv, std::int64_t B, std::int64_t T,
-                        std::int64_t NH, std::int64_t HS);
+                        std::int64_t NH, std::int64_t HS, bool accumulate);
 
 // ---- cuda_flash_attention_registers.cu -------------------------------------------------------
 // Head sizes 64 and 128 (flash_registers_shape(...).supported); bf16 products on mma.sync with the
@@ -136,7 +137,7 @@ void flash_registers_forward(cudaStream_t s, const float* qkv, float* out, float
                              std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS);
 void flash_registers_backward(cudaStream_t s, const float* dout, const float* qkv, const float* lse,
                               const float* Dsum, float* dqkv, std::int64_t B, std::int64_t T,
-                              std::int64_t NH, std::int64_t HS);
+                              std::int64_t NH, std::int64_t HS, bool accumulate);
 
 // ---- cuda_flash_attention_tiled.cu ----------------------------------------------------------
 // Head sizes 32, 64 and 128 (flash_tiled_shape(...).supported); Dsum = rowsum(dout * out).
@@ -144,7 +145,7 @@ void flash_tiled_forward(cudaStream_t s, const float* qkv, float* out, float* ls
                          std::int64_t T, std::int64_t NH, std::int64_t HS);
 void flash_tiled_backward(cudaStream_t s, const float* dout, const float* qkv, const float* lse,
                           const float* Dsum, float* dqkv, std::int64_t B, std::int64_t T,
-                          std::int64_t NH, std::int64_t HS);
+                          std::int64_t NH, std::int64_t HS, bool accumulate);
 
 // ---- cuda_moe.cu ----------------------------------------------------------------------------
 void softmax_rows(cudaStream_t s, const float* logits, float* probs, std::int64_t N,

@@ -27,6 +27,13 @@ struct FlashHead {
   }
 };
 
+// A backward's gradient element: added to what dst holds, or written over it (GradientWrite::
+// overwrite: every element of dqkv is written by exactly one thread, so the buffer needs no
+// zeroing and its old values, NaN or not, are never read).
+__device__ __forceinline__ void write_gradient(float& dst, float value, bool accumulate) {
+  dst = accumulate ? dst + value : value;
+}
+
 // Above 48 KiB a kernel's dynamic shared memory must be allowed first (per kernel, per device;
 // setting it again is cheap).
 template <typename Kernel>

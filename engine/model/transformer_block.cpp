@@ -119,16 +119,18 @@ void TransformerBlock::backward_input(const ParallelContext& ctx, ConstTensorVie
   Buffer datty_buf;
   TensorView datty = sized(datty_buf, Shape{N, Cl});  // (N, C/tp), written over
   be.linear_backward_input(dx2, params_->param(proj_w_), datty, tensor::GradientWrite::overwrite);
-  TensorView dqkv = zeros(a.dqkv, Shape{B, T, 3 * Cl});
   // Which kernel ran the forward is what this micro-batch kept (the backend's choice is fixed
-  // for a run, but the activations say it for certain).
+  // for a run, but the activations say it for certain). The flash backward writes all of dqkv
+  // (no zeroing pass: (B, T, 3C) per layer); the stored one adds to it.
   if (!a.lse.empty())
     be.attention_flash_backward_input(
         view(datty_buf, Shape{B, T, Cl}), view(a.qkv, Shape{B, T, 3 * Cl}),
-        view(a.atty, Shape{B, T, Cl}), view(a.lse, Shape{B, heads_local_, T}), heads_local_, dqkv);
+        view(a.atty, Shape{B, T, Cl}), view(a.lse, Shape{B, heads_local_, T}), heads_local_,
+        sized(a.dqkv, Shape{B, T, 3 * Cl}), tensor::GradientWrite::overwrite);
   else
     be.attention_backward_input(view(datty_buf, Shape{B, T, Cl}), view(a.qkv, Shape{B, T, 3 * Cl}),
-                                view(a.att, Shape{B, heads_local_, T, T}), heads_local_, dqkv);
+                                view(a.att, Shape{B, heads_local_, T, T}), heads_local_,
+                                zeros(a.dqkv, Shape{B, T, 3 * Cl}));
   release(a.att);  // the largest activation; W does not need it
   release(a.lse);
   release(a.qkv);

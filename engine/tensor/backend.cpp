@@ -392,12 +392,13 @@ void Backend::attention_flash_forward(ConstTensorView qkv, std::int64_t num_head
 
 void Backend::attention_flash_backward_input(ConstTensorView dout, ConstTensorView qkv,
                                              ConstTensorView out, ConstTensorView lse,
-                                             std::int64_t num_heads, TensorView dqkv) {
+                                             std::int64_t num_heads, TensorView dqkv,
+                                             GradientWrite write) {
   const char* op = "attention_flash_backward_input";
   check_flash(op, qkv, num_heads, out, lse);
   same_shape(op, "out", out, "dout", dout);
   same_shape(op, "qkv", qkv, "dqkv", dqkv);
-  do_attention_flash_backward_input(dout, qkv, out, lse, num_heads, dqkv);
+  do_attention_flash_backward_input(dout, qkv, out, lse, num_heads, dqkv, write);
 }
 
 // ---- cross-entropy --------------------------------------------------------------------------

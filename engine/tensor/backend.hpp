@@ -142,12 +142,15 @@ class Backend {
   // Flash-style attention: the same causal attention without a (T, T) matrix in memory. The
   // forward stores lse (B, NH, T), the log-sum-exp of each query row's scaled scores (max +
   // log(sum exp(s - max))); the backward recomputes the probabilities exp(s - lse) from q, k and
-  // lse, and dqkv (B, T, 3C) += gradient through q, k and v, as attention_backward_input.
+  // lse, and dqkv (B, T, 3C) += gradient through q, k and v, as attention_backward_input; with
+  // GradientWrite::overwrite dqkv = that gradient (dqkv's old values, NaN or not, are not read:
+  // the buffer needs no zeroing).
   void attention_flash_forward(ConstTensorView qkv, std::int64_t num_heads, TensorView out,
                                TensorView lse);
   void attention_flash_backward_input(ConstTensorView dout, ConstTensorView qkv,
                                       ConstTensorView out, ConstTensorView lse,
-                                      std::int64_t num_heads, TensorView dqkv);
+                                      std::int64_t num_heads, TensorView dqkv,
+                                      GradientWrite write = GradientWrite::accumulate);
 
   // ---- softmax cross-entropy ------------------------------------------------------------------
   // logits (N, V), targets (N) in [0, V) -> losses (N); returns the mean loss.
@@ -274,7 +277,8 @@ class Backend {
                                           TensorView out, TensorView lse) = 0;
   virtual void do_attention_flash_backward_input(ConstTensorView dout, ConstTensorView qkv,
                                                  ConstTensorView out, ConstTensorView lse,
-                                                 std::int64_t num_heads, TensorView dqkv) = 0;
+                                                 std::int64_t num_heads, TensorView dqkv,
+                                                 GradientWrite write) = 0;
 
   // The unsharded cross-entropy as the one-shard case of the vocabulary-parallel protocol. The
   // defaults hold the per-row statistics in host Tensors, which suits backends whose views point

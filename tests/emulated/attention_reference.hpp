@@ -123,18 +123,22 @@ inline std::string shape_label(std::int64_t B, std::int64_t T, std::int64_t NH, 
 }
 
 // What a pair of flash kernels computes from `in`: out and lse (NaN where nothing was written),
-// and in.dqkv plus the gradient. forward(qkv, out, lse) and backward(dout, qkv, lse, D, dqkv)
-// run the variant under test; D is row_dot's, as the row-dot kernel gives it.
+// and in.dqkv plus the gradient, or with accumulate false the gradient written over a dqkv of
+// NaN (an element not written stays NaN). forward(qkv, out, lse) and backward(dout, qkv, lse, D,
+// dqkv) run the variant under test; D is row_dot's, as the row-dot kernel gives it.
 struct FlashResult {
   std::vector<float> out, lse, dqkv;
 };
 template <typename Forward, typename Backward>
 FlashResult run_flash(const Inputs& in, std::int64_t B, std::int64_t T, std::int64_t NH,
-                      std::int64_t HS, Forward forward, Backward backward) {
+                      std::int64_t HS, Forward forward, Backward backward, bool accumulate = true) {
   FlashResult r;
   r.out.assign(static_cast<std::size_t>(B * T * NH * HS), std::nanf(""));
   r.lse.assign(static_cast<std::size_t>(B * NH * T), std::nanf(""));
-  r.dqkv = in.dqkv;
+  if (accumulate)
+    r.dqkv = in.dqkv;
+  else
+    r.dqkv.assign(in.dqkv.size(), std::nanf(""));
   forward(in.qkv.data(), r.out.data(), r.lse.data());
   const std::vector<float> D = row_dot(in.dout, r.out, B, T, NH, HS);
   backward(in.dout.data(), in.qkv.data(), r.lse.data(), D.data(), r.dqkv.data());
@@ -142,9 +146,9 @@ FlashResult run_flash(const Inputs& in, std::int64_t B, std::int64_t T, std::int
 }
 
 // A pair of flash kernels, forward(stream, qkv, out, lse, B, T, NH, HS) and backward(stream,
-// dout, qkv, lse, D, dqkv, B, T, NH, HS) (the signature of every flash_*_forward / _backward),
-// against the float64 reference on each (B, T, NH, HS): out, lse and dqkv within `tolerance` of
-// the largest value.
+// dout, qkv, lse, D, dqkv, B, T, NH, HS, accumulate) (the signature of every flash_*_forward /
+// _backward), against the float64 reference on each (B, T, NH, HS): out, lse and dqkv within
+// `tolerance` of the largest value, the backward both adding to dqkv and writing over it.
 template <typename Forward, typename Backward>
 void expect_matches_reference(const std::vector<std::array<std::int64_t, 4>>& shapes, unsigned seed,
                               Forward forward, Backward backward, double tolerance) {
@@ -152,17 +156,22 @@ void expect_matches_reference(const std::vector<std::array<std::int64_t, 4>>& sh
   for (const auto& shape : shapes) {
     const std::int64_t B = shape[0], T = shape[1], NH = shape[2], HS = shape[3];
     Inputs in(B, T, NH * HS, rng);
-    const Reference want = reference(in.qkv, in.dout, in.dqkv, B, T, NH, HS);
-    const FlashResult got = run_flash(
-        in, B, T, NH, HS,
-        [&](const float* qkv, float* o, float* l) { forward(nullptr, qkv, o, l, B, T, NH, HS); },
-        [&](const float* dout, const float* qkv, const float* l, const float* D, float* dqkv) {
-          backward(nullptr, dout, qkv, l, D, dqkv, B, T, NH, HS);
-        });
-    const std::string at = shape_label(B, T, NH, HS);
-    EXPECT_LE(relative_error(got.out, want.out), tolerance) << "out, " << at;
-    EXPECT_LE(relative_error(got.lse, want.lse), tolerance) << "lse, " << at;
-    EXPECT_LE(relative_error(got.dqkv, want.dqkv), tolerance) << "dqkv, " << at;
+    for (const bool accumulate : {true, false}) {
+      const Reference want = reference(
+          in.qkv, in.dout, accumulate ? in.dqkv : std::vector<float>(in.dqkv.size()), B, T, NH, HS);
+      const FlashResult got = run_flash(
+          in, B, T, NH, HS,
+          [&](const float* qkv, float* o, float* l) { forward(nullptr, qkv, o, l, B, T, NH, HS); },
+          [&](const float* dout, const float* qkv, const float* l, const float* D, float* dqkv) {
+            backward(nullptr, dout, qkv, l, D, dqkv, B, T, NH, HS, accumulate);
+          },
+          accumulate);
+      const std::string at =
+          shape_label(B, T, NH, HS) + (accumulate ? ", added to dqkv" : ", written over dqkv");
+      EXPECT_LE(relative_error(got.out, want.out), tolerance) << "out, " << at;
+      EXPECT_LE(relative_error(got.lse, want.lse), tolerance) << "lse, " << at;
+      EXPECT_LE(relative_error(got.dqkv, want.dqkv), tolerance) << "dqkv, " << at;
+    }
   }
 }
 
@@ -186,7 +195,7 @@ void expect_aligned_and_unaligned_bits_equal(Forward forward, Backward backward)
     std::vector<float> result(out.begin() + at, out.begin() + at + B * T * C);
     const std::vector<float> D = row_dot(in.dout, result, B, T, NH, HS);
     backward(nullptr, dout.data() + shift, qkv.data() + shift, lse.data(), D.data(),
-             dqkv.data() + shift, B, T, NH, HS);
+             dqkv.data() + shift, B, T, NH, HS, true);
     result.insert(result.end(), lse.begin(), lse.end());
     result.insert(result.end(), dqkv.begin() + at,
                   dqkv.begin() + at + static_cast<std::ptrdiff_t>(in.dqkv.size()));

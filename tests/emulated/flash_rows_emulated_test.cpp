@@ -18,18 +18,23 @@ void check(FlashVariant variant, std::int64_t B, std::int64_t T, std::int64_t NH
            std::mt19937& rng) {
   const std::int64_t C = NH * HS;
   emulation::Inputs in(B, T, C, rng);
-  const emulation::Reference want = emulation::reference(in.qkv, in.dout, in.dqkv, B, T, NH, HS);
-  std::vector<float> out(static_cast<std::size_t>(B * T * C), std::nanf(""));
-  std::vector<float> lse(static_cast<std::size_t>(B * NH * T), std::nanf(""));
-  std::vector<float> d_scratch(static_cast<std::size_t>(B * NH * T), std::nanf(""));
-  flash_attention_forward(nullptr, in.qkv.data(), out.data(), lse.data(), B, T, NH, HS, variant);
-  flash_attention_backward(nullptr, in.dout.data(), in.qkv.data(), out.data(), lse.data(),
-                           in.dqkv.data(), d_scratch.data(), B, T, NH, HS, variant);
-  const std::string at = std::string(variant == FlashVariant::rows ? "rows " : "tiles ") +
-                         emulation::shape_label(B, T, NH, HS);
-  EXPECT_LE(emulation::relative_error(out, want.out), 1e-5) << "out, " << at;
-  EXPECT_LE(emulation::relative_error(lse, want.lse), 1e-5) << "lse, " << at;
-  EXPECT_LE(emulation::relative_error(in.dqkv, want.dqkv), 1e-5) << "dqkv, " << at;
+  for (const bool accumulate : {true, false}) {  // added to dqkv, or written over NaN
+    const emulation::Reference want = emulation::reference(
+        in.qkv, in.dout, accumulate ? in.dqkv : std::vector<float>(in.dqkv.size()), B, T, NH, HS);
+    std::vector<float> out(static_cast<std::size_t>(B * T * C), std::nanf(""));
+    std::vector<float> lse(static_cast<std::size_t>(B * NH * T), std::nanf(""));
+    std::vector<float> d_scratch(static_cast<std::size_t>(B * NH * T), std::nanf(""));
+    std::vector<float> dqkv = accumulate ? in.dqkv : std::vector<float>(in.dqkv.size(), NAN);
+    flash_attention_forward(nullptr, in.qkv.data(), out.data(), lse.data(), B, T, NH, HS, variant);
+    flash_attention_backward(nullptr, in.dout.data(), in.qkv.data(), out.data(), lse.data(),
+                             dqkv.data(), d_scratch.data(), B, T, NH, HS, variant, accumulate);
+    const std::string at = std::string(variant == FlashVariant::rows ? "rows " : "tiles ") +
+                           emulation::shape_label(B, T, NH, HS) +
+                           (accumulate ? ", added to dqkv" : ", written over dqkv");
+    EXPECT_LE(emulation::relative_error(out, want.out), 1e-5) << "out, " << at;
+    EXPECT_LE(emulation::relative_error(lse, want.lse), 1e-5) << "lse, " << at;
+    EXPECT_LE(emulation::relative_error(dqkv, want.dqkv), 1e-5) << "dqkv, " << at;
+  }
 }
 
 TEST(FlashRowsEmulated, WarpPerRowKernelsMatchFloat64) {

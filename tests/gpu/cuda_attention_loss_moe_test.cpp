@@ -144,6 +144,40 @@ TEST_F(CudaAttentionLossMoeTest, FlashOnTensorCoresMatchesTheCpuToBf16Accuracy) 
   }
 }
 
+// Every flash variant writing its gradient over a dqkv of NaN (GradientWrite::overwrite, as the
+// engine runs it) against the CPU's gradient alone: an element no kernel writes stays NaN.
+TEST_F(CudaAttentionLossMoeTest, FlashBackwardWrittenOverNanMatchesTheCpu) {
+  const std::vector<std::array<std::int64_t, 4>> shapes = {
+      {2, 130, 2, 64}, {1, 129, 2, 128}, {1, 37, 3, 20}, {1, 150, 2, 48}};
+  const std::pair<FlashVariant, const char*> variants[] = {
+      {FlashVariant::rows, "warp per row"},
+      {FlashVariant::tiles, "fp32 tiles"},
+      {FlashVariant::tensor_cores, "tensor cores (WMMA)"},
+      {FlashVariant::tensor_core_registers, "tensor cores (mma.sync)"}};
+  for (const auto& [variant, name] : variants) {
+    const bool bf16 =
+        variant == FlashVariant::tensor_cores || variant == FlashVariant::tensor_core_registers;
+    CudaBackend be(CudaBackend::Options{.precision = bf16 ? Precision::bf16 : Precision::fp32,
+                                        .flash = variant});
+    for (const auto& [B, T, NH, HS] : shapes) {
+      const std::int64_t C = NH * HS;
+      const Tensor qkv = random_tensor({B, T, 3 * C}, rng_), dout = random_tensor({B, T, C}, rng_);
+      Tensor out({B, T, C}), lse({B, NH, T}), dqkv({B, T, 3 * C}), nans({B, T, 3 * C});
+      for (float& v : nans.values()) v = std::nanf("");
+      cpu_.attention_flash_forward(qkv, NH, out, lse);
+      cpu_.attention_flash_backward_input(dout, qkv, out, lse, NH, dqkv,
+                                          tensor::GradientWrite::overwrite);
+      DeviceTensor gqkv(qkv), gdout(dout), gout(out), glse(lse), gdqkv(nans);
+      be.attention_flash_forward(gqkv, NH, gout, glse);
+      be.attention_flash_backward_input(gdout, gqkv, gout, glse, NH, gdqkv,
+                                        tensor::GradientWrite::overwrite);
+      const bool tensor_cores = bf16 && (HS == 64 || HS == 128);
+      EXPECT_TRUE(matches_cpu("dqkv written over NaN" + shape_label(B, T, NH, HS) + " " + name,
+                              gdqkv, dqkv, tensor_cores ? 6e-3 : kFp32ReductionTol));
+    }
+  }
+}
+
 TEST_F(CudaAttentionLossMoeTest, FlashAttentionRefusesHeadSizesAbove128) {
   const std::int64_t B = 1, T = 4, NH = 1, HS = 129, C = NH * HS;
   DeviceTensor qkv(Tensor({B, T, 3 * C})), out(Tensor({B, T, C})), lse(Tensor({B, NH, T}));

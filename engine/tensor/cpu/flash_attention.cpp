@@ -7,6 +7,7 @@
 //
 // The pool splits the (batch, head) pairs; one thread computes a whole pair (its dk and dv sum
 // over the pair's query rows in order), so results are bit-identical for any thread count.
+#include <algorithm>
 #include <cmath>
 
 #include "engine/tensor/cpu/cpu_backend.hpp"
@@ -115,7 +116,8 @@ void CpuBackend::do_attention_flash_forward(ConstTensorView qkv, std::int64_t nu
 
 void CpuBackend::do_attention_flash_backward_input(ConstTensorView dout, ConstTensorView qkv,
                                                    ConstTensorView out, ConstTensorView lse,
-                                                   std::int64_t num_heads, TensorView dqkv) {
+                                                   std::int64_t num_heads, TensorView dqkv,
+                                                   GradientWrite write) {
   const std::int64_t B = qkv.shape[0], T = qkv.shape[1], C3 = qkv.shape[2], C = C3 / 3;
   const std::int64_t NH = num_heads, HS = C / NH;
   pool_.parallel_for(B * NH, 1, [&](std::int64_t u0, std::int64_t u1, int) {
@@ -136,6 +138,9 @@ void CpuBackend::do_attention_flash_backward_input(ConstTensorView dout, ConstTe
       h.dq = dqkv.data + b * T * C3 + hd * HS;
       h.dk = h.dq + C;
       h.dv = h.dq + 2 * C;
+      if (write == GradientWrite::overwrite)  // the head's slices of dqkv, then added to
+        for (std::int64_t t = 0; t < T; ++t)
+          for (float* g : {h.dq, h.dk, h.dv}) std::fill_n(g + t * C3, HS, 0.0f);
       flash_backward_head(h);
     }
   });

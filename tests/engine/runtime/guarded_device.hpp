@@ -268,10 +268,10 @@ class GuardedBackend final : public tensor::Backend {
     G g(storage_, &__func__[3]);
     cpu_.attention_flash_forward(qkv, nh, out, lse);
   }
-  void do_attention_flash_backward_input(CV dout, CV qkv, CV out, CV lse, std::int64_t nh,
-                                         TV dqkv) override {
+  void do_attention_flash_backward_input(CV dout, CV qkv, CV out, CV lse, std::int64_t nh, TV dqkv,
+                                         tensor::GradientWrite write) override {
     G g(storage_, &__func__[3]);
-    cpu_.attention_flash_backward_input(dout, qkv, out, lse, nh, dqkv);
+    cpu_.attention_flash_backward_input(dout, qkv, out, lse, nh, dqkv, write);
   }
   float do_cross_entropy_forward(CV logits, Ids targets, TV losses) override {
     G g(storage_, &__func__[3]);

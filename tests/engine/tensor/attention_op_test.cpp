@@ -162,6 +162,25 @@ TEST_P(AttentionOpTest, FlashBackwardMatchesAttentionBackward) {
   }
 }
 
+TEST_P(AttentionOpTest, FlashBackwardOverwriteIsTheGradientAddedToZeros) {
+  for (const auto& [B, T, NH, HS] : std::vector<std::array<std::int64_t, 4>>{
+           {1, 1, 1, 1}, {2, 5, 2, 3}, {2, 37, 2, 20}, {1, 70, 3, 64}}) {
+    const std::int64_t C = NH * HS;
+    const Tensor qkv = random_tensor({B, T, 3 * C}, rng);
+    const Tensor dout = random_tensor({B, T, C}, rng);
+    Tensor out({B, T, C}), lse({B, NH, T});
+    be().attention_flash_forward(qkv, NH, out, lse);
+    Tensor added({B, T, 3 * C}), written({B, T, 3 * C});  // added starts at zero
+    for (std::int64_t i = 0; i < written.numel(); ++i) written[i] = std::nanf("");
+    be().attention_flash_backward_input(dout, qkv, out, lse, NH, added);
+    be().attention_flash_backward_input(dout, qkv, out, lse, NH, written, GradientWrite::overwrite);
+    const std::string at = " (B " + std::to_string(B) + ", T " + std::to_string(T) + ", NH " +
+                           std::to_string(NH) + ", HS " + std::to_string(HS) + ")";
+    EXPECT_TRUE(
+        all_close("dqkv written over NaN" + at, written.values(), added.values(), 0.0, 0.0));
+  }
+}
+
 TEST_P(AttentionOpTest, FlashLaterTokensDoNotChangeEarlierOutputs) {
   const std::int64_t B = 1, T = 6, NH = 2, C = 4;
   Tensor qkv = random_tensor({B, T, 3 * C}, rng);
