@@ -104,12 +104,12 @@ void TransformerBlock::backward_input(const ParallelContext& ctx, ConstTensorVie
                                       float aux_scale, BlockActivations& a) {
   const std::int64_t B = a.batch, T = a.seq, N = B * T, C = hidden_, Cl = hidden_local_;
   auto& be = ctx.be();
-  // MLP half: dln2 is complete (summed over TP) when the MLP returns it.
-  TensorView dln2 = zeros(a.dln2, Shape{N, C});
+  // MLP half: dln2 is complete (summed over TP) when the MLP returns it, written over.
+  TensorView dln2 = sized(a.dln2, Shape{N, C});
   if (moe_)
-    moe_->backward_input(ctx, dy, dln2, aux_scale, a.moe);
+    moe_->backward_input(ctx, dy, dln2, aux_scale, a.moe, tensor::GradientWrite::overwrite);
   else
-    dense_->backward_input(ctx, dy, dln2, a.dense);
+    dense_->backward_input(ctx, dy, dln2, a.dense, tensor::GradientWrite::overwrite);
   TensorView dx2 = sized(a.dx2, Shape{N, C});  // residual: dy + ln2's input gradient
   copy_values(dy, dx2);
   be.layernorm_backward_input(dln2, view(a.x2, Shape{N, C}), params_->param(ln2_w_),
