@@ -65,6 +65,8 @@ struct TrainArgs {
   std::optional<std::string> backend;
   std::optional<std::string> precision;  // unset: the run file's (fp32 by default)
   std::optional<std::string> attention;
+  std::optional<std::string> gemm_inputs;  // with cuda bf16: copies (default) or in-gemm
+  bool gelu_epilogue = false;              // with cuda: the MLP's GELU in cuBLASLt's epilogues
   std::string fault;
   std::string db;
   bool no_db = false;
@@ -96,10 +98,15 @@ cuda::FlashVariant flash_variant(spec::EngineAttention attention) {
       return cuda::FlashVariant::tiles;
   }
 }
+
+cuda::Bf16Operands bf16_operands(const std::optional<std::string>& gemm_inputs) {
+  return gemm_inputs == "in-gemm" ? cuda::Bf16Operands::in_gemm : cuda::Bf16Operands::copies;
+}
 #endif
 
 void use_cuda_backend([[maybe_unused]] runtime::TrainOptions& o, [[maybe_unused]] bool bf16,
-                      [[maybe_unused]] spec::EngineAttention attention) {
+                      [[maybe_unused]] spec::EngineAttention attention,
+                      [[maybe_unused]] const TrainArgs& a) {
 #ifndef PIPETUNE_HAVE_CUDA
   throw InputError(
       "backend cuda: this pipetune was built without the CUDA toolkit (nvcc not found at "
@@ -112,7 +119,9 @@ void use_cuda_backend([[maybe_unused]] runtime::TrainOptions& o, [[maybe_unused]
   o.rank_device = cuda::single_gpu_rank_devices(
       {.device = gpu.id,
        .precision = bf16 ? cuda::Precision::bf16 : cuda::Precision::fp32,
-       .flash = flash_variant(attention)});
+       .flash = flash_variant(attention),
+       .bf16_operands = bf16_operands(a.gemm_inputs),
+       .gelu_epilogues = a.gelu_epilogue});
   // Every rank's state lives on this one device: a model that cannot fit is refused up front.
   o.device_memory = runtime::TrainOptions::DeviceMemory{
       "GPU " + std::to_string(gpu.id) + " (" + gpu.name + ")", gpu.total_bytes};
@@ -215,8 +224,18 @@ TrainSetup build_options(const TrainArgs& a) {
     throw InputError(std::string(a.attention ? "--attention " : "the run file's attention ") +
                      problem);
   setup.attention = attention;
+  if (a.gemm_inputs) {
+    if (*a.gemm_inputs != "copies" && *a.gemm_inputs != "in-gemm")
+      throw InputError("--gemm-inputs must be copies or in-gemm, not '" + *a.gemm_inputs + "'");
+    if (backend != spec::EngineBackend::cuda || precision != spec::EnginePrecision::bf16)
+      throw InputError(
+          "--gemm-inputs is for --backend cuda --precision bf16 (how the bf16 GEMM "
+          "inputs are made)");
+  }
+  if (a.gelu_epilogue && backend != spec::EngineBackend::cuda)
+    throw InputError("--gelu-epilogue is for --backend cuda (cuBLASLt's GEMM epilogues)");
   if (backend == spec::EngineBackend::cuda)
-    use_cuda_backend(o, precision == spec::EnginePrecision::bf16, attention);
+    use_cuda_backend(o, precision == spec::EnginePrecision::bf16, attention, a);
   if (a.no_gpu_capture && backend != spec::EngineBackend::cuda)
     throw InputError("--no-gpu-capture is for --backend cuda (the cpu backend captures no GPU)");
   o.capture_gpu_activity = !a.no_gpu_capture;
@@ -254,7 +273,8 @@ nlohmann::json plan_json(const runtime::TrainOptions& o, const runtime::TrainRes
 }
 
 void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r, std::int64_t run_id,
-                const std::string& precision, const std::string& attention) {
+                const TrainArgs& a) {
+  const std::string precision = a.precision.value_or("fp32"), attention = a.attention.value_or("");
   nlohmann::json losses = nlohmann::json::array(), steps = nlohmann::json::array(),
                  ranks = nlohmann::json::array();
   for (const auto& s : r.steps) {
@@ -286,6 +306,8 @@ void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r, s
     j["attention"] = attention;
   else if (o.attention)
     j["attention"] = std::string(tensor::attention_kernel_name(*o.attention));
+  if (o.rank_device && precision == "bf16") j["gemm_inputs"] = a.gemm_inputs.value_or("copies");
+  if (o.rank_device) j["gelu_epilogue"] = a.gelu_epilogue;
   if (r.gpu_capture.activities > 0)
     j["gpu_capture"] = {{"activities", r.gpu_capture.activities},
                         {"attributed", r.gpu_capture.attributed},
@@ -377,8 +399,7 @@ runtime::TrainResult train_into(runtime::TrainOptions o, db::RunWriter* writer) 
 void report_run(const TrainArgs& a, const runtime::TrainOptions& o, const runtime::TrainResult& r,
                 const db::RunWriter* writer) {
   if (a.json) {
-    print_json(o, r, writer ? writer->run_id() : -1, a.precision.value_or("fp32"),
-               a.attention.value_or(""));
+    print_json(o, r, writer ? writer->run_id() : -1, a);
     return;
   }
   print_summary(r);
@@ -423,7 +444,8 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a,
       o.rank_device = nccl::nccl_rank_devices(
           {groups, a.precision == "bf16" ? cuda::Precision::bf16 : cuda::Precision::fp32,
            o.watchdog_seconds,
-           flash_variant(spec::parse_engine_attention(a.attention.value_or("flash")))});
+           flash_variant(spec::parse_engine_attention(a.attention.value_or("flash"))),
+           bf16_operands(a.gemm_inputs), a.gelu_epilogue});
       if (o.device_memory) o.device_memory->name = "each process's GPU";
     }
 #endif
@@ -630,6 +652,13 @@ void add_train_command(CLI::App& app) {
                   "flash (no T x T matrix; the default on cuda in fp32), flash-tc (flash with "
                   "bf16 WMMA products on tensor cores; the default on cuda in bf16) or flash-mma "
                   "(flash with bf16 mma.sync products, the scores kept in registers)");
+  cmd->add_option("--gemm-inputs", args->gemm_inputs,
+                  "With --backend cuda --precision bf16: how the GEMMs get bf16 inputs: copies "
+                  "(rounded by a kernel into scratch; the default) or in-gemm (cuBLASLt rounds the "
+                  "fp32 operands itself, CUBLAS_COMPUTE_32F_FAST_16BF)");
+  cmd->add_flag("--gelu-epilogue", args->gelu_epilogue,
+                "With --backend cuda: the MLP's GELU (and its gradient) in cuBLASLt's GEMM "
+                "epilogues instead of element-wise kernels after the GEMMs");
   cmd->add_option("--device-cache-mib", args->device_cache_mib,
                   "With --backend cuda: freed activation blocks each GPU rank keeps for reuse, in "
                   "MiB (default: no limit; ranks sharing one GPU each keep their own, so a plan "

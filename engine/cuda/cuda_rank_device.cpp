@@ -7,7 +7,8 @@ namespace pipetune::cuda {
 CudaRankDevice::CudaRankDevice(comm::Communicator& comm, const SingleGpuOptions& options,
                                std::shared_ptr<GpuActivityHub> activity,
                                runtime::PeerExchange* peers)
-    : backend_(CudaBackend::Options{options.precision, options.device, options.flash}),
+    : backend_(CudaBackend::Options{options.precision, options.device, options.flash,
+                                    options.bf16_operands, options.gelu_epilogues}),
       storage_(options.device, backend_.stream()),
       comm_(comm, storage_),
       activity_(std::move(activity)) {

@@ -23,7 +23,9 @@ namespace pipetune::cuda {
 struct SingleGpuOptions {
   int device = 0;
   Precision precision = Precision::fp32;
-  FlashVariant flash = FlashVariant::tiles;  // CudaBackend::Options::flash
+  FlashVariant flash = FlashVariant::tiles;           // CudaBackend::Options::flash
+  Bf16Operands bf16_operands = Bf16Operands::copies;  // CudaBackend::Options::bf16_operands
+  bool gelu_epilogues = false;                        // CudaBackend::Options::gelu_epilogues
 };
 
 class CudaRankDevice final : public runtime::RankDevice {

@@ -7,7 +7,8 @@ namespace pipetune::nccl {
 
 NcclRankDevice::NcclRankDevice(const NcclRankOptions& options)
     : device_(process_device()),
-      backend_(cuda::CudaBackend::Options{options.precision, device_, options.flash}),
+      backend_(cuda::CudaBackend::Options{options.precision, device_, options.flash,
+                                          options.bf16_operands, options.gelu_epilogues}),
       storage_(device_, backend_.stream()) {
   NcclOptions o;
   o.device = device_;

@@ -26,8 +26,10 @@ namespace pipetune::nccl {
 struct NcclRankOptions {
   std::vector<comm::ProcessGroup> groups;  // every group of the plan's topology
   cuda::Precision precision = cuda::Precision::fp32;
-  double watchdog_seconds = 300.0;                       // NcclOptions::timeout_seconds
-  cuda::FlashVariant flash = cuda::FlashVariant::tiles;  // CudaBackend::Options::flash
+  double watchdog_seconds = 300.0;                                // NcclOptions::timeout_seconds
+  cuda::FlashVariant flash = cuda::FlashVariant::tiles;           // CudaBackend::Options::flash
+  cuda::Bf16Operands bf16_operands = cuda::Bf16Operands::copies;  // CudaBackend::Options
+  bool gelu_epilogues = false;                                    // CudaBackend::Options
 };
 
 class NcclRankDevice final : public runtime::RankDevice {

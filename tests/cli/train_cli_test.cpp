@@ -158,6 +158,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--device-cache-mib", "-1"}, "--device-cache-mib must be 0 to 16777216, not -1"},
         BadInput{{"--device-cache-mib", "64"},
                  "--device-cache-mib is for --backend cuda (it caps a GPU rank's cache)"},
+        BadInput{{"--gemm-inputs", "fast"}, "--gemm-inputs must be copies or in-gemm, not 'fast'"},
+        BadInput{{"--gemm-inputs", "in-gemm"},
+                 "--gemm-inputs is for --backend cuda --precision bf16"},
+        BadInput{{"--backend", "cuda", "--gemm-inputs", "in-gemm"},
+                 "--gemm-inputs is for --backend cuda --precision bf16"},
+        BadInput{{"--gelu-epilogue"}, "--gelu-epilogue is for --backend cuda"},
         // A learning rate that blows the weights up: the loss turns non-finite, the run stops and
         // names the step and the rank, exit 1, no hang.
         BadInput{{"--lr", "1e30", "--steps", "5", "--microbatches", "2"}, "loss is", 1}),

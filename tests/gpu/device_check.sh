@@ -40,6 +40,7 @@
 # e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look; CAPTURE_ARGS: more
 # options for cuda_capture_bench (e.g. CAPTURE_ARGS='--benchmark_filter=:[0123]/' for the first
 # four modes only); NCCL_HOSTS_NP: the process counts of step 2c (default "2 4", "" for none);
+# NO_ALSO=1: step 5 without its extra bf16 runs of options not yet measured (--also);
 # SKIP: step names
 # not to run (e.g. SKIP="cuda_capture_bench cuda_attention_bench" to rerun the rest).
 # Exit status: 0 when every step passed, 1 when one failed, 2 without a GPU (after the steps that
@@ -436,13 +437,18 @@ PY
   # --- 5. GPT-2 ------------------------------------------------------------------------------------
   local left=$((budget - (SECONDS - start) - 15))
   [ "$left" -gt 30 ] || left=30
-  # flash-mma (the tensor-core kernels with the scores in registers) has yet to be measured
-  # against the default flash-tc end to end; GPT2_ARGS may say otherwise (the last option wins).
-  local extra=(--also-attention flash-mma)
+  # Options not yet measured end to end, each against the bf16 defaults at the same batch:
+  # flash-mma (tensor-core attention with the scores in registers), cuBLASLt rounding the fp32
+  # GEMM inputs itself, the MLP's GELU in cuBLASLt's epilogues, and the three together.
+  # GPT2_ARGS adds options (--also is repeatable; NO_ALSO=1 drops these).
+  local extra=()
+  [ -n "${NO_ALSO:-}" ] || extra=(--also "--attention flash-mma" --also "--gemm-inputs in-gemm"
+    --also "--gelu-epilogue" --also "--attention flash-mma --gemm-inputs in-gemm --gelu-epilogue")
   eval "extra+=(${GPT2_ARGS:-})" || { echo "device_check: GPT2_ARGS does not parse: $GPT2_ARGS"; return 2; }
   step gpt2_gpu_bench $((left + 10)) "$scratch/.gpt2.log" bash tests/bench/cuda/gpt2_gpu_bench.sh \
     --build "$build" --budget "$left" "${extra[@]}"
   grep -A 12 '^framework ' "$scratch/.gpt2.log" | grep -v '^$' | head -n 12 >"$scratch/.table" || true
+  grep '^-- --' "$scratch/.gpt2.log" | cut -c1-160 >>"$scratch/.table" || true
   return 0
 }
 

@@ -34,9 +34,11 @@
 #   --no-torch, --no-pp skip the PyTorch runs, the pp=4 run
 #   --attention K       pipetune's attention kernel in the throughput runs (train --attention:
 #                       flash, or flash-tc / flash-mma with --precisions bf16; default: train's)
-#   --also-attention K  once bf16 has its batch, one more bf16 run at that batch with
-#                       --attention K, and its tokens/s against the first (e.g. flash-mma against
-#                       the default flash-tc); not in the table
+#   --also "FLAGS"      once bf16 has its batch, one more bf16 run at that batch with these
+#                       train flags added, and its tokens/s against the first; repeatable, e.g.
+#                       --also "--attention flash-mma" --also "--gemm-inputs in-gemm"; not in
+#                       the table
+#   --also-attention K  the same as --also "--attention K"
 #   --cpu-check         the script's plumbing without a GPU: the cpu backend, fp32 only, the
 #                       smaller tests/bench/cpu-prediction-model.toml, PyTorch on the CPU, the
 #                       cpu-dev-2core peak (no figure of it means anything for a GPU)
@@ -61,7 +63,7 @@ precisions="fp32 bf16"
 budget=330
 do_torch=1
 attention=""
-also_attention=""
+also_runs=()
 do_pp=1
 cpu_check=0
 py="${PYTHON:-python3}"
@@ -85,7 +87,8 @@ while [ $# -gt 0 ]; do
     --budget) [ $# -ge 2 ] || usage_error "--budget needs seconds"; positive --budget "$2"; budget="$2"; shift 2 ;;
     --no-torch) do_torch=0; shift ;;
     --attention) [ $# -ge 2 ] || usage_error "--attention needs a kernel"; attention="$2"; shift 2 ;;
-    --also-attention) [ $# -ge 2 ] || usage_error "--also-attention needs a kernel"; also_attention="$2"; shift 2 ;;
+    --also-attention) [ $# -ge 2 ] || usage_error "--also-attention needs a kernel"; also_runs+=("--attention $2"); shift 2 ;;
+    --also) [ $# -ge 2 ] || usage_error "--also needs train flags"; also_runs+=("$2"); shift 2 ;;
     --no-pp) do_pp=0; shift ;;
     --cpu-check) cpu_check=1; shift ;;
     -*) usage_error "unknown option '$1'" ;;
@@ -244,34 +247,40 @@ main() {
     fi
   done
 
-  # --- 1a. bf16 with another attention kernel, at the batch bf16 ran ----------------------------
-  if [ -n "$also_attention" ] && [ -n "${chosen[bf16]:-}" ]; then
+  # --- 1a. bf16 with other engine options (--also), at the batch bf16 ran ---------------------
+  local flags n=0
+  for flags in "${also_runs[@]}"; do
+    [ -n "${chosen[bf16]:-}" ] || break
     b="${chosen[bf16]}"
+    n=$((n + 1))
     echo
-    echo "== pipetune bf16 batch $b again with --attention $also_attention"
+    echo "== pipetune bf16 batch $b again with $flags"
     t="$(limit_for 150)"
     if [ "$t" -eq 0 ]; then
       echo "-- skipped (budget spent)"
-    else
-      pt_limited "$t" train --backend "$backend" --precision bf16 --no-gpu-capture \
-        --attention "$also_attention" --model "$model" --tp 1 --pp 1 --dp 1 --microbatches 1 \
-        --micro-batch-size "$b" --steps "$steps" --no-db --json >"$work/also-attention.json" \
-        2>"$work/also-attention.err"
-      rc=$?
-      if [ "$rc" -ne 0 ]; then
-        echo "-- failed (exit $rc): $(last_line "$work/also-attention.err")"
-        failed=1
-      else
-        "$py" - "$work/pipetune-bf16-b$b.json" "$work/also-attention.json" <<'PY'
+      continue
+    fi
+    # shellcheck disable=SC2086 # the flags are words, split as the shell splits them
+    pt_limited "$t" train --backend "$backend" --precision bf16 --no-gpu-capture --model "$model" \
+      --tp 1 --pp 1 --dp 1 --microbatches 1 --micro-batch-size "$b" --steps "$steps" --no-db \
+      --json $flags >"$work/also-$n.json" 2>"$work/also-$n.err"
+    rc=$?
+    if [ "$rc" -ne 0 ]; then
+      echo "-- failed (exit $rc): $(last_line "$work/also-$n.err")"
+      failed=1
+      continue
+    fi
+    "$py" - "$work/pipetune-bf16-b$b.json" "$work/also-$n.json" "$flags" <<'PY'
 import json, sys
 first, other = (json.load(open(p)) for p in sys.argv[1:3])
-print(f"-- attention {other.get('attention')}: {other['tokens_per_s']:.0f} tokens/s against "
-      f"{first['tokens_per_s']:.0f} with {first.get('attention')} "
-      f"({100 * (other['tokens_per_s'] / first['tokens_per_s'] - 1):+.1f}%)")
+def how(j):
+    return (f"attention {j.get('attention')}, gemm inputs {j.get('gemm_inputs', 'copies')}, "
+            f"gelu epilogue {j.get('gelu_epilogue', False)}")
+print(f"-- {sys.argv[3]}: {other['tokens_per_s']:.0f} tokens/s against {first['tokens_per_s']:.0f} "
+      f"({100 * (other['tokens_per_s'] / first['tokens_per_s'] - 1):+.1f}%); {how(other)} against "
+      f"{how(first)}")
 PY
-      fi
-    fi
-  fi
+  done
 
   # --- 1b. the same runs with CUPTI capture on: what capture costs the engine's step, and where
   # the GPU time goes ---------------------------------------------------------------------------
