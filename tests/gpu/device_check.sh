@@ -281,20 +281,28 @@ checks() {
     every_test_skipped "$scratch/.nccl.log"
     # --- 2c. the same tests across processes sharing the GPU, each its own NCCL host (NCCL's
     # socket transport over loopback): the communicator with ranks as processes on one GPU.
-    local np
+    # A first count that fails (NCCL cannot run this way here) stops the others: they would
+    # spend their time limits on the same failure, out of the GPT-2 step's.
+    local np hosts_ok=1
     for np in ${NCCL_HOSTS_NP-2 4}; do
+      if [ "$hosts_ok" -eq 0 ]; then
+        note "nccl_np${np}_hosts" "skipped (an earlier hosts step failed)"
+        continue
+      fi
       step "nccl_np${np}_hosts" $((60 + 15 * np)) "$scratch/.nccl$np.log" bash -c \
         '. "$1/env.sh" "$1" && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$2" &&
          mpirun -np "$5" --oversubscribe bash tests/gpu/as_nccl_hosts.sh "$4" \
            "--gtest_output=xml:$3/nccl_gpu_tests_np$5_hosts.xml"' \
         "nccl_np${np}_hosts" "$root/$mpi" "$PIPETUNE_LIBRARY_PATH" "$out" \
-        "$mpi_bin/nccl_gpu_tests" "$np"
+        "$mpi_bin/nccl_gpu_tests" "$np" || hosts_ok=0
       summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.nccl$np.log")"
       every_test_skipped "$scratch/.nccl$np.log"
     done
     # --- 2d. `pipetune train --backend cuda` as 2 processes (a 2-stage pipeline) on the GPU,
     # each its own NCCL host, stored in a workspace, against the CPU single-rank run.
-    if [ -x "$mpi_bin/pipetune" ] && [ -n "${NCCL_HOSTS_NP-2 4}" ]; then
+    if [ "$hosts_ok" -eq 0 ]; then
+      note nccl_train_np2_hosts "skipped (an earlier hosts step failed)"
+    elif [ -x "$mpi_bin/pipetune" ] && [ -n "${NCCL_HOSTS_NP-2 4}" ]; then
       step nccl_train_np2_hosts 90 "$scratch/.nccltrain.log" bash -c \
         '. "$1/env.sh" "$1" && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$2" &&
          rm -f "$4" && mpirun -np 2 --oversubscribe bash tests/gpu/as_nccl_hosts.sh "$3" train \
