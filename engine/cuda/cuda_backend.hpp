@@ -137,7 +137,8 @@ class CudaBackend final : public tensor::Backend {
                             tensor::TensorView mean, tensor::TensorView rstd) override;
   void do_layernorm_backward_input(tensor::ConstTensorView dy, tensor::ConstTensorView x,
                                    tensor::ConstTensorView w, tensor::ConstTensorView mean,
-                                   tensor::ConstTensorView rstd, tensor::TensorView dx) override;
+                                   tensor::ConstTensorView rstd, tensor::ConstTensorView residual,
+                                   tensor::TensorView dx) override;
   void do_layernorm_backward_weight(tensor::ConstTensorView dy, tensor::ConstTensorView x,
                                     tensor::ConstTensorView mean, tensor::ConstTensorView rstd,
                                     tensor::TensorView dw, tensor::TensorView db) override;

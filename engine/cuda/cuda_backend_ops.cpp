@@ -27,10 +27,11 @@ void CudaBackend::do_layernorm_forward(ConstTensorView x, ConstTensorView w, Con
 
 void CudaBackend::do_layernorm_backward_input(ConstTensorView dy, ConstTensorView x,
                                               ConstTensorView w, ConstTensorView mean,
-                                              ConstTensorView rstd, TensorView dx) {
+                                              ConstTensorView rstd, ConstTensorView residual,
+                                              TensorView dx) {
   activate();
-  kernels::layernorm_backward_input(stream_, dy.data, x.data, w.data, mean.data, rstd.data, dx.data,
-                                    x.shape.rows(), x.shape.last());
+  kernels::layernorm_backward_input(stream_, dy.data, x.data, w.data, mean.data, rstd.data,
+                                    residual.data, dx.data, x.shape.rows(), x.shape.last());
 }
 
 void CudaBackend::do_layernorm_backward_weight(ConstTensorView dy, ConstTensorView x,

@@ -57,9 +57,10 @@ void column_sums_double(cudaStream_t s, const float* x, std::int64_t rows, std::
 // ---- cuda_layernorm.cu ----------------------------------------------------------------------
 void layernorm_forward(cudaStream_t s, const float* x, const float* w, const float* b, float* y,
                        float* mean, float* rstd, std::int64_t N, std::int64_t C, float eps);
+// dx = residual + the input gradient (residual may be dx: dx += it).
 void layernorm_backward_input(cudaStream_t s, const float* dy, const float* x, const float* w,
-                              const float* mean, const float* rstd, float* dx, std::int64_t N,
-                              std::int64_t C);
+                              const float* mean, const float* rstd, const float* residual,
+                              float* dx, std::int64_t N, std::int64_t C);
 // scratch: column_reduction_shape(N, C, 2).scratch_floats
 void layernorm_backward_weight(cudaStream_t s, const float* dy, const float* x, const float* mean,
                                const float* rstd, float* dw, float* db, std::int64_t N,

@@ -38,16 +38,18 @@ __global__ void forward_kernel(const float* x, const float* w, const float* b, f
   }
 }
 
-// dx += rstd (dnorm - mean(dnorm) - norm mean(dnorm norm)), dnorm = dy w.
+// dx = residual + rstd (dnorm - mean(dnorm) - norm mean(dnorm norm)), dnorm = dy w; residual
+// may be dx.
 __global__ void backward_input_kernel(const float* dy, const float* x, const float* w,
-                                      const float* mean, const float* rstd, float* dx,
-                                      std::int64_t N, std::int64_t C) {
+                                      const float* mean, const float* rstd, const float* residual,
+                                      float* dx, std::int64_t N, std::int64_t C) {
   const std::int64_t n = warp_row();
   if (n >= N) return;
   const int lane = lane_id();
-  const float* xr = x + n * C;    // (C)
-  const float* dyr = dy + n * C;  // (C)
-  float* dxr = dx + n * C;        // (C)
+  const float* xr = x + n * C;         // (C)
+  const float* dyr = dy + n * C;       // (C)
+  const float* rr = residual + n * C;  // (C)
+  float* dxr = dx + n * C;             // (C)
   const float m = mean[n], s = rstd[n];
   float acc_d = 0.0f, acc_dn = 0.0f;
   for (std::int64_t c = lane; c < C; c += kWarpSize) {
@@ -62,7 +64,7 @@ __global__ void backward_input_kernel(const float* dy, const float* x, const flo
   for (std::int64_t c = lane; c < C; c += kWarpSize) {
     const float norm = (xr[c] - m) * s;
     const float dnorm = dyr[c] * w[c];
-    dxr[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    dxr[c] = rr[c] + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
   }
 }
 
@@ -93,9 +95,10 @@ void layernorm_forward(cudaStream_t s, const float* x, const float* w, const flo
 }
 
 void layernorm_backward_input(cudaStream_t s, const float* dy, const float* x, const float* w,
-                              const float* mean, const float* rstd, float* dx, std::int64_t N,
-                              std::int64_t C) {
-  PIPETUNE_LAUNCH(backward_input_kernel, warp_per_row_shape(N), s, dy, x, w, mean, rstd, dx, N, C);
+                              const float* mean, const float* rstd, const float* residual,
+                              float* dx, std::int64_t N, std::int64_t C) {
+  PIPETUNE_LAUNCH(backward_input_kernel, warp_per_row_shape(N), s, dy, x, w, mean, rstd, residual,
+                  dx, N, C);
 }
 
 void layernorm_backward_weight(cudaStream_t s, const float* dy, const float* x, const float* mean,

@@ -110,10 +110,11 @@ void TransformerBlock::backward_input(const ParallelContext& ctx, ConstTensorVie
     moe_->backward_input(ctx, dy, dln2, aux_scale, a.moe, tensor::GradientWrite::overwrite);
   else
     dense_->backward_input(ctx, dy, dln2, a.dense, tensor::GradientWrite::overwrite);
-  TensorView dx2 = sized(a.dx2, Shape{N, C});  // residual: dy + ln2's input gradient
-  copy_values(dy, dx2);
+  // The residual joins in the LayerNorm's pass (no copy of it first): dx2 = dy + ln2's input
+  // gradient.
+  TensorView dx2 = sized(a.dx2, Shape{N, C});
   be.layernorm_backward_input(dln2, view(a.x2, Shape{N, C}), params_->param(ln2_w_),
-                              view(a.ln2_mean, Shape{N}), view(a.ln2_rstd, Shape{N}), dx2);
+                              view(a.ln2_mean, Shape{N}), view(a.ln2_rstd, Shape{N}), dx2, dy);
 
   // Attention half.
   Buffer datty_buf;
@@ -138,9 +139,9 @@ void TransformerBlock::backward_input(const ParallelContext& ctx, ConstTensorVie
   be.linear_backward_input(view(a.dqkv, Shape{N, 3 * Cl}), params_->param(qkv_w_), dln1,
                            tensor::GradientWrite::overwrite);
   ctx.tp_all_reduce(dln1);
-  copy_values(dx2, dx);
+  // dx = dx2 + ln1's input gradient (dx may be dy's buffer: dy is not read past this point).
   be.layernorm_backward_input(dln1, view(a.x, Shape{N, C}), params_->param(ln1_w_),
-                              view(a.ln1_mean, Shape{N}), view(a.ln1_rstd, Shape{N}), dx);
+                              view(a.ln1_mean, Shape{N}), view(a.ln1_rstd, Shape{N}), dx, dx2);
 }
 
 void TransformerBlock::backward_weight(const ParallelContext& ctx, BlockActivations& a) {

@@ -295,13 +295,18 @@ void Backend::layernorm_forward(ConstTensorView x, ConstTensorView w, ConstTenso
 }
 
 void Backend::layernorm_backward_input(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
-                                       ConstTensorView mean, ConstTensorView rstd, TensorView dx) {
+                                       ConstTensorView mean, ConstTensorView rstd, TensorView dx,
+                                       ConstTensorView residual) {
   const char* op = "layernorm_backward_input";
   check_layernorm(op, x, mean, rstd);
   check_channel_vector(op, "w", w, x);
   same_shape(op, "x", x, "dy", dy);
   same_shape(op, "x", x, "dx", dx);
-  do_layernorm_backward_input(dy, x, w, mean, rstd, dx);
+  if (residual.data == nullptr)
+    residual = dx;
+  else
+    same_shape(op, "x", x, "residual", residual);
+  do_layernorm_backward_input(dy, x, w, mean, rstd, residual, dx);
 }
 
 void Backend::layernorm_backward_weight(ConstTensorView dy, ConstTensorView x, ConstTensorView mean,

@@ -117,8 +117,12 @@ class Backend {
   // x (N, C), w (C), b (C) -> y (N, C); stores mean (N) and rstd (N) for the backward.
   void layernorm_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b, TensorView y,
                          TensorView mean, TensorView rstd);
+  // dx (N, C) += the input gradient; given `residual` (N, C), dx = residual + the input gradient
+  // instead (a residual branch's gradient joined in the same pass, with no copy of it into dx
+  // first; residual may be dx itself, which is the same as without it).
   void layernorm_backward_input(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
-                                ConstTensorView mean, ConstTensorView rstd, TensorView dx);
+                                ConstTensorView mean, ConstTensorView rstd, TensorView dx,
+                                ConstTensorView residual = {});
   void layernorm_backward_weight(ConstTensorView dy, ConstTensorView x, ConstTensorView mean,
                                  ConstTensorView rstd, TensorView dw, TensorView db);
 
@@ -252,9 +256,10 @@ class Backend {
 
   virtual void do_layernorm_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
                                     TensorView y, TensorView mean, TensorView rstd) = 0;
+  // residual: dx itself when the caller gave none.
   virtual void do_layernorm_backward_input(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
                                            ConstTensorView mean, ConstTensorView rstd,
-                                           TensorView dx) = 0;
+                                           ConstTensorView residual, TensorView dx) = 0;
   virtual void do_layernorm_backward_weight(ConstTensorView dy, ConstTensorView x,
                                             ConstTensorView mean, ConstTensorView rstd,
                                             TensorView dw, TensorView db) = 0;

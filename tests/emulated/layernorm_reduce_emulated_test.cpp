@@ -44,7 +44,11 @@ TEST(LayerNormEmulated, ForwardAndBothBackwardsMatchTheCpuBackend) {
     layernorm_forward(nullptr, x.data(), w.data(), b.data(), gy.data(), gmean.data(), grstd.data(),
                       N, C, tensor::kLayerNormEps);
     layernorm_backward_input(nullptr, dy.data(), x.data(), w.data(), gmean.data(), grstd.data(),
-                             gdx.data(), N, C);
+                             gdx.data(), gdx.data(), N, C);
+    // With a residual apart: dx = residual + the gradient, over a dx of NaN (never read).
+    std::vector<float> gdx_res(static_cast<std::size_t>(N * C), std::nanf(""));
+    layernorm_backward_input(nullptr, dy.data(), x.data(), w.data(), gmean.data(), grstd.data(),
+                             dx0.data(), gdx_res.data(), N, C);
     std::vector<float> scratch(
         static_cast<std::size_t>(column_reduction_shape(N, C, 2).scratch_floats), std::nanf(""));
     layernorm_backward_weight(nullptr, dy.data(), x.data(), gmean.data(), grstd.data(), gdw.data(),
@@ -54,6 +58,7 @@ TEST(LayerNormEmulated, ForwardAndBothBackwardsMatchTheCpuBackend) {
     EXPECT_LE(relative_error(gmean, mean), 1e-5) << "mean, " << at;
     EXPECT_LE(relative_error(grstd, rstd), 1e-5) << "rstd, " << at;
     EXPECT_LE(relative_error(gdx, dx), 1e-5) << "dx, " << at;
+    EXPECT_LE(relative_error(gdx_res, dx), 1e-5) << "dx = residual + gradient, " << at;
     EXPECT_LE(relative_error(gdw, dw), 1e-5) << "dw, " << at;
     EXPECT_LE(relative_error(gdb, db), 1e-5) << "db, " << at;
   }

@@ -246,6 +246,12 @@ TEST_F(CudaDenseOpsTest, LayerNormForwardAndBackwardMatch) {
     EXPECT_TRUE(matches_cpu("dx" + at, gdx, dx, kFp32ReductionTol));
     EXPECT_TRUE(matches_cpu("dw" + at, gdw, dw, kFp32ReductionTol));
     EXPECT_TRUE(matches_cpu("db" + at, gdb, db, kFp32ReductionTol));
+    // dx = residual + the gradient over a dx of NaN, the residual apart.
+    Tensor nans({N, C});
+    for (float& v : nans.values()) v = std::nanf("");
+    DeviceTensor gres(dx0), gjoined(nans);
+    gpu().layernorm_backward_input(gdy, gx, gw, gmean, grstd, gjoined, gres);
+    EXPECT_TRUE(matches_cpu("dx = residual + gradient" + at, gjoined, dx, kFp32ReductionTol));
   }
 }
 

@@ -65,7 +65,7 @@ class CpuBackend final : public Backend {
                             TensorView mean, TensorView rstd) override;
   void do_layernorm_backward_input(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
                                    ConstTensorView mean, ConstTensorView rstd,
-                                   TensorView dx) override;
+                                   ConstTensorView residual, TensorView dx) override;
   void do_layernorm_backward_weight(ConstTensorView dy, ConstTensorView x, ConstTensorView mean,
                                     ConstTensorView rstd, TensorView dw, TensorView db) override;
   void do_gelu_forward(ConstTensorView x, TensorView y) override;

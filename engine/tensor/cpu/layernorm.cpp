@@ -45,15 +45,17 @@ PIPETUNE_CPU_KERNEL void forward_rows(const float* x, const float* w, const floa
 }
 
 PIPETUNE_CPU_KERNEL void backward_input_rows(const float* dy, const float* x, const float* w,
-                                             const float* mean, const float* rstd, float* dx,
-                                             std::int64_t n0, std::int64_t n1, std::int64_t C) {
+                                             const float* mean, const float* rstd,
+                                             const float* residual, float* dx, std::int64_t n0,
+                                             std::int64_t n1, std::int64_t C) {
   const float inv_c = 1.0f / static_cast<float>(C);
   for (std::int64_t n = n0; n < n1; ++n) {
-    const float* xr = x + n * C;    // (C)
-    const float* dyr = dy + n * C;  // (C)
-    float* dxr = dx + n * C;        // (C)
+    const float* xr = x + n * C;         // (C)
+    const float* dyr = dy + n * C;       // (C)
+    const float* rr = residual + n * C;  // (C), may be dxr
+    float* dxr = dx + n * C;             // (C)
     const float m = mean[n], s = rstd[n];
-    // dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dy * w
+    // dx = residual + rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dy * w
     Vec16 acc_d = {}, acc_dn = {};
     std::int64_t c = 0;
     for (; c + kVec <= C; c += kVec) {
@@ -73,7 +75,7 @@ PIPETUNE_CPU_KERNEL void backward_input_rows(const float* dy, const float* x, co
     for (std::int64_t k = 0; k < C; ++k) {
       const float norm = (xr[k] - m) * s;
       const float dnorm = dyr[k] * w[k];
-      dxr[k] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+      dxr[k] = rr[k] + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
     }
   }
 }
@@ -106,10 +108,12 @@ void CpuBackend::do_layernorm_forward(ConstTensorView x, ConstTensorView w, Cons
 
 void CpuBackend::do_layernorm_backward_input(ConstTensorView dy, ConstTensorView x,
                                              ConstTensorView w, ConstTensorView mean,
-                                             ConstTensorView rstd, TensorView dx) {
+                                             ConstTensorView rstd, ConstTensorView residual,
+                                             TensorView dx) {
   const std::int64_t N = x.shape.rows(), C = x.shape.last();
   pool_.parallel_for(N, kRowGrain, [&](std::int64_t n0, std::int64_t n1, int) {
-    backward_input_rows(dy.data, x.data, w.data, mean.data, rstd.data, dx.data, n0, n1, C);
+    backward_input_rows(dy.data, x.data, w.data, mean.data, rstd.data, residual.data, dx.data, n0,
+                        n1, C);
   });
 }
 

@@ -240,9 +240,10 @@ class GuardedBackend final : public tensor::Backend {
     G g(storage_, &__func__[3]);
     cpu_.layernorm_forward(x, w, b, y, mean, rstd);
   }
-  void do_layernorm_backward_input(CV dy, CV x, CV w, CV mean, CV rstd, TV dx) override {
+  void do_layernorm_backward_input(CV dy, CV x, CV w, CV mean, CV rstd, CV residual,
+                                   TV dx) override {
     G g(storage_, &__func__[3]);
-    cpu_.layernorm_backward_input(dy, x, w, mean, rstd, dx);
+    cpu_.layernorm_backward_input(dy, x, w, mean, rstd, dx, residual);
   }
   void do_layernorm_backward_weight(CV dy, CV x, CV mean, CV rstd, TV dw, TV db) override {
     G g(storage_, &__func__[3]);

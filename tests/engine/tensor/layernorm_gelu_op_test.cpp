@@ -47,6 +47,32 @@ TEST_P(LayerNormOpTest, BackwardMatchesFiniteDifferences) {
   EXPECT_TRUE(grad_close("db", db, numeric_grad(loss, b)));
 }
 
+// dx = residual + the input gradient in one pass equals copying the residual into dx and adding
+// the gradient there (what the transformer block did before), bit for bit, over a dx of NaN;
+// and residual = dx is the plain accumulation.
+TEST_P(LayerNormOpTest, BackwardWithAResidualIsTheResidualPlusTheGradient) {
+  for (const auto& [N, C] :
+       std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 1}, {7, 6}, {37, 100}}) {
+    const Tensor x = random_tensor({N, C}, rng), w = random_tensor({C}, rng);
+    const Tensor b = random_tensor({C}, rng), dy = random_tensor({N, C}, rng);
+    const Tensor residual = random_tensor({N, C}, rng);
+    Tensor y({N, C}), mean({N}), rstd({N});
+    be().layernorm_forward(x, w, b, y, mean, rstd);
+    Tensor copied = residual;  // the copy, then the gradient added
+    be().layernorm_backward_input(dy, x, w, mean, rstd, copied);
+    Tensor joined({N, C});
+    for (float& v : joined.values()) v = std::nanf("");
+    be().layernorm_backward_input(dy, x, w, mean, rstd, joined, residual);
+    Tensor itself = residual;
+    be().layernorm_backward_input(dy, x, w, mean, rstd, itself, itself);
+    const std::string at = " (N " + std::to_string(N) + ", C " + std::to_string(C) + ")";
+    EXPECT_TRUE(all_close("residual apart" + at, joined.values(), copied.values(), 0.0, 0.0));
+    EXPECT_TRUE(all_close("residual = dx" + at, itself.values(), copied.values(), 0.0, 0.0));
+  }
+  Tensor x({2, 3}), w({3}), mean({2}), rstd({2}), dx({2, 3}), bad({3, 2});
+  EXPECT_THROW(be().layernorm_backward_input(x, x, w, mean, rstd, dx, bad), InputError);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, LayerNormOpTest, ::testing::ValuesIn(all_backends()),
                          backend_case_name);
 
