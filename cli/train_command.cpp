@@ -578,7 +578,9 @@ void run(const TrainArgs& given) {
                              {.backend = setup.backend,
                               .precision = setup.precision,
                               .gpus = setup.backend == spec::EngineBackend::cuda ? 1 : 0,
-                              .attention = setup.attention},
+                              .attention = setup.attention,
+                              .gemm_inputs_in_gemm = a.gemm_inputs == "in-gemm",
+                              .gelu_epilogue = a.gelu_epilogue},
                              o);
   if (!a.json) {
     if (processes <= 1)
@@ -600,7 +602,9 @@ void run(const TrainArgs& given) {
                        {.backend = setup.backend,
                         .precision = setup.precision,
                         .gpus = setup.backend == spec::EngineBackend::cuda ? processes : 0,
-                        .attention = setup.attention},
+                        .attention = setup.attention,
+                        .gemm_inputs_in_gemm = a.gemm_inputs == "in-gemm",
+                        .gelu_epilogue = a.gelu_epilogue},
                        per_process);
     return;
   }

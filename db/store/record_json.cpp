@@ -133,6 +133,10 @@ nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::Para
                       {"seed", seed},
                       {"time_unit", "s"}};
   if (engine.gpus > 0) j["gpus"] = engine.gpus;
+  if (engine.backend == spec::EngineBackend::cuda &&
+      engine.precision == spec::EnginePrecision::bf16)
+    j["gemm_inputs"] = engine.gemm_inputs_in_gemm ? "in-gemm" : "copies";
+  if (engine.gelu_epilogue) j["gelu_epilogue"] = true;
   return j;
 }
 
@@ -168,6 +172,21 @@ TrainingEngine training_engine_from_json(const nlohmann::json& j) {
         j["gpus"].get<long long>() > (1 << 20))
       throw InputError("training plan: gpus is not a count of GPUs");
     e.gpus = j["gpus"].get<int>();
+  }
+  if (j.contains("gemm_inputs")) {
+    const nlohmann::json& g = j["gemm_inputs"];
+    if (!g.is_string() || (g != "copies" && g != "in-gemm"))
+      throw InputError("training plan: gemm_inputs is not copies or in-gemm");
+    if (e.backend != spec::EngineBackend::cuda || e.precision != spec::EnginePrecision::bf16)
+      throw InputError("training plan: gemm_inputs without backend cuda and precision bf16");
+    e.gemm_inputs_in_gemm = g == "in-gemm";
+  }
+  if (j.contains("gelu_epilogue")) {
+    if (!j["gelu_epilogue"].is_boolean())
+      throw InputError("training plan: gelu_epilogue is not true or false");
+    e.gelu_epilogue = j["gelu_epilogue"].get<bool>();
+    if (e.gelu_epilogue && e.backend != spec::EngineBackend::cuda)
+      throw InputError("training plan: gelu_epilogue without backend cuda");
   }
   return e;
 }

@@ -40,15 +40,21 @@ struct TrainingEngine {
   spec::EnginePrecision precision = spec::EnginePrecision::fp32;
   int gpus = 0;  // GPUs its ranks ran on (1: every rank a stream of one GPU); 0: none or unknown
   spec::EngineAttention attention = spec::EngineAttention::stored;
+  // The CUDA backend's GEMM options (train --gemm-inputs in-gemm, --gelu-epilogue): how its GEMMs
+  // ran, so a calibration from the run is known to include them.
+  bool gemm_inputs_in_gemm = false;  // cuda bf16 only
+  bool gelu_epilogue = false;        // cuda only
 };
-// With the engine it ran on ("backend", "precision", "attention", and "gpus" when it ran on
-// GPUs): what calibrate and predict cost it as, and whether its ranks shared GPUs.
+// With the engine it ran on ("backend", "precision", "attention", "gpus" when it ran on GPUs,
+// "gemm_inputs" for cuda bf16 and "gelu_epilogue" when on): what calibrate and predict cost it
+// as, and whether its ranks shared GPUs.
 nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
                                   int steps, std::uint64_t seed, const TrainingEngine& engine = {});
 spec::ParallelPlan training_plan_from_json(const nlohmann::json& j);  // InputError naming the field
 // The engine of a stored training plan: cpu / fp32 where it does not say (runs stored before it
 // was kept), and without "attention" the default of those days: stored on the cpu, flash (fp32)
-// on cuda; InputError naming the field when it says something else.
+// on cuda; the GEMM options off where not said; InputError naming the field when it says
+// something else (or an option its engine does not have).
 TrainingEngine training_engine_from_json(const nlohmann::json& j);
 nlohmann::json training_specs_json(const spec::ModelSpec& model);
 // The default name of a measured run: "tiny tp=2 pp=2 dp=2 1f1b".

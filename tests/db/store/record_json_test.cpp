@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+#include <vector>
+
 #include "engine/errors.hpp"
 #include "engine/spec/load.hpp"
 
@@ -112,6 +115,43 @@ TEST(RecordJson, TrainingPlanKeepsItsEngine) {
                                                     .attention = spec::EngineAttention::flash}))
           .gpus,
       1);
+  // The CUDA GEMM options: copies and no epilogue where not said (runs stored before they were
+  // kept, and the defaults); kept both ways; refused where the engine has no such option.
+  EXPECT_FALSE(e.gemm_inputs_in_gemm);
+  EXPECT_FALSE(e.gelu_epilogue);
+  EXPECT_EQ(j.at("gemm_inputs"), "copies");
+  EXPECT_FALSE(j.contains("gelu_epilogue"));
+  const TrainingEngine options =
+      training_engine_from_json(training_plan_json(spec::load_model("tiny"), p, 60, 1234,
+                                                   {.backend = spec::EngineBackend::cuda,
+                                                    .precision = spec::EnginePrecision::bf16,
+                                                    .attention = spec::EngineAttention::flash_mma,
+                                                    .gemm_inputs_in_gemm = true,
+                                                    .gelu_epilogue = true}));
+  EXPECT_TRUE(options.gemm_inputs_in_gemm);
+  EXPECT_TRUE(options.gelu_epilogue);
+  EXPECT_EQ(options.attention, spec::EngineAttention::flash_mma);
+  for (const auto& [key, value, message] :
+       std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+           {"gemm_inputs", "fast", "gemm_inputs is not copies or in-gemm"},
+           {"gelu_epilogue", "yes", "gelu_epilogue is not true or false"}}) {
+    nlohmann::json bad = j;
+    bad[key] = value;
+    try {
+      training_engine_from_json(bad);
+      FAIL() << key << " " << value.dump() << " accepted";
+    } catch (const InputError& err) {
+      EXPECT_NE(std::string(err.what()).find(message), std::string::npos) << err.what();
+    }
+  }
+  nlohmann::json cpu_with_options = j;
+  cpu_with_options["backend"] = "cpu";
+  cpu_with_options["precision"] = "fp32";
+  cpu_with_options["attention"] = "stored";
+  EXPECT_THROW(training_engine_from_json(cpu_with_options), InputError);  // gemm_inputs on cpu
+  cpu_with_options.erase("gemm_inputs");
+  cpu_with_options["gelu_epilogue"] = true;
+  EXPECT_THROW(training_engine_from_json(cpu_with_options), InputError);
   // Runs stored before the attention was kept: cuda ran flash (fp32) whatever its precision.
   nlohmann::json before_attention = j;
   before_attention.erase("attention");
@@ -132,6 +172,7 @@ TEST(RecordJson, TrainingPlanKeepsItsEngine) {
   old.erase("backend");
   old.erase("precision");
   old.erase("attention");
+  old.erase("gemm_inputs");
   const TrainingEngine d = training_engine_from_json(old);
   EXPECT_EQ(d.backend, spec::EngineBackend::cpu);
   EXPECT_EQ(d.precision, spec::EnginePrecision::fp32);
