@@ -571,17 +571,18 @@ void run(const TrainArgs& given) {
   if (!a.trace.empty()) check_output_file(a.trace, a.force);
   // The run goes into the workspace as it trains: a crash leaves it there, interrupted.
   // (Processes: rank 0's process opens it, once MPI says which process that is.)
-  std::unique_ptr<db::RunWriter> writer;
-  // With cuda in one process, every rank is a stream of GPU 0.
-  if (processes <= 1)
-    writer = open_run_writer(a,
-                             {.backend = setup.backend,
+  // The engine the workspace records, on `gpus` GPUs when it runs on cuda.
+  const auto engine_record = [&](int gpus) {
+    return db::TrainingEngine{.backend = setup.backend,
                               .precision = setup.precision,
-                              .gpus = setup.backend == spec::EngineBackend::cuda ? 1 : 0,
+                              .gpus = setup.backend == spec::EngineBackend::cuda ? gpus : 0,
                               .attention = setup.attention,
                               .gemm_inputs_in_gemm = a.gemm_inputs == "in-gemm",
-                              .gelu_epilogue = a.gelu_epilogue},
-                             o);
+                              .gelu_epilogue = a.gelu_epilogue};
+  };
+  std::unique_ptr<db::RunWriter> writer;
+  // With cuda in one process, every rank is a stream of GPU 0.
+  if (processes <= 1) writer = open_run_writer(a, engine_record(1), o);
   if (!a.json) {
     if (processes <= 1)
       print_header(o, !o.rank_device          ? "ranks"  // processes: rank 0's, once MPI is up
@@ -598,14 +599,7 @@ void run(const TrainArgs& given) {
 #ifdef PIPETUNE_HAVE_MPI
   if (processes > 1) {
     // With cuda under a launcher: one GPU a process.
-    train_as_processes(o, a,
-                       {.backend = setup.backend,
-                        .precision = setup.precision,
-                        .gpus = setup.backend == spec::EngineBackend::cuda ? processes : 0,
-                        .attention = setup.attention,
-                        .gemm_inputs_in_gemm = a.gemm_inputs == "in-gemm",
-                        .gelu_epilogue = a.gelu_epilogue},
-                       per_process);
+    train_as_processes(o, a, engine_record(processes), per_process);
     return;
   }
 #endif

@@ -55,7 +55,7 @@ void DenseMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView
 }
 
 void DenseMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, TensorView dx,
-                              DenseMlpActivations& a, tensor::GradientWrite write) {
+                              DenseMlpActivations& a) {
   const std::int64_t N = dout.shape.rows(), C = hidden_, Fl = ffn_local_;
   auto& be = ctx.be();
   TensorView kept = sized(a.dout, Shape{N, C});  // (N, C)
@@ -64,20 +64,9 @@ void DenseMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, 
   TensorView dfc = sized(a.dfc, Shape{N, Fl});  // (N, F/tp)
   be.linear_gelu_backward_input(dout, params_->param(proj_w_), view(a.fc, Shape{N, Fl}), dfc);
   release(a.fc);
-  // dx gets this rank's partial; the TP sum completes it. Where dx may already hold other terms,
-  // the partial goes through a temporary; written over, dx itself is summed.
-  if (ctx.tp_size > 1 && write == tensor::GradientWrite::overwrite) {
-    be.linear_backward_input(dfc, params_->param(fc_w_), dx, write);
-    ctx.tp_all_reduce(dx);
-  } else if (ctx.tp_size > 1) {
-    Buffer part_buf;
-    TensorView part = sized(part_buf, Shape{N, C});  // (N, C)
-    be.linear_backward_input(dfc, params_->param(fc_w_), part, tensor::GradientWrite::overwrite);
-    ctx.tp_all_reduce(part);
-    be.accumulate(dx, part);
-  } else {
-    be.linear_backward_input(dfc, params_->param(fc_w_), dx, write);
-  }
+  // dx gets this rank's partial; the TP sum (in place) completes it.
+  be.linear_backward_input(dfc, params_->param(fc_w_), dx, tensor::GradientWrite::overwrite);
+  if (ctx.tp_size > 1) ctx.tp_all_reduce(dx);
 }
 
 void DenseMlp::backward_weight(const ParallelContext& ctx, ConstTensorView x,

@@ -31,11 +31,10 @@ class DenseMlp {
   // x (N, C) -> out (N, C), complete (summed over TP).
   void forward(const ParallelContext& ctx, tensor::ConstTensorView x, tensor::TensorView out,
                DenseMlpActivations& a);
-  // dx (N, C) += input gradient (complete, summed over TP), or dx = it with
-  // GradientWrite::overwrite (dx's old values are not read). Frees what W does not need.
+  // dx (N, C) = input gradient (complete, summed over TP), written over (dx's old values are not
+  // read). Frees what W does not need.
   void backward_input(const ParallelContext& ctx, tensor::ConstTensorView dout,
-                      tensor::TensorView dx, DenseMlpActivations& a,
-                      tensor::GradientWrite write = tensor::GradientWrite::accumulate);
+                      tensor::TensorView dx, DenseMlpActivations& a);
   void backward_weight(const ParallelContext& ctx, tensor::ConstTensorView x,
                        DenseMlpActivations& a);
 

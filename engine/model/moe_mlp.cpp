@@ -137,7 +137,7 @@ void MoeMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView o
 }
 
 void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, TensorView dx,
-                            float aux_scale, MoeMlpActivations& a, tensor::GradientWrite write) {
+                            float aux_scale, MoeMlpActivations& a) {
   const std::int64_t N = dout.shape.rows(), C = config_.hidden, E = config_.experts,
                      Fl = ffn_local_, cap = a.capacity, rows = ctx.ep_size * cap;
   auto& be = ctx.be();
@@ -165,16 +165,12 @@ void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, Te
   }
   Buffer ddispatched;
   from_experts(ctx, dxin, ddispatched, cap);
-  // (N, C) partial over TP: dx itself where it is written over, else a temporary added to it.
-  const bool over = write == tensor::GradientWrite::overwrite;
-  Buffer part_buf;
-  TensorView part = over ? dx : zeros(part_buf, Shape{N, C});
-  if (over) fill_zero(part);  // the dispatch backward adds each token's expert rows
-  be.moe_dispatch_backward(view(ddispatched, Shape{E, cap, C}), a.routing, part);
-  ctx.tp_all_reduce(part);
+  // dx, a partial over TP until the sum: the dispatch backward adds each token's expert rows.
+  fill_zero(dx);
+  be.moe_dispatch_backward(view(ddispatched, Shape{E, cap, C}), a.routing, dx);
+  ctx.tp_all_reduce(dx);
   // The router is replicated over TP: its input gradient is complete on every TP rank.
-  be.linear_backward_input(dlogits, dense_->param(router_w_), part);
-  if (!over) be.accumulate(dx, part);
+  be.linear_backward_input(dlogits, dense_->param(router_w_), dx);
 }
 
 void MoeMlp::backward_weight(const ParallelContext& ctx, ConstTensorView x, MoeMlpActivations& a) {

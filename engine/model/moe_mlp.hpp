@@ -41,11 +41,10 @@ class MoeMlp {
 
   void forward(const ParallelContext& ctx, tensor::ConstTensorView x, tensor::TensorView out,
                MoeMlpActivations& a);
-  // dx (N, C) += input gradient, or dx = it with GradientWrite::overwrite; aux_scale multiplies
-  // the load-balancing loss's gradient (the loss's own grad scale, e.g. 1 / micro-batches).
+  // dx (N, C) = input gradient, written over; aux_scale multiplies the load-balancing loss's
+  // gradient (the loss's own grad scale, e.g. 1 / micro-batches).
   void backward_input(const ParallelContext& ctx, tensor::ConstTensorView dout,
-                      tensor::TensorView dx, float aux_scale, MoeMlpActivations& a,
-                      tensor::GradientWrite write = tensor::GradientWrite::accumulate);
+                      tensor::TensorView dx, float aux_scale, MoeMlpActivations& a);
   void backward_weight(const ParallelContext& ctx, tensor::ConstTensorView x, MoeMlpActivations& a);
 
  private:

@@ -107,9 +107,9 @@ void TransformerBlock::backward_input(const ParallelContext& ctx, ConstTensorVie
   // MLP half: dln2 is complete (summed over TP) when the MLP returns it, written over.
   TensorView dln2 = sized(a.dln2, Shape{N, C});
   if (moe_)
-    moe_->backward_input(ctx, dy, dln2, aux_scale, a.moe, tensor::GradientWrite::overwrite);
+    moe_->backward_input(ctx, dy, dln2, aux_scale, a.moe);
   else
-    dense_->backward_input(ctx, dy, dln2, a.dense, tensor::GradientWrite::overwrite);
+    dense_->backward_input(ctx, dy, dln2, a.dense);
   // The residual joins in the LayerNorm's pass (no copy of it first): dx2 = dy + ln2's input
   // gradient.
   TensorView dx2 = sized(a.dx2, Shape{N, C});
