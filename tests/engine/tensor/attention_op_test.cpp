@@ -128,24 +128,30 @@ std::vector<float> reference_lse(const Tensor& qkv, std::int64_t NH) {
   return all_close(name, actual.values(), expected.values(), 1e-5, 1e-5 * scale);
 }
 
+// (B, T, NH, HS) of the flash tests: one row, odd sizes, several tiles.
+const std::vector<std::array<std::int64_t, 4>> kFlashShapes = {
+    {1, 1, 1, 1}, {2, 5, 2, 3}, {2, 37, 2, 20}, {1, 70, 3, 64}};
+
+std::string shape_label(std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS) {
+  return " (B " + std::to_string(B) + ", T " + std::to_string(T) + ", NH " + std::to_string(NH) +
+         ", HS " + std::to_string(HS) + ")";
+}
+
 TEST_P(AttentionOpTest, FlashForwardMatchesAttentionForward) {
-  for (const auto& [B, T, NH, HS] : std::vector<std::array<std::int64_t, 4>>{
-           {1, 1, 1, 1}, {2, 5, 2, 3}, {2, 37, 2, 20}, {1, 70, 3, 64}}) {
+  for (const auto& [B, T, NH, HS] : kFlashShapes) {
     const std::int64_t C = NH * HS;
     const Tensor qkv = random_tensor({B, T, 3 * C}, rng);
     Tensor out({B, T, C}), att({B, NH, T, T}), flash_out({B, T, C}), lse({B, NH, T});
     be().attention_forward(qkv, NH, out, att);
     be().attention_flash_forward(qkv, NH, flash_out, lse);
-    const std::string at = " (B " + std::to_string(B) + ", T " + std::to_string(T) + ", NH " +
-                           std::to_string(NH) + ", HS " + std::to_string(HS) + ")";
+    const std::string at = shape_label(B, T, NH, HS);
     EXPECT_TRUE(same_within_1e5("out" + at, flash_out, out));
     EXPECT_TRUE(all_close("lse" + at, lse.values(), reference_lse(qkv, NH), 1e-5, 1e-5));
   }
 }
 
 TEST_P(AttentionOpTest, FlashBackwardMatchesAttentionBackward) {
-  for (const auto& [B, T, NH, HS] : std::vector<std::array<std::int64_t, 4>>{
-           {1, 1, 1, 1}, {2, 5, 2, 3}, {2, 37, 2, 20}, {1, 70, 3, 64}}) {
+  for (const auto& [B, T, NH, HS] : kFlashShapes) {
     const std::int64_t C = NH * HS;
     const Tensor qkv = random_tensor({B, T, 3 * C}, rng);
     const Tensor dout = random_tensor({B, T, C}, rng);
@@ -156,15 +162,13 @@ TEST_P(AttentionOpTest, FlashBackwardMatchesAttentionBackward) {
     Tensor dqkv = start, flash_dqkv = start;
     be().attention_backward_input(dout, qkv, att, NH, dqkv);
     be().attention_flash_backward_input(dout, qkv, flash_out, lse, NH, flash_dqkv);
-    const std::string at = " (B " + std::to_string(B) + ", T " + std::to_string(T) + ", NH " +
-                           std::to_string(NH) + ", HS " + std::to_string(HS) + ")";
+    const std::string at = shape_label(B, T, NH, HS);
     EXPECT_TRUE(same_within_1e5("dqkv" + at, flash_dqkv, dqkv));
   }
 }
 
 TEST_P(AttentionOpTest, FlashBackwardOverwriteIsTheGradientAddedToZeros) {
-  for (const auto& [B, T, NH, HS] : std::vector<std::array<std::int64_t, 4>>{
-           {1, 1, 1, 1}, {2, 5, 2, 3}, {2, 37, 2, 20}, {1, 70, 3, 64}}) {
+  for (const auto& [B, T, NH, HS] : kFlashShapes) {
     const std::int64_t C = NH * HS;
     const Tensor qkv = random_tensor({B, T, 3 * C}, rng);
     const Tensor dout = random_tensor({B, T, C}, rng);
@@ -174,8 +178,7 @@ TEST_P(AttentionOpTest, FlashBackwardOverwriteIsTheGradientAddedToZeros) {
     for (std::int64_t i = 0; i < written.numel(); ++i) written[i] = std::nanf("");
     be().attention_flash_backward_input(dout, qkv, out, lse, NH, added);
     be().attention_flash_backward_input(dout, qkv, out, lse, NH, written, GradientWrite::overwrite);
-    const std::string at = " (B " + std::to_string(B) + ", T " + std::to_string(T) + ", NH " +
-                           std::to_string(NH) + ", HS " + std::to_string(HS) + ")";
+    const std::string at = shape_label(B, T, NH, HS);
     EXPECT_TRUE(
         all_close("dqkv written over NaN" + at, written.values(), added.values(), 0.0, 0.0));
   }
