@@ -1,6 +1,7 @@
 // Training on the GPU in single-GPU mode (engine/cuda/cuda_rank_device.hpp: every rank a thread
 // with its own stream, CudaBackend and device allocator on device 0, transfers and collectives
-// of device spans device to device) against the CPU single-rank run of the same global batch.
+// of device spans device to device) against the CPU single-rank run of the same global batch, for
+// every plan of the parallel-equivalence matrix (tests/engine/runtime/plan_matrix.hpp).
 //
 // Tolerances (fp32 on both sides; the GPU sums in other orders: cuBLASLt GEMMs, tree reductions):
 //  - the step-1 loss within 1e-4 relative, the 5-step loss curve within 1e-3 relative;
@@ -24,6 +25,7 @@
 #include "engine/cuda/device_allocator_cuda.hpp"
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
+#include "tests/engine/runtime/plan_matrix.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
 
 namespace pipetune::cuda {
@@ -31,15 +33,11 @@ namespace {
 
 constexpr int kSteps = 5;
 
-struct Case {
-  std::string name;
-  int tp = 1, pp = 1, dp = 1;
-  int microbatches = 4;
-};
+using pipetune::testing::PlanCase;
 
-runtime::TrainOptions options_for(int microbatches) {
+runtime::TrainOptions options_for(const std::string& model, int microbatches) {
   runtime::TrainOptions o;
-  o.model = spec::load_model("tiny");
+  o.model = spec::load_model(model);
   o.plan.micro_batch_size = 2;
   o.plan.microbatches = microbatches;
   o.steps = kSteps;
@@ -58,16 +56,14 @@ double relative_error(const tensor::Tensor& a, const tensor::Tensor& b) {
   return diff / scale;
 }
 
-class CudaTraining : public ::testing::TestWithParam<Case> {};
+class CudaTraining : public ::testing::TestWithParam<PlanCase> {};
 
 TEST_P(CudaTraining, SingleGpuModeMatchesTheCpuSingleRankRun) {
   PIPETUNE_REQUIRE_GPU();
-  const Case& c = GetParam();
-  const runtime::TrainResult want = runtime::train(options_for(c.microbatches * c.dp));
-  runtime::TrainOptions o = options_for(c.microbatches);
-  o.plan.tp = c.tp;
-  o.plan.pp = c.pp;
-  o.plan.dp = c.dp;
+  const PlanCase& c = GetParam();
+  const runtime::TrainResult want = runtime::train(options_for(c.model, c.microbatches * c.dp));
+  runtime::TrainOptions o = options_for(c.model, c.microbatches);
+  pipetune::testing::apply_plan(c, o);
   o.rank_device = single_gpu_rank_devices();
   const runtime::TrainResult got = runtime::train(o);
 
@@ -96,10 +92,9 @@ TEST_P(CudaTraining, SingleGpuModeMatchesTheCpuSingleRankRun) {
   EXPECT_EQ(failures, 0) << "gradients that differ from the CPU 1-rank run:\n" << bad.str();
 }
 
+// The single-rank plan and the whole parallel-equivalence matrix, every rank a stream of device 0.
 INSTANTIATE_TEST_SUITE_P(Plans, CudaTraining,
-                         ::testing::Values(Case{"single"}, Case{"pp2_1f1b", 1, 2, 1},
-                                           Case{"pp4_1f1b", 1, 4, 1, 8}, Case{"tp2", 2, 1, 1},
-                                           Case{"dp2", 1, 1, 2}),
+                         ::testing::ValuesIn(pipetune::testing::plans_against_the_cpu()),
                          [](const auto& info) { return info.param.name; });
 
 TEST(CudaTrainingMemory, AllocatorBytesMatchCudaMemGetInfo) {
@@ -108,7 +103,7 @@ TEST(CudaTrainingMemory, AllocatorBytesMatchCudaMemGetInfo) {
   PIPETUNE_CUDA_CHECK(cudaFree(nullptr));  // the context exists before the baseline
   const std::int64_t before = device_used_bytes(0);
 
-  runtime::TrainOptions o = options_for(2);
+  runtime::TrainOptions o = options_for("tiny", 2);
   o.capture_gradients = false;
   o.steps = 2;
   o.model.layers = 4;  // large enough that the margin below means something: ~21M parameters
@@ -161,7 +156,7 @@ namespace {
 // tests/engine/runtime/gpu_activity_trace_test.cpp).
 TEST(CudaTrainingCapture, KernelsLandUnderTheOpsThatLaunchedThem) {
   PIPETUNE_REQUIRE_GPU();
-  runtime::TrainOptions o = options_for(3);
+  runtime::TrainOptions o = options_for("tiny", 3);
   o.steps = 2;
   o.capture_gradients = false;
   o.plan.pp = 2;

@@ -40,6 +40,10 @@
 # e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look; CAPTURE_ARGS: more
 # options for cuda_capture_bench (e.g. CAPTURE_ARGS='--benchmark_filter=:[0123]/' for the first
 # four modes only); NCCL_HOSTS_NP: the process counts of step 2c (default "2 4", "" for none);
+# NCCL_TRAIN_PLANS: the training plans of steps 2b and 2c, names of
+# tests/engine/runtime/plan_matrix.hpp (each runs under the process count of its world size), or
+# "all" for the whole matrix (default: one plan of each kind, as fits the budget: single pp2_1f1b
+# dp2_zero1 tp2 pp2_zbv pp2_1f1b_vocab1 moe_ep2_dp2 pp4_1f1b tp2_pp2_vocab1 moe_pp2_ep2_dp2_zbh1);
 # NO_ALSO=1: step 5 without its extra bf16 runs of options not yet measured (--also);
 # SKIP: step names
 # not to run (e.g. SKIP="cuda_capture_bench cuda_attention_bench" to rerun the rest).
@@ -261,7 +265,7 @@ checks() {
   fi
 
   # --- 2. GPU tests ---------------------------------------------------------------------------------
-  step gpu_tests 150 "$scratch/.gpu.log" "${run_env[@]}" "$build/tests/gpu_tests" \
+  step gpu_tests 200 "$scratch/.gpu.log" "${run_env[@]}" "$build/tests/gpu_tests" \
     "--gtest_output=xml:$out/gpu_tests.xml"
   summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.gpu.log")"
   if ! grep -q '\[  PASSED  \] [1-9]' "$scratch/.gpu.log" && grep -q '\[  SKIPPED \]' "$scratch/.gpu.log"; then
@@ -271,12 +275,22 @@ checks() {
 
   # --- 2b. the NCCL communicator in one process, when scripts/device_bundle_mpi's folder came ---
   local mpi_bin="$unpacked/mpi-bin"
+  # The communicator's tests, and the training plans asked for (every process runs the same list).
+  local plan nccl_filter="*"
+  if [ "${NCCL_TRAIN_PLANS:-}" != all ]; then
+    nccl_filter="NcclCommunicatorGpu.*"
+    for plan in ${NCCL_TRAIN_PLANS:-single pp2_1f1b dp2_zero1 tp2 pp2_zbv pp2_1f1b_vocab1 \
+      moe_ep2_dp2 pp4_1f1b tp2_pp2_vocab1 moe_pp2_ep2_dp2_zbh1}; do
+      nccl_filter="$nccl_filter:Plans/NcclTraining.*/$plan"
+    done
+  fi
   if [ -x "$mpi_bin/nccl_gpu_tests" ] && [ -f "$mpi/env.sh" ]; then
     [ -f "$mpi/bundle-info.txt" ] && sed 's/^/   /' "$mpi/bundle-info.txt"
     step nccl_np1 120 "$scratch/.nccl.log" bash -c \
       '. "$1/env.sh" "$1" && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$2" &&
-       mpirun -np 1 "$4" "--gtest_output=xml:$3/nccl_gpu_tests.xml"' \
-      nccl_np1 "$root/$mpi" "$PIPETUNE_LIBRARY_PATH" "$out" "$mpi_bin/nccl_gpu_tests"
+       mpirun -np 1 "$4" "--gtest_output=xml:$3/nccl_gpu_tests.xml" "--gtest_filter=$5"' \
+      nccl_np1 "$root/$mpi" "$PIPETUNE_LIBRARY_PATH" "$out" "$mpi_bin/nccl_gpu_tests" \
+      "$nccl_filter"
     summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.nccl.log")"
     every_test_skipped "$scratch/.nccl.log"
     # --- 2c. the same tests across processes sharing the GPU, each its own NCCL host (NCCL's
@@ -292,9 +306,9 @@ checks() {
       step "nccl_np${np}_hosts" $((60 + 15 * np)) "$scratch/.nccl$np.log" bash -c \
         '. "$1/env.sh" "$1" && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$2" &&
          mpirun -np "$5" --oversubscribe bash tests/gpu/as_nccl_hosts.sh "$4" \
-           "--gtest_output=xml:$3/nccl_gpu_tests_np$5_hosts.xml"' \
+           "--gtest_output=xml:$3/nccl_gpu_tests_np$5_hosts.xml" "--gtest_filter=$6"' \
         "nccl_np${np}_hosts" "$root/$mpi" "$PIPETUNE_LIBRARY_PATH" "$out" \
-        "$mpi_bin/nccl_gpu_tests" "$np" || hosts_ok=0
+        "$mpi_bin/nccl_gpu_tests" "$np" "$nccl_filter" || hosts_ok=0
       summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.nccl$np.log")"
       every_test_skipped "$scratch/.nccl$np.log"
     done

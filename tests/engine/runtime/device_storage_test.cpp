@@ -19,34 +19,18 @@
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/validate.hpp"
 #include "tests/engine/runtime/guarded_device.hpp"
+#include "tests/engine/runtime/plan_matrix.hpp"
 
 namespace pipetune::runtime {
 namespace {
 
-struct Case {
-  std::string name;
-  std::string model = "tiny";
-  int tp = 1, pp = 1, dp = 1, ep = 1;
-  std::string schedule = "1f1b";
-  std::string vocab = "none";
-  int chunks = 0;
-  int microbatches = 4;
-  int zero = 0;
-};
+using testing::PlanCase;
 
-TrainOptions options_for(const Case& c) {
+TrainOptions options_for(const PlanCase& c) {
   TrainOptions o;
   o.model = spec::load_model(c.model);
   o.plan.micro_batch_size = 2;
-  o.plan.microbatches = c.microbatches;
-  o.plan.tp = c.tp;
-  o.plan.pp = c.pp;
-  o.plan.dp = c.dp;
-  o.plan.ep = c.ep;
-  o.plan.schedule = c.schedule;
-  o.plan.vocab = schedule::parse_vocab_mode(c.vocab);
-  o.plan.zero_stage = c.zero;
-  o.plan.chunks = c.chunks;
+  testing::apply_plan(c, o);
   o.steps = 2;
   o.capture_gradients = true;
   o.capture_parameters = true;
@@ -82,10 +66,10 @@ void expect_same_training(const TrainResult& got, const TrainResult& want) {
   expect_same_tensors(got.final_parameters, want.final_parameters, "parameters");
 }
 
-class DeviceStorage : public ::testing::TestWithParam<Case> {};
+class DeviceStorage : public ::testing::TestWithParam<PlanCase> {};
 
 TEST_P(DeviceStorage, TrainsBitIdenticalToTheCpuWithoutHostAccess) {
-  const Case& c = GetParam();
+  const PlanCase& c = GetParam();
   const TrainResult want = train(options_for(c));
   TrainOptions o = options_for(c);
   o.rank_device = guarded_factory();
@@ -102,7 +86,7 @@ TEST_P(DeviceStorage, TrainsBitIdenticalToTheCpuWithoutHostAccess) {
 // storages (PeerCopyCommunicator, as in single-GPU mode): the same bits, and no pipeline
 // transfer through the host.
 TEST_P(DeviceStorage, TransfersDeviceToDeviceBitIdentically) {
-  const Case& c = GetParam();
+  const PlanCase& c = GetParam();
   const TrainResult want = train(options_for(c));
   TrainOptions o = options_for(c);
   PeerExchange exchange;
@@ -124,21 +108,8 @@ TEST_P(DeviceStorage, TransfersDeviceToDeviceBitIdentically) {
   }
 }
 
-std::vector<Case> cases() {
-  return {
-      {.name = "single"},
-      {.name = "pp2_1f1b", .pp = 2},
-      {.name = "pp4_1f1b", .pp = 4, .microbatches = 8},
-      {.name = "tp2", .tp = 2},
-      {.name = "dp2_zero1", .dp = 2, .zero = 1},
-      {.name = "pp2_zbv", .pp = 2, .schedule = "zb-v", .chunks = 2},
-      {.name = "tp2_pp2_vocab1", .tp = 2, .pp = 2, .vocab = "vocab-1"},
-      {.name = "pp2_vhalf_vocab2", .pp = 2, .schedule = "v-half", .vocab = "vocab-2", .chunks = 2},
-      {.name = "moe_ep2_dp2", .model = "tiny-moe", .dp = 2, .ep = 2, .microbatches = 2},
-  };
-}
-
-INSTANTIATE_TEST_SUITE_P(Plans, DeviceStorage, ::testing::ValuesIn(cases()),
+INSTANTIATE_TEST_SUITE_P(Plans, DeviceStorage,
+                         ::testing::ValuesIn(testing::parallel_equivalence_plans()),
                          [](const auto& info) { return info.param.name; });
 
 // The rank's device accounting, seen from inside the run: what its allocator holds for
@@ -146,7 +117,7 @@ INSTANTIATE_TEST_SUITE_P(Plans, DeviceStorage, ::testing::ValuesIn(cases()),
 // splits the vocabulary layers out of parameters and gradients), and activations are device
 // blocks.
 TEST(DeviceStorageAccounting, AllocatorMatchesTheLedger) {
-  Case c{.name = "pp2", .pp = 2};
+  PlanCase c{.name = "pp2", .pp = 2};
   std::mutex mutex;
   std::map<int, std::array<std::int64_t, 4>> seen;  // rank -> params, grads, optimizer, acts
   TrainOptions o = options_for(c);
@@ -195,7 +166,7 @@ TEST(DeviceStorageCheckpoint, ResumesExactly) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("pipetune_device_ckpt_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  Case c{.name = "pp2_zero1", .pp = 2, .dp = 2, .zero = 1};
+  PlanCase c{.name = "pp2_zero1", .pp = 2, .dp = 2, .zero = 1};
   TrainOptions full = options_for(c);
   full.capture_gradients = full.capture_parameters = false;
   full.steps = 4;

@@ -15,27 +15,14 @@
 
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
+#include "tests/engine/runtime/plan_matrix.hpp"
 
 namespace pipetune::runtime {
 namespace {
 
 constexpr int kSteps = 10;
 
-struct Case {
-  std::string name;
-  std::string model = "tiny";
-  int tp = 1, pp = 1, dp = 1, ep = 1;
-  std::string schedule = "1f1b";
-  std::string vocab = "none";
-  int chunks = 0;  // the schedule's default
-  int microbatches = 4;
-  int zero = 0;
-  std::vector<int> split = {};
-};
-
-std::ostream& operator<<(std::ostream& os, const Case& c) {
-  return os << c.name;
-}
+using testing::PlanCase;
 
 TrainOptions options_for(const std::string& model, int microbatches) {
   TrainOptions o;
@@ -67,20 +54,12 @@ double relative_error(const tensor::Tensor& a, const tensor::Tensor& b) {
   return diff / scale;
 }
 
-class ParallelEquivalence : public ::testing::TestWithParam<Case> {};
+class ParallelEquivalence : public ::testing::TestWithParam<PlanCase> {};
 
 TEST_P(ParallelEquivalence, MatchesSingleRank) {
-  const Case& c = GetParam();
+  const PlanCase& c = GetParam();
   TrainOptions o = options_for(c.model, c.microbatches);
-  o.plan.tp = c.tp;
-  o.plan.pp = c.pp;
-  o.plan.dp = c.dp;
-  o.plan.ep = c.ep;
-  o.plan.schedule = c.schedule;
-  o.plan.vocab = schedule::parse_vocab_mode(c.vocab);
-  o.plan.chunks = c.chunks;
-  o.plan.zero_stage = c.zero;
-  o.plan.layer_split = c.split;
+  testing::apply_plan(c, o);
   const TrainResult got = train(o);
   const TrainResult& want = reference(c.model, c.microbatches * c.dp);
 
@@ -116,68 +95,8 @@ TEST_P(ParallelEquivalence, MatchesSingleRank) {
   EXPECT_EQ(failures, 0) << "gradients that differ from the 1-rank run:\n" << bad.str();
 }
 
-std::vector<Case> cases() {
-  std::vector<Case> v;
-  auto add = [&](Case c) { v.push_back(std::move(c)); };
-  // Each axis alone.
-  add({.name = "tp2", .tp = 2});
-  add({.name = "dp2", .dp = 2});
-  add({.name = "dp2_zero1", .dp = 2, .zero = 1});
-  // Pipeline with every schedule.
-  add({.name = "pp2_gpipe", .pp = 2, .schedule = "gpipe"});
-  add({.name = "pp2_1f1b", .pp = 2});
-  add({.name = "pp4_1f1b", .pp = 4, .microbatches = 8});
-  add({.name = "pp2_interleaved", .pp = 2, .schedule = "interleaved-1f1b", .chunks = 2});
-  add({.name = "pp4_interleaved",
-       .pp = 4,
-       .schedule = "interleaved-1f1b",
-       .chunks = 2,
-       .microbatches = 8});
-  add({.name = "pp2_zbh1", .pp = 2, .schedule = "zb-h1"});
-  add({.name = "pp4_zbh2", .pp = 4, .schedule = "zb-h2", .microbatches = 8});
-  add({.name = "pp2_zbv", .pp = 2, .schedule = "zb-v"});
-  add({.name = "pp4_vhalf", .pp = 4, .schedule = "v-half", .microbatches = 8});
-  add({.name = "pp4_vmin", .pp = 4, .schedule = "v-min", .microbatches = 8});
-  // Vocabulary parallelism with the schedules that support it.
-  add({.name = "pp2_1f1b_vocab1", .pp = 2, .vocab = "vocab-1"});
-  add({.name = "pp4_1f1b_vocab2", .pp = 4, .vocab = "vocab-2", .microbatches = 8});
-  add({.name = "pp2_vhalf_vocab1", .pp = 2, .schedule = "v-half", .vocab = "vocab-1"});
-  add({.name = "pp4_vhalf_vocab2",
-       .pp = 4,
-       .schedule = "v-half",
-       .vocab = "vocab-2",
-       .microbatches = 8});
-  // TP with vocabulary parallelism, and everything together.
-  add({.name = "tp2_pp2_vocab1", .tp = 2, .pp = 2, .vocab = "vocab-1"});
-  add({.name = "tp2_pp2_vocab2_vhalf", .tp = 2, .pp = 2, .schedule = "v-half", .vocab = "vocab-2"});
-  add({.name = "tp2_pp2_dp2", .tp = 2, .pp = 2, .dp = 2});
-  add({.name = "tp2_pp2_dp2_zero1_zbh1",
-       .tp = 2,
-       .pp = 2,
-       .dp = 2,
-       .schedule = "zb-h1",
-       .zero = 1});
-  // Uneven layer split (8 layers over 3 stages) and a vocabulary (512) the group does not divide.
-  add({.name = "pp3_uneven", .pp = 3, .microbatches = 6});
-  add({.name = "pp3_vocab1_uneven_vocab", .pp = 3, .vocab = "vocab-1", .microbatches = 6});
-  add({.name = "tp2_pp3_vocab2", .tp = 2, .pp = 3, .vocab = "vocab-2", .microbatches = 6});
-  add({.name = "pp2_explicit_split", .pp = 2, .split = {5, 3}});
-  // Experts: EP alone, with DP beside it, with TP, with PP and a zero-bubble schedule.
-  add({.name = "moe_dp2", .model = "tiny-moe", .dp = 2});
-  add({.name = "moe_ep2_dp2", .model = "tiny-moe", .dp = 2, .ep = 2});
-  add({.name = "moe_ep2_dp4", .model = "tiny-moe", .dp = 4, .ep = 2});
-  add({.name = "moe_ep2_dp2_zero1", .model = "tiny-moe", .dp = 2, .ep = 2, .zero = 1});
-  add({.name = "moe_tp2_ep2_dp2", .model = "tiny-moe", .tp = 2, .dp = 2, .ep = 2});
-  add({.name = "moe_pp2_ep2_dp2_zbh1",
-       .model = "tiny-moe",
-       .pp = 2,
-       .dp = 2,
-       .ep = 2,
-       .schedule = "zb-h1"});
-  return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(Plans, ParallelEquivalence, ::testing::ValuesIn(cases()),
+INSTANTIATE_TEST_SUITE_P(Plans, ParallelEquivalence,
+                         ::testing::ValuesIn(testing::parallel_equivalence_plans()),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -1,0 +1,118 @@
+// The parallel-equivalence matrix: every parallelism axis alone, every pipeline schedule,
+// vocabulary parallelism with the schedules that support it, TP, PP and DP together, uneven layer
+// splits and vocabularies, and experts with each axis beside them. The CPU equivalence test runs
+// it on threads, the device-storage test with emulated device storage, the GPU tests on streams of
+// one device and as NCCL processes, each against the single-rank run of the same global batch.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "engine/runtime/trainer.hpp"
+#include "engine/schedule/schedule.hpp"
+
+namespace pipetune::testing {
+
+struct PlanCase {
+  std::string name;
+  std::string model = "tiny";
+  int tp = 1, pp = 1, dp = 1, ep = 1;
+  std::string schedule = "1f1b";
+  std::string vocab = "none";
+  int chunks = 0;  // the schedule's default
+  int microbatches = 4;
+  int zero = 0;
+  std::vector<int> split = {};
+
+  int world() const { return tp * pp * dp; }
+};
+
+inline std::ostream& operator<<(std::ostream& os, const PlanCase& c) {
+  return os << c.name;
+}
+
+// Sets the case's plan on options already holding the model and micro-batch size.
+inline void apply_plan(const PlanCase& c, runtime::TrainOptions& o) {
+  o.plan.tp = c.tp;
+  o.plan.pp = c.pp;
+  o.plan.dp = c.dp;
+  o.plan.ep = c.ep;
+  o.plan.schedule = c.schedule;
+  o.plan.vocab = schedule::parse_vocab_mode(c.vocab);
+  o.plan.chunks = c.chunks;
+  o.plan.zero_stage = c.zero;
+  o.plan.layer_split = c.split;
+  o.plan.microbatches = c.microbatches;
+}
+
+inline std::vector<PlanCase> parallel_equivalence_plans() {
+  std::vector<PlanCase> v;
+  auto add = [&](PlanCase c) { v.push_back(std::move(c)); };
+  // Each axis alone.
+  add({.name = "tp2", .tp = 2});
+  add({.name = "dp2", .dp = 2});
+  add({.name = "dp2_zero1", .dp = 2, .zero = 1});
+  // Pipeline with every schedule.
+  add({.name = "pp2_gpipe", .pp = 2, .schedule = "gpipe"});
+  add({.name = "pp2_1f1b", .pp = 2});
+  add({.name = "pp4_1f1b", .pp = 4, .microbatches = 8});
+  add({.name = "pp2_interleaved", .pp = 2, .schedule = "interleaved-1f1b", .chunks = 2});
+  add({.name = "pp4_interleaved",
+       .pp = 4,
+       .schedule = "interleaved-1f1b",
+       .chunks = 2,
+       .microbatches = 8});
+  add({.name = "pp2_zbh1", .pp = 2, .schedule = "zb-h1"});
+  add({.name = "pp4_zbh2", .pp = 4, .schedule = "zb-h2", .microbatches = 8});
+  add({.name = "pp2_zbv", .pp = 2, .schedule = "zb-v"});
+  add({.name = "pp4_vhalf", .pp = 4, .schedule = "v-half", .microbatches = 8});
+  add({.name = "pp4_vmin", .pp = 4, .schedule = "v-min", .microbatches = 8});
+  // Vocabulary parallelism with the schedules that support it.
+  add({.name = "pp2_1f1b_vocab1", .pp = 2, .vocab = "vocab-1"});
+  add({.name = "pp4_1f1b_vocab2", .pp = 4, .vocab = "vocab-2", .microbatches = 8});
+  add({.name = "pp2_vhalf_vocab1", .pp = 2, .schedule = "v-half", .vocab = "vocab-1"});
+  add({.name = "pp4_vhalf_vocab2",
+       .pp = 4,
+       .schedule = "v-half",
+       .vocab = "vocab-2",
+       .microbatches = 8});
+  // TP with vocabulary parallelism, and everything together.
+  add({.name = "tp2_pp2_vocab1", .tp = 2, .pp = 2, .vocab = "vocab-1"});
+  add({.name = "tp2_pp2_vocab2_vhalf", .tp = 2, .pp = 2, .schedule = "v-half", .vocab = "vocab-2"});
+  add({.name = "tp2_pp2_dp2", .tp = 2, .pp = 2, .dp = 2});
+  add({.name = "tp2_pp2_dp2_zero1_zbh1",
+       .tp = 2,
+       .pp = 2,
+       .dp = 2,
+       .schedule = "zb-h1",
+       .zero = 1});
+  // Uneven layer split (8 layers over 3 stages) and a vocabulary (512) the group does not divide.
+  add({.name = "pp3_uneven", .pp = 3, .microbatches = 6});
+  add({.name = "pp3_vocab1_uneven_vocab", .pp = 3, .vocab = "vocab-1", .microbatches = 6});
+  add({.name = "tp2_pp3_vocab2", .tp = 2, .pp = 3, .vocab = "vocab-2", .microbatches = 6});
+  add({.name = "pp2_explicit_split", .pp = 2, .split = {5, 3}});
+  // Experts: EP alone, with DP beside it, with TP, with PP and a zero-bubble schedule.
+  add({.name = "moe_dp2", .model = "tiny-moe", .dp = 2});
+  add({.name = "moe_ep2_dp2", .model = "tiny-moe", .dp = 2, .ep = 2});
+  add({.name = "moe_ep2_dp4", .model = "tiny-moe", .dp = 4, .ep = 2});
+  add({.name = "moe_ep2_dp2_zero1", .model = "tiny-moe", .dp = 2, .ep = 2, .zero = 1});
+  add({.name = "moe_tp2_ep2_dp2", .model = "tiny-moe", .tp = 2, .dp = 2, .ep = 2});
+  add({.name = "moe_pp2_ep2_dp2_zbh1",
+       .model = "tiny-moe",
+       .pp = 2,
+       .dp = 2,
+       .ep = 2,
+       .schedule = "zb-h1"});
+  return v;
+}
+
+// The matrix with the single-rank plan in front, for the GPU tests: on a GPU, or as a process,
+// that plan is a test of its own against the CPU (on the CPU's threads it is the reference).
+inline std::vector<PlanCase> plans_against_the_cpu() {
+  std::vector<PlanCase> v = {{.name = "single"}};
+  for (PlanCase& c : parallel_equivalence_plans()) v.push_back(std::move(c));
+  return v;
+}
+
+}  // namespace pipetune::testing
