@@ -126,6 +126,11 @@ class RankTraining {
   int first_step_ = 1;
   profiler::RecorderMark streamed_;  // how much of the recorder trace_sink has had
   bool gpu_capture_ = false;         // the device captures its GPU activity for the trace
+  // When the current step's time began: where the previous step's was measured (plus the time
+  // its checkpoint took), or the first step's start. Steps are timed back to back so that what
+  // a step end costs (GPU capture flush and attribution, streaming to the workspace, a report
+  // waiting for its commit) counts in the run's tokens/s.
+  std::optional<Clock::time_point> step_began_;
 };
 
 data::DataLoader make_loader(const SharedTraining& s, const comm::RankCoordinates& at) {
@@ -238,7 +243,8 @@ bool RankTraining::run_step(int step) {
   DataParallelOptimizer& expert_opt = *expert_opt_;
   model::RankModel& m = model_;
   TrainResult& result = s_.result;
-  const auto t0 = Clock::now();
+  if (!step_began_) step_began_ = Clock::now();
+  const Clock::time_point t0 = *step_began_;
   if (!options_.record_trace) {
     recorder_.clear();  // keep only the step being measured
     streamed_ = {};
@@ -281,6 +287,10 @@ bool RankTraining::run_step(int step) {
   }
   dense_opt.zero_grad();
   expert_opt.zero_grad();
+  // The end of this step's time and the start of the next one's: what follows until the next
+  // step (streaming, the report) counts there.
+  const Clock::time_point measured = Clock::now();
+  step_began_ = measured;
   profiler::StepMetric step_metric;
   std::optional<StepResult> reported;  // rank 0's, for on_step
   if (rank_ == 0) {
@@ -290,7 +300,7 @@ bool RankTraining::run_step(int step) {
     r.loss = totals[1] / mbs;
     r.aux_loss = totals[2] / mbs;
     r.grad_norm = norm;
-    r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    r.seconds = std::chrono::duration<double>(measured - t0).count();
     r.tokens_per_s = static_cast<double>(result.tokens_per_step) / r.seconds;
     step_metric = {step, recorder_.now_ns(), r.loss, r.tokens_per_s};
     {
@@ -307,7 +317,11 @@ bool RankTraining::run_step(int step) {
   const bool save = !options_.checkpoint_dir.empty() &&
                     (step == options_.steps ||
                      (options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0));
-  if (save) save_checkpoint(step);
+  if (save) {
+    const Clock::time_point before = Clock::now();
+    save_checkpoint(step);
+    *step_began_ += Clock::now() - before;  // a checkpoint is not a step's work
+  }
   if (stop_after_this_step && rank_ == 0) {
     std::lock_guard lock(s_.mutex);
     result.stopped = true;

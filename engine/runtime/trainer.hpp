@@ -163,7 +163,11 @@ struct StepResult {
   double loss = 0.0;       // mean cross-entropy over the global batch
   double aux_loss = 0.0;   // MoE load-balancing loss (coefficient included)
   double grad_norm = 0.0;  // before clipping
-  double seconds = 0.0;    // wall time of the step
+  // Wall time of the step, steps timed back to back: from the end of the previous step's
+  // optimizer step (the step's own start for the first) to the end of its own. So a step end's
+  // work (the GPU capture's flush and attribution, the parts handed to trace_sink, on_step)
+  // counts in the next step; writing a checkpoint counts nowhere.
+  double seconds = 0.0;
   double tokens_per_s = 0.0;
 };
 

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "engine/runtime/trainer.hpp"
@@ -93,6 +95,37 @@ TEST(TraceSink, StreamsEveryStepWithoutKeepingTheWholeTrace) {
   ASSERT_EQ(forwards_per_rank.size(), 4u);
   for (const auto& [rank, count] : forwards_per_rank)
     EXPECT_EQ(count, 3 * 4) << "rank " << rank << ": one F per micro-batch and step";
+}
+
+// Steps are timed back to back: what a step end spends handing its trace to the sink and
+// reporting counts in the next step's time, so the run's tokens/s is its wall-clock throughput.
+// Reference: the sleeps themselves (each step after the first includes the previous step's sink
+// and report), and the wall clock around the run (the steps' times add up to no more than it).
+TEST(TraceSink, AStepEndsWorkCountsInTheRunsTime) {
+  TrainOptions o = options();
+  o.plan.pp = 1;
+  o.plan.dp = 1;
+  o.steps = 4;
+  constexpr auto kSink = std::chrono::milliseconds(150), kReport = std::chrono::milliseconds(50);
+  o.trace_sink = [&](profiler::Trace) { std::this_thread::sleep_for(kSink); };
+  o.on_step = [&](const StepResult&) { std::this_thread::sleep_for(kReport); };
+  const auto t0 = std::chrono::steady_clock::now();
+  const TrainResult r = train(o);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.steps.size(), 4u);
+  double sum = 0.0;
+  for (const StepResult& s : r.steps) {
+    sum += s.seconds;
+    if (s.step > 1)
+      EXPECT_GE(s.seconds, std::chrono::duration<double>(kSink + kReport).count())
+          << "step " << s.step << " leaves out the previous step's end";
+    EXPECT_NEAR(s.tokens_per_s * s.seconds, static_cast<double>(r.tokens_per_step),
+                1e-6 * static_cast<double>(r.tokens_per_step));
+  }
+  EXPECT_LE(sum, wall);
+  const double steady_seconds =
+      static_cast<double>(r.tokens_per_step) * 3.0 / steady_tokens_per_s(r);
+  EXPECT_GE(steady_seconds, 3.0 * std::chrono::duration<double>(kSink + kReport).count());
 }
 
 }  // namespace
