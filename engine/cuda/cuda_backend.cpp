@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "engine/cuda/cuda_check.hpp"
 #include "engine/cuda/cuda_kernels.hpp"
@@ -177,6 +178,55 @@ void CudaBackend::do_adamw_step(TensorView params, ConstTensorView grads, Tensor
   const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta2), t));
   kernels::adamw(stream_, params.data, grads.data, m.data, v.data, params.numel(), cfg.beta1,
                  cfg.beta2, cfg.lr, cfg.eps, cfg.weight_decay, bc1, bc2);
+}
+
+// A launch per kAdamWSegmentsPerLaunch segments (GPT-2's 149 parameter tensors make about 100
+// segments of alternating weight decay: 2 launches, where a launch per tensor was 149, and as
+// many scale launches again when clipping).
+void CudaBackend::do_adamw_step_segments(TensorView params, ConstTensorView grads, TensorView m,
+                                         TensorView v,
+                                         std::span<const tensor::AdamWSegment> segments,
+                                         const tensor::AdamWConfig& cfg, std::int64_t step,
+                                         float grad_scale) {
+  activate();
+  const double t = static_cast<double>(step);  // bias corrections as the CPU backend
+  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta1), t));
+  const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta2), t));
+  for (std::size_t first = 0; first < segments.size(); first += kernels::kAdamWSegmentsPerLaunch) {
+    kernels::AdamWSegmentTable table;
+    table.count = static_cast<int>(
+        std::min<std::size_t>(kernels::kAdamWSegmentsPerLaunch, segments.size() - first));
+    for (int k = 0; k < table.count; ++k) {
+      const tensor::AdamWSegment& seg = segments[first + static_cast<std::size_t>(k)];
+      table.begin[k] = seg.begin;
+      table.end[k] = seg.end;
+      if (seg.decay) table.decay_bits |= std::uint64_t{1} << k;
+    }
+    kernels::adamw_segments(stream_, params.data, grads.data, m.data, v.data, table, grad_scale,
+                            cfg.beta1, cfg.beta2, cfg.lr, cfg.eps, cfg.weight_decay, bc1, bc2);
+  }
+}
+
+// One readback for all segments (a readback per parameter tensor was GPT-2's optimizer phase's
+// 150 synchronisations a step).
+double CudaBackend::do_grad_sum_squares_segments(ConstTensorView g,
+                                                 std::span<const tensor::FlatSegment> segments) {
+  activate();
+  std::vector<std::int64_t> begin, end;
+  begin.reserve(segments.size());
+  end.reserve(segments.size());
+  for (const tensor::FlatSegment& seg : segments) {
+    begin.push_back(seg.begin);
+    end.push_back(seg.end);
+  }
+  const int count = static_cast<int>(segments.size());
+  const std::int64_t doubles =
+      kernels::sum_segments_scratch_doubles(begin.data(), end.data(), count);
+  auto* partial = static_cast<double*>(scratch(static_cast<std::size_t>(doubles) * sizeof(double)));
+  kernels::sum_squares_segments(stream_, g.data, begin.data(), end.data(), count, partial);
+  double total = 0.0;
+  download(&total, partial + doubles - 1, sizeof total);
+  return total;
 }
 
 double CudaBackend::do_grad_sum_squares(ConstTensorView g) {

@@ -203,6 +203,13 @@ class CudaBackend final : public tensor::Backend {
                      tensor::TensorView v, const tensor::AdamWConfig& config,
                      std::int64_t step) override;
   double do_grad_sum_squares(tensor::ConstTensorView g) override;
+  void do_adamw_step_segments(tensor::TensorView params, tensor::ConstTensorView grads,
+                              tensor::TensorView m, tensor::TensorView v,
+                              std::span<const tensor::AdamWSegment> segments,
+                              const tensor::AdamWConfig& config, std::int64_t step,
+                              float grad_scale) override;
+  double do_grad_sum_squares_segments(tensor::ConstTensorView g,
+                                      std::span<const tensor::FlatSegment> segments) override;
 
  private:
   // One GEMM in cuBLASLt's column-major terms: C (m, n) = alpha op(A) op(B) + beta C, with A and

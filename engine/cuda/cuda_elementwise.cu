@@ -70,18 +70,46 @@ __global__ void gelu_backward_kernel(const float* dy, const float* x, float* dx,
   }
 }
 
+// One element's AdamW update, g the gradient as the update reads it.
+__device__ __forceinline__ void adamw_element(float& p, float g, float& m, float& v, float beta1,
+                                              float beta2, float lr, float eps, float weight_decay,
+                                              float bc1, float bc2) {
+  const float mi = beta1 * m + (1.0f - beta1) * g;
+  const float vi = beta2 * v + (1.0f - beta2) * g * g;
+  m = mi;
+  v = vi;
+  const float m_hat = mi / bc1;
+  const float v_hat = vi / bc2;
+  p -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p);
+}
+
 __global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, std::int64_t n,
                              float beta1, float beta2, float lr, float eps, float weight_decay,
                              float bc1, float bc2) {
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
-    const float g = grads[i];
-    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float m_hat = mi / bc1;
-    const float v_hat = vi / bc2;
-    params[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * params[i]);
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
+    adamw_element(params[i], grads[i], m[i], v[i], beta1, beta2, lr, eps, weight_decay, bc1, bc2);
+}
+
+// The threads stride over [begin[0], end[count - 1]); an element between segments is skipped.
+// Its segment: the last one beginning at or before it (binary search over at most 64).
+__global__ void adamw_segments_kernel(float* params, const float* grads, float* m, float* v,
+                                      AdamWSegmentTable table, float grad_scale, float beta1,
+                                      float beta2, float lr, float eps, float weight_decay,
+                                      float bc1, float bc2) {
+  const std::int64_t lo = table.begin[0], hi = table.end[table.count - 1];
+  for (std::int64_t i = lo + global_thread(); i < hi; i += grid_threads()) {
+    int a = 0, b = table.count - 1;
+    while (a < b) {
+      const int mid = (a + b + 1) / 2;
+      if (table.begin[mid] <= i)
+        a = mid;
+      else
+        b = mid - 1;
+    }
+    if (i >= table.end[a]) continue;
+    const float decay = (table.decay_bits >> a) & 1u ? weight_decay : 0.0f;
+    adamw_element(params[i], grads[i] * grad_scale, m[i], v[i], beta1, beta2, lr, eps, decay, bc1,
+                  bc2);
   }
 }
 
@@ -153,6 +181,15 @@ void adamw(cudaStream_t s, float* params, const float* grads, float* m, float* v
            float bc2) {
   PIPETUNE_LAUNCH(adamw_kernel, elementwise_shape(n), s, params, grads, m, v, n, beta1, beta2, lr,
                   eps, weight_decay, bc1, bc2);
+}
+
+void adamw_segments(cudaStream_t s, float* params, const float* grads, float* m, float* v,
+                    const AdamWSegmentTable& table, float grad_scale, float beta1, float beta2,
+                    float lr, float eps, float weight_decay, float bc1, float bc2) {
+  if (table.count <= 0) return;
+  PIPETUNE_LAUNCH(adamw_segments_kernel,
+                  elementwise_shape(table.end[table.count - 1] - table.begin[0]), s, params, grads,
+                  m, v, table, grad_scale, beta1, beta2, lr, eps, weight_decay, bc1, bc2);
 }
 
 void to_bf16_rows(cudaStream_t s, const float* src, std::int64_t rows, std::int64_t cols, void* dst,

@@ -34,6 +34,20 @@ void gelu_backward(cudaStream_t s, const float* dy, const float* x, float* dx, s
                    bool overwrite);
 void adamw(cudaStream_t s, float* params, const float* grads, float* m, float* v, std::int64_t n,
            float beta1, float beta2, float lr, float eps, float weight_decay, float bc1, float bc2);
+// AdamW over the segments of one launch: elements [begin[k], end[k]) of the flat buffers for k <
+// count (sorted, disjoint, non-empty), with weight_decay where bit k of decay_bits is set and none
+// elsewhere; each gradient read times grad_scale. Passed by value as the kernel's parameter (1 KiB
+// of the 4 KiB a kernel may take), so no upload precedes the launch.
+inline constexpr int kAdamWSegmentsPerLaunch = 64;
+struct AdamWSegmentTable {
+  int count = 0;
+  std::uint64_t decay_bits = 0;
+  std::int64_t begin[kAdamWSegmentsPerLaunch] = {};
+  std::int64_t end[kAdamWSegmentsPerLaunch] = {};
+};
+void adamw_segments(cudaStream_t s, float* params, const float* grads, float* m, float* v,
+                    const AdamWSegmentTable& table, float grad_scale, float beta1, float beta2,
+                    float lr, float eps, float weight_decay, float bc1, float bc2);
 // dst (n bf16, round to nearest even) = src (n fp32): the converted GEMM inputs.
 void to_bf16(cudaStream_t s, const float* src, void* dst, std::int64_t n);
 // dst (rows, dst_ld bf16) = src (rows, cols fp32), row-major: a copy with padded rows.
@@ -43,6 +57,13 @@ void to_bf16_rows(cudaStream_t s, const float* src, std::int64_t rows, std::int6
 // ---- cuda_reduce.cu -------------------------------------------------------------------------
 // scratch: sum_reduction_shape(n).scratch_doubles; the result lands in scratch[blocks].
 void sum_squares(cudaStream_t s, const float* x, std::int64_t n, double* scratch);
+// The sum of squares of x's elements [begin[k], end[k]) for k < count (non-empty) in one result:
+// each segment's fixed chunks into scratch one after another, then one block adds them all.
+// scratch: sum_segments_scratch_doubles(...) doubles; the result lands in the last one.
+void sum_squares_segments(cudaStream_t s, const float* x, const std::int64_t* begin,
+                          const std::int64_t* end, int count, double* scratch);
+std::int64_t sum_segments_scratch_doubles(const std::int64_t* begin, const std::int64_t* end,
+                                          int count);
 void sum(cudaStream_t s, const float* x, std::int64_t n, double* scratch);
 // dst (cols) += column sums of x (rows, cols); scratch: column_reduction_shape(rows, cols).
 void column_sums(cudaStream_t s, const float* x, std::int64_t rows, std::int64_t cols,

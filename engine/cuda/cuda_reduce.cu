@@ -99,6 +99,25 @@ void sum_squares(cudaStream_t s, const float* x, std::int64_t n, double* scratch
   sum_impl<true>(s, x, n, scratch);
 }
 
+std::int64_t sum_segments_scratch_doubles(const std::int64_t* begin, const std::int64_t* end,
+                                          int count) {
+  std::int64_t blocks = 0;
+  for (int k = 0; k < count; ++k) blocks += sum_reduction_shape(end[k] - begin[k]).blocks;
+  return blocks + 1;
+}
+
+void sum_squares_segments(cudaStream_t s, const float* x, const std::int64_t* begin,
+                          const std::int64_t* end, int count, double* scratch) {
+  std::int64_t blocks = 0;
+  for (int k = 0; k < count; ++k) {
+    const SumReduction r = sum_reduction_shape(end[k] - begin[k]);
+    PIPETUNE_LAUNCH(sum_partial_kernel<true>, r.partial, s, x + begin[k], end[k] - begin[k],
+                    scratch + blocks);
+    blocks += r.blocks;
+  }
+  PIPETUNE_LAUNCH(sum_finish_kernel, sum_reduction_shape(1).finish, s, scratch, blocks);
+}
+
 void sum(cudaStream_t s, const float* x, std::int64_t n, double* scratch) {
   sum_impl<false>(s, x, n, scratch);
 }

@@ -25,6 +25,7 @@ DataParallelOptimizer::DataParallelOptimizer(model::ParameterSet& params, comm::
     lo_ = 0;
     hi_ = total;
   }
+  build_segments();
   tensor::DeviceAllocator* storage = &params.flat_params().allocator();
   m_ = tensor::FlatStorage(static_cast<std::size_t>(hi_ - lo_),
                            profiler::MemoryCategory::OptimizerState, storage);
@@ -45,38 +46,51 @@ void DataParallelOptimizer::reduce_gradients() {
   g.allocator().copy(g.data() + lo_, mine.data(), mine.size() * sizeof(float));
 }
 
+// The owned stretch of each entry, relative to lo; adjacent stretches merge when they are
+// counted alike (the norm: every counted entry; AdamW: the same weight decay), so a model's
+// entries become a few segments and the backend a few launches.
+void DataParallelOptimizer::build_segments() {
+  std::vector<const model::ParamEntry*> entries;
+  for (const model::ParamEntry& e : params_->entries()) entries.push_back(&e);
+  std::sort(entries.begin(), entries.end(),
+            [](const auto* a, const auto* b) { return a->offset < b->offset; });
+  for (const model::ParamEntry* e : entries) {
+    const std::int64_t a = std::max<std::int64_t>(lo_, static_cast<std::int64_t>(e->offset));
+    const std::int64_t b =
+        std::min<std::int64_t>(hi_, static_cast<std::int64_t>(e->offset) + e->numel());
+    if (a >= b) continue;
+    const std::int64_t begin = a - lo_, end = b - lo_;
+    if (!adamw_segments_.empty() && adamw_segments_.back().end == begin &&
+        adamw_segments_.back().decay == e->decay)
+      adamw_segments_.back().end = end;
+    else
+      adamw_segments_.push_back({begin, end, e->decay});
+    if (e->tp_replicated && tp_rank_ != 0) continue;  // TP rank 0 counts the replicas
+    if (!norm_segments_.empty() && norm_segments_.back().end == begin)
+      norm_segments_.back().end = end;
+    else
+      norm_segments_.push_back({begin, end});
+  }
+}
+
 double DataParallelOptimizer::owned_sum_squares() const {
   // Without ZeRO every replica holds all reduced gradients: group rank 0 counts them.
   if (!zero1_ && group_.index_of(comm_->rank()) != 0) return 0.0;
-  double sum = 0.0;
+  if (hi_ <= lo_) return 0.0;
   const tensor::FlatStorage& g = params_->flat_grads();
-  for (const model::ParamEntry& e : params_->entries()) {
-    if (e.tp_replicated && tp_rank_ != 0) continue;
-    const std::int64_t a = std::max<std::int64_t>(lo_, static_cast<std::int64_t>(e.offset));
-    const std::int64_t b =
-        std::min<std::int64_t>(hi_, static_cast<std::int64_t>(e.offset) + e.numel());
-    if (a >= b) continue;
-    sum += backend_->grad_sum_squares({g.data() + a, Shape{b - a}});
-  }
-  return sum;
+  return backend_->grad_sum_squares_segments({g.data() + lo_, Shape{hi_ - lo_}}, norm_segments_);
 }
 
 void DataParallelOptimizer::step(const tensor::AdamWConfig& config, std::int64_t step,
                                  float clip_coef) {
   tensor::FlatStorage& p = params_->flat_params();
   tensor::FlatStorage& g = params_->flat_grads();
-  tensor::AdamWConfig no_decay = config;
-  no_decay.weight_decay = 0.0f;
-  for (const model::ParamEntry& e : params_->entries()) {
-    const std::int64_t a = std::max<std::int64_t>(lo_, static_cast<std::int64_t>(e.offset));
-    const std::int64_t b =
-        std::min<std::int64_t>(hi_, static_cast<std::int64_t>(e.offset) + e.numel());
-    if (a >= b) continue;
-    const Shape shape{b - a};
-    tensor::TensorView grad{g.data() + a, shape};
-    if (clip_coef < 1.0f) backend_->scale(grad, clip_coef);
-    backend_->adamw_step({p.data() + a, shape}, grad, {m_.data() + (a - lo_), shape},
-                         {v_.data() + (a - lo_), shape}, e.decay ? config : no_decay, step);
+  if (hi_ > lo_) {
+    const Shape shape{hi_ - lo_};
+    // The clipping coefficient scales each gradient as AdamW reads it (no pass over them).
+    backend_->adamw_step_segments({p.data() + lo_, shape}, {g.data() + lo_, shape},
+                                  {m_.data(), shape}, {v_.data(), shape}, adamw_segments_, config,
+                                  step, std::min(clip_coef, 1.0f));
   }
   if (zero1_ && hi_ > lo_) {
     tensor::FlatStorage mine(static_cast<std::size_t>(hi_ - lo_),

@@ -49,8 +49,14 @@ class DataParallelOptimizer {
   int tp_rank_;
   bool zero1_;
   tensor::Backend* backend_;
+  void build_segments();
+
   std::int64_t lo_ = 0, hi_ = 0;
   tensor::FlatStorage m_, v_;  // (hi - lo) OptimizerState
+  // Of the owned range, relative to lo: what AdamW updates (by weight decay) and what the norm
+  // counts (TP replicas on TP rank 0 only), each in as few segments as the layout allows.
+  std::vector<tensor::AdamWSegment> adamw_segments_;
+  std::vector<tensor::FlatSegment> norm_segments_;
 };
 
 }  // namespace pipetune::runtime

@@ -625,9 +625,53 @@ void Backend::adamw_step(TensorView params, ConstTensorView grads, TensorView m,
   do_adamw_step(params, grads, m, v, config, step);
 }
 
+namespace {
+
+// Segments are non-empty, sorted, disjoint and within [0, n).
+template <typename Segment>
+void check_segments(const char* op, std::span<const Segment> segments, std::int64_t n) {
+  std::int64_t last_end = 0;
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    const Segment& s = segments[i];
+    PIPETUNE_TENSOR_CHECK(s.begin >= last_end && s.begin < s.end && s.end <= n, op,
+                          "segment " + std::to_string(i) + " [" + std::to_string(s.begin) + ", " +
+                              std::to_string(s.end) +
+                              ") is empty, out of order, overlaps the one " +
+                              "before or leaves the " + std::to_string(n) + " elements");
+    last_end = s.end;
+  }
+}
+
+}  // namespace
+
+void Backend::adamw_step_segments(TensorView params, ConstTensorView grads, TensorView m,
+                                  TensorView v, std::span<const AdamWSegment> segments,
+                                  const AdamWConfig& config, std::int64_t step, float grad_scale) {
+  const char* op = "adamw_step_segments";
+  need(op, "params", params);
+  length_n(op, "grads", grads, params.numel());
+  length_n(op, "m", m, params.numel());
+  length_n(op, "v", v, params.numel());
+  PIPETUNE_TENSOR_CHECK(step >= 1, op, "step must count from 1, got " + std::to_string(step));
+  PIPETUNE_TENSOR_CHECK(std::isfinite(grad_scale) && grad_scale >= 0.0f, op,
+                        "grad_scale must be finite and >= 0, got " + std::to_string(grad_scale));
+  check_segments(op, segments, params.numel());
+  if (segments.empty()) return;
+  do_adamw_step_segments(params, grads, m, v, segments, config, step, grad_scale);
+}
+
 double Backend::grad_sum_squares(ConstTensorView g) {
   need("grad_sum_squares", "g", g);
   return do_grad_sum_squares(g);
+}
+
+double Backend::grad_sum_squares_segments(ConstTensorView g,
+                                          std::span<const FlatSegment> segments) {
+  const char* op = "grad_sum_squares_segments";
+  need(op, "g", g);
+  check_segments(op, segments, g.numel());
+  if (segments.empty()) return 0.0;
+  return do_grad_sum_squares_segments(g, segments);
 }
 
 float Backend::clip_grad_norm(TensorView g, double global_norm, float max_norm) {

@@ -56,6 +56,20 @@ enum class GradientWrite { accumulate, overwrite };
 // Global-norm clipping coefficient: min(1, max_norm / (global_norm + 1e-6)), as in PyTorch.
 float clip_coefficient(double global_norm, float max_norm);
 
+// Stretches [begin, end) of elements of flat buffers, for the optimizer ops that take many of a
+// buffer's stretches in one call (a device backend then launches a few kernels for a model's
+// parameters, not one or two per parameter tensor with a readback each).
+struct FlatSegment {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+};
+// A stretch one AdamW step updates, with the config's weight decay or with none.
+struct AdamWSegment {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+  bool decay = true;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -226,9 +240,21 @@ class Backend {
   // One AdamW step (step counts from 1): bias-corrected moments, decoupled weight decay.
   void adamw_step(TensorView params, ConstTensorView grads, TensorView m, TensorView v,
                   const AdamWConfig& config, std::int64_t step);
+  // The same over `segments` of flat buffers of one length: each updates its elements with
+  // config's weight decay if `decay`, else with none; elements outside every segment are left as
+  // they are. Each gradient is multiplied by grad_scale (>= 0: the clipping coefficient) as it is
+  // read; the gradients keep their values. Segments are non-empty, sorted and disjoint. Equal, bit
+  // for bit on the CPU, to scaling the gradients and calling adamw_step segment by segment.
+  void adamw_step_segments(TensorView params, ConstTensorView grads, TensorView m, TensorView v,
+                           std::span<const AdamWSegment> segments, const AdamWConfig& config,
+                           std::int64_t step, float grad_scale = 1.0f);
   // Sum of squares (in double) of one gradient tensor: the caller sums these over its tensors,
   // all-reduces across ranks, takes the square root and passes the global norm below.
   double grad_sum_squares(ConstTensorView g);
+  // The sum of squares of the elements of `segments` of g (non-empty, sorted, disjoint): on the
+  // CPU, grad_sum_squares of each segment added in segment order, bit for bit; a device backend
+  // may group the additions otherwise (deterministically) and reads back one number.
+  double grad_sum_squares_segments(ConstTensorView g, std::span<const FlatSegment> segments);
   // Scales g by clip_coefficient(global_norm, max_norm); returns the coefficient.
   float clip_grad_norm(TensorView g, double global_norm, float max_norm);
 
@@ -334,6 +360,12 @@ class Backend {
   virtual void do_adamw_step(TensorView params, ConstTensorView grads, TensorView m, TensorView v,
                              const AdamWConfig& config, std::int64_t step) = 0;
   virtual double do_grad_sum_squares(ConstTensorView g) = 0;
+  virtual void do_adamw_step_segments(TensorView params, ConstTensorView grads, TensorView m,
+                                      TensorView v, std::span<const AdamWSegment> segments,
+                                      const AdamWConfig& config, std::int64_t step,
+                                      float grad_scale) = 0;
+  virtual double do_grad_sum_squares_segments(ConstTensorView g,
+                                              std::span<const FlatSegment> segments) = 0;
 };
 
 }  // namespace pipetune::tensor

@@ -107,6 +107,41 @@ TEST(ElementwiseEmulated, AdamWStepsMatchTheCpuBackend) {
   EXPECT_LE(relative_error(v_got, v_want), 1e-6);
 }
 
+// One launch's segment table (gaps, mixed weight decay, a clipping scale) against the CPU
+// backend's segment step: the gaps and the tail untouched, the gradients read times the scale.
+TEST(ElementwiseEmulated, AdamWSegmentsMatchTheCpuBackend) {
+  std::mt19937 rng(24);
+  tensor::CpuBackend cpu;
+  const std::int64_t n = 5000;
+  const std::vector<tensor::AdamWSegment> segments = {
+      {0, 700, true}, {700, 701, false}, {800, 2500, false}, {2500, 4990, true}};
+  AdamWSegmentTable table;
+  table.count = static_cast<int>(segments.size());
+  for (int k = 0; k < table.count; ++k) {
+    table.begin[k] = segments[static_cast<std::size_t>(k)].begin;
+    table.end[k] = segments[static_cast<std::size_t>(k)].end;
+    if (segments[static_cast<std::size_t>(k)].decay) table.decay_bits |= std::uint64_t{1} << k;
+  }
+  Tensor p_want = random_tensor({n}, rng), m_want({n}), v_want({n});
+  Tensor p_got = p_want, m_got({n}), v_got({n});
+  const tensor::AdamWConfig cfg{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  const float scale = 0.41f;
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    const Tensor g = random_tensor({n}, rng);
+    cpu.adamw_step_segments(p_want, g, m_want, v_want, segments, cfg, step, scale);
+    const double t = static_cast<double>(step);
+    adamw_segments(nullptr, p_got.data(), g.data(), m_got.data(), v_got.data(), table, scale,
+                   cfg.beta1, cfg.beta2, cfg.lr, cfg.eps, cfg.weight_decay,
+                   static_cast<float>(1.0 - std::pow(double(cfg.beta1), t)),
+                   static_cast<float>(1.0 - std::pow(double(cfg.beta2), t)));
+  }
+  EXPECT_LE(relative_error(p_got, p_want), 1e-6);
+  EXPECT_LE(relative_error(m_got, m_want), 1e-6);
+  EXPECT_LE(relative_error(v_got, v_want), 1e-6);
+  for (std::int64_t i : {std::int64_t{701}, std::int64_t{799}, std::int64_t{4990}, n - 1})
+    EXPECT_EQ(m_got[i], 0.0f) << "element " << i << " outside every segment was updated";
+}
+
 // bf16 of f by nearest-even rounding of its upper 16 bits (finite f).
 std::uint16_t bf16_bits(float f) {
   std::uint32_t u = 0;

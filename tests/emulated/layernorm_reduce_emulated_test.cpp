@@ -86,6 +86,27 @@ TEST(ReduceEmulated, SumsInDoubleMatchAndRepeatBitForBit) {
   }
 }
 
+// The gradient norm's one reduction over a rank's parameter segments: float64 of the segments'
+// elements (gaps left out), the same bits on a second run, one result after every partial.
+TEST(ReduceEmulated, SegmentSumOfSquaresMatchesFloat64) {
+  std::mt19937 rng(15);
+  const std::int64_t n = 30000;
+  const Tensor x = random_tensor({n}, rng, 3.0f);
+  const std::vector<std::int64_t> begin = {2, 4096, 9000, 29999}, end = {4096, 8193, 9001, 30000};
+  double want = 0.0;
+  for (std::size_t k = 0; k < begin.size(); ++k)
+    for (std::int64_t i = begin[k]; i < end[k]; ++i) want += double(x[i]) * x[i];
+  const int count = static_cast<int>(begin.size());
+  const std::int64_t doubles = sum_segments_scratch_doubles(begin.data(), end.data(), count);
+  EXPECT_EQ(doubles, 1 + 2 + 1 + 1 + 1);  // 4094, 4097, 1 and 1 elements in 4096-chunks, the sum
+  std::vector<double> scratch(static_cast<std::size_t>(doubles), std::nan(""));
+  sum_squares_segments(nullptr, x.data(), begin.data(), end.data(), count, scratch.data());
+  const double first = scratch.back();
+  EXPECT_NEAR(first, want, 1e-12 * want);
+  sum_squares_segments(nullptr, x.data(), begin.data(), end.data(), count, scratch.data());
+  EXPECT_EQ(scratch.back(), first);
+}
+
 TEST(ReduceEmulated, ColumnSumsMatchFloat64) {
   std::mt19937 rng(14);
   // 700 rows: more than one chunk of rows, summed chunk by chunk in order; 2100 rows: more chunks

@@ -11,7 +11,9 @@ namespace pipetune::cuda::testing {
 namespace {
 
 using tensor::AdamWConfig;
+using tensor::AdamWSegment;
 using tensor::CpuBackend;
+using tensor::FlatSegment;
 using tensor::GradientWrite;
 using tensor::Shape;
 using tensor::Tensor;
@@ -83,6 +85,37 @@ TEST_F(CudaDenseOpsTest, AdamWStepsMatch) {
     DeviceTensor dg(g);
     cpu_.adamw_step(p, g, m, v, cfg, step);
     gpu().adamw_step(dp, dg, dm, dv, cfg, step);
+  }
+  EXPECT_TRUE(matches_cpu("params", dp, p, kFp32ElementwiseTol));
+  EXPECT_TRUE(matches_cpu("m", dm, m, kFp32ElementwiseTol));
+  EXPECT_TRUE(matches_cpu("v", dv, v, kFp32ElementwiseTol));
+}
+
+// More segments than one launch takes (kAdamWSegmentsPerLaunch), alternating weight decay with
+// gaps, as an optimizer's parameter layout gives them; the sum of squares over the same segments.
+TEST_F(CudaDenseOpsTest, SegmentStepsAndSumsMatchTheCpu) {
+  const std::int64_t n = 200 * 150;
+  std::vector<AdamWSegment> segments;
+  std::vector<FlatSegment> flat;
+  for (std::int64_t k = 0; k < 150; ++k) {
+    segments.push_back({200 * k, 200 * k + (k % 3 == 0 ? 150 : 200), k % 2 == 0});
+    flat.push_back({segments.back().begin, segments.back().end});
+  }
+  Tensor p = random_tensor({n}, rng_), m({n}), v({n});
+  DeviceTensor dp(p), dm(m), dv(v);
+  AdamWConfig cfg;
+  cfg.lr = 1e-2f;
+  cfg.weight_decay = 0.1f;
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    const Tensor g = random_tensor({n}, rng_);
+    DeviceTensor dg(g);
+    cpu_.adamw_step_segments(p, g, m, v, segments, cfg, step, 0.6f);
+    gpu().adamw_step_segments(dp, dg, dm, dv, segments, cfg, step, 0.6f);
+    EXPECT_TRUE(matches_cpu("gradients left as they were", dg, g, 0.0));
+    const double want = cpu_.grad_sum_squares_segments(g, flat);
+    const double got = gpu().grad_sum_squares_segments(dg, flat);
+    EXPECT_NEAR(got, want, 1e-12 * want) << "step " << step;
+    EXPECT_EQ(gpu().grad_sum_squares_segments(dg, flat), got) << "not deterministic";
   }
   EXPECT_TRUE(matches_cpu("params", dp, p, kFp32ElementwiseTol));
   EXPECT_TRUE(matches_cpu("m", dm, m, kFp32ElementwiseTol));

@@ -116,6 +116,11 @@ class CpuBackend final : public Backend {
   void do_adamw_step(TensorView params, ConstTensorView grads, TensorView m, TensorView v,
                      const AdamWConfig& config, std::int64_t step) override;
   double do_grad_sum_squares(ConstTensorView g) override;
+  void do_adamw_step_segments(TensorView params, ConstTensorView grads, TensorView m, TensorView v,
+                              std::span<const AdamWSegment> segments, const AdamWConfig& config,
+                              std::int64_t step, float grad_scale) override;
+  double do_grad_sum_squares_segments(ConstTensorView g,
+                                      std::span<const FlatSegment> segments) override;
 
  private:
   // Grows every pool part's scratch to at least `floats` floats (kept between calls, never

@@ -350,6 +350,16 @@ class GuardedBackend final : public tensor::Backend {
     G g(storage_, &__func__[3]);
     return cpu_.grad_sum_squares(gr);
   }
+  void do_adamw_step_segments(TV p, CV gr, TV m, TV v, std::span<const tensor::AdamWSegment> segs,
+                              const tensor::AdamWConfig& c, std::int64_t step,
+                              float grad_scale) override {
+    G g(storage_, &__func__[3]);
+    cpu_.adamw_step_segments(p, gr, m, v, segs, c, step, grad_scale);
+  }
+  double do_grad_sum_squares_segments(CV gr, std::span<const tensor::FlatSegment> segs) override {
+    G g(storage_, &__func__[3]);
+    return cpu_.grad_sum_squares_segments(gr, segs);
+  }
 
  private:
   using G = GuardedAllocator::Open;

@@ -1,4 +1,9 @@
-// AdamW and gradient-norm clipping through the Backend interface, against hand calculations.
+// AdamW and gradient-norm clipping through the Backend interface, against hand calculations, and
+// their segment forms against the plain ops segment by segment.
+#include <cmath>
+#include <random>
+#include <vector>
+
 #include "tests/engine/tensor/backend_test_support.hpp"
 
 namespace pipetune::tensor::testing {
@@ -50,6 +55,75 @@ TEST_P(AdamWOpTest, ClipGradNormMatchesClosedForm) {
   EXPECT_EQ(be().clip_grad_norm(small, 0.5, 1.0f), 1.0f);
   EXPECT_EQ(small[0], 0.5f);
   EXPECT_THROW(be().clip_grad_norm(small, 0.5, 0.0f), InputError);
+}
+
+// Segments with gaps between them, mixed weight decay, a clipping scale: equal bit for bit to
+// scaling the gradients and stepping each segment alone, the gaps and the gradients untouched.
+TEST_P(AdamWOpTest, SegmentsEqualScaledStepsSegmentBySegment) {
+  std::mt19937 rng(31);
+  const std::int64_t n = 70000;
+  const std::vector<AdamWSegment> segments = {
+      {0, 5, true}, {9, 40000, false}, {40000, 40001, true}, {40100, 69990, true}};
+  AdamWConfig cfg;
+  cfg.lr = 1e-2f;
+  cfg.weight_decay = 0.1f;
+  AdamWConfig no_decay = cfg;
+  no_decay.weight_decay = 0.0f;
+  const float scale = 0.37f;
+  Tensor p = random_tensor({n}, rng), m({n}), v({n});
+  Tensor p_want = p, m_want = m, v_want = v;
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    const Tensor g = random_tensor({n}, rng);
+    Tensor g_seen = g;
+    be().adamw_step_segments(p, g_seen, m, v, segments, cfg, step, scale);
+    ASSERT_EQ(g_seen.values(), g.values()) << "the gradients changed";
+    Tensor scaled = g;
+    be().scale(scaled, scale);
+    for (const AdamWSegment& s : segments) {
+      const Shape shape{s.end - s.begin};
+      be().adamw_step({p_want.data() + s.begin, shape}, {scaled.data() + s.begin, shape},
+                      {m_want.data() + s.begin, shape}, {v_want.data() + s.begin, shape},
+                      s.decay ? cfg : no_decay, step);
+    }
+  }
+  EXPECT_EQ(p.values(), p_want.values());
+  EXPECT_EQ(m.values(), m_want.values());
+  EXPECT_EQ(v.values(), v_want.values());
+  EXPECT_EQ(m[5], 0.0f) << "a gap was updated";
+  EXPECT_EQ(m[n - 1], 0.0f) << "the tail after the last segment was updated";
+}
+
+TEST_P(AdamWOpTest, SegmentSumOfSquaresAddsTheSegmentsInOrder) {
+  std::mt19937 rng(32);
+  const std::int64_t n = 100000;
+  const Tensor g = random_tensor({n}, rng);
+  const std::vector<FlatSegment> segments = {{3, 17000}, {17000, 17001}, {20000, 99999}};
+  double want = 0.0, exact = 0.0;
+  for (const FlatSegment& s : segments) {
+    want += be().grad_sum_squares({g.data() + s.begin, Shape{s.end - s.begin}});
+    for (std::int64_t i = s.begin; i < s.end; ++i) exact += static_cast<double>(g[i]) * g[i];
+  }
+  const double got = be().grad_sum_squares_segments(g, segments);
+  EXPECT_EQ(got, want);
+  EXPECT_NEAR(got, exact, 1e-12 * exact);
+  EXPECT_EQ(be().grad_sum_squares_segments(g, {}), 0.0);
+}
+
+TEST_P(AdamWOpTest, SegmentsThatOverlapOrLeaveTheBufferAreRefused) {
+  Tensor p({10}), g({10}), m({10}), v({10});
+  const AdamWConfig cfg;
+  const auto step = [&](std::vector<AdamWSegment> s, float scale = 1.0f) {
+    be().adamw_step_segments(p, g, m, v, s, cfg, 1, scale);
+  };
+  EXPECT_THROW(step({{0, 5, true}, {4, 8, true}}), InputError);  // overlap
+  EXPECT_THROW(step({{5, 8, true}, {0, 2, true}}), InputError);  // out of order
+  EXPECT_THROW(step({{3, 3, true}}), InputError);                // empty
+  EXPECT_THROW(step({{8, 11, true}}), InputError);               // beyond the buffer
+  EXPECT_THROW(step({{-1, 2, true}}), InputError);
+  EXPECT_THROW(step({{0, 2, true}}, -1.0f), InputError);
+  EXPECT_THROW(step({{0, 2, true}}, NAN), InputError);
+  EXPECT_THROW(be().grad_sum_squares_segments(g, std::vector<FlatSegment>{{0, 11}}), InputError);
+  EXPECT_EQ(p.values(), std::vector<float>(10, 0.0f)) << "a refused step changed parameters";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, AdamWOpTest, ::testing::ValuesIn(all_backends()),
