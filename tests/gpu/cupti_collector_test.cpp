@@ -1,6 +1,7 @@
 // The CUPTI collector on a device: kernels, a memset and a copy launched by CudaBackend inside an
 // op's span are captured, carry their launch calls, land on the op's rank's GPU lanes in the
-// engine's clock and are attributed to the op. Skips without a usable device.
+// engine's clock and are attributed to the op, with all API calls recorded or the launching ones
+// only. Skips without a usable device.
 #include "engine/cuda/cupti_collector.hpp"
 
 #include <gtest/gtest.h>
@@ -13,7 +14,11 @@
 namespace pipetune::cuda {
 namespace {
 
-TEST(CuptiCollectorGpu, KernelsOfAnOpAreCapturedAndAttributedToIt) {
+// With every API call recorded (the engine's default) and with the launching calls only
+// (ApiRecords::launches, cheaper to collect): either way each device record has its launch.
+class CuptiCollectorGpu : public ::testing::TestWithParam<ApiRecords> {};
+
+TEST_P(CuptiCollectorGpu, KernelsOfAnOpAreCapturedAndAttributedToIt) {
   PIPETUNE_REQUIRE_GPU();
   const auto epoch = CuptiCollector::Clock::now();
   CudaBackend backend;
@@ -22,7 +27,9 @@ TEST(CuptiCollectorGpu, KernelsOfAnOpAreCapturedAndAttributedToIt) {
   testing::DeviceTensor x(host), y(host);
   backend.synchronize();
 
-  CuptiCollector collector(epoch);
+  CuptiCollectorOptions options;
+  options.api_records = GetParam();
+  CuptiCollector collector(epoch, options);
   EXPECT_THROW(CuptiCollector second(epoch), std::logic_error);  // one per process
 
   profiler::Trace trace;
@@ -70,6 +77,12 @@ TEST(CuptiCollectorGpu, KernelsOfAnOpAreCapturedAndAttributedToIt) {
     EXPECT_LE(trace.spans[i].end_ns, op_end + slack);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(ApiRecords, CuptiCollectorGpu,
+                         ::testing::Values(ApiRecords::all, ApiRecords::launches),
+                         [](const auto& info) {
+                           return info.param == ApiRecords::all ? "all" : "launches";
+                         });
 
 }  // namespace
 }  // namespace pipetune::cuda

@@ -370,7 +370,7 @@ PY
     python3 - "$out/cuda_capture_bench.json" <<'PY' && summary[-1]="${summary[-1]}; $(cat "$scratch/.overhead")"
 import json, os, re, sys
 runs = json.load(open(sys.argv[1]))["benchmarks"]
-mean, flush, records = {}, {}, {}
+mean, flush, records, calls = {}, {}, {}, {}
 for r in runs:
     if r.get("aggregate_name") == "mean":
         m = re.search(r":(\d)", r["run_name"])
@@ -379,12 +379,15 @@ for r in runs:
             flush[int(m.group(1))] = r["flush_ms"]
         if "records/step" in r:
             records[int(m.group(1))] = r["records/step"]
+        if "api_calls/step" in r:
+            calls[int(m.group(1))] = r["api_calls/step"]
 names = {0: "off", 1: "nvtx", 2: "cupti", 3: "cupti-device", 4: "cupti-launches",
          5: "cupti-completed", 6: "cupti-cupti-zeroes"}
 parts = []
 for mode in sorted(m for m in names if m > 0):
     if 0 in mean and mode in mean:
-        extra = (f" (flush {flush[mode]:.3f} ms, {records[mode]:.0f} records a step)"
+        extra = (f" (flush {flush[mode]:.3f} ms, {records[mode]:.0f} records"
+                 + (f" and {calls[mode]:.0f} API calls" if mode in calls else "") + " a step)"
                  if mode in flush else "")
         parts.append(f"{names[mode]} {100 * (mean[mode] / mean[0] - 1):+.2f}%{extra}")
 line = (f"step {mean.get(0, 0):.3f} ms off; overhead " + ", ".join(parts)) if parts else "no means"

@@ -94,12 +94,14 @@ void BM_Step(benchmark::State& state) {
     collector = std::make_unique<pipetune::cuda::CuptiCollector>(
         pipetune::cuda::CuptiCollector::Clock::now(), options);
   }
-  std::size_t captured = 0;
+  std::size_t captured = 0, api_calls = 0;
   double flush_seconds = 0.0;
   const auto flush_and_take = [&] {
     const auto t0 = std::chrono::steady_clock::now();
     collector->flush();
-    captured += collector->take().activities.size();
+    const pipetune::profiler::GpuCapture capture = collector->take();
+    captured += capture.activities.size();
+    api_calls += capture.api_calls.size();
     flush_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   for (auto _ : state) {
@@ -135,6 +137,10 @@ void BM_Step(benchmark::State& state) {
   if (collector) {
     state.counters["records/step"] =
         static_cast<double>(captured) / static_cast<double>(state.iterations());
+    // API records: every runtime and driver call (cupti), the launching calls only
+    // (cupti-launches: at least one a device record, or kernels lose their ops), none.
+    state.counters["api_calls/step"] =
+        static_cast<double>(api_calls) / static_cast<double>(state.iterations());
     state.counters["dropped"] = static_cast<double>(collector->dropped_records());
     state.counters["flush_ms"] = 1e3 * flush_seconds / static_cast<double>(state.iterations());
     state.counters["zeroed_buffers"] = collector->zeroed_buffers() ? 1.0 : 0.0;
