@@ -614,18 +614,17 @@ void Backend::moe_combine_backward(ConstTensorView dy, ConstTensorView expert_ou
 
 // ---- optimizer ------------------------------------------------------------------------------
 
-void Backend::adamw_step(TensorView params, ConstTensorView grads, TensorView m, TensorView v,
-                         const AdamWConfig& config, std::int64_t step) {
-  const char* op = "adamw_step";
+namespace {
+
+// AdamW's four buffers of one length, and a step counted from 1.
+void check_adamw(const char* op, ConstTensorView params, ConstTensorView grads, ConstTensorView m,
+                 ConstTensorView v, std::int64_t step) {
   need(op, "params", params);
   length_n(op, "grads", grads, params.numel());
   length_n(op, "m", m, params.numel());
   length_n(op, "v", v, params.numel());
   PIPETUNE_TENSOR_CHECK(step >= 1, op, "step must count from 1, got " + std::to_string(step));
-  do_adamw_step(params, grads, m, v, config, step);
 }
-
-namespace {
 
 // Segments are non-empty, sorted, disjoint and within [0, n).
 template <typename Segment>
@@ -644,15 +643,17 @@ void check_segments(const char* op, std::span<const Segment> segments, std::int6
 
 }  // namespace
 
+void Backend::adamw_step(TensorView params, ConstTensorView grads, TensorView m, TensorView v,
+                         const AdamWConfig& config, std::int64_t step) {
+  check_adamw("adamw_step", params, grads, m, v, step);
+  do_adamw_step(params, grads, m, v, config, step);
+}
+
 void Backend::adamw_step_segments(TensorView params, ConstTensorView grads, TensorView m,
                                   TensorView v, std::span<const AdamWSegment> segments,
                                   const AdamWConfig& config, std::int64_t step, float grad_scale) {
   const char* op = "adamw_step_segments";
-  need(op, "params", params);
-  length_n(op, "grads", grads, params.numel());
-  length_n(op, "m", m, params.numel());
-  length_n(op, "v", v, params.numel());
-  PIPETUNE_TENSOR_CHECK(step >= 1, op, "step must count from 1, got " + std::to_string(step));
+  check_adamw(op, params, grads, m, v, step);
   PIPETUNE_TENSOR_CHECK(std::isfinite(grad_scale) && grad_scale >= 0.0f, op,
                         "grad_scale must be finite and >= 0, got " + std::to_string(grad_scale));
   check_segments(op, segments, params.numel());
