@@ -324,6 +324,23 @@ total = sum(r[2] for r in rows) or 1
 print(f"-- GPU time by kernel, all {len(rows)} kinds, {total / 1e6:.1f} ms over the run; the top 12:")
 for name, count, ns in rows[:12]:
     print(f"   {ns / 1e6:9.2f} ms {100 * ns / total:5.1f}% {count:6d}x  {name}")
+# Between the run's last two steps (one micro-batch a step, so a step's kernels run F then BW):
+# from the last backward kernel to the next forward one, and how busy the GPU was in that window
+# (the optimizer's launches and readbacks, the step end, the next batch).
+phases = db.execute("select start_ns, end_ns, phase from kernels order by start_ns").fetchall()
+boundary, last_bw = None, None
+for i, (_, _, phase) in enumerate(phases):
+    if phase == "BW":
+        last_bw = i
+    elif phase == "F" and last_bw is not None:
+        boundary, last_bw = (last_bw, i), None
+if boundary:
+    bw, f = boundary
+    window = phases[bw + 1:f]
+    busy = sum(e - s for s, e, _ in window)
+    print(f"-- between the last two steps: {len(window)} records, "
+          f"{(phases[f][0] - phases[bw][1]) / 1e6:.2f} ms from the last backward kernel to the "
+          f"next forward one, the GPU busy {busy / 1e6:.2f} ms of it")
 PY
   done
 
