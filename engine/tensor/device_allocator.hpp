@@ -97,12 +97,6 @@ class DeviceAllocator {
  protected:
   virtual void* do_allocate(std::size_t bytes) = 0;
   virtual void do_deallocate(void* block, std::size_t bytes) noexcept = 0;
-  // Called while the registry lock is held, for every live block (GuardedAllocator in tests).
-  template <class Fn>
-  void for_each_block(Fn&& fn) const {
-    std::lock_guard lock(mutex_);
-    for (const auto& [address, block] : blocks_) fn(reinterpret_cast<void*>(address), block.bytes);
-  }
 
  private:
   struct Block {

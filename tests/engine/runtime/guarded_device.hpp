@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -121,22 +122,29 @@ class GuardedAllocator final : public tensor::DeviceAllocator {
   profiler::GpuCapture take_log() { return std::exchange(log_, {}); }
 
  protected:
+  // The mapped blocks are kept here, under the same lock as the open depth: the base class
+  // registers a block only after do_allocate returns, and another rank's thread opening this
+  // allocator for a peer copy in between would leave it closed while this rank's next op (a
+  // nested open, which protects nothing) wrote to it.
   void* do_allocate(std::size_t bytes) override {
     std::lock_guard lock(state_);
     void* p = ::mmap(nullptr, rounded(bytes), depth_ > 0 ? PROT_READ | PROT_WRITE : PROT_NONE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
+    mapped_[p] = bytes;
     return p;
   }
   void do_deallocate(void* block, std::size_t bytes) noexcept override {
+    std::lock_guard lock(state_);
+    mapped_.erase(block);
     ::munmap(block, rounded(bytes));
   }
 
  private:
   static std::size_t page() { return static_cast<std::size_t>(::sysconf(_SC_PAGE_SIZE)); }
   static std::size_t rounded(std::size_t bytes) { return (bytes + page() - 1) / page() * page(); }
-  void protect(int prot) {
-    for_each_block([&](void* p, std::size_t bytes) { ::mprotect(p, rounded(bytes), prot); });
+  void protect(int prot) {  // state_ held
+    for (const auto& [p, bytes] : mapped_) ::mprotect(p, rounded(bytes), prot);
   }
   void open() {
     std::lock_guard lock(state_);
@@ -175,6 +183,7 @@ class GuardedAllocator final : public tensor::DeviceAllocator {
 
   std::recursive_mutex state_;
   int depth_ = 0;
+  std::map<void*, std::size_t> mapped_;  // every live block, by address
   std::size_t peer_copies_ = 0;
   bool logging_ = false;
   int log_depth_ = 0;
