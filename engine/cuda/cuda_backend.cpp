@@ -172,12 +172,8 @@ void CudaBackend::do_gelu_backward_input(ConstTensorView dy, ConstTensorView x, 
 
 void CudaBackend::do_adamw_step(TensorView params, ConstTensorView grads, TensorView m,
                                 TensorView v, const tensor::AdamWConfig& cfg, std::int64_t step) {
-  activate();
-  const double t = static_cast<double>(step);  // bias corrections as the CPU backend
-  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta1), t));
-  const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta2), t));
-  kernels::adamw(stream_, params.data, grads.data, m.data, v.data, params.numel(), cfg.beta1,
-                 cfg.beta2, cfg.lr, cfg.eps, cfg.weight_decay, bc1, bc2);
+  const tensor::AdamWSegment whole{0, params.numel(), true};
+  do_adamw_step_segments(params, grads, m, v, {&whole, 1}, cfg, step, 1.0f);
 }
 
 // A launch per kAdamWSegmentsPerLaunch segments (GPT-2's 149 parameter tensors make about 100
@@ -189,9 +185,7 @@ void CudaBackend::do_adamw_step_segments(TensorView params, ConstTensorView grad
                                          const tensor::AdamWConfig& cfg, std::int64_t step,
                                          float grad_scale) {
   activate();
-  const double t = static_cast<double>(step);  // bias corrections as the CPU backend
-  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta1), t));
-  const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta2), t));
+  const tensor::AdamWBiasCorrections bc = tensor::adamw_bias_corrections(cfg, step);
   for (std::size_t first = 0; first < segments.size(); first += kernels::kAdamWSegmentsPerLaunch) {
     kernels::AdamWSegmentTable table;
     table.count = static_cast<int>(
@@ -203,7 +197,8 @@ void CudaBackend::do_adamw_step_segments(TensorView params, ConstTensorView grad
       if (seg.decay) table.decay_bits |= std::uint64_t{1} << k;
     }
     kernels::adamw_segments(stream_, params.data, grads.data, m.data, v.data, table, grad_scale,
-                            cfg.beta1, cfg.beta2, cfg.lr, cfg.eps, cfg.weight_decay, bc1, bc2);
+                            cfg.beta1, cfg.beta2, cfg.lr, cfg.eps, cfg.weight_decay, bc.first,
+                            bc.second);
   }
 }
 

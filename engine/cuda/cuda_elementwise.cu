@@ -83,13 +83,6 @@ __device__ __forceinline__ void adamw_element(float& p, float g, float& m, float
   p -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p);
 }
 
-__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, std::int64_t n,
-                             float beta1, float beta2, float lr, float eps, float weight_decay,
-                             float bc1, float bc2) {
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
-    adamw_element(params[i], grads[i], m[i], v[i], beta1, beta2, lr, eps, weight_decay, bc1, bc2);
-}
-
 // The threads stride over [begin[0], end[count - 1]); an element between segments is skipped.
 // Its segment: the last one beginning at or before it (binary search over at most 64).
 __global__ void adamw_segments_kernel(float* params, const float* grads, float* m, float* v,
@@ -174,13 +167,6 @@ void gelu_forward(cudaStream_t s, const float* x, float* y, std::int64_t n) {
 void gelu_backward(cudaStream_t s, const float* dy, const float* x, float* dx, std::int64_t n,
                    bool overwrite) {
   PIPETUNE_LAUNCH(gelu_backward_kernel, elementwise_shape(n), s, dy, x, dx, n, overwrite);
-}
-
-void adamw(cudaStream_t s, float* params, const float* grads, float* m, float* v, std::int64_t n,
-           float beta1, float beta2, float lr, float eps, float weight_decay, float bc1,
-           float bc2) {
-  PIPETUNE_LAUNCH(adamw_kernel, elementwise_shape(n), s, params, grads, m, v, n, beta1, beta2, lr,
-                  eps, weight_decay, bc1, bc2);
 }
 
 void adamw_segments(cudaStream_t s, float* params, const float* grads, float* m, float* v,

@@ -32,12 +32,11 @@ void gelu_forward(cudaStream_t s, const float* x, float* y, std::int64_t n);
 // dx += gelu'(x) dy, or dx = gelu'(x) dy when overwrite (dx not read).
 void gelu_backward(cudaStream_t s, const float* dy, const float* x, float* dx, std::int64_t n,
                    bool overwrite);
-void adamw(cudaStream_t s, float* params, const float* grads, float* m, float* v, std::int64_t n,
-           float beta1, float beta2, float lr, float eps, float weight_decay, float bc1, float bc2);
-// AdamW over the segments of one launch: elements [begin[k], end[k]) of the flat buffers for k <
-// count (sorted, disjoint, non-empty), with weight_decay where bit k of decay_bits is set and none
-// elsewhere; each gradient read times grad_scale. Passed by value as the kernel's parameter (1 KiB
-// of the 4 KiB a kernel may take), so no upload precedes the launch.
+// AdamW over the segments of one launch (a whole buffer is one segment): elements [begin[k],
+// end[k]) of the flat buffers for k < count (sorted, disjoint, non-empty), with weight_decay where
+// bit k of decay_bits is set and none elsewhere; each gradient read times grad_scale. Passed by
+// value as the kernel's parameter (1 KiB of the 4 KiB a kernel may take), so no upload precedes the
+// launch.
 inline constexpr int kAdamWSegmentsPerLaunch = 64;
 struct AdamWSegmentTable {
   int count = 0;

@@ -43,14 +43,14 @@ class DataParallelOptimizer {
   tensor::FlatStorage& moment2() { return v_; }
 
  private:
+  void build_segments();
+
   model::ParameterSet* params_;
   comm::Communicator* comm_;
   comm::ProcessGroup group_;
   int tp_rank_;
   bool zero1_;
   tensor::Backend* backend_;
-  void build_segments();
-
   std::int64_t lo_ = 0, hi_ = 0;
   tensor::FlatStorage m_, v_;  // (hi - lo) OptimizerState
   // Of the owned range, relative to lo: what AdamW updates (by weight decay) and what the norm

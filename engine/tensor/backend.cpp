@@ -614,6 +614,12 @@ void Backend::moe_combine_backward(ConstTensorView dy, ConstTensorView expert_ou
 
 // ---- optimizer ------------------------------------------------------------------------------
 
+AdamWBiasCorrections adamw_bias_corrections(const AdamWConfig& config, std::int64_t step) {
+  const double t = static_cast<double>(step);
+  return {static_cast<float>(1.0 - std::pow(static_cast<double>(config.beta1), t)),
+          static_cast<float>(1.0 - std::pow(static_cast<double>(config.beta2), t))};
+}
+
 namespace {
 
 // AdamW's four buffers of one length, and a step counted from 1.

@@ -63,6 +63,14 @@ struct FlatSegment {
   std::int64_t begin = 0;
   std::int64_t end = 0;
 };
+// AdamW's bias corrections at `step` (from 1), 1 - beta^step computed in double, as every
+// backend applies them.
+struct AdamWBiasCorrections {
+  float first = 1.0f;   // 1 - beta1^step
+  float second = 1.0f;  // 1 - beta2^step
+};
+AdamWBiasCorrections adamw_bias_corrections(const AdamWConfig& config, std::int64_t step);
+
 // A stretch one AdamW step updates, with the config's weight decay or with none.
 struct AdamWSegment {
   std::int64_t begin = 0;

@@ -96,11 +96,14 @@ TEST(ElementwiseEmulated, AdamWStepsMatchTheCpuBackend) {
   for (std::int64_t step = 1; step <= 3; ++step) {
     const Tensor g = random_tensor({n}, rng);
     cpu.adamw_step(p_want, g, m_want, v_want, cfg, step);
-    const double t = static_cast<double>(step);
-    adamw(nullptr, p_got.data(), g.data(), m_got.data(), v_got.data(), n, cfg.beta1, cfg.beta2,
-          cfg.lr, cfg.eps, cfg.weight_decay,
-          static_cast<float>(1.0 - std::pow(double(cfg.beta1), t)),
-          static_cast<float>(1.0 - std::pow(double(cfg.beta2), t)));
+    AdamWSegmentTable whole;  // the buffer as one decaying segment, as CudaBackend::adamw_step
+    whole.count = 1;
+    whole.decay_bits = 1;
+    whole.begin[0] = 0;
+    whole.end[0] = n;
+    const tensor::AdamWBiasCorrections bc = tensor::adamw_bias_corrections(cfg, step);
+    adamw_segments(nullptr, p_got.data(), g.data(), m_got.data(), v_got.data(), whole, 1.0f,
+                   cfg.beta1, cfg.beta2, cfg.lr, cfg.eps, cfg.weight_decay, bc.first, bc.second);
   }
   EXPECT_LE(relative_error(p_got, p_want), 1e-6);
   EXPECT_LE(relative_error(m_got, m_want), 1e-6);
@@ -129,11 +132,9 @@ TEST(ElementwiseEmulated, AdamWSegmentsMatchTheCpuBackend) {
   for (std::int64_t step = 1; step <= 3; ++step) {
     const Tensor g = random_tensor({n}, rng);
     cpu.adamw_step_segments(p_want, g, m_want, v_want, segments, cfg, step, scale);
-    const double t = static_cast<double>(step);
+    const tensor::AdamWBiasCorrections bc = tensor::adamw_bias_corrections(cfg, step);
     adamw_segments(nullptr, p_got.data(), g.data(), m_got.data(), v_got.data(), table, scale,
-                   cfg.beta1, cfg.beta2, cfg.lr, cfg.eps, cfg.weight_decay,
-                   static_cast<float>(1.0 - std::pow(double(cfg.beta1), t)),
-                   static_cast<float>(1.0 - std::pow(double(cfg.beta2), t)));
+                   cfg.beta1, cfg.beta2, cfg.lr, cfg.eps, cfg.weight_decay, bc.first, bc.second);
   }
   EXPECT_LE(relative_error(p_got, p_want), 1e-6);
   EXPECT_LE(relative_error(m_got, m_want), 1e-6);

@@ -57,15 +57,11 @@ PIPETUNE_CPU_KERNEL double sum_squares_chunk(const float* g, std::int64_t n) {
 
 }  // namespace
 
+// The whole buffer as one decaying segment: the same partition of the pool, the same bits.
 void CpuBackend::do_adamw_step(TensorView params, ConstTensorView grads, TensorView m, TensorView v,
                                const AdamWConfig& cfg, std::int64_t step) {
-  const double t = static_cast<double>(step);
-  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta1), t));
-  const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta2), t));
-  pool_.parallel_for(params.numel(), kAdamGrain, [&](std::int64_t i0, std::int64_t i1, int) {
-    adamw_range(params.data + i0, grads.data + i0, m.data + i0, v.data + i0, i1 - i0, cfg.beta1,
-                cfg.beta2, cfg.lr, cfg.eps, cfg.weight_decay, bc1, bc2, 1.0f);
-  });
+  const AdamWSegment whole{0, params.numel(), true};
+  do_adamw_step_segments(params, grads, m, v, {&whole, 1}, cfg, step, 1.0f);
 }
 
 // One pass of the pool over the segments' elements laid end to end: a part walks the segments
@@ -74,9 +70,7 @@ void CpuBackend::do_adamw_step_segments(TensorView params, ConstTensorView grads
                                         TensorView v, std::span<const AdamWSegment> segments,
                                         const AdamWConfig& cfg, std::int64_t step,
                                         float grad_scale) {
-  const double t = static_cast<double>(step);
-  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta1), t));
-  const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta2), t));
+  const AdamWBiasCorrections bc = adamw_bias_corrections(cfg, step);
   std::vector<std::int64_t> starts(segments.size() + 1, 0);  // segment s from starts[s] on
   for (std::size_t s = 0; s < segments.size(); ++s)
     starts[s + 1] = starts[s] + (segments[s].end - segments[s].begin);
@@ -88,28 +82,17 @@ void CpuBackend::do_adamw_step_segments(TensorView params, ConstTensorView grads
       const std::int64_t i = seg.begin + (j - starts[s]);
       const std::int64_t n = std::min(j1, starts[s + 1]) - j;
       adamw_range(params.data + i, grads.data + i, m.data + i, v.data + i, n, cfg.beta1, cfg.beta2,
-                  cfg.lr, cfg.eps, seg.decay ? cfg.weight_decay : 0.0f, bc1, bc2, grad_scale);
+                  cfg.lr, cfg.eps, seg.decay ? cfg.weight_decay : 0.0f, bc.first, bc.second,
+                  grad_scale);
       j += n;
     }
   });
 }
 
+// The whole buffer as one segment: its chunks, summed in order.
 double CpuBackend::do_grad_sum_squares(ConstTensorView g) {
-  const std::int64_t n = g.numel();
-  const std::int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
-  if (partials_.size() < static_cast<std::size_t>(chunks)) {
-    partials_.resize(static_cast<std::size_t>(chunks));
-  }
-  double* partial = partials_.data();
-  pool_.parallel_for(chunks, 1, [&](std::int64_t k0, std::int64_t k1, int) {
-    for (std::int64_t k = k0; k < k1; ++k) {
-      const std::int64_t i0 = k * kSumChunk, len = std::min(kSumChunk, n - i0);
-      partial[k] = sum_squares_chunk(g.data + i0, len);
-    }
-  });
-  double s = 0.0;
-  for (std::int64_t k = 0; k < chunks; ++k) s += partial[k];
-  return s;
+  const FlatSegment whole{0, g.numel()};
+  return do_grad_sum_squares_segments(g, {&whole, 1});
 }
 
 // Every segment's fixed chunks (counted from the segment's start, as grad_sum_squares on the
