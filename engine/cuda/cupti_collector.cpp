@@ -141,7 +141,7 @@ class Registry {
 std::vector<CUpti_ActivityKind> kinds(const CuptiCollectorOptions& options) {
   std::vector<CUpti_ActivityKind> k = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
                                        CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
-  if (options.api_records == ApiRecords::all) {
+  if (options.api_records != ApiRecords::none) {
     k.push_back(CUPTI_ACTIVITY_KIND_RUNTIME);
     k.push_back(CUPTI_ACTIVITY_KIND_DRIVER);
   }
@@ -149,16 +149,19 @@ std::vector<CUpti_ActivityKind> kinds(const CuptiCollectorOptions& options) {
   return k;
 }
 
-// ApiRecords::launches: switches the records of every runtime and driver call that creates
-// device work on or off, by name (the names the router reads from the records).
-void enable_launch_api_records(bool on) {
+// ApiRecords::launches: with the runtime and driver kinds on, switches off the records of every
+// call that creates no device work. Switching single calls on does not do it: CUPTI 13 on an H100
+// recorded nothing for calls switched on once the context existed with the kinds off (the GPU
+// test's launches case, 0 API records). Enabling a kind again forgets these switches, so the next
+// collector starts from every call.
+void keep_only_launch_api_records() {
   const auto each = [&](CUpti_CallbackDomain domain, CUpti_CallbackId count, auto enable) {
     for (CUpti_CallbackId id = 1; id < count; ++id) {
       const char* name = nullptr;
       if (cuptiGetCallbackName(domain, id, &name) != CUPTI_SUCCESS || name == nullptr) continue;
-      if (!profiler::is_launch_call(name)) continue;
-      const CUptiResult r = enable(id, static_cast<std::uint8_t>(on ? 1 : 0));
-      if (on && r != CUPTI_SUCCESS)
+      if (profiler::is_launch_call(name)) continue;
+      const CUptiResult r = enable(id, std::uint8_t{0});
+      if (r != CUPTI_SUCCESS)
         detail::throw_cupti_error(r, "cuptiActivityEnable*Api", __FILE__, __LINE__);
     }
   };
@@ -229,10 +232,9 @@ CuptiCollector::CuptiCollector(Clock::time_point epoch, CuptiCollectorOptions op
       PIPETUNE_CUPTI_CHECK(cuptiActivityEnable(k));
       enabled.push_back(k);
     }
-    if (options_.api_records == ApiRecords::launches) enable_launch_api_records(true);
+    if (options_.api_records == ApiRecords::launches) keep_only_launch_api_records();
     remeasure_clock();
   } catch (...) {
-    if (options_.api_records == ApiRecords::launches) enable_launch_api_records(false);
     for (const CUpti_ActivityKind k : enabled) cuptiActivityDisable(k);
     Registry::instance().detach(this);
     throw;
@@ -240,7 +242,6 @@ CuptiCollector::CuptiCollector(Clock::time_point epoch, CuptiCollectorOptions op
 }
 
 CuptiCollector::~CuptiCollector() {
-  if (options_.api_records == ApiRecords::launches) enable_launch_api_records(false);
   for (const CUpti_ActivityKind k : kinds(options_)) cuptiActivityDisable(k);
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // completes into this collector
   Registry::instance().detach(this);

@@ -87,8 +87,9 @@ BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
 
 // Which runtime and driver calls CUPTI records (the launch calls tie each kernel to the op that
 // launched it): all (CUPTI_ACTIVITY_KIND_RUNTIME and _DRIVER); launches, only the calls that
-// create device work (profiler::is_launch_call), enabled one callback id at a time, which is all
-// the router keeps; none, device records only (what the overhead benchmark compares against).
+// create device work (profiler::is_launch_call), which is all the router keeps: the kinds on and
+// every other callback id switched off; none, device records only (what the overhead benchmark
+// compares against).
 enum class ApiRecords { all, launches, none };
 
 struct CuptiCollectorOptions {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "profiler/gpu/capture_router.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
 
 namespace pipetune::cuda {
@@ -61,6 +62,10 @@ TEST_P(CuptiCollectorGpu, KernelsOfAnOpAreCapturedAndAttributedToIt) {
   EXPECT_GE(memsets, 1u);
   EXPECT_GE(copies, 1u);
   EXPECT_FALSE(capture.api_calls.empty());
+  if (GetParam() == ApiRecords::launches) {  // the other calls (synchronise, ...) switched off
+    for (const profiler::ApiCallRecord& call : capture.api_calls)
+      EXPECT_TRUE(profiler::is_launch_call(call.name)) << call.name << " was recorded";
+  }
   EXPECT_TRUE(collector.take().activities.empty());  // taken once
 
   const std::size_t before = trace.spans.size();
