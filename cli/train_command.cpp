@@ -208,7 +208,7 @@ TrainSetup build_options(const TrainArgs& a) {
   setup.backend = backend;
   setup.precision = precision;
   // The attention kernel: the flag's, else the run file's, else the backend and precision's
-  // default (flash-tc, bf16 products on tensor cores, for bf16 runs on GPUs).
+  // default (flash-mma, bf16 products on tensor cores, for bf16 runs on GPUs).
   spec::EngineAttention attention =
       run.attention.value_or(spec::default_engine_attention(backend, precision));
   if (a.attention) {
@@ -648,8 +648,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--attention", args->attention,
                   "Attention kernel: stored (keeps the T x T probabilities; the cpu default), "
                   "flash (no T x T matrix; the default on cuda in fp32), flash-tc (flash with "
-                  "bf16 WMMA products on tensor cores; the default on cuda in bf16) or flash-mma "
-                  "(flash with bf16 mma.sync products, the scores kept in registers)");
+                  "bf16 WMMA products on tensor cores) or flash-mma (flash with bf16 mma.sync "
+                  "products, the scores kept in registers; the default on cuda in bf16)");
   cmd->add_option("--gemm-inputs", args->gemm_inputs,
                   "With --backend cuda --precision bf16: how the GEMMs get bf16 inputs: copies "
                   "(rounded by a kernel into scratch; the default) or in-gemm (cuBLASLt rounds the "

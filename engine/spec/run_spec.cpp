@@ -223,7 +223,7 @@ EngineAttention parse_engine_attention(std::string_view name) {
 
 EngineAttention default_engine_attention(EngineBackend backend, EnginePrecision precision) {
   if (backend == EngineBackend::cpu) return EngineAttention::stored;
-  return precision == EnginePrecision::bf16 ? EngineAttention::flash_tc : EngineAttention::flash;
+  return precision == EnginePrecision::bf16 ? EngineAttention::flash_mma : EngineAttention::flash;
 }
 
 std::string engine_attention_problem(EngineAttention attention, EngineBackend backend,

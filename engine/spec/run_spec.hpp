@@ -70,9 +70,9 @@ std::string_view engine_attention_name(EngineAttention a);
 EngineAttention parse_engine_attention(std::string_view name);  // SpecError naming the valid ones
 // "stored, flash, flash-tc, flash-mma": the valid names, for messages.
 std::string engine_attention_names();
-// The kernel a run gets when it names none: stored on the cpu, flash on cuda in fp32, flash-tc
-// on cuda in bf16 (measured faster on an H200: GPT-2 124M at batch 64, 129.7k against 122.6k
-// tokens/s).
+// The kernel a run gets when it names none: stored on the cpu, flash on cuda in fp32, flash-mma
+// on cuda in bf16 (measured fastest: GPT-2 124M at batch 64 on an H100, 244.6k tokens/s against
+// 208.1k with flash-tc, which had beaten flash on an H200, 129.7k against 122.6k).
 EngineAttention default_engine_attention(EngineBackend backend, EnginePrecision precision);
 // Why `attention` cannot run with this backend and precision (flash-tc or flash-mma outside cuda
 // bf16), or empty when it can.

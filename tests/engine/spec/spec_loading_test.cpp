@@ -119,7 +119,7 @@ TEST(SpecLoading, RunAttentionDefaultsByBackendAndPrecisionAndFlashTcNeedsCudaBf
   EXPECT_EQ(engine_attention(parse_run(run, "r")), EngineAttention::stored);
   EXPECT_EQ(engine_attention(parse_run("backend = \"cuda\"\n" + run, "r")), EngineAttention::flash);
   EXPECT_EQ(engine_attention(parse_run("backend = \"cuda\"\nprecision = \"bf16\"\n" + run, "r")),
-            EngineAttention::flash_tc);
+            EngineAttention::flash_mma);
   // Said in the file: kept, whatever the default.
   EXPECT_EQ(engine_attention(parse_run(
                 "backend = \"cuda\"\nprecision = \"bf16\"\nattention = \"flash\"\n" + run, "r")),
