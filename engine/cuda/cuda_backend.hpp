@@ -121,6 +121,10 @@ class CudaBackend final : public tensor::Backend {
                                 tensor::TensorView dx, tensor::GradientWrite write) override;
   void do_linear_backward_weight(tensor::ConstTensorView dy, tensor::ConstTensorView x,
                                  tensor::TensorView dw, tensor::TensorView db) override;
+  void do_linear_backward(tensor::ConstTensorView dy, tensor::ConstTensorView x,
+                          tensor::ConstTensorView w, tensor::TensorView dx,
+                          tensor::GradientWrite write, tensor::TensorView dw,
+                          tensor::TensorView db) override;
   void do_linear_gelu_forward(tensor::ConstTensorView x, tensor::ConstTensorView w,
                               tensor::ConstTensorView b, tensor::TensorView pre,
                               tensor::TensorView y) override;
@@ -240,14 +244,6 @@ class CudaBackend final : public tensor::Backend {
   void matmul(const Gemm& g);
   // The product alone, then kernels for the bias and GELU: where cuBLASLt will not fuse them.
   void matmul_unfused(const Gemm& g);
-  // The Gemm of linear_forward (y = x w^T + b) and of linear_backward_input (dx (+)= dy w).
-  Gemm linear_forward_gemm(tensor::ConstTensorView x, tensor::ConstTensorView w,
-                           tensor::ConstTensorView b, tensor::TensorView y);
-  Gemm linear_backward_input_gemm(tensor::ConstTensorView dy, tensor::ConstTensorView w,
-                                  tensor::TensorView dx, tensor::GradientWrite write);
-  // When cuBLASLt offers no algorithm for the operands' alignment (views can start anywhere in a
-  // flat buffer), the GEMM runs on 256-byte-aligned copies of A, B and C, and C is copied back.
-  void matmul_realigned(const Gemm& g);
   // A row-major (rows, cols) operand as the GEMM reads it: the fp32 data itself (ld = cols), or
   // (bf16) a converted copy in bf16 scratch slot `slot` (0 or 1) whose rows are padded to 16
   // bytes (aligned_leading_dimension): with GPT-2's 50257-wide logits unpadded, the LM head's
@@ -256,6 +252,19 @@ class CudaBackend final : public tensor::Backend {
     const void* data = nullptr;
     std::int64_t ld = 0;
   };
+  // The Gemm of linear_forward (y = x w^T + b), of linear_backward_input (dx (+)= dy w) and of
+  // linear_backward_weight's product (dw += dy^T x), from dy as gemm_operand gave it (slot 1).
+  Gemm linear_forward_gemm(tensor::ConstTensorView x, tensor::ConstTensorView w,
+                           tensor::ConstTensorView b, tensor::TensorView y);
+  Gemm linear_backward_input_gemm(const Operand& dy, std::int64_t N, tensor::ConstTensorView w,
+                                  tensor::TensorView dx, tensor::GradientWrite write);
+  Gemm linear_backward_weight_gemm(const Operand& dy, std::int64_t N, tensor::ConstTensorView x,
+                                   tensor::TensorView dw);
+  // db += column sums of dy (N, OUT).
+  void bias_gradient(tensor::ConstTensorView dy, tensor::TensorView db);
+  // When cuBLASLt offers no algorithm for the operands' alignment (views can start anywhere in a
+  // flat buffer), the GEMM runs on 256-byte-aligned copies of A, B and C, and C is copied back.
+  void matmul_realigned(const Gemm& g);
   Operand gemm_operand(const float* data, std::int64_t rows, std::int64_t cols, int slot);
   cudaDataType_t gemm_type() const;
   cublasComputeType_t gemm_compute() const;

@@ -298,25 +298,54 @@ CudaBackend::Gemm CudaBackend::linear_forward_gemm(ConstTensorView x, ConstTenso
   return g;
 }
 
-CudaBackend::Gemm CudaBackend::linear_backward_input_gemm(ConstTensorView dy, ConstTensorView w,
-                                                          TensorView dx,
+CudaBackend::Gemm CudaBackend::linear_backward_input_gemm(const Operand& dy, std::int64_t N,
+                                                          ConstTensorView w, TensorView dx,
                                                           tensor::GradientWrite write) {
-  const std::int64_t N = dy.shape.rows(), IN = w.shape[1], OUT = w.shape[0];
+  const std::int64_t IN = w.shape[1], OUT = w.shape[0];
   Gemm g;  // dx^T (IN, N) += w (IN, OUT) dy^T (OUT, N)
   g.m = IN;
   g.n = N;
   g.k = OUT;
-  const Operand wa = gemm_operand(w.data, OUT, IN, 0), dyb = gemm_operand(dy.data, N, OUT, 1);
+  const Operand wa = gemm_operand(w.data, OUT, IN, 0);
   g.a = wa.data;
   g.lda = wa.ld;
-  g.b = dyb.data;
-  g.ldb = dyb.ld;
+  g.b = dy.data;
+  g.ldb = dy.ld;
   g.c = dx.data;
   g.ldc = IN;
   g.beta = write == tensor::GradientWrite::overwrite ? 0.0f : 1.0f;  // beta 0: C is not read
   g.ab_type = gemm_type();
   g.compute = gemm_compute();
   return g;
+}
+
+CudaBackend::Gemm CudaBackend::linear_backward_weight_gemm(const Operand& dy, std::int64_t N,
+                                                           ConstTensorView x, TensorView dw) {
+  const std::int64_t IN = dw.shape[1], OUT = dw.shape[0];
+  Gemm g;  // dw^T (IN, OUT) += x^T (IN, N) dy (N, OUT)
+  g.trans_b = true;
+  g.m = IN;
+  g.n = OUT;
+  g.k = N;
+  const Operand xa = gemm_operand(x.data, N, IN, 0);
+  g.a = xa.data;
+  g.lda = xa.ld;
+  g.b = dy.data;
+  g.ldb = dy.ld;
+  g.c = dw.data;
+  g.ldc = IN;
+  g.beta = 1.0f;
+  g.ab_type = gemm_type();
+  g.compute = gemm_compute();
+  return g;
+}
+
+void CudaBackend::bias_gradient(ConstTensorView dy, TensorView db) {
+  const std::int64_t N = dy.shape.rows(), OUT = db.shape[0];
+  const ColumnReduction r = column_reduction_shape(N, OUT);
+  auto* partial =
+      static_cast<float*>(scratch(static_cast<std::size_t>(r.scratch_floats) * sizeof(float)));
+  kernels::column_sums(stream_, dy.data, N, OUT, partial, db.data);
 }
 
 void CudaBackend::do_linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
@@ -328,7 +357,8 @@ void CudaBackend::do_linear_forward(ConstTensorView x, ConstTensorView w, ConstT
 void CudaBackend::do_linear_backward_input(ConstTensorView dy, ConstTensorView w, TensorView dx,
                                            tensor::GradientWrite write) {
   activate();
-  matmul(linear_backward_input_gemm(dy, w, dx, write));
+  const std::int64_t N = dy.shape.rows(), OUT = w.shape[0];
+  matmul(linear_backward_input_gemm(gemm_operand(dy.data, N, OUT, 1), N, w, dx, write));
 }
 
 // The MLP's first layer: y = gelu(x w^T + b) with pre = x w^T + b, one GEMM where cuBLASLt has
@@ -354,7 +384,9 @@ void CudaBackend::do_linear_gelu_backward_input(ConstTensorView dy, ConstTensorV
     return;
   }
   activate();
-  Gemm g = linear_backward_input_gemm(dy, w, dpre, tensor::GradientWrite::overwrite);
+  const std::int64_t N = dy.shape.rows(), OUT = w.shape[0];
+  Gemm g = linear_backward_input_gemm(gemm_operand(dy.data, N, OUT, 1), N, w, dpre,
+                                      tensor::GradientWrite::overwrite);
   g.gelu_pre_in = pre.data;
   matmul(g);
 }
@@ -362,29 +394,22 @@ void CudaBackend::do_linear_gelu_backward_input(ConstTensorView dy, ConstTensorV
 void CudaBackend::do_linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw,
                                             TensorView db) {
   activate();
-  const std::int64_t N = dy.shape.rows(), IN = dw.shape[1], OUT = dw.shape[0];
-  Gemm g;  // dw^T (IN, OUT) += x^T (IN, N) dy (N, OUT)
-  g.trans_b = true;
-  g.m = IN;
-  g.n = OUT;
-  g.k = N;
-  const Operand xa = gemm_operand(x.data, N, IN, 0), dyb = gemm_operand(dy.data, N, OUT, 1);
-  g.a = xa.data;
-  g.lda = xa.ld;
-  g.b = dyb.data;
-  g.ldb = dyb.ld;
-  g.c = dw.data;
-  g.ldc = IN;
-  g.beta = 1.0f;
-  g.ab_type = gemm_type();
-  g.compute = gemm_compute();
-  matmul(g);
-  if (!db.empty()) {
-    const ColumnReduction r = column_reduction_shape(N, OUT);
-    auto* partial =
-        static_cast<float*>(scratch(static_cast<std::size_t>(r.scratch_floats) * sizeof(float)));
-    kernels::column_sums(stream_, dy.data, N, OUT, partial, db.data);
-  }
+  const std::int64_t N = dy.shape.rows(), OUT = dw.shape[0];
+  matmul(linear_backward_weight_gemm(gemm_operand(dy.data, N, OUT, 1), N, x, dw));
+  if (!db.empty()) bias_gradient(dy, db);
+}
+
+// Both GEMMs from one bf16 copy of dy (slot 1): the input gradient's w and then the weight
+// gradient's x take slot 0 in turn, stream-ordered. The same products as the two ops apart.
+void CudaBackend::do_linear_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
+                                     TensorView dx, tensor::GradientWrite write, TensorView dw,
+                                     TensorView db) {
+  activate();
+  const std::int64_t N = dy.shape.rows(), OUT = w.shape[0];
+  const Operand dyb = gemm_operand(dy.data, N, OUT, 1);
+  matmul(linear_backward_input_gemm(dyb, N, w, dx, write));
+  matmul(linear_backward_weight_gemm(dyb, N, x, dw));
+  if (!db.empty()) bias_gradient(dy, db);
 }
 
 }  // namespace pipetune::cuda

@@ -80,4 +80,20 @@ void DenseMlp::backward_weight(const ParallelContext& ctx, ConstTensorView x,
   a.clear();
 }
 
+void DenseMlp::backward(const ParallelContext& ctx, ConstTensorView x, ConstTensorView dout,
+                        TensorView dx, DenseMlpActivations& a) {
+  const std::int64_t N = dout.shape.rows(), Fl = ffn_local_;
+  auto& be = ctx.be();
+  TensorView dfc = sized(a.dfc, Shape{N, Fl});  // (N, F/tp)
+  be.linear_gelu_backward_input(dout, params_->param(proj_w_), view(a.fc, Shape{N, Fl}), dfc);
+  release(a.fc);
+  be.linear_backward_weight(dout, view(a.gelu, Shape{N, Fl}), params_->grad(proj_w_),
+                            params_->grad(proj_b_));
+  release(a.gelu);
+  be.linear_backward(dfc, x, params_->param(fc_w_), dx, tensor::GradientWrite::overwrite,
+                     params_->grad(fc_w_), params_->grad(fc_b_));
+  if (ctx.tp_size > 1) ctx.tp_all_reduce(dx);
+  a.clear();
+}
+
 }  // namespace pipetune::model

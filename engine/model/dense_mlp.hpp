@@ -37,6 +37,11 @@ class DenseMlp {
                       tensor::TensorView dx, DenseMlpActivations& a);
   void backward_weight(const ParallelContext& ctx, tensor::ConstTensorView x,
                        DenseMlpActivations& a);
+  // backward_input and backward_weight at once (a backward not split into B and W): the same
+  // gradients, each weight's from its output gradient as soon as that exists, so dout needs no
+  // copy kept for W and fc's GEMMs share one (on CUDA in bf16, one conversion of it).
+  void backward(const ParallelContext& ctx, tensor::ConstTensorView x, tensor::ConstTensorView dout,
+                tensor::TensorView dx, DenseMlpActivations& a);
 
  private:
   ParameterSet* params_;

@@ -102,12 +102,40 @@ float TransformerBlock::forward(const ParallelContext& ctx, ConstTensorView x, T
 
 void TransformerBlock::backward_input(const ParallelContext& ctx, ConstTensorView dy, TensorView dx,
                                       float aux_scale, BlockActivations& a) {
+  backward_pass(ctx, dy, dx, aux_scale, a, false);
+}
+
+void TransformerBlock::backward(const ParallelContext& ctx, ConstTensorView dy, TensorView dx,
+                                float aux_scale, BlockActivations& a) {
+  if (moe_) {  // the experts' weight gradients keep their own pass
+    backward_pass(ctx, dy, dx, aux_scale, a, false);
+    backward_weight(ctx, a);
+    return;
+  }
+  backward_pass(ctx, dy, dx, aux_scale, a, true);
+  a.clear();
+}
+
+// B, and with `weights` (a dense block's BW) each weight gradient as soon as its output gradient
+// exists: the same values as backward_weight's, since every gradient is accumulated once.
+void TransformerBlock::backward_pass(const ParallelContext& ctx, ConstTensorView dy, TensorView dx,
+                                     float aux_scale, BlockActivations& a, bool weights) {
   const std::int64_t B = a.batch, T = a.seq, N = B * T, C = hidden_, Cl = hidden_local_;
   auto& be = ctx.be();
+  // One linear layer's input gradient, written over dx, and with `weights` its weight gradient.
+  const auto linear = [&](ConstTensorView dout, ConstTensorView x, int w, int b, TensorView din) {
+    if (weights)
+      be.linear_backward(dout, x, params_->param(w), din, tensor::GradientWrite::overwrite,
+                         params_->grad(w), params_->grad(b));
+    else
+      be.linear_backward_input(dout, params_->param(w), din, tensor::GradientWrite::overwrite);
+  };
   // MLP half: dln2 is complete (summed over TP) when the MLP returns it, written over.
   TensorView dln2 = sized(a.dln2, Shape{N, C});
   if (moe_)
     moe_->backward_input(ctx, dy, dln2, aux_scale, a.moe);
+  else if (weights)
+    dense_->backward(ctx, view(a.ln2, Shape{N, C}), dy, dln2, a.dense);
   else
     dense_->backward_input(ctx, dy, dln2, a.dense);
   // The residual joins in the LayerNorm's pass (no copy of it first): dx2 = dy + ln2's input
@@ -115,11 +143,15 @@ void TransformerBlock::backward_input(const ParallelContext& ctx, ConstTensorVie
   TensorView dx2 = sized(a.dx2, Shape{N, C});
   be.layernorm_backward_input(dln2, view(a.x2, Shape{N, C}), params_->param(ln2_w_),
                               view(a.ln2_mean, Shape{N}), view(a.ln2_rstd, Shape{N}), dx2, dy);
+  if (weights)
+    be.layernorm_backward_weight(dln2, view(a.x2, Shape{N, C}), view(a.ln2_mean, Shape{N}),
+                                 view(a.ln2_rstd, Shape{N}), params_->grad(ln2_w_),
+                                 params_->grad(ln2_b_));
 
   // Attention half.
   Buffer datty_buf;
   TensorView datty = sized(datty_buf, Shape{N, Cl});  // (N, C/tp), written over
-  be.linear_backward_input(dx2, params_->param(proj_w_), datty, tensor::GradientWrite::overwrite);
+  linear(dx2, view(a.atty, Shape{N, Cl}), proj_w_, proj_b_, datty);
   // Which kernel ran the forward is what this micro-batch kept (the backend's choice is fixed
   // for a run, but the activations say it for certain). The flash backward writes all of dqkv
   // (no zeroing pass: (B, T, 3C) per layer); the stored one adds to it.
@@ -136,12 +168,15 @@ void TransformerBlock::backward_input(const ParallelContext& ctx, ConstTensorVie
   release(a.lse);
   release(a.qkv);
   TensorView dln1 = sized(a.dln1, Shape{N, C});
-  be.linear_backward_input(view(a.dqkv, Shape{N, 3 * Cl}), params_->param(qkv_w_), dln1,
-                           tensor::GradientWrite::overwrite);
+  linear(view(a.dqkv, Shape{N, 3 * Cl}), view(a.ln1, Shape{N, C}), qkv_w_, qkv_b_, dln1);
   ctx.tp_all_reduce(dln1);
   // dx = dx2 + ln1's input gradient (dx may be dy's buffer: dy is not read past this point).
   be.layernorm_backward_input(dln1, view(a.x, Shape{N, C}), params_->param(ln1_w_),
                               view(a.ln1_mean, Shape{N}), view(a.ln1_rstd, Shape{N}), dx, dx2);
+  if (weights)
+    be.layernorm_backward_weight(dln1, view(a.x, Shape{N, C}), view(a.ln1_mean, Shape{N}),
+                                 view(a.ln1_rstd, Shape{N}), params_->grad(ln1_w_),
+                                 params_->grad(ln1_b_));
 }
 
 void TransformerBlock::backward_weight(const ParallelContext& ctx, BlockActivations& a) {

@@ -2,7 +2,8 @@
 //   x2 = x + proj(attention(qkv(ln1(x))))      qkv column-parallel (heads split over TP),
 //   y  = x2 + mlp(ln2(x2))                     proj row-parallel; mlp dense or MoE.
 // The backward is split: backward_input (B) computes the input gradient and keeps what the
-// weight gradients need; backward_weight (W) computes them later (zero-bubble schedules).
+// weight gradients need; backward_weight (W) computes them later (zero-bubble schedules). A
+// schedule's BW op runs both in one pass (backward), each weight gradient as soon as it can.
 #pragma once
 
 #include <cstdint>
@@ -51,10 +52,17 @@ class TransformerBlock {
                       float aux_scale, BlockActivations& a);
   // Accumulates the weight gradients and frees the activations.
   void backward_weight(const ParallelContext& ctx, BlockActivations& a);
+  // backward_input then backward_weight in one pass (a BW op): the same gradients, each linear
+  // layer's weight gradient right after its input gradient from the same output gradient.
+  void backward(const ParallelContext& ctx, tensor::ConstTensorView dy, tensor::TensorView dx,
+                float aux_scale, BlockActivations& a);
 
   bool is_moe() const { return moe_.has_value(); }
 
  private:
+  void backward_pass(const ParallelContext& ctx, tensor::ConstTensorView dy, tensor::TensorView dx,
+                     float aux_scale, BlockActivations& a, bool weights);
+
   ParameterSet* params_;
   std::int64_t hidden_, heads_local_, hidden_local_;
   int tp_rank_;

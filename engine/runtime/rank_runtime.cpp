@@ -227,8 +227,8 @@ void RankRuntime::run_op(const Op& op) {
       backward_weight(op.chunk, op.microbatch);
       break;
     case OpKind::BW:
-      backward_input(op.chunk, op.microbatch);
-      backward_weight(op.chunk, op.microbatch);
+      backward_input(op.chunk, op.microbatch, true);
+      backward_weight(op.chunk, op.microbatch, true);
       break;
     case OpKind::S:
       vocab_output_forward(op.microbatch);
@@ -345,7 +345,7 @@ float RankRuntime::output_loss_plain(ChunkState& s, int mb) {
 
 // ---- backward -----------------------------------------------------------------------------------
 
-void RankRuntime::output_backward_plain(ChunkState& s, int mb, TensorView dy_final) {
+void RankRuntime::output_backward_plain(ChunkState& s, int mb, TensorView dy_final, bool weights) {
   const std::int64_t N = rows(), C = config_.hidden, Vs = model_->vocab().rows();
   auto& m = *model_;
   auto& be = ctx_.be();
@@ -360,15 +360,21 @@ void RankRuntime::output_backward_plain(ChunkState& s, int mb, TensorView dy_fin
   release(s.logits);         // what dlogits held before, if anything
   TensorView dlogits = view(s.dlogits, Shape{N, Vs});
   TensorView dlnf = sized(s.dlnf, Shape{N, C});
-  be.linear_backward_input(dlogits, m.dense.param(m.head()), dlnf,
-                           tensor::GradientWrite::overwrite);
+  if (weights) {
+    be.linear_backward(dlogits, view(s.lnf, Shape{N, C}), m.dense.param(m.head()), dlnf,
+                       tensor::GradientWrite::overwrite, m.dense.grad(m.head()), {});
+    release(s.dlogits);  // the largest activation, needed by no W now
+  } else {
+    be.linear_backward_input(dlogits, m.dense.param(m.head()), dlnf,
+                             tensor::GradientWrite::overwrite);
+  }
   ctx_.tp_all_reduce(dlnf);
   model::fill_zero(dy_final);
   be.layernorm_backward_input(dlnf, view(s.out, Shape{N, C}), m.dense.param(m.lnf_w()),
                               view(s.lnf_mean, Shape{N}), view(s.lnf_rstd, Shape{N}), dy_final);
 }
 
-void RankRuntime::backward_input(int chunk, int mb) {
+void RankRuntime::backward_input(int chunk, int mb, bool weights) {
   const std::int64_t N = rows(), C = config_.hidden;
   auto& m = *model_;
   const int group = m.placement().chunks[static_cast<std::size_t>(chunk)].group;
@@ -383,11 +389,14 @@ void RankRuntime::backward_input(int chunk, int mb) {
   else if (vocab_parallel_)
     output_backward_vocab(s, mb, dy);
   else
-    output_backward_plain(s, mb, dy);
+    output_backward_plain(s, mb, dy, weights);
 
   for (std::size_t i = blocks.size(); i-- > 0;) {
     TensorView dx = sized(dx_buf, Shape{N, C});
-    blocks[i].backward_input(ctx_, dy, dx, grad_scale_, s.blocks[i]);
+    if (weights)
+      blocks[i].backward(ctx_, dy, dx, grad_scale_, s.blocks[i]);
+    else
+      blocks[i].backward_input(ctx_, dy, dx, grad_scale_, s.blocks[i]);
     std::swap(dy_buf, dx_buf);
     dy = view(dy_buf, Shape{N, C});
   }
@@ -402,7 +411,7 @@ void RankRuntime::backward_input(int chunk, int mb) {
   }
 }
 
-void RankRuntime::backward_weight(int chunk, int mb) {
+void RankRuntime::backward_weight(int chunk, int mb, bool after_weights) {
   const std::int64_t N = rows(), C = config_.hidden;
   auto& m = *model_;
   auto& be = ctx_.be();
@@ -413,14 +422,15 @@ void RankRuntime::backward_weight(int chunk, int mb) {
                            std::to_string(mb));
   auto& blocks = m.blocks(chunk);
   if (group == m.placement().groups - 1) {
-    if (!vocab_parallel_)
+    if (!vocab_parallel_ && !after_weights)
       be.linear_backward_weight(view(s.dlogits, Shape{N, model_->vocab().rows()}),
                                 view(s.lnf, Shape{N, C}), m.dense.grad(m.head()), {});
     be.layernorm_backward_weight(view(s.dlnf, Shape{N, C}), view(s.out, Shape{N, C}),
                                  view(s.lnf_mean, Shape{N}), view(s.lnf_rstd, Shape{N}),
                                  m.dense.grad(m.lnf_w()), m.dense.grad(m.lnf_b()));
   }
-  for (std::size_t i = blocks.size(); i-- > 0;) blocks[i].backward_weight(ctx_, s.blocks[i]);
+  if (!after_weights)
+    for (std::size_t i = blocks.size(); i-- > 0;) blocks[i].backward_weight(ctx_, s.blocks[i]);
   if (group == 0 && !vocab_parallel_) {
     const auto& tokens = (*batches_)[static_cast<std::size_t>(mb)].inputs;
     TensorView dwpe = m.wpe() >= 0 ? m.dense.grad(m.wpe()) : TensorView{};

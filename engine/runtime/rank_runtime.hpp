@@ -69,8 +69,11 @@ class RankRuntime {
   // op (the vocabulary barriers) are still taken inside it.
   void receive_inputs(const schedule::Op& op);
   void forward(int chunk, int mb);
-  void backward_input(int chunk, int mb);
-  void backward_weight(int chunk, int mb);
+  // B; with `weights` (a BW op) the blocks' and the LM head's weight gradients in the same pass,
+  // each from its output gradient as soon as that exists (one bf16 copy of it on CUDA).
+  void backward_input(int chunk, int mb, bool weights = false);
+  // W; after a B with weights, only what that pass left (the final LayerNorm, the embedding).
+  void backward_weight(int chunk, int mb, bool after_weights = false);
   void vocab_output_forward(int mb);   // S
   void vocab_output_backward(int mb);  // T
   void vocab_input_forward(int mb);    // IF
@@ -79,7 +82,7 @@ class RankRuntime {
   void embed_plain(int mb, tensor::TensorView x);
   void reduce_embedding_parts(int mb, tensor::TensorView x);
   float output_loss_plain(ChunkState& s, int mb);
-  void output_backward_plain(ChunkState& s, int mb, tensor::TensorView dy_final);
+  void output_backward_plain(ChunkState& s, int mb, tensor::TensorView dy_final, bool weights);
   // C1 for micro-batch mb: global max / sum of exp / target logit, received once and cached.
   VocabState& collect_stats(int mb);
   void output_backward_vocab(ChunkState& s, int mb, tensor::TensorView dy_final);

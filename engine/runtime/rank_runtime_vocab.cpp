@@ -140,15 +140,17 @@ void RankRuntime::vocab_output_backward(int mb) {
   be.vocab_ce_backward(dlogits, targets, m.vocab().lo, view(v.gmax, Shape{N}),
                        view(v.gsum, Shape{N}), grad_scale_ / static_cast<float>(N), dlogits,
                        tensor::GradientWrite::overwrite);
-  be.linear_backward_weight(dlogits, view(v.hidden, Shape{N, C}), m.dense.grad(m.head()), {});
   if (schedule_->vocab != schedule::VocabMode::Vocab2) {
-    // C2: this shard's part of the final hidden state's gradient, to the last group's rank.
+    // C2: this shard's part of the final hidden state's gradient, to the last group's rank,
+    // and the head's weight gradient from the same dlogits (one bf16 copy of it on CUDA).
     model::Buffer dx_buf;
     TensorView dx = sized(dx_buf, Shape{N, C});
-    be.linear_backward_input(dlogits, m.dense.param(m.head()), dx,
-                             tensor::GradientWrite::overwrite);
+    be.linear_backward(dlogits, view(v.hidden, Shape{N, C}), m.dense.param(m.head()), dx,
+                       tensor::GradientWrite::overwrite, m.dense.grad(m.head()), {});
     ctx_.tp_all_reduce(dx);
     mailbox_.post(group_rank(last), MessageKind::OutputGrad, 0, mb, dx_buf);
+  } else {
+    be.linear_backward_weight(dlogits, view(v.hidden, Shape{N, C}), m.dense.grad(m.head()), {});
   }
   release(v.hidden);
   release(v.logits);

@@ -151,6 +151,21 @@ void check_linear_backward_input(const char* op, ConstTensorView dy, ConstTensor
                             " (want dy (N, out), w (out, in), dx (N, in))");
 }
 
+// dy (N, out), x (N, in), dw (out, in), db (out) or empty, for `op`.
+void check_linear_backward_weight(const char* op, ConstTensorView dy, ConstTensorView x,
+                                  ConstTensorView dw, ConstTensorView db) {
+  need(op, "dy", dy);
+  need(op, "x", x);
+  rank_is(op, "dw", dw, 2);
+  PIPETUNE_TENSOR_CHECK(dy.shape.rows() == x.shape.rows() && dw.shape[0] == dy.shape.last() &&
+                            dw.shape[1] == x.shape.last(),
+                        op,
+                        sh("dy", dy) + " " + sh("x", x) + " " + sh("dw", dw) +
+                            " (want dy (N, out), x (N, in), dw (out, in))");
+  PIPETUNE_TENSOR_CHECK(db.empty() || (db.shape.rank() == 1 && db.shape[0] == dw.shape[0]), op,
+                        sh("db", db) + " does not match dw " + dw.shape.str());
+}
+
 }  // namespace
 
 void Backend::linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
@@ -193,17 +208,22 @@ void Backend::do_linear_gelu_backward_input(ConstTensorView dy, ConstTensorView 
 
 void Backend::linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw,
                                      TensorView db) {
-  const char* op = "linear_backward_weight";
-  need(op, "dy", dy);
-  need(op, "x", x);
-  rank_is(op, "dw", dw, 2);
-  PIPETUNE_TENSOR_CHECK(dy.shape.rows() == x.shape.rows() && dw.shape[0] == dy.shape.last() &&
-                            dw.shape[1] == x.shape.last(),
-                        op,
-                        sh("dy", dy) + " " + sh("x", x) + " " + sh("dw", dw) +
-                            " (want dy (N, out), x (N, in), dw (out, in))");
-  PIPETUNE_TENSOR_CHECK(db.empty() || (db.shape.rank() == 1 && db.shape[0] == dw.shape[0]), op,
-                        sh("db", db) + " does not match dw " + dw.shape.str());
+  check_linear_backward_weight("linear_backward_weight", dy, x, dw, db);
+  do_linear_backward_weight(dy, x, dw, db);
+}
+
+void Backend::linear_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
+                              TensorView dx, GradientWrite write, TensorView dw, TensorView db) {
+  check_linear_backward_input("linear_backward", dy, w, dx);
+  check_linear_backward_weight("linear_backward", dy, x, dw, db);
+  PIPETUNE_TENSOR_CHECK(dw.shape == w.shape, "linear_backward",
+                        sh("dw", dw) + " is not w's shape " + w.shape.str());
+  do_linear_backward(dy, x, w, dx, write, dw, db);
+}
+
+void Backend::do_linear_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
+                                 TensorView dx, GradientWrite write, TensorView dw, TensorView db) {
+  do_linear_backward_input(dy, w, dx, write);
   do_linear_backward_weight(dy, x, dw, db);
 }
 

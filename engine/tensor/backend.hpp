@@ -105,6 +105,11 @@ class Backend {
                              GradientWrite write = GradientWrite::accumulate);
   // dw (out, in) += dy^T x; db (out) += column sums of dy (db may be empty)
   void linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw, TensorView db);
+  // Both gradients of one linear layer from the same dy, where a backward needs no gap between
+  // them (not split into B and W): linear_backward_input then linear_backward_weight, the same
+  // values; on CUDA in bf16 dy is converted once for both GEMMs, not once for each.
+  void linear_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView w, TensorView dx,
+                       GradientWrite write, TensorView dw, TensorView db);
 
   // ---- linear then GELU: an MLP's first layer, and its input gradient -------------------------
   // pre = x W^T + b (kept for the backward) and y = gelu(pre): linear_forward then gelu_forward;
@@ -281,6 +286,9 @@ class Backend {
                                         GradientWrite write) = 0;
   virtual void do_linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw,
                                          TensorView db) = 0;
+  // do_linear_backward_input then do_linear_backward_weight.
+  virtual void do_linear_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
+                                  TensorView dx, GradientWrite write, TensorView dw, TensorView db);
 
   virtual void do_embedding_forward(std::span<const std::int32_t> tokens, ConstTensorView wte,
                                     std::int64_t vocab_lo, ConstTensorView wpe, TensorView out) = 0;

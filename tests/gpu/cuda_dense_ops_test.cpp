@@ -175,6 +175,15 @@ void check_linear(CudaBackend& gpu, CpuBackend& cpu, std::mt19937& rng, std::int
   EXPECT_TRUE(matches_cpu(label + " dx", unpad(pdx), dx.values(), tol));
   EXPECT_TRUE(matches_cpu(label + " dw", unpad(pdw), dw.values(), tol));
   EXPECT_TRUE(matches_cpu(label + " db", unpad(pdb), db.values(), kFp32ReductionTol));
+  // Both gradients at once (in bf16 from one copy of dy): the values of the two ops apart.
+  DeviceTensor both_dx(padded(dx0)), both_dw(padded(dw0)), both_db(padded(db0));
+  gpu.linear_backward(at(pdy, dy.shape()), at(px, x.shape()), at(pw, w.shape()),
+                      at(both_dx, dx.shape()), GradientWrite::accumulate, at(both_dw, dw.shape()),
+                      at(both_db, db.shape()));
+  EXPECT_TRUE(matches_cpu(label + " dx, both at once", unpad(both_dx), dx.values(), tol));
+  EXPECT_TRUE(matches_cpu(label + " dw, both at once", unpad(both_dw), dw.values(), tol));
+  EXPECT_TRUE(
+      matches_cpu(label + " db, both at once", unpad(both_db), db.values(), kFp32ReductionTol));
   // dx overwritten (GEMM beta 0): the NaN it held is never read.
   Tensor over({N, IN}), nans({N, IN});
   for (std::int64_t i = 0; i < nans.numel(); ++i) nans[i] = NAN;

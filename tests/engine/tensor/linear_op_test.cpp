@@ -107,6 +107,38 @@ TEST_P(LinearOpTest, LinearGeluMatchesTheOpsAndFiniteDifferences) {
   EXPECT_TRUE(grad_close("dh", dh, numeric_grad(loss, h, 1e-3f)));
 }
 
+// Both gradients at once: the same bits as linear_backward_input then linear_backward_weight, in
+// either write mode, with and without a bias gradient; dw and db accumulate.
+TEST_P(LinearOpTest, BackwardOfBothIsTheTwoOpsApart) {
+  const std::int64_t N = 9, IN = 5, OUT = 4;
+  const Tensor x = random_tensor({N, IN}, rng), w = random_tensor({OUT, IN}, rng);
+  const Tensor dy = random_tensor({N, OUT}, rng);
+  for (const GradientWrite write : {GradientWrite::overwrite, GradientWrite::accumulate}) {
+    for (const bool bias : {true, false}) {
+      const std::string at = std::string(write == GradientWrite::overwrite ? "overwrite" : "add") +
+                             (bias ? ", bias" : ", no bias");
+      const Tensor dx0 = random_tensor({N, IN}, rng), dw0 = random_tensor({OUT, IN}, rng);
+      const Tensor db0 = random_tensor({OUT}, rng);
+      Tensor dx_want = dx0, dw_want = dw0, db_want = db0;
+      be().linear_backward_input(dy, w, dx_want, write);
+      be().linear_backward_weight(dy, x, dw_want, bias ? TensorView(db_want) : TensorView{});
+      Tensor dx = dx0, dw = dw0, db = db0;
+      be().linear_backward(dy, x, w, dx, write, dw, bias ? TensorView(db) : TensorView{});
+      EXPECT_TRUE(all_close("dx, " + at, dx.values(), dx_want.values(), 0, 0));
+      EXPECT_TRUE(all_close("dw, " + at, dw.values(), dw_want.values(), 0, 0));
+      EXPECT_TRUE(all_close("db, " + at, db.values(), db_want.values(), 0, 0));
+    }
+  }
+  // x with other columns than w: refused, naming the op.
+  Tensor bad_x({N, IN + 1}), dx({N, IN}), dw({OUT, IN});
+  try {
+    be().linear_backward(dy, bad_x, w, dx, GradientWrite::overwrite, dw, TensorView{});
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("linear_backward"), std::string::npos) << e.what();
+  }
+}
+
 TEST_P(LinearOpTest, ShapeMismatchNamesOpAndShapes) {
   Tensor x({4, 3}), w({2, 5}), y({4, 2});
   try {
