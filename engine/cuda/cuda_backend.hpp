@@ -121,6 +121,10 @@ class CudaBackend final : public tensor::Backend {
                                 tensor::TensorView dx, tensor::GradientWrite write) override;
   void do_linear_backward_weight(tensor::ConstTensorView dy, tensor::ConstTensorView x,
                                  tensor::TensorView dw, tensor::TensorView db) override;
+  void do_linear_gelu_backward(tensor::ConstTensorView dy, tensor::ConstTensorView x,
+                               tensor::ConstTensorView w, tensor::ConstTensorView pre,
+                               tensor::TensorView dpre, tensor::TensorView dw,
+                               tensor::TensorView db) override;
   void do_linear_backward(tensor::ConstTensorView dy, tensor::ConstTensorView x,
                           tensor::ConstTensorView w, tensor::TensorView dx,
                           tensor::GradientWrite write, tensor::TensorView dw,

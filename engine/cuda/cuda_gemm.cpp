@@ -412,4 +412,24 @@ void CudaBackend::do_linear_backward(ConstTensorView dy, ConstTensorView x, Cons
   if (!db.empty()) bias_gradient(dy, db);
 }
 
+// The MLP's second layer in a BW op: dpre = gelu'(pre) (dy w) as do_linear_gelu_backward_input
+// makes it, and dw += dy^T x, from one bf16 copy of dy.
+void CudaBackend::do_linear_gelu_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
+                                          ConstTensorView pre, TensorView dpre, TensorView dw,
+                                          TensorView db) {
+  activate();
+  const std::int64_t N = dy.shape.rows(), OUT = w.shape[0];
+  const Operand dyb = gemm_operand(dy.data, N, OUT, 1);
+  Gemm g = linear_backward_input_gemm(dyb, N, w, dpre, tensor::GradientWrite::overwrite);
+  if (options_.gelu_epilogues) {
+    g.gelu_pre_in = pre.data;
+    matmul(g);
+  } else {
+    matmul(g);
+    do_gelu_backward_input(dpre, pre, dpre, tensor::GradientWrite::overwrite);  // in place
+  }
+  matmul(linear_backward_weight_gemm(dyb, N, x, dw));
+  if (!db.empty()) bias_gradient(dy, db);
+}
+
 }  // namespace pipetune::cuda

@@ -85,10 +85,10 @@ void DenseMlp::backward(const ParallelContext& ctx, ConstTensorView x, ConstTens
   const std::int64_t N = dout.shape.rows(), Fl = ffn_local_;
   auto& be = ctx.be();
   TensorView dfc = sized(a.dfc, Shape{N, Fl});  // (N, F/tp)
-  be.linear_gelu_backward_input(dout, params_->param(proj_w_), view(a.fc, Shape{N, Fl}), dfc);
+  be.linear_gelu_backward(dout, view(a.gelu, Shape{N, Fl}), params_->param(proj_w_),
+                          view(a.fc, Shape{N, Fl}), dfc, params_->grad(proj_w_),
+                          params_->grad(proj_b_));
   release(a.fc);
-  be.linear_backward_weight(dout, view(a.gelu, Shape{N, Fl}), params_->grad(proj_w_),
-                            params_->grad(proj_b_));
   release(a.gelu);
   be.linear_backward(dfc, x, params_->param(fc_w_), dx, tensor::GradientWrite::overwrite,
                      params_->grad(fc_w_), params_->grad(fc_b_));

@@ -39,7 +39,7 @@ class DenseMlp {
                        DenseMlpActivations& a);
   // backward_input and backward_weight at once (a backward not split into B and W): the same
   // gradients, each weight's from its output gradient as soon as that exists, so dout needs no
-  // copy kept for W and fc's GEMMs share one (on CUDA in bf16, one conversion of it).
+  // copy kept for W, and each layer's two GEMMs share one bf16 copy of it on CUDA.
   void backward(const ParallelContext& ctx, tensor::ConstTensorView x, tensor::ConstTensorView dout,
                 tensor::TensorView dx, DenseMlpActivations& a);
 

@@ -221,6 +221,24 @@ void Backend::linear_backward(ConstTensorView dy, ConstTensorView x, ConstTensor
   do_linear_backward(dy, x, w, dx, write, dw, db);
 }
 
+void Backend::linear_gelu_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
+                                   ConstTensorView pre, TensorView dpre, TensorView dw,
+                                   TensorView db) {
+  check_linear_backward_input("linear_gelu_backward", dy, w, dpre);
+  same_shape("linear_gelu_backward", "pre", pre, "dpre", dpre);
+  check_linear_backward_weight("linear_gelu_backward", dy, x, dw, db);
+  PIPETUNE_TENSOR_CHECK(dw.shape == w.shape, "linear_gelu_backward",
+                        sh("dw", dw) + " is not w's shape " + w.shape.str());
+  do_linear_gelu_backward(dy, x, w, pre, dpre, dw, db);
+}
+
+void Backend::do_linear_gelu_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
+                                      ConstTensorView pre, TensorView dpre, TensorView dw,
+                                      TensorView db) {
+  do_linear_gelu_backward_input(dy, w, pre, dpre);
+  do_linear_backward_weight(dy, x, dw, db);
+}
+
 void Backend::do_linear_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
                                  TensorView dx, GradientWrite write, TensorView dw, TensorView db) {
   do_linear_backward_input(dy, w, dx, write);

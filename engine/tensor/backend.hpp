@@ -121,6 +121,10 @@ class Backend {
   // GELU-gradient epilogue where cuBLASLt has one.
   void linear_gelu_backward_input(ConstTensorView dy, ConstTensorView w, ConstTensorView pre,
                                   TensorView dpre);
+  // linear_gelu_backward_input then the same layer's linear_backward_weight (x (N, in) its input,
+  // gelu(pre)), as linear_backward does for a plain layer: on CUDA in bf16 one copy of dy.
+  void linear_gelu_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
+                            ConstTensorView pre, TensorView dpre, TensorView dw, TensorView db);
 
   // ---- token + position embedding -------------------------------------------------------------
   // out (B, T, C) = wte[token] + wpe[t]; tokens (B*T) in [0, V); wte (V, C); wpe (maxT, C) or
@@ -286,6 +290,10 @@ class Backend {
                                         GradientWrite write) = 0;
   virtual void do_linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw,
                                          TensorView db) = 0;
+  // do_linear_gelu_backward_input then do_linear_backward_weight.
+  virtual void do_linear_gelu_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
+                                       ConstTensorView pre, TensorView dpre, TensorView dw,
+                                       TensorView db);
   // do_linear_backward_input then do_linear_backward_weight.
   virtual void do_linear_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
                                   TensorView dx, GradientWrite write, TensorView dw, TensorView db);

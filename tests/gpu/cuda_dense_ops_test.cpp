@@ -251,6 +251,14 @@ TEST_F(CudaDenseOpsTest, LinearGeluMatchesTheCpu) {
         EXPECT_TRUE(matches_cpu("pre " + at, gpre, pre, tol));
         EXPECT_TRUE(matches_cpu("y " + at, gy, y, tol));
         EXPECT_TRUE(matches_cpu("dpre " + at, gdpre, dpre, tol));
+        // With the weight gradient too (one bf16 copy of dy): dw (IN, OUT) += dy^T gelu(pre).
+        const Tensor dw0 = random_tensor({IN, OUT}, rng_);
+        Tensor dw = dw0, both_dpre({N, OUT});
+        cpu_.linear_backward_weight(dy, y, dw, tensor::TensorView{});
+        DeviceTensor gy_cpu(y), gdw(dw0), gboth(Tensor({N, OUT}));
+        be->linear_gelu_backward(gdy, gy_cpu, gwt, gpre_cpu, gboth, gdw, tensor::TensorView{});
+        EXPECT_TRUE(matches_cpu("dpre, both at once, " + at, gboth, dpre, tol));
+        EXPECT_TRUE(matches_cpu("dw, both at once, " + at, gdw, dw, tol));
       }
     }
   }

@@ -139,6 +139,29 @@ TEST_P(LinearOpTest, BackwardOfBothIsTheTwoOpsApart) {
   }
 }
 
+// The MLP's second layer at once: linear_gelu_backward_input then linear_backward_weight, the same
+// bits; dpre written over (NaN never read), dw and db accumulate.
+TEST_P(LinearOpTest, GeluBackwardOfBothIsTheTwoOpsApart) {
+  const std::int64_t N = 7, HID = 6, OUT = 4;
+  const Tensor pre = random_tensor({N, HID}, rng, 2.0f), w = random_tensor({OUT, HID}, rng);
+  const Tensor dy = random_tensor({N, OUT}, rng);
+  Tensor g({N, HID});
+  be().gelu_forward(pre, g);  // the layer's input x
+  for (const bool bias : {true, false}) {
+    const Tensor dw0 = random_tensor({OUT, HID}, rng), db0 = random_tensor({OUT}, rng);
+    Tensor dpre_want({N, HID}), dw_want = dw0, db_want = db0;
+    be().linear_gelu_backward_input(dy, w, pre, dpre_want);
+    be().linear_backward_weight(dy, g, dw_want, bias ? TensorView(db_want) : TensorView{});
+    Tensor dpre({N, HID}), dw = dw0, db = db0;
+    for (std::int64_t i = 0; i < dpre.numel(); ++i) dpre[i] = NAN;
+    be().linear_gelu_backward(dy, g, w, pre, dpre, dw, bias ? TensorView(db) : TensorView{});
+    const std::string at = bias ? " (bias)" : " (no bias)";
+    EXPECT_TRUE(all_close("dpre" + at, dpre.values(), dpre_want.values(), 0, 0));
+    EXPECT_TRUE(all_close("dw" + at, dw.values(), dw_want.values(), 0, 0));
+    EXPECT_TRUE(all_close("db" + at, db.values(), db_want.values(), 0, 0));
+  }
+}
+
 TEST_P(LinearOpTest, ShapeMismatchNamesOpAndShapes) {
   Tensor x({4, 3}), w({2, 5}), y({4, 2});
   try {
