@@ -264,6 +264,9 @@ class CudaBackend final : public tensor::Backend {
                                   tensor::TensorView dx, tensor::GradientWrite write);
   Gemm linear_backward_weight_gemm(const Operand& dy, std::int64_t N, tensor::ConstTensorView x,
                                    tensor::TensorView dw);
+  // dpre = gelu'(pre) (dy w), written over: linear_gelu_backward_input from dy as converted.
+  void gelu_gradient_gemm(const Operand& dy, std::int64_t N, tensor::ConstTensorView w,
+                          tensor::ConstTensorView pre, tensor::TensorView dpre);
   // db += column sums of dy (N, OUT).
   void bias_gradient(tensor::ConstTensorView dy, tensor::TensorView db);
   // When cuBLASLt offers no algorithm for the operands' alignment (views can start anywhere in a

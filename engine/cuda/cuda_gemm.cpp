@@ -375,20 +375,22 @@ void CudaBackend::do_linear_gelu_forward(ConstTensorView x, ConstTensorView w, C
   matmul(g);
 }
 
-// dpre = gelu'(pre) (dy w), one GEMM where cuBLASLt has the DGELU epilogue: no pass reading the
-// product back to scale it.
+// dpre = gelu'(pre) (dy w), one GEMM where cuBLASLt has the DGELU epilogue (gelu_epilogues): no
+// pass reading the product back to scale it; else the GEMM, then the GELU gradient in place.
+void CudaBackend::gelu_gradient_gemm(const Operand& dy, std::int64_t N, ConstTensorView w,
+                                     ConstTensorView pre, TensorView dpre) {
+  Gemm g = linear_backward_input_gemm(dy, N, w, dpre, tensor::GradientWrite::overwrite);
+  if (options_.gelu_epilogues) g.gelu_pre_in = pre.data;
+  matmul(g);
+  if (!options_.gelu_epilogues)
+    do_gelu_backward_input(dpre, pre, dpre, tensor::GradientWrite::overwrite);
+}
+
 void CudaBackend::do_linear_gelu_backward_input(ConstTensorView dy, ConstTensorView w,
                                                 ConstTensorView pre, TensorView dpre) {
-  if (!options_.gelu_epilogues) {
-    Backend::do_linear_gelu_backward_input(dy, w, pre, dpre);
-    return;
-  }
   activate();
   const std::int64_t N = dy.shape.rows(), OUT = w.shape[0];
-  Gemm g = linear_backward_input_gemm(gemm_operand(dy.data, N, OUT, 1), N, w, dpre,
-                                      tensor::GradientWrite::overwrite);
-  g.gelu_pre_in = pre.data;
-  matmul(g);
+  gelu_gradient_gemm(gemm_operand(dy.data, N, OUT, 1), N, w, pre, dpre);
 }
 
 void CudaBackend::do_linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw,
@@ -412,22 +414,15 @@ void CudaBackend::do_linear_backward(ConstTensorView dy, ConstTensorView x, Cons
   if (!db.empty()) bias_gradient(dy, db);
 }
 
-// The MLP's second layer in a BW op: dpre = gelu'(pre) (dy w) as do_linear_gelu_backward_input
-// makes it, and dw += dy^T x, from one bf16 copy of dy.
+// The MLP's second layer in a BW op: dpre as do_linear_gelu_backward_input makes it, and
+// dw += dy^T x, from one bf16 copy of dy.
 void CudaBackend::do_linear_gelu_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
                                           ConstTensorView pre, TensorView dpre, TensorView dw,
                                           TensorView db) {
   activate();
   const std::int64_t N = dy.shape.rows(), OUT = w.shape[0];
   const Operand dyb = gemm_operand(dy.data, N, OUT, 1);
-  Gemm g = linear_backward_input_gemm(dyb, N, w, dpre, tensor::GradientWrite::overwrite);
-  if (options_.gelu_epilogues) {
-    g.gelu_pre_in = pre.data;
-    matmul(g);
-  } else {
-    matmul(g);
-    do_gelu_backward_input(dpre, pre, dpre, tensor::GradientWrite::overwrite);  // in place
-  }
+  gelu_gradient_gemm(dyb, N, w, pre, dpre);
   matmul(linear_backward_weight_gemm(dyb, N, x, dw));
   if (!db.empty()) bias_gradient(dy, db);
 }

@@ -166,6 +166,16 @@ void check_linear_backward_weight(const char* op, ConstTensorView dy, ConstTenso
                         sh("db", db) + " does not match dw " + dw.shape.str());
 }
 
+// Both gradients of one layer at once: dx's and dw's checks, and dw w's shape.
+void check_linear_backward_both(const char* op, ConstTensorView dy, ConstTensorView x,
+                                ConstTensorView w, ConstTensorView dx, ConstTensorView dw,
+                                ConstTensorView db) {
+  check_linear_backward_input(op, dy, w, dx);
+  check_linear_backward_weight(op, dy, x, dw, db);
+  PIPETUNE_TENSOR_CHECK(dw.shape == w.shape, op,
+                        sh("dw", dw) + " is not w's shape " + w.shape.str());
+}
+
 }  // namespace
 
 void Backend::linear_forward(ConstTensorView x, ConstTensorView w, ConstTensorView b,
@@ -214,21 +224,15 @@ void Backend::linear_backward_weight(ConstTensorView dy, ConstTensorView x, Tens
 
 void Backend::linear_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
                               TensorView dx, GradientWrite write, TensorView dw, TensorView db) {
-  check_linear_backward_input("linear_backward", dy, w, dx);
-  check_linear_backward_weight("linear_backward", dy, x, dw, db);
-  PIPETUNE_TENSOR_CHECK(dw.shape == w.shape, "linear_backward",
-                        sh("dw", dw) + " is not w's shape " + w.shape.str());
+  check_linear_backward_both("linear_backward", dy, x, w, dx, dw, db);
   do_linear_backward(dy, x, w, dx, write, dw, db);
 }
 
 void Backend::linear_gelu_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView w,
                                    ConstTensorView pre, TensorView dpre, TensorView dw,
                                    TensorView db) {
-  check_linear_backward_input("linear_gelu_backward", dy, w, dpre);
+  check_linear_backward_both("linear_gelu_backward", dy, x, w, dpre, dw, db);
   same_shape("linear_gelu_backward", "pre", pre, "dpre", dpre);
-  check_linear_backward_weight("linear_gelu_backward", dy, x, dw, db);
-  PIPETUNE_TENSOR_CHECK(dw.shape == w.shape, "linear_gelu_backward",
-                        sh("dw", dw) + " is not w's shape " + w.shape.str());
   do_linear_gelu_backward(dy, x, w, pre, dpre, dw, db);
 }
 
