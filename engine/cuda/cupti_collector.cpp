@@ -225,6 +225,9 @@ CuptiCollector::CuptiCollector(Clock::time_point epoch, CuptiCollectorOptions op
   zeroed_buffers_ = cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER,
                                               &zeroed_size, &zeroed) == CUPTI_SUCCESS &&
                     options_.zeroed_buffers;
+  // Before any record: a rank knows its own thread by gettid(), not by pthread_self()'s address
+  // cut to 32 bits (CUPTI's default on Linux). A CUPTI without it leaves the ids as they were.
+  system_thread_ids_ = cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM) == CUPTI_SUCCESS;
   Registry::instance().attach(this, options_.buffer_bytes);
   std::vector<CUpti_ActivityKind> enabled;
   try {
@@ -260,8 +263,19 @@ void CuptiCollector::remeasure_clock() {
 }
 
 void CuptiCollector::flush() {
+  flush(options_.forced_flush ? FlushKind::forced : FlushKind::completed);
+}
+
+void CuptiCollector::flush(FlushKind kind) {
   PIPETUNE_CUPTI_CHECK(
-      cuptiActivityFlushAll(options_.forced_flush ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0));
+      cuptiActivityFlushAll(kind == FlushKind::forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0));
+}
+
+void keep_cupti_timestamps_in_pinned_host_memory(bool pinned) {
+  std::uint8_t value = pinned ? 1 : 0;
+  std::size_t size = sizeof value;
+  PIPETUNE_CUPTI_CHECK(cuptiActivitySetAttribute(
+      CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED, &size, &value));
 }
 
 profiler::GpuCapture CuptiCollector::take() {

@@ -92,6 +92,16 @@ BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
 // compares against).
 enum class ApiRecords { all, launches, none };
 
+// What a flush hands over: every buffer CUPTI holds, records of work still running included
+// (they come without their times), or only the buffers whose records are all complete.
+enum class FlushKind { forced, completed };
+
+// CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED: where CUPTI keeps the timestamps of
+// kernels, copies and memsets until a flush, in device memory (CUPTI 13's default) or in pinned
+// host memory. Process-wide, and only for contexts created afterwards: call before the first CUDA
+// call (the capture benchmark compares the two). Throws CudaError when CUPTI refuses.
+void keep_cupti_timestamps_in_pinned_host_memory(bool pinned);
+
 struct CuptiCollectorOptions {
   std::size_t buffer_bytes = std::size_t{8} << 20;  // each buffer handed to CUPTI
   bool synchronization = false;  // also CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (kept out of captures)
@@ -99,7 +109,7 @@ struct CuptiCollectorOptions {
   int clock_samples = 16;  // readings for the clock offset
   // flush(): forced (every buffer, CUPTI's advice before reading a step's records), or only the
   // buffers whose records are all complete (what a flush after a synchronisation should find;
-  // the overhead benchmark compares the two).
+  // the overhead benchmark compares the two). flush(FlushKind) chooses per call.
   bool forced_flush = true;
   // Hand CUPTI zeroed buffers (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER): false leaves the
   // zeroing of each new buffer to CUPTI, on the thread whose launch needed it (the overhead
@@ -124,6 +134,7 @@ class CuptiCollector {
   // otherwise): call at step end after the device work of the step has finished (synchronise
   // first).
   void flush();
+  void flush(FlushKind kind);
   // What arrived since the last take, emptied.
   profiler::GpuCapture take();
 
@@ -135,6 +146,9 @@ class CuptiCollector {
   // Whether CUPTI takes the zeroed buffers as they are (options.zeroed_buffers, and a CUPTI that
   // has the attribute).
   bool zeroed_buffers() const { return zeroed_buffers_; }
+  // Whether API records carry system thread ids (gettid(), set by the constructor through
+  // cuptiSetThreadIdType): what lets a rank find the calls of its own thread.
+  bool system_thread_ids() const { return system_thread_ids_; }
   std::uint64_t dropped_records() const;
   // Device records that came without their times and were left out (a forced flush while work
   // of that record still ran).
@@ -155,6 +169,7 @@ class CuptiCollector {
   CuptiCollectorOptions options_;
   ClockOffset offset_;
   bool zeroed_buffers_ = false;
+  bool system_thread_ids_ = false;
   mutable std::mutex mutex_;  // what follows: filled by CUPTI's completion callback
   profiler::GpuCapture capture_;
   CuptiNameCache names_;

@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include <unistd.h>  // gettid
+
 namespace pipetune::cuda {
 
 bool GpuActivityHub::join(std::int32_t rank, cudaStream_t stream, Clock::time_point epoch) {
@@ -19,6 +21,7 @@ bool GpuActivityHub::join(std::int32_t rank, cudaStream_t stream, Clock::time_po
       epoch_ = epoch;
       last_flush_ = {};
       router_ = profiler::CaptureRouter();
+      flush_counts_ = {};
     }
     // CUPTI's id of the stream (unique within its context; one device here).
     std::uint32_t id = 0;
@@ -54,12 +57,24 @@ runtime::RankDevice::GpuActivity GpuActivityHub::take(std::int32_t rank) {
   if (!collector_) throw std::logic_error("GpuActivityHub::take before any rank joined");
   // A flush that began after this rank's stream went idle has every record of it: ranks ending
   // their steps together share one flush instead of one each.
-  if (!flushed_since(synchronised)) {
+  const bool checked =
+      flush_policy_ == FlushPolicy::completed_checked && collector_->system_thread_ids();
+  const auto flush = [&](FlushKind kind) {
     last_flush_ = Clock::now();
-    collector_->flush();
+    collector_->flush(kind);
+    ++flush_counts_.flushes;
+    if (kind == FlushKind::forced) ++flush_counts_.forced;
     router_.add(collector_->take());
-  }
+  };
+  if (!flushed_since(synchronised)) flush(checked ? FlushKind::completed : FlushKind::forced);
+  if (checked && !router_.holds_newest_launch(rank, static_cast<std::uint32_t>(::gettid())))
+    flush(FlushKind::forced);
   return {router_.take(rank), collector_->clock_offset_ns()};
+}
+
+GpuActivityHub::FlushCounts GpuActivityHub::flush_counts() const {
+  std::lock_guard lock(mutex_);
+  return flush_counts_;
 }
 
 }  // namespace pipetune::cuda

@@ -35,6 +35,11 @@ void CaptureRouter::add(GpuCapture capture) {
       continue;
     }
     newest_call_ns_ = std::max(newest_call_ns_, call.start_ns);
+    // Correlation ids grow with each call (CUPTI numbers them process-wide): the tie-breaker.
+    NewestCall& newest = newest_of_thread_[call.thread_id];
+    if (call.start_ns > newest.start_ns ||
+        (call.start_ns == newest.start_ns && call.correlation > newest.correlation))
+      newest = {call.start_ns, call.correlation};
     calls_.insert_or_assign(call.correlation, std::move(call));
   }
   for (KernelRecord& record : capture.activities) {
@@ -55,6 +60,17 @@ void CaptureRouter::add(GpuCapture capture) {
       ++it;
     }
   }
+}
+
+bool CaptureRouter::holds_newest_launch(std::int32_t rank, std::uint32_t thread) const {
+  const auto newest = newest_of_thread_.find(thread);
+  const auto pending = pending_.find(rank);
+  if (newest == newest_of_thread_.end() || pending == pending_.end()) return false;
+  const std::vector<KernelRecord>& records = pending->second.activities;
+  // The newest launch completes last on its stream: look from the end.
+  return std::any_of(records.rbegin(), records.rend(), [&](const KernelRecord& r) {
+    return static_cast<std::uint32_t>(r.correlation) == newest->second.correlation;
+  });
 }
 
 GpuCapture CaptureRouter::take(std::int32_t rank) {

@@ -51,6 +51,14 @@ class CaptureRouter {
   // together; a record without one is counted by add_gpu_capture as without launch).
   GpuCapture take(std::int32_t rank);
 
+  // Whether `rank`'s pending records hold the record of the newest launch call `thread` made
+  // (CUPTI's thread id). A check that a flush of completed buffers only brought a rank's step:
+  // CUPTI keeps each thread's API and device records in buffers of that thread, filled in launch
+  // order, so once the record of the thread's latest launch is here the rest came before it. False
+  // when no launch call of `thread` arrived yet, or its record has not come or was taken already
+  // (the flush brought nothing new of the thread): the caller then forces a flush.
+  bool holds_newest_launch(std::int32_t rank, std::uint32_t thread) const;
+
   const RouterCounts& counts() const { return counts_; }
   std::size_t waiting_calls() const { return calls_.size(); }
 
@@ -64,6 +72,11 @@ class CaptureRouter {
   // Launch calls waiting for their device record, by correlation id.
   std::unordered_map<std::uint32_t, ApiCallRecord> calls_;
   std::int64_t newest_call_ns_ = 0;
+  struct NewestCall {
+    std::int64_t start_ns = 0;
+    std::uint32_t correlation = 0;
+  };
+  std::unordered_map<std::uint32_t, NewestCall> newest_of_thread_;  // launch calls, by thread
   RouterCounts counts_;
 };
 

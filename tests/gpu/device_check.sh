@@ -15,10 +15,12 @@
 #                             collectives, transfers and training across processes through NCCL
 #   2d. nccl_train_np2_hosts  `mpirun -np 2 ... pipetune train --backend cuda --pp 2` that way,
 #                             into a workspace, its losses against the CPU single-rank run
-#   3. cuda_capture_bench     capture overhead, off / nvtx / cupti / cupti without API records /
-#                             cupti with the launching calls' records only / cupti flushing
-#                             completed buffers only / cupti zeroing its own buffers
-#                             (Google Benchmark, 3 runs each)
+#   3. cuda_capture_bench     capture overhead (Google Benchmark, 3 runs each), by default off /
+#                             nvtx / cupti (forced flush) / cupti flushing completed buffers only /
+#                             the engine's hub (completed, forced when the check fails) / the hub
+#                             always forcing; CAPTURE_ARGS='--benchmark_filter=.' for every mode
+#   3b. cuda_capture_pinned   off / cupti / hub / hub forced again, CUPTI keeping its timestamps in
+#                             pinned host memory (--cupti-timestamps=pinned)
 #   4. cuda_attention_bench   the stored and flash attention kernels at GPT-2's shape
 #   4b. cuda_gemm_bench       the linear layers' GEMMs at GPT-2's shapes: fp32, bf16 from copies,
 #                             bf16 rounded inside cuBLASLt; the MLP's GELU after its GEMM or in
@@ -39,8 +41,8 @@
 # capture runs' workspaces gpt2_capture-fp32.db.gz / gpt2_capture-bf16.db.gz when small).
 # GPT2_ARGS (environment): more options for gpt2_gpu_bench.sh, split as the shell splits words,
 # e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look; CAPTURE_ARGS: more
-# options for cuda_capture_bench (e.g. CAPTURE_ARGS='--benchmark_filter=:[0123]/' for the first
-# four modes only); GEMM_ARGS: cuda_gemm_bench's options (default
+# options for cuda_capture_bench (default '--benchmark_filter=:[012578]/'; e.g.
+# CAPTURE_ARGS='--benchmark_filter=:[0123]/' for the first four modes only); GEMM_ARGS: cuda_gemm_bench's options (default
 # '--benchmark_filter=-operands:2', without in-GEMM rounding); NCCL_HOSTS_NP: the process counts of step 2c (default "2 4", "" for none);
 # NCCL_TRAIN_PLANS: the training plans of steps 2b and 2c, names of
 # tests/engine/runtime/plan_matrix.hpp (each runs under the process count of its world size), or
@@ -258,7 +260,8 @@ checks() {
   summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.fast.log")"
 
   if [ -n "$no_gpu" ]; then
-    for s in gpu_tests cuda_capture_bench cuda_attention_bench cuda_gemm_bench gpt2_gpu_bench; do
+    for s in gpu_tests cuda_capture_bench cuda_capture_pinned cuda_attention_bench cuda_gemm_bench \
+      gpt2_gpu_bench; do
       echo "$s: skipped, no GPU ($no_gpu)"
       note "$s" "SKIPPED (no GPU: $no_gpu)"
     done
@@ -360,43 +363,52 @@ PY
   fi
 
   # --- 3. capture overhead --------------------------------------------------------------------------
-  step cuda_capture_bench 170 "$scratch/.capture.log" "${run_env[@]}" "$build/tests/cuda_capture_bench" \
-    --benchmark_repetitions=3 "--benchmark_out=$out/cuda_capture_bench.json" \
-    --benchmark_out_format=json ${CAPTURE_ARGS:-}
-  if grep -q '^cuda_capture_bench: skipped' "$scratch/.capture.log"; then
-    summary[-1]="${summary[-1]}; SKIPPED by the program: no usable device"
-    failed=1
-  fi
-  if [ -s "$out/cuda_capture_bench.json" ]; then
-    python3 - "$out/cuda_capture_bench.json" <<'PY' && summary[-1]="${summary[-1]}; $(cat "$scratch/.overhead")"
+  # The summary's line for one run's JSON: each mode's overhead against off.
+  capture_overhead() {
+    python3 - "$1" <<'PY' && summary[-1]="${summary[-1]}; $(cat "$scratch/.overhead")"
 import json, os, re, sys
 runs = json.load(open(sys.argv[1]))["benchmarks"]
-mean, flush, records, calls = {}, {}, {}, {}
+mean, flush, records, calls, forced = {}, {}, {}, {}, {}
 for r in runs:
     if r.get("aggregate_name") == "mean":
-        m = re.search(r":(\d)", r["run_name"])
-        mean[int(m.group(1))] = r["real_time"]
-        if "flush_ms" in r:
-            flush[int(m.group(1))] = r["flush_ms"]
-        if "records/step" in r:
-            records[int(m.group(1))] = r["records/step"]
-        if "api_calls/step" in r:
-            calls[int(m.group(1))] = r["api_calls/step"]
+        mode = int(re.search(r":(\d)", r["run_name"]).group(1))
+        mean[mode] = r["real_time"]
+        for key, into in (("flush_ms", flush), ("records/step", records),
+                          ("api_calls/step", calls), ("forced_flushes/step", forced)):
+            if key in r:
+                into[mode] = r[key]
 names = {0: "off", 1: "nvtx", 2: "cupti", 3: "cupti-device", 4: "cupti-launches",
-         5: "cupti-completed", 6: "cupti-cupti-zeroes"}
+         5: "cupti-completed", 6: "cupti-cupti-zeroes", 7: "hub", 8: "hub-forced"}
 parts = []
 for mode in sorted(m for m in names if m > 0):
     if 0 in mean and mode in mean:
         extra = (f" (flush {flush[mode]:.3f} ms, {records[mode]:.0f} records"
-                 + (f" and {calls[mode]:.0f} API calls" if mode in calls else "") + " a step)"
-                 if mode in flush else "")
+                 + (f" and {calls[mode]:.0f} API calls" if mode in calls else "")
+                 + (f", {forced[mode]:.2f} forced flushes" if mode in forced else "")
+                 + " a step)" if mode in flush else "")
         parts.append(f"{names[mode]} {100 * (mean[mode] / mean[0] - 1):+.2f}%{extra}")
 line = (f"step {mean.get(0, 0):.3f} ms off; overhead " + ", ".join(parts)) if parts else "no means"
 print("capture overhead (mean of 3):", line)
 open(os.path.join(os.environ["SCRATCH"], ".overhead"), "w").write(line)
 PY
     rm -f "$scratch/.overhead"
+  }
+  # CAPTURE_ARGS split as the shell splits words, as before; the default filter is one word.
+  local capture_args=('--benchmark_filter=:[012578]/')
+  [ -n "${CAPTURE_ARGS:-}" ] && read -r -a capture_args <<<"$CAPTURE_ARGS"
+  step cuda_capture_bench 170 "$scratch/.capture.log" "${run_env[@]}" "$build/tests/cuda_capture_bench" \
+    --benchmark_repetitions=3 "--benchmark_out=$out/cuda_capture_bench.json" \
+    --benchmark_out_format=json "${capture_args[@]}"
+  if grep -q '^cuda_capture_bench: skipped' "$scratch/.capture.log"; then
+    summary[-1]="${summary[-1]}; SKIPPED by the program: no usable device"
+    failed=1
   fi
+  [ -s "$out/cuda_capture_bench.json" ] && capture_overhead "$out/cuda_capture_bench.json"
+  step cuda_capture_pinned 90 "$scratch/.capture_pinned.log" "${run_env[@]}" \
+    "$build/tests/cuda_capture_bench" --cupti-timestamps=pinned --benchmark_repetitions=3 \
+    '--benchmark_filter=:[0278]/' "--benchmark_out=$out/cuda_capture_pinned.json" \
+    --benchmark_out_format=json
+  [ -s "$out/cuda_capture_pinned.json" ] && capture_overhead "$out/cuda_capture_pinned.json"
 
   # --- 4. attention kernels -------------------------------------------------------------------------
   step cuda_attention_bench 90 "$scratch/.attention.log" "${run_env[@]}" \

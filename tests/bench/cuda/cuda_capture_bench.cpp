@@ -11,6 +11,12 @@
 //   BM_Step/cupti-completed  as cupti, flushing only completed buffers (flag 0, not forced)
 //   BM_Step/cupti-cupti-zeroes  as cupti, leaving the zeroing of each new activity buffer to
 //                  CUPTI (on the launching thread) instead of handing it zeroed buffers
+//   BM_Step/hub    the engine's own capture path: GpuActivityHub's take at step end (a flush of
+//                  completed buffers, forced only when the step's newest launch has no record yet),
+//                  routing included; forced_flushes/step says how often it had to force
+//   BM_Step/hub-forced  the same hub, always forcing (the engine's policy before the check)
+// With --cupti-timestamps=pinned (before the benchmark's flags) CUPTI keeps kernel timestamps in
+// pinned host memory instead of device memory (set before CUDA starts; compare runs).
 // Overhead = time(mode) / time(off) - 1. The CUPTI modes also report flush_ms, the step end's
 // flush and take alone (host time after the device is idle), to tell it from the time the
 // collection adds while the step runs. Runs only on a GPU: without a usable device it prints
@@ -20,12 +26,16 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <cstdio>
+#include <exception>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "engine/cuda/cuda_backend.hpp"
 #include "engine/cuda/cuda_check.hpp"
 #include "engine/cuda/cupti_collector.hpp"
+#include "engine/cuda/gpu_activity_hub.hpp"
 #include "profiler/recorder/nvtx.hpp"
 #include "tests/bench/cuda/cuda_bench_support.hpp"
 #include "tests/bench/cuda/device_array.hpp"
@@ -47,7 +57,9 @@ enum Mode {
   kCuptiDevice = 3,
   kCuptiLaunches = 4,
   kCuptiCompleted = 5,
-  kCuptiZeroedByCupti = 6
+  kCuptiZeroedByCupti = 6,
+  kHub = 7,
+  kHubForced = 8
 };
 
 class Ranges {
@@ -84,7 +96,16 @@ void BM_Step(benchmark::State& state) {
   backend.synchronize();
   Ranges ranges(mode != kOff);
   std::unique_ptr<pipetune::cuda::CuptiCollector> collector;
-  if (mode >= kCupti) {
+  std::unique_ptr<pipetune::cuda::GpuActivityHub> hub;
+  if (mode == kHub || mode == kHubForced) {
+    hub = std::make_unique<pipetune::cuda::GpuActivityHub>(
+        false, mode == kHub ? pipetune::cuda::GpuActivityHub::FlushPolicy::completed_checked
+                            : pipetune::cuda::GpuActivityHub::FlushPolicy::forced);
+    if (!hub->join(0, backend.stream(), pipetune::cuda::GpuActivityHub::Clock::now())) {
+      state.SkipWithError("the hub could not start CUPTI");
+      return;
+    }
+  } else if (mode >= kCupti) {
     pipetune::cuda::CuptiCollectorOptions options;
     options.api_records = mode == kCuptiDevice     ? pipetune::cuda::ApiRecords::none
                           : mode == kCuptiLaunches ? pipetune::cuda::ApiRecords::launches
@@ -98,8 +119,13 @@ void BM_Step(benchmark::State& state) {
   double flush_seconds = 0.0;
   const auto flush_and_take = [&] {
     const auto t0 = std::chrono::steady_clock::now();
-    collector->flush();
-    const pipetune::profiler::GpuCapture capture = collector->take();
+    pipetune::profiler::GpuCapture capture;
+    if (hub) {
+      capture = hub->take(0).capture;
+    } else {
+      collector->flush();
+      capture = collector->take();
+    }
     captured += capture.activities.size();
     api_calls += capture.api_calls.size();
     flush_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -129,27 +155,37 @@ void BM_Step(benchmark::State& state) {
       }
     });
     backend.synchronize();
-    if (collector) flush_and_take();  // step end: what the engine's capture does
+    if (collector || hub) flush_and_take();  // step end: what the engine's capture does
   }
   const double flops = 2.0 * 3.0 * 2.0 * kTokens * kHidden * 4.0 * kHidden * kLayers;
   state.counters["TFLOP/s"] =
       benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
-  if (collector) {
+  if (collector || hub) {
     state.counters["records/step"] =
         static_cast<double>(captured) / static_cast<double>(state.iterations());
     // API records: every runtime and driver call (cupti), the launching calls only
     // (cupti-launches: at least one a device record, or kernels lose their ops), none.
     state.counters["api_calls/step"] =
         static_cast<double>(api_calls) / static_cast<double>(state.iterations());
-    state.counters["dropped"] = static_cast<double>(collector->dropped_records());
     state.counters["flush_ms"] = 1e3 * flush_seconds / static_cast<double>(state.iterations());
+  }
+  if (collector) {
+    state.counters["dropped"] = static_cast<double>(collector->dropped_records());
     state.counters["zeroed_buffers"] = collector->zeroed_buffers() ? 1.0 : 0.0;
+  }
+  if (hub) {
+    const auto flushes = hub->flush_counts();
+    state.counters["flushes/step"] =
+        static_cast<double>(flushes.flushes) / static_cast<double>(state.iterations());
+    state.counters["forced_flushes/step"] =
+        static_cast<double>(flushes.forced) / static_cast<double>(state.iterations());
+    hub->leave(0);
   }
 }
 BENCHMARK(BM_Step)
     ->ArgName(
         "mode(0=off,1=nvtx,2=cupti,3=cupti-device,4=cupti-launches,5=cupti-completed,6=cupti-"
-        "cupti-zeroes)")
+        "cupti-zeroes,7=hub,8=hub-forced)")
     ->Arg(kOff)
     ->Arg(kNvtx)
     ->Arg(kCupti)
@@ -157,6 +193,8 @@ BENCHMARK(BM_Step)
     ->Arg(kCuptiLaunches)
     ->Arg(kCuptiCompleted)
     ->Arg(kCuptiZeroedByCupti)
+    ->Arg(kHub)
+    ->Arg(kHubForced)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(2.0);
@@ -164,5 +202,35 @@ BENCHMARK(BM_Step)
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --cupti-timestamps=device|pinned, taken out before Google Benchmark reads the rest.
+  constexpr std::string_view kFlag = "--cupti-timestamps=";
+  std::string_view timestamps;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg(argv[i]);
+    if (!arg.starts_with(kFlag)) continue;
+    timestamps = arg.substr(kFlag.size());
+    if (timestamps != "device" && timestamps != "pinned") {
+      std::fprintf(stderr,
+                   "cuda_capture_bench: --cupti-timestamps must be device or pinned, not '%.*s'\n",
+                   static_cast<int>(timestamps.size()), timestamps.data());
+      return 2;
+    }
+    for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+    --argc;
+    --i;
+  }
+  // Set before any context exists (the device query makes none); without a device the main
+  // below says why and skips.
+  if (!timestamps.empty() && !pipetune::cuda::query_devices().devices.empty()) {
+    try {
+      pipetune::cuda::keep_cupti_timestamps_in_pinned_host_memory(timestamps == "pinned");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cuda_capture_bench: CUPTI refused --cupti-timestamps=%.*s: %s\n",
+                   static_cast<int>(timestamps.size()), timestamps.data(), e.what());
+      return 1;
+    }
+    std::printf("cuda_capture_bench: CUPTI keeps timestamps in %s memory\n",
+                timestamps == "pinned" ? "pinned host" : "device");
+  }
   return pipetune::bench::run_benchmarks_on_a_gpu("cuda_capture_bench", argc, argv);
 }

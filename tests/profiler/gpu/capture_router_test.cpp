@@ -20,8 +20,8 @@ KernelRecord kernel(std::int32_t stream, std::int64_t correlation, std::int64_t 
 }
 
 ApiCallRecord call(std::uint32_t correlation, std::int64_t start,
-                   std::string name = "cudaLaunchKernel") {
-  return {correlation, 1, start, start + 2, std::move(name)};
+                   std::string name = "cudaLaunchKernel", std::uint32_t thread = 1) {
+  return {correlation, thread, start, start + 2, std::move(name)};
 }
 
 TEST(CaptureRouter, LaunchCallsAreTheOnesThatCreateDeviceWork) {
@@ -113,6 +113,55 @@ TEST(CaptureRouter, CallsWhoseRecordNeverComesAreEvictedByAge) {
   router.add(later);  // call 1 is 1500 ns older than the newest: evicted; call 2 stays
   EXPECT_EQ(router.waiting_calls(), 2u);
   EXPECT_EQ(router.counts().evicted_calls, 1u);
+}
+
+// The check behind a flush of completed buffers only (GpuActivityHub): a rank's step is in when
+// the record of its thread's newest launch is.
+TEST(CaptureRouter, TheNewestLaunchOfAThreadTellsWhetherItsStepArrived) {
+  CaptureRouter router;
+  router.assign_stream(13, 0);
+  router.assign_stream(14, 1);
+  EXPECT_FALSE(router.holds_newest_launch(0, 100));  // nothing yet
+  GpuCapture c;
+  // Thread 100 is rank 0 (stream 13), thread 200 rank 1 (stream 14). A synchronise is no launch.
+  c.api_calls = {call(1, 10, "cudaLaunchKernel", 100), call(2, 11, "cudaLaunchKernel", 200),
+                 call(3, 12, "cuLaunchKernelEx", 100), call(4, 13, "cudaStreamSynchronize", 100)};
+  c.activities = {kernel(13, 1, 20), kernel(13, 3, 30)};  // rank 1's kernel still runs
+  router.add(c);
+  EXPECT_TRUE(router.holds_newest_launch(0, 100));
+  EXPECT_FALSE(router.holds_newest_launch(1, 200));  // its record has not come
+  EXPECT_FALSE(router.holds_newest_launch(1, 100));  // thread 100's launches ran on rank 0
+  EXPECT_FALSE(router.holds_newest_launch(0, 300));  // a thread that launched nothing
+  router.take(0);
+  EXPECT_FALSE(router.holds_newest_launch(0, 100));  // taken: nothing new of the thread since
+
+  // A flush that brings a thread's later calls but not the record of its newest launch.
+  GpuCapture d;
+  d.api_calls = {call(5, 40, "cudaLaunchKernel", 100), call(6, 41, "cudaMemcpyAsync", 100)};
+  d.activities = {kernel(13, 5, 50), kernel(14, 2, 25)};
+  router.add(d);
+  EXPECT_FALSE(router.holds_newest_launch(0, 100));
+  EXPECT_TRUE(router.holds_newest_launch(1, 200));
+  GpuCapture e;
+  e.activities = {kernel(13, 6, 60)};
+  router.add(e);
+  EXPECT_TRUE(router.holds_newest_launch(0, 100));
+  EXPECT_EQ(router.take(0).activities.size(), 2u);
+}
+
+// Two calls of one thread may share a timestamp: the later correlation id is the newer call.
+TEST(CaptureRouter, CallsAtOneInstantAreOrderedByCorrelation) {
+  CaptureRouter router;
+  router.assign_stream(13, 0);
+  GpuCapture c;
+  c.api_calls = {call(8, 10, "cudaLaunchKernel", 7), call(7, 10, "cudaLaunchKernel", 7)};
+  c.activities = {kernel(13, 7, 20)};
+  router.add(c);
+  EXPECT_FALSE(router.holds_newest_launch(0, 7));  // call 8's record is missing
+  GpuCapture d;
+  d.activities = {kernel(13, 8, 30)};
+  router.add(d);
+  EXPECT_TRUE(router.holds_newest_launch(0, 7));
 }
 
 TEST(CaptureRouter, AStreamBelongsToOneRank) {

@@ -1,0 +1,104 @@
+// GpuActivityHub on a device: each rank's take at its step end brings exactly that step's device
+// records, each with its launch call, whether the hub forces every flush or flushes completed
+// buffers only and forces when the check (the rank thread's newest launch has its record) fails.
+// Two ranks as threads with streams of their own, as in single-GPU mode. Skips without a device.
+#include "engine/cuda/gpu_activity_hub.hpp"
+
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <cstdio>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/gpu/gpu_test_support.hpp"
+
+namespace pipetune::cuda {
+namespace {
+
+using Policy = GpuActivityHub::FlushPolicy;
+
+class GpuActivityHubGpu : public ::testing::TestWithParam<Policy> {};
+
+TEST_P(GpuActivityHubGpu, EachTakeBringsItsRanksStepWithTheLaunchCalls) {
+  PIPETUNE_REQUIRE_GPU();
+  constexpr int kRanks = 2, kSteps = 6;
+  // A step: three kernels and a memset on the rank's stream (the engine's own kernels only, so
+  // the count is known: cuBLASLt may launch one kernel or two for a GEMM).
+  constexpr std::size_t kRecordsPerStep = 4;
+  tensor::Tensor host(tensor::Shape{512, 256});
+  for (std::int64_t i = 0; i < host.numel(); ++i) host.data()[i] = 0.001f * static_cast<float>(i);
+  std::vector<std::unique_ptr<CudaBackend>> backends;
+  std::vector<std::unique_ptr<testing::DeviceTensor>> xs, ys;
+  for (int r = 0; r < kRanks; ++r) {
+    backends.push_back(std::make_unique<CudaBackend>());
+    xs.push_back(std::make_unique<testing::DeviceTensor>(host));
+    ys.push_back(std::make_unique<testing::DeviceTensor>(host));
+    backends.back()->synchronize();
+  }
+
+  GpuActivityHub hub(false, GetParam());
+  const auto epoch = GpuActivityHub::Clock::now();
+  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(hub.join(r, backends[r]->stream(), epoch));
+
+  // No rank's work runs while another rank takes (a forced flush would hand it over without its
+  // times): so both policies must bring every record at its step's take.
+  std::barrier step_end(kRanks);
+  std::vector<std::vector<std::size_t>> records(kRanks), with_launch(kRanks);
+  std::vector<std::string> errors(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        CudaBackend& b = *backends[r];
+        for (int step = 0; step < kSteps; ++step) {
+          b.scale(xs[r]->view(), 0.5f);
+          b.add(xs[r]->view(), ys[r]->view(), ys[r]->view());
+          b.gelu_forward(ys[r]->view(), xs[r]->view());
+          b.zero(ys[r]->view());
+          b.synchronize();
+          step_end.arrive_and_wait();  // every rank's step is done
+          const runtime::RankDevice::GpuActivity a = hub.take(r);
+          std::set<std::int64_t> calls;
+          for (const profiler::ApiCallRecord& c : a.capture.api_calls) calls.insert(c.correlation);
+          std::size_t launched = 0;
+          for (const profiler::KernelRecord& k : a.capture.activities)
+            launched += calls.count(k.correlation);
+          records[r].push_back(a.capture.activities.size());
+          with_launch[r].push_back(launched);
+          step_end.arrive_and_wait();  // every rank took
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        step_end.arrive_and_drop();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const GpuActivityHub::FlushCounts flushes = hub.flush_counts();
+  for (int r = 0; r < kRanks; ++r) hub.leave(r);
+  std::printf("%d ranks x %d steps: %zu flushes, %zu of them forced\n", kRanks, kSteps,
+              flushes.flushes, flushes.forced);
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_TRUE(errors[r].empty()) << "rank " << r << ": " << errors[r];
+    for (int step = 0; step < kSteps; ++step) {
+      EXPECT_EQ(records[r][step], kRecordsPerStep) << "rank " << r << " step " << step;
+      EXPECT_EQ(with_launch[r][step], records[r][step]) << "rank " << r << " step " << step;
+    }
+  }
+  if (GetParam() == Policy::forced) {
+    EXPECT_EQ(flushes.forced, flushes.flushes);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, GpuActivityHubGpu,
+                         ::testing::Values(Policy::forced, Policy::completed_checked),
+                         [](const auto& info) {
+                           return info.param == Policy::forced ? "forced" : "completed_checked";
+                         });
+
+}  // namespace
+}  // namespace pipetune::cuda
