@@ -312,7 +312,9 @@ void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r, s
     j["gpu_capture"] = {{"activities", r.gpu_capture.activities},
                         {"attributed", r.gpu_capture.attributed},
                         {"outside_ops", r.gpu_capture.outside_ops},
-                        {"without_launch", r.gpu_capture.without_launch}};
+                        {"without_launch", r.gpu_capture.without_launch},
+                        {"flushes", r.gpu_capture.flushes},
+                        {"forced_flushes", r.gpu_capture.forced_flushes}};
   if (run_id >= 0) j["run_id"] = run_id;
   std::cout << j.dump(2) << "\n";
 }
@@ -336,8 +338,8 @@ void print_summary(const runtime::TrainResult& r) {
   if (g.activities > 0)
     std::printf(
         "GPU activity (CUPTI): %zu kernels, copies and memsets; %zu launched inside ops, %zu "
-        "between ops, %zu without their launch call\n",
-        g.activities, g.attributed, g.outside_ops, g.without_launch);
+        "between ops, %zu without their launch call; %zu step-end flushes, %zu of them forced\n",
+        g.activities, g.attributed, g.outside_ops, g.without_launch, g.flushes, g.forced_flushes);
 }
 
 std::string summary_json(const runtime::TrainResult& r) {

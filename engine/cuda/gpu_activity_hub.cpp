@@ -59,17 +59,22 @@ runtime::RankDevice::GpuActivity GpuActivityHub::take(std::int32_t rank) {
   // their steps together share one flush instead of one each.
   const bool checked =
       flush_policy_ == FlushPolicy::completed_checked && collector_->system_thread_ids();
+  runtime::RankDevice::GpuActivity out;
   const auto flush = [&](FlushKind kind) {
     last_flush_ = Clock::now();
     collector_->flush(kind);
-    ++flush_counts_.flushes;
-    if (kind == FlushKind::forced) ++flush_counts_.forced;
+    ++out.flushes;
+    if (kind == FlushKind::forced) ++out.forced_flushes;
     router_.add(collector_->take());
   };
   if (!flushed_since(synchronised)) flush(checked ? FlushKind::completed : FlushKind::forced);
   if (checked && !router_.holds_newest_launch(rank, static_cast<std::uint32_t>(::gettid())))
     flush(FlushKind::forced);
-  return {router_.take(rank), collector_->clock_offset_ns()};
+  flush_counts_.flushes += out.flushes;
+  flush_counts_.forced += out.forced_flushes;
+  out.capture = router_.take(rank);
+  out.clock_offset_ns = collector_->clock_offset_ns();
+  return out;
 }
 
 GpuActivityHub::FlushCounts GpuActivityHub::flush_counts() const {

@@ -201,6 +201,11 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
 profiler::GpuCapture RankTraining::take_gpu_activity() {
   if (!gpu_capture_) return {};
   RankDevice::GpuActivity a = device_.take_gpu_activity();
+  if (a.flushes > 0) {
+    std::lock_guard lock(s_.mutex);
+    s_.result.gpu_capture.flushes += a.flushes;
+    s_.result.gpu_capture.forced_flushes += a.forced_flushes;
+  }
   for (profiler::KernelRecord& k : a.capture.activities) {
     k.start_ns += a.clock_offset_ns;
     k.end_ns += a.clock_offset_ns;

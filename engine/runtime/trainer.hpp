@@ -55,6 +55,10 @@ class RankDevice {
   struct GpuActivity {
     profiler::GpuCapture capture;
     std::int64_t clock_offset_ns = 0;  // engine time = capture time + clock_offset_ns
+    // The profiler's flushes this take made, and how many of them were forced (they hand over
+    // other ranks' running work without its times): 0 when another rank's flush served.
+    std::size_t flushes = 0;
+    std::size_t forced_flushes = 0;
   };
   virtual GpuActivity take_gpu_activity() { return {}; }
 };
@@ -206,6 +210,8 @@ struct TrainResult {
     std::size_t attributed = 0;      // launched inside one of the rank's ops
     std::size_t outside_ops = 0;     // launched between ops (the optimizer, checkpoints)
     std::size_t without_launch = 0;  // whose launch call was not captured
+    std::size_t flushes = 0;         // step-end flushes of the capture (this process's ranks)
+    std::size_t forced_flushes = 0;  // of which forced (RankDevice::GpuActivity)
   };
   GpuCaptureCounts gpu_capture;  // all zero without GPU capture
 };

@@ -41,8 +41,8 @@
 # capture runs' workspaces gpt2_capture-fp32.db.gz / gpt2_capture-bf16.db.gz when small).
 # GPT2_ARGS (environment): more options for gpt2_gpu_bench.sh, split as the shell splits words,
 # e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look; CAPTURE_ARGS: more
-# options for cuda_capture_bench (default '--benchmark_filter=:[012578]/'; e.g.
-# CAPTURE_ARGS='--benchmark_filter=:[0123]/' for the first four modes only); GEMM_ARGS: cuda_gemm_bench's options (default
+# options for cuda_capture_bench (default '--benchmark_filter=:[012578]/layers:12|/layers:24';
+# e.g. CAPTURE_ARGS='--benchmark_filter=:[0123]/' for the first four modes only); GEMM_ARGS: cuda_gemm_bench's options (default
 # '--benchmark_filter=-operands:2', without in-GEMM rounding); NCCL_HOSTS_NP: the process counts of step 2c (default "2 4", "" for none);
 # NCCL_TRAIN_PLANS: the training plans of steps 2b and 2c, names of
 # tests/engine/runtime/plan_matrix.hpp (each runs under the process count of its world size), or
@@ -349,7 +349,8 @@ worst = max(abs(a - b) / b for a, b in zip(g, w)) if len(g) == len(w) else float
 cap = got.get("gpu_capture", {})
 print(f"{len(got['ranks'])} ranks; losses vs the CPU single-rank run: max relative difference "
       f"{worst:.2e}{'' if worst <= 1e-3 else ' (OVER 1e-3)'}; GPU records {cap.get('activities', 0)}"
-      f", {cap.get('attributed', 0)} launched inside ops; {got['tokens_per_s']:.0f} tokens/s")
+      f", {cap.get('attributed', 0)} launched inside ops, {cap.get('forced_flushes', 0)} of "
+      f"{cap.get('flushes', 0)} flushes forced; {got['tokens_per_s']:.0f} tokens/s")
 sys.exit(0 if worst <= 1e-3 and cap.get("activities", 0) > 0 else 1)
 PY
           { failed=1; summary[-1]="${summary[-1]}; CHECK FAILED"; }
@@ -371,7 +372,8 @@ runs = json.load(open(sys.argv[1]))["benchmarks"]
 mean, flush, records, calls, forced = {}, {}, {}, {}, {}
 for r in runs:
     if r.get("aggregate_name") == "mean":
-        mode = int(re.search(r":(\d)", r["run_name"]).group(1))
+        m = re.search(r"\):(\d)/layers:(\d+)", r["run_name"])
+        mode = (int(m.group(1)), int(m.group(2)))
         mean[mode] = r["real_time"]
         for key, into in (("flush_ms", flush), ("records/step", records),
                           ("api_calls/step", calls), ("forced_flushes/step", forced)):
@@ -380,21 +382,23 @@ for r in runs:
 names = {0: "off", 1: "nvtx", 2: "cupti", 3: "cupti-device", 4: "cupti-launches",
          5: "cupti-completed", 6: "cupti-cupti-zeroes", 7: "hub", 8: "hub-forced"}
 parts = []
-for mode in sorted(m for m in names if m > 0):
-    if 0 in mean and mode in mean:
+for mode in sorted(m for m in mean if m[0] > 0):
+    off = (0, mode[1])
+    if off in mean:
         extra = (f" (flush {flush[mode]:.3f} ms, {records[mode]:.0f} records"
                  + (f" and {calls[mode]:.0f} API calls" if mode in calls else "")
                  + (f", {forced[mode]:.2f} forced flushes" if mode in forced else "")
                  + " a step)" if mode in flush else "")
-        parts.append(f"{names[mode]} {100 * (mean[mode] / mean[0] - 1):+.2f}%{extra}")
-line = (f"step {mean.get(0, 0):.3f} ms off; overhead " + ", ".join(parts)) if parts else "no means"
+        layers = "" if mode[1] == 12 else f" at {mode[1]} layers (off {mean[off]:.3f} ms)"
+        parts.append(f"{names[mode[0]]}{layers} {100 * (mean[mode] / mean[off] - 1):+.2f}%{extra}")
+line = (f"step {mean.get((0, 12), 0):.3f} ms off; overhead " + ", ".join(parts)) if parts else "no means"
 print("capture overhead (mean of 3):", line)
 open(os.path.join(os.environ["SCRATCH"], ".overhead"), "w").write(line)
 PY
     rm -f "$scratch/.overhead"
   }
   # CAPTURE_ARGS split as the shell splits words, as before; the default filter is one word.
-  local capture_args=('--benchmark_filter=:[012578]/')
+  local capture_args=('--benchmark_filter=:[012578]/layers:12|/layers:24')
   [ -n "${CAPTURE_ARGS:-}" ] && read -r -a capture_args <<<"$CAPTURE_ARGS"
   step cuda_capture_bench 170 "$scratch/.capture.log" "${run_env[@]}" "$build/tests/cuda_capture_bench" \
     --benchmark_repetitions=3 "--benchmark_out=$out/cuda_capture_bench.json" \
@@ -406,7 +410,7 @@ PY
   [ -s "$out/cuda_capture_bench.json" ] && capture_overhead "$out/cuda_capture_bench.json"
   step cuda_capture_pinned 90 "$scratch/.capture_pinned.log" "${run_env[@]}" \
     "$build/tests/cuda_capture_bench" --cupti-timestamps=pinned --benchmark_repetitions=3 \
-    '--benchmark_filter=:[0278]/' "--benchmark_out=$out/cuda_capture_pinned.json" \
+    '--benchmark_filter=:[0278]/layers:12' "--benchmark_out=$out/cuda_capture_pinned.json" \
     --benchmark_out_format=json
   [ -s "$out/cuda_capture_pinned.json" ] && capture_overhead "$out/cuda_capture_pinned.json"
 

@@ -17,10 +17,11 @@
 //   BM_Step/hub-forced  the same hub, always forcing (the engine's policy before the check)
 // With --cupti-timestamps=pinned (before the benchmark's flags) CUPTI keeps kernel timestamps in
 // pinned host memory instead of device memory (set before CUDA starts; compare runs).
-// Overhead = time(mode) / time(off) - 1. The CUPTI modes also report flush_ms, the step end's
-// flush and take alone (host time after the device is idle), to tell it from the time the
-// collection adds while the step runs. Runs only on a GPU: without a usable device it prints
-// why and exits 0.
+// Each mode at 12 layers (168 kernels a step); off, cupti and hub also at 24 layers, to tell a cost
+// per kernel from a cost per step. Overhead = time(mode) / time(off at the same layers) - 1. The
+// CUPTI modes also report flush_ms, the step end's flush and take alone (host time after the device
+// is idle), to tell it from the time the collection adds while the step runs. Runs only on a GPU:
+// without a usable device it prints why and exits 0.
 #include <benchmark/benchmark.h>
 
 #include <cuda_runtime_api.h>
@@ -81,7 +82,8 @@ class Ranges {
 
 void BM_Step(benchmark::State& state) {
   const auto mode = static_cast<Mode>(state.range(0));
-  constexpr std::int64_t kTokens = 4096, kHidden = 768, kLayers = 12;
+  constexpr std::int64_t kTokens = 4096, kHidden = 768;
+  const auto kLayers = static_cast<int>(state.range(1));
   CudaBackend backend;
   DeviceArray x(Shape{kTokens, kHidden}), h(Shape{kTokens, 4 * kHidden}),
       a(Shape{kTokens, 4 * kHidden}), y(Shape{kTokens, kHidden}), dy(Shape{kTokens, kHidden}),
@@ -183,18 +185,14 @@ void BM_Step(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Step)
-    ->ArgName(
-        "mode(0=off,1=nvtx,2=cupti,3=cupti-device,4=cupti-launches,5=cupti-completed,6=cupti-"
-        "cupti-zeroes,7=hub,8=hub-forced)")
-    ->Arg(kOff)
-    ->Arg(kNvtx)
-    ->Arg(kCupti)
-    ->Arg(kCuptiDevice)
-    ->Arg(kCuptiLaunches)
-    ->Arg(kCuptiCompleted)
-    ->Arg(kCuptiZeroedByCupti)
-    ->Arg(kHub)
-    ->Arg(kHubForced)
+    ->ArgNames({"mode(0=off,1=nvtx,2=cupti,3=cupti-device,4=cupti-launches,5=cupti-completed,6="
+                "cupti-cupti-zeroes,7=hub,8=hub-forced)",
+                "layers"})
+    ->ArgsProduct({{kOff, kNvtx, kCupti, kCuptiDevice, kCuptiLaunches, kCuptiCompleted,
+                    kCuptiZeroedByCupti, kHub, kHubForced},
+                   {12}})
+    // Twice the kernels a step: whether a mode's cost grows with the kernels or is the step's.
+    ->ArgsProduct({{kOff, kCupti, kHub}, {24}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(2.0);

@@ -74,6 +74,9 @@ TEST(GpuActivityTrace, RecordedRunHasEachRanksKernelsUnderTheOpsThatLaunchedThem
   EXPECT_EQ(r.gpu_capture.without_launch, 0u);  // every record came with its call
   EXPECT_EQ(r.gpu_capture.attributed + r.gpu_capture.outside_ops, r.kernels.size());
   EXPECT_GT(r.gpu_capture.attributed, r.gpu_capture.outside_ops);
+  // Each rank's take at each step end: the devices' flush counts summed.
+  EXPECT_EQ(r.gpu_capture.flushes, static_cast<std::size_t>(2 * o.steps));
+  EXPECT_EQ(r.gpu_capture.forced_flushes, 2u);
 
   // Attention: one kernel per layer and micro-batch of each forward, on the stage that holds the
   // layer, each attributed to the F op of its micro-batch and lying inside it (the clock offset

@@ -388,8 +388,10 @@ class GuardedRankDevice final : public runtime::RankDevice {
     if (log_activity_) storage_.start_log(epoch);
     return log_activity_;
   }
+  // One flush a take, the rank's first forced (as a profiler's first flush may be): what the
+  // run's flush counts must add up to.
   GpuActivity take_gpu_activity() override {
-    return {storage_.take_log(), -GuardedAllocator::kLogClockAhead};
+    return {storage_.take_log(), -GuardedAllocator::kLogClockAhead, 1, takes_++ == 0 ? 1u : 0u};
   }
   tensor::Backend& backend() override { return backend_; }
   tensor::DeviceAllocator* storage() override { return &storage_; }
@@ -405,6 +407,7 @@ class GuardedRankDevice final : public runtime::RankDevice {
   runtime::StagingCommunicator comm_;
   std::optional<runtime::PeerCopyCommunicator> peers_;
   bool log_activity_;
+  std::size_t takes_ = 0;
 };
 
 }  // namespace pipetune::testing

@@ -116,9 +116,10 @@ TEST(TraceSink, AStepEndsWorkCountsInTheRunsTime) {
   double sum = 0.0;
   for (const StepResult& s : r.steps) {
     sum += s.seconds;
-    if (s.step > 1)
+    if (s.step > 1) {
       EXPECT_GE(s.seconds, std::chrono::duration<double>(kSink + kReport).count())
           << "step " << s.step << " leaves out the previous step's end";
+    }
     EXPECT_NEAR(s.tokens_per_s * s.seconds, static_cast<double>(r.tokens_per_step),
                 1e-6 * static_cast<double>(r.tokens_per_step));
   }
