@@ -412,6 +412,10 @@ PY
     "$build/tests/cuda_capture_bench" --cupti-timestamps=pinned --benchmark_repetitions=3 \
     '--benchmark_filter=:[0278]/layers:12' "--benchmark_out=$out/cuda_capture_pinned.json" \
     --benchmark_out_format=json
+  if grep -q '^cuda_capture_bench: skipped' "$scratch/.capture_pinned.log"; then
+    summary[-1]="${summary[-1]}; SKIPPED by the program: no usable device"
+    failed=1
+  fi
   [ -s "$out/cuda_capture_pinned.json" ] && capture_overhead "$out/cuda_capture_pinned.json"
 
   # --- 4. attention kernels -------------------------------------------------------------------------
