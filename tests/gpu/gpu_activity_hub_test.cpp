@@ -94,6 +94,76 @@ TEST_P(GpuActivityHubGpu, EachTakeBringsItsRanksStepWithTheLaunchCalls) {
   }
 }
 
+// The point of flushing completed buffers only: a rank that takes while another rank's kernels
+// still run neither forces a flush nor hands those kernels over without their times, so the other
+// rank's take later brings every one of them.
+TEST(GpuActivityHubTwoRanks, ATakeLeavesAnotherRanksRunningKernelsWhole) {
+  PIPETUNE_REQUIRE_GPU();
+  constexpr int kLongKernels = 60;
+  tensor::Tensor small(tensor::Shape{512, 256}), large(tensor::Shape{4096, 4096});
+  std::vector<std::unique_ptr<CudaBackend>> backends;
+  backends.push_back(std::make_unique<CudaBackend>());
+  backends.push_back(std::make_unique<CudaBackend>());
+  testing::DeviceTensor a(small), b(small), c(large), d(large);
+  for (auto& backend : backends) backend->synchronize();
+
+  GpuActivityHub hub(false, Policy::completed_checked);
+  const auto epoch = GpuActivityHub::Clock::now();
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(hub.join(r, backends[r]->stream(), epoch));
+  std::barrier launched(2), first_took(2);
+  std::size_t first_forced = 0, first_records = 0, second_records = 0, second_with_launch = 0;
+  std::string errors[2];
+  // Each side leaves the barriers it has not reached when it fails, so the other never hangs.
+  const auto side = [&](int rank, auto body) {
+    int reached = 0;
+    try {
+      body(reached);
+    } catch (const std::exception& e) {
+      errors[rank] = e.what();
+    }
+    if (reached < 1) launched.arrive_and_drop();
+    if (reached < 2) first_took.arrive_and_drop();
+  };
+  std::thread second([&] {
+    side(1, [&](int& reached) {
+      for (int i = 0; i < kLongKernels; ++i) backends[1]->gelu_forward(c.view(), d.view());
+      launched.arrive_and_wait();
+      reached = 1;
+      first_took.arrive_and_wait();
+      reached = 2;
+      backends[1]->synchronize();
+      const runtime::RankDevice::GpuActivity got = hub.take(1);
+      std::set<std::int64_t> calls;
+      for (const profiler::ApiCallRecord& call : got.capture.api_calls)
+        calls.insert(call.correlation);
+      second_records = got.capture.activities.size();
+      for (const profiler::KernelRecord& k : got.capture.activities)
+        second_with_launch += calls.count(k.correlation);
+    });
+  });
+  side(0, [&](int& reached) {
+    launched.arrive_and_wait();  // rank 1's kernels are queued, most still to run
+    reached = 1;
+    backends[0]->scale(a.view(), 0.5f);
+    backends[0]->add(a.view(), b.view(), b.view());
+    backends[0]->synchronize();
+    const runtime::RankDevice::GpuActivity got = hub.take(0);
+    first_records = got.capture.activities.size();
+    first_forced = got.forced_flushes;
+    first_took.arrive_and_wait();
+    reached = 2;
+  });
+  second.join();
+  for (int r = 0; r < 2; ++r) hub.leave(r);
+  ASSERT_TRUE(errors[0].empty()) << "rank 0: " << errors[0];
+  ASSERT_TRUE(errors[1].empty()) << "rank 1: " << errors[1];
+  EXPECT_EQ(first_records, 2u);
+  EXPECT_EQ(first_forced, 0u) << "rank 0's completed-only flush fell short and was forced";
+  EXPECT_EQ(second_records, static_cast<std::size_t>(kLongKernels))
+      << "rank 1's running kernels were handed over without their times";
+  EXPECT_EQ(second_with_launch, second_records);
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, GpuActivityHubGpu,
                          ::testing::Values(Policy::forced, Policy::completed_checked),
                          [](const auto& info) {
