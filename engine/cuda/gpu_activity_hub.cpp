@@ -55,8 +55,9 @@ runtime::RankDevice::GpuActivity GpuActivityHub::take(std::int32_t rank) {
   const Clock::time_point synchronised = Clock::now();  // the caller's stream is idle by now
   std::lock_guard lock(mutex_);
   if (!collector_) throw std::logic_error("GpuActivityHub::take before any rank joined");
-  // A flush that began after this rank's stream went idle has every record of it: ranks ending
-  // their steps together share one flush instead of one each.
+  // A flush that began after this rank's stream went idle had every record of it to hand over:
+  // ranks ending their steps together share one flush instead of one each. Whether a completed-
+  // only flush (this rank's or another's) did hand them over is then checked.
   const bool checked =
       flush_policy_ == FlushPolicy::completed_checked && collector_->system_thread_ids();
   runtime::RankDevice::GpuActivity out;
