@@ -271,6 +271,12 @@ void CuptiCollector::flush(FlushKind kind) {
       cuptiActivityFlushAll(kind == FlushKind::forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0));
 }
 
+void set_cupti_timestamp_buffer_bytes(std::size_t bytes) {
+  std::size_t size = sizeof bytes;
+  PIPETUNE_CUPTI_CHECK(
+      cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, &size, &bytes));
+}
+
 void keep_cupti_timestamps_in_pinned_host_memory(bool pinned) {
   std::uint8_t value = pinned ? 1 : 0;
   std::size_t size = sizeof value;

@@ -101,6 +101,9 @@ enum class FlushKind { forced, completed };
 // host memory. Process-wide, and only for contexts created afterwards: call before the first CUDA
 // call (the capture benchmark compares the two). Throws CudaError when CUPTI refuses.
 void keep_cupti_timestamps_in_pinned_host_memory(bool pinned);
+// CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE: the bytes of each such timestamp buffer (CUPTI 13's
+// default 3,200,000, room for 100,000 records). The same rules as above.
+void set_cupti_timestamp_buffer_bytes(std::size_t bytes);
 
 struct CuptiCollectorOptions {
   std::size_t buffer_bytes = std::size_t{8} << 20;  // each buffer handed to CUPTI

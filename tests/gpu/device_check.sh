@@ -19,8 +19,9 @@
 #                             nvtx / cupti (forced flush) / cupti flushing completed buffers only /
 #                             the engine's hub (completed, forced when the check fails) / the hub
 #                             always forcing; CAPTURE_ARGS='--benchmark_filter=.' for every mode
-#   3b. cuda_capture_pinned   off / cupti / hub / hub forced again, CUPTI keeping its timestamps in
-#                             pinned host memory (--cupti-timestamps=pinned)
+#   3b. cuda_capture_pinned, cuda_capture_small  off / cupti / hub again, CUPTI keeping its
+#                             timestamps in pinned host memory (--cupti-timestamps=pinned), then
+#                             in device buffers of 256 KiB (--cupti-timestamp-buffer-kib=256)
 #   4. cuda_attention_bench   the stored and flash attention kernels at GPT-2's shape
 #   4b. cuda_gemm_bench       the linear layers' GEMMs at GPT-2's shapes: fp32, bf16 from copies,
 #                             bf16 rounded inside cuBLASLt; the MLP's GELU after its GEMM or in
@@ -260,8 +261,8 @@ checks() {
   summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.fast.log")"
 
   if [ -n "$no_gpu" ]; then
-    for s in gpu_tests cuda_capture_bench cuda_capture_pinned cuda_attention_bench cuda_gemm_bench \
-      gpt2_gpu_bench; do
+    for s in gpu_tests cuda_capture_bench cuda_capture_pinned cuda_capture_small \
+      cuda_attention_bench cuda_gemm_bench gpt2_gpu_bench; do
       echo "$s: skipped, no GPU ($no_gpu)"
       note "$s" "SKIPPED (no GPU: $no_gpu)"
     done
@@ -408,15 +409,21 @@ PY
     failed=1
   fi
   [ -s "$out/cuda_capture_bench.json" ] && capture_overhead "$out/cuda_capture_bench.json"
-  step cuda_capture_pinned 90 "$scratch/.capture_pinned.log" "${run_env[@]}" \
-    "$build/tests/cuda_capture_bench" --cupti-timestamps=pinned --benchmark_repetitions=3 \
-    '--benchmark_filter=:[0278]/layers:12' "--benchmark_out=$out/cuda_capture_pinned.json" \
-    --benchmark_out_format=json
-  if grep -q '^cuda_capture_bench: skipped' "$scratch/.capture_pinned.log"; then
-    summary[-1]="${summary[-1]}; SKIPPED by the program: no usable device"
-    failed=1
-  fi
-  [ -s "$out/cuda_capture_pinned.json" ] && capture_overhead "$out/cuda_capture_pinned.json"
+  # CUPTI's timestamp buffers in pinned host memory, then in device memory of 256 KiB (not 3 MB).
+  local name flag
+  for name in pinned small; do
+    flag=--cupti-timestamps=pinned
+    [ "$name" = small ] && flag=--cupti-timestamp-buffer-kib=256
+    step "cuda_capture_$name" 60 "$scratch/.capture_$name.log" "${run_env[@]}" \
+      "$build/tests/cuda_capture_bench" "$flag" --benchmark_repetitions=3 \
+      '--benchmark_filter=:[027]/layers:12' "--benchmark_out=$out/cuda_capture_$name.json" \
+      --benchmark_out_format=json
+    if grep -q '^cuda_capture_bench: skipped' "$scratch/.capture_$name.log"; then
+      summary[-1]="${summary[-1]}; SKIPPED by the program: no usable device"
+      failed=1
+    fi
+    [ -s "$out/cuda_capture_$name.json" ] && capture_overhead "$out/cuda_capture_$name.json"
+  done
 
   # --- 4. attention kernels -------------------------------------------------------------------------
   step cuda_attention_bench 90 "$scratch/.attention.log" "${run_env[@]}" \

@@ -15,8 +15,9 @@
 //                  completed buffers, forced only when the step's newest launch has no record yet),
 //                  routing included; forced_flushes/step says how often it had to force
 //   BM_Step/hub-forced  the same hub, always forcing (the engine's policy before the check)
-// With --cupti-timestamps=pinned (before the benchmark's flags) CUPTI keeps kernel timestamps in
-// pinned host memory instead of device memory (set before CUDA starts; compare runs).
+// With --cupti-timestamps=pinned CUPTI keeps kernel timestamps in pinned host memory instead of
+// device memory, and --cupti-timestamp-buffer-kib=N sets the size of each of those buffers (both
+// set before CUDA starts; compare runs).
 // Each mode at 12 layers (168 kernels a step); off, cupti and hub also at 24 layers, to tell a cost
 // per kernel from a cost per step. Overhead = time(mode) / time(off at the same layers) - 1. The
 // CUPTI modes also report flush_ms, the step end's flush and take alone (host time after the device
@@ -26,11 +27,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "engine/cuda/cuda_backend.hpp"
@@ -197,38 +201,63 @@ BENCHMARK(BM_Step)
     ->UseRealTime()
     ->MinTime(2.0);
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // --cupti-timestamps=device|pinned, taken out before Google Benchmark reads the rest.
-  constexpr std::string_view kFlag = "--cupti-timestamps=";
-  std::string_view timestamps;
+// Takes `--name=value` out of argv (before Google Benchmark reads the rest); empty when absent.
+std::string_view take_flag(int& argc, char** argv, std::string_view name) {
+  std::string_view value;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg(argv[i]);
-    if (!arg.starts_with(kFlag)) continue;
-    timestamps = arg.substr(kFlag.size());
-    if (timestamps != "device" && timestamps != "pinned") {
-      std::fprintf(stderr,
-                   "cuda_capture_bench: --cupti-timestamps must be device or pinned, not '%.*s'\n",
-                   static_cast<int>(timestamps.size()), timestamps.data());
-      return 2;
-    }
+    if (!arg.starts_with(name) || arg.size() <= name.size() || arg[name.size()] != '=') continue;
+    value = arg.substr(name.size() + 1);
     for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
     --argc;
     --i;
   }
-  // Set before any context exists (the device query makes none); without a device the main
-  // below says why and skips.
-  if (!timestamps.empty() && !pipetune::cuda::query_devices().devices.empty()) {
+  return value;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Where and how large CUPTI's timestamp buffers are: process-wide, before any context exists.
+  const std::string_view timestamps = take_flag(argc, argv, "--cupti-timestamps");
+  const std::string_view buffer_kib = take_flag(argc, argv, "--cupti-timestamp-buffer-kib");
+  if (!timestamps.empty() && timestamps != "device" && timestamps != "pinned") {
+    std::fprintf(stderr,
+                 "cuda_capture_bench: --cupti-timestamps must be device or pinned, not '%.*s'\n",
+                 static_cast<int>(timestamps.size()), timestamps.data());
+    return 2;
+  }
+  std::size_t buffer_bytes = 0;
+  if (!buffer_kib.empty()) {
+    std::size_t kib = 0;
+    const auto [end, ec] =
+        std::from_chars(buffer_kib.data(), buffer_kib.data() + buffer_kib.size(), kib);
+    if (ec != std::errc{} || end != buffer_kib.data() + buffer_kib.size() || kib == 0 ||
+        kib > (std::size_t{1} << 30)) {
+      std::fprintf(stderr,
+                   "cuda_capture_bench: --cupti-timestamp-buffer-kib must be a whole number of KiB "
+                   "from 1 to 2^30, not '%.*s'\n",
+                   static_cast<int>(buffer_kib.size()), buffer_kib.data());
+      return 2;
+    }
+    buffer_bytes = kib << 10;
+  }
+  // The device query makes no context; without a device the main below says why and skips.
+  if ((!timestamps.empty() || buffer_bytes > 0) &&
+      !pipetune::cuda::query_devices().devices.empty()) {
     try {
-      pipetune::cuda::keep_cupti_timestamps_in_pinned_host_memory(timestamps == "pinned");
+      if (!timestamps.empty())
+        pipetune::cuda::keep_cupti_timestamps_in_pinned_host_memory(timestamps == "pinned");
+      if (buffer_bytes > 0) pipetune::cuda::set_cupti_timestamp_buffer_bytes(buffer_bytes);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "cuda_capture_bench: CUPTI refused --cupti-timestamps=%.*s: %s\n",
-                   static_cast<int>(timestamps.size()), timestamps.data(), e.what());
+      std::fprintf(stderr, "cuda_capture_bench: CUPTI refused the timestamp buffers asked: %s\n",
+                   e.what());
       return 1;
     }
-    std::printf("cuda_capture_bench: CUPTI keeps timestamps in %s memory\n",
-                timestamps == "pinned" ? "pinned host" : "device");
+    std::printf("cuda_capture_bench: CUPTI timestamps in %s memory, buffers of %s\n",
+                timestamps == "pinned" ? "pinned host" : "device",
+                buffer_bytes > 0 ? (std::to_string(buffer_bytes >> 10) + " KiB").c_str()
+                                 : "CUPTI's default size");
   }
   return pipetune::bench::run_benchmarks_on_a_gpu("cuda_capture_bench", argc, argv);
 }
