@@ -6,11 +6,12 @@
 // records by stream, launch calls with their records.
 //
 // The step-end flush hands over completed buffers only, and forces a flush only when that did not
-// bring the rank's step (FlushPolicy::completed_checked): the record of the newest launch of the
-// rank's thread is the check (CaptureRouter::holds_newest_launch; CUPTI 13 keeps each thread's
-// records in buffers of its own, CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER). A forced flush
-// cost 0.29 ms a step more on an H200's capture benchmark, and it hands over other ranks' kernels
-// that still run, without their times; a completed-only flush leaves those for a later take.
+// bring the rank's step (FlushPolicy::completed_checked): the record of the newest kernel launch
+// of the rank's thread is the check (CaptureRouter::holds_newest_launch; CUPTI 13 keeps each
+// thread's records in buffers of its own, CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER). A forced
+// flush cost 0.29 ms a step more on an H200's capture benchmark, and it hands over other ranks'
+// kernels that still run, without their times; a completed-only flush leaves those for a later
+// take.
 //
 // When the last rank leaves, the collector is destroyed, so nothing is captured between runs. A
 // run that joins with another epoch while ranks of an earlier run are still members is a logic

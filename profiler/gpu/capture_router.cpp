@@ -14,6 +14,13 @@ bool is_launch_call(std::string_view name) {
   return false;
 }
 
+bool is_kernel_launch_call(std::string_view name) {
+  for (std::string_view part :
+       {"LaunchKernel", "LaunchCooperativeKernel", "GraphLaunch", "LaunchGrid"})
+    if (name.find(part) != std::string_view::npos) return true;
+  return false;
+}
+
 void CaptureRouter::assign_stream(std::uint32_t stream, std::int32_t rank) {
   const auto [it, added] = stream_rank_.emplace(stream, rank);
   if (!added && it->second != rank)
@@ -35,11 +42,13 @@ void CaptureRouter::add(GpuCapture capture) {
       continue;
     }
     newest_call_ns_ = std::max(newest_call_ns_, call.start_ns);
-    // Correlation ids grow with each call (CUPTI numbers them process-wide): the tie-breaker.
-    NewestCall& newest = newest_of_thread_[call.thread_id];
-    if (call.start_ns > newest.start_ns ||
-        (call.start_ns == newest.start_ns && call.correlation > newest.correlation))
-      newest = {call.start_ns, call.correlation};
+    if (is_kernel_launch_call(call.name)) {
+      // Correlation ids grow with each call (CUPTI numbers them process-wide): the tie-breaker.
+      NewestCall& newest = newest_of_thread_[call.thread_id];
+      if (call.start_ns > newest.start_ns ||
+          (call.start_ns == newest.start_ns && call.correlation > newest.correlation))
+        newest = {call.start_ns, call.correlation};
+    }
     calls_.insert_or_assign(call.correlation, std::move(call));
   }
   for (KernelRecord& record : capture.activities) {

@@ -25,6 +25,9 @@ namespace pipetune::profiler {
 // Whether a CUDA runtime or driver call creates device work that CUPTI records as a kernel, copy
 // or memset: cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch, cudaMemcpyAsync, cuMemsetD8...
 bool is_launch_call(std::string_view api_name);
+// Of those, the calls that launch kernels (cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch...):
+// each has a kernel record for sure, where a host function (cudaLaunchHostFunc) has none.
+bool is_kernel_launch_call(std::string_view api_name);
 
 struct RouterCounts {
   std::size_t routed = 0;          // device records handed to a rank
@@ -51,12 +54,14 @@ class CaptureRouter {
   // together; a record without one is counted by add_gpu_capture as without launch).
   GpuCapture take(std::int32_t rank);
 
-  // Whether `rank`'s pending records hold the record of the newest launch call `thread` made
-  // (CUPTI's thread id). A check that a flush of completed buffers only brought a rank's step:
-  // CUPTI keeps each thread's API and device records in buffers of that thread, filled in launch
-  // order, so once the record of the thread's latest launch is here the rest came before it. False
-  // when no launch call of `thread` arrived yet, or its record has not come or was taken already
-  // (the flush brought nothing new of the thread): the caller then forces a flush.
+  // Whether `rank`'s pending records hold a record of the newest kernel launch `thread` made
+  // (CUPTI's thread id; is_kernel_launch_call, so a call that never has a record, such as a host
+  // function, cannot fail the check every step). A check that a flush of completed buffers only
+  // brought a rank's step: CUPTI keeps each thread's API and device records in buffers of that
+  // thread, filled in launch order, so once the record of the thread's latest launch is here the
+  // rest came with it. False when no kernel launch of `thread` arrived yet, or its record has not
+  // come or was taken already (the flush brought nothing new of the thread): the caller then
+  // forces a flush.
   bool holds_newest_launch(std::int32_t rank, std::uint32_t thread) const;
 
   const RouterCounts& counts() const { return counts_; }
@@ -76,7 +81,7 @@ class CaptureRouter {
     std::int64_t start_ns = 0;
     std::uint32_t correlation = 0;
   };
-  std::unordered_map<std::uint32_t, NewestCall> newest_of_thread_;  // launch calls, by thread
+  std::unordered_map<std::uint32_t, NewestCall> newest_of_thread_;  // kernel launches, by thread
   RouterCounts counts_;
 };
 

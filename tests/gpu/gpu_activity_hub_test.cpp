@@ -1,7 +1,8 @@
 // GpuActivityHub on a device: each rank's take at its step end brings exactly that step's device
 // records, each with its launch call, whether the hub forces every flush or flushes completed
-// buffers only and forces when the check (the rank thread's newest launch has its record) fails.
-// Two ranks as threads with streams of their own, as in single-GPU mode. Skips without a device.
+// buffers only and forces when the check (the rank thread's newest kernel launch has its record)
+// fails. Two ranks as threads with streams of their own, as in single-GPU mode. Skips without a
+// device.
 #include "engine/cuda/gpu_activity_hub.hpp"
 
 #include <gtest/gtest.h>

@@ -12,8 +12,8 @@
 //   BM_Step/cupti-cupti-zeroes  as cupti, leaving the zeroing of each new activity buffer to
 //                  CUPTI (on the launching thread) instead of handing it zeroed buffers
 //   BM_Step/hub    the engine's own capture path: GpuActivityHub's take at step end (a flush of
-//                  completed buffers, forced only when the step's newest launch has no record yet),
-//                  routing included; forced_flushes/step says how often it had to force
+//                  completed buffers, forced only when the step's newest kernel launch has no
+//                  record yet), routing included; forced_flushes/step says how often it forced
 //   BM_Step/hub-forced  the same hub, always forcing (the engine's policy before the check)
 // With --cupti-timestamps=pinned CUPTI keeps kernel timestamps in pinned host memory instead of
 // device memory, and --cupti-timestamp-buffer-kib=N sets the size of each of those buffers (both

@@ -137,7 +137,7 @@ TEST(CaptureRouter, TheNewestLaunchOfAThreadTellsWhetherItsStepArrived) {
 
   // A flush that brings a thread's later calls but not the record of its newest launch.
   GpuCapture d;
-  d.api_calls = {call(5, 40, "cudaLaunchKernel", 100), call(6, 41, "cudaMemcpyAsync", 100)};
+  d.api_calls = {call(5, 40, "cudaLaunchKernel", 100), call(6, 41, "cuLaunchKernel", 100)};
   d.activities = {kernel(13, 5, 50), kernel(14, 2, 25)};
   router.add(d);
   EXPECT_FALSE(router.holds_newest_launch(0, 100));
@@ -147,6 +147,26 @@ TEST(CaptureRouter, TheNewestLaunchOfAThreadTellsWhetherItsStepArrived) {
   router.add(e);
   EXPECT_TRUE(router.holds_newest_launch(0, 100));
   EXPECT_EQ(router.take(0).activities.size(), 2u);
+}
+
+// Copies, memsets and host functions launched after a thread's last kernel do not decide: a host
+// function never has a record, and would fail the check at every step.
+TEST(CaptureRouter, OnlyKernelLaunchesDecide) {
+  for (const char* yes : {"cudaLaunchKernel", "cuLaunchKernelEx", "cudaLaunchCooperativeKernel",
+                          "cudaGraphLaunch", "cuGraphLaunch"})
+    EXPECT_TRUE(is_kernel_launch_call(yes)) << yes;
+  for (const char* no :
+       {"cudaMemcpyAsync", "cuMemsetD32Async", "cudaLaunchHostFunc", "cudaStreamSynchronize"})
+    EXPECT_FALSE(is_kernel_launch_call(no)) << no;
+  CaptureRouter router;
+  router.assign_stream(13, 0);
+  GpuCapture c;
+  c.api_calls = {call(1, 10, "cudaLaunchKernel", 100), call(2, 11, "cudaMemcpyAsync", 100),
+                 call(3, 12, "cudaLaunchHostFunc", 100)};
+  c.activities = {
+      kernel(13, 1, 20)};  // the copy's record is still to come; the host function has none
+  router.add(c);
+  EXPECT_TRUE(router.holds_newest_launch(0, 100));
 }
 
 // Two calls of one thread may share a timestamp: the later correlation id is the newer call.
