@@ -21,7 +21,6 @@ bool GpuActivityHub::join(std::int32_t rank, cudaStream_t stream, Clock::time_po
       epoch_ = epoch;
       last_flush_ = {};
       router_ = profiler::CaptureRouter();
-      flush_counts_ = {};
     }
     // CUPTI's id of the stream (unique within its context; one device here).
     std::uint32_t id = 0;
@@ -71,16 +70,9 @@ runtime::RankDevice::GpuActivity GpuActivityHub::take(std::int32_t rank) {
   if (!flushed_since(synchronised)) flush(checked ? FlushKind::completed : FlushKind::forced);
   if (checked && !router_.holds_newest_launch(rank, static_cast<std::uint32_t>(::gettid())))
     flush(FlushKind::forced);
-  flush_counts_.flushes += out.flushes;
-  flush_counts_.forced += out.forced_flushes;
   out.capture = router_.take(rank);
   out.clock_offset_ns = collector_->clock_offset_ns();
   return out;
-}
-
-GpuActivityHub::FlushCounts GpuActivityHub::flush_counts() const {
-  std::lock_guard lock(mutex_);
-  return flush_counts_;
 }
 
 }  // namespace pipetune::cuda

@@ -21,7 +21,6 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
-#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -55,17 +54,10 @@ class GpuActivityHub {
   // Leaves; the last rank out stops CUPTI. Never throws.
   void leave(std::int32_t rank) noexcept;
   // Flushes CUPTI (unless another rank's flush began after this call, and so after the rank's
-  // stream went idle) and returns what arrived for `rank` since its last take. Called on the
-  // thread that launched the rank's work, after synchronising the rank's stream (so its records
-  // are complete).
+  // stream went idle) and returns what arrived for `rank` since its last take, with the flushes
+  // this take made (GpuActivity::flushes, forced_flushes). Called on the thread that launched the
+  // rank's work, after synchronising the rank's stream (so its records are complete).
   runtime::RankDevice::GpuActivity take(std::int32_t rank);
-
-  struct FlushCounts {
-    std::size_t flushes = 0;  // cuptiActivityFlushAll calls, forced or not
-    std::size_t forced = 0;   // forced: by the policy, or because a completed-only one fell short
-  };
-  // Of the current run (reset when a run's first rank joins).
-  FlushCounts flush_counts() const;
 
  private:
   mutable std::mutex mutex_;
@@ -79,7 +71,6 @@ class GpuActivityHub {
   bool said_unavailable_ = false;
   bool one_rank_per_process_;
   FlushPolicy flush_policy_;
-  FlushCounts flush_counts_;
 };
 
 }  // namespace pipetune::cuda

@@ -43,8 +43,8 @@
 # GPT2_ARGS (environment): more options for gpt2_gpu_bench.sh, split as the shell splits words,
 # e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look; CAPTURE_ARGS: more
 # options for cuda_capture_bench (default '--benchmark_filter=:[012578]/layers:12|/layers:24';
-# e.g. CAPTURE_ARGS='--benchmark_filter=:[0123]/' for the first four modes only); GEMM_ARGS: cuda_gemm_bench's options (default
-# '--benchmark_filter=-operands:2', without in-GEMM rounding); NCCL_HOSTS_NP: the process counts of step 2c (default "2 4", "" for none);
+# e.g. CAPTURE_ARGS='--benchmark_filter=:[0123]/' for the first four modes only); GEMM_ARGS:
+# cuda_gemm_bench's options (default '--benchmark_filter=-operands:2', without in-GEMM rounding); NCCL_HOSTS_NP: the process counts of step 2c (default "2 4", "" for none);
 # NCCL_TRAIN_PLANS: the training plans of steps 2b and 2c, names of
 # tests/engine/runtime/plan_matrix.hpp (each runs under the process count of its world size), or
 # "all" for the whole matrix (default: one plan of each kind, as fits the budget: single pp2_1f1b
@@ -398,32 +398,27 @@ open(os.path.join(os.environ["SCRATCH"], ".overhead"), "w").write(line)
 PY
     rm -f "$scratch/.overhead"
   }
-  # CAPTURE_ARGS split as the shell splits words, as before; the default filter is one word.
-  local capture_args=('--benchmark_filter=:[012578]/layers:12|/layers:24')
-  [ -n "${CAPTURE_ARGS:-}" ] && read -r -a capture_args <<<"$CAPTURE_ARGS"
-  step cuda_capture_bench 170 "$scratch/.capture.log" "${run_env[@]}" "$build/tests/cuda_capture_bench" \
-    --benchmark_repetitions=3 "--benchmark_out=$out/cuda_capture_bench.json" \
-    --benchmark_out_format=json "${capture_args[@]}"
-  if grep -q '^cuda_capture_bench: skipped' "$scratch/.capture.log"; then
-    summary[-1]="${summary[-1]}; SKIPPED by the program: no usable device"
-    failed=1
-  fi
-  [ -s "$out/cuda_capture_bench.json" ] && capture_overhead "$out/cuda_capture_bench.json"
-  # CUPTI's timestamp buffers in pinned host memory, then in device memory of 256 KiB (not 3 MB).
-  local name flag
-  for name in pinned small; do
-    flag=--cupti-timestamps=pinned
-    [ "$name" = small ] && flag=--cupti-timestamp-buffer-kib=256
-    step "cuda_capture_$name" 60 "$scratch/.capture_$name.log" "${run_env[@]}" \
-      "$build/tests/cuda_capture_bench" "$flag" --benchmark_repetitions=3 \
-      '--benchmark_filter=:[027]/layers:12' "--benchmark_out=$out/cuda_capture_$name.json" \
-      --benchmark_out_format=json
-    if grep -q '^cuda_capture_bench: skipped' "$scratch/.capture_$name.log"; then
+  # One run of the bench into cuda_capture_NAME.json (cuda_capture_bench.json for the main one),
+  # its summary line appended.
+  capture_run() {
+    local name="$1" limit="$2" json="$out/cuda_capture_$1.json" log="$scratch/.capture_$1.log"
+    shift 2
+    [ "$name" = bench ] && json="$out/cuda_capture_bench.json"
+    step "cuda_capture_$name" "$limit" "$log" "${run_env[@]}" "$build/tests/cuda_capture_bench" \
+      "$@" --benchmark_repetitions=3 "--benchmark_out=$json" --benchmark_out_format=json
+    if grep -q '^cuda_capture_bench: skipped' "$log"; then
       summary[-1]="${summary[-1]}; SKIPPED by the program: no usable device"
       failed=1
     fi
-    [ -s "$out/cuda_capture_$name.json" ] && capture_overhead "$out/cuda_capture_$name.json"
-  done
+    [ -s "$json" ] && capture_overhead "$json"
+  }
+  # CAPTURE_ARGS split as the shell splits words, as before; the default filter is one word.
+  local capture_args=('--benchmark_filter=:[012578]/layers:12|/layers:24')
+  [ -n "${CAPTURE_ARGS:-}" ] && read -r -a capture_args <<<"$CAPTURE_ARGS"
+  capture_run bench 170 "${capture_args[@]}"
+  # CUPTI's timestamp buffers in pinned host memory, then in device memory of 256 KiB (not 3 MB).
+  capture_run pinned 60 --cupti-timestamps=pinned '--benchmark_filter=:[027]/layers:12'
+  capture_run small 60 --cupti-timestamp-buffer-kib=256 '--benchmark_filter=:[027]/layers:12'
 
   # --- 4. attention kernels -------------------------------------------------------------------------
   step cuda_attention_bench 90 "$scratch/.attention.log" "${run_env[@]}" \

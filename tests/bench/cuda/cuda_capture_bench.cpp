@@ -32,9 +32,11 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "engine/cuda/cuda_backend.hpp"
@@ -87,13 +89,13 @@ class Ranges {
 void BM_Step(benchmark::State& state) {
   const auto mode = static_cast<Mode>(state.range(0));
   constexpr std::int64_t kTokens = 4096, kHidden = 768;
-  const auto kLayers = static_cast<int>(state.range(1));
+  const auto layers = static_cast<int>(state.range(1));
   CudaBackend backend;
   DeviceArray x(Shape{kTokens, kHidden}), h(Shape{kTokens, 4 * kHidden}),
       a(Shape{kTokens, 4 * kHidden}), y(Shape{kTokens, kHidden}), dy(Shape{kTokens, kHidden}),
       da(Shape{kTokens, 4 * kHidden}), dh(Shape{kTokens, 4 * kHidden}), dx(Shape{kTokens, kHidden});
   std::vector<std::unique_ptr<DeviceArray>> w1, w2, dw1, dw2;
-  for (int l = 0; l < kLayers; ++l) {
+  for (int l = 0; l < layers; ++l) {
     w1.push_back(std::make_unique<DeviceArray>(Shape{4 * kHidden, kHidden}));
     w2.push_back(std::make_unique<DeviceArray>(Shape{kHidden, 4 * kHidden}));
     dw1.push_back(std::make_unique<DeviceArray>(Shape{4 * kHidden, kHidden}));
@@ -121,13 +123,16 @@ void BM_Step(benchmark::State& state) {
     collector = std::make_unique<pipetune::cuda::CuptiCollector>(
         pipetune::cuda::CuptiCollector::Clock::now(), options);
   }
-  std::size_t captured = 0, api_calls = 0;
+  std::size_t captured = 0, api_calls = 0, flushes = 0, forced_flushes = 0;
   double flush_seconds = 0.0;
   const auto flush_and_take = [&] {
     const auto t0 = std::chrono::steady_clock::now();
     pipetune::profiler::GpuCapture capture;
     if (hub) {
-      capture = hub->take(0).capture;
+      pipetune::runtime::RankDevice::GpuActivity taken = hub->take(0);
+      flushes += taken.flushes;
+      forced_flushes += taken.forced_flushes;
+      capture = std::move(taken.capture);
     } else {
       collector->flush();
       capture = collector->take();
@@ -137,14 +142,14 @@ void BM_Step(benchmark::State& state) {
     flush_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   for (auto _ : state) {
-    for (int l = 0; l < kLayers; ++l) {
+    for (int l = 0; l < layers; ++l) {
       ranges.op("F", [&] {
         backend.linear_forward(x.view(), w1[l]->view(), ConstTensorView{}, h.view());
         backend.gelu_forward(h.view(), a.view());
         backend.linear_forward(a.view(), w2[l]->view(), ConstTensorView{}, y.view());
       });
     }
-    for (int l = kLayers - 1; l >= 0; --l) {
+    for (int l = layers - 1; l >= 0; --l) {
       ranges.op("B", [&] {
         backend.linear_backward_weight(dy.view(), a.view(), dw2[l]->view(), TensorView{});
         // Fresh gradients written over, as the engine's blocks do (GradientWrite::overwrite).
@@ -155,7 +160,7 @@ void BM_Step(benchmark::State& state) {
       });
     }
     ranges.op("optimizer", [&] {
-      for (int l = 0; l < kLayers; ++l) {
+      for (int l = 0; l < layers; ++l) {
         backend.scale(dw1[l]->view(), 0.5f);
         backend.scale(dw2[l]->view(), 0.5f);
       }
@@ -163,7 +168,7 @@ void BM_Step(benchmark::State& state) {
     backend.synchronize();
     if (collector || hub) flush_and_take();  // step end: what the engine's capture does
   }
-  const double flops = 2.0 * 3.0 * 2.0 * kTokens * kHidden * 4.0 * kHidden * kLayers;
+  const double flops = 2.0 * 3.0 * 2.0 * kTokens * kHidden * 4.0 * kHidden * layers;
   state.counters["TFLOP/s"] =
       benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
   if (collector || hub) {
@@ -180,11 +185,10 @@ void BM_Step(benchmark::State& state) {
     state.counters["zeroed_buffers"] = collector->zeroed_buffers() ? 1.0 : 0.0;
   }
   if (hub) {
-    const auto flushes = hub->flush_counts();
     state.counters["flushes/step"] =
-        static_cast<double>(flushes.flushes) / static_cast<double>(state.iterations());
+        static_cast<double>(flushes) / static_cast<double>(state.iterations());
     state.counters["forced_flushes/step"] =
-        static_cast<double>(flushes.forced) / static_cast<double>(state.iterations());
+        static_cast<double>(forced_flushes) / static_cast<double>(state.iterations());
     hub->leave(0);
   }
 }
@@ -201,9 +205,9 @@ BENCHMARK(BM_Step)
     ->UseRealTime()
     ->MinTime(2.0);
 
-// Takes `--name=value` out of argv (before Google Benchmark reads the rest); empty when absent.
-std::string_view take_flag(int& argc, char** argv, std::string_view name) {
-  std::string_view value;
+// Takes `--name=value` out of argv (before Google Benchmark reads the rest); nullopt when absent.
+std::optional<std::string_view> take_flag(int& argc, char** argv, std::string_view name) {
+  std::optional<std::string_view> value;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg(argv[i]);
     if (!arg.starts_with(name) || arg.size() <= name.size() || arg[name.size()] != '=') continue;
@@ -219,35 +223,34 @@ std::string_view take_flag(int& argc, char** argv, std::string_view name) {
 
 int main(int argc, char** argv) {
   // Where and how large CUPTI's timestamp buffers are: process-wide, before any context exists.
-  const std::string_view timestamps = take_flag(argc, argv, "--cupti-timestamps");
-  const std::string_view buffer_kib = take_flag(argc, argv, "--cupti-timestamp-buffer-kib");
-  if (!timestamps.empty() && timestamps != "device" && timestamps != "pinned") {
+  const std::optional<std::string_view> timestamps = take_flag(argc, argv, "--cupti-timestamps");
+  const std::optional<std::string_view> buffer_kib =
+      take_flag(argc, argv, "--cupti-timestamp-buffer-kib");
+  if (timestamps && *timestamps != "device" && *timestamps != "pinned") {
     std::fprintf(stderr,
                  "cuda_capture_bench: --cupti-timestamps must be device or pinned, not '%.*s'\n",
-                 static_cast<int>(timestamps.size()), timestamps.data());
+                 static_cast<int>(timestamps->size()), timestamps->data());
     return 2;
   }
   std::size_t buffer_bytes = 0;
-  if (!buffer_kib.empty()) {
+  if (buffer_kib) {
     std::size_t kib = 0;
-    const auto [end, ec] =
-        std::from_chars(buffer_kib.data(), buffer_kib.data() + buffer_kib.size(), kib);
-    if (ec != std::errc{} || end != buffer_kib.data() + buffer_kib.size() || kib == 0 ||
-        kib > (std::size_t{1} << 30)) {
+    const char* const last = buffer_kib->data() + buffer_kib->size();
+    const auto [end, ec] = std::from_chars(buffer_kib->data(), last, kib);
+    if (ec != std::errc{} || end != last || kib == 0 || kib > (std::size_t{1} << 30)) {
       std::fprintf(stderr,
                    "cuda_capture_bench: --cupti-timestamp-buffer-kib must be a whole number of KiB "
                    "from 1 to 2^30, not '%.*s'\n",
-                   static_cast<int>(buffer_kib.size()), buffer_kib.data());
+                   static_cast<int>(buffer_kib->size()), buffer_kib->data());
       return 2;
     }
     buffer_bytes = kib << 10;
   }
   // The device query makes no context; without a device the main below says why and skips.
-  if ((!timestamps.empty() || buffer_bytes > 0) &&
-      !pipetune::cuda::query_devices().devices.empty()) {
+  const bool pinned = timestamps == "pinned";
+  if ((timestamps || buffer_kib) && !pipetune::cuda::query_devices().devices.empty()) {
     try {
-      if (!timestamps.empty())
-        pipetune::cuda::keep_cupti_timestamps_in_pinned_host_memory(timestamps == "pinned");
+      if (timestamps) pipetune::cuda::keep_cupti_timestamps_in_pinned_host_memory(pinned);
       if (buffer_bytes > 0) pipetune::cuda::set_cupti_timestamp_buffer_bytes(buffer_bytes);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "cuda_capture_bench: CUPTI refused the timestamp buffers asked: %s\n",
@@ -255,7 +258,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::printf("cuda_capture_bench: CUPTI timestamps in %s memory, buffers of %s\n",
-                timestamps == "pinned" ? "pinned host" : "device",
+                pinned ? "pinned host" : "device",
                 buffer_bytes > 0 ? (std::to_string(buffer_bytes >> 10) + " KiB").c_str()
                                  : "CUPTI's default size");
   }
