@@ -49,6 +49,7 @@ void CaptureRouter::add(GpuCapture capture) {
           (call.start_ns == newest.start_ns && call.correlation > newest.correlation))
         newest = {call.start_ns, call.correlation};
     }
+    by_arrival_.push_back({call.start_ns, call.correlation});
     calls_.insert_or_assign(call.correlation, std::move(call));
   }
   for (KernelRecord& record : capture.activities) {
@@ -60,15 +61,33 @@ void CaptureRouter::add(GpuCapture capture) {
     ++counts_.routed;
     pending_[rank].activities.push_back(std::move(record));
   }
-  // Calls whose record never came (dropped by CUPTI) must not pile up over a long run.
-  for (auto it = calls_.begin(); it != calls_.end();) {
-    if (newest_call_ns_ - it->second.start_ns > max_call_age_ns_) {
-      ++counts_.evicted_calls;
-      it = calls_.erase(it);
-    } else {
-      ++it;
-    }
+  evict_aged_calls();
+}
+
+void CaptureRouter::evict_aged_calls() {
+  // Calls whose record never came (dropped by CUPTI, a failed launch) must not pile up over a
+  // long run, and finding them must not cost a step: a run that leaves calls unanswered keeps
+  // up to max_call_age_ns_ of them, too many to scan at every take. So they go from the front of
+  // the arrival order; an entry whose call was taken with its record is passed over.
+  while (!by_arrival_.empty() &&
+         newest_call_ns_ - by_arrival_.front().start_ns > max_call_age_ns_) {
+    const Arrival oldest = by_arrival_.front();
+    by_arrival_.pop_front();
+    const auto it = calls_.find(oldest.correlation);
+    if (it == calls_.end() || it->second.start_ns != oldest.start_ns) continue;
+    ++counts_.evicted_calls;
+    calls_.erase(it);
   }
+  // Entries of taken calls wait here until they age out: rebuild the order from the calls still
+  // waiting when those are most of it, so it stays within twice the waiting calls.
+  constexpr std::size_t kSlack = 4096;
+  if (by_arrival_.size() <= 2 * calls_.size() + kSlack) return;
+  by_arrival_.clear();
+  for (const auto& [correlation, call] : calls_)
+    by_arrival_.push_back({call.start_ns, correlation});
+  std::sort(by_arrival_.begin(), by_arrival_.end(), [](const Arrival& a, const Arrival& b) {
+    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.correlation < b.correlation;
+  });
 }
 
 bool CaptureRouter::holds_newest_launch(std::int32_t rank, std::uint32_t thread) const {

@@ -9,10 +9,12 @@
 // kernel completes, and one rank's take may come while another rank's kernels still run. So
 // launch calls wait for their record across takes. Only calls that create device work are kept
 // (launches, copies, memsets: is_launch_call); one whose record never comes (CUPTI dropped it) is
-// evicted once it is older than max_call_age_ns and counted. Pure host logic: tested without a GPU.
+// evicted and counted at the first add after it is older than max_call_age_ns (one that arrived
+// after a younger call, with that call). Pure host logic: tested without a GPU.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string_view>
 #include <unordered_map>
@@ -69,6 +71,7 @@ class CaptureRouter {
 
  private:
   std::int32_t rank_of_stream(std::int32_t stream) const;
+  void evict_aged_calls();
 
   std::int64_t max_call_age_ns_;
   std::int32_t sole_rank_ = -1;
@@ -77,6 +80,14 @@ class CaptureRouter {
   // Launch calls waiting for their device record, by correlation id.
   std::unordered_map<std::uint32_t, ApiCallRecord> calls_;
   std::int64_t newest_call_ns_ = 0;
+  // The launch calls in the order they arrived (captures come in time order, each call once),
+  // taken ones included until they reach the front: what evict_aged_calls walks instead of
+  // calls_.
+  struct Arrival {
+    std::int64_t start_ns = 0;
+    std::uint32_t correlation = 0;
+  };
+  std::deque<Arrival> by_arrival_;
   struct NewestCall {
     std::int64_t start_ns = 0;
     std::uint32_t correlation = 0;

@@ -115,6 +115,37 @@ TEST(CaptureRouter, CallsWhoseRecordNeverComesAreEvictedByAge) {
   EXPECT_EQ(router.counts().evicted_calls, 1u);
 }
 
+// The router scans for old calls only when its oldest may have aged out; each call still goes
+// once it is older than the limit, whichever add comes then, and a call taken with its record
+// leaves no false age behind.
+TEST(CaptureRouter, EachCallIsEvictedAtTheFirstAddPastItsAge) {
+  CaptureRouter router(1000);
+  router.assign_stream(7, 0);
+  const auto add_calls = [&](std::initializer_list<ApiCallRecord> calls) {
+    GpuCapture c;
+    c.api_calls = calls;
+    router.add(c);
+  };
+  GpuCapture first;
+  first.api_calls = {call(1, 0), call(2, 500)};  // 1 gets its record, 2 never does
+  first.activities = {kernel(7, 1, 20)};
+  router.add(first);
+  EXPECT_EQ(router.take(0).api_calls.size(), 1u);
+  add_calls({call(3, 1200)});  // 1 is gone; 2 is 700 ns old
+  EXPECT_EQ(router.waiting_calls(), 2u);
+  EXPECT_EQ(router.counts().evicted_calls, 0u);
+  add_calls({call(4, 1500)});  // 2: 1000 ns, not older than the limit
+  EXPECT_EQ(router.counts().evicted_calls, 0u);
+  add_calls({call(5, 1501)});  // 2: 1001 ns
+  EXPECT_EQ(router.counts().evicted_calls, 1u);
+  EXPECT_EQ(router.waiting_calls(), 3u);  // 3, 4, 5
+  add_calls({call(6, 2201)});             // 3: 1001 ns; 4: 701 ns
+  EXPECT_EQ(router.counts().evicted_calls, 2u);
+  add_calls({call(7, 2502)});  // 4: 1002 ns, 5: 1001 ns
+  EXPECT_EQ(router.counts().evicted_calls, 4u);
+  EXPECT_EQ(router.waiting_calls(), 2u);  // 6, 7
+}
+
 // The check behind a flush of completed buffers only (GpuActivityHub): a rank's step is in when
 // the record of its thread's newest launch is.
 TEST(CaptureRouter, TheNewestLaunchOfAThreadTellsWhetherItsStepArrived) {
