@@ -314,7 +314,10 @@ void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r, s
                         {"outside_ops", r.gpu_capture.outside_ops},
                         {"without_launch", r.gpu_capture.without_launch},
                         {"flushes", r.gpu_capture.flushes},
-                        {"forced_flushes", r.gpu_capture.forced_flushes}};
+                        {"forced_flushes", r.gpu_capture.forced_flushes},
+                        {"flush_ms", 1e-6 * static_cast<double>(r.gpu_capture.flush_ns)},
+                        {"route_ms", 1e-6 * static_cast<double>(r.gpu_capture.route_ns)},
+                        {"waiting_launch_calls", r.gpu_capture.waiting_launch_calls}};
   if (run_id >= 0) j["run_id"] = run_id;
   std::cout << j.dump(2) << "\n";
 }
@@ -338,8 +341,11 @@ void print_summary(const runtime::TrainResult& r) {
   if (g.activities > 0)
     std::printf(
         "GPU activity (CUPTI): %zu kernels, copies and memsets; %zu launched inside ops, %zu "
-        "between ops, %zu without their launch call; %zu step-end flushes, %zu of them forced\n",
-        g.activities, g.attributed, g.outside_ops, g.without_launch, g.flushes, g.forced_flushes);
+        "between ops, %zu without their launch call; %zu step-end flushes, %zu of them forced "
+        "(%s flushing, %s routing, host time in all)\n",
+        g.activities, g.attributed, g.outside_ops, g.without_launch, g.flushes, g.forced_flushes,
+        human_time(1e-9 * static_cast<double>(g.flush_ns)).c_str(),
+        human_time(1e-9 * static_cast<double>(g.route_ns)).c_str());
 }
 
 std::string summary_json(const runtime::TrainResult& r) {

@@ -60,17 +60,32 @@ runtime::RankDevice::GpuActivity GpuActivityHub::take(std::int32_t rank) {
   const bool checked =
       flush_policy_ == FlushPolicy::completed_checked && collector_->system_thread_ids();
   runtime::RankDevice::GpuActivity out;
+  const auto since = [](Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count();
+  };
   const auto flush = [&](FlushKind kind) {
     last_flush_ = Clock::now();
-    collector_->flush(kind);
+    collector_->flush(kind);  // the buffers' records are read in here (CuptiCollector::consume)
+    profiler::GpuCapture arrived = collector_->take();
+    out.flush_ns += since(last_flush_);
     ++out.flushes;
     if (kind == FlushKind::forced) ++out.forced_flushes;
-    router_.add(collector_->take());
+    const Clock::time_point routing = Clock::now();
+    router_.add(std::move(arrived));
+    out.route_ns += since(routing);
   };
   if (!flushed_since(synchronised)) flush(checked ? FlushKind::completed : FlushKind::forced);
-  if (checked && !router_.holds_newest_launch(rank, static_cast<std::uint32_t>(::gettid())))
-    flush(FlushKind::forced);
+  const auto has_step = [&] {
+    const Clock::time_point checking = Clock::now();
+    const bool held = router_.holds_newest_launch(rank, static_cast<std::uint32_t>(::gettid()));
+    out.route_ns += since(checking);
+    return held;
+  };
+  if (checked && !has_step()) flush(FlushKind::forced);
+  const Clock::time_point taking = Clock::now();
   out.capture = router_.take(rank);
+  out.route_ns += since(taking);
+  out.waiting_launch_calls = router_.waiting_calls();
   out.clock_offset_ns = collector_->clock_offset_ns();
   return out;
 }

@@ -55,8 +55,9 @@ class GpuActivityHub {
   void leave(std::int32_t rank) noexcept;
   // Flushes CUPTI (unless another rank's flush began after this call, and so after the rank's
   // stream went idle) and returns what arrived for `rank` since its last take, with the flushes
-  // this take made (GpuActivity::flushes, forced_flushes). Called on the thread that launched the
-  // rank's work, after synchronising the rank's stream (so its records are complete).
+  // this take made (GpuActivity::flushes, forced_flushes), the host time of those flushes and of
+  // the routing, and the launch calls still waiting for their record. Called on the thread that
+  // launched the rank's work, after synchronising the rank's stream (so its records are complete).
   runtime::RankDevice::GpuActivity take(std::int32_t rank);
 
  private:

@@ -201,10 +201,14 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
 profiler::GpuCapture RankTraining::take_gpu_activity() {
   if (!gpu_capture_) return {};
   RankDevice::GpuActivity a = device_.take_gpu_activity();
-  if (a.flushes > 0) {
+  {
     std::lock_guard lock(s_.mutex);
-    s_.result.gpu_capture.flushes += a.flushes;
-    s_.result.gpu_capture.forced_flushes += a.forced_flushes;
+    TrainResult::GpuCaptureCounts& g = s_.result.gpu_capture;
+    g.flushes += a.flushes;
+    g.forced_flushes += a.forced_flushes;
+    g.flush_ns += a.flush_ns;
+    g.route_ns += a.route_ns;
+    g.waiting_launch_calls = std::max(g.waiting_launch_calls, a.waiting_launch_calls);
   }
   for (profiler::KernelRecord& k : a.capture.activities) {
     k.start_ns += a.clock_offset_ns;

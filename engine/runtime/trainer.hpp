@@ -59,6 +59,14 @@ class RankDevice {
     // other ranks' running work without its times): 0 when another rank's flush served.
     std::size_t flushes = 0;
     std::size_t forced_flushes = 0;
+    // The take's host time: its flushes (the profiler handing over its buffers, and their records
+    // read), and the routing of what came to the ranks. What capture adds to a step's end.
+    std::int64_t flush_ns = 0;
+    std::int64_t route_ns = 0;
+    // Launch calls left waiting for their device record after this take (across the process's
+    // ranks): work still running, or calls whose record never comes and that are kept until
+    // they age out. A count that grows step after step means the latter.
+    std::size_t waiting_launch_calls = 0;
   };
   virtual GpuActivity take_gpu_activity() { return {}; }
 };
@@ -212,6 +220,9 @@ struct TrainResult {
     std::size_t without_launch = 0;  // whose launch call was not captured
     std::size_t flushes = 0;         // step-end flushes of the capture (this process's ranks)
     std::size_t forced_flushes = 0;  // of which forced (RankDevice::GpuActivity)
+    std::int64_t flush_ns = 0;       // host time of those flushes, summed over takes
+    std::int64_t route_ns = 0;       // host time of routing the records, summed
+    std::size_t waiting_launch_calls = 0;  // the most left waiting after a take
   };
   GpuCaptureCounts gpu_capture;  // all zero without GPU capture
 };

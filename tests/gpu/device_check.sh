@@ -17,15 +17,17 @@
 #                             into a workspace, its losses against the CPU single-rank run
 #   3. cuda_capture_bench     capture overhead (Google Benchmark, 3 runs each), by default off /
 #                             nvtx / cupti (forced flush) / cupti flushing completed buffers only /
-#                             the engine's hub (completed, forced when the check fails) / the hub
-#                             always forcing; CAPTURE_ARGS='--benchmark_filter=.' for every mode
-#   3b. cuda_capture_pinned, cuda_capture_small  off / cupti / hub again, CUPTI keeping its
-#                             timestamps in pinned host memory (--cupti-timestamps=pinned), then
-#                             in device buffers of 256 KiB (--cupti-timestamp-buffer-kib=256)
+#                             the engine's hub (completed, forced when the check fails) / cupti
+#                             routed by the bench / cupti after a stream id query, at 12 layers;
+#                             CAPTURE_ARGS='--benchmark_filter=.' for every mode and 24 layers,
+#                             '--cupti-timestamps=pinned' or '--cupti-timestamp-buffer-kib=256' to
+#                             move CUPTI's timestamps (measured on an H100: no gain beyond noise)
 #   4. cuda_attention_bench   the stored and flash attention kernels at GPT-2's shape
 #   4b. cuda_gemm_bench       the linear layers' GEMMs at GPT-2's shapes: fp32, bf16 from copies,
 #                             bf16 rounded inside cuBLASLt; the MLP's GELU after its GEMM or in
 #                             cuBLASLt's epilogues
+#                             (4 and 4b: skipped unless SKIP is set, as both measured already and
+#                             the budget goes to the GPT-2 step)
 #   5. gpt2_gpu_bench.sh      GPT-2 124M tokens/s and MFU, pipetune (fp32, bf16) and PyTorch, and
 #                             the pp=4 1F1B run against its prediction
 # then a summary. About 9 minutes on an H100 with device-mpi/ (BUDGET seconds, default 540, caps
@@ -42,7 +44,7 @@
 # capture runs' workspaces gpt2_capture-fp32.db.gz / gpt2_capture-bf16.db.gz when small).
 # GPT2_ARGS (environment): more options for gpt2_gpu_bench.sh, split as the shell splits words,
 # e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look; CAPTURE_ARGS: more
-# options for cuda_capture_bench (default '--benchmark_filter=:[012578]/layers:12|/layers:24';
+# options for cuda_capture_bench (default '--benchmark_filter=:(0|1|2|5|7|9|10)/layers:12';
 # e.g. CAPTURE_ARGS='--benchmark_filter=:[0123]/' for the first four modes only); GEMM_ARGS:
 # cuda_gemm_bench's options (default '--benchmark_filter=-operands:2', without in-GEMM rounding); NCCL_HOSTS_NP: the process counts of step 2c (default "2 4", "" for none);
 # NCCL_TRAIN_PLANS: the training plans of steps 2b and 2c, names of
@@ -50,7 +52,8 @@
 # "all" for the whole matrix (default: one plan of each kind, as fits the budget: single pp2_1f1b
 # dp2_zero1 tp2 pp2_zbv pp2_1f1b_vocab1 moe_ep2_dp2 pp4_1f1b tp2_pp2_vocab1 moe_pp2_ep2_dp2_zbh1);
 # SKIP: step names
-# not to run (e.g. SKIP="cuda_capture_bench cuda_attention_bench" to rerun the rest).
+# not to run (e.g. SKIP="cuda_capture_bench cuda_attention_bench" to rerun the rest; default
+# "cuda_attention_bench cuda_gemm_bench", SKIP="" runs every step).
 # Exit status: 0 when every step passed, 1 when one failed, 2 without a GPU (after the steps that
 # need none) or with a library missing.
 set -uo pipefail
@@ -109,7 +112,7 @@ step() {
     failed=1
     return
   fi
-  if [[ " ${SKIP:-} " == *" $name "* ]]; then
+  if [[ " ${SKIP-cuda_attention_bench cuda_gemm_bench} " == *" $name "* ]]; then
     echo "skipped: SKIP names it"
     note "$name" "skipped (SKIP)"
     : >"$log"
@@ -261,7 +264,7 @@ checks() {
   summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.fast.log")"
 
   if [ -n "$no_gpu" ]; then
-    for s in gpu_tests cuda_capture_bench cuda_capture_pinned cuda_capture_small \
+    for s in gpu_tests cuda_capture_bench \
       cuda_attention_bench cuda_gemm_bench gpt2_gpu_bench; do
       echo "$s: skipped, no GPU ($no_gpu)"
       note "$s" "SKIPPED (no GPU: $no_gpu)"
@@ -351,7 +354,9 @@ cap = got.get("gpu_capture", {})
 print(f"{len(got['ranks'])} ranks; losses vs the CPU single-rank run: max relative difference "
       f"{worst:.2e}{'' if worst <= 1e-3 else ' (OVER 1e-3)'}; GPU records {cap.get('activities', 0)}"
       f", {cap.get('attributed', 0)} launched inside ops, {cap.get('forced_flushes', 0)} of "
-      f"{cap.get('flushes', 0)} flushes forced; {got['tokens_per_s']:.0f} tokens/s")
+      f"{cap.get('flushes', 0)} flushes forced ({cap.get('flush_ms', 0):.1f} ms flushing, "
+      f"{cap.get('route_ms', 0):.1f} ms routing, {cap.get('waiting_launch_calls', 0)} launch calls "
+      f"waiting at most); {got['tokens_per_s']:.0f} tokens/s")
 sys.exit(0 if worst <= 1e-3 and cap.get("activities", 0) > 0 else 1)
 PY
           { failed=1; summary[-1]="${summary[-1]}; CHECK FAILED"; }
@@ -369,56 +374,65 @@ PY
   capture_overhead() {
     python3 - "$1" <<'PY' && summary[-1]="${summary[-1]}; $(cat "$scratch/.overhead")"
 import json, os, re, sys
-runs = json.load(open(sys.argv[1]))["benchmarks"]
-mean, flush, records, calls, forced = {}, {}, {}, {}, {}
+text = open(sys.argv[1]).read()
+try:
+    runs = json.loads(text)["benchmarks"]
+except ValueError:  # cut short (a timeout): the benchmarks written before it, one object each
+    runs = []
+    for m in re.finditer(r'\{[^{}]*"run_name"[^{}]*\}', text):
+        try:
+            runs.append(json.loads(m.group(0)))
+        except ValueError:
+            pass
+mean, take, flush, route, waiting, records, calls, forced, unchecked = ({} for _ in range(9))
 for r in runs:
     if r.get("aggregate_name") == "mean":
-        m = re.search(r"\):(\d)/layers:(\d+)", r["run_name"])
+        m = re.search(r"\):(\d+)/layers:(\d+)", r["run_name"])
         mode = (int(m.group(1)), int(m.group(2)))
         mean[mode] = r["real_time"]
-        for key, into in (("flush_ms", flush), ("records/step", records),
-                          ("api_calls/step", calls), ("forced_flushes/step", forced)):
+        for key, into in (("take_ms", take), ("flush_ms", flush), ("route_ms", route),
+                          ("waiting_calls", waiting), ("records/step", records),
+                          ("api_calls/step", calls), ("forced_flushes/step", forced),
+                          ("unchecked/step", unchecked)):
             if key in r:
                 into[mode] = r[key]
 names = {0: "off", 1: "nvtx", 2: "cupti", 3: "cupti-device", 4: "cupti-launches",
-         5: "cupti-completed", 6: "cupti-cupti-zeroes", 7: "hub", 8: "hub-forced"}
+         5: "cupti-completed", 6: "cupti-cupti-zeroes", 7: "hub", 8: "hub-forced",
+         9: "cupti-routed", 10: "cupti-stream-id"}
 parts = []
 for mode in sorted(m for m in mean if m[0] > 0):
     off = (0, mode[1])
     if off in mean:
-        extra = (f" (flush {flush[mode]:.3f} ms, {records[mode]:.0f} records"
-                 + (f" and {calls[mode]:.0f} API calls" if mode in calls else "")
-                 + (f", {forced[mode]:.2f} forced flushes" if mode in forced else "")
-                 + " a step)" if mode in flush else "")
+        extra = ""
+        if mode in take:
+            split = (f" = flush {flush[mode]:.3f} + route {route[mode]:.3f}, "
+                     f"{waiting[mode]:.0f} calls waiting at the end" if mode in route else "")
+            extra = (f" (take {take[mode]:.3f} ms{split}; {records[mode]:.0f} records"
+                     + (f" and {calls[mode]:.0f} API calls" if mode in calls else "")
+                     + (f", {forced[mode]:.2f} forced flushes" if mode in forced else "")
+                     + (f", {unchecked[mode]:.2f} failed checks" if mode in unchecked else "")
+                     + " a step)")
         layers = "" if mode[1] == 12 else f" at {mode[1]} layers (off {mean[off]:.3f} ms)"
-        parts.append(f"{names[mode[0]]}{layers} {100 * (mean[mode] / mean[off] - 1):+.2f}%{extra}")
+        parts.append(f"{names.get(mode[0], mode[0])}{layers} "
+                     f"{100 * (mean[mode] / mean[off] - 1):+.2f}%{extra}")
 line = (f"step {mean.get((0, 12), 0):.3f} ms off; overhead " + ", ".join(parts)) if parts else "no means"
 print("capture overhead (mean of 3):", line)
 open(os.path.join(os.environ["SCRATCH"], ".overhead"), "w").write(line)
 PY
     rm -f "$scratch/.overhead"
   }
-  # One run of the bench into cuda_capture_NAME.json (cuda_capture_bench.json for the main one),
-  # its summary line appended.
-  capture_run() {
-    local name="$1" limit="$2" json="$out/cuda_capture_$1.json" log="$scratch/.capture_$1.log"
-    shift 2
-    [ "$name" = bench ] && json="$out/cuda_capture_bench.json"
-    step "cuda_capture_$name" "$limit" "$log" "${run_env[@]}" "$build/tests/cuda_capture_bench" \
-      "$@" --benchmark_repetitions=3 "--benchmark_out=$json" --benchmark_out_format=json
-    if grep -q '^cuda_capture_bench: skipped' "$log"; then
-      summary[-1]="${summary[-1]}; SKIPPED by the program: no usable device"
-      failed=1
-    fi
-    [ -s "$json" ] && capture_overhead "$json"
-  }
   # CAPTURE_ARGS split as the shell splits words, as before; the default filter is one word.
-  local capture_args=('--benchmark_filter=:[012578]/layers:12|/layers:24')
+  # About 11 s a mode on an H100 (setup, the iteration count found, 3 runs of 1 s).
+  local capture_args=('--benchmark_filter=:(0|1|2|5|7|9|10)/layers:12')
   [ -n "${CAPTURE_ARGS:-}" ] && read -r -a capture_args <<<"$CAPTURE_ARGS"
-  capture_run bench 170 "${capture_args[@]}"
-  # CUPTI's timestamp buffers in pinned host memory, then in device memory of 256 KiB (not 3 MB).
-  capture_run pinned 60 --cupti-timestamps=pinned '--benchmark_filter=:[027]/layers:12'
-  capture_run small 60 --cupti-timestamp-buffer-kib=256 '--benchmark_filter=:[027]/layers:12'
+  step cuda_capture_bench 150 "$scratch/.capture.log" "${run_env[@]}" \
+    "$build/tests/cuda_capture_bench" "${capture_args[@]}" --benchmark_repetitions=3 \
+    "--benchmark_out=$out/cuda_capture_bench.json" --benchmark_out_format=json
+  if grep -q '^cuda_capture_bench: skipped' "$scratch/.capture.log"; then
+    summary[-1]="${summary[-1]}; SKIPPED by the program: no usable device"
+    failed=1
+  fi
+  [ -s "$out/cuda_capture_bench.json" ] && capture_overhead "$out/cuda_capture_bench.json"
 
   # --- 4. attention kernels -------------------------------------------------------------------------
   step cuda_attention_bench 90 "$scratch/.attention.log" "${run_env[@]}" \

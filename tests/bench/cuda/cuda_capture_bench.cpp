@@ -15,14 +15,23 @@
 //                  completed buffers, forced only when the step's newest kernel launch has no
 //                  record yet), routing included; forced_flushes/step says how often it forced
 //   BM_Step/hub-forced  the same hub, always forcing (the engine's policy before the check)
+//   BM_Step/cupti-routed  cupti-completed, with its take routed as the hub routes it
+//                  (profiler::CaptureRouter: add, the newest-launch check, take) by the bench
+//                  itself: the hub's work without the hub, its lock and its stream ids
+//   BM_Step/cupti-stream-id  cupti-completed after asking CUPTI for the stream's id
+//                  (cuptiGetStreamIdEx, as the hub's join does), nothing routed
+// On an H100 the hub cost 0.3 ms a step more than cupti-completed at its take: the last two
+// modes split that between the routing and the stream id query.
 // With --cupti-timestamps=pinned CUPTI keeps kernel timestamps in pinned host memory instead of
 // device memory, and --cupti-timestamp-buffer-kib=N sets the size of each of those buffers (both
 // set before CUDA starts; compare runs).
 // Each mode at 12 layers (168 kernels a step); off, cupti and hub also at 24 layers, to tell a cost
 // per kernel from a cost per step. Overhead = time(mode) / time(off at the same layers) - 1. The
-// CUPTI modes also report flush_ms, the step end's flush and take alone (host time after the device
-// is idle), to tell it from the time the collection adds while the step runs. Runs only on a GPU:
-// without a usable device it prints why and exits 0.
+// CUPTI modes also report take_ms, the step end's flush and take alone (host time after the device
+// is idle), to tell it from the time the collection adds while the step runs; the routed modes
+// split it into flush_ms (CUPTI's flush, the records read) and route_ms, and report the launch
+// calls left waiting for a record (waiting_calls, at the end). Runs only on a GPU: without a
+// usable device it prints why and exits 0.
 #include <benchmark/benchmark.h>
 
 #include <cuda_runtime_api.h>
@@ -39,10 +48,13 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>  // gettid
+
 #include "engine/cuda/cuda_backend.hpp"
 #include "engine/cuda/cuda_check.hpp"
 #include "engine/cuda/cupti_collector.hpp"
 #include "engine/cuda/gpu_activity_hub.hpp"
+#include "profiler/gpu/capture_router.hpp"
 #include "profiler/recorder/nvtx.hpp"
 #include "tests/bench/cuda/cuda_bench_support.hpp"
 #include "tests/bench/cuda/device_array.hpp"
@@ -66,7 +78,9 @@ enum Mode {
   kCuptiCompleted = 5,
   kCuptiZeroedByCupti = 6,
   kHub = 7,
-  kHubForced = 8
+  kHubForced = 8,
+  kCuptiRouted = 9,
+  kCuptiStreamId = 10
 };
 
 class Ranges {
@@ -118,28 +132,55 @@ void BM_Step(benchmark::State& state) {
     options.api_records = mode == kCuptiDevice     ? pipetune::cuda::ApiRecords::none
                           : mode == kCuptiLaunches ? pipetune::cuda::ApiRecords::launches
                                                    : pipetune::cuda::ApiRecords::all;
-    options.forced_flush = mode != kCuptiCompleted;
+    options.forced_flush =
+        mode != kCuptiCompleted && mode != kCuptiRouted && mode != kCuptiStreamId;
     options.zeroed_buffers = mode != kCuptiZeroedByCupti;
     collector = std::make_unique<pipetune::cuda::CuptiCollector>(
         pipetune::cuda::CuptiCollector::Clock::now(), options);
+    if (mode == kCuptiStreamId) {
+      std::uint32_t id = 0;
+      PIPETUNE_CUPTI_CHECK(cuptiGetStreamIdEx(nullptr, backend.stream(), 0, &id));
+    }
   }
-  std::size_t captured = 0, api_calls = 0, flushes = 0, forced_flushes = 0;
-  double flush_seconds = 0.0;
+  std::optional<pipetune::profiler::CaptureRouter> router;
+  if (mode == kCuptiRouted) {
+    router.emplace();
+    router->set_sole_rank(0);
+  }
+  std::size_t captured = 0, api_calls = 0, flushes = 0, forced_flushes = 0, waiting_calls = 0;
+  double take_seconds = 0.0, flush_seconds = 0.0, route_seconds = 0.0;
+  using BenchClock = std::chrono::steady_clock;
+  const auto seconds_since = [](BenchClock::time_point t) {
+    return std::chrono::duration<double>(BenchClock::now() - t).count();
+  };
   const auto flush_and_take = [&] {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = BenchClock::now();
     pipetune::profiler::GpuCapture capture;
     if (hub) {
       pipetune::runtime::RankDevice::GpuActivity taken = hub->take(0);
       flushes += taken.flushes;
       forced_flushes += taken.forced_flushes;
+      flush_seconds += 1e-9 * static_cast<double>(taken.flush_ns);
+      route_seconds += 1e-9 * static_cast<double>(taken.route_ns);
+      waiting_calls = taken.waiting_launch_calls;
       capture = std::move(taken.capture);
     } else {
       collector->flush();
       capture = collector->take();
+      if (router) {
+        const auto t1 = BenchClock::now();
+        flush_seconds += std::chrono::duration<double>(t1 - t0).count();
+        router->add(std::move(capture));
+        if (!router->holds_newest_launch(0, static_cast<std::uint32_t>(::gettid())))
+          ++forced_flushes;  // counted, not done: the hub would force a flush here
+        capture = router->take(0);
+        waiting_calls = router->waiting_calls();
+        route_seconds += seconds_since(t1);
+      }
     }
     captured += capture.activities.size();
     api_calls += capture.api_calls.size();
-    flush_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    take_seconds += seconds_since(t0);
   };
   for (auto _ : state) {
     for (int l = 0; l < layers; ++l) {
@@ -178,8 +219,16 @@ void BM_Step(benchmark::State& state) {
     // (cupti-launches: at least one a device record, or kernels lose their ops), none.
     state.counters["api_calls/step"] =
         static_cast<double>(api_calls) / static_cast<double>(state.iterations());
-    state.counters["flush_ms"] = 1e3 * flush_seconds / static_cast<double>(state.iterations());
+    state.counters["take_ms"] = 1e3 * take_seconds / static_cast<double>(state.iterations());
   }
+  if (hub || router) {
+    state.counters["flush_ms"] = 1e3 * flush_seconds / static_cast<double>(state.iterations());
+    state.counters["route_ms"] = 1e3 * route_seconds / static_cast<double>(state.iterations());
+    state.counters["waiting_calls"] = static_cast<double>(waiting_calls);
+  }
+  if (router)
+    state.counters["unchecked/step"] =
+        static_cast<double>(forced_flushes) / static_cast<double>(state.iterations());
   if (collector) {
     state.counters["dropped"] = static_cast<double>(collector->dropped_records());
     state.counters["zeroed_buffers"] = collector->zeroed_buffers() ? 1.0 : 0.0;
@@ -194,16 +243,16 @@ void BM_Step(benchmark::State& state) {
 }
 BENCHMARK(BM_Step)
     ->ArgNames({"mode(0=off,1=nvtx,2=cupti,3=cupti-device,4=cupti-launches,5=cupti-completed,6="
-                "cupti-cupti-zeroes,7=hub,8=hub-forced)",
+                "cupti-cupti-zeroes,7=hub,8=hub-forced,9=cupti-routed,10=cupti-stream-id)",
                 "layers"})
     ->ArgsProduct({{kOff, kNvtx, kCupti, kCuptiDevice, kCuptiLaunches, kCuptiCompleted,
-                    kCuptiZeroedByCupti, kHub, kHubForced},
+                    kCuptiZeroedByCupti, kHub, kHubForced, kCuptiRouted, kCuptiStreamId},
                    {12}})
     // Twice the kernels a step: whether a mode's cost grows with the kernels or is the step's.
     ->ArgsProduct({{kOff, kCupti, kHub}, {24}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
-    ->MinTime(2.0);
+    ->MinTime(1.0);
 
 // Takes `--name=value` out of argv (before Google Benchmark reads the rest); nullopt when absent.
 std::optional<std::string_view> take_flag(int& argc, char** argv, std::string_view name) {

@@ -312,7 +312,9 @@ g = on.get("gpu_capture", {})
 print(f"-- capture on: {on['tokens_per_s']:.0f} tokens/s against {off['tokens_per_s']:.0f} with NVTX "
       f"only: {100 * (off['tokens_per_s'] / on['tokens_per_s'] - 1):+.2f}% step time; "
       f"{g.get('activities', 0)} activities, {g.get('attributed', 0)} inside ops; "
-      f"{g.get('flushes', 0)} step-end flushes, {g.get('forced_flushes', 0)} forced")
+      f"{g.get('flushes', 0)} step-end flushes, {g.get('forced_flushes', 0)} forced; their host "
+      f"time {g.get('flush_ms', 0):.1f} ms flushing, {g.get('route_ms', 0):.1f} ms routing in all; "
+      f"{g.get('waiting_launch_calls', 0)} launch calls waiting at most")
 PY
     # Where the GPU time of that run goes: the kernels table of the stored run.
     "$py" - "$work/capture-$prec.db" <<'PY' || true

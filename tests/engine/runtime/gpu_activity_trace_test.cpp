@@ -77,6 +77,11 @@ TEST(GpuActivityTrace, RecordedRunHasEachRanksKernelsUnderTheOpsThatLaunchedThem
   // Each rank's take at each step end: the devices' flush counts summed.
   EXPECT_EQ(r.gpu_capture.flushes, static_cast<std::size_t>(2 * o.steps));
   EXPECT_EQ(r.gpu_capture.forced_flushes, 2u);
+  // Takes 1..steps of each rank: their host times summed, the most calls left waiting.
+  const auto takes = static_cast<std::int64_t>(o.steps);
+  EXPECT_EQ(r.gpu_capture.flush_ns, 2 * 1000 * takes * (takes + 1) / 2);
+  EXPECT_EQ(r.gpu_capture.route_ns, 2 * takes * (takes + 1) / 2);
+  EXPECT_EQ(r.gpu_capture.waiting_launch_calls, static_cast<std::size_t>(o.steps));
 
   // Attention: one kernel per layer and micro-batch of each forward, on the stage that holds the
   // layer, each attributed to the F op of its micro-batch and lying inside it (the clock offset

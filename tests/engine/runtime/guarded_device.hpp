@@ -388,10 +388,19 @@ class GuardedRankDevice final : public runtime::RankDevice {
     if (log_activity_) storage_.start_log(epoch);
     return log_activity_;
   }
-  // One flush a take, the rank's first forced (as a profiler's first flush may be): what the
-  // run's flush counts must add up to.
+  // One flush a take, the rank's first forced (as a profiler's first flush may be), take k's
+  // flush 1000 * k ns and routing k ns, and k launch calls left waiting: what the run's capture
+  // counts must add up to.
   GpuActivity take_gpu_activity() override {
-    return {storage_.take_log(), -GuardedAllocator::kLogClockAhead, 1, takes_++ == 0 ? 1u : 0u};
+    const std::size_t k = ++takes_;
+    const auto ns = static_cast<std::int64_t>(k);
+    return {storage_.take_log(),
+            -GuardedAllocator::kLogClockAhead,
+            1,
+            k == 1 ? 1u : 0u,
+            1000 * ns,
+            ns,
+            k};
   }
   tensor::Backend& backend() override { return backend_; }
   tensor::DeviceAllocator* storage() override { return &storage_; }
