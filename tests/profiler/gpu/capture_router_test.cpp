@@ -146,6 +146,33 @@ TEST(CaptureRouter, EachCallIsEvictedAtTheFirstAddPastItsAge) {
   EXPECT_EQ(router.waiting_calls(), 2u);  // 6, 7
 }
 
+// Thousands of answered calls later (the router compacts its order of arrival on the way), the
+// one call never answered is still evicted when it ages out, and only then.
+TEST(CaptureRouter, AnUnansweredCallOutlivesTheAnsweredOnesUntilItsAge) {
+  CaptureRouter router(1'000'000);
+  router.assign_stream(7, 0);
+  GpuCapture first;
+  first.api_calls = {call(1, 0)};
+  router.add(first);
+  for (std::uint32_t c = 2; c < 20'000; ++c) {
+    GpuCapture step;
+    step.api_calls = {call(c, c)};
+    step.activities = {kernel(7, c, c + 1)};
+    router.add(step);
+    ASSERT_EQ(router.take(0).api_calls.size(), 1u) << "call " << c;
+  }
+  EXPECT_EQ(router.waiting_calls(), 1u);
+  EXPECT_EQ(router.counts().evicted_calls, 0u);
+  GpuCapture late;
+  late.api_calls = {call(20'000, 1'000'000)};  // call 1: 1,000,000 ns old, not older
+  router.add(late);
+  EXPECT_EQ(router.counts().evicted_calls, 0u);
+  late.api_calls = {call(20'001, 1'000'001)};
+  router.add(late);
+  EXPECT_EQ(router.counts().evicted_calls, 1u);
+  EXPECT_EQ(router.waiting_calls(), 2u);  // 20,000 and 20,001
+}
+
 // The check behind a flush of completed buffers only (GpuActivityHub): a rank's step is in when
 // the record of its thread's newest launch is.
 TEST(CaptureRouter, TheNewestLaunchOfAThreadTellsWhetherItsStepArrived) {
