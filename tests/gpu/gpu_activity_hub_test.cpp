@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <barrier>
 #include <cstdio>
 #include <memory>
@@ -49,7 +50,7 @@ TEST_P(GpuActivityHubGpu, EachTakeBringsItsRanksStepWithTheLaunchCalls) {
   // No rank's work runs while another rank takes (a forced flush would hand it over without its
   // times): so both policies must bring every record at its step's take.
   std::barrier step_end(kRanks);
-  std::vector<std::vector<std::size_t>> records(kRanks), with_launch(kRanks);
+  std::vector<std::vector<std::size_t>> records(kRanks), with_launch(kRanks), waiting(kRanks);
   std::vector<std::size_t> flushes(kRanks, 0), forced(kRanks, 0);  // the ranks' takes made
   std::vector<std::string> errors(kRanks);
   std::vector<std::thread> threads;
@@ -74,6 +75,7 @@ TEST_P(GpuActivityHubGpu, EachTakeBringsItsRanksStepWithTheLaunchCalls) {
           forced[r] += a.forced_flushes;
           records[r].push_back(a.capture.activities.size());
           with_launch[r].push_back(launched);
+          waiting[r].push_back(a.waiting_launch_calls);
           step_end.arrive_and_wait();  // every rank took
         }
       } catch (const std::exception& e) {
@@ -94,6 +96,16 @@ TEST_P(GpuActivityHubGpu, EachTakeBringsItsRanksStepWithTheLaunchCalls) {
       EXPECT_EQ(records[r][step], kRecordsPerStep) << "rank " << r << " step " << step;
       EXPECT_EQ(with_launch[r][step], records[r][step]) << "rank " << r << " step " << step;
     }
+  }
+  // Every launch call of a step has its record: once the step's last take is done (the other
+  // ranks' calls wait for their own rank's take until then), none is left waiting. Calls that
+  // never get a record (a second call with an id of its own for one launch) would pile up here
+  // for two minutes of a run.
+  for (int step = 0; step < kSteps; ++step) {
+    std::size_t fewest = waiting[0][step];
+    for (int r = 1; r < kRanks; ++r) fewest = std::min(fewest, waiting[r][step]);
+    EXPECT_EQ(fewest, 0u) << "launch calls left without a record after step " << step
+                          << "'s takes (rank 0's take: " << waiting[0][step] << ")";
   }
   if (GetParam() == Policy::forced) {
     EXPECT_EQ(all_forced, all_flushes);
