@@ -393,7 +393,7 @@ for r in runs:
         for key, into in (("take_ms", take), ("flush_ms", flush), ("route_ms", route),
                           ("waiting_calls", waiting), ("records/step", records),
                           ("api_calls/step", calls), ("forced_flushes/step", forced),
-                          ("unchecked/step", unchecked)):
+                          ("failed_checks/step", unchecked)):
             if key in r:
                 into[mode] = r[key]
 names = {0: "off", 1: "nvtx", 2: "cupti", 3: "cupti-device", 4: "cupti-launches",
