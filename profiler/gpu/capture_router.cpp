@@ -6,17 +6,17 @@
 
 namespace pipetune::profiler {
 
-bool is_launch_call(std::string_view name) {
+bool is_kernel_launch_call(std::string_view name) {
   // Runtime (cuda...) and driver (cu...) spellings, with their _v2 / _ptsz / Ex suffixes.
-  for (std::string_view part : {"LaunchKernel", "LaunchCooperativeKernel", "GraphLaunch",
-                                "LaunchHostFunc", "Memcpy", "Memset", "LaunchGrid"})
+  for (std::string_view part :
+       {"LaunchKernel", "LaunchCooperativeKernel", "GraphLaunch", "LaunchGrid"})
     if (name.find(part) != std::string_view::npos) return true;
   return false;
 }
 
-bool is_kernel_launch_call(std::string_view name) {
-  for (std::string_view part :
-       {"LaunchKernel", "LaunchCooperativeKernel", "GraphLaunch", "LaunchGrid"})
+bool is_launch_call(std::string_view name) {
+  if (is_kernel_launch_call(name)) return true;
+  for (std::string_view part : {"LaunchHostFunc", "Memcpy", "Memset"})
     if (name.find(part) != std::string_view::npos) return true;
   return false;
 }
@@ -44,7 +44,7 @@ void CaptureRouter::add(GpuCapture capture) {
     newest_call_ns_ = std::max(newest_call_ns_, call.start_ns);
     if (is_kernel_launch_call(call.name)) {
       // Correlation ids grow with each call (CUPTI numbers them process-wide): the tie-breaker.
-      NewestCall& newest = newest_of_thread_[call.thread_id];
+      CallAt& newest = newest_of_thread_[call.thread_id];
       if (call.start_ns > newest.start_ns ||
           (call.start_ns == newest.start_ns && call.correlation > newest.correlation))
         newest = {call.start_ns, call.correlation};
@@ -71,7 +71,7 @@ void CaptureRouter::evict_aged_calls() {
   // the arrival order; an entry whose call was taken with its record is passed over.
   while (!by_arrival_.empty() &&
          newest_call_ns_ - by_arrival_.front().start_ns > max_call_age_ns_) {
-    const Arrival oldest = by_arrival_.front();
+    const CallAt oldest = by_arrival_.front();
     by_arrival_.pop_front();
     const auto it = calls_.find(oldest.correlation);
     if (it == calls_.end() || it->second.start_ns != oldest.start_ns) continue;
@@ -85,7 +85,7 @@ void CaptureRouter::evict_aged_calls() {
   by_arrival_.clear();
   for (const auto& [correlation, call] : calls_)
     by_arrival_.push_back({call.start_ns, correlation});
-  std::sort(by_arrival_.begin(), by_arrival_.end(), [](const Arrival& a, const Arrival& b) {
+  std::sort(by_arrival_.begin(), by_arrival_.end(), [](const CallAt& a, const CallAt& b) {
     return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.correlation < b.correlation;
   });
 }

@@ -80,19 +80,15 @@ class CaptureRouter {
   // Launch calls waiting for their device record, by correlation id.
   std::unordered_map<std::uint32_t, ApiCallRecord> calls_;
   std::int64_t newest_call_ns_ = 0;
+  struct CallAt {  // a launch call by its start and correlation id
+    std::int64_t start_ns = 0;
+    std::uint32_t correlation = 0;
+  };
   // The launch calls in the order they arrived (captures come in time order, each call once),
   // taken ones included until they reach the front: what evict_aged_calls walks instead of
   // calls_.
-  struct Arrival {
-    std::int64_t start_ns = 0;
-    std::uint32_t correlation = 0;
-  };
-  std::deque<Arrival> by_arrival_;
-  struct NewestCall {
-    std::int64_t start_ns = 0;
-    std::uint32_t correlation = 0;
-  };
-  std::unordered_map<std::uint32_t, NewestCall> newest_of_thread_;  // kernel launches, by thread
+  std::deque<CallAt> by_arrival_;
+  std::unordered_map<std::uint32_t, CallAt> newest_of_thread_;  // kernel launches, by thread
   RouterCounts counts_;
 };
 

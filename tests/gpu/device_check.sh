@@ -264,8 +264,7 @@ checks() {
   summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.fast.log")"
 
   if [ -n "$no_gpu" ]; then
-    for s in gpu_tests cuda_capture_bench \
-      cuda_attention_bench cuda_gemm_bench gpt2_gpu_bench; do
+    for s in gpu_tests cuda_capture_bench cuda_attention_bench cuda_gemm_bench gpt2_gpu_bench; do
       echo "$s: skipped, no GPU ($no_gpu)"
       note "$s" "SKIPPED (no GPU: $no_gpu)"
     done
@@ -370,9 +369,20 @@ PY
   fi
 
   # --- 3. capture overhead --------------------------------------------------------------------------
-  # The summary's line for one run's JSON: each mode's overhead against off.
-  capture_overhead() {
-    python3 - "$1" <<'PY' && summary[-1]="${summary[-1]}; $(cat "$scratch/.overhead")"
+  # CAPTURE_ARGS split as the shell splits words, as before; the default filter is one word.
+  # About 11 s a mode on an H100 (setup, the iteration count found, 3 runs of 1 s).
+  local capture_args=('--benchmark_filter=:(0|1|2|5|7|9|10)/layers:12')
+  [ -n "${CAPTURE_ARGS:-}" ] && read -r -a capture_args <<<"$CAPTURE_ARGS"
+  step cuda_capture_bench 150 "$scratch/.capture.log" "${run_env[@]}" \
+    "$build/tests/cuda_capture_bench" "${capture_args[@]}" --benchmark_repetitions=3 \
+    "--benchmark_out=$out/cuda_capture_bench.json" --benchmark_out_format=json
+  if grep -q '^cuda_capture_bench: skipped' "$scratch/.capture.log"; then
+    summary[-1]="${summary[-1]}; SKIPPED by the program: no usable device"
+    failed=1
+  fi
+  # The summary's line: each mode's overhead against off.
+  if [ -s "$out/cuda_capture_bench.json" ]; then
+    python3 - "$out/cuda_capture_bench.json" <<'PY' && summary[-1]="${summary[-1]}; $(cat "$scratch/.overhead")"
 import json, os, re, sys
 text = open(sys.argv[1]).read()
 try:
@@ -420,19 +430,7 @@ print("capture overhead (mean of 3):", line)
 open(os.path.join(os.environ["SCRATCH"], ".overhead"), "w").write(line)
 PY
     rm -f "$scratch/.overhead"
-  }
-  # CAPTURE_ARGS split as the shell splits words, as before; the default filter is one word.
-  # About 11 s a mode on an H100 (setup, the iteration count found, 3 runs of 1 s).
-  local capture_args=('--benchmark_filter=:(0|1|2|5|7|9|10)/layers:12')
-  [ -n "${CAPTURE_ARGS:-}" ] && read -r -a capture_args <<<"$CAPTURE_ARGS"
-  step cuda_capture_bench 150 "$scratch/.capture.log" "${run_env[@]}" \
-    "$build/tests/cuda_capture_bench" "${capture_args[@]}" --benchmark_repetitions=3 \
-    "--benchmark_out=$out/cuda_capture_bench.json" --benchmark_out_format=json
-  if grep -q '^cuda_capture_bench: skipped' "$scratch/.capture.log"; then
-    summary[-1]="${summary[-1]}; SKIPPED by the program: no usable device"
-    failed=1
   fi
-  [ -s "$out/cuda_capture_bench.json" ] && capture_overhead "$out/cuda_capture_bench.json"
 
   # --- 4. attention kernels -------------------------------------------------------------------------
   step cuda_attention_bench 90 "$scratch/.attention.log" "${run_env[@]}" \
