@@ -102,7 +102,7 @@ class RankTraining {
 
  private:
   profiler::GpuCapture take_gpu_activity();
-  void stream_trace(const profiler::StepMetric& step_metric, const profiler::GpuCapture& gpu);
+  void stream_trace(const profiler::StepMetric& step_metric, profiler::GpuCapture gpu);
   void save_checkpoint(int step);
 
   SharedTraining& s_;
@@ -338,15 +338,14 @@ bool RankTraining::run_step(int step) {
   return stop_after_this_step;
 }
 
-void RankTraining::stream_trace(const profiler::StepMetric& step_metric,
-                                const profiler::GpuCapture& gpu) {
+void RankTraining::stream_trace(const profiler::StepMetric& step_metric, profiler::GpuCapture gpu) {
   if (!options_.trace_sink) return;
   profiler::Trace part = profiler::take_recorder_part(recorder_, streamed_);
   if (rank_ == 0) part.steps.push_back(step_metric);
   std::vector<profiler::KernelRecord> kernels;
   if (gpu_capture_) {
     // The step's kernels join the part that holds the ops they were launched from.
-    profiler::GpuAttribution a = profiler::add_gpu_capture(part, rank_, gpu, 0);
+    profiler::GpuAttribution a = profiler::add_gpu_capture(part, rank_, std::move(gpu), 0);
     std::lock_guard lock(s_.mutex);
     TrainResult::GpuCaptureCounts& n = s_.result.gpu_capture;
     n.activities += a.records.size();

@@ -225,12 +225,11 @@ void merge_trace(const std::vector<std::unique_ptr<profiler::RankRecorder>>& rec
 
 // Each rank's GPU activity of the run (engine clock) as GPU lanes of the merged trace, under
 // the ops that launched it; counted here unless the streamed parts already were.
-void add_gpu_activity(const std::vector<profiler::GpuCapture>& captures, bool count,
-                      TrainResult& result) {
+void add_gpu_activity(std::vector<profiler::GpuCapture> captures, bool count, TrainResult& result) {
   for (std::size_t r = 0; r < captures.size(); ++r) {
     if (captures[r].activities.empty()) continue;
-    profiler::GpuAttribution a =
-        profiler::add_gpu_capture(result.trace, static_cast<std::int32_t>(r), captures[r], 0);
+    profiler::GpuAttribution a = profiler::add_gpu_capture(
+        result.trace, static_cast<std::int32_t>(r), std::move(captures[r]), 0);
     if (count) {
       TrainResult::GpuCaptureCounts& n = result.gpu_capture;
       n.activities += a.records.size();
@@ -402,7 +401,7 @@ TrainResult train(const TrainOptions& options) {
   summarise_last_iteration(last_timing, result);
   if (options.record_trace) {
     merge_trace(recorders, result);
-    add_gpu_activity(gpu_captures, !options.trace_sink, result);
+    add_gpu_activity(std::move(gpu_captures), !options.trace_sink, result);
   }
   return result;
 }

@@ -1,8 +1,12 @@
 #include "profiler/gpu/gpu_capture.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "profiler/gpu/enclosing_ranges.hpp"
 #include "profiler/gpu/kernel_class.hpp"
@@ -28,10 +32,24 @@ EnclosingRanges rank_ops(const Trace& trace, std::int32_t rank) {
 
 }  // namespace
 
-GpuAttribution add_gpu_capture(Trace& trace, std::int32_t rank, const GpuCapture& capture,
+GpuAttribution add_gpu_capture(Trace& trace, std::int32_t rank, GpuCapture capture,
                                std::int64_t clock_offset_ns) {
-  std::unordered_map<std::uint32_t, const ApiCallRecord*> launch;
-  for (const ApiCallRecord& call : capture.api_calls) launch.emplace(call.correlation, &call);
+  // Each launch call's start by correlation id: one sorted array, not a node per call (a GPT-2
+  // step hands over about a thousand; gpu_capture_bench).
+  std::vector<std::pair<std::uint32_t, std::int64_t>> launch;
+  launch.reserve(capture.api_calls.size());
+  for (const ApiCallRecord& call : capture.api_calls)
+    launch.emplace_back(call.correlation, call.start_ns);
+  const auto by_id = [](const std::pair<std::uint32_t, std::int64_t>& a,
+                        const std::pair<std::uint32_t, std::int64_t>& b) {
+    return a.first < b.first;
+  };
+  std::stable_sort(launch.begin(), launch.end(), by_id);  // of calls sharing an id, the first
+  const auto launch_start = [&](std::uint32_t correlation) -> const std::int64_t* {
+    const auto it = std::lower_bound(launch.begin(), launch.end(),
+                                     std::pair<std::uint32_t, std::int64_t>{correlation, 0}, by_id);
+    return it != launch.end() && it->first == correlation ? &it->second : nullptr;
+  };
   std::unordered_map<std::string, std::uint32_t> names;
   for (std::size_t i = 0; i < trace.names.size(); ++i)
     names.emplace(trace.names[i], static_cast<std::uint32_t>(i));
@@ -40,28 +58,51 @@ GpuAttribution add_gpu_capture(Trace& trace, std::int32_t rank, const GpuCapture
     if (added) trace.names.push_back(name);
     return it->second;
   };
+  // A record's span kind by its interned name: telling an NCCL kernel by its name once per name.
+  std::unordered_map<std::uint32_t, SpanKind> kinds;
+  const auto kind_of = [&](std::uint32_t name, const KernelRecord& record) {
+    const bool kernel = record.grid[0] != 0 || record.block[0] != 0;  // else a copy or memset
+    if (!kernel) return gpu_span_kind(record);
+    const auto [it, added] = kinds.try_emplace(name);
+    if (added) it->second = gpu_span_kind(record);
+    return it->second;
+  };
   const EnclosingRanges ops = rank_ops(trace, rank);  // before any GPU span is added
+  // The op's label by its span index, made once per op rather than once per record.
+  std::unordered_map<std::int64_t, std::string> labels;
+  const auto label = [&](std::int64_t op) -> const std::string& {
+    const auto [it, added] = labels.try_emplace(op);
+    if (added) it->second = trace.span_label(trace.spans[static_cast<std::size_t>(op)]);
+    return it->second;
+  };
 
   GpuAttribution out;
-  for (const KernelRecord& a : capture.activities) {
-    if (a.end_ns < a.start_ns)
-      throw std::invalid_argument("GPU capture of rank " + std::to_string(rank) + ": '" + a.name +
-                                  "' (correlation " + std::to_string(a.correlation) + ") ends at " +
-                                  std::to_string(a.end_ns) + " ns, before its start " +
-                                  std::to_string(a.start_ns));
+  out.op_of_span.reserve(capture.activities.size());
+  out.records.reserve(capture.activities.size());
+  trace.spans.reserve(trace.spans.size() + capture.activities.size());
+  std::int32_t lane = -1, lane_stream = 0;  // the last record's lane: records come by stream
+  for (KernelRecord& record : capture.activities) {
+    if (record.end_ns < record.start_ns)
+      throw std::invalid_argument(
+          "GPU capture of rank " + std::to_string(rank) + ": '" + record.name + "' (correlation " +
+          std::to_string(record.correlation) + ") ends at " + std::to_string(record.end_ns) +
+          " ns, before its start " + std::to_string(record.start_ns));
+    if (lane < 0 || record.stream != lane_stream) {
+      lane = trace.lane(rank, Stream::Gpu, record.stream);
+      lane_stream = record.stream;
+    }
     Span s;
-    s.lane = trace.lane(rank, Stream::Gpu, a.stream);
-    s.kind = gpu_span_kind(a);
-    s.start_ns = a.start_ns + clock_offset_ns;
-    s.end_ns = a.end_ns + clock_offset_ns;
-    s.name = intern(a.name);
-    KernelRecord record = a;
+    s.lane = lane;
+    s.name = intern(record.name);
+    s.kind = kind_of(s.name, record);
+    s.start_ns = record.start_ns + clock_offset_ns;
+    s.end_ns = record.end_ns + clock_offset_ns;
     std::int64_t op = -1;
-    const auto call = launch.find(static_cast<std::uint32_t>(a.correlation));
-    if (call == launch.end()) {
+    const std::int64_t* call_start = launch_start(static_cast<std::uint32_t>(record.correlation));
+    if (call_start == nullptr) {
       ++out.without_launch;
     } else {
-      op = ops.innermost(call->second->start_ns + clock_offset_ns);
+      op = ops.innermost(*call_start + clock_offset_ns);
       if (op < 0) {
         ++out.outside_ops;
       } else {
@@ -69,7 +110,7 @@ GpuAttribution add_gpu_capture(Trace& trace, std::int32_t rank, const GpuCapture
         const Span& parent = trace.spans[static_cast<std::size_t>(op)];
         s.microbatch = parent.microbatch;
         s.chunk = parent.chunk;
-        record.op = trace.span_label(parent);
+        record.op = label(op);
         if (is_compute(parent.kind)) {
           record.phase = parent.kind;
           record.microbatch = parent.microbatch;

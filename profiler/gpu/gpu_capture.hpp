@@ -49,8 +49,9 @@ struct GpuAttribution {
 // op it is attributed to: the innermost span of the rank's other lanes (its ops, sends,
 // receives and collectives) that contains the launching call's start. Capture times become
 // trace times by adding clock_offset_ns. Records whose end precedes their start are refused
-// (std::invalid_argument naming the record).
-GpuAttribution add_gpu_capture(Trace& trace, std::int32_t rank, const GpuCapture& capture,
+// (std::invalid_argument naming the record). The capture is taken by value: the records move
+// into the result (pass an rvalue to spare the copy).
+GpuAttribution add_gpu_capture(Trace& trace, std::int32_t rank, GpuCapture capture,
                                std::int64_t clock_offset_ns);
 
 }  // namespace pipetune::profiler

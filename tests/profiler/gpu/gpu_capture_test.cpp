@@ -100,6 +100,12 @@ TEST(GpuCapture, RecordsLandOnTheirStreamsUnderTheOpsThatLaunchedThem) {
   EXPECT_EQ(t.spans[host_spans + 5].lane, gemm.lane);  // one lane per stream
 
   ASSERT_EQ(a.records.size(), 7u);
+  // Each record names the op it was launched from; the copy and the memset share B's.
+  EXPECT_EQ(a.records[0].op, "F2.1");
+  EXPECT_EQ(a.records[1].op, "recv2");
+  EXPECT_EQ(a.records[2].op, "");
+  EXPECT_EQ(a.records[5].op, "B2.1");
+  EXPECT_EQ(a.records[6].op, "B2.1");
   EXPECT_EQ(a.records[5].bytes, 4096);
   EXPECT_EQ(a.records[5].rank, 0);
   EXPECT_EQ(a.records[5].start_ns, 405);
