@@ -195,7 +195,8 @@ BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
 }
 
 BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
-                               profiler::GpuCapture& capture, CuptiNameCache& names) {
+                               profiler::GpuCapture& capture, CuptiNameCache& names,
+                               ApiCallsKept kept) {
   BufferWalk walk;
   CUpti_Activity* record = nullptr;
   for (;;) {
@@ -206,7 +207,7 @@ BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
       break;
     }
     ++walk.records;
-    if (append_cupti_record(*record, capture, names))
+    if (append_cupti_record(*record, capture, names, kept))
       ++walk.kept;
     else if (is_incomplete_device_record(*record))  // left out: counted apart from other kinds
       ++walk.incomplete;
@@ -293,7 +294,8 @@ profiler::GpuCapture CuptiCollector::take() {
 
 void CuptiCollector::consume(std::uint8_t* buffer, std::size_t valid_bytes, std::uint64_t dropped) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  const BufferWalk walk = append_cupti_buffer(buffer, valid_bytes, capture_, names_);
+  const BufferWalk walk =
+      append_cupti_buffer(buffer, valid_bytes, capture_, names_, options_.api_calls_kept);
   records_ += walk.records;
   incomplete_ += walk.incomplete;
   dropped_ += dropped;

@@ -76,9 +76,11 @@ struct BufferWalk {
 };
 
 // Every record of a completed CUPTI buffer (valid_bytes of it) into `capture`, walked with
-// cuptiActivityGetNextRecord, names from `names` (the collector keeps one for its life).
+// cuptiActivityGetNextRecord, names from `names` (the collector keeps one for its life), API
+// calls as `kept` says.
 BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
-                               profiler::GpuCapture& capture, CuptiNameCache& names);
+                               profiler::GpuCapture& capture, CuptiNameCache& names,
+                               ApiCallsKept kept = ApiCallsKept::all);
 // The same with a fresh name cache (tests).
 BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
                                profiler::GpuCapture& capture);
@@ -114,6 +116,9 @@ struct CuptiCollectorOptions {
   // buffers whose records are all complete (what a flush after a synchronisation should find;
   // the overhead benchmark compares the two). flush(FlushKind) chooses per call.
   bool forced_flush = true;
+  // Which API call records a take returns (CUPTI records them all with ApiRecords::all): the
+  // engine's hub keeps the launching calls only, the rest being what its router drops.
+  ApiCallsKept api_calls_kept = ApiCallsKept::all;
   // Hand CUPTI zeroed buffers (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER): false leaves the
   // zeroing of each new buffer to CUPTI, on the thread whose launch needed it (the overhead
   // benchmark compares the two).

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "profiler/gpu/capture_router.hpp"
 #include "profiler/gpu/gpu_activity_names.hpp"
 
 namespace pipetune::cuda {
@@ -17,7 +18,7 @@ std::int64_t ns(std::uint64_t t) {
   return static_cast<std::int64_t>(t);
 }
 
-std::string api_name(CUpti_ActivityKind kind, CUpti_CallbackId cbid) {
+std::string callback_name(CUpti_ActivityKind kind, CUpti_CallbackId cbid) {
   const CUpti_CallbackDomain domain =
       kind == CUPTI_ACTIVITY_KIND_DRIVER ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API;
   const char* name = nullptr;
@@ -81,11 +82,23 @@ const std::string& CuptiNameCache::kernel(const char* name) {
   return it->second.display;
 }
 
-const std::string& CuptiNameCache::api(CUpti_ActivityKind kind, CUpti_CallbackId cbid) {
+const CuptiNameCache::ApiName& CuptiNameCache::api_name(CUpti_ActivityKind kind,
+                                                        CUpti_CallbackId cbid) {
   const std::uint64_t key = (static_cast<std::uint64_t>(kind) << 32) | cbid;
   auto [it, inserted] = apis_.try_emplace(key);
-  if (inserted) it->second = api_name(kind, cbid);
+  if (inserted) {
+    it->second.name = callback_name(kind, cbid);
+    it->second.launches = profiler::is_launch_call(it->second.name);
+  }
   return it->second;
+}
+
+const std::string& CuptiNameCache::api(CUpti_ActivityKind kind, CUpti_CallbackId cbid) {
+  return api_name(kind, cbid).name;
+}
+
+bool CuptiNameCache::launches(CUpti_ActivityKind kind, CUpti_CallbackId cbid) {
+  return api_name(kind, cbid).launches;
 }
 
 bool append_cupti_record(const CUpti_Activity& record, profiler::GpuCapture& capture) {
@@ -94,7 +107,7 @@ bool append_cupti_record(const CUpti_Activity& record, profiler::GpuCapture& cap
 }
 
 bool append_cupti_record(const CUpti_Activity& record, profiler::GpuCapture& capture,
-                         CuptiNameCache& names) {
+                         CuptiNameCache& names, ApiCallsKept kept) {
   if (is_incomplete_device_record(record)) return false;
   switch (record.kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
@@ -124,6 +137,7 @@ bool append_cupti_record(const CUpti_Activity& record, profiler::GpuCapture& cap
     case CUPTI_ACTIVITY_KIND_RUNTIME:
     case CUPTI_ACTIVITY_KIND_DRIVER: {
       const auto& a = reinterpret_cast<const CUpti_ActivityAPI&>(record);
+      if (kept == ApiCallsKept::launches && !names.launches(record.kind, a.cbid)) return false;
       capture.api_calls.push_back(
           {a.correlationId, a.threadId, ns(a.start), ns(a.end), names.api(record.kind, a.cbid)});
       return true;

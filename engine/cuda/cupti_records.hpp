@@ -33,6 +33,8 @@ class CuptiNameCache {
  public:
   const std::string& kernel(const char* name);
   const std::string& api(CUpti_ActivityKind kind, CUpti_CallbackId cbid);
+  // Whether the call creates device work (profiler::is_launch_call of its name).
+  bool launches(CUpti_ActivityKind kind, CUpti_CallbackId cbid);
   std::size_t kernels() const { return kernels_.size(); }
 
  private:
@@ -40,17 +42,28 @@ class CuptiNameCache {
     std::string mangled;  // what the pointer held when it was demangled
     std::string display;
   };
+  struct ApiName {
+    std::string name;
+    bool launches = false;
+  };
+  const ApiName& api_name(CUpti_ActivityKind kind, CUpti_CallbackId cbid);
   std::unordered_map<const char*, KernelName> kernels_;
-  std::unordered_map<std::uint64_t, std::string> apis_;  // kind << 32 | callback id
+  std::unordered_map<std::uint64_t, ApiName> apis_;  // kind << 32 | callback id
   std::string unnamed_ = kernel_display_name(nullptr);
 };
 
+// Which runtime and driver call records a walk keeps: all, or only the calls that create device
+// work (profiler::is_launch_call), which is all the engine's router keeps of them: the others are
+// then dropped as the buffer is read instead of copied out with their names (a GPT-2 step on an
+// H100 recorded three of them for each launch).
+enum class ApiCallsKept { all, launches };
+
 // Appends `record` to `capture` when it is a kernel (KERNEL, CONCURRENT_KERNEL), a copy, a
-// memset or a runtime / driver API call; returns false for every other kind and for incomplete
-// device records (left out: their zero timestamps would land 1.8e18 ns before the run). Names
-// come from `names`.
+// memset or a runtime / driver API call `kept` keeps; returns false for every other kind and
+// call and for incomplete device records (left out: their zero timestamps would land 1.8e18 ns
+// before the run). Names come from `names`.
 bool append_cupti_record(const CUpti_Activity& record, profiler::GpuCapture& capture,
-                         CuptiNameCache& names);
+                         CuptiNameCache& names, ApiCallsKept kept = ApiCallsKept::all);
 // The same with names worked out afresh (tests).
 bool append_cupti_record(const CUpti_Activity& record, profiler::GpuCapture& capture);
 

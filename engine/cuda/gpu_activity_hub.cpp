@@ -17,7 +17,9 @@ bool GpuActivityHub::join(std::int32_t rank, cudaStream_t stream, Clock::time_po
                            " rank(s) of a run are still members");
   try {
     if (!collector_) {
-      collector_.emplace(epoch);
+      CuptiCollectorOptions options;
+      options.api_calls_kept = ApiCallsKept::launches;  // the router would drop the others
+      collector_.emplace(epoch, options);
       epoch_ = epoch;
       last_flush_ = {};
       router_ = profiler::CaptureRouter();

@@ -2,9 +2,10 @@
 // GpuActivityHub::take after CUPTI's flush. On an H100 the hub's step-end take cost 0.3 ms more
 // than a plain flush and take of the same records (cuda_capture_bench, hub against
 // cupti-completed); this measures the routing alone, on the CPU. The capture is what the capture
-// benchmark's step hands over: L layers of 14 kernels, each kernel's launch call and three calls
-// that launch nothing (runtime and driver calls CUPTI records with every launch), 168 kernels and
-// 686 API calls a step at 12 layers.
+// benchmark's step hands over: L layers of 14 kernels, each kernel's launch call and `others`
+// calls that launch nothing (runtime and driver calls CUPTI records with every launch: three, 168
+// kernels and 686 API calls a step at 12 layers, before the hub's collector dropped them as it
+// reads its buffers; none since).
 //   BM_RouteStep/copy   copying the prepared capture and moving it on in time only (the baseline
 //                       to subtract)
 //   BM_RouteStep/route  the copy, then add, holds_newest_launch and take, as the hub does
@@ -35,14 +36,14 @@ const char* const kOtherCalls[] = {"cudaGetLastError_v3020", "cuCtxGetCurrent",
                                    "cudaStreamGetCaptureInfo_v2_v11030"};
 
 // Step `step` of a run: its correlation ids and times follow the previous step's.
-GpuCapture step_capture(int layers, int step, int unanswered) {
+GpuCapture step_capture(int layers, int step, int others, int unanswered) {
   GpuCapture capture;
   const int kernels = layers * kKernelsPerLayer;
-  auto correlation = static_cast<std::uint32_t>(step * (kernels * 4 + unanswered) + 1);
+  auto correlation = static_cast<std::uint32_t>(step * (kernels * (others + 1) + unanswered) + 1);
   std::int64_t t = static_cast<std::int64_t>(step) * 40'000'000;
   for (int k = 0; k < kernels; ++k) {
-    for (const char* other : kOtherCalls)
-      capture.api_calls.push_back({correlation++, kThread, t, t + 500, other});
+    for (int o = 0; o < others; ++o)
+      capture.api_calls.push_back({correlation++, kThread, t, t + 500, kOtherCalls[o % 3]});
     const bool cublas = k % 3 != 1;
     capture.api_calls.push_back({correlation, kThread, t + 600, t + 3'000,
                                  cublas ? "cuLaunchKernelEx" : "cudaLaunchKernel_v7000"});
@@ -69,10 +70,11 @@ GpuCapture step_capture(int layers, int step, int unanswered) {
 void BM_RouteStep(benchmark::State& state) {
   const bool route = state.range(0) != 0;
   const int layers = static_cast<int>(state.range(1));
-  const int unanswered = static_cast<int>(state.range(2));
+  const int others = static_cast<int>(state.range(2));
+  const int unanswered = static_cast<int>(state.range(3));
   // A few steps with their own ids, routed in turn, so the router's tables see a run's traffic.
   std::vector<GpuCapture> steps;
-  for (int s = 0; s < 8; ++s) steps.push_back(step_capture(layers, s, unanswered));
+  for (int s = 0; s < 8; ++s) steps.push_back(step_capture(layers, s, others, unanswered));
   CaptureRouter router;
   router.assign_stream(kStream, 0);
   std::size_t s = 0;
@@ -81,8 +83,8 @@ void BM_RouteStep(benchmark::State& state) {
     GpuCapture capture = steps[s % steps.size()];
     const auto round = static_cast<std::int64_t>(s++ / steps.size());
     const std::int64_t later_ns = round * 8 * 40'000'000;
-    const auto later_ids =
-        static_cast<std::uint32_t>(round * 8 * (layers * kKernelsPerLayer * 4 + unanswered));
+    const auto later_ids = static_cast<std::uint32_t>(
+        round * 8 * (layers * kKernelsPerLayer * (others + 1) + unanswered));
     for (ApiCallRecord& call : capture.api_calls) {
       call.correlation += later_ids;
       call.start_ns += later_ns;
@@ -117,9 +119,9 @@ void BM_RouteStep(benchmark::State& state) {
                           static_cast<std::int64_t>(one.activities.size() + one.api_calls.size()));
 }
 BENCHMARK(BM_RouteStep)
-    ->ArgNames({"route", "layers", "unanswered"})
-    ->ArgsProduct({{0, 1}, {12, 24}, {0}})
-    ->ArgsProduct({{1}, {12}, {56}})
+    ->ArgNames({"route", "layers", "others", "unanswered"})
+    ->ArgsProduct({{0, 1}, {12, 24}, {0, 3}, {0}})
+    ->ArgsProduct({{1}, {12}, {3}, {56}})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

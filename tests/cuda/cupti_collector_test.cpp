@@ -116,6 +116,42 @@ TEST(CuptiBufferWalk, EveryRecordOfACompletedBufferJoinsTheCapture) {
   EXPECT_EQ(a.op_of_span[0], 0);
 }
 
+// What the hub's collector keeps: of the runtime and driver calls, only those that create device
+// work (a launch, an async copy); a call that launches nothing is dropped as the buffer is read.
+TEST(CuptiBufferWalk, LaunchCallsOnlyDropsTheCallsThatLaunchNothing) {
+  const auto call = [](CUpti_ActivityKind kind, CUpti_CallbackId cbid, std::uint32_t correlation) {
+    CUpti_ActivityAPI a = launch(correlation, 1'000 + correlation);
+    a.kind = kind;
+    a.cbid = cbid;
+    return a;
+  };
+  FakeBuffer b;
+  b.add(call(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaGetLastError_v3020, 1));
+  b.add(call(CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_DRIVER_TRACE_CBID_cuCtxGetCurrent, 2));
+  b.add(launch(3, 1'003));
+  b.add(kernel("_Z5scalefPf", 3, 1'100));
+  b.add(call(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, 4));
+  b.add(call(CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, 5));
+  b.add(call(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020, 6));
+
+  profiler::GpuCapture all, launches;
+  CuptiNameCache names;
+  EXPECT_EQ(append_cupti_buffer(b.data(), b.size(), all, names).kept, 7u);
+  const BufferWalk walk =
+      append_cupti_buffer(b.data(), b.size(), launches, names, ApiCallsKept::launches);
+  EXPECT_EQ(walk.records, 7u);
+  EXPECT_EQ(walk.kept, 4u);
+  ASSERT_EQ(all.api_calls.size(), 6u);
+  ASSERT_EQ(launches.api_calls.size(), 3u);
+  std::vector<std::uint32_t> kept;
+  for (const profiler::ApiCallRecord& c : launches.api_calls) kept.push_back(c.correlation);
+  EXPECT_EQ(kept, (std::vector<std::uint32_t>{3, 4, 5}));
+  EXPECT_EQ(launches.activities.size(), all.activities.size());  // device records all kept
+  EXPECT_TRUE(names.launches(CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx));
+  EXPECT_FALSE(names.launches(CUPTI_ACTIVITY_KIND_RUNTIME,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020));
+}
+
 TEST(CuptiBufferWalk, RecordsWithoutTheirTimesAreCountedAndLeftOut) {
   FakeBuffer b;
   b.add(kernel("_Z5scalefPf", 1, 1'100));

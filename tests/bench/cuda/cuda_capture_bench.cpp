@@ -16,7 +16,8 @@
 //                  record yet), routing included; forced_flushes/step says how often it forced
 //   BM_Step/hub-forced  the same hub, always forcing (the engine's policy before the check)
 //   BM_Step/cupti-routed  cupti-completed, with its take routed as the hub routes it
-//                  (profiler::CaptureRouter: add, the newest-launch check, take) by the bench
+//                  (the calls that launch nothing dropped as the buffers are read, then
+//                  profiler::CaptureRouter: add, the newest-launch check, take) by the bench
 //                  itself: the hub's work without the hub, its lock and its stream ids
 //   BM_Step/cupti-stream-id  cupti-completed after asking CUPTI for the stream's id
 //                  (cuptiGetStreamIdEx, as the hub's join does), nothing routed
@@ -135,6 +136,8 @@ void BM_Step(benchmark::State& state) {
     options.forced_flush =
         mode != kCuptiCompleted && mode != kCuptiRouted && mode != kCuptiStreamId;
     options.zeroed_buffers = mode != kCuptiZeroedByCupti;
+    // Routed as the hub routes: the calls that launch nothing dropped as the buffers are read.
+    if (mode == kCuptiRouted) options.api_calls_kept = pipetune::cuda::ApiCallsKept::launches;
     collector = std::make_unique<pipetune::cuda::CuptiCollector>(
         pipetune::cuda::CuptiCollector::Clock::now(), options);
     if (mode == kCuptiStreamId) {

@@ -1,18 +1,23 @@
 // Host cost of a step's CUPTI records at the collector's flush (engine/cuda/cupti_records.hpp),
 // on the CPU: no GPU needed. The buffer is what a step of short kernels hands over: L layers of
 // 16 kernels each (cuBLASLt GEMMs with their unmangled names, pipetune's own kernels mangled),
-// each kernel record after its launch call's record, 2 * 16 * L records in all, laid out as
-// CUPTI lays them (8-byte aligned, one name string shared by the records of a kernel).
-//   BM_StepRecords/per_record  every name worked out afresh (demangled, looked up in CUPTI's
-//                              tables) for each record, as the collector did before its cache
-//   BM_StepRecords/cached      the collector's way: CuptiNameCache kept across flushes
-// Reported: time per step's buffer, and records per second (items_per_second). On the 2-core
-// development machine: 78.6 us per step's 384 records afresh, 18.4 us with the cache.
+// each kernel record after its launch call's record and three calls that launch nothing (CUPTI
+// recorded 686 runtime and driver calls for the capture benchmark's 168 kernels on an H100),
+// 5 * 16 * L records in all, laid out as CUPTI lays them (8-byte aligned, one name string shared
+// by the records of a kernel).
+//   BM_StepRecords/cached:0  every name worked out afresh (demangled, looked up in CUPTI's
+//                            tables) for each record, as the collector did before its cache
+//   BM_StepRecords/cached:1  the collector's way: CuptiNameCache kept across flushes
+//   .../launches_only:1      the hub's collector: the calls that launch nothing dropped as the
+//                            buffer is read (ApiCallsKept::launches)
+// Reported: time per step's buffer, and records per second (items_per_second).
 #include <benchmark/benchmark.h>
 #include <cupti.h>
 
 #include <cstring>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/cuda/cupti_collector.hpp"
@@ -64,6 +69,11 @@ const char* const kLayerKernels[] = {kGemmForward,
                                      kCutlassGemm,
                                      kScale};
 constexpr int kLayers = 12;
+// The calls CUPTI records beside each launch.
+const std::pair<CUpti_ActivityKind, CUpti_CallbackId> kCallsThatLaunchNothing[] = {
+    {CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaGetLastError_v3020},
+    {CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_DRIVER_TRACE_CBID_cuCtxGetCurrent},
+    {CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaStreamGetCaptureInfo_v2_v11030}};
 
 class StepBuffer {
  public:
@@ -72,6 +82,17 @@ class StepBuffer {
     std::uint64_t t = 1'000'000;
     for (int layer = 0; layer < kLayers; ++layer)
       for (const char* name : kLayerKernels) {
+        for (const auto& [kind, cbid] : kCallsThatLaunchNothing) {
+          CUpti_ActivityAPI other;
+          std::memset(&other, 0, sizeof other);
+          other.kind = kind;
+          other.cbid = cbid;
+          other.start = t;
+          other.end = t + 300;
+          other.threadId = 4242;
+          other.correlationId = correlation++;
+          add(other);
+        }
         CUpti_ActivityAPI a;
         std::memset(&a, 0, sizeof a);
         a.kind = CUPTI_ACTIVITY_KIND_RUNTIME;
@@ -116,28 +137,39 @@ class StepBuffer {
 
 void BM_StepRecords(benchmark::State& state) {
   const bool cached = state.range(0) != 0;
+  const auto kept = state.range(1) != 0 ? pipetune::cuda::ApiCallsKept::launches
+                                        : pipetune::cuda::ApiCallsKept::all;
   StepBuffer buffer;
   pipetune::cuda::CuptiNameCache names;  // the collector's: lives across flushes
+  std::size_t kept_records = 0;
   for (auto _ : state) {
     pipetune::profiler::GpuCapture capture;
     if (cached) {
       const auto walk =
-          pipetune::cuda::append_cupti_buffer(buffer.data(), buffer.bytes(), capture, names);
+          pipetune::cuda::append_cupti_buffer(buffer.data(), buffer.bytes(), capture, names, kept);
       benchmark::DoNotOptimize(walk.kept);
     } else {
       CUpti_Activity* record = nullptr;
       while (cuptiActivityGetNextRecord(buffer.data(), buffer.bytes(), &record) == CUPTI_SUCCESS)
         benchmark::DoNotOptimize(pipetune::cuda::append_cupti_record(*record, capture));
     }
-    if (capture.activities.size() + capture.api_calls.size() != buffer.records()) {
-      state.SkipWithError("records lost in the walk");
-      break;
-    }
+    kept_records = capture.activities.size() + capture.api_calls.size();
     benchmark::DoNotOptimize(capture.activities.data());
   }
+  // Every record, or every device record and its launch call.
+  const std::size_t expected = kept == pipetune::cuda::ApiCallsKept::all
+                                   ? buffer.records()
+                                   : 2 * std::size(kLayerKernels) * kLayers;
+  if (kept_records != expected) state.SkipWithError("records lost in the walk");
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(buffer.records()));
   state.counters["records"] = static_cast<double>(buffer.records());
+  state.counters["kept"] = static_cast<double>(kept_records);
 }
-BENCHMARK(BM_StepRecords)->ArgName("cached")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_StepRecords)
+    ->ArgNames({"cached", "launches_only"})
+    ->Args({0, 0})
+    ->Args({1, 0})
+    ->Args({1, 1})
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
