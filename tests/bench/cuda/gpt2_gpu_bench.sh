@@ -7,8 +7,10 @@
 #     list that runs (a run that fails, e.g. out of device memory, moves on to the next size);
 #     tokens/s = the JSON's tokens_per_s (mean over the steps after the first). The throughput
 #     runs use --no-gpu-capture (NVTX ranges only, as PyTorch runs without a profiler).
-#     Each is repeated with CUPTI capture on: its step time against the NVTX-only run is what
-#     capture costs the engine (issue 15 point 4), and its kernels say where the GPU time goes.
+#     Each is repeated into a workspace, NVTX only and then with CUPTI capture on (capture keeps
+#     its records there): the capture run's step time against the NVTX-only one into a workspace
+#     is what capture costs the engine (issue 15 point 4; against the run without a workspace, what
+#     capture and the workspace cost together), and its kernels say where the GPU time goes.
 #  2. PyTorch on the same model, dtype and batch (tests/bench/torch_gpt_step.py --device cuda; a
 #     batch that does not fit there moves on to the next smaller one, and the table says so).
 #  3. One table: framework, dtype, batch, tokens/s, model TFLOP/s and MFU, with the model FLOPs
@@ -288,29 +290,45 @@ PY
     [ "$backend" = cuda ] && [ -n "${chosen[$prec]:-}" ] || continue
     echo
     b="${chosen[$prec]}"
-    echo "== pipetune $prec batch $b again with CUPTI capture on (kernels and copies under their ops)"
-    t="$(limit_for 150)"
-    if [ "$t" -eq 0 ]; then
-      echo "-- skipped (budget spent)"
-      continue
-    fi
-    pt_limited "$t" train --backend cuda --precision "$prec" ${attention:+--attention "$attention"} \
-      --model "$model" --tp 1 --pp 1 --dp 1 --microbatches 1 --micro-batch-size "$b" \
-      --steps "$steps" --db "$work/capture-$prec.db" --json >"$work/capture-$prec.json" \
-      2>"$work/capture.err"
-    rc=$?
-    if [ "$rc" -ne 0 ]; then
-      echo "-- failed (exit $rc): $(last_line "$work/capture.err")"
-      rm -f "$work/capture-$prec.json"
-      failed=1
-      continue
-    fi
-    "$py" - "$work/pipetune-$prec-b$b.json" "$work/capture-$prec.json" <<'PY'
+    echo "== pipetune $prec batch $b again into a workspace, NVTX only and then with CUPTI capture on"
+    echo "   (kernels and copies under their ops)"
+    # Capture keeps its records in a workspace, and streaming a run's trace there costs the step
+    # too: the capture's own cost is against the same run into a workspace without it.
+    local run ok=1
+    for run in nvtx capture; do
+      t="$(limit_for 150)"
+      if [ "$t" -eq 0 ]; then
+        echo "-- $run run skipped (budget spent)"
+        ok=0
+        break
+      fi
+      local run_flags=()
+      [ "$run" = nvtx ] && run_flags+=(--no-gpu-capture)
+      rm -f "$work/$run-$prec.db"
+      pt_limited "$t" train --backend "$backend" --precision "$prec" \
+        ${attention:+--attention "$attention"} --model "$model" --tp 1 --pp 1 --dp 1 \
+        --microbatches 1 --micro-batch-size "$b" --steps "$steps" "${run_flags[@]}" --db "$work/$run-$prec.db" --json >"$work/$run-$prec.json" \
+        2>"$work/$run.err"
+      rc=$?
+      if [ "$rc" -ne 0 ]; then
+        echo "-- $run run failed (exit $rc): $(last_line "$work/$run.err")"
+        rm -f "$work/$run-$prec.json"
+        failed=1
+        ok=0
+        break
+      fi
+    done
+    rm -f "$work/nvtx-$prec.db"
+    [ "$ok" = 1 ] || continue
+    "$py" - "$work/pipetune-$prec-b$b.json" "$work/nvtx-$prec.json" "$work/capture-$prec.json" <<'PY'
 import json, sys
-off, on = (json.load(open(p)) for p in sys.argv[1:3])
+bare, nvtx, on = (json.load(open(p)) for p in sys.argv[1:4])
 g = on.get("gpu_capture", {})
-print(f"-- capture on: {on['tokens_per_s']:.0f} tokens/s against {off['tokens_per_s']:.0f} with NVTX "
-      f"only: {100 * (off['tokens_per_s'] / on['tokens_per_s'] - 1):+.2f}% step time; "
+def cost(base):
+    return 100 * (base["tokens_per_s"] / on["tokens_per_s"] - 1)
+print(f"-- capture on: {on['tokens_per_s']:.0f} tokens/s against {nvtx['tokens_per_s']:.0f} with NVTX "
+      f"only into a workspace: {cost(nvtx):+.2f}% step time (against {bare['tokens_per_s']:.0f} "
+      f"without a workspace: {cost(bare):+.2f}%); "
       f"{g.get('activities', 0)} activities, {g.get('attributed', 0)} inside ops; "
       f"{g.get('flushes', 0)} step-end flushes, {g.get('forced_flushes', 0)} forced; their host "
       f"time {g.get('flush_ms', 0):.1f} ms flushing, {g.get('route_ms', 0):.1f} ms routing in all; "
@@ -590,11 +608,15 @@ if out:
     for dtype in ("fp32", "bf16"):
         try:
             on = json.load(open(os.path.join(work, f"capture-{dtype}.json")))
+            nvtx = json.load(open(os.path.join(work, f"nvtx-{dtype}.json")))
             off = next(r for r in rows if r["framework"] == "pipetune" and r["dtype"] == dtype)
             result["capture"][dtype] = {
                 "batch": off["batch"], "tokens_per_s_nvtx_only": off["tokens_per_s"],
+                "tokens_per_s_nvtx_only_into_workspace": nvtx["tokens_per_s"],
                 "tokens_per_s_capture": on["tokens_per_s"],
-                "overhead": off["tokens_per_s"] / on["tokens_per_s"] - 1,
+                # capture's own cost: against the same run into a workspace without it
+                "overhead": nvtx["tokens_per_s"] / on["tokens_per_s"] - 1,
+                "overhead_with_workspace": off["tokens_per_s"] / on["tokens_per_s"] - 1,
                 "gpu_capture": on.get("gpu_capture", {})}
         except (OSError, ValueError, StopIteration, KeyError):
             pass
