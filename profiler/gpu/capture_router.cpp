@@ -52,6 +52,14 @@ void CaptureRouter::add(GpuCapture capture) {
     by_arrival_.push_back({call.start_ns, call.correlation});
     calls_.insert_or_assign(call.correlation, std::move(call));
   }
+  // Most captures hold one rank's records: room for all of them in the first's pending list.
+  if (!capture.activities.empty()) {
+    const std::int32_t first = rank_of_stream(capture.activities.front().stream);
+    if (first >= 0) {
+      std::vector<KernelRecord>& pending = pending_[first].activities;
+      pending.reserve(pending.size() + capture.activities.size());
+    }
+  }
   for (KernelRecord& record : capture.activities) {
     const std::int32_t rank = rank_of_stream(record.stream);
     if (rank < 0) {
@@ -107,6 +115,7 @@ GpuCapture CaptureRouter::take(std::int32_t rank) {
   if (it == pending_.end()) return out;
   out.activities = std::move(it->second.activities);
   pending_.erase(it);
+  out.api_calls.reserve(out.activities.size());
   // One call may have several records (a graph launch): each call goes out once.
   for (const KernelRecord& record : out.activities) {
     const auto call = calls_.find(static_cast<std::uint32_t>(record.correlation));
