@@ -24,11 +24,14 @@ bool GpuActivityHub::join(std::int32_t rank, cudaStream_t stream, Clock::time_po
       last_flush_ = {};
       router_ = profiler::CaptureRouter();
     }
-    // CUPTI's id of the stream (unique within its context; one device here).
-    std::uint32_t id = 0;
-    PIPETUNE_CUPTI_CHECK(cuptiGetStreamIdEx(nullptr, stream, 0, &id));
-    router_.assign_stream(id, rank);
-    if (one_rank_per_process_) router_.set_sole_rank(rank);
+    if (one_rank_per_process_) {
+      router_.set_sole_rank(rank);  // every record is the rank's: its stream's id is not needed
+    } else {
+      // CUPTI's id of the stream (unique within its context; one device here).
+      std::uint32_t id = 0;
+      PIPETUNE_CUPTI_CHECK(cuptiGetStreamIdEx(nullptr, stream, 0, &id));
+      router_.assign_stream(id, rank);
+    }
   } catch (const CudaError& e) {
     if (members_ == 0) collector_.reset();
     if (!std::exchange(said_unavailable_, true))

@@ -41,7 +41,8 @@ class GpuActivityHub {
   enum class FlushPolicy { forced, completed_checked };
 
   // `one_rank_per_process`: the process's only rank gets every record, whatever its stream
-  // (ranks as processes: NCCL launches on streams of its own).
+  // (ranks as processes: NCCL launches on streams of its own); CUPTI is not asked for the id of
+  // the rank's stream.
   explicit GpuActivityHub(bool one_rank_per_process = false,
                           FlushPolicy flush = FlushPolicy::completed_checked)
       : one_rank_per_process_(one_rank_per_process), flush_policy_(flush) {}

@@ -21,7 +21,9 @@
 //                  itself: the hub's work without the hub, its lock and its stream ids
 //   BM_Step/cupti-stream-id  cupti-completed after asking CUPTI for the stream's id
 //                  (cuptiGetStreamIdEx, as the hub's join does), nothing routed
-// On an H100 the hub cost 0.3 ms a step more than cupti-completed at its take: the last two
+//   BM_Step/hub-sole  the hub as a process of one rank runs it (an NCCL rank's): every record
+//                  the rank's, no stream id asked of CUPTI
+// On an H100 the hub cost 0.3 ms a step more than cupti-completed at its take: the last three
 // modes split that between the routing and the stream id query.
 // With --cupti-timestamps=pinned CUPTI keeps kernel timestamps in pinned host memory instead of
 // device memory, and --cupti-timestamp-buffer-kib=N sets the size of each of those buffers (both
@@ -81,7 +83,8 @@ enum Mode {
   kHub = 7,
   kHubForced = 8,
   kCuptiRouted = 9,
-  kCuptiStreamId = 10
+  kCuptiStreamId = 10,
+  kHubSole = 11
 };
 
 class Ranges {
@@ -120,15 +123,16 @@ void BM_Step(benchmark::State& state) {
   Ranges ranges(mode != kOff);
   std::unique_ptr<pipetune::cuda::CuptiCollector> collector;
   std::unique_ptr<pipetune::cuda::GpuActivityHub> hub;
-  if (mode == kHub || mode == kHubForced) {
+  if (mode == kHub || mode == kHubForced || mode == kHubSole) {
     hub = std::make_unique<pipetune::cuda::GpuActivityHub>(
-        false, mode == kHub ? pipetune::cuda::GpuActivityHub::FlushPolicy::completed_checked
-                            : pipetune::cuda::GpuActivityHub::FlushPolicy::forced);
+        mode == kHubSole, mode == kHubForced
+                              ? pipetune::cuda::GpuActivityHub::FlushPolicy::forced
+                              : pipetune::cuda::GpuActivityHub::FlushPolicy::completed_checked);
     if (!hub->join(0, backend.stream(), pipetune::cuda::GpuActivityHub::Clock::now())) {
       state.SkipWithError("the hub could not start CUPTI");
       return;
     }
-  } else if (mode >= kCupti) {
+  } else if (mode >= kCupti) {  // every other mode but off and nvtx: a collector of its own
     pipetune::cuda::CuptiCollectorOptions options;
     options.api_records = mode == kCuptiDevice     ? pipetune::cuda::ApiRecords::none
                           : mode == kCuptiLaunches ? pipetune::cuda::ApiRecords::launches
@@ -246,11 +250,12 @@ void BM_Step(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Step)
-    ->ArgNames({"mode(0=off,1=nvtx,2=cupti,3=cupti-device,4=cupti-launches,5=cupti-completed,6="
-                "cupti-cupti-zeroes,7=hub,8=hub-forced,9=cupti-routed,10=cupti-stream-id)",
-                "layers"})
+    ->ArgNames(
+        {"mode(0=off,1=nvtx,2=cupti,3=cupti-device,4=cupti-launches,5=cupti-completed,6="
+         "cupti-cupti-zeroes,7=hub,8=hub-forced,9=cupti-routed,10=cupti-stream-id,11=hub-sole)",
+         "layers"})
     ->ArgsProduct({{kOff, kNvtx, kCupti, kCuptiDevice, kCuptiLaunches, kCuptiCompleted,
-                    kCuptiZeroedByCupti, kHub, kHubForced, kCuptiRouted, kCuptiStreamId},
+                    kCuptiZeroedByCupti, kHub, kHubForced, kCuptiRouted, kCuptiStreamId, kHubSole},
                    {12}})
     // Twice the kernels a step: whether a mode's cost grows with the kernels or is the step's.
     ->ArgsProduct({{kOff, kCupti, kHub}, {24}})
