@@ -19,7 +19,8 @@
 #                             nvtx / cupti (forced flush) / cupti flushing completed buffers only /
 #                             the engine's hub (completed, forced when the check fails) / cupti
 #                             routed by the bench / cupti after a stream id query / the hub of a
-#                             process of one rank (no stream id), at 12 layers, interleaved;
+#                             process of one rank (no stream id) / the hub taking every fourth
+#                             step, at 12 layers, interleaved;
 #                             CAPTURE_ARGS='--benchmark_filter=.' for every mode and 24 layers,
 #                             '--cupti-timestamps=pinned' or '--cupti-timestamp-buffer-kib=256' to
 #                             move CUPTI's timestamps (measured on an H100: no gain beyond noise)
@@ -45,7 +46,7 @@
 # capture runs' workspaces gpt2_capture-fp32.db.gz / gpt2_capture-bf16.db.gz when small).
 # GPT2_ARGS (environment): more options for gpt2_gpu_bench.sh, split as the shell splits words,
 # e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look; CAPTURE_ARGS: more
-# options for cuda_capture_bench (default '--benchmark_filter=:(0|1|2|5|7|9|10|11)/layers:12';
+# options for cuda_capture_bench (default '--benchmark_filter=:(0|1|2|5|7|9|10|11|12)/layers:12';
 # e.g. CAPTURE_ARGS='--benchmark_filter=:[0123]/' for the first four modes only); GEMM_ARGS:
 # cuda_gemm_bench's options (default '--benchmark_filter=-operands:2', without in-GEMM rounding); NCCL_HOSTS_NP: the process counts of step 2c (default "2 4", "" for none);
 # NCCL_TRAIN_PLANS: the training plans of steps 2b and 2c, names of
@@ -374,7 +375,7 @@ PY
   # About 11 s a mode on an H100 (setup, the iteration count found, 3 runs of 1 s). The modes'
   # runs are interleaved in random order: a drift of the GPU's clock over the minute (off ranged
   # 31.83 to 32.05 ms between runs) then spreads over every mode instead of favouring the first.
-  local capture_args=('--benchmark_filter=:(0|1|2|5|7|9|10|11)/layers:12')
+  local capture_args=('--benchmark_filter=:(0|1|2|5|7|9|10|11|12)/layers:12')
   [ -n "${CAPTURE_ARGS:-}" ] && read -r -a capture_args <<<"$CAPTURE_ARGS"
   step cuda_capture_bench 150 "$scratch/.capture.log" "${run_env[@]}" \
     "$build/tests/cuda_capture_bench" "${capture_args[@]}" --benchmark_repetitions=3 \
@@ -425,7 +426,7 @@ for r in means:
             into[mode] = r[key]
 names = {0: "off", 1: "nvtx", 2: "cupti", 3: "cupti-device", 4: "cupti-launches",
          5: "cupti-completed", 6: "cupti-cupti-zeroes", 7: "hub", 8: "hub-forced",
-         9: "cupti-routed", 10: "cupti-stream-id", 11: "hub-sole"}
+         9: "cupti-routed", 10: "cupti-stream-id", 11: "hub-sole", 12: "hub-every-4"}
 parts = []
 for mode in sorted(m for m in mean if m[0] > 0):
     off = (0, mode[1])

@@ -23,6 +23,8 @@
 //                  (cuptiGetStreamIdEx, as the hub's join does), nothing routed
 //   BM_Step/hub-sole  the hub as a process of one rank runs it (an NCCL rank's): every record
 //                  the rank's, no stream id asked of CUPTI
+//   BM_Step/hub-every-4  the hub taking at every fourth step end only: whether a take's cost is
+//                  a fixed cost of each flush (then a quarter of it a step) or of its records
 // On an H100 the hub cost 0.3 ms a step more than cupti-completed at its take: the last three
 // modes split that between the routing and the stream id query.
 // With --cupti-timestamps=pinned CUPTI keeps kernel timestamps in pinned host memory instead of
@@ -84,7 +86,8 @@ enum Mode {
   kHubForced = 8,
   kCuptiRouted = 9,
   kCuptiStreamId = 10,
-  kHubSole = 11
+  kHubSole = 11,
+  kHubEvery4 = 12
 };
 
 class Ranges {
@@ -123,7 +126,7 @@ void BM_Step(benchmark::State& state) {
   Ranges ranges(mode != kOff);
   std::unique_ptr<pipetune::cuda::CuptiCollector> collector;
   std::unique_ptr<pipetune::cuda::GpuActivityHub> hub;
-  if (mode == kHub || mode == kHubForced || mode == kHubSole) {
+  if (mode == kHub || mode == kHubForced || mode == kHubSole || mode == kHubEvery4) {
     hub = std::make_unique<pipetune::cuda::GpuActivityHub>(
         mode == kHubSole, mode == kHubForced
                               ? pipetune::cuda::GpuActivityHub::FlushPolicy::forced
@@ -156,6 +159,7 @@ void BM_Step(benchmark::State& state) {
   }
   std::size_t captured = 0, api_calls = 0, flushes = 0, forced_flushes = 0, waiting_calls = 0;
   std::size_t failed_checks = 0;  // cupti-routed: where the hub would have forced a flush
+  std::size_t steps = 0;          // hub-every-4: the steps run
   double take_seconds = 0.0, flush_seconds = 0.0, route_seconds = 0.0;
   using BenchClock = std::chrono::steady_clock;
   const auto seconds_since = [](BenchClock::time_point t) {
@@ -215,7 +219,8 @@ void BM_Step(benchmark::State& state) {
       }
     });
     backend.synchronize();
-    if (collector || hub) flush_and_take();  // step end: what the engine's capture does
+    // Step end: what the engine's capture does (every fourth step for hub-every-4).
+    if ((collector || hub) && (mode != kHubEvery4 || ++steps % 4 == 0)) flush_and_take();
   }
   const double flops = 2.0 * 3.0 * 2.0 * kTokens * kHidden * 4.0 * kHidden * layers;
   state.counters["TFLOP/s"] =
@@ -252,10 +257,12 @@ void BM_Step(benchmark::State& state) {
 BENCHMARK(BM_Step)
     ->ArgNames(
         {"mode(0=off,1=nvtx,2=cupti,3=cupti-device,4=cupti-launches,5=cupti-completed,6="
-         "cupti-cupti-zeroes,7=hub,8=hub-forced,9=cupti-routed,10=cupti-stream-id,11=hub-sole)",
+         "cupti-cupti-zeroes,7=hub,8=hub-forced,9=cupti-routed,10=cupti-stream-id,11=hub-sole,12="
+         "hub-every-4)",
          "layers"})
     ->ArgsProduct({{kOff, kNvtx, kCupti, kCuptiDevice, kCuptiLaunches, kCuptiCompleted,
-                    kCuptiZeroedByCupti, kHub, kHubForced, kCuptiRouted, kCuptiStreamId, kHubSole},
+                    kCuptiZeroedByCupti, kHub, kHubForced, kCuptiRouted, kCuptiStreamId, kHubSole,
+                    kHubEvery4},
                    {12}})
     // Twice the kernels a step: whether a mode's cost grows with the kernels or is the step's.
     ->ArgsProduct({{kOff, kCupti, kHub}, {24}})
