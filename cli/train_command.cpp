@@ -71,6 +71,7 @@ struct TrainArgs {
   std::string db;
   bool no_db = false;
   bool no_gpu_capture = false;
+  std::optional<int> gpu_capture_every;
   std::optional<long long> device_cache_mib;
   std::string name;
 };
@@ -234,6 +235,19 @@ TrainSetup build_options(const TrainArgs& a) {
   }
   if (a.gelu_epilogue && backend != spec::EngineBackend::cuda)
     throw InputError("--gelu-epilogue is for --backend cuda (cuBLASLt's GEMM epilogues)");
+  // Checked before the device is: a bad value is the input's error wherever the run would go.
+  if (a.gpu_capture_every) {
+    if (*a.gpu_capture_every < 1)
+      throw InputError("--gpu-capture-every must be at least 1, not " +
+                       std::to_string(*a.gpu_capture_every));
+    if (backend != spec::EngineBackend::cuda)
+      throw InputError(
+          "--gpu-capture-every is for --backend cuda (the cpu backend captures no GPU)");
+    if (a.no_gpu_capture)
+      throw InputError(
+          "--gpu-capture-every and --no-gpu-capture: choose one (capture off takes nothing)");
+    o.gpu_capture_every = *a.gpu_capture_every;
+  }
   if (backend == spec::EngineBackend::cuda)
     use_cuda_backend(o, precision == spec::EnginePrecision::bf16, attention, a);
   if (a.no_gpu_capture && backend != spec::EngineBackend::cuda)
@@ -671,6 +685,10 @@ void add_train_command(CLI::App& app) {
                   "near the GPU's memory may need a cap)");
   cmd->add_flag("--no-gpu-capture", args->no_gpu_capture,
                 "With --backend cuda: NVTX ranges only, no CUPTI capture of kernels and copies");
+  cmd->add_option("--gpu-capture-every", args->gpu_capture_every,
+                  "With --backend cuda: take the captured GPU activity every N steps (and at the "
+                  "last), each take a CUPTI flush; the records still join the trace under their "
+                  "ops (default 1)");
   cmd->add_option("--ranks-per-process", args->ranks_per_process,
                   "Under mpirun / srun: ranks run as threads in each process (hybrid; default 1)");
   cmd->add_option("--fault", args->fault,

@@ -102,7 +102,9 @@ class RankTraining {
 
  private:
   profiler::GpuCapture take_gpu_activity();
-  void stream_trace(const profiler::StepMetric& step_metric, profiler::GpuCapture gpu);
+  // Streams the step's part; with GPU capture, `gpu` holds what the step's take brought (none
+  // between takes: taken says which).
+  void stream_trace(const profiler::StepMetric& step_metric, profiler::GpuCapture gpu, bool taken);
   void save_checkpoint(int step);
 
   SharedTraining& s_;
@@ -126,6 +128,10 @@ class RankTraining {
   int first_step_ = 1;
   profiler::RecorderMark streamed_;  // how much of the recorder trace_sink has had
   bool gpu_capture_ = false;         // the device captures its GPU activity for the trace
+  // The ops the GPU records of a take may have been launched from: the streamed steps' since the
+  // previous take, and that take's step (a record another rank's running kernels held back
+  // comes a take late).
+  profiler::Trace launch_window_;
   // When the current step's time began: where the previous step's was measured (plus the time
   // its checkpoint took), or the first step's start. Steps are timed back to back so that what
   // a step end costs (GPU capture flush and attribution, streaming to the workspace, a report
@@ -321,7 +327,10 @@ bool RankTraining::run_step(int step) {
   }
   // The step's records go out first, so a caller that prints the step after making them durable
   // (the CLI) never shows a step a crash would lose.
-  stream_trace(step_metric, take_gpu_activity());
+  // Every gpu_capture_every steps, and at the run's last step (a stop request's included).
+  const bool take = gpu_capture_ && ((step - first_step_ + 1) % options_.gpu_capture_every == 0 ||
+                                     step == options_.steps || stop_after_this_step);
+  stream_trace(step_metric, take ? take_gpu_activity() : profiler::GpuCapture{}, take);
   if (reported && options_.on_step) options_.on_step(*reported);
   const bool save = !options_.checkpoint_dir.empty() &&
                     (step == options_.steps ||
@@ -338,14 +347,19 @@ bool RankTraining::run_step(int step) {
   return stop_after_this_step;
 }
 
-void RankTraining::stream_trace(const profiler::StepMetric& step_metric, profiler::GpuCapture gpu) {
+void RankTraining::stream_trace(const profiler::StepMetric& step_metric, profiler::GpuCapture gpu,
+                                bool taken) {
   if (!options_.trace_sink) return;
   profiler::Trace part = profiler::take_recorder_part(recorder_, streamed_);
   if (rank_ == 0) part.steps.push_back(step_metric);
   std::vector<profiler::KernelRecord> kernels;
-  if (gpu_capture_) {
-    // The step's kernels join the part that holds the ops they were launched from.
-    profiler::GpuAttribution a = profiler::add_gpu_capture(part, rank_, std::move(gpu), 0);
+  if (gpu_capture_) profiler::append_launching_ops(launch_window_, part, rank_);
+  if (taken) {
+    // The records join this step's part, each under the op of its step that launched it.
+    profiler::GpuAttribution a =
+        profiler::add_gpu_capture(part, launch_window_, rank_, std::move(gpu), 0);
+    launch_window_ = {};
+    profiler::append_launching_ops(launch_window_, part, rank_);
     std::lock_guard lock(s_.mutex);
     TrainResult::GpuCaptureCounts& n = s_.result.gpu_capture;
     n.activities += a.records.size();

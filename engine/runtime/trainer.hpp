@@ -126,6 +126,11 @@ struct TrainOptions {
   // into the run's trace as GPU lanes under the ops that launched it, with kernel_sink getting
   // the kernels' details (what the workspace's kernels table keeps). Off: NVTX ranges only.
   bool capture_gpu_activity = true;
+  // Take the GPU activity at every Nth step end (and at the run's last step): each take flushes
+  // CUPTI, which cost about 0.4 ms on an H100 whatever it handed over, so N > 1 spreads that over
+  // N steps. The records of the steps between join the trace at the take, each attributed to
+  // the op of its own step that launched it. At least 1 (InputError).
+  int gpu_capture_every = 1;
   // Called after trace_sink with the kernels of the GPU activity added to that trace part, on
   // the same thread (with processes: on rank 0's process, for every rank); thread-safe like
   // trace_sink. May be null.

@@ -15,25 +15,42 @@ namespace pipetune::profiler {
 
 namespace {
 
-// The rank's host-side spans that work can be launched from: its ops, sends, receives and
-// collectives on its non-GPU, non-host lanes.
+// Whether `s` is one of the rank's host-side spans that work can be launched from: its ops,
+// sends, receives and collectives on its non-GPU, non-host lanes.
+bool is_launching_op(const Trace& trace, const Span& s, std::int32_t rank) {
+  if (s.lane < 0 || static_cast<std::size_t>(s.lane) >= trace.lanes.size()) return false;
+  const Lane& lane = trace.lanes[static_cast<std::size_t>(s.lane)];
+  if (lane.rank != rank || lane.stream == Stream::Gpu || lane.stream == Stream::Host) return false;
+  return is_compute(s.kind) || is_communication(s.kind);
+}
+
 EnclosingRanges rank_ops(const Trace& trace, std::int32_t rank) {
   std::vector<std::int64_t> ops;
-  for (std::size_t i = 0; i < trace.spans.size(); ++i) {
-    const Span& s = trace.spans[i];
-    if (s.lane < 0 || static_cast<std::size_t>(s.lane) >= trace.lanes.size()) continue;
-    const Lane& lane = trace.lanes[static_cast<std::size_t>(s.lane)];
-    if (lane.rank != rank || lane.stream == Stream::Gpu || lane.stream == Stream::Host) continue;
-    if (!is_compute(s.kind) && !is_communication(s.kind)) continue;
-    ops.push_back(static_cast<std::int64_t>(i));
-  }
+  for (std::size_t i = 0; i < trace.spans.size(); ++i)
+    if (is_launching_op(trace, trace.spans[i], rank)) ops.push_back(static_cast<std::int64_t>(i));
   return EnclosingRanges(trace, std::move(ops));
 }
 
 }  // namespace
 
+void append_launching_ops(Trace& window, const Trace& part, std::int32_t rank) {
+  for (const Span& s : part.spans) {
+    if (!is_launching_op(part, s, rank)) continue;
+    const Lane& lane = part.lanes[static_cast<std::size_t>(s.lane)];
+    Span kept = s;
+    kept.lane = window.lane(lane.rank, lane.stream, lane.index);
+    kept.name = s.name != 0 && s.name < part.names.size() ? window.intern(part.names[s.name]) : 0;
+    window.spans.push_back(kept);
+  }
+}
+
 GpuAttribution add_gpu_capture(Trace& trace, std::int32_t rank, GpuCapture capture,
                                std::int64_t clock_offset_ns) {
+  return add_gpu_capture(trace, trace, rank, std::move(capture), clock_offset_ns);
+}
+
+GpuAttribution add_gpu_capture(Trace& trace, const Trace& launched_from, std::int32_t rank,
+                               GpuCapture capture, std::int64_t clock_offset_ns) {
   // Each launch call's start by correlation id: one sorted array, not a node per call (a GPT-2
   // step hands over about a thousand; gpu_capture_bench).
   std::vector<std::pair<std::uint32_t, std::int64_t>> launch;
@@ -67,12 +84,15 @@ GpuAttribution add_gpu_capture(Trace& trace, std::int32_t rank, GpuCapture captu
     if (added) it->second = gpu_span_kind(record);
     return it->second;
   };
-  const EnclosingRanges ops = rank_ops(trace, rank);  // before any GPU span is added
+  // Before any GPU span is added (`launched_from` may be `trace` itself): the index holds span
+  // indices, which stay valid as GPU spans are appended.
+  const EnclosingRanges ops = rank_ops(launched_from, rank);
   // The op's label by its span index, made once per op rather than once per record.
   std::unordered_map<std::int64_t, std::string> labels;
   const auto label = [&](std::int64_t op) -> const std::string& {
     const auto [it, added] = labels.try_emplace(op);
-    if (added) it->second = trace.span_label(trace.spans[static_cast<std::size_t>(op)]);
+    if (added)
+      it->second = launched_from.span_label(launched_from.spans[static_cast<std::size_t>(op)]);
     return it->second;
   };
 
@@ -107,7 +127,7 @@ GpuAttribution add_gpu_capture(Trace& trace, std::int32_t rank, GpuCapture captu
         ++out.outside_ops;
       } else {
         ++out.attributed;
-        const Span& parent = trace.spans[static_cast<std::size_t>(op)];
+        const Span& parent = launched_from.spans[static_cast<std::size_t>(op)];
         s.microbatch = parent.microbatch;
         s.chunk = parent.chunk;
         record.op = label(op);

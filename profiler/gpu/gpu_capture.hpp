@@ -35,8 +35,8 @@ struct GpuAttribution {
   std::size_t attributed = 0;      // launched inside one of the rank's ops
   std::size_t outside_ops = 0;     // launched between ops (e.g. the optimizer step)
   std::size_t without_launch = 0;  // no API call with its correlation id in the capture
-  // For each GPU span added (in order): index into trace.spans of the op it is attributed
-  // to, or -1.
+  // For each GPU span added (in order): index into the attributing trace's spans of the op it
+  // is attributed to, or -1.
   std::vector<std::int64_t> op_of_span;
   // The records of the spans added, in the same order, with rank and trace-clock times (what
   // the workspace's kernels table keeps).
@@ -53,5 +53,15 @@ struct GpuAttribution {
 // into the result (pass an rvalue to spare the copy).
 GpuAttribution add_gpu_capture(Trace& trace, std::int32_t rank, GpuCapture capture,
                                std::int64_t clock_offset_ns);
+// The same with the ops the records were launched from in `launched_from` (a window of the
+// rank's ops over several steps, append_launching_ops), the GPU spans and their names going into
+// `trace`; op_of_span then indexes launched_from.spans. `launched_from` may be `trace`.
+GpuAttribution add_gpu_capture(Trace& trace, const Trace& launched_from, std::int32_t rank,
+                               GpuCapture capture, std::int64_t clock_offset_ns);
+
+// Appends to `window` the spans of `part` that `rank`'s GPU work may be launched from (its ops,
+// sends, receives and collectives: what add_gpu_capture attributes to), with their lanes and
+// names: the ops of steps whose GPU records a later take brings.
+void append_launching_ops(Trace& window, const Trace& part, std::int32_t rank);
 
 }  // namespace pipetune::profiler

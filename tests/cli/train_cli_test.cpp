@@ -164,6 +164,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--backend", "cuda", "--gemm-inputs", "in-gemm"},
                  "--gemm-inputs is for --backend cuda --precision bf16"},
         BadInput{{"--gelu-epilogue"}, "--gelu-epilogue is for --backend cuda"},
+        BadInput{{"--gpu-capture-every", "2"}, "--gpu-capture-every is for --backend cuda"},
+        BadInput{{"--backend", "cuda", "--gpu-capture-every", "0"},
+                 "--gpu-capture-every must be at least 1, not 0"},
+        BadInput{{"--backend", "cuda", "--no-gpu-capture", "--gpu-capture-every", "2"},
+                 "--gpu-capture-every and --no-gpu-capture: choose one"},
         // A learning rate that blows the weights up: the loss turns non-finite, the run stops and
         // names the step and the rank, exit 1, no hang.
         BadInput{{"--lr", "1e30", "--steps", "5", "--microbatches", "2"}, "loss is", 1}),

@@ -6,11 +6,15 @@
 // trainer must put each under its own F op.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "engine/errors.hpp"
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
 #include "engine/spec/validate.hpp"
@@ -132,6 +136,83 @@ TEST(GpuActivityTrace, StreamedPartsCarryTheSameKernelsAsTheSink) {
   EXPECT_EQ(gpu_spans, sunk);
   EXPECT_EQ(r.gpu_capture.activities, sunk);
   EXPECT_EQ(parts_with_gpu, static_cast<std::size_t>(2 * kSteps));  // every rank, every step
+}
+
+// What a streamed run's sinks got of its GPU activity: each kernel as (rank, name, op, phase,
+// micro-batch), sorted, and the parts that carried GPU spans.
+struct Streamed {
+  std::vector<std::tuple<int, std::string, std::string, int, int>> kernels;
+  std::size_t parts_with_gpu = 0;
+  TrainResult result;
+};
+
+Streamed stream_run(TrainOptions o) {
+  Streamed out;
+  std::mutex mutex;
+  o.trace_sink = [&](profiler::Trace part) {
+    bool gpu = false;
+    for (const profiler::Lane& lane : part.lanes) gpu |= lane.stream == profiler::Stream::Gpu;
+    std::lock_guard lock(mutex);
+    out.parts_with_gpu += gpu;
+  };
+  o.kernel_sink = [&](std::vector<profiler::KernelRecord> k) {
+    std::lock_guard lock(mutex);
+    for (const profiler::KernelRecord& r : k)
+      out.kernels.emplace_back(r.rank, r.name, r.op, r.phase ? static_cast<int>(*r.phase) : -1,
+                               r.microbatch);
+  };
+  out.result = train(o);
+  std::sort(out.kernels.begin(), out.kernels.end());
+  return out;
+}
+
+// Taken every 2 steps of 3 (at steps 2 and 3), the run's sinks get the kernels a take every step
+// gives, each under the same op of its own step: the records of step 1 are attributed at step
+// 2's take from the ops the rank kept since its last take.
+TEST(GpuActivityTrace, TakingEveryFewStepsBringsTheSameKernelsUnderTheSameOps) {
+  TrainOptions every_step = pipeline_options();
+  every_step.steps = 3;
+  TrainOptions every_two = every_step;
+  every_two.gpu_capture_every = 2;
+  const Streamed one = stream_run(every_step), two = stream_run(every_two);
+  ASSERT_FALSE(one.kernels.empty());
+  EXPECT_EQ(two.kernels, one.kernels);
+  EXPECT_EQ(one.result.gpu_capture.flushes, 2u * 3);  // each rank's take at each step
+  EXPECT_EQ(two.result.gpu_capture.flushes, 2u * 2);  // at steps 2 and 3
+  EXPECT_EQ(one.parts_with_gpu, 2u * 3);
+  EXPECT_EQ(two.parts_with_gpu, 2u * 2);
+  EXPECT_EQ(two.result.gpu_capture.attributed, one.result.gpu_capture.attributed);
+  EXPECT_EQ(two.result.gpu_capture.outside_ops, one.result.gpu_capture.outside_ops);
+  EXPECT_EQ(two.result.gpu_capture.without_launch, 0u);
+  ASSERT_EQ(two.result.steps.size(), one.result.steps.size());
+  for (std::size_t s = 0; s < one.result.steps.size(); ++s)
+    EXPECT_EQ(two.result.steps[s].loss, one.result.steps[s].loss) << "step " << s + 1;
+}
+
+// A run stopped early still takes at its last step: nothing captured is left behind.
+TEST(GpuActivityTrace, AStoppedRunTakesAtItsLastStep) {
+  TrainOptions o = pipeline_options();
+  o.steps = 5;
+  o.gpu_capture_every = 4;
+  std::atomic<bool> stop{false};
+  o.stop = &stop;
+  o.on_step = [&](const StepResult& s) {
+    if (s.step == 1) stop = true;  // read before step 2's final reduction: the run ends there
+  };
+  const Streamed run = stream_run(o);
+  ASSERT_EQ(run.result.steps.size(), 2u);
+  EXPECT_TRUE(run.result.stopped);
+  EXPECT_EQ(run.result.gpu_capture.flushes, 2u);  // one take each rank, at step 2
+  EXPECT_EQ(run.parts_with_gpu, 2u);
+  TrainOptions two_steps = pipeline_options();
+  two_steps.steps = 2;
+  EXPECT_EQ(run.kernels, stream_run(two_steps).kernels);
+}
+
+TEST(GpuActivityTrace, TakingEveryZeroStepsIsRefused) {
+  TrainOptions o = pipeline_options();
+  o.gpu_capture_every = 0;
+  EXPECT_THROW(train(o), InputError);
 }
 
 TEST(GpuActivityTrace, CaptureOffLeavesNvtxOnlyAndTheSameLosses) {

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "profiler/analysis/stage_breakdown.hpp"
 
 namespace pipetune::profiler {
@@ -128,6 +131,65 @@ TEST(GpuCapture, TheBreakdownCountsGpuTime) {
   EXPECT_EQ(r0.compute_ns, 171);
   EXPECT_EQ(r0.communication_ns, 80);
   EXPECT_EQ(r0.exposed_communication_ns, 40 + 30);
+}
+
+// Records of two steps taken at the second step's end: attributed to the ops of both steps,
+// kept in a window (append_launching_ops), and added to the second step's part.
+TEST(GpuCapture, RecordsOfEarlierStepsAreAttributedToTheOpsOfTheirWindow) {
+  Trace step1 = host_trace();  // rank 0: F2.1 [100, 200), B2.1 [300, 500), ...
+  // A span that launches nothing (optimizer bookkeeping), a host-lane span and a GPU-lane span:
+  // none joins the window.
+  step1.spans.push_back({step1.lane(0, Stream::Comm), SpanKind::Other, -1, -1, -1, 610, 700,
+                         step1.intern("optimizer step")});
+  step1.spans.push_back({step1.lane(0, Stream::Host), SpanKind::F, -1, 0, -1, 100, 200, 0});
+  step1.spans.push_back({step1.lane(0, Stream::Gpu, 7), SpanKind::Kernel, -1, -1, -1, 120, 130,
+                         step1.intern("earlier kernel")});
+  Trace step2;
+  step2.kind = TraceKind::Measured;
+  const std::int32_t comm2 = step2.lane(0, Stream::Comm);  // its lanes in another order
+  const std::int32_t compute2 = step2.lane(0, Stream::Compute);
+  step2.spans.push_back({compute2, SpanKind::F, -1, 5, -1, 1'000, 1'100, 0});
+  step2.spans.push_back(
+      {comm2, SpanKind::AllReduce, -1, -1, -1, 1'200, 1'300, step2.intern("gradient reduce")});
+
+  Trace window;
+  append_launching_ops(window, step1, 0);
+  append_launching_ops(window, step2, 0);
+  // Rank 0's F, B, receive and all-reduce of step 1, F and the named all-reduce of step 2.
+  ASSERT_EQ(window.spans.size(), 6u);
+  for (const Span& s : window.spans) EXPECT_EQ(window.lanes[s.lane].rank, 0);
+  EXPECT_EQ(window.span_label(window.spans[5]), "gradient reduce");
+  EXPECT_EQ(window.lanes[window.spans[4].lane].stream, Stream::Compute);
+
+  GpuCapture c;
+  c.api_calls = {{1, 77, 150, 151, "cudaLaunchKernel"},      // step 1's F
+                 {2, 77, 400, 401, "cudaLaunchKernel"},      // step 1's B
+                 {3, 77, 1'050, 1'051, "cudaLaunchKernel"},  // step 2's F
+                 {4, 77, 1'250, 1'251, "cudaLaunchKernel"},  // step 2's all-reduce
+                 {5, 77, 650, 651, "cudaLaunchKernel"}};     // the optimizer: no op
+  c.activities = {kernel(1, 7, 160, 190, "a"), kernel(2, 7, 410, 420, "b"),
+                  kernel(3, 7, 1'060, 1'070, "c"), kernel(4, 7, 1'260, 1'270, "d"),
+                  kernel(5, 7, 660, 670, "e")};
+  const std::size_t host_spans = step2.spans.size();
+  const GpuAttribution a = add_gpu_capture(step2, window, 0, c, 0);
+  EXPECT_EQ(a.attributed, 4u);
+  EXPECT_EQ(a.outside_ops, 1u);
+  EXPECT_EQ(a.op_of_span, (std::vector<std::int64_t>{0, 1, 4, 5, -1}));  // window's indices
+  ASSERT_EQ(a.records.size(), 5u);
+  std::vector<std::string> ops;
+  for (const KernelRecord& r : a.records) ops.push_back(r.op);
+  EXPECT_EQ(ops, (std::vector<std::string>{"F2.1", "B2.1", "F5", "gradient reduce", ""}));
+  EXPECT_EQ(a.records[0].phase, SpanKind::F);
+  EXPECT_EQ(a.records[0].microbatch, 2);
+  EXPECT_FALSE(a.records[3].phase.has_value());  // a collective is no phase
+  // The GPU spans are the second step's part's, on its GPU lane, named in its names.
+  ASSERT_EQ(step2.spans.size(), host_spans + 5);
+  const Span& first = step2.spans[host_spans];
+  EXPECT_EQ(step2.lanes[first.lane].stream, Stream::Gpu);
+  EXPECT_EQ(step2.names[first.name], "a");
+  EXPECT_EQ(first.microbatch, 2);
+  EXPECT_EQ(first.chunk, 1);
+  EXPECT_EQ(window.spans.size(), 6u);  // the window is only read
 }
 
 TEST(GpuCapture, ARecordEndingBeforeItStartsIsRefused) {
