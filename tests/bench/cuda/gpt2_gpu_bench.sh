@@ -10,7 +10,8 @@
 #     Each is repeated into a workspace, NVTX only and then with CUPTI capture on (capture keeps
 #     its records there): the capture run's step time against the NVTX-only one into a workspace
 #     is what capture costs the engine (issue 15 point 4; against the run without a workspace, what
-#     capture and the workspace cost together), and its kernels say where the GPU time goes.
+#     capture and the workspace cost together), and its kernels say where the GPU time goes; then
+#     once more taking the capture every 4 steps (train --gpu-capture-every 4).
 #  2. PyTorch on the same model, dtype and batch (tests/bench/torch_gpt_step.py --device cuda; a
 #     batch that does not fit there moves on to the next smaller one, and the table says so).
 #  3. One table: framework, dtype, batch, tokens/s, model TFLOP/s and MFU, with the model FLOPs
@@ -307,8 +308,8 @@ PY
       rm -f "$work/$run-$prec.db"
       pt_limited "$t" train --backend "$backend" --precision "$prec" \
         ${attention:+--attention "$attention"} --model "$model" --tp 1 --pp 1 --dp 1 \
-        --microbatches 1 --micro-batch-size "$b" --steps "$steps" "${run_flags[@]}" --db "$work/$run-$prec.db" --json >"$work/$run-$prec.json" \
-        2>"$work/$run.err"
+        --microbatches 1 --micro-batch-size "$b" --steps "$steps" "${run_flags[@]}" \
+        --db "$work/$run-$prec.db" --json >"$work/$run-$prec.json" 2>"$work/$run.err"
       rc=$?
       if [ "$rc" -ne 0 ]; then
         echo "-- $run run failed (exit $rc): $(last_line "$work/$run.err")"
@@ -334,6 +335,30 @@ print(f"-- capture on: {on['tokens_per_s']:.0f} tokens/s against {nvtx['tokens_p
       f"time {g.get('flush_ms', 0):.1f} ms flushing, {g.get('route_ms', 0):.1f} ms routing in all; "
       f"{g.get('waiting_launch_calls', 0)} launch calls waiting at most")
 PY
+    # Taken every 4 steps (train --gpu-capture-every 4): each take's CUPTI flush spread over them.
+    t="$(limit_for 150)"
+    if [ "$t" -gt 0 ] && [ "$backend" = cuda ]; then
+      rm -f "$work/capture4-$prec.db"
+      if pt_limited "$t" train --backend "$backend" --precision "$prec" \
+        ${attention:+--attention "$attention"} --model "$model" --tp 1 --pp 1 --dp 1 \
+        --microbatches 1 --micro-batch-size "$b" --steps "$steps" --gpu-capture-every 4 \
+        --db "$work/capture4-$prec.db" --json >"$work/capture4-$prec.json" 2>"$work/capture4.err"; then
+        "$py" - "$work/nvtx-$prec.json" "$work/capture4-$prec.json" <<'PY'
+import json, sys
+nvtx, on = (json.load(open(p)) for p in sys.argv[1:3])
+g = on.get("gpu_capture", {})
+print(f"-- capture taken every 4 steps: {on['tokens_per_s']:.0f} tokens/s, "
+      f"{100 * (nvtx['tokens_per_s'] / on['tokens_per_s'] - 1):+.2f}% step time against NVTX only "
+      f"into a workspace; {g.get('activities', 0)} activities, {g.get('attributed', 0)} inside "
+      f"ops, {g.get('flushes', 0)} flushes")
+PY
+      else
+        echo "-- capture taken every 4 steps: failed: $(last_line "$work/capture4.err")"
+        rm -f "$work/capture4-$prec.json"
+        failed=1
+      fi
+      rm -f "$work/capture4-$prec.db"
+    fi
     # Where the GPU time of that run goes: the kernels table of the stored run.
     "$py" - "$work/capture-$prec.db" <<'PY' || true
 import sqlite3, sys
@@ -618,6 +643,12 @@ if out:
                 "overhead": nvtx["tokens_per_s"] / on["tokens_per_s"] - 1,
                 "overhead_with_workspace": off["tokens_per_s"] / on["tokens_per_s"] - 1,
                 "gpu_capture": on.get("gpu_capture", {})}
+            every4 = os.path.join(work, f"capture4-{dtype}.json")
+            if os.path.exists(every4):
+                on4 = json.load(open(every4))
+                result["capture"][dtype]["tokens_per_s_capture_every_4"] = on4["tokens_per_s"]
+                result["capture"][dtype]["overhead_every_4"] = (
+                    nvtx["tokens_per_s"] / on4["tokens_per_s"] - 1)
         except (OSError, ValueError, StopIteration, KeyError):
             pass
     runfile = os.path.join(work, "gpt2-pp4-1f1b.toml")
