@@ -39,93 +39,101 @@ struct NameCount {
   int per_step;
 };
 const NameCount kStepKernels[] = {
-    {"pipetune::cuda::kernels::(anonymous namespace)::to_bf16_x4_kernel(pipetune::cuda::kernel"
-     "s::Floats4 const*, pipetune::cuda::kernels::Bf16Bits4*, long)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::to_bf16_x4_kernel(pipetune::cuda::ke"
+     "rnels::Floats4 const*, "
+     "pipetune::cuda::kernels::Bf16Bits4*, long)",
      294},
     {"memset", 101},
-    {"pipetune::cuda::kernels::(anonymous namespace)::column_finish_kernel(float const*, long,"
-     " long, float*)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::column_finish_kernel(float const*, "
+     "long, long, float*)",
      98},
     {"nvjet_sm90_tss_192x192_64x3_2x1_v_bz_coopB_NNN", 49},
     {"nvjet_sm90_tss_192x192_64x4_2x1_v_bz_coopB_bias_TNN", 48},
-    {"pipetune::cuda::kernels::(anonymous namespace)::column_partial_kernel(float const*, long"
-     ", long, long, float*)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::column_partial_kernel(float const*, "
+     "long, long, long, float*)",
      48},
-    {"void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, false, float"
-     ", float, float, true, false, false, false>(cublasLt::cublasSplitKParams<float>, float co"
-     "nst*, float const*, float*, float*, float const*, float const*, float const*, float cons"
-     "t*, float*, void*, long, float*, int*, float*, float*, float const*, float const*, float"
-     " const*, float const*, float const*)",
+    {"void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, false, "
+     "float, float, float, true, false, false, "
+     "false>(cublasLt::cublasSplitKParams<float>, float const*, float const*, float*, "
+     "float*, float const*, float const*, float const*, float const*, float*, void*, "
+     "long, float*, int*, float*, float*, float const*, float const*, float const*, "
+     "float const*, float const*)",
      48},
-    {"pipetune::cuda::kernels::(anonymous namespace)::backward_input_kernel(float const*, floa"
-     "t const*, float const*, float const*, float const*, float const*, float*, long, long)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::backward_input_kernel(float const*, "
+     "float const*, float const*, float const*, float const*, float const*, float*, long, "
+     "long)",
      25},
-    {"pipetune::cuda::kernels::(anonymous namespace)::forward_kernel(float const*, float const"
-     "*, float const*, float*, float*, float*, long, long, float)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::forward_kernel(float const*, "
+     "float const*, float const*, float*, float*, float*, long, long, float)",
      25},
-    {"pipetune::cuda::kernels::(anonymous namespace)::weight_partial_kernel(float const*, floa"
-     "t const*, float const*, float const*, long, long, long, float*)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::weight_partial_kernel(float const*, "
+     "float const*, float const*, float const*, long, long, long, float*)",
      25},
     {"memcpy DtoD", 24},
     {"nvjet_sm90_tss_192x192_64x3_2x1_v_bx_coopB_splitK_NTN", 24},
-    {"pipetune::cuda::kernels::(anonymous namespace)::accumulate_kernel(float*, float const*, "
-     "long)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::accumulate_kernel(float*, "
+     "float const*, long)",
      24},
     {"nvjet_sm90_tss_192x128_64x5_4x2_h_bx_coopB_splitK_NTT", 12},
     {"nvjet_sm90_tss_256x128_64x4_1x4_h_bx_coopA_splitK_NTT", 12},
-    {"pipetune::cuda::kernels::(anonymous namespace)::gelu_backward_kernel(float const*, float"
-     " const*, float*, long, bool)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::gelu_backward_kernel(float const*, "
+     "float const*, float*, long, bool)",
      12},
-    {"pipetune::cuda::kernels::(anonymous namespace)::gelu_forward_kernel(float const*, float*"
-     ", long)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::gelu_forward_kernel(float const*, "
+     "float*, long)",
      12},
-    {"pipetune::cuda::kernels::(anonymous namespace)::row_dot_kernel(float const*, float const"
-     "*, float*, long, long, long, long)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::row_dot_kernel(float const*, "
+     "float const*, float*, long, long, long, long)",
      12},
-    {"void pipetune::cuda::kernels::(anonymous namespace)::registers_dkdv_kernel<64>(float con"
-     "st*, float const*, float const*, float const*, float*, long, long, long, float, bool)",
+    {"void pipetune::cuda::kernels::(anonymous namespace)::registers_dkdv_kernel<64>(float"
+     " const*, "
+     "float const*, float const*, float const*, float*, long, long, long, float, bool)",
      12},
-    {"void pipetune::cuda::kernels::(anonymous namespace)::registers_dq_kernel<64>(float const"
-     "*, float const*, float const*, float const*, float*, long, long, long, float, bool)",
+    {"void pipetune::cuda::kernels::(anonymous namespace)::registers_dq_kernel<64>(float c"
+     "onst*, "
+     "float const*, float const*, float const*, float*, long, long, long, float, bool)",
      12},
-    {"void pipetune::cuda::kernels::(anonymous namespace)::registers_forward_kernel<64>(float "
-     "const*, float*, float*, long, long, long, float)",
+    {"void pipetune::cuda::kernels::(anonymous namespace)::registers_forward_kernel<64>(fl"
+     "oat const*, "
+     "float*, float*, long, long, long, float)",
      12},
     {"memcpy HtoD", 4},
     {"memcpy DtoH", 2},
-    {"pipetune::cuda::kernels::(anonymous namespace)::adamw_segments_kernel(float*, float cons"
-     "t*, float*, float*, pipetune::cuda::kernels::AdamWSegmentTable, float, float, float, flo"
-     "at, float, float, float, float)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::adamw_segments_kernel(float*, "
+     "float const*, float*, float*, pipetune::cuda::kernels::AdamWSegmentTable, float, "
+     "float, float, float, float, float, float, float)",
      2},
     {"pipetune::cuda::kernels::(anonymous namespace)::sum_finish_kernel(double*, long)", 2},
     {"nvjet_sm90_tss_192x192_64x3_2x1_v_badd_coopB_NTN", 1},
     {"nvjet_sm90_tss_192x192_64x4_2x1_v_bz_coopB_TNN", 1},
-    {"pipetune::cuda::kernels::(anonymous namespace)::backward_kernel(float const*, int const*"
-     ", long, float const*, float const*, float, float*, long, bool)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::backward_kernel(float const*, "
+     "int const*, long, float const*, float const*, float, float*, long, bool)",
      1},
-    {"pipetune::cuda::kernels::(anonymous namespace)::backward_position_kernel(float const*, f"
-     "loat*, long, long, long)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::backward_position_kernel(float const*, "
+     "float*, long, long, long)",
      1},
-    {"pipetune::cuda::kernels::(anonymous namespace)::backward_table_kernel(int const*, int co"
-     "nst*, int const*, long, float const*, float*, long)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::backward_table_kernel(int const*, "
+     "int const*, int const*, long, float const*, float*, long)",
      1},
-    {"pipetune::cuda::kernels::(anonymous namespace)::fill_columns_kernel(float*, long, long, "
-     "long, long, float)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::fill_columns_kernel(float*, long, "
+     "long, long, long, float)",
      1},
-    {"pipetune::cuda::kernels::(anonymous namespace)::forward_kernel(int const*, float const*,"
-     " long, long, float const*, float*, long, long, long)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::forward_kernel(int const*, "
+     "float const*, long, long, float const*, float*, long, long, long)",
      1},
-    {"pipetune::cuda::kernels::(anonymous namespace)::local_stats_kernel(float const*, int con"
-     "st*, long, float*, float*, float*, long)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::local_stats_kernel(float const*, "
+     "int const*, long, float*, float*, float*, long)",
      1},
-    {"pipetune::cuda::kernels::(anonymous namespace)::losses_kernel(float const*, float const*"
-     ", float const*, float*, long)",
+    {"pipetune::cuda::kernels::(anonymous namespace)::losses_kernel(float const*, "
+     "float const*, float const*, float*, long)",
      1},
-    {"void pipetune::cuda::kernels::(anonymous namespace)::sum_partial_kernel<false>(float con"
-     "st*, long, double*)",
+    {"void pipetune::cuda::kernels::(anonymous namespace)::sum_partial_kernel<false>(float"
+     " const*, "
+     "long, double*)",
      1},
-    {"void pipetune::cuda::kernels::(anonymous namespace)::sum_partial_kernel<true>(float cons"
-     "t*, long, double*)",
+    {"void pipetune::cuda::kernels::(anonymous namespace)::sum_partial_kernel<true>(float "
+     "const*, "
+     "long, double*)",
      1},
 };
 
