@@ -112,6 +112,44 @@ TEST_P(GpuActivityHubGpu, EachTakeBringsItsRanksStepWithTheLaunchCalls) {
   }
 }
 
+// train --gpu-capture-every 3: a take at every third step end brings the three steps' records,
+// each with its launch call, and none is left waiting.
+TEST(GpuActivityHubOneRank, ATakeEveryThirdStepBringsTheThreeSteps) {
+  PIPETUNE_REQUIRE_GPU();
+  constexpr int kEvery = 3, kSteps = 6;
+  constexpr std::size_t kRecordsPerStep = 4;  // three of the engine's kernels and a memset
+  tensor::Tensor host(tensor::Shape{512, 256});
+  for (std::int64_t i = 0; i < host.numel(); ++i) host.data()[i] = 0.001f * static_cast<float>(i);
+  CudaBackend b;
+  testing::DeviceTensor x(host), y(host);
+  b.synchronize();
+  GpuActivityHub hub(false, Policy::completed_checked);
+  ASSERT_TRUE(hub.join(0, b.stream(), GpuActivityHub::Clock::now()));
+  std::size_t flushes = 0, forced = 0;
+  for (int step = 1; step <= kSteps; ++step) {
+    b.scale(x.view(), 0.5f);
+    b.add(x.view(), y.view(), y.view());
+    b.gelu_forward(y.view(), x.view());
+    b.zero(y.view());
+    b.synchronize();
+    if (step % kEvery != 0) continue;
+    const runtime::RankDevice::GpuActivity a = hub.take(0);
+    std::set<std::int64_t> calls;
+    for (const profiler::ApiCallRecord& c : a.capture.api_calls) calls.insert(c.correlation);
+    std::size_t launched = 0;
+    for (const profiler::KernelRecord& k : a.capture.activities)
+      launched += calls.count(k.correlation);
+    EXPECT_EQ(a.capture.activities.size(), kEvery * kRecordsPerStep) << "take at step " << step;
+    EXPECT_EQ(launched, a.capture.activities.size()) << "take at step " << step;
+    EXPECT_EQ(a.waiting_launch_calls, 0u) << "take at step " << step;
+    flushes += a.flushes;
+    forced += a.forced_flushes;
+  }
+  hub.leave(0);
+  std::printf("%d steps taken every %d: %zu flushes, %zu of them forced\n", kSteps, kEvery, flushes,
+              forced);
+}
+
 // The point of flushing completed buffers only: a rank that takes while another rank's kernels
 // still run neither forces a flush nor hands those kernels over without their times, so the other
 // rank's take later brings every one of them.
