@@ -353,13 +353,17 @@ void RankTraining::stream_trace(const profiler::StepMetric& step_metric, profile
   profiler::Trace part = profiler::take_recorder_part(recorder_, streamed_);
   if (rank_ == 0) part.steps.push_back(step_metric);
   std::vector<profiler::KernelRecord> kernels;
+  const std::size_t earlier_ops = launch_window_.spans.size();
   if (gpu_capture_) profiler::append_launching_ops(launch_window_, part, rank_);
   if (taken) {
     // The records join this step's part, each under the op of its step that launched it.
     profiler::GpuAttribution a =
         profiler::add_gpu_capture(part, launch_window_, rank_, std::move(gpu), 0);
-    launch_window_ = {};
-    profiler::append_launching_ops(launch_window_, part, rank_);
+    // This step's ops stay for a record a take late; the earlier steps' go (their lanes and
+    // names, a rank's few, stay).
+    launch_window_.spans.erase(
+        launch_window_.spans.begin(),
+        launch_window_.spans.begin() + static_cast<std::ptrdiff_t>(earlier_ops));
     std::lock_guard lock(s_.mutex);
     TrainResult::GpuCaptureCounts& n = s_.result.gpu_capture;
     n.activities += a.records.size();

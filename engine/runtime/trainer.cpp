@@ -124,10 +124,8 @@ void check_memory_fits(const TrainOptions& options, const spec::ParallelPlan& pl
 
 PreparedRun prepare(const TrainOptions& options) {
   if (options.gpu_capture_every < 1)
-    throw InputError(
-        "gpu_capture_every must be at least 1 (take the GPU activity every N steps), "
-        "not " +
-        std::to_string(options.gpu_capture_every));
+    throw InputError("gpu_capture_every must be at least 1, not " +
+                     std::to_string(options.gpu_capture_every));
   PreparedRun p;
   p.config = model::engine_model_config(options.model);
   p.config.capacity_factor = options.capacity_factor;
