@@ -209,6 +209,38 @@ TEST(GpuActivityTrace, AStoppedRunTakesAtItsLastStep) {
   EXPECT_EQ(run.kernels, stream_run(two_steps).kernels);
 }
 
+// A record that comes a take late (another rank's kernels still ran at the flush) lands under its
+// own op: a take keeps the ops of the step it took. Two takes late it finds none, as a take drops
+// the ops of the steps before it (so a rank's window of ops stays about a step long).
+TEST(GpuActivityTrace, ARecordATakeLateFindsItsOpAndTwoTakesLateFindsNone) {
+  const auto late_by = [](std::size_t takes) {
+    TrainOptions o = pipeline_options();
+    o.steps = 3;
+    o.rank_device = [takes](comm::Communicator& comm, int threads) -> std::unique_ptr<RankDevice> {
+      return std::make_unique<testing::GuardedRankDevice>(comm, threads, /*log_activity=*/true,
+                                                          nullptr, takes);
+    };
+    return o;
+  };
+  TrainOptions first_two_steps = pipeline_options();
+  first_two_steps.steps = 2;
+  TrainOptions first_step = pipeline_options();
+  first_step.steps = 1;
+  const Streamed on_time_two = stream_run(first_two_steps), on_time_one = stream_run(first_step);
+  const Streamed one_late = stream_run(late_by(1)), two_late = stream_run(late_by(2));
+  ASSERT_FALSE(on_time_one.kernels.empty());
+  ASSERT_GT(on_time_one.result.gpu_capture.attributed, 0u);
+
+  // One take late, 3 steps: steps 1 and 2's records, each under the op a take on time gives it.
+  EXPECT_EQ(one_late.kernels, on_time_two.kernels);
+  EXPECT_EQ(one_late.result.gpu_capture.attributed, on_time_two.result.gpu_capture.attributed);
+  // Two takes late: step 1's records, at step 3's take, none under an op.
+  EXPECT_EQ(two_late.result.gpu_capture.activities, on_time_one.kernels.size());
+  EXPECT_EQ(two_late.result.gpu_capture.attributed, 0u);
+  EXPECT_EQ(two_late.result.gpu_capture.outside_ops, on_time_one.kernels.size());
+  EXPECT_EQ(two_late.result.gpu_capture.without_launch, 0u);  // their calls came with them
+}
+
 TEST(GpuActivityTrace, TakingEveryZeroStepsIsRefused) {
   TrainOptions o = pipeline_options();
   o.gpu_capture_every = 0;

@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <map>
 #include <memory>
@@ -379,9 +380,14 @@ class GuardedBackend final : public tensor::Backend {
 class GuardedRankDevice final : public runtime::RankDevice {
  public:
   // `peers`: the run's exchange for device-to-device transfers (as single-GPU mode has one).
+  // `takes_late`: each take hands over what the device logged that many takes earlier, as a
+  // record comes a take late when another rank's kernels still ran at the flush (0: its own).
   GuardedRankDevice(comm::Communicator& comm, int threads, bool log_activity = false,
-                    runtime::PeerExchange* peers = nullptr)
-      : backend_(storage_, threads), comm_(comm, storage_), log_activity_(log_activity) {
+                    runtime::PeerExchange* peers = nullptr, std::size_t takes_late = 0)
+      : backend_(storage_, threads),
+        comm_(comm, storage_),
+        log_activity_(log_activity),
+        takes_late_(takes_late) {
     if (peers != nullptr) peers_.emplace(comm, comm_, storage_, *peers);
   }
   bool start_gpu_capture(std::chrono::steady_clock::time_point epoch) override {
@@ -394,7 +400,13 @@ class GuardedRankDevice final : public runtime::RankDevice {
   GpuActivity take_gpu_activity() override {
     const std::size_t k = ++takes_;
     const auto ns = static_cast<std::int64_t>(k);
-    return {storage_.take_log(),
+    held_.push_back(storage_.take_log());
+    profiler::GpuCapture handed;
+    if (held_.size() > takes_late_) {
+      handed = std::move(held_.front());
+      held_.pop_front();
+    }
+    return {std::move(handed),
             -GuardedAllocator::kLogClockAhead,
             1,
             k == 1 ? 1u : 0u,
@@ -416,6 +428,8 @@ class GuardedRankDevice final : public runtime::RankDevice {
   runtime::StagingCommunicator comm_;
   std::optional<runtime::PeerCopyCommunicator> peers_;
   bool log_activity_;
+  std::size_t takes_late_;
+  std::deque<profiler::GpuCapture> held_;  // logged, not yet handed over
   std::size_t takes_ = 0;
 };
 
