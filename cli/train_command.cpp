@@ -71,7 +71,7 @@ struct TrainArgs {
   std::string db;
   bool no_db = false;
   bool no_gpu_capture = false;
-  std::optional<int> gpu_capture_every;
+  std::optional<std::string> gpu_capture_every;
   std::optional<long long> device_cache_mib;
   std::string name;
 };
@@ -137,6 +137,18 @@ std::uint64_t parse_seed(const std::string& text) {
     throw InputError("--seed must be an integer from 0 to 18446744073709551615, not '" + text +
                      "'");
   return seed;
+}
+
+// --gpu-capture-every: "auto" (0) or a whole number of steps, at least 1.
+int parse_capture_every(const std::string& text) {
+  if (text == "auto") return 0;
+  int every = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, every);
+  if (text.empty() || ec != std::errc() || ptr != end || every < 1)
+    throw InputError("--gpu-capture-every must be auto or a number of steps, at least 1, not '" +
+                     text + "'");
+  return every;
 }
 
 TrainSetup build_options(const TrainArgs& a) {
@@ -237,16 +249,13 @@ TrainSetup build_options(const TrainArgs& a) {
     throw InputError("--gelu-epilogue is for --backend cuda (cuBLASLt's GEMM epilogues)");
   // Checked before the device is: a bad value is the input's error wherever the run would go.
   if (a.gpu_capture_every) {
-    if (*a.gpu_capture_every < 1)
-      throw InputError("--gpu-capture-every must be at least 1, not " +
-                       std::to_string(*a.gpu_capture_every));
+    o.gpu_capture_every = parse_capture_every(*a.gpu_capture_every);
     if (backend != spec::EngineBackend::cuda)
       throw InputError(
           "--gpu-capture-every is for --backend cuda (the cpu backend captures no GPU)");
     if (a.no_gpu_capture)
       throw InputError(
           "--gpu-capture-every and --no-gpu-capture: choose one (capture off takes nothing)");
-    o.gpu_capture_every = *a.gpu_capture_every;
   }
   if (backend == spec::EngineBackend::cuda)
     use_cuda_backend(o, precision == spec::EnginePrecision::bf16, attention, a);
@@ -331,7 +340,9 @@ void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r, s
                         {"forced_flushes", r.gpu_capture.forced_flushes},
                         {"flush_ms", 1e-6 * static_cast<double>(r.gpu_capture.flush_ns)},
                         {"route_ms", 1e-6 * static_cast<double>(r.gpu_capture.route_ns)},
-                        {"waiting_launch_calls", r.gpu_capture.waiting_launch_calls}};
+                        {"waiting_launch_calls", r.gpu_capture.waiting_launch_calls},
+                        {"takes", r.gpu_capture.takes},
+                        {"most_steps_per_take", r.gpu_capture.most_steps_per_take}};
   if (run_id >= 0) j["run_id"] = run_id;
   std::cout << j.dump(2) << "\n";
 }
@@ -355,10 +366,11 @@ void print_summary(const runtime::TrainResult& r) {
   if (g.activities > 0)
     std::printf(
         "GPU activity (CUPTI): %zu kernels, copies and memsets; %zu launched inside ops, %zu "
-        "between ops, %zu without their launch call; %zu step-end flushes, %zu of them forced "
-        "(%s flushing, %s routing, host time in all)\n",
-        g.activities, g.attributed, g.outside_ops, g.without_launch, g.flushes, g.forced_flushes,
-        human_time(1e-9 * static_cast<double>(g.flush_ns)).c_str(),
+        "between ops, %zu without their launch call; taken at %zu rank step ends (up to %d "
+        "steps a take), %zu flushes, %zu of them forced (%s flushing, %s routing, host time in "
+        "all)\n",
+        g.activities, g.attributed, g.outside_ops, g.without_launch, g.takes, g.most_steps_per_take,
+        g.flushes, g.forced_flushes, human_time(1e-9 * static_cast<double>(g.flush_ns)).c_str(),
         human_time(1e-9 * static_cast<double>(g.route_ns)).c_str());
 }
 
@@ -688,7 +700,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--gpu-capture-every", args->gpu_capture_every,
                   "With --backend cuda: take the captured GPU activity every N steps (and at the "
                   "last), each take a CUPTI flush; the records still join the trace under their "
-                  "ops (default 1)");
+                  "ops, only later. auto (the default): as rarely as keeps the takes within 1% "
+                  "of the steps' time, at most every 16 steps")
+      ->type_name("N|auto");
   cmd->add_option("--ranks-per-process", args->ranks_per_process,
                   "Under mpirun / srun: ranks run as threads in each process (hybrid; default 1)");
   cmd->add_option("--fault", args->fault,

@@ -22,6 +22,7 @@ bool GpuActivityHub::join(std::int32_t rank, cudaStream_t stream, Clock::time_po
       collector_.emplace(epoch, options);
       epoch_ = epoch;
       last_flush_ = {};
+      latest_flush_ns_ = 0;
       router_ = profiler::CaptureRouter();
     }
     if (one_rank_per_process_) {
@@ -87,6 +88,8 @@ runtime::RankDevice::GpuActivity GpuActivityHub::take(std::int32_t rank) {
     return held;
   };
   if (checked && !has_step()) flush(FlushKind::forced);
+  if (out.flushes > 0) latest_flush_ns_ = out.flush_ns;
+  out.serving_flush_ns = latest_flush_ns_;
   const Clock::time_point taking = Clock::now();
   out.capture = router_.take(rank);
   out.route_ns += since(taking);

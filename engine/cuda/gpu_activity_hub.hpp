@@ -57,8 +57,10 @@ class GpuActivityHub {
   // Flushes CUPTI (unless another rank's flush began after this call, and so after the rank's
   // stream went idle) and returns what arrived for `rank` since its last take, with the flushes
   // this take made (GpuActivity::flushes, forced_flushes), the host time of those flushes and of
-  // the routing, and the launch calls still waiting for their record. Called on the thread that
-  // launched the rank's work, after synchronising the rank's stream (so its records are complete).
+  // the routing, that of the latest flush made by any rank's take (serving_flush_ns: this one's
+  // when it flushed), and the launch calls still waiting for their record. Called on the thread
+  // that launched the rank's work, after synchronising the rank's stream (so its records are
+  // complete).
   runtime::RankDevice::GpuActivity take(std::int32_t rank);
 
  private:
@@ -67,7 +69,8 @@ class GpuActivityHub {
 
   std::optional<CuptiCollector> collector_;
   Clock::time_point epoch_{};
-  Clock::time_point last_flush_{};  // when the latest flush of this collector began ({}: none)
+  Clock::time_point last_flush_{};    // when the latest flush of this collector began ({}: none)
+  std::int64_t latest_flush_ns_ = 0;  // host time of the flushes of the latest take that flushed
   profiler::CaptureRouter router_;
   int members_ = 0;
   bool said_unavailable_ = false;

@@ -12,6 +12,7 @@
 #include "engine/data/data_loader.hpp"
 #include "engine/errors.hpp"
 #include "engine/model/buffer_cache.hpp"
+#include "engine/runtime/capture_cadence.hpp"
 #include "engine/runtime/optimizer.hpp"
 #include "engine/runtime/rank_runtime.hpp"
 #include "engine/tensor/cpu/cpu_backend.hpp"
@@ -101,7 +102,9 @@ class RankTraining {
   int first_step() const { return first_step_; }
 
  private:
-  profiler::GpuCapture take_gpu_activity();
+  // Takes the device's GPU activity and tells the cadence what the take cost against the mean
+  // time of the steps it covers.
+  profiler::GpuCapture take_gpu_activity(std::int64_t mean_step_ns);
   // Streams the step's part; with GPU capture, `gpu` holds what the step's take brought (none
   // between takes: taken says which).
   void stream_trace(const profiler::StepMetric& step_metric, profiler::GpuCapture gpu, bool taken);
@@ -128,6 +131,9 @@ class RankTraining {
   int first_step_ = 1;
   profiler::RecorderMark streamed_;  // how much of the recorder trace_sink has had
   bool gpu_capture_ = false;         // the device captures its GPU activity for the trace
+  CaptureCadence capture_cadence_;   // at which step ends the rank takes it
+  int steps_since_take_ = 0;         // step ends since the rank's last take...
+  std::int64_t ns_since_take_ = 0;   // ...and their time
   // The ops the GPU records of a take may have been launched from: the streamed steps' since the
   // previous take, and that take's step (a record another rank's running kernels held back
   // comes a take late).
@@ -170,7 +176,8 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
       world_group_(shared.topology.world_group()),
       loader_(make_loader(shared, at_)),
       batches_(static_cast<std::size_t>(plan_.microbatches)),
-      first_step_(shared.prepared.resume ? static_cast<int>(shared.prepared.resume->step) + 1 : 1) {
+      first_step_(shared.prepared.resume ? static_cast<int>(shared.prepared.resume->step) + 1 : 1),
+      capture_cadence_(shared.options.gpu_capture_every, shared.options.gpu_capture_budget) {
   if (options_.attention) backend_.set_attention_kernel(*options_.attention);
   if (options_.fault) runtime_.set_fault(&*options_.fault);
   const bool zero1 = plan_.zero_stage == 1;
@@ -204,9 +211,10 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
 }
 
 // What the rank's device did since the last take, in the engine's clock.
-profiler::GpuCapture RankTraining::take_gpu_activity() {
+profiler::GpuCapture RankTraining::take_gpu_activity(std::int64_t mean_step_ns) {
   if (!gpu_capture_) return {};
   RankDevice::GpuActivity a = device_.take_gpu_activity();
+  capture_cadence_.taken(a.serving_flush_ns + a.route_ns, mean_step_ns);
   {
     std::lock_guard lock(s_.mutex);
     TrainResult::GpuCaptureCounts& g = s_.result.gpu_capture;
@@ -215,6 +223,8 @@ profiler::GpuCapture RankTraining::take_gpu_activity() {
     g.flush_ns += a.flush_ns;
     g.route_ns += a.route_ns;
     g.waiting_launch_calls = std::max(g.waiting_launch_calls, a.waiting_launch_calls);
+    ++g.takes;
+    g.most_steps_per_take = std::max(g.most_steps_per_take, steps_since_take_);
   }
   for (profiler::KernelRecord& k : a.capture.activities) {
     k.start_ns += a.clock_offset_ns;
@@ -327,10 +337,18 @@ bool RankTraining::run_step(int step) {
   }
   // The step's records go out first, so a caller that prints the step after making them durable
   // (the CLI) never shows a step a crash would lose.
-  // Every gpu_capture_every steps, and at the run's last step (a stop request's included).
-  const bool take = gpu_capture_ && ((step - first_step_ + 1) % options_.gpu_capture_every == 0 ||
+  // When the cadence says so, and at the run's last step (a stop request's included).
+  ++steps_since_take_;
+  ns_since_take_ += std::chrono::duration_cast<std::chrono::nanoseconds>(measured - t0).count();
+  const bool take = gpu_capture_ && (capture_cadence_.due(steps_since_take_) ||
                                      step == options_.steps || stop_after_this_step);
-  stream_trace(step_metric, take ? take_gpu_activity() : profiler::GpuCapture{}, take);
+  profiler::GpuCapture gpu;
+  if (take) {
+    gpu = take_gpu_activity(ns_since_take_ / steps_since_take_);
+    steps_since_take_ = 0;
+    ns_since_take_ = 0;
+  }
+  stream_trace(step_metric, std::move(gpu), take);
   if (reported && options_.on_step) options_.on_step(*reported);
   const bool save = !options_.checkpoint_dir.empty() &&
                     (step == options_.steps ||

@@ -123,9 +123,12 @@ void check_memory_fits(const TrainOptions& options, const spec::ParallelPlan& pl
 }
 
 PreparedRun prepare(const TrainOptions& options) {
-  if (options.gpu_capture_every < 1)
-    throw InputError("gpu_capture_every must be at least 1, not " +
+  if (options.gpu_capture_every < 0)
+    throw InputError("gpu_capture_every must be 0 (auto) or at least 1, not " +
                      std::to_string(options.gpu_capture_every));
+  if (!(options.gpu_capture_budget > 0.0 && options.gpu_capture_budget < 1.0))
+    throw InputError("gpu_capture_budget must be between 0 and 1, not " +
+                     std::to_string(options.gpu_capture_budget));
   PreparedRun p;
   p.config = model::engine_model_config(options.model);
   p.config.capacity_factor = options.capacity_factor;

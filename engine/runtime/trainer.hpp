@@ -63,6 +63,10 @@ class RankDevice {
     // read), and the routing of what came to the ranks. What capture adds to a step's end.
     std::int64_t flush_ns = 0;
     std::int64_t route_ns = 0;
+    // The host time of the flush that handed this take's records over, this take's or, when
+    // another rank's flush served, that one's: what a take costs the process, whoever pays it
+    // (the trainer weighs it against its steps to choose how often to take, CaptureCadence).
+    std::int64_t serving_flush_ns = 0;
     // Launch calls left waiting for their device record after this take (across the process's
     // ranks): work still running, or calls whose record never comes and that are kept until
     // they age out. A count that grows step after step means the latter.
@@ -129,8 +133,12 @@ struct TrainOptions {
   // Take the GPU activity at every Nth step end (and at the run's last step): each take flushes
   // CUPTI, which cost about 0.4 ms on an H100 whatever it handed over, so N > 1 spreads that over
   // N steps. The records of the steps between join the trace at the take, each attributed to
-  // the op of its own step that launched it. At least 1 (InputError).
-  int gpu_capture_every = 1;
+  // the op of its own step that launched it. 0 (auto): each rank takes at its first step end,
+  // then as rarely as keeps the takes within gpu_capture_budget of its steps' time, from what
+  // its latest take cost (at most every CaptureCadence::kMostStepsPerTake steps). Negative:
+  // InputError.
+  int gpu_capture_every = 0;
+  double gpu_capture_budget = 0.01;  // in (0, 1), else InputError
   // Called after trace_sink with the kernels of the GPU activity added to that trace part, on
   // the same thread (with processes: on rank 0's process, for every rank); thread-safe like
   // trace_sink. May be null.
@@ -228,6 +236,8 @@ struct TrainResult {
     std::int64_t flush_ns = 0;       // host time of those flushes, summed over takes
     std::int64_t route_ns = 0;       // host time of routing the records, summed
     std::size_t waiting_launch_calls = 0;  // the most left waiting after a take
+    std::size_t takes = 0;                 // step ends at which the ranks took (summed)
+    int most_steps_per_take = 0;           // the most step ends one take covered
   };
   GpuCaptureCounts gpu_capture;  // all zero without GPU capture
 };

@@ -166,7 +166,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--gelu-epilogue"}, "--gelu-epilogue is for --backend cuda"},
         BadInput{{"--gpu-capture-every", "2"}, "--gpu-capture-every is for --backend cuda"},
         BadInput{{"--backend", "cuda", "--gpu-capture-every", "0"},
-                 "--gpu-capture-every must be at least 1, not 0"},
+                 "--gpu-capture-every must be auto or a number of steps, at least 1, not '0'"},
+        BadInput{{"--backend", "cuda", "--gpu-capture-every", "often"},
+                 "--gpu-capture-every must be auto or a number of steps, at least 1, not 'often'"},
+        BadInput{{"--backend", "cuda", "--gpu-capture-every", "3x"},
+                 "--gpu-capture-every must be auto or a number of steps, at least 1, not '3x'"},
+        BadInput{{"--gpu-capture-every", "auto"}, "--gpu-capture-every is for --backend cuda"},
         BadInput{{"--backend", "cuda", "--no-gpu-capture", "--gpu-capture-every", "2"},
                  "--gpu-capture-every and --no-gpu-capture: choose one"},
         // A learning rate that blows the weights up: the loss turns non-finite, the run stops and

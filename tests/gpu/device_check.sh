@@ -20,7 +20,8 @@
 #                             the engine's hub (completed, forced when the check fails) / cupti
 #                             routed by the bench / cupti after a stream id query / the hub of a
 #                             process of one rank (no stream id) / the hub taking every fourth
-#                             step, at 12 layers, interleaved;
+#                             step / the hub at train's default cadence (auto), at 12 layers,
+#                             interleaved;
 #                             CAPTURE_ARGS='--benchmark_filter=.' for every mode and 24 layers,
 #                             '--cupti-timestamps=pinned' or '--cupti-timestamp-buffer-kib=256' to
 #                             move CUPTI's timestamps (measured on an H100: no gain beyond noise)
@@ -46,7 +47,7 @@
 # capture runs' workspaces gpt2_capture-fp32.db.gz / gpt2_capture-bf16.db.gz when small).
 # GPT2_ARGS (environment): more options for gpt2_gpu_bench.sh, split as the shell splits words,
 # e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look; CAPTURE_ARGS: more
-# options for cuda_capture_bench (default '--benchmark_filter=:(0|1|2|5|7|9|10|11|12)/layers:12';
+# options for cuda_capture_bench (default '--benchmark_filter=:(0|1|2|5|7|9|10|11|12|13)/layers:12';
 # e.g. CAPTURE_ARGS='--benchmark_filter=:[0123]/' for the first four modes only); GEMM_ARGS:
 # cuda_gemm_bench's options (default '--benchmark_filter=-operands:2', without in-GEMM rounding); NCCL_HOSTS_NP: the process counts of step 2c (default "2 4", "" for none);
 # NCCL_TRAIN_PLANS: the training plans of steps 2b and 2c, names of
@@ -375,7 +376,7 @@ PY
   # About 11 s a mode on an H100 (setup, the iteration count found, 3 runs of 1 s). The modes'
   # runs are interleaved in random order: a drift of the GPU's clock over the minute (off ranged
   # 31.83 to 32.05 ms between runs) then spreads over every mode instead of favouring the first.
-  local capture_args=('--benchmark_filter=:(0|1|2|5|7|9|10|11|12)/layers:12')
+  local capture_args=('--benchmark_filter=:(0|1|2|5|7|9|10|11|12|13)/layers:12')
   [ -n "${CAPTURE_ARGS:-}" ] && read -r -a capture_args <<<"$CAPTURE_ARGS"
   step cuda_capture_bench 150 "$scratch/.capture.log" "${run_env[@]}" \
     "$build/tests/cuda_capture_bench" "${capture_args[@]}" --benchmark_repetitions=3 \
@@ -399,7 +400,8 @@ except ValueError:  # cut short (a timeout): the benchmarks written before it, o
             runs.append(json.loads(m.group(0)))
         except ValueError:
             pass
-mean, take, flush, route, waiting, records, calls, forced, unchecked = ({} for _ in range(9))
+mean, take, flush, route, waiting, records, calls, forced, unchecked, per_take = (
+    {} for _ in range(10))
 # The runs are interleaved (--benchmark_enable_random_interleaving), so the means come at the end:
 # a run cut short has its repetitions only, averaged here.
 means = [r for r in runs if r.get("aggregate_name") == "mean"]
@@ -421,12 +423,13 @@ for r in means:
     for key, into in (("take_ms", take), ("flush_ms", flush), ("route_ms", route),
                       ("waiting_calls", waiting), ("records/step", records),
                       ("api_calls/step", calls), ("forced_flushes/step", forced),
-                      ("failed_checks/step", unchecked)):
+                      ("failed_checks/step", unchecked), ("steps/take", per_take)):
         if key in r:
             into[mode] = r[key]
 names = {0: "off", 1: "nvtx", 2: "cupti", 3: "cupti-device", 4: "cupti-launches",
          5: "cupti-completed", 6: "cupti-cupti-zeroes", 7: "hub", 8: "hub-forced",
-         9: "cupti-routed", 10: "cupti-stream-id", 11: "hub-sole", 12: "hub-every-4"}
+         9: "cupti-routed", 10: "cupti-stream-id", 11: "hub-sole", 12: "hub-every-4",
+         13: "hub-auto"}
 parts = []
 for mode in sorted(m for m in mean if m[0] > 0):
     off = (0, mode[1])
@@ -439,7 +442,10 @@ for mode in sorted(m for m in mean if m[0] > 0):
                      + (f" and {calls[mode]:.0f} API calls" if mode in calls else "")
                      + (f", {forced[mode]:.2f} forced flushes" if mode in forced else "")
                      + (f", {unchecked[mode]:.2f} failed checks" if mode in unchecked else "")
-                     + " a step)")
+                     + " a step"
+                     + (f"; a take every {per_take[mode]:.2f} steps" if per_take.get(mode, 1) != 1
+                        else "")
+                     + ")")
         layers = "" if mode[1] == 12 else f" at {mode[1]} layers (off {mean[off]:.3f} ms)"
         parts.append(f"{names.get(mode[0], mode[0])}{layers} "
                      f"{100 * (mean[mode] / mean[off] - 1):+.2f}%{extra}")
@@ -529,7 +535,7 @@ PY
     --build "$build" --budget "$left" "${extra[@]}"
   grep -A 12 '^framework ' "$scratch/.gpt2.log" | grep -v '^$' | head -n 12 >"$scratch/.table" || true
   grep '^-- --' "$scratch/.gpt2.log" | cut -c1-160 >>"$scratch/.table" || true
-  grep '^-- capture on' "$scratch/.gpt2.log" | cut -c1-220 >>"$scratch/.table" || true
+  grep -E '^-- capture (on|at the default)' "$scratch/.gpt2.log" | cut -c1-260 >>"$scratch/.table" || true
   return 0
 }
 

@@ -51,6 +51,8 @@ TEST_P(GpuActivityHubGpu, EachTakeBringsItsRanksStepWithTheLaunchCalls) {
   // times): so both policies must bring every record at its step's take.
   std::barrier step_end(kRanks);
   std::vector<std::vector<std::size_t>> records(kRanks), with_launch(kRanks), waiting(kRanks);
+  // Each take's serving flush: its own when it flushed (then its own flush time), else another's.
+  std::vector<std::vector<std::int64_t>> serving(kRanks), own_flush(kRanks);
   std::vector<std::size_t> flushes(kRanks, 0), forced(kRanks, 0);  // the ranks' takes made
   std::vector<std::string> errors(kRanks);
   std::vector<std::thread> threads;
@@ -76,6 +78,8 @@ TEST_P(GpuActivityHubGpu, EachTakeBringsItsRanksStepWithTheLaunchCalls) {
           records[r].push_back(a.capture.activities.size());
           with_launch[r].push_back(launched);
           waiting[r].push_back(a.waiting_launch_calls);
+          serving[r].push_back(a.serving_flush_ns);
+          own_flush[r].push_back(a.flushes > 0 ? a.flush_ns : -1);
           step_end.arrive_and_wait();  // every rank took
         }
       } catch (const std::exception& e) {
@@ -95,6 +99,11 @@ TEST_P(GpuActivityHubGpu, EachTakeBringsItsRanksStepWithTheLaunchCalls) {
     for (int step = 0; step < kSteps; ++step) {
       EXPECT_EQ(records[r][step], kRecordsPerStep) << "rank " << r << " step " << step;
       EXPECT_EQ(with_launch[r][step], records[r][step]) << "rank " << r << " step " << step;
+      // Every take was served by a flush, and one that flushed by its own.
+      EXPECT_GT(serving[r][step], 0) << "rank " << r << " step " << step;
+      if (own_flush[r][step] >= 0) {
+        EXPECT_EQ(serving[r][step], own_flush[r][step]) << "rank " << r << " step " << step;
+      }
     }
   }
   // Every launch call of a step has its record: once the step's last take is done (the other

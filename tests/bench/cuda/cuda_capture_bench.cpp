@@ -25,6 +25,10 @@
 //                  the rank's, no stream id asked of CUPTI
 //   BM_Step/hub-every-4  the hub taking at every fourth step end only: whether a take's cost is
 //                  a fixed cost of each flush (then a quarter of it a step) or of its records
+//   BM_Step/hub-auto  the hub taking when the engine's default cadence says (train's
+//                  --gpu-capture-every auto: runtime::CaptureCadence with TrainOptions' budget,
+//                  fed each take's cost and the mean step since the take before); steps/take
+//                  says how many steps a take covered on average
 // On an H100 the hub cost 0.3 ms a step more than cupti-completed at its take: the last three
 // modes split that between the routing and the stream id query.
 // With --cupti-timestamps=pinned CUPTI keeps kernel timestamps in pinned host memory instead of
@@ -59,6 +63,8 @@
 #include "engine/cuda/cuda_check.hpp"
 #include "engine/cuda/cupti_collector.hpp"
 #include "engine/cuda/gpu_activity_hub.hpp"
+#include "engine/runtime/capture_cadence.hpp"
+#include "engine/runtime/trainer.hpp"
 #include "profiler/gpu/capture_router.hpp"
 #include "profiler/recorder/nvtx.hpp"
 #include "tests/bench/cuda/cuda_bench_support.hpp"
@@ -87,7 +93,8 @@ enum Mode {
   kCuptiRouted = 9,
   kCuptiStreamId = 10,
   kHubSole = 11,
-  kHubEvery4 = 12
+  kHubEvery4 = 12,
+  kHubAuto = 13
 };
 
 class Ranges {
@@ -126,7 +133,8 @@ void BM_Step(benchmark::State& state) {
   Ranges ranges(mode != kOff);
   std::unique_ptr<pipetune::cuda::CuptiCollector> collector;
   std::unique_ptr<pipetune::cuda::GpuActivityHub> hub;
-  if (mode == kHub || mode == kHubForced || mode == kHubSole || mode == kHubEvery4) {
+  if (mode == kHub || mode == kHubForced || mode == kHubSole || mode == kHubEvery4 ||
+      mode == kHubAuto) {
     hub = std::make_unique<pipetune::cuda::GpuActivityHub>(
         mode == kHubSole, mode == kHubForced
                               ? pipetune::cuda::GpuActivityHub::FlushPolicy::forced
@@ -161,6 +169,12 @@ void BM_Step(benchmark::State& state) {
   std::size_t failed_checks = 0;  // cupti-routed: where the hub would have forced a flush
   std::size_t steps = 0;          // hub-every-4: the steps run
   double take_seconds = 0.0, flush_seconds = 0.0, route_seconds = 0.0;
+  // hub-auto: the engine's cadence, what the latest take cost it, the steps since that take.
+  std::optional<pipetune::runtime::CaptureCadence> cadence;
+  if (mode == kHubAuto) cadence.emplace(0, pipetune::runtime::TrainOptions{}.gpu_capture_budget);
+  std::int64_t take_cost_ns = 0, ns_since_take = 0;
+  int steps_since_take = 0;
+  std::size_t takes = 0;
   using BenchClock = std::chrono::steady_clock;
   const auto seconds_since = [](BenchClock::time_point t) {
     return std::chrono::duration<double>(BenchClock::now() - t).count();
@@ -175,6 +189,7 @@ void BM_Step(benchmark::State& state) {
       flush_seconds += 1e-9 * static_cast<double>(taken.flush_ns);
       route_seconds += 1e-9 * static_cast<double>(taken.route_ns);
       waiting_calls = taken.waiting_launch_calls;
+      take_cost_ns = taken.serving_flush_ns + taken.route_ns;
       capture = std::move(taken.capture);
     } else {
       collector->flush();
@@ -193,8 +208,10 @@ void BM_Step(benchmark::State& state) {
     captured += capture.activities.size();
     api_calls += capture.api_calls.size();
     take_seconds += seconds_since(t0);
+    ++takes;
   };
   for (auto _ : state) {
+    const auto step_began = BenchClock::now();
     for (int l = 0; l < layers; ++l) {
       ranges.op("F", [&] {
         backend.linear_forward(x.view(), w1[l]->view(), ConstTensorView{}, h.view());
@@ -219,8 +236,22 @@ void BM_Step(benchmark::State& state) {
       }
     });
     backend.synchronize();
-    // Step end: what the engine's capture does (every fourth step for hub-every-4).
-    if ((collector || hub) && (mode != kHubEvery4 || ++steps % 4 == 0)) flush_and_take();
+    // Step end: what the engine's capture does (every fourth step for hub-every-4, when the
+    // cadence says for hub-auto).
+    if (cadence) {
+      ++steps_since_take;
+      ns_since_take +=
+          std::chrono::duration_cast<std::chrono::nanoseconds>(BenchClock::now() - step_began)
+              .count();
+      if (cadence->due(steps_since_take)) {
+        flush_and_take();
+        cadence->taken(take_cost_ns, ns_since_take / steps_since_take);
+        steps_since_take = 0;
+        ns_since_take = 0;
+      }
+    } else if ((collector || hub) && (mode != kHubEvery4 || ++steps % 4 == 0)) {
+      flush_and_take();
+    }
   }
   const double flops = 2.0 * 3.0 * 2.0 * kTokens * kHidden * 4.0 * kHidden * layers;
   state.counters["TFLOP/s"] =
@@ -251,6 +282,8 @@ void BM_Step(benchmark::State& state) {
         static_cast<double>(flushes) / static_cast<double>(state.iterations());
     state.counters["forced_flushes/step"] =
         static_cast<double>(forced_flushes) / static_cast<double>(state.iterations());
+    state.counters["steps/take"] =
+        takes > 0 ? static_cast<double>(state.iterations()) / static_cast<double>(takes) : 0.0;
     hub->leave(0);
   }
 }
@@ -258,11 +291,11 @@ BENCHMARK(BM_Step)
     ->ArgNames(
         {"mode(0=off,1=nvtx,2=cupti,3=cupti-device,4=cupti-launches,5=cupti-completed,6="
          "cupti-cupti-zeroes,7=hub,8=hub-forced,9=cupti-routed,10=cupti-stream-id,11=hub-sole,12="
-         "hub-every-4)",
+         "hub-every-4,13=hub-auto)",
          "layers"})
     ->ArgsProduct({{kOff, kNvtx, kCupti, kCuptiDevice, kCuptiLaunches, kCuptiCompleted,
                     kCuptiZeroedByCupti, kHub, kHubForced, kCuptiRouted, kCuptiStreamId, kHubSole,
-                    kHubEvery4},
+                    kHubEvery4, kHubAuto},
                    {12}})
     // Twice the kernels a step: whether a mode's cost grows with the kernels or is the step's.
     ->ArgsProduct({{kOff, kCupti, kHub}, {24}})

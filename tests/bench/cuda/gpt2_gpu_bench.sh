@@ -10,8 +10,9 @@
 #     Each is repeated into a workspace, NVTX only and then with CUPTI capture on (capture keeps
 #     its records there): the capture run's step time against the NVTX-only one into a workspace
 #     is what capture costs the engine (issue 15 point 4; against the run without a workspace, what
-#     capture and the workspace cost together), and its kernels say where the GPU time goes; then
-#     once more taking the capture every 4 steps (train --gpu-capture-every 4).
+#     capture and the workspace cost together), and its kernels say where the GPU time goes. That
+#     run takes the capture at every step end (--gpu-capture-every 1); once more with train's
+#     default cadence (auto: as rarely as keeps the takes within 1% of the steps' time).
 #  2. PyTorch on the same model, dtype and batch (tests/bench/torch_gpt_step.py --device cuda; a
 #     batch that does not fit there moves on to the next smaller one, and the table says so).
 #  3. One table: framework, dtype, batch, tokens/s, model TFLOP/s and MFU, with the model FLOPs
@@ -303,8 +304,8 @@ PY
         ok=0
         break
       fi
-      local run_flags=()
-      [ "$run" = nvtx ] && run_flags+=(--no-gpu-capture)
+      local run_flags=(--gpu-capture-every 1)
+      [ "$run" = nvtx ] && run_flags=(--no-gpu-capture)
       rm -f "$work/$run-$prec.db"
       pt_limited "$t" train --backend "$backend" --precision "$prec" \
         ${attention:+--attention "$attention"} --model "$model" --tp 1 --pp 1 --dp 1 \
@@ -335,29 +336,32 @@ print(f"-- capture on: {on['tokens_per_s']:.0f} tokens/s against {nvtx['tokens_p
       f"time {g.get('flush_ms', 0):.1f} ms flushing, {g.get('route_ms', 0):.1f} ms routing in all; "
       f"{g.get('waiting_launch_calls', 0)} launch calls waiting at most")
 PY
-    # Taken every 4 steps (train --gpu-capture-every 4): each take's CUPTI flush spread over them.
+    # Taken at train's default cadence (auto): each take's CUPTI flush spread over as many steps
+    # as keep the takes within 1% of the steps' time.
     t="$(limit_for 150)"
     if [ "$t" -gt 0 ] && [ "$backend" = cuda ]; then
-      rm -f "$work/capture4-$prec.db"
+      rm -f "$work/capture-auto-$prec.db"
       if pt_limited "$t" train --backend "$backend" --precision "$prec" \
         ${attention:+--attention "$attention"} --model "$model" --tp 1 --pp 1 --dp 1 \
-        --microbatches 1 --micro-batch-size "$b" --steps "$steps" --gpu-capture-every 4 \
-        --db "$work/capture4-$prec.db" --json >"$work/capture4-$prec.json" 2>"$work/capture4.err"; then
-        "$py" - "$work/nvtx-$prec.json" "$work/capture4-$prec.json" <<'PY'
+        --microbatches 1 --micro-batch-size "$b" --steps "$steps" \
+        --db "$work/capture-auto-$prec.db" --json >"$work/capture-auto-$prec.json" \
+        2>"$work/capture-auto.err"; then
+        "$py" - "$work/nvtx-$prec.json" "$work/capture-auto-$prec.json" <<'PY'
 import json, sys
 nvtx, on = (json.load(open(p)) for p in sys.argv[1:3])
 g = on.get("gpu_capture", {})
-print(f"-- capture taken every 4 steps: {on['tokens_per_s']:.0f} tokens/s, "
+print(f"-- capture at the default cadence (auto): {on['tokens_per_s']:.0f} tokens/s, "
       f"{100 * (nvtx['tokens_per_s'] / on['tokens_per_s'] - 1):+.2f}% step time against NVTX only "
       f"into a workspace; {g.get('activities', 0)} activities, {g.get('attributed', 0)} inside "
-      f"ops, {g.get('flushes', 0)} flushes")
+      f"ops; taken at {g.get('takes', 0)} step ends, up to {g.get('most_steps_per_take', 0)} "
+      f"steps a take, {g.get('flushes', 0)} flushes")
 PY
       else
-        echo "-- capture taken every 4 steps: failed: $(last_line "$work/capture4.err")"
-        rm -f "$work/capture4-$prec.json"
+        echo "-- capture at the default cadence (auto): failed: $(last_line "$work/capture-auto.err")"
+        rm -f "$work/capture-auto-$prec.json"
         failed=1
       fi
-      rm -f "$work/capture4-$prec.db"
+      rm -f "$work/capture-auto-$prec.db"
     fi
     # Where the GPU time of that run goes: the kernels table of the stored run.
     "$py" - "$work/capture-$prec.db" <<'PY' || true
@@ -643,12 +647,13 @@ if out:
                 "overhead": nvtx["tokens_per_s"] / on["tokens_per_s"] - 1,
                 "overhead_with_workspace": off["tokens_per_s"] / on["tokens_per_s"] - 1,
                 "gpu_capture": on.get("gpu_capture", {})}
-            every4 = os.path.join(work, f"capture4-{dtype}.json")
-            if os.path.exists(every4):
-                on4 = json.load(open(every4))
-                result["capture"][dtype]["tokens_per_s_capture_every_4"] = on4["tokens_per_s"]
-                result["capture"][dtype]["overhead_every_4"] = (
-                    nvtx["tokens_per_s"] / on4["tokens_per_s"] - 1)
+            auto = os.path.join(work, f"capture-auto-{dtype}.json")
+            if os.path.exists(auto):
+                on_auto = json.load(open(auto))
+                result["capture"][dtype]["tokens_per_s_capture_auto"] = on_auto["tokens_per_s"]
+                result["capture"][dtype]["overhead_auto"] = (
+                    nvtx["tokens_per_s"] / on_auto["tokens_per_s"] - 1)
+                result["capture"][dtype]["gpu_capture_auto"] = on_auto.get("gpu_capture", {})
         except (OSError, ValueError, StopIteration, KeyError):
             pass
     runfile = os.path.join(work, "gpt2-pp4-1f1b.toml")

@@ -36,8 +36,23 @@ TrainOptions pipeline_options() {
   o.steps = kSteps;
   o.threads_per_rank = 1;
   o.watchdog_seconds = 60;
+  o.gpu_capture_every = 1;  // a take at every step end: the counts below are closed forms of it
   o.rank_device = [](comm::Communicator& comm, int threads) -> std::unique_ptr<RankDevice> {
     return std::make_unique<testing::GuardedRankDevice>(comm, threads, /*log_activity=*/true);
+  };
+  return o;
+}
+
+// pipeline_options() with the capture's cadence chosen by the trainer (auto), each take costing
+// `take_ns` of host time as the trainer weighs it (the flush that served it).
+TrainOptions auto_cadence_options(std::int64_t take_ns) {
+  TrainOptions o = pipeline_options();
+  o.gpu_capture_every = 0;
+  o.rank_device = [take_ns](comm::Communicator& comm, int threads) -> std::unique_ptr<RankDevice> {
+    auto device =
+        std::make_unique<testing::GuardedRankDevice>(comm, threads, /*log_activity=*/true);
+    device->set_serving_flush_ns(take_ns);
+    return device;
   };
   return o;
 }
@@ -241,10 +256,45 @@ TEST(GpuActivityTrace, ARecordATakeLateFindsItsOpAndTwoTakesLateFindsNone) {
   EXPECT_EQ(two_late.result.gpu_capture.without_launch, 0u);  // their calls came with them
 }
 
-TEST(GpuActivityTrace, TakingEveryZeroStepsIsRefused) {
+// Auto: a take at the first step end measures what a take costs; one that would cost more than
+// the budget of any step waits the most steps allowed, and the run's last step end is taken.
+// The kernels and their ops are those of a take every step.
+TEST(GpuActivityTrace, AutoTakesAnExpensiveCaptureAtTheFirstAndLastStepEnds) {
+  TrainOptions every_step = pipeline_options();
+  every_step.steps = 5;
+  TrainOptions expensive = auto_cadence_options(std::int64_t{1} << 50);  // 13 days a take
+  expensive.steps = 5;
+  const Streamed one = stream_run(every_step), rare = stream_run(expensive);
+  ASSERT_FALSE(one.kernels.empty());
+  EXPECT_EQ(rare.kernels, one.kernels);
+  EXPECT_EQ(rare.result.gpu_capture.takes, 2u * 2);  // each rank's, at steps 1 and 5
+  EXPECT_EQ(rare.result.gpu_capture.most_steps_per_take, 4);
+  EXPECT_EQ(rare.parts_with_gpu, 2u * 2);
+  EXPECT_EQ(one.result.gpu_capture.takes, 2u * 5);
+  EXPECT_EQ(one.result.gpu_capture.most_steps_per_take, 1);
+  EXPECT_EQ(rare.result.gpu_capture.attributed, one.result.gpu_capture.attributed);
+}
+
+// Auto with takes that cost nothing against the steps (another rank's flush served them, or the
+// flush is fast): a take at every step end, as often as the trace can have them.
+TEST(GpuActivityTrace, AutoTakesACheapCaptureAtEveryStepEnd) {
+  TrainOptions cheap = auto_cadence_options(0);
+  cheap.steps = 3;
+  const Streamed run = stream_run(cheap);
+  EXPECT_EQ(run.result.gpu_capture.takes, 2u * 3);
+  EXPECT_EQ(run.result.gpu_capture.most_steps_per_take, 1);
+  EXPECT_EQ(run.parts_with_gpu, 2u * 3);
+}
+
+TEST(GpuActivityTrace, ANegativeCadenceOrABudgetOutsideZeroToOneIsRefused) {
   TrainOptions o = pipeline_options();
-  o.gpu_capture_every = 0;
+  o.gpu_capture_every = -1;
   EXPECT_THROW(train(o), InputError);
+  o.gpu_capture_every = 0;
+  for (const double budget : {0.0, 1.0, -0.01}) {
+    o.gpu_capture_budget = budget;
+    EXPECT_THROW(train(o), InputError) << "budget " << budget;
+  }
 }
 
 TEST(GpuActivityTrace, CaptureOffLeavesNvtxOnlyAndTheSameLosses) {

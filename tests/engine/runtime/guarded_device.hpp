@@ -394,6 +394,9 @@ class GuardedRankDevice final : public runtime::RankDevice {
     if (log_activity_) storage_.start_log(epoch);
     return log_activity_;
   }
+  // Each take's serving flush (GpuActivity::serving_flush_ns) costs `ns` instead of its own
+  // flush's time: what a take costs as the trainer weighs it against its steps.
+  void set_serving_flush_ns(std::int64_t ns) { serving_flush_ns_ = ns; }
   // One flush a take, the rank's first forced (as a profiler's first flush may be), take k's
   // flush 1000 * k ns and routing k ns, and k launch calls left waiting: what the run's capture
   // counts must add up to.
@@ -406,13 +409,16 @@ class GuardedRankDevice final : public runtime::RankDevice {
       handed = std::move(held_.front());
       held_.pop_front();
     }
-    return {std::move(handed),
-            -GuardedAllocator::kLogClockAhead,
-            1,
-            k == 1 ? 1u : 0u,
-            1000 * ns,
-            ns,
-            k};
+    GpuActivity a;
+    a.capture = std::move(handed);
+    a.clock_offset_ns = -GuardedAllocator::kLogClockAhead;
+    a.flushes = 1;
+    a.forced_flushes = k == 1 ? 1u : 0u;
+    a.flush_ns = 1000 * ns;
+    a.route_ns = ns;
+    a.serving_flush_ns = serving_flush_ns_ ? *serving_flush_ns_ : a.flush_ns;
+    a.waiting_launch_calls = k;
+    return a;
   }
   tensor::Backend& backend() override { return backend_; }
   tensor::DeviceAllocator* storage() override { return &storage_; }
@@ -429,6 +435,7 @@ class GuardedRankDevice final : public runtime::RankDevice {
   std::optional<runtime::PeerCopyCommunicator> peers_;
   bool log_activity_;
   std::size_t takes_late_;
+  std::optional<std::int64_t> serving_flush_ns_;
   std::deque<profiler::GpuCapture> held_;  // logged, not yet handed over
   std::size_t takes_ = 0;
 };
