@@ -11,6 +11,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
+#include "cli/train_output.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/chrome_trace.hpp"
 #include "db/store/record_json.hpp"
@@ -276,111 +277,6 @@ TrainSetup build_options(const TrainArgs& a) {
   return setup;
 }
 
-nlohmann::json plan_json(const runtime::TrainOptions& o, const runtime::TrainResult& r) {
-  const spec::ParallelPlan& p = o.plan;
-  return {{"model", o.model.name},
-          {"tp", p.tp},
-          {"pp", p.pp},
-          {"dp", p.dp},
-          {"ep", p.ep},
-          {"world", p.tp * p.pp * p.dp},
-          {"schedule", r.schedule},
-          {"chunks", r.chunks},
-          {"vocab", std::string(schedule::vocab_mode_name(p.vocab))},
-          {"vocab_rows", spec::padded_vocab(o.model, p.vocab_shards())},
-          {"microbatches", r.microbatches},
-          {"micro_batch_size", p.micro_batch_size},
-          {"seq_len", o.model.seq_len},
-          {"zero_stage", p.zero_stage},
-          {"tokens_per_step", r.tokens_per_step}};
-}
-
-void print_json(const runtime::TrainOptions& o, const runtime::TrainResult& r, std::int64_t run_id,
-                const TrainArgs& a) {
-  const std::string precision = a.precision.value_or("fp32"), attention = a.attention.value_or("");
-  nlohmann::json losses = nlohmann::json::array(), steps = nlohmann::json::array(),
-                 ranks = nlohmann::json::array();
-  for (const auto& s : r.steps) {
-    losses.push_back(s.loss);
-    steps.push_back({{"step", s.step},
-                     {"loss", s.loss},
-                     {"aux_loss", s.aux_loss},
-                     {"grad_norm", s.grad_norm},
-                     {"seconds", s.seconds},
-                     {"tokens_per_s", s.tokens_per_s}});
-  }
-  for (const auto& k : r.ranks)
-    ranks.push_back({{"rank", k.rank},
-                     {"stage", k.pp_rank},
-                     {"tp_rank", k.tp_rank},
-                     {"dp_rank", k.dp_rank},
-                     {"compute", k.compute_seconds},
-                     {"bubble", k.bubble_seconds},
-                     {"bubble_ratio", k.bubble_ratio},
-                     {"parameter_bytes", k.parameter_bytes},
-                     {"gradient_bytes", k.gradient_bytes},
-                     {"optimizer_bytes", k.optimizer_bytes},
-                     {"peak_activation_bytes", k.peak_activation_bytes}});
-  nlohmann::json j = {{"losses", losses},        {"tokens_per_s", runtime::steady_tokens_per_s(r)},
-                      {"plan", plan_json(o, r)}, {"first_step", r.first_step},
-                      {"steps", steps},          {"iteration_time", r.iteration_seconds},
-                      {"ranks", ranks},          {"precision", precision}};
-  if (!attention.empty())
-    j["attention"] = attention;
-  else if (o.attention)
-    j["attention"] = std::string(tensor::attention_kernel_name(*o.attention));
-  if (o.rank_device && precision == "bf16") j["gemm_inputs"] = a.gemm_inputs.value_or("copies");
-  if (o.rank_device) j["gelu_epilogue"] = a.gelu_epilogue;
-  if (r.gpu_capture.activities > 0)
-    j["gpu_capture"] = {{"activities", r.gpu_capture.activities},
-                        {"attributed", r.gpu_capture.attributed},
-                        {"outside_ops", r.gpu_capture.outside_ops},
-                        {"without_launch", r.gpu_capture.without_launch},
-                        {"flushes", r.gpu_capture.flushes},
-                        {"forced_flushes", r.gpu_capture.forced_flushes},
-                        {"flush_ms", 1e-6 * static_cast<double>(r.gpu_capture.flush_ns)},
-                        {"route_ms", 1e-6 * static_cast<double>(r.gpu_capture.route_ns)},
-                        {"waiting_launch_calls", r.gpu_capture.waiting_launch_calls},
-                        {"takes", r.gpu_capture.takes},
-                        {"most_steps_per_take", r.gpu_capture.most_steps_per_take}};
-  if (run_id >= 0) j["run_id"] = run_id;
-  std::cout << j.dump(2) << "\n";
-}
-
-void print_summary(const runtime::TrainResult& r) {
-  std::printf("\nlast step: pipeline %s, %.0f tokens/s over steps %d-%d\n",
-              human_time(r.iteration_seconds).c_str(), runtime::steady_tokens_per_s(r),
-              r.steps.size() > 1 ? r.steps[1].step : r.first_step,
-              r.steps.empty() ? r.first_step : r.steps.back().step);
-  std::printf("%-5s %-5s %-3s %-3s %11s %11s %7s %11s %11s %11s %11s\n", "rank", "stage", "tp",
-              "dp", "compute", "bubble", "bubble%", "params", "grads", "optimizer", "peak act");
-  for (const auto& k : r.ranks)
-    std::printf("%-5d %-5d %-3d %-3d %11s %11s %6.1f%% %11s %11s %11s %11s\n", k.rank, k.pp_rank,
-                k.tp_rank, k.dp_rank, human_time(k.compute_seconds).c_str(),
-                human_time(k.bubble_seconds).c_str(), 100.0 * k.bubble_ratio,
-                human_bytes(static_cast<double>(k.parameter_bytes)).c_str(),
-                human_bytes(static_cast<double>(k.gradient_bytes)).c_str(),
-                human_bytes(static_cast<double>(k.optimizer_bytes)).c_str(),
-                human_bytes(static_cast<double>(k.peak_activation_bytes)).c_str());
-  const runtime::TrainResult::GpuCaptureCounts& g = r.gpu_capture;
-  if (g.activities > 0)
-    std::printf(
-        "GPU activity (CUPTI): %zu kernels, copies and memsets; %zu launched inside ops, %zu "
-        "between ops, %zu without their launch call; taken at %zu rank step ends (up to %d "
-        "steps a take), %zu flushes, %zu of them forced (%s flushing, %s routing, host time in "
-        "all)\n",
-        g.activities, g.attributed, g.outside_ops, g.without_launch, g.takes, g.most_steps_per_take,
-        g.flushes, g.forced_flushes, human_time(1e-9 * static_cast<double>(g.flush_ns)).c_str(),
-        human_time(1e-9 * static_cast<double>(g.route_ns)).c_str());
-}
-
-std::string summary_json(const runtime::TrainResult& r) {
-  std::vector<double> losses;
-  for (const auto& st : r.steps) losses.push_back(st.loss);
-  return db::training_summary_json(r.iteration_seconds, runtime::steady_tokens_per_s(r), losses)
-      .dump();
-}
-
 // The workspace run of a training run, with the options' trace sink streaming into it; null
 // with --no-db.
 std::unique_ptr<db::RunWriter> open_run_writer(const TrainArgs& a, const db::TrainingEngine& engine,
@@ -423,7 +319,7 @@ runtime::TrainResult train_into(runtime::TrainOptions o, db::RunWriter* writer) 
     throw;
   }
   if (writer) {
-    writer->set_summary_json(summary_json(r));
+    writer->set_summary_json(train_summary_json(r));
     writer->finish(db::RunStatus::Complete);
   }
   return r;
@@ -433,10 +329,12 @@ runtime::TrainResult train_into(runtime::TrainOptions o, db::RunWriter* writer) 
 void report_run(const TrainArgs& a, const runtime::TrainOptions& o, const runtime::TrainResult& r,
                 const db::RunWriter* writer) {
   if (a.json) {
-    print_json(o, r, writer ? writer->run_id() : -1, a);
+    print_train_json(o, r, writer ? writer->run_id() : -1,
+                     {a.precision.value_or("fp32"), a.attention.value_or(""),
+                      a.gemm_inputs.value_or(""), a.gelu_epilogue});
     return;
   }
-  print_summary(r);
+  print_train_summary(r);
   if (!a.checkpoint.empty()) std::printf("checkpoint written to %s\n", a.checkpoint.c_str());
   if (!a.trace.empty()) std::printf("trace written to %s\n", a.trace.c_str());
   if (writer)

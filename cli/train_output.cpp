@@ -1,0 +1,126 @@
+#include "cli/train_output.hpp"
+
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "cli/format.hpp"
+#include "db/store/record_json.hpp"
+#include "engine/schedule/schedule.hpp"
+#include "engine/spec/model_spec.hpp"
+
+namespace pipetune::cli {
+
+namespace {
+
+nlohmann::json plan_json(const runtime::TrainOptions& o, const runtime::TrainResult& r) {
+  const spec::ParallelPlan& p = o.plan;
+  return {{"model", o.model.name},
+          {"tp", p.tp},
+          {"pp", p.pp},
+          {"dp", p.dp},
+          {"ep", p.ep},
+          {"world", p.tp * p.pp * p.dp},
+          {"schedule", r.schedule},
+          {"chunks", r.chunks},
+          {"vocab", std::string(schedule::vocab_mode_name(p.vocab))},
+          {"vocab_rows", spec::padded_vocab(o.model, p.vocab_shards())},
+          {"microbatches", r.microbatches},
+          {"micro_batch_size", p.micro_batch_size},
+          {"seq_len", o.model.seq_len},
+          {"zero_stage", p.zero_stage},
+          {"tokens_per_step", r.tokens_per_step}};
+}
+
+}  // namespace
+
+void print_train_json(const runtime::TrainOptions& o, const runtime::TrainResult& r,
+                      std::int64_t run_id, const TrainEngineChoices& choices) {
+  const std::string& precision = choices.precision;
+  const std::string& attention = choices.attention;
+  nlohmann::json losses = nlohmann::json::array(), steps = nlohmann::json::array(),
+                 ranks = nlohmann::json::array();
+  for (const auto& s : r.steps) {
+    losses.push_back(s.loss);
+    steps.push_back({{"step", s.step},
+                     {"loss", s.loss},
+                     {"aux_loss", s.aux_loss},
+                     {"grad_norm", s.grad_norm},
+                     {"seconds", s.seconds},
+                     {"tokens_per_s", s.tokens_per_s}});
+  }
+  for (const auto& k : r.ranks)
+    ranks.push_back({{"rank", k.rank},
+                     {"stage", k.pp_rank},
+                     {"tp_rank", k.tp_rank},
+                     {"dp_rank", k.dp_rank},
+                     {"compute", k.compute_seconds},
+                     {"bubble", k.bubble_seconds},
+                     {"bubble_ratio", k.bubble_ratio},
+                     {"parameter_bytes", k.parameter_bytes},
+                     {"gradient_bytes", k.gradient_bytes},
+                     {"optimizer_bytes", k.optimizer_bytes},
+                     {"peak_activation_bytes", k.peak_activation_bytes}});
+  nlohmann::json j = {{"losses", losses},        {"tokens_per_s", runtime::steady_tokens_per_s(r)},
+                      {"plan", plan_json(o, r)}, {"first_step", r.first_step},
+                      {"steps", steps},          {"iteration_time", r.iteration_seconds},
+                      {"ranks", ranks},          {"precision", precision}};
+  if (!attention.empty())
+    j["attention"] = attention;
+  else if (o.attention)
+    j["attention"] = std::string(tensor::attention_kernel_name(*o.attention));
+  if (o.rank_device && precision == "bf16")
+    j["gemm_inputs"] = choices.gemm_inputs.empty() ? "copies" : choices.gemm_inputs;
+  if (o.rank_device) j["gelu_epilogue"] = choices.gelu_epilogue;
+  if (r.gpu_capture.activities > 0)
+    j["gpu_capture"] = {{"activities", r.gpu_capture.activities},
+                        {"attributed", r.gpu_capture.attributed},
+                        {"outside_ops", r.gpu_capture.outside_ops},
+                        {"without_launch", r.gpu_capture.without_launch},
+                        {"flushes", r.gpu_capture.flushes},
+                        {"forced_flushes", r.gpu_capture.forced_flushes},
+                        {"flush_ms", 1e-6 * static_cast<double>(r.gpu_capture.flush_ns)},
+                        {"route_ms", 1e-6 * static_cast<double>(r.gpu_capture.route_ns)},
+                        {"waiting_launch_calls", r.gpu_capture.waiting_launch_calls},
+                        {"takes", r.gpu_capture.takes},
+                        {"most_steps_per_take", r.gpu_capture.most_steps_per_take}};
+  if (run_id >= 0) j["run_id"] = run_id;
+  std::cout << j.dump(2) << "\n";
+}
+
+void print_train_summary(const runtime::TrainResult& r) {
+  std::printf("\nlast step: pipeline %s, %.0f tokens/s over steps %d-%d\n",
+              human_time(r.iteration_seconds).c_str(), runtime::steady_tokens_per_s(r),
+              r.steps.size() > 1 ? r.steps[1].step : r.first_step,
+              r.steps.empty() ? r.first_step : r.steps.back().step);
+  std::printf("%-5s %-5s %-3s %-3s %11s %11s %7s %11s %11s %11s %11s\n", "rank", "stage", "tp",
+              "dp", "compute", "bubble", "bubble%", "params", "grads", "optimizer", "peak act");
+  for (const auto& k : r.ranks)
+    std::printf("%-5d %-5d %-3d %-3d %11s %11s %6.1f%% %11s %11s %11s %11s\n", k.rank, k.pp_rank,
+                k.tp_rank, k.dp_rank, human_time(k.compute_seconds).c_str(),
+                human_time(k.bubble_seconds).c_str(), 100.0 * k.bubble_ratio,
+                human_bytes(static_cast<double>(k.parameter_bytes)).c_str(),
+                human_bytes(static_cast<double>(k.gradient_bytes)).c_str(),
+                human_bytes(static_cast<double>(k.optimizer_bytes)).c_str(),
+                human_bytes(static_cast<double>(k.peak_activation_bytes)).c_str());
+  const runtime::TrainResult::GpuCaptureCounts& g = r.gpu_capture;
+  if (g.activities > 0)
+    std::printf(
+        "GPU activity (CUPTI): %zu kernels, copies and memsets; %zu launched inside ops, %zu "
+        "between ops, %zu without their launch call; taken at %zu rank step ends (up to %d "
+        "steps a take), %zu flushes, %zu of them forced (%s flushing, %s routing, host time in "
+        "all)\n",
+        g.activities, g.attributed, g.outside_ops, g.without_launch, g.takes, g.most_steps_per_take,
+        g.flushes, g.forced_flushes, human_time(1e-9 * static_cast<double>(g.flush_ns)).c_str(),
+        human_time(1e-9 * static_cast<double>(g.route_ns)).c_str());
+}
+
+std::string train_summary_json(const runtime::TrainResult& r) {
+  std::vector<double> losses;
+  for (const auto& st : r.steps) losses.push_back(st.loss);
+  return db::training_summary_json(r.iteration_seconds, runtime::steady_tokens_per_s(r), losses)
+      .dump();
+}
+
+}  // namespace pipetune::cli
