@@ -3,21 +3,33 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
-#include <string>
 
 namespace pipetune::runtime {
 
-CaptureCadence::CaptureCadence(int every, double budget)
-    : automatic_(every == 0), budget_(budget), every_(every == 0 ? 1 : every) {
+std::string CaptureCadence::problem(int every, double budget) {
   if (every < 0)
-    throw std::invalid_argument("CaptureCadence: every must be 0 (auto) or at least 1, not " +
-                                std::to_string(every));
+    return "gpu_capture_every must be 0 (auto) or at least 1, not " + std::to_string(every);
   if (!(budget > 0.0 && budget < 1.0))
-    throw std::invalid_argument("CaptureCadence: budget must be between 0 and 1, not " +
-                                std::to_string(budget));
+    return "gpu_capture_budget must be between 0 and 1, not " + std::to_string(budget);
+  return "";
 }
 
-void CaptureCadence::taken(std::int64_t take_ns, std::int64_t mean_step_ns) {
+CaptureCadence::CaptureCadence(int every, double budget)
+    : automatic_(every == 0), budget_(budget), every_(every == 0 ? 1 : every) {
+  if (const std::string p = problem(every, budget); !p.empty())
+    throw std::invalid_argument("CaptureCadence: " + p);
+}
+
+bool CaptureCadence::step_ended(std::int64_t step_ns) {
+  ++steps_since_take_;
+  ns_since_take_ += step_ns;
+  return steps_since_take_ >= every_;
+}
+
+void CaptureCadence::taken(std::int64_t take_ns) {
+  const std::int64_t mean_step_ns = steps_since_take_ > 0 ? ns_since_take_ / steps_since_take_ : 0;
+  steps_since_take_ = 0;
+  ns_since_take_ = 0;
   if (!automatic_) return;
   if (take_ns <= 0) {
     every_ = 1;  // a take that cost nothing (it shared another rank's flush) need not wait

@@ -9,13 +9,14 @@
 // take before it: N = ceil(take / (budget * step)), at most kMostStepsPerTake (how late a record
 // may reach the trace). The first step end is always taken, so the first estimate is measured.
 //
-//   CaptureCadence cadence(0, 0.01);           // auto, takes within 1% of the steps' time
-//   if (cadence.due(steps_since_take)) { ... take ...; cadence.taken(take_ns, mean_step_ns); }
+//   CaptureCadence cadence(0, 0.01);  // auto, takes within 1% of the steps' time
+//   if (cadence.step_ended(step_ns)) { ... take ...; cadence.taken(take_ns); }
 //
 // The caller also takes at the run's last step whatever is due (nothing is left behind).
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace pipetune::runtime {
 
@@ -23,23 +24,30 @@ class CaptureCadence {
  public:
   static constexpr int kMostStepsPerTake = 16;
 
+  // What is wrong with these arguments ("" when nothing): `every` must be 0 (auto) or at least
+  // 1, `budget` in (0, 1). The trainer reports it as an InputError.
+  static std::string problem(int every, double budget);
+
   // `every`: N >= 1 takes every N steps; 0 chooses N from the takes' cost. `budget`: the share
-  // of the steps' time the takes may cost when auto, in (0, 1). std::invalid_argument otherwise.
+  // of the steps' time the takes may cost when auto. std::invalid_argument when problem() says.
   CaptureCadence(int every, double budget);
 
-  // Whether the step end `steps_since_take` steps after the last take (1: the step right after
-  // it, or the run's first step) is taken.
-  bool due(int steps_since_take) const { return steps_since_take >= every_; }
-  // A take was made: its host time, and the mean time of the steps it covers (auto: the next N).
-  void taken(std::int64_t take_ns, std::int64_t mean_step_ns);
+  // A step ended after `step_ns`: counts it, and says whether the take is due at this step end.
+  bool step_ended(std::int64_t step_ns);
+  // A take was made at this step end, costing `take_ns` of host time: auto weighs it against the
+  // mean step since the last take for the next N. The count starts again.
+  void taken(std::int64_t take_ns);
 
   int every() const { return every_; }  // the steps from one take to the next, now
+  int steps_since_take() const { return steps_since_take_; }
   bool automatic() const { return automatic_; }
 
  private:
   bool automatic_;
   double budget_;
   int every_;
+  int steps_since_take_ = 0;
+  std::int64_t ns_since_take_ = 0;  // those steps' time
 };
 
 }  // namespace pipetune::runtime

@@ -102,9 +102,8 @@ class RankTraining {
   int first_step() const { return first_step_; }
 
  private:
-  // Takes the device's GPU activity and tells the cadence what the take cost against the mean
-  // time of the steps it covers.
-  profiler::GpuCapture take_gpu_activity(std::int64_t mean_step_ns);
+  // Takes the device's GPU activity and tells the cadence what the take cost.
+  profiler::GpuCapture take_gpu_activity();
   // Streams the step's part; with GPU capture, `gpu` holds what the step's take brought (none
   // between takes: taken says which).
   void stream_trace(const profiler::StepMetric& step_metric, profiler::GpuCapture gpu, bool taken);
@@ -132,8 +131,6 @@ class RankTraining {
   profiler::RecorderMark streamed_;  // how much of the recorder trace_sink has had
   bool gpu_capture_ = false;         // the device captures its GPU activity for the trace
   CaptureCadence capture_cadence_;   // at which step ends the rank takes it
-  int steps_since_take_ = 0;         // step ends since the rank's last take...
-  std::int64_t ns_since_take_ = 0;   // ...and their time
   // The ops the GPU records of a take may have been launched from: the streamed steps' since the
   // previous take, and that take's step (a record another rank's running kernels held back
   // comes a take late).
@@ -211,10 +208,10 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
 }
 
 // What the rank's device did since the last take, in the engine's clock.
-profiler::GpuCapture RankTraining::take_gpu_activity(std::int64_t mean_step_ns) {
-  if (!gpu_capture_) return {};
+profiler::GpuCapture RankTraining::take_gpu_activity() {
   RankDevice::GpuActivity a = device_.take_gpu_activity();
-  capture_cadence_.taken(a.serving_flush_ns + a.route_ns, mean_step_ns);
+  const int steps_covered = capture_cadence_.steps_since_take();
+  capture_cadence_.taken(a.serving_flush_ns + a.route_ns);
   {
     std::lock_guard lock(s_.mutex);
     TrainResult::GpuCaptureCounts& g = s_.result.gpu_capture;
@@ -224,7 +221,7 @@ profiler::GpuCapture RankTraining::take_gpu_activity(std::int64_t mean_step_ns) 
     g.route_ns += a.route_ns;
     g.waiting_launch_calls = std::max(g.waiting_launch_calls, a.waiting_launch_calls);
     ++g.takes;
-    g.most_steps_per_take = std::max(g.most_steps_per_take, steps_since_take_);
+    g.most_steps_per_take = std::max(g.most_steps_per_take, steps_covered);
   }
   for (profiler::KernelRecord& k : a.capture.activities) {
     k.start_ns += a.clock_offset_ns;
@@ -338,17 +335,10 @@ bool RankTraining::run_step(int step) {
   // The step's records go out first, so a caller that prints the step after making them durable
   // (the CLI) never shows a step a crash would lose.
   // When the cadence says so, and at the run's last step (a stop request's included).
-  ++steps_since_take_;
-  ns_since_take_ += std::chrono::duration_cast<std::chrono::nanoseconds>(measured - t0).count();
-  const bool take = gpu_capture_ && (capture_cadence_.due(steps_since_take_) ||
-                                     step == options_.steps || stop_after_this_step);
-  profiler::GpuCapture gpu;
-  if (take) {
-    gpu = take_gpu_activity(ns_since_take_ / steps_since_take_);
-    steps_since_take_ = 0;
-    ns_since_take_ = 0;
-  }
-  stream_trace(step_metric, std::move(gpu), take);
+  const bool due = capture_cadence_.step_ended(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(measured - t0).count());
+  const bool take = gpu_capture_ && (due || step == options_.steps || stop_after_this_step);
+  stream_trace(step_metric, take ? take_gpu_activity() : profiler::GpuCapture{}, take);
   if (reported && options_.on_step) options_.on_step(*reported);
   const bool save = !options_.checkpoint_dir.empty() &&
                     (step == options_.steps ||

@@ -24,6 +24,7 @@
 #include "engine/errors.hpp"
 #include "engine/model/buffer_cache.hpp"
 #include "engine/model/model_config.hpp"
+#include "engine/runtime/capture_cadence.hpp"
 #include "engine/runtime/optimizer.hpp"
 #include "engine/runtime/rank_training.hpp"
 #include "engine/schedule/generators.hpp"
@@ -123,12 +124,10 @@ void check_memory_fits(const TrainOptions& options, const spec::ParallelPlan& pl
 }
 
 PreparedRun prepare(const TrainOptions& options) {
-  if (options.gpu_capture_every < 0)
-    throw InputError("gpu_capture_every must be 0 (auto) or at least 1, not " +
-                     std::to_string(options.gpu_capture_every));
-  if (!(options.gpu_capture_budget > 0.0 && options.gpu_capture_budget < 1.0))
-    throw InputError("gpu_capture_budget must be between 0 and 1, not " +
-                     std::to_string(options.gpu_capture_budget));
+  if (const std::string problem =
+          CaptureCadence::problem(options.gpu_capture_every, options.gpu_capture_budget);
+      !problem.empty())
+    throw InputError(problem);
   PreparedRun p;
   p.config = model::engine_model_config(options.model);
   p.config.capacity_factor = options.capacity_factor;

@@ -169,11 +169,10 @@ void BM_Step(benchmark::State& state) {
   std::size_t failed_checks = 0;  // cupti-routed: where the hub would have forced a flush
   std::size_t steps = 0;          // hub-every-4: the steps run
   double take_seconds = 0.0, flush_seconds = 0.0, route_seconds = 0.0;
-  // hub-auto: the engine's cadence, what the latest take cost it, the steps since that take.
+  // hub-auto: the engine's cadence, and what the latest take cost it.
   std::optional<pipetune::runtime::CaptureCadence> cadence;
   if (mode == kHubAuto) cadence.emplace(0, pipetune::runtime::TrainOptions{}.gpu_capture_budget);
-  std::int64_t take_cost_ns = 0, ns_since_take = 0;
-  int steps_since_take = 0;
+  std::int64_t take_cost_ns = 0;
   std::size_t takes = 0;
   using BenchClock = std::chrono::steady_clock;
   const auto seconds_since = [](BenchClock::time_point t) {
@@ -239,15 +238,11 @@ void BM_Step(benchmark::State& state) {
     // Step end: what the engine's capture does (every fourth step for hub-every-4, when the
     // cadence says for hub-auto).
     if (cadence) {
-      ++steps_since_take;
-      ns_since_take +=
-          std::chrono::duration_cast<std::chrono::nanoseconds>(BenchClock::now() - step_began)
-              .count();
-      if (cadence->due(steps_since_take)) {
+      if (cadence->step_ended(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(BenchClock::now() - step_began)
+                  .count())) {
         flush_and_take();
-        cadence->taken(take_cost_ns, ns_since_take / steps_since_take);
-        steps_since_take = 0;
-        ns_since_take = 0;
+        cadence->taken(take_cost_ns);
       }
     } else if ((collector || hub) && (mode != kHubEvery4 || ++steps % 4 == 0)) {
       flush_and_take();
