@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
@@ -150,6 +151,34 @@ void print_ranks(const LoadedRun& r, const Report& rep) {
   }
 }
 
+// What a pipeline view's compute is, when the run has GPU lanes: the ranks' GPU time, or (an
+// iteration whose GPU activity was never stored, as in a run killed between two takes of its
+// capture) their op time, said so that the two are not compared unawares.
+void print_compute_source(const LoadedRun& r, const Report& rep) {
+  const auto& lanes = r.stored.trace.lanes;
+  if (std::none_of(lanes.begin(), lanes.end(),
+                   [](const profiler::Lane& l) { return l.stream == profiler::Stream::Gpu; }))
+    return;
+  std::string by_ops;
+  std::size_t gpu = 0;
+  for (const an::StageBreakdown& s : rep.breakdown.stages)
+    if (s.gpu_activity)
+      ++gpu;
+    else
+      by_ops += (by_ops.empty() ? "" : ", ") + std::to_string(s.rank);
+  if (by_ops.empty())
+    std::printf("compute is GPU time: the kernels, copies and memsets each rank ran\n\n");
+  else if (gpu == 0)
+    std::printf(
+        "compute is op time: no GPU activity is stored for this iteration, though the "
+        "run has some\n\n");
+  else
+    std::printf(
+        "compute is GPU time, but op time for rank(s) %s: no GPU activity of theirs is "
+        "stored for this iteration\n\n",
+        by_ops.c_str());
+}
+
 void print_human(const LoadedRun& r, const Report& rep) {
   const auto& run = r.stored.run;
   const std::string& u = r.time_unit;
@@ -164,6 +193,7 @@ void print_human(const LoadedRun& r, const Report& rep) {
   std::printf("iteration %zu of %zu: %s, pipeline bubble %.1f%%\n\n", r.iteration + 1, r.iterations,
               human_time(seconds(r.window.length_ns()), u).c_str(),
               100.0 * rep.breakdown.bubble_ratio);
+  print_compute_source(r, rep);
   std::printf("%-5s %-5s %11s %11s %11s %11s %11s %11s %11s %8s %11s\n", "rank", "stage", "compute",
               "comm", "exposed", "bubble", "warm-up", "steady", "cool-down", "bubble%", "peak mem");
   for (const auto& s : rep.breakdown.stages) {

@@ -597,7 +597,8 @@ void add_train_command(CLI::App& app) {
                 "With --backend cuda: NVTX ranges only, no CUPTI capture of kernels and copies");
   cmd->add_option("--gpu-capture-every", args->gpu_capture_every,
                   "With --backend cuda: take the captured GPU activity every N steps (and at the "
-                  "last), each take a CUPTI flush; the records still join the trace under their "
+                  "last and at checkpoints), each take a CUPTI flush; the records still join the "
+                  "trace under their "
                   "ops, only later. auto (the default): as rarely as keeps the takes within 1% "
                   "of the steps' time, at most every 16 steps")
       ->type_name("N|auto");

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "engine/checkpoint/rank_checkpoint_codec.hpp"
 #include "engine/data/data_loader.hpp"
@@ -99,6 +100,11 @@ class RankTraining {
   void resume();            // parameters, optimizer state and loader position from the checkpoint
   bool run_step(int step);  // one iteration; true when a stop request ends the run after it
   void finish();            // captured parameters and this rank's summary into the result
+  // After a failure: the GPU records of the streamed steps since the rank's last take, to the
+  // sinks, so a failed run keeps its committed steps' GPU lanes as a take at every step would
+  // have. Ranks as threads only (as processes, records travel to rank 0 by a collective that a
+  // failed run cannot make). Never throws: the failure is the error to report.
+  void keep_committed_gpu_activity() noexcept;
   int first_step() const { return first_step_; }
 
  private:
@@ -140,6 +146,9 @@ class RankTraining {
   // a step end costs (GPU capture flush and attribution, streaming to the workspace, a report
   // waiting for its commit) counts in the run's tokens/s.
   std::optional<Clock::time_point> step_began_;
+  // When the latest streamed step's part went out, in the recorder's clock: GPU work launched
+  // after it belongs to a step the workspace does not have.
+  std::int64_t streamed_until_ns_ = 0;
 };
 
 data::DataLoader make_loader(const SharedTraining& s, const comm::RankCoordinates& at) {
@@ -334,15 +343,17 @@ bool RankTraining::run_step(int step) {
   }
   // The step's records go out first, so a caller that prints the step after making them durable
   // (the CLI) never shows a step a crash would lose.
-  // When the cadence says so, and at the run's last step (a stop request's included).
-  const bool due = capture_cadence_.step_ended(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(measured - t0).count());
-  const bool take = gpu_capture_ && (due || step == options_.steps || stop_after_this_step);
-  stream_trace(step_metric, take ? take_gpu_activity() : profiler::GpuCapture{}, take);
-  if (reported && options_.on_step) options_.on_step(*reported);
   const bool save = !options_.checkpoint_dir.empty() &&
                     (step == options_.steps ||
                      (options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0));
+  // When the cadence says so, at the run's last step (a stop request's included) and at a
+  // checkpoint (a run killed after it has its GPU lanes up to the state it resumes from).
+  const bool due = capture_cadence_.step_ended(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(measured - t0).count());
+  const bool take = gpu_capture_ && (due || save || step == options_.steps || stop_after_this_step);
+  stream_trace(step_metric, take ? take_gpu_activity() : profiler::GpuCapture{}, take);
+  streamed_until_ns_ = recorder_.now_ns();
+  if (reported && options_.on_step) options_.on_step(*reported);
   if (save) {
     const Clock::time_point before = Clock::now();
     save_checkpoint(step);
@@ -398,6 +409,34 @@ void RankTraining::stream_trace(const profiler::StepMetric& step_metric, profile
   }
   options_.trace_sink(std::move(part));
   if (options_.kernel_sink && !kernels.empty()) options_.kernel_sink(std::move(kernels));
+}
+
+void RankTraining::keep_committed_gpu_activity() noexcept {
+  if (!gpu_capture_ || !options_.trace_sink || options_.processes ||
+      capture_cadence_.steps_since_take() == 0)
+    return;
+  try {
+    profiler::GpuCapture gpu = take_gpu_activity();
+    // The failed step's records go with its ops: kept are those launched by a call that began
+    // before the latest streamed step's part went out (a record without its call: begun then).
+    std::unordered_map<std::uint32_t, std::int64_t> launched_at;
+    for (const profiler::ApiCallRecord& c : gpu.api_calls) launched_at[c.correlation] = c.start_ns;
+    const auto late = [&](const profiler::KernelRecord& k) {
+      const auto it = launched_at.find(k.correlation);
+      return (it != launched_at.end() ? it->second : k.start_ns) > streamed_until_ns_;
+    };
+    std::erase_if(gpu.activities, late);
+    std::erase_if(gpu.api_calls, [&](const profiler::ApiCallRecord& c) {
+      return c.start_ns > streamed_until_ns_;
+    });
+    if (gpu.activities.empty()) return;
+    profiler::Trace part;
+    profiler::GpuAttribution a =
+        profiler::add_gpu_capture(part, launch_window_, rank_, std::move(gpu), 0);
+    options_.trace_sink(std::move(part));
+    if (options_.kernel_sink) options_.kernel_sink(std::move(a.records));
+  } catch (...) {  // a device that failed has nothing to give; the run's error says why
+  }
 }
 
 // Every rank hands its state to rank 0 (a slot, or a message from another process), which
@@ -510,8 +549,13 @@ void train_rank(SharedTraining& shared, comm::Communicator& comm) {
   if (!device) throw std::logic_error("train: the rank device factory returned nothing");
   RankTraining rank(shared, *device);
   rank.resume();
-  for (int step = rank.first_step(); step <= shared.options.steps; ++step)
-    if (rank.run_step(step)) break;
+  try {
+    for (int step = rank.first_step(); step <= shared.options.steps; ++step)
+      if (rank.run_step(step)) break;
+  } catch (...) {
+    rank.keep_committed_gpu_activity();
+    throw;
+  }
   rank.finish();
 }
 

@@ -130,7 +130,8 @@ struct TrainOptions {
   // into the run's trace as GPU lanes under the ops that launched it, with kernel_sink getting
   // the kernels' details (what the workspace's kernels table keeps). Off: NVTX ranges only.
   bool capture_gpu_activity = true;
-  // Take the GPU activity at every Nth step end (and at the run's last step): each take flushes
+  // Take the GPU activity at every Nth step end (and at the run's last step and each checkpoint
+  // step; a rank that fails takes what its streamed steps launched since): each take flushes
   // CUPTI, which cost about 0.4 ms on an H100 whatever it handed over, so N > 1 spreads that over
   // N steps. The records of the steps between join the trace at the take, each attributed to
   // the op of its own step that launched it. 0 (auto): each rank takes at its first step end,

@@ -146,7 +146,7 @@ CriticalPath critical_path(const Trace& trace, const CriticalPathOptions& option
   check_window(out.window, "critical_path");
   const TimeWindow w = out.window;
   out.tolerance_ns = options.tolerance_ns >= 0 ? options.tolerance_ns : default_tolerance_ns(trace);
-  const SpanRoles roles(trace, options.roles);
+  const SpanRoles roles(trace, options.roles, &w);
   const DependencyGraph g =
       detail::build_dependency_graph(trace, roles, w, options, out.tolerance_ns);
   out.placement = g.placement;

@@ -14,11 +14,6 @@ bool is_collective(SpanKind k) {
   return is_communication(k) && k != SpanKind::Send && k != SpanKind::Recv;
 }
 
-bool in_window(const Span& s, const TimeWindow& w) {
-  if (s.end_ns > s.start_ns) return s.end_ns > w.start_ns && s.start_ns < w.end_ns;
-  return s.start_ns >= w.start_ns && s.start_ns < w.end_ns;
-}
-
 // The thread or stream that orders a span: on a rank thread (NestedComm::Wait, non-GPU lanes)
 // the rank's slot; otherwise its lane, and on a P2P lane its lane and peer (one link each).
 class Sequencer {

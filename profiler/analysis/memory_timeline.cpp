@@ -130,7 +130,7 @@ MemoryTimeline memory_timeline(const Trace& trace, const MemoryOptions& options)
   if (out.ranks.empty()) return out;
 
   // The op running at each rank's peak: one pass over the spans.
-  const SpanRoles roles(trace, options.roles);
+  const SpanRoles roles(trace, options.roles, &out.window);
   std::vector<std::int32_t> memory_slot(roles.ranks().size(), -1);
   for (std::size_t i = 0; i < out.ranks.size(); ++i) {
     const std::int32_t slot = roles.slot_of_rank(out.ranks[i].rank);

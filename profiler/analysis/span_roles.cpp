@@ -13,21 +13,25 @@ bool is_device_work(SpanKind k) {
 
 }  // namespace
 
-SpanRoles::SpanRoles(const Trace& trace, const RoleOptions& options) {
+SpanRoles::SpanRoles(const Trace& trace, const RoleOptions& options, const TimeWindow* within) {
   nested_waits_ = options.nested == NestedComm::Wait ||
                   (options.nested == NestedComm::Auto && trace.kind == TraceKind::Measured);
   const std::size_t lanes = trace.lanes.size();
 
   // One pass over the spans: which kinds occur on each lane.
   std::vector<std::uint32_t> lane_kinds(lanes, 0);
+  std::vector<std::uint8_t> gpu_work_within(lanes, 0);  // a Gpu lane with a span in the window
   static_assert(kSpanKindCount <= 32);
   for (const Span& s : trace.spans)
-    if (s.lane >= 0 && static_cast<std::size_t>(s.lane) < lanes)
-      lane_kinds[static_cast<std::size_t>(s.lane)] |= 1u << static_cast<unsigned>(s.kind);
+    if (s.lane >= 0 && static_cast<std::size_t>(s.lane) < lanes) {
+      const auto l = static_cast<std::size_t>(s.lane);
+      lane_kinds[l] |= 1u << static_cast<unsigned>(s.kind);
+      if (!gpu_work_within[l] && trace.lanes[l].stream == Stream::Gpu)
+        gpu_work_within[l] = within == nullptr || in_window(s, *within);
+    }
   std::vector<std::int32_t> gpu_ranks;
   for (std::size_t l = 0; l < lanes; ++l)
-    if (lane_kinds[l] != 0 && trace.lanes[l].stream == Stream::Gpu)
-      gpu_ranks.push_back(trace.lanes[l].rank);
+    if (gpu_work_within[l]) gpu_ranks.push_back(trace.lanes[l].rank);
   std::sort(gpu_ranks.begin(), gpu_ranks.end());
   const auto rank_on_gpu = [&](std::int32_t rank) {
     switch (options.compute) {
@@ -89,15 +93,14 @@ std::int32_t SpanRoles::slot_of_rank(std::int32_t rank) const {
 TimeWindow compute_extent(const Trace& trace, const TimeWindow& within,
                           const RoleOptions& options) {
   check_window(within, "compute_extent");
-  const SpanRoles roles(trace, options);
+  const SpanRoles roles(trace, options, &within);
   std::int64_t lo = std::numeric_limits<std::int64_t>::max();
   std::int64_t hi = std::numeric_limits<std::int64_t>::min();
   for (const Span& s : trace.spans) {
     if (roles.role(s) != SpanRole::Compute) continue;
+    if (!in_window(s, within)) continue;
     const std::int64_t a = std::max(s.start_ns, within.start_ns);
     const std::int64_t b = std::min(s.end_ns, within.end_ns);
-    if (b < a || (b == a && (s.start_ns < within.start_ns || s.start_ns >= within.end_ns)))
-      continue;  // outside (a zero-length span counts when it lies inside)
     lo = std::min(lo, a);
     hi = std::max(hi, b);
   }

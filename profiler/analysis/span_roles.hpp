@@ -7,7 +7,8 @@
 //   GpuActivity  device work on Gpu lanes: Kernel, Memcpy, Memset (and pipeline-op kinds should
 //                an importer put them there); host lanes are ignored, since a host range only
 //                shows when work was enqueued.
-//   Auto         per rank: GpuActivity when the rank has any span on a Gpu lane, else PipelineOps.
+//   Auto         per rank: GpuActivity when the rank has any span on a Gpu lane in the window
+//                analysed, else PipelineOps.
 // Communication: is_communication() kinds (Send, Recv, collectives, Barrier) on the lanes the
 //   rank's compute rule looks at (GpuActivity: Gpu lanes only).
 // Nested communication (NestedComm):
@@ -40,7 +41,11 @@ enum class SpanRole : std::uint8_t { None, Compute, Communication };
 
 class SpanRoles {
  public:
-  SpanRoles(const Trace& trace, const RoleOptions& options);
+  // `within`: the window analysed. ComputeRule::Auto then gives a rank the GpuActivity rule when
+  // it has a Gpu-lane span in that window, so a window whose GPU activity was never stored (a
+  // run killed between two takes of its capture) is timed by the rank's ops, not as idle time.
+  // Null: the whole trace.
+  SpanRoles(const Trace& trace, const RoleOptions& options, const TimeWindow* within = nullptr);
 
   // Ranks with at least one compute or communication span, ascending.
   const std::vector<std::int32_t>& ranks() const { return ranks_; }

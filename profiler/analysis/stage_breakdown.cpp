@@ -42,7 +42,7 @@ PipelineBreakdown stage_breakdown(const Trace& trace, const BreakdownOptions& op
   out.window = options.window ? *options.window : trace_extent(trace);
   check_window(out.window, "stage_breakdown");
   const TimeWindow w = out.window;
-  const SpanRoles roles(trace, options.roles);
+  const SpanRoles roles(trace, options.roles, &w);
   out.nested_waits = roles.nested_waits();
   const std::size_t ranks = roles.ranks().size();
   std::vector<RankIntervals> per(ranks);
@@ -57,8 +57,7 @@ PipelineBreakdown stage_breakdown(const Trace& trace, const BreakdownOptions& op
     if (slot < 0) continue;
     const std::int64_t a = std::max(s.start_ns, w.start_ns);
     const std::int64_t b = std::min(s.end_ns, w.end_ns);
-    const bool inside = b > a || (b == a && s.start_ns >= w.start_ns && s.start_ns < w.end_ns);
-    if (!inside) continue;
+    if (!in_window(s, w)) continue;
     KindTime& k =
         out.stages[static_cast<std::size_t>(slot)].kinds[static_cast<std::size_t>(s.kind)];
     ++k.count;

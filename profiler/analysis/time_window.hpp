@@ -2,6 +2,7 @@
 // Every analysis takes a window [start_ns, end_ns) and clips spans to it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -24,6 +25,13 @@ struct TimeWindow {
   std::int64_t length_ns() const { return end_ns > start_ns ? end_ns - start_ns : 0; }
   friend bool operator==(const TimeWindow&, const TimeWindow&) = default;
 };
+
+// Whether a span counts in a window: it overlaps it, or it has zero length and lies inside it.
+inline bool in_window(const Span& s, const TimeWindow& w) {
+  const std::int64_t a = std::max(s.start_ns, w.start_ns);
+  const std::int64_t b = std::min(s.end_ns, w.end_ns);
+  return b > a || (b == a && s.start_ns >= w.start_ns && s.start_ns < w.end_ns);
+}
 
 // First span start to last span end (memory samples when there are no spans; {0, 0} when the
 // trace is empty).

@@ -74,5 +74,24 @@ TEST(GpuRunCalibration, FittedTableMeetsTheMeasuredStagesOfAnH200Run) {
       << text.out;
 }
 
+// The report of a GPU run says what its compute column is: the ranks' GPU time, here in every
+// iteration (tests/db/store/gpu_activity_gap_test.cpp has a run whose early iterations are timed
+// by their ops instead).
+TEST(GpuRunCalibration, TheReportSaysItsComputeIsGpuTime) {
+  ScratchWorkspace s;
+  const fs::path fixture =
+      fs::path(PIPETUNE_SOURCE_DIR) / "tests/cli/data/h200-gpt2-pp4-1f1b.db.gz";
+  const ProcessResult unzip = run_program(
+      "/bin/sh", {"-c", "gzip -dc '" + fixture.string() + "' > '" + s.db + "'"}, s.dir.string());
+  ASSERT_EQ(unzip.exit_code, 0) << unzip.err;
+  for (const char* iteration : {"1", "6"}) {
+    const ProcessResult r = run_pipetune({"report", "1", "--iteration", iteration, "--db", s.db});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("compute is GPU time: the kernels, copies and memsets each rank ran"),
+              std::string::npos)
+        << r.out;
+  }
+}
+
 }  // namespace
 }  // namespace pipetune::testing

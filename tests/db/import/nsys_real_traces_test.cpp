@@ -231,7 +231,9 @@ TEST_F(TorchrunExport, KernelsAttributedToTheOpsThatLaunchedThem) {
     if (k.name.find("flash_fwd_kernel") != std::string::npos) {
       ++flash;
       EXPECT_EQ(profiler::classify_gpu_activity(k), profiler::KernelClass::Attention) << k.name;
-      if (!k.op.empty()) EXPECT_NE(k.op.find("flash_attn"), std::string::npos) << k.op;
+      if (!k.op.empty()) {
+        EXPECT_NE(k.op.find("flash_attn"), std::string::npos) << k.op;
+      }
     }
     if (k.name.find("ncclDevKernel_SendRecv") != std::string::npos && !k.op.empty()) {
       ++sendrecv_with_op;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <string>
@@ -161,7 +162,8 @@ struct Streamed {
   TrainResult result;
 };
 
-Streamed stream_run(TrainOptions o) {
+// `fails`: the run must end with an error (its result stays empty).
+Streamed stream_run(TrainOptions o, bool fails = false) {
   Streamed out;
   std::mutex mutex;
   o.trace_sink = [&](profiler::Trace part) {
@@ -176,7 +178,10 @@ Streamed stream_run(TrainOptions o) {
       out.kernels.emplace_back(r.rank, r.name, r.op, r.phase ? static_cast<int>(*r.phase) : -1,
                                r.microbatch);
   };
-  out.result = train(o);
+  if (fails)
+    EXPECT_THROW(train(o), std::exception);
+  else
+    out.result = train(o);
   std::sort(out.kernels.begin(), out.kernels.end());
   return out;
 }
@@ -284,6 +289,45 @@ TEST(GpuActivityTrace, AutoTakesACheapCaptureAtEveryStepEnd) {
   EXPECT_EQ(run.result.gpu_capture.takes, 2u * 3);
   EXPECT_EQ(run.result.gpu_capture.most_steps_per_take, 1);
   EXPECT_EQ(run.parts_with_gpu, 2u * 3);
+}
+
+// A run that fails between takes keeps its streamed steps' GPU records: each rank hands the
+// sinks what it captured since its last take, under the ops of their own steps, and nothing of
+// the step that failed (rank 0 launched its first forwards before rank 1 threw). The reference is
+// a run of the committed steps alone.
+TEST(GpuActivityTrace, AFailedRunKeepsTheGpuRecordsOfItsStreamedSteps) {
+  const auto failing_at_step_4 = [](TrainOptions o) {
+    o.steps = 5;
+    o.fault = InjectedFault{1, 4, InjectedFault::Kind::Throw};
+    return o;
+  };
+  TrainOptions three_steps = pipeline_options();
+  three_steps.steps = 3;
+  const Streamed reference = stream_run(three_steps);
+  const Streamed every_step = stream_run(failing_at_step_4(pipeline_options()), true);
+  const Streamed rare =
+      stream_run(failing_at_step_4(auto_cadence_options(std::int64_t{1} << 50)), true);
+  ASSERT_FALSE(reference.kernels.empty());
+  EXPECT_EQ(every_step.kernels, reference.kernels);
+  EXPECT_EQ(every_step.parts_with_gpu, 2u * 3);  // each rank's take at steps 1, 2 and 3
+  EXPECT_EQ(rare.kernels, reference.kernels);
+  EXPECT_EQ(rare.parts_with_gpu, 2u * 2);  // each rank's at step 1, and what it kept of 2 and 3
+}
+
+// A checkpoint step is taken whatever the cadence: a run killed after it has the GPU lanes of
+// every step up to the state it resumes from.
+TEST(GpuActivityTrace, ACheckpointStepIsTaken) {
+  TrainOptions o = auto_cadence_options(std::int64_t{1} << 50);
+  o.steps = 5;
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "gpu_activity_checkpoint";
+  std::filesystem::remove_all(dir);
+  o.checkpoint_dir = dir.string();
+  o.checkpoint_every = 3;
+  const Streamed run = stream_run(o);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(run.result.gpu_capture.takes, 2u * 3);  // each rank's, at steps 1, 3 and 5
+  EXPECT_EQ(run.result.gpu_capture.most_steps_per_take, 2);
 }
 
 TEST(GpuActivityTrace, ANegativeCadenceOrABudgetOutsideZeroToOneIsRefused) {

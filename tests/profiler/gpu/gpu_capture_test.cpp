@@ -133,6 +133,32 @@ TEST(GpuCapture, TheBreakdownCountsGpuTime) {
   EXPECT_EQ(r0.exposed_communication_ns, 40 + 30);
 }
 
+// A window in which a rank has no GPU activity stored (a run killed between two takes of its
+// capture) is timed by the rank's ops, as a trace without Gpu lanes is, not as idle time: rank
+// 0's second iteration, an F [1000,1100) and a B [1200,1400), is 300 ns of compute. Its first
+// iteration is still timed by its kernels.
+TEST(GpuCapture, AWindowWithoutTheRanksGpuActivityIsTimedByItsOps) {
+  Trace t = host_trace();
+  add_gpu_capture(t, 0, capture(), kOffset);
+  const std::int32_t compute = t.lane(0, Stream::Compute);
+  t.spans.push_back({compute, SpanKind::F, 1, 3, -1, 1000, 1100, 0});
+  t.spans.push_back({compute, SpanKind::B, 1, 3, -1, 1200, 1400, 0});
+  analysis::BreakdownOptions o;
+  o.window = analysis::TimeWindow{1000, 1500};
+  const analysis::PipelineBreakdown second = analysis::stage_breakdown(t, o);
+  ASSERT_FALSE(second.stages.empty());
+  ASSERT_EQ(second.stages.front().rank, 0);
+  EXPECT_FALSE(second.stages.front().gpu_activity);
+  EXPECT_EQ(second.stages.front().compute_ns, 300);
+  o.window = analysis::TimeWindow{100, 700};
+  const analysis::PipelineBreakdown first = analysis::stage_breakdown(t, o);
+  EXPECT_TRUE(first.stages.front().gpu_activity);
+  EXPECT_EQ(first.stages.front().compute_ns, 171);
+  // Over both, the rank's GPU activity is what it ran.
+  o.window = analysis::TimeWindow{100, 1500};
+  EXPECT_EQ(analysis::stage_breakdown(t, o).stages.front().compute_ns, 171);
+}
+
 // Records of two steps taken at the second step's end: attributed to the ops of both steps,
 // kept in a window (append_launching_ops), and added to the second step's part.
 TEST(GpuCapture, RecordsOfEarlierStepsAreAttributedToTheOpsOfTheirWindow) {
