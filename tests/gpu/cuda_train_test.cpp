@@ -20,6 +20,8 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "engine/cuda/cuda_rank_device.hpp"
 #include "engine/cuda/device_allocator_cuda.hpp"
@@ -187,6 +189,48 @@ TEST(CudaTrainingCapture, KernelsLandUnderTheOpsThatLaunchedThem) {
     EXPECT_TRUE(inside) << k.name << " of rank " << k.rank << " mb " << k.microbatch;
   }
   EXPECT_GT(forward, 0u);
+}
+
+// The kernels a streamed run's sinks got, as (rank, name, op, phase, micro-batch), sorted.
+using KernelKeys = std::vector<std::tuple<int, std::string, std::string, int, int>>;
+KernelKeys streamed_kernels(runtime::TrainOptions o, bool fails) {
+  KernelKeys keys;
+  std::mutex mutex;
+  o.trace_sink = [](profiler::Trace) {};
+  o.kernel_sink = [&](std::vector<profiler::KernelRecord> k) {
+    std::lock_guard lock(mutex);
+    for (const profiler::KernelRecord& r : k)
+      keys.emplace_back(r.rank, r.name, r.op, r.phase ? static_cast<int>(*r.phase) : -1,
+                        r.microbatch);
+  };
+  if (fails)
+    EXPECT_THROW(runtime::train(o), std::exception);
+  else
+    runtime::train(o);
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+// Streamed as `train` streams to its workspace, with a take every 16 steps, a run whose rank 1
+// throws at step 4 still hands its sinks the kernels of steps 1 to 3 (step 1's at its take, those
+// of 2 and 3 as its ranks fail), each under the op a 3-step run taking every step gives it, and
+// none of step 4's (the emulated device's version: tests/engine/runtime/gpu_activity_trace_test).
+TEST(CudaTrainingCapture, AFailedRunKeepsTheKernelsOfItsStreamedSteps) {
+  PIPETUNE_REQUIRE_GPU();
+  runtime::TrainOptions o = options_for("tiny", 3);
+  o.capture_gradients = false;
+  o.plan.pp = 2;
+  o.rank_device = single_gpu_rank_devices();
+  runtime::TrainOptions three_steps = o;
+  three_steps.steps = 3;
+  three_steps.gpu_capture_every = 1;
+  runtime::TrainOptions failing = o;
+  failing.steps = 5;
+  failing.gpu_capture_every = 16;
+  failing.fault = runtime::InjectedFault{1, 4, runtime::InjectedFault::Kind::Throw};
+  const KernelKeys reference = streamed_kernels(three_steps, false);
+  ASSERT_FALSE(reference.empty()) << "no GPU activity captured";
+  EXPECT_EQ(streamed_kernels(failing, true), reference);
 }
 
 }  // namespace
