@@ -1,6 +1,8 @@
 #include "profiler/analysis/gpu_op_time.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <limits>
 #include <map>
 #include <set>
 #include <tuple>
@@ -65,39 +67,79 @@ std::array<double, kSpanKindCount> mean_phase_op_ns(const std::vector<KernelReco
 }
 
 Trace ops_in_gpu_time(const Trace& trace, const std::vector<KernelRecord>& records) {
-  struct GpuWork {
-    std::int64_t first_start_ns = 0;
-    std::int64_t total_ns = 0;
-    bool taken = false;  // a host span has been moved onto it
-  };
   using Key = std::tuple<std::int32_t, SpanKind, std::int32_t, std::int16_t>;
-  std::map<Key, GpuWork> work;
+  // One occurrence of an op: the host ranges of its key that overlap (a range and a duplicate
+  // nested in it), with the GPU work launched from it. The same key's next range (the next
+  // iteration's) is the next occurrence.
+  struct Occurrence {
+    std::int64_t start_ns = 0;
+    std::int64_t end_ns = 0;
+    std::size_t first_span = 0;  // the range that stands for the op; the others are dropped
+    std::int64_t gpu_start_ns = std::numeric_limits<std::int64_t>::max();
+    std::int64_t gpu_ns = 0;
+    bool has_work = false;
+  };
+  const auto is_host_op = [&](const Span& s) {
+    return is_compute(s.kind) &&
+           trace.lanes.at(static_cast<std::size_t>(s.lane)).stream != Stream::Gpu;
+  };
+  const auto key_of = [&](const Span& s) {
+    return Key{trace.lanes[static_cast<std::size_t>(s.lane)].rank, s.kind, s.microbatch, s.chunk};
+  };
+  std::map<Key, std::vector<std::size_t>> ranges;  // span indices, by key
+  for (std::size_t i = 0; i < trace.spans.size(); ++i)
+    if (is_host_op(trace.spans[i])) ranges[key_of(trace.spans[i])].push_back(i);
+  std::map<Key, std::vector<Occurrence>> occurrences;
+  std::vector<std::int64_t> occurrence_of(trace.spans.size(), -1);
+  for (auto& [key, spans] : ranges) {
+    std::stable_sort(spans.begin(), spans.end(), [&](std::size_t a, std::size_t b) {
+      return trace.spans[a].start_ns < trace.spans[b].start_ns;
+    });
+    std::vector<Occurrence>& occ = occurrences[key];
+    for (std::size_t i : spans) {
+      const Span& s = trace.spans[i];
+      if (occ.empty() || s.start_ns >= occ.back().end_ns)
+        occ.push_back(Occurrence{s.start_ns, s.end_ns, i});
+      else
+        occ.back().end_ns = std::max(occ.back().end_ns, s.end_ns);
+      occurrence_of[i] = static_cast<std::int64_t>(occ.size() - 1);
+    }
+  }
+  // A record belongs to the latest occurrence of its op begun by its start (the one before the
+  // first: clock skew between host and device).
+  bool any = false;
   for (const KernelRecord& r : records) {
     if (!r.phase || classify_gpu_activity(r) == KernelClass::Communication) continue;
-    auto [it, fresh] =
-        work.try_emplace(Key{r.rank, *r.phase, r.microbatch, r.chunk}, GpuWork{r.start_ns, 0});
-    it->second.first_start_ns = std::min(it->second.first_start_ns, r.start_ns);
-    it->second.total_ns += r.end_ns - r.start_ns;
+    const auto it = occurrences.find(Key{r.rank, *r.phase, r.microbatch, r.chunk});
+    if (it == occurrences.end()) continue;
+    std::vector<Occurrence>& occ = it->second;
+    auto at = std::upper_bound(occ.begin(), occ.end(), r.start_ns,
+                               [](std::int64_t t, const Occurrence& o) { return t < o.start_ns; });
+    Occurrence& o = at == occ.begin() ? occ.front() : *std::prev(at);
+    o.gpu_start_ns = std::min(o.gpu_start_ns, r.start_ns);
+    o.gpu_ns += r.end_ns - r.start_ns;
+    o.has_work = any = true;
   }
   Trace out = trace;
-  if (work.empty()) return out;
+  if (!any) return out;
   std::vector<Span> spans;
   spans.reserve(out.spans.size());
-  for (const Span& s : trace.spans) {
-    const Lane& lane = trace.lanes.at(static_cast<std::size_t>(s.lane));
-    auto it = is_compute(s.kind) && lane.stream != Stream::Gpu
-                  ? work.find(Key{lane.rank, s.kind, s.microbatch, s.chunk})
-                  : work.end();
-    if (it == work.end()) {
+  for (std::size_t i = 0; i < trace.spans.size(); ++i) {
+    const Span& s = trace.spans[i];
+    if (occurrence_of[i] < 0) {
       spans.push_back(s);
       continue;
     }
-    if (it->second.taken) continue;
-    it->second.taken = true;
+    const Occurrence& o = occurrences.at(key_of(s))[static_cast<std::size_t>(occurrence_of[i])];
+    if (!o.has_work) {
+      spans.push_back(s);  // launched nothing: its host timing stays
+      continue;
+    }
+    if (o.first_span != i) continue;  // a duplicate range: the op's work counts once
     Span moved = s;
-    moved.lane = out.lane(lane.rank, Stream::Compute, 0);
-    moved.start_ns = it->second.first_start_ns;
-    moved.end_ns = it->second.first_start_ns + it->second.total_ns;
+    moved.lane = out.lane(trace.lanes[static_cast<std::size_t>(s.lane)].rank, Stream::Compute, 0);
+    moved.start_ns = o.gpu_start_ns;
+    moved.end_ns = o.gpu_start_ns + o.gpu_ns;
     spans.push_back(moved);
   }
   std::stable_sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {

@@ -44,10 +44,12 @@ std::array<double, kSpanKindCount> mean_phase_op_ns(const std::vector<KernelReco
 // A copy of `trace` in which every pipeline op (F, B, W, BW... on a host lane) that launched
 // GPU work is timed by that work: moved to its rank's Compute lane, starting at its first kernel
 // and lasting the summed time of its non-communication activities (records matched by rank,
-// phase, micro-batch and chunk). An imported run's host ranges only show when work was enqueued;
-// this view makes its per-op durations GPU time, comparable op for op with a prediction. Ops
-// without GPU work stay as they are; a second host range of the same op is dropped (its work is
-// counted once). Compute and bubbles are unchanged (they come from the Gpu lanes).
+// phase, micro-batch and chunk, each to the latest range of that op begun by its start: the same
+// micro-batch's F in the next iteration is another op with its own kernels). An imported run's
+// host ranges only show when work was enqueued; this view makes its per-op durations GPU time,
+// comparable op for op with a prediction. Ops without GPU work stay as they are; a host range
+// overlapping another of the same op (a duplicate nested in it) is dropped (its work is counted
+// once). Compute and bubbles are unchanged (they come from the Gpu lanes).
 Trace ops_in_gpu_time(const Trace& trace, const std::vector<KernelRecord>& records);
 
 }  // namespace pipetune::profiler::analysis

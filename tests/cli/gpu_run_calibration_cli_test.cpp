@@ -93,5 +93,37 @@ TEST(GpuRunCalibration, TheReportSaysItsComputeIsGpuTime) {
   }
 }
 
+// Each iteration's ops are timed by that iteration's kernels (profiler::analysis::
+// ops_in_gpu_time): iterations 5 and 6, the two whose kernels the fixture keeps, pair op for op
+// (4 ranks x 8 micro-batches x F and BW), their F and BW times agree within 5%, and in each the
+// ops' GPU time is within the ranks' GPU compute (one stream per rank: an op's kernels are a part
+// of its rank's busy time).
+TEST(GpuRunCalibration, EachIterationsOpsAreTimedByItsOwnKernels) {
+  ScratchWorkspace s;
+  const fs::path fixture =
+      fs::path(PIPETUNE_SOURCE_DIR) / "tests/cli/data/h200-gpt2-pp4-1f1b.db.gz";
+  const ProcessResult unzip = run_program(
+      "/bin/sh", {"-c", "gzip -dc '" + fixture.string() + "' > '" + s.db + "'"}, s.dir.string());
+  ASSERT_EQ(unzip.exit_code, 0) << unzip.err;
+  const auto d = json_of(run_pipetune(
+      {"diff", "1", "1", "--iteration-a", "5", "--iteration-b", "6", "--db", s.db, "--json"}));
+  const auto& pairing = d.at("op_pairing");
+  EXPECT_EQ(pairing.at("paired"), 64) << pairing.dump();
+  EXPECT_EQ(pairing.at("only_a"), 0);
+  EXPECT_EQ(pairing.at("only_b"), 0);
+  double ops_a = 0.0, ops_b = 0.0;
+  for (const auto& k : d.at("kinds")) {
+    if (k.at("kind") != "F" && k.at("kind") != "BW") continue;
+    EXPECT_EQ(k.at("count").at("a"), 32) << k.dump();
+    EXPECT_EQ(k.at("count").at("b"), 32) << k.dump();
+    EXPECT_LT(std::fabs(k.at("time").at("relative").get<double>()), 0.05) << k.dump();
+    ops_a += k.at("time").at("a").get<double>();
+    ops_b += k.at("time").at("b").get<double>();
+  }
+  EXPECT_GT(ops_a, 0.0);
+  EXPECT_LE(ops_a, d.at("compute").at("a").get<double>());
+  EXPECT_LE(ops_b, d.at("compute").at("b").get<double>());
+}
+
 }  // namespace
 }  // namespace pipetune::testing

@@ -229,5 +229,28 @@ TEST(GpuOpTime, OpsInGpuTime) {
   EXPECT_EQ(analysis::ops_in_gpu_time(t, records).spans.size(), t.spans.size());
 }
 
+// Each iteration's op is timed by its own kernels: rank 0's F of micro-batch 0 runs in two
+// iterations (host ranges at 0 and 1000), each launching one GEMM; a kernel that starts a little
+// before its range (host and device clocks apart) belongs to the first.
+TEST(GpuOpTime, EachIterationsOpIsTimedByItsOwnKernels) {
+  Trace t;
+  const auto host = t.lane(0, Stream::Host, 7);
+  t.lane(0, Stream::Gpu, 7);
+  t.spans = {Span{host, SpanKind::F, -1, 0, -1, 0, 10, 0},
+             Span{host, SpanKind::F, -1, 0, -1, 1000, 1010, 0}};
+  const std::vector<KernelRecord> records = {
+      record(0, -5, 40, "gemm", "aten::mm", SpanKind::F, 0),
+      record(0, 1100, 1130, "gemm", "aten::mm", SpanKind::F, 0),
+      record(0, 1140, 1150, "gelu", "aten::gelu", SpanKind::F, 0)};
+  const Trace v = analysis::ops_in_gpu_time(t, records);
+  std::vector<std::pair<std::int64_t, std::int64_t>> forward;
+  for (const Span& s : v.spans)
+    if (s.kind == SpanKind::F) {
+      EXPECT_EQ(v.lanes[static_cast<std::size_t>(s.lane)].stream, Stream::Compute);
+      forward.emplace_back(s.start_ns, s.end_ns);
+    }
+  EXPECT_EQ(forward, (std::vector<std::pair<std::int64_t, std::int64_t>>{{-5, 40}, {1100, 1140}}));
+}
+
 }  // namespace
 }  // namespace pipetune::profiler
