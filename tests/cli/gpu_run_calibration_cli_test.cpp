@@ -27,6 +27,16 @@ nlohmann::json json_of(const ProcessResult& r) {
   return nlohmann::json::parse(r.out);
 }
 
+// The H200 run's workspace into the scratch workspace's file.
+::testing::AssertionResult unzip_fixture(const ScratchWorkspace& s) {
+  const fs::path fixture =
+      fs::path(PIPETUNE_SOURCE_DIR) / "tests/cli/data/h200-gpt2-pp4-1f1b.db.gz";
+  const ProcessResult unzip = run_program(
+      "/bin/sh", {"-c", "gzip -dc '" + fixture.string() + "' > '" + s.db + "'"}, s.dir.string());
+  if (unzip.exit_code != 0) return ::testing::AssertionFailure() << unzip.err;
+  return ::testing::AssertionSuccess();
+}
+
 void write_run_file(const fs::path& path, const std::string& hardware) {
   std::ofstream f(path);
   f << "model = \"" << PIPETUNE_SOURCE_DIR << "/tests/bench/gpt2-small-256.toml\"\n"
@@ -37,11 +47,7 @@ void write_run_file(const fs::path& path, const std::string& hardware) {
 
 TEST(GpuRunCalibration, FittedTableMeetsTheMeasuredStagesOfAnH200Run) {
   ScratchWorkspace s;
-  const fs::path fixture =
-      fs::path(PIPETUNE_SOURCE_DIR) / "tests/cli/data/h200-gpt2-pp4-1f1b.db.gz";
-  const ProcessResult unzip = run_program(
-      "/bin/sh", {"-c", "gzip -dc '" + fixture.string() + "' > '" + s.db + "'"}, s.dir.string());
-  ASSERT_EQ(unzip.exit_code, 0) << unzip.err;
+  ASSERT_TRUE(unzip_fixture(s));
   const fs::path run = s.dir / "run.toml", fitted_run = s.dir / "fitted-run.toml",
                  fitted = s.dir / "fitted.toml";
   write_run_file(run, "h200");
@@ -79,11 +85,7 @@ TEST(GpuRunCalibration, FittedTableMeetsTheMeasuredStagesOfAnH200Run) {
 // by their ops instead).
 TEST(GpuRunCalibration, TheReportSaysItsComputeIsGpuTime) {
   ScratchWorkspace s;
-  const fs::path fixture =
-      fs::path(PIPETUNE_SOURCE_DIR) / "tests/cli/data/h200-gpt2-pp4-1f1b.db.gz";
-  const ProcessResult unzip = run_program(
-      "/bin/sh", {"-c", "gzip -dc '" + fixture.string() + "' > '" + s.db + "'"}, s.dir.string());
-  ASSERT_EQ(unzip.exit_code, 0) << unzip.err;
+  ASSERT_TRUE(unzip_fixture(s));
   for (const char* iteration : {"1", "6"}) {
     const ProcessResult r = run_pipetune({"report", "1", "--iteration", iteration, "--db", s.db});
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -100,11 +102,7 @@ TEST(GpuRunCalibration, TheReportSaysItsComputeIsGpuTime) {
 // of its rank's busy time).
 TEST(GpuRunCalibration, EachIterationsOpsAreTimedByItsOwnKernels) {
   ScratchWorkspace s;
-  const fs::path fixture =
-      fs::path(PIPETUNE_SOURCE_DIR) / "tests/cli/data/h200-gpt2-pp4-1f1b.db.gz";
-  const ProcessResult unzip = run_program(
-      "/bin/sh", {"-c", "gzip -dc '" + fixture.string() + "' > '" + s.db + "'"}, s.dir.string());
-  ASSERT_EQ(unzip.exit_code, 0) << unzip.err;
+  ASSERT_TRUE(unzip_fixture(s));
   const auto d = json_of(run_pipetune(
       {"diff", "1", "1", "--iteration-a", "5", "--iteration-b", "6", "--db", s.db, "--json"}));
   const auto& pairing = d.at("op_pairing");
