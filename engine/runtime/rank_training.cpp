@@ -341,8 +341,6 @@ bool RankTraining::run_step(int step) {
     }
     reported = r;
   }
-  // The step's records go out first, so a caller that prints the step after making them durable
-  // (the CLI) never shows a step a crash would lose.
   const bool save = !options_.checkpoint_dir.empty() &&
                     (step == options_.steps ||
                      (options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0));
@@ -351,6 +349,8 @@ bool RankTraining::run_step(int step) {
   const bool due = capture_cadence_.step_ended(
       std::chrono::duration_cast<std::chrono::nanoseconds>(measured - t0).count());
   const bool take = gpu_capture_ && (due || save || step == options_.steps || stop_after_this_step);
+  // The step's records go out first, so a caller that prints the step after making them durable
+  // (the CLI) never shows a step a crash would lose.
   stream_trace(step_metric, take ? take_gpu_activity() : profiler::GpuCapture{}, take);
   streamed_until_ns_ = recorder_.now_ns();
   if (reported && options_.on_step) options_.on_step(*reported);
