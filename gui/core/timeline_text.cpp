@@ -1,5 +1,6 @@
 #include "gui/core/timeline_text.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -92,12 +93,20 @@ std::string range_statistics(const profiler::Trace& trace, std::int64_t t0, std:
   o << "\nbubble " << percent(b.bubble_ratio) << "  ("
     << format_ns(static_cast<double>(b.bubble_ns)) << " idle over " << b.stages.size()
     << " stages)\n";
+  // With GPU lanes in the trace, whether each rank's compute is its GPU time or (none of its GPU
+  // activity stored in the range) its op time.
+  const bool gpu_lanes =
+      std::any_of(trace.lanes.begin(), trace.lanes.end(),
+                  [](const profiler::Lane& l) { return l.stream == profiler::Stream::Gpu; });
   for (const auto& s : b.stages) {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "  rank %-3d compute %-10s bubble %-10s %s\n", s.rank,
+    char buf[192];
+    std::snprintf(buf, sizeof buf, "  rank %-3d compute %-10s bubble %-10s %s%s\n", s.rank,
                   format_ns(static_cast<double>(s.compute_ns)).c_str(),
                   format_ns(static_cast<double>(s.bubble_ns)).c_str(),
-                  percent(s.bubble_ratio).c_str());
+                  percent(s.bubble_ratio).c_str(),
+                  !gpu_lanes       ? ""
+                  : s.gpu_activity ? "  (GPU time)"
+                                   : "  (op time)");
     o << buf;
   }
   o << "\nmemory peak in range\n";

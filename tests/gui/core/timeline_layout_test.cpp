@@ -201,6 +201,22 @@ TEST(TimelineLayout, RangeStatisticsAreTheAnalysisOfTheRange) {
   EXPECT_NE(s.find("rank 0  300 B at 150 ns during F1.0"), std::string::npos) << s;
 }
 
+// With a GPU lane, each rank's compute in the range says what it is: rank 0's kernel [150, 200)
+// is its GPU time in [100, 300); rank 1 has no GPU activity, and neither has rank 0 in
+// [400, 600), so their ops time them (rank 0's B there: 200 ns).
+TEST(TimelineLayout, RangeStatisticsSayWhetherComputeIsGpuOrOpTime) {
+  Trace t = small_trace();
+  t.spans.push_back({t.lane(0, Stream::Gpu, 7), SpanKind::Kernel, 0, 1, -1, 150, 200, 0});
+  const std::string s = range_statistics(t, 100, 300, 0);
+  EXPECT_NE(s.find("rank 0   compute 50 ns"), std::string::npos) << s;
+  EXPECT_NE(s.find("  (GPU time)\n  rank 1   compute 150 ns"), std::string::npos) << s;
+  EXPECT_NE(s.find("  (op time)\n"), std::string::npos) << s;
+  const std::string later = range_statistics(t, 400, 600, 0);
+  EXPECT_NE(later.find("rank 0   compute 200 ns"), std::string::npos) << later;
+  EXPECT_EQ(later.find("(GPU time)"), std::string::npos) << later;
+  EXPECT_EQ(range_statistics(small_trace(), 100, 300, 0).find(" time)"), std::string::npos);
+}
+
 TEST(TimelineLayout, TwoRunsShareOneTimeAxisAlignedOnTheirStart) {
   Fixture fx;
   TraceTimelineSource a(std::make_shared<const Trace>(small_trace()), "A");
