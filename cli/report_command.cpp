@@ -155,10 +155,7 @@ void print_ranks(const LoadedRun& r, const Report& rep) {
 // iteration whose GPU activity was never stored, as in a run killed between two takes of its
 // capture) their op time, said so that the two are not compared unawares.
 void print_compute_source(const LoadedRun& r, const Report& rep) {
-  const auto& lanes = r.stored.trace.lanes;
-  if (std::none_of(lanes.begin(), lanes.end(),
-                   [](const profiler::Lane& l) { return l.stream == profiler::Stream::Gpu; }))
-    return;
+  if (!r.stored.trace.has_gpu_lanes()) return;
   std::string by_ops;
   std::size_t gpu = 0;
   for (const an::StageBreakdown& s : rep.breakdown.stages)

@@ -157,6 +157,12 @@ std::uint32_t Trace::intern(std::string name) {
   return static_cast<std::uint32_t>(names.size() - 1);
 }
 
+bool Trace::has_gpu_lanes() const {
+  for (const Lane& l : lanes)
+    if (l.stream == Stream::Gpu) return true;
+  return false;
+}
+
 std::string Trace::span_label(const Span& s) const {
   if (s.name != 0 && s.name < names.size()) return names[s.name];
   std::string label(span_kind_name(s.kind));

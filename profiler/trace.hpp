@@ -130,6 +130,8 @@ struct Trace {
   std::uint32_t intern(std::string name);
   // "F3.1" style label: kind, micro-batch and chunk when present, or the interned name.
   std::string span_label(const Span& s) const;
+  // Whether any lane is a GPU stream (the run captured or imported GPU activity).
+  bool has_gpu_lanes() const;
 };
 
 }  // namespace pipetune::profiler

@@ -1,6 +1,5 @@
 #include "gui/core/timeline_text.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -95,9 +94,7 @@ std::string range_statistics(const profiler::Trace& trace, std::int64_t t0, std:
     << " stages)\n";
   // With GPU lanes in the trace, whether each rank's compute is its GPU time or (none of its GPU
   // activity stored in the range) its op time.
-  const bool gpu_lanes =
-      std::any_of(trace.lanes.begin(), trace.lanes.end(),
-                  [](const profiler::Lane& l) { return l.stream == profiler::Stream::Gpu; });
+  const bool gpu_lanes = trace.has_gpu_lanes();
   for (const auto& s : b.stages) {
     char buf[192];
     std::snprintf(buf, sizeof buf, "  rank %-3d compute %-10s bubble %-10s %s%s\n", s.rank,

@@ -75,9 +75,9 @@ Trace ops_in_gpu_time(const Trace& trace, const std::vector<KernelRecord>& recor
     std::int64_t start_ns = 0;
     std::int64_t end_ns = 0;
     std::size_t first_span = 0;  // the range that stands for the op; the others are dropped
-    std::int64_t gpu_start_ns = std::numeric_limits<std::int64_t>::max();
+    std::int64_t gpu_start_ns = std::numeric_limits<std::int64_t>::max();  // max: no work
     std::int64_t gpu_ns = 0;
-    bool has_work = false;
+    bool has_work() const { return gpu_start_ns != std::numeric_limits<std::int64_t>::max(); }
   };
   const auto is_host_op = [&](const Span& s) {
     return is_compute(s.kind) &&
@@ -90,20 +90,22 @@ Trace ops_in_gpu_time(const Trace& trace, const std::vector<KernelRecord>& recor
   for (std::size_t i = 0; i < trace.spans.size(); ++i)
     if (is_host_op(trace.spans[i])) ranges[key_of(trace.spans[i])].push_back(i);
   std::map<Key, std::vector<Occurrence>> occurrences;
-  std::vector<std::int64_t> occurrence_of(trace.spans.size(), -1);
+  std::vector<const Occurrence*> occurrence_of(trace.spans.size(), nullptr);  // of each host op
   for (auto& [key, spans] : ranges) {
     std::stable_sort(spans.begin(), spans.end(), [&](std::size_t a, std::size_t b) {
       return trace.spans[a].start_ns < trace.spans[b].start_ns;
     });
     std::vector<Occurrence>& occ = occurrences[key];
+    std::vector<std::size_t> index_of;  // each of `spans`' occurrence in occ
     for (std::size_t i : spans) {
       const Span& s = trace.spans[i];
       if (occ.empty() || s.start_ns >= occ.back().end_ns)
         occ.push_back(Occurrence{s.start_ns, s.end_ns, i});
       else
         occ.back().end_ns = std::max(occ.back().end_ns, s.end_ns);
-      occurrence_of[i] = static_cast<std::int64_t>(occ.size() - 1);
+      index_of.push_back(occ.size() - 1);
     }
+    for (std::size_t j = 0; j < spans.size(); ++j) occurrence_of[spans[j]] = &occ[index_of[j]];
   }
   // A record belongs to the latest occurrence of its op begun by its start (the one before the
   // first: clock skew between host and device).
@@ -118,7 +120,7 @@ Trace ops_in_gpu_time(const Trace& trace, const std::vector<KernelRecord>& recor
     Occurrence& o = at == occ.begin() ? occ.front() : *std::prev(at);
     o.gpu_start_ns = std::min(o.gpu_start_ns, r.start_ns);
     o.gpu_ns += r.end_ns - r.start_ns;
-    o.has_work = any = true;
+    any = true;
   }
   Trace out = trace;
   if (!any) return out;
@@ -126,20 +128,16 @@ Trace ops_in_gpu_time(const Trace& trace, const std::vector<KernelRecord>& recor
   spans.reserve(out.spans.size());
   for (std::size_t i = 0; i < trace.spans.size(); ++i) {
     const Span& s = trace.spans[i];
-    if (occurrence_of[i] < 0) {
-      spans.push_back(s);
+    const Occurrence* o = occurrence_of[i];
+    if (o == nullptr || !o->has_work()) {
+      spans.push_back(s);  // not an op, or it launched nothing: its host timing stays
       continue;
     }
-    const Occurrence& o = occurrences.at(key_of(s))[static_cast<std::size_t>(occurrence_of[i])];
-    if (!o.has_work) {
-      spans.push_back(s);  // launched nothing: its host timing stays
-      continue;
-    }
-    if (o.first_span != i) continue;  // a duplicate range: the op's work counts once
+    if (o->first_span != i) continue;  // a duplicate range: the op's work counts once
     Span moved = s;
     moved.lane = out.lane(trace.lanes[static_cast<std::size_t>(s.lane)].rank, Stream::Compute, 0);
-    moved.start_ns = o.gpu_start_ns;
-    moved.end_ns = o.gpu_start_ns + o.gpu_ns;
+    moved.start_ns = o->gpu_start_ns;
+    moved.end_ns = o->gpu_start_ns + o->gpu_ns;
     spans.push_back(moved);
   }
   std::stable_sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {

@@ -187,8 +187,11 @@ TEST(NsysSyntheticExport, TwoRanksSpanForSpan) {
   ASSERT_TRUE(gemm.phase.has_value());
   EXPECT_EQ(*gemm.phase, SpanKind::F);
   EXPECT_EQ(gemm.microbatch, 0);
-  for (std::size_t i = 0; i < p.kernels.size(); ++i)
-    if (i != 1) EXPECT_EQ(p.kernels[i].op, "") << p.kernels[i].name;
+  for (std::size_t i = 0; i < p.kernels.size(); ++i) {
+    if (i != 1) {
+      EXPECT_EQ(p.kernels[i].op, "") << p.kernels[i].name;
+    }
+  }
   EXPECT_EQ(p.attribution.attributed, 1u);
   EXPECT_EQ(p.attribution.in_phase, 1u);
   EXPECT_EQ(p.attribution.outside_ranges, 4u);
