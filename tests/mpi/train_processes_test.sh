@@ -127,6 +127,18 @@ fi
 # One workspace run from all processes: complete, with the spans of the same run as threads
 # (also with 2 ranks per process).
 spans() { "$pipetune" runs --db "$1" | awk 'NR == 2 { print $2, $3, $6 }'; }
+# final_status DB: the run's status once its writer (rank 0's process) is gone. The launcher can
+# return while a process it killed is still ending (a slow disk's sync under CI's load), and a
+# run whose writer lives is rightly still 'running'; a writer alive after 20 s is reported as is.
+final_status() {
+  local status
+  for _ in $(seq 1 200); do
+    status="$("$pipetune" runs --db "$1" | awk 'NR == 2 { print $3 }')"
+    [ "$status" != running ] && break
+    sleep 0.1
+  done
+  echo "$status"
+}
 for k in 1 2; do
   "$pipetune" train --steps 2 --threads 1 --tp $k --pp "$np" --dp 1 --db threads$k.db >/dev/null
   "$mpiexec" -np "$np" "$pipetune" train --steps 2 --threads 1 --tp $k --pp "$np" --dp 1 \
@@ -174,7 +186,7 @@ for _ in $(seq 1 300); do
 done
 wait "$launcher"
 code=$?
-status="$("$pipetune" runs --db killed.db | awk 'NR == 2 { print $3 }')"
+status="$(final_status killed.db)"
 if [ "$ended" -ne 1 ] || [ "$code" -eq 0 ] || ! grep -q "signal 9" killed.err ||
   [ "$status" != interrupted ]; then
   [ "$ended" -eq 1 ] || kill -9 "$launcher" 2>/dev/null
@@ -215,7 +227,7 @@ for k in "${hung_ranks[@]}"; do
   fi
   wait "$launcher"
   code=$?
-  status="$("$pipetune" runs --db hung$k.db | awk 'NR == 2 { print $3 }')"
+  status="$(final_status hung$k.db)"
   if [ "$ended" -ne 1 ] || [ "$code" -eq 0 ] || ! grep -q "(watchdog)" hung.err ||
     { [ "$status" != failed ] && [ "$status" != interrupted ]; }; then
     echo "FAIL hung process ($k per process): ended $ended, exit $code, status '$status'"
@@ -230,7 +242,7 @@ done
 out="$("$mpiexec" -np "$np" "$pipetune" train --steps 3 --threads 1 --tp 1 --pp "$np" --dp 1 \
   --fault rank=$((np - 1)),step=2,kind=throw --db fault.db 2>&1)"
 code=$?
-status="$("$pipetune" runs --db fault.db | awk 'NR == 2 { print $3 }')"
+status="$(final_status fault.db)"
 if [ "$code" -eq 0 ] || ! grep -q "injected fault (--fault): rank $((np - 1)), step 2" <<<"$out" ||
   { [ "$status" != failed ] && [ "$status" != interrupted ]; }; then
   echo "FAIL injected fault: exit $code, status '$status'"
