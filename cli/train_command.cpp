@@ -1,6 +1,7 @@
 // `pipetune train`: train a GPT on the embedded engine's virtual cluster and report loss,
 // throughput, and per-stage bubble and memory.
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
@@ -21,6 +23,7 @@
 #include "engine/comm/topology.hpp"
 #ifdef PIPETUNE_HAVE_MPI
 #include "engine/mpi/mpi_communicator.hpp"
+#include "engine/mpi/mpi_failure_notice.hpp"
 #include "engine/mpi/mpi_hybrid_communicator.hpp"
 #include "engine/mpi/mpi_session.hpp"
 #endif
@@ -358,6 +361,9 @@ void print_header(const runtime::TrainOptions& o, const char* ranks) {
 }
 
 #ifdef PIPETUNE_HAVE_MPI
+// How long a failed process waits for rank 0's process to record its failure and end the job.
+constexpr int kRootGraceSeconds = 10;
+
 // Ranks as processes over MPI, one or K (hybrid) per process: rank 0's process prints; any
 // failure ends every process (an MPI job whose process returns while the others wait would
 // hang), with exit 2 for input errors and 1 otherwise.
@@ -365,7 +371,11 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a,
                         const db::TrainingEngine& engine, int ranks_per_process) {
   mpi::MpiSession session(nullptr, nullptr);
   const bool root = session.rank() == 0;
+  // Made first, in every process (a collective); outside the try, so that a failing process can
+  // tell rank 0's process from its catch, and rank 0's run ends failed rather than interrupted.
+  std::optional<mpi::MpiFailureNotice> failures;
   try {
+    failures.emplace();
     const comm::Topology topology(o.plan.tp, o.plan.pp, o.plan.dp, o.plan.ep);
     const std::vector<comm::ProcessGroup> groups = comm::every_group(topology);
     // One rank per process: MPI's own collectives over a communicator per group. Several: a
@@ -387,12 +397,14 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a,
     runtime::TrainOptions::Processes processes;
     if (ranks_per_process == 1) {
       single.emplace(groups, o.watchdog_seconds);
+      single->watch_failures(&*failures);
       processes.ranks = {&*single};
       processes.gather_to_root = [&single](comm::Communicator&, const std::string& bytes) {
         return single->gather_bytes(bytes, 0);
       };
     } else {
       router.emplace(ranks_per_process, o.watchdog_seconds);
+      router->watch_failures(&*failures);
       for (int k = 0; k < ranks_per_process; ++k) {
         hybrid.push_back(std::make_unique<mpi::MpiHybridCommunicator>(
             *router, router->first_rank() + k, groups));
@@ -435,6 +447,10 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a,
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pipetune: failed in process %d: %s\n", session.rank(), e.what());
     std::fflush(stderr);
+    // Rank 0's process marks its run failed and ends the job when it next waits; if it never
+    // comes to a wait, this process ends the job and the run is left interrupted.
+    if (!root && failures && failures->tell_root(e.what(), 5.0))
+      std::this_thread::sleep_for(std::chrono::seconds(kRootGraceSeconds));
     session.abort(1);
   }
 }

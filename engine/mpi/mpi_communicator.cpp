@@ -99,6 +99,7 @@ void MpiCommunicator::wait_or_watchdog(const std::function<bool()>& done,
                                       " s in " + what() +
                                       ": another process is stuck or gone (watchdog)");
     if (polls > 64) {
+      if (notice_ != nullptr) notice_->throw_if_told();
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(1000));
     }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
+#include "engine/mpi/mpi_failure_notice.hpp"
 
 namespace pipetune::mpi {
 
@@ -41,6 +42,10 @@ class MpiCommunicator final : public comm::Communicator {
 
   int rank() const override { return rank_; }
   int world() const override { return world_; }
+
+  // Every wait that goes on past its first polls also asks `notice` whether another process
+  // failed, and throws its cause if one did (mpi_failure_notice.hpp). Not owned; may be null.
+  void watch_failures(MpiFailureNotice* notice) { notice_ = notice; }
 
   void send(int dst, int tag, std::span<const float> data) override;
   void recv(int src, int tag, std::span<float> data) override;
@@ -79,6 +84,7 @@ class MpiCommunicator final : public comm::Communicator {
   void reap_sends(bool wait_all);
 
   double timeout_seconds_ = 0.0;
+  MpiFailureNotice* notice_ = nullptr;
   int rank_ = 0, world_ = 1;
   MPI_Comm p2p_ = MPI_COMM_NULL;
   std::map<comm::ProcessGroup, MPI_Comm, comm::ProcessGroupLess> groups_;

@@ -188,6 +188,7 @@ std::vector<std::byte> MpiRankRouter::take(int dst, int src, Channel channel, in
     // 5 % here) so that waiting ranks leave the cores to the ones computing; a message filed
     // for a rank of this process wakes its waiter at once.
     if (polls > 64) {
+      if (notice_ != nullptr) notice_->throw_if_told();  // every waiting rank thread throws
       arrived_.wait_for(lock, pause);
       pause = std::min(pause * 2, std::chrono::microseconds(100));
     } else {

@@ -27,6 +27,8 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/mpi/mpi_failure_notice.hpp"
+
 namespace pipetune::mpi {
 
 // What a message is for: the engine's point-to-point tags, a collective of one group (tag = the
@@ -62,6 +64,10 @@ class MpiRankRouter {
   // for messages that will never come (the process then ends the job).
   void fail(int rank, const std::string& reason);
 
+  // Every wait that goes on past its first polls also asks `notice` whether another process
+  // failed, and fails this process's ranks with its cause if one did. Not owned; may be null.
+  void watch_failures(MpiFailureNotice* notice) { notice_ = notice; }
+
  private:
   struct Header {
     std::int32_t dst, src, channel, tag;
@@ -79,6 +85,7 @@ class MpiRankRouter {
 
   int ranks_per_process_ = 1, process_ = 0, processes_ = 1;
   double timeout_seconds_ = 0.0;
+  MpiFailureNotice* notice_ = nullptr;
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::mutex mutex_;  // guards everything below, and every MPI call of the router
   std::map<Key, std::deque<std::vector<std::byte>>> mailboxes_;

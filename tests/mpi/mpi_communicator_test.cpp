@@ -18,6 +18,7 @@
 #include "engine/comm/comm_errors.hpp"
 #include "engine/comm/thread_cluster.hpp"
 #include "engine/mpi/mpi_communicator.hpp"
+#include "engine/mpi/mpi_failure_notice.hpp"
 #include "engine/mpi/mpi_hybrid_communicator.hpp"
 
 namespace pipetune::mpi {
@@ -324,6 +325,77 @@ TEST(MpiHybridCommunicator, ARankOfAnotherProcessIsRefused) {
   MpiRankRouter router(2, 30.0);
   EXPECT_THROW(MpiHybridCommunicator(router, (router.first_rank() + 2) % router.world(), {}),
                std::invalid_argument);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace
+}  // namespace pipetune::mpi
+
+namespace pipetune::mpi {
+namespace {
+
+// A process that failed tells rank 0's process, whose waits throw its cause instead of running
+// into the watchdog (30 s here: a test that ends at all before it was woken by the notice).
+TEST(MpiFailureNotice, RankZerosWaitThrowsTheCauseAnotherProcessTold) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two processes";
+  MpiFailureNotice notice;
+  MpiCommunicator c(test_groups(world_size()), 30.0);
+  c.watch_failures(&notice);
+  const int teller = world_size() - 1;
+  if (world_rank() == 0) {
+    EXPECT_FALSE(notice.tell_root("rank 0 cannot tell itself", 1.0));
+    std::vector<float> v(1);
+    try {
+      c.recv(teller, 9, v);  // never sent
+      ADD_FAILURE() << "the wait ended without the notice's failure";
+    } catch (const comm::WatchdogTimeout& e) {
+      ADD_FAILURE() << "the watchdog ended the wait, not the notice: " << e.what();
+    } catch (const comm::RankFailure& e) {
+      EXPECT_EQ(std::string(e.what()), "process " + std::to_string(teller) +
+                                           " failed: out of memory in F of micro-batch 3");
+      EXPECT_EQ(e.failed_op(), "process " + std::to_string(teller));
+    }
+    // Every later wait throws the same cause.
+    EXPECT_THROW(notice.throw_if_told(), comm::RankFailure);
+  } else {
+    notice.throw_if_told();  // not rank 0's process: never throws
+    if (world_rank() == teller) {
+      EXPECT_TRUE(notice.tell_root("out of memory in F of micro-batch 3", 5.0));
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// With several ranks per process, every rank thread of rank 0's process is woken by the notice.
+TEST(MpiFailureNotice, EveryRankThreadOfRankZerosProcessIsWoken) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two processes";
+  MpiFailureNotice notice;
+  MpiRankRouter router(2, 30.0);
+  router.watch_failures(&notice);
+  if (world_rank() == 0) {
+    std::vector<std::string> woken(2);
+    std::vector<std::thread> waiters;
+    for (int k = 0; k < 2; ++k)
+      waiters.emplace_back([&, k] {
+        MpiHybridCommunicator c(router, k, {});
+        std::vector<float> v(1);
+        try {
+          c.recv(router.world() - 1, 7, v);  // never sent
+        } catch (const comm::WatchdogTimeout& e) {
+          woken[k] = std::string("watchdog: ") + e.what();
+        } catch (const comm::RankFailure& e) {
+          woken[k] = e.what();
+        }
+      });
+    for (std::thread& t : waiters) t.join();
+    for (int k = 0; k < 2; ++k)
+      EXPECT_EQ(woken[k],
+                "process " + std::to_string(world_size() - 1) + " failed: a NaN loss at step 4")
+          << "rank thread " << k;
+  } else if (world_rank() == world_size() - 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the waiters are waiting
+    EXPECT_TRUE(notice.tell_root("a NaN loss at step 4", 5.0));
+  }
   MPI_Barrier(MPI_COMM_WORLD);
 }
 

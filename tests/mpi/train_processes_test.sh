@@ -4,7 +4,8 @@
 # ranks as threads, bit for bit: the communicators fold every reduction in the same order. Also: a world size that differs from the plan's is refused with
 # exit 2 naming both numbers; checkpoints move between threads and processes; every process's
 # spans land in one workspace run; a killed process ends the run within 30 s and leaves it
-# interrupted; a hung one is caught by the watchdog and the run fails.
+# interrupted; a hung one is caught by the watchdog and the run fails; a process whose rank fails
+# tells rank 0's process, which marks the run failed.
 #   train_processes_test.sh PIPETUNE MPIEXEC NP
 set -uo pipefail
 pipetune="$1"
@@ -238,17 +239,25 @@ for k in "${hung_ranks[@]}"; do
       "run $status"
   fi
 done
-# An injected fault in one process (train --fault) ends the job with its named error.
-out="$("$mpiexec" -np "$np" "$pipetune" train --steps 3 --threads 1 --tp 1 --pp "$np" --dp 1 \
-  --fault rank=$((np - 1)),step=2,kind=throw --db fault.db 2>&1)"
-code=$?
-status="$(final_status fault.db)"
-if [ "$code" -eq 0 ] || ! grep -q "injected fault (--fault): rank $((np - 1)), step 2" <<<"$out" ||
-  { [ "$status" != failed ] && [ "$status" != interrupted ]; }; then
-  echo "FAIL injected fault: exit $code, status '$status'"
-  echo "$out" | grep -v '^-' | head -3
-  failures=$((failures + 1))
-else
-  echo "ok   injected fault on rank $((np - 1)): exit $code, named, run $status"
-fi
+# An injected fault in one process (train --fault) ends the job with its named error, and the
+# failing process tells rank 0's, which marks the run failed (as threads do), not interrupted:
+# one rank per process, and as the second rank thread of the last process (hybrid).
+for per_process in 1 2; do
+  [ $((np / per_process)) -ge 2 ] || continue  # one process of 2 ranks: threads, not MPI
+  out="$("$mpiexec" -np $((np / per_process)) "$pipetune" train --steps 3 --threads 1 --tp 1 \
+    --pp "$np" --dp 1 --ranks-per-process "$per_process" \
+    --fault rank=$((np - 1)),step=2,kind=throw --db fault$per_process.db 2>&1)"
+  code=$?
+  status="$(final_status fault$per_process.db)"
+  named="injected fault (--fault): rank $((np - 1)), step 2"
+  if [ "$code" -ne 1 ] || ! grep -q "failed in process 0: process $((np / per_process - 1)) failed: $named" <<<"$out" ||
+    [ "$status" != failed ]; then
+    echo "FAIL injected fault ($per_process per process): exit $code, status '$status'"
+    echo "$out" | grep -v '^-' | head -3
+    failures=$((failures + 1))
+  else
+    echo "ok   injected fault on rank $((np - 1)) ($per_process per process): exit $code, named," \
+      "rank 0's process marked the run $status"
+  fi
+done
 [ "$failures" -eq 0 ]
