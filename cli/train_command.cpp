@@ -364,6 +364,22 @@ void print_header(const runtime::TrainOptions& o, const char* ranks) {
 // How long a failed process waits for rank 0's process to record its failure and end the job.
 constexpr int kRootGraceSeconds = 10;
 
+// Ends every process of the job after this process failed: exit 2 for input errors, 1 otherwise.
+// Another process than rank 0's first tells rank 0's (`notice`, when it has one), which stores
+// its run as failed and ends the job when it next waits; if it never comes to a wait, this
+// process ends the job after the grace period and the run is left interrupted.
+[[noreturn]] void end_job(const mpi::MpiSession& session, mpi::MpiFailureNotice* notice,
+                          const char* what, int code) {
+  if (code == 2)
+    std::fprintf(stderr, "pipetune: error: %s\n", what);
+  else
+    std::fprintf(stderr, "pipetune: failed in process %d: %s\n", session.rank(), what);
+  std::fflush(stderr);
+  if (code != 2 && session.rank() != 0 && notice != nullptr && notice->tell_root(what, 5.0))
+    std::this_thread::sleep_for(std::chrono::seconds(kRootGraceSeconds));
+  session.abort(code);
+}
+
 // Ranks as processes over MPI, one or K (hybrid) per process: rank 0's process prints; any
 // failure ends every process (an MPI job whose process returns while the others wait would
 // hang), with exit 2 for input errors and 1 otherwise.
@@ -371,8 +387,8 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a,
                         const db::TrainingEngine& engine, int ranks_per_process) {
   mpi::MpiSession session(nullptr, nullptr);
   const bool root = session.rank() == 0;
-  // Made first, in every process (a collective); outside the try, so that a failing process can
-  // tell rank 0's process from its catch, and rank 0's run ends failed rather than interrupted.
+  // Made first, in every process (a collective); outside the try, so that a process failing
+  // anywhere in it can tell rank 0's process (end_job).
   std::optional<mpi::MpiFailureNotice> failures;
   try {
     failures.emplace();
@@ -433,7 +449,14 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a,
                           : ("ranks: " + std::to_string(session.size()) + " processes x " +
                              std::to_string(ranks_per_process) + " threads")
                                 .c_str());
-    const runtime::TrainResult r = train_into(o, writer.get());
+    runtime::TrainResult r;
+    try {
+      r = train_into(o, writer.get());
+    } catch (const InputError& e) {  // the job ends here: the communicators' destructors would
+      end_job(session, nullptr, e.what(), 2);  // wait (to the watchdog) for sends no one takes
+    } catch (const std::exception& e) {
+      end_job(session, &*failures, e.what(), 1);
+    }
     if (!root) return;
     if (!a.trace.empty()) {  // every process's spans, as the workspace run holds them
       db::Workspace ws(a.db);
@@ -441,17 +464,9 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a,
     }
     report_run(a, o, r, writer.get());
   } catch (const InputError& e) {
-    std::fprintf(stderr, "pipetune: error: %s\n", e.what());
-    std::fflush(stderr);
-    session.abort(2);
+    end_job(session, nullptr, e.what(), 2);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "pipetune: failed in process %d: %s\n", session.rank(), e.what());
-    std::fflush(stderr);
-    // Rank 0's process marks its run failed and ends the job when it next waits; if it never
-    // comes to a wait, this process ends the job and the run is left interrupted.
-    if (!root && failures && failures->tell_root(e.what(), 5.0))
-      std::this_thread::sleep_for(std::chrono::seconds(kRootGraceSeconds));
-    session.abort(1);
+    end_job(session, failures ? &*failures : nullptr, e.what(), 1);
   }
 }
 #endif
