@@ -403,7 +403,7 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a,
           {groups, a.precision == "bf16" ? cuda::Precision::bf16 : cuda::Precision::fp32,
            o.watchdog_seconds,
            flash_variant(spec::parse_engine_attention(a.attention.value_or("flash"))),
-           bf16_operands(a.gemm_inputs), a.gelu_epilogue});
+           bf16_operands(a.gemm_inputs), a.gelu_epilogue, &*failures});
       if (o.device_memory) o.device_memory->name = "each process's GPU";
     }
 #endif

@@ -226,6 +226,7 @@ void NcclCommunicator::poll(const std::function<bool()>& done,
                                       std::to_string(options_.timeout_seconds) + " s in " + what() +
                                       ": another process is stuck or gone (watchdog)");
     if (polls > 64) {
+      if (options_.failure_notice != nullptr) options_.failure_notice->throw_if_told();
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(200));
     }

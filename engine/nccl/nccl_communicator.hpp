@@ -66,6 +66,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
+#include "engine/mpi/mpi_failure_notice.hpp"
 #include "engine/nccl/nccl_bookkeeping.hpp"
 
 namespace pipetune::nccl {
@@ -84,6 +85,9 @@ struct NcclOptions {
   bool check_collectives = true;
   // Longest wait for a message or a collective before WatchdogTimeout; <= 0: none.
   double timeout_seconds = 0.0;
+  // Asked in every wait past its first polls whether another process failed (rank 0's process
+  // then throws its cause: mpi_failure_notice.hpp). Not owned; nullptr: not asked.
+  mpi::MpiFailureNotice* failure_notice = nullptr;
 };
 
 // The CUDA device of this process: `requested` when >= 0 (checked against the node's devices),

@@ -14,6 +14,7 @@ NcclRankDevice::NcclRankDevice(const NcclRankOptions& options)
   o.device = device_;
   o.compute_stream = backend_.stream();  // each NCCL call waits for the rank's kernels first
   o.timeout_seconds = options.watchdog_seconds;
+  o.failure_notice = options.failure_notice;
   nccl_.emplace(options.groups, o);
   spans_.emplace(*nccl_, storage_, runtime::StagingCommunicator::Side::device);
 }

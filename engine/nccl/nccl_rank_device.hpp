@@ -30,6 +30,7 @@ struct NcclRankOptions {
   cuda::FlashVariant flash = cuda::FlashVariant::tiles;           // CudaBackend::Options::flash
   cuda::Bf16Operands bf16_operands = cuda::Bf16Operands::copies;  // CudaBackend::Options
   bool gelu_epilogues = false;                                    // CudaBackend::Options
+  mpi::MpiFailureNotice* failure_notice = nullptr;                // NcclOptions::failure_notice
 };
 
 class NcclRankDevice final : public runtime::RankDevice {
