@@ -449,11 +449,13 @@ void train_as_processes(runtime::TrainOptions o, const TrainArgs& a,
                           : ("ranks: " + std::to_string(session.size()) + " processes x " +
                              std::to_string(ranks_per_process) + " threads")
                                 .c_str());
+    // A failed run ends the job here, before this scope's communicators are destroyed: their
+    // destructors would wait (up to the watchdog) for sends no process will take now.
     runtime::TrainResult r;
     try {
       r = train_into(o, writer.get());
-    } catch (const InputError& e) {  // the job ends here: the communicators' destructors would
-      end_job(session, nullptr, e.what(), 2);  // wait (to the watchdog) for sends no one takes
+    } catch (const InputError& e) {
+      end_job(session, nullptr, e.what(), 2);
     } catch (const std::exception& e) {
       end_job(session, &*failures, e.what(), 1);
     }

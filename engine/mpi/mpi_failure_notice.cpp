@@ -27,9 +27,13 @@ MpiFailureNotice::~MpiFailureNotice() {
 
 bool MpiFailureNotice::tell_root(const std::string& reason, double seconds) noexcept {
   if (process_ == 0 || comm_ == MPI_COMM_NULL) return false;
-  const std::string text = reason.substr(0, kMaxReason);
+  try {
+    sent_.assign(reason, 0, kMaxReason);
+  } catch (...) {  // no memory left for the text: nothing is told
+    return false;
+  }
   MPI_Request request = MPI_REQUEST_NULL;
-  if (MPI_Isend(text.data(), static_cast<int>(text.size()), MPI_CHAR, 0, kNoticeTag, comm_,
+  if (MPI_Isend(sent_.data(), static_cast<int>(sent_.size()), MPI_CHAR, 0, kNoticeTag, comm_,
                 &request) != MPI_SUCCESS)
     return false;
   // A small message leaves at once (eager); the bound covers a rank 0 process already gone.

@@ -35,6 +35,7 @@ class MpiFailureNotice {
  private:
   int process_ = 0;
   MPI_Comm comm_ = MPI_COMM_NULL;
+  std::string sent_;  // tell_root's text, kept: a send left pending still reads it
   std::mutex mutex_;  // guards what follows and the receive of a notice
   int told_by_ = -1;  // the process that told, -1 while none has
   std::string reason_;
