@@ -52,7 +52,7 @@ struct TrainArgs {
   std::string config;
   std::string model;
   std::optional<int> tp, pp, dp, ep, chunks, microbatches, micro_batch_size, zero;
-  std::optional<std::string> schedule, vocab;
+  std::optional<std::string> schedule, vocab, recompute;
   int steps = 60;
   std::string seed = "1234";  // parsed strictly: CLI11 saturates numbers past 2^64
   float lr = 3e-3f;
@@ -183,6 +183,7 @@ TrainSetup build_options(const TrainArgs& a) {
   // Another schedule without --chunks: that schedule's default, not the run file's chunks.
   if (a.schedule && !a.chunks) o.plan.chunks = 0;
   if (a.vocab) o.plan.vocab = schedule::parse_vocab_mode(*a.vocab);
+  if (a.recompute) o.plan.recompute = spec::parse_recompute(*a.recompute);
   // Flags may change the world size: the global batch follows the plan, not the run file.
   if (a.tp || a.pp || a.dp || a.microbatches || a.micro_batch_size) o.plan.global_batch = 0;
   if (a.steps < 1)
@@ -347,9 +348,14 @@ void report_run(const TrainArgs& a, const runtime::TrainOptions& o, const runtim
 
 void print_header(const runtime::TrainOptions& o, const char* ranks) {
   const spec::ParallelPlan& p = o.plan;
-  std::printf("training %s on %d %s (tp=%d pp=%d dp=%d ep=%d), schedule %s, vocab %s, %d steps\n",
+  const std::string recompute =
+      p.recompute == spec::Recompute::None
+          ? std::string()
+          : ", recompute " + std::string(spec::recompute_name(p.recompute));
+  std::printf("training %s on %d %s (tp=%d pp=%d dp=%d ep=%d), schedule %s, vocab %s%s, %d steps\n",
               o.model.name.c_str(), p.tp * p.pp * p.dp, ranks, p.tp, p.pp, p.dp, p.ep,
-              p.schedule.c_str(), std::string(schedule::vocab_mode_name(p.vocab)).c_str(), o.steps);
+              p.schedule.c_str(), std::string(schedule::vocab_mode_name(p.vocab)).c_str(),
+              recompute.c_str(), o.steps);
   if (o.model.vocab_divisible_by > 1) {
     const std::int64_t shards = p.vocab_shards();
     std::printf("vocabulary %lld padded to %lld rows (a multiple of %lld x %lld shards)\n",
@@ -589,6 +595,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--schedule", args->schedule, "Pipeline schedule");
   cmd->add_option("--chunks", args->chunks, "Layer groups per pipeline rank");
   cmd->add_option("--vocab", args->vocab, "Vocabulary parallelism: none, vocab-1, vocab-2");
+  cmd->add_option("--recompute", args->recompute,
+                  "Activation recomputation: none, selective (the attention probabilities) or "
+                  "full (each block from its input)");
   cmd->add_option("--microbatches", args->microbatches, "Micro-batches per step");
   cmd->add_option("--micro-batch-size", args->micro_batch_size, "Sequences per micro-batch");
   cmd->add_option("--zero", args->zero, "ZeRO stage (0 or 1)");

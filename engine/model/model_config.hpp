@@ -11,6 +11,7 @@
 #include <string>
 
 #include "engine/spec/model_spec.hpp"
+#include "engine/spec/parallel_plan.hpp"
 
 namespace pipetune::model {
 
@@ -33,6 +34,12 @@ struct ModelConfig {
   double capacity_factor = 0.0;
   float aux_loss_coef = 0.01f;  // weight of the load-balancing loss added to the training loss
   float init_std = 0.02f;       // GPT-2 initialisation
+  // Activation recomputation (the plan's recompute): full keeps each block's input alone from F
+  // to B, and B runs the block's forward again first; selective drops the stored attention
+  // probabilities (the (T, T) matrix; the flash kernel keeps none) and B recomputes them. The
+  // gradients are those of the run without: the recomputed forward is the same ops on the same
+  // inputs.
+  spec::Recompute recompute = spec::Recompute::None;
 
   bool is_moe() const { return experts > 1; }
   bool is_moe_layer(std::int64_t layer) const { return experts > 1 && layer % moe_every == 0; }

@@ -24,6 +24,16 @@ void BlockActivations::clear() {
   *this = BlockActivations{};
 }
 
+void BlockActivations::keep_input_only() {
+  Buffer input = std::move(x);
+  const std::int64_t b = batch, t = seq;
+  clear();
+  x = std::move(input);
+  batch = b;
+  seq = t;
+  dropped = DroppedActivations::all_but_input;
+}
+
 TransformerBlock::TransformerBlock(const ModelConfig& config, std::int64_t layer, int tp_size,
                                    int tp_rank, int ep_size, int ep_rank, ParameterSet& dense,
                                    ParameterSet& expert)
@@ -31,7 +41,8 @@ TransformerBlock::TransformerBlock(const ModelConfig& config, std::int64_t layer
       hidden_(config.hidden),
       heads_local_(config.heads / tp_size),
       hidden_local_(config.hidden / tp_size),
-      tp_rank_(tp_rank) {
+      tp_rank_(tp_rank),
+      recompute_(config.recompute) {
   const std::int64_t C = config.hidden, Cl = hidden_local_;
   const std::int64_t lo = tp_rank * Cl, hi = lo + Cl;
   const std::string p = "h." + std::to_string(layer) + ".";
@@ -62,11 +73,45 @@ TransformerBlock::TransformerBlock(const ModelConfig& config, std::int64_t layer
 
 float TransformerBlock::forward(const ParallelContext& ctx, ConstTensorView x, TensorView y,
                                 std::int64_t batch, std::int64_t seq, BlockActivations& a) {
-  const std::int64_t B = batch, T = seq, N = B * T, C = hidden_, Cl = hidden_local_;
-  auto& be = ctx.be();
-  a.batch = B;
-  a.seq = T;
+  a.batch = batch;
+  a.seq = seq;
+  a.dropped = DroppedActivations::nothing;
   assign_copy(a.x, x);  // (N, C)
+  const float aux = forward_from_input(ctx, y, a);
+  if (recompute_ == spec::Recompute::Full) {
+    a.keep_input_only();
+  } else if (recompute_ == spec::Recompute::Selective && !a.att.empty()) {
+    release(a.att);  // (B, NH/tp, T, T): the largest activation by far at long sequences
+    a.dropped = DroppedActivations::probabilities;
+  }
+  return aux;
+}
+
+void TransformerBlock::recompute_dropped(const ParallelContext& ctx, BlockActivations& a) {
+  const std::int64_t B = a.batch, T = a.seq, N = B * T, C = hidden_, Cl = hidden_local_;
+  switch (a.dropped) {
+    case DroppedActivations::nothing:
+      return;
+    case DroppedActivations::all_but_input: {
+      Buffer y;  // the block's output, which the next block already has
+      forward_from_input(ctx, sized(y, Shape{N, C}), a);
+      break;
+    }
+    case DroppedActivations::probabilities: {
+      Buffer atty;  // (B, T, C/tp): a.atty holds the same values already
+      ctx.be().attention_forward(view(a.qkv, Shape{B, T, 3 * Cl}), heads_local_,
+                                 sized(atty, Shape{B, T, Cl}),
+                                 sized(a.att, Shape{B, heads_local_, T, T}));
+      break;
+    }
+  }
+  a.dropped = DroppedActivations::nothing;
+}
+
+float TransformerBlock::forward_from_input(const ParallelContext& ctx, TensorView y,
+                                           BlockActivations& a) {
+  const std::int64_t B = a.batch, T = a.seq, N = B * T, C = hidden_, Cl = hidden_local_;
+  auto& be = ctx.be();
   TensorView ln1 = sized(a.ln1, Shape{N, C});
   be.layernorm_forward(view(a.x, Shape{N, C}), params_->param(ln1_w_), params_->param(ln1_b_), ln1,
                        sized(a.ln1_mean, Shape{N}), sized(a.ln1_rstd, Shape{N}));
@@ -120,6 +165,7 @@ void TransformerBlock::backward(const ParallelContext& ctx, ConstTensorView dy, 
 // exists: the same values as backward_weight's, since every gradient is accumulated once.
 void TransformerBlock::backward_pass(const ParallelContext& ctx, ConstTensorView dy, TensorView dx,
                                      float aux_scale, BlockActivations& a, bool weights) {
+  recompute_dropped(ctx, a);
   const std::int64_t B = a.batch, T = a.seq, N = B * T, C = hidden_, Cl = hidden_local_;
   auto& be = ctx.be();
   // One linear layer's input gradient, written over dx, and with `weights` its weight gradient.

@@ -4,6 +4,8 @@
 // The backward is split: backward_input (B) computes the input gradient and keeps what the
 // weight gradients need; backward_weight (W) computes them later (zero-bubble schedules). A
 // schedule's BW op runs both in one pass (backward), each weight gradient as soon as it can.
+// With activation recomputation (ModelConfig::recompute) the forward drops what B can compute
+// again, and B (or BW) first recomputes it from what was kept; W then finds everything as without.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,13 @@
 #include "engine/model/moe_mlp.hpp"
 
 namespace pipetune::model {
+
+// What a forward dropped for B to recompute.
+enum class DroppedActivations {
+  nothing,
+  all_but_input,  // recompute = full: x alone is kept
+  probabilities,  // recompute = selective: att (stored attention) is not kept
+};
 
 struct BlockActivations {
   std::int64_t batch = 0, seq = 0;  // B, T (N = B*T rows)
@@ -32,9 +41,12 @@ struct BlockActivations {
   Buffer dln2;  // (N, C)
   DenseMlpActivations dense;
   MoeMlpActivations moe;
+  DroppedActivations dropped = DroppedActivations::nothing;  // what B recomputes first
 
   std::size_t bytes() const;
   void clear();
+  // Frees everything but the block input x (and B, T).
+  void keep_input_only();
 };
 
 class TransformerBlock {
@@ -60,12 +72,20 @@ class TransformerBlock {
   bool is_moe() const { return moe_.has_value(); }
 
  private:
+  // The forward from a.x (the input already kept): y and every activation; the load-balancing
+  // loss.
+  float forward_from_input(const ParallelContext& ctx, tensor::TensorView y, BlockActivations& a);
+  // Recomputes what the forward dropped (a.dropped), so B and W find every activation. The
+  // recomputed forward repeats the forward's TP all-reduces and EP all-to-alls, as every rank of
+  // those groups recomputes in the same op.
+  void recompute_dropped(const ParallelContext& ctx, BlockActivations& a);
   void backward_pass(const ParallelContext& ctx, tensor::ConstTensorView dy, tensor::TensorView dx,
                      float aux_scale, BlockActivations& a, bool weights);
 
   ParameterSet* params_;
   std::int64_t hidden_, heads_local_, hidden_local_;
   int tp_rank_;
+  spec::Recompute recompute_;
   int ln1_w_, ln1_b_, qkv_w_, qkv_b_, proj_w_, proj_b_, ln2_w_, ln2_b_;
   std::optional<DenseMlp> dense_;
   std::optional<MoeMlp> moe_;

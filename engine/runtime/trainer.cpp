@@ -134,6 +134,7 @@ PreparedRun prepare(const TrainOptions& options) {
   p.config.aux_loss_coef = options.aux_loss_coef;
   p.plan = options.plan;
   spec::apply_defaults(p.plan);
+  p.config.recompute = p.plan.recompute;
   {
     spec::ModelSpec model = options.model;
     spec::apply_defaults(model);
@@ -142,16 +143,12 @@ PreparedRun prepare(const TrainOptions& options) {
   if (options.steps < 1)
     throw InputError("steps must be at least 1 (got " + std::to_string(options.steps) + ")");
   // Plan settings the engine does not carry out are refused, never trained without (issue 12).
-  // The simulator and predict model them; the engine keeps every activation and replicates
-  // layer-norm and dropout work across the TP group.
+  // The simulator and predict model them; the engine replicates layer-norm work across the TP
+  // group and keeps whole optimizer states and gradients on every DP rank beyond ZeRO-1.
   if (p.plan.zero_stage > 1)
     throw InputError("zero_stage=" + std::to_string(p.plan.zero_stage) +
                      ": the engine implements ZeRO-1 (optimizer state sharding) only; set "
                      "zero_stage = 0 or 1 to train (predict and simulate model stages 2 and 3)");
-  if (p.plan.recompute != spec::Recompute::None)
-    throw InputError("recompute=\"" + std::string(spec::recompute_name(p.plan.recompute)) +
-                     "\": the engine does not recompute activations; set recompute = \"none\" to "
-                     "train (predict and simulate model recomputation)");
   if (p.plan.sequence_parallel)
     throw InputError(
         "sequence_parallel=true: the engine does not implement sequence parallelism; "

@@ -208,13 +208,47 @@ TEST_P(TrainCliRefusesUnimplementedPlanKeys, ExitTwoNamingTheKey) {
   EXPECT_TRUE(r.out.empty()) << r.out;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, TrainCliRefusesUnimplementedPlanKeys,
-    ::testing::Values(RefusedKey{"recompute = \"full\"", "recompute=\"full\""},
-                      RefusedKey{"recompute = \"selective\"", "recompute=\"selective\""},
-                      RefusedKey{"sequence_parallel = true", "sequence_parallel=true"},
-                      RefusedKey{"zero_stage = 3", "zero_stage=3"}),
-    [](const auto& info) { return "case" + std::to_string(info.index); });
+INSTANTIATE_TEST_SUITE_P(Cases, TrainCliRefusesUnimplementedPlanKeys,
+                         ::testing::Values(RefusedKey{"sequence_parallel = true",
+                                                      "sequence_parallel=true"},
+                                           RefusedKey{"zero_stage = 3", "zero_stage=3"}),
+                         [](const auto& info) { return "case" + std::to_string(info.index); });
+
+// Activation recomputation, from a run file or --recompute: the same losses as without, to every
+// printed digit (B recomputes with the same ops on the same inputs), and the header says it.
+TEST(TrainCliRecompute, RunFileAndFlagTrainTheSameLossesAsWithout) {
+  const std::string path = testing::default_child_cwd() + "/recompute.toml";
+  {
+    std::ofstream f(path);
+    f << "model = \"tiny\"\n[cluster]\nhardware = \"a100-80gb\"\ndevices = 8\n"
+      << "[plan]\ntp = 2\npp = 2\ndp = 2\nmicro_batch_size = 2\nmicrobatches = 4\n"
+      << "recompute = \"full\"\n";
+  }
+  const auto losses = [](const std::vector<std::string>& args) {
+    const auto r = run_pipetune(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out.empty() ? "{}" : r.out).value("losses", nlohmann::json());
+  };
+  const nlohmann::json without = losses(
+      {"train", "--config", path, "--recompute", "none", "--steps", "3", "--no-db", "--json"});
+  ASSERT_EQ(without.size(), 3u);
+  EXPECT_EQ(losses({"train", "--config", path, "--steps", "3", "--no-db", "--json"}), without);
+  EXPECT_EQ(losses({"train", "--config", path, "--recompute", "selective", "--steps", "3",
+                    "--no-db", "--json"}),
+            without);
+  const auto r = run_pipetune({"train", "--config", path, "--steps", "1", "--no-db"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("vocab none, recompute full, 1 steps"), std::string::npos) << r.out;
+}
+
+TEST(TrainCliRecompute, AnUnknownModeIsRefusedWithTheValidOnes) {
+  const auto r = run_pipetune({"train", "--recompute", "some", "--steps", "1", "--no-db"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("unknown recompute mode 'some'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("selective"), std::string::npos) << r.err;
+  EXPECT_EQ(line_count(r.err), 1) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
 
 }  // namespace
 }  // namespace pipetune

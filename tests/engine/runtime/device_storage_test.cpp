@@ -124,6 +124,22 @@ std::vector<PlanCase> device_storage_plans() {
 INSTANTIATE_TEST_SUITE_P(Plans, DeviceStorage, ::testing::ValuesIn(device_storage_plans()),
                          [](const auto& info) { return info.param.name; });
 
+// Activation recomputation on device storage: what B recomputes (the whole block, or the
+// attention probabilities) and what the forward releases are device blocks too, with the same
+// bits as on the CPU.
+TEST(DeviceStorageRecompute, RecomputedBlocksTrainBitIdenticalWithoutHostAccess) {
+  const PlanCase c{.name = "pp2_zbh1", .pp = 2, .schedule = "zb-h1"};
+  for (spec::Recompute r : {spec::Recompute::Full, spec::Recompute::Selective}) {
+    SCOPED_TRACE(std::string(spec::recompute_name(r)));
+    TrainOptions o = options_for(c);
+    o.plan.recompute = r;
+    const TrainResult want = train(o);
+    o.rank_device = guarded_factory();
+    const TrainResult got = train(o);
+    expect_same_training(got, want);
+  }
+}
+
 // The rank's device accounting, seen from inside the run: what its allocator holds for
 // parameters, gradients and optimizer state equals what its memory ledger reports (the ledger
 // splits the vocabulary layers out of parameters and gradients), and activations are device
