@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Predicted against measured on this machine (issue 13 point 5). Measures a CPU hardware profile
 # (`calibrate --local`), refines it on short training runs of two calibration models
-# (`calibrate --hardware`), then for 1f1b, zb-h1, interleaved-1f1b and v-half + vocab-2 on
+# (`calibrate --hardware`), then for 1f1b, zb-h1, interleaved-1f1b and v-half + vocab-2, and 1f1b
+# and zb-h1 with full and selective activation recomputation, on
 # tests/bench/cpu-prediction-model.toml trains the plan (`train --config`) and simulates the same
 # run file (`simulate --config`, the schedule train executes), and prints per stage the predicted
 # and measured busy time and the iteration time, with the error. Target: within 10% per stage.
@@ -40,12 +41,13 @@ done
 "$pipetune" calibrate --hardware "$work/cpu-local.toml" --db "$work/calibration.db" \
   --fit gemm,gemm_half_flops,attention,memory -o "$work/cpu-fitted.toml" --force | head -5
 
-plans=("1f1b 1 none" "zb-h1 1 none" "interleaved-1f1b 2 none" "v-half 2 vocab-2")
+plans=("1f1b 1 none none" "zb-h1 1 none none" "interleaved-1f1b 2 none none"
+  "v-half 2 vocab-2 none" "1f1b 1 none full" "zb-h1 1 none selective")
 for plan in "${plans[@]}"; do
-  read -r schedule chunks vocab <<<"$plan"
-  name="$schedule-$vocab"
+  read -r schedule chunks vocab recompute <<<"$plan"
+  name="$schedule-$vocab-recompute-$recompute"
   cat >"$work/$name.toml" <<RUN
-description = "cpu_prediction: $schedule, $vocab"
+description = "cpu_prediction: $schedule, $vocab, recompute $recompute"
 model = "$here/cpu-prediction-model.toml"
 [cluster]
 hardware = "$work/cpu-fitted.toml"
@@ -56,6 +58,7 @@ pp = 2
 dp = 1
 chunks = $chunks
 vocab = "$vocab"
+recompute = "$recompute"
 micro_batch_size = 2
 microbatches = 8
 schedule = "$schedule"
@@ -89,21 +92,21 @@ def measured(name):
     return per_stage, mean(iteration)
 
 worst = 0.0
-print(f"\n{'plan':<24} {'stage':>5} {'predicted':>12} {'measured':>12} {'error':>8}")
+print(f"\n{'plan':<36} {'stage':>5} {'predicted':>12} {'measured':>12} {'error':>8}")
 for plan in plans:
-    schedule, chunks, vocab = plan.split()
-    name = f"{schedule}-{vocab}"
+    schedule, chunks, vocab, recompute = plan.split()
+    name = f"{schedule}-{vocab}-recompute-{recompute}"
     pred = json.load(open(f"{work}/{name}.predicted.json"))
     busy, iteration = measured(name)
     for st in pred["stages"]:
         p, m = st["busy"], busy[st["stage"]]
         err = (p - m) / m
         worst = max(worst, abs(err))
-        print(f"{name:<24} {st['stage']:>5} {p*1e3:>9.1f} ms {m*1e3:>9.1f} ms {100*err:>7.1f}%")
+        print(f"{name:<36} {st['stage']:>5} {p*1e3:>9.1f} ms {m*1e3:>9.1f} ms {100*err:>7.1f}%")
     p = pred["iteration"]["iteration_time"]  # pipeline + optimizer, as the report's
     m = iteration
     err = (p - m) / m
-    print(f"{name:<24} {'iter':>5} {p*1e3:>9.1f} ms {m*1e3:>9.1f} ms {100*err:>7.1f}%")
+    print(f"{name:<36} {'iter':>5} {p*1e3:>9.1f} ms {m*1e3:>9.1f} ms {100*err:>7.1f}%")
 print(f"\nworst per-stage error {100*worst:.1f}% (target 10%): "
       f"{'met' if worst <= 0.10 else 'NOT met'}")
 PY
