@@ -61,6 +61,7 @@ struct TrainArgs {
   int checkpoint_every = 0;
   std::string resume;
   bool json = false;
+  bool sequence_parallel = false, no_sequence_parallel = false;
   std::string trace;
   bool force = false;
   int threads = 0;
@@ -184,6 +185,8 @@ TrainSetup build_options(const TrainArgs& a) {
   if (a.schedule && !a.chunks) o.plan.chunks = 0;
   if (a.vocab) o.plan.vocab = schedule::parse_vocab_mode(*a.vocab);
   if (a.recompute) o.plan.recompute = spec::parse_recompute(*a.recompute);
+  if (a.sequence_parallel) o.plan.sequence_parallel = true;
+  if (a.no_sequence_parallel) o.plan.sequence_parallel = false;
   // Flags may change the world size: the global batch follows the plan, not the run file.
   if (a.tp || a.pp || a.dp || a.microbatches || a.micro_batch_size) o.plan.global_batch = 0;
   if (a.steps < 1)
@@ -348,10 +351,10 @@ void report_run(const TrainArgs& a, const runtime::TrainOptions& o, const runtim
 
 void print_header(const runtime::TrainOptions& o, const char* ranks) {
   const spec::ParallelPlan& p = o.plan;
-  const std::string recompute =
-      p.recompute == spec::Recompute::None
-          ? std::string()
-          : ", recompute " + std::string(spec::recompute_name(p.recompute));
+  std::string recompute = p.recompute == spec::Recompute::None
+                              ? std::string()
+                              : ", recompute " + std::string(spec::recompute_name(p.recompute));
+  if (p.sequence_parallel && p.tp > 1) recompute += ", sequence parallel";
   std::printf("training %s on %d %s (tp=%d pp=%d dp=%d ep=%d), schedule %s, vocab %s%s, %d steps\n",
               o.model.name.c_str(), p.tp * p.pp * p.dp, ranks, p.tp, p.pp, p.dp, p.ep,
               p.schedule.c_str(), std::string(schedule::vocab_mode_name(p.vocab)).c_str(),
@@ -595,6 +598,13 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--schedule", args->schedule, "Pipeline schedule");
   cmd->add_option("--chunks", args->chunks, "Layer groups per pipeline rank");
   cmd->add_option("--vocab", args->vocab, "Vocabulary parallelism: none, vocab-1, vocab-2");
+  auto* sp =
+      cmd->add_flag("--sequence-parallel", args->sequence_parallel,
+                    "Sequence parallelism (with TP): LayerNorms and residuals on 1/tp of the "
+                    "rows, all-gathers and reduce-scatters for the TP sums");
+  cmd->add_flag("--no-sequence-parallel", args->no_sequence_parallel,
+                "Without sequence parallelism, whatever the run file says")
+      ->excludes(sp);
   cmd->add_option("--recompute", args->recompute,
                   "Activation recomputation: none, selective (the attention probabilities) or "
                   "full (each block from its input)");

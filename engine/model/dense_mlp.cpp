@@ -41,7 +41,7 @@ DenseMlp::DenseMlp(const ModelConfig& config, const std::string& prefix, int tp_
 }
 
 void DenseMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView out,
-                       DenseMlpActivations& a) {
+                       DenseMlpActivations& a, bool reduce) {
   const std::int64_t N = x.shape.rows(), Fl = ffn_local_;
   auto& be = ctx.be();
   TensorView fc = sized(a.fc, Shape{N, Fl});   // (N, F/tp): pre-activation, kept for the backward
@@ -51,11 +51,11 @@ void DenseMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView
   ConstTensorView bias =
       tp_rank_ == 0 ? ConstTensorView(params_->param(proj_b_)) : ConstTensorView{};
   be.linear_forward(g, params_->param(proj_w_), bias, out);  // (N, C) partial
-  ctx.tp_all_reduce(out);
+  if (reduce) ctx.tp_all_reduce(out);
 }
 
 void DenseMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, TensorView dx,
-                              DenseMlpActivations& a) {
+                              DenseMlpActivations& a, bool reduce) {
   const std::int64_t N = dout.shape.rows(), C = hidden_, Fl = ffn_local_;
   auto& be = ctx.be();
   TensorView kept = sized(a.dout, Shape{N, C});  // (N, C)
@@ -66,7 +66,7 @@ void DenseMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, 
   release(a.fc);
   // dx gets this rank's partial; the TP sum (in place) completes it.
   be.linear_backward_input(dfc, params_->param(fc_w_), dx, tensor::GradientWrite::overwrite);
-  if (ctx.tp_size > 1) ctx.tp_all_reduce(dx);
+  if (reduce && ctx.tp_size > 1) ctx.tp_all_reduce(dx);
 }
 
 void DenseMlp::backward_weight(const ParallelContext& ctx, ConstTensorView x,
@@ -81,7 +81,7 @@ void DenseMlp::backward_weight(const ParallelContext& ctx, ConstTensorView x,
 }
 
 void DenseMlp::backward(const ParallelContext& ctx, ConstTensorView x, ConstTensorView dout,
-                        TensorView dx, DenseMlpActivations& a) {
+                        TensorView dx, DenseMlpActivations& a, bool reduce) {
   const std::int64_t N = dout.shape.rows(), Fl = ffn_local_;
   auto& be = ctx.be();
   TensorView dfc = sized(a.dfc, Shape{N, Fl});  // (N, F/tp)
@@ -92,7 +92,7 @@ void DenseMlp::backward(const ParallelContext& ctx, ConstTensorView x, ConstTens
   release(a.gelu);
   be.linear_backward(dfc, x, params_->param(fc_w_), dx, tensor::GradientWrite::overwrite,
                      params_->grad(fc_w_), params_->grad(fc_b_));
-  if (ctx.tp_size > 1) ctx.tp_all_reduce(dx);
+  if (reduce && ctx.tp_size > 1) ctx.tp_all_reduce(dx);
   a.clear();
 }
 

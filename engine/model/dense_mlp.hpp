@@ -28,20 +28,21 @@ class DenseMlp {
   DenseMlp(const ModelConfig& config, const std::string& prefix, int tp_size, int tp_rank,
            ParameterSet& params);
 
-  // x (N, C) -> out (N, C), complete (summed over TP).
+  // x (N, C) -> out (N, C), complete (summed over TP), or with `reduce` false this rank's part of
+  // the sum (the caller reduce-scatters it under sequence parallelism).
   void forward(const ParallelContext& ctx, tensor::ConstTensorView x, tensor::TensorView out,
-               DenseMlpActivations& a);
-  // dx (N, C) = input gradient (complete, summed over TP), written over (dx's old values are not
-  // read). Frees what W does not need.
+               DenseMlpActivations& a, bool reduce = true);
+  // dx (N, C) = input gradient (complete, summed over TP; with `reduce` false this rank's part),
+  // written over (dx's old values are not read). Frees what W does not need.
   void backward_input(const ParallelContext& ctx, tensor::ConstTensorView dout,
-                      tensor::TensorView dx, DenseMlpActivations& a);
+                      tensor::TensorView dx, DenseMlpActivations& a, bool reduce = true);
   void backward_weight(const ParallelContext& ctx, tensor::ConstTensorView x,
                        DenseMlpActivations& a);
   // backward_input and backward_weight at once (a backward not split into B and W): the same
   // gradients, each weight's from its output gradient as soon as that exists, so dout needs no
   // copy kept for W, and each layer's two GEMMs share one bf16 copy of it on CUDA.
   void backward(const ParallelContext& ctx, tensor::ConstTensorView x, tensor::ConstTensorView dout,
-                tensor::TensorView dx, DenseMlpActivations& a);
+                tensor::TensorView dx, DenseMlpActivations& a, bool reduce = true);
 
  private:
   ParameterSet* params_;

@@ -22,6 +22,12 @@ struct ParallelContext {
   int tp_size = 1;
   int ep_rank = 0;
   int ep_size = 1;
+  // Megatron's sequence parallelism (tp > 1): outside attention and the MLP, a block's rows
+  // (LayerNorms, residuals, what stages send each other) are split over the TP group, each rank
+  // holding a contiguous 1/tp of the micro-batch's B*T rows. All-gathers bring the rows together
+  // before the column-parallel layers; reduce-scatters replace the all-reduces after the
+  // row-parallel ones.
+  bool sequence_parallel = false;
   profiler::RankRecorder* recorder = nullptr;  // spans of the collectives; may be null
   profiler::NameId all_to_all_name = 0;        // interned "all_to_all" on the recorder
 
@@ -31,6 +37,24 @@ struct ParallelContext {
     if (tp_size <= 1) return;
     profiler::ScopedSpan span(recorder, profiler::SpanKind::AllReduce, profiler::Stream::Comm);
     comm->all_reduce(tp_group, std::span<float>(t.data, static_cast<std::size_t>(t.numel())), op);
+  }
+  // The rows this rank holds of a micro-batch's `rows`.
+  std::int64_t local_rows(std::int64_t rows) const {
+    return sequence_parallel ? rows / tp_size : rows;
+  }
+  // full (tp * n) <- every TP rank's local (n), in TP-rank order.
+  void tp_all_gather(tensor::ConstTensorView local, tensor::TensorView full) const {
+    profiler::ScopedSpan span(recorder, profiler::SpanKind::AllGather, profiler::Stream::Comm);
+    comm->all_gather(tp_group,
+                     std::span<const float>(local.data, static_cast<std::size_t>(local.numel())),
+                     std::span<float>(full.data, static_cast<std::size_t>(full.numel())));
+  }
+  // local (n) <- this TP rank's chunk of the sum of every rank's partial (tp * n).
+  void tp_reduce_scatter(tensor::ConstTensorView partial, tensor::TensorView local) const {
+    profiler::ScopedSpan span(recorder, profiler::SpanKind::ReduceScatter, profiler::Stream::Comm);
+    comm->reduce_scatter(
+        tp_group, std::span<const float>(partial.data, static_cast<std::size_t>(partial.numel())),
+        std::span<float>(local.data, static_cast<std::size_t>(local.numel())));
   }
   void ep_all_to_all(std::span<const float> input, std::span<float> output) const {
     profiler::ScopedSpan span(recorder, profiler::SpanKind::AllToAll, profiler::Stream::Comm, -1,

@@ -57,6 +57,10 @@ struct ParamEntry {
   // Rows of the full tensor from here on are padding (a padded vocabulary): initialised to zero
   // whatever `init` says. -1: none.
   std::int64_t zero_rows_from = -1;
+  // Used on the rows of the sequence a rank holds (the LayerNorms): under sequence parallelism
+  // each TP rank's gradient covers its rows only, and the TP group sums them before the DP
+  // reduction (Megatron's sequence_parallel attribute).
+  bool sequence_parallel = false;
 
   std::int64_t numel() const { return shape.numel(); }
 };

@@ -53,8 +53,13 @@ RankModel::RankModel(const ModelConfig& config, const RankPlacement& placement)
       list.emplace_back(config, l, tp, tr, placement.ep_size, placement.ep_rank, dense, expert);
   }
   if (last) {
-    lnf_w_ = dense.add({"lnf.w", Shape{C}, ShardLayout::whole(C), true, false, Init::Ones, 0.0f});
-    lnf_b_ = dense.add({"lnf.b", Shape{C}, ShardLayout::whole(C), true, false, Init::Zeros, 0.0f});
+    const auto norm = [&](const char* name, Init init) {
+      ParamEntry e{name, Shape{C}, ShardLayout::whole(C), true, false, init, 0.0f};
+      e.sequence_parallel = true;  // applied to the rank's rows of the sequence
+      return dense.add(std::move(e));
+    };
+    lnf_w_ = norm("lnf.w", Init::Ones);
+    lnf_b_ = norm("lnf.b", Init::Zeros);
   }
   if (vp || last) head_ = dense.add(table("head.w"));
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/model/buffers.hpp"
+#include "engine/model/sequence_rows.hpp"
 
 namespace pipetune::model {
 
@@ -48,7 +49,9 @@ TransformerBlock::TransformerBlock(const ModelConfig& config, std::int64_t layer
   const std::string p = "h." + std::to_string(layer) + ".";
   const float proj_std = config.init_std / std::sqrt(2.0f * static_cast<float>(config.layers));
   auto norm = [&](const std::string& name, Init init) {
-    return dense.add({p + name, Shape{C}, ShardLayout::whole(C), true, false, init, 0.0f});
+    ParamEntry e{p + name, Shape{C}, ShardLayout::whole(C), true, false, init, 0.0f};
+    e.sequence_parallel = true;
+    return dense.add(std::move(e));
   };
   ln1_w_ = norm("ln1.w", Init::Ones);
   ln1_b_ = norm("ln1.b", Init::Zeros);
@@ -93,8 +96,8 @@ void TransformerBlock::recompute_dropped(const ParallelContext& ctx, BlockActiva
     case DroppedActivations::nothing:
       return;
     case DroppedActivations::all_but_input: {
-      Buffer y;  // the block's output, which the next block already has
-      forward_from_input(ctx, sized(y, Shape{N, C}), a);
+      Buffer y;  // the block's output (this rank's rows), which the next block already has
+      forward_from_input(ctx, sized(y, Shape{ctx.local_rows(N), C}), a);
       break;
     }
     case DroppedActivations::probabilities: {
@@ -110,13 +113,19 @@ void TransformerBlock::recompute_dropped(const ParallelContext& ctx, BlockActiva
 
 float TransformerBlock::forward_from_input(const ParallelContext& ctx, TensorView y,
                                            BlockActivations& a) {
-  const std::int64_t B = a.batch, T = a.seq, N = B * T, C = hidden_, Cl = hidden_local_;
+  // N rows of the micro-batch; this rank's Nl of them outside attention and the MLP (all N
+  // without sequence parallelism).
+  const std::int64_t B = a.batch, T = a.seq, N = B * T, Nl = ctx.local_rows(N), C = hidden_,
+                     Cl = hidden_local_;
   auto& be = ctx.be();
-  TensorView ln1 = sized(a.ln1, Shape{N, C});
-  be.layernorm_forward(view(a.x, Shape{N, C}), params_->param(ln1_w_), params_->param(ln1_b_), ln1,
-                       sized(a.ln1_mean, Shape{N}), sized(a.ln1_rstd, Shape{N}));
-  TensorView qkv = sized(a.qkv, Shape{N, 3 * Cl});  // (N, 3C/tp)
-  be.linear_forward(ln1, params_->param(qkv_w_), params_->param(qkv_b_), qkv);
+  TensorView ln1 = sized(a.ln1, Shape{Nl, C});
+  be.layernorm_forward(view(a.x, Shape{Nl, C}), params_->param(ln1_w_), params_->param(ln1_b_), ln1,
+                       sized(a.ln1_mean, Shape{Nl}), sized(a.ln1_rstd, Shape{Nl}));
+  Buffer ln1_rows;
+  const ConstTensorView ln1_all = gathered_rows(ctx, ln1, ln1_rows);  // (N, C)
+  TensorView qkv = sized(a.qkv, Shape{N, 3 * Cl});                    // (N, 3C/tp)
+  be.linear_forward(ln1_all, params_->param(qkv_w_), params_->param(qkv_b_), qkv);
+  release(ln1_rows);
   TensorView atty = sized(a.atty, Shape{B, T, Cl});  // (B, T, C/tp)
   if (be.attention_kernel() == tensor::AttentionKernel::flash)
     be.attention_flash_forward(view(a.qkv, Shape{B, T, 3 * Cl}), heads_local_, atty,
@@ -124,22 +133,32 @@ float TransformerBlock::forward_from_input(const ParallelContext& ctx, TensorVie
   else
     be.attention_forward(view(a.qkv, Shape{B, T, 3 * Cl}), heads_local_, atty,
                          sized(a.att, Shape{B, heads_local_, T, T}));
-  TensorView x2 = sized(a.x2, Shape{N, C});  // (N, C): attention output, then + x
+  // (Nl, C): attention output (the row-parallel sum), then + x.
+  TensorView x2 = sized(a.x2, Shape{Nl, C});
+  Buffer proj_part;  // (N, C) this rank's part of the sum, under sequence parallelism
+  TensorView proj = ctx.sequence_parallel ? sized(proj_part, Shape{N, C}) : x2;
   ConstTensorView bias =
       tp_rank_ == 0 ? ConstTensorView(params_->param(proj_b_)) : ConstTensorView{};
-  be.linear_forward(view(a.atty, Shape{N, Cl}), params_->param(proj_w_), bias, x2);
-  ctx.tp_all_reduce(x2);
-  be.accumulate(x2, view(a.x, Shape{N, C}));
+  be.linear_forward(view(a.atty, Shape{N, Cl}), params_->param(proj_w_), bias, proj);
+  reduce_rows(ctx, proj, x2);
+  release(proj_part);
+  be.accumulate(x2, view(a.x, Shape{Nl, C}));
 
-  TensorView ln2 = sized(a.ln2, Shape{N, C});
+  TensorView ln2 = sized(a.ln2, Shape{Nl, C});
   be.layernorm_forward(x2, params_->param(ln2_w_), params_->param(ln2_b_), ln2,
-                       sized(a.ln2_mean, Shape{N}), sized(a.ln2_rstd, Shape{N}));
+                       sized(a.ln2_mean, Shape{Nl}), sized(a.ln2_rstd, Shape{Nl}));
+  Buffer ln2_rows, out_part;
+  const ConstTensorView ln2_all = gathered_rows(ctx, ln2, ln2_rows);  // (N, C)
+  TensorView out = ctx.sequence_parallel ? sized(out_part, Shape{N, C}) : y;
   float aux = 0.0f;
   if (moe_) {
-    moe_->forward(ctx, ln2, y, a.moe);
+    // The experts run on every row and sum over TP themselves; each rank keeps its rows.
+    moe_->forward(ctx, ln2_all, out, a.moe);
     aux = a.moe.aux_loss;
+    if (ctx.sequence_parallel) copy_own_rows(ctx, out, y);
   } else {
-    dense_->forward(ctx, ln2, y, a.dense);
+    dense_->forward(ctx, ln2_all, out, a.dense, !ctx.sequence_parallel);
+    if (ctx.sequence_parallel) reduce_rows(ctx, out, y);
   }
   be.accumulate(y, x2);
   return aux;
@@ -162,11 +181,15 @@ void TransformerBlock::backward(const ParallelContext& ctx, ConstTensorView dy, 
 }
 
 // B, and with `weights` (a dense block's BW) each weight gradient as soon as its output gradient
-// exists: the same values as backward_weight's, since every gradient is accumulated once.
+// exists: the same values as backward_weight's, since every gradient is accumulated once. Under
+// sequence parallelism dy and dx are this rank's rows (Nl, C): the rows are gathered before the
+// MLP and the attention's projections, and their input gradients reduce-scattered.
 void TransformerBlock::backward_pass(const ParallelContext& ctx, ConstTensorView dy, TensorView dx,
                                      float aux_scale, BlockActivations& a, bool weights) {
   recompute_dropped(ctx, a);
-  const std::int64_t B = a.batch, T = a.seq, N = B * T, C = hidden_, Cl = hidden_local_;
+  const std::int64_t B = a.batch, T = a.seq, N = B * T, Nl = ctx.local_rows(N), C = hidden_,
+                     Cl = hidden_local_;
+  const bool sp = ctx.sequence_parallel;
   auto& be = ctx.be();
   // One linear layer's input gradient, written over dx, and with `weights` its weight gradient.
   const auto linear = [&](ConstTensorView dout, ConstTensorView x, int w, int b, TensorView din) {
@@ -177,27 +200,40 @@ void TransformerBlock::backward_pass(const ParallelContext& ctx, ConstTensorView
       be.linear_backward_input(dout, params_->param(w), din, tensor::GradientWrite::overwrite);
   };
   // MLP half: dln2 is complete (summed over TP) when the MLP returns it, written over.
-  TensorView dln2 = sized(a.dln2, Shape{N, C});
-  if (moe_)
-    moe_->backward_input(ctx, dy, dln2, aux_scale, a.moe);
-  else if (weights)
-    dense_->backward(ctx, view(a.ln2, Shape{N, C}), dy, dln2, a.dense);
-  else
-    dense_->backward_input(ctx, dy, dln2, a.dense);
+  TensorView dln2 = sized(a.dln2, Shape{Nl, C});
+  {
+    Buffer dy_rows, part, ln2_rows;
+    const ConstTensorView dy_all = gathered_rows(ctx, dy, dy_rows);  // (N, C)
+    TensorView dln2_all = sp ? sized(part, Shape{N, C}) : dln2;
+    if (moe_) {
+      moe_->backward_input(ctx, dy_all, dln2_all, aux_scale, a.moe);
+      if (sp) copy_own_rows(ctx, dln2_all, dln2);
+    } else {
+      if (weights)
+        dense_->backward(ctx, gathered_rows(ctx, view(a.ln2, Shape{Nl, C}), ln2_rows), dy_all,
+                         dln2_all, a.dense, !sp);
+      else
+        dense_->backward_input(ctx, dy_all, dln2_all, a.dense, !sp);
+      if (sp) reduce_rows(ctx, dln2_all, dln2);
+    }
+  }
   // The residual joins in the LayerNorm's pass (no copy of it first): dx2 = dy + ln2's input
   // gradient.
-  TensorView dx2 = sized(a.dx2, Shape{N, C});
-  be.layernorm_backward_input(dln2, view(a.x2, Shape{N, C}), params_->param(ln2_w_),
-                              view(a.ln2_mean, Shape{N}), view(a.ln2_rstd, Shape{N}), dx2, dy);
+  TensorView dx2 = sized(a.dx2, Shape{Nl, C});
+  be.layernorm_backward_input(dln2, view(a.x2, Shape{Nl, C}), params_->param(ln2_w_),
+                              view(a.ln2_mean, Shape{Nl}), view(a.ln2_rstd, Shape{Nl}), dx2, dy);
   if (weights)
-    be.layernorm_backward_weight(dln2, view(a.x2, Shape{N, C}), view(a.ln2_mean, Shape{N}),
-                                 view(a.ln2_rstd, Shape{N}), params_->grad(ln2_w_),
+    be.layernorm_backward_weight(dln2, view(a.x2, Shape{Nl, C}), view(a.ln2_mean, Shape{Nl}),
+                                 view(a.ln2_rstd, Shape{Nl}), params_->grad(ln2_w_),
                                  params_->grad(ln2_b_));
 
   // Attention half.
   Buffer datty_buf;
   TensorView datty = sized(datty_buf, Shape{N, Cl});  // (N, C/tp), written over
-  linear(dx2, view(a.atty, Shape{N, Cl}), proj_w_, proj_b_, datty);
+  {
+    Buffer dx2_rows;
+    linear(gathered_rows(ctx, dx2, dx2_rows), view(a.atty, Shape{N, Cl}), proj_w_, proj_b_, datty);
+  }
   // Which kernel ran the forward is what this micro-batch kept (the backend's choice is fixed
   // for a run, but the activations say it for certain). The flash backward writes all of dqkv
   // (no zeroing pass: (B, T, 3C) per layer); the stored one adds to it.
@@ -213,34 +249,55 @@ void TransformerBlock::backward_pass(const ParallelContext& ctx, ConstTensorView
   release(a.att);  // the largest activation; W does not need it
   release(a.lse);
   release(a.qkv);
-  TensorView dln1 = sized(a.dln1, Shape{N, C});
-  linear(view(a.dqkv, Shape{N, 3 * Cl}), view(a.ln1, Shape{N, C}), qkv_w_, qkv_b_, dln1);
-  ctx.tp_all_reduce(dln1);
+  TensorView dln1 = sized(a.dln1, Shape{Nl, C});
+  {
+    Buffer ln1_rows, part;
+    TensorView dln1_all = sp ? sized(part, Shape{N, C}) : dln1;
+    linear(view(a.dqkv, Shape{N, 3 * Cl}),
+           weights ? gathered_rows(ctx, view(a.ln1, Shape{Nl, C}), ln1_rows)
+                   : ConstTensorView(view(a.ln1, Shape{Nl, C})),
+           qkv_w_, qkv_b_, dln1_all);
+    reduce_rows(ctx, dln1_all, dln1);
+  }
   // dx = dx2 + ln1's input gradient (dx may be dy's buffer: dy is not read past this point).
-  be.layernorm_backward_input(dln1, view(a.x, Shape{N, C}), params_->param(ln1_w_),
-                              view(a.ln1_mean, Shape{N}), view(a.ln1_rstd, Shape{N}), dx, dx2);
+  be.layernorm_backward_input(dln1, view(a.x, Shape{Nl, C}), params_->param(ln1_w_),
+                              view(a.ln1_mean, Shape{Nl}), view(a.ln1_rstd, Shape{Nl}), dx, dx2);
   if (weights)
-    be.layernorm_backward_weight(dln1, view(a.x, Shape{N, C}), view(a.ln1_mean, Shape{N}),
-                                 view(a.ln1_rstd, Shape{N}), params_->grad(ln1_w_),
+    be.layernorm_backward_weight(dln1, view(a.x, Shape{Nl, C}), view(a.ln1_mean, Shape{Nl}),
+                                 view(a.ln1_rstd, Shape{Nl}), params_->grad(ln1_w_),
                                  params_->grad(ln1_b_));
 }
 
+// Under sequence parallelism the weight gradients of the MLP and the attention's projections
+// need every row: the kept rows are gathered again (the TP ranks run their W ops together).
 void TransformerBlock::backward_weight(const ParallelContext& ctx, BlockActivations& a) {
-  const std::int64_t N = a.batch * a.seq, C = hidden_, Cl = hidden_local_;
+  const std::int64_t N = a.batch * a.seq, Nl = ctx.local_rows(N), C = hidden_, Cl = hidden_local_;
   auto& be = ctx.be();
-  if (moe_)
-    moe_->backward_weight(ctx, view(a.ln2, Shape{N, C}), a.moe);
-  else
-    dense_->backward_weight(ctx, view(a.ln2, Shape{N, C}), a.dense);
-  be.layernorm_backward_weight(view(a.dln2, Shape{N, C}), view(a.x2, Shape{N, C}),
-                               view(a.ln2_mean, Shape{N}), view(a.ln2_rstd, Shape{N}),
+  {
+    Buffer ln2_rows;
+    const ConstTensorView ln2_all = gathered_rows(ctx, view(a.ln2, Shape{Nl, C}), ln2_rows);
+    if (moe_)
+      moe_->backward_weight(ctx, ln2_all, a.moe);
+    else
+      dense_->backward_weight(ctx, ln2_all, a.dense);
+  }
+  be.layernorm_backward_weight(view(a.dln2, Shape{Nl, C}), view(a.x2, Shape{Nl, C}),
+                               view(a.ln2_mean, Shape{Nl}), view(a.ln2_rstd, Shape{Nl}),
                                params_->grad(ln2_w_), params_->grad(ln2_b_));
-  be.linear_backward_weight(view(a.dx2, Shape{N, C}), view(a.atty, Shape{N, Cl}),
-                            params_->grad(proj_w_), params_->grad(proj_b_));
-  be.linear_backward_weight(view(a.dqkv, Shape{N, 3 * Cl}), view(a.ln1, Shape{N, C}),
-                            params_->grad(qkv_w_), params_->grad(qkv_b_));
-  be.layernorm_backward_weight(view(a.dln1, Shape{N, C}), view(a.x, Shape{N, C}),
-                               view(a.ln1_mean, Shape{N}), view(a.ln1_rstd, Shape{N}),
+  {
+    Buffer dx2_rows;
+    be.linear_backward_weight(gathered_rows(ctx, view(a.dx2, Shape{Nl, C}), dx2_rows),
+                              view(a.atty, Shape{N, Cl}), params_->grad(proj_w_),
+                              params_->grad(proj_b_));
+  }
+  {
+    Buffer ln1_rows;
+    be.linear_backward_weight(view(a.dqkv, Shape{N, 3 * Cl}),
+                              gathered_rows(ctx, view(a.ln1, Shape{Nl, C}), ln1_rows),
+                              params_->grad(qkv_w_), params_->grad(qkv_b_));
+  }
+  be.layernorm_backward_weight(view(a.dln1, Shape{Nl, C}), view(a.x, Shape{Nl, C}),
+                               view(a.ln1_mean, Shape{Nl}), view(a.ln1_rstd, Shape{Nl}),
                                params_->grad(ln1_w_), params_->grad(ln1_b_));
   a.clear();
 }

@@ -14,6 +14,7 @@
 
 #include "engine/errors.hpp"
 #include "engine/model/buffers.hpp"
+#include "engine/model/sequence_rows.hpp"
 #include "engine/schedule/dependencies.hpp"
 
 namespace pipetune::runtime {
@@ -81,6 +82,7 @@ RankRuntime::RankRuntime(const model::ModelConfig& config, const spec::ParallelP
   ctx_.tp_size = plan.tp;
   ctx_.ep_rank = at.ep_rank;
   ctx_.ep_size = plan.ep;
+  ctx_.sequence_parallel = plan.sequence_parallel && plan.tp > 1;
   ctx_.recorder = recorder;
   if (recorder != nullptr && recorder->enabled())
     ctx_.all_to_all_name = recorder->intern("all_to_all");
@@ -154,6 +156,32 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
   return losses_;
 }
 
+void RankRuntime::reduce_sequence_parallel_gradients() {
+  if (!ctx_.sequence_parallel) return;
+  model::ParameterSet& params = model_->dense;
+  std::vector<int> entries;
+  std::int64_t total = 0;
+  for (int i = 0; i < params.count(); ++i)
+    if (params.entry(i).sequence_parallel) {
+      entries.push_back(i);
+      total += params.entry(i).numel();
+    }
+  if (total == 0) return;
+  model::Buffer packed;
+  TensorView all = sized(packed, Shape{total});  // every such gradient, back to back
+  const auto each = [&](auto&& move) {
+    std::int64_t at = 0;
+    for (int i : entries) {
+      TensorView g = params.grad(i);
+      move(g, TensorView{all.data + at, Shape{g.numel()}});
+      at += g.numel();
+    }
+  };
+  each([](TensorView g, TensorView slot) { model::copy_values(g, slot); });
+  ctx_.tp_all_reduce(all);
+  each([](TensorView g, TensorView slot) { model::copy_values(slot, g); });
+}
+
 void RankRuntime::inject_fault(const Op& op, std::int64_t step) {
   if (fault_->rank != rank_ || fault_->step != step) return;
   const std::string where = "rank " + std::to_string(rank_) + ", step " + std::to_string(step) +
@@ -177,7 +205,9 @@ void RankRuntime::inject_fault(const Op& op, std::int64_t step) {
 }
 
 void RankRuntime::receive_inputs(const Op& op) {
+  // Between stages a rank sends its rows; the vocabulary passes exchange every row.
   const auto count = static_cast<std::size_t>(rows() * config_.hidden);
+  const auto local = static_cast<std::size_t>(local_rows() * config_.hidden);
   const auto& placement = model_->placement();
   const int last = placement.groups - 1;
   const auto group_of = [&](int chunk) {
@@ -188,7 +218,7 @@ void RankRuntime::receive_inputs(const Op& op) {
       const int group = group_of(op.chunk);
       if (group > 0)
         mailbox_.receive_ahead(group_rank(group - 1), MessageKind::Activation, group, op.microbatch,
-                               count);
+                               local);
       else if (vocab_parallel_)
         for (int src : vocab_group_.ranks)
           mailbox_.receive_ahead(src, MessageKind::EmbeddingPart, 0, op.microbatch, count);
@@ -199,7 +229,7 @@ void RankRuntime::receive_inputs(const Op& op) {
       const int group = group_of(op.chunk);
       if (group < last)
         mailbox_.receive_ahead(group_rank(group + 1), MessageKind::Gradient, group, op.microbatch,
-                               count);
+                               local);
       break;
     }
     case OpKind::S:
@@ -250,29 +280,33 @@ void RankRuntime::run_op(const Op& op) {
 void RankRuntime::embed_plain(int mb, TensorView x) {
   auto& m = *model_;
   auto& be = ctx_.be();
+  model::Buffer all_rows;  // (N, C) this rank's part under sequence parallelism
+  TensorView all = ctx_.sequence_parallel ? sized(all_rows, Shape{rows(), config_.hidden}) : x;
   const auto& tokens = (*batches_)[static_cast<std::size_t>(mb)].inputs;
   // Vocabulary rows split over TP: each rank embeds the tokens of its rows, the TP sum completes
   // it; the position term joins on TP rank 0 only.
   ConstTensorView wpe =
       ctx_.tp_rank == 0 ? ConstTensorView(m.dense.param(m.wpe())) : ConstTensorView{};
   be.embedding_shard_forward(tokens, m.dense.param(m.wte()), m.vocab().lo, m.vocab_rows(), wpe,
-                             TensorView{x.data, Shape{batch_, seq_, config_.hidden}});
-  ctx_.tp_all_reduce(x);
+                             TensorView{all.data, Shape{batch_, seq_, config_.hidden}});
+  model::reduce_rows(ctx_, all, x);
 }
 
 void RankRuntime::reduce_embedding_parts(int mb, TensorView x) {
   // Input reduce: every vocabulary-group member's partial embedding, summed in group order.
   const std::int64_t N = rows(), C = config_.hidden;
-  model::Buffer part(static_cast<std::size_t>(N * C));
-  model::fill_zero(x);
+  model::Buffer part(static_cast<std::size_t>(N * C)), all_rows;
+  TensorView all = ctx_.sequence_parallel ? sized(all_rows, Shape{N, C}) : x;
+  model::fill_zero(all);
   for (int src : vocab_group_.ranks) {
     mailbox_.take(src, MessageKind::EmbeddingPart, 0, mb, part);
-    ctx_.be().accumulate(x, view(part, Shape{N, C}));
+    ctx_.be().accumulate(all, view(part, Shape{N, C}));
   }
+  if (ctx_.sequence_parallel) model::copy_own_rows(ctx_, all, x);
 }
 
 void RankRuntime::forward(int chunk, int mb) {
-  const std::int64_t N = rows(), C = config_.hidden;
+  const std::int64_t N = local_rows(), C = config_.hidden;  // this rank's rows
   auto& m = *model_;
   auto& be = ctx_.be();
   const int group = m.placement().chunks[static_cast<std::size_t>(chunk)].group;
@@ -301,11 +335,14 @@ void RankRuntime::forward(int chunk, int mb) {
     mailbox_.post(group_rank(group + 1), MessageKind::Activation, group + 1, mb, x_buf);
     return;
   }
-  // Last group: final LayerNorm, then the loss (plain) or the hand-off to the S passes.
+  // Last group: final LayerNorm, then the loss (plain) or the hand-off to the S passes, on every
+  // row (s.lnf is (B*T, C), gathered under sequence parallelism).
   s.out = std::move(x_buf);
-  TensorView lnf = sized(s.lnf, Shape{N, C});
+  model::Buffer lnf_rows;
+  TensorView lnf = sized(ctx_.sequence_parallel ? lnf_rows : s.lnf, Shape{N, C});
   be.layernorm_forward(view(s.out, Shape{N, C}), m.dense.param(m.lnf_w()), m.dense.param(m.lnf_b()),
                        lnf, sized(s.lnf_mean, Shape{N}), sized(s.lnf_rstd, Shape{N}));
+  if (ctx_.sequence_parallel) ctx_.tp_all_gather(lnf, sized(s.lnf, Shape{rows(), C}));
   if (vocab_parallel_) {
     for (int dst : vocab_group_.ranks) mailbox_.post(dst, MessageKind::FinalHidden, 0, mb, s.lnf);
     return;
@@ -359,7 +396,10 @@ void RankRuntime::output_backward_plain(ChunkState& s, int mb, TensorView dy_fin
   s.dlogits.swap(s.logits);  // the gradient, kept for W
   release(s.logits);         // what dlogits held before, if anything
   TensorView dlogits = view(s.dlogits, Shape{N, Vs});
-  TensorView dlnf = sized(s.dlnf, Shape{N, C});
+  // dlnf: the TP sum of every rank's part, this rank's rows of it under sequence parallelism.
+  model::Buffer dlnf_part;
+  TensorView dlnf =
+      ctx_.sequence_parallel ? sized(dlnf_part, Shape{N, C}) : sized(s.dlnf, Shape{N, C});
   if (weights) {
     be.linear_backward(dlogits, view(s.lnf, Shape{N, C}), m.dense.param(m.head()), dlnf,
                        tensor::GradientWrite::overwrite, m.dense.grad(m.head()), {});
@@ -368,14 +408,16 @@ void RankRuntime::output_backward_plain(ChunkState& s, int mb, TensorView dy_fin
     be.linear_backward_input(dlogits, m.dense.param(m.head()), dlnf,
                              tensor::GradientWrite::overwrite);
   }
-  ctx_.tp_all_reduce(dlnf);
+  const std::int64_t Nl = local_rows();
+  TensorView dlnf_own = ctx_.sequence_parallel ? sized(s.dlnf, Shape{Nl, C}) : dlnf;
+  model::reduce_rows(ctx_, dlnf, dlnf_own);
   model::fill_zero(dy_final);
-  be.layernorm_backward_input(dlnf, view(s.out, Shape{N, C}), m.dense.param(m.lnf_w()),
-                              view(s.lnf_mean, Shape{N}), view(s.lnf_rstd, Shape{N}), dy_final);
+  be.layernorm_backward_input(dlnf_own, view(s.out, Shape{Nl, C}), m.dense.param(m.lnf_w()),
+                              view(s.lnf_mean, Shape{Nl}), view(s.lnf_rstd, Shape{Nl}), dy_final);
 }
 
 void RankRuntime::backward_input(int chunk, int mb, bool weights) {
-  const std::int64_t N = rows(), C = config_.hidden;
+  const std::int64_t N = local_rows(), C = config_.hidden;  // this rank's rows
   auto& m = *model_;
   const int group = m.placement().chunks[static_cast<std::size_t>(chunk)].group;
   ChunkState& s = chunk_state(chunk, mb);
@@ -403,16 +445,23 @@ void RankRuntime::backward_input(int chunk, int mb, bool weights) {
   s.backward_done = true;
   if (group > 0) {
     mailbox_.post(group_rank(group - 1), MessageKind::Gradient, group - 1, mb, dy_buf);
-  } else if (vocab_parallel_) {
-    for (int dst : vocab_group_.ranks)
-      mailbox_.post(dst, MessageKind::EmbeddingGrad, 0, mb, dy_buf);
   } else {
-    s.demb = std::move(dy_buf);  // the embedding's weight gradient waits for W
+    // The embedding's gradient needs every row.
+    if (ctx_.sequence_parallel) {
+      model::Buffer all;
+      ctx_.tp_all_gather(dy, sized(all, Shape{rows(), C}));
+      dy_buf = std::move(all);
+    }
+    if (vocab_parallel_)
+      for (int dst : vocab_group_.ranks)
+        mailbox_.post(dst, MessageKind::EmbeddingGrad, 0, mb, dy_buf);
+    else
+      s.demb = std::move(dy_buf);  // the embedding's weight gradient waits for W
   }
 }
 
 void RankRuntime::backward_weight(int chunk, int mb, bool after_weights) {
-  const std::int64_t N = rows(), C = config_.hidden;
+  const std::int64_t N = rows(), Nl = local_rows(), C = config_.hidden;
   auto& m = *model_;
   auto& be = ctx_.be();
   const int group = m.placement().chunks[static_cast<std::size_t>(chunk)].group;
@@ -425,8 +474,8 @@ void RankRuntime::backward_weight(int chunk, int mb, bool after_weights) {
     if (!vocab_parallel_ && !after_weights)
       be.linear_backward_weight(view(s.dlogits, Shape{N, model_->vocab().rows()}),
                                 view(s.lnf, Shape{N, C}), m.dense.grad(m.head()), {});
-    be.layernorm_backward_weight(view(s.dlnf, Shape{N, C}), view(s.out, Shape{N, C}),
-                                 view(s.lnf_mean, Shape{N}), view(s.lnf_rstd, Shape{N}),
+    be.layernorm_backward_weight(view(s.dlnf, Shape{Nl, C}), view(s.out, Shape{Nl, C}),
+                                 view(s.lnf_mean, Shape{Nl}), view(s.lnf_rstd, Shape{Nl}),
                                  m.dense.grad(m.lnf_w()), m.dense.grad(m.lnf_b()));
   }
   if (!after_weights)

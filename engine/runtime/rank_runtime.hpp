@@ -48,6 +48,10 @@ class RankRuntime {
   // accumulate into the model's gradient buffers (the caller zeroes them). `step` (from 1) only
   // names the iteration in errors.
   IterationLosses run_schedule(const std::vector<data::Batch>& batches, std::int64_t step);
+  // Under sequence parallelism: the gradients of the parameters applied to this rank's rows only
+  // (ParamEntry::sequence_parallel: the LayerNorms) summed over the TP group, in one all-reduce.
+  // Call after the iteration, before the DP reduction. Nothing to do otherwise.
+  void reduce_sequence_parallel_gradients();
   // A fault to inject (injected_fault.hpp); null for none. Must outlive the runtime.
   void set_fault(const InjectedFault* fault) { fault_ = fault; }
 
@@ -91,6 +95,8 @@ class RankRuntime {
   void drop_chunk_state(int chunk, int mb);
   int group_rank(int group) const;  // global rank holding layer group `group`
   std::int64_t rows() const { return batch_ * seq_; }
+  // The rows this rank holds between blocks and stages: all, or 1/tp under sequence parallelism.
+  std::int64_t local_rows() const { return ctx_.local_rows(rows()); }
 
   model::ModelConfig config_;
   spec::ParallelPlan plan_;

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "engine/model/buffers.hpp"
+#include "engine/model/sequence_rows.hpp"
 #include "engine/runtime/rank_runtime.hpp"
 #include "engine/runtime/rank_runtime_state.hpp"
 
@@ -159,10 +160,12 @@ void RankRuntime::vocab_output_backward(int mb) {
 }
 
 void RankRuntime::output_backward_vocab(ChunkState& s, int mb, TensorView dy_final) {
-  const std::int64_t N = rows(), C = config_.hidden;
+  const std::int64_t N = rows(), Nl = local_rows(), C = config_.hidden;
   auto& m = *model_;
   auto& be = ctx_.be();
-  TensorView dlnf = zeros(s.dlnf, Shape{N, C});
+  // Every row's gradient arrives whole; under sequence parallelism this rank keeps its rows.
+  model::Buffer dlnf_rows;
+  TensorView dlnf = zeros(ctx_.sequence_parallel ? dlnf_rows : s.dlnf, Shape{N, C});
   if (schedule_->vocab == schedule::VocabMode::Vocab2) {
     VocabState& v = collect_stats(mb);
     const float scale = grad_scale_ / static_cast<float>(N);
@@ -183,9 +186,13 @@ void RankRuntime::output_backward_vocab(ChunkState& s, int mb, TensorView dy_fin
       be.accumulate(dlnf, view(part, Shape{N, C}));
     }
   }
+  if (ctx_.sequence_parallel) {
+    model::copy_own_rows(ctx_, dlnf, sized(s.dlnf, Shape{Nl, C}));
+    dlnf = view(s.dlnf, Shape{Nl, C});
+  }
   model::fill_zero(dy_final);
-  be.layernorm_backward_input(dlnf, view(s.out, Shape{N, C}), m.dense.param(m.lnf_w()),
-                              view(s.lnf_mean, Shape{N}), view(s.lnf_rstd, Shape{N}), dy_final);
+  be.layernorm_backward_input(dlnf, view(s.out, Shape{Nl, C}), m.dense.param(m.lnf_w()),
+                              view(s.lnf_mean, Shape{Nl}), view(s.lnf_rstd, Shape{Nl}), dy_final);
 }
 
 void RankRuntime::vocab_input_forward(int mb) {

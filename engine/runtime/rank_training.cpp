@@ -287,6 +287,7 @@ bool RankTraining::run_step(int step) {
   {
     profiler::ScopedSpan span(recorder_, profiler::SpanKind::AllReduce, profiler::Stream::Comm, -1,
                               -1, -1, reduce_name_);
+    runtime_.reduce_sequence_parallel_gradients();
     dense_opt.reduce_gradients();
     expert_opt.reduce_gradients();
   }

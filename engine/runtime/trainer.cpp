@@ -143,16 +143,17 @@ PreparedRun prepare(const TrainOptions& options) {
   if (options.steps < 1)
     throw InputError("steps must be at least 1 (got " + std::to_string(options.steps) + ")");
   // Plan settings the engine does not carry out are refused, never trained without (issue 12).
-  // The simulator and predict model them; the engine replicates layer-norm work across the TP
-  // group and keeps whole optimizer states and gradients on every DP rank beyond ZeRO-1.
+  // The simulator and predict model them; the engine keeps whole gradients (and parameters) on
+  // every DP rank beyond ZeRO-1.
   if (p.plan.zero_stage > 1)
     throw InputError("zero_stage=" + std::to_string(p.plan.zero_stage) +
                      ": the engine implements ZeRO-1 (optimizer state sharding) only; set "
                      "zero_stage = 0 or 1 to train (predict and simulate model stages 2 and 3)");
-  if (p.plan.sequence_parallel)
-    throw InputError(
-        "sequence_parallel=true: the engine does not implement sequence parallelism; "
-        "set sequence_parallel = false to train (predict and simulate model it)");
+  if (p.plan.sequence_parallel && p.plan.tp > 1 &&
+      (p.plan.micro_batch_size * options.model.seq_len) % p.plan.tp != 0)
+    throw InputError("sequence_parallel=true splits a micro-batch's micro_batch_size x seq_len = " +
+                     std::to_string(p.plan.micro_batch_size * options.model.seq_len) +
+                     " rows over tp=" + std::to_string(p.plan.tp) + ", which does not divide them");
   check_memory_fits(options, p.plan);
   if (p.plan.world_size() > kMaxTrainRanks)
     throw InputError("world = tp*pp*dp = " + std::to_string(p.plan.world_size()) +

@@ -209,8 +209,7 @@ TEST_P(TrainCliRefusesUnimplementedPlanKeys, ExitTwoNamingTheKey) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, TrainCliRefusesUnimplementedPlanKeys,
-                         ::testing::Values(RefusedKey{"sequence_parallel = true",
-                                                      "sequence_parallel=true"},
+                         ::testing::Values(RefusedKey{"zero_stage = 2", "zero_stage=2"},
                                            RefusedKey{"zero_stage = 3", "zero_stage=3"}),
                          [](const auto& info) { return "case" + std::to_string(info.index); });
 
@@ -239,6 +238,44 @@ TEST(TrainCliRecompute, RunFileAndFlagTrainTheSameLossesAsWithout) {
   const auto r = run_pipetune({"train", "--config", path, "--steps", "1", "--no-db"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("vocab none, recompute full, 1 steps"), std::string::npos) << r.out;
+}
+
+// Sequence parallelism, from the run file or --sequence-parallel: the same training as without
+// to the parallel-equivalence tolerance (the sums are taken in another order), and the header
+// says it; --no-sequence-parallel turns the run file's off.
+TEST(TrainCliSequenceParallel, RunFileAndFlagTrainAsWithout) {
+  const std::string path = testing::default_child_cwd() + "/sequence-parallel.toml";
+  {
+    std::ofstream f(path);
+    f << "model = \"tiny\"\n[cluster]\nhardware = \"a100-80gb\"\ndevices = 8\n"
+      << "[plan]\ntp = 2\npp = 2\ndp = 2\nmicro_batch_size = 2\nmicrobatches = 4\n"
+      << "sequence_parallel = true\n";
+  }
+  const auto run = [](const std::vector<std::string>& args) {
+    const auto r = run_pipetune(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r;
+  };
+  const auto losses = [&](const std::vector<std::string>& args) {
+    const auto r = run(args);
+    return nlohmann::json::parse(r.out.empty() ? "{}" : r.out).value("losses", nlohmann::json());
+  };
+  const nlohmann::json with =
+      losses({"train", "--config", path, "--steps", "3", "--no-db", "--json"});
+  const nlohmann::json without = losses(
+      {"train", "--config", path, "--no-sequence-parallel", "--steps", "3", "--no-db", "--json"});
+  ASSERT_EQ(with.size(), 3u);
+  ASSERT_EQ(without.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(with[i].get<double>(), without[i].get<double>(),
+                1e-5 * std::fabs(without[i].get<double>()))
+        << "step " << i + 1;
+  const std::string header = "vocab none, sequence parallel, 1 steps";
+  EXPECT_NE(run({"train", "--config", path, "--steps", "1", "--no-db"}).out.find(header),
+            std::string::npos);
+  // tiny-train (the default run) has tp=2: the flag turns it on.
+  EXPECT_NE(run({"train", "--steps", "1", "--no-db", "--sequence-parallel"}).out.find(header),
+            std::string::npos);
 }
 
 TEST(TrainCliRecompute, AnUnknownModeIsRefusedWithTheValidOnes) {

@@ -4,7 +4,7 @@
 // (B*T, C) floats), and selective recomputation drops exactly the stored softmax output the CPU
 // engine's execution (cpu_engine_execution) counts. Measured as the difference between the
 // engine's activation peaks at two depths (one rank per TP group, one micro-batch, one step: the
-// peak is the end of the forward).
+// peak is the end of the forward). With sequence parallelism the kept input is 1/tp of it.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -32,9 +32,10 @@ activation = "gelu"
   return m;
 }
 
-spec::ParallelPlan plan_of(int tp, spec::Recompute recompute) {
+spec::ParallelPlan plan_of(int tp, spec::Recompute recompute, bool sequence_parallel = false) {
   spec::ParallelPlan p;
   p.tp = tp;
+  p.sequence_parallel = sequence_parallel;
   p.micro_batch_size = 3;
   p.microbatches = 1;
   p.recompute = recompute;
@@ -42,11 +43,11 @@ spec::ParallelPlan plan_of(int tp, spec::Recompute recompute) {
 }
 
 // What one more layer adds to the peak of rank 0 (a TP rank of the only stage).
-double engine_bytes_per_layer(int tp, spec::Recompute recompute) {
+double engine_bytes_per_layer(int tp, spec::Recompute recompute, bool sequence_parallel = false) {
   const auto peak = [&](int layers) {
     runtime::TrainOptions o;
     o.model = model_of(layers);
-    o.plan = plan_of(tp, recompute);
+    o.plan = plan_of(tp, recompute, sequence_parallel);
     o.steps = 1;
     o.threads_per_rank = 1;
     const runtime::TrainResult r = runtime::train(o);
@@ -55,7 +56,7 @@ double engine_bytes_per_layer(int tp, spec::Recompute recompute) {
   return (peak(5) - peak(3)) / 2.0;
 }
 
-double model_bytes_per_layer(int tp, spec::Recompute recompute) {
+double model_bytes_per_layer(int tp, spec::Recompute recompute, bool sequence_parallel = false) {
   const ExecutionOptions cpu = cpu_engine_execution();
   AnalyticAssumptions a;
   a.flash_attention = cpu.flash_attention;
@@ -63,7 +64,7 @@ double model_bytes_per_layer(int tp, spec::Recompute recompute) {
   a.bytes_per_value = static_cast<int>(cpu.activation_bytes);
   spec::ModelSpec m = model_of(4);
   spec::apply_defaults(m);
-  return layer_activation_bytes(m, plan_of(tp, recompute), a);
+  return layer_activation_bytes(m, plan_of(tp, recompute, sequence_parallel), a);
 }
 
 class RecomputeMemory : public ::testing::TestWithParam<int> {};
@@ -84,8 +85,18 @@ TEST_P(RecomputeMemory, SelectiveRecomputationSavesWhatTheModelSays) {
   EXPECT_EQ(engine, model);
 }
 
+// With sequence parallelism the kept input is this TP rank's rows: 2sbh/t.
 INSTANTIATE_TEST_SUITE_P(Tp, RecomputeMemory, ::testing::Values(1, 2),
                          [](const auto& info) { return "tp" + std::to_string(info.param); });
+
+TEST(RecomputeMemorySequenceParallel, FullRecomputationKeepsWhatTheModelSays) {
+  // With sequence parallelism the kept input is this TP rank's rows: 2sbh/t.
+  for (int tp : {2, 4}) {
+    EXPECT_EQ(engine_bytes_per_layer(tp, spec::Recompute::Full, true),
+              model_bytes_per_layer(tp, spec::Recompute::Full, true))
+        << "tp " << tp;
+  }
+}
 
 }  // namespace
 }  // namespace pipetune::tuner

@@ -66,15 +66,19 @@ void check_common(const ExportRequest& r, std::string_view fw) {
   const spec::ModelSpec& m = r.model;
   const std::int64_t world = static_cast<std::int64_t>(p.tp) * p.pp * p.dp;
   require(r.cluster.devices <= 0 || world == r.cluster.devices, fw,
-          "tp*pp*dp = " + std::to_string(world) + " does not fill the cluster's " + std::to_string(r.cluster.devices) +
-              " devices");
-  require(m.heads % p.tp == 0, fw,
-          "tp=" + std::to_string(p.tp) + " does not divide attention heads=" + std::to_string(m.heads));
+          "tp*pp*dp = " + std::to_string(world) + " does not fill the cluster's " +
+              std::to_string(r.cluster.devices) + " devices");
+  require(
+      m.heads % p.tp == 0, fw,
+      "tp=" + std::to_string(p.tp) + " does not divide attention heads=" + std::to_string(m.heads));
   require(m.kv_heads % p.tp == 0, fw,
-          "tp=" + std::to_string(p.tp) + " does not divide query groups (kv heads)=" + std::to_string(m.kv_heads));
-  require(m.ffn_hidden % p.tp == 0, fw,
-          "tp=" + std::to_string(p.tp) + " does not divide ffn hidden=" + std::to_string(m.ffn_hidden));
-  require(p.dp % p.ep == 0, fw, "ep=" + std::to_string(p.ep) + " does not divide dp=" + std::to_string(p.dp));
+          "tp=" + std::to_string(p.tp) +
+              " does not divide query groups (kv heads)=" + std::to_string(m.kv_heads));
+  require(
+      m.ffn_hidden % p.tp == 0, fw,
+      "tp=" + std::to_string(p.tp) + " does not divide ffn hidden=" + std::to_string(m.ffn_hidden));
+  require(p.dp % p.ep == 0, fw,
+          "ep=" + std::to_string(p.ep) + " does not divide dp=" + std::to_string(p.dp));
   require(m.experts % p.ep == 0, fw,
           "ep=" + std::to_string(p.ep) + " does not divide experts=" + std::to_string(m.experts));
   const std::int64_t per_step = static_cast<std::int64_t>(p.micro_batch_size) * p.dp;

@@ -45,6 +45,8 @@ std::string export_pipetune(const ExportRequest& r) {
     << "\nchunks = " << p.chunks << "\nmicro_batch_size = " << p.micro_batch_size
     << "\nmicrobatches = " << p.microbatches << "\nschedule = \"" << p.schedule << "\""
     << "\nvocab = \"" << schedule::vocab_mode_name(p.vocab) << "\""
+    << "\nrecompute = \"" << spec::recompute_name(p.recompute) << "\""
+    << "\nsequence_parallel = " << (p.sequence_parallel ? "true" : "false")
     << "\nzero_stage = " << p.zero_stage << "\n";
   if (p.group_size > 0) o << "group_size = " << p.group_size << "\n";
   return o.str();

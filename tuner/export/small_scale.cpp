@@ -15,8 +15,9 @@ SmallScaleRun shrink_to_engine(const spec::ModelSpec& model, const spec::Paralle
   p.dp = std::min(plan.dp, 2);
   p.ep = std::min(plan.ep, p.dp);
   p.zero_stage = std::min(plan.zero_stage, 1);
-  p.recompute = spec::Recompute::None;
-  p.sequence_parallel = false;
+  // Recomputation stays; sequence parallelism too while TP does (the tiny model's rows, at most
+  // 2 x 32, split over 2 TP ranks).
+  p.sequence_parallel = plan.sequence_parallel && p.tp > 1;
   p.micro_batch_size = std::min(plan.micro_batch_size, 2);
   p.layer_split.clear();  // the tiny model's layers split evenly
   p.global_batch = 0;     // micro_batch_size * microbatches * dp again

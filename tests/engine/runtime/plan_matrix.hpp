@@ -24,6 +24,7 @@ struct PlanCase {
   int microbatches = 4;
   int zero = 0;
   std::vector<int> split = {};
+  bool sequence_parallel = false;
 
   int world() const { return tp * pp * dp; }
 };
@@ -44,6 +45,7 @@ inline void apply_plan(const PlanCase& c, runtime::TrainOptions& o) {
   o.plan.zero_stage = c.zero;
   o.plan.layer_split = c.split;
   o.plan.microbatches = c.microbatches;
+  o.plan.sequence_parallel = c.sequence_parallel;
 }
 
 inline std::vector<PlanCase> parallel_equivalence_plans() {
@@ -87,6 +89,20 @@ inline std::vector<PlanCase> parallel_equivalence_plans() {
        .dp = 2,
        .schedule = "zb-h1",
        .zero = 1});
+  // Sequence parallelism: alone, with a pipeline whose B and W are apart, with vocabulary passes,
+  // and over 4 TP ranks.
+  add({.name = "tp2_sp", .tp = 2, .sequence_parallel = true});
+  add({.name = "tp2_pp2_sp_zbh1",
+       .tp = 2,
+       .pp = 2,
+       .schedule = "zb-h1",
+       .sequence_parallel = true});
+  add({.name = "tp2_pp2_sp_vocab1",
+       .tp = 2,
+       .pp = 2,
+       .vocab = "vocab-1",
+       .sequence_parallel = true});
+  add({.name = "tp4_dp2_sp", .tp = 4, .dp = 2, .sequence_parallel = true});
   // Uneven layer split (8 layers over 3 stages) and a vocabulary (512) the group does not divide.
   add({.name = "pp3_uneven", .pp = 3, .microbatches = 6});
   add({.name = "pp3_vocab1_uneven_vocab", .pp = 3, .vocab = "vocab-1", .microbatches = 6});
@@ -98,6 +114,12 @@ inline std::vector<PlanCase> parallel_equivalence_plans() {
   add({.name = "moe_ep2_dp4", .model = "tiny-moe", .dp = 4, .ep = 2});
   add({.name = "moe_ep2_dp2_zero1", .model = "tiny-moe", .dp = 2, .ep = 2, .zero = 1});
   add({.name = "moe_tp2_ep2_dp2", .model = "tiny-moe", .tp = 2, .dp = 2, .ep = 2});
+  add({.name = "moe_tp2_ep2_dp2_sp",
+       .model = "tiny-moe",
+       .tp = 2,
+       .dp = 2,
+       .ep = 2,
+       .sequence_parallel = true});
   add({.name = "moe_pp2_ep2_dp2_zbh1",
        .model = "tiny-moe",
        .pp = 2,

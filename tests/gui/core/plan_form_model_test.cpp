@@ -178,8 +178,8 @@ TEST(PlanFormModel, TrainingRefusesWhatTheEngineDoesNotCarryOut) {
     PlanField field;
     const char* value;
     const char* words;
-  } cases[] = {{PlanField::SequenceParallel, "true", "sequence_parallel=true"},
-               {PlanField::ZeroStage, "2", "zero_stage=2"}};
+  } cases[] = {{PlanField::ZeroStage, "2", "zero_stage=2"},
+               {PlanField::ZeroStage, "3", "zero_stage=3"}};
   for (const auto& c : cases) {
     PlanFormModel form;
     form.load_run_preset("tiny-train");
@@ -196,7 +196,17 @@ TEST(PlanFormModel, TrainingRefusesWhatTheEngineDoesNotCarryOut) {
   }
 }
 
-// Activation recomputation the engine carries out: a Train form with it is valid.
+// Activation recomputation and sequence parallelism, which the engine carries out: a Train form
+// with them is valid.
+TEST(PlanFormModel, TrainingTakesSequenceParallelism) {
+  PlanFormModel form;
+  form.load_run_preset("tiny-train");  // tp = 2
+  form.set_purpose(PlanPurpose::Train);
+  form.set_value(PlanField::SequenceParallel, "true");
+  EXPECT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_TRUE(form.field_error(PlanField::SequenceParallel).isEmpty());
+}
+
 TEST(PlanFormModel, TrainingTakesEveryRecomputationMode) {
   for (const QString& mode : PlanFormModel::recompute_names()) {
     PlanFormModel form;

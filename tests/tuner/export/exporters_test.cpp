@@ -224,6 +224,12 @@ TEST(PipetuneExport, ShrinksEveryKindOfPlanToOneTheEngineAccepts) {
     EXPECT_EQ(s.plan.pp, q.plan.pp) << run;
     EXPECT_EQ(s.plan.schedule, q.plan.schedule) << run;
     EXPECT_EQ(spec::is_moe(s.model), spec::is_moe(q.model)) << run;
+    // The engine carries out recomputation and sequence parallelism: they stay.
+    EXPECT_EQ(s.plan.recompute, q.plan.recompute) << run;
+    EXPECT_EQ(s.plan.sequence_parallel, q.plan.sequence_parallel && s.plan.tp > 1) << run;
+    const spec::RunSpec exported = spec::parse_run(export_pipetune(q), run);
+    EXPECT_EQ(exported.plan.recompute, s.plan.recompute) << run;
+    EXPECT_EQ(exported.plan.sequence_parallel, s.plan.sequence_parallel) << run;
   }
 }
 
