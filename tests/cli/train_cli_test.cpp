@@ -24,6 +24,17 @@ int line_count(const std::string& s) {
   return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
 }
 
+// A run file of the tiny model on tp=2 pp=2 dp=2 (4 micro-batches of 2) with `plan_lines` added
+// to its [plan], in the child's working directory; its path.
+std::string tiny_run_file(const std::string& file, const std::string& plan_lines) {
+  const std::string path = testing::default_child_cwd() + "/" + file;
+  std::ofstream f(path);
+  f << "model = \"tiny\"\n[cluster]\nhardware = \"a100-80gb\"\ndevices = 8\n"
+    << "[plan]\ntp = 2\npp = 2\ndp = 2\nmicro_batch_size = 2\nmicrobatches = 4\n"
+    << plan_lines << "\n";
+  return path;
+}
+
 TEST(TrainCli, JsonHasLossesThroughputPlanAndRanks) {
   const auto r = run_pipetune({"train", "--steps", "3", "--microbatches", "4", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -194,13 +205,7 @@ class TrainCliRefusesUnimplementedPlanKeys : public ::testing::TestWithParam<Ref
 
 TEST_P(TrainCliRefusesUnimplementedPlanKeys, ExitTwoNamingTheKey) {
   const RefusedKey& c = GetParam();
-  const std::string path = testing::default_child_cwd() + "/refused.toml";
-  {
-    std::ofstream f(path);
-    f << "model = \"tiny\"\n[cluster]\nhardware = \"a100-80gb\"\ndevices = 8\n"
-      << "[plan]\ntp = 2\npp = 2\ndp = 2\nmicro_batch_size = 2\nmicrobatches = 4\n"
-      << c.plan_line << "\n";
-  }
+  const std::string path = tiny_run_file("refused.toml", c.plan_line);
   const auto r = run_pipetune({"train", "--config", path, "--steps", "1", "--no-db"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
@@ -216,13 +221,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, TrainCliRefusesUnimplementedPlanKeys,
 // Activation recomputation, from a run file or --recompute: the same losses as without, to every
 // printed digit (B recomputes with the same ops on the same inputs), and the header says it.
 TEST(TrainCliRecompute, RunFileAndFlagTrainTheSameLossesAsWithout) {
-  const std::string path = testing::default_child_cwd() + "/recompute.toml";
-  {
-    std::ofstream f(path);
-    f << "model = \"tiny\"\n[cluster]\nhardware = \"a100-80gb\"\ndevices = 8\n"
-      << "[plan]\ntp = 2\npp = 2\ndp = 2\nmicro_batch_size = 2\nmicrobatches = 4\n"
-      << "recompute = \"full\"\n";
-  }
+  const std::string path = tiny_run_file("recompute.toml", "recompute = \"full\"");
   const auto losses = [](const std::vector<std::string>& args) {
     const auto r = run_pipetune(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -244,13 +243,7 @@ TEST(TrainCliRecompute, RunFileAndFlagTrainTheSameLossesAsWithout) {
 // to the parallel-equivalence tolerance (the sums are taken in another order), and the header
 // says it; --no-sequence-parallel turns the run file's off.
 TEST(TrainCliSequenceParallel, RunFileAndFlagTrainAsWithout) {
-  const std::string path = testing::default_child_cwd() + "/sequence-parallel.toml";
-  {
-    std::ofstream f(path);
-    f << "model = \"tiny\"\n[cluster]\nhardware = \"a100-80gb\"\ndevices = 8\n"
-      << "[plan]\ntp = 2\npp = 2\ndp = 2\nmicro_batch_size = 2\nmicrobatches = 4\n"
-      << "sequence_parallel = true\n";
-  }
+  const std::string path = tiny_run_file("sequence-parallel.toml", "sequence_parallel = true");
   const auto run = [](const std::vector<std::string>& args) {
     const auto r = run_pipetune(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -14,6 +14,7 @@
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
 #include "tests/engine/runtime/plan_matrix.hpp"
+#include "tests/engine/runtime/small_gelu_model.hpp"
 
 namespace pipetune::runtime {
 namespace {
@@ -142,16 +143,7 @@ constexpr std::int64_t kBatch = 2, kHeads = 4, kSeq = 16, kHidden = 32;
 // holds every layer's activations. The peaks at two depths differ by what two layers keep.
 std::int64_t peak_activation_bytes(int layers, spec::Recompute recompute) {
   TrainOptions o;
-  o.model = spec::parse_model("layers = " + std::to_string(layers) + R"(
-hidden = 32
-heads = 4
-ffn_hidden = 64
-vocab = 61
-seq_len = 16
-activation = "gelu"
-)",
-                              "recompute-memory");
-  o.model.name = "recompute-memory";
+  o.model = testing::small_gelu_model("recompute-memory", layers);
   o.plan.micro_batch_size = kBatch;
   o.plan.microbatches = 1;
   o.plan.recompute = recompute;

@@ -10,27 +10,14 @@
 
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
+#include "tests/engine/runtime/small_gelu_model.hpp"
 
 namespace pipetune::runtime {
 namespace {
 
-spec::ModelSpec small_model() {
-  spec::ModelSpec m = spec::parse_model(R"(layers = 4
-hidden = 32
-heads = 4
-ffn_hidden = 64
-vocab = 61
-seq_len = 16
-activation = "gelu"
-)",
-                                        "attention-kernels");
-  m.name = "attention-kernels";
-  return m;
-}
-
 TrainOptions options(tensor::AttentionKernel kernel, int tp, int pp) {
   TrainOptions o;
-  o.model = small_model();
+  o.model = testing::small_gelu_model("attention-kernels");
   o.plan.tp = tp;
   o.plan.pp = pp;
   o.plan.micro_batch_size = 2;

@@ -18,6 +18,7 @@
 #include "engine/errors.hpp"
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
+#include "tests/engine/runtime/small_gelu_model.hpp"
 
 namespace pipetune::runtime {
 namespace {
@@ -26,16 +27,7 @@ constexpr std::int64_t kBatch = 2, kSeq = 16, kHidden = 32;
 
 TrainOptions options(int layers, int tp, bool sequence_parallel) {
   TrainOptions o;
-  o.model = spec::parse_model("layers = " + std::to_string(layers) + R"(
-hidden = 32
-heads = 4
-ffn_hidden = 64
-vocab = 61
-seq_len = 16
-activation = "gelu"
-)",
-                              "sequence-parallel");
-  o.model.name = "sequence-parallel";
+  o.model = testing::small_gelu_model("sequence-parallel", layers);
   o.plan.tp = tp;
   o.plan.micro_batch_size = kBatch;
   o.plan.microbatches = 1;
@@ -100,15 +92,7 @@ TEST(SequenceParallelCollectives, AllGathersAndReduceScattersAsTheCostModelCount
 
 TEST(SequenceParallelCollectives, RowsTpDoesNotDivideAreRefused) {
   TrainOptions o = options(2, 2, true);
-  o.model = spec::parse_model(R"(layers = 2
-hidden = 32
-heads = 4
-ffn_hidden = 64
-vocab = 61
-seq_len = 15
-activation = "gelu"
-)",
-                              "odd-rows");
+  o.model = testing::small_gelu_model("odd-rows", 2, 15);
   o.plan.micro_batch_size = 1;
   try {
     train(o);
