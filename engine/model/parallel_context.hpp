@@ -30,6 +30,7 @@ struct ParallelContext {
   bool sequence_parallel = false;
   profiler::RankRecorder* recorder = nullptr;  // spans of the collectives; may be null
   profiler::NameId all_to_all_name = 0;        // interned "all_to_all" on the recorder
+  profiler::NameId recompute_name = 0;         // interned "recompute"
 
   tensor::Backend& be() const { return *backend; }
   // Sum over the TP group (Megatron's g/f operators); nothing to do without TP.

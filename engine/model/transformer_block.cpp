@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "engine/model/buffers.hpp"
@@ -92,6 +93,14 @@ float TransformerBlock::forward(const ParallelContext& ctx, ConstTensorView x, T
 
 void TransformerBlock::recompute_dropped(const ParallelContext& ctx, BlockActivations& a) {
   const std::int64_t B = a.batch, T = a.seq, N = B * T, C = hidden_, Cl = hidden_local_;
+  if (a.dropped == DroppedActivations::nothing) return;
+  // A "recompute" range inside the op, so timelines show what recomputation costs. Host ranks
+  // only: a device rank's op spans end at a synchronisation, and this range would time the
+  // launches alone.
+  std::optional<profiler::ScopedSpan> range;
+  if (device_storage() == nullptr)
+    range.emplace(ctx.recorder, profiler::SpanKind::Range, profiler::Stream::Compute, -1, -1, -1,
+                  ctx.recompute_name);
   switch (a.dropped) {
     case DroppedActivations::nothing:
       return;

@@ -84,8 +84,10 @@ RankRuntime::RankRuntime(const model::ModelConfig& config, const spec::ParallelP
   ctx_.ep_size = plan.ep;
   ctx_.sequence_parallel = plan.sequence_parallel && plan.tp > 1;
   ctx_.recorder = recorder;
-  if (recorder != nullptr && recorder->enabled())
+  if (recorder != nullptr && recorder->enabled()) {
     ctx_.all_to_all_name = recorder->intern("all_to_all");
+    ctx_.recompute_name = recorder->intern("recompute");
+  }
   vocab_parallel_ = schedule.vocab != schedule::VocabMode::None;
   model_ = std::make_unique<model::RankModel>(
       config, make_placement(config, plan, layer_split, schedule, at));

@@ -6,8 +6,10 @@
 // selective keeps all but the stored attention probabilities, B * NH/tp * T * T floats less.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -131,6 +133,43 @@ TEST(ActivationRecomputeFlash, FullRecomputationWithTheFlashKernelTrainsExactlyA
     TrainOptions with = options_for(plan, r);
     without.attention = with.attention = tensor::AttentionKernel::flash;
     expect_identical_training(train(with), train(without));
+  }
+}
+
+// ---- the trace: recomputation is a range inside the backward ---------------------------------
+
+// Per layer, micro-batch and step, one "recompute" range on the rank's compute lane, inside the
+// B (or BW) span of that micro-batch; none without recomputation.
+TEST(ActivationRecomputeTrace, EachRecomputedLayerIsARangeInsideItsBackward) {
+  const int layers = 4, pp = 2, microbatches = 3;
+  for (spec::Recompute r :
+       {spec::Recompute::None, spec::Recompute::Full, spec::Recompute::Selective}) {
+    SCOPED_TRACE(std::string(spec::recompute_name(r)));
+    TrainOptions o;
+    o.model = testing::small_gelu_model("recompute-trace", layers);
+    o.plan.pp = pp;
+    o.plan.micro_batch_size = 2;
+    o.plan.microbatches = microbatches;
+    o.plan.recompute = r;
+    o.steps = 1;
+    o.threads_per_rank = 1;
+    o.record_trace = true;
+    const TrainResult result = train(o);
+    const profiler::Trace& t = result.trace;
+    std::map<std::int32_t, int> ranges;  // by rank
+    for (const profiler::Span& s : t.spans) {
+      if (s.kind != profiler::SpanKind::Range || t.names.at(s.name) != "recompute") continue;
+      const std::int32_t rank = t.lanes.at(static_cast<std::size_t>(s.lane)).rank;
+      ++ranges[rank];
+      const bool inside = std::any_of(t.spans.begin(), t.spans.end(), [&](const profiler::Span& b) {
+        return b.lane == s.lane &&
+               (b.kind == profiler::SpanKind::B || b.kind == profiler::SpanKind::BW) &&
+               b.start_ns <= s.start_ns && s.end_ns <= b.end_ns;
+      });
+      EXPECT_TRUE(inside) << "a recompute range outside every backward of rank " << rank;
+    }
+    const int want = r == spec::Recompute::None ? 0 : layers / pp * microbatches;
+    for (std::int32_t rank = 0; rank < pp; ++rank) EXPECT_EQ(ranges[rank], want) << rank;
   }
 }
 
