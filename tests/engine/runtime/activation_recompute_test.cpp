@@ -1,9 +1,10 @@
 // Activation recomputation (the plan's recompute, ModelConfig::recompute) in whole training runs
 // on the CPU. The reference is the same run without it: B recomputes with the same ops on the
-// same inputs, so the losses and every first-step gradient must be equal bit for bit, through TP,
-// pipelines (split B and W included), vocabulary parallelism and experts. What is kept per layer
-// in flight is checked against its closed form: full keeps the block input, (B*T, C) floats;
-// selective keeps all but the stored attention probabilities, B * NH/tp * T * T floats less.
+// same inputs, so the losses and every first-step gradient must be equal bit for bit, through TP
+// (with and without sequence parallelism), pipelines (split B and W included), vocabulary
+// parallelism and experts. What is kept per layer in flight is checked against its closed form:
+// full keeps the block input, (B*T, C) floats; selective keeps all but the stored attention
+// probabilities, B * NH/tp * T * T floats less.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -97,6 +98,14 @@ std::vector<RecomputeCase> recompute_cases() {
        .vocab = "vocab-2",
        .microbatches = 8},
       {.name = "tp2_pp2_dp2_zbh1", .tp = 2, .pp = 2, .dp = 2, .schedule = "zb-h1"},
+      // Sequence parallelism: the recomputed forward gathers and reduce-scatters again.
+      {.name = "tp2_pp2_sp_zbh1", .tp = 2, .pp = 2, .schedule = "zb-h1", .sequence_parallel = true},
+      {.name = "moe_tp2_ep2_dp2_sp",
+       .model = "tiny-moe",
+       .tp = 2,
+       .dp = 2,
+       .ep = 2,
+       .sequence_parallel = true},
       // Experts: the recomputed forward routes again and repeats the EP all-to-alls.
       {.name = "moe_tp2_ep2_dp2", .model = "tiny-moe", .tp = 2, .dp = 2, .ep = 2},
       {.name = "moe_pp2_ep2_dp2_zbh1",
