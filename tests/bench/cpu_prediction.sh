@@ -2,7 +2,8 @@
 # Predicted against measured on this machine (issue 13 point 5). Measures a CPU hardware profile
 # (`calibrate --local`), refines it on short training runs of two calibration models
 # (`calibrate --hardware`), then for 1f1b, zb-h1, interleaved-1f1b and v-half + vocab-2, and 1f1b
-# and zb-h1 with full and selective activation recomputation, on
+# and zb-h1 with full and selective activation recomputation, and 1f1b on tp=2 with and without
+# sequence parallelism, on
 # tests/bench/cpu-prediction-model.toml trains the plan (`train --config`) and simulates the same
 # run file (`simulate --config`, the schedule train executes), and prints per stage the predicted
 # and measured busy time and the iteration time, with the error. Target: within 10% per stage.
@@ -41,11 +42,19 @@ done
 "$pipetune" calibrate --hardware "$work/cpu-local.toml" --db "$work/calibration.db" \
   --fit gemm,gemm_half_flops,attention,memory -o "$work/cpu-fitted.toml" --force | head -5
 
-plans=("1f1b 1 none none" "zb-h1 1 none none" "interleaved-1f1b 2 none none"
-  "v-half 2 vocab-2 none" "1f1b 1 none full" "zb-h1 1 none selective")
+# schedule, chunks, vocabulary mode, recomputation, tp (pp = 2 / tp: two ranks), sequence parallel
+plans=("1f1b 1 none none 1 false" "zb-h1 1 none none 1 false" "interleaved-1f1b 2 none none 1 false"
+  "v-half 2 vocab-2 none 1 false" "1f1b 1 none full 1 false" "zb-h1 1 none selective 1 false"
+  "1f1b 1 none none 2 false" "1f1b 1 none none 2 true")
+plan_name() {
+  local name="$1-$3-recompute-$4"
+  [ "$5" -eq 1 ] || name="$name-tp$5"
+  [ "$6" = false ] || name="$name-sp"
+  echo "$name"
+}
 for plan in "${plans[@]}"; do
-  read -r schedule chunks vocab recompute <<<"$plan"
-  name="$schedule-$vocab-recompute-$recompute"
+  read -r schedule chunks vocab recompute tp sp <<<"$plan"
+  name="$(plan_name $plan)"
   cat >"$work/$name.toml" <<RUN
 description = "cpu_prediction: $schedule, $vocab, recompute $recompute"
 model = "$here/cpu-prediction-model.toml"
@@ -53,9 +62,10 @@ model = "$here/cpu-prediction-model.toml"
 hardware = "$work/cpu-fitted.toml"
 devices = 2
 [plan]
-tp = 1
-pp = 2
+tp = $tp
+pp = $((2 / tp))
 dp = 1
+sequence_parallel = $sp
 chunks = $chunks
 vocab = "$vocab"
 recompute = "$recompute"
@@ -70,9 +80,11 @@ RUN
     --db "$work/$name.db" --name "$name" >"$work/$name.measured.json"
 done
 
-python3 - "$pipetune" "$work" "$steps" "${plans[@]}" <<'PY'
+names=()
+for plan in "${plans[@]}"; do names+=("$(plan_name $plan)"); done
+python3 - "$pipetune" "$work" "$steps" "${names[@]}" <<'PY'
 import json, subprocess, sys
-pipetune, work, steps, plans = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+pipetune, work, steps, names = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 
 def mean(xs):
     return sum(xs) / len(xs)
@@ -93,9 +105,7 @@ def measured(name):
 
 worst = 0.0
 print(f"\n{'plan':<36} {'stage':>5} {'predicted':>12} {'measured':>12} {'error':>8}")
-for plan in plans:
-    schedule, chunks, vocab, recompute = plan.split()
-    name = f"{schedule}-{vocab}-recompute-{recompute}"
+for name in names:
     pred = json.load(open(f"{work}/{name}.predicted.json"))
     busy, iteration = measured(name)
     for st in pred["stages"]:
