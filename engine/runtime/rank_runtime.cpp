@@ -171,11 +171,11 @@ void RankRuntime::reduce_sequence_parallel_gradients() {
   if (total == 0) return;
   model::Buffer packed;
   TensorView all = sized(packed, Shape{total});  // every such gradient, back to back
-  const auto each = [&](auto&& move) {
+  const auto each = [&](auto&& copy) {  // copy(gradient, its slot in the packed buffer)
     std::int64_t at = 0;
     for (int i : entries) {
       TensorView g = params.grad(i);
-      move(g, TensorView{all.data + at, Shape{g.numel()}});
+      copy(g, TensorView{all.data + at, Shape{g.numel()}});
       at += g.numel();
     }
   };
