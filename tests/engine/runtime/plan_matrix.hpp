@@ -1,8 +1,9 @@
 // The parallel-equivalence matrix: every parallelism axis alone, every pipeline schedule,
 // vocabulary parallelism with the schedules that support it, TP, PP and DP together, uneven layer
-// splits and vocabularies, and experts with each axis beside them. The CPU equivalence test runs
-// it on threads, the device-storage test with emulated device storage, the GPU tests on streams of
-// one device and as NCCL processes, each against the single-rank run of the same global batch.
+// splits and vocabularies, experts with each axis beside them, sequence parallelism and activation
+// recomputation. The CPU equivalence test runs it on threads, the device-storage test with
+// emulated device storage, the GPU tests on streams of one device and as NCCL processes, each
+// against the single-rank run of the same global batch.
 #pragma once
 
 #include <ostream>
@@ -11,6 +12,7 @@
 
 #include "engine/runtime/trainer.hpp"
 #include "engine/schedule/schedule.hpp"
+#include "engine/spec/parallel_plan.hpp"
 
 namespace pipetune::testing {
 
@@ -25,6 +27,7 @@ struct PlanCase {
   int zero = 0;
   std::vector<int> split = {};
   bool sequence_parallel = false;
+  spec::Recompute recompute = spec::Recompute::None;
 
   int world() const { return tp * pp * dp; }
 };
@@ -46,6 +49,7 @@ inline void apply_plan(const PlanCase& c, runtime::TrainOptions& o) {
   o.plan.layer_split = c.split;
   o.plan.microbatches = c.microbatches;
   o.plan.sequence_parallel = c.sequence_parallel;
+  o.plan.recompute = c.recompute;
 }
 
 inline std::vector<PlanCase> parallel_equivalence_plans() {
@@ -103,6 +107,14 @@ inline std::vector<PlanCase> parallel_equivalence_plans() {
        .vocab = "vocab-1",
        .sequence_parallel = true});
   add({.name = "tp4_dp2_sp", .tp = 4, .dp = 2, .sequence_parallel = true});
+  // Activation recomputation (the CPU's bit-for-bit check against the run without is
+  // activation_recompute_test.cpp; here, and on the GPU, against the single-rank run).
+  add({.name = "tp2_pp2_zbh1_recompute_full",
+       .tp = 2,
+       .pp = 2,
+       .schedule = "zb-h1",
+       .recompute = spec::Recompute::Full});
+  add({.name = "pp2_recompute_selective", .pp = 2, .recompute = spec::Recompute::Selective});
   // Uneven layer split (8 layers over 3 stages) and a vocabulary (512) the group does not divide.
   add({.name = "pp3_uneven", .pp = 3, .microbatches = 6});
   add({.name = "pp3_vocab1_uneven_vocab", .pp = 3, .vocab = "vocab-1", .microbatches = 6});
