@@ -80,7 +80,7 @@ float TransformerBlock::forward(const ParallelContext& ctx, ConstTensorView x, T
   a.batch = batch;
   a.seq = seq;
   a.dropped = DroppedActivations::nothing;
-  assign_copy(a.x, x);  // (N, C)
+  assign_copy(a.x, x);  // (N, C), or this rank's rows of it under sequence parallelism
   const float aux = forward_from_input(ctx, y, a);
   if (recompute_ == spec::Recompute::Full) {
     a.keep_input_only();
