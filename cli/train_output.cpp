@@ -30,6 +30,8 @@ nlohmann::json plan_json(const runtime::TrainOptions& o, const runtime::TrainRes
           {"micro_batch_size", p.micro_batch_size},
           {"seq_len", o.model.seq_len},
           {"zero_stage", p.zero_stage},
+          {"recompute", std::string(spec::recompute_name(p.recompute))},
+          {"sequence_parallel", p.sequence_parallel && p.tp > 1},
           {"tokens_per_step", r.tokens_per_step}};
 }
 

@@ -49,6 +49,8 @@ TEST(TrainCli, JsonHasLossesThroughputPlanAndRanks) {
   EXPECT_EQ(j["plan"]["schedule"], "1f1b");
   EXPECT_EQ(j["plan"]["vocab_rows"], 512);                  // tiny's vocabulary, unpadded
   EXPECT_EQ(j["plan"]["tokens_per_step"], 4 * 4 * 32 * 2);  // m * B * T * dp
+  EXPECT_EQ(j["plan"]["recompute"], "none");
+  EXPECT_EQ(j["plan"]["sequence_parallel"], false);
   ASSERT_EQ(j["ranks"].size(), 8u);
   for (const auto& k : j["ranks"]) {
     EXPECT_GT(k["peak_activation_bytes"].get<std::int64_t>(), 0);
@@ -237,6 +239,9 @@ TEST(TrainCliRecompute, RunFileAndFlagTrainTheSameLossesAsWithout) {
   const auto r = run_pipetune({"train", "--config", path, "--steps", "1", "--no-db"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("vocab none, recompute full, 1 steps"), std::string::npos) << r.out;
+  const auto j = run_pipetune({"train", "--config", path, "--steps", "1", "--no-db", "--json"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  EXPECT_EQ(nlohmann::json::parse(j.out)["plan"]["recompute"], "full");
 }
 
 // Sequence parallelism, from the run file or --sequence-parallel: the same training as without
@@ -269,6 +274,8 @@ TEST(TrainCliSequenceParallel, RunFileAndFlagTrainAsWithout) {
   // tiny-train (the default run) has tp=2: the flag turns it on.
   EXPECT_NE(run({"train", "--steps", "1", "--no-db", "--sequence-parallel"}).out.find(header),
             std::string::npos);
+  const auto j = run({"train", "--config", path, "--steps", "1", "--no-db", "--json"});
+  EXPECT_EQ(nlohmann::json::parse(j.out.empty() ? "{}" : j.out)["plan"]["sequence_parallel"], true);
 }
 
 TEST(TrainCliRecompute, AnUnknownModeIsRefusedWithTheValidOnes) {
