@@ -262,10 +262,10 @@ void TransformerBlock::backward_pass(const ParallelContext& ctx, ConstTensorView
   {
     Buffer ln1_rows, part;
     TensorView dln1_all = sp ? sized(part, Shape{N, C}) : dln1;
-    linear(view(a.dqkv, Shape{N, 3 * Cl}),
-           weights ? gathered_rows(ctx, view(a.ln1, Shape{Nl, C}), ln1_rows)
-                   : ConstTensorView(view(a.ln1, Shape{Nl, C})),
-           qkv_w_, qkv_b_, dln1_all);
+    // ln1's rows only for the weight gradient (the input gradient does not read them).
+    const ConstTensorView ln1_all =
+        weights ? gathered_rows(ctx, view(a.ln1, Shape{Nl, C}), ln1_rows) : ConstTensorView{};
+    linear(view(a.dqkv, Shape{N, 3 * Cl}), ln1_all, qkv_w_, qkv_b_, dln1_all);
     reduce_rows(ctx, dln1_all, dln1);
   }
   // dx = dx2 + ln1's input gradient (dx may be dy's buffer: dy is not read past this point).

@@ -91,6 +91,11 @@ RankRuntime::RankRuntime(const model::ModelConfig& config, const spec::ParallelP
   vocab_parallel_ = schedule.vocab != schedule::VocabMode::None;
   model_ = std::make_unique<model::RankModel>(
       config, make_placement(config, plan, layer_split, schedule, at));
+  for (int i = 0; i < model_->dense.count(); ++i)
+    if (model_->dense.entry(i).sequence_parallel) {
+      sequence_parallel_grads_.push_back(i);
+      sequence_parallel_grad_elements_ += model_->dense.entry(i).numel();
+    }
 }
 
 RankRuntime::~RankRuntime() = default;
@@ -159,21 +164,15 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
 }
 
 void RankRuntime::reduce_sequence_parallel_gradients() {
-  if (!ctx_.sequence_parallel) return;
+  if (!ctx_.sequence_parallel || sequence_parallel_grad_elements_ == 0) return;
   model::ParameterSet& params = model_->dense;
-  std::vector<int> entries;
-  std::int64_t total = 0;
-  for (int i = 0; i < params.count(); ++i)
-    if (params.entry(i).sequence_parallel) {
-      entries.push_back(i);
-      total += params.entry(i).numel();
-    }
-  if (total == 0) return;
   model::Buffer packed;
-  TensorView all = sized(packed, Shape{total});  // every such gradient, back to back
-  const auto each = [&](auto&& copy) {  // copy(gradient, its slot in the packed buffer)
+  // Every such gradient, back to back.
+  TensorView all = sized(packed, Shape{sequence_parallel_grad_elements_});
+  // copy(gradient, its slot in the packed buffer) for each of them.
+  const auto each = [&](auto&& copy) {
     std::int64_t at = 0;
-    for (int i : entries) {
+    for (int i : sequence_parallel_grads_) {
       TensorView g = params.grad(i);
       copy(g, TensorView{all.data + at, Shape{g.numel()}});
       at += g.numel();

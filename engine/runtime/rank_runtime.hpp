@@ -112,6 +112,10 @@ class RankRuntime {
   comm::ProcessGroup vocab_group_;
   model::ParallelContext ctx_;
   std::unique_ptr<model::RankModel> model_;
+  // The dense parameters applied to a rank's rows of the sequence (ParamEntry::sequence_parallel)
+  // and their elements: what reduce_sequence_parallel_gradients packs.
+  std::vector<int> sequence_parallel_grads_;
+  std::int64_t sequence_parallel_grad_elements_ = 0;
   Mailbox mailbox_;
   bool vocab_parallel_ = false;
   std::int64_t batch_ = 0, seq_ = 0;

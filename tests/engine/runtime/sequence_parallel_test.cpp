@@ -101,7 +101,7 @@ TEST(SequenceParallelCollectives, RowsTpDoesNotDivideAreRefused) {
     EXPECT_NE(std::string(e.what()).find("15 rows over tp=2"), std::string::npos) << e.what();
   }
   o.plan.sequence_parallel = false;  // the same plan without it trains
-  EXPECT_NO_THROW(train(o));
+  EXPECT_EQ(train(o).steps.size(), 1u);
 }
 
 }  // namespace
