@@ -610,7 +610,9 @@ void add_train_command(CLI::App& app) {
                   "full (each block from its input)");
   cmd->add_option("--microbatches", args->microbatches, "Micro-batches per step");
   cmd->add_option("--micro-batch-size", args->micro_batch_size, "Sequences per micro-batch");
-  cmd->add_option("--zero", args->zero, "ZeRO stage (0 or 1)");
+  cmd->add_option("--zero", args->zero,
+                  "ZeRO stage: 0, 1 (optimizer state sharded over DP), 2 (and gradients) or 3 (and "
+                  "parameters)");
   cmd->add_option("--steps", args->steps, "Training steps")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the initialisation and the synthetic corpus")
       ->capture_default_str();

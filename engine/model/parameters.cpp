@@ -63,10 +63,14 @@ int ParameterSet::add(ParamEntry entry) {
 }
 
 void ParameterSet::allocate(std::int64_t pad_multiple, tensor::DeviceAllocator* storage) {
+  if (allocated_) throw std::logic_error("ParameterSet::allocate: allocated already");
+  lay_out_units(1);
   const std::int64_t m = pad_multiple < 1 ? 1 : pad_multiple;
   const auto padded = static_cast<std::size_t>((size_ + m - 1) / m * m);
   params_ = tensor::FlatStorage(padded, profiler::MemoryCategory::Parameters, storage);
   grads_ = tensor::FlatStorage(padded, profiler::MemoryCategory::Gradients, storage);
+  padded_size_ = static_cast<std::int64_t>(padded);
+  storage_ = storage;
   allocated_ = true;
 }
 
@@ -75,16 +79,21 @@ void ParameterSet::initialize(std::uint64_t seed) {
   std::vector<float> staged;
   if (params_.on_device()) staged.assign(params_.size(), 0.0f);
   float* base = params_.on_device() ? staged.data() : params_.host_span().data();
-  for (const ParamEntry& e : entries_) {
-    float* p = base + e.offset;
-    for (std::int64_t i = 0; i < e.numel(); ++i) {
-      const std::int64_t full = e.layout.full_index(i);
+  for (int k = 0; k < count(); ++k) {
+    const ParamEntry& e = entry(k);
+    const OwnedPart kept = kept_parameters(k);
+    float* p = base + kept.owned_offset;
+    for (std::int64_t i = 0; i < kept.count; ++i) {
+      const std::int64_t full = e.layout.full_index(kept.entry_begin + i);
       const bool padding = e.zero_rows_from >= 0 && full / e.layout.full_cols >= e.zero_rows_from;
       p[i] = padding ? 0.0f : init_value(seed, e.name, e.init, e.init_std, full);
     }
   }
   if (params_.on_device()) params_.upload(staged);
-  grads_.zero();
+  if (sharded_)
+    owned_grads_.zero();
+  else
+    grads_.zero();
 }
 
 int ParameterSet::find(const std::string& name) const {
@@ -95,19 +104,47 @@ int ParameterSet::find(const std::string& name) const {
 
 tensor::TensorView ParameterSet::param(int i) {
   const ParamEntry& e = entry(i);
+  if (parameters_sharded_) {
+    const int u = unit_of(i);
+    if (!parameter_unit_open(u))
+      throw std::logic_error("ParameterSet::param: '" + e.name + "' (unit '" +
+                             units_[static_cast<std::size_t>(u)].name +
+                             "') is used without its values gathered (ZeRO-3)");
+    const auto at =
+        static_cast<std::int64_t>(e.offset) - units_[static_cast<std::size_t>(u)].offset;
+    return {unit_params_[static_cast<std::size_t>(u)].data() + at, e.shape};
+  }
   return {params_.data() + e.offset, e.shape};
 }
 tensor::TensorView ParameterSet::grad(int i) {
   const ParamEntry& e = entry(i);
+  if (sharded_) {
+    const int u = unit_of(i);
+    if (!gradient_unit_open(u))
+      throw std::logic_error("ParameterSet::grad: the gradient of '" + e.name + "' (unit '" +
+                             units_[static_cast<std::size_t>(u)].name +
+                             "') is written outside an op that reduces it (ZeRO-2)");
+    const auto at =
+        static_cast<std::int64_t>(e.offset) - units_[static_cast<std::size_t>(u)].offset;
+    return {unit_grads_[static_cast<std::size_t>(u)].data() + at, e.shape};
+  }
   return {grads_.data() + e.offset, e.shape};
 }
 tensor::ConstTensorView ParameterSet::param(int i) const {
-  const ParamEntry& e = entry(i);
-  return {params_.data() + e.offset, e.shape};
+  return const_cast<ParameterSet*>(this)->param(i);
 }
 tensor::ConstTensorView ParameterSet::grad(int i) const {
-  const ParamEntry& e = entry(i);
-  return {grads_.data() + e.offset, e.shape};
+  return const_cast<ParameterSet*>(this)->grad(i);
+}
+
+tensor::FlatStorage& ParameterSet::flat_grads() {
+  if (sharded_)
+    throw std::logic_error("ParameterSet::flat_grads: under ZeRO-2 a rank keeps shards only");
+  return grads_;
+}
+
+const tensor::FlatStorage& ParameterSet::flat_grads() const {
+  return const_cast<ParameterSet*>(this)->flat_grads();
 }
 
 namespace {

@@ -65,17 +65,62 @@ struct ParamEntry {
   std::int64_t numel() const { return shape.numel(); }
 };
 
+// Entries that are reduced together, and under ZeRO-2 sharded together: one layer's ("h.3"), or
+// one vocabulary or final-norm table's ("wte", "wpe", "lnf", "head"). What an op computes
+// gradients for is a list of units, so every rank of a reduction group reduces the same units in
+// the same order whatever its data.
+struct ParamUnit {
+  std::string name;
+  int first_entry = 0, end_entry = 0;  // entries [first_entry, end_entry)
+  std::int64_t offset = 0;             // into the flat parameters
+  std::int64_t numel = 0;              // the entries' elements
+  std::int64_t padded = 0;        // numel rounded up to a multiple of the sharding group's size
+  std::int64_t owned_offset = 0;  // of this rank's shard (padded / size) in the owned gradients
+};
+
+// The unit an entry belongs to: "h.<layer>" for a block's entries, else the name up to its first
+// '.' ("lnf.w" -> "lnf", "head.w" -> "head", "wte" -> "wte").
+std::string unit_name(const std::string& entry_name);
+// A vocabulary layer's unit ("wte", "wpe", "head"): its memory counts as VocabularyLayers.
+bool is_vocabulary_unit(const std::string& unit_name);
+
+// ZeRO-2 and 3: the reduction group has `size` ranks and this rank is the `index`-th.
+struct ShardingGroup {
+  int size = 1;
+  int index = 0;
+};
+
+// The part of an entry a rank keeps under ZeRO-2 (of its gradient) and 3 (and of its value):
+// `count` elements from the entry's element `entry_begin`, at `owned_offset` of the owned
+// gradients (and under ZeRO-3 of the flat parameters); count 0: none.
+struct OwnedPart {
+  std::int64_t entry_begin = 0;
+  std::int64_t owned_offset = 0;
+  std::int64_t count = 0;
+};
+
 // One rank's parameters of one reduction domain (dense parameters are reduced over DP, expert
 // parameters over the expert-DP group). Flat buffers are padded to a multiple of `pad_multiple`
-// so ZeRO-1 can split them into equal shards. The flat buffers live in the storage given to
-// allocate() (host memory by default, the rank's device for a GPU rank): views point there, and
-// host code reads or writes values through the buffers' explicit copies (FlatStorage).
+// so ZeRO-1 can split them into equal shards. Under ZeRO-2 (allocate_sharded) the rank keeps only
+// its shard of each unit's gradient (owned_grads(), accumulated over the iteration); a unit's
+// full gradient exists only while a layer computes it (open_gradient_unit, reduced into the
+// shards and closed after it), and each unit is padded to a multiple of the group. Under ZeRO-3
+// the parameters are sharded alike: the flat parameters hold the rank's shard of each unit (laid
+// out as the owned gradients), and a unit's full values exist only while a layer uses them
+// (open_parameter_unit, filled by an all-gather, closed after). The flat
+// buffers live in the storage given to allocate() (host memory by default, the rank's device for a
+// GPU rank): views point there, and host code reads or writes values through the buffers' explicit
+// copies (FlatStorage).
 class ParameterSet {
  public:
   // Returns the entry's index. Throws std::logic_error after allocate().
   int add(ParamEntry entry);
   // `storage`: where the flat buffers live; null for host memory.
   void allocate(std::int64_t pad_multiple = 1, tensor::DeviceAllocator* storage = nullptr);
+  // ZeRO-2, and with `parameters` ZeRO-3 (see above). Throws std::logic_error after allocate()
+  // or for a group of under 1.
+  void allocate_sharded(ShardingGroup sharding, tensor::DeviceAllocator* storage = nullptr,
+                        bool parameters = false);
   void initialize(std::uint64_t seed);  // values from init_value(); gradients zeroed
 
   int count() const { return static_cast<int>(entries_.size()); }
@@ -83,25 +128,75 @@ class ParameterSet {
   const std::vector<ParamEntry>& entries() const { return entries_; }
   int find(const std::string& name) const;  // -1 when absent
 
+  // Under ZeRO-3 the entry's unit must be open for parameters (std::logic_error otherwise).
   tensor::TensorView param(int i);
+  // Under ZeRO-2 and 3 the entry's unit must be open (std::logic_error otherwise): a gradient
+  // written outside the layers that reduce it would be lost.
   tensor::TensorView grad(int i);
   tensor::ConstTensorView param(int i) const;
   tensor::ConstTensorView grad(int i) const;
 
   std::int64_t size() const { return size_; }  // unpadded elements
-  std::int64_t padded_size() const { return static_cast<std::int64_t>(params_.size()); }
+  // Elements of the full flat layout, padding included (under ZeRO-3 no rank holds them all).
+  std::int64_t padded_size() const { return padded_size_; }
+  // The parameters this rank keeps: all of them, or under ZeRO-3 its shards (owned layout).
   tensor::FlatStorage& flat_params() { return params_; }
-  tensor::FlatStorage& flat_grads() { return grads_; }
+  // All gradients (not under ZeRO-2: std::logic_error).
+  tensor::FlatStorage& flat_grads();
+  const tensor::FlatStorage& flat_grads() const;
   const tensor::FlatStorage& flat_params() const { return params_; }
-  const tensor::FlatStorage& flat_grads() const { return grads_; }
   bool on_device() const { return params_.on_device(); }
 
+  const std::vector<ParamUnit>& units() const { return units_; }
+  int find_unit(const std::string& name) const;  // -1 when absent
+  int unit_of(int entry) const { return unit_of_[static_cast<std::size_t>(entry)]; }
+
+  // ZeRO-2 and 3.
+  bool gradients_sharded() const { return sharded_; }
+  bool parameters_sharded() const { return parameters_sharded_; }
+  const ShardingGroup& sharding() const { return sharding_; }
+  std::int64_t shard_size(int unit) const;  // a unit's padded / size
+  std::int64_t owned_size() const { return static_cast<std::int64_t>(owned_grads_.size()); }
+  tensor::FlatStorage& owned_grads() { return owned_grads_; }
+  const tensor::FlatStorage& owned_grads() const { return owned_grads_; }
+  OwnedPart owned_part(int entry) const;
+  // Where flat_params() holds entry `entry`'s elements: all of them at its offset, or under
+  // ZeRO-3 its owned part.
+  OwnedPart kept_parameters(int entry) const;
+  // A zeroed full gradient for the unit (nothing when it is open already).
+  void open_gradient_unit(int unit);
+  bool gradient_unit_open(int unit) const;
+  const std::vector<int>& open_gradient_units() const { return open_units_; }  // opening order
+  tensor::FlatStorage& unit_gradient(int unit);  // (padded) of an open unit
+  void close_gradient_unit(int unit);
+  // ZeRO-3: room for a unit's full values (the caller all-gathers them into it); nothing when
+  // it is open already.
+  void open_parameter_unit(int unit);
+  bool parameter_unit_open(int unit) const;
+  tensor::FlatStorage& unit_parameters(int unit);  // (padded) of an open unit
+  void close_parameter_unit(int unit);
+
  private:
+  // Groups the entries into units (each contiguous in registration order) and lays them out in
+  // the flat buffers, each unit padded to a multiple of `unit_multiple`.
+  void lay_out_units(std::int64_t unit_multiple);
+
   std::vector<ParamEntry> entries_;
   tensor::FlatStorage params_;  // (padded_size) Parameters
-  tensor::FlatStorage grads_;   // (padded_size) Gradients
+  tensor::FlatStorage grads_;   // (padded_size) Gradients; empty under ZeRO-2
   std::int64_t size_ = 0;
+  std::int64_t padded_size_ = 0;
   bool allocated_ = false;
+  std::vector<ParamUnit> units_;
+  std::vector<int> unit_of_;  // by entry
+  bool sharded_ = false;
+  bool parameters_sharded_ = false;
+  ShardingGroup sharding_;
+  tensor::DeviceAllocator* storage_ = nullptr;
+  tensor::FlatStorage owned_grads_;               // (sum of shard sizes) Gradients, ZeRO-2
+  std::vector<tensor::FlatStorage> unit_grads_;   // (padded) per unit while open, ZeRO-2
+  std::vector<tensor::FlatStorage> unit_params_;  // (padded) per unit while open, ZeRO-3
+  std::vector<int> open_units_;
 };
 
 // The initial value of element `full_index` of the full tensor `name` (independent of the plan).

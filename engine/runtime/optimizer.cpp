@@ -7,16 +7,23 @@ namespace pipetune::runtime {
 using tensor::Shape;
 
 DataParallelOptimizer::DataParallelOptimizer(model::ParameterSet& params, comm::Communicator& comm,
-                                             comm::ProcessGroup group, int tp_rank, bool zero1,
+                                             comm::ProcessGroup group, int tp_rank, int zero_stage,
                                              tensor::Backend& backend)
     : params_(&params),
       comm_(&comm),
       group_(std::move(group)),
       tp_rank_(tp_rank),
-      zero1_(zero1 && group_.size() > 1),
+      zero1_(zero_stage >= 1 && group_.size() > 1),
+      sharded_gradients_(params.gradients_sharded()),
       backend_(&backend) {
+  if (sharded_gradients_ && (params.sharding().size != group_.size() ||
+                             params.sharding().index != group_.index_of(comm.rank())))
+    throw std::logic_error("DataParallelOptimizer: the gradients are sharded over another group");
   const std::int64_t total = params.padded_size();
-  if (zero1_) {
+  if (sharded_gradients_) {
+    lo_ = 0;
+    hi_ = params.owned_size();
+  } else if (zero1_) {
     const std::int64_t shard = total / group_.size();  // padded to a multiple of the group
     const std::int64_t me = group_.index_of(comm.rank());
     lo_ = me * shard;
@@ -34,6 +41,14 @@ DataParallelOptimizer::DataParallelOptimizer(model::ParameterSet& params, comm::
 }
 
 void DataParallelOptimizer::reduce_gradients() {
+  if (sharded_gradients_) {
+    if (!params_->open_gradient_units().empty())
+      throw std::logic_error(
+          "reduce_gradients: unit '" +
+          params_->units()[static_cast<std::size_t>(params_->open_gradient_units().front())].name +
+          "' still holds a full gradient at the iteration's end");
+    return;
+  }
   if (group_.size() <= 1 || params_->padded_size() == 0) return;
   tensor::FlatStorage& g = params_->flat_grads();
   if (!zero1_) {
@@ -46,6 +61,35 @@ void DataParallelOptimizer::reduce_gradients() {
   g.allocator().copy(g.data() + lo_, mine.data(), mine.size() * sizeof(float));
 }
 
+void DataParallelOptimizer::reduce_open_units() {
+  if (!sharded_gradients_) return;
+  const std::vector<int> open = params_->open_gradient_units();
+  tensor::FlatStorage& owned = params_->owned_grads();
+  for (int u : open) {
+    tensor::FlatStorage& full = params_->unit_gradient(u);
+    const std::int64_t shard = params_->shard_size(u);
+    tensor::FlatStorage mine(static_cast<std::size_t>(shard), profiler::MemoryCategory::Temporaries,
+                             &full.allocator());
+    comm_->reduce_scatter(group_, {full.data(), full.size()}, {mine.data(), mine.size()});
+    backend_->accumulate(
+        {owned.data() + params_->units()[static_cast<std::size_t>(u)].owned_offset, Shape{shard}},
+        {mine.data(), Shape{shard}});
+    params_->close_gradient_unit(u);
+  }
+}
+
+void DataParallelOptimizer::gather_parameter_units(const std::vector<int>& units) {
+  tensor::FlatStorage& shards = params_->flat_params();
+  for (int u : units) {
+    const model::ParamUnit& unit = params_->units()[static_cast<std::size_t>(u)];
+    tensor::FlatStorage& full = params_->unit_parameters(u);
+    comm_->all_gather(
+        group_,
+        {shards.data() + unit.owned_offset, static_cast<std::size_t>(params_->shard_size(u))},
+        {full.data(), full.size()});
+  }
+}
+
 // The owned stretch of each entry, relative to lo; adjacent stretches merge when they are
 // counted alike (the norm: every counted entry; AdamW: the same weight decay), so a model's
 // entries become a few segments and the backend a few launches.
@@ -55,11 +99,17 @@ void DataParallelOptimizer::build_segments() {
   std::sort(entries.begin(), entries.end(),
             [](const auto* a, const auto* b) { return a->offset < b->offset; });
   for (const model::ParamEntry* e : entries) {
-    const std::int64_t a = std::max<std::int64_t>(lo_, static_cast<std::int64_t>(e->offset));
-    const std::int64_t b =
-        std::min<std::int64_t>(hi_, static_cast<std::int64_t>(e->offset) + e->numel());
-    if (a >= b) continue;
-    const std::int64_t begin = a - lo_, end = b - lo_;
+    std::int64_t begin = 0, end = 0;
+    if (sharded_gradients_) {  // in the owned gradients' coordinates
+      const model::OwnedPart part =
+          params_->owned_part(static_cast<int>(e - params_->entries().data()));
+      begin = part.owned_offset;
+      end = begin + part.count;
+    } else {
+      begin = std::max<std::int64_t>(lo_, static_cast<std::int64_t>(e->offset)) - lo_;
+      end = std::min<std::int64_t>(hi_, static_cast<std::int64_t>(e->offset) + e->numel()) - lo_;
+    }
+    if (begin >= end) continue;
     if (!adamw_segments_.empty() && adamw_segments_.back().end == begin &&
         adamw_segments_.back().decay == e->decay)
       adamw_segments_.back().end = end;
@@ -77,12 +127,17 @@ double DataParallelOptimizer::owned_sum_squares() const {
   // Without ZeRO every replica holds all reduced gradients: group rank 0 counts them.
   if (!zero1_ && group_.index_of(comm_->rank()) != 0) return 0.0;
   if (hi_ <= lo_) return 0.0;
-  const tensor::FlatStorage& g = params_->flat_grads();
+  const tensor::FlatStorage& g =
+      sharded_gradients_ ? params_->owned_grads() : params_->flat_grads();
   return backend_->grad_sum_squares_segments({g.data() + lo_, Shape{hi_ - lo_}}, norm_segments_);
 }
 
 void DataParallelOptimizer::step(const tensor::AdamWConfig& config, std::int64_t step,
                                  float clip_coef) {
+  if (sharded_gradients_) {
+    step_sharded(config, step, clip_coef);
+    return;
+  }
   tensor::FlatStorage& p = params_->flat_params();
   tensor::FlatStorage& g = params_->flat_grads();
   if (hi_ > lo_) {
@@ -100,8 +155,41 @@ void DataParallelOptimizer::step(const tensor::AdamWConfig& config, std::int64_t
   }
 }
 
+// ZeRO-2: this rank's shard of each unit's parameters, back to back as the owned gradients are,
+// is updated there and all-gathered unit by unit into the flat parameters.
+void DataParallelOptimizer::step_sharded(const tensor::AdamWConfig& config, std::int64_t step,
+                                         float clip_coef) {
+  if (hi_ <= lo_) return;
+  tensor::FlatStorage& p = params_->flat_params();
+  const Shape shape{hi_};
+  if (params_->parameters_sharded()) {  // ZeRO-3: the shards are the parameters
+    backend_->adamw_step_segments({p.data(), shape}, {params_->owned_grads().data(), shape},
+                                  {m_.data(), shape}, {v_.data(), shape}, adamw_segments_, config,
+                                  step, std::min(clip_coef, 1.0f));
+    return;
+  }
+  const model::ShardingGroup& sh = params_->sharding();
+  tensor::FlatStorage mine(static_cast<std::size_t>(hi_), profiler::MemoryCategory::Temporaries,
+                           &p.allocator());
+  for (const model::ParamUnit& u : params_->units()) {
+    const std::int64_t shard = u.padded / sh.size;
+    p.allocator().copy(mine.data() + u.owned_offset, p.data() + u.offset + shard * sh.index,
+                       static_cast<std::size_t>(shard) * sizeof(float));
+  }
+  backend_->adamw_step_segments({mine.data(), shape}, {params_->owned_grads().data(), shape},
+                                {m_.data(), shape}, {v_.data(), shape}, adamw_segments_, config,
+                                step, std::min(clip_coef, 1.0f));
+  for (const model::ParamUnit& u : params_->units())
+    comm_->all_gather(group_,
+                      {mine.data() + u.owned_offset, static_cast<std::size_t>(u.padded / sh.size)},
+                      {p.data() + u.offset, static_cast<std::size_t>(u.padded)});
+}
+
 void DataParallelOptimizer::zero_grad() {
-  params_->flat_grads().zero();
+  if (sharded_gradients_)
+    params_->owned_grads().zero();
+  else
+    params_->flat_grads().zero();
 }
 
 }  // namespace pipetune::runtime

@@ -4,7 +4,12 @@
 // expert-DP for experts) and every rank updates all its parameters. With ZeRO-1 the flat
 // gradient buffer is reduce-scattered, each rank keeps AdamW moments for and updates only its
 // 1/g shard, and the updated parameters are all-gathered: the same numbers, 1/g of the optimizer
-// state.
+// state. With ZeRO-2 (parameters allocated with allocate_sharded) the gradients are sharded too:
+// after each op that computes some, reduce_open_units() reduce-scatters each unit it opened into
+// this rank's shards (accumulated over the iteration) and frees the unit's full gradient; the
+// step updates the shards and all-gathers each unit's parameters: 1/g of the gradients as well.
+// With ZeRO-3 the parameters are the shards alone: the runtime gathers a unit's values for each
+// layer that uses them (gather_parameter_units) and the step updates the shards in place.
 //
 // The moments live in the parameters' storage (the rank's device for a GPU rank); the reductions
 // pass device spans to the communicator, which stages them when it must.
@@ -23,20 +28,28 @@ class DataParallelOptimizer {
  public:
   // `group`: the ranks holding replicas of these parameters (this rank included).
   DataParallelOptimizer(model::ParameterSet& params, comm::Communicator& comm,
-                        comm::ProcessGroup group, int tp_rank, bool zero1,
+                        comm::ProcessGroup group, int tp_rank, int zero_stage,
                         tensor::Backend& backend);
 
+  // At the iteration's end: the DP reduction (ZeRO 0 and 1; under ZeRO-2 the ops have done it).
   void reduce_gradients();
+  // ZeRO-2: reduce-scatters the units the op opened, in their opening order, into this rank's
+  // shards and closes them. Every rank of the group runs the same ops, so they open the same
+  // units in the same order.
+  void reduce_open_units();
+  // ZeRO-3: all-gathers the values of `units` (opened for them) from the group's shards.
+  void gather_parameter_units(const std::vector<int>& units);
   // Sum of squares of the gradient elements this rank is responsible for, so that summing it over
   // the world counts every distinct element once (TP replicas on TP rank 0, DP replicas on the
   // owner of their shard).
   double owned_sum_squares() const;
   // AdamW step `step` (from 1) on the owned elements after scaling their gradients by
-  // `clip_coef`; all-gathers under ZeRO-1. Weight decay only on entries marked `decay`.
+  // `clip_coef`; all-gathers under ZeRO-1 and 2 (ZeRO-3 keeps the shards). Weight decay only on
+  // entries marked `decay`.
   void step(const tensor::AdamWConfig& config, std::int64_t step, float clip_coef);
   void zero_grad();
 
-  // Owned range of the flat buffers, [lo, hi).
+  // Owned range of the flat buffers, [lo, hi) (under ZeRO-2: of the owned gradients).
   std::int64_t owned_lo() const { return lo_; }
   std::int64_t owned_hi() const { return hi_; }
   tensor::FlatStorage& moment1() { return m_; }
@@ -44,12 +57,14 @@ class DataParallelOptimizer {
 
  private:
   void build_segments();
+  void step_sharded(const tensor::AdamWConfig& config, std::int64_t step, float clip_coef);
 
   model::ParameterSet* params_;
   comm::Communicator* comm_;
   comm::ProcessGroup group_;
   int tp_rank_;
-  bool zero1_;
+  bool zero1_;              // the optimizer state is sharded (ZeRO 1 and 2)
+  bool sharded_gradients_;  // ZeRO-2
   tensor::Backend* backend_;
   std::int64_t lo_ = 0, hi_ = 0;
   tensor::FlatStorage m_, v_;  // (hi - lo) OptimizerState

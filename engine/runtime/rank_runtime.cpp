@@ -87,6 +87,8 @@ RankRuntime::RankRuntime(const model::ModelConfig& config, const spec::ParallelP
   if (recorder != nullptr && recorder->enabled()) {
     ctx_.all_to_all_name = recorder->intern("all_to_all");
     ctx_.recompute_name = recorder->intern("recompute");
+    gradient_scatter_name_ = recorder->intern("gradient reduce-scatter");
+    parameter_gather_name_ = recorder->intern("parameter all-gather");
   }
   vocab_parallel_ = schedule.vocab != schedule::VocabMode::None;
   model_ = std::make_unique<model::RankModel>(
@@ -163,17 +165,98 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
   return losses_;
 }
 
+namespace {
+std::int64_t unit_bytes(const model::ParameterSet& set, int unit) {
+  return set.units()[static_cast<std::size_t>(unit)].padded *
+         static_cast<std::int64_t>(sizeof(float));
+}
+}  // namespace
+
+RankRuntime::OpenedUnits RankRuntime::open_units(const UnitNames& uses, const UnitNames& computes) {
+  OpenedUnits o;
+  model::RankModel& m = *model_;
+  for (model::ParameterSet* set : {&m.dense, &m.expert}) {
+    if (!set->parameters_sharded()) continue;
+    std::vector<int> units;
+    for (const std::string& name : uses) {
+      const int u = set->find_unit(name);
+      if (u < 0 || set->parameter_unit_open(u)) continue;
+      set->open_parameter_unit(u);
+      units.push_back(u);
+      o.parameters.emplace_back(set, u);
+      const std::int64_t b = unit_bytes(*set, u);
+      (model::is_vocabulary_unit(name) ? o.vocabulary_parameter_bytes : o.parameter_bytes) += b;
+    }
+    if (!units.empty()) {
+      profiler::ScopedSpan span(recorder_, profiler::SpanKind::AllGather, profiler::Stream::Comm,
+                                -1, -1, -1, parameter_gather_name_);
+      sharding_.gather_parameters(*set, units);
+    }
+  }
+  for (model::ParameterSet* set : {&m.dense, &m.expert}) {
+    if (!set->gradients_sharded()) continue;
+    for (const std::string& name : computes) {
+      const int u = set->find_unit(name);
+      if (u < 0) continue;
+      set->open_gradient_unit(u);
+      const std::int64_t b = unit_bytes(*set, u);
+      (model::is_vocabulary_unit(name) ? o.vocabulary_gradient_bytes : o.gradient_bytes) += b;
+    }
+  }
+  if (recorder_ != nullptr) {
+    profiler::MemoryLedger& ledger = recorder_->memory();
+    ledger.allocate(profiler::MemoryCategory::Parameters, o.parameter_bytes);
+    ledger.allocate(profiler::MemoryCategory::Gradients, o.gradient_bytes);
+    ledger.allocate(profiler::MemoryCategory::VocabularyLayers,
+                    o.vocabulary_parameter_bytes + o.vocabulary_gradient_bytes);
+  }
+  return o;
+}
+
+void RankRuntime::close_units(const OpenedUnits& o) {
+  if (o.gradient_bytes > 0 || o.vocabulary_gradient_bytes > 0) {
+    profiler::ScopedSpan span(recorder_, profiler::SpanKind::ReduceScatter, profiler::Stream::Comm,
+                              -1, -1, -1, gradient_scatter_name_);
+    sharding_.reduce_gradients();
+  }
+  for (const auto& [set, u] : o.parameters) set->close_parameter_unit(u);
+  if (recorder_ != nullptr) {
+    profiler::MemoryLedger& ledger = recorder_->memory();
+    ledger.release(profiler::MemoryCategory::Parameters, o.parameter_bytes);
+    ledger.release(profiler::MemoryCategory::Gradients, o.gradient_bytes);
+    ledger.release(profiler::MemoryCategory::VocabularyLayers,
+                   o.vocabulary_parameter_bytes + o.vocabulary_gradient_bytes);
+  }
+}
+
+std::string RankRuntime::layer_unit(int chunk, std::size_t block) const {
+  const model::LayerGroupPlacement& g = model_->placement().chunks[static_cast<std::size_t>(chunk)];
+  return "h." + std::to_string(g.first_layer + static_cast<std::int64_t>(block));
+}
+
 void RankRuntime::reduce_sequence_parallel_gradients() {
   if (!ctx_.sequence_parallel || sequence_parallel_grad_elements_ == 0) return;
   model::ParameterSet& params = model_->dense;
+  // Under ZeRO-2 the rank's shards of them: the TP ranks hold the same units laid out alike and
+  // the same shard of each (they share their DP index), so the sum is element by element too.
+  const bool sharded = params.gradients_sharded();
+  const auto gradient = [&](int i) {
+    if (!sharded) return params.grad(i);
+    const model::OwnedPart part = params.owned_part(i);
+    return TensorView{params.owned_grads().data() + part.owned_offset, Shape{part.count}};
+  };
+  std::int64_t elements = 0;
+  for (int i : sequence_parallel_grads_) elements += gradient(i).numel();
+  if (elements == 0) return;
   model::Buffer packed;
   // Every such gradient, back to back.
-  TensorView all = sized(packed, Shape{sequence_parallel_grad_elements_});
+  TensorView all = sized(packed, Shape{elements});
   // copy(gradient, its slot in the packed buffer) for each of them.
   const auto each = [&](auto&& copy) {
     std::int64_t at = 0;
     for (int i : sequence_parallel_grads_) {
-      TensorView g = params.grad(i);
+      TensorView g = gradient(i);
+      if (g.numel() == 0) continue;
       copy(g, TensorView{all.data + at, Shape{g.numel()}});
       at += g.numel();
     }
@@ -262,16 +345,18 @@ void RankRuntime::run_op(const Op& op) {
       backward_weight(op.chunk, op.microbatch, true);
       break;
     case OpKind::S:
-      vocab_output_forward(op.microbatch);
+      with_units({"head"}, {}, [&] { vocab_output_forward(op.microbatch); });
       break;
     case OpKind::T:
-      vocab_output_backward(op.microbatch);
+      // Vocab-2's T needs the head's weight gradient only; vocab-1's the input gradient too.
+      with_units(schedule_->vocab == schedule::VocabMode::Vocab2 ? UnitNames{} : UnitNames{"head"},
+                 {"head"}, [&] { vocab_output_backward(op.microbatch); });
       break;
     case OpKind::IF:
-      vocab_input_forward(op.microbatch);
+      with_units({"wte", "wpe"}, {}, [&] { vocab_input_forward(op.microbatch); });
       break;
     case OpKind::IB:
-      vocab_input_backward(op.microbatch);
+      with_units({}, {"wte", "wpe"}, [&] { vocab_input_backward(op.microbatch); });
       break;
   }
 }
@@ -323,11 +408,13 @@ void RankRuntime::forward(int chunk, int mb) {
   else if (vocab_parallel_)
     reduce_embedding_parts(mb, x);
   else
-    embed_plain(mb, x);
+    with_units({"wte", "wpe"}, {}, [&] { embed_plain(mb, x); });
 
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     TensorView y = sized(y_buf, Shape{N, C});
-    losses_.aux_sum += blocks[i].forward(ctx_, x, y, batch_, seq_, s.blocks[i]);
+    with_units({layer_unit(chunk, i)}, {}, [&] {
+      losses_.aux_sum += blocks[i].forward(ctx_, x, y, batch_, seq_, s.blocks[i]);
+    });
     std::swap(x_buf, y_buf);
     x = view(x_buf, Shape{N, C});
   }
@@ -339,18 +426,21 @@ void RankRuntime::forward(int chunk, int mb) {
   // Last group: final LayerNorm, then the loss (plain) or the hand-off to the S passes, on every
   // row (s.lnf is (B*T, C), gathered under sequence parallelism).
   s.out = std::move(x_buf);
-  model::Buffer lnf_rows;
-  TensorView lnf = sized(ctx_.sequence_parallel ? lnf_rows : s.lnf, Shape{N, C});
-  be.layernorm_forward(view(s.out, Shape{N, C}), m.dense.param(m.lnf_w()), m.dense.param(m.lnf_b()),
-                       lnf, sized(s.lnf_mean, Shape{N}), sized(s.lnf_rstd, Shape{N}));
-  if (ctx_.sequence_parallel) ctx_.tp_all_gather(lnf, sized(s.lnf, Shape{rows(), C}));
-  if (vocab_parallel_) {
-    for (int dst : vocab_group_.ranks) mailbox_.post(dst, MessageKind::FinalHidden, 0, mb, s.lnf);
-    return;
-  }
-  const float loss = output_loss_plain(s, mb);
-  losses_.loss_sum += loss;
-  losses_.loss_microbatches += 1;
+  with_units(vocab_parallel_ ? UnitNames{"lnf"} : UnitNames{"lnf", "head"}, {}, [&] {
+    model::Buffer lnf_rows;
+    TensorView lnf = sized(ctx_.sequence_parallel ? lnf_rows : s.lnf, Shape{N, C});
+    be.layernorm_forward(view(s.out, Shape{N, C}), m.dense.param(m.lnf_w()),
+                         m.dense.param(m.lnf_b()), lnf, sized(s.lnf_mean, Shape{N}),
+                         sized(s.lnf_rstd, Shape{N}));
+    if (ctx_.sequence_parallel) ctx_.tp_all_gather(lnf, sized(s.lnf, Shape{rows(), C}));
+    if (vocab_parallel_) {
+      for (int dst : vocab_group_.ranks) mailbox_.post(dst, MessageKind::FinalHidden, 0, mb, s.lnf);
+      return;
+    }
+    const float loss = output_loss_plain(s, mb);
+    losses_.loss_sum += loss;
+    losses_.loss_microbatches += 1;
+  });
 }
 
 float RankRuntime::output_loss_plain(ChunkState& s, int mb) {
@@ -430,16 +520,20 @@ void RankRuntime::backward_input(int chunk, int mb, bool weights) {
     mailbox_.take(group_rank(group + 1), MessageKind::Gradient, group, mb,
                   {dy.data, static_cast<std::size_t>(dy.numel())});
   else if (vocab_parallel_)
-    output_backward_vocab(s, mb, dy);
+    with_units({"lnf"}, {}, [&] { output_backward_vocab(s, mb, dy); });
   else
-    output_backward_plain(s, mb, dy, weights);
+    with_units({"head", "lnf"}, weights ? UnitNames{"head"} : UnitNames{},
+               [&] { output_backward_plain(s, mb, dy, weights); });
 
   for (std::size_t i = blocks.size(); i-- > 0;) {
     TensorView dx = sized(dx_buf, Shape{N, C});
+    const std::string layer = layer_unit(chunk, i);
     if (weights)
-      blocks[i].backward(ctx_, dy, dx, grad_scale_, s.blocks[i]);
+      with_units({layer}, {layer},
+                 [&] { blocks[i].backward(ctx_, dy, dx, grad_scale_, s.blocks[i]); });
     else
-      blocks[i].backward_input(ctx_, dy, dx, grad_scale_, s.blocks[i]);
+      with_units({layer}, {},
+                 [&] { blocks[i].backward_input(ctx_, dy, dx, grad_scale_, s.blocks[i]); });
     std::swap(dy_buf, dx_buf);
     dy = view(dy_buf, Shape{N, C});
   }
@@ -472,20 +566,26 @@ void RankRuntime::backward_weight(int chunk, int mb, bool after_weights) {
                            std::to_string(mb));
   auto& blocks = m.blocks(chunk);
   if (group == m.placement().groups - 1) {
-    if (!vocab_parallel_ && !after_weights)
-      be.linear_backward_weight(view(s.dlogits, Shape{N, model_->vocab().rows()}),
-                                view(s.lnf, Shape{N, C}), m.dense.grad(m.head()), {});
-    be.layernorm_backward_weight(view(s.dlnf, Shape{Nl, C}), view(s.out, Shape{Nl, C}),
-                                 view(s.lnf_mean, Shape{Nl}), view(s.lnf_rstd, Shape{Nl}),
-                                 m.dense.grad(m.lnf_w()), m.dense.grad(m.lnf_b()));
+    const bool head = !vocab_parallel_ && !after_weights;
+    with_units({}, head ? UnitNames{"head", "lnf"} : UnitNames{"lnf"}, [&] {
+      if (head)
+        be.linear_backward_weight(view(s.dlogits, Shape{N, model_->vocab().rows()}),
+                                  view(s.lnf, Shape{N, C}), m.dense.grad(m.head()), {});
+      be.layernorm_backward_weight(view(s.dlnf, Shape{Nl, C}), view(s.out, Shape{Nl, C}),
+                                   view(s.lnf_mean, Shape{Nl}), view(s.lnf_rstd, Shape{Nl}),
+                                   m.dense.grad(m.lnf_w()), m.dense.grad(m.lnf_b()));
+    });
   }
   if (!after_weights)
-    for (std::size_t i = blocks.size(); i-- > 0;) blocks[i].backward_weight(ctx_, s.blocks[i]);
+    for (std::size_t i = blocks.size(); i-- > 0;)
+      with_units({}, {layer_unit(chunk, i)}, [&] { blocks[i].backward_weight(ctx_, s.blocks[i]); });
   if (group == 0 && !vocab_parallel_) {
     const auto& tokens = (*batches_)[static_cast<std::size_t>(mb)].inputs;
-    TensorView dwpe = m.wpe() >= 0 ? m.dense.grad(m.wpe()) : TensorView{};
-    be.embedding_shard_backward_weight(tokens, view(s.demb, Shape{batch_, seq_, C}), m.vocab().lo,
-                                       m.vocab_rows(), m.dense.grad(m.wte()), dwpe);
+    with_units({}, {"wte", "wpe"}, [&] {
+      TensorView dwpe = m.wpe() >= 0 ? m.dense.grad(m.wpe()) : TensorView{};
+      be.embedding_shard_backward_weight(tokens, view(s.demb, Shape{batch_, seq_, C}), m.vocab().lo,
+                                         m.vocab_rows(), m.dense.grad(m.wte()), dwpe);
+    });
   }
   drop_chunk_state(chunk, mb);
 }

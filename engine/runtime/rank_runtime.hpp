@@ -11,8 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/comm/topology.hpp"
@@ -52,6 +55,16 @@ class RankRuntime {
   // (ParamEntry::sequence_parallel: the LayerNorms) summed over the TP group, in one all-reduce.
   // Call after the iteration, before the DP reduction. Nothing to do otherwise.
   void reduce_sequence_parallel_gradients();
+  // ZeRO-2 and 3 (parameters allocated with allocate_sharded): around each layer and vocabulary
+  // table the runtime opens its units (full values under ZeRO-3, full gradients where the layer
+  // computes them) and asks the hooks to fill and reduce them.
+  struct ShardingHooks {
+    // All-gathers the values of `units` of `set` (opened for them) from the ranks' shards.
+    std::function<void(model::ParameterSet& set, const std::vector<int>& units)> gather_parameters;
+    // Reduce-scatters every open gradient unit into the ranks' shards and closes it.
+    std::function<void()> reduce_gradients;
+  };
+  void set_sharding(ShardingHooks hooks) { sharding_ = std::move(hooks); }
   // A fault to inject (injected_fault.hpp); null for none. Must outlive the runtime.
   void set_fault(const InjectedFault* fault) { fault_ = fault; }
 
@@ -66,6 +79,32 @@ class RankRuntime {
   struct VocabState;
 
   void run_op(const schedule::Op& op);
+  // ZeRO-2 and 3: runs `compute` with the full values of the units it `uses` gathered (ZeRO-3)
+  // and full gradients for those it `computes` (their weight gradients) open, then
+  // reduce-scatters those gradients into the rank's shards and frees both, so a full unit lives
+  // only while one layer (or table) needs it. Which units is fixed by the op and the block,
+  // never by the data, so every rank of a reduction group gathers and reduces the same units in
+  // the same order. Without sharding it runs `compute` alone.
+  using UnitNames = std::vector<std::string>;
+  template <class Compute>
+  void with_units(const UnitNames& uses, const UnitNames& computes, Compute&& compute) {
+    if (!sharding_.reduce_gradients) {
+      compute();
+      return;
+    }
+    const OpenedUnits opened = open_units(uses, computes);
+    compute();
+    close_units(opened);
+  }
+  struct OpenedUnits {
+    std::vector<std::pair<model::ParameterSet*, int>> parameters;  // gathered here
+    std::int64_t parameter_bytes = 0, vocabulary_parameter_bytes = 0;
+    std::int64_t gradient_bytes = 0, vocabulary_gradient_bytes = 0;
+  };
+  // Opens the units that exist here, gathers the values, and charges both to the memory ledger.
+  OpenedUnits open_units(const UnitNames& uses, const UnitNames& computes);
+  void close_units(const OpenedUnits& opened);
+  std::string layer_unit(int chunk, std::size_t block) const;  // "h.<layer>"
   // Carries out fault_ before `op` when it is for this rank and step.
   void inject_fault(const schedule::Op& op, std::int64_t step);
   // Waits for the pipeline messages the op starts from (activation, gradient, final hidden
@@ -117,6 +156,8 @@ class RankRuntime {
   std::vector<int> sequence_parallel_grads_;
   std::int64_t sequence_parallel_grad_elements_ = 0;
   Mailbox mailbox_;
+  ShardingHooks sharding_;  // ZeRO-2 and 3
+  profiler::NameId gradient_scatter_name_ = 0, parameter_gather_name_ = 0;
   bool vocab_parallel_ = false;
   std::int64_t batch_ = 0, seq_ = 0;
   float grad_scale_ = 1.0f;  // d(loss)/d(mean CE of one micro-batch) = 1 / (m * dp)

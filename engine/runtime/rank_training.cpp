@@ -29,47 +29,84 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Writes this rank's elements [lo, hi) of `storage` into full-model tensors (a device storage is
-// copied to the host first).
-void export_full(const model::ParameterSet& set, const tensor::FlatStorage& storage,
-                 std::int64_t lo, std::int64_t hi, std::map<std::string, tensor::Tensor>& out,
-                 std::mutex& mutex) {
+// The full-model tensor of `e` in `out`, made (zeroed) when it is not there yet.
+tensor::Tensor& full_tensor(std::map<std::string, tensor::Tensor>& out,
+                            const model::ParamEntry& e) {
+  auto it = out.find(e.name);
+  if (it == out.end()) {
+    const tensor::Shape shape = e.layout.full_cols == 1
+                                    ? tensor::Shape{e.layout.full_rows}
+                                    : tensor::Shape{e.layout.full_rows, e.layout.full_cols};
+    it = out.emplace(e.name, tensor::Tensor(shape)).first;
+  }
+  return it->second;
+}
+
+// Writes the elements `storage` holds of each entry (part_of(i): which, and where) into
+// full-model tensors (a device storage is copied to the host first).
+template <class PartOf>
+void export_parts(const model::ParameterSet& set, const tensor::FlatStorage& storage,
+                  PartOf&& part_of, std::map<std::string, tensor::Tensor>& out, std::mutex& mutex) {
   std::vector<float> staged;
   if (storage.on_device()) staged = storage.to_host();
   const std::span<const float> flat = storage.on_device() ? staged : storage.host_span();
   std::lock_guard lock(mutex);
-  for (const model::ParamEntry& e : set.entries()) {
-    const auto off = static_cast<std::int64_t>(e.offset);
-    const std::int64_t a = std::max(lo, off), b = std::min(hi, off + e.numel());
-    if (a >= b) continue;
-    auto it = out.find(e.name);
-    if (it == out.end()) {
-      const tensor::Shape shape = e.layout.full_cols == 1
-                                      ? tensor::Shape{e.layout.full_rows}
-                                      : tensor::Shape{e.layout.full_rows, e.layout.full_cols};
-      it = out.emplace(e.name, tensor::Tensor(shape)).first;
-    }
-    for (std::int64_t i = a; i < b; ++i)
-      it->second[e.layout.full_index(i - off)] = flat[static_cast<std::size_t>(i)];
+  for (int i = 0; i < set.count(); ++i) {
+    const model::ParamEntry& e = set.entry(i);
+    const model::OwnedPart part = part_of(i);
+    if (part.count == 0) continue;
+    tensor::Tensor& full = full_tensor(out, e);
+    for (std::int64_t k = 0; k < part.count; ++k)
+      full[e.layout.full_index(part.entry_begin + k)] =
+          flat[static_cast<std::size_t>(part.owned_offset + k)];
   }
 }
 
-// Overwrites this rank's shards with the elements of the given full-model tensors (on a device:
-// in a host copy, uploaded at the end).
+// The gradients this rank holds: its range [lo, hi) of the flat gradients, or under ZeRO-2 and
+// 3 its shards.
+void export_gradients(const model::ParameterSet& set, std::int64_t lo, std::int64_t hi,
+                      std::map<std::string, tensor::Tensor>& out, std::mutex& mutex) {
+  if (set.gradients_sharded()) {
+    export_parts(
+        set, set.owned_grads(), [&](int i) { return set.owned_part(i); }, out, mutex);
+    return;
+  }
+  export_parts(
+      set, set.flat_grads(),
+      [&](int i) {
+        const auto off = static_cast<std::int64_t>(set.entry(i).offset);
+        const std::int64_t a = std::max(lo, off), b = std::min(hi, off + set.entry(i).numel());
+        return a < b ? model::OwnedPart{a - off, a, b - a} : model::OwnedPart{};
+      },
+      out, mutex);
+}
+
+// The parameters this rank holds: all, or under ZeRO-3 its shards.
+void export_parameters(const model::ParameterSet& set, std::map<std::string, tensor::Tensor>& out,
+                       std::mutex& mutex) {
+  export_parts(
+      set, set.flat_params(), [&](int i) { return set.kept_parameters(i); }, out, mutex);
+}
+
+// Overwrites what this rank holds of the parameters with the elements of the given full-model
+// tensors (on a device: in a host copy, uploaded at the end).
 void import_full(model::ParameterSet& set, const std::map<std::string, tensor::Tensor>& full) {
   tensor::FlatStorage& storage = set.flat_params();
   std::vector<float> staged;
   if (storage.on_device()) staged = storage.to_host();
   float* base = storage.on_device() ? staged.data() : storage.host_span().data();
-  for (const model::ParamEntry& e : set.entries()) {
+  for (int i = 0; i < set.count(); ++i) {
+    const model::ParamEntry& e = set.entry(i);
     auto it = full.find(e.name);
     if (it == full.end()) continue;
     if (it->second.numel() != e.layout.full_numel())
       throw InputError("initial parameter '" + e.name + "' has " +
                        std::to_string(it->second.numel()) + " elements, the model " +
                        std::to_string(e.layout.full_numel()));
-    float* p = base + e.offset;
-    for (std::int64_t i = 0; i < e.numel(); ++i) p[i] = it->second[e.layout.full_index(i)];
+    const model::OwnedPart kept = set.kept_parameters(i);
+    float* p = base + kept.owned_offset;
+    for (std::int64_t k = 0; k < kept.count; ++k)
+      p[k] = it->second[e.layout.full_index(kept.entry_begin + k)];
   }
   if (storage.on_device()) storage.upload(staged);
 }
@@ -79,16 +116,37 @@ void import_full(model::ParameterSet& set, const std::map<std::string, tensor::T
 struct ParameterBytes {
   std::int64_t vocabulary = 0;
   std::int64_t other = 0;
+  ParameterBytes operator+(const ParameterBytes& o) const {
+    return {vocabulary + o.vocabulary, other + o.other};
+  }
 };
 
 ParameterBytes parameter_bytes(const model::ParameterSet& set) {
   ParameterBytes b;
-  for (const model::ParamEntry& e : set.entries()) {
-    const bool vocab = e.name == "wte" || e.name == "wpe" || e.name == "head.w";
-    (vocab ? b.vocabulary : b.other) += e.numel() * static_cast<std::int64_t>(sizeof(float));
-  }
+  for (const model::ParamUnit& u : set.units())
+    (model::is_vocabulary_unit(u.name) ? b.vocabulary : b.other) +=
+        u.numel * static_cast<std::int64_t>(sizeof(float));
   b.other += (set.padded_size() - set.size()) * static_cast<std::int64_t>(sizeof(float));
   return b;
+}
+
+// The bytes of its shard of each unit (ZeRO-2 and 3).
+ParameterBytes shard_bytes(const model::ParameterSet& set) {
+  ParameterBytes b;
+  for (std::size_t u = 0; u < set.units().size(); ++u)
+    (model::is_vocabulary_unit(set.units()[u].name) ? b.vocabulary : b.other) +=
+        set.shard_size(static_cast<int>(u)) * static_cast<std::int64_t>(sizeof(float));
+  return b;
+}
+
+// What a rank keeps through the iteration: all the parameters and gradients, or under ZeRO-2 its
+// shard of each unit's gradient and under ZeRO-3 of its values too (a unit's full gradient or
+// values are on the ledger only while a layer computes or uses them).
+ParameterBytes kept_gradient_bytes(const model::ParameterSet& set) {
+  return set.gradients_sharded() ? shard_bytes(set) : parameter_bytes(set);
+}
+ParameterBytes kept_parameter_bytes(const model::ParameterSet& set) {
+  return set.parameters_sharded() ? shard_bytes(set) : parameter_bytes(set);
 }
 
 // One rank of a run: the members are built in the order the rank needs them (the buffer cache
@@ -186,25 +244,43 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
       capture_cadence_(shared.options.gpu_capture_every, shared.options.gpu_capture_budget) {
   if (options_.attention) backend_.set_attention_kernel(*options_.attention);
   if (options_.fault) runtime_.set_fault(&*options_.fault);
-  const bool zero1 = plan_.zero_stage == 1;
   model::RankModel& m = model_;
-  m.dense.allocate(zero1 ? dp_group_.size() : 1, device.storage());
-  m.expert.allocate(zero1 ? edp_group_.size() : 1, device.storage());
+  // ZeRO-1 pads the flat buffers to a multiple of the group; ZeRO-2 shards the gradients unit by
+  // unit, ZeRO-3 the values too (nothing to shard over a group of one).
+  const auto allocate = [&](model::ParameterSet& set, const comm::ProcessGroup& group) {
+    if (plan_.zero_stage >= 2 && group.size() > 1)
+      set.allocate_sharded({group.size(), group.index_of(rank_)}, device.storage(),
+                           plan_.zero_stage >= 3);
+    else
+      set.allocate(plan_.zero_stage == 1 ? group.size() : 1, device.storage());
+  };
+  allocate(m.dense, dp_group_);
+  allocate(m.expert, edp_group_);
   m.dense.initialize(options_.seed);
   m.expert.initialize(options_.seed);
   if (options_.initial_parameters != nullptr) {
     import_full(m.dense, *options_.initial_parameters);
     import_full(m.expert, *options_.initial_parameters);
   }
-  dense_opt_.emplace(m.dense, comm_, dp_group_, at_.tp_rank, zero1, backend_);
-  expert_opt_.emplace(m.expert, comm_, edp_group_, at_.tp_rank, zero1, backend_);
+  dense_opt_.emplace(m.dense, comm_, dp_group_, at_.tp_rank, plan_.zero_stage, backend_);
+  expert_opt_.emplace(m.expert, comm_, edp_group_, at_.tp_rank, plan_.zero_stage, backend_);
+  if (m.dense.gradients_sharded() || m.expert.gradients_sharded())
+    runtime_.set_sharding(
+        {.gather_parameters =
+             [this](model::ParameterSet& set, const std::vector<int>& units) {
+               (&set == &model_.dense ? *dense_opt_ : *expert_opt_).gather_parameter_units(units);
+             },
+         .reduce_gradients =
+             [this] {
+               dense_opt_->reduce_open_units();
+               expert_opt_->reduce_open_units();
+             }});
   profiler::MemoryLedger& ledger = recorder_.memory();
-  const ParameterBytes dense_bytes = parameter_bytes(m.dense);
-  const ParameterBytes expert_bytes = parameter_bytes(m.expert);
-  const std::int64_t other = dense_bytes.other + expert_bytes.other;
-  ledger.allocate(profiler::MemoryCategory::Parameters, other);
-  ledger.allocate(profiler::MemoryCategory::Gradients, other);
-  ledger.allocate(profiler::MemoryCategory::VocabularyLayers, 2 * dense_bytes.vocabulary);
+  const ParameterBytes params = kept_parameter_bytes(m.dense) + kept_parameter_bytes(m.expert);
+  const ParameterBytes grads = kept_gradient_bytes(m.dense) + kept_gradient_bytes(m.expert);
+  ledger.allocate(profiler::MemoryCategory::Parameters, params.other);
+  ledger.allocate(profiler::MemoryCategory::Gradients, grads.other);
+  ledger.allocate(profiler::MemoryCategory::VocabularyLayers, params.vocabulary + grads.vocabulary);
   ledger.allocate(
       profiler::MemoryCategory::OptimizerState,
       static_cast<std::int64_t>(2 * (dense_opt_->moment1().size() + expert_opt_->moment1().size()) *
@@ -292,10 +368,10 @@ bool RankTraining::run_step(int step) {
     expert_opt.reduce_gradients();
   }
   if (options_.capture_gradients && step == first_step_) {
-    export_full(m.dense, m.dense.flat_grads(), dense_opt.owned_lo(), dense_opt.owned_hi(),
-                result.first_step_gradients, s_.mutex);
-    export_full(m.expert, m.expert.flat_grads(), expert_opt.owned_lo(), expert_opt.owned_hi(),
-                result.first_step_gradients, s_.mutex);
+    export_gradients(m.dense, dense_opt.owned_lo(), dense_opt.owned_hi(),
+                     result.first_step_gradients, s_.mutex);
+    export_gradients(m.expert, expert_opt.owned_lo(), expert_opt.owned_hi(),
+                     result.first_step_gradients, s_.mutex);
   }
   // One world all-reduce for the norm and the losses: [sum of squares, loss, aux, stop].
   const bool counts = at_.tp_rank == 0;
@@ -480,10 +556,8 @@ void RankTraining::save_checkpoint(int step) {
 void RankTraining::finish() {
   model::RankModel& m = model_;
   if (options_.capture_parameters) {
-    export_full(m.dense, m.dense.flat_params(), 0, m.dense.padded_size(),
-                s_.result.final_parameters, s_.mutex);
-    export_full(m.expert, m.expert.flat_params(), 0, m.expert.padded_size(),
-                s_.result.final_parameters, s_.mutex);
+    export_parameters(m.dense, s_.result.final_parameters, s_.mutex);
+    export_parameters(m.expert, s_.result.final_parameters, s_.mutex);
   }
   RankSummary mem;
   mem.rank = rank_;
@@ -491,9 +565,10 @@ void RankTraining::finish() {
   mem.tp_rank = at_.tp_rank;
   mem.dp_rank = at_.dp_rank;
   const profiler::MemoryLedger& ledger = recorder_.memory();
-  const std::int64_t vocab = ledger.current(profiler::MemoryCategory::VocabularyLayers) / 2;
-  mem.parameter_bytes = ledger.current(profiler::MemoryCategory::Parameters) + vocab;
-  mem.gradient_bytes = ledger.current(profiler::MemoryCategory::Gradients) + vocab;
+  const ParameterBytes params = kept_parameter_bytes(m.dense) + kept_parameter_bytes(m.expert);
+  const ParameterBytes grads = kept_gradient_bytes(m.dense) + kept_gradient_bytes(m.expert);
+  mem.parameter_bytes = params.vocabulary + params.other;
+  mem.gradient_bytes = grads.vocabulary + grads.other;
   mem.optimizer_bytes = ledger.current(profiler::MemoryCategory::OptimizerState);
   mem.peak_activation_bytes = ledger.peak(profiler::MemoryCategory::Activations);
   std::lock_guard lock(s_.mutex);

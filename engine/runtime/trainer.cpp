@@ -90,22 +90,28 @@ std::string gib(double bytes) {
 }
 
 // The state every rank keeps whatever the schedule (fp32 weights, gradients and Adam's two
-// moments: 16 bytes per parameter, each replica holding its share) against this machine's
-// memory, before anything is allocated: a model too large fails here with the numbers, not
-// with std::bad_alloc or the kernel's OOM killer halfway through start-up.
+// moments: 16 bytes per parameter, each replica holding its share; ZeRO-1 shards the moments,
+// ZeRO-2 the gradients and ZeRO-3 the weights over DP) against this machine's memory, before
+// anything is allocated: a model too large fails here with the numbers, not with std::bad_alloc or
+// the kernel's OOM killer halfway through start-up.
 void check_memory_fits(const TrainOptions& options, const spec::ParallelPlan& plan) {
   spec::ModelSpec model = options.model;
   spec::apply_defaults(model);
   const double parameters = static_cast<double>(spec::total_parameters(model));
-  const double replicas = plan.dp;
+  const double dp = plan.dp;
+  const double weight_copies = plan.zero_stage >= 3 ? 1.0 : dp;
+  const double gradient_copies = plan.zero_stage >= 2 ? 1.0 : dp;
+  const double moment_copies = plan.zero_stage >= 1 ? 1.0 : dp;
   // Ranks as processes: this process holds its share of the ranks.
   const double share = options.processes ? static_cast<double>(options.processes->ranks.size()) /
                                                std::max(1, plan.world_size())
                                          : 1.0;
-  const double needed = 16.0 * parameters * replicas * share;
-  const std::string why = " for weights, gradients and Adam state (16 bytes x " +
+  const double needed =
+      (4.0 * weight_copies + 4.0 * gradient_copies + 8.0 * moment_copies) * parameters * share;
+  const std::string why = " for weights, gradients and Adam state (4 + 4 + 8 bytes x " +
                           std::to_string(static_cast<long long>(parameters)) +
-                          " parameters x dp=" + std::to_string(plan.dp) + ")";
+                          " parameters, over dp=" + std::to_string(plan.dp) +
+                          " replicas with zero_stage=" + std::to_string(plan.zero_stage) + ")";
   if (options.device_memory) {
     // The ranks' state lives on the device; the host holds staging buffers only.
     const double device = static_cast<double>(options.device_memory->bytes);
@@ -142,13 +148,7 @@ PreparedRun prepare(const TrainOptions& options) {
   }
   if (options.steps < 1)
     throw InputError("steps must be at least 1 (got " + std::to_string(options.steps) + ")");
-  // Plan settings the engine does not carry out are refused, never trained without (issue 12).
-  // The simulator and predict model them; the engine keeps whole gradients (and parameters) on
-  // every DP rank beyond ZeRO-1.
-  if (p.plan.zero_stage > 1)
-    throw InputError("zero_stage=" + std::to_string(p.plan.zero_stage) +
-                     ": the engine implements ZeRO-1 (optimizer state sharding) only; set "
-                     "zero_stage = 0 or 1 to train (predict and simulate model stages 2 and 3)");
+  // A plan the engine cannot carry out is refused, never trained without (issue 12).
   if (p.plan.sequence_parallel && p.plan.tp > 1 &&
       (p.plan.micro_batch_size * options.model.seq_len) % p.plan.tp != 0)
     throw InputError("sequence_parallel=true splits a micro-batch's micro_batch_size x seq_len = " +

@@ -176,8 +176,8 @@ TEST(HostileInput, NothingToImportAndNoRoomToTrain) {
   const std::string huge = (dir / "huge.toml").string();
   std::ofstream(huge) << "layers = 2\nhidden = 131072\nheads = 4\nvocab = 512\nseq_len = 32\n";
   expect_refused({{"train", "--model", huge, "--steps", "1", "--no-db"},
-                  "GiB for weights, gradients and Adam state (16 bytes x 412451733504 "
-                  "parameters x dp=2), more than this machine's"});
+                  "GiB for weights, gradients and Adam state (4 + 4 + 8 bytes x 412451733504 "
+                  "parameters, over dp=2 replicas with zero_stage=0), more than this machine's"});
   fs::remove_all(dir);
 }
 

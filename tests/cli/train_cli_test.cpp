@@ -167,7 +167,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--vocab", "vocab-1", "--schedule", "gpipe"}, "vocab"},
         BadInput{{"--steps", "0"}, "--steps"}, BadInput{{"--model", "llama3-8b"}, "activation"},
         BadInput{{"--data", "/nonexistent/shard_*.bin"}, "shard"},
-        BadInput{{"--zero", "2"}, "ZeRO-1"},
+        BadInput{{"--zero", "4"}, "zero_stage=4 must be 0..3"},
         BadInput{{"--device-cache-mib", "-1"}, "--device-cache-mib must be 0 to 16777216, not -1"},
         BadInput{{"--device-cache-mib", "64"},
                  "--device-cache-mib is for --backend cuda (it caps a GPU rank's cache)"},
@@ -192,33 +192,50 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--lr", "1e30", "--steps", "5", "--microbatches", "2"}, "loss is", 1}),
     [](const auto& info) { return "case" + std::to_string(info.index); });
 
-// Issue 12: a run file setting what the engine does not carry out is refused by name, never
-// trained without it (and the GUI's Train form goes through the same check_train_options).
-struct RefusedKey {
-  std::string plan_line;
-  std::string message;
-};
-
-void PrintTo(const RefusedKey& c, std::ostream* os) {
-  *os << c.plan_line;
+// ZeRO-2, from a run file or --zero: the losses of ZeRO-1 (the same sums in another order, so
+// within float rounding), each rank keeping half the gradients over dp=2, and the plan says so;
+// ZeRO-3 from the flag.
+TEST(TrainCliZeroSharding, RunFileAndFlagShardGradientsAndValues) {
+  const std::string path = tiny_run_file("zero2.toml", "zero_stage = 2");
+  const auto run = [](const std::vector<std::string>& args) {
+    const auto r = run_pipetune(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out.empty() ? "{}" : r.out);
+  };
+  const nlohmann::json zero1 =
+      run({"train", "--config", path, "--zero", "1", "--steps", "3", "--no-db", "--json"});
+  const nlohmann::json zero2 =
+      run({"train", "--config", path, "--steps", "3", "--no-db", "--json"});
+  ASSERT_EQ(zero1.value("losses", nlohmann::json()).size(), 3u);
+  ASSERT_EQ(zero2.value("losses", nlohmann::json()).size(), 3u);
+  EXPECT_EQ(zero2["plan"]["zero_stage"], 2);
+  EXPECT_EQ(zero2["plan"]["dp"], 2);
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(zero2["losses"][i].get<double>(), zero1["losses"][i].get<double>(),
+                1e-5 * zero1["losses"][i].get<double>())
+        << "step " << i + 1;
+  ASSERT_EQ(zero2["ranks"].size(), zero1["ranks"].size());
+  for (std::size_t r = 0; r < zero1["ranks"].size(); ++r) {
+    EXPECT_EQ(2 * zero2["ranks"][r]["gradient_bytes"].get<std::int64_t>(),
+              zero1["ranks"][r]["gradient_bytes"].get<std::int64_t>())
+        << "rank " << r;
+    EXPECT_EQ(zero2["ranks"][r]["optimizer_bytes"], zero1["ranks"][r]["optimizer_bytes"]);
+  }
+  const nlohmann::json flag =
+      run({"train", "--config", path, "--zero", "0", "--steps", "1", "--no-db", "--json"});
+  EXPECT_EQ(flag["plan"]["zero_stage"], 0);
+  // ZeRO-3: the losses of ZeRO-2 bit for bit (the same sums; values gathered from the updated
+  // shards), half the values kept.
+  const nlohmann::json zero3 =
+      run({"train", "--config", path, "--zero", "3", "--steps", "3", "--no-db", "--json"});
+  EXPECT_EQ(zero3["plan"]["zero_stage"], 3);
+  EXPECT_EQ(zero3["losses"], zero2["losses"]);
+  ASSERT_EQ(zero3["ranks"].size(), zero2["ranks"].size());
+  for (std::size_t r = 0; r < zero2["ranks"].size(); ++r)
+    EXPECT_EQ(2 * zero3["ranks"][r]["parameter_bytes"].get<std::int64_t>(),
+              zero2["ranks"][r]["parameter_bytes"].get<std::int64_t>())
+        << "rank " << r;
 }
-
-class TrainCliRefusesUnimplementedPlanKeys : public ::testing::TestWithParam<RefusedKey> {};
-
-TEST_P(TrainCliRefusesUnimplementedPlanKeys, ExitTwoNamingTheKey) {
-  const RefusedKey& c = GetParam();
-  const std::string path = tiny_run_file("refused.toml", c.plan_line);
-  const auto r = run_pipetune({"train", "--config", path, "--steps", "1", "--no-db"});
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
-  EXPECT_EQ(line_count(r.err), 1) << r.err;
-  EXPECT_TRUE(r.out.empty()) << r.out;
-}
-
-INSTANTIATE_TEST_SUITE_P(Cases, TrainCliRefusesUnimplementedPlanKeys,
-                         ::testing::Values(RefusedKey{"zero_stage = 2", "zero_stage=2"},
-                                           RefusedKey{"zero_stage = 3", "zero_stage=3"}),
-                         [](const auto& info) { return "case" + std::to_string(info.index); });
 
 // Activation recomputation, from a run file or --recompute: the same losses as without, to every
 // printed digit (B recomputes with the same ops on the same inputs), and the header says it.

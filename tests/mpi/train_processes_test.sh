@@ -50,18 +50,26 @@ if [ "$np" -eq 2 ]; then
   check_plan "tp=2 sequence parallel, full recompute" --tp 2 --pp 1 --dp 1 --sequence-parallel \
     --recompute full
   check_plan "dp=2 zero-1" --tp 1 --pp 1 --dp 2 --zero 1
+  check_plan "dp=2 zero-2" --tp 1 --pp 1 --dp 2 --zero 2
+  check_plan "dp=2 zero-3 full recompute" --tp 1 --pp 1 --dp 2 --zero 3 --recompute full
   check_plan "moe dp=2 ep=2" --model tiny-moe --tp 1 --pp 1 --dp 2 --ep 2
   # Hybrid: 2 ranks as threads in each of the 2 processes (groups inside and across processes).
   check_plan "2x2 tp=2 pp=2 zb-h1" --ranks-per-process 2 --tp 2 --pp 2 --dp 1 --schedule zb-h1
   check_plan "2x2 pp=2 dp=2 vocab-1" --ranks-per-process 2 --tp 1 --pp 2 --dp 2 --vocab vocab-1
   check_plan "2x4 moe tp=2 dp=4 ep=2 zero-1" --ranks-per-process 4 --model tiny-moe --tp 2 \
     --pp 1 --dp 4 --ep 2 --zero 1
+  check_plan "2x2 moe dp=4 ep=2 zero-2" --ranks-per-process 2 --model tiny-moe --tp 1 --pp 1 \
+    --dp 4 --ep 2 --zero 2
 elif [ "$np" -eq 4 ]; then
   check_plan "tp=2 pp=2" --tp 2 --pp 2 --dp 1
   check_plan "tp=2 pp=2 1f1b sequence parallel vocab-1" --tp 2 --pp 2 --dp 1 --schedule 1f1b \
     --vocab vocab-1 --sequence-parallel
   check_plan "pp=2 dp=2 interleaved zero-1" --tp 1 --pp 2 --dp 2 --schedule interleaved-1f1b \
     --chunks 2 --zero 1
+  check_plan "pp=2 dp=2 vocab-1 zero-2" --tp 1 --pp 2 --dp 2 --vocab vocab-1 --zero 2
+  check_plan "pp=2 dp=2 v-half vocab-2 zero-3" --tp 1 --pp 2 --dp 2 --schedule v-half \
+    --vocab vocab-2 --zero 3
+  check_plan "moe dp=4 ep=2 zero-3" --model tiny-moe --tp 1 --pp 1 --dp 4 --ep 2 --zero 3
   check_plan "pp=4 zb-v" --tp 1 --pp 4 --dp 1 --schedule zb-v
   check_plan "pp=4 v-min" --tp 1 --pp 4 --dp 1 --schedule v-min
   check_plan "pp=4 dualpipe-v" --tp 1 --pp 4 --dp 1 --schedule dualpipe-v
@@ -73,6 +81,10 @@ elif [ "$np" -eq 8 ]; then
   check_plan "tp=2 pp=2 dp=2 (tiny-train)" --tp 2 --pp 2 --dp 2
   check_plan "tp=2 pp=2 dp=2 sequence parallel, selective recompute" --tp 2 --pp 2 --dp 2 \
     --sequence-parallel --recompute selective
+  check_plan "tp=2 pp=2 dp=2 zb-h1 sequence parallel zero-2" --tp 2 --pp 2 --dp 2 \
+    --schedule zb-h1 --sequence-parallel --zero 2
+  check_plan "tp=2 pp=2 dp=2 interleaved zero-3" --tp 2 --pp 2 --dp 2 \
+    --schedule interleaved-1f1b --chunks 2 --zero 3
   check_plan "pp=4 dp=2 v-half vocab-2" --tp 1 --pp 4 --dp 2 --schedule v-half --vocab vocab-2
   check_plan "moe tp=2 dp=4 ep=2 zero-1" --model tiny-moe --tp 2 --pp 1 --dp 4 --ep 2 --zero 1
 fi

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+
 #include "engine/errors.hpp"
 #include "engine/spec/load.hpp"
 
@@ -128,6 +131,41 @@ TEST(OpCosts, UnevenLayerSplitMovesWorkAndActivations) {
   const auto W = schedule::OpKind::W;  // the weight gradient: the layers' GEMMs only
   EXPECT_GT(a.table.stages[0][W], a.table.stages[1][W]);
   EXPECT_GT(a.activation_bytes_per_microbatch[0], a.activation_bytes_per_microbatch[1]);
+}
+
+// ZeRO-2 moves the gradients' reduce-scatter from the iteration's end (ZeRO-1) into each
+// micro-batch's weight-gradient pass, as the engine runs it: the same collective per micro-batch,
+// beside W, and the parameters' all-gather stays once per iteration.
+TEST(OpCosts, Zero2ReduceScattersEachMicroBatchBesideTheWeightGradients) {
+  const spec::ModelSpec m = gpt_like();
+  const spec::ClusterSpec c = spec::load_cluster("dgx-a100-8");
+  spec::ParallelPlan plan;
+  plan.pp = 2;
+  plan.dp = 4;
+  plan.microbatches = 8;
+  plan.zero_stage = 1;
+  spec::apply_defaults(plan);
+  const OpCosts one = op_costs(m, c, plan, schedule::Placement::Linear);
+  plan.zero_stage = 2;
+  const OpCosts two = op_costs(m, c, plan, schedule::Placement::Linear);
+  const auto W = schedule::OpKind::W;
+  for (std::size_t r = 0; r < 2; ++r) {
+    SCOPED_TRACE("stage " + std::to_string(r));
+    const StageCost& a = one.stages[r];
+    const StageCost& b = two.stages[r];
+    EXPECT_GT(a.grad_reduce, 0.0);
+    EXPECT_EQ(b.grad_reduce, 0.0);
+    EXPECT_DOUBLE_EQ(b.sharded_backward_comm, a.grad_reduce);
+    EXPECT_DOUBLE_EQ(b.param_gather, a.param_gather);
+    EXPECT_EQ(b.sharded_forward_comm, 0.0);
+    // W is the longer of its GEMMs and the reduce-scatter; F and B are ZeRO-1's.
+    EXPECT_DOUBLE_EQ(two.table.stages[r][W],
+                     std::max(one.table.stages[r][W], b.sharded_backward_comm));
+    EXPECT_DOUBLE_EQ(two.table.stages[r][schedule::OpKind::F],
+                     one.table.stages[r][schedule::OpKind::F]);
+    EXPECT_DOUBLE_EQ(two.table.stages[r][schedule::OpKind::B],
+                     one.table.stages[r][schedule::OpKind::B]);
+  }
 }
 
 // The CUDA engine in fp32 runs its GEMMs and attention on the fp32 units: the closed form of

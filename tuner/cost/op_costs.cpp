@@ -152,22 +152,24 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
     const double shared = sp.dense + sp.vocabulary;
     st.parameters = sp.total();
     const int edp = plan.dp / plan.ep;
+    const double gather =
+        collective_time(Collective::AllGather, shared * param_bytes, links.dp) +
+        collective_time(Collective::AllGather, sp.expert * param_bytes, links.expert_dp);
+    const double scatter =
+        collective_time(Collective::ReduceScatter, shared * grad_bytes, links.dp) +
+        collective_time(Collective::ReduceScatter, sp.expert * grad_bytes, links.expert_dp);
     if (plan.zero_stage >= 3) {
-      const double gather =
-          collective_time(Collective::AllGather, shared * param_bytes, links.dp) +
-          collective_time(Collective::AllGather, sp.expert * param_bytes, links.expert_dp);
-      const double scatter =
-          collective_time(Collective::ReduceScatter, shared * grad_bytes, links.dp) +
-          collective_time(Collective::ReduceScatter, sp.expert * grad_bytes, links.expert_dp);
-      st.zero3_forward_comm = gather;
-      st.zero3_backward_comm = gather + scatter;
-    } else if (plan.zero_stage >= 1) {
-      st.grad_reduce =
-          collective_time(Collective::ReduceScatter, shared * grad_bytes, links.dp) +
-          collective_time(Collective::ReduceScatter, sp.expert * grad_bytes, links.expert_dp);
-      st.param_gather =
-          collective_time(Collective::AllGather, shared * param_bytes, links.dp) +
-          collective_time(Collective::AllGather, sp.expert * param_bytes, links.expert_dp);
+      st.sharded_forward_comm = gather;
+      st.sharded_backward_comm = gather + scatter;
+    } else if (plan.zero_stage == 2) {
+      // Sharded gradients are reduce-scattered as each micro-batch's backward computes them, layer
+      // by layer (DeepSpeed's ZeRO-2, pipetune's engine): no full gradient outlives its layer's
+      // pass. The updated parameters are all-gathered once per iteration.
+      st.sharded_backward_comm = scatter;
+      st.param_gather = gather;
+    } else if (plan.zero_stage == 1) {
+      st.grad_reduce = scatter;
+      st.param_gather = gather;
     } else {
       st.grad_reduce =
           collective_time(Collective::AllReduce, shared * grad_bytes, links.dp) +
@@ -229,9 +231,12 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
     const auto i = static_cast<std::size_t>(r);
     const StageCost& st = out.stages[i];
     double f = st.forward.total(), b = st.input_grad.total(), w = st.weight_grad.total();
-    // ZeRO-3 communication runs beside the pass (prefetched layer by layer).
-    f = std::max(f, st.zero3_forward_comm);
-    b += std::max(0.0, st.zero3_backward_comm - (b + w));
+    // ZeRO-2 and 3 communication runs beside the pass (prefetched or reduced layer by layer).
+    f = std::max(f, st.sharded_forward_comm);
+    if (plan.zero_stage == 2)
+      w = std::max(w, st.sharded_backward_comm);  // each layer reduced as W computes the next
+    else
+      b += std::max(0.0, st.sharded_backward_comm - (b + w));
     auto& c = out.table.stages[i];
     c[schedule::OpKind::F] = f / v;
     c[schedule::OpKind::B] = b / v;

@@ -55,10 +55,12 @@ WorkTime work_time(const Work& work, const spec::HardwareSpec& hardware, const G
 // One pipeline rank. Pass times are for one micro-batch through all of the rank's chunks.
 struct StageCost {
   WorkTime forward, input_grad, weight_grad;
-  double zero3_forward_comm = 0.0;   // ZeRO-3 parameter all-gather per micro-batch
-  double zero3_backward_comm = 0.0;  // ZeRO-3 all-gather + gradient reduce-scatter
+  // Per micro-batch, beside the passes: ZeRO-3's parameter all-gather (forward), and in the
+  // backward ZeRO-3's all-gather and gradient reduce-scatter, ZeRO-2's reduce-scatter alone.
+  double sharded_forward_comm = 0.0;
+  double sharded_backward_comm = 0.0;
   // Once per iteration (seconds).
-  double grad_reduce = 0.0;     // DP all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1, 2)
+  double grad_reduce = 0.0;     // DP all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1)
   double param_gather = 0.0;    // ZeRO 1, 2: all-gather of the updated bf16 parameters
   double embedding_sync = 0.0;  // tied embeddings: gradient all-reduce of first and last stage
   double optimizer = 0.0;       // Adam step over this device's parameter shard

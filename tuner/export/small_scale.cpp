@@ -14,7 +14,6 @@ SmallScaleRun shrink_to_engine(const spec::ModelSpec& model, const spec::Paralle
   p.tp = std::min(plan.tp, 2);
   p.dp = std::min(plan.dp, 2);
   p.ep = std::min(plan.ep, p.dp);
-  p.zero_stage = std::min(plan.zero_stage, 1);
   // Recomputation stays; sequence parallelism too while TP does (the tiny model's rows, at most
   // 2 x 32, split over 2 TP ranks).
   p.sequence_parallel = plan.sequence_parallel && p.tp > 1;

@@ -630,6 +630,16 @@ TEST_F(CheckpointTest, ResumeRepeatsLossesBitForBit_Tp2Pp2Dp2Zero1) {
   expect_resume_repeats(options("tiny", 2, 2, 2, 1, 1));
 }
 
+// ZeRO-2 and 3: each rank's checkpoint holds the moments (and under ZeRO-3 the values) of its
+// shards of every unit.
+TEST_F(CheckpointTest, ResumeRepeatsLossesBitForBit_Pp2Dp2Zero2) {
+  expect_resume_repeats(options("tiny", 1, 2, 2, 1, 2));
+}
+
+TEST_F(CheckpointTest, ResumeRepeatsLossesBitForBit_MoeEp2Dp4Zero3) {
+  expect_resume_repeats(options("tiny-moe", 1, 1, 4, 2, 3));
+}
+
 TEST_F(CheckpointTest, ResumeRepeatsLossesBitForBit_MoeEp2) {
   expect_resume_repeats(options("tiny-moe", 1, 1, 2, 2, 0));
 }

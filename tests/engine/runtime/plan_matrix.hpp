@@ -1,9 +1,9 @@
 // The parallel-equivalence matrix: every parallelism axis alone, every pipeline schedule,
 // vocabulary parallelism with the schedules that support it, TP, PP and DP together, uneven layer
-// splits and vocabularies, experts with each axis beside them, sequence parallelism and activation
-// recomputation. The CPU equivalence test runs it on threads, the device-storage test with
-// emulated device storage, the GPU tests on streams of one device and as NCCL processes, each
-// against the single-rank run of the same global batch.
+// splits and vocabularies, experts with each axis beside them, sequence parallelism, activation
+// recomputation and ZeRO-2 and 3. The CPU equivalence test runs it on threads, the device-storage
+// test with emulated device storage, the GPU tests on streams of one device and as NCCL processes,
+// each against the single-rank run of the same global batch.
 #pragma once
 
 #include <ostream>
@@ -115,6 +115,53 @@ inline std::vector<PlanCase> parallel_equivalence_plans() {
        .schedule = "zb-h1",
        .recompute = spec::Recompute::Full});
   add({.name = "pp2_recompute_selective", .pp = 2, .recompute = spec::Recompute::Selective});
+  // ZeRO-2 (gradients sharded unit by unit, reduce-scattered after each op computing them):
+  // alone; over 3 ranks, which divide no unit (each padded); with B and W apart and sequence
+  // parallelism; with interleaved chunks; with vocabulary passes (T and IB compute gradients);
+  // experts over an expert-DP group of 2 beside a DP group of 4.
+  add({.name = "dp2_zero2", .dp = 2, .zero = 2});
+  add({.name = "dp3_zero2", .dp = 3, .zero = 2});
+  add({.name = "tp2_pp2_dp2_zero2_sp_zbh1",
+       .tp = 2,
+       .pp = 2,
+       .dp = 2,
+       .schedule = "zb-h1",
+       .zero = 2,
+       .sequence_parallel = true});
+  add({.name = "pp2_dp2_zero2_interleaved",
+       .pp = 2,
+       .dp = 2,
+       .schedule = "interleaved-1f1b",
+       .chunks = 2,
+       .zero = 2});
+  add({.name = "pp2_dp2_zero2_vocab1", .pp = 2, .dp = 2, .vocab = "vocab-1", .zero = 2});
+  add({.name = "moe_ep2_dp4_zero2", .model = "tiny-moe", .dp = 4, .ep = 2, .zero = 2});
+  // ZeRO-3 (the values sharded too, all-gathered for each layer that uses them): the same, with
+  // full recomputation (B's forward again needs the values) and vocab-2 (S and T use the head
+  // apart) with V-Half.
+  add({.name = "dp3_zero3", .dp = 3, .zero = 3});
+  add({.name = "tp2_pp2_dp2_zero3_sp_zbh1_recompute_full",
+       .tp = 2,
+       .pp = 2,
+       .dp = 2,
+       .schedule = "zb-h1",
+       .zero = 3,
+       .sequence_parallel = true,
+       .recompute = spec::Recompute::Full});
+  add({.name = "pp2_dp2_zero3_interleaved",
+       .pp = 2,
+       .dp = 2,
+       .schedule = "interleaved-1f1b",
+       .chunks = 2,
+       .zero = 3});
+  add({.name = "pp2_dp2_zero3_vocab1", .pp = 2, .dp = 2, .vocab = "vocab-1", .zero = 3});
+  add({.name = "pp2_dp2_zero3_vhalf_vocab2",
+       .pp = 2,
+       .dp = 2,
+       .schedule = "v-half",
+       .vocab = "vocab-2",
+       .zero = 3});
+  add({.name = "moe_ep2_dp4_zero3", .model = "tiny-moe", .dp = 4, .ep = 2, .zero = 3});
   // Uneven layer split (8 layers over 3 stages) and a vocabulary (512) the group does not divide.
   add({.name = "pp3_uneven", .pp = 3, .microbatches = 6});
   add({.name = "pp3_vocab1_uneven_vocab", .pp = 3, .vocab = "vocab-1", .microbatches = 6});

@@ -230,6 +230,20 @@ TEST(PipetuneExport, ShrinksEveryKindOfPlanToOneTheEngineAccepts) {
     const spec::RunSpec exported = spec::parse_run(export_pipetune(q), run);
     EXPECT_EQ(exported.plan.recompute, s.plan.recompute) << run;
     EXPECT_EQ(exported.plan.sequence_parallel, s.plan.sequence_parallel) << run;
+    EXPECT_EQ(s.plan.zero_stage, q.plan.zero_stage) << run;  // ZeRO 0 to 3 alike
+    EXPECT_EQ(exported.plan.zero_stage, q.plan.zero_stage) << run;
+  }
+  // Every ZeRO stage stays, and the engine trains it.
+  for (int zero : {2, 3}) {
+    ExportRequest q = request("default");
+    q.plan.zero_stage = zero;
+    const SmallScaleRun s = shrink_to_engine(q.model, q.plan);
+    EXPECT_EQ(s.plan.zero_stage, zero);
+    runtime::TrainOptions o;
+    o.model = s.model;
+    o.plan = s.plan;
+    o.steps = 1;
+    EXPECT_NO_THROW(runtime::check_train_options(o)) << "zero " << zero;
   }
 }
 

@@ -1,0 +1,228 @@
+// ZeRO-2 and 3 (zero_stage = 2: gradients sharded over DP as well as the optimizer state; 3: the
+// values too) on the CPU engine, beyond the parallel-equivalence matrix's training against the
+// single-rank run (plan_matrix.hpp: dp2_zero2, dp3_zero2, ..., dp3_zero3, moe_ep2_dp4_zero3). In
+// closed form from the model's shapes:
+//  - what a rank keeps through the iteration: its shard of each unit's gradient (a layer, a
+//    vocabulary table, the final LayerNorm), each unit padded to a multiple of the DP group, the
+//    Adam moments of the same elements and, under ZeRO-3, the values of the same elements;
+//  - a unit's full gradient (and under ZeRO-3 its full values) lives only while its layer (or
+//    table) computes (uses) it: the peak is the kept shards plus the largest layer, however many
+//    layers the rank holds;
+//  - one reduce-scatter per unit computed and, under ZeRO-3, one all-gather per unit used, per
+//    micro-batch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/runtime/trainer.hpp"
+#include "tests/engine/runtime/small_gelu_model.hpp"
+
+namespace pipetune::runtime {
+namespace {
+
+// The small GELU model: hidden 32, FFN 64, vocabulary 61, sequence 16.
+constexpr std::int64_t C = 32, F = 64, V = 61, T = 16;
+constexpr std::int64_t kLayer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (F * C + F) +
+                                (C * F + C);  // ln1, qkv, proj, ln2, fc, mlp proj
+constexpr std::int64_t kFloat = sizeof(float);
+
+TrainOptions options(int layers, int dp, int zero) {
+  TrainOptions o;
+  o.model = testing::small_gelu_model("zero", layers);
+  o.plan.dp = dp;
+  o.plan.zero_stage = zero;
+  o.plan.micro_batch_size = 2;
+  o.plan.microbatches = 2;
+  o.steps = 2;
+  o.threads_per_rank = 1;
+  return o;
+}
+
+std::int64_t shard(std::int64_t numel, int dp) {
+  return (numel + dp - 1) / dp;
+}
+
+// The units of a one-stage rank: wte, wpe, the layers, lnf, head.
+std::vector<std::int64_t> units(int layers) {
+  std::vector<std::int64_t> u = {V * C, T * C};
+  for (int l = 0; l < layers; ++l) u.push_back(kLayer);
+  u.push_back(2 * C);
+  u.push_back(V * C);
+  return u;
+}
+
+class Zero2Kept : public ::testing::TestWithParam<int> {};
+
+TEST_P(Zero2Kept, EachRankKeepsItsShardOfEveryUnitsGradientAndMoments) {
+  const int dp = GetParam(), layers = 2;
+  std::int64_t all = 0, kept = 0;
+  for (std::int64_t n : units(layers)) all += n, kept += shard(n, dp);
+  const TrainResult plain = train(options(layers, dp, 0));
+  const TrainResult sharded = train(options(layers, dp, 2));
+  for (int rank = 0; rank < dp; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    EXPECT_EQ(plain.ranks.at(rank).gradient_bytes, all * kFloat);
+    EXPECT_EQ(sharded.ranks.at(rank).gradient_bytes, kept * kFloat);
+    EXPECT_EQ(sharded.ranks.at(rank).optimizer_bytes, 2 * kept * kFloat);
+    EXPECT_EQ(plain.ranks.at(rank).optimizer_bytes, 2 * all * kFloat);
+  }
+}
+
+// dp=3 divides none of the units: each is padded.
+INSTANTIATE_TEST_SUITE_P(Dp, Zero2Kept, ::testing::Values(2, 3),
+                         [](const auto& info) { return "dp" + std::to_string(info.param); });
+
+// The highest balance of a memory category on rank 0, from the trace's samples.
+std::int64_t peak(const TrainResult& r, profiler::MemoryCategory category) {
+  std::int64_t p = 0;
+  for (const profiler::MemorySample& s : r.trace.memory)
+    if (s.rank == 0 && s.category == category) p = std::max(p, s.bytes);
+  return p;
+}
+
+TEST(Zero2Peak, AFullGradientLivesOnlyWhileItsLayerComputesIt) {
+  const int dp = 3;
+  for (int layers : {2, 4}) {
+    SCOPED_TRACE(std::to_string(layers) + " layers");
+    TrainOptions o = options(layers, dp, 2);
+    o.record_trace = true;
+    const TrainResult r = train(o);
+    // Gradients: the layers' and the final LayerNorm's shards, and one layer's full gradient
+    // (padded to a multiple of 3) at a time.
+    const std::int64_t kept = layers * shard(kLayer, dp) + shard(2 * C, dp);
+    EXPECT_EQ(peak(r, profiler::MemoryCategory::Gradients),
+              (kept + dp * shard(kLayer, dp)) * kFloat);
+    // Vocabulary layers: the tables, their gradients' shards, and the embeddings' full gradients
+    // (wte and wpe are computed together; the head's alone is smaller).
+    const std::int64_t tables = 2 * V * C + T * C;
+    const std::int64_t kept_tables = 2 * shard(V * C, dp) + shard(T * C, dp);
+    const std::int64_t embeddings = dp * (shard(V * C, dp) + shard(T * C, dp));
+    EXPECT_EQ(peak(r, profiler::MemoryCategory::VocabularyLayers),
+              (tables + kept_tables + embeddings) * kFloat);
+  }
+}
+
+TEST(Zero2Collectives, OneReduceScatterPerUnitComputedPerMicroBatch) {
+  const int layers = 3;
+  TrainOptions o = options(layers, 2, 2);
+  o.record_trace = true;
+  const TrainResult r = train(o);
+  std::map<int, int> scatters;  // by rank, per step
+  for (const profiler::Span& s : r.trace.spans)
+    if (s.kind == profiler::SpanKind::ReduceScatter &&
+        r.trace.names.at(s.name) == "gradient reduce-scatter")
+      ++scatters[r.trace.lanes.at(static_cast<std::size_t>(s.lane)).rank];
+  // Per micro-batch (1F1B on one stage: BW ops): the head, each layer, the final LayerNorm, the
+  // embeddings together.
+  const int want = o.steps * o.plan.microbatches * (1 + layers + 1 + 1);
+  EXPECT_EQ(scatters[0], want);
+  EXPECT_EQ(scatters[1], want);
+  // None without ZeRO-2.
+  TrainOptions plain = options(layers, 2, 1);
+  plain.record_trace = true;
+  for (const profiler::Span& s : train(plain).trace.spans)
+    EXPECT_NE(s.kind, profiler::SpanKind::ReduceScatter);
+}
+
+class Zero3Kept : public ::testing::TestWithParam<int> {};
+
+TEST_P(Zero3Kept, EachRankKeepsItsShardOfEveryUnitsValuesToo) {
+  const int dp = GetParam(), layers = 2;
+  std::int64_t kept = 0;
+  for (std::int64_t n : units(layers)) kept += shard(n, dp);
+  const TrainResult two = train(options(layers, dp, 2));
+  const TrainResult three = train(options(layers, dp, 3));
+  for (int rank = 0; rank < dp; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    // ZeRO-2 holds every unit whole, padded to a multiple of dp.
+    EXPECT_EQ(two.ranks.at(rank).parameter_bytes, dp * kept * kFloat);
+    EXPECT_EQ(three.ranks.at(rank).parameter_bytes, kept * kFloat);
+    EXPECT_EQ(three.ranks.at(rank).gradient_bytes, kept * kFloat);
+    EXPECT_EQ(three.ranks.at(rank).optimizer_bytes, 2 * kept * kFloat);
+  }
+  // The same training as ZeRO-2: the same sums in the same order, values gathered from the
+  // shards the step updated.
+  ASSERT_EQ(three.steps.size(), two.steps.size());
+  for (std::size_t s = 0; s < two.steps.size(); ++s)
+    EXPECT_EQ(three.steps[s].loss, two.steps[s].loss) << "step " << s + 1;
+}
+
+INSTANTIATE_TEST_SUITE_P(Dp, Zero3Kept, ::testing::Values(2, 3),
+                         [](const auto& info) { return "dp" + std::to_string(info.param); });
+
+// What a rank's shards hold goes in and out of full-model tensors: the final parameters of ZeRO-3
+// are ZeRO-2's, bit for bit, and ZeRO-3 started from given parameters computes ZeRO-0's first
+// loss from them, bit for bit (the same forward on the same values).
+TEST(Zero3Parameters, FinalAndInitialParametersGoThroughTheShards) {
+  const int dp = 3, layers = 2;
+  TrainOptions o = options(layers, dp, 2);
+  o.capture_parameters = true;
+  const TrainResult two = train(o);
+  o.plan.zero_stage = 3;
+  const TrainResult three = train(o);
+  ASSERT_EQ(three.final_parameters.size(), two.final_parameters.size());
+  for (const auto& [name, want] : two.final_parameters) {
+    const auto it = three.final_parameters.find(name);
+    ASSERT_NE(it, three.final_parameters.end()) << name;
+    ASSERT_EQ(it->second.numel(), want.numel()) << name;
+    for (std::int64_t i = 0; i < want.numel(); ++i)
+      ASSERT_EQ(it->second[i], want[i]) << name << " element " << i;
+  }
+  TrainOptions from = options(layers, dp, 0);
+  from.initial_parameters = &two.final_parameters;
+  const TrainResult plain = train(from);
+  from.plan.zero_stage = 3;
+  const TrainResult sharded = train(from);
+  EXPECT_EQ(sharded.steps.at(0).loss, plain.steps.at(0).loss);
+  EXPECT_NE(sharded.steps.at(0).loss, two.steps.at(0).loss) << "the given parameters were not used";
+}
+
+TEST(Zero3Peak, FullValuesLiveOnlyWhileTheirLayerUsesThem) {
+  const int dp = 3;
+  for (int layers : {2, 4}) {
+    SCOPED_TRACE(std::to_string(layers) + " layers");
+    TrainOptions o = options(layers, dp, 3);
+    o.record_trace = true;
+    const TrainResult r = train(o);
+    // Parameters: the layers' and the final LayerNorm's shards, and one layer's full values.
+    const std::int64_t kept = layers * shard(kLayer, dp) + shard(2 * C, dp);
+    EXPECT_EQ(peak(r, profiler::MemoryCategory::Parameters),
+              (kept + dp * shard(kLayer, dp)) * kFloat);
+    EXPECT_EQ(peak(r, profiler::MemoryCategory::Gradients),
+              (kept + dp * shard(kLayer, dp)) * kFloat);
+    // Vocabulary layers: the tables' values and gradients as shards, and at most the head's
+    // full values and full gradient at once (the BW op's output layer: 2 x 61 x 32 padded).
+    const std::int64_t kept_tables = 2 * (2 * shard(V * C, dp) + shard(T * C, dp));
+    EXPECT_EQ(peak(r, profiler::MemoryCategory::VocabularyLayers),
+              (kept_tables + 2 * dp * shard(V * C, dp)) * kFloat);
+  }
+}
+
+TEST(Zero3Collectives, OneAllGatherPerUnitUsedPerMicroBatch) {
+  const int layers = 3;
+  TrainOptions o = options(layers, 2, 3);
+  o.record_trace = true;
+  const TrainResult r = train(o);
+  std::map<int, int> gathers, scatters;  // by rank
+  for (const profiler::Span& s : r.trace.spans) {
+    const int rank = r.trace.lanes.at(static_cast<std::size_t>(s.lane)).rank;
+    const std::string& name = r.trace.names.at(s.name);
+    if (s.kind == profiler::SpanKind::AllGather && name == "parameter all-gather") ++gathers[rank];
+    if (s.kind == profiler::SpanKind::ReduceScatter && name == "gradient reduce-scatter")
+      ++scatters[rank];
+  }
+  // Per micro-batch: the forward gathers the embeddings, each layer, and the final LayerNorm with
+  // the head; the backward (BW) the head with the final LayerNorm and each layer again.
+  const int per_microbatch = (1 + layers + 1) + (1 + layers);
+  for (int rank : {0, 1}) {
+    EXPECT_EQ(gathers[rank], o.steps * o.plan.microbatches * per_microbatch);
+    EXPECT_EQ(scatters[rank], o.steps * o.plan.microbatches * (1 + layers + 1 + 1));
+  }
+}
+
+}  // namespace
+}  // namespace pipetune::runtime
