@@ -110,12 +110,37 @@ bool ParameterSet::gradient_unit_open(int unit) const {
   return sharded_ && !unit_grads_[static_cast<std::size_t>(unit)].empty();
 }
 
+namespace {
+
+// A unit's full buffer: the spare one when it has the unit's size (the layers' units all have
+// one size), else a new one. A device allocation per layer and micro-batch would be a cudaMalloc
+// and a cudaFree, which waits for the whole device.
+tensor::FlatStorage take_unit_storage(tensor::FlatStorage& spare, std::int64_t elements,
+                                      profiler::MemoryCategory category,
+                                      tensor::DeviceAllocator* storage, bool zeroed) {
+  if (spare.size() == static_cast<std::size_t>(elements)) {
+    tensor::FlatStorage s = std::move(spare);
+    spare = tensor::FlatStorage();
+    if (zeroed) s.zero();
+    return s;
+  }
+  return tensor::FlatStorage(static_cast<std::size_t>(elements), category, storage);  // zeroed
+}
+
+// Keeps a closed unit's buffer as the spare when there is none.
+void return_unit_storage(tensor::FlatStorage& spare, tensor::FlatStorage& closed) {
+  if (spare.empty()) spare = std::move(closed);
+  closed = tensor::FlatStorage();
+}
+
+}  // namespace
+
 void ParameterSet::open_gradient_unit(int unit) {
   if (!sharded_) throw std::logic_error("ParameterSet::open_gradient_unit: not under ZeRO-2");
   if (gradient_unit_open(unit)) return;
-  tensor::FlatStorage g(static_cast<std::size_t>(units_[static_cast<std::size_t>(unit)].padded),
-                        profiler::MemoryCategory::Gradients, storage_);  // zeroed
-  unit_grads_[static_cast<std::size_t>(unit)] = std::move(g);
+  unit_grads_[static_cast<std::size_t>(unit)] =
+      take_unit_storage(spare_grads_, units_[static_cast<std::size_t>(unit)].padded,
+                        profiler::MemoryCategory::Gradients, storage_, true);
   open_units_.push_back(unit);
 }
 
@@ -127,7 +152,7 @@ tensor::FlatStorage& ParameterSet::unit_gradient(int unit) {
 }
 
 void ParameterSet::close_gradient_unit(int unit) {
-  unit_grads_[static_cast<std::size_t>(unit)] = tensor::FlatStorage();
+  return_unit_storage(spare_grads_, unit_grads_[static_cast<std::size_t>(unit)]);
   std::erase(open_units_, unit);
 }
 
@@ -140,8 +165,8 @@ void ParameterSet::open_parameter_unit(int unit) {
     throw std::logic_error("ParameterSet::open_parameter_unit: not under ZeRO-3");
   if (parameter_unit_open(unit)) return;
   unit_params_[static_cast<std::size_t>(unit)] =
-      tensor::FlatStorage(static_cast<std::size_t>(units_[static_cast<std::size_t>(unit)].padded),
-                          profiler::MemoryCategory::Parameters, storage_);
+      take_unit_storage(spare_params_, units_[static_cast<std::size_t>(unit)].padded,
+                        profiler::MemoryCategory::Parameters, storage_, false);  // gathered into
 }
 
 tensor::FlatStorage& ParameterSet::unit_parameters(int unit) {
@@ -152,7 +177,7 @@ tensor::FlatStorage& ParameterSet::unit_parameters(int unit) {
 }
 
 void ParameterSet::close_parameter_unit(int unit) {
-  unit_params_[static_cast<std::size_t>(unit)] = tensor::FlatStorage();
+  return_unit_storage(spare_params_, unit_params_[static_cast<std::size_t>(unit)]);
 }
 
 }  // namespace pipetune::model

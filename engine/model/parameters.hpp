@@ -196,6 +196,9 @@ class ParameterSet {
   tensor::FlatStorage owned_grads_;               // (sum of shard sizes) Gradients, ZeRO-2
   std::vector<tensor::FlatStorage> unit_grads_;   // (padded) per unit while open, ZeRO-2
   std::vector<tensor::FlatStorage> unit_params_;  // (padded) per unit while open, ZeRO-3
+  // One closed unit's buffer of each kind, kept for the next unit of its size (not in use: the
+  // memory ledger counts open units only).
+  tensor::FlatStorage spare_grads_, spare_params_;
   std::vector<int> open_units_;
 };
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/model/buffers.hpp"
+
 namespace pipetune::runtime {
 
 using tensor::Shape;
@@ -68,12 +70,14 @@ void DataParallelOptimizer::reduce_open_units() {
   for (int u : open) {
     tensor::FlatStorage& full = params_->unit_gradient(u);
     const std::int64_t shard = params_->shard_size(u);
-    tensor::FlatStorage mine(static_cast<std::size_t>(shard), profiler::MemoryCategory::Temporaries,
-                             &full.allocator());
-    comm_->reduce_scatter(group_, {full.data(), full.size()}, {mine.data(), mine.size()});
+    // From the rank's buffer cache: a new device block per layer would be a cudaMalloc.
+    model::Buffer mine;
+    const tensor::TensorView part = model::sized(mine, Shape{shard});
+    comm_->reduce_scatter(group_, {full.data(), full.size()},
+                          {part.data, static_cast<std::size_t>(shard)});
     backend_->accumulate(
         {owned.data() + params_->units()[static_cast<std::size_t>(u)].owned_offset, Shape{shard}},
-        {mine.data(), Shape{shard}});
+        part);
     params_->close_gradient_unit(u);
   }
 }

@@ -29,6 +29,7 @@ constexpr std::int64_t C = 32, F = 64, V = 61, T = 16;
 constexpr std::int64_t kLayer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (F * C + F) +
                                 (C * F + C);  // ln1, qkv, proj, ln2, fc, mlp proj
 constexpr std::int64_t kFloat = sizeof(float);
+constexpr int kSteps = 2, kMicrobatches = 2;
 
 TrainOptions options(int layers, int dp, int zero) {
   TrainOptions o;
@@ -36,8 +37,8 @@ TrainOptions options(int layers, int dp, int zero) {
   o.plan.dp = dp;
   o.plan.zero_stage = zero;
   o.plan.micro_batch_size = 2;
-  o.plan.microbatches = 2;
-  o.steps = 2;
+  o.plan.microbatches = kMicrobatches;
+  o.steps = kSteps;
   o.threads_per_rank = 1;
   return o;
 }
@@ -76,6 +77,13 @@ TEST_P(Zero2Kept, EachRankKeepsItsShardOfEveryUnitsGradientAndMoments) {
 INSTANTIATE_TEST_SUITE_P(Dp, Zero2Kept, ::testing::Values(2, 3),
                          [](const auto& info) { return "dp" + std::to_string(info.param); });
 
+// A run with its trace (the memory samples and collective spans).
+TrainResult traced(int layers, int dp, int zero) {
+  TrainOptions o = options(layers, dp, zero);
+  o.record_trace = true;
+  return train(o);
+}
+
 // The highest balance of a memory category on rank 0, from the trace's samples.
 std::int64_t peak(const TrainResult& r, profiler::MemoryCategory category) {
   std::int64_t p = 0;
@@ -88,9 +96,7 @@ TEST(Zero2Peak, AFullGradientLivesOnlyWhileItsLayerComputesIt) {
   const int dp = 3;
   for (int layers : {2, 4}) {
     SCOPED_TRACE(std::to_string(layers) + " layers");
-    TrainOptions o = options(layers, dp, 2);
-    o.record_trace = true;
-    const TrainResult r = train(o);
+    const TrainResult r = traced(layers, dp, 2);
     // Gradients: the layers' and the final LayerNorm's shards, and one layer's full gradient
     // (padded to a multiple of 3) at a time.
     const std::int64_t kept = layers * shard(kLayer, dp) + shard(2 * C, dp);
@@ -106,25 +112,27 @@ TEST(Zero2Peak, AFullGradientLivesOnlyWhileItsLayerComputesIt) {
   }
 }
 
+// The spans of `kind` named `name`, by rank.
+std::map<int, int> count_spans(const TrainResult& r, profiler::SpanKind kind,
+                               const std::string& name) {
+  std::map<int, int> n;
+  for (const profiler::Span& s : r.trace.spans)
+    if (s.kind == kind && r.trace.names.at(s.name) == name)
+      ++n[r.trace.lanes.at(static_cast<std::size_t>(s.lane)).rank];
+  return n;
+}
+
 TEST(Zero2Collectives, OneReduceScatterPerUnitComputedPerMicroBatch) {
   const int layers = 3;
-  TrainOptions o = options(layers, 2, 2);
-  o.record_trace = true;
-  const TrainResult r = train(o);
-  std::map<int, int> scatters;  // by rank, per step
-  for (const profiler::Span& s : r.trace.spans)
-    if (s.kind == profiler::SpanKind::ReduceScatter &&
-        r.trace.names.at(s.name) == "gradient reduce-scatter")
-      ++scatters[r.trace.lanes.at(static_cast<std::size_t>(s.lane)).rank];
+  std::map<int, int> scatters = count_spans(traced(layers, 2, 2), profiler::SpanKind::ReduceScatter,
+                                            "gradient reduce-scatter");
   // Per micro-batch (1F1B on one stage: BW ops): the head, each layer, the final LayerNorm, the
   // embeddings together.
-  const int want = o.steps * o.plan.microbatches * (1 + layers + 1 + 1);
+  const int want = kSteps * kMicrobatches * (1 + layers + 1 + 1);
   EXPECT_EQ(scatters[0], want);
   EXPECT_EQ(scatters[1], want);
   // None without ZeRO-2.
-  TrainOptions plain = options(layers, 2, 1);
-  plain.record_trace = true;
-  for (const profiler::Span& s : train(plain).trace.spans)
+  for (const profiler::Span& s : traced(layers, 2, 1).trace.spans)
     EXPECT_NE(s.kind, profiler::SpanKind::ReduceScatter);
 }
 
@@ -185,9 +193,7 @@ TEST(Zero3Peak, FullValuesLiveOnlyWhileTheirLayerUsesThem) {
   const int dp = 3;
   for (int layers : {2, 4}) {
     SCOPED_TRACE(std::to_string(layers) + " layers");
-    TrainOptions o = options(layers, dp, 3);
-    o.record_trace = true;
-    const TrainResult r = train(o);
+    const TrainResult r = traced(layers, dp, 3);
     // Parameters: the layers' and the final LayerNorm's shards, and one layer's full values.
     const std::int64_t kept = layers * shard(kLayer, dp) + shard(2 * C, dp);
     EXPECT_EQ(peak(r, profiler::MemoryCategory::Parameters),
@@ -204,23 +210,17 @@ TEST(Zero3Peak, FullValuesLiveOnlyWhileTheirLayerUsesThem) {
 
 TEST(Zero3Collectives, OneAllGatherPerUnitUsedPerMicroBatch) {
   const int layers = 3;
-  TrainOptions o = options(layers, 2, 3);
-  o.record_trace = true;
-  const TrainResult r = train(o);
-  std::map<int, int> gathers, scatters;  // by rank
-  for (const profiler::Span& s : r.trace.spans) {
-    const int rank = r.trace.lanes.at(static_cast<std::size_t>(s.lane)).rank;
-    const std::string& name = r.trace.names.at(s.name);
-    if (s.kind == profiler::SpanKind::AllGather && name == "parameter all-gather") ++gathers[rank];
-    if (s.kind == profiler::SpanKind::ReduceScatter && name == "gradient reduce-scatter")
-      ++scatters[rank];
-  }
+  const TrainResult r = traced(layers, 2, 3);
+  std::map<int, int> gathers =
+      count_spans(r, profiler::SpanKind::AllGather, "parameter all-gather");
+  std::map<int, int> scatters =
+      count_spans(r, profiler::SpanKind::ReduceScatter, "gradient reduce-scatter");
   // Per micro-batch: the forward gathers the embeddings, each layer, and the final LayerNorm with
   // the head; the backward (BW) the head with the final LayerNorm and each layer again.
   const int per_microbatch = (1 + layers + 1) + (1 + layers);
   for (int rank : {0, 1}) {
-    EXPECT_EQ(gathers[rank], o.steps * o.plan.microbatches * per_microbatch);
-    EXPECT_EQ(scatters[rank], o.steps * o.plan.microbatches * (1 + layers + 1 + 1));
+    EXPECT_EQ(gathers[rank], kSteps * kMicrobatches * per_microbatch);
+    EXPECT_EQ(scatters[rank], kSteps * kMicrobatches * (1 + layers + 1 + 1));
   }
 }
 
