@@ -65,7 +65,7 @@ struct ParamEntry {
   std::int64_t numel() const { return shape.numel(); }
 };
 
-// Entries that are reduced together, and under ZeRO-2 sharded together: one layer's ("h.3"), or
+// Entries that are reduced, and under ZeRO-2 and 3 sharded, together: one layer's ("h.3"), or
 // one vocabulary or final-norm table's ("wte", "wpe", "lnf", "head"). What an op computes
 // gradients for is a list of units, so every rank of a reduction group reduces the same units in
 // the same order whatever its data.
@@ -107,10 +107,10 @@ struct OwnedPart {
 // shards and closed after it), and each unit is padded to a multiple of the group. Under ZeRO-3
 // the parameters are sharded alike: the flat parameters hold the rank's shard of each unit (laid
 // out as the owned gradients), and a unit's full values exist only while a layer uses them
-// (open_parameter_unit, filled by an all-gather, closed after). The flat
-// buffers live in the storage given to allocate() (host memory by default, the rank's device for a
-// GPU rank): views point there, and host code reads or writes values through the buffers' explicit
-// copies (FlatStorage).
+// (open_parameter_unit, filled by an all-gather, closed after). The flat buffers live in the
+// storage given to allocate() (host memory by default, the rank's device for a GPU rank): views
+// point there, and host code reads or writes values through the buffers' explicit copies
+// (FlatStorage).
 class ParameterSet {
  public:
   // Returns the entry's index. Throws std::logic_error after allocate().
@@ -141,7 +141,7 @@ class ParameterSet {
   std::int64_t padded_size() const { return padded_size_; }
   // The parameters this rank keeps: all of them, or under ZeRO-3 its shards (owned layout).
   tensor::FlatStorage& flat_params() { return params_; }
-  // All gradients (not under ZeRO-2: std::logic_error).
+  // All gradients (not under ZeRO-2 and 3: std::logic_error).
   tensor::FlatStorage& flat_grads();
   const tensor::FlatStorage& flat_grads() const;
   const tensor::FlatStorage& flat_params() const { return params_; }
@@ -182,8 +182,8 @@ class ParameterSet {
   void lay_out_units(std::int64_t unit_multiple);
 
   std::vector<ParamEntry> entries_;
-  tensor::FlatStorage params_;  // (padded_size) Parameters
-  tensor::FlatStorage grads_;   // (padded_size) Gradients; empty under ZeRO-2
+  tensor::FlatStorage params_;  // (padded_size) Parameters; under ZeRO-3 (owned_size)
+  tensor::FlatStorage grads_;   // (padded_size) Gradients; empty under ZeRO-2 and 3
   std::int64_t size_ = 0;
   std::int64_t padded_size_ = 0;
   bool allocated_ = false;
@@ -193,8 +193,8 @@ class ParameterSet {
   bool parameters_sharded_ = false;
   ShardingGroup sharding_;
   tensor::DeviceAllocator* storage_ = nullptr;
-  tensor::FlatStorage owned_grads_;               // (sum of shard sizes) Gradients, ZeRO-2
-  std::vector<tensor::FlatStorage> unit_grads_;   // (padded) per unit while open, ZeRO-2
+  tensor::FlatStorage owned_grads_;               // (sum of shard sizes) Gradients, ZeRO-2/3
+  std::vector<tensor::FlatStorage> unit_grads_;   // (padded) per unit while open, ZeRO-2/3
   std::vector<tensor::FlatStorage> unit_params_;  // (padded) per unit while open, ZeRO-3
   // One closed unit's buffer of each kind, kept for the next unit of its size (not in use: the
   // memory ledger counts open units only).
