@@ -162,6 +162,8 @@ inline std::vector<PlanCase> parallel_equivalence_plans() {
        .vocab = "vocab-2",
        .zero = 3});
   add({.name = "moe_ep2_dp4_zero3", .model = "tiny-moe", .dp = 4, .ep = 2, .zero = 3});
+  // ... and over an expert-DP group of one: the dense units sharded, the experts whole.
+  add({.name = "moe_ep2_dp2_zero3", .model = "tiny-moe", .dp = 2, .ep = 2, .zero = 3});
   // Uneven layer split (8 layers over 3 stages) and a vocabulary (512) the group does not divide.
   add({.name = "pp3_uneven", .pp = 3, .microbatches = 6});
   add({.name = "pp3_vocab1_uneven_vocab", .pp = 3, .vocab = "vocab-1", .microbatches = 6});
