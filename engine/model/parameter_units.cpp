@@ -1,4 +1,4 @@
-// ParameterSet's units and its ZeRO-2 gradient shards (parameters.hpp).
+// ParameterSet's units and its ZeRO-2 and 3 shards (parameters.hpp).
 #include <algorithm>
 #include <stdexcept>
 
@@ -16,18 +16,23 @@ std::string unit_name(const std::string& entry_name) {
   return entry_name.substr(0, dot);
 }
 
-bool is_vocabulary_unit(const std::string& unit_name) {
+std::string layer_unit_name(std::int64_t layer) {
+  return "h." + std::to_string(layer);
+}
+
+bool is_vocabulary_unit(std::string_view unit_name) {
   return unit_name == "wte" || unit_name == "wpe" || unit_name == "head";
 }
 
 void ParameterSet::lay_out_units(std::int64_t unit_multiple) {
   units_.clear();
+  unit_index_.clear();
   unit_of_.assign(entries_.size(), -1);
   std::int64_t at = 0, owned = 0;
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     const std::string name = unit_name(entries_[i].name);
     if (units_.empty() || units_.back().name != name) {
-      if (find_unit(name) >= 0)
+      if (!unit_index_.emplace(name, static_cast<int>(units_.size())).second)
         throw std::logic_error("ParameterSet: the entries of unit '" + name +
                                "' are not registered together");
       ParamUnit u;
@@ -78,10 +83,29 @@ void ParameterSet::allocate_sharded(ShardingGroup sharding, tensor::DeviceAlloca
   allocated_ = true;
 }
 
-int ParameterSet::find_unit(const std::string& name) const {
-  for (std::size_t u = 0; u < units_.size(); ++u)
-    if (units_[u].name == name) return static_cast<int>(u);
-  return -1;
+int ParameterSet::find_unit(std::string_view name) const {
+  const auto it = unit_index_.find(name);
+  return it == unit_index_.end() ? -1 : it->second;
+}
+
+tensor::TensorView ParameterSet::unit_view(std::vector<tensor::FlatStorage>& buffers, int i,
+                                           const char* what) {
+  const ParamEntry& e = entry(i);
+  const ParamUnit& u = units_[static_cast<std::size_t>(unit_of(i))];
+  tensor::FlatStorage& full = buffers[static_cast<std::size_t>(unit_of(i))];
+  if (full.empty())
+    throw std::logic_error("ParameterSet: '" + e.name + "' (unit '" + u.name +
+                           "') is used outside " + what);
+  return {full.data() + (static_cast<std::int64_t>(e.offset) - u.offset), e.shape};
+}
+
+tensor::FlatStorage& ParameterSet::open_buffer(std::vector<tensor::FlatStorage>& buffers, int unit,
+                                               const char* what) {
+  tensor::FlatStorage& full = buffers[static_cast<std::size_t>(unit)];
+  if (full.empty())
+    throw std::logic_error("ParameterSet: the " + std::string(what) + " of unit '" +
+                           units_[static_cast<std::size_t>(unit)].name + "' are not open");
+  return full;
 }
 
 std::int64_t ParameterSet::shard_size(int unit) const {
@@ -145,10 +169,7 @@ void ParameterSet::open_gradient_unit(int unit) {
 }
 
 tensor::FlatStorage& ParameterSet::unit_gradient(int unit) {
-  if (!gradient_unit_open(unit))
-    throw std::logic_error("ParameterSet::unit_gradient: unit '" +
-                           units_[static_cast<std::size_t>(unit)].name + "' is not open");
-  return unit_grads_[static_cast<std::size_t>(unit)];
+  return open_buffer(unit_grads_, unit, "full gradients");
 }
 
 void ParameterSet::close_gradient_unit(int unit) {
@@ -170,10 +191,7 @@ void ParameterSet::open_parameter_unit(int unit) {
 }
 
 tensor::FlatStorage& ParameterSet::unit_parameters(int unit) {
-  if (!parameter_unit_open(unit))
-    throw std::logic_error("ParameterSet::unit_parameters: unit '" +
-                           units_[static_cast<std::size_t>(unit)].name + "' is not open");
-  return unit_params_[static_cast<std::size_t>(unit)];
+  return open_buffer(unit_params_, unit, "full values");
 }
 
 void ParameterSet::close_parameter_unit(int unit) {

@@ -103,31 +103,13 @@ int ParameterSet::find(const std::string& name) const {
 }
 
 tensor::TensorView ParameterSet::param(int i) {
+  if (parameters_sharded_) return unit_view(unit_params_, i, "its values gathered (ZeRO-3)");
   const ParamEntry& e = entry(i);
-  if (parameters_sharded_) {
-    const int u = unit_of(i);
-    if (!parameter_unit_open(u))
-      throw std::logic_error("ParameterSet::param: '" + e.name + "' (unit '" +
-                             units_[static_cast<std::size_t>(u)].name +
-                             "') is used without its values gathered (ZeRO-3)");
-    const auto at =
-        static_cast<std::int64_t>(e.offset) - units_[static_cast<std::size_t>(u)].offset;
-    return {unit_params_[static_cast<std::size_t>(u)].data() + at, e.shape};
-  }
   return {params_.data() + e.offset, e.shape};
 }
 tensor::TensorView ParameterSet::grad(int i) {
+  if (sharded_) return unit_view(unit_grads_, i, "a layer reducing its gradient (ZeRO-2 and 3)");
   const ParamEntry& e = entry(i);
-  if (sharded_) {
-    const int u = unit_of(i);
-    if (!gradient_unit_open(u))
-      throw std::logic_error("ParameterSet::grad: the gradient of '" + e.name + "' (unit '" +
-                             units_[static_cast<std::size_t>(u)].name +
-                             "') is written outside an op that reduces it (ZeRO-2)");
-    const auto at =
-        static_cast<std::int64_t>(e.offset) - units_[static_cast<std::size_t>(u)].offset;
-    return {unit_grads_[static_cast<std::size_t>(u)].data() + at, e.shape};
-  }
   return {grads_.data() + e.offset, e.shape};
 }
 tensor::ConstTensorView ParameterSet::param(int i) const {

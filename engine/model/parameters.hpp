@@ -7,7 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/tensor/device_allocator.hpp"
@@ -81,8 +84,9 @@ struct ParamUnit {
 // The unit an entry belongs to: "h.<layer>" for a block's entries, else the name up to its first
 // '.' ("lnf.w" -> "lnf", "head.w" -> "head", "wte" -> "wte").
 std::string unit_name(const std::string& entry_name);
+std::string layer_unit_name(std::int64_t layer);  // "h.<layer>"
 // A vocabulary layer's unit ("wte", "wpe", "head"): its memory counts as VocabularyLayers.
-bool is_vocabulary_unit(const std::string& unit_name);
+bool is_vocabulary_unit(std::string_view unit_name);
 
 // ZeRO-2 and 3: the reduction group has `size` ranks and this rank is the `index`-th.
 struct ShardingGroup {
@@ -148,7 +152,7 @@ class ParameterSet {
   bool on_device() const { return params_.on_device(); }
 
   const std::vector<ParamUnit>& units() const { return units_; }
-  int find_unit(const std::string& name) const;  // -1 when absent
+  int find_unit(std::string_view name) const;  // -1 when absent
   int unit_of(int entry) const { return unit_of_[static_cast<std::size_t>(entry)]; }
 
   // ZeRO-2 and 3.
@@ -180,6 +184,12 @@ class ParameterSet {
   // Groups the entries into units (each contiguous in registration order) and lays them out in
   // the flat buffers, each unit padded to a multiple of `unit_multiple`.
   void lay_out_units(std::int64_t unit_multiple);
+  // Entry i's view into the open full buffer of its unit (`buffers`: unit_grads_ or
+  // unit_params_); std::logic_error naming `what` when the unit is not open.
+  tensor::TensorView unit_view(std::vector<tensor::FlatStorage>& buffers, int i, const char* what);
+  // An open unit's full buffer; std::logic_error naming `what` when it is not open.
+  tensor::FlatStorage& open_buffer(std::vector<tensor::FlatStorage>& buffers, int unit,
+                                   const char* what);
 
   std::vector<ParamEntry> entries_;
   tensor::FlatStorage params_;  // (padded_size) Parameters; under ZeRO-3 (owned_size)
@@ -188,7 +198,8 @@ class ParameterSet {
   std::int64_t padded_size_ = 0;
   bool allocated_ = false;
   std::vector<ParamUnit> units_;
-  std::vector<int> unit_of_;  // by entry
+  std::map<std::string, int, std::less<>> unit_index_;  // by name
+  std::vector<int> unit_of_;                            // by entry
   bool sharded_ = false;
   bool parameters_sharded_ = false;
   ShardingGroup sharding_;

@@ -94,10 +94,7 @@ RankRuntime::RankRuntime(const model::ModelConfig& config, const spec::ParallelP
   model_ = std::make_unique<model::RankModel>(
       config, make_placement(config, plan, layer_split, schedule, at));
   for (int i = 0; i < model_->dense.count(); ++i)
-    if (model_->dense.entry(i).sequence_parallel) {
-      sequence_parallel_grads_.push_back(i);
-      sequence_parallel_grad_elements_ += model_->dense.entry(i).numel();
-    }
+    if (model_->dense.entry(i).sequence_parallel) sequence_parallel_grads_.push_back(i);
 }
 
 RankRuntime::~RankRuntime() = default;
@@ -166,42 +163,52 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
 }
 
 namespace {
+
 std::int64_t unit_bytes(const model::ParameterSet& set, int unit) {
   return set.units()[static_cast<std::size_t>(unit)].padded *
          static_cast<std::int64_t>(sizeof(float));
 }
+
+// visit(unit index, is a vocabulary table) for each unit of `tables` (empty names skipped) and
+// of `layer` (-1: none) that `set` holds, tables first.
+template <class Visit>
+void each_unit(const model::ParameterSet& set, const std::array<std::string_view, 2>& tables,
+               std::int64_t layer, Visit&& visit) {
+  for (std::string_view name : tables) {
+    if (name.empty()) continue;
+    if (const int u = set.find_unit(name); u >= 0) visit(u, model::is_vocabulary_unit(name));
+  }
+  if (layer >= 0)
+    if (const int u = set.find_unit(model::layer_unit_name(layer)); u >= 0) visit(u, false);
+}
+
 }  // namespace
 
-RankRuntime::OpenedUnits RankRuntime::open_units(const UnitNames& uses, const UnitNames& computes) {
+RankRuntime::OpenedUnits RankRuntime::open_units(const Units& uses, const Units& computes) {
   OpenedUnits o;
   model::RankModel& m = *model_;
   for (model::ParameterSet* set : {&m.dense, &m.expert}) {
     if (!set->parameters_sharded()) continue;
-    std::vector<int> units;
-    for (const std::string& name : uses) {
-      const int u = set->find_unit(name);
-      if (u < 0 || set->parameter_unit_open(u)) continue;
+    std::vector<int> gathered;
+    each_unit(*set, uses.tables, uses.layer, [&](int u, bool vocabulary) {
+      if (set->parameter_unit_open(u)) return;
       set->open_parameter_unit(u);
-      units.push_back(u);
+      gathered.push_back(u);
       o.parameters.emplace_back(set, u);
-      const std::int64_t b = unit_bytes(*set, u);
-      (model::is_vocabulary_unit(name) ? o.vocabulary_parameter_bytes : o.parameter_bytes) += b;
-    }
-    if (!units.empty()) {
+      (vocabulary ? o.vocabulary_parameter_bytes : o.parameter_bytes) += unit_bytes(*set, u);
+    });
+    if (!gathered.empty()) {
       profiler::ScopedSpan span(recorder_, profiler::SpanKind::AllGather, profiler::Stream::Comm,
                                 -1, -1, -1, parameter_gather_name_);
-      sharding_.gather_parameters(*set, units);
+      sharding_.gather_parameters(*set, gathered);
     }
   }
   for (model::ParameterSet* set : {&m.dense, &m.expert}) {
     if (!set->gradients_sharded()) continue;
-    for (const std::string& name : computes) {
-      const int u = set->find_unit(name);
-      if (u < 0) continue;
+    each_unit(*set, computes.tables, computes.layer, [&](int u, bool vocabulary) {
       set->open_gradient_unit(u);
-      const std::int64_t b = unit_bytes(*set, u);
-      (model::is_vocabulary_unit(name) ? o.vocabulary_gradient_bytes : o.gradient_bytes) += b;
-    }
+      (vocabulary ? o.vocabulary_gradient_bytes : o.gradient_bytes) += unit_bytes(*set, u);
+    });
   }
   if (recorder_ != nullptr) {
     profiler::MemoryLedger& ledger = recorder_->memory();
@@ -229,13 +236,13 @@ void RankRuntime::close_units(const OpenedUnits& o) {
   }
 }
 
-std::string RankRuntime::layer_unit(int chunk, std::size_t block) const {
-  const model::LayerGroupPlacement& g = model_->placement().chunks[static_cast<std::size_t>(chunk)];
-  return "h." + std::to_string(g.first_layer + static_cast<std::int64_t>(block));
+std::int64_t RankRuntime::layer_of(int chunk, std::size_t block) const {
+  return model_->placement().chunks[static_cast<std::size_t>(chunk)].first_layer +
+         static_cast<std::int64_t>(block);
 }
 
 void RankRuntime::reduce_sequence_parallel_gradients() {
-  if (!ctx_.sequence_parallel || sequence_parallel_grad_elements_ == 0) return;
+  if (!ctx_.sequence_parallel || sequence_parallel_grads_.empty()) return;
   model::ParameterSet& params = model_->dense;
   // Under ZeRO-2 the rank's shards of them: the TP ranks hold the same units laid out alike and
   // the same shard of each (they share their DP index), so the sum is element by element too.
@@ -345,18 +352,18 @@ void RankRuntime::run_op(const Op& op) {
       backward_weight(op.chunk, op.microbatch, true);
       break;
     case OpKind::S:
-      with_units({"head"}, {}, [&] { vocab_output_forward(op.microbatch); });
+      with_units({{"head"}}, {}, [&] { vocab_output_forward(op.microbatch); });
       break;
     case OpKind::T:
       // Vocab-2's T needs the head's weight gradient only; vocab-1's the input gradient too.
-      with_units(schedule_->vocab == schedule::VocabMode::Vocab2 ? UnitNames{} : UnitNames{"head"},
-                 {"head"}, [&] { vocab_output_backward(op.microbatch); });
+      with_units(schedule_->vocab == schedule::VocabMode::Vocab2 ? Units{} : Units{{"head"}},
+                 {{"head"}}, [&] { vocab_output_backward(op.microbatch); });
       break;
     case OpKind::IF:
-      with_units({"wte", "wpe"}, {}, [&] { vocab_input_forward(op.microbatch); });
+      with_units({{"wte", "wpe"}}, {}, [&] { vocab_input_forward(op.microbatch); });
       break;
     case OpKind::IB:
-      with_units({}, {"wte", "wpe"}, [&] { vocab_input_backward(op.microbatch); });
+      with_units({}, {{"wte", "wpe"}}, [&] { vocab_input_backward(op.microbatch); });
       break;
   }
 }
@@ -408,11 +415,11 @@ void RankRuntime::forward(int chunk, int mb) {
   else if (vocab_parallel_)
     reduce_embedding_parts(mb, x);
   else
-    with_units({"wte", "wpe"}, {}, [&] { embed_plain(mb, x); });
+    with_units({{"wte", "wpe"}}, {}, [&] { embed_plain(mb, x); });
 
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     TensorView y = sized(y_buf, Shape{N, C});
-    with_units({layer_unit(chunk, i)}, {}, [&] {
+    with_units({.layer = layer_of(chunk, i)}, {}, [&] {
       losses_.aux_sum += blocks[i].forward(ctx_, x, y, batch_, seq_, s.blocks[i]);
     });
     std::swap(x_buf, y_buf);
@@ -426,7 +433,7 @@ void RankRuntime::forward(int chunk, int mb) {
   // Last group: final LayerNorm, then the loss (plain) or the hand-off to the S passes, on every
   // row (s.lnf is (B*T, C), gathered under sequence parallelism).
   s.out = std::move(x_buf);
-  with_units(vocab_parallel_ ? UnitNames{"lnf"} : UnitNames{"lnf", "head"}, {}, [&] {
+  with_units(vocab_parallel_ ? Units{{"lnf"}} : Units{{"lnf", "head"}}, {}, [&] {
     model::Buffer lnf_rows;
     TensorView lnf = sized(ctx_.sequence_parallel ? lnf_rows : s.lnf, Shape{N, C});
     be.layernorm_forward(view(s.out, Shape{N, C}), m.dense.param(m.lnf_w()),
@@ -520,19 +527,18 @@ void RankRuntime::backward_input(int chunk, int mb, bool weights) {
     mailbox_.take(group_rank(group + 1), MessageKind::Gradient, group, mb,
                   {dy.data, static_cast<std::size_t>(dy.numel())});
   else if (vocab_parallel_)
-    with_units({"lnf"}, {}, [&] { output_backward_vocab(s, mb, dy); });
+    with_units({{"lnf"}}, {}, [&] { output_backward_vocab(s, mb, dy); });
   else
-    with_units({"head", "lnf"}, weights ? UnitNames{"head"} : UnitNames{},
+    with_units({{"head", "lnf"}}, weights ? Units{{"head"}} : Units{},
                [&] { output_backward_plain(s, mb, dy, weights); });
 
   for (std::size_t i = blocks.size(); i-- > 0;) {
     TensorView dx = sized(dx_buf, Shape{N, C});
-    const std::string layer = layer_unit(chunk, i);
+    const Units layer{.layer = layer_of(chunk, i)};
     if (weights)
-      with_units({layer}, {layer},
-                 [&] { blocks[i].backward(ctx_, dy, dx, grad_scale_, s.blocks[i]); });
+      with_units(layer, layer, [&] { blocks[i].backward(ctx_, dy, dx, grad_scale_, s.blocks[i]); });
     else
-      with_units({layer}, {},
+      with_units(layer, {},
                  [&] { blocks[i].backward_input(ctx_, dy, dx, grad_scale_, s.blocks[i]); });
     std::swap(dy_buf, dx_buf);
     dy = view(dy_buf, Shape{N, C});
@@ -567,7 +573,7 @@ void RankRuntime::backward_weight(int chunk, int mb, bool after_weights) {
   auto& blocks = m.blocks(chunk);
   if (group == m.placement().groups - 1) {
     const bool head = !vocab_parallel_ && !after_weights;
-    with_units({}, head ? UnitNames{"head", "lnf"} : UnitNames{"lnf"}, [&] {
+    with_units({}, head ? Units{{"head", "lnf"}} : Units{{"lnf"}}, [&] {
       if (head)
         be.linear_backward_weight(view(s.dlogits, Shape{N, model_->vocab().rows()}),
                                   view(s.lnf, Shape{N, C}), m.dense.grad(m.head()), {});
@@ -578,10 +584,11 @@ void RankRuntime::backward_weight(int chunk, int mb, bool after_weights) {
   }
   if (!after_weights)
     for (std::size_t i = blocks.size(); i-- > 0;)
-      with_units({}, {layer_unit(chunk, i)}, [&] { blocks[i].backward_weight(ctx_, s.blocks[i]); });
+      with_units({}, {.layer = layer_of(chunk, i)},
+                 [&] { blocks[i].backward_weight(ctx_, s.blocks[i]); });
   if (group == 0 && !vocab_parallel_) {
     const auto& tokens = (*batches_)[static_cast<std::size_t>(mb)].inputs;
-    with_units({}, {"wte", "wpe"}, [&] {
+    with_units({}, {{"wte", "wpe"}}, [&] {
       TensorView dwpe = m.wpe() >= 0 ? m.dense.grad(m.wpe()) : TensorView{};
       be.embedding_shard_backward_weight(tokens, view(s.demb, Shape{batch_, seq_, C}), m.vocab().lo,
                                          m.vocab_rows(), m.dense.grad(m.wte()), dwpe);

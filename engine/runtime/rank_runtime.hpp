@@ -10,11 +10,13 @@
 // schedule the validator accepts runs without deadlock.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -79,15 +81,20 @@ class RankRuntime {
   struct VocabState;
 
   void run_op(const schedule::Op& op);
+  // The units a layer or table scope names: up to two tables ("wte", "wpe", "lnf", "head") and
+  // a block's layer. Saying it allocates nothing, so a run without sharding pays nothing.
+  struct Units {
+    std::array<std::string_view, 2> tables{};
+    std::int64_t layer = -1;  // "h.<layer>"; -1: none
+  };
   // ZeRO-2 and 3: runs `compute` with the full values of the units it `uses` gathered (ZeRO-3)
   // and full gradients for those it `computes` (their weight gradients) open, then
   // reduce-scatters those gradients into the rank's shards and frees both, so a full unit lives
   // only while one layer (or table) needs it. Which units is fixed by the op and the block,
   // never by the data, so every rank of a reduction group gathers and reduces the same units in
   // the same order. Without sharding it runs `compute` alone.
-  using UnitNames = std::vector<std::string>;
   template <class Compute>
-  void with_units(const UnitNames& uses, const UnitNames& computes, Compute&& compute) {
+  void with_units(const Units& uses, const Units& computes, Compute&& compute) {
     if (!sharding_.reduce_gradients) {
       compute();
       return;
@@ -102,9 +109,9 @@ class RankRuntime {
     std::int64_t gradient_bytes = 0, vocabulary_gradient_bytes = 0;
   };
   // Opens the units that exist here, gathers the values, and charges both to the memory ledger.
-  OpenedUnits open_units(const UnitNames& uses, const UnitNames& computes);
+  OpenedUnits open_units(const Units& uses, const Units& computes);
   void close_units(const OpenedUnits& opened);
-  std::string layer_unit(int chunk, std::size_t block) const;  // "h.<layer>"
+  std::int64_t layer_of(int chunk, std::size_t block) const;  // the block's layer in the model
   // Carries out fault_ before `op` when it is for this rank and step.
   void inject_fault(const schedule::Op& op, std::int64_t step);
   // Waits for the pipeline messages the op starts from (activation, gradient, final hidden
@@ -151,10 +158,9 @@ class RankRuntime {
   comm::ProcessGroup vocab_group_;
   model::ParallelContext ctx_;
   std::unique_ptr<model::RankModel> model_;
-  // The dense parameters applied to a rank's rows of the sequence (ParamEntry::sequence_parallel)
-  // and their elements: what reduce_sequence_parallel_gradients packs.
+  // The dense parameters applied to a rank's rows of the sequence (ParamEntry::sequence_parallel):
+  // what reduce_sequence_parallel_gradients packs.
   std::vector<int> sequence_parallel_grads_;
-  std::int64_t sequence_parallel_grad_elements_ = 0;
   Mailbox mailbox_;
   ShardingHooks sharding_;  // ZeRO-2 and 3
   profiler::NameId gradient_scatter_name_ = 0, parameter_gather_name_ = 0;
