@@ -37,6 +37,8 @@ void ParameterSet::lay_out_units(std::int64_t unit_multiple) {
                                "' are not registered together");
       ParamUnit u;
       u.name = name;
+      u.vocabulary = is_vocabulary_unit(name);
+      u.layer = name.starts_with("h.");
       u.first_entry = static_cast<int>(i);
       units_.push_back(std::move(u));
     }
@@ -136,24 +138,38 @@ bool ParameterSet::gradient_unit_open(int unit) const {
 
 namespace {
 
-// A unit's full buffer: the spare one when it has the unit's size (the layers' units all have
-// one size), else a new one. A device allocation per layer and micro-batch would be a cudaMalloc
-// and a cudaFree, which waits for the whole device.
-tensor::FlatStorage take_unit_storage(tensor::FlatStorage& spare, std::int64_t elements,
+constexpr std::int64_t kFloatBytes = static_cast<std::int64_t>(sizeof(float));
+
+// A unit's full buffer: for a layer unit the kept one of its size if there is one, else a new
+// one (added to `held`, the bytes of its kind). Only layer units take kept buffers, so a kept
+// buffer's bytes stay in their ledger category.
+tensor::FlatStorage take_unit_storage(std::vector<tensor::FlatStorage>& spares, const ParamUnit& u,
                                       profiler::MemoryCategory category,
-                                      tensor::DeviceAllocator* storage, bool zeroed) {
-  if (spare.size() == static_cast<std::size_t>(elements)) {
-    tensor::FlatStorage s = std::move(spare);
-    spare = tensor::FlatStorage();
-    if (zeroed) s.zero();
-    return s;
-  }
-  return tensor::FlatStorage(static_cast<std::size_t>(elements), category, storage);  // zeroed
+                                      tensor::DeviceAllocator* storage, bool zeroed,
+                                      std::int64_t& held) {
+  const auto elements = static_cast<std::size_t>(u.padded);
+  if (u.layer)
+    for (auto it = spares.begin(); it != spares.end(); ++it)
+      if (it->size() == elements) {
+        tensor::FlatStorage s = std::move(*it);
+        spares.erase(it);
+        if (zeroed) s.zero();
+        return s;
+      }
+  held += u.padded * kFloatBytes;
+  return tensor::FlatStorage(elements, category, storage);  // zeroed
 }
 
-// Keeps a closed unit's buffer as the spare when there is none.
-void return_unit_storage(tensor::FlatStorage& spare, tensor::FlatStorage& closed) {
-  if (spare.empty()) spare = std::move(closed);
+// A closed layer unit's buffer is kept when none of its size is; any other buffer is freed.
+void return_unit_storage(std::vector<tensor::FlatStorage>& spares, const ParamUnit& u,
+                         tensor::FlatStorage& closed, std::int64_t& held) {
+  if (closed.empty()) return;
+  const bool have_one = std::any_of(spares.begin(), spares.end(),
+                                    [&](const auto& s) { return s.size() == closed.size(); });
+  if (u.layer && !have_one)
+    spares.push_back(std::move(closed));
+  else
+    held -= static_cast<std::int64_t>(closed.size()) * kFloatBytes;
   closed = tensor::FlatStorage();
 }
 
@@ -162,9 +178,10 @@ void return_unit_storage(tensor::FlatStorage& spare, tensor::FlatStorage& closed
 void ParameterSet::open_gradient_unit(int unit) {
   if (!sharded_) throw std::logic_error("ParameterSet::open_gradient_unit: not under ZeRO-2");
   if (gradient_unit_open(unit)) return;
-  unit_grads_[static_cast<std::size_t>(unit)] =
-      take_unit_storage(spare_grads_, units_[static_cast<std::size_t>(unit)].padded,
-                        profiler::MemoryCategory::Gradients, storage_, true);
+  const ParamUnit& u = units_[static_cast<std::size_t>(unit)];
+  unit_grads_[static_cast<std::size_t>(unit)] = take_unit_storage(
+      spare_grads_, u, profiler::MemoryCategory::Gradients, storage_, true,
+      u.vocabulary ? unit_buffer_bytes_.vocabulary_gradients : unit_buffer_bytes_.gradients);
   open_units_.push_back(unit);
 }
 
@@ -173,7 +190,10 @@ tensor::FlatStorage& ParameterSet::unit_gradient(int unit) {
 }
 
 void ParameterSet::close_gradient_unit(int unit) {
-  return_unit_storage(spare_grads_, unit_grads_[static_cast<std::size_t>(unit)]);
+  const ParamUnit& u = units_[static_cast<std::size_t>(unit)];
+  return_unit_storage(
+      spare_grads_, u, unit_grads_[static_cast<std::size_t>(unit)],
+      u.vocabulary ? unit_buffer_bytes_.vocabulary_gradients : unit_buffer_bytes_.gradients);
   std::erase(open_units_, unit);
 }
 
@@ -185,9 +205,11 @@ void ParameterSet::open_parameter_unit(int unit) {
   if (!parameters_sharded_)
     throw std::logic_error("ParameterSet::open_parameter_unit: not under ZeRO-3");
   if (parameter_unit_open(unit)) return;
-  unit_params_[static_cast<std::size_t>(unit)] =
-      take_unit_storage(spare_params_, units_[static_cast<std::size_t>(unit)].padded,
-                        profiler::MemoryCategory::Parameters, storage_, false);  // gathered into
+  const ParamUnit& u = units_[static_cast<std::size_t>(unit)];
+  unit_params_[static_cast<std::size_t>(unit)] =  // not zeroed: gathered into
+      take_unit_storage(
+          spare_params_, u, profiler::MemoryCategory::Parameters, storage_, false,
+          u.vocabulary ? unit_buffer_bytes_.vocabulary_values : unit_buffer_bytes_.values);
 }
 
 tensor::FlatStorage& ParameterSet::unit_parameters(int unit) {
@@ -195,7 +217,10 @@ tensor::FlatStorage& ParameterSet::unit_parameters(int unit) {
 }
 
 void ParameterSet::close_parameter_unit(int unit) {
-  return_unit_storage(spare_params_, unit_params_[static_cast<std::size_t>(unit)]);
+  const ParamUnit& u = units_[static_cast<std::size_t>(unit)];
+  return_unit_storage(
+      spare_params_, u, unit_params_[static_cast<std::size_t>(unit)],
+      u.vocabulary ? unit_buffer_bytes_.vocabulary_values : unit_buffer_bytes_.values);
 }
 
 }  // namespace pipetune::model

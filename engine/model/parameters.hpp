@@ -79,6 +79,22 @@ struct ParamUnit {
   std::int64_t numel = 0;              // the entries' elements
   std::int64_t padded = 0;        // numel rounded up to a multiple of the sharding group's size
   std::int64_t owned_offset = 0;  // of this rank's shard (padded / size) in the owned gradients
+  bool vocabulary = false;        // a vocabulary table ("wte", "wpe", "head")
+  bool layer = false;             // a block's unit ("h.<layer>"), opened per layer and micro-batch
+};
+
+// Bytes of the full unit buffers a sharded ParameterSet holds (open units, and the closed layer
+// units' buffers it keeps for reuse), split as the memory ledger splits them.
+struct UnitBufferBytes {
+  std::int64_t values = 0, vocabulary_values = 0;        // ZeRO-3
+  std::int64_t gradients = 0, vocabulary_gradients = 0;  // ZeRO-2 and 3
+  UnitBufferBytes& operator+=(const UnitBufferBytes& o) {
+    values += o.values;
+    vocabulary_values += o.vocabulary_values;
+    gradients += o.gradients;
+    vocabulary_gradients += o.vocabulary_gradients;
+    return *this;
+  }
 };
 
 // The unit an entry belongs to: "h.<layer>" for a block's entries, else the name up to its first
@@ -179,6 +195,11 @@ class ParameterSet {
   bool parameter_unit_open(int unit) const;
   tensor::FlatStorage& unit_parameters(int unit);  // (padded) of an open unit
   void close_parameter_unit(int unit);
+  // What the full unit buffers hold now: open units, and one closed layer unit's buffer of each
+  // size (kept so that the next layer does not allocate; on a GPU an allocation per layer and
+  // micro-batch would be a cudaMalloc and a cudaFree, which waits for the whole device). The
+  // kept buffers are memory in use, so the memory ledger counts them.
+  const UnitBufferBytes& unit_buffer_bytes() const { return unit_buffer_bytes_; }
 
  private:
   // Groups the entries into units (each contiguous in registration order) and lays them out in
@@ -207,9 +228,10 @@ class ParameterSet {
   tensor::FlatStorage owned_grads_;               // (sum of shard sizes) Gradients, ZeRO-2/3
   std::vector<tensor::FlatStorage> unit_grads_;   // (padded) per unit while open, ZeRO-2/3
   std::vector<tensor::FlatStorage> unit_params_;  // (padded) per unit while open, ZeRO-3
-  // One closed unit's buffer of each kind, kept for the next unit of its size (not in use: the
-  // memory ledger counts open units only).
-  tensor::FlatStorage spare_grads_, spare_params_;
+  // Closed layer units' buffers, at most one of each size and kind, for the next layer unit of
+  // that size (the dense and the MoE layers' units differ).
+  std::vector<tensor::FlatStorage> spare_grads_, spare_params_;
+  UnitBufferBytes unit_buffer_bytes_;
   std::vector<int> open_units_;
 };
 

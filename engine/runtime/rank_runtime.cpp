@@ -164,22 +164,39 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
 
 namespace {
 
-std::int64_t unit_bytes(const model::ParameterSet& set, int unit) {
-  return set.units()[static_cast<std::size_t>(unit)].padded *
-         static_cast<std::int64_t>(sizeof(float));
+model::UnitBufferBytes unit_buffer_bytes(const model::RankModel& m) {
+  model::UnitBufferBytes b = m.dense.unit_buffer_bytes();
+  b += m.expert.unit_buffer_bytes();
+  return b;
 }
 
-// visit(unit index, is a vocabulary table) for each unit of `tables` (empty names skipped) and
-// of `layer` (-1: none) that `set` holds, tables first.
+// Charges (or gives back) what the unit buffers grew (or shrank) by from `before` to `after`.
+void account_unit_buffers(profiler::RankRecorder* recorder, const model::UnitBufferBytes& before,
+                          const model::UnitBufferBytes& after) {
+  if (recorder == nullptr) return;
+  profiler::MemoryLedger& ledger = recorder->memory();
+  const auto change = [&](profiler::MemoryCategory category, std::int64_t delta) {
+    if (delta > 0) ledger.allocate(category, delta);
+    if (delta < 0) ledger.release(category, -delta);
+  };
+  change(profiler::MemoryCategory::Parameters, after.values - before.values);
+  change(profiler::MemoryCategory::Gradients, after.gradients - before.gradients);
+  change(profiler::MemoryCategory::VocabularyLayers,
+         after.vocabulary_values + after.vocabulary_gradients - before.vocabulary_values -
+             before.vocabulary_gradients);
+}
+
+// visit(unit index) for each unit of `tables` (empty names skipped) and of `layer` (-1: none)
+// that `set` holds, tables first.
 template <class Visit>
 void each_unit(const model::ParameterSet& set, const std::array<std::string_view, 2>& tables,
                std::int64_t layer, Visit&& visit) {
   for (std::string_view name : tables) {
     if (name.empty()) continue;
-    if (const int u = set.find_unit(name); u >= 0) visit(u, model::is_vocabulary_unit(name));
+    if (const int u = set.find_unit(name); u >= 0) visit(u);
   }
   if (layer >= 0)
-    if (const int u = set.find_unit(model::layer_unit_name(layer)); u >= 0) visit(u, false);
+    if (const int u = set.find_unit(model::layer_unit_name(layer)); u >= 0) visit(u);
 }
 
 }  // namespace
@@ -187,15 +204,15 @@ void each_unit(const model::ParameterSet& set, const std::array<std::string_view
 RankRuntime::OpenedUnits RankRuntime::open_units(const Units& uses, const Units& computes) {
   OpenedUnits o;
   model::RankModel& m = *model_;
+  const model::UnitBufferBytes before = unit_buffer_bytes(m);
   for (model::ParameterSet* set : {&m.dense, &m.expert}) {
     if (!set->parameters_sharded()) continue;
     std::vector<int> gathered;
-    each_unit(*set, uses.tables, uses.layer, [&](int u, bool vocabulary) {
+    each_unit(*set, uses.tables, uses.layer, [&](int u) {
       if (set->parameter_unit_open(u)) return;
       set->open_parameter_unit(u);
       gathered.push_back(u);
       o.parameters.emplace_back(set, u);
-      (vocabulary ? o.vocabulary_parameter_bytes : o.parameter_bytes) += unit_bytes(*set, u);
     });
     if (!gathered.empty()) {
       profiler::ScopedSpan span(recorder_, profiler::SpanKind::AllGather, profiler::Stream::Comm,
@@ -205,35 +222,24 @@ RankRuntime::OpenedUnits RankRuntime::open_units(const Units& uses, const Units&
   }
   for (model::ParameterSet* set : {&m.dense, &m.expert}) {
     if (!set->gradients_sharded()) continue;
-    each_unit(*set, computes.tables, computes.layer, [&](int u, bool vocabulary) {
+    each_unit(*set, computes.tables, computes.layer, [&](int u) {
       set->open_gradient_unit(u);
-      (vocabulary ? o.vocabulary_gradient_bytes : o.gradient_bytes) += unit_bytes(*set, u);
+      o.gradients = true;
     });
   }
-  if (recorder_ != nullptr) {
-    profiler::MemoryLedger& ledger = recorder_->memory();
-    ledger.allocate(profiler::MemoryCategory::Parameters, o.parameter_bytes);
-    ledger.allocate(profiler::MemoryCategory::Gradients, o.gradient_bytes);
-    ledger.allocate(profiler::MemoryCategory::VocabularyLayers,
-                    o.vocabulary_parameter_bytes + o.vocabulary_gradient_bytes);
-  }
+  account_unit_buffers(recorder_, before, unit_buffer_bytes(m));
   return o;
 }
 
 void RankRuntime::close_units(const OpenedUnits& o) {
-  if (o.gradient_bytes > 0 || o.vocabulary_gradient_bytes > 0) {
+  const model::UnitBufferBytes before = unit_buffer_bytes(*model_);
+  if (o.gradients) {
     profiler::ScopedSpan span(recorder_, profiler::SpanKind::ReduceScatter, profiler::Stream::Comm,
                               -1, -1, -1, gradient_scatter_name_);
     sharding_.reduce_gradients();
   }
   for (const auto& [set, u] : o.parameters) set->close_parameter_unit(u);
-  if (recorder_ != nullptr) {
-    profiler::MemoryLedger& ledger = recorder_->memory();
-    ledger.release(profiler::MemoryCategory::Parameters, o.parameter_bytes);
-    ledger.release(profiler::MemoryCategory::Gradients, o.gradient_bytes);
-    ledger.release(profiler::MemoryCategory::VocabularyLayers,
-                   o.vocabulary_parameter_bytes + o.vocabulary_gradient_bytes);
-  }
+  account_unit_buffers(recorder_, before, unit_buffer_bytes(*model_));
 }
 
 std::int64_t RankRuntime::layer_of(int chunk, std::size_t block) const {

@@ -105,10 +105,10 @@ class RankRuntime {
   }
   struct OpenedUnits {
     std::vector<std::pair<model::ParameterSet*, int>> parameters;  // gathered here
-    std::int64_t parameter_bytes = 0, vocabulary_parameter_bytes = 0;
-    std::int64_t gradient_bytes = 0, vocabulary_gradient_bytes = 0;
+    bool gradients = false;                                        // any gradient unit opened
   };
-  // Opens the units that exist here, gathers the values, and charges both to the memory ledger.
+  // Opens the units that exist here, gathers the values, and charges to the memory ledger what
+  // the unit buffers grow by (a layer reusing a kept buffer adds nothing).
   OpenedUnits open_units(const Units& uses, const Units& computes);
   void close_units(const OpenedUnits& opened);
   std::int64_t layer_of(int chunk, std::size_t block) const;  // the block's layer in the model

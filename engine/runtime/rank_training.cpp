@@ -124,8 +124,7 @@ struct ParameterBytes {
 ParameterBytes parameter_bytes(const model::ParameterSet& set) {
   ParameterBytes b;
   for (const model::ParamUnit& u : set.units())
-    (model::is_vocabulary_unit(u.name) ? b.vocabulary : b.other) +=
-        u.numel * static_cast<std::int64_t>(sizeof(float));
+    (u.vocabulary ? b.vocabulary : b.other) += u.numel * static_cast<std::int64_t>(sizeof(float));
   b.other += (set.padded_size() - set.size()) * static_cast<std::int64_t>(sizeof(float));
   return b;
 }
@@ -134,7 +133,7 @@ ParameterBytes parameter_bytes(const model::ParameterSet& set) {
 ParameterBytes shard_bytes(const model::ParameterSet& set) {
   ParameterBytes b;
   for (std::size_t u = 0; u < set.units().size(); ++u)
-    (model::is_vocabulary_unit(set.units()[u].name) ? b.vocabulary : b.other) +=
+    (set.units()[u].vocabulary ? b.vocabulary : b.other) +=
         set.shard_size(static_cast<int>(u)) * static_cast<std::int64_t>(sizeof(float));
   return b;
 }

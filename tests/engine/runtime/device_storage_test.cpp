@@ -157,30 +157,14 @@ TEST(DeviceStorageAccounting, AllocatorMatchesTheLedger) {
   TrainOptions o = options_for(c);
   o.capture_gradients = o.capture_parameters = false;
   o.steps = 2;
-  o.rank_device = [&](comm::Communicator& comm, int threads) -> std::unique_ptr<RankDevice> {
-    struct Reporting final : RankDevice {
-      Reporting(comm::Communicator& comm, int threads, std::mutex& m,
-                std::map<int, std::array<std::int64_t, 4>>& out)
-          : device(comm, threads), mutex(m), seen(out), rank(comm.rank()) {}
-      ~Reporting() override {
-        const auto& a = device.allocator();
-        std::lock_guard lock(mutex);
-        seen[rank] = {a.peak_bytes(profiler::MemoryCategory::Parameters),
-                      a.peak_bytes(profiler::MemoryCategory::Gradients),
-                      a.peak_bytes(profiler::MemoryCategory::OptimizerState),
-                      a.peak_bytes(profiler::MemoryCategory::Activations)};
-        EXPECT_EQ(a.total_bytes(), 0) << "rank " << rank << " leaked device blocks";
-      }
-      tensor::Backend& backend() override { return device.backend(); }
-      tensor::DeviceAllocator* storage() override { return device.storage(); }
-      comm::Communicator& communicator() override { return device.communicator(); }
-      testing::GuardedRankDevice device;
-      std::mutex& mutex;
-      std::map<int, std::array<std::int64_t, 4>>& seen;
-      int rank;
-    };
-    return std::make_unique<Reporting>(comm, threads, mutex, seen);
-  };
+  o.rank_device = testing::reporting_rank_devices([&](int rank, const tensor::DeviceAllocator& a) {
+    EXPECT_EQ(a.total_bytes(), 0) << "rank " << rank << " leaked device blocks";
+    std::lock_guard lock(mutex);
+    seen[rank] = {a.peak_bytes(profiler::MemoryCategory::Parameters),
+                  a.peak_bytes(profiler::MemoryCategory::Gradients),
+                  a.peak_bytes(profiler::MemoryCategory::OptimizerState),
+                  a.peak_bytes(profiler::MemoryCategory::Activations)};
+  });
   const TrainResult r = train(o);
   ASSERT_EQ(seen.size(), 2u);
   for (const RankSummary& k : r.ranks) {

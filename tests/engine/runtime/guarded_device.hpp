@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -439,5 +440,30 @@ class GuardedRankDevice final : public runtime::RankDevice {
   std::deque<profiler::GpuCapture> held_;  // logged, not yet handed over
   std::size_t takes_ = 0;
 };
+
+// Guarded rank devices that hand each rank's allocator to `report` when the rank is done with it
+// (its tensors freed, its peaks final), for tests of what a rank's storage held. `report` runs
+// on the rank's thread.
+using AllocatorReport = std::function<void(int rank, const tensor::DeviceAllocator& allocator)>;
+inline runtime::RankDeviceFactory reporting_rank_devices(AllocatorReport report) {
+  class Reporting final : public runtime::RankDevice {
+   public:
+    Reporting(comm::Communicator& comm, int threads, AllocatorReport report)
+        : device_(comm, threads), report_(std::move(report)), rank_(comm.rank()) {}
+    ~Reporting() override { report_(rank_, device_.allocator()); }
+    tensor::Backend& backend() override { return device_.backend(); }
+    tensor::DeviceAllocator* storage() override { return device_.storage(); }
+    comm::Communicator& communicator() override { return device_.communicator(); }
+
+   private:
+    GuardedRankDevice device_;
+    AllocatorReport report_;
+    int rank_;
+  };
+  return [report = std::move(report)](comm::Communicator& comm,
+                                      int threads) -> std::unique_ptr<runtime::RankDevice> {
+    return std::make_unique<Reporting>(comm, threads, report);
+  };
+}
 
 }  // namespace pipetune::testing

@@ -5,20 +5,26 @@
 //  - what a rank keeps through the iteration: its shard of each unit's gradient (a layer, a
 //    vocabulary table, the final LayerNorm), each unit padded to a multiple of the DP group, the
 //    Adam moments of the same elements and, under ZeRO-3, the values of the same elements;
-//  - a unit's full gradient (and under ZeRO-3 its full values) lives only while its layer (or
-//    table) computes (uses) it: the peak is the kept shards plus the largest layer, however many
-//    layers the rank holds;
+//  - a unit's full gradient (and under ZeRO-3 its full values) is open only while its layer (or
+//    table) computes (uses) it; a closed layer's buffer is kept for the next layer, so the peak
+//    is the kept shards plus one layer (and a table or the final LayerNorm while it is open),
+//    however many layers the rank holds;
+//  - the memory ledger counts what the rank's storage holds: its allocator's peaks are the
+//    ledger's;
 //  - one reduce-scatter per unit computed and, under ZeRO-3, one all-gather per unit used, per
 //    micro-batch.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "engine/runtime/trainer.hpp"
+#include "tests/engine/runtime/guarded_device.hpp"
 #include "tests/engine/runtime/small_gelu_model.hpp"
 
 namespace pipetune::runtime {
@@ -92,16 +98,27 @@ std::int64_t peak(const TrainResult& r, profiler::MemoryCategory category) {
   return p;
 }
 
+// The balance of a memory category on rank 0 at the end of the run.
+std::int64_t last(const TrainResult& r, profiler::MemoryCategory category) {
+  std::int64_t b = 0;
+  for (const profiler::MemorySample& s : r.trace.memory)
+    if (s.rank == 0 && s.category == category) b = s.bytes;
+  return b;
+}
+
 TEST(Zero2Peak, AFullGradientLivesOnlyWhileItsLayerComputesIt) {
   const int dp = 3;
   for (int layers : {2, 4}) {
     SCOPED_TRACE(std::to_string(layers) + " layers");
     const TrainResult r = traced(layers, dp, 2);
-    // Gradients: the layers' and the final LayerNorm's shards, and one layer's full gradient
-    // (padded to a multiple of 3) at a time.
+    // Gradients: the layers' and the final LayerNorm's shards, one layer's full gradient (padded
+    // to a multiple of 3; open, or kept for the next layer), and the final LayerNorm's while the
+    // BW op computes it.
     const std::int64_t kept = layers * shard(kLayer, dp) + shard(2 * C, dp);
-    EXPECT_EQ(peak(r, profiler::MemoryCategory::Gradients),
-              (kept + dp * shard(kLayer, dp)) * kFloat);
+    const std::int64_t layer = dp * shard(kLayer, dp), lnf = dp * shard(2 * C, dp);
+    EXPECT_EQ(peak(r, profiler::MemoryCategory::Gradients), (kept + layer + lnf) * kFloat);
+    // At the end: the shards and the one layer buffer kept, which the ledger counts as held.
+    EXPECT_EQ(last(r, profiler::MemoryCategory::Gradients), (kept + layer) * kFloat);
     // Vocabulary layers: the tables, their gradients' shards, and the embeddings' full gradients
     // (wte and wpe are computed together; the head's alone is smaller).
     const std::int64_t tables = 2 * V * C + T * C;
@@ -110,6 +127,77 @@ TEST(Zero2Peak, AFullGradientLivesOnlyWhileItsLayerComputesIt) {
     EXPECT_EQ(peak(r, profiler::MemoryCategory::VocabularyLayers),
               (tables + kept_tables + embeddings) * kFloat);
   }
+}
+
+// What rank 0's storage held at its peak, by category: the run on guarded device storage (host
+// memory behind the device interface), its allocator read when the rank is done.
+struct StoragePeaks {
+  std::int64_t parameters = 0, gradients = 0;
+};
+StoragePeaks storage_peaks(TrainOptions o) {
+  StoragePeaks peaks;
+  std::mutex mutex;
+  o.rank_device = testing::reporting_rank_devices([&](int rank, const tensor::DeviceAllocator& a) {
+    if (rank != 0) return;
+    std::lock_guard lock(mutex);
+    peaks = {a.peak_bytes(profiler::MemoryCategory::Parameters),
+             a.peak_bytes(profiler::MemoryCategory::Gradients)};
+  });
+  (void)train(o);
+  return peaks;
+}
+
+// The peak over rank 0's memory samples, replayed in order, of the sum of `categories`.
+std::int64_t peak_of_sum(const TrainResult& r,
+                         std::initializer_list<profiler::MemoryCategory> categories) {
+  std::map<profiler::MemoryCategory, std::int64_t> balance;
+  std::int64_t p = 0;
+  for (const profiler::MemorySample& s : r.trace.memory) {
+    if (s.rank != 0) continue;
+    balance[s.category] = s.bytes;
+    std::int64_t sum = 0;
+    for (auto c : categories) sum += balance[c];
+    p = std::max(p, sum);
+  }
+  return p;
+}
+
+// The ledger counts what the storage holds: under ZeRO-2 the allocator's gradient blocks at their
+// peak are the ledger's gradients plus the vocabulary tables' gradients (the ledger counts those,
+// with the tables' full values, as vocabulary layers), and both are the closed form.
+TEST(ZeroAccounting, TheLedgerCountsWhatTheStorageHolds) {
+  const int dp = 3, layers = 2;
+  std::int64_t shards = 0;  // of every unit's gradient
+  for (std::int64_t n : units(layers)) shards += shard(n, dp);
+  const std::int64_t layer = dp * shard(kLayer, dp);
+  // The embeddings' full gradients, opened together while the kept layer buffer is held (more
+  // than the head's and the final LayerNorm's in BW).
+  const std::int64_t embeddings = dp * (shard(V * C, dp) + shard(T * C, dp));
+
+  TrainOptions o = options(layers, dp, 2);
+  o.record_trace = true;
+  const StoragePeaks held = storage_peaks(o);
+  EXPECT_EQ(held.gradients, (shards + layer + embeddings) * kFloat);
+  const TrainResult r = train(o);
+  const std::int64_t table_values = (2 * V * C + T * C) * kFloat;  // full under ZeRO-2
+  EXPECT_EQ(peak_of_sum(r, {profiler::MemoryCategory::Gradients,
+                            profiler::MemoryCategory::VocabularyLayers}) -
+                table_values,
+            held.gradients);
+
+  // ZeRO-3: the values alike (the embeddings' full values in F, the kept layer buffer held).
+  o.plan.zero_stage = 3;
+  const StoragePeaks held3 = storage_peaks(o);
+  EXPECT_EQ(held3.parameters, (shards + layer + embeddings) * kFloat);
+  EXPECT_EQ(held3.gradients, (shards + layer + embeddings) * kFloat);
+  // The ledger's values and gradients together peak in the head's BW op: the head's and the
+  // final LayerNorm's full values, and the head's full gradient (the final LayerNorm's gradient
+  // is computed in a scope of its own), beside both kinds' shards and kept layer buffers.
+  const std::int64_t head = dp * shard(V * C, dp), norm = dp * shard(2 * C, dp);
+  EXPECT_EQ(peak_of_sum(train(o),
+                        {profiler::MemoryCategory::Parameters, profiler::MemoryCategory::Gradients,
+                         profiler::MemoryCategory::VocabularyLayers}),
+            (2 * (shards + layer + head) + norm) * kFloat);
 }
 
 // The spans of `kind` named `name`, by rank.
@@ -194,12 +282,15 @@ TEST(Zero3Peak, FullValuesLiveOnlyWhileTheirLayerUsesThem) {
   for (int layers : {2, 4}) {
     SCOPED_TRACE(std::to_string(layers) + " layers");
     const TrainResult r = traced(layers, dp, 3);
-    // Parameters: the layers' and the final LayerNorm's shards, and one layer's full values.
+    // Parameters: the layers' and the final LayerNorm's shards, one layer's full values (open
+    // or kept), and the final LayerNorm's while an op uses them. The same for the gradients.
     const std::int64_t kept = layers * shard(kLayer, dp) + shard(2 * C, dp);
-    EXPECT_EQ(peak(r, profiler::MemoryCategory::Parameters),
-              (kept + dp * shard(kLayer, dp)) * kFloat);
-    EXPECT_EQ(peak(r, profiler::MemoryCategory::Gradients),
-              (kept + dp * shard(kLayer, dp)) * kFloat);
+    const std::int64_t layer = dp * shard(kLayer, dp), lnf = dp * shard(2 * C, dp);
+    for (auto category :
+         {profiler::MemoryCategory::Parameters, profiler::MemoryCategory::Gradients}) {
+      EXPECT_EQ(peak(r, category), (kept + layer + lnf) * kFloat);
+      EXPECT_EQ(last(r, category), (kept + layer) * kFloat);
+    }
     // Vocabulary layers: the tables' values and gradients as shards, and at most the head's
     // full values and full gradient at once (the BW op's output layer: 2 x 61 x 32 padded).
     const std::int64_t kept_tables = 2 * (2 * shard(V * C, dp) + shard(T * C, dp));
