@@ -107,6 +107,80 @@ TEST(MemoryModel, TiedEmbeddingsShareOneTableOnOneStage) {
   EXPECT_NEAR(split[0].vocabulary + split[1].vocabulary, 2.0 * table + tied.hidden, 1.0);
 }
 
+// ZeRO-2 and 3 hold, beside their shards, one layer's full gradient (and values) and, on a stage
+// with a vocabulary table, that table's: the full unit minus the shard the device keeps of it.
+TEST(MemoryModel, ShardedStagesAlsoHoldOneLayerAndOneTableInFull) {
+  const spec::ModelSpec llama = spec::load_model("llama2-7b");
+  const spec::ClusterSpec cluster = spec::load_cluster("dgx-h100-8");
+  spec::ParallelPlan plan;
+  plan.pp = 2;
+  plan.dp = 8;
+  const MemoryModelOptions o;  // 2-byte weights, 4-byte gradients
+  const auto at = [&](int zero) {
+    plan.zero_stage = zero;
+    return estimate_memory(llama, cluster, plan, schedule::Placement::Linear, {0.0, 0.0}, o);
+  };
+  const MemoryEstimate z1 = at(1), z2 = at(2), z3 = at(3);
+  const double layer = static_cast<double>(spec::layer_parameters(llama, 0));
+  const double table = static_cast<double>(spec::embedding_parameters(llama));
+  const double open = (layer + table) * (1.0 - 1.0 / 8.0);  // full unit minus the kept 1/8
+  for (int s = 0; s < 2; ++s) {
+    SCOPED_TRACE("stage " + std::to_string(s));
+    EXPECT_NEAR(z2.stages[s].gradients, z1.stages[s].gradients / 8.0 + 4.0 * open, 1.0);
+    EXPECT_EQ(z2.stages[s].parameters, z1.stages[s].parameters);
+    EXPECT_NEAR(z3.stages[s].parameters, z1.stages[s].parameters / 8.0 + 2.0 * open, 1.0);
+    EXPECT_EQ(z3.stages[s].gradients, z2.stages[s].gradients);
+  }
+  // A stage without a table (the middle of pp=3) holds one layer only.
+  plan.pp = 3;
+  plan.zero_stage = 1;
+  const MemoryEstimate m1 =
+      estimate_memory(llama, cluster, plan, schedule::Placement::Linear, {0.0, 0.0, 0.0}, o);
+  plan.zero_stage = 2;
+  const MemoryEstimate m2 =
+      estimate_memory(llama, cluster, plan, schedule::Placement::Linear, {0.0, 0.0, 0.0}, o);
+  EXPECT_NEAR(m2.stages[1].gradients, m1.stages[1].gradients / 8.0 + 4.0 * layer * 7.0 / 8.0, 1.0);
+  // Under vocabulary parallelism every stage holds its share of one table in full.
+  plan.pp = 2;
+  plan.vocab = schedule::VocabMode::Vocab1;
+  plan.zero_stage = 1;
+  const MemoryEstimate v1 = at(1), v2 = at(2);
+  for (int s = 0; s < 2; ++s)
+    EXPECT_NEAR(v2.stages[s].gradients,
+                v1.stages[s].gradients / 8.0 + 4.0 * (layer + table / 2.0) * 7.0 / 8.0, 1.0);
+  // No data parallelism, nothing sharded: nothing opened beside it.
+  plan.vocab = schedule::VocabMode::None;
+  plan.dp = 1;
+  EXPECT_EQ(at(3).stages[0].total(), at(0).stages[0].total());
+}
+
+// With experts, a layer's experts are sharded over the expert data-parallel group (dp / ep), the
+// rest of it over dp; the largest layer is the one whose full units add the most.
+TEST(MemoryModel, ShardedExpertLayersOpenOverTheExpertGroup) {
+  const spec::ModelSpec mixtral = spec::load_model("mixtral-8x7b");
+  const spec::ClusterSpec cluster = spec::load_cluster("dgx-h100-8");
+  spec::ParallelPlan plan;
+  plan.dp = 8;
+  plan.ep = 4;  // 2 experts per device, expert-DP group of 2
+  const MemoryModelOptions o;
+  plan.zero_stage = 1;
+  const MemoryEstimate z1 =
+      estimate_memory(mixtral, cluster, plan, schedule::Placement::Linear, {0.0}, o);
+  plan.zero_stage = 2;
+  const MemoryEstimate z2 =
+      estimate_memory(mixtral, cluster, plan, schedule::Placement::Linear, {0.0}, o);
+  const auto p = stage_parameters(mixtral, plan, schedule::Placement::Linear)[0];
+  const double dense_layer =
+      static_cast<double>(spec::attention_parameters(mixtral) + spec::router_parameters(mixtral)) +
+      2.0 * mixtral.hidden;
+  const double experts = 2.0 * static_cast<double>(spec::mlp_parameters(mixtral));
+  const double table = static_cast<double>(spec::embedding_parameters(mixtral));
+  const double kept = (p.dense + p.vocabulary) / 8.0 + p.expert / 2.0;
+  EXPECT_NEAR(z2.stages[0].gradients,
+              4.0 * (kept + dense_layer * 7.0 / 8.0 + experts / 2.0 + table * 7.0 / 8.0), 1.0);
+  EXPECT_GT(z1.stages[0].gradients, z2.stages[0].gradients);
+}
+
 TEST(MemoryModel, SeventyBillionOnEightDevicesWithoutShardingDoesNotFit) {
   const spec::ModelSpec llama = spec::load_model("llama3-70b");
   const spec::ClusterSpec cluster = spec::load_cluster("dgx-h100-8");

@@ -1,5 +1,6 @@
 #include "tuner/memory/memory_model.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "engine/errors.hpp"
@@ -16,6 +17,17 @@ std::string gib(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
   return buf;
+}
+
+// Under ZeRO-2 and 3: the parameters whose full units a device of the stage holds beyond its
+// shards at its peak, its largest layer (kept open or for the next layer) and its largest table.
+// A unit sharded over a group of d keeps 1/d of it, so the full unit adds (1 - 1/d).
+double open_unit_parameters(const StageParameters& sp, int dp, int expert_dp) {
+  const auto beyond_shard = [](double n, int d) { return d > 1 ? n * (1.0 - 1.0 / d) : 0.0; };
+  const auto layer = [&](const StageParameters::Layer& l) {
+    return beyond_shard(l.dense, dp) + beyond_shard(l.expert, expert_dp);
+  };
+  return std::max(layer(sp.dense_layer), layer(sp.moe_layer)) + beyond_shard(sp.largest_table, dp);
 }
 
 }  // namespace
@@ -61,13 +73,19 @@ std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
     StageParameters& s = out[static_cast<std::size_t>(where.rank_of_group(g))];
     for (int i = 0; i < split[static_cast<std::size_t>(g)]; ++i, ++layer) {
       const double norms = 2.0 * h;  // replicated on every TP rank
-      s.dense += as_d(spec::attention_parameters(model)) / t + norms;
-      if (spec::is_moe_layer(model, layer)) {
-        s.dense += as_d(spec::router_parameters(model));
-        s.expert += experts_per_device * as_d(spec::mlp_parameters(model)) / t;
+      StageParameters::Layer l;
+      l.dense = as_d(spec::attention_parameters(model)) / t + norms;
+      const bool moe = spec::is_moe_layer(model, layer);
+      if (moe) {
+        l.dense += as_d(spec::router_parameters(model));
+        l.expert = experts_per_device * as_d(spec::mlp_parameters(model)) / t;
       } else {
-        s.dense += as_d(spec::mlp_parameters(model)) / t;
+        l.dense += as_d(spec::mlp_parameters(model)) / t;
       }
+      s.dense += l.dense;
+      s.expert += l.expert;
+      StageParameters::Layer& largest = moe ? s.moe_layer : s.dense_layer;
+      if (l.dense + l.expert > largest.dense + largest.expert) largest = l;
     }
   }
   // Vp*h over TP (Vp: the vocabulary padded for its shards, spec::padded_vocab).
@@ -80,8 +98,13 @@ std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
     // (kept in sync by an all-reduce, as in Megatron).
     const bool shared_table = model.tied_embeddings && first == last;
     out[static_cast<std::size_t>(last)].vocabulary += (shared_table ? 0.0 : table) + final_norm;
+    out[static_cast<std::size_t>(first)].largest_table = table;
+    out[static_cast<std::size_t>(last)].largest_table = table;
   } else {
-    for (auto& s : out) s.vocabulary += 2.0 * table / p;
+    for (auto& s : out) {
+      s.vocabulary += 2.0 * table / p;
+      s.largest_table = table / p;  // its share of each table
+    }
     out[static_cast<std::size_t>(last)].vocabulary += final_norm;
   }
   return out;
@@ -107,6 +130,11 @@ MemoryEstimate estimate_memory(const spec::ModelSpec& model, const spec::Cluster
     m.stage = r;
     m.parameters = shared * dense.weights + sp.expert * expert.weights;
     m.gradients = shared * dense.gradients + sp.expert * expert.gradients;
+    if (plan.zero_stage >= 2) {
+      const double open = open_unit_parameters(sp, plan.dp, plan.dp / plan.ep);
+      m.gradients += open * options.gradient_bytes;
+      if (plan.zero_stage >= 3) m.parameters += open * options.weight_bytes;
+    }
     m.optimizer = shared * dense.optimizer + sp.expert * expert.optimizer;
     m.activations = std::max(0.0, peak_activation_bytes[static_cast<std::size_t>(r)]);
     m.overhead = options.framework_overhead_bytes;

@@ -10,6 +10,12 @@
 //    parallel group by the ZeRO stage: 1 (and Megatron's distributed optimizer) the optimizer
 //    state, 2 also the gradients, 3 also the weights. Expert parameters shard over the expert
 //    data-parallel group (dp / ep).
+//  - Under ZeRO-2 and 3, the full units a device opens beside its shards: a layer's gradient
+//    (and under ZeRO-3 its values) while the layer computes, which the engine then keeps for the
+//    next layer, and a vocabulary table's while its pass runs. So a stage holds, at most, its
+//    largest layer's and its largest table's full units minus their shards, as the engine's
+//    memory ledger counts them (engine/model/parameters.hpp; DeepSpeed's ZeRO-3 estimate
+//    likewise adds its largest layer).
 //  - Activations: the stage's peak in flight, as the simulator reports it for the schedule
 //    (activation bytes per micro-batch times the micro-batches held; Korthikanti et al. per
 //    layer with the plan's recomputation, see tuner/cost/analytic_costs.hpp).
@@ -48,6 +54,14 @@ struct StageParameters {
   double expert = 0.0;      // this device's experts
   double vocabulary = 0.0;  // its share of the embedding and the output layer
   double total() const { return dense + expert + vocabulary; }
+  // One layer's parameters on this device: its dense part (sharded over DP under ZeRO) and its
+  // experts (over the expert-DP group). Zero when the stage has no such layer.
+  struct Layer {
+    double dense = 0.0, expert = 0.0;
+  };
+  Layer dense_layer;           // the stage's largest layer without experts
+  Layer moe_layer;             // the stage's largest layer with experts
+  double largest_table = 0.0;  // the largest vocabulary table (or table share) on this device
 };
 
 // One entry per pipeline rank. Throws SpecError when the plan's layer split does not match.
