@@ -168,6 +168,52 @@ TEST(OpCosts, Zero2ReduceScattersEachMicroBatchBesideTheWeightGradients) {
   }
 }
 
+// The embedded engine gathers a layer's values before its pass and reduce-scatters its gradients
+// after, in series with the compute: F, B and W grow by the collectives (ZeRO-3: a gather in F
+// and in B, a scatter in W; ZeRO-2: the scatter in W), where a framework that prefetches hides
+// them behind the pass.
+TEST(OpCosts, TheEngineRunsShardedCollectivesInSeriesWithTheLayers) {
+  const spec::ModelSpec m = gpt_like();
+  const spec::ClusterSpec c = spec::load_cluster("dgx-a100-8");
+  spec::ParallelPlan plan;
+  plan.pp = 2;
+  plan.dp = 4;
+  plan.microbatches = 8;
+  spec::apply_defaults(plan);
+  ExecutionOptions engine;
+  engine.overlap_sharded_comm = false;
+  const auto costs = [&](int zero, const ExecutionOptions& x) {
+    plan.zero_stage = zero;
+    return op_costs(m, c, plan, schedule::Placement::Linear, x);
+  };
+  const OpCosts one = costs(1, engine);
+  const auto F = schedule::OpKind::F, B = schedule::OpKind::B, W = schedule::OpKind::W;
+  for (int zero : {2, 3}) {
+    const OpCosts z = costs(zero, engine);
+    const OpCosts hidden = costs(zero, ExecutionOptions{});
+    for (std::size_t r = 0; r < 2; ++r) {
+      SCOPED_TRACE("zero " + std::to_string(zero) + ", stage " + std::to_string(r));
+      const StageCost& s = z.stages[r];
+      // ZeRO-1's all-gather and reduce-scatter of the same parameters.
+      const double gather = one.stages[r].param_gather, scatter = one.stages[r].grad_reduce;
+      ASSERT_GT(gather, 0.0);
+      ASSERT_GT(scatter, 0.0);
+      const double g = zero == 3 ? gather : 0.0;
+      EXPECT_DOUBLE_EQ(s.sharded_forward_comm, g);
+      EXPECT_DOUBLE_EQ(s.sharded_backward_comm, g + scatter);
+      EXPECT_NEAR(z.table.stages[r][F], one.table.stages[r][F] + g / plan.chunks, 1e-12);
+      EXPECT_NEAR(z.table.stages[r][B], one.table.stages[r][B] + g / plan.chunks, 1e-12);
+      EXPECT_NEAR(z.table.stages[r][W], one.table.stages[r][W] + scatter / plan.chunks, 1e-12);
+      // Overlapped, the same plan's passes are never longer.
+      for (auto k : {F, B, W}) EXPECT_LE(hidden.table.stages[r][k], z.table.stages[r][k]);
+    }
+  }
+  // The engine's executions say so; the framework default overlaps.
+  EXPECT_FALSE(cpu_engine_execution().overlap_sharded_comm);
+  EXPECT_FALSE(cuda_engine_execution(true).overlap_sharded_comm);
+  EXPECT_TRUE(ExecutionOptions{}.overlap_sharded_comm);
+}
+
 // The CUDA engine in fp32 runs its GEMMs and attention on the fp32 units: the closed form of
 // work_time with fp32_peak_flops in place of peak_flops; bf16 GEMMs stay on the tensor cores.
 TEST(OpCosts, CudaEngineFp32WorkIsTimedAtTheFp32Peak) {

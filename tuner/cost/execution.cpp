@@ -10,6 +10,7 @@ ExecutionOptions cpu_engine_execution() {
   x.tp_comm_overlap = false;
   x.overlap_grad_reduce = false;
   x.overlap_param_gather = false;
+  x.overlap_sharded_comm = false;
   x.pp_scatter_gather = false;
   x.activation_bytes = 4;
   x.gradient_reduce_bytes = 4;

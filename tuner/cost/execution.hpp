@@ -32,6 +32,12 @@ struct ExecutionOptions {
   // ZeRO / distributed-optimizer parameter all-gather overlapped with the next iteration's first
   // forward (--overlap-param-gather); false: after the optimizer step.
   bool overlap_param_gather = true;
+  // ZeRO-2 and 3's per-layer collectives (the values' all-gather before a layer's pass, the
+  // gradients' reduce-scatter after its weight gradients) beside the layers' compute, as
+  // DeepSpeed prefetches and buckets them: only what is longer than the pass is exposed. False:
+  // in series with each layer's compute (the embedded engine gathers and reduces a layer before
+  // and after computing it, on the rank's thread).
+  bool overlap_sharded_comm = true;
   // A pipeline send carries 1/tp of an activation per TP rank (SC21 scatter-gather, and what
   // sequence parallelism does anyway); false: every TP rank sends the whole activation.
   bool pp_scatter_gather = true;
@@ -48,7 +54,7 @@ struct ExecutionOptions {
 // and messages; a tiled attention kernel over the causal half that stores its probabilities;
 // TP collectives between the GEMMs, not beside them; every TP rank sends the whole activation
 // down the pipeline; the DP gradient reduction and ZeRO-1 parameter gather run in the optimizer
-// step, after the pipeline flush.
+// step, after the pipeline flush; ZeRO-2 and 3's per-layer collectives in series with the layers.
 ExecutionOptions cpu_engine_execution();
 
 // The embedded engine on its CUDA backend (engine/cuda): fp32 activations, weights and messages;

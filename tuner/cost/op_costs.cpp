@@ -231,12 +231,20 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
     const auto i = static_cast<std::size_t>(r);
     const StageCost& st = out.stages[i];
     double f = st.forward.total(), b = st.input_grad.total(), w = st.weight_grad.total();
-    // ZeRO-2 and 3 communication runs beside the pass (prefetched or reduced layer by layer).
-    f = std::max(f, st.sharded_forward_comm);
-    if (plan.zero_stage == 2)
-      w = std::max(w, st.sharded_backward_comm);  // each layer reduced as W computes the next
-    else
-      b += std::max(0.0, st.sharded_backward_comm - (b + w));
+    if (exec.overlap_sharded_comm) {
+      // ZeRO-2 and 3 communication runs beside the pass (prefetched or reduced layer by layer).
+      f = std::max(f, st.sharded_forward_comm);
+      if (plan.zero_stage == 2)
+        w = std::max(w, st.sharded_backward_comm);  // each layer reduced as W computes the next
+      else
+        b += std::max(0.0, st.sharded_backward_comm - (b + w));
+    } else {
+      // In series: F gathers each layer's values (ZeRO-3); B gathers them again, W reduce-
+      // scatters the gradients it computed (ZeRO-3's backward: a gather, F's, and a scatter).
+      f += st.sharded_forward_comm;
+      b += st.sharded_forward_comm;
+      w += st.sharded_backward_comm - st.sharded_forward_comm;
+    }
     auto& c = out.table.stages[i];
     c[schedule::OpKind::F] = f / v;
     c[schedule::OpKind::B] = b / v;
