@@ -1,6 +1,7 @@
 #include "engine/spec/parallel_plan.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
@@ -36,14 +37,20 @@ void apply_defaults(ParallelPlan& plan) {
   }
   if (plan.microbatches == 0) {
     const std::int64_t per_microbatch = std::int64_t{plan.micro_batch_size} * plan.dp;
-    if (plan.global_batch > 0 && per_microbatch > 0 && plan.global_batch % per_microbatch == 0) {
+    if (plan.global_batch > 0 && per_microbatch > 0 && plan.global_batch % per_microbatch == 0 &&
+        plan.global_batch / per_microbatch <= std::numeric_limits<int>::max()) {
       plan.microbatches = static_cast<int>(plan.global_batch / per_microbatch);
     } else {
       plan.microbatches = plan.pp;
     }
   }
   if (plan.global_batch == 0) {
-    plan.global_batch = std::int64_t{plan.micro_batch_size} * plan.microbatches * plan.dp;
+    // Saturated where the product is beyond 64 bits: validate() refuses such a plan by its sizes.
+    std::int64_t batch = 0;
+    if (__builtin_mul_overflow(std::int64_t{plan.micro_batch_size} * plan.microbatches,
+                               std::int64_t{plan.dp}, &batch))
+      batch = std::numeric_limits<std::int64_t>::max();
+    plan.global_batch = batch;
   }
 }
 

@@ -41,6 +41,14 @@ void require_at_most(std::string_view what, std::int64_t v, std::int64_t limit) 
                     " is beyond what pipetune models (at most " + shown(limit) + ")");
 }
 
+// a * b for positive ints, refused beyond `limit` (the product of two ints fits 64 bits).
+std::int64_t require_product_at_most(std::string_view what, std::int64_t a, std::int64_t b,
+                                     std::int64_t limit) {
+  const std::int64_t p = a * b;
+  require_at_most(what, p, limit);
+  return p;
+}
+
 void require_non_negative(std::string_view what, double v) {
   if (v < 0.0) throw SpecError(std::string(what) + "=" + shown(v) + " must not be negative");
 }
@@ -154,6 +162,18 @@ void validate(const ParallelPlan& plan) {
   require_positive("micro_batch_size", std::int64_t{plan.micro_batch_size});
   require_positive("microbatches", std::int64_t{plan.microbatches});
   require_positive("global_batch", plan.global_batch);
+  // Bounds far beyond any cluster (the largest runs use about 10^5 GPUs) and batch, so that the
+  // products the tools derive (world size, layer groups, vocabulary shards, samples per step) fit
+  // their types and an absurd file is an error, not an overflow.
+  constexpr std::int64_t kMaxDevices = std::int64_t{1} << 24;
+  const std::int64_t tp_pp = require_product_at_most("tp*pp", plan.tp, plan.pp, kMaxDevices);
+  require_product_at_most("tp*pp*dp", tp_pp, plan.dp, kMaxDevices);
+  require_product_at_most("pp*chunks", plan.pp, plan.chunks, kMaxDevices);
+  const std::int64_t per_replica =
+      require_product_at_most("micro_batch_size*microbatches", plan.micro_batch_size,
+                              plan.microbatches, std::int64_t{1} << 36);
+  require_product_at_most("micro_batch_size*microbatches*dp", per_replica, plan.dp,
+                          std::int64_t{1} << 40);
   if (plan.group_size < 0) {
     throw SpecError("group_size=" + shown(std::int64_t{plan.group_size}) +
                     " must not be negative (0 = the schedule's default)");

@@ -1,6 +1,8 @@
 // Every validation rule fires with a message that names it, and layer_split's default split.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "engine/errors.hpp"
@@ -173,6 +175,46 @@ TEST_F(SpecValidate, NonPositiveSizes) {
   } catch (const SpecError& e) {
     EXPECT_EQ(std::string(e.what()), "hardware gpu: hbm_bandwidth=-1 must be positive");
   }
+}
+
+// Sizes whose products would overflow the plan's ints (found by fuzzing: tp=1 pp=8
+// dp=1777777772 overflowed tp*pp*dp) are refused by name before anything multiplies them.
+TEST_F(SpecValidate, SizesBeyondWhatAPlanHoldsAreRefused) {
+  ParallelPlan p = plan(1, 8, 1777777772);
+  expect_rule(dense_model(), 8, p, "tp*pp*dp=14222222176 is beyond what pipetune models");
+  p = plan(65536, 65536, 1);
+  expect_rule(dense_model(), 8, p, "tp*pp=4294967296 is beyond what pipetune models");
+  p = plan(1, 4, 1);
+  p.chunks = 1 << 30;
+  expect_rule(dense_model(), 4, p, "pp*chunks=4294967296 is beyond what pipetune models");
+  p = plan(1, 1, 1);
+  p.micro_batch_size = std::numeric_limits<int>::max();
+  p.microbatches = std::numeric_limits<int>::max();
+  expect_rule(dense_model(), 1, p, "micro_batch_size*microbatches=4611686014132420609 is beyond");
+  p = plan(1, 1, 1 << 20);
+  p.micro_batch_size = 1 << 16;
+  p.microbatches = 1 << 16;
+  expect_rule(dense_model(), 1 << 20, p,
+              "micro_batch_size*microbatches*dp=4503599627370496 is beyond");
+}
+
+// apply_defaults derives the global batch without overflowing: beyond 64 bits it saturates, and
+// validate refuses the plan by its sizes.
+TEST(SpecPlanDefaults, GlobalBatchOfHugeSizesSaturates) {
+  ParallelPlan p;
+  p.micro_batch_size = std::numeric_limits<int>::max();
+  p.microbatches = std::numeric_limits<int>::max();
+  p.dp = std::numeric_limits<int>::max();
+  apply_defaults(p);
+  EXPECT_EQ(p.global_batch, std::numeric_limits<std::int64_t>::max());
+  EXPECT_THROW(validate(p), SpecError);
+  // A global batch whose micro-batch count is beyond an int leaves the default count (pp), and
+  // validate names the mismatch.
+  ParallelPlan q;
+  q.global_batch = std::int64_t{1} << 40;
+  apply_defaults(q);
+  EXPECT_EQ(q.microbatches, q.pp);
+  EXPECT_THROW(validate(q), SpecError);
 }
 
 TEST_F(SpecValidate, GlobalBatchMustMatch) {
