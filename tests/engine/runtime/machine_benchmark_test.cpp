@@ -42,7 +42,9 @@ TEST(MachineBenchmark, QuickRunGivesEverySample) {
   const GemmSample& small = m.gemm.front();
   const GemmSample& large = m.gemm.back();
   EXPECT_LT(small.m * small.k * small.n, large.m * large.k * large.n);
-  EXPECT_LT(small.seconds, large.seconds);
+  EXPECT_LT(small.seconds, large.seconds)
+      << "seconds per call: " << small.m << "x" << small.k << "x" << small.n << " " << small.seconds
+      << ", " << large.m << "x" << large.k << "x" << large.n << " " << large.seconds;
 
   ASSERT_EQ(m.attention.size(), 2u);
   for (const AttentionSample& s : m.attention) {
