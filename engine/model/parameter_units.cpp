@@ -160,6 +160,12 @@ tensor::FlatStorage take_unit_storage(std::vector<tensor::FlatStorage>& spares, 
   return tensor::FlatStorage(elements, category, storage);  // zeroed
 }
 
+// The counter of `held` a unit's buffer of values (or gradients) is held in.
+std::int64_t& held_by(UnitBufferBytes& held, const ParamUnit& u, bool values) {
+  if (values) return u.vocabulary ? held.vocabulary_values : held.values;
+  return u.vocabulary ? held.vocabulary_gradients : held.gradients;
+}
+
 // A closed layer unit's buffer is kept when none of its size is; any other buffer is freed.
 void return_unit_storage(std::vector<tensor::FlatStorage>& spares, const ParamUnit& u,
                          tensor::FlatStorage& closed, std::int64_t& held) {
@@ -179,9 +185,9 @@ void ParameterSet::open_gradient_unit(int unit) {
   if (!sharded_) throw std::logic_error("ParameterSet::open_gradient_unit: not under ZeRO-2");
   if (gradient_unit_open(unit)) return;
   const ParamUnit& u = units_[static_cast<std::size_t>(unit)];
-  unit_grads_[static_cast<std::size_t>(unit)] = take_unit_storage(
-      spare_grads_, u, profiler::MemoryCategory::Gradients, storage_, true,
-      u.vocabulary ? unit_buffer_bytes_.vocabulary_gradients : unit_buffer_bytes_.gradients);
+  unit_grads_[static_cast<std::size_t>(unit)] =
+      take_unit_storage(spare_grads_, u, profiler::MemoryCategory::Gradients, storage_, true,
+                        held_by(unit_buffer_bytes_, u, false));
   open_units_.push_back(unit);
 }
 
@@ -191,9 +197,8 @@ tensor::FlatStorage& ParameterSet::unit_gradient(int unit) {
 
 void ParameterSet::close_gradient_unit(int unit) {
   const ParamUnit& u = units_[static_cast<std::size_t>(unit)];
-  return_unit_storage(
-      spare_grads_, u, unit_grads_[static_cast<std::size_t>(unit)],
-      u.vocabulary ? unit_buffer_bytes_.vocabulary_gradients : unit_buffer_bytes_.gradients);
+  return_unit_storage(spare_grads_, u, unit_grads_[static_cast<std::size_t>(unit)],
+                      held_by(unit_buffer_bytes_, u, false));
   std::erase(open_units_, unit);
 }
 
@@ -207,9 +212,8 @@ void ParameterSet::open_parameter_unit(int unit) {
   if (parameter_unit_open(unit)) return;
   const ParamUnit& u = units_[static_cast<std::size_t>(unit)];
   unit_params_[static_cast<std::size_t>(unit)] =  // not zeroed: gathered into
-      take_unit_storage(
-          spare_params_, u, profiler::MemoryCategory::Parameters, storage_, false,
-          u.vocabulary ? unit_buffer_bytes_.vocabulary_values : unit_buffer_bytes_.values);
+      take_unit_storage(spare_params_, u, profiler::MemoryCategory::Parameters, storage_, false,
+                        held_by(unit_buffer_bytes_, u, true));
 }
 
 tensor::FlatStorage& ParameterSet::unit_parameters(int unit) {
@@ -218,9 +222,8 @@ tensor::FlatStorage& ParameterSet::unit_parameters(int unit) {
 
 void ParameterSet::close_parameter_unit(int unit) {
   const ParamUnit& u = units_[static_cast<std::size_t>(unit)];
-  return_unit_storage(
-      spare_params_, u, unit_params_[static_cast<std::size_t>(unit)],
-      u.vocabulary ? unit_buffer_bytes_.vocabulary_values : unit_buffer_bytes_.values);
+  return_unit_storage(spare_params_, u, unit_params_[static_cast<std::size_t>(unit)],
+                      held_by(unit_buffer_bytes_, u, true));
 }
 
 }  // namespace pipetune::model

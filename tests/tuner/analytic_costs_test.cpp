@@ -26,6 +26,16 @@ spec::ModelSpec gpt_like() {
   return m;
 }
 
+// pp stages, dp replicas, `microbatches` micro-batches of 1, defaults applied.
+spec::ParallelPlan pipeline_plan(int pp, int dp, int microbatches) {
+  spec::ParallelPlan plan;
+  plan.pp = pp;
+  plan.dp = dp;
+  plan.microbatches = microbatches;
+  spec::apply_defaults(plan);
+  return plan;
+}
+
 TEST(AnalyticCosts, LayerFlopsMatchMegatronModelFlopsWithCausalHalving) {
   // Megatron (2205.05198): model FLOPs per layer and micro-batch 72*n*h^2*(1 + s/(6h)) with
   // non-causal attention; halving the attention-score term for the causal mask gives
@@ -68,11 +78,7 @@ TEST(AnalyticCosts, ActivationBytesMatchKorthikantiTable) {
 TEST(OpCosts, OutputLayerLandsOnTheLastStageOrIsShardedByVocabularyParallelism) {
   const spec::ModelSpec m = gpt_like();
   const spec::ClusterSpec c = spec::load_cluster("dgx-a100-8");
-  spec::ParallelPlan plan;
-  plan.pp = 4;
-  plan.dp = 2;
-  plan.microbatches = 8;
-  spec::apply_defaults(plan);
+  spec::ParallelPlan plan = pipeline_plan(4, 2, 8);
   const auto F = schedule::OpKind::F;
   const OpCosts base = op_costs(m, c, plan, schedule::Placement::Linear);
   EXPECT_GT(base.table.stages[3][F], base.table.stages[1][F]) << "the output layer is on rank 3";
@@ -139,12 +145,8 @@ TEST(OpCosts, UnevenLayerSplitMovesWorkAndActivations) {
 TEST(OpCosts, Zero2ReduceScattersEachMicroBatchBesideTheWeightGradients) {
   const spec::ModelSpec m = gpt_like();
   const spec::ClusterSpec c = spec::load_cluster("dgx-a100-8");
-  spec::ParallelPlan plan;
-  plan.pp = 2;
-  plan.dp = 4;
-  plan.microbatches = 8;
+  spec::ParallelPlan plan = pipeline_plan(2, 4, 8);
   plan.zero_stage = 1;
-  spec::apply_defaults(plan);
   const OpCosts one = op_costs(m, c, plan, schedule::Placement::Linear);
   plan.zero_stage = 2;
   const OpCosts two = op_costs(m, c, plan, schedule::Placement::Linear);
@@ -175,11 +177,7 @@ TEST(OpCosts, Zero2ReduceScattersEachMicroBatchBesideTheWeightGradients) {
 TEST(OpCosts, TheEngineRunsShardedCollectivesInSeriesWithTheLayers) {
   const spec::ModelSpec m = gpt_like();
   const spec::ClusterSpec c = spec::load_cluster("dgx-a100-8");
-  spec::ParallelPlan plan;
-  plan.pp = 2;
-  plan.dp = 4;
-  plan.microbatches = 8;
-  spec::apply_defaults(plan);
+  spec::ParallelPlan plan = pipeline_plan(2, 4, 8);
   ExecutionOptions engine;
   engine.overlap_sharded_comm = false;
   const auto costs = [&](int zero, const ExecutionOptions& x) {

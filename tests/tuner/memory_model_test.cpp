@@ -118,7 +118,8 @@ TEST(MemoryModel, ShardedStagesAlsoHoldOneLayerAndOneTableInFull) {
   const MemoryModelOptions o;  // 2-byte weights, 4-byte gradients
   const auto at = [&](int zero) {
     plan.zero_stage = zero;
-    return estimate_memory(llama, cluster, plan, schedule::Placement::Linear, {0.0, 0.0}, o);
+    return estimate_memory(llama, cluster, plan, schedule::Placement::Linear,
+                           std::vector<double>(static_cast<std::size_t>(plan.pp), 0.0), o);
   };
   const MemoryEstimate z1 = at(1), z2 = at(2), z3 = at(3);
   const double layer = static_cast<double>(spec::layer_parameters(llama, 0));
@@ -133,17 +134,11 @@ TEST(MemoryModel, ShardedStagesAlsoHoldOneLayerAndOneTableInFull) {
   }
   // A stage without a table (the middle of pp=3) holds one layer only.
   plan.pp = 3;
-  plan.zero_stage = 1;
-  const MemoryEstimate m1 =
-      estimate_memory(llama, cluster, plan, schedule::Placement::Linear, {0.0, 0.0, 0.0}, o);
-  plan.zero_stage = 2;
-  const MemoryEstimate m2 =
-      estimate_memory(llama, cluster, plan, schedule::Placement::Linear, {0.0, 0.0, 0.0}, o);
+  const MemoryEstimate m1 = at(1), m2 = at(2);
   EXPECT_NEAR(m2.stages[1].gradients, m1.stages[1].gradients / 8.0 + 4.0 * layer * 7.0 / 8.0, 1.0);
   // Under vocabulary parallelism every stage holds its share of one table in full.
   plan.pp = 2;
   plan.vocab = schedule::VocabMode::Vocab1;
-  plan.zero_stage = 1;
   const MemoryEstimate v1 = at(1), v2 = at(2);
   for (int s = 0; s < 2; ++s)
     EXPECT_NEAR(v2.stages[s].gradients,

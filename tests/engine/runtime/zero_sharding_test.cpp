@@ -129,21 +129,24 @@ TEST(Zero2Peak, AFullGradientLivesOnlyWhileItsLayerComputesIt) {
   }
 }
 
-// What rank 0's storage held at its peak, by category: the run on guarded device storage (host
-// memory behind the device interface), its allocator read when the rank is done.
+// What rank 0's storage held at its peak, by category, and the run with its trace: on guarded
+// device storage (host memory behind the device interface), its allocator read when the rank is
+// done.
 struct StoragePeaks {
   std::int64_t parameters = 0, gradients = 0;
+  TrainResult run;  // with its trace
 };
 StoragePeaks storage_peaks(TrainOptions o) {
   StoragePeaks peaks;
   std::mutex mutex;
+  o.record_trace = true;
   o.rank_device = testing::reporting_rank_devices([&](int rank, const tensor::DeviceAllocator& a) {
     if (rank != 0) return;
     std::lock_guard lock(mutex);
-    peaks = {a.peak_bytes(profiler::MemoryCategory::Parameters),
-             a.peak_bytes(profiler::MemoryCategory::Gradients)};
+    peaks.parameters = a.peak_bytes(profiler::MemoryCategory::Parameters);
+    peaks.gradients = a.peak_bytes(profiler::MemoryCategory::Gradients);
   });
-  (void)train(o);
+  peaks.run = train(o);
   return peaks;
 }
 
@@ -175,13 +178,11 @@ TEST(ZeroAccounting, TheLedgerCountsWhatTheStorageHolds) {
   const std::int64_t embeddings = dp * (shard(V * C, dp) + shard(T * C, dp));
 
   TrainOptions o = options(layers, dp, 2);
-  o.record_trace = true;
   const StoragePeaks held = storage_peaks(o);
   EXPECT_EQ(held.gradients, (shards + layer + embeddings) * kFloat);
-  const TrainResult r = train(o);
   const std::int64_t table_values = (2 * V * C + T * C) * kFloat;  // full under ZeRO-2
-  EXPECT_EQ(peak_of_sum(r, {profiler::MemoryCategory::Gradients,
-                            profiler::MemoryCategory::VocabularyLayers}) -
+  EXPECT_EQ(peak_of_sum(held.run, {profiler::MemoryCategory::Gradients,
+                                   profiler::MemoryCategory::VocabularyLayers}) -
                 table_values,
             held.gradients);
 
@@ -194,7 +195,7 @@ TEST(ZeroAccounting, TheLedgerCountsWhatTheStorageHolds) {
   // final LayerNorm's full values, and the head's full gradient (the final LayerNorm's gradient
   // is computed in a scope of its own), beside both kinds' shards and kept layer buffers.
   const std::int64_t head = dp * shard(V * C, dp), norm = dp * shard(2 * C, dp);
-  EXPECT_EQ(peak_of_sum(train(o),
+  EXPECT_EQ(peak_of_sum(held3.run,
                         {profiler::MemoryCategory::Parameters, profiler::MemoryCategory::Gradients,
                          profiler::MemoryCategory::VocabularyLayers}),
             (2 * (shards + layer + head) + norm) * kFloat);
