@@ -34,6 +34,10 @@ tuner::CpuMeasurements to_profile_input(const runtime::MachineMeasurements& m) {
   in.transfer_bandwidth = m.transfer_bandwidth;
   in.transfer_latency = m.transfer_latency;
   in.memory_bytes = m.memory_bytes;
+  in.collective_bytes = static_cast<double>(m.collective_bytes);
+  in.all_reduce_seconds = m.all_reduce_seconds;
+  in.all_gather_seconds = m.all_gather_seconds;
+  in.reduce_scatter_seconds = m.reduce_scatter_seconds;
   return in;
 }
 
@@ -109,6 +113,10 @@ void run_calibrate_local(const LocalCalibrateArgs& a) {
                             {"special_function_rate", m.special_function_rate},
                             {"transfer_bandwidth", m.transfer_bandwidth},
                             {"transfer_latency", m.transfer_latency},
+                            {"collective_bytes", m.collective_bytes},
+                            {"all_reduce_seconds", m.all_reduce_seconds},
+                            {"all_gather_seconds", m.all_gather_seconds},
+                            {"reduce_scatter_seconds", m.reduce_scatter_seconds},
                             {"memory_bytes", m.memory_bytes}}},
                           {"hardware",
                            {{"peak_flops", hw.peak_flops},
@@ -124,7 +132,10 @@ void run_calibrate_local(const LocalCalibrateArgs& a) {
                               {"attention", hw.efficiency.attention},
                               {"memory", hw.efficiency.memory},
                               {"intra_node_bus", hw.efficiency.intra_node_bus},
-                              {"inter_node_bus", hw.efficiency.inter_node_bus}}}}}};
+                              {"inter_node_bus", hw.efficiency.inter_node_bus},
+                              {"all_reduce_bus", hw.efficiency.all_reduce_bus},
+                              {"all_gather_bus", hw.efficiency.all_gather_bus},
+                              {"reduce_scatter_bus", hw.efficiency.reduce_scatter_bus}}}}}};
     if (!a.output.empty()) out["output"] = a.output;
     std::printf("%s\n", out.dump(2).c_str());
     return;
@@ -141,6 +152,15 @@ void run_calibrate_local(const LocalCalibrateArgs& a) {
   std::printf("exp         %8.2f G/s (cross-entropy kernels)\n", m.special_function_rate / 1e9);
   std::printf("transfer    %8.2f GB/s between two ranks, latency %s\n", m.transfer_bandwidth / 1e9,
               profiler::format_seconds(m.transfer_latency).c_str());
+  if (m.collective_bytes > 0) {
+    const double bw = hw.intra_node_bandwidth;
+    std::printf(
+        "collectives %8.2f / %.2f / %.2f GB/s bus bandwidth all-reduce / all-gather / "
+        "reduce-scatter over %d devices (%s buffer)\n",
+        bw * hw.efficiency.all_reduce_bus / 1e9, bw * hw.efficiency.all_gather_bus / 1e9,
+        bw * hw.efficiency.reduce_scatter_bus / 1e9, m.devices,
+        profiler::format_bytes(static_cast<double>(m.collective_bytes)).c_str());
+  }
   std::printf("memory      %s per device\n",
               profiler::format_bytes(static_cast<double>(m.memory_bytes)).c_str());
   if (!a.output.empty())

@@ -35,6 +35,7 @@ struct Sweep {
   std::int64_t add_elements = 0;           // per array; three arrays per device
   std::int64_t ce_rows = 0, ce_vocab = 0;  // cross-entropy logits (rows, vocab)
   std::int64_t transfer_floats = 0;        // the large point-to-point message
+  std::int64_t collective_floats = 0;      // a collective's full buffer (rounded to the devices)
 };
 
 Sweep make_sweep(bool quick) {
@@ -45,6 +46,7 @@ Sweep make_sweep(bool quick) {
     s.add_elements = std::int64_t{1} << 20;
     s.ce_rows = 64, s.ce_vocab = 512;
     s.transfer_floats = (std::int64_t{1} << 20) / 4;
+    s.collective_floats = (std::int64_t{1} << 20) / 4;
   } else {
     // Products the size of a small GPT's layers on CPU (C = 256..1024, a few hundred tokens).
     s.gemm = {{64, 64, 64},    {128, 128, 128},   {256, 256, 256},   {256, 256, 1024},
@@ -53,6 +55,7 @@ Sweep make_sweep(bool quick) {
     s.add_elements = std::int64_t{8} << 20;  // 96 MiB per device over three arrays: beyond cache
     s.ce_rows = 256, s.ce_vocab = 8192;      // a micro-batch of a small GPT's logits
     s.transfer_floats = (std::int64_t{16} << 20) / 4;
+    s.collective_floats = (std::int64_t{16} << 20) / 4;  // a few layers' gradients of a small GPT
   }
   return s;
 }
@@ -64,6 +67,7 @@ struct DeviceTimes {
   std::vector<double> attention_backward;
   double add = 0.0;
   double cross_entropy = 0.0;  // local stats + backward, one call each
+  double all_reduce = 0.0, all_gather = 0.0, reduce_scatter = 0.0;  // 0 with one device
 };
 
 // Restores OpenBLAS's process-wide thread count however measure_machine() leaves.
@@ -90,21 +94,58 @@ Tensor filled(tensor::Shape shape) {
 }
 
 // One warm-up call (first-touch page faults, pool wake-up, BLAS buffers), then all devices start
-// together and each repeats the call until `seconds` have passed. Returns seconds per call.
+// together and each repeats the call until `seconds` have passed and at least kMinCalls were made.
+// Returns the median seconds per call: each call is timed alone, so a call the scheduler preempted
+// (one can take longer than the whole window on a loaded machine) does not set the figure.
 template <class Fn>
 double time_per_call(comm::Communicator& comm, const comm::ProcessGroup& world, double seconds,
                      Fn&& call) {
+  constexpr std::size_t kMinCalls = 5;
   call();
   comm.barrier(world);
+  std::vector<double> per_call;
+  per_call.reserve(64);
   const auto start = Clock::now();
-  std::int64_t calls = 0;
+  auto before = start;
   double elapsed = 0.0;
   do {
     call();
-    ++calls;
-    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  } while (elapsed < seconds);
-  return elapsed / static_cast<double>(calls);
+    const auto after = Clock::now();
+    per_call.push_back(std::chrono::duration<double>(after - before).count());
+    before = after;
+    elapsed = std::chrono::duration<double>(after - start).count();
+  } while (elapsed < seconds || per_call.size() < kMinCalls);
+  return median_seconds(std::move(per_call));
+}
+
+// time_per_call for a collective: every member must make the same number of calls, so one timed
+// call (after the warm-up) sets it from the slowest member's time, agreed by an all-reduce.
+template <class Fn>
+double time_per_collective(comm::Communicator& comm, const comm::ProcessGroup& world,
+                           double seconds, Fn&& call) {
+  constexpr std::int64_t kMinCalls = 5, kMaxCalls = 100000;
+  call();
+  comm.barrier(world);
+  auto before = Clock::now();
+  call();
+  auto after = Clock::now();
+  std::vector<float> slowest(
+      1, static_cast<float>(std::chrono::duration<double>(after - before).count()));
+  comm.all_reduce(world, slowest, comm::ReduceOp::max);
+  const double first = std::max(static_cast<double>(slowest[0]), 1e-9);
+  const auto calls =
+      std::clamp(static_cast<std::int64_t>(std::ceil(seconds / first)), kMinCalls, kMaxCalls);
+  std::vector<double> per_call;
+  per_call.reserve(static_cast<std::size_t>(calls));
+  comm.barrier(world);
+  before = Clock::now();
+  for (std::int64_t i = 0; i < calls; ++i) {
+    call();
+    after = Clock::now();
+    per_call.push_back(std::chrono::duration<double>(after - before).count());
+    before = after;
+  }
+  return median_seconds(std::move(per_call));
 }
 
 void measure_device(comm::Communicator& comm, const Sweep& sweep, int threads, double seconds,
@@ -152,6 +193,21 @@ void measure_device(comm::Communicator& comm, const Sweep& sweep, int threads, d
     backend.vocab_ce_backward(logits, targets, 0, local_max, local_sum,
                               1.0f / static_cast<float>(N), dlogits);
   });
+
+  // The collectives training makes (DP gradients, ZeRO's gathers and scatters) over every device,
+  // on a full buffer of collective_floats. The all-reduce's sums double per call and reach inf
+  // after about 130 calls: the same speed on x86-64 and AArch64, where only subnormals are slow.
+  const int n = comm.world();
+  if (n < 2) return;
+  const std::int64_t chunk = sweep.collective_floats / n;
+  Tensor full = filled({chunk * n});  // (n * chunk)
+  Tensor part = filled({chunk});      // (chunk)
+  out.all_reduce =
+      time_per_collective(comm, world, seconds, [&] { comm.all_reduce(world, full.values()); });
+  out.all_gather = time_per_collective(
+      comm, world, seconds, [&] { comm.all_gather(world, part.values(), full.values()); });
+  out.reduce_scatter = time_per_collective(
+      comm, world, seconds, [&] { comm.reduce_scatter(world, full.values(), part.values()); });
 }
 
 struct Transfer {
@@ -164,7 +220,7 @@ struct Transfer {
 // rank 1 needs no count agreed beforehand; the last round is never timed.
 Transfer measure_transfer(std::int64_t large_floats, double seconds) {
   constexpr int kSmallTag = 1, kLargeTag = 2;
-  constexpr std::int64_t kMinRoundTrips = 10;  // an average even when seconds is tiny
+  constexpr std::size_t kMinRoundTrips = 10;  // a median even when seconds is tiny
   double small_round_trip = 0.0, large_round_trip = 0.0;
 
   comm::run_threads(2, [&](comm::Communicator& comm) {
@@ -187,19 +243,22 @@ Transfer measure_transfer(std::int64_t large_floats, double seconds) {
       message[0] = 1.0f;
       comm.send(1, tag, message);
       comm.recv(1, tag, reply);
-      std::int64_t rounds = 0;
+      std::vector<double> round_trips;
       double elapsed = 0.0;
       const auto start = Clock::now();
+      auto before = start;
       do {
         comm.send(1, tag, message);
         comm.recv(1, tag, reply);
-        ++rounds;
-        elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      } while (elapsed < seconds || rounds < kMinRoundTrips);
+        const auto after = Clock::now();
+        round_trips.push_back(std::chrono::duration<double>(after - before).count());
+        before = after;
+        elapsed = std::chrono::duration<double>(after - start).count();
+      } while (elapsed < seconds || round_trips.size() < kMinRoundTrips);
       message[0] = 0.0f;
       comm.send(1, tag, message);
       comm.recv(1, tag, reply);
-      return elapsed / static_cast<double>(rounds);
+      return median_seconds(std::move(round_trips));
     };
     small_round_trip = ping_pong(kSmallTag, small);
     large_round_trip = ping_pong(kLargeTag, large);
@@ -224,6 +283,18 @@ std::int64_t physical_memory_bytes() {
 }
 
 }  // namespace
+
+double median_seconds(std::vector<double> samples) {
+  if (samples.empty()) throw InputError("machine benchmark: median of no samples");
+  const std::size_t mid = samples.size() / 2;
+  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(mid),
+                   samples.end());
+  const double upper = samples[mid];
+  if (samples.size() % 2 == 1) return upper;
+  const double lower =
+      *std::max_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(mid));
+  return 0.5 * (lower + upper);
+}
 
 MachineMeasurements measure_machine(const MachineBenchmarkOptions& options) {
   if (options.devices < 0)
@@ -285,6 +356,15 @@ MachineMeasurements measure_machine(const MachineBenchmarkOptions& options) {
     for (const DeviceTimes& t : times) ce_seconds += t.cross_entropy / static_cast<double>(devices);
     result.special_function_rate =
         2.0 * static_cast<double>(sweep.ce_rows * sweep.ce_vocab) / ce_seconds;
+    if (devices > 1) {
+      result.collective_bytes =
+          sweep.collective_floats / devices * devices * static_cast<std::int64_t>(sizeof(float));
+      for (const DeviceTimes& t : times) {
+        result.all_reduce_seconds += t.all_reduce / static_cast<double>(devices);
+        result.all_gather_seconds += t.all_gather / static_cast<double>(devices);
+        result.reduce_scatter_seconds += t.reduce_scatter / static_cast<double>(devices);
+      }
+    }
   }
 
   const Transfer transfer = measure_transfer(sweep.transfer_floats, seconds);

@@ -15,7 +15,8 @@ namespace pipetune::runtime {
 struct MachineBenchmarkOptions {
   int devices = 0;  // ranks measured at once; 0 = hardware cores / threads_per_device (at least 1)
   int threads_per_device = 1;  // compute threads per rank (OpenBLAS threads and CpuBackend pool)
-  // Repeat each measured call until at least this long; report the per-call time.
+  // Repeat each measured call until at least this long (and at least 5 times); report the median
+  // of the calls' times.
   double seconds_per_sample = 0.05;
   bool quick = false;  // tests: smaller sizes and 2 sizes per sweep
 };
@@ -48,6 +49,11 @@ struct MachineMeasurements {
   // seconds: one small (1 float) point-to-point message between two ranks (half a ping-pong
   // round trip)
   double transfer_latency = 0.0;
+  // seconds per call of each collective over all devices at once (the thread communicator, the
+  // world group) on a full buffer of collective_bytes (all-reduce's data, all-gather's output,
+  // reduce-scatter's input); all 0 with one device
+  std::int64_t collective_bytes = 0;
+  double all_reduce_seconds = 0.0, all_gather_seconds = 0.0, reduce_scatter_seconds = 0.0;
   // physical memory (sysconf _SC_PHYS_PAGES * _SC_PAGE_SIZE) / devices; 0 when unknown
   std::int64_t memory_bytes = 0;
 };
@@ -57,5 +63,9 @@ struct MachineMeasurements {
 // threads_per_device while it runs and restores the previous count before returning, so no rank
 // threads of a training run may be running at the same time.
 MachineMeasurements measure_machine(const MachineBenchmarkOptions& options = {});
+
+// The median of per-call times: what a call typically takes, whatever a few preempted calls took.
+// Throws InputError for no samples.
+double median_seconds(std::vector<double> samples);
 
 }  // namespace pipetune::runtime

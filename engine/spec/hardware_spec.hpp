@@ -24,6 +24,15 @@ struct HardwareEfficiency {
   double memory = 0.9;          // element-wise kernels: fraction of hbm_bandwidth
   double intra_node_bus = 0.6;  // collective bus bandwidth / intra_node_bandwidth (Calculon)
   double inter_node_bus = 0.9;  // collective bus bandwidth / NIC bandwidth (Calculon)
+  // One collective's own bus bandwidth inside a node / intra_node_bandwidth, where it differs from
+  // intra_node_bus (which then prices point-to-point and the other collectives): the embedded
+  // engine's thread communicator gathers with plain copies but reduces with extra reads and a
+  // staging copy, so its all-gather runs several times faster than its reduce-scatter, and both
+  // faster than a send (nccl-tests likewise reports a bus bandwidth per collective). 0: not
+  // given, intra_node_bus. `calibrate --local` measures them.
+  double all_reduce_bus = 0.0;
+  double all_gather_bus = 0.0;
+  double reduce_scatter_bus = 0.0;
 };
 
 // What a device is. Gpu: an accelerator running a training framework (Megatron-Core and its

@@ -59,6 +59,11 @@ std::string hardware_toml(const HardwareSpec& hw, const std::string& header) {
   out << "memory = " << number(e.memory) << "\n";
   out << "intra_node_bus = " << number(e.intra_node_bus) << "\n";
   out << "inter_node_bus = " << number(e.inter_node_bus) << "\n";
+  // Only where given: 0 means "as intra_node_bus", and the file reader takes fractions in (0, 1].
+  if (e.all_reduce_bus > 0.0) out << "all_reduce_bus = " << number(e.all_reduce_bus) << "\n";
+  if (e.all_gather_bus > 0.0) out << "all_gather_bus = " << number(e.all_gather_bus) << "\n";
+  if (e.reduce_scatter_bus > 0.0)
+    out << "reduce_scatter_bus = " << number(e.reduce_scatter_bus) << "\n";
   return out.str();
 }
 

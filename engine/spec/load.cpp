@@ -235,6 +235,9 @@ HardwareEfficiency read_efficiency_table(const toml::table& table, const TableCo
   fraction("memory", e.memory);
   fraction("intra_node_bus", e.intra_node_bus);
   fraction("inter_node_bus", e.inter_node_bus);
+  fraction("all_reduce_bus", e.all_reduce_bus);
+  fraction("all_gather_bus", e.all_gather_bus);
+  fraction("reduce_scatter_bus", e.reduce_scatter_bus);
   if (auto v = r.non_negative_number("gemm_half_flops")) e.gemm_half_flops = *v;
   r.reject_unknown();
   return e;

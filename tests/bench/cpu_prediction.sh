@@ -2,8 +2,9 @@
 # Predicted against measured on this machine (issue 13 point 5). Measures a CPU hardware profile
 # (`calibrate --local`), refines it on short training runs of two calibration models
 # (`calibrate --hardware`), then for 1f1b, zb-h1, interleaved-1f1b and v-half + vocab-2, and 1f1b
-# and zb-h1 with full and selective activation recomputation, and 1f1b on tp=2 with and without
-# sequence parallelism, on
+# and zb-h1 with full and selective activation recomputation, 1f1b on tp=2 with and without
+# sequence parallelism, and on dp=2 with ZeRO 1, 2 and 3 (the collectives' calibrated bus
+# bandwidths), on
 # tests/bench/cpu-prediction-model.toml trains the plan (`train --config`) and simulates the same
 # run file (`simulate --config`, the schedule train executes), and prints per stage the predicted
 # and measured busy time and the iteration time, with the error. Target: within 10% per stage.
@@ -42,18 +43,22 @@ done
 "$pipetune" calibrate --hardware "$work/cpu-local.toml" --db "$work/calibration.db" \
   --fit gemm,gemm_half_flops,attention,memory -o "$work/cpu-fitted.toml" --force | head -5
 
-# schedule, chunks, vocabulary mode, recomputation, tp (pp = 2 / tp: two ranks), sequence parallel
-plans=("1f1b 1 none none 1 false" "zb-h1 1 none none 1 false" "interleaved-1f1b 2 none none 1 false"
-  "v-half 2 vocab-2 none 1 false" "1f1b 1 none full 1 false" "zb-h1 1 none selective 1 false"
-  "1f1b 1 none none 2 false" "1f1b 1 none none 2 true")
+# schedule, chunks, vocabulary mode, recomputation, tp, sequence parallel, dp, ZeRO stage
+# (pp = 2 / (tp * dp): two ranks)
+plans=("1f1b 1 none none 1 false 1 0" "zb-h1 1 none none 1 false 1 0"
+  "interleaved-1f1b 2 none none 1 false 1 0" "v-half 2 vocab-2 none 1 false 1 0"
+  "1f1b 1 none full 1 false 1 0" "zb-h1 1 none selective 1 false 1 0"
+  "1f1b 1 none none 2 false 1 0" "1f1b 1 none none 2 true 1 0"
+  "1f1b 1 none none 1 false 2 1" "1f1b 1 none none 1 false 2 2" "1f1b 1 none none 1 false 2 3")
 plan_name() {
   local name="$1-$3-recompute-$4"
   [ "$5" -eq 1 ] || name="$name-tp$5"
   [ "$6" = false ] || name="$name-sp"
+  [ "$7" -eq 1 ] || name="$name-dp$7-zero$8"
   echo "$name"
 }
 for plan in "${plans[@]}"; do
-  read -r schedule chunks vocab recompute tp sp <<<"$plan"
+  read -r schedule chunks vocab recompute tp sp dp zero <<<"$plan"
   name="$(plan_name $plan)"
   cat >"$work/$name.toml" <<RUN
 description = "cpu_prediction: $schedule, $vocab, recompute $recompute"
@@ -63,8 +68,9 @@ hardware = "$work/cpu-fitted.toml"
 devices = 2
 [plan]
 tp = $tp
-pp = $((2 / tp))
-dp = 1
+pp = $((2 / (tp * dp)))
+dp = $dp
+zero_stage = $zero
 sequence_parallel = $sp
 chunks = $chunks
 vocab = "$vocab"

@@ -231,12 +231,20 @@ TEST(CalibrateLocalCli, WritesACpuHardwareFileTheOtherCommandsUse) {
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["devices"], 2);
   for (const char* key :
-       {"memory_bandwidth", "special_function_rate", "transfer_bandwidth", "transfer_latency"})
+       {"memory_bandwidth", "special_function_rate", "transfer_bandwidth", "transfer_latency",
+        "collective_bytes", "all_reduce_seconds", "all_gather_seconds", "reduce_scatter_seconds"})
     EXPECT_GT(j["measured"][key].get<double>(), 0.0) << key;
   EXPECT_GT(j["hardware"]["peak_flops"].get<double>(), 0.0);
   std::ifstream file(out);
   const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("device = \"cpu\""), std::string::npos) << text;
+  // Each collective's bus fraction is measured and written (predict below loads the file).
+  for (const char* key : {"all_reduce_bus", "all_gather_bus", "reduce_scatter_bus"}) {
+    const double f = j["hardware"]["efficiency"][key].get<double>();
+    EXPECT_GT(f, 0.0) << key;
+    EXPECT_LE(f, 1.0) << key;
+    EXPECT_NE(text.find(std::string("\n") + key + " = "), std::string::npos) << key << "\n" << text;
+  }
 
   const testing::ProcessResult p =
       run_pipetune({"predict", "--model", "tiny", "--hardware", out, "--gpus", "2", "--tp", "1",

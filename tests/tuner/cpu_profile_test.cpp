@@ -9,6 +9,7 @@
 #include "engine/errors.hpp"
 #include "engine/spec/spec.hpp"
 #include "tuner/cost/analytic_costs.hpp"
+#include "tuner/cost/collectives.hpp"
 #include "tuner/cost/execution.hpp"
 #include "tuner/cost/op_costs.hpp"
 #include "tuner/memory/memory_model.hpp"
@@ -55,6 +56,60 @@ TEST(CpuProfile, RecoversTheCurvesItWasTimedWith) {
   EXPECT_NEAR(fast.peak_flops * fast.efficiency.gemm, 20e9, 20e9 * 1e-9);
 }
 
+// Collectives timed as the cost model's ring formula would time them at these bus bandwidths:
+// all-gather faster than a send, reduce-scatter slower, as the thread communicator runs them.
+CpuMeasurements with_collectives(CpuMeasurements m, double all_reduce_bus, double all_gather_bus,
+                                 double reduce_scatter_bus) {
+  m.collective_bytes = 16e6;
+  const double n = m.devices, share = (n - 1) / n, latency = m.transfer_latency;
+  m.all_reduce_seconds = 2 * (n - 1) * latency + 2 * share * m.collective_bytes / all_reduce_bus;
+  m.all_gather_seconds = (n - 1) * latency + share * m.collective_bytes / all_gather_bus;
+  m.reduce_scatter_seconds = (n - 1) * latency + share * m.collective_bytes / reduce_scatter_bus;
+  return m;
+}
+
+TEST(CpuProfile, EachCollectiveCostsWhatItWasTimedAt) {
+  for (int devices : {2, 4}) {
+    CpuMeasurements base = synthetic(50e9, 2e6, 20e9);
+    base.devices = devices;
+    const CpuMeasurements m = with_collectives(base, 3e9, 12e9, 2.5e9);
+    const spec::ClusterSpec cluster =
+        spec::make_cluster(cpu_hardware_profile(m, "cpu", "d"), devices);
+    const GroupLink all = group_link(cluster, 0, 1, devices);
+    ASSERT_FALSE(all.inter_node);
+    const double bytes = m.collective_bytes;
+    EXPECT_NEAR(collective_time(Collective::AllReduce, bytes, all), m.all_reduce_seconds,
+                1e-9 * m.all_reduce_seconds);
+    EXPECT_NEAR(collective_time(Collective::AllGather, bytes, all), m.all_gather_seconds,
+                1e-9 * m.all_gather_seconds);
+    EXPECT_NEAR(collective_time(Collective::ReduceScatter, bytes, all), m.reduce_scatter_seconds,
+                1e-9 * m.reduce_scatter_seconds);
+    // The fastest (the all-gather) sets intra_node_bandwidth at the profile's fraction; a send
+    // keeps the measured transfer rate, at home and across the (absent) second tier.
+    const spec::HardwareEfficiency& e = cluster.hardware.efficiency;
+    EXPECT_DOUBLE_EQ(e.all_gather_bus, kCpuProfileFraction);
+    EXPECT_NEAR(cluster.hardware.intra_node_bandwidth * e.intra_node_bus, 8e9, 1.0);
+    EXPECT_NEAR(cluster.hardware.inter_node_bandwidth * e.inter_node_bus, 8e9, 1.0);
+    const GroupLink pair = pair_link(cluster, 0, 1);
+    EXPECT_NEAR(collective_time(Collective::SendRecv, 8e6, pair), 2e-6 + 1e-3, 1e-12);
+    for (double f : {e.all_reduce_bus, e.all_gather_bus, e.reduce_scatter_bus, e.intra_node_bus}) {
+      EXPECT_GT(f, 0.0);
+      EXPECT_LE(f, kCpuProfileFraction * (1.0 + 1e-12));
+    }
+  }
+}
+
+TEST(CpuProfile, OneDeviceLeavesTheCollectivesToTheTransfer) {
+  CpuMeasurements m = synthetic(50e9, 2e6, 20e9);
+  m.devices = 1;
+  const spec::HardwareSpec hw = cpu_hardware_profile(m, "cpu", "d");
+  EXPECT_EQ(hw.efficiency.all_reduce_bus, 0.0);
+  EXPECT_EQ(hw.efficiency.all_gather_bus, 0.0);
+  EXPECT_EQ(hw.efficiency.reduce_scatter_bus, 0.0);
+  EXPECT_DOUBLE_EQ(hw.efficiency.intra_node_bus, kCpuProfileFraction);
+  EXPECT_NEAR(hw.intra_node_bandwidth * hw.efficiency.intra_node_bus, 8e9, 1.0);
+}
+
 TEST(CpuProfile, PerCallTimeOfAGemmMatchesTheCostModel) {
   // The profile's curve predicts the timed samples: (F + half) / (gemm * peak).
   const CpuMeasurements m = synthetic(30e9, 5e6, 10e9);
@@ -98,6 +153,9 @@ TEST(CpuProfile, BadSamplesAreNamed) {
   m = synthetic(1e9, 0, 1e9);
   m.attention.clear();
   EXPECT_NE(error(m).find("attention"), std::string::npos);
+  m = with_collectives(synthetic(1e9, 0, 1e9), 1e9, 1e9, 1e9);
+  m.reduce_scatter_seconds = 0.0;
+  EXPECT_NE(error(m).find("collective time"), std::string::npos);
 }
 
 TEST(CpuEngineExecution, ACpuDeviceRunsTheEngineAndAGpuMegatron) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/errors.hpp"
+#include "tuner/cost/collectives.hpp"
 #include "tuner/cost/execution.hpp"
 #include "tuner/cost/work.hpp"
 
@@ -43,6 +44,18 @@ Line fit_relative(const std::vector<TimedGemm>& samples) {
   return l;
 }
 
+// Bus bandwidth of one measured collective: the inverse of collective_time()'s ring formula
+// (collectives.hpp) for `devices` members at `latency` per step, so the cost model prices the
+// measured call at its measured time. Where the latency terms leave nothing (tiny buffers), the
+// whole time gives a lower bound.
+double collective_bus_bandwidth(Collective kind, double seconds, double bytes, int devices,
+                                double latency) {
+  const double n = devices, share = (n - 1.0) / n;
+  const double rounds = kind == Collective::AllReduce ? 2.0 : 1.0;
+  const double moving = seconds - rounds * (n - 1.0) * latency;
+  return rounds * share * bytes / (moving > 0.0 ? moving : seconds);
+}
+
 }  // namespace
 
 double attention_forward_flops(std::int64_t batch, std::int64_t heads, std::int64_t seq,
@@ -72,6 +85,13 @@ spec::HardwareSpec cpu_hardware_profile(const CpuMeasurements& m, const std::str
   check_positive(m.transfer_bandwidth, "transfer bandwidth");
   check_positive(m.transfer_latency, "transfer latency");
   if (m.memory_bytes <= 0) throw InputError("CPU profile: memory bytes must be positive");
+  const double collective_times[] = {m.all_reduce_seconds, m.all_gather_seconds,
+                                     m.reduce_scatter_seconds};
+  const bool collectives = m.devices > 1 && m.collective_bytes > 0.0;
+  if (collectives) {
+    check_positive(m.collective_bytes, "collective bytes");
+    for (double t : collective_times) check_positive(t, "collective time");
+  }
 
   const double f = kCpuProfileFraction;
   spec::HardwareSpec hw;
@@ -99,9 +119,27 @@ spec::HardwareSpec cpu_hardware_profile(const CpuMeasurements& m, const std::str
   hw.efficiency.memory = f;
   hw.special_function_rate = m.special_function_rate;
   hw.hbm_bytes = m.memory_bytes;
-  hw.intra_node_bandwidth = m.transfer_bandwidth / f;
-  hw.inter_node_bandwidth = hw.intra_node_bandwidth;  // one machine: no second tier
-  hw.efficiency.intra_node_bus = f;
+  // The fastest of the transfer and the collectives sets intra_node_bandwidth at fraction f; each
+  // gets its share: intra_node_bus for point-to-point (and all-to-all, broadcast), the
+  // collectives their own.
+  double all_reduce = 0.0, all_gather = 0.0, reduce_scatter = 0.0;
+  if (collectives) {
+    all_reduce = collective_bus_bandwidth(Collective::AllReduce, m.all_reduce_seconds,
+                                          m.collective_bytes, m.devices, m.transfer_latency);
+    all_gather = collective_bus_bandwidth(Collective::AllGather, m.all_gather_seconds,
+                                          m.collective_bytes, m.devices, m.transfer_latency);
+    reduce_scatter = collective_bus_bandwidth(Collective::ReduceScatter, m.reduce_scatter_seconds,
+                                              m.collective_bytes, m.devices, m.transfer_latency);
+  }
+  const double fastest = std::max({m.transfer_bandwidth, all_reduce, all_gather, reduce_scatter});
+  hw.intra_node_bandwidth = fastest / f;
+  hw.efficiency.intra_node_bus = m.transfer_bandwidth / hw.intra_node_bandwidth;
+  hw.efficiency.all_reduce_bus = all_reduce / hw.intra_node_bandwidth;
+  hw.efficiency.all_gather_bus = all_gather / hw.intra_node_bandwidth;
+  hw.efficiency.reduce_scatter_bus = reduce_scatter / hw.intra_node_bandwidth;
+  // One machine: no second tier. Ranks beyond devices_per_node still exchange at the transfer's
+  // rate.
+  hw.inter_node_bandwidth = m.transfer_bandwidth / f;
   hw.efficiency.inter_node_bus = f;
   hw.intra_node_latency = m.transfer_latency;
   hw.inter_node_latency = m.transfer_latency;

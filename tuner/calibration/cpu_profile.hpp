@@ -11,9 +11,13 @@
 //              (probabilities stored: 2): the geometric mean over the sweep
 //   memory     Backend::add bandwidth; exps: the cross-entropy kernels' rate; transfers: one
 //              point-to-point message between two ranks
+//   collectives  all-reduce, all-gather and reduce-scatter over all devices: each its own bus
+//              bandwidth, the inverse of the cost model's ring formula at the transfer latency
+//              (collectives.hpp), as HardwareEfficiency::all_reduce_bus... of intra_node_bandwidth
 //
 // The bandwidth fractions are set to kCpuProfileFraction and the peaks scaled to match; the
-// faster of GEMM and attention gets that fraction of peak_flops, the other its share. So a
+// faster of GEMM and attention gets that fraction of peak_flops, the other its share, and
+// likewise the fastest of the transfer and the collectives sets intra_node_bandwidth. So a
 // later `pipetune calibrate --hardware FILE` from training runs can move them either way (its
 // fit works on the logit of each fraction).
 #pragma once
@@ -46,7 +50,11 @@ struct CpuMeasurements {
   double special_function_rate = 0.0;  // exp evaluations/s of the cross-entropy kernels
   double transfer_bandwidth = 0.0;     // bytes/s between two ranks
   double transfer_latency = 0.0;       // seconds
-  std::int64_t memory_bytes = 0;       // RAM per device
+  // Seconds per call of each collective over all devices at once (the thread communicator) on a
+  // full buffer of collective_bytes; 0: not measured (one device), the transfer figures price them.
+  double collective_bytes = 0.0;
+  double all_reduce_seconds = 0.0, all_gather_seconds = 0.0, reduce_scatter_seconds = 0.0;
+  std::int64_t memory_bytes = 0;  // RAM per device
 };
 
 // FLOPs of the causal half of QK^T and attention-over-V for one call: 2 * batch * seq^2 *

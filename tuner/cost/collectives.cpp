@@ -4,9 +4,14 @@
 
 namespace pipetune::tuner {
 
-double GroupLink::ring_bandwidth() const {
-  if (!inter_node) return intra_bandwidth;
-  return std::min(intra_bandwidth, static_cast<double>(members_per_node) * nic_bandwidth);
+double GroupLink::ring_bandwidth(Collective kind) const {
+  double intra = 0.0;
+  if (kind == Collective::AllReduce) intra = all_reduce_bandwidth;
+  if (kind == Collective::AllGather) intra = all_gather_bandwidth;
+  if (kind == Collective::ReduceScatter) intra = reduce_scatter_bandwidth;
+  if (!(intra > 0.0)) intra = intra_bandwidth;
+  if (!inter_node) return intra;
+  return std::min(intra, static_cast<double>(members_per_node) * nic_bandwidth);
 }
 
 GroupLink group_link(const spec::ClusterSpec& cluster, int first, int stride, int members) {
@@ -14,6 +19,9 @@ GroupLink group_link(const spec::ClusterSpec& cluster, int first, int stride, in
   GroupLink link;
   link.members = members < 1 ? 1 : members;
   link.intra_bandwidth = cluster.intra_node_bandwidth * eff.intra_node_bus;
+  link.all_reduce_bandwidth = cluster.intra_node_bandwidth * eff.all_reduce_bus;
+  link.all_gather_bandwidth = cluster.intra_node_bandwidth * eff.all_gather_bus;
+  link.reduce_scatter_bandwidth = cluster.intra_node_bandwidth * eff.reduce_scatter_bus;
   link.latency = cluster.intra_node_latency;
   const int per_node = cluster.devices_per_node > 0 ? cluster.devices_per_node : 1;
   const int first_node = first / per_node;
@@ -55,10 +63,10 @@ double collective_time(Collective kind, double bytes, const GroupLink& link) {
   const double share = static_cast<double>(n - 1) / n;
   switch (kind) {
     case Collective::AllReduce:
-      return 2.0 * steps * link.latency + 2.0 * share * bytes / link.ring_bandwidth();
+      return 2.0 * steps * link.latency + 2.0 * share * bytes / link.ring_bandwidth(kind);
     case Collective::AllGather:
     case Collective::ReduceScatter:
-      return steps * link.latency + share * bytes / link.ring_bandwidth();
+      return steps * link.latency + share * bytes / link.ring_bandwidth(kind);
     case Collective::AllToAll: {
       if (!link.inter_node) return steps * link.latency + share * bytes / link.intra_bandwidth;
       const double k = link.members_per_node;
@@ -67,7 +75,7 @@ double collective_time(Collective kind, double bytes, const GroupLink& link) {
       return steps * link.latency + std::max(inter, intra);
     }
     case Collective::Broadcast:
-      return steps * link.latency + bytes / link.ring_bandwidth();
+      return steps * link.latency + bytes / link.ring_bandwidth(kind);
     case Collective::SendRecv:
       return link.latency + bytes / (link.inter_node ? link.nic_bandwidth : link.intra_bandwidth);
   }

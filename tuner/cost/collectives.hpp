@@ -5,7 +5,8 @@
 // over a group that spans nodes with k members per node runs k rings side by side, one per NIC,
 // so its bus bandwidth is min(scale-up, k x NIC) (NCCL's multi-ring algorithm); the slowest NIC
 // among the nodes it touches sets the pace. Bus bandwidths are the links' rates times the
-// hardware's bus efficiencies (HardwareEfficiency::intra_node_bus / inter_node_bus).
+// hardware's bus efficiencies (HardwareEfficiency::intra_node_bus / inter_node_bus, and inside a
+// node all_reduce_bus / all_gather_bus / reduce_scatter_bus where the hardware gives them).
 //
 // Time of a collective over n members (reference/tuners.md 3.4, NCCL's bus-bandwidth factors):
 //   all-reduce      2(n-1) latency + 2(n-1)/n bytes / bus bandwidth
@@ -28,10 +29,13 @@ struct GroupLink {
   bool inter_node = false;       // the group spans more than one node
   int members_per_node = 1;      // devices of the group in one node (the largest count)
   double intra_bandwidth = 0.0;  // bytes/s per device per direction, scale-up fabric
-  double nic_bandwidth = 0.0;    // bytes/s per device per direction, the slowest NIC touched
-  double latency = 0.0;          // seconds per step (inter-node latency when spanning nodes)
-  // Bus bandwidth of a ring collective over the group.
-  double ring_bandwidth() const;
+  // Scale-up bus bandwidth of these ring collectives where the hardware gives their own
+  // (HardwareEfficiency::all_reduce_bus...); 0: intra_bandwidth.
+  double all_reduce_bandwidth = 0.0, all_gather_bandwidth = 0.0, reduce_scatter_bandwidth = 0.0;
+  double nic_bandwidth = 0.0;  // bytes/s per device per direction, the slowest NIC touched
+  double latency = 0.0;        // seconds per step (inter-node latency when spanning nodes)
+  // Bus bandwidth of a ring collective of this kind over the group.
+  double ring_bandwidth(Collective kind) const;
 };
 
 // The group of `members` devices `stride` apart starting at device `first` (Megatron's rank

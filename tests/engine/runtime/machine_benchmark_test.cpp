@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "engine/errors.hpp"
 #include "engine/tensor/cpu/cpu_backend.hpp"
@@ -66,6 +67,13 @@ TEST(MachineBenchmark, QuickRunGivesEverySample) {
   EXPECT_TRUE(positive_finite(m.transfer_latency));
   EXPECT_LT(m.transfer_latency, 0.1);
   EXPECT_GT(m.memory_bytes, 0);
+
+  // Two devices: the collectives over both, on a whole number of floats per device.
+  EXPECT_GT(m.collective_bytes, 0);
+  EXPECT_EQ(m.collective_bytes % (2 * sizeof(float)), 0u);
+  EXPECT_TRUE(positive_finite(m.all_reduce_seconds));
+  EXPECT_TRUE(positive_finite(m.all_gather_seconds));
+  EXPECT_TRUE(positive_finite(m.reduce_scatter_seconds));
 }
 
 TEST(MachineBenchmark, RestoresBlasThreadsAfterMoreThreadsPerDevice) {
@@ -77,6 +85,23 @@ TEST(MachineBenchmark, RestoresBlasThreadsAfterMoreThreadsPerDevice) {
   EXPECT_EQ(m.devices, 1);
   EXPECT_EQ(m.threads_per_device, 2);
   EXPECT_EQ(tensor::blas_threads(), 1);
+  // One device: no collective to time.
+  EXPECT_EQ(m.collective_bytes, 0);
+  EXPECT_EQ(m.all_reduce_seconds, 0.0);
+  EXPECT_EQ(m.all_gather_seconds, 0.0);
+  EXPECT_EQ(m.reduce_scatter_seconds, 0.0);
+}
+
+// A sample is the median of its calls' times, so a call preempted for longer than the whole window
+// (as under a parallel ctest) does not become the figure; the mean would have made it 400x.
+TEST(MachineBenchmark, MedianIgnoresAPreemptedCall) {
+  std::vector<double> calls(9, 1e-5);
+  calls.push_back(4e-3);  // one call preempted
+  EXPECT_DOUBLE_EQ(median_seconds(calls), 1e-5);
+  EXPECT_DOUBLE_EQ(median_seconds({3.0, 1.0, 4.0, 2.0}),
+                   2.5);  // even count: mean of the middle two
+  EXPECT_DOUBLE_EQ(median_seconds({7.0}), 7.0);
+  EXPECT_THROW(median_seconds({}), InputError);
 }
 
 TEST(MachineBenchmark, InvalidOptionsThrowInputError) {

@@ -43,6 +43,35 @@ TEST(HardwareToml, EveryFigureLoadsBack) {
   expect_close(hw.efficiency.memory, back.efficiency.memory, "memory");
   expect_close(hw.efficiency.intra_node_bus, back.efficiency.intra_node_bus, "intra bus");
   expect_close(hw.efficiency.inter_node_bus, back.efficiency.inter_node_bus, "inter bus");
+  // Per-collective bus fractions are written only where given (0: as intra_node_bus).
+  EXPECT_EQ(text.find("all_gather_bus"), std::string::npos) << text;
+  EXPECT_EQ(back.efficiency.all_reduce_bus, 0.0);
+  EXPECT_EQ(back.efficiency.all_gather_bus, 0.0);
+  EXPECT_EQ(back.efficiency.reduce_scatter_bus, 0.0);
+  hw.efficiency.all_reduce_bus = 0.25;
+  hw.efficiency.all_gather_bus = 0.875;
+  hw.efficiency.reduce_scatter_bus = 1.0 / 3.0;
+  const HardwareSpec collectives = parse_hardware(hardware_toml(hw), "written");
+  expect_close(0.25, collectives.efficiency.all_reduce_bus, "all_reduce_bus");
+  expect_close(0.875, collectives.efficiency.all_gather_bus, "all_gather_bus");
+  expect_close(1.0 / 3.0, collectives.efficiency.reduce_scatter_bus, "reduce_scatter_bus");
+}
+
+TEST(HardwareToml, CollectiveBusFractionsOutsideZeroToOneAreNamed) {
+  const std::string base =
+      "peak_flops = 1e12\nhbm_bytes = 1000\nhbm_bandwidth = 1e9\nintra_node_bandwidth = 1e9\n"
+      "inter_node_bandwidth = 1e9\n[efficiency]\n";
+  for (const char* bad :
+       {"all_gather_bus = 1.5\n", "reduce_scatter_bus = 0\n", "all_reduce_bus = -0.5\n"}) {
+    try {
+      parse_hardware(base + bad, "h");
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const SpecError& e) {
+      const std::string what = e.what();
+      const std::string key = std::string(bad).substr(0, std::string(bad).find(' '));
+      EXPECT_NE(what.find("efficiency." + key), std::string::npos) << what;
+    }
+  }
 }
 
 TEST(HardwareToml, DeviceDefaultsToGpuAndRejectsOthers) {
