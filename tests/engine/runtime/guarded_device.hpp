@@ -1,10 +1,10 @@
 // A host emulation of a GPU rank, for checking without a GPU that the engine never touches device
 // storage from host code: GuardedAllocator is a DeviceAllocator of kind device whose blocks are
-// pages mapped PROT_NONE, readable and writable only inside its own copies and inside the ops of
-// GuardedBackend (a CpuBackend whose every op opens the rank's blocks for its duration). Any
-// other host access (a std::fill, a vector copy, a loop over a buffer) is a segmentation fault.
-// GuardedRankDevice puts it together with a StagingCommunicator, as the CUDA rank device does
-// with cudaMalloc, the CudaBackend and its stream.
+// pages kept PROT_NONE (guarded_arena.hpp), readable and writable only inside its own copies and
+// inside the ops of GuardedBackend (a CpuBackend whose every op opens the rank's blocks for its
+// duration). Any other host access (a std::fill, a vector copy, a loop over a buffer) is a
+// segmentation fault. GuardedRankDevice puts it together with a StagingCommunicator, as the CUDA
+// rank device does with cudaMalloc, the CudaBackend and its stream.
 //
 // With an activity log (GuardedRankDevice(..., log_activity = true)) the device also reports its
 // work as CUPTI reports a GPU's: each op a kernel named after it ("linear_forward"), each copy a
@@ -13,15 +13,11 @@
 // so a record spans its call.
 #pragma once
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <limits>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -36,6 +32,7 @@
 #include "engine/runtime/trainer.hpp"
 #include "engine/tensor/cpu/cpu_backend.hpp"
 #include "engine/tensor/device_allocator.hpp"
+#include "guarded_arena.hpp"
 #include "profiler/gpu/gpu_capture.hpp"
 
 namespace pipetune::testing {
@@ -124,37 +121,28 @@ class GuardedAllocator final : public tensor::DeviceAllocator {
   profiler::GpuCapture take_log() { return std::exchange(log_, {}); }
 
  protected:
-  // The mapped blocks are kept here, under the same lock as the open depth: the base class
+  // The live blocks are kept here, under the same lock as the open depth: the base class
   // registers a block only after do_allocate returns, and another rank's thread opening this
   // allocator for a peer copy in between would leave it closed while this rank's next op (a
   // nested open, which protects nothing) wrote to it.
   void* do_allocate(std::size_t bytes) override {
     std::lock_guard lock(state_);
-    void* p = ::mmap(nullptr, rounded(bytes), depth_ > 0 ? PROT_READ | PROT_WRITE : PROT_NONE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
-    mapped_[p] = bytes;
-    return p;
+    return arena_.allocate(bytes, depth_ > 0);
   }
-  void do_deallocate(void* block, std::size_t bytes) noexcept override {
+  void do_deallocate(void* block, std::size_t /*bytes*/) noexcept override {
     std::lock_guard lock(state_);
-    mapped_.erase(block);
-    ::munmap(block, rounded(bytes));
+    arena_.deallocate(block, depth_ > 0);
   }
 
  private:
-  static std::size_t page() { return static_cast<std::size_t>(::sysconf(_SC_PAGE_SIZE)); }
-  static std::size_t rounded(std::size_t bytes) { return (bytes + page() - 1) / page() * page(); }
-  void protect(int prot) {  // state_ held
-    for (const auto& [p, bytes] : mapped_) ::mprotect(p, rounded(bytes), prot);
-  }
+  static std::size_t page() { return GuardedArena::page(); }
   void open() {
     std::lock_guard lock(state_);
-    if (depth_++ == 0) protect(PROT_READ | PROT_WRITE);
+    if (depth_++ == 0) arena_.set_open(true);
   }
   void close() {
     std::lock_guard lock(state_);
-    if (--depth_ == 0) protect(PROT_NONE);
+    if (--depth_ == 0) arena_.set_open(false);
   }
 
   // The log is the rank thread's alone (its ops and copies).
@@ -185,7 +173,7 @@ class GuardedAllocator final : public tensor::DeviceAllocator {
 
   std::recursive_mutex state_;
   int depth_ = 0;
-  std::map<void*, std::size_t> mapped_;  // every live block, by address
+  GuardedArena arena_;  // every live block
   std::size_t peer_copies_ = 0;
   bool logging_ = false;
   int log_depth_ = 0;
