@@ -93,29 +93,39 @@ Tensor filled(tensor::Shape shape) {
   return t;
 }
 
+double seconds_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// Times each `call` alone, back to back, until `enough(calls made, seconds since the first)`, and
+// returns the median seconds per call: a call the scheduler preempted (one can take longer than
+// a whole window on a loaded machine) does not set the figure.
+template <class Fn, class Enough>
+double median_of_timed_calls(Fn&& call, Enough&& enough) {
+  std::vector<double> per_call;
+  per_call.reserve(64);
+  const auto start = Clock::now();
+  auto before = start;
+  do {
+    call();
+    const auto after = Clock::now();
+    per_call.push_back(seconds_between(before, after));
+    before = after;
+  } while (!enough(per_call.size(), seconds_between(start, before)));
+  return median_seconds(std::move(per_call));
+}
+
 // One warm-up call (first-touch page faults, pool wake-up, BLAS buffers), then all devices start
 // together and each repeats the call until `seconds` have passed and at least kMinCalls were made.
-// Returns the median seconds per call: each call is timed alone, so a call the scheduler preempted
-// (one can take longer than the whole window on a loaded machine) does not set the figure.
 template <class Fn>
 double time_per_call(comm::Communicator& comm, const comm::ProcessGroup& world, double seconds,
                      Fn&& call) {
   constexpr std::size_t kMinCalls = 5;
   call();
   comm.barrier(world);
-  std::vector<double> per_call;
-  per_call.reserve(64);
-  const auto start = Clock::now();
-  auto before = start;
-  double elapsed = 0.0;
-  do {
-    call();
-    const auto after = Clock::now();
-    per_call.push_back(std::chrono::duration<double>(after - before).count());
-    before = after;
-    elapsed = std::chrono::duration<double>(after - start).count();
-  } while (elapsed < seconds || per_call.size() < kMinCalls);
-  return median_seconds(std::move(per_call));
+  return median_of_timed_calls(call, [&](std::size_t calls, double elapsed) {
+    return calls >= kMinCalls && elapsed >= seconds;
+  });
 }
 
 // time_per_call for a collective: every member must make the same number of calls, so one timed
@@ -126,26 +136,15 @@ double time_per_collective(comm::Communicator& comm, const comm::ProcessGroup& w
   constexpr std::int64_t kMinCalls = 5, kMaxCalls = 100000;
   call();
   comm.barrier(world);
-  auto before = Clock::now();
+  const auto before = Clock::now();
   call();
-  auto after = Clock::now();
-  std::vector<float> slowest(
-      1, static_cast<float>(std::chrono::duration<double>(after - before).count()));
+  std::vector<float> slowest(1, static_cast<float>(seconds_between(before, Clock::now())));
   comm.all_reduce(world, slowest, comm::ReduceOp::max);
   const double first = std::max(static_cast<double>(slowest[0]), 1e-9);
-  const auto calls =
-      std::clamp(static_cast<std::int64_t>(std::ceil(seconds / first)), kMinCalls, kMaxCalls);
-  std::vector<double> per_call;
-  per_call.reserve(static_cast<std::size_t>(calls));
+  const auto calls = static_cast<std::size_t>(
+      std::clamp(static_cast<std::int64_t>(std::ceil(seconds / first)), kMinCalls, kMaxCalls));
   comm.barrier(world);
-  before = Clock::now();
-  for (std::int64_t i = 0; i < calls; ++i) {
-    call();
-    after = Clock::now();
-    per_call.push_back(std::chrono::duration<double>(after - before).count());
-    before = after;
-  }
-  return median_seconds(std::move(per_call));
+  return median_of_timed_calls(call, [&](std::size_t made, double) { return made >= calls; });
 }
 
 void measure_device(comm::Communicator& comm, const Sweep& sweep, int threads, double seconds,
@@ -243,22 +242,18 @@ Transfer measure_transfer(std::int64_t large_floats, double seconds) {
       message[0] = 1.0f;
       comm.send(1, tag, message);
       comm.recv(1, tag, reply);
-      std::vector<double> round_trips;
-      double elapsed = 0.0;
-      const auto start = Clock::now();
-      auto before = start;
-      do {
-        comm.send(1, tag, message);
-        comm.recv(1, tag, reply);
-        const auto after = Clock::now();
-        round_trips.push_back(std::chrono::duration<double>(after - before).count());
-        before = after;
-        elapsed = std::chrono::duration<double>(after - start).count();
-      } while (elapsed < seconds || round_trips.size() < kMinRoundTrips);
+      const double round_trip = median_of_timed_calls(
+          [&] {
+            comm.send(1, tag, message);
+            comm.recv(1, tag, reply);
+          },
+          [&](std::size_t rounds, double elapsed) {
+            return rounds >= kMinRoundTrips && elapsed >= seconds;
+          });
       message[0] = 0.0f;
       comm.send(1, tag, message);
       comm.recv(1, tag, reply);
-      return median_seconds(std::move(round_trips));
+      return round_trip;
     };
     small_round_trip = ping_pong(kSmallTag, small);
     large_round_trip = ping_pong(kLargeTag, large);
