@@ -15,10 +15,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <iterator>
 #include <map>
 #include <new>
+#include <system_error>
 
 namespace pipetune::testing {
 
@@ -83,8 +85,11 @@ class GuardedArena {
     const std::size_t p = page();
     return std::max<std::size_t>(1, (bytes + p - 1) / p) * p;
   }
+  // A failure here (ENOMEM: the process ran out of mappings) ends the test with errno's words:
+  // it comes from noexcept paths (a close, a free), where std::terminate prints what().
   static void protect(char* p, std::size_t bytes, int prot) {
-    if (::mprotect(p, bytes, prot) != 0) throw std::bad_alloc();
+    if (::mprotect(p, bytes, prot) != 0)
+      throw std::system_error(errno, std::generic_category(), "guarded arena: mprotect");
   }
 
   // First fit among the holes below the chunks' tops.
