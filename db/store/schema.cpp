@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <iterator>
 #include <stdexcept>
@@ -300,6 +302,26 @@ bool writable_here(const std::string& path) {
   return ::access(path.c_str(), W_OK) == 0 && ::access(dir.empty() ? "." : dir.c_str(), W_OK) == 0;
 }
 
+// A new workspace is built under a temporary name and linked into place once its schema is
+// committed, so a process killed while creating one leaves no empty database at `path` (which
+// every reader refuses as not a workspace), only the temporary file. Where the file system has no
+// hard links the workspace is created in place, as before.
+void create_workspace_file(const std::string& path) {
+  const std::string creating = path + ".creating-" + std::to_string(::getpid());
+  ::unlink(creating.c_str());
+  try {
+    sqlite::Connection db(creating, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    migrate(db, kSchemaVersion);
+  } catch (const sqlite::Error& e) {
+    ::unlink(creating.c_str());
+    if ((e.code() & 0xff) == SQLITE_CANTOPEN)
+      throw InputError(path + ": cannot open workspace (" + sqlite3_errstr(e.code()) + ")");
+    throw;
+  }
+  ::link(creating.c_str(), path.c_str());  // EEXIST: another process created it first
+  ::unlink(creating.c_str());
+}
+
 }  // namespace
 
 std::vector<std::string> workspace_tables() {
@@ -313,6 +335,7 @@ sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
     throw InputError(path + ": no such workspace (file not found)");
   if (exists && S_ISDIR(st.st_mode))
     throw InputError(path + ": not a pipetune workspace (a directory)");
+  if (!exists && mode == OpenMode::Create) create_workspace_file(path);
 
   // A workspace this process may not write (a shared, archived or mounted read-only file) is
   // read as immutable: a WAL database otherwise needs to write its index even to be read.
