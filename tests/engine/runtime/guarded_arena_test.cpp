@@ -81,7 +81,7 @@ TEST(GuardedArena, ABlockLargerThanAChunkGetsItsOwn) {
   GuardedArena arena;
   void* small = arena.allocate(page(), false);
   const std::size_t big = (std::size_t{1} << 30) + page();
-  void* large = arena.allocate(big, true);  // reserved, never touched beyond one page
+  void* large = arena.allocate(big, false);  // reserved, never touched beyond one page
   arena.set_open(true);
   EXPECT_EQ(read_first(large), 0);
   EXPECT_EQ(read_first(small), 0);
