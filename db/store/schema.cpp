@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "db/store/process_identity.hpp"
 #include "engine/errors.hpp"
 #include "profiler/trace.hpp"
 
@@ -300,12 +301,63 @@ bool writable_here(const std::string& path) {
   return ::access(path.c_str(), W_OK) == 0 && ::access(dir.empty() ? "." : dir.c_str(), W_OK) == 0;
 }
 
+// The temporary name a workspace is built under: `<path>.creating-<pid>.<start ticks>.<host>`
+// (ticks "x" when unknown), so that a later creation can tell a file left by a process killed
+// while creating from one that a live process is still building.
+std::string creating_name(const std::string& path, const ProcessIdentity& self) {
+  const std::string ticks = self.start_ticks >= 0 ? std::to_string(self.start_ticks) : "x";
+  return path + ".creating-" + std::to_string(self.pid) + "." + ticks + "." + self.host;
+}
+
+// The process that named a temporary file `<pid>.<ticks>.<host>[-journal]`; false when the name
+// is not of that form.
+bool parse_creator(std::string rest, ProcessIdentity& creator) {
+  constexpr std::string_view kJournal = "-journal";
+  if (rest.size() > kJournal.size() && rest.ends_with(kJournal))
+    rest.resize(rest.size() - kJournal.size());
+  const auto dot1 = rest.find('.');
+  const auto dot2 = dot1 == std::string::npos ? dot1 : rest.find('.', dot1 + 1);
+  if (dot2 == std::string::npos) return false;
+  const std::string pid = rest.substr(0, dot1), ticks = rest.substr(dot1 + 1, dot2 - dot1 - 1);
+  const auto digits = [](const std::string& t) {
+    return !t.empty() && t.size() < 19 &&
+           std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (!digits(pid) || !(ticks == "x" || digits(ticks))) return false;
+  creator.pid = std::stoll(pid);
+  creator.start_ticks = ticks == "x" ? -1 : std::stoll(ticks);
+  creator.host = rest.substr(dot2 + 1);
+  return true;
+}
+
+// Removes what creations of `path` killed before their link left beside it (the temporary file
+// and its rollback journal) when the process that made them is gone. Another host's files, and a
+// live process's, are kept. Best effort: a file that cannot be listed or removed stays.
+void remove_abandoned_creations(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string prefix = target.filename().string() + ".creating-";
+  std::vector<fs::path> abandoned;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    ProcessIdentity creator;
+    if (name.starts_with(prefix) && parse_creator(name.substr(prefix.size()), creator) &&
+        writer_state(creator) == WriterState::Dead)
+      abandoned.push_back(it->path());
+  }
+  for (const fs::path& file : abandoned) fs::remove(file, ec);
+}
+
 // A new workspace is built under a temporary name and linked into place once its schema is
 // committed, so a process killed while creating one leaves no empty database at `path` (which
-// every reader refuses as not a workspace), only the temporary file. Where the file system has no
-// hard links the workspace is created in place, as before.
+// every reader refuses as not a workspace), only the temporary file, which the next creation of
+// that path removes. Where the file system has no hard links the workspace is created in place,
+// as before.
 void create_workspace_file(const std::string& path) {
-  const std::string creating = path + ".creating-" + std::to_string(::getpid());
+  remove_abandoned_creations(path);
+  const std::string creating = creating_name(path, current_process());
   ::unlink(creating.c_str());
   try {
     sqlite::Connection db(creating, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);

@@ -48,7 +48,8 @@
 # GPT2_ARGS (environment): more options for gpt2_gpu_bench.sh, split as the shell splits words,
 # e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look; CAPTURE_ARGS: more
 # options for cuda_capture_bench (default '--benchmark_filter=:(0|1|2|5|7|9|10|11|12|13)/layers:12';
-# e.g. CAPTURE_ARGS='--benchmark_filter=:[0123]/' for the first four modes only); GEMM_ARGS:
+# e.g. CAPTURE_ARGS='--benchmark_filter=:[0123]/' for the first four modes only); CAPTURE_REPS: runs
+# of each capture mode (default 3); GEMM_ARGS:
 # cuda_gemm_bench's options (default '--benchmark_filter=-operands:2', without in-GEMM rounding); NCCL_HOSTS_NP: the process counts of step 2c (default "2 4", "" for none);
 # NCCL_TRAIN_PLANS: the training plans of steps 2b and 2c, names of
 # tests/engine/runtime/plan_matrix.hpp (each runs under the process count of its world size), or
@@ -378,8 +379,10 @@ PY
   # 31.83 to 32.05 ms between runs) then spreads over every mode instead of favouring the first.
   local capture_args=('--benchmark_filter=:(0|1|2|5|7|9|10|11|12|13)/layers:12')
   [ -n "${CAPTURE_ARGS:-}" ] && read -r -a capture_args <<<"$CAPTURE_ARGS"
+  local capture_reps="${CAPTURE_REPS:-3}"
+  [[ "$capture_reps" =~ ^[1-9][0-9]*$ ]] || capture_reps=3
   step cuda_capture_bench 150 "$scratch/.capture.log" "${run_env[@]}" \
-    "$build/tests/cuda_capture_bench" "${capture_args[@]}" --benchmark_repetitions=3 \
+    "$build/tests/cuda_capture_bench" "${capture_args[@]}" "--benchmark_repetitions=$capture_reps" \
     --benchmark_enable_random_interleaving=true \
     "--benchmark_out=$out/cuda_capture_bench.json" --benchmark_out_format=json
   if grep -q '^cuda_capture_bench: skipped' "$scratch/.capture.log"; then

@@ -9,10 +9,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "db/store/process_identity.hpp"
 #include "db/store/run_writer.hpp"
+#include "db/store/schema.hpp"
 #include "db/store/workspace.hpp"
 #include "store_test_support.hpp"
 
@@ -157,6 +160,45 @@ TEST(StoreCrash, TwoProcessesWritingOneWorkspaceLoseNothing) {
     for (std::size_t i = 0; i < back.trace.spans.size(); ++i)
       ASSERT_EQ(back.trace.spans[i].start_ns, 10 * static_cast<std::int64_t>(i)) << "span " << i;
   }
+}
+
+// A workspace is built as `<path>.creating-<pid>.<start ticks>.<host>` and linked into place
+// (db/store/schema.cpp). A creation killed before its link leaves that file and its rollback
+// journal; the next creation of the path removes them when their process is gone, and keeps a
+// live process's, another host's, and files whose names are not of that form.
+TEST(StoreCrash, CreationRemovesWhatKilledCreationsLeft) {
+  TempDir dir;
+  const std::string path = dir.file("w.db");
+  const pid_t gone = ::fork();
+  ASSERT_GE(gone, 0);
+  if (gone == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  const ProcessIdentity self = current_process();
+  ASSERT_FALSE(self.host.empty());
+  std::int64_t parent_ticks = -1;
+  bool zombie = false;
+  ASSERT_TRUE(read_process_start(::getppid(), parent_ticks, zombie));
+  const std::string prefix = path + ".creating-";
+  const std::string dead = prefix + std::to_string(gone) + ".12345." + self.host;
+  const std::vector<std::string> removed = {dead, dead + "-journal",
+                                            prefix + std::to_string(gone) + ".x." + self.host};
+  const std::vector<std::string> kept = {
+      prefix + std::to_string(::getppid()) + "." + std::to_string(parent_ticks) + "." + self.host,
+      prefix + std::to_string(gone) + ".12345.another-host.invalid", prefix + "notes.txt",
+      prefix + std::to_string(gone) + ".12345", path + ".creating"};
+  for (const auto& file : removed) std::ofstream(file) << "left by a killed creation";
+  for (const auto& file : kept) std::ofstream(file) << "not ours to remove";
+
+  { auto db = open_workspace_db(path, OpenMode::Create); }
+
+  for (const auto& file : removed) EXPECT_FALSE(std::filesystem::exists(file)) << file;
+  for (const auto& file : kept) EXPECT_TRUE(std::filesystem::exists(file)) << file;
+  EXPECT_EQ(Workspace(path).runs().size(), 0u);  // a workspace, opened as an existing one
+  std::size_t ours = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file("")))
+    ours += entry.path().filename().string().starts_with("w.db.creating-" +
+                                                         std::to_string(self.pid) + ".");
+  EXPECT_EQ(ours, 0u) << "this creation's own temporary file is still there";
 }
 
 }  // namespace
