@@ -14,6 +14,8 @@
 #   WORK_DIR keeps the profiles, run files and JSON (default: a temporary directory).
 #   PIPETUNE_STEPS (default 8) training steps per plan; the measured figures are the mean over
 #   the steps after the first (`pipetune report --iteration K`: compute per stage, iteration).
+#   The last lines give the spread between plans the model gives the same work per stage
+#   (1f1b, zb-h1, interleaved-1f1b): the machine's noise in that run.
 set -euo pipefail
 build="${1:-build}"
 work="${2:-$(mktemp -d)}"
@@ -110,10 +112,13 @@ def measured(name):
     return per_stage, mean(iteration)
 
 worst = 0.0
+same_work = {}  # predicted busy per stage (to 0.1 ms) -> [(plan, measured busy per stage)]
 print(f"\n{'plan':<36} {'stage':>5} {'predicted':>12} {'measured':>12} {'error':>8}")
 for name in names:
     pred = json.load(open(f"{work}/{name}.predicted.json"))
     busy, iteration = measured(name)
+    key = tuple(round(st["busy"] * 1e4) for st in pred["stages"])
+    same_work.setdefault(key, []).append((name, [busy[st["stage"]] for st in pred["stages"]]))
     for st in pred["stages"]:
         p, m = st["busy"], busy[st["stage"]]
         err = (p - m) / m
@@ -125,4 +130,16 @@ for name in names:
     print(f"{name:<36} {'iter':>5} {p*1e3:>9.1f} ms {m*1e3:>9.1f} ms {100*err:>7.1f}%")
 print(f"\nworst per-stage error {100*worst:.1f}% (target 10%): "
       f"{'met' if worst <= 0.10 else 'NOT met'}")
+# Plans the model gives the same work per stage (e.g. 1f1b, zb-h1 and interleaved-1f1b: the same
+# ops, ordered otherwise) measured apart by this much: the machine's noise in this run, a floor
+# under the errors above that no prediction can beat.
+for group in same_work.values():
+    if len(group) < 2:
+        continue
+    spreads = []
+    for s in range(len(group[0][1])):
+        ms = [b[s] for _, b in group]
+        spreads.append(f"stage {s} {' / '.join(f'{m*1e3:.1f}' for m in ms)} ms "
+                       f"(spread {100 * (max(ms) / min(ms) - 1):.1f}%)")
+    print(f"same predicted work, measured: {', '.join(n for n, _ in group)}: " + "; ".join(spreads))
 PY
