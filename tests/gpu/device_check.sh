@@ -74,6 +74,9 @@ case "${1:-}" in
   *) echo "device_check: no arguments (BUILD, LIBS, BUDGET and OUT are read from the environment)" >&2; exit 2 ;;
 esac
 [[ "$budget" =~ ^[1-9][0-9]*$ ]] || { echo "device_check: BUDGET must be seconds, not '$budget'" >&2; exit 2; }
+capture_reps="${CAPTURE_REPS:-3}"
+[[ "$capture_reps" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "device_check: CAPTURE_REPS must be a positive count, not '$capture_reps'" >&2; exit 2; }
 out="${OUT:-}"
 [ -n "$out" ] || out="$(mktemp -d /tmp/device_check.XXXXXX)"
 mkdir -p "$out" || { echo "device_check: cannot create $out" >&2; exit 2; }
@@ -379,8 +382,6 @@ PY
   # 31.83 to 32.05 ms between runs) then spreads over every mode instead of favouring the first.
   local capture_args=('--benchmark_filter=:(0|1|2|5|7|9|10|11|12|13)/layers:12')
   [ -n "${CAPTURE_ARGS:-}" ] && read -r -a capture_args <<<"$CAPTURE_ARGS"
-  local capture_reps="${CAPTURE_REPS:-3}"
-  [[ "$capture_reps" =~ ^[1-9][0-9]*$ ]] || capture_reps=3
   step cuda_capture_bench 150 "$scratch/.capture.log" "${run_env[@]}" \
     "$build/tests/cuda_capture_bench" "${capture_args[@]}" "--benchmark_repetitions=$capture_reps" \
     --benchmark_enable_random_interleaving=true \
