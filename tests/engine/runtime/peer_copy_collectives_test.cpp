@@ -7,13 +7,13 @@
 #include <cmath>
 #include <limits>
 #include <optional>
-#include <random>
 #include <vector>
 
 #include "engine/comm/comm_errors.hpp"
 #include "engine/comm/thread_cluster.hpp"
 #include "engine/runtime/peer_copy_communicator.hpp"
 #include "engine/runtime/staging_communicator.hpp"
+#include "tests/engine/runtime/every_collective_check.hpp"
 #include "tests/engine/runtime/guarded_device.hpp"
 
 namespace pipetune::runtime {
@@ -45,23 +45,8 @@ class DeviceVector {
   float* p_ = nullptr;
 };
 
-std::vector<float> values(int rank, int salt, std::size_t n) {
-  std::mt19937 rng(static_cast<unsigned>(rank * 1000 + salt));
-  // Magnitudes apart, so that another summation order changes the bits.
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i)
-    v[i] = u(rng) * std::pow(10.0f, static_cast<float>((rank + static_cast<int>(i)) % 7 - 3));
-  return v;
-}
-
-// Bitwise equality, NaN included.
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return false;
-  return true;
-}
+using testing::every_collective::same_bits;
+using testing::every_collective::values;
 
 // Runs `fn(peers, storage, reference)` on 4 ranks, each with its guarded storage and a
 // PeerCopyCommunicator over the run's exchange (all-reduce pieces of 5 floats).
@@ -73,6 +58,24 @@ void run_four(PeerExchange& exchange, Fn fn) {
     PeerCopyCommunicator peers(comm, staged, storage, exchange, 5);
     fn(peers, storage, comm);
   });
+}
+
+// The body the GPU runs (tests/gpu/cuda_peer_collectives_test.cpp), every collective in turn,
+// here on the host emulation: with the GPU's pieces and with pieces small enough that each
+// all-reduce takes many rounds.
+TEST(PeerCopyCollectives, EveryCollectiveAsTheGpuTestRunsIt) {
+  namespace every_collective = testing::every_collective;
+  for (const std::size_t piece : {std::size_t{1000}, std::size_t{64}}) {
+    PeerExchange x;
+    comm::ThreadCluster(4).run([&](comm::Communicator& comm) {
+      testing::GuardedAllocator storage;
+      StagingCommunicator staged(comm, storage);
+      PeerCopyCommunicator peers(comm, staged, storage, x, piece);
+      every_collective::check(peers, storage, comm, piece);
+    });
+    EXPECT_EQ(x.shared_posted(), 4 * every_collective::posts_per_member(piece) + 1)
+        << "pieces of " << piece;
+  }
 }
 
 TEST(PeerCopyCollectives, AllReduceSumAndMaxAreTheThreadCommunicatorsBits) {
