@@ -40,3 +40,47 @@ bundle_copy_libraries() {
     done < <(ldd "$bin")
   done
 }
+
+# What a bundle's binaries are built from, as a git pathspec: the tree but the text they do not
+# hold (Markdown, shell and Python scripts: device_check.sh and the benchmark scripts run from the
+# tree on the GPU machine; scripts/ and .ci/).
+bundle_built_from=(. ':(exclude,glob)**/*.md' ':(exclude,glob)**/*.sh' ':(exclude,glob)**/*.py'
+                   ':(exclude)scripts' ':(exclude).ci')
+
+# bundle_commit_line: bundle-info.txt's commit line: HEAD, and whether the working tree differs
+# from it in what the binaries are built from.
+bundle_commit_line() {
+  echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- "${bundle_built_from[@]}" 2>/dev/null ||
+    echo ' + uncommitted changes')"
+}
+
+# bundle_current FOLDER: whether the bundle in FOLDER (its bundle-info.txt) was built from what the
+# working tree holds now, so that a GPU session does not spend its minutes on old binaries.
+# Prints one line saying which, and the files that differ; returns 0 when current, 1 when not (or
+# when that cannot be told).
+bundle_current() {
+  local info="$1/bundle-info.txt" commit changed
+  if [ ! -f "$info" ]; then
+    echo "$1: no bundle (no bundle-info.txt)"
+    return 1
+  fi
+  commit="$(sed -n 's/^commit: \([0-9a-f]\{40\}\).*/\1/p' "$info")"
+  if [ -z "$commit" ] || ! git cat-file -e "$commit^{commit}" 2>/dev/null; then
+    echo "$1: its commit is not in this repository ($(grep -m1 '^commit:' "$info" || echo 'none named'))"
+    return 1
+  fi
+  if grep -q '^commit: .* + uncommitted changes' "$info"; then
+    echo "$1: built from ${commit:0:7} with uncommitted changes, which cannot be compared"
+    return 1
+  fi
+  changed="$(git diff --name-only "$commit" -- "${bundle_built_from[@]}")"
+  changed+="${changed:+$'\n'}$(git ls-files --others --exclude-standard -- "${bundle_built_from[@]}" |
+    sed 's/$/ (untracked)/')"
+  if [ -z "$changed" ]; then
+    echo "$1: current (built from ${commit:0:7}; nothing the binaries hold has changed since)"
+    return 0
+  fi
+  echo "$1: out of date: built from ${commit:0:7}, and these changed since (rebuild it):"
+  printf '%s\n' "$changed" | sed '/^$/d; s/^/  /'
+  return 1
+}
