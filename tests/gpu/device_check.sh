@@ -49,7 +49,9 @@
 # e.g. GPT2_ARGS='--batches "8 4" --steps 3 --no-pp' for a short first look; CAPTURE_ARGS: more
 # options for cuda_capture_bench (default '--benchmark_filter=:(0|1|2|5|7|9|10|11|12|13)/layers:12';
 # e.g. CAPTURE_ARGS='--benchmark_filter=:[0123]/' for the first four modes only); CAPTURE_REPS: runs
-# of each capture mode (default 3); GEMM_ARGS:
+# of each capture mode (default 3); GPU_TESTS_CAP: seconds gpu_tests may take (default 300: the
+# matrix has 52 plans, each also trained on the CPU for reference; 200 was set for 31), and
+# GPU_TESTS_FILTER a --gtest_filter for it (default all); GEMM_ARGS:
 # cuda_gemm_bench's options (default '--benchmark_filter=-operands:2', without in-GEMM rounding); NCCL_HOSTS_NP: the process counts of step 2c (default "2 4", "" for none);
 # NCCL_TRAIN_PLANS: the training plans of steps 2b and 2c, names of
 # tests/engine/runtime/plan_matrix.hpp (each runs under the process count of its world size), or
@@ -77,6 +79,9 @@ esac
 capture_reps="${CAPTURE_REPS:-3}"
 [[ "$capture_reps" =~ ^[1-9][0-9]*$ ]] ||
   { echo "device_check: CAPTURE_REPS must be a positive count, not '$capture_reps'" >&2; exit 2; }
+gpu_tests_cap="${GPU_TESTS_CAP:-300}"
+[[ "$gpu_tests_cap" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "device_check: GPU_TESTS_CAP must be seconds, not '$gpu_tests_cap'" >&2; exit 2; }
 out="${OUT:-}"
 [ -n "$out" ] || out="$(mktemp -d /tmp/device_check.XXXXXX)"
 mkdir -p "$out" || { echo "device_check: cannot create $out" >&2; exit 2; }
@@ -279,8 +284,8 @@ checks() {
   fi
 
   # --- 2. GPU tests ---------------------------------------------------------------------------------
-  step gpu_tests 200 "$scratch/.gpu.log" "${run_env[@]}" "$build/tests/gpu_tests" \
-    "--gtest_output=xml:$out/gpu_tests.xml"
+  step gpu_tests "$gpu_tests_cap" "$scratch/.gpu.log" "${run_env[@]}" "$build/tests/gpu_tests" \
+    "--gtest_output=xml:$out/gpu_tests.xml" ${GPU_TESTS_FILTER:+"--gtest_filter=$GPU_TESTS_FILTER"}
   summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.gpu.log")"
   if ! grep -q '\[  PASSED  \] [1-9]' "$scratch/.gpu.log" && grep -q '\[  SKIPPED \]' "$scratch/.gpu.log"; then
     summary[-1]="${summary[-1]} (every test skipped: the CUDA runtime finds no device)"
