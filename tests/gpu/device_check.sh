@@ -56,7 +56,8 @@
 # NCCL_TRAIN_PLANS: the training plans of steps 2b and 2c, names of
 # tests/engine/runtime/plan_matrix.hpp (each runs under the process count of its world size), or
 # "all" for the whole matrix (default: one plan of each kind, as fits the budget: single pp2_1f1b
-# dp2_zero1 tp2 pp2_zbv pp2_1f1b_vocab1 moe_ep2_dp2 pp4_1f1b tp2_pp2_vocab1 moe_pp2_ep2_dp2_zbh1);
+# dp2_zero1 tp2 pp2_zbv pp2_1f1b_vocab1 moe_ep2_dp2 pp4_1f1b tp2_pp2_vocab1 moe_pp2_ep2_dp2_zbh1 tp2_sp
+# pp2_dp2_zero3_vocab1);
 # SKIP: step names
 # not to run (e.g. SKIP="cuda_capture_bench cuda_attention_bench" to rerun the rest; default
 # "cuda_attention_bench cuda_gemm_bench", SKIP="" runs every step).
@@ -299,7 +300,7 @@ checks() {
   if [ "${NCCL_TRAIN_PLANS:-}" != all ]; then
     nccl_filter="NcclCommunicatorGpu.*"
     for plan in ${NCCL_TRAIN_PLANS:-single pp2_1f1b dp2_zero1 tp2 pp2_zbv pp2_1f1b_vocab1 \
-      moe_ep2_dp2 pp4_1f1b tp2_pp2_vocab1 moe_pp2_ep2_dp2_zbh1}; do
+      moe_ep2_dp2 pp4_1f1b tp2_pp2_vocab1 moe_pp2_ep2_dp2_zbh1 tp2_sp pp2_dp2_zero3_vocab1}; do
       nccl_filter="$nccl_filter:Plans/NcclTraining.*/$plan"
     done
   fi
