@@ -76,13 +76,15 @@ case "${1:-}" in
   "") ;;
   *) echo "device_check: no arguments (BUILD, LIBS, BUDGET and OUT are read from the environment)" >&2; exit 2 ;;
 esac
-[[ "$budget" =~ ^[1-9][0-9]*$ ]] || { echo "device_check: BUDGET must be seconds, not '$budget'" >&2; exit 2; }
+# positive NAME VALUE WHAT: exits 2 with one line unless VALUE is a positive whole number.
+positive() {
+  [[ "$2" =~ ^[1-9][0-9]*$ ]] || { echo "device_check: $1 must be $3, not '$2'" >&2; exit 2; }
+}
+positive BUDGET "$budget" seconds
 capture_reps="${CAPTURE_REPS:-3}"
-[[ "$capture_reps" =~ ^[1-9][0-9]*$ ]] ||
-  { echo "device_check: CAPTURE_REPS must be a positive count, not '$capture_reps'" >&2; exit 2; }
+positive CAPTURE_REPS "$capture_reps" "a positive count"
 gpu_tests_cap="${GPU_TESTS_CAP:-300}"
-[[ "$gpu_tests_cap" =~ ^[1-9][0-9]*$ ]] ||
-  { echo "device_check: GPU_TESTS_CAP must be seconds, not '$gpu_tests_cap'" >&2; exit 2; }
+positive GPU_TESTS_CAP "$gpu_tests_cap" seconds
 out="${OUT:-}"
 [ -n "$out" ] || out="$(mktemp -d /tmp/device_check.XXXXXX)"
 mkdir -p "$out" || { echo "device_check: cannot create $out" >&2; exit 2; }
