@@ -36,9 +36,10 @@ DataLoader::DataLoader(std::unique_ptr<TokenSource> source, LoaderConfig config)
 }
 
 int64_t DataLoader::samples_in_part(int64_t part) const {
+  // Each sample needs one token past its end for the last target, as in llm.c. The unbounded
+  // synthetic stream (kUnbounded = INT64_MAX tokens) ends the same way: where a sample's last
+  // token would no longer have an int64 position, so no offset computed from a sample overflows.
   const int64_t n = source_->part_tokens(part);
-  if (n == TokenSource::kUnbounded) return TokenSource::kUnbounded;
-  // Each sample needs one token past its end for the last target, as in llm.c.
   return n < 1 ? 0 : (n - 1) / sample_tokens_;
 }
 
@@ -62,12 +63,20 @@ void DataLoader::restore(const LoaderState& state) {
     bad("it was saved with a global sample of " + std::to_string(state.sample_tokens) +
         " tokens (B*T*dp) but this loader uses " + std::to_string(sample_tokens_));
   }
-  if (state.epoch < 0 || state.part < 0 || state.part >= source_->num_parts()) {
+  // An epoch count no run reaches (a pass is at least one sample), so that counting on from it
+  // cannot overflow.
+  if (state.epoch < 0 || state.epoch > kMaxEpoch) {
+    bad("the epoch is outside 0.." + std::to_string(kMaxEpoch) + "; hint: a corrupted checkpoint");
+  }
+  if (state.part < 0 || state.part >= source_->num_parts()) {
     bad("there are " + std::to_string(source_->num_parts()) + " parts");
   }
   if (state.sample < 0 || (state.sample > 0 && state.sample >= samples_in_part(state.part))) {
+    const bool unbounded = source_->part_tokens(state.part) == TokenSource::kUnbounded;
     bad(source_->describe(state.part) + " has " + std::to_string(samples_in_part(state.part)) +
-        " samples; hint: the data files changed since the checkpoint");
+        " samples" +
+        (unbounded ? " before its positions overflow; hint: a corrupted checkpoint"
+                   : "; hint: the data files changed since the checkpoint"));
   }
   state_ = state;
   skip_empty_parts();  // a fresh start may sit on a part too small for one sample

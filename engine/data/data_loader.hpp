@@ -60,8 +60,11 @@ class DataLoader {
   void reset() { restore({0, 0, 0, sample_tokens_}); }
 
   const LoaderConfig& config() const { return config_; }
-  // Global samples in a part (kUnbounded for the synthetic stream): micro-steps per pass over it.
+  // Global samples in a part: micro-steps per pass over it. The synthetic stream's are as many
+  // as int64 token positions address (about 9.2e18 / (B*T*dp)).
   int64_t samples_in_part(int64_t part) const;
+  // The largest epoch restore() accepts.
+  static constexpr int64_t kMaxEpoch = int64_t{1} << 62;
 
  private:
   void skip_empty_parts();

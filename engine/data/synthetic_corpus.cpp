@@ -148,6 +148,10 @@ void SyntheticCorpus::generate(int64_t doc, int64_t begin, std::span<int32_t> ou
 void SyntheticCorpus::read(int64_t position, std::span<int32_t> out) const {
   if (position < 0)
     throw InputError("synthetic corpus: negative position " + std::to_string(position));
+  if (static_cast<uint64_t>(position) + out.size() >
+      static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    throw InputError("synthetic corpus: tokens from position " + std::to_string(position) +
+                     " run past the last int64 position");
   const int64_t D = config_.document_length;
   size_t done = 0;
   while (done < out.size()) {

@@ -71,4 +71,45 @@ class ScratchFile {
   std::filesystem::path path_;
 };
 
+// An empty folder of this process (under /dev/shm when there is one) for inputs that are several
+// files (a checkpoint); emptied before each input and removed on destruction.
+class ScratchDirectory {
+ public:
+  explicit ScratchDirectory(std::string_view suffix) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path dir =
+        fs::is_directory("/dev/shm", ec) ? fs::path("/dev/shm") : fs::temp_directory_path();
+    path_ = dir / ("pipetune_fuzz_" + std::to_string(::getpid()) + std::string(suffix));
+    fs::remove_all(path_, ec);
+    if (!fs::create_directory(path_, ec)) {
+      std::fprintf(stderr, "fuzz: cannot create %s\n", path_.c_str());
+      std::abort();
+    }
+  }
+  ~ScratchDirectory() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDirectory(const ScratchDirectory&) = delete;
+  ScratchDirectory& operator=(const ScratchDirectory&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+
+  // Writes `bytes` to the file `name` in the folder; aborts when it cannot.
+  void write(const std::string& name, std::string_view bytes) const {
+    const std::filesystem::path file = path_ / name;
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "fuzz: cannot write %s\n", file.c_str());
+      std::abort();
+    }
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
 }  // namespace pipetune::fuzz

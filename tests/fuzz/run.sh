@@ -3,8 +3,8 @@
 #   tests/fuzz/run.sh [--seconds N | --runs N] [TARGET...]
 #     --seconds N  fuzz each target N seconds (default 60)
 #     --runs N     or N executions each
-#     TARGET       spec_toml, plan_schedule, workspace_read, nsys_import, chrome_import (default
-#                  all: tests/fuzz/*_fuzz.cpp)
+#     TARGET       spec_toml, plan_schedule, workspace_read, nsys_import, chrome_import,
+#                  checkpoint_read (default all: tests/fuzz/*_fuzz.cpp)
 # Each target starts from a working corpus in build-fuzz/fuzz/<target>/corpus, seeded from
 # tests/fuzz/corpus/<target> and regressions/<target> (the checked-in seeds are never written),
 # runs one process (-jobs=1 is the same) with -timeout=10 -rss_limit_mb=2048, and keeps what it

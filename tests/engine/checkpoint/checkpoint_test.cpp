@@ -2,8 +2,8 @@
 // tensors, rng and loader state, meta); every truncation, flipped byte, bad magic or version,
 // absurd length and manifest/rank-file disagreement is an InputError naming the file; a failed
 // write (unwritable parent, disk full, a file or foreign directory in the way) is a runtime error
-// that leaves the old checkpoint or none and no temporary directory. Then through the trainer: a
-// resumed run repeats the uninterrupted run's losses bit for bit.
+// that leaves the old checkpoint or none and no temporary directory. Through the trainer:
+// checkpoint_resume_test.cpp.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -21,56 +21,19 @@
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/data/random.hpp"
 #include "engine/errors.hpp"
-#include "engine/runtime/trainer.hpp"
-#include "engine/spec/load.hpp"
+#include "tests/engine/checkpoint/checkpoint_test_support.hpp"
 
 namespace pipetune::checkpoint {
 namespace {
 
-using runtime::train;
-using runtime::TrainOptions;
-using runtime::TrainResult;
+using test_support::expect_input_error;
+using test_support::read_file;
+using test_support::ScratchTest;
+using test_support::write_file;
 
 namespace fs = std::filesystem;
 
-// A scratch directory per test (and process: two builds may run the suite at once).
-class ScratchTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("pipetune_ckpt_" + std::string(info->test_suite_name()) +
-                                        "_" + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    for (const fs::path& p : {dir_, dir_ / "ro"})
-      fs::permissions(p, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(dir_, ec);
-  }
-  // Names in dir_ (or `in`), sorted: what a failed write must not add to.
-  std::vector<std::string> entries(const fs::path& in = {}) const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(in.empty() ? dir_ : in))
-      names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-  fs::path dir_;
-};
-
 // ---- helpers --------------------------------------------------------------------------------
-
-std::vector<char> read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const fs::path& p, const std::vector<char>& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 void write_text(const fs::path& p, const std::string& text) {
   write_file(p, std::vector<char>(text.begin(), text.end()));
@@ -181,21 +144,6 @@ void expect_same_manifest(const CheckpointManifest& want, const CheckpointManife
   EXPECT_EQ(got.model, want.model);
   EXPECT_EQ(got.plan, want.plan);
   EXPECT_EQ(got.seed, want.seed);
-}
-
-// Runs `f`, which must throw InputError whose message holds every fragment.
-void expect_input_error(const std::function<void()>& f, const std::vector<std::string>& fragments,
-                        const std::string& context = "") {
-  try {
-    f();
-    ADD_FAILURE() << context << ": expected an InputError";
-  } catch (const InputError& e) {
-    const std::string what = e.what();
-    EXPECT_EQ(what.find('\n'), std::string::npos) << "one line: " << what;
-    for (const std::string& fragment : fragments)
-      EXPECT_NE(what.find(fragment), std::string::npos)
-          << context << ": '" << fragment << "' not in: " << what;
-  }
 }
 
 // Runs `f`, which must throw a runtime error that is not an InputError, naming `fragment`.
@@ -585,163 +533,6 @@ TEST_F(CheckpointFormatTest, InconsistentArgumentsWriteNothing) {
   expect_invalid(sample_manifest(1), names, "'w' is given twice");
   expect_invalid(sample_manifest(1, -1), sample_ranks(1), "negative");
   EXPECT_TRUE(entries().empty());
-}
-
-// ---- through the trainer --------------------------------------------------------------------
-
-class CheckpointTest : public ScratchTest {
- protected:
-  static TrainOptions options(const std::string& model, int tp, int pp, int dp, int ep, int zero) {
-    TrainOptions o;
-    o.model = spec::load_model(model);
-    o.plan.tp = tp;
-    o.plan.pp = pp;
-    o.plan.dp = dp;
-    o.plan.ep = ep;
-    o.plan.zero_stage = zero;
-    o.plan.micro_batch_size = 2;
-    o.plan.microbatches = 4;
-    o.threads_per_rank = 1;
-    o.steps = 6;
-    return o;
-  }
-  void expect_resume_repeats(TrainOptions o) {
-    const TrainResult whole = train(o);
-    TrainOptions first = o;
-    first.steps = 3;
-    first.checkpoint_dir = (dir_ / "ck").string();
-    (void)train(first);
-    TrainOptions rest = o;
-    rest.resume_dir = (dir_ / "ck").string();
-    const TrainResult resumed = train(rest);
-    ASSERT_EQ(resumed.first_step, 4);
-    ASSERT_EQ(resumed.steps.size(), 3u);
-    for (int i = 0; i < 3; ++i) {
-      EXPECT_EQ(resumed.steps[static_cast<std::size_t>(i)].loss,
-                whole.steps[static_cast<std::size_t>(i + 3)].loss)
-          << "step " << i + 4;  // bit for bit
-      EXPECT_EQ(resumed.steps[static_cast<std::size_t>(i)].grad_norm,
-                whole.steps[static_cast<std::size_t>(i + 3)].grad_norm);
-    }
-  }
-};
-
-TEST_F(CheckpointTest, ResumeRepeatsLossesBitForBit_Tp2Pp2Dp2Zero1) {
-  expect_resume_repeats(options("tiny", 2, 2, 2, 1, 1));
-}
-
-// ZeRO-2 and 3: each rank's checkpoint holds the moments (and under ZeRO-3 the values) of its
-// shards of every unit.
-TEST_F(CheckpointTest, ResumeRepeatsLossesBitForBit_Pp2Dp2Zero2) {
-  expect_resume_repeats(options("tiny", 1, 2, 2, 1, 2));
-}
-
-TEST_F(CheckpointTest, ResumeRepeatsLossesBitForBit_MoeEp2Dp4Zero3) {
-  expect_resume_repeats(options("tiny-moe", 1, 1, 4, 2, 3));
-}
-
-TEST_F(CheckpointTest, ResumeRepeatsLossesBitForBit_MoeEp2) {
-  expect_resume_repeats(options("tiny-moe", 1, 1, 2, 2, 0));
-}
-
-TEST_F(CheckpointTest, PeriodicCheckpointsReplaceTheOldOneAtomically) {
-  TrainOptions o = options("tiny", 1, 2, 1, 1, 0);
-  o.checkpoint_dir = (dir_ / "ck").string();
-  o.checkpoint_every = 2;
-  o.steps = 5;
-  (void)train(o);
-  EXPECT_EQ(read_checkpoint_manifest(dir_ / "ck").step, 5);
-  EXPECT_EQ(entries(), std::vector<std::string>{"ck"}) << "temporary or old directories left";
-}
-
-// Writes a 1-step checkpoint of a 2-rank plan and returns its directory.
-fs::path make_checkpoint(const fs::path& dir) {
-  TrainOptions o;
-  o.model = spec::load_model("tiny");
-  o.plan.pp = 2;
-  o.plan.microbatches = 2;
-  o.steps = 1;
-  o.threads_per_rank = 1;
-  o.checkpoint_dir = (dir / "ck").string();
-  (void)train(o);
-  return dir / "ck";
-}
-
-TrainOptions resume_options(const fs::path& ck) {
-  TrainOptions o;
-  o.model = spec::load_model("tiny");
-  o.plan.pp = 2;
-  o.plan.microbatches = 2;
-  o.steps = 2;
-  o.threads_per_rank = 1;
-  o.resume_dir = ck.string();
-  return o;
-}
-
-void expect_train_input_error(const TrainOptions& o, const std::string& fragment) {
-  expect_input_error([&] { (void)train(o); }, {fragment});
-}
-
-TEST_F(CheckpointTest, TruncatedRankFileIsAnInputError) {
-  const fs::path ck = make_checkpoint(dir_);
-  const fs::path f = ck / "rank-00001.bin";
-  const auto size = fs::file_size(f);
-  for (std::uintmax_t cut : {std::uintmax_t{3}, std::uintmax_t{30}, size / 2, size - 1}) {
-    const fs::path copy = dir_ / "copy";
-    fs::remove_all(copy);
-    fs::copy(ck, copy);
-    fs::resize_file(copy / "rank-00001.bin", cut);
-    expect_train_input_error(resume_options(copy), "rank-00001.bin");
-  }
-}
-
-TEST_F(CheckpointTest, FlippedByteIsAnInputError) {
-  const fs::path ck = make_checkpoint(dir_);
-  const fs::path f = ck / "rank-00000.bin";
-  std::vector<char> b = read_file(f);
-  b[b.size() / 2] = static_cast<char>(b[b.size() / 2] ^ 0x10);
-  write_file(f, b);
-  expect_train_input_error(resume_options(ck), "checksum");
-}
-
-TEST_F(CheckpointTest, MissingRankFileAndBadMagic) {
-  const fs::path ck = make_checkpoint(dir_);
-  {
-    std::fstream io(ck / "rank-00000.bin", std::ios::in | std::ios::out | std::ios::binary);
-    io.write("XXXX", 4);
-  }
-  expect_train_input_error(resume_options(ck), "bad magic");
-  fs::remove(ck / "rank-00001.bin");
-  fs::remove(ck / "rank-00000.bin");
-  expect_train_input_error(resume_options(ck), "rank-0000");
-}
-
-TEST_F(CheckpointTest, DifferentPlanOrModelIsRefused) {
-  const fs::path ck = make_checkpoint(dir_);
-  TrainOptions o = resume_options(ck);
-  o.plan.microbatches = 4;
-  expect_train_input_error(o, "was written by plan");
-  TrainOptions m = resume_options(ck);
-  m.model = spec::load_model("tiny-moe");
-  expect_train_input_error(m, "model");
-  TrainOptions done = resume_options(ck);
-  done.steps = 1;
-  expect_train_input_error(done, "leaves nothing to train");
-  expect_train_input_error(resume_options(dir_ / "nope"), "does not exist");
-}
-
-TEST_F(CheckpointTest, FailedWriteLeavesNothingBehind) {
-  // A regular file where the directory should go.
-  { std::ofstream(dir_ / "file") << "x"; }
-  TrainOptions o = resume_options({});
-  o.resume_dir.clear();
-  o.steps = 1;
-  o.checkpoint_dir = (dir_ / "file").string();
-  EXPECT_THROW((void)train(o), std::runtime_error);
-  // A parent that does not exist.
-  o.checkpoint_dir = (dir_ / "missing" / "ck").string();
-  EXPECT_THROW((void)train(o), std::runtime_error);
-  EXPECT_EQ(entries(), std::vector<std::string>{"file"}) << "temporary directories left behind";
 }
 
 }  // namespace

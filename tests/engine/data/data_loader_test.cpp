@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <numeric>
 
 #include "engine/errors.hpp"
@@ -106,6 +107,35 @@ TEST(DataLoaderTest, RestoreRefusesAForeignState) {
   s = loader.state();
   s.part = 1;  // the synthetic source has one part
   EXPECT_THROW(loader.restore(s), InputError);
+}
+
+// A checkpoint's position on the synthetic stream is refused when its sample's tokens would run
+// past the last int64 position: sample * B*T*dp used to overflow (a sample of 2^62 at B*T*dp =
+// 128 trained from a wrapped position). The last sample that fits is read and wraps the epoch.
+TEST(DataLoaderTest, RestoreRefusesASampleWhoseTokensOverflowTheStream) {
+  const auto corpus = small_corpus();
+  const int64_t B = 4, T = 32, st = B * T;  // dp = 1
+  auto loader = make_synthetic_loader(corpus, config(B, T));
+  // Closed form: the last sample s has s*st + st + 1 <= INT64_MAX < (s+1)*st + st + 1.
+  const int64_t last = loader.samples_in_part(0) - 1;
+  const __int128 max = std::numeric_limits<int64_t>::max();
+  EXPECT_LE(static_cast<__int128>(last) * st + st + 1, max);
+  EXPECT_GT(static_cast<__int128>(last + 1) * st + st + 1, max);
+
+  loader.restore({3, 0, last, st});
+  const Batch b = loader.next();
+  const auto expected = corpus->tokens(last * st, B * T + 1);
+  EXPECT_TRUE(std::equal(b.inputs.begin(), b.inputs.end(), expected.begin()));
+  EXPECT_TRUE(std::equal(b.targets.begin(), b.targets.end(), expected.begin() + 1));
+  EXPECT_EQ(loader.state(), (LoaderState{4, 0, 0, st}));  // the next pass begins
+
+  EXPECT_THROW(loader.restore({0, 0, last + 1, st}), InputError);
+  EXPECT_THROW(loader.restore({0, 0, int64_t{1} << 62, st}), InputError);
+  EXPECT_THROW(loader.restore({0, 0, std::numeric_limits<int64_t>::max(), st}), InputError);
+  // An epoch count no run reaches is refused too, so counting on from it cannot overflow.
+  loader.restore({DataLoader::kMaxEpoch, 0, 5, st});
+  EXPECT_THROW(loader.restore({DataLoader::kMaxEpoch + 1, 0, 5, st}), InputError);
+  EXPECT_THROW(loader.restore({-1, 0, 5, st}), InputError);
 }
 
 TEST(DataLoaderTest, BadConfigIsAnInputError) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "engine/errors.hpp"
 
@@ -190,6 +191,18 @@ TEST(SyntheticCorpusTest, BadConfigIsAnInputError) {
   bad([](auto& c) { c.motif_length = 0; });
   bad([](auto& c) { c.document_length = 0; });
   EXPECT_THROW(SyntheticCorpus({}).tokens(-1, 3), InputError);
+}
+
+// The stream's last token has position INT64_MAX - 1: reads up to it are the stream as read
+// from earlier, and one token more is refused instead of overflowing the position.
+TEST(SyntheticCorpusTest, TheStreamEndsAtTheLastInt64Position) {
+  const SyntheticCorpus corpus({});
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  const auto tail = corpus.tokens(max - 5, 5);
+  const auto last = corpus.tokens(max - 3, 3);
+  EXPECT_TRUE(std::equal(last.begin(), last.end(), tail.begin() + 2));
+  EXPECT_THROW(corpus.tokens(max - 3, 4), InputError);
+  EXPECT_THROW(corpus.tokens(max, 1), InputError);
 }
 
 }  // namespace
