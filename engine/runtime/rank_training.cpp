@@ -328,11 +328,11 @@ profiler::GpuCapture RankTraining::take_gpu_activity() {
 void RankTraining::resume() {
   if (!s_.prepared.resume) return;
   const checkpoint::RankCheckpoint c = checkpoint::read_rank_checkpoint(options_.resume_dir, rank_);
+  const std::string who = "checkpoint '" + options_.resume_dir + "' rank " + std::to_string(rank_);
   auto restore = [&](const std::string& name, tensor::FlatStorage& into) {
     const checkpoint::NamedBuffer* b = c.find(name);
     if (b == nullptr || b->values.size() != into.size())
-      throw InputError("checkpoint '" + options_.resume_dir + "' rank " + std::to_string(rank_) +
-                       ": buffer '" + name + "' is missing or has the wrong size");
+      throw InputError(who + ": buffer '" + name + "' is missing or has the wrong size");
     into.upload(b->values);
   };
   restore("dense.params", model_.dense.flat_params());
@@ -341,7 +341,11 @@ void RankTraining::resume() {
   restore("expert.params", model_.expert.flat_params());
   restore("expert.m", expert_opt_->moment1());
   restore("expert.v", expert_opt_->moment2());
-  loader_.restore(c.loader);
+  try {
+    loader_.restore(c.loader);
+  } catch (const InputError& e) {
+    throw InputError(who + ": " + e.what());
+  }
 }
 
 bool RankTraining::run_step(int step) {

@@ -171,8 +171,8 @@ TEST_F(CheckpointTest, DifferentPlanOrModelIsRefused) {
 
 // A checkpoint whose files are whole (checksums right, as the writer made them) but whose content
 // does not fit the run: a buffer of the wrong size, or a data position past what the synthetic
-// stream addresses (sample 2^62 of 2*32 tokens used to overflow the token offset and train from a
-// wrapped position).
+// stream addresses (sample 2^62 times B*T*dp tokens used to overflow the token offset and train
+// from a wrapped position).
 TEST_F(CheckpointTest, ConsistentButUnfittingContentIsAnInputError) {
   const fs::path ck = make_checkpoint(dir_);
   const LoadedCheckpoint good = read_checkpoint(ck);
@@ -190,11 +190,13 @@ TEST_F(CheckpointTest, ConsistentButUnfittingContentIsAnInputError) {
                                    }),
                            "wrong size");
   for (const std::int64_t sample : {std::int64_t{1} << 62, std::int64_t{-1}}) {
-    expect_train_input_error(rewrite("far" + std::to_string(sample),
-                                     [&](LoadedCheckpoint& c) {
-                                       for (RankCheckpoint& r : c.ranks) r.loader.sample = sample;
-                                     }),
-                             "cannot restore position");
+    const std::string name = "far" + std::to_string(sample);
+    const TrainOptions o = rewrite(name, [&](LoadedCheckpoint& c) {
+      for (RankCheckpoint& r : c.ranks) r.loader.sample = sample;
+    });
+    expect_input_error([&] { (void)train(o); },
+                       {"checkpoint '" + (dir_ / name).string() + "' rank ",
+                        "cannot restore position", "sample " + std::to_string(sample)});
   }
 }
 
