@@ -36,17 +36,23 @@ void refusals_are_clean(Fn&& fn) {
   }
 }
 
-// A file of this process (under /dev/shm when there is one: no disk I/O per input) holding the
-// input bytes; it and SQLite's side files (-wal, -shm, -journal) are removed before writing and
-// on destruction, so no input sees what the previous one left.
+// A path of this process for scratch files: under /dev/shm when there is one (no disk I/O per
+// input), named after the pid and `suffix`.
+inline std::filesystem::path scratch_path(std::string_view suffix) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir =
+      fs::is_directory("/dev/shm", ec) ? fs::path("/dev/shm") : fs::temp_directory_path();
+  return dir / ("pipetune_fuzz_" + std::to_string(::getpid()) + std::string(suffix));
+}
+
+// A file of this process (scratch_path) holding the input bytes; it and SQLite's side files (-wal,
+// -shm, -journal) are removed before writing and on destruction, so no input sees what the previous
+// one left.
 class ScratchFile {
  public:
-  ScratchFile(std::string_view suffix, const std::uint8_t* data, std::size_t size) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    const fs::path dir =
-        fs::is_directory("/dev/shm", ec) ? fs::path("/dev/shm") : fs::temp_directory_path();
-    path_ = dir / ("pipetune_fuzz_" + std::to_string(::getpid()) + std::string(suffix));
+  ScratchFile(std::string_view suffix, const std::uint8_t* data, std::size_t size)
+      : path_(scratch_path(suffix)) {
     remove_all();
     std::ofstream out(path_, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
@@ -71,16 +77,13 @@ class ScratchFile {
   std::filesystem::path path_;
 };
 
-// An empty folder of this process (under /dev/shm when there is one) for inputs that are several
-// files (a checkpoint); emptied before each input and removed on destruction.
+// An empty folder of this process (scratch_path) for inputs that are several files (a checkpoint);
+// emptied before each input and removed on destruction.
 class ScratchDirectory {
  public:
-  explicit ScratchDirectory(std::string_view suffix) {
+  explicit ScratchDirectory(std::string_view suffix) : path_(scratch_path(suffix)) {
     namespace fs = std::filesystem;
     std::error_code ec;
-    const fs::path dir =
-        fs::is_directory("/dev/shm", ec) ? fs::path("/dev/shm") : fs::temp_directory_path();
-    path_ = dir / ("pipetune_fuzz_" + std::to_string(::getpid()) + std::string(suffix));
     fs::remove_all(path_, ec);
     if (!fs::create_directory(path_, ec)) {
       std::fprintf(stderr, "fuzz: cannot create %s\n", path_.c_str());
