@@ -26,6 +26,7 @@
 #include "engine/model/model_config.hpp"
 #include "engine/runtime/capture_cadence.hpp"
 #include "engine/runtime/optimizer.hpp"
+#include "engine/runtime/rank_threads.hpp"
 #include "engine/runtime/rank_training.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/validator.hpp"
@@ -290,33 +291,19 @@ void check_process_options(const TrainOptions& o, const spec::ParallelPlan& plan
 }
 
 // Runs fn(comm) for each of this process's ranks on a thread of its own (one rank: on the
-// calling thread). A rank's failure is reported at once (so that its siblings stop waiting for
-// it) and the first one is rethrown once every thread has ended.
+// calling thread); rank_threads.hpp says how a failure is reported and which one is rethrown.
 void run_process_ranks(const TrainOptions::Processes& p,
                        const std::function<void(comm::Communicator&)>& fn) {
   if (p.ranks.size() == 1) {
     fn(*p.ranks.front());
     return;
   }
-  std::mutex mutex;
-  std::exception_ptr first;
-  std::vector<std::thread> threads;
-  for (comm::Communicator* c : p.ranks)
-    threads.emplace_back([&, c] {
-      try {
-        fn(*c);
-      } catch (const std::exception& e) {
-        if (p.on_rank_failure) p.on_rank_failure(c->rank(), e.what());
-        std::lock_guard lock(mutex);
-        if (!first) first = std::current_exception();
-      } catch (...) {
-        if (p.on_rank_failure) p.on_rank_failure(c->rank(), "unknown error");
-        std::lock_guard lock(mutex);
-        if (!first) first = std::current_exception();
-      }
-    });
-  for (std::thread& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
+  run_rank_threads(
+      static_cast<int>(p.ranks.size()), [&](int i) { fn(*p.ranks[static_cast<std::size_t>(i)]); },
+      [&](int i, const std::string& what) {
+        if (p.on_rank_failure)
+          p.on_rank_failure(p.ranks[static_cast<std::size_t>(i)]->rank(), what);
+      });
 }
 
 }  // namespace
