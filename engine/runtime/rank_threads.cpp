@@ -20,16 +20,22 @@ void run_rank_threads(int count, const std::function<void(int index)>& fn,
   };
   std::vector<std::thread> threads;
   threads.reserve(static_cast<std::size_t>(count));
-  for (int i = 0; i < count; ++i)
-    threads.emplace_back([&, i] {
-      try {
-        fn(i);
-      } catch (const std::exception& e) {
-        failed(i, e.what());
-      } catch (...) {
-        failed(i, "unknown error");
-      }
-    });
+  try {
+    for (int i = 0; i < count; ++i)
+      threads.emplace_back([&, i] {
+        try {
+          fn(i);
+        } catch (const std::exception& e) {
+          failed(i, e.what());
+        } catch (...) {
+          failed(i, "unknown error");
+        }
+      });
+  } catch (const std::exception& e) {
+    // A thread could not start: the started ones would wait forever for its rank, unless
+    // on_failure tells them; joinable threads left unjoined would end the process.
+    failed(static_cast<int>(threads.size()), std::string("cannot start a rank thread: ") + e.what());
+  }
   for (std::thread& t : threads) t.join();
   if (first) std::rethrow_exception(first);
 }
