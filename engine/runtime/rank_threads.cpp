@@ -34,7 +34,8 @@ void run_rank_threads(int count, const std::function<void(int index)>& fn,
   } catch (const std::exception& e) {
     // A thread could not start: the started ones would wait forever for its rank, unless
     // on_failure tells them; joinable threads left unjoined would end the process.
-    failed(static_cast<int>(threads.size()), std::string("cannot start a rank thread: ") + e.what());
+    failed(static_cast<int>(threads.size()),
+           std::string("cannot start a rank thread: ") + e.what());
   }
   for (std::thread& t : threads) t.join();
   if (first) std::rethrow_exception(first);

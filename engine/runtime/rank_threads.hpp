@@ -12,6 +12,8 @@ namespace pipetune::runtime {
 // is kept, then on_failure(i, what) is called on that thread (may be null). The rethrown
 // exception is the cause: the first one kept. It is kept before on_failure runs, so a sibling
 // that on_failure wakes (and that throws because of it) is never taken for the cause.
+// A thread that cannot start is a failure of its index: the ones started are joined after
+// on_failure has been told, so that they can be woken.
 void run_rank_threads(int count, const std::function<void(int index)>& fn,
                       const std::function<void(int index, const std::string& what)>& on_failure);
 
