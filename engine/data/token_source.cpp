@@ -2,6 +2,8 @@
 
 #include <glob.h>
 
+#include <filesystem>
+
 #include <algorithm>
 #include <sstream>
 
@@ -64,6 +66,20 @@ std::vector<std::string> find_shards(const std::string& patterns) {
                        "expand it");
     }
     std::sort(matches.begin(), matches.end());
+    // Opening a FIFO for reading blocks until a writer comes, and a device never ends: only
+    // regular files are shards.
+    for (const std::string& m : matches) {
+      std::error_code ec;
+      const auto st = std::filesystem::status(m, ec);
+      if (ec || !std::filesystem::exists(st))
+        throw InputError("data: token shard '" + m + "' cannot be read (" +
+                         (ec ? ec.message() : std::string("not found")) + ")");
+      if (std::filesystem::is_directory(st))
+        throw InputError("data: token shard '" + m + "' is a directory, not a token file");
+      if (!std::filesystem::is_regular_file(st))
+        throw InputError("data: token shard '" + m +
+                         "' is not a regular file (a device, pipe or socket)");
+    }
     paths.insert(paths.end(), matches.begin(), matches.end());
   }
   if (paths.empty()) throw InputError("data: empty token shard list '" + patterns + "'");

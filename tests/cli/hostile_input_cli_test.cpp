@@ -2,6 +2,7 @@
 // with one line naming what is wrong and exit 2, before any allocation, search or training, and
 // a setting is never silently replaced by a default.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -221,6 +222,16 @@ TEST(HostileInput, HugeRunFilesBatchesAndShapesFailFast) {
   expect_refused({{"train", "--model", seq, "--steps", "1", "--no-db"},
                   "seq_len=2147483648 is beyond what pipetune models (at most 16777216)"});
   fs::remove_all(dir);
+}
+
+// A FIFO as token data blocked train forever (the open waits for a writer).
+TEST(HostileInput, AFifoIsNoTokenShard) {
+  ScratchWorkspace w;
+  const std::string fifo = (w.dir / "train_000.bin").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_refused(
+      {{"train", "--steps", "1", "--no-db", "--data", fifo},
+       "data: token shard '" + fifo + "' is not a regular file (a device, pipe or socket)"});
 }
 
 }  // namespace

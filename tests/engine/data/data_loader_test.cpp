@@ -4,6 +4,7 @@
 #include "engine/data/data_loader.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <limits>
 #include <numeric>
@@ -206,6 +207,12 @@ TEST(DataLoaderTest, ShardListsGlobsAndTheirErrors) {
   EXPECT_EQ(find_shards(paths[2] + "," + paths[0]), (std::vector<std::string>{paths[2], paths[0]}));
   EXPECT_THROW(find_shards((dir.path() / "val_*.bin").string()), InputError);
   EXPECT_THROW(find_shards(""), InputError);
+  // A FIFO would block the open until a writer comes; a directory is no shard either.
+  const std::string fifo = dir.file("train_fifo.bin");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THROW(find_shards(fifo), InputError);
+  EXPECT_THROW(find_shards((dir.path() / "train_*.bin").string()), InputError);
+  EXPECT_THROW(find_shards(dir.path().string()), InputError);
   // Every shard has fewer tokens than one global sample.
   EXPECT_THROW(make_shard_loader(paths[0], 1000, config(8, 8)), InputError);
 }
