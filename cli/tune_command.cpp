@@ -99,12 +99,14 @@ nlohmann::json result_json(const tuner::ScoredPlan& r) {
            plan_summary(r.smallest_infeasible->plan, r.smallest_infeasible->vocab_label) +
            "), the device has " + human_bytes(static_cast<double>(t.cluster.hardware.hbm_bytes));
   } else {
-    // The commonest reasons: what to change first.
+    // Every reason, the commonest first: a rare one may be the one to change (a schedule that
+    // does not support the vocabulary mode asked for).
     std::vector<std::pair<std::int64_t, std::string>> reasons;
     for (const auto& [reason, n] : r.pruned) reasons.emplace_back(n, reason);
-    std::sort(reasons.rbegin(), reasons.rend());
+    std::stable_sort(reasons.begin(), reasons.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
     msg += ": every plan was pruned (";
-    for (std::size_t i = 0; i < std::min<std::size_t>(3, reasons.size()); ++i)
+    for (std::size_t i = 0; i < reasons.size(); ++i)
       msg += (i ? "; " : "") + std::to_string(reasons[i].first) + " " + reasons[i].second;
     msg += ")";
   }
