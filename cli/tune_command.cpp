@@ -60,7 +60,6 @@ tuner::SearchSpace make_space(const TuneArgs& a, const Target& t) {
     s.schedules.push_back(name);
   }
   if (!a.vocab_modes.empty()) {
-    s.vocab_modes.clear();
     for (const std::string& m : split_list(a.vocab_modes)) {
       // The search's vocabulary options: the schedule's modes and "redis" (layers redistributed
       // around the vocabulary layers, tuner/search).

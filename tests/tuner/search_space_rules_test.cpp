@@ -68,10 +68,16 @@ TEST(SearchSpaceRules, AnImpossibleCombinationIsCountedWithItsReason) {
   EXPECT_GT(r.pruned.at("zb-v does not support vocab-1"), 0);
   EXPECT_GT(r.pruned.at("vocab-1 needs a pipeline (pp > 1)"), 0);
   s.vocab_modes = {"redis"};
-  EXPECT_GT(search_plans(s, feasible)
-                .pruned.at("redis needs one layer group per stage (zb-v has "
-                           "more)"),
-            0);
+  const SearchResult redis = search_plans(s, feasible);
+  EXPECT_GT(redis.pruned.at("redis needs one layer group per stage (zb-v has more)"), 0);
+  // Every mode (none named) is each mode where it can exist: nothing to count.
+  s.vocab_modes.clear();
+  const SearchResult every = search_plans(s, feasible);
+  EXPECT_FALSE(every.ranked.empty());
+  EXPECT_EQ(every.pruned.count("zb-v does not support vocab-1"), 0u);
+  std::set<std::string> labels;
+  for (const ScoredPlan& c : every.ranked) labels.insert(c.vocab_label);
+  EXPECT_EQ(labels, (std::set<std::string>{"none"}));  // zb-v supports no vocabulary mode
 }
 
 TEST(SearchSpaceRules, EveryZeroStageIsSearchedWhereDataParallelismShards) {

@@ -61,6 +61,8 @@ void require_distinct(const std::vector<T>& items, const char* what, Name name) 
         throw InputError(std::string(what) + ": '" + name(items[i]) + "' is listed twice");
 }
 
+const std::vector<std::string> kVocabModes = {"none", "redis", "vocab-1", "vocab-2", "interlaced"};
+
 struct Job {
   spec::ParallelPlan plan;
   std::string vocab_label;
@@ -190,18 +192,22 @@ class Enumerator {
 
   void enumerate_vocab(const spec::ParallelPlan& base) {
     const bool pipelined = base.pp > 1;
-    for (const std::string& mode : s_.vocab_modes) {
+    // Modes asked for by name: a combination that cannot exist is counted with its reason, so
+    // that a search that finds nothing says why ("zb-v does not support vocab-1"). Every mode
+    // (none asked for) means each where it can exist: the others are not plans to count.
+    const bool asked = !s_.vocab_modes.empty();
+    const auto impossible = [&](const std::string& reason) {
+      if (asked) prune(reason);
+    };
+    for (const std::string& mode : asked ? s_.vocab_modes : kVocabModes) {
       spec::ParallelPlan p = base;
-      // A combination that cannot exist is counted with its reason, so that a search that finds
-      // nothing says why ("zb-v does not support vocab-1").
       if (mode == "none") {
       } else if (!pipelined) {
-        // Without a pipeline every mode is "none", searched as such when asked for.
-        prune(mode + " needs a pipeline (pp > 1)");
+        impossible(mode + " needs a pipeline (pp > 1)");  // without one, every mode is none
         continue;
       } else if (mode == "redis") {
         if (is_v_schedule(p.schedule) || p.chunks > 1) {
-          prune("redis needs one layer group per stage (" + p.schedule + " has more)");
+          impossible("redis needs one layer group per stage (" + p.schedule + " has more)");
           continue;
         }
         p.layer_split =
@@ -209,7 +215,7 @@ class Enumerator {
       } else {
         p.vocab = schedule::parse_vocab_mode(mode);
         if (!schedule::supports_vocab(p.schedule, p.vocab)) {
-          prune(p.schedule + " does not support " + mode);
+          impossible(p.schedule + " does not support " + mode);
           continue;
         }
       }

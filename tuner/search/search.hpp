@@ -13,7 +13,7 @@
 // same communication volume, less activation memory).
 //
 // Each list of the space names an entry once (InputError naming a repeated one). A combination
-// that cannot exist (a vocabulary mode the schedule does not support, a vocabulary mode without a
+// of a vocabulary mode asked for that cannot exist (a schedule that does not support it, no
 // pipeline) is counted among the pruned with that reason.
 //
 // Before scoring, a plan is pruned when it breaks a plan rule (spec::validate, the schedule's
@@ -77,7 +77,9 @@ struct SearchSpace {
   spec::ClusterSpec cluster;
   std::int64_t global_batch = 0;       // sequences per iteration
   std::vector<std::string> schedules;  // empty = every schedule
-  std::vector<std::string> vocab_modes = {"none", "redis", "vocab-1", "vocab-2", "interlaced"};
+  // Empty = every mode (none, redis, vocab-1, vocab-2, interlaced), each where it can exist;
+  // named ones: a combination that cannot exist is counted among the pruned with its reason.
+  std::vector<std::string> vocab_modes;
   std::vector<int> micro_batch_sizes = {1, 2, 4, 8};
   std::vector<spec::Recompute> recomputes = {spec::Recompute::None, spec::Recompute::Selective,
                                              spec::Recompute::Full};
