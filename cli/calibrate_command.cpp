@@ -52,6 +52,7 @@ std::vector<std::string> split_commas(const std::string& s) {
 std::vector<tuner::EfficiencyParameter> parse_fit(const std::string& list) {
   if (list.empty())
     return {std::begin(tuner::kAllEfficiencyParameters), std::end(tuner::kAllEfficiencyParameters)};
+  if (split_commas(list).empty()) throw InputError("--fit names no parameter ('" + list + "')");
   std::vector<tuner::EfficiencyParameter> out;
   for (const std::string& name : split_commas(list)) {
     bool found = false;
@@ -112,6 +113,7 @@ std::vector<db::RunRecord> chosen_runs(db::Workspace& ws, const std::string& lis
                        "its plan: `pipetune import-nsys FILE --config RUN.toml`)");
     return out;
   }
+  if (split_commas(list).empty()) throw InputError("--runs names no run ('" + list + "')");
   for (const std::string& id : split_commas(list)) {
     const db::RunRecord r = ws.find_run(id);
     if (r.kind == profiler::TraceKind::Imported && !imported_with_plan(r))

@@ -55,6 +55,11 @@ tuner::SearchSpace make_space(const TuneArgs& a, const Target& t) {
   if (a.keep < 0) throw InputError("--keep must be >= 0 (got " + std::to_string(a.keep) + ")");
   s.keep = a.keep == 0 ? 0 : std::max<std::int64_t>(a.keep, a.top);
   s.threads = a.threads;
+  // A list given that names nothing is not "every one" (the default when it is not given).
+  for (const auto& [flag, list] :
+       {std::pair{"--schedules", &a.schedules}, std::pair{"--vocab-modes", &a.vocab_modes}})
+    if (!list->empty() && split_list(*list).empty())
+      throw InputError(std::string(flag) + " names nothing ('" + *list + "')");
   for (const std::string& name : split_list(a.schedules)) {
     (void)schedule::schedule_placement(name);  // InputError listing the valid names
     s.schedules.push_back(name);

@@ -78,7 +78,8 @@ TEST(CalibrationDetermined, FewPointsFitWhatTheyDetermineAndKeepTheRest) {
     ADD_FAILURE() << "undetermined parameters must be refused";
   } catch (const InputError& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find("4 data points (" + std::to_string(r.independent_points) + " independent)"),
+    EXPECT_NE(m.find("the 4 data points determine " + std::to_string(r.independent_points) +
+                     " of the 6 parameters asked for"),
               std::string::npos)
         << m;
     EXPECT_NE(m.find("inter_node_bus"), std::string::npos) << m;

@@ -322,11 +322,11 @@ CalibrationResult calibrate(const std::vector<Measurement>& measurements,
   }
   result.independent_points = static_cast<int>(fit.size());
   if (!result.fixed.empty() && options.undetermined == UndeterminedParameters::Refuse)
-    throw InputError("calibration: " + std::to_string(r.size()) + " data points (" +
-                     std::to_string(fit.size()) + " independent) cannot determine the " +
-                     std::to_string(asked.size()) + " parameters " + parameter_list(asked) + ": " +
-                     parameter_list(result.fixed) + (result.fixed.size() == 1 ? " is" : " are") +
-                     " not determined by them (measure other plans or sizes, or fit fewer)");
+    throw InputError("calibration: the " + std::to_string(r.size()) + " data points determine " +
+                     std::to_string(fit.size()) + " of the " + std::to_string(asked.size()) +
+                     " parameters asked for (" + parameter_list(asked) +
+                     "); not determined: " + parameter_list(result.fixed) +
+                     " (measure other plans or sizes, or fit fewer parameters)");
 
   const std::size_t k = fit.size();
   double loss = sum_squares(r);
