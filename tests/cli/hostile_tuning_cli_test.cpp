@@ -68,6 +68,9 @@ TEST(HostileTuning, RepeatedListEntriesAreRefused) {
                      {"'1f1b' is listed twice"});
   expect_input_error(run_pipetune(with(kTinyTune, {"--vocab-modes", "none,redis,none", "--no-db"})),
                      {"'none' is listed twice"});
+  // A list given that names nothing is not "every one".
+  expect_input_error(run_pipetune(with(kTinyTune, {"--vocab-modes", ",", "--no-db"})),
+                     {"--vocab-modes names nothing"});
   // Distinct entries are searched once each: no plan is listed twice.
   ScratchWorkspace w;
   const nlohmann::json j =
@@ -257,6 +260,10 @@ TEST(HostileTuning, CalibrateRefusesARunOrParameterListedTwice) {
                      {"run 1", "given twice"});
   expect_input_error(run_in(w, {"calibrate", "--hardware", "h100-sxm", "--fit", "gemm,gemm"}),
                      {"gemm is asked for twice"});
+  expect_input_error(run_in(w, {"calibrate", "--hardware", "h100-sxm", "--fit", ","}),
+                     {"--fit names no parameter"});
+  expect_input_error(run_in(w, {"calibrate", "--hardware", "h100-sxm", "--runs", ","}),
+                     {"--runs names no run"});
 }
 
 // Point 9: one pp = 2 run gives 4 op durations (F and BW on each stage), fewer than the six
