@@ -121,6 +121,28 @@ TEST(LayerSplitExport, EachFrameworkWritesTheSplitOrRefusesItByName) {
   EXPECT_GT(megatron_written, 0);
 }
 
+TEST(LayerSplitExport, TorchtitanWritesLayersThatDoNotDivideOverTheStages) {
+  // 40 layers over 3 ranks: 14 13 13 with one stage per rank, 7 7 7 7 6 6 with two (loop or V).
+  for (const char* schedule : {"1f1b", "interleaved-1f1b", "zb-v"}) {
+    ExportRequest q;
+    q.model = spec::load_model("gpt3-18b");
+    q.plan.pp = 3;
+    q.plan.schedule = schedule;
+    q.plan.chunks = 0;
+    q.plan.microbatches = 6;
+    spec::apply_defaults(q.plan);
+    q.cluster = spec::make_cluster(spec::load_hardware("h100-sxm"), q.plan.world_size());
+    ASSERT_NO_THROW(spec::validate(q.model, q.cluster, q.plan)) << schedule;
+    const std::string titan = export_torchtitan(q);
+    EXPECT_EQ(torchtitan_split(titan), spec::even_layer_split(40, q.plan.layer_groups()))
+        << schedule << "\n"
+        << titan;
+    const TorchtitanLaunch launch{q.plan.world_size(), 40, embedded_schedule_csv(titan)};
+    EXPECT_EQ(format_violations(check_torchtitan_config(titan, launch)), "") << schedule << "\n"
+                                                                             << titan;
+  }
+}
+
 TEST(LayerSplitExport, TorchtitanRulesCatchAWrongModuleList) {
   const ExportRequest q = redistributed("llama3-8b", 4, "1f1b");
   const std::string good = export_torchtitan(q);
