@@ -52,6 +52,7 @@ std::vector<std::string> split_commas(const std::string& s) {
 std::vector<tuner::EfficiencyParameter> parse_fit(const std::string& list) {
   if (list.empty())
     return {std::begin(tuner::kAllEfficiencyParameters), std::end(tuner::kAllEfficiencyParameters)};
+  if (split_commas(list).empty()) throw InputError("--fit names no parameter ('" + list + "')");
   std::vector<tuner::EfficiencyParameter> out;
   for (const std::string& name : split_commas(list)) {
     bool found = false;
@@ -112,6 +113,7 @@ std::vector<db::RunRecord> chosen_runs(db::Workspace& ws, const std::string& lis
                        "its plan: `pipetune import-nsys FILE --config RUN.toml`)");
     return out;
   }
+  if (split_commas(list).empty()) throw InputError("--runs names no run ('" + list + "')");
   for (const std::string& id : split_commas(list)) {
     const db::RunRecord r = ws.find_run(id);
     if (r.kind == profiler::TraceKind::Imported && !imported_with_plan(r))
@@ -143,6 +145,18 @@ std::string hardware_toml(const spec::HardwareSpec& hw, const tuner::Calibration
   return spec::hardware_toml(fitted, header);
 }
 
+std::vector<std::string> parameter_names(const std::vector<tuner::EfficiencyParameter>& ps) {
+  std::vector<std::string> out;
+  for (tuner::EfficiencyParameter p : ps) out.emplace_back(tuner::efficiency_parameter_name(p));
+  return out;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 nlohmann::json quality_json(const tuner::FitQuality& q) {
   return {
       {"points", q.points}, {"r_squared", q.r_squared}, {"mape", q.mape}, {"rms_log", q.rms_log}};
@@ -152,6 +166,10 @@ void run(const CalibrateArgs& a) {
   const spec::HardwareSpec hardware = spec::load_hardware(a.hardware);
   tuner::CalibrationOptions options;
   options.fit = parse_fit(a.fit);
+  // Parameters asked for by name must all be fitted; by default, those the runs cannot
+  // determine keep their start and the report says which.
+  options.undetermined = a.fit.empty() ? tuner::UndeterminedParameters::KeepAtStart
+                                       : tuner::UndeterminedParameters::Refuse;
   if (!a.output.empty()) check_output_file(a.output, a.force);
   db::Workspace ws(a.db);
   const std::vector<db::RunRecord> runs = chosen_runs(ws, a.runs);
@@ -219,6 +237,9 @@ void run(const CalibrateArgs& a) {
                           {"after", quality_json(r.after)},
                           {"iterations", r.iterations},
                           {"converged", r.converged},
+                          {"independent_points", r.independent_points},
+                          {"fitted_parameters", parameter_names(r.fitted)},
+                          {"fixed_parameters", parameter_names(r.fixed)},
                           {"points", points},
                           {"errors", calibration_errors_json(r)}};
     if (!a.output.empty()) out["output"] = a.output;
@@ -228,6 +249,11 @@ void run(const CalibrateArgs& a) {
   std::printf("calibrated %s on %zu run(s), %d op durations (%d iterations%s)\n",
               hardware.name.c_str(), runs.size(), r.after.points, r.iterations,
               r.converged ? ", converged" : ", NOT converged");
+  if (!r.fixed.empty())
+    std::printf(
+        "kept at their start, not determined by these %d op durations (%d independent): "
+        "%s\n",
+        r.after.points, r.independent_points, join(parameter_names(r.fixed)).c_str());
   std::printf("fit          before     after\n");
   std::printf("MAPE       %7.1f%%  %7.1f%%\n", 100.0 * r.before.mape, 100.0 * r.after.mape);
   std::printf("R^2        %8.3f  %8.3f\n", r.before.r_squared, r.after.r_squared);

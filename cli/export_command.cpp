@@ -49,6 +49,7 @@ Exported export_trial(tuner::ExportFormat format, const db::TrialRecord& trial, 
     throw InputError("search " + std::to_string(search) + ", result " + std::to_string(rank) +
                      ": its stored plan is not JSON (a damaged workspace)");
   db::read_trial_json(plan, target, e.request.plan, e.vocab);
+  e.request.vocab_label = e.vocab;
   const Target t = resolve_target(target);
   e.request.model = t.model;
   e.request.cluster = t.cluster;

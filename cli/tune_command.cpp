@@ -55,12 +55,16 @@ tuner::SearchSpace make_space(const TuneArgs& a, const Target& t) {
   if (a.keep < 0) throw InputError("--keep must be >= 0 (got " + std::to_string(a.keep) + ")");
   s.keep = a.keep == 0 ? 0 : std::max<std::int64_t>(a.keep, a.top);
   s.threads = a.threads;
+  // A list given that names nothing is not "every one" (the default when it is not given).
+  for (const auto& [flag, list] :
+       {std::pair{"--schedules", &a.schedules}, std::pair{"--vocab-modes", &a.vocab_modes}})
+    if (!list->empty() && split_list(*list).empty())
+      throw InputError(std::string(flag) + " names nothing ('" + *list + "')");
   for (const std::string& name : split_list(a.schedules)) {
     (void)schedule::schedule_placement(name);  // InputError listing the valid names
     s.schedules.push_back(name);
   }
   if (!a.vocab_modes.empty()) {
-    s.vocab_modes.clear();
     for (const std::string& m : split_list(a.vocab_modes)) {
       // The search's vocabulary options: the schedule's modes and "redis" (layers redistributed
       // around the vocabulary layers, tuner/search).
@@ -99,12 +103,14 @@ nlohmann::json result_json(const tuner::ScoredPlan& r) {
            plan_summary(r.smallest_infeasible->plan, r.smallest_infeasible->vocab_label) +
            "), the device has " + human_bytes(static_cast<double>(t.cluster.hardware.hbm_bytes));
   } else {
-    // The commonest reasons: what to change first.
+    // Every reason, the commonest first: a rare one may be the one to change (a schedule that
+    // does not support the vocabulary mode asked for).
     std::vector<std::pair<std::int64_t, std::string>> reasons;
     for (const auto& [reason, n] : r.pruned) reasons.emplace_back(n, reason);
-    std::sort(reasons.rbegin(), reasons.rend());
+    std::stable_sort(reasons.begin(), reasons.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
     msg += ": every plan was pruned (";
-    for (std::size_t i = 0; i < std::min<std::size_t>(3, reasons.size()); ++i)
+    for (std::size_t i = 0; i < reasons.size(); ++i)
       msg += (i ? "; " : "") + std::to_string(reasons[i].first) + " " + reasons[i].second;
     msg += ")";
   }

@@ -162,6 +162,7 @@ tuner::ExportRequest TuneController::export_request(int row) const {
   r.model = target_.model;
   r.cluster = target_.cluster;
   r.plan = c.plan;
+  r.vocab_label = c.vocab_label;
   spec::apply_defaults(r.plan);
   r.description = "pipetune-gui: predicted " + human_seconds(c.score.iteration_time).toStdString() +
                   " per iteration, " + QString::number(c.score.tokens_per_s, 'f', 0).toStdString() +

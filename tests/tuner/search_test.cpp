@@ -118,13 +118,13 @@ TEST(Search, RemembersThePlanThatCameClosestToFitting) {
   const SearchResult r = search_plans(tiny_space(8), toy_score);
   ASSERT_TRUE(r.smallest_infeasible.has_value());
   // The toy calls tp=1 pp=1 without recomputation infeasible; its memory 1e9 + 1e8 mbs - 1e7 zero
-  // is least at micro-batch 1 with ZeRO 1.
+  // is least at micro-batch 1 with ZeRO 3.
   const auto& s = *r.smallest_infeasible;
   EXPECT_EQ(s.plan.tp, 1);
   EXPECT_EQ(s.plan.pp, 1);
   EXPECT_EQ(s.plan.micro_batch_size, 1);
-  EXPECT_EQ(s.plan.zero_stage, 1);
-  EXPECT_DOUBLE_EQ(s.score.peak_memory_bytes, 1e9 + 1e8 - 1e7);
+  EXPECT_EQ(s.plan.zero_stage, 3);
+  EXPECT_DOUBLE_EQ(s.score.peak_memory_bytes, 1e9 + 1e8 - 3e7);
 
   // A model whose weights alone never fit: every plan is pruned before scoring, and the least
   // static memory is reported.

@@ -202,58 +202,139 @@ bool solve(std::vector<double> a, std::vector<double> b, std::vector<double>& x)
   return true;
 }
 
+// Which columns of the n x k matrix `jac` (row-major) add a direction the columns before them do
+// not span (modified Gram-Schmidt): a column whose part outside their span is under
+// kIndependent of its length, or whose length is under kNegligible of the longest column's, adds
+// none. Both are far above the forward differences' error (about the step, 1e-6).
+std::vector<bool> independent_columns(const std::vector<double>& jac, std::size_t n,
+                                      std::size_t k) {
+  constexpr double kIndependent = 1e-3, kNegligible = 1e-6;
+  const auto column = [&](std::size_t j) {
+    std::vector<double> c(n);
+    for (std::size_t i = 0; i < n; ++i) c[i] = jac[i * k + j];
+    return c;
+  };
+  const auto norm = [](const std::vector<double>& v) { return std::sqrt(sum_squares(v)); };
+  double longest = 0.0;
+  for (std::size_t j = 0; j < k; ++j) longest = std::max(longest, norm(column(j)));
+  std::vector<std::vector<double>> basis;  // orthonormal
+  std::vector<bool> out(k, false);
+  for (std::size_t j = 0; j < k; ++j) {
+    std::vector<double> v = column(j);
+    const double length = norm(v);
+    if (!(length > kNegligible * longest) || !std::isfinite(length)) continue;
+    for (int pass = 0; pass < 2; ++pass)  // twice: the first pass's rounding removed as well
+      for (const std::vector<double>& b : basis) {
+        double dot = 0.0;
+        for (std::size_t i = 0; i < n; ++i) dot += v[i] * b[i];
+        for (std::size_t i = 0; i < n; ++i) v[i] -= dot * b[i];
+      }
+    const double rest = norm(v);
+    if (!(rest > kIndependent * length)) continue;
+    for (double& e : v) e /= rest;
+    basis.push_back(std::move(v));
+    out[j] = true;
+  }
+  return out;
+}
+
+std::string parameter_list(const std::vector<EfficiencyParameter>& ps) {
+  std::string out;
+  for (EfficiencyParameter p : ps)
+    out += (out.empty() ? "" : ", ") + std::string(efficiency_parameter_name(p));
+  return out;
+}
+
 }  // namespace
 
 CalibrationResult calibrate(const std::vector<Measurement>& measurements,
                             const spec::HardwareEfficiency& start,
                             const CalibrationOptions& options) {
   if (measurements.empty()) throw InputError("calibration: no measurements");
+  for (std::size_t i = 0; i < measurements.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (measurements[i].name == measurements[j].name)
+        throw InputError("calibration: measurement '" + measurements[i].name +
+                         "' is given twice (its data points would count twice)");
+  const std::vector<EfficiencyParameter>& asked = options.fit;
+  for (std::size_t i = 0; i < asked.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (asked[i] == asked[j])
+        throw InputError(std::string("calibration: parameter ") +
+                         efficiency_parameter_name(asked[i]) + " is asked for twice");
   Model model(measurements);
-  const std::vector<EfficiencyParameter>& fit = options.fit;
-  const std::size_t k = fit.size();
-  spec::HardwareEfficiency eff = start;
   // Unconstrained coordinates: the log of gemm_half_flops (a FLOP count > 0) and the logit of
   // the others (fractions of a peak, in (0, 1)), so no step leaves the physical range.
   const auto is_fraction = [](EfficiencyParameter p) {
     return p != EfficiencyParameter::GemmHalfFlops;
   };
-  std::vector<double> x(k);
-  for (std::size_t j = 0; j < k; ++j) {
-    double v = efficiency_field(eff, fit[j]);
-    if (!(v > 0.0) || (is_fraction(fit[j]) && v > 1.0))
-      throw InputError(std::string("calibration: start value of ") +
-                       efficiency_parameter_name(fit[j]) +
-                       (is_fraction(fit[j]) ? " must be in (0, 1]" : " must be positive"));
-    if (is_fraction(fit[j])) v = std::min(v, 1.0 - 1e-6);
-    x[j] = is_fraction(fit[j]) ? std::log(v / (1.0 - v)) : std::log(v);
-  }
-  const auto with = [&](const std::vector<double>& z) {
+  std::vector<double> x_asked(asked.size());
+  for (std::size_t j = 0; j < asked.size(); ++j) {
     spec::HardwareEfficiency e = start;
-    for (std::size_t j = 0; j < k; ++j)
+    double v = efficiency_field(e, asked[j]);
+    if (!(v > 0.0) || (is_fraction(asked[j]) && v > 1.0))
+      throw InputError(std::string("calibration: start value of ") +
+                       efficiency_parameter_name(asked[j]) +
+                       (is_fraction(asked[j]) ? " must be in (0, 1]" : " must be positive"));
+    if (is_fraction(asked[j])) v = std::min(v, 1.0 - 1e-6);
+    x_asked[j] = is_fraction(asked[j]) ? std::log(v / (1.0 - v)) : std::log(v);
+  }
+  // The efficiencies at coordinates z of the parameters `fit`; the others keep their start.
+  const auto with = [&](const std::vector<EfficiencyParameter>& fit, const std::vector<double>& z) {
+    spec::HardwareEfficiency e = start;
+    for (std::size_t j = 0; j < fit.size(); ++j)
       efficiency_field(e, fit[j]) =
           is_fraction(fit[j]) ? 1.0 / (1.0 + std::exp(-z[j])) : std::exp(z[j]);
     return e;
   };
+  constexpr double kStep = 1e-6;  // finite-difference step in log space
+  // Jacobian of the residuals r (at z) by forward differences, row-major n x k.
+  const auto jacobian = [&](const std::vector<EfficiencyParameter>& fit,
+                            const std::vector<double>& z, const std::vector<double>& r) {
+    const std::size_t n = r.size(), k = fit.size();
+    std::vector<double> jac(n * k);
+    for (std::size_t j = 0; j < k; ++j) {
+      std::vector<double> zs = z;
+      zs[j] += kStep;
+      const std::vector<double> rj = model.residuals(model.predict(with(fit, zs)));
+      for (std::size_t i = 0; i < n; ++i) jac[i * k + j] = (rj[i] - r[i]) / kStep;
+    }
+    return jac;
+  };
 
   CalibrationResult result;
-  std::vector<double> predicted = model.predict(eff);
+  std::vector<double> predicted = model.predict(with(asked, x_asked));
   result.before = fit_quality(predicted, model.measured());
   const std::vector<double> predicted_before = predicted;
   std::vector<double> r = model.residuals(predicted);
+
+  // Which of the parameters asked for the data determine (at the start).
+  const std::vector<bool> determined =
+      independent_columns(jacobian(asked, x_asked, r), r.size(), asked.size());
+  std::vector<EfficiencyParameter> fit;
+  std::vector<double> x;
+  for (std::size_t j = 0; j < asked.size(); ++j) {
+    (determined[j] ? result.fitted : result.fixed).push_back(asked[j]);
+    if (determined[j]) {
+      fit.push_back(asked[j]);
+      x.push_back(x_asked[j]);
+    }
+  }
+  result.independent_points = static_cast<int>(fit.size());
+  if (!result.fixed.empty() && options.undetermined == UndeterminedParameters::Refuse)
+    throw InputError("calibration: the " + std::to_string(r.size()) + " data points determine " +
+                     std::to_string(fit.size()) + " of the " + std::to_string(asked.size()) +
+                     " parameters asked for (" + parameter_list(asked) +
+                     "); not determined: " + parameter_list(result.fixed) +
+                     " (measure other plans or sizes, or fit fewer parameters)");
+
+  const std::size_t k = fit.size();
   double loss = sum_squares(r);
   double lambda = 1e-3;
-  constexpr double kStep = 1e-6;  // finite-difference step in log space
   for (int it = 0; it < options.max_iterations && k > 0; ++it) {
     result.iterations = it + 1;
-    // Jacobian of the residuals by forward differences.
     const std::size_t n = r.size();
-    std::vector<double> jac(n * k);
-    for (std::size_t j = 0; j < k; ++j) {
-      std::vector<double> xs = x;
-      xs[j] += kStep;
-      const std::vector<double> rj = model.residuals(model.predict(with(xs)));
-      for (std::size_t i = 0; i < n; ++i) jac[i * k + j] = (rj[i] - r[i]) / kStep;
-    }
+    const std::vector<double> jac = jacobian(fit, x, r);
     std::vector<double> jtj(k * k, 0.0), jtr(k, 0.0);
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t a = 0; a < k; ++a) {
@@ -278,7 +359,7 @@ CalibrationResult calibrate(const std::vector<Measurement>& measurements,
       for (std::size_t j = 0; j < k; ++j) xn[j] += std::clamp(step[j], -2.0, 2.0);
       std::vector<double> rn;
       try {
-        rn = model.residuals(model.predict(with(xn)));
+        rn = model.residuals(model.predict(with(fit, xn)));
       } catch (const InputError&) {
         lambda *= 4.0;  // a prediction that is not finite: reject the step
         continue;
@@ -301,7 +382,7 @@ CalibrationResult calibrate(const std::vector<Measurement>& measurements,
     }
   }
   if (k == 0) result.converged = true;
-  result.efficiency = with(x);
+  result.efficiency = with(fit, x);
   predicted = model.predict(result.efficiency);
   result.after = fit_quality(predicted, model.measured());
   for (std::size_t i = 0; i < predicted.size(); ++i)

@@ -9,6 +9,13 @@
 // Every measurement must be of one hardware type: the fit gives that type one set of
 // efficiencies. Fit quality is reported before and after: R^2 of the times, MAPE and RMS of the
 // log-ratio.
+//
+// The data determine only as many parameters as they have independent points: the rank of the
+// Jacobian of the predicted log-times at the start, so repeated rows (the same op on identical
+// stages, the same run twice) count once and a parameter no time depends on (the inter-node bus
+// of single-node runs) is determined by none. Parameters are taken in the order asked for, each
+// kept when it moves the predictions in a direction the ones before it do not; the others are
+// undetermined, and are kept at their start or refused (CalibrationOptions::undetermined).
 #pragma once
 
 #include <optional>
@@ -54,9 +61,16 @@ inline constexpr EfficiencyParameter kAllEfficiencyParameters[] = {
 const char* efficiency_parameter_name(EfficiencyParameter p);  // the TOML key
 double& efficiency_field(spec::HardwareEfficiency& e, EfficiencyParameter p);
 
+enum class UndeterminedParameters {
+  KeepAtStart,  // fit the determined ones; the others keep their start (CalibrationResult::fixed)
+  Refuse,       // InputError naming the data points and the parameters
+};
+
 struct CalibrationOptions {
+  // Each parameter once (InputError naming a repeated one).
   std::vector<EfficiencyParameter> fit{std::begin(kAllEfficiencyParameters),
                                        std::end(kAllEfficiencyParameters)};
+  UndeterminedParameters undetermined = UndeterminedParameters::KeepAtStart;
   int max_iterations = 200;
   double tolerance = 1e-12;  // stop when the loss improves by less than this (relative)
 };
@@ -78,15 +92,20 @@ struct DataPoint {
 };
 
 struct CalibrationResult {
-  spec::HardwareEfficiency efficiency;  // fitted (parameters not fitted keep their start)
+  spec::HardwareEfficiency efficiency;      // fitted (parameters not fitted keep their start)
+  std::vector<EfficiencyParameter> fitted;  // of options.fit, those the data determine
+  std::vector<EfficiencyParameter> fixed;   // of options.fit, kept at the start: undetermined
+  int independent_points = 0;               // rank of the data over options.fit
   FitQuality before, after;
   int iterations = 0;
   bool converged = false;
   std::vector<DataPoint> points;
 };
 
-// Throws InputError for no data points, measurements of different hardware, a non-positive
-// start or a plan that does not validate.
+// Throws InputError for no data points, measurements of different hardware, a measurement
+// given twice (told apart by name), a parameter asked for twice, a non-positive start, a plan
+// that does not validate, or (UndeterminedParameters::Refuse) parameters the data do not
+// determine.
 CalibrationResult calibrate(const std::vector<Measurement>& measurements,
                             const spec::HardwareEfficiency& start,
                             const CalibrationOptions& options = {});

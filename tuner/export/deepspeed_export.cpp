@@ -1,6 +1,9 @@
 // DeepSpeed JSON config (keys of deepspeed/runtime/constants.py, zero/config.py; reference/
-// engine_and_style.md A3). Expert parallelism lives in the model code (the MoE layer's ep_size),
-// not in this file.
+// engine_and_style.md A3). What the file cannot carry is refused, not dropped: expert parallelism
+// is the MoE layer's ep_size in the model code (deepspeed/moe/layer.py MoE), and a pipeline's
+// layers are split by PipelineModule's partition_method, which balances them ("uniform",
+// "parameters", "type:REGEX"; deepspeed/runtime/pipe/module.py _partition_layers) and takes no
+// explicit split.
 #include <nlohmann/json.hpp>
 
 #include "tuner/export/export_common.hpp"
@@ -22,6 +25,17 @@ std::string export_deepspeed(const ExportRequest& r) {
   require(p.vocab == schedule::VocabMode::None, kFw,
           "vocabulary parallelism (" + std::string(schedule::vocab_mode_name(p.vocab)) +
               ") is not in DeepSpeed");
+  require(p.ep == 1, kFw,
+          "expert parallelism (ep=" + std::to_string(p.ep) +
+              ") cannot be written in a DeepSpeed config: it is the MoE layer's ep_size in the "
+              "model code");
+  // "uniform" gives the first stages one layer more when the layers do not divide evenly, as
+  // spec::even_layer_split does; any other split has no partition method.
+  const std::vector<int> split = spec::layer_split(r.model, p);
+  require(p.pp == 1 || split == spec::even_layer_split(r.model.layers, p.layer_groups()), kFw,
+          "the layer split " + export_detail::split_text(split) +
+              " cannot be written: DeepSpeed's pipeline partition methods (uniform, parameters, "
+              "type:REGEX) balance the layers and take no explicit split");
 
   nlohmann::ordered_json j;
   j["train_batch_size"] = p.global_batch;

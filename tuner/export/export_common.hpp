@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/errors.hpp"
 #include "tuner/export/exporters.hpp"
@@ -17,6 +18,9 @@ inline void require(bool ok, std::string_view framework, const std::string& rule
 // The rules every framework shares: the world fills the cluster's devices, sizes divide, the
 // global batch is micro-batch x micro-batches x data-parallel.
 void check_common(const ExportRequest& r, std::string_view framework);
+
+// A layer split as "9/9/8/6" (layers per layer group, model order).
+std::string split_text(const std::vector<int>& split);
 
 // Gradient-accumulation steps (micro-batches per iteration per data-parallel replica).
 std::int64_t accumulation_steps(const spec::ParallelPlan& plan);

@@ -61,6 +61,12 @@ std::int64_t accumulation_steps(const spec::ParallelPlan& plan) {
   return plan.global_batch / (static_cast<std::int64_t>(plan.micro_batch_size) * plan.dp);
 }
 
+std::string split_text(const std::vector<int>& split) {
+  std::string out;
+  for (int n : split) out += (out.empty() ? "" : "/") + std::to_string(n);
+  return out;
+}
+
 void check_common(const ExportRequest& r, std::string_view fw) {
   const spec::ParallelPlan& p = r.plan;
   const spec::ModelSpec& m = r.model;

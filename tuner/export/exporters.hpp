@@ -38,6 +38,9 @@ struct ExportRequest {
   spec::ModelSpec model;
   spec::ClusterSpec cluster;
   spec::ParallelPlan plan;  // apply_defaults'ed: microbatches and global_batch set
+  // The search's name for the plan's vocabulary treatment ("redis": layers moved off the
+  // vocabulary stages, a layer split); empty: the plan's vocabulary mode.
+  std::string vocab_label;
   int train_iters = 100;
   std::string description;  // a comment line in the file, e.g. what the tuner predicted
 };

@@ -1,6 +1,7 @@
 // pipetune run file: the tuned plan shrunk to the embedded engine (small_scale.hpp), so that
 // `pipetune train --config FILE` trains it on this machine and `pipetune simulate --config FILE`
 // simulates it; the tuned full-scale plan is kept in the header comment.
+#include <algorithm>
 #include <sstream>
 
 #include "engine/schedule/schedule.hpp"
@@ -19,13 +20,19 @@ std::string export_pipetune(const ExportRequest& r) {
   if (!r.description.empty()) o << "# " << r.description << "\n";
   o << "# Tuned plan: " << r.model.name << " on " << full.world_size() << " x "
     << r.cluster.hardware.name << ": tp=" << full.tp << " pp=" << full.pp << " dp=" << full.dp
-    << " ep=" << full.ep << " schedule=" << full.schedule << " chunks=" << full.chunks
-    << " vocab=" << schedule::vocab_mode_name(full.vocab)
+    << " ep=" << full.ep << " schedule=" << full.schedule << " chunks=" << full.chunks << " vocab="
+    << (r.vocab_label.empty() ? std::string(schedule::vocab_mode_name(full.vocab)) : r.vocab_label)
+    << (full.layer_split.empty() ? ""
+                                 : " layer_split=" + export_detail::split_text(full.layer_split))
     << " micro_batch_size=" << full.micro_batch_size << " microbatches=" << full.microbatches
     << " recompute=" << spec::recompute_name(full.recompute)
     << " sequence_parallel=" << (full.sequence_parallel ? "true" : "false")
     << " zero_stage=" << full.zero_stage << ".\n"
     << "# Below: the same pipeline at small scale for the embedded engine (pipetune train).\n"
+    << (std::find(p.layer_split.begin(), p.layer_split.end(), 0) != p.layer_split.end()
+            ? "# A layer group without layers (a stage holding only a vocabulary layer): `pipetune "
+              "simulate`\n# runs it, `pipetune train` refuses it.\n"
+            : "")
     << "description = \"" << m.description << "\"\n\n"
     << "[model]\n"
     << "name = \"" << m.name << "\"\n"
@@ -48,6 +55,11 @@ std::string export_pipetune(const ExportRequest& r) {
     << "\nrecompute = \"" << spec::recompute_name(p.recompute) << "\""
     << "\nsequence_parallel = " << (p.sequence_parallel ? "true" : "false")
     << "\nzero_stage = " << p.zero_stage << "\n";
+  if (!p.layer_split.empty()) {
+    o << "layer_split = [";
+    for (std::size_t i = 0; i < p.layer_split.size(); ++i) o << (i ? ", " : "") << p.layer_split[i];
+    o << "]\n";
+  }
   if (p.group_size > 0) o << "group_size = " << p.group_size << "\n";
   return o.str();
 }

@@ -18,8 +18,13 @@ SmallScaleRun shrink_to_engine(const spec::ModelSpec& model, const spec::Paralle
   // 2 x 32, split over 2 TP ranks).
   p.sequence_parallel = plan.sequence_parallel && p.tp > 1;
   p.micro_batch_size = std::min(plan.micro_batch_size, 2);
-  p.layer_split.clear();  // the tiny model's layers split evenly
-  p.global_batch = 0;     // micro_batch_size * microbatches * dp again
+  // An uneven split (layers moved off the stages with the vocabulary layers) is part of the
+  // pipeline: the tiny model keeps the model's layer count so that it keeps the split itself.
+  // An even one is the tiny model's even split.
+  const std::vector<int> split = spec::layer_split(model, plan);
+  const bool uneven = split != spec::even_layer_split(model.layers, plan.layer_groups());
+  if (!uneven) p.layer_split.clear();
+  p.global_batch = 0;  // micro_batch_size * microbatches * dp again
   if (p.world_size() > max_ranks)
     throw InputError("a small-scale run keeps the " + std::to_string(plan.pp) +
                      " pipeline stages: " + std::to_string(p.world_size()) +
@@ -29,9 +34,9 @@ SmallScaleRun shrink_to_engine(const spec::ModelSpec& model, const spec::Paralle
   const std::int64_t groups = static_cast<std::int64_t>(p.pp) * std::max(1, p.chunks);
   m.name = model.name + "-small";
   m.description = "a tiny model with the layout of " + model.name + " (pipetune export)";
-  // At least 8 layers, a whole number per layer group.
+  // At least 8 layers, a whole number per layer group (or the model's, split as the plan says).
   const std::int64_t at_least = std::max<std::int64_t>(8, groups);
-  m.layers = (at_least + groups - 1) / groups * groups;
+  m.layers = uneven ? model.layers : (at_least + groups - 1) / groups * groups;
   m.hidden = 64;
   m.heads = 4;
   m.kv_heads = 4;

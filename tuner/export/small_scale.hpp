@@ -1,9 +1,10 @@
 // A tuned plan shrunk to what the embedded engine trains on this machine ("run at small
-// scale"): the same pipeline (stages, schedule, chunks, vocabulary mode, micro-batches per
-// iteration), at most 2-way tensor, data and expert parallelism, ZeRO 0 or 1, and a tiny model of
-// the same kind (dense or MoE) whose layer count fills every layer group of the schedule, with
-// the plan's activation recomputation and (while TP remains) sequence parallelism. The engine
-// trains GELU models, so the tiny model is one.
+// scale"): the same pipeline (stages, schedule, chunks, vocabulary mode, layer split, micro-
+// batches per iteration), at most 2-way tensor, data and expert parallelism, the plan's ZeRO
+// stage, and a tiny model of the same kind (dense or MoE) whose layer count fills every layer
+// group of the schedule (the model's own count when the plan splits its layers unevenly, so that
+// the split is kept), with the plan's activation recomputation and (while TP remains) sequence
+// parallelism. The engine trains GELU models, so the tiny model is one.
 #pragma once
 
 #include "engine/spec/model_spec.hpp"

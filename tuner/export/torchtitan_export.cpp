@@ -34,6 +34,23 @@ std::string schedule_class_for_csv(const spec::ParallelPlan& p) {
   return p.chunks == 1 ? "PipelineScheduleSingle" : "PipelineScheduleMulti";
 }
 
+// torchtitan's module names per stage for a layer split (pipeline_module_split: the embedding
+// on the first stage, the final norm and output layer on the last), as a TOML array of arrays.
+std::string module_fqns(const std::vector<int>& split) {
+  std::string out = "[";
+  int layer = 0;
+  for (std::size_t g = 0; g < split.size(); ++g) {
+    std::vector<std::string> names;
+    if (g == 0) names.emplace_back("tok_embeddings");
+    for (int i = 0; i < split[g]; ++i) names.push_back("layers." + std::to_string(layer++));
+    if (g + 1 == split.size()) names.insert(names.end(), {"norm", "output"});
+    out += g ? ", [" : "[";
+    for (std::size_t i = 0; i < names.size(); ++i) out += (i ? ", \"" : "\"") + names[i] + "\"";
+    out += "]";
+  }
+  return out + "]";
+}
+
 constexpr const char* kCsvFile = "pipetune_schedule.csv";
 constexpr const char* kCsvPrefix = "#csv ";
 
@@ -52,12 +69,15 @@ std::string export_torchtitan(const ExportRequest& r) {
       csv.empty() ? torchtitan_schedule(p.schedule) : schedule_class_for_csv(p);
   require(p.pp == 1 || !schedule.empty(), kFw,
           "schedule " + p.schedule + " has no torch.distributed.pipelining counterpart");
-  const int stages_per_rank = p.chunks;
-  const std::int64_t stages = static_cast<std::int64_t>(p.pp) * stages_per_rank;
-  require(m.layers % stages == 0, kFw,
-          "layers=" + std::to_string(m.layers) + " do not split evenly over " +
-              std::to_string(stages) + " pipeline stages (pipeline_parallel_layers_per_stage)");
-  // FSDP shards weights, gradients and optimizer state together: ZeRO 1-3 all become FSDP.
+  // An even split is pipeline_parallel_layers_per_stage; any other is written module by module
+  // (module_fqns_per_model_part, one list per stage in model order).
+  const std::vector<int> split = spec::layer_split(m, p);
+  const bool even_split =
+      std::all_of(split.begin(), split.end(), [&](int n) { return n == split.front(); });
+  // FSDP shards weights, gradients and optimizer state together: ZeRO 1-3 all become FSDP. ZeRO-3
+  // frees each layer's gathered weights after its forward (reshard after forward); ZeRO 1 and 2
+  // keep them to the backward, the nearest FSDP comes to sharding only gradients and optimizer
+  // state.
   const int replicate = p.zero_stage == 0 ? p.dp : 1;
   const int shard = p.zero_stage == 0 ? 1 : p.dp;
   // Experts borrow their ranks from the data-parallel shard dimension (with the TP ranks when
@@ -112,16 +132,22 @@ std::string export_torchtitan(const ExportRequest& r) {
     << "data_parallel_shard_degree = " << shard << "\n"
     << "tensor_parallel_degree = " << p.tp << "\n"
     << "pipeline_parallel_degree = " << p.pp << "\n";
+  if (p.dp > 1 && p.zero_stage > 0)
+    o << "fsdp_reshard_after_forward = \"" << (p.zero_stage == 3 ? "always" : "never") << "\"\n";
   if (p.pp > 1) {
     o << "pipeline_parallel_schedule = \"" << schedule << "\"\n"
-      << "pipeline_parallel_microbatch_size = " << p.micro_batch_size << "\n"
-      << "pipeline_parallel_layers_per_stage = " << m.layers / stages
-      << "\n"
-      // torchtitan counts the embedding and output layers as these many layers when it turns
-      // layers per stage into stages (default 1 each, which would add stages); pipetune's layer
-      // groups hold transformer layers only.
-      << "pipeline_parallel_first_stage_less_layers = 0\n"
-      << "pipeline_parallel_last_stage_less_layers = 0\n";
+      << "pipeline_parallel_microbatch_size = " << p.micro_batch_size << "\n";
+    if (even_split) {
+      o << "pipeline_parallel_layers_per_stage = " << split.front()
+        << "\n"
+        // torchtitan counts the embedding and output layers as these many layers when it turns
+        // layers per stage into stages (default 1 each, which would add stages); pipetune's layer
+        // groups hold transformer layers only.
+        << "pipeline_parallel_first_stage_less_layers = 0\n"
+        << "pipeline_parallel_last_stage_less_layers = 0\n";
+    } else {
+      o << "module_fqns_per_model_part = " << module_fqns(split) << "\n";
+    }
     if (!csv.empty()) o << "pipeline_parallel_schedule_csv = \"" << kCsvFile << "\"\n";
   }
   o << "context_parallel_degree = 1\n"

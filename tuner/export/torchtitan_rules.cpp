@@ -118,6 +118,41 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
+// A TOML array of arrays of strings ([["a", "b"], ["c"]]) as written on one line; nullopt when
+// the text is not one.
+std::optional<std::vector<std::vector<std::string>>> string_lists(const std::string& text) {
+  std::vector<std::vector<std::string>> out;
+  std::size_t i = 0;
+  const auto skip = [&] {
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
+  };
+  const auto take = [&](char c) {
+    skip();
+    if (i >= text.size() || text[i] != c) return false;
+    ++i;
+    return true;
+  };
+  if (!take('[')) return std::nullopt;
+  if (take(']')) return out;
+  do {
+    if (!take('[')) return std::nullopt;
+    out.emplace_back();
+    if (take(']')) continue;
+    do {
+      if (!take('"')) return std::nullopt;
+      const std::size_t close = text.find('"', i);
+      if (close == std::string::npos) return std::nullopt;
+      out.back().push_back(text.substr(i, close - i));
+      i = close + 1;
+    } while (take(','));
+    if (!take(']')) return std::nullopt;
+  } while (take(','));
+  if (!take(']')) return std::nullopt;
+  skip();
+  if (i != text.size()) return std::nullopt;
+  return out;
+}
+
 class Checker {
  public:
   explicit Checker(const std::map<std::string, std::string>& keys) : keys_(keys) {}
@@ -152,6 +187,64 @@ class Checker {
   const std::map<std::string, std::string>& keys_;
   RuleViolations out_;
 };
+
+// module_fqns_per_model_part (pipeline_module_split): model parts that a rank count divides, a
+// single-stage class with one per rank (build_pipeline_schedule runs only a rank's first stage),
+// and the model's modules each in one part, in model order: the embedding first, the final norm
+// and output layer last, every transformer layer once (a layer left out is deleted from the
+// model). Returns the number of parts, or nullopt when it cannot be read.
+std::optional<std::int64_t> check_module_fqns(Checker& c, const std::string& text,
+                                              std::int64_t layers, std::int64_t pp, bool single,
+                                              const std::string& schedule) {
+  const auto parts = string_lists(text);
+  c.require(parts.has_value(), "module_fqns_per_model_part is a list of lists of module names",
+            kJobConfig, text);
+  if (!parts) return std::nullopt;
+  const auto count = static_cast<std::int64_t>(parts->size());
+  c.require(count > 0 && count % pp == 0, "number of model parts divisible by PP", kModuleSplit,
+            n(count) + " parts over PP " + n(pp));
+  if (count == 0 || count % pp != 0) return std::nullopt;
+  if (single)
+    c.require(count == pp, "a single-stage schedule has 1 stage per rank", kBuildSchedule,
+              schedule + " with " + n(count / pp) + " stages per rank");
+  std::int64_t next_layer = 0;
+  for (std::size_t part = 0; part < parts->size(); ++part) {
+    const bool first = part == 0, last = part + 1 == parts->size();
+    const std::vector<std::string>& names = (*parts)[part];
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      const std::string& m = names[i];
+      const std::string at = "part " + n(static_cast<std::int64_t>(part)) + " '" + m + "'";
+      if (m == "tok_embeddings") {
+        c.require(first && i == 0, "the embedding leads the first part", kModuleSplit, at);
+      } else if (m == "norm" || m == "output") {
+        const bool in_place =
+            last && (m == "norm" ? i + 2 == names.size() && names[i + 1] == "output"
+                                 : i + 1 == names.size());
+        c.require(in_place, "the final norm and output layer end the last part", kModuleSplit, at);
+      } else if (m.rfind("layers.", 0) == 0 && m.size() > 7 &&
+                 m.find_first_not_of("0123456789", 7) == std::string::npos) {
+        const std::int64_t layer = std::stoll(m.substr(7));
+        c.require(layer == next_layer && layer < layers,
+                  "every transformer layer once, in model order", kModuleSplit,
+                  at + " where layers." + n(next_layer) + " comes (" + n(layers) + " layers)");
+        next_layer = layer + 1;
+      } else {
+        c.fail("module names are the model's (tok_embeddings, layers.N, norm, output)",
+               kModuleSplit, at);
+      }
+    }
+    if (first)
+      c.require(!names.empty() && names.front() == "tok_embeddings",
+                "the embedding leads the first part", kModuleSplit, "part 0 has no tok_embeddings");
+    if (last)
+      c.require(names.size() >= 2 && names.back() == "output",
+                "the final norm and output layer end the last part", kModuleSplit,
+                "part " + n(count - 1) + " does not end with norm, output");
+  }
+  c.require(next_layer == layers, "every transformer layer once, in model order", kModuleSplit,
+            n(next_layer) + " of " + n(layers) + " layers named");
+  return count;
+}
 
 }  // namespace
 
@@ -333,6 +426,10 @@ RuleViolations check_torchtitan_config(std::string_view toml, const TorchtitanLa
         opt == "op" || (!opt.empty() && opt.find_first_not_of("0123456789") == std::string::npos),
         "selective_ac_option is 'op' or an integer", kJobConfig, "'" + opt + "'");
   }
+  const std::string reshard = c.str("parallelism.fsdp_reshard_after_forward", "default");
+  c.require(reshard == "default" || reshard == "always" || reshard == "never",
+            "parallelism.fsdp_reshard_after_forward is default, always or never", kJobConfig,
+            "'" + reshard + "'");
   const std::string mp = c.str("training.mixed_precision_param", "bfloat16");
   c.require(mp == "bfloat16" || mp == "float32",
             "training.mixed_precision_param is bfloat16 or float32", kJobConfig, "'" + mp + "'");
@@ -410,6 +507,15 @@ RuleViolations check_torchtitan_config(std::string_view toml, const TorchtitanLa
       c.require(stages_per_rank >= 2, "a multi-stage schedule has at least 2 stages per rank",
                 kPipelineLlm, name + " with " + n(stages_per_rank) + " stages per rank");
   }
+  // Modules named stage by stage replace generate_llm_fqn_per_model_part: their count is the
+  // number of stages (pipeline_module_split).
+  const bool named = c.has("parallelism.module_fqns_per_model_part");
+  if (named) {
+    const std::optional<std::int64_t> parts = check_module_fqns(
+        c, c.str("parallelism.module_fqns_per_model_part", ""), layers, pp, cls->single, name);
+    if (!parts) return c.take();
+    stages_per_rank = *parts / pp;
+  }
   if (cls->v)
     c.require(stages_per_rank == 2, "V schedules have exactly 2 stages per rank", kModuleSplit,
               name + " with " + n(stages_per_rank) + " stages per rank");
@@ -417,7 +523,7 @@ RuleViolations check_torchtitan_config(std::string_view toml, const TorchtitanLa
   // embedding / output weights fit the smallest stage.
   const std::int64_t stages = stages_per_rank * pp;
   const std::int64_t effective = layers + first + last;
-  if (stages > 1) {
+  if (stages > 1 && !named) {
     c.require(stages <= effective && effective / stages >= 1,
               "no more stages than effective layers", kFqnSplit,
               n(stages) + " stages, " + n(effective) + " effective layers");

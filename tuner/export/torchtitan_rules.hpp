@@ -7,7 +7,8 @@
 //   pytorch/torchtitan torchtitan/distributed/parallel_dims.py@0119de1 (ParallelDims._validate)
 //   pytorch/torchtitan torchtitan/train.py@000204a (Trainer: batch sizes)
 //   pytorch/torchtitan torchtitan/distributed/pipeline_parallel.py@02ef790 (pipeline_llm,
-//     build_pipeline_schedule, generate_llm_fqn_per_model_part, pipeline_module_split)
+//     build_pipeline_schedule, generate_llm_fqn_per_model_part, pipeline_module_split: the
+//     module lists of module_fqns_per_model_part)
 //   pytorch/pytorch torch/distributed/pipelining/schedules.py@1fd7abc (get_schedule_class,
 //     _Action, _validate_schedule, _add_send_recv); DualPipeV is the class torchtitan@02ef790
 //     imports from it in later torch releases
@@ -31,8 +32,8 @@ struct TorchtitanLaunch {
   std::string schedule_csv;
 };
 
-// The TOML's scalar keys as "section.key" -> value text (strings unquoted). Throws InputError for
-// a line that is neither a section, a scalar key = value, a comment nor blank.
+// The TOML's keys as "section.key" -> value text (strings unquoted, a one-line array as written).
+// Throws InputError for a line that is neither a section, a key = value, a comment nor blank.
 std::map<std::string, std::string> parse_torchtitan_toml(std::string_view toml);
 
 // Every torchtitan / torch.distributed.pipelining rule the config (and CSV) break.

@@ -51,6 +51,18 @@ std::string reason_key(std::string_view message) {
   return out;
 }
 
+// Each list of the search space names an entry once: a repeated entry would score every plan
+// it makes twice.
+template <class T, class Name>
+void require_distinct(const std::vector<T>& items, const char* what, Name name) {
+  for (std::size_t i = 0; i < items.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (items[i] == items[j])
+        throw InputError(std::string(what) + ": '" + name(items[i]) + "' is listed twice");
+}
+
+const std::vector<std::string> kVocabModes = {"none", "redis", "vocab-1", "vocab-2", "interlaced"};
+
 struct Job {
   spec::ParallelPlan plan;
   std::string vocab_label;
@@ -61,6 +73,13 @@ class Enumerator {
   Enumerator(const SearchSpace& space, SearchResult& result) : s_(space), r_(result) {}
 
   std::vector<Job> run() {
+    require_distinct(s_.schedules, "schedules", [](const std::string& x) { return x; });
+    require_distinct(s_.vocab_modes, "vocabulary modes", [](const std::string& x) { return x; });
+    require_distinct(s_.micro_batch_sizes, "micro-batch sizes",
+                     [](int x) { return std::to_string(x); });
+    require_distinct(s_.recomputes, "recomputation modes",
+                     [](spec::Recompute x) { return std::string(spec::recompute_name(x)); });
+    require_distinct(s_.zero_stages, "ZeRO stages", [](int x) { return std::to_string(x); });
     const int n = s_.cluster.devices;
     if (n <= 0) throw InputError("the cluster has no devices");
     if (s_.global_batch <= 0)
@@ -173,18 +192,32 @@ class Enumerator {
 
   void enumerate_vocab(const spec::ParallelPlan& base) {
     const bool pipelined = base.pp > 1;
-    for (const std::string& mode : s_.vocab_modes) {
+    // Modes asked for by name: a combination that cannot exist is counted with its reason, so
+    // that a search that finds nothing says why ("zb-v does not support vocab-1"). Every mode
+    // (none asked for) means each where it can exist: the others are not plans to count.
+    const bool asked = !s_.vocab_modes.empty();
+    const auto impossible = [&](const std::string& reason) {
+      if (asked) prune(reason);
+    };
+    for (const std::string& mode : asked ? s_.vocab_modes : kVocabModes) {
       spec::ParallelPlan p = base;
       if (mode == "none") {
       } else if (!pipelined) {
-        continue;  // without a pipeline every mode is "none"
+        impossible(mode + " needs a pipeline (pp > 1)");  // without one, every mode is none
+        continue;
       } else if (mode == "redis") {
-        if (is_v_schedule(p.schedule) || p.chunks > 1) continue;  // one group per stage only
+        if (is_v_schedule(p.schedule) || p.chunks > 1) {
+          impossible("redis needs one layer group per stage (" + p.schedule + " has more)");
+          continue;
+        }
         p.layer_split =
             redistributed_layer_split(s_.model.layers, p.pp, 0.0, output_layer_in_layers(s_.model));
       } else {
         p.vocab = schedule::parse_vocab_mode(mode);
-        if (!schedule::supports_vocab(p.schedule, p.vocab)) continue;
+        if (!schedule::supports_vocab(p.schedule, p.vocab)) {
+          impossible(p.schedule + " does not support " + mode);
+          continue;
+        }
       }
       enumerate_memory_knobs(p, mode);
       if (full()) return;

@@ -8,8 +8,13 @@
 // the experts), micro-batch size, schedule with its chunks (interleaved-1f1b: layer groups that
 // split the layers evenly, V schedules: 2), vocabulary mode (none; redis: transformer layers
 // moved off the stages that hold the vocabulary layers; vocab-1, vocab-2, interlaced where the
-// schedule supports them), recomputation and ZeRO stage. Sequence parallelism is on whenever
-// tp > 1 (the same communication volume, less activation memory).
+// schedule supports them), recomputation and ZeRO stage (0 to 3: optimizer state, then also
+// gradients, then also weights sharded over dp). Sequence parallelism is on whenever tp > 1 (the
+// same communication volume, less activation memory).
+//
+// Each list of the space names an entry once (InputError naming a repeated one). A combination
+// of a vocabulary mode asked for that cannot exist (a schedule that does not support it, no
+// pipeline) is counted among the pruned with that reason.
 //
 // Before scoring, a plan is pruned when it breaks a plan rule (spec::validate, the schedule's
 // micro-batch minimum) or when its weights, gradients and optimizer state alone exceed the
@@ -72,11 +77,13 @@ struct SearchSpace {
   spec::ClusterSpec cluster;
   std::int64_t global_batch = 0;       // sequences per iteration
   std::vector<std::string> schedules;  // empty = every schedule
-  std::vector<std::string> vocab_modes = {"none", "redis", "vocab-1", "vocab-2", "interlaced"};
+  // Empty = every mode (none, redis, vocab-1, vocab-2, interlaced), each where it can exist;
+  // named ones: a combination that cannot exist is counted among the pruned with its reason.
+  std::vector<std::string> vocab_modes;
   std::vector<int> micro_batch_sizes = {1, 2, 4, 8};
   std::vector<spec::Recompute> recomputes = {spec::Recompute::None, spec::Recompute::Selective,
                                              spec::Recompute::Full};
-  std::vector<int> zero_stages = {0, 1};
+  std::vector<int> zero_stages = {0, 1, 2, 3};
   int max_chunks = 4;               // interleaved-1f1b layer groups per stage, at most
   std::int64_t max_candidates = 0;  // stop enumerating after this many plans; 0 = no limit
   // With a bounder: the best `keep` plans (and the Pareto front) are exact; plans that provably
