@@ -12,6 +12,7 @@
 #include "db/chrome_trace.hpp"
 #include "db/import/chrome_trace_import.hpp"
 #include "db/import/import_limits.hpp"
+#include "db/import/nsys_sqlite.hpp"
 #include "db/import/trace_builder.hpp"
 #include "engine/errors.hpp"
 #include "tests/db/import/import_test_helpers.hpp"
@@ -168,6 +169,25 @@ TEST(ImportLimits, RanksAreBoundedInEveryImporter) {
     ADD_FAILURE() << "a fifth rank was accepted";
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), "profile.sqlite: more than 4 ranks: beyond the import limit");
+  }
+}
+
+// Nsight Systems: one kernel in each of 65537 processes is one rank more than an import holds.
+TEST(ImportLimits, NsysProfileOfTooManyRanksIsRefused) {
+  TempFile db(".sqlite");
+  {
+    NsysExportWriter w(db.path());
+    w.string_id(1, "gemm");
+    for (std::int64_t pid = 1; pid <= 65537; ++pid)
+      w.kernel(pid, 0, 7, pid, 1000 * pid, 1000 * pid + 500, 1, 1);
+    w.close();
+  }
+  try {
+    import_nsys_sqlite(db.path());
+    ADD_FAILURE() << "65537 ranks were imported";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              db.path().string() + ": more than 65536 ranks: beyond the import limit");
   }
 }
 
