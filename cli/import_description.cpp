@@ -1,7 +1,9 @@
 #include "cli/import_description.hpp"
 
+#include "db/import/import_limits.hpp"
 #include "engine/errors.hpp"
 #include "engine/spec/load.hpp"
+#include "engine/spec/plan_schedule.hpp"
 #include "engine/spec/validate.hpp"
 
 namespace pipetune::cli {
@@ -21,7 +23,10 @@ void add_import_description_options(CLI::App* cmd, ImportDescriptionArgs& a) {
   cmd->add_option("--micro-batch-size", a.micro_batch_size, "Its sequences per micro-batch");
 }
 
-std::optional<spec::RunSpec> import_description(const ImportDescriptionArgs& a) {
+namespace {
+
+// The run the flags describe, its specs validated (spec::validate).
+std::optional<spec::RunSpec> described_run(const ImportDescriptionArgs& a) {
   const bool flags = !a.model.empty() || !a.hardware.empty() || !a.schedule.empty() || a.tp ||
                      a.pp || a.dp || a.ep || a.chunks || a.microbatches || a.micro_batch_size;
   if (!a.config.empty()) {
@@ -59,36 +64,25 @@ std::optional<spec::RunSpec> import_description(const ImportDescriptionArgs& a) 
                                     std::pair{p.dp, "--dp"}, std::pair{p.ep, "--ep"}})
     if (value < 1)
       throw InputError(std::string(flag) + " must be at least 1, not " + std::to_string(value));
-  if (static_cast<long long>(p.tp) * p.pp * p.dp > 1'000'000)
-    throw InputError("tp*pp*dp = " + std::to_string(static_cast<long long>(p.tp) * p.pp * p.dp) +
-                     " ranks is more than a profile can describe (at most 1000000)");
+  const auto world = static_cast<unsigned long long>(p.tp) * p.pp * p.dp;
+  if (world > db::ImportLimits{}.max_ranks)
+    throw InputError("tp*pp*dp = " + std::to_string(world) +
+                     " ranks is more than an import holds (at most " +
+                     std::to_string(db::ImportLimits{}.max_ranks) + ")");
   spec::apply_defaults(p);
   run.cluster = spec::make_cluster(spec::load_hardware(a.hardware), p.tp * p.pp * p.dp);
   spec::validate(run);
   return run;
 }
 
-void check_profile_against_plan(const db::ImportedProfile& profile, const spec::RunSpec& run) {
-  const spec::ParallelPlan& p = run.plan;
-  const long long world = static_cast<long long>(p.tp) * p.pp * p.dp;
-  const auto plan_text = [&] {
-    return "the plan's tp*pp*dp = " + std::to_string(p.tp) + "*" + std::to_string(p.pp) + "*" +
-           std::to_string(p.dp) + " = " + std::to_string(world) + " ranks";
-  };
-  // The launch command, when the profile records one, says how many ranks the job had: a
-  // capture of one node of it holds fewer, numbered from the node's first rank.
-  if (profile.launch_world_size > 0 && profile.launch_world_size != world)
-    throw InputError("the profile's launch command (" + profile.launch + ") starts " +
-                     std::to_string(profile.launch_world_size) + " rank(s), " + plan_text());
-  const bool one_node =
-      profile.launch_world_size == world && static_cast<long long>(profile.ranks.size()) < world;
-  if (static_cast<long long>(profile.ranks.size()) != world && !one_node)
-    throw InputError("the profile has " + std::to_string(profile.ranks.size()) + " rank(s), " +
-                     plan_text());
-  for (const db::ImportedRank& r : profile.ranks)
-    if (r.rank < 0 || r.rank >= world)
-      throw InputError("the profile's rank " + std::to_string(r.rank) + " (" + r.source +
-                       ") is outside " + plan_text());
+}  // namespace
+
+std::optional<spec::RunSpec> import_description(const ImportDescriptionArgs& a) {
+  std::optional<spec::RunSpec> run = described_run(a);
+  // The schedule's own rules too (chunks it cannot use, too few micro-batches), as predict and
+  // train apply them by building the plan's schedule: a plan they refuse is not stored either.
+  if (run) (void)spec::plan_schedule(run->plan);
+  return run;
 }
 
 }  // namespace pipetune::cli

@@ -13,6 +13,7 @@
 #include "db/import/chrome_trace_import.hpp"
 #include "db/import/nsys_sqlite.hpp"
 #include "db/import/pipeline_inference.hpp"
+#include "db/import/profile_plan_check.hpp"
 #include "db/store/record_json.hpp"
 #include "db/store/run_writer.hpp"
 #include "db/store/workspace.hpp"
@@ -60,7 +61,7 @@ void store_import(const ImportArgs& a, db::ImportedProfile (*read)(const std::st
                                   {"evidence", inferred->evidence}};
   }
   if (run) {
-    check_profile_against_plan(profile, *run);
+    db::check_profile_against_plan(profile, run->plan);
     plan_json =
         db::plan_to_json(run->plan, std::string(schedule::vocab_mode_name(run->plan.vocab))).dump();
     specs["model"] = db::model_to_json(run->model);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -161,6 +162,20 @@ void write_memory(const Trace& trace, EventWriter& w) {
   }
 }
 
+// A step's end as a global instant ("s":"g": Perfetto draws it across all tracks; no pid or tid,
+// which a global event does not belong to). NaN (unknown) is written as null.
+void write_steps(const Trace& trace, EventWriter& w) {
+  const auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v).dump() : "null"; };
+  for (const profiler::StepMetric& step : trace.steps) {
+    auto& x = w.next();
+    x << "{\"ph\":\"i\",\"s\":\"g\",\"cat\":" << quoted(std::string(kChromeStepCategory))
+      << ",\"name\":\"step " << step.step << "\",\"ts\":";
+    put_us(x, step.t_ns);
+    x << ",\"args\":{\"step\":" << step.step << ",\"loss\":" << number(step.loss)
+      << ",\"tokens_per_s\":" << number(step.tokens_per_s) << "}}";
+  }
+}
+
 }  // namespace
 
 void write_chrome_trace(const Trace& trace, std::ostream& out, const ChromeTraceOptions& options) {
@@ -230,6 +245,8 @@ void write_chrome_trace(const Trace& trace, std::ostream& out, const ChromeTrace
     put_us(x, s.end_ns - s.start_ns);
     x << ",\"args\":" << args << flow << "}";
   }
+
+  write_steps(trace, w);
 
   if (options.memory_counters) {
     for (const auto& c : trace.counters) {

@@ -16,14 +16,22 @@
 //    event, "flow_in" on the receive's).
 //  - Memory: one counter event "memory bytes" per MemorySample, carrying every category the rank
 //    has used so far (bytes), so the categories stack; other counters as "<name>" {"value"}.
+//  - Steps: one global instant event per StepMetric at the step's end (Perfetto draws it across
+//    every track), cat "pipetune.step", name "step N", args {"step", "loss", "tokens_per_s"}
+//    (null when unknown); db/import's Chrome importer reads them back as the Trace's steps, so a
+//    run exported and imported again keeps its iterations.
 #pragma once
 
 #include <ostream>
 #include <string>
+#include <string_view>
 
 #include "profiler/trace.hpp"
 
 namespace pipetune::db {
+
+// The category of the step markers (instant events at each step's end).
+inline constexpr std::string_view kChromeStepCategory = "pipetune.step";
 
 struct ChromeTraceOptions {
   std::string process_prefix = "rank";  // process names: "rank 0", "rank 1", ...

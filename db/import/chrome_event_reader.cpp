@@ -1,7 +1,10 @@
 #include "db/import/chrome_event_reader.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <streambuf>
@@ -21,40 +24,104 @@ namespace {
 
 constexpr std::int64_t kMaxNs = INT64_MAX / 2;  // headroom for start + dur
 
-#ifdef PIPETUNE_HAVE_ZLIB
-// A read-only streambuf over gzread, so the SAX parser pulls decompressed bytes in blocks.
-class GzipStreamBuf : public std::streambuf {
+// The file's JSON text for the SAX parser, in blocks: read as it is, or inflated with gzread.
+// It counts what it hands out and throws InputError at the limits, as the bytes arrive: the whole
+// text, a gzip file's inflate ratio, and the bytes since the parser last finished a token (mark()),
+// so no limit needs the text inflated or a token held first.
+class TraceTextBuf : public std::streambuf {
  public:
-  explicit GzipStreamBuf(const std::string& path)
-      : path_(path), file_(gzopen(path.c_str(), "rb")) {}
-  ~GzipStreamBuf() override {
-    if (file_ != nullptr) gzclose(file_);
+  TraceTextBuf(std::string path, bool gzip, const ImportLimits& limits)
+      : path_(std::move(path)), gzip_(gzip), limits_(limits) {
+#ifdef PIPETUNE_HAVE_ZLIB
+    if (gzip_) {
+      gz_ = gzopen(path_.c_str(), "rb");
+      return;
+    }
+#endif
+    plain_ = std::fopen(path_.c_str(), "rb");
   }
-  bool is_open() const { return file_ != nullptr; }
+  ~TraceTextBuf() override {
+#ifdef PIPETUNE_HAVE_ZLIB
+    if (gz_ != nullptr) gzclose(gz_);
+#endif
+    if (plain_ != nullptr) std::fclose(plain_);
+  }
+  TraceTextBuf(const TraceTextBuf&) = delete;
+  TraceTextBuf& operator=(const TraceTextBuf&) = delete;
+
+  bool is_open() const {
+#ifdef PIPETUNE_HAVE_ZLIB
+    if (gzip_) return gz_ != nullptr;
+#endif
+    return plain_ != nullptr;
+  }
   // zlib's message for the last failure ("unexpected end of file"), empty when none.
-  std::string error() const { return error_; }
+  std::string error() const {
+    return error_;
+  }
+  // The parser finished a token: the next one starts its max_token_bytes from here.
+  void mark() {
+    mark_ = consumed();
+  }
 
  protected:
   int_type underflow() override {
     if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
-    const int n = gzread(file_, buffer_.data(), static_cast<unsigned>(buffer_.size()));
-    if (n < 0) {
-      int code = 0;
-      set_error(gzerror(file_, &code));
-      return traits_type::eof();
-    }
-    if (n == 0) {
-      // gzread returns 0 at the end, also when the stream was cut short: ask zlib.
-      int code = 0;
-      const char* msg = gzerror(file_, &code);
-      if (code != Z_OK && code != Z_STREAM_END) set_error(msg);
-      return traits_type::eof();
-    }
+    if (delivered_ - mark_ > limits_.max_token_bytes)
+      throw InputError(path_ + ": a JSON value or run of whitespace longer than " +
+                       limit_bytes_text(limits_.max_token_bytes) + " (at byte " +
+                       std::to_string(mark_) + "): beyond the import limit");
+    const std::size_t n = read_block();
+    if (n == 0) return traits_type::eof();
+    delivered_ += n;
+    check_limits();
     setg(buffer_.data(), buffer_.data(), buffer_.data() + n);
     return traits_type::to_int_type(*gptr());
   }
 
  private:
+  std::uint64_t consumed() const {
+    return delivered_ - static_cast<std::uint64_t>(egptr() - gptr());
+  }
+
+  std::size_t read_block() {
+#ifdef PIPETUNE_HAVE_ZLIB
+    if (gzip_) {
+      const int n = gzread(gz_, buffer_.data(), static_cast<unsigned>(buffer_.size()));
+      if (n <= 0) {
+        // gzread returns 0 at the end, also when the stream was cut short: ask zlib.
+        int code = 0;
+        const char* msg = gzerror(gz_, &code);
+        if (n < 0 || (code != Z_OK && code != Z_STREAM_END)) set_error(msg);
+        return 0;
+      }
+      return static_cast<std::size_t>(n);
+    }
+#endif
+    const std::size_t n = std::fread(buffer_.data(), 1, buffer_.size(), plain_);
+    if (n == 0 && std::ferror(plain_))
+      throw InputError(path_ + ": read error: " + std::strerror(errno));
+    return n;
+  }
+
+  void check_limits() const {
+    if (delivered_ > limits_.max_text_bytes)
+      throw InputError(path_ + ": more than " + limit_bytes_text(limits_.max_text_bytes) +
+                       " of JSON text" + (gzip_ ? " inflated" : "") + ": beyond the import limit");
+#ifdef PIPETUNE_HAVE_ZLIB
+    if (gzip_ && delivered_ > limits_.ratio_check_after_bytes) {
+      const auto compressed = static_cast<std::uint64_t>(std::max<z_off_t>(gzoffset(gz_), 1));
+      if (delivered_ / compressed >= limits_.max_inflate_ratio)
+        throw InputError(path_ + ": gzip data inflating more than " +
+                         std::to_string(limits_.max_inflate_ratio) + ":1 (" +
+                         std::to_string(delivered_) + " bytes from " + std::to_string(compressed) +
+                         " compressed): refused as a decompression bomb (import limit: " +
+                         std::to_string(limits_.max_inflate_ratio) + ":1 past " +
+                         limit_bytes_text(limits_.ratio_check_after_bytes) + ")");
+    }
+#endif
+  }
+
   // zlib prefixes its messages with the path; the importer's message names the file already.
   void set_error(const char* msg) {
     error_ = msg != nullptr ? msg : "read error";
@@ -62,11 +129,17 @@ class GzipStreamBuf : public std::streambuf {
   }
 
   std::string path_;
-  gzFile file_ = nullptr;
+  bool gzip_ = false;
+  const ImportLimits& limits_;
+  std::FILE* plain_ = nullptr;
+#ifdef PIPETUNE_HAVE_ZLIB
+  gzFile gz_ = nullptr;
+#endif
   std::array<char, 1 << 16> buffer_{};
+  std::uint64_t delivered_ = 0;  // bytes handed to the parser so far
+  std::uint64_t mark_ = 0;       // where the parser last finished a token
   std::string error_;
 };
-#endif
 
 std::string describe(const json& v) {
   switch (v.type()) {
@@ -90,8 +163,8 @@ std::string describe(const json& v) {
 class EventSax : public nlohmann::json_sax<json> {
  public:
   EventSax(std::string file, const std::function<void(ChromeEvent&)>& on_event,
-           ChromeFileInfo& info)
-      : file_(std::move(file)), on_event_(on_event), info_(info) {}
+           ChromeFileInfo& info, TraceTextBuf& text, const ImportLimits& limits)
+      : file_(std::move(file)), on_event_(on_event), info_(info), text_(text), limits_(limits) {}
 
   bool null() override { return scalar(json(nullptr), nullptr); }
   bool boolean(bool v) override { return scalar(json(v), nullptr); }
@@ -104,6 +177,7 @@ class EventSax : public nlohmann::json_sax<json> {
   bool binary(binary_t&) override { return scalar(json(nullptr), nullptr); }
 
   bool key(string_t& k) override {
+    text_.mark();
     if (!dom_.empty()) {
       dom_key_ = std::move(k);
     } else if (skip_depth_ < 0) {
@@ -146,7 +220,18 @@ class EventSax : public nlohmann::json_sax<json> {
            k == "schemaVersion" || k == "baseTimeNanoseconds";
   }
 
+  // One more value in the DOM being built (an event's args, a kept top-level member).
+  void count_dom_value() {
+    if (++*dom_values_ <= limits_.max_nested_values) return;
+    const std::string what = dom_values_ == &top_level_values_
+                                 ? "the kept top-level members (distributedInfo, deviceProperties)"
+                                 : "event " + std::to_string(event_.index) + "'s \"args\"";
+    fail("more than " + std::to_string(limits_.max_nested_values) + " values in " + what +
+         ": beyond the import limit");
+  }
+
   void dom_add(json v) {
+    count_dom_value();
     json& top = *dom_.back();
     if (top.is_object()) {
       top[dom_key_] = std::move(v);
@@ -156,6 +241,7 @@ class EventSax : public nlohmann::json_sax<json> {
   }
 
   bool scalar(json v, const std::string* raw_float) {
+    text_.mark();
     if (!dom_.empty()) {
       dom_add(std::move(v));
       return true;
@@ -238,7 +324,9 @@ class EventSax : public nlohmann::json_sax<json> {
   }
 
   bool open(bool object) {
+    text_.mark();
     if (!dom_.empty()) {
+      count_dom_value();
       json child = object ? json::object() : json::array();
       json& top = *dom_.back();
       if (top.is_object()) {
@@ -260,6 +348,7 @@ class EventSax : public nlohmann::json_sax<json> {
       if (key_ == "args") {
         if (!object) fail_event("\"args\" is an array, not an object");
         event_.args = json::object();
+        dom_values_ = &event_values_;
         dom_.push_back(&event_.args);
       } else {
         skip_depth_ = depth_;  // "stack", "id2", ...: not read
@@ -273,6 +362,7 @@ class EventSax : public nlohmann::json_sax<json> {
         events_depth_ = 2;
       } else if (kept_top_level(key_)) {
         info_.top_level[key_] = object ? json::object() : json::array();
+        dom_values_ = &top_level_values_;
         dom_.push_back(&info_.top_level[key_]);
       } else {
         skip_depth_ = depth_;
@@ -285,6 +375,7 @@ class EventSax : public nlohmann::json_sax<json> {
   }
 
   bool close() {
+    text_.mark();
     --depth_;
     if (!dom_.empty()) {
       dom_.pop_back();
@@ -310,6 +401,7 @@ class EventSax : public nlohmann::json_sax<json> {
     event_.dur_ns.reset();
     event_.id.clear();
     event_.args = nullptr;
+    event_values_ = 0;
   }
 
   std::string file_;
@@ -324,6 +416,10 @@ class EventSax : public nlohmann::json_sax<json> {
   std::vector<json*> dom_;
   std::string dom_key_;
   ChromeEvent event_;
+  TraceTextBuf& text_;
+  const ImportLimits& limits_;
+  std::uint64_t event_values_ = 0, top_level_values_ = 0;  // values in the DOMs built
+  std::uint64_t* dom_values_ = &event_values_;             // the one being built
 };
 
 void parse(std::istream& in, const std::string& file, EventSax& sax, const ChromeFileInfo& info) {
@@ -386,7 +482,8 @@ std::optional<std::int64_t> microseconds_text_to_ns(std::string_view text) {
 }
 
 ChromeFileInfo read_chrome_events(const std::filesystem::path& path,
-                                  const std::function<void(ChromeEvent&)>& on_event) {
+                                  const std::function<void(ChromeEvent&)>& on_event,
+                                  const ImportLimits& limits) {
   const std::string file = path.string();
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw InputError(file + ": no such file");
@@ -399,35 +496,36 @@ ChromeFileInfo read_chrome_events(const std::filesystem::path& path,
     probe.read(reinterpret_cast<char*>(magic), 2);
   }
   const bool gzip = magic[0] == 0x1f && magic[1] == 0x8b;
-
-  ChromeFileInfo info;
-  EventSax sax(file, on_event, info);
-  if (gzip) {
-#ifdef PIPETUNE_HAVE_ZLIB
-    GzipStreamBuf buf(file);
-    if (!buf.is_open()) throw InputError(file + ": cannot be opened as gzip");
-    std::istream in(&buf);
-    try {
-      parse(in, file, sax, info);
-    } catch (const InputError& e) {
-      // A cut-short gzip stream shows up as JSON ending early: say what really happened.
-      if (!buf.error().empty()) throw InputError(file + ": gzip data is damaged: " + buf.error());
-      throw;
-    }
-    if (!buf.error().empty()) throw InputError(file + ": gzip data is damaged: " + buf.error());
-#else
+#ifndef PIPETUNE_HAVE_ZLIB
+  if (gzip)
     throw InputError(file +
                      ": gzip-compressed, but this build has no zlib: decompress it first "
                      "(gunzip -k)");
 #endif
-  } else {
-    std::vector<char> buffer(1 << 16);
-    std::ifstream in;
-    in.rdbuf()->pubsetbuf(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    in.open(path, std::ios::binary);
-    if (!in) throw InputError(file + ": cannot be opened for reading");
-    parse(in, file, sax, info);
+  // A plain file's text is its size: refused before it is read.
+  if (!gzip) {
+    const std::uintmax_t size = std::filesystem::file_size(path, ec);
+    if (!ec && size > limits.max_text_bytes)
+      throw InputError(file + ": " + std::to_string(size) + " bytes, more than " +
+                       limit_bytes_text(limits.max_text_bytes) +
+                       " of JSON text: beyond the import limit");
   }
+
+  ChromeFileInfo info;
+  TraceTextBuf text(file, gzip, limits);
+  if (!text.is_open())
+    throw InputError(file +
+                     (gzip ? ": cannot be opened as gzip" : ": cannot be opened for reading"));
+  EventSax sax(file, on_event, info, text, limits);
+  std::istream in(&text);
+  try {
+    parse(in, file, sax, info);
+  } catch (const InputError& e) {
+    // A cut-short gzip stream shows up as JSON ending early: say what really happened.
+    if (!text.error().empty()) throw InputError(file + ": gzip data is damaged: " + text.error());
+    throw;
+  }
+  if (!text.error().empty()) throw InputError(file + ": gzip data is damaged: " + text.error());
   if (!info.array_form && !sax.saw_events())
     throw InputError(file + ": not a Chrome trace: no \"traceEvents\" array");
   return info;

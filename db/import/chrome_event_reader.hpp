@@ -2,6 +2,8 @@
 // gzip) one at a time through a SAX parser, so a file of millions of events is never held as a
 // JSON document (private to db/import). Times are converted from µs to ns exactly from the
 // number's text, not through a double (epoch µs with decimals lose nanoseconds in a double).
+// What is read is bounded by ImportLimits (text, inflate ratio, token size, nested values),
+// checked as the bytes arrive, so a decompression bomb stops early.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+
+#include "db/import/import_limits.hpp"
 
 namespace pipetune::db::import_detail {
 
@@ -48,9 +52,10 @@ struct ChromeFileInfo {
 // cannot be read, bad JSON (truncated, syntax), a top level that is neither an array nor an
 // object with a "traceEvents" array, or an event field of the wrong type (an event that is not an
 // object, "ph"/"name"/"cat" not strings, "ts"/"dur" not numbers, pid/tid neither integer nor
-// string, "args" not an object).
+// string, "args" not an object), or a file beyond `limits` (naming the limit).
 ChromeFileInfo read_chrome_events(const std::filesystem::path& file,
-                                  const std::function<void(ChromeEvent&)>& on_event);
+                                  const std::function<void(ChromeEvent&)>& on_event,
+                                  const ImportLimits& limits = {});
 
 // Whether this build reads gzip-compressed traces (zlib linked).
 bool gzip_supported();

@@ -1,15 +1,18 @@
 #include "db/import/chrome_trace_import.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 #include <unordered_map>
 
+#include "db/chrome_trace.hpp"
 #include "db/import/chrome_event_reader.hpp"
 #include "db/import/pipeline_phase_names.hpp"
 #include "db/import/rank_names.hpp"
 #include "db/import/trace_builder.hpp"
 #include "engine/errors.hpp"
+#include "profiler/analysis/time_window.hpp"
 #include "profiler/gpu/gpu_activity_names.hpp"
 
 namespace pipetune::db {
@@ -136,12 +139,15 @@ struct PendingCounter {
 
 class ChromeImport {
  public:
-  explicit ChromeImport(const std::filesystem::path& file) : file_(file.string()) {
+  ChromeImport(const std::filesystem::path& file, const ImportLimits& limits)
+      : file_(file.string()), limits_(limits) {
     builder_.set_source(file_);
+    builder_.set_limits(limits);
   }
 
   ImportedProfile run(const std::filesystem::path& path) {
-    info_ = import_detail::read_chrome_events(path, [this](ChromeEvent& e) { on_event(e); });
+    info_ = import_detail::read_chrome_events(
+        path, [this](ChromeEvent& e) { on_event(e); }, limits_);
     finish();
     if (info_.unterminated)
       out_.warnings.push_back(
@@ -160,10 +166,19 @@ class ChromeImport {
                      e.ph + "): " + what);
   }
 
+  // One more record held until finish(): bounded by ImportLimits::max_records.
+  void hold() {
+    if (++held_ <= limits_.max_records) return;
+    throw InputError(file_ + ": more than " + std::to_string(limits_.max_records) +
+                     " spans, samples, step markers, open begin events, processes and threads: "
+                     "beyond the import limit");
+  }
+
   std::uint32_t process_of(const ChromeId& pid) {
     const std::string key = id_key(pid);
     auto it = process_index_.find(key);
     if (it != process_index_.end()) return it->second;
+    hold();
     const auto id = static_cast<std::uint32_t>(processes_.size());
     processes_.push_back(ProcessInfo{pid, {}, {}});
     process_index_.emplace(key, id);
@@ -176,6 +191,7 @@ class ChromeImport {
     const std::string key = id_key(e.pid) + '\x1f' + id_key(tid);
     auto it = thread_index_.find(key);
     if (it != thread_index_.end()) return it->second;
+    hold();
     const auto id = static_cast<std::uint32_t>(threads_.size());
     ThreadInfo t;
     t.pid = e.pid;
@@ -203,6 +219,7 @@ class ChromeImport {
       case 'b': {
         if (!e.ts_ns) fail(e, "a begin event needs \"ts\"");
         const std::uint32_t thread = thread_of(e);
+        hold();
         OpenSpan open{thread, e.name, e.cat, *e.ts_ns, std::move(e.args)};
         if (e.ph[0] == 'B') {
           open_by_thread_[thread].push_back(std::move(open));
@@ -227,6 +244,7 @@ class ChromeImport {
         }
         OpenSpan open = std::move(stack->back());
         stack->pop_back();
+        --held_;  // held again as its span
         if (*e.ts_ns < open.start_ns) {
           ++negative_durations_;
           return;
@@ -242,6 +260,10 @@ class ChromeImport {
         return;
       case 'i':
       case 'I':
+        if (e.cat == kChromeStepCategory) {
+          add_step(e);
+          return;
+        }
         if (e.name == "[memory]" && add_memory(e)) return;
         ++ignored_events_;
         return;
@@ -273,9 +295,33 @@ class ChromeImport {
     const auto type = int_arg(e.args, "Device Type");
     const auto total = e.args.find("Total Allocated");
     if (!type || *type != 1 || total == e.args.end() || !total->is_number()) return false;
-    counters_.push_back(PendingCounter{thread_of(e), *e.ts_ns, "memory bytes", "unattributed",
-                                       total->get<double>()});
+    const std::uint32_t thread = thread_of(e);
+    hold();
+    counters_.push_back(
+        PendingCounter{thread, *e.ts_ns, "memory bytes", "unattributed", total->get<double>()});
     return true;
+  }
+
+  // A step's end as export-trace writes it: args "step", "loss", "tokens_per_s" (null: unknown).
+  void add_step(const ChromeEvent& e) {
+    if (!e.ts_ns) fail(e, "a step marker needs \"ts\" (the step's end)");
+    const auto number = [&](const char* key) {
+      if (!e.args.is_object()) return std::numeric_limits<double>::quiet_NaN();
+      auto it = e.args.find(key);
+      if (it == e.args.end() || it->is_null()) return std::numeric_limits<double>::quiet_NaN();
+      if (!it->is_number()) fail(e, std::string("\"") + key + "\" is not a number");
+      return it->get<double>();
+    };
+    profiler::StepMetric step;
+    const auto index = int_arg(e.args, "step");
+    if (!index || *index < INT32_MIN || *index > INT32_MAX)
+      fail(e, "a step marker needs \"step\" in its args: the step's number (a 32-bit integer)");
+    step.step = static_cast<std::int32_t>(*index);
+    step.t_ns = *e.ts_ns;
+    step.loss = number("loss");
+    step.tokens_per_s = number("tokens_per_s");
+    hold();
+    steps_.push_back(step);
   }
 
   void add_counters(const ChromeEvent& e) {
@@ -284,12 +330,14 @@ class ChromeImport {
     const std::uint32_t thread = thread_of(e);
     for (auto it = e.args.begin(); it != e.args.end(); ++it) {
       if (!it->is_number()) continue;
+      hold();
       counters_.push_back(PendingCounter{thread, *e.ts_ns, e.name, it.key(), it->get<double>()});
     }
   }
 
   void add_span(std::uint32_t thread, const std::string& name, const std::string& cat,
                 std::int64_t start, std::int64_t end, const json& args) {
+    hold();
     PendingSpan p;
     p.thread = thread;
     Span& s = p.span;
@@ -495,19 +543,30 @@ class ChromeImport {
     if (info_.top_level.contains("baseTimeNanoseconds") &&
         info_.top_level["baseTimeNanoseconds"].is_number_integer())
       base = info_.top_level["baseTimeNanoseconds"].get<std::int64_t>();
+    // A time and the base, each within the analyses' range (2^62 ns), add without overflow; the
+    // sum is checked again where it is stored (trace_builder).
+    const auto beyond = [&](std::int64_t t, const std::string& what) {
+      throw InputError(file_ + ": " + what + " at " + std::to_string(t) +
+                       " ns is beyond the times pipetune handles (2^62 ns, about 146 years)");
+    };
+    if (!profiler::analysis::trace_time_ok(base)) beyond(base, "baseTimeNanoseconds");
+    const auto based = [&](std::int64_t t, const char* what) {
+      if (!profiler::analysis::trace_time_ok(t)) beyond(t, what);
+      return t + base;
+    };
 
     // Threads our export named keep their lanes even without spans (an idle comm lane).
     for (std::uint32_t i = 0; i < threads_.size(); ++i)
       if (export_thread_lane(threads_[i].name)) lane_of(PendingSpan{i, Span{}, false, -1, -1});
     for (PendingSpan& p : spans_) {
       p.span.lane = lane_of(p);
-      p.span.start_ns += base;
-      p.span.end_ns += base;
+      p.span.start_ns = based(p.span.start_ns, "a span start");
+      p.span.end_ns = based(p.span.end_ns, "a span end");
       if (p.kernel >= 0) {
         profiler::KernelRecord r = std::move(records_[static_cast<std::size_t>(p.kernel)]);
         r.rank = threads_[p.thread].rank;
-        r.start_ns += base;
-        r.end_ns += base;
+        r.start_ns = p.span.start_ns;
+        r.end_ns = p.span.end_ns;
         builder_.add_gpu_span(p.span, std::move(r));
       } else {
         if (p.correlation >= 0)
@@ -534,12 +593,18 @@ class ChromeImport {
         auto [it, fresh] = last_bytes.emplace(std::pair(rank, static_cast<int>(category)), bytes);
         if (!fresh && it->second == bytes) continue;
         it->second = bytes;
-        trace.memory.push_back(profiler::MemorySample{rank, category, c.t_ns + base, bytes});
+        trace.memory.push_back(
+            profiler::MemorySample{rank, category, based(c.t_ns, "a memory sample"), bytes});
       } else {
         const std::string name = c.key == "value" ? c.name : c.name + " " + c.key;
-        trace.counters.push_back(
-            profiler::CounterSample{rank, builder_.name(name), c.t_ns + base, c.value});
+        trace.counters.push_back(profiler::CounterSample{rank, builder_.name(name),
+                                                         based(c.t_ns, "a counter"), c.value});
       }
+    }
+
+    for (profiler::StepMetric step : steps_) {
+      step.t_ns = based(step.t_ns, "a step marker");
+      trace.steps.push_back(step);
     }
 
     std::int64_t unclosed = 0;
@@ -562,6 +627,8 @@ class ChromeImport {
   }
 
   std::string file_;
+  const ImportLimits& limits_;
+  std::uint64_t held_ = 0;  // records held (hold())
   import_detail::ChromeFileInfo info_;
   import_detail::ImportedTraceBuilder builder_;
   ImportedProfile out_;
@@ -574,6 +641,7 @@ class ChromeImport {
   std::vector<PendingSpan> spans_;
   std::vector<profiler::KernelRecord> records_;
   std::vector<PendingCounter> counters_;
+  std::vector<profiler::StepMetric> steps_;
   std::unordered_map<std::uint32_t, std::vector<OpenSpan>> open_by_thread_;
   std::unordered_map<std::string, std::vector<OpenSpan>> open_async_;
 
@@ -588,8 +656,8 @@ class ChromeImport {
 
 }  // namespace
 
-ImportedProfile import_chrome_trace(const std::filesystem::path& file) {
-  return ChromeImport(file).run(file);
+ImportedProfile import_chrome_trace(const std::filesystem::path& file, const ImportLimits& limits) {
+  return ChromeImport(file, limits).run(file);
 }
 
 bool chrome_trace_gzip_supported() {

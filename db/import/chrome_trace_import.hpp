@@ -5,7 +5,9 @@
 // Events: ph X (complete) and B/E pairs (E closes the thread's latest open B) become spans; async
 // b/e pairs (matched by pid, cat and id) too; C counters become MemorySamples ("memory bytes" with
 // memory-category keys, as db/chrome_trace writes them) or CounterSamples ("<name> <key>");
-// M process_name / thread_name name processes and threads. ts/dur are µs (decimals allowed),
+// M process_name / thread_name name processes and threads; instants of category
+// "pipetune.step" (db/chrome_trace.hpp: what export-trace writes at each step's end) become the
+// Trace's steps, so a re-imported run keeps its iterations. ts/dur are µs (decimals allowed),
 // converted to ns exactly; Kineto's baseTimeNanoseconds, when present, is added.
 //
 // Span kinds, first rule that applies:
@@ -27,15 +29,20 @@
 // stream and index; GPU activity (kernels, copies, memsets) goes to the Gpu lane of its stream
 // (args.stream, else tid); a thread with pipeline phases is a Compute lane; others are Host lanes
 // (index = tid; text tids get negative indices in order of appearance).
+//
+// Bounded: a file beyond `limits` (text, inflate ratio, records held, ranks) is refused with an
+// InputError naming the limit, checked while reading.
 #pragma once
 
 #include <filesystem>
 
+#include "db/import/import_limits.hpp"
 #include "db/import/imported_profile.hpp"
 
 namespace pipetune::db {
 
-ImportedProfile import_chrome_trace(const std::filesystem::path& file);
+ImportedProfile import_chrome_trace(const std::filesystem::path& file,
+                                    const ImportLimits& limits = {});
 
 // Whether this build reads .json.gz (pipetune_db linked with zlib).
 bool chrome_trace_gzip_supported();

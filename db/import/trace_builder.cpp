@@ -16,10 +16,8 @@ using profiler::Stream;
 
 namespace {
 
-std::uint64_t lane_key(std::int32_t rank, Stream stream, std::int32_t index) {
-  // rank and index are 32-bit; the stream fits in the top bits left after folding rank to 28.
-  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(rank) & 0x0FFFFFFFu) << 36) ^
-         (static_cast<std::uint64_t>(stream) << 32) ^ static_cast<std::uint32_t>(index);
+std::string prefix(const std::string& source) {
+  return source.empty() ? std::string() : source + ": ";
 }
 
 }  // namespace
@@ -30,17 +28,30 @@ ImportedTraceBuilder::ImportedTraceBuilder() {
     names_.emplace(trace_.names[i], static_cast<std::uint32_t>(i));
 }
 
+std::size_t ImportedTraceBuilder::LaneKeyHash::operator()(const LaneKey& k) const noexcept {
+  // splitmix64's finalizer over (rank, index), the stream in the top bits.
+  std::uint64_t h = ((std::uint64_t{static_cast<std::uint32_t>(k.rank)} << 32) |
+                     static_cast<std::uint32_t>(k.index)) ^
+                    (static_cast<std::uint64_t>(k.stream) << 59);
+  h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+  h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<std::size_t>(h ^ (h >> 31));
+}
+
 std::int32_t ImportedTraceBuilder::lane(std::int32_t rank, Stream stream, std::int32_t index) {
-  const std::uint64_t key = lane_key(rank, stream, index);
-  auto it = lanes_.find(key);
-  if (it != lanes_.end()) {
-    const auto& l = trace_.lanes[static_cast<std::size_t>(it->second)];
-    if (l.rank == rank && l.stream == stream && l.index == index) return it->second;
+  const auto [it, fresh] = lanes_.try_emplace(LaneKey{rank, stream, index}, 0);
+  if (!fresh) return it->second;
+  if (ranks_.insert(rank).second && ranks_.size() > limits_.max_ranks) {
+    lanes_.erase(it);
+    throw InputError(prefix(source_) + "more than " + std::to_string(limits_.max_ranks) +
+                     " ranks: beyond the import limit");
   }
-  // New lane, or a key collision (ranks beyond 2^28): fall back to the Trace's own search.
-  const std::int32_t id = trace_.lane(rank, stream, index);
-  if (it == lanes_.end()) lanes_.emplace(key, id);
-  return id;
+  it->second = static_cast<std::int32_t>(trace_.lanes.size());
+  // Named by Trace::lane's own rule: on an empty trace it creates the lane without a search.
+  lane_namer_.lanes.clear();
+  lane_namer_.lane(rank, stream, index);
+  trace_.lanes.push_back(std::move(lane_namer_.lanes.back()));
+  return it->second;
 }
 
 void ImportedTraceBuilder::set_lane_name(std::int32_t lane, std::string name) {
@@ -58,10 +69,6 @@ std::uint32_t ImportedTraceBuilder::name(std::string_view text) {
 
 namespace {
 
-std::string prefix(const std::string& source) {
-  return source.empty() ? std::string() : source + ": ";
-}
-
 // Times beyond what the analyses handle (time_window.hpp) are refused at import, not wrapped.
 void check_times(const Span& span, const std::string& source) {
   if (!profiler::analysis::trace_time_ok(span.start_ns) ||
@@ -73,13 +80,21 @@ void check_times(const Span& span, const std::string& source) {
 
 }  // namespace
 
+void ImportedTraceBuilder::check_span_count() const {
+  if (trace_.spans.size() >= limits_.max_records)
+    throw InputError(prefix(source_) + "more than " + std::to_string(limits_.max_records) +
+                     " spans: beyond the import limit");
+}
+
 void ImportedTraceBuilder::add_span(const Span& span) {
+  check_span_count();
   check_times(span, source_);
   trace_.spans.push_back(span);
   kernel_of_span_.push_back(-1);
 }
 
 void ImportedTraceBuilder::add_gpu_span(const Span& span, profiler::KernelRecord record) {
+  check_span_count();
   check_times(span, source_);
   trace_.spans.push_back(span);
   kernel_of_span_.push_back(static_cast<std::int64_t>(kernels_.size()));
@@ -101,6 +116,7 @@ void ImportedTraceBuilder::finish(ImportedProfile& out) {
   };
   for (const profiler::MemorySample& m : trace_.memory) check_sample(m.t_ns, "memory sample");
   for (const profiler::CounterSample& c : trace_.counters) check_sample(c.t_ns, "counter sample");
+  for (const profiler::StepMetric& m : trace_.steps) check_sample(m.t_ns, "step marker");
   // Lanes in (rank, stream, index) order.
   const std::size_t lane_count = trace_.lanes.size();
   std::vector<std::int32_t> lane_order(lane_count);

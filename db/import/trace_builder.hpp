@@ -1,6 +1,7 @@
-// Builds the Trace of an imported profile: lanes found by hash (not Trace::lane's scan), names
-// interned by hash (imports carry tens of thousands of distinct range names), and GPU spans
-// kept together with their profiler::KernelRecord until the final sort.
+// Builds the Trace of an imported profile: lanes found by hash (not Trace::lane's scan, which is
+// quadratic in lanes), names interned by hash (imports carry tens of thousands of distinct range
+// names), and GPU spans kept together with their profiler::KernelRecord until the final sort.
+// Refuses (InputError) more ranks or spans than ImportLimits allow.
 #pragma once
 
 #include <cstdint>
@@ -8,8 +9,10 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
+#include "db/import/import_limits.hpp"
 #include "db/import/imported_profile.hpp"
 #include "profiler/gpu/kernel_record.hpp"
 #include "profiler/trace.hpp"
@@ -28,6 +31,7 @@ class ImportedTraceBuilder {
   ImportedTraceBuilder();
   // The file being imported: errors about its records name it.
   void set_source(std::string file) { source_ = std::move(file); }
+  void set_limits(const ImportLimits& limits) { limits_ = limits; }
 
   std::int32_t lane(std::int32_t rank, profiler::Stream stream, std::int32_t index);
   void set_lane_name(std::int32_t lane, std::string name);
@@ -50,10 +54,25 @@ class ImportedTraceBuilder {
   void finish(ImportedProfile& out);
 
  private:
+  struct LaneKey {
+    std::int32_t rank = 0;
+    profiler::Stream stream = profiler::Stream::Compute;
+    std::int32_t index = 0;
+    friend bool operator==(const LaneKey&, const LaneKey&) = default;
+  };
+  struct LaneKeyHash {
+    std::size_t operator()(const LaneKey& k) const noexcept;
+  };
+
+  void check_span_count() const;
+
   std::string source_;
+  ImportLimits limits_;
   profiler::Trace trace_;
   std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>> names_;
-  std::unordered_map<std::uint64_t, std::int32_t> lanes_;  // packed (rank, stream, index)
+  std::unordered_map<LaneKey, std::int32_t, LaneKeyHash> lanes_;
+  std::unordered_set<std::int32_t> ranks_;  // the ranks of lanes_, counted against the limit
+  profiler::Trace lane_namer_;              // names new lanes (lane())
   std::vector<profiler::KernelRecord> kernels_;
   std::vector<std::int64_t> kernel_of_span_;  // index into kernels_, -1 for none
   struct Launch {

@@ -341,21 +341,55 @@ std::int64_t store_trace(const std::string& path, RunInfo info, const profiler::
   validate_trace_part(trace);
   WriterOptions options;
   RunWriter writer(path, std::move(info), options);
-  // Slices of batch_rows spans (each with every lane and name) keep transactions and the WAL
-  // bounded for big traces; the other records go with the last slice.
+  // Slices of batch_rows spans keep transactions and the WAL bounded for big traces. The first
+  // slice carries every lane and name (so they keep the trace's order, idle lanes included); the
+  // others only those their spans use, so that the copies stay linear in the trace (a profile of
+  // a million ranks has a million lanes). The other records go with the last slice.
   const std::size_t slice = options.batch_rows;
-  std::size_t from = 0;
+  std::vector<std::int32_t> lane_in_part(trace.lanes.size(), -1);
+  std::vector<std::uint32_t> name_in_part(trace.names.size(), 0);
+  std::vector<std::size_t> lane_stamp(trace.lanes.size(), 0), name_stamp(trace.names.size(), 0);
+  std::size_t from = 0, part_no = 0;
   do {
+    ++part_no;
     const std::size_t to = std::min(trace.spans.size(), from + slice);
+    const bool first = from == 0, last = to == trace.spans.size();
     profiler::Trace part;
     part.kind = trace.kind;
-    part.lanes = trace.lanes;
-    part.names = trace.names;
-    part.spans.assign(trace.spans.begin() + static_cast<std::ptrdiff_t>(from),
-                      trace.spans.begin() + static_cast<std::ptrdiff_t>(to));
-    if (to == trace.spans.size()) {
+    if (first) {
+      part.lanes = trace.lanes;
+      part.names = trace.names;
+    }
+    const auto lane_of = [&](std::int32_t lane) {
+      if (first) return lane;
+      const auto l = static_cast<std::size_t>(lane);
+      if (lane_stamp[l] != part_no) {
+        lane_stamp[l] = part_no;
+        lane_in_part[l] = static_cast<std::int32_t>(part.lanes.size());
+        part.lanes.push_back(trace.lanes[l]);
+      }
+      return lane_in_part[l];
+    };
+    const auto name_of = [&](std::uint32_t name) {
+      if (first || name == 0) return name;  // names[0] is the empty name in every part
+      if (name_stamp[name] != part_no) {
+        name_stamp[name] = part_no;
+        name_in_part[name] = static_cast<std::uint32_t>(part.names.size());
+        part.names.push_back(trace.names[name]);
+      }
+      return name_in_part[name];
+    };
+    part.spans.reserve(to - from);
+    for (std::size_t i = from; i < to; ++i) {
+      profiler::Span s = trace.spans[i];
+      s.lane = lane_of(s.lane);
+      s.name = name_of(s.name);
+      part.spans.push_back(s);
+    }
+    if (last) {
       part.memory = trace.memory;
       part.counters = trace.counters;
+      for (profiler::CounterSample& c : part.counters) c.name = name_of(c.name);
       part.steps = trace.steps;
     }
     writer.append(std::move(part));

@@ -213,7 +213,8 @@ void TraceInserter::place(LaneState& lane, const PackedSpan& span) {
   if (static_cast<std::size_t>(depth) >= lane.depths.size()) lane.depths.resize(depth + 1);
   DepthState& d = lane.depths[static_cast<std::size_t>(depth)];
   if (d.block.empty()) {
-    d.block.reserve(kBlockSpans);
+    // No reserve(kBlockSpans): 10 KB for every lane and depth, up front, would make a profile of
+    // a million one-span lanes take gigabytes; the block grows as spans come.
     d.block_first_ord = d.next_ord;
     d.block_has_pred = d.has_last;
     d.block_pred_end = d.last_end;
@@ -233,7 +234,7 @@ void TraceInserter::place(LaneState& lane, const PackedSpan& span) {
   }
   ++lane.span_count;
   lane.max_depth = std::max(lane.max_depth, depth);
-  lane.stats_dirty = true;
+  mark_dirty(lane);
 
   if (d.block.size() == kBlockSpans) {
     write_block(lane, depth, d);
@@ -323,8 +324,17 @@ void TraceInserter::set_summary_json(const std::string& json) {
   update_summary_.run();
 }
 
+void TraceInserter::mark_dirty(LaneState& lane) {
+  if (lane.stats_dirty) return;
+  lane.stats_dirty = true;
+  dirty_lanes_.push_back(static_cast<std::size_t>(&lane - lanes_.data()));
+}
+
 void TraceInserter::write_pending(std::int64_t now_unix_ns) {
-  for (LaneState& lane : lanes_) {
+  // Only the lanes changed since the last commit: a commit costs what it adds, not the run's
+  // lane count.
+  for (const std::size_t slot : dirty_lanes_) {
+    LaneState& lane = lanes_[slot];
     for (std::size_t depth = 0; depth < lane.depths.size(); ++depth) {
       DepthState& d = lane.depths[depth];
       if (d.block_dirty && !d.block.empty()) write_block(lane, static_cast<std::int32_t>(depth), d);
@@ -339,6 +349,7 @@ void TraceInserter::write_pending(std::int64_t now_unix_ns) {
       lane.stats_dirty = false;
     }
   }
+  dirty_lanes_.clear();
   update_commit_.bind(1, run_id_).bind(2, now_unix_ns).run();
 }
 
@@ -368,7 +379,7 @@ void TraceInserter::rebuild_unordered_lanes(std::int64_t now_unix_ns) {
     lane = LaneState{};
     lane.db_id = db_id;
     for (const PackedSpan& p : all) place(lane, p);
-    lane.stats_dirty = true;
+    mark_dirty(lane);
   }
   write_pending(now_unix_ns);
 }

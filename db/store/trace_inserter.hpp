@@ -72,6 +72,7 @@ class TraceInserter {
   std::uint32_t name_id(const std::string& text);
   std::size_t lane_slot(const profiler::Lane& lane);  // index into lanes_, created on first use
   void place(LaneState& lane, const PackedSpan& span);
+  void mark_dirty(LaneState& lane);  // its stats (and blocks) to write at the next commit
   void write_block(LaneState& lane, std::int32_t depth, DepthState& d);
 
   sqlite::Connection& db_;
@@ -79,6 +80,7 @@ class TraceInserter {
   std::array<std::uint8_t, profiler::kSpanKindCount> kind_ids_{};
   std::unordered_map<std::string, std::uint32_t> names_;
   std::vector<LaneState> lanes_;
+  std::vector<std::size_t> dirty_lanes_;  // lanes_ slots with stats_dirty set
   std::unordered_map<LaneKey, std::size_t, LaneKeyHash> lane_index_;
   std::int64_t span_seq_ = 0, memory_seq_ = 0, counter_seq_ = 0, step_seq_ = 0, kernel_seq_ = 0;
 
