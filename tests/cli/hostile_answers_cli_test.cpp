@@ -366,6 +366,10 @@ TEST(HostileAnswers, OldWorkspacesWithBadNamesPrintAndDumpCleanly) {
   ASSERT_EQ(sqlite3_exec(db, "UPDATE runs SET name = CAST(X'41FF1B5B324A07' AS TEXT)", nullptr,
                          nullptr, nullptr),
             SQLITE_OK);
+  // Interned names (the activation counter's here; an imported profile's span names) too.
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE names SET text = CAST(X'6E616DFE65' AS TEXT)", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
   sqlite3_close(db);
   const ProcessResult runs_json = expect_ok({"runs", "--json", "--db", s.db});
   const auto runs = nlohmann::json::parse(runs_json.out);  // valid JSON: U+FFFD for the 0xff
@@ -374,6 +378,14 @@ TEST(HostileAnswers, OldWorkspacesWithBadNamesPrintAndDumpCleanly) {
   const ProcessResult diff_json = expect_ok({"diff", "1", "2", "--json", "--db", s.db});
   EXPECT_NO_THROW((void)nlohmann::json::parse(diff_json.out));
   expect_ok({"report", "1", "--json", "--db", s.db});
+  const std::string exported = (s.dir / "run1.json").string();
+  expect_ok({"export-trace", "1", "-o", exported, "--db", s.db});
+  std::string text;
+  std::getline(std::ifstream(exported), text, '\0');
+  EXPECT_NE(text.find("nam\xef\xbf\xbd"
+                      "e"),
+            std::string::npos);  // U+FFFD for the 0xfe
+  EXPECT_NO_THROW((void)nlohmann::json::parse(text));
   // Human output escapes the control characters and the bad byte.
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{"runs", "--db", s.db},
