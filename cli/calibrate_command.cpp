@@ -15,6 +15,7 @@
 #include "cli/calibration_report.hpp"
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
+#include "cli/json_output.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/store/record_json.hpp"
 #include "db/store/workspace.hpp"
@@ -243,7 +244,7 @@ void run(const CalibrateArgs& a) {
                           {"points", points},
                           {"errors", calibration_errors_json(r)}};
     if (!a.output.empty()) out["output"] = a.output;
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", json_text(out).c_str());
     return;
   }
   std::printf("calibrated %s on %zu run(s), %d op durations (%d iterations%s)\n",

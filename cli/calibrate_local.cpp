@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cli/json_output.hpp"
 #include "cli/workspace_cli.hpp"
 #include "engine/errors.hpp"
 #include "engine/runtime/machine_benchmark.hpp"
@@ -137,7 +138,7 @@ void run_calibrate_local(const LocalCalibrateArgs& a) {
                               {"all_gather_bus", hw.efficiency.all_gather_bus},
                               {"reduce_scatter_bus", hw.efficiency.reduce_scatter_bus}}}}}};
     if (!a.output.empty()) out["output"] = a.output;
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", json_text(out).c_str());
     return;
   }
   std::printf("measured %d device(s) of %d thread(s) at once with the engine's CPU kernels\n",

@@ -2,13 +2,13 @@
 // (for example the prediction and the measurement of one plan), absolute and relative to A.
 #include <cmath>
 #include <cstdio>
-#include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
+#include "cli/json_output.hpp"
 #include "cli/workspace_cli.hpp"
 #include "engine/errors.hpp"
 #include "profiler/analysis/analysis.hpp"
@@ -59,9 +59,17 @@ nlohmann::json pairing_json(const an::OpPairing& p) {
            }()}};
 }
 
+// Bubbles are a pipeline's: two runs that are not both pipelines (a plan-less import) compare
+// their ranks' idle time.
+bool both_pipelines(const LoadedRun& ra, const LoadedRun& rb) {
+  return ra.pipeline && rb.pipeline;
+}
+
 void print_json(const LoadedRun& ra, const LoadedRun& rb, const an::TraceComparison& d,
                 const an::OpPairing& pairing) {
   constexpr double ns = 1e-9;
+  const bool pipeline = both_pipelines(ra, rb);
+  const std::string bubble = pipeline ? "bubble" : "idle";
   nlohmann::json kinds = nlohmann::json::array(), ranks = nlohmann::json::array();
   auto kind_json = [&](const an::KindComparison& k) {
     return nlohmann::json{{"kind", std::string(profiler::span_kind_name(k.kind))},
@@ -77,8 +85,8 @@ void print_json(const LoadedRun& ra, const LoadedRun& rb, const an::TraceCompari
                          {"compute", compared_json(r.compute_ns, ns)},
                          {"communication", compared_json(r.communication_ns, ns)},
                          {"exposed_communication", compared_json(r.exposed_communication_ns, ns)},
-                         {"bubble", compared_json(r.bubble_ns, ns)},
-                         {"bubble_ratio", compared_json(r.bubble_ratio)},
+                         {bubble, compared_json(r.bubble_ns, ns)},
+                         {bubble + "_ratio", compared_json(r.bubble_ratio)},
                          {"peak_memory_bytes", compared_json(r.peak_memory_bytes)},
                          {"kinds", nlohmann::json::array()},
                          {"memory", nlohmann::json::array()}};
@@ -91,23 +99,26 @@ void print_json(const LoadedRun& ra, const LoadedRun& rb, const an::TraceCompari
   }
   const nlohmann::json j = {{"a", run_identity_json(ra.stored.run)},
                             {"b", run_identity_json(rb.stored.run)},
+                            {"time_unit", ra.time_unit},
+                            {"pipeline", pipeline},
                             {"iteration_time", compared_json(d.window_ns, ns)},
-                            {"bubble_ratio", compared_json(d.bubble_ratio)},
+                            {bubble + "_ratio", compared_json(d.bubble_ratio)},
                             {"compute", compared_json(d.compute_ns, ns)},
                             {"peak_memory_bytes", compared_json(d.peak_memory_bytes)},
                             {"kinds", kinds},
                             {"ranks", ranks},
                             {"op_pairing", pairing_json(pairing)}};
-  std::cout << j.dump(2) << "\n";
+  print_json_value(j);
 }
 
 void print_human(const LoadedRun& ra, const LoadedRun& rb, const an::TraceComparison& d,
                  const an::OpPairing& pairing) {
   const std::string& u = ra.time_unit;
+  const char* bubble = both_pipelines(ra, rb) ? "bubble" : "idle";
   std::printf("A: run %lld %s (iteration %zu)\nB: run %lld %s (iteration %zu)\n\n",
-              static_cast<long long>(ra.stored.run.id), ra.stored.run.name.c_str(),
+              static_cast<long long>(ra.stored.run.id), shown_text(ra.stored.run.name).c_str(),
               ra.iteration + 1, static_cast<long long>(rb.stored.run.id),
-              rb.stored.run.name.c_str(), rb.iteration + 1);
+              shown_text(rb.stored.run.name).c_str(), rb.iteration + 1);
   auto row = [&](const char* what, const an::Compared& c, bool time) {
     auto f = [&](double v) { return time ? human_time(v * 1e-9, u) : human_bytes(v); };
     std::printf("%-22s %14s %14s %14s %9s\n", what, f(c.a).c_str(), f(c.b).c_str(),
@@ -117,12 +128,18 @@ void print_human(const LoadedRun& ra, const LoadedRun& rb, const an::TraceCompar
   row("iteration", d.window_ns, true);
   row("compute (all ranks)", d.compute_ns, true);
   row("peak memory", d.peak_memory_bytes, false);
-  std::printf("%-22s %13.1f%% %13.1f%% %+13.1f%%\n", "bubble", 100.0 * d.bubble_ratio.a,
+  std::printf("%-22s %13.1f%% %13.1f%% %+13.1f%%\n", bubble, 100.0 * d.bubble_ratio.a,
               100.0 * d.bubble_ratio.b, 100.0 * d.bubble_ratio.delta);
-  std::printf("\ncompute ops paired op for op: %lld (only in A: %lld, only in B: %lld)%s\n",
-              static_cast<long long>(pairing.paired), static_cast<long long>(pairing.only_a),
-              static_cast<long long>(pairing.only_b),
-              pairing.identical() ? ", same order on every rank" : "");
+  if (pairing.paired == 0)
+    std::printf(
+        "\nno compute op of A pairs with one of B (A has %lld, B %lld: none on the same rank "
+        "with the same kind, micro-batch and chunk)\n",
+        static_cast<long long>(pairing.only_a), static_cast<long long>(pairing.only_b));
+  else
+    std::printf("\ncompute ops paired op for op: %lld (only in A: %lld, only in B: %lld)%s\n",
+                static_cast<long long>(pairing.paired), static_cast<long long>(pairing.only_a),
+                static_cast<long long>(pairing.only_b),
+                pairing.identical() ? ", same order on every rank" : "");
   if (!pairing.first_difference.empty())
     std::printf("first difference: %s\n", pairing.first_difference.c_str());
   if (!pairing.largest_differences.empty()) {
@@ -140,12 +157,12 @@ void print_human(const LoadedRun& ra, const LoadedRun& rb, const an::TraceCompar
       label += std::string(" (") + an::presence_name(k.presence) + ")";
     row(label.c_str(), k.total_ns, true);
   }
-  std::printf("\nper rank: compute / bubble\n");
+  std::printf("\nper rank: compute / %s\n", bubble);
   for (const auto& r : d.ranks) {
     char label[48];
     std::snprintf(label, sizeof label, "rank %d compute", r.rank);
     row(label, r.compute_ns, true);
-    std::snprintf(label, sizeof label, "rank %d bubble", r.rank);
+    std::snprintf(label, sizeof label, "rank %d %s", r.rank, bubble);
     row(label, r.bubble_ns, true);
   }
 }
@@ -153,6 +170,12 @@ void print_human(const LoadedRun& ra, const LoadedRun& rb, const an::TraceCompar
 void run(const DiffArgs& a) {
   const LoadedRun ra = load_run(a.db, a.a, a.iteration_a);
   const LoadedRun rb = load_run(a.db, a.b, a.iteration_b);
+  // A simulation with uniform costs counts in cost units, not seconds: no figure of one compares
+  // with a figure of the other.
+  if (ra.time_unit != rb.time_unit)
+    throw InputError("run " + std::to_string(ra.stored.run.id) + " counts time in " + ra.time_unit +
+                     ", run " + std::to_string(rb.stored.run.id) + " in " + rb.time_unit +
+                     ": unlike units do not compare");
   an::DiffOptions o;
   o.window_a = ra.window;
   o.window_b = rb.window;

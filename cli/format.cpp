@@ -1,5 +1,6 @@
 #include "cli/format.hpp"
 
+#include "db/store/run_name.hpp"
 #include "engine/errors.hpp"
 #include "profiler/units.hpp"
 
@@ -17,6 +18,10 @@ std::string human_time(double t, const std::string& unit) {
     return buf;
   }
   return profiler::format_seconds(t);
+}
+
+std::string shown_text(const std::string& text) {
+  return db::printable_text(text);
 }
 
 std::string human_bytes(double b) {

@@ -7,6 +7,9 @@ namespace pipetune::cli {
 
 // profiler::format_seconds for seconds; plain numbers for other units (cost units).
 std::string human_time(double t, const std::string& unit = "s");
+// Stored text (run names) as a terminal shows it safely: control characters and bytes that are
+// not UTF-8 as \xNN (db::printable_text).
+std::string shown_text(const std::string& text);
 // profiler::format_bytes.
 std::string human_bytes(double bytes);
 // Columns for charts: the terminal's width when stdout is one, else 100.

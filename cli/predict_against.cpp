@@ -1,13 +1,15 @@
 #include "cli/predict_against.hpp"
 
 #include <cstdio>
-#include <iostream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "cli/format.hpp"
+#include "cli/json_output.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/store/record_json.hpp"
+#include "db/store/run_match.hpp"
+#include "db/store/run_name.hpp"
 #include "engine/errors.hpp"
 #include "profiler/analysis/analysis.hpp"
 
@@ -36,10 +38,23 @@ void print_prediction_against(const tuner::SimulationSetup& setup, const std::st
   const spec::ParallelPlan& plan = setup.run->plan;
   const tuner::PlanEvaluation& e = *setup.iteration;
   const std::string who = "run " + std::to_string(r.stored.run.id);
+  if (r.stored.run.kind == profiler::TraceKind::Simulated)
+    throw InputError(who + " is a simulation: --against compares the prediction with a measured " +
+                     "or imported run");
   if (r.stored.run.plan_json.empty())
     throw InputError(who +
                      " has no plan to pair its ranks with the prediction's stages: import it "
                      "with --config RUN (or --model --hardware --tp --pp --dp)");
+  // A prediction compares with a run of its own model, plan and hardware only: anything else
+  // gives an error figure that means nothing.
+  if (const std::string d = db::difference_from_run_file(r.stored.run, *setup.run); !d.empty())
+    throw InputError(who + " (" + db::printable_text(r.stored.run.name) + ") is not a run of " +
+                     setup.run->source + ": " + d);
+  // A training run's iterations end at its steps: one that stopped before its first step ended
+  // has spans but no iteration to compare.
+  if (r.stored.run.kind == profiler::TraceKind::Measured && r.stored.trace.steps.empty())
+    throw InputError(who + " (" + std::string(db::run_status_name(r.stored.run.status)) +
+                     ") has no complete iteration: it stopped before its first step ended");
   if (r.ranks_per_stage != plan.tp * plan.dp)
     throw InputError(
         who + " has " + std::to_string(r.ranks_per_stage) +
@@ -98,21 +113,18 @@ void print_prediction_against(const tuner::SimulationSetup& setup, const std::st
                         {"predicted_bubble_ratio", predicted_bubble},
                         {"measured_bubble_ratio", m.bubble_ratio}});
     }
-    std::cout << nlohmann::json{{"run", run_identity_json(r.stored.run)},
-                                {"config", setup.run->source},
-                                {"predicted_iteration", e.iteration_time},
-                                {"measured_iteration", measured_iteration},
-                                {"iteration_error",
-                                 relative_error(e.iteration_time, measured_iteration)},
-                                {"stages", stages},
-                                {"ranks_shared_gpus", shared_gpus > 0},
-                                {"measured_gpus", shared_gpus > 0 ? shared_gpus : world}}
-                     .dump(2)
-              << "\n";
+    print_json_value({{"run", run_identity_json(r.stored.run)},
+                      {"config", setup.run->source},
+                      {"predicted_iteration", e.iteration_time},
+                      {"measured_iteration", measured_iteration},
+                      {"iteration_error", relative_error(e.iteration_time, measured_iteration)},
+                      {"stages", stages},
+                      {"ranks_shared_gpus", shared_gpus > 0},
+                      {"measured_gpus", shared_gpus > 0 ? shared_gpus : world}});
     return;
   }
   std::printf("%s against run %lld (%s)\n\n", setup.description.c_str(),
-              static_cast<long long>(r.stored.run.id), r.stored.run.name.c_str());
+              static_cast<long long>(r.stored.run.id), shown_text(r.stored.run.name).c_str());
   std::printf("%-6s %12s %12s %8s %10s %10s\n", "stage", "predicted", "measured", "error",
               "bubble p.", "bubble m.");
   for (int s = 0; s < plan.pp; ++s) {

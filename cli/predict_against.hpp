@@ -9,7 +9,8 @@
 
 namespace pipetune::cli {
 
-// InputError when the stored run has no plan, or a plan with another number of stages.
+// InputError naming both when the stored run is a simulation, has no plan, is not a run of the
+// run file's model, plan and hardware (db/store/run_match.hpp), or has no complete iteration.
 void print_prediction_against(const tuner::SimulationSetup& setup, const std::string& db,
                               const std::string& stored_run, bool json);
 

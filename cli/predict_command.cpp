@@ -7,6 +7,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
+#include "cli/json_output.hpp"
 #include "cli/predict_against.hpp"
 #include "cli/tuning_target.hpp"
 #include "cli/workspace_cli.hpp"
@@ -65,7 +66,7 @@ void print_prediction(const spec::ModelSpec& model, const spec::ClusterSpec& clu
                               {"feasible", e.feasible},
                               {"infeasible_reason", e.infeasible_reason},
                               {"stages", stages}};
-    std::cout << j.dump(2) << "\n";
+    print_json_value(j);
     return;
   }
   std::printf("%s on %d x %s, global batch %lld, sequence %lld\n%s\n\n", model.name.c_str(),

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/json_output.hpp"
 #include "engine/spec/presets.hpp"
 
 namespace pipetune::cli {
@@ -28,7 +29,7 @@ void add_presets_command(CLI::App& app) {
       for (const auto& n : names) std::cout << " " << n;
       std::cout << "\n";
     }
-    if (*json) std::cout << j.dump(2) << "\n";
+    if (*json) print_json_value(j);
   });
 }
 

@@ -2,7 +2,6 @@
 // one iteration of a stored run; `pipetune timeline RUN`: a text Gantt of that iteration.
 #include <algorithm>
 #include <cstdio>
-#include <iostream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -11,6 +10,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
+#include "cli/json_output.hpp"
 #include "cli/report_gpu_ops.hpp"
 #include "cli/workspace_cli.hpp"
 #include "engine/errors.hpp"
@@ -122,7 +122,7 @@ void print_json(const LoadedRun& r, const Report& rep) {
                           {"steps", rep.path.steps.size()},
                           {"busy_by_rank", by_rank}};
   }
-  std::cout << j.dump(2) << "\n";
+  print_json_value(j);
 }
 
 // Without pipeline stages (an imported profile with no plan and no pipeline phases): each
@@ -181,7 +181,7 @@ void print_human(const LoadedRun& r, const Report& rep) {
   const std::string& u = r.time_unit;
   std::printf("run %lld (%s, %s): %s\n", static_cast<long long>(run.id),
               std::string(db::trace_kind_name(run.kind)).c_str(),
-              std::string(db::run_status_name(run.status)).c_str(), run.name.c_str());
+              std::string(db::run_status_name(run.status)).c_str(), shown_text(run.name).c_str());
   if (!r.pipeline) {
     print_ranks(r, rep);
     print_gpu_op_time(r);
@@ -213,7 +213,8 @@ void print_human(const LoadedRun& r, const Report& rep) {
     if (!header) std::printf("\nop running at the memory peak:\n");
     header = true;
     const auto& span = r.stored.trace.spans[*m.op_at_peak];
-    std::printf("  rank %-4d %s at %s\n", m.rank, r.stored.trace.span_label(span).c_str(),
+    std::printf("  rank %-4d %s at %s\n", m.rank,
+                shown_text(r.stored.trace.span_label(span)).c_str(),
                 human_time(seconds(m.peak.t_ns - r.window.start_ns), u).c_str());
   }
   std::printf("\ncritical path: %s = %s busy + %s waiting, %zu steps\n",
@@ -257,10 +258,11 @@ void timeline(const ReportArgs& a) {
   const LoadedRun r = load_run(a.db, a.run, a.iteration);
   const auto& run = r.stored.run;
   std::printf("run %lld: %s, iteration %zu of %zu (%s)\n\n", static_cast<long long>(run.id),
-              run.name.c_str(), r.iteration + 1, r.iterations,
+              shown_text(run.name).c_str(), r.iteration + 1, r.iterations,
               human_time(seconds(r.window.length_ns()), r.time_unit).c_str());
   profiler::TextGanttOptions g;
   g.width = a.width > 0 ? a.width : terminal_width();
+  g.time_unit = r.time_unit;  // a cost-unit simulation's axis is not in seconds
   std::printf("%s", profiler::render_text_gantt(iteration_slice(r), g).c_str());
 }
 

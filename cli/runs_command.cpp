@@ -1,12 +1,12 @@
 // `pipetune runs`: the runs of a workspace.
 #include <cstdio>
 #include <ctime>
-#include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
+#include "cli/json_output.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/store/workspace.hpp"
 
@@ -54,7 +54,7 @@ void run(const RunsArgs& a) {
       j["ended_unix_ns"] = r.ended_unix_ns >= 0 ? nlohmann::json(r.ended_unix_ns) : nullptr;
       out.push_back(j);
     }
-    std::cout << out.dump(2) << "\n";
+    print_json_value(out);
     return;
   }
   if (runs.empty()) {
@@ -70,7 +70,7 @@ void run(const RunsArgs& a) {
                 std::string(db::trace_kind_name(r.kind)).c_str(),
                 std::string(db::run_status_name(r.status)).c_str(),
                 t >= 0.0 ? human_time(t, unit).c_str() : "-", static_cast<long long>(r.span_count),
-                local_time(r.started_unix_ns).c_str(), r.name.c_str());
+                local_time(r.started_unix_ns).c_str(), shown_text(r.name).c_str());
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/import_description.hpp"
+#include "cli/json_output.hpp"
 #include "cli/tuning_target.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/chrome_trace.hpp"
@@ -15,6 +16,7 @@
 #include "db/import/pipeline_inference.hpp"
 #include "db/import/profile_plan_check.hpp"
 #include "db/store/record_json.hpp"
+#include "db/store/run_name.hpp"
 #include "db/store/run_writer.hpp"
 #include "db/store/workspace.hpp"
 #include "engine/schedule/schedule.hpp"
@@ -81,10 +83,11 @@ void store_import(const ImportArgs& a, db::ImportedProfile (*read)(const std::st
                                  {"in_phase", profile.attribution.in_phase},
                                  {"outside_ranges", profile.attribution.outside_ranges},
                                  {"without_launch", profile.attribution.without_launch}};
-  const std::string name = a.name.empty() ? a.file : a.name;
+  // A given name is the store's to check; a default path is made one it takes.
+  const std::string name = a.name.empty() ? db::printable_text(a.file) : a.name;
   const std::size_t spans = profile.trace.spans.size(), kernels = profile.kernels.size();
   const std::int64_t id =
-      db::store_trace(a.db, {profiler::TraceKind::Imported, name, plan_json, specs.dump()},
+      db::store_trace(a.db, {profiler::TraceKind::Imported, name, plan_json, json_text(specs, -1)},
                       profile.trace, std::move(profile.kernels));
   std::printf("imported %s as run %lld: %zu ranks, %zu spans, %zu GPU activities", a.file.c_str(),
               static_cast<long long>(id), profile.ranks.size(), spans, kernels);

@@ -187,15 +187,23 @@ TrainSetup build_options(const TrainArgs& a) {
   if (a.recompute) o.plan.recompute = spec::parse_recompute(*a.recompute);
   if (a.sequence_parallel) o.plan.sequence_parallel = true;
   if (a.no_sequence_parallel) o.plan.sequence_parallel = false;
-  // Flags may change the world size: the global batch follows the plan, not the run file.
-  if (a.tp || a.pp || a.dp || a.microbatches || a.micro_batch_size) o.plan.global_batch = 0;
+  // Flags may change the world size: the global batch follows the plan, unless the run file
+  // states it (then the plan's validation refuses flags that give another batch, as predict does).
+  if ((a.tp || a.pp || a.dp || a.microbatches || a.micro_batch_size) && !run.global_batch_given)
+    o.plan.global_batch = 0;
   if (a.steps < 1)
     throw InputError("--steps must be at least 1 (got " + std::to_string(a.steps) + ")");
-  if (!(a.lr > 0.0f)) throw InputError("--lr must be positive");
+  if (!(a.lr > 0.0f) || !std::isfinite(a.lr)) {
+    char shown[32];
+    std::snprintf(shown, sizeof shown, "%g", static_cast<double>(a.lr));
+    throw InputError(std::string("--lr must be a finite positive number, not ") + shown);
+  }
   if (a.threads < 0 || a.threads > 1024)
     throw InputError("--threads must be 0 (cores / ranks) to 1024 per rank, not " +
                      std::to_string(a.threads));
   if (a.checkpoint_every < 0) throw InputError("--checkpoint-every must be >= 0");
+  if (a.checkpoint_every > 0 && a.checkpoint.empty())
+    throw InputError("--checkpoint-every needs --checkpoint DIR (where to write the checkpoints)");
   o.steps = a.steps;
   o.seed = parse_seed(a.seed);
   o.adamw.lr = a.lr;
@@ -213,6 +221,9 @@ TrainSetup build_options(const TrainArgs& a) {
     if (o.fault->rank >= o.plan.tp * o.plan.pp * o.plan.dp)
       throw InputError("--fault: rank " + std::to_string(o.fault->rank) + " is not a rank of the " +
                        std::to_string(o.plan.tp * o.plan.pp * o.plan.dp) + "-rank plan");
+    if (o.fault->step > a.steps)  // a resumed run's own steps: check_train_options
+      throw InputError("--fault: step " + std::to_string(o.fault->step) +
+                       " is beyond the run's --steps " + std::to_string(a.steps));
   }
   const spec::EngineBackend backend =
       a.backend ? spec::parse_engine_backend(*a.backend) : run.backend;

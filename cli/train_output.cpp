@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/format.hpp"
+#include "cli/json_output.hpp"
 #include "db/store/record_json.hpp"
 #include "engine/schedule/schedule.hpp"
 #include "engine/spec/model_spec.hpp"
@@ -88,7 +89,7 @@ void print_train_json(const runtime::TrainOptions& o, const runtime::TrainResult
                         {"takes", r.gpu_capture.takes},
                         {"most_steps_per_take", r.gpu_capture.most_steps_per_take}};
   if (run_id >= 0) j["run_id"] = run_id;
-  std::cout << j.dump(2) << "\n";
+  print_json_value(j);
 }
 
 void print_train_summary(const runtime::TrainResult& r) {

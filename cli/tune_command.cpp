@@ -10,6 +10,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
+#include "cli/json_output.hpp"
 #include "cli/tuning_target.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/store/record_json.hpp"
@@ -159,7 +160,7 @@ void run(const TuneArgs& a) {
                         {"results", results},
                         {"pareto", pareto}};
     if (search_id >= 0) j["search_id"] = search_id;
-    std::cout << j.dump(2) << "\n";
+    print_json_value(j);
     return;
   }
   std::printf(

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "db/store/run_layout.hpp"
+#include "db/store/run_name.hpp"
 #include "db/store/workspace.hpp"
 #include "engine/errors.hpp"
 #include "profiler/analysis/analysis_error.hpp"
@@ -54,6 +55,12 @@ LoadedRun load_run(const std::string& db_path, const std::string& id_or_name,
   LoadedRun r;
   r.stored = ws.load(record.id);
   const profiler::Trace& t = r.stored.trace;
+  // A run that stored no span (one that failed before its first op ended) has no iteration to
+  // report or compare: said so, not shown as an iteration of length 0.
+  if (t.spans.empty())
+    throw InputError("run " + std::to_string(record.id) + " (" + db::printable_text(record.name) +
+                     ", " + std::string(db::run_status_name(record.status)) +
+                     ") has no spans: no iteration to analyse");
   r.iterations = profiler::analysis::iteration_count(t);
   if (iteration) {
     if (*iteration < 1 || static_cast<std::size_t>(*iteration) > r.iterations)

@@ -37,7 +37,7 @@ struct LoadedRun {
 };
 
 // `iteration`: 1-based as the user types it; empty = the last complete iteration. Throws
-// InputError for an unknown run or an iteration out of range.
+// InputError for an unknown run, a run with no spans or an iteration out of range.
 LoadedRun load_run(const std::string& db_path, const std::string& id_or_name,
                    std::optional<int> iteration = std::nullopt);
 

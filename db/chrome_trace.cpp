@@ -38,8 +38,10 @@ void put_us(std::ostream& out, std::int64_t ns) {
   out << buf;
 }
 
+// Stored names may hold bytes that are not UTF-8 (older workspaces, profiles): replaced, so an
+// export never fails on them.
 std::string quoted(const std::string& s) {
-  return nlohmann::json(s).dump();
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 class EventWriter {

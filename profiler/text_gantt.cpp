@@ -54,7 +54,7 @@ std::string format_time(double ns) {
 }  // namespace
 
 std::string render_text_gantt(const Trace& trace, const TextGanttOptions& options) {
-  const int width = std::max(10, options.width);
+  const int width = std::max(1, options.width);  // exactly the columns asked for
   std::int64_t t0 = 0, t1 = 0;
   bool any = false;
   for (const Span& s : trace.spans) {

@@ -8,7 +8,7 @@
 namespace pipetune::profiler {
 
 struct TextGanttOptions {
-  int width = 100;     // columns for the time axis
+  int width = 100;     // columns for the time axis, exactly (at least 1)
   bool labels = true;  // write "F12" inside spans that are wide enough
   // What one second of the trace's clock stands for: "s" (real time) labels the axis as time;
   // any other unit (the simulator's "cost units") labels it with plain numbers of that unit.

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 
 namespace pipetune::profiler {
 
@@ -16,12 +17,31 @@ std::string printed(const char* format, double value, const char* unit) {
 }  // namespace
 
 std::string format_seconds(double s) {
+  if (!std::isfinite(s)) return printed("%f%s", s, "");  // "inf", "-inf", "nan": never a unit
   const double a = std::abs(s);
   if (a == 0.0) return "0";
-  if (a >= 1.0) return printed("%.3f %s", s, "s");
-  if (a >= 1e-3) return printed("%.3f %s", s * 1e3, "ms");
-  if (a >= 1e-6) return printed("%.3f %s", s * 1e6, "us");
-  return printed("%.0f %s", s * 1e9, "ns");
+  struct Unit {
+    double seconds;
+    const char* name;
+    int decimals;
+  };
+  static constexpr Unit kUnits[] = {
+      {1.0, "s", 3}, {1e-3, "ms", 3}, {1e-6, "us", 3}, {1e-9, "ns", 0}};
+  constexpr std::size_t kLast = std::size(kUnits) - 1;
+  std::size_t u = 0;
+  while (u < kLast && a < kUnits[u].seconds) ++u;
+  // 999.9996 us rounds to 1000.000 us: that is 1 ms.
+  const double scale = std::pow(10.0, kUnits[u].decimals);
+  if (u > 0 && std::round(a / kUnits[u].seconds * scale) / scale >= 1000.0) --u;
+  char digits[64];
+  std::snprintf(digits, sizeof digits, "%.*f", kUnits[u].decimals, s / kUnits[u].seconds);
+  std::string text = digits;
+  // Trailing zero decimals say nothing: "949.000 us" is "949 us", "1.500 s" is "1.5 s".
+  if (text.find('.') != std::string::npos) {
+    text.erase(text.find_last_not_of('0') + 1);
+    if (text.back() == '.') text.pop_back();
+  }
+  return text + " " + kUnits[u].name;
 }
 
 std::string format_ns(double ns) {

@@ -1,5 +1,6 @@
 #include "db/store/record_json.hpp"
 
+#include "db/store/run_name.hpp"
 #include "engine/errors.hpp"
 #include "engine/schedule/schedule.hpp"
 
@@ -129,6 +130,9 @@ nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::Para
                       {"microbatches", p.microbatches},
                       {"micro_batch_size", p.micro_batch_size},
                       {"zero_stage", p.zero_stage},
+                      {"recompute", std::string(spec::recompute_name(p.recompute))},
+                      {"sequence_parallel", p.sequence_parallel},
+                      {"layer_split", p.layer_split},
                       {"steps", steps},
                       {"seed", seed},
                       {"time_unit", "s"}};
@@ -204,6 +208,11 @@ spec::ParallelPlan training_plan_from_json(const nlohmann::json& j) {
     p.zero_stage = j.at("zero_stage");
     p.schedule = j.at("schedule");
     p.vocab = schedule::parse_vocab_mode(j.at("vocab").get<std::string>());
+    // Kept since issue 43; older runs do not say (none, false, the even split are taken).
+    if (j.contains("recompute"))
+      p.recompute = spec::parse_recompute(j.at("recompute").get<std::string>());
+    if (j.contains("sequence_parallel")) p.sequence_parallel = j.at("sequence_parallel");
+    if (j.contains("layer_split")) p.layer_split = j.at("layer_split").get<std::vector<int>>();
     spec::apply_defaults(p);
     return p;
   } catch (const nlohmann::json::exception& e) {
@@ -216,8 +225,9 @@ nlohmann::json training_specs_json(const spec::ModelSpec& model) {
 }
 
 std::string training_run_name(const spec::ModelSpec& model, const spec::ParallelPlan& plan) {
-  return model.name + " tp=" + std::to_string(plan.tp) + " pp=" + std::to_string(plan.pp) +
-         " dp=" + std::to_string(plan.dp) + " " + plan.schedule;
+  // A model file's name may hold any TOML string: the default name is one the store takes.
+  return printable_text(model.name) + " tp=" + std::to_string(plan.tp) +
+         " pp=" + std::to_string(plan.pp) + " dp=" + std::to_string(plan.dp) + " " + plan.schedule;
 }
 
 nlohmann::json training_summary_json(double iteration_seconds, double tokens_per_s,

@@ -45,9 +45,10 @@ struct TrainingEngine {
   bool gemm_inputs_in_gemm = false;  // cuda bf16 only
   bool gelu_epilogue = false;        // cuda only
 };
-// With the engine it ran on ("backend", "precision", "attention", "gpus" when it ran on GPUs,
-// "gemm_inputs" for cuda bf16 and "gelu_epilogue" when on): what calibrate and predict cost it
-// as, and whether its ranks shared GPUs.
+// The plan's splits, schedule, batch, ZeRO stage, recomputation, sequence parallelism and layer
+// split, with the engine it ran on ("backend", "precision", "attention", "gpus" when it ran on
+// GPUs, "gemm_inputs" for cuda bf16 and "gelu_epilogue" when on): what calibrate and predict
+// cost it as, and whether its ranks shared GPUs.
 nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
                                   int steps, std::uint64_t seed, const TrainingEngine& engine = {});
 spec::ParallelPlan training_plan_from_json(const nlohmann::json& j);  // InputError naming the field

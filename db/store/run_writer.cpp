@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "db/store/process_identity.hpp"
+#include "db/store/run_name.hpp"
 #include "db/store/schema.hpp"
 #include "db/store/sqlite_util.hpp"
 #include "db/store/trace_inserter.hpp"
@@ -190,6 +191,7 @@ void RunWriter::State::commit_items(std::deque<Item>& items) {
 
 RunWriter::RunWriter(const std::string& path, RunInfo info, WriterOptions options)
     : state_(std::make_unique<State>()) {
+  check_run_name(info.name);  // before the name goes into any message or row
   check_json(info.plan_json, "run '" + info.name + "': plan_json");
   check_json(info.specs_json, "run '" + info.name + "': specs_json");
   if (options.batch_rows == 0) options.batch_rows = 1;

@@ -39,7 +39,8 @@ struct WriterOptions {
 class RunWriter {
  public:
   // Creates the workspace if missing and the run (status running, this process as its writer),
-  // then starts the writer thread. InputError for bad info (plan/specs not JSON) or a bad file.
+  // then starts the writer thread. InputError for bad info (a name that run_name.hpp refuses,
+  // plan/specs not JSON) or a bad file; nothing is created then.
   RunWriter(const std::string& path, RunInfo info, WriterOptions options = {});
   ~RunWriter();
   RunWriter(const RunWriter&) = delete;

@@ -30,6 +30,10 @@ InjectedFault parse_injected_fault(const std::string& text) {
     if (eq == std::string::npos)
       throw InputError("--fault: '" + part + "' is not key=value (rank=R,step=S,kind=K)");
     const std::string key = part.substr(0, eq), value = part.substr(eq + 1);
+    // A key given twice is a typo, not a choice of the last: refused whatever the values.
+    const bool repeated = (key == "rank" && rank) || (key == "step" && step) ||
+                          (key == "kind" && kind) || (key == "seconds" && seconds);
+    if (repeated) throw InputError("injected fault: " + key + " is given twice in '" + text + "'");
     if (key == "rank") {
       f.rank = parse_int(key, value);
       rank = true;

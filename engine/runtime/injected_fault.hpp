@@ -17,7 +17,8 @@ struct InjectedFault {
 };
 
 // "rank=3,step=2,kind=throw" (and ",seconds=0.5" with kind=slow). InputError naming the part
-// that is wrong.
+// that is wrong, or a key given twice. Whether the rank and step are the run's is
+// check_train_options's to say.
 InjectedFault parse_injected_fault(const std::string& text);
 std::string describe(const InjectedFault& fault);  // "rank 3 throws at step 2"
 

@@ -130,7 +130,54 @@ void check_memory_fits(const TrainOptions& options, const spec::ParallelPlan& pl
                      ", more than this machine's " + gib(physical));
 }
 
+// The optimizer's and the run's numbers: a non-finite one (an inf learning rate, a nan clip)
+// would train nan weights and store them as a complete run.
+void check_training_numbers(const TrainOptions& o) {
+  const auto require = [](bool ok, const char* what, double value, const char* rule) {
+    if (ok) return;
+    char shown[32];
+    std::snprintf(shown, sizeof shown, "%g", value);
+    throw InputError(std::string(what) + " must be " + rule + ", not " + shown);
+  };
+  const tensor::AdamWConfig& a = o.adamw;
+  require(std::isfinite(a.lr) && a.lr >= 0.0f, "the learning rate", a.lr, "a finite number >= 0");
+  require(a.beta1 >= 0.0f && a.beta1 < 1.0f, "AdamW's beta1", a.beta1, "in [0, 1)");
+  require(a.beta2 >= 0.0f && a.beta2 < 1.0f, "AdamW's beta2", a.beta2, "in [0, 1)");
+  require(std::isfinite(a.eps) && a.eps > 0.0f, "AdamW's epsilon", a.eps, "a finite number > 0");
+  require(std::isfinite(a.weight_decay) && a.weight_decay >= 0.0f, "the weight decay",
+          a.weight_decay, "a finite number >= 0");
+  require(std::isfinite(o.grad_clip), "the gradient clipping norm", o.grad_clip,
+          "a finite number (<= 0: no clipping)");
+  require(std::isfinite(o.capacity_factor), "the expert capacity factor", o.capacity_factor,
+          "a finite number (<= 0: no token dropping)");
+  require(std::isfinite(o.aux_loss_coef) && o.aux_loss_coef >= 0.0f,
+          "the load-balancing loss weight", o.aux_loss_coef, "a finite number >= 0");
+  require(std::isfinite(o.watchdog_seconds) && o.watchdog_seconds > 0.0,
+          "the communication watchdog", o.watchdog_seconds, "a finite number of seconds > 0");
+  if (o.checkpoint_every < 0)
+    throw InputError("checkpoint_every must be >= 0, not " + std::to_string(o.checkpoint_every));
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())
+    throw InputError("checkpoints every " + std::to_string(o.checkpoint_every) +
+                     " steps need a checkpoint directory to be written to");
+}
+
+// An injected fault fires before a step this run trains (resumed runs: after the checkpoint's),
+// on one of its ranks; any other never fires, and the check it was for would pass unseen.
+void check_injected_fault(const TrainOptions& o, const spec::ParallelPlan& plan,
+                          std::int64_t resumed_step) {
+  if (!o.fault) return;
+  const InjectedFault& f = *o.fault;
+  if (f.rank < 0 || f.rank >= plan.world_size())
+    throw InputError("the injected fault's rank " + std::to_string(f.rank) +
+                     " is not a rank of the " + std::to_string(plan.world_size()) + "-rank plan");
+  if (f.step <= resumed_step || f.step > o.steps)
+    throw InputError("the injected fault's step " + std::to_string(f.step) +
+                     " is not a step this run trains (" + std::to_string(resumed_step + 1) +
+                     " to " + std::to_string(o.steps) + ")");
+}
+
 PreparedRun prepare(const TrainOptions& options) {
+  check_training_numbers(options);
   if (const std::string problem =
           CaptureCadence::problem(options.gpu_capture_every, options.gpu_capture_budget);
       !problem.empty())
@@ -195,6 +242,7 @@ PreparedRun prepare(const TrainOptions& options) {
                        std::to_string(options.steps) + " leaves nothing to train");
     p.resume = std::move(m);
   }
+  check_injected_fault(options, p.plan, p.resume ? static_cast<std::int64_t>(p.resume->step) : 0);
   return p;
 }
 

@@ -1,5 +1,9 @@
 #include "engine/schedule/costs.hpp"
 
+#include <cmath>
+#include <cstdio>
+#include <string>
+
 #include "engine/errors.hpp"
 
 namespace pipetune::schedule {
@@ -36,6 +40,31 @@ double CostTable::p2p_time() const {
   double t = p2p_latency;
   if (p2p_bandwidth > 0.0) t += p2p_bytes / p2p_bandwidth;
   return t;
+}
+
+void check_schedule_time(double t, const char* what) {
+  if (std::fabs(t) < kMaxScheduleTime) return;  // false for inf and nan too
+  char shown[32];
+  std::snprintf(shown, sizeof shown, "%g", t);
+  throw InputError(std::string(what) + " of " + shown +
+                   " is beyond what a trace holds (9.2e9 s, about 292 years of ns): the op costs "
+                   "are too large");
+}
+
+void check_costs(const CostTable& costs) {
+  const auto check = [](double c, const char* what) {
+    if (!(c >= 0.0)) throw InputError(std::string(what) + " must be >= 0 (and not nan)");
+    check_schedule_time(c, what);
+  };
+  for (int r = 0; r < static_cast<int>(costs.stages.size()); ++r)
+    for (OpKind k : kAllOpKinds) check(costs.cost(r, k), "an op cost");
+  check(costs.p2p_latency, "a transfer latency");
+  if (!(costs.p2p_bytes >= 0.0) || !std::isfinite(costs.p2p_bytes))
+    throw InputError("transfer bytes must be finite and >= 0");
+  if (!(costs.p2p_bandwidth >= 0.0) || !std::isfinite(costs.p2p_bandwidth))
+    throw InputError("a link bandwidth must be finite and >= 0");
+  check(costs.p2p_time(), "a transfer time");
+  check(costs.collective_time, "a barrier time");
 }
 
 }  // namespace pipetune::schedule

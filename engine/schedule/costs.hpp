@@ -34,4 +34,15 @@ struct CostTable {
   double p2p_time() const;                // latency + bytes / bandwidth
 };
 
+// The longest time a schedule deals in (seconds, or the costs' own unit): what a trace holds in
+// 64-bit ns, about 292 years. The one bound on op costs and on the times a simulation of them
+// gives, with or without a trace.
+inline constexpr double kMaxScheduleTime = 9.2e9;
+// InputError "<what> of <t> is beyond what a trace holds ..." unless |t| < kMaxScheduleTime
+// (so never for inf or nan).
+void check_schedule_time(double t, const char* what);
+// InputError when a cost (each op kind as cost() gives it, the transfer and barrier times) is
+// negative, not finite, or not below kMaxScheduleTime.
+void check_costs(const CostTable& costs);
+
 }  // namespace pipetune::schedule

@@ -46,7 +46,9 @@ double least_peak_in_flight(const GeneratorParams& params, int rank);
 
 // Builds and validates a schedule. Throws ScheduleError (an InputError) for an unknown name
 // (listing the valid ones), non-positive sizes, too few micro-batches for the schedule, chunks
-// invalid for it, or a vocabulary mode it does not support.
+// invalid for it, a vocabulary mode it does not support, or an option it does not read (a
+// group size other than interleaved-1f1b's, a memory limit other than zb-h2's and zb-v's);
+// InputError for costs check_costs refuses.
 Schedule generate(const GeneratorParams& params);
 
 // The costs a generator plans with: params.costs, or unit costs when it is empty.

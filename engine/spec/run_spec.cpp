@@ -144,6 +144,7 @@ RunSpec read_run(const toml::table& table, const TableContext& ctx, RunCheck che
                                              detail::read_model_table);
   run.cluster = read_named_or_table<ClusterSpec>(r, "cluster", cluster_node, PresetKind::Clusters,
                                                  ctx, detail::read_cluster_table);
+  run.global_batch_given = plan_table != nullptr && plan_table->contains("global_batch");
   run.plan = plan_table != nullptr ? read_plan(*plan_table, ctx.source) : [] {
     ParallelPlan p;
     p.dp = p.chunks = 0;

@@ -86,6 +86,10 @@ struct RunSpec {
   ModelSpec model;
   ClusterSpec cluster;
   ParallelPlan plan;
+  // Whether the file states plan.global_batch (else it is derived): a front end that changes the
+  // batch's factors (micro-batches, micro-batch size, dp) keeps a stated one, and validation then
+  // refuses a mismatch, never trains another batch silently.
+  bool global_batch_given = false;
   // What `train` runs on, and in what precision (bf16 needs cuda). With cuda, predict and tune
   // cost the plan as the CUDA engine executes it (tuner::engine_execution).
   EngineBackend backend = EngineBackend::cpu;

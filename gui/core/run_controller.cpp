@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "db/store/record_json.hpp"
+#include "db/store/run_name.hpp"
 #include "db/store/run_writer.hpp"
 #include "engine/runtime/trainer.hpp"
 #include "tuner/predict/planned_schedule.hpp"
@@ -77,6 +78,11 @@ bool RunController::start(const RunRequest& request) {
   }
   const std::string name =
       !request.name.empty() ? request.name : db::training_run_name(o.model, o.plan);
+  // The store's rule for names, before the run starts (the CLI's train refuses the same).
+  if (const std::string problem = db::run_name_problem(name); !problem.empty()) {
+    error_ = QString::fromStdString("run name: " + problem);
+    return false;
+  }
   stop_ = false;
   running_ = true;
   run_id_ = -1;

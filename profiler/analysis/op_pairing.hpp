@@ -24,7 +24,10 @@ struct OpPairing {
   // The first difference, in words ("rank 2: op 5 is B mb 3 chunk 0 in A, F mb 4 chunk 1 in
   // B"); empty when every op pairs in the same order.
   std::string first_difference;
-  bool identical() const { return only_a == 0 && only_b == 0 && ranks_in_different_order.empty(); }
+  // Every op paired, in the same order on every rank; false when nothing paired at all.
+  bool identical() const {
+    return paired > 0 && only_a == 0 && only_b == 0 && ranks_in_different_order.empty();
+  }
   // The paired ops whose durations differ most (|B - A|, largest first, at most
   // kLargestDifferences): where time went differently, op by op.
   struct OpDifference {

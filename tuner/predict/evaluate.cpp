@@ -191,6 +191,8 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
         std::max(0.0, r.stages[k].peak_activation_bytes) + e.costs.transient_activation_bytes[k];
   }
   e.iteration_time = e.pipeline_time + e.data_parallel_time + e.optimizer_time;
+  // The simulator's bound, on the whole iteration.
+  schedule::check_schedule_time(e.iteration_time, "a predicted iteration time");
   e.stages = std::move(r.stages);
 
   if (e.iteration_time > 0.0) {

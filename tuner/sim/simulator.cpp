@@ -21,12 +21,8 @@ using schedule::Schedule;
 
 namespace {
 
-// A trace time: ns in 64 bits (about 292 years), so absurd op costs are refused, not wrapped.
 std::int64_t to_ns(double seconds) {
-  if (!(std::fabs(seconds) < 9.2e9))
-    throw InputError("a simulated time of " + std::to_string(seconds) +
-                     " s is beyond what a trace holds (about 292 years): the op costs are too "
-                     "large");
+  schedule::check_schedule_time(seconds, "a simulated time");
   return static_cast<std::int64_t>(std::llround(seconds * 1e9));
 }
 
@@ -174,6 +170,9 @@ class TimingHooks {
       makespan = std::max(makespan, compute_free_[static_cast<std::size_t>(r)]);
       makespan = std::max(makespan, comm_free_[static_cast<std::size_t>(r)]);
     }
+    // Every time of the run (busy, bubble, each op's end) is at most the makespan: bounded here,
+    // with or without a trace, as the trace's times are.
+    schedule::check_schedule_time(makespan, "a simulated time");
     result_.iteration_time = makespan;
     result_.stages.resize(static_cast<std::size_t>(p));
     double bubble_sum = 0.0;
@@ -249,9 +248,7 @@ SimResult simulate(const Schedule& schedule, const CostTable& costs, const SimOp
                      std::to_string(options.activation_bytes_per_microbatch.size()) +
                      " stages, the schedule has " + std::to_string(schedule.stages));
   }
-  for (const auto& st : costs.stages)
-    for (double c : st.op)
-      if (!(c >= 0.0) || !std::isfinite(c)) throw InputError("op costs must be finite and >= 0");
+  schedule::check_costs(costs);
   if (costs.w_free_fraction < 0.0 || costs.w_free_fraction > 1.0)
     throw InputError("w_free_fraction must be within 0..1");
 

@@ -46,7 +46,8 @@ struct SimResult {
 };
 
 // Throws ScheduleError for a malformed schedule, DeadlockError when ops can never all run, and
-// InputError when the cost table does not cover every stage.
+// InputError when the cost table does not cover every stage, a cost breaks schedule::check_costs,
+// or the iteration would last schedule::kMaxScheduleTime or longer.
 SimResult simulate(const schedule::Schedule& schedule, const schedule::CostTable& costs,
                    const SimOptions& options = {});
 

@@ -115,9 +115,20 @@ Schedule generate(const GeneratorParams& params) {
                         (params.vocab == VocabMode::Interlaced ? "1f1b" : "1f1b and v-half") +
                         " only, not on " + params.name);
   }
+  // Options a schedule does not read are refused, never ignored: from flags, run files or forms.
+  if (params.group_size > 0 && params.name != "interleaved-1f1b")
+    throw ScheduleError("a micro-batch group size (" + std::to_string(params.group_size) +
+                        ") applies to interleaved-1f1b only, not " + params.name);
+  if (params.memory_limit > 0.0 && params.name != "zb-h2" && params.name != "zb-v")
+    throw ScheduleError(
+        "an activation memory limit applies to the memory-bounded schedules zb-h2 and zb-v "
+        "only, not " +
+        params.name);
   if (!params.costs.stages.empty() && static_cast<int>(params.costs.stages.size()) != params.stages)
     throw ScheduleError("cost table has " + std::to_string(params.costs.stages.size()) +
                         " stages, asked for " + std::to_string(params.stages));
+  // The cost-aware generators plan with sums of these: bounded here as the simulator bounds them.
+  check_costs(params.costs);
   return it->fn(params);
 }
 

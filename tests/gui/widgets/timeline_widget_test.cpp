@@ -110,7 +110,7 @@ TEST(TimelineWidget, ClickRangeFitAndZoomLikeAUser) {
   mouse(w, QEvent::MouseButtonPress, on_f0);
   mouse(w, QEvent::MouseButtonRelease, on_f0);
   EXPECT_TRUE(span.startsWith("F0.0")) << span.toStdString();
-  EXPECT_TRUE(span.contains("duration 1.000 s")) << span.toStdString();
+  EXPECT_TRUE(span.contains("duration 1 s")) << span.toStdString();
 
   // F fits the selection: the block now fills the lane area.
   key(w, Qt::Key_F);
