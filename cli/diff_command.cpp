@@ -10,6 +10,7 @@
 #include "cli/format.hpp"
 #include "cli/json_output.hpp"
 #include "cli/workspace_cli.hpp"
+#include "db/store/run_match.hpp"
 #include "engine/errors.hpp"
 #include "profiler/analysis/analysis.hpp"
 #include "profiler/analysis/gpu_op_time.hpp"
@@ -170,12 +171,10 @@ void print_human(const LoadedRun& ra, const LoadedRun& rb, const an::TraceCompar
 void run(const DiffArgs& a) {
   const LoadedRun ra = load_run(a.db, a.a, a.iteration_a);
   const LoadedRun rb = load_run(a.db, a.b, a.iteration_b);
-  // A simulation with uniform costs counts in cost units, not seconds: no figure of one compares
-  // with a figure of the other.
-  if (ra.time_unit != rb.time_unit)
-    throw InputError("run " + std::to_string(ra.stored.run.id) + " counts time in " + ra.time_unit +
-                     ", run " + std::to_string(rb.stored.run.id) + " in " + rb.time_unit +
-                     ": unlike units do not compare");
+  // A simulation with uniform costs counts in cost units, not seconds.
+  if (const std::string unlike = db::unlike_time_units(ra.stored.run, rb.stored.run);
+      !unlike.empty())
+    throw InputError(unlike);
   an::DiffOptions o;
   o.window_a = ra.window;
   o.window_b = rb.window;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "db/store/record_json.hpp"
+#include "db/store/run_layout.hpp"
 #include "db/store/run_name.hpp"
 #include "engine/errors.hpp"
 #include "engine/schedule/schedule.hpp"
@@ -96,6 +97,14 @@ std::string hardware_difference(const RunRecord& stored, const json& plan, const
 }
 
 }  // namespace
+
+std::string unlike_time_units(const RunRecord& a, const RunRecord& b) {
+  // The unit is the plan's to say: no span is needed for it.
+  const std::string unit_a = run_layout(a, {}).time_unit, unit_b = run_layout(b, {}).time_unit;
+  if (unit_a == unit_b) return "";
+  return "run " + std::to_string(a.id) + " counts time in " + printable_text(unit_a) + ", run " +
+         std::to_string(b.id) + " in " + printable_text(unit_b) + ": unlike units do not compare";
+}
 
 std::string difference_from_run_file(const RunRecord& stored, const spec::RunSpec& run) {
   if (stored.kind == profiler::TraceKind::Simulated)

@@ -23,4 +23,9 @@ namespace pipetune::db {
 // JSON. Simulated runs are not runs of anything: the caller says so.
 std::string difference_from_run_file(const RunRecord& stored, const spec::RunSpec& run);
 
+// Empty when two runs count time in one unit (run_layout's time_unit: seconds, or the cost units
+// of a simulation with uniform costs); else why no figure of one compares with one of the other,
+// naming both runs and units. What `diff` and the GUI's Compare refuse.
+std::string unlike_time_units(const RunRecord& a, const RunRecord& b);
+
 }  // namespace pipetune::db

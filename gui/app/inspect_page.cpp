@@ -13,6 +13,7 @@
 #include <QTableView>
 #include <QVBoxLayout>
 
+#include "db/store/run_match.hpp"
 #include "gui/timeline/timeline_widget.hpp"
 
 namespace pipetune::gui {
@@ -135,6 +136,13 @@ void InspectPage::compare_rows(int first, int second) {
   if (first < 0 || second < 0 || first >= workspace_->rowCount() ||
       second >= workspace_->rowCount())
     return;
+  // The CLI's diff refuses the same (db/store/run_match.hpp).
+  if (const std::string unlike =
+          db::unlike_time_units(workspace_->run_at(first), workspace_->run_at(second));
+      !unlike.empty()) {
+    show_message(QString::fromStdString(unlike), true);
+    return;
+  }
   const int rows[2] = {first, second};
   for (int k = 0; k < 2; ++k) {
     compare_ids_[k] = workspace_->run_at(rows[k]).id;

@@ -5,6 +5,7 @@
 
 #include "db/store/workspace.hpp"
 #include "profiler/analysis/gpu_op_time.hpp"
+#include "profiler/units.hpp"
 
 namespace pipetune::gui {
 
@@ -150,7 +151,7 @@ QVariant WorkspaceModel::data(const QModelIndex& index, int role) const {
       QString unit;
       const double t = run_iteration_time(r, &unit);
       if (t < 0.0) return QString("-");
-      return unit == "s" ? QString::number(t * 1e3, 'f', 3) + " ms"
+      return unit == "s" ? QString::fromStdString(profiler::format_seconds(t))  // as the CLI
                          : QString::number(t, 'g', 6) + " " + unit;
     }
     case Spans:

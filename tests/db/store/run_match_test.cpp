@@ -128,5 +128,18 @@ TEST(RunMatch, ASimulationOrACostUnitPlanIsNoRunOfAnything) {
   EXPECT_THROW(difference_from_run_file(broken, run), InputError);
 }
 
+TEST(RunMatch, RunsInUnlikeTimeUnitsAreNamedWithBoth) {
+  RunRecord units, seconds, plain;
+  units.id = 1;
+  units.plan_json = R"({"pp": 2, "time_unit": "cost units"})";
+  seconds.id = 2;
+  seconds.plan_json = R"({"pp": 2, "time_unit": "s"})";
+  plain.id = 3;  // an import without a plan counts in seconds
+  EXPECT_EQ(unlike_time_units(units, seconds),
+            "run 1 counts time in cost units, run 2 in s: unlike units do not compare");
+  EXPECT_EQ(unlike_time_units(seconds, plain), "");
+  EXPECT_EQ(unlike_time_units(units, units), "");
+}
+
 }  // namespace
 }  // namespace pipetune::db

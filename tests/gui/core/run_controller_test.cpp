@@ -170,5 +170,23 @@ TEST(RunController, InvalidPlansAreRefusedBeforeAnyWrite) {
   EXPECT_FALSE(fs::exists(dir.path / "ws.db"));
 }
 
+// The store's rule for names (db/store/run_name.hpp), said before the run starts, as the CLI's
+// train refuses the same name (issue 43).
+TEST(RunController, ANameThatIsNotTextIsRefusedBeforeAnyWrite) {
+  test::test_core_app();
+  TempDir dir;
+  RunController c;
+  c.set_workspace(dir.qfile("ws.db"));
+  RunRequest r = tiny_request(2);
+  r.name = "run\x1b[2J";
+  EXPECT_FALSE(c.start(r));
+  EXPECT_EQ(c.error_message().toStdString(), "run name: byte 3 is a control character (U+001B)");
+  r.name = "run \xff";
+  EXPECT_FALSE(c.start(r));
+  EXPECT_EQ(c.error_message().toStdString(), "run name: byte 4 (0xff) is not valid UTF-8");
+  EXPECT_FALSE(c.running());
+  EXPECT_FALSE(fs::exists(dir.path / "ws.db"));
+}
+
 }  // namespace
 }  // namespace pipetune::gui
