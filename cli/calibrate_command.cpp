@@ -15,6 +15,7 @@
 #include "cli/calibration_report.hpp"
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
+#include "cli/stdout_status.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/store/record_json.hpp"
 #include "db/store/workspace.hpp"
@@ -194,7 +195,10 @@ void run(const CalibrateArgs& a) {
     measurements.push_back(std::move(m));
   }
   const tuner::CalibrationResult r = tuner::calibrate(measurements, hardware.efficiency, options);
-  if (!a.output.empty()) write_output_file(a.output, hardware_toml(hardware, r, runs));
+  if (!a.output.empty()) {
+    write_output_file(a.output, hardware_toml(hardware, r, runs));
+    note_kept("the calibrated hardware was written to " + a.output);
+  }
 
   if (a.json) {
     nlohmann::json fitted, start;

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "cli/commands.hpp"
+#include "cli/stdout_status.hpp"
 #include "cli/tuning_target.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/store/record_json.hpp"
@@ -117,6 +118,7 @@ void run(const ExportArgs& a) {
   }
   write_output_file(a.output, exported->text, format == tuner::ExportFormat::Megatron);
   if (!csv.empty()) write_output_file(csv_path, csv);
+  note_kept("rank " + std::to_string(rank) + " was written to " + a.output);
   std::printf("rank %d: %s (%s) written to %s\n", rank,
               plan_summary(exported->request.plan, exported->vocab).c_str(), framework.c_str(),
               a.output.c_str());

@@ -360,7 +360,8 @@ void create_workspace_file(const std::string& path) {
   const std::string creating = creating_name(path, current_process());
   ::unlink(creating.c_str());
   try {
-    sqlite::Connection db(creating, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    sqlite::Connection db =
+        sqlite::Connection::open_file(creating, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
     migrate(db, kSchemaVersion);
   } catch (const sqlite::Error& e) {
     ::unlink(creating.c_str());
@@ -379,6 +380,8 @@ std::vector<std::string> workspace_tables() {
 }
 
 sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
+  // A workspace is a file name, never SQLite's temporary database (an empty name).
+  if (path.empty()) throw InputError("the workspace file name is empty");
   struct stat st {};
   const bool exists = ::stat(path.c_str(), &st) == 0;
   if (!exists && mode == OpenMode::Existing)
@@ -398,7 +401,8 @@ sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
   if (mode == OpenMode::Create) flags |= SQLITE_OPEN_CREATE;
   sqlite::Connection db;
   try {
-    db = writable ? sqlite::Connection(path, flags) : sqlite::Connection::open_immutable(path);
+    db = writable ? sqlite::Connection::open_file(path, flags)
+                  : sqlite::Connection::open_immutable(path);
   } catch (const sqlite::Error& e) {
     if ((e.code() & 0xff) == SQLITE_CANTOPEN)
       throw InputError(path + ": cannot open workspace (" + sqlite3_errstr(e.code()) + ")");
