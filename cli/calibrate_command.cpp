@@ -153,7 +153,7 @@ void run(const CalibrateArgs& a) {
   const spec::HardwareSpec hardware = spec::load_hardware(a.hardware);
   tuner::CalibrationOptions options;
   options.fit = parse_fit(a.fit);
-  if (!a.output.empty()) check_output_file(a.output, a.force);
+  if (!a.output.empty()) check_output_file(a.output, a.force, a.db);
   db::Workspace ws(a.db);
   const std::vector<db::RunRecord> runs = chosen_runs(ws, a.runs);
 

@@ -236,7 +236,7 @@ void run(const SimulateArgs& a) {
   check_gantt_width(a.width);
   tuner::SimulationSetup setup =
       a.config.empty() ? setup_from_flags(a) : tuner::setup_from_run_file(a.config);
-  if (!a.trace.empty()) check_output_file(a.trace, a.force);
+  if (!a.trace.empty()) check_output_file(a.trace, a.force, a.no_db ? "" : a.db);
   const schedule::Schedule s = schedule::generate(setup.params);
   sim::SimOptions options = setup.options;
   options.record_trace = !a.no_db || !a.trace.empty() || (!a.json && !a.no_gantt);

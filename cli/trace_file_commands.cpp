@@ -29,7 +29,7 @@ struct ExportTraceArgs {
 };
 
 void export_trace(const ExportTraceArgs& a) {
-  check_output_file(a.output, a.force);
+  check_output_file(a.output, a.force, a.db);
   db::Workspace ws(a.db);
   const db::RunRecord record = ws.find_run(a.run);
   const db::StoredRun run = ws.load(record.id);

@@ -545,7 +545,7 @@ void run(const TrainArgs& given) {
                    o.model, tuner::cluster_for_plan(setup.cluster, o.plan), o.plan,
                    tuner::engine_execution(setup.backend, setup.precision, setup.attention))
                    .schedule;
-  if (!a.trace.empty()) check_output_file(a.trace, a.force);
+  if (!a.trace.empty()) check_output_file(a.trace, a.force, a.no_db ? "" : a.db);
   // The run goes into the workspace as it trains: a crash leaves it there, interrupted.
   // (Processes: rank 0's process opens it, once MPI says which process that is.)
   // The engine the workspace records, on `gpus` GPUs when it runs on cuda.

@@ -21,9 +21,9 @@ CLI::Validator non_empty_path() {
       "PATH", "non-empty path");
 }
 
-void check_output_file(const std::string& path, bool force) {
+void check_output_file(const std::string& path, bool force, const std::string& workspace) {
   try {
-    db::check_output_file(path, force);
+    db::check_output_file(path, force, workspace);
   } catch (const db::OutputFileExists&) {
     throw InputError(path + " exists (use --force to overwrite it)");
   }

@@ -23,7 +23,8 @@ CLI::Validator non_empty_path();
 
 // db::check_output_file (a regular file or a new one, in a folder that takes it), worded for the
 // command line: "FILE exists (use --force to overwrite it)" unless force or the file is new.
-void check_output_file(const std::string& path, bool force);
+// `workspace`: the --db file the command reads or stores into, which the output must not be.
+void check_output_file(const std::string& path, bool force, const std::string& workspace = {});
 // db::write_output_file: next to the (resolved) target and renamed into place, never a
 // half-written file. `executable`: mode 0777 less the umask (launch scripts).
 void write_output_file(const std::string& path, const std::string& text, bool executable = false);

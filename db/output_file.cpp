@@ -25,16 +25,6 @@ std::string in_quotes(const std::string& path) {
   return "'" + path + "'";
 }
 
-// What a file that is not a regular one is, for a message.
-std::string kind_of(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  return "not a regular file";
-}
-
 std::string folder_of(const std::string& resolved) {
   const fs::path folder = fs::path(resolved).parent_path();
   return folder.empty() ? std::string(".") : folder.string();
@@ -46,7 +36,7 @@ bool check_target(const std::string& path, const std::string& resolved) {
   bool exists = false;
   if (::lstat(resolved.c_str(), &st) == 0) {
     if (!S_ISREG(st.st_mode))
-      throw InputError(in_quotes(path) + " is " + kind_of(st.st_mode) +
+      throw InputError(in_quotes(path) + " is " + file_type_name(st.st_mode) +
                        ", not a regular file: output is written only to regular files");
     exists = true;
   } else if (errno != ENOENT) {
@@ -62,7 +52,7 @@ bool check_target(const std::string& path, const std::string& resolved) {
   }
   if (!S_ISDIR(st.st_mode))
     throw InputError("cannot write " + in_quotes(path) + ": " + in_quotes(folder) + " is " +
-                     kind_of(st.st_mode) + ", not a folder");
+                     file_type_name(st.st_mode) + ", not a folder");
   if (::access(folder.c_str(), W_OK | X_OK) != 0)
     throw InputError("cannot write " + in_quotes(path) + ": folder " + in_quotes(folder) + ": " +
                      std::strerror(errno));
@@ -129,6 +119,17 @@ int create_temporary(const std::string& path, const std::string& resolved, bool 
 
 }  // namespace
 
+std::string file_type_name(unsigned mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
 std::string resolve_output_path(const std::string& path) {
   std::string current = path;
   for (int hop = 0; hop < kMaxLinkHops; ++hop) {
@@ -143,10 +144,18 @@ std::string resolve_output_path(const std::string& path) {
   throw InputError(in_quotes(path) + ": too many levels of symbolic links");
 }
 
-void check_output_file(const std::string& path, bool replace) {
+void check_output_file(const std::string& path, bool replace, const std::string& workspace) {
   if (path.empty()) throw InputError("the output file name is empty");
-  if (check_target(path, resolve_output_path(path)) && !replace)
-    throw OutputFileExists(path + " exists");
+  const std::string resolved = resolve_output_path(path);
+  if (!check_target(path, resolved)) return;
+  struct stat output {
+  }, kept{};
+  if (!workspace.empty() && ::stat(resolved.c_str(), &output) == 0 &&
+      ::stat(workspace.c_str(), &kept) == 0 && output.st_dev == kept.st_dev &&
+      output.st_ino == kept.st_ino)
+    throw InputError(in_quotes(path) + " is the workspace " + in_quotes(workspace) +
+                     ": writing it would destroy the workspace's runs");
+  if (!replace) throw OutputFileExists(path + " exists");
 }
 
 void write_output_file(const std::string& path, const std::function<void(std::ostream&)>& write,

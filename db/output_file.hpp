@@ -24,14 +24,19 @@ class OutputFileExists : public InputError {
   using InputError::InputError;
 };
 
+// What a file of this st_mode is, for a message: "a directory", "a FIFO (named pipe)", "a socket",
+// "a character device", "a block device"; "a regular file" for one.
+std::string file_type_name(unsigned mode);
+
 // The path the text will land in: `path`, or the file its symbolic links lead to (which may not
 // exist yet). InputError for a cycle of links.
 std::string resolve_output_path(const std::string& path);
 
 // Throws InputError when `path` cannot take an output file: empty, not a regular file (naming
-// what it is), or its folder missing, not a folder or not writable; OutputFileExists when a
-// regular file is there and !replace.
-void check_output_file(const std::string& path, bool replace);
+// what it is), its folder missing, not a folder or not writable, or the same file as
+// `workspace` (the one the command reads or stores into; none when empty); OutputFileExists when
+// a regular file is there and !replace.
+void check_output_file(const std::string& path, bool replace, const std::string& workspace = {});
 
 struct OutputFileOptions {
   bool executable = false;  // mode 0777 less the umask (launch scripts), else 0666 less it

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "db/output_file.hpp"
 #include "db/store/process_identity.hpp"
 #include "engine/errors.hpp"
 #include "profiler/trace.hpp"
@@ -386,8 +387,9 @@ sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
   const bool exists = ::stat(path.c_str(), &st) == 0;
   if (!exists && mode == OpenMode::Existing)
     throw InputError(path + ": no such workspace (file not found)");
-  if (exists && S_ISDIR(st.st_mode))
-    throw InputError(path + ": not a pipetune workspace (a directory)");
+  // A FIFO would block SQLite's reads and a device take its writes: only a file is a workspace.
+  if (exists && !S_ISREG(st.st_mode))
+    throw InputError(path + ": not a pipetune workspace (" + file_type_name(st.st_mode) + ")");
   if (!exists && mode == OpenMode::Create) create_workspace_file(path);
 
   // A workspace this process may not write (a shared, archived or mounted read-only file) is

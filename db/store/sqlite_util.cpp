@@ -209,7 +209,11 @@ std::string literal_file_name(const std::string& path) {
 // --- Connection ---
 
 Connection::Connection(const std::string& name, int flags, std::source_location where)
-    : path_(name) {
+    : Connection(name, name, flags, where) {}
+
+Connection::Connection(const std::string& name, const std::string& shown, int flags,
+                       std::source_location where)
+    : path_(shown) {
   const int rc = sqlite3_open_v2(name.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     sqlite3* db = std::exchange(db_, nullptr);
@@ -224,9 +228,7 @@ Connection::Connection(const std::string& name, int flags, std::source_location 
 }
 
 Connection Connection::open_file(const std::string& path, int flags, std::source_location where) {
-  Connection c(literal_file_name(path), flags, where);
-  c.path_ = path;
-  return c;
+  return Connection(literal_file_name(path), path, flags, where);
 }
 
 Connection Connection::open_immutable(const std::string& path, std::source_location where) {
@@ -246,9 +248,7 @@ Connection Connection::open_immutable(const std::string& path, std::source_locat
     }
   }
   uri += "?immutable=1";
-  Connection c(uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, where);
-  c.path_ = path;
-  return c;
+  return Connection(uri, path, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, where);
 }
 
 Connection::~Connection() {

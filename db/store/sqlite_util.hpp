@@ -164,6 +164,10 @@ class Connection {
   }
 
  private:
+  // Opens `name`; messages, from the open's own on, name `shown`.
+  Connection(const std::string& name, const std::string& shown, int flags,
+             std::source_location where);
+
   sqlite3* db_ = nullptr;
   std::string path_;
   std::chrono::milliseconds busy_timeout_{0};

@@ -220,6 +220,25 @@ TEST(HostileOutputPaths, CheckpointDestinationsAreCheckedBeforeTheFirstStep) {
   }
 }
 
+// --force replaces an output file, never the workspace the command reads or stores into.
+TEST(HostileOutputPaths, TheWorkspaceIsNeverAnOutputFile) {
+  Scratch s;
+  s.add_search();
+  const std::string link = s.path("link-to-workspace.json");
+  fs::create_symlink(s.db, link);
+  for (const std::string& out : {s.db, link}) {
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             with(kSimulate, {"--trace", out, "--force", "--db", s.db}),
+             {"train", "--steps", "1", "--trace", out, "--force", "--db", s.db},
+             {"export-trace", "1", "-o", out, "--force", "--db", s.db},
+             {"export", "--format", "megatron", "-o", out, "--force", "--db", s.db},
+             {"calibrate", "--hardware", "h100-sxm", "-o", out, "--force", "--db", s.db},
+         })
+      expect_input_error(args, "is the workspace '" + s.db + "'");
+  }
+  EXPECT_EQ(stored_runs(s.db), 1u);  // the simulated run, and no other
+}
+
 // Point 12: the error names the real cause, never "Success".
 TEST(HostileOutputPaths, ErrorsNameTheRealCause) {
   Scratch s;

@@ -2,7 +2,10 @@
 // and one that SQLite would read as something else (a "file:" URI, ":memory:") is the file of
 // that name, where `runs` then finds the run that the command said it stored there.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -45,6 +48,36 @@ TEST(HostileWorkspacePaths, AnEmptyWorkspacePathIsRefused) {
     EXPECT_EQ(r.out.find("stored as run"), std::string::npos) << r.out;
   }
   EXPECT_TRUE(files_in(s.dir).empty());  // nothing created, not even a temporary file
+}
+
+// A FIFO would block SQLite's first read and a device swallow its writes (and get a journal file
+// beside it): only a regular file is a workspace.
+TEST(HostileWorkspacePaths, AFifoOrDeviceIsNotAWorkspace) {
+  ScratchWorkspace s;
+  struct Special {
+    std::string name;
+    std::string named;
+  };
+  std::vector<Special> specials = {{"fifo", "not a pipetune workspace (a FIFO (named pipe))"}};
+  ASSERT_EQ(::mkfifo((s.dir / "fifo").c_str(), 0644), 0);
+  // A null device of the scratch folder's own (root only): never /dev/null itself.
+  if (::mknod((s.dir / "null-device").c_str(), S_IFCHR | 0666, ::makedev(1, 3)) == 0)
+    specials.push_back({"null-device", "not a pipetune workspace (a character device)"});
+  for (const Special& special : specials) {
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             with(kSimulate, {"--db", special.name}),
+             {"runs", "--db", special.name},
+         }) {
+      const ProcessResult r = run_pipetune(args, s.dir.string());
+      EXPECT_EQ(r.exit_code, 2) << args[0] << " " << special.name << ": " << r.err;
+      EXPECT_EQ(count_lines(r.err), 1) << r.err;
+      EXPECT_EQ(r.err, "pipetune: error: " + special.name + ": " + special.named + "\n");
+    }
+  }
+  std::vector<std::string> expected;
+  for (const Special& special : specials) expected.push_back(special.name);
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(files_in(s.dir), expected);  // no journal or WAL file beside them
 }
 
 TEST(HostileWorkspacePaths, NamesSQLiteWouldReadAsURIsAreFileNames) {
