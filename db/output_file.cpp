@@ -30,11 +30,12 @@ std::string folder_of(const std::string& resolved) {
   return folder.empty() ? std::string(".") : folder.string();
 }
 
-// The checks both entry points make; true when a regular file is at the resolved path.
+// The checks both entry points make; true when a regular file is at the path.
 bool check_target(const std::string& path, const std::string& resolved) {
   struct stat st {};
   bool exists = false;
-  if (::lstat(resolved.c_str(), &st) == 0) {
+  // The kernel's own lookup first: it also follows the links /proc makes (/dev/stdout to a pipe).
+  if (::stat(path.c_str(), &st) == 0) {
     if (!S_ISREG(st.st_mode))
       throw InputError(in_quotes(path) + " is " + file_type_name(st.st_mode) +
                        ", not a regular file: output is written only to regular files");
@@ -102,18 +103,18 @@ class FileDescriptorBuffer : public std::streambuf {
   int error_ = 0;
 };
 
-// A new file beside `resolved` that no other writer uses; its descriptor and name.
-int create_temporary(const std::string& path, const std::string& resolved, bool executable,
-                     std::string& name) {
+// A new file in the target's folder that no other writer uses, with a short name whatever the
+// target's length; its descriptor and name. -1 and errno when it cannot be made.
+int create_temporary(const std::string& resolved, bool executable, std::string& name) {
   static std::atomic<unsigned> counter{0};
   const mode_t mode = executable ? 0777 : 0666;  // less the umask, as any new file
+  const fs::path folder = folder_of(resolved);
   for (int attempt = 0;; ++attempt) {
-    name = resolved + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    name = (folder /
+            (".pipetune-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".tmp"))
+               .string();
     const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-    if (fd >= 0) return fd;
-    if (errno != EEXIST || attempt == 100)
-      throw std::runtime_error("cannot write " + in_quotes(path) + ": creating " + in_quotes(name) +
-                               ": " + std::strerror(errno));
+    if (fd >= 0 || errno != EEXIST || attempt == 100) return fd;
   }
 }
 
@@ -147,10 +148,19 @@ std::string resolve_output_path(const std::string& path) {
 void check_output_file(const std::string& path, bool replace, const std::string& workspace) {
   if (path.empty()) throw InputError("the output file name is empty");
   const std::string resolved = resolve_output_path(path);
-  if (!check_target(path, resolved)) return;
+  const bool exists = check_target(path, resolved);
+  // Whether the folder takes a file is known only by making one (/proc, a read-only mount).
+  std::string probe;
+  const int fd = create_temporary(resolved, false, probe);
+  if (fd < 0)
+    throw InputError("cannot write " + in_quotes(path) + ": cannot create a file in " +
+                     in_quotes(folder_of(resolved)) + ": " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (!exists) return;
   struct stat output {
   }, kept{};
-  if (!workspace.empty() && ::stat(resolved.c_str(), &output) == 0 &&
+  if (!workspace.empty() && ::stat(path.c_str(), &output) == 0 &&
       ::stat(workspace.c_str(), &kept) == 0 && output.st_dev == kept.st_dev &&
       output.st_ino == kept.st_ino)
     throw InputError(in_quotes(path) + " is the workspace " + in_quotes(workspace) +
@@ -164,7 +174,10 @@ void write_output_file(const std::string& path, const std::function<void(std::os
   const std::string resolved = resolve_output_path(path);
   (void)check_target(path, resolved);
   std::string temporary;
-  const int fd = create_temporary(path, resolved, options.executable, temporary);
+  const int fd = create_temporary(resolved, options.executable, temporary);
+  if (fd < 0)
+    throw std::runtime_error("cannot write " + in_quotes(path) + ": creating " +
+                             in_quotes(temporary) + ": " + std::strerror(errno));
   // The step that failed and its errno, taken at the failing call.
   const auto fail = [&](const std::string& step, int err) {
     ::close(fd);

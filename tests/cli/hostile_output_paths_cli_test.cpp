@@ -242,6 +242,14 @@ TEST(HostileOutputPaths, TheWorkspaceIsNeverAnOutputFile) {
 // Point 12: the error names the real cause, never "Success".
 TEST(HostileOutputPaths, ErrorsNameTheRealCause) {
   Scratch s;
+  // A folder that exists and says it is writable, but takes no new file.
+  expect_input_error({"export-trace", "1", "-o", "/proc/x.json", "--db", s.db},
+                     "cannot create a file in '/proc'");
+  // A name of 250 characters is a file name; the temporary file beside it must fit too.
+  const std::string long_name = s.path(std::string(250, 'a'));
+  const ProcessResult long_ok = run_pipetune({"export-trace", "1", "-o", long_name, "--db", s.db});
+  EXPECT_EQ(long_ok.exit_code, 0) << long_ok.err;
+  EXPECT_TRUE(nlohmann::json::accept(slurp(long_name)));
   fs::create_directory(s.path("folder"));
   const ProcessResult to_folder =
       run_pipetune({"export-trace", "1", "-o", s.path("folder"), "--force", "--db", s.db});
@@ -292,7 +300,7 @@ TEST(HostileOutputPaths, AFailedWriteNamesTheReasonAndKeepsTheOldFile) {
   EXPECT_EQ(slurp(out), "old");
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(s.dir))
-    if (e.path().filename().string().starts_with("trace.json")) left.push_back(e.path().filename());
+    if (e.path() != big && e.path() != s.db) left.push_back(e.path().filename());
   EXPECT_EQ(left, std::vector<std::string>{"trace.json"});
 }
 

@@ -104,6 +104,20 @@ TEST(OutputFile, SpecialFilesAreRefusedNamingWhatTheyAre) {
   EXPECT_TRUE(S_ISFIFO(st.st_mode));
 }
 
+// /proc's links (/dev/stdout is one) lead to pipes that have no path: the kernel's lookup says
+// what they are.
+TEST(OutputFile, AProcLinkToAPipeIsAPipe) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const std::string link = "/proc/self/fd/" + std::to_string(fds[1]);
+  EXPECT_NE(input_error_of([&] { check_output_file(link, true); }).find("is a FIFO (named pipe)"),
+            std::string::npos);
+  EXPECT_NE(input_error_of([&] { write_output_file(link, "x"); }).find("is a FIFO (named pipe)"),
+            std::string::npos);
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
 TEST(OutputFile, TheFolderMustExistAndBeAFolder) {
   ScratchFolder s;
   EXPECT_NE(input_error_of([&] {
