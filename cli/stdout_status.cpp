@@ -39,11 +39,14 @@ bool pipe_without_reader() {
 }  // namespace
 
 bool flush_stdout() {
-  std::cout.flush();  // synchronised with stdio: its text is in stdout's buffer already
+  // std::cout is synchronised with stdio: its flush is fflush(stdout), whose errno is the one.
   errno = 0;
-  const bool flushed = std::fflush(stdout) == 0;
-  if (!flushed && status().first_error == 0) status().first_error = errno != 0 ? errno : EIO;
-  return flushed && !std::ferror(stdout);
+  std::cout.flush();
+  int error = std::cout.bad() ? errno : 0;
+  errno = 0;
+  if (std::fflush(stdout) != 0) error = errno != 0 ? errno : EIO;
+  if (error != 0 && status().first_error == 0) status().first_error = error;
+  return error == 0 && !std::ferror(stdout) && !std::cout.bad();
 }
 
 void note_kept(const std::string& what) {
@@ -51,7 +54,7 @@ void note_kept(const std::string& what) {
 }
 
 std::string stdout_failure() {
-  if (flush_stdout() && !std::cout.fail()) return {};
+  if (flush_stdout()) return {};
   int error = status().first_error;
   if (error == 0 && pipe_without_reader()) error = EPIPE;
   std::string line = "stdout: ";

@@ -1,6 +1,7 @@
 // A closed stdout (issue 43 point 3), through the binary: `pipetune train ... | head -c 10` must
 // not kill the run. The run completes and is stored; then the command exits 1 with one line on
 // stderr saying stdout failed and where the run is.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,19 +15,16 @@
 namespace pipetune::testing {
 namespace {
 
-// Runs pipetune with stdout a pipe whose read end is already closed (every write to it fails
-// with EPIPE, and raises SIGPIPE unless it is ignored); stdout is therefore empty.
-ProcessResult run_with_closed_stdout(const std::vector<std::string>& args) {
-  int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) throw std::runtime_error("pipe failed");
-  ::close(pipe_fds[0]);
+// Runs pipetune with `stdout_fd` as its stdout (closed here once the child has it); stderr is
+// captured, stdout is not.
+ProcessResult run_with_stdout(int stdout_fd, const std::vector<std::string>& args) {
   char err_template[] = "/tmp/pipetune_err_XXXXXX";
   const int err_fd = ::mkstemp(err_template);
   if (err_fd < 0) throw std::runtime_error("mkstemp failed");
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
-    ::dup2(pipe_fds[1], 1);
+    ::dup2(stdout_fd, 1);
     ::dup2(err_fd, 2);
     if (::chdir(default_child_cwd().c_str()) != 0) ::_exit(127);
     std::string bin = PIPETUNE_BIN;
@@ -37,7 +35,7 @@ ProcessResult run_with_closed_stdout(const std::vector<std::string>& args) {
     ::execv(bin.c_str(), argv.data());
     ::_exit(127);
   }
-  ::close(pipe_fds[1]);
+  ::close(stdout_fd);
   int status = 0;
   ::waitpid(pid, &status, 0);
   ::close(err_fd);
@@ -46,6 +44,15 @@ ProcessResult run_with_closed_stdout(const std::vector<std::string>& args) {
   r.err = slurp(err_template);
   ::unlink(err_template);
   return r;
+}
+
+// With stdout a pipe whose read end is already closed: every write to it fails with EPIPE (and
+// raises SIGPIPE unless it is ignored).
+ProcessResult run_with_closed_stdout(const std::vector<std::string>& args) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) throw std::runtime_error("pipe failed");
+  ::close(pipe_fds[0]);
+  return run_with_stdout(pipe_fds[1], args);
 }
 
 nlohmann::json runs_of(const std::string& db) {
@@ -88,6 +95,19 @@ TEST(ClosedStdout, EveryCommandFinishesItsWorkAndSaysStdoutFailed) {
   const ProcessResult runs = run_with_closed_stdout({"runs", "--db", s.db});
   EXPECT_EQ(runs.exit_code, 1) << runs.err;
   EXPECT_EQ(runs.err, "pipetune: stdout: Broken pipe\n");
+}
+
+// A full device as stdout: the reason is the device's, and the run is stored all the same.
+TEST(ClosedStdout, AFullStdoutSaysWhyAndKeepsTheRun) {
+  ScratchWorkspace s;
+  const int full = ::open("/dev/full", O_WRONLY);
+  if (full < 0) GTEST_SKIP() << "no /dev/full";
+  const ProcessResult sim = run_with_stdout(full, {"simulate", "--schedule", "1f1b", "--stages",
+                                                   "2", "--microbatches", "4", "--db", s.db});
+  EXPECT_EQ(sim.exit_code, 1) << sim.err;
+  EXPECT_EQ(sim.err, "pipetune: stdout: No space left on device; the run was stored as run 1 in " +
+                         s.db + "\n");
+  EXPECT_EQ(runs_of(s.db).size(), 1u);
 }
 
 }  // namespace
