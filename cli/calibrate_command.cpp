@@ -16,6 +16,7 @@
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
 #include "cli/json_output.hpp"
+#include "cli/stdout_status.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/store/record_json.hpp"
 #include "db/store/workspace.hpp"
@@ -171,7 +172,7 @@ void run(const CalibrateArgs& a) {
   // determine keep their start and the report says which.
   options.undetermined = a.fit.empty() ? tuner::UndeterminedParameters::KeepAtStart
                                        : tuner::UndeterminedParameters::Refuse;
-  if (!a.output.empty()) check_output_file(a.output, a.force);
+  if (!a.output.empty()) check_output_file(a.output, a.force, a.db);
   db::Workspace ws(a.db);
   const std::vector<db::RunRecord> runs = chosen_runs(ws, a.runs);
 
@@ -213,7 +214,10 @@ void run(const CalibrateArgs& a) {
     measurements.push_back(std::move(m));
   }
   const tuner::CalibrationResult r = tuner::calibrate(measurements, hardware.efficiency, options);
-  if (!a.output.empty()) write_output_file(a.output, hardware_toml(hardware, r, runs));
+  if (!a.output.empty()) {
+    write_output_file(a.output, hardware_toml(hardware, r, runs));
+    note_kept("the calibrated hardware was written to " + a.output);
+  }
 
   if (a.json) {
     nlohmann::json fitted, start;

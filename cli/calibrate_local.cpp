@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "cli/json_output.hpp"
+#include "cli/stdout_status.hpp"
 #include "cli/workspace_cli.hpp"
 #include "engine/errors.hpp"
 #include "engine/runtime/machine_benchmark.hpp"
@@ -86,6 +87,7 @@ void run_calibrate_local(const LocalCalibrateArgs& a) {
         "`pipetune calibrate --hardware THIS_FILE --fit gemm,gemm_half_flops,attention,memory`\n"
         "on short `train --threads 1` runs of two model shapes (tests/bench/cpu_prediction.sh).";
     write_output_file(a.output, spec::hardware_toml(hw, header));
+    note_kept("the hardware profile was written to " + a.output);
   }
 
   const double large = m.gemm.empty()

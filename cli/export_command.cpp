@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "cli/commands.hpp"
+#include "cli/stdout_status.hpp"
 #include "cli/tuning_target.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/store/record_json.hpp"
@@ -70,7 +71,7 @@ void run(const ExportArgs& a) {
   if (a.rank && *a.rank < 1)
     throw InputError("--rank must be at least 1 (got " + std::to_string(*a.rank) + ")");
   if (a.train_iters < 1) throw InputError("--train-iters must be positive");
-  check_output_file(a.output, a.force);
+  check_output_file(a.output, a.force, a.db);
   db::Workspace ws(a.db);
   const std::int64_t search = a.search ? *a.search : ws.latest_search_id();
   if (search < 0) throw InputError(a.db + " has no tuner results: run `pipetune tune` first");
@@ -113,11 +114,12 @@ void run(const ExportArgs& a) {
     csv = tuner::torchtitan_schedule_csv(exported->request);
     if (!csv.empty()) {
       csv_path = (std::filesystem::path(a.output).parent_path() / "pipetune_schedule.csv").string();
-      check_output_file(csv_path, a.force);
+      check_output_file(csv_path, a.force, a.db);
     }
   }
   write_output_file(a.output, exported->text, format == tuner::ExportFormat::Megatron);
   if (!csv.empty()) write_output_file(csv_path, csv);
+  note_kept("rank " + std::to_string(rank) + " was written to " + a.output);
   std::printf("rank %d: %s (%s) written to %s\n", rank,
               plan_summary(exported->request.plan, exported->vocab).c_str(), framework.c_str(),
               a.output.c_str());

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/stdout_status.hpp"
 #include "engine/errors.hpp"
 #include "profiler/analysis/analysis_error.hpp"
 
@@ -12,6 +13,9 @@ int main(int argc, char** argv) {
   // A file-size limit (RLIMIT_FSIZE, a quota) must fail the write that crosses it with EFBIG,
   // which the store reports as a full disk and records, not kill the process mid-write.
   std::signal(SIGXFSZ, SIG_IGN);
+  // A closed stdout (`pipetune train | head`) must fail a write, not kill a run in the middle:
+  // the command finishes and keeps its work, and the failure is reported below.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"pipetune: simulate, tune and inspect pipeline-parallel LLM training"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every command");
@@ -42,6 +46,10 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "pipetune: failed: " << e.what() << "\n";
+    return 1;
+  }
+  if (const std::string failure = pipetune::cli::stdout_failure(); !failure.empty()) {
+    std::cerr << "pipetune: " << failure << "\n";
     return 1;
   }
   return 0;

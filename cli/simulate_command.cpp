@@ -9,6 +9,7 @@
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
 #include "cli/json_output.hpp"
+#include "cli/stdout_status.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/chrome_trace.hpp"
 #include "db/store/record_json.hpp"
@@ -241,7 +242,7 @@ void run(const SimulateArgs& a) {
   check_gantt_width(a.width);
   tuner::SimulationSetup setup =
       a.config.empty() ? setup_from_flags(a) : tuner::setup_from_run_file(a.config);
-  if (!a.trace.empty()) check_output_file(a.trace, a.force);
+  if (!a.trace.empty()) check_output_file(a.trace, a.force, a.no_db ? "" : a.db);
   const schedule::Schedule s = schedule::generate(setup.params);
   sim::SimOptions options = setup.options;
   options.record_trace = !a.no_db || !a.trace.empty() || (!a.json && !a.no_gantt);
@@ -249,6 +250,8 @@ void run(const SimulateArgs& a) {
   // Write the trace and the run before printing, so a failure leaves no half report.
   if (!a.trace.empty()) db::write_chrome_trace_file(r.trace, a.trace);
   const std::int64_t run_id = a.no_db ? -1 : store_simulation(a, setup, s, r);
+  if (!a.trace.empty()) note_kept("the trace was written to " + a.trace);
+  if (run_id >= 0) note_kept("the run was stored as run " + std::to_string(run_id) + " in " + a.db);
   if (a.json) {
     nlohmann::json j = to_json(setup, s, r);
     if (run_id >= 0) j["run_id"] = run_id;
@@ -299,7 +302,8 @@ void add_simulate_command(CLI::App& app) {
   auto* mem = cmd->add_option("--memory-limit", args->memory_limit,
                               "Activation budget in micro-batches for zb-h2 / zb-v");
   cmd->add_flag("--json", args->json, "Print one JSON object on stdout");
-  cmd->add_option("--trace", args->trace, "Write a Chrome trace JSON (Perfetto) to FILE");
+  cmd->add_option("--trace", args->trace, "Write a Chrome trace JSON (Perfetto) to FILE")
+      ->check(non_empty_path());
   cmd->add_option("--width", args->width, "Gantt chart width in columns");
   cmd->add_flag("--no-gantt", args->no_gantt, "Do not print the Gantt chart");
   cmd->add_flag("--force", args->force, "Overwrite the --trace file if it exists");

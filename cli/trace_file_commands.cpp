@@ -8,6 +8,7 @@
 #include "cli/commands.hpp"
 #include "cli/import_description.hpp"
 #include "cli/json_output.hpp"
+#include "cli/stdout_status.hpp"
 #include "cli/tuning_target.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/chrome_trace.hpp"
@@ -31,11 +32,12 @@ struct ExportTraceArgs {
 };
 
 void export_trace(const ExportTraceArgs& a) {
-  check_output_file(a.output, a.force);
+  check_output_file(a.output, a.force, a.db);
   db::Workspace ws(a.db);
   const db::RunRecord record = ws.find_run(a.run);
   const db::StoredRun run = ws.load(record.id);
   db::write_chrome_trace_file(run.trace, a.output);
+  note_kept("run " + std::to_string(record.id) + " was written to " + a.output);
   std::printf("run %lld (%lld spans) written to %s\n", static_cast<long long>(record.id),
               static_cast<long long>(run.trace.spans.size()), a.output.c_str());
 }
@@ -89,6 +91,7 @@ void store_import(const ImportArgs& a, db::ImportedProfile (*read)(const std::st
   const std::int64_t id =
       db::store_trace(a.db, {profiler::TraceKind::Imported, name, plan_json, json_text(specs, -1)},
                       profile.trace, std::move(profile.kernels));
+  note_kept("imported as run " + std::to_string(id) + " in " + a.db);
   std::printf("imported %s as run %lld: %zu ranks, %zu spans, %zu GPU activities", a.file.c_str(),
               static_cast<long long>(id), profile.ranks.size(), spans, kernels);
   if (run)

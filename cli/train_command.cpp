@@ -13,6 +13,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
+#include "cli/stdout_status.hpp"
 #include "cli/train_output.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/chrome_trace.hpp"
@@ -346,6 +347,8 @@ runtime::TrainResult train_into(runtime::TrainOptions o, db::RunWriter* writer) 
 // Prints the run's report and where it went (rank 0's process under MPI).
 void report_run(const TrainArgs& a, const runtime::TrainOptions& o, const runtime::TrainResult& r,
                 const db::RunWriter* writer) {
+  if (writer)
+    note_kept("the run was stored as run " + std::to_string(writer->run_id()) + " in " + a.db);
   if (a.json) {
     print_train_json(o, r, writer ? writer->run_id() : -1,
                      {a.precision.value_or("fp32"), a.attention.value_or(""),
@@ -377,7 +380,7 @@ void print_header(const runtime::TrainOptions& o, const char* ranks) {
                 static_cast<long long>(spec::padded_vocab(o.model, shards)),
                 static_cast<long long>(o.model.vocab_divisible_by), static_cast<long long>(shards));
   }
-  std::fflush(stdout);
+  flush_stdout();
 }
 
 #ifdef PIPETUNE_HAVE_MPI
@@ -553,7 +556,7 @@ void run(const TrainArgs& given) {
                    o.model, tuner::cluster_for_plan(setup.cluster, o.plan), o.plan,
                    tuner::engine_execution(setup.backend, setup.precision, setup.attention))
                    .schedule;
-  if (!a.trace.empty()) check_output_file(a.trace, a.force);
+  if (!a.trace.empty()) check_output_file(a.trace, a.force, a.no_db ? "" : a.db);
   // The run goes into the workspace as it trains: a crash leaves it there, interrupted.
   // (Processes: rank 0's process opens it, once MPI says which process that is.)
   // The engine the workspace records, on `gpus` GPUs when it runs on cuda.
@@ -574,11 +577,12 @@ void run(const TrainArgs& given) {
                       : a.precision == "bf16" ? "ranks as streams of one GPU (bf16 GEMMs)"
                                               : "ranks as streams of one GPU");
     o.on_step = [](const runtime::StepResult& s) {
+      if (std::ferror(stdout)) return;  // stdout failed: the run goes on without its lines
       std::printf("step %4d  loss %.4f", s.step, s.loss);
       if (s.aux_loss != 0.0) std::printf("  aux %.4f", s.aux_loss);
       std::printf("  norm %7.3f  %8.1f ms  %9.0f tok/s\n", s.grad_norm, s.seconds * 1e3,
                   s.tokens_per_s);
-      std::fflush(stdout);
+      flush_stdout();
     };
   }
 #ifdef PIPETUNE_HAVE_MPI
@@ -630,11 +634,14 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--lr", args->lr, "AdamW learning rate")->capture_default_str();
   cmd->add_option("--data", args->data,
                   "llm.c token shards (glob pattern); default: the synthetic corpus");
-  cmd->add_option("--checkpoint", args->checkpoint, "Write a checkpoint to DIR at the end");
+  cmd->add_option("--checkpoint", args->checkpoint, "Write a checkpoint to DIR at the end")
+      ->check(non_empty_path());
   cmd->add_option("--checkpoint-every", args->checkpoint_every, "Also write it every N steps");
-  cmd->add_option("--resume", args->resume, "Resume from the checkpoint in DIR");
+  cmd->add_option("--resume", args->resume, "Resume from the checkpoint in DIR")
+      ->check(non_empty_path());
   cmd->add_flag("--json", args->json, "Print one JSON object on stdout");
-  cmd->add_option("--trace", args->trace, "Write a Chrome trace JSON (Perfetto) to FILE");
+  cmd->add_option("--trace", args->trace, "Write a Chrome trace JSON (Perfetto) to FILE")
+      ->check(non_empty_path());
   cmd->add_flag("--force", args->force, "Overwrite the --trace file if it exists");
   cmd->add_option("--threads", args->threads, "Compute threads per rank (0 = cores / ranks)");
   cmd->add_option("--backend", args->backend,

@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
 #include "cli/json_output.hpp"
+#include "cli/stdout_status.hpp"
 #include "cli/tuning_target.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/store/record_json.hpp"
@@ -143,6 +144,7 @@ void run(const TuneArgs& a) {
   if (r.ranked.empty()) no_feasible_plan(r, t);
   const std::size_t top = std::min<std::size_t>(static_cast<std::size_t>(a.top), r.ranked.size());
   const std::int64_t search_id = a.no_db ? -1 : store_search(a, r);
+  if (search_id >= 0) note_kept("stored as search " + std::to_string(search_id) + " in " + a.db);
 
   if (a.json) {
     nlohmann::json results = nlohmann::json::array(), pareto = nlohmann::json::array();

@@ -1,11 +1,6 @@
 #include "cli/workspace_cli.hpp"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
-
+#include "db/output_file.hpp"
 #include "db/store/run_layout.hpp"
 #include "db/store/run_name.hpp"
 #include "db/store/workspace.hpp"
@@ -19,33 +14,24 @@ CLI::Option* add_db_option(CLI::App* cmd, std::string& db) {
   return cmd->add_option("--db", db, "Workspace file")->capture_default_str();
 }
 
-void check_output_file(const std::string& path, bool force) {
-  std::error_code ec;
-  if (!force && std::filesystem::exists(path, ec))
+CLI::Validator non_empty_path() {
+  return CLI::Validator(
+      [](const std::string& value) {
+        return value.empty() ? std::string("the file name is empty") : std::string();
+      },
+      "PATH", "non-empty path");
+}
+
+void check_output_file(const std::string& path, bool force, const std::string& workspace) {
+  try {
+    db::check_output_file(path, force, workspace);
+  } catch (const db::OutputFileExists&) {
     throw InputError(path + " exists (use --force to overwrite it)");
+  }
 }
 
 void write_output_file(const std::string& path, const std::string& text, bool executable) {
-  namespace fs = std::filesystem;
-  fs::path tmp = path;
-  tmp += ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw std::runtime_error("cannot write " + path);
-    }
-  }
-  if (executable) ::chmod(tmp.c_str(), 0755);
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw std::runtime_error("cannot write " + path + ": " + ec.message());
-  }
+  db::write_output_file(path, text, {.executable = executable});
 }
 
 LoadedRun load_run(const std::string& db_path, const std::string& id_or_name,

@@ -18,10 +18,15 @@ inline constexpr const char* kDefaultWorkspace = "pipetune.db";
 // --db FILE (default pipetune.db in the working directory).
 CLI::Option* add_db_option(CLI::App* cmd, std::string& db);
 
-// InputError "FILE exists (use --force to overwrite it)" unless force or the file is new.
-void check_output_file(const std::string& path, bool force);
-// Writes next to the target and renames it into place: never a half-written file. Runtime error
-// (exit 1) when it cannot be written. `executable`: mode 0755 (launch scripts).
+// Refuses an empty value of a file or folder option, which would otherwise read as "not given".
+CLI::Validator non_empty_path();
+
+// db::check_output_file (a regular file or a new one, in a folder that takes it), worded for the
+// command line: "FILE exists (use --force to overwrite it)" unless force or the file is new.
+// `workspace`: the --db file the command reads or stores into, which the output must not be.
+void check_output_file(const std::string& path, bool force, const std::string& workspace = {});
+// db::write_output_file: next to the (resolved) target and renamed into place, never a
+// half-written file. `executable`: mode 0777 less the umask (launch scripts).
 void write_output_file(const std::string& path, const std::string& text, bool executable = false);
 
 // A stored run, loaded whole, with the window a report looks at.

@@ -1,20 +1,17 @@
 #include "db/chrome_trace.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <stdexcept>
-#include <system_error>
 #include <tuple>
 #include <unordered_map>
+
+#include "db/output_file.hpp"
 
 namespace pipetune::db {
 
@@ -266,27 +263,7 @@ void write_chrome_trace(const Trace& trace, std::ostream& out, const ChromeTrace
 
 void write_chrome_trace_file(const Trace& trace, const std::string& path,
                              const ChromeTraceOptions& options) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  fs::path tmp = target;
-  tmp += ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error("cannot write trace file '" + path + "'");
-    write_chrome_trace(trace, out, options);
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw std::runtime_error("error while writing trace file '" + path + "'");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw std::runtime_error("cannot write trace file '" + path + "': " + ec.message());
-  }
+  write_output_file(path, [&](std::ostream& out) { write_chrome_trace(trace, out, options); });
 }
 
 }  // namespace pipetune::db

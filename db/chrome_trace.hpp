@@ -44,8 +44,9 @@ struct ChromeTraceOptions {
 void write_chrome_trace(const profiler::Trace& trace, std::ostream& out,
                         const ChromeTraceOptions& options = {});
 
-// Writes to path atomically: a temporary file renamed into place, so a failure leaves no
-// partial file. Throws std::runtime_error naming the path on an I/O error.
+// Writes to path as db/output_file.hpp says (a regular file only, replaced atomically, links
+// followed): InputError for a path that cannot take it, std::runtime_error naming the path and
+// the system's reason on an I/O error.
 void write_chrome_trace_file(const profiler::Trace& trace, const std::string& path,
                              const ChromeTraceOptions& options = {});
 

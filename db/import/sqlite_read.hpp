@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "db/store/sqlite_util.hpp"
 #include "engine/errors.hpp"
 
 namespace pipetune::db::import_detail {
@@ -17,7 +18,9 @@ namespace pipetune::db::import_detail {
 class ReadOnlyDatabase {
  public:
   explicit ReadOnlyDatabase(const std::filesystem::path& file) : file_(file.string()) {
-    const int rc = sqlite3_open_v2(file_.c_str(), &db_, SQLITE_OPEN_READONLY, nullptr);
+    if (file_.empty()) throw InputError("the file name is empty");
+    const int rc = sqlite3_open_v2(sqlite::literal_file_name(file_).c_str(), &db_,
+                                   SQLITE_OPEN_READONLY, nullptr);
     if (rc != SQLITE_OK) {
       const std::string why = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
       sqlite3_close(db_);

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "db/output_file.hpp"
 #include "db/store/process_identity.hpp"
 #include "engine/errors.hpp"
 #include "profiler/trace.hpp"
@@ -360,7 +361,8 @@ void create_workspace_file(const std::string& path) {
   const std::string creating = creating_name(path, current_process());
   ::unlink(creating.c_str());
   try {
-    sqlite::Connection db(creating, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    sqlite::Connection db =
+        sqlite::Connection::open_file(creating, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
     migrate(db, kSchemaVersion);
   } catch (const sqlite::Error& e) {
     ::unlink(creating.c_str());
@@ -379,12 +381,15 @@ std::vector<std::string> workspace_tables() {
 }
 
 sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
+  // A workspace is a file name, never SQLite's temporary database (an empty name).
+  if (path.empty()) throw InputError("the workspace file name is empty");
   struct stat st {};
   const bool exists = ::stat(path.c_str(), &st) == 0;
   if (!exists && mode == OpenMode::Existing)
     throw InputError(path + ": no such workspace (file not found)");
-  if (exists && S_ISDIR(st.st_mode))
-    throw InputError(path + ": not a pipetune workspace (a directory)");
+  // A FIFO would block SQLite's reads and a device take its writes: only a file is a workspace.
+  if (exists && !S_ISREG(st.st_mode))
+    throw InputError(path + ": not a pipetune workspace (" + file_type_name(st.st_mode) + ")");
   if (!exists && mode == OpenMode::Create) create_workspace_file(path);
 
   // A workspace this process may not write (a shared, archived or mounted read-only file) is
@@ -398,7 +403,8 @@ sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
   if (mode == OpenMode::Create) flags |= SQLITE_OPEN_CREATE;
   sqlite::Connection db;
   try {
-    db = writable ? sqlite::Connection(path, flags) : sqlite::Connection::open_immutable(path);
+    db = writable ? sqlite::Connection::open_file(path, flags)
+                  : sqlite::Connection::open_immutable(path);
   } catch (const sqlite::Error& e) {
     if ((e.code() & 0xff) == SQLITE_CANTOPEN)
       throw InputError(path + ": cannot open workspace (" + sqlite3_errstr(e.code()) + ")");

@@ -200,11 +200,21 @@ std::string_view Statement::column_text_view(int column) const {
   return {text, static_cast<std::size_t>(sqlite3_column_bytes(stmt_, column))};
 }
 
+std::string literal_file_name(const std::string& path) {
+  if (path.empty())
+    throw InputError("the database file name is empty (SQLite would use a temporary database)");
+  return path.front() == '/' ? path : "./" + path;
+}
+
 // --- Connection ---
 
-Connection::Connection(const std::string& path, int flags, std::source_location where)
-    : path_(path) {
-  const int rc = sqlite3_open_v2(path.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+Connection::Connection(const std::string& name, int flags, std::source_location where)
+    : Connection(name, name, flags, where) {}
+
+Connection::Connection(const std::string& name, const std::string& shown, int flags,
+                       std::source_location where)
+    : path_(shown) {
+  const int rc = sqlite3_open_v2(name.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     sqlite3* db = std::exchange(db_, nullptr);
     try {
@@ -217,10 +227,17 @@ Connection::Connection(const std::string& path, int flags, std::source_location 
   sqlite3_extended_result_codes(db_, 1);
 }
 
+Connection Connection::open_file(const std::string& path, int flags, std::source_location where) {
+  return Connection(literal_file_name(path), path, flags, where);
+}
+
 Connection Connection::open_immutable(const std::string& path, std::source_location where) {
-  // A URI: percent-encode what would end the path ('?', '#') and '%' itself.
-  std::string uri = "file:";
-  for (const char c : path) {
+  // Immutability is a URI parameter: the file name made a URI path, with what would end it
+  // ('?', '#') and '%' itself percent-encoded. "file://" and an empty authority before an
+  // absolute path, so that one starting "//" is not read as a host.
+  const std::string name = literal_file_name(path);
+  std::string uri = name.front() == '/' ? "file://" : "file:";
+  for (const char c : name) {
     if (c == '?' || c == '#' || c == '%') {
       static constexpr char kHex[] = "0123456789ABCDEF";
       uri += '%';
@@ -231,9 +248,7 @@ Connection Connection::open_immutable(const std::string& path, std::source_locat
     }
   }
   uri += "?immutable=1";
-  Connection c(uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, where);
-  c.path_ = path;
-  return c;
+  return Connection(uri, path, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, where);
 }
 
 Connection::~Connection() {

@@ -110,13 +110,25 @@ class Statement {
   Connection* connection_ = nullptr;
 };
 
+// What to give SQLite for the file at `path` so that it is read as nothing but a file name: a
+// relative path gets "./" in front, so that neither "file:..." (a URI wherever SQLite is built
+// with SQLITE_USE_URI, as Debian's is, whatever the open flags say) nor ":memory:" (a database
+// in memory) is taken for anything else. InputError for an empty path (SQLite's temporary
+// database, gone when closed).
+std::string literal_file_name(const std::string& path);
+
 // One database connection. Not thread-safe: use it from one thread at a time.
 class Connection {
  public:
   Connection() = default;
-  // flags: SQLITE_OPEN_* (SQLITE_OPEN_NOMUTEX is added). Throws BadFileError / Error.
-  Connection(const std::string& path, int flags,
+  // flags: SQLITE_OPEN_* (SQLITE_OPEN_NOMUTEX is added). `name` goes to SQLite as it is
+  // (":memory:", a URI with SQLITE_OPEN_URI); a user's path goes through open_file. Throws
+  // BadFileError / Error.
+  Connection(const std::string& name, int flags,
              std::source_location where = std::source_location::current());
+  // The file at `path`, only ever a file: literal_file_name. InputError for an empty path.
+  static Connection open_file(const std::string& path, int flags,
+                              std::source_location where = std::source_location::current());
   // A file this process may not write (read-only file or folder): opened read-only as
   // immutable, so SQLite needs no lock, journal or WAL index beside it. Messages name `path`.
   static Connection open_immutable(const std::string& path,
@@ -152,6 +164,10 @@ class Connection {
   }
 
  private:
+  // Opens `name`; messages, from the open's own on, name `shown`.
+  Connection(const std::string& name, const std::string& shown, int flags,
+             std::source_location where);
+
   sqlite3* db_ = nullptr;
   std::string path_;
   std::chrono::milliseconds busy_timeout_{0};

@@ -204,8 +204,15 @@ struct Destination {
 void ensure_replaceable(const fs::path& target) {
   struct stat st {};
   if (::lstat(target.c_str(), &st) != 0) write_error("inspect", target, errno);
-  if (!S_ISDIR(st.st_mode))
-    throw std::runtime_error("checkpoint: '" + target.string() + "' exists and is not a directory");
+  if (!S_ISDIR(st.st_mode)) {
+    const char* kind = S_ISREG(st.st_mode)    ? "a file"
+                       : S_ISLNK(st.st_mode)  ? "a symbolic link to nothing"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "a device";
+    throw std::runtime_error("checkpoint: '" + target.string() + "' is " + kind +
+                             ", not a directory");
+  }
   std::error_code ec;
   for (fs::directory_iterator it(target, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -243,6 +244,19 @@ PreparedRun prepare(const TrainOptions& options) {
     p.resume = std::move(m);
   }
   check_injected_fault(options, p.plan, p.resume ? static_cast<std::int64_t>(p.resume->step) : 0);
+  // A destination that cannot take a checkpoint fails here, before the first step, not when the
+  // first checkpoint is due (rank 0's process writes it).
+  const bool writes_checkpoints =
+      !options.processes ||
+      std::any_of(options.processes->ranks.begin(), options.processes->ranks.end(),
+                  [](const comm::Communicator* c) { return c != nullptr && c->rank() == 0; });
+  if (!options.checkpoint_dir.empty() && writes_checkpoints) {
+    try {
+      checkpoint::check_checkpoint_destination(options.checkpoint_dir);
+    } catch (const std::runtime_error& e) {
+      throw InputError(e.what());
+    }
+  }
   return p;
 }
 

@@ -1,9 +1,6 @@
 #include "gui/core/plan_export.hpp"
 
-#include <QFile>
-#include <QFileInfo>
-#include <QSaveFile>
-#include <stdexcept>
+#include "db/output_file.hpp"
 
 namespace pipetune::gui {
 
@@ -25,18 +22,13 @@ ExportWrite write_export(tuner::ExportFormat format, const tuner::ExportRequest&
                          const QString& path, bool overwrite) {
   // Render first: a plan the framework refuses leaves no file behind.
   const std::string text = tuner::export_plan(format, request);
-  if (!overwrite && QFileInfo::exists(path)) return ExportWrite::ExistsNotOverwritten;
-  QSaveFile file(path);
-  if (!file.open(QIODevice::WriteOnly))
-    throw std::runtime_error("cannot write '" + path.toStdString() +
-                             "': " + file.errorString().toStdString());
-  file.write(text.data(), static_cast<qint64>(text.size()));
-  if (!file.commit())
-    throw std::runtime_error("cannot write '" + path.toStdString() +
-                             "': " + file.errorString().toStdString());
-  if (format == tuner::ExportFormat::Megatron)
-    QFile::setPermissions(path, QFile::permissions(path) | QFileDevice::ExeOwner |
-                                    QFileDevice::ExeGroup | QFileDevice::ExeOther);
+  const std::string file = path.toStdString();
+  try {
+    db::check_output_file(file, overwrite);
+  } catch (const db::OutputFileExists&) {
+    return ExportWrite::ExistsNotOverwritten;
+  }
+  db::write_output_file(file, text, {.executable = format == tuner::ExportFormat::Megatron});
   return ExportWrite::Written;
 }
 

@@ -1,6 +1,6 @@
-// Writing an exported plan (tuner::export_plan) to a file: atomically (QSaveFile: written next
-// to the target and renamed into place, never a half-written file) and never over an existing
-// file unless the caller says the user confirmed it.
+// Writing an exported plan (tuner::export_plan) to a file by the rule every output file follows
+// (db/output_file.hpp: a regular file only, written beside the target and renamed into place)
+// and never over an existing file unless the caller says the user confirmed it.
 #pragma once
 
 #include <QString>
@@ -12,7 +12,8 @@ namespace pipetune::gui {
 enum class ExportWrite { Written, ExistsNotOverwritten };
 
 // Renders the file with the exporter (InputError naming the framework rule the plan breaks) and
-// writes it; std::runtime_error naming the file when it cannot be written. A Megatron script is
+// writes it; InputError for a path that cannot take a file (a folder, a FIFO, a device, a missing
+// folder), std::runtime_error naming the file when the file system refuses. A Megatron script is
 // made executable, as `pipetune export` does.
 ExportWrite write_export(tuner::ExportFormat format, const tuner::ExportRequest& request,
                          const QString& path, bool overwrite);

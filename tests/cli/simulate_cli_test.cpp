@@ -113,10 +113,11 @@ TEST(SimulateCli, BadNumbersAreInputErrors) {
   }
 }
 
+// A trace whose folder does not exist is the input's error, found before the simulation.
 TEST(SimulateCli, TraceToUnwritablePathFailsCleanly) {
   const auto r = run_pipetune({"simulate", "--schedule", "1f1b", "--stages", "2", "--microbatches",
                                "2", "--trace", "/nonexistent-dir/t.json"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("/nonexistent-dir/t.json"), std::string::npos) << r.err;
 }

@@ -18,6 +18,7 @@
 namespace pipetune::checkpoint {
 namespace {
 
+using runtime::check_train_options;
 using runtime::train;
 using runtime::TrainOptions;
 using runtime::TrainResult;
@@ -200,6 +201,8 @@ TEST_F(CheckpointTest, ConsistentButUnfittingContentIsAnInputError) {
   }
 }
 
+// A destination that cannot take a checkpoint is the input's error, found before the first step
+// (check_train_options says so before a run is even started).
 TEST_F(CheckpointTest, FailedWriteLeavesNothingBehind) {
   // A regular file where the directory should go.
   { std::ofstream(dir_ / "file") << "x"; }
@@ -207,10 +210,12 @@ TEST_F(CheckpointTest, FailedWriteLeavesNothingBehind) {
   o.resume_dir.clear();
   o.steps = 1;
   o.checkpoint_dir = (dir_ / "file").string();
-  EXPECT_THROW((void)train(o), std::runtime_error);
+  EXPECT_THROW(check_train_options(o), InputError);
+  EXPECT_THROW((void)train(o), InputError);
   // A parent that does not exist.
   o.checkpoint_dir = (dir_ / "missing" / "ck").string();
-  EXPECT_THROW((void)train(o), std::runtime_error);
+  EXPECT_THROW(check_train_options(o), InputError);
+  EXPECT_THROW((void)train(o), InputError);
   EXPECT_EQ(entries(), std::vector<std::string>{"file"}) << "temporary directories left behind";
 }
 

@@ -474,7 +474,7 @@ TEST_F(CheckpointFormatTest, SomethingElseInTheWayIsARuntimeError) {
   // A regular file named like the target.
   write_text(dir_ / "ck", "not a checkpoint");
   expect_write_error([&] { write_checkpoint(dir_ / "ck", sample_manifest(1), sample_ranks(1)); },
-                     "is not a directory");
+                     "is a file, not a directory");
   EXPECT_THROW(check_checkpoint_destination(dir_ / "ck"), std::runtime_error);
   EXPECT_EQ(read_text(dir_ / "ck"), "not a checkpoint");
   // A parent that is a file, or missing.
