@@ -158,8 +158,8 @@ void check_output_file(const std::string& path, bool replace, const std::string&
   ::close(fd);
   ::unlink(probe.c_str());
   if (!exists) return;
-  struct stat output {
-  }, kept{};
+  struct stat output {};
+  struct stat kept {};
   if (!workspace.empty() && ::stat(path.c_str(), &output) == 0 &&
       ::stat(workspace.c_str(), &kept) == 0 && output.st_dev == kept.st_dev &&
       output.st_ino == kept.st_ino)
@@ -199,7 +199,10 @@ void write_output_file(const std::string& path, const std::function<void(std::os
     if (buffer.error() != 0 || !out)
       fail("writing " + in_quotes(temporary), buffer.error() != 0 ? buffer.error() : EIO);
   }
-  if (::fsync(fd) != 0) fail("flushing " + in_quotes(temporary) + " to the device", errno);
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    fail("flushing " + in_quotes(temporary) + " to the device", err);
+  }
   if (::close(fd) != 0) {
     const int err = errno;
     ::unlink(temporary.c_str());
