@@ -3,6 +3,9 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/commands.hpp"
@@ -25,7 +28,8 @@ struct PredictArgs {
   TargetArgs target;
   std::string config, against, db;
   bool tp_given = false, pp_given = false;
-  int tp = 1, pp = 1, dp = 0, ep = 1, chunks = 0, micro_batch_size = 1, zero = 0;
+  int tp = 1, pp = 1, ep = 1, micro_batch_size = 1, zero = 0;
+  std::optional<int> dp, chunks;  // default: gpus / (tp*pp), the schedule's own
   std::string schedule = "1f1b", vocab = "none", recompute = "none";
   bool sequence_parallel = false;
   bool json = false;
@@ -110,7 +114,11 @@ void run_flags(const PredictArgs& a) {
   spec::ParallelPlan p;
   p.tp = a.tp;
   p.pp = a.pp;
-  p.dp = a.dp > 0 ? a.dp : 0;
+  // dp and chunks default when not given; a given 0 or negative is a mistake, not "the default".
+  for (const auto& [value, flag] : {std::pair{a.dp, "--dp"}, std::pair{a.chunks, "--chunks"}})
+    if (value && *value < 1)
+      throw InputError(std::string(flag) + " must be at least 1, not " + std::to_string(*value));
+  p.dp = a.dp.value_or(0);
   if (p.dp == 0) {
     const int tp_pp = a.tp * a.pp;
     if (tp_pp < 1 || t.cluster.devices % tp_pp != 0)
@@ -119,7 +127,7 @@ void run_flags(const PredictArgs& a) {
     p.dp = t.cluster.devices / tp_pp;
   }
   p.ep = a.ep;
-  p.chunks = a.chunks > 0 ? a.chunks : schedule::default_chunks(a.schedule);
+  p.chunks = a.chunks ? *a.chunks : schedule::default_chunks(a.schedule);
   p.micro_batch_size = a.micro_batch_size;
   p.global_batch = t.global_batch;
   p.schedule = a.schedule;

@@ -11,11 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include "db/import/nsys_pipeline_export.hpp"
+#include "support/cli_expect.hpp"
 #include "support/required_data.hpp"
 #include "support/run_process.hpp"
 
 namespace pipetune {
 namespace {
+
+using testing::expect_input_error;
 
 namespace fs = std::filesystem;
 using testing::run_pipetune;
@@ -35,12 +38,6 @@ struct Dir {
     return run_pipetune(args);
   }
 };
-
-void expect_input_error(const testing::ProcessResult& r, const std::string& text) {
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_NE(r.err.find(text), std::string::npos) << r.err;
-}
 
 TEST(CalibrateCli, FitsTheMeasuredRunsAndWritesAUsableHardwareFile) {
   Dir d;
@@ -218,6 +215,8 @@ TEST(CalibrateCli, BadInput) {
 
 namespace pipetune {
 namespace {
+
+using testing::expect_input_error;
 
 // `calibrate --local`: a CPU hardware file from the engine's own kernels, which the other
 // commands accept and which makes the cost model describe the engine (fp32 weights: 4 bytes per

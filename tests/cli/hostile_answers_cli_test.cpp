@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "support/cli_expect.hpp"
 #include "support/run_process.hpp"
 
 namespace pipetune::testing {
@@ -19,24 +20,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string joined(const std::vector<std::string>& args) {
-  std::string cmd;
-  for (const auto& a : args) cmd += a + " ";
-  return cmd;
-}
-
-// Exit 2 with one line on stderr that holds `message`.
-void expect_refused(const std::vector<std::string>& args, const std::string& message) {
-  const ProcessResult r = run_pipetune(args);
-  EXPECT_EQ(r.exit_code, 2) << joined(args) << "\n" << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << joined(args) << "\n" << r.err;
-  EXPECT_NE(r.err.find(message), std::string::npos)
-      << joined(args) << "\nwanted: " << message << "\ngot:    " << r.err;
-}
-
 ProcessResult expect_ok(const std::vector<std::string>& args) {
   const ProcessResult r = run_pipetune(args);
-  EXPECT_EQ(r.exit_code, 0) << joined(args) << "\n" << r.err;
+  EXPECT_EQ(r.exit_code, 0) << command_line(args) << "\n" << r.err;
   return r;
 }
 
@@ -393,9 +379,9 @@ TEST(HostileAnswers, OldWorkspacesWithBadNamesPrintAndDumpCleanly) {
                                              {"timeline", "1", "--db", s.db},
                                              {"diff", "1", "2", "--db", s.db}}) {
     const ProcessResult r = expect_ok(args);
-    EXPECT_NE(r.out.find("A\\xff\\x1b[2J\\x07"), std::string::npos) << joined(args) << r.out;
-    EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << joined(args);
-    EXPECT_EQ(r.out.find('\x07'), std::string::npos) << joined(args);
+    EXPECT_NE(r.out.find("A\\xff\\x1b[2J\\x07"), std::string::npos) << command_line(args) << r.out;
+    EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << command_line(args);
+    EXPECT_EQ(r.out.find('\x07'), std::string::npos) << command_line(args);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/cli_expect.hpp"
 #include "support/required_data.hpp"
 #include "support/run_process.hpp"
 
@@ -18,18 +19,6 @@ namespace pipetune::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Exit 2 with one line on stderr holding each of `parts`.
-void expect_refused(const std::vector<std::string>& args, const std::vector<std::string>& parts) {
-  const ProcessResult r = run_pipetune(args);
-  std::string cmd;
-  for (const auto& a : args) cmd += a + " ";
-  EXPECT_EQ(r.exit_code, 2) << cmd << "\n" << r.err;
-  EXPECT_EQ(count_lines(r.err), 1) << cmd << "\n" << r.err;
-  for (const std::string& part : parts)
-    EXPECT_NE(r.err.find(part), std::string::npos)
-        << cmd << "\nwanted: " << part << "\ngot:    " << r.err;
-}
 
 // One complete event (an F span) of process `pid` at `ts` µs.
 std::string one_span_event(long long pid, long long ts) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "support/cli_expect.hpp"
 #include "support/run_process.hpp"
 
 namespace pipetune::testing {
@@ -23,23 +24,12 @@ struct Case {
 };
 
 void expect_refused(const Case& c) {
-  const ProcessResult r = run_pipetune(c.args);
-  std::string cmd;
-  for (const auto& a : c.args) cmd += a + " ";
-  EXPECT_EQ(r.exit_code, 2) << cmd << "\n" << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << cmd << "\n" << r.err;
-  EXPECT_NE(r.err.find(c.message), std::string::npos)
-      << cmd << "\nwanted: " << c.message << "\ngot:    " << r.err;
+  testing::expect_refused(c.args, c.message);
 }
 
 const std::vector<std::string> kPredict = {
     "predict",        "--model", "tiny", "--hardware", "h100-sxm", "--gpus", "8",
     "--global-batch", "64",      "--tp", "1",          "--pp",     "1"};
-
-std::vector<std::string> with(std::vector<std::string> base, std::vector<std::string> more) {
-  base.insert(base.end(), more.begin(), more.end());
-  return base;
-}
 
 TEST(HostileInput, CountsOfZeroAreRefusedNotReplaced) {
   for (const Case& c : std::vector<Case>{
@@ -63,6 +53,10 @@ TEST(HostileInput, CountsOfZeroAreRefusedNotReplaced) {
             "--memory-limit must be a positive number of micro-batches, not nan"},
            {with(kPredict, {"--seq", "0"}), "--seq: must be at least 1, not 0"},
            {with(kPredict, {"--nodes-of", "0"}), "--nodes-of: must be at least 1, not 0"},
+           // A given 0 or negative was taken as "derive it" (dp = gpus / (tp*pp)).
+           {with(kPredict, {"--dp", "0"}), "--dp must be at least 1, not 0"},
+           {with(kPredict, {"--dp", "-1"}), "--dp must be at least 1, not -1"},
+           {with(kPredict, {"--chunks", "0"}), "--chunks must be at least 1, not 0"},
        })
     expect_refused(c);
 }

@@ -20,31 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "support/cli_expect.hpp"
 #include "support/run_process.hpp"
 
 namespace pipetune::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string joined(const std::vector<std::string>& args) {
-  std::string s;
-  for (const auto& a : args) s += a + " ";
-  return s;
-}
-
-void expect_input_error(const std::vector<std::string>& args, const std::string& message) {
-  const ProcessResult r = run_pipetune(args);
-  EXPECT_EQ(r.exit_code, 2) << joined(args) << "\n" << r.err;
-  EXPECT_EQ(count_lines(r.err), 1) << joined(args) << "\n" << r.err;
-  EXPECT_NE(r.err.find(message), std::string::npos)
-      << joined(args) << "\nwanted: " << message << "\ngot:    " << r.err;
-}
-
-std::vector<std::string> with(std::vector<std::string> base, std::vector<std::string> more) {
-  base.insert(base.end(), more.begin(), more.end());
-  return base;
-}
 
 const std::vector<std::string> kSimulate = {"simulate", "--schedule",     "1f1b", "--stages",
                                             "2",        "--microbatches", "4",    "--no-gantt"};
@@ -119,19 +101,19 @@ TEST(HostileOutputPaths, SpecialFilesAreRefusedEvenWithForceAndLeftAsTheyWere) {
     specials.push_back({device, S_IFCHR, "is a character device, not a regular file"});
   for (const Special& special : specials) {
     for (const auto& args : writers(s, special.path)) {
-      expect_input_error(args, special.named);
-      EXPECT_EQ(file_type(special.path), special.type) << joined(args);
+      expect_refused(args, special.named);
+      EXPECT_EQ(file_type(special.path), special.type) << command_line(args);
     }
   }
   // A link to a FIFO is the FIFO.
   const std::string link = s.path("link-to-fifo");
   fs::create_symlink(fifo, link);
-  expect_input_error({"export-trace", "1", "-o", link, "--force", "--db", s.db}, "FIFO");
+  expect_refused({"export-trace", "1", "-o", link, "--force", "--db", s.db}, "FIFO");
   EXPECT_EQ(file_type(link), S_IFLNK);
   EXPECT_EQ(file_type(fifo), S_IFIFO);
   // The checkpoint directory: the same words for what is not a directory.
-  expect_input_error({"train", "--steps", "1", "--no-db", "--checkpoint", fifo},
-                     "is a FIFO (named pipe), not a directory");
+  expect_refused({"train", "--steps", "1", "--no-db", "--checkpoint", fifo},
+                 "is a FIFO (named pipe), not a directory");
   EXPECT_EQ(file_type(fifo), S_IFIFO);
 }
 
@@ -140,8 +122,8 @@ TEST(HostileOutputPaths, ASymbolicLinkIsWrittenThroughAndStaysALink) {
   const std::string target = s.path("real.json"), link = s.path("link.json");
   std::ofstream(target) << "old";
   fs::create_symlink("real.json", link);  // relative: resolved from the link's folder
-  expect_input_error({"export-trace", "1", "-o", link, "--db", s.db},
-                     "exists (use --force to overwrite it)");
+  expect_refused({"export-trace", "1", "-o", link, "--db", s.db},
+                 "exists (use --force to overwrite it)");
   const ProcessResult r = run_pipetune({"export-trace", "1", "-o", link, "--force", "--db", s.db});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(file_type(link), S_IFLNK);
@@ -184,13 +166,13 @@ TEST(HostileOutputPaths, MissingFoldersAreRefusedBeforeTheWork) {
            {"export-trace", "1", "-o", missing, "--db", s.db},
            {"calibrate", "--local", "--quick", "--devices", "1", "--threads", "1", "-o", missing},
        })
-    expect_input_error(args, "nodir");
+    expect_refused(args, "nodir");
   EXPECT_EQ(stored_runs(train_db), 0u);  // nothing trained or simulated, nothing stored
   EXPECT_FALSE(fs::exists(s.path("nodir")));
   // A file where a folder should be.
   std::ofstream(s.path("file")) << "x";
-  expect_input_error(with(kSimulate, {"--trace", s.path("file") + "/x.json", "--db", train_db}),
-                     "file");
+  expect_refused(with(kSimulate, {"--trace", s.path("file") + "/x.json", "--db", train_db}),
+                 "file");
   EXPECT_EQ(stored_runs(train_db), 0u);
 }
 
@@ -199,14 +181,14 @@ TEST(HostileOutputPaths, CheckpointDestinationsAreCheckedBeforeTheFirstStep) {
   const std::string db = s.path("train.db");
   const std::string file = s.path("a-file");
   std::ofstream(file) << "keep me";
-  expect_input_error({"train", "--steps", "2", "--checkpoint", file, "--db", db},
-                     "is a file, not a directory");
+  expect_refused({"train", "--steps", "2", "--checkpoint", file, "--db", db},
+                 "is a file, not a directory");
   EXPECT_EQ(slurp(file), "keep me");
   const std::string notes = s.path("notes");
   fs::create_directory(notes);
   std::ofstream(s.path("notes/todo.txt")) << "keep me";
-  expect_input_error({"train", "--steps", "2", "--checkpoint", notes, "--db", db},
-                     "is not a checkpoint directory");
+  expect_refused({"train", "--steps", "2", "--checkpoint", notes, "--db", db},
+                 "is not a checkpoint directory");
   EXPECT_EQ(slurp(s.path("notes/todo.txt")), "keep me");
   EXPECT_EQ(stored_runs(db), 0u);
   // An empty directory takes one, and a checkpoint is replaced by the next.
@@ -234,7 +216,7 @@ TEST(HostileOutputPaths, TheWorkspaceIsNeverAnOutputFile) {
              {"export", "--format", "megatron", "-o", out, "--force", "--db", s.db},
              {"calibrate", "--hardware", "h100-sxm", "-o", out, "--force", "--db", s.db},
          })
-      expect_input_error(args, "is the workspace '" + s.db + "'");
+      expect_refused(args, "is the workspace '" + s.db + "'");
   }
   EXPECT_EQ(stored_runs(s.db), 1u);  // the simulated run, and no other
 }
@@ -243,8 +225,8 @@ TEST(HostileOutputPaths, TheWorkspaceIsNeverAnOutputFile) {
 TEST(HostileOutputPaths, ErrorsNameTheRealCause) {
   Scratch s;
   // A folder that exists and says it is writable, but takes no new file.
-  expect_input_error({"export-trace", "1", "-o", "/proc/x.json", "--db", s.db},
-                     "cannot create a file in '/proc'");
+  expect_refused({"export-trace", "1", "-o", "/proc/x.json", "--db", s.db},
+                 "cannot create a file in '/proc'");
   // A name of 250 characters is a file name; the temporary file beside it must fit too.
   const std::string long_name = s.path(std::string(250, 'a'));
   const ProcessResult long_ok = run_pipetune({"export-trace", "1", "-o", long_name, "--db", s.db});
@@ -256,8 +238,8 @@ TEST(HostileOutputPaths, ErrorsNameTheRealCause) {
   EXPECT_EQ(to_folder.exit_code, 2) << to_folder.err;
   EXPECT_NE(to_folder.err.find("is a directory"), std::string::npos) << to_folder.err;
   EXPECT_EQ(to_folder.err.find("Success"), std::string::npos) << to_folder.err;
-  expect_input_error({"export-trace", "1", "-o", "", "--db", s.db}, "output file name is empty");
-  expect_input_error(with(kSimulate, {"--no-db", "--trace", ""}), "file name is empty");
+  expect_refused({"export-trace", "1", "-o", "", "--db", s.db}, "output file name is empty");
+  expect_refused(with(kSimulate, {"--no-db", "--trace", ""}), "file name is empty");
 }
 
 // A write the file system refuses (here a file-size limit, as a quota would) names the system's

@@ -77,13 +77,22 @@ base_train=(train --steps 1 --no-db)
 base_predict=(predict --model tiny --hardware h100-sxm --gpus 8 --global-batch 64 --tp 1 --pp 2)
 base_tune=(tune --model tiny --hardware h100-sxm --gpus 8 --global-batch 64 --no-db)
 
+# Limits where a count past int64 is "no limit" (saturated), as 0 is.
+no_limit_when_huge=" --max-candidates --keep "
+
 numeric_cases() {
   local flag="$1"
   shift
   local values=("${with_zero[@]}")
   [[ "$zero_means_something" == *" $flag "* ]] && values=("${numeric_bad[@]}")
   local v
-  for v in "${values[@]}"; do add err "$@" "$flag" "$v"; done
+  for v in "${values[@]}"; do
+    if [ "$v" = 99999999999999999999 ] && [[ "$no_limit_when_huge" == *" $flag "* ]]; then
+      add any "$@" "$flag" "$v"
+    else
+      add err "$@" "$flag" "$v"
+    fi
+  done
 }
 for f in --stages --microbatches --chunks --group-size --cost-f --cost-b --cost-w --cost-s \
   --cost-t --comm --cost-barrier --memory-limit --width; do

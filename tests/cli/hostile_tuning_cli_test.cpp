@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "support/cli_expect.hpp"
 #include "support/run_process.hpp"
 
 namespace pipetune::testing {
@@ -27,21 +28,9 @@ ProcessResult run_in(const ScratchWorkspace& w, std::vector<std::string> args) {
   return run_pipetune(args);
 }
 
-void expect_input_error(const ProcessResult& r, const std::vector<std::string>& texts) {
-  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
-  EXPECT_EQ(count_lines(r.err), 1) << r.err;
-  for (const std::string& t : texts)
-    EXPECT_NE(r.err.find(t), std::string::npos) << t << "\n" << r.err;
-}
-
 const std::vector<std::string> kTinyTune = {"tune",     "--model", "tiny", "--hardware",
                                             "h100-sxm", "--gpus",  "8",    "--global-batch",
                                             "32",       "--seq",   "32"};
-
-std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
-  base.insert(base.end(), more.begin(), more.end());
-  return base;
-}
 
 nlohmann::json tune_json(const ScratchWorkspace& w, const std::vector<std::string>& extra) {
   const ProcessResult r = run_in(w, with(with(kTinyTune, extra), {"--json"}));

@@ -13,10 +13,13 @@
 #include <regex>
 #include <sstream>
 
+#include "support/cli_expect.hpp"
 #include "support/run_process.hpp"
 
 namespace pipetune {
 namespace {
+
+using testing::expect_input_error;
 
 namespace fs = std::filesystem;
 using testing::run_pipetune;
@@ -38,12 +41,6 @@ struct Dir {
     return run_pipetune(args);
   }
 };
-
-void expect_input_error(const testing::ProcessResult& r, const std::string& text) {
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_NE(r.err.find(text), std::string::npos) << r.err;
-}
 
 const std::vector<std::string> kTinyTune = {"tune",     "--model", "tiny", "--hardware",
                                             "h100-sxm", "--gpus",  "8",    "--global-batch",

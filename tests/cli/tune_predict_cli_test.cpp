@@ -8,19 +8,15 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "support/cli_expect.hpp"
 #include "support/run_process.hpp"
 
 namespace pipetune {
 namespace {
 
-using testing::run_pipetune;
+using testing::expect_input_error;
 
-void expect_input_error(const testing::ProcessResult& r, const std::vector<std::string>& texts) {
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  for (const std::string& t : texts) EXPECT_NE(r.err.find(t), std::string::npos) << r.err;
-  EXPECT_TRUE(r.out.empty()) << r.out;
-}
+using testing::run_pipetune;
 
 nlohmann::json predict(std::vector<std::string> extra) {
   std::vector<std::string> args = {

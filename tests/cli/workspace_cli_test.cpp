@@ -17,11 +17,14 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "support/cli_expect.hpp"
 #include "support/required_data.hpp"
 #include "support/run_process.hpp"
 
 namespace pipetune {
 namespace {
+
+using testing::expect_input_error;
 
 namespace fs = std::filesystem;
 using testing::run_pipetune;
@@ -50,13 +53,6 @@ nlohmann::json json_of(const testing::ProcessResult& r) {
 
 int lines(const std::string& s) {
   return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
-}
-
-void expect_input_error(const testing::ProcessResult& r, const std::string& text) {
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_EQ(lines(r.err), 1) << r.err;
-  EXPECT_NE(r.err.find(text), std::string::npos) << r.err;
-  EXPECT_TRUE(r.out.empty()) << r.out;
 }
 
 TEST(WorkspaceCli, SimulatedRunReportsTheOneFOneBClosedForm) {
