@@ -125,10 +125,6 @@ std::vector<db::RunRecord> chosen_runs(db::Workspace& ws, const std::string& lis
     if (r.kind != profiler::TraceKind::Measured && r.kind != profiler::TraceKind::Imported)
       throw InputError("run " + id + " is " + std::string(db::trace_kind_name(r.kind)) +
                        ", not measured: only measured and imported runs calibrate the cost model");
-    for (const db::RunRecord& earlier : out)
-      if (earlier.id == r.id)
-        throw InputError("--runs: run " + std::to_string(r.id) +
-                         " is given twice (its data points would count twice)");
     out.push_back(r);
   }
   return out;

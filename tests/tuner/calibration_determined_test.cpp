@@ -101,14 +101,22 @@ TEST(CalibrationDetermined, VariedPlansDetermineMore) {
   EXPECT_TRUE(contains(r.fixed, EfficiencyParameter::InterNodeBus));
 }
 
-TEST(CalibrationDetermined, AParameterGivenTwiceIsRefusedButNamesMayRepeat) {
+TEST(CalibrationDetermined, AMeasurementOrParameterGivenTwiceIsRefusedButNamesMayRepeat) {
   // Published rows carry their model's name: two rows of one model on different plans are two
-  // measurements, and both are fitted (a run listed twice is the CLI's to refuse).
+  // measurements, and both are fitted.
   const std::vector<Measurement> same_name = {measured("Llama 3 8B", "tiny", 1, 2, 32),
                                               measured("Llama 3 8B", "tiny", 1, 1, 64)};
   const CalibrationResult both = calibrate(same_name, spec::HardwareEfficiency{});
   // Each measurement gives its F and BW per pipeline rank: 2 ranks x 2 + 1 rank x 2.
   EXPECT_EQ(both.points.size(), 6u) << "both measurements' data points are fitted";
+  const std::vector<Measurement> twice = {same_name.front(), same_name.back(), same_name.front()};
+  try {
+    (void)calibrate(twice, spec::HardwareEfficiency{});
+    ADD_FAILURE() << "a measurement given twice must be refused";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'Llama 3 8B' is given twice"), std::string::npos)
+        << e.what();
+  }
   CalibrationOptions o;
   o.fit = {EfficiencyParameter::Attention, EfficiencyParameter::Gemm,
            EfficiencyParameter::Attention};

@@ -241,6 +241,25 @@ std::vector<bool> independent_columns(const std::vector<double>& jac, std::size_
   return out;
 }
 
+// One measurement given twice: its name, plan and measured times all equal. A name alone is no
+// identity: published rows carry their model's name, one row per plan.
+bool same_measurement(const Measurement& a, const Measurement& b) {
+  const spec::ParallelPlan &p = a.plan, &q = b.plan;
+  const bool same_plan = p.tp == q.tp && p.pp == q.pp && p.dp == q.dp && p.ep == q.ep &&
+                         p.chunks == q.chunks && p.micro_batch_size == q.micro_batch_size &&
+                         p.microbatches == q.microbatches && p.global_batch == q.global_batch &&
+                         p.schedule == q.schedule && p.vocab == q.vocab &&
+                         p.layer_split == q.layer_split && p.recompute == q.recompute &&
+                         p.sequence_parallel == q.sequence_parallel &&
+                         p.zero_stage == q.zero_stage && p.group_size == q.group_size;
+  if (a.name != b.name || !same_plan || a.iteration_time != b.iteration_time ||
+      a.op_durations.size() != b.op_durations.size())
+    return false;
+  for (std::size_t r = 0; r < a.op_durations.size(); ++r)
+    if (a.op_durations[r].op != b.op_durations[r].op) return false;
+  return true;
+}
+
 std::string parameter_list(const std::vector<EfficiencyParameter>& ps) {
   std::string out;
   for (EfficiencyParameter p : ps)
@@ -254,8 +273,11 @@ CalibrationResult calibrate(const std::vector<Measurement>& measurements,
                             const spec::HardwareEfficiency& start,
                             const CalibrationOptions& options) {
   if (measurements.empty()) throw InputError("calibration: no measurements");
-  // Measurements are not refused by name: a name is for reports, and published rows share
-  // their model's name. The CLI refuses a run listed twice, where a name is an identity.
+  for (std::size_t i = 0; i < measurements.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (same_measurement(measurements[i], measurements[j]))
+        throw InputError("calibration: measurement '" + measurements[i].name +
+                         "' is given twice (its data points would count twice)");
   const std::vector<EfficiencyParameter>& asked = options.fit;
   for (std::size_t i = 0; i < asked.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)

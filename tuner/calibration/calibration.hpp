@@ -102,8 +102,8 @@ struct CalibrationResult {
   std::vector<DataPoint> points;
 };
 
-// Throws InputError for no data points, measurements of different hardware, a parameter asked
-// for twice, a non-positive start, a plan
+// Throws InputError for no data points, measurements of different hardware, a measurement
+// given twice (same name, plan and times: names alone repeat), a parameter asked for twice, a non-positive start, a plan
 // that does not validate, or (UndeterminedParameters::Refuse) parameters the data do not
 // determine.
 CalibrationResult calibrate(const std::vector<Measurement>& measurements,
