@@ -308,8 +308,10 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_flag("--no-gantt", args->no_gantt, "Do not print the Gantt chart");
   cmd->add_flag("--force", args->force, "Overwrite the --trace file if it exists");
   add_db_option(cmd, args->db);
-  cmd->add_flag("--no-db", args->no_db, "Do not store the run in a workspace");
-  cmd->add_option("--name", args->name, "Run name in the workspace");
+  CLI::Option* no_db = cmd->add_flag("--no-db", args->no_db, "Do not store the run in a workspace");
+  // A name with --no-db would name nothing (it was taken and ignored).
+  cmd->add_option("--name", args->name, "Run name in the workspace")
+      ->excludes(no_db);
   for (CLI::Option* o :
        {sched, stages, mbs, chunks, group, vocab, cf, cb, cw, cs, ct, comm, barrier, mem})
     config->excludes(o);

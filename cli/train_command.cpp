@@ -683,8 +683,10 @@ void add_train_command(CLI::App& app) {
                   "Seconds a rank may wait in one communication before the run fails")
       ->default_val(300.0);
   add_db_option(cmd, args->db);
-  cmd->add_flag("--no-db", args->no_db, "Do not store the run in a workspace");
-  cmd->add_option("--name", args->name, "Run name in the workspace (default: model and plan)");
+  CLI::Option* no_db = cmd->add_flag("--no-db", args->no_db, "Do not store the run in a workspace");
+  // A name with --no-db would name nothing (it was taken and ignored).
+  cmd->add_option("--name", args->name, "Run name in the workspace (default: model and plan)")
+      ->excludes(no_db);
   cmd->callback([args] { run(*args); });
 }
 

@@ -331,6 +331,14 @@ TEST(HostileAnswers, NamesThatAreNotTextAreRefusedByEveryCommandThatStores) {
   EXPECT_EQ(runs[0].at("name"), "Überlauf \xe2\x9c\x93");
 }
 
+// --no-db stores nothing, so a name there would name nothing: refused, not taken and dropped.
+TEST(HostileAnswers, ANameWithoutAWorkspaceIsRefused) {
+  expect_refused({"train", "--steps", "1", "--no-db", "--name", "kept?"}, {"--name", "--no-db"});
+  expect_refused({"simulate", "--schedule", "1f1b", "--stages", "2", "--microbatches", "2",
+                  "--no-db", "--no-gantt", "--name", "kept?"},
+                 {"--name", "--no-db"});
+}
+
 // A name a default is made from (a file's path) is made printable, not refused.
 TEST(HostileAnswers, DefaultNamesFromPathsAreStoredPrintable) {
   ScratchWorkspace s;
