@@ -13,6 +13,7 @@
 #include <QTableView>
 #include <QVBoxLayout>
 
+#include "db/store/run_layout.hpp"
 #include "db/store/run_match.hpp"
 #include "gui/timeline/timeline_widget.hpp"
 
@@ -93,7 +94,10 @@ InspectPage::InspectPage(WorkspaceModel* workspace, QWidget* parent)
         }
         if (!compare_traces_[0] || !compare_traces_[1]) return;
         timeline_->set_trace(compare_traces_[0], compare_titles_[0]);
-        timeline_->set_comparison(compare_traces_[1], compare_titles_[1]);
+        // Plan-less imports compare idle time, as the CLI's diff does.
+        const bool pipelines = db::run_layout(compare_records_[0], *compare_traces_[0]).pipeline &&
+                               db::run_layout(compare_records_[1], *compare_traces_[1]).pipeline;
+        timeline_->set_comparison(compare_traces_[1], compare_titles_[1], pipelines);
         details_->setPlainText(timeline_->comparison_text());
         show_message("Comparing " + compare_titles_[0] + " with " + compare_titles_[1], false);
         compare_ids_[0] = compare_ids_[1] = -1;
@@ -145,7 +149,8 @@ void InspectPage::compare_rows(int first, int second) {
   }
   const int rows[2] = {first, second};
   for (int k = 0; k < 2; ++k) {
-    compare_ids_[k] = workspace_->run_at(rows[k]).id;
+    compare_records_[k] = workspace_->run_at(rows[k]);
+    compare_ids_[k] = compare_records_[k].id;
     compare_traces_[k].reset();
   }
   show_message("Loading both runs...", false);

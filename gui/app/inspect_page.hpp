@@ -49,6 +49,7 @@ class InspectPage : public QWidget {
   std::int64_t compare_ids_[2] = {-1, -1};
   std::shared_ptr<const profiler::Trace> compare_traces_[2];
   QString compare_titles_[2];
+  db::RunRecord compare_records_[2];
 };
 
 }  // namespace pipetune::gui

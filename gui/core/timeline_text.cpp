@@ -119,17 +119,18 @@ std::string range_statistics(const profiler::Trace& trace, std::int64_t t0, std:
 }
 
 std::string comparison_text(const analysis::TraceComparison& d, const std::string& title_a,
-                            const std::string& title_b) {
+                            const std::string& title_b, bool pipelines) {
+  const std::string bubble = pipelines ? "bubble" : "idle";
   std::ostringstream o;
   o << "A: " << title_a << "\nB: " << title_b << "\n";
   o << "iteration " << format_ns(d.window_ns.a) << " -> " << format_ns(d.window_ns.b) << " ("
     << signed_percent(d.window_ns.relative) << ")\n";
-  o << "bubble " << percent(d.bubble_ratio.a) << " -> " << percent(d.bubble_ratio.b) << "\n";
+  o << bubble << " " << percent(d.bubble_ratio.a) << " -> " << percent(d.bubble_ratio.b) << "\n";
   o << "peak memory " << format_bytes(d.peak_memory_bytes.a) << " -> "
     << format_bytes(d.peak_memory_bytes.b) << "\n\n";
   char buf[256];
   std::snprintf(buf, sizeof buf, "%-6s %-23s %-23s %-17s %s\n", "rank", "compute A -> B",
-                "bubble A -> B", "bubble ratio", "peak memory A -> B");
+                (bubble + " A -> B").c_str(), (bubble + " ratio").c_str(), "peak memory A -> B");
   o << buf;
   for (const auto& r : d.ranks) {
     const std::string presence =

@@ -30,8 +30,11 @@ std::string span_details(const TimelineSource& run, const HitTarget& hit);
 std::string range_statistics(const profiler::Trace& trace, std::int64_t t0, std::int64_t t1,
                              std::int64_t origin_ns);
 
-// The per-stage diff of run A against run B, as a table.
+// The per-stage diff of run A against run B, as a table. `pipelines`: both runs' ranks are
+// pipeline stages (db::run_layout); otherwise their unbusy time is idle time, not a bubble, as
+// the CLI's diff says.
 std::string comparison_text(const profiler::analysis::TraceComparison& diff,
-                            const std::string& title_a, const std::string& title_b);
+                            const std::string& title_a, const std::string& title_b,
+                            bool pipelines = true);
 
 }  // namespace pipetune::gui

@@ -61,6 +61,7 @@ class TimelineView {
   QString details;
   QString range_text;
   QString comparison;
+  bool comparison_of_pipelines = true;
 
   // Mouse.
   QPointF mouse{-1, -1};
@@ -199,7 +200,7 @@ void update_comparison(TimelineWidget& w, TimelineView& v) {
   try {
     v.comparison = QString::fromStdString(
         comparison_text(profiler::analysis::diff_traces(v.trace->trace(), v.other->trace()),
-                        v.trace->title(), v.other->title()));
+                        v.trace->title(), v.other->title(), v.comparison_of_pipelines));
   } catch (const std::exception& e) {
     v.comparison.clear();
     emit w.error_message(QString("comparison failed: ") + e.what());
@@ -271,9 +272,10 @@ void TimelineWidget::open_run(const QString& db_path, std::int64_t run_id) {
 }
 
 void TimelineWidget::set_comparison(std::shared_ptr<const profiler::Trace> other,
-                                    const QString& title) {
+                                    const QString& title, bool pipelines) {
   TimelineView& v = *view_;
   v.other.reset();
+  v.comparison_of_pipelines = pipelines;
   if (other) {
     try {
       v.other = std::make_unique<TraceTimelineSource>(std::move(other), title.toStdString());

@@ -31,7 +31,9 @@ class TimelineWidget : public QOpenGLWidget {
   void open_run(const QString& db_path, std::int64_t run_id);
   // A second run stacked below with an aligned time axis, and the per-stage diff
   // (profiler analysis trace_diff) available through comparison_text(). Null clears it.
-  void set_comparison(std::shared_ptr<const profiler::Trace> other, const QString& title);
+  // `pipelines`: both runs' ranks are pipeline stages (else the text says idle, not bubble).
+  void set_comparison(std::shared_ptr<const profiler::Trace> other, const QString& title,
+                      bool pipelines = true);
   void clear();
   QString comparison_text() const;
 

@@ -317,6 +317,44 @@ TEST(MainWindow, InspectComparesTwoRunsWithThePerStageDiff) {
   shot.save(artifacts_dir() + "/inspect_compare.png");
 }
 
+// Two imports without a plan whose ranks are data-parallel GPUs (kernels only): their unbusy
+// time is idle time, as `pipetune diff` says, not a pipeline bubble.
+TEST(MainWindow, InspectComparesPlanlessImportsByIdleTime) {
+  QApplication* app = test::gui_test_app();
+  if (!app) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
+  TempDir dir;
+  const std::string path = dir.qfile("ws.db").toStdString();
+  const auto kernels = [](std::int64_t busy_ns) {
+    profiler::Trace t;
+    t.kind = profiler::TraceKind::Imported;
+    for (std::int32_t rank = 0; rank < 2; ++rank) {
+      profiler::Span k;
+      k.lane = t.lane(rank, profiler::Stream::Gpu, 7);
+      k.kind = profiler::SpanKind::Kernel;
+      k.start_ns = 0;
+      k.end_ns = busy_ns;
+      t.spans.push_back(k);
+      k.start_ns = 2000000;  // idle between the two kernels
+      k.end_ns = 2000000 + busy_ns;
+      t.spans.push_back(k);
+    }
+    return t;
+  };
+  db::store_trace(path, {profiler::TraceKind::Imported, "a.nsys", "{}", "{}"}, kernels(500000));
+  db::store_trace(path, {profiler::TraceKind::Imported, "b.nsys", "{}", "{}"}, kernels(800000));
+  MainWindow window(QString::fromStdString(path));
+  InspectPage* inspect = window.inspect_page();
+  ASSERT_TRUE(
+      test::process_events_until([&] { return window.workspace_model()->rowCount() == 2; }));
+  inspect->compare_rows(0, 1);
+  ASSERT_TRUE(test::process_events_until([&] {
+    return inspect->message_label()->text().startsWith("Comparing");
+  })) << inspect->message_label()->text().toStdString();
+  const std::string diff = inspect->details()->toPlainText().toStdString();
+  EXPECT_NE(diff.find("idle A -> B"), std::string::npos) << diff;
+  EXPECT_EQ(diff.find("bubble"), std::string::npos) << diff;
+}
+
 // Colour distance in RGB.
 int colour_distance(QColor a, QColor b) {
   return std::abs(a.red() - b.red()) + std::abs(a.green() - b.green()) +
