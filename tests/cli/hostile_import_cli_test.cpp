@@ -78,7 +78,7 @@ TEST(HostileImport, RanksBeyondTheLimitAreRefused) {
 
 // A plan every other command refuses is not stored with a profile: 1f1b has one layer group per
 // stage (it was stored as "1f1b v=3"), and a profile numbering its micro-batches 0..3 per step
-// was run with more than 3 (it was stored with --microbatches 3).
+// was run with more than 3 (it was stored with --microbatches 3), nor with more than 4.
 TEST(HostileImport, PlansAreValidatedAsPredictAndTrainDo) {
   const fs::path pippy =
       test::shared_path("data/real_traces/pippy-4stage-toy/pipe_visualized.json");
@@ -101,6 +101,11 @@ TEST(HostileImport, PlansAreValidatedAsPredictAndTrainDo) {
   expect_refused(with({"--model", "tiny", "--schedule", "gpipe", "--microbatches", "3"}),
                  {"the profile has micro-batch 3 (numbered from 0, on rank 0), the plan's "
                   "micro-batches per step = 3"});
+  // Without step boundaries the profile is one step: 4 micro-batches are not the plan's 8 (it
+  // was stored, and its one "iteration" was half of one).
+  expect_refused(with({"--model", "tiny", "--schedule", "gpipe", "--microbatches", "8"}),
+                 {"the profile (no step boundaries: one step) shows 4 micro-batch(es) on rank 0, "
+                  "the plan's micro-batches per step = 8"});
   EXPECT_FALSE(fs::exists(w.db));
   // The plan it ran: 4 stages, 4 micro-batches.
   const ProcessResult ok =
