@@ -302,12 +302,37 @@ bool writable_here(const std::string& path) {
   return ::access(path.c_str(), W_OK) == 0 && ::access(dir.empty() ? "." : dir.c_str(), W_OK) == 0;
 }
 
-// The temporary name a workspace is built under: `<path>.creating-<pid>.<start ticks>.<host>`
-// (ticks "x" when unknown), so that a later creation can tell a file left by a process killed
-// while creating from one that a live process is still building.
+// The longest file name the folder of `path` takes (255 where it cannot say).
+std::size_t name_max(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const long n = ::pathconf(dir.empty() ? "." : dir.c_str(), _PC_NAME_MAX);
+  return n > 0 ? static_cast<std::size_t>(n) : 255;
+}
+
+// SQLite keeps `<name>-journal` (or -wal and -shm) beside a database.
+constexpr std::size_t kSqliteSuffix = std::string_view("-journal").size();
+
+// The temporary files' prefix for `path`: its file name, cut so that the longest suffix
+// (".creating-", a pid, start ticks, a 64-byte host name and "-journal": under 112 bytes) fits
+// the folder's name limit. The same for every creation of `path`, so each finds the others'.
+std::string creating_prefix(const std::string& path) {
+  constexpr std::size_t kLongestSuffix = 112;
+  const std::filesystem::path p(path);
+  std::string name = p.filename().string();
+  const std::size_t room = name_max(path) > kLongestSuffix ? name_max(path) - kLongestSuffix : 1;
+  if (name.size() > room) name.resize(room);
+  return name + ".creating-";
+}
+
+// The temporary name a workspace is built under: `<prefix><pid>.<start ticks>.<host>` (ticks "x"
+// when unknown), so that a later creation can tell a file left by a process killed while
+// creating from one that a live process is still building.
 std::string creating_name(const std::string& path, const ProcessIdentity& self) {
   const std::string ticks = self.start_ticks >= 0 ? std::to_string(self.start_ticks) : "x";
-  return path + ".creating-" + std::to_string(self.pid) + "." + ticks + "." + self.host;
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  return (dir / (creating_prefix(path) + std::to_string(self.pid) + "." + ticks + "." +
+                 self.host.substr(0, 64)))
+      .string();
 }
 
 // The process that named a temporary file `<pid>.<ticks>.<host>[-journal]`; false when the name
@@ -338,7 +363,7 @@ void remove_abandoned_creations(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  const std::string prefix = target.filename().string() + ".creating-";
+  const std::string prefix = creating_prefix(path);
   std::vector<fs::path> abandoned;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -390,7 +415,20 @@ sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
   // A FIFO would block SQLite's reads and a device take its writes: only a file is a workspace.
   if (exists && !S_ISREG(st.st_mode))
     throw InputError(path + ": not a pipetune workspace (" + file_type_name(st.st_mode) + ")");
-  if (!exists && mode == OpenMode::Create) create_workspace_file(path);
+  if (!exists && mode == OpenMode::Create) {
+    // SQLite's files beside it must fit the folder's limit too, or the first write fails with
+    // "unable to open database file".
+    const std::size_t name = std::filesystem::path(path).filename().string().size();
+    const std::size_t limit = name_max(path);
+    if (name + kSqliteSuffix > limit)
+      throw InputError(path + ": the file name is " + std::to_string(name) +
+                       " bytes; a workspace's may have at most " +
+                       std::to_string(limit - std::min(limit, kSqliteSuffix)) +
+                       " (SQLite keeps '-journal' and '-wal' files beside it, and the folder "
+                       "takes names of up to " +
+                       std::to_string(limit) + " bytes)");
+    create_workspace_file(path);
+  }
 
   // A workspace this process may not write (a shared, archived or mounted read-only file) is
   // read as immutable: a WAL database otherwise needs to write its index even to be read.

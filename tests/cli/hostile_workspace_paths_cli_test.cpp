@@ -104,5 +104,28 @@ TEST(HostileWorkspacePaths, NamesSQLiteWouldReadAsURIsAreFileNames) {
   }
 }
 
+// A long file name: up to the folder's limit less SQLite's "-journal" it is a workspace like any
+// other (it failed with "unable to open database file": the temporary name it is built under was
+// longer than the folder takes); past that it is refused naming both lengths, and nothing is left.
+TEST(HostileWorkspacePaths, LongNamesAreWorkspacesUpToWhatSQLiteCanPutBesideThem) {
+  ScratchWorkspace s;
+  const std::string dir = s.dir.string();
+  const std::string longest = std::string(244, 'w') + ".db";  // 247 = 255 - 8
+  const ProcessResult sim = run_pipetune(with(kSimulate, {"--db", longest}), dir);
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_EQ(files_in(s.dir), std::vector<std::string>{longest});
+  const ProcessResult runs = run_pipetune({"runs", "--json", "--db", longest}, dir);
+  ASSERT_EQ(runs.exit_code, 0) << runs.err;
+  EXPECT_EQ(nlohmann::json::parse(runs.out).size(), 1u);
+  const std::string too_long = std::string(245, 'x') + ".db";
+  const ProcessResult refused = run_pipetune(with(kSimulate, {"--db", too_long}), dir);
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("the file name is 248 bytes; a workspace's may have at most 247"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_EQ(count_lines(refused.err), 1) << refused.err;
+  EXPECT_EQ(files_in(s.dir), std::vector<std::string>{longest});
+}
+
 }  // namespace
 }  // namespace pipetune::testing
