@@ -310,8 +310,7 @@ void add_simulate_command(CLI::App& app) {
   add_db_option(cmd, args->db);
   CLI::Option* no_db = cmd->add_flag("--no-db", args->no_db, "Do not store the run in a workspace");
   // A name with --no-db would name nothing (it was taken and ignored).
-  cmd->add_option("--name", args->name, "Run name in the workspace")
-      ->excludes(no_db);
+  cmd->add_option("--name", args->name, "Run name in the workspace")->excludes(no_db);
   for (CLI::Option* o :
        {sched, stages, mbs, chunks, group, vocab, cf, cb, cw, cs, ct, comm, barrier, mem})
     config->excludes(o);

@@ -17,6 +17,7 @@
 #include "db/import/pipeline_inference.hpp"
 #include "db/import/profile_plan_check.hpp"
 #include "db/store/record_json.hpp"
+#include "db/store/run_layout.hpp"
 #include "db/store/run_name.hpp"
 #include "db/store/run_writer.hpp"
 #include "db/store/workspace.hpp"
@@ -73,6 +74,7 @@ void store_import(const ImportArgs& a, db::ImportedProfile (*read)(const std::st
     specs["description"] = a.description.config.empty() ? "flags" : a.description.config;
   }
   if (!profile.schema_version.empty()) specs["schema_version"] = profile.schema_version;
+  if (profile.trace.ops_wait_for_nested_comm) specs[db::kNestedCommunicationSpec] = "wait";
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& r : profile.ranks)
     ranks.push_back({{"rank", r.rank},

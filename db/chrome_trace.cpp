@@ -49,7 +49,12 @@ class EventWriter {
     first_ = false;
     return out_;
   }
-  void close() { out_ << "\n],\"displayTimeUnit\":\"ns\"}\n"; }
+  void close(bool ops_wait_for_nested_comm) {
+    out_ << "\n],\"displayTimeUnit\":\"ns\"";
+    if (ops_wait_for_nested_comm)
+      out_ << ",\"otherData\":{\"" << kChromeNestedCommKey << "\":\"wait\"}";
+    out_ << "}\n";
+  }
 
  private:
   std::ostream& out_;
@@ -258,7 +263,7 @@ void write_chrome_trace(const Trace& trace, std::ostream& out, const ChromeTrace
     }
     write_memory(trace, w);
   }
-  w.close();
+  w.close(trace.kind == profiler::TraceKind::Measured || trace.ops_wait_for_nested_comm);
 }
 
 void write_chrome_trace_file(const Trace& trace, const std::string& path,

@@ -20,6 +20,10 @@
 //    every track), cat "pipetune.step", name "step N", args {"step", "loss", "tokens_per_s"}
 //    (null when unknown); db/import's Chrome importer reads them back as the Trace's steps, so a
 //    run exported and imported again keeps its iterations.
+//  - Nesting: a trace whose ops called their communication themselves (a measured run, or one
+//    imported from such an export) says so at the top level, "otherData":
+//    {"pipetune.nested_communication": "wait"}; the importer sets
+//    Trace::ops_wait_for_nested_comm from it, so the re-import's compute and bubbles are the run's.
 #pragma once
 
 #include <ostream>
@@ -32,6 +36,8 @@ namespace pipetune::db {
 
 // The category of the step markers (instant events at each step's end).
 inline constexpr std::string_view kChromeStepCategory = "pipetune.step";
+// The "otherData" member saying that communication nested in an op was the op's wait.
+inline constexpr std::string_view kChromeNestedCommKey = "pipetune.nested_communication";
 
 struct ChromeTraceOptions {
   std::string process_prefix = "rank";  // process names: "rank 0", "rank 1", ...

@@ -124,6 +124,10 @@ struct Trace {
   std::vector<CounterSample> counters;
   std::vector<StepMetric> steps;
   std::vector<std::string> names{""};  // names[0] is the empty name
+  // Each rank's ops called their communication themselves (its non-GPU lanes were one thread),
+  // so communication nested in an op is time the op waited (analysis NestedComm::Wait). Implied
+  // by TraceKind::Measured; set on an import of such a trace (pipetune's own Chrome export).
+  bool ops_wait_for_nested_comm = false;
 
   // Index of the (rank, stream, index) lane, created on first use.
   std::int32_t lane(std::int32_t rank, Stream stream, std::int32_t index = 0);

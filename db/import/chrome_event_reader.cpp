@@ -217,7 +217,7 @@ class EventSax : public nlohmann::json_sax<json> {
 
   static bool kept_top_level(const std::string& k) {
     return k == "distributedInfo" || k == "deviceProperties" || k == "displayTimeUnit" ||
-           k == "schemaVersion" || k == "baseTimeNanoseconds";
+           k == "otherData" || k == "schemaVersion" || k == "baseTimeNanoseconds";
   }
 
   // One more value in the DOM being built (an event's args, a kept top-level member).

@@ -624,6 +624,12 @@ class ChromeImport {
     if (info_.top_level.contains("schemaVersion"))
       out_.schema_version = info_.top_level["schemaVersion"].dump();
     builder_.finish(out_);
+    if (const auto other = info_.top_level.find("otherData");
+        other != info_.top_level.end() && other->is_object()) {
+      const auto rule = other->find(std::string(kChromeNestedCommKey));
+      out_.trace.ops_wait_for_nested_comm =
+          rule != other->end() && rule->is_string() && rule->get<std::string>() == "wait";
+    }
   }
 
   std::string file_;

@@ -51,10 +51,10 @@ void check_microbatches(const profiler::Trace& trace, const spec::ParallelPlan& 
                        " (numbered from 0, on rank " + std::to_string(rank) + "), " + plan_text);
     // Without step boundaries the profile is one step (the reports take it as one iteration):
     // it must show the plan's micro-batches all the same.
-    const auto step = ends.empty() ? std::size_t{0}
-                                   : static_cast<std::size_t>(
-                                         std::upper_bound(ends.begin(), ends.end(), s.start_ns) -
-                                         ends.begin());
+    const auto step =
+        ends.empty() ? std::size_t{0}
+                     : static_cast<std::size_t>(
+                           std::upper_bound(ends.begin(), ends.end(), s.start_ns) - ends.begin());
     if (ends.empty() || step < ends.size()) seen.emplace_back(step, rank, s.microbatch);
   }
   std::sort(seen.begin(), seen.end());
@@ -65,12 +65,12 @@ void check_microbatches(const profiler::Trace& trace, const spec::ParallelPlan& 
            std::get<1>(seen[j]) == std::get<1>(seen[i]))
       ++j;
     if (static_cast<long long>(j - i) != p.microbatches)
-      throw InputError(
-          (ends.empty() ? std::string("the profile (no step boundaries: one step)")
-                        : "the profile's step " + std::to_string(std::get<0>(seen[i]) + 1) +
-                              " of " + std::to_string(ends.size())) +
-          " shows " + std::to_string(j - i) + " micro-batch(es) on rank " +
-          std::to_string(std::get<1>(seen[i])) + ", " + plan_text);
+      throw InputError((ends.empty()
+                            ? std::string("the profile (no step boundaries: one step)")
+                            : "the profile's step " + std::to_string(std::get<0>(seen[i]) + 1) +
+                                  " of " + std::to_string(ends.size())) +
+                       " shows " + std::to_string(j - i) + " micro-batch(es) on rank " +
+                       std::to_string(std::get<1>(seen[i])) + ", " + plan_text);
     i = j;
   }
 }

@@ -37,4 +37,15 @@ RunLayout run_layout(const RunRecord& run, const profiler::Trace& trace) {
   return layout;
 }
 
+void apply_run_record(const RunRecord& run, profiler::Trace& trace) {
+  trace.kind = run.kind;
+  trace.ops_wait_for_nested_comm = false;
+  if (run.specs_json.empty()) return;
+  const auto specs = nlohmann::json::parse(run.specs_json, nullptr, false);
+  if (!specs.is_object()) return;
+  const auto rule = specs.find(kNestedCommunicationSpec);
+  trace.ops_wait_for_nested_comm =
+      rule != specs.end() && rule->is_string() && rule->get<std::string>() == "wait";
+}
+
 }  // namespace pipetune::db

@@ -25,4 +25,12 @@ struct RunLayout {
 
 RunLayout run_layout(const RunRecord& run, const profiler::Trace& trace);
 
+// The specs_json key of an import whose ops waited for their nested communication
+// (profiler::Trace::ops_wait_for_nested_comm), value "wait".
+inline constexpr const char* kNestedCommunicationSpec = "nested_communication";
+
+// What the run's record says about reading its spans, set on a trace loaded from it: the run's
+// kind and ops_wait_for_nested_comm. Every loader of a stored trace applies it.
+void apply_run_record(const RunRecord& run, profiler::Trace& trace);
+
 }  // namespace pipetune::db

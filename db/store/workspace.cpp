@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "db/store/process_identity.hpp"
+#include "db/store/run_layout.hpp"
 #include "engine/errors.hpp"
 #include "profiler/analysis/time_window.hpp"
 
@@ -332,7 +333,7 @@ StoredRun Workspace::load(std::int64_t run_id) {
   StoredRun out;
   out.run = run(run_id);
   profiler::Trace& trace = out.trace;
-  trace.kind = out.run.kind;
+  apply_run_record(out.run, trace);
   trace.names = names(run_id);
   const std::vector<LaneInfo> lane_infos = lanes(run_id);
   std::vector<SpanAt> spans;

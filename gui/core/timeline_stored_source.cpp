@@ -4,6 +4,7 @@
 #include <set>
 #include <tuple>
 
+#include "db/store/run_layout.hpp"
 #include "profiler/analysis/memory_timeline.hpp"
 #include "profiler/analysis/stage_breakdown.hpp"
 
@@ -71,7 +72,7 @@ StoredWindow read_stored_window(db::Workspace& ws, const StoredRunMeta& meta, st
 profiler::Trace read_stored_trace(db::Workspace& ws, const StoredRunMeta& meta, std::int64_t t0,
                                   std::int64_t t1) {
   profiler::Trace t;
-  t.kind = meta.record.kind;
+  db::apply_run_record(meta.record, t);
   t.names = meta.names.names;
   std::int32_t max_index = -1;
   for (const auto& l : meta.lanes) max_index = std::max(max_index, l.index);

@@ -17,7 +17,8 @@
 //                the op spent waiting, not computing: it is taken out of compute.
 //   Concurrent   communication runs on its own stream beside compute (simulated streams, NCCL
 //                kernels on a GPU comm stream): overlap is real overlap.
-//   Auto         Wait for TraceKind::Measured, Concurrent for simulated and imported traces.
+//   Auto         Wait for TraceKind::Measured and traces marked ops_wait_for_nested_comm (a
+//                measured run exported and imported again), else Concurrent.
 #pragma once
 
 #include <array>

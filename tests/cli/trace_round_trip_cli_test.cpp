@@ -1,7 +1,9 @@
 // A run exported with `export-trace` and imported again with `import-trace` is the same run
 // (issue 43 point 10), through the binary: the Chrome file carries the step boundaries, so the
 // re-imported run has the trained run's iterations (count and durations to the microsecond) and
-// `diff` pairs its ops op for op. It had become one iteration as long as all three steps.
+// `diff` pairs its ops op for op. It had become one iteration as long as all three steps. The
+// file also says that the run's ops waited in the communication nested in them, so the
+// re-import's compute and bubbles are the run's (they had been read as overlap: compute 4x).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -78,7 +80,16 @@ TEST(TraceRoundTrip, ExportedStepsComeBackAsIterations) {
     for (const json& op : p["largest_differences"])
       EXPECT_NEAR(op["a"].get<double>(), op["b"].get<double>(), 1e-9) << op.dump();
     EXPECT_NEAR(d["iteration_time"]["delta"].get<double>(), 0.0, 1e-6) << d.dump(2);
+    // The run's ops called their communication themselves: the file says so, and the re-import
+    // takes the time they waited in it out of compute as the run does (compute had been 4x).
+    EXPECT_NEAR(d["compute"]["delta"].get<double>(), 0.0, 1e-6) << d["compute"].dump();
+    EXPECT_NEAR(d["bubble_ratio"]["delta"].get<double>(), 0.0, 1e-6) << d["bubble_ratio"].dump();
+    for (const json& r : d["ranks"]) {
+      EXPECT_NEAR(r["compute"]["delta"].get<double>(), 0.0, 1e-6) << r.dump();
+      EXPECT_NEAR(r["bubble"]["delta"].get<double>(), 0.0, 1e-6) << r.dump();
+    }
   }
+  EXPECT_EQ(trace["otherData"]["pipetune.nested_communication"], "wait");
 
   // With its steps known, the profile's micro-batches per step are checked against the plan it
   // is imported with: the run's own (tiny-train: 8) is accepted, 16 refused naming both.

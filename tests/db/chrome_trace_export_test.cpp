@@ -307,6 +307,28 @@ TEST(ChromeTraceExport, SimulatedTraceRoundTripsThroughTheImporter) {
     EXPECT_EQ(r.source, "process name 'rank " + std::to_string(r.rank) + "'");
 }
 
+// Whether an op's nested communication was its wait (one thread per rank) is the trace's kind
+// for a measured run; an export says so in "otherData" and the import keeps it, so the
+// analyses' NestedComm::Auto reads the re-import as the run. A simulated trace's streams are
+// concurrent: no mark, none read back.
+TEST(ChromeTraceExport, NestedCommunicationWaitsAreMarkedAndReadBack) {
+  Trace measured = simulated_trace();
+  measured.kind = profiler::TraceKind::Measured;
+  EXPECT_EQ(export_json(measured)["otherData"]["pipetune.nested_communication"], "wait");
+  EXPECT_FALSE(export_json(simulated_trace()).contains("otherData"));
+  TempFile file(".json");
+  write_chrome_trace_file(measured, file.path().string());
+  const ImportedProfile back = import_chrome_trace(file.path());
+  EXPECT_TRUE(back.trace.ops_wait_for_nested_comm);
+  // Exported again, the import still says so.
+  TempFile again(".json");
+  write_chrome_trace_file(back.trace, again.path().string());
+  EXPECT_TRUE(import_chrome_trace(again.path()).trace.ops_wait_for_nested_comm);
+  TempFile simulated(".json");
+  write_chrome_trace_file(simulated_trace(), simulated.path().string());
+  EXPECT_FALSE(import_chrome_trace(simulated.path()).trace.ops_wait_for_nested_comm);
+}
+
 TEST(ChromeTraceExport, ImportedNsysProfileExportsAndRoundTrips) {
   TempFile db(".sqlite");
   {

@@ -103,9 +103,9 @@ struct CalibrationResult {
 };
 
 // Throws InputError for no data points, measurements of different hardware, a measurement
-// given twice (same name, plan and times: names alone repeat), a parameter asked for twice, a non-positive start, a plan
-// that does not validate, or (UndeterminedParameters::Refuse) parameters the data do not
-// determine.
+// given twice (same name, plan and times: names alone repeat), a parameter asked for twice, a
+// non-positive start, a plan that does not validate, or (UndeterminedParameters::Refuse) parameters
+// the data do not determine.
 CalibrationResult calibrate(const std::vector<Measurement>& measurements,
                             const spec::HardwareEfficiency& start,
                             const CalibrationOptions& options = {});
