@@ -26,4 +26,8 @@ void add_trace_file_commands(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
 
+// After every command is added: each option that takes a value refuses an empty one (a parse
+// error naming the option), instead of running as if it were left out.
+void refuse_empty_values(CLI::App& app);
+
 }  // namespace pipetune::cli

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   pipetune::cli::add_trace_file_commands(app);
   pipetune::cli::add_export_command(app);
   pipetune::cli::add_calibrate_command(app);
+  pipetune::cli::refuse_empty_values(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help and --help-all too (they derive from Success)

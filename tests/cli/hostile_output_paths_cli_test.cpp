@@ -238,7 +238,7 @@ TEST(HostileOutputPaths, ErrorsNameTheRealCause) {
   EXPECT_EQ(to_folder.exit_code, 2) << to_folder.err;
   EXPECT_NE(to_folder.err.find("is a directory"), std::string::npos) << to_folder.err;
   EXPECT_EQ(to_folder.err.find("Success"), std::string::npos) << to_folder.err;
-  expect_refused({"export-trace", "1", "-o", "", "--db", s.db}, "output file name is empty");
+  expect_refused({"export-trace", "1", "-o", "", "--db", s.db}, "--output: the value is empty");
   expect_refused(with(kSimulate, {"--no-db", "--trace", ""}), "file name is empty");
 }
 

@@ -77,8 +77,10 @@ base_train=(train --steps 1 --no-db)
 base_predict=(predict --model tiny --hardware h100-sxm --gpus 8 --global-batch 64 --tp 1 --pp 2)
 base_tune=(tune --model tiny --hardware h100-sxm --gpus 8 --global-batch 64 --no-db)
 
-# Limits where a count past int64 is "no limit" (saturated), as 0 is.
-no_limit_when_huge=" --max-candidates --keep "
+# Limits where a count past int64 is "no limit" (saturated), as 0 is; and real numbers for
+# which 1e20 is a value like any other (a learning rate that large trains one step, then the run
+# fails naming the non-finite loss).
+no_limit_when_huge=" --max-candidates --keep --lr "
 
 numeric_cases() {
   local flag="$1"
