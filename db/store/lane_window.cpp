@@ -2,32 +2,10 @@
 
 #include <algorithm>
 
+#include "db/store/lane_fold.hpp"
 #include "engine/errors.hpp"
 
 namespace pipetune::db {
-
-namespace {
-
-bool visible(std::int64_t start, std::int64_t end, std::int64_t t0, std::int64_t t1) {
-  return start < t1 && (end > t0 || start >= t0);
-}
-
-void check_window(std::int64_t t0, std::int64_t t1) {
-  if (t1 < t0)
-    throw InputError("window [" + std::to_string(t0) + ", " + std::to_string(t1) +
-                     ") ns ends before it starts");
-}
-
-// The fold being built at one depth.
-struct Fold {
-  bool active = false;
-  std::int64_t start_ns = 0;
-  std::int64_t end_ns = 0;
-  std::int64_t count = 0;
-  profiler::Span first;  // the span when count == 1
-};
-
-}  // namespace
 
 LaneWindowReader::LaneWindowReader(sqlite::Connection& db) : db_(db) {
   sqlite::Statement s = db_.prepare("SELECT id, name FROM span_kinds");
@@ -93,7 +71,8 @@ std::vector<SpanAt> LaneWindowReader::spans(const LaneRef& lane, std::int64_t t0
           past = true;
           break;
         }
-        if (visible(p.start_ns, p.end_ns, t0, t1)) out.push_back({to_span(p, lane.index), depth});
+        if (visible_in_window(p.start_ns, p.end_ns, t0, t1))
+          out.push_back({to_span(p, lane.index), depth});
       }
     }
     blocks_.reset();
@@ -107,48 +86,11 @@ std::vector<SpanAt> LaneWindowReader::spans(const LaneRef& lane, std::int64_t t0
 
 LaneWindow LaneWindowReader::fold(const LaneRef& lane, std::int64_t t0, std::int64_t t1,
                                   int width_px) {
-  check_window(t0, t1);
-  if (width_px < 0) throw InputError("window width " + std::to_string(width_px) + " px < 0");
   LaneWindow window;
-  window.pixel_ns = width_px == 0 ? 0 : std::max<std::int64_t>(1, (t1 - t0) / width_px);
-  const std::int64_t px = window.pixel_ns;  // 0: nothing is shorter, nothing folds
-  auto& items = window.items;
-
+  window.pixel_ns = window_pixel_ns(t0, t1, width_px);
+  LaneFolder folder(window);
   for (std::int32_t depth = 0; depth <= lane.max_depth; ++depth) {
-    Fold fold;
-    const auto emit_fold = [&] {
-      if (!fold.active) return;
-      WindowItem item;
-      item.depth = depth;
-      item.start_ns = fold.start_ns;
-      item.end_ns = fold.end_ns;
-      item.count = fold.count;
-      if (fold.count == 1) item.span = fold.first;
-      items.push_back(item);
-      fold.active = false;
-    };
-    const auto take = [&](const PackedSpan& p) {
-      const bool short_span = p.end_ns - p.start_ns < px;
-      if (fold.active) {
-        if (short_span && p.start_ns - fold.end_ns < px) {
-          ++fold.count;
-          fold.end_ns = p.end_ns;
-          return;
-        }
-        emit_fold();
-      }
-      if (short_span) {
-        fold = Fold{true, p.start_ns, p.end_ns, 1, to_span(p, lane.index)};
-      } else {
-        WindowItem item;
-        item.depth = depth;
-        item.start_ns = p.start_ns;
-        item.end_ns = p.end_ns;
-        item.span = to_span(p, lane.index);
-        items.push_back(item);
-      }
-    };
-
+    folder.begin_depth(depth);
     blocks_.reset();  // also after a read that a corrupt block ended with an exception
     blocks_.bind(1, lane.db_id).bind(2, depth).bind(3, t0);
     bool past = false;
@@ -158,32 +100,25 @@ LaneWindow LaneWindowReader::fold(const LaneRef& lane, std::int64_t t0, std::int
       const std::int64_t start = blocks_.column_int64(2);
       const std::int64_t end = blocks_.column_int64(3);
       if (start >= t1) break;
-      // A block inside the window whose spans and inner gaps are all under a pixel folds whole:
-      // its first span joins (or starts) a fold and every later one extends it.
+      // A block inside the window whose spans and inner gaps are all under a pixel folds whole,
+      // from its summary, without reading its spans.
       const bool whole =
-          start >= t0 && end < t1 && blocks_.column_int64(4) < px && blocks_.column_int64(5) < px;
-      if (whole && fold.active && start - fold.end_ns < px) {
-        fold.count += count;
-        fold.end_ns = end;
-        continue;
-      }
-      if (whole && count >= 2) {
-        emit_fold();
-        fold = Fold{true, start, end, count, {}};
-        continue;
-      }
+          start >= t0 && end < t1 &&
+          folder.under_pixel(fold_break_key(blocks_.column_int64(4), blocks_.column_int64(5)));
+      if (whole && folder.add_run(start, end, count)) continue;
       load_block(id, count);
       for (const PackedSpan& p : block_) {
         if (p.start_ns >= t1) {
           past = true;
           break;
         }
-        if (visible(p.start_ns, p.end_ns, t0, t1)) take(p);
+        if (visible_in_window(p.start_ns, p.end_ns, t0, t1))
+          folder.add_span(p.start_ns, p.end_ns, [&] { return to_span(p, lane.index); });
       }
     }
     blocks_.reset();
-    emit_fold();
   }
+  folder.finish();
   return window;
 }
 

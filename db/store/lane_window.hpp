@@ -1,9 +1,8 @@
 // Reads the spans of one lane in a time window from its span blocks, optionally folded to a
-// pixel budget (Tracy's level of detail): at each depth, a run of consecutive spans that are
-// each shorter than a pixel, with gaps shorter than a pixel between them, becomes one item with
-// a count. A block whose summary says it folds whole (every span and inner gap under a pixel)
-// is taken from the covering index without reading its BLOB, so the cost of a window follows the
-// blocks it covers and the pixels it has, not the spans.
+// pixel budget by the rule of lane_fold.hpp (Tracy's level of detail). A block whose summary
+// says it folds whole (every span and inner gap under a pixel) is taken from the covering index
+// without reading its BLOB, so the cost of a window follows the blocks it covers and the pixels
+// it has, not the spans.
 //
 // Visible in [t0, t1): start < t1 and end > t0; a zero-length span when t0 <= start < t1.
 #pragma once

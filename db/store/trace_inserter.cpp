@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <numeric>
 
+#include "db/store/span_nesting.hpp"
 #include "engine/errors.hpp"
 
 namespace pipetune::db {
@@ -19,21 +18,6 @@ void bind_real(sqlite::Statement& s, int index, double value) {
     s.bind_null(index);  // SQLite would store NaN as NULL anyway; say so
   else
     s.bind(index, value);
-}
-
-// Spans of each lane in (start, longer first) order, the order depths are assigned in.
-bool sorted_per_lane(const Trace& part) {
-  std::vector<std::int64_t> last_start(part.lanes.size(), std::numeric_limits<std::int64_t>::min());
-  std::vector<std::int64_t> last_end(part.lanes.size(), std::numeric_limits<std::int64_t>::max());
-  for (const Span& s : part.spans) {
-    const auto lane = static_cast<std::size_t>(s.lane);
-    if (s.start_ns < last_start[lane] ||
-        (s.start_ns == last_start[lane] && s.end_ns > last_end[lane]))
-      return false;
-    last_start[lane] = s.start_ns;
-    last_end[lane] = s.end_ns;
-  }
-  return true;
 }
 
 }  // namespace
@@ -159,20 +143,7 @@ std::size_t TraceInserter::add_part(const Trace& part) {
     p.kind = kind_ids_[static_cast<std::size_t>(s.kind)];
     place(lanes_[lane_of[static_cast<std::size_t>(s.lane)]], p);
   };
-  if (sorted_per_lane(part)) {
-    for (std::size_t k = 0; k < n; ++k) place_index(k);
-  } else {
-    std::vector<std::uint32_t> order(n);
-    std::iota(order.begin(), order.end(), 0u);
-    std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
-      const Span& x = part.spans[a];
-      const Span& y = part.spans[b];
-      if (x.lane != y.lane) return x.lane < y.lane;
-      if (x.start_ns != y.start_ns) return x.start_ns < y.start_ns;
-      return x.end_ns > y.end_ns;  // the enclosing span first
-    });
-    for (const std::uint32_t k : order) place_index(k);
-  }
+  for_each_in_nesting_order(part.spans, part.lanes.size(), place_index);
   span_seq_ += static_cast<std::int64_t>(n);
 
   for (const profiler::MemorySample& m : part.memory) {
@@ -203,13 +174,7 @@ std::size_t TraceInserter::add_part(const Trace& part) {
 }
 
 void TraceInserter::place(LaneState& lane, const PackedSpan& span) {
-  if (lane.span_count > 0 && span.start_ns < lane.last_start) lane.unordered = true;
-  lane.last_start = span.start_ns;
-  // Spans that ended by this start are closed; what is left open encloses this span.
-  while (!lane.open_ends.empty() && lane.open_ends.back() <= span.start_ns)
-    lane.open_ends.pop_back();
-  const auto depth = static_cast<std::int32_t>(lane.open_ends.size());
-  lane.open_ends.push_back(span.end_ns);
+  const std::int32_t depth = lane.nesting.place(span.start_ns, span.end_ns);
   if (static_cast<std::size_t>(depth) >= lane.depths.size()) lane.depths.resize(depth + 1);
   DepthState& d = lane.depths[static_cast<std::size_t>(depth)];
   if (d.block.empty()) {
@@ -360,7 +325,7 @@ void TraceInserter::rebuild_unordered_lanes(std::int64_t now_unix_ns) {
   sqlite::Statement erase = db_.prepare("DELETE FROM span_blocks WHERE lane = ?1");
   std::vector<PackedSpan> all, block;
   for (LaneState& lane : lanes_) {
-    if (!lane.unordered) continue;
+    if (!lane.nesting.out_of_order()) continue;
     all.clear();
     read.bind(1, lane.db_id);
     while (read.step()) {
@@ -370,9 +335,9 @@ void TraceInserter::rebuild_unordered_lanes(std::int64_t now_unix_ns) {
     }
     read.reset();
     erase.bind(1, lane.db_id).run();
+    // Nesting order; spans that start and end together keep their order of appending.
     std::sort(all.begin(), all.end(), [](const PackedSpan& a, const PackedSpan& b) {
-      if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
-      if (a.end_ns != b.end_ns) return a.end_ns > b.end_ns;
+      if (a.start_ns != b.start_ns || a.end_ns != b.end_ns) return nests_before(a, b);
       return a.seq < b.seq;
     });
     const std::int64_t db_id = lane.db_id;

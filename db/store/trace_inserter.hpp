@@ -1,7 +1,7 @@
 // The writer thread's half of the store: turns Trace parts into rows of one run. Parts join by
 // lane (rank, stream, index) and by name text, so a run can arrive in pieces (per step, per
-// rank). Each lane's spans get a nesting depth (a stack of open spans: a span starting before
-// the one on top ends nests inside it) and are packed into blocks per (lane, depth).
+// rank). Each lane's spans get a nesting depth (span_nesting.hpp: a span starting before the
+// innermost open one ends nests inside it) and are packed into blocks per (lane, depth).
 //
 // Depths assume each lane's spans arrive in start order across parts (within a part any order
 // is fine: a part is sorted per lane first). A lane that breaks this is rebuilt by
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "db/store/span_block.hpp"
+#include "db/store/span_nesting.hpp"
 #include "db/store/sqlite_util.hpp"
 #include "profiler/gpu/kernel_record.hpp"
 #include "profiler/trace.hpp"
@@ -59,9 +60,7 @@ class TraceInserter {
     std::int64_t start_ns = 0;
     std::int64_t end_ns = 0;
     bool stats_dirty = false;
-    bool unordered = false;
-    std::int64_t last_start = 0;
-    std::vector<std::int64_t> open_ends;  // ends of the spans still open, outermost first
+    SpanNesting nesting;  // depths of the spans placed so far
     std::vector<DepthState> depths;
   };
   using LaneKey = std::tuple<std::int32_t, profiler::Stream, std::int32_t>;

@@ -12,7 +12,7 @@ MemorySeries MemorySeries::from(const std::vector<profiler::analysis::MemoryPoin
     s.t_ns.push_back(p.t_ns);
     s.bytes.push_back(p.bytes);
   }
-  s.max_bytes = MaxIndex(s.bytes);
+  s.max_bytes = db::MaxIndex(s.bytes);
   return s;
 }
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "db/store/max_index.hpp"
 #include "gui/core/timeline_lane_index.hpp"
-#include "gui/core/timeline_max_index.hpp"
 #include "profiler/analysis/memory_timeline.hpp"
 #include "profiler/trace.hpp"
 
@@ -27,7 +27,7 @@ struct TimelineLane {
 struct MemorySeries {
   std::vector<std::int64_t> t_ns;  // ascending; a point holds from t_ns on
   std::vector<std::int64_t> bytes;
-  MaxIndex max_bytes;
+  db::MaxIndex max_bytes;
 
   static MemorySeries from(const std::vector<profiler::analysis::MemoryPoint>& points);
   bool empty() const { return t_ns.empty(); }

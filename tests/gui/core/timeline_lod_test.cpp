@@ -1,7 +1,8 @@
 // Level of detail of the timeline: the in-memory fold (TraceLaneIndex) gives exactly the items
 // the trace store's LaneWindowReader::fold gives for the same spans (the reference: the same
-// trace written with RunWriter and read back through Workspace::window), and the number of draw
-// commands of a frame is bounded by the width in pixels, not by the number of spans.
+// trace written with RunWriter and read back through Workspace::window), also when the run
+// comes in parts, and the number of draw commands of a frame is bounded by the width in pixels,
+// not by the number of spans.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "db/store/run_writer.hpp"
 #include "db/store/workspace.hpp"
@@ -160,6 +162,68 @@ TEST(TimelineLod, InMemoryFoldGivesTheStoresItems) {
     }
   }
   EXPECT_EQ(compared, 40 * 6 * 4);
+}
+
+// A run that arrives in parts, the store and the index given the same parts: the depths the
+// store gives (db/store/span_nesting.hpp) where a part's first span starts with the last span
+// of the part before and is longer (nested below it: only a start before the last one re-places
+// a lane), where a part goes back in time (the lane placed again whole, sorted), and where a
+// part is out of order in itself (sorted before it is placed).
+TEST(TimelineLod, InMemoryDepthsAreTheStoresAcrossParts) {
+  Trace first;
+  first.kind = profiler::TraceKind::Measured;
+  for (int l = 0; l < 3; ++l) first.lane(l, Stream::Compute, 0);
+  const auto add = [](Trace& t, std::int32_t lane, std::int64_t start, std::int64_t end) {
+    t.spans.push_back(
+        {lane, SpanKind::F, -1, static_cast<std::int32_t>(t.spans.size()), -1, start, end, 0});
+  };
+  Trace second = first;  // the same lanes, no spans yet
+  for (std::int64_t i = 0; i < 20; ++i) add(first, 0, 10 * i, 10 * i + 4);  // lane 0: tiny spans
+  add(first, 0, 1000, 1100);
+  add(second, 0, 1000, 1300);  // starts with the last, longer
+  add(second, 0, 1150, 1160);
+  add(first, 1, 500, 900);
+  add(first, 1, 600, 700);
+  add(second, 1, 100, 800);  // before lane 1's last start: the lane is placed again
+  add(second, 1, 150, 160);
+  add(second, 2, 50, 60);  // out of order within the part
+  add(second, 2, 0, 200);
+
+  TempDir dir;
+  const std::string db = (dir.path / "ws.db").string();
+  std::int64_t run_id = 0;
+  {
+    db::RunWriter w(db, {profiler::TraceKind::Measured, "parts", "", ""});
+    w.append(first);
+    w.append(second);
+    w.finish(db::RunStatus::Complete);
+    run_id = w.run_id();
+  }
+  db::Workspace ws(db);
+  Trace whole = first;
+  whole.spans.insert(whole.spans.end(), second.spans.begin(), second.spans.end());
+  TraceLaneIndex index(first);
+  index.update(whole);
+
+  const std::pair<std::int64_t, std::int64_t> kWindows[] = {{0, 1400}, {95, 1155}};
+  for (const auto& l : ws.lanes(run_id)) {
+    EXPECT_EQ(l.max_depth, index.max_depth(l.index)) << "lane " << l.index;
+    for (int width : {0, 1, 7, 100, 1600}) {
+      for (const auto& [t0, t1] : kWindows) {
+        expect_same(ws.window(run_id, l.index, t0, t1, width),
+                    index.fold(whole, l.index, t0, t1, width),
+                    "lane " + std::to_string(l.index) + " window [" + std::to_string(t0) + ", " +
+                        std::to_string(t1) + ") at " + std::to_string(width) + " px");
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+  // Lane 0 as the store nests it: the longer span that came second sits below the first.
+  const FoldedLane lane0 = index.fold(whole, 0, 1000, 1400, 0);
+  ASSERT_EQ(lane0.window.items.size(), 3u);
+  EXPECT_EQ(lane0.window.items[0].end_ns, 1100);
+  EXPECT_EQ(lane0.window.items[1].depth, 1);
+  EXPECT_EQ(lane0.window.items[1].end_ns, 1300);
 }
 
 // Per lane: bursts of back-to-back sub-pixel spans, one burst every 2.5 ms over one second, a

@@ -1,14 +1,14 @@
 // A max segment tree over int64 keys: the maximum of an index range and the first index from a
-// position whose key reaches a threshold, both in O(log n), with appends. The timeline uses it
-// to jump over runs of sub-pixel spans (level of detail) and to take the per-pixel maximum of a
-// memory series without visiting every sample.
+// position whose key reaches a threshold, both in O(log n), with appends. A lane index in memory
+// uses it to jump over runs of sub-pixel spans (fold_break_key, lane_fold.hpp), the timeline to
+// take the per-pixel maximum of a memory series without visiting every sample.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
-namespace pipetune::gui {
+namespace pipetune::db {
 
 class MaxIndex {
  public:
@@ -33,4 +33,4 @@ class MaxIndex {
   std::vector<std::int64_t> tree_;  // 2 * leaves_; node 1 is the root, leaves at leaves_ + i
 };
 
-}  // namespace pipetune::gui
+}  // namespace pipetune::db

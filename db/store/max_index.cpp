@@ -1,9 +1,9 @@
-#include "gui/core/timeline_max_index.hpp"
+#include "db/store/max_index.hpp"
 
 #include <algorithm>
 #include <limits>
 
-namespace pipetune::gui {
+namespace pipetune::db {
 
 namespace {
 constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::min();
@@ -60,4 +60,4 @@ std::size_t MaxIndex::first_at_least(std::size_t from, std::int64_t threshold) c
   return find(1, 0, leaves_, from, threshold);
 }
 
-}  // namespace pipetune::gui
+}  // namespace pipetune::db
