@@ -474,13 +474,23 @@ SearchResult search_plans(const SearchSpace& space, const ScorerFactory& make_sc
                        return a.score.tokens_per_s > b.score.tokens_per_s;
                      return a.score.peak_memory_bytes < b.score.peak_memory_bytes;
                    });
+  // Branch and bound makes the `keep` best and the Pareto front exact; which other plans were
+  // scored before a bound excluded them depends on the threads' timing. Only the exact part is
+  // kept, so a search gives the same results every time (the scored count stays the work done).
+  const bool trim = bounded && !result.cancelled;
+  std::vector<ScoredPlan> kept;
   double least_memory = INFINITY;
-  for (const ScoredPlan& c : result.ranked) {
-    if (c.score.peak_memory_bytes < least_memory) {
+  for (std::size_t r = 0; r < result.ranked.size(); ++r) {
+    ScoredPlan& c = result.ranked[r];
+    const bool on_front = c.score.peak_memory_bytes < least_memory;
+    if (on_front) {
       result.pareto.push_back(c);
       least_memory = c.score.peak_memory_bytes;
     }
+    if (trim && (on_front || static_cast<std::int64_t>(r) < space.keep))
+      kept.push_back(std::move(c));
   }
+  if (trim) result.ranked = std::move(kept);
   return result;
 }
 

@@ -87,7 +87,8 @@ struct SearchSpace {
   int max_chunks = 4;               // interleaved-1f1b layer groups per stage, at most
   std::int64_t max_candidates = 0;  // stop enumerating after this many plans; 0 = no limit
   // With a bounder: the best `keep` plans (and the Pareto front) are exact; plans that provably
-  // cannot be among them are skipped. 0 = score every plan.
+  // cannot be among them are skipped, and the results hold just those (the same every run,
+  // whatever the threads' timing). 0 = score every plan and rank them all.
   std::int64_t keep = 0;
   int threads = 0;  // scoring threads; 0 = hardware concurrency
 };
