@@ -67,9 +67,10 @@ add() { local IFS='|'; cases+=("$*|."); }
 numeric_bad=(-1 nan inf -inf 1e308 99999999999999999999 abc "" 2.5x)
 with_zero=(0 "${numeric_bad[@]}")
 
-# Options whose 0 means something (off, auto, all, the terminal's width, the default seed).
+# Options whose 0 means something (off, auto, all, the terminal's width, the default seed; a
+# simulated op kind of no cost: every cost but --cost-f, the time base, may be 0).
 zero_means_something=" --max-candidates --threads --width --seed --watchdog --checkpoint-every --device-cache-mib \
-  --gpu-capture-every --keep --zero --comm --cost-w --cost-s --cost-t --cost-barrier --train-iters \
+  --gpu-capture-every --keep --zero --comm --cost-b --cost-w --cost-s --cost-t --cost-barrier --train-iters \
   --ep --search --devices --rank "
 
 base_simulate=(simulate --schedule interleaved-1f1b --stages 4 --microbatches 8 --chunks 2 --no-db)
