@@ -263,7 +263,7 @@ void write_chrome_trace(const Trace& trace, std::ostream& out, const ChromeTrace
     }
     write_memory(trace, w);
   }
-  w.close(trace.kind == profiler::TraceKind::Measured || trace.ops_wait_for_nested_comm);
+  w.close(trace.nested_comm_is_wait());
 }
 
 void write_chrome_trace_file(const Trace& trace, const std::string& path,

@@ -136,6 +136,11 @@ struct Trace {
   std::string span_label(const Span& s) const;
   // Whether any lane is a GPU stream (the run captured or imported GPU activity).
   bool has_gpu_lanes() const;
+  // Whether communication nested in an op was that op's wait: a measured trace, or one marked
+  // ops_wait_for_nested_comm.
+  bool nested_comm_is_wait() const {
+    return kind == TraceKind::Measured || ops_wait_for_nested_comm;
+  }
 };
 
 }  // namespace pipetune::profiler

@@ -319,7 +319,8 @@ std::string creating_prefix(const std::string& path) {
   constexpr std::size_t kLongestSuffix = 112;
   const std::filesystem::path p(path);
   std::string name = p.filename().string();
-  const std::size_t room = name_max(path) > kLongestSuffix ? name_max(path) - kLongestSuffix : 1;
+  const std::size_t limit = name_max(path);
+  const std::size_t room = limit > kLongestSuffix ? limit - kLongestSuffix : 1;
   if (name.size() > room) name.resize(room);
   return name + ".creating-";
 }

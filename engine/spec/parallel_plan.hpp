@@ -41,6 +41,8 @@ struct ParallelPlan {
   // Shards of the vocabulary tables: tp, or tp * pp with vocabulary parallelism.
   int vocab_shards() const { return vocab != schedule::VocabMode::None ? tp * pp : tp; }
   int layer_groups() const { return pp * chunks; }
+
+  bool operator==(const ParallelPlan&) const = default;
 };
 
 // Fills the fields whose 0 means "derived": chunks (schedule::default_chunks), microbatches

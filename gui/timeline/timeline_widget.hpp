@@ -1,4 +1,4 @@
-// TimelineWidget: the pipeline timeline (issue 6 section 2). Dear ImGui drawn inside a
+// TimelineWidget: the pipeline timeline of one run, or of two compared. Dear ImGui drawn inside a
 // QOpenGLWidget; every layout decision (time->pixel, rectangles, folding, hatches, memory
 // lines, hit testing, range statistics) lives in the pure model gui/core/timeline_*; this
 // widget only feeds input to that model and turns its draw commands into ImGui draw calls.

@@ -15,8 +15,7 @@ bool is_device_work(SpanKind k) {
 
 SpanRoles::SpanRoles(const Trace& trace, const RoleOptions& options, const TimeWindow* within) {
   nested_waits_ = options.nested == NestedComm::Wait ||
-                  (options.nested == NestedComm::Auto &&
-                   (trace.kind == TraceKind::Measured || trace.ops_wait_for_nested_comm));
+                  (options.nested == NestedComm::Auto && trace.nested_comm_is_wait());
   const std::size_t lanes = trace.lanes.size();
 
   // One pass over the spans: which kinds occur on each lane.

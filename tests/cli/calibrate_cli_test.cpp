@@ -23,21 +23,7 @@ using testing::expect_input_error;
 namespace fs = std::filesystem;
 using testing::run_pipetune;
 
-struct Dir {
-  fs::path path;
-  std::string db;
-  Dir() {
-    char tmpl[] = "/tmp/pipetune_calibrate_XXXXXX";
-    path = ::mkdtemp(tmpl);
-    db = (path / "w.db").string();
-  }
-  ~Dir() { fs::remove_all(path); }
-  testing::ProcessResult run(std::vector<std::string> args) const {
-    args.push_back("--db");
-    args.push_back(db);
-    return run_pipetune(args);
-  }
-};
+using Dir = testing::ScratchWorkspace;
 
 TEST(CalibrateCli, FitsTheMeasuredRunsAndWritesAUsableHardwareFile) {
   Dir d;
@@ -49,7 +35,7 @@ TEST(CalibrateCli, FitsTheMeasuredRunsAndWritesAUsableHardwareFile) {
     args.insert(args.end(), plan.begin(), plan.end());
     ASSERT_EQ(d.run(args).exit_code, 0);
   }
-  const std::string out = (d.path / "fitted.toml").string();
+  const std::string out = d.path("fitted.toml");
   const testing::ProcessResult r =
       d.run({"calibrate", "--hardware", "h100-sxm", "--json", "-o", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -96,7 +82,7 @@ std::vector<db::testing::PipelineOp> gpipe_ops() {
 // kernels' GPU time by phase); without a plan, or without phases, it is refused by name.
 TEST(CalibrateCli, ImportedRunsWithTheirPlanPairWithThePredictionAndCalibrate) {
   Dir d;
-  const std::string file = (d.path / "pipeline.sqlite").string();
+  const std::string file = d.path("pipeline.sqlite");
   db::testing::write_pipeline_export(file, gpipe_ops());
   const testing::ProcessResult imported =
       d.run({"import-nsys", file, "--model", "tiny", "--hardware", "h100-sxm", "--tp", "1", "--pp",
@@ -136,7 +122,7 @@ TEST(CalibrateCli, ImportedRunsWithTheirPlanPairWithThePredictionAndCalibrate) {
 
   // The plan's prediction pairs with the import op for op (same GPipe order), ops timed by
   // their kernels: every F took 2 ms and every BW 4 ms on the GPU.
-  const std::string run_file = (d.path / "run.toml").string();
+  const std::string run_file = d.path("run.toml");
   {
     std::ofstream(run_file) << "model = \"tiny\"\n[cluster]\nhardware = \"h100-sxm\"\ndevices = 2\n"
                                "[plan]\ntp = 1\npp = 2\ndp = 1\nmicrobatches = 4\n"
@@ -223,7 +209,7 @@ using testing::expect_input_error;
 // parameter in the memory estimate).
 TEST(CalibrateLocalCli, WritesACpuHardwareFileTheOtherCommandsUse) {
   Dir d;
-  const std::string out = (d.path / "cpu.toml").string();
+  const std::string out = d.path("cpu.toml");
   const testing::ProcessResult r = run_pipetune(
       {"calibrate", "--local", "--quick", "--devices", "2", "--threads", "1", "-o", out, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

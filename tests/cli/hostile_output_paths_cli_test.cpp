@@ -37,7 +37,6 @@ struct Scratch : ScratchWorkspace {
     const ProcessResult sim = run_pipetune(with(kSimulate, {"--db", db}));
     EXPECT_EQ(sim.exit_code, 0) << sim.err;
   }
-  std::string path(const std::string& name) const { return (dir / name).string(); }
   void add_search() const {
     const ProcessResult tune =
         run_pipetune({"tune", "--model", "tiny", "--hardware", "h100-sxm", "--gpus", "8",

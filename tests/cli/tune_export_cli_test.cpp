@@ -25,22 +25,7 @@ namespace fs = std::filesystem;
 using testing::run_pipetune;
 using testing::slurp;
 
-struct Dir {
-  fs::path path;
-  std::string db;
-  Dir() {
-    char tmpl[] = "/tmp/pipetune_export_XXXXXX";
-    path = ::mkdtemp(tmpl);
-    db = (path / "w.db").string();
-  }
-  ~Dir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  testing::ProcessResult run(std::vector<std::string> args) const {
-    args.push_back("--db");
-    args.push_back(db);
-    return run_pipetune(args);
-  }
-};
+using Dir = testing::ScratchWorkspace;
 
 const std::vector<std::string> kTinyTune = {"tune",     "--model", "tiny", "--hardware",
                                             "h100-sxm", "--gpus",  "8",    "--global-batch",
@@ -75,10 +60,10 @@ TEST(TuneExportCli, TuneStoresItsResultsAsASearch) {
         a.push_back("--no-db");
         return a;
       }(),
-      none.path.string());
+      none.dir.string());
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(nlohmann::json::parse(r.out).contains("search_id"));
-  EXPECT_FALSE(fs::exists(none.path / "pipetune.db"));
+  EXPECT_FALSE(fs::exists(none.dir / "pipetune.db"));
 }
 
 TEST(TuneExportCli, MegatronScriptCarriesTheBestOneFOneBPlan) {
@@ -86,7 +71,7 @@ TEST(TuneExportCli, MegatronScriptCarriesTheBestOneFOneBPlan) {
   const nlohmann::json j = tune(d, {"--schedules", "1f1b"});
   ASSERT_FALSE(j["results"].empty());
   const nlohmann::json& plan = j["results"][0]["plan"];
-  const std::string out = d.file("launch.sh");
+  const std::string out = d.path("launch.sh");
   const testing::ProcessResult r = d.run({"export", "--format", "megatron", "-o", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string script = slurp(out);
@@ -103,7 +88,7 @@ TEST(TuneExportCli, MegatronScriptCarriesTheBestOneFOneBPlan) {
 TEST(TuneExportCli, WithoutARankTheBestResultTheFrameworkCanRunIsChosen) {
   Dir d;
   const nlohmann::json j = tune(d, {"--top", "100000"});
-  const std::string out = d.file("ds.json");
+  const std::string out = d.path("ds.json");
   const testing::ProcessResult r = d.run({"export", "--format", "deepspeed", "-o", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json ds = nlohmann::json::parse(slurp(out));
@@ -128,7 +113,7 @@ TEST(TuneExportCli, WithoutARankTheBestResultTheFrameworkCanRunIsChosen) {
 TEST(TuneExportCli, PipetuneRunFileTrainsOnTheEngine) {
   Dir d;
   tune(d);
-  const std::string out = d.file("run.pipetune");
+  const std::string out = d.path("run.pipetune");
   ASSERT_EQ(d.run({"export", "--format", "pipetune", "--rank", "1", "-o", out}).exit_code, 0);
   const testing::ProcessResult r = run_pipetune(
       {"train", "--config", out, "--steps", "2", "--json", "--no-db", "--threads", "1"});
@@ -141,7 +126,7 @@ TEST(TuneExportCli, TorchtitanConfigNamesTheDegrees) {
   Dir d;
   const nlohmann::json j = tune(d);
   const nlohmann::json& plan = j["results"][0]["plan"];
-  const std::string out = d.file("job.toml");
+  const std::string out = d.path("job.toml");
   ASSERT_EQ(d.run({"export", "--format", "torchtitan", "--rank", "1", "-o", out}).exit_code, 0);
   const std::string text = slurp(out);
   EXPECT_NE(text.find("pipeline_parallel_degree = " + std::to_string(plan["pp"].get<int>())),
@@ -158,7 +143,7 @@ TEST(TuneExportCli, TorchtitanExportOfAZeroBubbleScheduleWritesItsCsv) {
   Dir d;
   const nlohmann::json j = tune(d, {"--schedules", "zb-h1"});
   ASSERT_EQ(j["results"][0]["plan"]["schedule"], "zb-h1");
-  const std::string out = d.file("job.toml");
+  const std::string out = d.path("job.toml");
   const testing::ProcessResult r =
       d.run({"export", "--format", "torchtitan", "--rank", "1", "-o", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -166,7 +151,7 @@ TEST(TuneExportCli, TorchtitanExportOfAZeroBubbleScheduleWritesItsCsv) {
   EXPECT_NE(toml.find("pipeline_parallel_schedule_csv = \"pipetune_schedule.csv\""),
             std::string::npos)
       << toml;
-  const std::string csv_path = d.file("pipetune_schedule.csv");
+  const std::string csv_path = d.path("pipetune_schedule.csv");
   ASSERT_TRUE(fs::exists(csv_path)) << r.out;
   std::string embedded;
   std::istringstream lines(toml);
@@ -183,7 +168,7 @@ TEST(TuneExportCli, TorchtitanExportOfAZeroBubbleScheduleWritesItsCsv) {
 
 TEST(TuneExportCli, BadInput) {
   Dir d;
-  const std::string out = d.file("x.sh");
+  const std::string out = d.path("x.sh");
   expect_input_error(d.run({"export", "--format", "megatron", "-o", out}), "no such workspace");
   ASSERT_EQ(d.run({"simulate", "--config", "tiny"}).exit_code, 0);  // a workspace, no search
   expect_input_error(d.run({"export", "--format", "megatron", "-o", out}), "pipetune tune");

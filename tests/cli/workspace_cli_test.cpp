@@ -30,21 +30,7 @@ namespace fs = std::filesystem;
 using testing::run_pipetune;
 using testing::slurp;
 
-struct Workspace {
-  fs::path dir;
-  std::string db;
-  Workspace() {
-    char tmpl[] = "/tmp/pipetune_ws_XXXXXX";
-    dir = ::mkdtemp(tmpl);
-    db = (dir / "w.db").string();
-  }
-  ~Workspace() { fs::remove_all(dir); }
-  testing::ProcessResult run(std::vector<std::string> args) const {
-    args.push_back("--db");
-    args.push_back(db);
-    return run_pipetune(args);
-  }
-};
+using Workspace = testing::ScratchWorkspace;
 
 nlohmann::json json_of(const testing::ProcessResult& r) {
   EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -109,6 +109,15 @@ struct ScratchWorkspace {
   }
   ScratchWorkspace(const ScratchWorkspace&) = delete;
   ScratchWorkspace& operator=(const ScratchWorkspace&) = delete;
+
+  // A file in the folder.
+  std::string path(const std::string& name) const { return (dir / name).string(); }
+  // pipetune with `args` on this workspace (--db appended).
+  ProcessResult run(std::vector<std::string> args) const {
+    args.push_back("--db");
+    args.push_back(db);
+    return run_pipetune(args);
+  }
 };
 
 inline int count_lines(const std::string& s) {

@@ -244,15 +244,7 @@ std::vector<bool> independent_columns(const std::vector<double>& jac, std::size_
 // One measurement given twice: its name, plan and measured times all equal. A name alone is no
 // identity: published rows carry their model's name, one row per plan.
 bool same_measurement(const Measurement& a, const Measurement& b) {
-  const spec::ParallelPlan &p = a.plan, &q = b.plan;
-  const bool same_plan = p.tp == q.tp && p.pp == q.pp && p.dp == q.dp && p.ep == q.ep &&
-                         p.chunks == q.chunks && p.micro_batch_size == q.micro_batch_size &&
-                         p.microbatches == q.microbatches && p.global_batch == q.global_batch &&
-                         p.schedule == q.schedule && p.vocab == q.vocab &&
-                         p.layer_split == q.layer_split && p.recompute == q.recompute &&
-                         p.sequence_parallel == q.sequence_parallel &&
-                         p.zero_stage == q.zero_stage && p.group_size == q.group_size;
-  if (a.name != b.name || !same_plan || a.iteration_time != b.iteration_time ||
+  if (a.name != b.name || a.plan != b.plan || a.iteration_time != b.iteration_time ||
       a.op_durations.size() != b.op_durations.size())
     return false;
   for (std::size_t r = 0; r < a.op_durations.size(); ++r)

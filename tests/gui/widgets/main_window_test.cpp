@@ -280,6 +280,19 @@ TEST(MainWindow, TrainStreamsTheLiveRunAndStopStoresItInterrupted) {
   EXPECT_TRUE(train->start_button()->isEnabled());
 }
 
+// Once the workspace lists its two runs, compares them on the Inspect page and waits for the
+// diff to show.
+::testing::AssertionResult compare_the_two_runs(MainWindow& window) {
+  InspectPage* inspect = window.inspect_page();
+  if (!test::process_events_until([&] { return window.workspace_model()->rowCount() == 2; }))
+    return ::testing::AssertionFailure() << "the workspace never listed its two runs";
+  inspect->compare_rows(0, 1);
+  if (!test::process_events_until(
+          [&] { return inspect->message_label()->text().startsWith("Comparing"); }))
+    return ::testing::AssertionFailure() << inspect->message_label()->text().toStdString();
+  return ::testing::AssertionSuccess();
+}
+
 TEST(MainWindow, InspectComparesTwoRunsWithThePerStageDiff) {
   QApplication* app = test::gui_test_app();
   if (!app) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
@@ -299,12 +312,7 @@ TEST(MainWindow, InspectComparesTwoRunsWithThePerStageDiff) {
   window.show();
   InspectPage* inspect = window.inspect_page();
   window.tabs()->setCurrentWidget(inspect);
-  ASSERT_TRUE(
-      test::process_events_until([&] { return window.workspace_model()->rowCount() == 2; }));
-  inspect->compare_rows(0, 1);
-  ASSERT_TRUE(test::process_events_until([&] {
-    return inspect->message_label()->text().startsWith("Comparing");
-  })) << inspect->message_label()->text().toStdString();
+  ASSERT_TRUE(compare_the_two_runs(window));
   const QString diff = inspect->details()->toPlainText();
   EXPECT_FALSE(diff.isEmpty());
   EXPECT_EQ(diff, inspect->timeline()->comparison_text());
@@ -344,12 +352,7 @@ TEST(MainWindow, InspectComparesPlanlessImportsByIdleTime) {
   db::store_trace(path, {profiler::TraceKind::Imported, "b.nsys", "{}", "{}"}, kernels(800000));
   MainWindow window(QString::fromStdString(path));
   InspectPage* inspect = window.inspect_page();
-  ASSERT_TRUE(
-      test::process_events_until([&] { return window.workspace_model()->rowCount() == 2; }));
-  inspect->compare_rows(0, 1);
-  ASSERT_TRUE(test::process_events_until([&] {
-    return inspect->message_label()->text().startsWith("Comparing");
-  })) << inspect->message_label()->text().toStdString();
+  ASSERT_TRUE(compare_the_two_runs(window));
   const std::string diff = inspect->details()->toPlainText().toStdString();
   EXPECT_NE(diff.find("idle A -> B"), std::string::npos) << diff;
   EXPECT_EQ(diff.find("bubble"), std::string::npos) << diff;
