@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <limits>
 
 #include "engine/errors.hpp"
@@ -153,13 +154,14 @@ RunSpec read_run(const toml::table& table, const TableContext& ctx, RunCheck che
 
   ParallelPlan& plan = run.plan;
   if (plan.dp == 0) {
-    const int tp_pp = plan.tp * plan.pp;
+    // 64-bit: tp and pp are each only checked positive here, so their product may pass int.
+    const std::int64_t tp_pp = std::int64_t{plan.tp} * plan.pp;
     if (run.cluster.devices % tp_pp != 0) {
       throw SpecError(ctx.source + ": plan.dp is not given and the cluster's " +
                       std::to_string(run.cluster.devices) +
                       " devices are not divisible by tp*pp=" + std::to_string(tp_pp));
     }
-    plan.dp = run.cluster.devices / tp_pp;
+    plan.dp = static_cast<int>(run.cluster.devices / tp_pp);
   }
   apply_defaults(plan);  // chunks left 0 become the schedule's default
   if (check == RunCheck::Full) {
