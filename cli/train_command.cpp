@@ -1,7 +1,6 @@
 // `pipetune train`: train a GPT on the embedded engine's virtual cluster and report loss,
 // throughput, and per-stage bubble and memory.
 #include <charconv>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -9,7 +8,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
@@ -17,26 +15,10 @@
 #include "cli/train_output.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/chrome_trace.hpp"
-#include "db/store/record_json.hpp"
-#include "db/store/run_writer.hpp"
+#include "db/store/training_run_sink.hpp"
 #include "db/store/workspace.hpp"
-#include "engine/comm/launcher.hpp"
-#include "engine/comm/topology.hpp"
-#ifdef PIPETUNE_HAVE_MPI
-#include "engine/mpi/mpi_communicator.hpp"
-#include "engine/mpi/mpi_failure_notice.hpp"
-#include "engine/mpi/mpi_hybrid_communicator.hpp"
-#include "engine/mpi/mpi_session.hpp"
-#endif
 #include "engine/errors.hpp"
-#ifdef PIPETUNE_HAVE_CUDA
-#include "engine/cuda/cuda_devices.hpp"
-#include "engine/cuda/cuda_rank_device.hpp"
-#endif
-#ifdef PIPETUNE_HAVE_NCCL
-#include "engine/nccl/nccl_rank_device.hpp"
-#endif
-#include "engine/runtime/trainer.hpp"
+#include "engine/session/training_session.hpp"
 #include "engine/spec/load.hpp"
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/run_spec.hpp"
@@ -89,51 +71,6 @@ struct TrainSetup {
   spec::EnginePrecision precision = spec::EnginePrecision::fp32;
   spec::EngineAttention attention = spec::EngineAttention::stored;
 };
-
-// `--backend cuda` (or `backend = "cuda"` in the run file): the run's ranks as streams of GPU 0
-// (engine/cuda/cuda_rank_device.hpp), with bf16 GEMM inputs when `bf16` (fp32 accumulation and
-// master weights), or refused with the reason before anything runs or is written.
-#ifdef PIPETUNE_HAVE_CUDA
-// The CUDA backend's flash kernels for an attention choice (stored runs no flash kernel).
-cuda::FlashVariant flash_variant(spec::EngineAttention attention) {
-  switch (attention) {
-    case spec::EngineAttention::flash_tc:
-      return cuda::FlashVariant::tensor_cores;
-    case spec::EngineAttention::flash_mma:
-      return cuda::FlashVariant::tensor_core_registers;
-    default:
-      return cuda::FlashVariant::tiles;
-  }
-}
-
-cuda::Bf16Operands bf16_operands(const std::optional<std::string>& gemm_inputs) {
-  return gemm_inputs == "in-gemm" ? cuda::Bf16Operands::in_gemm : cuda::Bf16Operands::copies;
-}
-#endif
-
-void use_cuda_backend([[maybe_unused]] runtime::TrainOptions& o, [[maybe_unused]] bool bf16,
-                      [[maybe_unused]] spec::EngineAttention attention,
-                      [[maybe_unused]] const TrainArgs& a) {
-#ifndef PIPETUNE_HAVE_CUDA
-  throw InputError(
-      "backend cuda: this pipetune was built without the CUDA toolkit (nvcc not found at "
-      "configure time); use the cpu backend");
-#else
-  const cuda::DeviceQuery q = cuda::query_devices();
-  if (q.devices.empty())
-    throw InputError("backend cuda: no CUDA device is usable (" + q.problem + ")");
-  const cuda::DeviceInfo& gpu = q.devices.front();
-  o.rank_device = cuda::single_gpu_rank_devices(
-      {.device = gpu.id,
-       .precision = bf16 ? cuda::Precision::bf16 : cuda::Precision::fp32,
-       .flash = flash_variant(attention),
-       .bf16_operands = bf16_operands(a.gemm_inputs),
-       .gelu_epilogues = a.gelu_epilogue});
-  // Every rank's state lives on this one device: a model that cannot fit is refused up front.
-  o.device_memory = runtime::TrainOptions::DeviceMemory{
-      "GPU " + std::to_string(gpu.id) + " (" + gpu.name + ")", gpu.total_bytes};
-#endif
-}
 
 std::uint64_t parse_seed(const std::string& text) {
   std::uint64_t seed = 0;
@@ -277,8 +214,6 @@ TrainSetup build_options(const TrainArgs& a) {
       throw InputError(
           "--gpu-capture-every and --no-gpu-capture: choose one (capture off takes nothing)");
   }
-  if (backend == spec::EngineBackend::cuda)
-    use_cuda_backend(o, precision == spec::EnginePrecision::bf16, attention, a);
   if (a.no_gpu_capture && backend != spec::EngineBackend::cuda)
     throw InputError("--no-gpu-capture is for --backend cuda (the cpu backend captures no GPU)");
   o.capture_gpu_activity = !a.no_gpu_capture;
@@ -291,66 +226,15 @@ TrainSetup build_options(const TrainArgs& a) {
       throw InputError("--device-cache-mib is for --backend cuda (it caps a GPU rank's cache)");
     o.device_buffer_cache_bytes = static_cast<std::size_t>(*a.device_cache_mib) << 20;
   }
-  o.attention = attention == spec::EngineAttention::stored ? tensor::AttentionKernel::stored
-                                                           : tensor::AttentionKernel::flash;
   return setup;
 }
 
-// The workspace run of a training run, with the options' trace sink streaming into it; null
-// with --no-db.
-std::unique_ptr<db::RunWriter> open_run_writer(const TrainArgs& a, const db::TrainingEngine& engine,
-                                               runtime::TrainOptions& o) {
-  if (a.no_db) return nullptr;
-  const std::string name = a.name.empty() ? db::training_run_name(o.model, o.plan) : a.name;
-  db::WriterOptions options;
-  options.check_integrity = true;  // a corrupt workspace fails before training, not after
-  auto writer = std::make_unique<db::RunWriter>(
-      a.db,
-      db::RunInfo{profiler::TraceKind::Measured, name,
-                  db::training_plan_json(o.model, o.plan, o.steps, o.seed, engine).dump(),
-                  db::training_specs_json(o.model).dump()},
-      options);
-  db::RunWriter* w = writer.get();
-  o.trace_sink = [w](profiler::Trace part) { w->append(std::move(part)); };
-  o.kernel_sink = [w](std::vector<profiler::KernelRecord> k) { w->append_kernels(std::move(k)); };
-  return writer;
-}
-
-// Trains, finishing the workspace run (if any) as complete with its summary, or as failed.
-// Each step is reported (on_step) only once rank 0's records of it are committed, so a run killed
-// right after printing a step still has it in the workspace.
-runtime::TrainResult train_into(runtime::TrainOptions o, db::RunWriter* writer) {
-  if (writer != nullptr && o.on_step)
-    o.on_step = [report = o.on_step, writer](const runtime::StepResult& s) {
-      writer->flush();
-      report(s);
-    };
-  runtime::TrainResult r;
-  try {
-    r = runtime::train(o);
-  } catch (...) {
-    if (writer) {
-      try {
-        writer->finish(db::RunStatus::Failed);
-      } catch (...) {  // the training error is the one to report
-      }
-    }
-    throw;
-  }
-  if (writer) {
-    writer->set_summary_json(train_summary_json(r));
-    writer->finish(db::RunStatus::Complete);
-  }
-  return r;
-}
-
-// Prints the run's report and where it went (rank 0's process under MPI).
+// Prints the run's report and where it went (rank 0's process under MPI); run_id < 0: not stored.
 void report_run(const TrainArgs& a, const runtime::TrainOptions& o, const runtime::TrainResult& r,
-                const db::RunWriter* writer) {
-  if (writer)
-    note_kept("the run was stored as run " + std::to_string(writer->run_id()) + " in " + a.db);
+                std::int64_t run_id) {
+  if (run_id >= 0) note_kept("the run was stored as run " + std::to_string(run_id) + " in " + a.db);
   if (a.json) {
-    print_train_json(o, r, writer ? writer->run_id() : -1,
+    print_train_json(o, r, run_id,
                      {a.precision.value_or("fp32"), a.attention.value_or(""),
                       a.gemm_inputs.value_or(""), a.gelu_epilogue});
     return;
@@ -358,9 +242,8 @@ void report_run(const TrainArgs& a, const runtime::TrainOptions& o, const runtim
   print_train_summary(r);
   if (!a.checkpoint.empty()) std::printf("checkpoint written to %s\n", a.checkpoint.c_str());
   if (!a.trace.empty()) std::printf("trace written to %s\n", a.trace.c_str());
-  if (writer)
-    std::printf("stored as run %lld in %s\n", static_cast<long long>(writer->run_id()),
-                a.db.c_str());
+  if (run_id >= 0)
+    std::printf("stored as run %lld in %s\n", static_cast<long long>(run_id), a.db.c_str());
 }
 
 void print_header(const runtime::TrainOptions& o, const char* ranks) {
@@ -383,220 +266,70 @@ void print_header(const runtime::TrainOptions& o, const char* ranks) {
   flush_stdout();
 }
 
-#ifdef PIPETUNE_HAVE_MPI
-// How long a failed process waits for rank 0's process to record its failure and end the job.
-constexpr int kRootGraceSeconds = 10;
+void print_step(const runtime::StepResult& s) {
+  if (std::ferror(stdout)) return;  // stdout failed: the run goes on without its lines
+  std::printf("step %4d  loss %.4f", s.step, s.loss);
+  if (s.aux_loss != 0.0) std::printf("  aux %.4f", s.aux_loss);
+  std::printf("  norm %7.3f  %8.1f ms  %9.0f tok/s\n", s.grad_norm, s.seconds * 1e3,
+              s.tokens_per_s);
+  flush_stdout();
+}
 
-// Ends every process of the job after this process failed: exit 2 for input errors, 1 otherwise.
-// Another process than rank 0's first tells rank 0's (`notice`, when it has one), which stores
-// its run as failed and ends the job when it next waits; if it never comes to a wait, this
-// process ends the job after the grace period and the run is left interrupted.
-[[noreturn]] void end_job(const mpi::MpiSession& session, mpi::MpiFailureNotice* notice,
-                          const char* what, int code) {
-  if (code == 2)
-    std::fprintf(stderr, "pipetune: error: %s\n", what);
+// A process of a job that failed, before the job ends (ranks as processes).
+void print_process_failure(const session::ProcessFailure& f) {
+  if (f.exit_code == 2)
+    std::fprintf(stderr, "pipetune: error: %s\n", f.what.c_str());
   else
-    std::fprintf(stderr, "pipetune: failed in process %d: %s\n", session.rank(), what);
+    std::fprintf(stderr, "pipetune: failed in process %d: %s\n", f.process, f.what.c_str());
   std::fflush(stderr);
-  if (code != 2 && session.rank() != 0 && notice != nullptr && notice->tell_root(what, 5.0))
-    std::this_thread::sleep_for(std::chrono::seconds(kRootGraceSeconds));
-  session.abort(code);
 }
-
-// Ranks as processes over MPI, one or K (hybrid) per process: rank 0's process prints; any
-// failure ends every process (an MPI job whose process returns while the others wait would
-// hang), with exit 2 for input errors and 1 otherwise.
-void train_as_processes(runtime::TrainOptions o, const TrainArgs& a,
-                        const db::TrainingEngine& engine, int ranks_per_process) {
-  mpi::MpiSession session(nullptr, nullptr);
-  const bool root = session.rank() == 0;
-  // Made first, in every process (a collective); outside the try, so that a process failing
-  // anywhere in it can tell rank 0's process (end_job).
-  std::optional<mpi::MpiFailureNotice> failures;
-  try {
-    failures.emplace();
-    const comm::Topology topology(o.plan.tp, o.plan.pp, o.plan.dp, o.plan.ep);
-    const std::vector<comm::ProcessGroup> groups = comm::every_group(topology);
-    // One rank per process: MPI's own collectives over a communicator per group. Several: a
-    // router of this process's rank threads (mpi_rank_router.hpp), since a process is one
-    // member of an MPI communicator.
-#ifdef PIPETUNE_HAVE_NCCL
-    if (o.rank_device) {  // --backend cuda: each process's rank on its own GPU, over NCCL
-      o.rank_device = nccl::nccl_rank_devices(
-          {groups, a.precision == "bf16" ? cuda::Precision::bf16 : cuda::Precision::fp32,
-           o.watchdog_seconds,
-           flash_variant(spec::parse_engine_attention(a.attention.value_or("flash"))),
-           bf16_operands(a.gemm_inputs), a.gelu_epilogue, &*failures});
-      if (o.device_memory) o.device_memory->name = "each process's GPU";
-    }
-#endif
-    std::optional<mpi::MpiCommunicator> single;
-    std::optional<mpi::MpiRankRouter> router;
-    std::vector<std::unique_ptr<mpi::MpiHybridCommunicator>> hybrid;
-    runtime::TrainOptions::Processes processes;
-    if (ranks_per_process == 1) {
-      single.emplace(groups, o.watchdog_seconds);
-      single->watch_failures(&*failures);
-      processes.ranks = {&*single};
-      processes.gather_to_root = [&single](comm::Communicator&, const std::string& bytes) {
-        return single->gather_bytes(bytes, 0);
-      };
-    } else {
-      router.emplace(ranks_per_process, o.watchdog_seconds);
-      router->watch_failures(&*failures);
-      for (int k = 0; k < ranks_per_process; ++k) {
-        hybrid.push_back(std::make_unique<mpi::MpiHybridCommunicator>(
-            *router, router->first_rank() + k, groups));
-        processes.ranks.push_back(hybrid.back().get());
-      }
-      processes.gather_to_root = [](comm::Communicator& c, const std::string& bytes) {
-        return static_cast<mpi::MpiHybridCommunicator&>(c).gather_bytes(bytes, 0);
-      };
-      processes.on_rank_failure = [&router](int rank, const std::string& reason) {
-        router->fail(rank, reason);
-      };
-    }
-    o.processes = std::move(processes);
-    o.record_trace = false;  // --trace: written from the workspace run, which has every rank's
-    std::unique_ptr<db::RunWriter> writer;
-    if (root) {
-      writer = open_run_writer(a, engine, o);
-    } else {
-      o.on_step = nullptr;
-      // Every process streams (a collective per step); only rank 0's sink receives the parts.
-      if (!a.no_db) o.trace_sink = [](profiler::Trace) {};
-    }
-    if (root && !a.json)
-      print_header(o, ranks_per_process == 1
-                          ? "processes"
-                          : ("ranks: " + std::to_string(session.size()) + " processes x " +
-                             std::to_string(ranks_per_process) + " threads")
-                                .c_str());
-    // A failed run ends the job here, before this scope's communicators are destroyed: their
-    // destructors would wait (up to the watchdog) for sends no process will take now.
-    runtime::TrainResult r;
-    try {
-      r = train_into(o, writer.get());
-    } catch (const InputError& e) {
-      end_job(session, nullptr, e.what(), 2);
-    } catch (const std::exception& e) {
-      end_job(session, &*failures, e.what(), 1);
-    }
-    if (!root) return;
-    if (!a.trace.empty()) {  // every process's spans, as the workspace run holds them
-      db::Workspace ws(a.db);
-      db::write_chrome_trace_file(ws.load(writer->run_id()).trace, a.trace);
-    }
-    report_run(a, o, r, writer.get());
-  } catch (const InputError& e) {
-    end_job(session, nullptr, e.what(), 2);
-  } catch (const std::exception& e) {
-    end_job(session, failures ? &*failures : nullptr, e.what(), 1);
-  }
-}
-#endif
 
 void run(const TrainArgs& given) {
   TrainSetup setup = build_options(given);
   TrainArgs a = given;  // with the precision in effect (the flag's, else the run file's)
   a.precision = std::string(spec::engine_precision_name(setup.precision));
   a.attention = std::string(spec::engine_attention_name(setup.attention));
-  runtime::TrainOptions& o = setup.options;
-  runtime::check_train_options(o);  // the engine's own rules first, with its messages
-  // Under mpirun / srun: one rank (or --ranks-per-process K) per process, or a refusal in every
-  // process before anything is written (never every process training the whole run into one
-  // workspace).
-  const int processes = std::max(1, comm::launcher_world_size());
-  const int world = o.plan.tp * o.plan.pp * o.plan.dp;
-  const int per_process = a.ranks_per_process.value_or(processes > 1 ? 1 : world);
-  if (per_process < 1)
-    throw InputError("--ranks-per-process must be at least 1, not " + std::to_string(per_process));
-  if (processes > 1 || per_process != world) {
-    if (static_cast<long long>(processes) * per_process != world)
-      throw InputError(
-          processes > 1
-              ? "started by an MPI launcher with " + std::to_string(processes) +
-                    " processes, but the plan has tp*pp*dp = " + std::to_string(world) +
-                    " ranks (" + std::to_string(per_process) +
-                    " per process; --ranks-per-process runs several)"
-              : "--ranks-per-process " + std::to_string(per_process) +
-                    " runs ranks as threads of processes started by mpirun or srun (the plan's " +
-                    std::to_string(world) + " ranks need " +
-                    (world % per_process == 0 ? std::to_string(world / per_process) + " processes"
-                                              : "a divisor of " + std::to_string(world)) +
-                    "); this is one process");
-    if (o.rank_device) {
-#ifndef PIPETUNE_HAVE_NCCL
-      throw InputError(
-          "backend cuda with ranks as processes needs NCCL, and this pipetune was built without "
-          "it (nccl.h / libnccl and MPI at configure time): run it without mpirun / srun for "
-          "every rank as a stream of one GPU");
-#endif
-      if (per_process != 1)
-        throw InputError(
-            "backend cuda with ranks as processes runs one rank per process, each on its own "
-            "GPU (NCCL refuses two ranks of a communicator on one device): drop "
-            "--ranks-per-process");
-    }
-#ifndef PIPETUNE_HAVE_MPI
-    throw InputError(
-        "started by an MPI launcher, but this pipetune was built without MPI "
-        "(configure with -DPIPETUNE_MPI=ON), so its ranks can only be threads: run "
-        "it without mpirun / srun");
-#else
-    if (!a.trace.empty() && a.no_db)
-      throw InputError(
-          "--trace with ranks as processes is written from the workspace run: drop --no-db");
-#endif
-  }
+  if (a.ranks_per_process && *a.ranks_per_process < 1)
+    throw InputError("--ranks-per-process must be at least 1, not " +
+                     std::to_string(*a.ranks_per_process));
+  session::TrainingRequest request;
+  request.train = setup.options;
+  request.engine = {.backend = setup.backend,
+                    .precision = setup.precision,
+                    .attention = setup.attention,
+                    .gemm_inputs_in_gemm = a.gemm_inputs == "in-gemm",
+                    .gelu_epilogue = a.gelu_epilogue};
+  request.ranks_per_process = a.ranks_per_process;
   // The schedule `simulate --config` and `predict` simulate for this plan: planned with the op
   // costs of the run's hardware, so the measured and the predicted run execute the same ops.
-  spec::apply_defaults(o.plan);
-  o.schedule = tuner::planned_schedule(
-                   o.model, tuner::cluster_for_plan(setup.cluster, o.plan), o.plan,
-                   tuner::engine_execution(setup.backend, setup.precision, setup.attention))
-                   .schedule;
-  if (!a.trace.empty()) check_output_file(a.trace, a.force, a.no_db ? "" : a.db);
-  // The run goes into the workspace as it trains: a crash leaves it there, interrupted.
-  // (Processes: rank 0's process opens it, once MPI says which process that is.)
-  // The engine the workspace records, on `gpus` GPUs when it runs on cuda.
-  const auto engine_record = [&](int gpus) {
-    return db::TrainingEngine{.backend = setup.backend,
-                              .precision = setup.precision,
-                              .gpus = setup.backend == spec::EngineBackend::cuda ? gpus : 0,
-                              .attention = setup.attention,
-                              .gemm_inputs_in_gemm = a.gemm_inputs == "in-gemm",
-                              .gelu_epilogue = a.gelu_epilogue};
-  };
-  std::unique_ptr<db::RunWriter> writer;
-  // With cuda in one process, every rank is a stream of GPU 0.
-  if (processes <= 1) writer = open_run_writer(a, engine_record(1), o);
+  request.plan_schedule = tuner::training_schedule_planner(setup.cluster);
+  if (!a.no_db) request.open_run = db::training_run_opener(a.db, a.name);
+  request.on_process_failure = print_process_failure;
+  runtime::TrainOptions shown = setup.options;  // the run as reported: plan defaults applied
+  spec::apply_defaults(shown.plan);
   if (!a.json) {
-    if (processes <= 1)
-      print_header(o, !o.rank_device          ? "ranks"  // processes: rank 0's, once MPI is up
-                      : a.precision == "bf16" ? "ranks as streams of one GPU (bf16 GEMMs)"
-                                              : "ranks as streams of one GPU");
-    o.on_step = [](const runtime::StepResult& s) {
-      if (std::ferror(stdout)) return;  // stdout failed: the run goes on without its lines
-      std::printf("step %4d  loss %.4f", s.step, s.loss);
-      if (s.aux_loss != 0.0) std::printf("  aux %.4f", s.aux_loss);
-      std::printf("  norm %7.3f  %8.1f ms  %9.0f tok/s\n", s.grad_norm, s.seconds * 1e3,
-                  s.tokens_per_s);
-      flush_stdout();
+    request.train.on_step = print_step;
+    request.on_start = [&shown](std::int64_t, const session::RankLayout& layout) {
+      print_header(shown, layout.describe().c_str());
     };
   }
-#ifdef PIPETUNE_HAVE_MPI
-  if (processes > 1) {
-    // With cuda under a launcher: one GPU a process.
-    train_as_processes(o, a, engine_record(processes), per_process);
-    return;
+  session::TrainingSession session(std::move(request));
+  const bool processes = session.layout().processes > 1;
+  // A trace of ranks as processes is written from the workspace run, which has every rank's.
+  if (processes && !a.trace.empty() && a.no_db)
+    throw InputError(
+        "--trace with ranks as processes is written from the workspace run: drop --no-db");
+  if (!a.trace.empty()) check_output_file(a.trace, a.force, a.no_db ? "" : a.db);
+  const session::TrainingOutcome out = session.run();
+  if (!out.reports) return;  // rank 0's process reports the run
+  if (!a.trace.empty()) {
+    if (processes)
+      db::write_chrome_trace_file(db::Workspace(a.db).load(out.run_id).trace, a.trace);
+    else
+      db::write_chrome_trace_file(out.result.trace, a.trace);
   }
-#endif
-  const runtime::TrainResult r = train_into(o, writer.get());
-  if (!a.trace.empty()) db::write_chrome_trace_file(r.trace, a.trace);
-  report_run(a, o, r, writer.get());
+  report_run(a, shown, out.result, out.run_id);
 }
-
 }  // namespace
 
 void add_train_command(CLI::App& app) {

@@ -118,12 +118,4 @@ void print_train_summary(const runtime::TrainResult& r) {
         g.flushes, g.forced_flushes, human_time(1e-9 * static_cast<double>(g.flush_ns)).c_str(),
         human_time(1e-9 * static_cast<double>(g.route_ns)).c_str());
 }
-
-std::string train_summary_json(const runtime::TrainResult& r) {
-  std::vector<double> losses;
-  for (const auto& st : r.steps) losses.push_back(st.loss);
-  return db::training_summary_json(r.iteration_seconds, runtime::steady_tokens_per_s(r), losses)
-      .dump();
-}
-
 }  // namespace pipetune::cli

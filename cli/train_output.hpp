@@ -1,6 +1,5 @@
 // What `pipetune train` prints when a run ends: the JSON of --json (losses, steps, ranks, the plan
-// as run, the engine's choices and the GPU capture's counts) or the text summary, and the
-// summary stored with the run in the workspace.
+// as run, the engine's choices and the GPU capture's counts) or the text summary.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +23,5 @@ void print_train_json(const runtime::TrainOptions& o, const runtime::TrainResult
 // The text summary: the last step's pipeline time and tokens/s, each rank's compute, bubble and
 // memory, and the GPU capture's counts when there was any.
 void print_train_summary(const runtime::TrainResult& r);
-// The run's summary JSON for the workspace (db::training_summary_json).
-std::string train_summary_json(const runtime::TrainResult& r);
 
 }  // namespace pipetune::cli

@@ -10,6 +10,7 @@
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
 #include "engine/spec/run_spec.hpp"
+#include "engine/spec/training_engine.hpp"
 #include "tuner/search/tuning_target.hpp"
 
 namespace pipetune::db {
@@ -35,16 +36,7 @@ void read_trial_json(const nlohmann::json& j, TrialTarget& target, spec::Paralle
 
 // A measured run (pipetune train, the GUI's Train page): the plan it trained with (runs.plan_json)
 // and the model (runs.specs_json {"model": {...}}).
-struct TrainingEngine {
-  spec::EngineBackend backend = spec::EngineBackend::cpu;
-  spec::EnginePrecision precision = spec::EnginePrecision::fp32;
-  int gpus = 0;  // GPUs its ranks ran on (1: every rank a stream of one GPU); 0: none or unknown
-  spec::EngineAttention attention = spec::EngineAttention::stored;
-  // The CUDA backend's GEMM options (train --gemm-inputs in-gemm, --gelu-epilogue): how its GEMMs
-  // ran, so a calibration from the run is known to include them.
-  bool gemm_inputs_in_gemm = false;  // cuda bf16 only
-  bool gelu_epilogue = false;        // cuda only
-};
+using TrainingEngine = spec::TrainingEngine;
 // The plan's splits, schedule, batch, ZeRO stage, recomputation, sequence parallelism and layer
 // split, with the engine it ran on ("backend", "precision", "attention", "gpus" when it ran on
 // GPUs, "gemm_inputs" for cuda bf16 and "gelu_epilogue" when on): what calibrate and predict

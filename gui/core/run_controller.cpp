@@ -1,27 +1,16 @@
 #include "gui/core/run_controller.hpp"
 
 #include <exception>
-#include <nlohmann/json.hpp>
-#include <vector>
+#include <memory>
+#include <utility>
 
 #include "db/store/record_json.hpp"
 #include "db/store/run_name.hpp"
-#include "db/store/run_writer.hpp"
-#include "engine/runtime/trainer.hpp"
+#include "db/store/training_run_sink.hpp"
+#include "engine/session/training_session.hpp"
 #include "tuner/predict/planned_schedule.hpp"
 
 namespace pipetune::gui {
-
-namespace {
-
-std::string summary_json(const runtime::TrainResult& r) {
-  std::vector<double> losses;
-  for (const auto& st : r.steps) losses.push_back(st.loss);
-  return db::training_summary_json(r.iteration_seconds, runtime::steady_tokens_per_s(r), losses)
-      .dump();
-}
-
-}  // namespace
 
 QString run_outcome_name(RunOutcome outcome) {
   switch (outcome) {
@@ -57,30 +46,48 @@ bool RunController::start(const RunRequest& request) {
     return false;
   }
   join_worker();
-  runtime::TrainOptions o;
-  o.model = request.model;
-  o.plan = request.plan;
-  o.steps = request.steps;
-  o.seed = request.seed;
-  o.adamw.lr = request.learning_rate;
-  o.threads_per_rank = request.threads_per_rank;
-  try {
-    runtime::check_train_options(o);
-    if (request.cluster) {
-      spec::apply_defaults(o.plan);
-      o.schedule = tuner::planned_schedule(
-                       o.model, tuner::cluster_for_plan(*request.cluster, o.plan), o.plan)
-                       .schedule;
-    }
-  } catch (const std::exception& e) {
-    error_ = QString::fromStdString(e.what());
-    return false;
-  }
   const std::string name =
-      !request.name.empty() ? request.name : db::training_run_name(o.model, o.plan);
+      !request.name.empty() ? request.name : db::training_run_name(request.model, request.plan);
   // The store's rule for names, before the run starts (the CLI's train refuses the same).
   if (const std::string problem = db::run_name_problem(name); !problem.empty()) {
     error_ = QString::fromStdString("run name: " + problem);
+    return false;
+  }
+  session::TrainingRequest r;
+  r.train.model = request.model;
+  r.train.plan = request.plan;
+  r.train.steps = request.steps;
+  r.train.seed = request.seed;
+  r.train.adamw.lr = request.learning_rate;
+  r.train.threads_per_rank = request.threads_per_rank;
+  r.train.stop = &stop_;
+  r.train.on_step = [this](const runtime::StepResult& s) {
+    inbox_.post([this, s] {
+      losses_.push_back(QPointF(s.step, s.loss));
+      tokens_per_s_ = s.tokens_per_s;
+      emit step_done(s.step, s.loss, s.tokens_per_s);
+    });
+  };
+  if (request.cluster) r.plan_schedule = tuner::training_schedule_planner(*request.cluster);
+  r.open_run = db::training_run_opener(workspace_, name);
+  r.on_start = [this](std::int64_t id, const session::RankLayout&) {
+    inbox_.post([this, id] {
+      run_id_ = id;
+      emit started(id);
+    });
+  };
+  r.on_trace_part = [this](const profiler::Trace& part) {
+    auto shared = std::make_shared<const profiler::Trace>(part);
+    inbox_.post([this, shared] {
+      spans_received_ += static_cast<std::int64_t>(shared->spans.size());
+      emit trace_part(shared);
+    });
+  };
+  std::shared_ptr<session::TrainingSession> session;
+  try {
+    session = std::make_shared<session::TrainingSession>(std::move(r));
+  } catch (const std::exception& e) {
+    error_ = QString::fromStdString(e.what());
     return false;
   }
   stop_ = false;
@@ -89,56 +96,19 @@ bool RunController::start(const RunRequest& request) {
   losses_.clear();
   tokens_per_s_ = 0.0;
   spans_received_ = 0;
-  const std::string path = workspace_;
-  worker_ = std::thread([this, o = std::move(o), name, path]() mutable {
-    std::unique_ptr<db::RunWriter> writer;
+  worker_ = std::thread([this, session] {
     RunOutcome outcome = RunOutcome::Failed;
     QString message;
     try {
-      writer = std::make_unique<db::RunWriter>(
-          path, db::RunInfo{profiler::TraceKind::Measured, name,
-                            db::training_plan_json(o.model, o.plan, o.steps, o.seed).dump(),
-                            db::training_specs_json(o.model).dump()});
-      const std::int64_t id = writer->run_id();
-      inbox_.post([this, id] {
-        run_id_ = id;
-        emit started(id);
-      });
-      db::RunWriter* w = writer.get();
-      o.trace_sink = [this, w](profiler::Trace part) {
-        w->append(part);
-        auto shared = std::make_shared<const profiler::Trace>(std::move(part));
-        inbox_.post([this, shared] {
-          spans_received_ += static_cast<std::int64_t>(shared->spans.size());
-          emit trace_part(shared);
-        });
-      };
-      o.on_step = [this](const runtime::StepResult& s) {
-        inbox_.post([this, s] {
-          losses_.push_back(QPointF(s.step, s.loss));
-          tokens_per_s_ = s.tokens_per_s;
-          emit step_done(s.step, s.loss, s.tokens_per_s);
-        });
-      };
-      o.stop = &stop_;
-      const runtime::TrainResult r = runtime::train(o);
-      writer->set_summary_json(summary_json(r));
-      outcome = r.stopped ? RunOutcome::Interrupted : RunOutcome::Complete;
-      writer->finish(outcome == RunOutcome::Complete ? db::RunStatus::Complete
-                                                     : db::RunStatus::Interrupted);
-      if (r.stopped)
-        message = QString("stopped after step %1").arg(r.steps.empty() ? 0 : r.steps.back().step);
+      const session::TrainingOutcome out = session->run();
+      outcome = out.result.stopped ? RunOutcome::Interrupted : RunOutcome::Complete;
+      if (out.result.stopped)
+        message = QString("stopped after step %1")
+                      .arg(out.result.steps.empty() ? 0 : out.result.steps.back().step);
     } catch (const std::exception& e) {
       outcome = RunOutcome::Failed;
       message = QString::fromStdString(e.what());
-      if (writer) {
-        try {
-          writer->finish(db::RunStatus::Failed);
-        } catch (...) {  // the training error is the one to show
-        }
-      }
     }
-    writer.reset();
     inbox_.post([this, outcome, message] {
       join_worker();
       running_ = false;

@@ -1,5 +1,7 @@
 #include "tuner/predict/planned_schedule.hpp"
 
+#include <utility>
+
 #include "engine/schedule/generators.hpp"
 #include "engine/spec/plan_schedule.hpp"
 #include "engine/spec/validate.hpp"
@@ -26,6 +28,15 @@ spec::ClusterSpec cluster_for_plan(const spec::ClusterSpec& cluster,
                                    const spec::ParallelPlan& plan) {
   if (cluster.devices == plan.world_size()) return cluster;
   return spec::make_cluster(cluster.hardware, plan.world_size(), cluster.name);
+}
+
+spec::TrainingSchedulePlanner training_schedule_planner(spec::ClusterSpec cluster) {
+  return [cluster = std::move(cluster)](const spec::TrainingRunStart& run) {
+    const spec::TrainingEngine& engine = run.engine;
+    return planned_schedule(run.model, cluster_for_plan(cluster, run.plan), run.plan,
+                            engine_execution(engine.backend, engine.precision, engine.attention))
+        .schedule;
+  };
 }
 
 }  // namespace pipetune::tuner

@@ -10,6 +10,7 @@
 #include "engine/spec/cluster_spec.hpp"
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
+#include "engine/spec/training_engine.hpp"
 #include "tuner/cost/execution.hpp"
 #include "tuner/cost/op_costs.hpp"
 
@@ -31,5 +32,9 @@ PlannedSchedule planned_schedule(const spec::ModelSpec& model, const spec::Clust
 // plan's world (the engine's virtual cluster has exactly tp * pp * dp ranks).
 spec::ClusterSpec cluster_for_plan(const spec::ClusterSpec& cluster,
                                    const spec::ParallelPlan& plan);
+
+// How a training run on `cluster`'s hardware plans its schedule: planned_schedule on
+// cluster_for_plan(cluster, plan) with the execution of the run's engine (engine_execution).
+spec::TrainingSchedulePlanner training_schedule_planner(spec::ClusterSpec cluster);
 
 }  // namespace pipetune::tuner
