@@ -14,6 +14,8 @@ namespace pipetune::spec {
 struct NodeGroup {
   int nodes = 0;
   double inter_node_bandwidth = 0.0;  // bytes/s per GPU per direction
+
+  bool operator==(const NodeGroup&) const = default;
 };
 
 struct ClusterSpec {
@@ -36,6 +38,8 @@ struct ClusterSpec {
   double device_inter_bandwidth(int device) const;
   // The slowest NIC: what a collective spanning every node is limited by.
   double min_inter_node_bandwidth() const;
+
+  bool operator==(const ClusterSpec&) const = default;
 };
 
 // A homogeneous cluster of `devices` devices of one hardware kind with its own link figures.

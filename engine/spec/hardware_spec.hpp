@@ -33,6 +33,8 @@ struct HardwareEfficiency {
   double all_reduce_bus = 0.0;
   double all_gather_bus = 0.0;
   double reduce_scatter_bus = 0.0;
+
+  bool operator==(const HardwareEfficiency&) const = default;
 };
 
 // What a device is. Gpu: an accelerator running a training framework (Megatron-Core and its
@@ -63,6 +65,8 @@ struct HardwareSpec {
   // GPU's fused cross-entropy). `calibrate --local` measures it with the engine's kernels.
   double special_function_rate = 0.0;
   HardwareEfficiency efficiency;
+
+  bool operator==(const HardwareSpec&) const = default;
 };
 
 }  // namespace pipetune::spec

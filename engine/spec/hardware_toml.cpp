@@ -1,43 +1,22 @@
 #include "engine/spec/hardware_toml.hpp"
 
-#include <cstdio>
 #include <sstream>
+
+#include "engine/spec/toml_text.hpp"
 
 namespace pipetune::spec {
 
 namespace {
 
-std::string number(double v) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.9g", v);
-  return text;
-}
+using detail::toml_number;
+using detail::toml_string;
 
-// TOML basic string: quotes, backslashes and control characters escaped.
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(c));
-      out += esc;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-}  // namespace
-
-std::string hardware_toml(const HardwareSpec& hw, const std::string& header) {
-  std::ostringstream out;
-  std::istringstream lines(header);
-  for (std::string line; std::getline(lines, line);) out << "# " << line << "\n";
-  out << "description = " << quoted(hw.description) << "\n";
+// The keys of a hardware file after its name, then its [efficiency] table under the header
+// `efficiency_header`; figures with `digits` significant digits (0: exact).
+void write_hardware_keys(std::ostream& out, const HardwareSpec& hw,
+                         const std::string& efficiency_header, int digits) {
+  const auto number = [digits](double v) { return toml_number(v, digits); };
+  out << "description = " << toml_string(hw.description, "the hardware's description") << "\n";
   out << "device = \"" << (hw.device == DeviceKind::Cpu ? "cpu" : "gpu") << "\"\n";
   out << "peak_flops = " << number(hw.peak_flops) << "\n";
   if (hw.fp32_peak_flops > 0.0) out << "fp32_peak_flops = " << number(hw.fp32_peak_flops) << "\n";
@@ -52,7 +31,7 @@ std::string hardware_toml(const HardwareSpec& hw, const std::string& header) {
     out << "special_function_rate = " << number(hw.special_function_rate) << "\n";
   out << "\n";
   const HardwareEfficiency& e = hw.efficiency;
-  out << "[efficiency]\n";
+  out << efficiency_header << "\n";
   out << "gemm = " << number(e.gemm) << "\n";
   out << "gemm_half_flops = " << number(e.gemm_half_flops) << "\n";
   out << "attention = " << number(e.attention) << "\n";
@@ -64,6 +43,23 @@ std::string hardware_toml(const HardwareSpec& hw, const std::string& header) {
   if (e.all_gather_bus > 0.0) out << "all_gather_bus = " << number(e.all_gather_bus) << "\n";
   if (e.reduce_scatter_bus > 0.0)
     out << "reduce_scatter_bus = " << number(e.reduce_scatter_bus) << "\n";
+}
+
+}  // namespace
+
+std::string hardware_toml(const HardwareSpec& hw, const std::string& header) {
+  std::ostringstream out;
+  std::istringstream lines(header);
+  for (std::string line; std::getline(lines, line);) out << "# " << line << "\n";
+  write_hardware_keys(out, hw, "[efficiency]", 9);
+  return out.str();
+}
+
+std::string hardware_toml_table(const HardwareSpec& hw, const std::string& table) {
+  std::ostringstream out;
+  out << "[" << table << "]\n";
+  out << "name = " << toml_string(hw.name, "the hardware's name") << "\n";
+  write_hardware_keys(out, hw, "[" + table + ".efficiency]", 0);
   return out.str();
 }
 

@@ -12,4 +12,9 @@ namespace pipetune::spec {
 // `header` is written first, each of its lines as a `# ` comment.
 std::string hardware_toml(const HardwareSpec& hardware, const std::string& header = "");
 
+// The same keys, with the name, as the table `table` of a larger file ("cluster.hardware" gives
+// [cluster.hardware] and [cluster.hardware.efficiency]), every figure exact: the spec reads back
+// equal. InputError when a name or description is not UTF-8.
+std::string hardware_toml_table(const HardwareSpec& hardware, const std::string& table);
+
 }  // namespace pipetune::spec

@@ -145,7 +145,11 @@ ClusterDraft read_cluster_raw(const toml::table& table, const TableContext& ctx,
   if (!ctx.default_name.empty()) d.name = ctx.default_name;
   if (auto v = r.string("name")) d.name = *v;
   if (auto v = r.string("description")) d.description = *v;
-  if (auto v = r.string("hardware")) {
+  const toml::node* hardware = r.node("hardware");
+  if (hardware != nullptr && hardware->is_table()) {
+    const TableContext inner{ctx.source, ctx.prefix + "hardware.", ctx.base_dir, ""};
+    d.hardware = read_hardware_table(*hardware->as_table(), inner);
+  } else if (auto v = r.string("hardware")) {
     const fs::path file = resolve_at(r, "hardware", PresetKind::Hardware, *v, ctx);
     d.hardware = read_hardware_table(parse_toml_file(file), file_context(file));
   }

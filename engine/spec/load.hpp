@@ -12,7 +12,8 @@
 // inter_node_bandwidth (required; FLOP/s, bytes, bytes/s), devices_per_node (8),
 // intra_node_latency, inter_node_latency (seconds; defaults in hardware_spec.hpp).
 //
-// Cluster files: name, description, hardware (a hardware preset name or path), nodes or devices
+// Cluster files: name, description, hardware (a hardware preset name or path, or a table of the
+// keys of a hardware file: [hardware], in a run file [cluster.hardware]), nodes or devices
 // (one of them, or node_groups), devices_per_node, intra_node_bandwidth, inter_node_bandwidth,
 // intra_node_latency, inter_node_latency (default: the hardware's), and node groups with their
 // own NICs as an array of tables:  [[node_groups]]  nodes = 4  inter_node_bandwidth = 25e9

@@ -41,6 +41,8 @@ struct ModelSpec {
   // widths (GPT-2's 50257 becomes 50304). Padding rows start at zero and never take part in the
   // softmax. 1 = no padding rows (shards of a vocabulary they do not divide differ by one row).
   std::int64_t vocab_divisible_by = 1;
+
+  bool operator==(const ModelSpec&) const = default;
 };
 
 // 4*hidden for gelu; for swiglu Llama's rule 2/3 * 4*hidden rounded up to a multiple of 256

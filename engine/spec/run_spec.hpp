@@ -31,9 +31,10 @@
 //   seq_len = 4096
 //
 //   [cluster]                  # no cluster preset: a hardware preset and a size
-//   hardware = "h100-sxm"
+//   hardware = "h100-sxm"      # or a [cluster.hardware] table of a hardware file's keys
 //   nodes = 2                  # or devices = 16
 //
+// run_file_writer.hpp writes a RunSpec in this format.
 // Relative paths are relative to the run file's folder.
 #pragma once
 
