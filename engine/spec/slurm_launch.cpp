@@ -135,6 +135,7 @@ std::string sbatch_script(const SlurmLaunch& l) {
   if (!l.workspace.empty()) out << " --db " << shell_quote(l.workspace);
   if (!l.run_name.empty()) out << " --name " << shell_quote(l.run_name);
   if (l.ranks_per_process > 1) out << " --ranks-per-process " << l.ranks_per_process;
+  for (const std::string& argument : l.train_arguments) out << " " << shell_quote(argument);
   out << "\n";
   return out.str();
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "engine/spec/run_spec.hpp"
 
@@ -23,6 +24,8 @@ struct SlurmLaunch {
   std::string job_name;               // empty: the run name, else "pipetune"
   std::string time_limit;             // Slurm's formats ("90", "4:00:00", "1-12"); empty: none
   std::string partition;              // empty: the cluster's default partition
+  // More `train` arguments, one word each ({"--steps", "200", "--seed", "7"}), after the others.
+  std::vector<std::string> train_arguments;
 };
 
 // The launch's world size and per-node figures for a run (its plan's world, cuda's GPUs per
@@ -44,7 +47,8 @@ SlurmLayout slurm_layout(const SlurmLaunch& launch);
 
 // The script: `#!/bin/bash`, the #SBATCH options (job name, nodes, tasks, tasks per node, cpus
 // per task with rank threads, GPUs per node on cuda, time limit and partition when given) and the
-// srun line, every value single-quoted for the shell. InputError as slurm_layout.
+// srun line (train_arguments last), every value single-quoted for the shell. InputError as
+// slurm_layout.
 std::string sbatch_script(const SlurmLaunch& launch);
 
 // sbatch_script written as an executable file by write_spec_file's rule.

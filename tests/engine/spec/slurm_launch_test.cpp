@@ -189,6 +189,7 @@ TEST(SlurmLaunch, EveryArgumentSurvivesBash) {
   l.run_name = "run with  two  spaces, 'quotes' and \"doubles\" ; rm -rf x &";
   l.pipetune = "/opt/pipe tune/bin/pipetune";
   l.job_name = "job 'one'";
+  l.train_arguments = {"--steps", "200", "--data", "/data/shards/*.bin"};
   const std::string script_path = (dir / "launch.sbatch").string();
   write_sbatch_script(l, script_path);
   EXPECT_NE(fs::status(script_path).permissions() & fs::perms::owner_exec, fs::perms::none);
@@ -219,7 +220,11 @@ TEST(SlurmLaunch, EveryArgumentSurvivesBash) {
                                          "--name",
                                          l.run_name,
                                          "--ranks-per-process",
-                                         "2"};
+                                         "2",
+                                         "--steps",
+                                         "200",
+                                         "--data",
+                                         "/data/shards/*.bin"};
   EXPECT_EQ(args, want) << srun;
   fs::remove_all(dir);
 }
