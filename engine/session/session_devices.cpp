@@ -3,6 +3,7 @@
 #include <string>
 
 #include "engine/errors.hpp"
+#include "engine/session/training_session.hpp"
 #ifdef PIPETUNE_HAVE_CUDA
 #include "engine/cuda/cuda_devices.hpp"
 #include "engine/cuda/cuda_rank_device.hpp"
@@ -10,6 +11,19 @@
 #endif
 
 namespace pipetune::session {
+
+std::string cuda_backend_problem() {
+#ifndef PIPETUNE_HAVE_CUDA
+  return "this pipetune was built without the CUDA toolkit (nvcc not found at configure time)";
+#else
+  const cuda::DeviceQuery q = cuda::query_devices();
+  return q.devices.empty() ? "no CUDA device is usable (" + q.problem + ")" : std::string();
+#endif
+}
+
+bool runs_processes() {
+  return kBuiltWithMpi;
+}
 
 void use_single_gpu([[maybe_unused]] runtime::TrainOptions& o,
                     [[maybe_unused]] const spec::TrainingEngine& engine) {

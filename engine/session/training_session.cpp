@@ -84,6 +84,9 @@ profiler::TrainingSummary training_summary(const runtime::TrainResult& result) {
 TrainingSession::TrainingSession(TrainingRequest request) : request_(std::move(request)) {
   runtime::TrainOptions& o = request_.train;
   const spec::TrainingEngine& engine = request_.engine;
+  if (engine.precision == spec::EnginePrecision::bf16 &&
+      engine.backend != spec::EngineBackend::cuda)
+    throw InputError("precision bf16 is for backend cuda (the cpu backend computes in fp32 only)");
   if (const std::string problem =
           spec::engine_attention_problem(engine.attention, engine.backend, engine.precision);
       !problem.empty())

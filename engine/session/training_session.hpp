@@ -97,6 +97,13 @@ class TrainingSession {
   RankLayout layout_;
 };
 
+// Why the cuda backend cannot run here ("" when it can): a build without the CUDA toolkit, or
+// no usable device (with the runtime's reason). What a front end greys its choice out with.
+std::string cuda_backend_problem();
+
+// Whether this build runs ranks as processes under mpirun / srun (built with MPI).
+bool runs_processes();
+
 // The run's summary as its sink keeps it.
 profiler::TrainingSummary training_summary(const runtime::TrainResult& result);
 

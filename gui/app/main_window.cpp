@@ -39,7 +39,7 @@ MainWindow::MainWindow(const QString& workspace, QWidget* parent) : QMainWindow(
 
   connect(tune_, &TunePage::run_requested, this, [this](RunRequest request) {
     tabs_->setCurrentWidget(train_);
-    train_->start_run(request);
+    train_->start_run(train_->with_launch_choices(request));
   });
   // What was just stored shows up in Inspect.
   connect(&runs_, &RunController::finished, this, [this] {

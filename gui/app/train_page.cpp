@@ -1,5 +1,6 @@
 #include "gui/app/train_page.hpp"
 
+#include <QComboBox>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QPushButton>
@@ -33,7 +34,8 @@ TrainPage::TrainPage(PlanFormModel* form, RunController* runs, QWidget* parent)
   bar->addWidget(throughput_);
   bar->addStretch();
   outer->addLayout(bar);
-  status_ = new QLabel("Train the Set up plan on the embedded engine (one thread per rank).");
+  outer->addWidget(make_engine_bar());
+  status_ = new QLabel("Train the Set up plan on the embedded engine.");
   status_->setWordWrap(true);
   status_->setObjectName("train_status");
   outer->addWidget(status_);
@@ -75,12 +77,15 @@ TrainPage::TrainPage(PlanFormModel* form, RunController* runs, QWidget* parent)
 void TrainPage::refresh_buttons() {
   start_->setEnabled(!runs_->running());
   stop_->setEnabled(runs_->running());
+  for (QWidget* choice : {static_cast<QWidget*>(backend_), static_cast<QWidget*>(precision_),
+                          static_cast<QWidget*>(attention_), static_cast<QWidget*>(ranks_)})
+    choice->setEnabled(!runs_->running());
+  refresh_engine_choices();
 }
 
 void TrainPage::start_from_form() {
   if (!form_->selection()) {
-    status_->setStyleSheet("color: #c0392b;");
-    status_->setText("The Set up plan is not valid: " + form_->message());
+    show_error("The Set up plan is not valid: " + form_->message());
     return;
   }
   RunRequest r;
@@ -88,7 +93,12 @@ void TrainPage::start_from_form() {
   r.plan = form_->selection()->plan;
   r.cluster = form_->selection()->cluster;
   r.steps = steps_->value();
-  start_run(r);
+  start_run(with_launch_choices(r));
+}
+
+void TrainPage::show_error(const QString& text) {
+  status_->setStyleSheet("color: #c0392b;");
+  status_->setText(text);
 }
 
 bool TrainPage::start_run(const RunRequest& request) {
@@ -96,8 +106,7 @@ bool TrainPage::start_run(const RunRequest& request) {
   chart_->set_points({});
   status_->setStyleSheet(QString());
   if (!runs_->start(request)) {
-    status_->setStyleSheet("color: #c0392b;");
-    status_->setText("Cannot start: " + runs_->error_message());
+    show_error("Cannot start: " + runs_->error_message());
     return false;
   }
   status_->setText("Starting...");

@@ -12,6 +12,13 @@
 
 namespace pipetune::gui {
 
+namespace {
+
+// How long Stop waits for mpirun to end a job's processes before killing it.
+constexpr int kStopGraceMs = 5000;
+
+}  // namespace
+
 QString run_outcome_name(RunOutcome outcome) {
   switch (outcome) {
     case RunOutcome::Complete:
@@ -29,6 +36,21 @@ RunController::RunController(QObject* parent) : QObject(parent) {}
 RunController::~RunController() {
   stop_ = true;
   join_worker();
+  if (job_ != nullptr) {  // a job of processes does not outlive the window that follows it
+    job_->disconnect(this);
+    job_->terminate();
+    if (!job_->waitForFinished(kStopGraceMs)) job_->kill();
+    job_->waitForFinished(kStopGraceMs);
+  }
+}
+
+void RunController::reset_live_state() {
+  stop_ = false;
+  stop_requested_ = false;
+  run_id_ = -1;
+  losses_.clear();
+  tokens_per_s_ = 0.0;
+  spans_received_ = 0;
 }
 
 void RunController::join_worker() {
@@ -37,6 +59,14 @@ void RunController::join_worker() {
 
 void RunController::stop() {
   stop_ = true;
+  if (job_ != nullptr && job_->state() != QProcess::NotRunning && !stop_requested_) {
+    // mpirun passes SIGTERM on to its processes and ends; the run they leave reads interrupted.
+    stop_requested_ = true;
+    job_->terminate();
+    QTimer::singleShot(kStopGraceMs, job_, [job = job_] {
+      if (job->state() != QProcess::NotRunning) job->kill();
+    });
+  }
 }
 
 bool RunController::start(const RunRequest& request) {
@@ -53,6 +83,7 @@ bool RunController::start(const RunRequest& request) {
     error_ = QString::fromStdString("run name: " + problem);
     return false;
   }
+  if (request.processes > 1) return start_processes(request, name);
   session::TrainingRequest r;
   r.train.model = request.model;
   r.train.plan = request.plan;
@@ -60,6 +91,7 @@ bool RunController::start(const RunRequest& request) {
   r.train.seed = request.seed;
   r.train.adamw.lr = request.learning_rate;
   r.train.threads_per_rank = request.threads_per_rank;
+  r.engine = request.engine;
   r.train.stop = &stop_;
   r.train.on_step = [this](const runtime::StepResult& s) {
     inbox_.post([this, s] {
@@ -90,12 +122,8 @@ bool RunController::start(const RunRequest& request) {
     error_ = QString::fromStdString(e.what());
     return false;
   }
-  stop_ = false;
+  reset_live_state();
   running_ = true;
-  run_id_ = -1;
-  losses_.clear();
-  tokens_per_s_ = 0.0;
-  spans_received_ = 0;
   worker_ = std::thread([this, session] {
     RunOutcome outcome = RunOutcome::Failed;
     QString message;

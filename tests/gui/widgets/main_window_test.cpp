@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <QApplication>
+#include <QComboBox>
 #include <QDir>
 #include <QKeyEvent>
 #include <QLabel>
@@ -17,22 +18,27 @@
 #include <QPlainTextEdit>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QSpinBox>
 #include <QTabWidget>
 #include <QTableView>
 #include <QTimer>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "db/store/run_writer.hpp"
 #include "db/store/workspace.hpp"
 #include "engine/schedule/costs.hpp"
 #include "engine/schedule/generators.hpp"
+#include "engine/spec/run_spec.hpp"
 #include "gui/app/inspect_page.hpp"
 #include "gui/app/loss_chart.hpp"
 #include "gui/app/pareto_scatter.hpp"
 #include "gui/app/setup_page.hpp"
 #include "gui/app/train_page.hpp"
 #include "gui/app/tune_page.hpp"
+#include "gui/core/process_launch.hpp"
 #include "gui/timeline/timeline_widget.hpp"
 #include "tests/gui/core/event_wait.hpp"
 #include "tests/gui/support/gui_test_env.hpp"
@@ -278,6 +284,79 @@ TEST(MainWindow, TrainStreamsTheLiveRunAndStopStoresItInterrupted) {
            window.workspace_model()->run_at(0).status == db::RunStatus::Interrupted;
   }));
   EXPECT_TRUE(train->start_button()->isEnabled());
+}
+
+// The Train page launches what `pipetune train` launches: here the plan's ranks as 2 processes
+// of an mpirun job the window starts, follows (live loss and timeline from the workspace) and
+// stops; the stopped run is listed in Inspect, interrupted.
+TEST(MainWindow, TrainLaunchesATwoProcessRunStopsItAndInspectListsIt) {
+  QApplication* app = test::gui_test_app();
+  if (!app) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
+  if (find_mpirun_program().isEmpty()) PIPETUNE_SKIP_OR_FAIL("mpirun is not on PATH");
+  // Open MPI refuses root (CI runs as root) and more processes than cores unless told.
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  ::setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+  TempDir dir;
+  MainWindow window(dir.qfile("ws.db"));
+  window.runs()->set_programs(PIPETUNE_BIN, QString());
+  window.resize(1400, 900);
+  window.show();
+  TrainPage* train = window.train_page();
+  window.tabs()->setCurrentWidget(train);
+  int steps = 0;
+  QObject::connect(window.runs(), &RunController::step_done,
+                   [&](int step, double, double) { steps = step; });
+  bool ended = false;
+  QObject::connect(window.runs(), &RunController::finished,
+                   [&](RunOutcome, QString) { ended = true; });
+  ASSERT_TRUE(window.form()->valid()) << window.form()->message().toStdString();
+  train->ranks_choice()->setCurrentIndex(1);  // processes (mpirun)
+  ASSERT_TRUE(train->processes_choice()->isEnabled());
+  train->processes_choice()->setValue(2);
+  train->steps_choice()->setValue(100000);
+  train->start_button()->click();
+  ASSERT_TRUE(test::process_events_until([&] { return steps >= 2 || ended; }))
+      << train->status_label()->text().toStdString();
+  ASSERT_FALSE(ended) << train->status_label()->text().toStdString();
+  EXPECT_FALSE(train->start_button()->isEnabled());
+  EXPECT_FALSE(train->loss_chart()->points().isEmpty());
+  train->stop_button()->click();
+  ASSERT_TRUE(test::process_events_until([&] { return ended; }));
+  EXPECT_NE(train->status_label()->text().indexOf("interrupted"), -1)
+      << train->status_label()->text().toStdString();
+  ASSERT_TRUE(test::process_events_until([&] {
+    return window.workspace_model()->rowCount() == 1 &&
+           window.workspace_model()->run_at(0).status == db::RunStatus::Interrupted;
+  }));
+  EXPECT_TRUE(train->start_button()->isEnabled());
+}
+
+// "Write cluster launch" writes the run file `train --config` reads (the Set up plan) and an
+// sbatch script whose srun line runs it; the script is valid bash.
+TEST(MainWindow, TrainWritesAClusterLaunchOfTheSetUpPlan) {
+  QApplication* app = test::gui_test_app();
+  if (!app) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
+  TempDir dir;
+  MainWindow window(dir.qfile("ws.db"));
+  TrainPage* train = window.train_page();
+  ASSERT_TRUE(window.form()->valid()) << window.form()->message().toStdString();
+  ASSERT_TRUE(train->write_cluster_launch(dir.qfile("job.sbatch")))
+      << train->status_label()->text().toStdString();
+  const spec::RunSpec read = spec::load_run((dir.path / "job.toml").string());
+  const PlanSelection& chosen = *window.form()->selection();
+  EXPECT_EQ(read.model.name, chosen.model.name);
+  EXPECT_EQ(read.cluster.devices, chosen.cluster.devices);
+  EXPECT_EQ(read.plan.world_size(), chosen.plan.world_size());
+  EXPECT_EQ(read.plan.schedule, chosen.plan.schedule);
+  EXPECT_EQ(read.plan.microbatches, chosen.plan.microbatches);
+  std::ifstream in(dir.path / "job.sbatch");
+  const std::string script((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(script.rfind("#!/bin/bash", 0), 0u) << script;
+  EXPECT_NE(script.find("srun"), std::string::npos) << script;
+  EXPECT_NE(script.find((dir.path / "job.toml").string()), std::string::npos) << script;
+  const std::string check = "bash -n '" + (dir.path / "job.sbatch").string() + "'";
+  EXPECT_EQ(std::system(check.c_str()), 0) << script;
 }
 
 // Once the workspace lists its two runs, compares them on the Inspect page and waits for the
