@@ -211,7 +211,7 @@ void write_metadata(const Trace& trace, EventWriter& w, const ChromeTraceOptions
 }
 
 // Every span on a lane: a complete event, or a begin/end pair (async) for a transfer off the
-// GPU; with `flows`, the flow that links the two sides of a transfer.
+// GPU; when flows are wanted, the flow that links the two sides of a transfer.
 void write_spans(const Trace& trace, EventWriter& w, bool flows_wanted) {
   const auto flows = flows_wanted
                          ? match_transfers(trace)
