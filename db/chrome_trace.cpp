@@ -180,11 +180,8 @@ void write_steps(const Trace& trace, EventWriter& w) {
   }
 }
 
-}  // namespace
-
-void write_chrome_trace(const Trace& trace, std::ostream& out, const ChromeTraceOptions& options) {
-  EventWriter w(out);
-  // Metadata: a process per rank, a thread per lane (ordered by stream, then index).
+// Metadata: a process per rank, a thread per lane (ordered by stream, then index).
+void write_metadata(const Trace& trace, EventWriter& w, const ChromeTraceOptions& options) {
   std::vector<std::int32_t> ranks;
   for (const auto& lane : trace.lanes) ranks.push_back(lane.rank);
   std::sort(ranks.begin(), ranks.end());
@@ -211,8 +208,12 @@ void write_chrome_trace(const Trace& trace, std::ostream& out, const ChromeTrace
     w.next() << "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":" << lane.rank
              << ",\"tid\":" << tid << ",\"args\":{\"sort_index\":" << sort_index << "}}";
   }
+}
 
-  const auto flows = options.flows
+// Every span on a lane: a complete event, or a begin/end pair (async) for a transfer off the
+// GPU; when flows are wanted, the flow that links the two sides of a transfer.
+void write_spans(const Trace& trace, EventWriter& w, bool flows_wanted) {
+  const auto flows = flows_wanted
                          ? match_transfers(trace)
                          : std::unordered_map<std::size_t, std::pair<std::uint64_t, bool>>{};
   std::uint64_t async_id = 0;
@@ -249,18 +250,29 @@ void write_chrome_trace(const Trace& trace, std::ostream& out, const ChromeTrace
     put_us(x, s.end_ns - s.start_ns);
     x << ",\"args\":" << args << flow << "}";
   }
+}
 
+// The trace's counters, each as a counter event of its name.
+void write_counters(const Trace& trace, EventWriter& w) {
+  for (const auto& c : trace.counters) {
+    const std::string name =
+        c.name < trace.names.size() ? trace.names[c.name] : std::string("counter");
+    auto& x = w.next();
+    x << "{\"ph\":\"C\",\"name\":" << quoted(name) << ",\"pid\":" << c.rank << ",\"ts\":";
+    put_us(x, c.t_ns);
+    x << ",\"args\":{\"value\":" << nlohmann::json(c.value).dump() << "}}";
+  }
+}
+
+}  // namespace
+
+void write_chrome_trace(const Trace& trace, std::ostream& out, const ChromeTraceOptions& options) {
+  EventWriter w(out);
+  write_metadata(trace, w, options);
+  write_spans(trace, w, options.flows);
   write_steps(trace, w);
-
   if (options.memory_counters) {
-    for (const auto& c : trace.counters) {
-      const std::string name =
-          c.name < trace.names.size() ? trace.names[c.name] : std::string("counter");
-      auto& x = w.next();
-      x << "{\"ph\":\"C\",\"name\":" << quoted(name) << ",\"pid\":" << c.rank << ",\"ts\":";
-      put_us(x, c.t_ns);
-      x << ",\"args\":{\"value\":" << nlohmann::json(c.value).dump() << "}}";
-    }
+    write_counters(trace, w);
     write_memory(trace, w);
   }
   w.close(trace.nested_comm_is_wait());

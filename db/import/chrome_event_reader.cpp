@@ -531,4 +531,25 @@ ChromeFileInfo read_chrome_events(const std::filesystem::path& path,
   return info;
 }
 
+std::optional<std::int64_t> id_number(const ChromeId& id) {
+  if (!id.present) return std::nullopt;
+  if (!id.is_text) return id.number;
+  if (id.text.empty() || id.text.size() > 18) return std::nullopt;
+  std::int64_t v = 0;
+  std::size_t i = id.text[0] == '-' ? 1 : 0;
+  if (i == id.text.size()) return std::nullopt;
+  for (; i < id.text.size(); ++i) {
+    if (id.text[i] < '0' || id.text[i] > '9') return std::nullopt;
+    v = v * 10 + (id.text[i] - '0');
+  }
+  return id.text[0] == '-' ? -v : v;
+}
+
+std::optional<std::int64_t> int_arg(const nlohmann::json& args, const char* key) {
+  if (!args.is_object()) return std::nullopt;
+  auto it = args.find(key);
+  if (it == args.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<std::int64_t>();
+}
+
 }  // namespace pipetune::db::import_detail

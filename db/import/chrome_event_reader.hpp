@@ -37,6 +37,13 @@ struct ChromeEvent {
   nlohmann::json args;  // an object, or null when the event has none
 };
 
+// The integer a pid/tid stands for: itself, or a text that is a whole number ("3").
+std::optional<std::int64_t> id_number(const ChromeId& id);
+
+// An integer member of an event's args; nullopt when args is not an object or has no integer
+// by that key.
+std::optional<std::int64_t> int_arg(const nlohmann::json& args, const char* key);
+
 // What the file says outside its events (small top-level members only: distributedInfo,
 // deviceProperties, displayTimeUnit, schemaVersion, baseTimeNanoseconds).
 struct ChromeFileInfo {

@@ -8,8 +8,8 @@
 
 #include "db/chrome_trace.hpp"
 #include "db/import/chrome_event_reader.hpp"
+#include "db/import/chrome_ranks.hpp"
 #include "db/import/pipeline_phase_names.hpp"
-#include "db/import/rank_names.hpp"
 #include "db/import/trace_builder.hpp"
 #include "engine/errors.hpp"
 #include "profiler/analysis/time_window.hpp"
@@ -21,6 +21,10 @@ namespace {
 
 using import_detail::ChromeEvent;
 using import_detail::ChromeId;
+using import_detail::ChromeProcess;
+using import_detail::ChromeThread;
+using import_detail::id_number;
+using import_detail::int_arg;
 using nlohmann::json;
 using profiler::Span;
 using profiler::SpanKind;
@@ -29,28 +33,6 @@ using profiler::Stream;
 std::string id_key(const ChromeId& id) {
   if (!id.present) return "-";
   return id.is_text ? "s" + id.text : "i" + std::to_string(id.number);
-}
-
-// The integer a pid/tid stands for: itself, or a text that is a whole number ("3").
-std::optional<std::int64_t> id_number(const ChromeId& id) {
-  if (!id.present) return std::nullopt;
-  if (!id.is_text) return id.number;
-  if (id.text.empty() || id.text.size() > 18) return std::nullopt;
-  std::int64_t v = 0;
-  std::size_t i = id.text[0] == '-' ? 1 : 0;
-  if (i == id.text.size()) return std::nullopt;
-  for (; i < id.text.size(); ++i) {
-    if (id.text[i] < '0' || id.text[i] > '9') return std::nullopt;
-    v = v * 10 + (id.text[i] - '0');
-  }
-  return id.text[0] == '-' ? -v : v;
-}
-
-std::optional<std::int64_t> int_arg(const json& args, const char* key) {
-  if (!args.is_object()) return std::nullopt;
-  auto it = args.find(key);
-  if (it == args.end() || !it->is_number_integer()) return std::nullopt;
-  return it->get<std::int64_t>();
 }
 
 std::array<std::int32_t, 3> dim_arg(const json& args, const char* key) {
@@ -97,22 +79,6 @@ std::optional<std::pair<Stream, std::int32_t>> export_thread_lane(const std::str
   if (rest.size() < 2 || rest.front() != '(' || rest.back() != ')') return std::nullopt;
   return std::pair(stream, index);
 }
-
-struct ThreadInfo {
-  ChromeId pid, tid;
-  std::uint32_t process = 0;
-  std::string name;  // thread_name metadata
-  bool compute = false;
-  std::int32_t stage = -1;
-  bool stage_conflict = false;
-  std::int32_t rank = -1;
-};
-
-struct ProcessInfo {
-  ChromeId pid;
-  std::string name;  // process_name metadata
-  std::set<std::int32_t> devices;
-};
 
 struct PendingSpan {
   std::uint32_t thread = 0;
@@ -180,7 +146,7 @@ class ChromeImport {
     if (it != process_index_.end()) return it->second;
     hold();
     const auto id = static_cast<std::uint32_t>(processes_.size());
-    processes_.push_back(ProcessInfo{pid, {}, {}});
+    processes_.push_back(ChromeProcess{pid, {}, {}});
     process_index_.emplace(key, id);
     return id;
   }
@@ -193,7 +159,7 @@ class ChromeImport {
     if (it != thread_index_.end()) return it->second;
     hold();
     const auto id = static_cast<std::uint32_t>(threads_.size());
-    ThreadInfo t;
+    ChromeThread t;
     t.pid = e.pid;
     t.tid = tid;
     t.process = process_of(e.pid);
@@ -344,6 +310,21 @@ class ChromeImport {
     s.start_ns = start;
     s.end_ns = end;
     s.name = builder_.name(name);
+    SpanKind kind = kind_of_category(p, name, cat, args);
+    if (profiler::is_compute(kind)) threads_[thread].compute = true;
+    const bool gpu = is_gpu_kind(kind);
+    if (kind == SpanKind::Kernel) kind = nccl_kernel_kind(name);
+    s.kind = kind;
+    if (gpu) hold_gpu_record(p, name, start, end, args);
+    spans_.push_back(p);
+  }
+
+  // The span kind its category says: one of ours (with micro-batch, chunk and peer from the
+  // args), a Kineto copy, memset or CUDA call (with the correlation it launched), or a range,
+  // which a pipeline phase's name makes that phase (marking its thread compute, on its stage).
+  SpanKind kind_of_category(PendingSpan& p, const std::string& name, const std::string& cat,
+                            const json& args) {
+    Span& s = p.span;
     SpanKind kind = SpanKind::Range;
     if (!cat.empty() && profiler::parse_span_kind(cat, kind)) {
       if (auto v = int_arg(args, "microbatch")) s.microbatch = static_cast<std::int32_t>(*v);
@@ -362,152 +343,71 @@ class ChromeImport {
                                 : match_pipeline_phase(name)) {
       kind = phase->kind;
       s.microbatch = phase->microbatch;
-      ThreadInfo& t = threads_[thread];
+      ChromeThread& t = threads_[p.thread];
       t.compute = true;
       if (phase->stage >= 0) {
         if (t.stage >= 0 && t.stage != phase->stage) t.stage_conflict = true;
         t.stage = phase->stage;
       }
     }
-    if (profiler::is_compute(kind)) threads_[thread].compute = true;
-
-    const bool gpu = is_gpu_kind(kind);
-    if (kind == SpanKind::Kernel) {
-      if (auto nccl = profiler::classify_nccl_kernel(name)) {
-        switch (*nccl) {
-          case profiler::NcclKernel::AllReduce:
-            kind = SpanKind::AllReduce;
-            break;
-          case profiler::NcclKernel::AllGather:
-            kind = SpanKind::AllGather;
-            break;
-          case profiler::NcclKernel::ReduceScatter:
-            kind = SpanKind::ReduceScatter;
-            break;
-          case profiler::NcclKernel::Broadcast:
-            kind = SpanKind::Broadcast;
-            break;
-          case profiler::NcclKernel::AllToAll:
-            kind = SpanKind::AllToAll;
-            break;
-          case profiler::NcclKernel::Send:
-          case profiler::NcclKernel::SendRecv:
-            kind = SpanKind::Send;
-            break;
-          case profiler::NcclKernel::Recv:
-            kind = SpanKind::Recv;
-            break;
-          case profiler::NcclKernel::Reduce:
-          case profiler::NcclKernel::Unknown:
-            ++unclassified_nccl_;
-            break;
-        }
-      }
-    }
-    s.kind = kind;
-    if (gpu) {
-      const ThreadInfo& t = threads_[thread];
-      p.gpu = true;
-      p.gpu_stream = static_cast<std::int32_t>(
-          int_arg(args, "stream").value_or(id_number(t.tid).value_or(-1)));
-      profiler::KernelRecord r;
-      r.device = static_cast<std::int32_t>(
-          int_arg(args, "device").value_or(id_number(t.pid).value_or(-1)));
-      r.stream = p.gpu_stream;
-      r.correlation = int_arg(args, "correlation").value_or(-1);
-      r.start_ns = start;
-      r.end_ns = end;
-      r.name = name;
-      r.grid = dim_arg(args, "grid");
-      r.block = dim_arg(args, "block");
-      r.bytes = int_arg(args, "bytes").value_or(0);
-      if (r.device >= 0) processes_[t.process].devices.insert(r.device);
-      p.kernel = static_cast<std::int64_t>(records_.size());
-      records_.push_back(std::move(r));
-    }
-    spans_.push_back(p);
+    return kind;
   }
 
-  // Ranks per the rule in chrome_trace_import.hpp.
-  void assign_ranks() {
-    std::map<std::int32_t, std::string> source;
-    if (kineto_ || info_.top_level.contains("distributedInfo")) {
-      std::int32_t rank = 0;
-      std::string why = "distributedInfo.rank";
-      const json& di =
-          info_.top_level.contains("distributedInfo") ? info_.top_level["distributedInfo"] : json();
-      if (auto r = int_arg(di, "rank")) {
-        rank = static_cast<std::int32_t>(*r);
-      } else {
-        why = "Kineto trace without distributedInfo.rank: rank 0";
-        out_.warnings.push_back("no distributedInfo.rank in a Kineto trace: imported as rank 0");
-      }
-      for (ThreadInfo& t : threads_) t.rank = rank;
-      source[rank] = why;
-    } else {
-      std::vector<std::optional<std::int32_t>> named(processes_.size());
-      for (std::size_t i = 0; i < processes_.size(); ++i)
-        if (!processes_[i].name.empty()) named[i] = rank_from_name(processes_[i].name);
-      for (ThreadInfo& t : threads_) {
-        if (named[t.process]) {
-          t.rank = *named[t.process];
-          source.emplace(t.rank, "process name '" + processes_[t.process].name + "'");
-        } else if (t.stage >= 0 && !t.stage_conflict) {
-          t.rank = t.stage;
-          source.emplace(t.rank, "pipeline stage in range names");
-        }
-      }
-      // Threads still without a rank: their process's agreed rank, else new ranks.
-      std::map<std::uint32_t, std::set<std::int32_t>> process_ranks;
-      for (const ThreadInfo& t : threads_)
-        if (t.rank >= 0) process_ranks[t.process].insert(t.rank);
-      std::int32_t next = 0;
-      for (const auto& [r, why] : source) next = std::max(next, r + 1);
-      // New ranks in the order processes first appear in the file.
-      std::map<std::uint32_t, std::int32_t> new_rank;
-      for (ThreadInfo& t : threads_) {
-        if (t.rank >= 0) continue;
-        auto pr = process_ranks.find(t.process);
-        if (pr != process_ranks.end() && pr->second.size() == 1) {
-          t.rank = *pr->second.begin();
-          continue;
-        }
-        new_rank.emplace(t.process, -1);
-      }
-      for (auto& [process, rank] : new_rank) {
-        rank = next++;
-        source.emplace(rank, "process order");
-      }
-      for (ThreadInfo& t : threads_)
-        if (t.rank < 0) t.rank = new_rank.at(t.process);
+  // A kernel's span kind: the collective a NCCL kernel's name says, else a kernel (counted when
+  // it is NCCL's but no span kind fits).
+  SpanKind nccl_kernel_kind(const std::string& name) {
+    const auto nccl = profiler::classify_nccl_kernel(name);
+    if (!nccl) return SpanKind::Kernel;
+    switch (*nccl) {
+      case profiler::NcclKernel::AllReduce:
+        return SpanKind::AllReduce;
+      case profiler::NcclKernel::AllGather:
+        return SpanKind::AllGather;
+      case profiler::NcclKernel::ReduceScatter:
+        return SpanKind::ReduceScatter;
+      case profiler::NcclKernel::Broadcast:
+        return SpanKind::Broadcast;
+      case profiler::NcclKernel::AllToAll:
+        return SpanKind::AllToAll;
+      case profiler::NcclKernel::Send:
+      case profiler::NcclKernel::SendRecv:
+        return SpanKind::Send;
+      case profiler::NcclKernel::Recv:
+        return SpanKind::Recv;
+      case profiler::NcclKernel::Reduce:
+      case profiler::NcclKernel::Unknown:
+        ++unclassified_nccl_;
+        break;
     }
-    // One ImportedRank per rank: the process it came from (the first one seen).
-    std::map<std::int32_t, ImportedRank> ranks;
-    for (const ThreadInfo& t : threads_) {
-      auto [it, fresh] = ranks.emplace(t.rank, ImportedRank{});
-      ImportedRank& r = it->second;
-      const ProcessInfo& p = processes_[t.process];
-      if (fresh) {
-        r.rank = t.rank;
-        r.source = source[t.rank];
-        r.ordered = r.source == "process order";
-      }
-      if (r.pid < 0 && p.devices.empty()) {  // prefer the host process over a GPU "process"
-        r.pid = id_number(p.pid).value_or(-1);
-        r.process_name = p.name;
-      }
-      for (std::int32_t d : p.devices)
-        if (std::find(r.devices.begin(), r.devices.end(), d) == r.devices.end())
-          r.devices.push_back(d);
-    }
-    for (auto& [rank, r] : ranks) {
-      std::sort(r.devices.begin(), r.devices.end());
-      out_.ranks.push_back(std::move(r));
-    }
+    return SpanKind::Kernel;
+  }
+
+  // GPU activity: its stream (the args' or the thread's id) and a kernel record held until
+  // finish(); its device noted on the process.
+  void hold_gpu_record(PendingSpan& p, const std::string& name, std::int64_t start,
+                       std::int64_t end, const json& args) {
+    const ChromeThread& t = threads_[p.thread];
+    p.gpu = true;
+    p.gpu_stream =
+        static_cast<std::int32_t>(int_arg(args, "stream").value_or(id_number(t.tid).value_or(-1)));
+    profiler::KernelRecord r;
+    r.device =
+        static_cast<std::int32_t>(int_arg(args, "device").value_or(id_number(t.pid).value_or(-1)));
+    r.stream = p.gpu_stream;
+    r.correlation = int_arg(args, "correlation").value_or(-1);
+    r.start_ns = start;
+    r.end_ns = end;
+    r.name = name;
+    r.grid = dim_arg(args, "grid");
+    r.block = dim_arg(args, "block");
+    r.bytes = int_arg(args, "bytes").value_or(0);
+    if (r.device >= 0) processes_[t.process].devices.insert(r.device);
+    p.kernel = static_cast<std::int64_t>(records_.size());
+    records_.push_back(std::move(r));
   }
 
   std::int32_t lane_of(const PendingSpan& p) {
-    const ThreadInfo& t = threads_[p.thread];
+    const ChromeThread& t = threads_[p.thread];
     if (auto ours = export_thread_lane(t.name)) {
       const std::int32_t lane = builder_.lane(t.rank, ours->first, ours->second);
       if (named_lanes_.insert(lane).second)
@@ -538,23 +438,51 @@ class ChromeImport {
   }
 
   void finish() {
-    assign_ranks();
-    std::int64_t base = 0;
+    for (ImportedRank& r : import_detail::assign_chrome_ranks(threads_, processes_, info_.top_level,
+                                                              kineto_, out_.warnings))
+      out_.ranks.push_back(std::move(r));
+    read_time_base();
+    emit_spans();
+    emit_counters();
+    for (profiler::StepMetric step : steps_) {
+      step.t_ns = based(step.t_ns, "a step marker");
+      builder_.trace().steps.push_back(step);
+    }
+    warn_skipped();
+    if (info_.top_level.contains("schemaVersion"))
+      out_.schema_version = info_.top_level["schemaVersion"].dump();
+    builder_.finish(out_);
+    if (const auto other = info_.top_level.find("otherData");
+        other != info_.top_level.end() && other->is_object()) {
+      const auto rule = other->find(std::string(kChromeNestedCommKey));
+      out_.trace.ops_wait_for_nested_comm =
+          rule != other->end() && rule->is_string() && rule->get<std::string>() == "wait";
+    }
+  }
+
+  [[noreturn]] void beyond(std::int64_t t, const std::string& what) const {
+    throw InputError(file_ + ": " + what + " at " + std::to_string(t) +
+                     " ns is beyond the times pipetune handles (2^62 ns, about 146 years)");
+  }
+
+  // The file's baseTimeNanoseconds, added to every time it holds.
+  void read_time_base() {
     if (info_.top_level.contains("baseTimeNanoseconds") &&
         info_.top_level["baseTimeNanoseconds"].is_number_integer())
-      base = info_.top_level["baseTimeNanoseconds"].get<std::int64_t>();
-    // A time and the base, each within the analyses' range (2^62 ns), add without overflow; the
-    // sum is checked again where it is stored (trace_builder).
-    const auto beyond = [&](std::int64_t t, const std::string& what) {
-      throw InputError(file_ + ": " + what + " at " + std::to_string(t) +
-                       " ns is beyond the times pipetune handles (2^62 ns, about 146 years)");
-    };
-    if (!profiler::analysis::trace_time_ok(base)) beyond(base, "baseTimeNanoseconds");
-    const auto based = [&](std::int64_t t, const char* what) {
-      if (!profiler::analysis::trace_time_ok(t)) beyond(t, what);
-      return t + base;
-    };
+      base_ = info_.top_level["baseTimeNanoseconds"].get<std::int64_t>();
+    if (!profiler::analysis::trace_time_ok(base_)) beyond(base_, "baseTimeNanoseconds");
+  }
 
+  // A time and the base, each within the analyses' range (2^62 ns), add without overflow; the
+  // sum is checked again where it is stored (trace_builder).
+  std::int64_t based(std::int64_t t, const char* what) const {
+    if (!profiler::analysis::trace_time_ok(t)) beyond(t, what);
+    return t + base_;
+  }
+
+  // Every span on its lane, GPU activity with its kernel record and CUDA calls as the launches of
+  // their correlation ids.
+  void emit_spans() {
     // Threads our export named keep their lanes even without spans (an idle comm lane).
     for (std::uint32_t i = 0; i < threads_.size(); ++i)
       if (export_thread_lane(threads_[i].name)) lane_of(PendingSpan{i, Span{}, false, -1, -1});
@@ -575,9 +503,11 @@ class ChromeImport {
       }
     }
     spans_.clear();
+  }
 
-    // Counters: memory by category from "memory bytes", only changes kept (our export repeats
-    // every category of the rank at each sample).
+  // Counters: memory by category from "memory bytes", only changes kept (our export repeats
+  // every category of the rank at each sample); any other counter as it is.
+  void emit_counters() {
     std::map<std::pair<std::int32_t, int>, std::int64_t> last_bytes;
     auto& trace = builder_.trace();
     for (const PendingCounter& c : counters_) {
@@ -601,12 +531,10 @@ class ChromeImport {
                                                          based(c.t_ns, "a counter"), c.value});
       }
     }
+  }
 
-    for (profiler::StepMetric step : steps_) {
-      step.t_ns = based(step.t_ns, "a step marker");
-      trace.steps.push_back(step);
-    }
-
+  // One warning for each kind of event skipped or kept without its kind.
+  void warn_skipped() {
     std::int64_t unclosed = 0;
     for (const auto& [thread, stack] : open_by_thread_)
       unclosed += static_cast<std::int64_t>(stack.size());
@@ -621,15 +549,6 @@ class ChromeImport {
     warn(unclassified_nccl_,
          "NCCL kernels of a collective with no span kind (Reduce or unknown) kept as kernel spans");
     warn(ignored_events_, "instant, flow or other non-span events ignored");
-    if (info_.top_level.contains("schemaVersion"))
-      out_.schema_version = info_.top_level["schemaVersion"].dump();
-    builder_.finish(out_);
-    if (const auto other = info_.top_level.find("otherData");
-        other != info_.top_level.end() && other->is_object()) {
-      const auto rule = other->find(std::string(kChromeNestedCommKey));
-      out_.trace.ops_wait_for_nested_comm =
-          rule != other->end() && rule->is_string() && rule->get<std::string>() == "wait";
-    }
   }
 
   std::string file_;
@@ -639,10 +558,11 @@ class ChromeImport {
   import_detail::ImportedTraceBuilder builder_;
   ImportedProfile out_;
   bool kineto_ = false;
+  std::int64_t base_ = 0;  // baseTimeNanoseconds
 
-  std::vector<ProcessInfo> processes_;
+  std::vector<ChromeProcess> processes_;
   std::unordered_map<std::string, std::uint32_t> process_index_;
-  std::vector<ThreadInfo> threads_;
+  std::vector<ChromeThread> threads_;
   std::unordered_map<std::string, std::uint32_t> thread_index_;
   std::vector<PendingSpan> spans_;
   std::vector<profiler::KernelRecord> records_;

@@ -6,6 +6,61 @@
 
 namespace pipetune::db::import_detail {
 
+namespace {
+
+// Ranks with where each came from, by process key.
+struct RankAssignment {
+  std::map<std::int64_t, std::int32_t> rank_of;
+  std::map<std::int64_t, std::string> source;
+};
+
+// How many of the processes have an explicit rank, and whether they all have distinct ones.
+std::pair<std::size_t, bool> explicit_rank_coverage(const RankInputs& in,
+                                                    const std::vector<std::int64_t>& procs) {
+  std::size_t with_explicit = 0;
+  std::set<std::int32_t> explicit_numbers;
+  for (std::int64_t p : procs) {
+    auto it = in.explicit_ranks.find(p);
+    if (it == in.explicit_ranks.end()) continue;
+    ++with_explicit;
+    explicit_numbers.insert(it->second.first);
+  }
+  const bool named =
+      !procs.empty() && with_explicit == procs.size() && explicit_numbers.size() == procs.size();
+  return {with_explicit, named};
+}
+
+// Device order when every process has one device of its own, else PID order (`procs` is in
+// PID order).
+void rank_by_device_or_pid(const RankInputs& in, const std::vector<std::int64_t>& procs,
+                           RankAssignment& out) {
+  bool one_device_each = !procs.empty();
+  std::set<std::int32_t> seen;
+  for (std::int64_t p : procs) {
+    auto it = in.devices.find(p);
+    if (it == in.devices.end() || it->second.size() != 1 ||
+        !seen.insert(*it->second.begin()).second) {
+      one_device_each = false;
+      break;
+    }
+  }
+  std::vector<std::int64_t> order = procs;
+  if (one_device_each) {
+    std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+      return *in.devices.at(a).begin() < *in.devices.at(b).begin();
+    });
+  }
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    out.rank_of[order[i]] = static_cast<std::int32_t>(i);
+    out.source[order[i]] =
+        one_device_each
+            ? "device order (device " + std::to_string(*in.devices.at(order[i]).begin()) + ")"
+            : "PID order";
+  }
+}
+
+}  // namespace
+
 std::map<std::int64_t, std::int32_t> assign_ranks(const RankInputs& in,
                                                   std::vector<ImportedRank>& ranks,
                                                   std::vector<std::string>& warnings) {
@@ -26,57 +81,23 @@ std::map<std::int64_t, std::int32_t> assign_ranks(const RankInputs& in,
     return std::pair(pid(a), a) < std::pair(pid(b), b);
   });
 
-  std::map<std::int64_t, std::int32_t> rank_of;
-  std::map<std::int64_t, std::string> source;
-
-  // (1) Explicit ranks, when every process has a distinct one.
-  std::size_t with_explicit = 0;
-  std::set<std::int32_t> explicit_numbers;
-  for (std::int64_t p : procs) {
-    auto it = in.explicit_ranks.find(p);
-    if (it == in.explicit_ranks.end()) continue;
-    ++with_explicit;
-    explicit_numbers.insert(it->second.first);
-  }
-  const bool named =
-      !procs.empty() && with_explicit == procs.size() && explicit_numbers.size() == procs.size();
+  RankAssignment assigned;
+  // (1) Explicit ranks, when every process has a distinct one; else (2) device or PID order.
+  const auto [with_explicit, named] = explicit_rank_coverage(in, procs);
   if (named) {
     for (std::int64_t p : procs) {
-      rank_of[p] = in.explicit_ranks.at(p).first;
-      source[p] = in.explicit_ranks.at(p).second;
+      assigned.rank_of[p] = in.explicit_ranks.at(p).first;
+      assigned.source[p] = in.explicit_ranks.at(p).second;
     }
   } else {
     if (with_explicit > 0)
       warnings.push_back("explicit rank names cover " + std::to_string(with_explicit) + " of " +
                          std::to_string(procs.size()) +
                          " processes or repeat a number: ignored, ranks by device or PID");
-    // (2) Device order.
-    bool one_device_each = !procs.empty();
-    std::set<std::int32_t> seen;
-    for (std::int64_t p : procs) {
-      auto it = in.devices.find(p);
-      if (it == in.devices.end() || it->second.size() != 1 ||
-          !seen.insert(*it->second.begin()).second) {
-        one_device_each = false;
-        break;
-      }
-    }
-    std::vector<std::int64_t> order = procs;
-    if (one_device_each) {
-      std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
-        return *in.devices.at(a).begin() < *in.devices.at(b).begin();
-      });
-    }
-    for (std::size_t i = 0; i < order.size(); ++i) {
-      rank_of[order[i]] = static_cast<std::int32_t>(i);
-      source[order[i]] =
-          one_device_each
-              ? "device order (device " + std::to_string(*in.devices.at(order[i]).begin()) + ")"
-              : "PID order";
-    }
+    rank_by_device_or_pid(in, procs, assigned);
   }
 
-  for (const auto& [p, r] : rank_of) {
+  for (const auto& [p, r] : assigned.rank_of) {
     ImportedRank info;
     info.rank = r;
     info.pid = pid(p);
@@ -84,13 +105,13 @@ std::map<std::int64_t, std::int32_t> assign_ranks(const RankInputs& in,
     if (it != in.processes.end()) info.process_name = it->second.name;
     auto d = in.devices.find(p);
     if (d != in.devices.end()) info.devices.assign(d->second.begin(), d->second.end());
-    info.source = source[p];
+    info.source = assigned.source[p];
     info.ordered = !named;
     ranks.push_back(std::move(info));
   }
   std::sort(ranks.begin(), ranks.end(),
             [](const ImportedRank& a, const ImportedRank& b) { return a.rank < b.rank; });
-  return rank_of;
+  return assigned.rank_of;
 }
 
 }  // namespace pipetune::db::import_detail

@@ -1,16 +1,15 @@
 #include "db/import/nsys_sqlite.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <map>
 #include <system_error>
-#include <tuple>
 #include <unordered_set>
 
 #include "db/import/launch_command.hpp"
 #include "db/import/nsys_rows.hpp"
 #include "db/import/nsys_schema.hpp"
+#include "db/import/nsys_sendrecv.hpp"
 #include "db/import/pipeline_phase_names.hpp"
 #include "db/import/rank_names.hpp"
 #include "db/import/trace_builder.hpp"
@@ -35,20 +34,6 @@ constexpr std::int64_t kNvtxThreadName = 39;
 constexpr std::int64_t kNvtxPushPop = 59;
 constexpr std::int64_t kNvtxStartEnd = 60;
 constexpr std::int64_t kNvtxDomainCreate = 75;
-
-NcclCall nccl_call_of(std::string_view name) {
-  auto is = [&](std::string_view call) {
-    return name.substr(0, call.size()) == call &&
-           (name.size() == call.size() ||
-            !std::isalnum(static_cast<unsigned char>(name[call.size()])));
-  };
-  if (name.substr(0, 4) != "nccl") return NcclCall::None;
-  if (is("ncclSend")) return NcclCall::Send;
-  if (is("ncclRecv")) return NcclCall::Recv;
-  if (is("ncclGroupStart")) return NcclCall::GroupStart;
-  if (is("ncclGroupEnd")) return NcclCall::GroupEnd;
-  return NcclCall::Other;
-}
 
 std::string plural(std::int64_t n, std::string_view what) {
   return std::to_string(n) + " " + std::string(what);
@@ -403,15 +388,6 @@ class NsysImport {
                      [](const MemoryEvent& a, const MemoryEvent& b) { return a.t_ns < b.t_ns; });
   }
 
-  // A NCCL-API range counts only in the "NCCL" domain or an unnamed non-default one (NCCL's
-  // domain-create row can fall outside a trimmed capture).
-  bool in_nccl_domain(std::size_t range_index) const {
-    const std::int64_t d = range_domains_[range_index];
-    if (d == 0) return false;
-    auto it = domain_names_.find(d);
-    return it == domain_names_.end() || it->second == "NCCL";
-  }
-
   std::int32_t host_lane(std::int32_t rank, std::int64_t process, std::int32_t tid) {
     const std::int32_t lane = builder_.lane(rank, Stream::Host, tid);
     if (named_lanes_.insert(lane).second) {
@@ -421,50 +397,6 @@ class NsysImport {
       builder_.set_lane_name(lane, std::move(name));
     }
     return lane;
-  }
-
-  // Send unless the NCCL calls that issued the launch show ncclRecv and no ncclSend.
-  SpanKind sendrecv_direction(const GpuActivity& a) {
-    auto launch = launches_.find({a.process, a.record.correlation});
-    if (launch == launches_.end()) return SpanKind::Send;
-    auto calls = nccl_calls_.find(a.process | launch->second.first);
-    if (calls == nccl_calls_.end()) return SpanKind::Send;
-    const auto& v = calls->second;  // (start, end, call) by start
-    const std::int64_t t = launch->second.second;
-    auto it = std::upper_bound(v.begin(), v.end(), t,
-                               [](std::int64_t x, const auto& c) { return x < std::get<0>(c); });
-    if (it == v.begin()) return SpanKind::Send;
-    std::size_t i = static_cast<std::size_t>(it - v.begin()) - 1;
-    if (std::get<1>(v[i]) < t) return SpanKind::Send;  // no call encloses the launch
-    bool send = false, recv = false;
-    if (std::get<2>(v[i]) == NcclCall::GroupEnd) {
-      for (std::size_t j = i; j-- > 0;) {
-        const NcclCall c = std::get<2>(v[j]);
-        if (c == NcclCall::GroupStart || c == NcclCall::GroupEnd) break;
-        send = send || c == NcclCall::Send;
-        recv = recv || c == NcclCall::Recv;
-      }
-    } else {
-      send = std::get<2>(v[i]) == NcclCall::Send;
-      recv = std::get<2>(v[i]) == NcclCall::Recv;
-    }
-    return recv && !send ? SpanKind::Recv : SpanKind::Send;
-  }
-
-  void index_nccl_launches() {
-    std::unordered_set<std::int64_t> correlations;
-    for (const GpuActivity& a : gpu_)
-      if (a.nccl == profiler::NcclKernel::SendRecv) correlations.insert(a.record.correlation);
-    if (correlations.empty()) return;
-    for (const ApiCall& c : api_)
-      if (correlations.count(c.correlation))
-        launches_[{c.process, c.correlation}] = {c.tid, c.start_ns};
-    for (std::size_t i = 0; i < nvtx_.size(); ++i) {
-      const NvtxRange& r = nvtx_[i];
-      if (r.nccl == NcclCall::None || !in_nccl_domain(i)) continue;
-      nccl_calls_[r.process | r.tid].emplace_back(r.start_ns, r.end_ns, r.nccl);
-    }
-    for (auto& [thread, calls] : nccl_calls_) std::sort(calls.begin(), calls.end());
   }
 
   // torchrun: a capture holds one node's workers; ranks found by device or PID order are their
@@ -498,27 +430,42 @@ class NsysImport {
     warn(std::move(said));
   }
 
+  // What emitting left out or could only guess, for the warnings.
+  struct EmitCounts {
+    std::int64_t unclassified_nccl = 0, sendrecv_without_evidence = 0, dropped_api = 0,
+                 dropped_nvtx = 0, dropped_memory = 0;
+    bool stream_shared = false;
+  };
+
   void emit() {
     auto rank_of = assign_ranks(ranks_in_, out_.ranks, out_.warnings);
     apply_launch(rank_of);
-    index_nccl_launches();
+    EmitCounts counts;
+    emit_gpu_activity(rank_of, counts);
+    emit_api_calls(rank_of, counts);
+    emit_nvtx_ranges(rank_of, counts);
+    emit_memory(rank_of, counts);
+    warn_left_out(counts);
+    builder_.finish(out_);
+  }
 
-    std::int64_t unclassified_nccl = 0, sendrecv_without_evidence = 0, dropped_api = 0,
-                 dropped_nvtx = 0;
+  // Kernels, copies and memsets on their rank's GPU stream lanes; SendRecv kernels get their
+  // direction from the NCCL calls that launched them.
+  void emit_gpu_activity(const std::map<std::int64_t, std::int32_t>& rank_of, EmitCounts& counts) {
+    const SendRecvDirections directions(gpu_, api_, nvtx_, range_domains_, domain_names_);
     std::map<std::pair<std::int32_t, std::int32_t>, std::int32_t> stream_device;
-    bool stream_shared = false;
     for (GpuActivity& a : gpu_) {
       const std::int32_t rank = rank_of.at(a.process);
       a.record.rank = rank;
       SpanKind kind = a.kind;
       if (a.nccl == profiler::NcclKernel::SendRecv) {
-        if (!launches_.count({a.process, a.record.correlation})) ++sendrecv_without_evidence;
-        kind = sendrecv_direction(a);
+        if (!directions.has_launch(a)) ++counts.sendrecv_without_evidence;
+        kind = directions.direction(a);
       }
       if (a.nccl == profiler::NcclKernel::Reduce || a.nccl == profiler::NcclKernel::Unknown)
-        ++unclassified_nccl;
+        ++counts.unclassified_nccl;
       auto [it, fresh] = stream_device.emplace(std::pair(rank, a.record.stream), a.record.device);
-      stream_shared = stream_shared || (!fresh && it->second != a.record.device);
+      counts.stream_shared = counts.stream_shared || (!fresh && it->second != a.record.device);
       Span s;
       s.lane = builder_.lane(rank, Stream::Gpu, a.record.stream);
       s.kind = kind;
@@ -528,11 +475,14 @@ class NsysImport {
       builder_.add_gpu_span(s, std::move(a.record));
     }
     gpu_.clear();
+  }
 
+  // CUDA API calls on their thread's host lane, each noted as the launch of its correlation id.
+  void emit_api_calls(const std::map<std::int64_t, std::int32_t>& rank_of, EmitCounts& counts) {
     for (const ApiCall& c : api_) {
       auto r = rank_of.find(c.process);
       if (r == rank_of.end()) {
-        ++dropped_api;
+        ++counts.dropped_api;
         continue;
       }
       Span s;
@@ -544,12 +494,16 @@ class NsysImport {
       s.name = c.name;
       builder_.add_span(s);
     }
+  }
 
+  // NVTX ranges on their thread's host lane: a pipeline phase's name gives its span kind and
+  // micro-batch, any other is a range.
+  void emit_nvtx_ranges(const std::map<std::int64_t, std::int32_t>& rank_of, EmitCounts& counts) {
     std::unordered_map<std::uint32_t, std::optional<PipelinePhase>> phase_of_name;
     for (const NvtxRange& n : nvtx_) {
       auto r = rank_of.find(n.process);
       if (r == rank_of.end()) {
-        ++dropped_nvtx;
+        ++counts.dropped_nvtx;
         continue;
       }
       auto ph = phase_of_name.find(n.name);
@@ -565,13 +519,15 @@ class NsysImport {
       s.name = n.name;
       builder_.add_span(s);
     }
+  }
 
+  // CUDA memory usage as each rank's bytes held over time.
+  void emit_memory(const std::map<std::int64_t, std::int32_t>& rank_of, EmitCounts& counts) {
     std::map<std::int64_t, std::int64_t> held;  // process -> bytes allocated
-    std::int64_t dropped_memory = 0;
     for (const MemoryEvent& m : memory_) {
       auto r = rank_of.find(m.process);
       if (r == rank_of.end()) {
-        ++dropped_memory;
+        ++counts.dropped_memory;
         continue;
       }
       std::int64_t& total = held[m.process];
@@ -579,20 +535,23 @@ class NsysImport {
       builder_.trace().memory.push_back(
           profiler::MemorySample{r->second, profiler::MemoryCategory::Unattributed, m.t_ns, total});
     }
+  }
+
+  // One warning for each kind of row skipped, dropped or guessed at.
+  void warn_left_out(const EmitCounts& counts) {
     if (skipped_memory_ > 0)
       warn(plural(skipped_memory_, "CUDA memory-usage rows") +
            " without time, process or a byte count: skipped");
-    if (dropped_memory > 0)
-      warn(plural(dropped_memory, "CUDA memory-usage events") +
+    if (counts.dropped_memory > 0)
+      warn(plural(counts.dropped_memory, "CUDA memory-usage events") +
            " of processes that are not ranks: skipped");
-
-    if (unclassified_nccl > 0)
-      warn(plural(unclassified_nccl, "NCCL kernels") +
+    if (counts.unclassified_nccl > 0)
+      warn(plural(counts.unclassified_nccl, "NCCL kernels") +
            " of a collective with no span kind (Reduce or unknown) kept as kernel spans");
-    if (sendrecv_without_evidence > 0)
-      warn(plural(sendrecv_without_evidence, "NCCL SendRecv kernels") +
+    if (counts.sendrecv_without_evidence > 0)
+      warn(plural(counts.sendrecv_without_evidence, "NCCL SendRecv kernels") +
            " without their launching CUDA call in the capture: kind send");
-    if (stream_shared)
+    if (counts.stream_shared)
       warn("a rank uses the same CUDA stream id on several devices: their work shares a lane");
     if (skipped_gpu_ > 0)
       warn(plural(skipped_gpu_, "GPU activity rows") +
@@ -601,13 +560,14 @@ class NsysImport {
       warn(plural(skipped_api_, "CUDA API rows") + " without times or thread: skipped");
     if (skipped_nvtx_ > 0)
       warn(plural(skipped_nvtx_, "NVTX ranges") + " without an end or a thread: skipped");
-    if (dropped_api > 0)
-      warn(plural(dropped_api, "CUDA API calls") + " of processes that are not ranks: skipped");
-    if (dropped_nvtx > 0)
-      warn(plural(dropped_nvtx, "NVTX ranges") + " of processes that are not ranks: skipped");
+    if (counts.dropped_api > 0)
+      warn(plural(counts.dropped_api, "CUDA API calls") +
+           " of processes that are not ranks: skipped");
+    if (counts.dropped_nvtx > 0)
+      warn(plural(counts.dropped_nvtx, "NVTX ranges") +
+           " of processes that are not ranks: skipped");
     if (missing_strings_ > 0)
       warn(plural(missing_strings_, "string ids") + " not in StringIds: names left generic");
-    builder_.finish(out_);
   }
 
   std::string file_;
@@ -627,21 +587,6 @@ class NsysImport {
   std::vector<NvtxRange> nvtx_;
   std::vector<std::int64_t> range_domains_;  // domainId per nvtx_ entry
   std::unordered_set<std::int32_t> named_lanes_;
-
-  struct PairHash {
-    std::size_t operator()(const std::pair<std::int64_t, std::int64_t>& p) const noexcept {
-      // Unsigned: the mix may wrap (signed overflow would be undefined).
-      return std::hash<std::uint64_t>{}(static_cast<std::uint64_t>(p.first) * 1000003u ^
-                                        static_cast<std::uint64_t>(p.second));
-    }
-  };
-  // (process, correlationId) -> (tid, start) of the CUDA call that launched a SendRecv kernel.
-  std::unordered_map<std::pair<std::int64_t, std::int64_t>, std::pair<std::int32_t, std::int64_t>,
-                     PairHash>
-      launches_;
-  // globalTid -> NCCL API calls (start, end, call) by start.
-  std::unordered_map<std::int64_t, std::vector<std::tuple<std::int64_t, std::int64_t, NcclCall>>>
-      nccl_calls_;
 
   struct MemoryEvent {
     std::int64_t process = 0;

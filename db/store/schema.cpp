@@ -400,13 +400,23 @@ void create_workspace_file(const std::string& path) {
   ::unlink(creating.c_str());
 }
 
-}  // namespace
-
-std::vector<std::string> workspace_tables() {
-  return {std::begin(kTables), std::end(kTables)};
+// SQLite's files beside it must fit the folder's limit too, or the first write fails with
+// "unable to open database file".
+void check_name_fits(const std::string& path) {
+  const std::size_t name = std::filesystem::path(path).filename().string().size();
+  const std::size_t limit = name_max(path);
+  if (name + kSqliteSuffix > limit)
+    throw InputError(path + ": the file name is " + std::to_string(name) +
+                     " bytes; a workspace's may have at most " +
+                     std::to_string(limit - std::min(limit, kSqliteSuffix)) +
+                     " (SQLite keeps '-journal' and '-wal' files beside it, and the folder "
+                     "takes names of up to " +
+                     std::to_string(limit) + " bytes)");
 }
 
-sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
+// The file at `path` as the mode needs it: an existing regular file, or (Create) a new
+// workspace when there is none. Returns whether it existed.
+bool prepare_workspace_file(const std::string& path, OpenMode mode) {
   // A workspace is a file name, never SQLite's temporary database (an empty name).
   if (path.empty()) throw InputError("the workspace file name is empty");
   struct stat st {};
@@ -417,20 +427,82 @@ sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
   if (exists && !S_ISREG(st.st_mode))
     throw InputError(path + ": not a pipetune workspace (" + file_type_name(st.st_mode) + ")");
   if (!exists && mode == OpenMode::Create) {
-    // SQLite's files beside it must fit the folder's limit too, or the first write fails with
-    // "unable to open database file".
-    const std::size_t name = std::filesystem::path(path).filename().string().size();
-    const std::size_t limit = name_max(path);
-    if (name + kSqliteSuffix > limit)
-      throw InputError(path + ": the file name is " + std::to_string(name) +
-                       " bytes; a workspace's may have at most " +
-                       std::to_string(limit - std::min(limit, kSqliteSuffix)) +
-                       " (SQLite keeps '-journal' and '-wal' files beside it, and the folder "
-                       "takes names of up to " +
-                       std::to_string(limit) + " bytes)");
+    check_name_fits(path);
     create_workspace_file(path);
   }
+  return exists;
+}
 
+// The connection: read-write (creating with Create), or immutable when this process may not
+// write the file.
+sqlite::Connection open_connection(const std::string& path, OpenMode mode, bool writable) {
+  int flags = SQLITE_OPEN_READWRITE;
+  if (mode == OpenMode::Create) flags |= SQLITE_OPEN_CREATE;
+  try {
+    return writable ? sqlite::Connection::open_file(path, flags)
+                    : sqlite::Connection::open_immutable(path);
+  } catch (const sqlite::Error& e) {
+    if ((e.code() & 0xff) == SQLITE_CANTOPEN)
+      throw InputError(path + ": cannot open workspace (" + sqlite3_errstr(e.code()) + ")");
+    throw;
+  }
+}
+
+// What the database holds, refused when it is not a database, is corrupt, or is not a
+// workspace (tables but no schema_version; empty when an existing workspace was asked for).
+Contents read_workspace_contents(sqlite::Connection& db, const std::string& path, OpenMode mode) {
+  Contents contents;
+  try {
+    contents = read_contents(db);
+  } catch (const sqlite::BadFileError& e) {
+    if ((e.code() & 0xff) == SQLITE_NOTADB)
+      throw sqlite::BadFileError(path + ": not a pipetune workspace (file is not a database)",
+                                 e.code());
+    throw sqlite::BadFileError(path + ": workspace is corrupt (" + sqlite3_errstr(e.code()) + ")",
+                               e.code());
+  }
+  if (contents.tables > 0 && !contents.has_version)
+    throw InputError(path + ": not a pipetune workspace (no schema_version table)");
+  if (contents.tables == 0 && mode == OpenMode::Existing)
+    throw InputError(path + ": not a pipetune workspace (empty database)");
+  return contents;
+}
+
+// The schema checked and, where the file is writable, brought to this version in WAL mode; a
+// read-only workspace must already be of this version.
+void prepare_schema(sqlite::Connection& db, const std::string& path, const Contents& contents,
+                    bool writable) {
+  db.exec("PRAGMA cell_size_check = ON");  // turns more damage into SQLITE_CORRUPT early
+  int version = contents.has_version ? read_schema_version(db) : 0;
+  if (contents.has_version) check_version(path, version);
+  if (!writable) {
+    if (version == kSchemaVersion) check_tables(db, path);
+    if (version < kSchemaVersion)
+      throw InputError(path + ": workspace is read-only here and has schema version " +
+                       std::to_string(version) + "; this pipetune reads version " +
+                       std::to_string(kSchemaVersion) +
+                       " (open it once where it is writable to upgrade it)");
+    return;
+  }
+  // Only now that the file is ours (or new) may its journal mode change.
+  sqlite::retry_busy(db, [&] { db.exec("PRAGMA journal_mode = WAL"); });
+  db.exec("PRAGMA synchronous = NORMAL");
+  if (version < kSchemaVersion) {
+    migrate(db, kSchemaVersion);
+    version = read_schema_version(db);
+    check_version(path, version);
+  }
+  check_tables(db, path);
+}
+
+}  // namespace
+
+std::vector<std::string> workspace_tables() {
+  return {std::begin(kTables), std::end(kTables)};
+}
+
+sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
+  const bool exists = prepare_workspace_file(path, mode);
   // A workspace this process may not write (a shared, archived or mounted read-only file) is
   // read as immutable: a WAL database otherwise needs to write its index even to be read.
   const bool writable = !exists || writable_here(path);
@@ -438,56 +510,11 @@ sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
     throw InputError(path +
                      ": workspace is read-only here (no write permission): cannot store "
                      "a run in it");
-  int flags = SQLITE_OPEN_READWRITE;
-  if (mode == OpenMode::Create) flags |= SQLITE_OPEN_CREATE;
-  sqlite::Connection db;
-  try {
-    db = writable ? sqlite::Connection::open_file(path, flags)
-                  : sqlite::Connection::open_immutable(path);
-  } catch (const sqlite::Error& e) {
-    if ((e.code() & 0xff) == SQLITE_CANTOPEN)
-      throw InputError(path + ": cannot open workspace (" + sqlite3_errstr(e.code()) + ")");
-    throw;
-  }
+  sqlite::Connection db = open_connection(path, mode, writable);
   db.set_busy_timeout(kWorkspaceBusyTimeout);
-
   try {
-    Contents contents;
-    try {
-      contents = read_contents(db);
-    } catch (const sqlite::BadFileError& e) {
-      if ((e.code() & 0xff) == SQLITE_NOTADB)
-        throw sqlite::BadFileError(path + ": not a pipetune workspace (file is not a database)",
-                                   e.code());
-      throw sqlite::BadFileError(path + ": workspace is corrupt (" + sqlite3_errstr(e.code()) + ")",
-                                 e.code());
-    }
-    if (contents.tables > 0 && !contents.has_version)
-      throw InputError(path + ": not a pipetune workspace (no schema_version table)");
-    if (contents.tables == 0 && mode == OpenMode::Existing)
-      throw InputError(path + ": not a pipetune workspace (empty database)");
-
-    db.exec("PRAGMA cell_size_check = ON");  // turns more damage into SQLITE_CORRUPT early
-    int version = contents.has_version ? read_schema_version(db) : 0;
-    if (contents.has_version) check_version(path, version);
-    if (!writable) {
-      if (version == kSchemaVersion) check_tables(db, path);
-      if (version < kSchemaVersion)
-        throw InputError(path + ": workspace is read-only here and has schema version " +
-                         std::to_string(version) + "; this pipetune reads version " +
-                         std::to_string(kSchemaVersion) +
-                         " (open it once where it is writable to upgrade it)");
-      return db;
-    }
-    // Only now that the file is ours (or new) may its journal mode change.
-    sqlite::retry_busy(db, [&] { db.exec("PRAGMA journal_mode = WAL"); });
-    db.exec("PRAGMA synchronous = NORMAL");
-    if (version < kSchemaVersion) {
-      migrate(db, kSchemaVersion);
-      version = read_schema_version(db);
-      check_version(path, version);
-    }
-    check_tables(db, path);
+    const Contents contents = read_workspace_contents(db, path, mode);
+    prepare_schema(db, path, contents, writable);
     return db;
   } catch (const sqlite::Error& e) {
     // A schema SQLite cannot use (unsupported format, another text encoding, a table without

@@ -182,13 +182,16 @@ class RankFileReader {
   std::size_t next_ = 0;
 };
 
-RankCheckpoint read_rank_file(const fs::path& path, const CheckpointManifest& manifest, int rank) {
-  InputFile file(path, " (the manifest says world = " + std::to_string(manifest.world) + ")");
-  const std::uint64_t size = file.size();
-  if (size < kHeaderBytes + kTrailerBytes)
-    bad_file(path, "truncated (" + std::to_string(size) + " bytes, shorter than the " +
-                       std::to_string(kHeaderBytes + kTrailerBytes) + "-byte header and checksum)");
-  RankFileReader r(file);
+// The fixed header of a rank file: what it says it holds and how long its payload is.
+struct RankFileHeader {
+  std::uint32_t rank = 0, world = 0, reserved = 0;
+  std::int64_t step = 0;
+  std::uint64_t payload = 0;
+};
+
+// Reads the header (magic, version, rank, world, step, payload size) and bounds the reader to
+// the payload, which must fill the file up to its checksum.
+RankFileHeader read_header(RankFileReader& r, const fs::path& path, std::uint64_t size) {
   char magic[sizeof kMagic];
   r.bytes(magic, sizeof magic);
   if (std::memcmp(magic, kMagic, sizeof kMagic) != 0)
@@ -197,43 +200,49 @@ RankCheckpoint read_rank_file(const fs::path& path, const CheckpointManifest& ma
   if (version != kVersion)
     bad_file(path, "version " + std::to_string(version) + " is not supported (this build reads " +
                        std::to_string(kVersion) + ")");
-  const std::uint32_t file_rank = r.u32();
-  const std::uint32_t file_world = r.u32();
-  const std::uint32_t reserved = r.u32();
-  const std::int64_t file_step = r.i64();
-  const std::uint64_t payload = r.u64();
-  if (payload != size - kHeaderBytes - kTrailerBytes)
-    bad_file(path, "truncated or padded (the header promises " + std::to_string(payload) +
+  RankFileHeader h;
+  h.rank = r.u32();
+  h.world = r.u32();
+  h.reserved = r.u32();
+  h.step = r.i64();
+  h.payload = r.u64();
+  if (h.payload != size - kHeaderBytes - kTrailerBytes)
+    bad_file(path, "truncated or padded (the header promises " + std::to_string(h.payload) +
                        " payload bytes, the file holds " +
                        std::to_string(size - kHeaderBytes - kTrailerBytes) + ")");
-  r.set_end(kHeaderBytes + payload);
+  r.set_end(kHeaderBytes + h.payload);
+  return h;
+}
 
-  RankCheckpoint c;
-  c.rank = rank;
-  const std::uint64_t tensors = r.count(8 + 8 + 8, "tensor");
-  for (std::uint64_t i = 0; i < tensors; ++i) {
-    NamedTensor t;
-    t.name = r.str("tensor name");
-    const std::uint64_t ndim = r.count(8, "tensor '" + t.name + "' dimension");
-    if (ndim > kMaxDims)
-      r.corrupt("tensor '" + t.name + "' has " + std::to_string(ndim) + " dimensions");
-    t.shape.resize(static_cast<std::size_t>(ndim));
-    for (std::int64_t& d : t.shape) d = r.i64();
-    t.values = r.floats("tensor '" + t.name + "'");
-    if (!t.shape.empty()) {
-      std::uint64_t product = 1;
-      bool fits = true;
-      for (std::int64_t d : t.shape) {
-        const auto ud = static_cast<std::uint64_t>(d);
-        if (d < 0 || (ud != 0 && product > UINT64_MAX / ud)) fits = false;
-        product *= ud;
-      }
-      if (!fits || product != t.values.size())
-        r.corrupt("tensor '" + t.name + "' shape does not match its " +
-                  std::to_string(t.values.size()) + " values");
+// One tensor: name, shape (at most kMaxDims dimensions) and values, as many as the shape holds.
+NamedTensor read_tensor(RankFileReader& r) {
+  NamedTensor t;
+  t.name = r.str("tensor name");
+  const std::uint64_t ndim = r.count(8, "tensor '" + t.name + "' dimension");
+  if (ndim > kMaxDims)
+    r.corrupt("tensor '" + t.name + "' has " + std::to_string(ndim) + " dimensions");
+  t.shape.resize(static_cast<std::size_t>(ndim));
+  for (std::int64_t& d : t.shape) d = r.i64();
+  t.values = r.floats("tensor '" + t.name + "'");
+  if (!t.shape.empty()) {
+    std::uint64_t product = 1;
+    bool fits = true;
+    for (std::int64_t d : t.shape) {
+      const auto ud = static_cast<std::uint64_t>(d);
+      if (d < 0 || (ud != 0 && product > UINT64_MAX / ud)) fits = false;
+      product *= ud;
     }
-    c.buffers.push_back(std::move(t));
+    if (!fits || product != t.values.size())
+      r.corrupt("tensor '" + t.name + "' shape does not match its " +
+                std::to_string(t.values.size()) + " values");
   }
+  return t;
+}
+
+// The payload: tensors, RNG state, data loader position and meta entries, read to its end.
+void read_payload(RankFileReader& r, RankCheckpoint& c) {
+  const std::uint64_t tensors = r.count(8 + 8 + 8, "tensor");
+  for (std::uint64_t i = 0; i < tensors; ++i) c.buffers.push_back(read_tensor(r));
   const std::uint64_t words = r.count(8, "rng word");
   c.rng_state.resize(static_cast<std::size_t>(words));
   for (std::uint64_t& w : c.rng_state) w = r.u64();
@@ -248,6 +257,9 @@ RankCheckpoint read_rank_file(const fs::path& path, const CheckpointManifest& ma
   }
   if (r.remaining() != 0)
     r.corrupt(std::to_string(r.remaining()) + " unread bytes at the end of the payload");
+}
+
+void check_crc(RankFileReader& r, const fs::path& path) {
   const std::uint32_t computed = r.crc();
   const std::uint32_t stored = r.stored_crc();
   if (stored != computed) {
@@ -257,16 +269,35 @@ RankCheckpoint read_rank_file(const fs::path& path, const CheckpointManifest& ma
                   computed);
     bad_file(path, b);
   }
-  if (reserved != 0)
-    bad_file(path, "corrupted header (reserved field is " + std::to_string(reserved) + ")");
-  if (file_rank != static_cast<std::uint32_t>(rank))
-    bad_file(path,
-             "holds rank " + std::to_string(file_rank) + ", expected " + std::to_string(rank));
-  if (file_world != static_cast<std::uint32_t>(manifest.world) || file_step != manifest.step)
-    bad_file(path, "belongs to a checkpoint of world " + std::to_string(file_world) + " at step " +
-                       std::to_string(file_step) + ", the manifest says world " +
+}
+
+// The header's reserved field is zero and its rank, world and step are the ones asked for.
+void check_header_matches(const RankFileHeader& h, const fs::path& path,
+                          const CheckpointManifest& manifest, int rank) {
+  if (h.reserved != 0)
+    bad_file(path, "corrupted header (reserved field is " + std::to_string(h.reserved) + ")");
+  if (h.rank != static_cast<std::uint32_t>(rank))
+    bad_file(path, "holds rank " + std::to_string(h.rank) + ", expected " + std::to_string(rank));
+  if (h.world != static_cast<std::uint32_t>(manifest.world) || h.step != manifest.step)
+    bad_file(path, "belongs to a checkpoint of world " + std::to_string(h.world) + " at step " +
+                       std::to_string(h.step) + ", the manifest says world " +
                        std::to_string(manifest.world) + " at step " +
                        std::to_string(manifest.step));
+}
+
+RankCheckpoint read_rank_file(const fs::path& path, const CheckpointManifest& manifest, int rank) {
+  InputFile file(path, " (the manifest says world = " + std::to_string(manifest.world) + ")");
+  const std::uint64_t size = file.size();
+  if (size < kHeaderBytes + kTrailerBytes)
+    bad_file(path, "truncated (" + std::to_string(size) + " bytes, shorter than the " +
+                       std::to_string(kHeaderBytes + kTrailerBytes) + "-byte header and checksum)");
+  RankFileReader r(file);
+  const RankFileHeader header = read_header(r, path, size);
+  RankCheckpoint c;
+  c.rank = rank;
+  read_payload(r, c);
+  check_crc(r, path);
+  check_header_matches(header, path, manifest, rank);
   return c;
 }
 

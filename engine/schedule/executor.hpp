@@ -50,6 +50,30 @@ class EventTimes {
 std::string describe_deadlock(const Schedule& s, const std::vector<std::size_t>& position,
                               const EventTimes& events);
 
+namespace detail {
+
+// Wakes the ranks that consume rank r's point-to-point event: forward output goes to the next
+// group's rank (or every rank for S); backward to the previous group's rank (or every rank for
+// IB). Waking everyone is cheap only for small p, so wake exactly the consumers.
+template <class Wake, class WakeAll>
+void wake_consumers(const Schedule& s, int r, const Event& e, Wake& wake, WakeAll& wake_all) {
+  const int g = e.group;
+  if (e.kind == EventKind::Forward) {
+    if (g + 1 < s.groups()) wake(s.rank_of_group(g + 1));
+    if (g + 1 == s.groups()) {
+      if (s.vocab == VocabMode::None)
+        wake(r);
+      else
+        wake_all();
+    }
+  } else {
+    if (g > 0) wake(s.rank_of_group(g - 1));
+    if (g == 0 && s.vocab != VocabMode::None) wake_all();
+  }
+}
+
+}  // namespace detail
+
 template <class Hooks>
 void execute(const Schedule& s, Hooks& hooks) {
   const int p = s.stages;
@@ -99,22 +123,7 @@ void execute(const Schedule& s, Hooks& hooks) {
       if (!prod.present) continue;
       if (!prod.joins_barrier) {
         events.set(prod.event, done);
-        // Forward output goes to the next group's rank (or every rank for S); backward to the
-        // previous group's rank (or every rank for IB). Waking everyone is cheap only for small
-        // p, so wake exactly the consumers.
-        const int g = prod.event.group;
-        if (prod.event.kind == EventKind::Forward) {
-          if (g + 1 < s.groups()) wake(s.rank_of_group(g + 1));
-          if (g + 1 == s.groups()) {
-            if (s.vocab == VocabMode::None)
-              wake(r);
-            else
-              wake_all();
-          }
-        } else {
-          if (g > 0) wake(s.rank_of_group(g - 1));
-          if (g == 0 && s.vocab != VocabMode::None) wake_all();
-        }
+        detail::wake_consumers(s, r, prod.event, wake, wake_all);
         continue;
       }
       if (events.arrive(prod.event, done)) {

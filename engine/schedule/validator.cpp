@@ -26,9 +26,8 @@ struct TimelessHooks {
   void wait(int, double) {}
 };
 
-}  // namespace
-
-void validate_structure(const Schedule& s) {
+// The schedule's sizes, its placement's chunks and an op list per rank.
+void check_shape(const Schedule& s) {
   if (s.stages < 1) fail(s, "stages must be positive, got " + std::to_string(s.stages));
   if (s.microbatches < 1)
     fail(s, "micro-batches must be positive, got " + std::to_string(s.microbatches));
@@ -39,14 +38,29 @@ void validate_structure(const Schedule& s) {
   if (static_cast<int>(s.ranks.size()) != s.stages)
     fail(s, "has op lists for " + std::to_string(s.ranks.size()) + " ranks, expected " +
                 std::to_string(s.stages));
+}
 
+// How often each op appears: F, B, W and BW per (layer group, micro-batch), the vocabulary ops
+// S, T, IF and IB per (rank, micro-batch).
+struct OpCounts {
+  std::vector<std::uint8_t> f, b, w, bw;
+  std::vector<std::uint8_t> vocab[4];
+};
+
+std::size_t vocab_cell(const Schedule& s, int rank, int microbatch) {
+  return static_cast<std::size_t>(rank) * static_cast<std::size_t>(s.microbatches) +
+         static_cast<std::size_t>(microbatch);
+}
+
+// Counts every op, checking its micro-batch and chunk are in range, that vocabulary ops belong
+// to the schedule, and that no op appears twice.
+OpCounts count_ops(const Schedule& s) {
   const int m = s.microbatches;
-  const int G = s.groups();
-  const auto cells = static_cast<std::size_t>(G) * static_cast<std::size_t>(m);
-  std::vector<std::uint8_t> f(cells, 0), b(cells, 0), w(cells, 0), bw(cells, 0);
+  const auto cells = static_cast<std::size_t>(s.groups()) * static_cast<std::size_t>(m);
+  OpCounts n;
+  for (auto* v : {&n.f, &n.b, &n.w, &n.bw}) v->assign(cells, 0);
   const auto vcells = static_cast<std::size_t>(s.stages) * static_cast<std::size_t>(m);
-  std::vector<std::uint8_t> vocab_count[4];
-  for (auto& v : vocab_count) v.assign(vcells, 0);
+  for (auto& v : n.vocab) v.assign(vcells, 0);
 
   for (int r = 0; r < s.stages; ++r) {
     const auto& ops = s.ranks[static_cast<std::size_t>(r)];
@@ -62,8 +76,7 @@ void validate_structure(const Schedule& s) {
                       : op.kind == OpKind::T  ? 1
                       : op.kind == OpKind::IF ? 2
                                               : 3;
-        auto& c = vocab_count[k][static_cast<std::size_t>(r) * static_cast<std::size_t>(m) +
-                                 static_cast<std::size_t>(op.microbatch)];
+        auto& c = n.vocab[k][vocab_cell(s, r, op.microbatch)];
         if (++c > 1) fail(s, where(r, op, i) + ": appears more than once on this rank");
         continue;
       }
@@ -72,65 +85,85 @@ void validate_structure(const Schedule& s) {
       const auto cell =
           static_cast<std::size_t>(s.group_of(r, op.chunk)) * static_cast<std::size_t>(m) +
           static_cast<std::size_t>(op.microbatch);
-      std::uint8_t* counter = op.kind == OpKind::F   ? &f[cell]
-                              : op.kind == OpKind::B ? &b[cell]
-                              : op.kind == OpKind::W ? &w[cell]
-                                                     : &bw[cell];
+      std::uint8_t* counter = op.kind == OpKind::F   ? &n.f[cell]
+                              : op.kind == OpKind::B ? &n.b[cell]
+                              : op.kind == OpKind::W ? &n.w[cell]
+                                                     : &n.bw[cell];
       if (++*counter > 1) fail(s, where(r, op, i) + ": appears more than once");
     }
   }
-  for (int g = 0; g < G; ++g) {
+  return n;
+}
+
+// Every (layer group, micro-batch) has its F, and a B with its W or one fused BW.
+void check_every_pass_present(const Schedule& s, const OpCounts& n) {
+  const int m = s.microbatches;
+  for (int g = 0; g < s.groups(); ++g) {
     const int r = s.rank_of_group(g);
     const int c = s.chunk_of_group(g);
     for (int mb = 0; mb < m; ++mb) {
       const auto cell =
           static_cast<std::size_t>(g) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb);
-      const bool complete = f[cell] && b[cell] + bw[cell] == 1 && w[cell] == b[cell];
+      const bool complete = n.f[cell] && n.b[cell] + n.bw[cell] == 1 && n.w[cell] == n.b[cell];
       if (complete) continue;
       // Messages are built only on failure: this loop runs for every (group, micro-batch).
       const std::string at = " of micro-batch " + std::to_string(mb) + " chunk " +
                              std::to_string(c) + " is missing on rank " + std::to_string(r);
       const std::string cell_name = "micro-batch " + std::to_string(mb) + " chunk " +
                                     std::to_string(c) + " on rank " + std::to_string(r);
-      if (!f[cell]) fail(s, "F" + at);
-      if (b[cell] + bw[cell] == 0) fail(s, "B or BW" + at);
-      if (b[cell] && bw[cell]) fail(s, cell_name + " has both a B and a fused BW");
-      if (b[cell] && !w[cell]) fail(s, "W" + at + " (its B was split)");
+      if (!n.f[cell]) fail(s, "F" + at);
+      if (n.b[cell] + n.bw[cell] == 0) fail(s, "B or BW" + at);
+      if (n.b[cell] && n.bw[cell]) fail(s, cell_name + " has both a B and a fused BW");
+      if (n.b[cell] && !n.w[cell]) fail(s, "W" + at + " (its B was split)");
       fail(s, cell_name + " has a W after a fused BW");
     }
   }
-  if (s.vocab != VocabMode::None) {
-    static const char* names[4] = {"S", "T", "IF", "IB"};
-    for (int k = 0; k < 4; ++k)
-      for (int r = 0; r < s.stages; ++r)
-        for (int mb = 0; mb < m; ++mb)
-          if (!vocab_count[k][static_cast<std::size_t>(r) * static_cast<std::size_t>(m) +
-                              static_cast<std::size_t>(mb)])
-            fail(s, std::string(names[k]) + " of micro-batch " + std::to_string(mb) +
-                        " is missing on rank " + std::to_string(r) +
-                        " (vocabulary ops run on every rank)");
+}
 
-    // Barriers are collectives over the pipeline group: every rank must issue them in the same
-    // order, or a real run deadlocks inside the communicator.
-    std::vector<Event> reference;
-    for (int r = 0; r < s.stages; ++r) {
-      std::vector<Event> order;
-      for (const Op& op : s.ranks[static_cast<std::size_t>(r)]) {
-        const Production prod = production_of(s, r, op);
-        if (prod.present && prod.joins_barrier) order.push_back(prod.event);
-      }
-      if (r == 0) {
-        reference = std::move(order);
-        continue;
-      }
-      for (std::size_t i = 0; i < order.size(); ++i) {
-        if (order[i].kind != reference[i].kind || order[i].microbatch != reference[i].microbatch)
-          fail(s,
-               "barrier order differs between ranks (a real run would deadlock): rank 0 issues " +
-                   event_label(reference[i]) + " as barrier " + std::to_string(i) + ", rank " +
-                   std::to_string(r) + " issues " + event_label(order[i]));
-      }
+// Vocabulary ops run on every rank, for every micro-batch.
+void check_vocab_ops_present(const Schedule& s, const OpCounts& n) {
+  static const char* names[4] = {"S", "T", "IF", "IB"};
+  for (int k = 0; k < 4; ++k)
+    for (int r = 0; r < s.stages; ++r)
+      for (int mb = 0; mb < s.microbatches; ++mb)
+        if (!n.vocab[k][vocab_cell(s, r, mb)])
+          fail(s, std::string(names[k]) + " of micro-batch " + std::to_string(mb) +
+                      " is missing on rank " + std::to_string(r) +
+                      " (vocabulary ops run on every rank)");
+}
+
+// Barriers are collectives over the pipeline group: every rank must issue them in the same
+// order, or a real run deadlocks inside the communicator.
+void check_barrier_order(const Schedule& s) {
+  std::vector<Event> reference;
+  for (int r = 0; r < s.stages; ++r) {
+    std::vector<Event> order;
+    for (const Op& op : s.ranks[static_cast<std::size_t>(r)]) {
+      const Production prod = production_of(s, r, op);
+      if (prod.present && prod.joins_barrier) order.push_back(prod.event);
     }
+    if (r == 0) {
+      reference = std::move(order);
+      continue;
+    }
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      if (order[i].kind != reference[i].kind || order[i].microbatch != reference[i].microbatch)
+        fail(s, "barrier order differs between ranks (a real run would deadlock): rank 0 issues " +
+                    event_label(reference[i]) + " as barrier " + std::to_string(i) + ", rank " +
+                    std::to_string(r) + " issues " + event_label(order[i]));
+    }
+  }
+}
+
+}  // namespace
+
+void validate_structure(const Schedule& s) {
+  check_shape(s);
+  const OpCounts counts = count_ops(s);
+  check_every_pass_present(s, counts);
+  if (s.vocab != VocabMode::None) {
+    check_vocab_ops_present(s, counts);
+    check_barrier_order(s);
   }
 }
 

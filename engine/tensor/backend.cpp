@@ -1,4 +1,6 @@
-// Shape checks shared by every backend, then dispatch to the backend's do_* implementation.
+// Shape checks shared by every backend, then dispatch to the backend's do_* implementation: the
+// elementwise, linear, embedding, layernorm, GELU, attention and cross-entropy ops (MoE in
+// backend_moe.cpp, the optimizer in backend_optimizer.cpp).
 #include "engine/tensor/backend.hpp"
 
 #include <algorithm>
@@ -6,6 +8,7 @@
 #include <string>
 
 #include "engine/errors.hpp"
+#include "engine/tensor/backend_checks.hpp"
 #include "engine/tensor/check.hpp"
 #include "engine/tensor/tensor.hpp"
 
@@ -15,34 +18,9 @@ std::string_view attention_kernel_name(AttentionKernel k) {
   return k == AttentionKernel::flash ? "flash" : "stored";
 }
 
+using namespace backend_checks;
+
 namespace {
-
-std::string sh(const char* name, ConstTensorView v) {
-  return std::string(name) + " " + (v.empty() ? std::string("(absent)") : v.shape.str());
-}
-
-void need(const char* op, const char* name, ConstTensorView v) {
-  PIPETUNE_TENSOR_CHECK(!v.empty() || v.numel() == 0, op, std::string(name) + " is absent");
-}
-
-void same_shape(const char* op, const char* an, ConstTensorView a, const char* bn,
-                ConstTensorView b) {
-  need(op, an, a);
-  need(op, bn, b);
-  PIPETUNE_TENSOR_CHECK(a.shape == b.shape, op, sh(an, a) + " != " + sh(bn, b));
-}
-
-void length_n(const char* op, const char* name, ConstTensorView v, std::int64_t n) {
-  need(op, name, v);
-  PIPETUNE_TENSOR_CHECK(v.numel() == n, op,
-                        sh(name, v) + " must hold " + std::to_string(n) + " values");
-}
-
-void rank_is(const char* op, const char* name, ConstTensorView v, int rank) {
-  need(op, name, v);
-  PIPETUNE_TENSOR_CHECK(v.shape.rank() == rank, op,
-                        sh(name, v) + " must have rank " + std::to_string(rank));
-}
 
 void tokens_in_range(const char* op, const char* name, std::span<const std::int32_t> ids,
                      std::int64_t vocab_size) {
@@ -54,40 +32,7 @@ void tokens_in_range(const char* op, const char* name, std::span<const std::int3
   }
 }
 
-void check_routing(const char* op, const MoeRouting& r) {
-  const auto nk = static_cast<std::size_t>(r.tokens * r.top_k);
-  PIPETUNE_TENSOR_CHECK(
-      r.expert.size() == nk && r.slot.size() == nk &&
-          r.slot_token.size() == static_cast<std::size_t>(r.experts * r.capacity) &&
-          r.assigned.size() == static_cast<std::size_t>(r.experts),
-      op, "routing is inconsistent (not from moe_router_forward?)");
-}
-
-void check_expert_buffer(const char* op, const char* name, ConstTensorView buf, const MoeRouting& r,
-                         std::int64_t channels) {
-  rank_is(op, name, buf, 3);
-  PIPETUNE_TENSOR_CHECK(
-      buf.shape[0] == r.experts && buf.shape[1] == r.capacity && buf.shape[2] == channels, op,
-      sh(name, buf) + " must be (experts=" + std::to_string(r.experts) +
-          ", capacity=" + std::to_string(r.capacity) + ", C=" + std::to_string(channels) + ")");
-}
-
-void check_probs(const char* op, ConstTensorView probs, const MoeRouting& r) {
-  rank_is(op, "probs", probs, 2);
-  PIPETUNE_TENSOR_CHECK(probs.shape[0] == r.tokens && probs.shape[1] == r.experts, op,
-                        sh("probs", probs) + " must be (N=" + std::to_string(r.tokens) +
-                            ", E=" + std::to_string(r.experts) + ")");
-}
-
 }  // namespace
-
-float clip_coefficient(double global_norm, float max_norm) {
-  if (!(max_norm > 0.0f)) {
-    throw InputError("clip_grad_norm: max_norm must be positive, got " + std::to_string(max_norm));
-  }
-  const double c = static_cast<double>(max_norm) / (global_norm + 1e-6);
-  return static_cast<float>(std::min(1.0, c));
-}
 
 // ---- elementwise ----------------------------------------------------------------------------
 
@@ -570,164 +515,6 @@ void Backend::vocab_ce_input_grad(ConstTensorView shard_max, ConstTensorView glo
   same_shape(op, "dx", dx, "weights", weights);
   same_shape(op, "dx", dx, "target_rows", target_rows);
   do_vocab_ce_input_grad(shard_max, global_max, global_sum, weights, target_rows, grad_scale, dx);
-}
-
-// ---- MoE ------------------------------------------------------------------------------------
-
-void Backend::moe_router_forward(ConstTensorView logits, std::int64_t top_k, std::int64_t capacity,
-                                 TensorView probs, MoeRouting& routing) {
-  const char* op = "moe_router_forward";
-  rank_is(op, "logits", logits, 2);
-  same_shape(op, "logits", logits, "probs", probs);
-  PIPETUNE_TENSOR_CHECK(top_k >= 1 && top_k <= logits.shape[1] && capacity >= 1, op,
-                        "top_k " + std::to_string(top_k) + " / capacity " +
-                            std::to_string(capacity) + " invalid for " + sh("logits", logits));
-  do_moe_router_forward(logits, top_k, capacity, probs, routing);
-}
-
-void Backend::moe_router_backward(ConstTensorView probs, ConstTensorView dprobs,
-                                  TensorView dlogits) {
-  rank_is("moe_router_backward", "probs", probs, 2);
-  same_shape("moe_router_backward", "probs", probs, "dprobs", dprobs);
-  same_shape("moe_router_backward", "probs", probs, "dlogits", dlogits);
-  do_moe_router_backward(probs, dprobs, dlogits);
-}
-
-float Backend::moe_aux_loss(ConstTensorView probs, const MoeRouting& routing) {
-  check_routing("moe_aux_loss", routing);
-  check_probs("moe_aux_loss", probs, routing);
-  return do_moe_aux_loss(probs, routing);
-}
-
-void Backend::moe_aux_loss_backward(const MoeRouting& routing, float grad_scale,
-                                    TensorView dprobs) {
-  check_routing("moe_aux_loss_backward", routing);
-  check_probs("moe_aux_loss_backward", dprobs, routing);
-  do_moe_aux_loss_backward(routing, grad_scale, dprobs);
-}
-
-void Backend::moe_dispatch(ConstTensorView x, const MoeRouting& routing, TensorView expert_in) {
-  const char* op = "moe_dispatch";
-  check_routing(op, routing);
-  rank_is(op, "x", x, 2);
-  PIPETUNE_TENSOR_CHECK(x.shape[0] == routing.tokens, op,
-                        sh("x", x) + " rows != routed tokens " + std::to_string(routing.tokens));
-  check_expert_buffer(op, "expert_in", expert_in, routing, x.shape[1]);
-  do_moe_dispatch(x, routing, expert_in);
-}
-
-void Backend::moe_dispatch_backward(ConstTensorView dexpert_in, const MoeRouting& routing,
-                                    TensorView dx) {
-  const char* op = "moe_dispatch_backward";
-  check_routing(op, routing);
-  rank_is(op, "dx", dx, 2);
-  PIPETUNE_TENSOR_CHECK(dx.shape[0] == routing.tokens, op,
-                        sh("dx", dx) + " rows != routed tokens " + std::to_string(routing.tokens));
-  check_expert_buffer(op, "dexpert_in", dexpert_in, routing, dx.shape[1]);
-  do_moe_dispatch_backward(dexpert_in, routing, dx);
-}
-
-void Backend::moe_combine(ConstTensorView expert_out, ConstTensorView probs,
-                          const MoeRouting& routing, TensorView y) {
-  const char* op = "moe_combine";
-  check_routing(op, routing);
-  check_probs(op, probs, routing);
-  rank_is(op, "y", y, 2);
-  PIPETUNE_TENSOR_CHECK(y.shape[0] == routing.tokens, op,
-                        sh("y", y) + " rows != routed tokens " + std::to_string(routing.tokens));
-  check_expert_buffer(op, "expert_out", expert_out, routing, y.shape[1]);
-  do_moe_combine(expert_out, probs, routing, y);
-}
-
-void Backend::moe_combine_backward(ConstTensorView dy, ConstTensorView expert_out,
-                                   ConstTensorView probs, const MoeRouting& routing,
-                                   TensorView dexpert_out, TensorView dprobs) {
-  const char* op = "moe_combine_backward";
-  check_routing(op, routing);
-  check_probs(op, probs, routing);
-  same_shape(op, "probs", probs, "dprobs", dprobs);
-  rank_is(op, "dy", dy, 2);
-  PIPETUNE_TENSOR_CHECK(dy.shape[0] == routing.tokens, op,
-                        sh("dy", dy) + " rows != routed tokens " + std::to_string(routing.tokens));
-  check_expert_buffer(op, "expert_out", expert_out, routing, dy.shape[1]);
-  same_shape(op, "expert_out", expert_out, "dexpert_out", dexpert_out);
-  do_moe_combine_backward(dy, expert_out, probs, routing, dexpert_out, dprobs);
-}
-
-// ---- optimizer ------------------------------------------------------------------------------
-
-AdamWBiasCorrections adamw_bias_corrections(const AdamWConfig& config, std::int64_t step) {
-  const double t = static_cast<double>(step);
-  return {static_cast<float>(1.0 - std::pow(static_cast<double>(config.beta1), t)),
-          static_cast<float>(1.0 - std::pow(static_cast<double>(config.beta2), t))};
-}
-
-namespace {
-
-// AdamW's four buffers of one length, and a step counted from 1.
-void check_adamw(const char* op, ConstTensorView params, ConstTensorView grads, ConstTensorView m,
-                 ConstTensorView v, std::int64_t step) {
-  need(op, "params", params);
-  length_n(op, "grads", grads, params.numel());
-  length_n(op, "m", m, params.numel());
-  length_n(op, "v", v, params.numel());
-  PIPETUNE_TENSOR_CHECK(step >= 1, op, "step must count from 1, got " + std::to_string(step));
-}
-
-// Segments are non-empty, sorted, disjoint and within [0, n).
-template <typename Segment>
-void check_segments(const char* op, std::span<const Segment> segments, std::int64_t n) {
-  std::int64_t last_end = 0;
-  for (std::size_t i = 0; i < segments.size(); ++i) {
-    const Segment& s = segments[i];
-    PIPETUNE_TENSOR_CHECK(s.begin >= last_end && s.begin < s.end && s.end <= n, op,
-                          "segment " + std::to_string(i) + " [" + std::to_string(s.begin) + ", " +
-                              std::to_string(s.end) +
-                              ") is empty, out of order, overlaps the one " +
-                              "before or leaves the " + std::to_string(n) + " elements");
-    last_end = s.end;
-  }
-}
-
-}  // namespace
-
-void Backend::adamw_step(TensorView params, ConstTensorView grads, TensorView m, TensorView v,
-                         const AdamWConfig& config, std::int64_t step) {
-  check_adamw("adamw_step", params, grads, m, v, step);
-  do_adamw_step(params, grads, m, v, config, step);
-}
-
-void Backend::adamw_step_segments(TensorView params, ConstTensorView grads, TensorView m,
-                                  TensorView v, std::span<const AdamWSegment> segments,
-                                  const AdamWConfig& config, std::int64_t step, float grad_scale) {
-  const char* op = "adamw_step_segments";
-  check_adamw(op, params, grads, m, v, step);
-  PIPETUNE_TENSOR_CHECK(std::isfinite(grad_scale) && grad_scale >= 0.0f, op,
-                        "grad_scale must be finite and >= 0, got " + std::to_string(grad_scale));
-  check_segments(op, segments, params.numel());
-  if (segments.empty()) return;
-  do_adamw_step_segments(params, grads, m, v, segments, config, step, grad_scale);
-}
-
-double Backend::grad_sum_squares(ConstTensorView g) {
-  need("grad_sum_squares", "g", g);
-  return do_grad_sum_squares(g);
-}
-
-double Backend::grad_sum_squares_segments(ConstTensorView g,
-                                          std::span<const FlatSegment> segments) {
-  const char* op = "grad_sum_squares_segments";
-  need(op, "g", g);
-  check_segments(op, segments, g.numel());
-  if (segments.empty()) return 0.0;
-  return do_grad_sum_squares_segments(g, segments);
-}
-
-float Backend::clip_grad_norm(TensorView g, double global_norm, float max_norm) {
-  need("clip_grad_norm", "g", g);
-  const float c = clip_coefficient(global_norm, max_norm);
-  if (c < 1.0f) do_scale(g, c);
-  return c;
 }
 
 }  // namespace pipetune::tensor

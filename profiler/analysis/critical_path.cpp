@@ -138,6 +138,78 @@ std::vector<std::int64_t> slack_of(const DependencyGraph& g, const Bindings& b,
   return slack;
 }
 
+// The node the path ends at: the one that ends last in the window (compute before
+// communication, then the later start).
+std::size_t last_node(const DependencyGraph& g, const TimeWindow& w) {
+  std::size_t last = 0;
+  const auto clipped_end = [&](std::size_t i) { return std::min(g.end[i], w.end_ns); };
+  for (std::size_t i = 1; i < g.size(); ++i) {
+    const std::int64_t a = clipped_end(i), z = clipped_end(last);
+    if (a != z) {
+      if (a > z) last = i;
+      continue;
+    }
+    const bool ci = (g.flags[i] & detail::kComputeNode) != 0;
+    const bool cl = (g.flags[last] & detail::kComputeNode) != 0;
+    if (ci != cl) {
+      if (ci) last = i;
+    } else if (g.start[i] > g.start[last]) {
+      last = i;
+    }
+  }
+  return last;
+}
+
+// The chain of binding predecessors back from `last` to the window's start, in time order.
+// Jitter within the tolerance can close a cycle of binding predecessors: stop there.
+std::vector<std::size_t> binding_chain(const DependencyGraph& g, const Bindings& b,
+                                       const TimeWindow& w, std::size_t last) {
+  std::vector<std::size_t> chain;
+  std::vector<bool> seen(g.size(), false);  // one bit per node
+  for (std::size_t v = last;;) {
+    chain.push_back(v);
+    seen[v] = true;
+    const std::int32_t u = b.pred[v];
+    if (u < 0) break;
+    const auto k = static_cast<std::size_t>(u);
+    if (seen[k] || (g.start[k] < w.start_ns && g.end[k] <= w.start_ns)) break;
+    v = k;
+  }
+  std::reverse(chain.begin(), chain.end());
+  return chain;
+}
+
+// The chain as the path's steps, clipped to the window: each step's wait before it, what it
+// adds to the path, how it was reached and its slack; the path's busy and waiting time and end.
+void add_steps(CriticalPath& out, const Trace& trace, const DependencyGraph& g, const Bindings& b,
+               const TimeWindow& w, const std::vector<std::size_t>& chain,
+               const std::vector<std::int64_t>& slack) {
+  std::int64_t cursor = w.start_ns;
+  out.steps.reserve(chain.size());
+  for (std::size_t i = 0; i < chain.size(); ++i) {
+    const std::size_t v = chain[i];
+    const Span& s = trace.spans[g.span[v]];
+    CriticalPathStep st;
+    st.span = g.span[v];
+    st.rank = trace.lanes[static_cast<std::size_t>(s.lane)].rank;
+    st.kind = s.kind;
+    st.microbatch = s.microbatch;
+    st.chunk = s.chunk;
+    st.start_ns = std::max(g.start[v], w.start_ns);
+    st.end_ns = std::max(st.start_ns, std::min(g.end[v], w.end_ns));
+    st.wait_ns = std::max<std::int64_t>(0, st.start_ns - cursor);
+    st.contribution_ns = std::max<std::int64_t>(0, st.end_ns - std::max(st.start_ns, cursor));
+    st.via = i == 0 ? PathEdge::Start : b.via[v];
+    st.slack_ns = slack[v];
+    cursor = std::max(cursor, st.end_ns);
+    out.busy_ns += st.contribution_ns;
+    out.wait_ns += st.wait_ns;
+    out.steps.push_back(st);
+  }
+  out.end_ns = cursor;
+  out.length_ns = cursor - w.start_ns;
+}
+
 }  // namespace
 
 CriticalPath critical_path(const Trace& trace, const CriticalPathOptions& options) {
@@ -167,63 +239,7 @@ CriticalPath critical_path(const Trace& trace, const CriticalPathOptions& option
       s = s < 0 ? slack[i] : std::min(s, slack[i]);
     }
   }
-
-  // The path ends at the node that ends last in the window (compute before communication, then
-  // the later start).
-  std::size_t last = 0;
-  const auto clipped_end = [&](std::size_t i) { return std::min(g.end[i], w.end_ns); };
-  for (std::size_t i = 1; i < n; ++i) {
-    const std::int64_t a = clipped_end(i), z = clipped_end(last);
-    if (a != z) {
-      if (a > z) last = i;
-      continue;
-    }
-    const bool ci = (g.flags[i] & detail::kComputeNode) != 0;
-    const bool cl = (g.flags[last] & detail::kComputeNode) != 0;
-    if (ci != cl) {
-      if (ci) last = i;
-    } else if (g.start[i] > g.start[last]) {
-      last = i;
-    }
-  }
-  // Jitter within the tolerance can close a cycle of binding predecessors: stop there.
-  std::vector<std::size_t> chain;
-  std::vector<bool> seen(n, false);  // one bit per node
-  for (std::size_t v = last;;) {
-    chain.push_back(v);
-    seen[v] = true;
-    const std::int32_t u = b.pred[v];
-    if (u < 0) break;
-    const auto k = static_cast<std::size_t>(u);
-    if (seen[k] || (g.start[k] < w.start_ns && g.end[k] <= w.start_ns)) break;
-    v = k;
-  }
-  std::reverse(chain.begin(), chain.end());
-
-  std::int64_t cursor = w.start_ns;
-  out.steps.reserve(chain.size());
-  for (std::size_t i = 0; i < chain.size(); ++i) {
-    const std::size_t v = chain[i];
-    const Span& s = trace.spans[g.span[v]];
-    CriticalPathStep st;
-    st.span = g.span[v];
-    st.rank = trace.lanes[static_cast<std::size_t>(s.lane)].rank;
-    st.kind = s.kind;
-    st.microbatch = s.microbatch;
-    st.chunk = s.chunk;
-    st.start_ns = std::max(g.start[v], w.start_ns);
-    st.end_ns = std::max(st.start_ns, std::min(g.end[v], w.end_ns));
-    st.wait_ns = std::max<std::int64_t>(0, st.start_ns - cursor);
-    st.contribution_ns = std::max<std::int64_t>(0, st.end_ns - std::max(st.start_ns, cursor));
-    st.via = i == 0 ? PathEdge::Start : b.via[v];
-    st.slack_ns = slack[v];
-    cursor = std::max(cursor, st.end_ns);
-    out.busy_ns += st.contribution_ns;
-    out.wait_ns += st.wait_ns;
-    out.steps.push_back(st);
-  }
-  out.end_ns = cursor;
-  out.length_ns = cursor - w.start_ns;
+  add_steps(out, trace, g, b, w, binding_chain(g, b, w, last_node(g, w)), slack);
   return out;
 }
 

@@ -66,36 +66,47 @@ std::array<double, kSpanKindCount> mean_phase_op_ns(const std::vector<KernelReco
   return total;
 }
 
-Trace ops_in_gpu_time(const Trace& trace, const std::vector<KernelRecord>& records) {
-  using Key = std::tuple<std::int32_t, SpanKind, std::int32_t, std::int16_t>;
-  // One occurrence of an op: the host ranges of its key that overlap (a range and a duplicate
-  // nested in it), with the GPU work launched from it. The same key's next range (the next
-  // iteration's) is the next occurrence.
-  struct Occurrence {
-    std::int64_t start_ns = 0;
-    std::int64_t end_ns = 0;
-    std::size_t first_span = 0;  // the range that stands for the op; the others are dropped
-    std::int64_t gpu_start_ns = std::numeric_limits<std::int64_t>::max();  // max: no work
-    std::int64_t gpu_ns = 0;
-    bool has_work() const { return gpu_start_ns != std::numeric_limits<std::int64_t>::max(); }
-  };
+namespace {
+
+using OpKey = std::tuple<std::int32_t, SpanKind, std::int32_t, std::int16_t>;
+
+// One occurrence of an op: the host ranges of its key that overlap (a range and a duplicate
+// nested in it), with the GPU work launched from it. The same key's next range (the next
+// iteration's) is the next occurrence.
+struct Occurrence {
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  std::size_t first_span = 0;  // the range that stands for the op; the others are dropped
+  std::int64_t gpu_start_ns = std::numeric_limits<std::int64_t>::max();  // max: no work
+  std::int64_t gpu_ns = 0;
+  bool has_work() const { return gpu_start_ns != std::numeric_limits<std::int64_t>::max(); }
+};
+
+// Each op's occurrences in start order, and each host op span's occurrence (null for other
+// spans; pointing into by_key's vectors, which stay put).
+struct OpOccurrences {
+  std::map<OpKey, std::vector<Occurrence>> by_key;
+  std::vector<const Occurrence*> of_span;
+};
+
+OpOccurrences host_op_occurrences(const Trace& trace) {
   const auto is_host_op = [&](const Span& s) {
     return is_compute(s.kind) &&
            trace.lanes.at(static_cast<std::size_t>(s.lane)).stream != Stream::Gpu;
   };
   const auto key_of = [&](const Span& s) {
-    return Key{trace.lanes[static_cast<std::size_t>(s.lane)].rank, s.kind, s.microbatch, s.chunk};
+    return OpKey{trace.lanes[static_cast<std::size_t>(s.lane)].rank, s.kind, s.microbatch, s.chunk};
   };
-  std::map<Key, std::vector<std::size_t>> ranges;  // span indices, by key
+  std::map<OpKey, std::vector<std::size_t>> ranges;  // span indices, by key
   for (std::size_t i = 0; i < trace.spans.size(); ++i)
     if (is_host_op(trace.spans[i])) ranges[key_of(trace.spans[i])].push_back(i);
-  std::map<Key, std::vector<Occurrence>> occurrences;
-  std::vector<const Occurrence*> occurrence_of(trace.spans.size(), nullptr);  // of each host op
+  OpOccurrences out;
+  out.of_span.assign(trace.spans.size(), nullptr);
   for (auto& [key, spans] : ranges) {
     std::stable_sort(spans.begin(), spans.end(), [&](std::size_t a, std::size_t b) {
       return trace.spans[a].start_ns < trace.spans[b].start_ns;
     });
-    std::vector<Occurrence>& occ = occurrences[key];
+    std::vector<Occurrence>& occ = out.by_key[key];
     std::vector<std::size_t> index_of;  // each of `spans`' occurrence in occ
     for (std::size_t i : spans) {
       const Span& s = trace.spans[i];
@@ -105,14 +116,19 @@ Trace ops_in_gpu_time(const Trace& trace, const std::vector<KernelRecord>& recor
         occ.back().end_ns = std::max(occ.back().end_ns, s.end_ns);
       index_of.push_back(occ.size() - 1);
     }
-    for (std::size_t j = 0; j < spans.size(); ++j) occurrence_of[spans[j]] = &occ[index_of[j]];
+    for (std::size_t j = 0; j < spans.size(); ++j) out.of_span[spans[j]] = &occ[index_of[j]];
   }
-  // A record belongs to the latest occurrence of its op begun by its start (the one before the
-  // first: clock skew between host and device).
+  return out;
+}
+
+// A record belongs to the latest occurrence of its op begun by its start (the one before the
+// first: clock skew between host and device). Returns whether any record found its op.
+bool add_gpu_work(std::map<OpKey, std::vector<Occurrence>>& occurrences,
+                  const std::vector<KernelRecord>& records) {
   bool any = false;
   for (const KernelRecord& r : records) {
     if (!r.phase || classify_gpu_activity(r) == KernelClass::Communication) continue;
-    const auto it = occurrences.find(Key{r.rank, *r.phase, r.microbatch, r.chunk});
+    const auto it = occurrences.find(OpKey{r.rank, *r.phase, r.microbatch, r.chunk});
     if (it == occurrences.end()) continue;
     std::vector<Occurrence>& occ = it->second;
     auto at = std::upper_bound(occ.begin(), occ.end(), r.start_ns,
@@ -122,13 +138,21 @@ Trace ops_in_gpu_time(const Trace& trace, const std::vector<KernelRecord>& recor
     o.gpu_ns += r.end_ns - r.start_ns;
     any = true;
   }
+  return any;
+}
+
+}  // namespace
+
+Trace ops_in_gpu_time(const Trace& trace, const std::vector<KernelRecord>& records) {
+  OpOccurrences occurrences = host_op_occurrences(trace);
+  const bool any = add_gpu_work(occurrences.by_key, records);
   Trace out = trace;
   if (!any) return out;
   std::vector<Span> spans;
   spans.reserve(out.spans.size());
   for (std::size_t i = 0; i < trace.spans.size(); ++i) {
     const Span& s = trace.spans[i];
-    const Occurrence* o = occurrence_of[i];
+    const Occurrence* o = occurrences.of_span[i];
     if (o == nullptr || !o->has_work()) {
       spans.push_back(s);  // not an op, or it launched nothing: its host timing stays
       continue;

@@ -35,23 +35,11 @@ std::vector<Interval> nested_in(const std::vector<Interval>& compute,
                       " ranks is beyond the 64-bit ns totals of a breakdown");
 }
 
-}  // namespace
-
-PipelineBreakdown stage_breakdown(const Trace& trace, const BreakdownOptions& options) {
-  PipelineBreakdown out;
-  out.window = options.window ? *options.window : trace_extent(trace);
-  check_window(out.window, "stage_breakdown");
-  const TimeWindow w = out.window;
-  const SpanRoles roles(trace, options.roles, &w);
-  out.nested_waits = roles.nested_waits();
-  const std::size_t ranks = roles.ranks().size();
-  std::vector<RankIntervals> per(ranks);
-  out.stages.resize(ranks);
-  for (std::size_t i = 0; i < ranks; ++i) {
-    out.stages[i].rank = roles.ranks()[i];
-    out.stages[i].gpu_activity = roles.uses_gpu(static_cast<std::int32_t>(i));
-  }
-
+// Each span in the window counted in its stage's time per kind, and its clipped interval added
+// to its rank's compute or communication (also thread communication when off the GPU).
+void collect_intervals(const Trace& trace, const SpanRoles& roles, const TimeWindow& w,
+                       PipelineBreakdown& out, std::vector<RankIntervals>& per) {
+  const std::size_t ranks = per.size();
   for (const Span& s : trace.spans) {
     const std::int32_t slot = roles.slot_of_lane(s.lane);
     if (slot < 0) continue;
@@ -77,6 +65,55 @@ PipelineBreakdown stage_breakdown(const Trace& trace, const BreakdownOptions& op
         break;
     }
   }
+}
+
+// One stage's compute, communication (exposed and waited on inside compute) and bubble, split
+// into warm-up, steady state and cool-down around its first and last compute.
+void summarise_stage(RankIntervals& r, StageBreakdown& st, const TimeWindow& w, bool nested_waits) {
+  const std::int64_t length = w.length_ns();
+  merge_intervals(r.compute);
+  merge_intervals(r.communication);
+  if (nested_waits && !r.thread_communication.empty()) {
+    merge_intervals(r.thread_communication);
+    const std::vector<Interval> waits = nested_in(r.compute, r.thread_communication);
+    st.nested_wait_ns = measure(waits);
+    if (!waits.empty()) r.compute = subtract(r.compute, waits);
+  }
+  st.compute_ns = measure(r.compute);
+  st.communication_ns = measure(r.communication);
+  st.exposed_communication_ns = st.communication_ns - overlap_length(r.communication, r.compute);
+  st.bubble_ns = length - st.compute_ns;
+  if (r.compute.empty()) {
+    st.first_compute_ns = st.last_compute_ns = w.start_ns;
+    st.warmup_ns = st.bubble_ns;
+  } else {
+    st.first_compute_ns = r.compute.front().start_ns;
+    st.last_compute_ns = r.compute.back().end_ns;
+    st.warmup_ns = st.first_compute_ns - w.start_ns;
+    st.cooldown_ns = w.end_ns - st.last_compute_ns;
+    st.steady_ns = st.bubble_ns - st.warmup_ns - st.cooldown_ns;
+  }
+  st.bubble_ratio =
+      length > 0 ? static_cast<double>(st.bubble_ns) / static_cast<double>(length) : 0.0;
+}
+
+}  // namespace
+
+PipelineBreakdown stage_breakdown(const Trace& trace, const BreakdownOptions& options) {
+  PipelineBreakdown out;
+  out.window = options.window ? *options.window : trace_extent(trace);
+  check_window(out.window, "stage_breakdown");
+  const TimeWindow w = out.window;
+  const SpanRoles roles(trace, options.roles, &w);
+  out.nested_waits = roles.nested_waits();
+  const std::size_t ranks = roles.ranks().size();
+  std::vector<RankIntervals> per(ranks);
+  out.stages.resize(ranks);
+  for (std::size_t i = 0; i < ranks; ++i) {
+    out.stages[i].rank = roles.ranks()[i];
+    out.stages[i].gpu_activity = roles.uses_gpu(static_cast<std::int32_t>(i));
+  }
+  collect_intervals(trace, roles, w, out, per);
 
   const std::int64_t length = w.length_ns();
   // Each rank's times are at most the window's length; their sums over ranks must fit too.
@@ -84,32 +121,8 @@ PipelineBreakdown stage_breakdown(const Trace& trace, const BreakdownOptions& op
       length > std::numeric_limits<std::int64_t>::max() / static_cast<std::int64_t>(ranks))
     too_long(w, ranks);
   for (std::size_t i = 0; i < ranks; ++i) {
-    RankIntervals& r = per[i];
     StageBreakdown& st = out.stages[i];
-    merge_intervals(r.compute);
-    merge_intervals(r.communication);
-    if (roles.nested_waits() && !r.thread_communication.empty()) {
-      merge_intervals(r.thread_communication);
-      const std::vector<Interval> waits = nested_in(r.compute, r.thread_communication);
-      st.nested_wait_ns = measure(waits);
-      if (!waits.empty()) r.compute = subtract(r.compute, waits);
-    }
-    st.compute_ns = measure(r.compute);
-    st.communication_ns = measure(r.communication);
-    st.exposed_communication_ns = st.communication_ns - overlap_length(r.communication, r.compute);
-    st.bubble_ns = length - st.compute_ns;
-    if (r.compute.empty()) {
-      st.first_compute_ns = st.last_compute_ns = w.start_ns;
-      st.warmup_ns = st.bubble_ns;
-    } else {
-      st.first_compute_ns = r.compute.front().start_ns;
-      st.last_compute_ns = r.compute.back().end_ns;
-      st.warmup_ns = st.first_compute_ns - w.start_ns;
-      st.cooldown_ns = w.end_ns - st.last_compute_ns;
-      st.steady_ns = st.bubble_ns - st.warmup_ns - st.cooldown_ns;
-    }
-    st.bubble_ratio =
-        length > 0 ? static_cast<double>(st.bubble_ns) / static_cast<double>(length) : 0.0;
+    summarise_stage(per[i], st, w, roles.nested_waits());
     out.compute_ns += st.compute_ns;
     out.bubble_ns += st.bubble_ns;
     out.exposed_communication_ns += st.exposed_communication_ns;

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "engine/errors.hpp"
@@ -259,29 +260,30 @@ std::string parameter_list(const std::vector<EfficiencyParameter>& ps) {
   return out;
 }
 
-}  // namespace
-
-CalibrationResult calibrate(const std::vector<Measurement>& measurements,
-                            const spec::HardwareEfficiency& start,
-                            const CalibrationOptions& options) {
-  if (measurements.empty()) throw InputError("calibration: no measurements");
+// A measurement or a parameter given twice would count twice in the fit.
+void check_nothing_twice(const std::vector<Measurement>& measurements,
+                         const std::vector<EfficiencyParameter>& asked) {
   for (std::size_t i = 0; i < measurements.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)
       if (same_measurement(measurements[i], measurements[j]))
         throw InputError("calibration: measurement '" + measurements[i].name +
                          "' is given twice (its data points would count twice)");
-  const std::vector<EfficiencyParameter>& asked = options.fit;
   for (std::size_t i = 0; i < asked.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)
       if (asked[i] == asked[j])
         throw InputError(std::string("calibration: parameter ") +
                          efficiency_parameter_name(asked[i]) + " is asked for twice");
-  Model model(measurements);
-  // Unconstrained coordinates: the log of gemm_half_flops (a FLOP count > 0) and the logit of
-  // the others (fractions of a peak, in (0, 1)), so no step leaves the physical range.
-  const auto is_fraction = [](EfficiencyParameter p) {
-    return p != EfficiencyParameter::GemmHalfFlops;
-  };
+}
+
+// Unconstrained coordinates: the log of gemm_half_flops (a FLOP count > 0) and the logit of
+// the others (fractions of a peak, in (0, 1)), so no step leaves the physical range.
+bool is_fraction(EfficiencyParameter p) {
+  return p != EfficiencyParameter::GemmHalfFlops;
+}
+
+// The coordinates of the start values of the parameters asked for.
+std::vector<double> start_coordinates(const spec::HardwareEfficiency& start,
+                                      const std::vector<EfficiencyParameter>& asked) {
   std::vector<double> x_asked(asked.size());
   for (std::size_t j = 0; j < asked.size(); ++j) {
     spec::HardwareEfficiency e = start;
@@ -293,110 +295,151 @@ CalibrationResult calibrate(const std::vector<Measurement>& measurements,
     if (is_fraction(asked[j])) v = std::min(v, 1.0 - 1e-6);
     x_asked[j] = is_fraction(asked[j]) ? std::log(v / (1.0 - v)) : std::log(v);
   }
-  // The efficiencies at coordinates z of the parameters `fit`; the others keep their start.
-  const auto with = [&](const std::vector<EfficiencyParameter>& fit, const std::vector<double>& z) {
-    spec::HardwareEfficiency e = start;
-    for (std::size_t j = 0; j < fit.size(); ++j)
-      efficiency_field(e, fit[j]) =
-          is_fraction(fit[j]) ? 1.0 / (1.0 + std::exp(-z[j])) : std::exp(z[j]);
-    return e;
-  };
+  return x_asked;
+}
+
+// The efficiencies at coordinates z of the parameters `fit`; the others keep their start.
+spec::HardwareEfficiency efficiencies_at(const spec::HardwareEfficiency& start,
+                                         const std::vector<EfficiencyParameter>& fit,
+                                         const std::vector<double>& z) {
+  spec::HardwareEfficiency e = start;
+  for (std::size_t j = 0; j < fit.size(); ++j)
+    efficiency_field(e, fit[j]) =
+        is_fraction(fit[j]) ? 1.0 / (1.0 + std::exp(-z[j])) : std::exp(z[j]);
+  return e;
+}
+
+// Jacobian of the residuals r (at z) by forward differences, row-major n x k.
+std::vector<double> jacobian(Model& model, const spec::HardwareEfficiency& start,
+                             const std::vector<EfficiencyParameter>& fit,
+                             const std::vector<double>& z, const std::vector<double>& r) {
   constexpr double kStep = 1e-6;  // finite-difference step in log space
-  // Jacobian of the residuals r (at z) by forward differences, row-major n x k.
-  const auto jacobian = [&](const std::vector<EfficiencyParameter>& fit,
-                            const std::vector<double>& z, const std::vector<double>& r) {
-    const std::size_t n = r.size(), k = fit.size();
-    std::vector<double> jac(n * k);
+  const std::size_t n = r.size(), k = fit.size();
+  std::vector<double> jac(n * k);
+  for (std::size_t j = 0; j < k; ++j) {
+    std::vector<double> zs = z;
+    zs[j] += kStep;
+    const std::vector<double> rj = model.residuals(model.predict(efficiencies_at(start, fit, zs)));
+    for (std::size_t i = 0; i < n; ++i) jac[i * k + j] = (rj[i] - r[i]) / kStep;
+  }
+  return jac;
+}
+
+// Where the Levenberg-Marquardt fit stands: coordinates, residuals, their sum of squares and
+// the damping.
+struct FitState {
+  std::vector<double> x, r;
+  double loss = 0.0;
+  double lambda = 1e-3;
+};
+
+// One iteration's damped step: raises the damping until a step lowers the loss (taken, with
+// the relative improvement returned) or the damping runs out (nullopt).
+std::optional<double> damped_step(Model& model, const spec::HardwareEfficiency& start,
+                                  const std::vector<EfficiencyParameter>& fit,
+                                  const std::vector<double>& jtj, const std::vector<double>& jtr,
+                                  FitState& s) {
+  const std::size_t k = fit.size();
+  while (s.lambda < 1e12) {
+    std::vector<double> a = jtj, minus_g(k), step;
     for (std::size_t j = 0; j < k; ++j) {
-      std::vector<double> zs = z;
-      zs[j] += kStep;
-      const std::vector<double> rj = model.residuals(model.predict(with(fit, zs)));
-      for (std::size_t i = 0; i < n; ++i) jac[i * k + j] = (rj[i] - r[i]) / kStep;
+      a[j * k + j] += s.lambda * std::max(jtj[j * k + j], 1e-12);
+      minus_g[j] = -jtr[j];
     }
-    return jac;
-  };
+    if (!solve(a, minus_g, step)) {
+      s.lambda *= 10.0;
+      continue;
+    }
+    // At most a factor e^2 per parameter per iteration (a trust region in log space): far
+    // steps can leave the range where the cost model is finite.
+    std::vector<double> xn = s.x;
+    for (std::size_t j = 0; j < k; ++j) xn[j] += std::clamp(step[j], -2.0, 2.0);
+    std::vector<double> rn;
+    try {
+      rn = model.residuals(model.predict(efficiencies_at(start, fit, xn)));
+    } catch (const InputError&) {
+      s.lambda *= 4.0;  // a prediction that is not finite: reject the step
+      continue;
+    }
+    const double ln = sum_squares(rn);
+    if (ln < s.loss) {
+      const double improvement = (s.loss - ln) / std::max(s.loss, 1e-300);
+      s.x = xn;
+      s.r = rn;
+      s.loss = ln;
+      s.lambda = std::max(s.lambda / 3.0, 1e-12);
+      return improvement;
+    }
+    s.lambda *= 4.0;
+  }
+  return std::nullopt;
+}
+
+// Levenberg-Marquardt over the coordinates of `fit`, until no step helps, the improvement falls
+// under the tolerance, the residuals vanish or the iterations run out.
+void minimise(Model& model, const spec::HardwareEfficiency& start,
+              const std::vector<EfficiencyParameter>& fit, const CalibrationOptions& options,
+              FitState& s, CalibrationResult& result) {
+  const std::size_t k = fit.size();
+  for (int it = 0; it < options.max_iterations && k > 0; ++it) {
+    result.iterations = it + 1;
+    const std::size_t n = s.r.size();
+    const std::vector<double> jac = jacobian(model, start, fit, s.x, s.r);
+    std::vector<double> jtj(k * k, 0.0), jtr(k, 0.0);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t a = 0; a < k; ++a) {
+        jtr[a] += jac[i * k + a] * s.r[i];
+        for (std::size_t b = 0; b < k; ++b) jtj[a * k + b] += jac[i * k + a] * jac[i * k + b];
+      }
+    const std::optional<double> improvement = damped_step(model, start, fit, jtj, jtr, s);
+    if (!improvement || *improvement < options.tolerance || s.loss < 1e-24) {
+      result.converged = true;
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+CalibrationResult calibrate(const std::vector<Measurement>& measurements,
+                            const spec::HardwareEfficiency& start,
+                            const CalibrationOptions& options) {
+  if (measurements.empty()) throw InputError("calibration: no measurements");
+  const std::vector<EfficiencyParameter>& asked = options.fit;
+  check_nothing_twice(measurements, asked);
+  Model model(measurements);
+  const std::vector<double> x_asked = start_coordinates(start, asked);
 
   CalibrationResult result;
-  std::vector<double> predicted = model.predict(with(asked, x_asked));
+  std::vector<double> predicted = model.predict(efficiencies_at(start, asked, x_asked));
   result.before = fit_quality(predicted, model.measured());
   const std::vector<double> predicted_before = predicted;
-  std::vector<double> r = model.residuals(predicted);
+  FitState s;
+  s.r = model.residuals(predicted);
 
   // Which of the parameters asked for the data determine (at the start).
   const std::vector<bool> determined =
-      independent_columns(jacobian(asked, x_asked, r), r.size(), asked.size());
+      independent_columns(jacobian(model, start, asked, x_asked, s.r), s.r.size(), asked.size());
   std::vector<EfficiencyParameter> fit;
-  std::vector<double> x;
   for (std::size_t j = 0; j < asked.size(); ++j) {
     (determined[j] ? result.fitted : result.fixed).push_back(asked[j]);
     if (determined[j]) {
       fit.push_back(asked[j]);
-      x.push_back(x_asked[j]);
+      s.x.push_back(x_asked[j]);
     }
   }
   result.independent_points = static_cast<int>(fit.size());
   if (!result.fixed.empty() && options.undetermined == UndeterminedParameters::Refuse)
-    throw InputError("calibration: the " + std::to_string(r.size()) + " data points determine " +
+    throw InputError("calibration: the " + std::to_string(s.r.size()) + " data points determine " +
                      std::to_string(fit.size()) + " of the " + std::to_string(asked.size()) +
                      " parameters asked for (" + parameter_list(asked) +
                      "); not determined: " + parameter_list(result.fixed) +
                      " (measure other plans or sizes, or fit fewer parameters)");
 
-  const std::size_t k = fit.size();
-  double loss = sum_squares(r);
-  double lambda = 1e-3;
-  for (int it = 0; it < options.max_iterations && k > 0; ++it) {
-    result.iterations = it + 1;
-    const std::size_t n = r.size();
-    const std::vector<double> jac = jacobian(fit, x, r);
-    std::vector<double> jtj(k * k, 0.0), jtr(k, 0.0);
-    for (std::size_t i = 0; i < n; ++i)
-      for (std::size_t a = 0; a < k; ++a) {
-        jtr[a] += jac[i * k + a] * r[i];
-        for (std::size_t b = 0; b < k; ++b) jtj[a * k + b] += jac[i * k + a] * jac[i * k + b];
-      }
-    bool accepted = false;
-    double improvement = 0.0;
-    while (lambda < 1e12) {
-      std::vector<double> a = jtj, minus_g(k), step;
-      for (std::size_t j = 0; j < k; ++j) {
-        a[j * k + j] += lambda * std::max(jtj[j * k + j], 1e-12);
-        minus_g[j] = -jtr[j];
-      }
-      if (!solve(a, minus_g, step)) {
-        lambda *= 10.0;
-        continue;
-      }
-      // At most a factor e^2 per parameter per iteration (a trust region in log space): far
-      // steps can leave the range where the cost model is finite.
-      std::vector<double> xn = x;
-      for (std::size_t j = 0; j < k; ++j) xn[j] += std::clamp(step[j], -2.0, 2.0);
-      std::vector<double> rn;
-      try {
-        rn = model.residuals(model.predict(with(fit, xn)));
-      } catch (const InputError&) {
-        lambda *= 4.0;  // a prediction that is not finite: reject the step
-        continue;
-      }
-      const double ln = sum_squares(rn);
-      if (ln < loss) {
-        improvement = (loss - ln) / std::max(loss, 1e-300);
-        x = xn;
-        r = rn;
-        loss = ln;
-        lambda = std::max(lambda / 3.0, 1e-12);
-        accepted = true;
-        break;
-      }
-      lambda *= 4.0;
-    }
-    if (!accepted || improvement < options.tolerance || loss < 1e-24) {
-      result.converged = true;
-      break;
-    }
-  }
-  if (k == 0) result.converged = true;
-  result.efficiency = with(fit, x);
+  s.loss = sum_squares(s.r);
+  minimise(model, start, fit, options, s, result);
+  if (fit.empty()) result.converged = true;
+  result.efficiency = efficiencies_at(start, fit, s.x);
   predicted = model.predict(result.efficiency);
   result.after = fit_quality(predicted, model.measured());
   for (std::size_t i = 0; i < predicted.size(); ++i)

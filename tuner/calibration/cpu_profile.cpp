@@ -64,8 +64,11 @@ double attention_forward_flops(std::int64_t batch, std::int64_t heads, std::int6
          static_cast<double>(heads) * static_cast<double>(head_dim);
 }
 
-spec::HardwareSpec cpu_hardware_profile(const CpuMeasurements& m, const std::string& name,
-                                        const std::string& description) {
+namespace {
+
+// Every measurement the profile is fitted from is present and positive (the collectives' only
+// when there is more than one device and a size to time).
+void check_measurements(const CpuMeasurements& m) {
   if (m.devices < 1) throw InputError("CPU profile: devices must be at least 1");
   if (m.gemm.size() < 2)
     throw InputError("CPU profile: the GEMM sweep needs at least two sizes, got " +
@@ -85,13 +88,29 @@ spec::HardwareSpec cpu_hardware_profile(const CpuMeasurements& m, const std::str
   check_positive(m.transfer_bandwidth, "transfer bandwidth");
   check_positive(m.transfer_latency, "transfer latency");
   if (m.memory_bytes <= 0) throw InputError("CPU profile: memory bytes must be positive");
-  const double collective_times[] = {m.all_reduce_seconds, m.all_gather_seconds,
-                                     m.reduce_scatter_seconds};
-  const bool collectives = m.devices > 1 && m.collective_bytes > 0.0;
-  if (collectives) {
+  if (m.devices > 1 && m.collective_bytes > 0.0) {
     check_positive(m.collective_bytes, "collective bytes");
-    for (double t : collective_times) check_positive(t, "collective time");
+    for (double t : {m.all_reduce_seconds, m.all_gather_seconds, m.reduce_scatter_seconds})
+      check_positive(t, "collective time");
   }
+}
+
+// Fused-kernel accounting of the cost model for the engine (work.cpp): the backward executes
+// attention_backward_factor times the forward's FLOPs. The geometric mean over the sweep.
+double measured_attention_rate(const CpuMeasurements& m) {
+  const double passes = 1.0 + attention_backward_factor(cpu_engine_execution());
+  double log_sum = 0.0;
+  for (const TimedAttention& a : m.attention)
+    log_sum += std::log(passes * a.causal_forward_flops / (a.forward_seconds + a.backward_seconds));
+  return std::exp(log_sum / static_cast<double>(m.attention.size()));
+}
+
+}  // namespace
+
+spec::HardwareSpec cpu_hardware_profile(const CpuMeasurements& m, const std::string& name,
+                                        const std::string& description) {
+  check_measurements(m);
+  const bool collectives = m.devices > 1 && m.collective_bytes > 0.0;
 
   const double f = kCpuProfileFraction;
   spec::HardwareSpec hw;
@@ -101,13 +120,7 @@ spec::HardwareSpec cpu_hardware_profile(const CpuMeasurements& m, const std::str
   const Line line = fit_relative(m.gemm);
   const double gemm_rate = 1.0 / line.slope;  // asymptotic GEMM FLOP/s
 
-  // Fused-kernel accounting of the cost model for the engine (work.cpp): the backward executes
-  // attention_backward_factor times the forward's FLOPs. The geometric mean over the sweep.
-  const double passes = 1.0 + attention_backward_factor(cpu_engine_execution());
-  double log_sum = 0.0;
-  for (const TimedAttention& a : m.attention)
-    log_sum += std::log(passes * a.causal_forward_flops / (a.forward_seconds + a.backward_seconds));
-  const double attention_rate = std::exp(log_sum / static_cast<double>(m.attention.size()));
+  const double attention_rate = measured_attention_rate(m);
 
   // The faster of the two sets the peak at fraction f, so both fractions are at most f.
   hw.peak_flops = std::max(gemm_rate, attention_rate) / f;

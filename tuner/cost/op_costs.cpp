@@ -29,6 +29,203 @@ StageLinks stage_links(const spec::ClusterSpec& cluster, const spec::ParallelPla
   return l;
 }
 
+// The model's layers of each kind on each pipeline rank, from the layer split and where each
+// layer group is placed.
+struct RankLayers {
+  std::vector<double> dense, moe;
+};
+
+RankLayers layers_per_rank(const spec::ModelSpec& model, const std::vector<int>& split,
+                           const schedule::Schedule& where) {
+  const int groups = where.stages * where.chunks;
+  RankLayers out;
+  out.dense.assign(static_cast<std::size_t>(where.stages), 0.0);
+  out.moe.assign(static_cast<std::size_t>(where.stages), 0.0);
+  std::int64_t layer = 0;
+  for (int g = 0; g < groups; ++g) {
+    const auto r = static_cast<std::size_t>(where.rank_of_group(g));
+    for (int i = 0; i < split[static_cast<std::size_t>(g)]; ++i, ++layer)
+      (spec::is_moe_layer(model, layer) ? out.moe : out.dense)[r] += 1.0;
+  }
+  return out;
+}
+
+// The work of each pass of one layer kind, and of the vocabulary layers at either end.
+struct LayerWork {
+  PassWork dense, moe, embedding, output;
+};
+
+LayerWork layer_work(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                     const ExecutionOptions& exec) {
+  LayerWork w;
+  w.dense = transformer_layer_work(model, plan, exec, false);
+  w.moe = spec::is_moe(model) ? transformer_layer_work(model, plan, exec, true) : PassWork{};
+  w.embedding = embedding_work(model, plan, exec);
+  w.output = output_layer_work(model, plan, exec);
+  return w;
+}
+
+// One rank's work per pass: its transformer layers, plus the embedding on the first rank and
+// the output layer on the last when the vocabulary layers are not split over the pipeline.
+PassWork rank_work(const LayerWork& lw, double dense_layers, double moe_layers, bool with_embedding,
+                   bool with_output) {
+  PassWork work;
+  work.forward = lw.dense.forward * dense_layers + lw.moe.forward * moe_layers;
+  work.input_grad = lw.dense.input_grad * dense_layers + lw.moe.input_grad * moe_layers;
+  work.weight_grad = lw.dense.weight_grad * dense_layers + lw.moe.weight_grad * moe_layers;
+  if (with_embedding) {
+    work.forward += lw.embedding.forward;
+    work.weight_grad += lw.embedding.weight_grad;
+  }
+  if (with_output) {
+    work.forward += lw.output.forward;
+    work.input_grad += lw.output.input_grad;
+    work.weight_grad += lw.output.weight_grad;
+  }
+  return work;
+}
+
+// The stage's time for each pass and the FLOPs it executes.
+void set_pass_times(StageCost& st, const PassWork& work, const spec::HardwareSpec& hw,
+                    const StageLinks& links, const ExecutionOptions& exec) {
+  st.forward = work_time(work.forward, hw, links.tp, links.ep, exec);
+  st.input_grad = work_time(work.input_grad, hw, links.tp, links.ep, exec);
+  st.weight_grad = work_time(work.weight_grad, hw, links.tp, links.ep, exec);
+  st.executed_flops = work.forward.flops() + work.input_grad.flops() + work.weight_grad.flops();
+}
+
+// Data parallelism over the stage's parameters: the gradient reduction and parameter gathers
+// of its ZeRO stage, and the optimizer step over the parameters the rank keeps.
+void set_data_parallel_costs(StageCost& st, const StageParameters& sp,
+                             const spec::ParallelPlan& plan, const StageLinks& links,
+                             const spec::HardwareSpec& hw, const ExecutionOptions& exec) {
+  const double param_bytes = exec.activation_bytes;  // bf16 / fp16 weights
+  const double grad_bytes = exec.gradient_reduce_bytes;
+  const double shared = sp.dense + sp.vocabulary;
+  st.parameters = sp.total();
+  const int edp = plan.dp / plan.ep;
+  const double gather =
+      collective_time(Collective::AllGather, shared * param_bytes, links.dp) +
+      collective_time(Collective::AllGather, sp.expert * param_bytes, links.expert_dp);
+  const double scatter =
+      collective_time(Collective::ReduceScatter, shared * grad_bytes, links.dp) +
+      collective_time(Collective::ReduceScatter, sp.expert * grad_bytes, links.expert_dp);
+  if (plan.zero_stage >= 3) {
+    st.sharded_forward_comm = gather;
+    st.sharded_backward_comm = gather + scatter;
+  } else if (plan.zero_stage == 2) {
+    // Sharded gradients are reduce-scattered as each micro-batch's backward computes them, layer
+    // by layer (DeepSpeed's ZeRO-2, pipetune's engine): no full gradient outlives its layer's
+    // pass. The updated parameters are all-gathered once per iteration.
+    st.sharded_backward_comm = scatter;
+    st.param_gather = gather;
+  } else if (plan.zero_stage == 1) {
+    st.grad_reduce = scatter;
+    st.param_gather = gather;
+  } else {
+    st.grad_reduce =
+        collective_time(Collective::AllReduce, shared * grad_bytes, links.dp) +
+        collective_time(Collective::AllReduce, sp.expert * grad_bytes, links.expert_dp);
+  }
+  const double local = plan.zero_stage >= 1 ? shared / plan.dp + sp.expert / edp : sp.total();
+  st.optimizer = local * kOptimizerBytesPerParameter / (hw.efficiency.memory * hw.hbm_bandwidth);
+}
+
+// Tied embeddings on two stages keep their copies equal with one all-reduce per iteration.
+void set_embedding_sync(OpCosts& out, const spec::ModelSpec& model,
+                        const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
+                        int first_rank, int last_rank, const ExecutionOptions& exec) {
+  const double h = as_d(model.hidden), t = plan.tp;
+  const int stride = plan.tp * plan.dp;
+  const GroupLink pair = pair_link(cluster, first_rank * stride, last_rank * stride);
+  const double bytes =
+      as_d(spec::padded_vocab(model, plan.tp)) * h / t * exec.gradient_reduce_bytes;
+  const double sync = collective_time(Collective::AllReduce, bytes, pair);
+  out.stages[static_cast<std::size_t>(first_rank)].embedding_sync = sync;
+  out.stages[static_cast<std::size_t>(last_rank)].embedding_sync = sync;
+}
+
+// Pipeline transfers: the slowest hop sets the simulator's one point-to-point cost.
+void set_pipeline_transfer(schedule::CostTable& table, const spec::ModelSpec& model,
+                           const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
+                           const ExecutionOptions& exec) {
+  const int p = plan.pp;
+  const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len);
+  const double h = as_d(model.hidden), t = plan.tp;
+  const bool sharded_message = plan.sequence_parallel || exec.pp_scatter_gather;
+  const double p2p_bytes = n * h * exec.activation_bytes / (sharded_message ? t : 1.0);
+  GroupLink hop;
+  double worst = -1.0;
+  for (int r = 0; r + 1 < p; ++r) {
+    const int stride = plan.tp * plan.dp;
+    const GroupLink l = pair_link(cluster, r * stride, (r + 1) * stride);
+    const double time = collective_time(Collective::SendRecv, p2p_bytes, l);
+    if (time > worst) worst = time, hop = l;
+  }
+  if (p > 1) {
+    table.p2p_latency = hop.latency;
+    table.p2p_bytes = p2p_bytes;
+    table.p2p_bandwidth = hop.inter_node ? hop.nic_bandwidth : hop.intra_bandwidth;
+  }
+}
+
+// Vocabulary parallelism: the barriers' collectives and each rank's S, T, IF and IB passes over
+// its shard of the vocabulary layers, whose logits live from S to T.
+void add_vocabulary_parallel_costs(OpCosts& out, const spec::ModelSpec& model,
+                                   const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
+                                   const ExecutionOptions& exec, double logits_bytes) {
+  const int p = plan.pp;
+  const spec::HardwareSpec& hw = cluster.hardware;
+  const VocabularyWork vw = vocabulary_parallel_work(model, plan, exec);
+  const GroupLink pipeline = group_link(cluster, 0, plan.tp * plan.dp, p);
+  double barriers = collective_time(Collective::Broadcast, vw.broadcast_bytes, pipeline);
+  for (int b = 0; b < vw.barriers; ++b)
+    barriers += collective_time(Collective::AllReduce, vw.barrier_bytes[b], pipeline);
+  out.table.collective_time = barriers / vw.barriers;
+  for (int r = 0; r < p; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    const StageLinks links = stage_links(cluster, plan, r);
+    auto& c = out.table.stages[i];
+    c[schedule::OpKind::S] = work_time(vw.s, hw, links.tp, links.ep, exec).total();
+    c[schedule::OpKind::T] = work_time(vw.t, hw, links.tp, links.ep, exec).total();
+    c[schedule::OpKind::IF] = work_time(vw.input_forward, hw, links.tp, links.ep, exec).total();
+    c[schedule::OpKind::IB] = work_time(vw.input_backward, hw, links.tp, links.ep, exec).total();
+    out.stages[i].executed_flops += vw.s.flops() + vw.t.flops();
+    // The shard's logits live from S to T (about two micro-batches in flight).
+    out.transient_activation_bytes[i] += 2.0 * logits_bytes / p;
+  }
+}
+
+// The F, B and W costs of one layer group: the stage's pass times with its ZeRO-2/3
+// communication, beside the pass or in series, split over the rank's chunks.
+void set_pass_op_costs(OpCosts& out, const spec::ParallelPlan& plan, const ExecutionOptions& exec) {
+  const int v = plan.chunks;
+  for (int r = 0; r < plan.pp; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    const StageCost& st = out.stages[i];
+    double f = st.forward.total(), b = st.input_grad.total(), w = st.weight_grad.total();
+    if (exec.overlap_sharded_comm) {
+      // ZeRO-2 and 3 communication runs beside the pass (prefetched or reduced layer by layer).
+      f = std::max(f, st.sharded_forward_comm);
+      if (plan.zero_stage == 2)
+        w = std::max(w, st.sharded_backward_comm);  // each layer reduced as W computes the next
+      else
+        b += std::max(0.0, st.sharded_backward_comm - (b + w));
+    } else {
+      // In series: F gathers each layer's values (ZeRO-3); B gathers them again, W reduce-
+      // scatters the gradients it computed (ZeRO-3's backward: a gather, F's, and a scatter).
+      f += st.sharded_forward_comm;
+      b += st.sharded_forward_comm;
+      w += st.sharded_backward_comm - st.sharded_forward_comm;
+    }
+    auto& c = out.table.stages[i];
+    c[schedule::OpKind::F] = f / v;
+    c[schedule::OpKind::B] = b / v;
+    c[schedule::OpKind::W] = w / v;
+    c[schedule::OpKind::BW] = 0.0;  // B + W
+  }
+}
+
 }  // namespace
 
 double fp32_peak_flops(const spec::HardwareSpec& hw) {
@@ -84,22 +281,10 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   where.chunks = v;
   where.placement = placement;
 
-  // Layers of each kind per rank.
-  std::vector<double> dense_layers(static_cast<std::size_t>(p), 0.0);
-  std::vector<double> moe_layers(static_cast<std::size_t>(p), 0.0);
-  std::int64_t layer = 0;
-  for (int g = 0; g < groups; ++g) {
-    const auto r = static_cast<std::size_t>(where.rank_of_group(g));
-    for (int i = 0; i < split[static_cast<std::size_t>(g)]; ++i, ++layer)
-      (spec::is_moe_layer(model, layer) ? moe_layers : dense_layers)[r] += 1.0;
-  }
-  const PassWork dense = transformer_layer_work(model, plan, exec, false);
-  const PassWork moe =
-      spec::is_moe(model) ? transformer_layer_work(model, plan, exec, true) : PassWork{};
+  const RankLayers layers = layers_per_rank(model, split, where);
+  const LayerWork lw = layer_work(model, plan, exec);
   const bool vocab_parallel = plan.vocab != schedule::VocabMode::None;
   const int first_rank = where.rank_of_group(0), last_rank = where.rank_of_group(groups - 1);
-  const PassWork embedding = embedding_work(model, plan, exec);
-  const PassWork output = output_layer_work(model, plan, exec);
 
   AnalyticAssumptions act;
   act.flash_attention = exec.flash_attention;
@@ -107,13 +292,10 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   act.bytes_per_value = exec.activation_bytes;
   const double layer_bytes = layer_activation_bytes(model, plan, act);
   const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len);
-  const double h = as_d(model.hidden), t = plan.tp;
   // fp32 logits of one micro-batch, padding rows' included.
-  const double logits_bytes = n * as_d(spec::padded_vocab(model, plan.tp)) * 4.0 / t;
+  const double logits_bytes = n * as_d(spec::padded_vocab(model, plan.tp)) * 4.0 / plan.tp;
 
   const std::vector<StageParameters> params = stage_parameters(model, plan, placement);
-  const double param_bytes = exec.activation_bytes;  // bf16 / fp16 weights
-  const double grad_bytes = exec.gradient_reduce_bytes;
 
   OpCosts out;
   out.table.stages.assign(static_cast<std::size_t>(p), schedule::StageCosts{});
@@ -124,133 +306,19 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   for (int r = 0; r < p; ++r) {
     const auto i = static_cast<std::size_t>(r);
     const StageLinks links = stage_links(cluster, plan, r);
-    PassWork work;
-    work.forward = dense.forward * dense_layers[i] + moe.forward * moe_layers[i];
-    work.input_grad = dense.input_grad * dense_layers[i] + moe.input_grad * moe_layers[i];
-    work.weight_grad = dense.weight_grad * dense_layers[i] + moe.weight_grad * moe_layers[i];
-    if (!vocab_parallel) {
-      if (r == first_rank) {
-        work.forward += embedding.forward;
-        work.weight_grad += embedding.weight_grad;
-      }
-      if (r == last_rank) {
-        work.forward += output.forward;
-        work.input_grad += output.input_grad;
-        work.weight_grad += output.weight_grad;
-        out.transient_activation_bytes[i] += logits_bytes;
-      }
-    }
-    StageCost& st = out.stages[i];
-    st.forward = work_time(work.forward, hw, links.tp, links.ep, exec);
-    st.input_grad = work_time(work.input_grad, hw, links.tp, links.ep, exec);
-    st.weight_grad = work_time(work.weight_grad, hw, links.tp, links.ep, exec);
-    st.executed_flops = work.forward.flops() + work.input_grad.flops() + work.weight_grad.flops();
-    out.activation_bytes_per_microbatch[i] = layer_bytes * (dense_layers[i] + moe_layers[i]);
-
-    // Data parallelism over the stage's parameters.
-    const StageParameters& sp = params[i];
-    const double shared = sp.dense + sp.vocabulary;
-    st.parameters = sp.total();
-    const int edp = plan.dp / plan.ep;
-    const double gather =
-        collective_time(Collective::AllGather, shared * param_bytes, links.dp) +
-        collective_time(Collective::AllGather, sp.expert * param_bytes, links.expert_dp);
-    const double scatter =
-        collective_time(Collective::ReduceScatter, shared * grad_bytes, links.dp) +
-        collective_time(Collective::ReduceScatter, sp.expert * grad_bytes, links.expert_dp);
-    if (plan.zero_stage >= 3) {
-      st.sharded_forward_comm = gather;
-      st.sharded_backward_comm = gather + scatter;
-    } else if (plan.zero_stage == 2) {
-      // Sharded gradients are reduce-scattered as each micro-batch's backward computes them, layer
-      // by layer (DeepSpeed's ZeRO-2, pipetune's engine): no full gradient outlives its layer's
-      // pass. The updated parameters are all-gathered once per iteration.
-      st.sharded_backward_comm = scatter;
-      st.param_gather = gather;
-    } else if (plan.zero_stage == 1) {
-      st.grad_reduce = scatter;
-      st.param_gather = gather;
-    } else {
-      st.grad_reduce =
-          collective_time(Collective::AllReduce, shared * grad_bytes, links.dp) +
-          collective_time(Collective::AllReduce, sp.expert * grad_bytes, links.expert_dp);
-    }
-    const double local = plan.zero_stage >= 1 ? shared / plan.dp + sp.expert / edp : sp.total();
-    st.optimizer = local * kOptimizerBytesPerParameter / (hw.efficiency.memory * hw.hbm_bandwidth);
+    const bool with_output = !vocab_parallel && r == last_rank;
+    const PassWork work = rank_work(lw, layers.dense[i], layers.moe[i],
+                                    !vocab_parallel && r == first_rank, with_output);
+    if (with_output) out.transient_activation_bytes[i] += logits_bytes;
+    set_pass_times(out.stages[i], work, hw, links, exec);
+    out.activation_bytes_per_microbatch[i] = layer_bytes * (layers.dense[i] + layers.moe[i]);
+    set_data_parallel_costs(out.stages[i], params[i], plan, links, hw, exec);
   }
-
-  // Tied embeddings on two stages keep their copies equal with one all-reduce per iteration.
-  if (model.tied_embeddings && !vocab_parallel && first_rank != last_rank) {
-    const int stride = plan.tp * plan.dp;
-    const GroupLink pair = pair_link(cluster, first_rank * stride, last_rank * stride);
-    const double bytes = as_d(spec::padded_vocab(model, plan.tp)) * h / t * grad_bytes;
-    const double sync = collective_time(Collective::AllReduce, bytes, pair);
-    out.stages[static_cast<std::size_t>(first_rank)].embedding_sync = sync;
-    out.stages[static_cast<std::size_t>(last_rank)].embedding_sync = sync;
-  }
-
-  // Pipeline transfers: the slowest hop sets the simulator's one point-to-point cost.
-  const bool sharded_message = plan.sequence_parallel || exec.pp_scatter_gather;
-  const double p2p_bytes = n * h * exec.activation_bytes / (sharded_message ? t : 1.0);
-  GroupLink hop;
-  double worst = -1.0;
-  for (int r = 0; r + 1 < p; ++r) {
-    const int stride = plan.tp * plan.dp;
-    const GroupLink l = pair_link(cluster, r * stride, (r + 1) * stride);
-    const double time = collective_time(Collective::SendRecv, p2p_bytes, l);
-    if (time > worst) worst = time, hop = l;
-  }
-  if (p > 1) {
-    out.table.p2p_latency = hop.latency;
-    out.table.p2p_bytes = p2p_bytes;
-    out.table.p2p_bandwidth = hop.inter_node ? hop.nic_bandwidth : hop.intra_bandwidth;
-  }
-
-  if (vocab_parallel) {
-    const VocabularyWork vw = vocabulary_parallel_work(model, plan, exec);
-    const GroupLink pipeline = group_link(cluster, 0, plan.tp * plan.dp, p);
-    double barriers = collective_time(Collective::Broadcast, vw.broadcast_bytes, pipeline);
-    for (int b = 0; b < vw.barriers; ++b)
-      barriers += collective_time(Collective::AllReduce, vw.barrier_bytes[b], pipeline);
-    out.table.collective_time = barriers / vw.barriers;
-    for (int r = 0; r < p; ++r) {
-      const auto i = static_cast<std::size_t>(r);
-      const StageLinks links = stage_links(cluster, plan, r);
-      auto& c = out.table.stages[i];
-      c[schedule::OpKind::S] = work_time(vw.s, hw, links.tp, links.ep, exec).total();
-      c[schedule::OpKind::T] = work_time(vw.t, hw, links.tp, links.ep, exec).total();
-      c[schedule::OpKind::IF] = work_time(vw.input_forward, hw, links.tp, links.ep, exec).total();
-      c[schedule::OpKind::IB] = work_time(vw.input_backward, hw, links.tp, links.ep, exec).total();
-      out.stages[i].executed_flops += vw.s.flops() + vw.t.flops();
-      // The shard's logits live from S to T (about two micro-batches in flight).
-      out.transient_activation_bytes[i] += 2.0 * logits_bytes / p;
-    }
-  }
-
-  for (int r = 0; r < p; ++r) {
-    const auto i = static_cast<std::size_t>(r);
-    const StageCost& st = out.stages[i];
-    double f = st.forward.total(), b = st.input_grad.total(), w = st.weight_grad.total();
-    if (exec.overlap_sharded_comm) {
-      // ZeRO-2 and 3 communication runs beside the pass (prefetched or reduced layer by layer).
-      f = std::max(f, st.sharded_forward_comm);
-      if (plan.zero_stage == 2)
-        w = std::max(w, st.sharded_backward_comm);  // each layer reduced as W computes the next
-      else
-        b += std::max(0.0, st.sharded_backward_comm - (b + w));
-    } else {
-      // In series: F gathers each layer's values (ZeRO-3); B gathers them again, W reduce-
-      // scatters the gradients it computed (ZeRO-3's backward: a gather, F's, and a scatter).
-      f += st.sharded_forward_comm;
-      b += st.sharded_forward_comm;
-      w += st.sharded_backward_comm - st.sharded_forward_comm;
-    }
-    auto& c = out.table.stages[i];
-    c[schedule::OpKind::F] = f / v;
-    c[schedule::OpKind::B] = b / v;
-    c[schedule::OpKind::W] = w / v;
-    c[schedule::OpKind::BW] = 0.0;  // B + W
-  }
+  if (model.tied_embeddings && !vocab_parallel && first_rank != last_rank)
+    set_embedding_sync(out, model, cluster, plan, first_rank, last_rank, exec);
+  set_pipeline_transfer(out.table, model, cluster, plan, exec);
+  if (vocab_parallel) add_vocabulary_parallel_costs(out, model, cluster, plan, exec, logits_bytes);
+  set_pass_op_costs(out, plan, exec);
   // Weight-gradient GEMMs keep their inputs until W: nearly all of a layer's activations.
   out.table.w_free_fraction = 1.0;
   return out;

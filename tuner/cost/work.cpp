@@ -1,5 +1,7 @@
 #include "tuner/cost/work.hpp"
 
+#include <utility>
+
 namespace pipetune::tuner {
 
 namespace {
@@ -77,57 +79,80 @@ Work& Work::operator*=(double k) {
   return *this;
 }
 
-PassWork transformer_layer_work(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
-                                const ExecutionOptions& exec, bool moe_layer) {
-  const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len);
-  const double s = as_d(model.seq_len), h = as_d(model.hidden), f = as_d(model.ffn_hidden);
-  const double kv = as_d(spec::kv_dim(model));
-  const double t = plan.tp, w = exec.activation_bytes;
-  const bool sp = plan.sequence_parallel && plan.tp > 1;
-  const double ne = n * h / (sp ? t : 1.0);  // LayerNorm / dropout elements per device
-  const double matrices = model.activation == spec::Activation::Swiglu ? 3.0 : 2.0;
-  const double routed = moe_layer ? routed_experts(model, exec) : 1.0;
+namespace {
 
-  // Projections and MLP: the GEMMs every pass repeats.
+// The sizes one transformer layer's work is computed from, per device.
+struct LayerDims {
+  double n, s, h, f, kv;  // tokens per micro-batch, sequence, hidden, FFN, key/value width
+  double t, w;            // TP degree, bytes per activation value
+  bool sp;                // sequence parallelism
+  double ne;              // LayerNorm / dropout elements per device
+  double matrices;        // MLP weight matrices (3 when gated)
+  double routed;          // experts each token is routed to (1 in a dense layer)
+};
+
+LayerDims layer_dims(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                     const ExecutionOptions& exec, bool moe_layer) {
+  LayerDims d;
+  d.n = as_d(plan.micro_batch_size) * as_d(model.seq_len);
+  d.s = as_d(model.seq_len), d.h = as_d(model.hidden), d.f = as_d(model.ffn_hidden);
+  d.kv = as_d(spec::kv_dim(model));
+  d.t = plan.tp, d.w = exec.activation_bytes;
+  d.sp = plan.sequence_parallel && plan.tp > 1;
+  d.ne = d.n * d.h / (d.sp ? d.t : 1.0);
+  d.matrices = model.activation == spec::Activation::Swiglu ? 3.0 : 2.0;
+  d.routed = moe_layer ? routed_experts(model, exec) : 1.0;
+  return d;
+}
+
+// Projections and MLP: the GEMMs every pass repeats.
+Work layer_gemms(const LayerDims& d, const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                 bool moe_layer) {
+  const double n = d.n, h = d.h, t = d.t;
   Work gemms;
-  gemms.gemm_flops = 2.0 * n * h * (h + 2.0 * kv) / t + 2.0 * n * h * h / t;
+  gemms.gemm_flops = 2.0 * n * h * (h + 2.0 * d.kv) / t + 2.0 * n * h * h / t;
   gemms.gemm_count = 2.0;
-  gemms.gemm_flops += 2.0 * n * h * f * matrices * routed / t;
+  gemms.gemm_flops += 2.0 * n * h * d.f * d.matrices * d.routed / t;
   if (moe_layer) {
     const double local_experts = as_d(model.experts) / plan.ep;
     gemms.gemm_count += 2.0 * local_experts;
-    gemms.gemm_flops += 2.0 * n * h * as_d(model.experts) / (sp ? t : 1.0);  // router
+    gemms.gemm_flops += 2.0 * n * h * as_d(model.experts) / (d.sp ? t : 1.0);  // router
     gemms.gemm_count += 1.0;
   } else {
     gemms.gemm_count += 2.0;  // gate and up fused into one GEMM when gated
   }
+  return gemms;
+}
 
-  // Attention scores.
+// Attention scores, forward and backward: flash attention's FLOPs (causal blocks skipped), or
+// GEMMs over the stored score matrices.
+std::pair<Work, Work> attention_scores(const LayerDims& d, const spec::ModelSpec& model,
+                                       const spec::ParallelPlan& plan,
+                                       const ExecutionOptions& exec) {
   Work scores_forward, scores_backward;
-  const double score_flops = 4.0 * n * s * h / t;  // QK^T and attention-over-V, full square
+  const double score_flops = 4.0 * d.n * d.s * d.h / d.t;  // QK^T and attention-over-V, full square
   if (exec.flash_attention) {
     scores_forward.attention_flops = 0.5 * score_flops;  // causal blocks skipped
     scores_backward.attention_flops = attention_backward_factor(exec) * 0.5 * score_flops;
   } else {
-    const double scores = as_d(plan.micro_batch_size) * as_d(model.heads) * s * s / t;
+    const double scores = as_d(plan.micro_batch_size) * as_d(model.heads) * d.s * d.s / d.t;
     scores_forward.gemm_flops = score_flops;
     scores_forward.gemm_count = 2.0;
-    scores_forward.memory_bytes = scores * (5.0 * w + 1.0);
+    scores_forward.memory_bytes = scores * (5.0 * d.w + 1.0);
     scores_backward.gemm_flops = 2.0 * score_flops;
     scores_backward.gemm_count = 4.0;
-    scores_backward.memory_bytes = scores * (5.0 * w + 2.0);
+    scores_backward.memory_bytes = scores * (5.0 * d.w + 2.0);
   }
+  return {scores_forward, scores_backward};
+}
 
-  Work elementwise;
-  const double mlp_elements = n * f * routed / t;
-  elementwise.memory_bytes =
-      ne * (10.0 * w + 2.0) + mlp_elements * (matrices == 3.0 ? 3.0 : 2.0) * w;
-  if (moe_layer) elementwise.memory_bytes += 4.0 * n * routed * h * w / (sp ? t : 1.0);  // permute
-
-  const double message = n * h * w;
+// The tensor-parallel collectives of the forward and backward passes: all-gathers and
+// reduce-scatters with sequence parallelism, all-reduces without.
+std::pair<Work, Work> tensor_parallel_comm(const LayerDims& d, const spec::ParallelPlan& plan) {
+  const double message = d.n * d.h * d.w;
   Work tp_forward, tp_backward;
   if (plan.tp > 1) {
-    if (sp) {
+    if (d.sp) {
       tp_forward.tp_all_gather_bytes = 2.0 * message;
       tp_forward.tp_all_gather_count = 2.0;
       tp_forward.tp_reduce_scatter_bytes = 2.0 * message;
@@ -142,9 +167,29 @@ PassWork transformer_layer_work(const spec::ModelSpec& model, const spec::Parall
       tp_backward = tp_forward;
     }
   }
+  return {tp_forward, tp_backward};
+}
+
+}  // namespace
+
+PassWork transformer_layer_work(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                                const ExecutionOptions& exec, bool moe_layer) {
+  const LayerDims d = layer_dims(model, plan, exec, moe_layer);
+  const double n = d.n, h = d.h, t = d.t, w = d.w;
+  const Work gemms = layer_gemms(d, model, plan, moe_layer);
+  const auto [scores_forward, scores_backward] = attention_scores(d, model, plan, exec);
+
+  Work elementwise;
+  const double mlp_elements = n * d.f * d.routed / t;
+  elementwise.memory_bytes =
+      d.ne * (10.0 * w + 2.0) + mlp_elements * (d.matrices == 3.0 ? 3.0 : 2.0) * w;
+  if (moe_layer)
+    elementwise.memory_bytes += 4.0 * n * d.routed * h * w / (d.sp ? t : 1.0);  // permute
+
+  const auto [tp_forward, tp_backward] = tensor_parallel_comm(d, plan);
   Work ep;
   if (moe_layer && plan.ep > 1) {
-    ep.ep_all_to_all_bytes = 2.0 * n * routed * h * w / (sp ? t : 1.0);
+    ep.ep_all_to_all_bytes = 2.0 * n * d.routed * h * w / (d.sp ? t : 1.0);
     ep.ep_all_to_all_count = 2.0;
   }
 

@@ -33,10 +33,8 @@ std::vector<std::string> pipeline_split_flags(const ExportRequest& r) {
           "--decoder-last-pipeline-num-layers " + std::to_string(split.back())};
 }
 
-}  // namespace
-
-std::string export_megatron(const ExportRequest& r) {
-  export_detail::check_common(r, kFw);
+// The plan's schedule, vocabulary and parallel layout as Megatron-LM can run them.
+void check_megatron_plan(const ExportRequest& r) {
   const spec::ParallelPlan& p = r.plan;
   const spec::ModelSpec& m = r.model;
   const bool pipelined = p.pp > 1;
@@ -47,8 +45,7 @@ std::string export_megatron(const ExportRequest& r) {
               ") is not in Megatron-LM; export the plan with vocab none");
   require(!(p.tp > 1 && p.ep > 1) || p.sequence_parallel, kFw,
           "tensor parallelism with expert parallelism needs sequence parallelism");
-  const bool interleaved = pipelined && p.schedule == "interleaved-1f1b";
-  if (interleaved) {
+  if (pipelined && p.schedule == "interleaved-1f1b") {
     require(p.chunks >= 2, kFw, "interleaved-1f1b needs at least 2 chunks per stage");
     require(
         m.layers % p.pp == 0, kFw,
@@ -57,23 +54,20 @@ std::string export_megatron(const ExportRequest& r) {
             "layers per stage " + std::to_string(m.layers / p.pp) + " are not divisible by " +
                 std::to_string(p.chunks) + " virtual stages");
   }
-  const std::vector<std::string> split_flags = pipeline_split_flags(r);
-  if (split_flags.empty() && pipelined)
-    require(
-        m.layers % p.pp == 0, kFw,
-        "layers=" + std::to_string(m.layers) + " are not divisible by pp=" + std::to_string(p.pp));
+}
 
-  // torchrun starts the same number of processes on every node, and Megatron-LM takes DP from
-  // their total (world / (TP x PP)): use as many GPUs per node as divide the world evenly.
+// The script's opening: what it launches, and the environment and launch size torchrun reads.
+// torchrun starts the same number of processes on every node, and Megatron-LM takes DP from
+// their total (world / (TP x PP)): use as many GPUs per node as divide the world evenly.
+void write_header(std::ostream& o, const ExportRequest& r) {
+  const spec::ParallelPlan& p = r.plan;
+  const spec::ModelSpec& m = r.model;
   const int node_size = std::min(r.cluster.devices_per_node, std::max(1, r.cluster.devices));
   const int per_node = std::gcd(p.world_size(), std::max(1, node_size));
   const int nodes = p.world_size() / per_node;
   // Megatron-FSDP (ZeRO 2/3) refuses CUDA_DEVICE_MAX_CONNECTIONS=1; TP without it needs 1
   // (megatron/training/arguments.py validate_args).
   const bool fsdp = p.zero_stage >= 2;
-  const bool gated = m.activation == spec::Activation::Swiglu;
-
-  std::ostringstream o;
   o << "#!/usr/bin/env bash\n"
     << "# Megatron-LM launch script written by `pipetune export --format megatron`.\n";
   if (!r.description.empty()) o << "# " << r.description << "\n";
@@ -92,12 +86,21 @@ std::string export_megatron(const ExportRequest& r) {
     << "NODE_RANK=${NODE_RANK:-0}\n"
     << "MASTER_ADDR=${MASTER_ADDR:-localhost}\n"
     << "MASTER_PORT=${MASTER_PORT:-6000}\n\n";
+}
 
-  auto block = [&](const char* name, const std::vector<std::string>& flags) {
-    o << name << "=(\n";
-    for (const std::string& f : flags) o << "  " << f << "\n";
-    o << ")\n";
-  };
+// A bash array of flags, one a line.
+void write_block(std::ostream& o, const char* name, const std::vector<std::string>& flags) {
+  o << name << "=(\n";
+  for (const std::string& f : flags) o << "  " << f << "\n";
+  o << ")\n";
+}
+
+bool is_gated(const spec::ModelSpec& m) {
+  return m.activation == spec::Activation::Swiglu;
+}
+
+// The model's shape, its flavour (Llama-style when gated) and its experts.
+std::vector<std::string> model_flags(const spec::ModelSpec& m) {
   std::vector<std::string> model = {"--num-layers " + std::to_string(m.layers),
                                     "--hidden-size " + std::to_string(m.hidden),
                                     "--ffn-hidden-size " + std::to_string(m.ffn_hidden),
@@ -109,7 +112,7 @@ std::string export_megatron(const ExportRequest& r) {
     model.push_back("--num-query-groups " + std::to_string(m.kv_heads));
   }
   // Gated-MLP models are Llama-style (RMSNorm, rotary positions, no linear biases).
-  if (gated) {
+  if (is_gated(m)) {
     model.insert(model.end(), {"--swiglu", "--normalization RMSNorm",
                                "--position-embedding-type rope", "--disable-bias-linear"});
   } else {
@@ -126,12 +129,18 @@ std::string export_megatron(const ExportRequest& r) {
                   "--moe-grouped-gemm", "--moe-token-dispatcher-type alltoall"});
     if (m.moe_every > 1) model.push_back("--moe-layer-freq " + std::to_string(m.moe_every));
   }
-  block("MODEL_ARGS", model);
+  return model;
+}
 
+// The plan's parallel sizes and layout, its ZeRO stage and its recomputation.
+std::vector<std::string> parallel_flags(const ExportRequest& r,
+                                        const std::vector<std::string>& split_flags) {
+  const spec::ParallelPlan& p = r.plan;
+  const spec::ModelSpec& m = r.model;
   std::vector<std::string> parallel = {"--tensor-model-parallel-size " + std::to_string(p.tp),
                                        "--pipeline-model-parallel-size " + std::to_string(p.pp)};
   if (p.sequence_parallel && p.tp > 1) parallel.push_back("--sequence-parallel");
-  if (interleaved)
+  if (p.pp > 1 && p.schedule == "interleaved-1f1b")
     parallel.push_back("--num-virtual-stages-per-pipeline-rank " + std::to_string(p.chunks));
   parallel.insert(parallel.end(), split_flags.begin(), split_flags.end());
   if (spec::is_moe(m)) {
@@ -139,7 +148,7 @@ std::string export_megatron(const ExportRequest& r) {
     // Megatron-LM allows linear biases in MoE layers only with expert TP 1
     // (transformer_config.py TransformerConfig.__post_init__): non-gated (GPT-style, biased)
     // MoE models keep their experts whole on each rank.
-    parallel.push_back("--expert-tensor-parallel-size " + std::to_string(gated ? p.tp : 1));
+    parallel.push_back("--expert-tensor-parallel-size " + std::to_string(is_gated(m) ? p.tp : 1));
   }
   switch (p.zero_stage) {
     case 0:
@@ -161,27 +170,52 @@ std::string export_megatron(const ExportRequest& r) {
   if (p.recompute == spec::Recompute::Full)
     parallel.insert(parallel.end(), {"--recompute-granularity full", "--recompute-method uniform",
                                      "--recompute-num-layers 1"});
-  block("PARALLEL_ARGS", parallel);
+  return parallel;
+}
 
-  block("TRAINING_ARGS", {"--micro-batch-size " + std::to_string(p.micro_batch_size),
-                          "--global-batch-size " + std::to_string(p.global_batch),
-                          "--train-iters " + std::to_string(r.train_iters), "--bf16", "--lr 3.0e-4",
-                          "--min-lr 3.0e-5", "--lr-decay-style cosine", "--lr-warmup-fraction 0.01",
-                          "--weight-decay 0.1", "--clip-grad 1.0", "--adam-beta1 0.9",
-                          "--adam-beta2 0.95", "--init-method-std 0.02", "--attention-backend auto",
-                          "--transformer-impl transformer_engine"});
-  block("DATA_ARGS",
-        {"--mock-data", "--tokenizer-type NullTokenizer", "--vocab-size " + std::to_string(m.vocab),
-         // Explicit: Megatron's default (128) would pad a model that has none.
-         "--make-vocab-size-divisible-by " + std::to_string(m.vocab_divisible_by),
-         "--split 949,50,1"});
-  block("LOGGING_ARGS", {"--log-interval 1", "--eval-interval 1000", "--eval-iters 0"});
+// The training, data and logging blocks, and the torchrun line that passes every block.
+void write_training_and_launch(std::ostream& o, const ExportRequest& r) {
+  const spec::ParallelPlan& p = r.plan;
+  const spec::ModelSpec& m = r.model;
+  write_block(
+      o, "TRAINING_ARGS",
+      {"--micro-batch-size " + std::to_string(p.micro_batch_size),
+       "--global-batch-size " + std::to_string(p.global_batch),
+       "--train-iters " + std::to_string(r.train_iters), "--bf16", "--lr 3.0e-4", "--min-lr 3.0e-5",
+       "--lr-decay-style cosine", "--lr-warmup-fraction 0.01", "--weight-decay 0.1",
+       "--clip-grad 1.0", "--adam-beta1 0.9", "--adam-beta2 0.95", "--init-method-std 0.02",
+       "--attention-backend auto", "--transformer-impl transformer_engine"});
+  write_block(
+      o, "DATA_ARGS",
+      {"--mock-data", "--tokenizer-type NullTokenizer", "--vocab-size " + std::to_string(m.vocab),
+       // Explicit: Megatron's default (128) would pad a model that has none.
+       "--make-vocab-size-divisible-by " + std::to_string(m.vocab_divisible_by),
+       "--split 949,50,1"});
+  write_block(o, "LOGGING_ARGS", {"--log-interval 1", "--eval-interval 1000", "--eval-iters 0"});
   o << "\ntorchrun --nproc_per_node \"$GPUS_PER_NODE\" --nnodes \"$NNODES\" "
        "--node_rank \"$NODE_RANK\" \\\n"
     << "  --master_addr \"$MASTER_ADDR\" --master_port \"$MASTER_PORT\" \\\n"
     << "  \"$MEGATRON_DIR/pretrain_gpt.py\" \\\n"
     << "  \"${MODEL_ARGS[@]}\" \"${PARALLEL_ARGS[@]}\" \"${TRAINING_ARGS[@]}\" \"${DATA_ARGS[@]}\" "
        "\"${LOGGING_ARGS[@]}\" \"$@\"\n";
+}
+
+}  // namespace
+
+std::string export_megatron(const ExportRequest& r) {
+  export_detail::check_common(r, kFw);
+  check_megatron_plan(r);
+  const std::vector<std::string> split_flags = pipeline_split_flags(r);
+  if (split_flags.empty() && r.plan.pp > 1)
+    require(r.model.layers % r.plan.pp == 0, kFw,
+            "layers=" + std::to_string(r.model.layers) +
+                " are not divisible by pp=" + std::to_string(r.plan.pp));
+
+  std::ostringstream o;
+  write_header(o, r);
+  write_block(o, "MODEL_ARGS", model_flags(r.model));
+  write_block(o, "PARALLEL_ARGS", parallel_flags(r, split_flags));
+  write_training_and_launch(o, r);
   return o.str();
 }
 

@@ -138,6 +138,270 @@ std::string n(std::int64_t v) {
   return std::to_string(v);
 }
 
+// The launch's parallel sizes as Megatron-LM derives them from the flags and the world size.
+struct ParallelSizes {
+  std::int64_t tp = 1;
+  std::int64_t pp = 1;
+  std::int64_t cp = 1;
+  std::int64_t dp = 0;
+};
+
+// argparse: every flag is one Megatron-LM defines; validate_args: the arguments every model needs.
+void check_flags_known_and_required(Checker& c, const MegatronLaunch& l) {
+  for (const auto& [flag, value] : l.flags) {
+    bool known = false;
+    for (const char* k : kKnownFlags) known = known || flag == k;
+    // argparse (allow_abbrev=False) rejects a flag no argument group defines.
+    c.require(known, "every flag is one Megatron-LM defines", kArgs, "unknown flag " + flag);
+  }
+  for (const char* req : {"--num-layers", "--hidden-size", "--num-attention-heads",
+                          "--max-position-embeddings", "--micro-batch-size"})
+    c.require(c.has(req), "required argument is set", kArgs, std::string(req) + " is missing");
+}
+
+// validate_args: world_size % (TP x PP x CP) == 0; DP = world_size / (TP x PP x CP).
+ParallelSizes check_parallel_sizes(Checker& c, const MegatronLaunch& l) {
+  const std::int64_t world = l.world_size();
+  ParallelSizes s;
+  s.tp = c.integer("--tensor-model-parallel-size", 1).value_or(1);
+  s.pp = c.integer("--pipeline-model-parallel-size", 1).value_or(1);
+  s.cp = c.integer("--context-parallel-size", 1).value_or(1);
+  const std::int64_t model_size = s.tp * s.pp * s.cp;
+  c.require(model_size > 0 && world % model_size == 0, "world size divisible by TP x PP x CP",
+            kArgs,
+            "world " + n(world) + " (GPUS_PER_NODE x NNODES), TP x PP x CP = " + n(model_size));
+  s.dp = model_size > 0 ? world / model_size : 0;
+  return s;
+}
+
+// Batch: micro-batch > 0; global batch (default micro x DP) > 0 and divisible by micro x DP,
+// giving at least one micro-batch (validate_args; ConstantNumMicroBatchesCalculator).
+void check_batch(Checker& c, std::int64_t dp) {
+  const std::int64_t mbs = c.integer("--micro-batch-size", 0).value_or(0);
+  c.require(mbs > 0, "micro-batch size > 0", kArgs, "--micro-batch-size " + n(mbs));
+  const std::int64_t gbs = c.integer("--global-batch-size", mbs * dp).value_or(0);
+  c.require(gbs > 0, "global batch size > 0", kArgs, "--global-batch-size " + n(gbs));
+  if (mbs > 0 && dp > 0)
+    c.require(gbs % (mbs * dp) == 0 && gbs / (mbs * dp) >= 1,
+              "global batch divisible by micro-batch x data-parallel size (>= 1 micro-batch)",
+              kMicrobatches,
+              "global batch " + n(gbs) + ", micro-batch " + n(mbs) + ", DP " + n(dp));
+}
+
+// Model shape (TransformerConfig): heads divisible by TP; query groups a multiple or divisor
+// of TP (this version; older ones required a multiple); kv_channels derivable
+// (validate_args: hidden % heads when --kv-channels is not given). Returns the layer count.
+std::int64_t check_model_shape(Checker& c, std::int64_t tp) {
+  const std::int64_t layers = c.integer("--num-layers", 0).value_or(0);
+  const std::int64_t hidden = c.integer("--hidden-size", 0).value_or(0);
+  const std::int64_t heads = c.integer("--num-attention-heads", 0).value_or(0);
+  if (heads > 0) {
+    c.require(heads % tp == 0, "attention heads divisible by TP", kTransformer,
+              "heads " + n(heads) + ", TP " + n(tp));
+    if (!c.has("--kv-channels"))
+      c.require(hidden % heads == 0, "hidden size divisible by attention heads", kArgs,
+                "hidden " + n(hidden) + ", heads " + n(heads));
+  }
+  const std::int64_t groups =
+      c.has("--group-query-attention") ? c.integer("--num-query-groups", 1).value_or(1) : heads;
+  if (groups > 0)
+    c.require(groups % tp == 0 || tp % groups == 0, "query groups a multiple or divisor of TP",
+              kTransformer, "query groups " + n(groups) + ", TP " + n(tp));
+  const std::int64_t seq = c.integer("--seq-length", 0).value_or(0);
+  const std::int64_t max_pos = c.integer("--max-position-embeddings", 0).value_or(0);
+  c.require(seq <= 0 || max_pos >= seq, "max position embeddings >= sequence length", kArgs,
+            "max positions " + n(max_pos) + ", seq length " + n(seq));
+  return layers;
+}
+
+bool has_uneven_stages(const Checker& c) {
+  return c.has("--decoder-first-pipeline-num-layers") ||
+         c.has("--decoder-last-pipeline-num-layers");
+}
+
+bool accounts_embedding_or_loss(const Checker& c) {
+  return c.has("--account-for-embedding-in-pipeline-split") ||
+         c.has("--account-for-loss-in-pipeline-split");
+}
+
+// Pipeline layout (validate_args): at most one of the three virtual-pipeline flags, and the
+// layers divide over the pipeline (and its virtual stages) the way the given flag asks.
+// Returns the virtual stages per pipeline rank.
+std::int64_t check_virtual_stages(Checker& c, std::int64_t layers, std::int64_t pp) {
+  const int vp_flags = c.has("--num-layers-per-virtual-pipeline-stage") +
+                       c.has("--num-virtual-stages-per-pipeline-rank") +
+                       c.has("--pipeline-model-parallel-layout");
+  c.require(vp_flags <= 1, "at most one virtual-pipeline flag", kArgs,
+            n(vp_flags) +
+                " of --num-layers-per-virtual-pipeline-stage, "
+                "--num-virtual-stages-per-pipeline-rank, --pipeline-model-parallel-layout");
+  const bool uneven = has_uneven_stages(c);
+  std::int64_t vpp = 1;
+  if (c.has("--num-virtual-stages-per-pipeline-rank")) {
+    vpp = c.integer("--num-virtual-stages-per-pipeline-rank", 1).value_or(1);
+  } else if (c.has("--num-layers-per-virtual-pipeline-stage")) {
+    // validate_args: no uneven first/last flags; (layers [+1 embedding] [+1 loss]) divisible by
+    // PP, and layers per stage divisible by layers per virtual stage.
+    c.require(!uneven, "uneven first/last stage needs --num-virtual-stages-per-pipeline-rank",
+              kArgs, "--num-layers-per-virtual-pipeline-stage with uneven stages");
+    const std::int64_t counted = layers + c.has("--account-for-embedding-in-pipeline-split") +
+                                 c.has("--account-for-loss-in-pipeline-split");
+    const std::int64_t per_virtual =
+        c.integer("--num-layers-per-virtual-pipeline-stage", 1).value_or(1);
+    c.require(counted % pp == 0, "layers divisible by PP", kArgs,
+              "layers " + n(counted) + ", PP " + n(pp));
+    if (pp > 0 && per_virtual > 0) {
+      c.require((counted / pp) % per_virtual == 0,
+                "layers per stage divisible by layers per virtual stage", kArgs,
+                n(counted / pp) + " layers per stage, " + n(per_virtual) + " per virtual stage");
+      vpp = (counted / pp) / per_virtual;
+    }
+  } else if (!uneven && !c.has("--pipeline-model-parallel-layout")) {
+    // validate_args: without virtual stages or uneven stages, (layers [+1] [+1]) % PP == 0.
+    const std::int64_t counted = layers + c.has("--account-for-embedding-in-pipeline-split") +
+                                 c.has("--account-for-loss-in-pipeline-split");
+    c.require(pp <= 0 || counted % pp == 0, "layers divisible by PP", kArgs,
+              "layers " + n(counted) + ", PP " + n(pp));
+  }
+  return vpp;
+}
+
+// The interleaved schedule (more than one virtual stage per pipeline rank).
+void check_interleaved(Checker& c, std::int64_t layers, std::int64_t pp, std::int64_t vpp) {
+  // validate_args: the interleaved schedule needs PP > 1, or PP > 2 without p2p overlap.
+  const bool overlap_p2p = !c.has("--no-overlap-p2p-communication");
+  c.require(overlap_p2p ? pp > 1 : pp > 2,
+            "interleaved schedule needs PP > 1 (> 2 without "
+            "p2p overlap)",
+            kArgs, "PP " + n(pp) + ", virtual stages " + n(vpp));
+  // Each virtual stage holds whole layers: layers per rank divisible by the virtual stages
+  // (TransformerConfig checks it for uneven stages; the even split divides the same way).
+  if (!has_uneven_stages(c) && !accounts_embedding_or_loss(c))
+    c.require(pp > 0 && layers % pp == 0 && (layers / pp) % vpp == 0,
+              "layers per pipeline rank divisible by virtual stages", kTransformer,
+              "layers " + n(layers) + ", PP " + n(pp) + ", virtual stages " + n(vpp));
+}
+
+// TransformerConfig (uneven PP): not with --account-for-*; first / last > 0 and divisible
+// by the virtual stages; the middle stages hold the rest evenly (whole virtual stages too),
+// and there are middle layers exactly when there are middle stages.
+void check_uneven_stages(Checker& c, std::int64_t layers, std::int64_t pp, std::int64_t vpp) {
+  c.require(!accounts_embedding_or_loss(c),
+            "uneven first/last stages exclude --account-for-*-in-pipeline-split", kTransformer,
+            "both given");
+  std::int64_t rest = layers;
+  std::int64_t middle = pp;
+  for (const char* f :
+       {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"}) {
+    if (!c.has(f)) continue;
+    const std::int64_t k = c.integer(f, 0).value_or(0);
+    c.require(k > 0, "first/last stage layers > 0", kTransformer, std::string(f) + " " + n(k));
+    c.require(vpp <= 1 || k % vpp == 0, "first/last stage layers divisible by virtual stages",
+              kTransformer, std::string(f) + " " + n(k) + ", virtual stages " + n(vpp));
+    rest -= k;
+    middle -= 1;
+  }
+  c.require((rest != 0) == (middle != 0), "middle layers exist exactly when middle stages do",
+            kTransformer, n(rest) + " middle layers, " + n(middle) + " middle stages");
+  if (middle > 0 && rest > 0) {
+    c.require(rest % middle == 0, "middle layers divisible by middle stages", kTransformer,
+              n(rest) + " layers over " + n(middle) + " stages");
+    c.require(vpp <= 1 || (rest / middle) % vpp == 0,
+              "middle stage layers divisible by virtual stages", kTransformer,
+              n(rest / middle) + " layers per middle stage, virtual stages " + n(vpp));
+  }
+}
+
+// Expert parallelism and MoE layers, then the precision flags.
+void check_experts_and_precision(Checker& c, std::int64_t tp) {
+  // validate_args: EP needs experts, experts divisible by EP, no fp16.
+  const std::int64_t ep = c.integer("--expert-model-parallel-size", 1).value_or(1);
+  const std::int64_t experts = c.integer("--num-experts", 0).value_or(0);
+  if (ep > 1) {
+    c.require(experts > 0, "expert parallelism needs --num-experts", kArgs, "EP " + n(ep));
+    c.require(experts <= 0 || experts % ep == 0, "experts divisible by EP", kArgs,
+              "experts " + n(experts) + ", EP " + n(ep));
+    c.require(!c.has("--fp16"), "expert parallelism without fp16", kArgs, "--fp16 given");
+    // ModelParallelConfig: EP with TP needs sequence parallelism (a warning in this version,
+    // an error in earlier ones).
+    c.require(tp <= 1 || c.has("--sequence-parallel"),
+              "expert parallelism with tensor parallelism needs --sequence-parallel",
+              kModelParallel, "EP " + n(ep) + ", TP " + n(tp));
+  }
+  // TransformerConfig: MoE layers with linear biases need expert TP = 1.
+  if (experts > 0 && !c.has("--disable-bias-linear")) {
+    const std::int64_t etp = c.integer("--expert-tensor-parallel-size", tp).value_or(tp);
+    c.require(etp == 1, "MoE with linear biases needs expert tensor parallel size 1", kTransformer,
+              "expert TP " + n(etp) + " without --disable-bias-linear");
+  }
+  // validate_args: grouped GEMM for MoE runs in bf16 only.
+  c.require(!c.has("--moe-grouped-gemm") || c.has("--bf16"), "--moe-grouped-gemm needs --bf16",
+            kArgs, "no --bf16");
+  c.require(!(c.has("--bf16") && c.has("--fp16")), "--bf16 and --fp16 exclude each other", kArgs,
+            "both given");
+}
+
+// Distributed optimizer / FSDP (validate_args), and CUDA_DEVICE_MAX_CONNECTIONS as each needs.
+void check_optimizer_sharding(Checker& c, const MegatronLaunch& l, const ParallelSizes& s) {
+  if (c.has("--overlap-param-gather")) {
+    c.require(c.has("--use-distributed-optimizer") || c.has("--use-megatron-fsdp"),
+              "--overlap-param-gather needs the distributed optimizer or Megatron-FSDP", kArgs,
+              "neither given");
+    c.require(c.has("--overlap-grad-reduce"), "--overlap-param-gather needs --overlap-grad-reduce",
+              kArgs, "not given");
+  }
+  const bool fsdp = c.has("--use-megatron-fsdp");
+  if (fsdp) {
+    c.require(l.cuda_device_max_connections != "1",
+              "Megatron-FSDP needs CUDA_DEVICE_MAX_CONNECTIONS other than 1", kArgs,
+              "the script exports CUDA_DEVICE_MAX_CONNECTIONS=1");
+    c.require(c.str("--ckpt-format") == "fsdp_dtensor",
+              "Megatron-FSDP needs --ckpt-format fsdp_dtensor", kArgs,
+              "--ckpt-format '" + c.str("--ckpt-format") + "'");
+    const std::string strategy = c.str("--data-parallel-sharding-strategy");
+    c.require(strategy.empty() || strategy == "no_shard" || strategy == "optim" ||
+                  strategy == "optim_grads" || strategy == "optim_grads_params",
+              "sharding strategy is one of Megatron-FSDP's", kArgs, "'" + strategy + "'");
+  } else if (s.tp > 1 || s.cp > 1) {
+    // validate_args (before Blackwell): TP or CP without FSDP needs CUDA_DEVICE_MAX_CONNECTIONS=1.
+    c.require(l.cuda_device_max_connections == "1",
+              "tensor/context parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1", kArgs,
+              "CUDA_DEVICE_MAX_CONNECTIONS '" + l.cuda_device_max_connections + "'");
+  }
+}
+
+// Recomputation (validate_args, TransformerConfig): selective takes no method or layer
+// count; full needs a method (uniform or block) and a layer count.
+void check_recompute(Checker& c) {
+  const std::string gran = c.str("--recompute-granularity");
+  if (gran == "selective") {
+    c.require(!c.has("--recompute-method"), "selective recompute takes no --recompute-method",
+              kArgs, "--recompute-method " + c.str("--recompute-method"));
+    c.require(!c.has("--recompute-num-layers"),
+              "selective recompute takes no --recompute-num-layers", kTransformer,
+              "--recompute-num-layers " + c.str("--recompute-num-layers"));
+  } else if (gran == "full") {
+    const std::string method = c.str("--recompute-method");
+    c.require(method == "uniform" || method == "block",
+              "full recompute needs --recompute-method uniform|block", kTransformer,
+              "--recompute-method '" + method + "'");
+    c.require(c.has("--recompute-num-layers"), "full recompute needs --recompute-num-layers",
+              kTransformer, "not given");
+  } else {
+    c.require(gran.empty(), "recompute granularity is full or selective", kTransformer,
+              "'" + gran + "'");
+  }
+}
+
+// validate_args: min-lr <= lr.
+void check_learning_rates(Checker& c) {
+  if (c.has("--lr") && c.has("--min-lr")) {
+    const double lr = std::stod(c.str("--lr"));
+    const double min_lr = std::stod(c.str("--min-lr"));
+    c.require(min_lr <= lr, "--min-lr <= --lr", kArgs, c.str("--min-lr") + " > " + c.str("--lr"));
+  }
+}
+
 }  // namespace
 
 MegatronLaunch parse_megatron_script(std::string_view script) {
@@ -184,226 +448,19 @@ RuleViolations check_megatron_script(std::string_view script) {
 }
 
 RuleViolations check_megatron_launch(const MegatronLaunch& l) {
+  // Each group of rules in turn; the violations are listed in this order.
   Checker c(l);
-  for (const auto& [flag, value] : l.flags) {
-    bool known = false;
-    for (const char* k : kKnownFlags) known = known || flag == k;
-    // argparse (allow_abbrev=False) rejects a flag no argument group defines.
-    c.require(known, "every flag is one Megatron-LM defines", kArgs, "unknown flag " + flag);
-  }
-  // validate_args: the arguments every model needs.
-  for (const char* req : {"--num-layers", "--hidden-size", "--num-attention-heads",
-                          "--max-position-embeddings", "--micro-batch-size"})
-    c.require(c.has(req), "required argument is set", kArgs, std::string(req) + " is missing");
-
-  const std::int64_t world = l.world_size();
-  const std::int64_t tp = c.integer("--tensor-model-parallel-size", 1).value_or(1);
-  const std::int64_t pp = c.integer("--pipeline-model-parallel-size", 1).value_or(1);
-  const std::int64_t cp = c.integer("--context-parallel-size", 1).value_or(1);
-  // validate_args: world_size % (TP x PP x CP) == 0; DP = world_size / (TP x PP x CP).
-  const std::int64_t model_size = tp * pp * cp;
-  c.require(model_size > 0 && world % model_size == 0, "world size divisible by TP x PP x CP",
-            kArgs,
-            "world " + n(world) + " (GPUS_PER_NODE x NNODES), TP x PP x CP = " + n(model_size));
-  const std::int64_t dp = model_size > 0 ? world / model_size : 0;
-
-  // Batch: micro-batch > 0; global batch (default micro x DP) > 0 and divisible by micro x DP,
-  // giving at least one micro-batch (validate_args; ConstantNumMicroBatchesCalculator).
-  const std::int64_t mbs = c.integer("--micro-batch-size", 0).value_or(0);
-  c.require(mbs > 0, "micro-batch size > 0", kArgs, "--micro-batch-size " + n(mbs));
-  const std::int64_t gbs = c.integer("--global-batch-size", mbs * dp).value_or(0);
-  c.require(gbs > 0, "global batch size > 0", kArgs, "--global-batch-size " + n(gbs));
-  if (mbs > 0 && dp > 0)
-    c.require(gbs % (mbs * dp) == 0 && gbs / (mbs * dp) >= 1,
-              "global batch divisible by micro-batch x data-parallel size (>= 1 micro-batch)",
-              kMicrobatches,
-              "global batch " + n(gbs) + ", micro-batch " + n(mbs) + ", DP " + n(dp));
-
-  // Model shape (TransformerConfig): heads divisible by TP; query groups a multiple or divisor
-  // of TP (this version; older ones required a multiple); kv_channels derivable
-  // (validate_args: hidden % heads when --kv-channels is not given).
-  const std::int64_t layers = c.integer("--num-layers", 0).value_or(0);
-  const std::int64_t hidden = c.integer("--hidden-size", 0).value_or(0);
-  const std::int64_t heads = c.integer("--num-attention-heads", 0).value_or(0);
-  if (heads > 0) {
-    c.require(heads % tp == 0, "attention heads divisible by TP", kTransformer,
-              "heads " + n(heads) + ", TP " + n(tp));
-    if (!c.has("--kv-channels"))
-      c.require(hidden % heads == 0, "hidden size divisible by attention heads", kArgs,
-                "hidden " + n(hidden) + ", heads " + n(heads));
-  }
-  const std::int64_t groups =
-      c.has("--group-query-attention") ? c.integer("--num-query-groups", 1).value_or(1) : heads;
-  if (groups > 0)
-    c.require(groups % tp == 0 || tp % groups == 0, "query groups a multiple or divisor of TP",
-              kTransformer, "query groups " + n(groups) + ", TP " + n(tp));
-  const std::int64_t seq = c.integer("--seq-length", 0).value_or(0);
-  const std::int64_t max_pos = c.integer("--max-position-embeddings", 0).value_or(0);
-  c.require(seq <= 0 || max_pos >= seq, "max position embeddings >= sequence length", kArgs,
-            "max positions " + n(max_pos) + ", seq length " + n(seq));
-
-  // Pipeline layout (validate_args): at most one of the three virtual-pipeline flags.
-  const int vp_flags = c.has("--num-layers-per-virtual-pipeline-stage") +
-                       c.has("--num-virtual-stages-per-pipeline-rank") +
-                       c.has("--pipeline-model-parallel-layout");
-  c.require(vp_flags <= 1, "at most one virtual-pipeline flag", kArgs,
-            n(vp_flags) +
-                " of --num-layers-per-virtual-pipeline-stage, "
-                "--num-virtual-stages-per-pipeline-rank, --pipeline-model-parallel-layout");
-  const bool uneven =
-      c.has("--decoder-first-pipeline-num-layers") || c.has("--decoder-last-pipeline-num-layers");
-  const bool account = c.has("--account-for-embedding-in-pipeline-split") ||
-                       c.has("--account-for-loss-in-pipeline-split");
-  std::int64_t vpp = 1;
-  if (c.has("--num-virtual-stages-per-pipeline-rank")) {
-    vpp = c.integer("--num-virtual-stages-per-pipeline-rank", 1).value_or(1);
-  } else if (c.has("--num-layers-per-virtual-pipeline-stage")) {
-    // validate_args: no uneven first/last flags; (layers [+1 embedding] [+1 loss]) divisible by
-    // PP, and layers per stage divisible by layers per virtual stage.
-    c.require(!uneven, "uneven first/last stage needs --num-virtual-stages-per-pipeline-rank",
-              kArgs, "--num-layers-per-virtual-pipeline-stage with uneven stages");
-    const std::int64_t counted = layers + c.has("--account-for-embedding-in-pipeline-split") +
-                                 c.has("--account-for-loss-in-pipeline-split");
-    const std::int64_t per_virtual =
-        c.integer("--num-layers-per-virtual-pipeline-stage", 1).value_or(1);
-    c.require(counted % pp == 0, "layers divisible by PP", kArgs,
-              "layers " + n(counted) + ", PP " + n(pp));
-    if (pp > 0 && per_virtual > 0) {
-      c.require((counted / pp) % per_virtual == 0,
-                "layers per stage divisible by layers per virtual stage", kArgs,
-                n(counted / pp) + " layers per stage, " + n(per_virtual) + " per virtual stage");
-      vpp = (counted / pp) / per_virtual;
-    }
-  } else if (!uneven && !c.has("--pipeline-model-parallel-layout")) {
-    // validate_args: without virtual stages or uneven stages, (layers [+1] [+1]) % PP == 0.
-    const std::int64_t counted = layers + c.has("--account-for-embedding-in-pipeline-split") +
-                                 c.has("--account-for-loss-in-pipeline-split");
-    c.require(pp <= 0 || counted % pp == 0, "layers divisible by PP", kArgs,
-              "layers " + n(counted) + ", PP " + n(pp));
-  }
-  if (vpp > 1) {
-    // validate_args: the interleaved schedule needs PP > 1, or PP > 2 without p2p overlap.
-    const bool overlap_p2p = !c.has("--no-overlap-p2p-communication");
-    c.require(overlap_p2p ? pp > 1 : pp > 2,
-              "interleaved schedule needs PP > 1 (> 2 without "
-              "p2p overlap)",
-              kArgs, "PP " + n(pp) + ", virtual stages " + n(vpp));
-    // Each virtual stage holds whole layers: layers per rank divisible by the virtual stages
-    // (TransformerConfig checks it for uneven stages; the even split divides the same way).
-    if (!uneven && !account)
-      c.require(pp > 0 && layers % pp == 0 && (layers / pp) % vpp == 0,
-                "layers per pipeline rank divisible by virtual stages", kTransformer,
-                "layers " + n(layers) + ", PP " + n(pp) + ", virtual stages " + n(vpp));
-  }
-  if (uneven) {
-    // TransformerConfig (uneven PP): not with --account-for-*; first / last > 0 and divisible
-    // by the virtual stages; the middle stages hold the rest evenly (whole virtual stages too),
-    // and there are middle layers exactly when there are middle stages.
-    c.require(!account, "uneven first/last stages exclude --account-for-*-in-pipeline-split",
-              kTransformer, "both given");
-    std::int64_t rest = layers;
-    std::int64_t middle = pp;
-    for (const char* f :
-         {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"}) {
-      if (!c.has(f)) continue;
-      const std::int64_t k = c.integer(f, 0).value_or(0);
-      c.require(k > 0, "first/last stage layers > 0", kTransformer, std::string(f) + " " + n(k));
-      c.require(vpp <= 1 || k % vpp == 0, "first/last stage layers divisible by virtual stages",
-                kTransformer, std::string(f) + " " + n(k) + ", virtual stages " + n(vpp));
-      rest -= k;
-      middle -= 1;
-    }
-    c.require((rest != 0) == (middle != 0), "middle layers exist exactly when middle stages do",
-              kTransformer, n(rest) + " middle layers, " + n(middle) + " middle stages");
-    if (middle > 0 && rest > 0) {
-      c.require(rest % middle == 0, "middle layers divisible by middle stages", kTransformer,
-                n(rest) + " layers over " + n(middle) + " stages");
-      c.require(vpp <= 1 || (rest / middle) % vpp == 0,
-                "middle stage layers divisible by virtual stages", kTransformer,
-                n(rest / middle) + " layers per middle stage, virtual stages " + n(vpp));
-    }
-  }
-
-  // Expert parallelism (validate_args): EP needs experts, experts divisible by EP, no fp16.
-  const std::int64_t ep = c.integer("--expert-model-parallel-size", 1).value_or(1);
-  const std::int64_t experts = c.integer("--num-experts", 0).value_or(0);
-  if (ep > 1) {
-    c.require(experts > 0, "expert parallelism needs --num-experts", kArgs, "EP " + n(ep));
-    c.require(experts <= 0 || experts % ep == 0, "experts divisible by EP", kArgs,
-              "experts " + n(experts) + ", EP " + n(ep));
-    c.require(!c.has("--fp16"), "expert parallelism without fp16", kArgs, "--fp16 given");
-    // ModelParallelConfig: EP with TP needs sequence parallelism (a warning in this version,
-    // an error in earlier ones).
-    c.require(tp <= 1 || c.has("--sequence-parallel"),
-              "expert parallelism with tensor parallelism needs --sequence-parallel",
-              kModelParallel, "EP " + n(ep) + ", TP " + n(tp));
-  }
-  // TransformerConfig: MoE layers with linear biases need expert TP = 1.
-  if (experts > 0 && !c.has("--disable-bias-linear")) {
-    const std::int64_t etp = c.integer("--expert-tensor-parallel-size", tp).value_or(tp);
-    c.require(etp == 1, "MoE with linear biases needs expert tensor parallel size 1", kTransformer,
-              "expert TP " + n(etp) + " without --disable-bias-linear");
-  }
-  // validate_args: grouped GEMM for MoE runs in bf16 only.
-  c.require(!c.has("--moe-grouped-gemm") || c.has("--bf16"), "--moe-grouped-gemm needs --bf16",
-            kArgs, "no --bf16");
-  c.require(!(c.has("--bf16") && c.has("--fp16")), "--bf16 and --fp16 exclude each other", kArgs,
-            "both given");
-
-  // Distributed optimizer / FSDP (validate_args).
-  if (c.has("--overlap-param-gather")) {
-    c.require(c.has("--use-distributed-optimizer") || c.has("--use-megatron-fsdp"),
-              "--overlap-param-gather needs the distributed optimizer or Megatron-FSDP", kArgs,
-              "neither given");
-    c.require(c.has("--overlap-grad-reduce"), "--overlap-param-gather needs --overlap-grad-reduce",
-              kArgs, "not given");
-  }
-  const bool fsdp = c.has("--use-megatron-fsdp");
-  if (fsdp) {
-    c.require(l.cuda_device_max_connections != "1",
-              "Megatron-FSDP needs CUDA_DEVICE_MAX_CONNECTIONS other than 1", kArgs,
-              "the script exports CUDA_DEVICE_MAX_CONNECTIONS=1");
-    c.require(c.str("--ckpt-format") == "fsdp_dtensor",
-              "Megatron-FSDP needs --ckpt-format fsdp_dtensor", kArgs,
-              "--ckpt-format '" + c.str("--ckpt-format") + "'");
-    const std::string s = c.str("--data-parallel-sharding-strategy");
-    c.require(s.empty() || s == "no_shard" || s == "optim" || s == "optim_grads" ||
-                  s == "optim_grads_params",
-              "sharding strategy is one of Megatron-FSDP's", kArgs, "'" + s + "'");
-  } else if (tp > 1 || cp > 1) {
-    // validate_args (before Blackwell): TP or CP without FSDP needs CUDA_DEVICE_MAX_CONNECTIONS=1.
-    c.require(l.cuda_device_max_connections == "1",
-              "tensor/context parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1", kArgs,
-              "CUDA_DEVICE_MAX_CONNECTIONS '" + l.cuda_device_max_connections + "'");
-  }
-
-  // Recomputation (validate_args, TransformerConfig): selective takes no method or layer
-  // count; full needs a method (uniform or block) and a layer count.
-  const std::string gran = c.str("--recompute-granularity");
-  if (gran == "selective") {
-    c.require(!c.has("--recompute-method"), "selective recompute takes no --recompute-method",
-              kArgs, "--recompute-method " + c.str("--recompute-method"));
-    c.require(!c.has("--recompute-num-layers"),
-              "selective recompute takes no --recompute-num-layers", kTransformer,
-              "--recompute-num-layers " + c.str("--recompute-num-layers"));
-  } else if (gran == "full") {
-    const std::string method = c.str("--recompute-method");
-    c.require(method == "uniform" || method == "block",
-              "full recompute needs --recompute-method uniform|block", kTransformer,
-              "--recompute-method '" + method + "'");
-    c.require(c.has("--recompute-num-layers"), "full recompute needs --recompute-num-layers",
-              kTransformer, "not given");
-  } else {
-    c.require(gran.empty(), "recompute granularity is full or selective", kTransformer,
-              "'" + gran + "'");
-  }
-
-  // validate_args: min-lr <= lr.
-  if (c.has("--lr") && c.has("--min-lr")) {
-    const double lr = std::stod(c.str("--lr"));
-    const double min_lr = std::stod(c.str("--min-lr"));
-    c.require(min_lr <= lr, "--min-lr <= --lr", kArgs, c.str("--min-lr") + " > " + c.str("--lr"));
-  }
+  check_flags_known_and_required(c, l);
+  const ParallelSizes sizes = check_parallel_sizes(c, l);
+  check_batch(c, sizes.dp);
+  const std::int64_t layers = check_model_shape(c, sizes.tp);
+  const std::int64_t vpp = check_virtual_stages(c, layers, sizes.pp);
+  if (vpp > 1) check_interleaved(c, layers, sizes.pp, vpp);
+  if (has_uneven_stages(c)) check_uneven_stages(c, layers, sizes.pp, vpp);
+  check_experts_and_precision(c, sizes.tp);
+  check_optimizer_sharding(c, l, sizes);
+  check_recompute(c);
+  check_learning_rates(c);
   return c.take();
 }
 

@@ -4,40 +4,16 @@
 #include <array>
 #include <cstdint>
 #include <optional>
-#include <set>
 #include <sstream>
-#include <tuple>
 
 #include "engine/errors.hpp"
-#include "tuner/export/pipelining_csv.hpp"
+#include "tuner/export/torchtitan_sources.hpp"
 
 namespace pipetune::tuner {
 
 namespace {
 
-constexpr const char* kJobConfig = "pytorch/torchtitan torchtitan/config/job_config.py@6404b93";
-constexpr const char* kParallelDims =
-    "pytorch/torchtitan torchtitan/distributed/parallel_dims.py@0119de1 ParallelDims._validate";
-constexpr const char* kTrain = "pytorch/torchtitan torchtitan/train.py@000204a Trainer.__init__";
-constexpr const char* kPipelineLlm =
-    "pytorch/torchtitan torchtitan/distributed/pipeline_parallel.py@02ef790 pipeline_llm";
-constexpr const char* kBuildSchedule =
-    "pytorch/torchtitan torchtitan/distributed/pipeline_parallel.py@02ef790 "
-    "build_pipeline_schedule";
-constexpr const char* kFqnSplit =
-    "pytorch/torchtitan torchtitan/distributed/pipeline_parallel.py@02ef790 "
-    "generate_llm_fqn_per_model_part";
-constexpr const char* kModuleSplit =
-    "pytorch/torchtitan torchtitan/distributed/pipeline_parallel.py@02ef790 "
-    "pipeline_module_split";
-constexpr const char* kScheduleClass =
-    "pytorch/pytorch torch/distributed/pipelining/schedules.py@1fd7abc get_schedule_class";
-constexpr const char* kValidateSchedule =
-    "pytorch/pytorch torch/distributed/pipelining/schedules.py@1fd7abc _validate_schedule";
-constexpr const char* kSendRecv =
-    "pytorch/pytorch torch/distributed/pipelining/schedules.py@1fd7abc _add_send_recv";
-constexpr const char* kActionFormat =
-    "pytorch/pytorch torch/distributed/pipelining/schedules.py@1fd7abc _Action.from_str";
+using namespace torchtitan_sources;
 
 // The keys of the JobConfig sections a pipetune export writes (job_config.py@6404b93); a key
 // outside them is not a JobConfig field and torchtitan never reads it.
@@ -246,6 +222,187 @@ std::optional<std::int64_t> check_module_fqns(Checker& c, const std::string& tex
   return count;
 }
 
+// Every key is a JobConfig field.
+void check_known_keys(Checker& c, const std::map<std::string, std::string>& keys) {
+  for (const auto& [full, value] : keys) {
+    const std::size_t dot = full.find('.');
+    const std::string section = dot == std::string::npos ? "" : full.substr(0, dot);
+    const std::string key = dot == std::string::npos ? full : full.substr(dot + 1);
+    bool known = false;
+    bool checked = false;
+    for (const Section& s : sections()) {
+      if (section != s.name) continue;
+      checked = true;
+      for (const char* k : s.keys) known = known || key == k;
+    }
+    for (const char* other : kOtherSections) known = known || (!checked && section == other);
+    c.require(known, "every key is a JobConfig field", kJobConfig, "[" + section + "] " + key);
+  }
+}
+
+// Literal-typed fields.
+void check_literal_fields(Checker& c) {
+  const std::string ac = c.str("activation_checkpoint.mode", "selective");
+  c.require(ac == "selective" || ac == "full" || ac == "none",
+            "activation_checkpoint.mode is selective, full or none", kJobConfig, "'" + ac + "'");
+  if (ac == "selective") {
+    const std::string opt = c.str("activation_checkpoint.selective_ac_option", "2");
+    c.require(
+        opt == "op" || (!opt.empty() && opt.find_first_not_of("0123456789") == std::string::npos),
+        "selective_ac_option is 'op' or an integer", kJobConfig, "'" + opt + "'");
+  }
+  const std::string reshard = c.str("parallelism.fsdp_reshard_after_forward", "default");
+  c.require(reshard == "default" || reshard == "always" || reshard == "never",
+            "parallelism.fsdp_reshard_after_forward is default, always or never", kJobConfig,
+            "'" + reshard + "'");
+  const std::string mp = c.str("training.mixed_precision_param", "bfloat16");
+  c.require(mp == "bfloat16" || mp == "float32",
+            "training.mixed_precision_param is bfloat16 or float32", kJobConfig, "'" + mp + "'");
+}
+
+// The parallel degrees, dp_shard resolved when it is -1.
+struct Degrees {
+  std::int64_t rep = 1, shard = -1, tp = 1, pp = 1, cp = 1, ep = 1;
+};
+
+// ParallelDims._validate: degrees >= 1 (dp_shard may be -1: the leftover ranks); their
+// product is the world size; EP within the ranks it borrows. nullopt when a degree is below 1
+// (nothing further can be derived).
+std::optional<Degrees> check_parallel_degrees(Checker& c, std::int64_t world) {
+  Degrees d;
+  d.rep = c.integer("parallelism.data_parallel_replicate_degree", 1);
+  d.shard = c.integer("parallelism.data_parallel_shard_degree", -1);
+  d.tp = c.integer("parallelism.tensor_parallel_degree", 1);
+  d.pp = c.integer("parallelism.pipeline_parallel_degree", 1);
+  d.cp = c.integer("parallelism.context_parallel_degree", 1);
+  d.ep = c.integer("parallelism.expert_parallel_degree", 1);
+  for (auto [name, v] :
+       {std::pair{"data_parallel_replicate_degree", d.rep},
+        std::pair{"tensor_parallel_degree", d.tp}, std::pair{"pipeline_parallel_degree", d.pp},
+        std::pair{"context_parallel_degree", d.cp}, std::pair{"expert_parallel_degree", d.ep}})
+    c.require(v >= 1, "parallel degrees >= 1", kParallelDims, std::string(name) + " = " + n(v));
+  c.require(d.shard == -1 || d.shard >= 1, "data_parallel_shard_degree is -1 or >= 1",
+            kParallelDims, n(d.shard));
+  if (d.rep < 1 || d.tp < 1 || d.pp < 1 || d.cp < 1 || d.ep < 1) return std::nullopt;
+  if (d.shard < 0) d.shard = world / (d.rep * d.cp * d.tp * d.pp);
+  c.require(d.shard >= 1 && d.rep * d.shard * d.cp * d.tp * d.pp == world,
+            "dp_replicate x dp_shard x cp x tp x pp = world size", kParallelDims,
+            n(d.rep) + " x " + n(d.shard) + " x " + n(d.cp) + " x " + n(d.tp) + " x " + n(d.pp) +
+                " != world " + n(world));
+  // Expert parallelism borrows ranks: with expert TP = 1 (the default) all of cp and tp and part
+  // of dp_shard, so ep % (cp tp) == 0 and (dp_shard cp tp) % ep == 0.
+  if (d.ep > 1)
+    c.require(d.ep % (d.cp * d.tp) == 0 && (d.shard * d.cp * d.tp) % d.ep == 0,
+              "EP takes all of CP x TP and part of dp_shard (expert TP 1)", kParallelDims,
+              "EP " + n(d.ep) + ", dp_shard " + n(d.shard) + ", CP " + n(d.cp) + ", TP " + n(d.tp));
+  return d;
+}
+
+// Trainer: global batch (-1: local x DP) > 0 and divisible by local batch x DP degree.
+// Returns the local batch.
+std::int64_t check_global_batch(Checker& c, std::int64_t dp) {
+  const std::int64_t local = c.integer("training.local_batch_size", 8);
+  std::int64_t global = c.integer("training.global_batch_size", -1);
+  if (global < 0) global = local * dp;
+  c.require(local > 0 && global > 0 && global % (local * dp) == 0,
+            "global batch divisible by local batch x data-parallel degree", kTrain,
+            "global " + n(global) + ", local " + n(local) + ", DP " + n(dp));
+  return local;
+}
+
+// pipeline_llm: stages = ceil((layers + first_less + last_less) / layers_per_stage), a
+// multiple of PP; single-stage classes need 1 stage per rank, the others at least 2. Returns
+// the stages per rank, nullopt when layers_per_stage is not positive.
+std::optional<std::int64_t> check_layers_per_stage(Checker& c, const std::string& name,
+                                                   const ScheduleClass& cls, std::int64_t layers,
+                                                   std::int64_t first, std::int64_t last,
+                                                   std::int64_t pp) {
+  const std::int64_t lps = c.integer("parallelism.pipeline_parallel_layers_per_stage", 1);
+  c.require(lps > 0, "pipeline_parallel_layers_per_stage > 0", kPipelineLlm, n(lps));
+  if (lps <= 0) return std::nullopt;
+  const std::int64_t stages = (layers + first + last + lps - 1) / lps;
+  c.require(stages % pp == 0, "number of stages divisible by PP", kPipelineLlm,
+            "ceil((" + n(layers) + " layers + " + n(first) + " + " + n(last) + ") / " + n(lps) +
+                ") = " + n(stages) + " stages over PP " + n(pp));
+  const std::int64_t stages_per_rank = stages / pp;
+  if (cls.single)
+    c.require(stages_per_rank == 1, "a single-stage schedule has 1 stage per rank", kPipelineLlm,
+              name + " with " + n(stages_per_rank) + " stages per rank");
+  else
+    c.require(stages_per_rank >= 2, "a multi-stage schedule has at least 2 stages per rank",
+              kPipelineLlm, name + " with " + n(stages_per_rank) + " stages per rank");
+  return stages_per_rank;
+}
+
+// generate_llm_fqn_per_model_part: stages <= effective layers, each stage gets >= 1, and the
+// embedding / output weights fit the smallest stage.
+void check_fqn_split(Checker& c, std::int64_t stages, std::int64_t layers, std::int64_t first,
+                     std::int64_t last) {
+  const std::int64_t effective = layers + first + last;
+  c.require(stages <= effective && effective / stages >= 1, "no more stages than effective layers",
+            kFqnSplit, n(stages) + " stages, " + n(effective) + " effective layers");
+  c.require(stages > effective || (first <= effective / stages && last <= effective / stages),
+            "first/last stage weights fit the smallest stage", kFqnSplit,
+            "weights " + n(first) + "/" + n(last) + ", " +
+                n(effective / std::max<std::int64_t>(1, stages)) + " effective layers per stage");
+}
+
+// A schedule CSV replaces the class with _PipelineScheduleRuntime; the class still decides
+// how many stages each rank builds and where (loop or V).
+void check_schedule_csv(Checker& c, const TorchtitanLaunch& launch, std::int64_t pp,
+                        std::int64_t stages, std::int64_t microbatches, bool v_placement) {
+  const std::string csv_path = c.str("parallelism.pipeline_parallel_schedule_csv", "");
+  if (csv_path.empty()) return;
+  c.require(!launch.schedule_csv.empty(), "the schedule CSV file exists", kBuildSchedule,
+            "'" + csv_path + "' not supplied");
+  if (!launch.schedule_csv.empty())
+    c.add(check_pipelining_csv(launch.schedule_csv, static_cast<int>(pp), static_cast<int>(stages),
+                               static_cast<int>(microbatches), v_placement));
+}
+
+// Pipeline parallelism: the schedule class, the micro-batches, how many stages each rank
+// builds (from layers per stage or named modules) and, when those hold, the schedule CSV.
+void check_pipeline(Checker& c, const TorchtitanLaunch& launch, std::int64_t pp,
+                    std::int64_t local) {
+  const std::string name = c.str("parallelism.pipeline_parallel_schedule", "1F1B");
+  const std::optional<ScheduleClass> cls = schedule_class(name);
+  c.require(cls.has_value(), "pipeline_parallel_schedule names a torch schedule class",
+            kScheduleClass, "'" + name + "'");
+  if (!cls) return;
+  const std::int64_t mbs = c.integer("parallelism.pipeline_parallel_microbatch_size", 1);
+  c.require(mbs > 0 && local % mbs == 0, "local batch divisible by the pipeline micro-batch size",
+            kBuildSchedule, "local " + n(local) + ", micro-batch " + n(mbs));
+  const std::int64_t microbatches = mbs > 0 ? local / mbs : 0;
+
+  const std::int64_t layers = launch.num_layers;
+  const std::int64_t first = c.integer("parallelism.pipeline_parallel_first_stage_less_layers", 1);
+  const std::int64_t last = c.integer("parallelism.pipeline_parallel_last_stage_less_layers", 1);
+  std::int64_t stages_per_rank = cls->single ? 1 : 2;
+  const std::size_t before = c.size();
+  if (c.has("parallelism.pipeline_parallel_layers_per_stage")) {
+    const std::optional<std::int64_t> per_rank =
+        check_layers_per_stage(c, name, *cls, layers, first, last, pp);
+    if (!per_rank) return;
+    stages_per_rank = *per_rank;
+  }
+  // Modules named stage by stage replace generate_llm_fqn_per_model_part: their count is the
+  // number of stages (pipeline_module_split).
+  const bool named = c.has("parallelism.module_fqns_per_model_part");
+  if (named) {
+    const std::optional<std::int64_t> parts = check_module_fqns(
+        c, c.str("parallelism.module_fqns_per_model_part", ""), layers, pp, cls->single, name);
+    if (!parts) return;
+    stages_per_rank = *parts / pp;
+  }
+  if (cls->v)
+    c.require(stages_per_rank == 2, "V schedules have exactly 2 stages per rank", kModuleSplit,
+              name + " with " + n(stages_per_rank) + " stages per rank");
+  const std::int64_t stages = stages_per_rank * pp;
+  if (stages > 1 && !named) check_fqn_split(c, stages, layers, first, last);
+  if (c.size() != before) return;  // the stages are not what the CSV is checked against
+  check_schedule_csv(c, launch, pp, stages, microbatches, cls->v);
+}
+
 }  // namespace
 
 std::map<std::string, std::string> parse_torchtitan_toml(std::string_view toml) {
@@ -283,267 +440,15 @@ std::map<std::string, std::string> parse_torchtitan_toml(std::string_view toml) 
   return out;
 }
 
-RuleViolations check_pipelining_csv(std::string_view csv, int pp, int stages, int microbatches,
-                                    bool v_placement) {
-  RuleViolations out;
-  auto fail = [&](const char* rule, const char* source, const std::string& detail) {
-    out.push_back({rule, source, detail});
-  };
-  PipeliningSchedule rows;
-  try {
-    rows = parse_pipelining_csv(csv);
-  } catch (const InputError& e) {
-    fail("every cell is <stage><F|I|W|B><micro-batch>", kActionFormat, e.what());
-    return out;
-  }
-  // _validate_schedule: one row per pipeline rank.
-  if (static_cast<int>(rows.size()) != pp) {
-    fail("one CSV row per pipeline rank", kValidateSchedule,
-         n(static_cast<std::int64_t>(rows.size())) + " rows for " + n(pp) + " ranks");
-    return out;
-  }
-  // Every stage on one rank, and on the rank torchtitan built it on (pipeline_module_split:
-  // loop = rank + k * pp, V = rank and 2pp-1-rank); a rank runs only the stages it holds.
-  auto home = [&](int s) { return v_placement ? (s < pp ? s : 2 * pp - 1 - s) : s % pp; };
-  std::map<int, int> rank_of;
-  std::map<std::tuple<int, char>, std::set<int>> seen;  // (stage, type) -> micro-batches
-  bool well_formed = true;
-  for (int r = 0; r < pp; ++r) {
-    for (const PipeliningAction& a : rows[r]) {
-      const std::string at = "rank " + n(r) + " action " + action_label(a);
-      if (a.stage < 0 || a.stage >= stages) {
-        fail("stage index below the number of stages", kValidateSchedule,
-             at + " (" + n(stages) + " stages)");
-        well_formed = false;
-        continue;
-      }
-      if (a.microbatch >= microbatches) {
-        fail("micro-batch index below the number of micro-batches", kValidateSchedule,
-             at + " (" + n(microbatches) + " micro-batches)");
-        well_formed = false;
-      }
-      auto [it, fresh] = rank_of.emplace(a.stage, r);
-      if (!fresh && it->second != r) {
-        fail("each stage runs on one rank", kValidateSchedule,
-             at + ", stage " + n(a.stage) + " also on rank " + n(it->second));
-        well_formed = false;
-      }
-      if (home(a.stage) != r) {
-        fail("stage placed where torchtitan builds it", kModuleSplit,
-             at + ", stage " + n(a.stage) + " is built on rank " + n(home(a.stage)) +
-                 (v_placement ? " (V placement)" : " (loop placement)"));
-        well_formed = false;
-      }
-      // F before I or B of the same micro-batch on the stage; I before W.
-      if (a.type == 'I' || a.type == 'B')
-        if (!seen[{a.stage, 'F'}].count(a.microbatch)) {
-          fail("backward after its forward", kValidateSchedule, at + " before its forward");
-          well_formed = false;
-        }
-      if (a.type == 'W' && !seen[{a.stage, 'I'}].count(a.microbatch)) {
-        fail("weight backward after its input backward", kValidateSchedule,
-             at + " before its input backward");
-        well_formed = false;
-      }
-      seen[{a.stage, a.type}].insert(a.microbatch);
-    }
-  }
-  for (int s = 0; s < stages; ++s) {
-    const std::size_t f = seen[{s, 'F'}].size();
-    const std::size_t b =
-        seen[{s, 'B'}].size() + (seen[{s, 'I'}].size() + seen[{s, 'W'}].size()) / 2;
-    if (static_cast<int>(f) != microbatches || static_cast<int>(b) != microbatches) {
-      fail("every stage runs each micro-batch's forward and backward", kValidateSchedule,
-           "stage " + n(s) + ": " + n(static_cast<std::int64_t>(f)) + " forwards, " +
-               n(static_cast<std::int64_t>(b)) + " backwards for " + n(microbatches) +
-               " micro-batches");
-      well_formed = false;
-    }
-  }
-  if (!well_formed) return out;
-  // _add_send_recv: ranks in order take their next action when its input is there (F of stage
-  // s after F of s-1, I/B of stage s after I/B of s+1); a pass in which no rank can is an error.
-  std::set<std::tuple<int, char, int>> done;
-  std::vector<std::size_t> next(static_cast<std::size_t>(pp), 0);
-  auto ready = [&](const PipeliningAction& a) {
-    if (a.type == 'F') return a.stage == 0 || done.count({a.stage - 1, 'F', a.microbatch}) > 0;
-    if (a.type == 'I' || a.type == 'B')
-      return a.stage == stages - 1 || done.count({a.stage + 1, 'I', a.microbatch}) > 0 ||
-             done.count({a.stage + 1, 'B', a.microbatch}) > 0;
-    return true;
-  };
-  for (;;) {
-    bool progress = false;
-    bool left = false;
-    for (int r = 0; r < pp; ++r) {
-      if (next[r] >= rows[r].size()) continue;
-      left = true;
-      const PipeliningAction& a = rows[r][next[r]];
-      if (!ready(a)) continue;
-      done.insert({a.stage, a.type, a.microbatch});
-      ++next[r];
-      progress = true;
-    }
-    if (!left) break;
-    if (!progress) {
-      std::string stuck;
-      for (int r = 0; r < pp; ++r)
-        if (next[r] < rows[r].size())
-          stuck += (stuck.empty() ? "" : ", ") +
-                   ("rank " + n(r) + " at " + action_label(rows[r][next[r]]));
-      fail("the lowering to send/recv can schedule every action (no deadlock)", kSendRecv, stuck);
-      break;
-    }
-  }
-  return out;
-}
-
 RuleViolations check_torchtitan_config(std::string_view toml, const TorchtitanLaunch& launch) {
   const std::map<std::string, std::string> keys = parse_torchtitan_toml(toml);
   Checker c(keys);
-  // Every key is a JobConfig field.
-  for (const auto& [full, value] : keys) {
-    const std::size_t dot = full.find('.');
-    const std::string section = dot == std::string::npos ? "" : full.substr(0, dot);
-    const std::string key = dot == std::string::npos ? full : full.substr(dot + 1);
-    bool known = false;
-    bool checked = false;
-    for (const Section& s : sections()) {
-      if (section != s.name) continue;
-      checked = true;
-      for (const char* k : s.keys) known = known || key == k;
-    }
-    for (const char* other : kOtherSections) known = known || (!checked && section == other);
-    c.require(known, "every key is a JobConfig field", kJobConfig, "[" + section + "] " + key);
-  }
-  // Literal-typed fields.
-  const std::string ac = c.str("activation_checkpoint.mode", "selective");
-  c.require(ac == "selective" || ac == "full" || ac == "none",
-            "activation_checkpoint.mode is selective, full or none", kJobConfig, "'" + ac + "'");
-  if (ac == "selective") {
-    const std::string opt = c.str("activation_checkpoint.selective_ac_option", "2");
-    c.require(
-        opt == "op" || (!opt.empty() && opt.find_first_not_of("0123456789") == std::string::npos),
-        "selective_ac_option is 'op' or an integer", kJobConfig, "'" + opt + "'");
-  }
-  const std::string reshard = c.str("parallelism.fsdp_reshard_after_forward", "default");
-  c.require(reshard == "default" || reshard == "always" || reshard == "never",
-            "parallelism.fsdp_reshard_after_forward is default, always or never", kJobConfig,
-            "'" + reshard + "'");
-  const std::string mp = c.str("training.mixed_precision_param", "bfloat16");
-  c.require(mp == "bfloat16" || mp == "float32",
-            "training.mixed_precision_param is bfloat16 or float32", kJobConfig, "'" + mp + "'");
-
-  // ParallelDims._validate: degrees >= 1 (dp_shard may be -1: the leftover ranks); their
-  // product is the world size.
-  const std::int64_t world = launch.world_size;
-  const std::int64_t rep = c.integer("parallelism.data_parallel_replicate_degree", 1);
-  std::int64_t shard = c.integer("parallelism.data_parallel_shard_degree", -1);
-  const std::int64_t tp = c.integer("parallelism.tensor_parallel_degree", 1);
-  const std::int64_t pp = c.integer("parallelism.pipeline_parallel_degree", 1);
-  const std::int64_t cp = c.integer("parallelism.context_parallel_degree", 1);
-  const std::int64_t ep = c.integer("parallelism.expert_parallel_degree", 1);
-  for (auto [name, d] :
-       {std::pair{"data_parallel_replicate_degree", rep}, std::pair{"tensor_parallel_degree", tp},
-        std::pair{"pipeline_parallel_degree", pp}, std::pair{"context_parallel_degree", cp},
-        std::pair{"expert_parallel_degree", ep}})
-    c.require(d >= 1, "parallel degrees >= 1", kParallelDims, std::string(name) + " = " + n(d));
-  c.require(shard == -1 || shard >= 1, "data_parallel_shard_degree is -1 or >= 1", kParallelDims,
-            n(shard));
-  if (rep < 1 || tp < 1 || pp < 1 || cp < 1 || ep < 1) return c.take();
-  if (shard < 0) shard = world / (rep * cp * tp * pp);
-  c.require(shard >= 1 && rep * shard * cp * tp * pp == world,
-            "dp_replicate x dp_shard x cp x tp x pp = world size", kParallelDims,
-            n(rep) + " x " + n(shard) + " x " + n(cp) + " x " + n(tp) + " x " + n(pp) +
-                " != world " + n(world));
-  // Expert parallelism borrows ranks: with expert TP = 1 (the default) all of cp and tp and part
-  // of dp_shard, so ep % (cp tp) == 0 and (dp_shard cp tp) % ep == 0.
-  if (ep > 1)
-    c.require(ep % (cp * tp) == 0 && (shard * cp * tp) % ep == 0,
-              "EP takes all of CP x TP and part of dp_shard (expert TP 1)", kParallelDims,
-              "EP " + n(ep) + ", dp_shard " + n(shard) + ", CP " + n(cp) + ", TP " + n(tp));
-
-  // Trainer: global batch (-1: local x DP) > 0 and divisible by local batch x DP degree.
-  const std::int64_t local = c.integer("training.local_batch_size", 8);
-  std::int64_t global = c.integer("training.global_batch_size", -1);
-  const std::int64_t dp = rep * shard;
-  if (global < 0) global = local * dp;
-  c.require(local > 0 && global > 0 && global % (local * dp) == 0,
-            "global batch divisible by local batch x data-parallel degree", kTrain,
-            "global " + n(global) + ", local " + n(local) + ", DP " + n(dp));
-
-  if (pp <= 1) return c.take();
-  // Pipeline parallelism.
-  const std::string name = c.str("parallelism.pipeline_parallel_schedule", "1F1B");
-  const std::optional<ScheduleClass> cls = schedule_class(name);
-  c.require(cls.has_value(), "pipeline_parallel_schedule names a torch schedule class",
-            kScheduleClass, "'" + name + "'");
-  if (!cls) return c.take();
-  const std::int64_t mbs = c.integer("parallelism.pipeline_parallel_microbatch_size", 1);
-  c.require(mbs > 0 && local % mbs == 0, "local batch divisible by the pipeline micro-batch size",
-            kBuildSchedule, "local " + n(local) + ", micro-batch " + n(mbs));
-  const std::int64_t microbatches = mbs > 0 ? local / mbs : 0;
-
-  const std::int64_t layers = launch.num_layers;
-  const std::int64_t first = c.integer("parallelism.pipeline_parallel_first_stage_less_layers", 1);
-  const std::int64_t last = c.integer("parallelism.pipeline_parallel_last_stage_less_layers", 1);
-  std::int64_t stages_per_rank = cls->single ? 1 : 2;
-  const std::size_t before = c.size();
-  if (c.has("parallelism.pipeline_parallel_layers_per_stage")) {
-    // pipeline_llm: stages = ceil((layers + first_less + last_less) / layers_per_stage), a
-    // multiple of PP; single-stage classes need 1 stage per rank, the others at least 2.
-    const std::int64_t lps = c.integer("parallelism.pipeline_parallel_layers_per_stage", 1);
-    c.require(lps > 0, "pipeline_parallel_layers_per_stage > 0", kPipelineLlm, n(lps));
-    if (lps <= 0) return c.take();
-    const std::int64_t stages = (layers + first + last + lps - 1) / lps;
-    c.require(stages % pp == 0, "number of stages divisible by PP", kPipelineLlm,
-              "ceil((" + n(layers) + " layers + " + n(first) + " + " + n(last) + ") / " + n(lps) +
-                  ") = " + n(stages) + " stages over PP " + n(pp));
-    stages_per_rank = stages / pp;
-    if (cls->single)
-      c.require(stages_per_rank == 1, "a single-stage schedule has 1 stage per rank", kPipelineLlm,
-                name + " with " + n(stages_per_rank) + " stages per rank");
-    else
-      c.require(stages_per_rank >= 2, "a multi-stage schedule has at least 2 stages per rank",
-                kPipelineLlm, name + " with " + n(stages_per_rank) + " stages per rank");
-  }
-  // Modules named stage by stage replace generate_llm_fqn_per_model_part: their count is the
-  // number of stages (pipeline_module_split).
-  const bool named = c.has("parallelism.module_fqns_per_model_part");
-  if (named) {
-    const std::optional<std::int64_t> parts = check_module_fqns(
-        c, c.str("parallelism.module_fqns_per_model_part", ""), layers, pp, cls->single, name);
-    if (!parts) return c.take();
-    stages_per_rank = *parts / pp;
-  }
-  if (cls->v)
-    c.require(stages_per_rank == 2, "V schedules have exactly 2 stages per rank", kModuleSplit,
-              name + " with " + n(stages_per_rank) + " stages per rank");
-  // generate_llm_fqn_per_model_part: stages <= effective layers, each stage gets >= 1, and the
-  // embedding / output weights fit the smallest stage.
-  const std::int64_t stages = stages_per_rank * pp;
-  const std::int64_t effective = layers + first + last;
-  if (stages > 1 && !named) {
-    c.require(stages <= effective && effective / stages >= 1,
-              "no more stages than effective layers", kFqnSplit,
-              n(stages) + " stages, " + n(effective) + " effective layers");
-    c.require(stages > effective || (first <= effective / stages && last <= effective / stages),
-              "first/last stage weights fit the smallest stage", kFqnSplit,
-              "weights " + n(first) + "/" + n(last) + ", " +
-                  n(effective / std::max<std::int64_t>(1, stages)) + " effective layers per stage");
-  }
-
-  if (c.size() != before) return c.take();  // the stages are not what the CSV is checked against
-  // A schedule CSV replaces the class with _PipelineScheduleRuntime; the class still decides
-  // how many stages each rank builds and where (loop or V).
-  const std::string csv_path = c.str("parallelism.pipeline_parallel_schedule_csv", "");
-  if (!csv_path.empty()) {
-    c.require(!launch.schedule_csv.empty(), "the schedule CSV file exists", kBuildSchedule,
-              "'" + csv_path + "' not supplied");
-    if (!launch.schedule_csv.empty())
-      c.add(check_pipelining_csv(launch.schedule_csv, static_cast<int>(pp),
-                                 static_cast<int>(stages), static_cast<int>(microbatches), cls->v));
-  }
+  check_known_keys(c, keys);
+  check_literal_fields(c);
+  const std::optional<Degrees> d = check_parallel_degrees(c, launch.world_size);
+  if (!d) return c.take();
+  const std::int64_t local = check_global_batch(c, d->rep * d->shard);
+  if (d->pp > 1) check_pipeline(c, launch, d->pp, local);
   return c.take();
 }
 

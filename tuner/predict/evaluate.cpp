@@ -41,6 +41,16 @@ AfterPipeline after_pipeline(const OpCosts& costs, int pp, const ExecutionOption
   return a;
 }
 
+// Throughput and FLOP utilisation from the iteration time (left at zero when it is not positive).
+void set_throughput(PlanEvaluation& e, double tokens, int world, double peak) {
+  if (!(e.iteration_time > 0.0)) return;
+  e.tokens_per_s = tokens / e.iteration_time;
+  e.tflops_per_gpu = e.model_flops / e.iteration_time / world / 1e12;
+  e.hfu_tflops_per_gpu = e.hardware_flops / e.iteration_time / world / 1e12;
+  e.mfu = e.model_flops / (e.iteration_time * world * peak);
+  e.hfu = e.hardware_flops / (e.iteration_time * world * peak);
+}
+
 }  // namespace
 
 ExecutionOptions PlanEvaluator::execution_for(const spec::ClusterSpec& cluster) const {
@@ -123,6 +133,27 @@ const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorP
   return schedules_.emplace(std::move(key), schedule::generate(params)).first->second;
 }
 
+sim::SimResult PlanEvaluator::run_simulation(const schedule::GeneratorParams& params,
+                                             const OpCosts& costs) {
+  // A recorded trace is never cached: the cache keeps summaries for the search.
+  SimulationCache* cache = options_.record_trace ? nullptr : options_.simulation_cache.get();
+  std::string key;
+  std::optional<sim::SimResult> cached;
+  if (cache != nullptr) {
+    key = SimulationCache::key(params, costs.table, costs.activation_bytes_per_microbatch);
+    cached = cache->find(key);
+  }
+  if (cached) return std::move(*cached);
+  schedule::Schedule scratch;
+  const schedule::Schedule& s = schedule_for(params, scratch);
+  sim::SimOptions sim_options;
+  sim_options.record_trace = options_.record_trace;
+  sim_options.activation_bytes_per_microbatch = costs.activation_bytes_per_microbatch;
+  sim::SimResult r = sim::simulate(s, costs.table, sim_options);
+  if (cache != nullptr) cache->insert(std::move(key), r);
+  return r;
+}
+
 PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
                                        const spec::ClusterSpec& cluster,
                                        const spec::ParallelPlan& plan_in) {
@@ -156,26 +187,7 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
 
   const schedule::GeneratorParams params =
       spec::generator_params(plan, e.costs.table, options_.schedule_memory_limit);
-  // A recorded trace is never cached: the cache keeps summaries for the search.
-  SimulationCache* cache = options_.record_trace ? nullptr : options_.simulation_cache.get();
-  std::string key;
-  std::optional<sim::SimResult> cached;
-  if (cache != nullptr) {
-    key = SimulationCache::key(params, e.costs.table, e.costs.activation_bytes_per_microbatch);
-    cached = cache->find(key);
-  }
-  sim::SimResult r;
-  if (cached) {
-    r = std::move(*cached);
-  } else {
-    schedule::Schedule scratch;
-    const schedule::Schedule& s = schedule_for(params, scratch);
-    sim::SimOptions sim_options;
-    sim_options.record_trace = options_.record_trace;
-    sim_options.activation_bytes_per_microbatch = e.costs.activation_bytes_per_microbatch;
-    r = sim::simulate(s, e.costs.table, sim_options);
-    if (cache != nullptr) cache->insert(std::move(key), r);
-  }
+  sim::SimResult r = run_simulation(params, e.costs);
   e.simulated = true;
   if (options_.record_trace) e.trace = std::move(r.trace);
   e.pipeline_time = r.iteration_time;
@@ -195,14 +207,7 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
   schedule::check_schedule_time(e.iteration_time, "a predicted iteration time");
   e.stages = std::move(r.stages);
 
-  if (e.iteration_time > 0.0) {
-    const double peak = cluster.hardware.peak_flops;
-    e.tokens_per_s = tokens / e.iteration_time;
-    e.tflops_per_gpu = e.model_flops / e.iteration_time / world / 1e12;
-    e.hfu_tflops_per_gpu = e.hardware_flops / e.iteration_time / world / 1e12;
-    e.mfu = e.model_flops / (e.iteration_time * world * peak);
-    e.hfu = e.hardware_flops / (e.iteration_time * world * peak);
-  }
+  set_throughput(e, tokens, world, cluster.hardware.peak_flops);
   e.memory = estimate_memory(model, cluster, plan, e.placement, peaks, memory);
   e.feasible = e.memory.fits();
   if (!e.feasible) e.infeasible_reason = e.memory.binding_constraint();

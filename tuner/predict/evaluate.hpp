@@ -110,6 +110,9 @@ class PlanEvaluator {
   using ScheduleKey = std::tuple<std::string, int, int, int, int, int, double>;
   const schedule::Schedule& schedule_for(const schedule::GeneratorParams& params,
                                          schedule::Schedule& scratch);
+  // The schedule of `params` simulated with the costs, through the simulation cache when one is
+  // set and no trace is recorded.
+  sim::SimResult run_simulation(const schedule::GeneratorParams& params, const OpCosts& costs);
 
   EvaluateOptions options_;
   std::map<ScheduleKey, schedule::Schedule> schedules_;

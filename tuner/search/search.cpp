@@ -386,33 +386,38 @@ void run_pool(int threads, std::size_t n, const ScorerFactory& make_scorer,
   if (failure) std::rethrow_exception(failure);
 }
 
-}  // namespace
+// What became of each job: its score, the schedule error that pruned it, or its skip by a bound.
+struct JobOutcomes {
+  explicit JobOutcomes(std::size_t n) : scores(n), errors(n), skipped(n, 0) {}
+  std::vector<std::optional<CandidateScore>> scores;
+  std::vector<std::string> errors;
+  std::vector<char> skipped;
+};
 
-SearchResult search_plans(const SearchSpace& space, const ScorerFactory& make_scorer,
-                          const SearchProgress& progress, const std::atomic<bool>* cancel) {
-  SearchResult result;
-  std::vector<Job> jobs = Enumerator(space, result).run();
+// How far scoring got: items done (bounds and scores) of the total progress reports count.
+struct ScoringProgress {
+  std::int64_t total = 0;
+  std::size_t done = 0;
+};
+
+// Scores every job on `threads` threads. Branch and bound (when bounded): bound every plan
+// (cheap), then score in the order of the bounds, so the plans that decide what can be skipped
+// come first; a plan whose bound the scored plans beat is skipped.
+ScoringProgress score_jobs(const std::vector<Job>& jobs, const ScorerFactory& make_scorer,
+                           std::int64_t keep, bool bounded, int threads,
+                           const SearchProgress& progress, const std::atomic<bool>* cancel,
+                           JobOutcomes& out) {
   const std::size_t n = jobs.size();
-  const int threads = space.threads > 0
-                          ? space.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const bool bounded = space.keep > 0 && make_scorer().bound != nullptr;
-
-  std::vector<std::optional<CandidateScore>> scores(n);
-  std::vector<std::string> errors(n);
-  std::vector<char> skipped(n, 0);
   std::vector<std::size_t> order(n);
   for (std::size_t i = 0; i < n; ++i) order[i] = i;
   auto catch_input = [&](std::size_t i, auto&& what) {
     try {
       what();
     } catch (const InputError& e) {
-      errors[i] = reason_key(e.what());
+      out.errors[i] = reason_key(e.what());
     }
   };
 
-  // Branch and bound: bound every plan (cheap), then score in the order of the bounds, so the
-  // plans that decide what can be skipped come first.
   const auto total = static_cast<std::int64_t>(bounded ? 2 * n : n);
   std::atomic<std::size_t> bounded_done{0};
   std::vector<CandidateBound> bounds(n);
@@ -425,59 +430,61 @@ SearchResult search_plans(const SearchSpace& space, const ScorerFactory& make_sc
       return bounds[a].iteration_time < bounds[b].iteration_time;
     });
   }
-  Frontier frontier(static_cast<std::size_t>(std::max<std::int64_t>(space.keep, 1)));
+  Frontier frontier(static_cast<std::size_t>(std::max<std::int64_t>(keep, 1)));
   std::atomic<std::size_t> done{0};
   run_pool(threads, n, make_scorer, cancel, done, progress, total,
            bounded ? static_cast<std::int64_t>(n) : 0, [&](Scorer& sc, std::size_t k) {
              const std::size_t i = order[k];
-             if (!errors[i].empty()) return;
+             if (!out.errors[i].empty()) return;
              if (bounded && frontier.beats(bounds[i])) {
-               skipped[i] = 1;
+               out.skipped[i] = 1;
                return;
              }
              catch_input(i, [&] {
-               scores[i] = sc.score(jobs[i].plan);
-               frontier.add(*scores[i]);
+               out.scores[i] = sc.score(jobs[i].plan);
+               frontier.add(*out.scores[i]);
              });
            });
-  result.cancelled = cancel != nullptr && cancel->load();
-  // A cancelled search reports how far it got, not 100%.
-  if (progress)
-    progress(
-        result.cancelled ? static_cast<std::int64_t>(bounded_done.load() + done.load()) : total,
-        total);
+  return {total, bounded_done.load() + done.load()};
+}
 
+// Each job's outcome into the result: a pruned reason, the smallest infeasible plan, or a
+// ranked plan (unranked yet).
+void tally_outcomes(std::vector<Job>& jobs, const JobOutcomes& out, SearchResult& result) {
   for (std::size_t i = 0; i < jobs.size(); ++i) {
-    if (!errors[i].empty()) {
-      ++result.pruned["schedule: " + errors[i]];
+    if (!out.errors[i].empty()) {
+      ++result.pruned["schedule: " + out.errors[i]];
       continue;
     }
-    if (skipped[i]) {
+    if (out.skipped[i]) {
       ++result.pruned[std::string(kBoundPrunedReason)];
       continue;
     }
-    if (!scores[i]) continue;  // not reached (cancelled)
+    const std::optional<CandidateScore>& score = out.scores[i];
+    if (!score) continue;  // not reached (cancelled)
     ++result.candidates_evaluated;
-    if (!scores[i]->feasible) {
-      ++result.pruned[scores[i]->infeasible_reason.empty() ? "infeasible"
-                                                           : scores[i]->infeasible_reason];
+    if (!score->feasible) {
+      ++result.pruned[score->infeasible_reason.empty() ? "infeasible" : score->infeasible_reason];
       auto& least = result.smallest_infeasible;
-      if (!least || scores[i]->peak_memory_bytes < least->score.peak_memory_bytes)
-        least = ScoredPlan{jobs[i].plan, jobs[i].vocab_label, *scores[i]};
+      if (!least || score->peak_memory_bytes < least->score.peak_memory_bytes)
+        least = ScoredPlan{jobs[i].plan, jobs[i].vocab_label, *score};
       continue;
     }
-    result.ranked.push_back({std::move(jobs[i].plan), jobs[i].vocab_label, *scores[i]});
+    result.ranked.push_back({std::move(jobs[i].plan), jobs[i].vocab_label, *score});
   }
+}
+
+// Ranks the plans by throughput (then memory) and finds the Pareto front. With `trim`, keeps
+// only the `keep` best and the front: branch and bound makes those exact, while which other
+// plans were scored before a bound excluded them depends on the threads' timing, so a search
+// gives the same results every time (the scored count stays the work done).
+void rank_plans(SearchResult& result, std::int64_t keep, bool trim) {
   std::stable_sort(result.ranked.begin(), result.ranked.end(),
                    [](const ScoredPlan& a, const ScoredPlan& b) {
                      if (a.score.tokens_per_s != b.score.tokens_per_s)
                        return a.score.tokens_per_s > b.score.tokens_per_s;
                      return a.score.peak_memory_bytes < b.score.peak_memory_bytes;
                    });
-  // Branch and bound makes the `keep` best and the Pareto front exact; which other plans were
-  // scored before a bound excluded them depends on the threads' timing. Only the exact part is
-  // kept, so a search gives the same results every time (the scored count stays the work done).
-  const bool trim = bounded && !result.cancelled;
   std::vector<ScoredPlan> kept;
   double least_memory = INFINITY;
   for (std::size_t r = 0; r < result.ranked.size(); ++r) {
@@ -487,10 +494,31 @@ SearchResult search_plans(const SearchSpace& space, const ScorerFactory& make_sc
       result.pareto.push_back(c);
       least_memory = c.score.peak_memory_bytes;
     }
-    if (trim && (on_front || static_cast<std::int64_t>(r) < space.keep))
-      kept.push_back(std::move(c));
+    if (trim && (on_front || static_cast<std::int64_t>(r) < keep)) kept.push_back(std::move(c));
   }
   if (trim) result.ranked = std::move(kept);
+}
+
+}  // namespace
+
+SearchResult search_plans(const SearchSpace& space, const ScorerFactory& make_scorer,
+                          const SearchProgress& progress, const std::atomic<bool>* cancel) {
+  SearchResult result;
+  std::vector<Job> jobs = Enumerator(space, result).run();
+  const int threads = space.threads > 0
+                          ? space.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const bool bounded = space.keep > 0 && make_scorer().bound != nullptr;
+  JobOutcomes outcomes(jobs.size());
+  const ScoringProgress scored =
+      score_jobs(jobs, make_scorer, space.keep, bounded, threads, progress, cancel, outcomes);
+  result.cancelled = cancel != nullptr && cancel->load();
+  // A cancelled search reports how far it got, not 100%.
+  if (progress)
+    progress(result.cancelled ? static_cast<std::int64_t>(scored.done) : scored.total,
+             scored.total);
+  tally_outcomes(jobs, outcomes, result);
+  rank_plans(result, space.keep, bounded && !result.cancelled);
   return result;
 }
 

@@ -54,6 +54,110 @@ std::vector<Op> barrier_sequence(VocabMode mode, int m, int if_lookahead) {
   return seq;
 }
 
+// One planning step of the eager placement for a rank: of its next barrier op, IB when the
+// backlog is over p, free T, transformer op and IB (in that preference), run the first whose input
+// is there; else idle until the earliest known input, or block.
+class EagerStep {
+ public:
+  EagerStep(Planner& planner, const std::vector<std::vector<Op>>& transformer,
+            const std::vector<Op>& barriers, int p, int m, bool free_t)
+      : planner_(planner),
+        transformer_(transformer),
+        barriers_(barriers),
+        p_(p),
+        m_(m),
+        next_tr_(static_cast<std::size_t>(p), 0),
+        next_bar_(static_cast<std::size_t>(p), 0),
+        next_t_(static_cast<std::size_t>(p), free_t ? 0 : m),
+        next_ib_(static_cast<std::size_t>(p), 0) {}
+
+  StepResult operator()(int r) {
+    const double now = planner_.clock(r);
+    Candidate cands[5];
+    const int n = collect(r, now, cands);
+    if (n == 0) return StepResult::Done;
+    std::optional<double> earliest;
+    for (int k = 0; k < n; ++k) {
+      const Candidate& c = cands[k];
+      if (!c.ready) continue;
+      if (*c.ready <= now) {
+        planner_.run(r, c.op);
+        advance(static_cast<std::size_t>(r), c.slot);
+        return StepResult::Progress;
+      }
+      if (!earliest || *c.ready < *earliest) earliest = c.ready;
+    }
+    if (earliest) {
+      planner_.idle_until(r, *earliest);
+      return StepResult::Progress;
+    }
+    return StepResult::Blocked;
+  }
+
+ private:
+  // A candidate op; `slot` says which cursor to advance.
+  struct Candidate {
+    Op op;
+    int slot;  // 0 barrier, 1 free T, 2 transformer, 3 IB
+    std::optional<double> ready;
+  };
+
+  // Rank r's candidates in order of preference; returns how many.
+  int collect(int r, double now, Candidate (&cands)[5]) {
+    const auto R = static_cast<std::size_t>(r);
+    int n = 0;
+    if (next_bar_[R] < barriers_.size()) {
+      const Op op = barriers_[next_bar_[R]];
+      cands[n++] = {op, 0, planner_.ready_time(r, op)};
+    }
+    if (next_ib_[R] < m_ && next_ib_[R] + p_ < m_) {
+      // More than p embedding gradients waiting: run IB before transformer work.
+      const auto backlog = planner_.ready_time(r, {OpKind::IB, 0, next_ib_[R] + p_});
+      if (backlog && *backlog <= now) {
+        const Op op{OpKind::IB, 0, next_ib_[R]};
+        cands[n++] = {op, 3, planner_.ready_time(r, op)};
+      }
+    }
+    if (next_t_[R] < m_) {
+      const Op op{OpKind::T, 0, next_t_[R]};
+      cands[n++] = {op, 1, planner_.ready_time(r, op)};
+    }
+    if (next_tr_[R] < transformer_[R].size()) {
+      const Op op = transformer_[R][next_tr_[R]];
+      cands[n++] = {op, 2, planner_.ready_time(r, op)};
+    }
+    if (next_ib_[R] < m_) {
+      const Op op{OpKind::IB, 0, next_ib_[R]};
+      cands[n++] = {op, 3, planner_.ready_time(r, op)};
+    }
+    return n;
+  }
+
+  void advance(std::size_t R, int slot) {
+    switch (slot) {
+      case 0:
+        ++next_bar_[R];
+        break;
+      case 1:
+        ++next_t_[R];
+        break;
+      case 2:
+        ++next_tr_[R];
+        break;
+      default:
+        ++next_ib_[R];
+        break;
+    }
+  }
+
+  Planner& planner_;
+  const std::vector<std::vector<Op>>& transformer_;
+  const std::vector<Op>& barriers_;
+  const int p_, m_;
+  std::vector<std::size_t> next_tr_, next_bar_;
+  std::vector<int> next_t_, next_ib_;
+};
+
 Schedule plan_eager(const GeneratorParams& params, const CostTable& costs) {
   const int p = params.stages;
   const int m = params.microbatches;
@@ -72,76 +176,9 @@ Schedule plan_eager(const GeneratorParams& params, const CostTable& costs) {
   const std::vector<Op> barriers = barrier_sequence(mode, m, std::min(m, stage0_warmup + 2));
   const bool free_t = mode == VocabMode::Vocab2;  // T joins no barrier: place it freely
 
-  std::vector<std::size_t> next_tr(P, 0), next_bar(P, 0);
-  std::vector<int> next_t(P, free_t ? 0 : m), next_ib(P, 0);
-
   Planner planner(s, costs);
-  plan_in_time_order(kName, planner, [&](int r) {
-    const auto R = static_cast<std::size_t>(r);
-    const double now = planner.clock(r);
-    // Candidates in order of preference; `slot` says which cursor to advance.
-    struct Candidate {
-      Op op;
-      int slot;  // 0 barrier, 1 free T, 2 transformer, 3 IB
-      std::optional<double> ready;
-    };
-    Candidate cands[5];
-    int n = 0;
-    if (next_bar[R] < barriers.size()) {
-      const Op op = barriers[next_bar[R]];
-      cands[n++] = {op, 0, planner.ready_time(r, op)};
-    }
-    if (next_ib[R] < m && next_ib[R] + p < m) {
-      // More than p embedding gradients waiting: run IB before transformer work.
-      const auto backlog = planner.ready_time(r, {OpKind::IB, 0, next_ib[R] + p});
-      if (backlog && *backlog <= now) {
-        const Op op{OpKind::IB, 0, next_ib[R]};
-        cands[n++] = {op, 3, planner.ready_time(r, op)};
-      }
-    }
-    if (next_t[R] < m) {
-      const Op op{OpKind::T, 0, next_t[R]};
-      cands[n++] = {op, 1, planner.ready_time(r, op)};
-    }
-    if (next_tr[R] < transformer[R].size()) {
-      const Op op = transformer[R][next_tr[R]];
-      cands[n++] = {op, 2, planner.ready_time(r, op)};
-    }
-    if (next_ib[R] < m) {
-      const Op op{OpKind::IB, 0, next_ib[R]};
-      cands[n++] = {op, 3, planner.ready_time(r, op)};
-    }
-    if (n == 0) return StepResult::Done;
-    std::optional<double> earliest;
-    for (int k = 0; k < n; ++k) {
-      const Candidate& c = cands[k];
-      if (!c.ready) continue;
-      if (*c.ready <= now) {
-        planner.run(r, c.op);
-        switch (c.slot) {
-          case 0:
-            ++next_bar[R];
-            break;
-          case 1:
-            ++next_t[R];
-            break;
-          case 2:
-            ++next_tr[R];
-            break;
-          default:
-            ++next_ib[R];
-            break;
-        }
-        return StepResult::Progress;
-      }
-      if (!earliest || *c.ready < *earliest) earliest = c.ready;
-    }
-    if (earliest) {
-      planner.idle_until(r, *earliest);
-      return StepResult::Progress;
-    }
-    return StepResult::Blocked;
-  });
+  EagerStep step(planner, transformer, barriers, p, m, free_t);
+  plan_in_time_order(kName, planner, [&](int r) { return step(r); });
   return s;
 }
 

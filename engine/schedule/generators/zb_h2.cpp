@@ -25,114 +25,163 @@ struct GreedyResult {
   double makespan = 0.0;
 };
 
-GreedyResult build(const GeneratorParams& params, const CostTable& costs, double limit,
-                   bool fill_with_f_first) {
-  const int p = params.stages;
-  const int m = params.microbatches;
-  const double comm = costs.p2p_time();
-  const double wf = costs.w_free_fraction;
-  const auto P = static_cast<std::size_t>(p);
-  const auto M = static_cast<std::size_t>(m);
+// One greedy list-scheduling run: per stage its clock, its activations held (in micro-batches)
+// and its next F, B and W; per (stage, micro-batch) when its F and B end (kUnknown until
+// scheduled). A stage whose next input's time is not known yet is blocked until a neighbour
+// schedules an op.
+class GreedyScheduler {
+ public:
+  GreedyScheduler(const GeneratorParams& params, const CostTable& costs, double limit,
+                  bool fill_with_f_first)
+      : params_(params),
+        costs_(costs),
+        limit_(limit),
+        fill_with_f_first_(fill_with_f_first),
+        p_(params.stages),
+        m_(params.microbatches),
+        comm_(costs.p2p_time()),
+        wf_(costs.w_free_fraction),
+        P_(static_cast<std::size_t>(p_)),
+        M_(static_cast<std::size_t>(m_)),
+        fwd_end_(P_ * M_, kUnknown),
+        bwd_end_(P_ * M_, kUnknown),
+        t_(P_, 0.0),
+        mem_(P_, 0.0),
+        next_f_(P_, 0),
+        next_b_(P_, 0),
+        next_w_(P_, 0),
+        ops_(P_),
+        blocked_(P_, 0),
+        earliest_(p_),
+        remaining_(3 * P_ * M_) {
+    for (auto& o : ops_) o.reserve(3 * M_);
+  }
 
-  std::vector<double> fwd_end(P * M, kUnknown), bwd_end(P * M, kUnknown);
-  std::vector<double> t(P, 0.0), mem(P, 0.0);
-  std::vector<int> next_f(P, 0), next_b(P, 0), next_w(P, 0);
-  std::vector<std::vector<Op>> ops(P);
-  for (auto& o : ops) o.reserve(3 * M);
+  GreedyResult run() {
+    for (int i = 0; i < p_; ++i) refresh(i);
+    while (remaining_ > 0) {
+      // The stage that is free earliest decides next (time order keeps arrivals known).
+      const int r = earliest_.top();
+      if (r < 0)
+        throw ScheduleError("zb-h2: no stage can make progress with a memory limit of " +
+                            std::to_string(limit_) + " micro-batches");
+      if (!step(r)) continue;
+      refresh(r);
+      unblock_neighbours(r);
+    }
+    GreedyResult out;
+    out.schedule.name = params_.name;
+    out.schedule.stages = p_;
+    out.schedule.microbatches = m_;
+    out.schedule.chunks = 1;
+    out.schedule.placement = Placement::Linear;
+    out.schedule.ranks = std::move(ops_);
+    out.makespan = *std::max_element(t_.begin(), t_.end());
+    return out;
+  }
 
-  auto f_ready = [&](int r, int mb) {
+ private:
+  std::size_t at(int r, int mb) const {
+    return static_cast<std::size_t>(r) * M_ + static_cast<std::size_t>(mb);
+  }
+  // When stage r's F (B) of micro-batch mb can start: its input's arrival.
+  double f_ready(int r, int mb) const {
     if (r == 0) return 0.0;
-    const double e = fwd_end[static_cast<std::size_t>(r - 1) * M + static_cast<std::size_t>(mb)];
-    return e == kUnknown ? kUnknown : e + comm;
-  };
-  auto b_ready = [&](int r, int mb) {
-    if (r == p - 1) return fwd_end[static_cast<std::size_t>(r) * M + static_cast<std::size_t>(mb)];
-    const double e = bwd_end[static_cast<std::size_t>(r + 1) * M + static_cast<std::size_t>(mb)];
-    return e == kUnknown ? kUnknown : e + comm;
-  };
+    const double e = fwd_end_[at(r - 1, mb)];
+    return e == kUnknown ? kUnknown : e + comm_;
+  }
+  double b_ready(int r, int mb) const {
+    if (r == p_ - 1) return fwd_end_[at(r, mb)];
+    const double e = bwd_end_[at(r + 1, mb)];
+    return e == kUnknown ? kUnknown : e + comm_;
+  }
 
-  std::vector<char> blocked(P, 0);
-  linear::EarliestRank earliest(p);
-  auto refresh = [&](int i) {
+  void refresh(int i) {
     const auto ii = static_cast<std::size_t>(i);
-    earliest.set(i, next_w[ii] == m || blocked[ii] ? linear::EarliestRank::kIneligible : t[ii]);
-  };
-  for (int i = 0; i < p; ++i) refresh(i);
-  std::size_t remaining = 3 * P * M;
-  while (remaining > 0) {
-    // The stage that is free earliest decides next (time order keeps arrivals known).
-    const int r = earliest.top();
-    if (r < 0)
-      throw ScheduleError("zb-h2: no stage can make progress with a memory limit of " +
-                          std::to_string(limit) + " micro-batches");
-    const auto R = static_cast<std::size_t>(r);
-    const double now = t[R];
-    const double f_cost = costs.cost(r, OpKind::F);
-    const double b_cost = costs.cost(r, OpKind::B);
-    const double w_cost = costs.cost(r, OpKind::W);
+    earliest_.set(i,
+                  next_w_[ii] == m_ || blocked_[ii] ? linear::EarliestRank::kIneligible : t_[ii]);
+  }
 
-    const bool has_f = next_f[R] < m;
-    const bool has_b = next_b[R] < next_f[R];
-    const bool has_w = next_w[R] < next_b[R];
-    const double fr = has_f ? f_ready(r, next_f[R]) : kUnknown;
-    const double br = has_b ? b_ready(r, next_b[R]) : kUnknown;
-    const bool f_fits = mem[R] + 1.0 <= limit + 1e-9;
+  // Stage r, free now, runs the next B whose gradient has arrived, else the next F whose input
+  // has arrived if the budget allows, else a pending W; else it idles until its next input
+  // arrives (or blocks). Returns whether it ran an op.
+  bool step(int r) {
+    const auto R = static_cast<std::size_t>(r);
+    const double now = t_[R];
+    const bool has_f = next_f_[R] < m_;
+    const bool has_b = next_b_[R] < next_f_[R];
+    const bool has_w = next_w_[R] < next_b_[R];
+    const double fr = has_f ? f_ready(r, next_f_[R]) : kUnknown;
+    const double br = has_b ? b_ready(r, next_b_[R]) : kUnknown;
+    const bool f_fits = mem_[R] + 1.0 <= limit_ + 1e-9;
     const bool can_b = br <= now;
     const bool can_f = fr <= now && f_fits;
 
-    auto run = [&](OpKind k, int mb, double cost) {
-      ops[R].push_back({k, 0, mb});
-      t[R] = now + cost;
-      --remaining;
+    auto run_op = [&](OpKind k, int mb) {
+      ops_[R].push_back({k, 0, mb});
+      t_[R] = now + costs_.cost(r, k);
+      --remaining_;
     };
-    if (can_b && !(fill_with_f_first && can_f && next_b[R] == 0)) {
-      const int mb = next_b[R]++;
-      run(OpKind::B, mb, b_cost);
-      bwd_end[R * M + static_cast<std::size_t>(mb)] = t[R];
-      mem[R] -= 1.0 - wf;
+    if (can_b && !(fill_with_f_first_ && can_f && next_b_[R] == 0)) {
+      const int mb = next_b_[R]++;
+      run_op(OpKind::B, mb);
+      bwd_end_[at(r, mb)] = t_[R];
+      mem_[R] -= 1.0 - wf_;
     } else if (can_f) {
-      const int mb = next_f[R]++;
-      run(OpKind::F, mb, f_cost);
-      fwd_end[R * M + static_cast<std::size_t>(mb)] = t[R];
-      mem[R] += 1.0;
+      const int mb = next_f_[R]++;
+      run_op(OpKind::F, mb);
+      fwd_end_[at(r, mb)] = t_[R];
+      mem_[R] += 1.0;
     } else if (has_w) {
-      run(OpKind::W, next_w[R]++, w_cost);
-      mem[R] -= wf;
+      run_op(OpKind::W, next_w_[R]++);
+      mem_[R] -= wf_;
     } else {
       // Idle until the next input arrives. When its time is not known yet, the stage waits
       // (blocked) until some other stage schedules an op.
       const double wake = std::min(br, f_fits ? fr : kUnknown);
-      if (wake == kUnknown) {
-        blocked[R] = 1;
-        refresh(r);
-        continue;
-      }
-      t[R] = wake;
+      if (wake == kUnknown)
+        blocked_[R] = 1;
+      else
+        t_[R] = wake;
       refresh(r);
-      continue;
+      return false;
     }
-    refresh(r);
-    // Only this stage's neighbours can have learnt an input time from its op (F feeds r + 1, B
-    // feeds r - 1): unblocking just them leaves the schedule as a full rescan would, in O(1).
-    if (r > 0 && blocked[R - 1]) {
-      blocked[R - 1] = 0;
+    return true;
+  }
+
+  // Only stage r's neighbours can have learnt an input time from its op (F feeds r + 1, B
+  // feeds r - 1): unblocking just them leaves the schedule as a full rescan would, in O(1).
+  void unblock_neighbours(int r) {
+    const auto R = static_cast<std::size_t>(r);
+    if (r > 0 && blocked_[R - 1]) {
+      blocked_[R - 1] = 0;
       refresh(r - 1);
     }
-    if (r + 1 < p && blocked[R + 1]) {
-      blocked[R + 1] = 0;
+    if (r + 1 < p_ && blocked_[R + 1]) {
+      blocked_[R + 1] = 0;
       refresh(r + 1);
     }
   }
 
-  GreedyResult out;
-  out.schedule.name = params.name;
-  out.schedule.stages = p;
-  out.schedule.microbatches = m;
-  out.schedule.chunks = 1;
-  out.schedule.placement = Placement::Linear;
-  out.schedule.ranks = std::move(ops);
-  out.makespan = *std::max_element(t.begin(), t.end());
-  return out;
+  const GeneratorParams& params_;
+  const CostTable& costs_;
+  const double limit_;
+  const bool fill_with_f_first_;
+  const int p_, m_;
+  const double comm_, wf_;
+  const std::size_t P_, M_;
+  std::vector<double> fwd_end_, bwd_end_;
+  std::vector<double> t_, mem_;
+  std::vector<int> next_f_, next_b_, next_w_;
+  std::vector<std::vector<Op>> ops_;
+  std::vector<char> blocked_;
+  linear::EarliestRank earliest_;
+  std::size_t remaining_;
+};
+
+GreedyResult build(const GeneratorParams& params, const CostTable& costs, double limit,
+                   bool fill_with_f_first) {
+  return GreedyScheduler(params, costs, limit, fill_with_f_first).run();
 }
 
 }  // namespace
