@@ -47,7 +47,7 @@
 // NCCL_HOSTID), checked against the node's device count. Processes that set different
 // NCCL_HOSTID values may share a GPU, talking through NCCL's network transport (how a one-GPU
 // machine tests ranks as processes). A pipeline of several ranks on ONE GPU in one process is
-// the streams mode of issue 15, not this class.
+// the single-GPU streams mode (engine/cuda/cuda_rank_device.hpp), not this class.
 //
 // Not thread-safe: one thread per process uses it (NCCL allows one thread per communicator).
 #pragma once

@@ -197,7 +197,7 @@ PreparedRun prepare(const TrainOptions& options) {
   }
   if (options.steps < 1)
     throw InputError("steps must be at least 1 (got " + std::to_string(options.steps) + ")");
-  // A plan the engine cannot carry out is refused, never trained without (issue 12).
+  // A plan the engine cannot carry out is refused, never trained without.
   if (p.plan.sequence_parallel && p.plan.tp > 1 &&
       (p.plan.micro_batch_size * options.model.seq_len) % p.plan.tp != 0)
     throw InputError("sequence_parallel=true splits a micro-batch's micro_batch_size x seq_len = " +

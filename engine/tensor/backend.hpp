@@ -1,4 +1,5 @@
-// Backend: the interface every compute backend implements (CPU now, CUDA next), ggml-style.
+// Backend: the interface every compute backend implements (CpuBackend in engine/tensor/cpu,
+// CudaBackend in engine/cuda), ggml-style.
 //
 // Each op is a public non-virtual method that checks shapes once for every backend (throwing
 // InputError with a one-line message naming the op and the shapes) and then calls the protected

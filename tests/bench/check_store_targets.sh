@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the trace-store benchmarks (tests/bench/store_bench.cpp) and compares them with the targets
-# of issue 4: ingest at least 1 million spans/s; a folded window query on a 10-million-span run
+# Runs the trace-store benchmarks (tests/bench/store_bench.cpp) and compares them with their
+# targets: ingest at least 1 million spans/s; a folded window query on a 10-million-span run
 # under 20 ms (one lane at any zoom, and a whole 16-lane screen at 1600 px).
 # Usage: tests/bench/check_store_targets.sh [BUILD_DIR]   (a Release or RelWithDebInfo build)
 set -euo pipefail

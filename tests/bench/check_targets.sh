@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the simulator benchmarks and compares them with the targets of issue 2:
+# Runs the simulator benchmarks and compares them with their targets:
 # generate + simulate at >= 10 million ops/s on one core (1f1b p=64 m=1024, v-half p=32 m=512).
 # Usage: tests/bench/check_targets.sh [BUILD_DIR]   (a Release or RelWithDebInfo build)
 set -euo pipefail

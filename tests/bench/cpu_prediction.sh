@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Predicted against measured on this machine (issue 13 point 5). Measures a CPU hardware profile
+# Predicted against measured on this machine. Measures a CPU hardware profile
 # (`calibrate --local`), refines it on short training runs of two calibration models
 # (`calibrate --hardware`), then for 1f1b, zb-h1, interleaved-1f1b and v-half + vocab-2, and 1f1b
 # and zb-h1 with full and selective activation recomputation, 1f1b on tp=2 with and without

@@ -1,4 +1,4 @@
-// Speed of schedule generation + simulation. Target (issue 2): at least 10 million simulated ops
+// Speed of schedule generation + simulation. Target: at least 10 million simulated ops
 // per second on one core for 1f1b p=64 m=1024 and v-half p=32 m=512. items_per_second counts ops.
 // tests/bench/check_targets.sh runs these and compares against the targets.
 #include <benchmark/benchmark.h>

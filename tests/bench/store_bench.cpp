@@ -1,4 +1,4 @@
-// Speed of the trace store (issue 4): ingest through RunWriter (the path the simulator and the
+// Speed of the trace store: ingest through RunWriter (the path the simulator and the
 // engine stream through), and windowed reads with Tracy-style folding on a 10-million-span run.
 // Targets: at least 1 million spans/s ingested; a folded window query on the 10M-span run under
 // 20 ms. tests/bench/check_store_targets.sh runs these and compares with the targets.

@@ -1,4 +1,4 @@
-// Speed of the auto-tuner's search (issue 5 target: the whole space for GPT-3 175B on 1024 H100s
+// Speed of the auto-tuner's search (target: the whole space for GPT-3 175B on 1024 H100s
 // at global batch 1536 in under 2 s on 2 cores). Two threads, the CLI's defaults: the cost-model
 // scorer with branch and bound keeping the best 100 plans and the Pareto front exact
 // (BM_TuneGpt3_175b/keep:100), and the exhaustive search that simulates every plan (keep:0).

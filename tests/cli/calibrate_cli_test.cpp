@@ -77,7 +77,7 @@ std::vector<db::testing::PipelineOp> gpipe_ops() {
   return ops;
 }
 
-// Issue 16 points 3 and 4 end to end: an imported profile with its plan pairs op for op with
+// End to end: an imported profile with its plan pairs op for op with
 // the plan's prediction (ops timed by their kernels) and is a calibration input (its
 // kernels' GPU time by phase); without a plan, or without phases, it is refused by name.
 TEST(CalibrateCli, ImportedRunsWithTheirPlanPairWithThePredictionAndCalibrate) {

@@ -1,4 +1,4 @@
-// A closed stdout (issue 43 point 3), through the binary: `pipetune train ... | head -c 10` must
+// A closed stdout, through the binary: `pipetune train ... | head -c 10` must
 // not kill the run. The run completes and is stored; then the command exits 1 with one line on
 // stderr saying stdout failed and where the run is.
 #include <fcntl.h>

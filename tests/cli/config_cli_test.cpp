@@ -84,7 +84,7 @@ TEST_F(ConfigCli, PathToRunFileWorks) {
   EXPECT_EQ(nlohmann::json::parse(r.out).at("schedule"), "zb-h1");
 }
 
-// Issue 12: every plan key of a run file is applied. dp and zero_stage do not change the
+// Every plan key of a run file is applied. dp and zero_stage do not change the
 // pipeline, so they must show in the whole iteration: the pipeline plus the exposed
 // data-parallel communication plus the optimizer step, and the memory of each stage.
 TEST_F(ConfigCli, DataParallelAndZeroStageEnterTheIteration) {

@@ -1,4 +1,4 @@
-// Wrong answers and silently ignored options (issue 43 points 6, 7, 8, 13 and 16), through the
+// Wrong answers and silently ignored options, through the
 // binary: comparisons of unlike runs are refused naming both, durations never show zero
 // decimals of a smaller unit, simulated times are bounded with or without a workspace, every
 // option is applied or refused, and run names are text that every output can carry.
@@ -58,7 +58,7 @@ TEST(HostileAnswers, PredictAgainstAnotherModelPlanOrHardwareIsRefusedNamingBoth
   ScratchWorkspace s;
   const std::string run = cpu_run_file(s.dir, "cpu.toml", "");
   expect_ok({"train", "--config", run, "--steps", "1", "--db", s.db});
-  // Another model: a llama3-8b prediction against the tiny run (the issue's -98.9%).
+  // Another model: a llama3-8b prediction against the tiny run (once reported as -98.9%).
   const std::string llama = write_file(
       s.dir / "llama.toml",
       "model = \"llama3-8b\"\n[cluster]\nhardware = \"cpu-dev-2core\"\ndevices = 2\n[plan]\n"

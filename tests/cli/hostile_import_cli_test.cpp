@@ -1,4 +1,4 @@
-// Hostile files and descriptions given to `import-trace` (issue 43 points 4 and 9), through the
+// Hostile files and descriptions given to `import-trace`, through the
 // binary: a decompression bomb and a profile of more ranks than an import holds are refused with
 // exit 2 and one line naming the limit, early and with nothing stored; a plan that predict and
 // train refuse, or one the profile contradicts, is refused as well.

@@ -1,4 +1,4 @@
-// Output paths a hostile or careless user gives (issue 43 points 1, 5 and 12), through the
+// Output paths a hostile or careless user gives, through the
 // binary: a directory, FIFO, socket or device is refused with exit 2 naming what it is (even with
 // --force) and is left as it was; a symbolic link is written through and stays a link; a path
 // whose folder is missing, or a checkpoint directory that is not one, is refused before the

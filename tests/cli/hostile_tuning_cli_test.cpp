@@ -1,4 +1,4 @@
-// Issue 43, the tuning side (points 9, 11, 14, 15), through the binary: a search that finds
+// Hostile input, the tuning side, through the binary: a search that finds
 // nothing names every reason (a schedule that does not support the vocabulary mode asked for
 // included); repeated list entries are refused, not searched or counted twice; tune proposes
 // ZeRO-2 and 3, priced as the memory model's closed form says, and they are what a tight device

@@ -1,4 +1,4 @@
-// Workspace paths are file names (issue 43 point 2), through the binary: an empty one is refused,
+// Workspace paths are file names, through the binary: an empty one is refused,
 // and one that SQLite would read as something else (a "file:" URI, ":memory:") is the file of
 // that name, where `runs` then finds the run that the command said it stored there.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// What `import-nsys` infers and says it inferred (issue 16 point 1): pipeline stages from
+// What `import-nsys` infers and says it inferred: pipeline stages from
 // point-to-point partners, through the binary. A three-stage GPipe run whose stages ran on
 // devices 1, 2, 0 (so the device order is not the stage order), with a transfer after each op
 // to the next (forward) or previous (backward) stage.

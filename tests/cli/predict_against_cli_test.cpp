@@ -25,7 +25,7 @@ nlohmann::json json_of(const ProcessResult& r) {
 }
 
 // tiny-train's plan priced on this machine's CPU engine (the cpu-dev-2core hardware): what the
-// measured run ran on, so the two compare (a GPU's prediction does not: issue 43).
+// measured run ran on, so the two compare (a GPU's prediction does not).
 std::string cpu_tiny_train(const Scratch& s) {
   const std::string path = (s.dir / "tiny-train-cpu.toml").string();
   std::ofstream(path) << "model = \"tiny\"\n[cluster]\nhardware = \"cpu-dev-2core\"\n"

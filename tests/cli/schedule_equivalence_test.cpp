@@ -1,4 +1,4 @@
-// Issue 13: a prediction and a measurement of one plan run the same Schedule, op for op. For every
+// A prediction and a measurement of one plan run the same Schedule, op for op. For every
 // generator and vocabulary mode the engine runs, `simulate --config RUN` and `train --config RUN`
 // store a run each, and `pipetune diff` pairs every compute op of one with an op of the other
 // (same rank, kind, micro-batch and chunk) in the same order on every rank. The cost-aware

@@ -1,4 +1,4 @@
-// Storage faults (issue 17 point 4), through the binary: a file-size limit hit while `train`
+// Storage faults, through the binary: a file-size limit hit while `train`
 // writes its workspace (what a full disk does to a write: the call fails), and SIGKILL at random
 // points of 200 training runs into one workspace. After each: the workspace opens, every run
 // reads back, a killed run is interrupted, a failed one failed (or interrupted), and every step

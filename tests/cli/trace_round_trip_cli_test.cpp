@@ -1,5 +1,5 @@
 // A run exported with `export-trace` and imported again with `import-trace` is the same run
-// (issue 43 point 10), through the binary: the Chrome file carries the step boundaries, so the
+// through the binary: the Chrome file carries the step boundaries, so the
 // re-imported run has the trained run's iterations (count and durations to the microsecond) and
 // `diff` pairs its ops op for op. It had become one iteration as long as all three steps. The
 // file also says that the run's ops waited in the communication nested in them, so the

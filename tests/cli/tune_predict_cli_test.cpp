@@ -1,6 +1,6 @@
 // `pipetune predict` and `pipetune tune` through the binary: the JSON fields scripts rely on, with
 // closed-form checks (tokens/s x iteration time = tokens per iteration; full recomputation
-// executes 4/3 of the model FLOPs), and the bad-input rules of issue 5 section 6: unknown presets
+// executes 4/3 of the model FLOPs), and the bad-input rules: unknown presets
 // list the valid ones, a GPU count with no factorisation, no feasible plan naming the binding
 // constraint, contradictory options; one line, exit 2.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU check of issue 15 in one command, for a machine with one GPU, CUDA 13 and PyTorch but
+# Every GPU check in one command, for a machine with one GPU, CUDA 13 and PyTorch but
 # no compiler or package registry. Made ready on a build machine by scripts/device_bundle, whose
 # build-device/ and device-libs/ travel with the checkout; run in its root:
 #   bash tests/gpu/device_check.sh
@@ -241,7 +241,7 @@ checks() {
   fi
   [ -z "$no_gpu" ] || echo "device_check: no GPU: $no_gpu"
   echo "== PyTorch: $(timeout 120 python3 -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -n 1)"
-  # The pipeline-schedule names this torch's profiler ranges carry (issue 16's name table says
+  # The pipeline-schedule names this torch's profiler ranges carry (the importers' name table says
   # from which release torch emits "PP:" ranges; each GPU session adds a release it has seen).
   echo "== torch.distributed.pipelining names: $(timeout 60 python3 -c 'import inspect, re, torch, torch.distributed.pipelining.schedules as s; src = inspect.getsource(s); print(torch.__version__, "PP: ranges" if re.search(r"[\"\x27]PP:", src) else "no PP: ranges", "| Forward/Backward ranges" if "record_function(f\"Forward" in src else "")' 2>&1 | tail -n 1)"
 

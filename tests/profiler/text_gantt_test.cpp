@@ -1,4 +1,4 @@
-// The text Gantt draws exactly the columns it is asked for (issue 43: a width of 1 drew 10).
+// The text Gantt draws exactly the columns it is asked for (a width of 1 once drew 10).
 #include "profiler/text_gantt.hpp"
 
 #include <gtest/gtest.h>

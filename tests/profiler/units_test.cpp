@@ -25,7 +25,7 @@ TEST(Units, SecondsUseAtMostThreeDecimalsInTheLargestUnitAboveOne) {
   EXPECT_EQ(format_ns(850.0), "850 ns");
 }
 
-// Issue 43: "949.000 us" showed three zero decimals of nanoseconds.
+// "949.000 us" showed three zero decimals of nanoseconds.
 TEST(Units, NoFigureShowsZeroDecimalsOfASmallerUnit) {
   EXPECT_EQ(format_ns(949'000.0), "949 us");
   EXPECT_EQ(format_ns(949'500.0), "949.5 us");

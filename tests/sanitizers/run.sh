@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the test suite under the sanitizers (issue 17 point 5): an ASan+UBSan build of every
+# Runs the test suite under the sanitizers : an ASan+UBSan build of every
 # fast test (and the MPI tests), and a TSan build of the multi-threaded parts (the engine's and
 # the store's tests, and the MPI tests), each in its own build folder (build-asan, build-tsan). Prints one summary line per build and exits 1 when either fails.
 #

@@ -1,4 +1,4 @@
-// What calibration data determine (issue 43 point 9): the parameters fitted are those the data's
+// What calibration data determine: the parameters fitted are those the data's
 // independent points pin down (the Jacobian's rank, so a repeated row adds nothing), the others
 // keep their start or are refused by name, and a measurement or parameter given twice is refused.
 #include <gtest/gtest.h>

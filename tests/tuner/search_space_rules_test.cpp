@@ -1,4 +1,4 @@
-// The search space's own rules (issue 43): each list names an entry once (a repeated one would
+// The search space's own rules: each list names an entry once (a repeated one would
 // score its plans twice), a combination that cannot exist is counted with its reason rather
 // than dropped without one, and ZeRO stages 0 to 3 are all searched where data parallelism can
 // shard.

@@ -1,6 +1,6 @@
 // The simulator's one bound on times (schedule::kMaxScheduleTime), with or without a trace: an
 // iteration whose ops each fit but whose sum does not is refused, never reported as inf or as a
-// figure no trace can hold (issue 43 point 8).
+// figure no trace can hold.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -1,4 +1,4 @@
-// Overhead of instrumentation on a CUDA training-like step (issue 15: under 3% of a step with
+// Overhead of instrumentation on a CUDA training-like step (target: under 3% of a step with
 // CUPTI capture on, under 1% with NVTX only). One step = for each of L layers an MLP's forward and
 // backward through CudaBackend (GEMMs through cuBLASLt, GELU, gradient accumulation), then a
 // device synchronisation, as the engine's step ends. Modes on the same step:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPT-2 124M on one GPU (issue 15 point 6), in one command:
+# GPT-2 124M on one GPU, in one command:
 #  1. pipetune `train --backend cuda` on tests/bench/gpt2-small-1024.toml (12 layers, hidden 768,
 #     12 heads, vocabulary 50257 in tables padded to 50304 rows, sequence 1024) in fp32 and in
 #     bf16 (`--precision bf16`: bf16
@@ -9,7 +9,7 @@
 #     runs use --no-gpu-capture (NVTX ranges only, as PyTorch runs without a profiler).
 #     Each is repeated into a workspace, NVTX only and then with CUPTI capture on (capture keeps
 #     its records there): the capture run's step time against the NVTX-only one into a workspace
-#     is what capture costs the engine (issue 15 point 4; against the run without a workspace, what
+#     is what capture costs the engine (against the run without a workspace, what
 #     capture and the workspace cost together), and its kernels say where the GPU time goes. That
 #     run takes the capture at every step end (--gpu-capture-every 1); once more with train's
 #     default cadence (auto: as rarely as keeps the takes within 1% of the steps' time).

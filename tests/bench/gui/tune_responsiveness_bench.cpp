@@ -1,5 +1,5 @@
-// How responsive the GUI thread stays while the auto-tuner searches (issue 12: the figure lives
-// here, not in a timed test). A QCoreApplication event loop runs a 20 ms QTimer while a
+// How responsive the GUI thread stays while the auto-tuner searches (the figure lives here,
+// not in a timed test). A QCoreApplication event loop runs a 20 ms QTimer while a
 // TuneController searches Llama 3 405B on 1024 H100s (every schedule, exhaustive), then cancels.
 // Counters: the longest gap between ticks during the search (a blocked GUI thread shows the whole
 // search as one gap), the mean gap, and the time from cancel() to `finished`.

@@ -1,4 +1,4 @@
-// The MPI communicator against the thread communicator on this machine (issue 14 point 6):
+// The MPI communicator against the thread communicator on this machine:
 // all-reduce latency and bus bandwidth from 4 KiB to 64 MiB, and point-to-point latency (half a
 // 1-float round trip), through the same Communicator interface the engine uses.
 //

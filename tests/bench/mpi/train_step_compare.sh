@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The training step with 2 ranks as processes (mpirun, MPI communicator) against 2 ranks as
 # threads (thread communicator), for the tiny model and GPT-2-small (sequence 256), pp=2 and
-# dp=2, one thread per rank: steady tokens/s of each (issue 14 point 6). Then the tiny model's
+# dp=2, one thread per rank: steady tokens/s of each. Then the tiny model's
 # 4 ranks (pp=2 dp=2) as 4 threads, 4 processes, and 2 processes x 2 rank threads (hybrid).
 # Usage: tests/bench/mpi/train_step_compare.sh [BUILD_DIR] [STEPS]
 set -euo pipefail

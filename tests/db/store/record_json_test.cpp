@@ -94,7 +94,7 @@ TEST(RecordJson, ModelAndTrainingPlanRoundTrip) {
   const spec::ParallelPlan back =
       training_plan_from_json(training_plan_json(spec::load_model("tiny"), p, 60, 1234));
   expect_same_plan(back, p);
-  // Kept since issue 43 (predict --against compares them, calibrate costs them).
+  // Kept (predict --against compares them, calibrate costs them).
   EXPECT_EQ(back.recompute, spec::Recompute::Selective);
   EXPECT_TRUE(back.sequence_parallel);
   EXPECT_EQ(back.layer_split, p.layer_split);

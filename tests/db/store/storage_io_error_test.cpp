@@ -1,4 +1,4 @@
-// I/O errors while a run is written (issue 17 point 4): a SQLite VFS in front of the default one
+// I/O errors while a run is written: a SQLite VFS in front of the default one
 // fails writes with SQLITE_IOERR_WRITE — either every write from the N-th on (a device that
 // died) or only the N-th (a transient error) — for N = 1, 2, 3... until a run gets through
 // untouched. After each: the error surfaced as an exception with a message (never a crash or a

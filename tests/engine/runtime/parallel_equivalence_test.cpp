@@ -1,4 +1,4 @@
-// The parallel run equals the single-rank run (issue 3, section 4): for each plan, the loss and
+// The parallel run equals the single-rank run: for each plan, the loss and
 // every parameter gradient after step 1 match the 1-rank run of the same global batch within
 // 1e-4 relative, and the 10-step loss curve matches within 1e-3.
 //

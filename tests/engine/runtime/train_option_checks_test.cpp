@@ -1,4 +1,4 @@
-// What check_train_options refuses before anything runs (issue 43 point 13): numbers that would
+// What check_train_options refuses before anything runs: numbers that would
 // train nan weights, a checkpoint cadence with nowhere to write, and an injected fault the run
 // would never reach; the fault parser refuses a repeated key.
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // The linear-placement generators (gpipe, 1f1b with its vocabulary variants, interleaved-1f1b,
 // zb-h1) against references that do not use the generators' code: the validator, activation
 // counts read straight off the op lists, hand-written orders, Megatron's worked interleaving
-// example (schedules.md a.3), and the error rules of issue 2 section 3.
+// example (schedules.md a.3), and the generators' error rules.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// What generate() refuses beside sizes (issue 43): options a schedule does not read, and costs
+// What generate() refuses beside sizes: options a schedule does not read, and costs
 // past the one bound on schedule times (check_costs), which the simulator applies too.
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // the generators' code: the slot formulas of schedules.md a.8 worked out by hand, orders produced
 // by running the reference algorithms (zero-bubble repo zbv_greedy.py and zbv.py, unit costs) and
 // pasted here, DualPipeV's eight steps (a.10) written out by hand, activation counts read straight
-// off the op lists, the validator, and the error rules of issue 2 section 3.
+// off the op lists, the validator, and the generators' error rules.
 #include <gtest/gtest.h>
 
 #include <algorithm>

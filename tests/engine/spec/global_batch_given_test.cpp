@@ -1,5 +1,5 @@
 // A run file says whether it states its global batch (RunSpec::global_batch_given): a front end
-// that changes the batch's factors keeps a stated one for validation to check (issue 43).
+// that changes the batch's factors keeps a stated one for validation to check.
 #include <gtest/gtest.h>
 
 #include "engine/spec/run_spec.hpp"

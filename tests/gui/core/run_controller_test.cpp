@@ -171,7 +171,7 @@ TEST(RunController, InvalidPlansAreRefusedBeforeAnyWrite) {
 }
 
 // The store's rule for names (db/store/run_name.hpp), said before the run starts, as the CLI's
-// train refuses the same name (issue 43).
+// train refuses the same name.
 TEST(RunController, ANameThatIsNotTextIsRefusedBeforeAnyWrite) {
   test::test_core_app();
   TempDir dir;

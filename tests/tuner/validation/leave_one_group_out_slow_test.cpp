@@ -1,4 +1,4 @@
-// Out-of-sample validation of the shipped efficiency tables (issue 12): the A100 and H100
+// Out-of-sample validation of the shipped efficiency tables: the A100 and H100
 // [efficiency] tables were fitted to the same published rows that published_runs_test checks,
 // so its errors are in-sample. Here each source group is held out in turn: the table is fitted
 // by the shipped recipe (efficiency_fit.hpp) on the other groups of that hardware, and the

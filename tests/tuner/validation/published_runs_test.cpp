@@ -1,4 +1,4 @@
-// Validation of the cost model against published measurements (issue 5, section 5): every row of
+// Validation of the cost model against published measurements: every row of
 // shared/reference/published_runs_dev.csv with a full configuration and the Vocabulary
 // Parallelism paper's 8-GPU table are predicted with one hardware preset (and its efficiency
 // curves) per hardware type, and compared on each source's own utilisation definition. The test
