@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/error_wording.hpp"
 #include "cli/stdout_status.hpp"
 #include "engine/errors.hpp"
 #include "profiler/analysis/analysis_error.hpp"
@@ -40,13 +41,13 @@ int main(int argc, char** argv) {
     std::cerr << "pipetune: " << e.what() << " (see pipetune --help)\n";
     return 2;
   } catch (const pipetune::InputError& e) {
-    std::cerr << "pipetune: error: " << e.what() << "\n";
+    std::cerr << "pipetune: error: " << pipetune::cli::worded(e) << "\n";
     return 2;
   } catch (const pipetune::profiler::analysis::AnalysisError& e) {
     std::cerr << "pipetune: error: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "pipetune: failed: " << e.what() << "\n";
+    std::cerr << "pipetune: failed: " << pipetune::cli::worded_failure(e) << "\n";
     return 1;
   }
   if (const std::string failure = pipetune::cli::stdout_failure(); !failure.empty()) {

@@ -214,8 +214,7 @@ RunWriter::RunWriter(const std::string& path, RunInfo info, WriterOptions option
       verdict = e.what();
     }
     if (verdict != "ok")
-      throw InputError(path + ": workspace is corrupt (" + verdict +
-                       "): nothing was run; store the run elsewhere (--db) or --no-db");
+      throw InputError({"db"}, path + ": workspace is corrupt (" + verdict + "): nothing was run");
   }
   s.db.exec("PRAGMA cache_size = -65536");  // 64 MiB: block and index pages of every lane stay hot
   // Checkpoint the WAL every 64 MiB rather than every 4 MiB: fewer fsyncs while streaming.

@@ -31,7 +31,8 @@ struct WriterOptions {
   std::size_t batch_rows = 100000;                // rows per transaction (at most, roughly)
   std::chrono::milliseconds batch_interval{200};  // longest a queued row waits for a commit
   // Check every page of the workspace (SQLite's quick_check) before creating the run, so a
-  // corrupt file fails before a long job rather than after it (InputError naming the damage).
+  // corrupt file fails before a long job rather than after it (InputError about the field "db",
+  // naming the damage).
   // Reads the whole file: for runs that take long anyway (training).
   bool check_integrity = false;
 };

@@ -10,11 +10,16 @@ namespace pipetune::runtime {
 
 namespace {
 
+// An error in the fault's text: about the field "fault", worded "injected fault: <rule>".
+[[noreturn]] void refuse(const std::string& rule) {
+  throw InputError({"fault"}, "injected fault", rule);
+}
+
 int parse_int(const std::string& key, const std::string& value) {
   int v = 0;
   const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
   if (ec != std::errc() || ptr != value.data() + value.size())
-    throw InputError("--fault: " + key + " must be a whole number, not '" + value + "'");
+    refuse(key + " must be a whole number, not '" + value + "'");
   return v;
 }
 
@@ -27,13 +32,12 @@ InjectedFault parse_injected_fault(const std::string& text) {
   std::string part;
   while (std::getline(parts, part, ',')) {
     const auto eq = part.find('=');
-    if (eq == std::string::npos)
-      throw InputError("--fault: '" + part + "' is not key=value (rank=R,step=S,kind=K)");
+    if (eq == std::string::npos) refuse("'" + part + "' is not key=value (rank=R,step=S,kind=K)");
     const std::string key = part.substr(0, eq), value = part.substr(eq + 1);
     // A key given twice is a typo, not a choice of the last: refused whatever the values.
     const bool repeated = (key == "rank" && rank) || (key == "step" && step) ||
                           (key == "kind" && kind) || (key == "seconds" && seconds);
-    if (repeated) throw InputError("injected fault: " + key + " is given twice in '" + text + "'");
+    if (repeated) refuse(key + " is given twice in '" + text + "'");
     if (key == "rank") {
       f.rank = parse_int(key, value);
       rank = true;
@@ -48,24 +52,23 @@ InjectedFault parse_injected_fault(const std::string& text) {
       else if (value == "slow")
         f.kind = InjectedFault::Kind::Slow;
       else
-        throw InputError("--fault: kind '" + value + "' is none of throw, hang, slow");
+        refuse("kind '" + value + "' is none of throw, hang, slow");
       kind = true;
     } else if (key == "seconds") {
       char* end = nullptr;
       f.slow_seconds = std::strtod(value.c_str(), &end);
       if (value.empty() || *end != '\0' || !(f.slow_seconds >= 0.0) ||
           !std::isfinite(f.slow_seconds) || f.slow_seconds > 3600.0)
-        throw InputError("--fault: seconds must be 0 to 3600, not '" + value + "'");
+        refuse("seconds must be 0 to 3600, not '" + value + "'");
       seconds = true;
     } else {
-      throw InputError("--fault: unknown key '" + key + "' (valid: rank, step, kind, seconds)");
+      refuse("unknown key '" + key + "' (valid: rank, step, kind, seconds)");
     }
   }
-  if (!rank || !step || !kind) throw InputError("--fault needs rank=R,step=S,kind=throw|hang|slow");
-  if (f.rank < 0) throw InputError("--fault: rank must not be negative");
-  if (f.step < 1) throw InputError("--fault: step must be at least 1");
-  if (seconds && f.kind != InjectedFault::Kind::Slow)
-    throw InputError("--fault: seconds applies to kind=slow only");
+  if (!rank || !step || !kind) refuse("needs rank=R,step=S,kind=throw|hang|slow");
+  if (f.rank < 0) refuse("rank must not be negative");
+  if (f.step < 1) refuse("step must be at least 1");
+  if (seconds && f.kind != InjectedFault::Kind::Slow) refuse("seconds applies to kind=slow only");
   return f;
 }
 

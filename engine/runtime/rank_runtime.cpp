@@ -287,7 +287,7 @@ void RankRuntime::inject_fault(const Op& op, std::int64_t step) {
                             " of micro-batch " + std::to_string(op.microbatch);
   switch (fault_->kind) {
     case InjectedFault::Kind::Throw:
-      throw InjectedFaultError("injected fault (--fault): " + where);
+      throw InjectedFaultError(where);
     case InjectedFault::Kind::Hang:
       // Stops taking part, as a stuck rank does, until the run is ended around it (the others'
       // watchdog; with processes, the launcher ends this one).

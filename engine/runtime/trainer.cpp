@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/comm/thread_cluster.hpp"
@@ -56,19 +57,25 @@ void check_engine_limits(const model::ModelConfig& c, const spec::ParallelPlan& 
                          const std::vector<int>& split) {
   for (int s : split)
     if (s < 1)
-      throw InputError(
-          "layer_split entries must be at least 1 for the engine (an empty layer "
-          "group has nothing to run)");
+      throw InputError({"plan.layer_split"},
+                       "layer_split entries must be at least 1 for the engine (an empty layer "
+                       "group has nothing to run)");
   if (static_cast<int>(split.size()) != groups)
-    throw InputError("layer_split has " + std::to_string(static_cast<std::int64_t>(split.size())) +
-                     " entries, the schedule has " + std::to_string(groups) + " layer groups");
+    throw InputError({"plan.layer_split", "plan.pp", "plan.chunks"},
+                     "layer_split has " + std::to_string(static_cast<std::int64_t>(split.size())) +
+                         " entries, the schedule has " + std::to_string(groups) + " layer groups");
   if (p.microbatches > 65535)
-    throw InputError("microbatches=" + std::to_string(p.microbatches) + " is over 65535");
-  if (groups > 2047) throw InputError("more than 2047 layer groups");
+    throw InputError({"plan.microbatches"},
+                     "microbatches=" + std::to_string(p.microbatches) + " is over 65535");
+  if (groups > 2047) throw InputError({"plan.pp", "plan.chunks"}, "more than 2047 layer groups");
   const int shards = p.vocab != schedule::VocabMode::None ? p.tp * p.pp : p.tp;
-  if (c.vocab < shards)
-    throw InputError("vocab=" + std::to_string(c.vocab) + " is smaller than its " +
-                     std::to_string(shards) + " shards");
+  if (c.vocab < shards) {
+    std::vector<std::string> fields{"model.vocab", "plan.tp"};
+    if (p.vocab != schedule::VocabMode::None)
+      fields.insert(fields.end(), {"plan.pp", "plan.vocab"});
+    throw InputError(fields, "vocab=" + std::to_string(c.vocab) + " is smaller than its " +
+                                 std::to_string(shards) + " shards");
+  }
 }
 
 }  // namespace
@@ -118,17 +125,19 @@ void check_memory_fits(const TrainOptions& options, const spec::ParallelPlan& pl
     // The ranks' state lives on the device; the host holds staging buffers only.
     const double device = static_cast<double>(options.device_memory->bytes);
     if (needed > device)
-      throw InputError("training " + model.name + " needs at least " + gib(needed) +
-                       " of device memory" + why + ", more than " + options.device_memory->name +
-                       " has (" + gib(device) + ")");
+      throw InputError({"plan.zero_stage", "plan.dp"},
+                       "training " + model.name + " needs at least " + gib(needed) +
+                           " of device memory" + why + ", more than " +
+                           options.device_memory->name + " has (" + gib(device) + ")");
     return;
   }
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   if (pages <= 0 || page <= 0) return;  // unknown: nothing to compare with
   const double physical = static_cast<double>(pages) * static_cast<double>(page);
   if (needed > physical)
-    throw InputError("training " + model.name + " needs at least " + gib(needed) + why +
-                     ", more than this machine's " + gib(physical));
+    throw InputError({"plan.zero_stage", "plan.dp"},
+                     "training " + model.name + " needs at least " + gib(needed) + why +
+                         ", more than this machine's " + gib(physical));
 }
 
 // The optimizer's and the run's numbers: a non-finite one (an inf learning rate, a nan clip)
@@ -169,12 +178,13 @@ void check_injected_fault(const TrainOptions& o, const spec::ParallelPlan& plan,
   if (!o.fault) return;
   const InjectedFault& f = *o.fault;
   if (f.rank < 0 || f.rank >= plan.world_size())
-    throw InputError("the injected fault's rank " + std::to_string(f.rank) +
-                     " is not a rank of the " + std::to_string(plan.world_size()) + "-rank plan");
+    throw InputError({"fault", "plan.tp", "plan.pp", "plan.dp"}, "injected fault",
+                     "rank " + std::to_string(f.rank) + " is not a rank of the " +
+                         std::to_string(plan.world_size()) + "-rank plan");
   if (f.step <= resumed_step || f.step > o.steps)
-    throw InputError("the injected fault's step " + std::to_string(f.step) +
-                     " is not a step this run trains (" + std::to_string(resumed_step + 1) +
-                     " to " + std::to_string(o.steps) + ")");
+    throw InputError({"fault", "steps"}, "injected fault",
+                     "step " + std::to_string(f.step) + " is not a step this run trains (" +
+                         std::to_string(resumed_step + 1) + " to " + std::to_string(o.steps) + ")");
 }
 
 PreparedRun prepare(const TrainOptions& options) {
@@ -200,14 +210,17 @@ PreparedRun prepare(const TrainOptions& options) {
   // A plan the engine cannot carry out is refused, never trained without.
   if (p.plan.sequence_parallel && p.plan.tp > 1 &&
       (p.plan.micro_batch_size * options.model.seq_len) % p.plan.tp != 0)
-    throw InputError("sequence_parallel=true splits a micro-batch's micro_batch_size x seq_len = " +
-                     std::to_string(p.plan.micro_batch_size * options.model.seq_len) +
-                     " rows over tp=" + std::to_string(p.plan.tp) + ", which does not divide them");
+    throw InputError({"plan.sequence_parallel", "plan.micro_batch_size", "plan.tp"},
+                     "sequence_parallel=true splits a micro-batch's micro_batch_size x seq_len = " +
+                         std::to_string(p.plan.micro_batch_size * options.model.seq_len) +
+                         " rows over tp=" + std::to_string(p.plan.tp) +
+                         ", which does not divide them");
   check_memory_fits(options, p.plan);
   if (p.plan.world_size() > kMaxTrainRanks)
-    throw InputError("world = tp*pp*dp = " + std::to_string(p.plan.world_size()) +
-                     " ranks is more than the " + std::to_string(kMaxTrainRanks) +
-                     " rank threads the embedded engine runs");
+    throw InputError({"plan.tp", "plan.pp", "plan.dp"},
+                     "world = tp*pp*dp = " + std::to_string(p.plan.world_size()) +
+                         " ranks is more than the " + std::to_string(kMaxTrainRanks) +
+                         " rank threads the embedded engine runs");
   // The schedule the caller planned (with the cost model of the run's hardware, as simulate and
   // predict do), or the plan's generator with unit costs.
   if (options.schedule) {
@@ -239,8 +252,9 @@ PreparedRun prepare(const TrainOptions& options) {
       throw InputError(who + " was written with seed " + std::to_string(m.seed) + ", not " +
                        std::to_string(options.seed));
     if (m.step >= options.steps)
-      throw InputError(who + " is at step " + std::to_string(m.step) + ": --steps " +
-                       std::to_string(options.steps) + " leaves nothing to train");
+      throw InputError({"steps"}, who + " is at step " + std::to_string(m.step) + ", so a run of " +
+                                      std::to_string(options.steps) +
+                                      " steps leaves nothing to train");
     p.resume = std::move(m);
   }
   check_injected_fault(options, p.plan, p.resume ? static_cast<std::int64_t>(p.resume->step) : 0);

@@ -27,8 +27,8 @@ VocabMode parse_vocab_mode(std::string_view name) {
        {VocabMode::None, VocabMode::Vocab1, VocabMode::Vocab2, VocabMode::Interlaced}) {
     if (vocab_mode_name(v) == name) return v;
   }
-  throw InputError("unknown vocabulary mode '" + std::string(name) +
-                   "' (valid: none, vocab-1, vocab-2, interlaced)");
+  throw InputError({"plan.vocab"}, "unknown vocabulary mode '" + std::string(name) +
+                                       "' (valid: none, vocab-1, vocab-2, interlaced)");
 }
 
 std::size_t Schedule::op_count() const {

@@ -44,7 +44,7 @@ void with_source(const TableContext& ctx, Fn&& fn) {
   try {
     fn();
   } catch (const SpecError& e) {
-    throw SpecError(ctx.source + ": " + e.what());
+    throw SpecError(ctx.source + ": " + e.what(), e);
   }
 }
 

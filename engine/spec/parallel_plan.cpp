@@ -24,8 +24,8 @@ Recompute parse_recompute(std::string_view name) {
   for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full}) {
     if (recompute_name(r) == name) return r;
   }
-  throw SpecError("unknown recompute mode '" + std::string(name) +
-                  "' (valid: none, selective, full)");
+  throw SpecError({"plan.recompute"}, "unknown recompute mode '" + std::string(name) +
+                                          "' (valid: none, selective, full)");
 }
 
 void apply_defaults(ParallelPlan& plan) {

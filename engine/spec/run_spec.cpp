@@ -4,6 +4,8 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <string_view>
 
 #include "engine/errors.hpp"
 #include "engine/spec/presets.hpp"
@@ -42,6 +44,21 @@ Spec read_named_or_table(const TableReader& r, std::string_view key, const toml:
   }
   r.fail(key, "expected a preset name, a path or a table, got " +
                   std::string(detail::node_type_phrase(*node)));
+}
+
+// A rule the run breaks, at the line of the first of its plan fields that the file gives
+// ("r.toml:5: key 'plan.tp': tp=3 does not divide heads=4"), else at the file.
+[[noreturn]] void fail_at_field(const SpecError& e, const toml::table* plan_table,
+                                const std::string& source) {
+  constexpr std::string_view kPlan = "plan.";
+  for (const std::string& key : e.fields()) {
+    if (plan_table == nullptr || key.rfind(kPlan, 0) != 0) continue;
+    if (const toml::node* node = plan_table->get(std::string_view(key).substr(kPlan.size())))
+      throw SpecError(source + ":" + std::to_string(node->source().begin.line) + ": key '" + key +
+                          "': " + e.what(),
+                      e);
+  }
+  throw SpecError(source + ": " + e.what(), e);
 }
 
 std::vector<int> read_layer_split(TableReader& r) {
@@ -157,9 +174,10 @@ RunSpec read_run(const toml::table& table, const TableContext& ctx, RunCheck che
     // 64-bit: tp and pp are each only checked positive here, so their product may pass int.
     const std::int64_t tp_pp = std::int64_t{plan.tp} * plan.pp;
     if (run.cluster.devices % tp_pp != 0) {
-      throw SpecError(ctx.source + ": plan.dp is not given and the cluster's " +
-                      std::to_string(run.cluster.devices) +
-                      " devices are not divisible by tp*pp=" + std::to_string(tp_pp));
+      throw SpecError({"plan.dp", "plan.tp", "plan.pp", "cluster.devices"},
+                      ctx.source + ": plan.dp is not given and the cluster's " +
+                          std::to_string(run.cluster.devices) +
+                          " devices are not divisible by tp*pp=" + std::to_string(tp_pp));
     }
     plan.dp = static_cast<int>(run.cluster.devices / tp_pp);
   }
@@ -168,7 +186,7 @@ RunSpec read_run(const toml::table& table, const TableContext& ctx, RunCheck che
     try {
       validate(run);
     } catch (const SpecError& e) {
-      throw SpecError(ctx.source + ": " + e.what());
+      fail_at_field(e, plan_table, ctx.source);
     }
   }
   return run;

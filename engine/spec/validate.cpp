@@ -5,6 +5,7 @@
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
@@ -24,51 +25,71 @@ std::string shown(double v) {
   return os.str();
 }
 
-void require_positive(std::string_view what, std::int64_t v) {
-  if (v <= 0) throw SpecError(std::string(what) + "=" + shown(v) + " must be positive");
+// The fields an error is about, by their keys (errors.hpp): "plan.tp", "model.heads".
+using Fields = std::vector<std::string>;
+
+// The key of the field `name` of `spec`: key("plan", "tp") = "plan.tp".
+std::string key(std::string_view spec, std::string_view name) {
+  return std::string(spec) + "." + std::string(name);
 }
 
-void require_positive(std::string_view what, double v) {
-  if (!(v > 0.0)) throw SpecError(std::string(what) + "=" + shown(v) + " must be positive");
+// Each check below is about the field `spec.what` and names it as `what` in its message.
+void require_positive(std::string_view spec, std::string_view what, std::int64_t v) {
+  if (v <= 0)
+    throw SpecError({key(spec, what)}, std::string(what) + "=" + shown(v) + " must be positive");
+}
+
+void require_positive(std::string_view spec, std::string_view what, double v) {
+  if (!(v > 0.0))
+    throw SpecError({key(spec, what)}, std::string(what) + "=" + shown(v) + " must be positive");
 }
 
 // Upper bounds of a model's sizes, far beyond any trained model (hidden 25,600 and 128 layers are
 // the largest in presets/), so that every count the tools derive (parameters, FLOPs, bytes) fits
 // in 64 bits and an absurd file is an error, not an hour of search or a 10^17 % MFU.
-void require_at_most(std::string_view what, std::int64_t v, std::int64_t limit) {
+void require_at_most(const Fields& fields, std::string_view what, std::int64_t v,
+                     std::int64_t limit) {
   if (v > limit)
-    throw SpecError(std::string(what) + "=" + shown(v) +
-                    " is beyond what pipetune models (at most " + shown(limit) + ")");
+    throw SpecError(fields, std::string(what) + "=" + shown(v) +
+                                " is beyond what pipetune models (at most " + shown(limit) + ")");
 }
 
-// a * b for positive ints, refused beyond `limit` (the product of two ints fits 64 bits).
-std::int64_t require_product_at_most(std::string_view what, std::int64_t a, std::int64_t b,
-                                     std::int64_t limit) {
+void require_at_most(std::string_view spec, std::string_view what, std::int64_t v,
+                     std::int64_t limit) {
+  require_at_most(Fields{key(spec, what)}, what, v, limit);
+}
+
+// a * b for positive ints, refused beyond `limit` (the product of two ints fits 64 bits);
+// `fields` are the plan's fields the product is made of.
+std::int64_t require_product_at_most(const Fields& fields, std::string_view what, std::int64_t a,
+                                     std::int64_t b, std::int64_t limit) {
   const std::int64_t p = a * b;
-  require_at_most(what, p, limit);
+  require_at_most(fields, what, p, limit);
   return p;
 }
 
-void require_non_negative(std::string_view what, double v) {
-  if (v < 0.0) throw SpecError(std::string(what) + "=" + shown(v) + " must not be negative");
+void require_non_negative(std::string_view spec, std::string_view what, double v) {
+  if (v < 0.0)
+    throw SpecError({key(spec, what)},
+                    std::string(what) + "=" + shown(v) + " must not be negative");
 }
 
-// "a=3 does not divide b=16" when b % a != 0 (a > 0).
-void require_divides(std::string_view a_name, std::int64_t a, std::string_view b_name,
-                     std::int64_t b) {
+// "a=3 does not divide b=16" when b % a != 0 (a > 0); about the field a_key, joining b_key.
+void require_divides(const std::string& a_key, std::string_view a_name, std::int64_t a,
+                     const std::string& b_key, std::string_view b_name, std::int64_t b) {
   if (a > 0 && b % a != 0) {
-    throw SpecError(std::string(a_name) + "=" + shown(a) + " does not divide " +
-                    std::string(b_name) + "=" + shown(b));
+    throw SpecError({a_key, b_key}, std::string(a_name) + "=" + shown(a) + " does not divide " +
+                                        std::string(b_name) + "=" + shown(b));
   }
 }
 
-// Prefixes a nested check's message ("hardware h100-sxm: ...").
+// Prefixes a nested check's message ("hardware h100-sxm: ..."), keeping its fields.
 template <typename Fn>
 void with_context(const std::string& context, Fn&& fn) {
   try {
     fn();
   } catch (const SpecError& e) {
-    throw SpecError(context + ": " + e.what());
+    throw SpecError(context + ": " + e.what(), e);
   }
 }
 
@@ -81,140 +102,159 @@ std::string joined_schedule_names() {
 }  // namespace
 
 void validate(const ModelSpec& model) {
-  require_positive("layers", model.layers);
-  require_positive("hidden", model.hidden);
-  require_positive("heads", model.heads);
-  require_positive("kv_heads", model.kv_heads);
-  require_positive("ffn_hidden", model.ffn_hidden);
-  require_positive("vocab", model.vocab);
+  require_positive("model", "layers", model.layers);
+  require_positive("model", "hidden", model.hidden);
+  require_positive("model", "heads", model.heads);
+  require_positive("model", "kv_heads", model.kv_heads);
+  require_positive("model", "ffn_hidden", model.ffn_hidden);
+  require_positive("model", "vocab", model.vocab);
   if (model.vocab < 2)
-    throw SpecError("vocab=" + shown(model.vocab) +
-                    ": a vocabulary of one token leaves nothing to predict (at least 2)");
-  require_positive("seq_len", model.seq_len);
-  require_positive("experts", model.experts);
-  require_positive("top_k", model.top_k);
-  require_positive("moe_every", model.moe_every);
-  require_at_most("layers", model.layers, 10'000);
-  require_at_most("hidden", model.hidden, std::int64_t{1} << 17);
-  require_at_most("ffn_hidden", model.ffn_hidden, std::int64_t{1} << 19);
-  require_at_most("heads", model.heads, std::int64_t{1} << 14);
-  require_at_most("vocab", model.vocab, std::int64_t{1} << 24);
-  require_at_most("seq_len", model.seq_len, std::int64_t{1} << 24);
-  require_at_most("experts", model.experts, std::int64_t{1} << 14);
-  require_positive("vocab_divisible_by", model.vocab_divisible_by);
-  require_at_most("vocab_divisible_by", model.vocab_divisible_by, std::int64_t{1} << 16);
-  require_divides("heads", model.heads, "hidden", model.hidden);
-  require_divides("kv_heads", model.kv_heads, "heads", model.heads);
+    throw SpecError({"model.vocab"},
+                    "vocab=" + shown(model.vocab) +
+                        ": a vocabulary of one token leaves nothing to predict (at least 2)");
+  require_positive("model", "seq_len", model.seq_len);
+  require_positive("model", "experts", model.experts);
+  require_positive("model", "top_k", model.top_k);
+  require_positive("model", "moe_every", model.moe_every);
+  require_at_most("model", "layers", model.layers, 10'000);
+  require_at_most("model", "hidden", model.hidden, std::int64_t{1} << 17);
+  require_at_most("model", "ffn_hidden", model.ffn_hidden, std::int64_t{1} << 19);
+  require_at_most("model", "heads", model.heads, std::int64_t{1} << 14);
+  require_at_most("model", "vocab", model.vocab, std::int64_t{1} << 24);
+  require_at_most("model", "seq_len", model.seq_len, std::int64_t{1} << 24);
+  require_at_most("model", "experts", model.experts, std::int64_t{1} << 14);
+  require_positive("model", "vocab_divisible_by", model.vocab_divisible_by);
+  require_at_most("model", "vocab_divisible_by", model.vocab_divisible_by, std::int64_t{1} << 16);
+  require_divides("model.heads", "heads", model.heads, "model.hidden", "hidden", model.hidden);
+  require_divides("model.kv_heads", "kv_heads", model.kv_heads, "model.heads", "heads",
+                  model.heads);
   if (model.top_k > model.experts) {
-    throw SpecError("top_k=" + shown(model.top_k) + " exceeds experts=" + shown(model.experts));
+    throw SpecError({"model.top_k", "model.experts"},
+                    "top_k=" + shown(model.top_k) + " exceeds experts=" + shown(model.experts));
   }
 }
 
 void validate(const HardwareSpec& hw) {
   with_context("hardware " + hw.name, [&] {
-    require_positive("peak_flops", hw.peak_flops);
-    require_non_negative("fp32_peak_flops", hw.fp32_peak_flops);
-    require_positive("hbm_bytes", hw.hbm_bytes);
-    require_positive("hbm_bandwidth", hw.hbm_bandwidth);
-    require_positive("intra_node_bandwidth", hw.intra_node_bandwidth);
-    require_positive("inter_node_bandwidth", hw.inter_node_bandwidth);
-    require_positive("devices_per_node", std::int64_t{hw.devices_per_node});
-    require_non_negative("intra_node_latency", hw.intra_node_latency);
-    require_non_negative("inter_node_latency", hw.inter_node_latency);
+    require_positive("hardware", "peak_flops", hw.peak_flops);
+    require_non_negative("hardware", "fp32_peak_flops", hw.fp32_peak_flops);
+    require_positive("hardware", "hbm_bytes", hw.hbm_bytes);
+    require_positive("hardware", "hbm_bandwidth", hw.hbm_bandwidth);
+    require_positive("hardware", "intra_node_bandwidth", hw.intra_node_bandwidth);
+    require_positive("hardware", "inter_node_bandwidth", hw.inter_node_bandwidth);
+    require_positive("hardware", "devices_per_node", std::int64_t{hw.devices_per_node});
+    require_non_negative("hardware", "intra_node_latency", hw.intra_node_latency);
+    require_non_negative("hardware", "inter_node_latency", hw.inter_node_latency);
   });
 }
 
 void validate(const ClusterSpec& c) {
   validate(c.hardware);
-  require_positive("devices", std::int64_t{c.devices});
-  require_positive("devices_per_node", std::int64_t{c.devices_per_node});
-  require_positive("intra_node_bandwidth", c.intra_node_bandwidth);
-  require_positive("inter_node_bandwidth", c.inter_node_bandwidth);
-  require_non_negative("intra_node_latency", c.intra_node_latency);
-  require_non_negative("inter_node_latency", c.inter_node_latency);
+  require_positive("cluster", "devices", std::int64_t{c.devices});
+  require_positive("cluster", "devices_per_node", std::int64_t{c.devices_per_node});
+  require_positive("cluster", "intra_node_bandwidth", c.intra_node_bandwidth);
+  require_positive("cluster", "inter_node_bandwidth", c.inter_node_bandwidth);
+  require_non_negative("cluster", "intra_node_latency", c.intra_node_latency);
+  require_non_negative("cluster", "inter_node_latency", c.inter_node_latency);
   // A lone node may be partly used (4 of 8 GPUs); several nodes must be whole, or the node of a
   // device would be ambiguous.
   if (c.devices > c.devices_per_node && c.devices % c.devices_per_node != 0) {
-    throw SpecError("devices=" + shown(std::int64_t{c.devices}) +
-                    " is not a whole number of nodes (devices_per_node=" +
-                    shown(std::int64_t{c.devices_per_node}) + ")");
+    throw SpecError({"cluster.devices", "cluster.devices_per_node"},
+                    "devices=" + shown(std::int64_t{c.devices}) +
+                        " is not a whole number of nodes (devices_per_node=" +
+                        shown(std::int64_t{c.devices_per_node}) + ")");
   }
   if (c.node_groups.empty()) return;
   std::int64_t covered = 0;
   for (std::size_t i = 0; i < c.node_groups.size(); ++i) {
     const std::string name = "node_groups[" + std::to_string(i) + "]";
-    require_positive(name + ".nodes", std::int64_t{c.node_groups[i].nodes});
-    require_positive(name + ".inter_node_bandwidth", c.node_groups[i].inter_node_bandwidth);
+    require_positive("cluster", name + ".nodes", std::int64_t{c.node_groups[i].nodes});
+    require_positive("cluster", name + ".inter_node_bandwidth",
+                     c.node_groups[i].inter_node_bandwidth);
     covered += c.node_groups[i].nodes;
   }
   if (covered != c.nodes()) {
-    throw SpecError("node_groups cover " + shown(covered) + " nodes, cluster has " +
-                    shown(std::int64_t{c.nodes()}));
+    throw SpecError({"cluster.node_groups", "cluster.devices"},
+                    "node_groups cover " + shown(covered) + " nodes, cluster has " +
+                        shown(std::int64_t{c.nodes()}));
   }
 }
 
 void validate(const ParallelPlan& plan) {
-  require_positive("tp", std::int64_t{plan.tp});
-  require_positive("pp", std::int64_t{plan.pp});
-  require_positive("dp", std::int64_t{plan.dp});
-  require_positive("ep", std::int64_t{plan.ep});
-  require_positive("chunks", std::int64_t{plan.chunks});
-  require_positive("micro_batch_size", std::int64_t{plan.micro_batch_size});
-  require_positive("microbatches", std::int64_t{plan.microbatches});
-  require_positive("global_batch", plan.global_batch);
+  require_positive("plan", "tp", std::int64_t{plan.tp});
+  require_positive("plan", "pp", std::int64_t{plan.pp});
+  require_positive("plan", "dp", std::int64_t{plan.dp});
+  require_positive("plan", "ep", std::int64_t{plan.ep});
+  require_positive("plan", "chunks", std::int64_t{plan.chunks});
+  require_positive("plan", "micro_batch_size", std::int64_t{plan.micro_batch_size});
+  require_positive("plan", "microbatches", std::int64_t{plan.microbatches});
+  require_positive("plan", "global_batch", plan.global_batch);
   // Bounds far beyond any cluster (the largest runs use about 10^5 GPUs) and batch, so that the
   // products the tools derive (world size, layer groups, vocabulary shards, samples per step) fit
   // their types and an absurd file is an error, not an overflow.
   constexpr std::int64_t kMaxDevices = std::int64_t{1} << 24;
-  const std::int64_t tp_pp = require_product_at_most("tp*pp", plan.tp, plan.pp, kMaxDevices);
-  require_product_at_most("tp*pp*dp", tp_pp, plan.dp, kMaxDevices);
-  require_product_at_most("pp*chunks", plan.pp, plan.chunks, kMaxDevices);
-  const std::int64_t per_replica =
-      require_product_at_most("micro_batch_size*microbatches", plan.micro_batch_size,
-                              plan.microbatches, std::int64_t{1} << 36);
-  require_product_at_most("micro_batch_size*microbatches*dp", per_replica, plan.dp,
+  const std::int64_t tp_pp =
+      require_product_at_most({"plan.tp", "plan.pp"}, "tp*pp", plan.tp, plan.pp, kMaxDevices);
+  require_product_at_most({"plan.tp", "plan.pp", "plan.dp"}, "tp*pp*dp", tp_pp, plan.dp,
+                          kMaxDevices);
+  require_product_at_most({"plan.pp", "plan.chunks"}, "pp*chunks", plan.pp, plan.chunks,
+                          kMaxDevices);
+  const std::int64_t per_replica = require_product_at_most(
+      {"plan.micro_batch_size", "plan.microbatches"}, "micro_batch_size*microbatches",
+      plan.micro_batch_size, plan.microbatches, std::int64_t{1} << 36);
+  require_product_at_most({"plan.micro_batch_size", "plan.microbatches", "plan.dp"},
+                          "micro_batch_size*microbatches*dp", per_replica, plan.dp,
                           std::int64_t{1} << 40);
   if (plan.group_size < 0) {
-    throw SpecError("group_size=" + shown(std::int64_t{plan.group_size}) +
-                    " must not be negative (0 = the schedule's default)");
+    throw SpecError({"plan.group_size"}, "group_size=" + shown(std::int64_t{plan.group_size}) +
+                                             " must not be negative (0 = the schedule's default)");
   }
   if (plan.zero_stage < 0 || plan.zero_stage > 3) {
-    throw SpecError("zero_stage=" + shown(std::int64_t{plan.zero_stage}) + " must be 0..3");
+    throw SpecError({"plan.zero_stage"},
+                    "zero_stage=" + shown(std::int64_t{plan.zero_stage}) + " must be 0..3");
   }
   const auto& names = schedule::schedule_names();
   if (std::find(names.begin(), names.end(), plan.schedule) == names.end()) {
-    throw SpecError("unknown schedule '" + plan.schedule + "' (valid: " + joined_schedule_names() +
-                    ")");
+    throw SpecError({"plan.schedule"}, "unknown schedule '" + plan.schedule +
+                                           "' (valid: " + joined_schedule_names() + ")");
   }
   if (plan.vocab != schedule::VocabMode::None) {
     const std::string mode(schedule::vocab_mode_name(plan.vocab));
-    if (plan.pp < 2) throw SpecError("vocab mode " + mode + " needs pp>1");
+    if (plan.pp < 2)
+      throw SpecError({"plan.vocab", "plan.pp"}, "vocab mode " + mode + " needs pp>1");
     if (!schedule::supports_vocab(plan.schedule, plan.vocab)) {
-      throw SpecError("schedule " + plan.schedule + " does not support vocab mode " + mode);
+      throw SpecError({"plan.vocab", "plan.schedule"},
+                      "schedule " + plan.schedule + " does not support vocab mode " + mode);
     }
   }
-  require_divides("ep", plan.ep, "dp", plan.dp);
-  if (plan.sequence_parallel && plan.tp < 2) throw SpecError("sequence_parallel needs tp>1");
+  require_divides("plan.ep", "ep", plan.ep, "plan.dp", "dp", plan.dp);
+  if (plan.sequence_parallel && plan.tp < 2)
+    throw SpecError({"plan.sequence_parallel", "plan.tp"}, "sequence_parallel needs tp>1");
   const std::int64_t batch = std::int64_t{plan.micro_batch_size} * plan.microbatches * plan.dp;
   if (plan.global_batch != batch) {
-    throw SpecError("global_batch=" + shown(plan.global_batch) +
-                    " does not equal micro_batch_size*microbatches*dp = " +
-                    shown(std::int64_t{plan.micro_batch_size}) + "*" +
-                    shown(std::int64_t{plan.microbatches}) + "*" + shown(std::int64_t{plan.dp}) +
-                    " = " + shown(batch));
+    throw SpecError({"plan.global_batch", "plan.micro_batch_size", "plan.microbatches", "plan.dp"},
+                    "global_batch=" + shown(plan.global_batch) +
+                        " does not equal micro_batch_size*microbatches*dp = " +
+                        shown(std::int64_t{plan.micro_batch_size}) + "*" +
+                        shown(std::int64_t{plan.microbatches}) + "*" +
+                        shown(std::int64_t{plan.dp}) + " = " + shown(batch));
   }
   if (!plan.layer_split.empty() &&
       static_cast<int>(plan.layer_split.size()) != plan.layer_groups()) {
     const std::string groups = plan.chunks == 1
                                    ? "pp=" + shown(std::int64_t{plan.pp})
                                    : "pp*chunks=" + shown(std::int64_t{plan.layer_groups()});
-    throw SpecError("layer_split has " + shown(static_cast<std::int64_t>(plan.layer_split.size())) +
-                    " entries, " + groups);
+    Fields fields{"plan.layer_split", "plan.pp"};
+    if (plan.chunks != 1) fields.push_back("plan.chunks");
+    throw SpecError(fields, "layer_split has " +
+                                shown(static_cast<std::int64_t>(plan.layer_split.size())) +
+                                " entries, " + groups);
   }
   for (std::size_t i = 0; i < plan.layer_split.size(); ++i) {
     if (plan.layer_split[i] < 0) {
-      throw SpecError("layer_split[" + std::to_string(i) +
-                      "]=" + shown(std::int64_t{plan.layer_split[i]}) + " is negative");
+      throw SpecError({"plan.layer_split"}, "layer_split[" + std::to_string(i) +
+                                                "]=" + shown(std::int64_t{plan.layer_split[i]}) +
+                                                " is negative");
     }
   }
 }
@@ -223,47 +263,56 @@ void validate(const ModelSpec& model, const ClusterSpec& cluster, const Parallel
   validate(cluster);
   validate(model, plan);
   if (plan.world_size() != cluster.devices) {
-    throw SpecError("tp*pp*dp = " + shown(std::int64_t{plan.world_size()}) +
-                    " does not match the cluster's " + shown(std::int64_t{cluster.devices}) +
-                    " devices");
+    throw SpecError({"plan.tp", "plan.pp", "plan.dp", "cluster.devices"},
+                    "tp*pp*dp = " + shown(std::int64_t{plan.world_size()}) +
+                        " does not match the cluster's " + shown(std::int64_t{cluster.devices}) +
+                        " devices");
   }
 }
 
 void validate(const ModelSpec& model, const ParallelPlan& plan) {
   validate(model);
   validate(plan);
-  require_divides("tp", plan.tp, "heads", model.heads);
-  require_divides("tp", plan.tp, "kv_heads", model.kv_heads);
-  require_divides("tp", plan.tp, "ffn_hidden", model.ffn_hidden);
+  require_divides("plan.tp", "tp", plan.tp, "model.heads", "heads", model.heads);
+  require_divides("plan.tp", "tp", plan.tp, "model.kv_heads", "kv_heads", model.kv_heads);
+  require_divides("plan.tp", "tp", plan.tp, "model.ffn_hidden", "ffn_hidden", model.ffn_hidden);
   // Each vocabulary shard holds at least one row: tp shards, or tp*pp with vocabulary
   // parallelism (the engine's layout; the cost model assumes the same).
   const std::int64_t shards = plan.vocab_shards();
-  if (model.vocab < shards)
-    throw SpecError("vocab=" + shown(model.vocab) + " is smaller than its " + shown(shards) +
-                    " shards (tp" + (plan.vocab != schedule::VocabMode::None ? "*pp" : "") + ")");
+  if (model.vocab < shards) {
+    Fields fields{"model.vocab", "plan.tp"};
+    if (plan.vocab != schedule::VocabMode::None)
+      fields.insert(fields.end(), {"plan.pp", "plan.vocab"});
+    throw SpecError(fields, "vocab=" + shown(model.vocab) + " is smaller than its " +
+                                shown(shards) + " shards (tp" +
+                                (plan.vocab != schedule::VocabMode::None ? "*pp" : "") + ")");
+  }
   if (plan.ep > 1) {
     if (!is_moe(model)) {
-      throw SpecError("ep=" + shown(std::int64_t{plan.ep}) +
-                      " needs an MoE model (experts=" + shown(model.experts) + ")");
+      throw SpecError({"plan.ep", "model.experts"},
+                      "ep=" + shown(std::int64_t{plan.ep}) +
+                          " needs an MoE model (experts=" + shown(model.experts) + ")");
     }
-    require_divides("ep", plan.ep, "experts", model.experts);
+    require_divides("plan.ep", "ep", plan.ep, "model.experts", "experts", model.experts);
   }
   if (plan.layer_split.empty()) {
     if (plan.pp > model.layers) {
-      throw SpecError("pp=" + shown(std::int64_t{plan.pp}) +
-                      " exceeds layers=" + shown(model.layers));
+      throw SpecError({"plan.pp", "model.layers"}, "pp=" + shown(std::int64_t{plan.pp}) +
+                                                       " exceeds layers=" + shown(model.layers));
     }
     if (plan.layer_groups() > model.layers) {
-      throw SpecError("chunks=" + shown(std::int64_t{plan.chunks}) +
-                      " needs at least pp*chunks=" + shown(std::int64_t{plan.layer_groups()}) +
-                      " layers, model has " + shown(model.layers));
+      throw SpecError({"plan.chunks", "plan.pp", "model.layers"},
+                      "chunks=" + shown(std::int64_t{plan.chunks}) +
+                          " needs at least pp*chunks=" + shown(std::int64_t{plan.layer_groups()}) +
+                          " layers, model has " + shown(model.layers));
     }
   } else {
     const std::int64_t sum =
         std::accumulate(plan.layer_split.begin(), plan.layer_split.end(), std::int64_t{0});
     if (sum != model.layers) {
-      throw SpecError("layer_split sums to " + shown(sum) + ", model has " + shown(model.layers) +
-                      " layers");
+      throw SpecError(
+          {"plan.layer_split", "model.layers"},
+          "layer_split sums to " + shown(sum) + ", model has " + shown(model.layers) + " layers");
     }
   }
 }

@@ -1,7 +1,7 @@
 #include "gui/core/plan_form_model.hpp"
 
-#include <QRegularExpression>
 #include <exception>
+#include <string>
 
 #include "engine/errors.hpp"
 #include "engine/runtime/trainer.hpp"
@@ -60,29 +60,20 @@ int parse_int(const QString& text, PlanField field) {
   return v;
 }
 
-// Which fields a library message names. The libraries spell fields as the plan's keys
-// ("tp=3 does not divide heads=4", "tp*pp*dp = 6 ...", "interleaved-1f1b: microbatches=3 ...");
-// a few schedule messages use prose ("micro-batches", "group size", "vocab mode").
-std::array<bool, kPlanFieldCount> fields_named(const QString& message, PlanPurpose purpose) {
-  std::array<bool, kPlanFieldCount> named{};
-  auto mark_if = [&](PlanField f, const QString& pattern) {
-    if (message.contains(QRegularExpression(pattern))) named[slot(f)] = true;
-  };
-  mark_if(PlanField::Tp, R"(\btp\b)");
-  mark_if(PlanField::Pp, R"(\bpp\b|\bstages\b)");
-  mark_if(PlanField::Dp, R"(\bdp\b)");
-  mark_if(PlanField::Ep, R"(\bep\b)");
-  mark_if(PlanField::Chunks, R"(\bchunks\b|layer groups)");
-  mark_if(PlanField::MicroBatchSize, R"(\bmicro_batch_size\b)");
-  mark_if(PlanField::Microbatches, R"(\bmicrobatches\b|\bmicro-batches\b)");
-  mark_if(PlanField::Schedule, R"(\bschedule\b|^[a-z0-9-]+: )");
-  mark_if(PlanField::Vocab, R"(\bvocab mode\b|\bvocab-[12]\b|\binterlaced\b)");
-  mark_if(PlanField::Recompute, R"(\brecompute\b)");
-  mark_if(PlanField::ZeroStage, R"(\bzero_stage\b)");
-  mark_if(PlanField::SequenceParallel, R"(\bsequence_parallel\b)");
-  mark_if(PlanField::GlobalBatch, R"(\bglobal_batch\b)");
-  if (purpose == PlanPurpose::Simulate) mark_if(PlanField::Gpus, R"(\bdevices\b)");
-  return named;
+// The form fields a library error is about (engine/errors.hpp): the plan's fields by their keys
+// ("plan.tp"), and the GPUs field for the cluster's devices when the plan is checked against the
+// cluster. Fields the form does not show (model sizes, plan.group_size) mark nothing.
+std::array<bool, kPlanFieldCount> fields_of(const InputError& error, PlanPurpose purpose) {
+  std::array<bool, kPlanFieldCount> marked{};
+  for (const std::string& key : error.fields()) {
+    if (key == "cluster.devices") {
+      if (purpose == PlanPurpose::Simulate) marked[slot(PlanField::Gpus)] = true;
+      continue;
+    }
+    for (std::size_t f = slot(PlanField::Tp); f < kKeys.size(); ++f)
+      if (key == std::string("plan.") + kKeys[f]) marked[f] = true;
+  }
+  return marked;
 }
 
 }  // namespace
@@ -300,7 +291,7 @@ void PlanFormModel::validate() {
     error_fields_[slot(e.field)] = true;
   } catch (const InputError& e) {
     message_ = QString::fromStdString(e.what());
-    error_fields_ = fields_named(message_, purpose_);
+    error_fields_ = fields_of(e, purpose_);
   }
   emit validated();
 }

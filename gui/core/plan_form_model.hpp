@@ -1,8 +1,9 @@
 // PlanFormModel: the Set up form's state. Model, cluster and hardware presets (spec::list_presets)
 // and the plan's fields as the user types them; every change is validated at once with the
 // libraries' own rules (spec::validate, the schedule generators, runtime::check_train_options
-// for training), and the first broken rule is shown next to the fields it names, or as one
-// message when it names none. No rule is re-implemented here: the form only parses its text.
+// for training), and the first broken rule is shown next to the fields the error is about
+// (InputError::fields()), or as one message when it is about none of them. No rule is
+// re-implemented here: the form only parses its text.
 #pragma once
 
 #include <QObject>
@@ -41,7 +42,8 @@ enum class PlanField {
 };
 inline constexpr int kPlanFieldCount = 17;
 
-// The field's key as the libraries' messages spell it ("tp", "micro_batch_size"...).
+// The field's key as a run file's [plan] spells it ("tp", "micro_batch_size"...): a library
+// error about the plan field "plan.<key>" (engine/errors.hpp) is shown at this field.
 QString plan_field_key(PlanField field);
 
 // What the form is checked for: a prediction/simulation on the chosen cluster (tp*pp*dp must

@@ -109,8 +109,9 @@ Schedule generate_dualpipe_v(const GeneratorParams& params) {
   const int p = params.stages;
   const int m = params.microbatches;
   if (m < 2 * p)
-    throw ScheduleError("dualpipe-v: microbatches=" + std::to_string(m) +
-                        " is fewer than 2*stages=" + std::to_string(2 * p));
+    throw ScheduleError({"plan.microbatches", "plan.pp", "plan.schedule"},
+                        "dualpipe-v: microbatches=" + std::to_string(m) +
+                            " is fewer than 2*stages=" + std::to_string(2 * p));
   Schedule s = make_v_schedule(params, "dualpipe-v");
   for (int r = 0; r < p; ++r) build_rank(s.ranks[static_cast<std::size_t>(r)], p, r, m);
   validate(s);

@@ -47,22 +47,30 @@ Schedule generate_interleaved_1f1b(const GeneratorParams& params) {
   const int m = params.microbatches;
   const int v = params.chunks == 0 ? 2 : params.chunks;
   if (v < 2)
-    linear::fail(kName, "needs chunks >= 2 (got chunks=" + std::to_string(v) +
-                            "); use 1f1b for one chunk per rank");
+    linear::fail(kName, {"plan.chunks"},
+                 "needs chunks >= 2 (got chunks=" + std::to_string(v) +
+                     "); use 1f1b for one chunk per rank");
   const int G = params.group_size == 0 ? p : params.group_size;
   const std::string g_text =
       "G=" + std::to_string(G) + (params.group_size == 0 ? " (the default, = stages)" : "");
+  // G is the plan's group size when given, else its stages.
+  const auto group_fields = [&](std::vector<std::string> fields) {
+    fields.emplace_back(params.group_size == 0 ? "plan.pp" : "plan.group_size");
+    return fields;
+  };
   if (m < G)
-    linear::fail(kName,
+    linear::fail(kName, group_fields({"plan.microbatches"}),
                  "microbatches=" + std::to_string(m) + " is fewer than group size " + g_text);
   if (G < p)
-    linear::fail(kName, "group size G=" + std::to_string(G) + " is smaller than stages p=" +
-                            std::to_string(p) + " (needs p <= G <= m)");
+    linear::fail(kName, {"plan.group_size", "plan.pp"},
+                 "group size G=" + std::to_string(G) +
+                     " is smaller than stages p=" + std::to_string(p) + " (needs p <= G <= m)");
   const int last_group = m % G;
   if (last_group != 0 && last_group < p)
-    linear::fail(kName, "microbatches=" + std::to_string(m) + " leaves a last group of " +
-                            std::to_string(last_group) + " (m mod G, " + g_text +
-                            "), which must be 0 or at least p=" + std::to_string(p));
+    linear::fail(kName, group_fields({"plan.microbatches"}),
+                 "microbatches=" + std::to_string(m) + " leaves a last group of " +
+                     std::to_string(last_group) + " (m mod G, " + g_text +
+                     "), which must be 0 or at least p=" + std::to_string(p));
 
   const std::vector<TableEntry> table = forward_table(m, v, G);
   const int total = m * v;

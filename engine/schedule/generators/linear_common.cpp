@@ -1,6 +1,7 @@
 #include "engine/schedule/generators/linear_common.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "engine/errors.hpp"
 #include "engine/schedule/dependencies.hpp"
@@ -12,25 +13,33 @@ void fail(std::string_view generator, const std::string& rule) {
   throw ScheduleError(std::string(generator) + ": " + rule);
 }
 
+void fail(std::string_view generator, std::vector<std::string> fields, const std::string& rule) {
+  fields.emplace_back("plan.schedule");
+  throw ScheduleError(std::move(fields), std::string(generator) + ": " + rule);
+}
+
 void check_sizes(std::string_view generator, const GeneratorParams& params) {
   if (params.stages < 1)
-    fail(generator, "stages must be positive, got " + std::to_string(params.stages));
+    fail(generator, {"plan.pp"}, "stages must be positive, got " + std::to_string(params.stages));
   if (params.microbatches < 1)
-    fail(generator, "micro-batches must be positive, got " + std::to_string(params.microbatches));
+    fail(generator, {"plan.microbatches"},
+         "micro-batches must be positive, got " + std::to_string(params.microbatches));
 }
 
 void require_single_chunk(std::string_view generator, const GeneratorParams& params) {
   if (params.chunks != 0 && params.chunks != 1)
-    throw ScheduleError(std::string(generator) +
-                        " supports chunks=1 only, got chunks=" + std::to_string(params.chunks));
+    throw ScheduleError({"plan.chunks", "plan.schedule"},
+                        std::string(generator) +
+                            " supports chunks=1 only, got chunks=" + std::to_string(params.chunks));
 }
 
 void require_no_vocab(std::string_view generator, const GeneratorParams& params) {
   if (params.vocab == VocabMode::None) return;
   const bool interlaced = params.vocab == VocabMode::Interlaced;
-  throw ScheduleError(std::string(vocab_mode_name(params.vocab)) + " is supported on " +
-                      (interlaced ? "1f1b" : "1f1b and v-half") + " only, not on " +
-                      std::string(generator));
+  throw ScheduleError({"plan.vocab", "plan.schedule"},
+                      std::string(vocab_mode_name(params.vocab)) + " is supported on " +
+                          (interlaced ? "1f1b" : "1f1b and v-half") + " only, not on " +
+                          std::string(generator));
 }
 
 CostTable checked_planning_costs(std::string_view generator, const GeneratorParams& params) {

@@ -23,6 +23,9 @@ namespace pipetune::schedule::linear {
 
 // Throws ScheduleError "<generator>: <rule>".
 [[noreturn]] void fail(std::string_view generator, const std::string& rule);
+// The same about the plan's fields (errors.hpp: "plan.microbatches"), and its schedule.
+[[noreturn]] void fail(std::string_view generator, std::vector<std::string> fields,
+                       const std::string& rule);
 
 // Positive stages and micro-batches (generate() checks them too; the generators are also called
 // directly by tests and tools).

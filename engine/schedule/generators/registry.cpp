@@ -86,16 +86,20 @@ Schedule generate(const GeneratorParams& params) {
   const auto it = std::find_if(entries().begin(), entries().end(),
                                [&](const Entry& e) { return e.name == params.name; });
   if (it == entries().end())
-    throw ScheduleError("unknown schedule '" + params.name + "' (valid: " + joined_names() + ")");
+    throw ScheduleError({"plan.schedule"},
+                        "unknown schedule '" + params.name + "' (valid: " + joined_names() + ")");
   if (params.stages < 1)
-    throw ScheduleError("stages must be positive, got " + std::to_string(params.stages));
+    throw ScheduleError({"plan.pp"},
+                        "stages must be positive, got " + std::to_string(params.stages));
   if (params.microbatches < 1)
-    throw ScheduleError("micro-batches must be positive, got " +
-                        std::to_string(params.microbatches));
+    throw ScheduleError({"plan.microbatches"}, "micro-batches must be positive, got " +
+                                                   std::to_string(params.microbatches));
   if (params.chunks < 0)
-    throw ScheduleError("chunks must be positive, got " + std::to_string(params.chunks));
+    throw ScheduleError({"plan.chunks"},
+                        "chunks must be positive, got " + std::to_string(params.chunks));
   if (params.group_size < 0)
-    throw ScheduleError("group size must be positive, got " + std::to_string(params.group_size));
+    throw ScheduleError({"plan.group_size"},
+                        "group size must be positive, got " + std::to_string(params.group_size));
   if (params.memory_limit < 0.0) throw ScheduleError("memory limit must not be negative");
   // Sizes a schedule can have before anything is allocated: the op list and the simulator's
   // state grow with stages x micro-batches x chunks (a typo of 1e9 micro-batches must be an
@@ -104,21 +108,24 @@ Schedule generate(const GeneratorParams& params) {
   const std::int64_t triples =
       std::int64_t{params.stages} * params.microbatches * std::max(1, params.chunks);
   if (triples > kMaxTriples)
-    throw ScheduleError("the schedule would have " + std::to_string(params.stages) + " stages x " +
-                        std::to_string(params.microbatches) + " micro-batches x " +
-                        std::to_string(std::max(1, params.chunks)) +
-                        " chunks = " + std::to_string(triples) + " forward passes; at most " +
-                        std::to_string(kMaxTriples) + " are generated");
+    throw ScheduleError({"plan.microbatches", "plan.pp", "plan.chunks"},
+                        "the schedule would have " + std::to_string(params.stages) + " stages x " +
+                            std::to_string(params.microbatches) + " micro-batches x " +
+                            std::to_string(std::max(1, params.chunks)) +
+                            " chunks = " + std::to_string(triples) + " forward passes; at most " +
+                            std::to_string(kMaxTriples) + " are generated");
   if (!supports_vocab(params.name, params.vocab)) {
-    throw ScheduleError("vocabulary mode " + std::string(vocab_mode_name(params.vocab)) +
-                        " is supported on " +
-                        (params.vocab == VocabMode::Interlaced ? "1f1b" : "1f1b and v-half") +
-                        " only, not on " + params.name);
+    throw ScheduleError({"plan.vocab", "plan.schedule"},
+                        "vocabulary mode " + std::string(vocab_mode_name(params.vocab)) +
+                            " is supported on " +
+                            (params.vocab == VocabMode::Interlaced ? "1f1b" : "1f1b and v-half") +
+                            " only, not on " + params.name);
   }
   // Options a schedule does not read are refused, never ignored: from flags, run files or forms.
   if (params.group_size > 0 && params.name != "interleaved-1f1b")
-    throw ScheduleError("a micro-batch group size (" + std::to_string(params.group_size) +
-                        ") applies to interleaved-1f1b only, not " + params.name);
+    throw ScheduleError({"plan.group_size", "plan.schedule"},
+                        "a micro-batch group size (" + std::to_string(params.group_size) +
+                            ") applies to interleaved-1f1b only, not " + params.name);
   if (params.memory_limit > 0.0 && params.name != "zb-h2" && params.name != "zb-v")
     throw ScheduleError(
         "an activation memory limit applies to the memory-bounded schedules zb-h2 and zb-v "

@@ -449,16 +449,20 @@ std::vector<std::vector<Op>> v_block_order(VKind kind, int p, int m, int extra_i
 void check_v_params(const GeneratorParams& params, std::string_view name, bool vocab_ok) {
   const std::string n(name);
   if (params.stages < 1)
-    throw ScheduleError(n + ": stages must be positive, got " + std::to_string(params.stages));
+    throw ScheduleError({"plan.pp", "plan.schedule"},
+                        n + ": stages must be positive, got " + std::to_string(params.stages));
   if (params.microbatches < 1)
-    throw ScheduleError(n + ": micro-batches must be positive, got " +
-                        std::to_string(params.microbatches));
+    throw ScheduleError(
+        {"plan.microbatches", "plan.schedule"},
+        n + ": micro-batches must be positive, got " + std::to_string(params.microbatches));
   if (params.chunks != 0 && params.chunks != 2)
     throw ScheduleError(
+        {"plan.chunks", "plan.schedule"},
         n + " needs chunks=2 (V placement), got chunks=" + std::to_string(params.chunks));
   if (params.vocab != VocabMode::None && !vocab_ok)
-    throw ScheduleError(n + " does not support vocabulary mode " +
-                        std::string(vocab_mode_name(params.vocab)));
+    throw ScheduleError(
+        {"plan.vocab", "plan.schedule"},
+        n + " does not support vocabulary mode " + std::string(vocab_mode_name(params.vocab)));
   if (!params.costs.stages.empty() && static_cast<int>(params.costs.stages.size()) != params.stages)
     throw ScheduleError(n + ": cost table has " + std::to_string(params.costs.stages.size()) +
                         " stages, asked for " + std::to_string(params.stages));

@@ -16,7 +16,8 @@ namespace pipetune::schedule {
 Schedule generate_v_half(const GeneratorParams& params) {
   check_v_params(params, "v-half", /*vocab_ok=*/true);
   if (params.vocab == VocabMode::Interlaced)
-    throw ScheduleError("v-half supports vocabulary modes vocab-1 and vocab-2, not interlaced");
+    throw ScheduleError({"plan.vocab", "plan.schedule"},
+                        "v-half supports vocabulary modes vocab-1 and vocab-2, not interlaced");
   const bool vocab = params.vocab != VocabMode::None;
   // The extra room holds S and T and their collectives between a micro-batch's last forward and
   // its first backward (b.5: interval += 6 for Algorithm 2, += 12 for Algorithm 1).

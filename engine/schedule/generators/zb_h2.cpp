@@ -188,7 +188,8 @@ GreedyResult build(const GeneratorParams& params, const CostTable& costs, double
 
 Schedule generate_zb_h2(const GeneratorParams& params) {
   if (params.chunks > 1)
-    throw ScheduleError("zb-h2 supports chunks=1 only, got " + std::to_string(params.chunks));
+    throw ScheduleError({"plan.chunks", "plan.schedule"},
+                        "zb-h2 supports chunks=1 only, got " + std::to_string(params.chunks));
   const CostTable costs = planning_costs(params);
   const double limit =
       params.memory_limit > 0.0 ? params.memory_limit : 2.0 * static_cast<double>(params.stages);

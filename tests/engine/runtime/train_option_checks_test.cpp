@@ -5,6 +5,8 @@
 
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/errors.hpp"
 #include "engine/runtime/injected_fault.hpp"
@@ -74,10 +76,10 @@ TEST(TrainOptionChecks, AFaultTheRunNeverReachesIsRefused) {
   o.fault->step = 3;
   EXPECT_EQ(refusal(o), "");
   o.fault->step = 4;
-  EXPECT_EQ(refusal(o), "the injected fault's step 4 is not a step this run trains (1 to 3)");
+  EXPECT_EQ(refusal(o), "injected fault: step 4 is not a step this run trains (1 to 3)");
   o.fault->step = 1;
   o.fault->rank = 2;
-  EXPECT_EQ(refusal(o), "the injected fault's rank 2 is not a rank of the 2-rank plan");
+  EXPECT_EQ(refusal(o), "injected fault: rank 2 is not a rank of the 2-rank plan");
 }
 
 TEST(TrainOptionChecks, AFaultKeyGivenTwiceIsRefused) {
@@ -86,6 +88,26 @@ TEST(TrainOptionChecks, AFaultKeyGivenTwiceIsRefused) {
         "rank=0,step=1,kind=slow,kind=throw", "rank=0,step=1,kind=slow,seconds=1,seconds=2"})
     EXPECT_THROW(parse_injected_fault(text), InputError) << text;
   EXPECT_EQ(parse_injected_fault("kind=hang,step=2,rank=3").rank, 3);
+}
+
+// A malformed fault is about the field "fault" (engine/errors.hpp) and names no CLI flag: each
+// front end words it (the CLI as "--fault: <rule>").
+TEST(TrainOptionChecks, AMalformedFaultIsAboutTheFaultField) {
+  for (const auto& [text, rule] : std::vector<std::pair<std::string, std::string>>{
+           {"rank=x,step=1,kind=throw", "rank must be a whole number, not 'x'"},
+           {"rank=1,step=1", "needs rank=R,step=S,kind=throw|hang|slow"},
+           {"rank=1,step=1,kind=boom", "kind 'boom' is none of throw, hang, slow"},
+           {"rank=1,rank=2,step=1,kind=throw",
+            "rank is given twice in 'rank=1,rank=2,step=1,kind=throw'"}}) {
+    try {
+      (void)parse_injected_fault(text);
+      ADD_FAILURE() << text << ": accepted";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), "fault") << text;
+      EXPECT_EQ(e.rule(), rule) << text;
+      EXPECT_EQ(std::string(e.what()), "injected fault: " + rule) << text;
+    }
+  }
 }
 
 }  // namespace

@@ -169,7 +169,7 @@ TEST(SpecLoading, RuleViolationInFileNamesFileAndRule) {
                    "dp = 1\n",
                    "r.toml");
              }),
-             "r.toml: tp=3 does not divide heads=4");
+             "r.toml:4: key 'plan.tp': tp=3 does not divide heads=4");
 }
 
 TEST(SpecLoading, BadEnumsListValidValues) {
@@ -286,7 +286,7 @@ TEST(SpecLoading, NodeGroupErrors) {
 TEST(SpecLoading, KeysOnlyLeavesCrossRulesToTheCaller) {
   const std::string text = "model = \"tiny\"\ncluster = \"dgx-a100-8\"\n[plan]\npp = 4\ndp = 4\n";
   EXPECT_HAS(error_of([&] { parse_run(text, "r.toml"); }),
-             "r.toml: tp*pp*dp = 16 does not match the cluster's 8 devices");
+             "r.toml:4: key 'plan.pp': tp*pp*dp = 16 does not match the cluster's 8 devices");
   RunSpec run = parse_run(text, "r.toml", {}, RunCheck::KeysOnly);
   run.plan.dp = 2;
   run.plan.global_batch = 0;

@@ -7,6 +7,8 @@
 #include <QDir>
 #include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/errors.hpp"
 #include "engine/runtime/trainer.hpp"
@@ -117,6 +119,48 @@ TEST(PlanFormModel, ShowsTheScheduleGeneratorsRule) {
   EXPECT_FALSE(form.field_error(PlanField::Microbatches).isEmpty()) << all_errors(form);
   form.set_value(PlanField::Microbatches, "16");
   EXPECT_TRUE(form.valid()) << form.message().toStdString();
+}
+
+// Every field of the form is marked by an error about it: the libraries' errors by the fields they
+// carry (InputError::fields(), "plan.tp"), the form's own (a preset that does not load, a name
+// that does not parse) by the field it read.
+TEST(PlanFormModel, AnErrorAboutEachFieldMarksThatField) {
+  struct Case {
+    PlanField field;
+    std::vector<std::pair<PlanField, QString>> edits;  // from presets/runs/default.toml
+  };
+  const std::vector<Case> cases = {
+      {PlanField::Model, {{PlanField::Model, "no-such-model"}}},
+      {PlanField::Cluster, {{PlanField::Cluster, "no-such-cluster"}}},
+      {PlanField::Hardware, {{PlanField::Hardware, "no-such-hardware"}}},
+      {PlanField::Gpus, {{PlanField::Hardware, "h100-sxm"}, {PlanField::Gpus, "16"}}},
+      {PlanField::Tp, {{PlanField::Tp, "3"}}},                 // does not divide 32 heads
+      {PlanField::Pp, {{PlanField::Pp, "64"}}},                // exceeds 32 layers
+      {PlanField::Dp, {{PlanField::Dp, "0"}}},                 // must be positive
+      {PlanField::Ep, {{PlanField::Ep, "2"}}},                 // does not divide dp = 1
+      {PlanField::Schedule, {{PlanField::Schedule, "2f2b"}}},  // unknown
+      {PlanField::Vocab, {{PlanField::Schedule, "gpipe"}, {PlanField::Vocab, "vocab-1"}}},
+      {PlanField::MicroBatchSize, {{PlanField::MicroBatchSize, "0"}}},
+      {PlanField::Microbatches, {{PlanField::Microbatches, "-1"}}},
+      {PlanField::Chunks, {{PlanField::Chunks, "3"}}},  // 1f1b runs one chunk per stage
+      {PlanField::Recompute, {{PlanField::Recompute, "everything"}}},
+      {PlanField::ZeroStage, {{PlanField::ZeroStage, "4"}}},
+      {PlanField::SequenceParallel,
+       {{PlanField::Tp, "1"}, {PlanField::Dp, "2"}, {PlanField::SequenceParallel, "true"}}},
+      {PlanField::GlobalBatch, {{PlanField::GlobalBatch, "7"}}},  // 1 x 16 x 1 = 16
+  };
+  EXPECT_EQ(cases.size(), static_cast<std::size_t>(kPlanFieldCount)) << "a field without a case";
+  for (const Case& c : cases) {
+    const std::string name = plan_field_key(c.field).toStdString();
+    PlanFormModel form;
+    form.load_run_preset("default");
+    ASSERT_TRUE(form.valid()) << form.message().toStdString();
+    for (const auto& [field, text] : c.edits) form.set_value(field, text);
+    EXPECT_FALSE(form.valid()) << name;
+    EXPECT_FALSE(form.field_error(c.field).isEmpty())
+        << name << " is not marked by \"" << form.message().toStdString() << "\"; marked:\n"
+        << all_errors(form);
+  }
 }
 
 TEST(PlanFormModel, TextThatIsNotANumberIsNamedAtItsField) {
