@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "cli/error_wording.hpp"
 #include "cli/format.hpp"
 #include "cli/stdout_status.hpp"
 #include "cli/train_output.hpp"
@@ -277,10 +278,21 @@ void print_step(const runtime::StepResult& s) {
 
 // A process of a job that failed, before the job ends (ranks as processes).
 void print_process_failure(const session::ProcessFailure& f) {
+  std::string text = f.what;  // worded as the CLI words every error, where the error is known
+  if (f.error) {
+    try {
+      std::rethrow_exception(f.error);
+    } catch (const InputError& e) {
+      text = worded(e);
+    } catch (const std::exception& e) {
+      text = worded_failure(e);
+    } catch (...) {
+    }
+  }
   if (f.exit_code == 2)
-    std::fprintf(stderr, "pipetune: error: %s\n", f.what.c_str());
+    std::fprintf(stderr, "pipetune: error: %s\n", text.c_str());
   else
-    std::fprintf(stderr, "pipetune: failed in process %d: %s\n", f.process, f.what.c_str());
+    std::fprintf(stderr, "pipetune: failed in process %d: %s\n", f.process, text.c_str());
   std::fflush(stderr);
 }
 

@@ -46,7 +46,7 @@ constexpr int kRootGraceSeconds = 10;
                           const std::function<void(const ProcessFailure&)>& report) {
   if (report) {
     try {
-      report(ProcessFailure{mpi.rank(), what, code});
+      report(ProcessFailure{mpi.rank(), what, code, std::current_exception()});
     } catch (...) {  // the job ends whatever the report does
     }
   }

@@ -267,7 +267,8 @@ for per_process in 1 2; do
     --fault rank=$((np - 1)),step=2,kind=throw --db fault$per_process.db 2>&1)"
   code=$?
   status="$(final_status fault$per_process.db)"
-  named="injected fault (--fault): rank $((np - 1)), step 2"
+  # Rank 0's process words what the failing one told it as the engine does (no flag).
+  named="injected fault: rank $((np - 1)), step 2"
   if [ "$code" -ne 1 ] || ! grep -q "failed in process 0: process $((np / per_process - 1)) failed: $named" <<<"$out" ||
     [ "$status" != failed ]; then
     echo "FAIL injected fault ($per_process per process): exit $code, status '$status'"
