@@ -18,10 +18,10 @@
 #include "db/store/search_records.hpp"
 #include "db/store/workspace.hpp"
 #include "engine/errors.hpp"
-#include "engine/schedule/generators.hpp"
 #include "tuner/predict/evaluate.hpp"
 #include "tuner/search/evaluator_scorer.hpp"
 #include "tuner/search/search.hpp"
+#include "tuner/search/search_request.hpp"
 
 namespace pipetune::cli {
 
@@ -48,42 +48,32 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-tuner::SearchSpace make_space(const TuneArgs& a, const Target& t) {
-  tuner::SearchSpace s;
-  s.model = t.model;
-  s.cluster = t.cluster;
-  s.global_batch = t.global_batch;
-  s.max_candidates = a.max_candidates;
-  if (a.keep < 0) throw InputError("--keep must be >= 0 (got " + std::to_string(a.keep) + ")");
-  s.keep = a.keep == 0 ? 0 : std::max<std::int64_t>(a.keep, a.top);
-  s.threads = a.threads;
+// The flag a request's field is given by: "keep" -> "--keep", "vocab_modes" -> "--vocab-modes".
+std::string flag_of(std::string field) {
+  std::replace(field.begin(), field.end(), '_', '-');
+  return "--" + field;
+}
+
+tuner::SearchSpace make_space(const TuneArgs& a) {
   // A list given that names nothing is not "every one" (the default when it is not given).
   for (const auto& [flag, list] :
        {std::pair{"--schedules", &a.schedules}, std::pair{"--vocab-modes", &a.vocab_modes}})
     if (!list->empty() && split_list(*list).empty())
       throw InputError(std::string(flag) + " names nothing ('" + *list + "')");
-  for (const std::string& name : split_list(a.schedules)) {
-    (void)schedule::schedule_placement(name);  // InputError listing the valid names
-    s.schedules.push_back(name);
-  }
-  if (!a.vocab_modes.empty()) {
-    for (const std::string& m : split_list(a.vocab_modes)) {
-      // The search's vocabulary options: the schedule's modes and "redis" (layers redistributed
-      // around the vocabulary layers, tuner/search).
-      if (m != "redis") {
-        try {
-          (void)schedule::parse_vocab_mode(m);
-        } catch (const InputError&) {
-          throw InputError("--vocab-modes: unknown mode '" + m +
-                           "' (valid: none, redis, vocab-1, vocab-2, interlaced)");
-        }
-      }
-      s.vocab_modes.push_back(m);
-    }
-  }
-  if (a.max_candidates < 0) throw InputError("--max-candidates must be >= 0");
   if (a.top < 1) throw InputError("--top must be positive (got " + std::to_string(a.top) + ")");
-  if (a.threads < 0) throw InputError("--threads must be >= 0");
+  const tuner::SearchRequest request{.target = a.target,
+                                     .schedules = split_list(a.schedules),
+                                     .vocab_modes = split_list(a.vocab_modes),
+                                     .max_candidates = a.max_candidates,
+                                     .keep = a.keep,
+                                     .threads = a.threads};
+  tuner::SearchSpace s;
+  try {
+    s = tuner::search_space(request);
+  } catch (const tuner::SearchRequestError& e) {
+    throw InputError(flag_of(e.field()) + " " + e.rule());
+  }
+  if (s.keep > 0) s.keep = std::max<std::int64_t>(s.keep, a.top);  // the printed ones exactly
   return s;
 }
 
@@ -94,29 +84,6 @@ nlohmann::json result_json(const tuner::ScoredPlan& r) {
           {"mfu", r.score.mfu},
           {"peak_memory_bytes", r.score.peak_memory_bytes},
           {"feasible", r.score.feasible}};
-}
-
-[[noreturn]] void no_feasible_plan(const tuner::SearchResult& r, const Target& t) {
-  std::string msg = "no feasible plan for " + t.model.name + " on " +
-                    std::to_string(t.cluster.devices) + " x " + t.cluster.hardware.name;
-  if (r.smallest_infeasible) {
-    msg += ": the smallest plan needs " +
-           human_bytes(r.smallest_infeasible->score.peak_memory_bytes) + " per GPU (" +
-           plan_summary(r.smallest_infeasible->plan, r.smallest_infeasible->vocab_label) +
-           "), the device has " + human_bytes(static_cast<double>(t.cluster.hardware.hbm_bytes));
-  } else {
-    // Every reason, the commonest first: a rare one may be the one to change (a schedule that
-    // does not support the vocabulary mode asked for).
-    std::vector<std::pair<std::int64_t, std::string>> reasons;
-    for (const auto& [reason, n] : r.pruned) reasons.emplace_back(n, reason);
-    std::stable_sort(reasons.begin(), reasons.end(),
-                     [](const auto& a, const auto& b) { return a.first > b.first; });
-    msg += ": every plan was pruned (";
-    for (std::size_t i = 0; i < reasons.size(); ++i)
-      msg += (i ? "; " : "") + std::to_string(reasons[i].first) + " " + reasons[i].second;
-    msg += ")";
-  }
-  throw InputError(msg);
 }
 
 void progress_bar(std::int64_t done, std::int64_t total) {
@@ -135,13 +102,14 @@ std::int64_t store_search(const TuneArgs& a, const tuner::SearchResult& r) {
 }
 
 void run(const TuneArgs& a) {
-  const Target t = resolve_target(a.target);
-  const tuner::SearchSpace space = make_space(a, t);
+  const tuner::SearchSpace space = make_space(a);
+  const Target t{space.model, space.cluster, space.global_batch};
   const bool bar = isatty(STDERR_FILENO) != 0;
   const tuner::SearchResult r =
       tuner::search_plans(space, tuner::evaluator_scorers(t.model, t.cluster),
                           bar ? progress_bar : tuner::SearchProgress{});
-  if (r.ranked.empty()) no_feasible_plan(r, t);
+  if (r.ranked.empty())
+    throw InputError(tuner::no_feasible_plan_explanation(r, t.model, t.cluster));
   const std::size_t top = std::min<std::size_t>(static_cast<std::size_t>(a.top), r.ranked.size());
   const std::int64_t search_id = a.no_db ? -1 : store_search(a, r);
   if (search_id >= 0) note_kept("stored as search " + std::to_string(search_id) + " in " + a.db);

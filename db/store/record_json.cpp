@@ -6,24 +6,28 @@
 
 namespace pipetune::db {
 
-nlohmann::json plan_to_json(const spec::ParallelPlan& p, const std::string& vocab_label) {
-  return {{"tp", p.tp},
-          {"pp", p.pp},
-          {"dp", p.dp},
-          {"ep", p.ep},
-          {"chunks", p.chunks},
-          {"micro_batch_size", p.micro_batch_size},
-          {"microbatches", p.microbatches},
-          {"global_batch", p.global_batch},
-          {"schedule", p.schedule},
-          {"vocab", vocab_label},
-          {"layer_split", p.layer_split},
-          {"recompute", std::string(spec::recompute_name(p.recompute))},
-          {"sequence_parallel", p.sequence_parallel},
-          {"zero_stage", p.zero_stage}};
+nlohmann::json plan_to_json(const spec::ParallelPlan& p, const std::string& vocab_label,
+                            PlanRecord record) {
+  nlohmann::json j = {{"tp", p.tp},
+                      {"pp", p.pp},
+                      {"dp", p.dp},
+                      {"ep", p.ep},
+                      {"chunks", p.chunks},
+                      {"micro_batch_size", p.micro_batch_size},
+                      {"microbatches", p.microbatches},
+                      {"schedule", p.schedule},
+                      {"vocab", vocab_label},
+                      {"layer_split", p.layer_split},
+                      {"recompute", std::string(spec::recompute_name(p.recompute))},
+                      {"sequence_parallel", p.sequence_parallel},
+                      {"zero_stage", p.zero_stage}};
+  if (record == PlanRecord::tuner) j["global_batch"] = p.global_batch;
+  return j;
 }
 
-spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_label) {
+spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_label,
+                                  PlanRecord record) {
+  const bool training = record == PlanRecord::training;
   try {
     spec::ParallelPlan p;
     p.tp = j.at("tp");
@@ -33,17 +37,24 @@ spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_la
     p.chunks = j.at("chunks");
     p.micro_batch_size = j.at("micro_batch_size");
     p.microbatches = j.at("microbatches");
-    p.global_batch = j.at("global_batch");
+    if (!training) p.global_batch = j.at("global_batch");
     p.schedule = j.at("schedule");
     vocab_label = j.at("vocab");
-    if (vocab_label != "redis") p.vocab = schedule::parse_vocab_mode(vocab_label);
-    p.layer_split = j.at("layer_split").get<std::vector<int>>();
-    p.recompute = spec::parse_recompute(j.at("recompute").get<std::string>());
-    p.sequence_parallel = j.at("sequence_parallel");
+    // A tuner plan may say "redis", the search's label for layers moved off the vocabulary
+    // stages: no vocabulary parallelism (the layer split says where the layers went).
+    if (training || vocab_label != "redis") p.vocab = schedule::parse_vocab_mode(vocab_label);
+    // Training runs stored before these were kept do not say: none, false and the even split.
+    if (!training || j.contains("layer_split"))
+      p.layer_split = j.at("layer_split").get<std::vector<int>>();
+    if (!training || j.contains("recompute"))
+      p.recompute = spec::parse_recompute(j.at("recompute").get<std::string>());
+    if (!training || j.contains("sequence_parallel"))
+      p.sequence_parallel = j.at("sequence_parallel");
     p.zero_stage = j.at("zero_stage");
+    if (training) spec::apply_defaults(p);
     return p;
   } catch (const nlohmann::json::exception& e) {
-    throw InputError(std::string("stored plan: ") + e.what());
+    throw InputError(std::string(training ? "stored training plan: " : "stored plan: ") + e.what());
   }
 }
 
@@ -116,26 +127,15 @@ void read_trial_json(const nlohmann::json& j, TrialTarget& t, spec::ParallelPlan
 
 nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::ParallelPlan& p,
                                   int steps, std::uint64_t seed, const TrainingEngine& engine) {
-  nlohmann::json j = {{"model", model.name},
-                      {"backend", std::string(spec::engine_backend_name(engine.backend))},
-                      {"precision", std::string(spec::engine_precision_name(engine.precision))},
-                      {"attention", std::string(spec::engine_attention_name(engine.attention))},
-                      {"tp", p.tp},
-                      {"pp", p.pp},
-                      {"dp", p.dp},
-                      {"ep", p.ep},
-                      {"schedule", p.schedule},
-                      {"chunks", p.chunks},
-                      {"vocab", std::string(schedule::vocab_mode_name(p.vocab))},
-                      {"microbatches", p.microbatches},
-                      {"micro_batch_size", p.micro_batch_size},
-                      {"zero_stage", p.zero_stage},
-                      {"recompute", std::string(spec::recompute_name(p.recompute))},
-                      {"sequence_parallel", p.sequence_parallel},
-                      {"layer_split", p.layer_split},
-                      {"steps", steps},
-                      {"seed", seed},
-                      {"time_unit", "s"}};
+  nlohmann::json j =
+      plan_to_json(p, std::string(schedule::vocab_mode_name(p.vocab)), PlanRecord::training);
+  j["model"] = model.name;
+  j["backend"] = std::string(spec::engine_backend_name(engine.backend));
+  j["precision"] = std::string(spec::engine_precision_name(engine.precision));
+  j["attention"] = std::string(spec::engine_attention_name(engine.attention));
+  j["steps"] = steps;
+  j["seed"] = seed;
+  j["time_unit"] = "s";
   if (engine.gpus > 0) j["gpus"] = engine.gpus;
   if (engine.backend == spec::EngineBackend::cuda &&
       engine.precision == spec::EnginePrecision::bf16)
@@ -196,28 +196,8 @@ TrainingEngine training_engine_from_json(const nlohmann::json& j) {
 }
 
 spec::ParallelPlan training_plan_from_json(const nlohmann::json& j) {
-  try {
-    spec::ParallelPlan p;
-    p.tp = j.at("tp");
-    p.pp = j.at("pp");
-    p.dp = j.at("dp");
-    p.ep = j.at("ep");
-    p.chunks = j.at("chunks");
-    p.microbatches = j.at("microbatches");
-    p.micro_batch_size = j.at("micro_batch_size");
-    p.zero_stage = j.at("zero_stage");
-    p.schedule = j.at("schedule");
-    p.vocab = schedule::parse_vocab_mode(j.at("vocab").get<std::string>());
-    // Kept since issue 43; older runs do not say (none, false, the even split are taken).
-    if (j.contains("recompute"))
-      p.recompute = spec::parse_recompute(j.at("recompute").get<std::string>());
-    if (j.contains("sequence_parallel")) p.sequence_parallel = j.at("sequence_parallel");
-    if (j.contains("layer_split")) p.layer_split = j.at("layer_split").get<std::vector<int>>();
-    spec::apply_defaults(p);
-    return p;
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(std::string("stored training plan: ") + e.what());
-  }
+  std::string vocab_label;
+  return plan_from_json(j, vocab_label, PlanRecord::training);
 }
 
 nlohmann::json training_specs_json(const spec::ModelSpec& model) {

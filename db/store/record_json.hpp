@@ -15,12 +15,18 @@
 
 namespace pipetune::db {
 
-// A tuner plan: tp, pp, dp, ep, chunks, micro_batch_size, microbatches, global_batch, schedule,
-// vocab (the search's label: none, redis, vocab-1...), layer_split, recompute,
-// sequence_parallel, zero_stage.
-nlohmann::json plan_to_json(const spec::ParallelPlan& plan, const std::string& vocab_label);
+// The one codec of a ParallelPlan, which every record below keeps under the same keys: tp, pp,
+// dp, ep, chunks, micro_batch_size, microbatches, global_batch, schedule, vocab (the search's
+// label: none, redis, vocab-1...), layer_split, recompute, sequence_parallel, zero_stage.
+// A training run's plan (PlanRecord::training) keeps no global_batch (apply_defaults derives it
+// from the batch sizes), and runs stored before recompute, sequence_parallel and layer_split were
+// kept lack them: read back as none, false and the even split, the plan apply_defaults'ed.
+enum class PlanRecord { tuner, training };
+nlohmann::json plan_to_json(const spec::ParallelPlan& plan, const std::string& vocab_label,
+                            PlanRecord record = PlanRecord::tuner);
 // The inverse; InputError naming the field that is missing or wrong. Sets vocab_label.
-spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_label);
+spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_label,
+                                  PlanRecord record = PlanRecord::tuner);
 
 // Every field of the model.
 nlohmann::json model_to_json(const spec::ModelSpec& model);
@@ -43,7 +49,8 @@ using TrainingEngine = spec::TrainingEngine;
 // cost it as, and whether its ranks shared GPUs.
 nlohmann::json training_plan_json(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
                                   int steps, std::uint64_t seed, const TrainingEngine& engine = {});
-spec::ParallelPlan training_plan_from_json(const nlohmann::json& j);  // InputError naming the field
+// Its plan (plan_from_json of PlanRecord::training); InputError naming the field.
+spec::ParallelPlan training_plan_from_json(const nlohmann::json& j);
 // The engine of a stored training plan: cpu / fp32 where it does not say (runs stored before it
 // was kept), and without "attention" the default of those days: stored on the cpu, flash (fp32)
 // on cuda; the GEMM options off where not said; InputError naming the field when it says

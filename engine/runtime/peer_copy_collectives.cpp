@@ -92,14 +92,14 @@ void PeerCopyCommunicator::post_input(const std::string& key, int index,
 void PeerCopyCommunicator::finish(const comm::ProcessGroup& group) {
   // No member leaves while another still reads its block: a member's block is back with it
   // before its next collective, and a member's storage never goes while a block is read.
-  inner_->barrier(group);
+  direct_->barrier(group);
   ++collectives_;
 }
 
 void PeerCopyCommunicator::all_reduce(const comm::ProcessGroup& group, std::span<float> data,
                                       comm::ReduceOp op) {
   if (data.empty() || group.size() <= 1 || !on_device(data.data()))
-    return staged_->all_reduce(group, data, op);
+    return inner().all_reduce(group, data, op);
   for (std::size_t at = 0; at < data.size(); at += piece_)
     all_reduce_piece(group, data.subspan(at, std::min(piece_, data.size() - at)), op);
 }
@@ -109,7 +109,7 @@ void PeerCopyCommunicator::all_reduce_piece(const comm::ProcessGroup& group, std
   const int g = group.size();
   const std::string key = next_key(group);
   post_input(key, group.index_of(rank()), data, g);
-  inner_->barrier(group);  // every member's block is posted
+  direct_->barrier(group);  // every member's block is posted
   {
     Reads reads(*exchange_, *storage_, key, rank());
     // Folded in group-rank order into the caller's span (its own input is safe in its block).
@@ -130,7 +130,7 @@ void PeerCopyCommunicator::reduce_scatter(const comm::ProcessGroup& group,
                                           std::span<const float> input, std::span<float> output,
                                           comm::ReduceOp op) {
   if (output.empty() || group.size() <= 1 || !on_device(input.data()) || !on_device(output.data()))
-    return staged_->reduce_scatter(group, input, output, op);
+    return inner().reduce_scatter(group, input, output, op);
   const int g = group.size(), me = group.index_of(rank());
   const std::size_t n = output.size();
   if (input.size() != n * static_cast<std::size_t>(g))
@@ -139,7 +139,7 @@ void PeerCopyCommunicator::reduce_scatter(const comm::ProcessGroup& group,
         "rank " + std::to_string(rank()) + ": " + sizes("reduce_scatter", input.size(), n, g));
   const std::string key = next_key(group);
   post_input(key, me, input, g);
-  inner_->barrier(group);
+  direct_->barrier(group);
   {
     Reads reads(*exchange_, *storage_, key, rank());
     const std::size_t offset = n * static_cast<std::size_t>(me);  // this member's chunk
@@ -159,7 +159,7 @@ void PeerCopyCommunicator::reduce_scatter(const comm::ProcessGroup& group,
 void PeerCopyCommunicator::all_gather(const comm::ProcessGroup& group, std::span<const float> input,
                                       std::span<float> output) {
   if (input.empty() || group.size() <= 1 || !on_device(input.data()) || !on_device(output.data()))
-    return staged_->all_gather(group, input, output);
+    return inner().all_gather(group, input, output);
   const int g = group.size();
   const std::size_t n = input.size();
   if (output.size() != n * static_cast<std::size_t>(g))
@@ -168,7 +168,7 @@ void PeerCopyCommunicator::all_gather(const comm::ProcessGroup& group, std::span
         "rank " + std::to_string(rank()) + ": " + sizes("all_gather", output.size(), n, g));
   const std::string key = next_key(group);
   post_input(key, group.index_of(rank()), input, g);  // before any write: they may overlap
-  inner_->barrier(group);
+  direct_->barrier(group);
   {
     Reads reads(*exchange_, *storage_, key, rank());
     for (int i = 0; i < g; ++i) {
@@ -185,7 +185,7 @@ void PeerCopyCommunicator::all_gather(const comm::ProcessGroup& group, std::span
 void PeerCopyCommunicator::broadcast(const comm::ProcessGroup& group, std::span<float> data,
                                      int root) {
   if (data.empty() || group.size() <= 1 || !on_device(data.data()))
-    return staged_->broadcast(group, data, root);
+    return inner().broadcast(group, data, root);
   const int g = group.size(), me = group.index_of(rank());
   if (root < 0 || root >= g)
     throw comm::CommMismatch(rank(), "broadcast on " + group.describe(),
@@ -193,7 +193,7 @@ void PeerCopyCommunicator::broadcast(const comm::ProcessGroup& group, std::span<
                                  group.describe() + " from group rank " + std::to_string(root));
   const std::string key = next_key(group);
   if (me == root) post_input(key, me, data, g - 1);
-  inner_->barrier(group);
+  direct_->barrier(group);
   if (me != root) {
     Reads reads(*exchange_, *storage_, key, rank());
     tensor::DeviceAllocator* owner = nullptr;
@@ -209,7 +209,7 @@ void PeerCopyCommunicator::all_to_all(const comm::ProcessGroup& group, std::span
   const auto g = static_cast<std::size_t>(group.size());
   if (input.empty() || g <= 1 || !on_device(input.data()) || !on_device(output.data()) ||
       input.size() % g != 0 || output.size() != input.size())
-    return staged_->all_to_all(group, input, output);  // which also names a bad size
+    return inner().all_to_all(group, input, output);  // which also names a bad size
   const std::vector<std::size_t> parts(g, input.size() / g);
   exchange_parts(group, input, parts, output, parts);
 }
@@ -228,7 +228,7 @@ void PeerCopyCommunicator::all_to_all_v(const comm::ProcessGroup& group,
   const bool device = on_device_or_empty(input) && on_device_or_empty(output);
   if (g <= 1 || !device || send_counts.size() != g || recv_counts.size() != g ||
       sent != input.size() || received != output.size())
-    return staged_->all_to_all_v(group, input, send_counts, output, recv_counts);
+    return inner().all_to_all_v(group, input, send_counts, output, recv_counts);
   exchange_parts(group, input, {send_counts.begin(), send_counts.end()}, output, recv_counts);
 }
 
@@ -239,7 +239,7 @@ void PeerCopyCommunicator::exchange_parts(const comm::ProcessGroup& group,
   const int g = group.size(), me = group.index_of(rank());
   const std::string key = next_key(group);
   post_input(key, me, input, g, std::move(send));
-  inner_->barrier(group);
+  direct_->barrier(group);
   {
     Reads reads(*exchange_, *storage_, key, rank());
     std::size_t at = 0;

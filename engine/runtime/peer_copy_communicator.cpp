@@ -150,11 +150,11 @@ std::vector<PeerExchange::Returned> PeerExchange::leave(int src) {
   return out;
 }
 
-PeerCopyCommunicator::PeerCopyCommunicator(comm::Communicator& inner, comm::Communicator& staged,
+PeerCopyCommunicator::PeerCopyCommunicator(comm::Communicator& direct, comm::Communicator& staged,
                                            tensor::DeviceAllocator& storage, PeerExchange& exchange,
                                            std::size_t collective_piece)
-    : inner_(&inner),
-      staged_(&staged),
+    : ForwardingCommunicator(staged),
+      direct_(&direct),
       storage_(&storage),
       exchange_(&exchange),
       piece_(collective_piece > 0 ? collective_piece : kCollectivePiece) {}
@@ -191,7 +191,7 @@ void* PeerCopyCommunicator::staging_block(std::size_t bytes) {
 }
 
 void PeerCopyCommunicator::send(int dst, int tag, std::span<const float> data) {
-  if (data.empty()) return staged_->send(dst, tag, data);
+  if (data.empty()) return inner().send(dst, tag, data);
   const std::size_t bytes = data.size_bytes();
   void* block = staging_block(bytes);
   if (on_device(data.data()))
@@ -200,13 +200,13 @@ void PeerCopyCommunicator::send(int dst, int tag, std::span<const float> data) {
     storage_->copy_from_host(block, data.data(), bytes);
   exchange_->post(rank(), dst, tag, {block, bytes, storage_->record_fence(), storage_});
   const float token = 1.0f;
-  inner_->send(dst, tag, std::span<const float>(&token, 1));
+  direct_->send(dst, tag, std::span<const float>(&token, 1));
 }
 
 void PeerCopyCommunicator::recv(int src, int tag, std::span<float> data) {
-  if (data.empty()) return staged_->recv(src, tag, data);
+  if (data.empty()) return inner().recv(src, tag, data);
   float token = 0.0f;
-  inner_->recv(src, tag, std::span<float>(&token, 1));
+  direct_->recv(src, tag, std::span<float>(&token, 1));
   const PeerExchange::Parcel p = exchange_->take(src, rank(), tag);
   PeerExchange::Returned back{const_cast<void*>(p.block), p.bytes, {}};
   try {

@@ -4,19 +4,19 @@
 // A send copies the span into a staging block of the sender's storage (on the sender's stream,
 // so the sender may reuse its span at once, as every send of the engine allows), records a
 // fence, and posts the block to the run's PeerExchange; then a one-float token goes through the
-// wrapped communicator, so the receive keeps its order, its watchdog and its abort. The receive
-// takes the token, makes its own stream wait for the fence, copies the block into its span and
-// hands the block back with a fence of its own; the sender reuses returned blocks (waiting for
-// that fence on its stream) rather than freeing them, since freeing device memory synchronises
-// the device. Every rank of the run takes part (all are on the one device), so both ends of a
-// transfer always agree on the path. Host spans are handled too (copied into and out of the
-// staging block), so both ends of a transfer need not agree on where their spans live.
+// rank's own (thread) communicator, so the receive keeps its order, its watchdog and its abort.
+// The receive takes the token, makes its own stream wait for the fence, copies the block into its
+// span and hands the block back with a fence of its own; the sender reuses returned blocks
+// (waiting for that fence on its stream) rather than freeing them, since freeing device memory
+// synchronises the device. Every rank of the run takes part (all are on the one device), so both
+// ends of a transfer always agree on the path. Host spans are handled too (copied into and out of
+// the staging block), so both ends of a transfer need not agree on where their spans live.
 //
 // Collectives over device spans (all-reduce, reduce-scatter, all-gather, broadcast, all-to-all
 // with equal or variable parts) run device to device too (peer_copy_collectives.cpp): each member
 // copies its input into a staging block and posts it under the collective's key; after a barrier of
-// the wrapped communicator (which keeps its watchdog, abort and mismatch checks) each member reads
-// the blocks it needs on its own stream: copies, and for reductions
+// the rank's own communicator (which keeps its watchdog, abort and mismatch checks) each member
+// reads the blocks it needs on its own stream: copies, and for reductions
 // DeviceAllocator::combine_from_peer folding the blocks in group-rank order, ((x0 + x1) + x2) +
 // ..., the thread communicator's order, so the results are bit for bit the same. A block returns to
 // its member once every reader released it (with the fences of their reads), and a second barrier
@@ -39,7 +39,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/comm/communicator.hpp"
+#include "engine/comm/forwarding_communicator.hpp"
 #include "engine/tensor/device_allocator.hpp"
 
 namespace pipetune::runtime {
@@ -109,21 +109,21 @@ class PeerExchange {
   std::size_t parcels_ = 0, bytes_ = 0, shared_parcels_ = 0, shared_bytes_ = 0;
 };
 
-class PeerCopyCommunicator final : public comm::Communicator {
+class PeerCopyCommunicator final : public comm::ForwardingCommunicator {
  public:
-  // `inner` carries the tokens (the rank's own thread communicator); `staged` everything else
-  // (the rank's StagingCommunicator over `inner`). All must outlive this communicator.
+  // `direct` carries the tokens and the device collectives' barriers (the rank's own thread
+  // communicator); `staged`, the wrapped communicator, everything else (the rank's
+  // StagingCommunicator over `direct`). All must outlive this communicator.
   // `collective_piece`: the largest all-reduce round, in floats (kCollectivePiece; tests pass
   // less).
-  PeerCopyCommunicator(comm::Communicator& inner, comm::Communicator& staged,
+  PeerCopyCommunicator(comm::Communicator& direct, comm::Communicator& staged,
                        tensor::DeviceAllocator& storage, PeerExchange& exchange,
                        std::size_t collective_piece = kCollectivePiece);
   ~PeerCopyCommunicator() override;
   PeerCopyCommunicator(const PeerCopyCommunicator&) = delete;
   PeerCopyCommunicator& operator=(const PeerCopyCommunicator&) = delete;
 
-  int rank() const override { return inner_->rank(); }
-  int world() const override { return inner_->world(); }
+  // Every call that carries spans; the rest goes to the staging communicator as it is.
   void send(int dst, int tag, std::span<const float> data) override;
   void recv(int src, int tag, std::span<float> data) override;
   void all_reduce(const comm::ProcessGroup& group, std::span<float> data,
@@ -138,11 +138,6 @@ class PeerCopyCommunicator final : public comm::Communicator {
                     std::span<const std::size_t> send_counts, std::span<float> output,
                     std::span<const std::size_t> recv_counts) override;
   void broadcast(const comm::ProcessGroup& group, std::span<float> data, int root) override;
-  void barrier(const comm::ProcessGroup& group) override { staged_->barrier(group); }
-  void throw_if_aborted() const override { inner_->throw_if_aborted(); }
-  void note_progress(std::int64_t step, std::string_view op, int microbatch) override {
-    inner_->note_progress(step, op, microbatch);
-  }
 
   // Bytes moved device to device so far (tests); collectives run device to device.
   std::size_t bytes_copied() const { return copied_; }
@@ -175,8 +170,7 @@ class PeerCopyCommunicator final : public comm::Communicator {
   // Ends a collective once every member has released every block (a barrier).
   void finish(const comm::ProcessGroup& group);
 
-  comm::Communicator* inner_;
-  comm::Communicator* staged_;
+  comm::Communicator* direct_;  // tokens and barriers, never staged
   tensor::DeviceAllocator* storage_;
   PeerExchange* exchange_;
   std::unordered_map<std::size_t, std::vector<void*>> free_;  // reusable blocks by size

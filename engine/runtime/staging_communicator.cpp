@@ -53,19 +53,19 @@ void StagingCommunicator::finish(std::span<float> data, const Stage& stage) {
 }
 
 void StagingCommunicator::send(int dst, int tag, std::span<const float> data) {
-  inner_->send(dst, tag, input(data, in_));
+  inner().send(dst, tag, input(data, in_));
 }
 
 void StagingCommunicator::recv(int src, int tag, std::span<float> data) {
-  inner_->recv(src, tag, output(data, out_));
+  inner().recv(src, tag, output(data, out_));
   finish(data, out_);
 }
 
 void StagingCommunicator::all_reduce(const comm::ProcessGroup& group, std::span<float> data,
                                      comm::ReduceOp op) {
-  if (!foreign(data)) return inner_->all_reduce(group, data, op);
+  if (!foreign(data)) return inner().all_reduce(group, data, op);
   input(data, out_);  // in place: into the output stage
-  inner_->all_reduce(group, {out_.data, data.size()}, op);
+  inner().all_reduce(group, {out_.data, data.size()}, op);
   finish(data, out_);
 }
 
@@ -73,7 +73,7 @@ void StagingCommunicator::reduce_scatter(const comm::ProcessGroup& group,
                                          std::span<const float> input_data,
                                          std::span<float> output_data, comm::ReduceOp op) {
   const std::span<const float> in = input(input_data, in_);
-  inner_->reduce_scatter(group, in, output(output_data, out_), op);
+  inner().reduce_scatter(group, in, output(output_data, out_), op);
   finish(output_data, out_);
 }
 
@@ -81,7 +81,7 @@ void StagingCommunicator::all_gather(const comm::ProcessGroup& group,
                                      std::span<const float> input_data,
                                      std::span<float> output_data) {
   const std::span<const float> in = input(input_data, in_);
-  inner_->all_gather(group, in, output(output_data, out_));
+  inner().all_gather(group, in, output(output_data, out_));
   finish(output_data, out_);
 }
 
@@ -89,7 +89,7 @@ void StagingCommunicator::all_to_all(const comm::ProcessGroup& group,
                                      std::span<const float> input_data,
                                      std::span<float> output_data) {
   const std::span<const float> in = input(input_data, in_);
-  inner_->all_to_all(group, in, output(output_data, out_));
+  inner().all_to_all(group, in, output(output_data, out_));
   finish(output_data, out_);
 }
 
@@ -99,15 +99,15 @@ void StagingCommunicator::all_to_all_v(const comm::ProcessGroup& group,
                                        std::span<float> output_data,
                                        std::span<const std::size_t> recv_counts) {
   const std::span<const float> in = input(input_data, in_);
-  inner_->all_to_all_v(group, in, send_counts, output(output_data, out_), recv_counts);
+  inner().all_to_all_v(group, in, send_counts, output(output_data, out_), recv_counts);
   finish(output_data, out_);
 }
 
 void StagingCommunicator::broadcast(const comm::ProcessGroup& group, std::span<float> data,
                                     int root) {
-  if (!foreign(data)) return inner_->broadcast(group, data, root);
+  if (!foreign(data)) return inner().broadcast(group, data, root);
   input(data, out_);
-  inner_->broadcast(group, {out_.data, data.size()}, root);
+  inner().broadcast(group, {out_.data, data.size()}, root);
   finish(data, out_);
 }
 

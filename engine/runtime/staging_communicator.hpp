@@ -12,25 +12,24 @@
 
 #include <cstddef>
 
-#include "engine/comm/communicator.hpp"
+#include "engine/comm/forwarding_communicator.hpp"
 #include "engine/tensor/device_allocator.hpp"
 
 namespace pipetune::runtime {
 
-class StagingCommunicator final : public comm::Communicator {
+class StagingCommunicator final : public comm::ForwardingCommunicator {
  public:
   enum class Side { host, device };  // the memory the wrapped communicator takes
 
   // Both must outlive this communicator.
   StagingCommunicator(comm::Communicator& inner, tensor::DeviceAllocator& storage,
                       Side inner_side = Side::host)
-      : inner_(&inner), storage_(&storage), side_(inner_side) {}
+      : ForwardingCommunicator(inner), storage_(&storage), side_(inner_side) {}
   ~StagingCommunicator() override;
   StagingCommunicator(const StagingCommunicator&) = delete;
   StagingCommunicator& operator=(const StagingCommunicator&) = delete;
 
-  int rank() const override { return inner_->rank(); }
-  int world() const override { return inner_->world(); }
+  // Every call that carries spans; the rest is forwarded as it is.
   void send(int dst, int tag, std::span<const float> data) override;
   void recv(int src, int tag, std::span<float> data) override;
   void all_reduce(const comm::ProcessGroup& group, std::span<float> data,
@@ -45,11 +44,6 @@ class StagingCommunicator final : public comm::Communicator {
                     std::span<const std::size_t> send_counts, std::span<float> output,
                     std::span<const std::size_t> recv_counts) override;
   void broadcast(const comm::ProcessGroup& group, std::span<float> data, int root) override;
-  void barrier(const comm::ProcessGroup& group) override { inner_->barrier(group); }
-  void throw_if_aborted() const override { inner_->throw_if_aborted(); }
-  void note_progress(std::int64_t step, std::string_view op, int microbatch) override {
-    inner_->note_progress(step, op, microbatch);
-  }
 
   // Bytes copied each way so far (tests, and the cost of staging).
   std::size_t bytes_to_host() const { return to_host_; }
@@ -73,7 +67,6 @@ class StagingCommunicator final : public comm::Communicator {
   // Copies `stage` back into `data` when `data` was staged.
   void finish(std::span<float> data, const Stage& stage);
 
-  comm::Communicator* inner_;
   tensor::DeviceAllocator* storage_;
   Side side_;
   Stage in_, out_;

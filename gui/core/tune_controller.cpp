@@ -10,35 +10,45 @@
 #include "db/store/record_json.hpp"
 #include "db/store/workspace.hpp"
 #include "engine/errors.hpp"
-#include "engine/schedule/generators.hpp"
 #include "engine/spec/load.hpp"
 #include "gui/core/plan_trace.hpp"
 #include "tuner/export/small_scale.hpp"
 #include "tuner/search/evaluator_scorer.hpp"
+#include "tuner/search/search_request.hpp"
 
 namespace pipetune::gui {
 
 namespace {
 
+tuner::TuningTarget tuning_target(const TuneRequest& r) {
+  return {r.model_preset, r.hardware_preset, r.gpus, r.nodes_of, r.global_batch, r.seq};
+}
+
 // Stored as `pipetune tune` stores a search (db/store/search_records.hpp), so the CLI reads it.
 std::int64_t store_search(const std::string& path, const TuneRequest& request,
                           const tuner::SearchResult& r) {
-  return db::store_search(path,
-                          {request.model_preset, request.hardware_preset, request.gpus,
-                           request.nodes_of, request.global_batch, request.seq},
-                          r);
+  return db::store_search(path, tuning_target(request), r);
+}
+
+// The request checked as `pipetune tune` checks it (InputError naming the field).
+tuner::SearchSpace tune_space(const TuneRequest& r) {
+  tuner::SearchSpace space = tuner::search_space({.target = tuning_target(r),
+                                                  .schedules = r.schedules,
+                                                  .vocab_modes = {},  // every mode
+                                                  .max_candidates = r.max_candidates,
+                                                  .keep = r.keep,
+                                                  .threads = r.threads});
+  // One core is left to the GUI thread unless the request says otherwise.
+  if (space.threads == 0)
+    space.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  return space;
 }
 
 }  // namespace
 
 TuneTarget resolve_tune_target(const TuneRequest& r) {
-  if (r.max_candidates < 0) throw InputError("max_candidates must be >= 0");
-  if (r.keep < 0) throw InputError("keep must be >= 0 (got " + std::to_string(r.keep) + ")");
-  if (r.threads < 0) throw InputError("threads must be >= 0");
-  for (const std::string& name : r.schedules)
-    (void)schedule::schedule_placement(name);  // InputError listing the valid names
-  return tuner::resolve_target(
-      {r.model_preset, r.hardware_preset, r.gpus, r.nodes_of, r.global_batch, r.seq});
+  const tuner::SearchSpace space = tune_space(r);
+  return {space.model, space.cluster, space.global_batch};
 }
 
 TuneController::TuneController(QObject* parent) : QObject(parent) {}
@@ -63,13 +73,14 @@ bool TuneController::start(const TuneRequest& request) {
     error_ = "a search is still going: cancel it first";
     return false;
   }
-  TuneTarget target;
+  tuner::SearchSpace space;
   try {
-    target = resolve_tune_target(request);
+    space = tune_space(request);
   } catch (const std::exception& e) {
     error_ = QString::fromStdString(e.what());
     return false;
   }
+  const TuneTarget target{space.model, space.cluster, space.global_batch};
   if (search_worker_.joinable()) search_worker_.join();
   ++generation_;
   pending_preview_.reset();
@@ -81,17 +92,6 @@ bool TuneController::start(const TuneRequest& request) {
   done_ = 0;
   total_ = 0;
   running_ = true;
-  tuner::SearchSpace space;
-  space.model = target.model;
-  space.cluster = target.cluster;
-  space.global_batch = target.global_batch;
-  space.schedules = request.schedules;
-  space.max_candidates = request.max_candidates;
-  space.keep = request.keep;
-  // One core is left to the GUI thread unless the request says otherwise.
-  space.threads = request.threads > 0
-                      ? request.threads
-                      : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
   const std::string path = workspace_;
   search_worker_ = std::thread([this, space, target, request, path] {
     auto result = std::make_shared<tuner::SearchResult>();
@@ -116,18 +116,8 @@ bool TuneController::start(const TuneRequest& request) {
                       .arg(done_.load())
                       .arg(total_.load());
       } else if (result->ranked.empty()) {
-        message = QString("no feasible plan for %1 on %2 x %3")
-                      .arg(QString::fromStdString(target.model.name))
-                      .arg(target.cluster.devices)
-                      .arg(QString::fromStdString(target.cluster.hardware.name));
-        if (result->smallest_infeasible)
-          message += QString(": the smallest plan needs %1 per GPU (%2), the device has %3")
-                         .arg(human_bytes(result->smallest_infeasible->score.peak_memory_bytes))
-                         .arg(plan_label(result->smallest_infeasible->plan,
-                                         result->smallest_infeasible->vocab_label))
-                         .arg(human_bytes(static_cast<double>(target.cluster.hardware.hbm_bytes)));
-        else
-          message += ": every plan was pruned";
+        message = QString::fromStdString(
+            tuner::no_feasible_plan_explanation(*result, target.model, target.cluster));
       } else {
         id = store_search(path, request, *result);
         message = QString("%1 feasible plans of %2 (%3 simulated); stored as search %4")

@@ -94,10 +94,11 @@ TEST(HostileInput, ADirectoryOrADeviceIsNoModelFile) {
 }
 
 TEST(HostileInput, TuneListsEveryVocabularyOptionItSearches) {
-  expect_refused({{"tune", "--model", "tiny", "--hardware", "h100-sxm", "--gpus", "8",
-                   "--global-batch", "64", "--vocab-modes", "zzz", "--no-db"},
-                  "--vocab-modes: unknown mode 'zzz' (valid: none, redis, vocab-1, vocab-2, "
-                  "interlaced)"});
+  expect_refused(
+      {{"tune", "--model", "tiny", "--hardware", "h100-sxm", "--gpus", "8", "--global-batch", "64",
+        "--vocab-modes", "zzz", "--no-db"},
+       "--vocab-modes names an unknown mode 'zzz' (valid: none, redis, vocab-1, vocab-2, "
+       "interlaced)"});
 }
 
 // One validation for every command: a one-token vocabulary, and a vocabulary smaller than its

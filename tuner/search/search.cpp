@@ -275,6 +275,10 @@ double output_layer_in_layers(const spec::ModelSpec& model) {
   return 6.0 * v / (72.0 * h + 6.0 * s);
 }
 
+const std::vector<std::string>& vocab_options() {
+  return kVocabModes;
+}
+
 std::vector<int> redistributed_layer_split(std::int64_t layers, int pp, double input_layers,
                                            double output_layers) {
   if (pp <= 1) return {static_cast<int>(layers)};

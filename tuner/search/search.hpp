@@ -132,6 +132,10 @@ SearchResult search_plans(const SearchSpace& space, const PlanScorer& score,
                           const SearchProgress& progress = {},
                           const std::atomic<bool>* cancel = nullptr);
 
+// The search's vocabulary options, in the order it tries them: none, redis, vocab-1, vocab-2,
+// interlaced (SearchSpace::vocab_modes names some of these).
+const std::vector<std::string>& vocab_options();
+
 // The "redis" layer split: pp stages, the first holding the input embedding and the last the
 // output layer, each worth `*_layers` transformer layers of work; transformer layers are moved
 // off those two stages so every stage carries about the same work (the Vocabulary Parallelism

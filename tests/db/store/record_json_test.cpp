@@ -190,6 +190,57 @@ TEST(RecordJson, TrainingPlanKeepsItsEngine) {
   }
 }
 
+// One codec writes both records: a training run's plan is the tuner plan's keys but the global
+// batch, so the stored text stays what it was; records written before the codec was shared read
+// back as they did.
+TEST(RecordJson, OneCodecKeepsBothStoredFormats) {
+  const spec::ParallelPlan p = sample_plan();
+  nlohmann::json plan = plan_to_json(p, "vocab-2");
+  nlohmann::json training = training_plan_json(spec::load_model("tiny"), p, 60, 1234);
+  EXPECT_EQ(plan.at("global_batch"), 96);
+  EXPECT_FALSE(training.contains("global_batch"));
+  for (const auto& [key, value] : training.items()) {
+    if (plan.contains(key)) {
+      EXPECT_EQ(value, plan[key]) << key;
+    }
+  }
+  for (const char* key :
+       {"model", "backend", "precision", "attention", "steps", "seed", "time_unit"})
+    EXPECT_TRUE(training.contains(key)) << key;
+  EXPECT_EQ(training.size(), plan.size() - 1 + 7);
+
+  // A trial as `pipetune tune` has stored it, and a training run from before recomputation,
+  // sequence parallelism and the layer split were kept.
+  const nlohmann::json trial_plan = nlohmann::json::parse(
+      R"({"chunks":1,"dp":2,"ep":1,"global_batch":32,"layer_split":[5,3],"micro_batch_size":2,)"
+      R"("microbatches":8,"pp":2,"recompute":"full","schedule":"1f1b","sequence_parallel":true,)"
+      R"("tp":4,"vocab":"redis","zero_stage":2})");
+  std::string label;
+  const spec::ParallelPlan t = plan_from_json(trial_plan, label);
+  EXPECT_EQ(label, "redis");
+  EXPECT_EQ(t.vocab, schedule::VocabMode::None);
+  EXPECT_EQ(t.global_batch, 32);
+  EXPECT_EQ(t.layer_split, (std::vector<int>{5, 3}));
+  EXPECT_EQ(t.recompute, spec::Recompute::Full);
+  EXPECT_EQ(t.zero_stage, 2);
+  const nlohmann::json old_run = nlohmann::json::parse(
+      R"({"chunks":1,"dp":2,"ep":1,"micro_batch_size":1,"microbatches":4,"model":"tiny",)"
+      R"("pp":2,"schedule":"1f1b","seed":1234,"steps":3,"time_unit":"s","tp":1,"vocab":"none",)"
+      R"("zero_stage":0})");
+  const spec::ParallelPlan r = training_plan_from_json(old_run);
+  EXPECT_EQ(r.recompute, spec::Recompute::None);
+  EXPECT_FALSE(r.sequence_parallel);
+  EXPECT_EQ(r.global_batch, 8);  // micro_batch_size * microbatches * dp
+  EXPECT_EQ(r.microbatches, 4);
+  // A tuner plan's keys are all required; a training run's vocabulary is one the engine runs.
+  nlohmann::json no_split = trial_plan;
+  no_split.erase("layer_split");
+  EXPECT_THROW(plan_from_json(no_split, label), InputError);
+  nlohmann::json redis_run = old_run;
+  redis_run["vocab"] = "redis";
+  EXPECT_THROW(training_plan_from_json(redis_run), InputError);
+}
+
 TEST(RecordJson, AMissingFieldIsNamed) {
   nlohmann::json j = plan_to_json(sample_plan(), "none");
   j.erase("microbatches");

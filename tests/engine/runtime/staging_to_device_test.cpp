@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "engine/comm/forwarding_communicator.hpp"
 #include "engine/comm/thread_cluster.hpp"
 #include "engine/comm/topology.hpp"
 #include "tests/engine/runtime/guarded_device.hpp"
@@ -20,47 +21,45 @@ namespace {
 using profiler::MemoryCategory;
 
 // Refuses host spans, as NCCL would (it reads device memory only).
-class DeviceOnly final : public comm::Communicator {
+class DeviceOnly final : public comm::ForwardingCommunicator {
  public:
   DeviceOnly(comm::Communicator& inner, testing::GuardedAllocator& device)
-      : inner_(inner), device_(device) {}
-  int rank() const override { return inner_.rank(); }
-  int world() const override { return inner_.world(); }
+      : ForwardingCommunicator(inner), device_(device) {}
   void send(int dst, int tag, std::span<const float> d) override {
     check(d);
     Open o(device_);
-    inner_.send(dst, tag, d);
+    inner().send(dst, tag, d);
   }
   void recv(int src, int tag, std::span<float> d) override {
     check(d);
     Open o(device_);
-    inner_.recv(src, tag, d);
+    inner().recv(src, tag, d);
   }
   void all_reduce(const comm::ProcessGroup& g, std::span<float> d, comm::ReduceOp op) override {
     check(d);
     Open o(device_);
-    inner_.all_reduce(g, d, op);
+    inner().all_reduce(g, d, op);
   }
   void reduce_scatter(const comm::ProcessGroup& g, std::span<const float> in, std::span<float> out,
                       comm::ReduceOp op) override {
     check(in);
     check(out);
     Open o(device_);
-    inner_.reduce_scatter(g, in, out, op);
+    inner().reduce_scatter(g, in, out, op);
   }
   void all_gather(const comm::ProcessGroup& g, std::span<const float> in,
                   std::span<float> out) override {
     check(in);
     check(out);
     Open o(device_);
-    inner_.all_gather(g, in, out);
+    inner().all_gather(g, in, out);
   }
   void all_to_all(const comm::ProcessGroup& g, std::span<const float> in,
                   std::span<float> out) override {
     check(in);
     check(out);
     Open o(device_);
-    inner_.all_to_all(g, in, out);
+    inner().all_to_all(g, in, out);
   }
   void all_to_all_v(const comm::ProcessGroup& g, std::span<const float> in,
                     std::span<const std::size_t> sc, std::span<float> out,
@@ -68,15 +67,13 @@ class DeviceOnly final : public comm::Communicator {
     check(in);
     check(out);
     Open o(device_);
-    inner_.all_to_all_v(g, in, sc, out, rc);
+    inner().all_to_all_v(g, in, sc, out, rc);
   }
   void broadcast(const comm::ProcessGroup& g, std::span<float> d, int root) override {
     check(d);
     Open o(device_);
-    inner_.broadcast(g, d, root);
+    inner().broadcast(g, d, root);
   }
-  void barrier(const comm::ProcessGroup& g) override { inner_.barrier(g); }
-  void throw_if_aborted() const override { inner_.throw_if_aborted(); }
 
  private:
   using Open = testing::GuardedAllocator::Open;
@@ -84,7 +81,6 @@ class DeviceOnly final : public comm::Communicator {
     if (!s.empty() && !device_.owns(s.data()))
       throw std::logic_error("a host span reached the device-only communicator");
   }
-  comm::Communicator& inner_;
   testing::GuardedAllocator& device_;
 };
 
