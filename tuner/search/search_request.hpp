@@ -29,13 +29,8 @@ struct SearchRequest {
 // ("keep"), rule() what it breaks ("must be >= 0 (got -1)"); what() is the two with a space.
 class SearchRequestError : public InputError {
  public:
-  SearchRequestError(std::string field, std::string rule)
-      : InputError(field + " " + rule), field_(std::move(field)), rule_(std::move(rule)) {}
-  const std::string& field() const { return field_; }
-  const std::string& rule() const { return rule_; }
-
- private:
-  std::string field_, rule_;
+  SearchRequestError(const std::string& field, const std::string& rule)
+      : InputError(field + " " + rule, InputError({field}, rule)) {}
 };
 
 // The space a request asks to search: its limits and vocabulary modes checked
