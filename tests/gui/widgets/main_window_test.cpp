@@ -245,6 +245,27 @@ TEST(MainWindow, BadWorkspacesAndRunsBeingWrittenShowAMessage) {
   writer.finish(db::RunStatus::Complete);
 }
 
+// Stops the Train page's run from the window, then waits for the run to end, say so, and be
+// listed in Inspect as interrupted with Start enabled again.
+::testing::AssertionResult stop_and_find_it_interrupted_in_inspect(MainWindow& window,
+                                                                   const bool& ended) {
+  TrainPage* train = window.train_page();
+  train->stop_button()->click();
+  if (!test::process_events_until([&] { return ended; }))
+    return ::testing::AssertionFailure() << "the run never ended after Stop";
+  const QString status = train->status_label()->text();
+  if (status.indexOf("interrupted") == -1)
+    return ::testing::AssertionFailure() << "status line: " << status.toStdString();
+  if (!test::process_events_until([&] {
+        return window.workspace_model()->rowCount() == 1 &&
+               window.workspace_model()->run_at(0).status == db::RunStatus::Interrupted;
+      }))
+    return ::testing::AssertionFailure() << "Inspect never listed the run as interrupted";
+  if (!train->start_button()->isEnabled())
+    return ::testing::AssertionFailure() << "Start stayed disabled after the run ended";
+  return ::testing::AssertionSuccess();
+}
+
 TEST(MainWindow, TrainStreamsTheLiveRunAndStopStoresItInterrupted) {
   QApplication* app = test::gui_test_app();
   if (!app) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
@@ -272,18 +293,9 @@ TEST(MainWindow, TrainStreamsTheLiveRunAndStopStoresItInterrupted) {
   for (int i = 0; i < 5; ++i) QApplication::processEvents(QEventLoop::AllEvents, 20);
   const QImage shot = train->grab().toImage();
   shot.save(artifacts_dir() + "/train.png");
-  train->stop_button()->click();
-  ASSERT_TRUE(test::process_events_until([&] { return ended; }));
-  EXPECT_NE(train->status_label()->text().indexOf("interrupted"), -1)
-      << train->status_label()->text().toStdString();
+  ASSERT_TRUE(stop_and_find_it_interrupted_in_inspect(window, ended));
   EXPECT_EQ(train->loss_chart()->points().size(), window.runs()->loss_series().size());
   EXPECT_GE(train->loss_chart()->points().size(), 3);
-  // The stored run appears in Inspect, interrupted.
-  ASSERT_TRUE(test::process_events_until([&] {
-    return window.workspace_model()->rowCount() == 1 &&
-           window.workspace_model()->run_at(0).status == db::RunStatus::Interrupted;
-  }));
-  EXPECT_TRUE(train->start_button()->isEnabled());
 }
 
 // The Train page launches what `pipetune train` launches: here the plan's ranks as 2 processes
@@ -321,15 +333,7 @@ TEST(MainWindow, TrainLaunchesATwoProcessRunStopsItAndInspectListsIt) {
   ASSERT_FALSE(ended) << train->status_label()->text().toStdString();
   EXPECT_FALSE(train->start_button()->isEnabled());
   EXPECT_FALSE(train->loss_chart()->points().isEmpty());
-  train->stop_button()->click();
-  ASSERT_TRUE(test::process_events_until([&] { return ended; }));
-  EXPECT_NE(train->status_label()->text().indexOf("interrupted"), -1)
-      << train->status_label()->text().toStdString();
-  ASSERT_TRUE(test::process_events_until([&] {
-    return window.workspace_model()->rowCount() == 1 &&
-           window.workspace_model()->run_at(0).status == db::RunStatus::Interrupted;
-  }));
-  EXPECT_TRUE(train->start_button()->isEnabled());
+  ASSERT_TRUE(stop_and_find_it_interrupted_in_inspect(window, ended));
 }
 
 // "Write cluster launch" writes the run file `train --config` reads (the Set up plan) and an
