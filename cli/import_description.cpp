@@ -1,5 +1,6 @@
 #include "cli/import_description.hpp"
 
+#include "cli/count_flags.hpp"
 #include "db/import/import_limits.hpp"
 #include "engine/errors.hpp"
 #include "engine/spec/load.hpp"
@@ -60,10 +61,7 @@ std::optional<spec::RunSpec> described_run(const ImportDescriptionArgs& a) {
   p.chunks = a.chunks.value_or(0);
   p.microbatches = a.microbatches.value_or(0);
   p.micro_batch_size = a.micro_batch_size.value_or(1);
-  for (const auto& [value, flag] : {std::pair{p.tp, "--tp"}, std::pair{p.pp, "--pp"},
-                                    std::pair{p.dp, "--dp"}, std::pair{p.ep, "--ep"}})
-    if (value < 1)
-      throw InputError(std::string(flag) + " must be at least 1, not " + std::to_string(value));
+  require_counts_at_least_one({{p.tp, "--tp"}, {p.pp, "--pp"}, {p.dp, "--dp"}, {p.ep, "--ep"}});
   const auto world = static_cast<unsigned long long>(p.tp) * p.pp * p.dp;
   if (world > db::ImportLimits{}.max_ranks)
     throw InputError("tp*pp*dp = " + std::to_string(world) +

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/count_flags.hpp"
 #include "cli/format.hpp"
 #include "cli/json_output.hpp"
 #include "cli/predict_against.hpp"
@@ -115,9 +116,7 @@ void run_flags(const PredictArgs& a) {
   p.tp = a.tp;
   p.pp = a.pp;
   // dp and chunks default when not given; a given 0 or negative is a mistake, not "the default".
-  for (const auto& [value, flag] : {std::pair{a.dp, "--dp"}, std::pair{a.chunks, "--chunks"}})
-    if (value && *value < 1)
-      throw InputError(std::string(flag) + " must be at least 1, not " + std::to_string(*value));
+  require_counts_at_least_one({{a.dp, "--dp"}, {a.chunks, "--chunks"}});
   p.dp = a.dp.value_or(0);
   if (p.dp == 0) {
     const int tp_pp = a.tp * a.pp;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "cli/count_flags.hpp"
 #include "cli/format.hpp"
 #include "cli/json_output.hpp"
 #include "cli/stdout_status.hpp"
@@ -62,13 +63,6 @@ void check_costs(const SimulateArgs& a) {
   if (a.cost_f <= 0.0) throw InputError("--cost-f must be positive");
 }
 
-// A count given on the command line: at least 1 (never silently replaced by a default).
-int at_least_one(const std::optional<int>& v, const char* flag) {
-  if (v && *v < 1)
-    throw InputError(std::string(flag) + " must be at least 1, not " + std::to_string(*v));
-  return v.value_or(0);
-}
-
 tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
   if (a.schedule.empty()) throw InputError("--schedule is required (or --config FILE.toml)");
   if (!a.stages) throw InputError("--stages is required (or --config FILE.toml)");
@@ -77,10 +71,10 @@ tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
   tuner::SimulationSetup setup;
   auto& p = setup.params;
   p.name = a.schedule;
-  p.stages = at_least_one(a.stages, "--stages");
-  p.microbatches = at_least_one(a.microbatches, "--microbatches");
-  p.chunks = at_least_one(a.chunks, "--chunks");              // absent: the schedule's default
-  p.group_size = at_least_one(a.group_size, "--group-size");  // absent: p
+  p.stages = count_or_zero(a.stages, "--stages");
+  p.microbatches = count_or_zero(a.microbatches, "--microbatches");
+  p.chunks = count_or_zero(a.chunks, "--chunks");              // absent: the schedule's default
+  p.group_size = count_or_zero(a.group_size, "--group-size");  // absent: p
   p.vocab = schedule::parse_vocab_mode(a.vocab);
   if (a.memory_limit && !(*a.memory_limit > 0.0 && std::isfinite(*a.memory_limit)))
     throw InputError("--memory-limit must be a positive number of micro-batches, not " +

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "cli/count_flags.hpp"
 #include "cli/error_wording.hpp"
 #include "cli/format.hpp"
 #include "cli/stdout_status.hpp"
@@ -104,13 +105,13 @@ TrainSetup build_options(const TrainArgs& a) {
   o.model = a.model.empty() ? run.model : spec::load_model(a.model);
   o.plan = run.plan;
   // Counts given on the command line are at least 1: never silently replaced by a default.
-  for (const auto& [value, flag] :
-       {std::pair{a.tp, "--tp"}, std::pair{a.pp, "--pp"}, std::pair{a.dp, "--dp"},
-        std::pair{a.ep, "--ep"}, std::pair{a.chunks, "--chunks"},
-        std::pair{a.microbatches, "--microbatches"},
-        std::pair{a.micro_batch_size, "--micro-batch-size"}})
-    if (value && *value < 1)
-      throw InputError(std::string(flag) + " must be at least 1, not " + std::to_string(*value));
+  require_counts_at_least_one({{a.tp, "--tp"},
+                               {a.pp, "--pp"},
+                               {a.dp, "--dp"},
+                               {a.ep, "--ep"},
+                               {a.chunks, "--chunks"},
+                               {a.microbatches, "--microbatches"},
+                               {a.micro_batch_size, "--micro-batch-size"}});
   if (a.tp) o.plan.tp = *a.tp;
   if (a.pp) o.plan.pp = *a.pp;
   if (a.dp) o.plan.dp = *a.dp;
@@ -301,9 +302,7 @@ void run(const TrainArgs& given) {
   TrainArgs a = given;  // with the precision in effect (the flag's, else the run file's)
   a.precision = std::string(spec::engine_precision_name(setup.precision));
   a.attention = std::string(spec::engine_attention_name(setup.attention));
-  if (a.ranks_per_process && *a.ranks_per_process < 1)
-    throw InputError("--ranks-per-process must be at least 1, not " +
-                     std::to_string(*a.ranks_per_process));
+  require_counts_at_least_one({{a.ranks_per_process, "--ranks-per-process"}});
   session::TrainingRequest request;
   request.train = setup.options;
   request.engine = {.backend = setup.backend,
