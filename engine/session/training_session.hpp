@@ -37,7 +37,7 @@ struct RankLayout {
 struct ProcessFailure {
   int process = 0;
   std::string what;
-  int exit_code = 1;          // 2: the input was wrong; 1: the run failed
+  int exit_code = 1;         // 2: the input was wrong; 1: the run failed
   std::exception_ptr error;  // what was thrown, for a front end to word (may be null)
 };
 

@@ -5,7 +5,6 @@
 #include "engine/session/training_session.hpp"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
@@ -13,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "db/store/store_test_support.hpp"
 #include "db/store/training_run_sink.hpp"
 #include "db/store/workspace.hpp"
 #include "engine/errors.hpp"
@@ -22,23 +22,7 @@
 namespace pipetune::session {
 namespace {
 
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "pipetune_session_XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using ScratchDir = db::testing::TempDir;
 
 runtime::TrainOptions tiny_pipeline(int steps) {
   runtime::TrainOptions o;

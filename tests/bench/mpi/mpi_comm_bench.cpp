@@ -51,8 +51,8 @@ void measure(Communicator& c, std::vector<Row>& rows, double& p2p_latency) {
     c.broadcast(world, n, 0);
     double best = 1e30;
     for (int round = 0; round < 3; ++round)
-      best = std::min(best, time_calls(c, world, static_cast<int>(n[0]),
-                                       [&] { c.all_reduce(world, data); }));
+      best = std::min(
+          best, time_calls(c, world, static_cast<int>(n[0]), [&] { c.all_reduce(world, data); }));
     rows.push_back({bytes, best});
   }
   // Point to point between ranks 0 and 1.
