@@ -27,6 +27,16 @@ namespace pipetune::gui {
 TunePage::TunePage(TuneController* tuner, const PlanFormModel* form, QWidget* parent)
     : QWidget(parent), tuner_(tuner), form_(form) {
   auto* outer = new QVBoxLayout(this);
+  outer->addLayout(build_target_row());
+  outer->addLayout(build_progress_row());
+  outer->addWidget(build_panes(), 1);
+  connect_search();
+  connect_selection();
+  refresh_buttons();
+}
+
+// Model, hardware, GPUs, global batch, schedules and keep, then "From Set up", Search and Cancel.
+QHBoxLayout* TunePage::build_target_row() {
   auto* target = new QHBoxLayout;
   model_ = new QComboBox;
   model_->addItems(PlanFormModel::model_presets());
@@ -68,8 +78,10 @@ TunePage::TunePage(TuneController* tuner, const PlanFormModel* form, QWidget* pa
   cancel_->setObjectName("tune_cancel");
   target->addWidget(start_);
   target->addWidget(cancel_);
-  outer->addLayout(target);
+  return target;
+}
 
+QHBoxLayout* TunePage::build_progress_row() {
   auto* progress_row = new QHBoxLayout;
   progress_ = new QProgressBar;
   progress_->setRange(0, 1);
@@ -80,10 +92,27 @@ TunePage::TunePage(TuneController* tuner, const PlanFormModel* form, QWidget* pa
   status_->setWordWrap(true);
   progress_row->addWidget(progress_, 1);
   progress_row->addWidget(status_, 2);
-  outer->addLayout(progress_row);
+  return progress_row;
+}
 
+// The results pane and the scatter side by side above the selected plan's timeline.
+QSplitter* TunePage::build_panes() {
   auto* vertical = new QSplitter(Qt::Vertical);
   auto* upper = new QSplitter(Qt::Horizontal);
+  upper->addWidget(build_results_pane());
+  upper->addWidget(build_scatter_pane());
+  upper->setStretchFactor(0, 3);
+  upper->setStretchFactor(1, 2);
+  vertical->addWidget(upper);
+  timeline_ = new TimelineWidget;
+  vertical->addWidget(timeline_);
+  vertical->setStretchFactor(0, 3);
+  vertical->setStretchFactor(1, 2);
+  return vertical;
+}
+
+// The results table with the export format, Export and "Run at small scale" under it.
+QWidget* TunePage::build_results_pane() {
   auto* left = new QWidget;
   auto* left_layout = new QVBoxLayout(left);
   left_layout->setContentsMargins(0, 0, 0, 0);
@@ -109,7 +138,11 @@ TunePage::TunePage(TuneController* tuner, const PlanFormModel* form, QWidget* pa
   actions->addWidget(small_);
   actions->addStretch();
   left_layout->addLayout(actions);
-  upper->addWidget(left);
+  return left;
+}
+
+// The scatter with the "why pruned" counts under it.
+QWidget* TunePage::build_scatter_pane() {
   auto* right = new QWidget;
   auto* right_layout = new QVBoxLayout(right);
   right_layout->setContentsMargins(0, 0, 0, 0);
@@ -119,16 +152,11 @@ TunePage::TunePage(TuneController* tuner, const PlanFormModel* form, QWidget* pa
   pruned_ = new QListWidget;
   pruned_->setObjectName("tune_pruned");
   right_layout->addWidget(pruned_, 1);
-  upper->addWidget(right);
-  upper->setStretchFactor(0, 3);
-  upper->setStretchFactor(1, 2);
-  vertical->addWidget(upper);
-  timeline_ = new TimelineWidget;
-  vertical->addWidget(timeline_);
-  vertical->setStretchFactor(0, 3);
-  vertical->setStretchFactor(1, 2);
-  outer->addWidget(vertical, 1);
+  return right;
+}
 
+// Search, Cancel and the tuner's reports: progress, the end of a search, a failure.
+void TunePage::connect_search() {
   connect(start_, &QPushButton::clicked, this, &TunePage::start_search);
   connect(cancel_, &QPushButton::clicked, this, [this] {
     tuner_->cancel();
@@ -156,6 +184,10 @@ TunePage::TunePage(TuneController* tuner, const PlanFormModel* form, QWidget* pa
     show_error(message);
     refresh_buttons();
   });
+}
+
+// A row chosen in the table or on the scatter, its preview, Export and "Run at small scale".
+void TunePage::connect_selection() {
   connect(table_->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
           [this](const QModelIndex& current) {
             if (!current.isValid()) return;
@@ -173,7 +205,6 @@ TunePage::TunePage(TuneController* tuner, const PlanFormModel* form, QWidget* pa
           [this](int, QString message) { show_error("Cannot simulate this plan: " + message); });
   connect(export_, &QPushButton::clicked, this, &TunePage::export_selected);
   connect(small_, &QPushButton::clicked, this, &TunePage::run_small_scale);
-  refresh_buttons();
 }
 
 void TunePage::refresh_buttons() {

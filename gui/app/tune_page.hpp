@@ -10,11 +10,13 @@
 #include "gui/core/tune_controller.hpp"
 
 class QComboBox;
+class QHBoxLayout;
 class QLabel;
 class QLineEdit;
 class QListWidget;
 class QProgressBar;
 class QPushButton;
+class QSplitter;
 class QTableView;
 
 namespace pipetune::gui {
@@ -54,6 +56,14 @@ class TunePage : public QWidget {
   void run_requested(pipetune::gui::RunRequest request);
 
  private:
+  QHBoxLayout* build_target_row();
+  QHBoxLayout* build_progress_row();
+  QSplitter* build_panes();
+  QWidget* build_results_pane();
+  QWidget* build_scatter_pane();
+  void connect_search();
+  void connect_selection();
+
   void export_selected();
   void run_small_scale();
   void show_error(const QString& text);
