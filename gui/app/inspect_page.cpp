@@ -22,6 +22,19 @@ namespace pipetune::gui {
 InspectPage::InspectPage(WorkspaceModel* workspace, QWidget* parent)
     : QWidget(parent), workspace_(workspace) {
   auto* outer = new QVBoxLayout(this);
+  outer->addLayout(build_toolbar());
+  message_ = new QLabel("Open a workspace to list its runs.");
+  message_->setObjectName("inspect_message");
+  message_->setWordWrap(true);
+  outer->addWidget(message_);
+  outer->addWidget(build_panes(), 1);
+  connect_workspace();
+  connect_timeline();
+}
+
+// The workspace path, Open workspace..., Reload, "Open in timeline" and "Compare two runs",
+// connected here since only this bar holds them.
+QHBoxLayout* InspectPage::build_toolbar() {
   auto* bar = new QHBoxLayout;
   path_ = new QLineEdit;
   path_->setObjectName("inspect_path");
@@ -37,11 +50,20 @@ InspectPage::InspectPage(WorkspaceModel* workspace, QWidget* parent)
   bar->addWidget(reload);
   bar->addWidget(open);
   bar->addWidget(compare);
-  outer->addLayout(bar);
-  message_ = new QLabel("Open a workspace to list its runs.");
-  message_->setObjectName("inspect_message");
-  message_->setWordWrap(true);
-  outer->addWidget(message_);
+  connect(browse, &QPushButton::clicked, this, [this] {
+    const QString path = QFileDialog::getOpenFileName(this, "Open a workspace", QString(),
+                                                      "pipetune workspace (*.db);;All files (*)");
+    if (!path.isEmpty()) open_workspace(path);
+  });
+  connect(path_, &QLineEdit::returnPressed, this, [this] { open_workspace(path_->text()); });
+  connect(reload, &QPushButton::clicked, this, [this] { open_workspace(path_->text()); });
+  connect(open, &QPushButton::clicked, this, &InspectPage::open_selected);
+  connect(compare, &QPushButton::clicked, this, &InspectPage::compare_selected);
+  return bar;
+}
+
+// The runs table and the details text side by side above the timeline.
+QSplitter* InspectPage::build_panes() {
   auto* split = new QSplitter(Qt::Vertical);
   auto* upper = new QSplitter(Qt::Horizontal);
   table_ = new QTableView;
@@ -64,17 +86,12 @@ InspectPage::InspectPage(WorkspaceModel* workspace, QWidget* parent)
   timeline_ = new TimelineWidget;
   split->addWidget(timeline_);
   split->setStretchFactor(1, 3);
-  outer->addWidget(split, 1);
+  return split;
+}
 
-  connect(browse, &QPushButton::clicked, this, [this] {
-    const QString path = QFileDialog::getOpenFileName(this, "Open a workspace", QString(),
-                                                      "pipetune workspace (*.db);;All files (*)");
-    if (!path.isEmpty()) open_workspace(path);
-  });
-  connect(path_, &QLineEdit::returnPressed, this, [this] { open_workspace(path_->text()); });
-  connect(reload, &QPushButton::clicked, this, [this] { open_workspace(path_->text()); });
-  connect(open, &QPushButton::clicked, this, &InspectPage::open_selected);
-  connect(compare, &QPushButton::clicked, this, &InspectPage::compare_selected);
+// Opening a run by double click, and the workspace's reports: opened, runs loaded, failures.
+// A loaded run completes a comparison once both of its runs have arrived.
+void InspectPage::connect_workspace() {
   connect(table_, &QTableView::doubleClicked, this,
           [this](const QModelIndex& i) { open_row(i.row()); });
   connect(workspace_, &WorkspaceModel::opened, this, [this](QString path, int runs) {
@@ -106,6 +123,10 @@ InspectPage::InspectPage(WorkspaceModel* workspace, QWidget* parent)
       });
   connect(workspace_, &WorkspaceModel::load_failed, this,
           [this](qint64, QString message) { show_message(message, true); });
+}
+
+// The timeline's errors as messages; a clicked block or selected range in the details.
+void InspectPage::connect_timeline() {
   connect(timeline_, &TimelineWidget::error_message, this,
           [this](QString message) { show_message(message, true); });
   connect(timeline_, &TimelineWidget::span_selected, details_, &QPlainTextEdit::setPlainText);

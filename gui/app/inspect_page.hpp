@@ -8,10 +8,12 @@
 
 #include "gui/core/workspace_model.hpp"
 
+class QHBoxLayout;
 class QLabel;
 class QLineEdit;
 class QPlainTextEdit;
 class QPushButton;
+class QSplitter;
 class QTableView;
 
 namespace pipetune::gui {
@@ -34,6 +36,11 @@ class InspectPage : public QWidget {
   QPlainTextEdit* details() const { return details_; }
 
  private:
+  QHBoxLayout* build_toolbar();
+  QSplitter* build_panes();
+  void connect_workspace();
+  void connect_timeline();
+
   void show_message(const QString& text, bool error);
   void open_selected();
   void compare_selected();
