@@ -216,75 +216,13 @@ void PlanFormModel::validate() {
   message_.clear();
   error_fields_ = {};
   selection_.reset();
-  auto text = [&](PlanField f) { return values_[slot(f)].trimmed(); };
   try {
     PlanSelection s;
-    if (text(PlanField::Model).isEmpty())
-      throw ParseError{PlanField::Model, "choose a model preset"};
-    s.model_preset = text(PlanField::Model).toStdString();
-    try {
-      s.model = model_spec(s.model_preset);
-    } catch (const InputError& e) {
-      throw ParseError{PlanField::Model, QString::fromStdString(e.what())};
-    }
-    if (!text(PlanField::Cluster).isEmpty()) {
-      try {
-        s.cluster = cluster_spec(text(PlanField::Cluster).toStdString());
-      } catch (const InputError& e) {
-        throw ParseError{PlanField::Cluster, QString::fromStdString(e.what())};
-      }
-      s.hardware_preset = s.cluster.hardware.name;
-      s.gpus = s.cluster.devices;
-    } else {
-      if (text(PlanField::Hardware).isEmpty())
-        throw ParseError{PlanField::Hardware, "choose a cluster or a hardware preset"};
-      s.hardware_preset = text(PlanField::Hardware).toStdString();
-      s.gpus = parse_int(text(PlanField::Gpus), PlanField::Gpus);
-      if (s.gpus < 1)
-        throw ParseError{PlanField::Gpus, "gpus=" + text(PlanField::Gpus) + " must be positive"};
-      try {
-        s.cluster = spec::make_cluster(hardware_spec(s.hardware_preset), s.gpus);
-      } catch (const InputError& e) {
-        throw ParseError{PlanField::Hardware, QString::fromStdString(e.what())};
-      }
-    }
-    spec::ParallelPlan& p = s.plan;
-    p.tp = parse_int(text(PlanField::Tp), PlanField::Tp);
-    p.pp = parse_int(text(PlanField::Pp), PlanField::Pp);
-    p.dp = parse_int(text(PlanField::Dp), PlanField::Dp);
-    p.ep = parse_int(text(PlanField::Ep), PlanField::Ep);
-    p.chunks = parse_int(text(PlanField::Chunks), PlanField::Chunks);
-    p.micro_batch_size = parse_int(text(PlanField::MicroBatchSize), PlanField::MicroBatchSize);
-    if (!text(PlanField::Microbatches).isEmpty())
-      p.microbatches = parse_int(text(PlanField::Microbatches), PlanField::Microbatches);
-    if (!text(PlanField::GlobalBatch).isEmpty())
-      p.global_batch = parse_int(text(PlanField::GlobalBatch), PlanField::GlobalBatch);
-    p.zero_stage = parse_int(text(PlanField::ZeroStage), PlanField::ZeroStage);
-    p.schedule = text(PlanField::Schedule).toStdString();
-    p.sequence_parallel = text(PlanField::SequenceParallel) == "true";
-    // The names are parsed by the libraries, whose messages list the valid ones.
-    try {
-      p.vocab = schedule::parse_vocab_mode(text(PlanField::Vocab).toStdString());
-    } catch (const InputError& e) {
-      throw ParseError{PlanField::Vocab, QString::fromStdString(e.what())};
-    }
-    try {
-      p.recompute = spec::parse_recompute(text(PlanField::Recompute).toStdString());
-    } catch (const InputError& e) {
-      throw ParseError{PlanField::Recompute, QString::fromStdString(e.what())};
-    }
-    // Zero sizes must reach the libraries' rules, but apply_defaults divides by them.
-    if (p.micro_batch_size > 0 && p.dp > 0) spec::apply_defaults(p);
-    if (purpose_ == PlanPurpose::Train) {
-      runtime::TrainOptions o;
-      o.model = s.model;
-      o.plan = p;
-      runtime::check_train_options(o);
-    } else {
-      spec::validate(s.model, s.cluster, p);
-      (void)spec::plan_schedule(p);  // the schedule's own rules (micro-batch minimum, chunks)
-    }
-    s.global_batch = p.global_batch;
+    select_model(s);
+    select_cluster(s);
+    read_plan(s.plan);
+    check_plan(s);
+    s.global_batch = s.plan.global_batch;
     selection_ = std::move(s);
   } catch (const ParseError& e) {
     message_ = e.message;
@@ -294,6 +232,89 @@ void PlanFormModel::validate() {
     error_fields_ = fields_of(e, purpose_);
   }
   emit validated();
+}
+
+QString PlanFormModel::text(PlanField field) const {
+  return values_[slot(field)].trimmed();
+}
+
+void PlanFormModel::select_model(PlanSelection& s) {
+  if (text(PlanField::Model).isEmpty()) throw ParseError{PlanField::Model, "choose a model preset"};
+  s.model_preset = text(PlanField::Model).toStdString();
+  try {
+    s.model = model_spec(s.model_preset);
+  } catch (const InputError& e) {
+    throw ParseError{PlanField::Model, QString::fromStdString(e.what())};
+  }
+}
+
+// A cluster preset gives the hardware and GPUs; without one, hardware x GPUs make the cluster.
+void PlanFormModel::select_cluster(PlanSelection& s) {
+  if (!text(PlanField::Cluster).isEmpty()) {
+    try {
+      s.cluster = cluster_spec(text(PlanField::Cluster).toStdString());
+    } catch (const InputError& e) {
+      throw ParseError{PlanField::Cluster, QString::fromStdString(e.what())};
+    }
+    s.hardware_preset = s.cluster.hardware.name;
+    s.gpus = s.cluster.devices;
+  } else {
+    if (text(PlanField::Hardware).isEmpty())
+      throw ParseError{PlanField::Hardware, "choose a cluster or a hardware preset"};
+    s.hardware_preset = text(PlanField::Hardware).toStdString();
+    s.gpus = parse_int(text(PlanField::Gpus), PlanField::Gpus);
+    if (s.gpus < 1)
+      throw ParseError{PlanField::Gpus, "gpus=" + text(PlanField::Gpus) + " must be positive"};
+    try {
+      s.cluster = spec::make_cluster(hardware_spec(s.hardware_preset), s.gpus);
+    } catch (const InputError& e) {
+      throw ParseError{PlanField::Hardware, QString::fromStdString(e.what())};
+    }
+  }
+}
+
+// The plan's fields as typed: numbers parsed here, names by the libraries.
+void PlanFormModel::read_plan(spec::ParallelPlan& p) const {
+  p.tp = parse_int(text(PlanField::Tp), PlanField::Tp);
+  p.pp = parse_int(text(PlanField::Pp), PlanField::Pp);
+  p.dp = parse_int(text(PlanField::Dp), PlanField::Dp);
+  p.ep = parse_int(text(PlanField::Ep), PlanField::Ep);
+  p.chunks = parse_int(text(PlanField::Chunks), PlanField::Chunks);
+  p.micro_batch_size = parse_int(text(PlanField::MicroBatchSize), PlanField::MicroBatchSize);
+  if (!text(PlanField::Microbatches).isEmpty())
+    p.microbatches = parse_int(text(PlanField::Microbatches), PlanField::Microbatches);
+  if (!text(PlanField::GlobalBatch).isEmpty())
+    p.global_batch = parse_int(text(PlanField::GlobalBatch), PlanField::GlobalBatch);
+  p.zero_stage = parse_int(text(PlanField::ZeroStage), PlanField::ZeroStage);
+  p.schedule = text(PlanField::Schedule).toStdString();
+  p.sequence_parallel = text(PlanField::SequenceParallel) == "true";
+  // The names are parsed by the libraries, whose messages list the valid ones.
+  try {
+    p.vocab = schedule::parse_vocab_mode(text(PlanField::Vocab).toStdString());
+  } catch (const InputError& e) {
+    throw ParseError{PlanField::Vocab, QString::fromStdString(e.what())};
+  }
+  try {
+    p.recompute = spec::parse_recompute(text(PlanField::Recompute).toStdString());
+  } catch (const InputError& e) {
+    throw ParseError{PlanField::Recompute, QString::fromStdString(e.what())};
+  }
+}
+
+// The libraries' rules for what the form is checked for.
+void PlanFormModel::check_plan(PlanSelection& s) const {
+  spec::ParallelPlan& p = s.plan;
+  // Zero sizes must reach the libraries' rules, but apply_defaults divides by them.
+  if (p.micro_batch_size > 0 && p.dp > 0) spec::apply_defaults(p);
+  if (purpose_ == PlanPurpose::Train) {
+    runtime::TrainOptions o;
+    o.model = s.model;
+    o.plan = p;
+    runtime::check_train_options(o);
+  } else {
+    spec::validate(s.model, s.cluster, p);
+    (void)spec::plan_schedule(p);  // the schedule's own rules (micro-batch minimum, chunks)
+  }
 }
 
 }  // namespace pipetune::gui

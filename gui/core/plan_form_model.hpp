@@ -97,6 +97,12 @@ class PlanFormModel : public QObject {
 
  private:
   void validate();
+  QString text(PlanField field) const;  // the field's text, trimmed
+  // validate's steps, in order; each throws at the first broken rule.
+  void select_model(PlanSelection& s);
+  void select_cluster(PlanSelection& s);
+  void read_plan(spec::ParallelPlan& p) const;
+  void check_plan(PlanSelection& s) const;
   const spec::ModelSpec& model_spec(const std::string& name);
   const spec::ClusterSpec& cluster_spec(const std::string& name);
   const spec::HardwareSpec& hardware_spec(const std::string& name);
