@@ -320,13 +320,49 @@ void TimelineWidget::resizeGL(int, int) {}
 
 void TimelineWidget::paintGL() {
   TimelineView& v = *view_;
-  QOpenGLFunctions* gl = context()->functions();
   const qreal dpr = devicePixelRatioF();
+  clear_viewport(dpr);
+  if (!v.gl_ready || v.imgui == nullptr) return;
+  ImGui::SetCurrentContext(v.imgui);
+  const double now = feed_imgui_display(dpr);
+  refresh_live_analysis(now);
+
+  ImGuiIO& io = ImGui::GetIO();
+  io.MouseDown[0] = v.panel_button;
+  io.MouseWheel = v.panel_wheel;
+  v.panel_wheel = 0.0f;
+  ImGui_ImplOpenGL3_NewFrame();
+  ImGui::NewFrame();
+
+  const bool panel = !v.details.isEmpty() || !v.range_text.isEmpty() || !v.status.isEmpty() ||
+                     !v.comparison.isEmpty();
+  lay_out_view(panel);
+  const TimelineSource* main = v.main();
+
+  // Lanes, spans, axis and overlays: the layout model's frame, drawn behind ImGui's windows.
+  TimelineGeometry& g = v.geometry;
+  v.frame = build_frame(v.runs(), v.view, g, v.overlay);
+  v.view.clamp_y(v.frame.content_height, static_cast<float>(height()) - g.axis_px);
+  draw_frame(*ImGui::GetBackgroundDrawList(), v.frame, g);
+
+  request_stored_window();
+  if (!v.pressed && main != nullptr) draw_hover_tooltip();
+  if (panel) draw_side_panel();
+
+  ImGui::Render();
+  ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+}
+
+void TimelineWidget::clear_viewport(qreal dpr) {
+  QOpenGLFunctions* gl = context()->functions();
   gl->glViewport(0, 0, static_cast<GLsizei>(width() * dpr), static_cast<GLsizei>(height() * dpr));
   gl->glClearColor(30 / 255.f, 30 / 255.f, 34 / 255.f, 1.f);
   gl->glClear(GL_COLOR_BUFFER_BIT);
-  if (!v.gl_ready || v.imgui == nullptr) return;
-  ImGui::SetCurrentContext(v.imgui);
+}
+
+// ImGui's display size, frame time and mouse position; returns the time now (s).
+double TimelineWidget::feed_imgui_display(qreal dpr) {
+  TimelineView& v = *view_;
   ImGuiIO& io = ImGui::GetIO();
   io.DisplaySize = ImVec2(static_cast<float>(width()), static_cast<float>(height()));
   io.DisplayFramebufferScale = ImVec2(static_cast<float>(dpr), static_cast<float>(dpr));
@@ -336,8 +372,12 @@ void TimelineWidget::paintGL() {
   io.MousePos = v.mouse.x() >= 0
                     ? ImVec2(static_cast<float>(v.mouse.x()), static_cast<float>(v.mouse.y()))
                     : ImVec2(-FLT_MAX, -FLT_MAX);
+  return now;
+}
 
-  // A live run's analysis (bubble ratios, memory) is refreshed at most once a second.
+// A live run's analysis (bubble ratios, memory) is refreshed at most once a second.
+void TimelineWidget::refresh_live_analysis(double now) {
+  TimelineView& v = *view_;
   if (v.trace && v.trace->analysis_stale()) {
     if (now - v.last_analysis_s >= 1.0) {
       v.trace->refresh_analysis();
@@ -350,15 +390,12 @@ void TimelineWidget::paintGL() {
       });
     }
   }
+}
 
-  io.MouseDown[0] = v.panel_button;
-  io.MouseWheel = v.panel_wheel;
-  v.panel_wheel = 0.0f;
-  ImGui_ImplOpenGL3_NewFrame();
-  ImGui::NewFrame();
-
-  const bool panel = !v.details.isEmpty() || !v.range_text.isEmpty() || !v.status.isEmpty() ||
-                     !v.comparison.isEmpty();
+// The lanes' area (narrowed by the side panel) and the time range shown: fitted to a newly
+// shown run once, then following a live run's end.
+void TimelineWidget::lay_out_view(bool panel) {
+  TimelineView& v = *view_;
   TimelineGeometry& g = v.geometry;
   g.width_px = width();
   g.height_px = height();
@@ -377,12 +414,11 @@ void TimelineWidget::paintGL() {
       v.view.follow_end(end);
     }
   }
+}
 
-  v.frame = build_frame(v.runs(), v.view, g, v.overlay);
-  v.view.clamp_y(v.frame.content_height, static_cast<float>(height()) - g.axis_px);
-  draw_frame(*ImGui::GetBackgroundDrawList(), v.frame, g);
-
-  // A stored run: ask the worker for the window this frame wanted, once.
+// A stored run: ask the worker for the window this frame wanted, once.
+void TimelineWidget::request_stored_window() {
+  TimelineView& v = *view_;
   if (v.stored) {
     const auto want = v.stored->last_request();
     const bool asked = v.requested && v.requested->t0 == want.t0 && v.requested->t1 == want.t1 &&
@@ -392,43 +428,45 @@ void TimelineWidget::paintGL() {
       v.requested = want;
     }
   }
+}
 
-  if (!v.pressed && main != nullptr) {
-    if (const HitTarget* hit =
-            hit_test(v.frame, static_cast<float>(v.mouse.x()), static_cast<float>(v.mouse.y()))) {
-      const auto runs = v.runs();
-      ImGui::BeginTooltip();
-      ImGui::TextUnformatted(span_details(*runs[static_cast<std::size_t>(hit->run)], *hit).c_str());
-      ImGui::EndTooltip();
-    }
+// The span under the mouse, in a tooltip.
+void TimelineWidget::draw_hover_tooltip() {
+  TimelineView& v = *view_;
+  if (const HitTarget* hit =
+          hit_test(v.frame, static_cast<float>(v.mouse.x()), static_cast<float>(v.mouse.y()))) {
+    const auto runs = v.runs();
+    ImGui::BeginTooltip();
+    ImGui::TextUnformatted(span_details(*runs[static_cast<std::size_t>(hit->run)], *hit).c_str());
+    ImGui::EndTooltip();
   }
+}
 
-  if (panel) {
-    ImGui::SetNextWindowPos(ImVec2(lanes_right(g), g.axis_px));
-    ImGui::SetNextWindowSize(ImVec2(g.side_panel_px, static_cast<float>(height()) - g.axis_px));
-    ImGui::Begin("##timeline_panel", nullptr,
-                 ImGuiWindowFlags_NoTitleBar | ImGuiWindowFlags_NoResize | ImGuiWindowFlags_NoMove |
-                     ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoSavedSettings |
-                     ImGuiWindowFlags_HorizontalScrollbar);
-    const auto section = [](const char* title, const QString& body, bool wrap) {
-      if (body.isEmpty()) return;
-      ImGui::TextColored(ImVec4(1.0f, 0.86f, 0.35f, 1.0f), "%s", title);
-      const std::string text = body.toStdString();
-      if (wrap)
-        ImGui::TextWrapped("%s", text.c_str());
-      else
-        ImGui::TextUnformatted(text.c_str());  // tables: columns aligned, scroll sideways
-      ImGui::Separator();
-    };
-    section("Status", v.status, true);
-    section("Selection", v.details, false);
-    section("Range (Shift/Ctrl-drag)", v.range_text, false);
-    section("Comparison (per stage)", v.comparison, false);
-    ImGui::End();
-  }
-
-  ImGui::Render();
-  ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+// Status, selection, range statistics and comparison, beside the lanes.
+void TimelineWidget::draw_side_panel() {
+  TimelineView& v = *view_;
+  const TimelineGeometry& g = v.geometry;
+  ImGui::SetNextWindowPos(ImVec2(lanes_right(g), g.axis_px));
+  ImGui::SetNextWindowSize(ImVec2(g.side_panel_px, static_cast<float>(height()) - g.axis_px));
+  ImGui::Begin("##timeline_panel", nullptr,
+               ImGuiWindowFlags_NoTitleBar | ImGuiWindowFlags_NoResize | ImGuiWindowFlags_NoMove |
+                   ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoSavedSettings |
+                   ImGuiWindowFlags_HorizontalScrollbar);
+  const auto section = [](const char* title, const QString& body, bool wrap) {
+    if (body.isEmpty()) return;
+    ImGui::TextColored(ImVec4(1.0f, 0.86f, 0.35f, 1.0f), "%s", title);
+    const std::string text = body.toStdString();
+    if (wrap)
+      ImGui::TextWrapped("%s", text.c_str());
+    else
+      ImGui::TextUnformatted(text.c_str());  // tables: columns aligned, scroll sideways
+    ImGui::Separator();
+  };
+  section("Status", v.status, true);
+  section("Selection", v.details, false);
+  section("Range (Shift/Ctrl-drag)", v.range_text, false);
+  section("Comparison (per stage)", v.comparison, false);
+  ImGui::End();
 }
 
 void TimelineWidget::mousePressEvent(QMouseEvent* event) {

@@ -55,6 +55,15 @@ class TimelineWidget : public QOpenGLWidget {
   void leaveEvent(QEvent* event) override;
 
  private:
+  // paintGL's parts, in the order it calls them.
+  void clear_viewport(qreal dpr);
+  double feed_imgui_display(qreal dpr);
+  void refresh_live_analysis(double now);
+  void lay_out_view(bool panel);
+  void request_stored_window();
+  void draw_hover_tooltip();
+  void draw_side_panel();
+
   std::unique_ptr<TimelineView> view_;
 };
 
