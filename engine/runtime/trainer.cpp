@@ -396,6 +396,46 @@ void run_process_ranks(const TrainOptions::Processes& p,
       });
 }
 
+// The synthetic corpus of a run without data shards (null with them).
+std::shared_ptr<const data::SyntheticCorpus> synthetic_corpus(const TrainOptions& options,
+                                                              const model::ModelConfig& config) {
+  data::SyntheticCorpusConfig corpus_config;
+  corpus_config.vocab_size = config.vocab;
+  corpus_config.seed = options.seed;
+  std::shared_ptr<const data::SyntheticCorpus> corpus;
+  if (options.data_shards.empty())
+    corpus = std::make_shared<const data::SyntheticCorpus>(corpus_config);
+  return corpus;
+}
+
+// Trains this process's ranks, each then sending its timing and memory to rank 0, whose process
+// puts every rank's into shared's last_timing and result. True in rank 0's process.
+bool train_process_ranks(SharedTraining& shared, int world) {
+  const TrainOptions& options = shared.options;
+  bool root = false;
+  run_process_ranks(*options.processes, [&](comm::Communicator& comm) {
+    train_rank(shared, comm);
+    const auto me = static_cast<std::size_t>(comm.rank());
+    const RankReport mine{shared.last_timing[me], shared.result.ranks[me]};
+    const std::vector<std::string> all = options.processes->gather_to_root(
+        comm, std::string(reinterpret_cast<const char*>(&mine), sizeof mine));
+    if (comm.rank() != 0) return;
+    root = true;
+    if (all.size() != static_cast<std::size_t>(world))
+      throw std::logic_error("train: gathered " + std::to_string(all.size()) + " rank reports");
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      RankReport report;
+      if (all[r].size() != sizeof report)
+        throw std::logic_error("train: rank report of " + std::to_string(all[r].size()) + " bytes");
+      std::memcpy(&report, all[r].data(), sizeof report);
+      std::lock_guard lock(shared.mutex);
+      shared.last_timing[r] = report.timing;
+      shared.result.ranks[r] = report.summary;
+    }
+  });
+  return root;
+}
+
 }  // namespace
 
 TrainResult train(const TrainOptions& options) {
@@ -409,12 +449,7 @@ TrainResult train(const TrainOptions& options) {
   const int world = topology.world();
   const std::int64_t B = plan.micro_batch_size, T = config.seq_len;
 
-  data::SyntheticCorpusConfig corpus_config;
-  corpus_config.vocab_size = config.vocab;
-  corpus_config.seed = options.seed;
-  std::shared_ptr<const data::SyntheticCorpus> corpus;
-  if (options.data_shards.empty())
-    corpus = std::make_shared<const data::SyntheticCorpus>(corpus_config);
+  const std::shared_ptr<const data::SyntheticCorpus> corpus = synthetic_corpus(options, config);
 
   const int hw = std::max(1u, std::thread::hardware_concurrency());
   const int threads =
@@ -451,31 +486,8 @@ TrainResult train(const TrainOptions& options) {
                         last_timing, checkpoint_slots, result,   mutex,  gpu_captures};
   if (!options.processes) {
     cluster.run([&](comm::Communicator& comm) { train_rank(shared, comm); });
-  } else {
-    // This process's ranks, each then sending its timing and memory to rank 0.
-    bool root = false;
-    run_process_ranks(*options.processes, [&](comm::Communicator& comm) {
-      train_rank(shared, comm);
-      const auto me = static_cast<std::size_t>(comm.rank());
-      const RankReport mine{last_timing[me], result.ranks[me]};
-      const std::vector<std::string> all = options.processes->gather_to_root(
-          comm, std::string(reinterpret_cast<const char*>(&mine), sizeof mine));
-      if (comm.rank() != 0) return;
-      root = true;
-      if (all.size() != static_cast<std::size_t>(world))
-        throw std::logic_error("train: gathered " + std::to_string(all.size()) + " rank reports");
-      for (std::size_t r = 0; r < all.size(); ++r) {
-        RankReport report;
-        if (all[r].size() != sizeof report)
-          throw std::logic_error("train: rank report of " + std::to_string(all[r].size()) +
-                                 " bytes");
-        std::memcpy(&report, all[r].data(), sizeof report);
-        std::lock_guard lock(mutex);
-        last_timing[r] = report.timing;
-        result.ranks[r] = report.summary;
-      }
-    });
-    if (!root) return result;
+  } else if (!train_process_ranks(shared, world)) {
+    return result;
   }
 
   summarise_last_iteration(last_timing, result);
