@@ -150,6 +150,12 @@ class NcclCommunicator final : public comm::Communicator {
     MPI_Request request = MPI_REQUEST_NULL;
   };
 
+  static std::size_t bytes_of(std::size_t floats) { return floats * sizeof(float); }
+  // Device pointers as NCCL and CUDA take them.
+  static const void* cv(const float* p) { return static_cast<const void*>(p); }
+
+  // The group's MPI communicator and NCCL communicator, and the signature check
+  // (nccl_collectives.cpp).
   Group& group_of(const comm::ProcessGroup& group, const char* op);
   ncclComm_t nccl_of(const comm::ProcessGroup& group, Group& g);
   void check_signature(const comm::ProcessGroup& group, Group& g, CollectiveSignature mine);
