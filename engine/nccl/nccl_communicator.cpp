@@ -60,8 +60,21 @@ NcclCommunicator::NcclCommunicator(const std::vector<ProcessGroup>& groups, Nccl
   PIPETUNE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   PIPETUNE_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
 
-  // 2. MPI: headers over a duplicate of the world; one communicator per group (collective over
-  // the world in one fixed order, so no process waits on a split another makes later).
+  // 2. MPI: headers over a duplicate of the world; one communicator per group.
+  split_mpi_communicators(groups);
+
+  // 3. Point-to-point links: the source of each creates its id and sends it to the destination,
+  // then every end joins its two-rank communicators in one NCCL group call, and each link is
+  // connected before its first real transfer.
+  links_ = resolve_links(options_.links, world_);
+  const LinkIds ids = exchange_link_ids();
+  if (!ids.out.empty() || !ids.in.empty()) {
+    join_links(ids);
+    connect_links();
+  }
+}
+
+void NcclCommunicator::split_mpi_communicators(const std::vector<ProcessGroup>& groups) {
   PIPETUNE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &headers_));
   MPI_Comm_set_errhandler(headers_, MPI_ERRORS_RETURN);
   std::vector<ProcessGroup> all = groups;
@@ -78,21 +91,19 @@ NcclCommunicator::NcclCommunicator(const std::vector<ProcessGroup>& groups, Nccl
     if (c != MPI_COMM_NULL) MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
     groups_.get_or_make(g, [c] { return Group{c, nullptr}; });
   }
+}
 
-  // 3. Point-to-point links: the source of each creates its id and sends it to the destination
-  // (in the global link order: MPI keeps the order per pair), then every end joins its
-  // two-rank communicators in one NCCL group call.
-  links_ = resolve_links(options_.links, world_);
+NcclCommunicator::LinkIds NcclCommunicator::exchange_link_ids() {
+  LinkIds ids;
   std::vector<UniqueIdBytes> sent_ids;
   sent_ids.reserve(links_.size());
   std::vector<MPI_Request> requests;
-  std::vector<std::pair<int, UniqueIdBytes>> out_ids, in_ids;  // (peer, id)
   for (const auto& [a, b] : links_) {
     if (a == rank_) {
       ncclUniqueId id;
       PIPETUNE_NCCL_CHECK(ncclGetUniqueId(&id));
       sent_ids.push_back(unique_id_to_bytes(id));
-      out_ids.emplace_back(b, sent_ids.back());
+      ids.out.emplace_back(b, sent_ids.back());
       MPI_Request r = MPI_REQUEST_NULL;
       PIPETUNE_MPI_CHECK(MPI_Isend(sent_ids.back().data(), NCCL_UNIQUE_ID_BYTES, MPI_BYTE, b,
                                    kLinkIdTag, headers_, &r));
@@ -103,39 +114,43 @@ NcclCommunicator::NcclCommunicator(const std::vector<ProcessGroup>& groups, Nccl
       PIPETUNE_MPI_CHECK(
           MPI_Irecv(id.data(), NCCL_UNIQUE_ID_BYTES, MPI_BYTE, a, kLinkIdTag, headers_, &r));
       wait_mpi(r, "the NCCL id of link " + std::to_string(a) + " -> " + std::to_string(b));
-      in_ids.emplace_back(a, id);
+      ids.in.emplace_back(a, id);
     }
   }
   for (MPI_Request& r : requests) wait_mpi(r, "sending a link's NCCL id");
-  if (!out_ids.empty() || !in_ids.empty()) {
-    PIPETUNE_NCCL_CHECK(ncclGroupStart());
-    for (const auto& [peer, id] : out_ids)
-      PIPETUNE_NCCL_CHECK(ncclCommInitRank(&out_[peer].nccl, 2, unique_id_from_bytes(id), 0));
-    for (const auto& [peer, id] : in_ids)
-      PIPETUNE_NCCL_CHECK(ncclCommInitRank(&in_[peer].nccl, 2, unique_id_from_bytes(id), 1));
-    PIPETUNE_NCCL_CHECK(ncclGroupEnd());
-    for (auto* ends : {&out_, &in_})
-      for (auto& [peer, link] : *ends) {
-        PIPETUNE_CUDA_CHECK(cudaStreamCreateWithFlags(&link.stream, cudaStreamNonBlocking));
-        PIPETUNE_CUDA_CHECK(cudaEventCreateWithFlags(&link.copied, cudaEventDisableTiming));
-      }
-    // Connect every link now with one float each way: NCCL connects a pair on its first
-    // transfer, and that handshake blocks the host until the peer posts its side, which a
-    // buffered send must never wait for.
-    float* warm = nullptr;
-    PIPETUNE_CUDA_CHECK(cudaMalloc(&warm, bytes_of(1 + in_.size())));
-    PIPETUNE_CUDA_CHECK(cudaMemset(warm, 0, bytes_of(1 + in_.size())));
-    PIPETUNE_NCCL_CHECK(ncclGroupStart());
-    for (auto& [peer, link] : out_)
-      PIPETUNE_NCCL_CHECK(ncclSend(warm, 1, ncclFloat, 1, link.nccl, link.stream));
-    std::size_t slot = 1;
-    for (auto& [peer, link] : in_)
-      PIPETUNE_NCCL_CHECK(ncclRecv(warm + slot++, 1, ncclFloat, 0, link.nccl, link.stream));
-    PIPETUNE_NCCL_CHECK(ncclGroupEnd());
-    for (auto* ends : {&out_, &in_})
-      for (auto& [peer, link] : *ends) wait(link.stream, link.nccl, "connecting the links");
-    PIPETUNE_CUDA_CHECK(cudaFree(warm));
-  }
+  return ids;
+}
+
+void NcclCommunicator::join_links(const LinkIds& ids) {
+  PIPETUNE_NCCL_CHECK(ncclGroupStart());
+  for (const auto& [peer, id] : ids.out)
+    PIPETUNE_NCCL_CHECK(ncclCommInitRank(&out_[peer].nccl, 2, unique_id_from_bytes(id), 0));
+  for (const auto& [peer, id] : ids.in)
+    PIPETUNE_NCCL_CHECK(ncclCommInitRank(&in_[peer].nccl, 2, unique_id_from_bytes(id), 1));
+  PIPETUNE_NCCL_CHECK(ncclGroupEnd());
+  for (auto* ends : {&out_, &in_})
+    for (auto& [peer, link] : *ends) {
+      PIPETUNE_CUDA_CHECK(cudaStreamCreateWithFlags(&link.stream, cudaStreamNonBlocking));
+      PIPETUNE_CUDA_CHECK(cudaEventCreateWithFlags(&link.copied, cudaEventDisableTiming));
+    }
+}
+
+void NcclCommunicator::connect_links() {
+  // One float each way: NCCL connects a pair on its first transfer, and that handshake blocks
+  // the host until the peer posts its side, which a buffered send must never wait for.
+  float* warm = nullptr;
+  PIPETUNE_CUDA_CHECK(cudaMalloc(&warm, bytes_of(1 + in_.size())));
+  PIPETUNE_CUDA_CHECK(cudaMemset(warm, 0, bytes_of(1 + in_.size())));
+  PIPETUNE_NCCL_CHECK(ncclGroupStart());
+  for (auto& [peer, link] : out_)
+    PIPETUNE_NCCL_CHECK(ncclSend(warm, 1, ncclFloat, 1, link.nccl, link.stream));
+  std::size_t slot = 1;
+  for (auto& [peer, link] : in_)
+    PIPETUNE_NCCL_CHECK(ncclRecv(warm + slot++, 1, ncclFloat, 0, link.nccl, link.stream));
+  PIPETUNE_NCCL_CHECK(ncclGroupEnd());
+  for (auto* ends : {&out_, &in_})
+    for (auto& [peer, link] : *ends) wait(link.stream, link.nccl, "connecting the links");
+  PIPETUNE_CUDA_CHECK(cudaFree(warm));
 }
 
 NcclCommunicator::~NcclCommunicator() {
