@@ -179,19 +179,12 @@ static std::string check_splits(const Slot& slot, const GroupState& g, const OpC
   return {};
 }
 
-template <class Read, class Write>
-void ThreadCommunicator::rendezvous(GroupHandle& h, const OpCall& call, const Contribution& mine,
-                                    Read read, Write write) {
-  if (state_.aborted()) throw_woken(call);
-  GroupState& g = *h.state;
-  const int n = g.group.size();
-  const auto me = static_cast<std::size_t>(h.index);
-  std::unique_lock lock(g.mutex);
-
-  // 1. arrive
+// The call's slot in g, opened by the first member to arrive: one Contribution per member, and
+// for an all-reduce the scratch its result is reduced into (reusing a spare one if any).
+static Slot& open_slot(GroupState& g, const OpCall& call) {
   Slot& slot = g.slots[call.seq];
   if (slot.members.empty()) {
-    slot.members.resize(static_cast<std::size_t>(n));
+    slot.members.resize(static_cast<std::size_t>(g.group.size()));
     if (call.kind == OpKind::all_reduce) {
       if (!g.spare_scratch.empty()) {
         slot.scratch = std::move(g.spare_scratch.back());
@@ -200,19 +193,33 @@ void ThreadCommunicator::rendezvous(GroupHandle& h, const OpCall& call, const Co
       slot.scratch.resize(call.count);
     }
   }
+  return slot;
+}
+
+// A collective mismatch between `call` (by rank `rank`) and the members already in the slot, or
+// empty if none. The members already there agree with each other, so the first one decides.
+static std::string signature_mismatch(const Slot& slot, const GroupState& g, const OpCall& call,
+                                      int rank) {
   for (std::size_t i = 0; i < slot.members.size(); ++i) {
     const Contribution& other = slot.members[i];
     if (!other.present) continue;
-    if (!threads::same_signature(other.call, call)) {
-      const std::string message = "collective mismatch on " + g.description + " at call #" +
-                                  std::to_string(call.seq) + ": rank " +
-                                  std::to_string(g.group.ranks[i]) + " called " +
-                                  threads::describe(other.call) + " but rank " +
-                                  std::to_string(rank_) + " called " + threads::describe(call);
-      fail_and_throw<CommMismatch>(call, message, lock);
-    }
-    break;  // members already there agree with each other
+    if (threads::same_signature(other.call, call)) return {};
+    return "collective mismatch on " + g.description + " at call #" + std::to_string(call.seq) +
+           ": rank " + std::to_string(g.group.ranks[i]) + " called " +
+           threads::describe(other.call) + " but rank " + std::to_string(rank) + " called " +
+           threads::describe(call);
   }
+  return {};
+}
+
+Slot& ThreadCommunicator::arrive(GroupHandle& h, const OpCall& call, const Contribution& mine,
+                                 std::unique_lock<std::mutex>& lock) {
+  GroupState& g = *h.state;
+  const int n = g.group.size();
+  const auto me = static_cast<std::size_t>(h.index);
+  Slot& slot = open_slot(g, call);
+  const std::string mismatch = signature_mismatch(slot, g, call, rank_);
+  if (!mismatch.empty()) fail_and_throw<CommMismatch>(call, mismatch, lock);
   slot.members[me] = mine;
   slot.members[me].present = true;
   slot.members[me].call = call;
@@ -229,22 +236,35 @@ void ThreadCommunicator::rendezvous(GroupHandle& h, const OpCall& call, const Co
       }
     }
     g.cv.notify_all();
-  } else {
-    const WaitEnd end = wait(lock, g.cv, [&] { return slot.arrived == n; });
-    if (end == WaitEnd::aborted) {
-      withdraw();
-      lock.unlock();
-      throw_woken(call);
-    }
-    if (end == WaitEnd::timed_out) {
-      const std::string message = "watchdog: rank " + std::to_string(rank_) + " waited " +
-                                  std::to_string(state_.options().watchdog_timeout.count()) +
-                                  " ms in " + threads::describe(call) +
-                                  "; not arrived: " + missing_members(slot, g);
-      withdraw();
-      fail_and_throw<WatchdogTimeout>(call, message, lock);
-    }
+    return slot;
   }
+  const WaitEnd end = wait(lock, g.cv, [&] { return slot.arrived == n; });
+  if (end == WaitEnd::aborted) {
+    withdraw();
+    lock.unlock();
+    throw_woken(call);
+  }
+  if (end == WaitEnd::timed_out) {
+    const std::string message = "watchdog: rank " + std::to_string(rank_) + " waited " +
+                                std::to_string(state_.options().watchdog_timeout.count()) +
+                                " ms in " + threads::describe(call) +
+                                "; not arrived: " + missing_members(slot, g);
+    withdraw();
+    fail_and_throw<WatchdogTimeout>(call, message, lock);
+  }
+  return slot;
+}
+
+template <class Read, class Write>
+void ThreadCommunicator::rendezvous(GroupHandle& h, const OpCall& call, const Contribution& mine,
+                                    Read read, Write write) {
+  if (state_.aborted()) throw_woken(call);
+  GroupState& g = *h.state;
+  const int n = g.group.size();
+  std::unique_lock lock(g.mutex);
+
+  // 1. arrive
+  Slot& slot = arrive(h, call, mine, lock);
 
   if (call.kind == OpKind::barrier) {  // nothing read, nothing to fence
     if (++slot.departed == n) g.slots.erase(call.seq);

@@ -59,6 +59,11 @@ class ThreadCommunicator final : public Communicator {
   GroupHandle& handle(const ProcessGroup& group);
   threads::OpCall collective_call(GroupHandle& h, threads::OpKind kind) const;
 
+  // Step 1: publishes `mine` in the call's slot and waits, under `lock` (the group's), until every
+  // member has arrived. Withdraws and throws on a mismatch, an abort or the watchdog.
+  threads::Slot& arrive(GroupHandle& h, const threads::OpCall& call,
+                        const threads::Contribution& mine, std::unique_lock<std::mutex>& lock);
+
   // Runs steps 1-4 (see the header comment). `read(slot)` runs after every member has arrived;
   // `write(slot)` after every member is done reading.
   template <class Read, class Write>

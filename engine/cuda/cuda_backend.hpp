@@ -244,8 +244,20 @@ class CudaBackend final : public tensor::Backend {
     // after the product do the same.
     float* gelu_pre_out = nullptr;
     const float* gelu_pre_in = nullptr;
+    // The epilogue's aux matrix: gelu_pre_out, else gelu_pre_in (null without a GELU).
+    const void* gelu_aux() const;
+    // The cuBLASLt epilogue for the bias and GELU asked for (CUBLASLT_EPILOGUE_DEFAULT: neither).
+    cublasLtEpilogue_t epilogue() const;
   };
   void matmul(const Gemm& g);
+  // matmul with k == 0, an empty sum: C = beta C, plus the bias and GELU by kernels.
+  void matmul_empty_sum(const Gemm& g);
+  // cuBLASLt's algorithm for g with `epilogue` on matmul's descriptor and layouts, from the
+  // heuristic the first time g's signature (GemmKey) is seen and from algos_ after; no value
+  // where cuBLASLt has none.
+  const std::optional<cublasLtMatmulAlgo_t>& gemm_algorithm(
+      const Gemm& g, cublasLtEpilogue_t epilogue, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
+      cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c);
   // The product alone, then kernels for the bias and GELU: where cuBLASLt will not fuse them.
   void matmul_unfused(const Gemm& g);
   // A row-major (rows, cols) operand as the GEMM reads it: the fp32 data itself (ld = cols), or

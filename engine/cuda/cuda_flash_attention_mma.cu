@@ -117,6 +117,54 @@ __device__ __forceinline__ void add_rows(FragC (&acc)[HS / 16], float* staging, 
   }
 }
 
+// The maximum of the lane's half of score row r of a key tile (srow: the row; keys k0 + c up to
+// t and below T, the causal mask), over both halves of the row (-inf where all are masked).
+__device__ __forceinline__ float masked_row_max(const float* srow, int r, int half, std::int64_t k0,
+                                                std::int64_t t, std::int64_t T) {
+  float mx = -INFINITY;
+  for (int i = 0; i < 32; ++i) {
+    const int c = rotated_column(r, half, i);
+    const std::int64_t j = k0 + c;
+    if (j <= t && j < T) mx = fmaxf(mx, srow[c]);
+  }
+  return fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+}
+
+// prow = exp(srow - m_new) as bf16 over the lane's half of row r (0 where masked, as above); the
+// sum of the row's p over both halves.
+__device__ __forceinline__ float masked_row_exp(const float* srow, bf16* prow, int r, int half,
+                                                std::int64_t k0, std::int64_t t, std::int64_t T,
+                                                float m_new) {
+  float sum = 0.0f;
+  for (int i = 0; i < 32; ++i) {
+    const int c = rotated_column(r, half, i);
+    const std::int64_t j = k0 + c;
+    const float pv = (j <= t && j < T) ? __expf(srow[c] - m_new) : 0.0f;
+    prow[c] = __float2bfloat16(pv);
+    sum += pv;
+  }
+  return sum + __shfl_xor_sync(0xffffffffu, sum, 1);
+}
+
+// The forward's output rows held in the warp's fragments, each times its row's alpha: stored to
+// the warp's rows of `o` (orows), scaled there by two lanes a row, loaded back. Rows r and r + 8
+// start their columns apart: one bank a lane (row stride HS + 4 floats).
+template <int HS>
+__device__ __forceinline__ void rescale_output_rows(FragC (&oacc)[HS / 16], float* o, float* orows,
+                                                    int r, int half, float alpha) {
+  using L = Layout<HS>;
+#pragma unroll
+  for (int n = 0; n < HS / 16; ++n)
+    wmma::store_matrix_sync(orows + 16 * n, oacc[n], L::kOLd, wmma::mem_row_major);
+  __syncwarp();
+  for (int i = 0; i < HS / 2; ++i)
+    o[r * L::kOLd + half + 2 * ((i + (r / 8) % 2) % (HS / 2))] *= alpha;
+  __syncwarp();
+#pragma unroll
+  for (int n = 0; n < HS / 16; ++n)
+    wmma::load_matrix_sync(oacc[n], orows + 16 * n, L::kOLd, wmma::mem_row_major);
+}
+
 template <int HS>
 __global__ void __launch_bounds__(kThreads)
     mma_forward_kernel(const float* qkv, float* out, float* lse, std::int64_t T, std::int64_t NH,
@@ -159,40 +207,15 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();
 
     const float* srow = s + r * L::kSLd;
-    float mx = -INFINITY;
-    for (int i = 0; i < 32; ++i) {
-      const int c = rotated_column(r, half, i);
-      const std::int64_t j = k0 + c;
-      if (j <= t && j < T) mx = fmaxf(mx, srow[c]);
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    const float mx = masked_row_max(srow, r, half, k0, t, T);
     const float m_old = m[r];
     const float m_new = fmaxf(m_old, mx);  // finite: key k0 <= t in every tile walked
-    float sum = 0.0f;
-    for (int i = 0; i < 32; ++i) {
-      const int c = rotated_column(r, half, i);
-      const std::int64_t j = k0 + c;
-      const float pv = (j <= t && j < T) ? __expf(srow[c] - m_new) : 0.0f;
-      p[r * L::kPLd + c] = __float2bfloat16(pv);
-      sum += pv;
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    const float sum = masked_row_exp(srow, p + r * L::kPLd, r, half, k0, t, T, m_new);
     const float alpha = __expf(m_old - m_new);  // 0 on the first tile (m_old = -inf)
-    // Rescaled through shared memory when a row of the warp has a new maximum (alpha 1
-    // everywhere: nothing to do; the first tile: the rows are still zero). Rows r and r + 8 start
-    // their columns apart: one bank a lane (row stride HS + 4 floats).
-    if (kt > 0 && __any_sync(0xffffffffu, alpha != 1.0f)) {
-#pragma unroll
-      for (int n = 0; n < HS / 16; ++n)
-        wmma::store_matrix_sync(orows + 16 * n, oacc[n], L::kOLd, wmma::mem_row_major);
-      __syncwarp();
-      for (int i = 0; i < HS / 2; ++i)
-        o[r * L::kOLd + half + 2 * ((i + (r / 8) % 2) % (HS / 2))] *= alpha;
-      __syncwarp();
-#pragma unroll
-      for (int n = 0; n < HS / 16; ++n)
-        wmma::load_matrix_sync(oacc[n], orows + 16 * n, L::kOLd, wmma::mem_row_major);
-    }
+    // Rescaled when a row of the warp has a new maximum (alpha 1 everywhere: nothing to do; the
+    // first tile: the rows are still zero).
+    if (kt > 0 && __any_sync(0xffffffffu, alpha != 1.0f))
+      rescale_output_rows<HS>(oacc, o, orows, r, half, alpha);
     if (half == 0) {
       m[r] = m_new;
       l[r] = alpha * l[r] + sum;

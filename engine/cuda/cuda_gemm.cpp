@@ -104,24 +104,30 @@ CudaBackend::Operand CudaBackend::gemm_operand(const float* data, std::int64_t r
   return {copy, ld};
 }
 
+const void* CudaBackend::Gemm::gelu_aux() const {
+  return gelu_pre_out != nullptr ? static_cast<const void*>(gelu_pre_out)
+                                 : static_cast<const void*>(gelu_pre_in);
+}
+
+// D = op(A) op(B) + bias, the bias broadcast over D's columns (y^T's columns are tokens);
+// GELU_AUX(_BIAS): D = gelu(that), aux = that; DGELU: D = gelu'(aux) * op(A) op(B).
+cublasLtEpilogue_t CudaBackend::Gemm::epilogue() const {
+  return gelu_pre_out != nullptr
+             ? (bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+         : gelu_pre_in != nullptr ? CUBLASLT_EPILOGUE_DGELU
+         : bias != nullptr        ? CUBLASLT_EPILOGUE_BIAS
+                                  : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
 void CudaBackend::matmul(const Gemm& g) {
   if (g.m == 0 || g.n == 0) return;
-  const void* gelu_aux = g.gelu_pre_out != nullptr ? static_cast<const void*>(g.gelu_pre_out)
-                                                   : static_cast<const void*>(g.gelu_pre_in);
+  const void* gelu_aux = g.gelu_aux();
   if ((g.bias != nullptr || gelu_aux != nullptr) && g.ldc != g.m)
     throw std::logic_error("CudaBackend::matmul: a bias or GELU needs ldc == m");
   if (g.gelu_pre_in != nullptr && g.beta != 0.0f)
     throw std::logic_error("CudaBackend::matmul: the GELU gradient needs beta 0");
   if (g.k == 0) {  // an empty sum: C = beta C (+ bias, GELU by kernels)
-    if (g.bias != nullptr || gelu_aux != nullptr) {
-      matmul_unfused(g);
-      return;
-    }
-    if (g.beta == 0.0f) {
-      PIPETUNE_CUDA_CHECK(cudaMemset2DAsync(g.c, static_cast<std::size_t>(g.ldc) * sizeof(float), 0,
-                                            static_cast<std::size_t>(g.m) * sizeof(float),
-                                            static_cast<std::size_t>(g.n), stream_));
-    }
+    matmul_empty_sum(g);
     return;
   }
   OpDesc op;
@@ -132,15 +138,8 @@ void CudaBackend::matmul(const Gemm& g) {
       cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   PIPETUNE_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  // D = op(A) op(B) + bias, the bias broadcast over D's columns (y^T's columns are tokens);
-  // GELU_AUX(_BIAS): D = gelu(that), aux = that; DGELU: D = gelu'(aux) * op(A) op(B). A cuBLASLt
-  // that refuses the attributes gets the product and kernels instead.
-  const cublasLtEpilogue_t epilogue =
-      g.gelu_pre_out != nullptr
-          ? (g.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
-      : g.gelu_pre_in != nullptr ? CUBLASLT_EPILOGUE_DGELU
-      : g.bias != nullptr        ? CUBLASLT_EPILOGUE_BIAS
-                                 : CUBLASLT_EPILOGUE_DEFAULT;
+  // A cuBLASLt that refuses the epilogue's attributes gets the product and kernels instead.
+  const cublasLtEpilogue_t epilogue = g.epilogue();
   if (epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
       !set_epilogue(op.d, epilogue, g.bias, gelu_aux, g.ldc)) {
     matmul_unfused(g);
@@ -157,6 +156,45 @@ void CudaBackend::matmul(const Gemm& g) {
   PIPETUNE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
       &c.d, CUDA_R_32F, static_cast<std::uint64_t>(g.m), static_cast<std::uint64_t>(g.n), g.ldc));
 
+  const std::optional<cublasLtMatmulAlgo_t>& algo =
+      gemm_algorithm(g, epilogue, op.d, a.d, b.d, c.d);
+  if (!algo) {
+    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {  // no algorithm with that epilogue
+      matmul_unfused(g);
+      return;
+    }
+    if (!g.realigned) {
+      matmul_realigned(g);  // no algorithm for these alignments: run on aligned copies
+      return;
+    }
+    throw CudaError("cuBLASLt has no algorithm for the GEMM m=" + std::to_string(g.m) +
+                    " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
+                    (g.ab_type == CUDA_R_16BF                    ? " (bf16 inputs)"
+                     : g.compute == CUBLAS_COMPUTE_32F_FAST_16BF ? " (fp32 inputs, bf16 products)"
+                                                                 : " (fp32)"));
+  }
+  const float alpha = 1.0f;
+  PIPETUNE_CUBLAS_CHECK(cublasLtMatmul(lt_, op.d, &alpha, g.a, a.d, g.b, b.d, &g.beta, g.c, c.d,
+                                       g.c, c.d, &*algo, workspace_.get(), workspace_bytes_,
+                                       stream_));
+}
+
+void CudaBackend::matmul_empty_sum(const Gemm& g) {
+  if (g.bias != nullptr || g.gelu_aux() != nullptr) {
+    matmul_unfused(g);
+    return;
+  }
+  if (g.beta == 0.0f) {
+    PIPETUNE_CUDA_CHECK(cudaMemset2DAsync(g.c, static_cast<std::size_t>(g.ldc) * sizeof(float), 0,
+                                          static_cast<std::size_t>(g.m) * sizeof(float),
+                                          static_cast<std::size_t>(g.n), stream_));
+  }
+}
+
+const std::optional<cublasLtMatmulAlgo_t>& CudaBackend::gemm_algorithm(
+    const Gemm& g, cublasLtEpilogue_t epilogue, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
+    cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c) {
+  const void* gelu_aux = g.gelu_aux();
   const int align_a = alignment(g.a), align_b = alignment(g.b), align_c = alignment(g.c);
   const GemmKey key{g.trans_a,
                     g.trans_b,
@@ -176,50 +214,30 @@ void CudaBackend::matmul(const Gemm& g) {
                     static_cast<int>(epilogue),
                     gelu_aux != nullptr ? alignment(gelu_aux) : 0};
   auto found = algos_.find(key);
-  if (found == algos_.end()) {
-    Preference pref;
-    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.d));
-    const std::uint64_t ws = workspace_bytes_;
-    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    // Views into flat buffers can start anywhere: tell the heuristic what the pointers allow.
-    const std::uint32_t aa = static_cast<std::uint32_t>(align_a);
-    const std::uint32_t ab = static_cast<std::uint32_t>(align_b);
-    const std::uint32_t ac = static_cast<std::uint32_t>(align_c);
-    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa));
-    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
-    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac));
-    PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac));
-    cublasLtMatmulHeuristicResult_t result;
-    std::memset(&result, 0, sizeof result);
-    int count = 0;
-    PIPETUNE_CUBLAS_CHECK(
-        cublasLtMatmulAlgoGetHeuristic(lt_, op.d, a.d, b.d, c.d, c.d, pref.d, 1, &result, &count));
-    found = algos_.emplace(key, count > 0 ? std::optional(result.algo) : std::nullopt).first;
-  }
-  if (!found->second) {
-    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {  // no algorithm with that epilogue
-      matmul_unfused(g);
-      return;
-    }
-    if (!g.realigned) {
-      matmul_realigned(g);  // no algorithm for these alignments: run on aligned copies
-      return;
-    }
-    throw CudaError("cuBLASLt has no algorithm for the GEMM m=" + std::to_string(g.m) +
-                    " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
-                    (g.ab_type == CUDA_R_16BF                    ? " (bf16 inputs)"
-                     : g.compute == CUBLAS_COMPUTE_32F_FAST_16BF ? " (fp32 inputs, bf16 products)"
-                                                                 : " (fp32)"));
-  }
-  const float alpha = 1.0f;
-  PIPETUNE_CUBLAS_CHECK(cublasLtMatmul(lt_, op.d, &alpha, g.a, a.d, g.b, b.d, &g.beta, g.c, c.d,
-                                       g.c, c.d, &*found->second, workspace_.get(),
-                                       workspace_bytes_, stream_));
+  if (found != algos_.end()) return found->second;
+  Preference pref;
+  PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.d));
+  const std::uint64_t ws = workspace_bytes_;
+  PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  // Views into flat buffers can start anywhere: tell the heuristic what the pointers allow.
+  const std::uint32_t aa = static_cast<std::uint32_t>(align_a);
+  const std::uint32_t ab = static_cast<std::uint32_t>(align_b);
+  const std::uint32_t ac = static_cast<std::uint32_t>(align_c);
+  PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa));
+  PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
+  PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac));
+  PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac));
+  cublasLtMatmulHeuristicResult_t result;
+  std::memset(&result, 0, sizeof result);
+  int count = 0;
+  PIPETUNE_CUBLAS_CHECK(
+      cublasLtMatmulAlgoGetHeuristic(lt_, op, a, b, c, c, pref.d, 1, &result, &count));
+  return algos_.emplace(key, count > 0 ? std::optional(result.algo) : std::nullopt).first->second;
 }
 
 void CudaBackend::matmul_unfused(const Gemm& g) {

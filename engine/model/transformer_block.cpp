@@ -196,19 +196,16 @@ void TransformerBlock::backward(const ParallelContext& ctx, ConstTensorView dy, 
 void TransformerBlock::backward_pass(const ParallelContext& ctx, ConstTensorView dy, TensorView dx,
                                      float aux_scale, BlockActivations& a, bool weights) {
   recompute_dropped(ctx, a);
-  const std::int64_t B = a.batch, T = a.seq, N = B * T, Nl = ctx.local_rows(N), C = hidden_,
-                     Cl = hidden_local_;
+  const TensorView dx2 = backward_mlp_half(ctx, dy, aux_scale, a, weights);
+  backward_attention_half(ctx, dx2, dx, a, weights);
+}
+
+TensorView TransformerBlock::backward_mlp_half(const ParallelContext& ctx, ConstTensorView dy,
+                                               float aux_scale, BlockActivations& a, bool weights) {
+  const std::int64_t N = a.batch * a.seq, Nl = ctx.local_rows(N), C = hidden_;
   const bool sp = ctx.sequence_parallel;
   auto& be = ctx.be();
-  // One linear layer's input gradient, written over dx, and with `weights` its weight gradient.
-  const auto linear = [&](ConstTensorView dout, ConstTensorView x, int w, int b, TensorView din) {
-    if (weights)
-      be.linear_backward(dout, x, params_->param(w), din, tensor::GradientWrite::overwrite,
-                         params_->grad(w), params_->grad(b));
-    else
-      be.linear_backward_input(dout, params_->param(w), din, tensor::GradientWrite::overwrite);
-  };
-  // MLP half: dln2 is complete (summed over TP) when the MLP returns it, written over.
+  // dln2 is complete (summed over TP) when the MLP returns it, written over.
   TensorView dln2 = sized(a.dln2, Shape{Nl, C});
   {
     Buffer dy_rows, part, ln2_rows;
@@ -235,8 +232,23 @@ void TransformerBlock::backward_pass(const ParallelContext& ctx, ConstTensorView
     be.layernorm_backward_weight(dln2, view(a.x2, Shape{Nl, C}), view(a.ln2_mean, Shape{Nl}),
                                  view(a.ln2_rstd, Shape{Nl}), params_->grad(ln2_w_),
                                  params_->grad(ln2_b_));
+  return dx2;
+}
 
-  // Attention half.
+void TransformerBlock::backward_attention_half(const ParallelContext& ctx, ConstTensorView dx2,
+                                               TensorView dx, BlockActivations& a, bool weights) {
+  const std::int64_t B = a.batch, T = a.seq, N = B * T, Nl = ctx.local_rows(N), C = hidden_,
+                     Cl = hidden_local_;
+  const bool sp = ctx.sequence_parallel;
+  auto& be = ctx.be();
+  // One linear layer's input gradient, written over dx, and with `weights` its weight gradient.
+  const auto linear = [&](ConstTensorView dout, ConstTensorView x, int w, int b, TensorView din) {
+    if (weights)
+      be.linear_backward(dout, x, params_->param(w), din, tensor::GradientWrite::overwrite,
+                         params_->grad(w), params_->grad(b));
+    else
+      be.linear_backward_input(dout, params_->param(w), din, tensor::GradientWrite::overwrite);
+  };
   Buffer datty_buf;
   TensorView datty = sized(datty_buf, Shape{N, Cl});  // (N, C/tp), written over
   {

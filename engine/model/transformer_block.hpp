@@ -81,6 +81,12 @@ class TransformerBlock {
   void recompute_dropped(const ParallelContext& ctx, BlockActivations& a);
   void backward_pass(const ParallelContext& ctx, tensor::ConstTensorView dy, tensor::TensorView dx,
                      float aux_scale, BlockActivations& a, bool weights);
+  // backward_pass's halves, from the output down: the MLP and ln2, returning the gradient dx2 at
+  // the attention's residual (a.dx2); then the attention and ln1, writing dx.
+  tensor::TensorView backward_mlp_half(const ParallelContext& ctx, tensor::ConstTensorView dy,
+                                       float aux_scale, BlockActivations& a, bool weights);
+  void backward_attention_half(const ParallelContext& ctx, tensor::ConstTensorView dx2,
+                               tensor::TensorView dx, BlockActivations& a, bool weights);
 
   ParameterSet* params_;
   std::int64_t hidden_, heads_local_, hidden_local_;

@@ -150,6 +150,29 @@ class NcclCommunicator final : public comm::Communicator {
     MPI_Request request = MPI_REQUEST_NULL;
   };
 
+  // The NCCL ids of this process's links, by peer: those it made as the source (out) and those
+  // it received as the destination (in).
+  struct LinkIds {
+    std::vector<std::pair<int, UniqueIdBytes>> out, in;
+  };
+
+  // The constructor's parts. split_mpi_communicators: the duplicate of the world for headers, and
+  // one MPI communicator per group (collective over the world in one fixed order, so no process
+  // waits on a split another makes later). exchange_link_ids: each link's source makes its id
+  // and sends it to the destination (in the global link order: MPI keeps the order per pair).
+  // join_links: every end joins its two-rank communicators in one NCCL group call and gets its
+  // stream and event. connect_links: one float each way over every link.
+  void split_mpi_communicators(const std::vector<comm::ProcessGroup>& groups);
+  LinkIds exchange_link_ids();
+  void join_links(const LinkIds& ids);
+  void connect_links();
+
+  static std::size_t bytes_of(std::size_t floats) { return floats * sizeof(float); }
+  // Device pointers as NCCL and CUDA take them.
+  static const void* cv(const float* p) { return static_cast<const void*>(p); }
+
+  // The group's MPI communicator and NCCL communicator, and the signature check
+  // (nccl_collectives.cpp).
   Group& group_of(const comm::ProcessGroup& group, const char* op);
   ncclComm_t nccl_of(const comm::ProcessGroup& group, Group& g);
   void check_signature(const comm::ProcessGroup& group, Group& g, CollectiveSignature mine);

@@ -15,6 +15,7 @@
 #include "engine/model/buffer_cache.hpp"
 #include "engine/runtime/capture_cadence.hpp"
 #include "engine/runtime/optimizer.hpp"
+#include "engine/runtime/rank_parameters.hpp"
 #include "engine/runtime/rank_runtime.hpp"
 #include "engine/tensor/cpu/cpu_backend.hpp"
 #include "profiler/byte_codec.hpp"
@@ -28,125 +29,6 @@ namespace pipetune::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The full-model tensor of `e` in `out`, made (zeroed) when it is not there yet.
-tensor::Tensor& full_tensor(std::map<std::string, tensor::Tensor>& out,
-                            const model::ParamEntry& e) {
-  auto it = out.find(e.name);
-  if (it == out.end()) {
-    const tensor::Shape shape = e.layout.full_cols == 1
-                                    ? tensor::Shape{e.layout.full_rows}
-                                    : tensor::Shape{e.layout.full_rows, e.layout.full_cols};
-    it = out.emplace(e.name, tensor::Tensor(shape)).first;
-  }
-  return it->second;
-}
-
-// Writes the elements `storage` holds of each entry (part_of(i): which, and where) into
-// full-model tensors (a device storage is copied to the host first).
-template <class PartOf>
-void export_parts(const model::ParameterSet& set, const tensor::FlatStorage& storage,
-                  PartOf&& part_of, std::map<std::string, tensor::Tensor>& out, std::mutex& mutex) {
-  std::vector<float> staged;
-  if (storage.on_device()) staged = storage.to_host();
-  const std::span<const float> flat = storage.on_device() ? staged : storage.host_span();
-  std::lock_guard lock(mutex);
-  for (int i = 0; i < set.count(); ++i) {
-    const model::ParamEntry& e = set.entry(i);
-    const model::OwnedPart part = part_of(i);
-    if (part.count == 0) continue;
-    tensor::Tensor& full = full_tensor(out, e);
-    for (std::int64_t k = 0; k < part.count; ++k)
-      full[e.layout.full_index(part.entry_begin + k)] =
-          flat[static_cast<std::size_t>(part.owned_offset + k)];
-  }
-}
-
-// The gradients this rank holds: its range [lo, hi) of the flat gradients, or under ZeRO-2 and
-// 3 its shards.
-void export_gradients(const model::ParameterSet& set, std::int64_t lo, std::int64_t hi,
-                      std::map<std::string, tensor::Tensor>& out, std::mutex& mutex) {
-  if (set.gradients_sharded()) {
-    export_parts(
-        set, set.owned_grads(), [&](int i) { return set.owned_part(i); }, out, mutex);
-    return;
-  }
-  export_parts(
-      set, set.flat_grads(),
-      [&](int i) {
-        const auto off = static_cast<std::int64_t>(set.entry(i).offset);
-        const std::int64_t a = std::max(lo, off), b = std::min(hi, off + set.entry(i).numel());
-        return a < b ? model::OwnedPart{a - off, a, b - a} : model::OwnedPart{};
-      },
-      out, mutex);
-}
-
-// The parameters this rank holds: all, or under ZeRO-3 its shards.
-void export_parameters(const model::ParameterSet& set, std::map<std::string, tensor::Tensor>& out,
-                       std::mutex& mutex) {
-  export_parts(
-      set, set.flat_params(), [&](int i) { return set.kept_parameters(i); }, out, mutex);
-}
-
-// Overwrites what this rank holds of the parameters with the elements of the given full-model
-// tensors (on a device: in a host copy, uploaded at the end).
-void import_full(model::ParameterSet& set, const std::map<std::string, tensor::Tensor>& full) {
-  tensor::FlatStorage& storage = set.flat_params();
-  std::vector<float> staged;
-  if (storage.on_device()) staged = storage.to_host();
-  float* base = storage.on_device() ? staged.data() : storage.host_span().data();
-  for (int i = 0; i < set.count(); ++i) {
-    const model::ParamEntry& e = set.entry(i);
-    auto it = full.find(e.name);
-    if (it == full.end()) continue;
-    if (it->second.numel() != e.layout.full_numel())
-      throw InputError("initial parameter '" + e.name + "' has " +
-                       std::to_string(it->second.numel()) + " elements, the model " +
-                       std::to_string(e.layout.full_numel()));
-    const model::OwnedPart kept = set.kept_parameters(i);
-    float* p = base + kept.owned_offset;
-    for (std::int64_t k = 0; k < kept.count; ++k)
-      p[k] = it->second[e.layout.full_index(kept.entry_begin + k)];
-  }
-  if (storage.on_device()) storage.upload(staged);
-}
-
-// Parameter and gradient bytes of the vocabulary layers (embedding, position embedding, output
-// layer) and of everything else.
-struct ParameterBytes {
-  std::int64_t vocabulary = 0;
-  std::int64_t other = 0;
-  ParameterBytes operator+(const ParameterBytes& o) const {
-    return {vocabulary + o.vocabulary, other + o.other};
-  }
-};
-
-ParameterBytes parameter_bytes(const model::ParameterSet& set) {
-  ParameterBytes b;
-  for (const model::ParamUnit& u : set.units())
-    (u.vocabulary ? b.vocabulary : b.other) += u.numel * static_cast<std::int64_t>(sizeof(float));
-  b.other += (set.padded_size() - set.size()) * static_cast<std::int64_t>(sizeof(float));
-  return b;
-}
-
-// The bytes of its shard of each unit (ZeRO-2 and 3).
-ParameterBytes shard_bytes(const model::ParameterSet& set) {
-  ParameterBytes b;
-  for (std::size_t u = 0; u < set.units().size(); ++u)
-    (set.units()[u].vocabulary ? b.vocabulary : b.other) +=
-        set.shard_size(static_cast<int>(u)) * static_cast<std::int64_t>(sizeof(float));
-  return b;
-}
-
-// What a rank keeps through the iteration: all the parameters and gradients, or under ZeRO-2 its
-// shard of each unit's gradient and under ZeRO-3 of its values too (a unit's full gradient or
-// values are on the ledger only while a layer computes or uses them).
-ParameterBytes kept_gradient_bytes(const model::ParameterSet& set) {
-  return set.gradients_sharded() ? shard_bytes(set) : parameter_bytes(set);
-}
-ParameterBytes kept_parameter_bytes(const model::ParameterSet& set) {
-  return set.parameters_sharded() ? shard_bytes(set) : parameter_bytes(set);
-}
 
 // One rank of a run: the members are built in the order the rank needs them (the buffer cache
 // before the runtime, so the runtime's buffers go back to it while it is still bound).
@@ -165,6 +47,18 @@ class RankTraining {
   int first_step() const { return first_step_; }
 
  private:
+  // The parts of run_step, in order. run_schedule: the step's schedule on the next microbatches
+  // (its timing kept for the trainer). reduce_gradients: over the sequence-parallel and data-
+  // parallel groups (at the first step, captured if asked). all_reduce_totals: the world sums of
+  // [sum of squares, loss, aux, stop]. update_parameters: the optimizer step with the gradients
+  // clipped to norm, then zeroed. record_step: rank 0's result of the step into the run's result
+  // and trace (step_metric: the trace's metric of it).
+  IterationLosses run_schedule(int step);
+  void reduce_gradients(int step);
+  std::vector<float> all_reduce_totals(const IterationLosses& losses);
+  void update_parameters(int step, double norm);
+  StepResult record_step(int step, const std::vector<float>& totals, double norm,
+                         Clock::duration took, profiler::StepMetric& step_metric);
   // Takes the device's GPU activity and tells the cadence what the take cost.
   profiler::GpuCapture take_gpu_activity();
   // Streams the step's part; with GPU capture, `gpu` holds what the step's take brought (none
@@ -348,13 +242,7 @@ void RankTraining::resume() {
   }
 }
 
-bool RankTraining::run_step(int step) {
-  DataParallelOptimizer& dense_opt = *dense_opt_;
-  DataParallelOptimizer& expert_opt = *expert_opt_;
-  model::RankModel& m = model_;
-  TrainResult& result = s_.result;
-  if (!step_began_) step_began_ = Clock::now();
-  const Clock::time_point t0 = *step_began_;
+IterationLosses RankTraining::run_schedule(int step) {
   if (!options_.record_trace) {
     recorder_.clear();  // keep only the step being measured
     streamed_ = {};
@@ -363,64 +251,88 @@ bool RankTraining::run_step(int step) {
   const std::size_t first_span = recorder_.spans().size();
   const IterationLosses losses = runtime_.run_schedule(batches_, step);
   s_.last_timing[static_cast<std::size_t>(rank_)] = step_timing(recorder_, first_span);
+  return losses;
+}
+
+void RankTraining::reduce_gradients(int step) {
   {
     profiler::ScopedSpan span(recorder_, profiler::SpanKind::AllReduce, profiler::Stream::Comm, -1,
                               -1, -1, reduce_name_);
     runtime_.reduce_sequence_parallel_gradients();
-    dense_opt.reduce_gradients();
-    expert_opt.reduce_gradients();
+    dense_opt_->reduce_gradients();
+    expert_opt_->reduce_gradients();
   }
   if (options_.capture_gradients && step == first_step_) {
-    export_gradients(m.dense, dense_opt.owned_lo(), dense_opt.owned_hi(),
-                     result.first_step_gradients, s_.mutex);
-    export_gradients(m.expert, expert_opt.owned_lo(), expert_opt.owned_hi(),
-                     result.first_step_gradients, s_.mutex);
+    export_gradients(model_.dense, dense_opt_->owned_lo(), dense_opt_->owned_hi(),
+                     s_.result.first_step_gradients, s_.mutex);
+    export_gradients(model_.expert, expert_opt_->owned_lo(), expert_opt_->owned_hi(),
+                     s_.result.first_step_gradients, s_.mutex);
   }
-  // One world all-reduce for the norm and the losses: [sum of squares, loss, aux, stop].
+}
+
+std::vector<float> RankTraining::all_reduce_totals(const IterationLosses& losses) {
   const bool counts = at_.tp_rank == 0;
   std::vector<float> totals = {
-      static_cast<float>(dense_opt.owned_sum_squares() + expert_opt.owned_sum_squares()),
+      static_cast<float>(dense_opt_->owned_sum_squares() + expert_opt_->owned_sum_squares()),
       counts ? static_cast<float>(losses.loss_sum) : 0.0f,
       counts ? static_cast<float>(losses.aux_sum) : 0.0f,
       // Rank 0 alone reads the stop request, so every rank learns it from this reduction and
       // stops after the same step.
       rank_ == 0 && options_.stop != nullptr && options_.stop->load() ? 1.0f : 0.0f};
   comm_.all_reduce(world_group_, totals);
-  const bool stop_after_this_step = totals[3] > 0.0f && step < options_.steps;
-  const double norm = std::sqrt(static_cast<double>(totals[0]));
+  return totals;
+}
+
+void RankTraining::update_parameters(int step, double norm) {
   const float coef =
       options_.grad_clip > 0.0f ? tensor::clip_coefficient(norm, options_.grad_clip) : 1.0f;
   {
     profiler::ScopedSpan span(recorder_, profiler::SpanKind::Other, profiler::Stream::Comm, -1, -1,
                               -1, gather_name_);
-    dense_opt.step(options_.adamw, step, coef);
-    expert_opt.step(options_.adamw, step, coef);
+    dense_opt_->step(options_.adamw, step, coef);
+    expert_opt_->step(options_.adamw, step, coef);
   }
-  dense_opt.zero_grad();
-  expert_opt.zero_grad();
+  dense_opt_->zero_grad();
+  expert_opt_->zero_grad();
+}
+
+StepResult RankTraining::record_step(int step, const std::vector<float>& totals, double norm,
+                                     Clock::duration took, profiler::StepMetric& step_metric) {
+  TrainResult& result = s_.result;
+  StepResult r;
+  r.step = step;
+  const double mbs = static_cast<double>(plan_.microbatches) * plan_.dp;
+  r.loss = totals[1] / mbs;
+  r.aux_loss = totals[2] / mbs;
+  r.grad_norm = norm;
+  r.seconds = std::chrono::duration<double>(took).count();
+  r.tokens_per_s = static_cast<double>(result.tokens_per_step) / r.seconds;
+  step_metric = {step, recorder_.now_ns(), r.loss, r.tokens_per_s};
+  {
+    std::lock_guard lock(s_.mutex);
+    result.steps.push_back(r);
+    result.trace.steps.push_back(step_metric);
+  }
+  return r;
+}
+
+bool RankTraining::run_step(int step) {
+  if (!step_began_) step_began_ = Clock::now();
+  const Clock::time_point t0 = *step_began_;
+  const IterationLosses losses = run_schedule(step);
+  reduce_gradients(step);
+  // One world all-reduce for the norm and the losses: [sum of squares, loss, aux, stop].
+  const std::vector<float> totals = all_reduce_totals(losses);
+  const bool stop_after_this_step = totals[3] > 0.0f && step < options_.steps;
+  const double norm = std::sqrt(static_cast<double>(totals[0]));
+  update_parameters(step, norm);
   // The end of this step's time and the start of the next one's: what follows until the next
   // step (streaming, the report) counts there.
   const Clock::time_point measured = Clock::now();
   step_began_ = measured;
   profiler::StepMetric step_metric;
   std::optional<StepResult> reported;  // rank 0's, for on_step
-  if (rank_ == 0) {
-    StepResult r;
-    r.step = step;
-    const double mbs = static_cast<double>(plan_.microbatches) * plan_.dp;
-    r.loss = totals[1] / mbs;
-    r.aux_loss = totals[2] / mbs;
-    r.grad_norm = norm;
-    r.seconds = std::chrono::duration<double>(measured - t0).count();
-    r.tokens_per_s = static_cast<double>(result.tokens_per_step) / r.seconds;
-    step_metric = {step, recorder_.now_ns(), r.loss, r.tokens_per_s};
-    {
-      std::lock_guard lock(s_.mutex);
-      result.steps.push_back(r);
-      result.trace.steps.push_back(step_metric);
-    }
-    reported = r;
-  }
+  if (rank_ == 0) reported = record_step(step, totals, norm, measured - t0, step_metric);
   const bool save = !options_.checkpoint_dir.empty() &&
                     (step == options_.steps ||
                      (options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0));
@@ -441,7 +353,7 @@ bool RankTraining::run_step(int step) {
   }
   if (stop_after_this_step && rank_ == 0) {
     std::lock_guard lock(s_.mutex);
-    result.stopped = true;
+    s_.result.stopped = true;
   }
   return stop_after_this_step;
 }

@@ -187,6 +187,64 @@ void check_injected_fault(const TrainOptions& o, const spec::ParallelPlan& plan,
                          std::to_string(resumed_step + 1) + " to " + std::to_string(o.steps) + ")");
 }
 
+// A plan the engine cannot carry out is refused, never trained without: a sequence-parallel
+// split of a micro-batch's rows over tp, the memory it needs, more ranks than the engine runs.
+void check_plan_can_run(const TrainOptions& options, const spec::ParallelPlan& plan) {
+  if (plan.sequence_parallel && plan.tp > 1 &&
+      (plan.micro_batch_size * options.model.seq_len) % plan.tp != 0)
+    throw InputError({"plan.sequence_parallel", "plan.micro_batch_size", "plan.tp"},
+                     "sequence_parallel=true splits a micro-batch's micro_batch_size x seq_len = " +
+                         std::to_string(plan.micro_batch_size * options.model.seq_len) +
+                         " rows over tp=" + std::to_string(plan.tp) +
+                         ", which does not divide them");
+  check_memory_fits(options, plan);
+  if (plan.world_size() > kMaxTrainRanks)
+    throw InputError({"plan.tp", "plan.pp", "plan.dp"},
+                     "world = tp*pp*dp = " + std::to_string(plan.world_size()) +
+                         " ranks is more than the " + std::to_string(kMaxTrainRanks) +
+                         " rank threads the embedded engine runs");
+}
+
+// The manifest of the checkpoint options.resume_dir names, which this run must continue: the
+// same model, plan, world and seed, at a step before the run's last.
+CheckpointManifest resume_manifest(const TrainOptions& options, const model::ModelConfig& config,
+                                   const spec::ParallelPlan& run_plan) {
+  CheckpointManifest m = read_checkpoint_manifest(options.resume_dir);
+  const std::string who = "checkpoint '" + options.resume_dir + "'";
+  const std::string plan = describe_plan(run_plan);
+  if (m.model != config.name)
+    throw InputError(who + " is of model '" + m.model + "', not '" + config.name + "'");
+  if (m.plan != plan)
+    throw InputError(who + " was written by plan [" + m.plan + "], this run is [" + plan + "]");
+  if (m.world != run_plan.world_size())
+    throw InputError(who + " has " + std::to_string(m.world) + " ranks, the plan " +
+                     std::to_string(run_plan.world_size()));
+  if (m.seed != options.seed)
+    throw InputError(who + " was written with seed " + std::to_string(m.seed) + ", not " +
+                     std::to_string(options.seed));
+  if (m.step >= options.steps)
+    throw InputError({"steps"}, who + " is at step " + std::to_string(m.step) + ", so a run of " +
+                                    std::to_string(options.steps) +
+                                    " steps leaves nothing to train");
+  return m;
+}
+
+// A destination that cannot take a checkpoint fails here, before the first step, not when the
+// first checkpoint is due (rank 0's process writes it).
+void check_checkpoint_dir(const TrainOptions& options) {
+  const bool writes_checkpoints =
+      !options.processes ||
+      std::any_of(options.processes->ranks.begin(), options.processes->ranks.end(),
+                  [](const comm::Communicator* c) { return c != nullptr && c->rank() == 0; });
+  if (!options.checkpoint_dir.empty() && writes_checkpoints) {
+    try {
+      checkpoint::check_checkpoint_destination(options.checkpoint_dir);
+    } catch (const std::runtime_error& e) {
+      throw InputError(e.what());
+    }
+  }
+}
+
 PreparedRun prepare(const TrainOptions& options) {
   check_training_numbers(options);
   if (const std::string problem =
@@ -207,20 +265,7 @@ PreparedRun prepare(const TrainOptions& options) {
   }
   if (options.steps < 1)
     throw InputError("steps must be at least 1 (got " + std::to_string(options.steps) + ")");
-  // A plan the engine cannot carry out is refused, never trained without.
-  if (p.plan.sequence_parallel && p.plan.tp > 1 &&
-      (p.plan.micro_batch_size * options.model.seq_len) % p.plan.tp != 0)
-    throw InputError({"plan.sequence_parallel", "plan.micro_batch_size", "plan.tp"},
-                     "sequence_parallel=true splits a micro-batch's micro_batch_size x seq_len = " +
-                         std::to_string(p.plan.micro_batch_size * options.model.seq_len) +
-                         " rows over tp=" + std::to_string(p.plan.tp) +
-                         ", which does not divide them");
-  check_memory_fits(options, p.plan);
-  if (p.plan.world_size() > kMaxTrainRanks)
-    throw InputError({"plan.tp", "plan.pp", "plan.dp"},
-                     "world = tp*pp*dp = " + std::to_string(p.plan.world_size()) +
-                         " ranks is more than the " + std::to_string(kMaxTrainRanks) +
-                         " rank threads the embedded engine runs");
+  check_plan_can_run(options, p.plan);
   // The schedule the caller planned (with the cost model of the run's hardware, as simulate and
   // predict do), or the plan's generator with unit costs.
   if (options.schedule) {
@@ -237,40 +282,9 @@ PreparedRun prepare(const TrainOptions& options) {
   if (!options.data_shards.empty())  // opened once here so a bad shard fails before any thread
     (void)data::make_shard_loader(options.data_shards, p.config.vocab,
                                   {p.plan.micro_batch_size, p.config.seq_len, 0, p.plan.dp});
-  if (!options.resume_dir.empty()) {
-    CheckpointManifest m = read_checkpoint_manifest(options.resume_dir);
-    const std::string who = "checkpoint '" + options.resume_dir + "'";
-    const std::string plan = describe_plan(p.plan);
-    if (m.model != p.config.name)
-      throw InputError(who + " is of model '" + m.model + "', not '" + p.config.name + "'");
-    if (m.plan != plan)
-      throw InputError(who + " was written by plan [" + m.plan + "], this run is [" + plan + "]");
-    if (m.world != p.plan.world_size())
-      throw InputError(who + " has " + std::to_string(m.world) + " ranks, the plan " +
-                       std::to_string(p.plan.world_size()));
-    if (m.seed != options.seed)
-      throw InputError(who + " was written with seed " + std::to_string(m.seed) + ", not " +
-                       std::to_string(options.seed));
-    if (m.step >= options.steps)
-      throw InputError({"steps"}, who + " is at step " + std::to_string(m.step) + ", so a run of " +
-                                      std::to_string(options.steps) +
-                                      " steps leaves nothing to train");
-    p.resume = std::move(m);
-  }
+  if (!options.resume_dir.empty()) p.resume = resume_manifest(options, p.config, p.plan);
   check_injected_fault(options, p.plan, p.resume ? static_cast<std::int64_t>(p.resume->step) : 0);
-  // A destination that cannot take a checkpoint fails here, before the first step, not when the
-  // first checkpoint is due (rank 0's process writes it).
-  const bool writes_checkpoints =
-      !options.processes ||
-      std::any_of(options.processes->ranks.begin(), options.processes->ranks.end(),
-                  [](const comm::Communicator* c) { return c != nullptr && c->rank() == 0; });
-  if (!options.checkpoint_dir.empty() && writes_checkpoints) {
-    try {
-      checkpoint::check_checkpoint_destination(options.checkpoint_dir);
-    } catch (const std::runtime_error& e) {
-      throw InputError(e.what());
-    }
-  }
+  check_checkpoint_dir(options);
   return p;
 }
 
@@ -382,6 +396,46 @@ void run_process_ranks(const TrainOptions::Processes& p,
       });
 }
 
+// The synthetic corpus of a run without data shards (null with them).
+std::shared_ptr<const data::SyntheticCorpus> synthetic_corpus(const TrainOptions& options,
+                                                              const model::ModelConfig& config) {
+  data::SyntheticCorpusConfig corpus_config;
+  corpus_config.vocab_size = config.vocab;
+  corpus_config.seed = options.seed;
+  std::shared_ptr<const data::SyntheticCorpus> corpus;
+  if (options.data_shards.empty())
+    corpus = std::make_shared<const data::SyntheticCorpus>(corpus_config);
+  return corpus;
+}
+
+// Trains this process's ranks, each then sending its timing and memory to rank 0, whose process
+// puts every rank's into shared's last_timing and result. True in rank 0's process.
+bool train_process_ranks(SharedTraining& shared, int world) {
+  const TrainOptions& options = shared.options;
+  bool root = false;
+  run_process_ranks(*options.processes, [&](comm::Communicator& comm) {
+    train_rank(shared, comm);
+    const auto me = static_cast<std::size_t>(comm.rank());
+    const RankReport mine{shared.last_timing[me], shared.result.ranks[me]};
+    const std::vector<std::string> all = options.processes->gather_to_root(
+        comm, std::string(reinterpret_cast<const char*>(&mine), sizeof mine));
+    if (comm.rank() != 0) return;
+    root = true;
+    if (all.size() != static_cast<std::size_t>(world))
+      throw std::logic_error("train: gathered " + std::to_string(all.size()) + " rank reports");
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      RankReport report;
+      if (all[r].size() != sizeof report)
+        throw std::logic_error("train: rank report of " + std::to_string(all[r].size()) + " bytes");
+      std::memcpy(&report, all[r].data(), sizeof report);
+      std::lock_guard lock(shared.mutex);
+      shared.last_timing[r] = report.timing;
+      shared.result.ranks[r] = report.summary;
+    }
+  });
+  return root;
+}
+
 }  // namespace
 
 TrainResult train(const TrainOptions& options) {
@@ -395,12 +449,7 @@ TrainResult train(const TrainOptions& options) {
   const int world = topology.world();
   const std::int64_t B = plan.micro_batch_size, T = config.seq_len;
 
-  data::SyntheticCorpusConfig corpus_config;
-  corpus_config.vocab_size = config.vocab;
-  corpus_config.seed = options.seed;
-  std::shared_ptr<const data::SyntheticCorpus> corpus;
-  if (options.data_shards.empty())
-    corpus = std::make_shared<const data::SyntheticCorpus>(corpus_config);
+  const std::shared_ptr<const data::SyntheticCorpus> corpus = synthetic_corpus(options, config);
 
   const int hw = std::max(1u, std::thread::hardware_concurrency());
   const int threads =
@@ -437,31 +486,8 @@ TrainResult train(const TrainOptions& options) {
                         last_timing, checkpoint_slots, result,   mutex,  gpu_captures};
   if (!options.processes) {
     cluster.run([&](comm::Communicator& comm) { train_rank(shared, comm); });
-  } else {
-    // This process's ranks, each then sending its timing and memory to rank 0.
-    bool root = false;
-    run_process_ranks(*options.processes, [&](comm::Communicator& comm) {
-      train_rank(shared, comm);
-      const auto me = static_cast<std::size_t>(comm.rank());
-      const RankReport mine{last_timing[me], result.ranks[me]};
-      const std::vector<std::string> all = options.processes->gather_to_root(
-          comm, std::string(reinterpret_cast<const char*>(&mine), sizeof mine));
-      if (comm.rank() != 0) return;
-      root = true;
-      if (all.size() != static_cast<std::size_t>(world))
-        throw std::logic_error("train: gathered " + std::to_string(all.size()) + " rank reports");
-      for (std::size_t r = 0; r < all.size(); ++r) {
-        RankReport report;
-        if (all[r].size() != sizeof report)
-          throw std::logic_error("train: rank report of " + std::to_string(all[r].size()) +
-                                 " bytes");
-        std::memcpy(&report, all[r].data(), sizeof report);
-        std::lock_guard lock(mutex);
-        last_timing[r] = report.timing;
-        result.ranks[r] = report.summary;
-      }
-    });
-    if (!root) return result;
+  } else if (!train_process_ranks(shared, world)) {
+    return result;
   }
 
   summarise_last_iteration(last_timing, result);
