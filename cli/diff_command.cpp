@@ -169,8 +169,8 @@ void print_human(const LoadedRun& ra, const LoadedRun& rb, const an::TraceCompar
 }
 
 void run(const DiffArgs& a) {
-  const LoadedRun ra = load_run(a.db, a.a, a.iteration_a);
-  const LoadedRun rb = load_run(a.db, a.b, a.iteration_b);
+  const LoadedRun ra = load_run(a.db, a.a, a.iteration_a, "--iteration-a");
+  const LoadedRun rb = load_run(a.db, a.b, a.iteration_b, "--iteration-b");
   // A simulation with uniform costs counts in cost units, not seconds.
   if (const std::string unlike = db::unlike_time_units(ra.stored.run, rb.stored.run);
       !unlike.empty())

@@ -18,10 +18,11 @@ struct FlagWording {
   std::string_view remedy;  // else "<what>; <remedy>"
 };
 
-constexpr std::array<FlagWording, 3> kFlagWordings = {{
+constexpr std::array<FlagWording, 4> kFlagWordings = {{
     {"fault", "--fault", ""},
     {"steps", "--steps", ""},
     {"db", "", "store the run elsewhere (--db) or --no-db"},
+    {"stored_run.plan", "", "import it with --config RUN (or --model --hardware --tp --pp --dp)"},
 }};
 
 }  // namespace

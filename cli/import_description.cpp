@@ -1,6 +1,5 @@
 #include "cli/import_description.hpp"
 
-#include "cli/count_flags.hpp"
 #include "db/import/import_limits.hpp"
 #include "engine/errors.hpp"
 #include "engine/spec/load.hpp"
@@ -14,22 +13,23 @@ void add_import_description_options(CLI::App* cmd, ImportDescriptionArgs& a) {
                   "The profiled run's model, cluster and plan: a run file or preset");
   cmd->add_option("--model", a.model, "The profiled run's model (with --hardware --tp --pp --dp)");
   cmd->add_option("--hardware", a.hardware, "The GPUs it ran on (hardware preset or TOML file)");
-  cmd->add_option("--tp", a.tp, "Its tensor-parallel degree");
-  cmd->add_option("--pp", a.pp, "Its pipeline stages");
-  cmd->add_option("--dp", a.dp, "Its data-parallel degree");
-  cmd->add_option("--ep", a.ep, "Its expert-parallel degree");
-  cmd->add_option("--chunks", a.chunks, "Its layer groups per stage");
+  add_plan_flags(cmd, a.plan,
+                 {.tp = "Its tensor-parallel degree",
+                  .pp = "Its pipeline stages",
+                  .dp = "Its data-parallel degree",
+                  .ep = "Its expert-parallel degree",
+                  .chunks = "Its layer groups per stage",
+                  .microbatches = "Its micro-batches per iteration",
+                  .micro_batch_size = "Its sequences per micro-batch"});
   cmd->add_option("--schedule", a.schedule, "Its pipeline schedule (default 1f1b)");
-  cmd->add_option("--microbatches", a.microbatches, "Its micro-batches per iteration");
-  cmd->add_option("--micro-batch-size", a.micro_batch_size, "Its sequences per micro-batch");
 }
 
 namespace {
 
 // The run the flags describe, its specs validated (spec::validate).
 std::optional<spec::RunSpec> described_run(const ImportDescriptionArgs& a) {
-  const bool flags = !a.model.empty() || !a.hardware.empty() || !a.schedule.empty() || a.tp ||
-                     a.pp || a.dp || a.ep || a.chunks || a.microbatches || a.micro_batch_size;
+  const bool flags =
+      !a.model.empty() || !a.hardware.empty() || !a.schedule.empty() || a.plan.any_given();
   if (!a.config.empty()) {
     if (flags)
       throw InputError(
@@ -45,23 +45,17 @@ std::optional<spec::RunSpec> described_run(const ImportDescriptionArgs& a) {
   };
   require(!a.model.empty(), "--model");
   require(!a.hardware.empty(), "--hardware");
-  require(a.tp.has_value(), "--tp");
-  require(a.pp.has_value(), "--pp");
-  require(a.dp.has_value(), "--dp");
+  require(a.plan.tp.has_value(), "--tp");
+  require(a.plan.pp.has_value(), "--pp");
+  require(a.plan.dp.has_value(), "--dp");
   spec::RunSpec run;
   run.name = "imported";
   run.source = "import flags";
   run.model = spec::load_model(a.model);
   spec::ParallelPlan& p = run.plan;
-  p.tp = *a.tp;
-  p.pp = *a.pp;
-  p.dp = *a.dp;
-  p.ep = a.ep.value_or(1);
   p.schedule = a.schedule.empty() ? "1f1b" : a.schedule;
-  p.chunks = a.chunks.value_or(0);
-  p.microbatches = a.microbatches.value_or(0);
-  p.micro_batch_size = a.micro_batch_size.value_or(1);
-  require_counts_at_least_one({{p.tp, "--tp"}, {p.pp, "--pp"}, {p.dp, "--dp"}, {p.ep, "--ep"}});
+  p.chunks = 0;  // the schedule's default unless given
+  a.plan.apply_to(p);
   const auto world = static_cast<unsigned long long>(p.tp) * p.pp * p.dp;
   if (world > db::ImportLimits{}.max_ranks)
     throw InputError("tp*pp*dp = " + std::to_string(world) +

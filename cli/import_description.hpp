@@ -8,13 +8,14 @@
 #include <optional>
 #include <string>
 
+#include "cli/plan_flags.hpp"
 #include "engine/spec/run_spec.hpp"
 
 namespace pipetune::cli {
 
 struct ImportDescriptionArgs {
   std::string config, model, hardware, schedule;
-  std::optional<int> tp, pp, dp, ep, chunks, microbatches, micro_batch_size;
+  PlanFlags plan;
 };
 
 void add_import_description_options(CLI::App* cmd, ImportDescriptionArgs& a);

@@ -9,8 +9,8 @@
 
 namespace pipetune::cli {
 
-// InputError naming both when the stored run is a simulation, has no plan, is not a run of the
-// run file's model, plan and hardware (db/store/run_match.hpp), or has no complete iteration.
+// Prints db::compare_prediction_with_run (which refuses runs that are not of the run file's
+// model, plan and hardware, or have no complete iteration).
 void print_prediction_against(const tuner::SimulationSetup& setup, const std::string& db,
                               const std::string& stored_run, bool json);
 

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "cli/commands.hpp"
-#include "cli/count_flags.hpp"
 #include "cli/format.hpp"
 #include "cli/json_output.hpp"
+#include "cli/plan_flags.hpp"
 #include "cli/predict_against.hpp"
 #include "cli/tuning_target.hpp"
 #include "cli/workspace_cli.hpp"
@@ -28,9 +28,7 @@ namespace {
 struct PredictArgs {
   TargetArgs target;
   std::string config, against, db;
-  bool tp_given = false, pp_given = false;
-  int tp = 1, pp = 1, ep = 1, micro_batch_size = 1, zero = 0;
-  std::optional<int> dp, chunks;  // default: gpus / (tp*pp), the schedule's own
+  PlanFlags plan;  // dp default: gpus / (tp*pp); chunks: the schedule's own
   std::string schedule = "1f1b", vocab = "none", recompute = "none";
   bool sequence_parallel = false;
   bool json = false;
@@ -109,25 +107,20 @@ void run_flags(const PredictArgs& a) {
   require(!a.target.hardware.empty(), "--hardware");
   require(a.target.gpus != 0, "--gpus");
   require(a.target.global_batch != 0, "--global-batch");
-  require(a.tp_given, "--tp");
-  require(a.pp_given, "--pp");
+  require(a.plan.tp.has_value(), "--tp");
+  require(a.plan.pp.has_value(), "--pp");
   const Target t = resolve_target(a.target);
   spec::ParallelPlan p;
-  p.tp = a.tp;
-  p.pp = a.pp;
-  // dp and chunks default when not given; a given 0 or negative is a mistake, not "the default".
-  require_counts_at_least_one({{a.dp, "--dp"}, {a.chunks, "--chunks"}});
-  p.dp = a.dp.value_or(0);
+  p.chunks = schedule::default_chunks(a.schedule);
+  p.dp = 0;  // the devices left over by tp*pp unless given
+  a.plan.apply_to(p);
   if (p.dp == 0) {
-    const int tp_pp = a.tp * a.pp;
-    if (tp_pp < 1 || t.cluster.devices % tp_pp != 0)
+    const int tp_pp = p.tp * p.pp;
+    if (t.cluster.devices % tp_pp != 0)
       throw InputError("tp*pp = " + std::to_string(tp_pp) + " does not divide --gpus " +
                        std::to_string(t.cluster.devices));
     p.dp = t.cluster.devices / tp_pp;
   }
-  p.ep = a.ep;
-  p.chunks = a.chunks ? *a.chunks : schedule::default_chunks(a.schedule);
-  p.micro_batch_size = a.micro_batch_size;
   p.global_batch = t.global_batch;
   p.schedule = a.schedule;
   if (a.vocab == "redis") {
@@ -138,9 +131,7 @@ void run_flags(const PredictArgs& a) {
   }
   p.recompute = spec::parse_recompute(a.recompute);
   p.sequence_parallel = a.sequence_parallel;
-  p.zero_stage = a.zero;
-  if (p.micro_batch_size < 1 ||
-      t.global_batch % (static_cast<std::int64_t>(p.micro_batch_size) * p.dp) != 0)
+  if (t.global_batch % (static_cast<std::int64_t>(p.micro_batch_size) * p.dp) != 0)
     throw InputError("--global-batch " + std::to_string(t.global_batch) +
                      " is not divisible by micro-batch " + std::to_string(p.micro_batch_size) +
                      " x dp " + std::to_string(p.dp));
@@ -180,19 +171,20 @@ void add_predict_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "predict", "Predict one plan: iteration time, throughput, MFU and memory per stage");
   add_target_options(cmd, a->target);
-  cmd->add_option("--tp", a->tp, "Tensor-parallel degree");
-  cmd->add_option("--pp", a->pp, "Pipeline stages");
-  cmd->add_option("--dp", a->dp, "Data-parallel degree (default: gpus / (tp*pp))");
-  cmd->add_option("--ep", a->ep, "Expert-parallel degree");
-  cmd->add_option("--chunks", a->chunks, "Layer groups per stage (interleaved, V schedules)");
-  cmd->add_option("--micro-batch-size", a->micro_batch_size, "Sequences per micro-batch");
+  add_plan_flags(cmd, a->plan,
+                 {.tp = "Tensor-parallel degree",
+                  .pp = "Pipeline stages",
+                  .dp = "Data-parallel degree (default: gpus / (tp*pp))",
+                  .ep = "Expert-parallel degree",
+                  .chunks = "Layer groups per stage (interleaved, V schedules)",
+                  .micro_batch_size = "Sequences per micro-batch",
+                  .zero = "ZeRO stage 0-3 (1: distributed optimizer)"});
   cmd->add_option("--schedule", a->schedule, "Pipeline schedule")->capture_default_str();
   cmd->add_option("--vocab", a->vocab,
                   "Vocabulary layers: none, redis, vocab-1, vocab-2, interlaced")
       ->capture_default_str();
   cmd->add_option("--recompute", a->recompute, "none, selective or full")->capture_default_str();
   cmd->add_flag("--sequence-parallel", a->sequence_parallel, "Sequence parallelism (with TP)");
-  cmd->add_option("--zero", a->zero, "ZeRO stage 0-3 (1: distributed optimizer)");
   cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
   // A run file instead of the flags, and what to compare its prediction with.
   std::vector<CLI::Option*> flags;
@@ -207,11 +199,7 @@ void add_predict_command(CLI::App& app) {
   // The target's flags are required unless --config is given (checked in run_flags).
   for (const char* name : {"--model", "--hardware", "--gpus", "--global-batch"})
     cmd->get_option(name)->required(false);
-  cmd->callback([a, cmd] {
-    a->tp_given = cmd->get_option("--tp")->count() > 0;
-    a->pp_given = cmd->get_option("--pp")->count() > 0;
-    run(*a);
-  });
+  cmd->callback([a] { run(*a); });
 }
 
 }  // namespace pipetune::cli

@@ -237,22 +237,6 @@ void report(const ReportArgs& a) {
   }
 }
 
-// The iteration's spans only, shifted to start at 0, for the Gantt.
-profiler::Trace iteration_slice(const LoadedRun& r) {
-  profiler::Trace t = r.stored.trace;
-  std::vector<profiler::Span> kept;
-  for (profiler::Span s : t.spans) {
-    if (s.end_ns <= r.window.start_ns || s.start_ns >= r.window.end_ns) continue;
-    s.start_ns = std::max(s.start_ns, r.window.start_ns) - r.window.start_ns;
-    s.end_ns = std::min(s.end_ns, r.window.end_ns) - r.window.start_ns;
-    kept.push_back(s);
-  }
-  t.spans = std::move(kept);
-  t.memory.clear();
-  t.counters.clear();
-  return t;
-}
-
 void timeline(const ReportArgs& a) {
   check_gantt_width(a.width);
   const LoadedRun r = load_run(a.db, a.run, a.iteration);
@@ -263,7 +247,7 @@ void timeline(const ReportArgs& a) {
   profiler::TextGanttOptions g;
   g.width = a.width > 0 ? a.width : terminal_width();
   g.time_unit = r.time_unit;  // a cost-unit simulation's axis is not in seconds
-  std::printf("%s", profiler::render_text_gantt(iteration_slice(r), g).c_str());
+  std::printf("%s", profiler::render_text_gantt(db::iteration_spans(r), g).c_str());
 }
 
 void add_common(CLI::App* cmd, ReportArgs& a) {

@@ -13,6 +13,7 @@
 #include "cli/count_flags.hpp"
 #include "cli/error_wording.hpp"
 #include "cli/format.hpp"
+#include "cli/plan_flags.hpp"
 #include "cli/stdout_status.hpp"
 #include "cli/train_output.hpp"
 #include "cli/workspace_cli.hpp"
@@ -36,7 +37,7 @@ constexpr const char* kDefaultRun = "tiny-train";
 struct TrainArgs {
   std::string config;
   std::string model;
-  std::optional<int> tp, pp, dp, ep, chunks, microbatches, micro_batch_size, zero;
+  PlanFlags plan;
   std::optional<std::string> schedule, vocab, recompute;
   int steps = 60;
   std::string seed = "1234";  // parsed strictly: CLI11 saturates numbers past 2^64
@@ -96,41 +97,28 @@ int parse_capture_every(const std::string& text) {
   return every;
 }
 
-TrainSetup build_options(const TrainArgs& a) {
-  spec::RunSpec run =
-      spec::load_run(a.config.empty() ? kDefaultRun : a.config, spec::RunCheck::KeysOnly);
-  TrainSetup setup;
-  setup.cluster = run.cluster;
-  runtime::TrainOptions& o = setup.options;
-  o.model = a.model.empty() ? run.model : spec::load_model(a.model);
-  o.plan = run.plan;
-  // Counts given on the command line are at least 1: never silently replaced by a default.
-  require_counts_at_least_one({{a.tp, "--tp"},
-                               {a.pp, "--pp"},
-                               {a.dp, "--dp"},
-                               {a.ep, "--ep"},
-                               {a.chunks, "--chunks"},
-                               {a.microbatches, "--microbatches"},
-                               {a.micro_batch_size, "--micro-batch-size"}});
-  if (a.tp) o.plan.tp = *a.tp;
-  if (a.pp) o.plan.pp = *a.pp;
-  if (a.dp) o.plan.dp = *a.dp;
-  if (a.ep) o.plan.ep = *a.ep;
-  if (a.chunks) o.plan.chunks = *a.chunks;
-  if (a.microbatches) o.plan.microbatches = *a.microbatches;
-  if (a.micro_batch_size) o.plan.micro_batch_size = *a.micro_batch_size;
-  if (a.zero) o.plan.zero_stage = *a.zero;
-  if (a.schedule) o.plan.schedule = *a.schedule;
+// The run file's plan with the plan flags and the schedule, vocabulary, recomputation and
+// sequence-parallel choices given on the command line.
+spec::ParallelPlan plan_with_flags(const TrainArgs& a, const spec::RunSpec& run) {
+  spec::ParallelPlan plan = run.plan;
+  a.plan.apply_to(plan);
+  if (a.schedule) plan.schedule = *a.schedule;
   // Another schedule without --chunks: that schedule's default, not the run file's chunks.
-  if (a.schedule && !a.chunks) o.plan.chunks = 0;
-  if (a.vocab) o.plan.vocab = schedule::parse_vocab_mode(*a.vocab);
-  if (a.recompute) o.plan.recompute = spec::parse_recompute(*a.recompute);
-  if (a.sequence_parallel) o.plan.sequence_parallel = true;
-  if (a.no_sequence_parallel) o.plan.sequence_parallel = false;
+  if (a.schedule && !a.plan.chunks) plan.chunks = 0;
+  if (a.vocab) plan.vocab = schedule::parse_vocab_mode(*a.vocab);
+  if (a.recompute) plan.recompute = spec::parse_recompute(*a.recompute);
+  if (a.sequence_parallel) plan.sequence_parallel = true;
+  if (a.no_sequence_parallel) plan.sequence_parallel = false;
   // Flags may change the world size: the global batch follows the plan, unless the run file
   // states it (then the plan's validation refuses flags that give another batch, as predict does).
-  if ((a.tp || a.pp || a.dp || a.microbatches || a.micro_batch_size) && !run.global_batch_given)
-    o.plan.global_batch = 0;
+  const PlanFlags& f = a.plan;
+  if ((f.tp || f.pp || f.dp || f.microbatches || f.micro_batch_size) && !run.global_batch_given)
+    plan.global_batch = 0;
+  return plan;
+}
+
+// Steps, seed, learning rate, data, checkpoints, threads, watchdog and the injected fault.
+void apply_run_flags(const TrainArgs& a, runtime::TrainOptions& o) {
   if (a.steps < 1)
     throw InputError("--steps must be at least 1 (got " + std::to_string(a.steps) + ")");
   if (!(a.lr > 0.0f) || !std::isfinite(a.lr)) {
@@ -158,13 +146,19 @@ TrainSetup build_options(const TrainArgs& a) {
   o.watchdog_seconds = a.watchdog;
   if (!a.fault.empty()) {
     o.fault = runtime::parse_injected_fault(a.fault);
-    if (o.fault->rank >= o.plan.tp * o.plan.pp * o.plan.dp)
+    const int world = o.plan.tp * o.plan.pp * o.plan.dp;
+    if (o.fault->rank >= world)
       throw InputError("--fault: rank " + std::to_string(o.fault->rank) + " is not a rank of the " +
-                       std::to_string(o.plan.tp * o.plan.pp * o.plan.dp) + "-rank plan");
+                       std::to_string(world) + "-rank plan");
     if (o.fault->step > a.steps)  // a resumed run's own steps: check_train_options
       throw InputError("--fault: step " + std::to_string(o.fault->step) +
                        " is beyond the run's --steps " + std::to_string(a.steps));
   }
+}
+
+// Backend, precision and attention kernel: each flag's, else the run file's, else the default;
+// the GEMM options only where they apply.
+void choose_engine(const TrainArgs& a, const spec::RunSpec& run, TrainSetup& setup) {
   const spec::EngineBackend backend =
       a.backend ? spec::parse_engine_backend(*a.backend) : run.backend;
   spec::EnginePrecision precision = run.precision;
@@ -206,7 +200,11 @@ TrainSetup build_options(const TrainArgs& a) {
   }
   if (a.gelu_epilogue && backend != spec::EngineBackend::cuda)
     throw InputError("--gelu-epilogue is for --backend cuda (cuBLASLt's GEMM epilogues)");
-  // Checked before the device is: a bad value is the input's error wherever the run would go.
+}
+
+// GPU capture and the device cache: checked before the device is, so a bad value is the
+// input's error wherever the run would go.
+void apply_gpu_flags(const TrainArgs& a, spec::EngineBackend backend, runtime::TrainOptions& o) {
   if (a.gpu_capture_every) {
     o.gpu_capture_every = parse_capture_every(*a.gpu_capture_every);
     if (backend != spec::EngineBackend::cuda)
@@ -228,6 +226,19 @@ TrainSetup build_options(const TrainArgs& a) {
       throw InputError("--device-cache-mib is for --backend cuda (it caps a GPU rank's cache)");
     o.device_buffer_cache_bytes = static_cast<std::size_t>(*a.device_cache_mib) << 20;
   }
+}
+
+TrainSetup build_options(const TrainArgs& a) {
+  const spec::RunSpec run =
+      spec::load_run(a.config.empty() ? kDefaultRun : a.config, spec::RunCheck::KeysOnly);
+  TrainSetup setup;
+  setup.cluster = run.cluster;
+  runtime::TrainOptions& o = setup.options;
+  o.model = a.model.empty() ? run.model : spec::load_model(a.model);
+  o.plan = plan_with_flags(a, run);
+  apply_run_flags(a, o);
+  choose_engine(a, run, setup);
+  apply_gpu_flags(a, setup.backend, o);
   return setup;
 }
 
@@ -350,12 +361,17 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--config", args->config,
                   std::string("Run preset or run TOML file (default: ") + kDefaultRun + ")");
   cmd->add_option("--model", args->model, "Model preset or TOML file (replaces the run's model)");
-  cmd->add_option("--tp", args->tp, "Tensor-parallel degree");
-  cmd->add_option("--pp", args->pp, "Pipeline stages");
-  cmd->add_option("--dp", args->dp, "Data-parallel degree");
-  cmd->add_option("--ep", args->ep, "Expert-parallel degree (divides dp)");
+  add_plan_flags(cmd, args->plan,
+                 {.tp = "Tensor-parallel degree",
+                  .pp = "Pipeline stages",
+                  .dp = "Data-parallel degree",
+                  .ep = "Expert-parallel degree (divides dp)",
+                  .chunks = "Layer groups per pipeline rank",
+                  .microbatches = "Micro-batches per step",
+                  .micro_batch_size = "Sequences per micro-batch",
+                  .zero = "ZeRO stage: 0, 1 (optimizer state sharded over DP), 2 (and gradients) "
+                          "or 3 (and parameters)"});
   cmd->add_option("--schedule", args->schedule, "Pipeline schedule");
-  cmd->add_option("--chunks", args->chunks, "Layer groups per pipeline rank");
   cmd->add_option("--vocab", args->vocab, "Vocabulary parallelism: none, vocab-1, vocab-2");
   auto* sp =
       cmd->add_flag("--sequence-parallel", args->sequence_parallel,
@@ -367,11 +383,6 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--recompute", args->recompute,
                   "Activation recomputation: none, selective (the attention probabilities) or "
                   "full (each block from its input)");
-  cmd->add_option("--microbatches", args->microbatches, "Micro-batches per step");
-  cmd->add_option("--micro-batch-size", args->micro_batch_size, "Sequences per micro-batch");
-  cmd->add_option("--zero", args->zero,
-                  "ZeRO stage: 0, 1 (optimizer state sharded over DP), 2 (and gradients) or 3 (and "
-                  "parameters)");
   cmd->add_option("--steps", args->steps, "Training steps")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the initialisation and the synthetic corpus")
       ->capture_default_str();

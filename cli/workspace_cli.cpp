@@ -1,11 +1,8 @@
 #include "cli/workspace_cli.hpp"
 
 #include "db/output_file.hpp"
-#include "db/store/run_layout.hpp"
 #include "db/store/run_name.hpp"
-#include "db/store/workspace.hpp"
 #include "engine/errors.hpp"
-#include "profiler/analysis/analysis_error.hpp"
 
 namespace pipetune::cli {
 
@@ -35,38 +32,13 @@ void write_output_file(const std::string& path, const std::string& text, bool ex
 }
 
 LoadedRun load_run(const std::string& db_path, const std::string& id_or_name,
-                   std::optional<int> iteration) {
-  db::Workspace ws(db_path);
-  const db::RunRecord record = ws.find_run(id_or_name);
-  LoadedRun r;
-  r.stored = ws.load(record.id);
-  const profiler::Trace& t = r.stored.trace;
-  // A run that stored no span (one that failed before its first op ended) has no iteration to
-  // report or compare: said so, not shown as an iteration of length 0.
-  if (t.spans.empty())
-    throw InputError("run " + std::to_string(record.id) + " (" + db::printable_text(record.name) +
-                     ", " + std::string(db::run_status_name(record.status)) +
-                     ") has no spans: no iteration to analyse");
-  r.iterations = profiler::analysis::iteration_count(t);
-  if (iteration) {
-    if (*iteration < 1 || static_cast<std::size_t>(*iteration) > r.iterations)
-      throw InputError("run " + std::to_string(record.id) + " has " + std::to_string(r.iterations) +
-                       " iteration(s); --iteration " + std::to_string(*iteration) +
-                       " is out of range");
-    r.iteration = static_cast<std::size_t>(*iteration - 1);
-  } else {
-    r.iteration = r.iterations - 1;
-  }
+                   std::optional<int> iteration, const char* iteration_flag) {
   try {
-    r.window = profiler::analysis::iteration_window(t, r.iteration);
-  } catch (const profiler::analysis::AnalysisError& e) {
-    throw InputError(e.what());
+    return db::load_run_iteration(db_path, id_or_name, iteration);
+  } catch (const InputError& e) {
+    if (e.field() != "iteration") throw;
+    throw InputError(std::string(iteration_flag) + " " + e.rule());
   }
-  const db::RunLayout layout = db::run_layout(record, t);
-  r.pipeline = layout.pipeline;
-  r.ranks_per_stage = layout.ranks_per_stage;
-  r.time_unit = layout.time_unit;
-  return r;
 }
 
 nlohmann::json run_identity_json(const db::RunRecord& run) {

@@ -8,8 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "db/store/run_iteration.hpp"
 #include "db/store/store_types.hpp"
-#include "profiler/analysis/time_window.hpp"
 
 namespace pipetune::cli {
 
@@ -29,22 +29,13 @@ void check_output_file(const std::string& path, bool force, const std::string& w
 // half-written file. `executable`: mode 0777 less the umask (launch scripts).
 void write_output_file(const std::string& path, const std::string& text, bool executable = false);
 
-// A stored run, loaded whole, with the window a report looks at.
-struct LoadedRun {
-  db::StoredRun stored;
-  std::size_t iterations = 1;
-  std::size_t iteration = 0;  // 0-based
-  profiler::analysis::TimeWindow window;
-  // Whether the ranks are pipeline stages, and how many per stage (db/store/run_layout.hpp).
-  bool pipeline = true;
-  int ranks_per_stage = 1;
-  std::string time_unit = "s";
-};
+// A stored run loaded whole with the iteration a report looks at (db/store/run_iteration.hpp).
+using LoadedRun = db::RunIteration;
 
-// `iteration`: 1-based as the user types it; empty = the last complete iteration. Throws
-// InputError for an unknown run, a run with no spans or an iteration out of range.
+// db::load_run_iteration, an iteration out of range worded with `iteration_flag`.
 LoadedRun load_run(const std::string& db_path, const std::string& id_or_name,
-                   std::optional<int> iteration = std::nullopt);
+                   std::optional<int> iteration = std::nullopt,
+                   const char* iteration_flag = "--iteration");
 
 // {"id", "name", "kind", "status"}.
 nlohmann::json run_identity_json(const db::RunRecord& run);

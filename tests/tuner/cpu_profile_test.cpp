@@ -17,15 +17,28 @@
 namespace pipetune::tuner {
 namespace {
 
-// Timings that follow the cost model's GEMM curve exactly: t = (F + half) / rate.
-CpuMeasurements synthetic(double rate, double half, double attention_rate) {
-  CpuMeasurements m;
+using profiler::GemmSample;
+using profiler::MachineMeasurements;
+
+double flops_of(const GemmSample& g) {
+  return 2.0 * static_cast<double>(g.m) * static_cast<double>(g.k) * static_cast<double>(g.n);
+}
+
+// Timings that follow the cost model's GEMM curve exactly: t = (F + half) / rate, for products
+// of 1e6, 1e7, 1e8, 1e9 and 4e9 FLOPs.
+MachineMeasurements synthetic(double rate, double half, double attention_rate) {
+  MachineMeasurements m;
   m.devices = 2;
-  for (double f : {1e6, 1e7, 1e8, 1e9, 4e9}) m.gemm.push_back({f, (f + half) / rate});
+  for (GemmSample g :
+       {GemmSample{50, 100, 100}, GemmSample{100, 100, 500}, GemmSample{500, 100, 1000},
+        GemmSample{1000, 500, 1000}, GemmSample{1000, 1000, 2000}}) {
+    g.seconds = (flops_of(g) + half) / rate;
+    m.gemm.push_back(g);
+  }
   for (std::int64_t seq : {64, 128, 256}) {
     const double flops = attention_forward_flops(2, 4, seq, 64);
     // The engine's backward: 2 forward FLOPs (dV, dP, dQ, dK against QK^T, AV), at the same rate.
-    m.attention.push_back({flops, flops / attention_rate, 2.0 * flops / attention_rate});
+    m.attention.push_back({2, 4, seq, 64, flops / attention_rate, 2.0 * flops / attention_rate});
   }
   m.memory_bandwidth = 20e9;
   m.special_function_rate = 3e8;
@@ -58,26 +71,27 @@ TEST(CpuProfile, RecoversTheCurvesItWasTimedWith) {
 
 // Collectives timed as the cost model's ring formula would time them at these bus bandwidths:
 // all-gather faster than a send, reduce-scatter slower, as the thread communicator runs them.
-CpuMeasurements with_collectives(CpuMeasurements m, double all_reduce_bus, double all_gather_bus,
-                                 double reduce_scatter_bus) {
-  m.collective_bytes = 16e6;
+MachineMeasurements with_collectives(MachineMeasurements m, double all_reduce_bus,
+                                     double all_gather_bus, double reduce_scatter_bus) {
+  m.collective_bytes = 16'000'000;
   const double n = m.devices, share = (n - 1) / n, latency = m.transfer_latency;
-  m.all_reduce_seconds = 2 * (n - 1) * latency + 2 * share * m.collective_bytes / all_reduce_bus;
-  m.all_gather_seconds = (n - 1) * latency + share * m.collective_bytes / all_gather_bus;
-  m.reduce_scatter_seconds = (n - 1) * latency + share * m.collective_bytes / reduce_scatter_bus;
+  const double bytes = static_cast<double>(m.collective_bytes);
+  m.all_reduce_seconds = 2 * (n - 1) * latency + 2 * share * bytes / all_reduce_bus;
+  m.all_gather_seconds = (n - 1) * latency + share * bytes / all_gather_bus;
+  m.reduce_scatter_seconds = (n - 1) * latency + share * bytes / reduce_scatter_bus;
   return m;
 }
 
 TEST(CpuProfile, EachCollectiveCostsWhatItWasTimedAt) {
   for (int devices : {2, 4}) {
-    CpuMeasurements base = synthetic(50e9, 2e6, 20e9);
+    MachineMeasurements base = synthetic(50e9, 2e6, 20e9);
     base.devices = devices;
-    const CpuMeasurements m = with_collectives(base, 3e9, 12e9, 2.5e9);
+    const MachineMeasurements m = with_collectives(base, 3e9, 12e9, 2.5e9);
     const spec::ClusterSpec cluster =
         spec::make_cluster(cpu_hardware_profile(m, "cpu", "d"), devices);
     const GroupLink all = group_link(cluster, 0, 1, devices);
     ASSERT_FALSE(all.inter_node);
-    const double bytes = m.collective_bytes;
+    const double bytes = static_cast<double>(m.collective_bytes);
     EXPECT_NEAR(collective_time(Collective::AllReduce, bytes, all), m.all_reduce_seconds,
                 1e-9 * m.all_reduce_seconds);
     EXPECT_NEAR(collective_time(Collective::AllGather, bytes, all), m.all_gather_seconds,
@@ -100,7 +114,7 @@ TEST(CpuProfile, EachCollectiveCostsWhatItWasTimedAt) {
 }
 
 TEST(CpuProfile, OneDeviceLeavesTheCollectivesToTheTransfer) {
-  CpuMeasurements m = synthetic(50e9, 2e6, 20e9);
+  MachineMeasurements m = synthetic(50e9, 2e6, 20e9);
   m.devices = 1;
   const spec::HardwareSpec hw = cpu_hardware_profile(m, "cpu", "d");
   EXPECT_EQ(hw.efficiency.all_reduce_bus, 0.0);
@@ -112,17 +126,17 @@ TEST(CpuProfile, OneDeviceLeavesTheCollectivesToTheTransfer) {
 
 TEST(CpuProfile, PerCallTimeOfAGemmMatchesTheCostModel) {
   // The profile's curve predicts the timed samples: (F + half) / (gemm * peak).
-  const CpuMeasurements m = synthetic(30e9, 5e6, 10e9);
+  const MachineMeasurements m = synthetic(30e9, 5e6, 10e9);
   const spec::HardwareSpec hw = cpu_hardware_profile(m, "cpu", "d");
-  for (const TimedGemm& g : m.gemm) {
+  for (const GemmSample& g : m.gemm) {
     const double t =
-        (g.flops + hw.efficiency.gemm_half_flops) / (hw.efficiency.gemm * hw.peak_flops);
-    EXPECT_NEAR(t, g.seconds, 1e-9 * g.seconds) << g.flops;
+        (flops_of(g) + hw.efficiency.gemm_half_flops) / (hw.efficiency.gemm * hw.peak_flops);
+    EXPECT_NEAR(t, g.seconds, 1e-9 * g.seconds) << flops_of(g);
   }
 }
 
 TEST(CpuProfile, NoVisibleOverheadGivesAPureRate) {
-  CpuMeasurements m = synthetic(40e9, 0.0, 10e9);
+  MachineMeasurements m = synthetic(40e9, 0.0, 10e9);
   m.gemm[0].seconds *= 0.5;  // a sample faster than the rate: the intercept would be negative
   const spec::HardwareSpec hw = cpu_hardware_profile(m, "cpu", "d");
   EXPECT_EQ(hw.efficiency.gemm_half_flops, 0.0);
@@ -130,7 +144,7 @@ TEST(CpuProfile, NoVisibleOverheadGivesAPureRate) {
 }
 
 TEST(CpuProfile, BadSamplesAreNamed) {
-  auto error = [](CpuMeasurements m) {
+  auto error = [](MachineMeasurements m) {
     try {
       cpu_hardware_profile(m, "cpu", "d");
     } catch (const InputError& e) {
@@ -138,7 +152,7 @@ TEST(CpuProfile, BadSamplesAreNamed) {
     }
     return std::string("(accepted)");
   };
-  CpuMeasurements m = synthetic(1e9, 0, 1e9);
+  MachineMeasurements m = synthetic(1e9, 0, 1e9);
   m.gemm.resize(1);
   EXPECT_NE(error(m).find("two sizes"), std::string::npos);
   m = synthetic(1e9, 0, 1e9);

@@ -22,12 +22,16 @@ struct Line {
   double slope = 0.0, intercept = 0.0;
 };
 
+double gemm_flops(const profiler::GemmSample& g) {
+  return 2.0 * static_cast<double>(g.m) * static_cast<double>(g.k) * static_cast<double>(g.n);
+}
+
 // Least squares of t = slope * F + intercept, each sample's residual divided by its t.
-Line fit_relative(const std::vector<TimedGemm>& samples) {
+Line fit_relative(const std::vector<profiler::GemmSample>& samples) {
   // Normal equations of rows (F/t, 1/t) -> 1.
   double sff = 0, sf1 = 0, s11 = 0, sf = 0, s1 = 0;
-  for (const TimedGemm& g : samples) {
-    const double a = g.flops / g.seconds, b = 1.0 / g.seconds;
+  for (const profiler::GemmSample& g : samples) {
+    const double a = gemm_flops(g) / g.seconds, b = 1.0 / g.seconds;
     sff += a * a, sf1 += a * b, s11 += b * b, sf += a, s1 += b;
   }
   const double det = sff * s11 - sf1 * sf1;
@@ -66,20 +70,24 @@ double attention_forward_flops(std::int64_t batch, std::int64_t heads, std::int6
 
 namespace {
 
+double causal_forward_flops(const profiler::AttentionSample& a) {
+  return attention_forward_flops(a.batch, a.heads, a.seq, a.head_dim);
+}
+
 // Every measurement the profile is fitted from is present and positive (the collectives' only
 // when there is more than one device and a size to time).
-void check_measurements(const CpuMeasurements& m) {
+void check_measurements(const profiler::MachineMeasurements& m) {
   if (m.devices < 1) throw InputError("CPU profile: devices must be at least 1");
   if (m.gemm.size() < 2)
     throw InputError("CPU profile: the GEMM sweep needs at least two sizes, got " +
                      std::to_string(m.gemm.size()));
-  for (const TimedGemm& g : m.gemm) {
-    check_positive(g.flops, "GEMM FLOPs");
+  for (const profiler::GemmSample& g : m.gemm) {
+    check_positive(gemm_flops(g), "GEMM FLOPs");
     check_positive(g.seconds, "GEMM time");
   }
   if (m.attention.empty()) throw InputError("CPU profile: no attention timings");
-  for (const TimedAttention& a : m.attention) {
-    check_positive(a.causal_forward_flops, "attention FLOPs");
+  for (const profiler::AttentionSample& a : m.attention) {
+    check_positive(causal_forward_flops(a), "attention FLOPs");
     check_positive(a.forward_seconds, "attention forward time");
     check_positive(a.backward_seconds, "attention backward time");
   }
@@ -88,8 +96,7 @@ void check_measurements(const CpuMeasurements& m) {
   check_positive(m.transfer_bandwidth, "transfer bandwidth");
   check_positive(m.transfer_latency, "transfer latency");
   if (m.memory_bytes <= 0) throw InputError("CPU profile: memory bytes must be positive");
-  if (m.devices > 1 && m.collective_bytes > 0.0) {
-    check_positive(m.collective_bytes, "collective bytes");
+  if (m.devices > 1 && m.collective_bytes > 0) {
     for (double t : {m.all_reduce_seconds, m.all_gather_seconds, m.reduce_scatter_seconds})
       check_positive(t, "collective time");
   }
@@ -97,20 +104,21 @@ void check_measurements(const CpuMeasurements& m) {
 
 // Fused-kernel accounting of the cost model for the engine (work.cpp): the backward executes
 // attention_backward_factor times the forward's FLOPs. The geometric mean over the sweep.
-double measured_attention_rate(const CpuMeasurements& m) {
+double measured_attention_rate(const profiler::MachineMeasurements& m) {
   const double passes = 1.0 + attention_backward_factor(cpu_engine_execution());
   double log_sum = 0.0;
-  for (const TimedAttention& a : m.attention)
-    log_sum += std::log(passes * a.causal_forward_flops / (a.forward_seconds + a.backward_seconds));
+  for (const profiler::AttentionSample& a : m.attention)
+    log_sum +=
+        std::log(passes * causal_forward_flops(a) / (a.forward_seconds + a.backward_seconds));
   return std::exp(log_sum / static_cast<double>(m.attention.size()));
 }
 
 }  // namespace
 
-spec::HardwareSpec cpu_hardware_profile(const CpuMeasurements& m, const std::string& name,
-                                        const std::string& description) {
+spec::HardwareSpec cpu_hardware_profile(const profiler::MachineMeasurements& m,
+                                        const std::string& name, const std::string& description) {
   check_measurements(m);
-  const bool collectives = m.devices > 1 && m.collective_bytes > 0.0;
+  const bool collectives = m.devices > 1 && m.collective_bytes > 0;
 
   const double f = kCpuProfileFraction;
   spec::HardwareSpec hw;
@@ -138,11 +146,14 @@ spec::HardwareSpec cpu_hardware_profile(const CpuMeasurements& m, const std::str
   double all_reduce = 0.0, all_gather = 0.0, reduce_scatter = 0.0;
   if (collectives) {
     all_reduce = collective_bus_bandwidth(Collective::AllReduce, m.all_reduce_seconds,
-                                          m.collective_bytes, m.devices, m.transfer_latency);
+                                          static_cast<double>(m.collective_bytes), m.devices,
+                                          m.transfer_latency);
     all_gather = collective_bus_bandwidth(Collective::AllGather, m.all_gather_seconds,
-                                          m.collective_bytes, m.devices, m.transfer_latency);
+                                          static_cast<double>(m.collective_bytes), m.devices,
+                                          m.transfer_latency);
     reduce_scatter = collective_bus_bandwidth(Collective::ReduceScatter, m.reduce_scatter_seconds,
-                                              m.collective_bytes, m.devices, m.transfer_latency);
+                                              static_cast<double>(m.collective_bytes), m.devices,
+                                              m.transfer_latency);
   }
   const double fastest = std::max({m.transfer_bandwidth, all_reduce, all_gather, reduce_scatter});
   hw.intra_node_bandwidth = fastest / f;

@@ -27,35 +27,11 @@
 #include <vector>
 
 #include "engine/spec/hardware_spec.hpp"
+#include "profiler/machine_measurements.hpp"
 
 namespace pipetune::tuner {
 
 inline constexpr double kCpuProfileFraction = 0.9;
-
-struct TimedGemm {
-  double flops = 0.0;    // 2 * m * k * n
-  double seconds = 0.0;  // per call
-};
-struct TimedAttention {
-  double causal_forward_flops = 0.0;  // attention_forward_flops()
-  double forward_seconds = 0.0, backward_seconds = 0.0;
-};
-
-struct CpuMeasurements {
-  int devices = 1;             // ranks measured at once (one per node: a single machine)
-  int threads_per_device = 1;  // compute threads per rank
-  std::vector<TimedGemm> gemm;
-  std::vector<TimedAttention> attention;
-  double memory_bandwidth = 0.0;       // bytes/s per device, all devices busy
-  double special_function_rate = 0.0;  // exp evaluations/s of the cross-entropy kernels
-  double transfer_bandwidth = 0.0;     // bytes/s between two ranks
-  double transfer_latency = 0.0;       // seconds
-  // Seconds per call of each collective over all devices at once (the thread communicator) on a
-  // full buffer of collective_bytes; 0: not measured (one device), the transfer figures price them.
-  double collective_bytes = 0.0;
-  double all_reduce_seconds = 0.0, all_gather_seconds = 0.0, reduce_scatter_seconds = 0.0;
-  std::int64_t memory_bytes = 0;  // RAM per device
-};
 
 // FLOPs of the causal half of QK^T and attention-over-V for one call: 2 * batch * seq^2 *
 // heads * head_dim (half of the full square's 4).
@@ -63,8 +39,8 @@ double attention_forward_flops(std::int64_t batch, std::int64_t heads, std::int6
                                std::int64_t head_dim);
 
 // Throws InputError when a sample is missing, non-positive or not finite, or the GEMM sweep
-// has fewer than two sizes.
-spec::HardwareSpec cpu_hardware_profile(const CpuMeasurements& m, const std::string& name,
-                                        const std::string& description);
+// has fewer than two sizes. `m` as engine/runtime/machine_benchmark measures it.
+spec::HardwareSpec cpu_hardware_profile(const profiler::MachineMeasurements& m,
+                                        const std::string& name, const std::string& description);
 
 }  // namespace pipetune::tuner

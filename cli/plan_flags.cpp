@@ -1,0 +1,47 @@
+#include "cli/plan_flags.hpp"
+
+#include "cli/count_flags.hpp"
+
+namespace pipetune::cli {
+
+bool PlanFlags::any_given() const {
+  return tp || pp || dp || ep || chunks || microbatches || micro_batch_size || zero;
+}
+
+void PlanFlags::check_counts() const {
+  require_counts_at_least_one({{tp, "--tp"},
+                               {pp, "--pp"},
+                               {dp, "--dp"},
+                               {ep, "--ep"},
+                               {chunks, "--chunks"},
+                               {microbatches, "--microbatches"},
+                               {micro_batch_size, "--micro-batch-size"}});
+}
+
+void PlanFlags::apply_to(spec::ParallelPlan& plan) const {
+  check_counts();
+  if (tp) plan.tp = *tp;
+  if (pp) plan.pp = *pp;
+  if (dp) plan.dp = *dp;
+  if (ep) plan.ep = *ep;
+  if (chunks) plan.chunks = *chunks;
+  if (microbatches) plan.microbatches = *microbatches;
+  if (micro_batch_size) plan.micro_batch_size = *micro_batch_size;
+  if (zero) plan.zero_stage = *zero;
+}
+
+void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help) {
+  const auto add = [cmd](const char* name, std::optional<int>& value, const char* text) {
+    if (text != nullptr) cmd->add_option(name, value, text);
+  };
+  add("--tp", flags.tp, help.tp);
+  add("--pp", flags.pp, help.pp);
+  add("--dp", flags.dp, help.dp);
+  add("--ep", flags.ep, help.ep);
+  add("--chunks", flags.chunks, help.chunks);
+  add("--microbatches", flags.microbatches, help.microbatches);
+  add("--micro-batch-size", flags.micro_batch_size, help.micro_batch_size);
+  add("--zero", flags.zero, help.zero);
+}
+
+}  // namespace pipetune::cli

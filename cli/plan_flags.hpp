@@ -1,0 +1,39 @@
+// The flags of a plan's counts, declared once for every command that takes a plan as flags
+// (train, predict, import-trace and import-nsys): --tp --pp --dp --ep --chunks --microbatches
+// --micro-batch-size --zero. A count given is at least 1, never silently replaced by a default
+// (count_flags.hpp); a count not given is the command's default. --zero's range is the plan's
+// own rule (spec::validate).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <optional>
+
+#include "engine/spec/parallel_plan.hpp"
+
+namespace pipetune::cli {
+
+struct PlanFlags {
+  std::optional<int> tp, pp, dp, ep, chunks, microbatches, micro_batch_size, zero;
+
+  bool any_given() const;
+  // InputError "FLAG must be at least 1, not N" for the first count given below 1.
+  void check_counts() const;
+  // The counts given, set on `plan` (checked first); those not given left as they are.
+  void apply_to(spec::ParallelPlan& plan) const;
+};
+
+// What each flag says in a command's help; a flag without one is not declared by the command.
+struct PlanFlagHelp {
+  const char* tp = nullptr;
+  const char* pp = nullptr;
+  const char* dp = nullptr;
+  const char* ep = nullptr;
+  const char* chunks = nullptr;
+  const char* microbatches = nullptr;
+  const char* micro_batch_size = nullptr;
+  const char* zero = nullptr;
+};
+
+void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help);
+
+}  // namespace pipetune::cli
