@@ -18,12 +18,11 @@
 #include "cli/json_output.hpp"
 #include "cli/stdout_status.hpp"
 #include "cli/workspace_cli.hpp"
-#include "db/store/record_json.hpp"
+#include "db/store/run_measurement.hpp"
 #include "db/store/workspace.hpp"
 #include "engine/errors.hpp"
 #include "engine/spec/hardware_toml.hpp"
 #include "engine/spec/load.hpp"
-#include "engine/spec/validate.hpp"
 #include "tuner/calibration/calibration.hpp"
 
 namespace pipetune::cli {
@@ -71,41 +70,11 @@ std::vector<tuner::EfficiencyParameter> parse_fit(const std::string& list) {
   return out;
 }
 
-// The plan a measured run was trained with, from the JSON the front ends store.
-spec::ParallelPlan stored_plan(const db::RunRecord& run) {
-  const auto j = nlohmann::json::parse(run.plan_json, nullptr, false);
-  const std::string who = "run " + std::to_string(run.id) + " (" + run.name + ")";
-  if (!j.is_object()) throw InputError(who + ": its plan is not a training plan");
-  try {
-    return db::training_plan_from_json(j);
-  } catch (const InputError& e) {
-    throw InputError(who + ": " + e.what());
-  }
-}
-
-// The model: stored whole by `pipetune train` (specs_json {"model": {...}}), or by name by
-// older workspaces (then the preset of that name).
-spec::ModelSpec stored_model(const db::RunRecord& run) {
-  const auto j = nlohmann::json::parse(run.specs_json, nullptr, false);
-  if (j.is_object() && j.contains("model")) {
-    if (j["model"].is_object()) return db::model_from_json(j["model"]);
-    if (j["model"].is_string()) return spec::load_model(j["model"].get<std::string>());
-  }
-  throw InputError("run " + std::to_string(run.id) + " (" + run.name +
-                   "): the workspace does not say which model it trained");
-}
-
-// An imported run calibrates only with the plan it was run with (import-nsys / import-trace
-// --config or --model --hardware --tp --pp --dp).
-bool imported_with_plan(const db::RunRecord& r) {
-  return r.kind == profiler::TraceKind::Imported && !r.plan_json.empty();
-}
-
 std::vector<db::RunRecord> chosen_runs(db::Workspace& ws, const std::string& list) {
   std::vector<db::RunRecord> out;
   if (list.empty()) {
     for (const db::RunRecord& r : ws.runs())
-      if ((r.kind == profiler::TraceKind::Measured || imported_with_plan(r)) &&
+      if ((r.kind == profiler::TraceKind::Measured || db::imported_with_plan(r)) &&
           r.status == db::RunStatus::Complete)
         out.push_back(r);
     if (out.empty())
@@ -118,7 +87,7 @@ std::vector<db::RunRecord> chosen_runs(db::Workspace& ws, const std::string& lis
   if (split_commas(list).empty()) throw InputError("--runs names no run ('" + list + "')");
   for (const std::string& id : split_commas(list)) {
     const db::RunRecord r = ws.find_run(id);
-    if (r.kind == profiler::TraceKind::Imported && !imported_with_plan(r))
+    if (r.kind == profiler::TraceKind::Imported && !db::imported_with_plan(r))
       throw InputError("run " + id +
                        " was imported without its plan: import it again with --config RUN.toml "
                        "or --model --hardware --tp --pp --dp to calibrate with it");
@@ -164,93 +133,41 @@ nlohmann::json quality_json(const tuner::FitQuality& q) {
       {"points", q.points}, {"r_squared", q.r_squared}, {"mape", q.mape}, {"rms_log", q.rms_log}};
 }
 
-void run(const CalibrateArgs& a) {
-  const spec::HardwareSpec hardware = spec::load_hardware(a.hardware);
-  tuner::CalibrationOptions options;
-  options.fit = parse_fit(a.fit);
-  // Parameters asked for by name must all be fitted; by default, those the runs cannot
-  // determine keep their start and the report says which.
-  options.undetermined = a.fit.empty() ? tuner::UndeterminedParameters::KeepAtStart
-                                       : tuner::UndeterminedParameters::Refuse;
-  if (!a.output.empty()) check_output_file(a.output, a.force, a.db);
-  db::Workspace ws(a.db);
-  const std::vector<db::RunRecord> runs = chosen_runs(ws, a.runs);
+void print_json(const CalibrateArgs& a, const spec::HardwareSpec& hardware,
+                const std::vector<db::RunRecord>& runs, const tuner::CalibrationResult& r) {
+  nlohmann::json fitted, start;
+  spec::HardwareEfficiency e = r.efficiency, s = hardware.efficiency;
+  for (tuner::EfficiencyParameter p : tuner::kAllEfficiencyParameters) {
+    fitted[tuner::efficiency_parameter_name(p)] = tuner::efficiency_field(e, p);
+    start[tuner::efficiency_parameter_name(p)] = tuner::efficiency_field(s, p);
+  }
+  nlohmann::json ids = nlohmann::json::array();
+  for (const auto& run : runs) ids.push_back(run.id);
+  nlohmann::json points = nlohmann::json::array();
+  for (const auto& p : r.points)
+    points.push_back({{"label", p.label},
+                      {"measured", p.measured},
+                      {"predicted", p.predicted},
+                      {"predicted_before", p.predicted_before}});
+  nlohmann::json out = {{"hardware", hardware.name},
+                        {"runs", ids},
+                        {"start", start},
+                        {"fitted", fitted},
+                        {"before", quality_json(r.before)},
+                        {"after", quality_json(r.after)},
+                        {"iterations", r.iterations},
+                        {"converged", r.converged},
+                        {"independent_points", r.independent_points},
+                        {"fitted_parameters", parameter_names(r.fitted)},
+                        {"fixed_parameters", parameter_names(r.fixed)},
+                        {"points", points},
+                        {"errors", calibration_errors_json(r)}};
+  if (!a.output.empty()) out["output"] = a.output;
+  std::printf("%s\n", json_text(out).c_str());
+}
 
-  std::vector<tuner::Measurement> measurements;
-  for (const db::RunRecord& run : runs) {
-    tuner::Measurement m;
-    m.name = "run " + std::to_string(run.id) + " " + run.name;
-    m.model = stored_model(run);
-    m.plan = stored_plan(run);
-    m.cluster = spec::make_cluster(hardware, m.plan.world_size());
-    // A run of the CUDA engine is costed as that engine executes it (fp32 GEMMs on the fp32
-    // units...), not as the framework the hardware stands for.
-    if (run.kind == profiler::TraceKind::Measured) {
-      const db::TrainingEngine engine =
-          db::training_engine_from_json(nlohmann::json::parse(run.plan_json, nullptr, false));
-      m.execution = tuner::engine_execution(engine.backend, engine.precision, engine.attention);
-    }
-    // Mean op durations per pipeline rank: the engine's measured iteration has no DP or optimizer
-    // share that the cost model would predict the same way, so the ops are the clean signal.
-    const db::StoredRun stored = ws.load(run.id);
-    // An imported run's op times are GPU time when it has GPU activity: its kernels, by the
-    // phase that launched them. Without any (a CPU pipeline such as PiPPy's toy run), its phase
-    // ranges' own durations, as for the engine's measured runs.
-    // The CUDA engine's measured runs likewise, from the kernels it captured.
-    const bool imported = run.kind == profiler::TraceKind::Imported;
-    if (!stored.kernels.empty()) {
-      m.op_durations = tuner::op_durations_from_kernels(stored.kernels, m.plan, m.name);
-    } else {
-      m.op_durations = tuner::op_durations_from_trace(stored.trace, m.plan);
-      const bool any = std::any_of(
-          m.op_durations.begin(), m.op_durations.end(), [](const schedule::StageCosts& c) {
-            return std::any_of(c.op.begin(), c.op.end(), [](double t) { return t > 0.0; });
-          });
-      if (imported && !any)
-        throw InputError(m.name +
-                         ": no pipeline phase ranges (forward/backward) and no GPU activity, so "
-                         "it has no op times to calibrate with");
-    }
-    measurements.push_back(std::move(m));
-  }
-  const tuner::CalibrationResult r = tuner::calibrate(measurements, hardware.efficiency, options);
-  if (!a.output.empty()) {
-    write_output_file(a.output, hardware_toml(hardware, r, runs));
-    note_kept("the calibrated hardware was written to " + a.output);
-  }
-
-  if (a.json) {
-    nlohmann::json fitted, start;
-    spec::HardwareEfficiency e = r.efficiency, s = hardware.efficiency;
-    for (tuner::EfficiencyParameter p : tuner::kAllEfficiencyParameters) {
-      fitted[tuner::efficiency_parameter_name(p)] = tuner::efficiency_field(e, p);
-      start[tuner::efficiency_parameter_name(p)] = tuner::efficiency_field(s, p);
-    }
-    nlohmann::json ids = nlohmann::json::array();
-    for (const auto& run : runs) ids.push_back(run.id);
-    nlohmann::json points = nlohmann::json::array();
-    for (const auto& p : r.points)
-      points.push_back({{"label", p.label},
-                        {"measured", p.measured},
-                        {"predicted", p.predicted},
-                        {"predicted_before", p.predicted_before}});
-    nlohmann::json out = {{"hardware", hardware.name},
-                          {"runs", ids},
-                          {"start", start},
-                          {"fitted", fitted},
-                          {"before", quality_json(r.before)},
-                          {"after", quality_json(r.after)},
-                          {"iterations", r.iterations},
-                          {"converged", r.converged},
-                          {"independent_points", r.independent_points},
-                          {"fitted_parameters", parameter_names(r.fitted)},
-                          {"fixed_parameters", parameter_names(r.fixed)},
-                          {"points", points},
-                          {"errors", calibration_errors_json(r)}};
-    if (!a.output.empty()) out["output"] = a.output;
-    std::printf("%s\n", json_text(out).c_str());
-    return;
-  }
+void print_human(const CalibrateArgs& a, const spec::HardwareSpec& hardware,
+                 const std::vector<db::RunRecord>& runs, const tuner::CalibrationResult& r) {
   std::printf("calibrated %s on %zu run(s), %d op durations (%d iterations%s)\n",
               hardware.name.c_str(), runs.size(), r.after.points, r.iterations,
               r.converged ? ", converged" : ", NOT converged");
@@ -270,6 +187,31 @@ void run(const CalibrateArgs& a) {
                 tuner::efficiency_field(s, p), tuner::efficiency_field(e, p));
   print_calibration_errors(r);
   if (!a.output.empty()) std::printf("\nwritten to %s\n", a.output.c_str());
+}
+
+void run(const CalibrateArgs& a) {
+  const spec::HardwareSpec hardware = spec::load_hardware(a.hardware);
+  tuner::CalibrationOptions options;
+  options.fit = parse_fit(a.fit);
+  // Parameters asked for by name must all be fitted; by default, those the runs cannot
+  // determine keep their start and the report says which.
+  options.undetermined = a.fit.empty() ? tuner::UndeterminedParameters::KeepAtStart
+                                       : tuner::UndeterminedParameters::Refuse;
+  if (!a.output.empty()) check_output_file(a.output, a.force, a.db);
+  db::Workspace ws(a.db);
+  const std::vector<db::RunRecord> runs = chosen_runs(ws, a.runs);
+  std::vector<tuner::Measurement> measurements;
+  for (const db::RunRecord& run : runs)
+    measurements.push_back(db::calibration_measurement(ws, run, hardware));
+  const tuner::CalibrationResult r = tuner::calibrate(measurements, hardware.efficiency, options);
+  if (!a.output.empty()) {
+    write_output_file(a.output, hardware_toml(hardware, r, runs));
+    note_kept("the calibrated hardware was written to " + a.output);
+  }
+  if (a.json)
+    print_json(a, hardware, runs, r);
+  else
+    print_human(a, hardware, runs, r);
 }
 
 }  // namespace

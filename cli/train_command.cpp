@@ -352,12 +352,9 @@ void run(const TrainArgs& given) {
   }
   report_run(a, shown, out.result, out.run_id);
 }
-}  // namespace
-
-void add_train_command(CLI::App& app) {
-  auto args = std::make_shared<TrainArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "train", "Train a GPT on the embedded engine's virtual cluster (one thread per rank)");
+// The run: its file, model and plan, and what the schedule, vocabulary, recomputation and
+// sequence parallelism change in it.
+void add_plan_options(CLI::App* cmd, TrainArgs* args) {
   cmd->add_option("--config", args->config,
                   std::string("Run preset or run TOML file (default: ") + kDefaultRun + ")");
   cmd->add_option("--model", args->model, "Model preset or TOML file (replaces the run's model)");
@@ -383,6 +380,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--recompute", args->recompute,
                   "Activation recomputation: none, selective (the attention probabilities) or "
                   "full (each block from its input)");
+}
+
+// Steps, seed, learning rate, data, checkpoints, the trace file and threads.
+void add_run_options(CLI::App* cmd, TrainArgs* args) {
   cmd->add_option("--steps", args->steps, "Training steps")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the initialisation and the synthetic corpus")
       ->capture_default_str();
@@ -399,6 +400,10 @@ void add_train_command(CLI::App& app) {
       ->check(non_empty_path());
   cmd->add_flag("--force", args->force, "Overwrite the --trace file if it exists");
   cmd->add_option("--threads", args->threads, "Compute threads per rank (0 = cores / ranks)");
+}
+
+// Where the engine computes and how: backend, precision, attention, GEMMs and GPU capture.
+void add_engine_options(CLI::App* cmd, TrainArgs* args) {
   cmd->add_option("--backend", args->backend,
                   "Where the engine computes: cpu or cuda (default: the run file's, else cpu)");
   cmd->add_option("--precision", args->precision,
@@ -429,6 +434,17 @@ void add_train_command(CLI::App& app) {
                   "ops, only later. auto (the default): as rarely as keeps the takes within 1% "
                   "of the steps' time, at most every 16 steps")
       ->type_name("N|auto");
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "train", "Train a GPT on the embedded engine's virtual cluster (one thread per rank)");
+  add_plan_options(cmd, args.get());
+  add_run_options(cmd, args.get());
+  add_engine_options(cmd, args.get());
   cmd->add_option("--ranks-per-process", args->ranks_per_process,
                   "Under mpirun / srun: ranks run as threads in each process (hybrid; default 1)");
   cmd->add_option("--fault", args->fault,
