@@ -48,8 +48,15 @@ void with_source(const TableContext& ctx, Fn&& fn) {
   }
 }
 
-[[noreturn]] void missing(const TableContext& ctx, std::string_view key) {
-  throw SpecError(ctx.source + ": missing key '" + ctx.prefix + std::string(key) + "'");
+// What an error's fields put before a key of this table: its dotted name in a run file, the
+// spec's name ("model.") when the table is a whole file.
+std::string field_prefix(const TableContext& ctx, std::string_view spec) {
+  return ctx.prefix.empty() ? std::string(spec) + "." : ctx.prefix;
+}
+
+[[noreturn]] void missing(const TableContext& ctx, std::string_view spec, std::string_view key) {
+  throw SpecError({field_prefix(ctx, spec) + std::string(key)}, ctx.source,
+                  "missing key '" + ctx.prefix + std::string(key) + "'");
 }
 
 // ---- models ---------------------------------------------------------------------------------
@@ -58,7 +65,7 @@ void with_source(const TableContext& ctx, Fn&& fn) {
 // overriding a preset's hidden also moves the derived defaults.
 ModelSpec read_model_raw(const toml::table& table, const TableContext& ctx, int depth) {
   check_depth(depth, ctx);
-  TableReader r(table, ctx.source, ctx.prefix);
+  TableReader r(table, ctx.source, ctx.prefix, field_prefix(ctx, "model"));
   ModelSpec m;
   if (auto preset = r.string("preset")) {
     const fs::path file = resolve_at(r, "preset", PresetKind::Models, *preset, ctx);
@@ -116,16 +123,18 @@ std::vector<NodeGroup> read_node_groups(TableReader& r, const toml::array& group
       r.fail("node_groups", "expected an array of tables ([[node_groups]]), element " +
                                 std::to_string(i) + " is " + std::string(node_type_phrase(elem)));
     }
-    const std::string prefix = ctx.prefix + "node_groups[" + std::to_string(i) + "].";
-    TableReader g(*elem.as_table(), ctx.source, prefix);
+    const std::string group_key = "node_groups[" + std::to_string(i) + "].";
+    const std::string prefix = ctx.prefix + group_key;
+    const std::string fields = field_prefix(ctx, "cluster") + group_key;
+    TableReader g(*elem.as_table(), ctx.source, prefix, fields);
     NodeGroup group;
     const auto nodes = g.positive_int("nodes");
     const auto bandwidth = g.positive_number("inter_node_bandwidth");
     g.reject_unknown();
     if (!nodes || !bandwidth) {
-      throw SpecError(ctx.source + ":" + std::to_string(elem.source().begin.line) +
-                      ": missing key '" + prefix + (nodes ? "inter_node_bandwidth" : "nodes") +
-                      "'");
+      const std::string key = nodes ? "inter_node_bandwidth" : "nodes";
+      throw SpecError({fields + key}, ctx.source + ":" + std::to_string(elem.source().begin.line),
+                      "missing key '" + prefix + key + "'");
     }
     group.nodes = *nodes;
     group.inter_node_bandwidth = *bandwidth;
@@ -136,7 +145,7 @@ std::vector<NodeGroup> read_node_groups(TableReader& r, const toml::array& group
 
 ClusterDraft read_cluster_raw(const toml::table& table, const TableContext& ctx, int depth) {
   check_depth(depth, ctx);
-  TableReader r(table, ctx.source, ctx.prefix);
+  TableReader r(table, ctx.source, ctx.prefix, field_prefix(ctx, "cluster"));
   ClusterDraft d;
   if (auto preset = r.string("preset")) {
     const fs::path file = resolve_at(r, "preset", PresetKind::Clusters, *preset, ctx);
@@ -172,7 +181,7 @@ ClusterDraft read_cluster_raw(const toml::table& table, const TableContext& ctx,
 }
 
 ClusterSpec finish_cluster(ClusterDraft d, const TableContext& ctx) {
-  if (!d.hardware) missing(ctx, "hardware");
+  if (!d.hardware) missing(ctx, "cluster", "hardware");
   ClusterSpec c = make_cluster(*d.hardware, 0, d.name.empty() ? "cluster" : d.name);
   c.description = d.description;
   c.devices_per_node = d.devices_per_node.value_or(d.hardware->devices_per_node);
@@ -185,11 +194,13 @@ ClusterSpec finish_cluster(ClusterDraft d, const TableContext& ctx) {
   } else if (!c.node_groups.empty()) {
     for (const NodeGroup& g : c.node_groups) devices += std::int64_t{g.nodes} * c.devices_per_node;
   } else {
-    throw SpecError(ctx.source + ": missing key '" + ctx.prefix + "nodes' (or '" + ctx.prefix +
-                    "devices')");
+    throw SpecError(
+        {field_prefix(ctx, "cluster") + "nodes", field_prefix(ctx, "cluster") + "devices"},
+        ctx.source, "missing key '" + ctx.prefix + "nodes' (or '" + ctx.prefix + "devices')");
   }
   if (devices > std::numeric_limits<int>::max()) {
-    throw SpecError(ctx.source + ": " + std::to_string(devices) + " devices is too many");
+    throw SpecError({field_prefix(ctx, "cluster") + "devices"}, ctx.source,
+                    std::to_string(devices) + " devices is too many");
   }
   c.devices = static_cast<int>(devices);
   if (d.intra_node_bandwidth) c.intra_node_bandwidth = *d.intra_node_bandwidth;
@@ -214,7 +225,7 @@ ModelSpec read_model_table(const toml::table& table, const TableContext& ctx) {
       {"vocab", m.vocab},   {"seq_len", m.seq_len},
   };
   for (const auto& [key, value] : required) {
-    if (value == 0) missing(ctx, key);
+    if (value == 0) missing(ctx, "model", key);
   }
   apply_defaults(m);
   with_source(ctx, [&] { validate(m); });
@@ -226,7 +237,8 @@ namespace {
 // [efficiency] of a hardware file: fractions in (0, 1] (gemm_half_flops: FLOPs >= 0). Absent keys
 // keep the defaults of hardware_spec.hpp.
 HardwareEfficiency read_efficiency_table(const toml::table& table, const TableContext& ctx) {
-  TableReader r(table, ctx.source, ctx.prefix + "efficiency.");
+  TableReader r(table, ctx.source, ctx.prefix + "efficiency.",
+                field_prefix(ctx, "hardware") + "efficiency.");
   HardwareEfficiency e;
   const auto fraction = [&](std::string_view key, double& out) {
     if (auto v = r.positive_number(key)) {
@@ -250,7 +262,7 @@ HardwareEfficiency read_efficiency_table(const toml::table& table, const TableCo
 }  // namespace
 
 HardwareSpec read_hardware_table(const toml::table& table, const TableContext& ctx) {
-  TableReader r(table, ctx.source, ctx.prefix);
+  TableReader r(table, ctx.source, ctx.prefix, field_prefix(ctx, "hardware"));
   HardwareSpec hw;
   hw.name = r.string("name").value_or(ctx.default_name.empty() ? "hardware" : ctx.default_name);
   hw.description = r.string("description").value_or("");
@@ -263,13 +275,13 @@ HardwareSpec read_hardware_table(const toml::table& table, const TableContext& c
       r.fail("device", "must be \"gpu\" or \"cpu\", not \"" + *v + "\"");
   }
   const auto required = [&](std::optional<double> v, std::string_view key) {
-    if (!v) missing(ctx, key);
+    if (!v) missing(ctx, "hardware", key);
     return *v;
   };
   hw.peak_flops = required(r.positive_number("peak_flops"), "peak_flops");
   hw.fp32_peak_flops = r.non_negative_number("fp32_peak_flops").value_or(0.0);
   const auto hbm = r.positive_count("hbm_bytes");
-  if (!hbm) missing(ctx, "hbm_bytes");
+  if (!hbm) missing(ctx, "hardware", "hbm_bytes");
   hw.hbm_bytes = *hbm;
   hw.hbm_bandwidth = required(r.positive_number("hbm_bandwidth"), "hbm_bandwidth");
   hw.intra_node_bandwidth =

@@ -27,7 +27,7 @@ template <typename Spec, typename LoadTable>
 Spec read_named_or_table(const TableReader& r, std::string_view key, const toml::node* node,
                          PresetKind kind, const TableContext& ctx, LoadTable&& load_table) {
   if (node == nullptr) {
-    throw SpecError(ctx.source + ": missing key '" + std::string(key) + "'");
+    throw SpecError({std::string(key)}, ctx.source, "missing key '" + std::string(key) + "'");
   }
   if (node->is_string()) {
     fs::path file;

@@ -71,8 +71,12 @@ std::string_view node_type_phrase(const toml::node& node) {
   return "nothing";
 }
 
-TableReader::TableReader(const toml::table& table, std::string source, std::string prefix)
-    : table_(table), source_(std::move(source)), prefix_(std::move(prefix)) {}
+TableReader::TableReader(const toml::table& table, std::string source, std::string prefix,
+                         std::optional<std::string> field_prefix)
+    : table_(table),
+      source_(std::move(source)),
+      prefix_(std::move(prefix)),
+      field_prefix_(field_prefix.value_or(prefix_)) {}
 
 const toml::node* TableReader::lookup(std::string_view key) {
   if (std::find(known_.begin(), known_.end(), key) == known_.end()) known_.emplace_back(key);
@@ -86,7 +90,8 @@ std::string TableReader::where(std::string_view key) const {
 }
 
 void TableReader::fail(std::string_view key, const std::string& what) const {
-  throw SpecError(where(key) + ": key '" + prefix_ + std::string(key) + "': " + what);
+  throw SpecError({field_prefix_ + std::string(key)},
+                  where(key) + ": key '" + prefix_ + std::string(key) + "'", what);
 }
 
 void TableReader::wrong_type(std::string_view key, const toml::node& node,
@@ -101,9 +106,10 @@ void TableReader::reject_unknown() const {
     for (const auto& k : known_) valid += (valid.empty() ? "" : ", ") + k;
     const std::string table_name =
         prefix_.empty() ? "" : " in [" + prefix_.substr(0, prefix_.size() - 1) + "]";
-    throw SpecError(source_ + ":" + std::to_string(node.source().begin.line) + ": unknown key '" +
-                    prefix_ + std::string(key.str()) + "'" + table_name + " (valid: " + valid +
-                    ")");
+    throw SpecError({field_prefix_ + std::string(key.str())},
+                    source_ + ":" + std::to_string(node.source().begin.line) + ": unknown key '" +
+                        prefix_ + std::string(key.str()) + "'" + table_name + " (valid: " + valid +
+                        ")");
   }
 }
 

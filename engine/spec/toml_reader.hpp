@@ -24,7 +24,10 @@ toml::table parse_toml_text(std::string_view text, std::string_view source);
 class TableReader {
  public:
   // source: the file name for messages; prefix: the table's dotted name ("plan.") or "".
-  TableReader(const toml::table& table, std::string source, std::string prefix = "");
+  // field_prefix: what the errors' fields (InputError::fields()) put before a key, the spec's
+  // name where the table is a whole file ("model." for a model file); default: prefix.
+  TableReader(const toml::table& table, std::string source, std::string prefix = "",
+              std::optional<std::string> field_prefix = std::nullopt);
 
   bool has(std::string_view key) const { return table_.contains(key); }
 
@@ -45,7 +48,7 @@ class TableReader {
 
   // "file:line" of a key (just "file" when it is absent).
   std::string where(std::string_view key) const;
-  // Throws SpecError "file:line: key 'prefix.key': what".
+  // Throws SpecError "file:line: key 'prefix.key': what" about the field field_prefix + key.
   [[noreturn]] void fail(std::string_view key, const std::string& what) const;
   // Throws for the first key that no getter asked for.
   void reject_unknown() const;
@@ -60,6 +63,7 @@ class TableReader {
   const toml::table& table_;
   std::string source_;
   std::string prefix_;
+  std::string field_prefix_;
   std::vector<std::string> known_;
 };
 

@@ -10,6 +10,7 @@
 
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
+#include "engine/spec/load.hpp"
 #include "engine/spec/plan_schedule.hpp"
 #include "engine/spec/spec.hpp"
 
@@ -236,6 +237,47 @@ TEST(ErrorFields, ARunFileNamesTheLineAndKeyOfTheField) {
   EXPECT_STREQ(absent.what(),
                "r.toml:4: key 'plan.dp': tp*pp*dp = 2 does not match the "
                "cluster's 8 devices");
+}
+
+// A spec file's own keys are fields too: a wrong type, a missing key, an unknown key (a typo), in
+// a whole file (the spec's name in front) or inline in a run file (the table's dotted name).
+TEST(ErrorFields, ASpecFilesKeyIsItsField) {
+  const std::string model = "layers = 2\nhidden = 64\nheads = \"four\"\nvocab = 8\nseq_len = 8\n";
+  const InputError type = error_of([&] { (void)parse_model(model, "m.toml"); });
+  EXPECT_EQ(type.fields(), Fields{"model.heads"}) << type.what();
+  EXPECT_STREQ(type.what(), "m.toml:3: key 'heads': expected an integer, got a string");
+  EXPECT_EQ(type.rule(), "expected an integer, got a string");
+
+  const InputError missing =
+      error_of([] { (void)parse_model("layers = 2\nhidden = 64\nvocab = 8\nseq_len = 8\n"); });
+  EXPECT_EQ(missing.fields(), Fields{"model.heads"}) << missing.what();
+  EXPECT_EQ(missing.rule(), "missing key 'heads'");
+
+  const InputError typo = error_of(
+      [] { (void)parse_model("layers = 2\nhiden = 64\nheads = 4\nvocab = 8\nseq_len = 8\n"); });
+  EXPECT_EQ(typo.fields(), Fields{"model.hiden"}) << typo.what();
+
+  const InputError inline_model = error_of([] {
+    (void)parse_run("cluster = \"dgx-a100-8\"\n[model]\npreset = \"tiny\"\nheads = -4\n", "r.toml");
+  });
+  EXPECT_EQ(inline_model.field(), "model.heads") << inline_model.what();
+
+  const InputError efficiency = error_of([] {
+    (void)parse_hardware(
+        "peak_flops = 1e12\nhbm_bytes = 1e9\nhbm_bandwidth = 1e9\nintra_node_bandwidth = 1e9\n"
+        "inter_node_bandwidth = 1e9\n[efficiency]\ngemm = 2.0\n");
+  });
+  EXPECT_EQ(efficiency.fields(), Fields{"hardware.efficiency.gemm"}) << efficiency.what();
+
+  const InputError group = error_of([] {
+    (void)parse_cluster(
+        "hardware = \"h100-sxm\"\n[[node_groups]]\nnodes = 1\ninter_node_bandwidth = 1e9\n"
+        "[[node_groups]]\nnodes = 2\n");
+  });
+  EXPECT_EQ(group.fields(), Fields{"cluster.node_groups[1].inter_node_bandwidth"}) << group.what();
+
+  const InputError no_size = error_of([] { (void)parse_cluster("hardware = \"h100-sxm\"\n"); });
+  EXPECT_EQ(no_size.fields(), (Fields{"cluster.nodes", "cluster.devices"})) << no_size.what();
 }
 
 }  // namespace
