@@ -1,6 +1,8 @@
 // CudaBackend: the engine's Backend interface (engine/tensor/backend.hpp) on one CUDA device.
 // GEMMs through cuBLASLt, own kernels for everything else (engine/cuda/cuda_*.cu), all on one
-// stream the backend owns. Every op is tested against CpuBackend (tests/gpu).
+// stream the backend owns. Every op runs in the op tests beside CpuBackend, on the same inputs
+// and checks (tests/engine/tensor/*_op_test.cpp); what only this backend has (bf16, flash
+// variants, GELU epilogues) is compared with CpuBackend in tests/gpu.
 //
 // Memory convention:
 //  - Every TensorView passed to a CudaBackend op points to DEVICE memory of the backend's device

@@ -7,6 +7,9 @@
 #   1. cuda_fast_tests        the CUDA parts' host-side tests
 #   2. gpu_tests              the GPU tests (ctest label gpu), run as a binary: the ctest files
 #                             name the build machine's paths
+#   2a. op_tests              the op tests' CUDA cases (engine_fast_tests, filter
+#                             Backends/*/cuda: every op on the CUDA backend with the CPU's inputs
+#                             and checks, tests/engine/tensor/*_op_test.cpp)
 #   2b. nccl_np1              the NCCL communicator's GPU tests under `mpirun -np 1`, when
 #                             device-mpi/ (scripts/device_bundle_mpi: the tests and Open MPI)
 #                             is carried too
@@ -41,7 +44,7 @@
 # nvidia wheels); a library not found stops it there, naming it. PyTorch runs with the caller's
 # LD_LIBRARY_PATH, never device-libs.
 # Writes to $OUT (default: a new folder under /tmp, printed): device_check.log,
-# cuda_fast_tests.xml, gpu_tests.xml, cuda_capture_bench.json, cuda_attention_bench.json,
+# cuda_fast_tests.xml, gpu_tests.xml, op_tests.xml, cuda_capture_bench.json, cuda_attention_bench.json,
 # cuda_gemm_bench.json, and what
 # gpt2_gpu_bench.sh writes (gpt2_gpu_bench.log, gpt2_gpu_bench.json, gpt2_pp4.db.gz, and the
 # capture runs' workspaces gpt2_capture-fp32.db.gz / gpt2_capture-bf16.db.gz when small).
@@ -250,8 +253,8 @@ checks() {
   echo "== ldd"
   local bin line
   local binaries=("$build/cli/pipetune" "$build/tests/cuda_fast_tests" "$build/tests/gpu_tests"
-                  "$build/tests/cuda_capture_bench" "$build/tests/cuda_attention_bench"
-                  "$build/tests/cuda_gemm_bench")
+                  "$build/tests/engine_fast_tests" "$build/tests/cuda_capture_bench"
+                  "$build/tests/cuda_attention_bench" "$build/tests/cuda_gemm_bench")
   for bin in "${binaries[@]}"; do
     if [ ! -f "$bin" ]; then
       missing="$missing $bin (not in the bundle)"
@@ -279,7 +282,8 @@ checks() {
   summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.fast.log")"
 
   if [ -n "$no_gpu" ]; then
-    for s in gpu_tests cuda_capture_bench cuda_attention_bench cuda_gemm_bench gpt2_gpu_bench; do
+    for s in gpu_tests op_tests cuda_capture_bench cuda_attention_bench cuda_gemm_bench \
+      gpt2_gpu_bench; do
       echo "$s: skipped, no GPU ($no_gpu)"
       note "$s" "SKIPPED (no GPU: $no_gpu)"
     done
@@ -292,6 +296,16 @@ checks() {
   summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.gpu.log")"
   if ! grep -q '\[  PASSED  \] [1-9]' "$scratch/.gpu.log" && grep -q '\[  SKIPPED \]' "$scratch/.gpu.log"; then
     summary[-1]="${summary[-1]} (every test skipped: the CUDA runtime finds no device)"
+    failed=1
+  fi
+
+  # --- 2a. the op tests' CUDA cases -----------------------------------------------------------------
+  step op_tests 120 "$scratch/.ops.log" "${run_env[@]}" "$build/tests/engine_fast_tests" \
+    "--gtest_output=xml:$out/op_tests.xml" "--gtest_filter=Backends/*/cuda"
+  summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.ops.log")"
+  if ! grep -q '\[  PASSED  \] [1-9]' "$scratch/.ops.log" && grep -q '\[  SKIPPED \]' "$scratch/.ops.log"; then
+    summary[-1]="${summary[-1]} (every test skipped: $(grep -o 'no CUDA device usable.*' \
+      "$scratch/.ops.log" | head -n 1 | cut -c1-200))"
     failed=1
   fi
 

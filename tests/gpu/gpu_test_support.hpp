@@ -1,6 +1,7 @@
-// Shared helpers for the CudaBackend op tests: skip without a usable device, device copies of
-// host tensors, and the comparison against CpuBackend with a readable diff (first mismatching
-// index with both values, the count, and the worst element).
+// Shared helpers for the GPU tests of the CudaBackend: skip without a usable device, device
+// copies of host tensors, the comparison against CpuBackend with a readable diff (first
+// mismatching index with both values, the count, and the worst element), and the tolerances the
+// op tests' CUDA case floors theirs with (tests/engine/tensor/backend_test_support.hpp).
 #pragma once
 
 #include <cuda_runtime_api.h>
