@@ -14,29 +14,46 @@ namespace {
 
 constexpr std::string_view kFw = "megatron";
 
-// Megatron's flags for the plan's layer split: none when even; the first / last stage's layer
-// counts when only those differ (the rest must split evenly). Interleaving needs an even split.
+// The plan's layer groups as a Megatron-LM pipeline layout (pipeline_parallel_layer_layout.py):
+// one stage per group in model order, which is Megatron's order too (stage i is virtual stage
+// i / pp of pipeline rank i % pp, the interleaved schedule's placement); the embedding opens the
+// first and the loss closes the last; "t*n" for n decoder layers. Single-quoted for the script.
+std::string megatron_layout(const std::vector<int>& split) {
+  std::string layout;
+  for (std::size_t g = 0; g < split.size(); ++g) {
+    if (g > 0) layout += "|";
+    if (g == 0) layout += "E";
+    if (split[g] == 1) layout += "t";
+    if (split[g] > 1) layout += "t*" + std::to_string(split[g]);
+    if (g + 1 == split.size()) layout += "L";
+  }
+  return "'" + layout + "'";
+}
+
+// Megatron's flags for the plan's layer split: none when even (the virtual stages flag says the
+// rest); the first / last stage's layer counts when only those differ; else the whole layout.
 std::vector<std::string> pipeline_split_flags(const ExportRequest& r) {
   const spec::ParallelPlan& p = r.plan;
   if (p.pp == 1) return {};
   const std::vector<int> split = spec::layer_split(r.model, p);
   const bool even = std::all_of(split.begin(), split.end(), [&](int n) { return n == split[0]; });
   if (even) return {};
-  require(p.chunks == 1, kFw,
-          "an uneven layer split cannot be combined with the interleaved schedule (" +
-              std::to_string(r.model.layers) + " layers over " + std::to_string(p.pp) + "x" +
-              std::to_string(p.chunks) + " layer groups)");
   const bool middle_even = p.pp < 3 || std::all_of(split.begin() + 1, split.end() - 1,
                                                    [&](int n) { return n == split[1]; });
-  require(middle_even, kFw, "only the first and last stages may hold a different number of layers");
-  return {"--decoder-first-pipeline-num-layers " + std::to_string(split.front()),
-          "--decoder-last-pipeline-num-layers " + std::to_string(split.back())};
+  const bool ends_hold_layers = split.front() > 0 && split.back() > 0;
+  if (p.chunks == 1 && middle_even && ends_hold_layers)
+    return {"--decoder-first-pipeline-num-layers " + std::to_string(split.front()),
+            "--decoder-last-pipeline-num-layers " + std::to_string(split.back())};
+  return {"--pipeline-model-parallel-layout " + megatron_layout(split)};
+}
+
+bool has_layout(const std::vector<std::string>& split_flags) {
+  return !split_flags.empty() && split_flags[0].starts_with("--pipeline-model-parallel-layout");
 }
 
 // The plan's schedule, vocabulary and parallel layout as Megatron-LM can run them.
 void check_megatron_plan(const ExportRequest& r) {
   const spec::ParallelPlan& p = r.plan;
-  const spec::ModelSpec& m = r.model;
   const bool pipelined = p.pp > 1;
   require(!pipelined || p.schedule == "1f1b" || p.schedule == "interleaved-1f1b", kFw,
           "schedule " + p.schedule + " is not one of Megatron-LM's (1f1b, interleaved-1f1b)");
@@ -45,15 +62,9 @@ void check_megatron_plan(const ExportRequest& r) {
               ") is not in Megatron-LM; export the plan with vocab none");
   require(!(p.tp > 1 && p.ep > 1) || p.sequence_parallel, kFw,
           "tensor parallelism with expert parallelism needs sequence parallelism");
-  if (pipelined && p.schedule == "interleaved-1f1b") {
+  // Layers that do not divide over the virtual stages go in a pipeline layout.
+  if (pipelined && p.schedule == "interleaved-1f1b")
     require(p.chunks >= 2, kFw, "interleaved-1f1b needs at least 2 chunks per stage");
-    require(
-        m.layers % p.pp == 0, kFw,
-        "layers=" + std::to_string(m.layers) + " are not divisible by pp=" + std::to_string(p.pp));
-    require((m.layers / p.pp) % p.chunks == 0, kFw,
-            "layers per stage " + std::to_string(m.layers / p.pp) + " are not divisible by " +
-                std::to_string(p.chunks) + " virtual stages");
-  }
 }
 
 // The script's opening: what it launches, and the environment and launch size torchrun reads.
@@ -140,7 +151,8 @@ std::vector<std::string> parallel_flags(const ExportRequest& r,
   std::vector<std::string> parallel = {"--tensor-model-parallel-size " + std::to_string(p.tp),
                                        "--pipeline-model-parallel-size " + std::to_string(p.pp)};
   if (p.sequence_parallel && p.tp > 1) parallel.push_back("--sequence-parallel");
-  if (p.pp > 1 && p.schedule == "interleaved-1f1b")
+  // A layout gives the virtual stages itself (its stages / pp); Megatron takes one of the two.
+  if (p.pp > 1 && p.schedule == "interleaved-1f1b" && !has_layout(split_flags))
     parallel.push_back("--num-virtual-stages-per-pipeline-rank " + std::to_string(p.chunks));
   parallel.insert(parallel.end(), split_flags.begin(), split_flags.end());
   if (spec::is_moe(m)) {

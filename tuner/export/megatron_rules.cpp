@@ -1,9 +1,12 @@
 #include "tuner/export/megatron_rules.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <regex>
 #include <sstream>
+#include <vector>
 
 #include "engine/errors.hpp"
 
@@ -19,6 +22,9 @@ constexpr const char* kMicrobatches =
 constexpr const char* kTransformer =
     "NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py@002526d "
     "TransformerConfig.__post_init__";
+constexpr const char* kLayout =
+    "NVIDIA/Megatron-LM megatron/core/transformer/pipeline_parallel_layer_layout.py@d98e8a6 "
+    "PipelineParallelLayerLayout";
 constexpr const char* kModelParallel =
     "NVIDIA/Megatron-LM megatron/core/model_parallel_config.py@02aa3ee "
     "ModelParallelConfig.__post_init__";
@@ -224,6 +230,75 @@ bool accounts_embedding_or_loss(const Checker& c) {
          c.has("--account-for-loss-in-pipeline-split");
 }
 
+// PipelineParallelLayerLayout.parse_str_to_list: commas dropped, "(...)*n" then "x*n" unrolled
+// (one left-to-right pass each, as re.sub makes), then split at '|' into stages of layer
+// characters. nullopt with `problem` set for a character that is not a layer's.
+std::optional<std::vector<std::string>> parse_layout(std::string text, std::string& problem) {
+  text.erase(std::remove(text.begin(), text.end(), ','), text.end());
+  const auto unroll = [](const std::string& in, const std::regex& pattern) {
+    std::string out;
+    auto last = in.cbegin();
+    for (std::sregex_iterator it(in.begin(), in.end(), pattern), end; it != end; ++it) {
+      out.append(last, in.cbegin() + it->position(0));
+      const std::string part = (*it)[1].str();
+      const long long times = std::stoll((*it)[2].str().substr(0, 9));
+      for (long long k = 0; k < times && out.size() < (1u << 20); ++k) out += part;
+      last = in.cbegin() + it->position(0) + it->length(0);
+    }
+    out.append(last, in.cend());
+    return out;
+  };
+  text = unroll(text, std::regex(R"(\(([^)]+)\)\*(\d+))"));
+  text = unroll(text, std::regex(R"((.)\*(\d+))"));
+  std::vector<std::string> stages(1);
+  for (char ch : text) {
+    if (ch == '|') {
+      stages.emplace_back();
+    } else if (ch == 'E' || ch == 'L' || ch == 't' || ch == 'm') {
+      stages.back() += ch;
+    } else {
+      problem = std::string("invalid layer character '") + ch + "' (known: E, L, t, m)";
+      return std::nullopt;
+    }
+  }
+  return stages;
+}
+
+// --pipeline-model-parallel-layout (validate_args, TransformerConfig, validate_layer_layout):
+// its stages a multiple of PP (the quotient is the virtual stages), not with the first/last or
+// account-for flags, the embedding first and the loss last (once each), as many decoder layers
+// as --num-layers and no MTP layers (pipetune's launches have none). Returns the virtual stages.
+std::int64_t check_layout(Checker& c, std::int64_t layers, std::int64_t pp) {
+  std::string problem;
+  const std::optional<std::vector<std::string>> stages =
+      parse_layout(c.str("--pipeline-model-parallel-layout"), problem);
+  if (!stages) {
+    c.fail("layout of layer characters", kLayout, problem);
+    return 1;
+  }
+  const auto count = static_cast<std::int64_t>(stages->size());
+  c.require(pp > 0 && count % pp == 0, "layout stages divisible by PP", kArgs,
+            n(count) + " stages, PP " + n(pp));
+  c.require(!has_uneven_stages(c) && !accounts_embedding_or_loss(c),
+            "layout excludes the other pipeline layout flags", kTransformer,
+            "--pipeline-model-parallel-layout with --decoder-first/last-pipeline-num-layers or "
+            "--account-for-*-in-pipeline-split");
+  std::string flat;
+  for (const std::string& stage : *stages) flat += stage;
+  c.require(!flat.empty() && flat.front() == 'E', "layout starts with the embedding", kLayout,
+            "first layer '" + flat.substr(0, 1) + "'");
+  c.require(!flat.empty() && flat.back() == 'L', "layout ends with the loss", kLayout,
+            "last layer '" + (flat.empty() ? std::string() : flat.substr(flat.size() - 1)) + "'");
+  const auto times = [&](char ch) { return std::count(flat.begin(), flat.end(), ch); };
+  c.require(times('E') == 1 && times('L') == 1, "embedding and loss exactly once", kLayout,
+            n(times('E')) + " embedding, " + n(times('L')) + " loss");
+  c.require(times('t') == layers, "layout decoder layers = --num-layers", kLayout,
+            n(times('t')) + " decoder layers, --num-layers " + n(layers));
+  c.require(times('m') == 0, "no MTP layers without --mtp-num-layers", kLayout,
+            n(times('m')) + " MTP layers");
+  return pp > 0 && count % pp == 0 ? count / pp : 1;
+}
+
 // Pipeline layout (validate_args): at most one of the three virtual-pipeline flags, and the
 // layers divide over the pipeline (and its virtual stages) the way the given flag asks.
 // Returns the virtual stages per pipeline rank.
@@ -256,7 +331,9 @@ std::int64_t check_virtual_stages(Checker& c, std::int64_t layers, std::int64_t 
                 n(counted / pp) + " layers per stage, " + n(per_virtual) + " per virtual stage");
       vpp = (counted / pp) / per_virtual;
     }
-  } else if (!uneven && !c.has("--pipeline-model-parallel-layout")) {
+  } else if (c.has("--pipeline-model-parallel-layout")) {
+    vpp = check_layout(c, layers, pp);
+  } else if (!uneven) {
     // validate_args: without virtual stages or uneven stages, (layers [+1] [+1]) % PP == 0.
     const std::int64_t counted = layers + c.has("--account-for-embedding-in-pipeline-split") +
                                  c.has("--account-for-loss-in-pipeline-split");
@@ -276,7 +353,8 @@ void check_interleaved(Checker& c, std::int64_t layers, std::int64_t pp, std::in
             kArgs, "PP " + n(pp) + ", virtual stages " + n(vpp));
   // Each virtual stage holds whole layers: layers per rank divisible by the virtual stages
   // (TransformerConfig checks it for uneven stages; the even split divides the same way).
-  if (!has_uneven_stages(c) && !accounts_embedding_or_loss(c))
+  if (!has_uneven_stages(c) && !accounts_embedding_or_loss(c) &&
+      !c.has("--pipeline-model-parallel-layout"))
     c.require(pp > 0 && layers % pp == 0 && (layers / pp) % vpp == 0,
               "layers per pipeline rank divisible by virtual stages", kTransformer,
               "layers " + n(layers) + ", PP " + n(pp) + ", virtual stages " + n(vpp));
@@ -421,7 +499,12 @@ MegatronLaunch parse_megatron_script(std::string_view script) {
       const std::size_t space = line.find(' ', start);
       const std::string flag =
           line.substr(start, space == std::string::npos ? space : space - start);
-      l.flags[flag] = space == std::string::npos ? "" : line.substr(space + 1);
+      std::string value = space == std::string::npos ? "" : line.substr(space + 1);
+      // A single-quoted word (the layout's '|' would be a pipe to the shell) is its inside.
+      if (value.size() >= 2 && value.front() == '\'' && value.back() == '\'' &&
+          value.find('\'', 1) == value.size() - 1)
+        value = value.substr(1, value.size() - 2);
+      l.flags[flag] = value;
       continue;
     }
     if (line.size() > 2 && line.compare(line.size() - 2, 2, "=(") == 0) {

@@ -7,6 +7,8 @@
 //   megatron/core/num_microbatches_calculator.py@00caa53 (ConstantNumMicroBatchesCalculator)
 //   megatron/core/transformer/transformer_config.py@002526d (TransformerConfig.__post_init__)
 //   megatron/core/model_parallel_config.py@02aa3ee (ModelParallelConfig.__post_init__)
+//   megatron/core/transformer/pipeline_parallel_layer_layout.py@d98e8a6
+//     (PipelineParallelLayerLayout: parse_str_to_list, validate_layer_layout)
 #pragma once
 
 #include <map>

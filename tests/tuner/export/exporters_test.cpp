@@ -104,6 +104,36 @@ TEST(MegatronExport, MoeAndUnevenStagesUseTheirFlags) {
   EXPECT_TRUE(has_line(u, "--decoder-last-pipeline-num-layers 7")) << u;
 }
 
+// Any other split is Megatron's pipeline layout: one stage per layer group, in Megatron's order
+// (virtual stage v of rank r is stage v * pp + r, the interleaved placement), the embedding first
+// and the loss last; the layout sets the virtual stages, so no other virtual-stage flag is given.
+TEST(MegatronExport, OtherSplitsAreAPipelineLayout) {
+  const ExportRequest base = request("default");  // llama3-8b, 32 layers, pp=4
+  ExportRequest middle = base;
+  middle.plan.layer_split = {8, 9, 7, 8};  // middle stages differ
+  const std::string m = export_megatron(middle);
+  EXPECT_TRUE(has_line(m, "--pipeline-model-parallel-layout 'Et*8|t*9|t*7|t*8L'")) << m;
+  EXPECT_FALSE(has_line(m, "--decoder-first-pipeline-num-layers 8")) << m;
+  EXPECT_EQ(format_violations(check_megatron_script(m)), "");
+  expect_valid_bash(m);
+
+  ExportRequest empty_last = base;  // a last stage that holds only the output layer
+  empty_last.plan.layer_split = {11, 11, 10, 0};
+  const std::string e = export_megatron(empty_last);
+  EXPECT_TRUE(has_line(e, "--pipeline-model-parallel-layout 'Et*11|t*11|t*10|L'")) << e;
+  EXPECT_EQ(format_violations(check_megatron_script(e)), "");
+
+  ExportRequest interleaved = base;  // 32 layers over 4 x 3 virtual stages: 3 3 3 3 3 3 3 3 2 2 2 2
+  interleaved.plan.schedule = "interleaved-1f1b";
+  interleaved.plan.chunks = 3;
+  const std::string i = export_megatron(interleaved);
+  EXPECT_TRUE(has_line(
+      i, "--pipeline-model-parallel-layout 'Et*3|t*3|t*3|t*3|t*3|t*3|t*3|t*3|t*2|t*2|t*2|t*2L'"))
+      << i;
+  EXPECT_EQ(i.find("--num-virtual-stages-per-pipeline-rank"), std::string::npos) << i;
+  EXPECT_EQ(format_violations(check_megatron_script(i)), "");
+}
+
 TEST(MegatronExport, RefusesWhatMegatronRefuses) {
   const ExportRequest base = request("default");
   ExportRequest q = base;
@@ -122,15 +152,6 @@ TEST(MegatronExport, RefusesWhatMegatronRefuses) {
   q = base;
   q.plan.vocab = schedule::VocabMode::Vocab1;
   EXPECT_NE(error_of(ExportFormat::Megatron, q).find("vocabulary parallelism"), std::string::npos);
-  q = base;
-  q.plan.layer_split = {8, 9, 7, 8};  // middle stages differ
-  EXPECT_NE(error_of(ExportFormat::Megatron, q).find("only the first and last"), std::string::npos);
-  q = base;
-  q.plan.schedule = "interleaved-1f1b";
-  q.plan.chunks = 3;  // 8 layers per stage over 3 virtual stages
-  EXPECT_NE(error_of(ExportFormat::Megatron, q).find("not divisible by 3 virtual stages"),
-            std::string::npos)
-      << error_of(ExportFormat::Megatron, q);
 
   ExportRequest moe = request("mixtral-8x7b-h100-16");
   moe.plan.sequence_parallel = false;

@@ -137,6 +137,30 @@ TEST(MegatronRules, EachBrokenRuleIsCaught) {
   EXPECT_TRUE(
       caught(megatron_with([](L& l) { l.flags["--decoder-first-pipeline-num-layers"] = "0"; }),
              "first/last stage layers > 0"));
+  // A pipeline layout in Megatron's own syntax (pipeline_parallel_layer_layout.py's docstring:
+  // "(...)*n" and "x*n" unrolled, commas cosmetic): 32 layers over 4 stages of llama3-8b's base.
+  const auto layout = [](const char* text) {
+    return megatron_with([text](L& l) { l.flags["--pipeline-model-parallel-layout"] = text; });
+  };
+  EXPECT_EQ(format_violations(layout("Et*7|(t*9|)*2,t*7L")), "");
+  EXPECT_EQ(format_violations(layout("E(tttt|)*7,ttttL")), "");  // 8 virtual stages: 2 per rank
+  EXPECT_TRUE(caught(layout("Et*8|t*8|t*8|t*8L|"), "layout stages divisible by PP"));
+  EXPECT_TRUE(caught(layout("t*8|Et*8|t*8|t*8L"), "layout starts with the embedding"));
+  EXPECT_TRUE(caught(layout("Et*8|t*8|t*8L|t*8"), "layout ends with the loss"));
+  EXPECT_TRUE(caught(layout("Et*8|t*8|t*8|t*7L"), "layout decoder layers = --num-layers"));
+  EXPECT_TRUE(caught(layout("Et*8|t*8|Et*8|t*8L"), "embedding and loss exactly once"));
+  EXPECT_TRUE(caught(layout("Et*8|t*8|t*8|t*8mL"), "no MTP layers"));
+  EXPECT_TRUE(caught(layout("Et*8|t*8|t*8|t*8x"), "layout of layer characters"));
+  EXPECT_TRUE(caught(megatron_with([](L& l) {
+                       l.flags["--pipeline-model-parallel-layout"] = "Et*8|t*8|t*8|t*8L";
+                       l.flags["--num-virtual-stages-per-pipeline-rank"] = "2";
+                     }),
+                     "at most one virtual-pipeline flag"));
+  EXPECT_TRUE(caught(megatron_with([](L& l) {
+                       l.flags["--pipeline-model-parallel-layout"] = "Et*8|t*8|t*8|t*8L";
+                       l.flags["--decoder-first-pipeline-num-layers"] = "8";
+                     }),
+                     "layout excludes the other pipeline layout flags"));
   EXPECT_TRUE(caught(megatron_with([](L& l) { l.flags["--expert-model-parallel-size"] = "2"; }),
                      "expert parallelism needs --num-experts"));
   EXPECT_TRUE(caught(megatron_with([](L& l) {

@@ -97,16 +97,24 @@ TEST(LayerSplitExport, EachFrameworkWritesTheSplitOrRefusesItByName) {
     EXPECT_EQ(format_violations(check_torchtitan_config(titan, launch)), "") << what << "\n"
                                                                              << titan;
 
-    // Megatron-LM (1F1B): the first and last stages' counts when only they differ, else refused.
-    const std::string refused = refusal(ExportFormat::Megatron, one_f_one_b);
-    if (refused.empty()) {
-      ++megatron_written;
-      const MegatronLaunch l = parse_megatron_script(export_megatron(one_f_one_b));
-      EXPECT_EQ(format_violations(check_megatron_launch(l)), "") << what;
+    // Megatron-LM (1F1B): the first and last stages' counts when only they differ, else the
+    // pipeline layout; each split is written, and the layout's stages hold the split's layers.
+    const MegatronLaunch l = parse_megatron_script(export_megatron(one_f_one_b));
+    ++megatron_written;
+    EXPECT_EQ(format_violations(check_megatron_launch(l)), "") << what;
+    if (l.flags.count("--decoder-first-pipeline-num-layers") > 0) {
       EXPECT_EQ(l.flags.at("--decoder-first-pipeline-num-layers"), std::to_string(split.front()));
       EXPECT_EQ(l.flags.at("--decoder-last-pipeline-num-layers"), std::to_string(split.back()));
     } else {
-      EXPECT_NE(refused.find("layers"), std::string::npos) << what << ": " << refused;
+      std::vector<int> stages(1, 0);
+      const std::string layout = l.flags.at("--pipeline-model-parallel-layout");
+      for (std::size_t k = 0; k < layout.size(); ++k) {
+        if (layout[k] == '|') stages.push_back(0);
+        if (layout[k] == 't')
+          stages.back() +=
+              k + 1 < layout.size() && layout[k + 1] == '*' ? std::stoi(layout.substr(k + 2)) : 1;
+      }
+      EXPECT_EQ(stages, split) << what << ": " << layout;
     }
 
     // pipetune: the split in the header and, kept whole, in the small-scale plan.
@@ -118,7 +126,7 @@ TEST(LayerSplitExport, EachFrameworkWritesTheSplitOrRefusesItByName) {
     EXPECT_NO_THROW(spec::validate(small.model, q.cluster, small.plan)) << what;
   }
   EXPECT_EQ(torchtitan_written, 5);
-  EXPECT_GT(megatron_written, 0);
+  EXPECT_EQ(megatron_written, 5);
 }
 
 TEST(LayerSplitExport, TorchtitanWritesLayersThatDoNotDivideOverTheStages) {
