@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "tuner/export/export_common.hpp"
+#include "tuner/export/megatron_rules.hpp"
 
 namespace pipetune::tuner {
 
@@ -80,7 +81,8 @@ void write_header(std::ostream& o, const ExportRequest& r) {
   // (megatron/training/arguments.py validate_args).
   const bool fsdp = p.zero_stage >= 2;
   o << "#!/usr/bin/env bash\n"
-    << "# Megatron-LM launch script written by `pipetune export --format megatron`.\n";
+    << "# Megatron-LM launch script written by `pipetune export --format megatron`,\n"
+    << "# for " << kMegatronTarget << ".\n";
   if (!r.description.empty()) o << "# " << r.description << "\n";
   o << "# Model " << m.name << " on " << p.world_size() << " GPUs (" << r.cluster.name
     << "): tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp << " ep=" << p.ep

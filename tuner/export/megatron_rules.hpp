@@ -2,7 +2,9 @@
 // export_megatron writes, not the plan behind it): the script is parsed back into its flags,
 // environment and launch size, and each rule Megatron-LM enforces at start-up is re-checked.
 //
-// Sources (NVIDIA/Megatron-LM, the stored versions read for this):
+// Sources (NVIDIA/Megatron-LM, each at the version it was read at; the export targets
+// kMegatronTarget, against which an audit of nine exported scripts found them right, but the
+// rules below not cited at it have not all been re-read there):
 //   megatron/training/arguments.py@000c4ac (validate_args)
 //   megatron/core/num_microbatches_calculator.py@00caa53 (ConstantNumMicroBatchesCalculator)
 //   megatron/core/transformer/transformer_config.py@002526d (TransformerConfig.__post_init__)
@@ -18,6 +20,10 @@
 #include "tuner/export/rule_violation.hpp"
 
 namespace pipetune::tuner {
+
+// The Megatron-LM version the export writes for (said in every script it writes).
+inline constexpr const char* kMegatronTarget =
+    "NVIDIA/Megatron-LM commit d98e8a6 (main, 2026-08-22)";
 
 // What the launch script says: its flags (name -> value, "" for a switch; the last one wins, as
 // in argparse), the launch size and CUDA_DEVICE_MAX_CONNECTIONS as the script leaves it.
