@@ -15,18 +15,18 @@ namespace pipetune::tuner {
 namespace {
 
 constexpr const char* kArgs =
-    "NVIDIA/Megatron-LM megatron/training/arguments.py@000c4ac validate_args";
+    "NVIDIA/Megatron-LM megatron/training/arguments.py@d98e8a6 validate_args";
 constexpr const char* kMicrobatches =
-    "NVIDIA/Megatron-LM megatron/core/num_microbatches_calculator.py@00caa53 "
+    "NVIDIA/Megatron-LM megatron/core/num_microbatches_calculator.py@d98e8a6 "
     "ConstantNumMicroBatchesCalculator";
 constexpr const char* kTransformer =
-    "NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py@002526d "
+    "NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py@d98e8a6 "
     "TransformerConfig.__post_init__";
 constexpr const char* kLayout =
     "NVIDIA/Megatron-LM megatron/core/transformer/pipeline_parallel_layer_layout.py@d98e8a6 "
     "PipelineParallelLayerLayout";
 constexpr const char* kModelParallel =
-    "NVIDIA/Megatron-LM megatron/core/model_parallel_config.py@02aa3ee "
+    "NVIDIA/Megatron-LM megatron/core/model_parallel_config.py@d98e8a6 "
     "ModelParallelConfig.__post_init__";
 
 // Flags a pipetune launch may carry. Megatron-LM's parser defines each of them: by hand in
@@ -392,14 +392,13 @@ void check_uneven_stages(Checker& c, std::int64_t layers, std::int64_t pp, std::
 
 // Expert parallelism and MoE layers, then the precision flags.
 void check_experts_and_precision(Checker& c, std::int64_t tp) {
-  // validate_args: EP needs experts, experts divisible by EP, no fp16.
+  // validate_args: EP needs experts, experts divisible by EP.
   const std::int64_t ep = c.integer("--expert-model-parallel-size", 1).value_or(1);
   const std::int64_t experts = c.integer("--num-experts", 0).value_or(0);
   if (ep > 1) {
     c.require(experts > 0, "expert parallelism needs --num-experts", kArgs, "EP " + n(ep));
     c.require(experts <= 0 || experts % ep == 0, "experts divisible by EP", kArgs,
               "experts " + n(experts) + ", EP " + n(ep));
-    c.require(!c.has("--fp16"), "expert parallelism without fp16", kArgs, "--fp16 given");
     // ModelParallelConfig: EP with TP needs sequence parallelism (a warning in this version,
     // an error in earlier ones).
     c.require(tp <= 1 || c.has("--sequence-parallel"),
@@ -412,15 +411,13 @@ void check_experts_and_precision(Checker& c, std::int64_t tp) {
     c.require(etp == 1, "MoE with linear biases needs expert tensor parallel size 1", kTransformer,
               "expert TP " + n(etp) + " without --disable-bias-linear");
   }
-  // validate_args: grouped GEMM for MoE runs in bf16 only.
-  c.require(!c.has("--moe-grouped-gemm") || c.has("--bf16"), "--moe-grouped-gemm needs --bf16",
-            kArgs, "no --bf16");
+  // (validate_args asks of --moe-grouped-gemm only a device of compute capability 8 or more.)
   c.require(!(c.has("--bf16") && c.has("--fp16")), "--bf16 and --fp16 exclude each other", kArgs,
             "both given");
 }
 
-// Distributed optimizer / FSDP (validate_args), and CUDA_DEVICE_MAX_CONNECTIONS as each needs.
-void check_optimizer_sharding(Checker& c, const MegatronLaunch& l, const ParallelSizes& s) {
+// Distributed optimizer / FSDP (validate_args), and the CUDA_DEVICE_MAX_CONNECTIONS FSDP needs.
+void check_optimizer_sharding(Checker& c, const MegatronLaunch& l) {
   if (c.has("--overlap-param-gather")) {
     c.require(c.has("--use-distributed-optimizer") || c.has("--use-megatron-fsdp"),
               "--overlap-param-gather needs the distributed optimizer or Megatron-FSDP", kArgs,
@@ -440,12 +437,9 @@ void check_optimizer_sharding(Checker& c, const MegatronLaunch& l, const Paralle
     c.require(strategy.empty() || strategy == "no_shard" || strategy == "optim" ||
                   strategy == "optim_grads" || strategy == "optim_grads_params",
               "sharding strategy is one of Megatron-FSDP's", kArgs, "'" + strategy + "'");
-  } else if (s.tp > 1 || s.cp > 1) {
-    // validate_args (before Blackwell): TP or CP without FSDP needs CUDA_DEVICE_MAX_CONNECTIONS=1.
-    c.require(l.cuda_device_max_connections == "1",
-              "tensor/context parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1", kArgs,
-              "CUDA_DEVICE_MAX_CONNECTIONS '" + l.cuda_device_max_connections + "'");
   }
+  // TP or CP without FSDP with CUDA_DEVICE_MAX_CONNECTIONS other than 1 is only warned about
+  // (tensor_parallel/layers.py, before Blackwell): the export sets it to 1 for speed.
 }
 
 // Recomputation (validate_args, TransformerConfig): selective takes no method or layer
@@ -541,7 +535,7 @@ RuleViolations check_megatron_launch(const MegatronLaunch& l) {
   if (vpp > 1) check_interleaved(c, layers, sizes.pp, vpp);
   if (has_uneven_stages(c)) check_uneven_stages(c, layers, sizes.pp, vpp);
   check_experts_and_precision(c, sizes.tp);
-  check_optimizer_sharding(c, l, sizes);
+  check_optimizer_sharding(c, l);
   check_recompute(c);
   check_learning_rates(c);
   return c.take();

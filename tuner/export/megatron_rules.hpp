@@ -2,13 +2,12 @@
 // export_megatron writes, not the plan behind it): the script is parsed back into its flags,
 // environment and launch size, and each rule Megatron-LM enforces at start-up is re-checked.
 //
-// Sources (NVIDIA/Megatron-LM, each at the version it was read at; the export targets
-// kMegatronTarget, against which an audit of nine exported scripts found them right, but the
-// rules below not cited at it have not all been re-read there):
-//   megatron/training/arguments.py@000c4ac (validate_args)
-//   megatron/core/num_microbatches_calculator.py@00caa53 (ConstantNumMicroBatchesCalculator)
-//   megatron/core/transformer/transformer_config.py@002526d (TransformerConfig.__post_init__)
-//   megatron/core/model_parallel_config.py@02aa3ee (ModelParallelConfig.__post_init__)
+// Sources (NVIDIA/Megatron-LM at kMegatronTarget, the version the export targets; each rule
+// cites its file and function, and what became a warning there is no longer a violation):
+//   megatron/training/arguments.py@d98e8a6 (validate_args)
+//   megatron/core/num_microbatches_calculator.py@d98e8a6 (ConstantNumMicroBatchesCalculator)
+//   megatron/core/transformer/transformer_config.py@d98e8a6 (TransformerConfig.__post_init__)
+//   megatron/core/model_parallel_config.py@d98e8a6 (ModelParallelConfig.__post_init__)
 //   megatron/core/transformer/pipeline_parallel_layer_layout.py@d98e8a6
 //     (PipelineParallelLayerLayout: parse_str_to_list, validate_layer_layout)
 #pragma once
@@ -21,7 +20,7 @@
 
 namespace pipetune::tuner {
 
-// The Megatron-LM version the export writes for (said in every script it writes).
+// The Megatron-LM version the export writes for (said in every script) and the rules are read at.
 inline constexpr const char* kMegatronTarget =
     "NVIDIA/Megatron-LM commit d98e8a6 (main, 2026-08-22)";
 

@@ -179,11 +179,6 @@ TEST(MegatronRules, EachBrokenRuleIsCaught) {
                        l.flags.erase("--disable-bias-linear");
                      }),
                      "MoE with linear biases needs expert tensor parallel size 1"));
-  EXPECT_TRUE(caught(megatron_with([](L& l) {
-                       l.flags["--moe-grouped-gemm"] = "";
-                       l.flags.erase("--bf16");
-                     }),
-                     "--moe-grouped-gemm needs --bf16"));
   EXPECT_TRUE(caught(megatron_with([](L& l) { l.flags["--fp16"] = ""; }),
                      "--bf16 and --fp16 exclude each other"));
   EXPECT_TRUE(caught(megatron_with([](L& l) { l.flags.erase("--use-distributed-optimizer"); }),
@@ -197,8 +192,10 @@ TEST(MegatronRules, EachBrokenRuleIsCaught) {
                        l.cuda_device_max_connections.clear();
                      }),
                      "Megatron-FSDP needs --ckpt-format fsdp_dtensor"));
-  EXPECT_TRUE(caught(megatron_with([](L& l) { l.cuda_device_max_connections.clear(); }),
-                     "tensor/context parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1"));
+  // What Megatron-LM at d98e8a6 only warns about is accepted: TP without
+  // CUDA_DEVICE_MAX_CONNECTIONS=1, grouped GEMM in fp32, EP with fp16.
+  EXPECT_EQ(format_violations(megatron_with([](L& l) { l.cuda_device_max_connections.clear(); })),
+            "");
   EXPECT_TRUE(caught(megatron_with([](L& l) { l.flags["--recompute-method"] = "uniform"; }),
                      "selective recompute takes no --recompute-method"));
   EXPECT_TRUE(caught(megatron_with([](L& l) { l.flags["--recompute-granularity"] = "full"; }),
