@@ -154,7 +154,7 @@ int rank_of(const nlohmann::json& tuned, Pick pick) {
 
 // Point 11: a redistributed-vocabulary plan's layer split is written as it is: the pipetune run
 // file carries it (the header says redis) and simulate reads the same plan back; torchtitan
-// names the modules of each stage; DeepSpeed, which has no explicit split, refuses it by name.
+// names the modules of each stage; DeepSpeed's model code places it in its PipelineModule.
 TEST(HostileTuning, ExportsWriteTheRedistributedSplitOrRefuseIt) {
   ScratchWorkspace w;
   // tiny over 8 stages: the output layer is worth 0.64 layers, so the last stage holds none and
@@ -202,15 +202,26 @@ TEST(HostileTuning, ExportsWriteTheRedistributedSplitOrRefuseIt) {
       << titan_text;
   EXPECT_EQ(titan_text.find("pipeline_parallel_layers_per_stage"), std::string::npos) << titan_text;
 
+  // DeepSpeed: the split in the PipelineModule code beside the JSON (a plan DeepSpeed can run
+  // otherwise: no selective recomputation, ZeRO 0 or 1 with a pipeline).
+  const int ds_rank = rank_of(tuned, [](const nlohmann::json& p) {
+    return p["pp"] == 8 && p["recompute"] != "selective" && p["zero_stage"].get<int>() <= 1;
+  });
+  ASSERT_GT(ds_rank, 0);
+  ASSERT_EQ(tuned["results"][ds_rank - 1]["plan"]["layer_split"].get<std::vector<int>>(), split);
   const std::string json = (w.dir / "ds.json").string();
-  expect_input_error(
-      run_in(w, {"export", "--format", "deepspeed", "--rank", std::to_string(rank), "-o", json}),
-      {"deepspeed", "layer split 1/2/1/1/1/1/1/0"});
-  EXPECT_FALSE(std::filesystem::exists(json));
+  const ProcessResult ds =
+      run_in(w, {"export", "--format", "deepspeed", "--rank", std::to_string(ds_rank), "-o", json});
+  ASSERT_EQ(ds.exit_code, 0) << ds.err;
+  const std::string code = slurp((w.dir / "pipetune_deepspeed.py").string());
+  EXPECT_NE(code.find("PIPELINE_STAGES = 8\n"), std::string::npos) << code;
+  EXPECT_NE(code.find("DECODER_LAYERS_PER_STAGE = [1, 2, 1, 1, 1, 1, 1, 0]"), std::string::npos)
+      << code;
 }
 
-// Point 11: DeepSpeed's JSON config has no place for expert parallelism (the MoE layer's ep_size
-// is model code): an ep > 1 plan is refused by name, not written without it.
+// Point 11: DeepSpeed's expert parallelism is AutoEP, whose presets cover Mixtral and a few
+// other Hugging Face models but not tiny-moe: an ep > 1 plan is refused by name, not written
+// without it.
 TEST(HostileTuning, DeepspeedRefusesExpertParallelism) {
   ScratchWorkspace w;
   const ProcessResult r = run_in(
@@ -219,7 +230,8 @@ TEST(HostileTuning, DeepspeedRefusesExpertParallelism) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json tuned = nlohmann::json::parse(r.out);
   const int rank = rank_of(tuned, [](const nlohmann::json& p) {
-    return p["ep"].get<int>() > 1 && p["pp"] == 1 && p["zero_stage"].get<int>() <= 1;
+    return p["ep"].get<int>() > 1 && p["pp"] == 1 && p["recompute"] != "selective" &&
+           !(p["sequence_parallel"] == true && p["tp"].get<int>() > 1);
   });
   ASSERT_GT(rank, 0);
   const std::string json = (w.dir / "ds.json").string();

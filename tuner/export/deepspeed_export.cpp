@@ -1,10 +1,11 @@
-// DeepSpeed JSON config (keys of deepspeed/runtime/constants.py, zero/config.py; reference/
-// engine_and_style.md A3). What the file cannot carry is refused, not dropped: expert parallelism
-// is the MoE layer's ep_size in the model code (deepspeed/moe/layer.py MoE), and a pipeline's
-// layers are split by PipelineModule's partition_method, which balances them ("uniform",
-// "parameters", "type:REGEX"; deepspeed/runtime/pipe/module.py _partition_layers) and takes no
-// explicit split.
+// DeepSpeed export, targeting DeepSpeed 0.19.6 (deepspeedai/DeepSpeed@edaa722): a JSON config
+// (keys of deepspeed/runtime/config.py DeepSpeedConfig._initialize_params and the config
+// classes it builds) and, beside it, pipetune_deepspeed.py, the Python that builds the model the
+// way the plan splits it. DeepSpeed's JSON cannot carry the pipeline: the stages and the layer
+// split are PipelineModule arguments (deepspeed/runtime/pipe/module.py), so the Python file
+// carries them. What DeepSpeed cannot express is refused, naming the feature, never dropped.
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tuner/export/export_common.hpp"
 
@@ -12,58 +13,233 @@ namespace pipetune::tuner {
 
 using export_detail::require;
 
-std::string export_deepspeed(const ExportRequest& r) {
-  constexpr std::string_view kFw = "deepspeed";
-  export_detail::check_common(r, kFw);
+namespace {
+
+constexpr std::string_view kFw = "deepspeed";
+
+bool is_mixtral(const spec::ModelSpec& m) {
+  return m.name.rfind("mixtral", 0) == 0;
+}
+
+// Experts are tensor-parallel over tp when they are gated (as the Megatron export's
+// --expert-tensor-parallel-size says).
+bool experts_tensor_parallel(const spec::ModelSpec& m, const spec::ParallelPlan& p) {
+  return spec::is_moe(m) && p.tp > 1 && m.activation == spec::Activation::Swiglu;
+}
+
+// Pipeline, tensor parallelism, recomputation, ZeRO.
+void check_dense_features(const ExportRequest& r) {
   const spec::ParallelPlan& p = r.plan;
+  // pipe/schedule.py TrainSchedule is DeepSpeed's one training schedule (1F1B, one stage per
+  // rank).
   require(p.pp == 1 || p.schedule == "1f1b", kFw,
           "schedule " + p.schedule + ": DeepSpeed's pipeline engine runs 1F1B only");
+  require(p.chunks == 1, kFw,
+          "virtual pipeline stages (" + std::to_string(p.chunks) +
+              " per rank): a PipelineModule places one stage per rank");
+  require(p.vocab == schedule::VocabMode::None, kFw,
+          "vocabulary parallelism (" + std::string(schedule::vocab_mode_name(p.vocab)) +
+              ") is not in DeepSpeed");
+  // pipe/engine.py PipelineEngine.__init__ asserts stage < ZeroStageEnum.gradients.
   require(p.pp == 1 || p.zero_stage <= 1, kFw,
           "ZeRO stage " + std::to_string(p.zero_stage) +
               " cannot be combined with pipeline parallelism "
               "(DeepSpeed's pipeline engine allows ZeRO 0 or 1)");
-  require(p.vocab == schedule::VocabMode::None, kFw,
-          "vocabulary parallelism (" + std::string(schedule::vocab_mode_name(p.vocab)) +
-              ") is not in DeepSpeed");
-  require(p.ep == 1, kFw,
-          "expert parallelism (ep=" + std::to_string(p.ep) +
-              ") cannot be written in a DeepSpeed config: it is the MoE layer's ep_size in the "
-              "model code");
-  // "uniform" gives the first stages one layer more when the layers do not divide evenly, as
-  // spec::even_layer_split does; any other split has no partition method.
-  const std::vector<int> split = spec::layer_split(r.model, p);
-  require(p.pp == 1 || split == spec::even_layer_split(r.model.layers, p.layer_groups()), kFw,
-          "the layer split " + export_detail::split_text(split) +
-              " cannot be written: DeepSpeed's pipeline partition methods (uniform, parameters, "
-              "type:REGEX) balance the layers and take no explicit split");
+  // engine.py _configure_tensor_parallel_states: AutoTP builds its (data, tensor) mesh over
+  // the whole world (utils/groups.py _init_tp_mesh_device), with no pipeline dimension.
+  require(p.pp == 1 || p.tp == 1, kFw,
+          "tensor parallelism (tp=" + std::to_string(p.tp) +
+              ") with pipeline parallelism (pp=" + std::to_string(p.pp) +
+              "): DeepSpeed's AutoTP mesh has no pipeline dimension, and a PipelineModule's "
+              "grid takes no AutoTP");
+  require(!(p.sequence_parallel && p.tp > 1), kFw,
+          "sequence parallelism (activations split over the tp ranks): AutoTP has none "
+          "(DeepSpeed's sequence parallelism is Ulysses, over ranks of its own)");
+  require(p.recompute != spec::Recompute::Selective, kFw,
+          "selective recomputation: DeepSpeed recomputes whole layers "
+          "(activation_checkpoint_interval), not attention alone");
+}
 
-  nlohmann::ordered_json j;
-  j["train_batch_size"] = p.global_batch;
-  j["train_micro_batch_size_per_gpu"] = p.micro_batch_size;
-  j["gradient_accumulation_steps"] = export_detail::accumulation_steps(p);
-  j["gradient_clipping"] = 1.0;
-  j["bf16"] = {{"enabled", true}};
+// Expert parallelism is DeepSpeed's AutoEP (the config's expert_parallel section,
+// deepspeed/module_inject/auto_ep_config.py parse_autoep_config), which replaces a Hugging Face
+// model's MoE blocks found by a preset's module pattern.
+void check_experts(const ExportRequest& r) {
+  const spec::ParallelPlan& p = r.plan;
+  if (p.ep == 1) return;
+  const std::string what = "expert parallelism (ep=" + std::to_string(p.ep) + ")";
+  require(p.pp == 1, kFw,
+          what +
+              " with pipeline parallelism: AutoEP finds MoE blocks by their Hugging Face "
+              "module names (model.layers.N.mlp), which a PipelineModule's layer list renames");
+  require(is_mixtral(r.model), kFw,
+          what + " for " + r.model.name +
+              ": DeepSpeed's AutoEP presets are mixtral, deepseek_v2, deepseek_v3, qwen3_moe "
+              "and qwen3_5_moe");
+  // module_inject/auto_ep_folding.py validate_folding_global.
+  require(!experts_tensor_parallel(r.model, p), kFw,
+          what + " with expert tensor parallelism (experts over tp=" + std::to_string(p.tp) +
+              "): AutoEP takes expert_tensor_parallel_size 1 only");
+  require(p.tp == 1 || p.zero_stage != 3, kFw,
+          what + " with AutoTP and ZeRO stage 3: AutoEP+AutoTP folding allows ZeRO 0 to 2");
+}
+
+void check_deepspeed_plan(const ExportRequest& r) {
+  export_detail::check_common(r, kFw);
+  check_dense_features(r);
+  check_experts(r);
+}
+
+// The world DeepSpeedConfig's batch rule counts (config.py DeepSpeedConfig.__init__): the
+// PipelineModule grid's data-parallel size with a pipeline (deepspeed/__init__.py initialize
+// passes model.mpu()), else every process (no mpu), AutoTP's tensor-parallel ranks included.
+std::int64_t deepspeed_batch_world(const spec::ParallelPlan& p) {
+  return p.pp > 1 ? p.dp : static_cast<std::int64_t>(p.tp) * p.dp;
+}
+
+nlohmann::ordered_json zero_section(const spec::ParallelPlan& p) {
   nlohmann::ordered_json zero;
   zero["stage"] = p.zero_stage;
   zero["overlap_comm"] = true;
   zero["contiguous_gradients"] = true;
   if (p.zero_stage >= 2) zero["reduce_scatter"] = true;
-  j["zero_optimization"] = zero;
-  if (p.pp > 1) {
-    j["pipeline"] = {
-        {"stages", p.pp},
-        {"partition", "uniform"},
-        {"activation_checkpoint_interval", p.recompute == spec::Recompute::Full ? 1 : 0}};
-  }
-  if (p.recompute != spec::Recompute::None) {
-    j["activation_checkpointing"] = {{"partition_activations", p.tp > 1},
-                                     {"contiguous_memory_optimization", false},
-                                     {"cpu_checkpointing", false}};
-  }
+  return zero;
+}
+
+std::string python_list(const std::vector<int>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+// The PipelineModule subclass placing the plan's split (plan has pp > 1).
+void write_pipeline_module(std::ostringstream& o) {
+  o << R"(
+
+class PipetuneSplitPipelineModule(PipelineModule):
+    """A PipelineModule whose stages hold DECODER_LAYERS_PER_STAGE decoder layers, with the
+    layers before them on the first stage and those after them on the last.
+
+    PipelineModule.__init__ calls _partition_layers to set `parts` (stage boundaries in the layer
+    list) and this rank's bounds; its methods ('uniform', 'parameters', 'type:') balance the
+    whole list, embedding and head included, so the split is given here instead.
+    """
+
+    def __init__(self, pre_layers, decoder_layers, post_layers, **kwargs):
+        assert len(decoder_layers) == sum(DECODER_LAYERS_PER_STAGE), "decoder layer count"
+        parts = [0]
+        for count in DECODER_LAYERS_PER_STAGE[:-1]:
+            parts.append(parts[-1] + count)
+        parts = [0] + [len(pre_layers) + b for b in parts[1:]]
+        parts.append(len(pre_layers) + len(decoder_layers) + len(post_layers))
+        self._pipetune_parts = parts
+        super().__init__(layers=list(pre_layers) + list(decoder_layers) + list(post_layers),
+                         num_stages=PIPELINE_STAGES, **kwargs)
+
+    def _partition_layers(self, method="uniform"):
+        self.parts = list(self._pipetune_parts)
+        stage_id = self._topo.get_coord(self.global_rank).pipe
+        self._set_bounds(start=self.parts[stage_id], stop=self.parts[stage_id + 1])
+
+
+def build_model(pre_layers, decoder_layers, post_layers, loss_fn):
+    """The model to pass to deepspeed.initialize(model=..., config="pipetune_deepspeed.json")."""
+    return PipetuneSplitPipelineModule(pre_layers, decoder_layers, post_layers, loss_fn=loss_fn,
+                                       activation_checkpoint_interval=ACTIVATION_CHECKPOINT_INTERVAL)
+)";
+}
+
+// Without a pipeline DeepSpeedEngine recomputes nothing itself: the layers checkpoint their
+// forward (deepspeed.checkpointing.checkpoint, runtime/activation_checkpointing/checkpointing.py).
+void write_plain_model(std::ostringstream& o) {
+  o << R"(
+
+class CheckpointedLayer(torch.nn.Module):
+    """A layer whose activations are recomputed in the backward pass."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, *args):
+        return deepspeed.checkpointing.checkpoint(self.layer, *args)
+
+
+def build_decoder_layers(decoder_layers):
+    """The decoder layers for the model passed to deepspeed.initialize (a DeepSpeedEngine)."""
+    if ACTIVATION_CHECKPOINT_INTERVAL == 0:
+        return list(decoder_layers)
+    return [CheckpointedLayer(layer) for layer in decoder_layers]
+)";
+}
+
+}  // namespace
+
+std::string_view deepspeed_target_version() {
+  return "DeepSpeed 0.19.6 (deepspeedai/DeepSpeed@edaa722)";
+}
+
+std::string_view deepspeed_model_code_file() {
+  return "pipetune_deepspeed.py";
+}
+
+std::string export_deepspeed(const ExportRequest& r) {
+  check_deepspeed_plan(r);
+  const spec::ParallelPlan& p = r.plan;
+  const std::int64_t gas = export_detail::accumulation_steps(p);
+  nlohmann::ordered_json j;
+  // A top-level key DeepSpeedConfig does not read (it takes keys by name) carries the target.
+  j["pipetune_export"] = (r.description.empty() ? "" : r.description + "; ") + "targets " +
+                         std::string(deepspeed_target_version()) + "; the model is built by " +
+                         std::string(deepspeed_model_code_file());
+  j["train_batch_size"] =
+      static_cast<std::int64_t>(p.micro_batch_size) * gas * deepspeed_batch_world(p);
+  j["train_micro_batch_size_per_gpu"] = p.micro_batch_size;
+  j["gradient_accumulation_steps"] = gas;
+  j["gradient_clipping"] = 1.0;
+  j["bf16"] = {{"enabled", true}};
+  j["zero_optimization"] = zero_section(p);
+  // PipelineEngine.__init__ applies the config's interval to the module.
+  if (p.pp > 1 && p.recompute == spec::Recompute::Full)
+    j["pipeline"] = {{"activation_checkpoint_interval", 1}};
   if (p.tp > 1) j["tensor_parallel"] = {{"autotp_size", p.tp}};
+  if (p.ep > 1)
+    j["expert_parallel"] = {{"enabled", true}, {"autoep_size", p.ep}, {"preset_model", "mixtral"}};
   j["steps_per_print"] = 10;
   j["wall_clock_breakdown"] = false;
   return j.dump(2) + "\n";
+}
+
+std::string deepspeed_model_code(const ExportRequest& r) {
+  check_deepspeed_plan(r);
+  const spec::ParallelPlan& p = r.plan;
+  std::ostringstream o;
+  o << "# The model for pipetune_deepspeed.json: "
+    << (r.description.empty() ? "a pipetune plan" : r.description) << ".\n"
+    << "# Targets " << deepspeed_target_version() << ".\n"
+    << "# tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp << " ep=" << p.ep << ", micro-batch "
+    << p.micro_batch_size << " x " << export_detail::accumulation_steps(p)
+    << " per replica, recompute " << spec::recompute_name(p.recompute) << ", ZeRO " << p.zero_stage
+    << ".\n";
+  if (p.tp > 1 && p.pp == 1)
+    o << "# train_batch_size counts every rank (DeepSpeedConfig has no mpu), the AutoTP ranks\n"
+      << "# that share a batch included: " << p.global_batch << " sequences per step.\n";
+  if (p.ep > 1)
+    o << "# Experts: the config's expert_parallel section makes AutoEP replace a Hugging Face\n"
+      << "# Mixtral model's MoE blocks (its preset needs transformers >= 5.0.0).\n";
+  o << "import deepspeed\n";
+  o << (p.pp > 1 ? "from deepspeed.pipe import PipelineModule\n" : "import torch\n");
+  o << "\nDEEPSPEED_TARGET = \"" << deepspeed_target_version() << "\"\n"
+    << "PIPELINE_STAGES = " << p.pp << "\n"
+    << "# Decoder layers per pipeline stage, model order.\n"
+    << "DECODER_LAYERS_PER_STAGE = " << python_list(spec::layer_split(r.model, p)) << "\n"
+    << "# 1: every layer recomputes its activations in the backward pass; 0: none.\n"
+    << "ACTIVATION_CHECKPOINT_INTERVAL = " << (p.recompute == spec::Recompute::Full ? 1 : 0)
+    << "\n";
+  if (p.pp > 1)
+    write_pipeline_module(o);
+  else
+    write_plain_model(o);
+  return o.str();
 }
 
 }  // namespace pipetune::tuner

@@ -4,6 +4,9 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
+#include <set>
+#include <vector>
 
 #include "engine/errors.hpp"
 
@@ -11,102 +14,331 @@ namespace pipetune::tuner {
 
 namespace {
 
-constexpr const char* kConfig = "deepspeedai/DeepSpeed deepspeed/runtime/config.py@029f12b";
+// Where each rule is stated (deepspeedai/DeepSpeed at edaa722, DeepSpeed 0.19.6).
+constexpr const char* kInitParams =
+    "deepspeedai/DeepSpeed deepspeed/runtime/config.py@edaa722 DeepSpeedConfig._initialize_params";
 constexpr const char* kBatch =
-    "deepspeedai/DeepSpeed deepspeed/runtime/config.py@029f12b DeepSpeedConfig._batch_assertion";
+    "deepspeedai/DeepSpeed deepspeed/runtime/config.py@edaa722 DeepSpeedConfig._batch_assertion "
+    "(world size: DeepSpeedConfig.__init__; pipe/engine.py PipelineEngine.__init__ asserts the "
+    "same with the grid's data-parallel size)";
 constexpr const char* kErrorCheck =
-    "deepspeedai/DeepSpeed deepspeed/runtime/config.py@029f12b DeepSpeedConfig._do_error_check";
+    "deepspeedai/DeepSpeed deepspeed/runtime/config.py@edaa722 DeepSpeedConfig._do_error_check";
+constexpr const char* kSection =
+    "deepspeedai/DeepSpeed deepspeed/runtime/config_utils.py@edaa722 DeepSpeedConfigModel "
+    "(extra=\"forbid\")";
+constexpr const char* kPipeConfig =
+    "deepspeedai/DeepSpeed deepspeed/runtime/config.py@edaa722 get_pipeline_config, read by "
+    "pipe/engine.py PipelineEngine.__init__";
+constexpr const char* kAutoTpMesh =
+    "deepspeedai/DeepSpeed deepspeed/runtime/engine.py@edaa722 "
+    "DeepSpeedEngine._configure_tensor_parallel_states (utils/groups.py _init_tp_mesh_device)";
+constexpr const char* kAutoEp =
+    "deepspeedai/DeepSpeed deepspeed/module_inject/auto_ep_config.py@edaa722 "
+    "parse_autoep_config, validate_autoep_config";
+constexpr const char* kFolding =
+    "deepspeedai/DeepSpeed deepspeed/module_inject/auto_ep_folding.py@edaa722 "
+    "build_folding_spec, validate_folding_global";
+constexpr const char* kInitialize =
+    "deepspeedai/DeepSpeed deepspeed/__init__.py@edaa722 initialize";
+constexpr const char* kPipeModule =
+    "deepspeedai/DeepSpeed deepspeed/runtime/pipe/module.py@edaa722 PipelineModule.__init__";
 constexpr const char* kPipeEngine =
-    "deepspeedai/DeepSpeed deepspeed/runtime/pipe/engine.py@e787c16 PipelineEngine.__init__";
+    "deepspeedai/DeepSpeed deepspeed/runtime/pipe/engine.py@edaa722 PipelineEngine.__init__";
 
 std::string n(std::int64_t v) {
   return std::to_string(v);
 }
 
-// An integer field, or nullopt when absent; a present non-integer is reported.
-std::optional<std::int64_t> integer(const nlohmann::json& j, const char* key, RuleViolations& out) {
-  if (!j.contains(key)) return std::nullopt;
-  if (!j[key].is_number_integer()) {
-    out.push_back({std::string(key) + " is an integer", kConfig, j[key].dump()});
-    return std::nullopt;
+enum class Kind { Bool, Int, Number, String, Object, Any };
+
+bool has_kind(const nlohmann::json& v, Kind k) {
+  switch (k) {
+    case Kind::Bool:
+      return v.is_boolean();
+    case Kind::Int:
+      return v.is_number_integer();
+    case Kind::Number:
+      return v.is_number();
+    case Kind::String:
+      return v.is_string();
+    case Kind::Object:
+      return v.is_object();
+    case Kind::Any:
+      return true;
   }
-  return j[key].get<std::int64_t>();
+  return false;
+}
+
+struct Field {
+  const char* key;
+  Kind kind;
+};
+
+// The top-level keys pipetune may write, each read by name by _initialize_params (or, for
+// "pipetune_export", deliberately by nothing: a key DeepSpeedConfig does not read is ignored).
+const std::vector<Field>& top_level_fields() {
+  static const std::vector<Field> fields = {{"pipetune_export", Kind::String},
+                                            {"train_batch_size", Kind::Int},
+                                            {"train_micro_batch_size_per_gpu", Kind::Int},
+                                            {"gradient_accumulation_steps", Kind::Int},
+                                            {"gradient_clipping", Kind::Number},
+                                            {"bf16", Kind::Object},
+                                            {"fp16", Kind::Object},
+                                            {"zero_optimization", Kind::Object},
+                                            {"pipeline", Kind::Object},
+                                            {"tensor_parallel", Kind::Object},
+                                            {"expert_parallel", Kind::Object},
+                                            {"activation_checkpointing", Kind::Object},
+                                            {"steps_per_print", Kind::Int},
+                                            {"wall_clock_breakdown", Kind::Bool}};
+  return fields;
+}
+
+// Section fields (pydantic models refuse others; the pipeline and AutoEP dicts ignore others,
+// so a key there that nothing reads is reported too: it would do nothing).
+const std::vector<Field>& section_fields(const std::string& section) {
+  static const std::vector<Field> none;
+  // zero/config.py DeepSpeedZeroConfig (the fields pipetune writes, and the stage).
+  static const std::vector<Field> zero = {{"stage", Kind::Int},
+                                          {"overlap_comm", Kind::Bool},
+                                          {"contiguous_gradients", Kind::Bool},
+                                          {"reduce_scatter", Kind::Bool},
+                                          {"reduce_bucket_size", Kind::Int},
+                                          {"allgather_partitions", Kind::Bool},
+                                          {"allgather_bucket_size", Kind::Int},
+                                          {"round_robin_gradients", Kind::Bool}};
+  // precision_config.py DeepSpeedBF16Config / DeepSpeedFP16Config.
+  static const std::vector<Field> bf16 = {{"enabled", Kind::Bool},
+                                          {"immediate_grad_update", Kind::Bool},
+                                          {"check_grad_overflow", Kind::Bool},
+                                          {"bf16_master_weights_and_grads", Kind::Bool},
+                                          {"bf16_optimizer_states", Kind::Bool}};
+  static const std::vector<Field> fp16 = {
+      {"enabled", Kind::Bool}, {"loss_scale", Kind::Number}, {"initial_scale_power", Kind::Int}};
+  // tensor_parallel/config.py TPTrainingConfig.
+  static const std::vector<Field> tp = {{"autotp_size", Kind::Int},
+                                        {"tp_overlap_comm", Kind::Bool},
+                                        {"partition_config", Kind::Object},
+                                        {"preset_model", Kind::String}};
+  // The keys pipe/engine.py reads of get_pipeline_config's dict; "stages", "partition" and
+  // "seed_layers" are in its defaults but nothing reads them.
+  static const std::vector<Field> pipe = {{"activation_checkpoint_interval", Kind::Int},
+                                          {"pipe_partitioned", Kind::Bool},
+                                          {"grad_partitioned", Kind::Bool},
+                                          {"use_reentrant", Kind::Bool}};
+  // auto_ep_config.py parse_autoep_config (the keys pipetune writes and the expert TP size).
+  static const std::vector<Field> ep = {{"enabled", Kind::Bool},
+                                        {"autoep_size", Kind::Int},
+                                        {"expert_tensor_parallel_size", Kind::Int},
+                                        {"preset_model", Kind::String}};
+  if (section == "zero_optimization") return zero;
+  if (section == "bf16") return bf16;
+  if (section == "fp16") return fp16;
+  if (section == "tensor_parallel") return tp;
+  if (section == "pipeline") return pipe;
+  if (section == "expert_parallel") return ep;
+  return none;
+}
+
+const Field* find_field(const std::vector<Field>& fields, const std::string& key) {
+  for (const Field& f : fields)
+    if (key == f.key) return &f;
+  return nullptr;
+}
+
+void check_keys(const nlohmann::json& j, RuleViolations& out) {
+  for (const auto& [key, value] : j.items()) {
+    const Field* f = find_field(top_level_fields(), key);
+    if (!f) {
+      out.push_back({"a top-level key DeepSpeed reads", kInitParams, key});
+      continue;
+    }
+    if (!has_kind(value, f->kind)) {
+      out.push_back({key + " has the type DeepSpeed reads", kInitParams, value.dump()});
+      continue;
+    }
+    if (!value.is_object() || key == "activation_checkpointing") continue;
+    const char* source = key == "pipeline"          ? kPipeConfig
+                         : key == "expert_parallel" ? kAutoEp
+                                                    : kSection;
+    for (const auto& [sub, v] : value.items()) {
+      const Field* g = find_field(section_fields(key), sub);
+      if (!g)
+        out.push_back({"a key DeepSpeed reads in " + key, source, key + "." + sub});
+      else if (!has_kind(v, g->kind))
+        out.push_back({key + "." + sub + " has the type DeepSpeed reads", source, v.dump()});
+    }
+  }
+}
+
+std::int64_t section_int(const nlohmann::json& j, const char* section, const char* key,
+                         std::int64_t fallback) {
+  if (!j.contains(section) || !j[section].is_object()) return fallback;
+  const nlohmann::json& s = j[section];
+  return s.contains(key) && s[key].is_number_integer() ? s[key].get<std::int64_t>() : fallback;
 }
 
 bool enabled(const nlohmann::json& j, const char* section) {
-  return j.contains(section) && j[section].is_object() && j[section].value("enabled", false);
+  return j.contains(section) && j[section].is_object() && j[section].contains("enabled") &&
+         j[section]["enabled"] == true;
+}
+
+std::optional<std::int64_t> integer(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key) || !j[key].is_number_integer()) return std::nullopt;
+  return j[key].get<std::int64_t>();
+}
+
+// The model code: PIPELINE_STAGES, DECODER_LAYERS_PER_STAGE and whether it builds a
+// PipelineModule.
+struct ModelCode {
+  std::int64_t stages = 1;
+  std::vector<std::int64_t> split;
+  bool pipeline_module = false;
+};
+
+ModelCode read_model_code(const std::string& code) {
+  ModelCode m;
+  if (code.empty()) return m;
+  std::smatch match;
+  if (!std::regex_search(code, match, std::regex(R"((^|\n)PIPELINE_STAGES = (\d+))")))
+    throw InputError("not pipetune's DeepSpeed model code: no PIPELINE_STAGES");
+  m.stages = std::stoll(match[2].str());
+  if (std::regex_search(code, match,
+                        std::regex(R"((^|\n)DECODER_LAYERS_PER_STAGE = \[([^\]]*)\])"))) {
+    const std::string list = match[2].str();
+    const std::regex number(R"(\d+)");
+    for (auto it = std::sregex_iterator(list.begin(), list.end(), number);
+         it != std::sregex_iterator(); ++it)
+      m.split.push_back(std::stoll(it->str()));
+  }
+  m.pipeline_module = code.find("(PipelineModule)") != std::string::npos ||
+                      code.find("PipelineModule(") != std::string::npos;
+  return m;
+}
+
+// _set_batch_related_parameters derives a missing one of the three; _batch_assertion: all
+// positive and train_batch_size = micro x accumulation x the world DeepSpeedConfig counts.
+void check_batch(const nlohmann::json& j, std::int64_t world, RuleViolations& out) {
+  std::optional<std::int64_t> train = integer(j, "train_batch_size");
+  std::optional<std::int64_t> micro = integer(j, "train_micro_batch_size_per_gpu");
+  std::optional<std::int64_t> gas = integer(j, "gradient_accumulation_steps");
+  if (!train && !micro) {
+    out.push_back(
+        {"train_batch_size or train_micro_batch_size_per_gpu is given", kBatch, "neither given"});
+    return;
+  }
+  if (world <= 0) return;
+  if (!gas && train && micro) gas = *train / *micro / world;
+  if (!micro && train && gas && *gas > 0) micro = *train / world / *gas;
+  if (!train && micro) train = *micro * gas.value_or(1) * world;
+  if (!gas) gas = 1;
+  if (!micro && train) micro = *train / world;
+  auto require = [&](bool ok, const char* rule, const std::string& detail) {
+    if (!ok) out.push_back({rule, kBatch, detail});
+  };
+  require(*train > 0, "train_batch_size > 0", n(*train));
+  require(*micro > 0, "train_micro_batch_size_per_gpu > 0", n(*micro));
+  require(*gas > 0, "gradient_accumulation_steps > 0", n(*gas));
+  require(*train == *micro * *gas * world,
+          "train_batch_size = micro-batch x gradient accumulation x data-parallel world",
+          n(*train) + " != " + n(*micro) + " x " + n(*gas) + " x " + n(world));
+}
+
+// The pipeline (the model code's PipelineModule) and its split.
+void check_pipeline(const ModelCode& code, const DeepspeedLaunch& launch, RuleViolations& out) {
+  if (code.stages > 1 && !code.pipeline_module)
+    out.push_back(
+        {"a pipeline is a PipelineModule (else deepspeed.initialize builds no "
+         "PipelineEngine)",
+         kInitialize, n(code.stages) + " stages"});
+  if (code.stages < 1 || launch.world_size % code.stages != 0)
+    out.push_back({"num_stages divides the world size", kPipeModule,
+                   "world " + n(launch.world_size) + ", stages " + n(code.stages)});
+  if (code.split.empty()) return;
+  if (static_cast<std::int64_t>(code.split.size()) != code.stages)
+    out.push_back({"one layer count per pipeline stage", kPipeModule,
+                   n(static_cast<std::int64_t>(code.split.size())) + " counts, " + n(code.stages) +
+                       " stages"});
+  std::int64_t total = 0;
+  for (std::int64_t c : code.split) total += c;
+  if (launch.decoder_layers > 0 && total != launch.decoder_layers)
+    out.push_back({"the stages hold every decoder layer once", kPipeModule,
+                   n(total) + " placed, the model has " + n(launch.decoder_layers)});
+}
+
+// AutoTP and AutoEP against the pipeline and ZeRO.
+void check_parallelism(const nlohmann::json& j, const ModelCode& code, std::int64_t world,
+                       RuleViolations& out) {
+  const std::int64_t autotp = section_int(j, "tensor_parallel", "autotp_size", 0);
+  const std::int64_t zero = section_int(j, "zero_optimization", "stage", 0);
+  if (autotp > 1 && code.stages > 1)
+    out.push_back({"AutoTP is not combined with a pipeline (its mesh has no pipeline dimension)",
+                   kAutoTpMesh, "autotp_size " + n(autotp) + ", " + n(code.stages) + " stages"});
+  if (autotp > 1 && world % autotp != 0)
+    out.push_back({"autotp_size divides the world size", kAutoTpMesh,
+                   "world " + n(world) + ", autotp_size " + n(autotp)});
+  if (code.stages > 1 && zero >= 2)
+    out.push_back({"ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism", kPipeEngine,
+                   "ZeRO stage " + n(zero) + " with " + n(code.stages) + " pipeline stages"});
+  if (!enabled(j, "expert_parallel")) return;
+  const std::int64_t ep = section_int(j, "expert_parallel", "autoep_size", 1);
+  const std::int64_t etp = section_int(j, "expert_parallel", "expert_tensor_parallel_size", 1);
+  const std::int64_t tp = std::max<std::int64_t>(autotp, 1);
+  const std::int64_t stage_size = code.stages > 0 ? world / code.stages : 0;
+  const std::set<std::string> presets = {"mixtral", "deepseek_v2", "deepseek_v3", "qwen3_moe",
+                                         "qwen3_5_moe"};
+  const nlohmann::json& s = j["expert_parallel"];
+  if (s.contains("preset_model") && s["preset_model"].is_string() &&
+      presets.count(s["preset_model"].get<std::string>()) == 0)
+    out.push_back(
+        {"AutoEP's preset_model is one of its presets", kAutoEp, s["preset_model"].dump()});
+  if (ep < 1 || etp < 1 || stage_size % tp != 0 || stage_size % (ep * etp) != 0)
+    out.push_back(
+        {"autotp_size and autoep_size x expert_tensor_parallel_size divide the stage "
+         "size (world / pipeline stages)",
+         kFolding,
+         "stage size " + n(stage_size) + ", autotp " + n(tp) + ", autoep " + n(ep) + ", etp " +
+             n(etp)});
+  if (etp != 1) out.push_back({"expert_tensor_parallel_size is 1", kFolding, n(etp)});
+  if (code.pipeline_module)
+    out.push_back(
+        {"AutoEP is not used in a PipelineModule (its presets find MoE blocks by "
+         "Hugging Face module names)",
+         kAutoEp, n(code.stages) + " stages"});
+  if (tp > 1 && (code.stages > 1 || ep == 1 || zero == 3))
+    out.push_back({"AutoEP+AutoTP folding: one pipeline stage, autoep_size > 1, ZeRO below 3",
+                   kFolding,
+                   "stages " + n(code.stages) + ", autoep " + n(ep) + ", ZeRO " + n(zero)});
 }
 
 }  // namespace
 
-RuleViolations check_deepspeed_config(std::string_view text, int world_size) {
+RuleViolations check_deepspeed_config(std::string_view text, const DeepspeedLaunch& launch) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw InputError(std::string("not a DeepSpeed JSON config: ") + e.what());
   }
+  if (!j.is_object()) throw InputError("not a DeepSpeed JSON config: not an object");
+  const ModelCode code = read_model_code(launch.model_code);
   RuleViolations out;
-  auto require = [&](bool ok, const char* rule, const char* source, const std::string& detail) {
-    if (!ok) out.push_back({rule, source, detail});
-  };
-
-  // The data-parallel world: the pipeline grid and AutoTP take their ranks out of the world.
-  std::int64_t stages = 1;
-  if (j.contains("pipeline") && j["pipeline"].is_object() && j["pipeline"].contains("stages")) {
-    const nlohmann::json& s = j["pipeline"]["stages"];
-    if (s.is_number_integer())
-      stages = s.get<std::int64_t>();
-    else
-      require(s == "auto", "pipeline.stages is an integer or \"auto\"", kConfig, s.dump());
-  }
-  std::int64_t autotp = 1;
-  if (j.contains("tensor_parallel") && j["tensor_parallel"].is_object())
-    autotp = j["tensor_parallel"].value("autotp_size", std::int64_t{1});
-  const std::int64_t model = stages * std::max<std::int64_t>(1, autotp);
-  require(model > 0 && world_size % model == 0, "world divisible by pipeline stages x AutoTP size",
-          kPipeEngine,
-          "world " + n(world_size) + ", stages " + n(stages) + ", autotp " + n(autotp));
-  const std::int64_t dp = model > 0 ? world_size / model : 0;
-
-  // _set_batch_related_parameters derives a missing one of the three; _batch_assertion: all
-  // positive and train_batch_size = micro x accumulation x DP world size.
-  std::optional<std::int64_t> train = integer(j, "train_batch_size", out);
-  std::optional<std::int64_t> micro = integer(j, "train_micro_batch_size_per_gpu", out);
-  std::optional<std::int64_t> gas = integer(j, "gradient_accumulation_steps", out);
-  require(train || micro, "train_batch_size or train_micro_batch_size_per_gpu is given", kBatch,
-          "neither given");
-  if (dp > 0 && (train || micro)) {
-    if (!gas && train && micro) gas = *train / *micro / dp;
-    if (!micro && train && gas && *gas > 0) micro = *train / dp / *gas;
-    if (!train && micro) train = *micro * gas.value_or(1) * dp;
-    if (!gas) gas = 1;
-    if (!micro && train) micro = *train / dp;
-    require(*train > 0, "train_batch_size > 0", kBatch, n(*train));
-    require(*micro > 0, "train_micro_batch_size_per_gpu > 0", kBatch, n(*micro));
-    require(*gas > 0, "gradient_accumulation_steps > 0", kBatch, n(*gas));
-    require(*train == *micro * *gas * dp,
-            "train_batch_size = micro-batch x gradient accumulation x data-parallel world", kBatch,
-            n(*train) + " != " + n(*micro) + " x " + n(*gas) + " x " + n(dp));
-  }
-
-  // ZeRO: stage 0..3 (_do_error_check: at most ZeroStageEnum.max_stage); the pipeline engine
-  // allows stage 0 or 1 only.
-  std::int64_t zero = 0;
-  if (j.contains("zero_optimization") && j["zero_optimization"].is_object())
-    zero = j["zero_optimization"].value("stage", std::int64_t{0});
-  require(zero >= 0 && zero <= 3, "ZeRO stage is 0..3", kErrorCheck, n(zero));
-  require(stages <= 1 || zero < 2, "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism",
-          kPipeEngine, "ZeRO stage " + n(zero) + " with " + n(stages) + " pipeline stages");
-  // _initialize_params: bf16 and fp16 exclude each other.
-  require(!(enabled(j, "bf16") && enabled(j, "fp16")), "bf16 and fp16 are not both enabled",
-          kConfig, "both enabled");
-  // PipelineEngine: pipe_partitioned and grad_partitioned are booleans.
-  if (j.contains("pipeline") && j["pipeline"].is_object())
-    for (const char* k : {"pipe_partitioned", "grad_partitioned"})
-      if (j["pipeline"].contains(k))
-        require(j["pipeline"][k].is_boolean(), "pipeline partition flags are booleans", kPipeEngine,
-                std::string(k) + " = " + j["pipeline"][k].dump());
+  check_keys(j, out);
+  check_pipeline(code, launch, out);
+  // The world DeepSpeedConfig counts: the PipelineModule grid's data-parallel size (initialize
+  // passes model.mpu(); the grid is PipeDataParallelTopology(stages, world / stages)), else
+  // every process (no mpu).
+  const std::int64_t batch_world = code.stages > 1 && launch.world_size % code.stages == 0
+                                       ? launch.world_size / code.stages
+                                       : launch.world_size;
+  if (code.stages <= 1 || launch.world_size % code.stages == 0) check_batch(j, batch_world, out);
+  check_parallelism(j, code, launch.world_size, out);
+  // _do_error_check: ZeRO at most ZeroStageEnum.max_stage (3).
+  const std::int64_t zero = section_int(j, "zero_optimization", "stage", 0);
+  if (zero < 0 || zero > 3) out.push_back({"ZeRO stage is 0..3", kErrorCheck, n(zero)});
+  // _initialize_params asserts bf16 and fp16 are not both enabled.
+  if (enabled(j, "bf16") && enabled(j, "fp16"))
+    out.push_back({"bf16 and fp16 are not both enabled", kInitParams, "both enabled"});
   return out;
 }
 

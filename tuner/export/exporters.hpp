@@ -6,7 +6,9 @@
 //   (torchtitan/config/job_config.py),
 //               with pipetune's own schedule order as a torch.distributed.pipelining CSV where
 //               torch has no class for it
-//   deepspeed   a DeepSpeed JSON config (batch, ZeRO, pipeline, activation checkpointing, AutoTP)
+//   deepspeed   a DeepSpeed JSON config (batch, ZeRO, AutoTP, AutoEP, the pipeline's
+//               recomputation) and the Python that builds the model as the plan pipelines it
+//               (a PipelineModule with the plan's stages and layer split), for DeepSpeed 0.19.6
 //   pipetune    a pipetune run file that `pipetune train --config` (and `simulate`) reads
 //
 // Each exporter checks the rules its framework enforces before it writes anything and throws
@@ -57,7 +59,18 @@ std::string export_torchtitan(const ExportRequest& request);
 std::string torchtitan_schedule_csv(const ExportRequest& request);
 // The CSV embedded in an exported torchtitan TOML; "" when there is none.
 std::string embedded_schedule_csv(std::string_view torchtitan_toml);
+// The DeepSpeed release and commit the DeepSpeed export is written for and checked against.
+std::string_view deepspeed_target_version();
+// The DeepSpeed JSON config. Refuses (InputError naming the feature) what DeepSpeed cannot run
+// as planned: schedules other than 1F1B, virtual stages, vocabulary parallelism, ZeRO 2/3 or
+// AutoTP with a pipeline, Megatron-style sequence parallelism, selective recomputation, and
+// expert parallelism AutoEP cannot take (with a pipeline, expert TP, a model it has no preset for).
 std::string export_deepspeed(const ExportRequest& request);
+// The Python file written beside the JSON (deepspeed_model_code_file(), which the JSON names):
+// the pipeline's stages and layer split as a PipelineModule, and recomputation. Refuses as
+// export_deepspeed does.
+std::string deepspeed_model_code(const ExportRequest& request);
+std::string_view deepspeed_model_code_file();
 std::string export_pipetune(const ExportRequest& request);
 
 }  // namespace pipetune::tuner

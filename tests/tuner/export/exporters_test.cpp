@@ -1,6 +1,7 @@
 // Exporters: each writes the plan in its framework's terms and refuses what the framework would
 // refuse, naming the rule. References: Megatron-LM's flags and validate_args rules, torchtitan's
-// job config keys, DeepSpeed's batch assertion (train_batch_size = micro x GA x dp), and for the
+// job config keys, DeepSpeed's batch assertion (train_batch_size = micro x GA x the world
+// DeepSpeedConfig counts) and its PipelineModule code, and for the
 // pipetune format the engine itself (it must accept and train the file).
 #include "tuner/export/exporters.hpp"
 #include "tuner/export/megatron_rules.hpp"
@@ -198,19 +199,55 @@ TEST(TorchtitanExport, DegreesMultiplyToTheWorldAndBatchesAgree) {
             std::string::npos);
 }
 
-TEST(DeepspeedExport, BatchAssertionHoldsAndPipelineZeroRuleIsChecked) {
-  ExportRequest q = request("default");
-  q.plan.zero_stage = 1;
+TEST(DeepspeedExport, WritesThePipelineBesideTheConfigOrRefusesNamingTheFeature) {
+  ExportRequest q = request("default");  // llama3-8b tp=2 pp=4 1F1B, SP, selective, ZeRO-1
+  EXPECT_NE(error_of(ExportFormat::Deepspeed, q)
+                .find("tensor parallelism (tp=2) with pipeline parallelism (pp=4)"),
+            std::string::npos)
+      << error_of(ExportFormat::Deepspeed, q);
+  q.plan.tp = 1;
+  q.plan.dp = 2;
+  q.plan.sequence_parallel = false;
+  EXPECT_NE(error_of(ExportFormat::Deepspeed, q).find("selective recomputation"),
+            std::string::npos);
+  q.plan.recompute = spec::Recompute::Full;
   const nlohmann::json j = nlohmann::json::parse(export_deepspeed(q));
+  // DeepSpeedConfig's batch world with a PipelineModule is its grid's DP: the plan's dp.
   EXPECT_EQ(j["train_batch_size"].get<std::int64_t>(),
             j["train_micro_batch_size_per_gpu"].get<std::int64_t>() *
                 j["gradient_accumulation_steps"].get<std::int64_t>() * q.plan.dp);
   EXPECT_EQ(j["zero_optimization"]["stage"], 1);
-  EXPECT_EQ(j["pipeline"]["stages"], q.plan.pp);
-  EXPECT_EQ(j["tensor_parallel"]["autotp_size"], q.plan.tp);
+  EXPECT_EQ(j["pipeline"], nlohmann::json({{"activation_checkpoint_interval", 1}}));
+  EXPECT_FALSE(j.contains("tensor_parallel"));
+  EXPECT_FALSE(j.contains("activation_checkpointing"));
+  EXPECT_NE(j["pipetune_export"].get<std::string>().find(
+                "DeepSpeed 0.19.6 (deepspeedai/DeepSpeed@edaa722)"),
+            std::string::npos);
+  const std::string code = deepspeed_model_code(q);
+  for (const char* line :
+       {"# Targets DeepSpeed 0.19.6 (deepspeedai/DeepSpeed@edaa722).\n", "PIPELINE_STAGES = 4\n",
+        "DECODER_LAYERS_PER_STAGE = [8, 8, 8, 8]\n", "ACTIVATION_CHECKPOINT_INTERVAL = 1\n",
+        "class PipetuneSplitPipelineModule(PipelineModule):\n"})
+    EXPECT_NE(code.find(line), std::string::npos) << line << code;
+  // Without a pipeline: AutoTP, whose ranks DeepSpeedConfig counts in the batch world.
+  ExportRequest autotp = q;
+  autotp.plan.tp = 2;
+  autotp.plan.pp = 1;
+  autotp.plan.dp = 4;
+  const nlohmann::json t = nlohmann::json::parse(export_deepspeed(autotp));
+  EXPECT_EQ(t["tensor_parallel"]["autotp_size"], 2);
+  EXPECT_FALSE(t.contains("pipeline"));
+  EXPECT_EQ(t["train_batch_size"].get<std::int64_t>(),
+            t["train_micro_batch_size_per_gpu"].get<std::int64_t>() *
+                t["gradient_accumulation_steps"].get<std::int64_t>() * 8);
+  EXPECT_NE(deepspeed_model_code(autotp).find("CheckpointedLayer(layer)"), std::string::npos);
+  // What the pipeline engine cannot run.
   q.plan.zero_stage = 3;
   EXPECT_NE(error_of(ExportFormat::Deepspeed, q).find("cannot be combined with pipeline"),
             std::string::npos);
+  q.plan.zero_stage = 1;
+  q.plan.schedule = "zb-h1";
+  EXPECT_NE(error_of(ExportFormat::Deepspeed, q).find("runs 1F1B only"), std::string::npos);
 }
 
 TEST(PipetuneExport, TheEngineTrainsTheSmallScaleRunFile) {

@@ -331,51 +331,176 @@ TEST(TorchtitanRules, EachBrokenScheduleCsvRuleIsCaught) {
 
 // ---- DeepSpeed ----
 
-nlohmann::json deepspeed_base() {  // llama3-8b tp=2 pp=4 dp=1 ZeRO-1
-  ExportRequest q = request("llama3-8b", 2, 4, 1);
-  q.plan.zero_stage = 1;
-  return nlohmann::json::parse(export_deepspeed(q));
+// An exported config, the model code beside it, and the launch they are checked for.
+struct DeepspeedFiles {
+  nlohmann::json config;
+  std::string code;
+  int world = 0;
+  int layers = 0;
+};
+
+DeepspeedFiles deepspeed_files(ExportRequest q) {
+  return {nlohmann::json::parse(export_deepspeed(q)), deepspeed_model_code(q), q.plan.world_size(),
+          static_cast<int>(q.model.layers)};
 }
 
-RuleViolations deepspeed_with(const std::function<void(nlohmann::json&)>& edit, int world = 8) {
-  nlohmann::json j = deepspeed_base();
-  edit(j);
-  return check_deepspeed_config(j.dump(), world);
+// llama3-8b pp=4 dp=2 1F1B, full recomputation, ZeRO-1: a PipelineModule.
+DeepspeedFiles deepspeed_pipeline() {
+  ExportRequest q = request("llama3-8b", 1, 4, 2);
+  q.plan.recompute = spec::Recompute::Full;
+  return deepspeed_files(q);
 }
 
-TEST(DeepspeedRules, EachBrokenRuleIsCaught) {
-  EXPECT_EQ(format_violations(deepspeed_with([](nlohmann::json&) {})), "");
-  EXPECT_TRUE(caught(deepspeed_with([](nlohmann::json& j) { j["train_batch_size"] = 10; }),
+// llama3-8b tp=2 dp=4: AutoTP, no pipeline.
+DeepspeedFiles deepspeed_autotp() {
+  ExportRequest q = request("llama3-8b", 2, 1, 4);
+  q.plan.sequence_parallel = false;
+  q.plan.recompute = spec::Recompute::None;
+  return deepspeed_files(q);
+}
+
+// mixtral-8x7b dp=8 ep=4: AutoEP, no pipeline.
+DeepspeedFiles deepspeed_autoep() {
+  ExportRequest q = request("mixtral-8x7b", 1, 1, 8);
+  q.plan.ep = 4;
+  q.plan.recompute = spec::Recompute::None;
+  return deepspeed_files(q);
+}
+
+RuleViolations deepspeed_check(const DeepspeedFiles& f) {
+  return check_deepspeed_config(f.config.dump(), DeepspeedLaunch{f.world, f.layers, f.code});
+}
+
+RuleViolations deepspeed_with(DeepspeedFiles f, const std::function<void(DeepspeedFiles&)>& edit) {
+  edit(f);
+  return deepspeed_check(f);
+}
+
+// The model code with `from` replaced by `to` (`from` must be there).
+std::string replaced(std::string code, const std::string& from, const std::string& to) {
+  const std::size_t at = code.find(from);
+  EXPECT_NE(at, std::string::npos) << from << " not in\n" << code;
+  if (at != std::string::npos) code.replace(at, from.size(), to);
+  return code;
+}
+
+TEST(DeepspeedRules, EachBrokenBatchAndKeyRuleIsCaught) {
+  const DeepspeedFiles pipe = deepspeed_pipeline();
+  ASSERT_EQ(format_violations(deepspeed_check(pipe)), "");
+  auto with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    return deepspeed_with(pipe, [&](DeepspeedFiles& f) { edit(f.config); });
+  };
+  EXPECT_TRUE(caught(with([](nlohmann::json& j) { j["train_batch_size"] = 10; }),
                      "train_batch_size = micro-batch x gradient accumulation x data-parallel"));
-  // The same config on twice the GPUs doubles DP and breaks the identity.
-  EXPECT_TRUE(caught(deepspeed_with([](nlohmann::json&) {}, 16), "train_batch_size ="));
-  EXPECT_TRUE(caught(deepspeed_with([](nlohmann::json&) {}, 12),
-                     "world divisible by pipeline stages x AutoTP size"));
-  EXPECT_TRUE(caught(deepspeed_with([](nlohmann::json& j) {
+  // The same files on twice the GPUs double the grid's DP and break the identity.
+  EXPECT_TRUE(
+      caught(deepspeed_with(pipe, [](DeepspeedFiles& f) { f.world = 16; }), "train_batch_size ="));
+  EXPECT_TRUE(caught(deepspeed_with(pipe, [](DeepspeedFiles& f) { f.world = 10; }),
+                     "num_stages divides the world size"));
+  EXPECT_TRUE(caught(with([](nlohmann::json& j) {
                        j["train_micro_batch_size_per_gpu"] = 0;
                        j["train_batch_size"] = 0;
                      }),
                      "train_batch_size > 0"));
-  EXPECT_TRUE(caught(deepspeed_with([](nlohmann::json& j) {
+  EXPECT_TRUE(caught(with([](nlohmann::json& j) {
                        j.erase("train_batch_size");
                        j.erase("train_micro_batch_size_per_gpu");
                      }),
                      "train_batch_size or train_micro_batch_size_per_gpu is given"));
-  EXPECT_TRUE(
-      caught(deepspeed_with([](nlohmann::json& j) { j["gradient_accumulation_steps"] = "8"; }),
-             "is an integer"));
-  EXPECT_TRUE(caught(deepspeed_with([](nlohmann::json& j) { j["zero_optimization"]["stage"] = 2; }),
+  EXPECT_TRUE(caught(with([](nlohmann::json& j) { j["gradient_accumulation_steps"] = "8"; }),
+                     "gradient_accumulation_steps has the type DeepSpeed reads"));
+  EXPECT_TRUE(caught(with([](nlohmann::json& j) { j["zero_optimization"]["stage"] = 2; }),
                      "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"));
-  EXPECT_TRUE(caught(deepspeed_with([](nlohmann::json& j) { j["zero_optimization"]["stage"] = 4; }),
+  EXPECT_TRUE(caught(with([](nlohmann::json& j) { j["zero_optimization"]["stage"] = 4; }),
                      "ZeRO stage is 0..3"));
-  EXPECT_TRUE(caught(deepspeed_with([](nlohmann::json& j) {
+  EXPECT_TRUE(caught(with([](nlohmann::json& j) {
                        j["fp16"] = {{"enabled", true}};
                      }),
                      "bf16 and fp16 are not both enabled"));
+  EXPECT_TRUE(caught(with([](nlohmann::json& j) { j["pipeline"]["pipe_partitioned"] = 1; }),
+                     "pipeline.pipe_partitioned has the type DeepSpeed reads"));
+  // What the old export wrote: keys DeepSpeed never reads.
+  EXPECT_TRUE(caught(with([](nlohmann::json& j) { j["pipeline"]["stages"] = 4; }),
+                     "a key DeepSpeed reads in pipeline"));
+  EXPECT_TRUE(caught(with([](nlohmann::json& j) { j["pipeline"]["partition"] = "uniform"; }),
+                     "a key DeepSpeed reads in pipeline"));
+  EXPECT_TRUE(caught(with([](nlohmann::json& j) { j["pipeline_stages"] = 4; }),
+                     "a top-level key DeepSpeed reads"));
+  EXPECT_TRUE(caught(with([](nlohmann::json& j) { j["zero_optimization"]["partition"] = true; }),
+                     "a key DeepSpeed reads in zero_optimization"));
+  EXPECT_THROW((void)check_deepspeed_config("{not json", DeepspeedLaunch{8, 32, ""}), InputError);
+}
+
+TEST(DeepspeedRules, EachBrokenPipelineRuleIsCaught) {
+  const DeepspeedFiles pipe = deepspeed_pipeline();
+  ASSERT_NE(pipe.code.find("DECODER_LAYERS_PER_STAGE = [8, 8, 8, 8]"), std::string::npos)
+      << pipe.code;
+  auto with_code = [&](const std::string& from, const std::string& to) {
+    return deepspeed_with(pipe, [&](DeepspeedFiles& f) { f.code = replaced(f.code, from, to); });
+  };
+  EXPECT_TRUE(caught(with_code("[8, 8, 8, 8]", "[8, 8, 8, 7]"),
+                     "the stages hold every decoder layer once"));
   EXPECT_TRUE(
-      caught(deepspeed_with([](nlohmann::json& j) { j["pipeline"]["pipe_partitioned"] = 1; }),
-             "pipeline partition flags are booleans"));
-  EXPECT_THROW((void)check_deepspeed_config("{not json", 8), InputError);
+      caught(with_code("[8, 8, 8, 8]", "[8, 8, 16]"), "one layer count per pipeline stage"));
+  // A pipeline that is no PipelineModule: DeepSpeed builds no pipeline engine.
+  EXPECT_TRUE(
+      caught(deepspeed_with(pipe, [](DeepspeedFiles& f) { f.code = "PIPELINE_STAGES = 4\n"; }),
+             "a pipeline is a PipelineModule"));
+  // AutoTP inside a pipeline.
+  EXPECT_TRUE(caught(deepspeed_with(pipe,
+                                    [](DeepspeedFiles& f) {
+                                      f.config["tensor_parallel"] = {{"autotp_size", 2}};
+                                    }),
+                     "AutoTP is not combined with a pipeline"));
+  // AutoEP inside a PipelineModule.
+  EXPECT_TRUE(
+      caught(deepspeed_with(pipe,
+                            [](DeepspeedFiles& f) {
+                              f.config["expert_parallel"] = {{"enabled", true}, {"autoep_size", 2}};
+                            }),
+             "AutoEP is not used in a PipelineModule"));
+  EXPECT_THROW((void)check_deepspeed_config(pipe.config.dump(),
+                                            DeepspeedLaunch{8, 32, "import deepspeed\n"}),
+               InputError);
+}
+
+TEST(DeepspeedRules, EachBrokenAutoTpAndAutoEpRuleIsCaught) {
+  const DeepspeedFiles tp = deepspeed_autotp();
+  ASSERT_EQ(format_violations(deepspeed_check(tp)), "");
+  // DeepSpeedConfig has no mpu without a pipeline: its batch world is every rank, AutoTP's
+  // included, so the plan's DP (world / tp) breaks the batch assertion.
+  EXPECT_TRUE(caught(deepspeed_with(tp,
+                                    [](DeepspeedFiles& f) {
+                                      f.config["train_batch_size"] =
+                                          f.config["train_batch_size"].get<int>() / 2;
+                                    }),
+                     "train_batch_size ="));
+  EXPECT_TRUE(caught(
+      deepspeed_with(tp, [](DeepspeedFiles& f) { f.config["tensor_parallel"]["autotp_size"] = 3; }),
+      "autotp_size divides the world size"));
+  EXPECT_TRUE(caught(
+      deepspeed_with(tp, [](DeepspeedFiles& f) { f.config["tensor_parallel"]["tp_size"] = 2; }),
+      "a key DeepSpeed reads in tensor_parallel"));
+
+  const DeepspeedFiles ep = deepspeed_autoep();
+  ASSERT_EQ(format_violations(deepspeed_check(ep)), "");
+  auto with_ep = [&](const std::function<void(nlohmann::json&)>& edit) {
+    return deepspeed_with(ep, [&](DeepspeedFiles& f) { edit(f.config["expert_parallel"]); });
+  };
+  EXPECT_TRUE(caught(with_ep([](nlohmann::json& s) { s["preset_model"] = "llama"; }),
+                     "AutoEP's preset_model is one of its presets"));
+  EXPECT_TRUE(
+      caught(with_ep([](nlohmann::json& s) { s["autoep_size"] = 3; }), "divide the stage size"));
+  EXPECT_TRUE(caught(with_ep([](nlohmann::json& s) { s["expert_tensor_parallel_size"] = 2; }),
+                     "expert_tensor_parallel_size is 1"));
+  EXPECT_TRUE(caught(with_ep([](nlohmann::json& s) { s["ep_size"] = 4; }),
+                     "a key DeepSpeed reads in expert_parallel"));
+  EXPECT_TRUE(caught(deepspeed_with(ep,
+                                    [](DeepspeedFiles& f) {
+                                      f.config["tensor_parallel"] = {{"autotp_size", 2}};
+                                      f.config["expert_parallel"]["autoep_size"] = 1;
+                                    }),
+                     "AutoEP+AutoTP folding"));
 }
 
 }  // namespace

@@ -123,9 +123,11 @@ TEST(FrameworkRules, EveryExportOfASweepOfPlansPassesItsFrameworksRules) {
     }
     try {
       const std::string json = export_deepspeed(q);
+      const std::string code = deepspeed_model_code(q);
       ++s.written[2];
-      EXPECT_EQ(format_violations(check_deepspeed_config(json, p.world_size())), "") << what << "\n"
-                                                                                     << json;
+      const DeepspeedLaunch launch{p.world_size(), static_cast<int>(q.model.layers), code};
+      EXPECT_EQ(format_violations(check_deepspeed_config(json, launch)), "") << what << "\n"
+                                                                             << json << code;
     } catch (const InputError&) {
     }
   }
@@ -135,7 +137,9 @@ TEST(FrameworkRules, EveryExportOfASweepOfPlansPassesItsFrameworksRules) {
   EXPECT_GT(s.plans, 200);
   EXPECT_GT(s.written[0], 100) << "megatron";
   EXPECT_GT(s.written[1], 100) << "torchtitan";
-  EXPECT_GT(s.written[2], 50) << "deepspeed";
+  // DeepSpeed refuses most of the sweep (other schedules, AutoTP with a pipeline, Megatron-style
+  // sequence parallelism, selective recomputation, ZeRO 2/3 with a pipeline): about 25 remain.
+  EXPECT_GT(s.written[2], 10) << "deepspeed";
   EXPECT_GT(s.csv, 30) << "torchtitan with a schedule CSV";
 }
 

@@ -1,9 +1,8 @@
 // Plans whose layers are split unevenly (the search's "redis": layers moved off the stages with
 // the vocabulary layers) through every exporter: each writes the split its framework's way and
-// the file passes that framework's rules (megatron_rules, torchtitan_rules), or refuses the plan
-// naming the split (DeepSpeed's partition methods balance layers and take no split). The pipetune
-// run file keeps the split at small scale, and expert parallelism is refused by DeepSpeed,
-// whose JSON config has no place for it.
+// the file passes that framework's rules (megatron_rules, torchtitan_rules, deepspeed_rules:
+// DeepSpeed's split is in the PipelineModule code beside its JSON). The pipetune run file keeps
+// the split at small scale; DeepSpeed writes expert parallelism as AutoEP or refuses it by name.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -12,6 +11,7 @@
 #include "engine/errors.hpp"
 #include "engine/spec/load.hpp"
 #include "engine/spec/validate.hpp"
+#include "tuner/export/deepspeed_rules.hpp"
 #include "tuner/export/exporters.hpp"
 #include "tuner/export/megatron_rules.hpp"
 #include "tuner/export/small_scale.hpp"
@@ -41,6 +41,12 @@ ExportRequest redistributed(const std::string& model, int pp, const std::string&
 std::string slashed(const std::vector<int>& split) {
   std::string out;
   for (int n : split) out += (out.empty() ? "" : "/") + std::to_string(n);
+  return out;
+}
+
+std::string listed(const std::vector<int>& split) {
+  std::string out;
+  for (int n : split) out += (out.empty() ? "" : ", ") + std::to_string(n);
   return out;
 }
 
@@ -81,12 +87,17 @@ TEST(LayerSplitExport, EachFrameworkWritesTheSplitOrRefusesItByName) {
     const std::vector<int> split = q.plan.layer_split;
     ASSERT_NE(split, spec::even_layer_split(q.model.layers, c.pp)) << what;
 
-    // DeepSpeed: refused, naming the split (on its one schedule, 1F1B).
+    // DeepSpeed (on its one schedule, 1F1B): the split in the PipelineModule's code, which
+    // passes DeepSpeed's rules with the config.
     ExportRequest one_f_one_b = q;
     one_f_one_b.plan.schedule = "1f1b";
-    const std::string ds = refusal(ExportFormat::Deepspeed, one_f_one_b);
-    EXPECT_NE(ds.find("deepspeed: the layer split " + slashed(split)), std::string::npos)
-        << what << ": " << ds;
+    const std::string code = deepspeed_model_code(one_f_one_b);
+    EXPECT_NE(code.find("DECODER_LAYERS_PER_STAGE = [" + listed(split) + "]"), std::string::npos)
+        << what << "\n"
+        << code;
+    const DeepspeedLaunch ds{q.plan.world_size(), static_cast<int>(q.model.layers), code};
+    EXPECT_EQ(format_violations(check_deepspeed_config(export_deepspeed(one_f_one_b), ds)), "")
+        << what;
 
     // torchtitan: the modules of each stage, in the framework's rules.
     const std::string titan = export_torchtitan(q);
@@ -169,7 +180,7 @@ TEST(LayerSplitExport, TorchtitanRulesCatchAWrongModuleList) {
   }
 }
 
-TEST(LayerSplitExport, DeepspeedRefusesExpertParallelism) {
+TEST(LayerSplitExport, DeepspeedWritesExpertParallelismAsAutoEpOrRefusesIt) {
   ExportRequest q;
   q.model = spec::load_model("mixtral-8x7b");
   q.plan.tp = 1;
@@ -178,10 +189,32 @@ TEST(LayerSplitExport, DeepspeedRefusesExpertParallelism) {
   q.plan.zero_stage = 1;
   spec::apply_defaults(q.plan);
   q.cluster = spec::make_cluster(spec::load_hardware("h100-sxm"), q.plan.world_size());
-  EXPECT_NE(refusal(ExportFormat::Deepspeed, q).find("expert parallelism (ep=4)"),
+  // AutoEP (the config's expert_parallel section), with Mixtral's preset.
+  const std::string json = export_deepspeed(q);
+  const DeepspeedLaunch launch{q.plan.world_size(), 32, deepspeed_model_code(q)};
+  EXPECT_EQ(format_violations(check_deepspeed_config(json, launch)), "") << json;
+  EXPECT_NE(json.find("\"autoep_size\": 4"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"preset_model\": \"mixtral\""), std::string::npos) << json;
+  // With a pipeline AutoEP finds no MoE blocks: refused, naming expert parallelism.
+  q.plan.dp = 4;
+  q.plan.pp = 2;
+  q.plan.microbatches = 0;
+  q.plan.global_batch = 0;
+  spec::apply_defaults(q.plan);
+  EXPECT_NE(refusal(ExportFormat::Deepspeed, q).find("expert parallelism (ep=4) with pipeline"),
             std::string::npos);
-  q.plan.ep = 1;
-  EXPECT_EQ(refusal(ExportFormat::Deepspeed, q), "");
+  // A model AutoEP has no preset for.
+  ExportRequest tiny = q;
+  tiny.model = spec::load_model("tiny-moe");
+  tiny.plan.pp = 1;
+  tiny.plan.dp = 8;
+  tiny.plan.ep = 2;
+  tiny.plan.microbatches = 0;
+  tiny.plan.global_batch = 0;
+  spec::apply_defaults(tiny.plan);
+  EXPECT_NE(refusal(ExportFormat::Deepspeed, tiny).find("expert parallelism (ep=2) for tiny-moe"),
+            std::string::npos)
+      << refusal(ExportFormat::Deepspeed, tiny);
 }
 
 }  // namespace
