@@ -261,7 +261,7 @@ void check_known_keys(Checker& c, const std::map<std::string, std::string>& keys
       for (const char* k : s.keys) known = known || key == k;
     }
     for (const char* other : kOtherSections) known = known || (!checked && section == other);
-    c.require(known, "every key is a JobConfig field", kJobConfig, "[" + section + "] " + key);
+    c.require(known, "every key is a JobConfig field", kTomlLoader, "[" + section + "] " + key);
   }
 }
 

@@ -48,6 +48,9 @@ struct TorchtitanFlavor {
   std::string model;
   std::string flavor;
   TorchtitanModelShape shape;
+  // The tokenizer folder torchtitan's own config for the flavor names ([model] hf_assets_path;
+  // torchtitan/models/llama3/train_configs/*.toml@238fa99).
+  std::string hf_assets_path;
 };
 
 // The flavors pipetune can name (llama3's llama3_args at 238fa99; the other TrainSpecs' models,

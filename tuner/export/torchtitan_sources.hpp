@@ -12,8 +12,8 @@ inline constexpr const char* kTargetCommit = "238fa99";
 inline constexpr const char* kJobConfig =
     "pytorch/torchtitan torchtitan/config/job_config.py@238fa99 JobConfig (l.1000)";
 inline constexpr const char* kTomlLoader =
-    "pytorch/torchtitan torchtitan/config/manager.py@238fa99:64-87 "
-    "ConfigManager._maybe_load_toml";
+    "pytorch/torchtitan torchtitan/config/manager.py@238fa99:160-171 "
+    "ConfigManager._dict_to_dataclass";
 inline constexpr const char* kExpertTp =
     "pytorch/torchtitan torchtitan/config/job_config.py@238fa99:464 "
     "Parallelism.expert_tensor_parallel_degree";
