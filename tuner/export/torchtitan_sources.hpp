@@ -14,9 +14,6 @@ inline constexpr const char* kJobConfig =
 inline constexpr const char* kTomlLoader =
     "pytorch/torchtitan torchtitan/config/manager.py@238fa99:160-171 "
     "ConfigManager._dict_to_dataclass";
-inline constexpr const char* kExpertTp =
-    "pytorch/torchtitan torchtitan/config/job_config.py@238fa99:464 "
-    "Parallelism.expert_tensor_parallel_degree";
 inline constexpr const char* kTrainSpecLookup =
     "pytorch/torchtitan torchtitan/protocols/train_spec.py@238fa99:71-87 get_train_spec "
     "(torchtitan/models/__init__.py@238fa99:7-9 _supported_models)";
