@@ -165,6 +165,7 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--train-iters", a->train_iters, "Training iterations in the launch file")
       ->capture_default_str();
   add_db_option(cmd, a->db);
+  cmd->footer("Target versions:\n  torchtitan: " + std::string(tuner::torchtitan_export_target()));
   cmd->callback([a] { run(*a); });
 }
 

@@ -134,12 +134,48 @@ TEST(TuneExportCli, PipetuneRunFileTrainsOnTheEngine) {
   EXPECT_TRUE(t.contains("losses") || t.contains("steps")) << r.out;
 }
 
-TEST(TuneExportCli, TorchtitanConfigNamesTheDegrees) {
+// torchtitan builds a model flavor it registers: tiny has none and is refused by name; a
+// llama3-8b plan names llama3's 8B flavor and states the torchtitan version it targets.
+const std::vector<std::string> kLlama3Tune = {
+    "tune",           "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+    "--global-batch", "32",      "--seq",     "32",         "--top",    "1000",   "--json"};
+
+// The first result torchtitan can run (no ZeRO-1 over data parallelism: torchtitan has only
+// FSDP, which shards the weights too), with a pipeline when asked; 0 when none.
+int torchtitan_rank(const nlohmann::json& j, bool with_pipeline = false) {
+  for (std::size_t i = 0; i < j["results"].size(); ++i) {
+    const nlohmann::json& p = j["results"][i]["plan"];
+    if (with_pipeline && p["pp"] == 1) continue;
+    if (p["vocab"] == "none" && (p["zero_stage"] != 1 || p["dp"] == 1))
+      return static_cast<int>(i + 1);
+  }
+  return 0;
+}
+
+nlohmann::json tune_llama3(const Dir& d, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = kLlama3Tune;
+  args.insert(args.end(), extra.begin(), extra.end());
+  const testing::ProcessResult r = d.run(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return nlohmann::json::parse(r.out);
+}
+
+TEST(TuneExportCli, TorchtitanConfigNamesTheDegreesAndARegisteredFlavor) {
+  Dir tiny;
+  tune(tiny);
+  expect_input_error(
+      tiny.run({"export", "--format", "torchtitan", "--rank", "1", "-o", tiny.path("job.toml")}),
+      "registers no model flavor with tiny's shape");
+
   Dir d;
-  const nlohmann::json j = tune(d);
-  const nlohmann::json& plan = j["results"][0]["plan"];
+  const nlohmann::json j = tune_llama3(d);
+  const int rank = torchtitan_rank(j);
+  ASSERT_GT(rank, 0);
+  const nlohmann::json& plan = j["results"][rank - 1]["plan"];
   const std::string out = d.path("job.toml");
-  ASSERT_EQ(d.run({"export", "--format", "torchtitan", "--rank", "1", "-o", out}).exit_code, 0);
+  ASSERT_EQ(d.run({"export", "--format", "torchtitan", "--rank", std::to_string(rank), "-o", out})
+                .exit_code,
+            0);
   const std::string text = slurp(out);
   EXPECT_NE(text.find("pipeline_parallel_degree = " + std::to_string(plan["pp"].get<int>())),
             std::string::npos)
@@ -147,17 +183,26 @@ TEST(TuneExportCli, TorchtitanConfigNamesTheDegrees) {
   EXPECT_NE(text.find("tensor_parallel_degree = " + std::to_string(plan["tp"].get<int>())),
             std::string::npos)
       << text;
+  EXPECT_NE(text.find("name = \"llama3\"\nflavor = \"8B\"\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("torchtitan 238fa99"), std::string::npos) << text;
+  // export --help says which torchtitan the files are for.
+  const testing::ProcessResult help = d.run({"export", "--help"});
+  EXPECT_NE(help.out.find("torchtitan: 238fa99"), std::string::npos) << help.out;
 }
 
 // A torchtitan export of a pipetune schedule torch has no class for: the TOML names
 // pipetune_schedule.csv, which is written beside it with the rows the TOML embeds ("#csv ").
 TEST(TuneExportCli, TorchtitanExportOfAZeroBubbleScheduleWritesItsCsv) {
   Dir d;
-  const nlohmann::json j = tune(d, {"--schedules", "zb-h1"});
-  ASSERT_EQ(j["results"][0]["plan"]["schedule"], "zb-h1");
+  const nlohmann::json j = tune_llama3(d, {"--schedules", "zb-h1"});
+  const int rank = torchtitan_rank(j, true);
+  ASSERT_GT(rank, 0);
+  ASSERT_EQ(j["results"][rank - 1]["plan"]["schedule"], "zb-h1");
+  ASSERT_GT(j["results"][rank - 1]["plan"]["pp"].get<int>(), 1);
   const std::string out = d.path("job.toml");
-  const testing::ProcessResult r =
-      d.run({"export", "--format", "torchtitan", "--rank", "1", "-o", out});
+  const std::vector<std::string> export_args = {
+      "export", "--format", "torchtitan", "--rank", std::to_string(rank), "-o", out};
+  const testing::ProcessResult r = d.run(export_args);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string toml = slurp(out);
   EXPECT_NE(toml.find("pipeline_parallel_schedule_csv = \"pipetune_schedule.csv\""),
@@ -173,8 +218,7 @@ TEST(TuneExportCli, TorchtitanExportOfAZeroBubbleScheduleWritesItsCsv) {
   EXPECT_EQ(slurp(csv_path), embedded);
   // Never overwritten without --force: the TOML is not written either.
   fs::remove(out);
-  expect_input_error(d.run({"export", "--format", "torchtitan", "--rank", "1", "-o", out}),
-                     "--force");
+  expect_input_error(d.run(export_args), "--force");
   EXPECT_FALSE(fs::exists(out));
 }
 

@@ -2,10 +2,10 @@
 //
 //   megatron    a bash script running Megatron-LM's pretrain_gpt.py under torchrun, with the
 //               parallelism, batch, recomputation and model-shape flags of the plan
-//   torchtitan  a job config TOML in torchtitan's pre-2026 schema
-//   (torchtitan/config/job_config.py),
-//               with pipetune's own schedule order as a torch.distributed.pipelining CSV where
-//               torch has no class for it
+//   torchtitan  a job config TOML for torchtitan 238fa99, the last commit that reads TOML job
+//               files (before pytorch/torchtitan#2386's Python config registry), naming a
+//               registered model flavor, with pipetune's own schedule order as a
+//               torch.distributed.pipelining CSV where torch has no class for it
 //   deepspeed   a DeepSpeed JSON config (batch, ZeRO, AutoTP, AutoEP, the pipeline's
 //               recomputation) and the Python that builds the model as the plan pipelines it
 //               (a PipelineModule with the plan's stages and layer split), for DeepSpeed 0.19.6
@@ -52,6 +52,8 @@ std::string export_plan(ExportFormat format, const ExportRequest& request);
 
 std::string export_megatron(const ExportRequest& request);
 std::string export_torchtitan(const ExportRequest& request);
+// The torchtitan version export_torchtitan targets, as `export --help` states it.
+std::string_view torchtitan_export_target();
 // The schedule CSV a torchtitan export points pipeline_parallel_schedule_csv at, for schedules
 // torch.distributed.pipelining has no class of its own for (zb-h1, zb-h2, zb-v, v-half, v-min):
 // pipetune's predicted op order (pipelining_csv.hpp). "" when the plan runs a torch class or has

@@ -1,6 +1,6 @@
 // A pipetune Schedule as torch.distributed.pipelining's compute-only schedule CSV, the file
 // torchtitan loads with `pipeline_parallel_schedule_csv` into a _PipelineScheduleRuntime
-// (torchtitan/distributed/pipeline_parallel.py@02ef790 build_pipeline_schedule).
+// (torchtitan/distributed/pipeline_parallel.py@238fa99:158-235 build_pipeline_schedule).
 //
 // Format (pytorch/pytorch torch/distributed/pipelining/schedules.py@1fd7abc, _Action.from_str
 // and PipelineScheduleMulti._load_csv): one row per pipeline rank, row i = rank i, cells in

@@ -1,11 +1,14 @@
-// torchtitan job config in its TOML schema before the 2026 dataclass refactor
-// (torchtitan/config/job_config.py; keys in reference/engine_and_style.md A3).
+// torchtitan job config in the TOML schema of torchtitan 238fa99, the last commit that reads TOML
+// job files (pytorch/torchtitan#2386 replaced them with a Python config registry); the rules
+// and their sources are in torchtitan_rules.hpp and torchtitan_sources.hpp.
 #include <algorithm>
 #include <sstream>
 
 #include "engine/schedule/generators.hpp"
 #include "tuner/export/export_common.hpp"
 #include "tuner/export/pipelining_csv.hpp"
+#include "tuner/export/torchtitan_rules.hpp"
+#include "tuner/export/torchtitan_sources.hpp"
 
 namespace pipetune::tuner {
 
@@ -26,7 +29,7 @@ std::string torchtitan_schedule(const std::string& name) {
 }
 
 // With a CSV, torchtitan runs _PipelineScheduleRuntime, but still builds the stages as the named
-// class says (pipeline_parallel.py@02ef790 pipeline_llm / pipeline_module_split): one stage per
+// class says (pipeline_parallel.py@238fa99 pipeline_llm / pipeline_module_split): one stage per
 // rank for single-stage classes, V placement for ZBVZeroBubble.
 std::string schedule_class_for_csv(const spec::ParallelPlan& p) {
   if (schedule::schedule_placement(p.schedule) == schedule::Placement::VShape)
@@ -57,14 +60,64 @@ constexpr const char* kCsvPrefix = "#csv ";
 // How the plan maps onto torchtitan's config: the schedule (a class, or pipetune's own order in
 // a CSV), the layer split, the data-parallel degrees and the local batch.
 struct TorchtitanLayout {
-  std::string csv;       // pipetune's order for a schedule CSV; empty when the class runs it
-  std::string schedule;  // the schedule class named in the config
+  TorchtitanFlavor flavor;  // the registered model flavor with the model's shape
+  std::string csv;          // pipetune's order for a schedule CSV; empty when the class runs it
+  std::string schedule;     // the schedule class named in the config
   std::vector<int> split;
   bool even_split = true;
   int replicate = 1;
   int shard = 1;
+  int expert_tp = 1;
   std::int64_t local_batch = 0;
 };
+
+// ZeRO as torchtitan's FSDP (fully_shard) and the expert degrees, refusing what torchtitan has
+// no counterpart for.
+void check_data_and_expert_parallelism(const spec::ParallelPlan& p, const spec::ModelSpec& m,
+                                       TorchtitanLayout& l) {
+  // torchtitan shards optimizer state only together with the weights (FSDP); it has no
+  // optimizer-only sharding. ZeRO-3 is FSDP resharding after forward; ZeRO-2 keeps the gathered
+  // weights to the backward (reshard_after_forward never), the nearest FSDP comes to it.
+  require(p.zero_stage != 1 || p.dp == 1, kFw,
+          "ZeRO-1 (optimizer-state sharding alone) has no torchtitan counterpart: its data "
+          "parallelism is replicate (DDP/HSDP) or FSDP, which shards the weights too "
+          "(job_config.py@238fa99 Parallelism.data_parallel_shard_degree)");
+  l.replicate = p.zero_stage == 0 ? p.dp : 1;
+  l.shard = p.zero_stage == 0 ? 1 : p.dp;
+  if (p.ep == 1) return;
+  // Expert TP as Megatron's export writes it: TP for gated (SwiGLU) experts, 1 for biased ones.
+  l.expert_tp = m.activation == spec::Activation::Swiglu ? p.tp : 1;
+  // The expert mesh (pp, dp_replicate, efsdp, ep, etp) takes its ranks from dp_shard x tp.
+  const std::int64_t borrowed = static_cast<std::int64_t>(l.shard) * p.tp;
+  require(borrowed % (static_cast<std::int64_t>(l.expert_tp) * p.ep) == 0, kFw,
+          "ep=" + std::to_string(p.ep) + " x expert tp=" + std::to_string(l.expert_tp) +
+              " does not divide data_parallel_shard_degree x tp = " + std::to_string(borrowed) +
+              " (" + torchtitan_sources::kExpertMesh + "; use ZeRO >= 2 for MoE)");
+  require(!(p.schedule == "dualpipe-v" && p.recompute != spec::Recompute::None), kFw,
+          "expert parallelism with DualPipeV and activation checkpointing raises "
+          "NotImplementedError (" +
+              std::string(torchtitan_sources::kDualPipeV) + ")");
+}
+
+// The registered flavor with the model's shape; refused (naming the model) when there is none:
+// torchtitan builds the flavor's model, not the plan's.
+TorchtitanFlavor registered_flavor(const spec::ModelSpec& m) {
+  const std::optional<TorchtitanFlavor> flavor = torchtitan_flavor_for(m);
+  std::string names;
+  for (const TorchtitanFlavor& f : torchtitan_flavors())
+    names += (names.empty() ? "" : ", ") + f.model + " " + f.flavor;
+  require(flavor.has_value(), kFw,
+          "torchtitan " + std::string(torchtitan_sources::kTargetCommit) +
+              " registers no model flavor with " + m.name + "'s shape (" +
+              std::to_string(m.layers) + " layers, dim " + std::to_string(m.hidden) + ", " +
+              std::to_string(m.heads) + "/" + std::to_string(m.kv_heads) + " heads, ffn " +
+              std::to_string(m.ffn_hidden) + ", vocab " + std::to_string(m.vocab) +
+              (spec::is_moe(m) ? ", " + std::to_string(m.experts) + " experts" : "") +
+              (m.activation == spec::Activation::Swiglu ? "" : ", not SwiGLU") +
+              (m.tied_embeddings ? ", tied embeddings" : "") + "); registered: " + names + " (" +
+              torchtitan_sources::kLlama3Flavors + ")");
+  return *flavor;
+}
 
 // The layout, after checking the plan is one torchtitan can run.
 TorchtitanLayout torchtitan_layout(const ExportRequest& r) {
@@ -84,28 +137,14 @@ TorchtitanLayout torchtitan_layout(const ExportRequest& r) {
   l.split = spec::layer_split(m, p);
   l.even_split =
       std::all_of(l.split.begin(), l.split.end(), [&](int n) { return n == l.split.front(); });
-  // FSDP shards weights, gradients and optimizer state together: ZeRO 1-3 all become FSDP. ZeRO-3
-  // frees each layer's gathered weights after its forward (reshard after forward); ZeRO 1 and 2
-  // keep them to the backward, the nearest FSDP comes to sharding only gradients and optimizer
-  // state.
-  l.replicate = p.zero_stage == 0 ? p.dp : 1;
-  l.shard = p.zero_stage == 0 ? 1 : p.dp;
-  // Experts borrow their ranks from the data-parallel shard dimension (with the TP ranks when
-  // experts are not tensor-parallel).
-  // (parallel_dims.py@0119de1: with expert TP 1, EP takes all TP ranks and part of dp_shard.)
-  require(p.ep == 1 || (static_cast<std::int64_t>(l.shard) * p.tp) % p.ep == 0, kFw,
-          "ep=" + std::to_string(p.ep) + " does not divide data_parallel_shard_degree x tp = " +
-              std::to_string(static_cast<std::int64_t>(l.shard) * p.tp) +
-              " (use ZeRO >= 1 for MoE)");
-  require(p.ep == 1 || p.ep % p.tp == 0, kFw,
-          "tp=" + std::to_string(p.tp) + " does not divide ep=" + std::to_string(p.ep) +
-              " (torchtitan's experts take all tensor-parallel ranks)");
+  check_data_and_expert_parallelism(p, m, l);
   // local_batch_size is one forward/backward step's batch: with a pipeline it holds all the
   // pipeline's micro-batches (one step), without one each micro-batch is a gradient-accumulation
-  // step (train.py@000204a: steps = global / (local x DP)).
+  // step (train.py@238fa99:196-215: steps = global / (local x DP)).
   l.local_batch = p.pp > 1 ? static_cast<std::int64_t>(p.micro_batch_size) *
                                  export_detail::accumulation_steps(p)
                            : p.micro_batch_size;
+  l.flavor = registered_flavor(m);
   return l;
 }
 
@@ -114,27 +153,27 @@ TorchtitanLayout torchtitan_layout(const ExportRequest& r) {
 void write_header_and_training(std::ostream& o, const ExportRequest& r, const TorchtitanLayout& l) {
   const spec::ParallelPlan& p = r.plan;
   const spec::ModelSpec& m = r.model;
-  o << "# torchtitan job config (TOML schema of torchtitan/config/job_config.py before the 2026\n"
-    << "# dataclass refactor), written by `pipetune export --format torchtitan`.\n";
+  o << "# torchtitan job config for torchtitan " << torchtitan_sources::kTargetCommit
+    << " (pytorch/torchtitan, 2026-02-23): the TOML job file\n"
+    << "# format of the last commit before pytorch/torchtitan#2386, which replaced TOML job files\n"
+    << "# with a Python config registry (--module/--config); later torchtitan does not read it.\n"
+    << "# Written by `pipetune export --format torchtitan`.\n";
   if (!r.description.empty()) o << "# " << r.description << "\n";
-  o << "# [model] name/flavor must name a model registered in torchtitan; this plan was tuned\n"
-    << "# for " << m.name << ": " << m.layers << " layers, hidden " << m.hidden << ", " << m.heads
-    << " heads (" << m.kv_heads << " kv), ffn " << m.ffn_hidden << ", vocabulary " << m.vocab
-    << (m.vocab_divisible_by > 1
-            ? " (pipetune pads it to a multiple of " + std::to_string(m.vocab_divisible_by) +
-                  " x tp; torchtitan runs the vocab_size its model says)"
-            : "")
-    << (spec::is_moe(m)
-            ? ", " + std::to_string(m.experts) + " experts top-" + std::to_string(m.top_k)
-            : "")
-    << ".\n"
-    << "# Launch: NGPU=" << p.world_size() << " ./run_train.sh --job.config_file <this file>\n\n"
+  o << "# Model: " << m.name << " is torchtitan's " << l.flavor.model << " flavor "
+    << l.flavor.flavor << " (same shape: " << m.layers << " layers, dim " << m.hidden << ", "
+    << m.heads << " heads, " << m.kv_heads << " kv heads, ffn " << m.ffn_hidden << ", vocabulary "
+    << m.vocab << ").\n"
+    << "# Launch from a torchtitan " << torchtitan_sources::kTargetCommit << " checkout:\n"
+    << "#   NGPU=" << p.world_size() << " CONFIG_FILE=<this file> ./run_train.sh\n\n"
     << "[job]\n"
     << "description = \"" << m.name << " tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp
     << " (pipetune)\"\n\n"
     << "[model]\n"
-    << "name = \"" << (spec::is_moe(m) ? "deepseek_v3" : "llama3") << "\"\n"
-    << "flavor = \"" << m.name << "\"\n\n"
+    << "name = \"" << l.flavor.model << "\"\n"
+    << "flavor = \"" << l.flavor.flavor << "\"\n"
+    << "# The tokenizer torchtitan's own " << l.flavor.flavor << " config reads (download it with\n"
+    << "# scripts/download_hf_assets.py).\n"
+    << "hf_assets_path = \"" << l.flavor.hf_assets_path << "\"\n\n"
     << "[optimizer]\nname = \"AdamW\"\nlr = 3e-4\neps = 1e-8\n\n"
     << "[lr_scheduler]\nwarmup_steps = " << std::max(1, r.train_iters / 100) << "\n\n"
     << "[training]\n"
@@ -172,7 +211,8 @@ void write_parallelism(std::ostream& o, const spec::ParallelPlan& p, const Torch
     if (!l.csv.empty()) o << "pipeline_parallel_schedule_csv = \"" << kCsvFile << "\"\n";
   }
   o << "context_parallel_degree = 1\n"
-    << "expert_parallel_degree = " << p.ep << "\n\n";
+    << "expert_parallel_degree = " << p.ep << "\n"
+    << "expert_tensor_parallel_degree = " << l.expert_tp << "\n\n";
 }
 
 // The activation checkpointing section, from the plan's recomputation.
@@ -208,6 +248,12 @@ std::string export_torchtitan(const ExportRequest& r) {
   write_activation_checkpoint(o, r.plan);
   if (!layout.csv.empty()) write_embedded_csv(o, r.plan, layout.csv);
   return o.str();
+}
+
+std::string_view torchtitan_export_target() {
+  return "238fa99 (pytorch/torchtitan, 2026-02-23): the TOML job file format, the last commit "
+         "before #2386 replaced it with a Python config registry; later torchtitan does not "
+         "read these files";
 }
 
 std::string torchtitan_schedule_csv(const ExportRequest& r) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdint>
 #include <optional>
 #include <sstream>
@@ -15,8 +16,9 @@ namespace {
 
 using namespace torchtitan_sources;
 
-// The keys of the JobConfig sections a pipetune export writes (job_config.py@6404b93); a key
-// outside them is not a JobConfig field and torchtitan never reads it.
+// The keys of the JobConfig sections a pipetune export writes (job_config.py@238fa99: Job l.18,
+// Model l.100, Optimizer l.134, LRScheduler l.169, Training l.243, Parallelism l.312,
+// ActivationCheckpoint l.651); a key outside them is not a field and the loader rejects it.
 struct Section {
   const char* name;
   std::vector<const char*> keys;
@@ -24,34 +26,57 @@ struct Section {
 const std::vector<Section>& sections() {
   static const std::vector<Section> s = {
       {"job",
-       {"config_file", "dump_folder", "description", "use_for_integration_test", "print_args"}},
-      {"model", {"name", "flavor", "tokenizer_path", "converters", "print_after_conversion"}},
+       {"config_file", "dump_folder", "description", "print_config", "save_config_file",
+        "custom_config_module"}},
+      {"model",
+       {"name", "flavor", "hf_assets_path", "tokenizer_path", "converters",
+        "print_after_conversion"}},
       {"optimizer",
        {"name", "lr", "beta1", "beta2", "eps", "weight_decay", "implementation",
         "early_step_in_backward"}},
-      {"lr_scheduler", {"warmup_steps", "decay_ratio", "decay_type", "min_lr_factor"}},
+      {"lr_scheduler",
+       {"warmup_steps", "total_steps", "decay_ratio", "decay_type", "min_lr_factor"}},
       {"training",
        {"dataset", "dataset_path", "local_batch_size", "global_batch_size", "seq_len", "max_norm",
-        "steps", "enable_cpu_offload", "mixed_precision_param", "mixed_precision_reduce", "compile",
-        "gc_freq", "gc_debug", "seed", "deterministic"}},
+        "steps", "enable_cpu_offload", "dtype", "mixed_precision_param", "mixed_precision_reduce",
+        "gc_freq", "gc_debug", "dataloader"}},
       {"parallelism",
-       {"data_parallel_replicate_degree", "enable_compiled_autograd", "data_parallel_shard_degree",
-        "fsdp_reshard_after_forward", "tensor_parallel_degree", "disable_loss_parallel",
-        "enable_async_tensor_parallel", "pipeline_parallel_degree",
-        "pipeline_parallel_split_points", "module_fqns_per_model_part",
-        "pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers",
-        "pipeline_parallel_layers_per_stage", "pipeline_parallel_schedule",
-        "pipeline_parallel_schedule_csv", "pipeline_parallel_microbatch_size",
-        "context_parallel_degree", "context_parallel_rotate_method", "expert_parallel_degree"}},
+       {"data_parallel_replicate_degree",
+        "data_parallel_shard_degree",
+        "fsdp_reshard_after_forward",
+        "tensor_parallel_degree",
+        "disable_loss_parallel",
+        "enable_async_tensor_parallel",
+        "pipeline_parallel_degree",
+        "module_fqns_per_model_part",
+        "pipeline_parallel_first_stage_less_layers",
+        "pipeline_parallel_last_stage_less_layers",
+        "pipeline_parallel_layers_per_stage",
+        "pipeline_parallel_schedule",
+        "pipeline_parallel_schedule_csv",
+        "pipeline_parallel_microbatch_size",
+        "pipeline_parallel_expert_parallel_overlap",
+        "context_parallel_degree",
+        "context_parallel_load_balancer",
+        "context_parallel_rotate_method",
+        "expert_parallel_degree",
+        "expert_tensor_parallel_degree",
+        "expert_parallel_comm_backend"}},
       {"activation_checkpoint",
-       {"mode", "selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns"}},
+       {"mode", "selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns", "early_stop",
+        "memory_budget", "visualize_memory_budget_pareto", "preserve_rng_state",
+        "determinism_check", "debug"}},
   };
   return s;
 }
 // Sections JobConfig has whose keys pipetune never writes (not checked key by key).
 constexpr std::array kOtherSections = {
-    "profiling",         "metrics",         "checkpoint",   "float8",       "mx",        "comm",
-    "memory_estimation", "fault_tolerance", "liger_kernel", "experimental", "validation"};
+    "profiling",         "metrics",         "checkpoint",   "compile",    "quantize", "comm",
+    "memory_estimation", "fault_tolerance", "experimental", "validation", "debug"};
+
+// The TrainSpecs torchtitan registers (torchtitan/models/__init__.py@238fa99:7-9).
+constexpr std::array kTrainSpecs = {"deepseek_v3", "flux",   "gpt_oss", "llama3",
+                                    "llama3_ft",   "llama4", "qwen3"};
 
 // torch.distributed.pipelining's schedule classes by name (case-insensitive lookup), with
 // whether they run one stage per rank (PipelineScheduleSingle subclasses) and whether
@@ -236,15 +261,16 @@ void check_known_keys(Checker& c, const std::map<std::string, std::string>& keys
       for (const char* k : s.keys) known = known || key == k;
     }
     for (const char* other : kOtherSections) known = known || (!checked && section == other);
-    c.require(known, "every key is a JobConfig field", kJobConfig, "[" + section + "] " + key);
+    c.require(known, "every key is a JobConfig field", kTomlLoader, "[" + section + "] " + key);
   }
 }
 
 // Literal-typed fields.
 void check_literal_fields(Checker& c) {
   const std::string ac = c.str("activation_checkpoint.mode", "selective");
-  c.require(ac == "selective" || ac == "full" || ac == "none",
-            "activation_checkpoint.mode is selective, full or none", kJobConfig, "'" + ac + "'");
+  c.require(ac == "selective" || ac == "full" || ac == "memory_budget" || ac == "none",
+            "activation_checkpoint.mode is selective, full, memory_budget or none", kJobConfig,
+            "'" + ac + "'");
   if (ac == "selective") {
     const std::string opt = c.str("activation_checkpoint.selective_ac_option", "2");
     c.require(
@@ -262,11 +288,11 @@ void check_literal_fields(Checker& c) {
 
 // The parallel degrees, dp_shard resolved when it is -1.
 struct Degrees {
-  std::int64_t rep = 1, shard = -1, tp = 1, pp = 1, cp = 1, ep = 1;
+  std::int64_t rep = 1, shard = -1, tp = 1, pp = 1, cp = 1, ep = 1, etp = 1;
 };
 
 // ParallelDims._validate: degrees >= 1 (dp_shard may be -1: the leftover ranks); their
-// product is the world size; EP within the ranks it borrows. nullopt when a degree is below 1
+// product is the world size; with EP, expert TP is TP or 1. nullopt when a degree is below 1
 // (nothing further can be derived).
 std::optional<Degrees> check_parallel_degrees(Checker& c, std::int64_t world) {
   Degrees d;
@@ -276,26 +302,78 @@ std::optional<Degrees> check_parallel_degrees(Checker& c, std::int64_t world) {
   d.pp = c.integer("parallelism.pipeline_parallel_degree", 1);
   d.cp = c.integer("parallelism.context_parallel_degree", 1);
   d.ep = c.integer("parallelism.expert_parallel_degree", 1);
+  d.etp = c.integer("parallelism.expert_tensor_parallel_degree", 1);
   for (auto [name, v] :
        {std::pair{"data_parallel_replicate_degree", d.rep},
         std::pair{"tensor_parallel_degree", d.tp}, std::pair{"pipeline_parallel_degree", d.pp},
-        std::pair{"context_parallel_degree", d.cp}, std::pair{"expert_parallel_degree", d.ep}})
+        std::pair{"context_parallel_degree", d.cp}, std::pair{"expert_parallel_degree", d.ep},
+        std::pair{"expert_tensor_parallel_degree", d.etp}})
     c.require(v >= 1, "parallel degrees >= 1", kParallelDims, std::string(name) + " = " + n(v));
   c.require(d.shard == -1 || d.shard >= 1, "data_parallel_shard_degree is -1 or >= 1",
             kParallelDims, n(d.shard));
-  if (d.rep < 1 || d.tp < 1 || d.pp < 1 || d.cp < 1 || d.ep < 1) return std::nullopt;
+  if (d.rep < 1 || d.tp < 1 || d.pp < 1 || d.cp < 1 || d.ep < 1 || d.etp < 1) return std::nullopt;
   if (d.shard < 0) d.shard = world / (d.rep * d.cp * d.tp * d.pp);
   c.require(d.shard >= 1 && d.rep * d.shard * d.cp * d.tp * d.pp == world,
             "dp_replicate x dp_shard x cp x tp x pp = world size", kParallelDims,
             n(d.rep) + " x " + n(d.shard) + " x " + n(d.cp) + " x " + n(d.tp) + " x " + n(d.pp) +
                 " != world " + n(world));
-  // Expert parallelism borrows ranks: with expert TP = 1 (the default) all of cp and tp and part
-  // of dp_shard, so ep % (cp tp) == 0 and (dp_shard cp tp) % ep == 0.
-  if (d.ep > 1)
-    c.require(d.ep % (d.cp * d.tp) == 0 && (d.shard * d.cp * d.tp) % d.ep == 0,
-              "EP takes all of CP x TP and part of dp_shard (expert TP 1)", kParallelDims,
-              "EP " + n(d.ep) + ", dp_shard " + n(d.shard) + ", CP " + n(d.cp) + ", TP " + n(d.tp));
+  if (d.ep > 1) {
+    c.require(d.etp == d.tp || d.etp == 1, "with EP, expert TP is TP or 1", kParallelDims,
+              "ETP " + n(d.etp) + ", TP " + n(d.tp));
+    // The expert mesh (pp, dp_replicate, efsdp, ep, etp) must cover the world: efsdp is
+    // dp_shard x cp x tp / (etp x ep), an integer.
+    c.require((d.shard * d.cp * d.tp) % (d.etp * d.ep) == 0,
+              "dp_shard x CP x TP divisible by ETP x EP (the expert mesh)", kExpertMesh,
+              "dp_shard " + n(d.shard) + ", CP " + n(d.cp) + ", TP " + n(d.tp) + ", ETP " +
+                  n(d.etp) + ", EP " + n(d.ep));
+  }
   return d;
+}
+
+// get_train_spec and the trainer's flavor lookup: [model] name is a registered TrainSpec and
+// flavor a key of its model_args (a plain dict access: KeyError otherwise); its shape is the
+// plan's model. Returns the flavor's layer count (what pipeline_llm splits), or the launch's
+// when the flavor is unknown.
+std::int64_t check_model(Checker& c, const TorchtitanLaunch& launch) {
+  const std::string name = c.str("model.name", "llama3");
+  const std::string flavor = c.str("model.flavor", "debugmodel");
+  const bool registered =
+      std::find(kTrainSpecs.begin(), kTrainSpecs.end(), name) != kTrainSpecs.end();
+  c.require(registered, "[model] name is a registered TrainSpec", kTrainSpecLookup,
+            "'" + name + "'");
+  if (!registered) return launch.num_layers;
+  const auto& flavors = torchtitan_flavors();
+  const auto it = std::find_if(flavors.begin(), flavors.end(), [&](const TorchtitanFlavor& f) {
+    return f.model == name && f.flavor == flavor;
+  });
+  c.require(it != flavors.end(), "[model] flavor is a key of the TrainSpec's model_args",
+            kFlavorLookup,
+            name + " '" + flavor + "'" +
+                (name == "llama3" ? "" : " (pipetune's flavor table holds llama3's only)"));
+  if (it == flavors.end()) return launch.num_layers;
+  if (launch.model_shape)
+    c.require(*launch.model_shape == it->shape, "the flavor's shape is the plan's model",
+              kLlama3Flavors, name + " " + flavor);
+  else if (launch.num_layers > 0)
+    c.require(launch.num_layers == it->shape.n_layers, "the flavor's shape is the plan's model",
+              kLlama3Flavors,
+              flavor + " has " + n(it->shape.n_layers) + " layers, the plan's model " +
+                  n(launch.num_layers));
+  return it->shape.n_layers;
+}
+
+// get_dual_pipe_v_flag: EP with the DualPipeV schedule (and its EP overlap, on by default) and
+// any activation checkpointing raises NotImplementedError.
+void check_dual_pipe_v(Checker& c, const Degrees& d) {
+  if (d.ep <= 1 || d.pp <= 1) return;
+  std::string schedule = c.str("parallelism.pipeline_parallel_schedule", "1F1B");
+  for (char& ch : schedule) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const bool overlap =
+      c.str("parallelism.pipeline_parallel_expert_parallel_overlap", "true") == "true";
+  const std::string ac = c.str("activation_checkpoint.mode", "selective");
+  c.require(!(overlap && schedule == "dualpipev" && ac != "none"),
+            "EP with DualPipeV and activation checkpointing cannot be used together", kDualPipeV,
+            "EP " + n(d.ep) + ", activation_checkpoint.mode '" + ac + "'");
 }
 
 // Trainer: global batch (-1: local x DP) > 0 and divisible by local batch x DP degree.
@@ -362,8 +440,8 @@ void check_schedule_csv(Checker& c, const TorchtitanLaunch& launch, std::int64_t
 
 // Pipeline parallelism: the schedule class, the micro-batches, how many stages each rank
 // builds (from layers per stage or named modules) and, when those hold, the schedule CSV.
-void check_pipeline(Checker& c, const TorchtitanLaunch& launch, std::int64_t pp,
-                    std::int64_t local) {
+void check_pipeline(Checker& c, const TorchtitanLaunch& launch, std::int64_t layers,
+                    std::int64_t pp, std::int64_t local) {
   const std::string name = c.str("parallelism.pipeline_parallel_schedule", "1F1B");
   const std::optional<ScheduleClass> cls = schedule_class(name);
   c.require(cls.has_value(), "pipeline_parallel_schedule names a torch schedule class",
@@ -374,7 +452,6 @@ void check_pipeline(Checker& c, const TorchtitanLaunch& launch, std::int64_t pp,
             kBuildSchedule, "local " + n(local) + ", micro-batch " + n(mbs));
   const std::int64_t microbatches = mbs > 0 ? local / mbs : 0;
 
-  const std::int64_t layers = launch.num_layers;
   const std::int64_t first = c.integer("parallelism.pipeline_parallel_first_stage_less_layers", 1);
   const std::int64_t last = c.integer("parallelism.pipeline_parallel_last_stage_less_layers", 1);
   std::int64_t stages_per_rank = cls->single ? 1 : 2;
@@ -445,10 +522,12 @@ RuleViolations check_torchtitan_config(std::string_view toml, const TorchtitanLa
   Checker c(keys);
   check_known_keys(c, keys);
   check_literal_fields(c);
+  const std::int64_t layers = check_model(c, launch);
   const std::optional<Degrees> d = check_parallel_degrees(c, launch.world_size);
   if (!d) return c.take();
+  check_dual_pipe_v(c, *d);
   const std::int64_t local = check_global_batch(c, d->rep * d->shard);
-  if (d->pp > 1) check_pipeline(c, launch, d->pp, local);
+  if (d->pp > 1) check_pipeline(c, launch, layers, d->pp, local);
   return c.take();
 }
 

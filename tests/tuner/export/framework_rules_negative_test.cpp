@@ -5,6 +5,8 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/errors.hpp"
 #include "engine/spec/load.hpp"
@@ -231,24 +233,31 @@ Titan titan_base() {  // llama3-8b tp=2 pp=4 dp=1, v-half: a CSV with V placemen
   spec::apply_defaults(q.plan);
   Titan t;
   t.toml = export_torchtitan(q);
-  t.launch = {8, 32, embedded_schedule_csv(t.toml)};
+  t.launch = {8, 32, embedded_schedule_csv(t.toml), torchtitan_shape(q.model)};
   return t;
 }
 
-// The base with `key = ...` replaced by `line` (or `line` added to [parallelism]).
-RuleViolations titan_with(const std::string& key, const std::string& line,
-                          std::function<void(TorchtitanLaunch&)> edit = nullptr) {
+// The base with each `key = ...` replaced by its line (or the line added to [parallelism]).
+RuleViolations titan_with_lines(const std::vector<std::pair<std::string, std::string>>& edits,
+                                std::function<void(TorchtitanLaunch&)> edit = nullptr) {
   Titan t = titan_base();
-  const std::size_t at = t.toml.find("\n" + key + " = ");
-  if (at != std::string::npos) {
-    const std::size_t end = t.toml.find('\n', at + 1);
-    t.toml.replace(at + 1, end - at - 1, line);
-  } else {
-    const std::size_t par = t.toml.find("[parallelism]\n");
-    t.toml.insert(par + 14, line + "\n");
+  for (const auto& [key, line] : edits) {
+    const std::size_t at = t.toml.find("\n" + key + " = ");
+    if (at != std::string::npos) {
+      const std::size_t end = t.toml.find('\n', at + 1);
+      t.toml.replace(at + 1, end - at - 1, line);
+    } else {
+      const std::size_t par = t.toml.find("[parallelism]\n");
+      t.toml.insert(par + 14, line + "\n");
+    }
   }
   if (edit) edit(t.launch);
   return check_torchtitan_config(t.toml, t.launch);
+}
+
+RuleViolations titan_with(const std::string& key, const std::string& line,
+                          std::function<void(TorchtitanLaunch&)> edit = nullptr) {
+  return titan_with_lines({{key, line}}, std::move(edit));
 }
 
 TEST(TorchtitanRules, TheBaseConfigPasses) {
@@ -272,7 +281,23 @@ TEST(TorchtitanRules, EachBrokenRuleIsCaught) {
   EXPECT_TRUE(caught(titan_with("data_parallel_shard_degree", "data_parallel_shard_degree = -2"),
                      "data_parallel_shard_degree is -1 or >= 1"));
   EXPECT_TRUE(caught(titan_with("expert_parallel_degree", "expert_parallel_degree = 3"),
-                     "EP takes all of CP x TP"));
+                     "dp_shard x CP x TP divisible by ETP x EP (the expert mesh)"));
+  EXPECT_TRUE(caught(
+      titan_with_lines({{"expert_parallel_degree", "expert_parallel_degree = 2"},
+                        {"expert_tensor_parallel_degree", "expert_tensor_parallel_degree = 3"}}),
+      "with EP, expert TP is TP or 1"));
+  // torchtitan raises NotImplementedError (dual_pipe_v.py get_dual_pipe_v_flag); the base runs
+  // selective activation checkpointing.
+  EXPECT_TRUE(caught(titan_with_lines({{"expert_parallel_degree", "expert_parallel_degree = 2"},
+                                       {"pipeline_parallel_schedule",
+                                        "pipeline_parallel_schedule = \"DualPipeV\""}}),
+                     "EP with DualPipeV and activation checkpointing cannot be used together"));
+  EXPECT_TRUE(caught(titan_with("flavor", "flavor = \"llama3-8b\""),
+                     "[model] flavor is a key of the TrainSpec's model_args"));
+  EXPECT_TRUE(
+      caught(titan_with("name", "name = \"gpt3\""), "[model] name is a registered TrainSpec"));
+  EXPECT_TRUE(
+      caught(titan_with("flavor", "flavor = \"70B\""), "the flavor's shape is the plan's model"));
   EXPECT_TRUE(caught(titan_with("global_batch_size", "global_batch_size = 20"),
                      "global batch divisible by local batch x data-parallel degree"));
   EXPECT_TRUE(
@@ -295,9 +320,10 @@ TEST(TorchtitanRules, EachBrokenRuleIsCaught) {
       titan_with("pipeline_parallel_layers_per_stage", "pipeline_parallel_layers_per_stage = 4",
                  [](TorchtitanLaunch& l) { l.schedule_csv.clear(); }),
       "schedule CSV file exists"));
-  // Without layers per stage, a V class builds 2 stages per rank: 8 stages for 4 layers.
-  EXPECT_TRUE(caught(titan_with("pipeline_parallel_layers_per_stage", "# none",
-                                [](TorchtitanLaunch& l) { l.num_layers = 4; }),
+  // Without layers per stage, a V class builds 2 stages per rank: 8 stages for debugmodel's 6
+  // layers (the flavor's layer count is what torchtitan splits).
+  EXPECT_TRUE(caught(titan_with_lines({{"pipeline_parallel_layers_per_stage", "# none"},
+                                       {"flavor", "flavor = \"debugmodel\""}}),
                      "no more stages than effective layers"));
 }
 

@@ -99,14 +99,22 @@ TEST(LayerSplitExport, EachFrameworkWritesTheSplitOrRefusesItByName) {
     EXPECT_EQ(format_violations(check_deepspeed_config(export_deepspeed(one_f_one_b), ds)), "")
         << what;
 
-    // torchtitan: the modules of each stage, in the framework's rules.
-    const std::string titan = export_torchtitan(q);
-    ++torchtitan_written;
-    EXPECT_EQ(torchtitan_split(titan), split) << what << "\n" << titan;
-    TorchtitanLaunch launch{q.plan.world_size(), static_cast<int>(q.model.layers),
-                            embedded_schedule_csv(titan)};
-    EXPECT_EQ(format_violations(check_torchtitan_config(titan, launch)), "") << what << "\n"
-                                                                             << titan;
+    // torchtitan: the modules of each stage, in the framework's rules; a model torchtitan has
+    // no flavor for (tiny, GPT-3) is refused by name.
+    if (!torchtitan_flavor_for(q.model)) {
+      EXPECT_NE(refusal(ExportFormat::Torchtitan, q)
+                    .find("registers no model flavor with " + q.model.name + "'s shape"),
+                std::string::npos)
+          << what;
+    } else {
+      const std::string titan = export_torchtitan(q);
+      ++torchtitan_written;
+      EXPECT_EQ(torchtitan_split(titan), split) << what << "\n" << titan;
+      TorchtitanLaunch launch{q.plan.world_size(), static_cast<int>(q.model.layers),
+                              embedded_schedule_csv(titan), torchtitan_shape(q.model)};
+      EXPECT_EQ(format_violations(check_torchtitan_config(titan, launch)), "") << what << "\n"
+                                                                               << titan;
+    }
 
     // Megatron-LM (1F1B): the first and last stages' counts when only they differ, else the
     // pipeline layout; each split is written, and the layout's stages hold the split's layers.
@@ -136,15 +144,15 @@ TEST(LayerSplitExport, EachFrameworkWritesTheSplitOrRefusesItByName) {
     EXPECT_EQ(small.model.layers, q.model.layers) << what;
     EXPECT_NO_THROW(spec::validate(small.model, q.cluster, small.plan)) << what;
   }
-  EXPECT_EQ(torchtitan_written, 5);
+  EXPECT_EQ(torchtitan_written, 3);  // llama3-8b twice, llama3-70b
   EXPECT_EQ(megatron_written, 5);
 }
 
 TEST(LayerSplitExport, TorchtitanWritesLayersThatDoNotDivideOverTheStages) {
-  // 40 layers over 3 ranks: 14 13 13 with one stage per rank, 7 7 7 7 6 6 with two (loop or V).
+  // 32 layers over 3 ranks: 11 11 10 with one stage per rank, 6 6 5 5 5 5 with two (loop or V).
   for (const char* schedule : {"1f1b", "interleaved-1f1b", "zb-v"}) {
     ExportRequest q;
-    q.model = spec::load_model("gpt3-18b");
+    q.model = spec::load_model("llama3-8b");
     q.plan.pp = 3;
     q.plan.schedule = schedule;
     q.plan.chunks = 0;
@@ -153,10 +161,11 @@ TEST(LayerSplitExport, TorchtitanWritesLayersThatDoNotDivideOverTheStages) {
     q.cluster = spec::make_cluster(spec::load_hardware("h100-sxm"), q.plan.world_size());
     ASSERT_NO_THROW(spec::validate(q.model, q.cluster, q.plan)) << schedule;
     const std::string titan = export_torchtitan(q);
-    EXPECT_EQ(torchtitan_split(titan), spec::even_layer_split(40, q.plan.layer_groups()))
+    EXPECT_EQ(torchtitan_split(titan), spec::even_layer_split(32, q.plan.layer_groups()))
         << schedule << "\n"
         << titan;
-    const TorchtitanLaunch launch{q.plan.world_size(), 40, embedded_schedule_csv(titan)};
+    const TorchtitanLaunch launch{q.plan.world_size(), 32, embedded_schedule_csv(titan),
+                                  torchtitan_shape(q.model)};
     EXPECT_EQ(format_violations(check_torchtitan_config(titan, launch)), "") << schedule << "\n"
                                                                              << titan;
   }
