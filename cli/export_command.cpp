@@ -66,32 +66,6 @@ Exported export_trial(tuner::ExportFormat format, const db::TrialRecord& trial, 
   return e;
 }
 
-// A file the launch file names by a relative path, written next to it; both are checked
-// before either is written. torchtitan runs pipetune's own schedules (zb-h1, zb-h2, zb-v,
-// v-half, v-min) from a CSV; DeepSpeed's JSON cannot hold the pipeline, so the model code
-// building the PipelineModule with the plan's stages and split goes beside it.
-struct SideFile {
-  std::string text;  // empty: none
-  std::string path;
-  const char* what = "";
-};
-
-SideFile side_file(tuner::ExportFormat format, const tuner::ExportRequest& request,
-                   const std::string& output) {
-  SideFile side;
-  const std::filesystem::path dir = std::filesystem::path(output).parent_path();
-  if (format == tuner::ExportFormat::Torchtitan) {
-    side.text = tuner::torchtitan_schedule_csv(request);
-    side.path = (dir / "pipetune_schedule.csv").string();
-    side.what = "its schedule (pipeline_parallel_schedule_csv)";
-  } else if (format == tuner::ExportFormat::Deepspeed) {
-    side.text = tuner::deepspeed_model_code(request);
-    side.path = (dir / std::string(tuner::deepspeed_model_code_file())).string();
-    side.what = "its model code (the PipelineModule, recomputation)";
-  }
-  return side;
-}
-
 void run(const ExportArgs& a) {
   const tuner::ExportFormat format = tuner::parse_export_format(a.format);
   if (a.rank && *a.rank < 1)
@@ -132,15 +106,18 @@ void run(const ExportArgs& a) {
                        std::to_string(search) + " can be written for " + framework + " (" +
                        first_reason + "); tune with --schedules that it supports");
   }
-  const SideFile side = side_file(format, exported->request, a.output);
-  if (!side.text.empty()) check_output_file(side.path, a.force, a.db);
+  // The file and what goes beside it are both checked before either is written.
+  const tuner::ExportSideFile side = tuner::export_side_file(format, exported->request);
+  const std::string side_path =
+      (std::filesystem::path(a.output).parent_path() / side.name).string();
+  if (!side.text.empty()) check_output_file(side_path, a.force, a.db);
   write_output_file(a.output, exported->text, format == tuner::ExportFormat::Megatron);
-  if (!side.text.empty()) write_output_file(side.path, side.text);
+  if (!side.text.empty()) write_output_file(side_path, side.text);
   note_kept("rank " + std::to_string(rank) + " was written to " + a.output);
   std::printf("rank %d: %s (%s) written to %s\n", rank,
               plan_summary(exported->request.plan, exported->vocab).c_str(), framework.c_str(),
               a.output.c_str());
-  if (!side.text.empty()) std::printf("%s written to %s\n", side.what, side.path.c_str());
+  if (!side.text.empty()) std::printf("%s written to %s\n", side.what.c_str(), side_path.c_str());
 }
 
 }  // namespace
@@ -154,8 +131,7 @@ void add_export_command(CLI::App& app) {
       "export", "Write a tuned plan as a Megatron-LM, torchtitan, DeepSpeed or pipetune file");
   cmd->add_option("--format", a->format,
                   formats + " (deepspeed: a JSON config and " +
-                      std::string(tuner::deepspeed_model_code_file()) + " beside it, for " +
-                      std::string(tuner::deepspeed_target_version()) + ")")
+                      std::string(tuner::deepspeed_model_code_file()) + " beside it)")
       ->required();
   cmd->add_option("--rank", a->rank,
                   "Which result of the search, from 1 (default: the best one the format can run)");
@@ -165,7 +141,10 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--train-iters", a->train_iters, "Training iterations in the launch file")
       ->capture_default_str();
   add_db_option(cmd, a->db);
-  cmd->footer("Target versions:\n  torchtitan: " + std::string(tuner::torchtitan_export_target()));
+  cmd->footer("Target versions (each file names its own):\n  megatron: " +
+              std::string(tuner::megatron_export_target()) +
+              "\n  torchtitan: " + std::string(tuner::torchtitan_export_target()) +
+              "\n  deepspeed: " + std::string(tuner::deepspeed_target_version()));
   cmd->callback([a] { run(*a); });
 }
 

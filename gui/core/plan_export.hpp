@@ -12,9 +12,9 @@ namespace pipetune::gui {
 enum class ExportWrite { Written, ExistsNotOverwritten };
 
 // Renders the file with the exporter (InputError naming the framework rule the plan breaks) and
-// writes it; InputError for a path that cannot take a file (a folder, a FIFO, a device, a missing
-// folder), std::runtime_error naming the file when the file system refuses. A Megatron script is
-// made executable, as `pipetune export` does.
+// writes it with what goes beside it (tuner::export_side_file); InputError for a path that cannot
+// take a file (a folder, a FIFO, a device, a missing folder), std::runtime_error naming the file
+// when the file system refuses. A Megatron script is made executable, as `pipetune export` does.
 ExportWrite write_export(tuner::ExportFormat format, const tuner::ExportRequest& request,
                          const QString& path, bool overwrite);
 

@@ -185,9 +185,12 @@ TEST(TuneExportCli, TorchtitanConfigNamesTheDegreesAndARegisteredFlavor) {
       << text;
   EXPECT_NE(text.find("name = \"llama3\"\nflavor = \"8B\"\n"), std::string::npos) << text;
   EXPECT_NE(text.find("torchtitan 238fa99"), std::string::npos) << text;
-  // export --help says which torchtitan the files are for.
+  // export --help says which version of each framework the files are for.
   const testing::ProcessResult help = d.run({"export", "--help"});
   EXPECT_NE(help.out.find("torchtitan: 238fa99"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("megatron: NVIDIA/Megatron-LM commit d98e8a6"), std::string::npos)
+      << help.out;
+  EXPECT_NE(help.out.find("deepspeed: DeepSpeed 0.19.6"), std::string::npos) << help.out;
 }
 
 // A torchtitan export of a pipetune schedule torch has no class for: the TOML names

@@ -41,6 +41,16 @@ ExportFormat parse_export_format(std::string_view name) {
   throw InputError("unknown export format '" + std::string(name) + "' (valid: " + valid + ")");
 }
 
+ExportSideFile export_side_file(ExportFormat format, const ExportRequest& request) {
+  if (format == ExportFormat::Torchtitan)
+    return {"pipetune_schedule.csv", torchtitan_schedule_csv(request),
+            "its schedule (pipeline_parallel_schedule_csv)"};
+  if (format == ExportFormat::Deepspeed)
+    return {std::string(deepspeed_model_code_file()), deepspeed_model_code(request),
+            "its model code (the PipelineModule, recomputation)"};
+  return {};
+}
+
 std::string export_plan(ExportFormat format, const ExportRequest& request) {
   switch (format) {
     case ExportFormat::Megatron:

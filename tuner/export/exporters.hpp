@@ -50,7 +50,19 @@ struct ExportRequest {
 // The file's text.
 std::string export_plan(ExportFormat format, const ExportRequest& request);
 
+// What a format writes beside its file, in the same folder: torchtitan's schedule CSV for
+// pipetune's own schedules, DeepSpeed's model code (its JSON cannot hold the pipeline). Both
+// front ends write it with the file; `text` is empty when there is none.
+struct ExportSideFile {
+  std::string name;  // file name, in the exported file's folder
+  std::string text;
+  std::string what;  // "its schedule (pipeline_parallel_schedule_csv)", for messages
+};
+ExportSideFile export_side_file(ExportFormat format, const ExportRequest& request);
+
 std::string export_megatron(const ExportRequest& request);
+// The Megatron-LM version export_megatron targets, as the script and `export --help` state it.
+std::string_view megatron_export_target();
 std::string export_torchtitan(const ExportRequest& request);
 // The torchtitan version export_torchtitan targets, as `export --help` states it.
 std::string_view torchtitan_export_target();

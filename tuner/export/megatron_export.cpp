@@ -216,6 +216,10 @@ void write_training_and_launch(std::ostream& o, const ExportRequest& r) {
 
 }  // namespace
 
+std::string_view megatron_export_target() {
+  return kMegatronTarget;
+}
+
 std::string export_megatron(const ExportRequest& r) {
   export_detail::check_common(r, kFw);
   check_megatron_plan(r);

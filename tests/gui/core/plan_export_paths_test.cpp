@@ -74,5 +74,30 @@ TEST(PlanExportPaths, ALinkIsWrittenThroughAndStaysALink) {
   EXPECT_NO_THROW(spec::load_run(dir.file("real.toml")));
 }
 
+// What the CLI writes beside a file the GUI writes too: DeepSpeed's model code next to its JSON
+// (the JSON cannot hold the pipeline), and an existing one is not replaced unconfirmed.
+TEST(PlanExportPaths, DeepspeedsModelCodeIsWrittenBesideItsConfig) {
+  testing::TempDir dir;
+  tuner::ExportRequest q;
+  q.model = spec::load_model("llama3-8b");
+  q.cluster = spec::load_cluster("dgx-h100-8");
+  q.plan.pp = 4;
+  q.plan.dp = 2;
+  q.plan.microbatches = 8;
+  spec::apply_defaults(q.plan);
+  q.cluster.devices = q.plan.world_size();
+  const tuner::ExportSideFile side = tuner::export_side_file(tuner::ExportFormat::Deepspeed, q);
+  ASSERT_FALSE(side.text.empty());
+  EXPECT_EQ(write_export(tuner::ExportFormat::Deepspeed, q, dir.qfile("ds.json"), false),
+            ExportWrite::Written);
+  std::ifstream in(dir.file(side.name.c_str()));
+  std::stringstream code;
+  code << in.rdbuf();
+  EXPECT_EQ(code.str(), side.text);
+  EXPECT_EQ(write_export(tuner::ExportFormat::Deepspeed, q, dir.qfile("other.json"), false),
+            ExportWrite::ExistsNotOverwritten);
+  EXPECT_FALSE(fs::exists(dir.file("other.json")));
+}
+
 }  // namespace
 }  // namespace pipetune::gui
