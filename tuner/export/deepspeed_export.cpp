@@ -142,7 +142,7 @@ class PipetuneSplitPipelineModule(PipelineModule):
 
 
 def build_model(pre_layers, decoder_layers, post_layers, loss_fn):
-    """The model to pass to deepspeed.initialize(model=..., config="pipetune_deepspeed.json")."""
+    """The model to pass to deepspeed.initialize(model=..., config=<the exported JSON>)."""
     return PipetuneSplitPipelineModule(pre_layers, decoder_layers, post_layers, loss_fn=loss_fn,
                                        activation_checkpoint_interval=ACTIVATION_CHECKPOINT_INTERVAL)
 )";
@@ -213,7 +213,7 @@ std::string deepspeed_model_code(const ExportRequest& r) {
   check_deepspeed_plan(r);
   const spec::ParallelPlan& p = r.plan;
   std::ostringstream o;
-  o << "# The model for pipetune_deepspeed.json: "
+  o << "# The model for the DeepSpeed config exported with this file: "
     << (r.description.empty() ? "a pipetune plan" : r.description) << ".\n"
     << "# Targets " << deepspeed_target_version() << ".\n"
     << "# tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp << " ep=" << p.ep << ", micro-batch "
