@@ -10,6 +10,7 @@
 
 #include "engine/errors.hpp"
 #include "engine/spec/load.hpp"
+#include "tests/tuner/export/export_request_support.hpp"
 #include "tuner/export/deepspeed_rules.hpp"
 #include "tuner/export/exporters.hpp"
 #include "tuner/export/megatron_rules.hpp"
@@ -30,20 +31,10 @@ testing::AssertionResult caught(const RuleViolations& v, const std::string& rule
 }
 
 ExportRequest request(const char* model, int tp, int pp, int dp) {
-  ExportRequest q;
-  q.model = spec::load_model(model);
-  q.cluster = spec::load_cluster("dgx-h100-8");
-  q.plan.tp = tp;
-  q.plan.pp = pp;
-  q.plan.dp = dp;
-  q.plan.microbatches = 2 * pp;
-  q.plan.sequence_parallel = tp > 1;
-  q.plan.micro_batch_size = 2;
-  q.plan.zero_stage = 1;
-  q.plan.recompute = spec::Recompute::Selective;
-  spec::apply_defaults(q.plan);
-  q.cluster.devices = q.plan.world_size();
-  return q;
+  return export_testing::plan_request(model, tp, pp, dp, [](spec::ParallelPlan& p) {
+    p.micro_batch_size = 2;
+    p.zero_stage = 1;
+  });
 }
 
 // ---- Megatron-LM ----

@@ -174,7 +174,7 @@ TEST(LayerSplitExport, TorchtitanWritesLayersThatDoNotDivideOverTheStages) {
 TEST(LayerSplitExport, TorchtitanRulesCatchAWrongModuleList) {
   const ExportRequest q = redistributed("llama3-8b", 4, "1f1b");
   const std::string good = export_torchtitan(q);
-  const TorchtitanLaunch launch{q.plan.world_size(), static_cast<int>(q.model.layers), ""};
+  const TorchtitanLaunch launch{q.plan.world_size(), static_cast<int>(q.model.layers), "", {}};
   ASSERT_EQ(format_violations(check_torchtitan_config(good, launch)), "");
   // A layer left out, the output layer on a middle stage, a stage count PP does not divide.
   for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{

@@ -10,6 +10,7 @@
 
 #include "engine/errors.hpp"
 #include "engine/spec/load.hpp"
+#include "tests/tuner/export/export_request_support.hpp"
 #include "tuner/export/exporters.hpp"
 #include "tuner/export/torchtitan_rules.hpp"
 
@@ -17,18 +18,7 @@ namespace pipetune::tuner {
 namespace {
 
 ExportRequest request(const char* model, int tp, int pp, int dp) {
-  ExportRequest q;
-  q.model = spec::load_model(model);
-  q.cluster = spec::load_cluster("dgx-h100-8");
-  q.plan.tp = tp;
-  q.plan.pp = pp;
-  q.plan.dp = dp;
-  q.plan.microbatches = 2 * pp;
-  q.plan.sequence_parallel = tp > 1;
-  q.plan.recompute = spec::Recompute::Selective;
-  spec::apply_defaults(q.plan);
-  q.cluster.devices = q.plan.world_size();
-  return q;
+  return export_testing::plan_request(model, tp, pp, dp);
 }
 
 std::string refusal(const ExportRequest& q) {
@@ -50,10 +40,18 @@ TEST(TorchtitanExport, Llama3ModelsAreTheirRegisteredFlavors) {
   }
   // FeedForward's widths, worked out by hand from llama3_args.
   for (const TorchtitanFlavor& f : torchtitan_flavors()) {
-    if (f.flavor.rfind("debugmodel", 0) == 0) EXPECT_EQ(f.shape.ffn_hidden, 768) << f.flavor;
-    if (f.flavor.rfind("8B", 0) == 0) EXPECT_EQ(f.shape.ffn_hidden, 14336) << f.flavor;
-    if (f.flavor == "70B") EXPECT_EQ(f.shape.ffn_hidden, 28672);
-    if (f.flavor == "405B") EXPECT_EQ(f.shape.ffn_hidden, 53248);
+    if (f.flavor.rfind("debugmodel", 0) == 0) {
+      EXPECT_EQ(f.shape.ffn_hidden, 768) << f.flavor;
+    }
+    if (f.flavor.rfind("8B", 0) == 0) {
+      EXPECT_EQ(f.shape.ffn_hidden, 14336) << f.flavor;
+    }
+    if (f.flavor == "70B") {
+      EXPECT_EQ(f.shape.ffn_hidden, 28672);
+    }
+    if (f.flavor == "405B") {
+      EXPECT_EQ(f.shape.ffn_hidden, 53248);
+    }
   }
   const std::string text = export_torchtitan(request("llama3-8b", 2, 4, 1));
   EXPECT_NE(text.find("[model]\nname = \"llama3\"\nflavor = \"8B\"\n"), std::string::npos) << text;
