@@ -11,6 +11,8 @@ QString export_suffix(tuner::ExportFormat format) {
     case tuner::ExportFormat::Megatron:
       return "sh";
     case tuner::ExportFormat::Torchtitan:
+      return "py";
+    case tuner::ExportFormat::TorchtitanToml:
       return "toml";
     case tuner::ExportFormat::Deepspeed:
       return "json";

@@ -9,7 +9,8 @@ namespace pipetune::tuner {
 namespace {
 
 constexpr std::array kFormats{ExportFormat::Megatron, ExportFormat::Torchtitan,
-                              ExportFormat::Deepspeed, ExportFormat::Pipetune};
+                              ExportFormat::TorchtitanToml, ExportFormat::Deepspeed,
+                              ExportFormat::Pipetune};
 
 }  // namespace
 
@@ -19,6 +20,8 @@ std::string_view export_format_name(ExportFormat f) {
       return "megatron";
     case ExportFormat::Torchtitan:
       return "torchtitan";
+    case ExportFormat::TorchtitanToml:
+      return "torchtitan-toml";
     case ExportFormat::Deepspeed:
       return "deepspeed";
     case ExportFormat::Pipetune:
@@ -42,7 +45,7 @@ ExportFormat parse_export_format(std::string_view name) {
 }
 
 ExportSideFile export_side_file(ExportFormat format, const ExportRequest& request) {
-  if (format == ExportFormat::Torchtitan)
+  if (format == ExportFormat::Torchtitan || format == ExportFormat::TorchtitanToml)
     return {"pipetune_schedule.csv", torchtitan_schedule_csv(request),
             "its schedule (pipeline_parallel_schedule_csv)"};
   if (format == ExportFormat::Deepspeed)
@@ -56,7 +59,8 @@ std::string export_plan(ExportFormat format, const ExportRequest& request) {
     case ExportFormat::Megatron:
       return export_megatron(request);
     case ExportFormat::Torchtitan:
-      return export_torchtitan(request);
+    case ExportFormat::TorchtitanToml:
+      return export_torchtitan_toml(request);
     case ExportFormat::Deepspeed:
       return export_deepspeed(request);
     case ExportFormat::Pipetune:

@@ -30,7 +30,7 @@
 
 namespace pipetune::tuner {
 
-enum class ExportFormat { Megatron, Torchtitan, Deepspeed, Pipetune };
+enum class ExportFormat { Megatron, Torchtitan, TorchtitanToml, Deepspeed, Pipetune };
 std::string_view export_format_name(ExportFormat f);
 // Throws InputError listing the valid names.
 ExportFormat parse_export_format(std::string_view name);
@@ -63,13 +63,13 @@ ExportSideFile export_side_file(ExportFormat format, const ExportRequest& reques
 std::string export_megatron(const ExportRequest& request);
 // The Megatron-LM version export_megatron targets, as the script and `export --help` state it.
 std::string_view megatron_export_target();
-std::string export_torchtitan(const ExportRequest& request);
-// The torchtitan version export_torchtitan targets, as `export --help` states it.
-std::string_view torchtitan_export_target();
+std::string export_torchtitan_toml(const ExportRequest& request);
+// The torchtitan version export_torchtitan_toml targets, as `export --help` states it.
+std::string_view torchtitan_toml_export_target();
 // The schedule CSV a torchtitan export points pipeline_parallel_schedule_csv at, for schedules
 // torch.distributed.pipelining has no class of its own for (zb-h1, zb-h2, zb-v, v-half, v-min):
 // pipetune's predicted op order (pipelining_csv.hpp). "" when the plan runs a torch class or has
-// no pipeline. export_torchtitan embeds it in the TOML as "#csv " comment lines.
+// no pipeline. export_torchtitan_toml embeds it in the TOML as "#csv " comment lines.
 std::string torchtitan_schedule_csv(const ExportRequest& request);
 // The CSV embedded in an exported torchtitan TOML; "" when there is none.
 std::string embedded_schedule_csv(std::string_view torchtitan_toml);

@@ -239,7 +239,7 @@ void write_embedded_csv(std::ostream& o, const spec::ParallelPlan& p, const std:
 
 }  // namespace
 
-std::string export_torchtitan(const ExportRequest& r) {
+std::string export_torchtitan_toml(const ExportRequest& r) {
   export_detail::check_common(r, kFw);
   const TorchtitanLayout layout = torchtitan_layout(r);
   std::ostringstream o;
@@ -250,7 +250,7 @@ std::string export_torchtitan(const ExportRequest& r) {
   return o.str();
 }
 
-std::string_view torchtitan_export_target() {
+std::string_view torchtitan_toml_export_target() {
   return "238fa99 (pytorch/torchtitan, 2026-02-23): the TOML job file format, the last commit "
          "before #2386 replaced it with a Python config registry; later torchtitan does not "
          "read these files";

@@ -1,4 +1,4 @@
-// torchtitan's own rules, checked on an exported job config (the TOML export_torchtitan writes)
+// torchtitan's own rules, checked on an exported job config (the TOML export_torchtitan_toml writes)
 // and, when it names one, the schedule CSV it points torch.distributed.pipelining at.
 //
 // Sources, all pytorch/torchtitan at 238fa99 (the last TOML-configured commit) unless named

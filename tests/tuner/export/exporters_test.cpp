@@ -169,7 +169,7 @@ TEST(MegatronExport, RefusesWhatMegatronRefuses) {
 
 TEST(TorchtitanExport, DegreesMultiplyToTheWorldAndBatchesAgree) {
   const ExportRequest q = request("default");
-  const toml::table t = toml::parse(export_torchtitan(q));
+  const toml::table t = toml::parse(export_torchtitan_toml(q));
   const auto& par = *t["parallelism"].as_table();
   const std::int64_t world =
       par["data_parallel_replicate_degree"].value_or(0) *
@@ -189,13 +189,13 @@ TEST(TorchtitanExport, DegreesMultiplyToTheWorldAndBatchesAgree) {
   ExportRequest v = q;
   v.plan.schedule = "v-half";
   v.plan.chunks = 2;
-  const std::string vt = export_torchtitan(v);
+  const std::string vt = export_torchtitan_toml(v);
   EXPECT_NE(vt.find("pipeline_parallel_schedule = \"ZBVZeroBubble\""), std::string::npos) << vt;
   EXPECT_NE(vt.find("pipeline_parallel_schedule_csv = \"pipetune_schedule.csv\""),
             std::string::npos)
       << vt;
   v.plan.vocab = schedule::VocabMode::Vocab1;
-  EXPECT_NE(error_of(ExportFormat::Torchtitan, v).find("vocabulary parallelism"),
+  EXPECT_NE(error_of(ExportFormat::TorchtitanToml, v).find("vocabulary parallelism"),
             std::string::npos);
 }
 

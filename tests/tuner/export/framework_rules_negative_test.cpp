@@ -223,7 +223,7 @@ Titan titan_base() {  // llama3-8b tp=2 pp=4 dp=1, v-half: a CSV with V placemen
   q.plan.chunks = 0;
   spec::apply_defaults(q.plan);
   Titan t;
-  t.toml = export_torchtitan(q);
+  t.toml = export_torchtitan_toml(q);
   t.launch = {8, 32, embedded_schedule_csv(t.toml), torchtitan_shape(q.model)};
   return t;
 }

@@ -104,7 +104,7 @@ TEST(FrameworkRules, EveryExportOfASweepOfPlansPassesItsFrameworksRules) {
     } catch (const InputError&) {
     }
     try {
-      const std::string text = export_torchtitan(q);
+      const std::string text = export_torchtitan_toml(q);
       ++s.written[1];
       EXPECT_NO_THROW((void)toml::parse(text)) << what;
       TorchtitanLaunch launch{p.world_size(), static_cast<int>(q.model.layers),
@@ -186,7 +186,7 @@ TEST(FrameworkRules, TorchtitanStageCountIsThePlansLayerGroups) {
     q.plan.schedule = sched;
     q.plan.chunks = 0;
     spec::apply_defaults(q.plan);
-    const auto keys = parse_torchtitan_toml(export_torchtitan(q));
+    const auto keys = parse_torchtitan_toml(export_torchtitan_toml(q));
     const int lps = std::stoi(keys.at("parallelism.pipeline_parallel_layers_per_stage"));
     // torchtitan: stages = ceil((layers + first_less + last_less) / layers per stage).
     const int extra = std::stoi(keys.at("parallelism.pipeline_parallel_first_stage_less_layers")) +
@@ -204,7 +204,7 @@ TEST(FrameworkRules, TorchtitanWithoutPipelineAccumulatesOneMicroBatchPerStep) {
   q.plan.microbatches = 6;
   q.plan.global_batch = 0;
   spec::apply_defaults(q.plan);
-  const auto keys = parse_torchtitan_toml(export_torchtitan(q));
+  const auto keys = parse_torchtitan_toml(export_torchtitan_toml(q));
   EXPECT_EQ(keys.at("training.local_batch_size"), "2");  // 6 accumulation steps of 2 sequences
   EXPECT_EQ(keys.at("training.global_batch_size"), "48");
 }
@@ -223,7 +223,7 @@ TEST(FrameworkRules, TorchtitanRefusesExpertParallelismTheExpertMeshCannotHold) 
   q.plan.sequence_parallel = true;
   spec::apply_defaults(q.plan);
   try {
-    (void)export_torchtitan(q);
+    (void)export_torchtitan_toml(q);
     FAIL() << "exported";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find(

@@ -102,12 +102,12 @@ TEST(LayerSplitExport, EachFrameworkWritesTheSplitOrRefusesItByName) {
     // torchtitan: the modules of each stage, in the framework's rules; a model torchtitan has
     // no flavor for (tiny, GPT-3) is refused by name.
     if (!torchtitan_flavor_for(q.model)) {
-      EXPECT_NE(refusal(ExportFormat::Torchtitan, q)
+      EXPECT_NE(refusal(ExportFormat::TorchtitanToml, q)
                     .find("registers no model flavor with " + q.model.name + "'s shape"),
                 std::string::npos)
           << what;
     } else {
-      const std::string titan = export_torchtitan(q);
+      const std::string titan = export_torchtitan_toml(q);
       ++torchtitan_written;
       EXPECT_EQ(torchtitan_split(titan), split) << what << "\n" << titan;
       TorchtitanLaunch launch{q.plan.world_size(), static_cast<int>(q.model.layers),
@@ -160,7 +160,7 @@ TEST(LayerSplitExport, TorchtitanWritesLayersThatDoNotDivideOverTheStages) {
     spec::apply_defaults(q.plan);
     q.cluster = spec::make_cluster(spec::load_hardware("h100-sxm"), q.plan.world_size());
     ASSERT_NO_THROW(spec::validate(q.model, q.cluster, q.plan)) << schedule;
-    const std::string titan = export_torchtitan(q);
+    const std::string titan = export_torchtitan_toml(q);
     EXPECT_EQ(torchtitan_split(titan), spec::even_layer_split(32, q.plan.layer_groups()))
         << schedule << "\n"
         << titan;
@@ -173,7 +173,7 @@ TEST(LayerSplitExport, TorchtitanWritesLayersThatDoNotDivideOverTheStages) {
 
 TEST(LayerSplitExport, TorchtitanRulesCatchAWrongModuleList) {
   const ExportRequest q = redistributed("llama3-8b", 4, "1f1b");
-  const std::string good = export_torchtitan(q);
+  const std::string good = export_torchtitan_toml(q);
   const TorchtitanLaunch launch{q.plan.world_size(), static_cast<int>(q.model.layers), "", {}};
   ASSERT_EQ(format_violations(check_torchtitan_config(good, launch)), "");
   // A layer left out, the output layer on a middle stage, a stage count PP does not divide.

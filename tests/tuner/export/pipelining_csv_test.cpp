@@ -100,7 +100,7 @@ TEST(PipeliningCsv, TheTorchtitanExportEmbedsThePredictedSchedule) {
   q.plan.microbatches = 8;
   q.plan.schedule = "zb-h2";
   spec::apply_defaults(q.plan);
-  const std::string toml = export_torchtitan(q);
+  const std::string toml = export_torchtitan_toml(q);
   EXPECT_EQ(embedded_schedule_csv(toml), pipelining_csv(predicted_schedule(q)));
   EXPECT_EQ(embedded_schedule_csv(toml), torchtitan_schedule_csv(q));
   EXPECT_NE(toml.find("pipeline_parallel_schedule = \"PipelineScheduleSingle\""),
@@ -108,7 +108,7 @@ TEST(PipeliningCsv, TheTorchtitanExportEmbedsThePredictedSchedule) {
   // A schedule torch has a class for gets no CSV.
   q.plan.schedule = "1f1b";
   EXPECT_EQ(torchtitan_schedule_csv(q), "");
-  EXPECT_EQ(embedded_schedule_csv(export_torchtitan(q)), "");
+  EXPECT_EQ(embedded_schedule_csv(export_torchtitan_toml(q)), "");
 }
 
 }  // namespace

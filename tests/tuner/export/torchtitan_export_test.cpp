@@ -23,7 +23,7 @@ ExportRequest request(const char* model, int tp, int pp, int dp) {
 
 std::string refusal(const ExportRequest& q) {
   try {
-    (void)export_torchtitan(q);
+    (void)export_torchtitan_toml(q);
   } catch (const InputError& e) {
     return e.what();
   }
@@ -53,7 +53,7 @@ TEST(TorchtitanExport, Llama3ModelsAreTheirRegisteredFlavors) {
       EXPECT_EQ(f.shape.ffn_hidden, 53248);
     }
   }
-  const std::string text = export_torchtitan(request("llama3-8b", 2, 4, 1));
+  const std::string text = export_torchtitan_toml(request("llama3-8b", 2, 4, 1));
   EXPECT_NE(text.find("[model]\nname = \"llama3\"\nflavor = \"8B\"\n"), std::string::npos) << text;
   const auto keys = parse_torchtitan_toml(text);
   EXPECT_EQ(keys.at("model.flavor"), "8B");
@@ -74,12 +74,12 @@ TEST(TorchtitanExport, AModelWithNoRegisteredFlavorIsRefusedByName) {
 }
 
 TEST(TorchtitanExport, TheFileAndTheHelpStateTheTargetedTorchtitan) {
-  const std::string text = export_torchtitan(request("llama3-8b", 2, 4, 1));
+  const std::string text = export_torchtitan_toml(request("llama3-8b", 2, 4, 1));
   EXPECT_EQ(text.rfind("# torchtitan job config for torchtitan 238fa99", 0), 0u) << text;
   EXPECT_NE(text.find("pytorch/torchtitan#2386"), std::string::npos) << text;
   EXPECT_NE(text.find("#   NGPU=8 CONFIG_FILE=<this file> ./run_train.sh\n"), std::string::npos)
       << text;
-  EXPECT_NE(std::string(torchtitan_export_target()).find("238fa99"), std::string::npos);
+  EXPECT_NE(std::string(torchtitan_toml_export_target()).find("238fa99"), std::string::npos);
 }
 
 TEST(TorchtitanExport, ZeroStagesBecomeFsdpOrAreRefused) {
@@ -93,13 +93,13 @@ TEST(TorchtitanExport, ZeroStagesBecomeFsdpOrAreRefused) {
   EXPECT_EQ(refusal(single), "");
   for (int zero : {2, 3}) {
     q.plan.zero_stage = zero;
-    const auto keys = parse_torchtitan_toml(export_torchtitan(q));
+    const auto keys = parse_torchtitan_toml(export_torchtitan_toml(q));
     EXPECT_EQ(keys.at("parallelism.data_parallel_shard_degree"), "4") << zero;
     EXPECT_EQ(keys.at("parallelism.data_parallel_replicate_degree"), "1") << zero;
     EXPECT_EQ(keys.at("parallelism.fsdp_reshard_after_forward"), zero == 3 ? "always" : "never");
   }
   q.plan.zero_stage = 0;
-  const auto keys = parse_torchtitan_toml(export_torchtitan(q));
+  const auto keys = parse_torchtitan_toml(export_torchtitan_toml(q));
   EXPECT_EQ(keys.at("parallelism.data_parallel_replicate_degree"), "4");
   EXPECT_EQ(keys.at("parallelism.data_parallel_shard_degree"), "1");
   EXPECT_EQ(keys.at("parallelism.expert_tensor_parallel_degree"), "1");  // dense
@@ -128,7 +128,7 @@ TEST(TorchtitanExport, ExpertParallelismWithDualPipeVAndRecomputationIsRefused) 
 TEST(TorchtitanExport, EveryWrittenFileNamesAFlavorOfThePlansShape) {
   for (const char* model : {"llama3-8b", "llama3-70b"}) {
     const ExportRequest q = request(model, 2, 4, 1);
-    const std::string text = export_torchtitan(q);
+    const std::string text = export_torchtitan_toml(q);
     TorchtitanLaunch launch{q.plan.world_size(), static_cast<int>(q.model.layers),
                             embedded_schedule_csv(text), torchtitan_shape(q.model)};
     EXPECT_EQ(format_violations(check_torchtitan_config(text, launch)), "") << model << "\n"
