@@ -143,6 +143,7 @@ void add_export_command(CLI::App& app) {
   add_db_option(cmd, a->db);
   cmd->footer("Target versions (each file names its own):\n  megatron: " +
               std::string(tuner::megatron_export_target()) +
+              "\n  torchtitan: " + std::string(tuner::torchtitan_export_target()) +
               "\n  torchtitan-toml: " + std::string(tuner::torchtitan_toml_export_target()) +
               "\n  deepspeed: " + std::string(tuner::deepspeed_target_version()));
   cmd->callback([a] { run(*a); });

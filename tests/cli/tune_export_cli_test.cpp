@@ -172,10 +172,30 @@ TEST(TuneExportCli, TorchtitanConfigNamesTheDegreesAndARegisteredFlavor) {
   const int rank = torchtitan_rank(j);
   ASSERT_GT(rank, 0);
   const nlohmann::json& plan = j["results"][rank - 1]["plan"];
+  // The default torchtitan format: a config function for torchtitan's current config system.
+  const std::string module = d.path("pipetune_llama3.py");
+  ASSERT_EQ(
+      d.run({"export", "--format", "torchtitan", "--rank", std::to_string(rank), "-o", module})
+          .exit_code,
+      0);
+  const std::string py = slurp(module);
+  EXPECT_NE(py.find("        pipeline_parallel_degree=" + std::to_string(plan["pp"].get<int>())),
+            std::string::npos)
+      << py;
+  EXPECT_NE(py.find("        tensor_parallel_degree=" + std::to_string(plan["tp"].get<int>())),
+            std::string::npos)
+      << py;
+  EXPECT_NE(py.find("    config = llama3_8b()\n"), std::string::npos) << py;
+  EXPECT_NE(py.find("    config.model_spec = model_registry(\"8B\")\n"), std::string::npos) << py;
+  EXPECT_NE(py.find("def pipetune_plan() -> Trainer.Config:"), std::string::npos) << py;
+  EXPECT_NE(py.find("torchtitan b5bcd76"), std::string::npos) << py;
+
+  // The last TOML-configured torchtitan, by its own format name.
   const std::string out = d.path("job.toml");
-  ASSERT_EQ(d.run({"export", "--format", "torchtitan", "--rank", std::to_string(rank), "-o", out})
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      d.run({"export", "--format", "torchtitan-toml", "--rank", std::to_string(rank), "-o", out})
+          .exit_code,
+      0);
   const std::string text = slurp(out);
   EXPECT_NE(text.find("pipeline_parallel_degree = " + std::to_string(plan["pp"].get<int>())),
             std::string::npos)
@@ -187,14 +207,16 @@ TEST(TuneExportCli, TorchtitanConfigNamesTheDegreesAndARegisteredFlavor) {
   EXPECT_NE(text.find("torchtitan 238fa99"), std::string::npos) << text;
   // export --help says which version of each framework the files are for.
   const testing::ProcessResult help = d.run({"export", "--help"});
-  EXPECT_NE(help.out.find("torchtitan: 238fa99"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("torchtitan: b5bcd76"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("torchtitan-toml: 238fa99"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("megatron: NVIDIA/Megatron-LM commit d98e8a6"), std::string::npos)
       << help.out;
   EXPECT_NE(help.out.find("deepspeed: DeepSpeed 0.19.6"), std::string::npos) << help.out;
 }
 
-// A torchtitan export of a pipetune schedule torch has no class for: the TOML names
-// pipetune_schedule.csv, which is written beside it with the rows the TOML embeds ("#csv ").
+// A torchtitan export of a pipetune schedule torch has no class for: the config module and the
+// TOML name pipetune_schedule.csv, which is written beside them (with the rows the TOML embeds as
+// "#csv " lines).
 TEST(TuneExportCli, TorchtitanExportOfAZeroBubbleScheduleWritesItsCsv) {
   Dir d;
   const nlohmann::json j = tune_llama3(d, {"--schedules", "zb-h1"});
@@ -202,9 +224,22 @@ TEST(TuneExportCli, TorchtitanExportOfAZeroBubbleScheduleWritesItsCsv) {
   ASSERT_GT(rank, 0);
   ASSERT_EQ(j["results"][rank - 1]["plan"]["schedule"], "zb-h1");
   ASSERT_GT(j["results"][rank - 1]["plan"]["pp"].get<int>(), 1);
+  // The config module names the CSV beside it.
+  Dir py;
+  tune_llama3(py, {"--schedules", "zb-h1"});
+  const std::string module = py.path("pipetune_zb.py");
+  const testing::ProcessResult m =
+      py.run({"export", "--format", "torchtitan", "--rank", std::to_string(rank), "-o", module});
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  EXPECT_NE(slurp(module).find("pipeline_parallel_schedule_csv=os.path.join(os.path.dirname("
+                               "os.path.abspath(__file__)), \"pipetune_schedule.csv\")"),
+            std::string::npos)
+      << slurp(module);
+  EXPECT_TRUE(fs::exists(py.path("pipetune_schedule.csv"))) << m.out;
+
   const std::string out = d.path("job.toml");
   const std::vector<std::string> export_args = {
-      "export", "--format", "torchtitan", "--rank", std::to_string(rank), "-o", out};
+      "export", "--format", "torchtitan-toml", "--rank", std::to_string(rank), "-o", out};
   const testing::ProcessResult r = d.run(export_args);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string toml = slurp(out);

@@ -3,6 +3,7 @@
 #include <array>
 
 #include "tuner/export/export_common.hpp"
+#include "tuner/export/torchtitan_plan_layout.hpp"
 
 namespace pipetune::tuner {
 
@@ -46,7 +47,7 @@ ExportFormat parse_export_format(std::string_view name) {
 
 ExportSideFile export_side_file(ExportFormat format, const ExportRequest& request) {
   if (format == ExportFormat::Torchtitan || format == ExportFormat::TorchtitanToml)
-    return {"pipetune_schedule.csv", torchtitan_schedule_csv(request),
+    return {torchtitan_detail::kScheduleCsvFile, torchtitan_schedule_csv(request),
             "its schedule (pipeline_parallel_schedule_csv)"};
   if (format == ExportFormat::Deepspeed)
     return {std::string(deepspeed_model_code_file()), deepspeed_model_code(request),
@@ -59,6 +60,7 @@ std::string export_plan(ExportFormat format, const ExportRequest& request) {
     case ExportFormat::Megatron:
       return export_megatron(request);
     case ExportFormat::Torchtitan:
+      return export_torchtitan(request);
     case ExportFormat::TorchtitanToml:
       return export_torchtitan_toml(request);
     case ExportFormat::Deepspeed:

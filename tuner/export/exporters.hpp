@@ -2,10 +2,13 @@
 //
 //   megatron    a bash script running Megatron-LM's pretrain_gpt.py under torchrun, with the
 //               parallelism, batch, recomputation and model-shape flags of the plan
-//   torchtitan  a job config TOML for torchtitan 238fa99, the last commit that reads TOML job
-//               files (before pytorch/torchtitan#2386's Python config registry), naming a
-//               registered model flavor, with pipetune's own schedule order as a
-//               torch.distributed.pipelining CSV where torch has no class for it
+//   torchtitan  a Python config module for torchtitan's current config system (b5bcd76: a
+//               function returning a Trainer.Config, run with MODULE=... CONFIG=...
+//               ./run_train.sh), deriving from torchtitan's own run of the registered model
+//               flavor, with pipetune's own schedule order as a torch.distributed.pipelining CSV
+//               beside it where torch has no class for it
+//   torchtitan-toml  the same plan as a job config TOML for torchtitan 238fa99, the last commit
+//               that reads TOML job files (before pytorch/torchtitan#2386)
 //   deepspeed   a DeepSpeed JSON config (batch, ZeRO, AutoTP, AutoEP, the pipeline's
 //               recomputation) and the Python that builds the model as the plan pipelines it
 //               (a PipelineModule with the plan's stages and layer split), for DeepSpeed 0.19.6
@@ -63,6 +66,12 @@ ExportSideFile export_side_file(ExportFormat format, const ExportRequest& reques
 std::string export_megatron(const ExportRequest& request);
 // The Megatron-LM version export_megatron targets, as the script and `export --help` state it.
 std::string_view megatron_export_target();
+// The torchtitan config module (torchtitan_config_rules.hpp says what it holds); refuses
+// (InputError naming the feature) vocabulary parallelism, schedules torch has no class or CSV for,
+// ZeRO-1 over dp > 1, expert tensor parallelism and models torchtitan registers no flavor for.
+std::string export_torchtitan(const ExportRequest& request);
+// The torchtitan version export_torchtitan targets, as the file and `export --help` state it.
+std::string_view torchtitan_export_target();
 std::string export_torchtitan_toml(const ExportRequest& request);
 // The torchtitan version export_torchtitan_toml targets, as `export --help` states it.
 std::string_view torchtitan_toml_export_target();

@@ -1,5 +1,7 @@
 // torchtitan's registered model flavors pipetune can name, with the shapes their arguments give
-// (pytorch/torchtitan torchtitan/models/llama3/__init__.py@238fa99:29-100 llama3_args).
+// (pytorch/torchtitan torchtitan/models/llama3/__init__.py@238fa99:29-100 llama3_args; at
+// b5bcd76 the same shapes are llama3_configs, __init__.py@b5bcd76:114-366, with the FFN width of
+// torchtitan/models/common/feed_forward.py@b5bcd76:18-31 compute_ffn_hidden_dim).
 #include <algorithm>
 
 #include "tuner/export/torchtitan_rules.hpp"
@@ -36,7 +38,13 @@ TorchtitanFlavor llama3(const char* flavor, std::int64_t dim, std::int64_t n_lay
   s.n_kv_heads = n_kv_heads > 0 ? n_kv_heads : n_heads;
   s.vocab_size = vocab;
   s.ffn_hidden = llama3_ffn_hidden(dim, multiple_of, ffn_dim_multiplier);
-  return {"llama3", flavor, s, hf_assets_path};
+  return {"llama3", flavor, s, hf_assets_path, ""};
+}
+
+// A b5bcd76 flavor: its 238fa99 shape, and the config function of torchtitan's own run of it.
+TorchtitanFlavor with_base(TorchtitanFlavor f, const char* base_config) {
+  f.base_config = base_config;
+  return f;
 }
 
 }  // namespace
@@ -64,6 +72,24 @@ const std::vector<TorchtitanFlavor>& torchtitan_flavors() {
   return flavors;
 }
 
+const std::vector<TorchtitanFlavor>& torchtitan_config_flavors() {
+  // llama3_configs@b5bcd76 (lines of __init__.py) and config_registry.py's runs (lines): the
+  // attention kernel is model_registry's argument now, not a flavor.
+  static const std::vector<TorchtitanFlavor> flavors = {
+      with_base(llama3("debugmodel", 256, 6, 16, 0, 2048, 0, kLlama3MultipleOf, kDebugAssets),
+                "llama3_debugmodel"),  // l.114-145; registry l.38
+      with_base(llama3("8B", 4096, 32, 32, 8, kLlama3Vocab, 1.3, 1024, "./assets/hf/Llama-3.1-8B"),
+                "llama3_8b"),  // l.236-275; registry l.194
+      with_base(
+          llama3("70B", 8192, 80, 64, 8, kLlama3Vocab, 1.3, 4096, "./assets/hf/Llama-3.1-70B"),
+          "llama3_70b"),  // l.277-316; registry l.267
+      with_base(
+          llama3("405B", 16384, 126, 128, 8, kLlama3Vocab, 1.2, 4096, "./assets/hf/Llama-3.1-405B"),
+          "llama3_405b"),  // l.318-357; registry l.305
+  };
+  return flavors;
+}
+
 TorchtitanModelShape torchtitan_shape(const spec::ModelSpec& m) {
   TorchtitanModelShape s;
   s.dim = m.hidden;
@@ -78,9 +104,9 @@ TorchtitanModelShape torchtitan_shape(const spec::ModelSpec& m) {
   return s;
 }
 
-std::optional<TorchtitanFlavor> torchtitan_flavor_for(const spec::ModelSpec& model) {
+std::optional<TorchtitanFlavor> torchtitan_flavor_for(
+    const spec::ModelSpec& model, const std::vector<TorchtitanFlavor>& flavors) {
   const TorchtitanModelShape shape = torchtitan_shape(model);
-  const auto& flavors = torchtitan_flavors();
   // The first of equal shapes: the base flavor, with torchtitan's default attention (sdpa).
   const auto it = std::find_if(flavors.begin(), flavors.end(),
                                [&](const TorchtitanFlavor& f) { return f.shape == shape; });

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine/errors.hpp"
+#include "tuner/export/torchtitan_pipeline_rules.hpp"
 #include "tuner/export/torchtitan_sources.hpp"
 
 namespace pipetune::tuner {
@@ -15,6 +16,7 @@ namespace pipetune::tuner {
 namespace {
 
 using namespace torchtitan_sources;
+using namespace torchtitan_detail;
 
 // The keys of the JobConfig sections a pipetune export writes (job_config.py@238fa99: Job l.18,
 // Model l.100, Optimizer l.134, LRScheduler l.169, Training l.243, Parallelism l.312,
@@ -77,175 +79,6 @@ constexpr std::array kOtherSections = {
 // The TrainSpecs torchtitan registers (torchtitan/models/__init__.py@238fa99:7-9).
 constexpr std::array kTrainSpecs = {"deepseek_v3", "flux",   "gpt_oss", "llama3",
                                     "llama3_ft",   "llama4", "qwen3"};
-
-// torch.distributed.pipelining's schedule classes by name (case-insensitive lookup), with
-// whether they run one stage per rank (PipelineScheduleSingle subclasses) and whether
-// pipeline_module_split places their stages V-shaped.
-struct ScheduleClass {
-  const char* name;
-  bool single;
-  bool v;
-};
-constexpr std::array kScheduleClasses = {
-    ScheduleClass{"1F1B", true, false},
-    ScheduleClass{"Interleaved1F1B", false, false},
-    ScheduleClass{"GPipe", true, false},
-    ScheduleClass{"LoopedBFS", false, false},
-    ScheduleClass{"InterleavedZeroBubble", false, false},
-    ScheduleClass{"PipelineScheduleSingle", true, false},
-    ScheduleClass{"PipelineScheduleMulti", false, false},
-    ScheduleClass{"ZBVZeroBubble", false, true},
-    ScheduleClass{"DualPipeV", false, true},
-};
-
-std::optional<ScheduleClass> schedule_class(const std::string& name) {
-  auto lower = [](std::string s) {
-    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    return s;
-  };
-  for (const ScheduleClass& c : kScheduleClasses)
-    if (lower(c.name) == lower(name)) return c;
-  return std::nullopt;
-}
-
-std::string n(std::int64_t v) {
-  return std::to_string(v);
-}
-
-std::string trim(const std::string& s) {
-  const std::size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  const std::size_t e = s.find_last_not_of(" \t");
-  return s.substr(b, e - b + 1);
-}
-
-// A TOML array of arrays of strings ([["a", "b"], ["c"]]) as written on one line; nullopt when
-// the text is not one.
-std::optional<std::vector<std::vector<std::string>>> string_lists(const std::string& text) {
-  std::vector<std::vector<std::string>> out;
-  std::size_t i = 0;
-  const auto skip = [&] {
-    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
-  };
-  const auto take = [&](char c) {
-    skip();
-    if (i >= text.size() || text[i] != c) return false;
-    ++i;
-    return true;
-  };
-  if (!take('[')) return std::nullopt;
-  if (take(']')) return out;
-  do {
-    if (!take('[')) return std::nullopt;
-    out.emplace_back();
-    if (take(']')) continue;
-    do {
-      if (!take('"')) return std::nullopt;
-      const std::size_t close = text.find('"', i);
-      if (close == std::string::npos) return std::nullopt;
-      out.back().push_back(text.substr(i, close - i));
-      i = close + 1;
-    } while (take(','));
-    if (!take(']')) return std::nullopt;
-  } while (take(','));
-  if (!take(']')) return std::nullopt;
-  skip();
-  if (i != text.size()) return std::nullopt;
-  return out;
-}
-
-class Checker {
- public:
-  explicit Checker(const std::map<std::string, std::string>& keys) : keys_(keys) {}
-  bool has(const std::string& key) const { return keys_.count(key) > 0; }
-  std::string str(const std::string& key, const std::string& fallback) const {
-    auto it = keys_.find(key);
-    return it == keys_.end() ? fallback : it->second;
-  }
-  std::int64_t integer(const std::string& key, std::int64_t fallback) {
-    auto it = keys_.find(key);
-    if (it == keys_.end()) return fallback;
-    try {
-      std::size_t used = 0;
-      const std::int64_t v = std::stoll(it->second, &used);
-      if (used == it->second.size()) return v;
-    } catch (const std::exception&) {
-    }
-    fail("key has the field's type (int)", kJobConfig, key + " = " + it->second);
-    return fallback;
-  }
-  void require(bool ok, const std::string& rule, const char* source, const std::string& detail) {
-    if (!ok) fail(rule, source, detail);
-  }
-  void fail(const std::string& rule, const char* source, const std::string& detail) {
-    out_.push_back({rule, source, detail});
-  }
-  void add(const RuleViolations& v) { out_.insert(out_.end(), v.begin(), v.end()); }
-  std::size_t size() const { return out_.size(); }
-  RuleViolations take() { return std::move(out_); }
-
- private:
-  const std::map<std::string, std::string>& keys_;
-  RuleViolations out_;
-};
-
-// module_fqns_per_model_part (pipeline_module_split): model parts that a rank count divides, a
-// single-stage class with one per rank (build_pipeline_schedule runs only a rank's first stage),
-// and the model's modules each in one part, in model order: the embedding first, the final norm
-// and output layer last, every transformer layer once (a layer left out is deleted from the
-// model). Returns the number of parts, or nullopt when it cannot be read.
-std::optional<std::int64_t> check_module_fqns(Checker& c, const std::string& text,
-                                              std::int64_t layers, std::int64_t pp, bool single,
-                                              const std::string& schedule) {
-  const auto parts = string_lists(text);
-  c.require(parts.has_value(), "module_fqns_per_model_part is a list of lists of module names",
-            kJobConfig, text);
-  if (!parts) return std::nullopt;
-  const auto count = static_cast<std::int64_t>(parts->size());
-  c.require(count > 0 && count % pp == 0, "number of model parts divisible by PP", kModuleSplit,
-            n(count) + " parts over PP " + n(pp));
-  if (count == 0 || count % pp != 0) return std::nullopt;
-  if (single)
-    c.require(count == pp, "a single-stage schedule has 1 stage per rank", kBuildSchedule,
-              schedule + " with " + n(count / pp) + " stages per rank");
-  std::int64_t next_layer = 0;
-  for (std::size_t part = 0; part < parts->size(); ++part) {
-    const bool first = part == 0, last = part + 1 == parts->size();
-    const std::vector<std::string>& names = (*parts)[part];
-    for (std::size_t i = 0; i < names.size(); ++i) {
-      const std::string& m = names[i];
-      const std::string at = "part " + n(static_cast<std::int64_t>(part)) + " '" + m + "'";
-      if (m == "tok_embeddings") {
-        c.require(first && i == 0, "the embedding leads the first part", kModuleSplit, at);
-      } else if (m == "norm" || m == "output") {
-        const bool in_place =
-            last && (m == "norm" ? i + 2 == names.size() && names[i + 1] == "output"
-                                 : i + 1 == names.size());
-        c.require(in_place, "the final norm and output layer end the last part", kModuleSplit, at);
-      } else if (m.rfind("layers.", 0) == 0 && m.size() > 7 &&
-                 m.find_first_not_of("0123456789", 7) == std::string::npos) {
-        const std::int64_t layer = std::stoll(m.substr(7));
-        c.require(layer == next_layer && layer < layers,
-                  "every transformer layer once, in model order", kModuleSplit,
-                  at + " where layers." + n(next_layer) + " comes (" + n(layers) + " layers)");
-        next_layer = layer + 1;
-      } else {
-        c.fail("module names are the model's (tok_embeddings, layers.N, norm, output)",
-               kModuleSplit, at);
-      }
-    }
-    if (first)
-      c.require(!names.empty() && names.front() == "tok_embeddings",
-                "the embedding leads the first part", kModuleSplit, "part 0 has no tok_embeddings");
-    if (last)
-      c.require(names.size() >= 2 && names.back() == "output",
-                "the final norm and output layer end the last part", kModuleSplit,
-                "part " + n(count - 1) + " does not end with norm, output");
-  }
-  c.require(next_layer == layers, "every transformer layer once, in model order", kModuleSplit,
-            n(next_layer) + " of " + n(layers) + " layers named");
-  return count;
-}
 
 // Every key is a JobConfig field.
 void check_known_keys(Checker& c, const std::map<std::string, std::string>& keys) {
@@ -388,96 +221,19 @@ std::int64_t check_global_batch(Checker& c, std::int64_t dp) {
   return local;
 }
 
-// pipeline_llm: stages = ceil((layers + first_less + last_less) / layers_per_stage), a
-// multiple of PP; single-stage classes need 1 stage per rank, the others at least 2. Returns
-// the stages per rank, nullopt when layers_per_stage is not positive.
-std::optional<std::int64_t> check_layers_per_stage(Checker& c, const std::string& name,
-                                                   const ScheduleClass& cls, std::int64_t layers,
-                                                   std::int64_t first, std::int64_t last,
-                                                   std::int64_t pp) {
-  const std::int64_t lps = c.integer("parallelism.pipeline_parallel_layers_per_stage", 1);
-  c.require(lps > 0, "pipeline_parallel_layers_per_stage > 0", kPipelineLlm, n(lps));
-  if (lps <= 0) return std::nullopt;
-  const std::int64_t stages = (layers + first + last + lps - 1) / lps;
-  c.require(stages % pp == 0, "number of stages divisible by PP", kPipelineLlm,
-            "ceil((" + n(layers) + " layers + " + n(first) + " + " + n(last) + ") / " + n(lps) +
-                ") = " + n(stages) + " stages over PP " + n(pp));
-  const std::int64_t stages_per_rank = stages / pp;
-  if (cls.single)
-    c.require(stages_per_rank == 1, "a single-stage schedule has 1 stage per rank", kPipelineLlm,
-              name + " with " + n(stages_per_rank) + " stages per rank");
-  else
-    c.require(stages_per_rank >= 2, "a multi-stage schedule has at least 2 stages per rank",
-              kPipelineLlm, name + " with " + n(stages_per_rank) + " stages per rank");
-  return stages_per_rank;
-}
+// The pipeline rules at 238fa99 (the output layer is `output` there).
+constexpr PipelineRuleSources kPipelineSources = {
+    kJobConfig, kPipelineLlm, kFqnSplit, kModuleSplit, kBuildSchedule, kScheduleClass, "output"};
 
-// generate_llm_fqn_per_model_part: stages <= effective layers, each stage gets >= 1, and the
-// embedding / output weights fit the smallest stage.
-void check_fqn_split(Checker& c, std::int64_t stages, std::int64_t layers, std::int64_t first,
-                     std::int64_t last) {
-  const std::int64_t effective = layers + first + last;
-  c.require(stages <= effective && effective / stages >= 1, "no more stages than effective layers",
-            kFqnSplit, n(stages) + " stages, " + n(effective) + " effective layers");
-  c.require(stages > effective || (first <= effective / stages && last <= effective / stages),
-            "first/last stage weights fit the smallest stage", kFqnSplit,
-            "weights " + n(first) + "/" + n(last) + ", " +
-                n(effective / std::max<std::int64_t>(1, stages)) + " effective layers per stage");
-}
-
-// A schedule CSV replaces the class with _PipelineScheduleRuntime; the class still decides
-// how many stages each rank builds and where (loop or V).
-void check_schedule_csv(Checker& c, const TorchtitanLaunch& launch, std::int64_t pp,
-                        std::int64_t stages, std::int64_t microbatches, bool v_placement) {
-  const std::string csv_path = c.str("parallelism.pipeline_parallel_schedule_csv", "");
-  if (csv_path.empty()) return;
-  c.require(!launch.schedule_csv.empty(), "the schedule CSV file exists", kBuildSchedule,
-            "'" + csv_path + "' not supplied");
-  if (!launch.schedule_csv.empty())
-    c.add(check_pipelining_csv(launch.schedule_csv, static_cast<int>(pp), static_cast<int>(stages),
-                               static_cast<int>(microbatches), v_placement));
-}
-
-// Pipeline parallelism: the schedule class, the micro-batches, how many stages each rank
-// builds (from layers per stage or named modules) and, when those hold, the schedule CSV.
-void check_pipeline(Checker& c, const TorchtitanLaunch& launch, std::int64_t layers,
-                    std::int64_t pp, std::int64_t local) {
-  const std::string name = c.str("parallelism.pipeline_parallel_schedule", "1F1B");
-  const std::optional<ScheduleClass> cls = schedule_class(name);
-  c.require(cls.has_value(), "pipeline_parallel_schedule names a torch schedule class",
-            kScheduleClass, "'" + name + "'");
-  if (!cls) return;
+// Pipeline parallelism: the local batch holds pipeline_parallel_microbatch_size-sized
+// micro-batches (build_pipeline_schedule), then the shared pipeline rules.
+void check_toml_pipeline(Checker& c, const TorchtitanLaunch& launch, std::int64_t layers,
+                         std::int64_t pp, std::int64_t local) {
   const std::int64_t mbs = c.integer("parallelism.pipeline_parallel_microbatch_size", 1);
   c.require(mbs > 0 && local % mbs == 0, "local batch divisible by the pipeline micro-batch size",
             kBuildSchedule, "local " + n(local) + ", micro-batch " + n(mbs));
-  const std::int64_t microbatches = mbs > 0 ? local / mbs : 0;
-
-  const std::int64_t first = c.integer("parallelism.pipeline_parallel_first_stage_less_layers", 1);
-  const std::int64_t last = c.integer("parallelism.pipeline_parallel_last_stage_less_layers", 1);
-  std::int64_t stages_per_rank = cls->single ? 1 : 2;
-  const std::size_t before = c.size();
-  if (c.has("parallelism.pipeline_parallel_layers_per_stage")) {
-    const std::optional<std::int64_t> per_rank =
-        check_layers_per_stage(c, name, *cls, layers, first, last, pp);
-    if (!per_rank) return;
-    stages_per_rank = *per_rank;
-  }
-  // Modules named stage by stage replace generate_llm_fqn_per_model_part: their count is the
-  // number of stages (pipeline_module_split).
-  const bool named = c.has("parallelism.module_fqns_per_model_part");
-  if (named) {
-    const std::optional<std::int64_t> parts = check_module_fqns(
-        c, c.str("parallelism.module_fqns_per_model_part", ""), layers, pp, cls->single, name);
-    if (!parts) return;
-    stages_per_rank = *parts / pp;
-  }
-  if (cls->v)
-    c.require(stages_per_rank == 2, "V schedules have exactly 2 stages per rank", kModuleSplit,
-              name + " with " + n(stages_per_rank) + " stages per rank");
-  const std::int64_t stages = stages_per_rank * pp;
-  if (stages > 1 && !named) check_fqn_split(c, stages, layers, first, last);
-  if (c.size() != before) return;  // the stages are not what the CSV is checked against
-  check_schedule_csv(c, launch, pp, stages, microbatches, cls->v);
+  torchtitan_detail::check_pipeline(c, kPipelineSources, launch.schedule_csv, layers, pp,
+                                    mbs > 0 ? local / mbs : 0);
 }
 
 }  // namespace
@@ -519,7 +275,7 @@ std::map<std::string, std::string> parse_torchtitan_toml(std::string_view toml) 
 
 RuleViolations check_torchtitan_config(std::string_view toml, const TorchtitanLaunch& launch) {
   const std::map<std::string, std::string> keys = parse_torchtitan_toml(toml);
-  Checker c(keys);
+  Checker c(keys, kJobConfig);
   check_known_keys(c, keys);
   check_literal_fields(c);
   const std::int64_t layers = check_model(c, launch);
@@ -527,7 +283,7 @@ RuleViolations check_torchtitan_config(std::string_view toml, const TorchtitanLa
   if (!d) return c.take();
   check_dual_pipe_v(c, *d);
   const std::int64_t local = check_global_batch(c, d->rep * d->shard);
-  if (d->pp > 1) check_pipeline(c, launch, layers, d->pp, local);
+  if (d->pp > 1) check_toml_pipeline(c, launch, layers, d->pp, local);
   return c.take();
 }
 

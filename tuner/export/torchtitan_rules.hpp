@@ -1,5 +1,5 @@
-// torchtitan's own rules, checked on an exported job config (the TOML export_torchtitan_toml writes)
-// and, when it names one, the schedule CSV it points torch.distributed.pipelining at.
+// torchtitan's own rules, checked on an exported job config (the TOML export_torchtitan_toml
+// writes) and, when it names one, the schedule CSV it points torch.distributed.pipelining at.
 //
 // Sources, all pytorch/torchtitan at 238fa99 (the last TOML-configured commit) unless named
 // (torchtitan_sources.hpp gives the lines):
@@ -51,17 +51,26 @@ struct TorchtitanFlavor {
   // The tokenizer folder torchtitan's own config for the flavor names ([model] hf_assets_path;
   // torchtitan/models/llama3/train_configs/*.toml@238fa99).
   std::string hf_assets_path;
+  // b5bcd76: the config function of torchtitan's own run of the flavor (config_registry.py),
+  // which an exported config derives from; empty at 238fa99.
+  std::string base_config;
 };
 
 // The flavors pipetune can name (llama3's llama3_args at 238fa99; the other TrainSpecs' models,
 // MoE ones included, have blocks pipetune's model spec does not describe).
 const std::vector<TorchtitanFlavor>& torchtitan_flavors();
 
+// The flavors of torchtitan b5bcd76's llama3 model_registry that have a run of their own to
+// derive from (llama3_configs; 1B and 3B have none).
+const std::vector<TorchtitanFlavor>& torchtitan_config_flavors();
+
 // A pipetune model's shape in torchtitan's terms.
 TorchtitanModelShape torchtitan_shape(const spec::ModelSpec& model);
 
-// The registered flavor whose shape is the model's exactly; nullopt when there is none.
-std::optional<TorchtitanFlavor> torchtitan_flavor_for(const spec::ModelSpec& model);
+// The registered flavor (of `flavors`: torchtitan_flavors() or torchtitan_config_flavors())
+// whose shape is the model's exactly; nullopt when there is none.
+std::optional<TorchtitanFlavor> torchtitan_flavor_for(const spec::ModelSpec& model,
+                                                      const std::vector<TorchtitanFlavor>& flavors);
 
 // What the launch supplies besides the file: the number of processes (NGPU) and the layer count
 // of the model the plan was tuned for (torchtitan takes it from the registered flavor; the

@@ -60,3 +60,66 @@ inline constexpr const char* kActionFormat =
     "pytorch/pytorch torch/distributed/pipelining/schedules.py@1fd7abc _Action.from_str";
 
 }  // namespace pipetune::tuner::torchtitan_sources
+
+// The rules of torchtitan's current config system, read at b5bcd76 (main, 2026-08-21): a run is a
+// Python function returning a Trainer.Config, selected with --module / --config
+// (pytorch/torchtitan#2386 replaced the TOML job files).
+namespace pipetune::tuner::torchtitan_config_sources {
+
+inline constexpr const char* kTargetCommit = "b5bcd76";
+inline constexpr const char* kTargetDate = "2026-08-21";
+
+inline constexpr const char* kLoadConfig =
+    "pytorch/torchtitan torchtitan/config/manager.py@b5bcd76:48-159 ConfigManager._load_config";
+inline constexpr const char* kConfigExports =
+    "pytorch/torchtitan torchtitan/config/__init__.py@b5bcd76 (from .configs import ...)";
+inline constexpr const char* kTrainingConfig =
+    "pytorch/torchtitan torchtitan/config/configs.py@b5bcd76:35-118 TrainingConfig";
+inline constexpr const char* kParallelismConfig =
+    "pytorch/torchtitan torchtitan/config/configs.py@b5bcd76:120-292 ParallelismConfig";
+inline constexpr const char* kCompileConfig =
+    "pytorch/torchtitan torchtitan/config/configs.py@b5bcd76:293-315 CompileConfig";
+inline constexpr const char* kTrainerConfig =
+    "pytorch/torchtitan torchtitan/trainer.py@b5bcd76:70-166 Trainer.Config.__post_init__";
+inline constexpr const char* kCudaGraphs =
+    "pytorch/torchtitan torchtitan/trainer.py@b5bcd76:168-200 "
+    "Trainer.Config._validate_cuda_graphs";
+inline constexpr const char* kSeqLenDivisor =
+    "pytorch/torchtitan torchtitan/trainer.py@b5bcd76:296-307 Trainer.__init__ (token-count "
+    "evenness)";
+inline constexpr const char* kTokensPerStep =
+    "pytorch/torchtitan torchtitan/trainer.py@b5bcd76:409-428 Trainer.__init__ (tokens per train "
+    "step, gradient accumulation)";
+inline constexpr const char* kParallelDims =
+    "pytorch/torchtitan torchtitan/distributed/parallel_dims.py@b5bcd76:166-193 "
+    "ParallelDims._validate";
+inline constexpr const char* kExpertMesh =
+    "pytorch/torchtitan torchtitan/distributed/parallel_dims.py@b5bcd76:280-330 "
+    "ParallelDims.build_mesh (sparse mesh pp, dp_replicate, efsdp, ep: no expert TP axis)";
+inline constexpr const char* kActivationCheckpoint =
+    "pytorch/torchtitan torchtitan/distributed/activation_checkpoint.py@b5bcd76:112-337 "
+    "(FullAC, SelectiveAC, MemoryBudgetAC, ActivationCheckpointingConfig)";
+inline constexpr const char* kLlama3Configs =
+    "pytorch/torchtitan torchtitan/models/llama3/__init__.py@b5bcd76:114-366 llama3_configs, "
+    "369-390 model_registry";
+inline constexpr const char* kLlama3Registry =
+    "pytorch/torchtitan torchtitan/models/llama3/config_registry.py@b5bcd76:38,194,267,305 "
+    "llama3_debugmodel, llama3_8b, llama3_70b, llama3_405b";
+inline constexpr const char* kFfnHidden =
+    "pytorch/torchtitan torchtitan/models/common/feed_forward.py@b5bcd76:18-31 "
+    "compute_ffn_hidden_dim";
+inline constexpr const char* kPipelineLlm =
+    "pytorch/torchtitan torchtitan/distributed/pipeline_parallel.py@b5bcd76:194-264 "
+    "_get_pipeline_metadata";
+inline constexpr const char* kFqnSplit =
+    "pytorch/torchtitan torchtitan/distributed/pipeline_parallel.py@b5bcd76:357-467 "
+    "_generate_llm_fqn_per_model_part";
+inline constexpr const char* kModuleSplit =
+    "pytorch/torchtitan torchtitan/distributed/pipeline_parallel.py@b5bcd76:470-640 "
+    "_split_module, _get_pp_rank_to_stage_indices_mapping, _pipeline_module_split";
+inline constexpr const char* kBuildSchedule =
+    "pytorch/torchtitan torchtitan/distributed/pipeline_parallel.py@b5bcd76:267-354 "
+    "_build_pipeline_schedule";
+
+}  // namespace pipetune::tuner::torchtitan_config_sources
+

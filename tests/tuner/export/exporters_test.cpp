@@ -312,7 +312,7 @@ TEST(Exporters, FormatNamesRoundTripAndUnknownOnesAreListed) {
     parse_export_format("slurm");
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("megatron, torchtitan, deepspeed, pipetune"),
+    EXPECT_NE(std::string(e.what()).find("megatron, torchtitan, torchtitan-toml, deepspeed, pipetune"),
               std::string::npos);
   }
 }

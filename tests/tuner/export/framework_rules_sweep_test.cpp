@@ -110,7 +110,7 @@ TEST(FrameworkRules, EveryExportOfASweepOfPlansPassesItsFrameworksRules) {
       TorchtitanLaunch launch{p.world_size(), static_cast<int>(q.model.layers),
                               embedded_schedule_csv(text), torchtitan_shape(q.model)};
       // Only models torchtitan has a flavor of are written (llama3-8b, llama3-70b here).
-      EXPECT_TRUE(torchtitan_flavor_for(q.model).has_value()) << what;
+      EXPECT_TRUE(torchtitan_flavor_for(q.model, torchtitan_flavors()).has_value()) << what;
       if (!launch.schedule_csv.empty()) ++s.csv;
       EXPECT_EQ(format_violations(check_torchtitan_config(text, launch)), "") << what << "\n"
                                                                               << text;

@@ -101,7 +101,7 @@ TEST(LayerSplitExport, EachFrameworkWritesTheSplitOrRefusesItByName) {
 
     // torchtitan: the modules of each stage, in the framework's rules; a model torchtitan has
     // no flavor for (tiny, GPT-3) is refused by name.
-    if (!torchtitan_flavor_for(q.model)) {
+    if (!torchtitan_flavor_for(q.model, torchtitan_flavors())) {
       EXPECT_NE(refusal(ExportFormat::TorchtitanToml, q)
                     .find("registers no model flavor with " + q.model.name + "'s shape"),
                 std::string::npos)
