@@ -5,8 +5,9 @@
 // Megatron-LM runs (what `pipetune export` tells a user whose results it cannot write to tune
 // with); llama3-70b on 16 GPUs adds the memory-bound plans (full recomputation) and the schedules
 // torchtitan runs from pipetune's schedule CSV (zb-h2, zb-v, v-min). Each of the top 10 plans is
-// exported as `pipetune export --rank N` does for each framework, and what is written (the file
-// and the side file beside it) is checked against the framework's own rules (megatron_rules,
+// exported as `pipetune export --rank N` does for each format (megatron, torchtitan's config
+// module and its TOML, deepspeed), and what is written (the file and the side file beside it) is
+// checked against the framework's own rules (megatron_rules, torchtitan_config_rules,
 // torchtitan_rules, deepspeed_rules); a refusal is an InputError naming the framework and why.
 // The lists together must hold interleaving, zero-bubble and V schedules, uneven layer splits,
 // selective and full recomputation, sequence parallelism, ZeRO and expert parallelism, so the
@@ -25,6 +26,8 @@
 #include "tuner/export/deepspeed_rules.hpp"
 #include "tuner/export/exporters.hpp"
 #include "tuner/export/megatron_rules.hpp"
+#include "tuner/export/torchtitan_config_rules.hpp"
+#include "tuner/export/torchtitan_plan_layout.hpp"
 #include "tuner/export/torchtitan_rules.hpp"
 #include "tuner/search/evaluator_scorer.hpp"
 #include "tuner/search/search.hpp"
@@ -176,6 +179,21 @@ RuleViolations check_torchtitan_toml(const ExportRequest& q, const std::string& 
   return v;
 }
 
+// torchtitan's rules on the config module (current torchtitan) with the schedule CSV written
+// beside it, which the module names by its path beside the module.
+RuleViolations check_torchtitan_module(const ExportRequest& q, const std::string& module,
+                                       const ExportSideFile& side) {
+  const TorchtitanLaunch launch{q.plan.world_size(), static_cast<int>(q.model.layers), side.text,
+                                torchtitan_shape(q.model)};
+  RuleViolations v = check_torchtitan_config_module(module, launch);
+  const bool names_csv = module.find(kTorchtitanCsvBesideThisFile) != std::string::npos;
+  if (names_csv != !side.text.empty() ||
+      (names_csv && side.name != torchtitan_detail::kScheduleCsvFile))
+    v.push_back(mismatch("the module names the schedule CSV exactly when one is written beside it",
+                         "written '" + side.name + "'"));
+  return v;
+}
+
 // DeepSpeed's rules on the JSON with the model code written beside it.
 RuleViolations check_deepspeed(const ExportRequest& q, const std::string& json,
                                const ExportSideFile& side) {
@@ -202,6 +220,7 @@ std::vector<Framework> frameworks() {
            (r.vocab_label == "none" || r.vocab_label == "redis");
   };
   return {{ExportFormat::Megatron, "megatron: ", check_megatron, megatron_runs},
+          {ExportFormat::Torchtitan, "torchtitan: ", check_torchtitan_module, {}},
           {ExportFormat::TorchtitanToml, "torchtitan: ", check_torchtitan_toml, {}},
           {ExportFormat::Deepspeed, "deepspeed: ", check_deepspeed, {}}};
 }
@@ -277,7 +296,7 @@ TEST(TunerTop10Export, EveryTopPlanIsWrittenAndPassesItsFrameworksRulesOrRefused
           ++tally[k].written;
           ++total[name].written;
           ++model_tally.written;
-          if (fws[k].format == ExportFormat::TorchtitanToml && side_file) ++torchtitan_csvs;
+          if (fws[k].format == ExportFormat::Torchtitan && side_file) ++torchtitan_csvs;
         } else {
           ++tally[k].refused;
           ++total[name].refused;
@@ -311,11 +330,12 @@ TEST(TunerTop10Export, EveryTopPlanIsWrittenAndPassesItsFrameworksRulesOrRefused
     const std::string name(export_format_name(fw.format));
     EXPECT_GT(total[name].written, 0) << name << " wrote nothing";
   }
-  EXPECT_GT(torchtitan_csvs, 0) << "no torchtitan-toml export with a schedule CSV";
-  for (const char* llama : {"llama3-8b", "llama3-70b"}) {
-    const Tally& tt = by_model["torchtitan-toml"][llama];
-    EXPECT_GT(tt.written, tt.refused) << "torchtitan-toml on " << llama;
-  }
+  EXPECT_GT(torchtitan_csvs, 0) << "no torchtitan export with a schedule CSV";
+  for (const char* format : {"torchtitan", "torchtitan-toml"})
+    for (const char* llama : {"llama3-8b", "llama3-70b"}) {
+      const Tally& tt = by_model[format][llama];
+      EXPECT_GT(tt.written, tt.refused) << format << " on " << llama;
+    }
 }
 
 }  // namespace
