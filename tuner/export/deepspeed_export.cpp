@@ -24,7 +24,7 @@ bool is_mixtral(const spec::ModelSpec& m) {
 // Experts are tensor-parallel over tp when they are gated (as the Megatron export's
 // --expert-tensor-parallel-size says).
 bool experts_tensor_parallel(const spec::ModelSpec& m, const spec::ParallelPlan& p) {
-  return spec::is_moe(m) && p.tp > 1 && m.activation == spec::Activation::Swiglu;
+  return spec::is_moe(m) && export_detail::expert_tensor_parallel(m, p) > 1;
 }
 
 // Pipeline, tensor parallelism, recomputation, ZeRO.

@@ -22,6 +22,12 @@ void check_common(const ExportRequest& r, std::string_view framework);
 // A layer split as "9/9/8/6" (layers per layer group, model order).
 std::string split_text(const std::vector<int>& split);
 
+// The plan's expert tensor parallelism, as every exporter writes or refuses it: gated (SwiGLU)
+// experts are sharded over the tp ranks, biased (GELU) ones are not.
+inline int expert_tensor_parallel(const spec::ModelSpec& m, const spec::ParallelPlan& p) {
+  return m.activation == spec::Activation::Swiglu ? p.tp : 1;
+}
+
 // Gradient-accumulation steps (micro-batches per iteration per data-parallel replica).
 std::int64_t accumulation_steps(const spec::ParallelPlan& plan);
 

@@ -162,7 +162,8 @@ std::vector<std::string> parallel_flags(const ExportRequest& r,
     // Megatron-LM allows linear biases in MoE layers only with expert TP 1
     // (transformer_config.py TransformerConfig.__post_init__): non-gated (GPT-style, biased)
     // MoE models keep their experts whole on each rank.
-    parallel.push_back("--expert-tensor-parallel-size " + std::to_string(is_gated(m) ? p.tp : 1));
+    parallel.push_back("--expert-tensor-parallel-size " +
+                       std::to_string(export_detail::expert_tensor_parallel(m, p)));
   }
   switch (p.zero_stage) {
     case 0:

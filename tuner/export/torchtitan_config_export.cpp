@@ -39,8 +39,7 @@ struct ConfigLayout : torchtitan_detail::TorchtitanPlanLayout {
 void check_expert_parallelism(const spec::ParallelPlan& p, const spec::ModelSpec& m,
                               const ConfigLayout& l) {
   if (p.ep == 1) return;
-  // Expert TP as Megatron's export writes it: TP for gated (SwiGLU) experts, 1 for biased ones.
-  const int expert_tp = m.activation == spec::Activation::Swiglu ? p.tp : 1;
+  const int expert_tp = export_detail::expert_tensor_parallel(m, p);
   require(expert_tp == 1, kFw,
           "expert tensor parallelism (tp=" + std::to_string(p.tp) +
               " over the SwiGLU experts) is not in torchtitan " + sources::kTargetCommit +

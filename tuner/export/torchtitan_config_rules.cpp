@@ -16,7 +16,9 @@ namespace pipetune::tuner {
 namespace {
 
 using namespace torchtitan_config_sources;
+using torchtitan_detail::check_parallel_degrees;
 using torchtitan_detail::Checker;
+using torchtitan_detail::Degrees;
 using torchtitan_detail::n;
 using torchtitan_detail::trim;
 
@@ -394,36 +396,14 @@ void check_post_init(Checker& c, const std::map<std::string, std::string>& keys)
             "memory-budget activation checkpointing needs the model compiled", kTrainerConfig, ac);
 }
 
-struct Degrees {
-  std::int64_t rep = 1, shard = -1, tp = 1, pp = 1, cp = 1, ep = 1;
-};
-
-// ParallelDims._validate: degrees >= 1 (dp_shard may be -1: the leftover ranks), their product
-// the world size, EP dividing dp_shard x cp x tp. nullopt when a degree is below 1.
+// ParallelDims._validate (the shared degree rules), and at b5bcd76 EP dividing dp_shard x cp x
+// tp (the experts borrow those ranks; there is no expert TP).
 std::optional<Degrees> check_degrees(Checker& c, std::int64_t world) {
-  Degrees d;
-  d.rep = c.integer("parallelism.data_parallel_replicate_degree", 1);
-  d.shard = c.integer("parallelism.data_parallel_shard_degree", -1);
-  d.tp = c.integer("parallelism.tensor_parallel_degree", 1);
-  d.pp = c.integer("parallelism.pipeline_parallel_degree", 1);
-  d.cp = c.integer("parallelism.context_parallel_degree", 1);
-  d.ep = c.integer("parallelism.expert_parallel_degree", 1);
-  for (auto [name, v] :
-       {std::pair{"data_parallel_replicate_degree", d.rep},
-        std::pair{"tensor_parallel_degree", d.tp}, std::pair{"pipeline_parallel_degree", d.pp},
-        std::pair{"context_parallel_degree", d.cp}, std::pair{"expert_parallel_degree", d.ep}})
-    c.require(v >= 1, "parallel degrees >= 1", kParallelDims, std::string(name) + " = " + n(v));
-  c.require(d.shard == -1 || d.shard >= 1, "data_parallel_shard_degree is -1 or >= 1",
-            kParallelDims, n(d.shard));
-  if (d.rep < 1 || d.tp < 1 || d.pp < 1 || d.cp < 1 || d.ep < 1) return std::nullopt;
-  if (d.shard < 0) d.shard = world / (d.rep * d.cp * d.tp * d.pp);
-  c.require(d.shard >= 1 && d.rep * d.shard * d.cp * d.tp * d.pp == world,
-            "dp_replicate x dp_shard x cp x tp x pp = world size", kParallelDims,
-            n(d.rep) + " x " + n(d.shard) + " x " + n(d.cp) + " x " + n(d.tp) + " x " + n(d.pp) +
-                " != world " + n(world));
-  c.require(d.shard >= 1 && (d.shard * d.cp * d.tp) % d.ep == 0,
+  const std::optional<Degrees> d = check_parallel_degrees(c, world, kParallelDims);
+  if (!d) return d;
+  c.require(d->shard >= 1 && (d->shard * d->cp * d->tp) % d->ep == 0,
             "expert_parallel_degree divides dp_shard x cp x tp", kParallelDims,
-            "EP " + n(d.ep) + ", dp_shard x cp x tp = " + n(d.shard * d.cp * d.tp));
+            "EP " + n(d->ep) + ", dp_shard x cp x tp = " + n(d->shard * d->cp * d->tp));
   return d;
 }
 

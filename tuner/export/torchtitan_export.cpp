@@ -40,8 +40,7 @@ struct TorchtitanLayout : torchtitan_detail::TorchtitanPlanLayout {
 void check_expert_parallelism(const spec::ParallelPlan& p, const spec::ModelSpec& m,
                               TorchtitanLayout& l) {
   if (p.ep == 1) return;
-  // Expert TP as Megatron's export writes it: TP for gated (SwiGLU) experts, 1 for biased ones.
-  l.expert_tp = m.activation == spec::Activation::Swiglu ? p.tp : 1;
+  l.expert_tp = export_detail::expert_tensor_parallel(m, p);
   // The expert mesh (pp, dp_replicate, efsdp, ep, etp) takes its ranks from dp_shard x tp.
   const std::int64_t borrowed = static_cast<std::int64_t>(l.shard) * p.tp;
   require(borrowed % (static_cast<std::int64_t>(l.expert_tp) * p.ep) == 0, kFw,

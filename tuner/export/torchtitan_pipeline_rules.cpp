@@ -198,6 +198,30 @@ void check_schedule_csv(Checker& c, const PipelineRuleSources& s, const std::str
 
 }  // namespace
 
+std::optional<Degrees> check_parallel_degrees(Checker& c, std::int64_t world, const char* source) {
+  Degrees d;
+  d.rep = c.integer("parallelism.data_parallel_replicate_degree", 1);
+  d.shard = c.integer("parallelism.data_parallel_shard_degree", -1);
+  d.tp = c.integer("parallelism.tensor_parallel_degree", 1);
+  d.pp = c.integer("parallelism.pipeline_parallel_degree", 1);
+  d.cp = c.integer("parallelism.context_parallel_degree", 1);
+  d.ep = c.integer("parallelism.expert_parallel_degree", 1);
+  for (auto [name, v] :
+       {std::pair{"data_parallel_replicate_degree", d.rep},
+        std::pair{"tensor_parallel_degree", d.tp}, std::pair{"pipeline_parallel_degree", d.pp},
+        std::pair{"context_parallel_degree", d.cp}, std::pair{"expert_parallel_degree", d.ep}})
+    c.require(v >= 1, "parallel degrees >= 1", source, std::string(name) + " = " + n(v));
+  c.require(d.shard == -1 || d.shard >= 1, "data_parallel_shard_degree is -1 or >= 1", source,
+            n(d.shard));
+  if (d.rep < 1 || d.tp < 1 || d.pp < 1 || d.cp < 1 || d.ep < 1) return std::nullopt;
+  if (d.shard < 0) d.shard = world / (d.rep * d.cp * d.tp * d.pp);
+  c.require(d.shard >= 1 && d.rep * d.shard * d.cp * d.tp * d.pp == world,
+            "dp_replicate x dp_shard x cp x tp x pp = world size", source,
+            n(d.rep) + " x " + n(d.shard) + " x " + n(d.cp) + " x " + n(d.tp) + " x " + n(d.pp) +
+                " != world " + n(world));
+  return d;
+}
+
 void check_pipeline(Checker& c, const PipelineRuleSources& s, const std::string& csv_text,
                     std::int64_t layers, std::int64_t pp, std::int64_t microbatches) {
   const std::string name = c.str("parallelism.pipeline_parallel_schedule", "1F1B");

@@ -1,5 +1,6 @@
-// The rules torchtitan's pipeline parallelism applies at start-up (pipeline_llm, the module
-// split, build_pipeline_schedule and torch.distributed.pipelining's schedule classes), the same
+// The rules torchtitan's parallel degrees (ParallelDims) and pipeline parallelism (pipeline_llm,
+// the module split, build_pipeline_schedule and torch.distributed.pipelining's schedule classes)
+// apply at start-up, the same
 // at both torchtitan commits pipetune exports for (238fa99's TOML job files, b5bcd76's config
 // functions) save for the output layer's name and the sources' lines; each checker reads its
 // config into "section.key" -> value text and applies these with its commit's sources.
@@ -69,6 +70,16 @@ class Checker {
   const char* field_types_;
   RuleViolations out_;
 };
+
+// The parallel degrees ParallelDims takes, dp_shard resolved when it is -1.
+struct Degrees {
+  std::int64_t rep = 1, shard = -1, tp = 1, pp = 1, cp = 1, ep = 1;
+};
+
+// ParallelDims._validate at both commits (`source`: its file and lines there): degrees >= 1
+// (dp_shard may be -1: the leftover ranks), their product the world size. nullopt when a degree
+// is below 1 (nothing further can be derived). Expert parallelism's own rule differs by commit.
+std::optional<Degrees> check_parallel_degrees(Checker& c, std::int64_t world, const char* source);
 
 // Where each pipeline rule comes from at a commit, and what differs between commits.
 struct PipelineRuleSources {

@@ -119,48 +119,27 @@ void check_literal_fields(Checker& c) {
             "training.mixed_precision_param is bfloat16 or float32", kJobConfig, "'" + mp + "'");
 }
 
-// The parallel degrees, dp_shard resolved when it is -1.
-struct Degrees {
-  std::int64_t rep = 1, shard = -1, tp = 1, pp = 1, cp = 1, ep = 1, etp = 1;
-};
-
-// ParallelDims._validate: degrees >= 1 (dp_shard may be -1: the leftover ranks); their
-// product is the world size; with EP, expert TP is TP or 1. nullopt when a degree is below 1
-// (nothing further can be derived).
-std::optional<Degrees> check_parallel_degrees(Checker& c, std::int64_t world) {
-  Degrees d;
-  d.rep = c.integer("parallelism.data_parallel_replicate_degree", 1);
-  d.shard = c.integer("parallelism.data_parallel_shard_degree", -1);
-  d.tp = c.integer("parallelism.tensor_parallel_degree", 1);
-  d.pp = c.integer("parallelism.pipeline_parallel_degree", 1);
-  d.cp = c.integer("parallelism.context_parallel_degree", 1);
-  d.ep = c.integer("parallelism.expert_parallel_degree", 1);
-  d.etp = c.integer("parallelism.expert_tensor_parallel_degree", 1);
-  for (auto [name, v] :
-       {std::pair{"data_parallel_replicate_degree", d.rep},
-        std::pair{"tensor_parallel_degree", d.tp}, std::pair{"pipeline_parallel_degree", d.pp},
-        std::pair{"context_parallel_degree", d.cp}, std::pair{"expert_parallel_degree", d.ep},
-        std::pair{"expert_tensor_parallel_degree", d.etp}})
-    c.require(v >= 1, "parallel degrees >= 1", kParallelDims, std::string(name) + " = " + n(v));
-  c.require(d.shard == -1 || d.shard >= 1, "data_parallel_shard_degree is -1 or >= 1",
-            kParallelDims, n(d.shard));
-  if (d.rep < 1 || d.tp < 1 || d.pp < 1 || d.cp < 1 || d.ep < 1 || d.etp < 1) return std::nullopt;
-  if (d.shard < 0) d.shard = world / (d.rep * d.cp * d.tp * d.pp);
-  c.require(d.shard >= 1 && d.rep * d.shard * d.cp * d.tp * d.pp == world,
-            "dp_replicate x dp_shard x cp x tp x pp = world size", kParallelDims,
-            n(d.rep) + " x " + n(d.shard) + " x " + n(d.cp) + " x " + n(d.tp) + " x " + n(d.pp) +
-                " != world " + n(world));
+// ParallelDims._validate (the shared degree rules), and at 238fa99 its expert tensor parallelism:
+// with EP, expert TP is TP or 1. Returns the degrees and expert TP; nullopt when a degree is
+// below 1 (nothing further can be derived).
+std::optional<std::pair<Degrees, std::int64_t>> check_toml_degrees(Checker& c, std::int64_t world) {
+  const std::int64_t etp = c.integer("parallelism.expert_tensor_parallel_degree", 1);
+  c.require(etp >= 1, "parallel degrees >= 1", kParallelDims,
+            "expert_tensor_parallel_degree = " + n(etp));
+  const std::optional<Degrees> degrees = check_parallel_degrees(c, world, kParallelDims);
+  if (!degrees || etp < 1) return std::nullopt;
+  const Degrees& d = *degrees;
   if (d.ep > 1) {
-    c.require(d.etp == d.tp || d.etp == 1, "with EP, expert TP is TP or 1", kParallelDims,
-              "ETP " + n(d.etp) + ", TP " + n(d.tp));
+    c.require(etp == d.tp || etp == 1, "with EP, expert TP is TP or 1", kParallelDims,
+              "ETP " + n(etp) + ", TP " + n(d.tp));
     // The expert mesh (pp, dp_replicate, efsdp, ep, etp) must cover the world: efsdp is
     // dp_shard x cp x tp / (etp x ep), an integer.
-    c.require((d.shard * d.cp * d.tp) % (d.etp * d.ep) == 0,
+    c.require((d.shard * d.cp * d.tp) % (etp * d.ep) == 0,
               "dp_shard x CP x TP divisible by ETP x EP (the expert mesh)", kExpertMesh,
-              "dp_shard " + n(d.shard) + ", CP " + n(d.cp) + ", TP " + n(d.tp) + ", ETP " +
-                  n(d.etp) + ", EP " + n(d.ep));
+              "dp_shard " + n(d.shard) + ", CP " + n(d.cp) + ", TP " + n(d.tp) + ", ETP " + n(etp) +
+                  ", EP " + n(d.ep));
   }
-  return d;
+  return std::pair{d, etp};
 }
 
 // get_train_spec and the trainer's flavor lookup: [model] name is a registered TrainSpec and
@@ -279,8 +258,9 @@ RuleViolations check_torchtitan_config(std::string_view toml, const TorchtitanLa
   check_known_keys(c, keys);
   check_literal_fields(c);
   const std::int64_t layers = check_model(c, launch);
-  const std::optional<Degrees> d = check_parallel_degrees(c, launch.world_size);
-  if (!d) return c.take();
+  const auto degrees = check_toml_degrees(c, launch.world_size);
+  if (!degrees) return c.take();
+  const Degrees* d = &degrees->first;
   check_dual_pipe_v(c, *d);
   const std::int64_t local = check_global_batch(c, d->rep * d->shard);
   if (d->pp > 1) check_toml_pipeline(c, launch, layers, d->pp, local);
