@@ -1,0 +1,158 @@
+// Automatic layer partitioning (tuner/search/layer_partition.hpp) against an exhaustive search of
+// every split on small random problems (the same optimum, and a split that fits and reaches it),
+// the uniform-layer solver against the general one, and hand-worked cases.
+#include "tuner/search/layer_partition.hpp"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <limits>
+#include <random>
+
+#include "engine/errors.hpp"
+
+namespace pipetune::tuner {
+namespace {
+
+// Every split of `layers` layers over the problem's stages (each at least the minimum): the
+// least slowest stage among those that fit; infinity when none fits.
+double exhaustive_optimum(const PartitionProblem& p, int layers) {
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<int> split(static_cast<std::size_t>(p.stages), p.min_layers_per_stage);
+  // Odometer over the counts of the first S-1 stages; the last takes the rest.
+  const std::function<void(std::size_t, int)> walk = [&](std::size_t s, int left) {
+    if (s + 1 == split.size()) {
+      if (left < p.min_layers_per_stage) return;
+      split[s] = left;
+      const SplitCost c = split_cost(p, split);
+      if (c.fits) best = std::min(best, c.slowest);
+      return;
+    }
+    for (int n = p.min_layers_per_stage; n <= left; ++n) {
+      split[s] = n;
+      walk(s + 1, left - n);
+    }
+  };
+  walk(0, layers);
+  return best;
+}
+
+PartitionProblem random_problem(std::mt19937& rng, bool uniform) {
+  std::uniform_int_distribution<int> stages(1, 4), layers(1, 9), coin(0, 1);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  PartitionProblem p;
+  p.stages = stages(rng);
+  const int n = layers(rng);
+  p.min_layers_per_stage = coin(rng);
+  const double cost = 0.5 + unit(rng), stat = unit(rng), act = unit(rng);
+  for (int i = 0; i < n; ++i) {
+    p.layer_cost.push_back(uniform ? cost : 0.5 + unit(rng));
+    p.layer_static_bytes.push_back(uniform ? stat : unit(rng));
+    p.layer_activation_bytes.push_back(uniform ? act : unit(rng));
+  }
+  for (int s = 0; s < p.stages; ++s) {
+    p.stage_extra_cost.push_back(s == 0 || s + 1 == p.stages ? 2.0 * unit(rng) : 0.0);
+    p.stage_in_flight.push_back(static_cast<double>(p.stages - s));
+    p.stage_extra_bytes.push_back(unit(rng));
+  }
+  // Room for about a few layers per stage: some problems fit, some do not.
+  p.capacity_bytes = coin(rng) ? 0.0 : 1.0 + 6.0 * unit(rng);
+  return p;
+}
+
+TEST(LayerPartition, MatchesAnExhaustiveSearchOfEverySplit) {
+  std::mt19937 rng(20261202);
+  int feasible = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const PartitionProblem p = random_problem(rng, trial % 2 == 0);
+    const int layers = static_cast<int>(p.layer_cost.size());
+    const double optimum = exhaustive_optimum(p, layers);
+    const LayerPartition dp = partition_layers(p);
+    ASSERT_EQ(dp.feasible, optimum != std::numeric_limits<double>::infinity()) << "trial " << trial;
+    if (!dp.feasible) continue;
+    ++feasible;
+    EXPECT_NEAR(dp.slowest, optimum, 1e-9) << "trial " << trial;
+    const SplitCost c = split_cost(p, dp.layers);
+    EXPECT_TRUE(c.fits) << "trial " << trial;
+    EXPECT_NEAR(c.slowest, dp.slowest, 1e-9) << "trial " << trial;
+  }
+  EXPECT_GT(feasible, 1000);  // the random problems are not all infeasible
+}
+
+TEST(LayerPartition, UniformSolverMatchesTheGeneralOne) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const PartitionProblem p = random_problem(rng, true);
+    const int layers = static_cast<int>(p.layer_cost.size());
+    const LayerPartition dp = partition_layers(p);
+    const LayerPartition uni = partition_uniform_layers(
+        p, layers, p.layer_cost[0], p.layer_static_bytes[0], p.layer_activation_bytes[0]);
+    ASSERT_EQ(uni.feasible, dp.feasible) << "trial " << trial;
+    if (!dp.feasible) continue;
+    EXPECT_NEAR(uni.slowest, dp.slowest, 1e-9) << "trial " << trial;
+    const SplitCost c = split_cost(p, uni.layers);
+    EXPECT_TRUE(c.fits) << "trial " << trial;
+    EXPECT_NEAR(c.slowest, uni.slowest, 1e-9) << "trial " << trial;
+  }
+}
+
+// 32 layers of cost 1 on 4 stages, the last also running an output layer worth 2.4 layers.
+// Under a bound T the first three stages take floor(T) layers and the last floor(T - 2.4): T = 8.4
+// gives 8 + 8 + 8 + 6 = 30 < 32; T = 9 gives 9 + 9 + 9 + 6 = 33 >= 32, so the optimum is 9 with
+// the last stage holding at most 6 layers (an even split would make it 8 + 2.4 = 10.4).
+TEST(LayerPartition, OutputLayerMovesLayersOffTheLastStage) {
+  PartitionProblem p;
+  p.stages = 4;
+  p.layer_cost.assign(32, 1.0);
+  p.stage_extra_cost = {0.0, 0.0, 0.0, 2.4};
+  for (const LayerPartition& r :
+       {partition_layers(p), partition_uniform_layers(p, 32, 1.0, 0.0, 0.0)}) {
+    ASSERT_TRUE(r.feasible);
+    EXPECT_DOUBLE_EQ(r.slowest, 9.0);
+    EXPECT_LE(r.layers.back(), 6);
+    int sum = 0;
+    for (int n : r.layers) sum += n;
+    EXPECT_EQ(sum, 32);
+  }
+}
+
+// 1F1B on 4 stages keeps 4, 3, 2, 1 micro-batches in flight; one unit of activations per layer
+// and micro-batch in a 30-unit device: the stages hold at most 7, 10, 15 and 30 layers. Evenly
+// (8 each) stage 0 would not fit; under T = 8 the caps give 7 + 8 + 8 + 8 = 31 < 32, under T = 9
+// 7 + 9 + 9 + 9 >= 32: the optimum is 9 with stage 0 at most 7.
+TEST(LayerPartition, FirstStagesHoldFewerLayersWhenTheirActivationsBind) {
+  PartitionProblem p;
+  p.stages = 4;
+  p.layer_cost.assign(32, 1.0);
+  p.layer_static_bytes.assign(32, 0.0);
+  p.layer_activation_bytes.assign(32, 1.0);
+  p.stage_in_flight = {4, 3, 2, 1};
+  p.capacity_bytes = 30.0;
+  for (const LayerPartition& r :
+       {partition_layers(p), partition_uniform_layers(p, 32, 1.0, 0.0, 1.0)}) {
+    ASSERT_TRUE(r.feasible);
+    EXPECT_DOUBLE_EQ(r.slowest, 9.0);
+    EXPECT_LE(r.layers.front(), 7);
+  }
+  p.capacity_bytes = 6.0;  // 1 + 2 + 3 + 6 = 12 layers at most: 32 do not fit
+  EXPECT_FALSE(partition_layers(p).feasible);
+  EXPECT_FALSE(partition_uniform_layers(p, 32, 1.0, 0.0, 1.0).feasible);
+}
+
+TEST(LayerPartition, RefusesSizesThatDisagree) {
+  PartitionProblem p;
+  p.stages = 2;
+  p.layer_cost = {1.0, 1.0, 1.0};
+  p.stage_extra_cost = {1.0};
+  EXPECT_THROW((void)partition_layers(p), InputError);
+  p.stage_extra_cost = {0.0, -1.0};
+  EXPECT_THROW((void)partition_layers(p), InputError);
+  p.stage_extra_cost.clear();
+  p.stages = 0;
+  EXPECT_THROW((void)partition_layers(p), InputError);
+  p.stages = 4;  // more stages than layers, each needing one
+  EXPECT_FALSE(partition_layers(p).feasible);
+}
+
+}  // namespace
+}  // namespace pipetune::tuner

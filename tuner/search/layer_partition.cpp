@@ -1,0 +1,208 @@
+#include "tuner/search/layer_partition.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "engine/errors.hpp"
+
+namespace pipetune::tuner {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Sums compared with a little slack, so that a budget met exactly in exact arithmetic is met.
+bool at_most(double value, double limit) {
+  return value <= limit + 1e-9 * std::max(1.0, std::abs(limit));
+}
+
+double at(const std::vector<double>& v, std::size_t i, double fallback) {
+  return v.empty() ? fallback : v[i];
+}
+
+void check_sizes(const PartitionProblem& p, std::size_t layers) {
+  const auto fail = [](const std::string& what) { throw InputError("layer partition: " + what); };
+  if (p.stages < 1) fail("stages must be at least 1 (got " + std::to_string(p.stages) + ")");
+  if (p.min_layers_per_stage < 0) fail("min_layers_per_stage must be >= 0");
+  const auto s = static_cast<std::size_t>(p.stages);
+  for (const auto* v : {&p.stage_extra_cost, &p.stage_in_flight, &p.stage_extra_bytes})
+    if (!v->empty() && v->size() != s)
+      fail("a per-stage list has " + std::to_string(v->size()) + " entries for " +
+           std::to_string(s) + " stages");
+  for (const auto* v : {&p.layer_static_bytes, &p.layer_activation_bytes})
+    if (!v->empty() && v->size() != layers)
+      fail("a per-layer list has " + std::to_string(v->size()) + " entries for " +
+           std::to_string(layers) + " layers");
+  for (const auto* v : {&p.layer_cost, &p.stage_extra_cost, &p.layer_static_bytes,
+                        &p.layer_activation_bytes, &p.stage_in_flight, &p.stage_extra_bytes})
+    for (double x : *v)
+      if (!(x >= 0.0)) fail("costs and bytes must be >= 0 (got " + std::to_string(x) + ")");
+}
+
+bool memory_limited(const PartitionProblem& p) {
+  return p.capacity_bytes > 0.0;
+}
+
+// Prefix sums of a per-layer list (zeros when it is empty).
+std::vector<double> prefix(const std::vector<double>& v, std::size_t layers) {
+  std::vector<double> out(layers + 1, 0.0);
+  for (std::size_t i = 0; i < layers; ++i) out[i + 1] = out[i] + at(v, i, 0.0);
+  return out;
+}
+
+}  // namespace
+
+LayerPartition partition_layers(const PartitionProblem& p) {
+  const std::size_t L = p.layer_cost.size();
+  check_sizes(p, L);
+  const auto S = static_cast<std::size_t>(p.stages);
+  const auto min = static_cast<std::size_t>(p.min_layers_per_stage);
+  LayerPartition out;
+  if (S * min > L) return out;
+  const std::vector<double> cost = prefix(p.layer_cost, L);
+  const std::vector<double> stat = prefix(p.layer_static_bytes, L);
+  const std::vector<double> act = prefix(p.layer_activation_bytes, L);
+  const auto fits = [&](std::size_t s, std::size_t j, std::size_t i) {
+    if (!memory_limited(p)) return true;
+    const double bytes = stat[i] - stat[j] + at(p.stage_in_flight, s, 1.0) * (act[i] - act[j]) +
+                         at(p.stage_extra_bytes, s, 0.0);
+    return at_most(bytes, p.capacity_bytes);
+  };
+  // best[s][i]: the slowest of stages 0..s-1 holding layers 0..i-1; from[s][i]: where stage s-1
+  // starts in it.
+  std::vector<std::vector<double>> best(S + 1, std::vector<double>(L + 1, kInf));
+  std::vector<std::vector<std::size_t>> from(S + 1, std::vector<std::size_t>(L + 1, 0));
+  best[0][0] = 0.0;
+  for (std::size_t s = 1; s <= S; ++s) {
+    const double extra = at(p.stage_extra_cost, s - 1, 0.0);
+    for (std::size_t i = s * min; i <= L; ++i) {
+      // The smallest start of the best: later stages take as many layers as the optimum allows,
+      // which leaves the first stages (the most micro-batches in flight) the fewest.
+      for (std::size_t j = (s - 1) * min; j + min <= i; ++j) {
+        if (best[s - 1][j] == kInf || !fits(s - 1, j, i)) continue;
+        const double slowest = std::max(best[s - 1][j], cost[i] - cost[j] + extra);
+        if (slowest < best[s][i]) {
+          best[s][i] = slowest;
+          from[s][i] = j;
+        }
+      }
+    }
+  }
+  if (best[S][L] == kInf) return out;
+  out.feasible = true;
+  out.slowest = best[S][L];
+  out.layers.assign(S, 0);
+  for (std::size_t s = S, i = L; s > 0; --s) {
+    const std::size_t j = from[s][i];
+    out.layers[s - 1] = static_cast<int>(i - j);
+    i = j;
+  }
+  return out;
+}
+
+LayerPartition partition_uniform_layers(const PartitionProblem& p, int layers, double layer_cost,
+                                        double layer_static_bytes, double layer_activation_bytes) {
+  PartitionProblem sized = p;
+  sized.layer_cost.assign(static_cast<std::size_t>(std::max(layers, 0)), layer_cost);
+  sized.layer_static_bytes.clear();
+  sized.layer_activation_bytes.clear();
+  check_sizes(sized, sized.layer_cost.size());
+  if (layers < 0 || !(layer_cost >= 0.0) || !(layer_static_bytes >= 0.0) ||
+      !(layer_activation_bytes >= 0.0))
+    throw InputError("layer partition: layer counts, costs and bytes must be >= 0");
+  const auto S = static_cast<std::size_t>(p.stages);
+  const int min = p.min_layers_per_stage;
+  LayerPartition out;
+  if (static_cast<std::int64_t>(S) * min > layers) return out;
+  // The most layers stage s can take: its memory's bound, and under a time bound T its time's.
+  const auto memory_cap = [&](std::size_t s) -> int {
+    if (!memory_limited(p)) return layers;
+    const double room = p.capacity_bytes - at(p.stage_extra_bytes, s, 0.0);
+    if (!at_most(0.0, room)) return -1;
+    const double per_layer =
+        layer_static_bytes + at(p.stage_in_flight, s, 1.0) * layer_activation_bytes;
+    if (per_layer <= 0.0) return layers;
+    return static_cast<int>(std::min<double>(layers, std::floor(room / per_layer * (1 + 1e-12))));
+  };
+  const auto time_cap = [&](std::size_t s, double bound) -> int {
+    const double room = bound - at(p.stage_extra_cost, s, 0.0);
+    if (!at_most(0.0, room)) return -1;
+    if (layer_cost <= 0.0) return layers;
+    return static_cast<int>(std::min<double>(layers, std::floor(room / layer_cost * (1 + 1e-12))));
+  };
+  std::vector<int> mem(S);
+  for (std::size_t s = 0; s < S; ++s) mem[s] = memory_cap(s);
+  const auto caps = [&](double bound, std::vector<int>& cap) {
+    std::int64_t total = 0;
+    for (std::size_t s = 0; s < S; ++s) {
+      cap[s] = std::min(mem[s], time_cap(s, bound));
+      if (cap[s] < min) return false;
+      total += cap[s];
+    }
+    return total >= layers;
+  };
+  // The optimum is one stage's time at some layer count: search those values in order.
+  std::vector<double> extras;
+  for (std::size_t s = 0; s < S; ++s) extras.push_back(at(p.stage_extra_cost, s, 0.0));
+  std::sort(extras.begin(), extras.end());
+  extras.erase(std::unique(extras.begin(), extras.end()), extras.end());
+  std::vector<double> candidates;
+  for (double extra : extras)
+    for (int n = min; n <= layers; ++n) candidates.push_back(n * layer_cost + extra);
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  std::vector<int> cap(S);
+  std::size_t lo = 0, hi = candidates.size();  // first feasible in [lo, hi); hi: none
+  while (lo < hi) {
+    const std::size_t mid = (lo + hi) / 2;
+    if (caps(candidates[mid], cap))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  if (lo == candidates.size()) return out;
+  caps(candidates[lo], cap);
+  // Every stage its minimum, then the rest from the last stage back, each up to its cap.
+  out.layers.assign(S, min);
+  int rest = layers - static_cast<int>(S) * min;
+  for (std::size_t s = S; s-- > 0 && rest > 0;) {
+    const int add = std::min(rest, cap[s] - min);
+    out.layers[s] += add;
+    rest -= add;
+  }
+  out.feasible = true;
+  out.slowest = 0.0;
+  for (std::size_t s = 0; s < S; ++s)
+    out.slowest =
+        std::max(out.slowest, out.layers[s] * layer_cost + at(p.stage_extra_cost, s, 0.0));
+  return out;
+}
+
+SplitCost split_cost(const PartitionProblem& p, const std::vector<int>& split) {
+  SplitCost out;
+  if (split.size() != static_cast<std::size_t>(p.stages)) return out;
+  const std::size_t L = p.layer_cost.size();
+  const std::vector<double> cost = prefix(p.layer_cost, L);
+  const std::vector<double> stat = prefix(p.layer_static_bytes, L);
+  const std::vector<double> act = prefix(p.layer_activation_bytes, L);
+  std::size_t j = 0;
+  out.fits = true;
+  for (std::size_t s = 0; s < split.size(); ++s) {
+    if (split[s] < p.min_layers_per_stage || j + static_cast<std::size_t>(split[s]) > L) {
+      out.fits = false;
+      return out;
+    }
+    const std::size_t i = j + static_cast<std::size_t>(split[s]);
+    out.slowest = std::max(out.slowest, cost[i] - cost[j] + at(p.stage_extra_cost, s, 0.0));
+    const double bytes = stat[i] - stat[j] + at(p.stage_in_flight, s, 1.0) * (act[i] - act[j]) +
+                         at(p.stage_extra_bytes, s, 0.0);
+    if (memory_limited(p) && !at_most(bytes, p.capacity_bytes)) out.fits = false;
+    j = i;
+  }
+  if (j != L) out.fits = false;
+  return out;
+}
+
+}  // namespace pipetune::tuner
