@@ -304,7 +304,9 @@ void check_fields(Checker& c, const std::map<std::string, std::string>& raw,
 // The module as _load_config runs it: every statement read, every name imported from where it
 // exists, the function CONFIG names defined and returning the config.
 void check_statements(Checker& c, const std::map<std::string, std::string>& raw) {
-  for (const auto& [key, value] : raw) {
+  for (const auto& entry : raw) {
+    const std::string& key = entry.first;
+    const std::string& value = entry.second;
     if (starts_with(key, "unread."))
       c.fail("a statement pipetune's exports write", kLoadConfig, value);
     if (!starts_with(key, "import.")) continue;
