@@ -17,8 +17,10 @@
 #include "cli/workspace_cli.hpp"
 #include "db/store/record_json.hpp"
 #include "engine/errors.hpp"
+#include "engine/spec/validate.hpp"
 #include "tuner/predict/evaluate.hpp"
 #include "tuner/run_setup.hpp"
+#include "tuner/search/auto_layer_split.hpp"
 #include "tuner/search/search.hpp"
 
 namespace pipetune::cli {
@@ -126,7 +128,7 @@ void run_flags(const PredictArgs& a) {
   if (a.vocab == "redis") {
     p.layer_split = tuner::redistributed_layer_split(t.model.layers, p.pp, 0.0,
                                                      tuner::output_layer_in_layers(t.model));
-  } else {
+  } else if (a.vocab != "auto") {
     p.vocab = schedule::parse_vocab_mode(a.vocab);
   }
   p.recompute = spec::parse_recompute(a.recompute);
@@ -136,6 +138,16 @@ void run_flags(const PredictArgs& a) {
                      " is not divisible by micro-batch " + std::to_string(p.micro_batch_size) +
                      " x dp " + std::to_string(p.dp));
   p.microbatches = static_cast<int>(t.global_batch / (p.micro_batch_size * p.dp));
+  if (a.vocab == "auto") {
+    // The split the tuner's auto mode picks for this plan (Merak's partitioning).
+    if (p.pp < 2) throw InputError("--vocab auto needs a pipeline (--pp at least 2)");
+    spec::validate(t.model, t.cluster, p);
+    const std::optional<std::vector<int>> split = tuner::auto_layer_split(t.model, t.cluster, p);
+    if (!split)
+      throw InputError("--vocab auto: no layer split fits every stage's memory on " +
+                       t.cluster.hardware.name);
+    p.layer_split = *split;
+  }
   print_prediction(t.model, t.cluster, t.global_batch, p, a.vocab,
                    tuner::evaluate_plan(t.model, t.cluster, p), a.json);
 }
@@ -180,8 +192,10 @@ void add_predict_command(CLI::App& app) {
                   .micro_batch_size = "Sequences per micro-batch",
                   .zero = "ZeRO stage 0-3 (1: distributed optimizer)"});
   cmd->add_option("--schedule", a->schedule, "Pipeline schedule")->capture_default_str();
-  cmd->add_option("--vocab", a->vocab,
-                  "Vocabulary layers: none, redis, vocab-1, vocab-2, interlaced")
+  cmd->add_option(
+         "--vocab", a->vocab,
+         "Vocabulary layers: none, redis, auto (the tuner's automatic layer split), vocab-1, "
+         "vocab-2, interlaced")
       ->capture_default_str();
   cmd->add_option("--recompute", a->recompute, "none, selective or full")->capture_default_str();
   cmd->add_flag("--sequence-parallel", a->sequence_parallel, "Sequence parallelism (with TP)");

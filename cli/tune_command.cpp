@@ -173,7 +173,7 @@ void add_tune_command(CLI::App& app) {
   add_target_options(cmd, a->target);
   cmd->add_option("--schedules", a->schedules, "Schedules to try, comma-separated (default all)");
   cmd->add_option("--vocab-modes", a->vocab_modes,
-                  "none, redis, vocab-1, vocab-2, interlaced (comma-separated; default all)");
+                  "none, redis, auto, vocab-1, vocab-2, interlaced (comma-separated; default all)");
   cmd->add_option("--max-candidates", a->max_candidates, "Stop after this many plans (0 = all)");
   cmd->add_option("--top", a->top, "Results to print")->capture_default_str();
   cmd->add_option("--keep", a->keep,

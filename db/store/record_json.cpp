@@ -40,9 +40,10 @@ spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_la
     if (!training) p.global_batch = j.at("global_batch");
     p.schedule = j.at("schedule");
     vocab_label = j.at("vocab");
-    // A tuner plan may say "redis", the search's label for layers moved off the vocabulary
-    // stages: no vocabulary parallelism (the layer split says where the layers went).
-    if (training || vocab_label != "redis") p.vocab = schedule::parse_vocab_mode(vocab_label);
+    // A tuner plan may say "redis" or "auto", the search's labels for its uneven layer splits:
+    // no vocabulary parallelism (the layer split says where the layers went).
+    if (training || (vocab_label != "redis" && vocab_label != "auto"))
+      p.vocab = schedule::parse_vocab_mode(vocab_label);
     // Training runs stored before these were kept do not say: none, false and the even split.
     if (!training || j.contains("layer_split"))
       p.layer_split = j.at("layer_split").get<std::vector<int>>();

@@ -97,7 +97,7 @@ TEST(HostileInput, TuneListsEveryVocabularyOptionItSearches) {
   expect_refused(
       {{"tune", "--model", "tiny", "--hardware", "h100-sxm", "--gpus", "8", "--global-batch", "64",
         "--vocab-modes", "zzz", "--no-db"},
-       "--vocab-modes names an unknown mode 'zzz' (valid: none, redis, vocab-1, vocab-2, "
+       "--vocab-modes names an unknown mode 'zzz' (valid: none, redis, auto, vocab-1, vocab-2, "
        "interlaced)"});
 }
 

@@ -46,8 +46,8 @@ TEST(SearchRequest, LimitsAndModesAreCheckedWithTheFieldAndTheRule) {
   r = tiny_request();
   r.vocab_modes = {"redis", "zzz"};
   EXPECT_EQ(broken(r),
-            "vocab_modes: names an unknown mode 'zzz' (valid: none, redis, vocab-1, vocab-2, "
-            "interlaced)");
+            "vocab_modes: names an unknown mode 'zzz' (valid: none, redis, auto, vocab-1, "
+            "vocab-2, interlaced)");
   // An unknown schedule lists the valid ones; the target's errors name its field.
   r = tiny_request();
   r.schedules = {"2f2b"};

@@ -13,6 +13,7 @@
 #include "engine/schedule/generators.hpp"
 #include "engine/spec/validate.hpp"
 #include "tuner/memory/memory_model.hpp"
+#include "tuner/search/auto_layer_split.hpp"
 
 namespace pipetune::tuner {
 
@@ -61,7 +62,8 @@ void require_distinct(const std::vector<T>& items, const char* what, Name name) 
         throw InputError(std::string(what) + ": '" + name(items[i]) + "' is listed twice");
 }
 
-const std::vector<std::string> kVocabModes = {"none", "redis", "vocab-1", "vocab-2", "interlaced"};
+const std::vector<std::string> kVocabModes = {"none",    "redis",   "auto",
+                                              "vocab-1", "vocab-2", "interlaced"};
 
 struct Job {
   spec::ParallelPlan plan;
@@ -205,13 +207,16 @@ class Enumerator {
       } else if (!pipelined) {
         impossible(mode + " needs a pipeline (pp > 1)");  // without one, every mode is none
         continue;
-      } else if (mode == "redis") {
+      } else if (mode == "redis" || mode == "auto") {
         if (is_v_schedule(p.schedule) || p.chunks > 1) {
-          impossible("redis needs one layer group per stage (" + p.schedule + " has more)");
+          impossible(mode + " needs one layer group per stage (" + p.schedule + " has more)");
           continue;
         }
-        p.layer_split =
-            redistributed_layer_split(s_.model.layers, p.pp, 0.0, output_layer_in_layers(s_.model));
+        // auto: split per recomputation and ZeRO stage (enumerate_memory_knobs), which change
+        // the stages' memory.
+        if (mode == "redis")
+          p.layer_split = redistributed_layer_split(s_.model.layers, p.pp, 0.0,
+                                                    output_layer_in_layers(s_.model));
       } else {
         p.vocab = schedule::parse_vocab_mode(mode);
         if (!schedule::supports_vocab(p.schedule, p.vocab)) {
@@ -231,6 +236,8 @@ class Enumerator {
         spec::ParallelPlan p = base;
         p.recompute = rc;
         p.zero_stage = zero;
+        // The auto split's plan is not a candidate when no split fits or it is the even one.
+        if (vocab_label == "auto" && !split_automatically(p)) continue;
         ++r_.candidates_enumerated;
         try {
           spec::validate(s_.model, s_.cluster, p);
@@ -250,6 +257,28 @@ class Enumerator {
         if (full()) return;
       }
     }
+  }
+
+  // The auto layer split of a plan (auto_layer_split.hpp); false (counted as pruned) when no
+  // split fits or the split is the even one (the plan of mode "none").
+  bool split_automatically(spec::ParallelPlan& p) {
+    std::optional<std::vector<int>> split;
+    try {
+      split = auto_layer_split(s_.model, s_.cluster, p);
+    } catch (const InputError& e) {
+      prune("plan rule: " + reason_key(e.what()));
+      return false;
+    }
+    if (!split) {
+      prune("auto split: no split fits every stage's memory");
+      return false;
+    }
+    p.layer_split = *split;
+    if (spec::layer_split(s_.model, p) == spec::even_layer_split(s_.model.layers, p.pp)) {
+      prune("auto split is the even split (mode none)");
+      return false;
+    }
+    return true;
   }
 
   void note_infeasible(const spec::ParallelPlan& p, const std::string& label, double bytes) {

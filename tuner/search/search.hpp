@@ -7,9 +7,11 @@
 // KV heads), pp (up to the layer count), dp (what is left), ep (MoE: divisors of dp that divide
 // the experts), micro-batch size, schedule with its chunks (interleaved-1f1b: layer groups that
 // split the layers evenly, V schedules: 2), vocabulary mode (none; redis: transformer layers
-// moved off the stages that hold the vocabulary layers; vocab-1, vocab-2, interlaced where the
-// schedule supports them), recomputation and ZeRO stage (0 to 3: optimizer state, then also
-// gradients, then also weights sharded over dp). Sequence parallelism is on whenever tp > 1 (the
+// moved off the stages that hold the vocabulary layers; auto: the split that minimises the
+// slowest stage under each stage's memory, Merak's automatic partitioning, auto_layer_split.hpp,
+// enumerated when it is not the even split; vocab-1, vocab-2, interlaced where the schedule
+// supports them), recomputation and ZeRO stage (0 to 3: optimizer state, then also gradients,
+// then also weights sharded over dp). Sequence parallelism is on whenever tp > 1 (the
 // same communication volume, less activation memory).
 //
 // Each list of the space names an entry once (InputError naming a repeated one). A combination

@@ -1,0 +1,123 @@
+// The tuner's auto layer split (Merak's partitioning, tuner/search/auto_layer_split.hpp): a closed
+// form when memory does not bind, a plan it makes fit where the even split does not (checked with
+// the evaluator's full memory model and simulator, not the partitioner's own sums), and the search
+// ranking such plans.
+#include "tuner/search/auto_layer_split.hpp"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "engine/errors.hpp"
+#include "engine/spec/load.hpp"
+#include "tuner/predict/evaluate.hpp"
+#include "tuner/search/evaluator_scorer.hpp"
+#include "tuner/search/search.hpp"
+#include "tuner/search/search_request.hpp"
+#include "tuner/search/tuning_target.hpp"
+
+namespace pipetune::tuner {
+namespace {
+
+ResolvedTarget llama3_70b_on_16() {
+  TuningTarget t;
+  t.model = "llama3-70b";
+  t.hardware = "h100-sxm";
+  t.gpus = 16;
+  t.global_batch = 64;
+  return resolve_target(t);
+}
+
+// tp=4 pp=4 dp=1 1F1B, full recomputation: a plan whose stages are close to the device's memory.
+spec::ParallelPlan tight_plan(const ResolvedTarget& t) {
+  spec::ParallelPlan p;
+  p.tp = 4;
+  p.pp = 4;
+  p.dp = 1;
+  p.micro_batch_size = 1;
+  p.global_batch = t.global_batch;
+  p.microbatches = static_cast<int>(t.global_batch);
+  p.recompute = spec::Recompute::Full;
+  p.sequence_parallel = true;
+  spec::apply_defaults(p);
+  return p;
+}
+
+// llama3-8b's layers are alike, its output layer worth 6V / (72h + 6s) = 6 * 128256 /
+// (72 * 4096 + 6 * 8192) = 2.24 layers. With memory out of the way, 4 stages under a bound T take
+// floor(T) layers each and the last floor(T - 2.24): T = 8.24 gives 8 + 8 + 8 + 6 = 30 < 32, T = 9
+// gives 9 + 9 + 9 + 6 >= 32. The optimum 9 leaves the last stage 6 layers, the later stages
+// filled first: 8, 9, 9, 6.
+TEST(AutoLayerSplit, WithoutAMemoryLimitItBalancesTheOutputLayer) {
+  TuningTarget t;
+  t.model = "llama3-8b";
+  t.hardware = "h100-sxm";
+  t.gpus = 8;
+  t.global_batch = 64;
+  ResolvedTarget r = resolve_target(t);
+  r.cluster.hardware.hbm_bytes = std::int64_t{1} << 50;
+  spec::ParallelPlan p;
+  p.pp = 4;
+  p.dp = 2;
+  p.global_batch = 64;
+  p.microbatches = 32;
+  spec::apply_defaults(p);
+  EXPECT_NEAR(output_layer_in_layers(r.model), 2.24, 0.01);
+  const std::optional<std::vector<int>> split = auto_layer_split(r.model, r.cluster, p);
+  ASSERT_TRUE(split.has_value());
+  EXPECT_EQ(*split, (std::vector<int>{8, 9, 9, 6}));
+}
+
+// The even split (20 layers a stage) does not fit an H100; the auto split does, and the
+// evaluator (memory model at the simulated peak) agrees on both.
+TEST(AutoLayerSplit, FitsAPlanTheEvenSplitDoesNot) {
+  const ResolvedTarget t = llama3_70b_on_16();
+  spec::ParallelPlan even = tight_plan(t);
+  const PlanEvaluation e = evaluate_plan(t.model, t.cluster, even);
+  EXPECT_FALSE(e.feasible) << "the even split fits: the case no longer tests anything";
+  const std::optional<std::vector<int>> split = auto_layer_split(t.model, t.cluster, even);
+  ASSERT_TRUE(split.has_value());
+  EXPECT_EQ(std::accumulate(split->begin(), split->end(), 0), 80);
+  EXPECT_NE(*split, (std::vector<int>{20, 20, 20, 20}));
+  spec::ParallelPlan balanced = even;
+  balanced.layer_split = *split;
+  const PlanEvaluation a = evaluate_plan(t.model, t.cluster, balanced);
+  EXPECT_TRUE(a.feasible) << a.infeasible_reason;
+}
+
+// The search ranks the auto split of that plan, labelled "auto", with its split in the plan.
+TEST(AutoLayerSplit, TheSearchRanksAutoSplits) {
+  SearchRequest request;
+  request.target.model = "llama3-70b";
+  request.target.hardware = "h100-sxm";
+  request.target.gpus = 16;
+  request.target.global_batch = 64;
+  request.schedules = {"1f1b"};
+  request.vocab_modes = {"none", "auto"};
+  request.keep = 20;
+  const SearchSpace space = search_space(request);
+  const SearchResult r = search_plans(space, evaluator_scorers(space.model, space.cluster));
+  bool ranked = false;
+  for (const ScoredPlan& c : r.ranked) {
+    if (c.vocab_label != "auto") continue;
+    EXPECT_FALSE(c.plan.layer_split.empty());
+    EXPECT_NE(spec::layer_split(space.model, c.plan),
+              spec::even_layer_split(space.model.layers, c.plan.pp));
+    ranked = ranked || (c.plan.tp == 4 && c.plan.pp == 4);
+  }
+  EXPECT_TRUE(ranked) << "tp=4 pp=4 runs only with the auto split";
+}
+
+TEST(AutoLayerSplit, OneLayerGroupPerStageOnly) {
+  const ResolvedTarget t = llama3_70b_on_16();
+  spec::ParallelPlan v = tight_plan(t);
+  v.schedule = "v-half";
+  v.chunks = 2;
+  EXPECT_THROW((void)auto_layer_split(t.model, t.cluster, v), InputError);
+  spec::ParallelPlan vocab = tight_plan(t);
+  vocab.vocab = schedule::VocabMode::Vocab1;
+  EXPECT_THROW((void)auto_layer_split(t.model, t.cluster, vocab), InputError);
+}
+
+}  // namespace
+}  // namespace pipetune::tuner

@@ -1,0 +1,86 @@
+#include "tuner/search/auto_layer_split.hpp"
+
+#include <algorithm>
+
+#include "engine/errors.hpp"
+#include "engine/schedule/generators.hpp"
+#include "engine/spec/plan_schedule.hpp"
+#include "tuner/cost/analytic_costs.hpp"
+#include "tuner/memory/memory_model.hpp"
+#include "tuner/search/layer_partition.hpp"
+#include "tuner/search/search.hpp"
+
+namespace pipetune::tuner {
+
+namespace {
+
+// Each layer's FLOPs for the plan (the unit of the stage times), and the output layer's.
+void add_costs(const spec::ModelSpec& model, const spec::ParallelPlan& plan, PartitionProblem& p) {
+  double total = 0.0;
+  for (std::int64_t layer = 0; layer < model.layers; ++layer) {
+    const LayerFlops f = layer_flops(model, plan, layer);
+    p.layer_cost.push_back(f.forward + f.input_grad + f.weight_grad);
+    total += p.layer_cost.back();
+  }
+  const double mean = total / static_cast<double>(std::max<std::int64_t>(1, model.layers));
+  p.stage_extra_cost.assign(static_cast<std::size_t>(plan.pp), 0.0);
+  p.stage_extra_cost.back() = output_layer_in_layers(model) * mean;
+}
+
+// Each stage's memory: a layer's static bytes (the model's mean layer on one device: the memory
+// model's parameters per stage over its layers, at the plan's ZeRO bytes per parameter), its
+// activations per micro-batch, the micro-batches in flight at each stage's peak, and the
+// vocabulary tables and overhead besides.
+void add_memory(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                const spec::ParallelPlan& plan, PartitionProblem& p) {
+  spec::ParallelPlan even = plan;
+  even.layer_split.clear();
+  const std::vector<StageParameters> stages =
+      stage_parameters(model, even, schedule::schedule_placement(plan.schedule));
+  const MemoryModelOptions options = default_memory_options(cluster.hardware);
+  const BytesPerParameter dense = bytes_per_parameter(plan.zero_stage, plan.dp, options);
+  const BytesPerParameter expert =
+      bytes_per_parameter(plan.zero_stage, std::max(1, plan.dp / plan.ep), options);
+  double layer_bytes = 0.0;
+  for (const StageParameters& s : stages)
+    layer_bytes += s.dense * dense.total() + s.expert * expert.total();
+  layer_bytes /= static_cast<double>(model.layers);
+  const double activation = layer_activation_bytes(model, plan);
+  p.layer_static_bytes.assign(static_cast<std::size_t>(model.layers), layer_bytes);
+  p.layer_activation_bytes.assign(static_cast<std::size_t>(model.layers), activation);
+  const schedule::GeneratorParams params = spec::generator_params(plan);
+  for (int rank = 0; rank < plan.pp; ++rank) {
+    p.stage_in_flight.push_back(schedule::least_peak_in_flight(params, rank));
+    p.stage_extra_bytes.push_back(stages[static_cast<std::size_t>(rank)].vocabulary *
+                                      dense.total() +
+                                  options.framework_overhead_bytes);
+  }
+  p.capacity_bytes = static_cast<double>(cluster.hardware.hbm_bytes);
+}
+
+}  // namespace
+
+std::optional<std::vector<int>> auto_layer_split(const spec::ModelSpec& model,
+                                                 const spec::ClusterSpec& cluster,
+                                                 const spec::ParallelPlan& plan) {
+  if (plan.chunks > 1 || schedule::schedule_placement(plan.schedule) != schedule::Placement::Linear)
+    throw InputError("auto layer split: " + plan.schedule +
+                     " places more than one layer group per stage");
+  if (plan.vocab != schedule::VocabMode::None)
+    throw InputError("auto layer split: the vocabulary layers are already spread over the stages");
+  PartitionProblem problem;
+  problem.stages = plan.pp;
+  add_costs(model, plan, problem);
+  add_memory(model, cluster, plan, problem);
+  const bool uniform = std::all_of(problem.layer_cost.begin(), problem.layer_cost.end(),
+                                   [&](double c) { return c == problem.layer_cost.front(); });
+  const LayerPartition split =
+      uniform ? partition_uniform_layers(
+                    problem, static_cast<int>(model.layers), problem.layer_cost.front(),
+                    problem.layer_static_bytes.front(), problem.layer_activation_bytes.front())
+              : partition_layers(problem);
+  if (!split.feasible) return std::nullopt;
+  return split.layers;
+}
+
+}  // namespace pipetune::tuner
