@@ -103,6 +103,8 @@ TEST(AutoLayerSplit, TheSearchRanksAutoSplits) {
     EXPECT_FALSE(c.plan.layer_split.empty());
     EXPECT_NE(spec::layer_split(space.model, c.plan),
               spec::even_layer_split(space.model.layers, c.plan.pp));
+    EXPECT_NE(plan_summary(c.plan, c.vocab_label).find(" vocab=auto split="), std::string::npos)
+        << plan_summary(c.plan, c.vocab_label);
     ranked = ranked || (c.plan.tp == 4 && c.plan.pp == 4);
   }
   EXPECT_TRUE(ranked) << "tp=4 pp=4 runs only with the auto split";

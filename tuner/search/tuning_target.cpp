@@ -41,7 +41,13 @@ std::string plan_summary(const spec::ParallelPlan& p, const std::string& vocab_l
   if (p.ep > 1) s += " ep=" + std::to_string(p.ep);
   s += " mbs=" + std::to_string(p.micro_batch_size) + " " + p.schedule;
   if (p.chunks > 1) s += " v=" + std::to_string(p.chunks);
-  s += " vocab=" + vocab_label + " recompute=" + std::string(spec::recompute_name(p.recompute)) +
+  s += " vocab=" + vocab_label;
+  if (!p.layer_split.empty()) {
+    s += " split=";
+    for (std::size_t i = 0; i < p.layer_split.size(); ++i)
+      s += (i ? "/" : "") + std::to_string(p.layer_split[i]);
+  }
+  s += " recompute=" + std::string(spec::recompute_name(p.recompute)) +
        " zero=" + std::to_string(p.zero_stage);
   return s;
 }
