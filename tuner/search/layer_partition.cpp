@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "engine/errors.hpp"
@@ -50,6 +52,34 @@ std::vector<double> prefix(const std::vector<double>& v, std::size_t layers) {
   std::vector<double> out(layers + 1, 0.0);
   for (std::size_t i = 0; i < layers; ++i) out[i + 1] = out[i] + at(v, i, 0.0);
   return out;
+}
+
+// The least stage time under which `feasible` holds: the optimum is one stage's time at some
+// layer count (extra cost + n layers), so a binary search over those values in order; nullopt
+// when none is.
+std::optional<double> least_feasible_bound(const PartitionProblem& p, int layers, double layer_cost,
+                                           const std::function<bool(double)>& feasible) {
+  std::vector<double> extras;
+  for (std::size_t s = 0; s < static_cast<std::size_t>(p.stages); ++s)
+    extras.push_back(at(p.stage_extra_cost, s, 0.0));
+  std::sort(extras.begin(), extras.end());
+  extras.erase(std::unique(extras.begin(), extras.end()), extras.end());
+  std::vector<double> candidates;
+  for (double extra : extras)
+    for (int n = p.min_layers_per_stage; n <= layers; ++n)
+      candidates.push_back(n * layer_cost + extra);
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  std::size_t lo = 0, hi = candidates.size();  // first feasible in [lo, hi); hi: none
+  while (lo < hi) {
+    const std::size_t mid = (lo + hi) / 2;
+    if (feasible(candidates[mid]))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  if (lo == candidates.size()) return std::nullopt;
+  return candidates[lo];
 }
 
 }  // namespace
@@ -143,27 +173,11 @@ LayerPartition partition_uniform_layers(const PartitionProblem& p, int layers, d
     }
     return total >= layers;
   };
-  // The optimum is one stage's time at some layer count: search those values in order.
-  std::vector<double> extras;
-  for (std::size_t s = 0; s < S; ++s) extras.push_back(at(p.stage_extra_cost, s, 0.0));
-  std::sort(extras.begin(), extras.end());
-  extras.erase(std::unique(extras.begin(), extras.end()), extras.end());
-  std::vector<double> candidates;
-  for (double extra : extras)
-    for (int n = min; n <= layers; ++n) candidates.push_back(n * layer_cost + extra);
-  std::sort(candidates.begin(), candidates.end());
-  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
   std::vector<int> cap(S);
-  std::size_t lo = 0, hi = candidates.size();  // first feasible in [lo, hi); hi: none
-  while (lo < hi) {
-    const std::size_t mid = (lo + hi) / 2;
-    if (caps(candidates[mid], cap))
-      hi = mid;
-    else
-      lo = mid + 1;
-  }
-  if (lo == candidates.size()) return out;
-  caps(candidates[lo], cap);
+  const std::optional<double> bound =
+      least_feasible_bound(p, layers, layer_cost, [&](double b) { return caps(b, cap); });
+  if (!bound) return out;
+  caps(*bound, cap);
   // Every stage its minimum, then the rest from the last stage back, each up to its cap.
   out.layers.assign(S, min);
   int rest = layers - static_cast<int>(S) * min;
