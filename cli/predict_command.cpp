@@ -106,8 +106,7 @@ void run_flags(const PredictArgs& a) {
     if (!given) throw InputError(std::string(flag) + " is required (or --config RUN)");
   };
   require(!a.target.model.empty(), "--model");
-  require(!a.target.hardware.empty(), "--hardware");
-  require(a.target.gpus != 0, "--gpus");
+  require_target_options(a.target, ", or --config RUN");
   require(a.target.global_batch != 0, "--global-batch");
   require(a.plan.tp.has_value(), "--tp");
   require(a.plan.pp.has_value(), "--pp");
@@ -211,8 +210,7 @@ void add_predict_command(CLI::App& app) {
                   "With --config: the per-stage error against this stored run (id or name)");
   add_db_option(cmd, a->db);
   // The target's flags are required unless --config is given (checked in run_flags).
-  for (const char* name : {"--model", "--hardware", "--gpus", "--global-batch"})
-    cmd->get_option(name)->required(false);
+  for (const char* name : {"--model", "--global-batch"}) cmd->get_option(name)->required(false);
   cmd->callback([a] { run(*a); });
 }
 

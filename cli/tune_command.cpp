@@ -61,6 +61,7 @@ tuner::SearchSpace make_space(const TuneArgs& a) {
     if (!list->empty() && split_list(*list).empty())
       throw InputError(std::string(flag) + " names nothing ('" + *list + "')");
   if (a.top < 1) throw InputError("--top must be positive (got " + std::to_string(a.top) + ")");
+  require_target_options(a.target);
   const tuner::SearchRequest request{.target = a.target,
                                      .schedules = split_list(a.schedules),
                                      .vocab_modes = split_list(a.vocab_modes),

@@ -17,8 +17,11 @@ namespace pipetune::cli {
 using TargetArgs = tuner::TuningTarget;
 using Target = tuner::ResolvedTarget;
 
-// --model --hardware --gpus --nodes-of --global-batch --seq
+// --model, --hardware --gpus [--nodes-of] or --cluster, --global-batch, --seq
 void add_target_options(CLI::App* cmd, TargetArgs& args);
+// The flags a target needs: --hardware and --gpus unless --cluster gives them (InputError
+// naming the flag; `alternative`, e.g. " or --config RUN", is added to the message).
+void require_target_options(const TargetArgs& args, const std::string& alternative = "");
 using tuner::plan_summary;
 using tuner::resolve_target;
 

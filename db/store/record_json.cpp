@@ -102,19 +102,22 @@ spec::ModelSpec model_from_json(const nlohmann::json& j) {
 
 nlohmann::json trial_json(const TrialTarget& t, const spec::ParallelPlan& plan,
                           const std::string& vocab_label) {
-  return {{"model", t.model},
-          {"hardware", t.hardware},
-          {"gpus", t.gpus},
-          {"nodes_of", t.nodes_of},
-          {"global_batch", t.global_batch},
-          {"seq", t.seq},
-          {"plan", plan_to_json(plan, vocab_label)}};
+  nlohmann::json j = {{"model", t.model},
+                      {"hardware", t.hardware},
+                      {"gpus", t.gpus},
+                      {"nodes_of", t.nodes_of},
+                      {"global_batch", t.global_batch},
+                      {"seq", t.seq},
+                      {"plan", plan_to_json(plan, vocab_label)}};
+  if (!t.cluster.empty()) j["cluster"] = t.cluster;  // trials stored before clusters had none
+  return j;
 }
 
 void read_trial_json(const nlohmann::json& j, TrialTarget& t, spec::ParallelPlan& plan,
                      std::string& vocab_label) {
   try {
     t.model = j.at("model");
+    t.cluster = j.value("cluster", std::string());
     t.hardware = j.at("hardware");
     t.gpus = j.at("gpus");
     t.nodes_of = j.at("nodes_of");

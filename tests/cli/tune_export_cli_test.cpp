@@ -260,6 +260,26 @@ TEST(TuneExportCli, TorchtitanExportOfAZeroBubbleScheduleWritesItsCsv) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// A cluster preset with node groups of different NICs is a target of its own: tune searches it,
+// the search keeps it, and export writes the plan for it; it replaces --hardware and --gpus.
+TEST(TuneExportCli, AClusterWithMixedNicsIsATarget) {
+  Dir d;
+  const testing::ProcessResult r =
+      d.run({"tune", "--model", "llama3-8b", "--cluster", "h100-mixed-nic", "--global-batch", "64",
+             "--schedules", "1f1b", "--top", "3", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["gpus"], 32) << r.out;
+  const std::string out = d.path("launch.sh");
+  ASSERT_EQ(d.run({"export", "--format", "megatron", "-o", out}).exit_code, 0);
+  EXPECT_NE(slurp(out).find("on 32 GPUs (h100-mixed-nic)"), std::string::npos) << slurp(out);
+  expect_input_error(d.run({"tune", "--model", "llama3-8b", "--cluster", "h100-mixed-nic", "--gpus",
+                            "8", "--global-batch", "64"}),
+                     "--gpus excludes --cluster");
+  expect_input_error(d.run({"tune", "--model", "llama3-8b", "--global-batch", "64"}),
+                     "--hardware is required (or --cluster)");
+}
+
 TEST(TuneExportCli, BadInput) {
   Dir d;
   const std::string out = d.path("x.sh");

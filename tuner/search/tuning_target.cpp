@@ -6,10 +6,26 @@
 
 namespace pipetune::tuner {
 
+namespace {
+
+// A cluster file gives the hardware and its size; the flags that would give them again are
+// refused rather than one of the two silently winning.
+spec::ClusterSpec cluster_of(const TuningTarget& a) {
+  if (!a.hardware.empty() || a.gpus != 0 || a.nodes_of != 0)
+    throw InputError("cluster: " + a.cluster +
+                     " gives the hardware, GPUs and nodes; do not also give hardware, gpus or "
+                     "nodes_of");
+  return spec::load_cluster(a.cluster);
+}
+
+}  // namespace
+
 ResolvedTarget resolve_target(const TuningTarget& a) {
   if (a.model.empty()) throw InputError("model: choose a model preset");
-  if (a.hardware.empty()) throw InputError("hardware: choose a hardware preset");
-  if (a.gpus < 1) throw InputError("gpus must be positive (got " + std::to_string(a.gpus) + ")");
+  if (a.cluster.empty() && a.hardware.empty())
+    throw InputError("hardware: choose a hardware preset (or a cluster)");
+  if (a.cluster.empty() && a.gpus < 1)
+    throw InputError("gpus must be positive (got " + std::to_string(a.gpus) + ")");
   if (a.nodes_of < 0)
     throw InputError("nodes_of must be positive (got " + std::to_string(a.nodes_of) + ")");
   if (a.global_batch < 1)
@@ -26,8 +42,12 @@ ResolvedTarget resolve_target(const TuningTarget& a) {
   ResolvedTarget t;
   t.model = spec::load_model(a.model);
   if (a.seq > 0) t.model.seq_len = a.seq;
-  t.cluster = spec::make_cluster(spec::load_hardware(a.hardware), a.gpus);
-  if (a.nodes_of > 0) t.cluster.devices_per_node = a.nodes_of;
+  if (!a.cluster.empty()) {
+    t.cluster = cluster_of(a);
+  } else {
+    t.cluster = spec::make_cluster(spec::load_hardware(a.hardware), a.gpus);
+    if (a.nodes_of > 0) t.cluster.devices_per_node = a.nodes_of;
+  }
   t.global_batch = a.global_batch;
   // Contradictions between the fields (8 GPUs in nodes of 3...) before any search.
   spec::validate(t.model);

@@ -20,6 +20,9 @@ struct TuningTarget {
   int nodes_of = 0;  // GPUs per node; 0 = the hardware's
   std::int64_t global_batch = 0;
   std::int64_t seq = 0;  // 0 = the model's
+  // A cluster preset or TOML file: its hardware, GPUs, nodes and node groups (NICs that differ
+  // between groups). Given instead of hardware, gpus and nodes_of.
+  std::string cluster;
 };
 
 struct ResolvedTarget {

@@ -67,7 +67,19 @@ TEST(RecordJson, PlanAndTrialRoundTrip) {
   EXPECT_EQ(t2.global_batch, 256);
   EXPECT_EQ(t2.seq, 4096);
   EXPECT_EQ(label, "vocab-2");
+  EXPECT_EQ(t2.cluster, "");
   expect_same_plan(p2, p);
+  // A cluster target keeps its cluster (and trials stored before clusters read as none).
+  TrialTarget c;
+  c.model = "llama3-70b";
+  c.cluster = "h100-mixed-nic";
+  c.global_batch = 128;
+  read_trial_json(trial_json(c, p, "auto"), t2, p2, label);
+  EXPECT_EQ(t2.cluster, "h100-mixed-nic");
+  EXPECT_EQ(t2.hardware, "");
+  EXPECT_EQ(t2.gpus, 0);
+  EXPECT_EQ(label, "auto");
+  EXPECT_EQ(p2.vocab, schedule::VocabMode::None);
 }
 
 TEST(RecordJson, ModelAndTrainingPlanRoundTrip) {
