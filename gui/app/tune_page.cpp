@@ -24,6 +24,13 @@
 
 namespace pipetune::gui {
 
+namespace {
+
+// The cluster box's first item: no preset, the target is hardware x GPUs.
+constexpr const char* kNoCluster = "(hardware x GPUs)";
+
+}  // namespace
+
 TunePage::TunePage(TuneController* tuner, const PlanFormModel* form, QWidget* parent)
     : QWidget(parent), tuner_(tuner), form_(form) {
   auto* outer = new QVBoxLayout(this);
@@ -47,6 +54,18 @@ QHBoxLayout* TunePage::build_target_row() {
   gpus_ = new QLineEdit("8");
   gpus_->setObjectName("tune_gpus");
   gpus_->setMaximumWidth(70);
+  cluster_ = new QComboBox;
+  cluster_->setObjectName("tune_cluster");
+  cluster_->addItem(kNoCluster);
+  cluster_->addItems(PlanFormModel::cluster_presets());
+  cluster_->setToolTip(
+      "A cluster preset gives the hardware, GPUs and node groups (NICs that "
+      "differ between groups)");
+  // A cluster gives the hardware and GPUs: their fields are for hardware x GPUs only.
+  connect(cluster_, &QComboBox::currentIndexChanged, this, [this](int index) {
+    hardware_->setEnabled(index == 0);
+    gpus_->setEnabled(index == 0);
+  });
   global_batch_ = new QLineEdit("32");
   global_batch_->setObjectName("tune_global_batch");
   global_batch_->setMaximumWidth(70);
@@ -59,6 +78,7 @@ QHBoxLayout* TunePage::build_target_row() {
       "Results ranked exactly; plans whose lower bound cannot reach them or the "
       "Pareto front are not simulated (0 = simulate every plan)");
   for (auto [label, w] : {std::pair<const char*, QWidget*>{"Model", model_},
+                          {"Cluster", cluster_},
                           {"Hardware", hardware_},
                           {"GPUs", gpus_},
                           {"Global batch", global_batch_},
@@ -239,6 +259,7 @@ bool TunePage::take_target_from_form() {
   }
   set_target(QString::fromStdString(s->model_preset), QString::fromStdString(s->hardware_preset),
              s->gpus, s->global_batch, schedules_->text(), keep_->text().toLongLong());
+  set_cluster(QString::fromStdString(s->cluster_preset));
   status_->setStyleSheet(QString());
   status_->setText("Target from Set up: " + model_->currentText() + " on " +
                    QString::number(s->gpus) + " x " + hardware_->currentText() + ", global batch " +
@@ -246,19 +267,25 @@ bool TunePage::take_target_from_form() {
   return true;
 }
 
+void TunePage::set_cluster(const QString& preset) {
+  cluster_->setCurrentIndex(preset.isEmpty() ? 0 : std::max(0, cluster_->findText(preset)));
+}
+
 bool TunePage::start_search() {
   TuneRequest r;
   r.model_preset = model_->currentText().toStdString();
-  r.hardware_preset = hardware_->currentText().toStdString();
+  const bool cluster = cluster_->currentIndex() > 0;
+  if (cluster) r.cluster_preset = cluster_->currentText().toStdString();
+  if (!cluster) r.hardware_preset = hardware_->currentText().toStdString();
   bool ok_gpus = false, ok_batch = false, ok_keep = false;
   r.keep = keep_->text().trimmed().toLongLong(&ok_keep);
   if (!ok_keep) {
     show_error("keep must be a whole number (got '" + keep_->text() + "')");
     return false;
   }
-  r.gpus = gpus_->text().trimmed().toInt(&ok_gpus);
+  r.gpus = cluster ? 0 : gpus_->text().trimmed().toInt(&ok_gpus);
   r.global_batch = global_batch_->text().trimmed().toLongLong(&ok_batch);
-  if (!ok_gpus) {
+  if (!cluster && !ok_gpus) {
     show_error("GPUs must be a whole number (got '" + gpus_->text() + "')");
     return false;
   }

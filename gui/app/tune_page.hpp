@@ -38,6 +38,8 @@ class TunePage : public QWidget {
   void set_target(const QString& model, const QString& hardware, int gpus,
                   std::int64_t global_batch, const QString& schedules = {},
                   std::int64_t keep = 100);
+  // A cluster preset (its hardware, GPUs and node groups) instead of hardware x GPUs; "" none.
+  void set_cluster(const QString& preset);
   bool start_search();
   void select_row(int row);
   int selected_row() const;
@@ -73,6 +75,7 @@ class TunePage : public QWidget {
   const PlanFormModel* form_;
   QComboBox* model_ = nullptr;
   QComboBox* hardware_ = nullptr;
+  QComboBox* cluster_ = nullptr;  // first item: none (hardware x GPUs)
   QLineEdit* gpus_ = nullptr;
   QLineEdit* global_batch_ = nullptr;
   QLineEdit* schedules_ = nullptr;

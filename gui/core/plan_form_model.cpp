@@ -256,6 +256,7 @@ void PlanFormModel::select_cluster(PlanSelection& s) {
     } catch (const InputError& e) {
       throw ParseError{PlanField::Cluster, QString::fromStdString(e.what())};
     }
+    s.cluster_preset = text(PlanField::Cluster).toStdString();
     s.hardware_preset = s.cluster.hardware.name;
     s.gpus = s.cluster.devices;
   } else {

@@ -53,6 +53,7 @@ enum class PlanPurpose { Simulate, Train };
 // A plan the form accepted, with the specs it was checked against.
 struct PlanSelection {
   std::string model_preset;
+  std::string cluster_preset;  // "" for hardware x GPUs
   std::string hardware_preset;
   int gpus = 0;
   spec::ModelSpec model;

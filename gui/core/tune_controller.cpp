@@ -21,7 +21,8 @@ namespace pipetune::gui {
 namespace {
 
 tuner::TuningTarget tuning_target(const TuneRequest& r) {
-  return {r.model_preset, r.hardware_preset, r.gpus, r.nodes_of, r.global_batch, r.seq};
+  return {r.model_preset, r.hardware_preset, r.gpus, r.nodes_of, r.global_batch,
+          r.seq,          r.cluster_preset};
 }
 
 // Stored as `pipetune tune` stores a search (db/store/search_records.hpp), so the CLI reads it.

@@ -29,8 +29,8 @@
 
 namespace pipetune::gui {
 
-// What to tune: the CLI's --model --hardware --gpus --nodes-of --global-batch --seq, and the
-// search's own limits.
+// What to tune: the CLI's --model --hardware --gpus --nodes-of (or --cluster) --global-batch
+// --seq, and the search's own limits.
 struct TuneRequest {
   std::string model_preset;
   std::string hardware_preset;
@@ -44,6 +44,8 @@ struct TuneRequest {
   // them or the Pareto front are not simulated. 0 = simulate every plan.
   std::int64_t keep = 100;
   int threads = 0;  // scoring threads; 0 = all cores but one (left to the GUI thread)
+  // A cluster preset (its hardware, GPUs and node groups) instead of hardware x GPUs; "" none.
+  std::string cluster_preset;
 };
 
 using TuneTarget = tuner::ResolvedTarget;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "db/store/record_json.hpp"
 #include "db/store/workspace.hpp"
 #include "engine/errors.hpp"
 #include "engine/runtime/trainer.hpp"
@@ -56,6 +57,33 @@ Finished run_search(TuneController& c, const TuneRequest& r) {
   EXPECT_TRUE(c.start(r)) << c.error_message().toStdString();
   EXPECT_TRUE(test::process_events_until([&] { return f.done; }));
   return f;
+}
+
+// A cluster preset is a target of its own, stored with the search as `pipetune tune --cluster`
+// stores it (so `pipetune export` resolves the same cluster).
+TEST(TuneController, SearchesAClusterPresetAndStoresIt) {
+  test::test_core_app();
+  TempDir dir;
+  TuneController c;
+  c.set_workspace(dir.qfile("ws.db"));
+  TuneRequest request = small_request();
+  request.hardware_preset.clear();
+  request.gpus = 0;
+  request.cluster_preset = "h100-mixed-nic";
+  request.schedules = {"1f1b"};
+  const Finished f = run_search(c, request);
+  ASSERT_FALSE(f.cancelled) << f.message.toStdString();
+  ASSERT_GE(c.search_id(), 0) << f.message.toStdString();
+  EXPECT_EQ(resolve_tune_target(request).cluster.devices, 32);
+  db::Workspace ws(dir.file("ws.db"));
+  const std::vector<db::TrialRecord> trials = ws.trials(c.search_id());
+  ASSERT_FALSE(trials.empty());
+  db::TrialTarget target;
+  spec::ParallelPlan plan;
+  std::string label;
+  db::read_trial_json(nlohmann::json::parse(trials.front().plan_json), target, plan, label);
+  EXPECT_EQ(target.cluster, "h100-mixed-nic");
+  EXPECT_EQ(plan.world_size(), 32);
 }
 
 TEST(TuneController, SearchesOnAWorkerAndStoresTheSearch) {

@@ -182,6 +182,14 @@ TEST(MainWindow, AnInvalidPlanTypedIntoTheFormShowsTheRuleInline) {
   ASSERT_TRUE(window.tune_page()->take_target_from_form());
   EXPECT_EQ(window.tune_page()->findChild<QLineEdit*>("tune_gpus")->text(), "8");
   EXPECT_EQ(window.tune_page()->findChild<QLineEdit*>("tune_global_batch")->text(), "64");
+  // A cluster preset gives the hardware and GPUs: their fields are off while it is chosen.
+  auto* gpus = window.tune_page()->findChild<QLineEdit*>("tune_gpus");
+  window.tune_page()->set_cluster("h100-mixed-nic");
+  EXPECT_EQ(window.tune_page()->findChild<QComboBox*>("tune_cluster")->currentText(),
+            "h100-mixed-nic");
+  EXPECT_FALSE(gpus->isEnabled());
+  window.tune_page()->set_cluster("");
+  EXPECT_TRUE(gpus->isEnabled());
 }
 
 profiler::Trace small_simulated_trace() {
