@@ -56,7 +56,7 @@ TEST(RecordJson, PlanAndTrialRoundTrip) {
   EXPECT_EQ(back.recompute, spec::Recompute::Selective);
   EXPECT_TRUE(back.sequence_parallel);
 
-  const TrialTarget t{"llama3-8b", "presets/hardware/h100-sxm.toml", 32, 4, 256, 4096};
+  const TrialTarget t{"llama3-8b", "presets/hardware/h100-sxm.toml", 32, 4, 256, 4096, ""};
   TrialTarget t2;
   spec::ParallelPlan p2;
   read_trial_json(trial_json(t, p, "vocab-2"), t2, p2, label);
