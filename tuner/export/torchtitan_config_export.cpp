@@ -37,7 +37,7 @@ struct ConfigLayout : torchtitan_detail::TorchtitanPlanLayout {
 // Expert parallelism as b5bcd76 has it: experts sharded over ep ranks borrowed from
 // dp_shard x cp x tp, never tensor-parallel (its sparse mesh has no expert TP axis).
 void check_expert_parallelism(const spec::ParallelPlan& p, const spec::ModelSpec& m,
-                              const ConfigLayout& l) {
+                              const torchtitan_detail::TorchtitanPlanLayout& l) {
   if (p.ep == 1) return;
   const int expert_tp = export_detail::expert_tensor_parallel(m, p);
   require(expert_tp == 1, kFw,
@@ -55,9 +55,9 @@ ConfigLayout config_layout(const ExportRequest& r) {
   const spec::ParallelPlan& p = r.plan;
   ConfigLayout l;
   static_cast<torchtitan_detail::TorchtitanPlanLayout&>(l) =
-      torchtitan_detail::torchtitan_plan_layout(r, config_target());
-  check_expert_parallelism(p, r.model, l);
-  l.flavor = torchtitan_detail::registered_flavor(r.model, config_target());
+      torchtitan_detail::torchtitan_plan_layout(r, config_target(), [&](const auto& layout) {
+        check_expert_parallelism(p, r.model, layout);
+      });
   // A micro-batch is micro_batch_size sequences per data-parallel rank; with a pipeline every
   // micro-batch of the iteration goes through it in one step (num_pp_microbatches), without one
   // each is a gradient-accumulation step (trainer.py@b5bcd76:409-428).

@@ -38,13 +38,13 @@ struct TorchtitanLayout : torchtitan_detail::TorchtitanPlanLayout {
 
 // The expert degrees, refusing what torchtitan 238fa99 has no counterpart for.
 void check_expert_parallelism(const spec::ParallelPlan& p, const spec::ModelSpec& m,
-                              TorchtitanLayout& l) {
+                              const torchtitan_detail::TorchtitanPlanLayout& l) {
   if (p.ep == 1) return;
-  l.expert_tp = export_detail::expert_tensor_parallel(m, p);
+  const int expert_tp = export_detail::expert_tensor_parallel(m, p);
   // The expert mesh (pp, dp_replicate, efsdp, ep, etp) takes its ranks from dp_shard x tp.
   const std::int64_t borrowed = static_cast<std::int64_t>(l.shard) * p.tp;
-  require(borrowed % (static_cast<std::int64_t>(l.expert_tp) * p.ep) == 0, kFw,
-          "ep=" + std::to_string(p.ep) + " x expert tp=" + std::to_string(l.expert_tp) +
+  require(borrowed % (static_cast<std::int64_t>(expert_tp) * p.ep) == 0, kFw,
+          "ep=" + std::to_string(p.ep) + " x expert tp=" + std::to_string(expert_tp) +
               " does not divide data_parallel_shard_degree x tp = " + std::to_string(borrowed) +
               " (" + torchtitan_sources::kExpertMesh + "; use ZeRO >= 2 for MoE)");
   require(!(p.schedule == "dualpipe-v" && p.recompute != spec::Recompute::None), kFw,
@@ -58,9 +58,10 @@ TorchtitanLayout torchtitan_layout(const ExportRequest& r) {
   const spec::ParallelPlan& p = r.plan;
   TorchtitanLayout l;
   static_cast<torchtitan_detail::TorchtitanPlanLayout&>(l) =
-      torchtitan_detail::torchtitan_plan_layout(r, toml_target());
-  check_expert_parallelism(p, r.model, l);
-  l.flavor = torchtitan_detail::registered_flavor(r.model, toml_target());
+      torchtitan_detail::torchtitan_plan_layout(r, toml_target(), [&](const auto& layout) {
+        check_expert_parallelism(p, r.model, layout);
+      });
+  l.expert_tp = p.ep == 1 ? 1 : export_detail::expert_tensor_parallel(r.model, p);
   // local_batch_size is one forward/backward step's batch: with a pipeline it holds all the
   // pipeline's micro-batches (one step), without one each micro-batch is a gradient-accumulation
   // step (train.py@238fa99:196-215: steps = global / (local x DP)).

@@ -50,7 +50,9 @@ void map_data_parallelism(const spec::ParallelPlan& p, const TorchtitanTarget& t
 
 }  // namespace
 
-TorchtitanPlanLayout torchtitan_plan_layout(const ExportRequest& r, const TorchtitanTarget& t) {
+TorchtitanPlanLayout torchtitan_plan_layout(
+    const ExportRequest& r, const TorchtitanTarget& t,
+    const std::function<void(const TorchtitanPlanLayout&)>& check_experts) {
   const spec::ParallelPlan& p = r.plan;
   const spec::ModelSpec& m = r.model;
   TorchtitanPlanLayout l;
@@ -66,6 +68,8 @@ TorchtitanPlanLayout torchtitan_plan_layout(const ExportRequest& r, const Torcht
   l.even_split =
       std::all_of(l.split.begin(), l.split.end(), [&](int n) { return n == l.split.front(); });
   map_data_parallelism(p, t, l);
+  check_experts(l);
+  l.flavor = registered_flavor(m, t);
   return l;
 }
 

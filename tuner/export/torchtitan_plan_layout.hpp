@@ -5,6 +5,7 @@
 // torchtitan cannot run as planned.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,7 +28,7 @@ struct TorchtitanTarget {
 };
 
 struct TorchtitanPlanLayout {
-  TorchtitanFlavor flavor;  // set by the exporter: registered_flavor, after its own checks
+  TorchtitanFlavor flavor;  // the registered flavor with the model's shape
   std::string csv;          // pipetune's order for a schedule CSV; empty when the class runs it
   std::string schedule;     // the schedule class named in the config
   std::vector<int> split;   // transformer layers per stage, in model order
@@ -39,9 +40,12 @@ struct TorchtitanPlanLayout {
   std::string reshard;
 };
 
-// The layout without the flavor (refusing vocabulary parallelism, a schedule torch has no class
-// or CSV for, ZeRO-1 over dp > 1).
-TorchtitanPlanLayout torchtitan_plan_layout(const ExportRequest& r, const TorchtitanTarget& t);
+// The layout, refusing vocabulary parallelism, a schedule torch has no class or CSV for, ZeRO-1
+// over dp > 1, then what `check_experts` refuses (the target's own expert rules, given the
+// data-parallel degrees), then a model without a registered flavor (registered_flavor).
+TorchtitanPlanLayout torchtitan_plan_layout(
+    const ExportRequest& r, const TorchtitanTarget& t,
+    const std::function<void(const TorchtitanPlanLayout&)>& check_experts);
 
 // The target's registered flavor with the model's shape; refused (naming the model, its shape and
 // the flavors there are) when there is none: torchtitan builds the flavor's model, not the plan's.

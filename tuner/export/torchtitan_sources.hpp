@@ -122,4 +122,3 @@ inline constexpr const char* kBuildSchedule =
     "_build_pipeline_schedule";
 
 }  // namespace pipetune::tuner::torchtitan_config_sources
-

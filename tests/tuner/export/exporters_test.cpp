@@ -312,8 +312,9 @@ TEST(Exporters, FormatNamesRoundTripAndUnknownOnesAreListed) {
     parse_export_format("slurm");
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("megatron, torchtitan, torchtitan-toml, deepspeed, pipetune"),
-              std::string::npos);
+    EXPECT_NE(
+        std::string(e.what()).find("megatron, torchtitan, torchtitan-toml, deepspeed, pipetune"),
+        std::string::npos);
   }
 }
 

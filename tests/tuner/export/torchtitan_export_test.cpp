@@ -33,7 +33,8 @@ std::string refusal(const ExportRequest& q) {
 TEST(TorchtitanExport, Llama3ModelsAreTheirRegisteredFlavors) {
   for (const auto& [model, flavor] : {std::pair{"llama3-8b", "8B"}, std::pair{"llama3-70b", "70B"},
                                       std::pair{"llama3-405b", "405B"}}) {
-    const std::optional<TorchtitanFlavor> f = torchtitan_flavor_for(spec::load_model(model), torchtitan_flavors());
+    const std::optional<TorchtitanFlavor> f =
+        torchtitan_flavor_for(spec::load_model(model), torchtitan_flavors());
     ASSERT_TRUE(f.has_value()) << model;
     EXPECT_EQ(f->model, "llama3") << model;
     EXPECT_EQ(f->flavor, flavor) << model;
