@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "engine/spec/parallel_plan.hpp"
 
@@ -35,5 +37,9 @@ struct PlanFlagHelp {
 };
 
 void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help);
+
+// "1,0,2" as integers (empty text: none); InputError naming `flag` for an entry that is not a
+// non-negative integer.
+std::vector<int> parse_index_list(const std::string& text, const char* flag);
 
 }  // namespace pipetune::cli

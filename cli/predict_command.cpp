@@ -32,6 +32,7 @@ struct PredictArgs {
   std::string config, against, db;
   PlanFlags plan;  // dp default: gpus / (tp*pp); chunks: the schedule's own
   std::string schedule = "1f1b", vocab = "none", recompute = "none";
+  std::string rank_order = "tp-dp-pp", node_group_order;
   bool sequence_parallel = false;
   bool json = false;
 };
@@ -132,6 +133,13 @@ void run_flags(const PredictArgs& a) {
   }
   p.recompute = spec::parse_recompute(a.recompute);
   p.sequence_parallel = a.sequence_parallel;
+  try {
+    p.rank_order = spec::parse_rank_order(a.rank_order);
+  } catch (const SpecError&) {
+    throw InputError("--rank-order '" + a.rank_order + "' is not a rank order (valid: tp-dp-pp, " +
+                     "tp-pp-dp)");
+  }
+  p.node_group_order = parse_index_list(a.node_group_order, "--node-group-order");
   if (t.global_batch % (static_cast<std::int64_t>(p.micro_batch_size) * p.dp) != 0)
     throw InputError("--global-batch " + std::to_string(t.global_batch) +
                      " is not divisible by micro-batch " + std::to_string(p.micro_batch_size) +
@@ -198,6 +206,13 @@ void add_predict_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--recompute", a->recompute, "none, selective or full")->capture_default_str();
   cmd->add_flag("--sequence-parallel", a->sequence_parallel, "Sequence parallelism (with TP)");
+  cmd->add_option("--rank-order", a->rank_order,
+                  "Placement: tp-dp-pp (DP groups on neighbouring devices) or tp-pp-dp (each "
+                  "replica's pipeline on neighbouring devices)")
+      ->capture_default_str();
+  cmd->add_option("--node-group-order", a->node_group_order,
+                  "Placement: the cluster's node groups in the order they take the ranks, e.g. "
+                  "1,0 (default: as the cluster lists them)");
   cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
   // A run file instead of the flags, and what to compare its prediction with.
   std::vector<CLI::Option*> flags;

@@ -20,7 +20,9 @@ nlohmann::json plan_to_json(const spec::ParallelPlan& p, const std::string& voca
                       {"layer_split", p.layer_split},
                       {"recompute", std::string(spec::recompute_name(p.recompute))},
                       {"sequence_parallel", p.sequence_parallel},
-                      {"zero_stage", p.zero_stage}};
+                      {"zero_stage", p.zero_stage},
+                      {"rank_order", std::string(spec::rank_order_name(p.rank_order))},
+                      {"node_group_order", p.node_group_order}};
   if (record == PlanRecord::tuner) j["global_batch"] = p.global_batch;
   return j;
 }
@@ -52,6 +54,11 @@ spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_la
     if (!training || j.contains("sequence_parallel"))
       p.sequence_parallel = j.at("sequence_parallel");
     p.zero_stage = j.at("zero_stage");
+    // Plans stored before placement was kept ran in the default order on the cluster as listed.
+    if (j.contains("rank_order"))
+      p.rank_order = spec::parse_rank_order(j.at("rank_order").get<std::string>());
+    if (j.contains("node_group_order"))
+      p.node_group_order = j.at("node_group_order").get<std::vector<int>>();
     if (training) spec::apply_defaults(p);
     return p;
   } catch (const nlohmann::json::exception& e) {

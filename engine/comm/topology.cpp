@@ -34,7 +34,11 @@ const char* group_name(GroupKind kind) {
   return "?";
 }
 
-Topology::Topology(int tp, int pp, int dp, int ep) : tp_(tp), pp_(pp), dp_(dp), ep_(ep) {
+Topology::Topology(const spec::ParallelPlan& plan)
+    : Topology(plan.tp, plan.pp, plan.dp, plan.ep, plan.rank_order) {}
+
+Topology::Topology(int tp, int pp, int dp, int ep, spec::RankOrder order)
+    : tp_(tp), pp_(pp), dp_(dp), ep_(ep), order_(order) {
   check_positive("tp", tp);
   check_positive("pp", pp);
   check_positive("dp", dp);
@@ -59,6 +63,7 @@ int Topology::rank_of(int tp_rank, int dp_rank, int pp_rank) const {
                      ", dp=" + std::to_string(dp_rank) + ", pp=" + std::to_string(pp_rank) +
                      ") are outside the grid tp=" + std::to_string(tp_) +
                      " dp=" + std::to_string(dp_) + " pp=" + std::to_string(pp_));
+  if (order_ == spec::RankOrder::TpPpDp) return tp_rank + tp_ * (pp_rank + pp_ * dp_rank);
   return tp_rank + tp_ * (dp_rank + dp_ * pp_rank);
 }
 
@@ -66,11 +71,21 @@ RankCoordinates Topology::coordinates(int rank) const {
   check_rank(rank);
   RankCoordinates c;
   c.tp_rank = rank % tp_;
-  c.dp_rank = (rank / tp_) % dp_;
-  c.pp_rank = rank / (tp_ * dp_);
+  if (order_ == spec::RankOrder::TpPpDp) {
+    c.pp_rank = (rank / tp_) % pp_;
+    c.dp_rank = rank / (tp_ * pp_);
+  } else {
+    c.dp_rank = (rank / tp_) % dp_;
+    c.pp_rank = rank / (tp_ * dp_);
+  }
   c.ep_rank = c.dp_rank % ep_;
   c.ep_index = c.dp_rank / ep_;
   return c;
+}
+
+int Topology::default_order_rank(int rank) const {
+  const RankCoordinates c = coordinates(rank);
+  return c.tp_rank + tp_ * (c.dp_rank + dp_ * c.pp_rank);
 }
 
 ProcessGroup Topology::group(GroupKind kind, int rank) const {

@@ -1,7 +1,11 @@
 // Where every rank of a virtual cluster sits in the TP x DP x PP grid, and the process groups
-// that follow from it. Rank order is Megatron's default: tp fastest, then dp, then pp:
+// that follow from it. Rank order is Megatron's default, tp fastest, then dp, then pp:
 //
 //   rank = tp_rank + tp * (dp_rank + dp * pp_rank)
+//
+// or, with spec::RankOrder::TpPpDp (Megatron's --use-tp-pp-dp-mapping), tp, then pp, then dp:
+//
+//   rank = tp_rank + tp * (pp_rank + pp * dp_rank)
 //
 // EP groups are carved out of the DP ranks: consecutive dp ranks form one EP group (ep divides
 // dp). The expert-dp group joins the ranks that hold the same expert shard (same ep_rank in
@@ -13,6 +17,7 @@
 #include <vector>
 
 #include "engine/comm/process_group.hpp"
+#include "engine/spec/parallel_plan.hpp"
 
 namespace pipetune::comm {
 
@@ -29,16 +34,21 @@ struct RankCoordinates {
 class Topology {
  public:
   // Throws InputError naming the broken rule ("ep=3 does not divide dp=4").
-  Topology(int tp, int pp, int dp, int ep = 1);
+  Topology(int tp, int pp, int dp, int ep = 1, spec::RankOrder order = spec::RankOrder::TpDpPp);
+  // The plan's grid and rank order.
+  explicit Topology(const spec::ParallelPlan& plan);
 
   int tp() const { return tp_; }
   int pp() const { return pp_; }
   int dp() const { return dp_; }
   int ep() const { return ep_; }
   int world() const { return tp_ * pp_ * dp_; }
+  spec::RankOrder order() const { return order_; }
 
   int rank_of(int tp_rank, int dp_rank, int pp_rank) const;
   RankCoordinates coordinates(int rank) const;
+  // The rank's number in the default order (tp-dp-pp): how stored traces number ranks.
+  int default_order_rank(int rank) const;
 
   // The group of `kind` that `rank` belongs to.
   ProcessGroup group(GroupKind kind, int rank) const;
@@ -60,6 +70,7 @@ class Topology {
  private:
   void check_rank(int rank) const;
   int tp_, pp_, dp_, ep_;
+  spec::RankOrder order_;
 };
 
 const char* group_name(GroupKind kind);

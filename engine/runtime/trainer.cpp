@@ -445,7 +445,7 @@ TrainResult train(const TrainOptions& options) {
   const spec::ParallelPlan& plan = prepared.plan;
   const schedule::Schedule& sched = prepared.sched;
 
-  const comm::Topology topology(plan.tp, plan.pp, plan.dp, plan.ep);
+  const comm::Topology topology(plan);
   const int world = topology.world();
   const std::int64_t B = plan.micro_batch_size, T = config.seq_len;
 

@@ -107,7 +107,7 @@ TrainingOutcome TrainingSession::run_processes() {
   try {
     failures.emplace();
     runtime::TrainOptions o = request_.train;
-    const comm::Topology topology(o.plan.tp, o.plan.pp, o.plan.dp, o.plan.ep);
+    const comm::Topology topology(o.plan);
     const std::vector<comm::ProcessGroup> groups = comm::every_group(topology);
 #ifdef PIPETUNE_HAVE_NCCL
     if (o.rank_device) {  // cuda: each process's rank on its own GPU, over NCCL

@@ -2,7 +2,9 @@
 
 #include <utility>
 
+#include "engine/comm/topology.hpp"
 #include "engine/session/training_session.hpp"
+#include "profiler/rank_renumbering.hpp"
 
 namespace pipetune::session {
 
@@ -16,12 +18,22 @@ spec::TrainingRunStart run_start(const runtime::TrainOptions& o,
 void wire_sink(runtime::TrainOptions& o, profiler::RunSink* sink,
                const std::function<void(const profiler::Trace&)>& on_part) {
   if (sink == nullptr && !on_part) return;
-  o.trace_sink = [sink, on_part](profiler::Trace part) {
+  // Stored runs number their ranks in the default order (the analyses' stage = rank / (tp*dp)),
+  // whatever rank order the plan ran in.
+  profiler::RankMap stored_rank;
+  if (o.plan.rank_order != spec::RankOrder::TpDpPp) {
+    stored_rank = [topology = comm::Topology(o.plan)](std::int32_t r) {
+      return static_cast<std::int32_t>(topology.default_order_rank(r));
+    };
+  }
+  o.trace_sink = [sink, on_part, stored_rank](profiler::Trace part) {
+    if (stored_rank) profiler::renumber_ranks(part, stored_rank);
     if (on_part) on_part(part);
     if (sink != nullptr) sink->append(std::move(part));
   };
   if (sink == nullptr) return;
-  o.kernel_sink = [sink](std::vector<profiler::KernelRecord> kernels) {
+  o.kernel_sink = [sink, stored_rank](std::vector<profiler::KernelRecord> kernels) {
+    if (stored_rank) profiler::renumber_ranks(kernels, stored_rank);
     sink->append_kernels(std::move(kernels));
   };
   if (o.on_step)

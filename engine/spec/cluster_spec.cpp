@@ -30,6 +30,14 @@ double ClusterSpec::min_inter_node_bandwidth() const {
   return low;
 }
 
+ClusterSpec placed_cluster(const ClusterSpec& cluster, const std::vector<int>& node_group_order) {
+  ClusterSpec placed = cluster;
+  if (node_group_order.empty()) return placed;
+  placed.node_groups.clear();
+  for (int g : node_group_order) placed.node_groups.push_back(cluster.node_groups.at(g));
+  return placed;
+}
+
 ClusterSpec make_cluster(const HardwareSpec& hardware, int devices, std::string name) {
   ClusterSpec c;
   c.name = name.empty() ? hardware.name + "-x" + std::to_string(devices) : std::move(name);

@@ -42,6 +42,11 @@ struct ClusterSpec {
   bool operator==(const ClusterSpec&) const = default;
 };
 
+// The cluster as a plan places its ranks on it: node groups in `node_group_order` (indices into
+// node_groups; empty = as listed), so device slot 0 is on the first node of the first group
+// named. Expects an order that passed spec::validate (a permutation of the groups).
+ClusterSpec placed_cluster(const ClusterSpec& cluster, const std::vector<int>& node_group_order);
+
 // A homogeneous cluster of `devices` devices of one hardware kind with its own link figures.
 ClusterSpec make_cluster(const HardwareSpec& hardware, int devices, std::string name = "");
 

@@ -28,6 +28,30 @@ Recompute parse_recompute(std::string_view name) {
                                           "' (valid: none, selective, full)");
 }
 
+std::string_view rank_order_name(RankOrder order) {
+  return order == RankOrder::TpPpDp ? "tp-pp-dp" : "tp-dp-pp";
+}
+
+RankOrder parse_rank_order(std::string_view name) {
+  for (RankOrder o : {RankOrder::TpDpPp, RankOrder::TpPpDp}) {
+    if (rank_order_name(o) == name) return o;
+  }
+  throw SpecError({"plan.rank_order"},
+                  "unknown rank order '" + std::string(name) + "' (valid: tp-dp-pp, tp-pp-dp)");
+}
+
+DeviceStrides device_strides(const ParallelPlan& plan) {
+  DeviceStrides s;
+  if (plan.rank_order == RankOrder::TpPpDp) {
+    s.pp_stride = plan.tp;
+    s.dp_stride = plan.tp * plan.pp;
+  } else {
+    s.dp_stride = plan.tp;
+    s.pp_stride = plan.tp * plan.dp;
+  }
+  return s;
+}
+
 void apply_defaults(ParallelPlan& plan) {
   if (plan.chunks == 0) {
     // An unknown schedule is validate()'s to report, with the valid names.

@@ -17,6 +17,16 @@ enum class Recompute { None, Selective, Full };
 std::string_view recompute_name(Recompute r);
 Recompute parse_recompute(std::string_view name);  // throws SpecError listing valid names
 
+// How the ranks' grid coordinates map to device slots (devices in node order): tp always varies
+// fastest. tp-dp-pp (Megatron's default order) puts a stage's data-parallel replicas on
+// neighbouring devices, so DP traffic stays inside a node or node group and the pipeline's
+// point-to-point traffic crosses nodes; tp-pp-dp (Megatron's --use-tp-pp-dp-mapping) keeps a
+// replica's whole pipeline on neighbouring devices and sends DP traffic across nodes.
+enum class RankOrder { TpDpPp, TpPpDp };
+
+std::string_view rank_order_name(RankOrder order);  // "tp-dp-pp", "tp-pp-dp"
+RankOrder parse_rank_order(std::string_view name);  // throws SpecError listing valid names
+
 struct ParallelPlan {
   int tp = 1;
   int pp = 1;
@@ -36,6 +46,11 @@ struct ParallelPlan {
   bool sequence_parallel = false;
   int zero_stage = 0;  // 0..3 (ZeRO / distributed optimizer sharding over dp)
   int group_size = 0;  // interleaved-1f1b micro-batch group size G; 0 = the schedule's default
+  // Placement (Holmes): the rank order, and the order in which the cluster's node groups
+  // (ClusterSpec::node_groups, by index) take device slots: slot 0 is on the first node of
+  // node_group_order[0]. Empty = the groups in the cluster's own order.
+  RankOrder rank_order = RankOrder::TpDpPp;
+  std::vector<int> node_group_order;
 
   int world_size() const { return tp * pp * dp; }
   // Shards of the vocabulary tables: tp, or tp * pp with vocabulary parallelism.
@@ -44,6 +59,17 @@ struct ParallelPlan {
 
   bool operator==(const ParallelPlan&) const = default;
 };
+
+// Rank r's device slot (0-based, devices in node order after the plan's node group order) is
+// slot(tp_rank, dp_rank, pp_rank) = tp_rank * tp_stride + dp_rank * dp_stride + pp_rank *
+// pp_stride.
+struct DeviceStrides {
+  int tp_stride = 1, dp_stride = 1, pp_stride = 1;
+  int slot(int tp_rank, int dp_rank, int pp_rank) const {
+    return tp_rank * tp_stride + dp_rank * dp_stride + pp_rank * pp_stride;
+  }
+};
+DeviceStrides device_strides(const ParallelPlan& plan);
 
 // Fills the fields whose 0 means "derived": chunks (schedule::default_chunks), microbatches
 // (global_batch / (micro_batch_size * dp) when global_batch is given and divisible, else pp) and

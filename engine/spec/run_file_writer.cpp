@@ -92,6 +92,14 @@ void write_cluster_table(std::ostream& out, const ClusterSpec& c) {
   if (!hardware_preset) out << "\n" << hardware_toml_table(c.hardware, "cluster.hardware");
 }
 
+// `key = [a, b, ...]`, nothing when empty (the key's default).
+void int_array_key(std::ostream& out, const char* key, const std::vector<int>& values) {
+  if (values.empty()) return;
+  out << key << " = [";
+  for (std::size_t i = 0; i < values.size(); ++i) out << (i == 0 ? "" : ", ") << values[i];
+  out << "]\n";
+}
+
 void write_plan_table(std::ostream& out, const RunSpec& run) {
   const ParallelPlan& p = run.plan;
   out << "\n[plan]\n";
@@ -105,16 +113,13 @@ void write_plan_table(std::ostream& out, const RunSpec& run) {
   if (run.global_batch_given) out << "global_batch = " << p.global_batch << "\n";
   out << "schedule = " << text(p.schedule, "plan.schedule") << "\n";
   out << "vocab = \"" << schedule::vocab_mode_name(p.vocab) << "\"\n";
-  if (!p.layer_split.empty()) {
-    out << "layer_split = [";
-    for (std::size_t i = 0; i < p.layer_split.size(); ++i)
-      out << (i == 0 ? "" : ", ") << p.layer_split[i];
-    out << "]\n";
-  }
+  int_array_key(out, "layer_split", p.layer_split);
   out << "recompute = \"" << recompute_name(p.recompute) << "\"\n";
   out << "sequence_parallel = " << (p.sequence_parallel ? "true" : "false") << "\n";
   out << "zero_stage = " << p.zero_stage << "\n";
   out << "group_size = " << p.group_size << "\n";
+  out << "rank_order = \"" << rank_order_name(p.rank_order) << "\"\n";
+  int_array_key(out, "node_group_order", p.node_group_order);
 }
 
 // The checks load_run makes, so that no file is written that would not load.

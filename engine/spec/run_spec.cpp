@@ -61,22 +61,23 @@ Spec read_named_or_table(const TableReader& r, std::string_view key, const toml:
   throw SpecError(source + ": " + e.what(), e);
 }
 
-std::vector<int> read_layer_split(TableReader& r) {
-  std::vector<int> split;
-  const toml::array* array = r.array("layer_split");
-  if (array == nullptr) return split;
+// An array of non-negative integers (layer_split, node_group_order); empty when absent.
+std::vector<int> read_int_array(TableReader& r, const char* key) {
+  std::vector<int> out;
+  const toml::array* array = r.array(key);
+  if (array == nullptr) return out;
   for (const toml::node& elem : *array) {
     if (!elem.is_integer()) {
-      r.fail("layer_split",
+      r.fail(key,
              "expected an array of integers, found " + std::string(detail::node_type_phrase(elem)));
     }
     const std::int64_t v = elem.as_integer()->get();
     if (v < 0 || v > std::numeric_limits<int>::max()) {
-      r.fail("layer_split", "entry " + std::to_string(v) + " is out of range");
+      r.fail(key, "entry " + std::to_string(v) + " is out of range");
     }
-    split.push_back(static_cast<int>(v));
+    out.push_back(static_cast<int>(v));
   }
-  return split;
+  return out;
 }
 
 // The [plan] table; dp and chunks are left 0 when absent, for the caller to derive.
@@ -101,7 +102,7 @@ ParallelPlan read_plan(const toml::table& table, const std::string& source) {
       r.fail("vocab", e.what());
     }
   }
-  p.layer_split = read_layer_split(r);
+  p.layer_split = read_int_array(r, "layer_split");
   if (auto v = r.string("recompute")) {
     try {
       p.recompute = parse_recompute(*v);
@@ -118,6 +119,14 @@ ParallelPlan read_plan(const toml::table& table, const std::string& source) {
     if (*v < 0) r.fail("group_size", "must not be negative, got " + std::to_string(*v));
     p.group_size = *v;
   }
+  if (auto v = r.string("rank_order")) {
+    try {
+      p.rank_order = parse_rank_order(*v);
+    } catch (const SpecError& e) {
+      r.fail("rank_order", e.what());
+    }
+  }
+  p.node_group_order = read_int_array(r, "node_group_order");
   r.reject_unknown();
   return p;
 }

@@ -180,6 +180,28 @@ void validate(const ClusterSpec& c) {
   }
 }
 
+namespace {
+
+// A permutation of 0..n-1: every node group named once.
+void validate_node_group_order(const std::vector<int>& order) {
+  const auto n = static_cast<std::int64_t>(order.size());
+  std::vector<char> seen(order.size(), 0);
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const int g = order[i];
+    const std::string at = "node_group_order[" + std::to_string(i) + "]=" + std::to_string(g);
+    if (g < 0 || g >= n)
+      throw SpecError({"plan.node_group_order"},
+                      at + " is not a node group index 0.." + shown(n - 1) +
+                          " (the order names each of the cluster's node groups once)");
+    if (seen[static_cast<std::size_t>(g)])
+      throw SpecError({"plan.node_group_order"},
+                      at + " names a node group twice (the order names each group once)");
+    seen[static_cast<std::size_t>(g)] = 1;
+  }
+}
+
+}  // namespace
+
 void validate(const ParallelPlan& plan) {
   require_positive("plan", "tp", std::int64_t{plan.tp});
   require_positive("plan", "pp", std::int64_t{plan.pp});
@@ -250,6 +272,7 @@ void validate(const ParallelPlan& plan) {
                                 shown(static_cast<std::int64_t>(plan.layer_split.size())) +
                                 " entries, " + groups);
   }
+  validate_node_group_order(plan.node_group_order);
   for (std::size_t i = 0; i < plan.layer_split.size(); ++i) {
     if (plan.layer_split[i] < 0) {
       throw SpecError({"plan.layer_split"}, "layer_split[" + std::to_string(i) +
@@ -267,6 +290,14 @@ void validate(const ModelSpec& model, const ClusterSpec& cluster, const Parallel
                     "tp*pp*dp = " + shown(std::int64_t{plan.world_size()}) +
                         " does not match the cluster's " + shown(std::int64_t{cluster.devices}) +
                         " devices");
+  }
+  const auto groups = static_cast<std::int64_t>(cluster.node_groups.size());
+  if (!plan.node_group_order.empty() &&
+      static_cast<std::int64_t>(plan.node_group_order.size()) != groups) {
+    throw SpecError(
+        {"plan.node_group_order", "cluster.node_groups"},
+        "node_group_order has " + shown(static_cast<std::int64_t>(plan.node_group_order.size())) +
+            " entries, the cluster has " + shown(groups) + " node groups (name each once)");
   }
 }
 

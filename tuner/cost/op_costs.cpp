@@ -5,6 +5,7 @@
 
 #include "engine/errors.hpp"
 #include "tuner/cost/analytic_costs.hpp"
+#include "tuner/cost/rank_links.hpp"
 #include "tuner/memory/memory_model.hpp"
 
 namespace pipetune::tuner {
@@ -13,20 +14,6 @@ namespace {
 
 double as_d(std::int64_t v) {
   return static_cast<double>(v);
-}
-
-struct StageLinks {
-  GroupLink tp, dp, ep, expert_dp;
-};
-
-StageLinks stage_links(const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan, int r) {
-  const int first = r * plan.tp * plan.dp;  // rank order: tp fastest, then dp, then pp
-  StageLinks l;
-  l.tp = group_link(cluster, first, 1, plan.tp);
-  l.dp = group_link(cluster, first, plan.tp, plan.dp);
-  l.ep = group_link(cluster, first, plan.tp, plan.ep);
-  l.expert_dp = group_link(cluster, first, plan.tp * plan.ep, plan.dp / plan.ep);
-  return l;
 }
 
 // The model's layers of each kind on each pipeline rank, from the layer split and where each
@@ -132,12 +119,11 @@ void set_data_parallel_costs(StageCost& st, const StageParameters& sp,
 }
 
 // Tied embeddings on two stages keep their copies equal with one all-reduce per iteration.
-void set_embedding_sync(OpCosts& out, const spec::ModelSpec& model,
-                        const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
-                        int first_rank, int last_rank, const ExecutionOptions& exec) {
+void set_embedding_sync(OpCosts& out, const spec::ModelSpec& model, const RankLinks& links,
+                        const spec::ParallelPlan& plan, int first_rank, int last_rank,
+                        const ExecutionOptions& exec) {
   const double h = as_d(model.hidden), t = plan.tp;
-  const int stride = plan.tp * plan.dp;
-  const GroupLink pair = pair_link(cluster, first_rank * stride, last_rank * stride);
+  const GroupLink pair = links.pair(first_rank, last_rank);
   const double bytes =
       as_d(spec::padded_vocab(model, plan.tp)) * h / t * exec.gradient_reduce_bytes;
   const double sync = collective_time(Collective::AllReduce, bytes, pair);
@@ -147,7 +133,7 @@ void set_embedding_sync(OpCosts& out, const spec::ModelSpec& model,
 
 // Pipeline transfers: the slowest hop sets the simulator's one point-to-point cost.
 void set_pipeline_transfer(schedule::CostTable& table, const spec::ModelSpec& model,
-                           const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
+                           const RankLinks& links, const spec::ParallelPlan& plan,
                            const ExecutionOptions& exec) {
   const int p = plan.pp;
   const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len);
@@ -157,8 +143,7 @@ void set_pipeline_transfer(schedule::CostTable& table, const spec::ModelSpec& mo
   GroupLink hop;
   double worst = -1.0;
   for (int r = 0; r + 1 < p; ++r) {
-    const int stride = plan.tp * plan.dp;
-    const GroupLink l = pair_link(cluster, r * stride, (r + 1) * stride);
+    const GroupLink l = links.pair(r, r + 1);
     const double time = collective_time(Collective::SendRecv, p2p_bytes, l);
     if (time > worst) worst = time, hop = l;
   }
@@ -172,19 +157,19 @@ void set_pipeline_transfer(schedule::CostTable& table, const spec::ModelSpec& mo
 // Vocabulary parallelism: the barriers' collectives and each rank's S, T, IF and IB passes over
 // its shard of the vocabulary layers, whose logits live from S to T.
 void add_vocabulary_parallel_costs(OpCosts& out, const spec::ModelSpec& model,
-                                   const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
+                                   const RankLinks& rank_links, const spec::ParallelPlan& plan,
                                    const ExecutionOptions& exec, double logits_bytes) {
   const int p = plan.pp;
-  const spec::HardwareSpec& hw = cluster.hardware;
+  const spec::HardwareSpec& hw = rank_links.placed().hardware;
   const VocabularyWork vw = vocabulary_parallel_work(model, plan, exec);
-  const GroupLink pipeline = group_link(cluster, 0, plan.tp * plan.dp, p);
+  const GroupLink pipeline = rank_links.pipeline();
   double barriers = collective_time(Collective::Broadcast, vw.broadcast_bytes, pipeline);
   for (int b = 0; b < vw.barriers; ++b)
     barriers += collective_time(Collective::AllReduce, vw.barrier_bytes[b], pipeline);
   out.table.collective_time = barriers / vw.barriers;
   for (int r = 0; r < p; ++r) {
     const auto i = static_cast<std::size_t>(r);
-    const StageLinks links = stage_links(cluster, plan, r);
+    const StageLinks links = rank_links.stage(r);
     auto& c = out.table.stages[i];
     c[schedule::OpKind::S] = work_time(vw.s, hw, links.tp, links.ep, exec).total();
     c[schedule::OpKind::T] = work_time(vw.t, hw, links.tp, links.ep, exec).total();
@@ -297,6 +282,7 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
 
   const std::vector<StageParameters> params = stage_parameters(model, plan, placement);
 
+  const RankLinks rank_links(cluster, plan);
   OpCosts out;
   out.table.stages.assign(static_cast<std::size_t>(p), schedule::StageCosts{});
   out.stages.assign(static_cast<std::size_t>(p), StageCost{});
@@ -305,7 +291,7 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
 
   for (int r = 0; r < p; ++r) {
     const auto i = static_cast<std::size_t>(r);
-    const StageLinks links = stage_links(cluster, plan, r);
+    const StageLinks links = rank_links.stage(r);
     const bool with_output = !vocab_parallel && r == last_rank;
     const PassWork work = rank_work(lw, layers.dense[i], layers.moe[i],
                                     !vocab_parallel && r == first_rank, with_output);
@@ -315,9 +301,10 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
     set_data_parallel_costs(out.stages[i], params[i], plan, links, hw, exec);
   }
   if (model.tied_embeddings && !vocab_parallel && first_rank != last_rank)
-    set_embedding_sync(out, model, cluster, plan, first_rank, last_rank, exec);
-  set_pipeline_transfer(out.table, model, cluster, plan, exec);
-  if (vocab_parallel) add_vocabulary_parallel_costs(out, model, cluster, plan, exec, logits_bytes);
+    set_embedding_sync(out, model, rank_links, plan, first_rank, last_rank, exec);
+  set_pipeline_transfer(out.table, model, rank_links, plan, exec);
+  if (vocab_parallel)
+    add_vocabulary_parallel_costs(out, model, rank_links, plan, exec, logits_bytes);
   set_pass_op_costs(out, plan, exec);
   // Weight-gradient GEMMs keep their inputs until W: nearly all of a layer's activations.
   out.table.w_free_fraction = 1.0;

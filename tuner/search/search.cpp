@@ -14,6 +14,7 @@
 #include "engine/spec/validate.hpp"
 #include "tuner/memory/memory_model.hpp"
 #include "tuner/search/auto_layer_split.hpp"
+#include "tuner/search/placement_options.hpp"
 
 namespace pipetune::tuner {
 
@@ -72,7 +73,8 @@ struct Job {
 
 class Enumerator {
  public:
-  Enumerator(const SearchSpace& space, SearchResult& result) : s_(space), r_(result) {}
+  Enumerator(const SearchSpace& space, SearchResult& result)
+      : s_(space), r_(result), node_group_orders_(node_group_orders(space.cluster)) {}
 
   std::vector<Job> run() {
     require_distinct(s_.schedules, "schedules", [](const std::string& x) { return x; });
@@ -253,6 +255,26 @@ class Enumerator {
           note_infeasible(p, vocab_label, fixed.peak_bytes);
           continue;
         }
+        push_placements(p, vocab_label);
+        if (full()) return;
+      }
+    }
+  }
+
+  // The plan in each placement (placement_options.hpp); the first is the default, counted
+  // already.
+  void push_placements(const spec::ParallelPlan& base, const std::string& vocab_label) {
+    bool first = true;
+    // Without a pipeline every rank plays the same part: the node groups' order changes nothing.
+    const std::vector<std::vector<int>> listed_only = {{}};
+    const auto& group_orders = base.pp > 1 ? node_group_orders_ : listed_only;
+    for (spec::RankOrder order : rank_orders(s_.cluster, base)) {
+      for (const std::vector<int>& groups : group_orders) {
+        if (!first) ++r_.candidates_enumerated;
+        first = false;
+        spec::ParallelPlan p = base;
+        p.rank_order = order;
+        p.node_group_order = groups;
         jobs_.push_back({std::move(p), vocab_label});
         if (full()) return;
       }
@@ -293,6 +315,7 @@ class Enumerator {
   const SearchSpace& s_;
   SearchResult& r_;
   std::vector<Job> jobs_;
+  std::vector<std::vector<int>> node_group_orders_;
   bool factorisable_ = false;
 };
 
@@ -481,9 +504,45 @@ ScoringProgress score_jobs(const std::vector<Job>& jobs, const ScorerFactory& ma
   return {total, bounded_done.load() + done.load()};
 }
 
+bool same_apart_from_placement(const spec::ParallelPlan& a, const spec::ParallelPlan& b) {
+  spec::ParallelPlan x = a;
+  x.rank_order = b.rank_order;
+  x.node_group_order = b.node_group_order;
+  return x == b;
+}
+
+bool same_score(const CandidateScore& a, const CandidateScore& b) {
+  const auto close = [](double x, double y) {
+    return std::abs(x - y) <= 1e-9 * std::max(std::abs(x), std::abs(y));
+  };
+  return close(a.iteration_time, b.iteration_time) &&
+         close(a.peak_memory_bytes, b.peak_memory_bytes);
+}
+
+// Placements of one plan (consecutive jobs) that score alike, a symmetric pipeline's node groups
+// swapped, are one result: the first is kept.
+class PlacementTwins {
+ public:
+  bool repeats(const spec::ParallelPlan& plan, const CandidateScore& score) {
+    if (!same_apart_from_placement(plan_, plan)) {
+      plan_ = plan;
+      scores_.clear();
+    }
+    for (const CandidateScore& s : scores_)
+      if (same_score(s, score)) return true;
+    scores_.push_back(score);
+    return false;
+  }
+
+ private:
+  spec::ParallelPlan plan_;  // the plan whose placements scores_ holds
+  std::vector<CandidateScore> scores_;
+};
+
 // Each job's outcome into the result: a pruned reason, the smallest infeasible plan, or a
 // ranked plan (unranked yet).
 void tally_outcomes(std::vector<Job>& jobs, const JobOutcomes& out, SearchResult& result) {
+  PlacementTwins twins;
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     if (!out.errors[i].empty()) {
       ++result.pruned["schedule: " + out.errors[i]];
@@ -501,6 +560,10 @@ void tally_outcomes(std::vector<Job>& jobs, const JobOutcomes& out, SearchResult
       auto& least = result.smallest_infeasible;
       if (!least || score->peak_memory_bytes < least->score.peak_memory_bytes)
         least = ScoredPlan{jobs[i].plan, jobs[i].vocab_label, *score};
+      continue;
+    }
+    if (twins.repeats(jobs[i].plan, *score)) {
+      ++result.pruned["placement scores the same as another placement of the plan"];
       continue;
     }
     result.ranked.push_back({std::move(jobs[i].plan), jobs[i].vocab_label, *score});

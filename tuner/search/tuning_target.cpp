@@ -69,6 +69,14 @@ std::string plan_summary(const spec::ParallelPlan& p, const std::string& vocab_l
   }
   s += " recompute=" + std::string(spec::recompute_name(p.recompute)) +
        " zero=" + std::to_string(p.zero_stage);
+  // Placement, where it is not the default (ranks tp-dp-pp, node groups as listed).
+  if (p.rank_order != spec::RankOrder::TpDpPp)
+    s += " ranks=" + std::string(spec::rank_order_name(p.rank_order));
+  if (!p.node_group_order.empty()) {
+    s += " groups=";
+    for (std::size_t i = 0; i < p.node_group_order.size(); ++i)
+      s += (i ? "," : "") + std::to_string(p.node_group_order[i]);
+  }
   return s;
 }
 

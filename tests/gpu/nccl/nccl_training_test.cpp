@@ -54,7 +54,7 @@ TEST_P(NcclTraining, RanksAsGpuProcessesMatchTheCpuSingleRankRun) {
                  << " processes";
   runtime::TrainOptions o = options_for(plan.model, plan.microbatches);
   pipetune::testing::apply_plan(plan, o);
-  const comm::Topology topology(o.plan.tp, o.plan.pp, o.plan.dp, o.plan.ep);
+  const comm::Topology topology(o.plan);
   const std::vector<comm::ProcessGroup> groups = comm::every_group(topology);
   mpi::MpiCommunicator mpi(groups, o.watchdog_seconds);
   runtime::TrainOptions::Processes processes;

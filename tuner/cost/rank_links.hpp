@@ -1,0 +1,48 @@
+// The links a plan's process groups cross once its ranks are placed (Holmes): device slots by the
+// plan's rank order (spec::device_strides), nodes in the plan's node group order
+// (spec::placed_cluster). On a cluster whose node groups differ, groups of one kind in one stage
+// (a stage's DP group of each TP rank, its TP group of each replica, each replica's pipeline hop)
+// may cross different NICs; every replica waits for the slowest at the step's end, so a stage's
+// link is the slowest of its groups. On a homogeneous cluster the first group stands for all
+// (the groups differ only in how they straddle node boundaries).
+#pragma once
+
+#include "engine/spec/cluster_spec.hpp"
+#include "engine/spec/parallel_plan.hpp"
+#include "tuner/cost/collectives.hpp"
+
+namespace pipetune::tuner {
+
+struct StageLinks {
+  GroupLink tp, dp, ep, expert_dp;
+};
+
+class RankLinks {
+ public:
+  // Expects a plan that passed spec::validate with this cluster.
+  RankLinks(const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan);
+
+  // Pipeline rank r's TP, DP, EP and expert-DP groups.
+  StageLinks stage(int r) const;
+  // Between pipeline ranks a and b (a hop, or the tied embedding's first and last stages).
+  GroupLink pair(int a, int b) const;
+  // The pipeline group (every stage of one replica): the vocabulary-parallel collectives.
+  GroupLink pipeline() const;
+
+  const spec::ClusterSpec& placed() const { return placed_; }
+
+ private:
+  int replicas_checked() const;  // dp when the cluster is heterogeneous, else 1
+  int tp_ranks_checked() const;  // tp when the cluster is heterogeneous, else 1
+
+  spec::ClusterSpec placed_;
+  spec::ParallelPlan plan_;
+  spec::DeviceStrides at_;
+  bool heterogeneous_ = false;
+};
+
+// The slower of two links, by the time of one all-reduce of 1 GB (or, for two single-member
+// groups, the first).
+const GroupLink& slower_link(const GroupLink& a, const GroupLink& b);
+
+}  // namespace pipetune::tuner
