@@ -59,6 +59,7 @@ GroupLink pair_link(const spec::ClusterSpec& cluster, int a, int b) {
 double collective_time(Collective kind, double bytes, const GroupLink& link) {
   const int n = link.members;
   if (kind != Collective::SendRecv && n <= 1) return 0.0;
+  if (!(bytes > 0.0)) return 0.0;  // nothing to send: no collective is launched
   const double steps = n - 1;
   const double share = static_cast<double>(n - 1) / n;
   switch (kind) {
