@@ -37,6 +37,13 @@ Recompute recompute_of_stage(const ParallelPlan& plan, int rank) {
   return plan.stage_recompute[static_cast<std::size_t>(rank)];
 }
 
+ParallelPlan plan_of_stage(const ParallelPlan& plan, int rank) {
+  ParallelPlan stage = plan;
+  stage.recompute = recompute_of_stage(plan, rank);
+  stage.stage_recompute.clear();
+  return stage;
+}
+
 bool stage_recompute_varies(const ParallelPlan& plan) {
   const auto& s = plan.stage_recompute;
   return std::any_of(s.begin(), s.end(), [&](Recompute r) { return r != s.front(); });

@@ -52,6 +52,10 @@ struct ParallelPlan {
 // plan.recompute.
 Recompute recompute_of_stage(const ParallelPlan& plan, int rank);
 
+// The plan as pipeline rank `rank` computes: recompute = recompute_of_stage(plan, rank) and no
+// stage_recompute (for per-layer costs and bytes that read plan.recompute).
+ParallelPlan plan_of_stage(const ParallelPlan& plan, int rank);
+
 // True when some stage recomputes differently from another (a non-uniform stage_recompute).
 bool stage_recompute_varies(const ParallelPlan& plan);
 

@@ -14,6 +14,7 @@
 #include "engine/spec/validate.hpp"
 #include "tuner/memory/memory_model.hpp"
 #include "tuner/search/auto_layer_split.hpp"
+#include "tuner/search/stage_recompute_choice.hpp"
 
 namespace pipetune::tuner {
 
@@ -236,27 +237,59 @@ class Enumerator {
         spec::ParallelPlan p = base;
         p.recompute = rc;
         p.zero_stage = zero;
-        // The auto split's plan is not a candidate when no split fits or it is the even one.
-        if (vocab_label == "auto" && !split_automatically(p)) continue;
-        ++r_.candidates_enumerated;
-        try {
-          spec::validate(s_.model, s_.cluster, p);
-        } catch (const SpecError& e) {
-          prune("plan rule: " + reason_key(e.what()));
-          continue;
-        }
-        const schedule::Placement placement = schedule::schedule_placement(p.schedule);
-        const MemoryEstimate fixed =
-            estimate_memory(s_.model, s_.cluster, p, placement, std::vector<double>(p.pp, 0.0));
-        if (!fixed.fits()) {
-          prune("weights, gradients and optimizer state exceed device memory");
-          note_infeasible(p, vocab_label, fixed.peak_bytes);
-          continue;
-        }
-        jobs_.push_back({std::move(p), vocab_label});
+        add_candidate(std::move(p), vocab_label);
         if (full()) return;
       }
     }
+    enumerate_stage_recompute(base, vocab_label);
+  }
+
+  // Per-stage recomputation (stage_recompute_choice.hpp) for each ZeRO stage: only where the
+  // plan does not fit without recomputation and each stage's least recomputation that fits is
+  // not one mode for all. The estimate takes the base plan's layer split (even for auto: the
+  // auto split is then chosen with the per-stage recomputation).
+  void enumerate_stage_recompute(const spec::ParallelPlan& base, const std::string& vocab_label) {
+    if (base.pp < 2) return;
+    for (int zero : s_.zero_stages) {
+      if (zero > 0 && base.dp == 1) continue;
+      spec::ParallelPlan knobs = base;
+      knobs.zero_stage = zero;
+      std::vector<std::vector<spec::Recompute>> candidates;
+      try {
+        spec::validate(s_.model, s_.cluster, knobs);
+        candidates = stage_recompute_candidates(s_.model, s_.cluster, knobs, s_.recomputes);
+      } catch (const InputError&) {
+        continue;  // the uniform plans above count the rule it breaks
+      }
+      for (std::vector<spec::Recompute>& modes : candidates) {
+        spec::ParallelPlan p = knobs;
+        p.stage_recompute = std::move(modes);
+        add_candidate(std::move(p), vocab_label);
+        if (full()) return;
+      }
+    }
+  }
+
+  // Counts the plan, prunes it by the plan rules and its static memory, else queues it.
+  void add_candidate(spec::ParallelPlan p, const std::string& vocab_label) {
+    // The auto split's plan is not a candidate when no split fits or it is the even one.
+    if (vocab_label == "auto" && !split_automatically(p)) return;
+    ++r_.candidates_enumerated;
+    try {
+      spec::validate(s_.model, s_.cluster, p);
+    } catch (const SpecError& e) {
+      prune("plan rule: " + reason_key(e.what()));
+      return;
+    }
+    const schedule::Placement placement = schedule::schedule_placement(p.schedule);
+    const MemoryEstimate fixed =
+        estimate_memory(s_.model, s_.cluster, p, placement, std::vector<double>(p.pp, 0.0));
+    if (!fixed.fits()) {
+      prune("weights, gradients and optimizer state exceed device memory");
+      note_infeasible(p, vocab_label, fixed.peak_bytes);
+      return;
+    }
+    jobs_.push_back({std::move(p), vocab_label});
   }
 
   // The auto layer split of a plan (auto_layer_split.hpp); false (counted as pruned) when no
