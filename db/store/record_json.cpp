@@ -21,6 +21,11 @@ nlohmann::json plan_to_json(const spec::ParallelPlan& p, const std::string& voca
                       {"recompute", std::string(spec::recompute_name(p.recompute))},
                       {"sequence_parallel", p.sequence_parallel},
                       {"zero_stage", p.zero_stage}};
+  if (!p.stage_recompute.empty()) {  // per pipeline rank; absent = recompute everywhere
+    std::vector<std::string> modes;
+    for (spec::Recompute r : p.stage_recompute) modes.emplace_back(spec::recompute_name(r));
+    j["stage_recompute"] = modes;
+  }
   if (record == PlanRecord::tuner) j["global_batch"] = p.global_batch;
   return j;
 }
@@ -49,6 +54,9 @@ spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_la
       p.layer_split = j.at("layer_split").get<std::vector<int>>();
     if (!training || j.contains("recompute"))
       p.recompute = spec::parse_recompute(j.at("recompute").get<std::string>());
+    if (j.contains("stage_recompute"))
+      for (const std::string& mode : j.at("stage_recompute").get<std::vector<std::string>>())
+        p.stage_recompute.push_back(spec::parse_recompute(mode));
     if (!training || j.contains("sequence_parallel"))
       p.sequence_parallel = j.at("sequence_parallel");
     p.zero_stage = j.at("zero_stage");
