@@ -1,6 +1,7 @@
 #include "cli/plan_flags.hpp"
 
 #include "cli/count_flags.hpp"
+#include "engine/errors.hpp"
 
 namespace pipetune::cli {
 
@@ -42,6 +43,19 @@ void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help) {
   add("--microbatches", flags.microbatches, help.microbatches);
   add("--micro-batch-size", flags.micro_batch_size, help.micro_batch_size);
   add("--zero", flags.zero, help.zero);
+}
+
+std::vector<spec::Recompute> parse_stage_recompute_flag(const std::string& text, int pp) {
+  std::vector<spec::Recompute> modes;
+  try {
+    modes = spec::parse_stage_recompute(text);
+  } catch (const SpecError& e) {
+    throw InputError("--stage-recompute: " + std::string(e.what()));
+  }
+  if (!modes.empty() && static_cast<int>(modes.size()) != pp)
+    throw InputError("--stage-recompute: needs pp = " + std::to_string(pp) + " entries, got " +
+                     std::to_string(modes.size()));
+  return modes;
 }
 
 }  // namespace pipetune::cli

@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "engine/spec/parallel_plan.hpp"
 
@@ -35,5 +37,9 @@ struct PlanFlagHelp {
 };
 
 void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help);
+
+// `--stage-recompute full,selective,none,none`: one recomputation per pipeline rank, `pp` of them
+// (empty text: none given). InputError "--stage-recompute: ..." naming the entry or the count.
+std::vector<spec::Recompute> parse_stage_recompute_flag(const std::string& text, int pp);
 
 }  // namespace pipetune::cli

@@ -32,6 +32,7 @@ struct PredictArgs {
   std::string config, against, db;
   PlanFlags plan;  // dp default: gpus / (tp*pp); chunks: the schedule's own
   std::string schedule = "1f1b", vocab = "none", recompute = "none";
+  std::string stage_recompute;  // comma list, one mode per pipeline rank; empty = recompute
   bool sequence_parallel = false;
   bool json = false;
 };
@@ -131,6 +132,7 @@ void run_flags(const PredictArgs& a) {
     p.vocab = schedule::parse_vocab_mode(a.vocab);
   }
   p.recompute = spec::parse_recompute(a.recompute);
+  p.stage_recompute = parse_stage_recompute_flag(a.stage_recompute, p.pp);
   p.sequence_parallel = a.sequence_parallel;
   if (t.global_batch % (static_cast<std::int64_t>(p.micro_batch_size) * p.dp) != 0)
     throw InputError("--global-batch " + std::to_string(t.global_batch) +
@@ -197,6 +199,9 @@ void add_predict_command(CLI::App& app) {
          "vocab-2, interlaced")
       ->capture_default_str();
   cmd->add_option("--recompute", a->recompute, "none, selective or full")->capture_default_str();
+  cmd->add_option("--stage-recompute", a->stage_recompute,
+                  "Recomputation per pipeline stage, comma-separated (full,selective,none,...: pp "
+                  "entries; overrides --recompute)");
   cmd->add_flag("--sequence-parallel", a->sequence_parallel, "Sequence parallelism (with TP)");
   cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
   // A run file instead of the flags, and what to compare its prediction with.
