@@ -65,4 +65,17 @@ std::vector<int> parse_index_list(const std::string& text, const char* flag) {
   return out;
 }
 
+std::vector<spec::Recompute> parse_stage_recompute_flag(const std::string& text, int pp) {
+  std::vector<spec::Recompute> modes;
+  try {
+    modes = spec::parse_stage_recompute(text);
+  } catch (const SpecError& e) {
+    throw InputError("--stage-recompute: " + std::string(e.what()));
+  }
+  if (!modes.empty() && static_cast<int>(modes.size()) != pp)
+    throw InputError("--stage-recompute: needs pp = " + std::to_string(pp) + " entries, got " +
+                     std::to_string(modes.size()));
+  return modes;
+}
+
 }  // namespace pipetune::cli

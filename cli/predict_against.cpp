@@ -22,7 +22,12 @@ void print_json(const tuner::SimulationSetup& setup, const LoadedRun& r,
                       {"measured_compute", s.measured_compute},
                       {"compute_error", s.compute_error},
                       {"predicted_bubble_ratio", s.predicted_bubble_ratio},
-                      {"measured_bubble_ratio", s.measured_bubble_ratio}});
+                      {"measured_bubble_ratio", s.measured_bubble_ratio},
+                      {"predicted_peak_memory_bytes", s.predicted_peak_bytes},
+                      {"measured_peak_memory_bytes", s.measured_peak_bytes},
+                      {"peak_memory_error", s.peak_error},
+                      {"predicted_activation_bytes", s.predicted_activation_bytes},
+                      {"measured_activation_bytes", s.measured_activation_bytes}});
   print_json_value({{"run", run_identity_json(r.stored.run)},
                     {"config", setup.run->source},
                     {"predicted_iteration", c.predicted_iteration},
@@ -38,13 +43,18 @@ void print_human(const tuner::SimulationSetup& setup, const LoadedRun& r,
   const long long id = static_cast<long long>(r.stored.run.id);
   std::printf("%s against run %lld (%s)\n\n", setup.description.c_str(), id,
               shown_text(r.stored.run.name).c_str());
-  std::printf("%-6s %12s %12s %8s %10s %10s\n", "stage", "predicted", "measured", "error",
-              "bubble p.", "bubble m.");
-  for (const db::StageAgainstPrediction& s : c.stages)
-    std::printf("%-6d %12s %12s %+7.1f%% %9.1f%% %9.1f%%\n", s.stage,
+  std::printf("%-6s %12s %12s %8s %10s %10s %11s %11s %8s\n", "stage", "predicted", "measured",
+              "error", "bubble p.", "bubble m.", "peak mem p.", "peak mem m.", "error");
+  for (const db::StageAgainstPrediction& s : c.stages) {
+    const bool memory = s.measured_peak_bytes > 0.0;
+    std::printf("%-6d %12s %12s %+7.1f%% %9.1f%% %9.1f%% %11s %11s %+7.1f%%\n", s.stage,
                 human_time(s.predicted_compute).c_str(),
                 s.ranks > 0 ? human_time(s.measured_compute).c_str() : "-", 100.0 * s.compute_error,
-                100.0 * s.predicted_bubble_ratio, 100.0 * s.measured_bubble_ratio);
+                100.0 * s.predicted_bubble_ratio, 100.0 * s.measured_bubble_ratio,
+                human_bytes(s.predicted_peak_bytes).c_str(),
+                memory ? human_bytes(s.measured_peak_bytes).c_str() : "-",
+                memory ? 100.0 * s.peak_error : 0.0);
+  }
   std::printf("%-6s %12s %12s %+7.1f%%\n", "iter", human_time(c.predicted_iteration).c_str(),
               human_time(c.measured_iteration).c_str(), 100.0 * c.iteration_error);
   if (c.ranks_shared_gpus) {

@@ -33,6 +33,7 @@ struct PredictArgs {
   PlanFlags plan;  // dp default: gpus / (tp*pp); chunks: the schedule's own
   std::string schedule = "1f1b", vocab = "none", recompute = "none";
   std::string rank_order = "tp-dp-pp", node_group_order;
+  std::string stage_recompute;  // comma list, one mode per pipeline rank; empty = recompute
   bool sequence_parallel = false;
   bool json = false;
 };
@@ -132,6 +133,7 @@ void run_flags(const PredictArgs& a) {
     p.vocab = schedule::parse_vocab_mode(a.vocab);
   }
   p.recompute = spec::parse_recompute(a.recompute);
+  p.stage_recompute = parse_stage_recompute_flag(a.stage_recompute, p.pp);
   p.sequence_parallel = a.sequence_parallel;
   try {
     p.rank_order = spec::parse_rank_order(a.rank_order);
@@ -205,6 +207,9 @@ void add_predict_command(CLI::App& app) {
          "vocab-2, interlaced")
       ->capture_default_str();
   cmd->add_option("--recompute", a->recompute, "none, selective or full")->capture_default_str();
+  cmd->add_option("--stage-recompute", a->stage_recompute,
+                  "Recomputation per pipeline stage, comma-separated (full,selective,none,...: pp "
+                  "entries; overrides --recompute)");
   cmd->add_flag("--sequence-parallel", a->sequence_parallel, "Sequence parallelism (with TP)");
   cmd->add_option("--rank-order", a->rank_order,
                   "Placement: tp-dp-pp (DP groups on neighbouring devices) or tp-pp-dp (each "

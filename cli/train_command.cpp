@@ -39,6 +39,7 @@ struct TrainArgs {
   std::string model;
   PlanFlags plan;
   std::optional<std::string> schedule, vocab, recompute;
+  std::optional<std::string> stage_recompute;  // comma list, one mode per pipeline rank
   int steps = 60;
   std::string seed = "1234";  // parsed strictly: CLI11 saturates numbers past 2^64
   float lr = 3e-3f;
@@ -106,7 +107,12 @@ spec::ParallelPlan plan_with_flags(const TrainArgs& a, const spec::RunSpec& run)
   // Another schedule without --chunks: that schedule's default, not the run file's chunks.
   if (a.schedule && !a.plan.chunks) plan.chunks = 0;
   if (a.vocab) plan.vocab = schedule::parse_vocab_mode(*a.vocab);
-  if (a.recompute) plan.recompute = spec::parse_recompute(*a.recompute);
+  if (a.recompute) {  // one mode for every stage, whatever the run file says per stage
+    plan.recompute = spec::parse_recompute(*a.recompute);
+    plan.stage_recompute.clear();
+  }
+  if (a.stage_recompute)
+    plan.stage_recompute = parse_stage_recompute_flag(*a.stage_recompute, plan.pp);
   if (a.sequence_parallel) plan.sequence_parallel = true;
   if (a.no_sequence_parallel) plan.sequence_parallel = false;
   // Flags may change the world size: the global batch follows the plan, unless the run file
@@ -261,9 +267,12 @@ void report_run(const TrainArgs& a, const runtime::TrainOptions& o, const runtim
 
 void print_header(const runtime::TrainOptions& o, const char* ranks) {
   const spec::ParallelPlan& p = o.plan;
-  std::string recompute = p.recompute == spec::Recompute::None
-                              ? std::string()
-                              : ", recompute " + std::string(spec::recompute_name(p.recompute));
+  std::string recompute =
+      !p.stage_recompute.empty()
+          ? ", recompute per stage " + spec::stage_recompute_letters(p.stage_recompute)
+      : p.recompute == spec::Recompute::None
+          ? std::string()
+          : ", recompute " + std::string(spec::recompute_name(p.recompute));
   if (p.sequence_parallel && p.tp > 1) recompute += ", sequence parallel";
   std::printf("training %s on %d %s (tp=%d pp=%d dp=%d ep=%d), schedule %s, vocab %s%s, %d steps\n",
               o.model.name.c_str(), p.tp * p.pp * p.dp, ranks, p.tp, p.pp, p.dp, p.ep,
@@ -380,6 +389,9 @@ void add_plan_options(CLI::App* cmd, TrainArgs* args) {
   cmd->add_option("--recompute", args->recompute,
                   "Activation recomputation: none, selective (the attention probabilities) or "
                   "full (each block from its input)");
+  cmd->add_option("--stage-recompute", args->stage_recompute,
+                  "Recomputation per pipeline stage, comma-separated (full,selective,none,...: pp "
+                  "entries; empty: every stage as --recompute)");
 }
 
 // Steps, seed, learning rate, data, checkpoints, the trace file and threads.

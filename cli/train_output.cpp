@@ -17,23 +17,29 @@ namespace {
 
 nlohmann::json plan_json(const runtime::TrainOptions& o, const runtime::TrainResult& r) {
   const spec::ParallelPlan& p = o.plan;
-  return {{"model", o.model.name},
-          {"tp", p.tp},
-          {"pp", p.pp},
-          {"dp", p.dp},
-          {"ep", p.ep},
-          {"world", p.tp * p.pp * p.dp},
-          {"schedule", r.schedule},
-          {"chunks", r.chunks},
-          {"vocab", std::string(schedule::vocab_mode_name(p.vocab))},
-          {"vocab_rows", spec::padded_vocab(o.model, p.vocab_shards())},
-          {"microbatches", r.microbatches},
-          {"micro_batch_size", p.micro_batch_size},
-          {"seq_len", o.model.seq_len},
-          {"zero_stage", p.zero_stage},
-          {"recompute", std::string(spec::recompute_name(p.recompute))},
-          {"sequence_parallel", p.sequence_parallel && p.tp > 1},
-          {"tokens_per_step", r.tokens_per_step}};
+  nlohmann::json j = {{"model", o.model.name},
+                      {"tp", p.tp},
+                      {"pp", p.pp},
+                      {"dp", p.dp},
+                      {"ep", p.ep},
+                      {"world", p.tp * p.pp * p.dp},
+                      {"schedule", r.schedule},
+                      {"chunks", r.chunks},
+                      {"vocab", std::string(schedule::vocab_mode_name(p.vocab))},
+                      {"vocab_rows", spec::padded_vocab(o.model, p.vocab_shards())},
+                      {"microbatches", r.microbatches},
+                      {"micro_batch_size", p.micro_batch_size},
+                      {"seq_len", o.model.seq_len},
+                      {"zero_stage", p.zero_stage},
+                      {"recompute", std::string(spec::recompute_name(p.recompute))},
+                      {"sequence_parallel", p.sequence_parallel && p.tp > 1},
+                      {"tokens_per_step", r.tokens_per_step}};
+  if (!p.stage_recompute.empty()) {  // per pipeline rank, only when the plan gives them
+    nlohmann::json modes = nlohmann::json::array();
+    for (spec::Recompute m : p.stage_recompute) modes.push_back(spec::recompute_name(m));
+    j["stage_recompute"] = modes;
+  }
+  return j;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "db/store/prediction_against_run.hpp"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -8,6 +9,7 @@
 #include "db/store/run_name.hpp"
 #include "engine/errors.hpp"
 #include "profiler/analysis/analysis.hpp"
+#include "profiler/analysis/memory_timeline.hpp"
 
 namespace pipetune::db {
 
@@ -77,6 +79,24 @@ std::vector<StageAgainstPrediction> measured_stages(const RunIteration& r, int s
   return out;
 }
 
+// Each stage's measured peaks in the iteration: the largest over its ranks of the total and of
+// the activations.
+void add_measured_memory(const RunIteration& r, std::vector<StageAgainstPrediction>& stages) {
+  an::MemoryOptions options;
+  options.window = r.window;
+  options.series = false;
+  const an::MemoryTimeline memory = an::memory_timeline(r.stored.trace, options);
+  const auto activations = static_cast<std::size_t>(profiler::MemoryCategory::Activations);
+  for (const an::RankMemory& m : memory.ranks) {
+    const int stage = m.rank / r.ranks_per_stage;
+    if (stage < 0 || stage >= static_cast<int>(stages.size())) continue;  // measured_stages says
+    StageAgainstPrediction& f = stages[static_cast<std::size_t>(stage)];
+    f.measured_peak_bytes = std::max(f.measured_peak_bytes, static_cast<double>(m.peak.bytes));
+    f.measured_activation_bytes = std::max(f.measured_activation_bytes,
+                                           static_cast<double>(m.category_peak[activations].bytes));
+  }
+}
+
 }  // namespace
 
 PredictionAgainstRun compare_prediction_with_run(const tuner::SimulationSetup& setup,
@@ -96,7 +116,14 @@ PredictionAgainstRun compare_prediction_with_run(const tuner::SimulationSetup& s
       f.predicted_bubble_ratio = e.stages[static_cast<std::size_t>(s)].bubble_ratio;
     }
     f.compute_error = relative_error(f.predicted_compute, f.measured_compute);
+    if (s < static_cast<int>(e.memory.stages.size())) {
+      f.predicted_peak_bytes = e.memory.stages[static_cast<std::size_t>(s)].total();
+      f.predicted_activation_bytes = e.memory.stages[static_cast<std::size_t>(s)].activations;
+    }
   }
+  add_measured_memory(r, out.stages);
+  for (StageAgainstPrediction& f : out.stages)
+    f.peak_error = relative_error(f.predicted_peak_bytes, f.measured_peak_bytes);
   out.predicted_iteration = e.iteration_time;
   out.measured_iteration = static_cast<double>(r.window.length_ns()) * 1e-9;
   out.iteration_error = relative_error(out.predicted_iteration, out.measured_iteration);

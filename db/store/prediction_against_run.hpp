@@ -1,6 +1,7 @@
 // A run file's prediction against a measured or imported run of the same plan, stage by stage:
-// each stage's compute time and bubble (averaged over its tp * dp ranks) and the iteration, with
-// the relative errors. What `pipetune predict --config RUN --against STORED` prints.
+// each stage's compute time and bubble (averaged over its tp * dp ranks), its peak memory (the
+// largest of its ranks') and the iteration, with the relative errors. What `pipetune predict
+// --config RUN --against STORED` prints.
 #pragma once
 
 #include <vector>
@@ -18,6 +19,15 @@ struct StageAgainstPrediction {
   double compute_error = 0.0;      // (measured - predicted) / predicted; 0 when nothing predicted
   double predicted_bubble_ratio = 0.0;
   double measured_bubble_ratio = 0.0;
+  // Memory per device (bytes): the memory model's total and activations at the simulated peak
+  // (with the stage's own recomputation), against the largest peak of the stage's ranks in the
+  // compared iteration (total over categories, and activations alone; 0 when the run recorded no
+  // memory). peak_error as compute_error.
+  double predicted_peak_bytes = 0.0;
+  double measured_peak_bytes = 0.0;
+  double peak_error = 0.0;
+  double predicted_activation_bytes = 0.0;
+  double measured_activation_bytes = 0.0;
 };
 
 struct PredictionAgainstRun {

@@ -23,6 +23,11 @@ nlohmann::json plan_to_json(const spec::ParallelPlan& p, const std::string& voca
                       {"zero_stage", p.zero_stage},
                       {"rank_order", std::string(spec::rank_order_name(p.rank_order))},
                       {"node_group_order", p.node_group_order}};
+  if (!p.stage_recompute.empty()) {  // per pipeline rank; absent = recompute everywhere
+    std::vector<std::string> modes;
+    for (spec::Recompute r : p.stage_recompute) modes.emplace_back(spec::recompute_name(r));
+    j["stage_recompute"] = modes;
+  }
   if (record == PlanRecord::tuner) j["global_batch"] = p.global_batch;
   return j;
 }
@@ -51,6 +56,9 @@ spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_la
       p.layer_split = j.at("layer_split").get<std::vector<int>>();
     if (!training || j.contains("recompute"))
       p.recompute = spec::parse_recompute(j.at("recompute").get<std::string>());
+    if (j.contains("stage_recompute"))
+      for (const std::string& mode : j.at("stage_recompute").get<std::vector<std::string>>())
+        p.stage_recompute.push_back(spec::parse_recompute(mode));
     if (!training || j.contains("sequence_parallel"))
       p.sequence_parallel = j.at("sequence_parallel");
     p.zero_stage = j.at("zero_stage");

@@ -17,7 +17,8 @@ namespace pipetune::db {
 
 // The one codec of a ParallelPlan, which every record below keeps under the same keys: tp, pp,
 // dp, ep, chunks, micro_batch_size, microbatches, global_batch, schedule, vocab (the search's
-// label: none, redis, vocab-1...), layer_split, recompute, sequence_parallel, zero_stage.
+// label: none, redis, vocab-1...), layer_split, recompute, stage_recompute (mode names per
+// pipeline rank, only when the plan gives them), sequence_parallel, zero_stage.
 // A training run's plan (PlanRecord::training) keeps no global_batch (apply_defaults derives it
 // from the batch sizes), and runs stored before recompute, sequence_parallel and layer_split were
 // kept lack them: read back as none, false and the even split, the plan apply_defaults'ed.

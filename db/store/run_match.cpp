@@ -58,6 +58,11 @@ std::string plan_difference(const json& plan, const spec::RunSpec& run) {
   // Kept by runs stored since they were: older ones are taken at their word.
   for (const char* key : {"recompute", "sequence_parallel"})
     if (plan.contains(key) && plan[key] != want[key]) return differ(key, plan[key], want[key]);
+  // Per-stage recomputation: absent in runs without it (and in runs stored before it was kept).
+  if (const json none = json::array();
+      plan.value("stage_recompute", none) != want.value("stage_recompute", none))
+    return differ("stage_recompute", plan.value("stage_recompute", none),
+                  want.value("stage_recompute", none));
   if (plan.contains("layer_split")) {
     // An empty split is the even one.
     const int groups = run.plan.layer_groups();

@@ -91,8 +91,11 @@ RankRuntime::RankRuntime(const model::ModelConfig& config, const spec::ParallelP
     parameter_gather_name_ = recorder->intern("parameter all-gather");
   }
   vocab_parallel_ = schedule.vocab != schedule::VocabMode::None;
+  // The stage's own recomputation (Merak's stage-aware recomputation): all of this pipeline
+  // rank's layer groups recompute as plan.stage_recompute says for it, else as plan.recompute.
+  config_.recompute = spec::recompute_of_stage(plan, pp_rank_);
   model_ = std::make_unique<model::RankModel>(
-      config, make_placement(config, plan, layer_split, schedule, at));
+      config_, make_placement(config_, plan, layer_split, schedule, at));
   for (int i = 0; i < model_->dense.count(); ++i)
     if (model_->dense.entry(i).sequence_parallel) sequence_parallel_grads_.push_back(i);
 }

@@ -257,7 +257,7 @@ PreparedRun prepare(const TrainOptions& options) {
   p.config.aux_loss_coef = options.aux_loss_coef;
   p.plan = options.plan;
   spec::apply_defaults(p.plan);
-  p.config.recompute = p.plan.recompute;
+  p.config.recompute = p.plan.recompute;  // each rank's RankRuntime applies its stage's own
   {
     spec::ModelSpec model = options.model;
     spec::apply_defaults(model);

@@ -52,6 +52,65 @@ DeviceStrides device_strides(const ParallelPlan& plan) {
   return s;
 }
 
+Recompute recompute_of_stage(const ParallelPlan& plan, int rank) {
+  if (plan.stage_recompute.empty()) return plan.recompute;
+  if (rank < 0 || rank >= static_cast<int>(plan.stage_recompute.size())) {
+    throw SpecError({"plan.stage_recompute", "plan.pp"},
+                    "stage_recompute has no entry for pipeline rank " + std::to_string(rank));
+  }
+  return plan.stage_recompute[static_cast<std::size_t>(rank)];
+}
+
+ParallelPlan plan_of_stage(const ParallelPlan& plan, int rank) {
+  ParallelPlan stage = plan;
+  stage.recompute = recompute_of_stage(plan, rank);
+  stage.stage_recompute.clear();
+  return stage;
+}
+
+bool stage_recompute_varies(const ParallelPlan& plan) {
+  const auto& s = plan.stage_recompute;
+  return std::any_of(s.begin(), s.end(), [&](Recompute r) { return r != s.front(); });
+}
+
+std::vector<Recompute> parse_stage_recompute(std::string_view comma_list) {
+  std::vector<Recompute> modes;
+  if (comma_list.empty()) return modes;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = comma_list.find(',', start);
+    std::string_view name = comma_list.substr(start, comma - start);
+    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+    try {
+      modes.push_back(parse_recompute(name));
+    } catch (const SpecError&) {
+      throw SpecError({"plan.stage_recompute"}, "stage_recompute[" + std::to_string(modes.size()) +
+                                                    "]: unknown mode '" + std::string(name) +
+                                                    "' (valid: none, selective, full)");
+    }
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return modes;
+}
+
+std::string stage_recompute_text(const std::vector<Recompute>& modes) {
+  std::string s;
+  for (std::size_t i = 0; i < modes.size(); ++i)
+    s += (i == 0 ? "" : ",") + std::string(recompute_name(modes[i]));
+  return s;
+}
+
+std::string stage_recompute_letters(const std::vector<Recompute>& modes) {
+  std::string s;
+  for (std::size_t i = 0; i < modes.size(); ++i) {
+    if (i > 0) s += '/';
+    s += recompute_name(modes[i]).front();
+  }
+  return s;
+}
+
 void apply_defaults(ParallelPlan& plan) {
   if (plan.chunks == 0) {
     // An unknown schedule is validate()'s to report, with the valid names.

@@ -43,6 +43,9 @@ struct ParallelPlan {
   // that only holds the output layer).
   std::vector<int> layer_split;
   Recompute recompute = Recompute::None;
+  // Recomputation per pipeline rank (all of the rank's layer groups), Merak-style stage-aware
+  // recomputation: empty = every stage uses `recompute`, else exactly pp entries.
+  std::vector<Recompute> stage_recompute;
   bool sequence_parallel = false;
   int zero_stage = 0;  // 0..3 (ZeRO / distributed optimizer sharding over dp)
   int group_size = 0;  // interleaved-1f1b micro-batch group size G; 0 = the schedule's default
@@ -70,6 +73,25 @@ struct DeviceStrides {
   }
 };
 DeviceStrides device_strides(const ParallelPlan& plan);
+
+// The recomputation of pipeline rank `rank`: plan.stage_recompute[rank] when given, else
+// plan.recompute.
+Recompute recompute_of_stage(const ParallelPlan& plan, int rank);
+
+// The plan as pipeline rank `rank` computes: recompute = recompute_of_stage(plan, rank) and no
+// stage_recompute (for per-layer costs and bytes that read plan.recompute).
+ParallelPlan plan_of_stage(const ParallelPlan& plan, int rank);
+
+// True when some stage recomputes differently from another (a non-uniform stage_recompute).
+bool stage_recompute_varies(const ParallelPlan& plan);
+
+// "none,full,..." -> modes; empty text -> empty list. A bad name throws SpecError naming
+// plan.stage_recompute, the entry and the valid names.
+std::vector<Recompute> parse_stage_recompute(std::string_view comma_list);
+// The inverse of parse_stage_recompute ("full,selective,none").
+std::string stage_recompute_text(const std::vector<Recompute>& modes);
+// Short form for plan summaries: one letter per stage, "f/f/s/n".
+std::string stage_recompute_letters(const std::vector<Recompute>& modes);
 
 // Fills the fields whose 0 means "derived": chunks (schedule::default_chunks), microbatches
 // (global_batch / (micro_batch_size * dp) when global_batch is given and divisible, else pp) and

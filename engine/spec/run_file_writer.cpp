@@ -115,6 +115,12 @@ void write_plan_table(std::ostream& out, const RunSpec& run) {
   out << "vocab = \"" << schedule::vocab_mode_name(p.vocab) << "\"\n";
   int_array_key(out, "layer_split", p.layer_split);
   out << "recompute = \"" << recompute_name(p.recompute) << "\"\n";
+  if (!p.stage_recompute.empty()) {
+    out << "stage_recompute = [";
+    for (std::size_t i = 0; i < p.stage_recompute.size(); ++i)
+      out << (i == 0 ? "\"" : ", \"") << recompute_name(p.stage_recompute[i]) << "\"";
+    out << "]\n";
+  }
   out << "sequence_parallel = " << (p.sequence_parallel ? "true" : "false") << "\n";
   out << "zero_stage = " << p.zero_stage << "\n";
   out << "group_size = " << p.group_size << "\n";

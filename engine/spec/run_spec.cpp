@@ -80,6 +80,27 @@ std::vector<int> read_int_array(TableReader& r, const char* key) {
   return out;
 }
 
+// `stage_recompute = ["full", "none"]`: one mode name per pipeline rank.
+std::vector<Recompute> read_stage_recompute(TableReader& r) {
+  std::vector<Recompute> modes;
+  const toml::array* array = r.array("stage_recompute");
+  if (array == nullptr) return modes;
+  for (const toml::node& elem : *array) {
+    if (!elem.is_string()) {
+      r.fail("stage_recompute", "expected an array of mode names, found " +
+                                    std::string(detail::node_type_phrase(elem)));
+    }
+    const std::string& name = elem.as_string()->get();
+    try {
+      modes.push_back(parse_recompute(name));
+    } catch (const SpecError&) {
+      r.fail("stage_recompute", "entry " + std::to_string(modes.size()) + ": unknown mode '" +
+                                    name + "' (valid: none, selective, full)");
+    }
+  }
+  return modes;
+}
+
 // The [plan] table; dp and chunks are left 0 when absent, for the caller to derive.
 ParallelPlan read_plan(const toml::table& table, const std::string& source) {
   TableReader r(table, source, "plan.");
@@ -110,6 +131,7 @@ ParallelPlan read_plan(const toml::table& table, const std::string& source) {
       r.fail("recompute", e.what());
     }
   }
+  p.stage_recompute = read_stage_recompute(r);
   if (auto v = r.boolean("sequence_parallel")) p.sequence_parallel = *v;
   if (auto v = r.int32("zero_stage")) {
     if (*v < 0 || *v > 3) r.fail("zero_stage", "must be 0..3, got " + std::to_string(*v));

@@ -19,6 +19,7 @@
 //   vocab = "none"             # none, vocab-1, vocab-2, interlaced          ("none")
 //   layer_split = [9, 8, 8, 7] # layers per layer group, model order   (even, see parallel_plan)
 //   recompute = "none"         # none, selective, full                       ("none")
+//   stage_recompute = ["full", "selective", "none", "none"]  # per pipeline rank ([] = recompute)
 //   sequence_parallel = false  #                                             (false)
 //   zero_stage = 0             # 0..3                                        (0)
 //   group_size = 0             # interleaved-1f1b micro-batch group G        (0 = default)

@@ -99,6 +99,35 @@ std::string joined_schedule_names() {
   return s;
 }
 
+// The plan's lists: one entry per layer group (layer_split) or per pipeline rank
+// (stage_recompute).
+void validate_per_group_lists(const ParallelPlan& plan) {
+  if (!plan.layer_split.empty() &&
+      static_cast<int>(plan.layer_split.size()) != plan.layer_groups()) {
+    const std::string groups = plan.chunks == 1
+                                   ? "pp=" + shown(std::int64_t{plan.pp})
+                                   : "pp*chunks=" + shown(std::int64_t{plan.layer_groups()});
+    Fields fields{"plan.layer_split", "plan.pp"};
+    if (plan.chunks != 1) fields.push_back("plan.chunks");
+    throw SpecError(fields, "layer_split has " +
+                                shown(static_cast<std::int64_t>(plan.layer_split.size())) +
+                                " entries, " + groups);
+  }
+  if (!plan.stage_recompute.empty() && static_cast<int>(plan.stage_recompute.size()) != plan.pp) {
+    throw SpecError({"plan.stage_recompute", "plan.pp"},
+                    "stage_recompute needs pp = " + shown(std::int64_t{plan.pp}) +
+                        " entries, got " +
+                        shown(static_cast<std::int64_t>(plan.stage_recompute.size())));
+  }
+  for (std::size_t i = 0; i < plan.layer_split.size(); ++i) {
+    if (plan.layer_split[i] < 0) {
+      throw SpecError({"plan.layer_split"}, "layer_split[" + std::to_string(i) +
+                                                "]=" + shown(std::int64_t{plan.layer_split[i]}) +
+                                                " is negative");
+    }
+  }
+}
+
 }  // namespace
 
 void validate(const ModelSpec& model) {
@@ -261,25 +290,8 @@ void validate(const ParallelPlan& plan) {
                         shown(std::int64_t{plan.microbatches}) + "*" +
                         shown(std::int64_t{plan.dp}) + " = " + shown(batch));
   }
-  if (!plan.layer_split.empty() &&
-      static_cast<int>(plan.layer_split.size()) != plan.layer_groups()) {
-    const std::string groups = plan.chunks == 1
-                                   ? "pp=" + shown(std::int64_t{plan.pp})
-                                   : "pp*chunks=" + shown(std::int64_t{plan.layer_groups()});
-    Fields fields{"plan.layer_split", "plan.pp"};
-    if (plan.chunks != 1) fields.push_back("plan.chunks");
-    throw SpecError(fields, "layer_split has " +
-                                shown(static_cast<std::int64_t>(plan.layer_split.size())) +
-                                " entries, " + groups);
-  }
+  validate_per_group_lists(plan);
   validate_node_group_order(plan.node_group_order);
-  for (std::size_t i = 0; i < plan.layer_split.size(); ++i) {
-    if (plan.layer_split[i] < 0) {
-      throw SpecError({"plan.layer_split"}, "layer_split[" + std::to_string(i) +
-                                                "]=" + shown(std::int64_t{plan.layer_split[i]}) +
-                                                " is negative");
-    }
-  }
 }
 
 void validate(const ModelSpec& model, const ClusterSpec& cluster, const ParallelPlan& plan) {

@@ -60,6 +60,8 @@ SetupPage::SetupPage(PlanFormModel* form, QWidget* parent) : QWidget(parent), fo
   add_row(right, PlanField::Chunks, "Chunks per stage", new QLineEdit);
   add_row(right, PlanField::GlobalBatch, "Global batch (empty: derived)", new QLineEdit);
   add_row(right, PlanField::Recompute, "Recomputation", combo(PlanFormModel::recompute_names()));
+  add_row(right, PlanField::StageRecompute, "Recomputation per stage (empty: all alike)",
+          new QLineEdit);
   add_row(right, PlanField::ZeroStage, "ZeRO stage", combo({"0", "1", "2", "3"}));
   add_row(right, PlanField::SequenceParallel, "Sequence parallel", new QCheckBox);
   columns->addLayout(left);

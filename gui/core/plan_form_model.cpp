@@ -31,6 +31,7 @@ constexpr std::array<const char*, kPlanFieldCount> kKeys = {"model",
                                                             "microbatches",
                                                             "chunks",
                                                             "recompute",
+                                                            "stage_recompute",
                                                             "zero_stage",
                                                             "sequence_parallel",
                                                             "global_batch"};
@@ -181,6 +182,8 @@ void PlanFormModel::load_run_preset(const QString& name) {
     values_[slot(PlanField::Chunks)] = QString::number(p.chunks);
     const auto recompute = spec::recompute_name(p.recompute);
     values_[slot(PlanField::Recompute)] = QString::fromUtf8(recompute.data(), recompute.size());
+    values_[slot(PlanField::StageRecompute)] =
+        QString::fromStdString(spec::stage_recompute_text(p.stage_recompute));
     values_[slot(PlanField::ZeroStage)] = QString::number(p.zero_stage);
     values_[slot(PlanField::SequenceParallel)] = p.sequence_parallel ? "true" : "false";
     // A global batch the plan's sizes imply stays derived, so editing them keeps it consistent.
@@ -299,6 +302,11 @@ void PlanFormModel::read_plan(spec::ParallelPlan& p) const {
     p.recompute = spec::parse_recompute(text(PlanField::Recompute).toStdString());
   } catch (const InputError& e) {
     throw ParseError{PlanField::Recompute, QString::fromStdString(e.what())};
+  }
+  try {  // the count is spec::validate's rule (one entry per pipeline stage)
+    p.stage_recompute = spec::parse_stage_recompute(text(PlanField::StageRecompute).toStdString());
+  } catch (const InputError& e) {
+    throw ParseError{PlanField::StageRecompute, QString::fromStdString(e.what())};
   }
 }
 

@@ -36,11 +36,12 @@ enum class PlanField {
   Microbatches,  // "" = the plan's default (pp)
   Chunks,
   Recompute,
+  StageRecompute,  // "full,selective,none,...": one mode per pipeline stage; "" = Recompute
   ZeroStage,
   SequenceParallel,  // "true" / "false"
   GlobalBatch,       // "" = micro-batch size x micro-batches x dp
 };
-inline constexpr int kPlanFieldCount = 17;
+inline constexpr int kPlanFieldCount = 18;
 
 // The field's key as a run file's [plan] spells it ("tp", "micro_batch_size"...): a library
 // error about the plan field "plan.<key>" (engine/errors.hpp) is shown at this field.

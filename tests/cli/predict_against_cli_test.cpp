@@ -5,10 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
 
 #include "support/run_process.hpp"
 
@@ -65,6 +70,66 @@ TEST(PredictAgainst, StagesPairThePredictionWithTheMeasuredRun) {
     const double p = g.at("predicted_compute").get<double>(), m = compute / ranks;
     EXPECT_NEAR(g.at("compute_error").get<double>(), (m - p) / p, 1e-9);
   }
+}
+
+// A two-stage run on the CPU engine with `recompute` for every stage or `stage_recompute`.
+std::string cpu_pp2(const Scratch& s, const std::string& name, const std::string& recompute) {
+  const std::string path = (s.dir / (name + ".toml")).string();
+  std::ofstream(path) << "model = \"tiny\"\n[cluster]\nhardware = \"cpu-dev-2core\"\n"
+                         "devices = 2\n[plan]\npp = 2\nmicro_batch_size = 4\nmicrobatches = 4\n"
+                      << recompute << "\n";
+  return path;
+}
+
+// Per stage: the peak memory beside the prediction's, each side against the command that computes
+// it alone (`report --json` per rank, `predict --config --json` per stage); with per-stage
+// recomputation [full, none], stage 0 measures and predicts the activations of the run where
+// every stage recomputes fully, stage 1 those of the run without recomputation.
+TEST(PredictAgainst, PeakMemoryPerStageWithEachStagesOwnRecomputation) {
+  Scratch s;
+  const std::map<std::string, std::string> runs = {
+      {"mixed", cpu_pp2(s, "mixed", "stage_recompute = [\"full\", \"none\"]")},
+      {"full", cpu_pp2(s, "full", "recompute = \"full\"")},
+      {"none", cpu_pp2(s, "none", "recompute = \"none\"")}};
+  std::map<std::string, nlohmann::json> against, predicted;
+  int id = 0;
+  for (const auto& [name, run] : runs) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(run_pipetune({"train", "--config", run, "--steps", "2", "--db", s.db}).exit_code, 0);
+    const std::string stored = std::to_string(++id);
+    against[name] = json_of(
+        run_pipetune({"predict", "--config", run, "--against", stored, "--db", s.db, "--json"}));
+    predicted[name] = json_of(run_pipetune({"predict", "--config", run, "--json"}));
+    const auto rep = json_of(run_pipetune({"report", stored, "--db", s.db, "--json"}));
+    ASSERT_EQ(against[name].at("stages").size(), 2u);
+    for (std::size_t stage = 0; stage < 2; ++stage) {
+      const auto& g = against[name].at("stages")[stage];
+      const auto& p = predicted[name].at("stages")[stage];
+      EXPECT_DOUBLE_EQ(g.at("predicted_peak_memory_bytes").get<double>(),
+                       p.at("peak_memory_bytes").get<double>());
+      EXPECT_DOUBLE_EQ(g.at("predicted_activation_bytes").get<double>(),
+                       p.at("activation_bytes").get<double>());
+      double peak = 0.0;
+      for (const auto& r : rep.at("stages"))
+        if (r.at("stage") == static_cast<int>(stage))
+          peak = std::max(peak, r.at("peak_memory_bytes").get<double>());
+      EXPECT_GT(peak, 0.0);
+      EXPECT_DOUBLE_EQ(g.at("measured_peak_memory_bytes").get<double>(), peak);
+      const double m = peak, q = g.at("predicted_peak_memory_bytes").get<double>();
+      EXPECT_NEAR(g.at("peak_memory_error").get<double>(), (m - q) / q, 1e-9);
+    }
+  }
+  for (const auto& [stage, uniform] : {std::pair<std::size_t, std::string>{0, "full"},
+                                       std::pair<std::size_t, std::string>{1, "none"}}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const auto& got = against["mixed"].at("stages")[stage];
+    const auto& want = against[uniform].at("stages")[stage];
+    for (const char* key : {"measured_activation_bytes", "predicted_activation_bytes"})
+      EXPECT_DOUBLE_EQ(got.at(key).get<double>(), want.at(key).get<double>()) << key;
+  }
+  // Not vacuous: full recomputation keeps less on stage 0 than none does.
+  EXPECT_LT(against["full"].at("stages")[0].at("measured_activation_bytes").get<double>(),
+            against["none"].at("stages")[0].at("measured_activation_bytes").get<double>());
 }
 
 TEST(PredictAgainst, ARunWithoutAPlanOrWithAnotherPlanIsRefused) {

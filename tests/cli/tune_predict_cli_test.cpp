@@ -52,6 +52,22 @@ TEST(PredictCli, JsonFieldsAndClosedForms) {
   EXPECT_GT(full["iteration_time"].get<double>(), j["iteration_time"].get<double>());
 }
 
+// --stage-recompute full,none on two stages of 12 layers: half the layers recompute their
+// forward, (3(L + O) + L / 2) / (3(L + O)) of the model FLOPs; its time lies between none and full
+// everywhere, and the plan it prints says so.
+TEST(PredictCli, StageRecomputeClosedForm) {
+  const double h = 2304, s = 2048, l = 24, v = 51200;
+  const double layers = l * (24 * h * h + 2 * s * h), output = 2 * h * v;
+  const double want = (3 * (layers + output) + layers / 2) / (3 * (layers + output));
+  const nlohmann::json mixed = predict({"--stage-recompute", "full,none"});
+  EXPECT_NEAR(mixed["hfu_tflops_per_gpu"].get<double>() / mixed["tflops_per_gpu"].get<double>(),
+              want, 1e-6);
+  EXPECT_EQ(mixed["plan"]["stage_recompute"], nlohmann::json::parse(R"(["full", "none"])"));
+  EXPECT_LE(mixed["iteration_time"].get<double>(),
+            predict({"--recompute", "full"})["iteration_time"].get<double>());
+  EXPECT_GT(mixed["iteration_time"].get<double>(), predict({})["iteration_time"].get<double>());
+}
+
 TEST(PredictCli, AnInfeasiblePlanSaysWhy) {
   const testing::ProcessResult r = run_pipetune(
       {"predict", "--model", "llama3-405b", "--hardware", "h100-sxm", "--gpus", "8", "--tp", "8",
@@ -132,6 +148,12 @@ TEST(PredictCli, BadInput) {
   expect_input_error(predict_args({"--tp", "1", "--pp", "1", "--dp", "8", "--ep", "3"}), {"ep=3"});
   expect_input_error(predict_args({"--tp", "1", "--pp", "1", "--dp", "8", "--recompute", "some"}),
                      {"some", "valid:"});
+  expect_input_error(
+      predict_args({"--tp", "1", "--pp", "2", "--dp", "4", "--stage-recompute", "full,most"}),
+      {"--stage-recompute", "'most'", "valid: none, selective, full"});
+  expect_input_error(
+      predict_args({"--tp", "1", "--pp", "2", "--dp", "4", "--stage-recompute", "full"}),
+      {"--stage-recompute", "needs pp = 2 entries, got 1"});
 }
 
 }  // namespace

@@ -68,6 +68,36 @@ TEST(AutoLayerSplit, WithoutAMemoryLimitItBalancesTheOutputLayer) {
   EXPECT_EQ(*split, (std::vector<int>{8, 9, 9, 6}));
 }
 
+// The same plan with full recomputation on stage 0 alone (per-stage recomputation): F, B and W of
+// a layer are G + A, G + 2A and G (GEMMs, attention), so recomputing the forward makes stage 0's
+// layers cost rho = 4/3 of the others'. Under a bound T it takes floor(3T / 4) layers: T = 9 and
+// T = 9.24 no longer suffice (6 + 9 + 9 + 6, 6 + 9 + 9 + 7 < 32); T = 7 rho = 9.33 gives
+// 7 + 9 + 9 + 7 = 32, the only split under 9.33 (stage 0 at 6 leaves 26 layers to stages holding
+// at most 9, 9 and 7 below T = 10): stage 0 holds 7 layers where it held 8.
+TEST(AutoLayerSplit, AStageThatRecomputesTakesFewerLayers) {
+  TuningTarget t;
+  t.model = "llama3-8b";
+  t.hardware = "h100-sxm";
+  t.gpus = 8;
+  t.global_batch = 64;
+  ResolvedTarget r = resolve_target(t);
+  r.cluster.hardware.hbm_bytes = std::int64_t{1} << 50;
+  spec::ParallelPlan p;
+  p.pp = 4;
+  p.dp = 2;
+  p.global_batch = 64;
+  p.microbatches = 32;
+  p.stage_recompute = {spec::Recompute::Full, spec::Recompute::None, spec::Recompute::None,
+                       spec::Recompute::None};
+  spec::apply_defaults(p);
+  const std::optional<std::vector<int>> split = auto_layer_split(r.model, r.cluster, p);
+  ASSERT_TRUE(split.has_value());
+  EXPECT_EQ(std::accumulate(split->begin(), split->end(), 0), 32);
+  EXPECT_EQ(*split, (std::vector<int>{7, 9, 9, 7}));
+  p.stage_recompute.resize(3);  // not one entry per stage
+  EXPECT_THROW((void)auto_layer_split(r.model, r.cluster, p), InputError);
+}
+
 // The even split (20 layers a stage) does not fit an H100; the auto split does, and the
 // evaluator (memory model at the simulated peak) agrees on both.
 TEST(AutoLayerSplit, FitsAPlanTheEvenSplitDoesNot) {

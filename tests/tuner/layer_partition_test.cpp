@@ -139,6 +139,82 @@ TEST(LayerPartition, FirstStagesHoldFewerLayersWhenTheirActivationsBind) {
   EXPECT_FALSE(partition_uniform_layers(p, 32, 1.0, 0.0, 1.0).feasible);
 }
 
+// Per-stage layer costs and activations (per-stage recomputation): each stage's sums written out
+// here, over every split, against the solver's optimum.
+double exhaustive_per_stage_optimum(const PartitionProblem& p, int layers) {
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<int> split(static_cast<std::size_t>(p.stages), 0);
+  const std::function<void(std::size_t, int)> walk = [&](std::size_t s, int left) {
+    const bool last = s + 1 == split.size();
+    for (int n = last ? left : p.min_layers_per_stage; n <= left; ++n) {
+      if (n < p.min_layers_per_stage) return;
+      split[s] = n;
+      if (!last) {
+        walk(s + 1, left - n);
+        continue;
+      }
+      double slowest = 0.0;
+      bool fits = true;
+      int first = 0;
+      for (std::size_t t = 0; t < split.size(); ++t) {
+        double time = p.stage_extra_cost[t], bytes = p.stage_extra_bytes[t];
+        for (int l = first; l < first + split[t]; ++l) {
+          const auto i = static_cast<std::size_t>(l);
+          time += p.stage_layer_cost[t][i];
+          bytes +=
+              p.layer_static_bytes[i] + p.stage_in_flight[t] * p.stage_layer_activation_bytes[t][i];
+        }
+        first += split[t];
+        slowest = std::max(slowest, time);
+        fits = fits && (p.capacity_bytes <= 0.0 ||
+                        bytes <= p.capacity_bytes + 1e-9 * std::max(1.0, p.capacity_bytes));
+      }
+      if (fits) best = std::min(best, slowest);
+    }
+  };
+  walk(0, layers);
+  return best;
+}
+
+TEST(LayerPartition, PerStageLayerCostsMatchAnExhaustiveSearch) {
+  std::mt19937 rng(46);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  int feasible = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    PartitionProblem p = random_problem(rng, trial % 2 == 0);
+    const std::size_t layers = p.layer_cost.size();
+    // A stage's recomputation scales what its layers cost up and what they keep down.
+    for (int s = 0; s < p.stages; ++s) {
+      const double slower = 1.0 + unit(rng), smaller = unit(rng);
+      p.stage_layer_cost.emplace_back();
+      p.stage_layer_activation_bytes.emplace_back();
+      for (std::size_t i = 0; i < layers; ++i) {
+        p.stage_layer_cost.back().push_back(p.layer_cost[i] * slower);
+        p.stage_layer_activation_bytes.back().push_back(p.layer_activation_bytes[i] * smaller);
+      }
+    }
+    const double optimum = exhaustive_per_stage_optimum(p, static_cast<int>(layers));
+    const LayerPartition dp = partition_layers(p);
+    ASSERT_EQ(dp.feasible, optimum != std::numeric_limits<double>::infinity()) << "trial " << trial;
+    if (!dp.feasible) continue;
+    ++feasible;
+    EXPECT_NEAR(dp.slowest, optimum, 1e-9) << "trial " << trial;
+    const SplitCost c = split_cost(p, dp.layers);
+    EXPECT_TRUE(c.fits) << "trial " << trial;
+    EXPECT_NEAR(c.slowest, dp.slowest, 1e-9) << "trial " << trial;
+  }
+  EXPECT_GT(feasible, 500);
+  PartitionProblem p;
+  p.stages = 2;
+  p.layer_cost = {1.0, 1.0};
+  p.stage_layer_cost = {{1.0, 1.0}};  // one list for two stages
+  EXPECT_THROW((void)partition_layers(p), InputError);
+  p.stage_layer_cost = {{1.0, 1.0}, {1.0}};  // a stage's list one layer short
+  EXPECT_THROW((void)partition_layers(p), InputError);
+  p.stage_layer_cost = {{1.0, 1.0}, {1.0, 1.0}};
+  EXPECT_THROW((void)partition_uniform_layers(p, 2, 1.0, 0.0, 0.0), InputError);
+}
+
 TEST(LayerPartition, RefusesSizesThatDisagree) {
   PartitionProblem p;
   p.stages = 2;

@@ -1,6 +1,8 @@
 #include "tuner/cost/op_costs.hpp"
 
 #include <algorithm>
+#include <array>
+#include <optional>
 #include <string>
 
 #include "engine/errors.hpp"
@@ -51,6 +53,33 @@ LayerWork layer_work(const spec::ModelSpec& model, const spec::ParallelPlan& pla
   w.output = output_layer_work(model, plan, exec);
   return w;
 }
+
+// The layer work and the bytes a layer keeps per micro-batch, for the recomputation of each
+// pipeline rank (ParallelPlan::stage_recompute; one entry per mode the plan uses).
+class RecomputeWork {
+ public:
+  RecomputeWork(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                const ExecutionOptions& exec, const AnalyticAssumptions& act)
+      : plan_(plan) {
+    for (int r = 0; r < plan.pp; ++r) {
+      const auto m = static_cast<std::size_t>(spec::recompute_of_stage(plan, r));
+      if (work_[m]) continue;
+      const spec::ParallelPlan stage = spec::plan_of_stage(plan, r);
+      work_[m] = layer_work(model, stage, exec);
+      layer_bytes_[m] = layer_activation_bytes(model, stage, act);
+    }
+  }
+  const LayerWork& work(int rank) const { return *work_[mode(rank)]; }
+  double layer_bytes(int rank) const { return layer_bytes_[mode(rank)]; }
+
+ private:
+  std::size_t mode(int rank) const {
+    return static_cast<std::size_t>(spec::recompute_of_stage(plan_, rank));
+  }
+  const spec::ParallelPlan& plan_;
+  std::array<std::optional<LayerWork>, 3> work_;
+  std::array<double, 3> layer_bytes_ = {0.0, 0.0, 0.0};
+};
 
 // One rank's work per pass: its transformer layers, plus the embedding on the first rank and
 // the output layer on the last when the vocabulary layers are not split over the pipeline.
@@ -267,7 +296,6 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   where.placement = placement;
 
   const RankLayers layers = layers_per_rank(model, split, where);
-  const LayerWork lw = layer_work(model, plan, exec);
   const bool vocab_parallel = plan.vocab != schedule::VocabMode::None;
   const int first_rank = where.rank_of_group(0), last_rank = where.rank_of_group(groups - 1);
 
@@ -275,7 +303,7 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   act.flash_attention = exec.flash_attention;
   act.stores_attention_probabilities = exec.stores_attention_probabilities;
   act.bytes_per_value = exec.activation_bytes;
-  const double layer_bytes = layer_activation_bytes(model, plan, act);
+  const RecomputeWork per_stage(model, plan, exec, act);  // each stage's own recomputation
   const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len);
   // fp32 logits of one micro-batch, padding rows' included.
   const double logits_bytes = n * as_d(spec::padded_vocab(model, plan.tp)) * 4.0 / plan.tp;
@@ -293,11 +321,12 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
     const auto i = static_cast<std::size_t>(r);
     const StageLinks links = rank_links.stage(r);
     const bool with_output = !vocab_parallel && r == last_rank;
-    const PassWork work = rank_work(lw, layers.dense[i], layers.moe[i],
+    const PassWork work = rank_work(per_stage.work(r), layers.dense[i], layers.moe[i],
                                     !vocab_parallel && r == first_rank, with_output);
     if (with_output) out.transient_activation_bytes[i] += logits_bytes;
     set_pass_times(out.stages[i], work, hw, links, exec);
-    out.activation_bytes_per_microbatch[i] = layer_bytes * (layers.dense[i] + layers.moe[i]);
+    out.activation_bytes_per_microbatch[i] =
+        per_stage.layer_bytes(r) * (layers.dense[i] + layers.moe[i]);
     set_data_parallel_costs(out.stages[i], params[i], plan, links, hw, exec);
   }
   if (model.tied_embeddings && !vocab_parallel && first_rank != last_rank)

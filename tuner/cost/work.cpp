@@ -344,4 +344,19 @@ double hardware_flops_per_token(const spec::ModelSpec& model, spec::Recompute re
   return model_flops;
 }
 
+double hardware_flops_per_token(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                                const std::vector<double>& layers_per_stage) {
+  if (plan.stage_recompute.empty()) return hardware_flops_per_token(model, plan.recompute);
+  const double model_flops = model_flops_per_token(model);
+  double layers = 0.0;
+  for (const double l : layers_per_stage) layers += l;
+  if (!(layers > 0.0)) return model_flops;
+  double flops = model_flops;
+  for (std::size_t r = 0; r < layers_per_stage.size(); ++r) {
+    const spec::Recompute mode = spec::recompute_of_stage(plan, static_cast<int>(r));
+    flops += layers_per_stage[r] / layers * (hardware_flops_per_token(model, mode) - model_flops);
+  }
+  return flops;
+}
+
 }  // namespace pipetune::tuner

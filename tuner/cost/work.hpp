@@ -24,6 +24,8 @@
 //    the attention-score part.
 #pragma once
 
+#include <vector>
+
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
 #include "tuner/cost/execution.hpp"
@@ -95,5 +97,10 @@ VocabularyWork vocabulary_parallel_work(const spec::ModelSpec& model,
 // free. Hardware FLOPs add what the plan recomputes.
 double model_flops_per_token(const spec::ModelSpec& model);
 double hardware_flops_per_token(const spec::ModelSpec& model, spec::Recompute recompute);
+// With the plan's recomputation per stage (ParallelPlan::stage_recompute): each stage adds its
+// mode's recomputation for its share of the layers (layers_per_stage[r] on pipeline rank r), the
+// average layer's (exact for dense models). Equals the overload above for a uniform plan.
+double hardware_flops_per_token(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                                const std::vector<double>& layers_per_stage);
 
 }  // namespace pipetune::tuner

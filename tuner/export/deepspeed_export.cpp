@@ -182,7 +182,9 @@ std::string_view deepspeed_model_code_file() {
   return "pipetune_deepspeed.py";
 }
 
-std::string export_deepspeed(const ExportRequest& r) {
+std::string export_deepspeed(const ExportRequest& request) {
+  const ExportRequest r = export_detail::with_uniform_recompute(
+      request, kFw, "activation_checkpoint_interval is one setting for every stage");
   check_deepspeed_plan(r);
   const spec::ParallelPlan& p = r.plan;
   const std::int64_t gas = export_detail::accumulation_steps(p);
@@ -209,7 +211,9 @@ std::string export_deepspeed(const ExportRequest& r) {
   return j.dump(2) + "\n";
 }
 
-std::string deepspeed_model_code(const ExportRequest& r) {
+std::string deepspeed_model_code(const ExportRequest& request) {
+  const ExportRequest r = export_detail::with_uniform_recompute(
+      request, kFw, "activation_checkpoint_interval is one setting for every stage");
   check_deepspeed_plan(r);
   const spec::ParallelPlan& p = r.plan;
   std::ostringstream o;

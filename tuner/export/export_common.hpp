@@ -28,6 +28,13 @@ inline int expert_tensor_parallel(const spec::ModelSpec& m, const spec::Parallel
   return m.activation == spec::Activation::Swiglu ? p.tp : 1;
 }
 
+// The request with its plan's recomputation as one mode for the whole model (plan.recompute, or
+// the stages' common mode when stage_recompute gives them all alike; stage_recompute cleared), for
+// the frameworks that take one. InputError "<framework>: stage_recompute ... : <why>" naming the
+// stages' modes when they differ.
+ExportRequest with_uniform_recompute(const ExportRequest& request, std::string_view framework,
+                                     std::string_view why);
+
 // Gradient-accumulation steps (micro-batches per iteration per data-parallel replica).
 std::int64_t accumulation_steps(const spec::ParallelPlan& plan);
 

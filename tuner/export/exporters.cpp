@@ -83,6 +83,18 @@ std::string split_text(const std::vector<int>& split) {
   return out;
 }
 
+ExportRequest with_uniform_recompute(const ExportRequest& request, std::string_view framework,
+                                     std::string_view why) {
+  ExportRequest r = request;
+  spec::ParallelPlan& p = r.plan;
+  require(!spec::stage_recompute_varies(p), framework,
+          "stage_recompute = " + spec::stage_recompute_text(p.stage_recompute) +
+              " (recomputation per pipeline stage): " + std::string(why));
+  if (!p.stage_recompute.empty()) p.recompute = p.stage_recompute.front();
+  p.stage_recompute.clear();
+  return r;
+}
+
 void check_common(const ExportRequest& r, std::string_view fw) {
   const spec::ParallelPlan& p = r.plan;
   const spec::ModelSpec& m = r.model;

@@ -221,7 +221,10 @@ std::string_view megatron_export_target() {
   return kMegatronTarget;
 }
 
-std::string export_megatron(const ExportRequest& r) {
+std::string export_megatron(const ExportRequest& request) {
+  const ExportRequest r = export_detail::with_uniform_recompute(
+      request, kFw,
+      "--recompute-granularity and --recompute-num-layers are one setting for every stage");
   export_detail::check_common(r, kFw);
   check_megatron_plan(r);
   const std::vector<std::string> split_flags = pipeline_split_flags(r);

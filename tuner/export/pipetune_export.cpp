@@ -25,7 +25,9 @@ std::string export_pipetune(const ExportRequest& r) {
     << (full.layer_split.empty() ? ""
                                  : " layer_split=" + export_detail::split_text(full.layer_split))
     << " micro_batch_size=" << full.micro_batch_size << " microbatches=" << full.microbatches
-    << " recompute=" << spec::recompute_name(full.recompute)
+    << " recompute="
+    << (full.stage_recompute.empty() ? std::string(spec::recompute_name(full.recompute))
+                                     : spec::stage_recompute_letters(full.stage_recompute))
     << " sequence_parallel=" << (full.sequence_parallel ? "true" : "false")
     << " zero_stage=" << full.zero_stage << ".\n"
     << "# Below: the same pipeline at small scale for the embedded engine (pipetune train).\n"
@@ -58,6 +60,12 @@ std::string export_pipetune(const ExportRequest& r) {
   if (!p.layer_split.empty()) {
     o << "layer_split = [";
     for (std::size_t i = 0; i < p.layer_split.size(); ++i) o << (i ? ", " : "") << p.layer_split[i];
+    o << "]\n";
+  }
+  if (!p.stage_recompute.empty()) {  // per pipeline rank (the small run keeps the stages)
+    o << "stage_recompute = [";
+    for (std::size_t i = 0; i < p.stage_recompute.size(); ++i)
+      o << (i ? ", " : "") << "\"" << spec::recompute_name(p.stage_recompute[i]) << "\"";
     o << "]\n";
   }
   if (p.group_size > 0) o << "group_size = " << p.group_size << "\n";

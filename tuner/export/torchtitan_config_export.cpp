@@ -170,7 +170,9 @@ void write_activation_checkpoint(std::ostream& o, const spec::ParallelPlan& p) {
 
 }  // namespace
 
-std::string export_torchtitan(const ExportRequest& r) {
+std::string export_torchtitan(const ExportRequest& request) {
+  const ExportRequest r = export_detail::with_uniform_recompute(
+      request, kFw, "activation_checkpoint is one setting for the whole model");
   export_detail::check_common(r, kFw);
   const ConfigLayout layout = config_layout(r);
   std::ostringstream o;

@@ -165,7 +165,9 @@ void write_embedded_csv(std::ostream& o, const spec::ParallelPlan& p, const std:
 
 }  // namespace
 
-std::string export_torchtitan_toml(const ExportRequest& r) {
+std::string export_torchtitan_toml(const ExportRequest& request) {
+  const ExportRequest r = export_detail::with_uniform_recompute(
+      request, kFw, "[activation_checkpoint] mode is one setting for the whole model");
   export_detail::check_common(r, kFw);
   const TorchtitanLayout layout = torchtitan_layout(r);
   std::ostringstream o;

@@ -14,14 +14,24 @@ namespace pipetune::tuner {
 
 namespace {
 
-// Each layer's FLOPs for the plan (the unit of the stage times), and the output layer's.
+// Each layer's FLOPs for the plan (the unit of the stage times), and the output layer's (the
+// last stage's mean layer times output_layer_in_layers). With per-stage recomputation, each
+// stage's layer costs with its own mode.
 void add_costs(const spec::ModelSpec& model, const spec::ParallelPlan& plan, PartitionProblem& p) {
+  const auto layer_costs = [&](const spec::ParallelPlan& stage) {
+    std::vector<double> costs;
+    for (std::int64_t layer = 0; layer < model.layers; ++layer) {
+      const LayerFlops f = layer_flops(model, stage, layer);
+      costs.push_back(f.forward + f.input_grad + f.weight_grad);
+    }
+    return costs;
+  };
+  p.layer_cost = layer_costs(spec::plan_of_stage(plan, plan.pp - 1));
+  if (!plan.stage_recompute.empty())
+    for (int r = 0; r < plan.pp; ++r)
+      p.stage_layer_cost.push_back(layer_costs(spec::plan_of_stage(plan, r)));
   double total = 0.0;
-  for (std::int64_t layer = 0; layer < model.layers; ++layer) {
-    const LayerFlops f = layer_flops(model, plan, layer);
-    p.layer_cost.push_back(f.forward + f.input_grad + f.weight_grad);
-    total += p.layer_cost.back();
-  }
+  for (const double c : p.layer_cost) total += c;
   const double mean = total / static_cast<double>(std::max<std::int64_t>(1, model.layers));
   p.stage_extra_cost.assign(static_cast<std::size_t>(plan.pp), 0.0);
   p.stage_extra_cost.back() = output_layer_in_layers(model) * mean;
@@ -45,9 +55,13 @@ void add_memory(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   for (const StageParameters& s : stages)
     layer_bytes += s.dense * dense.total() + s.expert * expert.total();
   layer_bytes /= static_cast<double>(model.layers);
-  const double activation = layer_activation_bytes(model, plan);
-  p.layer_static_bytes.assign(static_cast<std::size_t>(model.layers), layer_bytes);
-  p.layer_activation_bytes.assign(static_cast<std::size_t>(model.layers), activation);
+  const auto layers = static_cast<std::size_t>(model.layers);
+  p.layer_static_bytes.assign(layers, layer_bytes);
+  p.layer_activation_bytes.assign(layers, layer_activation_bytes(model, plan));
+  if (!plan.stage_recompute.empty())  // each stage's layers keep what its own mode keeps
+    for (int r = 0; r < plan.pp; ++r)
+      p.stage_layer_activation_bytes.emplace_back(
+          layers, layer_activation_bytes(model, spec::plan_of_stage(plan, r)));
   const schedule::GeneratorParams params = spec::generator_params(plan);
   for (int rank = 0; rank < plan.pp; ++rank) {
     p.stage_in_flight.push_back(schedule::least_peak_in_flight(params, rank));
@@ -72,7 +86,8 @@ std::optional<std::vector<int>> auto_layer_split(const spec::ModelSpec& model,
   problem.stages = plan.pp;
   add_costs(model, plan, problem);
   add_memory(model, cluster, plan, problem);
-  const bool uniform = std::all_of(problem.layer_cost.begin(), problem.layer_cost.end(),
+  const bool uniform = problem.stage_layer_cost.empty() &&
+                       std::all_of(problem.layer_cost.begin(), problem.layer_cost.end(),
                                    [&](double c) { return c == problem.layer_cost.front(); });
   const LayerPartition split =
       uniform ? partition_uniform_layers(

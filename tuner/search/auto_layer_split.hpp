@@ -11,6 +11,8 @@
 //    the schedule holds in flight at the stage's peak (schedule::least_peak_in_flight: exact for
 //    gpipe, 1f1b and zb-h1, a lower bound for zb-h2), the vocabulary tables on the first and last
 //    stages and the framework overhead, within the device's memory.
+// With per-stage recomputation (ParallelPlan::stage_recompute) each stage's layers cost and keep
+// what its own mode makes them (layer_partition.hpp's per-stage lists, the general solver).
 // For schedules with one layer group per stage and no vocabulary parallelism (the V and
 // interleaved schedules place several groups per rank: their split is not one group a stage).
 #pragma once

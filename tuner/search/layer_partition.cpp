@@ -41,6 +41,18 @@ void check_sizes(const PartitionProblem& p, std::size_t layers) {
                         &p.layer_activation_bytes, &p.stage_in_flight, &p.stage_extra_bytes})
     for (double x : *v)
       if (!(x >= 0.0)) fail("costs and bytes must be >= 0 (got " + std::to_string(x) + ")");
+  for (const auto* lists : {&p.stage_layer_cost, &p.stage_layer_activation_bytes}) {
+    if (!lists->empty() && lists->size() != s)
+      fail("a per-stage list of layers has " + std::to_string(lists->size()) + " entries for " +
+           std::to_string(s) + " stages");
+    for (const std::vector<double>& v : *lists) {
+      if (v.size() != layers)
+        fail("a stage's per-layer list has " + std::to_string(v.size()) + " entries for " +
+             std::to_string(layers) + " layers");
+      for (double x : v)
+        if (!(x >= 0.0)) fail("costs and bytes must be >= 0 (got " + std::to_string(x) + ")");
+    }
+  }
 }
 
 bool memory_limited(const PartitionProblem& p) {
@@ -53,6 +65,24 @@ std::vector<double> prefix(const std::vector<double>& v, std::size_t layers) {
   for (std::size_t i = 0; i < layers; ++i) out[i + 1] = out[i] + at(v, i, 0.0);
   return out;
 }
+
+// Prefix sums of a per-layer list that may differ by stage: per_stage[s] when given, else shared.
+class StagePrefix {
+ public:
+  StagePrefix(const std::vector<std::vector<double>>& per_stage, const std::vector<double>& shared,
+              std::size_t layers) {
+    if (per_stage.empty()) sums_.push_back(prefix(shared, layers));
+    for (const std::vector<double>& v : per_stage) sums_.push_back(prefix(v, layers));
+  }
+  // Stage s's sum over layers j..i-1.
+  double sum(std::size_t s, std::size_t j, std::size_t i) const {
+    const std::vector<double>& v = sums_.size() == 1 ? sums_.front() : sums_[s];
+    return v[i] - v[j];
+  }
+
+ private:
+  std::vector<std::vector<double>> sums_;
+};
 
 // The least stage time under which `feasible` holds: the optimum is one stage's time at some
 // layer count (extra cost + n layers), so a binary search over those values in order; nullopt
@@ -91,12 +121,12 @@ LayerPartition partition_layers(const PartitionProblem& p) {
   const auto min = static_cast<std::size_t>(p.min_layers_per_stage);
   LayerPartition out;
   if (S * min > L) return out;
-  const std::vector<double> cost = prefix(p.layer_cost, L);
+  const StagePrefix cost(p.stage_layer_cost, p.layer_cost, L);
   const std::vector<double> stat = prefix(p.layer_static_bytes, L);
-  const std::vector<double> act = prefix(p.layer_activation_bytes, L);
+  const StagePrefix act(p.stage_layer_activation_bytes, p.layer_activation_bytes, L);
   const auto fits = [&](std::size_t s, std::size_t j, std::size_t i) {
     if (!memory_limited(p)) return true;
-    const double bytes = stat[i] - stat[j] + at(p.stage_in_flight, s, 1.0) * (act[i] - act[j]) +
+    const double bytes = stat[i] - stat[j] + at(p.stage_in_flight, s, 1.0) * act.sum(s, j, i) +
                          at(p.stage_extra_bytes, s, 0.0);
     return at_most(bytes, p.capacity_bytes);
   };
@@ -112,7 +142,7 @@ LayerPartition partition_layers(const PartitionProblem& p) {
       // which leaves the first stages (the most micro-batches in flight) the fewest.
       for (std::size_t j = (s - 1) * min; j + min <= i; ++j) {
         if (best[s - 1][j] == kInf || !fits(s - 1, j, i)) continue;
-        const double slowest = std::max(best[s - 1][j], cost[i] - cost[j] + extra);
+        const double slowest = std::max(best[s - 1][j], cost.sum(s - 1, j, i) + extra);
         if (slowest < best[s][i]) {
           best[s][i] = slowest;
           from[s][i] = j;
@@ -139,6 +169,8 @@ LayerPartition partition_uniform_layers(const PartitionProblem& p, int layers, d
   sized.layer_static_bytes.clear();
   sized.layer_activation_bytes.clear();
   check_sizes(sized, sized.layer_cost.size());
+  if (!p.stage_layer_cost.empty() || !p.stage_layer_activation_bytes.empty())
+    throw InputError("layer partition: per-stage layer costs need partition_layers");
   if (layers < 0 || !(layer_cost >= 0.0) || !(layer_static_bytes >= 0.0) ||
       !(layer_activation_bytes >= 0.0))
     throw InputError("layer partition: layer counts, costs and bytes must be >= 0");
@@ -198,9 +230,10 @@ SplitCost split_cost(const PartitionProblem& p, const std::vector<int>& split) {
   SplitCost out;
   if (split.size() != static_cast<std::size_t>(p.stages)) return out;
   const std::size_t L = p.layer_cost.size();
-  const std::vector<double> cost = prefix(p.layer_cost, L);
+  check_sizes(p, L);
+  const StagePrefix cost(p.stage_layer_cost, p.layer_cost, L);
   const std::vector<double> stat = prefix(p.layer_static_bytes, L);
-  const std::vector<double> act = prefix(p.layer_activation_bytes, L);
+  const StagePrefix act(p.stage_layer_activation_bytes, p.layer_activation_bytes, L);
   std::size_t j = 0;
   out.fits = true;
   for (std::size_t s = 0; s < split.size(); ++s) {
@@ -209,8 +242,8 @@ SplitCost split_cost(const PartitionProblem& p, const std::vector<int>& split) {
       return out;
     }
     const std::size_t i = j + static_cast<std::size_t>(split[s]);
-    out.slowest = std::max(out.slowest, cost[i] - cost[j] + at(p.stage_extra_cost, s, 0.0));
-    const double bytes = stat[i] - stat[j] + at(p.stage_in_flight, s, 1.0) * (act[i] - act[j]) +
+    out.slowest = std::max(out.slowest, cost.sum(s, j, i) + at(p.stage_extra_cost, s, 0.0));
+    const double bytes = stat[i] - stat[j] + at(p.stage_in_flight, s, 1.0) * act.sum(s, j, i) +
                          at(p.stage_extra_bytes, s, 0.0);
     if (memory_limited(p) && !at_most(bytes, p.capacity_bytes)) out.fits = false;
     j = i;

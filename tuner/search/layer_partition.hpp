@@ -33,8 +33,14 @@ struct PartitionProblem {
   std::vector<double> layer_activation_bytes;  // per layer, per micro-batch in flight
   std::vector<double> stage_in_flight;         // per stage: micro-batches held at its peak
   std::vector<double> stage_extra_bytes;       // per stage, besides its layers
-  double capacity_bytes = 0.0;                 // per device; <= 0: no memory limit
-  int min_layers_per_stage = 1;                // 0 lets a stage hold no transformer layer
+  // Per stage, when the stages differ in what a layer costs or keeps (per-stage recomputation):
+  // on stage s, layer i costs stage_layer_cost[s][i] and keeps stage_layer_activation_bytes[s][i]
+  // instead of layer_cost[i] and layer_activation_bytes[i]. Empty: the same on every stage.
+  // partition_layers and split_cost only (partition_uniform_layers refuses them).
+  std::vector<std::vector<double>> stage_layer_cost;
+  std::vector<std::vector<double>> stage_layer_activation_bytes;
+  double capacity_bytes = 0.0;   // per device; <= 0: no memory limit
+  int min_layers_per_stage = 1;  // 0 lets a stage hold no transformer layer
 };
 
 struct LayerPartition {

@@ -1,6 +1,7 @@
 #include "tuner/search/placement_options.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <set>
 #include <utility>
@@ -41,6 +42,28 @@ std::vector<spec::RankOrder> rank_orders(const spec::ClusterSpec& cluster,
   if (cluster.node_groups.size() < 2 || plan.pp < 2 || plan.dp < 2)
     return {spec::RankOrder::TpDpPp};
   return {spec::RankOrder::TpDpPp, spec::RankOrder::TpPpDp};
+}
+
+bool same_apart_from_placement(const spec::ParallelPlan& a, const spec::ParallelPlan& b) {
+  spec::ParallelPlan x = a;
+  x.rank_order = b.rank_order;
+  x.node_group_order = b.node_group_order;
+  return x == b;
+}
+
+bool PlacementTwins::repeats(const spec::ParallelPlan& plan, double iteration_time,
+                             double peak_memory_bytes) {
+  if (!same_apart_from_placement(plan_, plan)) {
+    plan_ = plan;
+    seen_.clear();
+  }
+  const auto close = [](double x, double y) {
+    return std::abs(x - y) <= 1e-9 * std::max(std::abs(x), std::abs(y));
+  };
+  for (const auto& [time, bytes] : seen_)
+    if (close(time, iteration_time) && close(bytes, peak_memory_bytes)) return true;
+  seen_.emplace_back(iteration_time, peak_memory_bytes);
+  return false;
 }
 
 }  // namespace pipetune::tuner

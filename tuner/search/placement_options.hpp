@@ -6,6 +6,7 @@
 // (predict --rank-order prices tp-pp-dp on any cluster.)
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "engine/spec/cluster_spec.hpp"
@@ -23,5 +24,21 @@ std::vector<std::vector<int>> node_group_orders(const spec::ClusterSpec& cluster
 // parallelism (otherwise the two orders place the ranks alike).
 std::vector<spec::RankOrder> rank_orders(const spec::ClusterSpec& cluster,
                                          const spec::ParallelPlan& plan);
+
+// Whether two plans differ in their placement alone.
+bool same_apart_from_placement(const spec::ParallelPlan& a, const spec::ParallelPlan& b);
+
+// Placements of one plan (consecutive in the search's order) that score alike, a symmetric
+// pipeline's node groups swapped, are one result: the first is kept.
+class PlacementTwins {
+ public:
+  // True when `plan` is a placement of the plans seen just before it and one of them scored the
+  // same (iteration time and peak memory within a relative 1e-9).
+  bool repeats(const spec::ParallelPlan& plan, double iteration_time, double peak_memory_bytes);
+
+ private:
+  spec::ParallelPlan plan_;                      // the plan whose placements seen_ holds
+  std::vector<std::pair<double, double>> seen_;  // (iteration time, peak memory)
+};
 
 }  // namespace pipetune::tuner

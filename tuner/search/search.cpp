@@ -15,6 +15,7 @@
 #include "tuner/memory/memory_model.hpp"
 #include "tuner/search/auto_layer_split.hpp"
 #include "tuner/search/placement_options.hpp"
+#include "tuner/search/stage_recompute_choice.hpp"
 
 namespace pipetune::tuner {
 
@@ -238,27 +239,59 @@ class Enumerator {
         spec::ParallelPlan p = base;
         p.recompute = rc;
         p.zero_stage = zero;
-        // The auto split's plan is not a candidate when no split fits or it is the even one.
-        if (vocab_label == "auto" && !split_automatically(p)) continue;
-        ++r_.candidates_enumerated;
-        try {
-          spec::validate(s_.model, s_.cluster, p);
-        } catch (const SpecError& e) {
-          prune("plan rule: " + reason_key(e.what()));
-          continue;
-        }
-        const schedule::Placement placement = schedule::schedule_placement(p.schedule);
-        const MemoryEstimate fixed =
-            estimate_memory(s_.model, s_.cluster, p, placement, std::vector<double>(p.pp, 0.0));
-        if (!fixed.fits()) {
-          prune("weights, gradients and optimizer state exceed device memory");
-          note_infeasible(p, vocab_label, fixed.peak_bytes);
-          continue;
-        }
-        push_placements(p, vocab_label);
+        add_candidate(std::move(p), vocab_label);
         if (full()) return;
       }
     }
+    enumerate_stage_recompute(base, vocab_label);
+  }
+
+  // Per-stage recomputation (stage_recompute_choice.hpp) for each ZeRO stage: only where the
+  // plan does not fit without recomputation and each stage's least recomputation that fits is
+  // not one mode for all. The estimate takes the base plan's layer split (even for auto: the
+  // auto split is then chosen with the per-stage recomputation).
+  void enumerate_stage_recompute(const spec::ParallelPlan& base, const std::string& vocab_label) {
+    if (base.pp < 2) return;
+    for (int zero : s_.zero_stages) {
+      if (zero > 0 && base.dp == 1) continue;
+      spec::ParallelPlan knobs = base;
+      knobs.zero_stage = zero;
+      std::vector<std::vector<spec::Recompute>> candidates;
+      try {
+        spec::validate(s_.model, s_.cluster, knobs);
+        candidates = stage_recompute_candidates(s_.model, s_.cluster, knobs, s_.recomputes);
+      } catch (const InputError&) {
+        continue;  // the uniform plans above count the rule it breaks
+      }
+      for (std::vector<spec::Recompute>& modes : candidates) {
+        spec::ParallelPlan p = knobs;
+        p.stage_recompute = std::move(modes);
+        add_candidate(std::move(p), vocab_label);
+        if (full()) return;
+      }
+    }
+  }
+
+  // Counts the plan, prunes it by the plan rules and its static memory, else queues it.
+  void add_candidate(spec::ParallelPlan p, const std::string& vocab_label) {
+    // The auto split's plan is not a candidate when no split fits or it is the even one.
+    if (vocab_label == "auto" && !split_automatically(p)) return;
+    ++r_.candidates_enumerated;
+    try {
+      spec::validate(s_.model, s_.cluster, p);
+    } catch (const SpecError& e) {
+      prune("plan rule: " + reason_key(e.what()));
+      return;
+    }
+    const schedule::Placement placement = schedule::schedule_placement(p.schedule);
+    const MemoryEstimate fixed =
+        estimate_memory(s_.model, s_.cluster, p, placement, std::vector<double>(p.pp, 0.0));
+    if (!fixed.fits()) {
+      prune("weights, gradients and optimizer state exceed device memory");
+      note_infeasible(p, vocab_label, fixed.peak_bytes);
+      return;
+    }
+    push_placements(p, vocab_label);
   }
 
   // The plan in each placement (placement_options.hpp); the first is the default, counted
@@ -504,41 +537,6 @@ ScoringProgress score_jobs(const std::vector<Job>& jobs, const ScorerFactory& ma
   return {total, bounded_done.load() + done.load()};
 }
 
-bool same_apart_from_placement(const spec::ParallelPlan& a, const spec::ParallelPlan& b) {
-  spec::ParallelPlan x = a;
-  x.rank_order = b.rank_order;
-  x.node_group_order = b.node_group_order;
-  return x == b;
-}
-
-bool same_score(const CandidateScore& a, const CandidateScore& b) {
-  const auto close = [](double x, double y) {
-    return std::abs(x - y) <= 1e-9 * std::max(std::abs(x), std::abs(y));
-  };
-  return close(a.iteration_time, b.iteration_time) &&
-         close(a.peak_memory_bytes, b.peak_memory_bytes);
-}
-
-// Placements of one plan (consecutive jobs) that score alike, a symmetric pipeline's node groups
-// swapped, are one result: the first is kept.
-class PlacementTwins {
- public:
-  bool repeats(const spec::ParallelPlan& plan, const CandidateScore& score) {
-    if (!same_apart_from_placement(plan_, plan)) {
-      plan_ = plan;
-      scores_.clear();
-    }
-    for (const CandidateScore& s : scores_)
-      if (same_score(s, score)) return true;
-    scores_.push_back(score);
-    return false;
-  }
-
- private:
-  spec::ParallelPlan plan_;  // the plan whose placements scores_ holds
-  std::vector<CandidateScore> scores_;
-};
-
 // Each job's outcome into the result: a pruned reason, the smallest infeasible plan, or a
 // ranked plan (unranked yet).
 void tally_outcomes(std::vector<Job>& jobs, const JobOutcomes& out, SearchResult& result) {
@@ -562,7 +560,7 @@ void tally_outcomes(std::vector<Job>& jobs, const JobOutcomes& out, SearchResult
         least = ScoredPlan{jobs[i].plan, jobs[i].vocab_label, *score};
       continue;
     }
-    if (twins.repeats(jobs[i].plan, *score)) {
+    if (twins.repeats(jobs[i].plan, score->iteration_time, score->peak_memory_bytes)) {
       ++result.pruned["placement scores the same as another placement of the plan"];
       continue;
     }

@@ -10,10 +10,11 @@
 // moved off the stages that hold the vocabulary layers; auto: the split that minimises the
 // slowest stage under each stage's memory, Merak's automatic partitioning, auto_layer_split.hpp,
 // enumerated when it is not the even split; vocab-1, vocab-2, interlaced where the schedule
-// supports them), recomputation and ZeRO stage (0 to 3: optimizer state, then also gradients,
-// then also weights sharded over dp), and placement on a cluster of several node groups (the rank
-// order and the node groups' order, placement_options.hpp). Sequence parallelism is on whenever
-// tp > 1 (the same communication volume, less activation memory).
+// supports them), recomputation (each mode for every stage, and per stage where a plan fits only
+// with some: stage_recompute_choice.hpp), ZeRO stage (0 to 3: optimizer state, then also
+// gradients, then also weights sharded over dp), and placement on a cluster of several node
+// groups (the rank order and the node groups' order, placement_options.hpp). Sequence parallelism
+// is on whenever tp > 1 (the same communication volume, less activation memory).
 //
 // Each list of the space names an entry once (InputError naming a repeated one). A combination
 // of a vocabulary mode asked for that cannot exist (a schedule that does not support it, no

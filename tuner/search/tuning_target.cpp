@@ -67,7 +67,10 @@ std::string plan_summary(const spec::ParallelPlan& p, const std::string& vocab_l
     for (std::size_t i = 0; i < p.layer_split.size(); ++i)
       s += (i ? "/" : "") + std::to_string(p.layer_split[i]);
   }
-  s += " recompute=" + std::string(spec::recompute_name(p.recompute)) +
+  // Per-stage recomputation as one letter a stage ("recompute=f/f/s/n"), else the plan's mode.
+  s += " recompute=" +
+       (p.stage_recompute.empty() ? std::string(spec::recompute_name(p.recompute))
+                                  : spec::stage_recompute_letters(p.stage_recompute)) +
        " zero=" + std::to_string(p.zero_stage);
   // Placement, where it is not the default (ranks tp-dp-pp, node groups as listed).
   if (p.rank_order != spec::RankOrder::TpDpPp)

@@ -55,6 +55,7 @@ TEST(RecordJson, PlanAndTrialRoundTrip) {
   EXPECT_EQ(back.layer_split, p.layer_split);
   EXPECT_EQ(back.recompute, spec::Recompute::Selective);
   EXPECT_TRUE(back.sequence_parallel);
+  EXPECT_TRUE(back.stage_recompute.empty());
 
   const TrialTarget t{"llama3-8b", "presets/hardware/h100-sxm.toml", 32, 4, 256, 4096, ""};
   TrialTarget t2;
@@ -110,6 +111,24 @@ TEST(RecordJson, ModelAndTrainingPlanRoundTrip) {
   EXPECT_EQ(back.recompute, spec::Recompute::Selective);
   EXPECT_TRUE(back.sequence_parallel);
   EXPECT_EQ(back.layer_split, p.layer_split);
+}
+
+TEST(RecordJson, StageRecomputeRoundTripsWhenGiven) {
+  spec::ParallelPlan p = sample_plan();
+  EXPECT_FALSE(plan_to_json(p, "vocab-2").contains("stage_recompute"));
+  p.stage_recompute = {spec::Recompute::Full, spec::Recompute::Full, spec::Recompute::Selective,
+                       spec::Recompute::None};
+  const nlohmann::json j = plan_to_json(p, "vocab-2");
+  EXPECT_EQ(j.at("stage_recompute"),
+            nlohmann::json::parse(R"(["full", "full", "selective", "none"])"));
+  std::string label;
+  EXPECT_EQ(plan_from_json(j, label).stage_recompute, p.stage_recompute);
+  EXPECT_EQ(training_plan_from_json(training_plan_json(spec::load_model("tiny"), p, 60, 1234))
+                .stage_recompute,
+            p.stage_recompute);
+  nlohmann::json bad = j;
+  bad["stage_recompute"][1] = "most";
+  EXPECT_THROW((void)plan_from_json(bad, label), InputError);
 }
 
 TEST(RecordJson, TrainingPlanKeepsItsEngine) {

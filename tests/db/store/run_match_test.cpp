@@ -68,6 +68,10 @@ TEST(RunMatch, ThePlanIsComparedKeyByKey) {
             "recompute: none vs full");
   EXPECT_EQ(with([](spec::ParallelPlan& p) { p.sequence_parallel = true; }),
             "sequence_parallel: false vs true");
+  EXPECT_EQ(with([](spec::ParallelPlan& p) {
+              p.stage_recompute = {spec::Recompute::Full, spec::Recompute::None};
+            }),
+            R"(stage_recompute: [] vs ["full","none"])");
   // The even split written out is the even split.
   spec::RunSpec even = run;
   even.plan.layer_split = spec::even_layer_split(run.model.layers, run.plan.layer_groups());

@@ -51,6 +51,9 @@ std::string shown(DeviceKind d) {
 std::string shown(Recompute r) {
   return std::string(recompute_name(r));
 }
+std::string shown(const std::vector<Recompute>& v) {
+  return "[" + stage_recompute_text(v) + "]";
+}
 std::string shown(schedule::VocabMode v) {
   return std::string(schedule::vocab_mode_name(v));
 }
@@ -160,6 +163,7 @@ void diff_plan(Diff& d, const ParallelPlan& a, const ParallelPlan& b) {
   d.field("plan.vocab", a.vocab, b.vocab);
   d.field("plan.layer_split", a.layer_split, b.layer_split);
   d.field("plan.recompute", a.recompute, b.recompute);
+  d.field("plan.stage_recompute", a.stage_recompute, b.stage_recompute);
   d.field("plan.sequence_parallel", a.sequence_parallel, b.sequence_parallel);
   d.field("plan.zero_stage", a.zero_stage, b.zero_stage);
   d.field("plan.group_size", a.group_size, b.group_size);
@@ -316,6 +320,17 @@ TEST_F(RunFileWriter, EveryVocabularyModeRecomputationAndZeroStage) {
     expect_round_trip(parse_run(base + "zero_stage = " + std::to_string(stage) +
                                 "\nsequence_parallel = true\nmicro_batch_size = 2\n"));
   }
+}
+
+TEST_F(RunFileWriter, StageRecomputeIsWrittenWhenGiven) {
+  const std::string base =
+      "model = \"tiny\"\ncluster = { hardware = \"a100-80gb\", devices = 4 }\n[plan]\n"
+      "pp = 4\nrecompute = \"selective\"\n";
+  const std::string text =
+      expect_round_trip(parse_run(base + "stage_recompute = [\"full\", \"selective\", "
+                                         "\"none\", \"none\"]\n"));
+  EXPECT_HAS(text, "stage_recompute = [\"full\", \"selective\", \"none\", \"none\"]\n");
+  EXPECT_EQ(expect_round_trip(parse_run(base)).find("stage_recompute"), std::string::npos);
 }
 
 TEST_F(RunFileWriter, LayerSplitGroupSizeAndAStatedGlobalBatch) {

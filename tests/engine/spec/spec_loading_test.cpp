@@ -241,6 +241,22 @@ TEST(SpecLoading, InlineTablesOverridePresets) {
   EXPECT_EQ(layer_split(run.model, run.plan), (std::vector<int>{5, 4, 4, 4, 4, 4, 4, 3}));
 }
 
+TEST(SpecLoading, StageRecomputePerPipelineRank) {
+  const std::string head = "model = \"tiny\"\ncluster = \"dgx-a100-8\"\n[plan]\npp = 2\n";
+  const RunSpec run = parse_run(head + "stage_recompute = [\"full\", \"none\"]\n", "r.toml");
+  EXPECT_EQ(run.plan.stage_recompute, (std::vector<Recompute>{Recompute::Full, Recompute::None}));
+  EXPECT_EQ(run.plan.recompute, Recompute::None);
+  EXPECT_TRUE(parse_run(head, "r.toml").plan.stage_recompute.empty());
+  EXPECT_HAS(
+      error_of([&] { parse_run(head + "stage_recompute = [\"full\", \"most\"]\n", "r.toml"); }),
+      "r.toml:5: key 'plan.stage_recompute': entry 1: unknown mode 'most' (valid: none, "
+      "selective, full)");
+  EXPECT_HAS(error_of([&] { parse_run(head + "stage_recompute = [\"full\", 1]\n", "r.toml"); }),
+             "key 'plan.stage_recompute': expected an array of mode names");
+  EXPECT_HAS(error_of([&] { parse_run(head + "stage_recompute = [\"full\"]\n", "r.toml"); }),
+             "r.toml:5: key 'plan.stage_recompute': stage_recompute needs pp = 2 entries, got 1");
+}
+
 TEST(SpecLoading, OverridesApplyBeforeDerivedDefaults) {
   const ModelSpec m = parse_model("preset = \"tiny\"\nhidden = 128\n", "wide.toml");
   EXPECT_EQ(m.name, "wide");

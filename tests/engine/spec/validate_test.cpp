@@ -128,6 +128,51 @@ TEST_F(SpecValidate, LayerSplitRules) {
   EXPECT_NO_THROW(validate(dense_model(), make_cluster(hardware(), 4), p));
 }
 
+TEST_F(SpecValidate, StageRecomputeNeedsOneEntryPerPipelineRank) {
+  ParallelPlan p = plan(1, 4, 1);
+  p.stage_recompute = {Recompute::Full, Recompute::None};
+  expect_rule(dense_model(), 4, p, "stage_recompute needs pp = 4 entries, got 2");
+  p.chunks = 2;  // per pipeline rank, not per layer group
+  p.stage_recompute.assign(8, Recompute::None);
+  expect_rule(dense_model(), 4, p, "stage_recompute needs pp = 4 entries, got 8");
+  p.chunks = 1;
+  p.stage_recompute = {Recompute::Full, Recompute::Selective, Recompute::None, Recompute::None};
+  EXPECT_NO_THROW(validate(dense_model(), make_cluster(hardware(), 4), p));
+}
+
+TEST(SpecStageRecompute, OfStageFallsBackToThePlanWideMode) {
+  ParallelPlan p = plan(1, 3, 1);
+  p.recompute = Recompute::Selective;
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(recompute_of_stage(p, r), Recompute::Selective);
+  EXPECT_FALSE(stage_recompute_varies(p));
+  p.stage_recompute = {Recompute::Full, Recompute::None, Recompute::Selective};
+  EXPECT_EQ(recompute_of_stage(p, 0), Recompute::Full);
+  EXPECT_EQ(recompute_of_stage(p, 1), Recompute::None);
+  EXPECT_EQ(recompute_of_stage(p, 2), Recompute::Selective);
+  EXPECT_THROW(recompute_of_stage(p, 3), SpecError);
+  EXPECT_TRUE(stage_recompute_varies(p));
+  p.stage_recompute.assign(3, Recompute::Full);
+  EXPECT_FALSE(stage_recompute_varies(p));
+}
+
+TEST(SpecStageRecompute, CommaListParsesAndPrints) {
+  const std::vector<Recompute> modes = {Recompute::Full, Recompute::Selective, Recompute::None};
+  EXPECT_EQ(parse_stage_recompute("full,selective,none"), modes);
+  EXPECT_EQ(parse_stage_recompute("full, selective , none"), modes);
+  EXPECT_TRUE(parse_stage_recompute("").empty());
+  EXPECT_EQ(stage_recompute_text(modes), "full,selective,none");
+  EXPECT_EQ(stage_recompute_letters(modes), "f/s/n");
+  try {
+    parse_stage_recompute("full,sometimes");
+    ADD_FAILURE() << "no SpecError";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "stage_recompute[1]: unknown mode 'sometimes' (valid: none, selective, full)");
+    EXPECT_EQ(e.fields(), (std::vector<std::string>{"plan.stage_recompute"}));
+  }
+  EXPECT_THROW(parse_stage_recompute("full,,none"), SpecError);
+}
+
 TEST_F(SpecValidate, PlanOnlyRules) {
   ParallelPlan p = plan(1, 4, 4);
   p.sequence_parallel = true;

@@ -144,6 +144,7 @@ TEST(PlanFormModel, AnErrorAboutEachFieldMarksThatField) {
       {PlanField::Microbatches, {{PlanField::Microbatches, "-1"}}},
       {PlanField::Chunks, {{PlanField::Chunks, "3"}}},  // 1f1b runs one chunk per stage
       {PlanField::Recompute, {{PlanField::Recompute, "everything"}}},
+      {PlanField::StageRecompute, {{PlanField::StageRecompute, "full,none"}}},  // pp = 4
       {PlanField::ZeroStage, {{PlanField::ZeroStage, "4"}}},
       {PlanField::SequenceParallel,
        {{PlanField::Tp, "1"}, {PlanField::Dp, "2"}, {PlanField::SequenceParallel, "true"}}},
@@ -256,6 +257,34 @@ TEST(PlanFormModel, TrainingTakesEveryRecomputationMode) {
     EXPECT_TRUE(form.valid()) << mode.toStdString() << ": " << form.message().toStdString();
     EXPECT_TRUE(form.field_error(PlanField::Recompute).isEmpty()) << mode.toStdString();
   }
+}
+
+// Recomputation per stage: a comma list with one mode per pipeline stage, kept in the checked
+// plan; a bad name is the form's error at the field naming the valid ones, a wrong count the
+// plan rule (spec::validate) at the field and at pp.
+TEST(PlanFormModel, StageRecomputeIsOneModePerStage) {
+  PlanFormModel form;
+  form.load_run_preset("tiny-train");  // pp = 2
+  form.set_purpose(PlanPurpose::Train);
+  EXPECT_EQ(form.value(PlanField::StageRecompute), "");
+  form.set_value(PlanField::StageRecompute, "full, none");
+  ASSERT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_EQ(form.selection()->plan.stage_recompute,
+            (std::vector<spec::Recompute>{spec::Recompute::Full, spec::Recompute::None}));
+  form.set_value(PlanField::StageRecompute, "full,most");
+  EXPECT_FALSE(form.valid());
+  EXPECT_NE(form.message().indexOf("'most' (valid: none, selective, full)"), -1)
+      << form.message().toStdString();
+  EXPECT_FALSE(form.field_error(PlanField::StageRecompute).isEmpty()) << all_errors(form);
+  form.set_value(PlanField::StageRecompute, "full");
+  EXPECT_FALSE(form.valid());
+  EXPECT_NE(form.message().indexOf("stage_recompute needs pp = 2 entries, got 1"), -1)
+      << form.message().toStdString();
+  EXPECT_FALSE(form.field_error(PlanField::StageRecompute).isEmpty()) << all_errors(form);
+  EXPECT_FALSE(form.field_error(PlanField::Pp).isEmpty()) << all_errors(form);
+  form.set_value(PlanField::StageRecompute, "");
+  EXPECT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_TRUE(form.selection()->plan.stage_recompute.empty());
 }
 
 }  // namespace
