@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/errors.hpp"
@@ -27,6 +28,14 @@ std::string split_text(const std::vector<int>& split);
 inline int expert_tensor_parallel(const spec::ModelSpec& m, const spec::ParallelPlan& p) {
   return m.activation == spec::Activation::Swiglu ? p.tp : 1;
 }
+
+// The plan's placement on a cluster of node groups, as comment lines for a launch file, each
+// starting with `prefix` ("# "): which node ranks (launchers number nodes, they do not measure
+// them) go to which of the cluster's node groups, in the plan's node_group_order (empty: as the
+// cluster lists them), then `how`, the launcher's way of giving a node its rank. "" when the
+// cluster has no node groups. Refuses (InputError) an order that does not name each group once.
+std::string placement_comment(const ExportRequest& r, std::string_view framework,
+                              std::string_view prefix, std::string_view how);
 
 // Gradient-accumulation steps (micro-batches per iteration per data-parallel replica).
 std::int64_t accumulation_steps(const spec::ParallelPlan& plan);
