@@ -128,6 +128,11 @@ std::vector<NodeGroup> read_node_groups(TableReader& r, const toml::array& group
     const std::string fields = field_prefix(ctx, "cluster") + group_key;
     TableReader g(*elem.as_table(), ctx.source, prefix, fields);
     NodeGroup group;
+    if (g.node("hardware") != nullptr || g.node("devices_per_node") != nullptr) {
+      g.fail(g.node("hardware") != nullptr ? "hardware" : "devices_per_node",
+             "node groups differ only in their NICs: a cluster has one kind of device (its "
+             "hardware and devices_per_node), so a mixed-GPU cluster is not modelled");
+    }
     const auto nodes = g.positive_int("nodes");
     const auto bandwidth = g.positive_number("inter_node_bandwidth");
     g.reject_unknown();

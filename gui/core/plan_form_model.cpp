@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "engine/errors.hpp"
 #include "engine/runtime/trainer.hpp"
@@ -34,7 +35,9 @@ constexpr std::array<const char*, kPlanFieldCount> kKeys = {"model",
                                                             "stage_recompute",
                                                             "zero_stage",
                                                             "sequence_parallel",
-                                                            "global_batch"};
+                                                            "global_batch",
+                                                            "rank_order",
+                                                            "node_group_order"};
 
 std::size_t slot(PlanField f) {
   return static_cast<std::size_t>(f);
@@ -59,6 +62,30 @@ int parse_int(const QString& text, PlanField field) {
     throw ParseError{
         field, plan_field_key(field) + " must be a whole number (got '" + text.trimmed() + "')"};
   return v;
+}
+
+// Node group indices separated by commas ("1, 0"); "" = none (the cluster's own order). Each
+// entry must be a whole number; whether the order fits the cluster is spec::validate's rule.
+std::vector<int> parse_node_group_order(const QString& text) {
+  std::vector<int> order;
+  if (text.trimmed().isEmpty()) return order;
+  for (const QString& part : text.split(',')) {
+    bool ok = false;
+    const int g = part.trimmed().toInt(&ok);
+    if (!ok)
+      throw ParseError{PlanField::NodeGroupOrder,
+                       plan_field_key(PlanField::NodeGroupOrder) +
+                           " must be node group indices separated by commas (got '" +
+                           part.trimmed() + "' in '" + text.trimmed() + "')"};
+    order.push_back(g);
+  }
+  return order;
+}
+
+QString node_group_order_text(const std::vector<int>& order) {
+  QStringList parts;
+  for (int g : order) parts << QString::number(g);
+  return parts.join(", ");
 }
 
 // The form fields a library error is about (engine/errors.hpp): the plan's fields by their keys
@@ -95,6 +122,7 @@ PlanFormModel::PlanFormModel(QObject* parent) : QObject(parent) {
   values_[slot(PlanField::Recompute)] = "none";
   values_[slot(PlanField::ZeroStage)] = "0";
   values_[slot(PlanField::SequenceParallel)] = "false";
+  values_[slot(PlanField::RankOrder)] = "tp-dp-pp";
   message_ = "choose a model";
 }
 
@@ -125,6 +153,15 @@ QStringList PlanFormModel::recompute_names() {
   QStringList out;
   for (auto r : {spec::Recompute::None, spec::Recompute::Selective, spec::Recompute::Full}) {
     const auto n = spec::recompute_name(r);
+    out << QString::fromUtf8(n.data(), n.size());
+  }
+  return out;
+}
+
+QStringList PlanFormModel::rank_order_names() {
+  QStringList out;
+  for (auto o : {spec::RankOrder::TpDpPp, spec::RankOrder::TpPpDp}) {
+    const auto n = spec::rank_order_name(o);
     out << QString::fromUtf8(n.data(), n.size());
   }
   return out;
@@ -190,6 +227,9 @@ void PlanFormModel::load_run_preset(const QString& name) {
     const bool derived = p.global_batch == std::int64_t{p.micro_batch_size} * p.microbatches * p.dp;
     values_[slot(PlanField::GlobalBatch)] =
         p.global_batch > 0 && !derived ? QString::number(p.global_batch) : QString();
+    const auto rank_order = spec::rank_order_name(p.rank_order);
+    values_[slot(PlanField::RankOrder)] = QString::fromUtf8(rank_order.data(), rank_order.size());
+    values_[slot(PlanField::NodeGroupOrder)] = node_group_order_text(p.node_group_order);
     validate();
   } catch (const std::exception& e) {
     message_ = QString::fromStdString(e.what());
@@ -308,6 +348,12 @@ void PlanFormModel::read_plan(spec::ParallelPlan& p) const {
   } catch (const InputError& e) {
     throw ParseError{PlanField::StageRecompute, QString::fromStdString(e.what())};
   }
+  try {
+    p.rank_order = spec::parse_rank_order(text(PlanField::RankOrder).toStdString());
+  } catch (const InputError& e) {
+    throw ParseError{PlanField::RankOrder, QString::fromStdString(e.what())};
+  }
+  p.node_group_order = parse_node_group_order(text(PlanField::NodeGroupOrder));
 }
 
 // The libraries' rules for what the form is checked for.

@@ -40,8 +40,10 @@ enum class PlanField {
   ZeroStage,
   SequenceParallel,  // "true" / "false"
   GlobalBatch,       // "" = micro-batch size x micro-batches x dp
+  RankOrder,         // "tp-dp-pp" / "tp-pp-dp"
+  NodeGroupOrder,    // node group indices, "1, 0"; "" = as the cluster lists them
 };
-inline constexpr int kPlanFieldCount = 18;
+inline constexpr int kPlanFieldCount = 20;
 
 // The field's key as a run file's [plan] spells it ("tp", "micro_batch_size"...): a library
 // error about the plan field "plan.<key>" (engine/errors.hpp) is shown at this field.
@@ -75,6 +77,7 @@ class PlanFormModel : public QObject {
   static QStringList schedule_names();
   static QStringList vocab_names();
   static QStringList recompute_names();
+  static QStringList rank_order_names();
 
   QString value(PlanField field) const;
   // Sets one field and validates the form. Choosing a cluster preset fills hardware and GPUs

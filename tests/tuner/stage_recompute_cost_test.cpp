@@ -158,8 +158,9 @@ TEST(StageRecomputeChoice, EstimateHoldsPMinusRMicroBatchesOnStageR) {
 // For every device size among the estimate's values: no candidate when every stage fits without
 // recomputation or some stage does not fit with full; else, when each stage's least mode that
 // fits (found here from the estimate) is not one mode for all, the first candidate is exactly
-// that, and it recomputes less along the pipeline (Merak's order: full, selective, none). Every
-// candidate fits and is not uniform.
+// that, and it recomputes less along the pipeline (Merak's order: full, selective, none) up to
+// the last stage, whose output layer's logits may need more. Every candidate fits and is not
+// uniform.
 TEST(StageRecomputeChoice, EachStageGetsTheLeastRecomputationThatFits) {
   spec::ClusterSpec c = cluster(8);
   const spec::ParallelPlan p = plan("1f1b", 1);
@@ -195,7 +196,7 @@ TEST(StageRecomputeChoice, EachStageGetsTheLeastRecomputationThatFits) {
       ++mixed_seen;
       ASSERT_FALSE(candidates.empty());
       EXPECT_EQ(candidates.front(), least);
-      for (std::size_t r = 1; r < 4; ++r) EXPECT_LE(least[r], least[r - 1]) << "stage " << r;
+      for (std::size_t r = 1; r < 3; ++r) EXPECT_LE(least[r], least[r - 1]) << "stage " << r;
     }
   }
   EXPECT_GT(mixed_seen, 0) << "no device size made a per-stage candidate: the case tests nothing";

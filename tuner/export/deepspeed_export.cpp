@@ -140,12 +140,29 @@ class PipetuneSplitPipelineModule(PipelineModule):
         stage_id = self._topo.get_coord(self.global_rank).pipe
         self._set_bounds(start=self.parts[stage_id], stop=self.parts[stage_id + 1])
 
-
-def build_model(pre_layers, decoder_layers, post_layers, loss_fn):
-    """The model to pass to deepspeed.initialize(model=..., config=<the exported JSON>)."""
-    return PipetuneSplitPipelineModule(pre_layers, decoder_layers, post_layers, loss_fn=loss_fn,
-                                       activation_checkpoint_interval=ACTIVATION_CHECKPOINT_INTERVAL)
 )";
+}
+
+// The function that builds the PipelineModule. Its default topology, PipeDataParallelTopology
+// (axes pipe, data; ProcessTopology numbers ranks row-major, the last axis fastest), puts a
+// stage's replicas on neighbouring ranks: tp-dp-pp (tp is 1 with a pipeline). tp-pp-dp puts a
+// replica's stages there: a ProcessTopology with axes data, pipe (pipe/topology.py@edaa722), which
+// PipelineModule takes instead of num_stages and PipelineParallelGrid reads by axis name.
+void write_build_model(std::ostringstream& o, const spec::ParallelPlan& p) {
+  const bool pp_dp = p.rank_order == spec::RankOrder::TpPpDp;
+  o << "\ndef build_model(pre_layers, decoder_layers, post_layers, loss_fn):\n"
+    << "    \"\"\"The model to pass to deepspeed.initialize(model=..., config=<the exported "
+       "JSON>).\"\"\"\n";
+  if (pp_dp)
+    o << "    # Rank order tp-pp-dp: a replica's stages on neighbouring ranks (the last axis "
+         "varies fastest).\n"
+      << "    topology = ProcessTopology(axes=[\"data\", \"pipe\"], dims=[" << p.dp
+      << ", PIPELINE_STAGES])\n";
+  o << "    return PipetuneSplitPipelineModule(pre_layers, decoder_layers, post_layers, "
+       "loss_fn=loss_fn,\n"
+    << "                                       "
+       "activation_checkpoint_interval=ACTIVATION_CHECKPOINT_INTERVAL"
+    << (pp_dp ? ",\n                                       topology=topology)\n" : ")\n");
 }
 
 // Without a pipeline DeepSpeedEngine recomputes nothing itself: the layers checkpoint their
@@ -223,7 +240,10 @@ std::string deepspeed_model_code(const ExportRequest& request) {
     << "# tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp << " ep=" << p.ep << ", micro-batch "
     << p.micro_batch_size << " x " << export_detail::accumulation_steps(p)
     << " per replica, recompute " << spec::recompute_name(p.recompute) << ", ZeRO " << p.zero_stage
-    << ".\n";
+    << ".\n"
+    << export_detail::placement_comment(r, kFw, "# ",
+                                        "List the hosts in the deepspeed hostfile in this order "
+                                        "(its launcher numbers nodes so).");
   if (p.tp > 1 && p.pp == 1)
     o << "# train_batch_size counts every rank (DeepSpeedConfig has no mpu), the AutoTP ranks\n"
       << "# that share a batch included: " << p.global_batch << " sequences per step.\n";
@@ -232,6 +252,8 @@ std::string deepspeed_model_code(const ExportRequest& request) {
       << "# Mixtral model's MoE blocks (its preset needs transformers >= 5.0.0).\n";
   o << "import deepspeed\n";
   o << (p.pp > 1 ? "from deepspeed.pipe import PipelineModule\n" : "import torch\n");
+  if (p.pp > 1 && p.rank_order == spec::RankOrder::TpPpDp)
+    o << "from deepspeed.runtime.pipe import ProcessTopology\n";
   o << "\nDEEPSPEED_TARGET = \"" << deepspeed_target_version() << "\"\n"
     << "PIPELINE_STAGES = " << p.pp << "\n"
     << "# Decoder layers per pipeline stage, model order.\n"
@@ -239,10 +261,12 @@ std::string deepspeed_model_code(const ExportRequest& request) {
     << "# 1: every layer recomputes its activations in the backward pass; 0: none.\n"
     << "ACTIVATION_CHECKPOINT_INTERVAL = " << (p.recompute == spec::Recompute::Full ? 1 : 0)
     << "\n";
-  if (p.pp > 1)
+  if (p.pp > 1) {
     write_pipeline_module(o);
-  else
+    write_build_model(o, p);
+  } else {
     write_plain_model(o);
+  }
   return o.str();
 }
 

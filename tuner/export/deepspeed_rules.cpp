@@ -42,6 +42,9 @@ constexpr const char* kInitialize =
     "deepspeedai/DeepSpeed deepspeed/__init__.py@edaa722 initialize";
 constexpr const char* kPipeModule =
     "deepspeedai/DeepSpeed deepspeed/runtime/pipe/module.py@edaa722 PipelineModule.__init__";
+constexpr const char* kGrid =
+    "deepspeedai/DeepSpeed deepspeed/runtime/pipe/topology.py@edaa722 "
+    "PipelineParallelGrid._is_grid_valid";
 constexpr const char* kPipeEngine =
     "deepspeedai/DeepSpeed deepspeed/runtime/pipe/engine.py@edaa722 PipelineEngine.__init__";
 
@@ -194,6 +197,9 @@ struct ModelCode {
   std::int64_t stages = 1;
   std::vector<std::int64_t> split;
   bool pipeline_module = false;
+  // A tp-pp-dp plan's ProcessTopology(axes=["data", "pipe"], dims=[D, PIPELINE_STAGES]): D;
+  // 0 without one (the PipelineModule's own PipeDataParallelTopology).
+  std::int64_t topology_data = 0;
 };
 
 ModelCode read_model_code(const std::string& code) {
@@ -211,6 +217,8 @@ ModelCode read_model_code(const std::string& code) {
          it != std::sregex_iterator(); ++it)
       m.split.push_back(std::stoll(it->str()));
   }
+  if (std::regex_search(code, match, std::regex(R"(dims=\[(\d+), PIPELINE_STAGES\])")))
+    m.topology_data = std::stoll(match[1].str());
   m.pipeline_module = code.find("(PipelineModule)") != std::string::npos ||
                       code.find("PipelineModule(") != std::string::npos;
   return m;
@@ -254,6 +262,11 @@ void check_pipeline(const ModelCode& code, const DeepspeedLaunch& launch, RuleVi
   if (code.stages < 1 || launch.world_size % code.stages != 0)
     out.push_back({"num_stages divides the world size", kPipeModule,
                    "world " + n(launch.world_size) + ", stages " + n(code.stages)});
+  // The grid's axes multiply to the world size (an "Invalid Grid" assertion otherwise).
+  if (code.topology_data > 0 && code.topology_data * code.stages != launch.world_size)
+    out.push_back({"the topology's data x pipe sizes are the world size", kGrid,
+                   "data " + n(code.topology_data) + " x pipe " + n(code.stages) + ", world " +
+                       n(launch.world_size)});
   if (code.split.empty()) return;
   if (static_cast<std::int64_t>(code.split.size()) != code.stages)
     out.push_back({"one layer count per pipeline stage", kPipeModule,
@@ -326,8 +339,8 @@ RuleViolations check_deepspeed_config(std::string_view text, const DeepspeedLaun
   check_keys(j, out);
   check_pipeline(code, launch, out);
   // The world DeepSpeedConfig counts: the PipelineModule grid's data-parallel size (initialize
-  // passes model.mpu(); the grid is PipeDataParallelTopology(stages, world / stages)), else
-  // every process (no mpu).
+  // passes model.mpu(); the grid is PipeDataParallelTopology(stages, world / stages), or a
+  // tp-pp-dp plan's ProcessTopology of the same sizes), else every process (no mpu).
   const std::int64_t batch_world = code.stages > 1 && launch.world_size % code.stages == 0
                                        ? launch.world_size / code.stages
                                        : launch.world_size;

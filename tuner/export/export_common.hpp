@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/errors.hpp"
@@ -34,6 +35,14 @@ inline int expert_tensor_parallel(const spec::ModelSpec& m, const spec::Parallel
 // stages' modes when they differ.
 ExportRequest with_uniform_recompute(const ExportRequest& request, std::string_view framework,
                                      std::string_view why);
+
+// The plan's placement on a cluster of node groups, as comment lines for a launch file, each
+// starting with `prefix` ("# "): which node ranks (launchers number nodes, they do not measure
+// them) go to which of the cluster's node groups, in the plan's node_group_order (empty: as the
+// cluster lists them), then `how`, the launcher's way of giving a node its rank. "" when the
+// cluster has no node groups. Refuses (InputError) an order that does not name each group once.
+std::string placement_comment(const ExportRequest& r, std::string_view framework,
+                              std::string_view prefix, std::string_view how);
 
 // Gradient-accumulation steps (micro-batches per iteration per data-parallel replica).
 std::int64_t accumulation_steps(const spec::ParallelPlan& plan);

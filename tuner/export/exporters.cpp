@@ -1,6 +1,8 @@
 #include "tuner/export/exporters.hpp"
 
 #include <array>
+#include <iomanip>
+#include <sstream>
 
 #include "tuner/export/export_common.hpp"
 #include "tuner/export/torchtitan_plan_layout.hpp"
@@ -72,6 +74,67 @@ std::string export_plan(ExportFormat format, const ExportRequest& request) {
 }
 
 namespace export_detail {
+
+namespace {
+
+std::string gb_per_s(double bytes_per_s) {
+  std::ostringstream o;
+  o << std::setprecision(3) << bytes_per_s / 1e9 << " GB/s";
+  return o.str();
+}
+
+std::string nodes_text(const char* what, int first, int count) {
+  return count == 1 ? std::string(what) + " " + std::to_string(first)
+                    : std::string(what) + "s " + std::to_string(first) + "-" +
+                          std::to_string(first + count - 1);
+}
+
+// The plan's node group order, every group named once; the listed order when it is empty.
+std::vector<int> group_order(const ExportRequest& r, std::string_view fw) {
+  const auto groups = static_cast<int>(r.cluster.node_groups.size());
+  std::vector<int> order = r.plan.node_group_order;
+  if (order.empty())
+    for (int g = 0; g < groups; ++g) order.push_back(g);
+  std::vector<char> seen(static_cast<std::size_t>(groups), 0);
+  bool once = static_cast<int>(order.size()) == groups;
+  for (int g : order) {
+    once = once && g >= 0 && g < groups && !seen[static_cast<std::size_t>(g)];
+    if (g >= 0 && g < groups) seen[static_cast<std::size_t>(g)] = 1;
+  }
+  std::string listed;
+  for (int g : order) listed += (listed.empty() ? "" : ",") + std::to_string(g);
+  require(once, fw,
+          "node_group_order " + listed + " does not name each of the cluster's " +
+              std::to_string(groups) + " node groups once");
+  return order;
+}
+
+}  // namespace
+
+std::string placement_comment(const ExportRequest& r, std::string_view fw, std::string_view prefix,
+                              std::string_view how) {
+  const std::vector<spec::NodeGroup>& groups = r.cluster.node_groups;
+  const std::vector<int> order = group_order(r, fw);
+  if (groups.empty()) return "";
+  std::vector<int> first(groups.size(), 0);  // each group's first node as the cluster lists them
+  for (std::size_t g = 1; g < groups.size(); ++g) first[g] = first[g - 1] + groups[g - 1].nodes;
+  std::string listed;
+  for (int g : order) listed += (listed.empty() ? "" : ", ") + std::to_string(g);
+  const std::string p(prefix);
+  std::string out = p + "Placement: the plan fills the cluster's node groups in the order " +
+                    listed + " (node_group_order),\n" + p +
+                    "so the nodes must take these node ranks (the launcher numbers them):\n";
+  int rank = 0;
+  for (int g : order) {
+    const spec::NodeGroup& group = groups[static_cast<std::size_t>(g)];
+    out += p + "  " + nodes_text("node rank", rank, group.nodes) + " -> node group " +
+           std::to_string(g) + " (" +
+           nodes_text("the cluster's node", first[static_cast<std::size_t>(g)], group.nodes) +
+           ", " + gb_per_s(group.inter_node_bandwidth) + " NICs)\n";
+    rank += group.nodes;
+  }
+  return out + p + std::string(how) + "\n";
+}
 
 std::int64_t accumulation_steps(const spec::ParallelPlan& plan) {
   return plan.global_batch / (static_cast<std::int64_t>(plan.micro_batch_size) * plan.dp);

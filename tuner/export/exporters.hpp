@@ -21,6 +21,12 @@
 // DeepSpeed configs). The files they write are checked again, as text, against each
 // framework's rules read from its source at a stated version: megatron_rules.hpp,
 // torchtitan_rules.hpp, deepspeed_rules.hpp (tests/tuner/export).
+//
+// Placement: Megatron-LM takes the tp-pp-dp rank order as --use-tp-pp-dp-mapping, DeepSpeed as
+// its PipelineModule's ProcessTopology (axes data, pipe); torchtitan, whose meshes order ranks
+// tp-dp-pp, refuses it (where pp and dp are both above 1 and the orders differ). On a cluster of
+// node groups every launch file says which nodes take which node ranks, in the plan's node group
+// order (export_detail::placement_comment): launchers number nodes, they do not measure them.
 #pragma once
 
 #include <string>
@@ -68,7 +74,8 @@ std::string export_megatron(const ExportRequest& request);
 std::string_view megatron_export_target();
 // The torchtitan config module (torchtitan_config_rules.hpp says what it holds); refuses
 // (InputError naming the feature) vocabulary parallelism, schedules torch has no class or CSV for,
-// ZeRO-1 over dp > 1, expert tensor parallelism and models torchtitan registers no flavor for.
+// ZeRO-1 over dp > 1, expert tensor parallelism, the tp-pp-dp rank order and models torchtitan
+// registers no flavor for.
 std::string export_torchtitan(const ExportRequest& request);
 // The torchtitan version export_torchtitan targets, as the file and `export --help` state it.
 std::string_view torchtitan_export_target();

@@ -66,16 +66,45 @@ void check_megatron_plan(const ExportRequest& r) {
   // Layers that do not divide over the virtual stages go in a pipeline layout.
   if (pipelined && p.schedule == "interleaved-1f1b")
     require(p.chunks >= 2, kFw, "interleaved-1f1b needs at least 2 chunks per stage");
+  // --use-tp-pp-dp-mapping builds the expert grid in the same order, and with a pipeline both
+  // grids must have the same data-parallel size (parallel_state.py initialize_model_parallel).
+  const int expert_grid = export_detail::expert_tensor_parallel(r.model, p) * p.ep;
+  require(p.rank_order != spec::RankOrder::TpPpDp || !pipelined || !spec::is_moe(r.model) ||
+              expert_grid == p.tp,
+          kFw,
+          "rank_order tp-pp-dp (--use-tp-pp-dp-mapping) with a pipeline needs expert tp x ep = "
+          "tp (" +
+              std::to_string(expert_grid) + " != " + std::to_string(p.tp) +
+              "): Megatron-LM asserts the expert and dense data-parallel sizes match "
+              "(megatron/core/parallel_state.py@d98e8a6 initialize_model_parallel)");
 }
 
-// The script's opening: what it launches, and the environment and launch size torchrun reads.
-// torchrun starts the same number of processes on every node, and Megatron-LM takes DP from
-// their total (world / (TP x PP)): use as many GPUs per node as divide the world evenly.
+// Processes torchrun starts on each node: torchrun starts the same number on every node, and
+// Megatron-LM takes DP from their total (world / (TP x PP)), so as many GPUs per node as divide
+// the world evenly.
+int processes_per_node(const ExportRequest& r) {
+  const int node_size = std::min(r.cluster.devices_per_node, std::max(1, r.cluster.devices));
+  return std::gcd(r.plan.world_size(), std::max(1, node_size));
+}
+
+// Which nodes take which NODE_RANK, when the cluster's nodes differ (node groups). The launch's
+// nodes are the cluster's only when it runs a whole node's GPUs on each.
+std::string placement_lines(const ExportRequest& r) {
+  if (r.cluster.node_groups.empty()) return export_detail::placement_comment(r, kFw, "# ", "");
+  require(processes_per_node(r) == r.cluster.devices_per_node, kFw,
+          "node_group_order: the launch runs " + std::to_string(processes_per_node(r)) +
+              " GPUs per node, not the cluster's " + std::to_string(r.cluster.devices_per_node) +
+              ", so its node ranks are not the cluster's nodes");
+  return export_detail::placement_comment(
+      r, kFw, "# ", "Start the script on each node with NODE_RANK set to that node's rank above.");
+}
+
+// The script's opening: what it launches, where each node goes, and the environment and launch
+// size torchrun reads.
 void write_header(std::ostream& o, const ExportRequest& r) {
   const spec::ParallelPlan& p = r.plan;
   const spec::ModelSpec& m = r.model;
-  const int node_size = std::min(r.cluster.devices_per_node, std::max(1, r.cluster.devices));
-  const int per_node = std::gcd(p.world_size(), std::max(1, node_size));
+  const int per_node = processes_per_node(r);
   const int nodes = p.world_size() / per_node;
   // Megatron-FSDP (ZeRO 2/3) refuses CUDA_DEVICE_MAX_CONNECTIONS=1; TP without it needs 1
   // (megatron/training/arguments.py validate_args).
@@ -90,7 +119,7 @@ void write_header(std::ostream& o, const ExportRequest& r) {
     << " micro-batches of " << p.micro_batch_size << " per replica.\n"
     << "# Run on every node with NODE_RANK set; mock data (NullTokenizer) unless you edit\n"
     << "# DATA_ARGS. MEGATRON_DIR is the Megatron-LM checkout.\n"
-    << "set -euo pipefail\n\n"
+    << placement_lines(r) << "set -euo pipefail\n\n"
     << (fsdp ? "unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP needs more than 1\n"
              : "export CUDA_DEVICE_MAX_CONNECTIONS=1\n")
     << "MEGATRON_DIR=${MEGATRON_DIR:-.}\n"
@@ -153,6 +182,9 @@ std::vector<std::string> parallel_flags(const ExportRequest& r,
   std::vector<std::string> parallel = {"--tensor-model-parallel-size " + std::to_string(p.tp),
                                        "--pipeline-model-parallel-size " + std::to_string(p.pp)};
   if (p.sequence_parallel && p.tp > 1) parallel.push_back("--sequence-parallel");
+  // Megatron's rank order is tp-cp-ep-dp-pp unless this flag makes it tp-cp-ep-pp-dp
+  // (megatron/training/initialize.py).
+  if (p.rank_order == spec::RankOrder::TpPpDp) parallel.push_back("--use-tp-pp-dp-mapping");
   // A layout gives the virtual stages itself (its stages / pp); Megatron takes one of the two.
   if (p.pp > 1 && p.schedule == "interleaved-1f1b" && !has_layout(split_flags))
     parallel.push_back("--num-virtual-stages-per-pipeline-rank " + std::to_string(p.chunks));

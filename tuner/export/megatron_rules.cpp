@@ -28,11 +28,16 @@ constexpr const char* kLayout =
 constexpr const char* kModelParallel =
     "NVIDIA/Megatron-LM megatron/core/model_parallel_config.py@d98e8a6 "
     "ModelParallelConfig.__post_init__";
+constexpr const char* kParallelState =
+    "NVIDIA/Megatron-LM megatron/core/parallel_state.py@d98e8a6:898-907 "
+    "initialize_model_parallel";
 
 // Flags a pipetune launch may carry. Megatron-LM's parser defines each of them: by hand in
 // megatron/training/arguments.py, or generated from the TransformerConfig / ModelParallelConfig /
 // TrainingConfig dataclass fields (megatron/training/argument_utils.py); argparse rejects any
-// other (parse_args without ignore_unknown_args).
+// other (parse_args without ignore_unknown_args). --use-tp-pp-dp-mapping is the
+// DistributedInitConfig.use_tp_pp_dp_mapping field (megatron/training/config/common_config.py
+// @d98e8a6), a store_true flag named after the field (argument_utils.py _format_arg_name).
 constexpr std::array kKnownFlags = {"--num-layers",
                                     "--hidden-size",
                                     "--ffn-hidden-size",
@@ -59,6 +64,7 @@ constexpr std::array kKnownFlags = {"--num-layers",
                                     "--pipeline-model-parallel-size",
                                     "--context-parallel-size",
                                     "--sequence-parallel",
+                                    "--use-tp-pp-dp-mapping",
                                     "--num-virtual-stages-per-pipeline-rank",
                                     "--num-layers-per-virtual-pipeline-stage",
                                     "--pipeline-model-parallel-layout",
@@ -416,6 +422,18 @@ void check_experts_and_precision(Checker& c, std::int64_t tp) {
             "both given");
 }
 
+// --use-tp-pp-dp-mapping orders ranks tp-cp-ep-pp-dp, the expert grid's too; with a pipeline,
+// initialize_model_parallel asserts both grids' pipeline groups and data-parallel sizes match:
+// expert TP x EP = TP x CP.
+void check_rank_order(Checker& c, const ParallelSizes& s) {
+  if (!c.has("--use-tp-pp-dp-mapping") || s.pp <= 1) return;
+  const std::int64_t ep = c.integer("--expert-model-parallel-size", 1).value_or(1);
+  const std::int64_t etp = c.integer("--expert-tensor-parallel-size", s.tp).value_or(s.tp);
+  c.require(etp * ep == s.tp * s.cp,
+            "tp-pp-dp rank order with a pipeline needs expert TP x EP = TP x CP", kParallelState,
+            "expert TP " + n(etp) + " x EP " + n(ep) + ", TP " + n(s.tp) + " x CP " + n(s.cp));
+}
+
 // Distributed optimizer / FSDP (validate_args), and the CUDA_DEVICE_MAX_CONNECTIONS FSDP needs.
 void check_optimizer_sharding(Checker& c, const MegatronLaunch& l) {
   if (c.has("--overlap-param-gather")) {
@@ -535,6 +553,7 @@ RuleViolations check_megatron_launch(const MegatronLaunch& l) {
   if (vpp > 1) check_interleaved(c, layers, sizes.pp, vpp);
   if (has_uneven_stages(c)) check_uneven_stages(c, layers, sizes.pp, vpp);
   check_experts_and_precision(c, sizes.tp);
+  check_rank_order(c, sizes);
   check_optimizer_sharding(c, l);
   check_recompute(c);
   check_learning_rates(c);

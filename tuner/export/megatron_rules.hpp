@@ -10,6 +10,8 @@
 //   megatron/core/model_parallel_config.py@d98e8a6 (ModelParallelConfig.__post_init__)
 //   megatron/core/transformer/pipeline_parallel_layer_layout.py@d98e8a6
 //     (PipelineParallelLayerLayout: parse_str_to_list, validate_layer_layout)
+//   megatron/core/parallel_state.py@d98e8a6 (initialize_model_parallel: the tp-pp-dp order's
+//     expert grid)
 #pragma once
 
 #include <map>

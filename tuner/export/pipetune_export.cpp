@@ -10,6 +10,25 @@
 
 namespace pipetune::tuner {
 
+namespace {
+
+// The tuned plan's placement, for its header line: the rank order and node group order when they
+// are not the defaults. The small-scale run keeps the rank order ([plan] rank_order); its cluster
+// is one machine with no node groups, so the node group order stays in the header.
+std::string placement_text(const spec::ParallelPlan& full) {
+  std::string out;
+  if (full.rank_order != spec::RankOrder::TpDpPp)
+    out += " rank_order=" + std::string(spec::rank_order_name(full.rank_order));
+  if (!full.node_group_order.empty()) {
+    out += " node_group_order=";
+    for (std::size_t i = 0; i < full.node_group_order.size(); ++i)
+      out += (i ? "," : "") + std::to_string(full.node_group_order[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string export_pipetune(const ExportRequest& r) {
   const spec::ParallelPlan& full = r.plan;
   const SmallScaleRun small = shrink_to_engine(r.model, full);
@@ -29,7 +48,7 @@ std::string export_pipetune(const ExportRequest& r) {
     << (full.stage_recompute.empty() ? std::string(spec::recompute_name(full.recompute))
                                      : spec::stage_recompute_letters(full.stage_recompute))
     << " sequence_parallel=" << (full.sequence_parallel ? "true" : "false")
-    << " zero_stage=" << full.zero_stage << ".\n"
+    << " zero_stage=" << full.zero_stage << placement_text(full) << ".\n"
     << "# Below: the same pipeline at small scale for the embedded engine (pipetune train).\n"
     << (std::find(p.layer_split.begin(), p.layer_split.end(), 0) != p.layer_split.end()
             ? "# A layer group without layers (a stage holding only a vocabulary layer): `pipetune "
@@ -69,6 +88,8 @@ std::string export_pipetune(const ExportRequest& r) {
     o << "]\n";
   }
   if (p.group_size > 0) o << "group_size = " << p.group_size << "\n";
+  if (p.rank_order != spec::RankOrder::TpDpPp)
+    o << "rank_order = \"" << spec::rank_order_name(p.rank_order) << "\"\n";
   return o.str();
 }
 

@@ -21,9 +21,12 @@ namespace {
 constexpr std::string_view kFw = "torchtitan";
 
 const torchtitan_detail::TorchtitanTarget& config_target() {
-  static const torchtitan_detail::TorchtitanTarget t = {
-      kFw, &torchtitan_config_flavors(), sources::kTargetCommit, sources::kLlama3Configs,
-      sources::kParallelismConfig};
+  static const torchtitan_detail::TorchtitanTarget t = {kFw,
+                                                        &torchtitan_config_flavors(),
+                                                        sources::kTargetCommit,
+                                                        sources::kLlama3Configs,
+                                                        sources::kParallelismConfig,
+                                                        sources::kRankMesh};
   return t;
 }
 
@@ -102,7 +105,8 @@ void write_header(std::ostream& o, const ExportRequest& r, const ConfigLayout& l
     << " checkout, with this file's folder on PYTHONPATH:\n"
     << "#   PYTHONPATH=<this file's folder> NGPU=" << r.plan.world_size()
     << " MODULE=<this file's name without .py> \\\n"
-    << "#     CONFIG=" << kTorchtitanConfigFunction << " ./run_train.sh\n";
+    << "#     CONFIG=" << kTorchtitanConfigFunction << " ./run_train.sh\n"
+    << l.placement;
   if (!l.csv.empty())
     o << "# " << torchtitan_detail::kScheduleCsvFile << " (pipetune's " << r.plan.schedule
       << " order, the one it simulated) must be beside this file.\n";

@@ -24,9 +24,12 @@ constexpr const char* kCsvPrefix = "#csv ";
 // The TOML target's flavors and sources for the shared layout.
 const torchtitan_detail::TorchtitanTarget& toml_target() {
   static const torchtitan_detail::TorchtitanTarget t = {
-      kFw, &torchtitan_flavors(), torchtitan_sources::kTargetCommit,
+      kFw,
+      &torchtitan_flavors(),
+      torchtitan_sources::kTargetCommit,
       torchtitan_sources::kLlama3Flavors,
-      "job_config.py@238fa99 Parallelism.data_parallel_shard_degree"};
+      "job_config.py@238fa99 Parallelism.data_parallel_shard_degree",
+      torchtitan_sources::kRankMesh};
   return t;
 }
 
@@ -87,7 +90,8 @@ void write_header_and_training(std::ostream& o, const ExportRequest& r, const To
     << m.heads << " heads, " << m.kv_heads << " kv heads, ffn " << m.ffn_hidden << ", vocabulary "
     << m.vocab << ").\n"
     << "# Launch from a torchtitan " << torchtitan_sources::kTargetCommit << " checkout:\n"
-    << "#   NGPU=" << p.world_size() << " CONFIG_FILE=<this file> ./run_train.sh\n\n"
+    << "#   NGPU=" << p.world_size() << " CONFIG_FILE=<this file> ./run_train.sh\n"
+    << l.placement << "\n"
     << "[job]\n"
     << "description = \"" << m.name << " tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp
     << " (pipetune)\"\n\n"

@@ -48,6 +48,25 @@ void map_data_parallelism(const spec::ParallelPlan& p, const TorchtitanTarget& t
   if (p.dp > 1 && p.zero_stage > 0) l.reshard = p.zero_stage == 3 ? "always" : "never";
 }
 
+// torchtitan numbers ranks as its meshes say, (pp, dp_replicate, dp_shard / fsdp, cp, tp) with
+// tp fastest: tp-dp-pp, with no setting for another order. The orders are the same ranks when
+// pp or dp is 1.
+void check_rank_order(const spec::ParallelPlan& p, const TorchtitanTarget& t) {
+  require(p.rank_order == spec::RankOrder::TpDpPp || p.pp == 1 || p.dp == 1, t.framework,
+          "rank_order " + std::string(spec::rank_order_name(p.rank_order)) +
+              ": torchtitan orders ranks tp-dp-pp (pp outermost) and has no setting for "
+              "another order (" +
+              std::string(t.rank_mesh_source) + ")");
+}
+
+// Nodes get their ranks from torchrun: run_train.sh runs one node (a c10d rendezvous on
+// localhost); over several, a static rendezvous numbers them by --node_rank.
+std::string placement_lines(const ExportRequest& r, const TorchtitanTarget& t) {
+  return export_detail::placement_comment(
+      r, t.framework, "# ",
+      "Start each node's torchrun with --node_rank set to its rank above (a static rendezvous).");
+}
+
 }  // namespace
 
 TorchtitanPlanLayout torchtitan_plan_layout(
@@ -56,6 +75,8 @@ TorchtitanPlanLayout torchtitan_plan_layout(
   const spec::ParallelPlan& p = r.plan;
   const spec::ModelSpec& m = r.model;
   TorchtitanPlanLayout l;
+  check_rank_order(p, t);
+  l.placement = placement_lines(r, t);
   require(p.vocab == schedule::VocabMode::None, t.framework,
           "vocabulary parallelism (" + std::string(schedule::vocab_mode_name(p.vocab)) +
               ") is not in torchtitan");

@@ -25,6 +25,7 @@ struct TorchtitanTarget {
   const char* commit;
   const char* flavor_source;         // the flavor table's file and lines
   const char* data_parallel_source;  // where replicate / shard are defined
+  const char* rank_mesh_source;      // where the device mesh's dimension order is fixed
 };
 
 struct TorchtitanPlanLayout {
@@ -38,9 +39,13 @@ struct TorchtitanPlanLayout {
   // fsdp_reshard_after_forward for ZeRO over dp > 1 ("always": ZeRO-3, "never": ZeRO-2); empty
   // when there is no FSDP.
   std::string reshard;
+  // Comment lines ("# ") saying which nodes take which node ranks on a cluster of node groups
+  // (export_detail::placement_comment); empty without node groups.
+  std::string placement;
 };
 
-// The layout, refusing vocabulary parallelism, a schedule torch has no class or CSV for, ZeRO-1
+// The layout, refusing the tp-pp-dp rank order (torchtitan's meshes are tp-dp-pp), vocabulary
+// parallelism, a schedule torch has no class or CSV for, ZeRO-1
 // over dp > 1, then what `check_experts` refuses (the target's own expert rules, given the
 // data-parallel degrees), then a model without a registered flavor (registered_flavor).
 TorchtitanPlanLayout torchtitan_plan_layout(

@@ -31,6 +31,9 @@ inline constexpr const char* kParallelDims =
 inline constexpr const char* kExpertMesh =
     "pytorch/torchtitan torchtitan/distributed/parallel_dims.py@238fa99:138 "
     "ParallelDims.build_mesh (efsdp = fsdp * tp // (etp * ep))";
+inline constexpr const char* kRankMesh =
+    "pytorch/torchtitan torchtitan/distributed/parallel_dims.py@238fa99:136-158 "
+    "ParallelDims.build_mesh (every mesh (pp, ..., tp): pp outermost, tp innermost)";
 inline constexpr const char* kDualPipeV =
     "pytorch/torchtitan torchtitan/distributed/dual_pipe_v.py@238fa99:32-51 "
     "get_dual_pipe_v_flag";
@@ -96,6 +99,9 @@ inline constexpr const char* kParallelDims =
 inline constexpr const char* kExpertMesh =
     "pytorch/torchtitan torchtitan/distributed/parallel_dims.py@b5bcd76:280-330 "
     "ParallelDims.build_mesh (sparse mesh pp, dp_replicate, efsdp, ep: no expert TP axis)";
+inline constexpr const char* kRankMesh =
+    "pytorch/torchtitan torchtitan/distributed/parallel_dims.py@b5bcd76:280-330 "
+    "ParallelDims.build_mesh (every mesh (pp, ..., tp): pp outermost, tp innermost)";
 inline constexpr const char* kActivationCheckpoint =
     "pytorch/torchtitan torchtitan/distributed/activation_checkpoint.py@b5bcd76:112-337 "
     "(FullAC, SelectiveAC, MemoryBudgetAC, ActivationCheckpointingConfig)";

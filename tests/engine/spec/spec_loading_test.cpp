@@ -297,6 +297,32 @@ TEST(SpecLoading, NodeGroupErrors) {
                    "c.toml");
              }),
              "c.toml: node_groups cover 2 nodes, cluster has 3");
+  // One kind of device per cluster: a group cannot name its own.
+  EXPECT_HAS(error_of([] {
+               parse_cluster(
+                   "hardware = \"h100-sxm\"\n[[node_groups]]\nnodes = 2\n"
+                   "inter_node_bandwidth = 5e10\nhardware = \"a100-80gb\"\n",
+                   "c.toml");
+             }),
+             "key 'node_groups[0].hardware': node groups differ only in their NICs");
+}
+
+TEST(SpecLoading, PlanPlacementKeys) {
+  const std::string head =
+      "model = \"tiny\"\ncluster = \"h100-mixed-nic\"\n[plan]\ntp = 4\npp = 2\ndp = 4\n";
+  const RunSpec run =
+      parse_run(head + "rank_order = \"tp-pp-dp\"\nnode_group_order = [1, 0]\n", "r.toml");
+  EXPECT_EQ(run.plan.rank_order, RankOrder::TpPpDp);
+  EXPECT_EQ(run.plan.node_group_order, (std::vector<int>{1, 0}));
+  EXPECT_HAS(error_of([&] { parse_run(head + "rank_order = \"dp-tp-pp\"\n", "r.toml"); }),
+             "r.toml:7: key 'plan.rank_order': unknown rank order 'dp-tp-pp' (valid: tp-dp-pp, "
+             "tp-pp-dp)");
+  EXPECT_HAS(error_of([&] { parse_run(head + "node_group_order = [1, 1]\n", "r.toml"); }),
+             "node_group_order[1]=1 names a node group twice");
+  EXPECT_HAS(error_of([&] { parse_run(head + "node_group_order = [0, 2]\n", "r.toml"); }),
+             "node_group_order[1]=2 is not a node group index 0..1");
+  EXPECT_HAS(error_of([&] { parse_run(head + "node_group_order = [0]\n", "r.toml"); }),
+             "node_group_order has 1 entries, the cluster has 2 node groups");
 }
 
 TEST(SpecLoading, KeysOnlyLeavesCrossRulesToTheCaller) {

@@ -6,6 +6,7 @@
 
 #include <QDir>
 #include <algorithm>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,7 +14,9 @@
 #include "engine/errors.hpp"
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
+#include "engine/spec/run_spec.hpp"
 #include "engine/spec/validate.hpp"
+#include "tests/gui/support/temp_dir.hpp"
 
 namespace pipetune::gui {
 namespace {
@@ -148,7 +151,9 @@ TEST(PlanFormModel, AnErrorAboutEachFieldMarksThatField) {
       {PlanField::ZeroStage, {{PlanField::ZeroStage, "4"}}},
       {PlanField::SequenceParallel,
        {{PlanField::Tp, "1"}, {PlanField::Dp, "2"}, {PlanField::SequenceParallel, "true"}}},
-      {PlanField::GlobalBatch, {{PlanField::GlobalBatch, "7"}}},  // 1 x 16 x 1 = 16
+      {PlanField::GlobalBatch, {{PlanField::GlobalBatch, "7"}}},        // 1 x 16 x 1 = 16
+      {PlanField::RankOrder, {{PlanField::RankOrder, "dp-tp-pp"}}},     // unknown
+      {PlanField::NodeGroupOrder, {{PlanField::NodeGroupOrder, "0"}}},  // dgx-h100-8 has no groups
   };
   EXPECT_EQ(cases.size(), static_cast<std::size_t>(kPlanFieldCount)) << "a field without a case";
   for (const Case& c : cases) {
@@ -171,6 +176,56 @@ TEST(PlanFormModel, TextThatIsNotANumberIsNamedAtItsField) {
   EXPECT_EQ(form.message(), "pp must be a whole number (got 'four')");
   EXPECT_EQ(form.field_error(PlanField::Pp), form.message());
   EXPECT_TRUE(form.field_error(PlanField::Tp).isEmpty());
+}
+
+// Placement (issue 46): a run file's rank order and node group order fill their fields, and the
+// form gives back the same plan.
+TEST(PlanFormModel, PlacementFieldsRoundTripAPlan) {
+  testing::TempDir dir;
+  const std::string path = dir.file("placed.toml");
+  std::ofstream(path) << "description = \"llama3-8b on two node groups\"\n"
+                         "model = \"llama3-8b\"\ncluster = \"h100-mixed-nic\"\n\n"
+                         "[plan]\ntp = 2\npp = 4\ndp = 4\nmicrobatches = 8\n"
+                         "rank_order = \"tp-pp-dp\"\nnode_group_order = [1, 0]\n";
+  spec::RunSpec run = spec::load_run(path);
+  spec::apply_defaults(run.plan);
+  PlanFormModel form;
+  form.load_run_preset(QString::fromStdString(path));
+  ASSERT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_EQ(form.value(PlanField::Cluster), "h100-mixed-nic");
+  EXPECT_EQ(form.value(PlanField::RankOrder), "tp-pp-dp");
+  EXPECT_EQ(form.value(PlanField::NodeGroupOrder), "1, 0");
+  ASSERT_TRUE(form.selection().has_value());
+  EXPECT_EQ(form.selection()->plan.rank_order, spec::RankOrder::TpPpDp);
+  EXPECT_EQ(form.selection()->plan.node_group_order, (std::vector<int>{1, 0}));
+  EXPECT_TRUE(form.selection()->plan == run.plan);
+  // Typed back to the defaults: the cluster's own order, Megatron's rank order.
+  form.set_value(PlanField::NodeGroupOrder, "");
+  form.set_value(PlanField::RankOrder, "tp-dp-pp");
+  ASSERT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_TRUE(form.selection()->plan.node_group_order.empty());
+  EXPECT_EQ(form.selection()->plan.rank_order, spec::RankOrder::TpDpPp);
+  EXPECT_EQ(PlanFormModel::rank_order_names(), QStringList({"tp-dp-pp", "tp-pp-dp"}));
+}
+
+TEST(PlanFormModel, ABadNodeGroupOrderIsAnErrorAtItsField) {
+  PlanFormModel form;
+  form.load_run_preset("default");
+  form.set_value(PlanField::NodeGroupOrder, "1, x");
+  EXPECT_FALSE(form.valid());
+  EXPECT_EQ(form.message(),
+            "node_group_order must be node group indices separated by commas (got 'x' in '1, x')");
+  EXPECT_EQ(form.field_error(PlanField::NodeGroupOrder), form.message());
+  EXPECT_TRUE(form.field_error(PlanField::Tp).isEmpty());
+  // A group named twice is spec::validate's rule, shown at the same field.
+  form.set_value(PlanField::Cluster, "h100-mixed-nic");
+  form.set_value(PlanField::Dp, "4");
+  form.set_value(PlanField::NodeGroupOrder, "0,0");
+  EXPECT_FALSE(form.valid());
+  EXPECT_NE(form.message().indexOf("twice"), -1) << form.message().toStdString();
+  EXPECT_FALSE(form.field_error(PlanField::NodeGroupOrder).isEmpty()) << all_errors(form);
+  form.set_value(PlanField::NodeGroupOrder, "1,0");
+  EXPECT_TRUE(form.valid()) << form.message().toStdString();
 }
 
 TEST(PlanFormModel, UnknownPresetsAndHandEditedClusters) {
