@@ -6,9 +6,11 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "cli/explanation_json.hpp"
 #include "cli/format.hpp"
 #include "cli/json_output.hpp"
 #include "cli/stdout_status.hpp"
@@ -20,6 +22,7 @@
 #include "engine/errors.hpp"
 #include "tuner/predict/evaluate.hpp"
 #include "tuner/search/evaluator_scorer.hpp"
+#include "tuner/search/plan_explanation.hpp"
 #include "tuner/search/search.hpp"
 #include "tuner/search/search_request.hpp"
 
@@ -36,6 +39,7 @@ struct TuneArgs {
   std::int64_t keep = 100;
   int threads = 0;
   bool json = false;
+  bool explain = false;
   std::string db;
   bool no_db = false;
 };
@@ -102,6 +106,12 @@ std::int64_t store_search(const TuneArgs& a, const tuner::SearchResult& r) {
   return db::store_search(a.db, a.target, r);
 }
 
+// --explain: rank 1 against rank 2 (none when the search found one feasible plan).
+std::optional<tuner::PlanExplanation> explain(const Target& t, const tuner::SearchResult& r) {
+  if (r.ranked.size() < 2) return std::nullopt;
+  return tuner::explain_plans(t.model, t.cluster, r.ranked[0].plan, r.ranked[1].plan);
+}
+
 void run(const TuneArgs& a) {
   const tuner::SearchSpace space = make_space(a);
   const Target t{space.model, space.cluster, space.global_batch};
@@ -114,6 +124,8 @@ void run(const TuneArgs& a) {
   const std::size_t top = std::min<std::size_t>(static_cast<std::size_t>(a.top), r.ranked.size());
   const std::int64_t search_id = a.no_db ? -1 : store_search(a, r);
   if (search_id >= 0) note_kept("stored as search " + std::to_string(search_id) + " in " + a.db);
+  const std::optional<tuner::PlanExplanation> explanation =
+      a.explain ? explain(t, r) : std::nullopt;
 
   if (a.json) {
     nlohmann::json results = nlohmann::json::array(), pareto = nlohmann::json::array();
@@ -131,6 +143,8 @@ void run(const TuneArgs& a) {
                         {"results", results},
                         {"pareto", pareto}};
     if (search_id >= 0) j["search_id"] = search_id;
+    if (a.explain)
+      j["explanation"] = explanation ? explanation_json(*explanation) : no_runner_up_json();
     print_json_value(j);
     return;
   }
@@ -163,6 +177,10 @@ void run(const TuneArgs& a) {
         "\nstored as search %lld in %s (pipetune export --format megatron -o "
         "FILE)\n",
         static_cast<long long>(search_id), a.db.c_str());
+  if (a.explain)
+    std::printf("\nrank 1 (best) against rank 2 (runner-up):\n%s",
+                explanation ? tuner::explanation_text(*explanation).c_str()
+                            : (std::string(kNoRunnerUp) + "\n").c_str());
 }
 
 }  // namespace
@@ -183,6 +201,9 @@ void add_tune_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--threads", a->threads, "Scoring threads (0 = all cores)");
   cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
+  cmd->add_flag("--explain", a->explain,
+                "Explain why rank 1 beat rank 2: the binding stage, the busiest link, the "
+                "difference by part and the settings that differ");
   add_db_option(cmd, a->db);
   cmd->add_flag("--no-db", a->no_db, "Do not store the results in a workspace");
   cmd->callback([a] { run(*a); });
