@@ -47,24 +47,6 @@ void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help) {
   add("--zero", flags.zero, help.zero);
 }
 
-std::vector<int> parse_index_list(const std::string& text, const char* flag) {
-  std::vector<int> out;
-  if (text.empty()) return out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    const std::string entry = text.substr(start, comma - start);
-    const bool digits = !entry.empty() && entry.size() <= 9 &&
-                        entry.find_first_not_of("0123456789") == std::string::npos;
-    if (!digits)
-      throw InputError(std::string(flag) + " '" + text + "': entry '" + entry +
-                       "' is not a non-negative integer (give a comma-separated list, e.g. 1,0)");
-    out.push_back(std::stoi(entry));
-    start = comma + 1;
-  }
-  return out;
-}
-
 std::vector<spec::Recompute> parse_stage_recompute_flag(const std::string& text, int pp) {
   std::vector<spec::Recompute> modes;
   try {

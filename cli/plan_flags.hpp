@@ -38,10 +38,6 @@ struct PlanFlagHelp {
 
 void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help);
 
-// "1,0,2" as integers (empty text: none); InputError naming `flag` for an entry that is not a
-// non-negative integer.
-std::vector<int> parse_index_list(const std::string& text, const char* flag);
-
 // `--stage-recompute full,selective,none,none`: one recomputation per pipeline rank, `pp` of them
 // (empty text: none given). InputError "--stage-recompute: ..." naming the entry or the count.
 std::vector<spec::Recompute> parse_stage_recompute_flag(const std::string& text, int pp);

@@ -141,7 +141,11 @@ void run_flags(const PredictArgs& a) {
     throw InputError("--rank-order '" + a.rank_order + "' is not a rank order (valid: tp-dp-pp, " +
                      "tp-pp-dp)");
   }
-  p.node_group_order = parse_index_list(a.node_group_order, "--node-group-order");
+  try {
+    p.node_group_order = spec::parse_node_group_order(a.node_group_order);
+  } catch (const SpecError& e) {
+    throw InputError("--node-group-order: " + std::string(e.what()));
+  }
   if (t.global_batch % (static_cast<std::int64_t>(p.micro_batch_size) * p.dp) != 0)
     throw InputError("--global-batch " + std::to_string(t.global_batch) +
                      " is not divisible by micro-batch " + std::to_string(p.micro_batch_size) +

@@ -95,6 +95,32 @@ std::vector<Recompute> parse_stage_recompute(std::string_view comma_list) {
   return modes;
 }
 
+std::vector<int> parse_node_group_order(std::string_view comma_list) {
+  const auto trimmed = [](std::string_view t) {
+    while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
+    while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
+    return t;
+  };
+  std::vector<int> order;
+  const std::string_view all = trimmed(comma_list);
+  if (all.empty()) return order;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = all.find(',', start);
+    const std::string_view entry = trimmed(all.substr(start, comma - start));
+    const bool digits = !entry.empty() && entry.size() <= 9 &&
+                        entry.find_first_not_of("0123456789") == std::string_view::npos;
+    if (!digits)
+      throw SpecError({"plan.node_group_order"},
+                      "node_group_order must be node group indices separated by commas (got '" +
+                          std::string(entry) + "' in '" + std::string(all) + "')");
+    order.push_back(std::stoi(std::string(entry)));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return order;
+}
+
 std::string stage_recompute_text(const std::vector<Recompute>& modes) {
   std::string s;
   for (std::size_t i = 0; i < modes.size(); ++i)

@@ -88,6 +88,9 @@ bool stage_recompute_varies(const ParallelPlan& plan);
 // "none,full,..." -> modes; empty text -> empty list. A bad name throws SpecError naming
 // plan.stage_recompute, the entry and the valid names.
 std::vector<Recompute> parse_stage_recompute(std::string_view comma_list);
+// "1, 0" -> node group indices; blank text -> empty (as the cluster lists them). An entry that
+// is not a non-negative integer throws SpecError naming plan.node_group_order.
+std::vector<int> parse_node_group_order(std::string_view comma_list);
 // The inverse of parse_stage_recompute ("full,selective,none").
 std::string stage_recompute_text(const std::vector<Recompute>& modes);
 // Short form for plan summaries: one letter per stage, "f/f/s/n".

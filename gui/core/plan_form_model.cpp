@@ -66,22 +66,6 @@ int parse_int(const QString& text, PlanField field) {
 
 // Node group indices separated by commas ("1, 0"); "" = none (the cluster's own order). Each
 // entry must be a whole number; whether the order fits the cluster is spec::validate's rule.
-std::vector<int> parse_node_group_order(const QString& text) {
-  std::vector<int> order;
-  if (text.trimmed().isEmpty()) return order;
-  for (const QString& part : text.split(',')) {
-    bool ok = false;
-    const int g = part.trimmed().toInt(&ok);
-    if (!ok)
-      throw ParseError{PlanField::NodeGroupOrder,
-                       plan_field_key(PlanField::NodeGroupOrder) +
-                           " must be node group indices separated by commas (got '" +
-                           part.trimmed() + "' in '" + text.trimmed() + "')"};
-    order.push_back(g);
-  }
-  return order;
-}
-
 QString node_group_order_text(const std::vector<int>& order) {
   QStringList parts;
   for (int g : order) parts << QString::number(g);
@@ -353,7 +337,12 @@ void PlanFormModel::read_plan(spec::ParallelPlan& p) const {
   } catch (const InputError& e) {
     throw ParseError{PlanField::RankOrder, QString::fromStdString(e.what())};
   }
-  p.node_group_order = parse_node_group_order(text(PlanField::NodeGroupOrder));
+  try {
+    p.node_group_order =
+        spec::parse_node_group_order(text(PlanField::NodeGroupOrder).toStdString());
+  } catch (const InputError& e) {
+    throw ParseError{PlanField::NodeGroupOrder, QString::fromStdString(e.what())};
+  }
 }
 
 // The libraries' rules for what the form is checked for.

@@ -110,24 +110,42 @@ TEST(Placement, StageLinksCrossTheNicsTheirDevicesHave) {
 // The data-parallel time of each placement by hand: ZeRO 0 all-reduces each stage's gradients
 // (its parameters x gradient bytes) over 16 members; with the reduction not overlapped, the
 // slowest stage's is the iteration's data-parallel time.
-TEST(Placement, HandComputedIterationTimesOnTwoNodeGroups) {
-  const spec::ModelSpec model = spec::load_model("gpt3-1.7b");
-  const spec::ClusterSpec c = two_group_cluster();
-  const spec::HardwareSpec& hw = c.hardware;
+// gpt3-1.7b's heavy-first-stage plan on the two-group cluster with the DP reduction in series
+// (not overlapped), and what the hand formulas need: each stage's gradient bytes and the bus
+// bandwidths of a 16-member DP ring inside the InfiniBand group (8 rings, capped by NVLink), the
+// Ethernet group (8 rings) or across both groups with 4 members a node (4 rings, Ethernet NIC).
+struct TwoGroupCase {
+  spec::ModelSpec model = spec::load_model("gpt3-1.7b");
+  spec::ClusterSpec cluster = two_group_cluster();
   EvaluateOptions options;
-  options.execution = default_execution(hw);
-  options.execution->overlap_grad_reduce = false;
-  options.execution->overlap_param_gather = false;
-  const double grad_bytes = options.execution->gradient_reduce_bytes;
-  const double ib = std::min(8 * 50e9 * hw.efficiency.inter_node_bus, nvlink_all_reduce_bus(c));
-  const double eth = 8 * 5e9 * hw.efficiency.inter_node_bus;  // 8 rings side by side
-  const double eth4 = 4 * 5e9 * hw.efficiency.inter_node_bus;
-  const double lat = c.inter_node_latency;
+  double grad_bytes = 0.0, p0 = 0.0, p1 = 0.0, ib = 0.0, eth = 0.0, eth4 = 0.0, lat = 0.0;
 
+  TwoGroupCase() {
+    const spec::HardwareSpec& hw = cluster.hardware;
+    options.execution = default_execution(hw);
+    options.execution->overlap_grad_reduce = false;
+    options.execution->overlap_param_gather = false;
+    grad_bytes = options.execution->gradient_reduce_bytes;
+    const OpCosts costs = op_costs(model, cluster, heavy_first_stage_plan(),
+                                   schedule::Placement::Linear, *options.execution);
+    p0 = costs.stages[0].parameters * grad_bytes;
+    p1 = costs.stages[1].parameters * grad_bytes;
+    ib = std::min(8 * 50e9 * hw.efficiency.inter_node_bus, nvlink_all_reduce_bus(cluster));
+    eth = 8 * 5e9 * hw.efficiency.inter_node_bus;
+    eth4 = 4 * 5e9 * hw.efficiency.inter_node_bus;
+    lat = cluster.inter_node_latency;
+  }
+};
+
+TEST(Placement, HandComputedIterationTimesOnTwoNodeGroups) {
+  const TwoGroupCase k2;
+  const spec::ModelSpec& model = k2.model;
+  const spec::ClusterSpec& c = k2.cluster;
+  const spec::HardwareSpec& hw = c.hardware;
+  const EvaluateOptions& options = k2.options;
+  const double grad_bytes = k2.grad_bytes, p0 = k2.p0, p1 = k2.p1;
+  const double ib = k2.ib, eth = k2.eth, eth4 = k2.eth4, lat = k2.lat;
   spec::ParallelPlan p = heavy_first_stage_plan();
-  const OpCosts costs = op_costs(model, c, p, schedule::Placement::Linear, *options.execution);
-  const double p0 = costs.stages[0].parameters * grad_bytes;
-  const double p1 = costs.stages[1].parameters * grad_bytes;
   ASSERT_GT(p0, 2.0 * p1);  // the heavy stage is heavy
   // Tied embeddings: the first and last stage also all-reduce the embedding's gradient, between
   // the nodes of the two groups (tp-dp-pp: devices r and r + 16, one ring on the Ethernet NIC)
@@ -180,29 +198,17 @@ TEST(Placement, HandComputedIterationTimesOnTwoNodeGroups) {
 // node groups changes only which stage's all-reduce runs on which NIC, so the listed order (heavy
 // stage on InfiniBand) wins by exactly the difference of the two slowest all-reduces.
 TEST(Placement, TheHeavyStageOnTheFastNicWinsByTheDerivedMargin) {
-  const spec::ModelSpec model = spec::load_model("gpt3-1.7b");
-  const spec::ClusterSpec c = two_group_cluster();
-  const spec::HardwareSpec& hw = c.hardware;
-  EvaluateOptions options;
-  options.execution = default_execution(hw);
-  options.execution->overlap_grad_reduce = false;
-  options.execution->overlap_param_gather = false;
-  spec::ParallelPlan right = heavy_first_stage_plan();
+  const TwoGroupCase k2;
+  const double p0 = k2.p0, p1 = k2.p1, ib = k2.ib, eth = k2.eth, lat = k2.lat;
+  const spec::ParallelPlan right = heavy_first_stage_plan();
   spec::ParallelPlan wrong = right;
   wrong.node_group_order = {1, 0};
-  const OpCosts costs = op_costs(model, c, right, schedule::Placement::Linear, *options.execution);
-  const double grad_bytes = options.execution->gradient_reduce_bytes;
-  const double p0 = costs.stages[0].parameters * grad_bytes;
-  const double p1 = costs.stages[1].parameters * grad_bytes;
-  const double ib = std::min(8 * 50e9 * hw.efficiency.inter_node_bus, nvlink_all_reduce_bus(c));
-  const double eth = 8 * 5e9 * hw.efficiency.inter_node_bus;
-  const double lat = c.inter_node_latency;
   // wrong: heavy on Ethernet; right: the slower of heavy on InfiniBand and light on Ethernet.
   const double margin = all_reduce(p0, 16, eth, lat) -
                         std::max(all_reduce(p0, 16, ib, lat), all_reduce(p1, 16, eth, lat));
   ASSERT_GT(margin, 0.1);  // seconds: a margin worth a placement
-  const double t_right = evaluate_plan(model, c, right, options).iteration_time;
-  const double t_wrong = evaluate_plan(model, c, wrong, options).iteration_time;
+  const double t_right = evaluate_plan(k2.model, k2.cluster, right, k2.options).iteration_time;
+  const double t_wrong = evaluate_plan(k2.model, k2.cluster, wrong, k2.options).iteration_time;
   EXPECT_NEAR(t_wrong - t_right, margin, 1e-9 * t_wrong);
 }
 

@@ -7,6 +7,8 @@
 // (the groups differ only in how they straddle node boundaries).
 #pragma once
 
+#include <optional>
+
 #include "engine/spec/cluster_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
 #include "tuner/cost/collectives.hpp"
@@ -19,8 +21,11 @@ struct StageLinks {
 
 class RankLinks {
  public:
-  // Expects a plan that passed spec::validate with this cluster.
+  // Expects a plan that passed spec::validate with this cluster. Keeps a reference to `cluster`
+  // (a copy only when the plan reorders its node groups).
   RankLinks(const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan);
+  RankLinks(const RankLinks&) = delete;
+  RankLinks& operator=(const RankLinks&) = delete;
 
   // Pipeline rank r's TP, DP, EP and expert-DP groups.
   StageLinks stage(int r) const;
@@ -29,16 +34,17 @@ class RankLinks {
   // The pipeline group (every stage of one replica): the vocabulary-parallel collectives.
   GroupLink pipeline() const;
 
-  const spec::ClusterSpec& placed() const { return placed_; }
+  const spec::ClusterSpec& placed() const { return *placed_; }
 
  private:
-  int replicas_checked() const;  // dp when the cluster is heterogeneous, else 1
-  int tp_ranks_checked() const;  // tp when the cluster is heterogeneous, else 1
+  // The group of `members` devices `stride` apart from the slot of (tp_rank, dp_rank, pp_rank).
+  GroupLink group(int tp_rank, int dp_rank, int pp_rank, int stride, int members) const;
 
-  spec::ClusterSpec placed_;
-  spec::ParallelPlan plan_;
+  std::optional<spec::ClusterSpec> reordered_;  // the cluster with its node groups reordered
+  const spec::ClusterSpec* placed_;
+  int tp_, pp_, dp_, ep_;
   spec::DeviceStrides at_;
-  bool heterogeneous_ = false;
+  bool heterogeneous_;  // groups of one kind may cross different NICs: check them all
 };
 
 // The slower of two links, by the time of one all-reduce of 1 GB (or, for two single-member

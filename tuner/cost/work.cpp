@@ -359,4 +359,17 @@ double hardware_flops_per_token(const spec::ModelSpec& model, const spec::Parall
   return flops;
 }
 
+std::vector<double> layers_on_ranks(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                                    schedule::Placement placement) {
+  schedule::Schedule where;
+  where.stages = plan.pp;
+  where.chunks = plan.chunks;
+  where.placement = placement;
+  const std::vector<int> split = spec::layer_split(model, plan);
+  std::vector<double> layers(static_cast<std::size_t>(plan.pp), 0.0);
+  for (std::size_t g = 0; g < split.size(); ++g)
+    layers[static_cast<std::size_t>(where.rank_of_group(static_cast<int>(g)))] += split[g];
+  return layers;
+}
+
 }  // namespace pipetune::tuner

@@ -26,6 +26,7 @@
 
 #include <vector>
 
+#include "engine/schedule/schedule.hpp"
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
 #include "tuner/cost/execution.hpp"
@@ -102,5 +103,10 @@ double hardware_flops_per_token(const spec::ModelSpec& model, spec::Recompute re
 // average layer's (exact for dense models). Equals the overload above for a uniform plan.
 double hardware_flops_per_token(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
                                 const std::vector<double>& layers_per_stage);
+
+// Transformer layers on each pipeline rank: the plan's layer split, each layer group on the rank
+// the schedule's placement gives it.
+std::vector<double> layers_on_ranks(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                                    schedule::Placement placement);
 
 }  // namespace pipetune::tuner

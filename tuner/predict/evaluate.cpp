@@ -41,20 +41,6 @@ AfterPipeline after_pipeline(const OpCosts& costs, int pp, const ExecutionOption
   return a;
 }
 
-// Layers on each pipeline rank: the layer split, each group where the placement puts it.
-std::vector<double> layers_per_stage(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
-                                     schedule::Placement placement) {
-  schedule::Schedule where;
-  where.stages = plan.pp;
-  where.chunks = plan.chunks;
-  where.placement = placement;
-  const std::vector<int> split = spec::layer_split(model, plan);
-  std::vector<double> layers(static_cast<std::size_t>(plan.pp), 0.0);
-  for (std::size_t g = 0; g < split.size(); ++g)
-    layers[static_cast<std::size_t>(where.rank_of_group(static_cast<int>(g)))] += split[g];
-  return layers;
-}
-
 // Throughput and FLOP utilisation from the iteration time (left at zero when it is not positive).
 void set_throughput(PlanEvaluation& e, double tokens, int world, double peak) {
   if (!(e.iteration_time > 0.0)) return;
@@ -185,7 +171,7 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
   const double tokens = static_cast<double>(plan.global_batch) * static_cast<double>(model.seq_len);
   e.model_flops = tokens * model_flops_per_token(model);
   e.hardware_flops =
-      tokens * hardware_flops_per_token(model, plan, layers_per_stage(model, plan, e.placement));
+      tokens * hardware_flops_per_token(model, plan, layers_on_ranks(model, plan, e.placement));
 
   if (options_.skip_simulation_when_static_memory_exceeds) {
     const std::vector<double> none(static_cast<std::size_t>(plan.pp), 0.0);

@@ -8,6 +8,7 @@
 #include "engine/spec/plan_schedule.hpp"
 #include "tuner/cost/analytic_costs.hpp"
 #include "tuner/cost/execution.hpp"
+#include "tuner/cost/work.hpp"
 #include "tuner/memory/memory_model.hpp"
 
 namespace pipetune::tuner {
@@ -16,20 +17,6 @@ namespace {
 
 constexpr std::array<spec::Recompute, 3> kLeastFirst = {
     spec::Recompute::None, spec::Recompute::Selective, spec::Recompute::Full};
-
-// Layers on each pipeline rank: the layer split, each group where the placement puts it.
-std::vector<double> layers_on_ranks(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
-                                    schedule::Placement placement) {
-  schedule::Schedule where;
-  where.stages = plan.pp;
-  where.chunks = plan.chunks;
-  where.placement = placement;
-  const std::vector<int> split = spec::layer_split(model, plan);
-  std::vector<double> layers(static_cast<std::size_t>(plan.pp), 0.0);
-  for (std::size_t g = 0; g < split.size(); ++g)
-    layers[static_cast<std::size_t>(where.rank_of_group(static_cast<int>(g)))] += split[g];
-  return layers;
-}
 
 // Each stage's least recomputation (of `allowed`) that fits `capacity`; nullopt when some stage
 // fits with none of them.

@@ -323,6 +323,13 @@ TEST(SpecLoading, PlanPlacementKeys) {
              "node_group_order[1]=2 is not a node group index 0..1");
   EXPECT_HAS(error_of([&] { parse_run(head + "node_group_order = [0]\n", "r.toml"); }),
              "node_group_order has 1 entries, the cluster has 2 node groups");
+  // The comma list the CLI and the GUI take.
+  EXPECT_EQ(parse_node_group_order(" 1, 0 "), (std::vector<int>{1, 0}));
+  EXPECT_TRUE(parse_node_group_order("  ").empty());
+  EXPECT_HAS(error_of([] { parse_node_group_order("1,,0"); }),
+             "node_group_order must be node group indices separated by commas (got '' in "
+             "'1,,0')");
+  EXPECT_HAS(error_of([] { parse_node_group_order("-1"); }), "(got '-1' in '-1')");
 }
 
 TEST(SpecLoading, KeysOnlyLeavesCrossRulesToTheCaller) {
