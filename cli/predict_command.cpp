@@ -35,6 +35,7 @@ struct PredictArgs {
   std::string rank_order = "tp-dp-pp", node_group_order;
   std::string stage_recompute;  // comma list, one mode per pipeline rank; empty = recompute
   bool sequence_parallel = false;
+  bool offload_activations = false, offload_optimizer = false;
   bool json = false;
 };
 
@@ -135,6 +136,8 @@ void run_flags(const PredictArgs& a) {
   p.recompute = spec::parse_recompute(a.recompute);
   p.stage_recompute = parse_stage_recompute_flag(a.stage_recompute, p.pp);
   p.sequence_parallel = a.sequence_parallel;
+  p.offload_activations = a.offload_activations;
+  p.offload_optimizer = a.offload_optimizer;
   try {
     p.rank_order = spec::parse_rank_order(a.rank_order);
   } catch (const SpecError&) {
@@ -215,6 +218,10 @@ void add_predict_command(CLI::App& app) {
                   "Recomputation per pipeline stage, comma-separated (full,selective,none,...: pp "
                   "entries; overrides --recompute)");
   cmd->add_flag("--sequence-parallel", a->sequence_parallel, "Sequence parallelism (with TP)");
+  cmd->add_flag("--offload-activations", a->offload_activations,
+                "Offload: move each forward's activations to host memory until its backward");
+  cmd->add_flag("--offload-optimizer", a->offload_optimizer,
+                "Offload: keep the optimizer state in host memory and update there");
   cmd->add_option("--rank-order", a->rank_order,
                   "Placement: tp-dp-pp (DP groups on neighbouring devices) or tp-pp-dp (each "
                   "replica's pipeline on neighbouring devices)")

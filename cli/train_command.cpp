@@ -49,6 +49,7 @@ struct TrainArgs {
   std::string resume;
   bool json = false;
   bool sequence_parallel = false, no_sequence_parallel = false;
+  bool offload_activations = false, offload_optimizer = false;
   std::string trace;
   bool force = false;
   int threads = 0;
@@ -115,6 +116,8 @@ spec::ParallelPlan plan_with_flags(const TrainArgs& a, const spec::RunSpec& run)
     plan.stage_recompute = parse_stage_recompute_flag(*a.stage_recompute, plan.pp);
   if (a.sequence_parallel) plan.sequence_parallel = true;
   if (a.no_sequence_parallel) plan.sequence_parallel = false;
+  if (a.offload_activations) plan.offload_activations = true;
+  if (a.offload_optimizer) plan.offload_optimizer = true;
   // Flags may change the world size: the global batch follows the plan, unless the run file
   // states it (then the plan's validation refuses flags that give another batch, as predict does).
   const PlanFlags& f = a.plan;
@@ -274,6 +277,8 @@ void print_header(const runtime::TrainOptions& o, const char* ranks) {
           ? std::string()
           : ", recompute " + std::string(spec::recompute_name(p.recompute));
   if (p.sequence_parallel && p.tp > 1) recompute += ", sequence parallel";
+  if (p.offload_activations) recompute += ", activations offloaded";
+  if (p.offload_optimizer) recompute += ", optimizer offloaded";
   std::printf("training %s on %d %s (tp=%d pp=%d dp=%d ep=%d), schedule %s, vocab %s%s, %d steps\n",
               o.model.name.c_str(), p.tp * p.pp * p.dp, ranks, p.tp, p.pp, p.dp, p.ep,
               p.schedule.c_str(), std::string(schedule::vocab_mode_name(p.vocab)).c_str(),
@@ -392,6 +397,11 @@ void add_plan_options(CLI::App* cmd, TrainArgs* args) {
   cmd->add_option("--stage-recompute", args->stage_recompute,
                   "Recomputation per pipeline stage, comma-separated (full,selective,none,...: pp "
                   "entries; empty: every stage as --recompute)");
+  cmd->add_flag("--offload-activations", args->offload_activations,
+                "Offload: each forward's activations to host memory until its backward, on a "
+                "copy stream");
+  cmd->add_flag("--offload-optimizer", args->offload_optimizer,
+                "Offload: the optimizer state in host memory, its update run there");
 }
 
 // Steps, seed, learning rate, data, checkpoints, the trace file and threads.

@@ -14,6 +14,8 @@ std::string_view stream_name(Stream s) {
       return "gpu";
     case Stream::Host:
       return "host";
+    case Stream::Offload:
+      return "offload";
   }
   return "?";
 }
@@ -62,6 +64,10 @@ std::string_view span_kind_name(SpanKind k) {
       return "all-to-all";
     case SpanKind::Barrier:
       return "barrier";
+    case SpanKind::Offload:
+      return "offload";
+    case SpanKind::Reload:
+      return "reload";
     case SpanKind::Kernel:
       return "kernel";
     case SpanKind::Memcpy:

@@ -18,8 +18,9 @@ enum class Stream : std::uint8_t {
   P2P,      // point-to-point sends between pipeline stages
   Gpu,      // a device stream of an imported profile (Lane::index = CUDA stream id)
   Host,     // a host thread of an imported profile: CUDA API calls, NVTX ranges (index = tid)
+  Offload,  // copies between a rank's device and host memory (activation offload, KARMA)
 };
-inline constexpr int kStreamCount = 5;
+inline constexpr int kStreamCount = 6;
 std::string_view stream_name(Stream s);
 // Inverse of stream_name; false when `name` is none of them.
 bool parse_stream(std::string_view name, Stream& out);
@@ -43,6 +44,8 @@ enum class SpanKind : std::uint8_t {
   ReduceScatter,
   AllToAll,
   Barrier,
+  Offload,  // a micro-batch's activations copied to host memory after its forward
+  Reload,   // ... and copied back before its backward
   Kernel,   // an imported GPU kernel that is not a collective
   Memcpy,   // imported GPU copy
   Memset,   // imported GPU memset

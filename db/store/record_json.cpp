@@ -28,6 +28,9 @@ nlohmann::json plan_to_json(const spec::ParallelPlan& p, const std::string& voca
     for (spec::Recompute r : p.stage_recompute) modes.emplace_back(spec::recompute_name(r));
     j["stage_recompute"] = modes;
   }
+  // Offload: absent when off (and in plans stored before it was kept).
+  if (p.offload_activations) j["offload_activations"] = true;
+  if (p.offload_optimizer) j["offload_optimizer"] = true;
   if (record == PlanRecord::tuner) j["global_batch"] = p.global_batch;
   return j;
 }
@@ -62,6 +65,8 @@ spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_la
     if (!training || j.contains("sequence_parallel"))
       p.sequence_parallel = j.at("sequence_parallel");
     p.zero_stage = j.at("zero_stage");
+    p.offload_activations = j.value("offload_activations", false);
+    p.offload_optimizer = j.value("offload_optimizer", false);
     // Plans stored before placement was kept ran in the default order on the cluster as listed.
     if (j.contains("rank_order"))
       p.rank_order = spec::parse_rank_order(j.at("rank_order").get<std::string>());

@@ -63,6 +63,10 @@ std::string plan_difference(const json& plan, const spec::RunSpec& run) {
       plan.value("stage_recompute", none) != want.value("stage_recompute", none))
     return differ("stage_recompute", plan.value("stage_recompute", none),
                   want.value("stage_recompute", none));
+  // Offload: absent when off.
+  for (const char* key : {"offload_activations", "offload_optimizer"})
+    if (plan.value(key, false) != want.value(key, false))
+      return differ(key, plan.value(key, json(false)), want.value(key, json(false)));
   if (plan.contains("layer_split")) {
     // An empty split is the even one.
     const int groups = run.plan.layer_groups();

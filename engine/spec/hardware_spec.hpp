@@ -24,6 +24,9 @@ struct HardwareEfficiency {
   double memory = 0.9;          // element-wise kernels: fraction of hbm_bandwidth
   double intra_node_bus = 0.6;  // collective bus bandwidth / intra_node_bandwidth (Calculon)
   double inter_node_bus = 0.9;  // collective bus bandwidth / NIC bandwidth (Calculon)
+  // Host copies (pinned memory over PCIe) / host_bandwidth: nvbandwidth and bandwidthTest reach
+  // about 80% of a PCIe link's datasheet rate per direction.
+  double host_link = 0.8;
   // One collective's own bus bandwidth inside a node / intra_node_bandwidth, where it differs from
   // intra_node_bus (which then prices point-to-point and the other collectives): the embedded
   // engine's thread communicator gathers with plain copies but reduces with extra reads and a
@@ -55,6 +58,11 @@ struct HardwareSpec {
   double hbm_bandwidth = 0.0;         // bytes/s
   double intra_node_bandwidth = 0.0;  // scale-up link (NVLink...), bytes/s per GPU per direction
   double inter_node_bandwidth = 0.0;  // scale-out NIC, bytes/s per GPU per direction
+  // Offload tier (KARMA): the link between a device and host memory (PCIe), bytes/s per device
+  // per direction, and the host memory one device may use (its node's RAM / devices_per_node).
+  // 0: not known; a plan that offloads then cannot be priced (the cost model says which key).
+  double host_bandwidth = 0.0;
+  std::int64_t host_memory_bytes = 0;
   int devices_per_node = 8;
   // Start-up latency of one transfer. Order-of-magnitude defaults (NCCL small-message latency
   // is a few microseconds over NVLink and around ten across a network); calibrate by measurement.

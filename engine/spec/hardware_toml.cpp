@@ -25,6 +25,8 @@ void write_hardware_keys(std::ostream& out, const HardwareSpec& hw,
   out << "intra_node_bandwidth = " << number(hw.intra_node_bandwidth) << "\n";
   out << "inter_node_bandwidth = " << number(hw.inter_node_bandwidth) << "\n";
   out << "devices_per_node = " << hw.devices_per_node << "\n";
+  if (hw.host_bandwidth > 0.0) out << "host_bandwidth = " << number(hw.host_bandwidth) << "\n";
+  if (hw.host_memory_bytes > 0) out << "host_memory_bytes = " << hw.host_memory_bytes << "\n";
   out << "intra_node_latency = " << number(hw.intra_node_latency) << "\n";
   out << "inter_node_latency = " << number(hw.inter_node_latency) << "\n";
   if (hw.special_function_rate > 0.0)
@@ -38,6 +40,7 @@ void write_hardware_keys(std::ostream& out, const HardwareSpec& hw,
   out << "memory = " << number(e.memory) << "\n";
   out << "intra_node_bus = " << number(e.intra_node_bus) << "\n";
   out << "inter_node_bus = " << number(e.inter_node_bus) << "\n";
+  out << "host_link = " << number(e.host_link) << "\n";
   // Only where given: 0 means "as intra_node_bus", and the file reader takes fractions in (0, 1].
   if (e.all_reduce_bus > 0.0) out << "all_reduce_bus = " << number(e.all_reduce_bus) << "\n";
   if (e.all_gather_bus > 0.0) out << "all_gather_bus = " << number(e.all_gather_bus) << "\n";

@@ -256,6 +256,7 @@ HardwareEfficiency read_efficiency_table(const toml::table& table, const TableCo
   fraction("memory", e.memory);
   fraction("intra_node_bus", e.intra_node_bus);
   fraction("inter_node_bus", e.inter_node_bus);
+  fraction("host_link", e.host_link);
   fraction("all_reduce_bus", e.all_reduce_bus);
   fraction("all_gather_bus", e.all_gather_bus);
   fraction("reduce_scatter_bus", e.reduce_scatter_bus);
@@ -294,6 +295,8 @@ HardwareSpec read_hardware_table(const toml::table& table, const TableContext& c
   hw.inter_node_bandwidth =
       required(r.positive_number("inter_node_bandwidth"), "inter_node_bandwidth");
   hw.devices_per_node = r.positive_int("devices_per_node").value_or(hw.devices_per_node);
+  hw.host_bandwidth = r.non_negative_number("host_bandwidth").value_or(0.0);
+  if (auto v = r.positive_count("host_memory_bytes")) hw.host_memory_bytes = *v;
   hw.intra_node_latency =
       r.non_negative_number("intra_node_latency").value_or(hw.intra_node_latency);
   hw.inter_node_latency =

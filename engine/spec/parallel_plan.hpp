@@ -46,6 +46,13 @@ struct ParallelPlan {
   // Recomputation per pipeline rank (all of the rank's layer groups), Merak-style stage-aware
   // recomputation: empty = every stage uses `recompute`, else exactly pp entries.
   std::vector<Recompute> stage_recompute;
+  // Offload (KARMA): activations_offload moves what each F leaves for its B to host memory over
+  // the host link (PCIe) once the F is done, and brings it back before the B, on copy streams
+  // beside the computation (recomputation, if any, still drops what it drops: only the kept part
+  // travels). optimizer_offload keeps AdamW's moments in host memory and runs the step's update
+  // there (ZeRO-Offload style): the device holds parameters and gradients only.
+  bool offload_activations = false;
+  bool offload_optimizer = false;
   bool sequence_parallel = false;
   int zero_stage = 0;  // 0..3 (ZeRO / distributed optimizer sharding over dp)
   int group_size = 0;  // interleaved-1f1b micro-batch group size G; 0 = the schedule's default

@@ -122,6 +122,8 @@ void write_plan_table(std::ostream& out, const RunSpec& run) {
     out << "]\n";
   }
   out << "sequence_parallel = " << (p.sequence_parallel ? "true" : "false") << "\n";
+  if (p.offload_activations) out << "offload_activations = true\n";
+  if (p.offload_optimizer) out << "offload_optimizer = true\n";
   out << "zero_stage = " << p.zero_stage << "\n";
   out << "group_size = " << p.group_size << "\n";
   out << "rank_order = \"" << rank_order_name(p.rank_order) << "\"\n";

@@ -133,6 +133,8 @@ ParallelPlan read_plan(const toml::table& table, const std::string& source) {
   }
   p.stage_recompute = read_stage_recompute(r);
   if (auto v = r.boolean("sequence_parallel")) p.sequence_parallel = *v;
+  if (auto v = r.boolean("offload_activations")) p.offload_activations = *v;
+  if (auto v = r.boolean("offload_optimizer")) p.offload_optimizer = *v;
   if (auto v = r.int32("zero_stage")) {
     if (*v < 0 || *v > 3) r.fail("zero_stage", "must be 0..3, got " + std::to_string(*v));
     p.zero_stage = *v;

@@ -172,6 +172,8 @@ void validate(const HardwareSpec& hw) {
     require_positive("hardware", "intra_node_bandwidth", hw.intra_node_bandwidth);
     require_positive("hardware", "inter_node_bandwidth", hw.inter_node_bandwidth);
     require_positive("hardware", "devices_per_node", std::int64_t{hw.devices_per_node});
+    require_non_negative("hardware", "host_bandwidth", hw.host_bandwidth);
+    require_non_negative("hardware", "host_memory_bytes", hw.host_memory_bytes);
     require_non_negative("hardware", "intra_node_latency", hw.intra_node_latency);
     require_non_negative("hardware", "inter_node_latency", hw.inter_node_latency);
   });

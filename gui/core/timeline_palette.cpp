@@ -37,6 +37,10 @@ Rgba kind_color(profiler::SpanKind kind) {
       return {164, 84, 146};
     case K::Barrier:
       return {122, 122, 122};
+    case K::Offload:
+      return {120, 190, 200};  // device -> host
+    case K::Reload:
+      return {96, 160, 176};  // host -> device
     case K::Kernel:
       return {92, 162, 204};
     case K::Memcpy:

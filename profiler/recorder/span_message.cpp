@@ -80,6 +80,9 @@ std::uint32_t span_color(SpanKind kind) {
     case SpanKind::AllToAll:
     case SpanKind::Barrier:
       return 0xFFC44E52u;
+    case SpanKind::Offload:
+    case SpanKind::Reload:
+      return 0xFF64AFBEu;
     case SpanKind::Kernel:
     case SpanKind::Memcpy:
     case SpanKind::Memset:

@@ -140,6 +140,10 @@ spec::HardwareSpec cpu_hardware_profile(const profiler::MachineMeasurements& m,
   hw.efficiency.memory = f;
   hw.special_function_rate = m.special_function_rate;
   hw.hbm_bytes = m.memory_bytes;
+  // Offload on a CPU rank is a copy into other host memory: it reads and writes every byte, so
+  // it runs at half the element-wise kernels' bandwidth (which counts both).
+  hw.host_bandwidth = m.memory_bandwidth / 2.0;
+  hw.efficiency.host_link = 1.0;
   // The fastest of the transfer and the collectives sets intra_node_bandwidth at fraction f; each
   // gets its share: intra_node_bus for point-to-point (and all-to-all, broadcast), the
   // collectives their own.
