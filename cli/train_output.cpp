@@ -1,5 +1,6 @@
 #include "cli/train_output.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -70,7 +71,8 @@ void print_train_json(const runtime::TrainOptions& o, const runtime::TrainResult
                      {"parameter_bytes", k.parameter_bytes},
                      {"gradient_bytes", k.gradient_bytes},
                      {"optimizer_bytes", k.optimizer_bytes},
-                     {"peak_activation_bytes", k.peak_activation_bytes}});
+                     {"peak_activation_bytes", k.peak_activation_bytes},
+                     {"peak_offloaded_bytes", k.peak_offloaded_bytes}});
   nlohmann::json j = {{"losses", losses},        {"tokens_per_s", runtime::steady_tokens_per_s(r)},
                       {"plan", plan_json(o, r)}, {"first_step", r.first_step},
                       {"steps", steps},          {"iteration_time", r.iteration_seconds},
@@ -113,6 +115,13 @@ void print_train_summary(const runtime::TrainResult& r) {
                 human_bytes(static_cast<double>(k.gradient_bytes)).c_str(),
                 human_bytes(static_cast<double>(k.optimizer_bytes)).c_str(),
                 human_bytes(static_cast<double>(k.peak_activation_bytes)).c_str());
+  if (std::any_of(r.ranks.begin(), r.ranks.end(),
+                  [](const runtime::RankSummary& k) { return k.peak_offloaded_bytes > 0; })) {
+    std::printf("activations offloaded to host memory, peak per rank:");
+    for (const auto& k : r.ranks)
+      std::printf(" %d: %s", k.rank, human_bytes(static_cast<double>(k.peak_offloaded_bytes)).c_str());
+    std::printf("\n");
+  }
   const runtime::TrainResult::GpuCaptureCounts& g = r.gpu_capture;
   if (g.activities > 0)
     std::printf(

@@ -21,6 +21,7 @@ class CudaDeviceAllocator final : public tensor::DeviceAllocator {
  public:
   // `stream` belongs to the caller (the rank's backend) and must outlive the allocator's use.
   CudaDeviceAllocator(int device, cudaStream_t stream);
+  ~CudaDeviceAllocator() override;
 
   tensor::StorageKind kind() const override { return tensor::StorageKind::device; }
   std::string_view name() const override { return name_; }
@@ -43,14 +44,29 @@ class CudaDeviceAllocator final : public tensor::DeviceAllocator {
   // A kernel on this rank's stream (kernels::accumulate, kernels::maximum).
   void combine_from_peer(float* dst, tensor::DeviceAllocator& peer, const float* src,
                          std::size_t count, comm::ReduceOp op) override;
+  // The offload tier: pinned host blocks (cudaHostAlloc), and copies on two copy streams of the
+  // device, one each way (a device has a copy engine per direction), made on first use. Each
+  // copy first waits for an event of the rank's stream, so it sees every kernel issued before
+  // it; its fence is an event of its copy stream.
+  void* allocate_host_tier(std::size_t bytes) override;
+  void free_host_tier(void* block, std::size_t bytes) noexcept override;
+  Fence offload_to_host(void* host, const void* device, std::size_t bytes) override;
+  Fence reload_from_host(void* device, const void* host, std::size_t bytes) override;
+  bool fence_done(const Fence& fence) override;
+  void wait_host(const Fence& fence) override;
 
  protected:
   void* do_allocate(std::size_t bytes) override;
   void do_deallocate(void* block, std::size_t bytes) noexcept override;
 
  private:
+  // A copy on `copy_stream` (made on first use) after the rank's stream's work so far.
+  Fence copy_beside(cudaStream_t& copy_stream, void* dst, const void* src, std::size_t bytes,
+                    cudaMemcpyKind kind);
+
   int device_;
   cudaStream_t stream_;
+  cudaStream_t offload_stream_ = nullptr, reload_stream_ = nullptr;
   std::string name_;
 };
 

@@ -18,6 +18,10 @@ struct DenseMlpActivations {
   Buffer gelu;  // (N, F/tp)
   Buffer dout;  // (N, C)      output gradient, kept for W
   Buffer dfc;   // (N, F/tp)   kept for W
+  template <class Fn>
+  void for_each_buffer(Fn&& fn) {
+    for (Buffer* b : {&fc, &gelu, &dout, &dfc}) fn(*b);
+  }
   std::size_t bytes() const;
   void clear();
 };

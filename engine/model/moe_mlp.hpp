@@ -28,6 +28,13 @@ struct MoeMlpActivations {
   std::vector<Buffer> dfc;   // per local expert (ep*cap, F/tp), kept for W
   Buffer dlogits;            // (N, E) router logit gradient, kept for W
   float aux_loss = 0.0f;     // coefficient included
+  // Every device buffer (the routing stays: host vectors).
+  template <class Fn>
+  void for_each_buffer(Fn&& fn) {
+    for (Buffer* b : {&probs, &expert_out, &dlogits}) fn(*b);
+    for (auto* list : {&xin, &fc, &gelu, &dout, &dfc})
+      for (Buffer& b : *list) fn(b);
+  }
   std::size_t bytes() const;
   void clear();
 };

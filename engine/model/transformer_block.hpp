@@ -43,6 +43,15 @@ struct BlockActivations {
   MoeMlpActivations moe;
   DroppedActivations dropped = DroppedActivations::nothing;  // what B recomputes first
 
+  // Every buffer above and the MLP's (what activation offload moves).
+  template <class Fn>
+  void for_each_buffer(Fn&& fn) {
+    for (Buffer* b : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &lse, &atty, &x2, &ln2,
+                      &ln2_mean, &ln2_rstd, &dln1, &dqkv, &dx2, &dln2})
+      fn(*b);
+    dense.for_each_buffer(fn);
+    moe.for_each_buffer(fn);
+  }
   std::size_t bytes() const;
   void clear();
   // Frees everything but the block input x (and B, T).

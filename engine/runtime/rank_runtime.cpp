@@ -132,13 +132,16 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
   seq_ = batches.front().seq_len;
   grad_scale_ = 1.0f / static_cast<float>(schedule_->microbatches * plan_.dp);
   losses_ = {};
-  bool first = true;
-  for (const Op& op : schedule_->ranks[static_cast<std::size_t>(pp_rank_)]) {
+  if (plan_.offload_activations && !offload_)
+    offload_ = std::make_unique<ActivationOffload>(model::rank_storage(), recorder_);
+  const std::vector<Op>& ops = schedule_->ranks[static_cast<std::size_t>(pp_rank_)];
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
     comm_->note_progress(step, profiler::span_kind_name(schedule::span_kind_of(op.kind)),
                          op.microbatch);
-    if (first && fault_ != nullptr) inject_fault(op, step);
-    first = false;
+    if (i == 0 && fault_ != nullptr) inject_fault(op, step);
     receive_inputs(op);
+    if (offload_) offload_before_op(i);
     {
       profiler::ScopedSpan span(recorder_, schedule::span_kind_of(op.kind),
                                 profiler::Stream::Compute, op.microbatch,
@@ -148,6 +151,7 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
       // GPU rank's spans time its ops as the simulator does (other ranks' streams still overlap).
       if (tensor::DeviceAllocator* device = model::device_storage()) device->synchronize();
     }
+    if (offload_) offload_after_op(i);
     if (recorder_ != nullptr) {
       const auto now = static_cast<std::int64_t>(activation_bytes());
       if (now > ledger_activations_)
@@ -159,6 +163,7 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
       ledger_activations_ = now;
     }
   }
+  if (offload_) offload_->drain();
   if (!chunks_.empty() || !vocab_.empty())
     throw std::logic_error("run_schedule: activations left after the iteration on rank " +
                            std::to_string(rank_));

@@ -23,6 +23,7 @@
 #include "engine/comm/topology.hpp"
 #include "engine/data/data_loader.hpp"
 #include "engine/model/rank_model.hpp"
+#include "engine/runtime/activation_offload.hpp"
 #include "engine/runtime/injected_fault.hpp"
 #include "engine/runtime/mailbox.hpp"
 #include "engine/schedule/schedule.hpp"
@@ -73,14 +74,25 @@ class RankRuntime {
   model::RankModel& model() { return *model_; }
   const model::RankModel& model() const { return *model_; }
   const model::ParallelContext& context() const { return ctx_; }
-  // Activation bytes currently held (all micro-batches in flight).
+  // Activation bytes currently held (all micro-batches in flight), on the rank's storage.
   std::size_t activation_bytes() const;
+  // With offload_activations: the most bytes of activations held in host memory at once (over
+  // every iteration run so far); 0 without.
+  std::int64_t peak_offloaded_bytes() const {
+    return offload_ ? offload_->peak_host_bytes() : 0;
+  }
 
  private:
   struct ChunkState;
   struct VocabState;
 
   void run_op(const schedule::Op& op);
+  // Activation offload around op `i` of this rank's list: before it, the finished offloads'
+  // device buffers go, the reload of the next op's backward starts (on a device: it overlaps op
+  // i) and op i's own reload is waited for; after an F, its activations leave (unless the next op
+  // is its own backward: nothing to gain).
+  void offload_before_op(std::size_t i);
+  void offload_after_op(std::size_t i);
   // The units a layer or table scope names: up to two tables ("wte", "wpe", "lnf", "head") and
   // a block's layer. Saying it allocates nothing, so a run without sharding pays nothing.
   struct Units {
@@ -172,6 +184,7 @@ class RankRuntime {
   IterationLosses losses_;
   std::map<std::int64_t, ChunkState> chunks_;  // key chunk * m + mb
   std::map<int, VocabState> vocab_;            // key mb
+  std::unique_ptr<ActivationOffload> offload_;  // plan.offload_activations; made on the rank
 };
 
 }  // namespace pipetune::runtime

@@ -19,6 +19,14 @@ struct RankRuntime::ChunkState {
   model::Buffer demb;                     // group 0, plain: (N, C), kept for W
   bool backward_done = false;
 
+  template <class Fn>
+  void for_each_buffer(Fn&& fn) {
+    for (auto& a : blocks) a.for_each_buffer(fn);
+    for (model::Buffer* v :
+         {&out, &lnf, &lnf_mean, &lnf_rstd, &logits, &gmax, &gsum, &dlnf, &dlogits, &demb})
+      fn(*v);
+  }
+
   std::size_t bytes() const {
     std::size_t b = 0;
     for (const auto& a : blocks) b += a.bytes();

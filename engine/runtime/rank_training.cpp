@@ -486,6 +486,7 @@ void RankTraining::finish() {
   mem.gradient_bytes = grads.vocabulary + grads.other;
   mem.optimizer_bytes = ledger.current(profiler::MemoryCategory::OptimizerState);
   mem.peak_activation_bytes = ledger.peak(profiler::MemoryCategory::Activations);
+  mem.peak_offloaded_bytes = runtime_.peak_offloaded_bytes();
   std::lock_guard lock(s_.mutex);
   s_.result.ranks[static_cast<std::size_t>(rank_)] = mem;
 }

@@ -209,6 +209,8 @@ struct RankSummary {
   std::int64_t gradient_bytes = 0;
   std::int64_t optimizer_bytes = 0;
   std::int64_t peak_activation_bytes = 0;  // activations and kept gradients, all steps
+  // With offload_activations: the most activation bytes held in host memory at once, all steps.
+  std::int64_t peak_offloaded_bytes = 0;
 };
 
 struct TrainResult {

@@ -129,6 +129,26 @@ void DeviceAllocator::combine_from_peer(float* dst, DeviceAllocator& peer, const
   comm::fold_into(op, dst, src, count);
 }
 
+void* DeviceAllocator::allocate_host_tier(std::size_t bytes) {
+  return bytes == 0 ? nullptr : ::operator new(bytes);
+}
+
+void DeviceAllocator::free_host_tier(void* block, std::size_t /*bytes*/) noexcept {
+  ::operator delete(block);
+}
+
+DeviceAllocator::Fence DeviceAllocator::offload_to_host(void* host, const void* device,
+                                                        std::size_t bytes) {
+  copy_to_host(host, device, bytes);
+  return nullptr;
+}
+
+DeviceAllocator::Fence DeviceAllocator::reload_from_host(void* device, const void* host,
+                                                         std::size_t bytes) {
+  copy_from_host(device, host, bytes);
+  return nullptr;
+}
+
 void HostAllocator::copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
 }

@@ -85,6 +85,23 @@ class DeviceAllocator {
   virtual void combine_from_peer(float* dst, DeviceAllocator& peer, const float* src,
                                  std::size_t count, comm::ReduceOp op);
 
+  // The offload tier (activation offload, KARMA): host memory this storage copies a rank's
+  // activations to after their forward and back before their backward, beside the computation.
+  // Host-tier blocks are pinned on a GPU (so the copies are DMA that overlaps the kernels), plain
+  // operator new elsewhere. offload_to_host and reload_from_host start a copy ordered after
+  // everything issued so far on the rank's stream and return a fence that is done when the copy
+  // is; null means it was done on return (host storage copies synchronously). Until an offload's
+  // fence is done, its device source must stay allocated and unwritten, and a reload's host
+  // source kept; the rank's stream waits for a reload with wait_for(fence) before reading it.
+  virtual void* allocate_host_tier(std::size_t bytes);
+  virtual void free_host_tier(void* block, std::size_t bytes) noexcept;
+  virtual Fence offload_to_host(void* host, const void* device, std::size_t bytes);
+  virtual Fence reload_from_host(void* device, const void* host, std::size_t bytes);
+  // Whether the copy a fence marks is done, without waiting (a null fence is); and the host's
+  // wait for it.
+  virtual bool fence_done(const Fence& fence) { return fence == nullptr; }
+  virtual void wait_host(const Fence& fence) { (void)fence; }
+
   // True when `p` points into a live block of this allocator.
   bool owns(const void* p) const;
 

@@ -13,7 +13,9 @@
 // so a record spans its call.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -83,6 +85,43 @@ class GuardedAllocator final : public tensor::DeviceAllocator {
   }
   std::size_t peer_copies() const { return peer_copies_; }
 
+  // The offload tier as a GPU's copy streams run it: later than issued. A copy is queued, and
+  // runs (with every copy queued before it) when its fence is waited for (wait_for, wait_host)
+  // or polled a second time (fence_done: the first poll always finds it still running). A block
+  // freed while a queued copy still reads or writes it is an offload hazard: counted, and the
+  // copy dropped, so the values it should have moved are lost (tests check both).
+  Fence offload_to_host(void* host, const void* device, std::size_t bytes) override {
+    return queue_copy(host, device, bytes, "memcpy DtoH");
+  }
+  Fence reload_from_host(void* device, const void* host, std::size_t bytes) override {
+    return queue_copy(device, host, bytes, "memcpy HtoD");
+  }
+  bool fence_done(const Fence& fence) override {
+    const QueuedCopy* c = ours(fence);
+    if (c == nullptr) return true;
+    std::lock_guard lock(state_);
+    if (c->sequence <= copies_done_) return true;
+    if (c->polls++ == 0) return false;
+    run_copies_through(c->sequence);
+    return true;
+  }
+  void wait_host(const Fence& fence) override {
+    if (const QueuedCopy* c = ours(fence)) {
+      std::lock_guard lock(state_);
+      run_copies_through(c->sequence);
+    }
+  }
+  void wait_for(const Fence& fence) override { wait_host(fence); }
+  void free_host_tier(void* block, std::size_t bytes) noexcept override {
+    {
+      std::lock_guard lock(state_);
+      drop_copies_touching(block, bytes);
+    }
+    tensor::DeviceAllocator::free_host_tier(block, bytes);
+  }
+  std::size_t offload_copies() const { return offload_copies_; }
+  std::size_t offload_hazards() const { return offload_hazards_; }
+
   // Opens every block for reading and writing while alive (nested opens allowed); with a name,
   // and the activity log on, logs the outermost one as device work.
   class Open {
@@ -129,8 +168,9 @@ class GuardedAllocator final : public tensor::DeviceAllocator {
     std::lock_guard lock(state_);
     return arena_.allocate(bytes, depth_ > 0);
   }
-  void do_deallocate(void* block, std::size_t /*bytes*/) noexcept override {
+  void do_deallocate(void* block, std::size_t bytes) noexcept override {
     std::lock_guard lock(state_);
+    drop_copies_touching(block, bytes);
     arena_.deallocate(block, depth_ > 0);
   }
 
@@ -171,7 +211,59 @@ class GuardedAllocator final : public tensor::DeviceAllocator {
                                     : "cudaLaunchKernel"});
   }
 
+  struct QueuedCopy {
+    const GuardedAllocator* owner = nullptr;
+    std::uint64_t sequence = 0;
+    mutable int polls = 0;
+  };
+  struct PendingCopy {
+    std::uint64_t sequence = 0;
+    void* dst = nullptr;
+    const void* src = nullptr;
+    std::size_t bytes = 0;
+    const char* work = "";
+  };
+  Fence queue_copy(void* dst, const void* src, std::size_t bytes, const char* work) {
+    std::lock_guard lock(state_);
+    const std::uint64_t sequence = ++copies_queued_;
+    pending_.push_back({sequence, dst, src, bytes, work});
+    ++offload_copies_;
+    return std::make_shared<const QueuedCopy>(QueuedCopy{this, sequence, 0});
+  }
+  const QueuedCopy* ours(const Fence& fence) const {
+    // Only this allocator's queue makes fences here (record_fence gives none).
+    const auto* c = static_cast<const QueuedCopy*>(fence.get());
+    return c != nullptr && c->owner == this ? c : nullptr;
+  }
+  void run_copies_through(std::uint64_t sequence) {
+    while (!pending_.empty() && pending_.front().sequence <= sequence) {
+      const PendingCopy c = pending_.front();
+      pending_.pop_front();
+      Open open(*this, c.work, c.bytes);
+      if (c.bytes > 0) std::memmove(c.dst, c.src, c.bytes);
+    }
+    copies_done_ = std::max(copies_done_, sequence);
+  }
+  void drop_copies_touching(const void* block, std::size_t bytes) noexcept {
+    const auto lo = reinterpret_cast<std::uintptr_t>(block), hi = lo + bytes;
+    const auto touches = [&](const void* p, std::size_t n) {
+      const auto a = reinterpret_cast<std::uintptr_t>(p);
+      return a < hi && lo < a + n;
+    };
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (touches(it->dst, it->bytes) || touches(it->src, it->bytes)) {
+        ++offload_hazards_;
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
   std::recursive_mutex state_;
+  std::deque<PendingCopy> pending_;
+  std::uint64_t copies_queued_ = 0, copies_done_ = 0;
+  std::size_t offload_copies_ = 0, offload_hazards_ = 0;
   int depth_ = 0;
   GuardedArena arena_;  // every live block
   std::size_t peer_copies_ = 0;
