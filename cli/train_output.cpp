@@ -72,7 +72,8 @@ void print_train_json(const runtime::TrainOptions& o, const runtime::TrainResult
                      {"gradient_bytes", k.gradient_bytes},
                      {"optimizer_bytes", k.optimizer_bytes},
                      {"peak_activation_bytes", k.peak_activation_bytes},
-                     {"peak_offloaded_bytes", k.peak_offloaded_bytes}});
+                     {"peak_offloaded_bytes", k.peak_offloaded_bytes},
+                     {"offloaded_optimizer_bytes", k.offloaded_optimizer_bytes}});
   nlohmann::json j = {{"losses", losses},        {"tokens_per_s", runtime::steady_tokens_per_s(r)},
                       {"plan", plan_json(o, r)}, {"first_step", r.first_step},
                       {"steps", steps},          {"iteration_time", r.iteration_seconds},
@@ -116,10 +117,14 @@ void print_train_summary(const runtime::TrainResult& r) {
                 human_bytes(static_cast<double>(k.optimizer_bytes)).c_str(),
                 human_bytes(static_cast<double>(k.peak_activation_bytes)).c_str());
   if (std::any_of(r.ranks.begin(), r.ranks.end(),
-                  [](const runtime::RankSummary& k) { return k.peak_offloaded_bytes > 0; })) {
-    std::printf("activations offloaded to host memory, peak per rank:");
+                  [](const runtime::RankSummary& k) {
+                    return k.peak_offloaded_bytes + k.offloaded_optimizer_bytes > 0;
+                  })) {
+    std::printf("offloaded to host memory (peak activations + optimizer state), per rank:");
     for (const auto& k : r.ranks)
-      std::printf(" %d: %s", k.rank, human_bytes(static_cast<double>(k.peak_offloaded_bytes)).c_str());
+      std::printf(" %d: %s + %s", k.rank,
+                  human_bytes(static_cast<double>(k.peak_offloaded_bytes)).c_str(),
+                  human_bytes(static_cast<double>(k.offloaded_optimizer_bytes)).c_str());
     std::printf("\n");
   }
   const runtime::TrainResult::GpuCaptureCounts& g = r.gpu_capture;

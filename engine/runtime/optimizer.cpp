@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/model/buffers.hpp"
+#include "engine/tensor/cpu/cpu_backend.hpp"
 
 namespace pipetune::runtime {
 
@@ -10,7 +11,7 @@ using tensor::Shape;
 
 DataParallelOptimizer::DataParallelOptimizer(model::ParameterSet& params, comm::Communicator& comm,
                                              comm::ProcessGroup group, int tp_rank, int zero_stage,
-                                             tensor::Backend& backend)
+                                             tensor::Backend& backend, bool host_update)
     : params_(&params),
       comm_(&comm),
       group_(std::move(group)),
@@ -36,10 +37,39 @@ DataParallelOptimizer::DataParallelOptimizer(model::ParameterSet& params, comm::
   }
   build_segments();
   tensor::DeviceAllocator* storage = &params.flat_params().allocator();
+  if (host_update) {
+    host_backend_ = std::make_unique<tensor::CpuBackend>(1);
+    storage = &tensor::host_allocator();
+  }
   m_ = tensor::FlatStorage(static_cast<std::size_t>(hi_ - lo_),
                            profiler::MemoryCategory::OptimizerState, storage);
   v_ = tensor::FlatStorage(static_cast<std::size_t>(hi_ - lo_),
                            profiler::MemoryCategory::OptimizerState, storage);
+}
+
+DataParallelOptimizer::~DataParallelOptimizer() = default;
+DataParallelOptimizer::DataParallelOptimizer(DataParallelOptimizer&&) noexcept = default;
+DataParallelOptimizer& DataParallelOptimizer::operator=(DataParallelOptimizer&&) noexcept =
+    default;
+
+void DataParallelOptimizer::update(float* params, const float* grads, std::int64_t count,
+                                   const tensor::AdamWConfig& config, std::int64_t step,
+                                   float clip_coef) {
+  const Shape shape{count};
+  // The clipping coefficient scales each gradient as AdamW reads it (no pass over them).
+  const float clip = std::min(clip_coef, 1.0f);
+  if (host_backend_ == nullptr) {
+    backend_->adamw_step_segments({params, shape}, {grads, shape}, {m_.data(), shape},
+                                  {v_.data(), shape}, adamw_segments_, config, step, clip);
+    return;
+  }
+  tensor::DeviceAllocator& storage = params_->flat_params().allocator();
+  tensor::HostAccess p(storage, tensor::TensorView{params, shape},
+                       tensor::HostAccess::Mode::read_write);
+  const tensor::HostAccess g(storage, tensor::ConstTensorView{grads, shape});
+  host_backend_->adamw_step_segments({p.data(), shape}, {g.data(), shape}, {m_.data(), shape},
+                                     {v_.data(), shape}, adamw_segments_, config, step, clip);
+  p.commit();
 }
 
 void DataParallelOptimizer::reduce_gradients() {
@@ -144,13 +174,7 @@ void DataParallelOptimizer::step(const tensor::AdamWConfig& config, std::int64_t
   }
   tensor::FlatStorage& p = params_->flat_params();
   tensor::FlatStorage& g = params_->flat_grads();
-  if (hi_ > lo_) {
-    const Shape shape{hi_ - lo_};
-    // The clipping coefficient scales each gradient as AdamW reads it (no pass over them).
-    backend_->adamw_step_segments({p.data() + lo_, shape}, {g.data() + lo_, shape},
-                                  {m_.data(), shape}, {v_.data(), shape}, adamw_segments_, config,
-                                  step, std::min(clip_coef, 1.0f));
-  }
+  if (hi_ > lo_) update(p.data() + lo_, g.data() + lo_, hi_ - lo_, config, step, clip_coef);
   if (zero1_ && hi_ > lo_) {
     tensor::FlatStorage mine(static_cast<std::size_t>(hi_ - lo_),
                              profiler::MemoryCategory::Temporaries, &p.allocator());
@@ -165,11 +189,8 @@ void DataParallelOptimizer::step_sharded(const tensor::AdamWConfig& config, std:
                                          float clip_coef) {
   if (hi_ <= lo_) return;
   tensor::FlatStorage& p = params_->flat_params();
-  const Shape shape{hi_};
   if (params_->parameters_sharded()) {  // ZeRO-3: the shards are the parameters
-    backend_->adamw_step_segments({p.data(), shape}, {params_->owned_grads().data(), shape},
-                                  {m_.data(), shape}, {v_.data(), shape}, adamw_segments_, config,
-                                  step, std::min(clip_coef, 1.0f));
+    update(p.data(), params_->owned_grads().data(), hi_, config, step, clip_coef);
     return;
   }
   const model::ShardingGroup& sh = params_->sharding();
@@ -180,9 +201,7 @@ void DataParallelOptimizer::step_sharded(const tensor::AdamWConfig& config, std:
     p.allocator().copy(mine.data() + u.owned_offset, p.data() + u.offset + shard * sh.index,
                        static_cast<std::size_t>(shard) * sizeof(float));
   }
-  backend_->adamw_step_segments({mine.data(), shape}, {params_->owned_grads().data(), shape},
-                                {m_.data(), shape}, {v_.data(), shape}, adamw_segments_, config,
-                                step, std::min(clip_coef, 1.0f));
+  update(mine.data(), params_->owned_grads().data(), hi_, config, step, clip_coef);
   for (const model::ParamUnit& u : params_->units())
     comm_->all_gather(group_,
                       {mine.data() + u.owned_offset, static_cast<std::size_t>(u.padded / sh.size)},

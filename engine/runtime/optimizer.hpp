@@ -12,10 +12,14 @@
 // layer that uses them (gather_parameter_units) and the step updates the shards in place.
 //
 // The moments live in the parameters' storage (the rank's device for a GPU rank); the reductions
-// pass device spans to the communicator, which stages them when it must.
+// pass device spans to the communicator, which stages them when it must. With optimizer offload
+// (ZeRO-Offload style, ParallelPlan::offload_optimizer) they live in host memory instead and the
+// update runs on the host: the owned parameters and gradients go down, the host's AdamW updates
+// them (the engine's CPU kernels, so the numbers are the CPU backend's), the parameters go back.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
@@ -29,7 +33,10 @@ class DataParallelOptimizer {
   // `group`: the ranks holding replicas of these parameters (this rank included).
   DataParallelOptimizer(model::ParameterSet& params, comm::Communicator& comm,
                         comm::ProcessGroup group, int tp_rank, int zero_stage,
-                        tensor::Backend& backend);
+                        tensor::Backend& backend, bool host_update = false);
+  ~DataParallelOptimizer();
+  DataParallelOptimizer(DataParallelOptimizer&&) noexcept;
+  DataParallelOptimizer& operator=(DataParallelOptimizer&&) noexcept;
 
   // At the iteration's end: the DP reduction (ZeRO 0 and 1; under ZeRO-2 the ops have done it).
   void reduce_gradients();
@@ -54,10 +61,16 @@ class DataParallelOptimizer {
   std::int64_t owned_hi() const { return hi_; }
   tensor::FlatStorage& moment1() { return m_; }
   tensor::FlatStorage& moment2() { return v_; }
+  // True when the moments are in host memory and the update runs there.
+  bool host_update() const { return host_backend_ != nullptr; }
 
  private:
   void build_segments();
   void step_sharded(const tensor::AdamWConfig& config, std::int64_t step, float clip_coef);
+  // AdamW over `count` owned elements: params and grads in the parameters' storage, the moments
+  // from their start; on the host (through copies) under optimizer offload.
+  void update(float* params, const float* grads, std::int64_t count,
+              const tensor::AdamWConfig& config, std::int64_t step, float clip_coef);
 
   model::ParameterSet* params_;
   comm::Communicator* comm_;
@@ -66,6 +79,7 @@ class DataParallelOptimizer {
   bool zero1_;              // the optimizer state is sharded (ZeRO 1 and 2)
   bool sharded_gradients_;  // ZeRO-2
   tensor::Backend* backend_;
+  std::unique_ptr<tensor::Backend> host_backend_;  // optimizer offload: the host's AdamW
   std::int64_t lo_ = 0, hi_ = 0;
   tensor::FlatStorage m_, v_;  // (hi - lo) OptimizerState
   // Of the owned range, relative to lo: what AdamW updates (by weight decay) and what the norm

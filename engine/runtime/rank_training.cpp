@@ -81,6 +81,7 @@ class RankTraining {
   model::RankModel& model_;
   const comm::ProcessGroup dp_group_, edp_group_, world_group_;
   std::optional<DataParallelOptimizer> dense_opt_, expert_opt_;
+  std::int64_t offloaded_optimizer_bytes_ = 0;  // the moments, in host memory
   profiler::NameId reduce_name_ = 0, gather_name_ = 0;
   data::DataLoader loader_;
   std::vector<data::Batch> batches_;
@@ -155,8 +156,10 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
     import_full(m.dense, *options_.initial_parameters);
     import_full(m.expert, *options_.initial_parameters);
   }
-  dense_opt_.emplace(m.dense, comm_, dp_group_, at_.tp_rank, plan_.zero_stage, backend_);
-  expert_opt_.emplace(m.expert, comm_, edp_group_, at_.tp_rank, plan_.zero_stage, backend_);
+  dense_opt_.emplace(m.dense, comm_, dp_group_, at_.tp_rank, plan_.zero_stage, backend_,
+                     plan_.offload_optimizer);
+  expert_opt_.emplace(m.expert, comm_, edp_group_, at_.tp_rank, plan_.zero_stage, backend_,
+                      plan_.offload_optimizer);
   if (m.dense.gradients_sharded() || m.expert.gradients_sharded())
     runtime_.set_sharding(
         {.gather_parameters =
@@ -174,10 +177,14 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
   ledger.allocate(profiler::MemoryCategory::Parameters, params.other);
   ledger.allocate(profiler::MemoryCategory::Gradients, grads.other);
   ledger.allocate(profiler::MemoryCategory::VocabularyLayers, params.vocabulary + grads.vocabulary);
-  ledger.allocate(
-      profiler::MemoryCategory::OptimizerState,
+  // The moments: on the device's ledger, or in host memory under optimizer offload.
+  const auto moment_bytes =
       static_cast<std::int64_t>(2 * (dense_opt_->moment1().size() + expert_opt_->moment1().size()) *
-                                sizeof(float)));
+                                sizeof(float));
+  if (plan_.offload_optimizer)
+    offloaded_optimizer_bytes_ = moment_bytes;
+  else
+    ledger.allocate(profiler::MemoryCategory::OptimizerState, moment_bytes);
   reduce_name_ = recorder_.intern("gradient reduce");
   gather_name_ = recorder_.intern("optimizer step");
   // Nothing would keep what is captured without a trace to put it in.
@@ -487,6 +494,7 @@ void RankTraining::finish() {
   mem.optimizer_bytes = ledger.current(profiler::MemoryCategory::OptimizerState);
   mem.peak_activation_bytes = ledger.peak(profiler::MemoryCategory::Activations);
   mem.peak_offloaded_bytes = runtime_.peak_offloaded_bytes();
+  mem.offloaded_optimizer_bytes = offloaded_optimizer_bytes_;
   std::lock_guard lock(s_.mutex);
   s_.result.ranks[static_cast<std::size_t>(rank_)] = mem;
 }

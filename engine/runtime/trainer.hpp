@@ -211,6 +211,8 @@ struct RankSummary {
   std::int64_t peak_activation_bytes = 0;  // activations and kept gradients, all steps
   // With offload_activations: the most activation bytes held in host memory at once, all steps.
   std::int64_t peak_offloaded_bytes = 0;
+  // With offload_optimizer: the optimizer state held in host memory (optimizer_bytes is then 0).
+  std::int64_t offloaded_optimizer_bytes = 0;
 };
 
 struct TrainResult {

@@ -1,4 +1,4 @@
-// Activation offload (ParallelPlan::offload_activations, KARMA). References: the same run without
+// Offload (ParallelPlan::offload_activations and offload_optimizer, KARMA). References: the same run without
 // offload (losses, first-step gradients and final parameters equal bit for bit: the values come
 // back unchanged), on the CPU and on the emulated GPU rank (guarded_device.hpp), whose copies run
 // later than issued, as a GPU's copy streams do, so a device buffer freed or reused before its
@@ -202,6 +202,35 @@ TEST(ActivationOffload, KeepsDeviceBuffersUntilTheirCopiesAreDone) {
   EXPECT_EQ(device.offload_copies(), 4u);
   model::release(a);
   model::release(b);
+}
+
+// Optimizer offload: the moments in host memory and AdamW run by the host's CPU kernels. On the
+// CPU and on the emulated device (whose kernels are the CPU's) the numbers are those of the run
+// without, with ZeRO 0, 1 (sharded moments), 2 and 3 over dp = 2.
+TEST(OptimizerOffload, TrainsBitIdenticalAndKeepsTheMomentsOffTheDevice) {
+  for (int zero : {0, 1, 2, 3}) {
+    for (bool device : {false, true}) {
+      SCOPED_TRACE("zero " + std::to_string(zero) + (device ? " emulated device" : " cpu"));
+      TrainOptions without = options(OffloadCase{"dp2", 1, 1}, false);
+      without.plan.dp = 2;
+      without.plan.zero_stage = zero;
+      TrainOptions with = without;
+      with.plan.offload_optimizer = true;
+      if (device) {
+        with.rank_device =
+            testing::reporting_rank_devices([](int, const tensor::DeviceAllocator&) {});
+      }
+      const TrainResult want = train(without), got = train(with);
+      expect_same_training(got, want);
+      ASSERT_EQ(got.ranks.size(), want.ranks.size());
+      for (std::size_t r = 0; r < want.ranks.size(); ++r) {
+        EXPECT_GT(want.ranks[r].optimizer_bytes, 0);
+        EXPECT_EQ(got.ranks[r].optimizer_bytes, 0) << "rank " << r;
+        EXPECT_EQ(got.ranks[r].offloaded_optimizer_bytes, want.ranks[r].optimizer_bytes)
+            << "rank " << r;
+      }
+    }
+  }
 }
 
 TEST(ActivationOffload, AMicroBatchNeverReloadedIsALogicError) {
