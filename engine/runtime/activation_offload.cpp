@@ -29,6 +29,8 @@ ActivationOffload::~ActivationOffload() {
     }
     free_host_blocks(r.blocks);
   }
+  for (auto& [bytes, blocks] : spare_host_blocks_)
+    for (void* block : blocks) storage_->free_host_tier(block, bytes);
 }
 
 void ActivationOffload::offload(Key key, int mb, int chunk,
@@ -48,7 +50,7 @@ void ActivationOffload::offload(Key key, int mb, int chunk,
     if (b->empty()) continue;
     Piece p{b, b->size(), nullptr};
     const std::size_t bytes = p.count * sizeof(float);
-    p.host = storage_->allocate_host_tier(bytes);
+    p.host = take_host_block(bytes);
     e.pieces.push_back(p);  // before the copy, so an error still frees the block
     e.copies = storage_->offload_to_host(p.host, b->data(), bytes);
     host_bytes_ += static_cast<std::int64_t>(bytes);
@@ -63,9 +65,23 @@ void ActivationOffload::release_device(Entry& e) {
   e.copies = nullptr;
 }
 
-void ActivationOffload::free_host_blocks(std::vector<std::pair<void*, std::size_t>>& blocks) noexcept {
+void* ActivationOffload::take_host_block(std::size_t bytes) {
+  const auto it = spare_host_blocks_.find(bytes);
+  if (it == spare_host_blocks_.end() || it->second.empty())
+    return storage_->allocate_host_tier(bytes);
+  void* block = it->second.back();
+  it->second.pop_back();
+  return block;
+}
+
+void ActivationOffload::free_host_blocks(
+    std::vector<std::pair<void*, std::size_t>>& blocks) noexcept {
   for (auto& [block, bytes] : blocks) {
-    storage_->free_host_tier(block, bytes);
+    try {
+      spare_host_blocks_[bytes].push_back(block);
+    } catch (...) {  // no memory to keep it: free it
+      storage_->free_host_tier(block, bytes);
+    }
     host_bytes_ -= static_cast<std::int64_t>(bytes);
   }
   blocks.clear();

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -78,12 +79,16 @@ class ActivationOffload {
   };
 
   void release_device(Entry& e);
+  // Host blocks are kept for reuse by size (shapes repeat every micro-batch, and pinning memory
+  // costs far more than copying it), and freed when the offloader goes.
+  void* take_host_block(std::size_t bytes);
   void free_host_blocks(std::vector<std::pair<void*, std::size_t>>& blocks) noexcept;
 
   tensor::DeviceAllocator* storage_;
   profiler::RankRecorder* recorder_;
   std::map<Key, Entry> entries_;
   std::vector<HostRelease> host_releases_;  // host blocks of reloads still copying
+  std::unordered_map<std::size_t, std::vector<void*>> spare_host_blocks_;  // bytes -> blocks
   std::int64_t host_bytes_ = 0, peak_host_bytes_ = 0;
 };
 
