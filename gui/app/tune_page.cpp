@@ -10,6 +10,7 @@
 #include <QLineEdit>
 #include <QListWidget>
 #include <QMessageBox>
+#include <QPlainTextEdit>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSplitter>
@@ -152,10 +153,15 @@ QWidget* TunePage::build_results_pane() {
   export_->setObjectName("tune_export");
   small_ = new QPushButton("Run at small scale");
   small_->setObjectName("tune_small_scale");
+  explain_ = new QPushButton("Why the best?");
+  explain_->setObjectName("tune_explain");
+  explain_->setToolTip("Why the best plan beat the selected one (the runner-up when the best is "
+                       "selected): where the time goes, which stage binds, which link");
   actions->addWidget(new QLabel("Format:"));
   actions->addWidget(format_);
   actions->addWidget(export_);
   actions->addWidget(small_);
+  actions->addWidget(explain_);
   actions->addStretch();
   left_layout->addLayout(actions);
   return left;
@@ -172,6 +178,11 @@ QWidget* TunePage::build_scatter_pane() {
   pruned_ = new QListWidget;
   pruned_->setObjectName("tune_pruned");
   right_layout->addWidget(pruned_, 1);
+  explanation_ = new QPlainTextEdit;
+  explanation_->setObjectName("tune_explanation");
+  explanation_->setReadOnly(true);
+  explanation_->setPlaceholderText("Why the best? explains the selected plan here");
+  right_layout->addWidget(explanation_, 2);
   return right;
 }
 
@@ -225,6 +236,7 @@ void TunePage::connect_selection() {
           [this](int, QString message) { show_error("Cannot simulate this plan: " + message); });
   connect(export_, &QPushButton::clicked, this, &TunePage::export_selected);
   connect(small_, &QPushButton::clicked, this, &TunePage::run_small_scale);
+  connect(explain_, &QPushButton::clicked, this, &TunePage::explain_selected);
 }
 
 void TunePage::refresh_buttons() {
@@ -233,6 +245,15 @@ void TunePage::refresh_buttons() {
   const bool selected = !tuner_->running() && selected_row() >= 0;
   export_->setEnabled(selected);
   small_->setEnabled(selected);
+  explain_->setEnabled(selected && tuner_->results()->rowCount() > 1);
+}
+
+void TunePage::explain_selected() {
+  try {
+    explanation_->setPlainText(tuner_->explanation_text(selected_row()));
+  } catch (const std::exception& e) {  // the plan no longer evaluates (a changed preset)
+    show_error(QString("Cannot explain this plan: ") + e.what());
+  }
 }
 
 void TunePage::show_error(const QString& text) {

@@ -1,7 +1,8 @@
 // Tune: the auto-tuner's target (model, hardware, GPUs, global batch, schedules), Start with a
 // progress bar and Cancel, the sortable results table, the scatter of throughput against peak
 // memory with the Pareto front, the "why pruned" counts, the selected plan's simulated timeline,
-// Export (file dialog, four formats) and "Run at small scale" (handed to the Train page).
+// Export (file dialog, four formats), "Run at small scale" (handed to the Train page) and "Why
+// the best?" (the best plan against the selected one, as `pipetune tune --explain` explains it).
 #pragma once
 
 #include <QWidget>
@@ -14,6 +15,7 @@ class QHBoxLayout;
 class QLabel;
 class QLineEdit;
 class QListWidget;
+class QPlainTextEdit;
 class QProgressBar;
 class QPushButton;
 class QSplitter;
@@ -52,6 +54,9 @@ class TunePage : public QWidget {
   QListWidget* pruned_list() const { return pruned_; }
   QLabel* status_label() const { return status_; }
   TimelineWidget* timeline() const { return timeline_; }
+  QPlainTextEdit* explanation() const { return explanation_; }
+  // "Why the best?": the best plan against the selected row's (the runner-up's for the best).
+  void explain_selected();
 
  signals:
   // "Run at small scale": the Train page runs it.
@@ -91,6 +96,8 @@ class TunePage : public QWidget {
   QComboBox* format_ = nullptr;
   QPushButton* export_ = nullptr;
   QPushButton* small_ = nullptr;
+  QPushButton* explain_ = nullptr;
+  QPlainTextEdit* explanation_ = nullptr;
 };
 
 }  // namespace pipetune::gui

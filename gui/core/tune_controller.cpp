@@ -147,6 +147,28 @@ bool TuneController::start(const TuneRequest& request) {
   return true;
 }
 
+std::optional<tuner::PlanExplanation> TuneController::explain(int row) const {
+  const std::vector<tuner::ScoredPlan>& ranked = results_.results();
+  if (running_ || ranked.size() < 2 || row < 0 || row >= results_.rowCount()) return std::nullopt;
+  const int index = results_.result_index(row);
+  const tuner::ScoredPlan& other = ranked[index == 0 ? 1 : static_cast<std::size_t>(index)];
+  return tuner::explain_plans(target_.model, target_.cluster, ranked.front().plan, other.plan);
+}
+
+QString TuneController::explanation_text(int row) const {
+  const std::optional<tuner::PlanExplanation> e = explain(row);
+  if (!e) return {};
+  const std::vector<tuner::ScoredPlan>& ranked = results_.results();
+  const int index = results_.result_index(row);
+  const tuner::ScoredPlan& other = ranked[index == 0 ? 1 : static_cast<std::size_t>(index)];
+  const QString title =
+      QString("best: %1\nrunner-up (%2): %3\n")
+          .arg(plan_label(ranked.front().plan, ranked.front().vocab_label),
+               index == 0 ? QString("rank 2") : QString("the selected plan, rank %1").arg(index + 1),
+               plan_label(other.plan, other.vocab_label));
+  return title + QString::fromStdString(tuner::explanation_text(*e));
+}
+
 tuner::ExportRequest TuneController::export_request(int row) const {
   const tuner::ScoredPlan& c = results_.plan_at(row);
   tuner::ExportRequest r;

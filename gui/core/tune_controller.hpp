@@ -24,6 +24,7 @@
 #include "gui/core/run_controller.hpp"
 #include "profiler/trace.hpp"
 #include "tuner/export/exporters.hpp"
+#include "tuner/search/plan_explanation.hpp"
 #include "tuner/search/search.hpp"
 #include "tuner/search/tuning_target.hpp"
 
@@ -78,6 +79,12 @@ class TuneController : public QObject {
   // follows. While one is computed, the latest request waits and runs next (older ones are
   // dropped). False when no result is at that row or a search is going.
   bool preview(int row);
+  // Why the search's best plan beat the row's (the runner-up when the row holds the best), as
+  // `pipetune tune --explain` says it: both plans evaluated again on the target (two plan
+  // evaluations on the calling thread). Empty with fewer than two results or while searching.
+  std::optional<tuner::PlanExplanation> explain(int row) const;
+  // explain(row) in words: a title naming both plans, then tuner::explanation_text.
+  QString explanation_text(int row) const;
   // The exporter's request for a row (apply_defaults'ed plan, the prediction as description).
   tuner::ExportRequest export_request(int row) const;
   // The row's plan shrunk to the embedded engine (tuner::shrink_to_engine); InputError when the

@@ -179,6 +179,33 @@ TEST(TuneController, BadRequestsAreRefusedWithTheRule) {
   EXPECT_FALSE(c.running());
 }
 
+// "Why the best?": the best plan against a row's, by the same evaluation the search ranked them
+// with: the margin is the difference of the two rows' predicted iteration times.
+TEST(TuneController, ExplainsTheBestAgainstTheSelectedPlan) {
+  test::test_core_app();
+  TempDir dir;
+  TuneController c;
+  c.set_workspace(dir.qfile("ws.db"));
+  ASSERT_FALSE(run_search(c, small_request()).cancelled);
+  ASSERT_GT(c.results()->rowCount(), 2);
+  c.results()->sort(ResultsTableModel::PeakMemory, Qt::AscendingOrder);
+  const std::vector<tuner::ScoredPlan>& ranked = c.results()->results();
+  for (int row : {0, 1, 2}) {
+    const int index = c.results()->result_index(row);
+    const tuner::ScoredPlan& other = ranked[index == 0 ? 1 : static_cast<std::size_t>(index)];
+    const std::optional<tuner::PlanExplanation> e = c.explain(row);
+    ASSERT_TRUE(e) << "row " << row;
+    const double scale = ranked.front().score.iteration_time;
+    EXPECT_NEAR(e->first.iteration_time, ranked.front().score.iteration_time, 1e-9 * scale);
+    EXPECT_NEAR(e->second.iteration_time, other.score.iteration_time, 1e-9 * scale);
+    EXPECT_GE(e->margin(), -1e-9 * scale) << "the best plan is the faster";
+    const QString text = c.explanation_text(row);
+    EXPECT_NE(text.indexOf(plan_label(other.plan, other.vocab_label)), -1) << text.toStdString();
+    EXPECT_NE(text.indexOf("binds"), -1) << text.toStdString();
+  }
+  EXPECT_FALSE(c.explain(c.results()->rowCount()));
+}
+
 TEST(TuneController, PreviewExportAndSmallScale) {
   test::test_core_app();
   TempDir dir;
