@@ -52,11 +52,13 @@ void print_prediction(const spec::ModelSpec& model, const spec::ClusterSpec& clu
                           {"gradient_bytes", m.gradients},
                           {"optimizer_bytes", m.optimizer},
                           {"activation_bytes", m.activations},
-                          {"peak_memory_bytes", m.total()}};
+                          {"peak_memory_bytes", m.total()},
+                          {"host_bytes", m.host()}};
       if (i < e.stages.size()) {
         s["busy"] = e.stages[i].busy;
         s["bubble"] = e.stages[i].bubble;
         s["bubble_ratio"] = e.stages[i].bubble_ratio;
+        s["copy_stall"] = e.stages[i].copy_stall;
       }
       stages.push_back(s);
     }
@@ -88,10 +90,16 @@ void print_prediction(const spec::ModelSpec& model, const spec::ClusterSpec& clu
       "recomputation)\n",
       e.tokens_per_s, 100.0 * e.mfu, e.tflops_per_gpu, e.hfu_tflops_per_gpu);
   std::printf("bubble         %.1f%%\n", 100.0 * e.bubble_ratio);
-  std::printf("memory         %s peak on stage %d of %s per GPU: %s\n\n",
+  std::printf("memory         %s peak on stage %d of %s per GPU: %s\n",
               human_bytes(e.memory.peak_bytes).c_str(), e.memory.peak_stage,
               human_bytes(e.memory.device_bytes).c_str(),
               e.feasible ? "fits" : ("does not fit: " + e.infeasible_reason).c_str());
+  if (e.memory.peak_host_bytes > 0.0) {  // offloaded activations or optimizer state
+    std::printf("host memory    %s peak on stage %d of %s per GPU\n",
+                human_bytes(e.memory.peak_host_bytes).c_str(), e.memory.peak_host_stage,
+                e.memory.host_bytes > 0.0 ? human_bytes(e.memory.host_bytes).c_str() : "unknown");
+  }
+  std::printf("\n");
   std::printf("%-6s %11s %11s %11s %11s %11s %9s\n", "stage", "weights", "grads", "optimizer",
               "activations", "total", "bubble%");
   for (std::size_t i = 0; i < e.memory.stages.size(); ++i) {

@@ -56,8 +56,10 @@ void check_costs(const CostTable& costs) {
     if (!(c >= 0.0)) throw InputError(std::string(what) + " must be >= 0 (and not nan)");
     check_schedule_time(c, what);
   };
-  for (int r = 0; r < static_cast<int>(costs.stages.size()); ++r)
+  for (int r = 0; r < static_cast<int>(costs.stages.size()); ++r) {
     for (OpKind k : kAllOpKinds) check(costs.cost(r, k), "an op cost");
+    check(costs.stages[static_cast<std::size_t>(r)].offload, "an offload copy time");
+  }
   check(costs.p2p_latency, "a transfer latency");
   if (!(costs.p2p_bytes >= 0.0) || !std::isfinite(costs.p2p_bytes))
     throw InputError("transfer bytes must be finite and >= 0");

@@ -14,6 +14,10 @@ struct StageCosts {
   std::array<double, kOpKindCount> op{};
   double operator[](OpKind k) const { return op[static_cast<int>(k)]; }
   double& operator[](OpKind k) { return op[static_cast<int>(k)]; }
+  // Offload tier (KARMA): seconds of one copy, each way (device->host after an F, host->device
+  // before its B), of one chunk's activations of one micro-batch. 0 = this stage keeps its
+  // activations on the device.
+  double offload = 0.0;
 };
 
 struct CostTable {
@@ -25,6 +29,10 @@ struct CostTable {
   // Fraction of a forward's activations that survive B and are freed by W (zero-bubble split).
   // 1.0 is the convention of the V-Half/V-Min building block (B keeps all, W frees all).
   double w_free_fraction = 1.0;
+  // Whether the offload copies occupy the compute stream: true where the rank's own thread copies
+  // (the embedded engine's CPU backend), false on a GPU, whose copy engines run them on streams
+  // of their own beside the computation.
+  bool copies_block_compute = false;
 
   // Same costs on every stage; BW = B + W; S/T/IF/IB as given.
   static CostTable uniform(int stages, double f, double b, double w, double s = 0.0, double t = 0.0,
@@ -41,8 +49,8 @@ inline constexpr double kMaxScheduleTime = 9.2e9;
 // InputError "<what> of <t> is beyond what a trace holds ..." unless |t| < kMaxScheduleTime
 // (so never for inf or nan).
 void check_schedule_time(double t, const char* what);
-// InputError when a cost (each op kind as cost() gives it, the transfer and barrier times) is
-// negative, not finite, or not below kMaxScheduleTime.
+// InputError when a cost (each op kind as cost() gives it, each stage's offload copy, the
+// transfer and barrier times) is negative, not finite, or not below kMaxScheduleTime.
 void check_costs(const CostTable& costs);
 
 }  // namespace pipetune::schedule

@@ -14,6 +14,8 @@ ExecutionOptions cpu_engine_execution() {
   x.pp_scatter_gather = false;
   x.activation_bytes = 4;
   x.gradient_reduce_bytes = 4;
+  x.copies_block_compute = true;
+  x.host_update_bandwidth = 0.0;  // the device is the host
   return x;
 }
 
@@ -26,6 +28,9 @@ ExecutionOptions cuda_engine_execution(bool bf16_gemms, spec::EngineAttention at
   // 18.3 and 11.6), nowhere near the tensor cores' peak; calibration fits the rest. flash-mma
   // too, until its kernels are measured.
   x.fp32_attention = true;
+  const ExecutionOptions gpu;
+  x.copies_block_compute = gpu.copies_block_compute;
+  x.host_update_bandwidth = gpu.host_update_bandwidth;
   return x;
 }
 

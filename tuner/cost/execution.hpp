@@ -48,19 +48,31 @@ struct ExecutionOptions {
   // bf16 tensor cores (peak_flops): the CUDA engine in fp32. No effect on a CPU.
   bool fp32_gemms = false;
   bool fp32_attention = false;
+  // Offload tier (ParallelPlan::offload_activations): the copies of activations to and from host
+  // memory hold the compute stream (the rank's own thread copies them: the embedded engine on
+  // its CPU backend); false: a GPU's copy engines run them on copy streams beside the compute.
+  bool copies_block_compute = false;
+  // Offload tier (ParallelPlan::offload_optimizer): bytes/s of host memory traffic one device's
+  // share of the host-side optimizer update (ZeRO-Offload's CPU Adam) gets. An assumption, not a
+  // measurement: a two-socket server's ~200 GB/s of memory bandwidth shared by its 8 GPUs.
+  // 0: the device's own element-wise rate (efficiency.memory * hbm_bandwidth), for a CPU device,
+  // whose host memory is its memory.
+  double host_update_bandwidth = 25e9;
 };
 
 // The embedded engine on its CPU backend (engine/runtime, engine/tensor/cpu): fp32 activations
 // and messages; a tiled attention kernel over the causal half that stores its probabilities;
 // TP collectives between the GEMMs, not beside them; every TP rank sends the whole activation
 // down the pipeline; the DP gradient reduction and ZeRO-1 parameter gather run in the optimizer
-// step, after the pipeline flush; ZeRO-2 and 3's per-layer collectives in series with the layers.
+// step, after the pipeline flush; ZeRO-2 and 3's per-layer collectives in series with the layers;
+// offload copies by the rank's thread, between its ops; the host update in the same memory.
 ExecutionOptions cpu_engine_execution();
 
 // The embedded engine on its CUDA backend (engine/cuda): fp32 activations, weights and messages;
 // GEMMs in fp32, or with bf16 inputs on the tensor cores (bf16_gemms); attention timed at the
 // fp32 peak (flash-tc's tensor-core tiles included: see execution.cpp), keeping its probabilities
-// only with the stored kernel; collectives and the optimizer step as on the CPU backend.
+// only with the stored kernel; collectives and the optimizer step as on the CPU backend; offload
+// copies on copy streams and the host update in host memory, as on any GPU.
 ExecutionOptions cuda_engine_execution(
     bool bf16_gemms, spec::EngineAttention attention = spec::EngineAttention::flash);
 

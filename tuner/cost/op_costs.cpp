@@ -110,6 +110,47 @@ void set_pass_times(StageCost& st, const PassWork& work, const spec::HardwareSpe
   st.executed_flops = work.forward.flops() + work.input_grad.flops() + work.weight_grad.flops();
 }
 
+// Bytes/s a copy between a device and host memory reaches. SpecError naming `plan_key` and the
+// hardware's key when the hardware does not say (0 = unknown).
+double host_link_rate(const spec::HardwareSpec& hw, const char* plan_key) {
+  const std::string offload = plan_key;
+  const std::string which = hw.name.empty() ? "this hardware" : "hardware " + hw.name;
+  if (!(hw.host_bandwidth > 0.0))
+    throw SpecError({offload, "hardware.host_bandwidth"},
+                    offload + " needs the hardware's host_bandwidth (bytes/s over PCIe), which " +
+                        which + " does not give");
+  if (!(hw.efficiency.host_link > 0.0))
+    throw SpecError({offload, "hardware.efficiency.host_link"},
+                    offload + " needs a positive efficiency.host_link (the share of " +
+                        "host_bandwidth copies reach), which " + which + " does not give");
+  return hw.host_bandwidth * hw.efficiency.host_link;
+}
+
+// The optimizer step over `shard` parameters. On the device: its memory traffic at the
+// element-wise rate. Offloaded (ZeRO-Offload): the gradients go down and the updated weights
+// come up over the host link, and the update streams host memory at host_update_bandwidth.
+double optimizer_step_time(double shard, const spec::ParallelPlan& plan,
+                           const spec::HardwareSpec& hw, const ExecutionOptions& exec) {
+  const double device_rate = hw.efficiency.memory * hw.hbm_bandwidth;
+  if (!plan.offload_optimizer) return shard * kOptimizerBytesPerParameter / device_rate;
+  const double link = host_link_rate(hw, "plan.offload_optimizer");
+  const double copies = shard * (exec.gradient_reduce_bytes + exec.activation_bytes) / link;
+  const double host_rate =
+      exec.host_update_bandwidth > 0.0 ? exec.host_update_bandwidth : device_rate;
+  return copies + shard * kOptimizerBytesPerParameter / host_rate;
+}
+
+// Offload tier (KARMA): each stage's copy, each way, of one chunk's activations of one micro-
+// batch (the bytes its recomputation keeps), and whether the copies hold the compute stream.
+void set_offload_costs(OpCosts& out, const spec::ParallelPlan& plan, const spec::HardwareSpec& hw,
+                       const ExecutionOptions& exec) {
+  out.table.copies_block_compute = exec.copies_block_compute;
+  if (!plan.offload_activations) return;
+  const double link = host_link_rate(hw, "plan.offload_activations");
+  for (std::size_t i = 0; i < out.table.stages.size(); ++i)
+    out.table.stages[i].offload = out.activation_bytes_per_microbatch[i] / plan.chunks / link;
+}
+
 // Data parallelism over the stage's parameters: the gradient reduction and parameter gathers
 // of its ZeRO stage, and the optimizer step over the parameters the rank keeps.
 void set_data_parallel_costs(StageCost& st, const StageParameters& sp,
@@ -144,7 +185,7 @@ void set_data_parallel_costs(StageCost& st, const StageParameters& sp,
         collective_time(Collective::AllReduce, sp.expert * grad_bytes, links.expert_dp);
   }
   const double local = plan.zero_stage >= 1 ? shared / plan.dp + sp.expert / edp : sp.total();
-  st.optimizer = local * kOptimizerBytesPerParameter / (hw.efficiency.memory * hw.hbm_bandwidth);
+  st.optimizer = optimizer_step_time(local, plan, hw, exec);
 }
 
 // Tied embeddings on two stages keep their copies equal with one all-reduce per iteration.
@@ -335,6 +376,7 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   if (vocab_parallel)
     add_vocabulary_parallel_costs(out, model, rank_links, plan, exec, logits_bytes);
   set_pass_op_costs(out, plan, exec);
+  set_offload_costs(out, plan, hw, exec);
   // Weight-gradient GEMMs keep their inputs until W: nearly all of a layer's activations.
   out.table.w_free_fraction = 1.0;
   return out;

@@ -19,6 +19,13 @@
 //                    micro-batch, overlapped with the pass: it costs max(compute, communication)
 //   DP (ZeRO 0-2)    per iteration: all-reduce (0) or reduce-scatter + parameter all-gather
 //                    (1, 2) of the stage's gradients over its DP group; experts over dp / ep
+//   optimizer        the shard's kOptimizerBytesPerParameter / (memory * hbm_bandwidth); under
+//                    offload_optimizer (ZeRO-Offload) (gradient + weight bytes) over the host
+//                    link, host_bandwidth * host_link, plus kOptimizerBytesPerParameter /
+//                    ExecutionOptions::host_update_bandwidth
+//   offload          offload_activations: one copy each way of one chunk's activations of one
+//                    micro-batch (what recomputation keeps) over the host link, on the
+//                    simulator's copy streams (CostTable::copies_block_compute on a CPU)
 #pragma once
 
 #include <vector>
@@ -63,7 +70,7 @@ struct StageCost {
   double grad_reduce = 0.0;     // DP all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1)
   double param_gather = 0.0;    // ZeRO 1, 2: all-gather of the updated bf16 parameters
   double embedding_sync = 0.0;  // tied embeddings: gradient all-reduce of first and last stage
-  double optimizer = 0.0;       // Adam step over this device's parameter shard
+  double optimizer = 0.0;       // Adam step over this device's parameter shard (see above)
   double parameters = 0.0;      // parameters this device holds (before ZeRO sharding)
   double executed_flops = 0.0;  // FLOPs this device executes per micro-batch (all passes)
 };
@@ -77,8 +84,9 @@ struct OpCosts {
   std::vector<double> transient_activation_bytes;
 };
 
-// Throws SpecError when the plan's layer split does not match pp * chunks groups. Expects a plan
-// that passed spec::validate.
+// Throws SpecError when the plan's layer split does not match pp * chunks groups, or when the
+// plan offloads and the hardware has no host_bandwidth (naming both keys). Expects a plan that
+// passed spec::validate.
 OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                  const spec::ParallelPlan& plan, schedule::Placement placement,
                  const ExecutionOptions& exec = {});

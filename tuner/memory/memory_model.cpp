@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "engine/errors.hpp"
 
@@ -113,16 +114,22 @@ std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
 MemoryEstimate estimate_memory(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                                const spec::ParallelPlan& plan, schedule::Placement placement,
                                const std::vector<double>& peak_activation_bytes,
-                               const MemoryModelOptions& options) {
+                               const MemoryModelOptions& options,
+                               const std::vector<double>& host_activation_bytes) {
   if (peak_activation_bytes.size() != static_cast<std::size_t>(plan.pp))
     throw InputError("estimate_memory: " + std::to_string(peak_activation_bytes.size()) +
                      " activation peaks for " + std::to_string(plan.pp) + " pipeline stages");
+  if (!host_activation_bytes.empty() &&
+      host_activation_bytes.size() != static_cast<std::size_t>(plan.pp))
+    throw InputError("estimate_memory: " + std::to_string(host_activation_bytes.size()) +
+                     " host activation peaks for " + std::to_string(plan.pp) + " pipeline stages");
   const std::vector<StageParameters> params = stage_parameters(model, plan, placement);
   const BytesPerParameter dense = bytes_per_parameter(plan.zero_stage, plan.dp, options);
   const BytesPerParameter expert = bytes_per_parameter(plan.zero_stage, plan.dp / plan.ep, options);
 
   MemoryEstimate e;
   e.device_bytes = as_d(cluster.hardware.hbm_bytes);
+  e.host_bytes = as_d(cluster.hardware.host_memory_bytes);
   for (int r = 0; r < plan.pp; ++r) {
     const StageParameters& sp = params[static_cast<std::size_t>(r)];
     const double shared = sp.dense + sp.vocabulary;
@@ -136,11 +143,18 @@ MemoryEstimate estimate_memory(const spec::ModelSpec& model, const spec::Cluster
       if (plan.zero_stage >= 3) m.parameters += open * options.weight_bytes;
     }
     m.optimizer = shared * dense.optimizer + sp.expert * expert.optimizer;
+    if (plan.offload_optimizer) std::swap(m.optimizer, m.host_optimizer);  // ZeRO-Offload
     m.activations = std::max(0.0, peak_activation_bytes[static_cast<std::size_t>(r)]);
+    if (!host_activation_bytes.empty())
+      m.host_activations = std::max(0.0, host_activation_bytes[static_cast<std::size_t>(r)]);
     m.overhead = options.framework_overhead_bytes;
     if (m.total() > e.peak_bytes || r == 0) {
       e.peak_bytes = m.total();
       e.peak_stage = r;
+    }
+    if (m.host() > e.peak_host_bytes || r == 0) {
+      e.peak_host_bytes = m.host();
+      e.peak_host_stage = r;
     }
     e.stages.push_back(m);
   }
@@ -149,6 +163,16 @@ MemoryEstimate estimate_memory(const spec::ModelSpec& model, const spec::Cluster
 
 std::string MemoryEstimate::binding_constraint() const {
   if (fits() || stages.empty()) return "";
+  if (peak_bytes <= device_bytes) {  // the host memory binds
+    const StageMemory& s = stages[static_cast<std::size_t>(peak_host_stage)];
+    const bool activations = s.host_activations >= s.host_optimizer;
+    return "stage " + std::to_string(peak_host_stage) + " needs " + gib(peak_host_bytes) +
+           " of host memory, over the " + gib(host_bytes) +
+           " per device the hardware's host_memory_bytes gives (" +
+           (activations ? "offloaded activations " + gib(s.host_activations)
+                        : "offloaded optimizer state " + gib(s.host_optimizer)) +
+           ")";
+  }
   const StageMemory& s = stages[static_cast<std::size_t>(peak_stage)];
   struct Part {
     const char* name;

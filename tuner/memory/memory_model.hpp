@@ -20,7 +20,11 @@
 //    (activation bytes per micro-batch times the micro-batches held; Korthikanti et al. per
 //    layer with the plan's recomputation, see tuner/cost/analytic_costs.hpp).
 //  - A fixed framework overhead (CUDA context, communication buffers, allocator slack).
-// A plan fits when every stage's total is at most the device's memory.
+//  - Offload tier (KARMA): with offload_activations the simulator's device peak is what stays on
+//    the device, and its host peak is held in host memory; with offload_optimizer the optimizer
+//    state (master weights, m, v) lives in host memory (ZeRO-Offload).
+// A plan fits when every stage's device total is at most the device's memory and, where the
+// hardware gives host_memory_bytes, every stage's host total at most that.
 #pragma once
 
 #include <string>
@@ -73,10 +77,15 @@ struct StageMemory {
   int stage = 0;
   double parameters = 0.0;  // bytes of weights
   double gradients = 0.0;
-  double optimizer = 0.0;
-  double activations = 0.0;  // peak activations in flight
+  double optimizer = 0.0;    // on the device: 0 under offload_optimizer (see host_optimizer)
+  double activations = 0.0;  // peak activations in flight on the device
   double overhead = 0.0;
+  // Offload tier: host memory this device's rank uses, its offloaded activations at their host
+  // peak and, under offload_optimizer, its optimizer state.
+  double host_activations = 0.0;
+  double host_optimizer = 0.0;
   double total() const { return parameters + gradients + optimizer + activations + overhead; }
+  double host() const { return host_activations + host_optimizer; }
 };
 
 struct MemoryEstimate {
@@ -84,16 +93,27 @@ struct MemoryEstimate {
   double device_bytes = 0.0;  // the hardware's memory
   int peak_stage = 0;
   double peak_bytes = 0.0;
-  bool fits() const { return peak_bytes <= device_bytes; }
-  // "stage 3 needs 92.4 GiB of the device's 80.0 GiB (activations 61.2 GiB)"; empty when it fits.
+  // Host memory one device may use (hardware.host_memory_bytes; 0 = unknown, never binding), and
+  // the stage that uses the most of it.
+  double host_bytes = 0.0;
+  int peak_host_stage = 0;
+  double peak_host_bytes = 0.0;
+  bool fits() const {
+    return peak_bytes <= device_bytes && (host_bytes <= 0.0 || peak_host_bytes <= host_bytes);
+  }
+  // "stage 3 needs 92.4 GiB of the device's 80.0 GiB (activations 61.2 GiB)", or for host memory
+  // "stage 1 needs 300.0 GiB of host memory, over the 256.0 GiB per device the hardware's
+  // host_memory_bytes gives (offloaded activations 250.0 GiB)"; empty when it fits.
   std::string binding_constraint() const;
 };
 
 // peak_activation_bytes: per pipeline rank, the simulator's StageSummary::peak_activation_bytes.
+// host_activation_bytes: per pipeline rank, its peak_host_activation_bytes; empty = none.
 MemoryEstimate estimate_memory(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                                const spec::ParallelPlan& plan, schedule::Placement placement,
                                const std::vector<double>& peak_activation_bytes,
-                               const MemoryModelOptions& options = {});
+                               const MemoryModelOptions& options = {},
+                               const std::vector<double>& host_activation_bytes = {});
 
 // Bytes of weights, gradients and optimizer state per parameter for a ZeRO stage and a data-
 // parallel group of `dp` devices: {weights, gradients, optimizer}.

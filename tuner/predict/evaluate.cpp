@@ -76,11 +76,15 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   // Activations: what the schedule's warm-up rule makes a stage hold before its first backward
   // (schedule::least_peak_in_flight), at least one chunk of one micro-batch.
   const schedule::GeneratorParams shape = spec::generator_params(plan);
+  // Offloading activations, a stage keeps at least the one chunk its running forward fills.
   std::vector<double> least_activations(P, 0.0);
-  for (std::size_t k = 0; k < P; ++k)
-    least_activations[k] = schedule::least_peak_in_flight(shape, static_cast<int>(k)) *
-                               costs.activation_bytes_per_microbatch[k] +
-                           costs.transient_activation_bytes[k];
+  for (std::size_t k = 0; k < P; ++k) {
+    const double in_flight = plan.offload_activations
+                                 ? 1.0 / plan.chunks
+                                 : schedule::least_peak_in_flight(shape, static_cast<int>(k));
+    least_activations[k] =
+        in_flight * costs.activation_bytes_per_microbatch[k] + costs.transient_activation_bytes[k];
+  }
   PlanBound b;
   b.peak_memory_bytes =
       estimate_memory(model, cluster, plan, placement, least_activations, memory).peak_bytes;
@@ -197,11 +201,15 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
   const AfterPipeline after = after_pipeline(e.costs, plan.pp, execution);
   e.data_parallel_time = after.data_parallel;
   e.optimizer_time = after.optimizer;
+  // Device: the simulated peak of what stays (offloaded units excluded) plus the transient
+  // logits; host: the simulated peak of what the offload copies moved there.
   std::vector<double> peaks(static_cast<std::size_t>(plan.pp), 0.0);
+  std::vector<double> host_peaks(static_cast<std::size_t>(plan.pp), 0.0);
   for (int i = 0; i < plan.pp; ++i) {
     const auto k = static_cast<std::size_t>(i);
     peaks[k] =
         std::max(0.0, r.stages[k].peak_activation_bytes) + e.costs.transient_activation_bytes[k];
+    host_peaks[k] = std::max(0.0, r.stages[k].peak_host_activation_bytes);
   }
   e.iteration_time = e.pipeline_time + e.data_parallel_time + e.optimizer_time;
   // The simulator's bound, on the whole iteration.
@@ -209,7 +217,7 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
   e.stages = std::move(r.stages);
 
   set_throughput(e, tokens, world, cluster.hardware.peak_flops);
-  e.memory = estimate_memory(model, cluster, plan, e.placement, peaks, memory);
+  e.memory = estimate_memory(model, cluster, plan, e.placement, peaks, memory, host_peaks);
   e.feasible = e.memory.fits();
   if (!e.feasible) e.infeasible_reason = e.memory.binding_constraint();
   return e;

@@ -6,7 +6,11 @@
 //                + the slowest stage's exposed data-parallel communication (gradient reduction
 //                  beyond the last micro-batch's backward when overlapped, parameter gather
 //                  beyond the first forward when overlapped, the tied-embedding all-reduce)
-//                + the slowest stage's optimizer step.
+//                + the slowest stage's optimizer step (with offload_optimizer: its copies over
+//                  the host link and the host's update, tuner/cost/op_costs.hpp).
+// With offload_activations the simulator runs each stage's copies (tuner/sim/simulator.hpp):
+// the pipeline time includes what compute waits for them, the memory estimate puts the
+// simulated host peak in host memory (tuner/memory/memory_model.hpp).
 // Stages are taken to finish the pipeline together (the simulator reports only the makespan),
 // so a stage whose pipeline work ends early is charged its exposed reduction anyway: an upper
 // bound when the last stage holds the most parameters.

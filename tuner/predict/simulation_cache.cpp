@@ -15,13 +15,16 @@ void append(std::string& out, const T& value) {
 
 void append_table(std::string& out, const schedule::CostTable& t) {
   append(out, t.stages.size());
-  for (const schedule::StageCosts& s : t.stages)
+  for (const schedule::StageCosts& s : t.stages) {
     for (double c : s.op) append(out, c);
+    append(out, s.offload);
+  }
   append(out, t.p2p_latency);
   append(out, t.p2p_bytes);
   append(out, t.p2p_bandwidth);
   append(out, t.collective_time);
   append(out, t.w_free_fraction);
+  append(out, t.copies_block_compute);
 }
 
 }  // namespace

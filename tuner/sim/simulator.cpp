@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "engine/errors.hpp"
 #include "engine/schedule/executor.hpp"
 #include "engine/schedule/validator.hpp"
+#include "tuner/sim/unit_ledger.hpp"
 
 namespace pipetune::sim {
 
@@ -29,6 +31,23 @@ std::int64_t to_ns(double seconds) {
 profiler::SpanKind span_kind(OpKind k) {
   return schedule::span_kind_of(k);
 }
+
+// One copy on a copy stream (seconds).
+struct Copy {
+  double start = 0.0, end = 0.0;
+};
+
+// A rank whose stage offloads its activations: its copy streams and where its units are.
+struct OffloadingRank {
+  double copy = 0.0;  // seconds of one chunk's copy, each way
+  double offload_free = 0.0, reload_free = 0.0;
+  double previous_start = 0.0;  // start of the rank's previous op: reloads prefetch from there
+  double stall = 0.0;
+  // Per (micro-batch, chunk), micro-batch major: when its offload ends; negative = kept.
+  std::vector<double> offload_end;
+  detail::UnitLedger units;
+  std::int32_t lane[2] = {0, 0};  // trace lanes: offload (device->host), reload (host->device)
+};
 
 // Assigns times to ops in the order the executor makes them runnable.
 class TimingHooks {
@@ -55,6 +74,7 @@ class TimingHooks {
       for (OpKind k : schedule::kAllOpKinds)
         cost_[r * schedule::kOpKindCount + static_cast<std::size_t>(k)] =
             costs.cost(static_cast<int>(r), k);
+    set_up_offload();
     if (options.record_trace) {
       auto& t = result.trace;
       t.kind = profiler::TraceKind::Simulated;
@@ -68,8 +88,14 @@ class TimingHooks {
         comm_lane_[static_cast<std::size_t>(r)] = t.lane(r, profiler::Stream::Comm);
         p2p_lane_[static_cast<std::size_t>(r)] = t.lane(r, profiler::Stream::P2P);
       }
+      for (std::size_t r = 0; r < offloading_.size(); ++r) {
+        if (!(offloading_[r].copy > 0.0)) continue;
+        offloading_[r].lane[0] = t.lane(static_cast<int>(r), profiler::Stream::Offload, 0);
+        offloading_[r].lane[1] = t.lane(static_cast<int>(r), profiler::Stream::Offload, 1);
+      }
       activation_counter_ = t.intern("activations (micro-batches)");
-      lane_spans_.resize(t.lanes.size());
+      if (!offloading_.empty()) host_counter_ = t.intern("activations on host (micro-batches)");
+      lane_spans_.resize(t.lanes.size());  // after every lane exists
       for (int r = 0; r < s.stages; ++r)
         lane_spans_[static_cast<std::size_t>(compute_lane_[static_cast<std::size_t>(r)])].reserve(
             s.ranks[static_cast<std::size_t>(r)].size());
@@ -78,22 +104,11 @@ class TimingHooks {
     }
   }
 
-  double op(int rank, std::size_t, const Op& op, const Requirement& req, double req_time) {
+  double op(int rank, std::size_t index, const Op& op, const Requirement& req, double req_time) {
     const auto r = static_cast<std::size_t>(rank);
-    double ready = req_time;
-    if (req.present && req.transfer) {
-      ready += p2p_time_;
-      if (options_.record_trace && p2p_time_ > 0.0) {
-        profiler::Span send;
-        send.lane = p2p_lane_[static_cast<std::size_t>(req.source_rank)];
-        send.kind = profiler::SpanKind::Send;
-        send.microbatch = op.microbatch;
-        send.peer = rank;
-        send.start_ns = to_ns(req_time);
-        send.end_ns = to_ns(ready);
-        lane_spans_[static_cast<std::size_t>(send.lane)].push_back(send);
-      }
-    }
+    const double ready = arrival(rank, op, req, req_time);
+    if (!offloading_.empty() && offloading_[r].copy > 0.0)
+      return offloading_op(rank, index, op, ready);
     const double start = std::max(compute_free_[r], ready);
     const double duration = cost_[r * schedule::kOpKindCount + static_cast<std::size_t>(op.kind)];
     const double end = start + duration;
@@ -102,39 +117,15 @@ class TimingHooks {
     ++ops_[r];
 
     // Activations: an F allocates as it starts; B/W/BW free as they end.
-    double delta = 0.0;
-    double at = end;
-    switch (op.kind) {
-      case OpKind::F:
-        delta = forward_units_;
-        at = start;
-        break;
-      case OpKind::B:
-        delta = -b_free_units_;
-        break;
-      case OpKind::W:
-        delta = -w_free_units_;
-        break;
-      case OpKind::BW:
-        delta = -forward_units_;
-        break;
-      default:
-        break;
-    }
+    const double delta = unit_delta(op.kind);
+    const double at = op.kind == OpKind::F ? start : end;
     if (delta != 0.0) {
       units_[r] += delta;
       if (units_[r] > peak_units_[r]) peak_units_[r] = units_[r];
     }
     if (options_.record_trace) {
-      profiler::Span span;
-      span.lane = compute_lane_[r];
-      span.kind = span_kind(op.kind);
-      span.chunk = schedule::is_vocab_op(op.kind) ? -1 : op.chunk;
-      span.microbatch = op.microbatch;
-      span.start_ns = to_ns(start);
-      span.end_ns = to_ns(end);
-      lane_spans_[static_cast<std::size_t>(span.lane)].push_back(span);
-      if (delta != 0.0) record_memory(rank, at);
+      record_compute(rank, op, start, end);
+      if (delta != 0.0) record_memory(rank, at, units_[r]);
     }
     return end;
   }
@@ -171,52 +162,208 @@ class TimingHooks {
       makespan = std::max(makespan, comm_free_[static_cast<std::size_t>(r)]);
     }
     // Every time of the run (busy, bubble, each op's end) is at most the makespan: bounded here,
-    // with or without a trace, as the trace's times are.
+    // with or without a trace, as the trace's times are. (A copy ends before the B it serves.)
     schedule::check_schedule_time(makespan, "a simulated time");
     result_.iteration_time = makespan;
     result_.stages.resize(static_cast<std::size_t>(p));
     double bubble_sum = 0.0;
     for (int r = 0; r < p; ++r) {
-      const auto i = static_cast<std::size_t>(r);
-      StageSummary& st = result_.stages[i];
-      st.stage = r;
-      st.busy = busy_[i];
-      st.bubble = std::max(0.0, makespan - busy_[i]);
-      st.bubble_ratio = makespan > 0.0 ? st.bubble / makespan : 0.0;
-      st.comm = comm_busy_[i];
-      st.peak_activation_microbatches = peak_units_[i];
-      if (!options_.activation_bytes_per_microbatch.empty())
-        st.peak_activation_bytes = peak_units_[i] * options_.activation_bytes_per_microbatch[i];
-      st.ops = ops_[i];
+      const StageSummary& st = summarise_stage(r, makespan);
       bubble_sum += st.bubble;
-      result_.op_count += ops_[i];
+      result_.op_count += st.ops;
     }
     result_.bubble_ratio = makespan > 0.0 ? bubble_sum / (makespan * p) : 0.0;
-    if (options_.record_trace) {
-      // Compute and barrier spans arrive in time order per lane (each stream runs in order);
-      // sends arrive in the order their consumers ran, so only those lanes may need sorting.
-      auto& spans = result_.trace.spans;
-      std::size_t total = 0;
-      for (const auto& l : lane_spans_) total += l.size();
-      spans.reserve(total);
-      const auto by_start = [](const profiler::Span& a, const profiler::Span& b) {
-        return a.start_ns < b.start_ns;
-      };
-      for (auto& l : lane_spans_) {
-        if (!std::is_sorted(l.begin(), l.end(), by_start))
-          std::stable_sort(l.begin(), l.end(), by_start);
-        spans.insert(spans.end(), l.begin(), l.end());
-      }
-    }
+    if (options_.record_trace) merge_lane_spans();
   }
 
  private:
-  void record_memory(int rank, double at) {
+  // Copy streams for the stages that offload. Only a plan that offloads pays for their state.
+  void set_up_offload() {
+    const auto& stages = costs_.stages;
+    const bool any = std::any_of(stages.begin(), stages.end(),
+                                 [](const schedule::StageCosts& c) { return c.offload > 0.0; });
+    if (!any) return;
+    offloading_.resize(stages.size());
+    for (std::size_t r = 0; r < stages.size(); ++r) {
+      OffloadingRank& o = offloading_[r];
+      o.copy = stages[r].offload;
+      if (o.copy > 0.0)
+        o.offload_end.assign(static_cast<std::size_t>(s_.microbatches * s_.chunks), -1.0);
+    }
+  }
+
+  // When the op's requirement is on this rank: at the source's time, plus one point-to-point
+  // transfer when it comes from another rank (traced as a send on the source's lane).
+  double arrival(int rank, const Op& op, const Requirement& req, double req_time) {
+    if (!(req.present && req.transfer)) return req_time;
+    const double ready = req_time + p2p_time_;
+    if (options_.record_trace && p2p_time_ > 0.0) {
+      profiler::Span send;
+      send.lane = p2p_lane_[static_cast<std::size_t>(req.source_rank)];
+      send.kind = profiler::SpanKind::Send;
+      send.microbatch = op.microbatch;
+      send.peer = rank;
+      send.start_ns = to_ns(req_time);
+      send.end_ns = to_ns(ready);
+      lane_spans_[static_cast<std::size_t>(send.lane)].push_back(send);
+    }
+    return ready;
+  }
+
+  // Activation units an op adds (F, as it starts) or frees (B, W, BW, as they end).
+  double unit_delta(OpKind kind) const {
+    switch (kind) {
+      case OpKind::F:
+        return forward_units_;
+      case OpKind::B:
+        return -b_free_units_;
+      case OpKind::W:
+        return -w_free_units_;
+      case OpKind::BW:
+        return -forward_units_;
+      default:
+        return 0.0;
+    }
+  }
+
+  // An op on a rank whose stage offloads (see simulator.hpp): its reload before a backward, its
+  // offload after a forward, and the units they move, through the rank's ledger.
+  double offloading_op(int rank, std::size_t index, const Op& op, double ready) {
+    const auto r = static_cast<std::size_t>(rank);
+    OffloadingRank& o = offloading_[r];
+    const std::size_t slot =
+        static_cast<std::size_t>(op.microbatch) * static_cast<std::size_t>(s_.chunks) +
+        static_cast<std::size_t>(op.chunk);
+    const double earliest = std::max(compute_free_[r], ready);
+    double start = earliest;
+    if (schedule::is_backward_input(op.kind) && o.offload_end[slot] >= 0.0) {
+      Copy reload;
+      reload.start = costs_.copies_block_compute
+                         ? earliest
+                         : std::max({o.reload_free, o.offload_end[slot], o.previous_start});
+      reload.end = reload.start + o.copy;
+      o.reload_free = reload.end;
+      start = std::max(earliest, reload.end);
+      o.stall += start - earliest;
+      o.units.add(reload.start, forward_units_, -forward_units_);
+      if (options_.record_trace) record_copy(o.lane[1], profiler::SpanKind::Reload, op, reload);
+    }
+    const double duration = cost_[r * schedule::kOpKindCount + static_cast<std::size_t>(op.kind)];
+    const double end = start + duration;
+    compute_free_[r] = end;
+    busy_[r] += duration;
+    ++ops_[r];
+    const double delta = unit_delta(op.kind);
+    if (delta != 0.0) o.units.add(op.kind == OpKind::F ? start : end, delta, 0.0);
+    if (op.kind == OpKind::F && !own_backward_follows(rank, index, op)) {
+      Copy offload;
+      offload.start = std::max(end, costs_.copies_block_compute ? end : o.offload_free);
+      offload.end = offload.start + o.copy;
+      o.offload_free = offload.end;
+      if (costs_.copies_block_compute) {
+        compute_free_[r] = offload.end;
+        o.stall += o.copy;
+      }
+      o.offload_end[slot] = offload.end;
+      o.units.add(offload.end, -forward_units_, forward_units_);
+      if (options_.record_trace) record_copy(o.lane[0], profiler::SpanKind::Offload, op, offload);
+    }
+    if (options_.record_trace) record_compute(rank, op, start, end);
+    // No later op starts before this one, and a later reload starts no earlier than this op.
+    settle_units(rank, start);
+    o.previous_start = start;
+    return end;
+  }
+
+  // Whether the op after this F on the rank is its own backward: then its units stay (a copy
+  // out and straight back would free nothing and stall the backward twice c).
+  bool own_backward_follows(int rank, std::size_t index, const Op& f) const {
+    const auto& ops = s_.ranks[static_cast<std::size_t>(rank)];
+    if (index + 1 >= ops.size()) return false;
+    const Op& next = ops[index + 1];
+    return schedule::is_backward_input(next.kind) && next.microbatch == f.microbatch &&
+           next.chunk == f.chunk;
+  }
+
+  void settle_units(int rank, double watermark) {
+    const auto r = static_cast<std::size_t>(rank);
+    offloading_[r].units.settle(watermark, [&](double t, double device, double host) {
+      if (!options_.record_trace) return;
+      record_memory(rank, t, device);
+      result_.trace.counters.push_back({rank, host_counter_, to_ns(t), host});
+    });
+  }
+
+  const StageSummary& summarise_stage(int rank, double makespan) {
+    const auto i = static_cast<std::size_t>(rank);
+    StageSummary& st = result_.stages[i];
+    st.stage = rank;
+    st.busy = busy_[i];
+    st.bubble = std::max(0.0, makespan - busy_[i]);
+    st.bubble_ratio = makespan > 0.0 ? st.bubble / makespan : 0.0;
+    st.comm = comm_busy_[i];
+    st.peak_activation_microbatches = peak_units_[i];
+    if (!offloading_.empty() && offloading_[i].copy > 0.0) {
+      settle_units(rank, std::numeric_limits<double>::infinity());
+      st.peak_activation_microbatches = offloading_[i].units.peak_device();
+      st.peak_host_activation_microbatches = offloading_[i].units.peak_host();
+      st.copy_stall = offloading_[i].stall;
+    }
+    if (!options_.activation_bytes_per_microbatch.empty()) {
+      const double bytes = options_.activation_bytes_per_microbatch[i];
+      st.peak_activation_bytes = st.peak_activation_microbatches * bytes;
+      st.peak_host_activation_bytes = st.peak_host_activation_microbatches * bytes;
+    }
+    st.ops = ops_[i];
+    return st;
+  }
+
+  void merge_lane_spans() {
+    // Compute, barrier and copy spans arrive in time order per lane (each stream runs in order);
+    // sends arrive in the order their consumers ran, so only those lanes may need sorting.
+    auto& spans = result_.trace.spans;
+    std::size_t total = 0;
+    for (const auto& l : lane_spans_) total += l.size();
+    spans.reserve(total);
+    const auto by_start = [](const profiler::Span& a, const profiler::Span& b) {
+      return a.start_ns < b.start_ns;
+    };
+    for (auto& l : lane_spans_) {
+      if (!std::is_sorted(l.begin(), l.end(), by_start))
+        std::stable_sort(l.begin(), l.end(), by_start);
+      spans.insert(spans.end(), l.begin(), l.end());
+    }
+  }
+
+  void record_compute(int rank, const Op& op, double start, double end) {
+    profiler::Span span;
+    span.lane = compute_lane_[static_cast<std::size_t>(rank)];
+    span.kind = span_kind(op.kind);
+    span.chunk = schedule::is_vocab_op(op.kind) ? -1 : op.chunk;
+    span.microbatch = op.microbatch;
+    span.start_ns = to_ns(start);
+    span.end_ns = to_ns(end);
+    lane_spans_[static_cast<std::size_t>(span.lane)].push_back(span);
+  }
+
+  void record_copy(std::int32_t lane, profiler::SpanKind kind, const Op& op, const Copy& copy) {
+    profiler::Span span;
+    span.lane = lane;
+    span.kind = kind;
+    span.chunk = op.chunk;
+    span.microbatch = op.microbatch;
+    span.start_ns = to_ns(copy.start);
+    span.end_ns = to_ns(copy.end);
+    lane_spans_[static_cast<std::size_t>(lane)].push_back(span);
+  }
+
+  // The rank's device activations from `at` on: a counter in micro-batches, bytes when known.
+  void record_memory(int rank, double at, double units) {
     const auto r = static_cast<std::size_t>(rank);
     auto& t = result_.trace;
-    t.counters.push_back({rank, activation_counter_, to_ns(at), units_[r]});
+    t.counters.push_back({rank, activation_counter_, to_ns(at), units});
     if (!options_.activation_bytes_per_microbatch.empty()) {
-      const double bytes = units_[r] * options_.activation_bytes_per_microbatch[r];
+      const double bytes = units * options_.activation_bytes_per_microbatch[r];
       t.memory.push_back({rank, profiler::MemoryCategory::Activations, to_ns(at),
                           static_cast<std::int64_t>(std::llround(bytes))});
     }
@@ -230,7 +377,8 @@ class TimingHooks {
   std::vector<std::size_t> ops_;
   std::vector<std::int32_t> compute_lane_, comm_lane_, p2p_lane_;
   std::vector<std::vector<profiler::Span>> lane_spans_;
-  std::uint32_t activation_counter_ = 0;
+  std::vector<OffloadingRank> offloading_;  // empty unless some stage offloads
+  std::uint32_t activation_counter_ = 0, host_counter_ = 0;
   double p2p_time_ = 0.0, forward_units_ = 1.0, b_free_units_ = 0.0, w_free_units_ = 1.0;
 };
 

@@ -7,6 +7,19 @@
 // link between the two ranks, one at a time per link (a link is busy while a transfer is on it).
 // Vocabulary barriers are collectives over the pipeline group on each rank's communication
 // stream: one starts when every rank has reached it and its comm stream is free.
+//
+// Offload tier (KARMA), on a stage whose CostTable offload time c is positive: each rank has two
+// copy streams, offload (device -> host) and reload (host -> device), each one copy at a time.
+//  - After an F of (micro-batch m, chunk k) ends, its offload starts when the offload stream is
+//    free and lasts c; the F's activation units leave the device as it ends (on the host until
+//    the reload). An F whose own backward (B or BW of m, k) is the rank's next op keeps its
+//    units: they would be copied out and straight back, freeing nothing and stalling the B.
+//  - The B or BW of an offloaded (m, k) needs its reload: it starts at the latest of the reload
+//    stream being free, the offload's end and the start of the rank's previous op (a prefetch one
+//    op ahead), lasts c, and the B starts no earlier than its end. The units are back on the
+//    device from the reload's start. W, S, T, IF and IB move nothing.
+//  - CostTable::copies_block_compute (the rank's thread copies): the offload occupies the
+//    compute stream right after its F and the reload right before its B (which starts c later).
 #pragma once
 
 #include <cstddef>
@@ -27,13 +40,19 @@ struct SimOptions {
 
 struct StageSummary {
   int stage = 0;
-  double busy = 0.0;          // compute time
+  double busy = 0.0;          // compute time (the ops; copies on the compute stream are stall)
   double bubble = 0.0;        // iteration time - busy
   double bubble_ratio = 0.0;  // bubble / iteration time
   double comm = 0.0;          // time on the communication stream (barriers)
-  // Peak activations held, in micro-batches of one stage's layers (1F1B stage r: p - r).
+  // Peak activations held on the device, in micro-batches of one stage's layers (1F1B stage r:
+  // p - r without offload).
   double peak_activation_microbatches = 0.0;
   double peak_activation_bytes = -1.0;  // negative when no model is given
+  // Offload tier: peak activations on the host (moved there by offload copies, not yet reloaded).
+  double peak_host_activation_microbatches = 0.0;
+  double peak_host_activation_bytes = -1.0;  // negative when no model is given
+  // Seconds the compute stream waited for reloads; with copies_block_compute, the copies' time.
+  double copy_stall = 0.0;
   std::size_t ops = 0;
 };
 
