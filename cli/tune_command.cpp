@@ -35,6 +35,7 @@ struct TuneArgs {
   std::string schedules;    // comma-separated; empty = all
   std::string vocab_modes;  // comma-separated; empty = all
   std::int64_t max_candidates = 0;
+  bool no_offload = false;
   int top = 10;
   std::int64_t keep = 100;
   int threads = 0;
@@ -70,6 +71,7 @@ tuner::SearchSpace make_space(const TuneArgs& a) {
                                      .schedules = split_list(a.schedules),
                                      .vocab_modes = split_list(a.vocab_modes),
                                      .max_candidates = a.max_candidates,
+                                     .offload = !a.no_offload,
                                      .keep = a.keep,
                                      .threads = a.threads};
   tuner::SearchSpace s;
@@ -188,12 +190,16 @@ void run(const TuneArgs& a) {
 void add_tune_command(CLI::App& app) {
   auto a = std::make_shared<TuneArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "tune", "Search TP/PP/DP/EP, schedules, vocabulary layers, recomputation and ZeRO");
+      "tune", "Search TP/PP/DP/EP, schedules, vocabulary layers, recomputation, offload and ZeRO");
   add_target_options(cmd, a->target);
   cmd->add_option("--schedules", a->schedules, "Schedules to try, comma-separated (default all)");
   cmd->add_option("--vocab-modes", a->vocab_modes,
                   "none, redis, auto, vocab-1, vocab-2, interlaced (comma-separated; default all)");
   cmd->add_option("--max-candidates", a->max_candidates, "Stop after this many plans (0 = all)");
+  cmd->add_flag("--no-offload", a->no_offload,
+                "Keep activations and optimizer state on the device (by default plans that need "
+                "recomputation also try offload to host memory where the hardware gives "
+                "host_bandwidth)");
   cmd->add_option("--top", a->top, "Results to print")->capture_default_str();
   cmd->add_option("--keep", a->keep,
                   "Results ranked exactly (at least --top); plans whose lower bound cannot reach "

@@ -1,8 +1,18 @@
 #include "tuner/search/evaluator_scorer.hpp"
 
+#include <algorithm>
 #include <memory>
 
 namespace pipetune::tuner {
+
+spec::ParallelPlan without_offload_or_recompute(const spec::ParallelPlan& plan) {
+  spec::ParallelPlan p = plan;
+  p.offload_activations = false;
+  p.offload_optimizer = false;
+  p.recompute = spec::Recompute::None;
+  p.stage_recompute.clear();
+  return p;
+}
 
 ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::ClusterSpec& cluster) {
   EvaluateOptions options;
@@ -20,7 +30,16 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
     auto evaluator = std::make_shared<PlanEvaluator>(options);
     PlanBounder bound = [evaluator, target](const spec::ParallelPlan& plan) {
       const PlanBound b = evaluator->bound(target->first, target->second, plan);
-      return CandidateBound{b.iteration_time, b.peak_memory_bytes};
+      CandidateBound out{b.iteration_time, b.peak_memory_bytes};
+      if (plan.offload_activations || plan.offload_optimizer) {
+        // Copies that may stall, a slower optimizer step, recomputation: an offloading plan is
+        // never faster than the same plan keeping everything on the device without recomputing.
+        const spec::ParallelPlan kept = without_offload_or_recompute(plan);
+        out.iteration_time =
+            std::max(out.iteration_time,
+                     evaluator->bound(target->first, target->second, kept).iteration_time);
+      }
+      return out;
     };
     PlanScorer score([evaluator, target](const spec::ParallelPlan& plan) {
       const PlanEvaluation e = evaluator->evaluate(target->first, target->second, plan);

@@ -10,11 +10,17 @@
 namespace pipetune::tuner {
 
 // Each scorer comes with the evaluator's lower bound (PlanEvaluator::bound), so a search with
-// SearchSpace::keep > 0 skips plans that cannot make the best results.
+// SearchSpace::keep > 0 skips plans that cannot make the best results. An offloading plan's time
+// bound is at least that of without_offload_or_recompute(plan): offload and recomputation only
+// add time, so its variants are skipped as soon as the plan they vary is.
 // Plans whose static memory (parameters, gradients, optimizer state) already exceeds the device
 // skip the simulation unless `options` says otherwise: they are infeasible whatever the schedule.
 ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::ClusterSpec& cluster);
 ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                                 const EvaluateOptions& options);
+
+// The plan with no offload and no recomputation (uniform or per stage): the fastest of its
+// memory variants.
+spec::ParallelPlan without_offload_or_recompute(const spec::ParallelPlan& plan);
 
 }  // namespace pipetune::tuner

@@ -207,8 +207,10 @@ std::vector<SettingDifference> setting_differences(const spec::ModelSpec& model_
       std::string(schedule::vocab_mode_name(b.vocab)));
   add("layer_split", join(spec::layer_split(model, a)), join(spec::layer_split(model, b)));
   add("recompute", recompute_text(a), recompute_text(b));
-  add("sequence_parallel", a.sequence_parallel ? "true" : "false",
-      b.sequence_parallel ? "true" : "false");
+  const auto flag = [](bool on) { return std::string(on ? "true" : "false"); };
+  add("offload_activations", flag(a.offload_activations), flag(b.offload_activations));
+  add("offload_optimizer", flag(a.offload_optimizer), flag(b.offload_optimizer));
+  add("sequence_parallel", flag(a.sequence_parallel), flag(b.sequence_parallel));
   add("zero_stage", num(a.zero_stage), num(b.zero_stage));
   add("group_size", num(a.group_size), num(b.group_size));
   add("rank_order", std::string(spec::rank_order_name(a.rank_order)),

@@ -96,7 +96,8 @@ PlanBreakdown plan_breakdown(const spec::ClusterSpec& cluster, const spec::Paral
 // The settings in which two plans differ (defaults applied), in ParallelPlan's field order. The
 // layer split and the node group order compare as they take effect (an empty split is the even
 // one, an empty order the listed one); recomputation compares per stage ("recompute": one mode
-// name, or the per-stage list where stages differ).
+// name, or the per-stage list where stages differ); offload as offload_activations and
+// offload_optimizer, "true" or "false".
 std::vector<SettingDifference> setting_differences(const spec::ModelSpec& model,
                                                    const spec::ClusterSpec& cluster,
                                                    const spec::ParallelPlan& first,

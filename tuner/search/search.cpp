@@ -14,6 +14,7 @@
 #include "engine/spec/validate.hpp"
 #include "tuner/memory/memory_model.hpp"
 #include "tuner/search/auto_layer_split.hpp"
+#include "tuner/search/offload_options.hpp"
 #include "tuner/search/placement_options.hpp"
 #include "tuner/search/stage_recompute_choice.hpp"
 
@@ -246,26 +247,28 @@ class Enumerator {
     enumerate_stage_recompute(base, vocab_label);
   }
 
-  // Per-stage recomputation (stage_recompute_choice.hpp) for each ZeRO stage: only where the
-  // plan does not fit without recomputation and each stage's least recomputation that fits is
-  // not one mode for all. The estimate takes the base plan's layer split (even for auto: the
-  // auto split is then chosen with the per-stage recomputation).
+  // Per-stage recomputation (stage_recompute_choice.hpp) and offload (offload_options.hpp) for
+  // each ZeRO stage: only where the plan does not fit without recomputation by the estimate (and
+  // each stage's least recomputation that fits is not one mode for all). The estimate takes the
+  // base plan's layer split (even for auto: the auto split is then chosen for each plan).
   void enumerate_stage_recompute(const spec::ParallelPlan& base, const std::string& vocab_label) {
-    if (base.pp < 2) return;
+    if (base.pp < 2 && !s_.offload) return;
     for (int zero : s_.zero_stages) {
       if (zero > 0 && base.dp == 1) continue;
       spec::ParallelPlan knobs = base;
       knobs.zero_stage = zero;
-      std::vector<std::vector<spec::Recompute>> candidates;
+      std::vector<spec::ParallelPlan> plans;
       try {
         spec::validate(s_.model, s_.cluster, knobs);
-        candidates = stage_recompute_candidates(s_.model, s_.cluster, knobs, s_.recomputes);
+        for (auto& modes : stage_recompute_candidates(s_.model, s_.cluster, knobs, s_.recomputes))
+          plans.emplace_back(knobs).stage_recompute = std::move(modes);
+        if (s_.offload)
+          for (auto& p : offload_variants(s_.model, s_.cluster, knobs, s_.recomputes))
+            plans.push_back(std::move(p));
       } catch (const InputError&) {
         continue;  // the uniform plans above count the rule it breaks
       }
-      for (std::vector<spec::Recompute>& modes : candidates) {
-        spec::ParallelPlan p = knobs;
-        p.stage_recompute = std::move(modes);
+      for (spec::ParallelPlan& p : plans) {
         add_candidate(std::move(p), vocab_label);
         if (full()) return;
       }

@@ -12,9 +12,11 @@
 // enumerated when it is not the even split; vocab-1, vocab-2, interlaced where the schedule
 // supports them), recomputation (each mode for every stage, and per stage where a plan fits only
 // with some: stage_recompute_choice.hpp), ZeRO stage (0 to 3: optimizer state, then also
-// gradients, then also weights sharded over dp), and placement on a cluster of several node
-// groups (the rank order and the node groups' order, placement_options.hpp). Sequence parallelism
-// is on whenever tp > 1 (the same communication volume, less activation memory).
+// gradients, then also weights sharded over dp), placement on a cluster of several node groups
+// (the rank order and the node groups' order, placement_options.hpp), and offload (KARMA:
+// activations and optimizer state in host memory, weighed against recomputation where a plan does
+// not fit without recomputation and the host link is known: offload_options.hpp). Sequence
+// parallelism is on whenever tp > 1 (the same communication volume, less activation memory).
 //
 // Each list of the space names an entry once (InputError naming a repeated one). A combination
 // of a vocabulary mode asked for that cannot exist (a schedule that does not support it, no
@@ -88,6 +90,9 @@ struct SearchSpace {
   std::vector<spec::Recompute> recomputes = {spec::Recompute::None, spec::Recompute::Selective,
                                              spec::Recompute::Full};
   std::vector<int> zero_stages = {0, 1, 2, 3};
+  // Offload variants (offload_options.hpp) beside the plans that keep everything on the device;
+  // false: no plan offloads.
+  bool offload = true;
   int max_chunks = 4;               // interleaved-1f1b layer groups per stage, at most
   std::int64_t max_candidates = 0;  // stop enumerating after this many plans; 0 = no limit
   // With a bounder: the best `keep` plans (and the Pareto front) are exact; plans that provably

@@ -29,6 +29,7 @@ SearchSpace search_space(const SearchRequest& request) {
           .global_batch = target.global_batch,
           .schedules = request.schedules,
           .vocab_modes = request.vocab_modes,
+          .offload = request.offload,
           .max_candidates = request.max_candidates,
           .keep = request.keep,
           .threads = request.threads};

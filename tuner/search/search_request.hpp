@@ -20,6 +20,9 @@ struct SearchRequest {
   std::vector<std::string> schedules;    // empty = every schedule
   std::vector<std::string> vocab_modes;  // empty = every mode (none, redis, vocab-1, ...)
   std::int64_t max_candidates = 0;       // 0 = no limit
+  // Weigh offload (activations, optimizer state in host memory) against recomputation where a
+  // plan needs either (SearchSpace::offload); false: no plan offloads.
+  bool offload = true;
   // Results ranked exactly (SearchSpace::keep); 0 = score every plan.
   std::int64_t keep = 100;
   int threads = 0;  // scoring threads; 0 = hardware concurrency

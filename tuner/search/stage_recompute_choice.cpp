@@ -39,9 +39,9 @@ std::optional<std::vector<spec::Recompute>> least_that_fits(
 
 }  // namespace
 
-std::vector<std::array<double, 3>> stage_memory_by_recompute(const spec::ModelSpec& model,
-                                                             const spec::ClusterSpec& cluster,
-                                                             const spec::ParallelPlan& plan) {
+std::vector<StageMemoryParts> stage_memory_parts(const spec::ModelSpec& model,
+                                                 const spec::ClusterSpec& cluster,
+                                                 const spec::ParallelPlan& plan) {
   const schedule::Placement placement = schedule::schedule_placement(plan.schedule);
   const MemoryEstimate fixed =
       estimate_memory(model, cluster, plan, placement, std::vector<double>(plan.pp, 0.0));
@@ -59,13 +59,24 @@ std::vector<std::array<double, 3>> stage_memory_by_recompute(const spec::ModelSp
     layer_bytes[static_cast<std::size_t>(m)] = layer_activation_bytes(model, uniform, act);
   }
   const schedule::GeneratorParams params = spec::generator_params(plan);
-  std::vector<std::array<double, 3>> out(static_cast<std::size_t>(plan.pp));
+  std::vector<StageMemoryParts> out(static_cast<std::size_t>(plan.pp));
   for (int r = 0; r < plan.pp; ++r) {
     const auto i = static_cast<std::size_t>(r);
-    const double in_flight = schedule::least_peak_in_flight(params, r) * layers[i];
-    for (std::size_t m = 0; m < 3; ++m)
-      out[i][m] = fixed.stages[i].total() + in_flight * layer_bytes[m];
+    out[i].fixed = fixed.stages[i].total();
+    out[i].layers = layers[i];
+    out[i].layer_activations = layer_bytes;
+    out[i].in_flight = schedule::least_peak_in_flight(params, r);
   }
+  return out;
+}
+
+std::vector<std::array<double, 3>> stage_memory_by_recompute(const spec::ModelSpec& model,
+                                                             const spec::ClusterSpec& cluster,
+                                                             const spec::ParallelPlan& plan) {
+  std::vector<std::array<double, 3>> out;
+  for (const StageMemoryParts& stage : stage_memory_parts(model, cluster, plan))
+    out.push_back({stage.bytes(spec::Recompute::None), stage.bytes(spec::Recompute::Selective),
+                   stage.bytes(spec::Recompute::Full)});
   return out;
 }
 

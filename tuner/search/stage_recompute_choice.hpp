@@ -15,6 +15,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <vector>
 
 #include "engine/spec/cluster_spec.hpp"
@@ -23,8 +24,29 @@
 
 namespace pipetune::tuner {
 
+// The estimate's parts for one pipeline rank: what one device of the stage holds besides
+// activations (weights, gradients, optimizer state, overhead: the memory model with none), its
+// layers (all its chunks), what one micro-batch leaves per layer under each mode (indexed by
+// static_cast<int>(Recompute)), and the micro-batches through all its layers the schedule holds
+// at least at its peak (schedule::least_peak_in_flight; a chunk's forward adds 1 / chunks).
+struct StageMemoryParts {
+  double fixed = 0.0;
+  double layers = 0.0;
+  std::array<double, 3> layer_activations{};
+  double in_flight = 0.0;
+  double bytes(spec::Recompute mode) const {
+    return fixed + in_flight * layers * layer_activations[static_cast<std::size_t>(mode)];
+  }
+};
+
+// Per pipeline rank. The plan's own recompute and stage_recompute are ignored.
+std::vector<StageMemoryParts> stage_memory_parts(const spec::ModelSpec& model,
+                                                 const spec::ClusterSpec& cluster,
+                                                 const spec::ParallelPlan& plan);
+
 // Per pipeline rank, the estimated bytes one device of the stage needs with each mode (indexed
-// by static_cast<int>(Recompute)). The plan's own recompute and stage_recompute are ignored.
+// by static_cast<int>(Recompute)): StageMemoryParts::bytes. The plan's own recompute and
+// stage_recompute are ignored.
 std::vector<std::array<double, 3>> stage_memory_by_recompute(const spec::ModelSpec& model,
                                                              const spec::ClusterSpec& cluster,
                                                              const spec::ParallelPlan& plan);

@@ -3,6 +3,7 @@
 #include "engine/errors.hpp"
 #include "engine/spec/load.hpp"
 #include "engine/spec/validate.hpp"
+#include "tuner/search/offload_options.hpp"
 
 namespace pipetune::tuner {
 
@@ -72,6 +73,9 @@ std::string plan_summary(const spec::ParallelPlan& p, const std::string& vocab_l
        (p.stage_recompute.empty() ? std::string(spec::recompute_name(p.recompute))
                                   : spec::stage_recompute_letters(p.stage_recompute)) +
        " zero=" + std::to_string(p.zero_stage);
+  // What lives in host memory (KARMA): "offload=act", "=opt" or "=act+opt".
+  if (const std::string offloaded = offload_label(p); !offloaded.empty())
+    s += " offload=" + offloaded;
   // Placement, where it is not the default (ranks tp-dp-pp, node groups as listed).
   if (p.rank_order != spec::RankOrder::TpDpPp)
     s += " ranks=" + std::string(spec::rank_order_name(p.rank_order));

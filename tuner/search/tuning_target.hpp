@@ -37,7 +37,8 @@ ResolvedTarget resolve_target(const TuningTarget& target);
 
 // "tp=8 pp=4 dp=32 mbs=1 1f1b vocab=none recompute=selective zero=1" (ep and v when > 1; the
 // layer split, "split=19/21/21/19", when the plan gives one; per-stage recomputation as one
-// letter a stage, "recompute=f/f/s/n").
+// letter a stage, "recompute=f/f/s/n"; what is offloaded to host memory, "offload=act", "opt" or
+// "act+opt", when the plan offloads).
 std::string plan_summary(const spec::ParallelPlan& plan, const std::string& vocab_label);
 
 }  // namespace pipetune::tuner

@@ -32,6 +32,10 @@ std::string key(const ScoredPlan& s) {
   o << "tp" << p.tp << " pp" << p.pp << " dp" << p.dp << " mbs" << p.micro_batch_size << ' '
     << p.schedule << " v" << p.chunks << ' ' << s.vocab_label << " rc"
     << static_cast<int>(p.recompute) << " z" << p.zero_stage;
+  // Offload variants (the search's default) are plans of their own.
+  if (p.offload_activations) o << " offload-act";
+  if (p.offload_optimizer) o << " offload-opt";
+  for (spec::Recompute r : p.stage_recompute) o << " s" << static_cast<int>(r);
   return o.str();
 }
 
