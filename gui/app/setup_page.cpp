@@ -64,6 +64,8 @@ SetupPage::SetupPage(PlanFormModel* form, QWidget* parent) : QWidget(parent), fo
           new QLineEdit);
   add_row(right, PlanField::ZeroStage, "ZeRO stage", combo({"0", "1", "2", "3"}));
   add_row(right, PlanField::SequenceParallel, "Sequence parallel", new QCheckBox);
+  add_row(right, PlanField::OffloadActivations, "Offload activations to host", new QCheckBox);
+  add_row(right, PlanField::OffloadOptimizer, "Offload optimizer to host", new QCheckBox);
   add_row(right, PlanField::RankOrder, "Rank order", combo(PlanFormModel::rank_order_names()));
   add_row(right, PlanField::NodeGroupOrder, "Node group order (empty: as listed)", new QLineEdit);
   columns->addLayout(left);

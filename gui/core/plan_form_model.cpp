@@ -35,6 +35,8 @@ constexpr std::array<const char*, kPlanFieldCount> kKeys = {"model",
                                                             "stage_recompute",
                                                             "zero_stage",
                                                             "sequence_parallel",
+                                                            "offload_activations",
+                                                            "offload_optimizer",
                                                             "global_batch",
                                                             "rank_order",
                                                             "node_group_order"};
@@ -62,6 +64,14 @@ int parse_int(const QString& text, PlanField field) {
     throw ParseError{
         field, plan_field_key(field) + " must be a whole number (got '" + text.trimmed() + "')"};
   return v;
+}
+
+// A boolean field: "true" or "false", as the check boxes write them and a run file spells them;
+// any other text is the form's error at the field.
+bool parse_bool(const QString& text, PlanField field) {
+  if (text == "true") return true;
+  if (text == "false") return false;
+  throw ParseError{field, plan_field_key(field) + " must be true or false (got '" + text + "')"};
 }
 
 // Node group indices separated by commas ("1, 0"); "" = none (the cluster's own order). Each
@@ -106,6 +116,8 @@ PlanFormModel::PlanFormModel(QObject* parent) : QObject(parent) {
   values_[slot(PlanField::Recompute)] = "none";
   values_[slot(PlanField::ZeroStage)] = "0";
   values_[slot(PlanField::SequenceParallel)] = "false";
+  values_[slot(PlanField::OffloadActivations)] = "false";
+  values_[slot(PlanField::OffloadOptimizer)] = "false";
   values_[slot(PlanField::RankOrder)] = "tp-dp-pp";
   message_ = "choose a model";
 }
@@ -207,6 +219,8 @@ void PlanFormModel::load_run_preset(const QString& name) {
         QString::fromStdString(spec::stage_recompute_text(p.stage_recompute));
     values_[slot(PlanField::ZeroStage)] = QString::number(p.zero_stage);
     values_[slot(PlanField::SequenceParallel)] = p.sequence_parallel ? "true" : "false";
+    values_[slot(PlanField::OffloadActivations)] = p.offload_activations ? "true" : "false";
+    values_[slot(PlanField::OffloadOptimizer)] = p.offload_optimizer ? "true" : "false";
     // A global batch the plan's sizes imply stays derived, so editing them keeps it consistent.
     const bool derived = p.global_batch == std::int64_t{p.micro_batch_size} * p.microbatches * p.dp;
     values_[slot(PlanField::GlobalBatch)] =
@@ -315,7 +329,10 @@ void PlanFormModel::read_plan(spec::ParallelPlan& p) const {
     p.global_batch = parse_int(text(PlanField::GlobalBatch), PlanField::GlobalBatch);
   p.zero_stage = parse_int(text(PlanField::ZeroStage), PlanField::ZeroStage);
   p.schedule = text(PlanField::Schedule).toStdString();
-  p.sequence_parallel = text(PlanField::SequenceParallel) == "true";
+  p.sequence_parallel = parse_bool(text(PlanField::SequenceParallel), PlanField::SequenceParallel);
+  p.offload_activations =
+      parse_bool(text(PlanField::OffloadActivations), PlanField::OffloadActivations);
+  p.offload_optimizer = parse_bool(text(PlanField::OffloadOptimizer), PlanField::OffloadOptimizer);
   // The names are parsed by the libraries, whose messages list the valid ones.
   try {
     p.vocab = schedule::parse_vocab_mode(text(PlanField::Vocab).toStdString());

@@ -38,12 +38,14 @@ enum class PlanField {
   Recompute,
   StageRecompute,  // "full,selective,none,...": one mode per pipeline stage; "" = Recompute
   ZeroStage,
-  SequenceParallel,  // "true" / "false"
-  GlobalBatch,       // "" = micro-batch size x micro-batches x dp
-  RankOrder,         // "tp-dp-pp" / "tp-pp-dp"
-  NodeGroupOrder,    // node group indices, "1, 0"; "" = as the cluster lists them
+  SequenceParallel,    // "true" / "false"
+  OffloadActivations,  // "true" / "false": each F's activations in host memory until its B
+  OffloadOptimizer,    // "true" / "false": AdamW's moments and update on the host
+  GlobalBatch,         // "" = micro-batch size x micro-batches x dp
+  RankOrder,           // "tp-dp-pp" / "tp-pp-dp"
+  NodeGroupOrder,      // node group indices, "1, 0"; "" = as the cluster lists them
 };
-inline constexpr int kPlanFieldCount = 20;
+inline constexpr int kPlanFieldCount = 22;
 
 // The field's key as a run file's [plan] spells it ("tp", "micro_batch_size"...): a library
 // error about the plan field "plan.<key>" (engine/errors.hpp) is shown at this field.

@@ -4,6 +4,7 @@
 // way the plan splits it. DeepSpeed's JSON cannot carry the pipeline: the stages and the layer
 // split are PipelineModule arguments (deepspeed/runtime/pipe/module.py), so the Python file
 // carries them. What DeepSpeed cannot express is refused, naming the feature, never dropped.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -83,10 +84,42 @@ void check_experts(const ExportRequest& r) {
           what + " with AutoTP and ZeRO stage 3: AutoEP+AutoTP folding allows ZeRO 0 to 2");
 }
 
+// Offload (KARMA) as DeepSpeed can run it. Activations: deepspeed.checkpointing moves to host
+// memory only what a recomputed layer keeps, its input (checkpoint_in_cpu / cpu_checkpointing,
+// runtime/activation_checkpointing/checkpointing.py@edaa722:608-614 CheckpointFunction.forward),
+// which is what pipetune offloads under full recomputation; without recomputation DeepSpeed has
+// nothing that offloads activations. Optimizer: zero_optimization.offload_optimizer acts only in
+// a ZeRO optimizer, stage 1 to 3 (runtime/zero/offload_config.py@edaa722:55, engine.py@edaa722:1980
+// _do_optimizer_sanity_check), which shards the state over dp.
+void check_offload(const ExportRequest& r) {
+  const spec::ParallelPlan& p = r.plan;
+  if (p.offload_activations)
+    require(p.recompute == spec::Recompute::Full, kFw,
+            "offload_activations with recompute " + std::string(spec::recompute_name(p.recompute)) +
+                ": DeepSpeed offloads only what a recomputed layer keeps, its input "
+                "(deepspeed.checkpointing checkpoint_in_cpu, "
+                "runtime/activation_checkpointing/checkpointing.py@edaa722:608-614); export with "
+                "recompute full");
+  if (p.offload_optimizer)
+    require(p.zero_stage >= 1 || p.dp == 1, kFw,
+            "offload_optimizer with zero_stage 0 over dp=" + std::to_string(p.dp) +
+                ": DeepSpeed offloads the optimizer (zero_optimization.offload_optimizer) only in "
+                "ZeRO stages 1-3, which shard its state over dp "
+                "(runtime/zero/offload_config.py@edaa722:55, engine.py@edaa722:1980); export with "
+                "zero_stage 1 or more");
+}
+
 void check_deepspeed_plan(const ExportRequest& r) {
   export_detail::check_common(r, kFw);
   check_dense_features(r);
   check_experts(r);
+  check_offload(r);
+}
+
+// The ZeRO stage the config runs: the plan's, but at least 1 when the optimizer is offloaded
+// (check_offload allows that only over one replica, where ZeRO-1 shards nothing).
+int deepspeed_zero_stage(const spec::ParallelPlan& p) {
+  return p.offload_optimizer ? std::max(p.zero_stage, 1) : p.zero_stage;
 }
 
 // The world DeepSpeedConfig's batch rule counts (config.py DeepSpeedConfig.__init__): the
@@ -98,11 +131,28 @@ std::int64_t deepspeed_batch_world(const spec::ParallelPlan& p) {
 
 nlohmann::ordered_json zero_section(const spec::ParallelPlan& p) {
   nlohmann::ordered_json zero;
-  zero["stage"] = p.zero_stage;
+  const int stage = deepspeed_zero_stage(p);
+  zero["stage"] = stage;
   zero["overlap_comm"] = true;
   zero["contiguous_gradients"] = true;
-  if (p.zero_stage >= 2) zero["reduce_scatter"] = true;
+  if (stage >= 2) zero["reduce_scatter"] = true;
+  // ZeRO-Offload: the optimizer state in pinned host memory, the update in CPU Adam
+  // (runtime/zero/offload_config.py@edaa722:55-75 DeepSpeedZeroOffloadOptimizerConfig).
+  if (p.offload_optimizer) zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
   return zero;
+}
+
+// With ZeRO-Offload DeepSpeed refuses a client optimizer other than its CPU Adam
+// (engine.py@edaa722:2040-2045 _configure_optimizer) and builds DeepSpeedCPUAdam from the
+// config's Adam / AdamW (engine.py@edaa722:2107-2131 _configure_basic_optimizer): the config
+// names it, with the hyperparameters the Megatron-LM export uses.
+nlohmann::ordered_json offload_optimizer_section() {
+  nlohmann::ordered_json params;
+  params["lr"] = 3.0e-4;
+  params["betas"] = {0.9, 0.95};
+  params["eps"] = 1.0e-8;
+  params["weight_decay"] = 0.1;
+  return {{"type", "AdamW"}, {"params", params}};
 }
 
 std::string python_list(const std::vector<int>& v) {
@@ -153,6 +203,7 @@ void write_build_model(std::ostringstream& o, const spec::ParallelPlan& p) {
   o << "\ndef build_model(pre_layers, decoder_layers, post_layers, loss_fn):\n"
     << "    \"\"\"The model to pass to deepspeed.initialize(model=..., config=<the exported "
        "JSON>).\"\"\"\n";
+  if (p.offload_activations) o << "    configure_activation_offload()\n";
   if (pp_dp)
     o << "    # Rank order tp-pp-dp: a replica's stages on neighbouring ranks (the last axis "
          "varies fastest).\n"
@@ -167,7 +218,7 @@ void write_build_model(std::ostringstream& o, const spec::ParallelPlan& p) {
 
 // Without a pipeline DeepSpeedEngine recomputes nothing itself: the layers checkpoint their
 // forward (deepspeed.checkpointing.checkpoint, runtime/activation_checkpointing/checkpointing.py).
-void write_plain_model(std::ostringstream& o) {
+void write_plain_model(std::ostringstream& o, const spec::ParallelPlan& p) {
   o << R"(
 
 class CheckpointedLayer(torch.nn.Module):
@@ -183,9 +234,31 @@ class CheckpointedLayer(torch.nn.Module):
 
 def build_decoder_layers(decoder_layers):
     """The decoder layers for the model passed to deepspeed.initialize (a DeepSpeedEngine)."""
-    if ACTIVATION_CHECKPOINT_INTERVAL == 0:
+)";
+  if (p.offload_activations) o << "    configure_activation_offload()\n";
+  o << R"(    if ACTIVATION_CHECKPOINT_INTERVAL == 0:
         return list(decoder_layers)
     return [CheckpointedLayer(layer) for layer in decoder_layers]
+)";
+}
+
+// Activation offload: deepspeed.checkpointing's checkpoint_in_cpu (configure,
+// runtime/activation_checkpointing/checkpointing.py@edaa722:1162-1230), set in the code because
+// DeepSpeedEngine never reads the JSON's activation_checkpointing section: only configure(...,
+// deepspeed_config=...) does (checkpointing.py@edaa722:1131-1141), and it checks the batch against
+// every process, which a pipeline's config (counting the data-parallel ranks) fails.
+void write_activation_offload(std::ostringstream& o) {
+  o << R"(# 1: what each recomputed layer keeps (its input) goes to host memory after its forward and
+# comes back for its backward, on a side stream (deepspeed.checkpointing's checkpoint_in_cpu; the
+# last layer's input stays on the device, its backward comes first).
+ACTIVATION_CPU_CHECKPOINTING = 1
+
+
+def configure_activation_offload():
+    """Turns on checkpoint_in_cpu for deepspeed.checkpointing.checkpoint, which recomputes the
+    layers (ACTIVATION_CHECKPOINT_INTERVAL)."""
+    deepspeed.init_distributed()
+    deepspeed.checkpointing.configure(None, checkpoint_in_cpu=ACTIVATION_CPU_CHECKPOINTING == 1)
 )";
 }
 
@@ -216,6 +289,7 @@ std::string export_deepspeed(const ExportRequest& request) {
   j["gradient_accumulation_steps"] = gas;
   j["gradient_clipping"] = 1.0;
   j["bf16"] = {{"enabled", true}};
+  if (p.offload_optimizer) j["optimizer"] = offload_optimizer_section();
   j["zero_optimization"] = zero_section(p);
   // PipelineEngine.__init__ applies the config's interval to the module.
   if (p.pp > 1 && p.recompute == spec::Recompute::Full)
@@ -240,13 +314,18 @@ std::string deepspeed_model_code(const ExportRequest& request) {
     << "# tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp << " ep=" << p.ep << ", micro-batch "
     << p.micro_batch_size << " x " << export_detail::accumulation_steps(p)
     << " per replica, recompute " << spec::recompute_name(p.recompute) << ", ZeRO " << p.zero_stage
-    << ".\n"
+    << (p.offload_activations ? ", activations offloaded" : "")
+    << (p.offload_optimizer ? ", optimizer offloaded" : "") << ".\n"
     << export_detail::placement_comment(r, kFw, "# ",
                                         "List the hosts in the deepspeed hostfile in this order "
                                         "(its launcher numbers nodes so).");
   if (p.tp > 1 && p.pp == 1)
     o << "# train_batch_size counts every rank (DeepSpeedConfig has no mpu), the AutoTP ranks\n"
       << "# that share a batch included: " << p.global_batch << " sequences per step.\n";
+  if (p.offload_optimizer)
+    o << "# Optimizer: the config's AdamW, which DeepSpeed builds as its CPU Adam for "
+         "ZeRO-Offload\n"
+      << "# (zero_optimization.offload_optimizer): pass no optimizer to deepspeed.initialize.\n";
   if (p.ep > 1)
     o << "# Experts: the config's expert_parallel section makes AutoEP replace a Hugging Face\n"
       << "# Mixtral model's MoE blocks (its preset needs transformers >= 5.0.0).\n";
@@ -261,11 +340,12 @@ std::string deepspeed_model_code(const ExportRequest& request) {
     << "# 1: every layer recomputes its activations in the backward pass; 0: none.\n"
     << "ACTIVATION_CHECKPOINT_INTERVAL = " << (p.recompute == spec::Recompute::Full ? 1 : 0)
     << "\n";
+  if (p.offload_activations) write_activation_offload(o);
   if (p.pp > 1) {
     write_pipeline_module(o);
     write_build_model(o, p);
   } else {
-    write_plain_model(o);
+    write_plain_model(o, p);
   }
   return o.str();
 }

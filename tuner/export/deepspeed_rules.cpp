@@ -1,6 +1,7 @@
 #include "tuner/export/deepspeed_rules.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -45,6 +46,16 @@ constexpr const char* kPipeModule =
 constexpr const char* kGrid =
     "deepspeedai/DeepSpeed deepspeed/runtime/pipe/topology.py@edaa722 "
     "PipelineParallelGrid._is_grid_valid";
+constexpr const char* kOffloadConfig =
+    "deepspeedai/DeepSpeed deepspeed/runtime/zero/offload_config.py@edaa722:55 "
+    "DeepSpeedZeroOffloadOptimizerConfig (extra=\"forbid\"), read by engine.py "
+    "_do_optimizer_sanity_check (ZeRO stage > 0) and _configure_basic_optimizer";
+constexpr const char* kCpuOptimizer =
+    "deepspeedai/DeepSpeed deepspeed/runtime/engine.py@edaa722:2040-2045,2107-2131 "
+    "DeepSpeedEngine._configure_optimizer, _configure_basic_optimizer";
+constexpr const char* kCheckpointing =
+    "deepspeedai/DeepSpeed deepspeed/runtime/activation_checkpointing/checkpointing.py@edaa722 "
+    "configure, CheckpointFunction.forward";
 constexpr const char* kPipeEngine =
     "deepspeedai/DeepSpeed deepspeed/runtime/pipe/engine.py@edaa722 PipelineEngine.__init__";
 
@@ -87,6 +98,7 @@ const std::vector<Field>& top_level_fields() {
                                             {"gradient_clipping", Kind::Number},
                                             {"bf16", Kind::Object},
                                             {"fp16", Kind::Object},
+                                            {"optimizer", Kind::Object},
                                             {"zero_optimization", Kind::Object},
                                             {"pipeline", Kind::Object},
                                             {"tensor_parallel", Kind::Object},
@@ -109,7 +121,8 @@ const std::vector<Field>& section_fields(const std::string& section) {
                                           {"reduce_bucket_size", Kind::Int},
                                           {"allgather_partitions", Kind::Bool},
                                           {"allgather_bucket_size", Kind::Int},
-                                          {"round_robin_gradients", Kind::Bool}};
+                                          {"round_robin_gradients", Kind::Bool},
+                                          {"offload_optimizer", Kind::Object}};
   // precision_config.py DeepSpeedBF16Config / DeepSpeedFP16Config.
   static const std::vector<Field> bf16 = {{"enabled", Kind::Bool},
                                           {"immediate_grad_update", Kind::Bool},
@@ -134,7 +147,13 @@ const std::vector<Field>& section_fields(const std::string& section) {
                                         {"autoep_size", Kind::Int},
                                         {"expert_tensor_parallel_size", Kind::Int},
                                         {"preset_model", Kind::String}};
+  // zero/offload_config.py DeepSpeedZeroOffloadOptimizerConfig (the fields pipetune writes).
+  static const std::vector<Field> offload = {{"device", Kind::String}, {"pin_memory", Kind::Bool}};
+  // config.py get_optimizer_name / get_optimizer_params.
+  static const std::vector<Field> optimizer = {{"type", Kind::String}, {"params", Kind::Object}};
   if (section == "zero_optimization") return zero;
+  if (section == "zero_optimization.offload_optimizer") return offload;
+  if (section == "optimizer") return optimizer;
   if (section == "bf16") return bf16;
   if (section == "fp16") return fp16;
   if (section == "tensor_parallel") return tp;
@@ -147,6 +166,18 @@ const Field* find_field(const std::vector<Field>& fields, const std::string& key
   for (const Field& f : fields)
     if (key == f.key) return &f;
   return nullptr;
+}
+
+// A section's keys against the fields DeepSpeed reads in it, and their types.
+void check_section_keys(const std::string& section, const nlohmann::json& value, const char* source,
+                        RuleViolations& out) {
+  for (const auto& [sub, v] : value.items()) {
+    const Field* g = find_field(section_fields(section), sub);
+    if (!g)
+      out.push_back({"a key DeepSpeed reads in " + section, source, section + "." + sub});
+    else if (!has_kind(v, g->kind))
+      out.push_back({section + "." + sub + " has the type DeepSpeed reads", source, v.dump()});
+  }
 }
 
 void check_keys(const nlohmann::json& j, RuleViolations& out) {
@@ -163,14 +194,13 @@ void check_keys(const nlohmann::json& j, RuleViolations& out) {
     if (!value.is_object() || key == "activation_checkpointing") continue;
     const char* source = key == "pipeline"          ? kPipeConfig
                          : key == "expert_parallel" ? kAutoEp
+                         : key == "optimizer"       ? kInitParams
                                                     : kSection;
-    for (const auto& [sub, v] : value.items()) {
-      const Field* g = find_field(section_fields(key), sub);
-      if (!g)
-        out.push_back({"a key DeepSpeed reads in " + key, source, key + "." + sub});
-      else if (!has_kind(v, g->kind))
-        out.push_back({key + "." + sub + " has the type DeepSpeed reads", source, v.dump()});
-    }
+    check_section_keys(key, value, source, out);
+    if (key == "zero_optimization" && value.contains("offload_optimizer") &&
+        value["offload_optimizer"].is_object())
+      check_section_keys("zero_optimization.offload_optimizer", value["offload_optimizer"],
+                         kOffloadConfig, out);
   }
 }
 
@@ -200,6 +230,8 @@ struct ModelCode {
   // A tp-pp-dp plan's ProcessTopology(axes=["data", "pipe"], dims=[D, PIPELINE_STAGES]): D;
   // 0 without one (the PipelineModule's own PipeDataParallelTopology).
   std::int64_t topology_data = 0;
+  std::int64_t checkpoint_interval = 0;  // ACTIVATION_CHECKPOINT_INTERVAL
+  bool cpu_checkpointing = false;        // ACTIVATION_CPU_CHECKPOINTING = 1 (checkpoint_in_cpu)
 };
 
 ModelCode read_model_code(const std::string& code) {
@@ -219,6 +251,10 @@ ModelCode read_model_code(const std::string& code) {
   }
   if (std::regex_search(code, match, std::regex(R"(dims=\[(\d+), PIPELINE_STAGES\])")))
     m.topology_data = std::stoll(match[1].str());
+  if (std::regex_search(code, match, std::regex(R"((^|\n)ACTIVATION_CHECKPOINT_INTERVAL = (\d+))")))
+    m.checkpoint_interval = std::stoll(match[2].str());
+  m.cpu_checkpointing =
+      std::regex_search(code, std::regex(R"((^|\n)ACTIVATION_CPU_CHECKPOINTING = 1)"));
   m.pipeline_module = code.find("(PipelineModule)") != std::string::npos ||
                       code.find("PipelineModule(") != std::string::npos;
   return m;
@@ -324,6 +360,48 @@ void check_parallelism(const nlohmann::json& j, const ModelCode& code, std::int6
                    "stages " + n(code.stages) + ", autoep " + n(ep) + ", ZeRO " + n(zero)});
 }
 
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+// Offload. ZeRO-Offload (zero_optimization.offload_optimizer): a device DeepSpeed knows, a ZeRO
+// optimizer to act in (stage 1 to 3; stage 0 ignores the section), and the config's Adam or AdamW
+// for DeepSpeedCPUAdam (a client optimizer other than it is refused). Activation offload
+// (checkpoint_in_cpu): it moves what deepspeed.checkpointing.checkpoint keeps, so the layers must
+// be recomputed.
+void check_offload(const nlohmann::json& j, const ModelCode& code, RuleViolations& out) {
+  const nlohmann::json* offload = nullptr;
+  if (j.contains("zero_optimization") && j["zero_optimization"].is_object() &&
+      j["zero_optimization"].contains("offload_optimizer"))
+    offload = &j["zero_optimization"]["offload_optimizer"];
+  if (offload && offload->is_object() && offload->contains("device")) {
+    const nlohmann::json& device = (*offload)["device"];
+    const std::string name = device.is_string() ? device.get<std::string>() : device.dump();
+    if (name != "none" && name != "cpu" && name != "nvme")
+      out.push_back({"offload_optimizer.device is none, cpu or nvme", kOffloadConfig, name});
+    if (name == "cpu" || name == "nvme") {
+      const std::int64_t zero = section_int(j, "zero_optimization", "stage", 0);
+      if (zero < 1)
+        out.push_back({"offload_optimizer acts in ZeRO stages 1-3 only", kOffloadConfig,
+                       "ZeRO stage " + n(zero)});
+      const std::string type = j.contains("optimizer") && j["optimizer"].is_object() &&
+                                       j["optimizer"].contains("type") &&
+                                       j["optimizer"]["type"].is_string()
+                                   ? lower(j["optimizer"]["type"].get<std::string>())
+                                   : "";
+      if (type != "adam" && type != "adamw")
+        out.push_back({"ZeRO-Offload builds DeepSpeedCPUAdam from the config's Adam or AdamW",
+                       kCpuOptimizer, "optimizer.type '" + type + "'"});
+    }
+  }
+  if (code.cpu_checkpointing && code.checkpoint_interval < 1)
+    out.push_back({"checkpoint_in_cpu offloads what recomputed layers keep: the layers recompute",
+                   kCheckpointing,
+                   "ACTIVATION_CHECKPOINT_INTERVAL = " + n(code.checkpoint_interval)});
+}
+
 }  // namespace
 
 RuleViolations check_deepspeed_config(std::string_view text, const DeepspeedLaunch& launch) {
@@ -346,6 +424,7 @@ RuleViolations check_deepspeed_config(std::string_view text, const DeepspeedLaun
                                        : launch.world_size;
   if (code.stages <= 1 || launch.world_size % code.stages == 0) check_batch(j, batch_world, out);
   check_parallelism(j, code, launch.world_size, out);
+  check_offload(j, code, out);
   // _do_error_check: ZeRO at most ZeroStageEnum.max_stage (3).
   const std::int64_t zero = section_int(j, "zero_optimization", "stage", 0);
   if (zero < 0 || zero > 3) out.push_back({"ZeRO stage is 0..3", kErrorCheck, n(zero)});

@@ -8,7 +8,10 @@
 // unknown keys), deepspeed/runtime/zero/config.py, deepspeed/runtime/precision_config.py,
 // deepspeed/runtime/tensor_parallel/config.py, deepspeed/runtime/engine.py (AutoTP's mesh),
 // deepspeed/module_inject/auto_ep_config.py and auto_ep_folding.py (AutoEP),
-// deepspeed/runtime/pipe/module.py (PipelineModule) and pipe/engine.py (PipelineEngine).
+// deepspeed/runtime/pipe/module.py (PipelineModule) and pipe/engine.py (PipelineEngine); for
+// offload, deepspeed/runtime/zero/offload_config.py (ZeRO-Offload), engine.py
+// (_configure_optimizer: its CPU Adam) and runtime/activation_checkpointing/checkpointing.py
+// (checkpoint_in_cpu).
 #pragma once
 
 #include <string>

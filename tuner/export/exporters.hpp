@@ -27,6 +27,14 @@
 // tp-dp-pp, refuses it (where pp and dp are both above 1 and the orders differ). On a cluster of
 // node groups every launch file says which nodes take which node ranks, in the plan's node group
 // order (export_detail::placement_comment): launchers number nodes, they do not measure them.
+//
+// Offload (KARMA): Megatron-LM takes offload_activations as --cpu-offloading-num-layers (every
+// layer but the last, which Megatron-LM keeps; one stage, no recomputation) and offload_optimizer
+// as --optimizer-cpu-offload with the precision-aware distributed optimizer; DeepSpeed takes them
+// as deepspeed.checkpointing's checkpoint_in_cpu (full recomputation: it moves what recomputed
+// layers keep) and zero_optimization.offload_optimizer (ZeRO 1-3, its CPU Adam); torchtitan has
+// neither and refuses both. ZeRO 0 with an offloaded optimizer exports as ZeRO-1 over one replica
+// and is refused over more (both frameworks offload only a sharding optimizer).
 #pragma once
 
 #include <string>
@@ -74,8 +82,8 @@ std::string export_megatron(const ExportRequest& request);
 std::string_view megatron_export_target();
 // The torchtitan config module (torchtitan_config_rules.hpp says what it holds); refuses
 // (InputError naming the feature) vocabulary parallelism, schedules torch has no class or CSV for,
-// ZeRO-1 over dp > 1, expert tensor parallelism, the tp-pp-dp rank order and models torchtitan
-// registers no flavor for.
+// ZeRO-1 over dp > 1, expert tensor parallelism, the tp-pp-dp rank order, offload and models
+// torchtitan registers no flavor for.
 std::string export_torchtitan(const ExportRequest& request);
 // The torchtitan version export_torchtitan targets, as the file and `export --help` state it.
 std::string_view torchtitan_export_target();
@@ -93,8 +101,9 @@ std::string embedded_schedule_csv(std::string_view torchtitan_toml);
 std::string_view deepspeed_target_version();
 // The DeepSpeed JSON config. Refuses (InputError naming the feature) what DeepSpeed cannot run
 // as planned: schedules other than 1F1B, virtual stages, vocabulary parallelism, ZeRO 2/3 or
-// AutoTP with a pipeline, Megatron-style sequence parallelism, selective recomputation, and
-// expert parallelism AutoEP cannot take (with a pipeline, expert TP, a model it has no preset for).
+// AutoTP with a pipeline, Megatron-style sequence parallelism, selective recomputation, expert
+// parallelism AutoEP cannot take (with a pipeline, expert TP, a model it has no preset for),
+// activation offload without full recomputation and optimizer offload with ZeRO 0 over dp > 1.
 std::string export_deepspeed(const ExportRequest& request);
 // The Python file written beside the JSON (deepspeed_model_code_file(), which the JSON names):
 // the pipeline's stages and layer split as a PipelineModule, and recomputation. Refuses as

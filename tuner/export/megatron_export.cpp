@@ -79,6 +79,82 @@ void check_megatron_plan(const ExportRequest& r) {
               "(megatron/core/parallel_state.py@d98e8a6 initialize_model_parallel)");
 }
 
+// Offload (KARMA) as Megatron-LM can run it. Activations: its CPU offloading refuses a pipeline
+// and recomputation (megatron/core/transformer/transformer_config.py@d98e8a6:1884-1899
+// TransformerConfig.__post_init__) and offloads at most num_layers - 1 layers. Optimizer:
+// --optimizer-cpu-offload needs --use-precision-aware-optimizer (megatron/training/arguments.py
+// @d98e8a6:1884-1888 validate_args), which runs only in the distributed optimizer
+// (megatron/core/optimizer/__init__.py@d98e8a6:1057 get_megatron_optimizer): ZeRO-1 over dp.
+void check_offload(const ExportRequest& r) {
+  const spec::ParallelPlan& p = r.plan;
+  if (p.offload_activations) {
+    require(p.pp == 1, kFw,
+            "offload_activations with pipeline parallelism (pp=" + std::to_string(p.pp) +
+                "): Megatron-LM's activation CPU offloading (--cpu-offloading-num-layers) has no "
+                "pipeline support (megatron/core/transformer/transformer_config.py@d98e8a6:1891 "
+                "TransformerConfig.__post_init__)");
+    require(p.recompute == spec::Recompute::None, kFw,
+            "offload_activations with recompute " + std::string(spec::recompute_name(p.recompute)) +
+                ": Megatron-LM's activation CPU offloading does not work with recomputation "
+                "(megatron/core/transformer/transformer_config.py@d98e8a6:1896 "
+                "TransformerConfig.__post_init__)");
+    require(r.model.layers >= 2, kFw,
+            "offload_activations of a 1-layer model: Megatron-LM offloads at most num_layers - 1 "
+            "layers (megatron/core/transformer/transformer_config.py@d98e8a6:1884)");
+  }
+  if (p.offload_optimizer)
+    require(p.zero_stage >= 1 || p.dp == 1, kFw,
+            "offload_optimizer with zero_stage 0 over dp=" + std::to_string(p.dp) +
+                ": Megatron-LM's --optimizer-cpu-offload needs --use-precision-aware-optimizer "
+                "(megatron/training/arguments.py@d98e8a6:1884 validate_args), which runs only in "
+                "the distributed optimizer, ZeRO-1 over dp "
+                "(megatron/core/optimizer/__init__.py@d98e8a6:1057 get_megatron_optimizer); export "
+                "with zero_stage 1 or more");
+}
+
+// The ZeRO stage the script runs: the plan's, but at least the distributed optimizer (ZeRO-1)
+// when the optimizer is offloaded (check_offload allows that only over one replica, where
+// ZeRO-1 shards nothing).
+int megatron_zero_stage(const spec::ParallelPlan& p) {
+  return p.offload_optimizer ? std::max(p.zero_stage, 1) : p.zero_stage;
+}
+
+// The script's comment lines on offload: what Megatron-LM offloads, where it differs from the plan.
+std::string offload_comment(const ExportRequest& r) {
+  const spec::ParallelPlan& p = r.plan;
+  std::string out;
+  if (p.offload_activations)
+    out += "# Offload: layers 1-" + std::to_string(r.model.layers - 1) +
+           " send their activations to host memory after their forward and get\n"
+           "# them back for their backward (--cpu-offloading-num-layers); Megatron-LM keeps the "
+           "last\n# layer's, whose backward comes first.\n";
+  if (p.offload_optimizer)
+    out += std::string(
+               "# Offload: the optimizer state and its update on the host (--optimizer-cpu-offload,"
+               "\n# HybridDeviceOptimizer with CPU Adam)") +
+           (p.zero_stage == 0 ? ", in the distributed optimizer, which over one replica\n"
+                                "# shards nothing.\n"
+                              : ".\n");
+  return out;
+}
+
+// Megatron-LM's offload flags. Activations: Transformer Engine's CPU offload context offloads
+// the first N layers (megatron/core/transformer/transformer_block.py@d98e8a6:304-318
+// get_cpu_offload_context); the flag comes from ModelParallelConfig.cpu_offloading_num_layers
+// (megatron/core/model_parallel_config.py@d98e8a6:461, made a flag by ArgumentGroupFactory,
+// megatron/training/arguments.py@d98e8a6:2373) and turns cpu_offloading on (arguments.py
+// @d98e8a6:1950). Optimizer: arguments.py@d98e8a6:2918, 2922 and 3667; every state on the host
+// (fraction 1.0), the update in CPU Adam (megatron/core/optimizer/__init__.py@d98e8a6:504-545).
+std::vector<std::string> offload_flags(const ExportRequest& r) {
+  std::vector<std::string> out;
+  if (r.plan.offload_activations)
+    out.push_back("--cpu-offloading-num-layers " + std::to_string(r.model.layers - 1));
+  if (r.plan.offload_optimizer)
+    out.insert(out.end(), {"--optimizer-cpu-offload", "--optimizer-offload-fraction 1.0",
+                           "--use-precision-aware-optimizer"});
+  return out;
+}
+
 // Processes torchrun starts on each node: torchrun starts the same number on every node, and
 // Megatron-LM takes DP from their total (world / (TP x PP)), so as many GPUs per node as divide
 // the world evenly.
@@ -108,7 +184,7 @@ void write_header(std::ostream& o, const ExportRequest& r) {
   const int nodes = p.world_size() / per_node;
   // Megatron-FSDP (ZeRO 2/3) refuses CUDA_DEVICE_MAX_CONNECTIONS=1; TP without it needs 1
   // (megatron/training/arguments.py validate_args).
-  const bool fsdp = p.zero_stage >= 2;
+  const bool fsdp = megatron_zero_stage(p) >= 2;
   o << "#!/usr/bin/env bash\n"
     << "# Megatron-LM launch script written by `pipetune export --format megatron`,\n"
     << "# for " << kMegatronTarget << ".\n";
@@ -119,7 +195,7 @@ void write_header(std::ostream& o, const ExportRequest& r) {
     << " micro-batches of " << p.micro_batch_size << " per replica.\n"
     << "# Run on every node with NODE_RANK set; mock data (NullTokenizer) unless you edit\n"
     << "# DATA_ARGS. MEGATRON_DIR is the Megatron-LM checkout.\n"
-    << placement_lines(r) << "set -euo pipefail\n\n"
+    << offload_comment(r) << placement_lines(r) << "set -euo pipefail\n\n"
     << (fsdp ? "unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP needs more than 1\n"
              : "export CUDA_DEVICE_MAX_CONNECTIONS=1\n")
     << "MEGATRON_DIR=${MEGATRON_DIR:-.}\n"
@@ -197,7 +273,7 @@ std::vector<std::string> parallel_flags(const ExportRequest& r,
     parallel.push_back("--expert-tensor-parallel-size " +
                        std::to_string(export_detail::expert_tensor_parallel(m, p)));
   }
-  switch (p.zero_stage) {
+  switch (megatron_zero_stage(p)) {
     case 0:
       parallel.push_back("--overlap-grad-reduce");
       break;
@@ -209,7 +285,7 @@ std::vector<std::string> parallel_flags(const ExportRequest& r,
       parallel.insert(parallel.end(),
                       {"--use-megatron-fsdp",
                        std::string("--data-parallel-sharding-strategy ") +
-                           (p.zero_stage == 2 ? "optim_grads" : "optim_grads_params"),
+                           (megatron_zero_stage(p) == 2 ? "optim_grads" : "optim_grads_params"),
                        "--ckpt-format fsdp_dtensor"});
   }
   if (p.recompute == spec::Recompute::Selective)
@@ -217,6 +293,8 @@ std::vector<std::string> parallel_flags(const ExportRequest& r,
   if (p.recompute == spec::Recompute::Full)
     parallel.insert(parallel.end(), {"--recompute-granularity full", "--recompute-method uniform",
                                      "--recompute-num-layers 1"});
+  const std::vector<std::string> offload = offload_flags(r);
+  parallel.insert(parallel.end(), offload.begin(), offload.end());
   return parallel;
 }
 
@@ -259,6 +337,7 @@ std::string export_megatron(const ExportRequest& request) {
       "--recompute-granularity and --recompute-num-layers are one setting for every stage");
   export_detail::check_common(r, kFw);
   check_megatron_plan(r);
+  check_offload(r);
   const std::vector<std::string> split_flags = pipeline_split_flags(r);
   if (split_flags.empty() && r.plan.pp > 1)
     require(r.model.layers % r.plan.pp == 0, kFw,

@@ -28,6 +28,8 @@ constexpr const char* kLayout =
 constexpr const char* kModelParallel =
     "NVIDIA/Megatron-LM megatron/core/model_parallel_config.py@d98e8a6 "
     "ModelParallelConfig.__post_init__";
+constexpr const char* kOptimizer =
+    "NVIDIA/Megatron-LM megatron/core/optimizer/__init__.py@d98e8a6:1057 get_megatron_optimizer";
 constexpr const char* kParallelState =
     "NVIDIA/Megatron-LM megatron/core/parallel_state.py@d98e8a6:898-907 "
     "initialize_model_parallel";
@@ -85,6 +87,10 @@ constexpr std::array kKnownFlags = {"--num-layers",
                                     "--recompute-method",
                                     "--recompute-num-layers",
                                     "--recompute-activations",
+                                    "--cpu-offloading-num-layers",
+                                    "--optimizer-cpu-offload",
+                                    "--optimizer-offload-fraction",
+                                    "--use-precision-aware-optimizer",
                                     "--micro-batch-size",
                                     "--global-batch-size",
                                     "--train-iters",
@@ -483,6 +489,31 @@ void check_recompute(Checker& c) {
   }
 }
 
+// Offload. Activations: --cpu-offloading-num-layers N > 0 turns cpu_offloading on
+// (validate_args), which TransformerConfig allows for N < num_layers, without a pipeline and
+// without recomputation. Optimizer: --optimizer-cpu-offload needs the precision-aware optimizer
+// (validate_args), which needs the distributed optimizer (get_megatron_optimizer; Megatron-FSDP
+// v1, the default, sets it itself).
+void check_offload(Checker& c, std::int64_t layers, std::int64_t pp) {
+  const std::int64_t offloaded = c.integer("--cpu-offloading-num-layers", 0).value_or(0);
+  if (offloaded > 0) {
+    c.require(offloaded < layers, "CPU offloading of fewer layers than --num-layers", kTransformer,
+              "--cpu-offloading-num-layers " + n(offloaded) + ", --num-layers " + n(layers));
+    c.require(pp == 1, "CPU offloading without pipeline parallelism", kTransformer,
+              "--pipeline-model-parallel-size " + n(pp));
+    c.require(!c.has("--recompute-granularity"), "CPU offloading without recomputation",
+              kTransformer, "--recompute-granularity " + c.str("--recompute-granularity"));
+  }
+  c.require(offloaded >= 0, "--cpu-offloading-num-layers >= 0", kTransformer, n(offloaded));
+  if (c.has("--optimizer-cpu-offload"))
+    c.require(c.has("--use-precision-aware-optimizer"),
+              "--optimizer-cpu-offload needs --use-precision-aware-optimizer", kArgs, "not given");
+  if (c.has("--use-precision-aware-optimizer"))
+    c.require(c.has("--use-distributed-optimizer") || c.has("--use-megatron-fsdp"),
+              "--use-precision-aware-optimizer needs the distributed optimizer", kOptimizer,
+              "neither --use-distributed-optimizer nor --use-megatron-fsdp");
+}
+
 // validate_args: min-lr <= lr.
 void check_learning_rates(Checker& c) {
   if (c.has("--lr") && c.has("--min-lr")) {
@@ -556,6 +587,7 @@ RuleViolations check_megatron_launch(const MegatronLaunch& l) {
   check_rank_order(c, sizes);
   check_optimizer_sharding(c, l);
   check_recompute(c);
+  check_offload(c, layers, sizes.pp);
   check_learning_rates(c);
   return c.take();
 }

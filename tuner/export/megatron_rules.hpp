@@ -12,6 +12,8 @@
 //     (PipelineParallelLayerLayout: parse_str_to_list, validate_layer_layout)
 //   megatron/core/parallel_state.py@d98e8a6 (initialize_model_parallel: the tp-pp-dp order's
 //     expert grid)
+//   megatron/core/optimizer/__init__.py@d98e8a6 (get_megatron_optimizer: the precision-aware
+//     optimizer that optimizer CPU offload runs in needs the distributed optimizer)
 #pragma once
 
 #include <map>

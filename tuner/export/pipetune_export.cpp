@@ -48,6 +48,8 @@ std::string export_pipetune(const ExportRequest& r) {
     << (full.stage_recompute.empty() ? std::string(spec::recompute_name(full.recompute))
                                      : spec::stage_recompute_letters(full.stage_recompute))
     << " sequence_parallel=" << (full.sequence_parallel ? "true" : "false")
+    << (full.offload_activations ? " offload_activations=true" : "")
+    << (full.offload_optimizer ? " offload_optimizer=true" : "")
     << " zero_stage=" << full.zero_stage << placement_text(full) << ".\n"
     << "# Below: the same pipeline at small scale for the embedded engine (pipetune train).\n"
     << (std::find(p.layer_split.begin(), p.layer_split.end(), 0) != p.layer_split.end()
@@ -87,6 +89,9 @@ std::string export_pipetune(const ExportRequest& r) {
       o << (i ? ", " : "") << "\"" << spec::recompute_name(p.stage_recompute[i]) << "\"";
     o << "]\n";
   }
+  // Offload (KARMA) stays in the small run, as the [plan] keys spec::load_run reads.
+  if (p.offload_activations) o << "offload_activations = true\n";
+  if (p.offload_optimizer) o << "offload_optimizer = true\n";
   if (p.group_size > 0) o << "group_size = " << p.group_size << "\n";
   if (p.rank_order != spec::RankOrder::TpDpPp)
     o << "rank_order = \"" << spec::rank_order_name(p.rank_order) << "\"\n";

@@ -3,8 +3,8 @@
 // batches per iteration), at most 2-way tensor, data and expert parallelism, the plan's ZeRO
 // stage, and a tiny model of the same kind (dense or MoE) whose layer count fills every layer
 // group of the schedule (the model's own count when the plan splits its layers unevenly, so that
-// the split is kept), with the plan's activation recomputation and (while TP remains) sequence
-// parallelism. The engine trains GELU models, so the tiny model is one.
+// the split is kept), with the plan's activation recomputation, offload and (while TP remains)
+// sequence parallelism. The engine trains GELU models, so the tiny model is one.
 #pragma once
 
 #include "engine/spec/model_spec.hpp"

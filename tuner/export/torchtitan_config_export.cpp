@@ -26,7 +26,8 @@ const torchtitan_detail::TorchtitanTarget& config_target() {
                                                         sources::kTargetCommit,
                                                         sources::kLlama3Configs,
                                                         sources::kParallelismConfig,
-                                                        sources::kRankMesh};
+                                                        sources::kRankMesh,
+                                                        sources::kCpuOffload};
   return t;
 }
 

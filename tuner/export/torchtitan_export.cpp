@@ -29,7 +29,8 @@ const torchtitan_detail::TorchtitanTarget& toml_target() {
       torchtitan_sources::kTargetCommit,
       torchtitan_sources::kLlama3Flavors,
       "job_config.py@238fa99 Parallelism.data_parallel_shard_degree",
-      torchtitan_sources::kRankMesh};
+      torchtitan_sources::kRankMesh,
+      torchtitan_sources::kCpuOffload};
   return t;
 }
 

@@ -59,6 +59,22 @@ void check_rank_order(const spec::ParallelPlan& p, const TorchtitanTarget& t) {
               std::string(t.rank_mesh_source) + ")");
 }
 
+// Offload (KARMA): torchtitan's trainer offloads no activations (its activation_checkpoint
+// recomputes; activation offload exists only in the experimental graph_trainer at b5bcd76, with
+// its own trainer), and its one CPU offload, training.enable_cpu_offload, is FSDP2's
+// CPUOffloadPolicy: parameters and gradients on the host as well as the optimizer state, where
+// the plan keeps them on the device.
+void check_offload(const spec::ParallelPlan& p, const TorchtitanTarget& t) {
+  require(!p.offload_activations, t.framework,
+          "offload_activations: torchtitan " + std::string(t.commit) +
+              "'s trainer has no activation offload (its activation_checkpoint recomputes)");
+  require(!p.offload_optimizer, t.framework,
+          "offload_optimizer: torchtitan's only CPU offload, training.enable_cpu_offload (FSDP2 "
+          "CPUOffloadPolicy), moves the parameters and gradients to the host too, not the "
+          "optimizer state alone (" +
+              std::string(t.cpu_offload_source) + ")");
+}
+
 // Nodes get their ranks from torchrun: run_train.sh runs one node (a c10d rendezvous on
 // localhost); over several, a static rendezvous numbers them by --node_rank.
 std::string placement_lines(const ExportRequest& r, const TorchtitanTarget& t) {
@@ -76,6 +92,7 @@ TorchtitanPlanLayout torchtitan_plan_layout(
   const spec::ModelSpec& m = r.model;
   TorchtitanPlanLayout l;
   check_rank_order(p, t);
+  check_offload(p, t);
   l.placement = placement_lines(r, t);
   require(p.vocab == schedule::VocabMode::None, t.framework,
           "vocabulary parallelism (" + std::string(schedule::vocab_mode_name(p.vocab)) +

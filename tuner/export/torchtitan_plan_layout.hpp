@@ -26,6 +26,7 @@ struct TorchtitanTarget {
   const char* flavor_source;         // the flavor table's file and lines
   const char* data_parallel_source;  // where replicate / shard are defined
   const char* rank_mesh_source;      // where the device mesh's dimension order is fixed
+  const char* cpu_offload_source;    // training.enable_cpu_offload and what it offloads
 };
 
 struct TorchtitanPlanLayout {
@@ -44,10 +45,12 @@ struct TorchtitanPlanLayout {
   std::string placement;
 };
 
-// The layout, refusing the tp-pp-dp rank order (torchtitan's meshes are tp-dp-pp), vocabulary
-// parallelism, a schedule torch has no class or CSV for, ZeRO-1
-// over dp > 1, then what `check_experts` refuses (the target's own expert rules, given the
-// data-parallel degrees), then a model without a registered flavor (registered_flavor).
+// The layout, refusing the tp-pp-dp rank order (torchtitan's meshes are tp-dp-pp), offload
+// (torchtitan's trainer has no activation offload, and its only CPU offload moves the weights and
+// gradients too, not the optimizer state alone), vocabulary parallelism, a schedule torch has no
+// class or CSV for, ZeRO-1 over dp > 1, then what `check_experts` refuses (the target's own expert
+// rules, given the data-parallel degrees), then a model without a registered flavor
+// (registered_flavor).
 TorchtitanPlanLayout torchtitan_plan_layout(
     const ExportRequest& r, const TorchtitanTarget& t,
     const std::function<void(const TorchtitanPlanLayout&)>& check_experts);

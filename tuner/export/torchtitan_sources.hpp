@@ -34,6 +34,9 @@ inline constexpr const char* kExpertMesh =
 inline constexpr const char* kRankMesh =
     "pytorch/torchtitan torchtitan/distributed/parallel_dims.py@238fa99:136-158 "
     "ParallelDims.build_mesh (every mesh (pp, ..., tp): pp outermost, tp innermost)";
+inline constexpr const char* kCpuOffload =
+    "pytorch/torchtitan torchtitan/config/job_config.py@238fa99:270 Training.enable_cpu_offload, "
+    "torchtitan/models/llama3/infra/parallelize.py@238fa99:317 apply_fsdp (CPUOffloadPolicy)";
 inline constexpr const char* kDualPipeV =
     "pytorch/torchtitan torchtitan/distributed/dual_pipe_v.py@238fa99:32-51 "
     "get_dual_pipe_v_flag";
@@ -102,6 +105,9 @@ inline constexpr const char* kExpertMesh =
 inline constexpr const char* kRankMesh =
     "pytorch/torchtitan torchtitan/distributed/parallel_dims.py@b5bcd76:280-330 "
     "ParallelDims.build_mesh (every mesh (pp, ..., tp): pp outermost, tp innermost)";
+inline constexpr const char* kCpuOffload =
+    "pytorch/torchtitan torchtitan/config/configs.py@b5bcd76:70 TrainingConfig.enable_cpu_offload, "
+    "torchtitan/distributed/fsdp.py@b5bcd76:231-232 (CPUOffloadPolicy)";
 inline constexpr const char* kActivationCheckpoint =
     "pytorch/torchtitan torchtitan/distributed/activation_checkpoint.py@b5bcd76:112-337 "
     "(FullAC, SelectiveAC, MemoryBudgetAC, ActivationCheckpointingConfig)";

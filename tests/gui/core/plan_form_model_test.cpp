@@ -151,6 +151,8 @@ TEST(PlanFormModel, AnErrorAboutEachFieldMarksThatField) {
       {PlanField::ZeroStage, {{PlanField::ZeroStage, "4"}}},
       {PlanField::SequenceParallel,
        {{PlanField::Tp, "1"}, {PlanField::Dp, "2"}, {PlanField::SequenceParallel, "true"}}},
+      {PlanField::OffloadActivations, {{PlanField::OffloadActivations, "yes"}}},  // not a bool
+      {PlanField::OffloadOptimizer, {{PlanField::OffloadOptimizer, "1"}}},
       {PlanField::GlobalBatch, {{PlanField::GlobalBatch, "7"}}},        // 1 x 16 x 1 = 16
       {PlanField::RankOrder, {{PlanField::RankOrder, "dp-tp-pp"}}},     // unknown
       {PlanField::NodeGroupOrder, {{PlanField::NodeGroupOrder, "0"}}},  // dgx-h100-8 has no groups
@@ -206,6 +208,77 @@ TEST(PlanFormModel, PlacementFieldsRoundTripAPlan) {
   EXPECT_TRUE(form.selection()->plan.node_group_order.empty());
   EXPECT_EQ(form.selection()->plan.rank_order, spec::RankOrder::TpDpPp);
   EXPECT_EQ(PlanFormModel::rank_order_names(), QStringList({"tp-dp-pp", "tp-pp-dp"}));
+}
+
+// Offload (KARMA, issue 46): a run file's offload_activations and offload_optimizer fill their
+// fields, the form gives back the same plan (spec::load_run's, the reference), and it is valid
+// for a prediction and for a training run.
+TEST(PlanFormModel, OffloadFieldsRoundTripAPlan) {
+  testing::TempDir dir;
+  const std::string path = dir.file("offloaded.toml");
+  std::ofstream(path) << "description = \"tiny with offload\"\n"
+                         "model = \"tiny\"\n\n[cluster]\nhardware = \"h100-sxm\"\ndevices = 4\n\n"
+                         "[plan]\ntp = 1\npp = 2\ndp = 2\nmicrobatches = 4\n"
+                         "offload_activations = true\noffload_optimizer = true\n";
+  spec::RunSpec run = spec::load_run(path);
+  spec::apply_defaults(run.plan);
+  ASSERT_TRUE(run.plan.offload_activations && run.plan.offload_optimizer);
+  PlanFormModel form;
+  form.load_run_preset(QString::fromStdString(path));
+  ASSERT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_EQ(form.value(PlanField::OffloadActivations), "true");
+  EXPECT_EQ(form.value(PlanField::OffloadOptimizer), "true");
+  ASSERT_TRUE(form.selection().has_value());
+  EXPECT_TRUE(form.selection()->plan.offload_activations);
+  EXPECT_TRUE(form.selection()->plan.offload_optimizer);
+  EXPECT_TRUE(form.selection()->plan == run.plan);
+  form.set_purpose(PlanPurpose::Train);
+  EXPECT_TRUE(form.valid()) << form.message().toStdString();
+  // Unticked one at a time: each field drives its own setting.
+  form.set_value(PlanField::OffloadActivations, "false");
+  ASSERT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_FALSE(form.selection()->plan.offload_activations);
+  EXPECT_TRUE(form.selection()->plan.offload_optimizer);
+  form.set_value(PlanField::OffloadOptimizer, "false");
+  ASSERT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_FALSE(form.selection()->plan.offload_optimizer);
+}
+
+TEST(PlanFormModel, OffloadIsOffByDefault) {
+  PlanFormModel fresh;
+  EXPECT_EQ(fresh.value(PlanField::OffloadActivations), "false");
+  EXPECT_EQ(fresh.value(PlanField::OffloadOptimizer), "false");
+  PlanFormModel form;
+  form.load_run_preset("default");  // presets/runs/default.toml sets no offload
+  ASSERT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_EQ(form.value(PlanField::OffloadActivations), "false");
+  EXPECT_EQ(form.value(PlanField::OffloadOptimizer), "false");
+  EXPECT_FALSE(form.selection()->plan.offload_activations);
+  EXPECT_FALSE(form.selection()->plan.offload_optimizer);
+}
+
+// The boolean fields take "true" or "false" (what their check boxes write) and nothing else: any
+// other text is the form's error at that field alone, and the plan is not taken.
+TEST(PlanFormModel, ABooleanFieldTakesOnlyTrueOrFalse) {
+  for (PlanField field :
+       {PlanField::SequenceParallel, PlanField::OffloadActivations, PlanField::OffloadOptimizer}) {
+    const std::string key = plan_field_key(field).toStdString();
+    PlanFormModel form;
+    form.load_run_preset("default");
+    ASSERT_TRUE(form.valid()) << key << ": " << form.message().toStdString();
+    const QString before = form.value(field);
+    for (const QString bad : {"yes", "1", "True", ""}) {
+      form.set_value(field, bad);
+      EXPECT_FALSE(form.valid()) << key << " took '" << bad.toStdString() << "'";
+      EXPECT_FALSE(form.selection().has_value()) << key;
+      EXPECT_EQ(form.message().toStdString(),
+                key + " must be true or false (got '" + bad.toStdString() + "')");
+      EXPECT_EQ(form.field_error(field), form.message()) << key;
+      EXPECT_TRUE(form.field_error(PlanField::Tp).isEmpty()) << all_errors(form);
+    }
+    form.set_value(field, before);
+    EXPECT_TRUE(form.valid()) << key << ": " << form.message().toStdString();
+  }
 }
 
 TEST(PlanFormModel, ABadNodeGroupOrderIsAnErrorAtItsField) {

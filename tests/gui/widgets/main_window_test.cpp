@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <QApplication>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
 #include <QKeyEvent>
@@ -369,6 +370,32 @@ TEST(MainWindow, TrainWritesAClusterLaunchOfTheSetUpPlan) {
   EXPECT_NE(script.find((dir.path / "job.toml").string()), std::string::npos) << script;
   const std::string check = "bash -n '" + (dir.path / "job.sbatch").string() + "'";
   EXPECT_EQ(std::system(check.c_str()), 0) << script;
+}
+
+// Offload (issue 46): ticking the Set up page's offload check boxes sets the form's fields, and
+// the plan a launch writes carries them (read back by spec::load_run).
+TEST(MainWindow, TheOffloadCheckBoxesReachTheLaunchedPlan) {
+  QApplication* app = test::gui_test_app();
+  if (!app) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
+  TempDir dir;
+  MainWindow window(dir.qfile("ws.db"));
+  SetupPage* setup = window.setup_page();
+  for (PlanField field : {PlanField::OffloadActivations, PlanField::OffloadOptimizer}) {
+    const std::string key = plan_field_key(field).toStdString();
+    auto* box = qobject_cast<QCheckBox*>(setup->editor(field));
+    ASSERT_NE(box, nullptr) << key;
+    EXPECT_EQ(box->objectName().toStdString(), key);
+    EXPECT_FALSE(box->isChecked()) << key;
+    box->setChecked(true);
+    EXPECT_EQ(window.form()->value(field), "true") << key;
+  }
+  ASSERT_TRUE(window.form()->valid()) << window.form()->message().toStdString();
+  TrainPage* train = window.train_page();
+  ASSERT_TRUE(train->write_cluster_launch(dir.qfile("job.sbatch")))
+      << train->status_label()->text().toStdString();
+  const spec::RunSpec read = spec::load_run((dir.path / "job.toml").string());
+  EXPECT_TRUE(read.plan.offload_activations);
+  EXPECT_TRUE(read.plan.offload_optimizer);
 }
 
 // Once the workspace lists its two runs, compares them on the Inspect page and waits for the
