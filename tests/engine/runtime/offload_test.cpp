@@ -183,9 +183,10 @@ TEST(ActivationOffload, KeepsDeviceBuffersUntilTheirCopiesAreDone) {
     ActivationOffload offload(device, nullptr);
     offload.offload(7, 3, 0, {&a, &b});
     EXPECT_EQ(offload.host_bytes(), 1010 * 4);
-    offload.release_done();  // first poll: still copying
+    // offload() polled once (the device's first poll finds the copies running): still held.
     EXPECT_EQ(a.size(), 1000u);
-    offload.release_done();
+    EXPECT_EQ(b.size(), 10u);
+    offload.release_done();  // the second poll finds them done
     EXPECT_TRUE(a.empty());
     EXPECT_TRUE(b.empty());
     offload.finish_reload(7);
