@@ -107,12 +107,13 @@ TEST(HostileTuning, TuneSearchesZeroTwoAndThreeAtTheirClosedFormMemory) {
 // Point 15: on a device too small for ZeRO 0 and 1, tune proposes ZeRO-2 and 3 plans.
 TEST(HostileTuning, ADeviceOnlyZeroTwoOrThreeFitsGetsThem) {
   // DualPipeV needs 2 micro-batches per stage: 8 sequences keep the pipeline short, so the
-  // model's states are sharded over data-parallel ranks rather than stages.
+  // model's states are sharded over data-parallel ranks rather than stages. Without offload,
+  // which would fit ZeRO 0 and 1 too (their optimizer state on the host).
   const auto search = [](const std::string& hardware) {
     return std::vector<std::string>{
         "tune",       "--model",        "tiny",   "--hardware", hardware, "--gpus",
         "8",          "--global-batch", "8",      "--seq",      "32",     "--schedules",
-        "dualpipe-v", "--top",          "100000", "--no-db",    "--json"};
+        "dualpipe-v", "--top",          "100000", "--no-db",    "--json", "--no-offload"};
   };
   ScratchWorkspace w;
   const ProcessResult unbounded = run_pipetune(with(search("h100-sxm"), {"--keep", "0"}));

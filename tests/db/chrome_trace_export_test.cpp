@@ -245,7 +245,8 @@ TEST(ChromeTraceExport, EverySpanKindOnEveryStream) {
                            {{0, 2}, "p2p"},
                            {{0, 3}, "gpu 7"},
                            {{0, 4}, "host 144 (python3)"},
-                           {{2, 5}, "compute 1 (stage two, chunk 1)"}}));
+                           {{0, 5}, "offload"},
+                           {{2, 6}, "compute 1 (stage two, chunk 1)"}}));
   ASSERT_EQ(p.spans.size(), t.spans.size());
   for (std::size_t i = 0; i < t.spans.size(); ++i) {
     const Span& s = t.spans[i];
