@@ -116,10 +116,9 @@ void print_train_summary(const runtime::TrainResult& r) {
                 human_bytes(static_cast<double>(k.gradient_bytes)).c_str(),
                 human_bytes(static_cast<double>(k.optimizer_bytes)).c_str(),
                 human_bytes(static_cast<double>(k.peak_activation_bytes)).c_str());
-  if (std::any_of(r.ranks.begin(), r.ranks.end(),
-                  [](const runtime::RankSummary& k) {
-                    return k.peak_offloaded_bytes + k.offloaded_optimizer_bytes > 0;
-                  })) {
+  if (std::any_of(r.ranks.begin(), r.ranks.end(), [](const runtime::RankSummary& k) {
+        return k.peak_offloaded_bytes + k.offloaded_optimizer_bytes > 0;
+      })) {
     std::printf("offloaded to host memory (peak activations + optimizer state), per rank:");
     for (const auto& k : r.ranks)
       std::printf(" %d: %s + %s", k.rank,

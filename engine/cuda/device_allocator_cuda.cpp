@@ -143,8 +143,7 @@ tensor::DeviceAllocator::Fence CudaDeviceAllocator::offload_to_host(void* host, 
   return copy_beside(offload_stream_, host, device, bytes, cudaMemcpyDeviceToHost);
 }
 
-tensor::DeviceAllocator::Fence CudaDeviceAllocator::reload_from_host(void* device,
-                                                                     const void* host,
+tensor::DeviceAllocator::Fence CudaDeviceAllocator::reload_from_host(void* device, const void* host,
                                                                      std::size_t bytes) {
   return copy_beside(reload_stream_, device, host, bytes, cudaMemcpyHostToDevice);
 }

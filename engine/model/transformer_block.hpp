@@ -46,8 +46,8 @@ struct BlockActivations {
   // Every buffer above and the MLP's (what activation offload moves).
   template <class Fn>
   void for_each_buffer(Fn&& fn) {
-    for (Buffer* b : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &lse, &atty, &x2, &ln2,
-                      &ln2_mean, &ln2_rstd, &dln1, &dqkv, &dx2, &dln2})
+    for (Buffer* b : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &lse, &atty, &x2, &ln2, &ln2_mean,
+                      &ln2_rstd, &dln1, &dqkv, &dx2, &dln2})
       fn(*b);
     dense.for_each_buffer(fn);
     moe.for_each_buffer(fn);

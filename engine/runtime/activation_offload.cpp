@@ -138,9 +138,8 @@ void ActivationOffload::finish_reload(Key key) {
 void ActivationOffload::drain() {
   if (!entries_.empty()) {
     const Entry& e = entries_.begin()->second;
-    throw std::logic_error("activation offload: micro-batch " + std::to_string(e.mb) +
-                           " chunk " + std::to_string(e.chunk) +
-                           " was offloaded and never reloaded");
+    throw std::logic_error("activation offload: micro-batch " + std::to_string(e.mb) + " chunk " +
+                           std::to_string(e.chunk) + " was offloaded and never reloaded");
   }
   for (HostRelease& r : host_releases_) {
     storage_->wait_host(r.after);

@@ -49,8 +49,7 @@ DataParallelOptimizer::DataParallelOptimizer(model::ParameterSet& params, comm::
 
 DataParallelOptimizer::~DataParallelOptimizer() = default;
 DataParallelOptimizer::DataParallelOptimizer(DataParallelOptimizer&&) noexcept = default;
-DataParallelOptimizer& DataParallelOptimizer::operator=(DataParallelOptimizer&&) noexcept =
-    default;
+DataParallelOptimizer& DataParallelOptimizer::operator=(DataParallelOptimizer&&) noexcept = default;
 
 void DataParallelOptimizer::update(float* params, const float* grads, std::int64_t count,
                                    const tensor::AdamWConfig& config, std::int64_t step,

@@ -78,9 +78,7 @@ class RankRuntime {
   std::size_t activation_bytes() const;
   // With offload_activations: the most bytes of activations held in host memory at once (over
   // every iteration run so far); 0 without.
-  std::int64_t peak_offloaded_bytes() const {
-    return offload_ ? offload_->peak_host_bytes() : 0;
-  }
+  std::int64_t peak_offloaded_bytes() const { return offload_ ? offload_->peak_host_bytes() : 0; }
 
  private:
   struct ChunkState;
@@ -182,8 +180,8 @@ class RankRuntime {
   const std::vector<data::Batch>* batches_ = nullptr;
   std::int64_t step_ = 0;
   IterationLosses losses_;
-  std::map<std::int64_t, ChunkState> chunks_;  // key chunk * m + mb
-  std::map<int, VocabState> vocab_;            // key mb
+  std::map<std::int64_t, ChunkState> chunks_;   // key chunk * m + mb
+  std::map<int, VocabState> vocab_;             // key mb
   std::unique_ptr<ActivationOffload> offload_;  // plan.offload_activations; made on the rank
 };
 

@@ -178,9 +178,8 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
   ledger.allocate(profiler::MemoryCategory::Gradients, grads.other);
   ledger.allocate(profiler::MemoryCategory::VocabularyLayers, params.vocabulary + grads.vocabulary);
   // The moments: on the device's ledger, or in host memory under optimizer offload.
-  const auto moment_bytes =
-      static_cast<std::int64_t>(2 * (dense_opt_->moment1().size() + expert_opt_->moment1().size()) *
-                                sizeof(float));
+  const auto moment_bytes = static_cast<std::int64_t>(
+      2 * (dense_opt_->moment1().size() + expert_opt_->moment1().size()) * sizeof(float));
   if (plan_.offload_optimizer)
     offloaded_optimizer_bytes_ = moment_bytes;
   else

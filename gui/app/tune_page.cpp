@@ -155,8 +155,9 @@ QWidget* TunePage::build_results_pane() {
   small_->setObjectName("tune_small_scale");
   explain_ = new QPushButton("Why the best?");
   explain_->setObjectName("tune_explain");
-  explain_->setToolTip("Why the best plan beat the selected one (the runner-up when the best is "
-                       "selected): where the time goes, which stage binds, which link");
+  explain_->setToolTip(
+      "Why the best plan beat the selected one (the runner-up when the best is "
+      "selected): where the time goes, which stage binds, which link");
   actions->addWidget(new QLabel("Format:"));
   actions->addWidget(format_);
   actions->addWidget(export_);

@@ -161,11 +161,11 @@ QString TuneController::explanation_text(int row) const {
   const std::vector<tuner::ScoredPlan>& ranked = results_.results();
   const int index = results_.result_index(row);
   const tuner::ScoredPlan& other = ranked[index == 0 ? 1 : static_cast<std::size_t>(index)];
-  const QString title =
-      QString("best: %1\nrunner-up (%2): %3\n")
-          .arg(plan_label(ranked.front().plan, ranked.front().vocab_label),
-               index == 0 ? QString("rank 2") : QString("the selected plan, rank %1").arg(index + 1),
-               plan_label(other.plan, other.vocab_label));
+  const QString title = QString("best: %1\nrunner-up (%2): %3\n")
+                            .arg(plan_label(ranked.front().plan, ranked.front().vocab_label),
+                                 index == 0 ? QString("rank 2")
+                                            : QString("the selected plan, rank %1").arg(index + 1),
+                                 plan_label(other.plan, other.vocab_label));
   return title + QString::fromStdString(tuner::explanation_text(*e));
 }
 

@@ -1,9 +1,9 @@
-// Offload (ParallelPlan::offload_activations and offload_optimizer, KARMA). References: the same run without
-// offload (losses, first-step gradients and final parameters equal bit for bit: the values come
-// back unchanged), on the CPU and on the emulated GPU rank (guarded_device.hpp), whose copies run
-// later than issued, as a GPU's copy streams do, so a device buffer freed or reused before its
-// copy finished would lose values; and the run without offload's memory: the host holds at its
-// peak what the device held at its own (1F1B stage 0: two micro-batches), while the device's
+// Offload (ParallelPlan::offload_activations and offload_optimizer, KARMA). References: the same
+// run without offload (losses, first-step gradients and final parameters equal bit for bit: the
+// values come back unchanged), on the CPU and on the emulated GPU rank (guarded_device.hpp), whose
+// copies run later than issued, as a GPU's copy streams do, so a device buffer freed or reused
+// before its copy finished would lose values; and the run without offload's memory: the host holds
+// at its peak what the device held at its own (1F1B stage 0: two micro-batches), while the device's
 // peak falls.
 #include <gtest/gtest.h>
 
