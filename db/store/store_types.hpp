@@ -42,6 +42,8 @@ struct RunRecord {
   // The process that writes (or wrote) the run: tells a live writer from a dead one.
   std::string writer_host;
   std::int64_t writer_pid = 0;
+  std::string writer_boot_id;            // "" when unknown
+  std::int64_t writer_start_ticks = -1;  // -1 when unknown
 };
 
 // One lane of a stored run: the Trace lane plus what a timeline needs to lay it out.

@@ -18,7 +18,8 @@ namespace {
 constexpr const char* kRunColumns =
     "r.id, r.kind, r.name, r.plan_json, r.specs_json, r.summary_json, r.status, "
     "r.started_unix_ns, r.ended_unix_ns, r.writer_host, r.writer_pid, "
-    "(SELECT coalesce(sum(l.span_count), 0) FROM lanes l WHERE l.run = r.id)";
+    "(SELECT coalesce(sum(l.span_count), 0) FROM lanes l WHERE l.run = r.id), "
+    "r.writer_boot_id, r.writer_start_ticks";
 
 double read_real(const sqlite::Statement& s, int column) {
   return s.column_is_null(column) ? std::numeric_limits<double>::quiet_NaN()
@@ -55,6 +56,8 @@ RunRecord read_run(const sqlite::Statement& s, const std::string& path) {
   r.writer_host = s.column_text(9);
   r.writer_pid = s.column_int64(10);
   r.span_count = s.column_int64(11);
+  r.writer_boot_id = s.column_text(12);
+  r.writer_start_ticks = s.column_is_null(13) ? -1 : s.column_int64(13);
   return r;
 }
 

@@ -8,6 +8,7 @@
 // the run as failed, with the message.
 #pragma once
 
+#include <QElapsedTimer>
 #include <QObject>
 #include <QPointF>
 #include <QProcess>
@@ -99,6 +100,8 @@ class RunController : public QObject {
   bool start_processes(const RunRequest& request, const std::string& name);
   void follow_processes();
   void end_processes(int exit_code, bool crashed);
+  void settle_processes(const WorkspaceRunFollower::Update* update);
+  void finish_processes();
   void reset_live_state();
 
   std::string workspace_ = "pipetune.db";
@@ -118,6 +121,13 @@ class RunController : public QObject {
   std::unique_ptr<WorkspaceRunFollower> follower_;
   bool stop_requested_ = false;
   QString job_errors_;  // the job's stderr, for a failure's message
+  // After the job ended: its exit, and the wait for the run it wrote to read ended (rank 0's
+  // process may outlive mpirun for a moment, or for good when mpirun was killed).
+  bool job_ended_ = false;
+  int job_exit_code_ = 0;
+  bool job_crashed_ = false;
+  bool writer_killed_ = false;
+  QElapsedTimer settling_;
 };
 
 }  // namespace pipetune::gui

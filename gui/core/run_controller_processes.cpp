@@ -5,7 +5,11 @@
 #include <QFileInfo>
 #include <QStandardPaths>
 #include <QThread>
+#include <csignal>
 #include <exception>
+
+#include <signal.h>
+#include <sys/types.h>
 
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/run_file_writer.hpp"
@@ -18,6 +22,8 @@ namespace {
 
 // How often the job's run is read from the workspace.
 constexpr int kPollMs = 200;
+// How long, after the job ended, its run may read running before its writer is ended.
+constexpr qint64 kSettleMs = 5000;
 
 }  // namespace
 
@@ -86,14 +92,17 @@ bool RunController::start_processes(const RunRequest& request, const std::string
   return true;
 }
 
-// Hands on what the job's rank 0 committed since the last look.
+// Hands on what the job's rank 0 committed since the last look; once the job ended, waits for
+// its run to read ended.
 void RunController::follow_processes() {
   if (!follower_) return;
   WorkspaceRunFollower::Update u;
   try {
     u = follower_->poll();
   } catch (const std::exception&) {
-    return;  // the job is writing or creating the workspace: read it at the next poll
+    // The job is writing or creating the workspace: read it at the next poll.
+    if (job_ended_) settle_processes(nullptr);
+    return;
   }
   if (u.run_id && run_id_ < 0) {
     run_id_ = *u.run_id;
@@ -108,29 +117,61 @@ void RunController::follow_processes() {
     tokens_per_s_ = s.tokens_per_s;
     emit step_done(s.step, s.loss, s.tokens_per_s);
   }
+  if (job_ended_) settle_processes(&u);
 }
 
 void RunController::end_processes(int exit_code, bool crashed) {
-  if (job_ == nullptr || !running_) return;
-  poll_->stop();
-  follow_processes();  // what rank 0 committed last
+  if (job_ == nullptr || !running_ || job_ended_) return;
+  job_ended_ = true;
+  job_exit_code_ = exit_code;
+  job_crashed_ = crashed;
+  writer_killed_ = false;
+  settling_.start();
+  follow_processes();  // what rank 0 committed last; finishes when its run already reads ended
+}
+
+// mpirun has ended, but the run reads ended only once rank 0's process is gone: it may still be
+// exiting, or it was left behind (mpirun killed after the grace period, or a launcher that does
+// not end its processes). Such a process is ended here, so Stop leaves no training behind.
+void RunController::settle_processes(const WorkspaceRunFollower::Update* update) {
+  if (update != nullptr && (!update->run_id || update->status != db::RunStatus::Running)) {
+    finish_processes();  // no run was created, or it reads ended
+    return;
+  }
+  if (settling_.elapsed() < kSettleMs) return;  // the poll comes back
+  if (update != nullptr && !writer_killed_ &&
+      db::writer_state(update->writer) == db::WriterState::Alive) {
+    ::kill(static_cast<pid_t>(update->writer.pid), SIGKILL);
+    writer_killed_ = true;
+    settling_.start();  // its death reads as interrupted at a coming poll
+    return;
+  }
+  finish_processes();  // another host's writer, or one that will not end: report what we know
+}
+
+void RunController::finish_processes() {
+  if (poll_ != nullptr) {
+    poll_->stop();
+    poll_->deleteLater();
+    poll_ = nullptr;
+  }
   RunOutcome outcome = RunOutcome::Complete;
   QString message;
   if (stop_requested_) {
     outcome = RunOutcome::Interrupted;
     message = QString("stopped after step %1").arg(losses_.isEmpty() ? 0 : losses_.back().x());
-  } else if (crashed || exit_code != 0) {
+  } else if (job_crashed_ || job_exit_code_ != 0) {
     outcome = RunOutcome::Failed;
     message = last_error_line(job_errors_);
     if (message.isEmpty())
-      message = exit_code < 0 ? "could not start " + job_->program() + ": " + job_->errorString()
-                              : QString("the job ended with exit code %1").arg(exit_code);
+      message = job_exit_code_ < 0
+                    ? "could not start " + job_->program() + ": " + job_->errorString()
+                    : QString("the job ended with exit code %1").arg(job_exit_code_);
   }
   job_->deleteLater();
   job_ = nullptr;
-  poll_->deleteLater();
-  poll_ = nullptr;
   follower_.reset();
+  job_ended_ = false;
   running_ = false;
   if (outcome == RunOutcome::Failed) error_ = message;
   emit finished(outcome, message);

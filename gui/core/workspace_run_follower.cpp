@@ -48,7 +48,10 @@ WorkspaceRunFollower::Update WorkspaceRunFollower::poll() {
     if (!run_id_) return u;
   }
   u.run_id = run_id_;
-  u.status = ws.run(*run_id_).status;
+  const db::RunRecord run = ws.run(*run_id_);
+  u.status = run.status;
+  u.writer = db::ProcessIdentity{run.writer_host, run.writer_boot_id, run.writer_pid,
+                                 run.writer_start_ticks};
   const std::vector<profiler::StepMetric> steps = ws.steps(*run_id_);
   if (steps.size() <= steps_seen_ && u.status == db::RunStatus::Running) return u;
   u.new_steps.assign(steps.begin() + static_cast<std::ptrdiff_t>(steps_seen_), steps.end());

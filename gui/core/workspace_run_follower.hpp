@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "db/store/process_identity.hpp"
 #include "db/store/store_types.hpp"
 #include "profiler/trace.hpp"
 
@@ -22,6 +23,7 @@ class WorkspaceRunFollower {
   struct Update {
     std::optional<std::int64_t> run_id;  // once the run exists
     db::RunStatus status = db::RunStatus::Running;
+    db::ProcessIdentity writer;  // the process that writes the run (rank 0's)
     std::vector<profiler::StepMetric> new_steps;
     // Records committed since the last update: the run's lanes and names, and per lane the
     // spans, memory samples and counters not handed out before.

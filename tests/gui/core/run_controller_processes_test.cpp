@@ -5,12 +5,17 @@
 // `train --config` read is the request's plan) and against Stop (the job ends, the run reads
 // interrupted).
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <thread>
 
+#include "db/store/process_identity.hpp"
 #include "db/store/workspace.hpp"
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
@@ -136,6 +141,64 @@ TEST(RunControllerProcesses, StopEndsTheJobAndTheRunReadsInterrupted) {
   const db::RunRecord rec = ws.run(c.run_id());
   EXPECT_EQ(rec.status, db::RunStatus::Interrupted);
   EXPECT_GE(ws.steps(c.run_id()).size(), 2u);
+}
+
+// True once the process `pid` is gone (or a zombie nobody reaps) within `seconds`.
+bool process_ends(std::int64_t pid, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    std::int64_t ticks = -1;
+    bool zombie = false;
+    if (!db::read_process_start(pid, ticks, zombie) || zombie) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// A launcher that leaves its processes behind (as mpirun does when it is killed before it could
+// end them): Stop ends the launcher, rank 0's process still trains, and the controller ends it
+// after the settle period; the run then reads interrupted and the orphaned job is gone.
+TEST(RunControllerProcesses, StopEndsTheRanksALauncherLeftBehind) {
+  const QString mpirun = find_mpirun_program();
+  if (mpirun.isEmpty()) PIPETUNE_SKIP_OR_FAIL("mpirun is not on PATH");
+  test::test_core_app();
+  allow_mpirun_here();
+  TempDir dir;
+  const fs::path launcher = dir.path / "orphaning-mpirun";
+  const fs::path pid_file = dir.path / "mpirun.pid";
+  {
+    std::ofstream out(launcher);
+    out << "#!/bin/bash\n"
+        << "trap 'exit 0' TERM\n"
+        << "setsid '" << mpirun.toStdString() << "' \"$@\" </dev/null >/dev/null 2>&1 &\n"
+        << "echo $! > '" << pid_file.string() << "'\n"
+        << "wait\n";
+  }
+  fs::permissions(launcher, fs::perms::owner_all);
+  RunController c;
+  c.set_workspace(dir.qfile("ws.db"));
+  c.set_programs(PIPETUNE_BIN, QString::fromStdString(launcher.string()));
+  QObject::connect(&c, &RunController::step_done, [&](int step, double, double) {
+    if (step == 2) c.stop();
+  });
+  Ended e;
+  watch_end(c, e);
+  ASSERT_TRUE(c.start(tiny_processes_request(100000))) << c.error_message().toStdString();
+  ASSERT_TRUE(test::process_events_until([&] { return e.done; }));
+  EXPECT_EQ(e.outcome, RunOutcome::Interrupted) << e.message.toStdString();
+  db::Workspace ws(dir.qfile("ws.db").toStdString());
+  const db::RunRecord rec = ws.run(c.run_id());
+  EXPECT_EQ(rec.status, db::RunStatus::Interrupted);
+  EXPECT_EQ(db::writer_state(db::ProcessIdentity{rec.writer_host, rec.writer_boot_id,
+                                                 rec.writer_pid, rec.writer_start_ticks}),
+            db::WriterState::Dead);
+  std::ifstream pid_in(pid_file);
+  std::int64_t mpirun_pid = 0;
+  ASSERT_TRUE(pid_in >> mpirun_pid) << pid_file;
+  if (!process_ends(mpirun_pid, 60.0)) {
+    ::kill(static_cast<pid_t>(-mpirun_pid), SIGKILL);  // its session's group: leave no job behind
+    ADD_FAILURE() << "the orphaned mpirun (pid " << mpirun_pid << ") still ran";
+  }
 }
 
 TEST(RunControllerProcesses, ProcessesThatCannotHoldThePlanAreRefusedBeforeAnyWrite) {
