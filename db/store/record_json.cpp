@@ -28,6 +28,8 @@ nlohmann::json plan_to_json(const spec::ParallelPlan& p, const std::string& voca
     for (spec::Recompute r : p.stage_recompute) modes.emplace_back(spec::recompute_name(r));
     j["stage_recompute"] = modes;
   }
+  // Per-stage layouts: absent when every stage uses tp.
+  if (!p.stage_tp.empty()) j["stage_tp"] = p.stage_tp;
   // Offload: absent when off (and in plans stored before it was kept).
   if (p.offload_activations) j["offload_activations"] = true;
   if (p.offload_optimizer) j["offload_optimizer"] = true;
@@ -72,6 +74,7 @@ spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_la
       p.rank_order = spec::parse_rank_order(j.at("rank_order").get<std::string>());
     if (j.contains("node_group_order"))
       p.node_group_order = j.at("node_group_order").get<std::vector<int>>();
+    if (j.contains("stage_tp")) p.stage_tp = j.at("stage_tp").get<std::vector<int>>();
     if (training) spec::apply_defaults(p);
     return p;
   } catch (const nlohmann::json::exception& e) {

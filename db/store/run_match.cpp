@@ -63,6 +63,9 @@ std::string plan_difference(const json& plan, const spec::RunSpec& run) {
       plan.value("stage_recompute", none) != want.value("stage_recompute", none))
     return differ("stage_recompute", plan.value("stage_recompute", none),
                   want.value("stage_recompute", none));
+  // Per-stage layouts: absent when every stage uses tp.
+  if (const json none = json::array(); plan.value("stage_tp", none) != want.value("stage_tp", none))
+    return differ("stage_tp", plan.value("stage_tp", none), want.value("stage_tp", none));
   // Offload: absent when off.
   for (const char* key : {"offload_activations", "offload_optimizer"})
     if (plan.value(key, false) != want.value(key, false))

@@ -40,6 +40,79 @@ RankOrder parse_rank_order(std::string_view name) {
                   "unknown rank order '" + std::string(name) + "' (valid: tp-dp-pp, tp-pp-dp)");
 }
 
+int ParallelPlan::world_size() const {
+  if (stage_tp.empty()) return tp * pp * dp;
+  int devices = 0;
+  for (int t : stage_tp) devices += t;
+  return devices * dp;
+}
+
+int tp_of_stage(const ParallelPlan& plan, int rank) {
+  if (plan.stage_tp.empty()) return plan.tp;
+  if (rank < 0 || rank >= static_cast<int>(plan.stage_tp.size())) {
+    throw SpecError({"plan.stage_tp", "plan.pp"},
+                    "stage_tp has no entry for pipeline rank " + std::to_string(rank));
+  }
+  return plan.stage_tp[static_cast<std::size_t>(rank)];
+}
+
+bool stage_tp_varies(const ParallelPlan& plan) {
+  const auto& s = plan.stage_tp;
+  return std::any_of(s.begin(), s.end(), [&](int t) { return t != s.front(); });
+}
+
+int stage_first_slot(const ParallelPlan& plan, int rank) {
+  int slot = 0;
+  for (int r = 0; r < rank; ++r) slot += tp_of_stage(plan, r) * plan.dp;
+  return slot;
+}
+
+int device_slot(const ParallelPlan& plan, int tp_rank, int dp_rank, int pp_rank) {
+  if (!stage_tp_varies(plan)) return device_strides(plan).slot(tp_rank, dp_rank, pp_rank);
+  return stage_first_slot(plan, pp_rank) + tp_rank + tp_of_stage(plan, pp_rank) * dp_rank;
+}
+
+std::vector<int> reshard_senders(int senders, int receivers) {
+  std::vector<int> from(static_cast<std::size_t>(std::max(receivers, 0)));
+  for (int j = 0; j < receivers; ++j) from[static_cast<std::size_t>(j)] = j % senders;
+  return from;
+}
+
+std::vector<int> parse_stage_tp(std::string_view comma_list) {
+  const auto trimmed = [](std::string_view t) {
+    while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
+    while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
+    return t;
+  };
+  std::vector<int> tps;
+  const std::string_view all = trimmed(comma_list);
+  if (all.empty()) return tps;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = all.find(',', start);
+    const std::string_view entry = trimmed(all.substr(start, comma - start));
+    const bool digits = !entry.empty() && entry.size() <= 6 &&
+                        entry.find_first_not_of("0123456789") == std::string_view::npos;
+    if (!digits || std::stoi(std::string(entry)) < 1)
+      throw SpecError({"plan.stage_tp"},
+                      "stage_tp must be positive TP degrees separated by commas (got '" +
+                          std::string(entry) + "' in '" + std::string(all) + "')");
+    tps.push_back(std::stoi(std::string(entry)));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return tps;
+}
+
+std::string stage_tp_text(const std::vector<int>& stage_tp, char separator) {
+  std::string s;
+  for (std::size_t i = 0; i < stage_tp.size(); ++i) {
+    if (i > 0) s += separator;
+    s += std::to_string(stage_tp[i]);
+  }
+  return s;
+}
+
 DeviceStrides device_strides(const ParallelPlan& plan) {
   DeviceStrides s;
   if (plan.rank_order == RankOrder::TpPpDp) {
@@ -65,6 +138,8 @@ ParallelPlan plan_of_stage(const ParallelPlan& plan, int rank) {
   ParallelPlan stage = plan;
   stage.recompute = recompute_of_stage(plan, rank);
   stage.stage_recompute.clear();
+  stage.tp = tp_of_stage(plan, rank);
+  stage.stage_tp.clear();
   return stage;
 }
 

@@ -61,8 +61,15 @@ struct ParallelPlan {
   // node_group_order[0]. Empty = the groups in the cluster's own order.
   RankOrder rank_order = RankOrder::TpDpPp;
   std::vector<int> node_group_order;
+  // Per-stage layouts (cross-mesh resharding): the TP degree of each pipeline rank's stage,
+  // pp entries; empty = every stage uses `tp`. The rule when they differ: dp is the same for
+  // every stage, so stage s holds stage_tp[s] * dp devices (stages need not be the same size),
+  // `tp` is stage 0's, and the activations crossing a boundary between stages of different tp
+  // are resharded (spec::reshard_senders says who sends to whom).
+  std::vector<int> stage_tp;
 
-  int world_size() const { return tp * pp * dp; }
+  // tp*pp*dp, or dp * sum(stage_tp) with per-stage layouts.
+  int world_size() const;
   // Shards of the vocabulary tables: tp, or tp * pp with vocabulary parallelism.
   int vocab_shards() const { return vocab != schedule::VocabMode::None ? tp * pp : tp; }
   int layer_groups() const { return pp * chunks; }
@@ -72,7 +79,7 @@ struct ParallelPlan {
 
 // Rank r's device slot (0-based, devices in node order after the plan's node group order) is
 // slot(tp_rank, dp_rank, pp_rank) = tp_rank * tp_stride + dp_rank * dp_stride + pp_rank *
-// pp_stride.
+// pp_stride. Uniform layouts only: with per-stage layouts use device_slot.
 struct DeviceStrides {
   int tp_stride = 1, dp_stride = 1, pp_stride = 1;
   int slot(int tp_rank, int dp_rank, int pp_rank) const {
@@ -85,12 +92,35 @@ DeviceStrides device_strides(const ParallelPlan& plan);
 // plan.recompute.
 Recompute recompute_of_stage(const ParallelPlan& plan, int rank);
 
-// The plan as pipeline rank `rank` computes: recompute = recompute_of_stage(plan, rank) and no
-// stage_recompute (for per-layer costs and bytes that read plan.recompute).
+// The plan as pipeline rank `rank` computes: recompute = recompute_of_stage(plan, rank),
+// tp = tp_of_stage(plan, rank), and no stage_recompute or stage_tp (for per-layer costs and
+// bytes that read plan.recompute and plan.tp).
 ParallelPlan plan_of_stage(const ParallelPlan& plan, int rank);
 
 // True when some stage recomputes differently from another (a non-uniform stage_recompute).
 bool stage_recompute_varies(const ParallelPlan& plan);
+
+// The TP degree of pipeline rank `rank`: plan.stage_tp[rank] when given, else plan.tp.
+int tp_of_stage(const ParallelPlan& plan, int rank);
+// True when some stage's tp differs from another's (a non-uniform stage_tp).
+bool stage_tp_varies(const ParallelPlan& plan);
+// The first device slot of pipeline rank `rank`'s stage (tp-dp-pp order: stages take
+// consecutive slots, stage s holding tp_of_stage(s) * dp of them).
+int stage_first_slot(const ParallelPlan& plan, int rank);
+// The device slot of (tp_rank, dp_rank, pp_rank) in either rank order; with per-stage layouts
+// (tp-dp-pp only) stage_first_slot(pp_rank) + tp_rank + tp_of_stage(pp_rank) * dp_rank.
+int device_slot(const ParallelPlan& plan, int tp_rank, int dp_rank, int pp_rank);
+// Resharding a stage boundary (per-stage layouts): the activation (or its gradient) is whole on
+// each of the `senders` TP ranks of one side (no sequence parallelism) and each of the
+// `receivers` TP ranks of the other side needs it whole. Receiver j takes its copy from sender
+// j % senders, so a sender sends ceil(receivers / senders) copies; the result lists, per
+// receiver, its sender.
+std::vector<int> reshard_senders(int senders, int receivers);
+// "4,2,2" -> {4, 2, 2}; blank text -> empty. An entry that is not a positive integer throws
+// SpecError naming plan.stage_tp.
+std::vector<int> parse_stage_tp(std::string_view comma_list);
+// "4/2/2" for plan summaries; "4,2,2" with `separator` ','.
+std::string stage_tp_text(const std::vector<int>& stage_tp, char separator = '/');
 
 // "none,full,..." -> modes; empty text -> empty list. A bad name throws SpecError naming
 // plan.stage_recompute, the entry and the valid names.

@@ -128,6 +128,7 @@ void write_plan_table(std::ostream& out, const RunSpec& run) {
   out << "group_size = " << p.group_size << "\n";
   out << "rank_order = \"" << rank_order_name(p.rank_order) << "\"\n";
   int_array_key(out, "node_group_order", p.node_group_order);
+  int_array_key(out, "stage_tp", p.stage_tp);
 }
 
 // The checks load_run makes, so that no file is written that would not load.

@@ -151,6 +151,11 @@ ParallelPlan read_plan(const toml::table& table, const std::string& source) {
     }
   }
   p.node_group_order = read_int_array(r, "node_group_order");
+  p.stage_tp = read_int_array(r, "stage_tp");
+  for (int t : p.stage_tp)
+    if (t < 1) r.fail("stage_tp", "entry " + std::to_string(t) + " is not a TP degree (>= 1)");
+  // tp is the first stage's: taken from stage_tp when the file leaves it out.
+  if (!p.stage_tp.empty() && !table.contains("tp")) p.tp = p.stage_tp.front();
   r.reject_unknown();
   return p;
 }
@@ -205,12 +210,18 @@ RunSpec read_run(const toml::table& table, const TableContext& ctx, RunCheck che
   ParallelPlan& plan = run.plan;
   if (plan.dp == 0) {
     // 64-bit: tp and pp are each only checked positive here, so their product may pass int.
-    const std::int64_t tp_pp = std::int64_t{plan.tp} * plan.pp;
-    if (run.cluster.devices % tp_pp != 0) {
-      throw SpecError({"plan.dp", "plan.tp", "plan.pp", "cluster.devices"},
+    std::int64_t tp_pp = std::int64_t{plan.tp} * plan.pp;
+    if (!plan.stage_tp.empty()) {  // per-stage layouts: stage s holds stage_tp[s] * dp devices
+      tp_pp = 0;
+      for (int t : plan.stage_tp) tp_pp += t;
+    }
+    const char* what = plan.stage_tp.empty() ? "tp*pp=" : "sum(stage_tp)=";
+    if (tp_pp <= 0 || run.cluster.devices % tp_pp != 0) {
+      throw SpecError({"plan.dp", plan.stage_tp.empty() ? "plan.tp" : "plan.stage_tp", "plan.pp",
+                       "cluster.devices"},
                       ctx.source + ": plan.dp is not given and the cluster's " +
-                          std::to_string(run.cluster.devices) +
-                          " devices are not divisible by tp*pp=" + std::to_string(tp_pp));
+                          std::to_string(run.cluster.devices) + " devices are not divisible by " +
+                          what + std::to_string(tp_pp));
     }
     plan.dp = static_cast<int>(run.cluster.devices / tp_pp);
   }

@@ -119,6 +119,11 @@ void validate_per_group_lists(const ParallelPlan& plan) {
                         " entries, got " +
                         shown(static_cast<std::int64_t>(plan.stage_recompute.size())));
   }
+  if (!plan.stage_tp.empty() && static_cast<int>(plan.stage_tp.size()) != plan.pp) {
+    throw SpecError({"plan.stage_tp", "plan.pp"},
+                    "stage_tp needs pp = " + shown(std::int64_t{plan.pp}) + " entries, got " +
+                        shown(static_cast<std::int64_t>(plan.stage_tp.size())));
+  }
   for (std::size_t i = 0; i < plan.layer_split.size(); ++i) {
     if (plan.layer_split[i] < 0) {
       throw SpecError({"plan.layer_split"}, "layer_split[" + std::to_string(i) +
@@ -231,6 +236,43 @@ void validate_node_group_order(const std::vector<int>& order) {
   }
 }
 
+// Per-stage layouts (stage_tp): positive entries, tp is stage 0's, and what the resharding
+// between stages of different tp does not cover is refused by name.
+void validate_stage_layouts(const ParallelPlan& plan) {
+  constexpr std::int64_t kMaxDevices = std::int64_t{1} << 24;
+  std::int64_t devices = 0;
+  for (std::size_t i = 0; i < plan.stage_tp.size(); ++i) {
+    const int t = plan.stage_tp[i];
+    if (t < 1 || t > kMaxDevices)
+      throw SpecError({"plan.stage_tp"}, "stage_tp[" + std::to_string(i) +
+                                             "]=" + shown(std::int64_t{t}) + " must be 1.." +
+                                             shown(kMaxDevices));
+    devices += t;
+  }
+  if (plan.stage_tp.empty()) return;
+  require_product_at_most({"plan.stage_tp", "plan.dp"}, "sum(stage_tp)*dp", devices, plan.dp,
+                          kMaxDevices);
+  if (plan.tp != plan.stage_tp.front())
+    throw SpecError({"plan.tp", "plan.stage_tp"},
+                    "tp=" + shown(std::int64_t{plan.tp}) +
+                        " is not stage_tp[0]=" + shown(std::int64_t{plan.stage_tp.front()}) +
+                        " (tp is the first stage's; leave it out to take it from stage_tp)");
+  if (!stage_tp_varies(plan)) return;
+  const auto refuse = [](const char* key, const std::string& what) {
+    throw SpecError({"plan.stage_tp", key},
+                    "stages of different tp (stage_tp) " + what +
+                        ": the resharding between them copies whole activations");
+  };
+  if (plan.vocab != schedule::VocabMode::None)
+    refuse("plan.vocab", "cannot shard the vocabulary over tp*pp (vocab=" +
+                             std::string(schedule::vocab_mode_name(plan.vocab)) + ")");
+  if (plan.ep != 1) refuse("plan.ep", "cannot carve expert groups out of dp (ep>1)");
+  if (plan.sequence_parallel)
+    refuse("plan.sequence_parallel", "are not run with sequence_parallel");
+  if (plan.rank_order != RankOrder::TpDpPp)
+    refuse("plan.rank_order", "take consecutive device slots per stage (rank_order tp-dp-pp)");
+}
+
 }  // namespace
 
 void validate(const ParallelPlan& plan) {
@@ -293,6 +335,7 @@ void validate(const ParallelPlan& plan) {
                         shown(std::int64_t{plan.dp}) + " = " + shown(batch));
   }
   validate_per_group_lists(plan);
+  validate_stage_layouts(plan);
   validate_node_group_order(plan.node_group_order);
 }
 
@@ -301,9 +344,9 @@ void validate(const ModelSpec& model, const ClusterSpec& cluster, const Parallel
   validate(model, plan);
   if (plan.world_size() != cluster.devices) {
     throw SpecError({"plan.tp", "plan.pp", "plan.dp", "cluster.devices"},
-                    "tp*pp*dp = " + shown(std::int64_t{plan.world_size()}) +
-                        " does not match the cluster's " + shown(std::int64_t{cluster.devices}) +
-                        " devices");
+                    std::string(plan.stage_tp.empty() ? "tp*pp*dp" : "sum(stage_tp)*dp") + " = " +
+                        shown(std::int64_t{plan.world_size()}) + " does not match the cluster's " +
+                        shown(std::int64_t{cluster.devices}) + " devices");
   }
   const auto groups = static_cast<std::int64_t>(cluster.node_groups.size());
   if (!plan.node_group_order.empty() &&
@@ -321,6 +364,13 @@ void validate(const ModelSpec& model, const ParallelPlan& plan) {
   require_divides("plan.tp", "tp", plan.tp, "model.heads", "heads", model.heads);
   require_divides("plan.tp", "tp", plan.tp, "model.kv_heads", "kv_heads", model.kv_heads);
   require_divides("plan.tp", "tp", plan.tp, "model.ffn_hidden", "ffn_hidden", model.ffn_hidden);
+  for (std::size_t i = 0; i < plan.stage_tp.size(); ++i) {
+    const std::string what = "stage_tp[" + std::to_string(i) + "]";
+    const int t = plan.stage_tp[i];
+    require_divides("plan.stage_tp", what, t, "model.heads", "heads", model.heads);
+    require_divides("plan.stage_tp", what, t, "model.kv_heads", "kv_heads", model.kv_heads);
+    require_divides("plan.stage_tp", what, t, "model.ffn_hidden", "ffn_hidden", model.ffn_hidden);
+  }
   // Each vocabulary shard holds at least one row: tp shards, or tp*pp with vocabulary
   // parallelism (the engine's layout; the cost model assumes the same).
   const std::int64_t shards = plan.vocab_shards();
