@@ -371,6 +371,14 @@ void validate(const ModelSpec& model, const ParallelPlan& plan) {
     require_divides("plan.stage_tp", what, t, "model.kv_heads", "kv_heads", model.kv_heads);
     require_divides("plan.stage_tp", what, t, "model.ffn_hidden", "ffn_hidden", model.ffn_hidden);
   }
+  if (model.tied_embeddings && plan.pp > 1 &&
+      tp_of_stage(plan, 0) != tp_of_stage(plan, plan.pp - 1))
+    throw SpecError({"plan.stage_tp", "model.tied_embeddings"},
+                    "tied embeddings need the first and last stages' tp equal (stage_tp[0]=" +
+                        shown(std::int64_t{tp_of_stage(plan, 0)}) + ", stage_tp[" +
+                        std::to_string(plan.pp - 1) +
+                        "]=" + shown(std::int64_t{tp_of_stage(plan, plan.pp - 1)}) +
+                        "): their embedding copies are kept equal shard by shard");
   // Each vocabulary shard holds at least one row: tp shards, or tp*pp with vocabulary
   // parallelism (the engine's layout; the cost model assumes the same).
   const std::int64_t shards = plan.vocab_shards();
