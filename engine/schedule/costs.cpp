@@ -42,6 +42,16 @@ double CostTable::p2p_time() const {
   return t;
 }
 
+double CostTable::transfer_time(int source, int dest) const {
+  if (pair_transfer.empty()) return p2p_time();
+  const std::size_t p = stages.size();
+  const auto s = static_cast<std::size_t>(source), d = static_cast<std::size_t>(dest);
+  if (source < 0 || dest < 0 || s >= p || d >= p || pair_transfer.size() != p * p)
+    throw InputError("cost table's pair transfers do not cover ranks " + std::to_string(source) +
+                     " -> " + std::to_string(dest) + " of " + std::to_string(p) + " stages");
+  return pair_transfer[s * p + d];
+}
+
 void check_schedule_time(double t, const char* what) {
   if (std::fabs(t) < kMaxScheduleTime) return;  // false for inf and nan too
   char shown[32];
@@ -66,6 +76,12 @@ void check_costs(const CostTable& costs) {
   if (!(costs.p2p_bandwidth >= 0.0) || !std::isfinite(costs.p2p_bandwidth))
     throw InputError("a link bandwidth must be finite and >= 0");
   check(costs.p2p_time(), "a transfer time");
+  const std::size_t p = costs.stages.size();
+  if (!costs.pair_transfer.empty() && costs.pair_transfer.size() != p * p)
+    throw InputError("pair transfer times must have stages x stages entries (" +
+                     std::to_string(p * p) + "), got " +
+                     std::to_string(costs.pair_transfer.size()));
+  for (double t : costs.pair_transfer) check(t, "a pair transfer time");
   check(costs.collective_time, "a barrier time");
 }
 

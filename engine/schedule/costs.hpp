@@ -26,6 +26,10 @@ struct CostTable {
   double p2p_bytes = 0.0;          // bytes of one activation (or gradient) transfer
   double p2p_bandwidth = 0.0;      // bytes/s of a link; 0 = infinite
   double collective_time = 0.0;    // one vocabulary barrier (all-reduce / broadcast), seconds
+  // Per-stage layouts (cross-mesh resharding): seconds of one transfer from each rank to each
+  // other, stages x stages entries, [source * stages + dest]. Empty = p2p_time() for every pair
+  // (the uniform layouts' one transfer cost).
+  std::vector<double> pair_transfer;
   // Fraction of a forward's activations that survive B and are freed by W (zero-bubble split).
   // 1.0 is the convention of the V-Half/V-Min building block (B keeps all, W frees all).
   double w_free_fraction = 1.0;
@@ -40,6 +44,8 @@ struct CostTable {
 
   double cost(int rank, OpKind k) const;  // BW falls back to B + W
   double p2p_time() const;                // latency + bytes / bandwidth
+  // One transfer from rank `source` to rank `dest`: pair_transfer's entry, else p2p_time().
+  double transfer_time(int source, int dest) const;
 };
 
 // The longest time a schedule deals in (seconds, or the costs' own unit): what a trace holds in
@@ -50,7 +56,8 @@ inline constexpr double kMaxScheduleTime = 9.2e9;
 // (so never for inf or nan).
 void check_schedule_time(double t, const char* what);
 // InputError when a cost (each op kind as cost() gives it, each stage's offload copy, the
-// transfer and barrier times) is negative, not finite, or not below kMaxScheduleTime.
+// transfer, pair transfer and barrier times) is negative, not finite, or not below
+// kMaxScheduleTime.
 void check_costs(const CostTable& costs);
 
 }  // namespace pipetune::schedule

@@ -8,6 +8,7 @@
 #include "engine/errors.hpp"
 #include "tuner/cost/analytic_costs.hpp"
 #include "tuner/cost/rank_links.hpp"
+#include "tuner/cost/reshard_cost.hpp"
 #include "tuner/memory/memory_model.hpp"
 
 namespace pipetune::tuner {
@@ -54,31 +55,38 @@ LayerWork layer_work(const spec::ModelSpec& model, const spec::ParallelPlan& pla
   return w;
 }
 
-// The layer work and the bytes a layer keeps per micro-batch, for the recomputation of each
-// pipeline rank (ParallelPlan::stage_recompute; one entry per mode the plan uses).
+// The layer work and the bytes a layer keeps per micro-batch of each pipeline rank, by its
+// recomputation (ParallelPlan::stage_recompute) and its TP degree (ParallelPlan::stage_tp): one
+// entry per (tp, mode) the plan uses.
 class RecomputeWork {
  public:
   RecomputeWork(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
-                const ExecutionOptions& exec, const AnalyticAssumptions& act)
-      : plan_(plan) {
+                const ExecutionOptions& exec, const AnalyticAssumptions& act) {
     for (int r = 0; r < plan.pp; ++r) {
-      const auto m = static_cast<std::size_t>(spec::recompute_of_stage(plan, r));
-      if (work_[m]) continue;
       const spec::ParallelPlan stage = spec::plan_of_stage(plan, r);
-      work_[m] = layer_work(model, stage, exec);
-      layer_bytes_[m] = layer_activation_bytes(model, stage, act);
+      std::size_t k = 0;
+      while (k < entries_.size() &&
+             (entries_[k].tp != stage.tp || entries_[k].mode != stage.recompute))
+        ++k;
+      if (k == entries_.size())
+        entries_.push_back({stage.tp, stage.recompute, layer_work(model, stage, exec),
+                            layer_activation_bytes(model, stage, act)});
+      of_rank_.push_back(k);
     }
   }
-  const LayerWork& work(int rank) const { return *work_[mode(rank)]; }
-  double layer_bytes(int rank) const { return layer_bytes_[mode(rank)]; }
+  const LayerWork& work(int rank) const { return entry(rank).work; }
+  double layer_bytes(int rank) const { return entry(rank).layer_bytes; }
 
  private:
-  std::size_t mode(int rank) const {
-    return static_cast<std::size_t>(spec::recompute_of_stage(plan_, rank));
-  }
-  const spec::ParallelPlan& plan_;
-  std::array<std::optional<LayerWork>, 3> work_;
-  std::array<double, 3> layer_bytes_ = {0.0, 0.0, 0.0};
+  struct Entry {
+    int tp;
+    spec::Recompute mode;
+    LayerWork work;
+    double layer_bytes;
+  };
+  const Entry& entry(int rank) const { return entries_[of_rank_[static_cast<std::size_t>(rank)]]; }
+  std::vector<Entry> entries_;
+  std::vector<std::size_t> of_rank_;
 };
 
 // One rank's work per pass: its transformer layers, plus the embedding on the first rank and
@@ -192,16 +200,38 @@ void set_data_parallel_costs(StageCost& st, const StageParameters& sp,
 void set_embedding_sync(OpCosts& out, const spec::ModelSpec& model, const RankLinks& links,
                         const spec::ParallelPlan& plan, int first_rank, int last_rank,
                         const ExecutionOptions& exec) {
-  const double h = as_d(model.hidden), t = plan.tp;
+  // validate keeps tied embeddings to equal tp on the first and last stages.
+  const int tp = spec::tp_of_stage(plan, first_rank);
+  const double h = as_d(model.hidden), t = tp;
   const GroupLink pair = links.pair(first_rank, last_rank);
-  const double bytes =
-      as_d(spec::padded_vocab(model, plan.tp)) * h / t * exec.gradient_reduce_bytes;
+  const double bytes = as_d(spec::padded_vocab(model, tp)) * h / t * exec.gradient_reduce_bytes;
   const double sync = collective_time(Collective::AllReduce, bytes, pair);
   out.stages[static_cast<std::size_t>(first_rank)].embedding_sync = sync;
   out.stages[static_cast<std::size_t>(last_rank)].embedding_sync = sync;
 }
 
-// Pipeline transfers: the slowest hop sets the simulator's one point-to-point cost.
+// Per-stage layouts: every pair of ranks gets its own transfer time, the resharding of the whole
+// activation (validate refuses sequence parallelism there; a scatter-gather split is not applied
+// across different TP degrees) from the source stage's TP ranks to the destination's, over the
+// link between the two stages (reshard_cost.hpp). A pair of equal tp costs one plain send.
+void set_reshard_transfers(schedule::CostTable& table, const spec::ModelSpec& model,
+                           const RankLinks& links, const spec::ParallelPlan& plan,
+                           const ExecutionOptions& exec) {
+  const int p = plan.pp;
+  const double bytes = as_d(plan.micro_batch_size) * as_d(model.seq_len) * as_d(model.hidden) *
+                       exec.activation_bytes;
+  const auto P = static_cast<std::size_t>(p);
+  table.pair_transfer.assign(P * P, 0.0);
+  for (int a = 0; a < p; ++a)
+    for (int b = 0; b < p; ++b)
+      if (a != b)
+        table.pair_transfer[static_cast<std::size_t>(a) * P + static_cast<std::size_t>(b)] =
+            reshard_time(spec::tp_of_stage(plan, a), spec::tp_of_stage(plan, b), bytes,
+                         links.pair(a, b));
+}
+
+// Pipeline transfers: the slowest hop sets the simulator's one point-to-point cost (and, with
+// per-stage layouts, the cost-aware generators' estimate; the simulator then takes each pair's).
 void set_pipeline_transfer(schedule::CostTable& table, const spec::ModelSpec& model,
                            const RankLinks& links, const spec::ParallelPlan& plan,
                            const ExecutionOptions& exec) {
@@ -222,6 +252,7 @@ void set_pipeline_transfer(schedule::CostTable& table, const spec::ModelSpec& mo
     table.p2p_bytes = p2p_bytes;
     table.p2p_bandwidth = hop.inter_node ? hop.nic_bandwidth : hop.intra_bandwidth;
   }
+  if (spec::stage_tp_varies(plan)) set_reshard_transfers(table, model, links, plan, exec);
 }
 
 // Vocabulary parallelism: the barriers' collectives and each rank's S, T, IF and IB passes over
@@ -346,8 +377,10 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   act.bytes_per_value = exec.activation_bytes;
   const RecomputeWork per_stage(model, plan, exec, act);  // each stage's own recomputation
   const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len);
-  // fp32 logits of one micro-batch, padding rows' included.
-  const double logits_bytes = n * as_d(spec::padded_vocab(model, plan.tp)) * 4.0 / plan.tp;
+  // fp32 logits of one micro-batch, padding rows' included, on the output layer's stage (its own
+  // tp with per-stage layouts; vocabulary parallelism has uniform layouts).
+  const int output_tp = spec::tp_of_stage(plan, last_rank);
+  const double logits_bytes = n * as_d(spec::padded_vocab(model, output_tp)) * 4.0 / output_tp;
 
   const std::vector<StageParameters> params = stage_parameters(model, plan, placement);
 

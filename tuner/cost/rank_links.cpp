@@ -18,47 +18,68 @@ RankLinks::RankLinks(const spec::ClusterSpec& cluster, const spec::ParallelPlan&
       dp_(plan.dp),
       ep_(plan.ep),
       at_(spec::device_strides(plan)),
+      varies_(spec::stage_tp_varies(plan)),
       heterogeneous_(cluster.node_groups.size() > 1) {
+  if (varies_) {
+    for (int r = 0; r < pp_; ++r) {
+      stage_tp_.push_back(spec::tp_of_stage(plan, r));
+      first_slot_.push_back(spec::stage_first_slot(plan, r));
+    }
+  }
   if (!plan.node_group_order.empty()) {
     reordered_ = spec::placed_cluster(cluster, plan.node_group_order);
     placed_ = &*reordered_;
   }
 }
 
+int RankLinks::tp(int pp_rank) const {
+  return varies_ ? stage_tp_[static_cast<std::size_t>(pp_rank)] : tp_;
+}
+
+int RankLinks::dp_stride(int pp_rank) const {
+  return varies_ ? tp(pp_rank) : at_.dp_stride;
+}
+
+int RankLinks::slot(int tp_rank, int dp_rank, int pp_rank) const {
+  if (!varies_) return at_.slot(tp_rank, dp_rank, pp_rank);
+  // spec::device_slot, with the stages' first slots computed once.
+  return first_slot_[static_cast<std::size_t>(pp_rank)] + tp_rank + tp(pp_rank) * dp_rank;
+}
+
 GroupLink RankLinks::group(int tp_rank, int dp_rank, int pp_rank, int stride, int members) const {
-  return group_link(*placed_, at_.slot(tp_rank, dp_rank, pp_rank), stride, members);
+  return group_link(*placed_, slot(tp_rank, dp_rank, pp_rank), stride, members);
 }
 
 StageLinks RankLinks::stage(int r) const {
-  const int edp = dp_ / ep_;
+  const int edp = dp_ / ep_, t_r = tp(r), tps = tp_stride(), dps = dp_stride(r);
   StageLinks l;
-  l.tp = group(0, 0, r, at_.tp_stride, tp_);
-  l.dp = group(0, 0, r, at_.dp_stride, dp_);
-  l.ep = group(0, 0, r, at_.dp_stride, ep_);
-  l.expert_dp = group(0, 0, r, at_.dp_stride * ep_, edp);
+  l.tp = group(0, 0, r, tps, t_r);
+  l.dp = group(0, 0, r, dps, dp_);
+  l.ep = group(0, 0, r, dps, ep_);
+  l.expert_dp = group(0, 0, r, dps * ep_, edp);
   if (!heterogeneous_) return l;
   // Every other group of each kind in the stage: the TP group of each replica, the DP group of
   // each TP rank, each EP group (consecutive dp ranks) and each expert-DP group (one per position
   // inside an EP group) of each TP rank.
-  for (int d = 1; d < dp_; ++d) l.tp = slower_link(l.tp, group(0, d, r, at_.tp_stride, tp_));
-  for (int t = 0; t < tp_; ++t) {
-    if (t > 0) l.dp = slower_link(l.dp, group(t, 0, r, at_.dp_stride, dp_));
+  for (int d = 1; d < dp_; ++d) l.tp = slower_link(l.tp, group(0, d, r, tps, t_r));
+  for (int t = 0; t < t_r; ++t) {
+    if (t > 0) l.dp = slower_link(l.dp, group(t, 0, r, dps, dp_));
     for (int e = 0; e < edp; ++e)
-      if (t > 0 || e > 0) l.ep = slower_link(l.ep, group(t, e * ep_, r, at_.dp_stride, ep_));
+      if (t > 0 || e > 0) l.ep = slower_link(l.ep, group(t, e * ep_, r, dps, ep_));
     for (int k = 0; k < ep_; ++k)
-      if (t > 0 || k > 0)
-        l.expert_dp = slower_link(l.expert_dp, group(t, k, r, at_.dp_stride * ep_, edp));
+      if (t > 0 || k > 0) l.expert_dp = slower_link(l.expert_dp, group(t, k, r, dps * ep_, edp));
   }
   return l;
 }
 
 GroupLink RankLinks::pair(int a, int b) const {
-  GroupLink worst = pair_link(*placed_, at_.slot(0, 0, a), at_.slot(0, 0, b));
+  GroupLink worst = pair_link(*placed_, slot(0, 0, a), slot(0, 0, b));
   for (int d = 1; heterogeneous_ && d < dp_; ++d)
-    worst = slower_link(worst, pair_link(*placed_, at_.slot(0, d, a), at_.slot(0, d, b)));
+    worst = slower_link(worst, pair_link(*placed_, slot(0, d, a), slot(0, d, b)));
   return worst;
 }
 
+// Vocabulary parallelism only, which spec::validate keeps to uniform layouts (one stride).
 GroupLink RankLinks::pipeline() const {
   GroupLink worst = group(0, 0, 0, at_.pp_stride, pp_);
   for (int d = 1; heterogeneous_ && d < dp_; ++d)

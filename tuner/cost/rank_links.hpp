@@ -1,5 +1,6 @@
 // The links a plan's process groups cross once its ranks are placed (Holmes): device slots by the
-// plan's rank order (spec::device_strides), nodes in the plan's node group order
+// plan's rank order (spec::device_slot: with per-stage layouts a stage's TP groups are its own
+// consecutive slots, tp_of_stage wide), nodes in the plan's node group order
 // (spec::placed_cluster). On a cluster whose node groups differ, groups of one kind in one stage
 // (a stage's DP group of each TP rank, its TP group of each replica, each replica's pipeline hop)
 // may cross different NICs; every replica waits for the slowest at the step's end, so a stage's
@@ -8,6 +9,7 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 
 #include "engine/spec/cluster_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
@@ -39,12 +41,22 @@ class RankLinks {
  private:
   // The group of `members` devices `stride` apart from the slot of (tp_rank, dp_rank, pp_rank).
   GroupLink group(int tp_rank, int dp_rank, int pp_rank, int stride, int members) const;
+  // Slot of (tp_rank, dp_rank, pp_rank) and a stage's strides: the plan's device strides for
+  // uniform layouts, else (tp-dp-pp) the stage's first slot, TP ranks adjacent, DP ranks its tp
+  // apart.
+  int slot(int tp_rank, int dp_rank, int pp_rank) const;
+  int tp_stride() const { return varies_ ? 1 : at_.tp_stride; }
+  int dp_stride(int pp_rank) const;
+  int tp(int pp_rank) const;
 
   std::optional<spec::ClusterSpec> reordered_;  // the cluster with its node groups reordered
   const spec::ClusterSpec* placed_;
   int tp_, pp_, dp_, ep_;
   spec::DeviceStrides at_;
-  bool heterogeneous_;  // groups of one kind may cross different NICs: check them all
+  bool varies_;                  // per-stage layouts: slots from stage_tp_ and first_slot_
+  std::vector<int> stage_tp_;    // per pipeline rank (only when varies_)
+  std::vector<int> first_slot_;  // per pipeline rank (only when varies_)
+  bool heterogeneous_;           // groups of one kind may cross different NICs: check them all
 };
 
 // The slower of two links, by the time of one all-reduce of 1 GB (or, for two single-member

@@ -66,12 +66,14 @@ std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
   where.chunks = plan.chunks;
   where.placement = placement;
 
-  const double t = plan.tp, h = as_d(model.hidden);
+  const double h = as_d(model.hidden);
   const double experts_per_device = as_d(model.experts) / plan.ep;
   std::vector<StageParameters> out(static_cast<std::size_t>(p));
   std::int64_t layer = 0;
   for (int g = 0; g < groups; ++g) {
-    StageParameters& s = out[static_cast<std::size_t>(where.rank_of_group(g))];
+    const int rank = where.rank_of_group(g);
+    StageParameters& s = out[static_cast<std::size_t>(rank)];
+    const double t = spec::tp_of_stage(plan, rank);  // per-stage layouts shard by their own tp
     for (int i = 0; i < split[static_cast<std::size_t>(g)]; ++i, ++layer) {
       const double norms = 2.0 * h;  // replicated on every TP rank
       StageParameters::Layer l;
@@ -90,17 +92,26 @@ std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
     }
   }
   // Vp*h over TP (Vp: the vocabulary padded for its shards, spec::padded_vocab).
-  const double table = as_d(spec::padded_vocab(model, plan.vocab_shards())) * h / t;
+  const double table = as_d(spec::padded_vocab(model, plan.vocab_shards())) * h / plan.tp;
   const double final_norm = h;
   const int first = where.rank_of_group(0), last = where.rank_of_group(groups - 1);
   if (plan.vocab == schedule::VocabMode::None) {
-    out[static_cast<std::size_t>(first)].vocabulary += table;
+    // Each table is sharded over its own stage's TP group (per-stage layouts: validate keeps
+    // vocabulary parallelism to uniform layouts).
+    const auto table_on = [&](int rank) {
+      const int t = spec::tp_of_stage(plan, rank);
+      return as_d(spec::padded_vocab(model, t)) * h / t;
+    };
+    const double input_table = table_on(first), output_table = table_on(last);
+    out[static_cast<std::size_t>(first)].vocabulary += input_table;
     // A tied output layer shares the table on one stage; on another stage it is a second copy
     // (kept in sync by an all-reduce, as in Megatron).
     const bool shared_table = model.tied_embeddings && first == last;
-    out[static_cast<std::size_t>(last)].vocabulary += (shared_table ? 0.0 : table) + final_norm;
-    out[static_cast<std::size_t>(first)].largest_table = table;
-    out[static_cast<std::size_t>(last)].largest_table = table;
+    out[static_cast<std::size_t>(last)].vocabulary +=
+        (shared_table ? 0.0 : output_table) + final_norm;
+    out[static_cast<std::size_t>(first)].largest_table = input_table;
+    out[static_cast<std::size_t>(last)].largest_table =
+        first == last ? std::max(input_table, output_table) : output_table;
   } else {
     for (auto& s : out) {
       s.vocabulary += 2.0 * table / p;

@@ -114,8 +114,11 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
       const double deferrable = fused_backward ? 0.0 : m * v * t.cost(r, OpKind::W);
       busiest = std::max(busiest, startup + transformer - deferrable + drain);
     }
-    startup += t.cost(r, OpKind::F) + t.p2p_time();
-    drain += std::min(t.cost(r, OpKind::B), t.cost(r, OpKind::BW)) + t.p2p_time();
+    // The hop to the next rank (forward) and back (backward): resharded with per-stage layouts.
+    const bool hop = r + 1 < plan.pp;
+    startup += t.cost(r, OpKind::F) + (hop ? t.transfer_time(r, r + 1) : t.p2p_time());
+    drain += std::min(t.cost(r, OpKind::B), t.cost(r, OpKind::BW)) +
+             (hop ? t.transfer_time(r + 1, r) : t.p2p_time());
   }
   const AfterPipeline after = after_pipeline(costs, plan.pp, execution);
   b.iteration_time = busiest + after.data_parallel + after.optimizer;

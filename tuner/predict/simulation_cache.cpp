@@ -23,6 +23,8 @@ void append_table(std::string& out, const schedule::CostTable& t) {
   append(out, t.p2p_bytes);
   append(out, t.p2p_bandwidth);
   append(out, t.collective_time);
+  append(out, t.pair_transfer.size());
+  for (double c : t.pair_transfer) append(out, c);
   append(out, t.w_free_fraction);
   append(out, t.copies_block_compute);
 }

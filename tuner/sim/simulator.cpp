@@ -64,6 +64,13 @@ class TimingHooks {
     peak_units_.assign(p, 0.0);
     ops_.assign(p, 0);
     p2p_time_ = costs.p2p_time();
+    // Per-stage layouts: each pair's resharded transfer (empty for uniform layouts).
+    if (!costs.pair_transfer.empty()) {
+      pair_transfer_.resize(p * p);
+      for (std::size_t a = 0; a < p; ++a)
+        for (std::size_t b = 0; b < p; ++b)
+          pair_transfer_[a * p + b] = costs.transfer_time(static_cast<int>(a), static_cast<int>(b));
+    }
     const double v = static_cast<double>(s.chunks);
     forward_units_ = 1.0 / v;
     b_free_units_ = (1.0 - costs.w_free_fraction) / v;
@@ -196,8 +203,13 @@ class TimingHooks {
   // transfer when it comes from another rank (traced as a send on the source's lane).
   double arrival(int rank, const Op& op, const Requirement& req, double req_time) {
     if (!(req.present && req.transfer)) return req_time;
-    const double ready = req_time + p2p_time_;
-    if (options_.record_trace && p2p_time_ > 0.0) {
+    const double transfer = pair_transfer_.empty()
+                                ? p2p_time_
+                                : pair_transfer_[static_cast<std::size_t>(req.source_rank) *
+                                                     static_cast<std::size_t>(s_.stages) +
+                                                 static_cast<std::size_t>(rank)];
+    const double ready = req_time + transfer;
+    if (options_.record_trace && transfer > 0.0) {
       profiler::Span send;
       send.lane = p2p_lane_[static_cast<std::size_t>(req.source_rank)];
       send.kind = profiler::SpanKind::Send;
@@ -379,6 +391,7 @@ class TimingHooks {
   std::vector<std::vector<profiler::Span>> lane_spans_;
   std::vector<OffloadingRank> offloading_;  // empty unless some stage offloads
   std::uint32_t activation_counter_ = 0, host_counter_ = 0;
+  std::vector<double> pair_transfer_;  // [source * stages + dest]; empty: p2p_time_ for all
   double p2p_time_ = 0.0, forward_units_ = 1.0, b_free_units_ = 0.0, w_free_units_ = 1.0;
 };
 
