@@ -36,6 +36,7 @@ struct TuneArgs {
   std::string vocab_modes;  // comma-separated; empty = all
   std::int64_t max_candidates = 0;
   bool no_offload = false;
+  bool no_stage_layouts = false;
   int top = 10;
   std::int64_t keep = 100;
   int threads = 0;
@@ -72,6 +73,7 @@ tuner::SearchSpace make_space(const TuneArgs& a) {
                                      .vocab_modes = split_list(a.vocab_modes),
                                      .max_candidates = a.max_candidates,
                                      .offload = !a.no_offload,
+                                     .stage_layouts = !a.no_stage_layouts,
                                      .keep = a.keep,
                                      .threads = a.threads};
   tuner::SearchSpace s;
@@ -200,6 +202,10 @@ void add_tune_command(CLI::App& app) {
                 "Keep activations and optimizer state on the device (by default plans that need "
                 "recomputation also try offload to host memory where the hardware gives "
                 "host_bandwidth)");
+  cmd->add_flag("--no-stage-layouts", a->no_stage_layouts,
+                "Give every pipeline stage the plan's tp (by default each plan with a pipeline and "
+                "an even tp also tries one end of the pipeline at twice the tp, the devices taken "
+                "from other stages, layers split in proportion)");
   cmd->add_option("--top", a->top, "Results to print")->capture_default_str();
   cmd->add_option("--keep", a->keep,
                   "Results ranked exactly (at least --top); plans whose lower bound cannot reach "

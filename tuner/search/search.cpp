@@ -16,6 +16,7 @@
 #include "tuner/search/auto_layer_split.hpp"
 #include "tuner/search/offload_options.hpp"
 #include "tuner/search/placement_options.hpp"
+#include "tuner/search/stage_layout_options.hpp"
 #include "tuner/search/stage_recompute_choice.hpp"
 
 namespace pipetune::tuner {
@@ -240,11 +241,24 @@ class Enumerator {
         spec::ParallelPlan p = base;
         p.recompute = rc;
         p.zero_stage = zero;
-        add_candidate(std::move(p), vocab_label);
+        add_candidate(p, vocab_label);
+        if (full()) return;
+        if (s_.stage_layouts && vocab_label == "none") add_stage_layouts(p, vocab_label);
         if (full()) return;
       }
     }
     enumerate_stage_recompute(base, vocab_label);
+  }
+
+  // Per-stage layouts of a uniform plan (stage_layout_options.hpp), through the same rules,
+  // memory check and bounds as every plan.
+  void add_stage_layouts(const spec::ParallelPlan& uniform, const std::string& vocab_label) {
+    StageLayoutVariants variants = stage_layout_variants(s_.model, s_.cluster, uniform);
+    if (variants.spanning_nodes > 0) r_.pruned[kStageLayoutSpansNodes] += variants.spanning_nodes;
+    for (spec::ParallelPlan& p : variants.plans) {
+      add_candidate(std::move(p), vocab_label);
+      if (full()) return;
+    }
   }
 
   // Per-stage recomputation (stage_recompute_choice.hpp) and offload (offload_options.hpp) for
@@ -305,6 +319,8 @@ class Enumerator {
     const std::vector<std::vector<int>> listed_only = {{}};
     const auto& group_orders = base.pp > 1 ? node_group_orders_ : listed_only;
     for (spec::RankOrder order : rank_orders(s_.cluster, base)) {
+      // Per-stage layouts place their stages in tp-dp-pp order only (spec::validate).
+      if (spec::stage_tp_varies(base) && order != spec::RankOrder::TpDpPp) continue;
       for (const std::vector<int>& groups : group_orders) {
         if (!first) ++r_.candidates_enumerated;
         first = false;

@@ -15,8 +15,11 @@
 // gradients, then also weights sharded over dp), placement on a cluster of several node groups
 // (the rank order and the node groups' order, placement_options.hpp), and offload (KARMA:
 // activations and optimizer state in host memory, weighed against recomputation where a plan does
-// not fit without recomputation and the host link is known: offload_options.hpp). Sequence
-// parallelism is on whenever tp > 1 (the same communication volume, less activation memory).
+// not fit without recomputation and the host link is known: offload_options.hpp), and per-stage
+// layouts (SearchSpace::stage_layouts: one end of the pipeline with twice the TP degree, devices
+// taken from other stages, layers split in proportion: stage_layout_options.hpp). Sequence
+// parallelism is on whenever tp > 1 (the same communication volume, less activation memory),
+// except in per-stage layouts, whose resharding moves whole activations.
 //
 // Each list of the space names an entry once (InputError naming a repeated one). A combination
 // of a vocabulary mode asked for that cannot exist (a schedule that does not support it, no
@@ -93,6 +96,10 @@ struct SearchSpace {
   // Offload variants (offload_options.hpp) beside the plans that keep everything on the device;
   // false: no plan offloads.
   bool offload = true;
+  // Per-stage layout variants (stage_layout_options.hpp) beside each uniform plan they apply to.
+  // Off here, so a space built field by field searches uniform layouts; a SearchRequest (what
+  // the front ends send) turns them on by default.
+  bool stage_layouts = false;
   int max_chunks = 4;               // interleaved-1f1b layer groups per stage, at most
   std::int64_t max_candidates = 0;  // stop enumerating after this many plans; 0 = no limit
   // With a bounder: the best `keep` plans (and the Pareto front) are exact; plans that provably

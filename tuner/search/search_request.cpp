@@ -30,6 +30,7 @@ SearchSpace search_space(const SearchRequest& request) {
           .schedules = request.schedules,
           .vocab_modes = request.vocab_modes,
           .offload = request.offload,
+          .stage_layouts = request.stage_layouts,
           .max_candidates = request.max_candidates,
           .keep = request.keep,
           .threads = request.threads};

@@ -23,6 +23,8 @@ struct SearchRequest {
   // Weigh offload (activations, optimizer state in host memory) against recomputation where a
   // plan needs either (SearchSpace::offload); false: no plan offloads.
   bool offload = true;
+  // Per-stage layouts (SearchSpace::stage_layouts); false: every stage has the plan's tp.
+  bool stage_layouts = true;
   // Results ranked exactly (SearchSpace::keep); 0 = score every plan.
   std::int64_t keep = 100;
   int threads = 0;  // scoring threads; 0 = hardware concurrency

@@ -59,6 +59,8 @@ ResolvedTarget resolve_target(const TuningTarget& a) {
 std::string plan_summary(const spec::ParallelPlan& p, const std::string& vocab_label) {
   std::string s =
       "tp=" + std::to_string(p.tp) + " pp=" + std::to_string(p.pp) + " dp=" + std::to_string(p.dp);
+  // Per-stage layouts: each stage's tp ("stage_tp=1/1/2/4"), where they differ.
+  if (spec::stage_tp_varies(p)) s += " stage_tp=" + spec::stage_tp_text(p.stage_tp);
   if (p.ep > 1) s += " ep=" + std::to_string(p.ep);
   s += " mbs=" + std::to_string(p.micro_batch_size) + " " + p.schedule;
   if (p.chunks > 1) s += " v=" + std::to_string(p.chunks);
