@@ -6,6 +6,7 @@
 
 #include "engine/schedule/op.hpp"
 #include "tuner/cost/rank_links.hpp"
+#include "tuner/cost/reshard_cost.hpp"
 
 namespace pipetune::tuner {
 
@@ -106,10 +107,21 @@ std::vector<LinkUse> link_uses(const spec::ClusterSpec& cluster, const spec::Par
   for (int r = 0; r + 1 < plan.pp; ++r) {
     const GroupLink hop = links.pair(r, r + 1);
     const double transfers = 2.0 * plan.microbatches * plan.chunks;
-    LinkUse u =
-        link_use(hw, hop, "pipeline", "send/recv", r,
-                 hop.inter_node ? hop.nic_bandwidth : hop.intra_bandwidth,
-                 transfers * collective_time(Collective::SendRecv, costs.table.p2p_bytes, hop));
+    // Per-stage layouts: each direction's resharded transfer (reshard_cost.hpp); a boundary
+    // between different tp names its resharding and the copies its busiest sender sends.
+    const bool resharded = !costs.table.pair_transfer.empty();
+    const int q = spec::tp_of_stage(plan, r), t = spec::tp_of_stage(plan, r + 1);
+    const double time =
+        resharded ? transfers / 2.0 *
+                        (costs.table.transfer_time(r, r + 1) + costs.table.transfer_time(r + 1, r))
+                  : transfers * collective_time(Collective::SendRecv, costs.table.p2p_bytes, hop);
+    const std::string collective =
+        q == t ? "send/recv"
+               : "reshard tp " + std::to_string(q) + "->" + std::to_string(t) + " (" +
+                     std::to_string(reshard_copies(q, t)) + " copies forward, " +
+                     std::to_string(reshard_copies(t, q)) + " back)";
+    LinkUse u = link_use(hw, hop, "pipeline", collective, r,
+                         hop.inter_node ? hop.nic_bandwidth : hop.intra_bandwidth, time);
     u.peer_stage = r + 1;
     out.push_back(u);
   }
@@ -216,6 +228,15 @@ std::vector<SettingDifference> setting_differences(const spec::ModelSpec& model_
   add("rank_order", std::string(spec::rank_order_name(a.rank_order)),
       std::string(spec::rank_order_name(b.rank_order)));
   add("node_group_order", node_group_order_text(cluster, a), node_group_order_text(cluster, b));
+  // Per-stage layouts, as they take effect (each stage's tp), where either plan's stages differ.
+  if (spec::stage_tp_varies(a) || spec::stage_tp_varies(b)) {
+    const auto stage_tps = [](const spec::ParallelPlan& p) {
+      std::vector<int> tps;
+      for (int r = 0; r < p.pp; ++r) tps.push_back(spec::tp_of_stage(p, r));
+      return join(tps);
+    };
+    add("stage_tp", stage_tps(a), stage_tps(b));
+  }
   return out;
 }
 

@@ -42,10 +42,12 @@ struct TimeParts {
 
 // The traffic of one process group (or pipeline hop) and the link it crosses.
 struct LinkUse {
-  std::string group;       // "tp", "dp", "ep", "pipeline" (a hop), "embedding" (tied copies)
-  std::string collective;  // "all-reduce", "reduce-scatter + all-gather", "send/recv", ...
-  int stage = 0;           // the pipeline rank whose group it is (a hop: the sending rank)
-  int peer_stage = -1;     // a hop or the tied embedding: the other rank; else -1
+  std::string group;  // "tp", "dp", "ep", "pipeline" (a hop), "embedding" (tied copies)
+  // "all-reduce", "reduce-scatter + all-gather", "send/recv", or for a hop between stages of
+  // different tp "reshard tp 2->4 (2 copies forward, 1 back)" (per-stage layouts)
+  std::string collective;
+  int stage = 0;        // the pipeline rank whose group it is (a hop: the sending rank)
+  int peer_stage = -1;  // a hop or the tied embedding: the other rank; else -1
   int members = 1;
   bool inter_node = false;
   int members_per_node = 1;
@@ -95,7 +97,8 @@ PlanBreakdown plan_breakdown(const spec::ClusterSpec& cluster, const spec::Paral
 
 // The settings in which two plans differ (defaults applied), in ParallelPlan's field order. The
 // layer split and the node group order compare as they take effect (an empty split is the even
-// one, an empty order the listed one); recomputation compares per stage ("recompute": one mode
+// one, an empty order the listed one, stage_tp each stage's tp where either plan's stages differ);
+// recomputation compares per stage ("recompute": one mode
 // name, or the per-stage list where stages differ); offload as offload_activations and
 // offload_optimizer, "true" or "false".
 std::vector<SettingDifference> setting_differences(const spec::ModelSpec& model,

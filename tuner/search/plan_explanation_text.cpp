@@ -78,7 +78,7 @@ std::string binding_text(const std::string& who, const PlanBreakdown& b) {
 std::string link_text(const std::string& who, const LinkUse& u) {
   std::string what;
   if (u.group == "pipeline")
-    what = "pipeline send/recv between stages " + std::to_string(u.stage) + " and " +
+    what = "pipeline " + u.collective + " between stages " + std::to_string(u.stage) + " and " +
            std::to_string(u.peer_stage);
   else if (u.group == "embedding")
     what = "tied-embedding " + u.collective + " between stages " + std::to_string(u.stage) +
