@@ -7,17 +7,28 @@
 
 namespace pipetune::tuner {
 
-std::vector<std::vector<int>> stage_tp_layouts(int tp, int pp) {
+std::vector<std::vector<int>> stage_tp_layouts(int tp, int pp, bool equal_ends) {
   if (pp < 2 || tp < 2 || tp % 2 != 0) return {};
   const int half = tp / 2;
-  if (pp == 2) return {{half, 3 * half}, {3 * half, half}};
-  std::vector<int> output_heavy(static_cast<std::size_t>(pp), tp);
-  output_heavy[0] = output_heavy[1] = half;
-  output_heavy.back() = 2 * tp;
-  std::vector<int> input_heavy(static_cast<std::size_t>(pp), tp);
-  input_heavy.front() = 2 * tp;
-  input_heavy[static_cast<std::size_t>(pp - 2)] = input_heavy.back() = half;
-  return {output_heavy, input_heavy};
+  const auto last = static_cast<std::size_t>(pp - 1);
+  std::vector<std::vector<int>> out;
+  if (!equal_ends) {
+    if (pp == 2) return {{half, 3 * half}, {3 * half, half}};
+    std::vector<int> output_heavy(static_cast<std::size_t>(pp), tp);
+    output_heavy[0] = output_heavy[1] = half;
+    output_heavy[last] = 2 * tp;
+    std::vector<int> input_heavy(static_cast<std::size_t>(pp), tp);
+    input_heavy[0] = 2 * tp;
+    input_heavy[last - 1] = input_heavy[last] = half;
+    out = {output_heavy, input_heavy};
+  }
+  if (pp >= 6) {
+    std::vector<int> both_ends(static_cast<std::size_t>(pp), tp);
+    both_ends[0] = both_ends[last] = 2 * tp;
+    both_ends[1] = both_ends[2] = both_ends[last - 2] = both_ends[last - 1] = half;
+    out.push_back(both_ends);
+  }
+  return out;
 }
 
 std::vector<int> tp_proportional_split(std::int64_t layers, const std::vector<int>& stage_tp,
@@ -75,7 +86,8 @@ StageLayoutVariants stage_layout_variants(const spec::ModelSpec& model,
                        uniform.rank_order == spec::RankOrder::TpDpPp;
   if (!applies) return out;
   const double output_layers = output_layer_in_layers(model);
-  for (std::vector<int>& layout : stage_tp_layouts(uniform.tp, uniform.pp)) {
+  // Tied embeddings keep one table on the first and the last stage: equal tp there (validate).
+  for (std::vector<int>& layout : stage_tp_layouts(uniform.tp, uniform.pp, model.tied_embeddings)) {
     spec::ParallelPlan p = uniform;
     p.sequence_parallel = false;  // the resharding moves whole activations
     p.tp = layout.front();

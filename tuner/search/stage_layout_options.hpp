@@ -6,6 +6,10 @@
 //             input-heavy  [2t, t, ..., t, t/2, t/2]   (the stage that holds the most
 //                                                       micro-batches under 1F1B widened)
 //   pp == 2:  [t/2, 3t/2] and [3t/2, t/2]               (3t/2 must divide the heads: validate)
+//   pp >= 6:  both-ends-heavy [2t, t/2, t/2, t, ..., t, t/2, t/2, 2t]
+//
+// With tied embeddings (the first and the last stage share the table, so their tp must match:
+// validate) only the both-ends layout.
 //
 // A stage's compute time goes with its layers over its tp, so each layout carries the layer
 // split that balances the stages: layers in proportion to each stage's tp, with the output layer
@@ -29,9 +33,9 @@ namespace pipetune::tuner {
 
 inline constexpr const char* kStageLayoutSpansNodes = "stage layout: a stage's tp spans nodes";
 
-// The stage_tp layouts the search tries for a uniform tp over pp stages (above); empty when t is
-// odd or 1 or pp < 2.
-std::vector<std::vector<int>> stage_tp_layouts(int tp, int pp);
+// The stage_tp layouts the search tries for a uniform tp over pp stages (above), only those with
+// equal first and last tp when `equal_ends`; empty when t is odd or 1 or pp < 2.
+std::vector<std::vector<int>> stage_tp_layouts(int tp, int pp, bool equal_ends);
 
 // `layers` over the stages in proportion to their tp, the last stage's share less
 // `output_layers` (the output layer's work in layers), rounded by largest remainder, at least one
