@@ -448,9 +448,25 @@ CalibrationResult calibrate(const std::vector<Measurement>& measurements,
   return result;
 }
 
+namespace {
+
+// The pipeline rank of a trace's rank (traces number ranks in the default tp-dp-pp order): with
+// per-stage layouts stage s holds stage_tp[s] * dp consecutive ranks; -1 past the last stage.
+int stage_of_rank(const spec::ParallelPlan& plan, int rank) {
+  if (!spec::stage_tp_varies(plan)) return rank / (plan.tp * plan.dp);
+  int first = 0;
+  for (int r = 0; r < plan.pp; ++r) {
+    first += spec::tp_of_stage(plan, r) * plan.dp;
+    if (rank < first) return rank < 0 ? -1 : r;
+  }
+  return -1;
+}
+
+}  // namespace
+
 std::vector<schedule::StageCosts> op_durations_from_trace(const profiler::Trace& trace,
                                                           const spec::ParallelPlan& plan) {
-  const int p = plan.pp, per_stage = plan.tp * plan.dp;
+  const int p = plan.pp;
   std::vector<schedule::StageCosts> sum(static_cast<std::size_t>(p));
   std::vector<std::array<int, schedule::kOpKindCount>> count(static_cast<std::size_t>(p));
   for (auto& c : count) c.fill(0);
@@ -459,7 +475,7 @@ std::vector<schedule::StageCosts> op_durations_from_trace(const profiler::Trace&
     const profiler::Lane& lane = trace.lanes[static_cast<std::size_t>(s.lane)];
     if (lane.stream != profiler::Stream::Compute) continue;
     if (static_cast<int>(s.kind) >= schedule::kOpKindCount) continue;  // not a schedule op
-    const int stage = lane.rank / per_stage;
+    const int stage = stage_of_rank(plan, lane.rank);
     if (stage < 0 || stage >= p) continue;
     const auto kind = static_cast<schedule::OpKind>(s.kind);
     sum[static_cast<std::size_t>(stage)][kind] += static_cast<double>(s.end_ns - s.start_ns) * 1e-9;
@@ -476,7 +492,7 @@ std::vector<schedule::StageCosts> op_durations_from_trace(const profiler::Trace&
 std::vector<schedule::StageCosts> op_durations_from_kernels(
     const std::vector<profiler::KernelRecord>& kernels, const spec::ParallelPlan& plan,
     const std::string& who) {
-  const int p = plan.pp, per_stage = plan.tp * plan.dp;
+  const int p = plan.pp;
   std::set<std::int32_t> ranks;
   for (const profiler::KernelRecord& k : kernels)
     if (k.phase) ranks.insert(k.rank);
@@ -489,7 +505,7 @@ std::vector<schedule::StageCosts> op_durations_from_kernels(
   std::vector<std::array<int, schedule::kOpKindCount>> count(static_cast<std::size_t>(p));
   for (auto& c : count) c.fill(0);
   for (std::int32_t rank : ranks) {
-    const int stage = rank / per_stage;
+    const int stage = stage_of_rank(plan, rank);
     if (stage < 0 || stage >= p) continue;
     const auto mean = profiler::analysis::mean_phase_op_ns(kernels, rank);
     for (schedule::OpKind k : schedule::kAllOpKinds) {
