@@ -38,6 +38,9 @@ SimulationSetup setup_from_run_file(const std::string& name_or_path) {
                 static_cast<long long>(run.model.seq_len), run.cluster.hardware.name.c_str(),
                 engine.c_str());
   setup.description = line;
+  // Per-stage layouts: each stage's tp beside the plan's (stage 0's).
+  if (spec::stage_tp_varies(plan))
+    setup.description += " (stage_tp=" + spec::stage_tp_text(plan.stage_tp) + ")";
   setup.iteration = std::move(e);
   setup.run = std::move(run);
   return setup;
