@@ -29,7 +29,8 @@ PlannedSchedule planned_schedule(const spec::ModelSpec& model, const spec::Clust
                                  double memory_limit = 0.0);
 
 // The cluster a plan runs on when the engine trains it: `cluster`'s hardware, sized to the
-// plan's world (the engine's virtual cluster has exactly tp * pp * dp ranks).
+// plan's world (the engine's virtual cluster has exactly plan.world_size() ranks: tp * pp * dp,
+// or dp * sum(stage_tp) with per-stage layouts).
 spec::ClusterSpec cluster_for_plan(const spec::ClusterSpec& cluster,
                                    const spec::ParallelPlan& plan);
 
