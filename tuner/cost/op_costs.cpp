@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -212,8 +213,11 @@ void set_embedding_sync(OpCosts& out, const spec::ModelSpec& model, const RankLi
 
 // Per-stage layouts: every pair of ranks gets its own transfer time, the resharding of the whole
 // activation (validate refuses sequence parallelism there; a scatter-gather split is not applied
-// across different TP degrees) from the source stage's TP ranks to the destination's, over the
-// link between the two stages (reshard_cost.hpp). A pair of equal tp costs one plain send.
+// across different TP degrees) from the source stage's TP ranks to the destination's
+// (reshard_cost.hpp). A pair of equal tp costs one plain send. The schedules move data only
+// between neighbouring ranks and around the wrap (last -> first, interleaved), so those pairs are
+// priced over their own link; the others (a hop no schedule makes) over the slowest of those
+// links, without one link lookup per pair of a deep pipeline.
 void set_reshard_transfers(schedule::CostTable& table, const spec::ModelSpec& model,
                            const RankLinks& links, const spec::ParallelPlan& plan,
                            const ExecutionOptions& exec) {
@@ -221,13 +225,30 @@ void set_reshard_transfers(schedule::CostTable& table, const spec::ModelSpec& mo
   const double bytes = as_d(plan.micro_batch_size) * as_d(model.seq_len) * as_d(model.hidden) *
                        exec.activation_bytes;
   const auto P = static_cast<std::size_t>(p);
+  const auto at = [&](int a, int b) -> double& {
+    return table.pair_transfer[static_cast<std::size_t>(a) * P + static_cast<std::size_t>(b)];
+  };
+  const auto neighbours = [&](int a, int b) {
+    return std::abs(a - b) == 1 || (std::min(a, b) == 0 && std::max(a, b) == p - 1);
+  };
   table.pair_transfer.assign(P * P, 0.0);
+  GroupLink slowest;
+  double slowest_send = -1.0;
+  for (int a = 0; a < p; ++a)
+    for (int b = a + 1; b < p; ++b) {
+      if (!neighbours(a, b)) continue;
+      const GroupLink link = links.pair(a, b);
+      const int ta = spec::tp_of_stage(plan, a), tb = spec::tp_of_stage(plan, b);
+      at(a, b) = reshard_time(ta, tb, bytes, link);
+      at(b, a) = reshard_time(tb, ta, bytes, link);
+      const double send = collective_time(Collective::SendRecv, bytes, link);
+      if (send > slowest_send) slowest_send = send, slowest = link;
+    }
   for (int a = 0; a < p; ++a)
     for (int b = 0; b < p; ++b)
-      if (a != b)
-        table.pair_transfer[static_cast<std::size_t>(a) * P + static_cast<std::size_t>(b)] =
-            reshard_time(spec::tp_of_stage(plan, a), spec::tp_of_stage(plan, b), bytes,
-                         links.pair(a, b));
+      if (a != b && !neighbours(a, b))
+        at(a, b) =
+            reshard_time(spec::tp_of_stage(plan, a), spec::tp_of_stage(plan, b), bytes, slowest);
 }
 
 // Pipeline transfers: the slowest hop sets the simulator's one point-to-point cost (and, with
