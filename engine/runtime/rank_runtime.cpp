@@ -34,9 +34,12 @@ namespace {
 model::RankPlacement make_placement(const model::ModelConfig& config,
                                     const spec::ParallelPlan& plan,
                                     const std::vector<int>& layer_split,
-                                    const schedule::Schedule& s, const comm::RankCoordinates& at) {
+                                    const schedule::Schedule& s, const comm::RankCoordinates& at,
+                                    int stage_tp) {
   model::RankPlacement p;
-  p.tp_size = plan.tp;
+  // The rank's own stage's tp degree (per-stage layouts): its shards are of the same global
+  // weights as every other layout's, so initialisation and captured tensors line up.
+  p.tp_size = stage_tp;
   p.tp_rank = at.tp_rank;
   p.ep_size = plan.ep;
   p.ep_rank = at.ep_rank;
@@ -49,7 +52,8 @@ model::RankPlacement make_placement(const model::ModelConfig& config,
         {g, first[static_cast<std::size_t>(g)], layer_split[static_cast<std::size_t>(g)]});
   }
   p.vocab_parallel = s.vocab != schedule::VocabMode::None;
-  p.vocab_shards = p.vocab_parallel ? plan.tp * plan.pp : plan.tp;
+  // Vocabulary parallelism needs equal tp degrees (spec::validate): plan.tp is every stage's.
+  p.vocab_shards = p.vocab_parallel ? plan.tp * plan.pp : stage_tp;
   p.vocab_index = p.vocab_parallel ? at.pp_rank * plan.tp + at.tp_rank : at.tp_rank;
   p.holds_position_embedding = at.pp_rank == s.rank_of_group(0);
   (void)config;
@@ -70,19 +74,24 @@ RankRuntime::RankRuntime(const model::ModelConfig& config, const spec::ParallelP
       recorder_(recorder),
       rank_(comm.rank()),
       pp_rank_(topology.coordinates(comm.rank()).pp_rank),
-      pp_group_(topology.pp_group(comm.rank())),
-      vocab_group_(topology.vocab_group(comm.rank())),
       mailbox_(comm, recorder) {
   const comm::RankCoordinates at = topology.coordinates(rank_);
+  const int stage_tp = topology.tp_of_stage(pp_rank_);
+  // Pipeline peers per stage: whose copy this rank takes, and who takes its (more than one, or
+  // none, where the stages' tp degrees differ: topology.hpp).
+  for (int p = 0; p < topology.pp(); ++p) {
+    stage_sender_.push_back(topology.pipeline_sender(rank_, p));
+    stage_receivers_.push_back(topology.pipeline_receivers(rank_, p));
+  }
   ctx_.backend = &backend;
   ctx_.comm = &comm;
   ctx_.tp_group = topology.tp_group(rank_);
   ctx_.ep_group = topology.ep_group(rank_);
   ctx_.tp_rank = at.tp_rank;
-  ctx_.tp_size = plan.tp;
+  ctx_.tp_size = stage_tp;
   ctx_.ep_rank = at.ep_rank;
   ctx_.ep_size = plan.ep;
-  ctx_.sequence_parallel = plan.sequence_parallel && plan.tp > 1;
+  ctx_.sequence_parallel = plan.sequence_parallel && stage_tp > 1;
   ctx_.recorder = recorder;
   if (recorder != nullptr && recorder->enabled()) {
     ctx_.all_to_all_name = recorder->intern("all_to_all");
@@ -91,11 +100,13 @@ RankRuntime::RankRuntime(const model::ModelConfig& config, const spec::ParallelP
     parameter_gather_name_ = recorder->intern("parameter all-gather");
   }
   vocab_parallel_ = schedule.vocab != schedule::VocabMode::None;
+  // Only the vocabulary passes use it (and the topology has none for per-stage layouts).
+  if (vocab_parallel_) vocab_group_ = topology.vocab_group(rank_);
   // The stage's own recomputation (Merak's stage-aware recomputation): all of this pipeline
   // rank's layer groups recompute as plan.stage_recompute says for it, else as plan.recompute.
   config_.recompute = spec::recompute_of_stage(plan, pp_rank_);
   model_ = std::make_unique<model::RankModel>(
-      config_, make_placement(config_, plan, layer_split, schedule, at));
+      config_, make_placement(config_, plan, layer_split, schedule, at, stage_tp));
   for (int i = 0; i < model_->dense.count(); ++i)
     if (model_->dense.entry(i).sequence_parallel) sequence_parallel_grads_.push_back(i);
 }
@@ -103,7 +114,11 @@ RankRuntime::RankRuntime(const model::ModelConfig& config, const spec::ParallelP
 RankRuntime::~RankRuntime() = default;
 
 int RankRuntime::group_rank(int group) const {
-  return pp_group_.ranks[static_cast<std::size_t>(schedule_->rank_of_group(group))];
+  return stage_sender_[static_cast<std::size_t>(schedule_->rank_of_group(group))];
+}
+
+const std::vector<int>& RankRuntime::group_receivers(int group) const {
+  return stage_receivers_[static_cast<std::size_t>(schedule_->rank_of_group(group))];
 }
 
 RankRuntime::ChunkState& RankRuntime::chunk_state(int chunk, int mb) {
@@ -441,7 +456,9 @@ void RankRuntime::forward(int chunk, int mb) {
   }
 
   if (group < m.placement().groups - 1) {
-    mailbox_.post(group_rank(group + 1), MessageKind::Activation, group + 1, mb, x_buf);
+    // The whole activation to each rank of the next stage that takes it from this one.
+    for (int dst : group_receivers(group + 1))
+      mailbox_.post(dst, MessageKind::Activation, group + 1, mb, x_buf);
     return;
   }
   // Last group: final LayerNorm, then the loss (plain) or the hand-off to the S passes, on every
@@ -559,7 +576,8 @@ void RankRuntime::backward_input(int chunk, int mb, bool weights) {
   }
   s.backward_done = true;
   if (group > 0) {
-    mailbox_.post(group_rank(group - 1), MessageKind::Gradient, group - 1, mb, dy_buf);
+    for (int dst : group_receivers(group - 1))
+      mailbox_.post(dst, MessageKind::Gradient, group - 1, mb, dy_buf);
   } else {
     // The embedding's gradient needs every row.
     if (ctx_.sequence_parallel) {

@@ -149,7 +149,13 @@ class RankRuntime {
 
   ChunkState& chunk_state(int chunk, int mb);
   void drop_chunk_state(int chunk, int mb);
-  int group_rank(int group) const;  // global rank holding layer group `group`
+  // The rank holding layer group `group` whose messages this rank takes: with equal tp degrees
+  // the one with this rank's tp and dp ranks; with per-stage layouts the sender
+  // spec::reshard_senders names (Topology::pipeline_sender).
+  int group_rank(int group) const;
+  // The ranks holding layer group `group` that take this rank's activation or gradient whole
+  // (Topology::pipeline_receivers): group_rank(group) alone with equal tp degrees.
+  const std::vector<int>& group_receivers(int group) const;
   std::int64_t rows() const { return batch_ * seq_; }
   // The rows this rank holds between blocks and stages: all, or 1/tp under sequence parallelism.
   std::int64_t local_rows() const { return ctx_.local_rows(rows()); }
@@ -164,8 +170,9 @@ class RankRuntime {
   profiler::RankRecorder* recorder_;
   std::int64_t ledger_activations_ = 0;  // what the ledger holds for Activations
   int rank_, pp_rank_;
-  comm::ProcessGroup pp_group_;
-  comm::ProcessGroup vocab_group_;
+  std::vector<int> stage_sender_;                  // by pipeline rank: see group_rank
+  std::vector<std::vector<int>> stage_receivers_;  // by pipeline rank: see group_receivers
+  comm::ProcessGroup vocab_group_;                 // vocabulary parallelism only
   model::ParallelContext ctx_;
   std::unique_ptr<model::RankModel> model_;
   // The dense parameters applied to a rank's rows of the sequence (ParamEntry::sequence_parallel):

@@ -53,8 +53,9 @@ using Clock = std::chrono::steady_clock;
 // The embedded engine's own limits, on top of spec::validate(model, plan) (which holds the rules
 // every consumer of a plan shares): every layer group holds at least one layer, micro-batch and
 // layer-group counts fit the span fields, and the vocabulary has a row for every shard.
-void check_engine_limits(const model::ModelConfig& c, const spec::ParallelPlan& p, int groups,
-                         const std::vector<int>& split) {
+void check_engine_limits(const model::ModelConfig& c, const spec::ParallelPlan& p,
+                         const schedule::Schedule& sched, const std::vector<int>& split) {
+  const int groups = sched.groups();
   for (int s : split)
     if (s < 1)
       throw InputError({"plan.layer_split"},
@@ -68,9 +69,15 @@ void check_engine_limits(const model::ModelConfig& c, const spec::ParallelPlan& 
     throw InputError({"plan.microbatches"},
                      "microbatches=" + std::to_string(p.microbatches) + " is over 65535");
   if (groups > 2047) throw InputError({"plan.pp", "plan.chunks"}, "more than 2047 layer groups");
-  const int shards = p.vocab != schedule::VocabMode::None ? p.tp * p.pp : p.tp;
+  // Without vocabulary parallelism the tables are split over the tp of the stages holding the
+  // first and the last layer group (per-stage layouts: each its own).
+  const int shards = p.vocab != schedule::VocabMode::None
+                         ? p.tp * p.pp
+                         : std::max(spec::tp_of_stage(p, sched.rank_of_group(0)),
+                                    spec::tp_of_stage(p, sched.rank_of_group(groups - 1)));
   if (c.vocab < shards) {
     std::vector<std::string> fields{"model.vocab", "plan.tp"};
+    if (!p.stage_tp.empty()) fields.emplace_back("plan.stage_tp");
     if (p.vocab != schedule::VocabMode::None)
       fields.insert(fields.end(), {"plan.pp", "plan.vocab"});
     throw InputError(fields, "vocab=" + std::to_string(c.vocab) + " is smaller than its " +
@@ -87,6 +94,8 @@ std::string describe_plan(const spec::ParallelPlan& p) {
     << " vocab=" << schedule::vocab_mode_name(p.vocab) << " microbatches=" << p.microbatches
     << " micro_batch_size=" << p.micro_batch_size << " zero=" << p.zero_stage << " split=";
   for (std::size_t i = 0; i < p.layer_split.size(); ++i) s << (i ? "," : "") << p.layer_split[i];
+  // Only when given, so that checkpoints of plans without it keep their description.
+  if (!p.stage_tp.empty()) s << " stage_tp=" << spec::stage_tp_text(p.stage_tp, ',');
   return s.str();
 }
 
@@ -277,7 +286,7 @@ PreparedRun prepare(const TrainOptions& options) {
   }
   p.split = p.plan.layer_split.empty() ? spec::even_layer_split(p.config.layers, p.sched.groups())
                                        : p.plan.layer_split;
-  check_engine_limits(p.config, p.plan, p.sched.groups(), p.split);
+  check_engine_limits(p.config, p.plan, p.sched, p.split);
   p.plan.layer_split = p.split;
   if (!options.data_shards.empty())  // opened once here so a bad shard fails before any thread
     (void)data::make_shard_loader(options.data_shards, p.config.vocab,

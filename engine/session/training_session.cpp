@@ -19,7 +19,7 @@ namespace {
 RankLayout rank_layout(const TrainingRequest& request) {
   const spec::ParallelPlan& plan = request.train.plan;
   RankLayout layout;
-  layout.world = plan.tp * plan.pp * plan.dp;
+  layout.world = plan.world_size();  // dp * sum(stage_tp) with per-stage layouts
   layout.processes = std::max(1, comm::launcher_world_size());
   layout.on_gpu = request.engine.backend == spec::EngineBackend::cuda;
   layout.bf16 = layout.on_gpu && request.engine.precision == spec::EnginePrecision::bf16;
