@@ -158,6 +158,18 @@ ExportRequest with_uniform_recompute(const ExportRequest& request, std::string_v
   return r;
 }
 
+ExportRequest with_uniform_stage_tp(const ExportRequest& request, std::string_view framework,
+                                    std::string_view why) {
+  ExportRequest r = request;
+  spec::ParallelPlan& p = r.plan;
+  require(!spec::stage_tp_varies(p), framework,
+          "stage_tp=" + spec::stage_tp_text(p.stage_tp) +
+              " (per-stage tensor parallel sizes): " + std::string(why));
+  if (!p.stage_tp.empty()) p.tp = p.stage_tp.front();
+  p.stage_tp.clear();
+  return r;
+}
+
 void check_common(const ExportRequest& r, std::string_view fw) {
   const spec::ParallelPlan& p = r.plan;
   const spec::ModelSpec& m = r.model;
