@@ -47,7 +47,14 @@ ExportFormat parse_export_format(std::string_view name) {
   throw InputError("unknown export format '" + std::string(name) + "' (valid: " + valid + ")");
 }
 
-ExportSideFile export_side_file(ExportFormat format, const ExportRequest& request) {
+ExportSideFile export_side_file(ExportFormat format, const ExportRequest& given) {
+  // A stage_tp list whose entries are all equal is plain tp, as in the main file (which refuses
+  // one whose entries differ before any side file is asked for).
+  ExportRequest request = given;
+  if (!spec::stage_tp_varies(request.plan) && !request.plan.stage_tp.empty()) {
+    request.plan.tp = request.plan.stage_tp.front();
+    request.plan.stage_tp.clear();
+  }
   if (format == ExportFormat::Torchtitan || format == ExportFormat::TorchtitanToml)
     return {torchtitan_detail::kScheduleCsvFile, torchtitan_schedule_csv(request),
             "its schedule (pipeline_parallel_schedule_csv)"};

@@ -105,6 +105,12 @@ TEST(StageLayoutExport, AUniformListExportsAsPlainTp) {
     const std::string text = exported(fw.format, plain);
     EXPECT_EQ(exported(fw.format, listed), text);
     written += text.rfind("error: ", 0) != 0 ? 1 : 0;
+    if (text.rfind("error: ", 0) != 0) {  // the file beside it (torchtitan's CSV, DeepSpeed's code)
+      const ExportSideFile side = export_side_file(fw.format, plain);
+      const ExportSideFile listed_side = export_side_file(fw.format, listed);
+      EXPECT_EQ(listed_side.name, side.name);
+      EXPECT_EQ(listed_side.text, side.text);
+    }
   }
   EXPECT_GE(written, 2) << "most formats refuse the plan: the comparison tests little";
   // A one-stage pipeline's list is uniform too.
