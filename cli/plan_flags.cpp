@@ -60,4 +60,29 @@ std::vector<spec::Recompute> parse_stage_recompute_flag(const std::string& text,
   return modes;
 }
 
+std::vector<int> parse_stage_tp_flag(const std::string& text, int pp) {
+  std::vector<int> tps;
+  try {
+    tps = spec::parse_stage_tp(text);
+  } catch (const SpecError& e) {
+    throw InputError("--stage-tp: " + e.rule());
+  }
+  if (!tps.empty() && static_cast<int>(tps.size()) != pp)
+    throw InputError("--stage-tp: needs pp = " + std::to_string(pp) + " entries, got " +
+                     std::to_string(tps.size()));
+  return tps;
+}
+
+void apply_stage_tp_flag(const std::string& text, const std::optional<int>& tp_flag,
+                         spec::ParallelPlan& plan) {
+  const std::vector<int> tps = parse_stage_tp_flag(text, plan.pp);
+  if (tps.empty()) return;
+  if (tp_flag && *tp_flag != tps.front())
+    throw InputError("--tp " + std::to_string(*tp_flag) + " and --stage-tp " +
+                     spec::stage_tp_text(tps, ',') + ": tp is the first stage's (" +
+                     std::to_string(tps.front()) + "); leave --tp out or make them agree");
+  plan.stage_tp = tps;
+  plan.tp = tps.front();
+}
+
 }  // namespace pipetune::cli

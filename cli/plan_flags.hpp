@@ -42,4 +42,13 @@ void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help);
 // (empty text: none given). InputError "--stage-recompute: ..." naming the entry or the count.
 std::vector<spec::Recompute> parse_stage_recompute_flag(const std::string& text, int pp);
 
+// `--stage-tp 4,2,2`: one tensor-parallel degree per pipeline rank, `pp` of them (empty text:
+// none given). InputError "--stage-tp: ..." naming the entry or the count.
+std::vector<int> parse_stage_tp_flag(const std::string& text, int pp);
+
+// Sets `plan.stage_tp` from --stage-tp's text: tp becomes its first entry, and a --tp that
+// differs (`tp_flag`) is refused naming both flags. Blank text: nothing changes.
+void apply_stage_tp_flag(const std::string& text, const std::optional<int>& tp_flag,
+                         spec::ParallelPlan& plan);
+
 }  // namespace pipetune::cli

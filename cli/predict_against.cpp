@@ -63,7 +63,7 @@ void print_human(const tuner::SimulationSetup& setup, const LoadedRun& r,
         "\nrun %lld trained its %d ranks on %d GPU%s (streams sharing a device): the stages' "
         "compute compares with the prediction, the iteration does not (the simulation gives each "
         "rank its own GPU)\n",
-        id, plan.tp * plan.pp * plan.dp, c.measured_gpus, c.measured_gpus == 1 ? "" : "s");
+        id, plan.world_size(), c.measured_gpus, c.measured_gpus == 1 ? "" : "s");
   }
 }
 

@@ -34,6 +34,7 @@ struct PredictArgs {
   std::string schedule = "1f1b", vocab = "none", recompute = "none";
   std::string rank_order = "tp-dp-pp", node_group_order;
   std::string stage_recompute;  // comma list, one mode per pipeline rank; empty = recompute
+  std::string stage_tp;         // comma list, one TP degree per pipeline rank; empty = tp
   bool sequence_parallel = false;
   bool offload_activations = false, offload_optimizer = false;
   bool json = false;
@@ -119,19 +120,26 @@ void run_flags(const PredictArgs& a) {
   require(!a.target.model.empty(), "--model");
   require_target_options(a.target, ", or --config RUN");
   require(a.target.global_batch != 0, "--global-batch");
-  require(a.plan.tp.has_value(), "--tp");
+  if (a.stage_tp.empty()) require(a.plan.tp.has_value(), "--tp (or --stage-tp)");
   require(a.plan.pp.has_value(), "--pp");
   const Target t = resolve_target(a.target);
   spec::ParallelPlan p;
   p.chunks = schedule::default_chunks(a.schedule);
-  p.dp = 0;  // the devices left over by tp*pp unless given
+  p.dp = 0;  // the devices left over by tp*pp (sum(stage_tp)) unless given
   a.plan.apply_to(p);
+  apply_stage_tp_flag(a.stage_tp, a.plan.tp, p);  // tp: --stage-tp's first entry
   if (p.dp == 0) {
-    const int tp_pp = p.tp * p.pp;
-    if (t.cluster.devices % tp_pp != 0)
-      throw InputError("tp*pp = " + std::to_string(tp_pp) + " does not divide --gpus " +
+    // Devices per data-parallel replica: tp*pp, or sum(stage_tp) with per-stage layouts.
+    std::int64_t per_replica = std::int64_t{p.tp} * p.pp;
+    if (!p.stage_tp.empty()) {
+      per_replica = 0;
+      for (int tp : p.stage_tp) per_replica += tp;
+    }
+    const char* what = p.stage_tp.empty() ? "tp*pp = " : "sum(--stage-tp) = ";
+    if (t.cluster.devices % per_replica != 0)
+      throw InputError(what + std::to_string(per_replica) + " does not divide --gpus " +
                        std::to_string(t.cluster.devices));
-    p.dp = t.cluster.devices / tp_pp;
+    p.dp = static_cast<int>(t.cluster.devices / per_replica);
   }
   p.global_batch = t.global_batch;
   p.schedule = a.schedule;
@@ -210,7 +218,8 @@ void add_predict_command(CLI::App& app) {
   add_plan_flags(cmd, a->plan,
                  {.tp = "Tensor-parallel degree",
                   .pp = "Pipeline stages",
-                  .dp = "Data-parallel degree (default: gpus / (tp*pp))",
+                  .dp = "Data-parallel degree (default: gpus / (tp*pp), or gpus / "
+                        "sum(stage-tp))",
                   .ep = "Expert-parallel degree",
                   .chunks = "Layer groups per stage (interleaved, V schedules)",
                   .micro_batch_size = "Sequences per micro-batch",
@@ -225,6 +234,10 @@ void add_predict_command(CLI::App& app) {
   cmd->add_option("--stage-recompute", a->stage_recompute,
                   "Recomputation per pipeline stage, comma-separated (full,selective,none,...: pp "
                   "entries; overrides --recompute)");
+  cmd->add_option("--stage-tp", a->stage_tp,
+                  "Per-stage layouts: the tensor-parallel degree of each pipeline stage, "
+                  "comma-separated (4,2,2: pp entries; dp is shared, stage s holds stage-tp[s]*dp "
+                  "GPUs; --tp defaults to the first)");
   cmd->add_flag("--sequence-parallel", a->sequence_parallel, "Sequence parallelism (with TP)");
   cmd->add_flag("--offload-activations", a->offload_activations,
                 "Offload: move each forward's activations to host memory until its backward");

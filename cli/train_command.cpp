@@ -40,6 +40,7 @@ struct TrainArgs {
   PlanFlags plan;
   std::optional<std::string> schedule, vocab, recompute;
   std::optional<std::string> stage_recompute;  // comma list, one mode per pipeline rank
+  std::optional<std::string> stage_tp;         // comma list, one TP degree per pipeline rank
   int steps = 60;
   std::string seed = "1234";  // parsed strictly: CLI11 saturates numbers past 2^64
   float lr = 3e-3f;
@@ -104,6 +105,13 @@ int parse_capture_every(const std::string& text) {
 spec::ParallelPlan plan_with_flags(const TrainArgs& a, const spec::RunSpec& run) {
   spec::ParallelPlan plan = run.plan;
   a.plan.apply_to(plan);
+  // --tp alone: one TP degree for every stage, whatever the run file says per stage; with
+  // --stage-tp, tp is its first entry.
+  if (a.plan.tp && !a.stage_tp) plan.stage_tp.clear();
+  if (a.stage_tp) {
+    plan.stage_tp.clear();
+    apply_stage_tp_flag(*a.stage_tp, a.plan.tp, plan);
+  }
   if (a.schedule) plan.schedule = *a.schedule;
   // Another schedule without --chunks: that schedule's default, not the run file's chunks.
   if (a.schedule && !a.plan.chunks) plan.chunks = 0;
@@ -121,7 +129,8 @@ spec::ParallelPlan plan_with_flags(const TrainArgs& a, const spec::RunSpec& run)
   // Flags may change the world size: the global batch follows the plan, unless the run file
   // states it (then the plan's validation refuses flags that give another batch, as predict does).
   const PlanFlags& f = a.plan;
-  if ((f.tp || f.pp || f.dp || f.microbatches || f.micro_batch_size) && !run.global_batch_given)
+  if ((f.tp || f.pp || f.dp || f.microbatches || f.micro_batch_size || a.stage_tp) &&
+      !run.global_batch_given)
     plan.global_batch = 0;
   return plan;
 }
@@ -155,7 +164,7 @@ void apply_run_flags(const TrainArgs& a, runtime::TrainOptions& o) {
   o.watchdog_seconds = a.watchdog;
   if (!a.fault.empty()) {
     o.fault = runtime::parse_injected_fault(a.fault);
-    const int world = o.plan.tp * o.plan.pp * o.plan.dp;
+    const int world = o.plan.world_size();
     if (o.fault->rank >= world)
       throw InputError("--fault: rank " + std::to_string(o.fault->rank) + " is not a rank of the " +
                        std::to_string(world) + "-rank plan");
@@ -276,11 +285,12 @@ void print_header(const runtime::TrainOptions& o, const char* ranks) {
       : p.recompute == spec::Recompute::None
           ? std::string()
           : ", recompute " + std::string(spec::recompute_name(p.recompute));
+  if (!p.stage_tp.empty()) recompute += ", tp per stage " + spec::stage_tp_text(p.stage_tp);
   if (p.sequence_parallel && p.tp > 1) recompute += ", sequence parallel";
   if (p.offload_activations) recompute += ", activations offloaded";
   if (p.offload_optimizer) recompute += ", optimizer offloaded";
   std::printf("training %s on %d %s (tp=%d pp=%d dp=%d ep=%d), schedule %s, vocab %s%s, %d steps\n",
-              o.model.name.c_str(), p.tp * p.pp * p.dp, ranks, p.tp, p.pp, p.dp, p.ep,
+              o.model.name.c_str(), p.world_size(), ranks, p.tp, p.pp, p.dp, p.ep,
               p.schedule.c_str(), std::string(schedule::vocab_mode_name(p.vocab)).c_str(),
               recompute.c_str(), o.steps);
   if (o.model.vocab_divisible_by > 1) {
@@ -397,6 +407,10 @@ void add_plan_options(CLI::App* cmd, TrainArgs* args) {
   cmd->add_option("--stage-recompute", args->stage_recompute,
                   "Recomputation per pipeline stage, comma-separated (full,selective,none,...: pp "
                   "entries; empty: every stage as --recompute)");
+  cmd->add_option("--stage-tp", args->stage_tp,
+                  "Per-stage layouts: the tensor-parallel degree of each pipeline stage, "
+                  "comma-separated (4,2,2: pp entries; dp is shared, stage s holds stage-tp[s]*dp "
+                  "ranks; --tp defaults to the first; empty: every stage as --tp)");
   cmd->add_flag("--offload-activations", args->offload_activations,
                 "Offload: each forward's activations to host memory until its backward, on a "
                 "copy stream");

@@ -23,7 +23,7 @@ nlohmann::json plan_json(const runtime::TrainOptions& o, const runtime::TrainRes
                       {"pp", p.pp},
                       {"dp", p.dp},
                       {"ep", p.ep},
-                      {"world", p.tp * p.pp * p.dp},
+                      {"world", p.world_size()},
                       {"schedule", r.schedule},
                       {"chunks", r.chunks},
                       {"vocab", std::string(schedule::vocab_mode_name(p.vocab))},
@@ -40,6 +40,7 @@ nlohmann::json plan_json(const runtime::TrainOptions& o, const runtime::TrainRes
     for (spec::Recompute m : p.stage_recompute) modes.push_back(spec::recompute_name(m));
     j["stage_recompute"] = modes;
   }
+  if (!p.stage_tp.empty()) j["stage_tp"] = p.stage_tp;  // per-stage layouts, only when given
   return j;
 }
 

@@ -53,6 +53,7 @@ SetupPage::SetupPage(PlanFormModel* form, QWidget* parent) : QWidget(parent), fo
   add_row(left, PlanField::Pp, "Pipeline stages (pp)", new QLineEdit);
   add_row(left, PlanField::Dp, "Data parallel (dp)", new QLineEdit);
   add_row(left, PlanField::Ep, "Expert parallel (ep)", new QLineEdit);
+  add_row(left, PlanField::StageTp, "Tensor parallel per stage (empty: all tp)", new QLineEdit);
   add_row(right, PlanField::Schedule, "Schedule", combo(PlanFormModel::schedule_names()));
   add_row(right, PlanField::Vocab, "Vocabulary", combo(PlanFormModel::vocab_names()));
   add_row(right, PlanField::MicroBatchSize, "Micro-batch size", new QLineEdit);

@@ -39,7 +39,8 @@ constexpr std::array<const char*, kPlanFieldCount> kKeys = {"model",
                                                             "offload_optimizer",
                                                             "global_batch",
                                                             "rank_order",
-                                                            "node_group_order"};
+                                                            "node_group_order",
+                                                            "stage_tp"};
 
 std::size_t slot(PlanField f) {
   return static_cast<std::size_t>(f);
@@ -74,11 +75,11 @@ bool parse_bool(const QString& text, PlanField field) {
   throw ParseError{field, plan_field_key(field) + " must be true or false (got '" + text + "')"};
 }
 
-// Node group indices separated by commas ("1, 0"); "" = none (the cluster's own order). Each
-// entry must be a whole number; whether the order fits the cluster is spec::validate's rule.
-QString node_group_order_text(const std::vector<int>& order) {
+// A list of whole numbers as its field shows it, "1, 0" (node group indices, TP degrees per
+// stage); "" = none. Whether the list fits the plan is spec::validate's rule.
+QString int_list_text(const std::vector<int>& values) {
   QStringList parts;
-  for (int g : order) parts << QString::number(g);
+  for (int v : values) parts << QString::number(v);
   return parts.join(", ");
 }
 
@@ -227,7 +228,8 @@ void PlanFormModel::load_run_preset(const QString& name) {
         p.global_batch > 0 && !derived ? QString::number(p.global_batch) : QString();
     const auto rank_order = spec::rank_order_name(p.rank_order);
     values_[slot(PlanField::RankOrder)] = QString::fromUtf8(rank_order.data(), rank_order.size());
-    values_[slot(PlanField::NodeGroupOrder)] = node_group_order_text(p.node_group_order);
+    values_[slot(PlanField::NodeGroupOrder)] = int_list_text(p.node_group_order);
+    values_[slot(PlanField::StageTp)] = int_list_text(p.stage_tp);
     validate();
   } catch (const std::exception& e) {
     message_ = QString::fromStdString(e.what());
@@ -317,7 +319,16 @@ void PlanFormModel::select_cluster(PlanSelection& s) {
 
 // The plan's fields as typed: numbers parsed here, names by the libraries.
 void PlanFormModel::read_plan(spec::ParallelPlan& p) const {
-  p.tp = parse_int(text(PlanField::Tp), PlanField::Tp);
+  try {  // the count and the sizes are spec::validate's rules (pp entries, dividing heads...)
+    p.stage_tp = spec::parse_stage_tp(text(PlanField::StageTp).toStdString());
+  } catch (const InputError& e) {
+    throw ParseError{PlanField::StageTp, QString::fromStdString(e.what())};
+  }
+  // tp is the first stage's: an empty Tp takes it from the stages' list, as a run file does.
+  if (text(PlanField::Tp).isEmpty() && !p.stage_tp.empty())
+    p.tp = p.stage_tp.front();
+  else
+    p.tp = parse_int(text(PlanField::Tp), PlanField::Tp);
   p.pp = parse_int(text(PlanField::Pp), PlanField::Pp);
   p.dp = parse_int(text(PlanField::Dp), PlanField::Dp);
   p.ep = parse_int(text(PlanField::Ep), PlanField::Ep);

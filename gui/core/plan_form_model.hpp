@@ -44,8 +44,11 @@ enum class PlanField {
   GlobalBatch,         // "" = micro-batch size x micro-batches x dp
   RankOrder,           // "tp-dp-pp" / "tp-pp-dp"
   NodeGroupOrder,      // node group indices, "1, 0"; "" = as the cluster lists them
+  // Per-stage layouts: one TP degree per pipeline stage, "4, 2, 2"; "" = every stage uses Tp.
+  // dp is shared, so stage s holds stage_tp[s] * dp GPUs; Tp may be left empty (the first entry).
+  StageTp,
 };
-inline constexpr int kPlanFieldCount = 22;
+inline constexpr int kPlanFieldCount = 23;
 
 // The field's key as a run file's [plan] spells it ("tp", "micro_batch_size"...): a library
 // error about the plan field "plan.<key>" (engine/errors.hpp) is shown at this field.

@@ -268,13 +268,20 @@ std::string_view deepspeed_target_version() {
   return "DeepSpeed 0.19.6 (deepspeedai/DeepSpeed@edaa722)";
 }
 
+// Per-stage layouts: DeepSpeed's tensor parallelism is one size (tensor_parallel.autotp_size), and
+// its process topology is one grid with one size per axis.
+constexpr const char* kOneTensorParallelSize =
+    "tensor_parallel.autotp_size is one value for every pipeline stage "
+    "(deepspeed/runtime/pipe/topology.py@edaa722 ProcessTopology: one size per axis)";
+
 std::string_view deepspeed_model_code_file() {
   return "pipetune_deepspeed.py";
 }
 
 std::string export_deepspeed(const ExportRequest& request) {
   const ExportRequest r = export_detail::with_uniform_recompute(
-      request, kFw, "activation_checkpoint_interval is one setting for every stage");
+      export_detail::with_uniform_stage_tp(request, kFw, kOneTensorParallelSize), kFw,
+      "activation_checkpoint_interval is one setting for every stage");
   check_deepspeed_plan(r);
   const spec::ParallelPlan& p = r.plan;
   const std::int64_t gas = export_detail::accumulation_steps(p);
@@ -304,7 +311,8 @@ std::string export_deepspeed(const ExportRequest& request) {
 
 std::string deepspeed_model_code(const ExportRequest& request) {
   const ExportRequest r = export_detail::with_uniform_recompute(
-      request, kFw, "activation_checkpoint_interval is one setting for every stage");
+      export_detail::with_uniform_stage_tp(request, kFw, kOneTensorParallelSize), kFw,
+      "activation_checkpoint_interval is one setting for every stage");
   check_deepspeed_plan(r);
   const spec::ParallelPlan& p = r.plan;
   std::ostringstream o;

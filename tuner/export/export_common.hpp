@@ -36,6 +36,13 @@ inline int expert_tensor_parallel(const spec::ModelSpec& m, const spec::Parallel
 ExportRequest with_uniform_recompute(const ExportRequest& request, std::string_view framework,
                                      std::string_view why);
 
+// The request with its plan's tensor parallelism as one degree for every pipeline stage (plan.tp,
+// stage_tp cleared when it gives every stage tp), for the frameworks that take one. InputError
+// "<framework>: stage_tp=4/2 (per-stage tensor parallel sizes): <why>" when the stages' degrees
+// differ.
+ExportRequest with_uniform_stage_tp(const ExportRequest& request, std::string_view framework,
+                                    std::string_view why);
+
 // The plan's placement on a cluster of node groups, as comment lines for a launch file, each
 // starting with `prefix` ("# "): which node ranks (launchers number nodes, they do not measure
 // them) go to which of the cluster's node groups, in the plan's node_group_order (empty: as the

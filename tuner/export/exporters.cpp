@@ -47,7 +47,14 @@ ExportFormat parse_export_format(std::string_view name) {
   throw InputError("unknown export format '" + std::string(name) + "' (valid: " + valid + ")");
 }
 
-ExportSideFile export_side_file(ExportFormat format, const ExportRequest& request) {
+ExportSideFile export_side_file(ExportFormat format, const ExportRequest& given) {
+  // A stage_tp list whose entries are all equal is plain tp, as in the main file (which refuses
+  // one whose entries differ before any side file is asked for).
+  ExportRequest request = given;
+  if (!spec::stage_tp_varies(request.plan) && !request.plan.stage_tp.empty()) {
+    request.plan.tp = request.plan.stage_tp.front();
+    request.plan.stage_tp.clear();
+  }
   if (format == ExportFormat::Torchtitan || format == ExportFormat::TorchtitanToml)
     return {torchtitan_detail::kScheduleCsvFile, torchtitan_schedule_csv(request),
             "its schedule (pipeline_parallel_schedule_csv)"};
@@ -155,6 +162,18 @@ ExportRequest with_uniform_recompute(const ExportRequest& request, std::string_v
               " (recomputation per pipeline stage): " + std::string(why));
   if (!p.stage_recompute.empty()) p.recompute = p.stage_recompute.front();
   p.stage_recompute.clear();
+  return r;
+}
+
+ExportRequest with_uniform_stage_tp(const ExportRequest& request, std::string_view framework,
+                                    std::string_view why) {
+  ExportRequest r = request;
+  spec::ParallelPlan& p = r.plan;
+  require(!spec::stage_tp_varies(p), framework,
+          "stage_tp=" + spec::stage_tp_text(p.stage_tp) +
+              " (per-stage tensor parallel sizes): " + std::string(why));
+  if (!p.stage_tp.empty()) p.tp = p.stage_tp.front();
+  p.stage_tp.clear();
   return r;
 }
 

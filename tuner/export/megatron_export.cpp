@@ -331,9 +331,15 @@ std::string_view megatron_export_target() {
   return kMegatronTarget;
 }
 
+// Per-stage layouts: Megatron-LM takes one tensor-parallel size for the whole job, and
+// parallel_state.initialize_model_parallel cuts the world into one tp x pp x dp grid from it.
+constexpr const char* kOneTensorParallelSize =
+    "--tensor-model-parallel-size is one value for every pipeline stage "
+    "(megatron/core/parallel_state.py@d98e8a6 initialize_model_parallel: one tp x pp x dp grid)";
+
 std::string export_megatron(const ExportRequest& request) {
   const ExportRequest r = export_detail::with_uniform_recompute(
-      request, kFw,
+      export_detail::with_uniform_stage_tp(request, kFw, kOneTensorParallelSize), kFw,
       "--recompute-granularity and --recompute-num-layers are one setting for every stage");
   export_detail::check_common(r, kFw);
   check_megatron_plan(r);

@@ -38,8 +38,10 @@ std::string export_pipetune(const ExportRequest& r) {
   o << "# pipetune run file written by `pipetune export --format pipetune`.\n";
   if (!r.description.empty()) o << "# " << r.description << "\n";
   o << "# Tuned plan: " << r.model.name << " on " << full.world_size() << " x "
-    << r.cluster.hardware.name << ": tp=" << full.tp << " pp=" << full.pp << " dp=" << full.dp
-    << " ep=" << full.ep << " schedule=" << full.schedule << " chunks=" << full.chunks << " vocab="
+    << r.cluster.hardware.name << ": tp=" << full.tp
+    << (full.stage_tp.empty() ? "" : " stage_tp=" + spec::stage_tp_text(full.stage_tp))
+    << " pp=" << full.pp << " dp=" << full.dp << " ep=" << full.ep << " schedule=" << full.schedule
+    << " chunks=" << full.chunks << " vocab="
     << (r.vocab_label.empty() ? std::string(schedule::vocab_mode_name(full.vocab)) : r.vocab_label)
     << (full.layer_split.empty() ? ""
                                  : " layer_split=" + export_detail::split_text(full.layer_split))
@@ -87,6 +89,11 @@ std::string export_pipetune(const ExportRequest& r) {
     o << "stage_recompute = [";
     for (std::size_t i = 0; i < p.stage_recompute.size(); ++i)
       o << (i ? ", " : "") << "\"" << spec::recompute_name(p.stage_recompute[i]) << "\"";
+    o << "]\n";
+  }
+  if (!p.stage_tp.empty()) {  // per-stage layouts (the small run keeps the stages)
+    o << "stage_tp = [";
+    for (std::size_t i = 0; i < p.stage_tp.size(); ++i) o << (i ? ", " : "") << p.stage_tp[i];
     o << "]\n";
   }
   // Offload (KARMA) stays in the small run, as the [plan] keys spec::load_run reads.

@@ -12,6 +12,13 @@ SmallScaleRun shrink_to_engine(const spec::ModelSpec& model, const spec::Paralle
   spec::ParallelPlan& p = s.plan;
   p = plan;
   p.tp = std::min(plan.tp, 2);
+  if (spec::stage_tp_varies(plan)) {
+    const int most = *std::max_element(plan.stage_tp.begin(), plan.stage_tp.end());
+    for (int& t : p.stage_tp) t = t == most ? std::min(most, 2) : 1;
+  } else {
+    for (int& t : p.stage_tp) t = std::min(t, 2);
+  }
+  if (!p.stage_tp.empty()) p.tp = p.stage_tp.front();
   p.dp = std::min(plan.dp, 2);
   p.ep = std::min(plan.ep, p.dp);
   // Recomputation stays; sequence parallelism too while TP does (the tiny model's rows, at most

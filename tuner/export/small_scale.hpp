@@ -4,7 +4,9 @@
 // stage, and a tiny model of the same kind (dense or MoE) whose layer count fills every layer
 // group of the schedule (the model's own count when the plan splits its layers unevenly, so that
 // the split is kept), with the plan's activation recomputation, offload and (while TP remains)
-// sequence parallelism. The engine trains GELU models, so the tiny model is one.
+// sequence parallelism. The engine trains GELU models, so the tiny model is one. Per-stage layouts
+// stay per stage: a uniform stage_tp shrinks as tp does, a varying one keeps which stages hold the
+// most TP ranks (those 2, the others 1), so the small run reshards where the tuned one does.
 #pragma once
 
 #include "engine/spec/model_spec.hpp"

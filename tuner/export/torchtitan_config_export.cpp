@@ -177,7 +177,12 @@ void write_activation_checkpoint(std::ostream& o, const spec::ParallelPlan& p) {
 
 std::string export_torchtitan(const ExportRequest& request) {
   const ExportRequest r = export_detail::with_uniform_recompute(
-      request, kFw, "activation_checkpoint is one setting for the whole model");
+      export_detail::with_uniform_stage_tp(
+          request, kFw,
+          std::string("ParallelismConfig.tensor_parallel_degree is one value for every pipeline "
+                      "stage (") +
+              sources::kRankMesh + ")"),
+      kFw, "activation_checkpoint is one setting for the whole model");
   export_detail::check_common(r, kFw);
   const ConfigLayout layout = config_layout(r);
   std::ostringstream o;

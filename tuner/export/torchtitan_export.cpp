@@ -172,7 +172,12 @@ void write_embedded_csv(std::ostream& o, const spec::ParallelPlan& p, const std:
 
 std::string export_torchtitan_toml(const ExportRequest& request) {
   const ExportRequest r = export_detail::with_uniform_recompute(
-      request, kFw, "[activation_checkpoint] mode is one setting for the whole model");
+      export_detail::with_uniform_stage_tp(
+          request, kFw,
+          std::string("[parallelism] tensor_parallel_degree is one value for every pipeline "
+                      "stage (") +
+              torchtitan_sources::kRankMesh + ")"),
+      kFw, "[activation_checkpoint] mode is one setting for the whole model");
   export_detail::check_common(r, kFw);
   const TorchtitanLayout layout = torchtitan_layout(r);
   std::ostringstream o;

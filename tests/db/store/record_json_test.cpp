@@ -131,6 +131,30 @@ TEST(RecordJson, StageRecomputeRoundTripsWhenGiven) {
   EXPECT_THROW((void)plan_from_json(bad, label), InputError);
 }
 
+// Per-stage layouts: stage_tp is kept when given (plain ints, one per stage) and absent when
+// every stage uses tp, in both the search's and the training run's plan records.
+TEST(RecordJson, StageTpRoundTripsWhenGiven) {
+  spec::ParallelPlan p = sample_plan();
+  p.vocab = schedule::VocabMode::None;
+  EXPECT_FALSE(plan_to_json(p, "none").contains("stage_tp"));
+  std::string label;
+  EXPECT_TRUE(plan_from_json(plan_to_json(p, "none"), label).stage_tp.empty());
+  p.tp = 4;
+  p.stage_tp = {4, 2, 2, 1};
+  const nlohmann::json j = plan_to_json(p, "none");
+  EXPECT_EQ(j.at("stage_tp"), nlohmann::json::parse("[4, 2, 2, 1]"));
+  EXPECT_EQ(j.at("tp"), 4);
+  const spec::ParallelPlan back = plan_from_json(j, label);
+  EXPECT_EQ(back.stage_tp, (std::vector<int>{4, 2, 2, 1}));
+  EXPECT_EQ(back.tp, 4);
+  expect_same_plan(back, p);
+  EXPECT_EQ(back.world_size(), 9 * 3);  // dp 3 x (4+2+2+1)
+  const spec::ParallelPlan trained =
+      training_plan_from_json(training_plan_json(spec::load_model("tiny"), p, 60, 1234));
+  EXPECT_EQ(trained.stage_tp, p.stage_tp);
+  EXPECT_EQ(trained.tp, 4);
+}
+
 TEST(RecordJson, TrainingPlanKeepsItsEngine) {
   const spec::ParallelPlan p = sample_plan();
   const nlohmann::json j = training_plan_json(spec::load_model("tiny"), p, 60, 1234,

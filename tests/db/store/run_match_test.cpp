@@ -72,6 +72,16 @@ TEST(RunMatch, ThePlanIsComparedKeyByKey) {
               p.stage_recompute = {spec::Recompute::Full, spec::Recompute::None};
             }),
             R"(stage_recompute: [] vs ["full","none"])");
+  // Per-stage layouts: a run file with stage_tp is another plan than the stored run's plain tp
+  // (tp itself, stage 0's, is the same 2 on both sides).
+  EXPECT_EQ(with([](spec::ParallelPlan& p) { p.stage_tp = {2, 1}; }), "stage_tp: [] vs [2,1]");
+  // The same list on both sides matches; a different one is named with both.
+  spec::RunSpec layered = run;
+  layered.plan.stage_tp = {2, 1};
+  EXPECT_EQ(difference_from_run_file(measured(layered), layered), "");
+  spec::RunSpec other_layout = run;
+  other_layout.plan.stage_tp = {2, 2};
+  EXPECT_EQ(difference_from_run_file(measured(layered), other_layout), "stage_tp: [2,1] vs [2,2]");
   // The even split written out is the even split.
   spec::RunSpec even = run;
   even.plan.layer_split = spec::even_layer_split(run.model.layers, run.plan.layer_groups());

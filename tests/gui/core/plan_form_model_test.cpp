@@ -14,6 +14,7 @@
 #include "engine/errors.hpp"
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
+#include "engine/spec/run_file_writer.hpp"
 #include "engine/spec/run_spec.hpp"
 #include "engine/spec/validate.hpp"
 #include "tests/gui/support/temp_dir.hpp"
@@ -156,6 +157,7 @@ TEST(PlanFormModel, AnErrorAboutEachFieldMarksThatField) {
       {PlanField::GlobalBatch, {{PlanField::GlobalBatch, "7"}}},        // 1 x 16 x 1 = 16
       {PlanField::RankOrder, {{PlanField::RankOrder, "dp-tp-pp"}}},     // unknown
       {PlanField::NodeGroupOrder, {{PlanField::NodeGroupOrder, "0"}}},  // dgx-h100-8 has no groups
+      {PlanField::StageTp, {{PlanField::StageTp, "2,2"}}},              // pp = 4 entries
   };
   EXPECT_EQ(cases.size(), static_cast<std::size_t>(kPlanFieldCount)) << "a field without a case";
   for (const Case& c : cases) {
@@ -299,6 +301,100 @@ TEST(PlanFormModel, ABadNodeGroupOrderIsAnErrorAtItsField) {
   EXPECT_FALSE(form.field_error(PlanField::NodeGroupOrder).isEmpty()) << all_errors(form);
   form.set_value(PlanField::NodeGroupOrder, "1,0");
   EXPECT_TRUE(form.valid()) << form.message().toStdString();
+}
+
+// Per-stage layouts (issue 46 point 5): a run file's stage_tp fills its field, the form gives
+// back spec::load_run's plan (the reference), and the plan it accepts writes a run file that
+// loads with the same stage_tp (what a launch from the GUI carries).
+TEST(PlanFormModel, StageTpFieldRoundTripsAPlan) {
+  testing::TempDir dir;
+  const std::string path = dir.file("layout.toml");
+  // llama3-8b (32 heads, 8 KV heads, FFN 14336, untied) on dgx-h100-8: dp 1 x (4+2+1+1) = 8
+  // GPUs; tp is left out (the first stage's).
+  std::ofstream(path) << "description = \"llama3-8b, tp 4/2/1/1\"\n"
+                         "model = \"llama3-8b\"\ncluster = \"dgx-h100-8\"\n\n"
+                         "[plan]\npp = 4\ndp = 1\nmicrobatches = 8\nstage_tp = [4, 2, 1, 1]\n";
+  spec::RunSpec run = spec::load_run(path);
+  spec::apply_defaults(run.plan);
+  ASSERT_EQ(run.plan.tp, 4);
+  PlanFormModel form;
+  form.load_run_preset(QString::fromStdString(path));
+  ASSERT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_EQ(form.value(PlanField::StageTp), "4, 2, 1, 1");
+  EXPECT_EQ(form.value(PlanField::Tp), "4");
+  ASSERT_TRUE(form.selection().has_value());
+  EXPECT_EQ(form.selection()->plan.stage_tp, (std::vector<int>{4, 2, 1, 1}));
+  EXPECT_TRUE(form.selection()->plan == run.plan);
+  // Typed by hand, tp left empty: taken from the first entry.
+  form.set_value(PlanField::Tp, "");
+  form.set_value(PlanField::StageTp, "2,4,1,1");
+  ASSERT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_EQ(form.selection()->plan.tp, 2);
+  EXPECT_EQ(form.selection()->plan.stage_tp, (std::vector<int>{2, 4, 1, 1}));
+  // What a launch writes: the accepted plan in a run file, loaded back.
+  spec::RunSpec launched;
+  launched.model = form.selection()->model;
+  launched.cluster = form.selection()->cluster;
+  launched.plan = form.selection()->plan;
+  const std::string written = dir.file("launched.toml");
+  spec::write_run_file(launched, written);
+  const spec::RunSpec back = spec::load_run(written);
+  EXPECT_EQ(back.plan.stage_tp, (std::vector<int>{2, 4, 1, 1}));
+  EXPECT_EQ(back.plan.tp, 2);
+  EXPECT_EQ(back.plan.world_size(), 8);
+  // Emptied: every stage uses tp again.
+  form.set_value(PlanField::Tp, "2");
+  form.set_value(PlanField::StageTp, "");
+  form.set_value(PlanField::Dp, "1");
+  ASSERT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_TRUE(form.selection()->plan.stage_tp.empty());
+}
+
+// A bad stage_tp is shown at its field: text that is not TP degrees (spec::parse_stage_tp's
+// message, word for word), and the rules spec::validate gives per-stage layouts.
+TEST(PlanFormModel, ABadStageTpIsAnErrorAtItsField) {
+  PlanFormModel form;
+  form.load_run_preset("default");  // tp 2, pp 4, dp 1, sequence parallel, on 8 GPUs
+  ASSERT_TRUE(form.valid()) << form.message().toStdString();
+  form.set_value(PlanField::StageTp, "2, x, 1, 1");
+  EXPECT_FALSE(form.valid());
+  EXPECT_FALSE(form.selection().has_value());
+  std::string expected;
+  try {
+    spec::parse_stage_tp("2, x, 1, 1");
+  } catch (const SpecError& e) {
+    expected = e.what();
+  }
+  ASSERT_FALSE(expected.empty());
+  EXPECT_EQ(form.message().toStdString(), expected);
+  EXPECT_NE(expected.find("stage_tp"), std::string::npos) << expected;
+  EXPECT_EQ(form.field_error(PlanField::StageTp), form.message());
+  EXPECT_TRUE(form.field_error(PlanField::Tp).isEmpty()) << all_errors(form);
+  // A zero entry: not a TP degree.
+  form.set_value(PlanField::StageTp, "2,0,2,2");
+  EXPECT_FALSE(form.valid());
+  EXPECT_FALSE(form.field_error(PlanField::StageTp).isEmpty()) << all_errors(form);
+  // Three entries for four stages.
+  form.set_value(PlanField::StageTp, "2,2,2");
+  EXPECT_FALSE(form.valid());
+  EXPECT_NE(form.message().indexOf("stage_tp"), -1) << form.message().toStdString();
+  EXPECT_FALSE(form.field_error(PlanField::StageTp).isEmpty()) << all_errors(form);
+  // tp is the first stage's: tp 2 with stage_tp 4,... marks both.
+  form.set_value(PlanField::StageTp, "4,2,1,1");
+  form.set_value(PlanField::SequenceParallel, "false");
+  EXPECT_FALSE(form.valid());
+  EXPECT_FALSE(form.field_error(PlanField::StageTp).isEmpty()) << all_errors(form);
+  EXPECT_FALSE(form.field_error(PlanField::Tp).isEmpty()) << all_errors(form);
+  // Varying stages with sequence parallelism: refused, at both fields.
+  form.set_value(PlanField::Tp, "4");
+  form.set_value(PlanField::SequenceParallel, "true");
+  EXPECT_FALSE(form.valid());
+  EXPECT_FALSE(form.field_error(PlanField::StageTp).isEmpty()) << all_errors(form);
+  EXPECT_FALSE(form.field_error(PlanField::SequenceParallel).isEmpty()) << all_errors(form);
+  // Fixed: 1 x (4+2+1+1) = 8 GPUs.
+  form.set_value(PlanField::SequenceParallel, "false");
+  EXPECT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_EQ(form.selection()->plan.world_size(), 8);
 }
 
 TEST(PlanFormModel, UnknownPresetsAndHandEditedClusters) {
