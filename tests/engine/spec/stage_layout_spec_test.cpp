@@ -39,6 +39,7 @@ ClusterSpec cluster(int devices) {
   hw.hbm_bandwidth = 3e12;
   hw.intra_node_bandwidth = 450e9;
   hw.inter_node_bandwidth = 50e9;
+  hw.devices_per_node = 4;  // whole nodes for every cluster size below
   return make_cluster(hw, devices);
 }
 
@@ -284,9 +285,9 @@ TEST(StageLayoutSpec, RunFileRoundTripWithTpLeftOut) {
   // Without stage_tp, nothing of it is written.
   RunSpec plain = run;
   plain.plan.stage_tp.clear();
-  plain.plan.tp = 2;
+  plain.plan.tp = 4;
   plain.plan.dp = 2;
-  plain.cluster = make_cluster(run.cluster.hardware, 12);  // 2 x 3 x 2
+  plain.cluster = make_cluster(run.cluster.hardware, 24);  // 4 x 3 x 2: three whole nodes
   const std::string plain_text = run_file_toml(plain);
   EXPECT_EQ(plain_text.find("stage_tp"), std::string::npos) << plain_text;
   EXPECT_TRUE(parse_run(plain_text).plan.stage_tp.empty());
