@@ -64,8 +64,9 @@ struct CriticalPathOptions {
   // Jitter allowed in inferred dependencies, ns. Negative = by trace kind: 0 simulated, 10 us
   // measured (one steady clock), 100 us imported (PiPPy's RPC workers jitter by ~0.1 ms).
   std::int64_t tolerance_ns = -1;
-  // Ranks per pipeline stage (tp * dp): stage = rank / ranks_per_stage, and rank r's pipeline
-  // neighbours are r -/+ ranks_per_stage (Megatron's order: tp fastest, then dp, then pp).
+  // Ranks per pipeline stage (tp * dp) when every stage has as many: stage = rank /
+  // ranks_per_stage, and rank r's pipeline neighbours are r -/+ ranks_per_stage (Megatron's
+  // order: tp fastest, then dp, then pp).
   std::int32_t ranks_per_stage = 1;
   // Per-stage layouts (stages of different TP degree, engine/spec/parallel_plan.hpp's stage_tp):
   // each stage's TP degree, one entry per stage, and the dp every stage shares. Stage s then holds
