@@ -72,7 +72,7 @@ int stage_of_rank(const RunLayout& layout, int rank) {
   plan.dp = layout.dp;
   plan.stage_tp = layout.stage_tp;
   if (rank < 0 || rank >= plan.world_size()) return -1;
-  return spec::stage_of_rank(plan, rank);
+  return spec::pp_rank_of(plan, rank);
 }
 
 int ranks_of_stage(const RunLayout& layout, int stage) {

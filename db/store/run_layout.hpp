@@ -34,7 +34,7 @@ struct RunLayout {
 RunLayout run_layout(const RunRecord& run, const profiler::Trace& trace);
 
 // The pipeline stage of the run's rank `rank`: rank / ranks_per_stage, or with per-stage layouts
-// spec::stage_of_rank of the plan in tp-dp-pp order; -1 for a rank beyond the plan's ranks then.
+// spec::pp_rank_of of the plan in tp-dp-pp order; -1 for a rank beyond the plan's ranks then.
 int stage_of_rank(const RunLayout& layout, int rank);
 
 // How many ranks stage `stage` holds: ranks_per_stage, or stage_tp[stage] * dp with per-stage

@@ -67,7 +67,7 @@ int stage_first_slot(const ParallelPlan& plan, int rank) {
   return slot;
 }
 
-int stage_of_rank(const ParallelPlan& plan, int rank) {
+int pp_rank_of(const ParallelPlan& plan, int rank) {
   if (rank < 0 || rank >= plan.world_size())
     throw SpecError({"plan.pp"}, "rank " + std::to_string(rank) + " is outside the plan's " +
                                      std::to_string(plan.world_size()) + " ranks");

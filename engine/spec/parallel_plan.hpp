@@ -112,7 +112,7 @@ int stage_first_slot(const ParallelPlan& plan, int rank);
 // tp-pp-dp, and with per-stage layouts the stage s with stage_first_slot(s) <= rank <
 // stage_first_slot(s + 1). Stored runs number their ranks in tp-dp-pp whatever the plan's order
 // (engine/session/sink_wiring.cpp): their readers pass the plan with rank_order = TpDpPp.
-int stage_of_rank(const ParallelPlan& plan, int rank);
+int pp_rank_of(const ParallelPlan& plan, int rank);
 // The device slot of (tp_rank, dp_rank, pp_rank) in either rank order; with per-stage layouts
 // (tp-dp-pp only) stage_first_slot(pp_rank) + tp_rank + tp_of_stage(pp_rank) * dp_rank.
 int device_slot(const ParallelPlan& plan, int tp_rank, int dp_rank, int pp_rank);
