@@ -13,6 +13,7 @@
 #include "cli/json_output.hpp"
 #include "cli/report_gpu_ops.hpp"
 #include "cli/workspace_cli.hpp"
+#include "db/store/run_layout.hpp"
 #include "engine/errors.hpp"
 #include "profiler/analysis/analysis.hpp"
 #include "profiler/text_gantt.hpp"
@@ -56,6 +57,8 @@ Report analyse(const LoadedRun& r) {
   an::CriticalPathOptions c;
   c.window = r.window;
   c.ranks_per_stage = r.ranks_per_stage;
+  c.stage_tp.assign(r.layout.stage_tp.begin(), r.layout.stage_tp.end());
+  c.dp = r.layout.dp;
   c.span_slack = false;
   if (r.pipeline) rep.path = an::critical_path(t, c);  // it follows pipeline stages
   return rep;
@@ -86,7 +89,7 @@ void print_json(const LoadedRun& r, const Report& rep) {
                         {"kinds", kinds}});
       continue;
     }
-    stages.push_back({{"stage", s.rank / r.ranks_per_stage},
+    stages.push_back({{"stage", db::stage_of_rank(r.layout, s.rank)},
                       {"rank", s.rank},
                       {"compute", seconds(s.compute_ns)},
                       {"communication", seconds(s.communication_ns)},
@@ -197,7 +200,7 @@ void print_human(const LoadedRun& r, const Report& rep) {
     const auto it = rep.memory_of.find(s.rank);
     std::printf(
         "%-5d %-5d %11s %11s %11s %11s %11s %11s %11s %7.1f%% %11s\n", s.rank,
-        s.rank / r.ranks_per_stage, human_time(seconds(s.compute_ns), u).c_str(),
+        db::stage_of_rank(r.layout, s.rank), human_time(seconds(s.compute_ns), u).c_str(),
         human_time(seconds(s.communication_ns), u).c_str(),
         human_time(seconds(s.exposed_communication_ns), u).c_str(),
         human_time(seconds(s.bubble_ns), u).c_str(), human_time(seconds(s.warmup_ns), u).c_str(),

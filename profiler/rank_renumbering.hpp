@@ -1,6 +1,7 @@
 // Renumbering the ranks of a trace part: a run whose ranks are numbered in another order than the
 // one its analyses read (a plan's tp-pp-dp rank order, stored in Megatron's tp-dp-pp numbering so
-// that stage = rank / (tp * dp) holds for every stored run) has every rank number rewritten.
+// that stage = rank / (tp * dp) holds for every stored run of a uniform plan, and stages follow
+// one another in rank order with per-stage layouts) has every rank number rewritten.
 #pragma once
 
 #include <cstdint>

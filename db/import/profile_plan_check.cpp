@@ -12,8 +12,15 @@ namespace pipetune::db {
 namespace {
 
 void check_ranks(const ImportedProfile& profile, const spec::ParallelPlan& p) {
-  const long long world = static_cast<long long>(p.tp) * p.pp * p.dp;
+  // dp * sum(stage_tp) with per-stage layouts (stages of different tp).
+  long long devices = 0;
+  for (const int t : p.stage_tp) devices += t;
+  const long long world =
+      p.stage_tp.empty() ? static_cast<long long>(p.tp) * p.pp * p.dp : devices * p.dp;
   const auto plan_text = [&] {
+    if (!p.stage_tp.empty())
+      return "the plan's sum(stage_tp)*dp = (" + spec::stage_tp_text(p.stage_tp, '+') + ")*" +
+             std::to_string(p.dp) + " = " + std::to_string(world) + " ranks";
     return "the plan's tp*pp*dp = " + std::to_string(p.tp) + "*" + std::to_string(p.pp) + "*" +
            std::to_string(p.dp) + " = " + std::to_string(world) + " ranks";
   };

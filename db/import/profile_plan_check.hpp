@@ -8,9 +8,9 @@
 
 namespace pipetune::db {
 
-// Ranks: the profile's number of ranks is the plan's tp*pp*dp (or fewer, numbered within it, when
-// its launch command starts the plan's world: one node's capture), and every rank number lies in
-// the plan's world.
+// Ranks: the profile's number of ranks is the plan's world, tp*pp*dp or dp * sum(stage_tp) (or
+// fewer, numbered within it, when its launch command starts the plan's world: one node's capture),
+// and every rank number lies in the plan's world.
 //
 // Micro-batches: the compute spans' micro-batch numbers (pipeline phases F, B, W... of one step
 // are numbered from 0) stay below the plan's micro-batches; and when the profile has its steps

@@ -5,9 +5,11 @@
 #include <string>
 
 #include "db/store/record_json.hpp"
+#include "db/store/run_layout.hpp"
 #include "db/store/run_match.hpp"
 #include "db/store/run_name.hpp"
 #include "engine/errors.hpp"
+#include "engine/spec/parallel_plan.hpp"
 #include "profiler/analysis/analysis.hpp"
 #include "profiler/analysis/memory_timeline.hpp"
 
@@ -41,14 +43,18 @@ void check_comparable(const tuner::SimulationSetup& setup, const RunIteration& r
   if (run.kind == profiler::TraceKind::Measured && r.stored.trace.steps.empty())
     throw InputError(who + " (" + std::string(run_status_name(run.status)) +
                      ") has no complete iteration: it stopped before its first step ended");
-  if (r.ranks_per_stage != plan.tp * plan.dp)
-    throw InputError(
-        who + " has " + std::to_string(r.ranks_per_stage) +
-        " ranks per stage, the run file's plan tp*dp = " + std::to_string(plan.tp * plan.dp));
+  // Stage by stage: per-stage layouts make stages of different sizes.
+  for (int s = 0; s < plan.pp; ++s) {
+    const int ranks = ranks_of_stage(r.layout, s), planned = spec::tp_of_stage(plan, s) * plan.dp;
+    if (ranks != planned)
+      throw InputError(who + " has " + std::to_string(ranks) + " ranks in stage " +
+                       std::to_string(s) +
+                       ", the run file's plan tp*dp = " + std::to_string(planned));
+  }
 }
 
 // Each stage's compute (seconds) and bubble ratio, averaged over the stage's ranks.
-std::vector<StageAgainstPrediction> measured_stages(const RunIteration& r, int stages) {
+std::vector<StageAgainstPrediction> measured_stages(const RunIteration& r, int stages, int world) {
   an::BreakdownOptions options;
   options.window = r.window;
   const an::PipelineBreakdown b = [&] {
@@ -60,12 +66,11 @@ std::vector<StageAgainstPrediction> measured_stages(const RunIteration& r, int s
   }();
   std::vector<StageAgainstPrediction> out(static_cast<std::size_t>(stages));
   for (const an::StageBreakdown& s : b.stages) {
-    const int stage = s.rank / r.ranks_per_stage;
+    const int stage = stage_of_rank(r.layout, s.rank);
     if (stage < 0 || stage >= stages)
       throw InputError("run " + std::to_string(r.stored.run.id) + " has rank " +
                        std::to_string(s.rank) + ", beyond the run file's " +
-                       std::to_string(stages) + " stages of " + std::to_string(r.ranks_per_stage) +
-                       " ranks");
+                       std::to_string(stages) + " stages (" + std::to_string(world) + " ranks)");
     StageAgainstPrediction& f = out[static_cast<std::size_t>(stage)];
     f.measured_compute += static_cast<double>(s.compute_ns) * 1e-9;  // stored traces are in ns
     f.measured_bubble_ratio += s.bubble_ratio;
@@ -88,7 +93,7 @@ void add_measured_memory(const RunIteration& r, std::vector<StageAgainstPredicti
   const an::MemoryTimeline memory = an::memory_timeline(r.stored.trace, options);
   const auto activations = static_cast<std::size_t>(profiler::MemoryCategory::Activations);
   for (const an::RankMemory& m : memory.ranks) {
-    const int stage = m.rank / r.ranks_per_stage;
+    const int stage = stage_of_rank(r.layout, m.rank);
     if (stage < 0 || stage >= static_cast<int>(stages.size())) continue;  // measured_stages says
     StageAgainstPrediction& f = stages[static_cast<std::size_t>(stage)];
     f.measured_peak_bytes = std::max(f.measured_peak_bytes, static_cast<double>(m.peak.bytes));
@@ -107,7 +112,8 @@ PredictionAgainstRun compare_prediction_with_run(const tuner::SimulationSetup& s
   const spec::ParallelPlan& plan = setup.run->plan;
   const tuner::PlanEvaluation& e = *setup.iteration;
   PredictionAgainstRun out;
-  out.stages = measured_stages(r, plan.pp);
+  const int world = plan.world_size();
+  out.stages = measured_stages(r, plan.pp, world);
   for (int s = 0; s < plan.pp; ++s) {
     StageAgainstPrediction& f = out.stages[static_cast<std::size_t>(s)];
     f.stage = s;
@@ -127,7 +133,6 @@ PredictionAgainstRun compare_prediction_with_run(const tuner::SimulationSetup& s
   out.predicted_iteration = e.iteration_time;
   out.measured_iteration = static_cast<double>(r.window.length_ns()) * 1e-9;
   out.iteration_error = relative_error(out.predicted_iteration, out.measured_iteration);
-  const int world = plan.tp * plan.pp * plan.dp;
   out.measured_gpus = world;
   if (r.stored.run.kind == profiler::TraceKind::Measured) {
     const TrainingEngine engine =

@@ -1,7 +1,7 @@
 // A run file's prediction against a measured or imported run of the same plan, stage by stage:
-// each stage's compute time and bubble (averaged over its tp * dp ranks), its peak memory (the
-// largest of its ranks') and the iteration, with the relative errors. What `pipetune predict
-// --config RUN --against STORED` prints.
+// each stage's compute time and bubble (averaged over its tp * dp ranks, the stage's own tp with
+// per-stage layouts), its peak memory (the largest of its ranks') and the iteration, with the
+// relative errors. What `pipetune predict --config RUN --against STORED` prints.
 #pragma once
 
 #include <vector>

@@ -45,6 +45,7 @@ RunIteration load_run_iteration(const std::string& db_path, const std::string& i
   r.pipeline = layout.pipeline;
   r.ranks_per_stage = layout.ranks_per_stage;
   r.time_unit = layout.time_unit;
+  r.layout = layout;
   return r;
 }
 

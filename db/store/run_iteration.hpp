@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "db/store/run_layout.hpp"
 #include "db/store/store_types.hpp"
 #include "profiler/analysis/time_window.hpp"
 #include "profiler/trace.hpp"
@@ -17,10 +18,13 @@ struct RunIteration {
   std::size_t iterations = 1;
   std::size_t iteration = 0;  // 0-based
   profiler::analysis::TimeWindow window;
-  // Whether the ranks are pipeline stages, and how many per stage (db/store/run_layout.hpp).
+  // Whether the ranks are pipeline stages, and how many per stage (db/store/run_layout.hpp):
+  // copies of layout's fields. Each rank's stage is db::stage_of_rank(layout, rank) (per-stage
+  // layouts make stages of different sizes).
   bool pipeline = true;
   int ranks_per_stage = 1;
   std::string time_unit = "s";
+  RunLayout layout;
 };
 
 // `iteration`: 1-based; empty = the last complete iteration. Throws InputError for an unknown

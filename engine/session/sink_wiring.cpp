@@ -18,8 +18,8 @@ spec::TrainingRunStart run_start(const runtime::TrainOptions& o,
 void wire_sink(runtime::TrainOptions& o, profiler::RunSink* sink,
                const std::function<void(const profiler::Trace&)>& on_part) {
   if (sink == nullptr && !on_part) return;
-  // Stored runs number their ranks in the default order (the analyses' stage = rank / (tp*dp)),
-  // whatever rank order the plan ran in.
+  // Stored runs number their ranks in the default order (the analyses' stage = rank / (tp*dp),
+  // db::stage_of_rank with per-stage layouts), whatever rank order the plan ran in.
   profiler::RankMap stored_rank;
   if (o.plan.rank_order != spec::RankOrder::TpDpPp) {
     stored_rank = [topology = comm::Topology(o.plan)](std::int32_t r) {

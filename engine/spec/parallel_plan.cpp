@@ -67,6 +67,22 @@ int stage_first_slot(const ParallelPlan& plan, int rank) {
   return slot;
 }
 
+int pp_rank_of(const ParallelPlan& plan, int rank) {
+  if (rank < 0 || rank >= plan.world_size())
+    throw SpecError({"plan.pp"}, "rank " + std::to_string(rank) + " is outside the plan's " +
+                                     std::to_string(plan.world_size()) + " ranks");
+  if (stage_tp_varies(plan)) {
+    int first = 0;  // stage_first_slot(stage)
+    for (int stage = 0; stage < plan.pp; ++stage) {
+      first += tp_of_stage(plan, stage) * plan.dp;
+      if (rank < first) return stage;
+    }
+    return plan.pp - 1;  // not reached: world_size() = dp * sum(stage_tp)
+  }
+  if (plan.rank_order == RankOrder::TpPpDp) return (rank / plan.tp) % plan.pp;
+  return rank / (plan.tp * plan.dp);
+}
+
 int device_slot(const ParallelPlan& plan, int tp_rank, int dp_rank, int pp_rank) {
   if (!stage_tp_varies(plan)) return device_strides(plan).slot(tp_rank, dp_rank, pp_rank);
   return stage_first_slot(plan, pp_rank) + tp_rank + tp_of_stage(plan, pp_rank) * dp_rank;

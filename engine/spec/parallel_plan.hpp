@@ -107,6 +107,12 @@ bool stage_tp_varies(const ParallelPlan& plan);
 // The first device slot of pipeline rank `rank`'s stage (tp-dp-pp order: stages take
 // consecutive slots, stage s holding tp_of_stage(s) * dp of them).
 int stage_first_slot(const ParallelPlan& plan, int rank);
+// The pipeline rank (stage) of rank `rank` (0 <= rank < world_size(), else SpecError naming
+// plan.pp), numbered in the plan's rank order: rank / (tp * dp) in tp-dp-pp, (rank / tp) % pp in
+// tp-pp-dp, and with per-stage layouts the stage s with stage_first_slot(s) <= rank <
+// stage_first_slot(s + 1). Stored runs number their ranks in tp-dp-pp whatever the plan's order
+// (engine/session/sink_wiring.cpp): their readers pass the plan with rank_order = TpDpPp.
+int pp_rank_of(const ParallelPlan& plan, int rank);
 // The device slot of (tp_rank, dp_rank, pp_rank) in either rank order; with per-stage layouts
 // (tp-dp-pp only) stage_first_slot(pp_rank) + tp_rank + tp_of_stage(pp_rank) * dp_rank.
 int device_slot(const ParallelPlan& plan, int tp_rank, int dp_rank, int pp_rank);

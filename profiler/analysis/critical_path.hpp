@@ -5,8 +5,11 @@
 //                   NestedComm::Wait traces all non-GPU lanes of a rank are one thread, and a
 //                   compute span is split into pieces around the communication nested in it)
 //   pipeline data   F of (group g, micro-batch mb) needs F of (g-1, mb); B/BW of g needs B/BW of
-//                   g+1 (of the last group: its F, the loss); W needs B of its group. Group from
-//                   stage (rank / ranks_per_stage) and chunk by the chunk placement (linear:
+//                   g+1 (of the last group: its F, the loss); W needs B of its group, all of
+//                   the same replica (rank % ranks_per_stage; with per-stage layouts the same dp
+//                   rank and the consumer's tp rank modulo the producing stage's tp, how
+//                   resharding pairs senders and receivers). Group from stage (rank /
+//                   ranks_per_stage, or by stage_tp) and chunk by the chunk placement (linear:
 //                   chunk * p + stage; V: chunk 0 -> stage, chunk 1 -> 2p - 1 - stage), inferred
 //                   when not given: the placement whose edges the times contradict least.
 //                   The k-th occurrence of a (rank, kind, chunk, mb) matches the k-th of its
@@ -61,9 +64,17 @@ struct CriticalPathOptions {
   // Jitter allowed in inferred dependencies, ns. Negative = by trace kind: 0 simulated, 10 us
   // measured (one steady clock), 100 us imported (PiPPy's RPC workers jitter by ~0.1 ms).
   std::int64_t tolerance_ns = -1;
-  // Ranks per pipeline stage (tp * dp): stage = rank / ranks_per_stage, and rank r's pipeline
-  // neighbours are r -/+ ranks_per_stage (Megatron's order: tp fastest, then dp, then pp).
+  // Ranks per pipeline stage (tp * dp) when every stage has as many: stage = rank /
+  // ranks_per_stage, and rank r's pipeline neighbours are r -/+ ranks_per_stage (Megatron's
+  // order: tp fastest, then dp, then pp).
   std::int32_t ranks_per_stage = 1;
+  // Per-stage layouts (stages of different TP degree, engine/spec/parallel_plan.hpp's stage_tp):
+  // each stage's TP degree, one entry per stage, and the dp every stage shares. Stage s then holds
+  // the stage_tp[s] * dp ranks after stage s - 1's (tp fastest, then dp) and ranks_per_stage is
+  // not read; ranks beyond dp * sum(stage_tp) get no pipeline data edges. Empty: every stage holds
+  // ranks_per_stage ranks.
+  std::vector<std::int32_t> stage_tp;
+  std::int32_t dp = 1;
   ChunkPlacement placement = ChunkPlacement::Auto;
   bool span_slack = true;  // fill CriticalPath::span_slack_ns
 };

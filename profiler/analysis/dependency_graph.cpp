@@ -229,15 +229,72 @@ class Builder {
     int chunks = 0;  // v
   };
 
+  // Where a rank sits: its stage and its replica (the key part that pairs producers with
+  // consumers); stage -1 for a rank outside the layout.
+  struct Place {
+    int stage = -1;
+    std::int64_t replica = 0;
+  };
+
+  // Per-stage layouts: rank r of stage s has local index r - first(s) = tp_rank + tp(s) *
+  // dp_rank, and replica dp_rank * max_tp_ + tp_rank, so that a producer stage of another tp is
+  // found by taking the tp rank modulo its tp (producer_replica).
+  void make_places() {
+    places_.clear();
+    max_tp_ = 1;
+    if (options_.stage_tp.empty()) return;
+    if (options_.dp < 1)
+      throw AnalysisError("critical_path: dp must be at least 1 (got " +
+                          std::to_string(options_.dp) + ")");
+    for (const std::int32_t t : options_.stage_tp) {
+      if (t < 1)
+        throw AnalysisError("critical_path: stage_tp entries must be at least 1 (got " +
+                            std::to_string(t) + ")");
+      max_tp_ = std::max(max_tp_, t);
+    }
+    // Up to the trace's highest rank only (the layout may name more ranks than it recorded).
+    std::int64_t ranks = 0;
+    for (const Lane& lane : trace_.lanes)
+      ranks = std::max<std::int64_t>(ranks, static_cast<std::int64_t>(lane.rank) + 1);
+    for (std::size_t stage = 0; stage < options_.stage_tp.size(); ++stage) {
+      const std::int64_t t = options_.stage_tp[stage];
+      for (std::int64_t local = 0; local < t * options_.dp; ++local) {
+        if (static_cast<std::int64_t>(places_.size()) >= ranks) return;
+        places_.push_back({static_cast<int>(stage), local / t * max_tp_ + local % t});
+      }
+    }
+  }
+
+  Place place_of(std::int32_t rank) const {
+    if (rank < 0) return {};
+    if (options_.stage_tp.empty())
+      return {rank / options_.ranks_per_stage, rank % options_.ranks_per_stage};
+    if (static_cast<std::size_t>(rank) >= places_.size()) return {};
+    return places_[static_cast<std::size_t>(rank)];
+  }
+
+  // The replica of group `group`'s producer for a consumer of replica `replica` (itself unless
+  // stages differ in tp); -1 when the group's stage is outside the layout.
+  std::int64_t producer_replica(std::int64_t replica, std::int64_t group, ChunkPlacement placement,
+                                const OpShape& shape) const {
+    if (options_.stage_tp.empty()) return replica;
+    const std::int64_t p = shape.stages;
+    const std::int64_t stage =
+        placement == ChunkPlacement::VShape ? (group < p ? group : 2 * p - 1 - group) : group % p;
+    if (stage < 0 || stage >= static_cast<std::int64_t>(options_.stage_tp.size())) return -1;
+    const std::int64_t tp = options_.stage_tp[static_cast<std::size_t>(stage)];
+    return replica / max_tp_ * max_tp_ + replica % max_tp_ % tp;
+  }
+
   OpShape op_shape() const {
     OpShape shape;
     for (std::size_t i = 0; i < g_.size(); ++i) {
       if (!(g_.flags[i] & kFirstPiece) || !(g_.flags[i] & kComputeNode)) continue;
       const Span& s = span_of(i);
       if (op_class(s.kind) < 0 || s.microbatch < 0) continue;
-      const std::int32_t rank = rank_of(i);
-      if (rank < 0) continue;
-      shape.stages = std::max(shape.stages, rank / options_.ranks_per_stage + 1);
+      const Place place = place_of(rank_of(i));
+      if (place.stage < 0) continue;
+      shape.stages = std::max(shape.stages, place.stage + 1);
       shape.chunks = std::max(shape.chunks, std::max<int>(s.chunk, 0) + 1);
     }
     return shape;
@@ -258,11 +315,10 @@ class Builder {
     if (!(g_.flags[i] & kFirstPiece) || !(g_.flags[i] & kComputeNode)) return kNoKey;
     const Span& s = span_of(i);
     const int cls = op_class(s.kind);
-    const std::int32_t rank = rank_of(i);
-    if (cls < 0 || s.microbatch < 0 || rank < 0) return kNoKey;
-    const int stage = rank / options_.ranks_per_stage;
-    const std::int64_t group = group_of(stage, std::max<int>(s.chunk, 0), placement, shape);
-    return pack(rank % options_.ranks_per_stage, cls, group, s.microbatch);
+    const Place place = place_of(rank_of(i));
+    if (cls < 0 || s.microbatch < 0 || place.stage < 0) return kNoKey;
+    const std::int64_t group = group_of(place.stage, std::max<int>(s.chunk, 0), placement, shape);
+    return pack(place.replica, cls, group, s.microbatch);
   }
 
   // Entries sorted by (key, start). Built bucketed by (replica, class, group) (few buckets: a
@@ -358,10 +414,13 @@ class Builder {
       const int cls = static_cast<int>((e.key >> 46) & 3u);
       const auto group = static_cast<std::int64_t>((e.key >> 32) & 0x3FFFu);
       const auto mb = static_cast<std::int64_t>(e.key & 0xFFFFFFFFu);
+      const auto from = [&](std::int64_t g) {
+        return producer_replica(replica, g, placement, shape);
+      };
       std::uint64_t want = kNoKey;
-      if (cls == 0 && group > 0) want = pack(replica, 0, group - 1, mb);
+      if (cls == 0 && group > 0) want = pack(from(group - 1), 0, group - 1, mb);
       if (cls == 1)
-        want = group + 1 < groups ? pack(replica, 1, group + 1, mb)
+        want = group + 1 < groups ? pack(from(group + 1), 1, group + 1, mb)
                                   : pack(replica, 0, group, mb);  // the loss
       if (cls == 2) want = pack(replica, 1, group, mb);
       if (want == kNoKey) continue;
@@ -386,6 +445,7 @@ class Builder {
     if (options_.ranks_per_stage < 1)
       throw AnalysisError("critical_path: ranks_per_stage must be at least 1 (got " +
                           std::to_string(options_.ranks_per_stage) + ")");
+    make_places();
     const OpShape shape = op_shape();
     if (shape.stages == 0) return;
     ChunkPlacement placement = options_.placement;
@@ -600,6 +660,8 @@ class Builder {
   std::int64_t tol_;
   Sequencer seq_;
   DependencyGraph g_;
+  std::vector<Place> places_;  // per rank, with per-stage layouts
+  std::int32_t max_tp_ = 1;
 };
 
 }  // namespace

@@ -55,6 +55,8 @@ void report(db::Workspace& ws, const db::RunRecord& listed) {
     an::CriticalPathOptions c;
     c.window = window;
     c.ranks_per_stage = layout.ranks_per_stage;
+    c.stage_tp.assign(layout.stage_tp.begin(), layout.stage_tp.end());
+    c.dp = layout.dp;
     c.span_slack = false;
     an::critical_path(t, c);
   }

@@ -62,6 +62,21 @@ if [ "$np" -eq 2 ]; then
     --dp 4 --ep 2 --zero 2
 elif [ "$np" -eq 4 ]; then
   check_plan "tp=2 pp=2" --tp 2 --pp 2 --dp 1
+  # Per-stage layouts: stages of tp 2, 1 and 1 (ranks 0-1, 2 and 3), from a run file.
+  cat >stage-tp-211.toml <<'TOML'
+model = "tiny"
+[cluster]
+hardware = "cpu-dev-2core"
+devices = 4
+[plan]
+pp = 3
+dp = 1
+stage_tp = [2, 1, 1]
+micro_batch_size = 2
+microbatches = 6
+schedule = "1f1b"
+TOML
+  check_plan "stage_tp=2,1,1 pp=3 1f1b (run file)" --config stage-tp-211.toml
   check_plan "tp=2 pp=2 1f1b sequence parallel vocab-1" --tp 2 --pp 2 --dp 1 --schedule 1f1b \
     --vocab vocab-1 --sequence-parallel
   check_plan "pp=2 dp=2 interleaved zero-1" --tp 1 --pp 2 --dp 2 --schedule interleaved-1f1b \
