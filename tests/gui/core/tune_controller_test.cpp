@@ -111,6 +111,7 @@ TEST(TuneController, SearchesOnAWorkerAndStoresTheSearch) {
   space.global_batch = t.global_batch;
   space.schedules = request.schedules;
   space.keep = request.keep;
+  space.stage_layouts = true;  // as the GUI's request searches by default
   const tuner::SearchResult direct =
       tuner::search_plans(space, tuner::evaluator_scorers(t.model, t.cluster));
   ResultsTableModel* m = c.results();
