@@ -147,7 +147,8 @@ TEST(PredictAgainst, ARunWithoutAPlanOrWithAnotherPlanIsRefused) {
   const auto flags = run_pipetune({"predict", "--model", "tiny", "--hardware", "h100-sxm", "--gpus",
                                    "8", "--global-batch", "64", "--pp", "2"});
   EXPECT_EQ(flags.exit_code, 2) << flags.err;
-  EXPECT_NE(flags.err.find("--tp (or --stage-tp) is required (or --config RUN)"), std::string::npos) << flags.err;
+  EXPECT_NE(flags.err.find("--tp (or --stage-tp) is required (or --config RUN)"), std::string::npos)
+      << flags.err;
   const auto mixed = run_pipetune({"predict", "--config", "tiny-train", "--tp", "2"});
   EXPECT_EQ(mixed.exit_code, 2) << mixed.err;
 }

@@ -64,13 +64,9 @@ class TimingHooks {
     peak_units_.assign(p, 0.0);
     ops_.assign(p, 0);
     p2p_time_ = costs.p2p_time();
-    // Per-stage layouts: each pair's resharded transfer (empty for uniform layouts).
-    if (!costs.pair_transfer.empty()) {
-      pair_transfer_.resize(p * p);
-      for (std::size_t a = 0; a < p; ++a)
-        for (std::size_t b = 0; b < p; ++b)
-          pair_transfer_[a * p + b] = costs.transfer_time(static_cast<int>(a), static_cast<int>(b));
-    }
+    // Per-stage layouts: each pair's resharded transfer, [source * stages + dest] as in the
+    // table (empty for uniform layouts; its size is checked by check_costs in simulate()).
+    pair_transfer_ = costs.pair_transfer;
     const double v = static_cast<double>(s.chunks);
     forward_units_ = 1.0 / v;
     b_free_units_ = (1.0 - costs.w_free_fraction) / v;
