@@ -60,6 +60,7 @@ void print_prediction(const spec::ModelSpec& model, const spec::ClusterSpec& clu
         s["bubble"] = e.stages[i].bubble;
         s["bubble_ratio"] = e.stages[i].bubble_ratio;
         s["copy_stall"] = e.stages[i].copy_stall;
+        s["overlap_hidden"] = e.stages[i].overlap_hidden;
       }
       stages.push_back(s);
     }
@@ -91,6 +92,13 @@ void print_prediction(const spec::ModelSpec& model, const spec::ClusterSpec& clu
       "recomputation)\n",
       e.tokens_per_s, 100.0 * e.mfu, e.tflops_per_gpu, e.hfu_tflops_per_gpu);
   std::printf("bubble         %.1f%%\n", 100.0 * e.bubble_ratio);
+  // Overlapped pairs (DualPipeV's F & B): communication inside ops hidden behind the other op.
+  std::size_t most = 0;
+  for (std::size_t i = 0; i < e.stages.size(); ++i)
+    if (e.stages[i].overlap_hidden > e.stages[most].overlap_hidden) most = i;
+  if (!e.stages.empty() && e.stages[most].overlap_hidden > 0.0)
+    std::printf("overlap        F&B pairs hide %s of communication per iteration on stage %zu\n",
+                human_time(e.stages[most].overlap_hidden).c_str(), most);
   std::printf("memory         %s peak on stage %d of %s per GPU: %s\n",
               human_bytes(e.memory.peak_bytes).c_str(), e.memory.peak_stage,
               human_bytes(e.memory.device_bytes).c_str(),

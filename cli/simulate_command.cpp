@@ -33,6 +33,7 @@ struct SimulateArgs {
   std::string vocab = "none";
   double cost_f = 1.0, cost_b = 1.0, cost_w = 1.0, cost_s = 0.5, cost_t = 0.5;
   double comm = 0.0;
+  double comm_f = 0.0, comm_b = 0.0;  // the communication parts of F and B
   std::optional<double> barrier;
   std::optional<double> memory_limit;
   bool json = false;
@@ -47,13 +48,10 @@ struct SimulateArgs {
 
 // Each cost on its own; how long they add up to is the simulator's bound (sim::simulate).
 void check_costs(const SimulateArgs& a) {
-  const std::pair<const char*, double> costs[] = {{"--cost-f", a.cost_f},
-                                                  {"--cost-b", a.cost_b},
-                                                  {"--cost-w", a.cost_w},
-                                                  {"--cost-s", a.cost_s},
-                                                  {"--cost-t", a.cost_t},
-                                                  {"--comm", a.comm},
-                                                  {"--cost-barrier", a.barrier.value_or(0.0)}};
+  const std::pair<const char*, double> costs[] = {
+      {"--cost-f", a.cost_f}, {"--cost-b", a.cost_b}, {"--cost-w", a.cost_w},
+      {"--cost-s", a.cost_s}, {"--cost-t", a.cost_t}, {"--comm", a.comm},
+      {"--comm-f", a.comm_f}, {"--comm-b", a.comm_b}, {"--cost-barrier", a.barrier.value_or(0.0)}};
   for (const auto& [flag, v] : costs)
     if (!(v >= 0.0) || !std::isfinite(v)) {
       char shown[32];
@@ -61,6 +59,10 @@ void check_costs(const SimulateArgs& a) {
       throw InputError(std::string(flag) + " must be a finite number >= 0, got " + shown);
     }
   if (a.cost_f <= 0.0) throw InputError("--cost-f must be positive");
+  if (a.comm_f > a.cost_f)
+    throw InputError("--comm-f is the part of --cost-f that is communication: at most --cost-f");
+  if (a.comm_b > a.cost_b)
+    throw InputError("--comm-b is the part of --cost-b that is communication: at most --cost-b");
 }
 
 tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
@@ -83,14 +85,23 @@ tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
   setup.costs = schedule::CostTable::uniform(p.stages, a.cost_f, a.cost_b, a.cost_w, a.cost_s,
                                              a.cost_t, a.comm);
   if (a.barrier) setup.costs.collective_time = *a.barrier;
+  for (schedule::StageCosts& c : setup.costs.stages) {
+    c.comm[static_cast<std::size_t>(schedule::OpKind::F)] = a.comm_f;
+    c.comm[static_cast<std::size_t>(schedule::OpKind::B)] = a.comm_b;
+    c.comm[static_cast<std::size_t>(schedule::OpKind::BW)] = a.comm_b;  // BW = B + W
+  }
   p.costs = setup.costs;
   setup.time_unit = "cost units";
-  setup.description = "uniform costs F=" + human_time(a.cost_f, "") +
-                      " B=" + human_time(a.cost_b, "") + " W=" + human_time(a.cost_w, "") +
-                      (p.vocab != schedule::VocabMode::None
-                           ? " S=" + human_time(a.cost_s, "") + " T=" + human_time(a.cost_t, "")
-                           : std::string()) +
-                      " comm=" + human_time(a.comm, "");
+  setup.description =
+      "uniform costs F=" + human_time(a.cost_f, "") + " B=" + human_time(a.cost_b, "") +
+      " W=" + human_time(a.cost_w, "") +
+      (p.vocab != schedule::VocabMode::None
+           ? " S=" + human_time(a.cost_s, "") + " T=" + human_time(a.cost_t, "")
+           : std::string()) +
+      " comm=" + human_time(a.comm, "") +
+      (a.comm_f > 0.0 || a.comm_b > 0.0 ? " (in-op communication F=" + human_time(a.comm_f, "") +
+                                              " B=" + human_time(a.comm_b, "") + ")"
+                                        : std::string());
   return setup;
 }
 
@@ -163,6 +174,7 @@ nlohmann::json to_json(const tuner::SimulationSetup& setup, const schedule::Sche
     o["peak_activation_microbatches"] = st.peak_activation_microbatches;
     if (st.peak_activation_bytes >= 0.0) o["peak_activation_bytes"] = st.peak_activation_bytes;
     if (st.comm > 0.0) o["comm"] = st.comm;
+    if (st.overlap_hidden > 0.0) o["overlap_hidden"] = st.overlap_hidden;
     stages.push_back(o);
   }
   j["stages"] = stages;
@@ -193,6 +205,10 @@ void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& 
     if (bytes) std::printf("   %14s", human_bytes(st.peak_activation_bytes).c_str());
     std::printf("\n");
   }
+  for (const auto& st : r.stages)
+    if (st.overlap_hidden > 0.0)
+      std::printf("stage %d: overlapped F&B pairs hid %s of in-op communication\n", st.stage,
+                  human_time(st.overlap_hidden, setup.time_unit).c_str());
   if (!a.no_gantt) {
     profiler::TextGanttOptions g;
     g.width = a.width > 0 ? a.width : terminal_width();  // checked in run()
@@ -291,6 +307,13 @@ void add_simulate_command(CLI::App& app) {
   auto* comm =
       cmd->add_option("--comm", args->comm, "Point-to-point transfer time (and barrier time)")
           ->capture_default_str();
+  auto* comm_f = cmd->add_option("--comm-f", args->comm_f,
+                                 "Part of --cost-f that is communication inside the op, which "
+                                 "an overlapped F&B pair (dualpipe-v) hides behind the other op")
+                     ->capture_default_str();
+  auto* comm_b = cmd->add_option("--comm-b", args->comm_b,
+                                 "Part of --cost-b that is communication (as --comm-f)")
+                     ->capture_default_str();
   auto* barrier = cmd->add_option("--cost-barrier", args->barrier,
                                   "Vocabulary barrier (all-reduce) time; default --comm");
   auto* mem = cmd->add_option("--memory-limit", args->memory_limit,
@@ -305,8 +328,8 @@ void add_simulate_command(CLI::App& app) {
   CLI::Option* no_db = cmd->add_flag("--no-db", args->no_db, "Do not store the run in a workspace");
   // A name with --no-db would name nothing (it was taken and ignored).
   cmd->add_option("--name", args->name, "Run name in the workspace")->excludes(no_db);
-  for (CLI::Option* o :
-       {sched, stages, mbs, chunks, group, vocab, cf, cb, cw, cs, ct, comm, barrier, mem})
+  for (CLI::Option* o : {sched, stages, mbs, chunks, group, vocab, cf, cb, cw, cs, ct, comm, comm_f,
+                         comm_b, barrier, mem})
     config->excludes(o);
   cmd->callback([args] { run(*args); });
 }

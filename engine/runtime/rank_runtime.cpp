@@ -155,12 +155,26 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
     comm_->note_progress(step, profiler::span_kind_name(schedule::span_kind_of(op.kind)),
                          op.microbatch);
     if (i == 0 && fault_ != nullptr) inject_fault(op, step);
-    receive_inputs(op);
+    // An overlapped pair (DualPipeV's "F & B") starts once both inputs are there, as the
+    // simulator times it: the second op's input is received with the first's. On this rank's
+    // one stream the two then compute back to back, each sending its output as it ends, while
+    // the other computes.
+    if (!op.overlaps_previous) receive_inputs(op);
+    if (i + 1 < ops.size() && ops[i + 1].overlaps_previous) receive_inputs(ops[i + 1]);
     if (offload_) offload_before_op(i);
     {
+      // The ops of an overlapped pair are named after it ("F3.0&BW1.1"), as the simulator names
+      // them.
+      profiler::NameId name = 0;
+      if (recorder_ != nullptr) {
+        if (op.overlaps_previous)
+          name = recorder_->intern(schedule::pair_label(ops[i - 1], op));
+        else if (i + 1 < ops.size() && ops[i + 1].overlaps_previous)
+          name = recorder_->intern(schedule::pair_label(op, ops[i + 1]));
+      }
       profiler::ScopedSpan span(recorder_, schedule::span_kind_of(op.kind),
                                 profiler::Stream::Compute, op.microbatch,
-                                schedule::is_vocab_op(op.kind) ? -1 : op.chunk);
+                                schedule::is_vocab_op(op.kind) ? -1 : op.chunk, -1, name);
       run_op(op);
       // A device computes asynchronously: the op's span ends when its kernels have run, so a
       // GPU rank's spans time its ops as the simulator does (other ranks' streams still overlap).

@@ -36,6 +36,17 @@ double CostTable::cost(int rank, OpKind k) const {
   return c[k];
 }
 
+double CostTable::comm(int rank, OpKind k) const {
+  if (rank < 0 || rank >= static_cast<int>(stages.size())) {
+    throw InputError("cost table has " + std::to_string(stages.size()) +
+                     " stages, asked for stage " + std::to_string(rank));
+  }
+  const StageCosts& c = stages[static_cast<std::size_t>(rank)];
+  const auto at = [&](OpKind kind) { return c.comm[static_cast<std::size_t>(kind)]; };
+  if (k == OpKind::BW && c[OpKind::BW] <= 0.0) return at(OpKind::B) + at(OpKind::W);
+  return at(k);
+}
+
 double CostTable::p2p_time() const {
   double t = p2p_latency;
   if (p2p_bandwidth > 0.0) t += p2p_bytes / p2p_bandwidth;
@@ -67,7 +78,16 @@ void check_costs(const CostTable& costs) {
     check_schedule_time(c, what);
   };
   for (int r = 0; r < static_cast<int>(costs.stages.size()); ++r) {
-    for (OpKind k : kAllOpKinds) check(costs.cost(r, k), "an op cost");
+    for (OpKind k : kAllOpKinds) {
+      const double cost = costs.cost(r, k);
+      check(cost, "an op cost");
+      const double comm = costs.comm(r, k);
+      check(comm, "an op's communication time");
+      if (comm > cost)
+        throw InputError("the communication part of op " + std::string(op_kind_name(k)) +
+                         " on stage " + std::to_string(r) + " (" + std::to_string(comm) +
+                         " s) exceeds its cost (" + std::to_string(cost) + " s)");
+    }
     check(costs.stages[static_cast<std::size_t>(r)].offload, "an offload copy time");
   }
   check(costs.p2p_latency, "a transfer latency");

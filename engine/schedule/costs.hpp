@@ -14,6 +14,11 @@ struct StageCosts {
   std::array<double, kOpKindCount> op{};
   double operator[](OpKind k) const { return op[static_cast<int>(k)]; }
   double& operator[](OpKind k) { return op[static_cast<int>(k)]; }
+  // The part of each op's cost that is communication inside the op (TP collectives not hidden
+  // behind its own GEMMs, the expert all-to-all, ZeRO-3 gathers in series): what an overlapped
+  // pair (Op::overlaps_previous) can hide behind the other op's compute. 0 <= comm <= op; a BW
+  // of cost 0 takes B's + W's.
+  std::array<double, kOpKindCount> comm{};
   // Offload tier (KARMA): seconds of one copy, each way (device->host after an F, host->device
   // before its B), of one chunk's activations of one micro-batch. 0 = this stage keeps its
   // activations on the device.
@@ -43,6 +48,7 @@ struct CostTable {
                            double comm = 0.0);
 
   double cost(int rank, OpKind k) const;  // BW falls back to B + W
+  double comm(int rank, OpKind k) const;  // StageCosts::comm; BW as cost() does
   double p2p_time() const;                // latency + bytes / bandwidth
   // One transfer from rank `source` to rank `dest`: pair_transfer's entry, else p2p_time().
   double transfer_time(int source, int dest) const;
@@ -57,7 +63,7 @@ inline constexpr double kMaxScheduleTime = 9.2e9;
 void check_schedule_time(double t, const char* what);
 // InputError when a cost (each op kind as cost() gives it, each stage's offload copy, the
 // transfer, pair transfer and barrier times) is negative, not finite, or not below
-// kMaxScheduleTime.
+// kMaxScheduleTime, or when an op's communication part is negative or more than its cost.
 void check_costs(const CostTable& costs);
 
 }  // namespace pipetune::schedule

@@ -76,8 +76,15 @@ std::string describe_deadlock(const Schedule& s, const std::vector<std::size_t>&
     if (listed >= 8) continue;
     ++listed;
     const Op& op = ops[pos];
-    const Requirement req = requirement_of(s, r, op);
-    msg += " rank " + std::to_string(r) + " " + op_label(op) + " (op " + std::to_string(pos) +
+    Requirement req = requirement_of(s, r, op);
+    std::string label = op_label(op);
+    if (pos + 1 < ops.size() && ops[pos + 1].overlaps_previous) {
+      // An overlapped pair waits for whichever of its two inputs is missing.
+      label = pair_label(op, ops[pos + 1]);
+      const Requirement second = requirement_of(s, r, ops[pos + 1]);
+      if (!(req.present && events.time(req.event) < 0.0)) req = second;
+    }
+    msg += " rank " + std::to_string(r) + " " + label + " (op " + std::to_string(pos) +
            ") waits for " + event_label(req.event);
     if (is_barrier(req.event.kind)) {
       msg += " (" + std::to_string(events.arrivals(req.event)) + "/" + std::to_string(s.stages) +

@@ -9,11 +9,19 @@
 //       A barrier every rank has reached; returns its completion time.
 //   void wait(int rank, double until)
 //       Interlaced vocabulary passes: the rank's compute stream blocks until the barrier is done.
+//   std::array<double, 2> pair(int rank, std::size_t index, const Op& first,
+//                              const Requirement& first_req, double first_time,
+//                              const Op& second, const Requirement& second_req,
+//                              double second_time)          (optional)
+//       Runs an overlapped pair (ops[index] and ops[index + 1], the second marked
+//       overlaps_previous) once both requirements are met; returns when each product is
+//       available. Hooks without it run the pair as op(first) then op(second).
 //
 // The validator runs it with timeless hooks to prove a schedule is free of deadlock; the
 // simulator runs it with costs. A deadlock throws DeadlockError naming the stuck ops.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -95,6 +103,25 @@ void execute(const Schedule& s, Hooks& hooks) {
   auto wake_all = [&] {
     for (int r = 0; r < p; ++r) wake(r);
   };
+  // What an op of rank r that finished at `done` produces: its event (waking the consumers), or
+  // its arrival at a barrier.
+  auto publish = [&](int r, const Op& op, double done) {
+    const Production prod = production_of(s, r, op);
+    if (!prod.present) return;
+    if (!prod.joins_barrier) {
+      events.set(prod.event, done);
+      detail::wake_consumers(s, r, prod.event, wake, wake_all);
+      return;
+    }
+    if (events.arrive(prod.event, done)) {
+      events.set(prod.event, hooks.barrier(prod.event, events.last_arrival(prod.event)));
+      wake_all();
+    }
+    if (prod.waits_for_barrier) {
+      blocked_on_barrier[static_cast<std::size_t>(r)] = prod.event;
+      waiting[static_cast<std::size_t>(r)] = 1;
+    }
+  };
 
   while (!worklist.empty()) {
     const int r = worklist.back();
@@ -117,23 +144,32 @@ void execute(const Schedule& s, Hooks& hooks) {
         req_time = events.time(req.event);
         if (req_time < 0.0) break;  // not yet produced: another rank will wake us
       }
-      const double done = hooks.op(r, pos, op, req, req_time);
-      ++pos;
-      const Production prod = production_of(s, r, op);
-      if (!prod.present) continue;
-      if (!prod.joins_barrier) {
-        events.set(prod.event, done);
-        detail::wake_consumers(s, r, prod.event, wake, wake_all);
+      if (pos + 1 < ops.size() && ops[pos + 1].overlaps_previous) {
+        // An overlapped pair starts once both inputs are there.
+        const Op& second = ops[pos + 1];
+        const Requirement second_req = requirement_of(s, r, second);
+        double second_time = 0.0;
+        if (second_req.present) {
+          second_time = events.time(second_req.event);
+          if (second_time < 0.0) break;
+        }
+        std::array<double, 2> done{};
+        if constexpr (requires {
+                        hooks.pair(r, pos, op, req, req_time, second, second_req, second_time);
+                      }) {
+          done = hooks.pair(r, pos, op, req, req_time, second, second_req, second_time);
+        } else {
+          done[0] = hooks.op(r, pos, op, req, req_time);
+          done[1] = hooks.op(r, pos + 1, second, second_req, second_time);
+        }
+        pos += 2;
+        publish(r, op, done[0]);
+        publish(r, second, done[1]);
         continue;
       }
-      if (events.arrive(prod.event, done)) {
-        events.set(prod.event, hooks.barrier(prod.event, events.last_arrival(prod.event)));
-        wake_all();
-      }
-      if (prod.waits_for_barrier) {
-        blocked_on_barrier[static_cast<std::size_t>(r)] = prod.event;
-        waiting[static_cast<std::size_t>(r)] = 1;
-      }
+      const double done = hooks.op(r, pos, op, req, req_time);
+      ++pos;
+      publish(r, op, done);
     }
   }
   for (int r = 0; r < p; ++r) {

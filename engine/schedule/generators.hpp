@@ -37,6 +37,8 @@ int default_chunks(std::string_view name);
 // Whether the generator's op order depends on the op costs it is given (zb-h1, zb-h2, zb-v and
 // every vocabulary mode); the others give the same schedule for any costs.
 bool uses_costs(std::string_view name, VocabMode vocab);
+// Whether the schedule has overlapped pairs (Op::overlaps_previous): dualpipe-v's "F & B" steps.
+bool has_overlapped_pairs(std::string_view name);
 
 // A lower bound on the activations stage `rank` holds at its peak, in the simulator's units
 // (micro-batches through all of the stage's layers; a chunk's forward adds 1 / chunks), implied by

@@ -41,4 +41,8 @@ std::string op_label(const Op& op) {
   return s;
 }
 
+std::string pair_label(const Op& first, const Op& second) {
+  return op_label(first) + "&" + op_label(second);
+}
+
 }  // namespace pipetune::schedule

@@ -32,11 +32,18 @@ struct Op {
   OpKind kind = OpKind::F;
   std::int16_t chunk = 0;       // local chunk index on the rank (0 for vocabulary ops)
   std::int32_t microbatch = 0;  // 0 .. m-1
+  // The second op of an overlapped pair: it runs together with the op before it on its rank
+  // (DualPipeV's "F & B" step: a forward and a backward of other micro-batches, each one's
+  // communication hidden behind the other's compute). The pair starts once both inputs are
+  // there; the validator allows only a forward with a B or BW that does not need it.
+  bool overlaps_previous = false;
 
   friend bool operator==(const Op&, const Op&) = default;
 };
 
 // "F3.1" = forward of micro-batch 3 on chunk 1; vocabulary ops omit the chunk ("S3").
 std::string op_label(const Op& op);
+// An overlapped pair, "F3.0&B1.1".
+std::string pair_label(const Op& first, const Op& second);
 
 }  // namespace pipetune::schedule

@@ -155,12 +155,40 @@ void check_barrier_order(const Schedule& s) {
   }
 }
 
+// Overlapped pairs (Op::overlaps_previous): a forward with a B or BW, neither needing the other's
+// product (they start together), and no op in two pairs.
+void check_pairs(const Schedule& s) {
+  for (int r = 0; r < s.stages; ++r) {
+    const auto& ops = s.ranks[static_cast<std::size_t>(r)];
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const Op& second = ops[i];
+      if (!second.overlaps_previous) continue;
+      if (i == 0) fail(s, where(r, second, i) + ": overlaps the op before it, but is first");
+      const Op& first = ops[i - 1];
+      const std::string pair = "rank " + std::to_string(r) + " ops " + std::to_string(i - 1) + "-" +
+                               std::to_string(i) + " (" + pair_label(first, second) + ")";
+      if (first.overlaps_previous)
+        fail(s, pair + ": an op overlaps with at most one other (pairs, not runs of three)");
+      const bool forward_backward = (first.kind == OpKind::F && is_backward_input(second.kind)) ||
+                                    (second.kind == OpKind::F && is_backward_input(first.kind));
+      if (!forward_backward)
+        fail(s, pair + ": an overlapped pair is a forward (F) with a backward (B or BW)");
+      const Production made = production_of(s, r, first);
+      const Requirement needs = requirement_of(s, r, second);
+      if (made.present && needs.present && made.event == needs.event)
+        fail(s, pair + ": the second op needs the first one's " + event_label(made.event) +
+                    ", so they cannot run together");
+    }
+  }
+}
+
 }  // namespace
 
 void validate_structure(const Schedule& s) {
   check_shape(s);
   const OpCounts counts = count_ops(s);
   check_every_pass_present(s, counts);
+  check_pairs(s);
   if (s.vocab != VocabMode::None) {
     check_vocab_ops_present(s, counts);
     check_barrier_order(s);

@@ -62,7 +62,9 @@ class Builder {
     g_.data.assign(n, -1);
     g_.other.assign(n, -1);
     g_.other_kind.assign(n, PathEdge::Start);
+    find_overlapped_pairs();
     infer_pipeline_data();
+    link_overlapped_pairs();
     match_send_recv();
     add_issue_edges();
     add_completion_edges();
@@ -463,6 +465,41 @@ class Builder {
     g_.rejected_edges = counts.second;
   }
 
+  // Overlapped pairs (DualPipeV's "F & B"): two compute spans in a row on one lane, both named
+  // after the pair ("F3.0&BW1.1"). The pair starts once both inputs are there, so its first op
+  // may wait for the second's input: found here as (the first span's first piece, the second).
+  void find_overlapped_pairs() {
+    for (std::size_t j = 0; j < g_.size(); ++j) {
+      const std::int32_t i = g_.prev[j];
+      if (i < 0 || !(g_.flags[j] & kComputeNode) || !(g_.flags[j] & kFirstPiece)) continue;
+      const auto ii = static_cast<std::size_t>(i);
+      if (!(g_.flags[ii] & kComputeNode) || g_.span[ii] == g_.span[j]) continue;
+      const std::uint32_t name = span_of(j).name;
+      if (name == 0 || span_of(ii).name != name || name >= trace_.names.size() ||
+          trace_.names[name].find('&') == std::string::npos)
+        continue;
+      std::size_t first = ii;
+      while (g_.prev[first] >= 0 &&
+             g_.span[static_cast<std::size_t>(g_.prev[first])] == g_.span[ii])
+        first = static_cast<std::size_t>(g_.prev[first]);
+      pairs_.emplace_back(first, j);
+      if (partner_mb_.empty()) partner_mb_.assign(g_.size(), -1);
+      partner_mb_[first] = span_of(j).microbatch;
+    }
+  }
+
+  // The pair's first op takes the second's data edge when it ends later than its own.
+  void link_overlapped_pairs() {
+    for (const auto& [first, second] : pairs_) {
+      const std::int32_t later = g_.data[second];
+      if (later < 0 || g_.start[first] < g_.end[static_cast<std::size_t>(later)] - tol_) continue;
+      const std::int32_t own = g_.data[first];
+      if (own < 0 ||
+          g_.end[static_cast<std::size_t>(later)] > g_.end[static_cast<std::size_t>(own)])
+        g_.data[first] = later;
+    }
+  }
+
   // ---- communication ----
 
   void match_send_recv() {
@@ -588,6 +625,8 @@ class Builder {
       if (lo == hi) continue;
       const std::int64_t t = g_.start[i];
       const std::int32_t mb = span_of(i).microbatch;
+      // The first op of an overlapped pair also waits for its partner's input.
+      const std::int32_t partner = partner_mb_.empty() ? -1 : partner_mb_[i];
       auto it = std::upper_bound(incoming.begin() + static_cast<std::ptrdiff_t>(lo),
                                  incoming.begin() + static_cast<std::ptrdiff_t>(hi), t + tol_,
                                  [](std::int64_t x, const Timed& e) { return x < e.end; });
@@ -598,7 +637,8 @@ class Builder {
         if (it->end < t - tol_) break;
         const Span& c = span_of(it->node);
         const bool p2p = c.kind == SpanKind::Send || c.kind == SpanKind::Recv;
-        if (p2p && mb >= 0 && c.microbatch >= 0 && c.microbatch != mb) continue;
+        if (p2p && mb >= 0 && c.microbatch >= 0 && c.microbatch != mb && c.microbatch != partner)
+          continue;
         g_.other[i] = static_cast<std::int32_t>(it->node);
         g_.other_kind[i] = PathEdge::Completion;
         break;
@@ -660,7 +700,11 @@ class Builder {
   std::int64_t tol_;
   Sequencer seq_;
   DependencyGraph g_;
-  std::vector<Place> places_;  // per rank, with per-stage layouts
+  std::vector<Place> places_;                               // per rank, with per-stage layouts
+  std::vector<std::pair<std::size_t, std::size_t>> pairs_;  // overlapped pairs: (first, second)
+  // Per node: the micro-batch of the op paired with it (a pair's first piece), else -1; empty
+  // when the trace has no pairs.
+  std::vector<std::int32_t> partner_mb_;
   std::int32_t max_tp_ = 1;
 };
 

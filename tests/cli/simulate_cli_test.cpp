@@ -37,6 +37,29 @@ TEST(SimulateCli, JsonMatchesOneF1BClosedForm) {
   }
 }
 
+// DualPipeV's F&B pairs with --comm-f 0.25 and --comm-b 0.5 (F = B = W = 1, so BW = 2 with 0.5
+// of communication): each pair hides min(0.25, 2 - 0.5) + min(0.5, 1 - 0.25) = 0.75. With p = 2
+// and m = 4 each rank has 3 pairs (rank 0: two step-4 pairs and one step-5 pair; rank 1: four
+// step-4 pairs less the turn of the V's first), so 2.25 hidden of 2m(F + BW) = 24 busy.
+TEST(SimulateCli, DualPipeVPairsHideTheInOpCommunicationGiven) {
+  const auto r =
+      run_pipetune({"simulate", "--schedule", "dualpipe-v", "--stages", "2", "--microbatches", "4",
+                    "--comm-f", "0.25", "--comm-b", "0.5", "--json", "--no-db"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.at("stages").size(), 2u);
+  for (const auto& st : j["stages"]) {
+    EXPECT_DOUBLE_EQ(st.at("overlap_hidden").get<double>(), 2.25) << st.dump();
+    EXPECT_DOUBLE_EQ(st.at("busy").get<double>(), 24.0 - 2.25) << st.dump();
+  }
+  const auto plain = run_pipetune({"simulate", "--schedule", "dualpipe-v", "--stages", "2",
+                                   "--microbatches", "4", "--json", "--no-db"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_LT(j.at("iteration_time").get<double>(),
+            nlohmann::json::parse(plain.out).at("iteration_time").get<double>());
+  EXPECT_FALSE(nlohmann::json::parse(plain.out)["stages"][0].contains("overlap_hidden"));
+}
+
 TEST(SimulateCli, HumanOutputHasTableAndGantt) {
   const auto r = run_pipetune(
       {"simulate", "--schedule", "gpipe", "--stages", "2", "--microbatches", "3", "--width", "60"});
@@ -102,6 +125,10 @@ TEST(SimulateCli, BadNumbersAreInputErrors) {
       {"simulate", "--schedule", "v-half", "--stages", "4", "--microbatches", "8", "--vocab",
        "interlaced"},
       {"simulate", "--frobnicate"},
+      {"simulate", "--schedule", "dualpipe-v", "--stages", "2", "--microbatches", "4", "--comm-f",
+       "1.5"},
+      {"simulate", "--schedule", "dualpipe-v", "--stages", "2", "--microbatches", "4", "--comm-b",
+       "-0.5"},
   };
   for (const auto& args : cases) {
     const auto r = run_pipetune(args);

@@ -330,6 +330,14 @@ void set_pass_op_costs(OpCosts& out, const spec::ParallelPlan& plan, const Execu
     c[schedule::OpKind::B] = b / v;
     c[schedule::OpKind::W] = w / v;
     c[schedule::OpKind::BW] = 0.0;  // B + W
+    // What is not the pass's own compute is communication inside the op: an overlapped pair
+    // hides it behind the other op's compute.
+    const auto comm = [&](double cost, const WorkTime& pass) {
+      return std::max(0.0, cost - (pass.gemm + pass.attention + pass.memory)) / v;
+    };
+    c.comm[static_cast<std::size_t>(schedule::OpKind::F)] = comm(f, st.forward);
+    c.comm[static_cast<std::size_t>(schedule::OpKind::B)] = comm(b, st.input_grad);
+    c.comm[static_cast<std::size_t>(schedule::OpKind::W)] = comm(w, st.weight_grad);
   }
 }
 

@@ -35,7 +35,8 @@ PipeliningSchedule pipelining_actions(const schedule::Schedule& s) {
           throw InputError("schedule " + s.name + " has vocabulary op " + schedule::op_label(op) +
                            ", which torch.distributed.pipelining has no action for");
       }
-      out[r].push_back({s.group_of(static_cast<int>(r), op.chunk), type, op.microbatch});
+      out[r].push_back(
+          {s.group_of(static_cast<int>(r), op.chunk), type, op.microbatch, op.overlaps_previous});
     }
   }
   return out;
@@ -44,7 +45,16 @@ PipeliningSchedule pipelining_actions(const schedule::Schedule& s) {
 std::string pipelining_csv(const schedule::Schedule& s) {
   std::string out;
   for (const std::vector<PipeliningAction>& row : pipelining_actions(s)) {
-    for (std::size_t i = 0; i < row.size(); ++i) out += (i ? "," : "") + action_label(row[i]);
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      const bool pair = i + 1 < row.size() && row[i + 1].overlaps_previous;
+      out += i ? "," : "";
+      if (!pair) {
+        out += action_label(row[i]);
+        continue;
+      }
+      out += "(" + action_label(row[i]) + ";" + action_label(row[i + 1]) + ")OVERLAP_F_B";
+      ++i;
+    }
     out += "\n";
   }
   return out;
@@ -84,11 +94,32 @@ PipeliningSchedule parse_pipelining_csv(std::string_view text) {
     while (std::getline(cells, cell, ',')) {
       ++column;
       if (cell.find_first_not_of(" \t") == std::string::npos) continue;
+      const auto bad = [&](const std::string& why) {
+        return InputError("schedule CSV row " + std::to_string(out.size() - 1) + " cell " +
+                          std::to_string(column) + ": '" + cell + "' " + why);
+      };
+      std::string text = cell;
+      text.erase(0, text.find_first_not_of(" \t"));
+      while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
+        text.pop_back();
+      if (!text.empty() && text.front() == '(') {
+        // "(<action>;<action>)OVERLAP_F_B": the two run together, the second marked.
+        const std::string suffix = ")OVERLAP_F_B";
+        const std::size_t semi = text.find(';');
+        PipeliningAction first, second;
+        if (text.size() <= suffix.size() ||
+            text.compare(text.size() - suffix.size(), suffix.size(), suffix) != 0 ||
+            semi == std::string::npos || text.find(';', semi + 1) != std::string::npos ||
+            !parse_action(text.substr(1, semi - 1), first) ||
+            !parse_action(text.substr(semi + 1, text.size() - suffix.size() - semi - 1), second))
+          throw bad("is not (<action>;<action>)OVERLAP_F_B");
+        second.overlaps_previous = true;
+        row.push_back(first);
+        row.push_back(second);
+        continue;
+      }
       PipeliningAction a;
-      if (!parse_action(cell, a))
-        throw InputError("schedule CSV row " + std::to_string(out.size() - 1) + " cell " +
-                         std::to_string(column) + ": '" + cell +
-                         "' is not <stage><F|I|W|B><micro-batch>");
+      if (!parse_action(text, a)) throw bad("is not <stage><F|I|W|B><micro-batch>");
       row.push_back(a);
     }
   }

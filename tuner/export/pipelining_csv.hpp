@@ -10,7 +10,9 @@
 //
 // pipetune op -> action: F -> F, B (input gradient) -> I, W -> W, BW (fused) -> B; the stage of
 // (rank, chunk) is Schedule::group_of, which places groups as torchtitan does (loop: rank +
-// chunk * pp; V: rank and 2pp-1-rank). Vocabulary ops (S, T, IF, IB) have no action.
+// chunk * pp; V: rank and 2pp-1-rank). Vocabulary ops (S, T, IF, IB) have no action. An
+// overlapped pair (Op::overlaps_previous) is one OVERLAP_F_B cell holding both actions,
+// "(1F3;2B0)OVERLAP_F_B" (_Action.__repr__ with sub_actions).
 #pragma once
 
 #include <string>
@@ -26,6 +28,8 @@ struct PipeliningAction {
   int stage = 0;
   char type = 'F';  // F, I, W or B
   int microbatch = 0;
+  // The second action of an OVERLAP_F_B cell: it runs together with the action before it.
+  bool overlaps_previous = false;
   friend bool operator==(const PipeliningAction&, const PipeliningAction&) = default;
 };
 using PipeliningSchedule = std::vector<std::vector<PipeliningAction>>;  // [rank] -> actions

@@ -100,10 +100,19 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   const bool fused_backward =
       plan.schedule == "gpipe" || plan.schedule == "1f1b" || plan.schedule == "interleaved-1f1b";
   double busiest = 0.0, startup = 0.0, drain = 0.0;
+  const bool pairs = schedule::has_overlapped_pairs(plan.schedule);
   for (int r = 0; r < plan.pp; ++r) {
     const double backward =
         std::min(t.cost(r, OpKind::BW), t.cost(r, OpKind::B) + t.cost(r, OpKind::W));
-    const double transformer = m * v * (t.cost(r, OpKind::F) + backward);
+    // Overlapped pairs (simulator.hpp): each forward pairs with at most one fused backward, and
+    // the pair hides at most min(k_F, c_BW - k_BW) + min(k_BW, c_F - k_F) of their time.
+    double hidden = 0.0;
+    if (pairs) {
+      const double f = t.cost(r, OpKind::F), bw = t.cost(r, OpKind::BW);
+      const double kf = t.comm(r, OpKind::F), kbw = t.comm(r, OpKind::BW);
+      hidden = std::min(kf, bw - kbw) + std::min(kbw, f - kf);
+    }
+    const double transformer = m * v * (t.cost(r, OpKind::F) + backward - hidden);
     // Vocabulary passes (the input embedding's at least) may run before the first forward.
     const double vocabulary = plan.vocab == schedule::VocabMode::None
                                   ? 0.0
@@ -116,8 +125,10 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
     }
     // The hop to the next rank (forward) and back (backward): resharded with per-stage layouts.
     const bool hop = r + 1 < plan.pp;
-    startup += t.cost(r, OpKind::F) + (hop ? t.transfer_time(r, r + 1) : t.p2p_time());
-    drain += std::min(t.cost(r, OpKind::B), t.cost(r, OpKind::BW)) +
+    // An op of a pair may be shorter by the communication it hides: at most its own.
+    const auto least = [&](OpKind k) { return t.cost(r, k) - (pairs ? t.comm(r, k) : 0.0); };
+    startup += least(OpKind::F) + (hop ? t.transfer_time(r, r + 1) : t.p2p_time());
+    drain += std::min(least(OpKind::B), least(OpKind::BW)) +
              (hop ? t.transfer_time(r + 1, r) : t.p2p_time());
   }
   const AfterPipeline after = after_pipeline(costs, plan.pp, execution);

@@ -17,6 +17,7 @@ void append_table(std::string& out, const schedule::CostTable& t) {
   append(out, t.stages.size());
   for (const schedule::StageCosts& s : t.stages) {
     for (double c : s.op) append(out, c);
+    for (double c : s.comm) append(out, c);
     append(out, s.offload);
   }
   append(out, t.p2p_latency);

@@ -18,8 +18,10 @@ double pass_sum(const StageCost& st, double WorkTime::*part) {
 
 // Rank r's busy time split in the proportions of its op costs: one micro-batch through all its
 // chunks (F, B, W as the simulator runs them, ZeRO-2/3 communication included) and its
-// vocabulary passes (counted as compute).
-void split_busy(TimeParts& parts, const OpCosts& costs, int r, int chunks, double busy) {
+// vocabulary passes (counted as compute). What overlapped F&B pairs hid (`hidden`) was
+// communication: the ops' whole time is split, then the communication parts shrink by it.
+void split_busy(TimeParts& parts, const OpCosts& costs, int r, int chunks, double busy,
+                double hidden) {
   const auto i = static_cast<std::size_t>(r);
   const StageCost& st = costs.stages[i];
   using schedule::OpKind;
@@ -34,10 +36,17 @@ void split_busy(TimeParts& parts, const OpCosts& costs, int r, int chunks, doubl
     return;
   }
   const double work = st.forward.total() + st.input_grad.total() + st.weight_grad.total();
-  const double scale = busy / total;
+  const double scale = (busy + hidden) / total;
   parts.tp_comm = pass_sum(st, &WorkTime::tp_exposed) * scale;
   parts.ep_comm = pass_sum(st, &WorkTime::ep_comm) * scale;
   parts.sharded_comm = std::max(0.0, passes - work) * scale;
+  const double comm = parts.tp_comm + parts.ep_comm + parts.sharded_comm;
+  if (comm > 0.0 && hidden > 0.0) {
+    const double exposed = std::max(0.0, comm - hidden) / comm;
+    parts.tp_comm *= exposed;
+    parts.ep_comm *= exposed;
+    parts.sharded_comm *= exposed;
+  }
   parts.compute = busy - parts.tp_comm - parts.ep_comm - parts.sharded_comm;
 }
 
@@ -180,8 +189,9 @@ PlanBreakdown plan_breakdown(const spec::ClusterSpec& cluster, const spec::Paral
   for (std::size_t i = 1; i < e.stages.size(); ++i)
     if (e.stages[i].busy > e.stages[static_cast<std::size_t>(b.binding_stage)].busy)
       b.binding_stage = static_cast<int>(i);
-  const double busy = e.stages[static_cast<std::size_t>(b.binding_stage)].busy;
-  split_busy(b.parts, e.costs, b.binding_stage, plan.chunks, busy);
+  const sim::StageSummary& binding = e.stages[static_cast<std::size_t>(b.binding_stage)];
+  const double busy = binding.busy;
+  split_busy(b.parts, e.costs, b.binding_stage, plan.chunks, busy, binding.overlap_hidden);
   b.parts.bubble = e.pipeline_time - busy;
   b.parts.data_parallel = e.data_parallel_time;
   b.parts.optimizer = e.optimizer_time;

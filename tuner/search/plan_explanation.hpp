@@ -9,9 +9,10 @@
 // with the most compute-stream time (the simulator's StageSummary::busy): its busy time, split in
 // the proportions of its op costs into compute (GEMMs, attention, memory-bound work, the
 // vocabulary passes), exposed TP communication, EP all-to-all and ZeRO-2/3 communication the
-// passes do not hide, and its bubble (the pipeline's makespan minus that busy time: waiting for
-// other stages and for point-to-point transfers). So the parts of each plan sum to its iteration
-// time, and the parts of the difference to the difference of the iteration times.
+// passes (or the other op of an overlapped F&B pair) do not hide, and its bubble (the pipeline's
+// makespan minus that busy time: waiting for other stages and for point-to-point transfers). So the
+// parts of each plan sum to its iteration time, and the parts of the difference to the difference
+// of the iteration times.
 #pragma once
 
 #include <optional>

@@ -66,6 +66,20 @@ std::vector<int> tp_proportional_split(std::int64_t layers, const std::vector<in
 bool stage_tp_spans_nodes(const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan) {
   const int per_node = cluster.devices_per_node;
   if (per_node <= 0) return false;
+  if (spec::stage_tp_varies(plan)) {
+    // Stages of their own tp take consecutive slots (tp-dp-pp, spec::device_slot): stage r's
+    // replica d is slots [first + t*d, first + t*d + t). Walked once, not per slot.
+    int first = 0;
+    for (int r = 0; r < plan.pp; ++r) {
+      const int t = spec::tp_of_stage(plan, r);
+      for (int d = 0; d < plan.dp; ++d) {
+        const int lo = first + t * d;
+        if (lo / per_node != (lo + t - 1) / per_node) return true;
+      }
+      first += t * plan.dp;
+    }
+    return false;
+  }
   for (int r = 0; r < plan.pp; ++r) {
     const int t = spec::tp_of_stage(plan, r);
     for (int d = 0; d < plan.dp; ++d) {

@@ -3,9 +3,11 @@
 #include "engine/schedule/span_kinds.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <unordered_map>
 
 #include "engine/errors.hpp"
 #include "engine/schedule/executor.hpp"
@@ -63,6 +65,7 @@ class TimingHooks {
     units_.assign(p, 0.0);
     peak_units_.assign(p, 0.0);
     ops_.assign(p, 0);
+    overlap_hidden_.assign(p, 0.0);
     p2p_time_ = costs.p2p_time();
     // Per-stage layouts: each pair's resharded transfer, [source * stages + dest] as in the
     // table (empty for uniform layouts; its size is checked by check_costs in simulate()).
@@ -108,12 +111,54 @@ class TimingHooks {
   }
 
   double op(int rank, std::size_t index, const Op& op, const Requirement& req, double req_time) {
-    const auto r = static_cast<std::size_t>(rank);
     const double ready = arrival(rank, op, req, req_time);
+    return run(rank, index, op, ready, cost_of(rank, op.kind));
+  }
+
+  // An overlapped pair (simulator.hpp): both start once both inputs are there; each op's
+  // communication hides behind the other's compute.
+  std::array<double, 2> pair(int rank, std::size_t index, const Op& first,
+                             const Requirement& first_req, double first_time, const Op& second,
+                             const Requirement& second_req, double second_time) {
+    const double ready = std::max(arrival(rank, first, first_req, first_time),
+                                  arrival(rank, second, second_req, second_time));
+    const double c1 = cost_of(rank, first.kind), c2 = cost_of(rank, second.kind);
+    const double k1 = costs_.comm(rank, first.kind), k2 = costs_.comm(rank, second.kind);
+    const double hidden1 = std::min(k1, c2 - k2), hidden2 = std::min(k2, c1 - k1);
+    overlap_hidden_[static_cast<std::size_t>(rank)] += hidden1 + hidden2;
+    // Both spans are named after the pair ("F3.0&BW1.1"): the trace says which ops ran together.
+    if (options_.record_trace) pair_name_ = pair_name(first, second);
+    const double end1 = run(rank, index, first, ready, c1 - hidden1);
+    const double end2 = run(rank, index + 1, second, ready, c2 - hidden2);
+    pair_name_ = 0;
+    return {end1, end2};
+  }
+
+ private:
+  // The trace's name of a pair, interned here: Trace::intern scans the names, and a DualPipeV
+  // iteration has a pair per micro-batch and chunk on every rank.
+  std::uint32_t pair_name(const Op& first, const Op& second) {
+    std::string label = schedule::pair_label(first, second);
+    const auto it = pair_names_.find(label);
+    if (it != pair_names_.end()) return it->second;
+    auto& names = result_.trace.names;
+    names.push_back(label);
+    const auto id = static_cast<std::uint32_t>(names.size() - 1);
+    pair_names_.emplace(std::move(label), id);
+    return id;
+  }
+
+  double cost_of(int rank, OpKind kind) const {
+    return cost_[static_cast<std::size_t>(rank) * schedule::kOpKindCount +
+                 static_cast<std::size_t>(kind)];
+  }
+
+  // Runs one op of `duration` on the rank's compute stream once it is free and `ready` has come.
+  double run(int rank, std::size_t index, const Op& op, double ready, double duration) {
+    const auto r = static_cast<std::size_t>(rank);
     if (!offloading_.empty() && offloading_[r].copy > 0.0)
-      return offloading_op(rank, index, op, ready);
+      return offloading_op(rank, index, op, ready, duration);
     const double start = std::max(compute_free_[r], ready);
-    const double duration = cost_[r * schedule::kOpKindCount + static_cast<std::size_t>(op.kind)];
     const double end = start + duration;
     compute_free_[r] = end;
     busy_[r] += duration;
@@ -133,6 +178,7 @@ class TimingHooks {
     return end;
   }
 
+ public:
   double barrier(const Event&, double last_arrival) {
     double start = last_arrival;
     for (double f : comm_free_) start = std::max(start, f);
@@ -236,7 +282,7 @@ class TimingHooks {
 
   // An op on a rank whose stage offloads (see simulator.hpp): its reload before a backward, its
   // offload after a forward, and the units they move, through the rank's ledger.
-  double offloading_op(int rank, std::size_t index, const Op& op, double ready) {
+  double offloading_op(int rank, std::size_t index, const Op& op, double ready, double duration) {
     const auto r = static_cast<std::size_t>(rank);
     OffloadingRank& o = offloading_[r];
     const std::size_t slot =
@@ -256,7 +302,6 @@ class TimingHooks {
       o.units.add(reload.start, forward_units_, -forward_units_);
       if (options_.record_trace) record_copy(o.lane[1], profiler::SpanKind::Reload, op, reload);
     }
-    const double duration = cost_[r * schedule::kOpKindCount + static_cast<std::size_t>(op.kind)];
     const double end = start + duration;
     compute_free_[r] = end;
     busy_[r] += duration;
@@ -310,6 +355,7 @@ class TimingHooks {
     st.bubble = std::max(0.0, makespan - busy_[i]);
     st.bubble_ratio = makespan > 0.0 ? st.bubble / makespan : 0.0;
     st.comm = comm_busy_[i];
+    st.overlap_hidden = overlap_hidden_[i];
     st.peak_activation_microbatches = peak_units_[i];
     if (!offloading_.empty() && offloading_[i].copy > 0.0) {
       settle_units(rank, std::numeric_limits<double>::infinity());
@@ -351,6 +397,7 @@ class TimingHooks {
     span.microbatch = op.microbatch;
     span.start_ns = to_ns(start);
     span.end_ns = to_ns(end);
+    span.name = pair_name_;
     lane_spans_[static_cast<std::size_t>(span.lane)].push_back(span);
   }
 
@@ -381,12 +428,15 @@ class TimingHooks {
   const CostTable& costs_;
   const SimOptions& options_;
   SimResult& result_;
-  std::vector<double> compute_free_, comm_free_, busy_, comm_busy_, units_, peak_units_, cost_;
+  std::vector<double> compute_free_, comm_free_, busy_, comm_busy_, units_, peak_units_, cost_,
+      overlap_hidden_;
   std::vector<std::size_t> ops_;
   std::vector<std::int32_t> compute_lane_, comm_lane_, p2p_lane_;
   std::vector<std::vector<profiler::Span>> lane_spans_;
   std::vector<OffloadingRank> offloading_;  // empty unless some stage offloads
   std::uint32_t activation_counter_ = 0, host_counter_ = 0;
+  std::uint32_t pair_name_ = 0;  // the name of the pair whose compute spans are being recorded
+  std::unordered_map<std::string, std::uint32_t> pair_names_;
   std::vector<double> pair_transfer_;  // [source * stages + dest]; empty: p2p_time_ for all
   double p2p_time_ = 0.0, forward_units_ = 1.0, b_free_units_ = 0.0, w_free_units_ = 1.0;
 };

@@ -20,6 +20,17 @@
 //    device from the reload's start. W, S, T, IF and IB move nothing.
 //  - CostTable::copies_block_compute (the rank's thread copies): the offload occupies the
 //    compute stream right after its F and the reload right before its B (which starts c later).
+//
+// Overlapped pairs (Op::overlaps_previous, DualPipeV's "F & B"): the pair starts when the stream
+// is free and both inputs are there. Each op's cost c splits into compute c - k and the
+// communication k inside it (StageCosts::comm). The two computes share the device and run one
+// after the other; each op's communication runs beside the other's compute, so op X hides
+// h_X = min(k_X, c_Y - k_Y) of its communication, and the pair lasts
+//   (c_X - h_X) + (c_Y - h_Y) = (c_X - k_X) + (c_Y - k_Y) + max(0, k_X - (c_Y - k_Y))
+//                                                          + max(0, k_Y - (c_X - k_X)),
+// never less than either stream's work, max(computes, communications). It is traced as X for
+// c_X - h_X, then Y for c_Y - h_Y (their order in the list), and each product is available at
+// its op's end. With k = 0 a pair costs what the two ops cost in sequence.
 #pragma once
 
 #include <cstddef>
@@ -53,6 +64,9 @@ struct StageSummary {
   double peak_host_activation_bytes = -1.0;  // negative when no model is given
   // Seconds the compute stream waited for reloads; with copies_block_compute, the copies' time.
   double copy_stall = 0.0;
+  // Seconds of communication inside ops that overlapped pairs hid behind the other op's compute
+  // (what the pairs saved against running their ops in sequence).
+  double overlap_hidden = 0.0;
   std::size_t ops = 0;
 };
 

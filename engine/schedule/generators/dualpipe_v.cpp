@@ -8,11 +8,11 @@
 //   6. (r+1) x [B1, B0], switching to split B/W half-way
 //   7. (R-r-1) x [W, B0 (split)]
 //   8. (r+1) x W
-// "X & Y" is one overlapped step in DualPipeV (a forward and a backward computed together so
-// one's all-to-all and P2P hide behind the other's compute). Our IR has no overlapped op, so it
-// becomes X followed by Y; the order of dependencies is the same. Backwards are fused (BW) except
-// where DualPipeV defers the weight gradient (phases 3, 6 and 7); deferred W run first in, first
-// out. Needs m >= 2p.
+// "X & Y" is one overlapped step (a forward and a backward computed together so one's all-to-all
+// and P2P hide behind the other's compute): X, then Y marked Op::overlaps_previous, a pair that
+// starts once both inputs are there, as DualPipeV receives both before its overlapped step.
+// Backwards are fused (BW) except where DualPipeV defers the weight gradient (phases 3, 6 and
+// 7); deferred W run first in, first out. Needs m >= 2p.
 #include <array>
 #include <deque>
 #include <string>
@@ -35,11 +35,12 @@ class RankBuilder {
   explicit RankBuilder(std::vector<Op>& ops) : ops_(ops) {}
 
   void forward(int chunk) { ops_.push_back({OpKind::F, chunk16(chunk), next_f_[at(chunk)]++}); }
-  // split = true defers the weight gradient to a later W (zero-bubble split).
-  void backward(int chunk, bool split) {
+  // split = true defers the weight gradient to a later W (zero-bubble split); overlapped = the
+  // backward runs together with the forward just issued ("F & B").
+  void backward(int chunk, bool split, bool overlapped = false) {
     const int mb = next_b_[at(chunk)]++;
     if (!split) {
-      ops_.push_back({OpKind::BW, chunk16(chunk), mb});
+      ops_.push_back({OpKind::BW, chunk16(chunk), mb, overlapped});
       return;
     }
     ops_.push_back({OpKind::B, chunk16(chunk), mb});
@@ -74,15 +75,17 @@ void build_rank(std::vector<Op>& ops, int R, int r, int m) {
     b.forward(1);
   }
   for (int i = 0; i < m - 2 * R + r + 1; ++i) {
-    b.forward(0);  // F0 & B1
-    b.backward(1, false);
+    // F0 & B1, except the turn of the V's first: DualPipeV runs it apart, as its F0 feeds the F1
+    // that follows on the same rank.
+    b.forward(0);
+    b.backward(1, false, !(i == 0 && r == R - 1));
     b.forward(1);  // F1 & B0
-    b.backward(0, false);
+    b.backward(0, false, true);
   }
   for (int i = 0; i < outer; ++i) {
     b.backward(1, false);
     b.forward(1);  // F1 & B0
-    b.backward(0, false);
+    b.backward(0, false, true);
   }
   // Cool-down: the second half of the backwards defer W into the tail (odd ranks switch at the
   // chunk-1 backward of the middle step, even ranks at its chunk-0 backward).

@@ -9,7 +9,22 @@
 // (F of entry k + warm-up, B of entry k) pairs, then the remaining backwards. Megatron requires
 // p <= G <= m and a last group of 0 or >= p micro-batches (a shorter one creates dependency
 // bubbles); we reject the same parameters.
+//
+// Vocabulary parallelism (vocab-1, vocab-2; asked for in the Vocabulary Parallelism repository,
+// not built there): the transformer ops keep this order with a warm-up longer by `extra` forwards
+// on every rank, as 1f1b's is (the last group's backward of micro-batch i waits for the
+// vocabulary barrier(s) of i, not for its own forward), and the S/T/IF/IB passes are placed
+// around them in simulated time by 1f1b-vocab's eager planner (one_f_one_b_vocab.cpp), with
+// every rank joining the barriers in one order: IF for the first k micro-batches, then per
+// micro-batch S(i), IF(i + k), [T(i) under vocab-1]. k = the micro-batches whose first-chunk
+// forward stage 0 runs in its warm-up, + 2. The generator tries extra = 1, 2, ... (from 2 under
+// vocab-1: 1f1b's rule) up to v+1 more, and keeps the last that the planning costs
+// (estimated_makespan) make faster than the one before: the makespan falls, then plateaus once
+// the passes fit. Barriers per
+// iteration as on 1f1b: m input reduces and m C1 (vocab-2), and m C2 more (vocab-1).
 #include <algorithm>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -38,11 +53,82 @@ std::vector<TableEntry> forward_table(int m, int v, int group) {
   return table;
 }
 
+// Every rank's transformer ops: 2(p-r-1) + (v-1)G + extra warm-up forwards (capped at m*v),
+// then (F, BW) pairs, then the remaining backwards.
+std::vector<std::vector<Op>> transformer_order(const std::vector<TableEntry>& table, int p, int m,
+                                               int v, int G, int extra) {
+  const int total = m * v;
+  auto forward = [&](int k) {
+    const TableEntry& e = table[static_cast<std::size_t>(k)];
+    return Op{OpKind::F, static_cast<std::int16_t>(e.chunk), e.microbatch};
+  };
+  auto backward = [&](int k) {
+    const TableEntry& e = table[static_cast<std::size_t>(k)];
+    return Op{OpKind::BW, static_cast<std::int16_t>(v - 1 - e.chunk), e.microbatch};
+  };
+  std::vector<std::vector<Op>> ranks(static_cast<std::size_t>(p));
+  for (int r = 0; r < p; ++r) {
+    auto& ops = ranks[static_cast<std::size_t>(r)];
+    ops.reserve(2 * static_cast<std::size_t>(total));
+    const int warmup = std::min(2 * (p - r - 1) + (v - 1) * G + extra, total);
+    for (int k = 0; k < warmup; ++k) ops.push_back(forward(k));
+    for (int k = 0; k < total - warmup; ++k) {
+      ops.push_back(forward(k + warmup));
+      ops.push_back(backward(k));
+    }
+    for (int k = total - warmup; k < total; ++k) ops.push_back(backward(k));
+  }
+  return ranks;
+}
+
+// Vocab-1 / vocab-2 on the interleaved order (see the file comment): the fastest of the warm-ups
+// the planner can place the vocabulary passes around.
+Schedule with_vocabulary(const GeneratorParams& params, const std::vector<TableEntry>& table, int v,
+                         int G) {
+  const int p = params.stages;
+  const int m = params.microbatches;
+  const CostTable costs = linear::checked_planning_costs(kName, params);
+  // 1f1b's longer warm-up (linear::one_f_one_b_warmup): one forward more under vocab-2, two
+  // under vocab-1.
+  const int first_extra = params.vocab == VocabMode::Vocab1 ? 2 : 1;
+  std::optional<Schedule> best;
+  double best_time = 0.0;
+  std::string last_error;
+  for (int extra = first_extra; extra <= first_extra + v + 1; ++extra) {
+    const std::vector<std::vector<Op>> transformer = transformer_order(table, p, m, v, G, extra);
+    // Micro-batches whose first-chunk forward stage 0 runs before its first backward.
+    int first_chunk = 0;
+    for (const Op& op : transformer.front()) {
+      if (op.kind != OpKind::F) break;
+      if (op.chunk == 0) ++first_chunk;
+    }
+    try {
+      Schedule s = linear::plan_vocabulary_passes(kName, params, v, transformer,
+                                                  std::min(m, first_chunk + 2), costs);
+      // Runs the schedule (a deadlock throws); the one kept is validated in full below.
+      const double t = linear::estimated_makespan(s, costs);
+      // A longer warm-up holds more activations: it is kept only when it is faster, and the
+      // makespan stops falling once the passes fit (it plateaus), so the first warm-up that is
+      // no faster ends the search.
+      if (best && !(t < best_time)) break;
+      best = std::move(s);
+      best_time = t;
+    } catch (const ScheduleError& e) {
+      last_error = e.what();  // this warm-up cannot take the passes; try a longer one
+    }
+  }
+  if (!best)
+    linear::fail(kName, {"plan.vocab", "plan.microbatches"},
+                 std::string(vocab_mode_name(params.vocab)) + " found no order for these sizes (" +
+                     last_error + ")");
+  return linear::validated(std::move(*best));
+}
+
 }  // namespace
 
 Schedule generate_interleaved_1f1b(const GeneratorParams& params) {
   linear::check_sizes(kName, params);
-  linear::require_no_vocab(kName, params);
+  if (params.vocab == VocabMode::Interlaced) linear::require_no_vocab(kName, params);
   const int p = params.stages;
   const int m = params.microbatches;
   const int v = params.chunks == 0 ? 2 : params.chunks;
@@ -73,28 +159,12 @@ Schedule generate_interleaved_1f1b(const GeneratorParams& params) {
                      "), which must be 0 or at least p=" + std::to_string(p));
 
   const std::vector<TableEntry> table = forward_table(m, v, G);
-  const int total = m * v;
-  Schedule s = linear::empty_schedule(kName, p, m, v, VocabMode::None);
-  auto forward = [&](int k) {
-    const TableEntry& e = table[static_cast<std::size_t>(k)];
-    return Op{OpKind::F, static_cast<std::int16_t>(e.chunk), e.microbatch};
-  };
-  auto backward = [&](int k) {
-    const TableEntry& e = table[static_cast<std::size_t>(k)];
-    return Op{OpKind::BW, static_cast<std::int16_t>(v - 1 - e.chunk), e.microbatch};
-  };
-  for (int r = 0; r < p; ++r) {
-    auto& ops = s.ranks[static_cast<std::size_t>(r)];
-    ops.reserve(2 * static_cast<std::size_t>(total));
-    const int warmup = std::min(2 * (p - r - 1) + (v - 1) * G, total);
-    for (int k = 0; k < warmup; ++k) ops.push_back(forward(k));
-    for (int k = 0; k < total - warmup; ++k) {
-      ops.push_back(forward(k + warmup));
-      ops.push_back(backward(k));
-    }
-    for (int k = total - warmup; k < total; ++k) ops.push_back(backward(k));
+  if (params.vocab == VocabMode::None) {
+    Schedule s = linear::empty_schedule(kName, p, m, v, VocabMode::None);
+    s.ranks = transformer_order(table, p, m, v, G, 0);
+    return linear::validated(std::move(s));
   }
-  return linear::validated(std::move(s));
+  return with_vocabulary(params, table, v, G);
 }
 
 }  // namespace pipetune::schedule

@@ -38,8 +38,8 @@ void require_no_vocab(std::string_view generator, const GeneratorParams& params)
   const bool interlaced = params.vocab == VocabMode::Interlaced;
   throw ScheduleError({"plan.vocab", "plan.schedule"},
                       std::string(vocab_mode_name(params.vocab)) + " is supported on " +
-                          (interlaced ? "1f1b" : "1f1b and v-half") + " only, not on " +
-                          std::string(generator));
+                          (interlaced ? "1f1b" : "1f1b, interleaved-1f1b and v-half") +
+                          " only, not on " + std::string(generator));
 }
 
 CostTable checked_planning_costs(std::string_view generator, const GeneratorParams& params) {

@@ -32,7 +32,8 @@ namespace pipetune::schedule::linear {
 void check_sizes(std::string_view generator, const GeneratorParams& params);
 // chunks must be 0 (default) or 1: "gpipe supports chunks=1 only".
 void require_single_chunk(std::string_view generator, const GeneratorParams& params);
-// Vocabulary parallelism is implemented on 1f1b (and v-half elsewhere) only.
+// Vocabulary parallelism is implemented on 1f1b and interleaved-1f1b (and v-half elsewhere)
+// only.
 void require_no_vocab(std::string_view generator, const GeneratorParams& params);
 // The cost table the generator plans with (unit costs when params.costs is empty), checked to
 // cover every stage.
@@ -194,5 +195,14 @@ void plan_in_time_order(std::string_view generator, Planner& planner, Step&& ste
 
 // 1f1b with vocabulary parallelism (one_f_one_b_vocab.cpp).
 Schedule generate_1f1b_vocab(const GeneratorParams& params);
+
+// Vocabulary passes (params.vocab: vocab-1 or vocab-2) placed around fixed transformer op lists,
+// one per rank, by the eager planner of one_f_one_b_vocab.cpp: every rank joins the barriers in
+// one order, the input embeddings of the first `if_lookahead` micro-batches first. Throws
+// ScheduleError when the planner stalls (the transformer order needs an input embedding the
+// barrier order has not reached).
+Schedule plan_vocabulary_passes(std::string_view name, const GeneratorParams& params, int chunks,
+                                const std::vector<std::vector<Op>>& transformer, int if_lookahead,
+                                const CostTable& costs);
 
 }  // namespace pipetune::schedule::linear

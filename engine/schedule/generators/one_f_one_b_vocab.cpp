@@ -162,24 +162,15 @@ Schedule plan_eager(const GeneratorParams& params, const CostTable& costs) {
   const int p = params.stages;
   const int m = params.microbatches;
   const VocabMode mode = params.vocab;
-  const auto P = static_cast<std::size_t>(p);
-  Schedule s = empty_schedule(kName, p, m, 1, mode);
-
-  std::vector<std::vector<Op>> transformer(P);
+  std::vector<std::vector<Op>> transformer(static_cast<std::size_t>(p));
   for (int r = 0; r < p; ++r) {
     auto& ops = transformer[static_cast<std::size_t>(r)];
     ops.reserve(2 * static_cast<std::size_t>(m));
     append_one_f_one_b(ops, m, one_f_one_b_warmup(mode, p, r), OpKind::BW);
-    s.ranks[static_cast<std::size_t>(r)].reserve(6 * static_cast<std::size_t>(m));
   }
   const int stage0_warmup = std::clamp(one_f_one_b_warmup(mode, p, 0), 0, m);
-  const std::vector<Op> barriers = barrier_sequence(mode, m, std::min(m, stage0_warmup + 2));
-  const bool free_t = mode == VocabMode::Vocab2;  // T joins no barrier: place it freely
-
-  Planner planner(s, costs);
-  EagerStep step(planner, transformer, barriers, p, m, free_t);
-  plan_in_time_order(kName, planner, [&](int r) { return step(r); });
-  return s;
+  return plan_vocabulary_passes(kName, params, 1, transformer, std::min(m, stage0_warmup + 2),
+                                costs);
 }
 
 // The interlaced schedule's lock-step order (see the file comment), built for rank r.
@@ -259,6 +250,24 @@ std::optional<Schedule> lockstep_interlaced(const GeneratorParams& params) {
 }
 
 }  // namespace
+
+Schedule plan_vocabulary_passes(std::string_view name, const GeneratorParams& params, int chunks,
+                                const std::vector<std::vector<Op>>& transformer, int if_lookahead,
+                                const CostTable& costs) {
+  const int p = params.stages;
+  const int m = params.microbatches;
+  const VocabMode mode = params.vocab;
+  Schedule s = empty_schedule(name, p, m, chunks, mode);
+  for (int r = 0; r < p; ++r)
+    s.ranks[static_cast<std::size_t>(r)].reserve(transformer[static_cast<std::size_t>(r)].size() +
+                                                 4 * static_cast<std::size_t>(m));
+  const std::vector<Op> barriers = barrier_sequence(mode, m, if_lookahead);
+  const bool free_t = mode == VocabMode::Vocab2;  // T joins no barrier: place it freely
+  Planner planner(s, costs);
+  EagerStep step(planner, transformer, barriers, p, m, free_t);
+  plan_in_time_order(name, planner, [&](int r) { return step(r); });
+  return s;
+}
 
 Schedule generate_1f1b_vocab(const GeneratorParams& params) {
   const CostTable costs = checked_planning_costs(kName, params);

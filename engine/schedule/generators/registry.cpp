@@ -66,7 +66,7 @@ bool supports_vocab(std::string_view name, VocabMode vocab) {
       return true;
     case VocabMode::Vocab1:
     case VocabMode::Vocab2:
-      return name == "1f1b" || name == "v-half";
+      return name == "1f1b" || name == "interleaved-1f1b" || name == "v-half";
     case VocabMode::Interlaced:
       return name == "1f1b";
   }
@@ -80,6 +80,10 @@ int default_chunks(std::string_view name) {
 
 bool uses_costs(std::string_view name, VocabMode vocab) {
   return vocab != VocabMode::None || name == "zb-h1" || name == "zb-h2" || name == "zb-v";
+}
+
+bool has_overlapped_pairs(std::string_view name) {
+  return name == "dualpipe-v";
 }
 
 Schedule generate(const GeneratorParams& params) {
@@ -115,11 +119,11 @@ Schedule generate(const GeneratorParams& params) {
                             " chunks = " + std::to_string(triples) + " forward passes; at most " +
                             std::to_string(kMaxTriples) + " are generated");
   if (!supports_vocab(params.name, params.vocab)) {
-    throw ScheduleError({"plan.vocab", "plan.schedule"},
-                        "vocabulary mode " + std::string(vocab_mode_name(params.vocab)) +
-                            " is supported on " +
-                            (params.vocab == VocabMode::Interlaced ? "1f1b" : "1f1b and v-half") +
-                            " only, not on " + params.name);
+    throw ScheduleError(
+        {"plan.vocab", "plan.schedule"},
+        "vocabulary mode " + std::string(vocab_mode_name(params.vocab)) + " is supported on " +
+            (params.vocab == VocabMode::Interlaced ? "1f1b" : "1f1b, interleaved-1f1b and v-half") +
+            " only, not on " + params.name);
   }
   // Options a schedule does not read are refused, never ignored: from flags, run files or forms.
   if (params.group_size > 0 && params.name != "interleaved-1f1b")

@@ -74,10 +74,38 @@ inline std::vector<PlanCase> parallel_equivalence_plans() {
   add({.name = "pp2_zbv", .pp = 2, .schedule = "zb-v"});
   add({.name = "pp4_vhalf", .pp = 4, .schedule = "v-half", .microbatches = 8});
   add({.name = "pp4_vmin", .pp = 4, .schedule = "v-min", .microbatches = 8});
+  // DualPipeV with its overlapped "F & B" pairs (m >= 2p), with TP inside the pairs, and with
+  // experts, whose all-to-all the pairs overlap.
+  add({.name = "pp2_dualpipev", .pp = 2, .schedule = "dualpipe-v"});
+  add({.name = "pp4_dualpipev", .pp = 4, .schedule = "dualpipe-v", .microbatches = 8});
+  add({.name = "tp2_pp2_dualpipev", .tp = 2, .pp = 2, .schedule = "dualpipe-v"});
+  add({.name = "moe_ep2_dp2_pp2_dualpipev",
+       .model = "tiny-moe",
+       .pp = 2,
+       .dp = 2,
+       .ep = 2,
+       .schedule = "dualpipe-v"});
   // Vocabulary parallelism with the schedules that support it.
   add({.name = "pp2_1f1b_vocab1", .pp = 2, .vocab = "vocab-1"});
   add({.name = "pp4_1f1b_vocab2", .pp = 4, .vocab = "vocab-2", .microbatches = 8});
   add({.name = "pp2_vhalf_vocab1", .pp = 2, .schedule = "v-half", .vocab = "vocab-1"});
+  add({.name = "pp2_interleaved_vocab1",
+       .pp = 2,
+       .schedule = "interleaved-1f1b",
+       .vocab = "vocab-1",
+       .chunks = 2});
+  add({.name = "pp2_interleaved_vocab2",
+       .pp = 2,
+       .schedule = "interleaved-1f1b",
+       .vocab = "vocab-2",
+       .chunks = 2});
+  add({.name = "tp2_pp2_interleaved_vocab2",
+       .tp = 2,
+       .pp = 2,
+       .schedule = "interleaved-1f1b",
+       .vocab = "vocab-2",
+       .chunks = 2,
+       .microbatches = 6});
   add({.name = "pp4_vhalf_vocab2",
        .pp = 4,
        .schedule = "v-half",

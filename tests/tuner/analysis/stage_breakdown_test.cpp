@@ -123,7 +123,9 @@ TEST(StageBreakdown, MatchesTheSimulatorsSummaryForEverySchedule) {
       EXPECT_NEAR(b.bubble_ratio, sim.bubble_ratio, 1e-6);
     }
   }
-  EXPECT_EQ(cases, static_cast<int>(schedule::schedule_names().size()) + 5);
+  // Vocabulary modes: vocab-1, vocab-2 and interlaced on 1f1b, vocab-1 and vocab-2 on
+  // interleaved-1f1b and v-half.
+  EXPECT_EQ(cases, static_cast<int>(schedule::schedule_names().size()) + 7);
 }
 
 // With point-to-point latency L every activation and gradient transfer is a Send span of L on the

@@ -44,7 +44,7 @@ TEST(PipeliningCsv, EveryScheduleRoundTripsInRankOrderAndPassesTorchsChecks) {
         for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
           const schedule::Op& op = s.ranks[r][i];
           const PipeliningAction want{s.group_of(static_cast<int>(r), op.chunk),
-                                      torch_type(op.kind), op.microbatch};
+                                      torch_type(op.kind), op.microbatch, op.overlaps_previous};
           EXPECT_EQ(back[r][i], want)
               << name << " rank " << r << " op " << i << " " << schedule::op_label(op) << " -> "
               << action_label(back[r][i]);
@@ -89,6 +89,43 @@ TEST(PipeliningCsv, VocabularyOpsHaveNoActionAndMalformedCellsAreNamed) {
     EXPECT_NE(std::string(e.what()).find("row 1 cell 2"), std::string::npos) << e.what();
   }
   EXPECT_THROW((void)parse_pipelining_csv("0F0x\n"), InputError);  // torch's regex takes a prefix
+}
+
+// DualPipeV's "F & B" steps are OVERLAP_F_B cells, written as torch's _Action.__repr__ writes an
+// action with sub_actions; they parse back to the two actions, the second marked.
+TEST(PipeliningCsv, OverlappedPairsAreOverlapFBCells) {
+  schedule::GeneratorParams params;
+  params.name = "dualpipe-v";
+  params.stages = 2;
+  params.microbatches = 4;
+  const schedule::Schedule s = schedule::generate(params);
+  const std::string csv = pipelining_csv(s);
+  std::size_t pairs = 0;
+  for (const auto& ops : s.ranks)
+    for (const schedule::Op& op : ops) pairs += op.overlaps_previous ? 1 : 0;
+  ASSERT_GT(pairs, 0u);
+  std::size_t cells = 0;
+  for (std::size_t at = csv.find(")OVERLAP_F_B"); at != std::string::npos;
+       at = csv.find(")OVERLAP_F_B", at + 1))
+    ++cells;
+  EXPECT_EQ(cells, pairs) << csv;
+  // Rank 0 (p = 2, m = 4) by DualPipeV's steps: F0 0, 1 (step 1), F0 2, F1 0 (step 2), B1 0, W,
+  // F1 1 (step 3), then its first pair, F0 of micro-batch 3 (stage 0) with the fused backward of
+  // micro-batch 1 on stage 3 (its chunk 1, where the loss is).
+  EXPECT_NE(csv.find("0F1,0F2,3F0,3I0,3W0,3F1,(0F3;3B1)OVERLAP_F_B,"), std::string::npos) << csv;
+  const PipeliningSchedule back = parse_pipelining_csv("(0F2;3B0)OVERLAP_F_B, 0W1\n");
+  ASSERT_EQ(back.size(), 1u);
+  const std::vector<PipeliningAction> want = {{0, 'F', 2}, {3, 'B', 0, true}, {0, 'W', 1}};
+  EXPECT_EQ(back[0], want);
+  for (const char* bad : {"(0F2;3B0)OVERLAP", "(0F2)OVERLAP_F_B", "(0F2;3B0;1F1)OVERLAP_F_B",
+                          "(0F2;3X0)OVERLAP_F_B"}) {
+    try {
+      (void)parse_pipelining_csv(std::string("0F0,") + bad + "\n");
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("row 0 cell 2"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(PipeliningCsv, TheTorchtitanExportEmbedsThePredictedSchedule) {

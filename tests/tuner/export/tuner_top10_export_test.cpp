@@ -59,6 +59,9 @@ std::vector<TopSearch> top_searches() {
     out.push_back({t.model, t.gpus, t.global_batch, megatron_schedules, no_vocab_parallelism});
   }
   out.push_back({"llama3-70b", 16, 64, {"zb-h2", "zb-v", "v-min"}, no_vocab_parallelism});
+  // pipetune's own orders without vocabulary parallelism on a model torchtitan has: its schedule
+  // CSV (on 8 GPUs the unrestricted search's top plans shard the vocabulary, which it refuses).
+  out.push_back({"llama3-8b", 8, 64, {"zb-h1", "zb-v", "v-half"}, no_vocab_parallelism});
   return out;
 }
 
