@@ -79,6 +79,58 @@ TEST(LayerPartition, MatchesAnExhaustiveSearchOfEverySplit) {
   EXPECT_GT(feasible, 1000);  // the random problems are not all infeasible
 }
 
+// The binary searches (at most one layer per stage at least, bytes by layer count) give the scan's
+// split exactly, the smallest start of each stage's best included: layer costs drawn from a few
+// values (ties), per-stage costs on half the problems, memory limits on half.
+TEST(LayerPartition, BinarySearchesGiveTheScansSplit) {
+  std::mt19937 rng(20261203);
+  std::uniform_int_distribution<int> stages(1, 6), layers(1, 14), coin(0, 1), pick(0, 3);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const double values[] = {0.0, 0.5, 1.0, 2.0};
+  int feasible = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    PartitionProblem p;
+    p.stages = stages(rng);
+    const int n = layers(rng);
+    p.min_layers_per_stage = coin(rng);
+    if (p.stages * p.min_layers_per_stage > n) continue;
+    const auto costs = [&] {
+      std::vector<double> c;
+      for (int i = 0; i < n; ++i) c.push_back(values[pick(rng)]);
+      return c;
+    };
+    p.layer_cost = costs();
+    // Per-stage costs: each stage's layers alike (per-stage recomputation), or on one problem in
+    // four drawn per layer (which the scan solves).
+    const int per_stage = pick(rng);
+    if (per_stage == 1)
+      for (int s = 0; s < p.stages; ++s)
+        p.stage_layer_cost.emplace_back(static_cast<std::size_t>(n), values[pick(rng)]);
+    if (per_stage == 2)
+      for (int s = 0; s < p.stages; ++s) p.stage_layer_cost.push_back(costs());
+    p.stage_extra_cost.assign(static_cast<std::size_t>(p.stages), 0.0);
+    p.stage_extra_cost.back() = values[pick(rng)];
+    if (coin(rng)) {
+      p.layer_static_bytes.assign(static_cast<std::size_t>(n), unit(rng));
+      p.layer_activation_bytes.assign(static_cast<std::size_t>(n), unit(rng));
+      for (int s = 0; s < p.stages; ++s) {
+        p.stage_in_flight.push_back(static_cast<double>(p.stages - s));
+        p.stage_extra_bytes.push_back(unit(rng));
+      }
+      p.capacity_bytes = 1.0 + 6.0 * unit(rng);
+    }
+    PartitionProblem scanned = p;
+    scanned.scan = true;
+    const LayerPartition fast = partition_layers(p), scan = partition_layers(scanned);
+    ASSERT_EQ(fast.feasible, scan.feasible) << "trial " << trial;
+    if (!scan.feasible) continue;
+    ++feasible;
+    EXPECT_EQ(fast.slowest, scan.slowest) << "trial " << trial;
+    EXPECT_EQ(fast.layers, scan.layers) << "trial " << trial;
+  }
+  EXPECT_GT(feasible, 1000);
+}
+
 TEST(LayerPartition, UniformSolverMatchesTheGeneralOne) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 3000; ++trial) {

@@ -59,6 +59,27 @@ bool memory_limited(const PartitionProblem& p) {
   return p.capacity_bytes > 0.0;
 }
 
+bool same_for_each_layer(const std::vector<double>& v) {
+  return std::all_of(v.begin(), v.end(), [&](double x) { return x == v.front(); });
+}
+
+// Whether a stage's bytes depend only on how many layers it holds: every per-layer list
+// (static and activation bytes, per stage too) the same for each layer.
+bool bytes_by_count(const PartitionProblem& p) {
+  return same_for_each_layer(p.layer_static_bytes) &&
+         same_for_each_layer(p.layer_activation_bytes) &&
+         std::all_of(p.stage_layer_activation_bytes.begin(), p.stage_layer_activation_bytes.end(),
+                     same_for_each_layer);
+}
+
+// Whether layers cost the same on every stage, or each stage's layers cost alike (per-stage
+// recomputation): where layers cost differently on different stages, moving the boundaries to
+// drop one layer can make a stage slower, and the slowest of the first stages need not grow with
+// the layers they hold.
+bool stage_costs_by_count(const PartitionProblem& p) {
+  return std::all_of(p.stage_layer_cost.begin(), p.stage_layer_cost.end(), same_for_each_layer);
+}
+
 // Prefix sums of a per-layer list (zeros when it is empty).
 std::vector<double> prefix(const std::vector<double>& v, std::size_t layers) {
   std::vector<double> out(layers + 1, 0.0);
@@ -131,23 +152,67 @@ LayerPartition partition_layers(const PartitionProblem& p) {
     return at_most(bytes, p.capacity_bytes);
   };
   // best[s][i]: the slowest of stages 0..s-1 holding layers 0..i-1; from[s][i]: where stage s-1
-  // starts in it.
+  // starts in it. The smallest start of the best: later stages take as many layers as the
+  // optimum allows, which leaves the first stages (the most micro-batches in flight) the fewest.
   std::vector<std::vector<double>> best(S + 1, std::vector<double>(L + 1, kInf));
   std::vector<std::vector<std::size_t>> from(S + 1, std::vector<std::size_t>(L + 1, 0));
   best[0][0] = 0.0;
+  const bool monotone =
+      !p.scan && min <= 1 && (!memory_limited(p) || bytes_by_count(p)) && stage_costs_by_count(p);
   for (std::size_t s = 1; s <= S; ++s) {
     const double extra = at(p.stage_extra_cost, s - 1, 0.0);
-    for (std::size_t i = s * min; i <= L; ++i) {
-      // The smallest start of the best: later stages take as many layers as the optimum allows,
-      // which leaves the first stages (the most micro-batches in flight) the fewest.
-      for (std::size_t j = (s - 1) * min; j + min <= i; ++j) {
-        if (best[s - 1][j] == kInf || !fits(s - 1, j, i)) continue;
-        const double slowest = std::max(best[s - 1][j], cost.sum(s - 1, j, i) + extra);
-        if (slowest < best[s][i]) {
-          best[s][i] = slowest;
-          from[s][i] = j;
+    const std::vector<double>& before = best[s - 1];
+    const auto slowest = [&](std::size_t j, std::size_t i) {
+      return std::max(before[j], cost.sum(s - 1, j, i) + extra);
+    };
+    if (!monotone) {
+      for (std::size_t i = s * min; i <= L; ++i)
+        for (std::size_t j = (s - 1) * min; j + min <= i; ++j) {
+          if (before[j] == kInf || !fits(s - 1, j, i)) continue;
+          const double t = slowest(j, i);
+          if (t < best[s][i]) {
+            best[s][i] = t;
+            from[s][i] = j;
+          }
         }
+      continue;
+    }
+    // Costs are >= 0 and at most one layer is the least a stage holds, so with more layers j in
+    // stages 0..s-2 their slowest, before[j], only grows (finite up to some j; memory, and
+    // per-stage costs, going by layer counts), while stage s-1's time over j..i-1 only falls, and
+    // its memory (it fits from some j on). Each (s, i) then looks over one interval of starts, and
+    // the slowest of the two is least where they cross: binary searches in place of the scan, O(S L
+    // log L) (checked against the scan, exhaustively on small cases, in layer_partition_test.cpp).
+    const std::size_t first = (s - 1) * min;
+    std::size_t finite_end = first;  // before[j] is finite for first <= j < finite_end
+    while (finite_end <= L && before[finite_end] != kInf) ++finite_end;
+    for (std::size_t i = s * min; i <= L; ++i) {
+      const std::size_t hi = std::min(i - min + 1, finite_end);
+      // The first start whose stage fits.
+      std::size_t lo = first;
+      for (std::size_t b = hi; lo < b;) {
+        const std::size_t mid = lo + (b - lo) / 2;
+        if (fits(s - 1, mid, i))
+          b = mid;
+        else
+          lo = mid + 1;
       }
+      if (lo >= hi) continue;
+      // The first start where stages 0..s-2 are at least as slow as stage s-1.
+      std::size_t cross = lo;
+      for (std::size_t b = hi; cross < b;) {
+        const std::size_t mid = cross + (b - cross) / 2;
+        if (before[mid] >= cost.sum(s - 1, mid, i) + extra)
+          b = mid;
+        else
+          cross = mid + 1;
+      }
+      std::size_t j = cross < hi ? cross : hi - 1;
+      if (cross > lo && cross < hi && slowest(cross - 1, i) <= slowest(cross, i)) j = cross - 1;
+      const double t = slowest(j, i);
+      while (j > lo && slowest(j - 1, i) <= t) --j;
+      best[s][i] = t;
+      from[s][i] = j;
     }
   }
   if (best[S][L] == kInf) return out;

@@ -10,7 +10,10 @@
 //  - partition_layers: any per-layer costs and bytes. Dynamic programming over (stages, layers):
 //    best[s][i] = min over j of max(best[s-1][j], time of layers j..i-1 on stage s-1), over the
 //    j whose group fits stage s-1's memory. O(S * L^2) time, O(S * L) memory for S stages and
-//    L layers (S = 64, L = 128: about a million steps).
+//    L layers (S = 64, L = 128: about a million steps). Where a stage holds at least one layer
+//    at most, and its bytes (and per-stage layer costs) go by its layer count (the tuner's
+//    problems), before[j] only grows and stage s-1's time only falls with j: binary searches
+//    find the crossing, O(S L log L).
 //  - partition_uniform_layers: every layer the same (pipetune's model specs). The optimum is some
 //    stage's time at some layer count (E * L values for E distinct extra costs, 3 at most in a
 //    pipeline: the first, middle and last stages); binary search over them, a bound being
@@ -41,6 +44,10 @@ struct PartitionProblem {
   std::vector<std::vector<double>> stage_layer_activation_bytes;
   double capacity_bytes = 0.0;   // per device; <= 0: no memory limit
   int min_layers_per_stage = 1;  // 0 lets a stage hold no transformer layer
+  // Solve by scanning every start of every stage, O(S L^2), even where partition_layers's
+  // binary searches apply (at most one layer per stage at least, bytes and per-stage costs by
+  // layer count): the reference the tests hold those to.
+  bool scan = false;
 };
 
 struct LayerPartition {
