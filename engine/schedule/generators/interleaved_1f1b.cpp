@@ -81,8 +81,8 @@ std::vector<std::vector<Op>> transformer_order(const std::vector<TableEntry>& ta
   return ranks;
 }
 
-// Vocab-1 / vocab-2 on the interleaved order (see the file comment): the fastest of the warm-ups
-// the planner can place the vocabulary passes around.
+// Vocab-1 / vocab-2 on the interleaved order (see the file comment): the shortest warm-up, from
+// 1f1b's rule on, that the planner can place the vocabulary passes around.
 Schedule with_vocabulary(const GeneratorParams& params, const std::vector<TableEntry>& table, int v,
                          int G) {
   const int p = params.stages;
