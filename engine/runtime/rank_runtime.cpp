@@ -159,19 +159,17 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
     // simulator times it: the second op's input is received with the first's. On this rank's
     // one stream the two then compute back to back, each sending its output as it ends, while
     // the other computes.
+    const bool pair_first = i + 1 < ops.size() && ops[i + 1].overlaps_previous;
     if (!op.overlaps_previous) receive_inputs(op);
-    if (i + 1 < ops.size() && ops[i + 1].overlaps_previous) receive_inputs(ops[i + 1]);
+    if (pair_first) receive_inputs(ops[i + 1]);
     if (offload_) offload_before_op(i);
     {
       // The ops of an overlapped pair are named after it ("F3.0&BW1.1"), as the simulator names
       // them.
       profiler::NameId name = 0;
-      if (recorder_ != nullptr) {
-        if (op.overlaps_previous)
-          name = recorder_->intern(schedule::pair_label(ops[i - 1], op));
-        else if (i + 1 < ops.size() && ops[i + 1].overlaps_previous)
-          name = recorder_->intern(schedule::pair_label(op, ops[i + 1]));
-      }
+      if (recorder_ != nullptr && (pair_first || op.overlaps_previous))
+        name = recorder_->intern(pair_first ? schedule::pair_label(op, ops[i + 1])
+                                            : schedule::pair_label(ops[i - 1], op));
       profiler::ScopedSpan span(recorder_, schedule::span_kind_of(op.kind),
                                 profiler::Stream::Compute, op.microbatch,
                                 schedule::is_vocab_op(op.kind) ? -1 : op.chunk, -1, name);

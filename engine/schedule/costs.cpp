@@ -26,22 +26,22 @@ CostTable CostTable::uniform(int stages, double f, double b, double w, double s,
   return table;
 }
 
-double CostTable::cost(int rank, OpKind k) const {
+const StageCosts& CostTable::stage(int rank) const {
   if (rank < 0 || rank >= static_cast<int>(stages.size())) {
     throw InputError("cost table has " + std::to_string(stages.size()) +
                      " stages, asked for stage " + std::to_string(rank));
   }
-  const StageCosts& c = stages[static_cast<std::size_t>(rank)];
+  return stages[static_cast<std::size_t>(rank)];
+}
+
+double CostTable::cost(int rank, OpKind k) const {
+  const StageCosts& c = stage(rank);
   if (k == OpKind::BW && c[OpKind::BW] <= 0.0) return c[OpKind::B] + c[OpKind::W];
   return c[k];
 }
 
 double CostTable::comm(int rank, OpKind k) const {
-  if (rank < 0 || rank >= static_cast<int>(stages.size())) {
-    throw InputError("cost table has " + std::to_string(stages.size()) +
-                     " stages, asked for stage " + std::to_string(rank));
-  }
-  const StageCosts& c = stages[static_cast<std::size_t>(rank)];
+  const StageCosts& c = stage(rank);
   const auto at = [&](OpKind kind) { return c.comm[static_cast<std::size_t>(kind)]; };
   if (k == OpKind::BW && c[OpKind::BW] <= 0.0) return at(OpKind::B) + at(OpKind::W);
   return at(k);

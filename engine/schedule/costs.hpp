@@ -47,9 +47,10 @@ struct CostTable {
   static CostTable uniform(int stages, double f, double b, double w, double s = 0.0, double t = 0.0,
                            double comm = 0.0);
 
-  double cost(int rank, OpKind k) const;  // BW falls back to B + W
-  double comm(int rank, OpKind k) const;  // StageCosts::comm; BW as cost() does
-  double p2p_time() const;                // latency + bytes / bandwidth
+  const StageCosts& stage(int rank) const;  // InputError naming the rank when out of range
+  double cost(int rank, OpKind k) const;    // BW falls back to B + W
+  double comm(int rank, OpKind k) const;    // StageCosts::comm; BW as cost() does
+  double p2p_time() const;                  // latency + bytes / bandwidth
   // One transfer from rank `source` to rank `dest`: pair_transfer's entry, else p2p_time().
   double transfer_time(int source, int dest) const;
 };

@@ -37,14 +37,19 @@ double comm(const OpCosts& c, int rank, OpKind k) {
   return c.table.comm(rank, k);
 }
 
-TEST(OpCommCosts, TheCommunicationPartIsTheExposedTpAndExpertTimeOfThePass) {
-  spec::ModelSpec model = spec::load_model("mixtral-8x7b");
+// The model's op costs for the plan on H100s (a V placement: every plan here is dualpipe-v).
+OpCosts costs_of(const std::string& model_name, const spec::ParallelPlan& p) {
+  spec::ModelSpec model = spec::load_model(model_name);
   spec::apply_defaults(model);
-  const spec::ParallelPlan p = plan(2, 2, 4, 4, "dualpipe-v");
   const spec::ClusterSpec cluster =
       spec::make_cluster(spec::load_hardware("h100-sxm"), p.world_size());
-  const ExecutionOptions exec = default_execution(cluster.hardware);
-  const OpCosts c = op_costs(model, cluster, p, schedule::Placement::VShape, exec);
+  return op_costs(model, cluster, p, schedule::Placement::VShape,
+                  default_execution(cluster.hardware));
+}
+
+TEST(OpCommCosts, TheCommunicationPartIsTheExposedTpAndExpertTimeOfThePass) {
+  const spec::ParallelPlan p = plan(2, 2, 4, 4, "dualpipe-v");
+  const OpCosts c = costs_of("mixtral-8x7b", p);
   for (int r = 0; r < p.pp; ++r) {
     const StageCost& st = c.stages[static_cast<std::size_t>(r)];
     const double v = p.chunks;
@@ -61,13 +66,8 @@ TEST(OpCommCosts, TheCommunicationPartIsTheExposedTpAndExpertTimeOfThePass) {
 }
 
 TEST(OpCommCosts, WithoutTpEpOrZero3ThereIsNoneToHide) {
-  spec::ModelSpec model = spec::load_model("llama2-7b");
-  spec::apply_defaults(model);
   const spec::ParallelPlan p = plan(1, 4, 2, 1, "dualpipe-v");
-  const spec::ClusterSpec cluster =
-      spec::make_cluster(spec::load_hardware("h100-sxm"), p.world_size());
-  const OpCosts c =
-      op_costs(model, cluster, p, schedule::Placement::VShape, default_execution(cluster.hardware));
+  const OpCosts c = costs_of("llama2-7b", p);
   for (int r = 0; r < p.pp; ++r)
     for (OpKind k : {OpKind::F, OpKind::B, OpKind::W, OpKind::BW})
       EXPECT_EQ(comm(c, r, k), 0.0) << "stage " << r << " " << schedule::op_kind_name(k);
@@ -76,13 +76,8 @@ TEST(OpCommCosts, WithoutTpEpOrZero3ThereIsNoneToHide) {
 // The predicted DualPipeV iteration of an MoE plan: its pairs hide what the model says they
 // hide, and the iteration is shorter than with the same costs and no communication part.
 TEST(OpCommCosts, DualPipeVPairsHidePartOfAnMoePlansAllToAll) {
-  spec::ModelSpec model = spec::load_model("mixtral-8x7b");
-  spec::apply_defaults(model);
   const spec::ParallelPlan p = plan(2, 2, 4, 4, "dualpipe-v");
-  const spec::ClusterSpec cluster =
-      spec::make_cluster(spec::load_hardware("h100-sxm"), p.world_size());
-  const OpCosts c =
-      op_costs(model, cluster, p, schedule::Placement::VShape, default_execution(cluster.hardware));
+  const OpCosts c = costs_of("mixtral-8x7b", p);
   const schedule::Schedule s = spec::plan_schedule(p, c.table);
   schedule::CostTable none = c.table;
   for (auto& st : none.stages) st.comm = {};

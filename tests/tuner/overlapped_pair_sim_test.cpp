@@ -18,26 +18,7 @@ namespace {
 
 constexpr double kEps = 1e-9;
 
-// Two linear stages, three micro-batches: rank 0 F0 F1 [F2 & BW0] BW1 BW2, rank 1 1F1B.
-Schedule one_pair() {
-  Schedule s;
-  s.name = "hand";
-  s.stages = 2;
-  s.microbatches = 3;
-  s.ranks = {{{OpKind::F, 0, 0},
-              {OpKind::F, 0, 1},
-              {OpKind::F, 0, 2},
-              {OpKind::BW, 0, 0, true},
-              {OpKind::BW, 0, 1},
-              {OpKind::BW, 0, 2}},
-             {{OpKind::F, 0, 0},
-              {OpKind::BW, 0, 0},
-              {OpKind::F, 0, 1},
-              {OpKind::BW, 0, 1},
-              {OpKind::F, 0, 2},
-              {OpKind::BW, 0, 2}}};
-  return s;
-}
+using testing::one_overlapped_pair;
 
 // F = 1 of which k_F is communication, BW = 2 of which k_B; no transfer time.
 CostTable costs(double k_f, double k_b) {
@@ -70,7 +51,7 @@ SpanTimes span_of(const sim::SimResult& r, int rank, profiler::SpanKind kind, in
 // 4-4.6, BW0 4.6-6.1. Rank 1 then runs F1 4-5, BW1 5-7, F2 7-8 (its input came at 4.6), BW2
 // 8-10; rank 0 BW1 7-9, BW2 10-12.
 TEST(OverlappedPairSim, EachOpHidesItsCommunicationBehindTheOthersCompute) {
-  const sim::SimResult r = sim::simulate(one_pair(), costs(0.4, 0.5));
+  const sim::SimResult r = sim::simulate(one_overlapped_pair(), costs(0.4, 0.5));
   const SpanTimes f2 = span_of(r, 0, profiler::SpanKind::F, 2);
   const SpanTimes b0 = span_of(r, 0, profiler::SpanKind::BW, 0);
   EXPECT_NEAR(f2.start, 4.0, kEps);
@@ -88,7 +69,7 @@ TEST(OverlappedPairSim, EachOpHidesItsCommunicationBehindTheOthersCompute) {
 // hide only 0.2 (BW0's compute) and 0.1 (F2's compute), so the pair takes 0.8 + 1.9 = 2.7 =
 // k_F + k_B, never less than either stream's work.
 TEST(OverlappedPairSim, ACommunicationBoundPairLastsItsCommunications) {
-  const sim::SimResult r = sim::simulate(one_pair(), costs(0.9, 1.8));
+  const sim::SimResult r = sim::simulate(one_overlapped_pair(), costs(0.9, 1.8));
   const SpanTimes f2 = span_of(r, 0, profiler::SpanKind::F, 2);
   const SpanTimes b0 = span_of(r, 0, profiler::SpanKind::BW, 0);
   EXPECT_NEAR(f2.end - f2.start, 0.8, kEps);
@@ -100,9 +81,9 @@ TEST(OverlappedPairSim, ACommunicationBoundPairLastsItsCommunications) {
 // Without communication a pair costs its two ops in sequence: the same iteration as the schedule
 // with the pair taken apart.
 TEST(OverlappedPairSim, WithoutCommunicationAPairCostsItsOpsInSequence) {
-  Schedule apart = one_pair();
+  Schedule apart = one_overlapped_pair();
   apart.ranks[0][3].overlaps_previous = false;
-  const sim::SimResult paired = sim::simulate(one_pair(), costs(0.0, 0.0));
+  const sim::SimResult paired = sim::simulate(one_overlapped_pair(), costs(0.0, 0.0));
   const sim::SimResult serial = sim::simulate(apart, costs(0.0, 0.0));
   EXPECT_NEAR(paired.iteration_time, serial.iteration_time, kEps);
   EXPECT_NEAR(paired.stages[0].overlap_hidden, 0.0, kEps);
@@ -112,7 +93,7 @@ TEST(OverlappedPairSim, ACommunicationPartAboveTheOpsCostIsRefused) {
   CostTable c = costs(0.0, 0.0);
   c.stages[1].comm[static_cast<std::size_t>(OpKind::F)] = 1.5;
   try {
-    (void)sim::simulate(one_pair(), c);
+    (void)sim::simulate(one_overlapped_pair(), c);
     FAIL();
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("communication part of op F on stage 1"),

@@ -25,43 +25,24 @@ std::string error_of(const Schedule& s) {
   return "(no error)";
 }
 
-// Two linear stages, three micro-batches, 1F1B with rank 0's third forward overlapping the first
-// backward: rank 0 F0 F1 [F2 & BW0] BW1 BW2, rank 1 F0 BW0 F1 BW1 F2 BW2.
-Schedule one_pair() {
-  Schedule s;
-  s.name = "hand";
-  s.stages = 2;
-  s.microbatches = 3;
-  s.ranks = {{{OpKind::F, 0, 0},
-              {OpKind::F, 0, 1},
-              {OpKind::F, 0, 2},
-              {OpKind::BW, 0, 0, true},
-              {OpKind::BW, 0, 1},
-              {OpKind::BW, 0, 2}},
-             {{OpKind::F, 0, 0},
-              {OpKind::BW, 0, 0},
-              {OpKind::F, 0, 1},
-              {OpKind::BW, 0, 1},
-              {OpKind::F, 0, 2},
-              {OpKind::BW, 0, 2}}};
-  return s;
-}
+using testing::one_overlapped_pair;
 
 TEST(OverlappedPair, AForwardWithAnIndependentBackwardIsValid) {
-  EXPECT_EQ(error_of(one_pair()), "(no error)");
-  EXPECT_EQ(pair_label(one_pair().ranks[0][2], one_pair().ranks[0][3]), "F2.0&BW0.0");
+  EXPECT_EQ(error_of(one_overlapped_pair()), "(no error)");
+  EXPECT_EQ(pair_label(one_overlapped_pair().ranks[0][2], one_overlapped_pair().ranks[0][3]),
+            "F2.0&BW0.0");
 }
 
 TEST(OverlappedPair, TheValidatorNamesWhatIsWrongWithAPair) {
   {
-    Schedule s = one_pair();
+    Schedule s = one_overlapped_pair();
     s.ranks[0][0].overlaps_previous = true;
     EXPECT_NE(error_of(s).find("rank 0 op 0 (F0.0): overlaps the op before it, but is first"),
               std::string::npos)
         << error_of(s);
   }
   {
-    Schedule s = one_pair();  // F1 & F2: two forwards
+    Schedule s = one_overlapped_pair();  // F1 & F2: two forwards
     s.ranks[0][2].overlaps_previous = true;
     s.ranks[0][3].overlaps_previous = false;
     EXPECT_NE(error_of(s).find("ops 1-2 (F1.0&F2.0): an overlapped pair is a forward (F) with a "
@@ -70,12 +51,12 @@ TEST(OverlappedPair, TheValidatorNamesWhatIsWrongWithAPair) {
         << error_of(s);
   }
   {
-    Schedule s = one_pair();  // F2 & BW0 & BW1: three in a row
+    Schedule s = one_overlapped_pair();  // F2 & BW0 & BW1: three in a row
     s.ranks[0][4].overlaps_previous = true;
     EXPECT_NE(error_of(s).find("pairs, not runs of three"), std::string::npos) << error_of(s);
   }
   {
-    Schedule s = one_pair();  // rank 1: F0 & BW0, whose loss needs that forward
+    Schedule s = one_overlapped_pair();  // rank 1: F0 & BW0, whose loss needs that forward
     s.ranks[1][1].overlaps_previous = true;
     EXPECT_NE(error_of(s).find("rank 1 ops 0-1 (F0.0&BW0.0): the second op needs the first "
                                "one's F(g1, mb0), so they cannot run together"),
@@ -84,7 +65,7 @@ TEST(OverlappedPair, TheValidatorNamesWhatIsWrongWithAPair) {
   }
   {
     // Rank 0 pairs F1 with BW0, rank 1 BW0 with F1: each pair waits for the other's product.
-    Schedule s = one_pair();
+    Schedule s = one_overlapped_pair();
     s.ranks[0] = {{OpKind::F, 0, 0}, {OpKind::F, 0, 1},  {OpKind::BW, 0, 0, true},
                   {OpKind::F, 0, 2}, {OpKind::BW, 0, 1}, {OpKind::BW, 0, 2}};
     s.ranks[1][2].overlaps_previous = true;  // BW0 & F1
@@ -119,7 +100,7 @@ struct StartTimes {
 
 TEST(OverlappedPair, TheExecutorStartsAPairWhenBothInputsAreThere) {
   StartTimes hooks;
-  execute(one_pair(), hooks);
+  execute(one_overlapped_pair(), hooks);
   // Rank 0: F0 0-1, F1 1-2; rank 1: F0 1-2, BW0 2-3. The pair's F2 needs nothing, its BW0 the
   // gradient ready at 3: the pair starts at 3, not at 2.
   // (The executor runs a rank until it blocks, so rank 1 gets to BW1 before rank 0's pair.)
