@@ -8,7 +8,7 @@
 namespace pipetune::cli {
 
 bool PlanFlags::any_given() const {
-  return tp || pp || dp || ep || chunks || microbatches || micro_batch_size || zero;
+  return tp || pp || dp || ep || chunks || microbatches || micro_batch_size || zero || slices;
 }
 
 void PlanFlags::check_counts() const {
@@ -18,7 +18,8 @@ void PlanFlags::check_counts() const {
                                {ep, "--ep"},
                                {chunks, "--chunks"},
                                {microbatches, "--microbatches"},
-                               {micro_batch_size, "--micro-batch-size"}});
+                               {micro_batch_size, "--micro-batch-size"},
+                               {slices, "--slices"}});
 }
 
 void PlanFlags::apply_to(spec::ParallelPlan& plan) const {
@@ -31,6 +32,7 @@ void PlanFlags::apply_to(spec::ParallelPlan& plan) const {
   if (microbatches) plan.microbatches = *microbatches;
   if (micro_batch_size) plan.micro_batch_size = *micro_batch_size;
   if (zero) plan.zero_stage = *zero;
+  if (slices) plan.slices = *slices;
 }
 
 void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help) {
@@ -45,6 +47,7 @@ void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help) {
   add("--microbatches", flags.microbatches, help.microbatches);
   add("--micro-batch-size", flags.micro_batch_size, help.micro_batch_size);
   add("--zero", flags.zero, help.zero);
+  add("--slices", flags.slices, help.slices);
 }
 
 std::vector<spec::Recompute> parse_stage_recompute_flag(const std::string& text, int pp) {

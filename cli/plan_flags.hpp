@@ -1,8 +1,8 @@
 // The flags of a plan's counts, declared once for every command that takes a plan as flags
 // (train, predict, import-trace and import-nsys): --tp --pp --dp --ep --chunks --microbatches
-// --micro-batch-size --zero. A count given is at least 1, never silently replaced by a default
-// (count_flags.hpp); a count not given is the command's default. --zero's range is the plan's
-// own rule (spec::validate).
+// --micro-batch-size --zero --slices. A count given is at least 1, never silently replaced by a
+// default (count_flags.hpp); a count not given is the command's default. --zero's range is the
+// plan's own rule (spec::validate).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -15,7 +15,7 @@
 namespace pipetune::cli {
 
 struct PlanFlags {
-  std::optional<int> tp, pp, dp, ep, chunks, microbatches, micro_batch_size, zero;
+  std::optional<int> tp, pp, dp, ep, chunks, microbatches, micro_batch_size, zero, slices;
 
   bool any_given() const;
   // InputError "FLAG must be at least 1, not N" for the first count given below 1.
@@ -34,6 +34,7 @@ struct PlanFlagHelp {
   const char* microbatches = nullptr;
   const char* micro_batch_size = nullptr;
   const char* zero = nullptr;
+  const char* slices = nullptr;
 };
 
 void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help);

@@ -42,8 +42,11 @@ struct PredictArgs {
 
 // The prediction of one plan, as text or one JSON object.
 void print_prediction(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
-                      std::int64_t global_batch, const spec::ParallelPlan& p,
+                      std::int64_t global_batch, const spec::ParallelPlan& given,
                       const std::string& vocab, const tuner::PlanEvaluation& e, bool json) {
+  // The plan as simulated: terapipe's token slices as the dynamic programming chose them.
+  spec::ParallelPlan p = given;
+  if (p.slice_tokens.empty()) p.slice_tokens = e.slice_tokens;
   if (json) {
     nlohmann::json stages = nlohmann::json::array();
     for (std::size_t i = 0; i < e.memory.stages.size(); ++i) {
@@ -231,7 +234,9 @@ void add_predict_command(CLI::App& app) {
                   .ep = "Expert-parallel degree",
                   .chunks = "Layer groups per stage (interleaved, V schedules)",
                   .micro_batch_size = "Sequences per micro-batch",
-                  .zero = "ZeRO stage 0-3 (1: distributed optimizer)"});
+                  .zero = "ZeRO stage 0-3 (1: distributed optimizer)",
+                  .slices = "terapipe: token slices per micro-batch (default: TeraPipe's dynamic "
+                            "programming over uneven slices)"});
   cmd->add_option("--schedule", a->schedule, "Pipeline schedule")->capture_default_str();
   cmd->add_option(
          "--vocab", a->vocab,

@@ -1,10 +1,12 @@
 // `pipetune simulate`: generate a schedule, simulate it, print a per-stage report and a Gantt.
 #include <unistd.h>
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/count_flags.hpp"
@@ -36,6 +38,10 @@ struct SimulateArgs {
   double comm_f = 0.0, comm_b = 0.0;  // the communication parts of F and B
   std::optional<double> barrier;
   std::optional<double> memory_limit;
+  std::optional<int> slices;      // terapipe's token slices per micro-batch
+  std::vector<int> slice_tokens;  // terapipe's uneven slices (relative lengths)
+  double attention_share = 0.0;   // of each op's cost, the causal attention's part
+  double fixed_cost = 0.0;        // of each op's cost, the part each slice pays whole
   bool json = false;
   std::string trace;
   int width = 0;
@@ -48,10 +54,17 @@ struct SimulateArgs {
 
 // Each cost on its own; how long they add up to is the simulator's bound (sim::simulate).
 void check_costs(const SimulateArgs& a) {
-  const std::pair<const char*, double> costs[] = {
-      {"--cost-f", a.cost_f}, {"--cost-b", a.cost_b}, {"--cost-w", a.cost_w},
-      {"--cost-s", a.cost_s}, {"--cost-t", a.cost_t}, {"--comm", a.comm},
-      {"--comm-f", a.comm_f}, {"--comm-b", a.comm_b}, {"--cost-barrier", a.barrier.value_or(0.0)}};
+  const std::pair<const char*, double> costs[] = {{"--cost-f", a.cost_f},
+                                                  {"--cost-b", a.cost_b},
+                                                  {"--cost-w", a.cost_w},
+                                                  {"--cost-s", a.cost_s},
+                                                  {"--cost-t", a.cost_t},
+                                                  {"--comm", a.comm},
+                                                  {"--comm-f", a.comm_f},
+                                                  {"--comm-b", a.comm_b},
+                                                  {"--cost-barrier", a.barrier.value_or(0.0)},
+                                                  {"--attention-share", a.attention_share},
+                                                  {"--cost-fixed", a.fixed_cost}};
   for (const auto& [flag, v] : costs)
     if (!(v >= 0.0) || !std::isfinite(v)) {
       char shown[32];
@@ -63,6 +76,14 @@ void check_costs(const SimulateArgs& a) {
     throw InputError("--comm-f is the part of --cost-f that is communication: at most --cost-f");
   if (a.comm_b > a.cost_b)
     throw InputError("--comm-b is the part of --cost-b that is communication: at most --cost-b");
+  if (a.attention_share > 1.0)
+    throw InputError("--attention-share is a fraction of each op's cost: at most 1");
+  for (const auto& [flag, cost] : {std::pair{"--cost-f", a.cost_f}, std::pair{"--cost-b", a.cost_b},
+                                   std::pair{"--cost-w", a.cost_w}})
+    if (cost > 0.0 && a.fixed_cost > (1.0 - a.attention_share) * cost)
+      throw InputError(std::string("--cost-fixed is a part of each op's cost beside its "
+                                   "attention: at most (1 - --attention-share) x ") +
+                       flag);
 }
 
 tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
@@ -81,7 +102,9 @@ tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
   if (a.memory_limit && !(*a.memory_limit > 0.0 && std::isfinite(*a.memory_limit)))
     throw InputError("--memory-limit must be a positive number of micro-batches, not " +
                      std::to_string(*a.memory_limit));
-  p.memory_limit = a.memory_limit.value_or(0.0);  // absent: no limit
+  p.memory_limit = a.memory_limit.value_or(0.0);   // absent: no limit
+  p.slices = count_or_zero(a.slices, "--slices");  // absent: the schedule's default
+  p.slice_tokens = a.slice_tokens;
   setup.costs = schedule::CostTable::uniform(p.stages, a.cost_f, a.cost_b, a.cost_w, a.cost_s,
                                              a.cost_t, a.comm);
   if (a.barrier) setup.costs.collective_time = *a.barrier;
@@ -89,6 +112,14 @@ tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
     c.comm[static_cast<std::size_t>(schedule::OpKind::F)] = a.comm_f;
     c.comm[static_cast<std::size_t>(schedule::OpKind::B)] = a.comm_b;
     c.comm[static_cast<std::size_t>(schedule::OpKind::BW)] = a.comm_b;  // BW = B + W
+    // Token slices: each op's attention share and fixed part (BW pays B's and W's).
+    for (schedule::OpKind k :
+         {schedule::OpKind::F, schedule::OpKind::B, schedule::OpKind::W, schedule::OpKind::BW}) {
+      if (!(c[k] > 0.0)) continue;
+      c.attention[static_cast<std::size_t>(k)] = a.attention_share * c[k];
+      c.fixed[static_cast<std::size_t>(k)] =
+          a.fixed_cost * (k == schedule::OpKind::BW && a.cost_w > 0.0 ? 2.0 : 1.0);
+    }
   }
   p.costs = setup.costs;
   setup.time_unit = "cost units";
@@ -156,8 +187,12 @@ nlohmann::json to_json(const tuner::SimulationSetup& setup, const schedule::Sche
   nlohmann::json j;
   j["schedule"] = s.name;
   j["stages_count"] = s.stages;
-  j["microbatches"] = s.microbatches;
+  j["microbatches"] = s.data_microbatches();
   j["chunks"] = s.chunks;
+  if (s.slices > 1) {
+    j["slices"] = s.slices;
+    if (!s.slice_tokens.empty()) j["slice_tokens"] = s.slice_tokens;
+  }
   j["vocab"] = std::string(schedule::vocab_mode_name(s.vocab));
   j["time_unit"] = setup.time_unit;
   if (!setup.description.empty()) j["setup"] = setup.description;
@@ -185,8 +220,17 @@ nlohmann::json to_json(const tuner::SimulationSetup& setup, const schedule::Sche
 void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& s,
                  const sim::SimResult& r, const SimulateArgs& a) {
   std::printf("schedule %s  stages %d  micro-batches %d  chunks %d  vocab %s\n", s.name.c_str(),
-              s.stages, s.microbatches, s.chunks,
+              s.stages, s.data_microbatches(), s.chunks,
               std::string(schedule::vocab_mode_name(s.vocab)).c_str());
+  if (s.slices > 1) {
+    // The ops' micro-batch numbers (the Gantt chart's, the trace's) count slices.
+    std::string lengths;
+    for (int t : s.slice_tokens) lengths += (lengths.empty() ? " of " : "/") + std::to_string(t);
+    std::printf(
+        "token slices %d per micro-batch%s (op micro-batch u = slice u %% %d of micro-batch "
+        "u / %d)\n",
+        s.slices, lengths.c_str(), s.slices, s.slices);
+  }
   if (!setup.description.empty()) std::printf("%s\n", setup.description.c_str());
   std::printf("%s %s   pipeline bubble %.1f%%   %zu ops\n",
               setup.iteration ? "pipeline time" : "iteration time",
@@ -225,17 +269,18 @@ std::int64_t store_simulation(const SimulateArgs& a, const tuner::SimulationSetu
                                   : nlohmann::json{{"pp", s.stages}, {"tp", 1}, {"dp", 1}};
   plan["schedule"] = s.name;
   plan["pp"] = s.stages;
-  plan["microbatches"] = s.microbatches;
+  plan["microbatches"] = s.data_microbatches();
   plan["chunks"] = s.chunks;
+  if (s.slices > 1) plan["slices"] = s.slices;
   plan["vocab"] = vocab;
   plan["time_unit"] = setup.time_unit;
   if (!a.config.empty()) plan["config"] = a.config;
   // A given name is the store's to check; the default one is made one it takes.
-  const std::string name = !a.name.empty()
-                               ? a.name
-                               : (a.config.empty() ? s.name + " p=" + std::to_string(s.stages) +
-                                                         " m=" + std::to_string(s.microbatches)
-                                                   : db::printable_text(a.config));
+  const std::string name =
+      !a.name.empty() ? a.name
+                      : (a.config.empty() ? s.name + " p=" + std::to_string(s.stages) +
+                                                " m=" + std::to_string(s.data_microbatches())
+                                          : db::printable_text(a.config));
   db::RunWriter w(a.db, {profiler::TraceKind::Simulated, name, json_text(plan, -1),
                          json_text(nlohmann::json{{"setup", setup.description}}, -1)});
   w.append(r.trace);
@@ -318,6 +363,19 @@ void add_simulate_command(CLI::App& app) {
                                   "Vocabulary barrier (all-reduce) time; default --comm");
   auto* mem = cmd->add_option("--memory-limit", args->memory_limit,
                               "Activation budget in micro-batches for zb-h2 / zb-v");
+  auto* slices = cmd->add_option("--slices", args->slices,
+                                 "terapipe: token slices per micro-batch (default 4)");
+  auto* slice_tokens =
+      cmd->add_option("--slice-tokens", args->slice_tokens,
+                      "terapipe: uneven slices' lengths in tokens, e.g. 96,64,48,48")
+          ->delimiter(',');
+  auto* attention = cmd->add_option("--attention-share", args->attention_share,
+                                    "terapipe: of each op's cost, the causal attention's share "
+                                    "(a slice pays it by length x context)")
+                        ->capture_default_str();
+  auto* fixed = cmd->add_option("--cost-fixed", args->fixed_cost,
+                                "terapipe: of each op's cost, the part each slice pays whole")
+                    ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object on stdout");
   cmd->add_option("--trace", args->trace, "Write a Chrome trace JSON (Perfetto) to FILE")
       ->check(non_empty_path());
@@ -328,8 +386,9 @@ void add_simulate_command(CLI::App& app) {
   CLI::Option* no_db = cmd->add_flag("--no-db", args->no_db, "Do not store the run in a workspace");
   // A name with --no-db would name nothing (it was taken and ignored).
   cmd->add_option("--name", args->name, "Run name in the workspace")->excludes(no_db);
-  for (CLI::Option* o : {sched, stages, mbs, chunks, group, vocab, cf, cb, cw, cs, ct, comm, comm_f,
-                         comm_b, barrier, mem})
+  for (CLI::Option* o :
+       {sched, stages, mbs,    chunks, group,   vocab, cf,     cb,           cw,        cs,
+        ct,    comm,   comm_f, comm_b, barrier, mem,   slices, slice_tokens, attention, fixed})
     config->excludes(o);
   cmd->callback([args] { run(*args); });
 }

@@ -391,7 +391,9 @@ void add_plan_options(CLI::App* cmd, TrainArgs* args) {
                   .microbatches = "Micro-batches per step",
                   .micro_batch_size = "Sequences per micro-batch",
                   .zero = "ZeRO stage: 0, 1 (optimizer state sharded over DP), 2 (and gradients) "
-                          "or 3 (and parameters)"});
+                          "or 3 (and parameters)",
+                  .slices = "terapipe: token slices per micro-batch (default: the cost model's "
+                            "choice)"});
   cmd->add_option("--schedule", args->schedule, "Pipeline schedule");
   cmd->add_option("--vocab", args->vocab, "Vocabulary parallelism: none, vocab-1, vocab-2");
   auto* sp =

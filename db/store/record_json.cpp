@@ -30,6 +30,9 @@ nlohmann::json plan_to_json(const spec::ParallelPlan& p, const std::string& voca
   }
   // Per-stage layouts: absent when every stage uses tp.
   if (!p.stage_tp.empty()) j["stage_tp"] = p.stage_tp;
+  // terapipe's token slices: absent when the plan names none.
+  if (p.slices > 0) j["slices"] = p.slices;
+  if (!p.slice_tokens.empty()) j["slice_tokens"] = p.slice_tokens;
   // Offload: absent when off (and in plans stored before it was kept).
   if (p.offload_activations) j["offload_activations"] = true;
   if (p.offload_optimizer) j["offload_optimizer"] = true;
@@ -75,6 +78,8 @@ spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_la
     if (j.contains("node_group_order"))
       p.node_group_order = j.at("node_group_order").get<std::vector<int>>();
     if (j.contains("stage_tp")) p.stage_tp = j.at("stage_tp").get<std::vector<int>>();
+    p.slices = j.value("slices", 0);
+    if (j.contains("slice_tokens")) p.slice_tokens = j.at("slice_tokens").get<std::vector<int>>();
     if (training) spec::apply_defaults(p);
     return p;
   } catch (const nlohmann::json::exception& e) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "engine/model/buffers.hpp"
@@ -25,6 +26,47 @@ std::size_t BlockActivations::bytes() const {
 void BlockActivations::clear() {
   *this = BlockActivations{};
 }
+
+namespace {
+
+// Token slices' shared rows: `rows` of each of B sequences (B, rows, W) contiguous, grown by a
+// slice's (B, t, W) or cut back to a prefix, one contiguous copy per sequence.
+void append_rows(Buffer& shared, std::int64_t B, std::int64_t rows, std::int64_t W,
+                 ConstTensorView add) {
+  const std::int64_t t = add.shape[1], grown = rows + t;
+  Buffer out;
+  TensorView o = sized(out, Shape{B, grown, W});
+  for (std::int64_t b = 0; b < B; ++b) {
+    if (rows > 0)
+      copy_values({shared.data() + b * rows * W, Shape{rows * W}},
+                  {o.data + b * grown * W, Shape{rows * W}});
+    copy_values({add.data + b * t * W, Shape{t * W}},
+                {o.data + (b * grown + rows) * W, Shape{t * W}});
+  }
+  shared.swap(out);
+}
+
+// out (B, hi - lo, W) <- rows [lo, hi) of each sequence of `shared` (B, rows, W).
+void copy_rows(const Buffer& shared, std::int64_t B, std::int64_t rows, std::int64_t W,
+               std::int64_t lo, std::int64_t hi, TensorView out) {
+  const std::int64_t n = (hi - lo) * W;
+  for (std::int64_t b = 0; b < B; ++b)
+    copy_values({shared.data() + (b * rows + lo) * W, Shape{n}}, {out.data + b * n, Shape{n}});
+}
+
+// Keeps rows [0, keep) of each sequence (none: the buffer is freed).
+void keep_prefix(Buffer& shared, std::int64_t B, std::int64_t rows, std::int64_t W,
+                 std::int64_t keep) {
+  if (keep == 0 || shared.empty()) {
+    release(shared);
+    return;
+  }
+  Buffer out;
+  copy_rows(shared, B, rows, W, 0, keep, sized(out, Shape{B, keep, W}));
+  shared.swap(out);
+}
+
+}  // namespace
 
 void BlockActivations::keep_input_only() {
   Buffer input = std::move(x);
@@ -136,7 +178,18 @@ float TransformerBlock::forward_from_input(const ParallelContext& ctx, TensorVie
   be.linear_forward(ln1_all, params_->param(qkv_w_), params_->param(qkv_b_), qkv);
   release(ln1_rows);
   TensorView atty = sized(a.atty, Shape{B, T, Cl});  // (B, T, C/tp)
-  if (be.attention_kernel() == tensor::AttentionKernel::flash)
+  if (a.keys != nullptr) {
+    // A token slice: its rows join the micro-batch's keys, and its queries attend to them all.
+    SliceKeys& k = *a.keys;
+    if (k.rows != a.slice_begin)
+      throw std::logic_error("token slice at " + std::to_string(a.slice_begin) + " after " +
+                             std::to_string(k.rows) + " rows of keys");
+    append_rows(k.qkv, B, k.rows, 3 * Cl, view(a.qkv, Shape{B, T, 3 * Cl}));
+    k.rows += T;
+    release(a.qkv);  // the slice's q, k and v live in the shared rows
+    be.attention_flash_forward_rows(view(k.qkv, Shape{B, k.rows, 3 * Cl}), a.slice_begin,
+                                    heads_local_, atty, sized(a.lse, Shape{B, heads_local_, T}));
+  } else if (be.attention_kernel() == tensor::AttentionKernel::flash)
     be.attention_flash_forward(view(a.qkv, Shape{B, T, 3 * Cl}), heads_local_, atty,
                                sized(a.lse, Shape{B, heads_local_, T}));
   else
@@ -258,7 +311,23 @@ void TransformerBlock::backward_attention_half(const ParallelContext& ctx, Const
   // Which kernel ran the forward is what this micro-batch kept (the backend's choice is fixed
   // for a run, but the activations say it for certain). The flash backward writes all of dqkv
   // (no zeroing pass: (B, T, 3C) per layer); the stored one adds to it.
-  if (!a.lse.empty())
+  if (a.keys != nullptr) {
+    // A token slice (the later slices' backwards have run): its attention's gradient goes to
+    // every row it attended to; its own rows of the sum are then whole.
+    SliceKeys& k = *a.keys;
+    if (k.rows != a.slice_begin + T)
+      throw std::logic_error("token slice backward at " + std::to_string(a.slice_begin) + " with " +
+                             std::to_string(k.rows) + " rows of keys");
+    if (k.dqkv.empty()) zeros(k.dqkv, Shape{B, k.rows, 3 * Cl});
+    be.attention_flash_backward_input_rows(
+        view(datty_buf, Shape{B, T, Cl}), view(k.qkv, Shape{B, k.rows, 3 * Cl}),
+        view(a.atty, Shape{B, T, Cl}), view(a.lse, Shape{B, heads_local_, T}), a.slice_begin,
+        heads_local_, view(k.dqkv, Shape{B, k.rows, 3 * Cl}));
+    copy_rows(k.dqkv, B, k.rows, 3 * Cl, a.slice_begin, k.rows, sized(a.dqkv, Shape{B, T, 3 * Cl}));
+    keep_prefix(k.qkv, B, k.rows, 3 * Cl, a.slice_begin);
+    keep_prefix(k.dqkv, B, k.rows, 3 * Cl, a.slice_begin);
+    k.rows = a.slice_begin;
+  } else if (!a.lse.empty())
     be.attention_flash_backward_input(
         view(datty_buf, Shape{B, T, Cl}), view(a.qkv, Shape{B, T, 3 * Cl}),
         view(a.atty, Shape{B, T, Cl}), view(a.lse, Shape{B, heads_local_, T}), heads_local_,

@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "engine/model/buffers.hpp"
 #include "engine/model/dense_mlp.hpp"
 #include "engine/model/moe_mlp.hpp"
 
@@ -22,6 +23,17 @@ enum class DroppedActivations {
   nothing,
   all_but_input,  // recompute = full: x alone is kept
   probabilities,  // recompute = selective: att (stored attention) is not kept
+};
+
+// Token slices (TeraPipe): what one micro-batch's slices share at one layer. A slice's forward
+// appends its q, k and v; its attention reads every row so far. Backwards run in reverse slice
+// order: each adds its attention's gradient to `dqkv` over the rows it attended to, takes its own
+// rows (whole once every later slice has added to them), and drops them from both buffers.
+struct SliceKeys {
+  Buffer qkv;             // (B, rows, 3C/tp): the slices' q, k and v so far, rows [0, rows)
+  Buffer dqkv;            // (B, rows, 3C/tp): their gradient so far, once the backward began
+  std::int64_t rows = 0;  // tokens of each sequence held
+  std::size_t bytes() const { return bytes_of(qkv) + bytes_of(dqkv); }
 };
 
 struct BlockActivations {
@@ -42,6 +54,10 @@ struct BlockActivations {
   DenseMlpActivations dense;
   MoeMlpActivations moe;
   DroppedActivations dropped = DroppedActivations::nothing;  // what B recomputes first
+  // Token slices: the shared keys of this layer (null without slices) and where this slice
+  // starts in its sequence; T (seq) is the slice's length. Set by the caller before the forward.
+  SliceKeys* keys = nullptr;
+  std::int64_t slice_begin = 0;
 
   // Every buffer above and the MLP's (what activation offload moves).
   template <class Fn>

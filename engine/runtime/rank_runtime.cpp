@@ -129,23 +129,51 @@ void RankRuntime::drop_chunk_state(int chunk, int mb) {
   chunks_.erase(static_cast<std::int64_t>(chunk) * schedule_->microbatches + mb);
 }
 
+void RankRuntime::select_unit(int unit) {
+  if (schedule_->slices <= 1) return;
+  const int j = schedule_->slice_of(unit);
+  slice_begin_ = 0;
+  for (int i = 0; i < j; ++i) slice_begin_ += slice_tokens_[static_cast<std::size_t>(i)];
+  seq_ = slice_tokens_[static_cast<std::size_t>(j)];
+}
+
+std::vector<std::int32_t> RankRuntime::slice_rows(const std::vector<std::int32_t>& all) const {
+  if (schedule_->slices <= 1) return all;
+  std::vector<std::int32_t> out(static_cast<std::size_t>(batch_ * seq_));
+  for (std::int64_t b = 0; b < batch_; ++b)
+    std::copy_n(all.begin() + b * full_seq_ + slice_begin_, seq_, out.begin() + b * seq_);
+  return out;
+}
+
+std::vector<model::SliceKeys>* RankRuntime::slice_keys(int chunk, int unit, std::size_t blocks) {
+  if (schedule_->slices <= 1) return nullptr;
+  auto& keys = slice_keys_[static_cast<std::int64_t>(chunk) * schedule_->data_microbatches() +
+                           data_microbatch(unit)];
+  if (keys.size() != blocks) keys.resize(blocks);  // once, at the first slice: never moved again
+  return &keys;
+}
+
 std::size_t RankRuntime::activation_bytes() const {
   std::size_t b = 0;
   for (const auto& [key, s] : chunks_) b += s.bytes();
+  for (const auto& [key, keys] : slice_keys_)
+    for (const auto& k : keys) b += k.bytes();
   for (const auto& [key, v] : vocab_) b += v.bytes();
   return b;
 }
 
 IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batches,
                                           std::int64_t step) {
-  if (static_cast<int>(batches.size()) != schedule_->microbatches)
+  if (static_cast<int>(batches.size()) != schedule_->data_microbatches())
     throw std::logic_error("run_schedule: " + std::to_string(batches.size()) + " batches for " +
-                           std::to_string(schedule_->microbatches) + " micro-batches");
+                           std::to_string(schedule_->data_microbatches()) + " micro-batches");
   batches_ = &batches;
   step_ = step;
   batch_ = batches.front().batch_size;
-  seq_ = batches.front().seq_len;
-  grad_scale_ = 1.0f / static_cast<float>(schedule_->microbatches * plan_.dp);
+  seq_ = full_seq_ = batches.front().seq_len;
+  slice_begin_ = 0;
+  if (schedule_->slices > 1) slice_tokens_ = schedule::slice_token_counts(*schedule_, full_seq_);
+  grad_scale_ = 1.0f / static_cast<float>(schedule_->data_microbatches() * plan_.dp);
   losses_ = {};
   if (plan_.offload_activations && !offload_)
     offload_ = std::make_unique<ActivationOffload>(model::rank_storage(), recorder_);
@@ -155,6 +183,7 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
     comm_->note_progress(step, profiler::span_kind_name(schedule::span_kind_of(op.kind)),
                          op.microbatch);
     if (i == 0 && fault_ != nullptr) inject_fault(op, step);
+    select_unit(op.microbatch);  // token slices: this op's slice's rows
     // An overlapped pair (DualPipeV's "F & B") starts once both inputs are there, as the
     // simulator times it: the second op's input is received with the first's. On this rank's
     // one stream the two then compute back to back, each sending its output as it ends, while
@@ -191,7 +220,7 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
     }
   }
   if (offload_) offload_->drain();
-  if (!chunks_.empty() || !vocab_.empty())
+  if (!chunks_.empty() || !vocab_.empty() || !slice_keys_.empty())
     throw std::logic_error("run_schedule: activations left after the iteration on rank " +
                            std::to_string(rank_));
   return losses_;
@@ -416,11 +445,15 @@ void RankRuntime::embed_plain(int mb, TensorView x) {
   auto& be = ctx_.be();
   model::Buffer all_rows;  // (N, C) this rank's part under sequence parallelism
   TensorView all = ctx_.sequence_parallel ? sized(all_rows, Shape{rows(), config_.hidden}) : x;
-  const auto& tokens = (*batches_)[static_cast<std::size_t>(mb)].inputs;
+  const std::vector<std::int32_t> tokens =
+      slice_rows((*batches_)[static_cast<std::size_t>(data_microbatch(mb))].inputs);
   // Vocabulary rows split over TP: each rank embeds the tokens of its rows, the TP sum completes
-  // it; the position term joins on TP rank 0 only.
+  // it; the position term joins on TP rank 0 only (a token slice's positions from its first).
   ConstTensorView wpe =
       ctx_.tp_rank == 0 ? ConstTensorView(m.dense.param(m.wpe())) : ConstTensorView{};
+  if (!wpe.empty() && slice_begin_ > 0)
+    wpe = ConstTensorView{wpe.data + slice_begin_ * wpe.shape[1],
+                          Shape{wpe.shape[0] - slice_begin_, wpe.shape[1]}};
   be.embedding_shard_forward(tokens, m.dense.param(m.wte()), m.vocab().lo, m.vocab_rows(), wpe,
                              TensorView{all.data, Shape{batch_, seq_, config_.hidden}});
   model::reduce_rows(ctx_, all, x);
@@ -447,6 +480,11 @@ void RankRuntime::forward(int chunk, int mb) {
   ChunkState& s = chunk_state(chunk, mb);
   auto& blocks = m.blocks(chunk);
   s.blocks.resize(blocks.size());
+  if (std::vector<model::SliceKeys>* keys = slice_keys(chunk, mb, blocks.size()))
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      s.blocks[i].keys = &(*keys)[i];
+      s.blocks[i].slice_begin = slice_begin_;
+    }
 
   model::Buffer x_buf, y_buf;
   TensorView x = sized(x_buf, Shape{N, C});  // (N, C)
@@ -488,8 +526,11 @@ void RankRuntime::forward(int chunk, int mb) {
       return;
     }
     const float loss = output_loss_plain(s, mb);
-    losses_.loss_sum += loss;
-    losses_.loss_microbatches += 1;
+    // A token slice's mean loss weighs by its share of the sequence: the slices' add up to the
+    // micro-batch's mean, counted once (at its last slice).
+    const double share = static_cast<double>(seq_) / static_cast<double>(full_seq_);
+    losses_.loss_sum += loss * share;
+    if (schedule_->slice_of(mb) == schedule_->slices - 1) losses_.loss_microbatches += 1;
   });
 }
 
@@ -497,7 +538,8 @@ float RankRuntime::output_loss_plain(ChunkState& s, int mb) {
   const std::int64_t N = rows(), C = config_.hidden, Vs = model_->vocab().rows();
   auto& m = *model_;
   auto& be = ctx_.be();
-  const auto& targets = (*batches_)[static_cast<std::size_t>(mb)].targets;
+  const std::vector<std::int32_t> targets =
+      slice_rows((*batches_)[static_cast<std::size_t>(data_microbatch(mb))].targets);
   TensorView logits = sized(s.logits, Shape{N, Vs});  // (N, Vp/tp)
   be.linear_forward(view(s.lnf, Shape{N, C}), m.dense.param(m.head()), {}, logits);
   be.fill_columns(logits, m.vocab().first_padding(config_.vocab), model::kPaddedLogit);
@@ -527,13 +569,14 @@ void RankRuntime::output_backward_plain(ChunkState& s, int mb, TensorView dy_fin
   const std::int64_t N = rows(), C = config_.hidden, Vs = model_->vocab().rows();
   auto& m = *model_;
   auto& be = ctx_.be();
-  const auto& targets = (*batches_)[static_cast<std::size_t>(mb)].targets;
+  const std::vector<std::int32_t> targets =
+      slice_rows((*batches_)[static_cast<std::size_t>(data_microbatch(mb))].targets);
   // The gradient takes the logits' place (each element is read before it is written): no second
   // (N, V) buffer, the largest activation, and no pass zeroing one.
   TensorView logits = view(s.logits, Shape{N, Vs});
   be.vocab_ce_backward(logits, targets, m.vocab().lo, view(s.gmax, Shape{N}),
-                       view(s.gsum, Shape{N}), grad_scale_ / static_cast<float>(N), logits,
-                       tensor::GradientWrite::overwrite);
+                       view(s.gsum, Shape{N}), grad_scale_ / static_cast<float>(batch_ * full_seq_),
+                       logits, tensor::GradientWrite::overwrite);
   s.dlogits.swap(s.logits);  // the gradient, kept for W
   release(s.logits);         // what dlogits held before, if anything
   TensorView dlogits = view(s.dlogits, Shape{N, Vs});
@@ -587,6 +630,9 @@ void RankRuntime::backward_input(int chunk, int mb, bool weights) {
     dy = view(dy_buf, Shape{N, C});
   }
   s.backward_done = true;
+  if (schedule_->slices > 1 && schedule_->slice_of(mb) == 0)  // every slice's keys are used up
+    slice_keys_.erase(static_cast<std::int64_t>(chunk) * schedule_->data_microbatches() +
+                      data_microbatch(mb));
   if (group > 0) {
     for (int dst : group_receivers(group - 1))
       mailbox_.post(dst, MessageKind::Gradient, group - 1, mb, dy_buf);
@@ -631,9 +677,13 @@ void RankRuntime::backward_weight(int chunk, int mb, bool after_weights) {
       with_units({}, {.layer = layer_of(chunk, i)},
                  [&] { blocks[i].backward_weight(ctx_, s.blocks[i]); });
   if (group == 0 && !vocab_parallel_) {
-    const auto& tokens = (*batches_)[static_cast<std::size_t>(mb)].inputs;
+    const std::vector<std::int32_t> tokens =
+        slice_rows((*batches_)[static_cast<std::size_t>(data_microbatch(mb))].inputs);
     with_units({}, {{"wte", "wpe"}}, [&] {
       TensorView dwpe = m.wpe() >= 0 ? m.dense.grad(m.wpe()) : TensorView{};
+      if (!dwpe.empty() && slice_begin_ > 0)  // a token slice's positions from its first
+        dwpe = TensorView{dwpe.data + slice_begin_ * dwpe.shape[1],
+                          Shape{dwpe.shape[0] - slice_begin_, dwpe.shape[1]}};
       be.embedding_shard_backward_weight(tokens, view(s.demb, Shape{batch_, seq_, C}), m.vocab().lo,
                                          m.vocab_rows(), m.dense.grad(m.wte()), dwpe);
     });

@@ -147,6 +147,12 @@ class RankRuntime {
   VocabState& collect_stats(int mb);
   void output_backward_vocab(ChunkState& s, int mb, tensor::TensorView dy_final);
 
+  // Token slices: the data micro-batch of a unit (the ops' micro-batch index counts slices),
+  // the op's slice made current, its rows of a (B, T) token array, and the keys its layers share.
+  int data_microbatch(int unit) const { return unit / schedule_->slices; }
+  void select_unit(int unit);
+  std::vector<std::int32_t> slice_rows(const std::vector<std::int32_t>& all) const;
+  std::vector<model::SliceKeys>* slice_keys(int chunk, int unit, std::size_t blocks);
   ChunkState& chunk_state(int chunk, int mb);
   void drop_chunk_state(int chunk, int mb);
   // The rank holding layer group `group` whose messages this rank takes: with equal tp degrees
@@ -183,6 +189,12 @@ class RankRuntime {
   profiler::NameId gradient_scatter_name_ = 0, parameter_gather_name_ = 0;
   bool vocab_parallel_ = false;
   std::int64_t batch_ = 0, seq_ = 0;
+  // Token slices (Schedule::slices): select_unit makes seq_ the op's slice's length and
+  // slice_begin_ its first token; full_seq_ is the sequence's length (seq_ without slices).
+  std::int64_t full_seq_ = 0, slice_begin_ = 0;
+  std::vector<std::int64_t> slice_tokens_;  // each slice's tokens
+  // The keys each layer of a micro-batch's slices share, key chunk * m + data micro-batch.
+  std::map<std::int64_t, std::vector<model::SliceKeys>> slice_keys_;
   float grad_scale_ = 1.0f;  // d(loss)/d(mean CE of one micro-batch) = 1 / (m * dp)
   const std::vector<data::Batch>* batches_ = nullptr;
   std::int64_t step_ = 0;

@@ -254,6 +254,22 @@ void check_checkpoint_dir(const TrainOptions& options) {
   }
 }
 
+// Token slices: each cuts whole tokens of the sequence, and under sequence parallelism its
+// micro_batch_size x tokens rows split evenly over tp, as a whole micro-batch's must.
+void check_token_slices(const schedule::Schedule& s, const spec::ParallelPlan& plan,
+                        std::int64_t seq) {
+  if (s.slices <= 1) return;
+  const std::vector<std::int64_t> tokens = schedule::slice_token_counts(s, seq);
+  if (!plan.sequence_parallel || plan.tp <= 1) return;
+  for (std::size_t j = 0; j < tokens.size(); ++j)
+    if ((plan.micro_batch_size * tokens[j]) % plan.tp != 0)
+      throw InputError({"plan.slices", "plan.sequence_parallel", "plan.tp"},
+                       "sequence_parallel=true splits token slice " + std::to_string(j) + "'s " +
+                           std::to_string(plan.micro_batch_size) + " x " +
+                           std::to_string(tokens[j]) + " rows over tp=" + std::to_string(plan.tp) +
+                           ", which does not divide them");
+}
+
 PreparedRun prepare(const TrainOptions& options) {
   check_training_numbers(options);
   if (const std::string problem =
@@ -284,6 +300,7 @@ PreparedRun prepare(const TrainOptions& options) {
   } else {
     p.sched = spec::plan_schedule(p.plan);
   }
+  check_token_slices(p.sched, p.plan, p.config.seq_len);
   p.split = p.plan.layer_split.empty() ? spec::even_layer_split(p.config.layers, p.sched.groups())
                                        : p.plan.layer_split;
   check_engine_limits(p.config, p.plan, p.sched, p.split);
@@ -468,7 +485,7 @@ TrainResult train(const TrainOptions& options) {
   TrainResult result;
   result.schedule = sched.name;
   result.chunks = sched.chunks;
-  result.microbatches = sched.microbatches;
+  result.microbatches = sched.data_microbatches();
   result.tokens_per_step = B * T * plan.microbatches * plan.dp;
   result.ranks.resize(static_cast<std::size_t>(world));
   std::mutex mutex;

@@ -47,6 +47,20 @@ double CostTable::comm(int rank, OpKind k) const {
   return at(k);
 }
 
+double CostTable::slice_cost(int rank, OpKind k, SliceShape shape) const {
+  const double c = cost(rank, k);
+  if (shape.length >= 1.0) return c;
+  const StageCosts& st = stage(rank);
+  const auto part = [&](const std::array<double, kOpKindCount>& parts) {
+    const auto at = [&](OpKind kind) { return parts[static_cast<std::size_t>(kind)]; };
+    if (k == OpKind::BW && st[OpKind::BW] <= 0.0) return at(OpKind::B) + at(OpKind::W);
+    return at(k);
+  };
+  const double attention = part(st.attention), fixed = part(st.fixed);
+  const double l = shape.length;
+  return fixed + (c - attention - fixed) * l + attention * l * (2.0 * shape.context + l);
+}
+
 double CostTable::p2p_time() const {
   double t = p2p_latency;
   if (p2p_bandwidth > 0.0) t += p2p_bytes / p2p_bandwidth;
@@ -87,6 +101,16 @@ void check_costs(const CostTable& costs) {
         throw InputError("the communication part of op " + std::string(op_kind_name(k)) +
                          " on stage " + std::to_string(r) + " (" + std::to_string(comm) +
                          " s) exceeds its cost (" + std::to_string(cost) + " s)");
+      const StageCosts& st = costs.stages[static_cast<std::size_t>(r)];
+      const double attention = st.attention[static_cast<std::size_t>(k)],
+                   fixed = st.fixed[static_cast<std::size_t>(k)];
+      check(attention, "an op's attention time");
+      check(fixed, "an op's fixed time");
+      if (attention + fixed > st[k] && st[k] > 0.0)
+        throw InputError("the attention and fixed parts of op " + std::string(op_kind_name(k)) +
+                         " on stage " + std::to_string(r) + " (" +
+                         std::to_string(attention + fixed) + " s) exceed its cost (" +
+                         std::to_string(st[k]) + " s)");
     }
     check(costs.stages[static_cast<std::size_t>(r)].offload, "an offload copy time");
   }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/schedule/op.hpp"
+#include "engine/schedule/schedule.hpp"
 
 namespace pipetune::schedule {
 
@@ -19,6 +20,12 @@ struct StageCosts {
   // pair (Op::overlaps_previous) can hide behind the other op's compute. 0 <= comm <= op; a BW
   // of cost 0 takes B's + W's.
   std::array<double, kOpKindCount> comm{};
+  // Token slices (Schedule::slices): of each op's cost, the part that is causal attention, which
+  // a slice pays by its length times the context it attends to, and the part every op pays
+  // whatever its size (GEMMs' fixed overheads, collective latencies), which a thin slice pays
+  // again. The rest scales with the slice's tokens. 0 <= attention + fixed <= op.
+  std::array<double, kOpKindCount> attention{};
+  std::array<double, kOpKindCount> fixed{};
   // Offload tier (KARMA): seconds of one copy, each way (device->host after an F, host->device
   // before its B), of one chunk's activations of one micro-batch. 0 = this stage keeps its
   // activations on the device.
@@ -50,7 +57,13 @@ struct CostTable {
   const StageCosts& stage(int rank) const;  // InputError naming the rank when out of range
   double cost(int rank, OpKind k) const;    // BW falls back to B + W
   double comm(int rank, OpKind k) const;    // StageCosts::comm; BW as cost() does
-  double p2p_time() const;                  // latency + bytes / bandwidth
+  // One op on a token slice of `shape` (fractions of the sequence): with a = attention, f = fixed
+  // and c = cost (BW as cost() does),
+  //   f + (c - a - f) * length + a * length * (2 context + length),
+  // so a micro-batch's slices add up to c plus f for every slice past the first (causal
+  // attention's length x (2 context + length) terms add up to 1).
+  double slice_cost(int rank, OpKind k, SliceShape shape) const;
+  double p2p_time() const;  // latency + bytes / bandwidth
   // One transfer from rank `source` to rank `dest`: pair_transfer's entry, else p2p_time().
   double transfer_time(int source, int dest) const;
 };
@@ -64,7 +77,8 @@ inline constexpr double kMaxScheduleTime = 9.2e9;
 void check_schedule_time(double t, const char* what);
 // InputError when a cost (each op kind as cost() gives it, each stage's offload copy, the
 // transfer, pair transfer and barrier times) is negative, not finite, or not below
-// kMaxScheduleTime, or when an op's communication part is negative or more than its cost.
+// kMaxScheduleTime, or when an op's communication, attention or fixed part is negative, or they
+// (attention and fixed together) are more than its cost.
 void check_costs(const CostTable& costs);
 
 }  // namespace pipetune::schedule

@@ -23,6 +23,12 @@ struct GeneratorParams {
   // Activation budget per stage in micro-batches (one micro-batch through one stage's worth of
   // layers) for memory-bounded generators (zb-h2, zb-v); 0 = the schedule's default.
   double memory_limit = 0.0;
+  // Token slices per micro-batch (terapipe): 0 = the schedule's default (default_slices). The
+  // schedule's micro-batch index then counts slices (Schedule::slices).
+  int slices = 0;
+  // Tokens of each slice, summing to the sequence length (uneven slices, TeraPipe's dynamic
+  // programming); empty = equal slices. Its size is the number of slices.
+  std::vector<int> slice_tokens;
 };
 
 // Names accepted by generate(), in a stable order.
@@ -37,19 +43,24 @@ int default_chunks(std::string_view name);
 // Whether the generator's op order depends on the op costs it is given (zb-h1, zb-h2, zb-v and
 // every vocabulary mode); the others give the same schedule for any costs.
 bool uses_costs(std::string_view name, VocabMode vocab);
+// Token slices per micro-batch when a plan does not say: 4 for terapipe, 1 for every other
+// schedule (only terapipe cuts micro-batches into slices). Throws for an unknown name.
+int default_slices(std::string_view name);
+bool supports_slices(std::string_view name);
 // Whether the schedule has overlapped pairs (Op::overlaps_previous): dualpipe-v's "F & B" steps.
 bool has_overlapped_pairs(std::string_view name);
 
 // A lower bound on the activations stage `rank` holds at its peak, in the simulator's units
 // (micro-batches through all of the stage's layers; a chunk's forward adds 1 / chunks), implied by
-// the generator's warm-up rule: exact for gpipe, 1f1b (all vocabulary modes) and zb-h1, one
-// chunk of one micro-batch for the others. For the tuner's bounds; no schedule is built.
+// the generator's warm-up rule: exact for gpipe, terapipe, 1f1b (all vocabulary modes) and zb-h1,
+// one chunk of one micro-batch for the others. For the tuner's bounds; no schedule is built.
 double least_peak_in_flight(const GeneratorParams& params, int rank);
 
 // Builds and validates a schedule. Throws ScheduleError (an InputError) for an unknown name
 // (listing the valid ones), non-positive sizes, too few micro-batches for the schedule, chunks
 // invalid for it, a vocabulary mode it does not support, or an option it does not read (a
-// group size other than interleaved-1f1b's, a memory limit other than zb-h2's and zb-v's);
+// group size other than interleaved-1f1b's, a memory limit other than zb-h2's and zb-v's, token
+// slices other than terapipe's);
 // InputError for costs check_costs refuses.
 Schedule generate(const GeneratorParams& params);
 
@@ -67,5 +78,6 @@ Schedule generate_zb_v(const GeneratorParams& params);
 Schedule generate_v_half(const GeneratorParams& params);  // also vocab-1/-2
 Schedule generate_v_min(const GeneratorParams& params);
 Schedule generate_dualpipe_v(const GeneratorParams& params);
+Schedule generate_terapipe(const GeneratorParams& params);
 
 }  // namespace pipetune::schedule

@@ -1,5 +1,7 @@
 #include "engine/schedule/schedule.hpp"
 
+#include <algorithm>
+
 #include "engine/errors.hpp"
 
 namespace pipetune::schedule {
@@ -29,6 +31,42 @@ VocabMode parse_vocab_mode(std::string_view name) {
   }
   throw InputError({"plan.vocab"}, "unknown vocabulary mode '" + std::string(name) +
                                        "' (valid: none, vocab-1, vocab-2, interlaced)");
+}
+
+SliceShape slice_shape(const Schedule& s, int unit) {
+  if (s.slices <= 1) return {};
+  const int j = s.slice_of(unit);
+  if (s.slice_tokens.empty()) return {1.0 / s.slices, static_cast<double>(j) / s.slices};
+  double total = 0.0, before = 0.0;
+  for (std::size_t i = 0; i < s.slice_tokens.size(); ++i) {
+    total += s.slice_tokens[i];
+    if (static_cast<int>(i) < j) before += s.slice_tokens[i];
+  }
+  return {s.slice_tokens[static_cast<std::size_t>(j)] / total, before / total};
+}
+
+std::vector<std::int64_t> slice_token_counts(const Schedule& s, std::int64_t seq) {
+  const int k = std::max(1, s.slices);
+  if (seq < k)
+    throw InputError({"plan.slices"}, "schedule '" + s.name + "' cuts each sequence into " +
+                                          std::to_string(k) + " token slices, but a sequence has " +
+                                          std::to_string(seq) + " tokens");
+  std::vector<std::int64_t> out;
+  if (!s.slice_tokens.empty()) {
+    std::int64_t sum = 0;
+    for (int t : s.slice_tokens) {
+      out.push_back(t);
+      sum += t;
+    }
+    if (sum != seq)
+      throw InputError({"plan.slice_tokens"}, "the token slices of schedule '" + s.name +
+                                                  "' add up to " + std::to_string(sum) +
+                                                  " tokens, but a sequence has " +
+                                                  std::to_string(seq));
+    return out;
+  }
+  for (int j = 0; j < k; ++j) out.push_back(seq / k + (j < seq % k ? 1 : 0));
+  return out;
 }
 
 std::size_t Schedule::op_count() const {

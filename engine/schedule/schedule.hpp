@@ -2,6 +2,7 @@
 // engine and simulated by the tuner, so a prediction and a measurement compare span for span.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,8 +36,19 @@ struct Schedule {
   Placement placement = Placement::Linear;
   VocabMode vocab = VocabMode::None;
   std::vector<std::vector<Op>> ranks;  // ranks[r] = ops of pipeline rank r in execution order
+  // Token slices (TeraPipe): each micro-batch of data is cut along the sequence into `slices`
+  // pieces that go down the pipeline one after another. The ops' micro-batch index then counts
+  // pieces: unit u is slice u % slices of data micro-batch u / slices, and `microbatches` is
+  // m * slices. A slice's attention needs the keys and values of the same micro-batch's earlier
+  // slices at the same layer, so a rank runs a micro-batch's forwards in slice order and its
+  // backwards in reverse (the validator checks both).
+  int slices = 1;
+  // Tokens of each slice (their sum is the sequence length); empty = equal slices.
+  std::vector<int> slice_tokens;
 
   int groups() const { return stages * chunks; }
+  int data_microbatches() const { return microbatches / slices; }
+  int slice_of(int unit) const { return unit % slices; }
   // Inline: the executor asks these for every op.
   int group_of(int rank, int chunk) const {
     if (placement == Placement::VShape) return chunk == 0 ? rank : 2 * stages - 1 - rank;
@@ -52,5 +64,19 @@ struct Schedule {
   }
   std::size_t op_count() const;
 };
+
+// Where a token slice sits in its sequence, as fractions of the sequence length: its own length
+// and the context before it (the earlier slices' tokens).
+struct SliceShape {
+  double length = 1.0;
+  double context = 0.0;
+};
+// The shape of unit `unit`'s slice; {1, 0} without token slices.
+SliceShape slice_shape(const Schedule& s, int unit);
+// The tokens of each slice for a sequence of `seq` tokens: slice_tokens when given (InputError
+// unless they sum to seq), else `slices` near-equal parts, the longer ones first (a slice's
+// attention grows with its context, so the extra tokens go where the context is short).
+// InputError when seq is shorter than the number of slices.
+std::vector<std::int64_t> slice_token_counts(const Schedule& s, std::int64_t seq);
 
 }  // namespace pipetune::schedule

@@ -182,6 +182,59 @@ void check_pairs(const Schedule& s) {
   }
 }
 
+// Token slices (Schedule::slices): sizes, and the causal order on each rank. A slice's forward
+// reads the keys and values its micro-batch's earlier slices left at each layer, so it comes after
+// theirs; its backward adds to those slices' key and value gradients, so it comes before theirs.
+void check_slices(const Schedule& s) {
+  if (s.slices < 1) fail(s, "token slices must be positive, got " + std::to_string(s.slices));
+  if (s.slices == 1 && s.slice_tokens.empty()) return;
+  if (s.microbatches % s.slices != 0)
+    fail(s, std::to_string(s.microbatches) + " units are not whole micro-batches of " +
+                std::to_string(s.slices) + " token slices");
+  if (!s.slice_tokens.empty()) {
+    if (static_cast<int>(s.slice_tokens.size()) != s.slices)
+      fail(s, "has " + std::to_string(s.slice_tokens.size()) + " slice lengths for " +
+                  std::to_string(s.slices) + " token slices");
+    for (int t : s.slice_tokens)
+      if (t < 1) fail(s, "a token slice must hold at least one token, got " + std::to_string(t));
+  }
+  if (s.vocab != VocabMode::None)
+    fail(s,
+         "token slices and vocabulary parallelism do not combine (a vocabulary barrier joins "
+         "whole micro-batches)");
+  const int k = s.slices;
+  for (int r = 0; r < s.stages; ++r) {
+    const auto& ops = s.ranks[static_cast<std::size_t>(r)];
+    // Per (chunk, unit): whether its forward / backward has run on this rank yet.
+    const auto cells =
+        static_cast<std::size_t>(s.chunks) * static_cast<std::size_t>(s.microbatches);
+    std::vector<char> forward(cells, 0), backward(cells, 0);
+    const auto cell = [&](int chunk, int unit) {
+      return static_cast<std::size_t>(chunk) * static_cast<std::size_t>(s.microbatches) +
+             static_cast<std::size_t>(unit);
+    };
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      if (op.overlaps_previous)
+        fail(s, where(r, op, i) + ": token slices and overlapped pairs do not combine");
+      const int j = s.slice_of(op.microbatch);
+      if (op.kind == OpKind::F) {
+        if (j > 0 && !forward[cell(op.chunk, op.microbatch - 1)])
+          fail(s, where(r, op, i) + ": the forward of token slice " + std::to_string(j) +
+                      " runs before its micro-batch's slice " + std::to_string(j - 1) +
+                      " (its attention needs the earlier slices' keys and values)");
+        forward[cell(op.chunk, op.microbatch)] = 1;
+      } else if (is_backward_input(op.kind)) {
+        if (j + 1 < k && !backward[cell(op.chunk, op.microbatch + 1)])
+          fail(s, where(r, op, i) + ": the backward of token slice " + std::to_string(j) +
+                      " runs before its micro-batch's slice " + std::to_string(j + 1) +
+                      " (the later slices' attention adds to its key and value gradients)");
+        backward[cell(op.chunk, op.microbatch)] = 1;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void validate_structure(const Schedule& s) {
@@ -189,6 +242,7 @@ void validate_structure(const Schedule& s) {
   const OpCounts counts = count_ops(s);
   check_every_pass_present(s, counts);
   check_pairs(s);
+  check_slices(s);
   if (s.vocab != VocabMode::None) {
     check_vocab_ops_present(s, counts);
     check_barrier_order(s);

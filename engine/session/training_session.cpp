@@ -6,6 +6,7 @@
 
 #include "engine/comm/launcher.hpp"
 #include "engine/errors.hpp"
+#include "engine/schedule/generators.hpp"
 #include "engine/session/session_devices.hpp"
 #include "engine/session/sink_wiring.hpp"
 
@@ -101,6 +102,17 @@ TrainingSession::TrainingSession(TrainingRequest request) : request_(std::move(r
   request_.engine.gpus = !layout_.on_gpu ? 0 : (layout_.processes > 1 ? layout_.processes : 1);
   spec::apply_defaults(o.plan);
   if (request_.plan_schedule) o.schedule = request_.plan_schedule(run_start(o, request_.engine));
+  // Token slices' attention over a key prefix is a cpu-backend op (Backend's rows ops).
+  const int slices = o.schedule                     ? o.schedule->slices
+                     : !o.plan.slice_tokens.empty() ? static_cast<int>(o.plan.slice_tokens.size())
+                     : o.plan.slices > 0            ? o.plan.slices
+                     : schedule::supports_slices(o.plan.schedule) ? 2
+                                                                  : 1;
+  if (engine.backend == spec::EngineBackend::cuda && slices > 1)
+    throw InputError({"plan.schedule", "backend"},
+                     "schedule " + o.plan.schedule +
+                         " cuts micro-batches into token slices, which run on the cpu backend "
+                         "only (the cuda backend has no attention over a key prefix yet)");
 }
 
 TrainingOutcome TrainingSession::run() {

@@ -56,6 +56,11 @@ struct ParallelPlan {
   bool sequence_parallel = false;
   int zero_stage = 0;  // 0..3 (ZeRO / distributed optimizer sharding over dp)
   int group_size = 0;  // interleaved-1f1b micro-batch group size G; 0 = the schedule's default
+  // Token slices (terapipe): each micro-batch cut along the sequence into `slices` pieces
+  // (0 = the schedule's default), or into pieces of `slice_tokens` tokens each (summing to the
+  // model's seq_len; TeraPipe's uneven slices, as the tuner's dynamic programming chooses them).
+  int slices = 0;
+  std::vector<int> slice_tokens;
   // Placement (Holmes): the rank order, and the order in which the cluster's node groups
   // (ClusterSpec::node_groups, by index) take device slots: slot 0 is on the first node of
   // node_group_order[0]. Empty = the groups in the cluster's own order.

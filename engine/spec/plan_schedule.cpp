@@ -14,6 +14,8 @@ schedule::GeneratorParams generator_params(const ParallelPlan& plan,
   params.microbatches = plan.microbatches;
   params.chunks = plan.chunks > 0 ? plan.chunks : schedule::default_chunks(plan.schedule);
   params.group_size = plan.group_size;
+  params.slices = plan.slices;
+  params.slice_tokens = plan.slice_tokens;
   params.vocab = plan.vocab;
   params.memory_limit = memory_limit;
   if (schedule::uses_costs(plan.schedule, plan.vocab)) params.costs = costs;
@@ -32,8 +34,19 @@ void check_schedule_matches(const schedule::Schedule& s, const ParallelPlan& pla
   };
   if (s.name != plan.schedule) differs("schedule", s.name, plan.schedule);
   if (s.stages != plan.pp) differs("stages", std::to_string(s.stages), std::to_string(plan.pp));
-  if (s.microbatches != plan.microbatches)
-    differs("microbatches", std::to_string(s.microbatches), std::to_string(plan.microbatches));
+  if (s.data_microbatches() != plan.microbatches)
+    differs("microbatches", std::to_string(s.data_microbatches()),
+            std::to_string(plan.microbatches));
+  // A plan that names no slices takes whichever the planner chose (tuner: the dynamic
+  // programming over uneven slices); one that does must get them.
+  const int slices =
+      !plan.slice_tokens.empty() ? static_cast<int>(plan.slice_tokens.size()) : plan.slices;
+  if (slices > 0 && s.slices != slices)
+    differs("slices", std::to_string(s.slices), std::to_string(slices));
+  if (slices == 0 && s.slices > 1 && !schedule::supports_slices(plan.schedule))
+    differs("slices", std::to_string(s.slices), "none");
+  if (!plan.slice_tokens.empty() && s.slice_tokens != plan.slice_tokens)
+    differs("slice_tokens", "other lengths", "the ones it names");
   if (s.chunks != plan.chunks)
     differs("chunks", std::to_string(s.chunks), std::to_string(plan.chunks));
   if (s.vocab != plan.vocab)

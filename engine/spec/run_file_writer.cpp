@@ -126,6 +126,8 @@ void write_plan_table(std::ostream& out, const RunSpec& run) {
   if (p.offload_optimizer) out << "offload_optimizer = true\n";
   out << "zero_stage = " << p.zero_stage << "\n";
   out << "group_size = " << p.group_size << "\n";
+  if (p.slices > 0) out << "slices = " << p.slices << "\n";
+  int_array_key(out, "slice_tokens", p.slice_tokens);
   out << "rank_order = \"" << rank_order_name(p.rank_order) << "\"\n";
   int_array_key(out, "node_group_order", p.node_group_order);
   int_array_key(out, "stage_tp", p.stage_tp);

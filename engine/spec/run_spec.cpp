@@ -143,6 +143,14 @@ ParallelPlan read_plan(const toml::table& table, const std::string& source) {
     if (*v < 0) r.fail("group_size", "must not be negative, got " + std::to_string(*v));
     p.group_size = *v;
   }
+  if (auto v = r.int32("slices")) {
+    if (*v < 1) r.fail("slices", "must be positive, got " + std::to_string(*v));
+    p.slices = *v;
+  }
+  p.slice_tokens = read_int_array(r, "slice_tokens");
+  for (int t : p.slice_tokens)
+    if (t < 1)
+      r.fail("slice_tokens", "entry " + std::to_string(t) + " is not a slice (>= 1 token)");
   if (auto v = r.string("rank_order")) {
     try {
       p.rank_order = parse_rank_order(*v);

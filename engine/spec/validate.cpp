@@ -398,6 +398,44 @@ void validate(const ModelSpec& model, const ParallelPlan& plan) {
     }
     require_divides("plan.ep", "ep", plan.ep, "model.experts", "experts", model.experts);
   }
+  // Token slices (terapipe): whole tokens of one sequence, and a dense model.
+  const std::int64_t slices =
+      !plan.slice_tokens.empty() ? static_cast<std::int64_t>(plan.slice_tokens.size())
+      : plan.slices > 0          ? std::int64_t{plan.slices}
+      : schedule::supports_slices(plan.schedule) ? schedule::default_slices(plan.schedule)
+                                                 : 1;
+  if (!plan.slice_tokens.empty()) {
+    const std::int64_t sum =
+        std::accumulate(plan.slice_tokens.begin(), plan.slice_tokens.end(), std::int64_t{0});
+    if (sum != model.seq_len)
+      throw SpecError({"plan.slice_tokens", "model.seq_len"},
+                      "slice_tokens sums to " + shown(sum) +
+                          ", a sequence has seq_len=" + shown(model.seq_len) + " tokens");
+    if (plan.slices > 0 && plan.slices != slices)
+      throw SpecError({"plan.slices", "plan.slice_tokens"},
+                      "slices=" + shown(std::int64_t{plan.slices}) + " but slice_tokens has " +
+                          shown(slices) + " entries");
+  } else if (slices > model.seq_len) {
+    throw SpecError({"plan.slices", "model.seq_len"},
+                    "slices=" + shown(slices) + " exceeds seq_len=" + shown(model.seq_len) +
+                        " (a token slice holds at least one token)");
+  }
+  if (slices > 1 && plan.offload_activations)
+    throw SpecError({"plan.slices", "plan.offload_activations"},
+                    "token slices keep each slice's keys and values on the device for the later "
+                    "slices: they do not combine with offload_activations");
+  const bool full_recompute = plan.recompute == Recompute::Full ||
+                              std::find(plan.stage_recompute.begin(), plan.stage_recompute.end(),
+                                        Recompute::Full) != plan.stage_recompute.end();
+  if (slices > 1 && full_recompute)
+    throw SpecError({"plan.slices", "plan.recompute"},
+                    "token slices do not combine with full recomputation yet: the engine's "
+                    "recomputed forward of a slice does not reuse the keys its slices share");
+  if (slices > 1 && is_moe(model))
+    throw SpecError({"plan.slices", "model.experts"},
+                    "token slices need a dense model: an MoE layer's load-balancing loss is taken "
+                    "over a whole micro-batch (experts=" +
+                        shown(model.experts) + ")");
   if (plan.layer_split.empty()) {
     if (plan.pp > model.layers) {
       throw SpecError({"plan.pp", "model.layers"}, "pp=" + shown(std::int64_t{plan.pp}) +

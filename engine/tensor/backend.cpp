@@ -393,6 +393,66 @@ void Backend::attention_flash_backward_input(ConstTensorView dout, ConstTensorVi
   do_attention_flash_backward_input(dout, qkv, out, lse, num_heads, dqkv, write);
 }
 
+namespace {
+
+// qkv (B, T, 3C) and the rows [q_begin, T): out (B, T - q_begin, C), lse (B, NH, T - q_begin).
+void check_flash_rows(const char* op, ConstTensorView qkv, std::int64_t q_begin, std::int64_t nh,
+                      ConstTensorView out, ConstTensorView lse) {
+  rank_is(op, "qkv", qkv, 3);
+  rank_is(op, "out", out, 3);
+  rank_is(op, "lse", lse, 3);
+  const std::int64_t B = qkv.shape[0], T = qkv.shape[1], C3 = qkv.shape[2];
+  PIPETUNE_TENSOR_CHECK(q_begin >= 0 && q_begin < T, op,
+                        "q_begin " + std::to_string(q_begin) + " outside the " + std::to_string(T) +
+                            " rows of " + sh("qkv", qkv));
+  PIPETUNE_TENSOR_CHECK(nh > 0 && C3 % (3 * nh) == 0, op,
+                        sh("qkv", qkv) + " last dim must be 3 * num_heads * head_size, num_heads " +
+                            std::to_string(nh));
+  const std::int64_t rows = T - q_begin;
+  PIPETUNE_TENSOR_CHECK(out.shape == Shape({B, rows, C3 / 3}), op,
+                        sh("out", out) + " must be (B, T - q_begin, C) for " + sh("qkv", qkv) +
+                            " q_begin " + std::to_string(q_begin));
+  PIPETUNE_TENSOR_CHECK(lse.shape == Shape({B, nh, rows}), op,
+                        sh("lse", lse) + " must be (B, NH, T - q_begin) for " + sh("qkv", qkv) +
+                            " q_begin " + std::to_string(q_begin));
+}
+
+}  // namespace
+
+void Backend::attention_flash_forward_rows(ConstTensorView qkv, std::int64_t q_begin,
+                                           std::int64_t num_heads, TensorView out, TensorView lse) {
+  check_flash_rows("attention_flash_forward_rows", qkv, q_begin, num_heads, out, lse);
+  do_attention_flash_forward_rows(qkv, q_begin, num_heads, out, lse);
+}
+
+void Backend::attention_flash_backward_input_rows(ConstTensorView dout, ConstTensorView qkv,
+                                                  ConstTensorView out, ConstTensorView lse,
+                                                  std::int64_t q_begin, std::int64_t num_heads,
+                                                  TensorView dqkv) {
+  const char* op = "attention_flash_backward_input_rows";
+  check_flash_rows(op, qkv, q_begin, num_heads, out, lse);
+  same_shape(op, "out", out, "dout", dout);
+  same_shape(op, "qkv", qkv, "dqkv", dqkv);
+  do_attention_flash_backward_input_rows(dout, qkv, out, lse, q_begin, num_heads, dqkv);
+}
+
+void Backend::do_attention_flash_forward_rows(ConstTensorView, std::int64_t, std::int64_t,
+                                              TensorView, TensorView) {
+  PIPETUNE_TENSOR_CHECK(false, "attention_flash_forward_rows",
+                        "the " + std::string(name()) +
+                            " backend has no attention over a key prefix (token slices, "
+                            "terapipe): run it on the cpu backend");
+}
+
+void Backend::do_attention_flash_backward_input_rows(ConstTensorView, ConstTensorView,
+                                                     ConstTensorView, ConstTensorView, std::int64_t,
+                                                     std::int64_t, TensorView) {
+  PIPETUNE_TENSOR_CHECK(false, "attention_flash_backward_input_rows",
+                        "the " + std::string(name()) +
+                            " backend has no attention over a key prefix (token slices, "
+                            "terapipe): run it on the cpu backend");
+}
+
 // ---- cross-entropy --------------------------------------------------------------------------
 
 namespace {

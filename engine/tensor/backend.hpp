@@ -188,6 +188,18 @@ class Backend {
                                       std::int64_t num_heads, TensorView dqkv,
                                       GradientWrite write = GradientWrite::accumulate);
 
+  // Flash attention for the query rows [q_begin, T) of causal sequences whose keys and values are
+  // rows [0, T): token slices (TeraPipe), where qkv (B, T, 3C) holds the earlier slices' rows too
+  // (their queries are not read). out (B, T - q_begin, C), lse (B, NH, T - q_begin). The backward
+  // adds to dqkv (B, T, 3C) the gradient through the queries of rows [q_begin, T) and through the
+  // keys and values of every row [0, T) they attend to. Backends without it refuse, naming it.
+  void attention_flash_forward_rows(ConstTensorView qkv, std::int64_t q_begin,
+                                    std::int64_t num_heads, TensorView out, TensorView lse);
+  void attention_flash_backward_input_rows(ConstTensorView dout, ConstTensorView qkv,
+                                           ConstTensorView out, ConstTensorView lse,
+                                           std::int64_t q_begin, std::int64_t num_heads,
+                                           TensorView dqkv);
+
   // ---- softmax cross-entropy ------------------------------------------------------------------
   // logits (N, V), targets (N) in [0, V) -> losses (N); returns the mean loss.
   float cross_entropy_forward(ConstTensorView logits, std::span<const std::int32_t> targets,
@@ -335,6 +347,14 @@ class Backend {
                                                  ConstTensorView out, ConstTensorView lse,
                                                  std::int64_t num_heads, TensorView dqkv,
                                                  GradientWrite write) = 0;
+  // Token slices' attention (above); the defaults throw, naming the backend.
+  virtual void do_attention_flash_forward_rows(ConstTensorView qkv, std::int64_t q_begin,
+                                               std::int64_t num_heads, TensorView out,
+                                               TensorView lse);
+  virtual void do_attention_flash_backward_input_rows(ConstTensorView dout, ConstTensorView qkv,
+                                                      ConstTensorView out, ConstTensorView lse,
+                                                      std::int64_t q_begin, std::int64_t num_heads,
+                                                      TensorView dqkv);
 
   // The unsharded cross-entropy as the one-shard case of the vocabulary-parallel protocol. The
   // defaults hold the per-row statistics in host Tensors, which suits backends whose views point

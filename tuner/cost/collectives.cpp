@@ -56,6 +56,13 @@ GroupLink pair_link(const spec::ClusterSpec& cluster, int a, int b) {
   return group_link(cluster, lo, hi > lo ? hi - lo : 1, 2);
 }
 
+double collective_latency(Collective kind, const GroupLink& link) {
+  const int n = link.members;
+  if (kind == Collective::SendRecv) return link.latency;
+  if (n <= 1) return 0.0;
+  return (kind == Collective::AllReduce ? 2.0 : 1.0) * (n - 1) * link.latency;
+}
+
 double collective_time(Collective kind, double bytes, const GroupLink& link) {
   const int n = link.members;
   if (kind != Collective::SendRecv && n <= 1) return 0.0;

@@ -48,5 +48,8 @@ GroupLink pair_link(const spec::ClusterSpec& cluster, int a, int b);
 // Seconds for one collective. bytes: all-reduce / all-gather / reduce-scatter: the full buffer;
 // all-to-all: what one device sends in total; broadcast / send: the message. 0 for one member.
 double collective_time(Collective kind, double bytes, const GroupLink& link);
+// The part of collective_time that does not depend on the bytes: the latency of its steps (what a
+// collective of a thin token slice pays as much as a whole micro-batch's). 0 for one member.
+double collective_latency(Collective kind, const GroupLink& link);
 
 }  // namespace pipetune::tuner

@@ -338,6 +338,21 @@ void set_pass_op_costs(OpCosts& out, const spec::ParallelPlan& plan, const Execu
     c.comm[static_cast<std::size_t>(schedule::OpKind::F)] = comm(f, st.forward);
     c.comm[static_cast<std::size_t>(schedule::OpKind::B)] = comm(b, st.input_grad);
     c.comm[static_cast<std::size_t>(schedule::OpKind::W)] = comm(w, st.weight_grad);
+    // Token slices (CostTable::slice_cost): each pass's attention, and what it pays whatever its
+    // tokens: its fixed part, and ZeRO-3's gathers and scatters in series (a layer's values and
+    // gradients are the same size for any slice).
+    const bool serial = !exec.overlap_sharded_comm;
+    const auto parts = [&](schedule::OpKind kind, double cost, const WorkTime& pass,
+                           double sharded) {
+      const auto k = static_cast<std::size_t>(kind);
+      c.attention[k] = std::min(cost, pass.attention / v);
+      c.fixed[k] =
+          std::clamp((pass.fixed + (serial ? sharded : 0.0)) / v, 0.0, cost - c.attention[k]);
+    };
+    parts(schedule::OpKind::F, f / v, st.forward, st.sharded_forward_comm);
+    parts(schedule::OpKind::B, b / v, st.input_grad, st.sharded_forward_comm);
+    parts(schedule::OpKind::W, w / v, st.weight_grad,
+          std::max(0.0, st.sharded_backward_comm - st.sharded_forward_comm));
   }
 }
 
@@ -358,8 +373,10 @@ WorkTime work_time(const Work& work, const spec::HardwareSpec& hw, const GroupLi
   WorkTime t;
   const double gemm_peak = exec.fp32_gemms ? fp32_peak_flops(hw) : hw.peak_flops;
   const double attention_peak = exec.fp32_attention ? fp32_peak_flops(hw) : hw.peak_flops;
-  if (work.gemm_flops > 0.0)
+  if (work.gemm_flops > 0.0) {
     t.gemm = (work.gemm_flops + work.gemm_count * e.gemm_half_flops) / (e.gemm * gemm_peak);
+    t.fixed = work.gemm_count * e.gemm_half_flops / (e.gemm * gemm_peak);
+  }
   t.attention = work.attention_flops / (e.attention * attention_peak);
   t.memory = work.memory_bytes / (e.memory * hw.hbm_bandwidth);
   if (hw.special_function_rate > 0.0) t.memory += work.special_functions / hw.special_function_rate;
@@ -373,10 +390,22 @@ WorkTime work_time(const Work& work, const spec::HardwareSpec& hw, const GroupLi
       each(Collective::AllGather, work.tp_all_gather_bytes, work.tp_all_gather_count) +
       each(Collective::ReduceScatter, work.tp_reduce_scatter_bytes, work.tp_reduce_scatter_count);
   t.tp_exposed = exec.tp_comm_overlap ? std::max(0.0, t.tp_comm - t.gemm) : t.tp_comm;
-  if (work.ep_all_to_all_count > 0.0)
+  if (work.ep_all_to_all_count > 0.0) {
     t.ep_comm = work.ep_all_to_all_count *
                 collective_time(Collective::AllToAll,
                                 work.ep_all_to_all_bytes / work.ep_all_to_all_count, ep);
+    t.fixed += work.ep_all_to_all_count * collective_latency(Collective::AllToAll, ep);
+  }
+  // Collectives hidden behind the GEMMs leave no latency of their own on the op.
+  if (!exec.tp_comm_overlap) {
+    const auto latency = [&](Collective kind, double bytes, double count) {
+      return bytes > 0.0 && count > 0.0 ? count * collective_latency(kind, tp) : 0.0;
+    };
+    t.fixed += latency(Collective::AllReduce, work.tp_all_reduce_bytes, work.tp_all_reduce_count) +
+               latency(Collective::AllGather, work.tp_all_gather_bytes, work.tp_all_gather_count) +
+               latency(Collective::ReduceScatter, work.tp_reduce_scatter_bytes,
+                       work.tp_reduce_scatter_count);
+  }
   return t;
 }
 

@@ -49,6 +49,10 @@ struct WorkTime {
   double tp_comm = 0.0;     // all TP collectives of the pass
   double tp_exposed = 0.0;  // the part not hidden behind GEMMs (= tp_comm without overlap)
   double ep_comm = 0.0;
+  // Of the above, what does not shrink with the tokens (token slices, StageCosts::fixed): each
+  // GEMM's fixed overhead (HardwareEfficiency::gemm_half_flops) and the exposed collectives'
+  // latency.
+  double fixed = 0.0;
   double total() const { return gemm + attention + memory + tp_exposed + ep_comm; }
 };
 

@@ -14,6 +14,10 @@ std::string action_label(const PipeliningAction& a) {
 }
 
 PipeliningSchedule pipelining_actions(const schedule::Schedule& s) {
+  if (s.slices > 1)
+    throw InputError("schedule '" + s.name +
+                     "' cuts each micro-batch into token slices: torch.distributed.pipelining's "
+                     "actions carry whole micro-batches");
   PipeliningSchedule out(s.ranks.size());
   for (std::size_t r = 0; r < s.ranks.size(); ++r) {
     for (const schedule::Op& op : s.ranks[r]) {

@@ -100,6 +100,13 @@ std::string export_pipetune(const ExportRequest& r) {
   if (p.offload_activations) o << "offload_activations = true\n";
   if (p.offload_optimizer) o << "offload_optimizer = true\n";
   if (p.group_size > 0) o << "group_size = " << p.group_size << "\n";
+  if (p.slices > 0) o << "slices = " << p.slices << "\n";
+  if (!p.slice_tokens.empty()) {
+    o << "slice_tokens = [";
+    for (std::size_t i = 0; i < p.slice_tokens.size(); ++i)
+      o << (i ? ", " : "") << p.slice_tokens[i];
+    o << "]\n";
+  }
   if (p.rank_order != spec::RankOrder::TpDpPp)
     o << "rank_order = \"" << spec::rank_order_name(p.rank_order) << "\"\n";
   return o.str();

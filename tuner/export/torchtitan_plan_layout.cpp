@@ -97,6 +97,10 @@ TorchtitanPlanLayout torchtitan_plan_layout(
   require(p.vocab == schedule::VocabMode::None, t.framework,
           "vocabulary parallelism (" + std::string(schedule::vocab_mode_name(p.vocab)) +
               ") is not in torchtitan");
+  require(!schedule::supports_slices(p.schedule), t.framework,
+          "schedule " + p.schedule +
+              " cuts each micro-batch into token slices; torch.distributed.pipelining pipelines "
+              "whole micro-batches");
   // pipetune's own orders (zb-h1, zb-h2, zb-v, v-half, v-min) run from a schedule CSV.
   l.csv = p.pp > 1 ? torchtitan_schedule_csv(r) : "";
   l.schedule = l.csv.empty() ? torch_schedule_class(p.schedule) : schedule_class_for_csv(p);

@@ -10,6 +10,7 @@
 #include "engine/schedule/generators.hpp"
 #include "engine/spec/validate.hpp"
 #include "tuner/cost/work.hpp"
+#include "tuner/predict/token_slices.hpp"
 
 namespace pipetune::tuner {
 
@@ -97,8 +98,11 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   const schedule::CostTable& t = costs.table;
   const double m = plan.microbatches, v = plan.chunks;
   const bool linear = placement == schedule::Placement::Linear;
-  const bool fused_backward =
-      plan.schedule == "gpipe" || plan.schedule == "1f1b" || plan.schedule == "interleaved-1f1b";
+  const bool fused_backward = plan.schedule == "gpipe" || plan.schedule == "1f1b" ||
+                              plan.schedule == "interleaved-1f1b" || plan.schedule == "terapipe";
+  // Token slices: the first op to cross the ranks is a slice, of a size the bound does not know;
+  // its start-up and drain are left out (each slice still pays at least its share of the work).
+  const bool sliced = schedule::supports_slices(plan.schedule);
   double busiest = 0.0, startup = 0.0, drain = 0.0;
   const bool pairs = schedule::has_overlapped_pairs(plan.schedule);
   for (int r = 0; r < plan.pp; ++r) {
@@ -127,6 +131,7 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
     const bool hop = r + 1 < plan.pp;
     // An op of a pair may be shorter by the communication it hides: at most its own.
     const auto least = [&](OpKind k) { return t.cost(r, k) - (pairs ? t.comm(r, k) : 0.0); };
+    if (sliced) continue;
     startup += least(OpKind::F) + (hop ? t.transfer_time(r, r + 1) : t.p2p_time());
     drain += std::min(least(OpKind::B), least(OpKind::BW)) +
              (hop ? t.transfer_time(r + 1, r) : t.p2p_time());
@@ -138,7 +143,8 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
 
 const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorParams& params,
                                                       schedule::Schedule& scratch) {
-  if (schedule::uses_costs(params.name, params.vocab)) {
+  // Cost-aware orders and token slices (their lengths chosen per plan) are not cached.
+  if (schedule::uses_costs(params.name, params.vocab) || schedule::supports_slices(params.name)) {
     scratch = schedule::generate(params);
     return scratch;
   }
@@ -203,6 +209,8 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
   }
 
   e.costs = op_costs(model, cluster, plan, e.placement, execution);
+  choose_token_slices(plan, model.seq_len, e.costs.table);  // terapipe without given slices
+  e.slice_tokens = plan.slice_tokens;
 
   const schedule::GeneratorParams params =
       spec::generator_params(plan, e.costs.table, options_.schedule_memory_limit);

@@ -77,6 +77,9 @@ struct PlanEvaluation {
   schedule::Placement placement = schedule::Placement::Linear;
   std::vector<sim::StageSummary> stages;  // the simulator's per-stage summary
   OpCosts costs;                          // the op costs used
+  // terapipe: each token slice's length as simulated (given, or TeraPipe's dynamic programming's
+  // choice: choose_token_slices); empty for every other schedule and for equal given slices.
+  std::vector<int> slice_tokens;
   profiler::Trace
       trace;  // one iteration of the pipeline, ns; only with EvaluateOptions::record_trace
 };

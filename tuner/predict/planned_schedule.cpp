@@ -5,6 +5,7 @@
 #include "engine/schedule/generators.hpp"
 #include "engine/spec/plan_schedule.hpp"
 #include "engine/spec/validate.hpp"
+#include "tuner/predict/token_slices.hpp"
 
 namespace pipetune::tuner {
 
@@ -20,6 +21,7 @@ PlannedSchedule planned_schedule(const spec::ModelSpec& model_in, const spec::Cl
   PlannedSchedule out;
   out.costs = op_costs(model, cluster, plan, schedule::schedule_placement(plan.schedule),
                        execution.value_or(default_execution(cluster.hardware)));
+  choose_token_slices(plan, model.seq_len, out.costs.table);  // terapipe without given slices
   out.schedule = spec::plan_schedule(plan, out.costs.table, memory_limit);
   return out;
 }

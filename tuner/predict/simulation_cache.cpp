@@ -18,6 +18,8 @@ void append_table(std::string& out, const schedule::CostTable& t) {
   for (const schedule::StageCosts& s : t.stages) {
     for (double c : s.op) append(out, c);
     for (double c : s.comm) append(out, c);
+    for (double c : s.attention) append(out, c);
+    for (double c : s.fixed) append(out, c);
     append(out, s.offload);
   }
   append(out, t.p2p_latency);
@@ -43,6 +45,9 @@ std::string SimulationCache::key(const schedule::GeneratorParams& params,
   append(k, params.group_size);
   append(k, static_cast<int>(params.vocab));
   append(k, params.memory_limit);
+  append(k, params.slices);
+  append(k, params.slice_tokens.size());
+  for (int t : params.slice_tokens) append(k, t);
   append_table(k, params.costs);
   append_table(k, costs);
   append(k, activation_bytes.size());

@@ -50,6 +50,7 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
       c.tokens_per_s = e.tokens_per_s;
       c.mfu = e.mfu;
       c.peak_memory_bytes = e.memory.peak_bytes;
+      c.slice_tokens = e.slice_tokens;
       return c;
     });
     return Scorer(std::move(score), std::move(bound));

@@ -169,10 +169,16 @@ class Enumerator {
 
   void enumerate_schedules(const spec::ParallelPlan& base) {
     std::vector<std::string> names = s_.schedules;
+    const bool asked = !names.empty();
     if (names.empty())
       for (auto n : schedule::schedule_names()) names.emplace_back(n);
     if (base.pp == 1) names = {"1f1b"};  // no pipeline: every schedule is the same
     for (const std::string& name : names) {
+      // Token slices need a dense model (spec::validate): counted only where asked for by name.
+      if (schedule::supports_slices(name) && spec::is_moe(s_.model)) {
+        if (asked) prune(name + " cuts micro-batches into token slices, which need a dense model");
+        continue;
+      }
       for (int chunks : chunk_options(name, base.pp)) {
         spec::ParallelPlan p = base;
         p.schedule = name;
@@ -583,7 +589,9 @@ void tally_outcomes(std::vector<Job>& jobs, const JobOutcomes& out, SearchResult
       ++result.pruned["placement scores the same as another placement of the plan"];
       continue;
     }
-    result.ranked.push_back({std::move(jobs[i].plan), jobs[i].vocab_label, *score});
+    spec::ParallelPlan plan = std::move(jobs[i].plan);
+    if (plan.slice_tokens.empty()) plan.slice_tokens = score->slice_tokens;
+    result.ranked.push_back({std::move(plan), jobs[i].vocab_label, *score});
   }
 }
 

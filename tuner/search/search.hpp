@@ -53,6 +53,9 @@ struct CandidateScore {
   double tokens_per_s = 0.0;
   double mfu = 0.0;
   double peak_memory_bytes = 0.0;  // the stage with the most
+  // terapipe: the token slices the evaluator chose (TeraPipe's dynamic programming), which the
+  // ranked plan then names, so a run file of it trains what was scored.
+  std::vector<int> slice_tokens;
 };
 
 // Thread-safe: the search calls it from several threads. May throw InputError for a plan the

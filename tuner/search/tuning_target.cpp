@@ -65,6 +65,13 @@ std::string plan_summary(const spec::ParallelPlan& p, const std::string& vocab_l
   s += " mbs=" + std::to_string(p.micro_batch_size) + " " + p.schedule;
   if (p.chunks > 1) s += " v=" + std::to_string(p.chunks);
   s += " vocab=" + vocab_label;
+  if (!p.slice_tokens.empty()) {  // terapipe's token slices
+    s += " slices=";
+    for (std::size_t i = 0; i < p.slice_tokens.size(); ++i)
+      s += (i ? "/" : "") + std::to_string(p.slice_tokens[i]);
+  } else if (p.slices > 0) {
+    s += " slices=" + std::to_string(p.slices);
+  }
   if (!p.layer_split.empty()) {
     s += " split=";
     for (std::size_t i = 0; i < p.layer_split.size(); ++i)

@@ -80,6 +80,7 @@ class TimingHooks {
       for (OpKind k : schedule::kAllOpKinds)
         cost_[r * schedule::kOpKindCount + static_cast<std::size_t>(k)] =
             costs.cost(static_cast<int>(r), k);
+    if (s.slices > 1) set_up_slices();
     set_up_offload();
     if (options.record_trace) {
       auto& t = result.trace;
@@ -112,7 +113,8 @@ class TimingHooks {
 
   double op(int rank, std::size_t index, const Op& op, const Requirement& req, double req_time) {
     const double ready = arrival(rank, op, req, req_time);
-    return run(rank, index, op, ready, cost_of(rank, op.kind));
+    return run(rank, index, op, ready,
+               s_.slices > 1 ? slice_cost_of(rank, op) : cost_of(rank, op.kind));
   }
 
   // An overlapped pair (simulator.hpp): both start once both inputs are there; each op's
@@ -148,6 +150,36 @@ class TimingHooks {
     return id;
   }
 
+  // Token slices (Schedule::slices): each slice's op costs (CostTable::slice_cost), its share of
+  // a transfer's bytes, and of a micro-batch's activations, by slice.
+  void set_up_slices() {
+    const auto p = static_cast<std::size_t>(s_.stages), k = static_cast<std::size_t>(s_.slices);
+    slice_cost_.resize(p * schedule::kOpKindCount * k);
+    slice_length_.resize(k);
+    for (std::size_t j = 0; j < k; ++j) {
+      const schedule::SliceShape shape = schedule::slice_shape(s_, static_cast<int>(j));
+      slice_length_[j] = shape.length;
+      for (std::size_t r = 0; r < p; ++r)
+        for (OpKind kind : schedule::kAllOpKinds)
+          slice_cost_[(r * schedule::kOpKindCount + static_cast<std::size_t>(kind)) * k + j] =
+              costs_.slice_cost(static_cast<int>(r), kind, shape);
+    }
+  }
+
+  double slice_cost_of(int rank, const Op& op) const {
+    const auto k = static_cast<std::size_t>(s_.slices);
+    return slice_cost_[(static_cast<std::size_t>(rank) * schedule::kOpKindCount +
+                        static_cast<std::size_t>(op.kind)) *
+                           k +
+                       static_cast<std::size_t>(s_.slice_of(op.microbatch))];
+  }
+
+  // The fraction of a micro-batch's tokens an op's unit carries: 1 without token slices.
+  double tokens_of(const Op& op) const {
+    return s_.slices > 1 ? slice_length_[static_cast<std::size_t>(s_.slice_of(op.microbatch))]
+                         : 1.0;
+  }
+
   double cost_of(int rank, OpKind kind) const {
     return cost_[static_cast<std::size_t>(rank) * schedule::kOpKindCount +
                  static_cast<std::size_t>(kind)];
@@ -165,7 +197,7 @@ class TimingHooks {
     ++ops_[r];
 
     // Activations: an F allocates as it starts; B/W/BW free as they end.
-    const double delta = unit_delta(op.kind);
+    const double delta = unit_delta(op.kind) * tokens_of(op);
     const double at = op.kind == OpKind::F ? start : end;
     if (delta != 0.0) {
       units_[r] += delta;
@@ -245,11 +277,17 @@ class TimingHooks {
   // transfer when it comes from another rank (traced as a send on the source's lane).
   double arrival(int rank, const Op& op, const Requirement& req, double req_time) {
     if (!(req.present && req.transfer)) return req_time;
-    const double transfer = pair_transfer_.empty()
-                                ? p2p_time_
-                                : pair_transfer_[static_cast<std::size_t>(req.source_rank) *
-                                                     static_cast<std::size_t>(s_.stages) +
-                                                 static_cast<std::size_t>(rank)];
+    double transfer = pair_transfer_.empty()
+                          ? p2p_time_
+                          : pair_transfer_[static_cast<std::size_t>(req.source_rank) *
+                                               static_cast<std::size_t>(s_.stages) +
+                                           static_cast<std::size_t>(rank)];
+    // A token slice sends its share of the bytes; the latency is paid whole. (A per-stage
+    // layout's resharded transfer is scaled whole: its table does not split the two.)
+    if (s_.slices > 1) {
+      const double latency = pair_transfer_.empty() ? std::min(costs_.p2p_latency, transfer) : 0.0;
+      transfer = latency + (transfer - latency) * tokens_of(op);
+    }
     const double ready = req_time + transfer;
     if (options_.record_trace && transfer > 0.0) {
       profiler::Span send;
@@ -438,6 +476,8 @@ class TimingHooks {
   std::uint32_t pair_name_ = 0;  // the name of the pair whose compute spans are being recorded
   std::unordered_map<std::string, std::uint32_t> pair_names_;
   std::vector<double> pair_transfer_;  // [source * stages + dest]; empty: p2p_time_ for all
+  // Token slices: [(rank * kinds + kind) * slices + slice] op costs, and each slice's length.
+  std::vector<double> slice_cost_, slice_length_;
   double p2p_time_ = 0.0, forward_units_ = 1.0, b_free_units_ = 0.0, w_free_units_ = 1.0;
 };
 
@@ -458,6 +498,13 @@ SimResult simulate(const Schedule& schedule, const CostTable& costs, const SimOp
   schedule::check_costs(costs);
   if (costs.w_free_fraction < 0.0 || costs.w_free_fraction > 1.0)
     throw InputError("w_free_fraction must be within 0..1");
+  if (schedule.slices > 1)
+    for (const schedule::StageCosts& st : costs.stages)
+      if (st.offload > 0.0)
+        throw InputError("schedule '" + schedule.name +
+                         "' cuts micro-batches into token slices, and a stage offloads its "
+                         "activations: the two are not simulated together (a slice's keys and "
+                         "values stay on the device for the later slices)");
 
   SimResult result;
   TimingHooks hooks(schedule, costs, options, result);

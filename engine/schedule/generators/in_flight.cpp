@@ -17,7 +17,8 @@ double least_peak_in_flight(const GeneratorParams& params, int rank) {
     return static_cast<double>(std::min(m, std::max(0, warmup) + 1));
   };
   if (chunks == 1 && schedule_placement(params.name) == Placement::Linear) {
-    if (params.name == "gpipe") return m;
+    // terapipe runs every slice's forward first, as gpipe does: the slices add up to m.
+    if (params.name == "gpipe" || params.name == "terapipe") return m;
     if (params.name == "1f1b")
       return first_backward_after(linear::one_f_one_b_warmup(params.vocab, p, rank));
     if (params.name == "zb-h1") return first_backward_after(p - rank - 1);

@@ -27,6 +27,7 @@ const std::vector<Entry>& entries() {
       {"v-half", generate_v_half},
       {"v-min", generate_v_min},
       {"dualpipe-v", generate_dualpipe_v},
+      {"terapipe", generate_terapipe},
   };
   return table;
 }
@@ -82,6 +83,15 @@ bool uses_costs(std::string_view name, VocabMode vocab) {
   return vocab != VocabMode::None || name == "zb-h1" || name == "zb-h2" || name == "zb-v";
 }
 
+bool supports_slices(std::string_view name) {
+  return name == "terapipe";
+}
+
+int default_slices(std::string_view name) {
+  schedule_placement(name);  // throws for an unknown name
+  return supports_slices(name) ? 4 : 1;
+}
+
 bool has_overlapped_pairs(std::string_view name) {
   return name == "dualpipe-v";
 }
@@ -135,6 +145,31 @@ Schedule generate(const GeneratorParams& params) {
         "an activation memory limit applies to the memory-bounded schedules zb-h2 and zb-v "
         "only, not " +
         params.name);
+  if (params.slices < 0)
+    throw ScheduleError({"plan.slices"},
+                        "token slices must be positive, got " + std::to_string(params.slices));
+  const int slices = params.slice_tokens.empty()
+                         ? (params.slices > 0 ? params.slices : default_slices(params.name))
+                         : static_cast<int>(params.slice_tokens.size());
+  if ((params.slices > 1 || !params.slice_tokens.empty()) && !supports_slices(params.name))
+    throw ScheduleError({"plan.slices", "plan.schedule"},
+                        "token slices (" + std::to_string(slices) +
+                            " per micro-batch) apply to terapipe only, not " + params.name);
+  if (!params.slice_tokens.empty() && params.slices > 0 &&
+      params.slices != static_cast<int>(params.slice_tokens.size()))
+    throw ScheduleError({"plan.slice_tokens", "plan.slices"},
+                        std::to_string(params.slice_tokens.size()) + " slice lengths given for " +
+                            std::to_string(params.slices) + " token slices");
+  for (int t : params.slice_tokens)
+    if (t < 1)
+      throw ScheduleError({"plan.slice_tokens"},
+                          "a token slice must hold at least one token, got " + std::to_string(t));
+  if (std::int64_t{params.stages} * params.microbatches * slices > kMaxTriples)
+    throw ScheduleError({"plan.microbatches", "plan.slices"},
+                        "the schedule would have " + std::to_string(params.stages) + " stages x " +
+                            std::to_string(params.microbatches) + " micro-batches x " +
+                            std::to_string(slices) + " token slices; at most " +
+                            std::to_string(kMaxTriples) + " forward passes are generated");
   if (!params.costs.stages.empty() && static_cast<int>(params.costs.stages.size()) != params.stages)
     throw ScheduleError("cost table has " + std::to_string(params.costs.stages.size()) +
                         " stages, asked for " + std::to_string(params.stages));

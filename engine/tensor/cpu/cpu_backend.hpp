@@ -81,6 +81,13 @@ class CpuBackend final : public Backend {
                                          ConstTensorView out, ConstTensorView lse,
                                          std::int64_t num_heads, TensorView dqkv,
                                          GradientWrite write) override;
+  void do_attention_flash_forward_rows(ConstTensorView qkv, std::int64_t q_begin,
+                                       std::int64_t num_heads, TensorView out,
+                                       TensorView lse) override;
+  void do_attention_flash_backward_input_rows(ConstTensorView dout, ConstTensorView qkv,
+                                              ConstTensorView out, ConstTensorView lse,
+                                              std::int64_t q_begin, std::int64_t num_heads,
+                                              TensorView dqkv) override;
   void do_vocab_ce_local_stats(ConstTensorView logits_shard, std::span<const std::int32_t> targets,
                                std::int64_t vocab_lo, TensorView local_max, TensorView local_sum,
                                TensorView target_logit) override;

@@ -34,13 +34,16 @@ struct FlashHead {
   float* dk;
   float* dv;
   std::int64_t T, HS;
+  // The first query row computed (token slices: the rows before it are earlier slices', whose
+  // keys and values the queries attend to). out, dout and lse hold rows [q0, T) from their row 0.
+  std::int64_t q0 = 0;
   float scale;
   float* row;
 };
 
 PIPETUNE_CPU_KERNEL void flash_forward_head(const FlashHead& h) {
   const std::int64_t HS = h.HS;
-  for (std::int64_t i = 0; i < h.T; ++i) {
+  for (std::int64_t i = h.q0; i < h.T; ++i) {
     const float* qi = h.q + i * h.ld;  // (HS)
     float mx = -std::numeric_limits<float>::infinity();
     for (std::int64_t j = 0; j <= i; ++j) {
@@ -50,7 +53,7 @@ PIPETUNE_CPU_KERNEL void flash_forward_head(const FlashHead& h) {
     }
     float sum = 0.0f;
     for (std::int64_t j = 0; j <= i; ++j) sum += (h.row[j] = std::exp(h.row[j] - mx));
-    float* o = h.out_w + i * h.ld_out;  // (HS)
+    float* o = h.out_w + (i - h.q0) * h.ld_out;  // (HS)
     std::fill_n(o, HS, 0.0f);
     for (std::int64_t j = 0; j <= i; ++j) {
       const float p = h.row[j];
@@ -59,17 +62,17 @@ PIPETUNE_CPU_KERNEL void flash_forward_head(const FlashHead& h) {
     }
     const float inv = 1.0f / sum;
     for (std::int64_t d = 0; d < HS; ++d) o[d] *= inv;
-    h.lse_w[i] = mx + std::log(sum);
+    h.lse_w[i - h.q0] = mx + std::log(sum);
   }
 }
 
 PIPETUNE_CPU_KERNEL void flash_backward_head(const FlashHead& h) {
   const std::int64_t HS = h.HS;
-  for (std::int64_t i = 0; i < h.T; ++i) {
-    const float* qi = h.q + i * h.ld;          // (HS)
-    const float* doi = h.dout + i * h.ld_out;  // (HS)
-    const float D = cpu::row_dot(doi, h.out + i * h.ld_out, HS);
-    const float lse = h.lse[i];
+  for (std::int64_t i = h.q0; i < h.T; ++i) {
+    const float* qi = h.q + i * h.ld;                   // (HS)
+    const float* doi = h.dout + (i - h.q0) * h.ld_out;  // (HS)
+    const float D = cpu::row_dot(doi, h.out + (i - h.q0) * h.ld_out, HS);
+    const float lse = h.lse[i - h.q0];
     float* dqi = h.dq + i * h.ld;  // (HS)
     for (std::int64_t j = 0; j <= i; ++j) {
       const float* kj = h.k + j * h.ld;  // (HS)
@@ -141,6 +144,64 @@ void CpuBackend::do_attention_flash_backward_input(ConstTensorView dout, ConstTe
       if (write == GradientWrite::overwrite)  // the head's slices of dqkv, then added to
         for (std::int64_t t = 0; t < T; ++t)
           for (float* g : {h.dq, h.dk, h.dv}) std::fill_n(g + t * C3, HS, 0.0f);
+      flash_backward_head(h);
+    }
+  });
+}
+
+// Token slices: the query rows [q_begin, T) of each (b, h), as above from row q_begin on.
+void CpuBackend::do_attention_flash_forward_rows(ConstTensorView qkv, std::int64_t q_begin,
+                                                 std::int64_t num_heads, TensorView out,
+                                                 TensorView lse) {
+  const std::int64_t B = qkv.shape[0], T = qkv.shape[1], C3 = qkv.shape[2], C = C3 / 3;
+  const std::int64_t NH = num_heads, HS = C / NH, rows = T - q_begin;
+  reserve_scratch(static_cast<std::size_t>(T));
+  pool_.parallel_for(B * NH, 1, [&](std::int64_t u0, std::int64_t u1, int part) {
+    FlashHead h{};
+    h.ld = C3;
+    h.ld_out = C;
+    h.T = T;
+    h.HS = HS;
+    h.q0 = q_begin;
+    h.scale = 1.0f / std::sqrt(static_cast<float>(HS));
+    h.row = scratch(part);
+    for (std::int64_t u = u0; u < u1; ++u) {
+      const std::int64_t b = u / NH, hd = u % NH;
+      h.q = qkv.data + b * T * C3 + hd * HS;  // (T, HS), row stride 3C
+      h.k = h.q + C;
+      h.v = h.q + 2 * C;
+      h.out_w = out.data + b * rows * C + hd * HS;  // (T - q_begin, HS), row stride C
+      h.lse_w = lse.data + u * rows;                // (T - q_begin)
+      flash_forward_head(h);
+    }
+  });
+}
+
+void CpuBackend::do_attention_flash_backward_input_rows(ConstTensorView dout, ConstTensorView qkv,
+                                                        ConstTensorView out, ConstTensorView lse,
+                                                        std::int64_t q_begin,
+                                                        std::int64_t num_heads, TensorView dqkv) {
+  const std::int64_t B = qkv.shape[0], T = qkv.shape[1], C3 = qkv.shape[2], C = C3 / 3;
+  const std::int64_t NH = num_heads, HS = C / NH, rows = T - q_begin;
+  pool_.parallel_for(B * NH, 1, [&](std::int64_t u0, std::int64_t u1, int) {
+    FlashHead h{};
+    h.ld = C3;
+    h.ld_out = C;
+    h.T = T;
+    h.HS = HS;
+    h.q0 = q_begin;
+    h.scale = 1.0f / std::sqrt(static_cast<float>(HS));
+    for (std::int64_t u = u0; u < u1; ++u) {
+      const std::int64_t b = u / NH, hd = u % NH;
+      h.q = qkv.data + b * T * C3 + hd * HS;  // (T, HS), row stride 3C
+      h.k = h.q + C;
+      h.v = h.q + 2 * C;
+      h.out = out.data + b * rows * C + hd * HS;  // (T - q_begin, HS), row stride C
+      h.dout = dout.data + b * rows * C + hd * HS;
+      h.lse = lse.data + u * rows;  // (T - q_begin)
+      h.dq = dqkv.data + b * T * C3 + hd * HS;
+      h.dk = h.dq + C;
+      h.dv = h.dq + 2 * C;
       flash_backward_head(h);
     }
   });

@@ -365,6 +365,16 @@ class GuardedBackend final : public tensor::Backend {
     G g(storage_, &__func__[3]);
     cpu_.attention_flash_backward_input(dout, qkv, out, lse, nh, dqkv, write);
   }
+  void do_attention_flash_forward_rows(CV qkv, std::int64_t q_begin, std::int64_t nh, TV out,
+                                       TV lse) override {
+    G g(storage_, &__func__[3]);
+    cpu_.attention_flash_forward_rows(qkv, q_begin, nh, out, lse);
+  }
+  void do_attention_flash_backward_input_rows(CV dout, CV qkv, CV out, CV lse, std::int64_t q_begin,
+                                              std::int64_t nh, TV dqkv) override {
+    G g(storage_, &__func__[3]);
+    cpu_.attention_flash_backward_input_rows(dout, qkv, out, lse, q_begin, nh, dqkv);
+  }
   float do_cross_entropy_forward(CV logits, Ids targets, TV losses) override {
     G g(storage_, &__func__[3]);
     return cpu_.cross_entropy_forward(logits, targets, losses);

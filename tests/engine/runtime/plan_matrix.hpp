@@ -28,8 +28,13 @@ struct PlanCase {
   std::vector<int> split = {};
   bool sequence_parallel = false;
   spec::Recompute recompute = spec::Recompute::None;
+  int slices = 0;                      // terapipe's token slices (0: its default)
+  std::vector<int> slice_tokens = {};  // terapipe's uneven slices
 
   int world() const { return tp * pp * dp; }
+  // Token slices run on the cpu backend only (the cuda backend has no attention over a key
+  // prefix): the GPU tests skip these plans.
+  bool cpu_only() const { return schedule == "terapipe"; }
 };
 
 inline std::ostream& operator<<(std::ostream& os, const PlanCase& c) {
@@ -50,6 +55,8 @@ inline void apply_plan(const PlanCase& c, runtime::TrainOptions& o) {
   o.plan.microbatches = c.microbatches;
   o.plan.sequence_parallel = c.sequence_parallel;
   o.plan.recompute = c.recompute;
+  o.plan.slices = c.slices;
+  o.plan.slice_tokens = c.slice_tokens;
 }
 
 inline std::vector<PlanCase> parallel_equivalence_plans() {
@@ -85,6 +92,20 @@ inline std::vector<PlanCase> parallel_equivalence_plans() {
        .dp = 2,
        .ep = 2,
        .schedule = "dualpipe-v"});
+  // Token slices (terapipe): equal slices by default, uneven ones, with TP and sequence
+  // parallelism (each slice's rows split over TP), and with DP.
+  add({.name = "pp2_terapipe", .pp = 2, .schedule = "terapipe"});
+  add({.name = "pp4_terapipe_uneven",
+       .pp = 4,
+       .schedule = "terapipe",
+       .slice_tokens = {13, 9, 6, 4}});
+  add({.name = "tp2_pp2_sp_terapipe",
+       .tp = 2,
+       .pp = 2,
+       .schedule = "terapipe",
+       .sequence_parallel = true,
+       .slices = 3});
+  add({.name = "dp2_pp2_terapipe", .pp = 2, .dp = 2, .schedule = "terapipe", .slices = 2});
   // Vocabulary parallelism with the schedules that support it.
   add({.name = "pp2_1f1b_vocab1", .pp = 2, .vocab = "vocab-1"});
   add({.name = "pp4_1f1b_vocab2", .pp = 4, .vocab = "vocab-2", .microbatches = 8});

@@ -203,6 +203,74 @@ TEST_P(AttentionOpTest, FlashRejectsMismatchedShapes) {
   EXPECT_NO_THROW(be().attention_flash_backward_input(out, qkv, out, lse, 2, dqkv));
 }
 
+// Token slices (TeraPipe): the sequence cut into slices, each slice's queries attending to the
+// keys and values of every row up to its own, forwards in slice order and backwards in reverse,
+// adding up to the whole sequence's flash attention. Backends without the rows ops refuse them.
+TEST_P(AttentionOpTest, FlashRowsOverSlicesAddUpToTheWholeSequence) {
+  const std::int64_t B = 2, T = 11, NH = 2, HS = 4, C = NH * HS;
+  const Tensor qkv = random_tensor({B, T, 3 * C}, rng);
+  const Tensor dout = random_tensor({B, T, C}, rng);
+  Tensor out({B, T, C}), lse({B, NH, T}), dqkv({B, T, 3 * C});
+  be().attention_flash_forward(qkv, NH, out, lse);
+  be().attention_flash_backward_input(dout, qkv, out, lse, NH, dqkv);
+  if (std::string(be().name()) == "cuda") {
+    Tensor o({B, T - 3, C}), l({B, NH, T - 3});
+    EXPECT_THROW(be().attention_flash_forward_rows(qkv, 3, NH, o, l), InputError);
+    return;
+  }
+  const std::array<std::int64_t, 4> cuts = {0, 4, 5, T};  // slices of 4, 1 and 6 tokens
+  // Each slice sees the prefix [0, end) of the keys: qkv's rows copied out per batch row.
+  const auto prefix = [&](const Tensor& full, std::int64_t end) {
+    const std::int64_t w = full.shape()[2];
+    Tensor p({B, end, w});
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t i = 0; i < end * w; ++i) p[b * end * w + i] = full[b * T * w + i];
+    return p;
+  };
+  const auto rows_of = [&](const Tensor& full, std::int64_t lo, std::int64_t hi) {
+    const std::int64_t w = full.shape()[2], n = full.shape()[1];
+    Tensor r({B, hi - lo, w});
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t i = 0; i < (hi - lo) * w; ++i)
+        r[b * (hi - lo) * w + i] = full[(b * n + lo) * w + i];
+    return r;
+  };
+  std::vector<Tensor> outs, lses;
+  for (std::size_t j = 0; j + 1 < cuts.size(); ++j) {
+    const std::int64_t lo = cuts[j], hi = cuts[j + 1];
+    Tensor o({B, hi - lo, C}), l({B, NH, hi - lo});
+    be().attention_flash_forward_rows(prefix(qkv, hi), lo, NH, o, l);
+    const std::string at = " slice [" + std::to_string(lo) + ", " + std::to_string(hi) + ")";
+    EXPECT_TRUE(all_close_reduction("out" + at, o.values(), rows_of(out, lo, hi).values(), 1e-6,
+                                    1e-6 * max_abs(out.values())));
+    outs.push_back(std::move(o));
+    lses.push_back(std::move(l));
+  }
+  // Backwards in reverse, each into the prefix its slice attends to.
+  Tensor acc({B, T, 3 * C});
+  for (std::size_t j = cuts.size() - 1; j-- > 0;) {
+    const std::int64_t lo = cuts[j], hi = cuts[j + 1];
+    Tensor part = prefix(acc, hi);
+    be().attention_flash_backward_input_rows(rows_of(dout, lo, hi), prefix(qkv, hi), outs[j],
+                                             lses[j], lo, NH, part);
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t i = 0; i < hi * 3 * C; ++i)
+        acc[b * T * 3 * C + i] = part[b * hi * 3 * C + i];
+  }
+  EXPECT_TRUE(all_close_reduction("dqkv over slices", acc.values(), dqkv.values(), 1e-5,
+                                  1e-5 * max_abs(dqkv.values())));
+}
+
+TEST_P(AttentionOpTest, FlashRowsRejectsABeginOutsideTheRows) {
+  if (std::string(be().name()) == "cuda") GTEST_SKIP() << "the cuda backend refuses the rows ops";
+  Tensor qkv({1, 4, 12}), out({1, 2, 4}), lse({1, 2, 2}), dqkv({1, 4, 12});
+  EXPECT_THROW(be().attention_flash_forward_rows(qkv, 4, 2, out, lse), InputError);
+  EXPECT_THROW(be().attention_flash_forward_rows(qkv, 1, 2, out, lse), InputError);  // 3 rows
+  EXPECT_NO_THROW(be().attention_flash_forward_rows(qkv, 2, 2, out, lse));
+  EXPECT_THROW(be().attention_flash_backward_input_rows(out, qkv, out, lse, 2, 2, out), InputError);
+  EXPECT_NO_THROW(be().attention_flash_backward_input_rows(out, qkv, out, lse, 2, 2, dqkv));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, AttentionOpTest, ::testing::ValuesIn(all_backends()),
                          backend_case_name);
 

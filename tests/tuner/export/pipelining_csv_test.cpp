@@ -36,6 +36,10 @@ TEST(PipeliningCsv, EveryScheduleRoundTripsInRankOrderAndPassesTorchsChecks) {
       params.stages = p;
       params.microbatches = 2 * p;
       const schedule::Schedule s = schedule::generate(params);
+      if (s.slices > 1) {  // token slices: torch's actions carry whole micro-batches
+        EXPECT_THROW(pipelining_csv(s), InputError) << name;
+        continue;
+      }
       const std::string csv = pipelining_csv(s);
       const PipeliningSchedule back = parse_pipelining_csv(csv);
       ASSERT_EQ(back.size(), s.ranks.size()) << name;

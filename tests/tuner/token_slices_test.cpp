@@ -1,0 +1,124 @@
+// TeraPipe's dynamic programming over token-slice lengths (tuner/predict/token_slices.hpp)
+// against brute force over every way to cut a short sequence (seed_techniques.md's oracle), the
+// slice time against CostTable::slice_cost, and what a plan gets from it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "engine/schedule/costs.hpp"
+#include "engine/spec/parallel_plan.hpp"
+#include "tuner/predict/token_slices.hpp"
+
+namespace pipetune::tuner {
+namespace {
+
+// F = 1, B = 2 per micro-batch per stage, `attention` of each op its causal attention, `fixed` of
+// each op paid whole by every slice; transfers of 0.05 s latency and 0.2 s of bytes.
+schedule::CostTable costs(int stages, double attention, double fixed) {
+  schedule::CostTable c = schedule::CostTable::uniform(stages, 1.0, 2.0, 0.0);
+  for (auto& st : c.stages) {
+    st[schedule::OpKind::BW] = 0.0;  // B + W, with their parts, as the cost model leaves it
+    for (schedule::OpKind k : {schedule::OpKind::F, schedule::OpKind::B}) {
+      st.attention[static_cast<std::size_t>(k)] = attention * st[k];
+      st.fixed[static_cast<std::size_t>(k)] = fixed;
+    }
+  }
+  c.p2p_latency = 0.05;
+  c.p2p_bytes = 0.2;
+  c.p2p_bandwidth = 1.0;
+  return c;
+}
+
+double estimate_of(const schedule::CostTable& c, int p, int m, std::int64_t seq,
+                   const std::vector<int>& tokens) {
+  double sum = 0.0, most = 0.0;
+  std::int64_t context = 0;
+  for (int t : tokens) {
+    const double v = slice_time(c, seq, t, context);
+    sum += v;
+    most = std::max(most, v);
+    context += t;
+  }
+  return m * sum + (p - 1) * most;
+}
+
+// Every composition of seq (2^(seq-1) of them): the least estimate.
+double brute_force(const schedule::CostTable& c, int p, int m, int seq) {
+  double best = INFINITY;
+  for (unsigned cuts = 0; cuts < (1u << (seq - 1)); ++cuts) {
+    std::vector<int> tokens;
+    int run = 1;
+    for (int i = 0; i + 1 < seq; ++i) {
+      if (cuts & (1u << i)) {
+        tokens.push_back(run);
+        run = 1;
+      } else {
+        ++run;
+      }
+    }
+    tokens.push_back(run);
+    best = std::min(best, estimate_of(c, p, m, seq, tokens));
+  }
+  return best;
+}
+
+TEST(TokenSlices, TheDynamicProgrammingFindsTheBruteForceOptimum) {
+  const int seq = 12;
+  for (const auto& [p, m, attention, fixed] :
+       {std::tuple{4, 1, 0.0, 0.0}, std::tuple{4, 1, 0.5, 0.02}, std::tuple{8, 2, 0.3, 0.05},
+        std::tuple{2, 4, 0.6, 0.01}, std::tuple{16, 1, 0.8, 0.1}}) {
+    const schedule::CostTable c = costs(p, attention, fixed);
+    const TokenSlicing got = best_token_slicing(c, p, m, seq, seq);
+    EXPECT_EQ(std::accumulate(got.tokens.begin(), got.tokens.end(), 0), seq);
+    EXPECT_NEAR(got.estimate, estimate_of(c, p, m, seq, got.tokens), 1e-12);
+    EXPECT_NEAR(got.estimate, brute_force(c, p, m, seq), 1e-12)
+        << "p=" << p << " m=" << m << " attention=" << attention << " fixed=" << fixed;
+  }
+}
+
+// Causal attention makes later slices dearer: with it the best slices shorten along the
+// sequence (TeraPipe's figure of uneven slices); without it and with no fixed part, many equal
+// slices win.
+TEST(TokenSlices, AttentionMakesTheLaterSlicesShorter) {
+  const TokenSlicing with = best_token_slicing(costs(8, 0.9, 0.02), 8, 1, 64, 64);
+  ASSERT_GE(with.tokens.size(), 2u);
+  EXPECT_GT(with.tokens.front(), with.tokens.back());
+  schedule::CostTable free = costs(8, 0.0, 0.0);
+  free.p2p_latency = free.p2p_bytes = 0.0;
+  const TokenSlicing flat = best_token_slicing(free, 8, 1, 64, 16);
+  EXPECT_EQ(flat.tokens, std::vector<int>(16, 4));  // the finest grid: no cost per slice
+}
+
+TEST(TokenSlices, ASliceTimeIsItsForwardAndBackwardAndTwoTransfers) {
+  const schedule::CostTable c = costs(2, 0.5, 0.1);
+  // F: 0.1 + 0.4 * 0.25 + 0.5 * 0.25 * (0.5 + 0.25) = 0.29375; BW = B + W: B = 2 with attention
+  // 1 and fixed 0.1: 0.1 + 0.9 * 0.25 + 1 * 0.1875 = 0.5125; transfers 2 * (0.05 + 0.05).
+  EXPECT_NEAR(slice_time(c, 8, 2, 2), 0.29375 + 0.5125 + 0.2, 1e-12);
+}
+
+TEST(TokenSlices, OnlyATerapipePlanWithoutSlicesIsGivenThem) {
+  const schedule::CostTable c = costs(4, 0.5, 0.02);
+  spec::ParallelPlan plan;
+  plan.pp = 4;
+  plan.microbatches = 2;
+  plan.schedule = "terapipe";
+  choose_token_slices(plan, 48, c);
+  EXPECT_EQ(std::accumulate(plan.slice_tokens.begin(), plan.slice_tokens.end(), 0), 48);
+  EXPECT_EQ(plan.slice_tokens, best_token_slicing(c, 4, 2, 48).tokens);
+  spec::ParallelPlan given = plan;
+  given.slice_tokens.clear();
+  given.slices = 3;
+  choose_token_slices(given, 48, c);
+  EXPECT_TRUE(given.slice_tokens.empty());
+  spec::ParallelPlan other = given;
+  other.slices = 0;
+  other.schedule = "gpipe";
+  choose_token_slices(other, 48, c);
+  EXPECT_TRUE(other.slice_tokens.empty());
+}
+
+}  // namespace
+}  // namespace pipetune::tuner

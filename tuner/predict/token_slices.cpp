@@ -1,0 +1,99 @@
+#include "tuner/predict/token_slices.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "engine/schedule/generators.hpp"
+
+namespace pipetune::tuner {
+
+double slice_time(const schedule::CostTable& costs, std::int64_t seq, std::int64_t tokens,
+                  std::int64_t context) {
+  const double L = static_cast<double>(seq);
+  const schedule::SliceShape shape{static_cast<double>(tokens) / L,
+                                   static_cast<double>(context) / L};
+  double slowest = 0.0;
+  for (int r = 0; r < static_cast<int>(costs.stages.size()); ++r)
+    slowest = std::max(slowest, costs.slice_cost(r, schedule::OpKind::F, shape) +
+                                    costs.slice_cost(r, schedule::OpKind::BW, shape));
+  const double latency = std::min(costs.p2p_latency, costs.p2p_time());
+  return slowest + 2.0 * (latency + (costs.p2p_time() - latency) * shape.length);
+}
+
+TokenSlicing best_token_slicing(const schedule::CostTable& costs, int stages, int microbatches,
+                                std::int64_t seq, int grid, int granularity) {
+  const std::int64_t g = std::max(1, granularity);
+  const int n = static_cast<int>(
+      std::min<std::int64_t>(std::max<std::int64_t>(1, seq / g), std::max(1, grid)));
+  // The grid's cut points: near-even, on multiples of the granularity, and the sequence's end.
+  std::vector<std::int64_t> at;
+  for (int i = 0; i < n; ++i) {
+    const std::int64_t cut = seq * i / n / g * g;
+    if (at.empty() || cut > at.back()) at.push_back(cut);
+  }
+  at.push_back(seq);
+  const std::size_t N = at.size();
+  // t[i * N + j]: the slice from cut i to cut j.
+  std::vector<double> t(N * N, 0.0);
+  std::vector<double> caps;
+  for (std::size_t i = 0; i < N; ++i)
+    for (std::size_t j = i + 1; j < N; ++j) {
+      t[i * N + j] = slice_time(costs, seq, at[j] - at[i], at[i]);
+      caps.push_back(t[i * N + j]);
+    }
+  std::sort(caps.begin(), caps.end());
+  caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
+
+  constexpr double kNone = std::numeric_limits<double>::infinity();
+  std::vector<double> S(N);
+  std::vector<std::size_t> last(N);
+  // S(x) under a cap on each slice's time; the cuts are kept in `last`.
+  const auto least_sum = [&](double cap) {
+    S[0] = 0.0;
+    for (std::size_t j = 1; j < N; ++j) {
+      S[j] = kNone;
+      for (std::size_t i = 0; i < j; ++i) {
+        const double v = t[i * N + j];
+        if (v <= cap && S[i] + v < S[j]) {
+          S[j] = S[i] + v;
+          last[j] = i;
+        }
+      }
+    }
+    return S[N - 1];
+  };
+  const double m = microbatches, hops = stages - 1;
+  const double uncapped = least_sum(kNone);  // no cap lowers the sum further
+  TokenSlicing best;
+  best.estimate = kNone;
+  for (double cap : caps) {
+    // Caps rise: once (p - 1) cap alone with the least sum cannot beat the best, none can.
+    if (hops * cap + m * uncapped >= best.estimate) break;
+    const double sum = least_sum(cap);
+    if (sum == kNone) continue;
+    const double estimate = m * sum + hops * cap;
+    if (estimate < best.estimate) {
+      best.estimate = estimate;
+      best.tokens.clear();
+      for (std::size_t j = N - 1; j > 0; j = last[j])
+        best.tokens.push_back(static_cast<int>(at[j] - at[last[j]]));
+      std::reverse(best.tokens.begin(), best.tokens.end());
+    }
+  }
+  return best;
+}
+
+void choose_token_slices(spec::ParallelPlan& plan, std::int64_t seq,
+                         const schedule::CostTable& costs) {
+  if (!schedule::supports_slices(plan.schedule) || plan.slices > 0 || !plan.slice_tokens.empty())
+    return;
+  // Under sequence parallelism a slice's micro_batch_size x tokens rows split over tp.
+  int granularity = 1;
+  if (plan.sequence_parallel && plan.tp > 1)
+    granularity = plan.tp / std::gcd(plan.tp, std::max(1, plan.micro_batch_size));
+  plan.slice_tokens =
+      best_token_slicing(costs, plan.pp, plan.microbatches, seq, 32, granularity).tokens;
+}
+
+}  // namespace pipetune::tuner
