@@ -32,6 +32,7 @@ struct PredictArgs {
   std::string config, against, db;
   PlanFlags plan;  // dp default: gpus / (tp*pp); chunks: the schedule's own
   std::string schedule = "1f1b", vocab = "none", recompute = "none";
+  std::optional<double> skip_ratio;  // skippipe
   std::string rank_order = "tp-dp-pp", node_group_order;
   std::string stage_recompute;  // comma list, one mode per pipeline rank; empty = recompute
   std::string stage_tp;         // comma list, one TP degree per pipeline rank; empty = tp
@@ -154,6 +155,7 @@ void run_flags(const PredictArgs& a) {
   }
   p.global_batch = t.global_batch;
   p.schedule = a.schedule;
+  if (a.skip_ratio) p.skip_ratio = *a.skip_ratio;
   if (a.vocab == "redis") {
     p.layer_split = tuner::redistributed_layer_split(t.model.layers, p.pp, 0.0,
                                                      tuner::output_layer_in_layers(t.model));
@@ -238,6 +240,8 @@ void add_predict_command(CLI::App& app) {
                   .slices = "terapipe: token slices per micro-batch (default: TeraPipe's dynamic "
                             "programming over uneven slices)"});
   cmd->add_option("--schedule", a->schedule, "Pipeline schedule")->capture_default_str();
+  cmd->add_option("--skip-ratio", a->skip_ratio,
+                  "skippipe: share of the stages each micro-batch skips (default 1/3)");
   cmd->add_option(
          "--vocab", a->vocab,
          "Vocabulary layers: none, redis, auto (the tuner's automatic layer split), vocab-1, "

@@ -38,10 +38,11 @@ struct SimulateArgs {
   double comm_f = 0.0, comm_b = 0.0;  // the communication parts of F and B
   std::optional<double> barrier;
   std::optional<double> memory_limit;
-  std::optional<int> slices;      // terapipe's token slices per micro-batch
-  std::vector<int> slice_tokens;  // terapipe's uneven slices (relative lengths)
-  double attention_share = 0.0;   // of each op's cost, the causal attention's part
-  double fixed_cost = 0.0;        // of each op's cost, the part each slice pays whole
+  std::optional<int> slices;         // terapipe's token slices per micro-batch
+  std::vector<int> slice_tokens;     // terapipe's uneven slices (relative lengths)
+  double attention_share = 0.0;      // of each op's cost, the causal attention's part
+  double fixed_cost = 0.0;           // of each op's cost, the part each slice pays whole
+  std::optional<double> skip_ratio;  // skippipe's share of stages each micro-batch skips
   bool json = false;
   std::string trace;
   int width = 0;
@@ -105,6 +106,12 @@ tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
   p.memory_limit = a.memory_limit.value_or(0.0);   // absent: no limit
   p.slices = count_or_zero(a.slices, "--slices");  // absent: the schedule's default
   p.slice_tokens = a.slice_tokens;
+  if (a.skip_ratio && !(*a.skip_ratio >= 0.0 && *a.skip_ratio < 1.0))
+    throw InputError(
+        "--skip-ratio is the share of stages a micro-batch skips: at least 0 and "
+        "below 1, not " +
+        std::to_string(*a.skip_ratio));
+  p.skip_ratio = a.skip_ratio.value_or(-1.0);
   setup.costs = schedule::CostTable::uniform(p.stages, a.cost_f, a.cost_b, a.cost_w, a.cost_s,
                                              a.cost_t, a.comm);
   if (a.barrier) setup.costs.collective_time = *a.barrier;
@@ -182,6 +189,15 @@ void print_iteration(const tuner::PlanEvaluation& e, const spec::RunSpec& run) {
       e.memory.fits() ? "" : ("  DOES NOT FIT: " + e.memory.binding_constraint()).c_str());
 }
 
+// Partial pipelining: the layer groups each micro-batch visits, in order.
+std::vector<std::vector<int>> skip_paths(const schedule::Schedule& s) {
+  std::vector<std::vector<int>> paths(static_cast<std::size_t>(s.microbatches));
+  for (int mb = 0; mb < s.microbatches; ++mb)
+    for (int g = 0; g < s.groups(); ++g)
+      if (s.visits(g, mb)) paths[static_cast<std::size_t>(mb)].push_back(g);
+  return paths;
+}
+
 nlohmann::json to_json(const tuner::SimulationSetup& setup, const schedule::Schedule& s,
                        const sim::SimResult& r) {
   nlohmann::json j;
@@ -193,6 +209,7 @@ nlohmann::json to_json(const tuner::SimulationSetup& setup, const schedule::Sche
     j["slices"] = s.slices;
     if (!s.slice_tokens.empty()) j["slice_tokens"] = s.slice_tokens;
   }
+  if (!s.skipped.empty()) j["paths"] = skip_paths(s);
   j["vocab"] = std::string(schedule::vocab_mode_name(s.vocab));
   j["time_unit"] = setup.time_unit;
   if (!setup.description.empty()) j["setup"] = setup.description;
@@ -230,6 +247,19 @@ void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& 
         "token slices %d per micro-batch%s (op micro-batch u = slice u %% %d of micro-batch "
         "u / %d)\n",
         s.slices, lengths.c_str(), s.slices, s.slices);
+  }
+  if (!s.skipped.empty()) {
+    // Partial pipelining: what each micro-batch ran, and what that costs it.
+    std::printf(
+        "skipped stages: each micro-batch's path (its losses are not the full pipeline's: "
+        "the skipped layers do not train on it)\n");
+    const std::vector<std::vector<int>> paths = skip_paths(s);
+    for (std::size_t mb = 0; mb < paths.size() && mb < 16; ++mb) {
+      std::string line;
+      for (int g : paths[mb]) line += (line.empty() ? "" : "-") + std::to_string(g);
+      std::printf("  micro-batch %zu: %s\n", mb, line.c_str());
+    }
+    if (paths.size() > 16) std::printf("  ... and %zu more\n", paths.size() - 16);
   }
   if (!setup.description.empty()) std::printf("%s\n", setup.description.c_str());
   std::printf("%s %s   pipeline bubble %.1f%%   %zu ops\n",
@@ -369,6 +399,9 @@ void add_simulate_command(CLI::App& app) {
       cmd->add_option("--slice-tokens", args->slice_tokens,
                       "terapipe: uneven slices' lengths in tokens, e.g. 96,64,48,48")
           ->delimiter(',');
+  auto* skip =
+      cmd->add_option("--skip-ratio", args->skip_ratio,
+                      "skippipe: share of the stages each micro-batch skips (default 1/3)");
   auto* attention = cmd->add_option("--attention-share", args->attention_share,
                                     "terapipe: of each op's cost, the causal attention's share "
                                     "(a slice pays it by length x context)")
@@ -387,8 +420,8 @@ void add_simulate_command(CLI::App& app) {
   // A name with --no-db would name nothing (it was taken and ignored).
   cmd->add_option("--name", args->name, "Run name in the workspace")->excludes(no_db);
   for (CLI::Option* o :
-       {sched, stages, mbs,    chunks, group,   vocab, cf,     cb,           cw,        cs,
-        ct,    comm,   comm_f, comm_b, barrier, mem,   slices, slice_tokens, attention, fixed})
+       {sched, stages, mbs,    chunks,  group, vocab,  cf,           cb,        cw,    cs,  ct,
+        comm,  comm_f, comm_b, barrier, mem,   slices, slice_tokens, attention, fixed, skip})
     config->excludes(o);
   cmd->callback([args] { run(*args); });
 }

@@ -39,6 +39,7 @@ struct TrainArgs {
   std::string model;
   PlanFlags plan;
   std::optional<std::string> schedule, vocab, recompute;
+  std::optional<double> skip_ratio;            // skippipe
   std::optional<std::string> stage_recompute;  // comma list, one mode per pipeline rank
   std::optional<std::string> stage_tp;         // comma list, one TP degree per pipeline rank
   int steps = 60;
@@ -113,6 +114,7 @@ spec::ParallelPlan plan_with_flags(const TrainArgs& a, const spec::RunSpec& run)
     apply_stage_tp_flag(*a.stage_tp, a.plan.tp, plan);
   }
   if (a.schedule) plan.schedule = *a.schedule;
+  if (a.skip_ratio) plan.skip_ratio = *a.skip_ratio;
   // Another schedule without --chunks: that schedule's default, not the run file's chunks.
   if (a.schedule && !a.plan.chunks) plan.chunks = 0;
   if (a.vocab) plan.vocab = schedule::parse_vocab_mode(*a.vocab);
@@ -395,6 +397,8 @@ void add_plan_options(CLI::App* cmd, TrainArgs* args) {
                   .slices = "terapipe: token slices per micro-batch (default: the cost model's "
                             "choice)"});
   cmd->add_option("--schedule", args->schedule, "Pipeline schedule");
+  cmd->add_option("--skip-ratio", args->skip_ratio,
+                  "skippipe: share of the stages each micro-batch skips (default 1/3)");
   cmd->add_option("--vocab", args->vocab, "Vocabulary parallelism: none, vocab-1, vocab-2");
   auto* sp =
       cmd->add_flag("--sequence-parallel", args->sequence_parallel,

@@ -378,8 +378,8 @@ void RankRuntime::receive_inputs(const Op& op) {
     case OpKind::F: {
       const int group = group_of(op.chunk);
       if (group > 0)
-        mailbox_.receive_ahead(group_rank(group - 1), MessageKind::Activation, group, op.microbatch,
-                               local);
+        mailbox_.receive_ahead(group_rank(schedule_->previous_group(group, op.microbatch)),
+                               MessageKind::Activation, group, op.microbatch, local);
       else if (vocab_parallel_)
         for (int src : vocab_group_.ranks)
           mailbox_.receive_ahead(src, MessageKind::EmbeddingPart, 0, op.microbatch, count);
@@ -389,8 +389,8 @@ void RankRuntime::receive_inputs(const Op& op) {
     case OpKind::BW: {
       const int group = group_of(op.chunk);
       if (group < last)
-        mailbox_.receive_ahead(group_rank(group + 1), MessageKind::Gradient, group, op.microbatch,
-                               local);
+        mailbox_.receive_ahead(group_rank(schedule_->next_group(group, op.microbatch)),
+                               MessageKind::Gradient, group, op.microbatch, local);
       break;
     }
     case OpKind::S:
@@ -489,8 +489,8 @@ void RankRuntime::forward(int chunk, int mb) {
   model::Buffer x_buf, y_buf;
   TensorView x = sized(x_buf, Shape{N, C});  // (N, C)
   if (group > 0)
-    mailbox_.take(group_rank(group - 1), MessageKind::Activation, group, mb,
-                  {x.data, static_cast<std::size_t>(x.numel())});
+    mailbox_.take(group_rank(schedule_->previous_group(group, mb)), MessageKind::Activation, group,
+                  mb, {x.data, static_cast<std::size_t>(x.numel())});
   else if (vocab_parallel_)
     reduce_embedding_parts(mb, x);
   else
@@ -507,8 +507,10 @@ void RankRuntime::forward(int chunk, int mb) {
 
   if (group < m.placement().groups - 1) {
     // The whole activation to each rank of the next stage that takes it from this one.
-    for (int dst : group_receivers(group + 1))
-      mailbox_.post(dst, MessageKind::Activation, group + 1, mb, x_buf);
+    // The next group on the micro-batch's path (partial pipelining skips some).
+    const int next = schedule_->next_group(group, mb);
+    for (int dst : group_receivers(next))
+      mailbox_.post(dst, MessageKind::Activation, next, mb, x_buf);
     return;
   }
   // Last group: final LayerNorm, then the loss (plain) or the hand-off to the S passes, on every
@@ -610,7 +612,7 @@ void RankRuntime::backward_input(int chunk, int mb, bool weights) {
   model::Buffer dy_buf, dx_buf;
   TensorView dy = sized(dy_buf, Shape{N, C});
   if (group < m.placement().groups - 1)
-    mailbox_.take(group_rank(group + 1), MessageKind::Gradient, group, mb,
+    mailbox_.take(group_rank(schedule_->next_group(group, mb)), MessageKind::Gradient, group, mb,
                   {dy.data, static_cast<std::size_t>(dy.numel())});
   else if (vocab_parallel_)
     with_units({{"lnf"}}, {}, [&] { output_backward_vocab(s, mb, dy); });
@@ -634,8 +636,9 @@ void RankRuntime::backward_input(int chunk, int mb, bool weights) {
     slice_keys_.erase(static_cast<std::int64_t>(chunk) * schedule_->data_microbatches() +
                       data_microbatch(mb));
   if (group > 0) {
-    for (int dst : group_receivers(group - 1))
-      mailbox_.post(dst, MessageKind::Gradient, group - 1, mb, dy_buf);
+    const int previous = schedule_->previous_group(group, mb);
+    for (int dst : group_receivers(previous))
+      mailbox_.post(dst, MessageKind::Gradient, previous, mb, dy_buf);
   } else {
     // The embedding's gradient needs every row.
     if (ctx_.sequence_parallel) {

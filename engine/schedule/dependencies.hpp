@@ -74,14 +74,19 @@ inline Requirement requirement_of(const Schedule& s, int rank, const Op& op) {
   switch (op.kind) {
     case OpKind::F: {
       const int g = s.group_of(rank, op.chunk);
-      if (g > 0) return detail::on_op(s, rank, EventKind::Forward, g - 1, op.microbatch);
+      // The group before on the micro-batch's path (partial pipelining skips some).
+      if (g > 0)
+        return detail::on_op(s, rank, EventKind::Forward, s.previous_group(g, op.microbatch),
+                             op.microbatch);
       if (vocab) return detail::on_barrier(EventKind::InputReduce, op.microbatch);
       return {};
     }
     case OpKind::B:
     case OpKind::BW: {
       const int g = s.group_of(rank, op.chunk);
-      if (g < last) return detail::on_op(s, rank, EventKind::Backward, g + 1, op.microbatch);
+      if (g < last)
+        return detail::on_op(s, rank, EventKind::Backward, s.next_group(g, op.microbatch),
+                             op.microbatch);
       if (s.vocab == VocabMode::Vocab2)
         return detail::on_barrier(EventKind::OutputBarrier1, op.microbatch);
       if (vocab) return detail::on_barrier(EventKind::OutputBarrier2, op.microbatch);

@@ -67,7 +67,7 @@ template <class Wake, class WakeAll>
 void wake_consumers(const Schedule& s, int r, const Event& e, Wake& wake, WakeAll& wake_all) {
   const int g = e.group;
   if (e.kind == EventKind::Forward) {
-    if (g + 1 < s.groups()) wake(s.rank_of_group(g + 1));
+    if (g + 1 < s.groups()) wake(s.rank_of_group(s.next_group(g, e.microbatch)));
     if (g + 1 == s.groups()) {
       if (s.vocab == VocabMode::None)
         wake(r);
@@ -75,7 +75,7 @@ void wake_consumers(const Schedule& s, int r, const Event& e, Wake& wake, WakeAl
         wake_all();
     }
   } else {
-    if (g > 0) wake(s.rank_of_group(g - 1));
+    if (g > 0) wake(s.rank_of_group(s.previous_group(g, e.microbatch)));
     if (g == 0 && s.vocab != VocabMode::None) wake_all();
   }
 }

@@ -29,6 +29,9 @@ struct GeneratorParams {
   // Tokens of each slice, summing to the sequence length (uneven slices, TeraPipe's dynamic
   // programming); empty = equal slices. Its size is the number of slices.
   std::vector<int> slice_tokens;
+  // Partial pipelining (skippipe): the fraction of the pipeline's stages each micro-batch skips
+  // (SkipPipe's skip ratio: skipped stages / stages); below 0 = the schedule's default, 1/3.
+  double skip_ratio = -1.0;
 };
 
 // Names accepted by generate(), in a stable order.
@@ -47,6 +50,9 @@ bool uses_costs(std::string_view name, VocabMode vocab);
 // schedule (only terapipe cuts micro-batches into slices). Throws for an unknown name.
 int default_slices(std::string_view name);
 bool supports_slices(std::string_view name);
+// Whether the schedule's micro-batches skip stages (skippipe): it then trains a different function
+// from the full pipeline, and the search takes it only when asked for by name.
+bool skips_stages(std::string_view name);
 // Whether the schedule has overlapped pairs (Op::overlaps_previous): dualpipe-v's "F & B" steps.
 bool has_overlapped_pairs(std::string_view name);
 
@@ -79,5 +85,6 @@ Schedule generate_v_half(const GeneratorParams& params);  // also vocab-1/-2
 Schedule generate_v_min(const GeneratorParams& params);
 Schedule generate_dualpipe_v(const GeneratorParams& params);
 Schedule generate_terapipe(const GeneratorParams& params);
+Schedule generate_skippipe(const GeneratorParams& params);
 
 }  // namespace pipetune::schedule

@@ -45,10 +45,30 @@ struct Schedule {
   int slices = 1;
   // Tokens of each slice (their sum is the sequence length); empty = equal slices.
   std::vector<int> slice_tokens;
+  // Partial pipelining (SkipPipe): skipped[mb * groups() + g] = 1 when micro-batch mb skips layer
+  // group g, whose layers are then left out of its forward and backward (its activation goes
+  // from the group before to the group after). Empty = every micro-batch visits every group.
+  // The first and last groups (the embedding and the loss) are always visited.
+  std::vector<std::uint8_t> skipped;
 
   int groups() const { return stages * chunks; }
   int data_microbatches() const { return microbatches / slices; }
   int slice_of(int unit) const { return unit % slices; }
+  // Partial pipelining: whether micro-batch mb runs layer group g, and the groups it visits
+  // before and after g (-1 past either end). Without skips: g - 1 and g + 1.
+  bool visits(int group, int mb) const {
+    return skipped.empty() || skipped[static_cast<std::size_t>(mb) * groups() + group] == 0;
+  }
+  int previous_group(int group, int mb) const {
+    int g = group - 1;
+    while (g >= 0 && !visits(g, mb)) --g;
+    return g;
+  }
+  int next_group(int group, int mb) const {
+    int g = group + 1;
+    while (g < groups() && !visits(g, mb)) ++g;
+    return g < groups() ? g : -1;
+  }
   // Inline: the executor asks these for every op.
   int group_of(int rank, int chunk) const {
     if (placement == Placement::VShape) return chunk == 0 ? rank : 2 * stages - 1 - rank;

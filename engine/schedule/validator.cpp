@@ -104,6 +104,12 @@ void check_every_pass_present(const Schedule& s, const OpCounts& n) {
     for (int mb = 0; mb < m; ++mb) {
       const auto cell =
           static_cast<std::size_t>(g) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb);
+      if (!s.visits(g, mb)) {  // partial pipelining: a group the micro-batch skips
+        if (n.f[cell] || n.b[cell] || n.w[cell] || n.bw[cell])
+          fail(s, "micro-batch " + std::to_string(mb) + " skips chunk " + std::to_string(c) +
+                      " on rank " + std::to_string(r) + ", which still runs an op of it");
+        continue;
+      }
       const bool complete = n.f[cell] && n.b[cell] + n.bw[cell] == 1 && n.w[cell] == n.b[cell];
       if (complete) continue;
       // Messages are built only on failure: this loop runs for every (group, micro-batch).
@@ -235,10 +241,34 @@ void check_slices(const Schedule& s) {
   }
 }
 
+// Partial pipelining (Schedule::skipped): one flag per (micro-batch, group), and every path
+// keeps the first and last groups, which hold the embedding and the loss.
+void check_skips(const Schedule& s) {
+  if (s.skipped.empty()) return;
+  const auto cells =
+      static_cast<std::size_t>(s.microbatches) * static_cast<std::size_t>(s.groups());
+  if (s.skipped.size() != cells)
+    fail(s, "has " + std::to_string(s.skipped.size()) + " skip flags for " +
+                std::to_string(s.microbatches) + " micro-batches x " + std::to_string(s.groups()) +
+                " layer groups");
+  if (s.vocab != VocabMode::None)
+    fail(s,
+         "skipped stages and vocabulary parallelism do not combine (a vocabulary barrier "
+         "joins every pipeline rank)");
+  if (s.slices > 1) fail(s, "skipped stages and token slices do not combine");
+  for (int mb = 0; mb < s.microbatches; ++mb)
+    for (int g : {0, s.groups() - 1})
+      if (!s.visits(g, mb))
+        fail(s, "micro-batch " + std::to_string(mb) + " skips layer group " + std::to_string(g) +
+                    " (the " + (g == 0 ? "first, with the embedding" : "last, with the loss") +
+                    "): a path keeps both ends");
+}
+
 }  // namespace
 
 void validate_structure(const Schedule& s) {
   check_shape(s);
+  check_skips(s);
   const OpCounts counts = count_ops(s);
   check_every_pass_present(s, counts);
   check_pairs(s);

@@ -16,6 +16,7 @@ schedule::GeneratorParams generator_params(const ParallelPlan& plan,
   params.group_size = plan.group_size;
   params.slices = plan.slices;
   params.slice_tokens = plan.slice_tokens;
+  params.skip_ratio = plan.skip_ratio;
   params.vocab = plan.vocab;
   params.memory_limit = memory_limit;
   if (schedule::uses_costs(plan.schedule, plan.vocab)) params.costs = costs;
@@ -45,6 +46,8 @@ void check_schedule_matches(const schedule::Schedule& s, const ParallelPlan& pla
     differs("slices", std::to_string(s.slices), std::to_string(slices));
   if (slices == 0 && s.slices > 1 && !schedule::supports_slices(plan.schedule))
     differs("slices", std::to_string(s.slices), "none");
+  if (!s.skipped.empty() && !schedule::skips_stages(plan.schedule))
+    differs("skipped stages", "some", "none");
   if (!plan.slice_tokens.empty() && s.slice_tokens != plan.slice_tokens)
     differs("slice_tokens", "other lengths", "the ones it names");
   if (s.chunks != plan.chunks)

@@ -1,6 +1,7 @@
 #include "engine/spec/run_file_writer.hpp"
 
 #include <algorithm>
+#include <iomanip>
 #include <sstream>
 
 #include "engine/errors.hpp"
@@ -128,6 +129,11 @@ void write_plan_table(std::ostream& out, const RunSpec& run) {
   out << "group_size = " << p.group_size << "\n";
   if (p.slices > 0) out << "slices = " << p.slices << "\n";
   int_array_key(out, "slice_tokens", p.slice_tokens);
+  if (p.skip_ratio >= 0.0) {  // exactly: 17 digits
+    std::ostringstream v;
+    v << std::setprecision(17) << p.skip_ratio;
+    out << "skip_ratio = " << v.str() << "\n";
+  }
   out << "rank_order = \"" << rank_order_name(p.rank_order) << "\"\n";
   int_array_key(out, "node_group_order", p.node_group_order);
   int_array_key(out, "stage_tp", p.stage_tp);

@@ -148,6 +148,11 @@ ParallelPlan read_plan(const toml::table& table, const std::string& source) {
     p.slices = *v;
   }
   p.slice_tokens = read_int_array(r, "slice_tokens");
+  if (auto v = r.number("skip_ratio")) {
+    if (!(*v >= 0.0 && *v < 1.0))
+      r.fail("skip_ratio", "must be at least 0 and below 1, got " + std::to_string(*v));
+    p.skip_ratio = *v;
+  }
   for (int t : p.slice_tokens)
     if (t < 1)
       r.fail("slice_tokens", "entry " + std::to_string(t) + " is not a slice (>= 1 token)");

@@ -300,6 +300,10 @@ void validate(const ParallelPlan& plan) {
   require_product_at_most({"plan.micro_batch_size", "plan.microbatches", "plan.dp"},
                           "micro_batch_size*microbatches*dp", per_replica, plan.dp,
                           std::int64_t{1} << 40);
+  if (!(plan.skip_ratio < 1.0)) {  // nan too
+    throw SpecError({"plan.skip_ratio"}, "skip_ratio=" + std::to_string(plan.skip_ratio) +
+                                             " must be below 1 (the share of stages skipped)");
+  }
   if (plan.group_size < 0) {
     throw SpecError({"plan.group_size"}, "group_size=" + shown(std::int64_t{plan.group_size}) +
                                              " must not be negative (0 = the schedule's default)");

@@ -18,6 +18,10 @@ PipeliningSchedule pipelining_actions(const schedule::Schedule& s) {
     throw InputError("schedule '" + s.name +
                      "' cuts each micro-batch into token slices: torch.distributed.pipelining's "
                      "actions carry whole micro-batches");
+  if (!s.skipped.empty())
+    throw InputError("schedule '" + s.name +
+                     "' lets micro-batches skip stages: torch.distributed.pipelining runs every "
+                     "micro-batch through every stage");
   PipeliningSchedule out(s.ranks.size());
   for (std::size_t r = 0; r < s.ranks.size(); ++r) {
     for (const schedule::Op& op : s.ranks[r]) {

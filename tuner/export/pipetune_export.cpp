@@ -2,6 +2,7 @@
 // `pipetune train --config FILE` trains it on this machine and `pipetune simulate --config FILE`
 // simulates it; the tuned full-scale plan is kept in the header comment.
 #include <algorithm>
+#include <iomanip>
 #include <sstream>
 
 #include "engine/schedule/schedule.hpp"
@@ -101,6 +102,11 @@ std::string export_pipetune(const ExportRequest& r) {
   if (p.offload_optimizer) o << "offload_optimizer = true\n";
   if (p.group_size > 0) o << "group_size = " << p.group_size << "\n";
   if (p.slices > 0) o << "slices = " << p.slices << "\n";
+  if (p.skip_ratio >= 0.0) {  // exactly: 17 digits
+    std::ostringstream v;
+    v << std::setprecision(17) << p.skip_ratio;
+    o << "skip_ratio = " << v.str() << "\n";
+  }
   if (!p.slice_tokens.empty()) {
     o << "slice_tokens = [";
     for (std::size_t i = 0; i < p.slice_tokens.size(); ++i)

@@ -97,6 +97,10 @@ TorchtitanPlanLayout torchtitan_plan_layout(
   require(p.vocab == schedule::VocabMode::None, t.framework,
           "vocabulary parallelism (" + std::string(schedule::vocab_mode_name(p.vocab)) +
               ") is not in torchtitan");
+  require(!schedule::skips_stages(p.schedule), t.framework,
+          "schedule " + p.schedule +
+              " lets micro-batches skip stages; torch.distributed.pipelining runs every "
+              "micro-batch through every stage");
   require(!schedule::supports_slices(p.schedule), t.framework,
           "schedule " + p.schedule +
               " cuts each micro-batch into token slices; torch.distributed.pipelining pipelines "

@@ -103,6 +103,8 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   // Token slices: the first op to cross the ranks is a slice, of a size the bound does not know;
   // its start-up and drain are left out (each slice still pays at least its share of the work).
   const bool sliced = schedule::supports_slices(plan.schedule);
+  // Partial pipelining: the middle ranks run fewer micro-batches, the first and last every one.
+  const bool partial = schedule::skips_stages(plan.schedule);
   double busiest = 0.0, startup = 0.0, drain = 0.0;
   const bool pairs = schedule::has_overlapped_pairs(plan.schedule);
   for (int r = 0; r < plan.pp; ++r) {
@@ -122,6 +124,7 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
                                   ? 0.0
                                   : m * (t.cost(r, OpKind::S) + t.cost(r, OpKind::T) +
                                          t.cost(r, OpKind::IF) + t.cost(r, OpKind::IB));
+    if (partial && r != 0 && r != plan.pp - 1) continue;
     busiest = std::max(busiest, std::max(startup, vocabulary) + transformer);
     if (linear) {
       const double deferrable = fused_backward ? 0.0 : m * v * t.cost(r, OpKind::W);
@@ -131,7 +134,7 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
     const bool hop = r + 1 < plan.pp;
     // An op of a pair may be shorter by the communication it hides: at most its own.
     const auto least = [&](OpKind k) { return t.cost(r, k) - (pairs ? t.comm(r, k) : 0.0); };
-    if (sliced) continue;
+    if (sliced || partial) continue;
     startup += least(OpKind::F) + (hop ? t.transfer_time(r, r + 1) : t.p2p_time());
     drain += std::min(least(OpKind::B), least(OpKind::BW)) +
              (hop ? t.transfer_time(r + 1, r) : t.p2p_time());
@@ -216,6 +219,22 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
       spec::generator_params(plan, e.costs.table, options_.schedule_memory_limit);
   sim::SimResult r = run_simulation(params, e.costs);
   e.simulated = true;
+  if (schedule::skips_stages(plan.schedule)) {
+    // Partial pipelining: a micro-batch runs the layers of the stages on its path only. The FLOPs
+    // (and so MFU) count the work done: scaled by the share of the transformer layers run.
+    const schedule::Schedule s = schedule::generate(params);
+    const std::vector<int> split = spec::layer_split(model, plan);
+    double run = 0.0, all = 0.0;
+    for (int mb = 0; mb < s.microbatches; ++mb)
+      for (int g = 0; g < s.groups(); ++g) {
+        all += split[static_cast<std::size_t>(g)];
+        if (s.visits(g, mb)) run += split[static_cast<std::size_t>(g)];
+      }
+    if (all > 0.0) {
+      e.model_flops *= run / all;
+      e.hardware_flops *= run / all;
+    }
+  }
   if (options_.record_trace) e.trace = std::move(r.trace);
   e.pipeline_time = r.iteration_time;
   e.bubble_ratio = r.bubble_ratio;

@@ -175,6 +175,8 @@ class Enumerator {
     if (base.pp == 1) names = {"1f1b"};  // no pipeline: every schedule is the same
     for (const std::string& name : names) {
       // Token slices need a dense model (spec::validate): counted only where asked for by name.
+      // Skipped stages train another function than the full pipeline: by name only.
+      if (schedule::skips_stages(name) && !asked) continue;
       if (schedule::supports_slices(name) && spec::is_moe(s_.model)) {
         if (asked) prune(name + " cuts micro-batches into token slices, which need a dense model");
         continue;

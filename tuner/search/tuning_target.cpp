@@ -1,5 +1,7 @@
 #include "tuner/search/tuning_target.hpp"
 
+#include <cstdio>
+
 #include "engine/errors.hpp"
 #include "engine/spec/load.hpp"
 #include "engine/spec/validate.hpp"
@@ -71,6 +73,11 @@ std::string plan_summary(const spec::ParallelPlan& p, const std::string& vocab_l
       s += (i ? "/" : "") + std::to_string(p.slice_tokens[i]);
   } else if (p.slices > 0) {
     s += " slices=" + std::to_string(p.slices);
+  }
+  if (p.skip_ratio >= 0.0) {  // skippipe's share of skipped stages
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, "%.2f", p.skip_ratio);
+    s += std::string(" skip=") + ratio;
   }
   if (!p.layer_split.empty()) {
     s += " split=";

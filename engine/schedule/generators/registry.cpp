@@ -1,5 +1,6 @@
 // generate(): checks the parameters every schedule shares, then dispatches by name.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "engine/errors.hpp"
@@ -28,6 +29,7 @@ const std::vector<Entry>& entries() {
       {"v-min", generate_v_min},
       {"dualpipe-v", generate_dualpipe_v},
       {"terapipe", generate_terapipe},
+      {"skippipe", generate_skippipe},
   };
   return table;
 }
@@ -92,6 +94,10 @@ int default_slices(std::string_view name) {
   return supports_slices(name) ? 4 : 1;
 }
 
+bool skips_stages(std::string_view name) {
+  return name == "skippipe";
+}
+
 bool has_overlapped_pairs(std::string_view name) {
   return name == "dualpipe-v";
 }
@@ -140,6 +146,12 @@ Schedule generate(const GeneratorParams& params) {
     throw ScheduleError({"plan.group_size", "plan.schedule"},
                         "a micro-batch group size (" + std::to_string(params.group_size) +
                             ") applies to interleaved-1f1b only, not " + params.name);
+  if (params.skip_ratio >= 0.0 && !skips_stages(params.name))
+    throw ScheduleError({"plan.skip_ratio", "plan.schedule"},
+                        "a skip ratio applies to skippipe only, not " + params.name);
+  if (params.skip_ratio >= 1.0 || std::isnan(params.skip_ratio))
+    throw ScheduleError({"plan.skip_ratio"},
+                        "the skip ratio is the fraction of stages a micro-batch skips: below 1");
   if (params.memory_limit > 0.0 && params.name != "zb-h2" && params.name != "zb-v")
     throw ScheduleError(
         "an activation memory limit applies to the memory-bounded schedules zb-h2 and zb-v "
