@@ -18,7 +18,10 @@ SimulationSetup setup_from_run_file(const std::string& name_or_path) {
   options.execution = engine_execution(run.backend, run.precision, spec::engine_attention(run));
   PlanEvaluation e = evaluate_plan(run.model, run.cluster, plan, options);
   SimulationSetup setup;
-  setup.params = spec::generator_params(plan, e.costs.table);
+  // terapipe: the slices the evaluation chose (TeraPipe's dynamic programming), as train plans.
+  spec::ParallelPlan simulated = plan;
+  if (simulated.slice_tokens.empty()) simulated.slice_tokens = e.slice_tokens;
+  setup.params = spec::generator_params(simulated, e.costs.table);
   setup.costs = e.costs.table;
   setup.options.activation_bytes_per_microbatch = e.costs.activation_bytes_per_microbatch;
   setup.time_unit = "s";

@@ -59,6 +59,7 @@ bool has_overlapped_pairs(std::string_view name);
 // A lower bound on the activations stage `rank` holds at its peak, in the simulator's units
 // (micro-batches through all of the stage's layers; a chunk's forward adds 1 / chunks), implied by
 // the generator's warm-up rule: exact for gpipe, terapipe, 1f1b (all vocabulary modes) and zb-h1,
+// at least the 1F1B warm-up on skippipe's first and last stages and nothing on its middle ones,
 // one chunk of one micro-batch for the others. For the tuner's bounds; no schedule is built.
 double least_peak_in_flight(const GeneratorParams& params, int rank);
 

@@ -419,19 +419,28 @@ class Builder {
       const auto from = [&](std::int64_t g) {
         return producer_replica(replica, g, placement, shape);
       };
-      std::uint64_t want = kNoKey;
-      if (cls == 0 && group > 0) want = pack(from(group - 1), 0, group - 1, mb);
-      if (cls == 1)
-        want = group + 1 < groups ? pack(from(group + 1), 1, group + 1, mb)
-                                  : pack(replica, 0, group, mb);  // the loss
-      if (cls == 2) want = pack(replica, 1, group, mb);
-      if (want == kNoKey) continue;
-      const auto block =
-          std::lower_bound(blocks.begin(), blocks.end(), want >> 32,
-                           [](const Block& b, std::uint64_t prefix) { return b.prefix < prefix; });
-      if (block == blocks.end() || block->prefix != (want >> 32)) continue;
-      const std::size_t at = run_start(all, block->lo, block->hi, want) + (i - run);
-      if (at >= block->hi || all[at].key != want) continue;
+      // The entry of `want` at the same repeat as this one, or all.size().
+      const auto find = [&](std::uint64_t want) {
+        const auto block = std::lower_bound(
+            blocks.begin(), blocks.end(), want >> 32,
+            [](const Block& b, std::uint64_t prefix) { return b.prefix < prefix; });
+        if (block == blocks.end() || block->prefix != (want >> 32)) return all.size();
+        const std::size_t at = run_start(all, block->lo, block->hi, want) + (i - run);
+        return at < block->hi && all[at].key == want ? at : all.size();
+      };
+      // The producing group: the one before (forward) or after (backward), or, where a micro-batch
+      // skips stages (partial pipelining, as skippipe), the nearest one it ran on.
+      std::size_t at = all.size();
+      if (cls == 0)
+        for (std::int64_t g = group - 1; g >= 0 && at == all.size(); --g)
+          at = find(pack(from(g), 0, g, mb));
+      if (cls == 1) {
+        for (std::int64_t g = group + 1; g < groups && at == all.size(); ++g)
+          at = find(pack(from(g), 1, g, mb));
+        if (group + 1 == groups) at = find(pack(replica, 0, group, mb));  // the loss
+      }
+      if (cls == 2) at = find(pack(replica, 1, group, mb));
+      if (at == all.size()) continue;
       const std::uint32_t producer = all[at].last;
       ++inferred;
       if (g_.start[e.first] < g_.end[producer] - tol_) {

@@ -16,6 +16,12 @@ double least_peak_in_flight(const GeneratorParams& params, int rank) {
   auto first_backward_after = [&](int warmup) {
     return static_cast<double>(std::min(m, std::max(0, warmup) + 1));
   };
+  // skippipe: a middle stage may be skipped by every micro-batch; the ends run 1F1B with at least
+  // its warm-up (skippipe.cpp lengthens it where skips would deadlock).
+  if (skips_stages(params.name)) {
+    if (rank != 0 && rank != p - 1) return 0.0;
+    return first_backward_after(p - rank - 1);
+  }
   if (chunks == 1 && schedule_placement(params.name) == Placement::Linear) {
     // terapipe runs every slice's forward first, as gpipe does: the slices add up to m.
     if (params.name == "gpipe" || params.name == "terapipe") return m;
