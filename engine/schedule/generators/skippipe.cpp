@@ -9,8 +9,8 @@
 //
 // Each rank runs the micro-batches that visit it in 1F1B order. With skips a rank's usual
 // warm-up (p - r - 1 forwards) can deadlock, since the next rank a micro-batch visits is not
-// always r + 1: the warm-up is lengthened by one until the schedule validates, at worst to
-// GPipe's (every forward first), which always does.
+// always r + 1: every warm-up is lengthened (by 1, 2, 4, ...) until the schedule validates, at
+// worst to GPipe's order (every forward first), which always does.
 //
 // Skipping changes the function trained: a micro-batch's loss no longer goes through every
 // layer, so its losses are not the full pipeline's. SkipPipe reports convergence kept at skip
@@ -61,7 +61,8 @@ Schedule generate_skippipe(const GeneratorParams& params) {
   for (int mb = 0; mb < m; ++mb)
     for (int r = 0; r < p; ++r)
       if (s.visits(r, mb)) visiting[static_cast<std::size_t>(r)].push_back(mb);
-  for (int extra = 0;; ++extra) {
+  // Warm-ups lengthened by 0, 1, 2, 4, ...: a few validations at most, whatever m.
+  for (int extra = 0;; extra = extra == 0 ? 1 : 2 * extra) {
     for (int r = 0; r < p; ++r) {
       const std::vector<int>& mbs = visiting[static_cast<std::size_t>(r)];
       std::vector<Op>& ops = s.ranks[static_cast<std::size_t>(r)];
