@@ -47,9 +47,8 @@ double CostTable::comm(int rank, OpKind k) const {
   return at(k);
 }
 
-double CostTable::slice_cost(int rank, OpKind k, SliceShape shape) const {
+CostTable::SliceTerms CostTable::slice_terms(int rank, OpKind k) const {
   const double c = cost(rank, k);
-  if (shape.length >= 1.0) return c;
   const StageCosts& st = stage(rank);
   const auto part = [&](const std::array<double, kOpKindCount>& parts) {
     const auto at = [&](OpKind kind) { return parts[static_cast<std::size_t>(kind)]; };
@@ -57,8 +56,12 @@ double CostTable::slice_cost(int rank, OpKind k, SliceShape shape) const {
     return at(k);
   };
   const double attention = part(st.attention), fixed = part(st.fixed);
-  const double l = shape.length;
-  return fixed + (c - attention - fixed) * l + attention * l * (2.0 * shape.context + l);
+  return {fixed, c - attention - fixed, attention};
+}
+
+double CostTable::slice_cost(int rank, OpKind k, SliceShape shape) const {
+  if (shape.length >= 1.0) return cost(rank, k);
+  return slice_terms(rank, k).at(shape);
 }
 
 double CostTable::p2p_time() const {

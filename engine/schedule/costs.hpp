@@ -63,6 +63,15 @@ struct CostTable {
   // so a micro-batch's slices add up to c plus f for every slice past the first (causal
   // attention's length x (2 context + length) terms add up to 1).
   double slice_cost(int rank, OpKind k, SliceShape shape) const;
+  // slice_cost's terms: f, c - a - f (per unit of length) and a (per unit of length x (2 context
+  // + length)).
+  struct SliceTerms {
+    double fixed = 0.0, per_length = 0.0, attention = 0.0;
+    double at(SliceShape s) const {
+      return fixed + per_length * s.length + attention * s.length * (2.0 * s.context + s.length);
+    }
+  };
+  SliceTerms slice_terms(int rank, OpKind k) const;
   double p2p_time() const;  // latency + bytes / bandwidth
   // One transfer from rank `source` to rank `dest`: pair_transfer's entry, else p2p_time().
   double transfer_time(int source, int dest) const;

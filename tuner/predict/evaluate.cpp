@@ -100,9 +100,22 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   const bool linear = placement == schedule::Placement::Linear;
   const bool fused_backward = plan.schedule == "gpipe" || plan.schedule == "1f1b" ||
                               plan.schedule == "interleaved-1f1b" || plan.schedule == "terapipe";
-  // Token slices: the first op to cross the ranks is a slice, of a size the bound does not know;
-  // its start-up and drain are left out (each slice still pays at least its share of the work).
+  // Token slices: the slicing evaluate() simulates. Each rank runs every slice of every
+  // micro-batch; the first slice is the first op to cross the ranks, and, GPipe-style, its
+  // backward of the last micro-batch the last to come back.
   const bool sliced = schedule::supports_slices(plan.schedule);
+  std::vector<schedule::SliceShape> shapes;
+  if (sliced) {
+    spec::ParallelPlan chosen = plan;
+    choose_token_slices(chosen, model.seq_len, t);
+    const int k = !chosen.slice_tokens.empty() ? static_cast<int>(chosen.slice_tokens.size())
+                  : chosen.slices > 0          ? chosen.slices
+                                               : schedule::default_slices(plan.schedule);
+    schedule::Schedule shape_of;  // slice_shape reads only the slicing
+    shape_of.slices = k;
+    shape_of.slice_tokens = chosen.slice_tokens;
+    for (int j = 0; j < k; ++j) shapes.push_back(schedule::slice_shape(shape_of, j));
+  }
   // Partial pipelining: the middle ranks run fewer micro-batches, the first and last every one.
   const bool partial = schedule::skips_stages(plan.schedule);
   double busiest = 0.0, startup = 0.0, drain = 0.0;
@@ -118,7 +131,12 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
       const double kf = t.comm(r, OpKind::F), kbw = t.comm(r, OpKind::BW);
       hidden = std::min(kf, bw - kbw) + std::min(kbw, f - kf);
     }
-    const double transformer = m * v * (t.cost(r, OpKind::F) + backward - hidden);
+    double transformer = m * v * (t.cost(r, OpKind::F) + backward - hidden);
+    if (sliced) {
+      transformer = 0.0;
+      for (const schedule::SliceShape& sh : shapes)
+        transformer += m * (t.slice_cost(r, OpKind::F, sh) + t.slice_cost(r, OpKind::BW, sh));
+    }
     // Vocabulary passes (the input embedding's at least) may run before the first forward.
     const double vocabulary = plan.vocab == schedule::VocabMode::None
                                   ? 0.0
@@ -134,7 +152,15 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
     const bool hop = r + 1 < plan.pp;
     // An op of a pair may be shorter by the communication it hides: at most its own.
     const auto least = [&](OpKind k) { return t.cost(r, k) - (pairs ? t.comm(r, k) : 0.0); };
-    if (sliced || partial) continue;
+    if (partial) continue;
+    if (sliced) {  // the first slice, and at most its share of a transfer
+      const double share = shapes.front().length;
+      startup += t.slice_cost(r, OpKind::F, shapes.front()) +
+                 share * (hop ? t.transfer_time(r, r + 1) : t.p2p_time());
+      drain += t.slice_cost(r, OpKind::BW, shapes.front()) +
+               share * (hop ? t.transfer_time(r + 1, r) : t.p2p_time());
+      continue;
+    }
     startup += least(OpKind::F) + (hop ? t.transfer_time(r, r + 1) : t.p2p_time());
     drain += std::min(least(OpKind::B), least(OpKind::BW)) +
              (hop ? t.transfer_time(r + 1, r) : t.p2p_time());

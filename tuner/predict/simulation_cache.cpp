@@ -1,5 +1,7 @@
 #include "tuner/predict/simulation_cache.hpp"
 
+#include "engine/schedule/generators.hpp"
+
 #include <cstring>
 
 namespace pipetune::tuner {
@@ -13,13 +15,16 @@ void append(std::string& out, const T& value) {
   out.append(bytes, sizeof(T));
 }
 
-void append_table(std::string& out, const schedule::CostTable& t) {
+// `sliced`: the attention and fixed parts, which only token slices read.
+void append_table(std::string& out, const schedule::CostTable& t, bool sliced) {
   append(out, t.stages.size());
   for (const schedule::StageCosts& s : t.stages) {
     for (double c : s.op) append(out, c);
     for (double c : s.comm) append(out, c);
-    for (double c : s.attention) append(out, c);
-    for (double c : s.fixed) append(out, c);
+    if (sliced) {
+      for (double c : s.attention) append(out, c);
+      for (double c : s.fixed) append(out, c);
+    }
     append(out, s.offload);
   }
   append(out, t.p2p_latency);
@@ -48,8 +53,9 @@ std::string SimulationCache::key(const schedule::GeneratorParams& params,
   append(k, params.slices);
   append(k, params.slice_tokens.size());
   for (int t : params.slice_tokens) append(k, t);
-  append_table(k, params.costs);
-  append_table(k, costs);
+  const bool sliced = schedule::supports_slices(params.name);
+  append_table(k, params.costs, sliced);
+  append_table(k, costs, sliced);
   append(k, activation_bytes.size());
   for (double b : activation_bytes) append(k, b);
   return k;

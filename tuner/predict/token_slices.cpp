@@ -8,17 +8,49 @@
 
 namespace pipetune::tuner {
 
+namespace {
+
+// t(l, c) of a cost table: each stage's forward and fused backward as one set of slice terms
+// (their terms add), the distinct ones kept (the stages of a pipeline mostly share their costs),
+// and the transfers each way.
+class SliceTimer {
+ public:
+  explicit SliceTimer(const schedule::CostTable& costs) {
+    for (int r = 0; r < static_cast<int>(costs.stages.size()); ++r) {
+      const auto f = costs.slice_terms(r, schedule::OpKind::F);
+      const auto bw = costs.slice_terms(r, schedule::OpKind::BW);
+      const schedule::CostTable::SliceTerms both{f.fixed + bw.fixed, f.per_length + bw.per_length,
+                                                 f.attention + bw.attention};
+      const bool seen = std::any_of(stages_.begin(), stages_.end(), [&](const auto& t) {
+        return t.fixed == both.fixed && t.per_length == both.per_length &&
+               t.attention == both.attention;
+      });
+      if (!seen) stages_.push_back(both);
+    }
+    latency_ = std::min(costs.p2p_latency, costs.p2p_time());
+    bytes_ = costs.p2p_time() - latency_;
+  }
+  double operator()(schedule::SliceShape shape) const {
+    double slowest = 0.0;
+    for (const auto& t : stages_) slowest = std::max(slowest, t.at(shape));
+    return slowest + 2.0 * (latency_ + bytes_ * shape.length);
+  }
+
+ private:
+  std::vector<schedule::CostTable::SliceTerms> stages_;
+  double latency_ = 0.0, bytes_ = 0.0;
+};
+
+schedule::SliceShape shape_of(std::int64_t seq, std::int64_t tokens, std::int64_t context) {
+  const double L = static_cast<double>(seq);
+  return {static_cast<double>(tokens) / L, static_cast<double>(context) / L};
+}
+
+}  // namespace
+
 double slice_time(const schedule::CostTable& costs, std::int64_t seq, std::int64_t tokens,
                   std::int64_t context) {
-  const double L = static_cast<double>(seq);
-  const schedule::SliceShape shape{static_cast<double>(tokens) / L,
-                                   static_cast<double>(context) / L};
-  double slowest = 0.0;
-  for (int r = 0; r < static_cast<int>(costs.stages.size()); ++r)
-    slowest = std::max(slowest, costs.slice_cost(r, schedule::OpKind::F, shape) +
-                                    costs.slice_cost(r, schedule::OpKind::BW, shape));
-  const double latency = std::min(costs.p2p_latency, costs.p2p_time());
-  return slowest + 2.0 * (latency + (costs.p2p_time() - latency) * shape.length);
+  return SliceTimer(costs)(shape_of(seq, tokens, context));
 }
 
 TokenSlicing best_token_slicing(const schedule::CostTable& costs, int stages, int microbatches,
@@ -37,9 +69,10 @@ TokenSlicing best_token_slicing(const schedule::CostTable& costs, int stages, in
   // t[i * N + j]: the slice from cut i to cut j.
   std::vector<double> t(N * N, 0.0);
   std::vector<double> caps;
+  const SliceTimer slice(costs);
   for (std::size_t i = 0; i < N; ++i)
     for (std::size_t j = i + 1; j < N; ++j) {
-      t[i * N + j] = slice_time(costs, seq, at[j] - at[i], at[i]);
+      t[i * N + j] = slice(shape_of(seq, at[j] - at[i], at[i]));
       caps.push_back(t[i * N + j]);
     }
   std::sort(caps.begin(), caps.end());
