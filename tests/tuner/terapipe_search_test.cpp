@@ -4,6 +4,7 @@
 // out of the search, since their layers cannot be sliced.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <numeric>
 #include <string>
 
@@ -55,6 +56,31 @@ TEST(TerapipeSearch, ThePredictionSimulatesTheProgrammesSlices) {
   spec::ParallelPlan two = small_batch("terapipe");
   two.slices = 2;
   EXPECT_TRUE(evaluate_plan(m, h100s(128), two).slice_tokens.empty());
+}
+
+// The branch and bound's bound never passes the evaluated time: over shapes where the start-up
+// of the first slice, the slices' work and the drain each bind.
+TEST(TerapipeSearch, TheBoundIsAtMostTheEvaluatedTime) {
+  const spec::ModelSpec m = spec::load_model("gpt3-175b");
+  PlanEvaluator evaluator;
+  int checked = 0;
+  for (const auto& [tp, pp, microbatches, slices] :
+       {std::array{8, 16, 8, 0}, std::array{8, 16, 1, 0}, std::array{8, 8, 32, 0},
+        std::array{4, 32, 4, 3}, std::array{8, 16, 8, 1}, std::array{8, 4, 2, 16}}) {
+    spec::ParallelPlan p = small_batch("terapipe");
+    p.tp = tp;
+    p.pp = pp;
+    p.microbatches = microbatches;
+    p.slices = slices;
+    const spec::ClusterSpec c = h100s(tp * pp);
+    const double bound = evaluator.bound(m, c, p).iteration_time;
+    const double evaluated = evaluator.evaluate(m, c, p).iteration_time;
+    EXPECT_LE(bound, evaluated * (1.0 + 1e-12))
+        << "tp=" << tp << " pp=" << pp << " m=" << microbatches << " slices=" << slices;
+    EXPECT_GT(bound, 0.5 * evaluated);  // and close enough to prune
+    ++checked;
+  }
+  EXPECT_EQ(checked, 6);
 }
 
 TEST(TerapipeSearch, TheSearchRanksTerapipeWithItsSlicesNamed) {
