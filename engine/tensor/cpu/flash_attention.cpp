@@ -92,64 +92,21 @@ PIPETUNE_CPU_KERNEL void flash_backward_head(const FlashHead& h) {
 
 }  // namespace
 
+// The whole sequence is the rows case from row 0.
 void CpuBackend::do_attention_flash_forward(ConstTensorView qkv, std::int64_t num_heads,
                                             TensorView out, TensorView lse) {
-  const std::int64_t B = qkv.shape[0], T = qkv.shape[1], C3 = qkv.shape[2], C = C3 / 3;
-  const std::int64_t NH = num_heads, HS = C / NH;
-  reserve_scratch(static_cast<std::size_t>(T));
-  pool_.parallel_for(B * NH, 1, [&](std::int64_t u0, std::int64_t u1, int part) {
-    FlashHead h{};
-    h.ld = C3;
-    h.ld_out = C;
-    h.T = T;
-    h.HS = HS;
-    h.scale = 1.0f / std::sqrt(static_cast<float>(HS));
-    h.row = scratch(part);
-    for (std::int64_t u = u0; u < u1; ++u) {
-      const std::int64_t b = u / NH, hd = u % NH;
-      h.q = qkv.data + b * T * C3 + hd * HS;  // (T, HS), row stride 3C
-      h.k = h.q + C;
-      h.v = h.q + 2 * C;
-      h.out_w = out.data + b * T * C + hd * HS;  // (T, HS), row stride C
-      h.lse_w = lse.data + u * T;                // (T)
-      flash_forward_head(h);
-    }
-  });
+  do_attention_flash_forward_rows(qkv, 0, num_heads, out, lse);
 }
 
 void CpuBackend::do_attention_flash_backward_input(ConstTensorView dout, ConstTensorView qkv,
                                                    ConstTensorView out, ConstTensorView lse,
                                                    std::int64_t num_heads, TensorView dqkv,
                                                    GradientWrite write) {
-  const std::int64_t B = qkv.shape[0], T = qkv.shape[1], C3 = qkv.shape[2], C = C3 / 3;
-  const std::int64_t NH = num_heads, HS = C / NH;
-  pool_.parallel_for(B * NH, 1, [&](std::int64_t u0, std::int64_t u1, int) {
-    FlashHead h{};
-    h.ld = C3;
-    h.ld_out = C;
-    h.T = T;
-    h.HS = HS;
-    h.scale = 1.0f / std::sqrt(static_cast<float>(HS));
-    for (std::int64_t u = u0; u < u1; ++u) {
-      const std::int64_t b = u / NH, hd = u % NH;
-      h.q = qkv.data + b * T * C3 + hd * HS;  // (T, HS), row stride 3C
-      h.k = h.q + C;
-      h.v = h.q + 2 * C;
-      h.out = out.data + b * T * C + hd * HS;  // (T, HS), row stride C
-      h.dout = dout.data + b * T * C + hd * HS;
-      h.lse = lse.data + u * T;  // (T)
-      h.dq = dqkv.data + b * T * C3 + hd * HS;
-      h.dk = h.dq + C;
-      h.dv = h.dq + 2 * C;
-      if (write == GradientWrite::overwrite)  // the head's slices of dqkv, then added to
-        for (std::int64_t t = 0; t < T; ++t)
-          for (float* g : {h.dq, h.dk, h.dv}) std::fill_n(g + t * C3, HS, 0.0f);
-      flash_backward_head(h);
-    }
-  });
+  if (write == GradientWrite::overwrite) std::fill_n(dqkv.data, dqkv.numel(), 0.0f);
+  do_attention_flash_backward_input_rows(dout, qkv, out, lse, 0, num_heads, dqkv);
 }
 
-// Token slices: the query rows [q_begin, T) of each (b, h), as above from row q_begin on.
+// The query rows [q_begin, T) of each (b, h): token slices, or from 0 the whole sequence.
 void CpuBackend::do_attention_flash_forward_rows(ConstTensorView qkv, std::int64_t q_begin,
                                                  std::int64_t num_heads, TensorView out,
                                                  TensorView lse) {
