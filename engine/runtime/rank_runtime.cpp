@@ -129,30 +129,6 @@ void RankRuntime::drop_chunk_state(int chunk, int mb) {
   chunks_.erase(static_cast<std::int64_t>(chunk) * schedule_->microbatches + mb);
 }
 
-void RankRuntime::select_unit(int unit) {
-  if (schedule_->slices <= 1) return;
-  const int j = schedule_->slice_of(unit);
-  slice_begin_ = 0;
-  for (int i = 0; i < j; ++i) slice_begin_ += slice_tokens_[static_cast<std::size_t>(i)];
-  seq_ = slice_tokens_[static_cast<std::size_t>(j)];
-}
-
-std::vector<std::int32_t> RankRuntime::slice_rows(const std::vector<std::int32_t>& all) const {
-  if (schedule_->slices <= 1) return all;
-  std::vector<std::int32_t> out(static_cast<std::size_t>(batch_ * seq_));
-  for (std::int64_t b = 0; b < batch_; ++b)
-    std::copy_n(all.begin() + b * full_seq_ + slice_begin_, seq_, out.begin() + b * seq_);
-  return out;
-}
-
-std::vector<model::SliceKeys>* RankRuntime::slice_keys(int chunk, int unit, std::size_t blocks) {
-  if (schedule_->slices <= 1) return nullptr;
-  auto& keys = slice_keys_[static_cast<std::int64_t>(chunk) * schedule_->data_microbatches() +
-                           data_microbatch(unit)];
-  if (keys.size() != blocks) keys.resize(blocks);  // once, at the first slice: never moved again
-  return &keys;
-}
-
 std::size_t RankRuntime::activation_bytes() const {
   std::size_t b = 0;
   for (const auto& [key, s] : chunks_) b += s.bytes();
@@ -445,8 +421,9 @@ void RankRuntime::embed_plain(int mb, TensorView x) {
   auto& be = ctx_.be();
   model::Buffer all_rows;  // (N, C) this rank's part under sequence parallelism
   TensorView all = ctx_.sequence_parallel ? sized(all_rows, Shape{rows(), config_.hidden}) : x;
-  const std::vector<std::int32_t> tokens =
-      slice_rows((*batches_)[static_cast<std::size_t>(data_microbatch(mb))].inputs);
+  std::vector<std::int32_t> tokens_slice;  // the op's token slice's, when there are slices
+  const std::span<const std::int32_t> tokens =
+      slice_rows((*batches_)[static_cast<std::size_t>(data_microbatch(mb))].inputs, tokens_slice);
   // Vocabulary rows split over TP: each rank embeds the tokens of its rows, the TP sum completes
   // it; the position term joins on TP rank 0 only (a token slice's positions from its first).
   ConstTensorView wpe =
@@ -540,8 +517,9 @@ float RankRuntime::output_loss_plain(ChunkState& s, int mb) {
   const std::int64_t N = rows(), C = config_.hidden, Vs = model_->vocab().rows();
   auto& m = *model_;
   auto& be = ctx_.be();
-  const std::vector<std::int32_t> targets =
-      slice_rows((*batches_)[static_cast<std::size_t>(data_microbatch(mb))].targets);
+  std::vector<std::int32_t> targets_slice;  // the op's token slice's, when there are slices
+  const std::span<const std::int32_t> targets =
+      slice_rows((*batches_)[static_cast<std::size_t>(data_microbatch(mb))].targets, targets_slice);
   TensorView logits = sized(s.logits, Shape{N, Vs});  // (N, Vp/tp)
   be.linear_forward(view(s.lnf, Shape{N, C}), m.dense.param(m.head()), {}, logits);
   be.fill_columns(logits, m.vocab().first_padding(config_.vocab), model::kPaddedLogit);
@@ -571,8 +549,9 @@ void RankRuntime::output_backward_plain(ChunkState& s, int mb, TensorView dy_fin
   const std::int64_t N = rows(), C = config_.hidden, Vs = model_->vocab().rows();
   auto& m = *model_;
   auto& be = ctx_.be();
-  const std::vector<std::int32_t> targets =
-      slice_rows((*batches_)[static_cast<std::size_t>(data_microbatch(mb))].targets);
+  std::vector<std::int32_t> targets_slice;  // the op's token slice's, when there are slices
+  const std::span<const std::int32_t> targets =
+      slice_rows((*batches_)[static_cast<std::size_t>(data_microbatch(mb))].targets, targets_slice);
   // The gradient takes the logits' place (each element is read before it is written): no second
   // (N, V) buffer, the largest activation, and no pass zeroing one.
   TensorView logits = view(s.logits, Shape{N, Vs});
@@ -680,8 +659,9 @@ void RankRuntime::backward_weight(int chunk, int mb, bool after_weights) {
       with_units({}, {.layer = layer_of(chunk, i)},
                  [&] { blocks[i].backward_weight(ctx_, s.blocks[i]); });
   if (group == 0 && !vocab_parallel_) {
-    const std::vector<std::int32_t> tokens =
-        slice_rows((*batches_)[static_cast<std::size_t>(data_microbatch(mb))].inputs);
+    std::vector<std::int32_t> tokens_slice;  // the op's token slice's, when there are slices
+    const std::span<const std::int32_t> tokens =
+        slice_rows((*batches_)[static_cast<std::size_t>(data_microbatch(mb))].inputs, tokens_slice);
     with_units({}, {{"wte", "wpe"}}, [&] {
       TensorView dwpe = m.wpe() >= 0 ? m.dense.grad(m.wpe()) : TensorView{};
       if (!dwpe.empty() && slice_begin_ > 0)  // a token slice's positions from its first

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -151,7 +152,9 @@ class RankRuntime {
   // the op's slice made current, its rows of a (B, T) token array, and the keys its layers share.
   int data_microbatch(int unit) const { return unit / schedule_->slices; }
   void select_unit(int unit);
-  std::vector<std::int32_t> slice_rows(const std::vector<std::int32_t>& all) const;
+  // (`all` itself without slices; else the slice's rows, copied into `scratch`).
+  std::span<const std::int32_t> slice_rows(const std::vector<std::int32_t>& all,
+                                           std::vector<std::int32_t>& scratch) const;
   std::vector<model::SliceKeys>* slice_keys(int chunk, int unit, std::size_t blocks);
   ChunkState& chunk_state(int chunk, int mb);
   void drop_chunk_state(int chunk, int mb);
