@@ -111,7 +111,7 @@ tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
         "--skip-ratio is the share of stages a micro-batch skips: at least 0 and "
         "below 1, not " +
         std::to_string(*a.skip_ratio));
-  p.skip_ratio = a.skip_ratio.value_or(-1.0);
+  p.skip_ratio = a.skip_ratio;  // unset: the schedule's default
   setup.costs = schedule::CostTable::uniform(p.stages, a.cost_f, a.cost_b, a.cost_w, a.cost_s,
                                              a.cost_t, a.comm);
   if (a.barrier) setup.costs.collective_time = *a.barrier;

@@ -33,7 +33,7 @@ nlohmann::json plan_to_json(const spec::ParallelPlan& p, const std::string& voca
   // terapipe's token slices: absent when the plan names none.
   if (p.slices > 0) j["slices"] = p.slices;
   if (!p.slice_tokens.empty()) j["slice_tokens"] = p.slice_tokens;
-  if (p.skip_ratio >= 0.0) j["skip_ratio"] = p.skip_ratio;
+  if (p.skip_ratio) j["skip_ratio"] = *p.skip_ratio;
   // Offload: absent when off (and in plans stored before it was kept).
   if (p.offload_activations) j["offload_activations"] = true;
   if (p.offload_optimizer) j["offload_optimizer"] = true;
@@ -81,7 +81,7 @@ spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_la
     if (j.contains("stage_tp")) p.stage_tp = j.at("stage_tp").get<std::vector<int>>();
     p.slices = j.value("slices", 0);
     if (j.contains("slice_tokens")) p.slice_tokens = j.at("slice_tokens").get<std::vector<int>>();
-    p.skip_ratio = j.value("skip_ratio", -1.0);
+    if (j.contains("skip_ratio")) p.skip_ratio = j.at("skip_ratio").get<double>();
     if (training) spec::apply_defaults(p);
     return p;
   } catch (const nlohmann::json::exception& e) {

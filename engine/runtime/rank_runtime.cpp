@@ -426,11 +426,8 @@ void RankRuntime::embed_plain(int mb, TensorView x) {
       slice_rows((*batches_)[static_cast<std::size_t>(data_microbatch(mb))].inputs, tokens_slice);
   // Vocabulary rows split over TP: each rank embeds the tokens of its rows, the TP sum completes
   // it; the position term joins on TP rank 0 only (a token slice's positions from its first).
-  ConstTensorView wpe =
-      ctx_.tp_rank == 0 ? ConstTensorView(m.dense.param(m.wpe())) : ConstTensorView{};
-  if (!wpe.empty() && slice_begin_ > 0)
-    wpe = ConstTensorView{wpe.data + slice_begin_ * wpe.shape[1],
-                          Shape{wpe.shape[0] - slice_begin_, wpe.shape[1]}};
+  const ConstTensorView wpe = slice_positions(
+      ctx_.tp_rank == 0 ? ConstTensorView(m.dense.param(m.wpe())) : ConstTensorView{});
   be.embedding_shard_forward(tokens, m.dense.param(m.wte()), m.vocab().lo, m.vocab_rows(), wpe,
                              TensorView{all.data, Shape{batch_, seq_, config_.hidden}});
   model::reduce_rows(ctx_, all, x);
@@ -612,8 +609,7 @@ void RankRuntime::backward_input(int chunk, int mb, bool weights) {
   }
   s.backward_done = true;
   if (schedule_->slices > 1 && schedule_->slice_of(mb) == 0)  // every slice's keys are used up
-    slice_keys_.erase(static_cast<std::int64_t>(chunk) * schedule_->data_microbatches() +
-                      data_microbatch(mb));
+    drop_slice_keys(chunk, mb);
   if (group > 0) {
     const int previous = schedule_->previous_group(group, mb);
     for (int dst : group_receivers(previous))
@@ -663,10 +659,7 @@ void RankRuntime::backward_weight(int chunk, int mb, bool after_weights) {
     const std::span<const std::int32_t> tokens =
         slice_rows((*batches_)[static_cast<std::size_t>(data_microbatch(mb))].inputs, tokens_slice);
     with_units({}, {{"wte", "wpe"}}, [&] {
-      TensorView dwpe = m.wpe() >= 0 ? m.dense.grad(m.wpe()) : TensorView{};
-      if (!dwpe.empty() && slice_begin_ > 0)  // a token slice's positions from its first
-        dwpe = TensorView{dwpe.data + slice_begin_ * dwpe.shape[1],
-                          Shape{dwpe.shape[0] - slice_begin_, dwpe.shape[1]}};
+      const TensorView dwpe = slice_positions(m.wpe() >= 0 ? m.dense.grad(m.wpe()) : TensorView{});
       be.embedding_shard_backward_weight(tokens, view(s.demb, Shape{batch_, seq_, C}), m.vocab().lo,
                                          m.vocab_rows(), m.dense.grad(m.wte()), dwpe);
     });

@@ -156,6 +156,19 @@ class RankRuntime {
   std::span<const std::int32_t> slice_rows(const std::vector<std::int32_t>& all,
                                            std::vector<std::int32_t>& scratch) const;
   std::vector<model::SliceKeys>* slice_keys(int chunk, int unit, std::size_t blocks);
+  void drop_slice_keys(int chunk, int unit);
+  std::int64_t slice_keys_key(int chunk, int unit) const {
+    return static_cast<std::int64_t>(chunk) * schedule_->data_microbatches() +
+           data_microbatch(unit);
+  }
+  // A position table (wpe or its gradient, (T, C)) from the op's slice's first token on; the
+  // table itself (or an empty view) for the first slice.
+  template <class View>
+  View slice_positions(View table) const {
+    if (table.empty() || slice_begin_ == 0) return table;
+    return View{table.data + slice_begin_ * table.shape[1],
+                tensor::Shape{table.shape[0] - slice_begin_, table.shape[1]}};
+  }
   ChunkState& chunk_state(int chunk, int mb);
   void drop_chunk_state(int chunk, int mb);
   // The rank holding layer group `group` whose messages this rank takes: with equal tp degrees

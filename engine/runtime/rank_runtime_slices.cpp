@@ -25,10 +25,13 @@ std::span<const std::int32_t> RankRuntime::slice_rows(const std::vector<std::int
 
 std::vector<model::SliceKeys>* RankRuntime::slice_keys(int chunk, int unit, std::size_t blocks) {
   if (schedule_->slices <= 1) return nullptr;
-  auto& keys = slice_keys_[static_cast<std::int64_t>(chunk) * schedule_->data_microbatches() +
-                           data_microbatch(unit)];
+  auto& keys = slice_keys_[slice_keys_key(chunk, unit)];
   if (keys.size() != blocks) keys.resize(blocks);  // once, at the first slice: never moved again
   return &keys;
+}
+
+void RankRuntime::drop_slice_keys(int chunk, int unit) {
+  slice_keys_.erase(slice_keys_key(chunk, unit));
 }
 
 }  // namespace pipetune::runtime

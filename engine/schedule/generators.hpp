@@ -2,6 +2,7 @@
 // per-stage op costs). Every generated schedule passes the validator before it is returned.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,8 +31,9 @@ struct GeneratorParams {
   // programming); empty = equal slices. Its size is the number of slices.
   std::vector<int> slice_tokens;
   // Partial pipelining (skippipe): the fraction of the pipeline's stages each micro-batch skips
-  // (SkipPipe's skip ratio: skipped stages / stages); below 0 = the schedule's default, 1/3.
-  double skip_ratio = -1.0;
+  // (SkipPipe's skip ratio: skipped stages / stages), in [0, 1); unset = the schedule's default,
+  // 1/3.
+  std::optional<double> skip_ratio;
 };
 
 // Names accepted by generate(), in a stable order.
@@ -50,6 +52,10 @@ bool uses_costs(std::string_view name, VocabMode vocab);
 // schedule (only terapipe cuts micro-batches into slices). Throws for an unknown name.
 int default_slices(std::string_view name);
 bool supports_slices(std::string_view name);
+// The token slices a schedule cuts each micro-batch into, from what a plan says: as many as
+// `slice_tokens` names, else `slices`, else the schedule's default (1 for a name that takes no
+// slices, or one that is unknown: the registry reports that).
+int slice_count(std::string_view name, int slices, const std::vector<int>& slice_tokens);
 // Whether the schedule's micro-batches skip stages (skippipe): it then trains a different function
 // from the full pipeline, and the search takes it only when asked for by name.
 bool skips_stages(std::string_view name);

@@ -33,16 +33,25 @@ VocabMode parse_vocab_mode(std::string_view name) {
                                        "' (valid: none, vocab-1, vocab-2, interlaced)");
 }
 
+std::vector<SliceShape> slice_shapes(int slices, const std::vector<int>& slice_tokens) {
+  std::vector<SliceShape> out;
+  if (slice_tokens.empty()) {
+    for (int j = 0; j < slices; ++j) out.push_back({1.0 / slices, static_cast<double>(j) / slices});
+    return out;
+  }
+  double total = 0.0;
+  for (int t : slice_tokens) total += t;
+  double before = 0.0;
+  for (int t : slice_tokens) {
+    out.push_back({t / total, before / total});
+    before += t;
+  }
+  return out;
+}
+
 SliceShape slice_shape(const Schedule& s, int unit) {
   if (s.slices <= 1) return {};
-  const int j = s.slice_of(unit);
-  if (s.slice_tokens.empty()) return {1.0 / s.slices, static_cast<double>(j) / s.slices};
-  double total = 0.0, before = 0.0;
-  for (std::size_t i = 0; i < s.slice_tokens.size(); ++i) {
-    total += s.slice_tokens[i];
-    if (static_cast<int>(i) < j) before += s.slice_tokens[i];
-  }
-  return {s.slice_tokens[static_cast<std::size_t>(j)] / total, before / total};
+  return slice_shapes(s.slices, s.slice_tokens)[static_cast<std::size_t>(s.slice_of(unit))];
 }
 
 std::vector<std::int64_t> slice_token_counts(const Schedule& s, std::int64_t seq) {

@@ -91,6 +91,9 @@ struct SliceShape {
   double length = 1.0;
   double context = 0.0;
 };
+// Each slice's shape, of `slices` slices: of the lengths `slice_tokens` gives (relative), else
+// equal.
+std::vector<SliceShape> slice_shapes(int slices, const std::vector<int>& slice_tokens);
 // The shape of unit `unit`'s slice; {1, 0} without token slices.
 SliceShape slice_shape(const Schedule& s, int unit);
 // The tokens of each slice for a sequence of `seq` tokens: slice_tokens when given (InputError

@@ -103,11 +103,9 @@ TrainingSession::TrainingSession(TrainingRequest request) : request_(std::move(r
   spec::apply_defaults(o.plan);
   if (request_.plan_schedule) o.schedule = request_.plan_schedule(run_start(o, request_.engine));
   // Token slices' attention over a key prefix is a cpu-backend op (Backend's rows ops).
-  const int slices = o.schedule                     ? o.schedule->slices
-                     : !o.plan.slice_tokens.empty() ? static_cast<int>(o.plan.slice_tokens.size())
-                     : o.plan.slices > 0            ? o.plan.slices
-                     : schedule::supports_slices(o.plan.schedule) ? 2
-                                                                  : 1;
+  const int slices =
+      o.schedule ? o.schedule->slices
+                 : schedule::slice_count(o.plan.schedule, o.plan.slices, o.plan.slice_tokens);
   if (engine.backend == spec::EngineBackend::cuda && slices > 1)
     throw InputError({"plan.schedule", "backend"},
                      "schedule " + o.plan.schedule +

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,9 +62,9 @@ struct ParallelPlan {
   // model's seq_len; TeraPipe's uneven slices, as the tuner's dynamic programming chooses them).
   int slices = 0;
   std::vector<int> slice_tokens;
-  // Partial pipelining (skippipe): the fraction of the stages each micro-batch skips; below 0 =
-  // the schedule's default (1/3).
-  double skip_ratio = -1.0;
+  // Partial pipelining (skippipe): the fraction of the stages each micro-batch skips, in [0, 1);
+  // unset = the schedule's default (1/3).
+  std::optional<double> skip_ratio;
   // Placement (Holmes): the rank order, and the order in which the cluster's node groups
   // (ClusterSpec::node_groups, by index) take device slots: slot 0 is on the first node of
   // node_group_order[0]. Empty = the groups in the cluster's own order.

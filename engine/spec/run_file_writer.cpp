@@ -129,9 +129,9 @@ void write_plan_table(std::ostream& out, const RunSpec& run) {
   out << "group_size = " << p.group_size << "\n";
   if (p.slices > 0) out << "slices = " << p.slices << "\n";
   int_array_key(out, "slice_tokens", p.slice_tokens);
-  if (p.skip_ratio >= 0.0) {  // exactly: 17 digits
+  if (p.skip_ratio) {  // exactly: 17 digits
     std::ostringstream v;
-    v << std::setprecision(17) << p.skip_ratio;
+    v << std::setprecision(17) << *p.skip_ratio;
     out << "skip_ratio = " << v.str() << "\n";
   }
   out << "rank_order = \"" << rank_order_name(p.rank_order) << "\"\n";

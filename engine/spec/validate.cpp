@@ -300,9 +300,10 @@ void validate(const ParallelPlan& plan) {
   require_product_at_most({"plan.micro_batch_size", "plan.microbatches", "plan.dp"},
                           "micro_batch_size*microbatches*dp", per_replica, plan.dp,
                           std::int64_t{1} << 40);
-  if (!(plan.skip_ratio < 1.0)) {  // nan too
-    throw SpecError({"plan.skip_ratio"}, "skip_ratio=" + std::to_string(plan.skip_ratio) +
-                                             " must be below 1 (the share of stages skipped)");
+  if (plan.skip_ratio && !(*plan.skip_ratio >= 0.0 && *plan.skip_ratio < 1.0)) {  // nan too
+    throw SpecError({"plan.skip_ratio"},
+                    "skip_ratio=" + std::to_string(*plan.skip_ratio) +
+                        " must be at least 0 and below 1 (the share of stages skipped)");
   }
   if (plan.group_size < 0) {
     throw SpecError({"plan.group_size"}, "group_size=" + shown(std::int64_t{plan.group_size}) +
@@ -403,11 +404,7 @@ void validate(const ModelSpec& model, const ParallelPlan& plan) {
     require_divides("plan.ep", "ep", plan.ep, "model.experts", "experts", model.experts);
   }
   // Token slices (terapipe): whole tokens of one sequence, and a dense model.
-  const std::int64_t slices =
-      !plan.slice_tokens.empty() ? static_cast<std::int64_t>(plan.slice_tokens.size())
-      : plan.slices > 0          ? std::int64_t{plan.slices}
-      : schedule::supports_slices(plan.schedule) ? schedule::default_slices(plan.schedule)
-                                                 : 1;
+  const std::int64_t slices = schedule::slice_count(plan.schedule, plan.slices, plan.slice_tokens);
   if (!plan.slice_tokens.empty()) {
     const std::int64_t sum =
         std::accumulate(plan.slice_tokens.begin(), plan.slice_tokens.end(), std::int64_t{0});

@@ -3,13 +3,15 @@
 // out by hand), and a ratio of 0 as the full 1f1b.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "engine/schedule/generators.hpp"
 #include "tuner/sim/simulator.hpp"
 
 namespace pipetune::schedule {
 namespace {
 
-GeneratorParams params(const char* name, int p, int m, double ratio = -1.0) {
+GeneratorParams params(const char* name, int p, int m, std::optional<double> ratio = std::nullopt) {
   GeneratorParams g;
   g.name = name;
   g.stages = p;

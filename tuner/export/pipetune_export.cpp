@@ -102,9 +102,9 @@ std::string export_pipetune(const ExportRequest& r) {
   if (p.offload_optimizer) o << "offload_optimizer = true\n";
   if (p.group_size > 0) o << "group_size = " << p.group_size << "\n";
   if (p.slices > 0) o << "slices = " << p.slices << "\n";
-  if (p.skip_ratio >= 0.0) {  // exactly: 17 digits
+  if (p.skip_ratio) {  // exactly: 17 digits
     std::ostringstream v;
-    v << std::setprecision(17) << p.skip_ratio;
+    v << std::setprecision(17) << *p.skip_ratio;
     o << "skip_ratio = " << v.str() << "\n";
   }
   if (!p.slice_tokens.empty()) {

@@ -108,13 +108,9 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   if (sliced) {
     spec::ParallelPlan chosen = plan;
     choose_token_slices(chosen, model.seq_len, t);
-    const int k = !chosen.slice_tokens.empty() ? static_cast<int>(chosen.slice_tokens.size())
-                  : chosen.slices > 0          ? chosen.slices
-                                               : schedule::default_slices(plan.schedule);
-    schedule::Schedule shape_of;  // slice_shape reads only the slicing
-    shape_of.slices = k;
-    shape_of.slice_tokens = chosen.slice_tokens;
-    for (int j = 0; j < k; ++j) shapes.push_back(schedule::slice_shape(shape_of, j));
+    shapes = schedule::slice_shapes(
+        schedule::slice_count(chosen.schedule, chosen.slices, chosen.slice_tokens),
+        chosen.slice_tokens);
   }
   // Partial pipelining: the middle ranks run fewer micro-batches, the first and last every one.
   const bool partial = schedule::skips_stages(plan.schedule);
@@ -177,9 +173,10 @@ const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorP
     scratch = schedule::generate(params);
     return scratch;
   }
-  ScheduleKey key{params.name,        params.stages,     params.microbatches,
-                  params.chunks,      params.group_size, static_cast<int>(params.vocab),
-                  params.memory_limit};
+  ScheduleKey key{params.name,         params.stages,
+                  params.microbatches, params.chunks,
+                  params.group_size,   static_cast<int>(params.vocab),
+                  params.memory_limit, params.skip_ratio.value_or(-1.0)};
   auto it = schedules_.find(key);
   if (it != schedules_.end()) return it->second;
   if (schedules_.size() >= kMaxCachedSchedules) schedules_.clear();
@@ -248,7 +245,8 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
   if (schedule::skips_stages(plan.schedule)) {
     // Partial pipelining: a micro-batch runs the layers of the stages on its path only. The FLOPs
     // (and so MFU) count the work done: scaled by the share of the transformer layers run.
-    const schedule::Schedule s = schedule::generate(params);
+    schedule::Schedule scratch;
+    const schedule::Schedule& s = schedule_for(params, scratch);  // the one simulated, cached
     const std::vector<int> split = spec::layer_split(model, plan);
     double run = 0.0, all = 0.0;
     for (int mb = 0; mb < s.microbatches; ++mb)

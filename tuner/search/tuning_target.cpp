@@ -74,9 +74,9 @@ std::string plan_summary(const spec::ParallelPlan& p, const std::string& vocab_l
   } else if (p.slices > 0) {
     s += " slices=" + std::to_string(p.slices);
   }
-  if (p.skip_ratio >= 0.0) {  // skippipe's share of skipped stages
+  if (p.skip_ratio) {  // skippipe's share of skipped stages
     char ratio[32];
-    std::snprintf(ratio, sizeof ratio, "%.2f", p.skip_ratio);
+    std::snprintf(ratio, sizeof ratio, "%.2f", *p.skip_ratio);
     s += std::string(" skip=") + ratio;
   }
   if (!p.layer_split.empty()) {

@@ -156,8 +156,10 @@ class TimingHooks {
     const auto p = static_cast<std::size_t>(s_.stages), k = static_cast<std::size_t>(s_.slices);
     slice_cost_.resize(p * schedule::kOpKindCount * k);
     slice_length_.resize(k);
+    const std::vector<schedule::SliceShape> shapes =
+        schedule::slice_shapes(s_.slices, s_.slice_tokens);
     for (std::size_t j = 0; j < k; ++j) {
-      const schedule::SliceShape shape = schedule::slice_shape(s_, static_cast<int>(j));
+      const schedule::SliceShape shape = shapes[j];
       slice_length_[j] = shape.length;
       for (std::size_t r = 0; r < p; ++r)
         for (OpKind kind : schedule::kAllOpKinds)

@@ -91,6 +91,12 @@ bool supports_slices(std::string_view name) {
 
 int default_slices(std::string_view name) {
   schedule_placement(name);  // throws for an unknown name
+  return slice_count(name, 0, {});
+}
+
+int slice_count(std::string_view name, int slices, const std::vector<int>& slice_tokens) {
+  if (!slice_tokens.empty()) return static_cast<int>(slice_tokens.size());
+  if (slices > 0) return slices;
   return supports_slices(name) ? 4 : 1;
 }
 
@@ -146,12 +152,13 @@ Schedule generate(const GeneratorParams& params) {
     throw ScheduleError({"plan.group_size", "plan.schedule"},
                         "a micro-batch group size (" + std::to_string(params.group_size) +
                             ") applies to interleaved-1f1b only, not " + params.name);
-  if (params.skip_ratio >= 0.0 && !skips_stages(params.name))
+  if (params.skip_ratio && !skips_stages(params.name))
     throw ScheduleError({"plan.skip_ratio", "plan.schedule"},
                         "a skip ratio applies to skippipe only, not " + params.name);
-  if (params.skip_ratio >= 1.0 || std::isnan(params.skip_ratio))
+  if (params.skip_ratio && !(*params.skip_ratio >= 0.0 && *params.skip_ratio < 1.0))  // nan too
     throw ScheduleError({"plan.skip_ratio"},
-                        "the skip ratio is the fraction of stages a micro-batch skips: below 1");
+                        "the skip ratio is the fraction of stages a micro-batch skips: at least 0 "
+                        "and below 1");
   if (params.memory_limit > 0.0 && params.name != "zb-h2" && params.name != "zb-v")
     throw ScheduleError(
         "an activation memory limit applies to the memory-bounded schedules zb-h2 and zb-v "
@@ -160,9 +167,7 @@ Schedule generate(const GeneratorParams& params) {
   if (params.slices < 0)
     throw ScheduleError({"plan.slices"},
                         "token slices must be positive, got " + std::to_string(params.slices));
-  const int slices = params.slice_tokens.empty()
-                         ? (params.slices > 0 ? params.slices : default_slices(params.name))
-                         : static_cast<int>(params.slice_tokens.size());
+  const int slices = slice_count(params.name, params.slices, params.slice_tokens);
   if ((params.slices > 1 || !params.slice_tokens.empty()) && !supports_slices(params.name))
     throw ScheduleError({"plan.slices", "plan.schedule"},
                         "token slices (" + std::to_string(slices) +

@@ -52,7 +52,7 @@ Schedule generate_skippipe(const GeneratorParams& params) {
   linear::require_no_vocab(kName, params);
   const int p = params.stages;
   const int m = params.microbatches;
-  const double ratio = params.skip_ratio >= 0.0 ? params.skip_ratio : kDefaultSkipRatio;
+  const double ratio = params.skip_ratio.value_or(kDefaultSkipRatio);
   const int skipped = std::clamp(static_cast<int>(std::lround(ratio * p)), 0, std::max(0, p - 2));
   Schedule s = linear::empty_schedule(kName, p, m, 1, VocabMode::None);
   if (skipped > 0) s.skipped = skip_flags(p, m, skipped);

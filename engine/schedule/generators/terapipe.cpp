@@ -20,9 +20,7 @@ Schedule generate_terapipe(const GeneratorParams& params) {
   linear::check_sizes(kName, params);
   linear::require_single_chunk(kName, params);
   linear::require_no_vocab(kName, params);
-  const int k = params.slice_tokens.empty()
-                    ? (params.slices > 0 ? params.slices : default_slices(kName))
-                    : static_cast<int>(params.slice_tokens.size());
+  const int k = slice_count(kName, params.slices, params.slice_tokens);
   const int p = params.stages;
   const int m = params.microbatches;
   Schedule s = linear::empty_schedule(kName, p, m * k, 1, VocabMode::None);

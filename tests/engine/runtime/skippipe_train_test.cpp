@@ -90,7 +90,7 @@ TEST(SkippipeTraining, RatioZeroTrainsAs1f1b) {
   skip.record_trace = false;
   TrainOptions full = skip;
   full.plan.schedule = "1f1b";
-  full.plan.skip_ratio = -1.0;
+  full.plan.skip_ratio.reset();
   const TrainResult a = train(skip), b = train(full);
   ASSERT_EQ(a.steps.size(), b.steps.size());
   for (std::size_t i = 0; i < a.steps.size(); ++i) EXPECT_EQ(a.steps[i].loss, b.steps[i].loss);

@@ -3,6 +3,7 @@
 // ratio of 0 that is 1f1b, the validator's refusals, and no deadlock over a range of shapes.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,7 @@
 namespace pipetune::schedule {
 namespace {
 
-GeneratorParams skippipe(int p, int m, double ratio) {
+GeneratorParams skippipe(int p, int m, std::optional<double> ratio) {
   GeneratorParams g;
   g.name = "skippipe";
   g.stages = p;
@@ -63,10 +64,10 @@ TEST(Skippipe, RatioZeroIsTheFullPipelineIn1f1bOrder) {
   const Schedule s = generate(g);
   EXPECT_TRUE(s.skipped.empty());
   g.name = "1f1b";
-  g.skip_ratio = -1.0;
+  g.skip_ratio.reset();
   EXPECT_EQ(s.ranks, generate(g).ranks);
   // The default ratio is SkipPipe's 1/3; two stages leave nothing to skip.
-  EXPECT_FALSE(generate(skippipe(6, 6, -1.0)).skipped.empty());
+  EXPECT_FALSE(generate(skippipe(6, 6, std::nullopt)).skipped.empty());
   EXPECT_TRUE(generate(skippipe(2, 4, 0.9)).skipped.empty());
 }
 
