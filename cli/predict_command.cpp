@@ -33,6 +33,8 @@ struct PredictArgs {
   PlanFlags plan;  // dp default: gpus / (tp*pp); chunks: the schedule's own
   std::string schedule = "1f1b", vocab = "none", recompute = "none";
   std::optional<double> skip_ratio;  // skippipe
+  bool layered_reduction = false;    // an R op per layer group
+  bool modular = false;              // one layer per group (chunks = layers / pp)
   std::string rank_order = "tp-dp-pp", node_group_order;
   std::string stage_recompute;  // comma list, one mode per pipeline rank; empty = recompute
   std::string stage_tp;         // comma list, one TP degree per pipeline rank; empty = tp
@@ -167,6 +169,8 @@ void run_flags(const PredictArgs& a) {
   p.sequence_parallel = a.sequence_parallel;
   p.offload_activations = a.offload_activations;
   p.offload_optimizer = a.offload_optimizer;
+  p.layered_reduction = a.layered_reduction;
+  if (a.modular) p.chunks = spec::modular_chunks(t.model, p);
   try {
     p.rank_order = spec::parse_rank_order(a.rank_order);
   } catch (const SpecError&) {
@@ -256,6 +260,12 @@ void add_predict_command(CLI::App& app) {
                   "comma-separated (4,2,2: pp entries; dp is shared, stage s holds stage-tp[s]*dp "
                   "GPUs; --tp defaults to the first)");
   cmd->add_flag("--sequence-parallel", a->sequence_parallel, "Sequence parallelism (with TP)");
+  cmd->add_flag("--layered-reduction", a->layered_reduction,
+                "Reduce each layer group's gradients over data parallelism as soon as its "
+                "backward is complete (ZeRO-0)");
+  cmd->add_flag("--modular", a->modular,
+                "Modular placement: one layer per layer group, layer l on pipeline rank l mod pp "
+                "(chunks = layers / pp; linear schedules)");
   cmd->add_flag("--offload-activations", a->offload_activations,
                 "Offload: move each forward's activations to host memory until its backward");
   cmd->add_flag("--offload-optimizer", a->offload_optimizer,

@@ -43,6 +43,8 @@ struct SimulateArgs {
   double attention_share = 0.0;      // of each op's cost, the causal attention's part
   double fixed_cost = 0.0;           // of each op's cost, the part each slice pays whole
   std::optional<double> skip_ratio;  // skippipe's share of stages each micro-batch skips
+  bool layered_reduction = false;    // an R op per layer group after its last backward
+  double cost_reduce = 0.0;          // one layer group's gradient reduction (R)
   bool json = false;
   std::string trace;
   int width = 0;
@@ -65,7 +67,8 @@ void check_costs(const SimulateArgs& a) {
                                                   {"--comm-b", a.comm_b},
                                                   {"--cost-barrier", a.barrier.value_or(0.0)},
                                                   {"--attention-share", a.attention_share},
-                                                  {"--cost-fixed", a.fixed_cost}};
+                                                  {"--cost-fixed", a.fixed_cost},
+                                                  {"--cost-reduce", a.cost_reduce}};
   for (const auto& [flag, v] : costs)
     if (!(v >= 0.0) || !std::isfinite(v)) {
       char shown[32];
@@ -112,10 +115,17 @@ tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
         "below 1, not " +
         std::to_string(*a.skip_ratio));
   p.skip_ratio = a.skip_ratio;  // unset: the schedule's default
+  p.layered_reduction = a.layered_reduction;
+  if (a.cost_reduce > 0.0 && !a.layered_reduction && a.schedule != "layered")
+    throw InputError(
+        "--cost-reduce times the layer groups' gradient reductions (R ops): they come with "
+        "--layered-reduction or --schedule layered");
   setup.costs = schedule::CostTable::uniform(p.stages, a.cost_f, a.cost_b, a.cost_w, a.cost_s,
                                              a.cost_t, a.comm);
   if (a.barrier) setup.costs.collective_time = *a.barrier;
   for (schedule::StageCosts& c : setup.costs.stages) {
+    c[schedule::OpKind::R] = a.cost_reduce;
+    c.comm[static_cast<std::size_t>(schedule::OpKind::R)] = a.cost_reduce;
     c.comm[static_cast<std::size_t>(schedule::OpKind::F)] = a.comm_f;
     c.comm[static_cast<std::size_t>(schedule::OpKind::B)] = a.comm_b;
     c.comm[static_cast<std::size_t>(schedule::OpKind::BW)] = a.comm_b;  // BW = B + W
@@ -137,6 +147,7 @@ tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
            ? " S=" + human_time(a.cost_s, "") + " T=" + human_time(a.cost_t, "")
            : std::string()) +
       " comm=" + human_time(a.comm, "") +
+      (a.cost_reduce > 0.0 ? " R=" + human_time(a.cost_reduce, "") : std::string()) +
       (a.comm_f > 0.0 || a.comm_b > 0.0 ? " (in-op communication F=" + human_time(a.comm_f, "") +
                                               " B=" + human_time(a.comm_b, "") + ")"
                                         : std::string());
@@ -227,6 +238,10 @@ nlohmann::json to_json(const tuner::SimulationSetup& setup, const schedule::Sche
     if (st.peak_activation_bytes >= 0.0) o["peak_activation_bytes"] = st.peak_activation_bytes;
     if (st.comm > 0.0) o["comm"] = st.comm;
     if (st.overlap_hidden > 0.0) o["overlap_hidden"] = st.overlap_hidden;
+    if (st.gradient_reduction > 0.0) {
+      o["gradient_reduction"] = st.gradient_reduction;
+      o["exposed_gradient_reduction"] = st.exposed_gradient_reduction;
+    }
     stages.push_back(o);
   }
   j["stages"] = stages;
@@ -283,6 +298,12 @@ void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& 
     if (st.overlap_hidden > 0.0)
       std::printf("stage %d: overlapped F&B pairs hid %s of in-op communication\n", st.stage,
                   human_time(st.overlap_hidden, setup.time_unit).c_str());
+  for (const auto& st : r.stages)
+    if (st.gradient_reduction > 0.0)
+      std::printf(
+          "stage %d: layer-group gradient reductions %s, %s of it after the last backward\n",
+          st.stage, human_time(st.gradient_reduction, setup.time_unit).c_str(),
+          human_time(st.exposed_gradient_reduction, setup.time_unit).c_str());
   if (!a.no_gantt) {
     profiler::TextGanttOptions g;
     g.width = a.width > 0 ? a.width : terminal_width();  // checked in run()
@@ -409,6 +430,12 @@ void add_simulate_command(CLI::App& app) {
   auto* fixed = cmd->add_option("--cost-fixed", args->fixed_cost,
                                 "terapipe: of each op's cost, the part each slice pays whole")
                     ->capture_default_str();
+  auto* layered = cmd->add_flag("--layered-reduction", args->layered_reduction,
+                                "Reduce each layer group's gradients (an R op) as soon as its "
+                                "backward is complete, beside the backwards still to come");
+  auto* reduce = cmd->add_option("--cost-reduce", args->cost_reduce,
+                                 "One layer group's data-parallel gradient reduction (R) time")
+                     ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object on stdout");
   cmd->add_option("--trace", args->trace, "Write a Chrome trace JSON (Perfetto) to FILE")
       ->check(non_empty_path());
@@ -419,9 +446,9 @@ void add_simulate_command(CLI::App& app) {
   CLI::Option* no_db = cmd->add_flag("--no-db", args->no_db, "Do not store the run in a workspace");
   // A name with --no-db would name nothing (it was taken and ignored).
   cmd->add_option("--name", args->name, "Run name in the workspace")->excludes(no_db);
-  for (CLI::Option* o :
-       {sched, stages, mbs,    chunks,  group, vocab,  cf,           cb,        cw,    cs,  ct,
-        comm,  comm_f, comm_b, barrier, mem,   slices, slice_tokens, attention, fixed, skip})
+  for (CLI::Option* o : {sched,  stages,       mbs,       chunks, group,  vocab,   cf,      cb,
+                         cw,     cs,           ct,        comm,   comm_f, comm_b,  barrier, mem,
+                         slices, slice_tokens, attention, fixed,  skip,   layered, reduce})
     config->excludes(o);
   cmd->callback([args] { run(*args); });
 }

@@ -40,6 +40,8 @@ struct TrainArgs {
   PlanFlags plan;
   std::optional<std::string> schedule, vocab, recompute;
   std::optional<double> skip_ratio;            // skippipe
+  bool layered_reduction = false;              // an R op per layer group
+  bool modular = false;                        // one layer per group (chunks = layers / pp)
   std::optional<std::string> stage_recompute;  // comma list, one mode per pipeline rank
   std::optional<std::string> stage_tp;         // comma list, one TP degree per pipeline rank
   int steps = 60;
@@ -128,6 +130,8 @@ spec::ParallelPlan plan_with_flags(const TrainArgs& a, const spec::RunSpec& run)
   if (a.no_sequence_parallel) plan.sequence_parallel = false;
   if (a.offload_activations) plan.offload_activations = true;
   if (a.offload_optimizer) plan.offload_optimizer = true;
+  if (a.layered_reduction) plan.layered_reduction = true;
+  if (a.modular) plan.chunks = spec::modular_chunks(run.model, plan);
   // Flags may change the world size: the global batch follows the plan, unless the run file
   // states it (then the plan's validation refuses flags that give another batch, as predict does).
   const PlanFlags& f = a.plan;
@@ -417,6 +421,12 @@ void add_plan_options(CLI::App* cmd, TrainArgs* args) {
                   "Per-stage layouts: the tensor-parallel degree of each pipeline stage, "
                   "comma-separated (4,2,2: pp entries; dp is shared, stage s holds stage-tp[s]*dp "
                   "ranks; --tp defaults to the first; empty: every stage as --tp)");
+  cmd->add_flag("--layered-reduction", args->layered_reduction,
+                "Reduce each layer group's gradients over data parallelism as soon as its "
+                "backward is complete (ZeRO-0)");
+  cmd->add_flag("--modular", args->modular,
+                "Modular placement: one layer per layer group, layer l on pipeline rank l mod pp "
+                "(chunks = layers / pp; linear schedules)");
   cmd->add_flag("--offload-activations", args->offload_activations,
                 "Offload: each forward's activations to host memory until its backward, on a "
                 "copy stream");

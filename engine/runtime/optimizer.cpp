@@ -80,6 +80,14 @@ void DataParallelOptimizer::reduce_gradients() {
           "' still holds a full gradient at the iteration's end");
     return;
   }
+  if (!unit_reduced_.empty()) {  // layered reduction: the units no R op reduced
+    std::vector<int> rest;
+    for (std::size_t u = 0; u < unit_reduced_.size(); ++u)
+      if (!unit_reduced_[u]) rest.push_back(static_cast<int>(u));
+    reduce_units(rest);
+    unit_reduced_.clear();
+    return;
+  }
   if (group_.size() <= 1 || params_->padded_size() == 0) return;
   tensor::FlatStorage& g = params_->flat_grads();
   if (!zero1_) {
@@ -90,6 +98,38 @@ void DataParallelOptimizer::reduce_gradients() {
                            profiler::MemoryCategory::Temporaries, &g.allocator());
   comm_->reduce_scatter(group_, {g.data(), g.size()}, {mine.data(), mine.size()});
   g.allocator().copy(g.data() + lo_, mine.data(), mine.size() * sizeof(float));
+}
+
+void DataParallelOptimizer::reduce_units(const std::vector<int>& units) {
+  if (zero1_ || sharded_gradients_)
+    throw std::logic_error("reduce_units: layered gradient reduction runs without ZeRO");
+  const std::vector<model::ParamUnit>& all = params_->units();
+  unit_reduced_.resize(all.size(), 0);
+  for (int u : units) {
+    char& done = unit_reduced_.at(static_cast<std::size_t>(u));
+    if (done)
+      throw std::logic_error("reduce_units: unit '" + all[static_cast<std::size_t>(u)].name +
+                             "' reduced twice in one iteration");
+    done = 1;
+  }
+  if (group_.size() <= 1) return;
+  tensor::FlatStorage& g = params_->flat_grads();
+  // Units lie back to back in the flat buffer, in their order: a run of adjacent ones is one
+  // all-reduce. The padding after the last unit (none without ZeRO) is nobody's gradient.
+  std::size_t i = 0;
+  while (i < units.size()) {
+    const model::ParamUnit& first = all[static_cast<std::size_t>(units[i])];
+    std::int64_t end = first.offset + first.numel;
+    std::size_t j = i + 1;
+    while (j < units.size() && all[static_cast<std::size_t>(units[j])].offset == end) {
+      end += all[static_cast<std::size_t>(units[j])].numel;
+      ++j;
+    }
+    if (end > first.offset)
+      comm_->all_reduce(group_,
+                        {g.data() + first.offset, static_cast<std::size_t>(end - first.offset)});
+    i = j;
+  }
 }
 
 void DataParallelOptimizer::reduce_open_units() {

@@ -39,7 +39,14 @@ class DataParallelOptimizer {
   DataParallelOptimizer& operator=(DataParallelOptimizer&&) noexcept;
 
   // At the iteration's end: the DP reduction (ZeRO 0 and 1; under ZeRO-2 the ops have done it).
+  // Under layered reduction, of the units reduce_units() has not reduced this iteration.
   void reduce_gradients();
+  // Layered gradient reduction (ZeRO 0; the schedule's R op): all-reduces the gradients of
+  // `units` (complete: no later op of the iteration adds to them) now, in runs of adjacent units,
+  // and leaves them out of reduce_gradients(). Every rank of the group runs the same schedule, so
+  // they reduce the same units in the same order. logic_error under ZeRO, or for a unit reduced
+  // twice in one iteration.
+  void reduce_units(const std::vector<int>& units);
   // ZeRO-2: reduce-scatters the units the op opened, in their opening order, into this rank's
   // shards and closes them. Every rank of the group runs the same ops, so they open the same
   // units in the same order.
@@ -76,8 +83,9 @@ class DataParallelOptimizer {
   comm::Communicator* comm_;
   comm::ProcessGroup group_;
   int tp_rank_;
-  bool zero1_;              // the optimizer state is sharded (ZeRO 1 and 2)
-  bool sharded_gradients_;  // ZeRO-2
+  bool zero1_;                      // the optimizer state is sharded (ZeRO 1 and 2)
+  bool sharded_gradients_;          // ZeRO-2
+  std::vector<char> unit_reduced_;  // layered reduction: per unit, reduced this iteration
   tensor::Backend* backend_;
   std::unique_ptr<tensor::Backend> host_backend_;  // optimizer offload: the host's AdamW
   std::int64_t lo_ = 0, hi_ = 0;

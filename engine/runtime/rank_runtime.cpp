@@ -175,8 +175,11 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
       if (recorder_ != nullptr && (pair_first || op.overlaps_previous))
         name = recorder_->intern(pair_first ? schedule::pair_label(op, ops[i + 1])
                                             : schedule::pair_label(ops[i - 1], op));
+      // A layer group's gradient reduction is communication: on the rank's comm stream.
+      const bool reduction = schedule::is_reduction(op.kind);
       profiler::ScopedSpan span(recorder_, schedule::span_kind_of(op.kind),
-                                profiler::Stream::Compute, op.microbatch,
+                                reduction ? profiler::Stream::Comm : profiler::Stream::Compute,
+                                reduction ? -1 : op.microbatch,
                                 schedule::is_vocab_op(op.kind) ? -1 : op.chunk, -1, name);
       run_op(op);
       // A device computes asynchronously: the op's span ends when its kernels have run, so a
@@ -378,6 +381,7 @@ void RankRuntime::receive_inputs(const Op& op) {
     case OpKind::W:
     case OpKind::T:
     case OpKind::IF:
+    case OpKind::R:
       break;
   }
 }
@@ -410,6 +414,13 @@ void RankRuntime::run_op(const Op& op) {
       break;
     case OpKind::IB:
       with_units({}, {{"wte", "wpe"}}, [&] { vocab_input_backward(op.microbatch); });
+      break;
+    case OpKind::R:
+      if (!reduce_group_)
+        throw std::logic_error("rank " + std::to_string(rank_) + ": the schedule reduces chunk " +
+                               std::to_string(op.chunk) +
+                               "'s gradients (R), and no group reduction is set");
+      reduce_group_(op.chunk);
       break;
   }
 }

@@ -69,6 +69,12 @@ class RankRuntime {
     std::function<void()> reduce_gradients;
   };
   void set_sharding(ShardingHooks hooks) { sharding_ = std::move(hooks); }
+  // Layered gradient reduction: what an R op of the schedule runs, the data-parallel reduction of
+  // the layers of local chunk `chunk` (their gradients are complete). A schedule with R ops needs
+  // it (logic_error otherwise).
+  void set_group_reduction(std::function<void(int chunk)> reduce) {
+    reduce_group_ = std::move(reduce);
+  }
   // A fault to inject (injected_fault.hpp); null for none. Must outlive the runtime.
   void set_fault(const InjectedFault* fault) { fault_ = fault; }
 
@@ -201,7 +207,8 @@ class RankRuntime {
   // what reduce_sequence_parallel_gradients packs.
   std::vector<int> sequence_parallel_grads_;
   Mailbox mailbox_;
-  ShardingHooks sharding_;  // ZeRO-2 and 3
+  ShardingHooks sharding_;                       // ZeRO-2 and 3
+  std::function<void(int chunk)> reduce_group_;  // layered gradient reduction
   profiler::NameId gradient_scatter_name_ = 0, parameter_gather_name_ = 0;
   bool vocab_parallel_ = false;
   std::int64_t batch_ = 0, seq_ = 0;

@@ -171,6 +171,19 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
                dense_opt_->reduce_open_units();
                expert_opt_->reduce_open_units();
              }});
+  // Layered gradient reduction: an R op all-reduces its chunk's layers in both sets (each over
+  // its own group); reduce_gradients() then does the rest (the tables).
+  runtime_.set_group_reduction([this](int chunk) {
+    const model::LayerGroupPlacement& g =
+        model_.placement().chunks.at(static_cast<std::size_t>(chunk));
+    for (auto [set, opt] :
+         {std::pair{&model_.dense, &*dense_opt_}, std::pair{&model_.expert, &*expert_opt_}}) {
+      std::vector<int> units;
+      for (std::int64_t l = g.first_layer; l < g.first_layer + g.layer_count; ++l)
+        if (const int u = set->find_unit(model::layer_unit_name(l)); u >= 0) units.push_back(u);
+      opt->reduce_units(units);
+    }
+  });
   profiler::MemoryLedger& ledger = recorder_.memory();
   const ParameterBytes params = kept_parameter_bytes(m.dense) + kept_parameter_bytes(m.expert);
   const ParameterBytes grads = kept_gradient_bytes(m.dense) + kept_gradient_bytes(m.expert);

@@ -39,7 +39,7 @@ struct Requirement {
 };
 
 // The event an op produces (Forward, Backward) or the barrier it joins (S, T, IF). Ops that do
-// neither (W, IB, and T under Vocab2) return present=false.
+// neither (W, IB, R, and T under Vocab2) return present=false.
 struct Production {
   bool present = false;
   Event event;
@@ -103,6 +103,7 @@ inline Requirement requirement_of(const Schedule& s, int rank, const Op& op) {
     case OpKind::T:  // needs the reduced softmax statistics and the loss gradient
       return detail::on_barrier(EventKind::OutputBarrier1, op.microbatch);
     case OpKind::IF:
+    case OpKind::R:  // the group's weight gradients: earlier ops of its own rank
       return {};
     case OpKind::IB:  // needs dL/dE, broadcast from the rank of group 0
       return detail::on_op(s, rank, EventKind::Backward, 0, op.microbatch);
@@ -141,6 +142,7 @@ inline Production production_of(const Schedule& s, int rank, const Op& op) {
       break;
     case OpKind::W:
     case OpKind::IB:
+    case OpKind::R:
       break;
   }
   p.waits_for_barrier = p.joins_barrier && s.vocab == VocabMode::Interlaced;

@@ -34,6 +34,10 @@ struct GeneratorParams {
   // (SkipPipe's skip ratio: skipped stages / stages), in [0, 1); unset = the schedule's default,
   // 1/3.
   std::optional<double> skip_ratio;
+  // Layered gradient reduction: each layer group's data-parallel gradient reduction becomes an op
+  // (OpKind::R) right after the group's last weight-gradient pass, overlapping the backwards that
+  // follow (add_gradient_reductions). The layered schedule always has them.
+  bool layered_reduction = false;
 };
 
 // Names accepted by generate(), in a stable order.
@@ -42,8 +46,8 @@ const std::vector<std::string_view>& schedule_names();
 Placement schedule_placement(std::string_view name);
 // Schedules that accept vocab-1 / vocab-2 / interlaced.
 bool supports_vocab(std::string_view name, VocabMode vocab);
-// Layer groups per rank when a plan does not say: 2 for interleaved-1f1b and the V schedules,
-// else 1 (what generate() does with chunks = 0). Throws for an unknown name.
+// Layer groups per rank when a plan does not say: 2 for interleaved-1f1b, layered and the V
+// schedules, else 1 (what generate() does with chunks = 0). Throws for an unknown name.
 int default_chunks(std::string_view name);
 // Whether the generator's op order depends on the op costs it is given (zb-h1, zb-h2, zb-v and
 // every vocabulary mode); the others give the same schedule for any costs.
@@ -64,9 +68,9 @@ bool has_overlapped_pairs(std::string_view name);
 
 // A lower bound on the activations stage `rank` holds at its peak, in the simulator's units
 // (micro-batches through all of the stage's layers; a chunk's forward adds 1 / chunks), implied by
-// the generator's warm-up rule: exact for gpipe, terapipe, 1f1b (all vocabulary modes) and zb-h1,
-// at least the 1F1B warm-up on skippipe's first and last stages and nothing on its middle ones,
-// one chunk of one micro-batch for the others. For the tuner's bounds; no schedule is built.
+// the generator's warm-up rule: exact for gpipe, terapipe, layered, 1f1b (all vocabulary modes) and
+// zb-h1, at least the 1F1B warm-up on skippipe's first and last stages and nothing on its middle
+// ones, one chunk of one micro-batch for the others. For the tuner's bounds; no schedule is built.
 double least_peak_in_flight(const GeneratorParams& params, int rank);
 
 // Builds and validates a schedule. Throws ScheduleError (an InputError) for an unknown name
@@ -93,5 +97,6 @@ Schedule generate_v_min(const GeneratorParams& params);
 Schedule generate_dualpipe_v(const GeneratorParams& params);
 Schedule generate_terapipe(const GeneratorParams& params);
 Schedule generate_skippipe(const GeneratorParams& params);
+Schedule generate_layered(const GeneratorParams& params);
 
 }  // namespace pipetune::schedule

@@ -20,6 +20,8 @@ std::string_view op_kind_name(OpKind kind) {
       return "IF";
     case OpKind::IB:
       return "IB";
+    case OpKind::R:
+      return "R";
   }
   return "?";
 }
@@ -33,6 +35,7 @@ std::optional<OpKind> parse_op_kind(std::string_view name) {
 
 std::string op_label(const Op& op) {
   std::string s(op_kind_name(op.kind));
+  if (is_reduction(op.kind)) return s + "." + std::to_string(op.chunk);
   s += std::to_string(op.microbatch);
   if (!is_vocab_op(op.kind)) {
     s += '.';

@@ -12,10 +12,16 @@ namespace pipetune::schedule {
 // F: forward; B: input-gradient backward; W: weight-gradient backward (deferred, zero-bubble
 // split); BW: fused backward; S/T: vocabulary output-layer passes (forward statistics and
 // gradient); IF/IB: vocabulary input-embedding forward and backward.
-enum class OpKind : std::uint8_t { F, B, W, BW, S, T, IF, IB };
-inline constexpr int kOpKindCount = 8;
-inline constexpr std::array<OpKind, kOpKindCount> kAllOpKinds = {
-    OpKind::F, OpKind::B, OpKind::W, OpKind::BW, OpKind::S, OpKind::T, OpKind::IF, OpKind::IB};
+// R: the data-parallel gradient reduction of one layer group (the op's chunk) on its rank,
+// issued once the group's weight gradients are complete (layered gradient reduction). It runs on
+// the rank's communication stream beside the compute that follows; microbatch is 0.
+enum class OpKind : std::uint8_t { F, B, W, BW, S, T, IF, IB, R };
+inline constexpr int kOpKindCount = 9;
+inline constexpr std::array<OpKind, kOpKindCount> kAllOpKinds = {OpKind::F,  OpKind::B,  OpKind::W,
+                                                                 OpKind::BW, OpKind::S,  OpKind::T,
+                                                                 OpKind::IF, OpKind::IB, OpKind::R};
+// The passes (F..IB): compute ops, numbered as profiler::SpanKind numbers its first eight kinds.
+inline constexpr int kPassKindCount = 8;
 
 std::string_view op_kind_name(OpKind kind);
 std::optional<OpKind> parse_op_kind(std::string_view name);
@@ -23,6 +29,9 @@ std::optional<OpKind> parse_op_kind(std::string_view name);
 // Vocabulary ops run on every pipeline rank (each holds a vocabulary shard).
 inline constexpr bool is_vocab_op(OpKind k) {
   return k == OpKind::S || k == OpKind::T || k == OpKind::IF || k == OpKind::IB;
+}
+inline constexpr bool is_reduction(OpKind k) {
+  return k == OpKind::R;
 }
 inline constexpr bool is_backward_input(OpKind k) {
   return k == OpKind::B || k == OpKind::BW;
@@ -41,7 +50,8 @@ struct Op {
   friend bool operator==(const Op&, const Op&) = default;
 };
 
-// "F3.1" = forward of micro-batch 3 on chunk 1; vocabulary ops omit the chunk ("S3").
+// "F3.1" = forward of micro-batch 3 on chunk 1; vocabulary ops omit the chunk ("S3"), a
+// reduction the micro-batch ("R.1").
 std::string op_label(const Op& op);
 // An overlapped pair, "F3.0&B1.1".
 std::string pair_label(const Op& first, const Op& second);

@@ -85,6 +85,13 @@ struct Schedule {
   std::size_t op_count() const;
 };
 
+// Layered gradient reduction: whether the schedule reduces each layer group's gradients as an op
+// (OpKind::R) once the group's backward is complete, rather than all of them after the pipeline.
+bool reduces_per_group(const Schedule& s);
+// Adds R(chunk) to every rank right after the last op that adds to that chunk's weight gradients
+// (its last W or BW), so each group's reduction overlaps the backward passes still to come.
+void add_gradient_reductions(Schedule& s);
+
 // Where a token slice sits in its sequence, as fractions of the sequence length: its own length
 // and the context before it (the earlier slices' tokens).
 struct SliceShape {

@@ -25,6 +25,8 @@ constexpr profiler::SpanKind span_kind_of(OpKind kind) {
       return profiler::SpanKind::IF;
     case OpKind::IB:
       return profiler::SpanKind::IB;
+    case OpKind::R:  // on the rank's communication stream
+      return profiler::SpanKind::AllReduce;
   }
   return profiler::SpanKind::Other;
 }

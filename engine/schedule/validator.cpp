@@ -66,6 +66,7 @@ OpCounts count_ops(const Schedule& s) {
     const auto& ops = s.ranks[static_cast<std::size_t>(r)];
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
+      if (is_reduction(op.kind)) continue;  // check_reductions
       if (op.microbatch < 0 || op.microbatch >= m)
         fail(s, where(r, op, i) + ": micro-batch out of range 0.." + std::to_string(m - 1));
       if (is_vocab_op(op.kind)) {
@@ -264,6 +265,50 @@ void check_skips(const Schedule& s) {
                     "): a path keeps both ends");
 }
 
+// Layered gradient reduction (OpKind::R): none, or one per layer group, each on the group's rank
+// after every op that adds to its weight gradients (W or BW), outside overlapped pairs.
+void check_reductions(const Schedule& s) {
+  const auto cells = static_cast<std::size_t>(s.stages) * static_cast<std::size_t>(s.chunks);
+  std::vector<char> reduced(cells, 0);
+  std::size_t count = 0;
+  for (int r = 0; r < s.stages; ++r) {
+    const auto& ops = s.ranks[static_cast<std::size_t>(r)];
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      const bool in_pair =
+          op.overlaps_previous || (i + 1 < ops.size() && ops[i + 1].overlaps_previous);
+      if (!is_reduction(op.kind)) {
+        const bool adds_weight_gradient = op.kind == OpKind::W || op.kind == OpKind::BW;
+        if (adds_weight_gradient && op.chunk >= 0 && op.chunk < s.chunks &&
+            reduced[static_cast<std::size_t>(r) * static_cast<std::size_t>(s.chunks) +
+                    static_cast<std::size_t>(op.chunk)])
+          fail(s, where(r, op, i) + ": adds to the weight gradients of chunk " +
+                      std::to_string(op.chunk) + " after their reduction (R." +
+                      std::to_string(op.chunk) + ") on this rank");
+        continue;
+      }
+      if (in_pair) fail(s, where(r, op, i) + ": a gradient reduction is not part of a pair");
+      if (op.microbatch != 0)
+        fail(s, where(r, op, i) + ": a gradient reduction carries micro-batch 0");
+      if (op.chunk < 0 || op.chunk >= s.chunks)
+        fail(s, where(r, op, i) + ": chunk out of range 0.." + std::to_string(s.chunks - 1));
+      char& done = reduced[static_cast<std::size_t>(r) * static_cast<std::size_t>(s.chunks) +
+                           static_cast<std::size_t>(op.chunk)];
+      if (done) fail(s, where(r, op, i) + ": appears more than once");
+      done = 1;
+      ++count;
+    }
+  }
+  if (count == 0 || count == cells) return;
+  for (int r = 0; r < s.stages; ++r)
+    for (int c = 0; c < s.chunks; ++c)
+      if (!reduced[static_cast<std::size_t>(r) * static_cast<std::size_t>(s.chunks) +
+                   static_cast<std::size_t>(c)])
+        fail(s, "the gradient reduction of chunk " + std::to_string(c) + " is missing on rank " +
+                    std::to_string(r) +
+                    " (a schedule reduces every layer group's gradients, or none)");
+}
+
 }  // namespace
 
 void validate_structure(const Schedule& s) {
@@ -273,6 +318,7 @@ void validate_structure(const Schedule& s) {
   check_every_pass_present(s, counts);
   check_pairs(s);
   check_slices(s);
+  check_reductions(s);
   if (s.vocab != VocabMode::None) {
     check_vocab_ops_present(s, counts);
     check_barrier_order(s);

@@ -254,6 +254,18 @@ void apply_defaults(ParallelPlan& plan) {
   }
 }
 
+int modular_chunks(const ModelSpec& model, const ParallelPlan& plan) {
+  if (schedule::schedule_placement(plan.schedule) != schedule::Placement::Linear)
+    throw SpecError({"plan.schedule", "plan.chunks"},
+                    "modular placement puts layer l on rank l mod pp; schedule " + plan.schedule +
+                        " places its layer groups in a V");
+  if (plan.pp < 1 || model.layers % plan.pp != 0)
+    throw SpecError({"plan.pp", "model.layers"},
+                    "modular placement needs pp to divide the layers: pp=" +
+                        std::to_string(plan.pp) + ", layers=" + std::to_string(model.layers));
+  return static_cast<int>(model.layers / plan.pp);
+}
+
 std::vector<int> even_layer_split(std::int64_t layers, int groups) {
   if (groups <= 0) return {};
   std::vector<int> split(groups, static_cast<int>(layers / groups));

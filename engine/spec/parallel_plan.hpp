@@ -65,6 +65,10 @@ struct ParallelPlan {
   // Partial pipelining (skippipe): the fraction of the stages each micro-batch skips, in [0, 1);
   // unset = the schedule's default (1/3).
   std::optional<double> skip_ratio;
+  // Layered gradient reduction: each layer group's data-parallel gradient all-reduce runs as an
+  // op of the schedule (R) once the group's backward is complete, beside the backwards still to
+  // come, instead of all of it after the pipeline. The layered schedule always does; ZeRO-0 only.
+  bool layered_reduction = false;
   // Placement (Holmes): the rank order, and the order in which the cluster's node groups
   // (ClusterSpec::node_groups, by index) take device slots: slot 0 is on the first node of
   // node_group_order[0]. Empty = the groups in the cluster's own order.
@@ -152,6 +156,10 @@ std::string stage_recompute_letters(const std::vector<Recompute>& modes);
 // (global_batch / (micro_batch_size * dp) when global_batch is given and divisible, else pp) and
 // then global_batch.
 void apply_defaults(ParallelPlan& plan);
+// Modular placement (Lamy-Poirier's modular pipeline parallelism): one layer per layer group, so
+// layer l sits on pipeline rank l mod pp: the chunks that gives, layers / pp. SpecError when pp
+// does not divide the layers, or the plan's schedule places its groups in a V.
+int modular_chunks(const ModelSpec& model, const ParallelPlan& plan);
 
 // `layers` split over `groups` as evenly as possible; the remainder goes one layer each to the
 // first groups (so group sizes never differ by more than one and never increase along the model).

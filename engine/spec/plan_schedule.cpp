@@ -17,6 +17,7 @@ schedule::GeneratorParams generator_params(const ParallelPlan& plan,
   params.slices = plan.slices;
   params.slice_tokens = plan.slice_tokens;
   params.skip_ratio = plan.skip_ratio;
+  params.layered_reduction = plan.layered_reduction;
   params.vocab = plan.vocab;
   params.memory_limit = memory_limit;
   if (schedule::uses_costs(plan.schedule, plan.vocab)) params.costs = costs;

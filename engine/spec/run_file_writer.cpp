@@ -134,6 +134,7 @@ void write_plan_table(std::ostream& out, const RunSpec& run) {
     v << std::setprecision(17) << *p.skip_ratio;
     out << "skip_ratio = " << v.str() << "\n";
   }
+  if (p.layered_reduction) out << "layered_reduction = true\n";
   out << "rank_order = \"" << rank_order_name(p.rank_order) << "\"\n";
   int_array_key(out, "node_group_order", p.node_group_order);
   int_array_key(out, "stage_tp", p.stage_tp);

@@ -153,6 +153,7 @@ ParallelPlan read_plan(const toml::table& table, const std::string& source) {
       r.fail("skip_ratio", "must be at least 0 and below 1, got " + std::to_string(*v));
     p.skip_ratio = *v;
   }
+  if (auto v = r.boolean("layered_reduction")) p.layered_reduction = *v;
   for (int t : p.slice_tokens)
     if (t < 1)
       r.fail("slice_tokens", "entry " + std::to_string(t) + " is not a slice (>= 1 token)");

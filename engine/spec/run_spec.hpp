@@ -26,6 +26,7 @@
 //   slices = 4                 # terapipe token slices per micro-batch       (0 = default, 4)
 //   slice_tokens = [96, 64, 48, 48]  # terapipe uneven slices, sum = seq_len ([] = equal)
 //   skip_ratio = 0.33          # skippipe: share of stages a micro-batch skips  (1/3)
+//   layered_reduction = false  # reduce each layer group's gradients as its backward ends (false)
 //
 // `model` and `cluster` may instead be tables holding the keys of a model or cluster file
 // (load.hpp), optionally starting from a preset whose keys they override:

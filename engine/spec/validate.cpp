@@ -437,6 +437,18 @@ void validate(const ModelSpec& model, const ParallelPlan& plan) {
                     "token slices need a dense model: an MoE layer's load-balancing loss is taken "
                     "over a whole micro-batch (experts=" +
                         shown(model.experts) + ")");
+  // Layered gradient reduction all-reduces each layer group's gradients where the schedule's R op
+  // stands. ZeRO-1 reduce-scatters one flat buffer whose shards cross the groups, and ZeRO-2 and 3
+  // reduce each layer's gradients inside its backward already.
+  if ((plan.layered_reduction || plan.schedule == "layered") && plan.zero_stage != 0)
+    throw SpecError(
+        {plan.layered_reduction ? "plan.layered_reduction" : "plan.schedule", "plan.zero_stage"},
+        std::string(plan.layered_reduction ? "layered_reduction" : "the layered schedule") +
+            " all-reduces each layer group's gradients as its backward ends, with "
+            "zero_stage=0 only (zero_stage=" +
+            shown(std::int64_t{plan.zero_stage}) +
+            ": ZeRO-1 shards one buffer across the groups, ZeRO-2 and 3 reduce each "
+            "layer inside its backward already)");
   if (plan.layer_split.empty()) {
     if (plan.pp > model.layers) {
       throw SpecError({"plan.pp", "model.layers"}, "pp=" + shown(std::int64_t{plan.pp}) +

@@ -474,7 +474,7 @@ std::vector<schedule::StageCosts> op_durations_from_trace(const profiler::Trace&
     if (s.lane < 0 || static_cast<std::size_t>(s.lane) >= trace.lanes.size()) continue;
     const profiler::Lane& lane = trace.lanes[static_cast<std::size_t>(s.lane)];
     if (lane.stream != profiler::Stream::Compute) continue;
-    if (static_cast<int>(s.kind) >= schedule::kOpKindCount) continue;  // not a schedule op
+    if (static_cast<int>(s.kind) >= schedule::kPassKindCount) continue;  // not a pass
     const int stage = stage_of_rank(plan, lane.rank);
     if (stage < 0 || stage >= p) continue;
     const auto kind = static_cast<schedule::OpKind>(s.kind);
@@ -509,6 +509,7 @@ std::vector<schedule::StageCosts> op_durations_from_kernels(
     if (stage < 0 || stage >= p) continue;
     const auto mean = profiler::analysis::mean_phase_op_ns(kernels, rank);
     for (schedule::OpKind k : schedule::kAllOpKinds) {
+      if (schedule::is_reduction(k)) continue;              // not a pass: no phase of its own
       const double ns = mean[static_cast<std::size_t>(k)];  // OpKind and SpanKind share F..IB
       if (!(ns > 0.0)) continue;
       sum[static_cast<std::size_t>(stage)][k] += ns * 1e-9;

@@ -192,6 +192,15 @@ void set_data_parallel_costs(StageCost& st, const StageParameters& sp,
     st.grad_reduce =
         collective_time(Collective::AllReduce, shared * grad_bytes, links.dp) +
         collective_time(Collective::AllReduce, sp.expert * grad_bytes, links.expert_dp);
+    if (plan.layered_reduction || plan.schedule == "layered") {
+      // The rank's chunks hold near-equal shares of its layers (spec::layer_split).
+      const double v = plan.chunks;
+      st.group_reduce =
+          collective_time(Collective::AllReduce, sp.dense / v * grad_bytes, links.dp) +
+          collective_time(Collective::AllReduce, sp.expert / v * grad_bytes, links.expert_dp);
+      st.tables_reduce =
+          collective_time(Collective::AllReduce, sp.vocabulary * grad_bytes, links.dp);
+    }
   }
   const double local = plan.zero_stage >= 1 ? shared / plan.dp + sp.expert / edp : sp.total();
   st.optimizer = optimizer_step_time(local, plan, hw, exec);
@@ -329,7 +338,9 @@ void set_pass_op_costs(OpCosts& out, const spec::ParallelPlan& plan, const Execu
     c[schedule::OpKind::F] = f / v;
     c[schedule::OpKind::B] = b / v;
     c[schedule::OpKind::W] = w / v;
-    c[schedule::OpKind::BW] = 0.0;  // B + W
+    c[schedule::OpKind::BW] = 0.0;             // B + W
+    c[schedule::OpKind::R] = st.group_reduce;  // all communication
+    c.comm[static_cast<std::size_t>(schedule::OpKind::R)] = st.group_reduce;
     // What is not the pass's own compute is communication inside the op: an overlapped pair
     // hides it behind the other op's compute.
     const auto comm = [&](double cost, const WorkTime& pass) {

@@ -71,7 +71,12 @@ struct StageCost {
   double sharded_forward_comm = 0.0;
   double sharded_backward_comm = 0.0;
   // Once per iteration (seconds).
-  double grad_reduce = 0.0;     // DP all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1)
+  double grad_reduce = 0.0;  // DP all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1)
+  // Layered gradient reduction (ZeRO 0): one layer group's all-reduce (the schedule's R op, of
+  // the rank's layer parameters over its chunks), and the all-reduce of what no group holds (the
+  // vocabulary tables), left after the pipeline. 0 for plans that reduce after the pipeline.
+  double group_reduce = 0.0;
+  double tables_reduce = 0.0;
   double param_gather = 0.0;    // ZeRO 1, 2: all-gather of the updated bf16 parameters
   double embedding_sync = 0.0;  // tied embeddings: gradient all-reduce of first and last stage
   double optimizer = 0.0;       // Adam step over this device's parameter shard (see above)

@@ -107,6 +107,7 @@ std::string export_pipetune(const ExportRequest& r) {
     v << std::setprecision(17) << *p.skip_ratio;
     o << "skip_ratio = " << v.str() << "\n";
   }
+  if (p.layered_reduction) o << "layered_reduction = true\n";
   if (!p.slice_tokens.empty()) {
     o << "slice_tokens = [";
     for (std::size_t i = 0; i < p.slice_tokens.size(); ++i)

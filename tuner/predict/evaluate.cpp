@@ -26,14 +26,19 @@ struct AfterPipeline {
   double optimizer = 0.0;
 };
 
-AfterPipeline after_pipeline(const OpCosts& costs, int pp, const ExecutionOptions& x) {
+// Under layered gradient reduction the schedule's R ops carry the layers' reductions (the
+// simulation times them); what is left here is the vocabulary tables'.
+AfterPipeline after_pipeline(const OpCosts& costs, const spec::ParallelPlan& plan,
+                             const ExecutionOptions& x) {
   AfterPipeline a;
-  for (int i = 0; i < pp; ++i) {
+  const bool per_group = plan.layered_reduction || plan.schedule == "layered";
+  for (int i = 0; i < plan.pp; ++i) {
     const StageCost& st = costs.stages[static_cast<std::size_t>(i)];
     const double last_backward = st.input_grad.total() + st.weight_grad.total();
     const double first_forward = st.forward.total();
+    const double grad_reduce = per_group ? st.tables_reduce : st.grad_reduce;
     const double reduce =
-        x.overlap_grad_reduce ? std::max(0.0, st.grad_reduce - last_backward) : st.grad_reduce;
+        x.overlap_grad_reduce ? std::max(0.0, grad_reduce - last_backward) : grad_reduce;
     const double gather =
         x.overlap_param_gather ? std::max(0.0, st.param_gather - first_forward) : st.param_gather;
     a.data_parallel = std::max(a.data_parallel, reduce + gather + st.embedding_sync);
@@ -99,7 +104,8 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   const double m = plan.microbatches, v = plan.chunks;
   const bool linear = placement == schedule::Placement::Linear;
   const bool fused_backward = plan.schedule == "gpipe" || plan.schedule == "1f1b" ||
-                              plan.schedule == "interleaved-1f1b" || plan.schedule == "terapipe";
+                              plan.schedule == "interleaved-1f1b" || plan.schedule == "terapipe" ||
+                              plan.schedule == "layered";
   // Token slices: the slicing evaluate() simulates. Each rank runs every slice of every
   // micro-batch; the first slice is the first op to cross the ranks, and, GPipe-style, its
   // backward of the last micro-batch the last to come back.
@@ -161,7 +167,7 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
     drain += std::min(least(OpKind::B), least(OpKind::BW)) +
              (hop ? t.transfer_time(r + 1, r) : t.p2p_time());
   }
-  const AfterPipeline after = after_pipeline(costs, plan.pp, execution);
+  const AfterPipeline after = after_pipeline(costs, plan, execution);
   b.iteration_time = busiest + after.data_parallel + after.optimizer;
   return b;
 }
@@ -173,10 +179,15 @@ const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorP
     scratch = schedule::generate(params);
     return scratch;
   }
-  ScheduleKey key{params.name,         params.stages,
-                  params.microbatches, params.chunks,
-                  params.group_size,   static_cast<int>(params.vocab),
-                  params.memory_limit, params.skip_ratio.value_or(-1.0)};
+  ScheduleKey key{params.name,
+                  params.stages,
+                  params.microbatches,
+                  params.chunks,
+                  params.group_size,
+                  static_cast<int>(params.vocab),
+                  params.memory_limit,
+                  params.skip_ratio.value_or(-1.0),
+                  params.layered_reduction};
   auto it = schedules_.find(key);
   if (it != schedules_.end()) return it->second;
   if (schedules_.size() >= kMaxCachedSchedules) schedules_.clear();
@@ -263,7 +274,7 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
   e.pipeline_time = r.iteration_time;
   e.bubble_ratio = r.bubble_ratio;
 
-  const AfterPipeline after = after_pipeline(e.costs, plan.pp, execution);
+  const AfterPipeline after = after_pipeline(e.costs, plan, execution);
   e.data_parallel_time = after.data_parallel;
   e.optimizer_time = after.optimizer;
   // Device: the simulated peak of what stays (offloaded units excluded) plus the transient

@@ -116,7 +116,7 @@ class PlanEvaluator {
  private:
   // name, stages, micro-batches, chunks, group size, vocabulary, memory limit, skip ratio (-1:
   // unset).
-  using ScheduleKey = std::tuple<std::string, int, int, int, int, int, double, double>;
+  using ScheduleKey = std::tuple<std::string, int, int, int, int, int, double, double, bool>;
   const schedule::Schedule& schedule_for(const schedule::GeneratorParams& params,
                                          schedule::Schedule& scratch);
   // The schedule of `params` simulated with the costs, through the simulation cache when one is

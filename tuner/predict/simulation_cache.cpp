@@ -51,6 +51,7 @@ std::string SimulationCache::key(const schedule::GeneratorParams& params,
   append(k, static_cast<int>(params.vocab));
   append(k, params.memory_limit);
   append(k, params.skip_ratio.value_or(-1.0));
+  append(k, params.layered_reduction);
   append(k, params.slices);
   append(k, params.slice_tokens.size());
   for (int t : params.slice_tokens) append(k, t);

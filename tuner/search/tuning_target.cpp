@@ -79,6 +79,7 @@ std::string plan_summary(const spec::ParallelPlan& p, const std::string& vocab_l
     std::snprintf(ratio, sizeof ratio, "%.2f", *p.skip_ratio);
     s += std::string(" skip=") + ratio;
   }
+  if (p.layered_reduction && p.schedule != "layered") s += " layered-reduction";
   if (!p.layer_split.empty()) {
     s += " split=";
     for (std::size_t i = 0; i < p.layer_split.size(); ++i)

@@ -62,6 +62,9 @@ class TimingHooks {
     comm_free_.assign(p, 0.0);
     busy_.assign(p, 0.0);
     comm_busy_.assign(p, 0.0);
+    reduce_free_.assign(p, 0.0);
+    reduce_busy_.assign(p, 0.0);
+    reductions_ = schedule::reduces_per_group(s);
     units_.assign(p, 0.0);
     peak_units_.assign(p, 0.0);
     ops_.assign(p, 0);
@@ -95,6 +98,11 @@ class TimingHooks {
         comm_lane_[static_cast<std::size_t>(r)] = t.lane(r, profiler::Stream::Comm);
         p2p_lane_[static_cast<std::size_t>(r)] = t.lane(r, profiler::Stream::P2P);
       }
+      if (reductions_) {
+        reduce_lane_.resize(p);
+        for (int r = 0; r < s.stages; ++r)
+          reduce_lane_[static_cast<std::size_t>(r)] = t.lane(r, profiler::Stream::Comm, 1);
+      }
       for (std::size_t r = 0; r < offloading_.size(); ++r) {
         if (!(offloading_[r].copy > 0.0)) continue;
         offloading_[r].lane[0] = t.lane(static_cast<int>(r), profiler::Stream::Offload, 0);
@@ -112,6 +120,7 @@ class TimingHooks {
   }
 
   double op(int rank, std::size_t index, const Op& op, const Requirement& req, double req_time) {
+    if (schedule::is_reduction(op.kind)) return reduce(rank, op);
     const double ready = arrival(rank, op, req, req_time);
     return run(rank, index, op, ready,
                s_.slices > 1 ? slice_cost_of(rank, op) : cost_of(rank, op.kind));
@@ -187,6 +196,29 @@ class TimingHooks {
                  static_cast<std::size_t>(kind)];
   }
 
+  // A layer group's gradient reduction (OpKind::R): on the rank's reduction stream, from the end
+  // of the op before it (its weight gradients are complete) once the stream is free. The compute
+  // stream goes on beside it.
+  double reduce(int rank, const Op& op) {
+    const auto r = static_cast<std::size_t>(rank);
+    const double duration = cost_of(rank, OpKind::R);
+    const double start = std::max(compute_free_[r], reduce_free_[r]);
+    const double end = start + duration;
+    reduce_free_[r] = end;
+    reduce_busy_[r] += duration;
+    ++ops_[r];
+    if (options_.record_trace && duration > 0.0) {
+      profiler::Span span;
+      span.lane = reduce_lane_[r];
+      span.kind = schedule::span_kind_of(op.kind);
+      span.chunk = op.chunk;
+      span.start_ns = to_ns(start);
+      span.end_ns = to_ns(end);
+      lane_spans_[static_cast<std::size_t>(span.lane)].push_back(span);
+    }
+    return end;
+  }
+
   // Runs one op of `duration` on the rank's compute stream once it is free and `ready` has come.
   double run(int rank, std::size_t index, const Op& op, double ready, double duration) {
     const auto r = static_cast<std::size_t>(rank);
@@ -243,6 +275,7 @@ class TimingHooks {
     for (int r = 0; r < p; ++r) {
       makespan = std::max(makespan, compute_free_[static_cast<std::size_t>(r)]);
       makespan = std::max(makespan, comm_free_[static_cast<std::size_t>(r)]);
+      makespan = std::max(makespan, reduce_free_[static_cast<std::size_t>(r)]);
     }
     // Every time of the run (busy, bubble, each op's end) is at most the makespan: bounded here,
     // with or without a trace, as the trace's times are. (A copy ends before the B it serves.)
@@ -395,6 +428,8 @@ class TimingHooks {
     st.bubble = std::max(0.0, makespan - busy_[i]);
     st.bubble_ratio = makespan > 0.0 ? st.bubble / makespan : 0.0;
     st.comm = comm_busy_[i];
+    st.gradient_reduction = reduce_busy_[i];
+    st.exposed_gradient_reduction = std::max(0.0, reduce_free_[i] - compute_free_[i]);
     st.overlap_hidden = overlap_hidden_[i];
     st.peak_activation_microbatches = peak_units_[i];
     if (!offloading_.empty() && offloading_[i].copy > 0.0) {
@@ -469,7 +504,9 @@ class TimingHooks {
   const SimOptions& options_;
   SimResult& result_;
   std::vector<double> compute_free_, comm_free_, busy_, comm_busy_, units_, peak_units_, cost_,
-      overlap_hidden_;
+      overlap_hidden_, reduce_free_, reduce_busy_;
+  bool reductions_ = false;  // the schedule reduces per layer group (OpKind::R)
+  std::vector<std::int32_t> reduce_lane_;
   std::vector<std::size_t> ops_;
   std::vector<std::int32_t> compute_lane_, comm_lane_, p2p_lane_;
   std::vector<std::vector<profiler::Span>> lane_spans_;

@@ -31,6 +31,13 @@
 // never less than either stream's work, max(computes, communications). It is traced as X for
 // c_X - h_X, then Y for c_Y - h_Y (their order in the list), and each product is available at
 // its op's end. With k = 0 a pair costs what the two ops cost in sequence.
+//
+// Layered gradient reduction (OpKind::R, costed by CostTable's R entry, seconds per layer group):
+// each rank has a reduction stream beside its compute stream. An R starts when the op before it
+// on the rank has ended (the group's weight gradients are complete) and the stream is free, and
+// takes its cost; the compute stream goes on (the model assumes the reduction takes no compute
+// from the passes it overlaps, as DP collectives on their own stream mostly do). The iteration
+// ends when the last reduction has ended too.
 #pragma once
 
 #include <cstddef>
@@ -67,6 +74,10 @@ struct StageSummary {
   // Seconds of communication inside ops that overlapped pairs hid behind the other op's compute
   // (what the pairs saved against running their ops in sequence).
   double overlap_hidden = 0.0;
+  // Layered gradient reduction: seconds on the rank's reduction stream, and how long the last
+  // reduction ran past the rank's last compute op (what the backwards could not hide).
+  double gradient_reduction = 0.0;
+  double exposed_gradient_reduction = 0.0;
   std::size_t ops = 0;
 };
 

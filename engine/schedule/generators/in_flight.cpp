@@ -22,6 +22,8 @@ double least_peak_in_flight(const GeneratorParams& params, int rank) {
     if (rank != 0 && rank != p - 1) return 0.0;
     return first_backward_after(p - rank - 1);
   }
+  // layered runs every forward of every chunk before its first backward.
+  if (params.name == "layered") return m;
   if (chunks == 1 && schedule_placement(params.name) == Placement::Linear) {
     // terapipe runs every slice's forward first, as gpipe does: the slices add up to m.
     if (params.name == "gpipe" || params.name == "terapipe") return m;

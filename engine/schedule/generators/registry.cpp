@@ -5,6 +5,7 @@
 
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
+#include "engine/schedule/validator.hpp"
 
 namespace pipetune::schedule {
 
@@ -30,6 +31,7 @@ const std::vector<Entry>& entries() {
       {"dualpipe-v", generate_dualpipe_v},
       {"terapipe", generate_terapipe},
       {"skippipe", generate_skippipe},
+      {"layered", generate_layered},
   };
   return table;
 }
@@ -77,7 +79,9 @@ bool supports_vocab(std::string_view name, VocabMode vocab) {
 }
 
 int default_chunks(std::string_view name) {
-  if (schedule_placement(name) == Placement::VShape || name == "interleaved-1f1b") return 2;
+  if (schedule_placement(name) == Placement::VShape || name == "interleaved-1f1b" ||
+      name == "layered")
+    return 2;
   return 1;
 }
 
@@ -192,7 +196,12 @@ Schedule generate(const GeneratorParams& params) {
                         " stages, asked for " + std::to_string(params.stages));
   // The cost-aware generators plan with sums of these: bounded here as the simulator bounds them.
   check_costs(params.costs);
-  return it->fn(params);
+  Schedule s = it->fn(params);
+  if (params.layered_reduction && !reduces_per_group(s)) {
+    add_gradient_reductions(s);
+    validate(s);
+  }
+  return s;
 }
 
 }  // namespace pipetune::schedule

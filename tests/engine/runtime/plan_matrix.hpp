@@ -30,6 +30,7 @@ struct PlanCase {
   spec::Recompute recompute = spec::Recompute::None;
   int slices = 0;                      // terapipe's token slices (0: its default)
   std::vector<int> slice_tokens = {};  // terapipe's uneven slices
+  bool layered_reduction = false;      // an R op per layer group
 
   int world() const { return tp * pp * dp; }
   // Token slices run on the cpu backend only (the cuda backend has no attention over a key
@@ -57,6 +58,7 @@ inline void apply_plan(const PlanCase& c, runtime::TrainOptions& o) {
   o.plan.recompute = c.recompute;
   o.plan.slices = c.slices;
   o.plan.slice_tokens = c.slice_tokens;
+  o.plan.layered_reduction = c.layered_reduction;
 }
 
 inline std::vector<PlanCase> parallel_equivalence_plans() {
@@ -106,6 +108,26 @@ inline std::vector<PlanCase> parallel_equivalence_plans() {
        .sequence_parallel = true,
        .slices = 3});
   add({.name = "dp2_pp2_terapipe", .pp = 2, .dp = 2, .schedule = "terapipe", .slices = 2});
+  // Layered gradient reduction: each layer group's DP all-reduce as an R op after its last
+  // backward. The layered (breadth-first) schedule with modular placement (tiny's 8 layers, one
+  // per group), over 4 stages, with experts (their units over the expert-DP group); R ops added
+  // to 1f1b, and to zb-h1 (after each group's last W) with sequence parallelism (whose TP sum
+  // then follows the DP sums).
+  add({.name = "pp2_dp2_layered_modular", .pp = 2, .dp = 2, .schedule = "layered", .chunks = 4});
+  add({.name = "pp4_layered", .pp = 4, .schedule = "layered", .microbatches = 8});
+  add({.name = "moe_pp2_dp2_layered",
+       .model = "tiny-moe",
+       .pp = 2,
+       .dp = 2,
+       .schedule = "layered"});
+  add({.name = "dp2_1f1b_layered_reduction", .dp = 2, .layered_reduction = true});
+  add({.name = "tp2_pp2_dp2_sp_zbh1_layered_reduction",
+       .tp = 2,
+       .pp = 2,
+       .dp = 2,
+       .schedule = "zb-h1",
+       .sequence_parallel = true,
+       .layered_reduction = true});
   // Vocabulary parallelism with the schedules that support it.
   add({.name = "pp2_1f1b_vocab1", .pp = 2, .vocab = "vocab-1"});
   add({.name = "pp4_1f1b_vocab2", .pp = 4, .vocab = "vocab-2", .microbatches = 8});
