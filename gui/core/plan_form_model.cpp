@@ -40,7 +40,10 @@ constexpr std::array<const char*, kPlanFieldCount> kKeys = {"model",
                                                             "global_batch",
                                                             "rank_order",
                                                             "node_group_order",
-                                                            "stage_tp"};
+                                                            "stage_tp",
+                                                            "slices",
+                                                            "skip_ratio",
+                                                            "layered_reduction"};
 
 std::size_t slot(PlanField f) {
   return static_cast<std::size_t>(f);
@@ -119,6 +122,7 @@ PlanFormModel::PlanFormModel(QObject* parent) : QObject(parent) {
   values_[slot(PlanField::SequenceParallel)] = "false";
   values_[slot(PlanField::OffloadActivations)] = "false";
   values_[slot(PlanField::OffloadOptimizer)] = "false";
+  values_[slot(PlanField::LayeredReduction)] = "false";
   values_[slot(PlanField::RankOrder)] = "tp-dp-pp";
   message_ = "choose a model";
 }
@@ -222,6 +226,10 @@ void PlanFormModel::load_run_preset(const QString& name) {
     values_[slot(PlanField::SequenceParallel)] = p.sequence_parallel ? "true" : "false";
     values_[slot(PlanField::OffloadActivations)] = p.offload_activations ? "true" : "false";
     values_[slot(PlanField::OffloadOptimizer)] = p.offload_optimizer ? "true" : "false";
+    values_[slot(PlanField::LayeredReduction)] = p.layered_reduction ? "true" : "false";
+    values_[slot(PlanField::Slices)] = p.slices > 0 ? QString::number(p.slices) : QString();
+    values_[slot(PlanField::SkipRatio)] =
+        p.skip_ratio ? QString::number(*p.skip_ratio, 'g', 17) : QString();
     // A global batch the plan's sizes imply stays derived, so editing them keeps it consistent.
     const bool derived = p.global_batch == std::int64_t{p.micro_batch_size} * p.microbatches * p.dp;
     values_[slot(PlanField::GlobalBatch)] =
@@ -344,6 +352,17 @@ void PlanFormModel::read_plan(spec::ParallelPlan& p) const {
   p.offload_activations =
       parse_bool(text(PlanField::OffloadActivations), PlanField::OffloadActivations);
   p.offload_optimizer = parse_bool(text(PlanField::OffloadOptimizer), PlanField::OffloadOptimizer);
+  p.layered_reduction = parse_bool(text(PlanField::LayeredReduction), PlanField::LayeredReduction);
+  if (!text(PlanField::Slices).isEmpty())
+    p.slices = parse_int(text(PlanField::Slices), PlanField::Slices);
+  if (!text(PlanField::SkipRatio).isEmpty()) {
+    bool ok = false;
+    const double ratio = text(PlanField::SkipRatio).trimmed().toDouble(&ok);
+    if (!ok)
+      throw ParseError{PlanField::SkipRatio, "skip_ratio must be a number (got '" +
+                                                 text(PlanField::SkipRatio).trimmed() + "')"};
+    p.skip_ratio = ratio;
+  }
   // The names are parsed by the libraries, whose messages list the valid ones.
   try {
     p.vocab = schedule::parse_vocab_mode(text(PlanField::Vocab).toStdString());

@@ -47,8 +47,11 @@ enum class PlanField {
   // Per-stage layouts: one TP degree per pipeline stage, "4, 2, 2"; "" = every stage uses Tp.
   // dp is shared, so stage s holds stage_tp[s] * dp GPUs; Tp may be left empty (the first entry).
   StageTp,
+  Slices,            // terapipe's token slices per micro-batch; "" = the schedule's default
+  SkipRatio,         // skippipe's share of stages a micro-batch skips; "" = its default
+  LayeredReduction,  // "true" / "false": each layer group's DP reduction as its backward ends
 };
-inline constexpr int kPlanFieldCount = 23;
+inline constexpr int kPlanFieldCount = 26;
 
 // The field's key as a run file's [plan] spells it ("tp", "micro_batch_size"...): a library
 // error about the plan field "plan.<key>" (engine/errors.hpp) is shown at this field.

@@ -25,6 +25,9 @@ PipeliningSchedule pipelining_actions(const schedule::Schedule& s) {
   PipeliningSchedule out(s.ranks.size());
   for (std::size_t r = 0; r < s.ranks.size(); ++r) {
     for (const schedule::Op& op : s.ranks[r]) {
+      // A layer group's gradient reduction (R) has no cell: torch's stages reduce their own
+      // gradients once their last backward has run, where pipetune puts R.
+      if (schedule::is_reduction(op.kind)) continue;
       char type = 'F';
       switch (op.kind) {
         case schedule::OpKind::F:

@@ -12,7 +12,9 @@
 // (rank, chunk) is Schedule::group_of, which places groups as torchtitan does (loop: rank +
 // chunk * pp; V: rank and 2pp-1-rank). Vocabulary ops (S, T, IF, IB) have no action. An
 // overlapped pair (Op::overlaps_previous) is one OVERLAP_F_B cell holding both actions,
-// "(1F3;2B0)OVERLAP_F_B" (_Action.__repr__ with sub_actions).
+// "(1F3;2B0)OVERLAP_F_B" (_Action.__repr__ with sub_actions). A layer group's gradient reduction
+// (R) has no cell: torch's pipeline stages reduce their gradients after their own last backward
+// (schedules.py _add_reduce_grad places REDUCE_GRAD there), which is where pipetune puts R.
 #pragma once
 
 #include <string>

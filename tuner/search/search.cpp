@@ -194,7 +194,7 @@ class Enumerator {
   std::vector<int> chunk_options(const std::string& name, int pp) {
     if (pp == 1) return {1};
     if (is_v_schedule(name)) return {2};
-    if (name != "interleaved-1f1b") return {1};
+    if (name != "interleaved-1f1b" && name != "layered") return {1};
     std::vector<int> out;
     for (int v = 2; v <= s_.max_chunks; ++v) {
       if (s_.model.layers % (static_cast<std::int64_t>(pp) * v) == 0)
@@ -202,6 +202,10 @@ class Enumerator {
       else
         prune("interleaved chunks do not split the layers evenly");
     }
+    // layered: modular placement too (one layer per group, layer l on rank l mod pp), the
+    // paper's pairing of the two, where it is more chunks than the others.
+    if (name == "layered" && s_.model.layers % pp == 0 && s_.model.layers / pp > s_.max_chunks)
+      out.push_back(static_cast<int>(s_.model.layers / pp));
     return out;
   }
 
@@ -251,6 +255,15 @@ class Enumerator {
         p.zero_stage = zero;
         add_candidate(p, vocab_label);
         if (full()) return;
+        // Layered gradient reduction (ZeRO-0): each layer group's all-reduce as an R op beside
+        // the backwards still to come. With one group per rank it is ready only after the last
+        // backward, which hides less than the reduction after the pipeline already overlaps.
+        if (zero == 0 && base.dp > 1 && base.chunks > 1 && base.schedule != "layered") {
+          spec::ParallelPlan layered = p;
+          layered.layered_reduction = true;
+          add_candidate(std::move(layered), vocab_label);
+          if (full()) return;
+        }
         if (s_.stage_layouts && vocab_label == "none") add_stage_layouts(p, vocab_label);
         if (full()) return;
       }

@@ -158,6 +158,10 @@ TEST(PlanFormModel, AnErrorAboutEachFieldMarksThatField) {
       {PlanField::RankOrder, {{PlanField::RankOrder, "dp-tp-pp"}}},     // unknown
       {PlanField::NodeGroupOrder, {{PlanField::NodeGroupOrder, "0"}}},  // dgx-h100-8 has no groups
       {PlanField::StageTp, {{PlanField::StageTp, "2,2"}}},              // pp = 4 entries
+      {PlanField::Slices, {{PlanField::Slices, "four"}}},               // not a number
+      {PlanField::SkipRatio, {{PlanField::SkipRatio, "1.5"}}},          // at most 1
+      {PlanField::LayeredReduction,
+       {{PlanField::ZeroStage, "1"}, {PlanField::LayeredReduction, "true"}}},  // ZeRO-0 only
   };
   EXPECT_EQ(cases.size(), static_cast<std::size_t>(kPlanFieldCount)) << "a field without a case";
   for (const Case& c : cases) {

@@ -46,9 +46,15 @@ TEST(PipeliningCsv, EveryScheduleRoundTripsInRankOrderAndPassesTorchsChecks) {
       const PipeliningSchedule back = parse_pipelining_csv(csv);
       ASSERT_EQ(back.size(), s.ranks.size()) << name;
       for (std::size_t r = 0; r < s.ranks.size(); ++r) {
-        ASSERT_EQ(back[r].size(), s.ranks[r].size()) << name << " rank " << r;
-        for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
-          const schedule::Op& op = s.ranks[r][i];
+        // A layer group's gradient reduction (layered's R) has no cell: torch's stages reduce
+        // after their last backward themselves.
+        std::vector<schedule::Op> ops;
+        for (const schedule::Op& op : s.ranks[r])
+          if (!schedule::is_reduction(op.kind)) ops.push_back(op);
+        EXPECT_EQ(ops.size() < s.ranks[r].size(), name == "layered") << name;
+        ASSERT_EQ(back[r].size(), ops.size()) << name << " rank " << r;
+        for (std::size_t i = 0; i < ops.size(); ++i) {
+          const schedule::Op& op = ops[i];
           const PipeliningAction want{s.group_of(static_cast<int>(r), op.chunk),
                                       torch_type(op.kind), op.microbatch, op.overlaps_previous};
           EXPECT_EQ(back[r][i], want)
