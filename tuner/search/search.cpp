@@ -249,7 +249,8 @@ class Enumerator {
   void enumerate_memory_knobs(const spec::ParallelPlan& base, const std::string& vocab_label) {
     for (spec::Recompute rc : s_.recomputes) {
       for (int zero : s_.zero_stages) {
-        if (zero > 0 && base.dp == 1) continue;  // nothing to shard over
+        if (zero > 0 && base.dp == 1) continue;                // nothing to shard over
+        if (zero > 0 && base.schedule == "layered") continue;  // ZeRO-0 only (spec::validate)
         spec::ParallelPlan p = base;
         p.recompute = rc;
         p.zero_stage = zero;
@@ -290,6 +291,7 @@ class Enumerator {
     if (base.pp < 2 && !s_.offload) return;
     for (int zero : s_.zero_stages) {
       if (zero > 0 && base.dp == 1) continue;
+      if (zero > 0 && base.schedule == "layered") continue;
       spec::ParallelPlan knobs = base;
       knobs.zero_stage = zero;
       std::vector<spec::ParallelPlan> plans;

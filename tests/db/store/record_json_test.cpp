@@ -83,6 +83,24 @@ TEST(RecordJson, PlanAndTrialRoundTrip) {
   EXPECT_EQ(p2.vocab, schedule::VocabMode::None);
 }
 
+// The schedules' own options: token slices, the skip ratio and layered reduction come back, so
+// an export or a run from the store has the plan that was ranked.
+TEST(RecordJson, ScheduleOptionsRoundTrip) {
+  spec::ParallelPlan p = sample_plan();
+  p.slices = 3;
+  p.slice_tokens = {5, 2, 1};
+  p.skip_ratio = 0.25;
+  p.layered_reduction = true;
+  std::string label;
+  const spec::ParallelPlan back = plan_from_json(plan_to_json(p, "none"), label);
+  EXPECT_EQ(back.slices, 3);
+  EXPECT_EQ(back.slice_tokens, p.slice_tokens);
+  EXPECT_EQ(back.skip_ratio, p.skip_ratio);
+  EXPECT_TRUE(back.layered_reduction);
+  p.layered_reduction = false;
+  EXPECT_FALSE(plan_from_json(plan_to_json(p, "none"), label).layered_reduction);
+}
+
 TEST(RecordJson, ModelAndTrainingPlanRoundTrip) {
   for (const char* name : {"mixtral-8x7b", "llama3-70b", "gpt3-175b", "tiny-moe"}) {
     spec::ModelSpec m = spec::load_model(name);
