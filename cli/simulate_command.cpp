@@ -1,7 +1,9 @@
 // `pipetune simulate`: generate a schedule, simulate it, print a per-stage report and a Gantt.
 #include <unistd.h>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -38,13 +40,16 @@ struct SimulateArgs {
   double comm_f = 0.0, comm_b = 0.0;  // the communication parts of F and B
   std::optional<double> barrier;
   std::optional<double> memory_limit;
-  std::optional<int> slices;         // terapipe's token slices per micro-batch
-  std::vector<int> slice_tokens;     // terapipe's uneven slices (relative lengths)
-  double attention_share = 0.0;      // of each op's cost, the causal attention's part
-  double fixed_cost = 0.0;           // of each op's cost, the part each slice pays whole
-  std::optional<double> skip_ratio;  // skippipe's share of stages each micro-batch skips
-  bool layered_reduction = false;    // an R op per layer group after its last backward
-  double cost_reduce = 0.0;          // one layer group's gradient reduction (R)
+  std::optional<int> slices;             // terapipe's token slices per micro-batch
+  std::vector<int> slice_tokens;         // terapipe's uneven slices (relative lengths)
+  double attention_share = 0.0;          // of each op's cost, the causal attention's part
+  double fixed_cost = 0.0;               // of each op's cost, the part each slice pays whole
+  std::optional<double> skip_ratio;      // skippipe's share of stages each micro-batch skips
+  bool layered_reduction = false;        // an R op per layer group after its last backward
+  double cost_reduce = 0.0;              // one layer group's gradient reduction (R)
+  std::vector<std::string> slow_stages;  // "STAGE:FACTOR"
+  std::vector<std::string> fail_stages;  // "STAGE:AT:RESTART"
+  int reroute = 0;                       // re-routing pool of replicas per stage
   bool json = false;
   std::string trace;
   int width = 0;
@@ -154,6 +159,54 @@ tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
   return setup;
 }
 
+// "a:b:c" as numbers: `count` of them, each finite, else InputError naming the flag and `form`.
+std::vector<double> colon_numbers(const std::string& text, std::size_t count, const char* flag,
+                                  const char* form) {
+  std::vector<double> out;
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t end = text.find(':', begin);
+    const std::string part = text.substr(begin, end == std::string::npos ? end : end - begin);
+    char* stop = nullptr;
+    const double v = std::strtod(part.c_str(), &stop);
+    if (part.empty() || *stop != '\0' || !std::isfinite(v))
+      throw InputError(std::string(flag) + " takes " + form + ", not '" + text + "'");
+    out.push_back(v);
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  if (out.size() != count)
+    throw InputError(std::string(flag) + " takes " + form + ", not '" + text + "'");
+  return out;
+}
+
+// Unreliable peers from the flags: slow and failing stages, and the re-routing pool.
+void apply_fault_flags(const SimulateArgs& a, schedule::CostTable& costs) {
+  const auto stage_of = [&](double v, const char* flag) {
+    if (v != std::floor(v) || v < 0.0 || v >= static_cast<double>(costs.stages.size()))
+      throw InputError(std::string(flag) + ": stage " + std::to_string(v) +
+                       " is not a stage of this pipeline (0.." +
+                       std::to_string(costs.stages.size() - 1) + ")");
+    return static_cast<std::size_t>(v);
+  };
+  for (const std::string& s : a.slow_stages) {
+    const std::vector<double> v = colon_numbers(s, 2, "--slow-stage", "STAGE:FACTOR");
+    if (!(v[1] >= 1.0)) throw InputError("--slow-stage: a slowdown factor is at least 1");
+    costs.stages[stage_of(v[0], "--slow-stage")].slowdown = v[1];
+  }
+  for (const std::string& s : a.fail_stages) {
+    const std::vector<double> v = colon_numbers(s, 3, "--fail-stage", "STAGE:AT:RESTART");
+    if (!(v[1] >= 0.0) || !(v[2] >= 0.0))
+      throw InputError("--fail-stage: the failure time and the restart delay are at least 0");
+    schedule::StageCosts& st = costs.stages[stage_of(v[0], "--fail-stage")];
+    st.fail_at = v[1];
+    st.restart_delay = v[2];
+  }
+  if (a.reroute == 1 || a.reroute < 0)
+    throw InputError("--reroute is the replicas serving each stage: at least 2");
+  costs.reroute_pool = a.reroute;
+}
+
 // The whole iteration of a run file's plan: what dp, ep and zero_stage add to the pipeline.
 nlohmann::json iteration_json(const tuner::PlanEvaluation& e, const spec::RunSpec& run) {
   nlohmann::json stages = nlohmann::json::array();
@@ -238,6 +291,7 @@ nlohmann::json to_json(const tuner::SimulationSetup& setup, const schedule::Sche
     if (st.peak_activation_bytes >= 0.0) o["peak_activation_bytes"] = st.peak_activation_bytes;
     if (st.comm > 0.0) o["comm"] = st.comm;
     if (st.overlap_hidden > 0.0) o["overlap_hidden"] = st.overlap_hidden;
+    if (st.fault_stall > 0.0) o["fault_stall"] = st.fault_stall;
     if (st.gradient_reduction > 0.0) {
       o["gradient_reduction"] = st.gradient_reduction;
       o["exposed_gradient_reduction"] = st.exposed_gradient_reduction;
@@ -298,6 +352,21 @@ void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& 
     if (st.overlap_hidden > 0.0)
       std::printf("stage %d: overlapped F&B pairs hid %s of in-op communication\n", st.stage,
                   human_time(st.overlap_hidden, setup.time_unit).c_str());
+  for (std::size_t i = 0; i < r.stages.size(); ++i) {
+    const schedule::StageCosts& c = setup.costs.stages[i];
+    if (c.slowdown > 1.0)
+      std::printf("stage %zu: slow, its passes at %.3gx their cost%s\n", i, c.slowdown,
+                  setup.costs.reroute_pool >= 2 ? " (its pool shares the load by throughput)" : "");
+    if (c.fail_at >= 0.0)
+      std::printf("stage %zu: fails at %s; %s; lost %s\n", i,
+                  human_time(c.fail_at, setup.time_unit).c_str(),
+                  setup.costs.reroute_pool >= 2
+                      ? ("re-routed to the other " + std::to_string(setup.costs.reroute_pool - 1) +
+                         " replicas")
+                            .c_str()
+                      : ("restarts after " + human_time(c.restart_delay, setup.time_unit)).c_str(),
+                  human_time(r.stages[i].fault_stall, setup.time_unit).c_str());
+  }
   for (const auto& st : r.stages)
     if (st.gradient_reduction > 0.0)
       std::printf(
@@ -349,6 +418,8 @@ void run(const SimulateArgs& a) {
   tuner::SimulationSetup setup =
       a.config.empty() ? setup_from_flags(a) : tuner::setup_from_run_file(a.config);
   if (!a.trace.empty()) check_output_file(a.trace, a.force, a.no_db ? "" : a.db);
+  // Faults are not planned for: the schedule is the one the costs without them give.
+  apply_fault_flags(a, setup.costs);
   const schedule::Schedule s = schedule::generate(setup.params);
   sim::SimOptions options = setup.options;
   options.record_trace = !a.no_db || !a.trace.empty() || (!a.json && !a.no_gantt);
@@ -436,6 +507,15 @@ void add_simulate_command(CLI::App& app) {
   auto* reduce = cmd->add_option("--cost-reduce", args->cost_reduce,
                                  "One layer group's data-parallel gradient reduction (R) time")
                      ->capture_default_str();
+  cmd->add_option("--slow-stage", args->slow_stages,
+                  "Unreliable peers: STAGE:FACTOR, a stage whose passes take FACTOR times their "
+                  "cost (repeatable)");
+  cmd->add_option("--fail-stage", args->fail_stages,
+                  "Unreliable peers: STAGE:AT:RESTART, a stage that fails AT into the iteration "
+                  "and is back RESTART later (repeatable)");
+  cmd->add_option("--reroute", args->reroute,
+                  "SWARM re-routing: N replicas serve each stage and take a failed or slow one's "
+                  "micro-batches (0: none)");
   cmd->add_flag("--json", args->json, "Print one JSON object on stdout");
   cmd->add_option("--trace", args->trace, "Write a Chrome trace JSON (Perfetto) to FILE")
       ->check(non_empty_path());

@@ -115,7 +115,15 @@ void check_costs(const CostTable& costs) {
                          std::to_string(attention + fixed) + " s) exceed its cost (" +
                          std::to_string(st[k]) + " s)");
     }
-    check(costs.stages[static_cast<std::size_t>(r)].offload, "an offload copy time");
+    const StageCosts& st = costs.stages[static_cast<std::size_t>(r)];
+    check(st.offload, "an offload copy time");
+    if (!(st.slowdown >= 1.0) || !std::isfinite(st.slowdown))
+      throw InputError("stage " + std::to_string(r) +
+                       ": a slowdown is a factor of at least 1 on its ops' costs");
+    if (!(st.fail_at < 0.0)) {  // nan too
+      check(st.fail_at, "a failure time");
+      check(st.restart_delay, "a restart delay");
+    }
   }
   check(costs.p2p_latency, "a transfer latency");
   if (!(costs.p2p_bytes >= 0.0) || !std::isfinite(costs.p2p_bytes))
@@ -130,6 +138,9 @@ void check_costs(const CostTable& costs) {
                      std::to_string(costs.pair_transfer.size()));
   for (double t : costs.pair_transfer) check(t, "a pair transfer time");
   check(costs.collective_time, "a barrier time");
+  if (costs.reroute_pool < 0 || costs.reroute_pool == 1)
+    throw InputError("re-routing needs a pool of at least 2 replicas of each stage, got " +
+                     std::to_string(costs.reroute_pool));
 }
 
 }  // namespace pipetune::schedule

@@ -30,6 +30,12 @@ struct StageCosts {
   // before its B), of one chunk's activations of one micro-batch. 0 = this stage keeps its
   // activations on the device.
   double offload = 0.0;
+  // Unreliable peers (SWARM, ATOM): every pass on this stage takes `slowdown` times its cost (a
+  // slow device), and `fail_at` seconds into the iteration the stage's device fails and is back
+  // `restart_delay` later (a negative fail_at: it does not fail).
+  double slowdown = 1.0;
+  double fail_at = -1.0;
+  double restart_delay = 0.0;
 };
 
 struct CostTable {
@@ -49,6 +55,11 @@ struct CostTable {
   // (the embedded engine's CPU backend), false on a GPU, whose copy engines run them on streams
   // of their own beside the computation.
   bool copies_block_compute = false;
+  // SWARM-style re-routing: each stage is served by a pool of this many replicas that share its
+  // micro-batches by their throughput. A slow one takes less of them, and when one fails the
+  // others take its share and run again the op it had in flight. 0: no re-routing, a pipeline
+  // waits for its slow stage and stalls while a failed one restarts.
+  int reroute_pool = 0;
 
   // Same costs on every stage; BW = B + W; S/T/IF/IB as given.
   static CostTable uniform(int stages, double f, double b, double w, double s = 0.0, double t = 0.0,
@@ -85,9 +96,10 @@ inline constexpr double kMaxScheduleTime = 9.2e9;
 // (so never for inf or nan).
 void check_schedule_time(double t, const char* what);
 // InputError when a cost (each op kind as cost() gives it, each stage's offload copy, the
-// transfer, pair transfer and barrier times) is negative, not finite, or not below
-// kMaxScheduleTime, or when an op's communication, attention or fixed part is negative, or they
-// (attention and fixed together) are more than its cost.
+// transfer, pair transfer and barrier times, a failure's time and restart delay) is negative, not
+// finite, or not below kMaxScheduleTime, when an op's communication, attention or fixed part is
+// negative, or they (attention and fixed together) are more than its cost, when a slowdown is
+// below 1, or a re-routing pool has one replica.
 void check_costs(const CostTable& costs);
 
 }  // namespace pipetune::schedule

@@ -82,7 +82,9 @@ class TimingHooks {
     for (std::size_t r = 0; r < p; ++r)
       for (OpKind k : schedule::kAllOpKinds)
         cost_[r * schedule::kOpKindCount + static_cast<std::size_t>(k)] =
-            costs.cost(static_cast<int>(r), k);
+            costs.cost(static_cast<int>(r), k) * pass_factor(static_cast<int>(r), k);
+    fault_stall_.assign(p, 0.0);
+    for (const schedule::StageCosts& st : costs.stages) failures_ = failures_ || st.fail_at >= 0.0;
     if (s.slices > 1) set_up_slices();
     set_up_offload();
     if (options.record_trace) {
@@ -173,7 +175,8 @@ class TimingHooks {
       for (std::size_t r = 0; r < p; ++r)
         for (OpKind kind : schedule::kAllOpKinds)
           slice_cost_[(r * schedule::kOpKindCount + static_cast<std::size_t>(kind)) * k + j] =
-              costs_.slice_cost(static_cast<int>(r), kind, shape);
+              costs_.slice_cost(static_cast<int>(r), kind, shape) *
+              pass_factor(static_cast<int>(r), kind);
     }
   }
 
@@ -219,12 +222,51 @@ class TimingHooks {
     return end;
   }
 
+  // Unreliable peers: what a stage's slowdown makes of its passes' costs. Alone, a slow device
+  // takes `slowdown` times as long; in a re-routing pool of n the others take more of its
+  // micro-batches, the pool running at n / (n - 1 + 1 / slowdown) of its usual rate.
+  double pass_factor(int rank, OpKind kind) const {
+    if (schedule::is_reduction(kind)) return 1.0;
+    const double s = costs_.stages[static_cast<std::size_t>(rank)].slowdown;
+    if (s == 1.0) return 1.0;
+    const double n = costs_.reroute_pool;
+    return n >= 2.0 ? n / (n - 1.0 + 1.0 / s) : s;
+  }
+
+  // A failure on the op's stage (simulator.hpp), given where the op would start and how long
+  // it would take: it moves and stretches them, and counts what it loses.
+  void fail_over(int rank, double& start, double& duration) {
+    const auto r = static_cast<std::size_t>(rank);
+    const schedule::StageCosts& st = costs_.stages[r];
+    if (st.fail_at < 0.0) return;
+    const double at = st.fail_at;
+    if (costs_.reroute_pool < 2) {
+      const double up = at + st.restart_delay;
+      // Down, or in flight when it failed (its work is lost): run after the restart.
+      if (start < up && start + duration > at) {
+        fault_stall_[r] += up - start;
+        start = up;
+      }
+      return;
+    }
+    // Re-routing: the pool is one short from `at` on; an op in flight then runs again on
+    // another replica from the failure.
+    const double n = costs_.reroute_pool;
+    if (start + duration <= at) return;
+    if (start < at) {
+      fault_stall_[r] += at - start;
+      start = at;
+    }
+    duration *= n / (n - 1.0);
+  }
+
   // Runs one op of `duration` on the rank's compute stream once it is free and `ready` has come.
   double run(int rank, std::size_t index, const Op& op, double ready, double duration) {
     const auto r = static_cast<std::size_t>(rank);
     if (!offloading_.empty() && offloading_[r].copy > 0.0)
       return offloading_op(rank, index, op, ready, duration);
-    const double start = std::max(compute_free_[r], ready);
+    double start = std::max(compute_free_[r], ready);
+    if (failures_) fail_over(rank, start, duration);
     const double end = start + duration;
     compute_free_[r] = end;
     busy_[r] += duration;
@@ -289,6 +331,7 @@ class TimingHooks {
       result_.op_count += st.ops;
     }
     result_.bubble_ratio = makespan > 0.0 ? bubble_sum / (makespan * p) : 0.0;
+    if (options_.record_trace && failures_) record_failures(makespan);
     if (options_.record_trace) merge_lane_spans();
   }
 
@@ -429,6 +472,7 @@ class TimingHooks {
     st.bubble_ratio = makespan > 0.0 ? st.bubble / makespan : 0.0;
     st.comm = comm_busy_[i];
     st.gradient_reduction = reduce_busy_[i];
+    st.fault_stall = fault_stall_[i];
     st.exposed_gradient_reduction = std::max(0.0, reduce_free_[i] - compute_free_[i]);
     st.overlap_hidden = overlap_hidden_[i];
     st.peak_activation_microbatches = peak_units_[i];
@@ -461,6 +505,24 @@ class TimingHooks {
       if (!std::is_sorted(l.begin(), l.end(), by_start))
         std::stable_sort(l.begin(), l.end(), by_start);
       spans.insert(spans.end(), l.begin(), l.end());
+    }
+  }
+
+  // Each failure's downtime as a span on its stage's compute lane (with re-routing there is none:
+  // the ops go on, longer, on the other replicas).
+  void record_failures(double makespan) {
+    if (costs_.reroute_pool >= 2) return;
+    const std::uint32_t name = result_.trace.intern("failed: restarting");
+    for (std::size_t r = 0; r < costs_.stages.size(); ++r) {
+      const schedule::StageCosts& st = costs_.stages[r];
+      if (st.fail_at < 0.0 || st.fail_at >= makespan || !(st.restart_delay > 0.0)) continue;
+      profiler::Span span;
+      span.lane = compute_lane_[r];
+      span.kind = profiler::SpanKind::Other;
+      span.start_ns = to_ns(st.fail_at);
+      span.end_ns = to_ns(st.fail_at + st.restart_delay);
+      span.name = name;
+      lane_spans_[static_cast<std::size_t>(span.lane)].push_back(span);
     }
   }
 
@@ -506,6 +568,8 @@ class TimingHooks {
   std::vector<double> compute_free_, comm_free_, busy_, comm_busy_, units_, peak_units_, cost_,
       overlap_hidden_, reduce_free_, reduce_busy_;
   bool reductions_ = false;  // the schedule reduces per layer group (OpKind::R)
+  bool failures_ = false;    // some stage fails (StageCosts::fail_at)
+  std::vector<double> fault_stall_;
   std::vector<std::int32_t> reduce_lane_;
   std::vector<std::size_t> ops_;
   std::vector<std::int32_t> compute_lane_, comm_lane_, p2p_lane_;
@@ -537,6 +601,11 @@ SimResult simulate(const Schedule& schedule, const CostTable& costs, const SimOp
   schedule::check_costs(costs);
   if (costs.w_free_fraction < 0.0 || costs.w_free_fraction > 1.0)
     throw InputError("w_free_fraction must be within 0..1");
+  for (const schedule::StageCosts& st : costs.stages)
+    if (st.fail_at >= 0.0 && st.offload > 0.0)
+      throw InputError(
+          "a stage that fails and offloads its activations is not simulated (its copies would "
+          "be lost with it)");
   if (schedule.slices > 1)
     for (const schedule::StageCosts& st : costs.stages)
       if (st.offload > 0.0)

@@ -38,6 +38,16 @@
 // takes its cost; the compute stream goes on (the model assumes the reduction takes no compute
 // from the passes it overlaps, as DP collectives on their own stream mostly do). The iteration
 // ends when the last reduction has ended too.
+//
+// Unreliable peers (StageCosts::slowdown, fail_at, restart_delay; CostTable::reroute_pool):
+//  - A slow stage's passes take `slowdown` times their cost. With a re-routing pool of n
+//    replicas (SWARM's stochastic wiring, by throughput) the pool shares the stage's micro-batches
+//    and runs at n / (n - 1 + 1 / slowdown) of the usual time.
+//  - Without re-routing, a stage that fails at time t is down until t + restart_delay: an op
+//    that would run in that time, or was running at t (its work is lost), starts at the restart.
+//  - With re-routing the pool's other replicas take over at t: an op running at t runs again
+//    from t, and every op from t on takes n / (n - 1) times as long (the pool is one short).
+//  StageSummary::fault_stall counts the time lost: the downtime and the lost work.
 #pragma once
 
 #include <cstddef>
@@ -78,6 +88,8 @@ struct StageSummary {
   // reduction ran past the rank's last compute op (what the backwards could not hide).
   double gradient_reduction = 0.0;
   double exposed_gradient_reduction = 0.0;
+  // Unreliable peers: seconds the stage's failure cost it (downtime waited, work lost).
+  double fault_stall = 0.0;
   std::size_t ops = 0;
 };
 

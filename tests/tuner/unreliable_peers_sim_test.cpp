@@ -1,0 +1,83 @@
+// Unreliable peers in the simulator, worked out by hand on 1f1b with p = 2, m = 2, F = 1, BW = 2
+// and free transfers: rank 1 runs F0 1-2, BW0 2-4, F1 4-5, BW1 5-7 and rank 0 BW0 4-6, BW1 7-9,
+// so the iteration takes 9.
+#include <gtest/gtest.h>
+
+#include "engine/errors.hpp"
+#include "engine/schedule/generators.hpp"
+#include "tuner/sim/simulator.hpp"
+
+namespace pipetune::schedule {
+namespace {
+
+Schedule one_f_one_b() {
+  GeneratorParams g;
+  g.name = "1f1b";
+  g.stages = 2;
+  g.microbatches = 2;
+  return generate(g);
+}
+
+CostTable base() {
+  return CostTable::uniform(2, 1.0, 2.0, 0.0);
+}
+
+TEST(UnreliablePeersSim, ASlowStageStretchesThePipelineAndAPoolSharesItsLoad) {
+  EXPECT_DOUBLE_EQ(sim::simulate(one_f_one_b(), base()).iteration_time, 9.0);
+  // Stage 1 at half speed: F = 2, BW = 4 there. F0 1-3, BW0 3-7, F1 7-9, BW1 9-13; rank 0 BW1
+  // 13-15.
+  CostTable slow = base();
+  slow.stages[1].slowdown = 2.0;
+  EXPECT_DOUBLE_EQ(sim::simulate(one_f_one_b(), slow).iteration_time, 15.0);
+  // A pool of 4 replicas, one of them at half speed, shares the micro-batches by throughput:
+  // 4 / (3 + 1/2) = 8/7 of the cost. Rank 1: F0 1-15/7, BW0 -31/7, F1 -39/7, BW1 -55/7; rank 0
+  // BW1 55/7-69/7.
+  slow.reroute_pool = 4;
+  EXPECT_NEAR(sim::simulate(one_f_one_b(), slow).iteration_time, 69.0 / 7.0, 1e-9);
+}
+
+TEST(UnreliablePeersSim, AFailedStageStallsUntilItRestartsLosingTheOpInFlight) {
+  // Stage 1 fails at 3, in BW0 (2-4), and is back at 8: BW0 runs again 8-10, F1 10-11, BW1
+  // 11-13; rank 0 BW0 10-12, BW1 13-15. Lost: 1 of BW0's work and 5 of downtime.
+  CostTable c = base();
+  c.stages[1].fail_at = 3.0;
+  c.stages[1].restart_delay = 5.0;
+  const sim::SimResult r = sim::simulate(one_f_one_b(), c);
+  EXPECT_DOUBLE_EQ(r.iteration_time, 15.0);
+  EXPECT_DOUBLE_EQ(r.stages[1].fault_stall, 6.0);
+  EXPECT_DOUBLE_EQ(r.stages[0].fault_stall, 0.0);
+  int down = 0;
+  for (const profiler::Span& s : r.trace.spans)
+    if (s.kind == profiler::SpanKind::Other && s.start_ns == 3'000'000'000 &&
+        s.end_ns == 8'000'000'000)
+      ++down;
+  EXPECT_EQ(down, 1);
+}
+
+TEST(UnreliablePeersSim, ReRoutingRecoversOnTheOtherReplicas) {
+  // A pool of 4: at 3 the other 3 take over. BW0 runs again from 3, every op from then on at
+  // 4/3 of its cost: BW0 3-17/3, F1 -7, BW1 -29/3; rank 0 BW0 17/3-23/3, BW1 29/3-35/3.
+  CostTable c = base();
+  c.stages[1].fail_at = 3.0;
+  c.stages[1].restart_delay = 5.0;
+  c.reroute_pool = 4;
+  const sim::SimResult r = sim::simulate(one_f_one_b(), c);
+  EXPECT_NEAR(r.iteration_time, 35.0 / 3.0, 1e-9);
+  EXPECT_DOUBLE_EQ(r.stages[1].fault_stall, 1.0);
+}
+
+TEST(UnreliablePeersSim, BadFaultsAreRefused) {
+  CostTable c = base();
+  c.stages[0].slowdown = 0.5;
+  EXPECT_THROW(sim::simulate(one_f_one_b(), c), InputError);
+  c = base();
+  c.reroute_pool = 1;
+  EXPECT_THROW(sim::simulate(one_f_one_b(), c), InputError);
+  c = base();
+  c.stages[1].fail_at = 1.0;
+  c.stages[1].restart_delay = -1.0;
+  EXPECT_THROW(sim::simulate(one_f_one_b(), c), InputError);
+}
+
+}  // namespace
+}  // namespace pipetune::schedule
