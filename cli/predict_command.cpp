@@ -35,6 +35,7 @@ struct PredictArgs {
   std::optional<double> skip_ratio;  // skippipe
   bool layered_reduction = false;    // an R op per layer group
   bool modular = false;              // one layer per group (chunks = layers / pp)
+  bool reroute = false;              // SWARM re-routing of the cluster's faults
   std::string rank_order = "tp-dp-pp", node_group_order;
   std::string stage_recompute;  // comma list, one mode per pipeline rank; empty = recompute
   std::string stage_tp;         // comma list, one TP degree per pipeline rank; empty = tp
@@ -67,6 +68,7 @@ void print_prediction(const spec::ModelSpec& model, const spec::ClusterSpec& clu
         s["bubble_ratio"] = e.stages[i].bubble_ratio;
         s["copy_stall"] = e.stages[i].copy_stall;
         s["overlap_hidden"] = e.stages[i].overlap_hidden;
+        if (e.stages[i].fault_stall > 0.0) s["fault_stall"] = e.stages[i].fault_stall;
       }
       stages.push_back(s);
     }
@@ -105,6 +107,28 @@ void print_prediction(const spec::ModelSpec& model, const spec::ClusterSpec& clu
   if (!e.stages.empty() && e.stages[most].overlap_hidden > 0.0)
     std::printf("overlap        F&B pairs hide %s of communication per iteration on stage %zu\n",
                 human_time(e.stages[most].overlap_hidden).c_str(), most);
+  // Unreliable peers: what each slow or failing stage costs.
+  const schedule::CostTable& t = e.costs.table;
+  for (std::size_t i = 0; i < t.stages.size() && i < e.stages.size(); ++i) {
+    const schedule::StageCosts& c = t.stages[i];
+    const bool pool = t.reroute_pool >= 2;
+    if (c.slowdown > 1.0)
+      std::printf("slow           stage %zu at %.3gx its passes' time%s\n", i, c.slowdown,
+                  pool ? (" on " + std::to_string(c.slow_replicas) + " of its " +
+                          std::to_string(t.reroute_pool) +
+                          " replicas (they share the load by "
+                          "throughput)")
+                             .c_str()
+                       : "");
+    if (c.fail_at >= 0.0)
+      std::printf("failure        stage %zu at %s, %s: %s lost\n", i, human_time(c.fail_at).c_str(),
+                  pool && c.failed_replicas < t.reroute_pool
+                      ? (std::to_string(c.failed_replicas) + " of its " +
+                         std::to_string(t.reroute_pool) + " replicas, re-routed to the others")
+                            .c_str()
+                      : ("back after " + human_time(c.restart_delay)).c_str(),
+                  human_time(e.stages[i].fault_stall).c_str());
+  }
   std::printf("memory         %s peak on stage %d of %s per GPU: %s\n",
               human_bytes(e.memory.peak_bytes).c_str(), e.memory.peak_stage,
               human_bytes(e.memory.device_bytes).c_str(),
@@ -197,14 +221,19 @@ void run_flags(const PredictArgs& a) {
                        t.cluster.hardware.name);
     p.layer_split = *split;
   }
+  tuner::EvaluateOptions options;
+  if (a.reroute) {
+    options.execution = tuner::default_execution(t.cluster.hardware);
+    options.execution->reroute_failures = true;
+  }
   print_prediction(t.model, t.cluster, t.global_batch, p, a.vocab,
-                   tuner::evaluate_plan(t.model, t.cluster, p), a.json);
+                   tuner::evaluate_plan(t.model, t.cluster, p, options), a.json);
 }
 
 // `predict --config RUN [--against STORED_RUN]`: the run file's prediction, or its per-stage
 // error against a measured or imported run of the same plan.
 void run_config(const PredictArgs& a) {
-  const tuner::SimulationSetup setup = tuner::setup_from_run_file(a.config);
+  const tuner::SimulationSetup setup = tuner::setup_from_run_file(a.config, a.reroute);
   if (!a.against.empty()) {
     print_prediction_against(setup, a.db, a.against, a.json);
     return;
@@ -260,6 +289,9 @@ void add_predict_command(CLI::App& app) {
                   "comma-separated (4,2,2: pp entries; dp is shared, stage s holds stage-tp[s]*dp "
                   "GPUs; --tp defaults to the first)");
   cmd->add_flag("--sequence-parallel", a->sequence_parallel, "Sequence parallelism (with TP)");
+  cmd->add_flag("--reroute", a->reroute,
+                "Unreliable peers (a cluster's [[faults]]): each stage's data-parallel replicas "
+                "share its micro-batches by throughput and take over a failed one's (SWARM)");
   cmd->add_flag("--layered-reduction", a->layered_reduction,
                 "Reduce each layer group's gradients over data parallelism as soon as its "
                 "backward is complete (ZeRO-0)");
@@ -281,7 +313,8 @@ void add_predict_command(CLI::App& app) {
   // A run file instead of the flags, and what to compare its prediction with.
   std::vector<CLI::Option*> flags;
   for (CLI::Option* o : cmd->get_options())
-    if (o->get_name() != "--json" && o->get_name() != "--help") flags.push_back(o);
+    if (o->get_name() != "--json" && o->get_name() != "--help" && o->get_name() != "--reroute")
+      flags.push_back(o);
   CLI::Option* config =
       cmd->add_option("--config", a->config, "Predict a run file (model, cluster, plan) instead");
   for (CLI::Option* o : flags) config->excludes(o);

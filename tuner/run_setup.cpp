@@ -8,7 +8,7 @@
 
 namespace pipetune::tuner {
 
-SimulationSetup setup_from_run_file(const std::string& name_or_path) {
+SimulationSetup setup_from_run_file(const std::string& name_or_path, bool reroute_failures) {
   spec::RunSpec run = spec::load_run(name_or_path);
   spec::apply_defaults(run.plan);
   const spec::ParallelPlan& plan = run.plan;
@@ -16,6 +16,11 @@ SimulationSetup setup_from_run_file(const std::string& name_or_path) {
   // With backend = "cuda", as pipetune's CUDA engine executes it (what `train` plans with too).
   EvaluateOptions options;
   options.execution = engine_execution(run.backend, run.precision, spec::engine_attention(run));
+  const bool cuda_engine = options.execution.has_value();
+  if (reroute_failures) {
+    if (!options.execution) options.execution = default_execution(run.cluster.hardware);
+    options.execution->reroute_failures = true;
+  }
   PlanEvaluation e = evaluate_plan(run.model, run.cluster, plan, options);
   SimulationSetup setup;
   // terapipe: the slices the evaluation chose (TeraPipe's dynamic programming), as train plans.
@@ -26,7 +31,7 @@ SimulationSetup setup_from_run_file(const std::string& name_or_path) {
   setup.options.activation_bytes_per_microbatch = e.costs.activation_bytes_per_microbatch;
   setup.time_unit = "s";
   std::string engine;
-  if (options.execution)
+  if (cuda_engine)
     engine =
         ", as the CUDA engine runs it (" +
         std::string(run.precision == spec::EnginePrecision::bf16 ? "bf16 GEMMs" : "fp32 GEMMs") +

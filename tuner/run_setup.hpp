@@ -31,6 +31,8 @@ struct SimulationSetup {
 
 // name_or_path: a preset under presets/runs/ or a path to a run TOML. Throws InputError
 // (SpecError/ScheduleError) for bad files, unknown presets and plans that break a rule.
-SimulationSetup setup_from_run_file(const std::string& name_or_path);
+// reroute_failures: the cluster's failing and slow nodes (ClusterSpec::faults) are met by
+// SWARM-style re-routing over each stage's data-parallel replicas (ExecutionOptions).
+SimulationSetup setup_from_run_file(const std::string& name_or_path, bool reroute_failures = false);
 
 }  // namespace pipetune::tuner

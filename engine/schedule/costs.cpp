@@ -120,6 +120,8 @@ void check_costs(const CostTable& costs) {
     if (!(st.slowdown >= 1.0) || !std::isfinite(st.slowdown))
       throw InputError("stage " + std::to_string(r) +
                        ": a slowdown is a factor of at least 1 on its ops' costs");
+    if (st.slow_replicas < 1 || st.failed_replicas < 1)
+      throw InputError("stage " + std::to_string(r) + ": slow and failed replicas count from 1");
     if (!(st.fail_at < 0.0)) {  // nan too
       check(st.fail_at, "a failure time");
       check(st.restart_delay, "a restart delay");

@@ -36,6 +36,10 @@ struct StageCosts {
   double slowdown = 1.0;
   double fail_at = -1.0;
   double restart_delay = 0.0;
+  // Under re-routing (CostTable::reroute_pool): how many of the stage's replicas are slow, and
+  // how many fail. A pool whose replicas all fail stalls as one without re-routing.
+  int slow_replicas = 1;
+  int failed_replicas = 1;
 };
 
 struct CostTable {

@@ -35,6 +35,20 @@ ClusterSpec placed_cluster(const ClusterSpec& cluster, const std::vector<int>& n
   if (node_group_order.empty()) return placed;
   placed.node_groups.clear();
   for (int g : node_group_order) placed.node_groups.push_back(cluster.node_groups.at(g));
+  // A fault stays on its node: its number among the placed groups.
+  std::vector<int> listed_first, placed_first;
+  int at = 0;
+  for (const NodeGroup& g : cluster.node_groups) listed_first.push_back(at), at += g.nodes;
+  placed_first.assign(cluster.node_groups.size(), 0);
+  at = 0;
+  for (int g : node_group_order)
+    placed_first[static_cast<std::size_t>(g)] = at, at += cluster.node_groups.at(g).nodes;
+  for (NodeFault& f : placed.faults)
+    for (std::size_t g = cluster.node_groups.size(); g-- > 0;)
+      if (f.node >= listed_first[g]) {
+        f.node = placed_first[g] + (f.node - listed_first[g]);
+        break;
+      }
   return placed;
 }
 

@@ -18,6 +18,17 @@ struct NodeGroup {
   bool operator==(const NodeGroup&) const = default;
 };
 
+// Unreliable peers (SWARM, ATOM): a node whose devices run slow, or fail during an iteration.
+// Nodes are numbered 0.. as the cluster lists them (node groups in their listed order).
+struct NodeFault {
+  int node = 0;
+  double slowdown = 1.0;       // >= 1: a factor on every pass its devices run
+  double fail_at = -1.0;       // seconds into the iteration; negative: it does not fail
+  double restart_delay = 0.0;  // seconds until it is back
+
+  bool operator==(const NodeFault&) const = default;
+};
+
 struct ClusterSpec {
   std::string name;
   std::string description;
@@ -31,6 +42,8 @@ struct ClusterSpec {
   double inter_node_latency = 0.0;    // seconds
   // Empty = every node has inter_node_bandwidth. Otherwise the groups cover all nodes in order.
   std::vector<NodeGroup> node_groups;
+  // Unreliable peers: nodes that are slow or fail (the simulator's stall and re-routing).
+  std::vector<NodeFault> faults;
 
   int nodes() const;
   // NIC bandwidth of a node (0-based) or of the node holding a device (0-based).

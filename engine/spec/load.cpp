@@ -112,7 +112,42 @@ struct ClusterDraft {
   std::optional<double> intra_node_latency;
   std::optional<double> inter_node_latency;
   std::optional<std::vector<NodeGroup>> node_groups;
+  std::optional<std::vector<NodeFault>> faults;
 };
+
+// [[faults]]: node (required), slowdown, fail_at with restart_delay.
+std::vector<NodeFault> read_faults(TableReader& r, const toml::array& faults,
+                                   const TableContext& ctx) {
+  std::vector<NodeFault> out;
+  for (std::size_t i = 0; i < faults.size(); ++i) {
+    const toml::node& elem = *faults.get(i);
+    if (!elem.is_table())
+      r.fail("faults", "expected an array of tables ([[faults]]), element " + std::to_string(i) +
+                           " is " + std::string(node_type_phrase(elem)));
+    const std::string key = "faults[" + std::to_string(i) + "].";
+    TableReader f(*elem.as_table(), ctx.source, ctx.prefix + key,
+                  field_prefix(ctx, "cluster") + key);
+    NodeFault fault;
+    const auto node = f.int32("node");
+    if (!node) f.fail("node", "missing: the node (from 0) the fault is on");
+    fault.node = *node;
+    if (auto v = f.number("slowdown")) {
+      if (!(*v >= 1.0)) f.fail("slowdown", "must be a factor of at least 1");
+      fault.slowdown = *v;
+    }
+    const auto at = f.non_negative_number("fail_at");
+    const auto restart = f.non_negative_number("restart_delay");
+    if (at.has_value() != restart.has_value())
+      f.fail(at ? "restart_delay" : "fail_at",
+             "a failure needs both fail_at (when) and restart_delay (how long until it is back)");
+    if (at) fault.fail_at = *at, fault.restart_delay = *restart;
+    if (fault.slowdown == 1.0 && fault.fail_at < 0.0)
+      f.fail("node", "a fault needs slowdown (> 1) or fail_at and restart_delay");
+    f.reject_unknown();
+    out.push_back(fault);
+  }
+  return out;
+}
 
 std::vector<NodeGroup> read_node_groups(TableReader& r, const toml::array& groups,
                                         const TableContext& ctx) {
@@ -181,6 +216,7 @@ ClusterDraft read_cluster_raw(const toml::table& table, const TableContext& ctx,
   if (const toml::array* groups = r.array("node_groups")) {
     d.node_groups = read_node_groups(r, *groups, ctx);
   }
+  if (const toml::array* faults = r.array("faults")) d.faults = read_faults(r, *faults, ctx);
   r.reject_unknown();
   return d;
 }
@@ -191,6 +227,7 @@ ClusterSpec finish_cluster(ClusterDraft d, const TableContext& ctx) {
   c.description = d.description;
   c.devices_per_node = d.devices_per_node.value_or(d.hardware->devices_per_node);
   if (d.node_groups) c.node_groups = *d.node_groups;
+  if (d.faults) c.faults = *d.faults;
   std::int64_t devices = 0;
   if (d.devices) {
     devices = *d.devices;

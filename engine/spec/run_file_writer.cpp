@@ -90,6 +90,15 @@ void write_cluster_table(std::ostream& out, const ClusterSpec& c) {
     out << "nodes = " << g.nodes << "\n";
     out << "inter_node_bandwidth = " << toml_number(g.inter_node_bandwidth) << "\n";
   }
+  for (const NodeFault& f : c.faults) {
+    out << "\n[[cluster.faults]]\n";
+    out << "node = " << f.node << "\n";
+    if (f.slowdown != 1.0) out << "slowdown = " << toml_number(f.slowdown) << "\n";
+    if (f.fail_at >= 0.0) {
+      out << "fail_at = " << toml_number(f.fail_at) << "\n";
+      out << "restart_delay = " << toml_number(f.restart_delay) << "\n";
+    }
+  }
   if (!hardware_preset) out << "\n" << hardware_toml_table(c.hardware, "cluster.hardware");
 }
 

@@ -1,6 +1,7 @@
 #include "engine/spec/validate.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <sstream>
@@ -199,6 +200,21 @@ void validate(const ClusterSpec& c) {
                     "devices=" + shown(std::int64_t{c.devices}) +
                         " is not a whole number of nodes (devices_per_node=" +
                         shown(std::int64_t{c.devices_per_node}) + ")");
+  }
+  for (std::size_t i = 0; i < c.faults.size(); ++i) {
+    const NodeFault& f = c.faults[i];
+    const std::string name = "faults[" + std::to_string(i) + "]";
+    if (f.node < 0 || f.node >= c.nodes())
+      throw SpecError({"cluster." + name + ".node"},
+                      name + ".node=" + shown(std::int64_t{f.node}) + " is not a node of the " +
+                          shown(std::int64_t{c.nodes()}) + " (numbered from 0)");
+    if (!(f.slowdown >= 1.0) || !std::isfinite(f.slowdown))
+      throw SpecError({"cluster." + name + ".slowdown"},
+                      name + ".slowdown must be a factor of at least 1");
+    if (!(f.fail_at < 0.0)) {
+      require_non_negative("cluster", name + ".fail_at", f.fail_at);
+      require_non_negative("cluster", name + ".restart_delay", f.restart_delay);
+    }
   }
   if (c.node_groups.empty()) return;
   std::int64_t covered = 0;

@@ -32,6 +32,10 @@ struct ExecutionOptions {
   // ZeRO / distributed-optimizer parameter all-gather overlapped with the next iteration's first
   // forward (--overlap-param-gather); false: after the optimizer step.
   bool overlap_param_gather = true;
+  // Unreliable peers (ClusterSpec::faults): SWARM-style re-routing, the data-parallel replicas of
+  // a stage sharing its micro-batches by throughput and taking over a failed one's. False: a
+  // pipeline waits for its slow stage and stalls while a failed one restarts.
+  bool reroute_failures = false;
   // ZeRO-2 and 3's per-layer collectives (the values' all-gather before a layer's pass, the
   // gradients' reduce-scatter after its weight gradients) beside the layers' compute, as
   // DeepSpeed prefetches and buckets them: only what is longer than the pass is exposed. False:

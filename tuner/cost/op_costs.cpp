@@ -160,6 +160,42 @@ void set_offload_costs(OpCosts& out, const spec::ParallelPlan& plan, const spec:
     out.table.stages[i].offload = out.activation_bytes_per_microbatch[i] / plan.chunks / link;
 }
 
+// Unreliable peers: each stage's slowdown and failure from the faults of the nodes its devices
+// are on (its slowest device, its earliest failure: the pipeline of that replica bounds the
+// synchronous step), and the re-routing pool, the stage's data-parallel replicas.
+void set_fault_costs(schedule::CostTable& table, const spec::ClusterSpec& cluster_in,
+                     const spec::ParallelPlan& plan, const ExecutionOptions& exec) {
+  if (cluster_in.faults.empty()) return;
+  const spec::ClusterSpec cluster = spec::placed_cluster(cluster_in, plan.node_group_order);
+  std::vector<const spec::NodeFault*> on_node(static_cast<std::size_t>(cluster.nodes()), nullptr);
+  for (const spec::NodeFault& f : cluster.faults) on_node.at(static_cast<std::size_t>(f.node)) = &f;
+  for (int r = 0; r < plan.pp; ++r) {
+    schedule::StageCosts& st = table.stages[static_cast<std::size_t>(r)];
+    int slow = 0, failed = 0;  // replicas of the stage with a device on such a node
+    for (int d = 0; d < plan.dp; ++d) {
+      bool is_slow = false, fails = false;
+      for (int t = 0; t < spec::tp_of_stage(plan, r); ++t) {
+        const int node = spec::device_slot(plan, t, d, r) / cluster.devices_per_node;
+        const spec::NodeFault* f = on_node.at(static_cast<std::size_t>(node));
+        if (f == nullptr) continue;
+        if (f->slowdown > 1.0) is_slow = true;
+        st.slowdown = std::max(st.slowdown, f->slowdown);
+        if (f->fail_at < 0.0) continue;
+        fails = true;
+        if (st.fail_at < 0.0 || f->fail_at < st.fail_at) {
+          st.fail_at = f->fail_at;
+          st.restart_delay = f->restart_delay;
+        }
+      }
+      slow += is_slow ? 1 : 0;
+      failed += fails ? 1 : 0;
+    }
+    st.slow_replicas = std::max(1, slow);
+    st.failed_replicas = std::max(1, failed);
+  }
+  if (exec.reroute_failures && plan.dp >= 2) table.reroute_pool = plan.dp;
+}
+
 // Data parallelism over the stage's parameters: the gradient reduction and parameter gathers
 // of its ZeRO stage, and the optimizer step over the parameters the rank keeps.
 void set_data_parallel_costs(StageCost& st, const StageParameters& sp,
@@ -479,6 +515,7 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
     add_vocabulary_parallel_costs(out, model, rank_links, plan, exec, logits_bytes);
   set_pass_op_costs(out, plan, exec);
   set_offload_costs(out, plan, hw, exec);
+  set_fault_costs(out.table, cluster, plan, exec);
   // Weight-gradient GEMMs keep their inputs until W: nearly all of a layer's activations.
   out.table.w_free_fraction = 1.0;
   return out;

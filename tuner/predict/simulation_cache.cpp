@@ -26,7 +26,13 @@ void append_table(std::string& out, const schedule::CostTable& t, bool sliced) {
       for (double c : s.fixed) append(out, c);
     }
     append(out, s.offload);
+    append(out, s.slowdown);
+    append(out, s.fail_at);
+    append(out, s.restart_delay);
+    append(out, s.slow_replicas);
+    append(out, s.failed_replicas);
   }
+  append(out, t.reroute_pool);
   append(out, t.p2p_latency);
   append(out, t.p2p_bytes);
   append(out, t.p2p_bandwidth);

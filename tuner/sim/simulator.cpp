@@ -227,10 +227,12 @@ class TimingHooks {
   // micro-batches, the pool running at n / (n - 1 + 1 / slowdown) of its usual rate.
   double pass_factor(int rank, OpKind kind) const {
     if (schedule::is_reduction(kind)) return 1.0;
-    const double s = costs_.stages[static_cast<std::size_t>(rank)].slowdown;
+    const schedule::StageCosts& st = costs_.stages[static_cast<std::size_t>(rank)];
+    const double s = st.slowdown;
     if (s == 1.0) return 1.0;
     const double n = costs_.reroute_pool;
-    return n >= 2.0 ? n / (n - 1.0 + 1.0 / s) : s;
+    const double k = std::min<double>(st.slow_replicas, n);
+    return n >= 2.0 ? n / (n - k + k / s) : s;
   }
 
   // A failure on the op's stage (simulator.hpp), given where the op would start and how long
@@ -240,7 +242,7 @@ class TimingHooks {
     const schedule::StageCosts& st = costs_.stages[r];
     if (st.fail_at < 0.0) return;
     const double at = st.fail_at;
-    if (costs_.reroute_pool < 2) {
+    if (costs_.reroute_pool < 2 || st.failed_replicas >= costs_.reroute_pool) {
       const double up = at + st.restart_delay;
       // Down, or in flight when it failed (its work is lost): run after the restart.
       if (start < up && start + duration > at) {
@@ -249,15 +251,15 @@ class TimingHooks {
       }
       return;
     }
-    // Re-routing: the pool is one short from `at` on; an op in flight then runs again on
-    // another replica from the failure.
-    const double n = costs_.reroute_pool;
+    // Re-routing: the pool is short of its failed replicas from `at` on; an op in flight then
+    // runs again on another replica from the failure.
+    const double n = costs_.reroute_pool, k = st.failed_replicas;
     if (start + duration <= at) return;
     if (start < at) {
       fault_stall_[r] += at - start;
       start = at;
     }
-    duration *= n / (n - 1.0);
+    duration *= n / (n - k);
   }
 
   // Runs one op of `duration` on the rank's compute stream once it is free and `ready` has come.
@@ -511,10 +513,10 @@ class TimingHooks {
   // Each failure's downtime as a span on its stage's compute lane (with re-routing there is none:
   // the ops go on, longer, on the other replicas).
   void record_failures(double makespan) {
-    if (costs_.reroute_pool >= 2) return;
     const std::uint32_t name = result_.trace.intern("failed: restarting");
     for (std::size_t r = 0; r < costs_.stages.size(); ++r) {
       const schedule::StageCosts& st = costs_.stages[r];
+      if (costs_.reroute_pool >= 2 && st.failed_replicas < costs_.reroute_pool) continue;
       if (st.fail_at < 0.0 || st.fail_at >= makespan || !(st.restart_delay > 0.0)) continue;
       profiler::Span span;
       span.lane = compute_lane_[r];
