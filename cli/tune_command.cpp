@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -42,6 +43,9 @@ struct TuneArgs {
   int threads = 0;
   bool json = false;
   bool explain = false;
+  double failure_rate = 0.0;     // failures per device-hour
+  double restart_delay = 600.0;  // seconds until a failed device is back
+  bool reroute = false;          // SWARM re-routing over each stage's replicas
   std::string db;
   bool no_db = false;
 };
@@ -116,13 +120,30 @@ std::optional<tuner::PlanExplanation> explain(const Target& t, const tuner::Sear
   return tuner::explain_plans(t.model, t.cluster, r.ranked[0].plan, r.ranked[1].plan);
 }
 
+// What the scorers evaluate with: the failure rate the plans are ranked under, if any, and
+// re-routing for it and for the cluster's own faults.
+tuner::EvaluateOptions evaluate_options(const TuneArgs& a, const spec::ClusterSpec& cluster) {
+  for (const auto& [flag, v] :
+       {std::pair{"--failure-rate", a.failure_rate}, std::pair{"--restart-delay", a.restart_delay}})
+    if (!(v >= 0.0) || !std::isfinite(v))
+      throw InputError(std::string(flag) + " must be a finite number >= 0");
+  tuner::EvaluateOptions o;
+  o.skip_simulation_when_static_memory_exceeds = true;
+  o.failures = {a.failure_rate, a.restart_delay, a.reroute};
+  if (a.reroute) {
+    o.execution = tuner::default_execution(cluster.hardware);
+    o.execution->reroute_failures = true;
+  }
+  return o;
+}
+
 void run(const TuneArgs& a) {
   const tuner::SearchSpace space = make_space(a);
   const Target t{space.model, space.cluster, space.global_batch};
   const bool bar = isatty(STDERR_FILENO) != 0;
-  const tuner::SearchResult r =
-      tuner::search_plans(space, tuner::evaluator_scorers(t.model, t.cluster),
-                          bar ? progress_bar : tuner::SearchProgress{});
+  const tuner::SearchResult r = tuner::search_plans(
+      space, tuner::evaluator_scorers(t.model, t.cluster, evaluate_options(a, t.cluster)),
+      bar ? progress_bar : tuner::SearchProgress{});
   if (r.ranked.empty())
     throw InputError(tuner::no_feasible_plan_explanation(r, t.model, t.cluster));
   const std::size_t top = std::min<std::size_t>(static_cast<std::size_t>(a.top), r.ranked.size());
@@ -147,6 +168,11 @@ void run(const TuneArgs& a) {
                         {"results", results},
                         {"pareto", pareto}};
     if (search_id >= 0) j["search_id"] = search_id;
+    if (a.failure_rate > 0.0)
+      j["failures"] = {{"rate_per_device_hour", a.failure_rate},
+                       {"restart_delay", a.restart_delay},
+                       {"reroute", a.reroute},
+                       {"ranked_by", "expected iteration time"}};
     if (a.explain)
       j["explanation"] = explanation ? explanation_json(*explanation) : no_runner_up_json();
     print_json_value(j);
@@ -159,6 +185,13 @@ void run(const TuneArgs& a) {
       static_cast<long long>(t.global_batch), static_cast<long long>(t.model.seq_len),
       static_cast<long long>(r.candidates_enumerated),
       static_cast<long long>(r.candidates_evaluated), r.ranked.size());
+  if (a.failure_rate > 0.0)
+    std::printf(
+        "ranked by expected iteration and throughput: devices failing at %g per device-hour, "
+        "each back after %s%s\n\n",
+        a.failure_rate, human_time(a.restart_delay).c_str(),
+        a.reroute ? ", a failed one's micro-batches re-routed to its stage's other replicas"
+                  : ", the step waiting for it");
   int width = 4;
   for (std::size_t i = 0; i < top; ++i)
     width = std::max(
@@ -207,6 +240,16 @@ void add_tune_command(CLI::App& app) {
                 "an even tp also tries one end of the pipeline at twice the tp, the devices taken "
                 "from other stages, layers split in proportion)");
   cmd->add_option("--top", a->top, "Results to print")->capture_default_str();
+  cmd->add_option("--failure-rate", a->failure_rate,
+                  "Unreliable peers: rank by expected throughput with devices failing at this "
+                  "rate per device-hour (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--restart-delay", a->restart_delay,
+                  "Unreliable peers: seconds until a failed device is back")
+      ->capture_default_str();
+  cmd->add_flag("--reroute", a->reroute,
+                "Unreliable peers: each stage's data-parallel replicas take a failed or slow "
+                "one's micro-batches (SWARM), for --failure-rate and the cluster's faults");
   cmd->add_option("--keep", a->keep,
                   "Results ranked exactly (at least --top); plans whose lower bound cannot reach "
                   "them or the Pareto front are not simulated (0 = simulate every plan)")

@@ -4,6 +4,7 @@
 // stage r; in tp-pp-dp order each node holds 2 replicas' whole pipelines.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "engine/errors.hpp"
@@ -83,6 +84,37 @@ TEST(UnreliablePeersPredict, TheRunFileKeepsTheFaultsAndRefusesBadOnes) {
   EXPECT_THROW(spec::parse_run(run_text("[[cluster.faults]]\nnode = 1\nslowdown = 0.5\n")),
                SpecError);
   EXPECT_THROW(spec::parse_run(run_text("[[cluster.faults]]\nnode = 1\n")), SpecError);
+}
+
+}  // namespace
+}  // namespace pipetune::tuner
+
+namespace pipetune::tuner {
+namespace {
+
+// The expectation's closed form: q = 1 - exp(-rate N T / 3600) of a failure in an iteration,
+// costing the restart and half an iteration, or (re-routing) half an iteration over dp - 1.
+TEST(UnreliablePeersExpectation, ClosedForm) {
+  const double t = 10.0, q = 1.0 - std::exp(-0.01 * 100 * t / 3600.0);
+  EXPECT_DOUBLE_EQ(expected_iteration_time(t, 100, 4, {0.0, 600.0, false}), t);
+  EXPECT_NEAR(expected_iteration_time(t, 100, 4, {0.01, 600.0, false}), t + q * (600.0 + 5.0),
+              1e-12);
+  EXPECT_NEAR(expected_iteration_time(t, 100, 4, {0.01, 600.0, true}), t + q * 5.0 / 3.0, 1e-12);
+  // Without replicas there is nowhere to re-route to.
+  EXPECT_NEAR(expected_iteration_time(t, 100, 1, {0.01, 600.0, true}), t + q * 605.0, 1e-12);
+}
+
+TEST(UnreliablePeersExpectation, TheEvaluatorGivesTheExpectedFigures) {
+  const spec::RunSpec run = spec::parse_run(run_text(""));
+  EvaluateOptions o;
+  o.failures = {0.01, 600.0, false};
+  const PlanEvaluation e = evaluate_plan(run.model, run.cluster, run.plan, o);
+  EXPECT_DOUBLE_EQ(e.expected_iteration_time,
+                   expected_iteration_time(e.iteration_time, 32, 8, o.failures));
+  EXPECT_NEAR(e.expected_tokens_per_s * e.expected_iteration_time,
+              e.tokens_per_s * e.iteration_time, 1e-6 * e.tokens_per_s * e.iteration_time);
+  const PlanEvaluation plain = evaluate_plan(run.model, run.cluster, run.plan);
+  EXPECT_DOUBLE_EQ(plain.expected_iteration_time, plain.iteration_time);
 }
 
 }  // namespace

@@ -59,6 +59,13 @@ void set_throughput(PlanEvaluation& e, double tokens, int world, double peak) {
 
 }  // namespace
 
+double expected_iteration_time(double t, int devices, int dp, const FailureModel& f) {
+  if (!(f.rate_per_device_hour > 0.0) || !(t > 0.0)) return t;
+  const double q = 1.0 - std::exp(-f.rate_per_device_hour * devices * t / 3600.0);
+  const double penalty = f.reroute && dp >= 2 ? 0.5 * t / (dp - 1) : f.restart_delay + 0.5 * t;
+  return t + q * penalty;
+}
+
 ExecutionOptions PlanEvaluator::execution_for(const spec::ClusterSpec& cluster) const {
   return options_.execution.value_or(default_execution(cluster.hardware));
 }
@@ -293,6 +300,9 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
   e.stages = std::move(r.stages);
 
   set_throughput(e, tokens, world, cluster.hardware.peak_flops);
+  e.expected_iteration_time =
+      expected_iteration_time(e.iteration_time, world, plan.dp, options_.failures);
+  if (e.expected_iteration_time > 0.0) e.expected_tokens_per_s = tokens / e.expected_iteration_time;
   e.memory = estimate_memory(model, cluster, plan, e.placement, peaks, memory, host_peaks);
   e.feasible = e.memory.fits();
   if (!e.feasible) e.infeasible_reason = e.memory.binding_constraint();

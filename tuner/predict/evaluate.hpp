@@ -38,6 +38,23 @@
 
 namespace pipetune::tuner {
 
+// Unreliable peers at a rate (ATOM, SWARM): devices fail at `rate` per device-hour, one at a
+// time, each back after `restart_delay` seconds. An iteration of T seconds on N devices sees a
+// failure with probability q = 1 - exp(-rate N T / 3600), on average halfway through. Without
+// re-routing the synchronous step waits for the restart and redoes the half lost:
+// restart_delay + T / 2 more. With re-routing (dp >= 2) the failed device's stage goes on with
+// its other dp - 1 replicas, which take its share: (T / 2) / (dp - 1) more. Expected:
+// T + q x that.
+struct FailureModel {
+  double rate_per_device_hour = 0.0;  // 0: none
+  double restart_delay = 0.0;         // seconds
+  bool reroute = false;
+};
+// The expected iteration time of a plan of `iteration_time` seconds on `devices` devices with
+// `dp` replicas of each stage, under `failures`.
+double expected_iteration_time(double iteration_time, int devices, int dp,
+                               const FailureModel& failures);
+
 struct EvaluateOptions {
   // Unset: what runs on the cluster's hardware (default_execution, default_memory_options).
   std::optional<ExecutionOptions> execution;
@@ -53,6 +70,8 @@ struct EvaluateOptions {
   bool record_trace = false;
   // Shared by the evaluators of one search (null: none): identical schedules simulate once.
   std::shared_ptr<SimulationCache> simulation_cache;
+  // Devices failing at a rate: PlanEvaluation's expected_* figures (the search ranks by them).
+  FailureModel failures;
 };
 
 struct PlanEvaluation {
@@ -63,6 +82,10 @@ struct PlanEvaluation {
   double optimizer_time = 0.0;      // seconds
   double bubble_ratio = 0.0;        // the simulator's: idle share of the pipeline ranks
   double tokens_per_s = 0.0;        // global batch tokens / iteration time
+  // Under EvaluateOptions::failures (FailureModel): the expected iteration time and throughput;
+  // without a failure rate, the same as iteration_time and tokens_per_s.
+  double expected_iteration_time = 0.0;
+  double expected_tokens_per_s = 0.0;
   // Model FLOPs: forward + backward of the model with the causal mask halving attention scores;
   // hardware FLOPs add the recomputation the plan asks for. Per iteration, whole cluster.
   double model_flops = 0.0;

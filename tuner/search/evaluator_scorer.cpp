@@ -28,7 +28,8 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
   if (!shared.simulation_cache) shared.simulation_cache = std::make_shared<SimulationCache>();
   return [target, options = std::move(shared)] {
     auto evaluator = std::make_shared<PlanEvaluator>(options);
-    PlanBounder bound = [evaluator, target](const spec::ParallelPlan& plan) {
+    const FailureModel failures = options.failures;
+    PlanBounder bound = [evaluator, target, failures](const spec::ParallelPlan& plan) {
       const PlanBound b = evaluator->bound(target->first, target->second, plan);
       CandidateBound out{b.iteration_time, b.peak_memory_bytes};
       if (plan.offload_activations || plan.offload_optimizer) {
@@ -39,6 +40,9 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
             std::max(out.iteration_time,
                      evaluator->bound(target->first, target->second, kept).iteration_time);
       }
+      // The expected time grows with the time: the bound's is a bound on the plan's.
+      out.iteration_time =
+          expected_iteration_time(out.iteration_time, plan.world_size(), plan.dp, failures);
       return out;
     };
     PlanScorer score([evaluator, target](const spec::ParallelPlan& plan) {
@@ -46,8 +50,10 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
       CandidateScore c;
       c.feasible = e.feasible;
       c.infeasible_reason = e.feasible ? "" : "out of memory";
-      c.iteration_time = e.iteration_time;
-      c.tokens_per_s = e.tokens_per_s;
+      // Under a failure rate: the expected figures (equal to the others without one), which are
+      // never below the plan's bound.
+      c.iteration_time = e.expected_iteration_time;
+      c.tokens_per_s = e.expected_tokens_per_s;
       c.mfu = e.mfu;
       c.peak_memory_bytes = e.memory.peak_bytes;
       c.slice_tokens = e.slice_tokens;
