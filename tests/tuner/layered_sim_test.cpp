@@ -9,16 +9,14 @@
 #include <algorithm>
 
 #include "engine/schedule/generators.hpp"
+#include "support/schedule_helpers.hpp"
 #include "tuner/sim/simulator.hpp"
 
 namespace pipetune::schedule {
 namespace {
 
 GeneratorParams params(const char* name, int p, int m, bool layered_reduction = false) {
-  GeneratorParams g;
-  g.name = name;
-  g.stages = p;
-  g.microbatches = m;
+  GeneratorParams g = testing::params(name, p, m);
   g.layered_reduction = layered_reduction;
   return g;
 }

@@ -5,17 +5,14 @@
 
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
+#include "support/schedule_helpers.hpp"
 #include "tuner/sim/simulator.hpp"
 
 namespace pipetune::schedule {
 namespace {
 
 Schedule one_f_one_b() {
-  GeneratorParams g;
-  g.name = "1f1b";
-  g.stages = 2;
-  g.microbatches = 2;
-  return generate(g);
+  return generate(testing::params("1f1b", 2, 2));
 }
 
 CostTable base() {

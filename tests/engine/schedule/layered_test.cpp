@@ -10,15 +10,13 @@
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/validator.hpp"
+#include "support/schedule_helpers.hpp"
 
 namespace pipetune::schedule {
 namespace {
 
 GeneratorParams params(const std::string& name, int p, int m, int chunks = 0) {
-  GeneratorParams g;
-  g.name = name;
-  g.stages = p;
-  g.microbatches = m;
+  GeneratorParams g = testing::params(name, p, m);
   g.chunks = chunks;
   return g;
 }
