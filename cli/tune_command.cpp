@@ -127,14 +127,7 @@ tuner::EvaluateOptions evaluate_options(const TuneArgs& a, const spec::ClusterSp
        {std::pair{"--failure-rate", a.failure_rate}, std::pair{"--restart-delay", a.restart_delay}})
     if (!(v >= 0.0) || !std::isfinite(v))
       throw InputError(std::string(flag) + " must be a finite number >= 0");
-  tuner::EvaluateOptions o;
-  o.skip_simulation_when_static_memory_exceeds = true;
-  o.failures = {a.failure_rate, a.restart_delay, a.reroute};
-  if (a.reroute) {
-    o.execution = tuner::default_execution(cluster.hardware);
-    o.execution->reroute_failures = true;
-  }
-  return o;
+  return tuner::search_options(cluster, {a.failure_rate, a.restart_delay, a.reroute});
 }
 
 void run(const TuneArgs& a) {

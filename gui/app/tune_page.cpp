@@ -1,5 +1,6 @@
 #include "gui/app/tune_page.hpp"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QFileDialog>
 #include <QFormLayout>
@@ -78,13 +79,27 @@ QHBoxLayout* TunePage::build_target_row() {
   keep_->setToolTip(
       "Results ranked exactly; plans whose lower bound cannot reach them or the "
       "Pareto front are not simulated (0 = simulate every plan)");
+  failure_rate_ = new QLineEdit;
+  failure_rate_->setObjectName("tune_failure_rate");
+  failure_rate_->setMaximumWidth(70);
+  failure_rate_->setPlaceholderText("none");
+  failure_rate_->setToolTip(
+      "Unreliable peers: rank by expected throughput with devices failing at this rate per "
+      "device-hour, each back after 600 s (pipetune tune --failure-rate)");
+  reroute_ = new QCheckBox("Re-route");
+  reroute_->setObjectName("tune_reroute");
+  reroute_->setToolTip(
+      "Each stage's data-parallel replicas take a failed or slow one's micro-batches (SWARM), "
+      "for the failure rate and the cluster's faults (pipetune tune --reroute)");
   for (auto [label, w] : {std::pair<const char*, QWidget*>{"Model", model_},
                           {"Cluster", cluster_},
                           {"Hardware", hardware_},
                           {"GPUs", gpus_},
                           {"Global batch", global_batch_},
                           {"Schedules", schedules_},
-                          {"Keep", keep_}}) {
+                          {"Keep", keep_},
+                          {"Failures/dev-h", failure_rate_},
+                          {"", reroute_}}) {
     target->addWidget(new QLabel(label));
     target->addWidget(w);
   }
@@ -317,6 +332,16 @@ bool TunePage::start_search() {
   }
   for (const QString& s : schedules_->text().split(',', Qt::SkipEmptyParts))
     r.schedules.push_back(s.trimmed().toStdString());
+  if (!failure_rate_->text().trimmed().isEmpty()) {
+    bool ok_rate = false;
+    r.failures.rate_per_device_hour = failure_rate_->text().trimmed().toDouble(&ok_rate);
+    if (!ok_rate) {
+      show_error("the failure rate must be a number of failures per device-hour (got '" +
+                 failure_rate_->text() + "')");
+      return false;
+    }
+  }
+  r.failures.reroute = reroute_->isChecked();
   timeline_->clear();
   scatter_->set_points({}, {});
   pruned_->clear();

@@ -10,6 +10,7 @@
 #include "gui/core/plan_form_model.hpp"
 #include "gui/core/tune_controller.hpp"
 
+class QCheckBox;
 class QComboBox;
 class QHBoxLayout;
 class QLabel;
@@ -85,6 +86,8 @@ class TunePage : public QWidget {
   QLineEdit* global_batch_ = nullptr;
   QLineEdit* schedules_ = nullptr;
   QLineEdit* keep_ = nullptr;
+  QLineEdit* failure_rate_ = nullptr;  // unreliable peers: failures per device-hour; "" = none
+  QCheckBox* reroute_ = nullptr;
   QPushButton* start_ = nullptr;
   QPushButton* cancel_ = nullptr;
   QProgressBar* progress_ = nullptr;

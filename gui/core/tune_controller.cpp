@@ -75,8 +75,10 @@ bool TuneController::start(const TuneRequest& request) {
     return false;
   }
   tuner::SearchSpace space;
+  tuner::EvaluateOptions options;
   try {
     space = tune_space(request);
+    options = tuner::search_options(space.cluster, request.failures);
   } catch (const std::exception& e) {
     error_ = QString::fromStdString(e.what());
     return false;
@@ -94,14 +96,14 @@ bool TuneController::start(const TuneRequest& request) {
   total_ = 0;
   running_ = true;
   const std::string path = workspace_;
-  search_worker_ = std::thread([this, space, target, request, path] {
+  search_worker_ = std::thread([this, space, target, request, path, options] {
     auto result = std::make_shared<tuner::SearchResult>();
     QString message;
     bool error = false;
     std::int64_t id = -1;
     try {
       *result = tuner::search_plans(
-          space, tuner::evaluator_scorers(target.model, target.cluster),
+          space, tuner::evaluator_scorers(target.model, target.cluster, options),
           [this](std::int64_t done, std::int64_t total) {
             done_ = done;
             total_ = total;

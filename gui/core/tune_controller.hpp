@@ -24,6 +24,7 @@
 #include "gui/core/run_controller.hpp"
 #include "profiler/trace.hpp"
 #include "tuner/export/exporters.hpp"
+#include "tuner/predict/evaluate.hpp"
 #include "tuner/search/plan_explanation.hpp"
 #include "tuner/search/search.hpp"
 #include "tuner/search/tuning_target.hpp"
@@ -47,6 +48,9 @@ struct TuneRequest {
   int threads = 0;  // scoring threads; 0 = all cores but one (left to the GUI thread)
   // A cluster preset (its hardware, GPUs and node groups) instead of hardware x GPUs; "" none.
   std::string cluster_preset;
+  // Unreliable peers: rank by expected throughput under this failure rate (`tune
+  // --failure-rate`), and re-route failed or slow replicas' micro-batches (`--reroute`).
+  tuner::FailureModel failures{0.0, 600.0, false};
 };
 
 using TuneTarget = tuner::ResolvedTarget;

@@ -1,7 +1,11 @@
 #include "tuner/search/evaluator_scorer.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
+#include <string>
+
+#include "engine/errors.hpp"
 
 namespace pipetune::tuner {
 
@@ -15,9 +19,22 @@ spec::ParallelPlan without_offload_or_recompute(const spec::ParallelPlan& plan) 
 }
 
 ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::ClusterSpec& cluster) {
-  EvaluateOptions options;
-  options.skip_simulation_when_static_memory_exceeds = true;
-  return evaluator_scorers(model, cluster, options);
+  return evaluator_scorers(model, cluster, search_options(cluster, {}));
+}
+
+EvaluateOptions search_options(const spec::ClusterSpec& cluster, const FailureModel& failures) {
+  for (const auto& [what, v] : {std::pair{"failure rate", failures.rate_per_device_hour},
+                                std::pair{"restart delay", failures.restart_delay}})
+    if (!(v >= 0.0) || !std::isfinite(v))
+      throw InputError(std::string("the ") + what + " must be a finite number >= 0");
+  EvaluateOptions o;
+  o.skip_simulation_when_static_memory_exceeds = true;
+  o.failures = failures;
+  if (failures.reroute) {
+    o.execution = default_execution(cluster.hardware);
+    o.execution->reroute_failures = true;
+  }
+  return o;
 }
 
 ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,

@@ -19,6 +19,11 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
 ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                                 const EvaluateOptions& options);
 
+// A search's evaluation options (as the two-argument evaluator_scorers uses) ranking plans under
+// `failures`: InputError for a negative or non-finite rate or restart delay. With re-routing,
+// the cluster's own faults are re-routed too (ExecutionOptions::reroute_failures).
+EvaluateOptions search_options(const spec::ClusterSpec& cluster, const FailureModel& failures);
+
 // The plan with no offload and no recomputation (uniform or per stage): the fastest of its
 // memory variants.
 spec::ParallelPlan without_offload_or_recompute(const spec::ParallelPlan& plan);

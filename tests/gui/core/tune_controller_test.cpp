@@ -177,7 +177,44 @@ TEST(TuneController, BadRequestsAreRefusedWithTheRule) {
   r.keep = -1;
   EXPECT_FALSE(c.start(r));
   EXPECT_EQ(c.error_message(), "keep must be >= 0 (got -1)");
+  r = small_request();
+  r.failures.rate_per_device_hour = -1.0;
+  EXPECT_FALSE(c.start(r));
+  EXPECT_EQ(c.error_message(), "the failure rate must be a finite number >= 0");
   EXPECT_FALSE(c.running());
+}
+
+// Under a failure rate the GUI ranks as `pipetune tune --failure-rate` does: by the expected
+// figures, the same search called directly with the same options.
+TEST(TuneController, RanksByExpectedThroughputUnderAFailureRate) {
+  test::test_core_app();
+  TempDir dir;
+  TuneController c;
+  c.set_workspace(dir.qfile("ws.db"));
+  TuneRequest request = small_request();
+  request.schedules = {"1f1b"};
+  request.failures = {0.5, 600.0, false};
+  const Finished f = run_search(c, request);
+  ASSERT_FALSE(f.cancelled) << f.message.toStdString();
+  const TuneTarget t = resolve_tune_target(request);
+  tuner::SearchSpace space;
+  space.model = t.model;
+  space.cluster = t.cluster;
+  space.global_batch = t.global_batch;
+  space.schedules = request.schedules;
+  space.keep = request.keep;
+  space.stage_layouts = true;
+  const tuner::SearchResult direct = tuner::search_plans(
+      space, tuner::evaluator_scorers(t.model, t.cluster,
+                                      tuner::search_options(t.cluster, request.failures)));
+  const tuner::ScoredPlan& best = c.results()->plan_at(0);
+  EXPECT_DOUBLE_EQ(best.score.tokens_per_s, direct.ranked[0].score.tokens_per_s);
+  // Expected: longer than the failure-free prediction of the same plan.
+  const tuner::PlanEvaluation plain = tuner::evaluate_plan(t.model, t.cluster, best.plan);
+  EXPECT_DOUBLE_EQ(
+      best.score.iteration_time,
+      tuner::expected_iteration_time(plain.iteration_time, 8, best.plan.dp, request.failures));
+  EXPECT_GT(best.score.iteration_time, plain.iteration_time);
 }
 
 // "Why the best?": the best plan against a row's, by the same evaluation the search ranked them
