@@ -43,7 +43,8 @@ constexpr std::array<const char*, kPlanFieldCount> kKeys = {"model",
                                                             "stage_tp",
                                                             "slices",
                                                             "skip_ratio",
-                                                            "layered_reduction"};
+                                                            "layered_reduction",
+                                                            "modular"};
 
 std::size_t slot(PlanField f) {
   return static_cast<std::size_t>(f);
@@ -123,6 +124,7 @@ PlanFormModel::PlanFormModel(QObject* parent) : QObject(parent) {
   values_[slot(PlanField::OffloadActivations)] = "false";
   values_[slot(PlanField::OffloadOptimizer)] = "false";
   values_[slot(PlanField::LayeredReduction)] = "false";
+  values_[slot(PlanField::Modular)] = "false";
   values_[slot(PlanField::RankOrder)] = "tp-dp-pp";
   message_ = "choose a model";
 }
@@ -272,6 +274,14 @@ void PlanFormModel::validate() {
     select_model(s);
     select_cluster(s);
     read_plan(s.plan);
+    // Modular placement: the chunks it gives replace the Chunks field's (as --modular does).
+    if (parse_bool(text(PlanField::Modular), PlanField::Modular)) {
+      try {
+        s.plan.chunks = spec::modular_chunks(s.model, s.plan);
+      } catch (const InputError& e) {
+        throw ParseError{PlanField::Modular, QString::fromStdString(e.what())};
+      }
+    }
     check_plan(s);
     s.global_batch = s.plan.global_batch;
     selection_ = std::move(s);

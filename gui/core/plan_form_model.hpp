@@ -50,8 +50,9 @@ enum class PlanField {
   Slices,            // terapipe's token slices per micro-batch; "" = the schedule's default
   SkipRatio,         // skippipe's share of stages a micro-batch skips; "" = its default
   LayeredReduction,  // "true" / "false": each layer group's DP reduction as its backward ends
+  Modular,           // "true" / "false": one layer per group (chunks = layers / pp; --modular)
 };
-inline constexpr int kPlanFieldCount = 26;
+inline constexpr int kPlanFieldCount = 27;
 
 // The field's key as a run file's [plan] spells it ("tp", "micro_batch_size"...): a library
 // error about the plan field "plan.<key>" (engine/errors.hpp) is shown at this field.

@@ -162,6 +162,7 @@ TEST(PlanFormModel, AnErrorAboutEachFieldMarksThatField) {
       {PlanField::SkipRatio, {{PlanField::SkipRatio, "1.5"}}},          // at most 1
       {PlanField::LayeredReduction,
        {{PlanField::ZeroStage, "1"}, {PlanField::LayeredReduction, "true"}}},  // ZeRO-0 only
+      {PlanField::Modular, {{PlanField::Schedule, "zb-v"}, {PlanField::Modular, "true"}}},  // a V
   };
   EXPECT_EQ(cases.size(), static_cast<std::size_t>(kPlanFieldCount)) << "a field without a case";
   for (const Case& c : cases) {
@@ -513,6 +514,28 @@ TEST(PlanFormModel, StageRecomputeIsOneModePerStage) {
   form.set_value(PlanField::StageRecompute, "");
   EXPECT_TRUE(form.valid()) << form.message().toStdString();
   EXPECT_TRUE(form.selection()->plan.stage_recompute.empty());
+}
+
+}  // namespace
+}  // namespace pipetune::gui
+
+namespace pipetune::gui {
+namespace {
+
+// Modular placement (`--modular`): one of Llama 3 8B's 32 layers per group over the 4 stages,
+// whatever the Chunks field says; the layered schedule with it is the plan the form selects.
+TEST(PlanFormModel, ModularPlacementGivesOneLayerPerGroup) {
+  PlanFormModel form;
+  form.load_run_preset("default");
+  form.set_value(PlanField::Schedule, "layered");
+  form.set_value(PlanField::ZeroStage, "0");
+  form.set_value(PlanField::Chunks, "2");
+  form.set_value(PlanField::Modular, "true");
+  ASSERT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_EQ(form.selection()->plan.chunks, 8);
+  form.set_value(PlanField::Modular, "false");
+  ASSERT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_EQ(form.selection()->plan.chunks, 2);
 }
 
 }  // namespace
