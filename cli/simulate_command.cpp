@@ -121,7 +121,8 @@ tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
         std::to_string(*a.skip_ratio));
   p.skip_ratio = a.skip_ratio;  // unset: the schedule's default
   p.layered_reduction = a.layered_reduction;
-  if (a.cost_reduce > 0.0 && !a.layered_reduction && a.schedule != "layered")
+  if (a.cost_reduce > 0.0 && !a.layered_reduction &&
+      !schedule::always_reduces_per_group(a.schedule))
     throw InputError(
         "--cost-reduce times the layer groups' gradient reductions (R ops): they come with "
         "--layered-reduction or --schedule layered");

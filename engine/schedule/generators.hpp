@@ -65,6 +65,9 @@ int slice_count(std::string_view name, int slices, const std::vector<int>& slice
 bool skips_stages(std::string_view name);
 // Whether the schedule has overlapped pairs (Op::overlaps_previous): dualpipe-v's "F & B" steps.
 bool has_overlapped_pairs(std::string_view name);
+// Whether the schedule reduces each layer group's gradients as an op (OpKind::R) whatever the
+// plan says: layered. Any other takes them from GeneratorParams::layered_reduction.
+bool always_reduces_per_group(std::string_view name);
 
 // A lower bound on the activations stage `rank` holds at its peak, in the simulator's units
 // (micro-batches through all of the stage's layers; a chunk's forward adds 1 / chunks), implied by

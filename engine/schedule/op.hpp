@@ -50,8 +50,8 @@ struct Op {
   friend bool operator==(const Op&, const Op&) = default;
 };
 
-// "F3.1" = forward of micro-batch 3 on chunk 1; vocabulary ops omit the chunk ("S3"), a
-// reduction the micro-batch ("R.1").
+// "F3.1" = forward of micro-batch 3 on chunk 1; vocabulary ops omit the chunk ("S3"), and a
+// gradient reduction omits the micro-batch ("R.1").
 std::string op_label(const Op& op);
 // An overlapped pair, "F3.0&B1.1".
 std::string pair_label(const Op& first, const Op& second);

@@ -93,27 +93,27 @@ bool reduces_per_group(const Schedule& s) {
 
 void add_gradient_reductions(Schedule& s) {
   for (auto& ops : s.ranks) {
-    // Per chunk: the position of its last weight-gradient op (W or BW).
-    std::vector<std::ptrdiff_t> last(static_cast<std::size_t>(s.chunks), -1);
+    // Per chunk: the op its reduction follows, the last weight-gradient op (W or BW), or the
+    // second op of the pair that one is in (never between the two). -1: a chunk no micro-batch
+    // visits (partial pipelining) has no gradient to wait for, and reduces first.
+    std::vector<std::ptrdiff_t> after(static_cast<std::size_t>(s.chunks), -1);
     for (std::size_t i = 0; i < ops.size(); ++i)
       if ((ops[i].kind == OpKind::W || ops[i].kind == OpKind::BW) && ops[i].chunk >= 0 &&
-          ops[i].chunk < s.chunks)
-        last[static_cast<std::size_t>(ops[i].chunk)] = static_cast<std::ptrdiff_t>(i);
+          ops[i].chunk < s.chunks) {
+        const bool paired = i + 1 < ops.size() && ops[i + 1].overlaps_previous;
+        after[static_cast<std::size_t>(ops[i].chunk)] = static_cast<std::ptrdiff_t>(i + paired);
+      }
+    const auto reductions_after = [&](std::ptrdiff_t i, std::vector<Op>& out) {
+      for (int c = 0; c < s.chunks; ++c)
+        if (after[static_cast<std::size_t>(c)] == i)
+          out.push_back({OpKind::R, static_cast<std::int16_t>(c), 0});
+    };
     std::vector<Op> out;
-    out.reserve(ops.size() + last.size());
-    // A chunk no micro-batch visits (partial pipelining) has no gradient to wait for: its
-    // reduction goes first.
-    for (int c = 0; c < s.chunks; ++c)
-      if (last[static_cast<std::size_t>(c)] < 0)
-        out.push_back({OpKind::R, static_cast<std::int16_t>(c), 0});
+    out.reserve(ops.size() + after.size());
+    reductions_after(-1, out);
     for (std::size_t i = 0; i < ops.size(); ++i) {
       out.push_back(ops[i]);
-      // After a pair's second op, never between the two.
-      if (i + 1 < ops.size() && ops[i + 1].overlaps_previous) continue;
-      for (std::size_t j = (i > 0 && ops[i].overlaps_previous) ? i - 1 : i; j <= i; ++j)
-        for (int c = 0; c < s.chunks; ++c)
-          if (last[static_cast<std::size_t>(c)] == static_cast<std::ptrdiff_t>(j))
-            out.push_back({OpKind::R, static_cast<std::int16_t>(c), 0});
+      reductions_after(static_cast<std::ptrdiff_t>(i), out);
     }
     ops = std::move(out);
   }

@@ -269,31 +269,31 @@ void check_skips(const Schedule& s) {
 // after every op that adds to its weight gradients (W or BW), outside overlapped pairs.
 void check_reductions(const Schedule& s) {
   const auto cells = static_cast<std::size_t>(s.stages) * static_cast<std::size_t>(s.chunks);
-  std::vector<char> reduced(cells, 0);
+  std::vector<char> reduced(cells, 0);  // per (rank, chunk)
+  const auto cell = [&](int rank, int chunk) -> char& {
+    return reduced[static_cast<std::size_t>(rank) * static_cast<std::size_t>(s.chunks) +
+                   static_cast<std::size_t>(chunk)];
+  };
   std::size_t count = 0;
   for (int r = 0; r < s.stages; ++r) {
     const auto& ops = s.ranks[static_cast<std::size_t>(r)];
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
-      const bool in_pair =
-          op.overlaps_previous || (i + 1 < ops.size() && ops[i + 1].overlaps_previous);
       if (!is_reduction(op.kind)) {
         const bool adds_weight_gradient = op.kind == OpKind::W || op.kind == OpKind::BW;
-        if (adds_weight_gradient && op.chunk >= 0 && op.chunk < s.chunks &&
-            reduced[static_cast<std::size_t>(r) * static_cast<std::size_t>(s.chunks) +
-                    static_cast<std::size_t>(op.chunk)])
+        if (adds_weight_gradient && op.chunk >= 0 && op.chunk < s.chunks && cell(r, op.chunk))
           fail(s, where(r, op, i) + ": adds to the weight gradients of chunk " +
                       std::to_string(op.chunk) + " after their reduction (R." +
                       std::to_string(op.chunk) + ") on this rank");
         continue;
       }
-      if (in_pair) fail(s, where(r, op, i) + ": a gradient reduction is not part of a pair");
+      if (op.overlaps_previous || (i + 1 < ops.size() && ops[i + 1].overlaps_previous))
+        fail(s, where(r, op, i) + ": a gradient reduction is not part of a pair");
       if (op.microbatch != 0)
         fail(s, where(r, op, i) + ": a gradient reduction carries micro-batch 0");
       if (op.chunk < 0 || op.chunk >= s.chunks)
         fail(s, where(r, op, i) + ": chunk out of range 0.." + std::to_string(s.chunks - 1));
-      char& done = reduced[static_cast<std::size_t>(r) * static_cast<std::size_t>(s.chunks) +
-                           static_cast<std::size_t>(op.chunk)];
+      char& done = cell(r, op.chunk);
       if (done) fail(s, where(r, op, i) + ": appears more than once");
       done = 1;
       ++count;
@@ -302,8 +302,7 @@ void check_reductions(const Schedule& s) {
   if (count == 0 || count == cells) return;
   for (int r = 0; r < s.stages; ++r)
     for (int c = 0; c < s.chunks; ++c)
-      if (!reduced[static_cast<std::size_t>(r) * static_cast<std::size_t>(s.chunks) +
-                   static_cast<std::size_t>(c)])
+      if (!cell(r, c))
         fail(s, "the gradient reduction of chunk " + std::to_string(c) + " is missing on rank " +
                     std::to_string(r) +
                     " (a schedule reduces every layer group's gradients, or none)");

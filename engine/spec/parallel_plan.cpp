@@ -266,6 +266,10 @@ int modular_chunks(const ModelSpec& model, const ParallelPlan& plan) {
   return static_cast<int>(model.layers / plan.pp);
 }
 
+bool reduces_per_group(const ParallelPlan& plan) {
+  return plan.layered_reduction || schedule::always_reduces_per_group(plan.schedule);
+}
+
 std::vector<int> even_layer_split(std::int64_t layers, int groups) {
   if (groups <= 0) return {};
   std::vector<int> split(groups, static_cast<int>(layers / groups));

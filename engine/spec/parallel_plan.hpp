@@ -160,6 +160,9 @@ void apply_defaults(ParallelPlan& plan);
 // layer l sits on pipeline rank l mod pp: the chunks that gives, layers / pp. SpecError when pp
 // does not divide the layers, or the plan's schedule places its groups in a V.
 int modular_chunks(const ModelSpec& model, const ParallelPlan& plan);
+// Whether the plan's schedule reduces each layer group's gradients as an op (OpKind::R): it asks
+// for layered_reduction, or its schedule always does (layered).
+bool reduces_per_group(const ParallelPlan& plan);
 
 // `layers` split over `groups` as evenly as possible; the remainder goes one layer each to the
 // first groups (so group sizes never differ by more than one and never increase along the model).

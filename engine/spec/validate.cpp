@@ -456,7 +456,7 @@ void validate(const ModelSpec& model, const ParallelPlan& plan) {
   // Layered gradient reduction all-reduces each layer group's gradients where the schedule's R op
   // stands. ZeRO-1 reduce-scatters one flat buffer whose shards cross the groups, and ZeRO-2 and 3
   // reduce each layer's gradients inside its backward already.
-  if ((plan.layered_reduction || plan.schedule == "layered") && plan.zero_stage != 0)
+  if (reduces_per_group(plan) && plan.zero_stage != 0)
     throw SpecError(
         {plan.layered_reduction ? "plan.layered_reduction" : "plan.schedule", "plan.zero_stage"},
         std::string(plan.layered_reduction ? "layered_reduction" : "the layered schedule") +

@@ -228,7 +228,7 @@ void set_data_parallel_costs(StageCost& st, const StageParameters& sp,
     st.grad_reduce =
         collective_time(Collective::AllReduce, shared * grad_bytes, links.dp) +
         collective_time(Collective::AllReduce, sp.expert * grad_bytes, links.expert_dp);
-    if (plan.layered_reduction || plan.schedule == "layered") {
+    if (spec::reduces_per_group(plan)) {
       // The rank's chunks hold near-equal shares of its layers (spec::layer_split).
       const double v = plan.chunks;
       st.group_reduce =

@@ -31,7 +31,7 @@ struct AfterPipeline {
 AfterPipeline after_pipeline(const OpCosts& costs, const spec::ParallelPlan& plan,
                              const ExecutionOptions& x) {
   AfterPipeline a;
-  const bool per_group = plan.layered_reduction || plan.schedule == "layered";
+  const bool per_group = spec::reduces_per_group(plan);
   for (int i = 0; i < plan.pp; ++i) {
     const StageCost& st = costs.stages[static_cast<std::size_t>(i)];
     const double last_backward = st.input_grad.total() + st.weight_grad.total();

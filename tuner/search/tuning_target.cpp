@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "engine/errors.hpp"
+#include "engine/schedule/generators.hpp"
 #include "engine/spec/load.hpp"
 #include "engine/spec/validate.hpp"
 #include "tuner/search/offload_options.hpp"
@@ -79,7 +80,8 @@ std::string plan_summary(const spec::ParallelPlan& p, const std::string& vocab_l
     std::snprintf(ratio, sizeof ratio, "%.2f", *p.skip_ratio);
     s += std::string(" skip=") + ratio;
   }
-  if (p.layered_reduction && p.schedule != "layered") s += " layered-reduction";
+  if (p.layered_reduction && !schedule::always_reduces_per_group(p.schedule))
+    s += " layered-reduction";
   if (!p.layer_split.empty()) {
     s += " split=";
     for (std::size_t i = 0; i < p.layer_split.size(); ++i)

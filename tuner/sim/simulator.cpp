@@ -64,7 +64,7 @@ class TimingHooks {
     comm_busy_.assign(p, 0.0);
     reduce_free_.assign(p, 0.0);
     reduce_busy_.assign(p, 0.0);
-    reductions_ = schedule::reduces_per_group(s);
+
     units_.assign(p, 0.0);
     peak_units_.assign(p, 0.0);
     ops_.assign(p, 0);
@@ -100,7 +100,7 @@ class TimingHooks {
         comm_lane_[static_cast<std::size_t>(r)] = t.lane(r, profiler::Stream::Comm);
         p2p_lane_[static_cast<std::size_t>(r)] = t.lane(r, profiler::Stream::P2P);
       }
-      if (reductions_) {
+      if (schedule::reduces_per_group(s)) {
         reduce_lane_.resize(p);
         for (int r = 0; r < s.stages; ++r)
           reduce_lane_[static_cast<std::size_t>(r)] = t.lane(r, profiler::Stream::Comm, 1);
@@ -235,6 +235,11 @@ class TimingHooks {
     return n >= 2.0 ? n / (n - k + k / s) : s;
   }
 
+  // Whether a failure of the stage is re-routed: a pool, with replicas left.
+  bool rerouted(const schedule::StageCosts& st) const {
+    return costs_.reroute_pool >= 2 && st.failed_replicas < costs_.reroute_pool;
+  }
+
   // A failure on the op's stage (simulator.hpp), given where the op would start and how long
   // it would take: it moves and stretches them, and counts what it loses.
   void fail_over(int rank, double& start, double& duration) {
@@ -242,7 +247,7 @@ class TimingHooks {
     const schedule::StageCosts& st = costs_.stages[r];
     if (st.fail_at < 0.0) return;
     const double at = st.fail_at;
-    if (costs_.reroute_pool < 2 || st.failed_replicas >= costs_.reroute_pool) {
+    if (!rerouted(st)) {
       const double up = at + st.restart_delay;
       // Down, or in flight when it failed (its work is lost): run after the restart.
       if (start < up && start + duration > at) {
@@ -516,7 +521,7 @@ class TimingHooks {
     const std::uint32_t name = result_.trace.intern("failed: restarting");
     for (std::size_t r = 0; r < costs_.stages.size(); ++r) {
       const schedule::StageCosts& st = costs_.stages[r];
-      if (costs_.reroute_pool >= 2 && st.failed_replicas < costs_.reroute_pool) continue;
+      if (rerouted(st)) continue;
       if (st.fail_at < 0.0 || st.fail_at >= makespan || !(st.restart_delay > 0.0)) continue;
       profiler::Span span;
       span.lane = compute_lane_[r];
@@ -569,8 +574,7 @@ class TimingHooks {
   SimResult& result_;
   std::vector<double> compute_free_, comm_free_, busy_, comm_busy_, units_, peak_units_, cost_,
       overlap_hidden_, reduce_free_, reduce_busy_;
-  bool reductions_ = false;  // the schedule reduces per layer group (OpKind::R)
-  bool failures_ = false;    // some stage fails (StageCosts::fail_at)
+  bool failures_ = false;  // some stage fails (StageCosts::fail_at)
   std::vector<double> fault_stall_;
   std::vector<std::int32_t> reduce_lane_;
   std::vector<std::size_t> ops_;

@@ -6,7 +6,8 @@
 // runs beside the backwards of the groups still to come: only the last group's reduction on each
 // rank is left after the pipeline.
 //
-// With modular placement (plan.modular: one layer per group, layer l on rank l mod p) this is the
+// With modular placement (--modular, spec::modular_chunks: one layer per group, layer l on rank
+// l mod p) this is the
 // paper's modular pipeline parallelism. Iteration with equal costs f, b per chunk, m >= p and
 // free transfers: v m (f + b) + (p - 1)(f + b), the bubble of interleaving, (p - 1)(F + B) / v
 // per stage, plus the last group's reduction when the others hide behind the backwards (a

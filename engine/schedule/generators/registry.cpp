@@ -112,6 +112,10 @@ bool has_overlapped_pairs(std::string_view name) {
   return name == "dualpipe-v";
 }
 
+bool always_reduces_per_group(std::string_view name) {
+  return name == "layered";
+}
+
 Schedule generate(const GeneratorParams& params) {
   const auto it = std::find_if(entries().begin(), entries().end(),
                                [&](const Entry& e) { return e.name == params.name; });

@@ -59,6 +59,21 @@ Finished run_search(TuneController& c, const TuneRequest& r) {
   return f;
 }
 
+// The request's search called directly, as `pipetune tune` runs it.
+tuner::SearchResult direct_search(const TuneRequest& request) {
+  const TuneTarget t = resolve_tune_target(request);
+  tuner::SearchSpace space;
+  space.model = t.model;
+  space.cluster = t.cluster;
+  space.global_batch = t.global_batch;
+  space.schedules = request.schedules;
+  space.keep = request.keep;
+  space.stage_layouts = true;  // as the GUI's request searches by default
+  return tuner::search_plans(
+      space, tuner::evaluator_scorers(t.model, t.cluster,
+                                      tuner::search_options(t.cluster, request.failures)));
+}
+
 // A cluster preset is a target of its own, stored with the search as `pipetune tune --cluster`
 // stores it (so `pipetune export` resolves the same cluster).
 TEST(TuneController, SearchesAClusterPresetAndStoresIt) {
@@ -104,16 +119,7 @@ TEST(TuneController, SearchesOnAWorkerAndStoresTheSearch) {
   EXPECT_EQ(last_done, last_total) << "the last progress report is the end";
 
   // The same search called directly ranks the same plans.
-  const TuneTarget t = resolve_tune_target(request);
-  tuner::SearchSpace space;
-  space.model = t.model;
-  space.cluster = t.cluster;
-  space.global_batch = t.global_batch;
-  space.schedules = request.schedules;
-  space.keep = request.keep;
-  space.stage_layouts = true;  // as the GUI's request searches by default
-  const tuner::SearchResult direct =
-      tuner::search_plans(space, tuner::evaluator_scorers(t.model, t.cluster));
+  const tuner::SearchResult direct = direct_search(request);
   ResultsTableModel* m = c.results();
   ASSERT_EQ(static_cast<std::size_t>(m->rowCount()), direct.ranked.size());
   EXPECT_DOUBLE_EQ(m->plan_at(0).score.tokens_per_s, direct.ranked[0].score.tokens_per_s);
@@ -197,16 +203,7 @@ TEST(TuneController, RanksByExpectedThroughputUnderAFailureRate) {
   const Finished f = run_search(c, request);
   ASSERT_FALSE(f.cancelled) << f.message.toStdString();
   const TuneTarget t = resolve_tune_target(request);
-  tuner::SearchSpace space;
-  space.model = t.model;
-  space.cluster = t.cluster;
-  space.global_batch = t.global_batch;
-  space.schedules = request.schedules;
-  space.keep = request.keep;
-  space.stage_layouts = true;
-  const tuner::SearchResult direct = tuner::search_plans(
-      space, tuner::evaluator_scorers(t.model, t.cluster,
-                                      tuner::search_options(t.cluster, request.failures)));
+  const tuner::SearchResult direct = direct_search(request);
   const tuner::ScoredPlan& best = c.results()->plan_at(0);
   EXPECT_DOUBLE_EQ(best.score.tokens_per_s, direct.ranked[0].score.tokens_per_s);
   // Expected: longer than the failure-free prediction of the same plan.
