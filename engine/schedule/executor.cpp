@@ -4,19 +4,6 @@
 
 namespace pipetune::schedule {
 
-namespace {
-int barrier_index(EventKind k) {
-  switch (k) {
-    case EventKind::InputReduce:
-      return 0;
-    case EventKind::OutputBarrier1:
-      return 1;
-    default:
-      return 2;
-  }
-}
-}  // namespace
-
 EventTimes::EventTimes(const Schedule& s)
     : m_(s.microbatches), groups_(s.groups()), ranks_(s.stages) {
   const auto n = static_cast<std::size_t>(m_) * static_cast<std::size_t>(groups_);
@@ -28,23 +15,6 @@ EventTimes::EventTimes(const Schedule& s)
       barrier_max_[i].assign(static_cast<std::size_t>(m_), 0.0);
       barrier_count_[i].assign(static_cast<std::size_t>(m_), 0);
     }
-  }
-}
-
-double EventTimes::slot(const Event& e) const {
-  // One indexing rule for reads and writes.
-  return const_cast<EventTimes*>(this)->slot_ref(e);
-}
-
-double& EventTimes::slot_ref(const Event& e) {
-  const auto mb = static_cast<std::size_t>(e.microbatch);
-  switch (e.kind) {
-    case EventKind::Forward:
-      return forward_[static_cast<std::size_t>(e.group) * static_cast<std::size_t>(m_) + mb];
-    case EventKind::Backward:
-      return backward_[static_cast<std::size_t>(e.group) * static_cast<std::size_t>(m_) + mb];
-    default:
-      return barrier_done_[barrier_index(e.kind)][mb];
   }
 }
 

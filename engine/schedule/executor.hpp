@@ -37,7 +37,7 @@ class EventTimes {
   explicit EventTimes(const Schedule& s);
 
   // Time at which the event is complete, or a negative value while it is not.
-  double time(const Event& e) const { return slot(e); }
+  double time(const Event& e) const { return const_cast<EventTimes*>(this)->slot_ref(e); }
   void set(const Event& e, double t) { slot_ref(e) = t; }
   // Barrier bookkeeping: returns true when this arrival was the last one.
   bool arrive(const Event& e, double t);
@@ -45,8 +45,23 @@ class EventTimes {
   int arrivals(const Event& e) const;
 
  private:
-  double slot(const Event& e) const;
-  double& slot_ref(const Event& e);
+  // The barriers' tables: C0 (input reduce), C1, C2.
+  static int barrier_index(EventKind k) {
+    return k == EventKind::InputReduce ? 0 : k == EventKind::OutputBarrier1 ? 1 : 2;
+  }
+  // Inline, one indexing rule for reads and writes: every executed op looks events up.
+  double& slot_ref(const Event& e) {
+    const auto mb = static_cast<std::size_t>(e.microbatch);
+    const std::size_t at = static_cast<std::size_t>(e.group) * static_cast<std::size_t>(m_) + mb;
+    switch (e.kind) {
+      case EventKind::Forward:
+        return forward_[at];
+      case EventKind::Backward:
+        return backward_[at];
+      default:
+        return barrier_done_[barrier_index(e.kind)][mb];
+    }
+  }
   int m_, groups_, ranks_;
   std::vector<double> forward_, backward_;
   std::vector<double> barrier_done_[3];

@@ -38,7 +38,16 @@ struct GeneratorParams {
   // (OpKind::R) right after the group's last weight-gradient pass, overlapping the backwards that
   // follow (add_gradient_reductions). The layered schedule always has them.
   bool layered_reduction = false;
+  // Whether the generator proves the schedule free of deadlock (validate()). A caller that runs
+  // the schedule through execute() itself (the simulator) may leave it to that run: execute()
+  // throws DeadlockError on exactly the same schedules, since whether every op can run does not
+  // depend on when each one ends. The structural checks are made either way.
+  bool prove_deadlock_free = true;
 };
+
+// A generator's last check: validate(s), or validate_structure(s) when
+// !params.prove_deadlock_free.
+void validate_generated(const Schedule& s, const GeneratorParams& params);
 
 // Names accepted by generate(), in a stable order.
 const std::vector<std::string_view>& schedule_names();

@@ -114,6 +114,26 @@ TEST(Search, RankingAndParetoFrontMatchBruteForce) {
   EXPECT_EQ(got, want);
 }
 
+TEST(Search, EnumeratingOnSeveralThreadsGivesTheOneThreadResult) {
+  // Each factoring's plans are enumerated on a thread of their own and joined in order: the
+  // plans, their order, the counts and the closest infeasible plan are those of one thread.
+  SearchSpace one = tiny_space(16, 4);
+  one.threads = 1;
+  SearchSpace three = one;
+  three.threads = 3;
+  const SearchResult a = search_plans(one, toy_score);
+  const SearchResult b = search_plans(three, toy_score);
+  EXPECT_EQ(a.candidates_enumerated, b.candidates_enumerated);
+  EXPECT_EQ(a.candidates_evaluated, b.candidates_evaluated);
+  EXPECT_EQ(a.pruned, b.pruned);
+  ASSERT_EQ(a.ranked.size(), b.ranked.size());
+  EXPECT_GT(a.ranked.size(), 100u);
+  for (std::size_t i = 0; i < a.ranked.size(); ++i)
+    ASSERT_EQ(key(a.ranked[i]), key(b.ranked[i])) << "rank " << i;
+  ASSERT_EQ(a.smallest_infeasible.has_value(), b.smallest_infeasible.has_value());
+  if (a.smallest_infeasible) EXPECT_EQ(key(*a.smallest_infeasible), key(*b.smallest_infeasible));
+}
+
 TEST(Search, RemembersThePlanThatCameClosestToFitting) {
   const SearchResult r = search_plans(tiny_space(8), toy_score);
   ASSERT_TRUE(r.smallest_infeasible.has_value());

@@ -121,6 +121,7 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   if (sliced) {
     spec::ParallelPlan chosen = plan;
     choose_token_slices(chosen, model.seq_len, t);
+    if (plan.slice_tokens.empty()) b.slice_tokens = chosen.slice_tokens;
     shapes = schedule::slice_shapes(
         schedule::slice_count(chosen.schedule, chosen.slices, chosen.slice_tokens),
         chosen.slice_tokens);
@@ -256,8 +257,11 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
   choose_token_slices(plan, model.seq_len, e.costs.table);  // terapipe without given slices
   e.slice_tokens = plan.slice_tokens;
 
-  const schedule::GeneratorParams params =
+  schedule::GeneratorParams params =
       spec::generator_params(plan, e.costs.table, options_.schedule_memory_limit);
+  // The simulation runs the schedule through execute(), which proves it free of deadlock (or
+  // throws DeadlockError): the generator need not run it once more to prove it.
+  params.prove_deadlock_free = false;
   sim::SimResult r = run_simulation(params, e.costs);
   e.simulated = true;
   if (schedule::skips_stages(plan.schedule)) {

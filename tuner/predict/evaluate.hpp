@@ -116,6 +116,9 @@ struct PlanEvaluation {
 struct PlanBound {
   double iteration_time = 0.0;     // <= evaluate().iteration_time
   double peak_memory_bytes = 0.0;  // <= evaluate().memory.peak_bytes
+  // The token slices evaluate() would choose (terapipe without given slices; else empty): the
+  // plan with them evaluates the same, without choosing them again.
+  std::vector<int> slice_tokens;
 };
 
 class PlanEvaluator {

@@ -48,7 +48,7 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
     const FailureModel failures = options.failures;
     PlanBounder bound = [evaluator, target, failures](const spec::ParallelPlan& plan) {
       const PlanBound b = evaluator->bound(target->first, target->second, plan);
-      CandidateBound out{b.iteration_time, b.peak_memory_bytes};
+      CandidateBound out{b.iteration_time, b.peak_memory_bytes, b.slice_tokens};
       if (plan.offload_activations || plan.offload_optimizer) {
         // Copies that may stall, a slower optimizer step, recomputation: an offloading plan is
         // never faster than the same plan keeping everything on the device without recomputing.

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <queue>
@@ -74,6 +75,12 @@ struct Job {
   std::string vocab_label;
 };
 
+// The threads a search enumerates and scores on: the space's, else the hardware's.
+int search_threads(const SearchSpace& space) {
+  return space.threads > 0 ? space.threads
+                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 class Enumerator {
  public:
   Enumerator(const SearchSpace& space, SearchResult& result)
@@ -92,6 +99,7 @@ class Enumerator {
     if (s_.global_batch <= 0)
       throw InputError("--global-batch must be positive (got " + std::to_string(s_.global_batch) +
                        ")");
+    std::vector<Factoring> factorings;
     for (int tp : divisors(n)) {
       if (tp > s_.cluster.devices_per_node) {
         prune("tp spans nodes");
@@ -111,19 +119,77 @@ class Enumerator {
           prune("global batch not divisible by dp");
           continue;
         }
-        factorisable_ = true;
-        for (int ep : expert_degrees(dp)) enumerate_batches(tp, pp, dp, ep);
-        if (full()) return std::move(jobs_);
+        for (int ep : expert_degrees(dp)) factorings.push_back({tp, pp, dp, ep});
       }
     }
-    if (!factorisable_)
+    if (factorings.empty())
       throw InputError("no valid factorisation of " + std::to_string(n) +
                        " GPUs into tp x pp x dp for " + s_.model.name + " at global batch " +
                        std::to_string(s_.global_batch) + " (" + reasons() + ")");
-    return std::move(jobs_);
+    const int threads = std::min(search_threads(s_), static_cast<int>(factorings.size()));
+    // A cap on the plans stops at the first ones in this order: one thread keeps it.
+    if (s_.max_candidates > 0 || threads < 2) {
+      for (const Factoring& f : factorings) {
+        enumerate_batches(f.tp, f.pp, f.dp, f.ep);
+        if (full()) break;
+      }
+      return std::move(jobs_);
+    }
+    return enumerate_in_parallel(factorings, threads);
   }
 
  private:
+  struct Factoring {
+    int tp, pp, dp, ep;
+  };
+
+  Enumerator(const SearchSpace& space, SearchResult& result,
+             const std::vector<std::vector<int>>& node_group_orders)
+      : s_(space), r_(result), node_group_orders_(node_group_orders) {}
+
+  // Each factoring's plans on `threads` threads, each into its own part, joined in the order of
+  // the factorings: the jobs, counts and smallest infeasible plan are those of one thread.
+  std::vector<Job> enumerate_in_parallel(const std::vector<Factoring>& factorings, int threads) {
+    struct Part {
+      SearchResult result;
+      std::vector<Job> jobs;
+      std::exception_ptr error;
+    };
+    std::vector<Part> parts(factorings.size());
+    std::atomic<std::size_t> next{0};
+    auto worker = [&] {
+      for (std::size_t i = next.fetch_add(1); i < factorings.size(); i = next.fetch_add(1)) {
+        Part& part = parts[i];
+        try {
+          Enumerator e(s_, part.result, node_group_orders_);
+          const Factoring& f = factorings[i];
+          e.enumerate_batches(f.tp, f.pp, f.dp, f.ep);
+          part.jobs = std::move(e.jobs_);
+        } catch (...) {
+          part.error = std::current_exception();
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool) t.join();
+    std::size_t total = 0;
+    for (const Part& part : parts) total += part.jobs.size();
+    jobs_.reserve(total);
+    for (Part& part : parts) {
+      if (part.error) std::rethrow_exception(part.error);
+      r_.candidates_enumerated += part.result.candidates_enumerated;
+      for (const auto& [reason, count] : part.result.pruned) r_.pruned[reason] += count;
+      auto& least = r_.smallest_infeasible;
+      const auto& found = part.result.smallest_infeasible;
+      if (found && (!least || found->score.peak_memory_bytes < least->score.peak_memory_bytes))
+        least = found;
+      std::move(part.jobs.begin(), part.jobs.end(), std::back_inserter(jobs_));
+    }
+    return std::move(jobs_);
+  }
+
   bool full() const {
     return s_.max_candidates > 0 && static_cast<std::int64_t>(jobs_.size()) >= s_.max_candidates;
   }
@@ -391,7 +457,6 @@ class Enumerator {
   SearchResult& r_;
   std::vector<Job> jobs_;
   std::vector<std::vector<int>> node_group_orders_;
-  bool factorisable_ = false;
 };
 
 }  // namespace
@@ -572,7 +637,13 @@ ScoringProgress score_jobs(const std::vector<Job>& jobs, const ScorerFactory& ma
                return;
              }
              catch_input(i, [&] {
-               out.scores[i] = sc.score(jobs[i].plan);
+               if (bounded && !bounds[i].slice_tokens.empty()) {
+                 spec::ParallelPlan sliced = jobs[i].plan;
+                 sliced.slice_tokens = bounds[i].slice_tokens;
+                 out.scores[i] = sc.score(sliced);
+               } else {
+                 out.scores[i] = sc.score(jobs[i].plan);
+               }
                frontier.add(*out.scores[i]);
              });
            });
@@ -643,9 +714,7 @@ SearchResult search_plans(const SearchSpace& space, const ScorerFactory& make_sc
                           const SearchProgress& progress, const std::atomic<bool>* cancel) {
   SearchResult result;
   std::vector<Job> jobs = Enumerator(space, result).run();
-  const int threads = space.threads > 0
-                          ? space.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = search_threads(space);
   const bool bounded = space.keep > 0 && make_scorer().bound != nullptr;
   JobOutcomes outcomes(jobs.size());
   const ScoringProgress scored =

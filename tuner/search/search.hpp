@@ -68,6 +68,9 @@ using PlanScorer = std::function<CandidateScore(const spec::ParallelPlan&)>;
 struct CandidateBound {
   double iteration_time = 0.0;
   double peak_memory_bytes = 0.0;
+  // Token slices the bounder chose for the plan, which its scorer then takes as given (empty:
+  // none, or let the scorer choose).
+  std::vector<int> slice_tokens;
 };
 using PlanBounder = std::function<CandidateBound(const spec::ParallelPlan&)>;
 

@@ -117,7 +117,7 @@ Schedule generate_dualpipe_v(const GeneratorParams& params) {
                             " is fewer than 2*stages=" + std::to_string(2 * p));
   Schedule s = make_v_schedule(params, "dualpipe-v");
   for (int r = 0; r < p; ++r) build_rank(s.ranks[static_cast<std::size_t>(r)], p, r, m);
-  validate(s);
+  validate_generated(s, params);
   return s;
 }
 

@@ -19,7 +19,7 @@ Schedule generate_gpipe(const GeneratorParams& params) {
     for (int i = 0; i < m; ++i) ops.push_back({OpKind::F, 0, i});
     for (int i = 0; i < m; ++i) ops.push_back({OpKind::BW, 0, i});
   }
-  return linear::validated(std::move(s));
+  return linear::validated(std::move(s), params);
 }
 
 }  // namespace pipetune::schedule

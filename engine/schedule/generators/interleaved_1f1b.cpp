@@ -112,7 +112,7 @@ Schedule with_vocabulary(const GeneratorParams& params, const std::vector<TableE
     linear::fail(kName, {"plan.vocab", "plan.microbatches"},
                  std::string(vocab_mode_name(params.vocab)) + " found no order for these sizes (" +
                      last_error + ")");
-  return linear::validated(std::move(*best));
+  return linear::validated(std::move(*best), params);
 }
 
 }  // namespace
@@ -153,7 +153,7 @@ Schedule generate_interleaved_1f1b(const GeneratorParams& params) {
   if (params.vocab == VocabMode::None) {
     Schedule s = linear::empty_schedule(kName, p, m, v, VocabMode::None);
     s.ranks = transformer_order(table, p, m, v, G, 0);
-    return linear::validated(std::move(s));
+    return linear::validated(std::move(s), params);
   }
   return with_vocabulary(params, table, v, G);
 }

@@ -35,7 +35,7 @@ Schedule generate_layered(const GeneratorParams& params) {
       for (int i = 0; i < m; ++i) ops.push_back({OpKind::BW, static_cast<std::int16_t>(c), i});
   }
   add_gradient_reductions(s);
-  return linear::validated(std::move(s));
+  return linear::validated(std::move(s), params);
 }
 
 }  // namespace pipetune::schedule

@@ -87,8 +87,8 @@ void append_one_f_one_b(std::vector<Op>& ops, int microbatches, int warmup, OpKi
   for (int i = microbatches - w; i < microbatches; ++i) ops.push_back({backward, 0, i});
 }
 
-Schedule validated(Schedule s) {
-  validate(s);
+Schedule validated(Schedule s, const GeneratorParams& params) {
+  validate_generated(s, params);
   return s;
 }
 

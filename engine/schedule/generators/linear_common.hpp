@@ -53,8 +53,8 @@ void append_one_f_one_b(std::vector<Op>& ops, int microbatches, int warmup, OpKi
 // barrier(s): vocab-2 p - r, vocab-1 p - r + 1, interlaced floor(3p/2) - r - 1.
 int one_f_one_b_warmup(VocabMode mode, int p, int r);
 
-// Validates and returns the schedule (every generator's last step).
-Schedule validated(Schedule s);
+// Validates (validate_generated) and returns the schedule (every generator's last step).
+Schedule validated(Schedule s, const GeneratorParams& params);
 
 // Iteration time of a schedule under the planning costs: each rank runs its list in order, an op
 // starts when the rank is free and its requirement is done (plus one p2p transfer across ranks),

@@ -20,7 +20,7 @@ Schedule generate_1f1b(const GeneratorParams& params) {
     ops.reserve(2 * static_cast<std::size_t>(m));
     linear::append_one_f_one_b(ops, m, p - r - 1, OpKind::BW);
   }
-  return linear::validated(std::move(s));
+  return linear::validated(std::move(s), params);
 }
 
 }  // namespace pipetune::schedule

@@ -73,20 +73,44 @@ class EagerStep {
 
   StepResult operator()(int r) {
     const double now = planner_.clock(r);
-    Candidate cands[5];
-    const int n = collect(r, now, cands);
-    if (n == 0) return StepResult::Done;
     std::optional<double> earliest;
-    for (int k = 0; k < n; ++k) {
-      const Candidate& c = cands[k];
-      if (!c.ready) continue;
-      if (*c.ready <= now) {
-        planner_.run(r, c.op);
-        advance(static_cast<std::size_t>(r), c.slot);
-        return StepResult::Progress;
+    // The candidates in order of preference: the first ready now runs, and those after it need
+    // not be looked at (their unknown inputs matter only to a step that ends blocked).
+    const auto offer = [&](const Op& op, int slot) {
+      const std::optional<double> ready = planner_.ready_time(r, op);
+      if (ready && *ready <= now) {
+        planner_.run(r, op);
+        advance(static_cast<std::size_t>(r), slot);
+        return true;
       }
-      if (!earliest || *c.ready < *earliest) earliest = c.ready;
+      if (ready && (!earliest || *ready < *earliest)) earliest = ready;
+      return false;
+    };
+    const auto R = static_cast<std::size_t>(r);
+    bool any = false;
+    if (next_bar_[R] < barriers_.size()) {
+      any = true;
+      if (offer(barriers_[next_bar_[R]], 0)) return StepResult::Progress;
     }
+    if (next_ib_[R] < m_ && next_ib_[R] + p_ < m_) {
+      // More than p embedding gradients waiting: run IB before transformer work.
+      const auto backlog = planner_.ready_time(r, {OpKind::IB, 0, next_ib_[R] + p_});
+      if (backlog && *backlog <= now && offer({OpKind::IB, 0, next_ib_[R]}, 3))
+        return StepResult::Progress;
+    }
+    if (next_t_[R] < m_) {
+      any = true;
+      if (offer({OpKind::T, 0, next_t_[R]}, 1)) return StepResult::Progress;
+    }
+    if (next_tr_[R] < transformer_[R].size()) {
+      any = true;
+      if (offer(transformer_[R][next_tr_[R]], 2)) return StepResult::Progress;
+    }
+    if (next_ib_[R] < m_) {
+      any = true;
+      if (offer({OpKind::IB, 0, next_ib_[R]}, 3)) return StepResult::Progress;
+    }
+    if (!any) return StepResult::Done;
     if (earliest) {
       planner_.idle_until(r, *earliest);
       return StepResult::Progress;
@@ -95,44 +119,6 @@ class EagerStep {
   }
 
  private:
-  // A candidate op; `slot` says which cursor to advance.
-  struct Candidate {
-    Op op;
-    int slot;  // 0 barrier, 1 free T, 2 transformer, 3 IB
-    std::optional<double> ready;
-  };
-
-  // Rank r's candidates in order of preference; returns how many.
-  int collect(int r, double now, Candidate (&cands)[5]) {
-    const auto R = static_cast<std::size_t>(r);
-    int n = 0;
-    if (next_bar_[R] < barriers_.size()) {
-      const Op op = barriers_[next_bar_[R]];
-      cands[n++] = {op, 0, planner_.ready_time(r, op)};
-    }
-    if (next_ib_[R] < m_ && next_ib_[R] + p_ < m_) {
-      // More than p embedding gradients waiting: run IB before transformer work.
-      const auto backlog = planner_.ready_time(r, {OpKind::IB, 0, next_ib_[R] + p_});
-      if (backlog && *backlog <= now) {
-        const Op op{OpKind::IB, 0, next_ib_[R]};
-        cands[n++] = {op, 3, planner_.ready_time(r, op)};
-      }
-    }
-    if (next_t_[R] < m_) {
-      const Op op{OpKind::T, 0, next_t_[R]};
-      cands[n++] = {op, 1, planner_.ready_time(r, op)};
-    }
-    if (next_tr_[R] < transformer_[R].size()) {
-      const Op op = transformer_[R][next_tr_[R]];
-      cands[n++] = {op, 2, planner_.ready_time(r, op)};
-    }
-    if (next_ib_[R] < m_) {
-      const Op op{OpKind::IB, 0, next_ib_[R]};
-      cands[n++] = {op, 3, planner_.ready_time(r, op)};
-    }
-    return n;
-  }
-
   void advance(std::size_t R, int slot) {
     switch (slot) {
       case 0:
@@ -278,7 +264,7 @@ Schedule generate_1f1b_vocab(const GeneratorParams& params) {
         best = std::move(*lockstep);
     }
   }
-  return validated(std::move(best));
+  return validated(std::move(best), params);
 }
 
 }  // namespace pipetune::schedule::linear

@@ -71,7 +71,7 @@ Schedule generate_skippipe(const GeneratorParams& params) {
       for (Op& op : ops) op.microbatch = mbs[static_cast<std::size_t>(op.microbatch)];
     }
     // Every forward first (extra >= m) is GPipe's order, which cannot deadlock.
-    if (extra >= m) return linear::validated(std::move(s));
+    if (extra >= m) return linear::validated(std::move(s), params);
     try {
       validate(s);
       return s;

@@ -32,7 +32,7 @@ Schedule generate_terapipe(const GeneratorParams& params) {
     for (int mb = 0; mb < m; ++mb)
       for (int j = k - 1; j >= 0; --j) ops.push_back({OpKind::BW, 0, mb * k + j});
   }
-  return linear::validated(std::move(s));
+  return linear::validated(std::move(s), params);
 }
 
 }  // namespace pipetune::schedule

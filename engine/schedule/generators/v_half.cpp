@@ -27,7 +27,7 @@ Schedule generate_v_half(const GeneratorParams& params) {
   s.ranks = v_block_order(VKind::Half, params.stages, params.microbatches, extra,
                           /*squeeze=*/!vocab);
   if (vocab) add_v_half_vocab_passes(s, params.vocab, planning_costs(params));
-  validate(s);
+  validate_generated(s, params);
   return s;
 }
 

@@ -12,7 +12,7 @@ Schedule generate_v_min(const GeneratorParams& params) {
   check_v_params(params, "v-min", /*vocab_ok=*/false);
   Schedule s = make_v_schedule(params, "v-min");
   s.ranks = v_block_order(VKind::Min, params.stages, params.microbatches, 0, /*squeeze=*/true);
-  validate(s);
+  validate_generated(s, params);
   return s;
 }
 

@@ -120,7 +120,7 @@ Schedule generate_zb_h1(const GeneratorParams& params) {
     fuse_first_stage(fused);
     if (linear::estimated_makespan(fused, costs) < best_time) best = std::move(fused);
   }
-  return linear::validated(std::move(best));
+  return linear::validated(std::move(best), params);
 }
 
 }  // namespace pipetune::schedule

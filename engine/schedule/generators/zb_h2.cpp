@@ -199,7 +199,7 @@ Schedule generate_zb_h2(const GeneratorParams& params) {
   GreedyResult best = build(params, costs, limit, false);
   GreedyResult other = build(params, costs, limit, true);
   if (other.makespan < best.makespan) best = std::move(other);
-  validate(best.schedule);
+  validate_generated(best.schedule, params);
   return std::move(best.schedule);
 }
 

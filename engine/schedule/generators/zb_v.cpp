@@ -386,7 +386,7 @@ Schedule generate_zb_v(const GeneratorParams& params) {
                         " microbatches=" + std::to_string(m) + " (" + why + ")");
   Schedule s = make_v_schedule(params, "zb-v");
   s.ranks = std::move(best.ops);
-  validate(s);
+  validate_generated(s, params);
   return s;
 }
 
