@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <string>
 
 #include "engine/errors.hpp"
@@ -92,16 +93,86 @@ TEST(UnreliablePeersPredict, TheRunFileKeepsTheFaultsAndRefusesBadOnes) {
 namespace pipetune::tuner {
 namespace {
 
-// The expectation's closed form: q = 1 - exp(-rate N T / 3600) of a failure in an iteration,
-// costing the restart and half an iteration, or (re-routing) half an iteration over dp - 1.
+// The expectation's closed forms: restarts E = (exp(mu T) - 1) (1 / mu + S) with mu = rate N /
+// 3600, near T + mu T (S + T / 2) for rare failures; re-routed T + mu T (T / 2) / (dp - 1).
 TEST(UnreliablePeersExpectation, ClosedForm) {
-  const double t = 10.0, q = 1.0 - std::exp(-0.01 * 100 * t / 3600.0);
+  const double t = 10.0, mu = 0.01 * 100 / 3600.0;
   EXPECT_DOUBLE_EQ(expected_iteration_time(t, 100, 4, {0.0, 600.0, false}), t);
-  EXPECT_NEAR(expected_iteration_time(t, 100, 4, {0.01, 600.0, false}), t + q * (600.0 + 5.0),
+  EXPECT_NEAR(expected_iteration_time(t, 100, 4, {0.01, 600.0, false}),
+              (std::exp(mu * t) - 1.0) * (1.0 / mu + 600.0), 1e-9);
+  // Rare failures: the first-order terms, within their square.
+  EXPECT_NEAR(expected_iteration_time(t, 100, 4, {0.01, 600.0, false}),
+              t + mu * t * (600.0 + t / 2), 2.0 * (mu * t) * (mu * t) * (600.0 + t));
+  EXPECT_NEAR(expected_iteration_time(t, 100, 4, {0.01, 600.0, true}), t + mu * t * 5.0 / 3.0,
               1e-12);
-  EXPECT_NEAR(expected_iteration_time(t, 100, 4, {0.01, 600.0, true}), t + q * 5.0 / 3.0, 1e-12);
   // Without replicas there is nowhere to re-route to.
-  EXPECT_NEAR(expected_iteration_time(t, 100, 1, {0.01, 600.0, true}), t + q * 605.0, 1e-12);
+  EXPECT_DOUBLE_EQ(expected_iteration_time(t, 100, 1, {0.01, 600.0, true}),
+                   expected_iteration_time(t, 100, 1, {0.01, 600.0, false}));
+  // A rate so small that exp(mu T) - 1 would round to nothing still counts.
+  EXPECT_GT(expected_iteration_time(t, 1, 4, {1e-12, 600.0, false}), t);
+}
+
+// The same expectations drawn at random: failures as a Poisson process of rate mu over the
+// devices, several per iteration where mu T is near 1 or more, a restart starting the
+// iteration over, or (re-routed) each failure at x moving (T - x) / (dp - 1) to the others.
+TEST(UnreliablePeersExpectation, MatchesAMonteCarloOfSeveralFailuresPerIteration) {
+  std::mt19937_64 random(47);
+  const int trials = 200000;
+  for (const double mu_t : {0.05, 0.7, 2.0}) {
+    const double t = 30.0, s = 20.0, mu = mu_t / t;
+    const int devices = 64;
+    const double rate = mu * 3600.0 / devices;  // per device-hour
+    std::exponential_distribution<double> gap(mu);
+    double sum = 0.0, sum_sq = 0.0;
+    int several = 0;
+    for (int k = 0; k < trials; ++k) {
+      double took = 0.0;
+      int failures = 0;
+      for (double x = gap(random); x < t; x = gap(random)) {
+        took += x + s;  // lost: the work so far, then the restart
+        ++failures;
+      }
+      took += t;
+      several += failures >= 2;
+      sum += took;
+      sum_sq += took * took;
+    }
+    const double mean = sum / trials;
+    const double error = std::sqrt((sum_sq / trials - mean * mean) / trials);
+    EXPECT_NEAR(expected_iteration_time(t, devices, 8, {rate, s, false}), mean, 4.0 * error)
+        << "mu T = " << mu_t;
+    if (mu_t >= 2.0) {
+      EXPECT_GT(several, trials / 4) << "several failures per iteration are the common case";
+    }
+
+    const int dp = 4;
+    double rerouted = 0.0, rerouted_sq = 0.0;
+    for (int k = 0; k < trials; ++k) {
+      double took = t;
+      for (double x = gap(random); x < t; x += gap(random)) took += (t - x) / (dp - 1);
+      rerouted += took;
+      rerouted_sq += took * took;
+    }
+    const double rerouted_mean = rerouted / trials;
+    const double rerouted_error =
+        std::sqrt((rerouted_sq / trials - rerouted_mean * rerouted_mean) / trials);
+    EXPECT_NEAR(expected_iteration_time(t, devices, dp, {rate, s, true}), rerouted_mean,
+                4.0 * rerouted_error)
+        << "mu T = " << mu_t << ", re-routed";
+  }
+}
+
+TEST(UnreliablePeersExpectation, RestartsFasterThanAnIterationMakeThePlanInfeasible) {
+  const spec::RunSpec run = spec::parse_run(run_text(""));
+  EvaluateOptions o;
+  o.failures = {1e6, 600.0, false};  // each device fails every 3.6 ms
+  const PlanEvaluation e = evaluate_plan(run.model, run.cluster, run.plan, o);
+  EXPECT_FALSE(e.feasible);
+  EXPECT_EQ(e.infeasible_reason, kFailuresOutpaceIterations);
+  // Re-routed, the step goes on: slower, but it ends.
+  o.failures.reroute = true;
+  EXPECT_TRUE(
+      std::isfinite(evaluate_plan(run.model, run.cluster, run.plan, o).expected_iteration_time));
 }
 
 TEST(UnreliablePeersExpectation, TheEvaluatorGivesTheExpectedFigures) {

@@ -61,9 +61,10 @@ void set_throughput(PlanEvaluation& e, double tokens, int world, double peak) {
 
 double expected_iteration_time(double t, int devices, int dp, const FailureModel& f) {
   if (!(f.rate_per_device_hour > 0.0) || !(t > 0.0)) return t;
-  const double q = 1.0 - std::exp(-f.rate_per_device_hour * devices * t / 3600.0);
-  const double penalty = f.reroute && dp >= 2 ? 0.5 * t / (dp - 1) : f.restart_delay + 0.5 * t;
-  return t + q * penalty;
+  const double mu = f.rate_per_device_hour * devices / 3600.0;  // failures per second
+  if (f.reroute && dp >= 2) return t + mu * t * (0.5 * t / (dp - 1));
+  // expm1: exact where mu t is tiny (1e-6 and below), where exp(mu t) - 1 loses its digits.
+  return std::expm1(mu * t) * (1.0 / mu + f.restart_delay);
 }
 
 ExecutionOptions PlanEvaluator::execution_for(const spec::ClusterSpec& cluster) const {
@@ -310,6 +311,11 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
   e.memory = estimate_memory(model, cluster, plan, e.placement, peaks, memory, host_peaks);
   e.feasible = e.memory.fits();
   if (!e.feasible) e.infeasible_reason = e.memory.binding_constraint();
+  // Restarts that come faster than an iteration can end: the expectation grows as exp(mu T).
+  if (e.feasible && !(e.expected_iteration_time < schedule::kMaxScheduleTime)) {
+    e.feasible = false;
+    e.infeasible_reason = std::string(kFailuresOutpaceIterations);
+  }
   return e;
 }
 

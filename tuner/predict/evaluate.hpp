@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -38,13 +39,16 @@
 
 namespace pipetune::tuner {
 
-// Unreliable peers at a rate (ATOM, SWARM): devices fail at `rate` per device-hour, one at a
-// time, each back after `restart_delay` seconds. An iteration of T seconds on N devices sees a
-// failure with probability q = 1 - exp(-rate N T / 3600), on average halfway through. Without
-// re-routing the synchronous step waits for the restart and redoes the half lost:
-// restart_delay + T / 2 more. With re-routing (dp >= 2) the failed device's stage goes on with
-// its other dp - 1 replicas, which take its share: (T / 2) / (dp - 1) more. Expected:
-// T + q x that.
+// Unreliable peers at a rate (ATOM, SWARM): the N devices fail as a Poisson process of rate
+// mu = rate N / 3600 per second, as many times in one iteration as it happens to.
+// - Without re-routing a failure stops the synchronous step: it waits `restart_delay` (S) seconds
+//   and starts the iteration over. An iteration of T seconds then takes, on average (the
+//   renewal argument: it ends at the first failure-free stretch of T),
+//   E = (exp(mu T) - 1) (1 / mu + S), about T + mu T (S + T / 2) while mu T is small.
+// - With re-routing (dp >= 2) each failure moves the failed device's share of what is left,
+//   T / 2 on average, to its stage's other dp - 1 replicas and the step goes on:
+//   E = T + mu T (T / 2) / (dp - 1), mu T being the failures an iteration expects.
+// Failures during a restart are taken as part of it.
 struct FailureModel {
   double rate_per_device_hour = 0.0;  // 0: none
   double restart_delay = 0.0;         // seconds
@@ -54,6 +58,10 @@ struct FailureModel {
 // `dp` replicas of each stage, under `failures`.
 double expected_iteration_time(double iteration_time, int devices, int dp,
                                const FailureModel& failures);
+// Why a plan is infeasible when its expected iteration time under the failure rate is past what
+// a schedule's time may be (schedule::kMaxScheduleTime), or infinite: restarts outpace it.
+inline constexpr std::string_view kFailuresOutpaceIterations =
+    "failures restart the iteration faster than it can end";
 
 struct EvaluateOptions {
   // Unset: what runs on the cluster's hardware (default_execution, default_memory_options).

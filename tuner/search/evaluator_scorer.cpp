@@ -66,7 +66,10 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
       const PlanEvaluation e = evaluator->evaluate(target->first, target->second, plan);
       CandidateScore c;
       c.feasible = e.feasible;
-      c.infeasible_reason = e.feasible ? "" : "out of memory";
+      c.infeasible_reason = e.feasible ? ""
+                            : e.infeasible_reason == kFailuresOutpaceIterations
+                                ? e.infeasible_reason
+                                : "out of memory";
       // Under a failure rate: the expected figures (equal to the others without one), which are
       // never below the plan's bound.
       c.iteration_time = e.expected_iteration_time;
