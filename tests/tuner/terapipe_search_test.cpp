@@ -63,7 +63,6 @@ TEST(TerapipeSearch, ThePredictionSimulatesTheProgrammesSlices) {
 TEST(TerapipeSearch, TheBoundIsAtMostTheEvaluatedTime) {
   const spec::ModelSpec m = spec::load_model("gpt3-175b");
   PlanEvaluator evaluator;
-  int checked = 0;
   for (const auto& [tp, pp, microbatches, slices] :
        {std::array{8, 16, 8, 0}, std::array{8, 16, 1, 0}, std::array{8, 8, 32, 0},
         std::array{4, 32, 4, 3}, std::array{8, 16, 8, 1}, std::array{8, 4, 2, 16}}) {
@@ -73,14 +72,23 @@ TEST(TerapipeSearch, TheBoundIsAtMostTheEvaluatedTime) {
     p.microbatches = microbatches;
     p.slices = slices;
     const spec::ClusterSpec c = h100s(tp * pp);
-    const double bound = evaluator.bound(m, c, p).iteration_time;
-    const double evaluated = evaluator.evaluate(m, c, p).iteration_time;
-    EXPECT_LE(bound, evaluated * (1.0 + 1e-12))
-        << "tp=" << tp << " pp=" << pp << " m=" << microbatches << " slices=" << slices;
-    EXPECT_GT(bound, 0.5 * evaluated);  // and close enough to prune
-    ++checked;
+    const PlanBound b = evaluator.bound(m, c, p);
+    const PlanEvaluation e = evaluator.evaluate(m, c, p);
+    const double bound = b.iteration_time, evaluated = e.iteration_time;
+    const std::string at = "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
+                           " m=" + std::to_string(microbatches) +
+                           " slices=" + std::to_string(slices);
+    EXPECT_LE(bound, evaluated * (1.0 + 1e-12)) << at;
+    EXPECT_GT(bound, 0.5 * evaluated) << at;  // and close enough to prune
+    // The slices the bound chose (none when the plan gives a count) are the evaluation's: the
+    // search scores the plan with them given, and must get the same time.
+    EXPECT_EQ(b.slice_tokens, slices == 0 ? e.slice_tokens : std::vector<int>{}) << at;
+    if (!b.slice_tokens.empty()) {
+      spec::ParallelPlan given = p;
+      given.slice_tokens = b.slice_tokens;
+      EXPECT_EQ(evaluator.evaluate(m, c, given).iteration_time, evaluated) << at;
+    }
   }
-  EXPECT_EQ(checked, 6);
 }
 
 TEST(TerapipeSearch, TheSearchRanksTerapipeWithItsSlicesNamed) {
