@@ -152,6 +152,7 @@ template <class Step>
 void plan_in_time_order(std::string_view generator, Planner& planner, Step&& step) {
   const int p = planner.stages();
   std::vector<char> blocked(static_cast<std::size_t>(p), 0), done(static_cast<std::size_t>(p), 0);
+  std::vector<int> blocked_ranks;  // the ranks with blocked[i], in the order they blocked
   EarliestRank earliest(p);
   for (int i = 0; i < p; ++i) earliest.set(i, planner.clock(i));
   auto refresh = [&](int i) {
@@ -177,17 +178,19 @@ void plan_in_time_order(std::string_view generator, Planner& planner, Step&& ste
       if (res == StepResult::Blocked) blocked[rr] = 1;
       if (res == StepResult::Done) done[rr] = 1;
     }
+    if (blocked[rr]) blocked_ranks.push_back(r);
     refresh(r);
     for (int i : planner.rewound()) refresh(i);
     planner.clear_rewound();
     if (planner.productions() != seen) {
       seen = planner.productions();
-      for (int i = 0; i < p; ++i) {
-        if (blocked[static_cast<std::size_t>(i)] && planner.wakes(i)) {
-          blocked[static_cast<std::size_t>(i)] = 0;
-          refresh(i);
-        }
-      }
+      // Only the blocked ranks can wake, and most steps leave none: not a pass over every rank.
+      std::erase_if(blocked_ranks, [&](int i) {
+        if (!planner.wakes(i)) return false;
+        blocked[static_cast<std::size_t>(i)] = 0;
+        refresh(i);
+        return true;
+      });
       planner.clear_productions();
     }
   }
