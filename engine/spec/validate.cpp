@@ -215,6 +215,22 @@ void validate(const ClusterSpec& c) {
       require_non_negative("cluster", name + ".fail_at", f.fail_at);
       require_non_negative("cluster", name + ".restart_delay", f.restart_delay);
     }
+    // A node may have one entry that slows it and one that fails it (or one doing both), not two
+    // of a kind: the simulator models one slowdown and one failure per node and iteration.
+    for (std::size_t j = 0; j < i; ++j) {
+      const NodeFault& e = c.faults[j];
+      if (e.node != f.node) continue;
+      const std::string earlier = "faults[" + std::to_string(j) + "]";
+      if (f.slowdown != 1.0 && e.slowdown != 1.0)
+        throw SpecError({"cluster." + name + ".slowdown"},
+                        name + " slows node " + shown(std::int64_t{f.node}) + " again (" + earlier +
+                            " slows it already; give one slowdown a node)");
+      if (!(f.fail_at < 0.0) && !(e.fail_at < 0.0))
+        throw SpecError({"cluster." + name + ".fail_at"},
+                        name + " fails node " + shown(std::int64_t{f.node}) + " again (" + earlier +
+                            " fails it already; one failure a node per iteration is " +
+                            "simulated)");
+    }
   }
   if (c.node_groups.empty()) return;
   std::int64_t covered = 0;

@@ -87,6 +87,38 @@ TEST(UnreliablePeersPredict, TheRunFileKeepsTheFaultsAndRefusesBadOnes) {
   EXPECT_THROW(spec::parse_run(run_text("[[cluster.faults]]\nnode = 1\n")), SpecError);
 }
 
+TEST(UnreliablePeersPredict, ANodeTakesOneSlowdownAndOneFailureInEntriesOfTheirOwn) {
+  // Two entries, one slowing node 2 and one failing it, cost what one entry doing both costs.
+  const std::string both =
+      "[[cluster.faults]]\nnode = 2\nslowdown = 1.5\nfail_at = 2.0\nrestart_delay = 30.0\n";
+  const std::string apart = "[[cluster.faults]]\nnode = 2\nslowdown = 1.5\n" + kNode2Fails;
+  for (bool reroute : {false, true}) {
+    const PlanEvaluation one = predict(spec::parse_run(run_text(both, "tp-pp-dp")), reroute);
+    const PlanEvaluation two = predict(spec::parse_run(run_text(apart, "tp-pp-dp")), reroute);
+    EXPECT_DOUBLE_EQ(two.iteration_time, one.iteration_time) << "reroute " << reroute;
+    EXPECT_DOUBLE_EQ(two.costs.table.stages[1].slowdown, 1.5);
+    EXPECT_DOUBLE_EQ(two.costs.table.stages[1].fail_at, 2.0);
+  }
+  // A second failure or a second slowdown of one node is refused, naming both entries.
+  const auto refusal = [](const std::string& faults) {
+    try {
+      spec::parse_run(run_text(faults));
+    } catch (const SpecError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string twice_failed =
+      refusal(kNode2Fails + "[[cluster.faults]]\nnode = 2\nfail_at = 5.0\nrestart_delay = 1.0\n");
+  EXPECT_NE(twice_failed.find("faults[1] fails node 2 again (faults[0] fails it already"),
+            std::string::npos)
+      << twice_failed;
+  const std::string twice_slowed = refusal(
+      "[[cluster.faults]]\nnode = 1\nslowdown = 1.5\n[[cluster.faults]]\nnode = 1\nslowdown = "
+      "2.0\n");
+  EXPECT_NE(twice_slowed.find("faults[1] slows node 1 again"), std::string::npos) << twice_slowed;
+}
+
 }  // namespace
 }  // namespace pipetune::tuner
 

@@ -167,8 +167,20 @@ void set_fault_costs(schedule::CostTable& table, const spec::ClusterSpec& cluste
                      const spec::ParallelPlan& plan, const ExecutionOptions& exec) {
   if (cluster_in.faults.empty()) return;
   const spec::ClusterSpec cluster = spec::placed_cluster(cluster_in, plan.node_group_order);
-  std::vector<const spec::NodeFault*> on_node(static_cast<std::size_t>(cluster.nodes()), nullptr);
-  for (const spec::NodeFault& f : cluster.faults) on_node.at(static_cast<std::size_t>(f.node)) = &f;
+  // Each node's entries in one (spec::validate allows one slowdown and one failure a node).
+  std::vector<std::optional<spec::NodeFault>> merged(static_cast<std::size_t>(cluster.nodes()));
+  for (const spec::NodeFault& f : cluster.faults) {
+    std::optional<spec::NodeFault>& m = merged.at(static_cast<std::size_t>(f.node));
+    if (!m) m = spec::NodeFault{f.node};
+    m->slowdown = std::max(m->slowdown, f.slowdown);
+    if (!(f.fail_at < 0.0)) {
+      m->fail_at = f.fail_at;
+      m->restart_delay = f.restart_delay;
+    }
+  }
+  std::vector<const spec::NodeFault*> on_node(merged.size(), nullptr);
+  for (std::size_t n = 0; n < merged.size(); ++n)
+    if (merged[n]) on_node[n] = &*merged[n];
   for (int r = 0; r < plan.pp; ++r) {
     schedule::StageCosts& st = table.stages[static_cast<std::size_t>(r)];
     int slow = 0, failed = 0;  // replicas of the stage with a device on such a node
