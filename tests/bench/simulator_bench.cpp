@@ -67,7 +67,8 @@ BENCHMARK(BM_Simulate_1F1B_p64_m1024)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
-// The cost-aware planners (zb-h1, zb-h2, 1f1b with vocabulary parallelism) at tuner scale:
+// The cost-aware planners (zb-h1, zb-h2, 1f1b and interleaved-1f1b with vocabulary parallelism)
+// at tuner scale:
 // p stages, m = 3p micro-batches, F:B:W = 1:1:1 with the vocabulary passes at a tenth.
 void BM_GeneratePlanned(benchmark::State& state, const char* name,
                         pipetune::schedule::VocabMode vocab) {
@@ -95,6 +96,11 @@ BENCHMARK_CAPTURE(BM_GeneratePlanned, zb_h2, "zb-h2", pipetune::schedule::VocabM
     ->Arg(32)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GeneratePlanned, vocab1_1f1b, "1f1b", pipetune::schedule::VocabMode::Vocab1)
+    ->Arg(8)
+    ->Arg(32)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GeneratePlanned, vocab1_interleaved_1f1b, "interleaved-1f1b",
+                  pipetune::schedule::VocabMode::Vocab1)
     ->Arg(8)
     ->Arg(32)
     ->Unit(benchmark::kMillisecond);
