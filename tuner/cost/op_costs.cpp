@@ -178,9 +178,6 @@ void set_fault_costs(schedule::CostTable& table, const spec::ClusterSpec& cluste
       m->restart_delay = f.restart_delay;
     }
   }
-  std::vector<const spec::NodeFault*> on_node(merged.size(), nullptr);
-  for (std::size_t n = 0; n < merged.size(); ++n)
-    if (merged[n]) on_node[n] = &*merged[n];
   for (int r = 0; r < plan.pp; ++r) {
     schedule::StageCosts& st = table.stages[static_cast<std::size_t>(r)];
     int slow = 0, failed = 0;  // replicas of the stage with a device on such a node
@@ -188,8 +185,8 @@ void set_fault_costs(schedule::CostTable& table, const spec::ClusterSpec& cluste
       bool is_slow = false, fails = false;
       for (int t = 0; t < spec::tp_of_stage(plan, r); ++t) {
         const int node = spec::device_slot(plan, t, d, r) / cluster.devices_per_node;
-        const spec::NodeFault* f = on_node.at(static_cast<std::size_t>(node));
-        if (f == nullptr) continue;
+        const std::optional<spec::NodeFault>& f = merged.at(static_cast<std::size_t>(node));
+        if (!f) continue;
         if (f->slowdown > 1.0) is_slow = true;
         st.slowdown = std::max(st.slowdown, f->slowdown);
         if (f->fail_at < 0.0) continue;
