@@ -166,6 +166,15 @@ class CudaBackend final : public tensor::Backend {
                                          tensor::ConstTensorView out, tensor::ConstTensorView lse,
                                          std::int64_t num_heads, tensor::TensorView dqkv,
                                          tensor::GradientWrite write) override;
+  void do_attention_flash_forward_rows(tensor::ConstTensorView qkv, std::int64_t q_begin,
+                                       std::int64_t num_heads, tensor::TensorView out,
+                                       tensor::TensorView lse) override;
+  void do_attention_flash_backward_input_rows(tensor::ConstTensorView dout,
+                                              tensor::ConstTensorView qkv,
+                                              tensor::ConstTensorView out,
+                                              tensor::ConstTensorView lse, std::int64_t q_begin,
+                                              std::int64_t num_heads,
+                                              tensor::TensorView dqkv) override;
   float do_cross_entropy_forward(tensor::ConstTensorView logits,
                                  std::span<const std::int32_t> targets,
                                  tensor::TensorView losses) override;

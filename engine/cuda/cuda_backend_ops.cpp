@@ -159,6 +159,30 @@ void CudaBackend::do_attention_flash_backward_input(ConstTensorView dout, ConstT
                                     write == tensor::GradientWrite::accumulate);
 }
 
+// Token slices: the warp-per-row kernels on the query rows [q_begin, T), whatever options_.flash
+// chooses for whole sequences (the tiled kernels start their queries at row 0).
+void CudaBackend::do_attention_flash_forward_rows(ConstTensorView qkv, std::int64_t q_begin,
+                                                  std::int64_t num_heads, TensorView out,
+                                                  TensorView lse) {
+  activate();
+  const std::int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3;
+  kernels::flash_attention_forward_rows(stream_, qkv.data, out.data, lse.data, B, T, q_begin,
+                                        num_heads, C / num_heads);
+}
+
+void CudaBackend::do_attention_flash_backward_input_rows(ConstTensorView dout, ConstTensorView qkv,
+                                                         ConstTensorView out, ConstTensorView lse,
+                                                         std::int64_t q_begin,
+                                                         std::int64_t num_heads, TensorView dqkv) {
+  activate();
+  const std::int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3;
+  const FlashShape f = flash_attention_shape(B, num_heads, T, C / num_heads, q_begin);
+  auto* D =
+      static_cast<float*>(scratch(static_cast<std::size_t>(f.scratch_floats) * sizeof(float)));
+  kernels::flash_attention_backward_rows(stream_, dout.data, qkv.data, out.data, lse.data,
+                                         dqkv.data, D, B, T, q_begin, num_heads, C / num_heads);
+}
+
 // ---- cross-entropy --------------------------------------------------------------------------
 
 float CudaBackend::do_cross_entropy_forward(ConstTensorView logits,

@@ -10,6 +10,12 @@
 // Backward (FlashAttention-2, recomputing p = exp(s - lse)), three deterministic kernels without
 // atomics: D = rowsum(dout * out); dq by query rows (tiles over keys, like the forward); dk and dv
 // by key rows (tiles over the queries i >= j, Q and dout staged in shared memory).
+//
+// Token slices (TeraPipe) run the same kernels on the query rows [q0, T) of qkv, whose keys and
+// values are every row [0, T): out, dout, lse and D then hold only the T - q0 query rows, and the
+// dk/dv tiles start at query q0.
+#include <type_traits>
+
 #include "engine/cuda/cuda_kernels.hpp"
 #include "engine/cuda/device_utils.cuh"
 #include "engine/cuda/flash_head.cuh"
@@ -45,19 +51,20 @@ __device__ __forceinline__ float smem_dot(const float* a, const float* b, std::i
 
 template <int R>
 __global__ void forward_kernel(const float* qkv, float* out, float* lse, std::int64_t T,
-                               std::int64_t NH, std::int64_t HS, std::int64_t row_blocks,
-                               float scale) {
+                               std::int64_t q0, std::int64_t NH, std::int64_t HS,
+                               std::int64_t row_blocks, float scale) {
   PIPETUNE_DYNAMIC_SHARED(float, smem);
   const std::int64_t HSp = HS + 1;
   float* ks = smem;                   // (kFlashTile, HSp)
   float* vs = ks + kFlashTile * HSp;  // (kFlashTile, HSp)
   float* qs = vs + kFlashTile * HSp;  // (kFlashRowsPerBlock, HS)
-  const FlashHead fb(qkv, T, NH, HS, row_blocks, kFlashRowsPerBlock);
+  const FlashHead fb(qkv, T, NH, HS, row_blocks, kFlashRowsPerBlock, q0);
   const int warp = threadIdx.x / kWarpSize, lane = lane_id();
-  const std::int64_t i = fb.row0 + warp;  // this warp's query row
-  stage_rows(qs, HS, fb.base, fb.C3, fb.row0, kFlashRowsPerBlock, T, HS);
+  const std::int64_t first = q0 + fb.row0;  // the block's first query row in qkv
+  const std::int64_t i = first + warp;      // this warp's query row
+  stage_rows(qs, HS, fb.base, fb.C3, first, kFlashRowsPerBlock, T, HS);
   const float* q = qs + warp * HS;
-  const std::int64_t last = min64(fb.row0 + kFlashRowsPerBlock, T) - 1;  // the block's last row
+  const std::int64_t last = min64(first + kFlashRowsPerBlock, T) - 1;  // the block's last row
   float m = -INFINITY, l = 0.0f, o[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) o[r] = 0.0f;
@@ -89,13 +96,13 @@ __global__ void forward_kernel(const float* qkv, float* out, float* lse, std::in
   }
   if (i < T) {
     const float inv = 1.0f / l;
-    float* orow = out + fb.out0 + i * fb.C;  // (HS)
+    float* orow = out + fb.out0 + (i - q0) * fb.C;  // (HS)
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const std::int64_t d = lane + r * kWarpSize;
       if (d < HS) orow[d] = o[r] * inv;
     }
-    if (lane == 0) lse[fb.bh * T + i] = m + logf(l);
+    if (lane == 0) lse[fb.bh * (T - q0) + i - q0] = m + logf(l);
   }
 }
 
@@ -114,24 +121,24 @@ __global__ void row_dot_kernel(const float* dout, const float* out, float* D, st
 
 template <int R>
 __global__ void dq_kernel(const float* dout, const float* qkv, const float* lse, const float* D,
-                          float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t HS,
-                          std::int64_t row_blocks, float scale, bool accumulate) {
+                          float* dqkv, std::int64_t T, std::int64_t q0, std::int64_t NH,
+                          std::int64_t HS, std::int64_t row_blocks, float scale, bool accumulate) {
   PIPETUNE_DYNAMIC_SHARED(float, smem);
   const std::int64_t HSp = HS + 1;
   float* ks = smem;                           // (kFlashTile, HSp)
   float* vs = ks + kFlashTile * HSp;          // (kFlashTile, HSp)
   float* qs = vs + kFlashTile * HSp;          // (kFlashRowsPerBlock, HS)
   float* dos = qs + kFlashRowsPerBlock * HS;  // (kFlashRowsPerBlock, HS)
-  const FlashHead fb(qkv, T, NH, HS, row_blocks, kFlashRowsPerBlock);
+  const FlashHead fb(qkv, T, NH, HS, row_blocks, kFlashRowsPerBlock, q0);
   const int warp = threadIdx.x / kWarpSize, lane = lane_id();
-  const std::int64_t i = fb.row0 + warp;
-  stage_rows(qs, HS, fb.base, fb.C3, fb.row0, kFlashRowsPerBlock, T, HS);
-  stage_rows(dos, HS, dout + fb.out0, fb.C, fb.row0, kFlashRowsPerBlock, T, HS);
+  const std::int64_t Tq = T - q0, first = q0 + fb.row0, i = first + warp;
+  stage_rows(qs, HS, fb.base, fb.C3, first, kFlashRowsPerBlock, T, HS);
+  stage_rows(dos, HS, dout + fb.out0, fb.C, fb.row0, kFlashRowsPerBlock, Tq, HS);
   const float* q = qs + warp * HS;
   const float* g = dos + warp * HS;
-  const float lse_i = i < T ? lse[fb.bh * T + i] : 0.0f;
-  const float D_i = i < T ? D[fb.bh * T + i] : 0.0f;
-  const std::int64_t last = min64(fb.row0 + kFlashRowsPerBlock, T) - 1;
+  const float lse_i = i < T ? lse[fb.bh * Tq + i - q0] : 0.0f;
+  const float D_i = i < T ? D[fb.bh * Tq + i - q0] : 0.0f;
+  const std::int64_t last = min64(first + kFlashRowsPerBlock, T) - 1;
   float dq[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) dq[r] = 0.0f;
@@ -168,11 +175,13 @@ __global__ void dq_kernel(const float* dout, const float* qkv, const float* lse,
   }
 }
 
-// The block's rows are KEY rows j; tiles run over the queries i >= the block's first row.
+// The block's rows are KEY rows j of [0, T) (row_blocks: ceil(T / kFlashRowsPerBlock)); tiles run
+// over the queries i >= the block's first row and >= q0.
 template <int R>
 __global__ void dkdv_kernel(const float* dout, const float* qkv, const float* lse, const float* D,
-                            float* dqkv, std::int64_t T, std::int64_t NH, std::int64_t HS,
-                            std::int64_t row_blocks, float scale, bool accumulate) {
+                            float* dqkv, std::int64_t T, std::int64_t q0, std::int64_t NH,
+                            std::int64_t HS, std::int64_t row_blocks, float scale,
+                            bool accumulate) {
   PIPETUNE_DYNAMIC_SHARED(float, smem);
   const std::int64_t HSp = HS + 1;
   float* qs = smem;                          // (kFlashTile, HSp)
@@ -181,8 +190,9 @@ __global__ void dkdv_kernel(const float* dout, const float* qkv, const float* ls
   float* Ds = lses + kFlashTile;             // (kFlashTile)
   float* kr = Ds + kFlashTile;               // (kFlashRowsPerBlock, HS)
   float* vr = kr + kFlashRowsPerBlock * HS;  // (kFlashRowsPerBlock, HS)
-  const FlashHead fb(qkv, T, NH, HS, row_blocks, kFlashRowsPerBlock);
+  const FlashHead fb(qkv, T, NH, HS, row_blocks, kFlashRowsPerBlock, q0);
   const int warp = threadIdx.x / kWarpSize, lane = lane_id();
+  const std::int64_t Tq = T - q0;
   const std::int64_t j = fb.row0 + warp;  // this warp's key row
   stage_rows(kr, HS, fb.base + fb.C, fb.C3, fb.row0, kFlashRowsPerBlock, T, HS);
   stage_rows(vr, HS, fb.base + 2 * fb.C, fb.C3, fb.row0, kFlashRowsPerBlock, T, HS);
@@ -191,13 +201,13 @@ __global__ void dkdv_kernel(const float* dout, const float* qkv, const float* ls
   float dk[R], dv[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) dk[r] = dv[r] = 0.0f;
-  for (std::int64_t i0 = fb.row0; i0 < T; i0 += kFlashTile) {
+  for (std::int64_t i0 = fb.row0 > q0 ? fb.row0 : q0; i0 < T; i0 += kFlashTile) {
     __syncthreads();
     stage_rows(qs, HSp, fb.base, fb.C3, i0, kFlashTile, T, HS);
-    stage_rows(dos, HSp, dout + fb.out0, fb.C, i0, kFlashTile, T, HS);
+    stage_rows(dos, HSp, dout + fb.out0, fb.C, i0 - q0, kFlashTile, Tq, HS);
     for (int t = threadIdx.x; t < kFlashTile; t += blockDim.x) {
-      lses[t] = i0 + t < T ? lse[fb.bh * T + i0 + t] : 0.0f;
-      Ds[t] = i0 + t < T ? D[fb.bh * T + i0 + t] : 0.0f;
+      lses[t] = i0 + t < T ? lse[fb.bh * Tq + i0 - q0 + t] : 0.0f;
+      Ds[t] = i0 + t < T ? D[fb.bh * Tq + i0 - q0 + t] : 0.0f;
     }
     __syncthreads();
     if (j < T) {
@@ -236,6 +246,48 @@ __global__ void dkdv_kernel(const float* dout, const float* qkv, const float* ls
   }
 }
 
+// launch(std::integral_constant<int, R>{}) for the R = ceil(HS / 32) channels a lane holds.
+template <typename Launch>
+void with_lane_channels(int lane_channels, Launch&& launch) {
+  switch (lane_channels) {
+    case 1:
+      launch(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      launch(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      launch(std::integral_constant<int, 3>{});
+      break;
+    default:
+      launch(std::integral_constant<int, 4>{});
+      break;
+  }
+}
+
+// The warp-per-row kernels on the query rows [q0, T).
+void forward_rows(cudaStream_t s, const FlashShape& f, const float* qkv, float* out, float* lse,
+                  std::int64_t T, std::int64_t q0, std::int64_t NH, std::int64_t HS) {
+  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
+  with_lane_channels(f.lane_channels, [&](auto r) {
+    PIPETUNE_LAUNCH(forward_kernel<decltype(r)::value>, f.forward, s, qkv, out, lse, T, q0, NH, HS,
+                    f.row_blocks, scale);
+  });
+}
+
+// dq and dk/dv from D (d_scratch, already computed).
+void backward_rows(cudaStream_t s, const FlashShape& f, const float* dout, const float* qkv,
+                   const float* lse, const float* D, float* dqkv, std::int64_t T, std::int64_t q0,
+                   std::int64_t NH, std::int64_t HS, bool accumulate) {
+  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
+  with_lane_channels(f.lane_channels, [&](auto r) {
+    PIPETUNE_LAUNCH(dq_kernel<decltype(r)::value>, f.backward_dq, s, dout, qkv, lse, D, dqkv, T,
+                    q0, NH, HS, f.row_blocks, scale, accumulate);
+    PIPETUNE_LAUNCH(dkdv_kernel<decltype(r)::value>, f.backward_dkdv, s, dout, qkv, lse, D, dqkv,
+                    T, q0, NH, HS, f.key_row_blocks, scale, accumulate);
+  });
+}
+
 }  // namespace
 
 void flash_attention_forward(cudaStream_t s, const float* qkv, float* out, float* lse,
@@ -255,48 +307,14 @@ void flash_attention_forward(cudaStream_t s, const float* qkv, float* out, float
     flash_tiled_forward(s, qkv, out, lse, B, T, NH, HS);
     return;
   }
-  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
-  switch (f.lane_channels) {
-    case 1:
-      PIPETUNE_LAUNCH(forward_kernel<1>, f.forward, s, qkv, out, lse, T, NH, HS, f.row_blocks,
-                      scale);
-      break;
-    case 2:
-      PIPETUNE_LAUNCH(forward_kernel<2>, f.forward, s, qkv, out, lse, T, NH, HS, f.row_blocks,
-                      scale);
-      break;
-    case 3:
-      PIPETUNE_LAUNCH(forward_kernel<3>, f.forward, s, qkv, out, lse, T, NH, HS, f.row_blocks,
-                      scale);
-      break;
-    default:
-      PIPETUNE_LAUNCH(forward_kernel<4>, f.forward, s, qkv, out, lse, T, NH, HS, f.row_blocks,
-                      scale);
-      break;
-  }
+  forward_rows(s, f, qkv, out, lse, T, 0, NH, HS);
 }
-
-namespace {
-
-template <int R>
-void flash_backward_kernels(cudaStream_t s, const FlashShape& f, const float* dout,
-                            const float* qkv, const float* lse, const float* D, float* dqkv,
-                            std::int64_t T, std::int64_t NH, std::int64_t HS, float scale,
-                            bool accumulate) {
-  PIPETUNE_LAUNCH(dq_kernel<R>, f.backward_dq, s, dout, qkv, lse, D, dqkv, T, NH, HS, f.row_blocks,
-                  scale, accumulate);
-  PIPETUNE_LAUNCH(dkdv_kernel<R>, f.backward_dkdv, s, dout, qkv, lse, D, dqkv, T, NH, HS,
-                  f.row_blocks, scale, accumulate);
-}
-
-}  // namespace
 
 void flash_attention_backward(cudaStream_t s, const float* dout, const float* qkv, const float* out,
                               const float* lse, float* dqkv, float* d_scratch, std::int64_t B,
                               std::int64_t T, std::int64_t NH, std::int64_t HS,
                               FlashVariant variant, bool accumulate) {
   const FlashShape f = flash_attention_shape(B, NH, T, HS);
-  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   PIPETUNE_LAUNCH(row_dot_kernel, f.row_dot, s, dout, out, d_scratch, B, T, NH, HS);
   if (variant == FlashVariant::tensor_cores && flash_mma_shape(B, NH, T, HS).supported) {
     flash_mma_backward(s, dout, qkv, lse, d_scratch, dqkv, B, T, NH, HS, accumulate);
@@ -311,24 +329,24 @@ void flash_attention_backward(cudaStream_t s, const float* dout, const float* qk
     flash_tiled_backward(s, dout, qkv, lse, d_scratch, dqkv, B, T, NH, HS, accumulate);
     return;
   }
-  switch (f.lane_channels) {
-    case 1:
-      flash_backward_kernels<1>(s, f, dout, qkv, lse, d_scratch, dqkv, T, NH, HS, scale,
-                                accumulate);
-      break;
-    case 2:
-      flash_backward_kernels<2>(s, f, dout, qkv, lse, d_scratch, dqkv, T, NH, HS, scale,
-                                accumulate);
-      break;
-    case 3:
-      flash_backward_kernels<3>(s, f, dout, qkv, lse, d_scratch, dqkv, T, NH, HS, scale,
-                                accumulate);
-      break;
-    default:
-      flash_backward_kernels<4>(s, f, dout, qkv, lse, d_scratch, dqkv, T, NH, HS, scale,
-                                accumulate);
-      break;
-  }
+  backward_rows(s, f, dout, qkv, lse, d_scratch, dqkv, T, 0, NH, HS, accumulate);
+}
+
+void flash_attention_forward_rows(cudaStream_t s, const float* qkv, float* out, float* lse,
+                                  std::int64_t B, std::int64_t T, std::int64_t q_begin,
+                                  std::int64_t NH, std::int64_t HS) {
+  const FlashShape f = flash_attention_shape(B, NH, T, HS, q_begin);
+  forward_rows(s, f, qkv, out, lse, T, q_begin, NH, HS);
+}
+
+void flash_attention_backward_rows(cudaStream_t s, const float* dout, const float* qkv,
+                                   const float* out, const float* lse, float* dqkv,
+                                   float* d_scratch, std::int64_t B, std::int64_t T,
+                                   std::int64_t q_begin, std::int64_t NH, std::int64_t HS) {
+  const FlashShape f = flash_attention_shape(B, NH, T, HS, q_begin);
+  // D over the query rows only: dout and out hold T - q_begin rows.
+  PIPETUNE_LAUNCH(row_dot_kernel, f.row_dot, s, dout, out, d_scratch, B, T - q_begin, NH, HS);
+  backward_rows(s, f, dout, qkv, lse, d_scratch, dqkv, T, q_begin, NH, HS, true);
 }
 
 }  // namespace pipetune::cuda::kernels

@@ -141,6 +141,18 @@ void flash_attention_backward(cudaStream_t s, const float* dout, const float* qk
                               const float* lse, float* dqkv, float* d_scratch, std::int64_t B,
                               std::int64_t T, std::int64_t NH, std::int64_t HS,
                               FlashVariant variant, bool accumulate);
+// Token slices (TeraPipe): the warp-per-row kernels on the query rows [q_begin, T) of qkv
+// (B, T, 3C), whose keys and values are every row [0, T). out (B, T - q_begin, C), lse
+// (B, NH, T - q_begin). The backward adds to dqkv (B, T, 3C) the gradient through those queries
+// and the keys and values they attend to; d_scratch: flash_attention_shape(B, NH, T, HS,
+// q_begin).scratch_floats.
+void flash_attention_forward_rows(cudaStream_t s, const float* qkv, float* out, float* lse,
+                                  std::int64_t B, std::int64_t T, std::int64_t q_begin,
+                                  std::int64_t NH, std::int64_t HS);
+void flash_attention_backward_rows(cudaStream_t s, const float* dout, const float* qkv,
+                                   const float* out, const float* lse, float* dqkv,
+                                   float* d_scratch, std::int64_t B, std::int64_t T,
+                                   std::int64_t q_begin, std::int64_t NH, std::int64_t HS);
 
 // ---- cuda_flash_attention_mma.cu -------------------------------------------------------------
 // Head sizes 64 and 128 (flash_mma_shape(...).supported); bf16 products, fp32 accumulation;

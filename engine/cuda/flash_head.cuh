@@ -1,7 +1,8 @@
 // Where a flash-attention block's rows lie in the packed layout (the kernels of
 // cuda_flash_attention.cu, cuda_flash_attention_tiled.cu and cuda_flash_attention_mma.cu): block
 // b of a grid of B * NH * row_blocks takes rows_per_block rows of one (batch, head); and the
-// shared-memory allowance their launches need.
+// shared-memory allowance their launches need. With q_begin > 0 (token slices: the queries are
+// rows [q_begin, T) of qkv) out and dout hold only those T - q_begin rows.
 #pragma once
 
 #include <cstdint>
@@ -14,16 +15,17 @@ namespace pipetune::cuda::kernels {
 struct FlashHead {
   std::int64_t bh, row0, C, C3;
   const float* base;  // q of (b, t = 0, h) in qkv (B, T, 3C); k at + C, v at + 2C, row t at + t*C3
-  std::int64_t out0;  // out of (b, t = 0, h) in out / dout (B, T, C), row t at + t * C
+  std::int64_t out0;  // out of (b, q_begin, h) in out / dout (B, T - q_begin, C), + t * C a row
   __device__ FlashHead(const float* qkv, std::int64_t T, std::int64_t NH, std::int64_t HS,
-                       std::int64_t row_blocks, std::int64_t rows_per_block) {
+                       std::int64_t row_blocks, std::int64_t rows_per_block,
+                       std::int64_t q_begin = 0) {
     bh = blockIdx.x / row_blocks;
     row0 = (blockIdx.x % row_blocks) * rows_per_block;
     const std::int64_t b = bh / NH, h = bh % NH;
     C = NH * HS;
     C3 = 3 * C;
     base = qkv + b * T * C3 + h * HS;
-    out0 = b * T * C + h * HS;
+    out0 = b * (T - q_begin) * C + h * HS;
   }
 };
 

@@ -69,26 +69,33 @@ SumReduction sum_reduction_shape(std::int64_t n) {
   return r;
 }
 
-FlashShape flash_attention_shape(std::int64_t B, std::int64_t NH, std::int64_t T, std::int64_t HS) {
+FlashShape flash_attention_shape(std::int64_t B, std::int64_t NH, std::int64_t T, std::int64_t HS,
+                                 std::int64_t q_begin) {
   if (HS < 1 || HS > kFlashMaxHeadSize) {
     throw InputError("flash attention: head size " + std::to_string(HS) +
                      " is not supported by the CUDA kernels (1 to " +
                      std::to_string(kFlashMaxHeadSize) + ")");
   }
+  if (q_begin < 0 || q_begin > T)
+    throw InputError("flash attention: query rows from " + std::to_string(q_begin) +
+                     " are outside the sequence of " + std::to_string(T));
+  const std::int64_t query_rows = T - q_begin;
   FlashShape f;
   f.head_size = HS;
   f.lane_channels = static_cast<int>(ceil_div(HS, kWarpSize));
-  f.row_blocks = ceil_div(T, kFlashRowsPerBlock);
+  f.row_blocks = ceil_div(query_rows, kFlashRowsPerBlock);
+  f.key_row_blocks = ceil_div(T, kFlashRowsPerBlock);
   const std::int64_t blocks = checked_blocks(B * NH * f.row_blocks, "flash attention");
+  const std::int64_t key_blocks = checked_blocks(B * NH * f.key_row_blocks, "flash attention");
   const int threads = kFlashRowsPerBlock * kWarpSize;
   const std::int64_t tile = kFlashTile * (HS + 1);               // one padded tile of rows
   const std::int64_t rows = kFlashRowsPerBlock * HS;             // the block's own rows
   f.forward = {blocks, threads, 4 * (2 * tile + rows)};          // K, V tiles; Q rows
   f.backward_dq = {blocks, threads, 4 * (2 * tile + 2 * rows)};  // K, V tiles; Q, dO rows
-  f.backward_dkdv = {blocks, threads,
+  f.backward_dkdv = {key_blocks, threads,
                      4 * (2 * tile + 2 * kFlashTile + 2 * rows)};  // Q, dO tiles; lse, D; K, V
-  f.row_dot = warp_per_row_shape(B * NH * T);
-  f.scratch_floats = B * NH * T;
+  f.row_dot = warp_per_row_shape(B * NH * query_rows);
+  f.scratch_floats = B * NH * query_rows;
   return f;
 }
 

@@ -79,18 +79,22 @@ SumReduction sum_reduction_shape(std::int64_t n);
 inline constexpr int kFlashRowsPerBlock = 8;
 inline constexpr int kFlashTile = 32;
 inline constexpr std::int64_t kFlashMaxHeadSize = 128;  // 4 channels per lane
+// With q_begin > 0 (token slices) the queries are rows [q_begin, T) only, the keys every row.
 struct FlashShape {
   std::int64_t head_size = 0;
   int lane_channels = 0;            // ceil(HS / 32): channels of an output row each lane holds
-  std::int64_t row_blocks = 0;      // ceil(T / kFlashRowsPerBlock) per (batch, head)
+  std::int64_t row_blocks = 0;      // ceil((T - q_begin) / kFlashRowsPerBlock) per (batch, head)
+  std::int64_t key_row_blocks = 0;  // ceil(T / kFlashRowsPerBlock) per (batch, head)
   LaunchShape forward;              // blocks = B * NH * row_blocks
   LaunchShape backward_dq;          // same grid: query rows
-  LaunchShape backward_dkdv;        // same grid: key rows
-  LaunchShape row_dot;              // D = rowsum(dout * out): one warp per (b, h, t)
-  std::int64_t scratch_floats = 0;  // D: B * NH * T
+  LaunchShape backward_dkdv;        // blocks = B * NH * key_row_blocks: key rows
+  LaunchShape row_dot;              // D = rowsum(dout * out): one warp per (b, h, query row)
+  std::int64_t scratch_floats = 0;  // D: B * NH * (T - q_begin)
 };
-// Throws InputError for head sizes outside [1, kFlashMaxHeadSize] or a grid too large.
-FlashShape flash_attention_shape(std::int64_t B, std::int64_t NH, std::int64_t T, std::int64_t HS);
+// Throws InputError for head sizes outside [1, kFlashMaxHeadSize], a q_begin outside [0, T] or a
+// grid too large.
+FlashShape flash_attention_shape(std::int64_t B, std::int64_t NH, std::int64_t T, std::int64_t HS,
+                                 std::int64_t q_begin = 0);
 
 // Register-tiled flash attention (cuda_flash_attention_tiled.cu) for head sizes 32, 64 and 128:
 // a block of kFlashTiledThreads threads takes kFlashTiledRows query rows (forward, dq) or key rows

@@ -102,15 +102,6 @@ TrainingSession::TrainingSession(TrainingRequest request) : request_(std::move(r
   request_.engine.gpus = !layout_.on_gpu ? 0 : (layout_.processes > 1 ? layout_.processes : 1);
   spec::apply_defaults(o.plan);
   if (request_.plan_schedule) o.schedule = request_.plan_schedule(run_start(o, request_.engine));
-  // Token slices' attention over a key prefix is a cpu-backend op (Backend's rows ops).
-  const int slices =
-      o.schedule ? o.schedule->slices
-                 : schedule::slice_count(o.plan.schedule, o.plan.slices, o.plan.slice_tokens);
-  if (engine.backend == spec::EngineBackend::cuda && slices > 1)
-    throw InputError({"plan.schedule", "backend"},
-                     "schedule " + o.plan.schedule +
-                         " cuts micro-batches into token slices, which run on the cpu backend "
-                         "only (the cuda backend has no attention over a key prefix yet)");
 }
 
 TrainingOutcome TrainingSession::run() {

@@ -119,6 +119,22 @@ TEST(LaunchShapes, FlashSharedMemoryStaysUnderTheDefault48KiBForEverySupportedHe
   EXPECT_EQ(flash_attention_shape(2, 3, 0, 16).forward.blocks, 0);  // nothing to launch
 }
 
+// A token slice's queries: rows [q_begin, T) for the forward, dq and D; the dk/dv grid still
+// covers every key row.
+TEST(LaunchShapes, FlashQueryRowsFromAnOffset) {
+  const FlashShape f = flash_attention_shape(2, 3, 100, 64, 37);  // 63 query rows
+  EXPECT_EQ(f.row_blocks, 8);                                     // ceil(63 / 8)
+  EXPECT_EQ(f.key_row_blocks, 13);                                // ceil(100 / 8)
+  EXPECT_EQ(f.forward.blocks, 2 * 3 * 8);
+  EXPECT_EQ(f.backward_dq.blocks, 2 * 3 * 8);
+  EXPECT_EQ(f.backward_dkdv.blocks, 2 * 3 * 13);
+  EXPECT_EQ(f.scratch_floats, 2 * 3 * 63);
+  EXPECT_EQ(f.row_dot.blocks, (2 * 3 * 63 + kRowWarpsPerBlock - 1) / kRowWarpsPerBlock);
+  EXPECT_EQ(flash_attention_shape(1, 1, 10, 8, 10).forward.blocks, 0);  // no query rows
+  EXPECT_THROW(flash_attention_shape(1, 1, 10, 8, 11), InputError);
+  EXPECT_THROW(flash_attention_shape(1, 1, 10, 8, -1), InputError);
+}
+
 TEST(LaunchShapes, FlashRefusesUnsupportedHeadSizesNamingTheRange) {
   try {
     flash_attention_shape(1, 1, 16, 256);

@@ -33,9 +33,6 @@ struct PlanCase {
   bool layered_reduction = false;      // an R op per layer group
 
   int world() const { return tp * pp * dp; }
-  // Token slices run on the cpu backend only (the cuda backend has no attention over a key
-  // prefix): the GPU tests skip these plans.
-  bool cpu_only() const { return schedule == "terapipe"; }
 };
 
 inline std::ostream& operator<<(std::ostream& os, const PlanCase& c) {

@@ -205,7 +205,7 @@ TEST_P(AttentionOpTest, FlashRejectsMismatchedShapes) {
 
 // Token slices (TeraPipe): the sequence cut into slices, each slice's queries attending to the
 // keys and values of every row up to its own, forwards in slice order and backwards in reverse,
-// adding up to the whole sequence's flash attention. Backends without the rows ops refuse them.
+// adding up to the whole sequence's flash attention.
 TEST_P(AttentionOpTest, FlashRowsOverSlicesAddUpToTheWholeSequence) {
   const std::int64_t B = 2, T = 11, NH = 2, HS = 4, C = NH * HS;
   const Tensor qkv = random_tensor({B, T, 3 * C}, rng);
@@ -213,11 +213,6 @@ TEST_P(AttentionOpTest, FlashRowsOverSlicesAddUpToTheWholeSequence) {
   Tensor out({B, T, C}), lse({B, NH, T}), dqkv({B, T, 3 * C});
   be().attention_flash_forward(qkv, NH, out, lse);
   be().attention_flash_backward_input(dout, qkv, out, lse, NH, dqkv);
-  if (std::string(be().name()) == "cuda") {
-    Tensor o({B, T - 3, C}), l({B, NH, T - 3});
-    EXPECT_THROW(be().attention_flash_forward_rows(qkv, 3, NH, o, l), InputError);
-    return;
-  }
   const std::array<std::int64_t, 4> cuts = {0, 4, 5, T};  // slices of 4, 1 and 6 tokens
   // Each slice sees the prefix [0, end) of the keys: qkv's rows copied out per batch row.
   const auto prefix = [&](const Tensor& full, std::int64_t end) {
@@ -262,7 +257,6 @@ TEST_P(AttentionOpTest, FlashRowsOverSlicesAddUpToTheWholeSequence) {
 }
 
 TEST_P(AttentionOpTest, FlashRowsRejectsABeginOutsideTheRows) {
-  if (std::string(be().name()) == "cuda") GTEST_SKIP() << "the cuda backend refuses the rows ops";
   Tensor qkv({1, 4, 12}), out({1, 2, 4}), lse({1, 2, 2}), dqkv({1, 4, 12});
   EXPECT_THROW(be().attention_flash_forward_rows(qkv, 4, 2, out, lse), InputError);
   EXPECT_THROW(be().attention_flash_forward_rows(qkv, 1, 2, out, lse), InputError);  // 3 rows
