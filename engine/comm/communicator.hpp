@@ -17,6 +17,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <memory>
 #include <span>
 #include <string_view>
 
@@ -64,6 +66,18 @@ class Communicator {
 
   // Throws RankFailure when another rank has failed; for long compute between communication.
   virtual void throw_if_aborted() const = 0;
+
+  // A second communicator of this rank, for collectives on another thread of the rank (the
+  // engine's gradient reductions overlapping its compute): it may be called at the same time as
+  // this one, on groups this one never uses (a group's name tells it apart), and the members of
+  // such a group all call it through their channels. It carries collectives only: send and recv
+  // on it throw std::logic_error. nullptr (the default): the implementation has no channel, and
+  // the caller keeps every call on its one thread. A wrapper (ForwardingCommunicator) has none.
+  virtual std::unique_ptr<Communicator> open_channel() { return nullptr; }
+  // Ends the run with `error`, met on this rank by a thread other than the one blocked in a
+  // channel's collective, so that every wait of the run (that one's too) ends with RankFailure,
+  // as when the rank's function ends with it. Only implementations with channels need it.
+  virtual void fail_run(std::exception_ptr error) { (void)error; }
 
   // What the caller computes next: its training step and op ("F", "BW"... a name with static
   // storage, e.g. profiler::span_kind_name) and micro-batch, so that a wait on this rank that

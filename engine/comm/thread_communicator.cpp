@@ -5,6 +5,7 @@
 #include <exception>
 #include <functional>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 
 #include "engine/comm/comm_errors.hpp"
@@ -137,8 +138,36 @@ void ThreadCommunicator::throw_woken(const OpCall& call) const {
       f.summary + "; rank " + std::to_string(rank_) + " stopped in " + threads::describe(call));
 }
 
+ThreadCommunicator::ThreadCommunicator(threads::ClusterState& state, int rank, ChannelTag)
+    : state_(state),
+      rank_(rank),
+      own_activity_(std::make_unique<threads::RankActivity>()),
+      activity_(own_activity_.get()) {}
+
+std::unique_ptr<Communicator> ThreadCommunicator::open_channel() {
+  return std::unique_ptr<Communicator>(new ThreadCommunicator(state_, rank_, ChannelTag{}));
+}
+
+void ThreadCommunicator::refuse_on_channel(const char* op) const {
+  if (own_activity_)
+    throw std::logic_error(std::string(op) + " on a channel of rank " + std::to_string(rank_) +
+                           ": a channel carries collectives only");
+}
+
+void ThreadCommunicator::fail_run(std::exception_ptr error) {
+  std::string what = "unknown exception";
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  state_.fail(rank_, "", "outside communication (another thread of the rank failed)", what,
+              std::move(error));
+}
+
 void ThreadCommunicator::note_progress(std::int64_t step, std::string_view op, int microbatch) {
-  threads::RankActivity& a = state_.activity(rank_);
+  threads::RankActivity& a = *activity_;
   std::lock_guard lock(a.mutex);
   a.step = step;
   a.op = op;
@@ -300,7 +329,8 @@ void ThreadCommunicator::send(int dst, int tag, std::span<const float> data) {
   call.peer = dst;
   call.tag = tag;
   call.count = data.size();
-  ActivityScope scope(state_.activity(rank_), call);
+  refuse_on_channel("send");
+  ActivityScope scope(*activity_, call);
   if (dst < 0 || dst >= world())
     throw InputError("send from rank " + std::to_string(rank_) + " to rank " + std::to_string(dst) +
                      ", outside the world of " + std::to_string(world()));
@@ -320,7 +350,8 @@ void ThreadCommunicator::recv(int src, int tag, std::span<float> data) {
   call.peer = src;
   call.tag = tag;
   call.count = data.size();
-  ActivityScope scope(state_.activity(rank_), call);
+  refuse_on_channel("recv");
+  ActivityScope scope(*activity_, call);
   if (src < 0 || src >= world())
     throw InputError("recv on rank " + std::to_string(rank_) + " from rank " + std::to_string(src) +
                      ", outside the world of " + std::to_string(world()));
@@ -364,7 +395,7 @@ void ThreadCommunicator::all_reduce(const ProcessGroup& group, std::span<float> 
   OpCall call = collective_call(h, OpKind::all_reduce);
   call.reduce = op;
   call.count = data.size();
-  ActivityScope scope(state_.activity(rank_), call);
+  ActivityScope scope(*activity_, call);
   Contribution mine;
   mine.input = data.data();
   const std::size_t n = static_cast<std::size_t>(group.size());
@@ -387,7 +418,7 @@ void ThreadCommunicator::reduce_scatter(const ProcessGroup& group, std::span<con
   call.reduce = op;
   call.count = input.size();
   call.out_count = output.size();
-  ActivityScope scope(state_.activity(rank_), call);
+  ActivityScope scope(*activity_, call);
   const std::size_t n = static_cast<std::size_t>(group.size());
   if (input.size() != output.size() * n)
     throw InputError(size_error(call, "input must hold output size times group size (" +
@@ -410,7 +441,7 @@ void ThreadCommunicator::all_gather(const ProcessGroup& group, std::span<const f
   OpCall call = collective_call(h, OpKind::all_gather);
   call.count = input.size();
   call.out_count = output.size();
-  ActivityScope scope(state_.activity(rank_), call);
+  ActivityScope scope(*activity_, call);
   const std::size_t n = static_cast<std::size_t>(group.size());
   const std::size_t c = input.size();
   if (output.size() != c * n)
@@ -447,7 +478,7 @@ void ThreadCommunicator::all_to_all(const ProcessGroup& group, std::span<const f
   OpCall call = collective_call(h, OpKind::all_to_all);
   call.count = input.size();
   call.out_count = output.size();
-  ActivityScope scope(state_.activity(rank_), call);
+  ActivityScope scope(*activity_, call);
   const std::size_t n = static_cast<std::size_t>(group.size());
   if (input.size() % n != 0 || output.size() != input.size())
     throw InputError(size_error(call, "input and output must be equal and divisible by the " +
@@ -477,7 +508,7 @@ void ThreadCommunicator::all_to_all_v(const ProcessGroup& group, std::span<const
   OpCall call = collective_call(h, OpKind::all_to_all_v);
   call.count = input.size();
   call.out_count = output.size();
-  ActivityScope scope(state_.activity(rank_), call);
+  ActivityScope scope(*activity_, call);
   const std::size_t n = static_cast<std::size_t>(group.size());
   if (send_counts.size() != n || recv_counts.size() != n)
     throw InputError(size_error(
@@ -513,7 +544,7 @@ void ThreadCommunicator::broadcast(const ProcessGroup& group, std::span<float> d
   OpCall call = collective_call(h, OpKind::broadcast);
   call.count = data.size();
   call.root = root;
-  ActivityScope scope(state_.activity(rank_), call);
+  ActivityScope scope(*activity_, call);
   if (root < 0 || root >= group.size())
     throw InputError(
         size_error(call, "root must be a group rank in [0, " + std::to_string(group.size()) + ")"));
@@ -532,7 +563,7 @@ void ThreadCommunicator::broadcast(const ProcessGroup& group, std::span<float> d
 void ThreadCommunicator::barrier(const ProcessGroup& group) {
   GroupHandle& h = handle(group);
   const OpCall call = collective_call(h, OpKind::barrier);
-  ActivityScope scope(state_.activity(rank_), call);
+  ActivityScope scope(*activity_, call);
   rendezvous(
       h, call, Contribution{}, [](Slot&) {}, [](Slot&) {});
 }

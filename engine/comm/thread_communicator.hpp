@@ -16,6 +16,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
@@ -25,7 +26,8 @@ namespace pipetune::comm {
 
 class ThreadCommunicator final : public Communicator {
  public:
-  ThreadCommunicator(threads::ClusterState& state, int rank) : state_(state), rank_(rank) {}
+  ThreadCommunicator(threads::ClusterState& state, int rank)
+      : state_(state), rank_(rank), activity_(&state.activity(rank)) {}
 
   int rank() const override { return rank_; }
   int world() const override { return state_.world(); }
@@ -47,6 +49,10 @@ class ThreadCommunicator final : public Communicator {
   void barrier(const ProcessGroup& group) override;
   void throw_if_aborted() const override;
   void note_progress(std::int64_t step, std::string_view op, int microbatch) override;
+  // A ThreadCommunicator of the same rank with group handles and staging of its own. Its calls
+  // are not the rank's activity in failure messages (that stays the main thread's).
+  std::unique_ptr<Communicator> open_channel() override;
+  void fail_run(std::exception_ptr error) override;
 
  private:
   struct GroupHandle {
@@ -83,8 +89,14 @@ class ThreadCommunicator final : public Communicator {
   [[noreturn]] void throw_woken(const threads::OpCall& call) const;
   std::string missing_members(const threads::Slot& slot, const threads::GroupState& g);
 
+  struct ChannelTag {};
+  ThreadCommunicator(threads::ClusterState& state, int rank, ChannelTag);
+  void refuse_on_channel(const char* op) const;
+
   threads::ClusterState& state_;
   const int rank_;
+  std::unique_ptr<threads::RankActivity> own_activity_;  // a channel's
+  threads::RankActivity* activity_;  // the rank's (state_.activity), or a channel's own
   std::map<ProcessGroup, GroupHandle, ProcessGroupLess> groups_;
   std::vector<float> staging_;  // results that cannot be written until the fence
 };

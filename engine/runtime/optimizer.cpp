@@ -101,6 +101,10 @@ void DataParallelOptimizer::reduce_gradients() {
 }
 
 void DataParallelOptimizer::reduce_units(const std::vector<int>& units) {
+  for (std::span<float> run : take_units(units)) comm_->all_reduce(group_, run);
+}
+
+std::vector<std::span<float>> DataParallelOptimizer::take_units(const std::vector<int>& units) {
   if (zero1_ || sharded_gradients_)
     throw std::logic_error("reduce_units: layered gradient reduction runs without ZeRO");
   const std::vector<model::ParamUnit>& all = params_->units();
@@ -112,7 +116,8 @@ void DataParallelOptimizer::reduce_units(const std::vector<int>& units) {
                              "' reduced twice in one iteration");
     done = 1;
   }
-  if (group_.size() <= 1) return;
+  std::vector<std::span<float>> runs;
+  if (group_.size() <= 1) return runs;
   tensor::FlatStorage& g = params_->flat_grads();
   // Units lie back to back in the flat buffer, in their order: a run of adjacent ones is one
   // all-reduce. The padding after the last unit (none without ZeRO) is nobody's gradient.
@@ -126,10 +131,10 @@ void DataParallelOptimizer::reduce_units(const std::vector<int>& units) {
       ++j;
     }
     if (end > first.offset)
-      comm_->all_reduce(group_,
-                        {g.data() + first.offset, static_cast<std::size_t>(end - first.offset)});
+      runs.emplace_back(g.data() + first.offset, static_cast<std::size_t>(end - first.offset));
     i = j;
   }
+  return runs;
 }
 
 void DataParallelOptimizer::reduce_open_units() {

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
@@ -47,6 +48,11 @@ class DataParallelOptimizer {
   // they reduce the same units in the same order. logic_error under ZeRO, or for a unit reduced
   // twice in one iteration.
   void reduce_units(const std::vector<int>& units);
+  // reduce_units in two halves, for a reduction on another thread (reduction_worker.hpp): marks
+  // `units` reduced, as reduce_units does, and returns the runs of adjacent units' gradients for
+  // the caller to all-reduce over group() (none for a group of one).
+  std::vector<std::span<float>> take_units(const std::vector<int>& units);
+  const comm::ProcessGroup& group() const { return group_; }
   // ZeRO-2: reduce-scatters the units the op opened, in their opening order, into this rank's
   // shards and closes them. Every rank of the group runs the same ops, so they open the same
   // units in the same order.

@@ -154,10 +154,39 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
   if (plan_.offload_activations && !offload_)
     offload_ = std::make_unique<ActivationOffload>(model::rank_storage(), recorder_);
   const std::vector<Op>& ops = schedule_->ranks[static_cast<std::size_t>(pp_rank_)];
+  try {
+    run_ops(ops, step);
+  } catch (...) {
+    // A reduction in flight may wait on peers this rank's error will stop: end the run with it.
+    if (reductions_) reductions_->abandon(std::current_exception());
+    throw;
+  }
+  if (reductions_) {
+    // The iteration ends when its reductions do; each is a span on the rank's comm lane, as long
+    // as it took on its thread.
+    const std::vector<ReductionWorker::Ran> ran = reductions_->wait();
+    if (recorder_ != nullptr)
+      for (const ReductionWorker::Ran& r : ran)
+        recorder_->add_timed(schedule::span_kind_of(OpKind::R), profiler::Stream::Comm, -1, r.chunk,
+                             0, r.start_ns, r.end_ns);
+  }
+  if (offload_) offload_->drain();
+  if (!chunks_.empty() || !vocab_.empty() || !slice_keys_.empty())
+    throw std::logic_error("run_schedule: activations left after the iteration on rank " +
+                           std::to_string(rank_));
+  return losses_;
+}
+
+void RankRuntime::run_ops(const std::vector<Op>& ops, std::int64_t step) {
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
     comm_->note_progress(step, profiler::span_kind_name(schedule::span_kind_of(op.kind)),
                          op.microbatch);
+    if (reductions_ && schedule::is_reduction(op.kind)) {
+      // On the reduction thread, timed there (no inputs to receive, no activations change).
+      reductions_->submit(op.chunk, group_reduction(op.chunk));
+      continue;
+    }
     if (i == 0 && fault_ != nullptr) inject_fault(op, step);
     select_unit(op.microbatch);  // token slices: this op's slice's rows
     // An overlapped pair (DualPipeV's "F & B") starts once both inputs are there, as the
@@ -198,11 +227,14 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
       ledger_activations_ = now;
     }
   }
-  if (offload_) offload_->drain();
-  if (!chunks_.empty() || !vocab_.empty() || !slice_keys_.empty())
-    throw std::logic_error("run_schedule: activations left after the iteration on rank " +
-                           std::to_string(rank_));
-  return losses_;
+}
+
+ReductionWorker::Job RankRuntime::group_reduction(int chunk) const {
+  if (!reduce_group_)
+    throw std::logic_error("rank " + std::to_string(rank_) + ": the schedule reduces chunk " +
+                           std::to_string(chunk) +
+                           "'s gradients (R), and no group reduction is set");
+  return reduce_group_(chunk);
 }
 
 namespace {
@@ -415,12 +447,8 @@ void RankRuntime::run_op(const Op& op) {
     case OpKind::IB:
       with_units({}, {{"wte", "wpe"}}, [&] { vocab_input_backward(op.microbatch); });
       break;
-    case OpKind::R:
-      if (!reduce_group_)
-        throw std::logic_error("rank " + std::to_string(rank_) + ": the schedule reduces chunk " +
-                               std::to_string(op.chunk) +
-                               "'s gradients (R), and no group reduction is set");
-      reduce_group_(op.chunk);
+    case OpKind::R:  // on this thread: no reduction worker
+      group_reduction(op.chunk)(*comm_);
       break;
   }
 }

@@ -27,6 +27,7 @@
 #include "engine/runtime/activation_offload.hpp"
 #include "engine/runtime/injected_fault.hpp"
 #include "engine/runtime/mailbox.hpp"
+#include "engine/runtime/reduction_worker.hpp"
 #include "engine/schedule/schedule.hpp"
 #include "engine/spec/parallel_plan.hpp"
 #include "profiler/recorder/rank_recorder.hpp"
@@ -70,11 +71,16 @@ class RankRuntime {
   };
   void set_sharding(ShardingHooks hooks) { sharding_ = std::move(hooks); }
   // Layered gradient reduction: what an R op of the schedule runs, the data-parallel reduction of
-  // the layers of local chunk `chunk` (their gradients are complete). A schedule with R ops needs
-  // it (logic_error otherwise).
-  void set_group_reduction(std::function<void(int chunk)> reduce) {
+  // the layers of local chunk `chunk` (their gradients are complete), as a job for a
+  // communicator. With a worker the job runs on its thread, overlapping the ops after it; the
+  // iteration's end waits for it. Without, the job runs on the rank's thread and communicator. A
+  // schedule with R ops needs a reduction (logic_error otherwise).
+  using GroupReduction = std::function<ReductionWorker::Job(int chunk)>;
+  void set_group_reduction(GroupReduction reduce, std::unique_ptr<ReductionWorker> worker) {
     reduce_group_ = std::move(reduce);
+    reductions_ = std::move(worker);
   }
+  bool reductions_overlap() const { return reductions_ != nullptr; }
   // A fault to inject (injected_fault.hpp); null for none. Must outlive the runtime.
   void set_fault(const InjectedFault* fault) { fault_ = fault; }
 
@@ -92,6 +98,9 @@ class RankRuntime {
   struct VocabState;
 
   void run_op(const schedule::Op& op);
+  // run_schedule's pass over the rank's ops.
+  void run_ops(const std::vector<schedule::Op>& ops, std::int64_t step);
+  ReductionWorker::Job group_reduction(int chunk) const;
   // Activation offload around op `i` of this rank's list: before it, the finished offloads'
   // device buffers go, the reload of the next op's backward starts (on a device: it overlaps op
   // i) and op i's own reload is waited for; after an F, its activations leave (unless the next op
@@ -207,8 +216,8 @@ class RankRuntime {
   // what reduce_sequence_parallel_gradients packs.
   std::vector<int> sequence_parallel_grads_;
   Mailbox mailbox_;
-  ShardingHooks sharding_;                       // ZeRO-2 and 3
-  std::function<void(int chunk)> reduce_group_;  // layered gradient reduction
+  ShardingHooks sharding_;       // ZeRO-2 and 3
+  GroupReduction reduce_group_;  // layered gradient reduction
   profiler::NameId gradient_scatter_name_ = 0, parameter_gather_name_ = 0;
   bool vocab_parallel_ = false;
   std::int64_t batch_ = 0, seq_ = 0;
@@ -225,6 +234,9 @@ class RankRuntime {
   std::map<std::int64_t, ChunkState> chunks_;   // key chunk * m + mb
   std::map<int, VocabState> vocab_;             // key mb
   std::unique_ptr<ActivationOffload> offload_;  // plan.offload_activations; made on the rank
+  // Layered reduction on a thread of its own; last, so it stops before the gradients it reduces
+  // (in model_) go.
+  std::unique_ptr<ReductionWorker> reductions_;
 };
 
 }  // namespace pipetune::runtime

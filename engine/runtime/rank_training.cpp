@@ -65,6 +65,8 @@ class RankTraining {
   // between takes: taken says which).
   void stream_trace(const profiler::StepMetric& step_metric, profiler::GpuCapture gpu, bool taken);
   void save_checkpoint(int step);
+  // The thread the layered reductions overlap compute on, or nullptr to run them on the rank's.
+  std::unique_ptr<ReductionWorker> reduction_worker(RankDevice& device);
 
   SharedTraining& s_;
   RankDevice& device_;
@@ -172,18 +174,30 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
                expert_opt_->reduce_open_units();
              }});
   // Layered gradient reduction: an R op all-reduces its chunk's layers in both sets (each over
-  // its own group); reduce_gradients() then does the rest (the tables).
-  runtime_.set_group_reduction([this](int chunk) {
-    const model::LayerGroupPlacement& g =
-        model_.placement().chunks.at(static_cast<std::size_t>(chunk));
-    for (auto [set, opt] :
-         {std::pair{&model_.dense, &*dense_opt_}, std::pair{&model_.expert, &*expert_opt_}}) {
-      std::vector<int> units;
-      for (std::int64_t l = g.first_layer; l < g.first_layer + g.layer_count; ++l)
-        if (const int u = set->find_unit(model::layer_unit_name(l)); u >= 0) units.push_back(u);
-      opt->reduce_units(units);
-    }
-  });
+  // its own group, under a name of its own: the reduction channel's stream of collectives);
+  // reduce_gradients() then does the rest (the tables).
+  runtime_.set_group_reduction(
+      [this](int chunk) {
+        const model::LayerGroupPlacement& g =
+            model_.placement().chunks.at(static_cast<std::size_t>(chunk));
+        std::vector<std::pair<comm::ProcessGroup, std::vector<std::span<float>>>> work;
+        for (auto [set, opt] :
+             {std::pair{&model_.dense, &*dense_opt_}, std::pair{&model_.expert, &*expert_opt_}}) {
+          std::vector<int> units;
+          for (std::int64_t l = g.first_layer; l < g.first_layer + g.layer_count; ++l)
+            if (const int u = set->find_unit(model::layer_unit_name(l)); u >= 0) units.push_back(u);
+          std::vector<std::span<float>> runs = opt->take_units(units);
+          if (!runs.empty())
+            work.emplace_back(
+                comm::ProcessGroup{opt->group().name + " layered", opt->group().ranks},
+                std::move(runs));
+        }
+        return ReductionWorker::Job([work = std::move(work)](comm::Communicator& via) {
+          for (const auto& [group, runs] : work)
+            for (std::span<float> run : runs) via.all_reduce(group, run);
+        });
+      },
+      reduction_worker(device));
   profiler::MemoryLedger& ledger = recorder_.memory();
   const ParameterBytes params = kept_parameter_bytes(m.dense) + kept_parameter_bytes(m.expert);
   const ParameterBytes grads = kept_gradient_bytes(m.dense) + kept_gradient_bytes(m.expert);
@@ -202,6 +216,18 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
   // Nothing would keep what is captured without a trace to put it in.
   gpu_capture_ = options_.capture_gpu_activity && (options_.trace_sink || options_.record_trace) &&
                  device.start_gpu_capture(recorder_.epoch());
+}
+
+// A thread of its own when there is a group to reduce over, the rank's gradients are in host
+// memory and its communicator opens a channel (threads). A device's gradients are reduced on the
+// rank's thread: overlapping them needs a second stream and communicator on the device.
+std::unique_ptr<ReductionWorker> RankTraining::reduction_worker(RankDevice& device) {
+  if (!spec::reduces_per_group(plan_) || device.storage() != nullptr) return nullptr;
+  if (dp_group_.size() <= 1 && edp_group_.size() <= 1) return nullptr;
+  std::unique_ptr<comm::Communicator> channel = comm_.open_channel();
+  if (!channel) return nullptr;
+  return std::make_unique<ReductionWorker>(std::move(channel),
+                                           [&recorder = recorder_] { return recorder.now_ns(); });
 }
 
 // What the rank's device did since the last take, in the engine's clock.
@@ -507,6 +533,7 @@ void RankTraining::finish() {
   mem.peak_activation_bytes = ledger.peak(profiler::MemoryCategory::Activations);
   mem.peak_offloaded_bytes = runtime_.peak_offloaded_bytes();
   mem.offloaded_optimizer_bytes = offloaded_optimizer_bytes_;
+  mem.reductions_overlapped = runtime_.reductions_overlap();
   std::lock_guard lock(s_.mutex);
   s_.result.ranks[static_cast<std::size_t>(rank_)] = mem;
 }

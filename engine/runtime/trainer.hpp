@@ -213,6 +213,9 @@ struct RankSummary {
   std::int64_t peak_offloaded_bytes = 0;
   // With offload_optimizer: the optimizer state held in host memory (optimizer_bytes is then 0).
   std::int64_t offloaded_optimizer_bytes = 0;
+  // Layered gradient reduction: the R ops ran on a thread of their own, overlapping the ops after
+  // them (host-memory ranks of a threads run); false when they ran on the rank's thread.
+  bool reductions_overlapped = false;
 };
 
 struct TrainResult {

@@ -68,6 +68,26 @@ void RankRecorder::end(SpanId id) {
   if constexpr (nvtx::kCompiledIn) nvtx::pop(nvtx_domain_);
 }
 
+SpanId RankRecorder::add_timed(SpanKind kind, Stream stream, std::int32_t microbatch,
+                               std::int32_t chunk, NameId name, std::int64_t start_ns,
+                               std::int64_t end_ns) {
+  if (!enabled_) return kNoSpan;
+  if (end_ns < start_ns)
+    throw std::logic_error("rank recorder (rank " + std::to_string(rank_) +
+                           "): a timed span ends (" + std::to_string(end_ns) +
+                           " ns) before it starts (" + std::to_string(start_ns) + " ns)");
+  const auto id = static_cast<SpanId>(spans_.size());
+  RecordedSpan& s = spans_.emplace_back();
+  s.start_ns = start_ns;
+  s.end_ns = end_ns;
+  s.microbatch = microbatch;
+  s.name = name;
+  s.chunk = static_cast<std::int16_t>(chunk);
+  s.kind = kind;
+  s.stream = stream;
+  return id;
+}
+
 void RankRecorder::throw_bad_end(SpanId id) const {
   std::string what =
       "rank recorder (rank " + std::to_string(rank_) + "): end of span " + std::to_string(id);

@@ -1,5 +1,6 @@
 // The measurement side of the training engine, one RankRecorder per rank. The rank's thread (and
-// only it: no locks) records spans — op kind, stream, micro-batch, chunk, peer, steady-clock ns
+// only it: no locks; what another thread of the rank times comes in through add_timed) records
+// spans — op kind, stream, micro-batch, chunk, peer, steady-clock ns
 // since an epoch shared by all ranks — and counters, and accounts memory through the recorder's
 // MemoryLedger. Spans go into a vector reserved up front; names are interned per recorder, so a
 // span allocates nothing in the common case. When NVTX is compiled in, every span is also an NVTX
@@ -77,6 +78,11 @@ class RankRecorder {
                std::int32_t peer, std::string_view name);
   // Closes span id; kNoSpan is ignored.
   void end(SpanId id);
+  // A span timed by another thread of the rank (its gradient reductions), [start_ns, end_ns) on
+  // this recorder's clock: added closed, nested in nothing, and without an NVTX range (that
+  // thread's work is not inside this one's ranges). kNoSpan when disabled.
+  SpanId add_timed(SpanKind kind, Stream stream, std::int32_t microbatch, std::int32_t chunk,
+                   NameId name, std::int64_t start_ns, std::int64_t end_ns);
 
   // A counter sample (the value of a named series from now on).
   void counter(NameId name, double value);
