@@ -222,7 +222,9 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
 // memory and its communicator opens a channel (threads). A device's gradients are reduced on the
 // rank's thread: overlapping them needs a second stream and communicator on the device.
 std::unique_ptr<ReductionWorker> RankTraining::reduction_worker(RankDevice& device) {
-  if (!spec::reduces_per_group(plan_) || device.storage() != nullptr) return nullptr;
+  if (!options_.overlap_reductions || !spec::reduces_per_group(plan_) ||
+      device.storage() != nullptr)
+    return nullptr;
   if (dp_group_.size() <= 1 && edp_group_.size() <= 1) return nullptr;
   std::unique_ptr<comm::Communicator> channel = comm_.open_channel();
   if (!channel) return nullptr;

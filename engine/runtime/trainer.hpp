@@ -111,6 +111,9 @@ struct TrainOptions {
   bool record_trace = false;        // TrainResult::trace: spans and memory of every rank
   double watchdog_seconds = 300.0;  // a collective waiting longer fails the run
   int threads_per_rank = 0;         // compute threads per rank; 0 = cores / world, at least 1
+  // Layered reduction's R ops on a thread of each rank's own where the run allows it
+  // (RankSummary::reductions_overlapped); false keeps them on the rank's thread, to compare.
+  bool overlap_reductions = true;
   // The attention kernel every rank's blocks run; unset: the backend's default (stored on the
   // CPU, flash on CUDA; tensor::AttentionKernel).
   std::optional<tensor::AttentionKernel> attention;
