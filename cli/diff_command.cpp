@@ -46,6 +46,9 @@ nlohmann::json pairing_json(const an::OpPairing& p) {
   return {{"paired", p.paired},
           {"only_a", p.only_a},
           {"only_b", p.only_b},
+          {"reductions_paired", p.reductions_paired},
+          {"reductions_only_a", p.reductions_only_a},
+          {"reductions_only_b", p.reductions_only_b},
           {"ranks_in_different_order", p.ranks_in_different_order},
           {"identical", p.identical()},
           {"first_difference", p.first_difference},
@@ -141,6 +144,11 @@ void print_human(const LoadedRun& ra, const LoadedRun& rb, const an::TraceCompar
                 static_cast<long long>(pairing.paired), static_cast<long long>(pairing.only_a),
                 static_cast<long long>(pairing.only_b),
                 pairing.identical() ? ", same order on every rank" : "");
+  if (pairing.reductions_paired + pairing.reductions_only_a + pairing.reductions_only_b > 0)
+    std::printf("layer-group reductions (R) paired: %lld (only in A: %lld, only in B: %lld)\n",
+                static_cast<long long>(pairing.reductions_paired),
+                static_cast<long long>(pairing.reductions_only_a),
+                static_cast<long long>(pairing.reductions_only_b));
   if (!pairing.first_difference.empty())
     std::printf("first difference: %s\n", pairing.first_difference.c_str());
   if (!pairing.largest_differences.empty()) {

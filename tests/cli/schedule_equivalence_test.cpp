@@ -49,6 +49,11 @@ TEST_P(ScheduleEquivalence, SimulateAndTrainOfOneRunFileRunTheSameOps) {
   EXPECT_EQ(pairing.at("only_a"), 0) << pairing.dump();
   EXPECT_EQ(pairing.at("only_b"), 0) << pairing.dump();
   const nlohmann::json simulated = nlohmann::json::parse(sim.out);
+  // The layered schedule's R ops pair too: one per local layer group on each of the 4 ranks.
+  if (c.schedule == "layered")
+    EXPECT_EQ(pairing.at("reductions_paired").get<int>(), 4 * 2) << pairing.dump();
+  else
+    EXPECT_EQ(pairing.at("reductions_paired").get<int>(), 0) << pairing.dump();
   if (c.schedule == "skippipe") {  // a rank runs only the micro-batches whose path visits it
     EXPECT_EQ(pairing.at("paired").get<int>(), simulated.at("ops").get<int>()) << pairing.dump();
     return;

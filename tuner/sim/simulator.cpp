@@ -210,7 +210,9 @@ class TimingHooks {
     reduce_free_[r] = end;
     reduce_busy_[r] += duration;
     ++ops_[r];
-    if (options_.record_trace && duration > 0.0) {
+    // Recorded even when free (a group of one): the trace shows every op of the schedule, as the
+    // engine's does, so that a prediction and a measurement pair R for R.
+    if (options_.record_trace) {
       profiler::Span span;
       span.lane = reduce_lane_[r];
       span.kind = schedule::span_kind_of(op.kind);

@@ -137,3 +137,58 @@ TEST(OpPairing, LargestDifferencesAndOpsWithoutAChunk) {
 
 }  // namespace
 }  // namespace pipetune::profiler::analysis
+
+namespace pipetune::profiler::analysis {
+namespace {
+
+// R ops (all-reduces naming a chunk) on a comm lane: in A each starts after the rank's last op,
+// in B during it (overlapped); they pair by rank and chunk in their own order, whatever their
+// timing against compute. The step-end reduction (no chunk) is not an R op. A missing R, or two
+// in another order, are reported.
+Trace with_reductions(const std::vector<std::vector<std::int16_t>>& chunks, std::int64_t offset) {
+  Trace t = trace_of(kOneFOneB, 10);
+  for (std::size_t r = 0; r < chunks.size(); ++r) {
+    std::int64_t at = 30 + offset;
+    for (const std::int16_t c : chunks[r]) {
+      add(t, {.rank = static_cast<std::int32_t>(r),
+              .stream = Stream::Comm,
+              .kind = SpanKind::AllReduce,
+              .start_ns = at,
+              .end_ns = at + 5,
+              .chunk = c});
+      at += 6;
+    }
+    add(t, {.rank = static_cast<std::int32_t>(r),
+            .stream = Stream::Comm,
+            .kind = SpanKind::AllReduce,
+            .start_ns = 60,
+            .end_ns = 70});
+  }
+  return t;
+}
+
+TEST(OpPairing, ReductionsPairByRankAndChunkInTheirOwnOrder) {
+  const Trace a = with_reductions({{1, 0}, {1, 0}}, 14);
+  const Trace b = with_reductions({{1, 0}, {1, 0}}, 0);
+  const OpPairing same = pair_compute_ops(a, b, trace_extent(a), trace_extent(b));
+  EXPECT_EQ(same.paired, 8);
+  EXPECT_EQ(same.reductions_paired, 4);
+  EXPECT_TRUE(same.identical()) << same.first_difference;
+
+  const Trace missing = with_reductions({{1, 0}, {1}}, 0);
+  const OpPairing m = pair_compute_ops(a, missing, trace_extent(a), trace_extent(missing));
+  EXPECT_EQ(m.reductions_paired, 3);
+  EXPECT_EQ(m.reductions_only_a, 1);
+  EXPECT_FALSE(m.identical());
+  EXPECT_EQ(m.first_difference, "rank 1 runs 2 R ops in A, 1 in B");
+
+  const Trace swapped = with_reductions({{1, 0}, {0, 1}}, 0);
+  const OpPairing s = pair_compute_ops(a, swapped, trace_extent(a), trace_extent(swapped));
+  EXPECT_EQ(s.reductions_paired, 4);
+  EXPECT_EQ(s.ranks_in_different_order, std::vector<std::int32_t>{1});
+  EXPECT_EQ(s.first_difference, "rank 1: reduction 0 is R chunk 1 in A, R chunk 0 in B");
+  EXPECT_FALSE(s.identical());
+}
+
+}  // namespace
+}  // namespace pipetune::profiler::analysis
