@@ -69,10 +69,11 @@ class Communicator {
 
   // A second communicator of this rank, for collectives on another thread of the rank (the
   // engine's gradient reductions overlapping its compute): it may be called at the same time as
-  // this one, on groups this one never uses (a group's name tells it apart), and the members of
-  // such a group all call it through their channels. It carries collectives only: send and recv
-  // on it throw std::logic_error. nullptr (the default): the implementation has no channel, and
-  // the caller keeps every call on its one thread. A wrapper (ForwardingCommunicator) has none.
+  // this one. Its collectives on a group are a stream of their own, apart from this
+  // communicator's on the same group; every member of the group calls them through its channel.
+  // It carries collectives only: send and recv on it throw std::logic_error. nullptr (the
+  // default): the implementation has no channel (or has given its one), and the caller keeps
+  // every call on its one thread. A wrapper (ForwardingCommunicator) has none.
   virtual std::unique_ptr<Communicator> open_channel() { return nullptr; }
   // Ends the run with `error`, met on this rank by a thread other than the one blocked in a
   // channel's collective, so that every wait of the run (that one's too) ends with RankFailure,

@@ -85,7 +85,11 @@ ThreadCommunicator::GroupHandle& ThreadCommunicator::handle(const ProcessGroup& 
   const int index = group.index_of(rank_);
   if (index < 0)
     throw InputError("rank " + std::to_string(rank_) + " is not a member of " + group.describe());
-  return groups_.emplace(group, GroupHandle{&state_.group(group), index, 0}).first->second;
+  // A channel's collectives on a group are a stream of their own beside the rank's on it.
+  threads::GroupState& state =
+      own_activity_ ? state_.group(ProcessGroup{group.name + " (channel)", group.ranks})
+                    : state_.group(group);
+  return groups_.emplace(group, GroupHandle{&state, index, 0}).first->second;
 }
 
 OpCall ThreadCommunicator::collective_call(GroupHandle& h, OpKind kind) const {

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "engine/comm/collective_checks.hpp"
 #include "engine/comm/comm_errors.hpp"
@@ -39,7 +40,8 @@ std::size_t chunk_start(std::size_t n, int p, int j) {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(const std::vector<ProcessGroup>& groups, double timeout_seconds)
+MpiCommunicator::MpiCommunicator(const std::vector<ProcessGroup>& groups, double timeout_seconds,
+                                 bool with_channel)
     : timeout_seconds_(timeout_seconds) {
   PIPETUNE_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   PIPETUNE_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
@@ -47,8 +49,22 @@ MpiCommunicator::MpiCommunicator(const std::vector<ProcessGroup>& groups, double
   MPI_Comm_set_errhandler(p2p_, MPI_ERRORS_RETURN);
   std::vector<ProcessGroup> all = groups;
   all.push_back(comm::make_world_group(world_));
+  groups_ = split(all);
+  if (with_channel) channel_groups_ = split(all);
+}
+
+MpiCommunicator::MpiCommunicator(ChannelTag, const MpiCommunicator& of, GroupComms groups)
+    : timeout_seconds_(of.timeout_seconds_),
+      notice_(of.notice_),
+      rank_(of.rank_),
+      world_(of.world_),
+      groups_(std::move(groups)),
+      is_channel_(true) {}
+
+MpiCommunicator::GroupComms MpiCommunicator::split(const std::vector<ProcessGroup>& all) const {
+  GroupComms out;
   for (const ProcessGroup& g : all) {
-    if (groups_.count(g) > 0) continue;  // declared twice: one communicator (every process skips)
+    if (out.count(g) > 0) continue;  // declared twice: one communicator (every process skips)
     for (int r : g.ranks)
       if (r < 0 || r >= world_)
         throw std::invalid_argument("MPI communicator: " + g.describe() + " names rank " +
@@ -57,8 +73,25 @@ MpiCommunicator::MpiCommunicator(const std::vector<ProcessGroup>& groups, double
     MPI_Comm c = MPI_COMM_NULL;
     PIPETUNE_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, index >= 0 ? 0 : MPI_UNDEFINED, index, &c));
     if (c != MPI_COMM_NULL) MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
-    groups_.emplace(g, c);
+    out.emplace(g, c);
   }
+  return out;
+}
+
+std::unique_ptr<comm::Communicator> MpiCommunicator::open_channel() {
+  if (channel_groups_.empty()) return nullptr;
+  return std::unique_ptr<comm::Communicator>(
+      new MpiCommunicator(ChannelTag{}, *this, std::exchange(channel_groups_, {})));
+}
+
+void MpiCommunicator::fail_run(std::exception_ptr) {
+  abandoned_.store(true, std::memory_order_release);
+}
+
+void MpiCommunicator::refuse_on_channel(const char* op) const {
+  if (is_channel_)
+    throw std::logic_error(std::string(op) + " on a channel of rank " + std::to_string(rank_) +
+                           ": a channel carries collectives only");
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -67,8 +100,9 @@ MpiCommunicator::~MpiCommunicator() {
   } catch (...) {
     // A failed run: the launcher ends the job; freeing what we can is all that is left.
   }
-  for (auto& [group, c] : groups_)
-    if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+  for (GroupComms* comms : {&groups_, &channel_groups_})
+    for (auto& [group, c] : *comms)
+      if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
   if (p2p_ != MPI_COMM_NULL) MPI_Comm_free(&p2p_);
 }
 
@@ -90,6 +124,10 @@ void MpiCommunicator::wait_or_watchdog(const std::function<bool()>& done,
   const auto start = std::chrono::steady_clock::now();
   auto pause = std::chrono::microseconds(1);
   for (int polls = 0; !done(); ++polls) {
+    if (abandoned_.load(std::memory_order_acquire))
+      throw comm::RankFailure(rank_, what(),
+                              "rank " + std::to_string(rank_) + " stopped in " + what() +
+                                  ": another thread of the rank failed");
     const double waited =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (timeout_seconds_ > 0.0 && waited > timeout_seconds_)
@@ -129,6 +167,7 @@ void MpiCommunicator::reap_sends(bool wait_all) {
 }
 
 void MpiCommunicator::send(int dst, int tag, std::span<const float> data) {
+  refuse_on_channel("send");
   reap_sends(false);
   PendingSend& s = sends_.emplace_back();
   s.data.assign(data.begin(), data.end());  // buffered: the caller may reuse `data` at once
@@ -137,6 +176,7 @@ void MpiCommunicator::send(int dst, int tag, std::span<const float> data) {
 }
 
 void MpiCommunicator::recv(int src, int tag, std::span<float> data) {
+  refuse_on_channel("recv");
   MPI_Status status;
   wait_or_watchdog(
       [&] {

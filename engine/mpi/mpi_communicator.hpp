@@ -17,9 +17,12 @@
 
 #include <mpi.h>
 
+#include <atomic>
+#include <exception>
 #include <functional>
 #include <list>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,8 +37,10 @@ class MpiCommunicator final : public comm::Communicator {
   // (e.g. every group of a Topology). The world group is always available. A wait longer than
   // timeout_seconds (> 0) throws comm::WatchdogTimeout naming the op: a stuck peer must not
   // hang the run (the caller then aborts the job).
+  // With with_channel, every group also gets a second communicator, split after the first
+  // ones, for the one channel open_channel() gives (a collective on every process too).
   explicit MpiCommunicator(const std::vector<comm::ProcessGroup>& groups,
-                           double timeout_seconds = 0.0);
+                           double timeout_seconds = 0.0, bool with_channel = false);
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -68,12 +73,26 @@ class MpiCommunicator final : public comm::Communicator {
   // MPI reports a failed peer through the launcher, which ends the job (mpirun, srun): nothing
   // to poll here.
   void throw_if_aborted() const override {}
+  // The channel (communicator.hpp) over the second communicators of with_channel, once;
+  // nullptr without them or after the first call. It keeps this one's watchdog and failure
+  // notice, and MPI_THREAD_MULTIPLE (mpi_session.hpp) lets the two be called at once.
+  std::unique_ptr<comm::Communicator> open_channel() override;
+  // On a channel: its waits end with comm::RankFailure from now on (the process then ends the
+  // job, as it does for any failure).
+  void fail_run(std::exception_ptr error) override;
 
  private:
   struct PendingSend {
     std::vector<float> data;
     MPI_Request request = MPI_REQUEST_NULL;
   };
+
+  using GroupComms = std::map<comm::ProcessGroup, MPI_Comm, comm::ProcessGroupLess>;
+  struct ChannelTag {};
+  MpiCommunicator(ChannelTag, const MpiCommunicator& of, GroupComms groups);
+  // One communicator per group of `all` (MPI_COMM_NULL where this rank is not a member).
+  GroupComms split(const std::vector<comm::ProcessGroup>& all) const;
+  void refuse_on_channel(const char* op) const;
 
   MPI_Comm comm_of(const comm::ProcessGroup& group) const;
   // Polls `done` with growing sleeps until it is true or the watchdog expires.
@@ -87,7 +106,10 @@ class MpiCommunicator final : public comm::Communicator {
   MpiFailureNotice* notice_ = nullptr;
   int rank_ = 0, world_ = 1;
   MPI_Comm p2p_ = MPI_COMM_NULL;
-  std::map<comm::ProcessGroup, MPI_Comm, comm::ProcessGroupLess> groups_;
+  GroupComms groups_;
+  GroupComms channel_groups_;  // with_channel, until open_channel() hands them over
+  bool is_channel_ = false;
+  std::atomic<bool> abandoned_{false};  // a channel's fail_run
   std::list<PendingSend> sends_;
   // Reductions' receive buffer, kept between calls: a fresh one per call pays a page fault per
   // 4 KiB on every large all-reduce (64 MiB: 0.3 s instead of 15 ms here).

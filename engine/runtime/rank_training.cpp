@@ -174,8 +174,8 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
                expert_opt_->reduce_open_units();
              }});
   // Layered gradient reduction: an R op all-reduces its chunk's layers in both sets (each over
-  // its own group, under a name of its own: the reduction channel's stream of collectives);
-  // reduce_gradients() then does the rest (the tables).
+  // its own group: on the reduction thread's channel, a stream apart from the rank's own
+  // collectives); reduce_gradients() then does the rest (the tables).
   runtime_.set_group_reduction(
       [this](int chunk) {
         const model::LayerGroupPlacement& g =
@@ -187,10 +187,7 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
           for (std::int64_t l = g.first_layer; l < g.first_layer + g.layer_count; ++l)
             if (const int u = set->find_unit(model::layer_unit_name(l)); u >= 0) units.push_back(u);
           std::vector<std::span<float>> runs = opt->take_units(units);
-          if (!runs.empty())
-            work.emplace_back(
-                comm::ProcessGroup{opt->group().name + " layered", opt->group().ranks},
-                std::move(runs));
+          if (!runs.empty()) work.emplace_back(opt->group(), std::move(runs));
         }
         return ReductionWorker::Job([work = std::move(work)](comm::Communicator& via) {
           for (const auto& [group, runs] : work)
@@ -219,8 +216,9 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
 }
 
 // A thread of its own when there is a group to reduce over, the rank's gradients are in host
-// memory and its communicator opens a channel (threads). A device's gradients are reduced on the
-// rank's thread: overlapping them needs a second stream and communicator on the device.
+// memory and its communicator opens a channel (threads; MPI processes of one rank each). A
+// device's gradients are reduced on the rank's thread: overlapping them needs a second stream
+// and communicator on the device.
 std::unique_ptr<ReductionWorker> RankTraining::reduction_worker(RankDevice& device) {
   if (!options_.overlap_reductions || !spec::reduces_per_group(plan_) ||
       device.storage() != nullptr)

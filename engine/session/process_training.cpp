@@ -17,6 +17,7 @@
 #include "engine/mpi/mpi_failure_notice.hpp"
 #include "engine/mpi/mpi_hybrid_communicator.hpp"
 #include "engine/mpi/mpi_session.hpp"
+#include "engine/spec/parallel_plan.hpp"
 #endif
 #ifdef PIPETUNE_HAVE_NCCL
 #include "engine/nccl/nccl_rank_device.hpp"
@@ -63,12 +64,14 @@ struct ProcessCommunicators {
   std::optional<mpi::MpiRankRouter> router;
   std::vector<std::unique_ptr<mpi::MpiHybridCommunicator> > hybrid;
 
+  // with_channel: the plan reduces layer groups on a thread of each rank's own (one rank a
+  // process: MpiCommunicator's channel; hybrid processes reduce on the rank's thread).
   runtime::TrainOptions::Processes make(const std::vector<comm::ProcessGroup>& groups,
                                         int ranks_per_process, double watchdog_seconds,
-                                        mpi::MpiFailureNotice& failures) {
+                                        mpi::MpiFailureNotice& failures, bool with_channel) {
     runtime::TrainOptions::Processes processes;
     if (ranks_per_process == 1) {
-      single.emplace(groups, watchdog_seconds);
+      single.emplace(groups, watchdog_seconds, with_channel);
       single->watch_failures(&failures);
       processes.ranks = {&*single};
       processes.gather_to_root = [this](comm::Communicator&, const std::string& bytes) {
@@ -119,8 +122,10 @@ TrainingOutcome TrainingSession::run_processes() {
     }
 #endif
     ProcessCommunicators communicators;
-    o.processes =
-        communicators.make(groups, layout_.ranks_per_process, o.watchdog_seconds, *failures);
+    const bool with_channel =
+        o.overlap_reductions && !o.rank_device && spec::reduces_per_group(o.plan);
+    o.processes = communicators.make(groups, layout_.ranks_per_process, o.watchdog_seconds,
+                                     *failures, with_channel);
     o.record_trace = false;  // a trace of every rank is the stored run's
     std::unique_ptr<profiler::RunSink> sink;
     if (root) {

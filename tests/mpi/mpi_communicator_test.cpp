@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -227,6 +228,39 @@ std::size_t first_difference(const std::vector<float>& got, const std::vector<fl
   for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
     if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) return i;
   return got.size() == want.size() ? got.size() : std::min(got.size(), want.size());
+}
+
+// The channel (with_channel): its all-reduce on the world runs on a second thread while the
+// first all-reduces the same group on the main communicator, the two streams apart; both sums
+// are the thread communicator's. A channel refuses point to point and opens once. (Its fail_run
+// is left to the engine's runs: a wait it ends leaves MPI requests in flight, which only the
+// job's end, as a failing process ends it, can clear.)
+TEST(MpiCommunicator, AChannelRunsCollectivesBesideTheMainCommunicator) {
+  const int world = world_size(), me = world_rank();
+  const ProcessGroup all = comm::make_world_group(world);
+  MpiCommunicator main_comm({all}, 30.0, /*with_channel=*/true);
+  std::unique_ptr<Communicator> channel = main_comm.open_channel();
+  ASSERT_NE(channel, nullptr);
+  EXPECT_EQ(main_comm.open_channel(), nullptr);
+  std::vector<float> on_channel = inputs(me, 1000, 1), on_main = inputs(me, 1000, 2);
+  std::thread side([&] { channel->all_reduce(all, on_channel); });
+  main_comm.all_reduce(all, on_main);
+  side.join();
+  std::vector<std::vector<float>> want_channel(static_cast<std::size_t>(world)),
+      want_main(static_cast<std::size_t>(world));
+  comm::run_threads(world, [&](Communicator& c) {
+    want_channel[static_cast<std::size_t>(c.rank())] = inputs(c.rank(), 1000, 1);
+    want_main[static_cast<std::size_t>(c.rank())] = inputs(c.rank(), 1000, 2);
+    c.all_reduce(all, want_channel[static_cast<std::size_t>(c.rank())]);
+    c.all_reduce(all, want_main[static_cast<std::size_t>(c.rank())]);
+  });
+  EXPECT_EQ(std::memcmp(on_channel.data(), want_channel[0].data(), 1000 * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(on_main.data(), want_main[0].data(), 1000 * sizeof(float)), 0);
+  std::vector<float> x{1.0f};
+  EXPECT_THROW(channel->send(0, 0, x), std::logic_error);
+  EXPECT_THROW(channel->recv(0, 0, x), std::logic_error);
+  MpiCommunicator without({all}, 30.0);
+  EXPECT_EQ(without.open_channel(), nullptr);
 }
 
 TEST(MpiHybridCommunicator, CollectivesAreBitIdenticalToTheThreadCommunicator) {

@@ -53,6 +53,17 @@ if [ "$np" -eq 2 ]; then
   check_plan "dp=2 zero-2" --tp 1 --pp 1 --dp 2 --zero 2
   check_plan "dp=2 zero-3 full recompute" --tp 1 --pp 1 --dp 2 --zero 3 --recompute full
   check_plan "moe dp=2 ep=2" --model tiny-moe --tp 1 --pp 1 --dp 2 --ep 2
+  # Layered reduction: each process's R ops on its reduction thread, over the MPI channel.
+  check_plan "dp=2 layered" --tp 1 --pp 1 --dp 2 --schedule layered --chunks 4
+  check_plan "dp=2 1f1b layered reduction" --tp 1 --pp 1 --dp 2 --schedule 1f1b \
+    --layered-reduction
+  if "$mpiexec" -np 2 "$pipetune" train --steps 1 --threads 1 --no-db --json --tp 1 --pp 1 \
+    --dp 2 --schedule layered --chunks 4 | tr -d ' \n' | grep -q '"reductions_overlapped":true'; then
+    echo "ok   dp=2 layered: rank 0's R ops ran on its reduction thread"
+  else
+    echo "FAIL dp=2 layered: rank 0's R ops did not run on a reduction thread"
+    failures=$((failures + 1))
+  fi
   # Hybrid: 2 ranks as threads in each of the 2 processes (groups inside and across processes).
   check_plan "2x2 tp=2 pp=2 zb-h1" --ranks-per-process 2 --tp 2 --pp 2 --dp 1 --schedule zb-h1
   check_plan "2x2 pp=2 dp=2 vocab-1" --ranks-per-process 2 --tp 1 --pp 2 --dp 2 --vocab vocab-1

@@ -20,7 +20,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const comm::ProcessGroup kBoth{"dp layered", {0, 1}};
+// The same group on the channel and on the rank's communicator: two streams of collectives.
+const comm::ProcessGroup kBoth{"dp", {0, 1}};
 const comm::ProcessGroup kBothMain{"dp", {0, 1}};
 
 std::unique_ptr<ReductionWorker> worker_of(comm::Communicator& comm) {
