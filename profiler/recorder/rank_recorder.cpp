@@ -76,16 +76,14 @@ SpanId RankRecorder::add_timed(SpanKind kind, Stream stream, std::int32_t microb
     throw std::logic_error("rank recorder (rank " + std::to_string(rank_) +
                            "): a timed span ends (" + std::to_string(end_ns) +
                            " ns) before it starts (" + std::to_string(start_ns) + " ns)");
-  const auto id = static_cast<SpanId>(spans_.size());
-  RecordedSpan& s = spans_.emplace_back();
-  s.start_ns = start_ns;
-  s.end_ns = end_ns;
-  s.microbatch = microbatch;
-  s.name = name;
-  s.chunk = static_cast<std::int16_t>(chunk);
-  s.kind = kind;
-  s.stream = stream;
-  return id;
+  spans_.push_back({.start_ns = start_ns,
+                    .end_ns = end_ns,
+                    .microbatch = microbatch,
+                    .name = name,
+                    .chunk = static_cast<std::int16_t>(chunk),
+                    .kind = kind,
+                    .stream = stream});
+  return static_cast<SpanId>(spans_.size() - 1);
 }
 
 void RankRecorder::throw_bad_end(SpanId id) const {
