@@ -79,7 +79,10 @@ TEST(ReductionWorker, JobsRunInTheirOrderAndWaitForgetsThem) {
     ASSERT_EQ(ran.size(), 4u);
     for (int j = 0; j < 4; ++j) {
       EXPECT_EQ(ran[static_cast<std::size_t>(j)].chunk, j);
-      if (j > 0) EXPECT_GE(ran[static_cast<std::size_t>(j)].start_ns, ran[j - 1].end_ns);
+      if (j > 0) {
+        EXPECT_GE(ran[static_cast<std::size_t>(j)].start_ns,
+                  ran[static_cast<std::size_t>(j - 1)].end_ns);
+      }
       got[r].push_back(data[static_cast<std::size_t>(j)][0]);
     }
     EXPECT_TRUE(worker->wait().empty());

@@ -79,7 +79,9 @@ TEST(GradientReductions, NeverSplitAnOverlappedPair) {
     for (std::size_t i = 0; i < ops.size(); ++i) {
       if (ops[i].kind != OpKind::R) continue;
       ++reductions;
-      if (i + 1 < ops.size()) EXPECT_FALSE(ops[i + 1].overlaps_previous) << labels(ops);
+      if (i + 1 < ops.size()) {
+        EXPECT_FALSE(ops[i + 1].overlaps_previous) << labels(ops);
+      }
     }
     EXPECT_EQ(reductions, 2) << "rank " << r;
   }
