@@ -281,10 +281,10 @@ void backward_rows(cudaStream_t s, const FlashShape& f, const float* dout, const
                    std::int64_t NH, std::int64_t HS, bool accumulate) {
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   with_lane_channels(f.lane_channels, [&](auto r) {
-    PIPETUNE_LAUNCH(dq_kernel<decltype(r)::value>, f.backward_dq, s, dout, qkv, lse, D, dqkv, T,
-                    q0, NH, HS, f.row_blocks, scale, accumulate);
-    PIPETUNE_LAUNCH(dkdv_kernel<decltype(r)::value>, f.backward_dkdv, s, dout, qkv, lse, D, dqkv,
-                    T, q0, NH, HS, f.key_row_blocks, scale, accumulate);
+    PIPETUNE_LAUNCH(dq_kernel<decltype(r)::value>, f.backward_dq, s, dout, qkv, lse, D, dqkv, T, q0,
+                    NH, HS, f.row_blocks, scale, accumulate);
+    PIPETUNE_LAUNCH(dkdv_kernel<decltype(r)::value>, f.backward_dkdv, s, dout, qkv, lse, D, dqkv, T,
+                    q0, NH, HS, f.key_row_blocks, scale, accumulate);
   });
 }
 

@@ -157,19 +157,10 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
   try {
     run_ops(ops, step);
   } catch (...) {
-    // A reduction in flight may wait on peers this rank's error will stop: end the run with it.
-    if (reductions_) reductions_->abandon(std::current_exception());
+    abandon_reductions(std::current_exception());
     throw;
   }
-  if (reductions_) {
-    // The iteration ends when its reductions do; each is a span on the rank's comm lane, as long
-    // as it took on its thread.
-    const std::vector<ReductionWorker::Ran> ran = reductions_->wait();
-    if (recorder_ != nullptr)
-      for (const ReductionWorker::Ran& r : ran)
-        recorder_->add_timed(schedule::span_kind_of(OpKind::R), profiler::Stream::Comm, -1, r.chunk,
-                             0, r.start_ns, r.end_ns);
-  }
+  wait_for_reductions();
   if (offload_) offload_->drain();
   if (!chunks_.empty() || !vocab_.empty() || !slice_keys_.empty())
     throw std::logic_error("run_schedule: activations left after the iteration on rank " +
@@ -182,11 +173,8 @@ void RankRuntime::run_ops(const std::vector<Op>& ops, std::int64_t step) {
     const Op& op = ops[i];
     comm_->note_progress(step, profiler::span_kind_name(schedule::span_kind_of(op.kind)),
                          op.microbatch);
-    if (reductions_ && schedule::is_reduction(op.kind)) {
-      // On the reduction thread, timed there (no inputs to receive, no activations change).
-      reductions_->submit(op.chunk, group_reduction(op.chunk));
-      continue;
-    }
+    // On the reduction thread, timed there (no inputs to receive, no activations change).
+    if (schedule::is_reduction(op.kind) && submit_reduction(op.chunk)) continue;
     if (i == 0 && fault_ != nullptr) inject_fault(op, step);
     select_unit(op.microbatch);  // token slices: this op's slice's rows
     // An overlapped pair (DualPipeV's "F & B") starts once both inputs are there, as the
@@ -227,14 +215,6 @@ void RankRuntime::run_ops(const std::vector<Op>& ops, std::int64_t step) {
       ledger_activations_ = now;
     }
   }
-}
-
-ReductionWorker::Job RankRuntime::group_reduction(int chunk) const {
-  if (!reduce_group_)
-    throw std::logic_error("rank " + std::to_string(rank_) + ": the schedule reduces chunk " +
-                           std::to_string(chunk) +
-                           "'s gradients (R), and no group reduction is set");
-  return reduce_group_(chunk);
 }
 
 namespace {

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <map>
 #include <optional>
@@ -100,7 +101,12 @@ class RankRuntime {
   void run_op(const schedule::Op& op);
   // run_schedule's pass over the rank's ops.
   void run_ops(const std::vector<schedule::Op>& ops, std::int64_t step);
+  // Layered reduction (rank_runtime_reductions.cpp). submit_reduction hands R's job to the
+  // reduction thread (false: there is none, run it in place with group_reduction).
   ReductionWorker::Job group_reduction(int chunk) const;
+  bool submit_reduction(int chunk);
+  void wait_for_reductions();
+  void abandon_reductions(std::exception_ptr error);
   // Activation offload around op `i` of this rank's list: before it, the finished offloads'
   // device buffers go, the reload of the next op's backward starts (on a device: it overlaps op
   // i) and op i's own reload is waited for; after an F, its activations leave (unless the next op

@@ -28,14 +28,11 @@ void ReductionWorker::submit(int chunk, Job job) {
 
 std::vector<ReductionWorker::Ran> ReductionWorker::wait() {
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return (queue_.empty() && !running_job_) || error_; });
-  // After an error the worker drops the queue; wait for the job in hand to end too.
-  changed_.wait(lock, [&] { return !running_job_; });
+  // A failed job empties the queue as it ends, so this also ends on an error.
+  changed_.wait(lock, [&] { return queue_.empty() && !running_job_; });
   if (error_) {
-    std::exception_ptr e = std::exchange(error_, nullptr);
-    queue_.clear();
     ran_.clear();
-    std::rethrow_exception(e);
+    std::rethrow_exception(std::exchange(error_, nullptr));
   }
   return std::exchange(ran_, {});
 }

@@ -6,7 +6,6 @@
 
 #include "engine/comm/launcher.hpp"
 #include "engine/errors.hpp"
-#include "engine/schedule/generators.hpp"
 #include "engine/session/session_devices.hpp"
 #include "engine/session/sink_wiring.hpp"
 
