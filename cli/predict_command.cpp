@@ -11,12 +11,14 @@
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
 #include "cli/json_output.hpp"
+#include "cli/moe_imbalance_flags.hpp"
 #include "cli/plan_flags.hpp"
 #include "cli/predict_against.hpp"
 #include "cli/tuning_target.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/store/record_json.hpp"
 #include "engine/errors.hpp"
+#include "engine/spec/run_spec.hpp"
 #include "engine/spec/validate.hpp"
 #include "tuner/predict/evaluate.hpp"
 #include "tuner/run_setup.hpp"
@@ -41,6 +43,7 @@ struct PredictArgs {
   std::string stage_tp;         // comma list, one TP degree per pipeline rank; empty = tp
   bool sequence_parallel = false;
   bool offload_activations = false, offload_optimizer = false;
+  MoeImbalanceArgs moe_imbalance;
   bool json = false;
 };
 
@@ -226,6 +229,8 @@ void run_flags(const PredictArgs& a) {
     options.execution = tuner::default_execution(t.cluster.hardware);
     options.execution->reroute_failures = true;
   }
+  apply_moe_imbalance(options, t.cluster.hardware,
+                      moe_imbalance(a.moe_imbalance, t.model.experts, a.db));
   print_prediction(t.model, t.cluster, t.global_batch, p, a.vocab,
                    tuner::evaluate_plan(t.model, t.cluster, p, options), a.json);
 }
@@ -233,7 +238,9 @@ void run_flags(const PredictArgs& a) {
 // `predict --config RUN [--against STORED_RUN]`: the run file's prediction, or its per-stage
 // error against a measured or imported run of the same plan.
 void run_config(const PredictArgs& a) {
-  const tuner::SimulationSetup setup = tuner::setup_from_run_file(a.config, a.reroute);
+  const std::optional<tuner::MoeImbalance> imbalance =
+      moe_imbalance(a.moe_imbalance, spec::load_run(a.config).model.experts, a.db);
+  const tuner::SimulationSetup setup = tuner::setup_from_run_file(a.config, a.reroute, imbalance);
   if (!a.against.empty()) {
     print_prediction_against(setup, a.db, a.against, a.json);
     return;
@@ -273,8 +280,9 @@ void add_predict_command(CLI::App& app) {
                   .slices = "terapipe: token slices per micro-batch (default: TeraPipe's dynamic "
                             "programming over uneven slices)"});
   cmd->add_option("--schedule", a->schedule, "Pipeline schedule")->capture_default_str();
-  cmd->add_option("--skip-ratio", a->skip_ratio,
-                  "skippipe: share of the stages each micro-batch skips (default 1/3)");
+  cmd->add_option(
+      "--skip-ratio", a->skip_ratio,
+      "skippipe, skippipe-ca: share of the stages each micro-batch skips (default 1/3)");
   cmd->add_option(
          "--vocab", a->vocab,
          "Vocabulary layers: none, redis, auto (the tuner's automatic layer split), vocab-1, "
@@ -289,6 +297,7 @@ void add_predict_command(CLI::App& app) {
                   "comma-separated (4,2,2: pp entries; dp is shared, stage s holds stage-tp[s]*dp "
                   "GPUs; --tp defaults to the first)");
   cmd->add_flag("--sequence-parallel", a->sequence_parallel, "Sequence parallelism (with TP)");
+  add_moe_imbalance_options(cmd, a->moe_imbalance);
   cmd->add_flag("--reroute", a->reroute,
                 "Unreliable peers (a cluster's [[faults]]): each stage's data-parallel replicas "
                 "share its micro-batches by throughput and take over a failed one's (SWARM)");

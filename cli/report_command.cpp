@@ -1,5 +1,6 @@
 // `pipetune report RUN`: per-stage time breakdown, bubbles, memory peaks and the critical path of
-// one iteration of a stored run; `pipetune timeline RUN`: a text Gantt of that iteration.
+// one iteration of a stored run (and, of an MoE training run, its routing statistics); `pipetune
+// timeline RUN`: a text Gantt of that iteration.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -11,6 +12,7 @@
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
 #include "cli/json_output.hpp"
+#include "cli/report_expert_load.hpp"
 #include "cli/report_gpu_ops.hpp"
 #include "cli/workspace_cli.hpp"
 #include "db/store/run_layout.hpp"
@@ -113,6 +115,8 @@ void print_json(const LoadedRun& r, const Report& rep) {
                       {"iteration_time", seconds(r.window.length_ns())},
                       {"pipeline", r.pipeline}};
   if (nlohmann::json gpu = gpu_op_time_json(r); !gpu.is_null()) j["gpu_ops"] = std::move(gpu);
+  if (nlohmann::json experts = expert_load_json(r); !experts.is_null())
+    j["expert_load"] = std::move(experts);
   if (!r.pipeline) {
     j["idle_ratio"] = rep.breakdown.bubble_ratio;
     j["ranks"] = stages;
@@ -188,6 +192,7 @@ void print_human(const LoadedRun& r, const Report& rep) {
   if (!r.pipeline) {
     print_ranks(r, rep);
     print_gpu_op_time(r);
+    print_expert_load(r);
     return;
   }
   std::printf("iteration %zu of %zu: %s, pipeline bubble %.1f%%\n\n", r.iteration + 1, r.iterations,
@@ -225,6 +230,7 @@ void print_human(const LoadedRun& r, const Report& rep) {
               human_time(seconds(rep.path.busy_ns), u).c_str(),
               human_time(seconds(rep.path.wait_ns), u).c_str(), rep.path.steps.size());
   print_gpu_op_time(r);
+  print_expert_load(r);
 }
 
 void report(const ReportArgs& a) {

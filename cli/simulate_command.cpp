@@ -254,15 +254,6 @@ void print_iteration(const tuner::PlanEvaluation& e, const spec::RunSpec& run) {
       e.memory.fits() ? "" : ("  DOES NOT FIT: " + e.memory.binding_constraint()).c_str());
 }
 
-// Partial pipelining: the layer groups each micro-batch visits, in order.
-std::vector<std::vector<int>> skip_paths(const schedule::Schedule& s) {
-  std::vector<std::vector<int>> paths(static_cast<std::size_t>(s.microbatches));
-  for (int mb = 0; mb < s.microbatches; ++mb)
-    for (int g = 0; g < s.groups(); ++g)
-      if (s.visits(g, mb)) paths[static_cast<std::size_t>(mb)].push_back(g);
-  return paths;
-}
-
 nlohmann::json to_json(const tuner::SimulationSetup& setup, const schedule::Schedule& s,
                        const sim::SimResult& r) {
   nlohmann::json j;
@@ -274,7 +265,7 @@ nlohmann::json to_json(const tuner::SimulationSetup& setup, const schedule::Sche
     j["slices"] = s.slices;
     if (!s.slice_tokens.empty()) j["slice_tokens"] = s.slice_tokens;
   }
-  if (!s.skipped.empty()) j["paths"] = skip_paths(s);
+  if (s.partial()) j["paths"] = s.paths;
   j["vocab"] = std::string(schedule::vocab_mode_name(s.vocab));
   j["time_unit"] = setup.time_unit;
   if (!setup.description.empty()) j["setup"] = setup.description;
@@ -318,12 +309,12 @@ void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& 
         "u / %d)\n",
         s.slices, lengths.c_str(), s.slices, s.slices);
   }
-  if (!s.skipped.empty()) {
+  if (s.partial()) {
     // Partial pipelining: what each micro-batch ran, and what that costs it.
     std::printf(
         "skipped stages: each micro-batch's path (its losses are not the full pipeline's: "
         "the skipped layers do not train on it)\n");
-    const std::vector<std::vector<int>> paths = skip_paths(s);
+    const std::vector<std::vector<int>>& paths = s.paths;
     for (std::size_t mb = 0; mb < paths.size() && mb < 16; ++mb) {
       std::string line;
       for (int g : paths[mb]) line += (line.empty() ? "" : "-") + std::to_string(g);
@@ -485,16 +476,16 @@ void add_simulate_command(CLI::App& app) {
   auto* barrier = cmd->add_option("--cost-barrier", args->barrier,
                                   "Vocabulary barrier (all-reduce) time; default --comm");
   auto* mem = cmd->add_option("--memory-limit", args->memory_limit,
-                              "Activation budget in micro-batches for zb-h2 / zb-v");
+                              "Activation budget in micro-batches for zb-h2 / zb-v / skippipe-ca");
   auto* slices = cmd->add_option("--slices", args->slices,
                                  "terapipe: token slices per micro-batch (default 4)");
   auto* slice_tokens =
       cmd->add_option("--slice-tokens", args->slice_tokens,
                       "terapipe: uneven slices' lengths in tokens, e.g. 96,64,48,48")
           ->delimiter(',');
-  auto* skip =
-      cmd->add_option("--skip-ratio", args->skip_ratio,
-                      "skippipe: share of the stages each micro-batch skips (default 1/3)");
+  auto* skip = cmd->add_option(
+      "--skip-ratio", args->skip_ratio,
+      "skippipe, skippipe-ca: share of the stages each micro-batch skips (default 1/3)");
   auto* attention = cmd->add_option("--attention-share", args->attention_share,
                                     "terapipe: of each op's cost, the causal attention's share "
                                     "(a slice pays it by length x context)")

@@ -401,8 +401,9 @@ void add_plan_options(CLI::App* cmd, TrainArgs* args) {
                   .slices = "terapipe: token slices per micro-batch (default: the cost model's "
                             "choice)"});
   cmd->add_option("--schedule", args->schedule, "Pipeline schedule");
-  cmd->add_option("--skip-ratio", args->skip_ratio,
-                  "skippipe: share of the stages each micro-batch skips (default 1/3)");
+  cmd->add_option(
+      "--skip-ratio", args->skip_ratio,
+      "skippipe, skippipe-ca: share of the stages each micro-batch skips (default 1/3)");
   cmd->add_option("--vocab", args->vocab, "Vocabulary parallelism: none, vocab-1, vocab-2");
   auto* sp =
       cmd->add_flag("--sequence-parallel", args->sequence_parallel,

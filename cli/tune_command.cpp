@@ -14,6 +14,7 @@
 #include "cli/explanation_json.hpp"
 #include "cli/format.hpp"
 #include "cli/json_output.hpp"
+#include "cli/moe_imbalance_flags.hpp"
 #include "cli/stdout_status.hpp"
 #include "cli/tuning_target.hpp"
 #include "cli/workspace_cli.hpp"
@@ -46,6 +47,7 @@ struct TuneArgs {
   double failure_rate = 0.0;     // failures per device-hour
   double restart_delay = 600.0;  // seconds until a failed device is back
   bool reroute = false;          // SWARM re-routing over each stage's replicas
+  MoeImbalanceArgs moe_imbalance;
   std::string db;
   bool no_db = false;
 };
@@ -122,12 +124,16 @@ std::optional<tuner::PlanExplanation> explain(const Target& t, const tuner::Sear
 
 // What the scorers evaluate with: the failure rate the plans are ranked under, if any, and
 // re-routing for it and for the cluster's own faults.
-tuner::EvaluateOptions evaluate_options(const TuneArgs& a, const spec::ClusterSpec& cluster) {
+tuner::EvaluateOptions evaluate_options(const TuneArgs& a, const spec::ClusterSpec& cluster,
+                                        std::int64_t experts) {
   for (const auto& [flag, v] :
        {std::pair{"--failure-rate", a.failure_rate}, std::pair{"--restart-delay", a.restart_delay}})
     if (!(v >= 0.0) || !std::isfinite(v))
       throw InputError(std::string(flag) + " must be a finite number >= 0");
-  return tuner::search_options(cluster, {a.failure_rate, a.restart_delay, a.reroute});
+  tuner::EvaluateOptions o =
+      tuner::search_options(cluster, {a.failure_rate, a.restart_delay, a.reroute});
+  apply_moe_imbalance(o, cluster.hardware, moe_imbalance(a.moe_imbalance, experts, a.db));
+  return o;
 }
 
 void run(const TuneArgs& a) {
@@ -135,7 +141,8 @@ void run(const TuneArgs& a) {
   const Target t{space.model, space.cluster, space.global_batch};
   const bool bar = isatty(STDERR_FILENO) != 0;
   const tuner::SearchResult r = tuner::search_plans(
-      space, tuner::evaluator_scorers(t.model, t.cluster, evaluate_options(a, t.cluster)),
+      space,
+      tuner::evaluator_scorers(t.model, t.cluster, evaluate_options(a, t.cluster, t.model.experts)),
       bar ? progress_bar : tuner::SearchProgress{});
   if (r.ranked.empty())
     throw InputError(tuner::no_feasible_plan_explanation(r, t.model, t.cluster));
@@ -252,6 +259,7 @@ void add_tune_command(CLI::App& app) {
   cmd->add_flag("--explain", a->explain,
                 "Explain why rank 1 beat rank 2: the binding stage, the busiest link, the "
                 "difference by part and the settings that differ");
+  add_moe_imbalance_options(cmd, a->moe_imbalance);
   add_db_option(cmd, a->db);
   cmd->add_flag("--no-db", a->no_db, "Do not store the results in a workspace");
   cmd->callback([a] { run(*a); });

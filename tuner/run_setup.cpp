@@ -8,7 +8,8 @@
 
 namespace pipetune::tuner {
 
-SimulationSetup setup_from_run_file(const std::string& name_or_path, bool reroute_failures) {
+SimulationSetup setup_from_run_file(const std::string& name_or_path, bool reroute_failures,
+                                    const std::optional<MoeImbalance>& moe_imbalance) {
   spec::RunSpec run = spec::load_run(name_or_path);
   spec::apply_defaults(run.plan);
   const spec::ParallelPlan& plan = run.plan;
@@ -20,6 +21,10 @@ SimulationSetup setup_from_run_file(const std::string& name_or_path, bool rerout
   if (reroute_failures) {
     if (!options.execution) options.execution = default_execution(run.cluster.hardware);
     options.execution->reroute_failures = true;
+  }
+  if (moe_imbalance) {
+    if (!options.execution) options.execution = default_execution(run.cluster.hardware);
+    options.execution->moe_imbalance = *moe_imbalance;
   }
   PlanEvaluation e = evaluate_plan(run.model, run.cluster, plan, options);
   SimulationSetup setup;

@@ -33,6 +33,9 @@ struct SimulationSetup {
 // (SpecError/ScheduleError) for bad files, unknown presets and plans that break a rule.
 // reroute_failures: the cluster's failing and slow nodes (ClusterSpec::faults) are met by
 // SWARM-style re-routing over each stage's data-parallel replicas (ExecutionOptions).
-SimulationSetup setup_from_run_file(const std::string& name_or_path, bool reroute_failures = false);
+// moe_imbalance: the MoE routing imbalance the cost model prices (even when none).
+SimulationSetup setup_from_run_file(
+    const std::string& name_or_path, bool reroute_failures = false,
+    const std::optional<MoeImbalance>& moe_imbalance = std::nullopt);
 
 }  // namespace pipetune::tuner

@@ -21,6 +21,16 @@ std::size_t MoeMlpActivations::bytes() const {
   return b;
 }
 
+void ExpertTokens::add(const tensor::MoeRouting& routing) {
+  const auto n = routing.assigned.size();
+  if (assigned.size() < n) assigned.resize(n, 0);
+  if (kept.size() < n) kept.resize(n, 0);
+  for (std::size_t e = 0; e < n; ++e) {
+    assigned[e] += routing.assigned[e];
+    kept[e] += routing.kept[e];
+  }
+}
+
 void MoeMlpActivations::clear() {
   *this = MoeMlpActivations{};
 }

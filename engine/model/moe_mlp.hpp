@@ -16,6 +16,14 @@
 
 namespace pipetune::model {
 
+// Routing statistics of MoE layers (load imbalance): the top-k choices routed to each expert
+// before the capacity rule drops any (assigned), and those each kept, summed over forwards.
+struct ExpertTokens {
+  std::vector<std::int64_t> assigned;  // (E)
+  std::vector<std::int64_t> kept;      // (E)
+  void add(const tensor::MoeRouting& routing);
+};
+
 struct MoeMlpActivations {
   tensor::MoeRouting routing;
   std::int64_t capacity = 0;

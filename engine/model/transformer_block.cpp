@@ -118,12 +118,14 @@ TransformerBlock::TransformerBlock(const ModelConfig& config, std::int64_t layer
 }
 
 float TransformerBlock::forward(const ParallelContext& ctx, ConstTensorView x, TensorView y,
-                                std::int64_t batch, std::int64_t seq, BlockActivations& a) {
+                                std::int64_t batch, std::int64_t seq, BlockActivations& a,
+                                ExpertTokens* tokens) {
   a.batch = batch;
   a.seq = seq;
   a.dropped = DroppedActivations::nothing;
   assign_copy(a.x, x);  // (N, C), or this rank's rows of it under sequence parallelism
   const float aux = forward_from_input(ctx, y, a);
+  if (moe_ && tokens != nullptr) tokens->add(a.moe.routing);
   if (recompute_ == spec::Recompute::Full) {
     a.keep_input_only();
   } else if (recompute_ == spec::Recompute::Selective && !a.att.empty()) {

@@ -82,8 +82,11 @@ class TransformerBlock {
                    int ep_size, int ep_rank, ParameterSet& dense, ParameterSet& expert);
 
   // x (B*T, C) -> y (B*T, C). Returns this block's load-balancing loss (0 for a dense block).
+  // An MoE block adds its routing to `tokens` when given (a recomputation does not: it routes
+  // the same tokens again).
   float forward(const ParallelContext& ctx, tensor::ConstTensorView x, tensor::TensorView y,
-                std::int64_t batch, std::int64_t seq, BlockActivations& a);
+                std::int64_t batch, std::int64_t seq, BlockActivations& a,
+                ExpertTokens* tokens = nullptr);
   // dx (N, C) = input gradient of dy (overwritten). aux_scale: the loss's gradient scale.
   void backward_input(const ParallelContext& ctx, tensor::ConstTensorView dy, tensor::TensorView dx,
                       float aux_scale, BlockActivations& a);

@@ -16,6 +16,7 @@
 #include "engine/model/buffers.hpp"
 #include "engine/model/sequence_rows.hpp"
 #include "engine/schedule/dependencies.hpp"
+#include "profiler/analysis/expert_load.hpp"
 
 namespace pipetune::runtime {
 
@@ -151,6 +152,7 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
   if (schedule_->slices > 1) slice_tokens_ = schedule::slice_token_counts(*schedule_, full_seq_);
   grad_scale_ = 1.0f / static_cast<float>(schedule_->data_microbatches() * plan_.dp);
   losses_ = {};
+  expert_tokens_.clear();
   if (plan_.offload_activations && !offload_)
     offload_ = std::make_unique<ActivationOffload>(model::rank_storage(), recorder_);
   const std::vector<Op>& ops = schedule_->ranks[static_cast<std::size_t>(pp_rank_)];
@@ -161,11 +163,31 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
     throw;
   }
   wait_for_reductions();
+  record_expert_tokens();
   if (offload_) offload_->drain();
   if (!chunks_.empty() || !vocab_.empty() || !slice_keys_.empty())
     throw std::logic_error("run_schedule: activations left after the iteration on rank " +
                            std::to_string(rank_));
   return losses_;
+}
+
+model::ExpertTokens* RankRuntime::expert_tokens(std::int64_t layer) {
+  if (recorder_ == nullptr || !recorder_->enabled() || ctx_.tp_rank != 0) return nullptr;
+  return &expert_tokens_[layer];
+}
+
+void RankRuntime::record_expert_tokens() {
+  for (const auto& [layer, tokens] : expert_tokens_) {
+    std::int64_t dropped = 0;
+    for (std::size_t e = 0; e < tokens.assigned.size(); ++e) {
+      recorder_->counter(
+          profiler::analysis::expert_tokens_counter(layer, static_cast<std::int64_t>(e)),
+          static_cast<double>(tokens.assigned[e]));
+      dropped += tokens.assigned[e] - tokens.kept[e];
+    }
+    recorder_->counter(profiler::analysis::expert_dropped_counter(layer),
+                       static_cast<double>(dropped));
+  }
 }
 
 void RankRuntime::run_ops(const std::vector<Op>& ops, std::int64_t step) {
@@ -492,7 +514,9 @@ void RankRuntime::forward(int chunk, int mb) {
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     TensorView y = sized(y_buf, Shape{N, C});
     with_units({.layer = layer_of(chunk, i)}, {}, [&] {
-      losses_.aux_sum += blocks[i].forward(ctx_, x, y, batch_, seq_, s.blocks[i]);
+      losses_.aux_sum +=
+          blocks[i].forward(ctx_, x, y, batch_, seq_, s.blocks[i],
+                            blocks[i].is_moe() ? expert_tokens(layer_of(chunk, i)) : nullptr);
     });
     std::swap(x_buf, y_buf);
     x = view(x_buf, Shape{N, C});

@@ -99,6 +99,10 @@ class RankRuntime {
   struct VocabState;
 
   void run_op(const schedule::Op& op);
+  // Where an MoE block of layer `layer` adds its routing: null when nothing records it.
+  model::ExpertTokens* expert_tokens(std::int64_t layer);
+  // The iteration's routing statistics as counters at its end.
+  void record_expert_tokens();
   // run_schedule's pass over the rank's ops.
   void run_ops(const std::vector<schedule::Op>& ops, std::int64_t step);
   // Layered reduction (rank_runtime_reductions.cpp). submit_reduction hands R's job to the
@@ -237,6 +241,9 @@ class RankRuntime {
   const std::vector<data::Batch>* batches_ = nullptr;
   std::int64_t step_ = 0;
   IterationLosses losses_;
+  // Routing statistics of this rank's MoE layers in the iteration, by layer (recorded at its end
+  // as counters, profiler/analysis/expert_load.hpp; TP rank 0 alone, the others route alike).
+  std::map<std::int64_t, model::ExpertTokens> expert_tokens_;
   std::map<std::int64_t, ChunkState> chunks_;   // key chunk * m + mb
   std::map<int, VocabState> vocab_;             // key mb
   std::unique_ptr<ActivationOffload> offload_;  // plan.offload_activations; made on the rank

@@ -69,8 +69,8 @@ bool supports_slices(std::string_view name);
 // `slice_tokens` names, else `slices`, else the schedule's default (1 for a name that takes no
 // slices, or one that is unknown: the registry reports that).
 int slice_count(std::string_view name, int slices, const std::vector<int>& slice_tokens);
-// Whether the schedule's micro-batches skip stages (skippipe): it then trains a different function
-// from the full pipeline, and the search takes it only when asked for by name.
+// Whether the schedule's micro-batches skip stages (skippipe, skippipe-ca): it then trains a
+// different function from the full pipeline, and the search takes it only when asked for by name.
 bool skips_stages(std::string_view name);
 // Whether the schedule has overlapped pairs (Op::overlaps_previous): dualpipe-v's "F & B" steps.
 bool has_overlapped_pairs(std::string_view name);
@@ -109,6 +109,7 @@ Schedule generate_v_min(const GeneratorParams& params);
 Schedule generate_dualpipe_v(const GeneratorParams& params);
 Schedule generate_terapipe(const GeneratorParams& params);
 Schedule generate_skippipe(const GeneratorParams& params);
+Schedule generate_skippipe_ca(const GeneratorParams& params);  // skippipe_paths.hpp
 Schedule generate_layered(const GeneratorParams& params);
 
 }  // namespace pipetune::schedule

@@ -45,30 +45,41 @@ struct Schedule {
   int slices = 1;
   // Tokens of each slice (their sum is the sequence length); empty = equal slices.
   std::vector<int> slice_tokens;
-  // Partial pipelining (SkipPipe): skipped[mb * groups() + g] = 1 when micro-batch mb skips layer
-  // group g, whose layers are then left out of its forward and backward (its activation goes
-  // from the group before to the group after). Empty = every micro-batch visits every group.
-  // The first and last groups (the embedding and the loss) are always visited.
-  std::vector<std::uint8_t> skipped;
+  // Partial pipelining (SkipPipe): paths[mb] = the layer groups micro-batch mb runs, in the
+  // order it runs them. Its forward goes along the path and its backward back; the layers of a
+  // group it skips are left out. The first group (the embedding) starts every path and the last
+  // (the loss) ends it; the groups between may come in any order (SkipPipe's reordered paths).
+  // Empty = every micro-batch visits every group in order.
+  std::vector<std::vector<int>> paths;
 
   int groups() const { return stages * chunks; }
   int data_microbatches() const { return microbatches / slices; }
   int slice_of(int unit) const { return unit % slices; }
-  // Partial pipelining: whether micro-batch mb runs layer group g, and the groups it visits
-  // before and after g (-1 past either end). Without skips: g - 1 and g + 1.
-  bool visits(int group, int mb) const {
-    return skipped.empty() || skipped[static_cast<std::size_t>(mb) * groups() + group] == 0;
-  }
+  bool partial() const { return !paths.empty(); }
+  // Partial pipelining: whether micro-batch mb runs layer group g, and the groups it runs before
+  // and after g (-1 past either end). Without paths: g - 1 and g + 1.
+  bool visits(int group, int mb) const { return path_position(group, mb) >= 0; }
   int previous_group(int group, int mb) const {
-    int g = group - 1;
-    while (g >= 0 && !visits(g, mb)) --g;
-    return g;
+    if (paths.empty()) return group - 1;
+    const int at = path_position(group, mb);
+    return at > 0 ? path(mb)[static_cast<std::size_t>(at - 1)] : -1;
   }
   int next_group(int group, int mb) const {
-    int g = group + 1;
-    while (g < groups() && !visits(g, mb)) ++g;
-    return g < groups() ? g : -1;
+    if (paths.empty()) return group + 1 < groups() ? group + 1 : -1;
+    const int at = path_position(group, mb);
+    const std::vector<int>& p = path(mb);
+    return at >= 0 && at + 1 < static_cast<int>(p.size()) ? p[static_cast<std::size_t>(at + 1)]
+                                                          : -1;
   }
+  // Where group g sits on micro-batch mb's path (-1: skipped); g itself without paths.
+  int path_position(int group, int mb) const {
+    if (paths.empty()) return group;
+    const std::vector<int>& p = path(mb);
+    for (std::size_t i = 0; i < p.size(); ++i)
+      if (p[i] == group) return static_cast<int>(i);
+    return -1;
+  }
+  const std::vector<int>& path(int mb) const { return paths[static_cast<std::size_t>(mb)]; }
   // Inline: the executor asks these for every op.
   int group_of(int rank, int chunk) const {
     if (placement == Placement::VShape) return chunk == 0 ? rank : 2 * stages - 1 - rank;

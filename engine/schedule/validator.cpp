@@ -242,27 +242,38 @@ void check_slices(const Schedule& s) {
   }
 }
 
-// Partial pipelining (Schedule::skipped): one flag per (micro-batch, group), and every path
-// keeps the first and last groups, which hold the embedding and the loss.
-void check_skips(const Schedule& s) {
-  if (s.skipped.empty()) return;
-  const auto cells =
-      static_cast<std::size_t>(s.microbatches) * static_cast<std::size_t>(s.groups());
-  if (s.skipped.size() != cells)
-    fail(s, "has " + std::to_string(s.skipped.size()) + " skip flags for " +
-                std::to_string(s.microbatches) + " micro-batches x " + std::to_string(s.groups()) +
-                " layer groups");
+// Partial pipelining (Schedule::paths): one path per micro-batch, each a list of distinct layer
+// groups that starts with the first (the embedding) and ends with the last (the loss).
+void check_paths(const Schedule& s) {
+  if (s.paths.empty()) return;
+  if (s.paths.size() != static_cast<std::size_t>(s.microbatches))
+    fail(s, "has " + std::to_string(s.paths.size()) + " paths for " +
+                std::to_string(s.microbatches) + " micro-batches");
   if (s.vocab != VocabMode::None)
     fail(s,
          "skipped stages and vocabulary parallelism do not combine (a vocabulary barrier "
          "joins every pipeline rank)");
   if (s.slices > 1) fail(s, "skipped stages and token slices do not combine");
-  for (int mb = 0; mb < s.microbatches; ++mb)
-    for (int g : {0, s.groups() - 1})
-      if (!s.visits(g, mb))
-        fail(s, "micro-batch " + std::to_string(mb) + " skips layer group " + std::to_string(g) +
-                    " (the " + (g == 0 ? "first, with the embedding" : "last, with the loss") +
-                    "): a path keeps both ends");
+  const int last = s.groups() - 1;
+  for (int mb = 0; mb < s.microbatches; ++mb) {
+    const std::vector<int>& path = s.path(mb);
+    const std::string who = "micro-batch " + std::to_string(mb) + "'s path";
+    std::vector<char> seen(static_cast<std::size_t>(s.groups()), 0);
+    for (int g : path) {
+      if (g < 0 || g > last)
+        fail(s,
+             who + " names layer group " + std::to_string(g) + " of " + std::to_string(s.groups()));
+      if (seen[static_cast<std::size_t>(g)]++)
+        fail(s, who + " visits layer group " + std::to_string(g) + " twice");
+    }
+    if (path.empty() || path.front() != 0)
+      fail(s, who +
+                  " does not start with layer group 0 (the first, with the embedding): a path "
+                  "keeps both ends");
+    if (path.back() != last)
+      fail(s, who + " does not end with layer group " + std::to_string(last) +
+                  " (the last, with the loss): a path keeps both ends");
+  }
 }
 
 // Layered gradient reduction (OpKind::R): none, or one per layer group, each on the group's rank
@@ -312,7 +323,7 @@ void check_reductions(const Schedule& s) {
 
 void validate_structure(const Schedule& s) {
   check_shape(s);
-  check_skips(s);
+  check_paths(s);
   const OpCounts counts = count_ops(s);
   check_every_pass_present(s, counts);
   check_pairs(s);

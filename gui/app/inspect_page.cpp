@@ -15,6 +15,8 @@
 
 #include "db/store/run_layout.hpp"
 #include "db/store/run_match.hpp"
+#include "gui/app/expert_load_chart.hpp"
+#include "gui/core/expert_load_series.hpp"
 #include "gui/timeline/timeline_widget.hpp"
 
 namespace pipetune::gui {
@@ -78,8 +80,13 @@ QSplitter* InspectPage::build_panes() {
   details_->setPlaceholderText(
       "Click a block or select a range for details; compare two runs "
       "for the per-stage diff.");
+  auto* right = new QSplitter(Qt::Vertical);
+  right->addWidget(details_);
+  expert_load_ = new ExpertLoadChart;
+  expert_load_->hide();
+  right->addWidget(expert_load_);
   upper->addWidget(table_);
-  upper->addWidget(details_);
+  upper->addWidget(right);
   upper->setStretchFactor(0, 3);
   upper->setStretchFactor(1, 2);
   split->addWidget(upper);
@@ -123,6 +130,15 @@ void InspectPage::connect_workspace() {
       });
   connect(workspace_, &WorkspaceModel::load_failed, this,
           [this](qint64, QString message) { show_message(message, true); });
+  connect(workspace_, &WorkspaceModel::expert_load_loaded, this,
+          [this](qint64 id, std::shared_ptr<const profiler::analysis::ExpertLoad> load,
+                 QString message) {
+            if (id != opened_id_) return;  // another run was opened since
+            if (!message.isEmpty()) show_message("Expert load: " + message, true);
+            ExpertLoadSeries series = expert_load_series(*load);
+            expert_load_->setVisible(!series.empty());
+            expert_load_->set_series(std::move(series));
+          });
 }
 
 // The timeline's errors as messages; a clicked block or selected range in the details.
@@ -153,6 +169,10 @@ void InspectPage::open_row(int row) {
   if (row < 0 || row >= workspace_->rowCount()) return;
   const db::RunRecord& run = workspace_->run_at(row);
   timeline_->open_run(workspace_->path(), run.id);
+  // Only training runs record routing statistics.
+  opened_id_ = run.id;
+  expert_load_->hide();
+  if (run.kind == profiler::TraceKind::Measured) workspace_->load_expert_load(run.id);
   const QString note = running_run_note(run);
   show_message(note.isEmpty() ? "Showing " + run_title(run) : note, false);
 }

@@ -1,5 +1,6 @@
 // Inspect: open a workspace (.db), browse its runs, open any run (simulated, measured,
 // imported) in the timeline, and compare two runs (stacked, aligned, with the per-stage diff).
+// An MoE training run also shows its expert load per step (the routing statistics it recorded).
 // Every read goes through WorkspaceModel's workers or the timeline's own; errors (not a
 // workspace, a run still being written) appear as a message in the page.
 #pragma once
@@ -18,6 +19,7 @@ class QTableView;
 
 namespace pipetune::gui {
 
+class ExpertLoadChart;
 class TimelineWidget;
 
 class InspectPage : public QWidget {
@@ -34,6 +36,8 @@ class InspectPage : public QWidget {
   QTableView* table() const { return table_; }
   TimelineWidget* timeline() const { return timeline_; }
   QPlainTextEdit* details() const { return details_; }
+  // Shown under the details while the opened run has MoE routing statistics.
+  ExpertLoadChart* expert_load_chart() const { return expert_load_; }
 
  private:
   QHBoxLayout* build_toolbar();
@@ -51,6 +55,8 @@ class InspectPage : public QWidget {
   QLabel* message_ = nullptr;
   TimelineWidget* timeline_ = nullptr;
   QPlainTextEdit* details_ = nullptr;
+  ExpertLoadChart* expert_load_ = nullptr;
+  std::int64_t opened_id_ = -1;  // the run open in the timeline (its expert load is awaited)
   // A comparison loads both runs whole (the per-stage diff needs them in memory): the ids
   // awaited and what has arrived.
   std::int64_t compare_ids_[2] = {-1, -1};

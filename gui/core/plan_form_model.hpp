@@ -48,7 +48,7 @@ enum class PlanField {
   // dp is shared, so stage s holds stage_tp[s] * dp GPUs; Tp may be left empty (the first entry).
   StageTp,
   Slices,            // terapipe's token slices per micro-batch; "" = the schedule's default
-  SkipRatio,         // skippipe's share of stages a micro-batch skips; "" = its default
+  SkipRatio,         // skippipe(-ca)'s share of stages a micro-batch skips; "" = its default
   LayeredReduction,  // "true" / "false": each layer group's DP reduction as its backward ends
   Modular,           // "true" / "false": one layer per group (chunks = layers / pp; --modular)
 };

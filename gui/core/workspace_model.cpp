@@ -122,6 +122,27 @@ void WorkspaceModel::load_run(std::int64_t run_id) {
   });
 }
 
+void WorkspaceModel::load_expert_load(std::int64_t run_id) {
+  const std::string path = path_.toStdString();
+  run_on_worker([this, path, run_id] {
+    auto load = std::make_shared<profiler::analysis::ExpertLoad>();
+    QString message;
+    try {
+      db::Workspace ws(path);
+      profiler::Trace counters;  // the names and counters are all the statistics need
+      counters.names = ws.names(run_id);
+      counters.counters = ws.counters(run_id);
+      *load = profiler::analysis::expert_load(counters);
+    } catch (const std::exception& e) {
+      message = QString::fromStdString(e.what());
+    }
+    inbox_.post([this, run_id, load, message] {
+      --pending_;
+      emit expert_load_loaded(run_id, load, message);
+    });
+  });
+}
+
 int WorkspaceModel::rowCount(const QModelIndex& parent) const {
   return parent.isValid() ? 0 : static_cast<int>(runs_.size());
 }

@@ -1,5 +1,6 @@
 // WorkspaceModel: the Inspect view's runs list. Opens a workspace (.db) and lists its runs (id,
-// kind, name, status, iteration time, spans); loads a whole run for comparison. Every database
+// kind, name, status, iteration time, spans); loads a whole run for comparison, and a run's MoE
+// routing statistics. Every database
 // read runs on a worker thread (a workspace another process is writing may make SQLite wait),
 // so the GUI thread never blocks; results come back as signals. A file that is not a pipetune
 // workspace gives the store's one-line message, never a crash.
@@ -15,6 +16,7 @@
 
 #include "db/store/store_types.hpp"
 #include "gui/core/gui_inbox.hpp"
+#include "profiler/analysis/expert_load.hpp"
 #include "profiler/trace.hpp"
 
 namespace pipetune::gui {
@@ -39,6 +41,10 @@ class WorkspaceModel : public QAbstractTableModel {
 
   // Loads a whole run on a worker: run_loaded() or load_failed() follows.
   void load_run(std::int64_t run_id);
+  // Reads a run's MoE routing statistics (its counters, not its spans) on a worker:
+  // expert_load_loaded() follows, with an empty load for a run that has none (a dense model, a
+  // simulation) and for one whose statistics cannot be read (its error in `message`).
+  void load_expert_load(std::int64_t run_id);
 
   int rowCount(const QModelIndex& parent = {}) const override;
   int columnCount(const QModelIndex& parent = {}) const override;
@@ -56,6 +62,9 @@ class WorkspaceModel : public QAbstractTableModel {
   void run_loaded(qint64 run_id, std::shared_ptr<const pipetune::profiler::Trace> trace,
                   QString title, QString note);
   void load_failed(qint64 run_id, QString message);
+  void expert_load_loaded(qint64 run_id,
+                          std::shared_ptr<const pipetune::profiler::analysis::ExpertLoad> load,
+                          QString message);
 
  private:
   // Runs fn on a worker thread; finished workers are joined by the next call or the destructor.

@@ -259,15 +259,17 @@ TEST(HostileAnswers, NonFiniteOrNonPositiveLearningRatesAreRefused) {
 }
 
 TEST(HostileAnswers, ScheduleOptionsASheduleDoesNotReadAreRefused) {
-  // --memory-limit bounds zb-h2 and zb-v only; 1f1b ignored it.
+  // --memory-limit bounds zb-h2, zb-v and skippipe-ca only; 1f1b ignored it.
   for (const char* schedule : {"1f1b", "gpipe", "interleaved-1f1b", "zb-h1", "v-half"})
     expect_refused({"simulate", "--schedule", schedule, "--stages", "4", "--microbatches", "8",
                     "--memory-limit", "3", "--no-db", "--no-gantt"},
-                   std::string("applies to the memory-bounded schedules zb-h2 and zb-v only, "
-                               "not ") +
+                   std::string("applies to the memory-bounded schedules zb-h2, zb-v and "
+                               "skippipe-ca only, not ") +
                        schedule);
   expect_ok({"simulate", "--schedule", "zb-h2", "--stages", "4", "--microbatches", "8",
              "--memory-limit", "6", "--no-db", "--no-gantt"});
+  expect_ok({"simulate", "--schedule", "skippipe-ca", "--stages", "4", "--microbatches", "8",
+             "--memory-limit", "2", "--no-db", "--no-gantt"});
   // group_size: interleaved-1f1b's only, from the command line and from a run file alike.
   expect_refused({"simulate", "--schedule", "1f1b", "--stages", "4", "--microbatches", "8",
                   "--group-size", "2", "--no-db"},

@@ -2,6 +2,12 @@
 
 namespace pipetune::tuner {
 
+double MoeImbalance::at(int ep) const {
+  if (ep <= 1) return 1.0;
+  const auto it = by_ep.find(ep);
+  return it != by_ep.end() ? it->second : any_ep;
+}
+
 ExecutionOptions cpu_engine_execution() {
   ExecutionOptions x;
   x.flash_attention = true;  // causal half only, timed by the attention efficiency

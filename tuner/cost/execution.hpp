@@ -4,12 +4,24 @@
 // runs set the fields that differ (see tests/tuner/validation for published runs).
 #pragma once
 
+#include <map>
 #include <optional>
 
 #include "engine/spec/hardware_spec.hpp"
 #include "engine/spec/run_spec.hpp"
 
 namespace pipetune::tuner {
+
+// MoE routing imbalance: the tokens the busiest expert-parallel rank of an MoE layer gets, over
+// the mean rank's. A step waits for that rank's expert GEMMs and all-to-all, so they cost this
+// many times the even split's. One rank holding every expert (ep 1) computes every token whatever
+// the routing: 1 there. From a measured run (`pipetune report` reads a training run's tokens per
+// expert), the factor at each ep the experts' split allows; else one value for every ep > 1.
+struct MoeImbalance {
+  double any_ep = 1.0;          // >= 1: for an ep not in by_ep
+  std::map<int, double> by_ep;  // ep -> factor (>= 1)
+  double at(int ep) const;
+};
 
 struct ExecutionOptions {
   // Fused attention (FlashAttention, cuDNN): no s^2 score tensors in memory, attention FLOPs
@@ -48,6 +60,10 @@ struct ExecutionOptions {
   int activation_bytes = 2;          // bf16 / fp16 activations and TP, PP, EP messages
   int gradient_reduce_bytes = 4;     // DP gradient reduction in fp32 (Megatron's bf16 default)
   double moe_capacity_factor = 0.0;  // > 0: expert compute and all-to-all padded to capacity
+  // Without a capacity (no token dropped), the busiest EP rank's share of the expert work: its
+  // expert GEMMs and all-to-all cost moe_imbalance.at(ep) times the even split's. With one,
+  // every expert computes its padded capacity whatever the routing, and the factor is unused.
+  MoeImbalance moe_imbalance;
   // GEMMs / attention on a GPU's fp32 units (HardwareSpec::fp32_peak_flops) instead of its
   // bf16 tensor cores (peak_flops): the CUDA engine in fp32. No effect on a CPU.
   bool fp32_gemms = false;

@@ -89,6 +89,9 @@ struct LayerDims {
   double ne;              // LayerNorm / dropout elements per device
   double matrices;        // MLP weight matrices (3 when gated)
   double routed;          // experts each token is routed to (1 in a dense layer)
+  // Of those, the rows the busiest expert-parallel rank computes per token of the mean rank's:
+  // routed times the routing imbalance (ExecutionOptions::moe_imbalance), routed with a capacity.
+  double expert_rows;
 };
 
 LayerDims layer_dims(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
@@ -102,6 +105,8 @@ LayerDims layer_dims(const spec::ModelSpec& model, const spec::ParallelPlan& pla
   d.ne = d.n * d.h / (d.sp ? d.t : 1.0);
   d.matrices = model.activation == spec::Activation::Swiglu ? 3.0 : 2.0;
   d.routed = moe_layer ? routed_experts(model, exec) : 1.0;
+  d.expert_rows = d.routed;
+  if (moe_layer && exec.moe_capacity_factor <= 0.0) d.expert_rows *= exec.moe_imbalance.at(plan.ep);
   return d;
 }
 
@@ -112,7 +117,7 @@ Work layer_gemms(const LayerDims& d, const spec::ModelSpec& model, const spec::P
   Work gemms;
   gemms.gemm_flops = 2.0 * n * h * (h + 2.0 * d.kv) / t + 2.0 * n * h * h / t;
   gemms.gemm_count = 2.0;
-  gemms.gemm_flops += 2.0 * n * h * d.f * d.matrices * d.routed / t;
+  gemms.gemm_flops += 2.0 * n * h * d.f * d.matrices * d.expert_rows / t;
   if (moe_layer) {
     const double local_experts = as_d(model.experts) / plan.ep;
     gemms.gemm_count += 2.0 * local_experts;
@@ -180,7 +185,7 @@ PassWork transformer_layer_work(const spec::ModelSpec& model, const spec::Parall
   const auto [scores_forward, scores_backward] = attention_scores(d, model, plan, exec);
 
   Work elementwise;
-  const double mlp_elements = n * d.f * d.routed / t;
+  const double mlp_elements = n * d.f * d.expert_rows / t;
   elementwise.memory_bytes =
       d.ne * (10.0 * w + 2.0) + mlp_elements * (d.matrices == 3.0 ? 3.0 : 2.0) * w;
   if (moe_layer)
@@ -189,7 +194,7 @@ PassWork transformer_layer_work(const spec::ModelSpec& model, const spec::Parall
   const auto [tp_forward, tp_backward] = tensor_parallel_comm(d, plan);
   Work ep;
   if (moe_layer && plan.ep > 1) {
-    ep.ep_all_to_all_bytes = 2.0 * n * d.routed * h * w / (d.sp ? t : 1.0);
+    ep.ep_all_to_all_bytes = 2.0 * n * d.expert_rows * h * w / (d.sp ? t : 1.0);
     ep.ep_all_to_all_count = 2.0;
   }
 

@@ -18,7 +18,7 @@ PipeliningSchedule pipelining_actions(const schedule::Schedule& s) {
     throw InputError("schedule '" + s.name +
                      "' cuts each micro-batch into token slices: torch.distributed.pipelining's "
                      "actions carry whole micro-batches");
-  if (!s.skipped.empty())
+  if (s.partial())
     throw InputError("schedule '" + s.name +
                      "' lets micro-batches skip stages: torch.distributed.pipelining runs every "
                      "micro-batch through every stage");

@@ -31,6 +31,7 @@ const std::vector<Entry>& entries() {
       {"dualpipe-v", generate_dualpipe_v},
       {"terapipe", generate_terapipe},
       {"skippipe", generate_skippipe},
+      {"skippipe-ca", generate_skippipe_ca},
       {"layered", generate_layered},
   };
   return table;
@@ -86,7 +87,8 @@ int default_chunks(std::string_view name) {
 }
 
 bool uses_costs(std::string_view name, VocabMode vocab) {
-  return vocab != VocabMode::None || name == "zb-h1" || name == "zb-h2" || name == "zb-v";
+  return vocab != VocabMode::None || name == "zb-h1" || name == "zb-h2" || name == "zb-v" ||
+         name == "skippipe-ca";
 }
 
 bool supports_slices(std::string_view name) {
@@ -105,7 +107,7 @@ int slice_count(std::string_view name, int slices, const std::vector<int>& slice
 }
 
 bool skips_stages(std::string_view name) {
-  return name == "skippipe";
+  return name == "skippipe" || name == "skippipe-ca";
 }
 
 bool has_overlapped_pairs(std::string_view name) {
@@ -168,16 +170,18 @@ Schedule generate(const GeneratorParams& params) {
                         "a micro-batch group size (" + std::to_string(params.group_size) +
                             ") applies to interleaved-1f1b only, not " + params.name);
   if (params.skip_ratio && !skips_stages(params.name))
-    throw ScheduleError({"plan.skip_ratio", "plan.schedule"},
-                        "a skip ratio applies to skippipe only, not " + params.name);
+    throw ScheduleError(
+        {"plan.skip_ratio", "plan.schedule"},
+        "a skip ratio applies to skippipe and skippipe-ca only, not " + params.name);
   if (params.skip_ratio && !(*params.skip_ratio >= 0.0 && *params.skip_ratio < 1.0))  // nan too
     throw ScheduleError({"plan.skip_ratio"},
                         "the skip ratio is the fraction of stages a micro-batch skips: at least 0 "
                         "and below 1");
-  if (params.memory_limit > 0.0 && params.name != "zb-h2" && params.name != "zb-v")
+  if (params.memory_limit > 0.0 && params.name != "zb-h2" && params.name != "zb-v" &&
+      params.name != "skippipe-ca")
     throw ScheduleError(
-        "an activation memory limit applies to the memory-bounded schedules zb-h2 and zb-v "
-        "only, not " +
+        "an activation memory limit applies to the memory-bounded schedules zb-h2, zb-v and "
+        "skippipe-ca only, not " +
         params.name);
   if (params.slices < 0)
     throw ScheduleError({"plan.slices"},

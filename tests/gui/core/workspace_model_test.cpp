@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -249,6 +250,43 @@ TEST(WorkspaceModel, ARunAnotherProcessIsWritingThenACrashedOne) {
   ASSERT_TRUE(o.ok) << o.message.toStdString();
   EXPECT_EQ(m.data(m.index(0, WorkspaceModel::Status)).toString(), "interrupted");
   EXPECT_GT(m.run_at(0).span_count, 0);
+}
+
+// A training run's routing statistics load from its counters alone; a run without them loads an
+// empty load.
+TEST(WorkspaceModel, LoadsARunsExpertLoad) {
+  test::test_core_app();
+  TempDir dir;
+  const std::string path = dir.file("ws.db");
+  profiler::Trace measured = simulated_trace();
+  measured.kind = profiler::TraceKind::Measured;
+  for (int step = 0; step < 3; ++step)
+    for (int e = 0; e < 2; ++e)
+      measured.counters.push_back({0,
+                                   measured.intern(profiler::analysis::expert_tokens_counter(5, e)),
+                                   1000 * (step + 1), static_cast<double>(e == 0 ? 3 + step : 1)});
+  const std::int64_t moe =
+      db::store_trace(path, {profiler::TraceKind::Measured, "moe", "{}", "{}"}, measured);
+  const std::int64_t dense = db::store_trace(
+      path, {profiler::TraceKind::Simulated, "dense", "{}", "{}"}, simulated_trace());
+  WorkspaceModel m;
+  ASSERT_TRUE(open_and_wait(m, path).ok);
+  std::map<qint64, std::shared_ptr<const profiler::analysis::ExpertLoad>> got;
+  QObject::connect(
+      &m, &WorkspaceModel::expert_load_loaded,
+      [&](qint64 id, std::shared_ptr<const profiler::analysis::ExpertLoad> load, QString message) {
+        EXPECT_TRUE(message.isEmpty()) << message.toStdString();
+        got[id] = std::move(load);
+      });
+  m.load_expert_load(moe);
+  m.load_expert_load(dense);
+  ASSERT_TRUE(test::process_events_until([&] { return got.size() == 2; }));
+  const profiler::analysis::ExpertLoad& load = *got.at(moe);
+  ASSERT_EQ(load.steps.size(), 3u);
+  EXPECT_EQ(load.experts, 2);
+  EXPECT_EQ(load.steps[2].layers.at(0).layer, 5);
+  EXPECT_EQ(load.steps[2].layers.at(0).tokens, (std::vector<std::int64_t>{5, 1}));
+  EXPECT_TRUE(got.at(dense)->empty());
 }
 
 TEST(WorkspaceModel, NotAWorkspaceGivesTheStoresMessage) {

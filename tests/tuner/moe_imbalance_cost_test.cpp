@@ -1,0 +1,85 @@
+// The routing imbalance in the cost model (ExecutionOptions::moe_imbalance): the busiest
+// expert-parallel rank's expert GEMMs and all-to-all grow by the factor, worked out by hand from
+// the layer's shapes; nothing changes on one rank holding every expert, with a capacity (padded
+// experts), or in a dense layer; a measured factor per ep takes precedence over the one for any
+// ep; and a plan predicts slower by the imbalance, not faster.
+#include <gtest/gtest.h>
+
+#include "engine/spec/load.hpp"
+#include "tuner/cost/execution.hpp"
+#include "tuner/cost/work.hpp"
+#include "tuner/predict/evaluate.hpp"
+
+namespace pipetune::tuner {
+namespace {
+
+spec::ModelSpec mixtral() {
+  spec::ModelSpec m = spec::load_model("mixtral-8x7b");
+  spec::apply_defaults(m);
+  return m;
+}
+
+spec::ParallelPlan plan(int ep) {
+  spec::ParallelPlan p;
+  p.tp = 1;
+  p.pp = 1;
+  p.dp = 8;
+  p.ep = ep;
+  p.micro_batch_size = 1;
+  p.microbatches = 8;
+  p.schedule = "1f1b";
+  spec::apply_defaults(p);
+  return p;
+}
+
+TEST(MoeImbalanceCost, TheBusiestRanksExpertGemmsAndAllToAllGrowByTheFactor) {
+  const spec::ModelSpec m = mixtral();
+  ExecutionOptions even = default_execution(spec::load_hardware("h100-sxm"));
+  ExecutionOptions skewed = even;
+  skewed.moe_imbalance.any_ep = 1.5;
+  const PassWork a = transformer_layer_work(m, plan(4), even, true);
+  const PassWork b = transformer_layer_work(m, plan(4), skewed, true);
+  // The expert GEMMs: 2 n h f x (3 SwiGLU matrices) x top_k per token; half of them again.
+  const double n = static_cast<double>(m.seq_len), h = static_cast<double>(m.hidden),
+               f = static_cast<double>(m.ffn_hidden), k = static_cast<double>(m.top_k);
+  EXPECT_NEAR(b.forward.gemm_flops - a.forward.gemm_flops, 0.5 * 2.0 * n * h * f * 3.0 * k,
+              1e-9 * a.forward.gemm_flops);
+  EXPECT_DOUBLE_EQ(b.forward.ep_all_to_all_bytes, 1.5 * a.forward.ep_all_to_all_bytes);
+  EXPECT_DOUBLE_EQ(b.forward.ep_all_to_all_count, a.forward.ep_all_to_all_count);
+  EXPECT_DOUBLE_EQ(b.weight_grad.gemm_flops - a.weight_grad.gemm_flops,
+                   b.forward.gemm_flops - a.forward.gemm_flops);
+  // One rank holding every expert, a dense layer and padded experts: no change.
+  EXPECT_DOUBLE_EQ(transformer_layer_work(m, plan(1), skewed, true).forward.gemm_flops,
+                   transformer_layer_work(m, plan(1), even, true).forward.gemm_flops);
+  EXPECT_DOUBLE_EQ(transformer_layer_work(m, plan(4), skewed, false).forward.gemm_flops,
+                   transformer_layer_work(m, plan(4), even, false).forward.gemm_flops);
+  even.moe_capacity_factor = skewed.moe_capacity_factor = 1.25;
+  EXPECT_DOUBLE_EQ(transformer_layer_work(m, plan(4), skewed, true).forward.gemm_flops,
+                   transformer_layer_work(m, plan(4), even, true).forward.gemm_flops);
+}
+
+TEST(MoeImbalanceCost, AMeasuredFactorPerEpComesFirst) {
+  MoeImbalance u;
+  u.any_ep = 1.2;
+  u.by_ep = {{2, 1.1}, {8, 1.7}};
+  EXPECT_DOUBLE_EQ(u.at(1), 1.0);
+  EXPECT_DOUBLE_EQ(u.at(2), 1.1);
+  EXPECT_DOUBLE_EQ(u.at(4), 1.2);
+  EXPECT_DOUBLE_EQ(u.at(8), 1.7);
+}
+
+TEST(MoeImbalanceCost, AnImbalancedRoutingPredictsASlowerIteration) {
+  const spec::ModelSpec m = mixtral();
+  const spec::ParallelPlan p = plan(8);
+  const spec::ClusterSpec c = spec::make_cluster(spec::load_hardware("h100-sxm"), 8);
+  EvaluateOptions o;
+  o.execution = default_execution(c.hardware);
+  const double even = evaluate_plan(m, c, p, o).iteration_time;
+  o.execution->moe_imbalance.any_ep = 1.4;
+  const double skewed = evaluate_plan(m, c, p, o).iteration_time;
+  EXPECT_GT(skewed, even * 1.05);
+  EXPECT_LT(skewed, even * 1.4);  // attention, the dense parts and the optimizer do not grow
+}
+
+}  // namespace
+}  // namespace pipetune::tuner
