@@ -91,6 +91,14 @@ QHBoxLayout* TunePage::build_target_row() {
   reroute_->setToolTip(
       "Each stage's data-parallel replicas take a failed or slow one's micro-batches (SWARM), "
       "for the failure rate and the cluster's faults (pipetune tune --reroute)");
+  moe_imbalance_ = new QLineEdit;
+  moe_imbalance_->setObjectName("tune_moe_imbalance");
+  moe_imbalance_->setMaximumWidth(60);
+  moe_imbalance_->setPlaceholderText("1");
+  moe_imbalance_->setToolTip(
+      "MoE routing: the busiest expert-parallel rank's tokens over the mean rank's (>= 1; "
+      "pipetune report gives a training run's); its expert GEMMs and all-to-all cost that much "
+      "more (pipetune tune --moe-imbalance)");
   for (auto [label, w] : {std::pair<const char*, QWidget*>{"Model", model_},
                           {"Cluster", cluster_},
                           {"Hardware", hardware_},
@@ -99,7 +107,8 @@ QHBoxLayout* TunePage::build_target_row() {
                           {"Schedules", schedules_},
                           {"Keep", keep_},
                           {"Failures/dev-h", failure_rate_},
-                          {"", reroute_}}) {
+                          {"", reroute_},
+                          {"MoE imbalance", moe_imbalance_}}) {
     target->addWidget(new QLabel(label));
     target->addWidget(w);
   }
@@ -342,6 +351,14 @@ bool TunePage::start_search() {
     }
   }
   r.failures.reroute = reroute_->isChecked();
+  if (!moe_imbalance_->text().trimmed().isEmpty()) {
+    bool ok_imbalance = false;
+    r.moe_imbalance = moe_imbalance_->text().trimmed().toDouble(&ok_imbalance);
+    if (!ok_imbalance) {
+      show_error("the MoE imbalance must be a number >= 1 (got '" + moe_imbalance_->text() + "')");
+      return false;
+    }
+  }
   timeline_->clear();
   scatter_->set_points({}, {});
   pruned_->clear();

@@ -88,6 +88,7 @@ class TunePage : public QWidget {
   QLineEdit* keep_ = nullptr;
   QLineEdit* failure_rate_ = nullptr;  // unreliable peers: failures per device-hour; "" = none
   QCheckBox* reroute_ = nullptr;
+  QLineEdit* moe_imbalance_ = nullptr;  // MoE routing: busiest EP rank / mean; "" = even
   QPushButton* start_ = nullptr;
   QPushButton* cancel_ = nullptr;
   QProgressBar* progress_ = nullptr;

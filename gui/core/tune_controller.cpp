@@ -4,6 +4,7 @@
 #include "tuner/search/tuning_target.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <nlohmann/json.hpp>
 
@@ -79,6 +80,15 @@ bool TuneController::start(const TuneRequest& request) {
   try {
     space = tune_space(request);
     options = tuner::search_options(space.cluster, request.failures);
+    if (!(request.moe_imbalance >= 1.0) || !std::isfinite(request.moe_imbalance))
+      throw InputError(
+          "the MoE imbalance must be a finite number >= 1 (the busiest rank's "
+          "tokens over the mean), got " +
+          std::to_string(request.moe_imbalance));
+    if (request.moe_imbalance > 1.0) {
+      if (!options.execution) options.execution = tuner::default_execution(space.cluster.hardware);
+      options.execution->moe_imbalance.any_ep = request.moe_imbalance;
+    }
   } catch (const std::exception& e) {
     error_ = QString::fromStdString(e.what());
     return false;

@@ -51,6 +51,9 @@ struct TuneRequest {
   // Unreliable peers: rank by expected throughput under this failure rate (`tune
   // --failure-rate`), and re-route failed or slow replicas' micro-batches (`--reroute`).
   tuner::FailureModel failures{0.0, 600.0, false};
+  // MoE routing: the busiest expert-parallel rank's tokens over the mean rank's, for every
+  // ep > 1 (`tune --moe-imbalance`); 1 = even.
+  double moe_imbalance = 1.0;
 };
 
 using TuneTarget = tuner::ResolvedTarget;

@@ -187,7 +187,39 @@ TEST(TuneController, BadRequestsAreRefusedWithTheRule) {
   r.failures.rate_per_device_hour = -1.0;
   EXPECT_FALSE(c.start(r));
   EXPECT_EQ(c.error_message(), "the failure rate must be a finite number >= 0");
+  r = small_request();
+  r.moe_imbalance = 0.5;
+  EXPECT_FALSE(c.start(r));
+  EXPECT_NE(c.error_message().indexOf("the MoE imbalance must be a finite number >= 1"), -1)
+      << c.error_message().toStdString();
   EXPECT_FALSE(c.running());
+}
+
+// A routing imbalance ranks as `pipetune tune --moe-imbalance` does: each plan's prediction with
+// the busiest expert-parallel rank's work grown by the factor.
+TEST(TuneController, PricesAnMoeRoutingImbalance) {
+  test::test_core_app();
+  TempDir dir;
+  TuneController c;
+  c.set_workspace(dir.qfile("ws.db"));
+  TuneRequest request = small_request();
+  request.model_preset = "mixtral-8x7b";
+  request.gpus = 16;
+  request.schedules = {"1f1b"};
+  request.moe_imbalance = 1.5;
+  const Finished f = run_search(c, request);
+  ASSERT_FALSE(f.cancelled) << f.message.toStdString();
+  const TuneTarget t = resolve_tune_target(request);
+  const tuner::ScoredPlan& best = c.results()->plan_at(0);
+  tuner::EvaluateOptions skewed;
+  skewed.execution = tuner::default_execution(t.cluster.hardware);
+  skewed.execution->moe_imbalance.any_ep = 1.5;
+  EXPECT_DOUBLE_EQ(best.score.iteration_time,
+                   tuner::evaluate_plan(t.model, t.cluster, best.plan, skewed).iteration_time);
+  if (best.plan.ep > 1) {
+    EXPECT_GT(best.score.iteration_time,
+              tuner::evaluate_plan(t.model, t.cluster, best.plan).iteration_time);
+  }
 }
 
 // Under a failure rate the GUI ranks as `pipetune tune --failure-rate` does: by the expected
