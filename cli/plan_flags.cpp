@@ -8,7 +8,8 @@
 namespace pipetune::cli {
 
 bool PlanFlags::any_given() const {
-  return tp || pp || dp || ep || chunks || microbatches || micro_batch_size || zero || slices;
+  return tp || pp || dp || ep || chunks || microbatches || micro_batch_size || zero || slices ||
+         moe_chunks;
 }
 
 void PlanFlags::check_counts() const {
@@ -19,7 +20,8 @@ void PlanFlags::check_counts() const {
                                {chunks, "--chunks"},
                                {microbatches, "--microbatches"},
                                {micro_batch_size, "--micro-batch-size"},
-                               {slices, "--slices"}});
+                               {slices, "--slices"},
+                               {moe_chunks, "--moe-chunks"}});
 }
 
 void PlanFlags::apply_to(spec::ParallelPlan& plan) const {
@@ -33,6 +35,7 @@ void PlanFlags::apply_to(spec::ParallelPlan& plan) const {
   if (micro_batch_size) plan.micro_batch_size = *micro_batch_size;
   if (zero) plan.zero_stage = *zero;
   if (slices) plan.slices = *slices;
+  if (moe_chunks) plan.moe_chunks = *moe_chunks;
 }
 
 void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help) {
@@ -48,6 +51,7 @@ void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help) {
   add("--micro-batch-size", flags.micro_batch_size, help.micro_batch_size);
   add("--zero", flags.zero, help.zero);
   add("--slices", flags.slices, help.slices);
+  add("--moe-chunks", flags.moe_chunks, help.moe_chunks);
 }
 
 std::vector<spec::Recompute> parse_stage_recompute_flag(const std::string& text, int pp) {

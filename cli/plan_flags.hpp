@@ -15,7 +15,8 @@
 namespace pipetune::cli {
 
 struct PlanFlags {
-  std::optional<int> tp, pp, dp, ep, chunks, microbatches, micro_batch_size, zero, slices;
+  std::optional<int> tp, pp, dp, ep, chunks, microbatches, micro_batch_size, zero, slices,
+      moe_chunks;
 
   bool any_given() const;
   // InputError "FLAG must be at least 1, not N" for the first count given below 1.
@@ -35,6 +36,7 @@ struct PlanFlagHelp {
   const char* micro_batch_size = nullptr;
   const char* zero = nullptr;
   const char* slices = nullptr;
+  const char* moe_chunks = nullptr;
 };
 
 void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help);

@@ -399,7 +399,9 @@ void add_plan_options(CLI::App* cmd, TrainArgs* args) {
                   .zero = "ZeRO stage: 0, 1 (optimizer state sharded over DP), 2 (and gradients) "
                           "or 3 (and parameters)",
                   .slices = "terapipe: token slices per micro-batch (default: the cost model's "
-                            "choice)"});
+                            "choice)",
+                  .moe_chunks = "MoE: each layer's all-to-all in this many chunks, overlapped with "
+                                "the experts' GEMMs (default 1)"});
   cmd->add_option("--schedule", args->schedule, "Pipeline schedule");
   cmd->add_option(
       "--skip-ratio", args->skip_ratio,

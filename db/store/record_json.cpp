@@ -35,6 +35,7 @@ nlohmann::json plan_to_json(const spec::ParallelPlan& p, const std::string& voca
   if (!p.slice_tokens.empty()) j["slice_tokens"] = p.slice_tokens;
   if (p.skip_ratio) j["skip_ratio"] = *p.skip_ratio;
   if (p.layered_reduction) j["layered_reduction"] = true;
+  if (p.moe_chunks != 1) j["moe_chunks"] = p.moe_chunks;  // absent: one all-to-all each way
   // Offload: absent when off (and in plans stored before it was kept).
   if (p.offload_activations) j["offload_activations"] = true;
   if (p.offload_optimizer) j["offload_optimizer"] = true;
@@ -84,6 +85,7 @@ spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_la
     if (j.contains("slice_tokens")) p.slice_tokens = j.at("slice_tokens").get<std::vector<int>>();
     if (j.contains("skip_ratio")) p.skip_ratio = j.at("skip_ratio").get<double>();
     p.layered_reduction = j.value("layered_reduction", false);
+    p.moe_chunks = j.value("moe_chunks", 1);
     if (training) spec::apply_defaults(p);
     return p;
   } catch (const nlohmann::json::exception& e) {

@@ -40,6 +40,9 @@ struct ModelConfig {
   // gradients are those of the run without: the recomputed forward is the same ops on the same
   // inputs.
   spec::Recompute recompute = spec::Recompute::None;
+  // Chunked all-to-all (ParallelPlan::moe_chunks): each MoE layer's dispatch and combine in this
+  // many chunks of the experts' slots, overlapped with the experts' GEMMs on a collective stream.
+  int moe_chunks = 1;
 
   bool is_moe() const { return experts > 1; }
   bool is_moe_layer(std::int64_t layer) const { return experts > 1 && layer % moe_every == 0; }

@@ -5,6 +5,7 @@
 #include <span>
 
 #include "engine/model/buffers.hpp"
+#include "engine/model/moe_exchange.hpp"
 
 namespace pipetune::model {
 
@@ -63,48 +64,6 @@ MoeMlp::MoeMlp(const ModelConfig& config, const std::string& prefix, int tp_size
   }
 }
 
-void MoeMlp::to_experts(const ParallelContext& ctx, const Buffer& by_expert,
-                        std::vector<Buffer>& per_local, std::int64_t cap) const {
-  const std::int64_t C = config_.hidden, El = local_experts_, ep = ctx.ep_size;
-  const std::size_t block = static_cast<std::size_t>(cap * C);  // one expert's slots
-  const std::int64_t n = cap * C;
-  // received (ep, El, cap, C): from EP rank i, its tokens for each of my local experts.
-  Buffer received;
-  if (ep > 1) {
-    sized(received, Shape{static_cast<std::int64_t>(by_expert.size())});
-    ctx.ep_all_to_all(by_expert, received);
-  }
-  const Buffer& src = ep > 1 ? received : by_expert;
-  per_local.assign(static_cast<std::size_t>(El), {});
-  for (std::int64_t le = 0; le < El; ++le) {
-    auto& dst = per_local[static_cast<std::size_t>(le)];
-    sized(dst, Shape{ep * cap, C});  // (ep*cap, C)
-    for (std::int64_t i = 0; i < ep; ++i)
-      copy_values({src.data() + static_cast<std::size_t>(i * El + le) * block, Shape{n}},
-                  {dst.data() + static_cast<std::size_t>(i) * block, Shape{n}});
-  }
-}
-
-void MoeMlp::from_experts(const ParallelContext& ctx, const std::vector<Buffer>& per_local,
-                          Buffer& by_expert, std::int64_t cap) const {
-  const std::int64_t C = config_.hidden, El = local_experts_, ep = ctx.ep_size;
-  const std::size_t block = static_cast<std::size_t>(cap * C);
-  const std::int64_t n = cap * C;
-  Buffer gathered(static_cast<std::size_t>(ep * El) * block);  // (ep, El, cap, C)
-  for (std::int64_t le = 0; le < El; ++le)
-    for (std::int64_t i = 0; i < ep; ++i)
-      copy_values(
-          {per_local[static_cast<std::size_t>(le)].data() + static_cast<std::size_t>(i) * block,
-           Shape{n}},
-          {gathered.data() + static_cast<std::size_t>(i * El + le) * block, Shape{n}});
-  if (ep > 1) {
-    sized(by_expert, Shape{static_cast<std::int64_t>(gathered.size())});
-    ctx.ep_all_to_all(gathered, by_expert);
-  } else {
-    by_expert = std::move(gathered);
-  }
-}
-
 void MoeMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView out,
                      MoeMlpActivations& a) {
   const std::int64_t N = x.shape.rows(), C = config_.hidden, E = config_.experts, Fl = ffn_local_,
@@ -123,33 +82,49 @@ void MoeMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView o
 
   Buffer dispatched;
   be.moe_dispatch(x, a.routing, sized(dispatched, Shape{E, cap, C}));  // (E, cap, C)
-  to_experts(ctx, dispatched, a.xin, cap);
 
+  // Each local expert's rows, whole: (ep*cap, C) inputs, (ep*cap, F/tp) fc and GELU, kept for B
+  // and W; a chunk's rows are computed as they arrive (moe_exchange.hpp).
   const std::int64_t rows = ep * cap;
-  std::vector<Buffer> outs(static_cast<std::size_t>(local_experts_));
+  a.xin.assign(static_cast<std::size_t>(local_experts_), {});
   a.fc.assign(static_cast<std::size_t>(local_experts_), {});
   a.gelu.assign(static_cast<std::size_t>(local_experts_), {});
   for (std::int64_t le = 0; le < local_experts_; ++le) {
     const auto i = static_cast<std::size_t>(le);
-    const ExpertParams& e = experts_[i];
-    TensorView xin = view(a.xin[i], Shape{rows, C});  // (ep*cap, C)
-    TensorView fc = sized(a.fc[i], Shape{rows, Fl});  // (ep*cap, F/tp)
-    TensorView g = sized(a.gelu[i], Shape{rows, Fl});
-    be.linear_gelu_forward(xin, expert_->param(e.fc_w), expert_->param(e.fc_b), fc, g);
-    TensorView o = sized(outs[i], Shape{rows, C});  // (ep*cap, C) partial over TP
-    ConstTensorView bias =
-        tp_rank_ == 0 ? ConstTensorView(expert_->param(e.proj_b)) : ConstTensorView{};
-    be.linear_forward(g, expert_->param(e.proj_w), bias, o);
-    ctx.tp_all_reduce(o);
+    sized(a.xin[i], Shape{rows, C});
+    sized(a.fc[i], Shape{rows, Fl});
+    sized(a.gelu[i], Shape{rows, Fl});
   }
-  from_experts(ctx, outs, a.expert_out, cap);
+  const ExpertChunkCompute experts = [&](SlotChunk c, const std::vector<Buffer>& in,
+                                         std::vector<Buffer>& out) {
+    const std::int64_t r = ep * c.n;
+    Buffer fc_rows, gelu_rows;
+    for (std::int64_t le = 0; le < local_experts_; ++le) {
+      const auto i = static_cast<std::size_t>(le);
+      const ExpertParams& e = experts_[i];
+      TensorView fc = sized(fc_rows, Shape{r, Fl});  // (ep*n, F/tp)
+      TensorView g = sized(gelu_rows, Shape{r, Fl});
+      be.linear_gelu_forward(view(in[i], Shape{r, C}), expert_->param(e.fc_w),
+                             expert_->param(e.fc_b), fc, g);
+      TensorView o = sized(out[i], Shape{r, C});  // (ep*n, C) partial over TP
+      ConstTensorView bias =
+          tp_rank_ == 0 ? ConstTensorView(expert_->param(e.proj_b)) : ConstTensorView{};
+      be.linear_forward(g, expert_->param(e.proj_w), bias, o);
+      ctx.tp_all_reduce(o);
+      chunk_rows_to_whole(in[i], a.xin[i], ep, cap, c, C);
+      chunk_rows_to_whole(fc_rows, a.fc[i], ep, cap, c, Fl);
+      chunk_rows_to_whole(gelu_rows, a.gelu[i], ep, cap, c, Fl);
+    }
+  };
+  exchange_with_experts(ctx, E, local_experts_, C, cap, config_.moe_chunks, dispatched, experts,
+                        a.expert_out);
   be.moe_combine(view(a.expert_out, Shape{E, cap, C}), probs, a.routing, out);
 }
 
 void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, TensorView dx,
                             float aux_scale, MoeMlpActivations& a) {
   const std::int64_t N = dout.shape.rows(), C = config_.hidden, E = config_.experts,
-                     Fl = ffn_local_, cap = a.capacity, rows = ctx.ep_size * cap;
+                     Fl = ffn_local_, cap = a.capacity, ep = ctx.ep_size, rows = ep * cap;
   auto& be = ctx.be();
   Buffer dexpert_out, dprobs_buf;
   TensorView dprobs = zeros(dprobs_buf, Shape{N, E});  // (N, E)
@@ -160,21 +135,36 @@ void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, Te
   be.moe_router_backward(view(a.probs, Shape{N, E}), dprobs, dlogits);
   release(a.expert_out);
 
-  to_experts(ctx, dexpert_out, a.dout, cap);
-  std::vector<Buffer> dxin(static_cast<std::size_t>(local_experts_));
+  // Each local expert's output gradient (kept for W) and fc gradient, whole; a chunk's rows as
+  // they arrive, its input gradient back to the tokens' ranks.
+  a.dout.assign(static_cast<std::size_t>(local_experts_), {});
   a.dfc.assign(static_cast<std::size_t>(local_experts_), {});
   for (std::int64_t le = 0; le < local_experts_; ++le) {
     const auto i = static_cast<std::size_t>(le);
-    const ExpertParams& e = experts_[i];
-    TensorView dfc = sized(a.dfc[i], Shape{rows, Fl});  // (ep*cap, F/tp): gelu'(fc) (dout W)
-    be.linear_gelu_backward_input(view(a.dout[i], Shape{rows, C}), expert_->param(e.proj_w),
-                                  view(a.fc[i], Shape{rows, Fl}), dfc);
-    release(a.fc[i]);
-    be.linear_backward_input(dfc, expert_->param(e.fc_w), sized(dxin[i], Shape{rows, C}),
-                             tensor::GradientWrite::overwrite);
+    sized(a.dout[i], Shape{rows, C});
+    sized(a.dfc[i], Shape{rows, Fl});
   }
+  const ExpertChunkCompute experts = [&](SlotChunk c, const std::vector<Buffer>& in,
+                                         std::vector<Buffer>& out) {
+    const std::int64_t r = ep * c.n;
+    Buffer fc_rows, dfc_rows;
+    for (std::int64_t le = 0; le < local_experts_; ++le) {
+      const auto i = static_cast<std::size_t>(le);
+      const ExpertParams& e = experts_[i];
+      chunk_rows_from_whole(a.fc[i], fc_rows, ep, cap, c, Fl);
+      TensorView dfc = sized(dfc_rows, Shape{r, Fl});  // (ep*n, F/tp): gelu'(fc) (dout W)
+      be.linear_gelu_backward_input(view(in[i], Shape{r, C}), expert_->param(e.proj_w),
+                                    view(fc_rows, Shape{r, Fl}), dfc);
+      be.linear_backward_input(dfc, expert_->param(e.fc_w), sized(out[i], Shape{r, C}),
+                               tensor::GradientWrite::overwrite);
+      chunk_rows_to_whole(in[i], a.dout[i], ep, cap, c, C);
+      chunk_rows_to_whole(dfc_rows, a.dfc[i], ep, cap, c, Fl);
+    }
+  };
   Buffer ddispatched;
-  from_experts(ctx, dxin, ddispatched, cap);
+  exchange_with_experts(ctx, E, local_experts_, C, cap, config_.moe_chunks, dexpert_out, experts,
+                        ddispatched);
+  for (Buffer& fc : a.fc) release(fc);
   // dx, a partial over TP until the sum: the dispatch backward adds each token's expert rows.
   fill_zero(dx);
   be.moe_dispatch_backward(view(ddispatched, Shape{E, cap, C}), a.routing, dx);

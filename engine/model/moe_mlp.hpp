@@ -66,12 +66,6 @@ class MoeMlp {
   struct ExpertParams {
     int fc_w, fc_b, proj_w, proj_b;
   };
-  // (E, cap, C) <-> per-local-expert (ep*cap, C) through the EP all-to-all.
-  void to_experts(const ParallelContext& ctx, const Buffer& by_expert,
-                  std::vector<Buffer>& per_local, std::int64_t cap) const;
-  void from_experts(const ParallelContext& ctx, const std::vector<Buffer>& per_local,
-                    Buffer& by_expert, std::int64_t cap) const;
-
   ModelConfig config_;
   ParameterSet* dense_;
   ParameterSet* expert_;

@@ -6,6 +6,7 @@
 
 #include <span>
 
+#include "engine/comm/collective_stream.hpp"
 #include "engine/comm/communicator.hpp"
 #include "engine/comm/process_group.hpp"
 #include "engine/tensor/backend.hpp"
@@ -29,8 +30,11 @@ struct ParallelContext {
   // row-parallel ones.
   bool sequence_parallel = false;
   profiler::RankRecorder* recorder = nullptr;  // spans of the collectives; may be null
-  profiler::NameId all_to_all_name = 0;        // interned "all_to_all" on the recorder
-  profiler::NameId recompute_name = 0;         // interned "recompute"
+  // The rank's collective stream (collective_stream.hpp), when it has one: the chunked MoE
+  // all-to-all runs there, beside the experts' GEMMs. Null: every collective in place.
+  comm::CollectiveStream* stream = nullptr;
+  profiler::NameId all_to_all_name = 0;  // interned "all_to_all" on the recorder
+  profiler::NameId recompute_name = 0;   // interned "recompute"
 
   tensor::Backend& be() const { return *backend; }
   // Sum over the TP group (Megatron's g/f operators); nothing to do without TP.

@@ -80,6 +80,7 @@ class RankRuntime {
   void set_group_reduction(GroupReduction reduce, std::unique_ptr<ReductionWorker> worker) {
     reduce_group_ = std::move(reduce);
     reductions_ = std::move(worker);
+    ctx_.stream = reductions_.get();  // also the chunked MoE all-to-all's stream
   }
   bool reductions_overlap() const { return reductions_ != nullptr; }
   // A fault to inject (injected_fault.hpp); null for none. Must outlive the runtime.

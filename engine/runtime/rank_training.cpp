@@ -215,15 +215,16 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
                  device.start_gpu_capture(recorder_.epoch());
 }
 
-// A thread of its own when there is a group to reduce over, the rank's gradients are in host
-// memory and its communicator opens a channel (threads; MPI processes of one rank each). A
+// A thread of its own when there is a group to reduce over or an MoE all-to-all in chunks to
+// overlap, the rank's work is in host memory and its communicator opens a channel (threads; MPI
+// processes of one rank each). A
 // device's gradients are reduced on the rank's thread: overlapping them needs a second stream
 // and communicator on the device.
 std::unique_ptr<ReductionWorker> RankTraining::reduction_worker(RankDevice& device) {
-  if (!options_.overlap_reductions || !spec::reduces_per_group(plan_) ||
-      device.storage() != nullptr)
-    return nullptr;
-  if (dp_group_.size() <= 1 && edp_group_.size() <= 1) return nullptr;
+  if (!options_.overlap_reductions || device.storage() != nullptr) return nullptr;
+  const bool reduces =
+      spec::reduces_per_group(plan_) && (dp_group_.size() > 1 || edp_group_.size() > 1);
+  if (!reduces && !spec::overlaps_moe_all_to_all(plan_)) return nullptr;
   std::unique_ptr<comm::Communicator> channel = comm_.open_channel();
   if (!channel) return nullptr;
   return std::make_unique<ReductionWorker>(std::move(channel),
@@ -533,7 +534,9 @@ void RankTraining::finish() {
   mem.peak_activation_bytes = ledger.peak(profiler::MemoryCategory::Activations);
   mem.peak_offloaded_bytes = runtime_.peak_offloaded_bytes();
   mem.offloaded_optimizer_bytes = offloaded_optimizer_bytes_;
-  mem.reductions_overlapped = runtime_.reductions_overlap();
+  mem.reductions_overlapped = runtime_.reductions_overlap() && spec::reduces_per_group(plan_);
+  mem.moe_all_to_all_overlapped =
+      runtime_.reductions_overlap() && spec::overlaps_moe_all_to_all(plan_);
   std::lock_guard lock(s_.mutex);
   s_.result.ranks[static_cast<std::size_t>(rank_)] = mem;
 }

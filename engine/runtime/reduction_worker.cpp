@@ -1,5 +1,7 @@
 #include "engine/runtime/reduction_worker.hpp"
 
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace pipetune::runtime {
@@ -21,9 +23,34 @@ ReductionWorker::~ReductionWorker() {
 void ReductionWorker::submit(int chunk, Job job) {
   {
     std::lock_guard lock(mutex_);
-    queue_.emplace_back(chunk, std::move(job));
+    queue_.push_back({chunk, next_ticket_++, std::move(job)});
   }
   changed_.notify_all();
+}
+
+comm::CollectiveStream::Ticket ReductionWorker::all_to_all(const comm::ProcessGroup& group,
+                                                           std::span<const float> input,
+                                                           std::span<float> output) {
+  std::lock_guard lock(mutex_);
+  const Ticket ticket = next_ticket_++;
+  queue_.push_back({kStreamJob, ticket, [group, input, output](comm::Communicator& via) {
+                      via.all_to_all(group, input, output);
+                    }});
+  changed_.notify_all();
+  return ticket;
+}
+
+comm::CollectiveStream::Ran ReductionWorker::wait(Ticket ticket) {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return finished_ > ticket || error_; });
+  if (error_) std::rethrow_exception(error_);
+  const auto it = stream_ran_.find(ticket);
+  if (it == stream_ran_.end())
+    throw std::logic_error("collective stream: ticket " + std::to_string(ticket) +
+                           " is not an awaited collective, or was waited for already");
+  const comm::CollectiveStream::Ran ran = it->second;
+  stream_ran_.erase(it);
+  return ran;
 }
 
 std::vector<ReductionWorker::Ran> ReductionWorker::wait() {
@@ -32,8 +59,10 @@ std::vector<ReductionWorker::Ran> ReductionWorker::wait() {
   changed_.wait(lock, [&] { return queue_.empty() && !running_job_; });
   if (error_) {
     ran_.clear();
+    stream_ran_.clear();
     std::rethrow_exception(std::exchange(error_, nullptr));
   }
+  stream_ran_.clear();  // collectives nobody waited for: their owner failed or forgot them
   return std::exchange(ran_, {});
 }
 
@@ -47,6 +76,9 @@ void ReductionWorker::abandon(std::exception_ptr error) {
   // The job in hand may wait on peers whose matching jobs will never come: failing the run ends
   // that wait (and every other) with RankFailure.
   if (busy) channel_->fail_run(std::move(error));
+  // A job in hand may still write into buffers its submitter is about to free.
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return !running_job_; });
 }
 
 void ReductionWorker::run() {
@@ -54,10 +86,12 @@ void ReductionWorker::run() {
   for (;;) {
     changed_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !error_); });
     if (stopping_) return;
-    auto [chunk, job] = std::move(queue_.front());
+    Queued q = std::move(queue_.front());
     queue_.pop_front();
     running_job_ = true;
     lock.unlock();
+    const int chunk = q.chunk;
+    Job& job = q.job;
     Ran ran{chunk, now_ns_(), 0};
     std::exception_ptr failed;
     try {
@@ -71,8 +105,13 @@ void ReductionWorker::run() {
     if (failed) {
       error_ = failed;
       queue_.clear();
+      finished_ = next_ticket_;
     } else {
-      ran_.push_back(ran);
+      finished_ = q.ticket + 1;
+      if (chunk == kStreamJob)
+        stream_ran_[q.ticket] = {ran.start_ns, ran.end_ns};
+      else
+        ran_.push_back(ran);
     }
     changed_.notify_all();
   }

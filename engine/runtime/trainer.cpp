@@ -283,6 +283,7 @@ PreparedRun prepare(const TrainOptions& options) {
   p.plan = options.plan;
   spec::apply_defaults(p.plan);
   p.config.recompute = p.plan.recompute;  // each rank's RankRuntime applies its stage's own
+  p.config.moe_chunks = p.plan.moe_chunks;
   {
     spec::ModelSpec model = options.model;
     spec::apply_defaults(model);

@@ -219,6 +219,9 @@ struct RankSummary {
   // Layered gradient reduction: the R ops ran on a thread of their own, overlapping the ops after
   // them (host-memory ranks of a threads run); false when they ran on the rank's thread.
   bool reductions_overlapped = false;
+  // Chunked MoE all-to-all (moe_chunks): the chunks ran on that thread beside the experts' GEMMs;
+  // false when they ran in place.
+  bool moe_all_to_all_overlapped = false;
 };
 
 struct TrainResult {

@@ -123,7 +123,8 @@ TrainingOutcome TrainingSession::run_processes() {
 #endif
     ProcessCommunicators communicators;
     const bool with_channel =
-        o.overlap_reductions && !o.rank_device && spec::reduces_per_group(o.plan);
+        o.overlap_reductions && !o.rank_device &&
+        (spec::reduces_per_group(o.plan) || spec::overlaps_moe_all_to_all(o.plan));
     o.processes = communicators.make(groups, layout_.ranks_per_process, o.watchdog_seconds,
                                      *failures, with_channel);
     o.record_trace = false;  // a trace of every rank is the stored run's

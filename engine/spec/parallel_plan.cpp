@@ -270,6 +270,10 @@ bool reduces_per_group(const ParallelPlan& plan) {
   return plan.layered_reduction || schedule::always_reduces_per_group(plan.schedule);
 }
 
+bool overlaps_moe_all_to_all(const ParallelPlan& plan) {
+  return plan.moe_chunks > 1 && plan.ep > 1;
+}
+
 std::vector<int> even_layer_split(std::int64_t layers, int groups) {
   if (groups <= 0) return {};
   std::vector<int> split(groups, static_cast<int>(layers / groups));

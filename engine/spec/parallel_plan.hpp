@@ -28,6 +28,10 @@ enum class RankOrder { TpDpPp, TpPpDp };
 std::string_view rank_order_name(RankOrder order);  // "tp-dp-pp", "tp-pp-dp"
 RankOrder parse_rank_order(std::string_view name);  // throws SpecError listing valid names
 
+// The most all-to-all chunks a plan may cut an MoE layer's dispatch and combine into: past a
+// few, each chunk's latency outweighs what it hides.
+inline constexpr int kMaxMoeChunks = 64;
+
 struct ParallelPlan {
   int tp = 1;
   int pp = 1;
@@ -69,6 +73,10 @@ struct ParallelPlan {
   // op of the schedule (R) once the group's backward is complete, beside the backwards still to
   // come, instead of all of it after the pipeline. The layered schedule always does; ZeRO-0 only.
   bool layered_reduction = false;
+  // Chunked all-to-all (Tutel's adaptive pipelining, FSMoE): each MoE layer's dispatch and
+  // combine split into this many chunks along the experts' slots, the expert GEMMs of one chunk
+  // running while the next chunk's all-to-all is in flight. 1 = one all-to-all each way.
+  int moe_chunks = 1;
   // Placement (Holmes): the rank order, and the order in which the cluster's node groups
   // (ClusterSpec::node_groups, by index) take device slots: slot 0 is on the first node of
   // node_group_order[0]. Empty = the groups in the cluster's own order.
@@ -163,6 +171,9 @@ int modular_chunks(const ModelSpec& model, const ParallelPlan& plan);
 // Whether the plan's schedule reduces each layer group's gradients as an op (OpKind::R): it asks
 // for layered_reduction, or its schedule always does (layered).
 bool reduces_per_group(const ParallelPlan& plan);
+// Whether the plan's MoE all-to-all runs in chunks over expert parallelism (moe_chunks > 1 and
+// ep > 1), which a rank overlaps with its experts' GEMMs on a collective stream of its own.
+bool overlaps_moe_all_to_all(const ParallelPlan& plan);
 
 // `layers` split over `groups` as evenly as possible; the remainder goes one layer each to the
 // first groups (so group sizes never differ by more than one and never increase along the model).

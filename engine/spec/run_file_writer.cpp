@@ -144,6 +144,7 @@ void write_plan_table(std::ostream& out, const RunSpec& run) {
     out << "skip_ratio = " << v.str() << "\n";
   }
   if (p.layered_reduction) out << "layered_reduction = true\n";
+  if (p.moe_chunks != 1) out << "moe_chunks = " << p.moe_chunks << "\n";
   out << "rank_order = \"" << rank_order_name(p.rank_order) << "\"\n";
   int_array_key(out, "node_group_order", p.node_group_order);
   int_array_key(out, "stage_tp", p.stage_tp);

@@ -154,6 +154,10 @@ ParallelPlan read_plan(const toml::table& table, const std::string& source) {
     p.skip_ratio = *v;
   }
   if (auto v = r.boolean("layered_reduction")) p.layered_reduction = *v;
+  if (auto v = r.int32("moe_chunks")) {
+    if (*v < 1) r.fail("moe_chunks", "must be positive, got " + std::to_string(*v));
+    p.moe_chunks = *v;
+  }
   for (int t : p.slice_tokens)
     if (t < 1)
       r.fail("slice_tokens", "entry " + std::to_string(t) + " is not a slice (>= 1 token)");

@@ -469,6 +469,16 @@ void validate(const ModelSpec& model, const ParallelPlan& plan) {
                     "token slices need a dense model: an MoE layer's load-balancing loss is taken "
                     "over a whole micro-batch (experts=" +
                         shown(model.experts) + ")");
+  // Chunked all-to-all: chunks of the experts' slots, of an MoE model.
+  if (plan.moe_chunks < 1 || plan.moe_chunks > kMaxMoeChunks)
+    throw SpecError({"plan.moe_chunks"}, "moe_chunks=" + shown(std::int64_t{plan.moe_chunks}) +
+                                             " must be 1 to " + std::to_string(kMaxMoeChunks) +
+                                             " (all-to-all chunks per MoE layer)");
+  if (plan.moe_chunks > 1 && !is_moe(model))
+    throw SpecError({"plan.moe_chunks", "model.experts"},
+                    "moe_chunks=" + shown(std::int64_t{plan.moe_chunks}) +
+                        " chunks the all-to-all of MoE layers; the model has none (experts=" +
+                        shown(model.experts) + ")");
   // Layered gradient reduction all-reduces each layer group's gradients where the schedule's R op
   // stands. ZeRO-1 reduce-scatters one flat buffer whose shards cross the groups, and ZeRO-2 and 3
   // reduce each layer's gradients inside its backward already.

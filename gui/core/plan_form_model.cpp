@@ -44,7 +44,8 @@ constexpr std::array<const char*, kPlanFieldCount> kKeys = {"model",
                                                             "slices",
                                                             "skip_ratio",
                                                             "layered_reduction",
-                                                            "modular"};
+                                                            "modular",
+                                                            "moe_chunks"};
 
 std::size_t slot(PlanField f) {
   return static_cast<std::size_t>(f);
@@ -230,6 +231,8 @@ void PlanFormModel::load_run_preset(const QString& name) {
     values_[slot(PlanField::OffloadOptimizer)] = p.offload_optimizer ? "true" : "false";
     values_[slot(PlanField::LayeredReduction)] = p.layered_reduction ? "true" : "false";
     values_[slot(PlanField::Slices)] = p.slices > 0 ? QString::number(p.slices) : QString();
+    values_[slot(PlanField::MoeChunks)] =
+        p.moe_chunks != 1 ? QString::number(p.moe_chunks) : QString();
     values_[slot(PlanField::SkipRatio)] =
         p.skip_ratio ? QString::number(*p.skip_ratio, 'g', 17) : QString();
     // A global batch the plan's sizes imply stays derived, so editing them keeps it consistent.
@@ -365,6 +368,8 @@ void PlanFormModel::read_plan(spec::ParallelPlan& p) const {
   p.layered_reduction = parse_bool(text(PlanField::LayeredReduction), PlanField::LayeredReduction);
   if (!text(PlanField::Slices).isEmpty())
     p.slices = parse_int(text(PlanField::Slices), PlanField::Slices);
+  if (!text(PlanField::MoeChunks).isEmpty())
+    p.moe_chunks = parse_int(text(PlanField::MoeChunks), PlanField::MoeChunks);
   if (!text(PlanField::SkipRatio).isEmpty()) {
     bool ok = false;
     const double ratio = text(PlanField::SkipRatio).trimmed().toDouble(&ok);

@@ -51,8 +51,9 @@ enum class PlanField {
   SkipRatio,         // skippipe(-ca)'s share of stages a micro-batch skips; "" = its default
   LayeredReduction,  // "true" / "false": each layer group's DP reduction as its backward ends
   Modular,           // "true" / "false": one layer per group (chunks = layers / pp; --modular)
+  MoeChunks,         // MoE all-to-all chunks overlapped with the experts' GEMMs; "" = 1
 };
-inline constexpr int kPlanFieldCount = 27;
+inline constexpr int kPlanFieldCount = 28;
 
 // The field's key as a run file's [plan] spells it ("tp", "micro_batch_size"...): a library
 // error about the plan field "plan.<key>" (engine/errors.hpp) is shown at this field.

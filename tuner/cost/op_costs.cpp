@@ -451,6 +451,13 @@ WorkTime work_time(const Work& work, const spec::HardwareSpec& hw, const GroupLi
                 collective_time(Collective::AllToAll,
                                 work.ep_all_to_all_bytes / work.ep_all_to_all_count, ep);
     t.fixed += work.ep_all_to_all_count * collective_latency(Collective::AllToAll, ep);
+    t.ep_exposed = t.ep_comm;
+    if (work.ep_chunks > 1) {
+      const double experts = (work.expert_gemm_flops + work.expert_gemm_count * e.gemm_half_flops) /
+                             (e.gemm * gemm_peak);
+      const double a = t.ep_comm, x = std::min(experts, t.gemm);
+      t.ep_exposed = std::max(a, x) + std::min(a, x) / work.ep_chunks - x;
+    }
   }
   // Collectives hidden behind the GEMMs leave no latency of their own on the op.
   if (!exec.tp_comm_overlap) {

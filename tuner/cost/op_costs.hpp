@@ -49,11 +49,16 @@ struct WorkTime {
   double tp_comm = 0.0;     // all TP collectives of the pass
   double tp_exposed = 0.0;  // the part not hidden behind GEMMs (= tp_comm without overlap)
   double ep_comm = 0.0;
+  // Of ep_comm, the time past the experts' GEMMs: all of it in series; with the all-to-all in k
+  // chunks overlapping the experts' GEMMs (ParallelPlan::moe_chunks), a pipeline of k chunks
+  // through two resources, all-to-all A and expert GEMMs X: the pair takes max(A, X) +
+  // min(A, X) / k, so max(A, X) + min(A, X) / k - X of A is exposed.
+  double ep_exposed = 0.0;
   // Of the above, what does not shrink with the tokens (token slices, StageCosts::fixed): each
   // GEMM's fixed overhead (HardwareEfficiency::gemm_half_flops) and the exposed collectives'
   // latency.
   double fixed = 0.0;
-  double total() const { return gemm + attention + memory + tp_exposed + ep_comm; }
+  double total() const { return gemm + attention + memory + tp_exposed + ep_exposed; }
 };
 
 // The FLOP/s of a device's fp32 units: a CPU's peak_flops, a GPU's fp32_peak_flops (SpecError

@@ -59,6 +59,9 @@ Work& Work::operator+=(const Work& o) {
   tp_reduce_scatter_count += o.tp_reduce_scatter_count;
   ep_all_to_all_bytes += o.ep_all_to_all_bytes;
   ep_all_to_all_count += o.ep_all_to_all_count;
+  expert_gemm_flops += o.expert_gemm_flops;
+  expert_gemm_count += o.expert_gemm_count;
+  ep_chunks = std::max(ep_chunks, o.ep_chunks);
   return *this;
 }
 
@@ -76,6 +79,8 @@ Work& Work::operator*=(double k) {
   tp_reduce_scatter_count *= k;
   ep_all_to_all_bytes *= k;
   ep_all_to_all_count *= k;
+  expert_gemm_flops *= k;
+  expert_gemm_count *= k;
   return *this;
 }
 
@@ -121,6 +126,8 @@ Work layer_gemms(const LayerDims& d, const spec::ModelSpec& model, const spec::P
   if (moe_layer) {
     const double local_experts = as_d(model.experts) / plan.ep;
     gemms.gemm_count += 2.0 * local_experts;
+    gemms.expert_gemm_flops = 2.0 * n * h * d.f * d.matrices * d.expert_rows / t;
+    gemms.expert_gemm_count = 2.0 * local_experts;
     gemms.gemm_flops += 2.0 * n * h * as_d(model.experts) / (d.sp ? t : 1.0);  // router
     gemms.gemm_count += 1.0;
   } else {
@@ -195,7 +202,9 @@ PassWork transformer_layer_work(const spec::ModelSpec& model, const spec::Parall
   Work ep;
   if (moe_layer && plan.ep > 1) {
     ep.ep_all_to_all_bytes = 2.0 * n * d.expert_rows * h * w / (d.sp ? t : 1.0);
-    ep.ep_all_to_all_count = 2.0;
+    // Dispatch and combine, each in moe_chunks all-to-alls of the same bytes in all.
+    ep.ep_all_to_all_count = 2.0 * plan.moe_chunks;
+    ep.ep_chunks = plan.moe_chunks;
   }
 
   PassWork out;

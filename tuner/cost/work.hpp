@@ -46,6 +46,11 @@ struct Work {
   double tp_all_gather_bytes = 0.0, tp_all_gather_count = 0.0;
   double tp_reduce_scatter_bytes = 0.0, tp_reduce_scatter_count = 0.0;
   double ep_all_to_all_bytes = 0.0, ep_all_to_all_count = 0.0;
+  // Chunked all-to-all (ParallelPlan::moe_chunks): of gemm_flops and gemm_count, the experts'
+  // GEMMs, which the all-to-all's chunks overlap, and the chunks (the largest of the summed
+  // passes': a plan gives every MoE layer the same). 1: the all-to-all in series.
+  double expert_gemm_flops = 0.0, expert_gemm_count = 0.0;
+  int ep_chunks = 1;
 
   Work& operator+=(const Work& o);
   Work& operator*=(double k);

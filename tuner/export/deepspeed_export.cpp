@@ -66,6 +66,10 @@ void check_dense_features(const ExportRequest& r) {
 // model's MoE blocks found by a preset's module pattern.
 void check_experts(const ExportRequest& r) {
   const spec::ParallelPlan& p = r.plan;
+  require(p.moe_chunks == 1, kFw,
+          "moe_chunks=" + std::to_string(p.moe_chunks) +
+              " (each MoE layer's all-to-all in chunks overlapped with the experts' GEMMs) is "
+              "not among DeepSpeed's settings; export the plan with moe_chunks 1");
   if (p.ep == 1) return;
   const std::string what = "expert parallelism (ep=" + std::to_string(p.ep) + ")";
   require(p.pp == 1, kFw,

@@ -63,6 +63,10 @@ void check_megatron_plan(const ExportRequest& r) {
               ") is not in Megatron-LM; export the plan with vocab none");
   require(!(p.tp > 1 && p.ep > 1) || p.sequence_parallel, kFw,
           "tensor parallelism with expert parallelism needs sequence parallelism");
+  require(p.moe_chunks == 1, kFw,
+          "moe_chunks=" + std::to_string(p.moe_chunks) +
+              " (each MoE layer's all-to-all in chunks overlapped with the experts' GEMMs) is "
+              "not among Megatron-LM's settings; export the plan with moe_chunks 1");
   // Layers that do not divide over the virtual stages go in a pipeline layout.
   if (pipelined && p.schedule == "interleaved-1f1b")
     require(p.chunks >= 2, kFw, "interleaved-1f1b needs at least 2 chunks per stage");

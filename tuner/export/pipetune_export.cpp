@@ -108,6 +108,7 @@ std::string export_pipetune(const ExportRequest& r) {
     o << "skip_ratio = " << v.str() << "\n";
   }
   if (p.layered_reduction) o << "layered_reduction = true\n";
+  if (p.moe_chunks != 1) o << "moe_chunks = " << p.moe_chunks << "\n";
   if (!p.slice_tokens.empty()) {
     o << "slice_tokens = [";
     for (std::size_t i = 0; i < p.slice_tokens.size(); ++i)

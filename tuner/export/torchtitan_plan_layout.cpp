@@ -97,6 +97,11 @@ TorchtitanPlanLayout torchtitan_plan_layout(
   require(p.vocab == schedule::VocabMode::None, t.framework,
           "vocabulary parallelism (" + std::string(schedule::vocab_mode_name(p.vocab)) +
               ") is not in torchtitan");
+  require(p.moe_chunks == 1, t.framework,
+          "moe_chunks=" + std::to_string(p.moe_chunks) +
+              " (each MoE layer's all-to-all in chunks overlapped with the experts' GEMMs) is "
+              "not among " +
+              std::string(t.framework) + "'s settings; export the plan with moe_chunks 1");
   require(!schedule::skips_stages(p.schedule), t.framework,
           "schedule " + p.schedule +
               " lets micro-batches skip stages; torch.distributed.pipelining runs every "

@@ -45,6 +45,9 @@ int search_threads(const SearchSpace& space) {
 
 namespace {
 
+// The all-to-all chunk counts the search tries on MoE plans with ep > 1 (besides 1).
+constexpr int kMoeChunkChoices[] = {2, 4};
+
 std::vector<int> divisors(int n) {
   std::vector<int> d;
   for (int i = 1; i <= n; ++i)
@@ -311,6 +314,15 @@ class Enumerator {
         p.zero_stage = zero;
         add_candidate(p, vocab_label);
         if (full()) return;
+        // The MoE all-to-all in chunks overlapping the experts' GEMMs (Tutel, FSMoE): each
+        // chunk count trades the all-to-all it hides against the latency it adds.
+        if (base.ep > 1 && spec::is_moe(s_.model))
+          for (int chunks : kMoeChunkChoices) {
+            spec::ParallelPlan chunked = p;
+            chunked.moe_chunks = chunks;
+            add_candidate(std::move(chunked), vocab_label);
+            if (full()) return;
+          }
         // Layered gradient reduction (ZeRO-0): each layer group's all-reduce as an R op beside
         // the backwards still to come. With one group per rank it is ready only after the last
         // backward, which hides less than the reduction after the pipeline already overlaps.

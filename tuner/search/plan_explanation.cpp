@@ -38,7 +38,7 @@ void split_busy(TimeParts& parts, const OpCosts& costs, int r, int chunks, doubl
   const double work = st.forward.total() + st.input_grad.total() + st.weight_grad.total();
   const double scale = (busy + hidden) / total;
   parts.tp_comm = pass_sum(st, &WorkTime::tp_exposed) * scale;
-  parts.ep_comm = pass_sum(st, &WorkTime::ep_comm) * scale;
+  parts.ep_comm = pass_sum(st, &WorkTime::ep_exposed) * scale;
   parts.sharded_comm = std::max(0.0, passes - work) * scale;
   const double comm = parts.tp_comm + parts.ep_comm + parts.sharded_comm;
   if (comm > 0.0 && hidden > 0.0) {

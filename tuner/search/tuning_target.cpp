@@ -82,6 +82,7 @@ std::string plan_summary(const spec::ParallelPlan& p, const std::string& vocab_l
   }
   if (p.layered_reduction && !schedule::always_reduces_per_group(p.schedule))
     s += " layered-reduction";
+  if (p.moe_chunks > 1) s += " a2a-chunks=" + std::to_string(p.moe_chunks);
   if (!p.layer_split.empty()) {
     s += " split=";
     for (std::size_t i = 0; i < p.layer_split.size(); ++i)

@@ -1,0 +1,131 @@
+// The experts' all-to-all in chunks (moe_exchange.hpp).
+#include "engine/model/moe_exchange.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+
+namespace pipetune::model {
+
+using tensor::Shape;
+
+namespace {
+
+std::size_t at(std::int64_t v) {
+  return static_cast<std::size_t>(v);
+}
+
+// (experts, cap, width) slots [lo, lo + n) <-> (experts, n, width).
+void slots_to_chunk(const Buffer& whole, Buffer& chunk, std::int64_t experts, std::int64_t cap,
+                    SlotChunk c, std::int64_t width) {
+  sized(chunk, Shape{experts, c.n, width});
+  for (std::int64_t e = 0; e < experts; ++e)
+    copy_values({whole.data() + at((e * cap + c.lo) * width), Shape{c.n * width}},
+                {chunk.data() + at(e * c.n * width), Shape{c.n * width}});
+}
+void chunk_to_slots(const Buffer& chunk, Buffer& whole, std::int64_t experts, std::int64_t cap,
+                    SlotChunk c, std::int64_t width) {
+  for (std::int64_t e = 0; e < experts; ++e)
+    copy_values({chunk.data() + at(e * c.n * width), Shape{c.n * width}},
+                {whole.data() + at((e * cap + c.lo) * width), Shape{c.n * width}});
+}
+
+}  // namespace
+
+std::vector<SlotChunk> slot_chunks(std::int64_t cap, int chunks) {
+  const std::int64_t k = std::max<std::int64_t>(1, std::min<std::int64_t>(chunks, cap));
+  std::vector<SlotChunk> out;
+  std::int64_t lo = 0;
+  for (std::int64_t j = 0; j < k; ++j) {
+    const std::int64_t n = cap / k + (j < cap % k ? 1 : 0);
+    out.push_back({lo, n});
+    lo += n;
+  }
+  return out;
+}
+
+void chunk_rows_from_whole(const Buffer& whole, Buffer& chunk, std::int64_t ep, std::int64_t cap,
+                           SlotChunk c, std::int64_t width) {
+  sized(chunk, Shape{ep * c.n, width});
+  for (std::int64_t i = 0; i < ep; ++i)
+    copy_values({whole.data() + at((i * cap + c.lo) * width), Shape{c.n * width}},
+                {chunk.data() + at(i * c.n * width), Shape{c.n * width}});
+}
+
+void chunk_rows_to_whole(const Buffer& chunk, Buffer& whole, std::int64_t ep, std::int64_t cap,
+                         SlotChunk c, std::int64_t width) {
+  for (std::int64_t i = 0; i < ep; ++i)
+    copy_values({chunk.data() + at(i * c.n * width), Shape{c.n * width}},
+                {whole.data() + at((i * cap + c.lo) * width), Shape{c.n * width}});
+}
+
+void exchange_with_experts(const ParallelContext& ctx, std::int64_t experts,
+                           std::int64_t local_experts, std::int64_t width, std::int64_t cap,
+                           int chunks, const Buffer& by_expert, const ExpertChunkCompute& compute,
+                           Buffer& result) {
+  const std::int64_t ep = ctx.ep_size, El = local_experts, C = width;
+  const std::vector<SlotChunk> parts = slot_chunks(cap, chunks);
+  const std::size_t k = parts.size();
+  comm::CollectiveStream* stream = ep > 1 ? ctx.stream : nullptr;
+  // Per chunk: what is sent and received each way (kept until its all-to-all is done).
+  std::vector<Buffer> sent(k), received(k), returned(k), back(k);
+  std::vector<std::optional<comm::CollectiveStream::Ticket>> dispatched(k), combined(k);
+  // An all-to-all of (ep, El, n, C) blocks: on the stream, or in place.
+  const auto all_to_all = [&](const Buffer& in, Buffer& out) {
+    sized(out, Shape{static_cast<std::int64_t>(in.size())});
+    std::optional<comm::CollectiveStream::Ticket> ticket;
+    if (stream != nullptr)
+      ticket = stream->all_to_all(ctx.ep_group, in, out);
+    else
+      ctx.ep_all_to_all(in, out);
+    return ticket;
+  };
+  const auto finish = [&](const std::optional<comm::CollectiveStream::Ticket>& ticket) {
+    if (!ticket) return;
+    const comm::CollectiveStream::Ran ran = stream->wait(*ticket);
+    if (ctx.recorder != nullptr)
+      ctx.recorder->add_timed(profiler::SpanKind::AllToAll, profiler::Stream::Comm, -1, -1,
+                              ctx.all_to_all_name, ran.start_ns, ran.end_ns);
+  };
+  const auto dispatch = [&](std::size_t j) {
+    slots_to_chunk(by_expert, sent[j], experts, cap, parts[j], C);  // (E, n, C)
+    if (ep > 1) dispatched[j] = all_to_all(sent[j], received[j]);
+  };
+  sized(result, Shape{experts, cap, C});
+  // An error here would leave all-to-alls in flight over this frame's buffers: end them first.
+  try {
+    dispatch(0);
+    std::vector<Buffer> in(at(El)), out(at(El));
+    for (std::size_t j = 0; j < k; ++j) {
+      const SlotChunk c = parts[j];
+      finish(dispatched[j]);
+      if (j + 1 < k) dispatch(j + 1);  // in flight while this chunk computes
+      // (ep, El, n, C) from the EP ranks -> each local expert's (ep * n, C) rows.
+      const Buffer& from = ep > 1 ? received[j] : sent[j];
+      for (std::int64_t le = 0; le < El; ++le) {
+        Buffer& rows = in[at(le)];
+        sized(rows, Shape{ep * c.n, C});
+        for (std::int64_t i = 0; i < ep; ++i)
+          copy_values({from.data() + at(((i * El + le) * c.n) * C), Shape{c.n * C}},
+                      {rows.data() + at(i * c.n * C), Shape{c.n * C}});
+      }
+      compute(c, in, out);
+      // Each local expert's rows back to the ranks whose tokens they are: (ep, El, n, C).
+      sized(returned[j], Shape{ep, El, c.n, C});
+      for (std::int64_t le = 0; le < El; ++le)
+        for (std::int64_t i = 0; i < ep; ++i)
+          copy_values({out[at(le)].data() + at(i * c.n * C), Shape{c.n * C}},
+                      {returned[j].data() + at(((i * El + le) * c.n) * C), Shape{c.n * C}});
+      if (ep > 1) combined[j] = all_to_all(returned[j], back[j]);
+    }
+    for (std::size_t j = 0; j < k; ++j) {
+      finish(combined[j]);
+      chunk_to_slots(ep > 1 ? back[j] : returned[j], result, experts, cap, parts[j], C);
+    }
+  } catch (...) {
+    if (stream != nullptr) stream->abandon(std::current_exception());
+    throw;
+  }
+}
+
+}  // namespace pipetune::model

@@ -1,0 +1,66 @@
+// The chunked MoE all-to-all on the threads engine (ParallelPlan::moe_chunks): GPT-2 small's
+// shape with 4 experts top-2 in every layer (tests/bench/gpt2-small-moe-256.toml), dp 2 and ep 2
+// (two rank threads, two experts each), 2 micro-batches of 2 sequences. Args: the chunks, and
+// whether they run on each rank's collective stream (stream:1) or in place (stream:0).
+//
+// One benchmark iteration = one train() run of kWarmupSteps + kTimedSteps steps; the time is the
+// timed steps' mean wall time. Counters: a2a_s (the all-to-all spans' time a step, per rank) and
+// step_s.
+#include <benchmark/benchmark.h>
+
+#include <filesystem>
+
+#include "engine/runtime/trainer.hpp"
+#include "engine/spec/load.hpp"
+#include "profiler/trace.hpp"
+
+namespace {
+
+using namespace pipetune;
+
+constexpr int kWarmupSteps = 1;
+constexpr int kTimedSteps = 2;
+
+void BM_MoeAllToAll(benchmark::State& state) {
+  runtime::TrainOptions options;
+  options.model = spec::load_model(
+      (std::filesystem::path(PIPETUNE_SOURCE_DIR) / "tests/bench/gpt2-small-moe-256.toml")
+          .string());
+  options.plan.dp = 2;
+  options.plan.ep = 2;
+  options.plan.micro_batch_size = 2;
+  options.plan.microbatches = 2;
+  options.plan.moe_chunks = static_cast<int>(state.range(0));
+  spec::apply_defaults(options.plan);
+  options.steps = kWarmupSteps + kTimedSteps;
+  options.threads_per_rank = 1;
+  options.record_trace = true;
+  options.overlap_reductions = state.range(1) != 0;
+
+  double seconds = 0.0, a2a_ns = 0.0;
+  for (auto _ : state) {
+    const runtime::TrainResult result = runtime::train(options);
+    double timed = 0.0;
+    for (std::size_t i = kWarmupSteps; i < result.steps.size(); ++i)
+      timed += result.steps[i].seconds;
+    state.SetIterationTime(timed / kTimedSteps);
+    seconds += timed;
+    for (const profiler::Span& s : result.trace.spans)
+      if (s.kind == profiler::SpanKind::AllToAll)
+        a2a_ns += static_cast<double>(s.end_ns - s.start_ns);
+  }
+  const double steps = static_cast<double>(state.iterations()) * (kWarmupSteps + kTimedSteps);
+  state.counters["a2a_s"] = a2a_ns / 1e9 / steps / options.plan.dp;
+  state.counters["step_s"] = seconds / (static_cast<double>(state.iterations()) * kTimedSteps);
+}
+
+}  // namespace
+
+BENCHMARK(BM_MoeAllToAll)
+    ->ArgNames({"chunks", "stream"})
+    ->Args({1, 0})
+    ->Args({4, 0})
+    ->Args({4, 1})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2);

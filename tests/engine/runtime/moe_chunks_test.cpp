@@ -1,0 +1,116 @@
+// The chunked MoE all-to-all (ParallelPlan::moe_chunks, engine/model/moe_exchange.hpp): every
+// chunk count gives the one-chunk run's losses and gradients, in place and on the rank's
+// collective stream, over ep, tp, pp, dp, token dropping and recomputation. Every row meets the
+// same arithmetic, but a GEMM of fewer rows may take another of BLAS's kernels (OpenBLAS's small-
+// matrix path), which sums in another order: equal within 1e-6 of each tensor's largest value
+// (in most plans bit for bit). The stream runs the chunks (one all-to-all span per chunk each
+// way), and the chunks split the slots as stated.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "engine/model/moe_exchange.hpp"
+#include "engine/runtime/trainer.hpp"
+#include "engine/spec/load.hpp"
+
+namespace pipetune::runtime {
+namespace {
+
+struct Shape {
+  std::string name;
+  int tp = 1, pp = 1, dp = 2, ep = 2;
+  double capacity_factor = 0.0;
+  spec::Recompute recompute = spec::Recompute::None;
+};
+
+TrainOptions moe_run(const Shape& s, int chunks, bool stream) {
+  TrainOptions o;
+  o.model = spec::load_model("tiny-moe");  // 8 MoE layers of 4 experts, top-2
+  o.plan.tp = s.tp;
+  o.plan.pp = s.pp;
+  o.plan.dp = s.dp;
+  o.plan.ep = s.ep;
+  o.plan.micro_batch_size = 2;
+  o.plan.microbatches = 2;
+  o.plan.recompute = s.recompute;
+  o.plan.moe_chunks = chunks;
+  o.capacity_factor = s.capacity_factor;
+  o.overlap_reductions = stream;
+  o.steps = 3;
+  o.capture_gradients = true;
+  o.threads_per_rank = 1;
+  o.watchdog_seconds = 60;
+  return o;
+}
+
+class MoeChunks : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(MoeChunks, EveryChunkCountTrainsAsOneChunk) {
+  const Shape& s = GetParam();
+  const TrainResult one = train(moe_run(s, 1, true));
+  for (const auto& [chunks, stream] :
+       {std::pair{1, true}, std::pair{2, true}, std::pair{3, true}, std::pair{3, false}}) {
+    SCOPED_TRACE(std::to_string(chunks) + " chunks " + (stream ? "on the stream" : "in place"));
+    const TrainResult r = train(moe_run(s, chunks, stream));
+    ASSERT_EQ(r.steps.size(), one.steps.size());
+    for (std::size_t i = 0; i < r.steps.size(); ++i)
+      EXPECT_NEAR(r.steps[i].loss, one.steps[i].loss, 1e-6 * std::fabs(one.steps[i].loss))
+          << "step " << i;
+    ASSERT_EQ(r.first_step_gradients.size(), one.first_step_gradients.size());
+    for (const auto& [name, g] : r.first_step_gradients) {
+      const tensor::Tensor& want = one.first_step_gradients.at(name);
+      ASSERT_EQ(g.numel(), want.numel()) << name;
+      double worst = 0.0, scale = 0.0;
+      for (std::int64_t i = 0; i < g.numel(); ++i) {
+        worst = std::max(worst, std::fabs(double{g[i]} - double{want[i]}));
+        scale = std::max(scale, std::fabs(double{want[i]}));
+      }
+      EXPECT_LE(worst, 1e-6 * scale) << name << ": largest difference " << worst << " of " << scale;
+    }
+    for (const RankSummary& rank : r.ranks)
+      EXPECT_EQ(rank.moe_all_to_all_overlapped, stream && chunks > 1) << "rank";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Plans, MoeChunks,
+    ::testing::Values(Shape{.name = "ep2_dp2"}, Shape{.name = "ep2_dp4", .dp = 4},
+                      Shape{.name = "ep4_dp4", .dp = 4, .ep = 4},
+                      Shape{.name = "tp2_ep2_dp2", .tp = 2}, Shape{.name = "pp2_ep2_dp2", .pp = 2},
+                      Shape{.name = "ep2_dp2_dropping", .capacity_factor = 0.5},
+                      Shape{.name = "ep2_dp2_full_recompute", .recompute = spec::Recompute::Full}),
+    [](const auto& info) { return info.param.name; });
+
+// On the stream, each MoE layer's dispatch and combine are one all-to-all per chunk each way, in
+// the forward and again in the backward, every micro-batch: the spans the stream's thread timed.
+TEST(MoeChunksTrace, TheStreamRunsOneAllToAllPerChunkEachWay) {
+  TrainOptions o = moe_run(Shape{.name = "ep2_dp2"}, 4, true);
+  o.steps = 1;
+  o.record_trace = true;
+  o.capture_gradients = false;
+  const TrainResult r = train(o);
+  std::vector<int> per_rank(2, 0);  // dp 2
+  for (const profiler::Span& span : r.trace.spans)
+    if (span.kind == profiler::SpanKind::AllToAll)
+      ++per_rank[static_cast<std::size_t>(r.trace.lanes[static_cast<std::size_t>(span.lane)].rank)];
+  // 8 layers x 2 micro-batches x (forward + backward) x 2 ways x 4 chunks.
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_EQ(per_rank[static_cast<std::size_t>(rank)], 8 * 2 * 2 * 2 * 4) << "rank " << rank;
+}
+
+TEST(MoeChunksSlots, NearEqualRunsTheLongerFirstAndNoMoreThanTheSlots) {
+  const auto runs = [](std::int64_t cap, int k) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> out;
+    for (const model::SlotChunk c : model::slot_chunks(cap, k)) out.emplace_back(c.lo, c.n);
+    return out;
+  };
+  using Runs = std::vector<std::pair<std::int64_t, std::int64_t>>;
+  EXPECT_EQ(runs(10, 3), (Runs{{0, 4}, {4, 3}, {7, 3}}));
+  EXPECT_EQ(runs(8, 1), (Runs{{0, 8}}));
+  EXPECT_EQ(runs(2, 5), (Runs{{0, 1}, {1, 1}}));
+}
+
+}  // namespace
+}  // namespace pipetune::runtime
