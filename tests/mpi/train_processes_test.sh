@@ -64,6 +64,17 @@ if [ "$np" -eq 2 ]; then
     echo "FAIL dp=2 layered: rank 0's R ops did not run on a reduction thread"
     failures=$((failures + 1))
   fi
+  # The chunked MoE all-to-all: each process's chunks on its collective stream, over the channel.
+  check_plan "moe dp=2 ep=2 all-to-all in 4 chunks" --model tiny-moe --tp 1 --pp 1 --dp 2 --ep 2 \
+    --moe-chunks 4
+  if "$mpiexec" -np 2 "$pipetune" train --steps 1 --threads 1 --no-db --json --model tiny-moe \
+    --tp 1 --pp 1 --dp 2 --ep 2 --moe-chunks 4 | tr -d ' \n' |
+    grep -q '"moe_all_to_all_overlapped":true'; then
+    echo "ok   moe 4 chunks: rank 0's all-to-alls ran on its collective stream"
+  else
+    echo "FAIL moe 4 chunks: rank 0's all-to-alls did not run on a collective stream"
+    failures=$((failures + 1))
+  fi
   # Hybrid: 2 ranks as threads in each of the 2 processes (groups inside and across processes).
   check_plan "2x2 tp=2 pp=2 zb-h1" --ranks-per-process 2 --tp 2 --pp 2 --dp 1 --schedule zb-h1
   check_plan "2x2 pp=2 dp=2 vocab-1" --ranks-per-process 2 --tp 1 --pp 2 --dp 2 --vocab vocab-1
