@@ -323,8 +323,10 @@ void add_predict_command(CLI::App& app) {
   cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
   // A run file instead of the flags, and what to compare its prediction with.
   std::vector<CLI::Option*> flags;
+  // --reroute and the MoE imbalance are how a plan is priced, not the plan: they go with either.
   for (CLI::Option* o : cmd->get_options())
-    if (o->get_name() != "--json" && o->get_name() != "--help" && o->get_name() != "--reroute")
+    if (o->get_name() != "--json" && o->get_name() != "--help" && o->get_name() != "--reroute" &&
+        o->get_name() != "--moe-imbalance" && o->get_name() != "--moe-imbalance-from")
       flags.push_back(o);
   CLI::Option* config =
       cmd->add_option("--config", a->config, "Predict a run file (model, cluster, plan) instead");

@@ -38,6 +38,7 @@ struct TuneArgs {
   std::string vocab_modes;  // comma-separated; empty = all
   std::int64_t max_candidates = 0;
   bool no_offload = false;
+  bool no_moe_chunks = false;
   bool no_stage_layouts = false;
   int top = 10;
   std::int64_t keep = 100;
@@ -80,6 +81,7 @@ tuner::SearchSpace make_space(const TuneArgs& a) {
                                      .max_candidates = a.max_candidates,
                                      .offload = !a.no_offload,
                                      .stage_layouts = !a.no_stage_layouts,
+                                     .moe_chunks = !a.no_moe_chunks,
                                      .keep = a.keep,
                                      .threads = a.threads};
   tuner::SearchSpace s;
@@ -239,6 +241,11 @@ void add_tune_command(CLI::App& app) {
                 "Give every pipeline stage the plan's tp (by default each plan with a pipeline and "
                 "an even tp also tries one end of the pipeline at twice the tp, the devices taken "
                 "from other stages, layers split in proportion)");
+  cmd->add_flag(
+      "--no-moe-chunks", a->no_moe_chunks,
+      "One all-to-all each way in every MoE layer (by default MoE plans with ep > 1 also "
+      "try it in 2 and 4 chunks overlapped with the experts' GEMMs, which the Megatron-LM, "
+      "torchtitan and DeepSpeed exports refuse)");
   cmd->add_option("--top", a->top, "Results to print")->capture_default_str();
   cmd->add_option("--failure-rate", a->failure_rate,
                   "Unreliable peers: rank by expected throughput with devices failing at this "

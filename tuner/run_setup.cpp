@@ -22,9 +22,13 @@ SimulationSetup setup_from_run_file(const std::string& name_or_path, bool rerout
     if (!options.execution) options.execution = default_execution(run.cluster.hardware);
     options.execution->reroute_failures = true;
   }
-  if (moe_imbalance) {
+  // The flags' imbalance, else the run file's.
+  if (moe_imbalance || run.moe_imbalance != 1.0) {
     if (!options.execution) options.execution = default_execution(run.cluster.hardware);
-    options.execution->moe_imbalance = *moe_imbalance;
+    if (moe_imbalance)
+      options.execution->moe_imbalance = *moe_imbalance;
+    else
+      options.execution->moe_imbalance.any_ep = run.moe_imbalance;
   }
   PlanEvaluation e = evaluate_plan(run.model, run.cluster, plan, options);
   SimulationSetup setup;

@@ -15,21 +15,6 @@ std::size_t at(std::int64_t v) {
   return static_cast<std::size_t>(v);
 }
 
-// (experts, cap, width) slots [lo, lo + n) <-> (experts, n, width).
-void slots_to_chunk(const Buffer& whole, Buffer& chunk, std::int64_t experts, std::int64_t cap,
-                    SlotChunk c, std::int64_t width) {
-  sized(chunk, Shape{experts, c.n, width});
-  for (std::int64_t e = 0; e < experts; ++e)
-    copy_values({whole.data() + at((e * cap + c.lo) * width), Shape{c.n * width}},
-                {chunk.data() + at(e * c.n * width), Shape{c.n * width}});
-}
-void chunk_to_slots(const Buffer& chunk, Buffer& whole, std::int64_t experts, std::int64_t cap,
-                    SlotChunk c, std::int64_t width) {
-  for (std::int64_t e = 0; e < experts; ++e)
-    copy_values({chunk.data() + at(e * c.n * width), Shape{c.n * width}},
-                {whole.data() + at((e * cap + c.lo) * width), Shape{c.n * width}});
-}
-
 }  // namespace
 
 std::vector<SlotChunk> slot_chunks(std::int64_t cap, int chunks) {
@@ -44,17 +29,17 @@ std::vector<SlotChunk> slot_chunks(std::int64_t cap, int chunks) {
   return out;
 }
 
-void chunk_rows_from_whole(const Buffer& whole, Buffer& chunk, std::int64_t ep, std::int64_t cap,
-                           SlotChunk c, std::int64_t width) {
-  sized(chunk, Shape{ep * c.n, width});
-  for (std::int64_t i = 0; i < ep; ++i)
+void chunk_rows_from_whole(const Buffer& whole, Buffer& chunk, std::int64_t blocks,
+                           std::int64_t cap, SlotChunk c, std::int64_t width) {
+  sized(chunk, Shape{blocks * c.n, width});
+  for (std::int64_t i = 0; i < blocks; ++i)
     copy_values({whole.data() + at((i * cap + c.lo) * width), Shape{c.n * width}},
                 {chunk.data() + at(i * c.n * width), Shape{c.n * width}});
 }
 
-void chunk_rows_to_whole(const Buffer& chunk, Buffer& whole, std::int64_t ep, std::int64_t cap,
+void chunk_rows_to_whole(const Buffer& chunk, Buffer& whole, std::int64_t blocks, std::int64_t cap,
                          SlotChunk c, std::int64_t width) {
-  for (std::int64_t i = 0; i < ep; ++i)
+  for (std::int64_t i = 0; i < blocks; ++i)
     copy_values({chunk.data() + at(i * c.n * width), Shape{c.n * width}},
                 {whole.data() + at((i * cap + c.lo) * width), Shape{c.n * width}});
 }
@@ -88,7 +73,8 @@ void exchange_with_experts(const ParallelContext& ctx, std::int64_t experts,
                               ctx.all_to_all_name, ran.start_ns, ran.end_ns);
   };
   const auto dispatch = [&](std::size_t j) {
-    slots_to_chunk(by_expert, sent[j], experts, cap, parts[j], C);  // (E, n, C)
+    // (E, cap, C) slots [lo, lo + n) -> (E, n, C): the rows of each expert as of each EP rank.
+    chunk_rows_from_whole(by_expert, sent[j], experts, cap, parts[j], C);
     if (ep > 1) dispatched[j] = all_to_all(sent[j], received[j]);
   };
   sized(result, Shape{experts, cap, C});
@@ -120,7 +106,7 @@ void exchange_with_experts(const ParallelContext& ctx, std::int64_t experts,
     }
     for (std::size_t j = 0; j < k; ++j) {
       finish(combined[j]);
-      chunk_to_slots(ep > 1 ? back[j] : returned[j], result, experts, cap, parts[j], C);
+      chunk_rows_to_whole(ep > 1 ? back[j] : returned[j], result, experts, cap, parts[j], C);
     }
   } catch (...) {
     if (stream != nullptr) stream->abandon(std::current_exception());

@@ -24,11 +24,12 @@ struct SlotChunk {
 // `chunks` near-equal runs of [0, cap), the longer first; fewer when cap is smaller.
 std::vector<SlotChunk> slot_chunks(std::int64_t cap, int chunks);
 
-// Rows of one chunk between a local expert's whole buffer, (ep * cap, width) with row
-// i * cap + slot for EP rank i's tokens, and the chunk's, (ep * n, width) with row i * n + t.
-void chunk_rows_from_whole(const Buffer& whole, Buffer& chunk, std::int64_t ep, std::int64_t cap,
-                           SlotChunk c, std::int64_t width);
-void chunk_rows_to_whole(const Buffer& chunk, Buffer& whole, std::int64_t ep, std::int64_t cap,
+// Rows of one chunk between a whole buffer of `blocks` blocks of `cap` slots, (blocks * cap,
+// width) with row i * cap + slot, and the chunk's, (blocks * n, width) with row i * n + t: a
+// local expert's rows (a block per EP rank) or the experts' slots (a block per expert).
+void chunk_rows_from_whole(const Buffer& whole, Buffer& chunk, std::int64_t blocks,
+                           std::int64_t cap, SlotChunk c, std::int64_t width);
+void chunk_rows_to_whole(const Buffer& chunk, Buffer& whole, std::int64_t blocks, std::int64_t cap,
                          SlotChunk c, std::int64_t width);
 
 // What the experts do to one chunk: `in` holds each local expert's rows of it ((ep * n, width),

@@ -173,6 +173,11 @@ std::string run_file_toml(const RunSpec& run) {
   out << "backend = \"" << engine_backend_name(run.backend) << "\"\n";
   out << "precision = \"" << engine_precision_name(run.precision) << "\"\n";
   if (run.attention) out << "attention = \"" << engine_attention_name(*run.attention) << "\"\n";
+  if (run.moe_imbalance != 1.0) {  // exactly: 17 digits
+    std::ostringstream u;
+    u << std::setprecision(17) << run.moe_imbalance;
+    out << "moe_imbalance = " << u.str() << "\n";
+  }
   const bool model_preset = is_model_preset(run.model);
   const bool cluster_preset = is_cluster_preset(run.cluster);
   if (model_preset) out << "model = " << text(run.model.name, "model") << "\n";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -209,6 +210,14 @@ RunSpec read_run(const toml::table& table, const TableContext& ctx, RunCheck che
     const std::string problem =
         engine_attention_problem(*run.attention, run.backend, run.precision);
     if (!problem.empty()) r.fail("attention", problem);
+  }
+  if (const auto u = r.number("moe_imbalance")) {
+    if (!(*u >= 1.0) || !std::isfinite(*u))
+      r.fail("moe_imbalance",
+             "must be a finite number >= 1 (the busiest expert-parallel rank's "
+             "tokens over the mean), got " +
+                 std::to_string(*u));
+    run.moe_imbalance = *u;
   }
   const toml::node* model_node = r.node("model");
   const toml::node* cluster_node = r.node("cluster");

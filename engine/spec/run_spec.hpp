@@ -5,6 +5,7 @@
 //   description = "Llama-3-8B on one DGX H100"  # optional; `name` defaults to the file name
 //   model = "llama3-8b"        # a models/ preset name or a path to a model file
 //   cluster = "dgx-h100-8"     # a clusters/ preset name or a path to a cluster file
+//   moe_imbalance = 1.0        # MoE: busiest expert-parallel rank's tokens / the mean's (1)
 //
 //   [plan]                     # every key optional; defaults in parentheses
 //   tp = 2                     # tensor parallel                            (1)
@@ -103,6 +104,9 @@ struct RunSpec {
   EnginePrecision precision = EnginePrecision::fp32;
   // The attention kernel; none given: default_engine_attention(backend, precision).
   std::optional<EngineAttention> attention;
+  // MoE routing imbalance the cost model prices (`moe_imbalance` in a run file, `predict
+  // --moe-imbalance`): the busiest expert-parallel rank's tokens over the mean rank's, >= 1.
+  double moe_imbalance = 1.0;
 };
 
 // The attention kernel a run trains with: its own, else the default for its backend and

@@ -227,13 +227,24 @@ TEST(HostileTuning, DeepspeedRefusesExpertParallelism) {
   const nlohmann::json tuned = nlohmann::json::parse(r.out);
   const int rank = rank_of(tuned, [](const nlohmann::json& p) {
     return p["ep"].get<int>() > 1 && p["pp"] == 1 && p["recompute"] != "selective" &&
-           !(p["sequence_parallel"] == true && p["tp"].get<int>() > 1);
+           !(p["sequence_parallel"] == true && p["tp"].get<int>() > 1) &&
+           p.value("moe_chunks", 1) == 1;
   });
   ASSERT_GT(rank, 0);
   const std::string json = (w.dir / "ds.json").string();
   expect_input_error(
       run_in(w, {"export", "--format", "deepspeed", "--rank", std::to_string(rank), "-o", json}),
       {"deepspeed", "expert parallelism (ep="});
+  // The same plan with its all-to-all in chunks: refused for the chunks, which DeepSpeed lacks.
+  const int chunked = rank_of(tuned, [](const nlohmann::json& p) {
+    return p["ep"].get<int>() > 1 && p["pp"] == 1 && p["recompute"] != "selective" &&
+           !(p["sequence_parallel"] == true && p["tp"].get<int>() > 1) &&
+           p.value("moe_chunks", 1) > 1;
+  });
+  ASSERT_GT(chunked, 0);
+  expect_input_error(
+      run_in(w, {"export", "--format", "deepspeed", "--rank", std::to_string(chunked), "-o", json}),
+      {"deepspeed", "moe_chunks=", "export the plan with moe_chunks 1"});
   EXPECT_FALSE(std::filesystem::exists(json));
 }
 

@@ -4,6 +4,7 @@
 // with exit 2 naming the flag.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -82,6 +83,31 @@ TEST(MoeImbalanceCli, TrainStoresTheRoutingAndPredictPricesIt) {
   EXPECT_EQ(other.exit_code, 2) << other.err;
   EXPECT_NE(other.err.find("the run's MoE layers have 4 experts, the model 8"), std::string::npos)
       << other.err;
+}
+
+// A run file's moe_imbalance prices the same as the flag; a bad one is refused naming the key.
+TEST(MoeImbalanceCli, ARunFilesImbalance) {
+  ScratchWorkspace s;
+  const auto write = [&](const std::string& name, const std::string& extra) {
+    const std::string path = (s.dir / (name + ".toml")).string();
+    std::ofstream(path) << extra
+                        << "model = \"tiny-moe\"\n[cluster]\nhardware = \"h100-sxm\"\ndevices = 4\n"
+                           "[plan]\ntp = 1\npp = 1\ndp = 4\nep = 4\nmicro_batch_size = 2\n"
+                           "microbatches = 2\n";
+    return path;
+  };
+  const double even =
+      iteration_time(run_pipetune({"predict", "--config", write("even", ""), "--json"}));
+  const double skewed = iteration_time(
+      run_pipetune({"predict", "--config", write("skewed", "moe_imbalance = 1.5\n"), "--json"}));
+  const double flag = iteration_time(
+      run_pipetune({"predict", "--config", write("flag", ""), "--moe-imbalance", "1.5", "--json"}));
+  EXPECT_GT(skewed, even);
+  EXPECT_DOUBLE_EQ(skewed, flag);
+  const ProcessResult bad =
+      run_pipetune({"predict", "--config", write("bad", "moe_imbalance = 0.5\n")});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("moe_imbalance"), std::string::npos) << bad.err;
 }
 
 }  // namespace

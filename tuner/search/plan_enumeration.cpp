@@ -316,7 +316,7 @@ class Enumerator {
         if (full()) return;
         // The MoE all-to-all in chunks overlapping the experts' GEMMs (Tutel, FSMoE): each
         // chunk count trades the all-to-all it hides against the latency it adds.
-        if (base.ep > 1 && spec::is_moe(s_.model))
+        if (s_.moe_chunks && base.ep > 1 && spec::is_moe(s_.model))
           for (int chunks : kMoeChunkChoices) {
             spec::ParallelPlan chunked = p;
             chunked.moe_chunks = chunks;

@@ -106,6 +106,9 @@ struct SearchSpace {
   // Off here, so a space built field by field searches uniform layouts; a SearchRequest (what
   // the front ends send) turns them on by default.
   bool stage_layouts = false;
+  // MoE plans with ep > 1 also try the all-to-all in 2 and 4 chunks (ParallelPlan::moe_chunks);
+  // false: one all-to-all each way, as the frameworks the exports write for run it.
+  bool moe_chunks = true;
   int max_chunks = 4;               // interleaved-1f1b layer groups per stage, at most
   std::int64_t max_candidates = 0;  // stop enumerating after this many plans; 0 = no limit
   // With a bounder: the best `keep` plans (and the Pareto front) are exact; plans that provably

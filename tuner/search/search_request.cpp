@@ -31,6 +31,7 @@ SearchSpace search_space(const SearchRequest& request) {
           .vocab_modes = request.vocab_modes,
           .offload = request.offload,
           .stage_layouts = request.stage_layouts,
+          .moe_chunks = request.moe_chunks,
           .max_candidates = request.max_candidates,
           .keep = request.keep,
           .threads = request.threads};

@@ -25,6 +25,8 @@ struct SearchRequest {
   bool offload = true;
   // Per-stage layouts (SearchSpace::stage_layouts); false: every stage has the plan's tp.
   bool stage_layouts = true;
+  // Chunked MoE all-to-all (SearchSpace::moe_chunks); false: every plan has moe_chunks 1.
+  bool moe_chunks = true;
   // Results ranked exactly (SearchSpace::keep); 0 = score every plan.
   std::int64_t keep = 100;
   int threads = 0;  // scoring threads; 0 = hardware concurrency

@@ -31,6 +31,7 @@ struct PlanCase {
   int slices = 0;                      // terapipe's token slices (0: its default)
   std::vector<int> slice_tokens = {};  // terapipe's uneven slices
   bool layered_reduction = false;      // an R op per layer group
+  int moe_chunks = 1;                  // each MoE layer's all-to-all in chunks
 
   int world() const { return tp * pp * dp; }
 };
@@ -56,6 +57,7 @@ inline void apply_plan(const PlanCase& c, runtime::TrainOptions& o) {
   o.plan.slices = c.slices;
   o.plan.slice_tokens = c.slice_tokens;
   o.plan.layered_reduction = c.layered_reduction;
+  o.plan.moe_chunks = c.moe_chunks;
 }
 
 inline std::vector<PlanCase> parallel_equivalence_plans() {
@@ -241,6 +243,8 @@ inline std::vector<PlanCase> parallel_equivalence_plans() {
   add({.name = "moe_dp2", .model = "tiny-moe", .dp = 2});
   add({.name = "moe_ep2_dp2", .model = "tiny-moe", .dp = 2, .ep = 2});
   add({.name = "moe_ep2_dp4", .model = "tiny-moe", .dp = 4, .ep = 2});
+  // The all-to-all in 3 chunks (on the collective stream on CPU threads, in place on a device).
+  add({.name = "moe_ep2_dp2_a2a_chunks3", .model = "tiny-moe", .dp = 2, .ep = 2, .moe_chunks = 3});
   add({.name = "moe_ep2_dp2_zero1", .model = "tiny-moe", .dp = 2, .ep = 2, .zero = 1});
   add({.name = "moe_tp2_ep2_dp2", .model = "tiny-moe", .tp = 2, .dp = 2, .ep = 2});
   add({.name = "moe_tp2_ep2_dp2_sp",
