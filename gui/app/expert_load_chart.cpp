@@ -8,7 +8,7 @@
 namespace pipetune::gui {
 
 ExpertLoadChart::ExpertLoadChart(QWidget* parent) : QWidget(parent) {
-  setMinimumSize(240, 140);
+  setMinimumSize(360, 160);
   setAutoFillBackground(true);
 }
 
@@ -30,8 +30,8 @@ void ExpertLoadChart::paintEvent(QPaintEvent*) {
     p.drawText(plot, Qt::AlignCenter, "no MoE routing statistics in this run");
     return;
   }
-  p.drawText(QRectF(4, 2, width() - 8, 18), Qt::AlignLeft | Qt::AlignVCenter,
-             "expert load: busiest expert / mean, per step (blue: mean over layers, red: max)");
+  p.drawText(QRectF(4, 2, width() - 8, 18), Qt::AlignHCenter | Qt::AlignVCenter,
+             "expert load per step: busiest expert / mean");
   const double x0 = series_.mean.front().x();
   double x1 = series_.mean.back().x();
   double y1 = 1.0;
@@ -57,6 +57,19 @@ void ExpertLoadChart::paintEvent(QPaintEvent*) {
   };
   draw(series_.most, QColor(200, 70, 60));
   draw(series_.mean, QColor(52, 120, 200));
+  // The legend, between the step labels.
+  const QRectF legend(plot.center().x() - 80, plot.bottom() + 4, 160, 16);
+  p.setPen(QPen(QColor(52, 120, 200), 2));
+  p.drawLine(QPointF(legend.left(), legend.center().y()),
+             QPointF(legend.left() + 14, legend.center().y()));
+  p.setPen(QPen(QColor(200, 70, 60), 2));
+  p.drawLine(QPointF(legend.left() + 118, legend.center().y()),
+             QPointF(legend.left() + 132, legend.center().y()));
+  p.setPen(palette().color(QPalette::Text));
+  p.drawText(QRectF(legend.left() + 18, legend.top(), 96, 16), Qt::AlignLeft | Qt::AlignVCenter,
+             "mean of layers");
+  p.drawText(QRectF(legend.left() + 136, legend.top(), 40, 16), Qt::AlignLeft | Qt::AlignVCenter,
+             "max");
 }
 
 }  // namespace pipetune::gui

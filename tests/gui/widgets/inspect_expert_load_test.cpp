@@ -2,6 +2,10 @@
 // the chart with one point a step; opening a run without them (a simulation) hides it.
 #include <gtest/gtest.h>
 
+#include <QDir>
+#include <QImage>
+#include <cstdlib>
+
 #include "db/store/run_writer.hpp"
 #include "engine/schedule/costs.hpp"
 #include "engine/schedule/generators.hpp"
@@ -52,6 +56,22 @@ TEST(InspectExpertLoad, ATrainingRunWithRoutingShowsItsExpertLoad) {
   ASSERT_EQ(s.mean.size(), 4);
   EXPECT_DOUBLE_EQ(s.most.back().y(), 2.5);  // 5 of mean 2
   EXPECT_NE(s.caption.indexOf("1 MoE layers x 4 experts, 4 steps"), -1) << s.caption.toStdString();
+  // Both lines are drawn: the max in red, the mean in blue (here the same values: the mean's
+  // line lies on the max's, drawn last).
+  const QImage shot = page.expert_load_chart()->grab().toImage();
+  const QString artifacts = qEnvironmentVariableIsEmpty("PIPETUNE_GUI_ARTIFACTS")
+                                ? QDir::currentPath() + "/gui_artifacts"
+                                : qEnvironmentVariable("PIPETUNE_GUI_ARTIFACTS");
+  QDir().mkpath(artifacts);
+  EXPECT_TRUE(shot.save(artifacts + "/expert_load.png"));
+  int blue = 0;
+  for (int y = 0; y < shot.height(); ++y)
+    for (int x = 0; x < shot.width(); ++x) {
+      const QColor c = shot.pixelColor(x, y);
+      if (std::abs(c.red() - 52) + std::abs(c.green() - 120) + std::abs(c.blue() - 200) < 60)
+        ++blue;
+    }
+  EXPECT_GT(blue, 50) << "the mean's line";
   page.open_row(1 - moe_row);
   EXPECT_FALSE(page.expert_load_chart()->isVisible());
 }
