@@ -16,6 +16,7 @@
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
 #include "profiler/trace.hpp"
+#include "tests/bench/timed_steps.hpp"
 
 namespace {
 
@@ -59,9 +60,7 @@ void BM_LayeredReduction(benchmark::State& state) {
   double seconds = 0.0, reduce_ns = 0.0, hidden_ns = 0.0;
   for (auto _ : state) {
     const runtime::TrainResult result = runtime::train(options);
-    double timed = 0.0;
-    for (std::size_t i = kWarmupSteps; i < result.steps.size(); ++i)
-      timed += result.steps[i].seconds;
+    const double timed = bench::timed_seconds(result, kWarmupSteps);
     state.SetIterationTime(timed / kTimedSteps);
     seconds += timed;
     // Per rank: its compute spans, and its R spans (AllReduce with a chunk).

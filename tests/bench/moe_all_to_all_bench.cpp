@@ -13,6 +13,7 @@
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
 #include "profiler/trace.hpp"
+#include "tests/bench/timed_steps.hpp"
 
 namespace {
 
@@ -40,9 +41,7 @@ void BM_MoeAllToAll(benchmark::State& state) {
   double seconds = 0.0, a2a_ns = 0.0;
   for (auto _ : state) {
     const runtime::TrainResult result = runtime::train(options);
-    double timed = 0.0;
-    for (std::size_t i = kWarmupSteps; i < result.steps.size(); ++i)
-      timed += result.steps[i].seconds;
+    const double timed = bench::timed_seconds(result, kWarmupSteps);
     state.SetIterationTime(timed / kTimedSteps);
     seconds += timed;
     for (const profiler::Span& s : result.trace.spans)

@@ -15,6 +15,7 @@
 
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
+#include "tests/bench/timed_steps.hpp"
 
 namespace {
 
@@ -46,9 +47,7 @@ void BM_GptTrainStep(benchmark::State& state) {
   double seconds = 0.0, tokens = 0.0;
   for (auto _ : state) {
     const runtime::TrainResult result = runtime::train(options);
-    double timed = 0.0;
-    for (std::size_t i = kWarmupSteps; i < result.steps.size(); ++i)
-      timed += result.steps[i].seconds;
+    const double timed = bench::timed_seconds(result, kWarmupSteps);
     state.SetIterationTime(timed / kTimedSteps);
     seconds += timed;
     tokens += static_cast<double>(result.tokens_per_step) * kTimedSteps;
