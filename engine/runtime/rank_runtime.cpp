@@ -16,7 +16,6 @@
 #include "engine/model/buffers.hpp"
 #include "engine/model/sequence_rows.hpp"
 #include "engine/schedule/dependencies.hpp"
-#include "profiler/analysis/expert_load.hpp"
 
 namespace pipetune::runtime {
 
@@ -169,25 +168,6 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
     throw std::logic_error("run_schedule: activations left after the iteration on rank " +
                            std::to_string(rank_));
   return losses_;
-}
-
-model::ExpertTokens* RankRuntime::expert_tokens(std::int64_t layer) {
-  if (recorder_ == nullptr || !recorder_->enabled() || ctx_.tp_rank != 0) return nullptr;
-  return &expert_tokens_[layer];
-}
-
-void RankRuntime::record_expert_tokens() {
-  for (const auto& [layer, tokens] : expert_tokens_) {
-    std::int64_t dropped = 0;
-    for (std::size_t e = 0; e < tokens.assigned.size(); ++e) {
-      recorder_->counter(
-          profiler::analysis::expert_tokens_counter(layer, static_cast<std::int64_t>(e)),
-          static_cast<double>(tokens.assigned[e]));
-      dropped += tokens.assigned[e] - tokens.kept[e];
-    }
-    recorder_->counter(profiler::analysis::expert_dropped_counter(layer),
-                       static_cast<double>(dropped));
-  }
 }
 
 void RankRuntime::run_ops(const std::vector<Op>& ops, std::int64_t step) {
