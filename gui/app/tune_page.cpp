@@ -99,6 +99,13 @@ QHBoxLayout* TunePage::build_target_row() {
       "MoE routing: the busiest expert-parallel rank's tokens over the mean rank's (>= 1; "
       "pipetune report gives a training run's); its expert GEMMs and all-to-all cost that much "
       "more (pipetune tune --moe-imbalance)");
+  moe_chunks_ = new QCheckBox("A2A chunks");
+  moe_chunks_->setObjectName("tune_moe_chunks");
+  moe_chunks_->setChecked(true);
+  moe_chunks_->setToolTip(
+      "MoE plans with ep > 1 also try each layer's all-to-all in 2 and 4 chunks overlapped with "
+      "the experts' GEMMs, which the Megatron-LM, torchtitan and DeepSpeed exports refuse "
+      "(unchecked: pipetune tune --no-moe-chunks)");
   for (auto [label, w] : {std::pair<const char*, QWidget*>{"Model", model_},
                           {"Cluster", cluster_},
                           {"Hardware", hardware_},
@@ -108,7 +115,8 @@ QHBoxLayout* TunePage::build_target_row() {
                           {"Keep", keep_},
                           {"Failures/dev-h", failure_rate_},
                           {"", reroute_},
-                          {"MoE imbalance", moe_imbalance_}}) {
+                          {"MoE imbalance", moe_imbalance_},
+                          {"", moe_chunks_}}) {
     target->addWidget(new QLabel(label));
     target->addWidget(w);
   }
@@ -351,6 +359,7 @@ bool TunePage::start_search() {
     }
   }
   r.failures.reroute = reroute_->isChecked();
+  r.moe_chunks = moe_chunks_->isChecked();
   if (!moe_imbalance_->text().trimmed().isEmpty()) {
     bool ok_imbalance = false;
     r.moe_imbalance = moe_imbalance_->text().trimmed().toDouble(&ok_imbalance);

@@ -89,6 +89,7 @@ class TunePage : public QWidget {
   QLineEdit* failure_rate_ = nullptr;  // unreliable peers: failures per device-hour; "" = none
   QCheckBox* reroute_ = nullptr;
   QLineEdit* moe_imbalance_ = nullptr;  // MoE routing: busiest EP rank / mean; "" = even
+  QCheckBox* moe_chunks_ = nullptr;     // MoE plans also try the all-to-all in chunks
   QPushButton* start_ = nullptr;
   QPushButton* cancel_ = nullptr;
   QProgressBar* progress_ = nullptr;

@@ -38,6 +38,7 @@ tuner::SearchSpace tune_space(const TuneRequest& r) {
                                                   .schedules = r.schedules,
                                                   .vocab_modes = {},  // every mode
                                                   .max_candidates = r.max_candidates,
+                                                  .moe_chunks = r.moe_chunks,
                                                   .keep = r.keep,
                                                   .threads = r.threads});
   // One core is left to the GUI thread unless the request says otherwise.

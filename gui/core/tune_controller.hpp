@@ -54,6 +54,8 @@ struct TuneRequest {
   // MoE routing: the busiest expert-parallel rank's tokens over the mean rank's, for every
   // ep > 1 (`tune --moe-imbalance`); 1 = even.
   double moe_imbalance = 1.0;
+  // MoE plans with ep > 1 also try the all-to-all in chunks (`tune --no-moe-chunks`: false).
+  bool moe_chunks = true;
 };
 
 using TuneTarget = tuner::ResolvedTarget;

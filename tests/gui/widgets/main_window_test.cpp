@@ -566,8 +566,21 @@ TEST(MainWindow, TunerResultsScreenshotWithTheParetoFrontWhereTheResultsPutIt) {
           near_other ||
           (q.index != p.index &&
            (scatter->position_of(q.index) - scatter->position_of(p.index)).manhattanLength() < 12);
-    if (on_front || near_other || p.index == selected) continue;
-    const QPoint at = scatter->mapTo(tune, scatter->position_of(p.index).toPoint());
+    // ... and the front's staircase line: from each front point across to the next one's
+    // memory, then up to it (the front is sorted by memory).
+    const QPointF here = scatter->position_of(p.index);
+    bool near_line = false;
+    for (std::size_t i = 1; i < front.size(); ++i) {
+      const QPointF a = scatter->position_of(front[i - 1].index);
+      const QPointF b = scatter->position_of(front[i].index);
+      const double x0 = std::min(a.x(), b.x()) - 6, x1 = std::max(a.x(), b.x()) + 6;
+      const double y0 = std::min(a.y(), b.y()) - 6, y1 = std::max(a.y(), b.y()) + 6;
+      const bool across = std::abs(here.y() - a.y()) < 6 && here.x() > x0 && here.x() < x1;
+      const bool up = std::abs(here.x() - b.x()) < 6 && here.y() > y0 && here.y() < y1;
+      near_line = near_line || across || up;
+    }
+    if (on_front || near_other || near_line || p.index == selected) continue;
+    const QPoint at = scatter->mapTo(tune, here.toPoint());
     const QColor c = shot.pixelColor(at);
     EXPECT_GT(c.blue(), c.red()) << "plan " << p.index << " off the front";
     break;
