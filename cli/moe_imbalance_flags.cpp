@@ -1,9 +1,8 @@
 #include "cli/moe_imbalance_flags.hpp"
 
-#include <cmath>
-
 #include "cli/workspace_cli.hpp"
 #include "engine/errors.hpp"
+#include "engine/spec/run_spec.hpp"
 #include "profiler/analysis/analysis_error.hpp"
 #include "profiler/analysis/expert_load.hpp"
 
@@ -23,14 +22,9 @@ std::optional<tuner::MoeImbalance> moe_imbalance(const MoeImbalanceArgs& a, std:
   if (a.value && !a.from_run.empty())
     throw InputError("--moe-imbalance and --moe-imbalance-from exclude each other");
   if (a.value) {
-    if (!(*a.value >= 1.0) || !std::isfinite(*a.value))
-      throw InputError(
-          "--moe-imbalance must be a finite number >= 1 (the busiest rank's tokens "
-          "over the mean), got " +
-          std::to_string(*a.value));
-    tuner::MoeImbalance u;
-    u.any_ep = *a.value;
-    return u;
+    if (const std::string problem = spec::moe_imbalance_problem(*a.value); !problem.empty())
+      throw InputError("--moe-imbalance " + problem);
+    return tuner::MoeImbalance::everywhere(*a.value);
   }
   if (a.from_run.empty()) return std::nullopt;
   const LoadedRun r = load_run(db, a.from_run);
@@ -50,15 +44,7 @@ std::optional<tuner::MoeImbalance> moe_imbalance(const MoeImbalanceArgs& a, std:
   tuner::MoeImbalance u;
   for (int ep = 1; ep <= load.experts; ++ep)
     if (load.experts % ep == 0) u.by_ep[ep] = load.mean_rank_imbalance(ep);
-  u.any_ep = u.by_ep.rbegin()->second;  // every ep divides the experts: never used
-  return u;
-}
-
-void apply_moe_imbalance(tuner::EvaluateOptions& options, const spec::HardwareSpec& hardware,
-                         const std::optional<tuner::MoeImbalance>& imbalance) {
-  if (!imbalance) return;
-  if (!options.execution) options.execution = tuner::default_execution(hardware);
-  options.execution->moe_imbalance = *imbalance;
+  return u;  // every ep a plan of this model may have divides its experts: any_ep is not used
 }
 
 }  // namespace pipetune::cli

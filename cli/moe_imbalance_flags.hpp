@@ -27,8 +27,4 @@ void add_moe_imbalance_options(CLI::App* cmd, MoeImbalanceArgs& a);
 std::optional<tuner::MoeImbalance> moe_imbalance(const MoeImbalanceArgs& a, std::int64_t experts,
                                                  const std::string& db);
 
-// Sets the imbalance on `options` (its execution, the hardware's default when unset).
-void apply_moe_imbalance(tuner::EvaluateOptions& options, const spec::HardwareSpec& hardware,
-                         const std::optional<tuner::MoeImbalance>& imbalance);
-
 }  // namespace pipetune::cli

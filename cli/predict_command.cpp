@@ -229,8 +229,8 @@ void run_flags(const PredictArgs& a) {
     options.execution = tuner::default_execution(t.cluster.hardware);
     options.execution->reroute_failures = true;
   }
-  apply_moe_imbalance(options, t.cluster.hardware,
-                      moe_imbalance(a.moe_imbalance, t.model.experts, a.db));
+  if (const auto u = moe_imbalance(a.moe_imbalance, t.model.experts, a.db))
+    tuner::set_moe_imbalance(options, t.cluster.hardware, *u);
   print_prediction(t.model, t.cluster, t.global_batch, p, a.vocab,
                    tuner::evaluate_plan(t.model, t.cluster, p, options), a.json);
 }

@@ -5,7 +5,8 @@
 #include <numeric>
 #include <string>
 
-#include "db/store/record_json.hpp"
+#include "db/store/run_measurement.hpp"
+#include "engine/errors.hpp"
 #include "profiler/analysis/expert_load.hpp"
 
 namespace pipetune::cli {
@@ -18,10 +19,9 @@ namespace an = profiler::analysis;
 // rank imbalance is then the expert imbalance of one rank holding every expert: 1).
 int plan_ep(const LoadedRun& r, int experts) {
   try {
-    const spec::ParallelPlan plan =
-        db::training_plan_from_json(nlohmann::json::parse(r.stored.run.plan_json));
+    const spec::ParallelPlan plan = db::stored_plan(r.stored.run);
     if (plan.ep >= 1 && experts % plan.ep == 0) return plan.ep;
-  } catch (const std::exception&) {
+  } catch (const InputError&) {
   }
   return 1;
 }

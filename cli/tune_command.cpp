@@ -134,7 +134,8 @@ tuner::EvaluateOptions evaluate_options(const TuneArgs& a, const spec::ClusterSp
       throw InputError(std::string(flag) + " must be a finite number >= 0");
   tuner::EvaluateOptions o =
       tuner::search_options(cluster, {a.failure_rate, a.restart_delay, a.reroute});
-  apply_moe_imbalance(o, cluster.hardware, moe_imbalance(a.moe_imbalance, experts, a.db));
+  if (const auto u = moe_imbalance(a.moe_imbalance, experts, a.db))
+    tuner::set_moe_imbalance(o, cluster.hardware, *u);
   return o;
 }
 

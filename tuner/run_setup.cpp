@@ -23,13 +23,10 @@ SimulationSetup setup_from_run_file(const std::string& name_or_path, bool rerout
     options.execution->reroute_failures = true;
   }
   // The flags' imbalance, else the run file's.
-  if (moe_imbalance || run.moe_imbalance != 1.0) {
-    if (!options.execution) options.execution = default_execution(run.cluster.hardware);
-    if (moe_imbalance)
-      options.execution->moe_imbalance = *moe_imbalance;
-    else
-      options.execution->moe_imbalance.any_ep = run.moe_imbalance;
-  }
+  if (moe_imbalance)
+    set_moe_imbalance(options, run.cluster.hardware, *moe_imbalance);
+  else if (run.moe_imbalance != 1.0)
+    set_moe_imbalance(options, run.cluster.hardware, MoeImbalance::everywhere(run.moe_imbalance));
   PlanEvaluation e = evaluate_plan(run.model, run.cluster, plan, options);
   SimulationSetup setup;
   // terapipe: the slices the evaluation chose (TeraPipe's dynamic programming), as train plans.

@@ -39,6 +39,7 @@ void chunk_rows_from_whole(const Buffer& whole, Buffer& chunk, std::int64_t bloc
 
 void chunk_rows_to_whole(const Buffer& chunk, Buffer& whole, std::int64_t blocks, std::int64_t cap,
                          SlotChunk c, std::int64_t width) {
+  sized(whole, Shape{blocks * cap, width});  // kept as it is when already so
   for (std::int64_t i = 0; i < blocks; ++i)
     copy_values({chunk.data() + at(i * c.n * width), Shape{c.n * width}},
                 {whole.data() + at((i * cap + c.lo) * width), Shape{c.n * width}});
@@ -77,7 +78,6 @@ void exchange_with_experts(const ParallelContext& ctx, std::int64_t experts,
     chunk_rows_from_whole(by_expert, sent[j], experts, cap, parts[j], C);
     if (ep > 1) dispatched[j] = all_to_all(sent[j], received[j]);
   };
-  sized(result, Shape{experts, cap, C});
   // An error here would leave all-to-alls in flight over this frame's buffers: end them first.
   try {
     dispatch(0);

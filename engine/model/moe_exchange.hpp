@@ -26,16 +26,17 @@ std::vector<SlotChunk> slot_chunks(std::int64_t cap, int chunks);
 
 // Rows of one chunk between a whole buffer of `blocks` blocks of `cap` slots, (blocks * cap,
 // width) with row i * cap + slot, and the chunk's, (blocks * n, width) with row i * n + t: a
-// local expert's rows (a block per EP rank) or the experts' slots (a block per expert).
+// local expert's rows (a block per EP rank) or the experts' slots (a block per expert). With one
+// chunk the two layouts are the same. chunk_rows_to_whole sizes `whole` first.
 void chunk_rows_from_whole(const Buffer& whole, Buffer& chunk, std::int64_t blocks,
                            std::int64_t cap, SlotChunk c, std::int64_t width);
 void chunk_rows_to_whole(const Buffer& chunk, Buffer& whole, std::int64_t blocks, std::int64_t cap,
                          SlotChunk c, std::int64_t width);
 
 // What the experts do to one chunk: `in` holds each local expert's rows of it ((ep * n, width),
-// as above); compute fills `out` likewise.
+// as above), which compute may take; compute fills `out` likewise.
 using ExpertChunkCompute =
-    std::function<void(SlotChunk chunk, const std::vector<Buffer>& in, std::vector<Buffer>& out)>;
+    std::function<void(SlotChunk chunk, std::vector<Buffer>& in, std::vector<Buffer>& out)>;
 
 // by_expert (experts, cap, width) on every EP rank -> each chunk through `compute` on the
 // experts' ranks -> result (experts, cap, width), sized here.

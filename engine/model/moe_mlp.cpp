@@ -84,26 +84,21 @@ void MoeMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView o
   be.moe_dispatch(x, a.routing, sized(dispatched, Shape{E, cap, C}));  // (E, cap, C)
 
   // Each local expert's rows, whole: (ep*cap, C) inputs, (ep*cap, F/tp) fc and GELU, kept for B
-  // and W; a chunk's rows are computed as they arrive (moe_exchange.hpp).
-  const std::int64_t rows = ep * cap;
+  // and W; a chunk's rows are computed as they arrive (moe_exchange.hpp). One chunk is laid out
+  // as the whole buffers: it is computed in them, with no copy.
   a.xin.assign(static_cast<std::size_t>(local_experts_), {});
   a.fc.assign(static_cast<std::size_t>(local_experts_), {});
   a.gelu.assign(static_cast<std::size_t>(local_experts_), {});
-  for (std::int64_t le = 0; le < local_experts_; ++le) {
-    const auto i = static_cast<std::size_t>(le);
-    sized(a.xin[i], Shape{rows, C});
-    sized(a.fc[i], Shape{rows, Fl});
-    sized(a.gelu[i], Shape{rows, Fl});
-  }
-  const ExpertChunkCompute experts = [&](SlotChunk c, const std::vector<Buffer>& in,
+  const ExpertChunkCompute experts = [&](SlotChunk c, std::vector<Buffer>& in,
                                          std::vector<Buffer>& out) {
     const std::int64_t r = ep * c.n;
+    const bool whole = c.n == cap;
     Buffer fc_rows, gelu_rows;
     for (std::int64_t le = 0; le < local_experts_; ++le) {
       const auto i = static_cast<std::size_t>(le);
       const ExpertParams& e = experts_[i];
-      TensorView fc = sized(fc_rows, Shape{r, Fl});  // (ep*n, F/tp)
-      TensorView g = sized(gelu_rows, Shape{r, Fl});
+      TensorView fc = sized(whole ? a.fc[i] : fc_rows, Shape{r, Fl});  // (ep*n, F/tp)
+      TensorView g = sized(whole ? a.gelu[i] : gelu_rows, Shape{r, Fl});
       be.linear_gelu_forward(view(in[i], Shape{r, C}), expert_->param(e.fc_w),
                              expert_->param(e.fc_b), fc, g);
       TensorView o = sized(out[i], Shape{r, C});  // (ep*n, C) partial over TP
@@ -111,6 +106,10 @@ void MoeMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView o
           tp_rank_ == 0 ? ConstTensorView(expert_->param(e.proj_b)) : ConstTensorView{};
       be.linear_forward(g, expert_->param(e.proj_w), bias, o);
       ctx.tp_all_reduce(o);
+      if (whole) {
+        a.xin[i] = std::move(in[i]);
+        continue;
+      }
       chunk_rows_to_whole(in[i], a.xin[i], ep, cap, c, C);
       chunk_rows_to_whole(fc_rows, a.fc[i], ep, cap, c, Fl);
       chunk_rows_to_whole(gelu_rows, a.gelu[i], ep, cap, c, Fl);
@@ -124,7 +123,7 @@ void MoeMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView o
 void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, TensorView dx,
                             float aux_scale, MoeMlpActivations& a) {
   const std::int64_t N = dout.shape.rows(), C = config_.hidden, E = config_.experts,
-                     Fl = ffn_local_, cap = a.capacity, ep = ctx.ep_size, rows = ep * cap;
+                     Fl = ffn_local_, cap = a.capacity, ep = ctx.ep_size;
   auto& be = ctx.be();
   Buffer dexpert_out, dprobs_buf;
   TensorView dprobs = zeros(dprobs_buf, Shape{N, E});  // (N, E)
@@ -136,27 +135,28 @@ void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, Te
   release(a.expert_out);
 
   // Each local expert's output gradient (kept for W) and fc gradient, whole; a chunk's rows as
-  // they arrive, its input gradient back to the tokens' ranks.
+  // they arrive, its input gradient back to the tokens' ranks. One chunk: in place, as forward.
   a.dout.assign(static_cast<std::size_t>(local_experts_), {});
   a.dfc.assign(static_cast<std::size_t>(local_experts_), {});
-  for (std::int64_t le = 0; le < local_experts_; ++le) {
-    const auto i = static_cast<std::size_t>(le);
-    sized(a.dout[i], Shape{rows, C});
-    sized(a.dfc[i], Shape{rows, Fl});
-  }
-  const ExpertChunkCompute experts = [&](SlotChunk c, const std::vector<Buffer>& in,
+  const ExpertChunkCompute experts = [&](SlotChunk c, std::vector<Buffer>& in,
                                          std::vector<Buffer>& out) {
     const std::int64_t r = ep * c.n;
+    const bool whole = c.n == cap;
     Buffer fc_rows, dfc_rows;
     for (std::int64_t le = 0; le < local_experts_; ++le) {
       const auto i = static_cast<std::size_t>(le);
       const ExpertParams& e = experts_[i];
-      chunk_rows_from_whole(a.fc[i], fc_rows, ep, cap, c, Fl);
-      TensorView dfc = sized(dfc_rows, Shape{r, Fl});  // (ep*n, F/tp): gelu'(fc) (dout W)
+      if (!whole) chunk_rows_from_whole(a.fc[i], fc_rows, ep, cap, c, Fl);
+      // (ep*n, F/tp): gelu'(fc) (dout W)
+      TensorView dfc = sized(whole ? a.dfc[i] : dfc_rows, Shape{r, Fl});
       be.linear_gelu_backward_input(view(in[i], Shape{r, C}), expert_->param(e.proj_w),
-                                    view(fc_rows, Shape{r, Fl}), dfc);
+                                    view(whole ? a.fc[i] : fc_rows, Shape{r, Fl}), dfc);
       be.linear_backward_input(dfc, expert_->param(e.fc_w), sized(out[i], Shape{r, C}),
                                tensor::GradientWrite::overwrite);
+      if (whole) {
+        a.dout[i] = std::move(in[i]);
+        continue;
+      }
       chunk_rows_to_whole(in[i], a.dout[i], ep, cap, c, C);
       chunk_rows_to_whole(dfc_rows, a.dfc[i], ep, cap, c, Fl);
     }

@@ -212,11 +212,8 @@ RunSpec read_run(const toml::table& table, const TableContext& ctx, RunCheck che
     if (!problem.empty()) r.fail("attention", problem);
   }
   if (const auto u = r.number("moe_imbalance")) {
-    if (!(*u >= 1.0) || !std::isfinite(*u))
-      r.fail("moe_imbalance",
-             "must be a finite number >= 1 (the busiest expert-parallel rank's "
-             "tokens over the mean), got " +
-                 std::to_string(*u));
+    if (const std::string problem = moe_imbalance_problem(*u); !problem.empty())
+      r.fail("moe_imbalance", problem);
     run.moe_imbalance = *u;
   }
   const toml::node* model_node = r.node("model");
@@ -264,6 +261,13 @@ RunSpec read_run(const toml::table& table, const TableContext& ctx, RunCheck che
 }
 
 }  // namespace
+
+std::string moe_imbalance_problem(double u) {
+  if (u >= 1.0 && std::isfinite(u)) return "";
+  return "must be a finite number >= 1 (the busiest expert-parallel rank's tokens over the "
+         "mean), got " +
+         std::to_string(u);
+}
 
 std::string_view engine_backend_name(EngineBackend b) {
   return b == EngineBackend::cuda ? "cuda" : "cpu";

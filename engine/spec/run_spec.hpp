@@ -87,6 +87,10 @@ EngineAttention default_engine_attention(EngineBackend backend, EnginePrecision 
 std::string engine_attention_problem(EngineAttention attention, EngineBackend backend,
                                      EnginePrecision precision);
 
+// Why `u` is not an MoE routing imbalance ("must be a finite number >= 1 (...), got 0.5"), or
+// empty when it is one: the rule of RunSpec::moe_imbalance and of every front end's field.
+std::string moe_imbalance_problem(double u);
+
 struct RunSpec {
   std::string name;
   std::string description;

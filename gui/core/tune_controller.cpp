@@ -4,7 +4,6 @@
 #include "tuner/search/tuning_target.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <exception>
 #include <nlohmann/json.hpp>
 
@@ -12,6 +11,7 @@
 #include "db/store/workspace.hpp"
 #include "engine/errors.hpp"
 #include "engine/spec/load.hpp"
+#include "engine/spec/run_spec.hpp"
 #include "gui/core/plan_trace.hpp"
 #include "tuner/export/small_scale.hpp"
 #include "tuner/search/evaluator_scorer.hpp"
@@ -81,15 +81,12 @@ bool TuneController::start(const TuneRequest& request) {
   try {
     space = tune_space(request);
     options = tuner::search_options(space.cluster, request.failures);
-    if (!(request.moe_imbalance >= 1.0) || !std::isfinite(request.moe_imbalance))
-      throw InputError(
-          "the MoE imbalance must be a finite number >= 1 (the busiest rank's "
-          "tokens over the mean), got " +
-          std::to_string(request.moe_imbalance));
-    if (request.moe_imbalance > 1.0) {
-      if (!options.execution) options.execution = tuner::default_execution(space.cluster.hardware);
-      options.execution->moe_imbalance.any_ep = request.moe_imbalance;
-    }
+    if (const std::string problem = spec::moe_imbalance_problem(request.moe_imbalance);
+        !problem.empty())
+      throw InputError("the MoE imbalance " + problem);
+    if (request.moe_imbalance > 1.0)
+      tuner::set_moe_imbalance(options, space.cluster.hardware,
+                               tuner::MoeImbalance::everywhere(request.moe_imbalance));
   } catch (const std::exception& e) {
     error_ = QString::fromStdString(e.what());
     return false;

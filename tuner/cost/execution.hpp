@@ -21,6 +21,12 @@ struct MoeImbalance {
   double any_ep = 1.0;          // >= 1: for an ep not in by_ep
   std::map<int, double> by_ep;  // ep -> factor (>= 1)
   double at(int ep) const;
+  // u for every ep > 1 (a value given, not measured).
+  static MoeImbalance everywhere(double u) {
+    MoeImbalance m;
+    m.any_ep = u;
+    return m;
+  }
 };
 
 struct ExecutionOptions {

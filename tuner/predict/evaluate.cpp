@@ -67,6 +67,12 @@ double expected_iteration_time(double t, int devices, int dp, const FailureModel
   return std::expm1(mu * t) * (1.0 / mu + f.restart_delay);
 }
 
+void set_moe_imbalance(EvaluateOptions& options, const spec::HardwareSpec& hardware,
+                       const MoeImbalance& imbalance) {
+  if (!options.execution) options.execution = default_execution(hardware);
+  options.execution->moe_imbalance = imbalance;
+}
+
 ExecutionOptions PlanEvaluator::execution_for(const spec::ClusterSpec& cluster) const {
   return options_.execution.value_or(default_execution(cluster.hardware));
 }

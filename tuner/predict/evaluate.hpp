@@ -63,6 +63,11 @@ double expected_iteration_time(double iteration_time, int devices, int dp,
 inline constexpr std::string_view kFailuresOutpaceIterations =
     "failures restart the iteration faster than it can end";
 
+struct EvaluateOptions;
+// Prices `imbalance` on options (its execution, the hardware's default when unset).
+void set_moe_imbalance(EvaluateOptions& options, const spec::HardwareSpec& hardware,
+                       const MoeImbalance& imbalance);
+
 struct EvaluateOptions {
   // Unset: what runs on the cluster's hardware (default_execution, default_memory_options).
   std::optional<ExecutionOptions> execution;
