@@ -9,7 +9,7 @@ namespace pipetune::cli {
 
 bool PlanFlags::any_given() const {
   return tp || pp || dp || ep || chunks || microbatches || micro_batch_size || zero || slices ||
-         moe_chunks;
+         moe_chunks || expert_layout || sparse_embedding_gradient;
 }
 
 void PlanFlags::check_counts() const {
@@ -22,6 +22,13 @@ void PlanFlags::check_counts() const {
                                {micro_batch_size, "--micro-batch-size"},
                                {slices, "--slices"},
                                {moe_chunks, "--moe-chunks"}});
+  if (expert_layout) {
+    try {
+      spec::parse_expert_layouts(*expert_layout);
+    } catch (const SpecError& e) {
+      throw InputError("--expert-layout: " + e.rule());
+    }
+  }
 }
 
 void PlanFlags::apply_to(spec::ParallelPlan& plan) const {
@@ -36,6 +43,8 @@ void PlanFlags::apply_to(spec::ParallelPlan& plan) const {
   if (zero) plan.zero_stage = *zero;
   if (slices) plan.slices = *slices;
   if (moe_chunks) plan.moe_chunks = *moe_chunks;
+  if (expert_layout) plan.expert_layouts = spec::parse_expert_layouts(*expert_layout);
+  if (sparse_embedding_gradient) plan.sparse_embedding_gradient = true;
 }
 
 void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help) {
@@ -52,6 +61,11 @@ void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help) {
   add("--zero", flags.zero, help.zero);
   add("--slices", flags.slices, help.slices);
   add("--moe-chunks", flags.moe_chunks, help.moe_chunks);
+  if (help.expert_layout != nullptr)
+    cmd->add_option("--expert-layout", flags.expert_layout, help.expert_layout);
+  if (help.sparse_embedding_gradient != nullptr)
+    cmd->add_flag("--sparse-embedding-grad", flags.sparse_embedding_gradient,
+                  help.sparse_embedding_gradient);
 }
 
 std::vector<spec::Recompute> parse_stage_recompute_flag(const std::string& text, int pp) {

@@ -17,9 +17,13 @@ namespace pipetune::cli {
 struct PlanFlags {
   std::optional<int> tp, pp, dp, ep, chunks, microbatches, micro_batch_size, zero, slices,
       moe_chunks;
+  // --expert-layout whole | sharded | one per MoE layer ("whole,sharded,...").
+  std::optional<std::string> expert_layout;
+  bool sparse_embedding_gradient = false;  // --sparse-embedding-grad (EmbRace)
 
   bool any_given() const;
-  // InputError "FLAG must be at least 1, not N" for the first count given below 1.
+  // InputError "FLAG must be at least 1, not N" for the first count given below 1, or
+  // "--expert-layout: ..." naming a bad layout.
   void check_counts() const;
   // The counts given, set on `plan` (checked first); those not given left as they are.
   void apply_to(spec::ParallelPlan& plan) const;
@@ -37,9 +41,23 @@ struct PlanFlagHelp {
   const char* zero = nullptr;
   const char* slices = nullptr;
   const char* moe_chunks = nullptr;
+  const char* expert_layout = nullptr;
+  const char* sparse_embedding_gradient = nullptr;
 };
 
 void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help);
+
+// Help texts train and predict share.
+inline constexpr const char* kMoeChunksHelp =
+    "MoE: each layer's all-to-all in this many chunks, overlapped with the experts' GEMMs "
+    "(default 1)";
+inline constexpr const char* kExpertLayoutHelp =
+    "MoE: experts inside the TP group, sharded (each expert split over TP, default) or whole "
+    "(PPMoE: whole experts divided among the TP ranks); one for every MoE layer or a comma list "
+    "of one per MoE layer";
+inline constexpr const char* kSparseEmbeddingHelp =
+    "EmbRace: reduce the input embedding's gradient over DP by exchanging the rows of the tokens "
+    "each replica embedded, not the whole table (ZeRO-0)";
 
 // `--stage-recompute full,selective,none,none`: one recomputation per pipeline rank, `pp` of them
 // (empty text: none given). InputError "--stage-recompute: ..." naming the entry or the count.

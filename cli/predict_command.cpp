@@ -279,8 +279,9 @@ void add_predict_command(CLI::App& app) {
                   .zero = "ZeRO stage 0-3 (1: distributed optimizer)",
                   .slices = "terapipe: token slices per micro-batch (default: TeraPipe's dynamic "
                             "programming over uneven slices)",
-                  .moe_chunks = "MoE: each layer's all-to-all in this many chunks, overlapped with "
-                                "the experts' GEMMs (default 1)"});
+                  .moe_chunks = kMoeChunksHelp,
+                  .expert_layout = kExpertLayoutHelp,
+                  .sparse_embedding_gradient = kSparseEmbeddingHelp});
   cmd->add_option("--schedule", a->schedule, "Pipeline schedule")->capture_default_str();
   cmd->add_option(
       "--skip-ratio", a->skip_ratio,

@@ -400,8 +400,9 @@ void add_plan_options(CLI::App* cmd, TrainArgs* args) {
                           "or 3 (and parameters)",
                   .slices = "terapipe: token slices per micro-batch (default: the cost model's "
                             "choice)",
-                  .moe_chunks = "MoE: each layer's all-to-all in this many chunks, overlapped with "
-                                "the experts' GEMMs (default 1)"});
+                  .moe_chunks = kMoeChunksHelp,
+                  .expert_layout = kExpertLayoutHelp,
+                  .sparse_embedding_gradient = kSparseEmbeddingHelp});
   cmd->add_option("--schedule", args->schedule, "Pipeline schedule");
   cmd->add_option(
       "--skip-ratio", args->skip_ratio,

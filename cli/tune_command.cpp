@@ -39,6 +39,7 @@ struct TuneArgs {
   std::int64_t max_candidates = 0;
   bool no_offload = false;
   bool no_moe_chunks = false;
+  bool no_whole_experts = false;
   bool no_stage_layouts = false;
   int top = 10;
   std::int64_t keep = 100;
@@ -82,6 +83,7 @@ tuner::SearchSpace make_space(const TuneArgs& a) {
                                      .offload = !a.no_offload,
                                      .stage_layouts = !a.no_stage_layouts,
                                      .moe_chunks = !a.no_moe_chunks,
+                                     .whole_experts = !a.no_whole_experts,
                                      .keep = a.keep,
                                      .threads = a.threads};
   tuner::SearchSpace s;
@@ -247,6 +249,10 @@ void add_tune_command(CLI::App& app) {
       "One all-to-all each way in every MoE layer (by default MoE plans with ep > 1 also "
       "try it in 2 and 4 chunks overlapped with the experts' GEMMs, which the Megatron-LM, "
       "torchtitan and DeepSpeed exports refuse)");
+  cmd->add_flag("--no-whole-experts", a->no_whole_experts,
+                "Keep every MoE layer's experts sharded over TP (by default MoE plans with tp > 1 "
+                "also try each EP rank's experts whole, divided among the TP ranks: PPMoE's "
+                "layout, which the Megatron-LM, torchtitan and DeepSpeed exports refuse)");
   cmd->add_option("--top", a->top, "Results to print")->capture_default_str();
   cmd->add_option("--failure-rate", a->failure_rate,
                   "Unreliable peers: rank by expected throughput with devices failing at this "

@@ -36,6 +36,12 @@ nlohmann::json plan_to_json(const spec::ParallelPlan& p, const std::string& voca
   if (p.skip_ratio) j["skip_ratio"] = *p.skip_ratio;
   if (p.layered_reduction) j["layered_reduction"] = true;
   if (p.moe_chunks != 1) j["moe_chunks"] = p.moe_chunks;  // absent: one all-to-all each way
+  if (p.sparse_embedding_gradient) j["sparse_embedding_gradient"] = true;  // absent: dense
+  if (!p.expert_layouts.empty()) {  // absent: every MoE layer's experts sharded over TP
+    std::vector<std::string> layouts;
+    for (spec::ExpertLayout l : p.expert_layouts) layouts.emplace_back(spec::expert_layout_name(l));
+    j["expert_layout"] = layouts;
+  }
   // Offload: absent when off (and in plans stored before it was kept).
   if (p.offload_activations) j["offload_activations"] = true;
   if (p.offload_optimizer) j["offload_optimizer"] = true;
@@ -86,6 +92,10 @@ spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_la
     if (j.contains("skip_ratio")) p.skip_ratio = j.at("skip_ratio").get<double>();
     p.layered_reduction = j.value("layered_reduction", false);
     p.moe_chunks = j.value("moe_chunks", 1);
+    p.sparse_embedding_gradient = j.value("sparse_embedding_gradient", false);
+    if (j.contains("expert_layout"))
+      for (const std::string& l : j.at("expert_layout").get<std::vector<std::string>>())
+        p.expert_layouts.push_back(spec::parse_expert_layout(l));
     if (training) spec::apply_defaults(p);
     return p;
   } catch (const nlohmann::json::exception& e) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
@@ -43,9 +44,14 @@ struct ModelConfig {
   // Chunked all-to-all (ParallelPlan::moe_chunks): each MoE layer's dispatch and combine in this
   // many chunks of the experts' slots, overlapped with the experts' GEMMs on a collective stream.
   int moe_chunks = 1;
+  // Where each MoE layer's experts sit inside the TP group (ParallelPlan::expert_layouts).
+  std::vector<spec::ExpertLayout> expert_layouts;
 
   bool is_moe() const { return experts > 1; }
   bool is_moe_layer(std::int64_t layer) const { return experts > 1 && layer % moe_every == 0; }
+  spec::ExpertLayout expert_layout(std::int64_t layer) const {
+    return spec::expert_layout_of(expert_layouts, layer / moe_every);
+  }
   std::int64_t head_dim() const { return hidden / heads; }
   std::int64_t vocab_rows(int shards) const {
     return spec::padded_vocab(vocab, vocab_divisible_by, shards);

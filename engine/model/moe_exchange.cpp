@@ -45,6 +45,24 @@ void chunk_rows_to_whole(const Buffer& chunk, Buffer& whole, std::int64_t blocks
                 {whole.data() + at((i * cap + c.lo) * width), Shape{c.n * width}});
 }
 
+void select_local_experts(const Buffer& all, Buffer& selected, std::int64_t ep, std::int64_t local,
+                          std::int64_t lo, std::int64_t hi, std::int64_t cap, std::int64_t width) {
+  const std::int64_t block = (hi - lo) * cap * width;  // one EP rank's selected experts
+  sized(selected, Shape{ep * (hi - lo), cap, width});
+  for (std::int64_t i = 0; i < ep; ++i)
+    copy_values({all.data() + at((i * local + lo) * cap * width), Shape{block}},
+                {selected.data() + at(i * block), Shape{block}});
+}
+
+void expand_local_experts(const Buffer& selected, Buffer& all, std::int64_t ep, std::int64_t local,
+                          std::int64_t lo, std::int64_t hi, std::int64_t cap, std::int64_t width) {
+  const std::int64_t block = (hi - lo) * cap * width;
+  zeros(all, Shape{ep * local, cap, width});
+  for (std::int64_t i = 0; i < ep; ++i)
+    copy_values({selected.data() + at(i * block), Shape{block}},
+                {all.data() + at((i * local + lo) * cap * width), Shape{block}});
+}
+
 void exchange_with_experts(const ParallelContext& ctx, std::int64_t experts,
                            std::int64_t local_experts, std::int64_t width, std::int64_t cap,
                            int chunks, const Buffer& by_expert, const ExpertChunkCompute& compute,

@@ -33,6 +33,14 @@ void chunk_rows_from_whole(const Buffer& whole, Buffer& chunk, std::int64_t bloc
 void chunk_rows_to_whole(const Buffer& chunk, Buffer& whole, std::int64_t blocks, std::int64_t cap,
                          SlotChunk c, std::int64_t width);
 
+// Whole experts (spec::ExpertLayout::Whole): the slots of local experts [lo, hi) of each of `ep`
+// EP ranks, (ep * (hi - lo), cap, width), from all of them, (ep * local, cap, width); and back,
+// with zeros in the other experts' slots (`all` sized here).
+void select_local_experts(const Buffer& all, Buffer& selected, std::int64_t ep, std::int64_t local,
+                          std::int64_t lo, std::int64_t hi, std::int64_t cap, std::int64_t width);
+void expand_local_experts(const Buffer& selected, Buffer& all, std::int64_t ep, std::int64_t local,
+                          std::int64_t lo, std::int64_t hi, std::int64_t cap, std::int64_t width);
+
 // What the experts do to one chunk: `in` holds each local expert's rows of it ((ep * n, width),
 // as above), which compute may take; compute fills `out` likewise.
 using ExpertChunkCompute =

@@ -37,19 +37,32 @@ void MoeMlpActivations::clear() {
 }
 
 MoeMlp::MoeMlp(const ModelConfig& config, const std::string& prefix, int tp_size, int tp_rank,
-               int ep_size, int ep_rank, ParameterSet& dense, ParameterSet& expert)
+               int ep_size, int ep_rank, spec::ExpertLayout layout, ParameterSet& dense,
+               ParameterSet& expert)
     : config_(config),
       dense_(&dense),
       expert_(&expert),
       ffn_local_(config.ffn / tp_size),
       local_experts_(config.experts / ep_size),
-      tp_rank_(tp_rank) {
-  const std::int64_t C = config.hidden, F = config.ffn, E = config.experts, Fl = ffn_local_;
-  const std::int64_t lo = tp_rank * Fl, hi = lo + Fl;
+      tp_rank_(tp_rank),
+      tp_size_(tp_size),
+      whole_(layout == spec::ExpertLayout::Whole && tp_size > 1) {
+  const std::int64_t C = config.hidden, F = config.ffn, E = config.experts;
+  // Sharded: TP rank t holds rows [lo, hi) of every local expert's FFN. Whole: all of the FFN of
+  // local experts [own_lo_, own_hi_), a block of experts / (ep * tp) per TP rank.
+  own_hi_ = local_experts_;
+  if (whole_) {
+    ffn_local_ = F;
+    const std::int64_t per_rank = local_experts_ / tp_size;
+    own_lo_ = tp_rank * per_rank;
+    own_hi_ = own_lo_ + per_rank;
+  }
+  const std::int64_t Fl = ffn_local_;
+  const std::int64_t lo = whole_ ? 0 : tp_rank * Fl, hi = lo + Fl;
   const float proj_std = config.init_std / std::sqrt(2.0f * static_cast<float>(config.layers));
   router_w_ = dense.add({prefix + "router.w", Shape{E, C}, ShardLayout::whole(E, C), true, false,
                          Init::Normal, config.init_std});
-  for (std::int64_t le = 0; le < local_experts_; ++le) {
+  for (std::int64_t le = own_lo_; le < own_hi_; ++le) {
     const std::string p = prefix + "expert." + std::to_string(ep_rank * local_experts_ + le) + ".";
     ExpertParams e{};
     e.fc_w = expert.add({p + "fc.w", Shape{Fl, C}, ShardLayout::row_blocks(F, C, 1, lo, hi), false,
@@ -58,14 +71,32 @@ MoeMlp::MoeMlp(const ModelConfig& config, const std::string& prefix, int tp_size
                          false, Init::Zeros, 0.0f});
     e.proj_w = expert.add({p + "proj.w", Shape{C, Fl}, ShardLayout::columns(C, F, lo, hi), false,
                            true, Init::Normal, proj_std});
-    e.proj_b =
-        expert.add({p + "proj.b", Shape{C}, ShardLayout::whole(C), true, false, Init::Zeros, 0.0f});
+    // Sharded, every TP rank holds the bias (rank 0 adds it); whole, its one owner.
+    e.proj_b = expert.add(
+        {p + "proj.b", Shape{C}, ShardLayout::whole(C), !whole_, false, Init::Zeros, 0.0f});
     experts_.push_back(e);
   }
 }
 
+// The experts' slots this TP rank exchanges and computes: all of `by_expert` (E, cap, C), or with
+// whole experts the rows of its own, (ep * owned, cap, C); and the result back into (E, cap, C).
+void MoeMlp::exchange(const ParallelContext& ctx, std::int64_t cap, const Buffer& by_expert,
+                      const ExpertChunkCompute& compute, Buffer& result) const {
+  const std::int64_t C = config_.hidden, ep = ctx.ep_size, owned = own_hi_ - own_lo_;
+  if (!whole_) {
+    exchange_with_experts(ctx, config_.experts, owned, C, cap, config_.moe_chunks, by_expert,
+                          compute, result);
+    return;
+  }
+  Buffer mine, mine_result;
+  select_local_experts(by_expert, mine, ep, local_experts_, own_lo_, own_hi_, cap, C);
+  exchange_with_experts(ctx, ep * owned, owned, C, cap, config_.moe_chunks, mine, compute,
+                        mine_result);
+  expand_local_experts(mine_result, result, ep, local_experts_, own_lo_, own_hi_, cap, C);
+}
+
 void MoeMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView out,
-                     MoeMlpActivations& a) {
+                     MoeMlpActivations& a, bool reduce) {
   const std::int64_t N = x.shape.rows(), C = config_.hidden, E = config_.experts, Fl = ffn_local_,
                      ep = ctx.ep_size;
   auto& be = ctx.be();
@@ -83,30 +114,29 @@ void MoeMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView o
   Buffer dispatched;
   be.moe_dispatch(x, a.routing, sized(dispatched, Shape{E, cap, C}));  // (E, cap, C)
 
-  // Each local expert's rows, whole: (ep*cap, C) inputs, (ep*cap, F/tp) fc and GELU, kept for B
-  // and W; a chunk's rows are computed as they arrive (moe_exchange.hpp). One chunk is laid out
-  // as the whole buffers: it is computed in them, with no copy.
-  a.xin.assign(static_cast<std::size_t>(local_experts_), {});
-  a.fc.assign(static_cast<std::size_t>(local_experts_), {});
-  a.gelu.assign(static_cast<std::size_t>(local_experts_), {});
+  // Each expert's rows this rank computes, all of them: (ep*cap, C) inputs, (ep*cap, F/tp) fc and
+  // GELU (F with whole experts), kept for B and W; a chunk's rows are computed as they arrive
+  // (moe_exchange.hpp). One chunk is laid out as the whole buffers: computed in them, no copy.
+  a.xin.assign(experts_.size(), {});
+  a.fc.assign(experts_.size(), {});
+  a.gelu.assign(experts_.size(), {});
   const ExpertChunkCompute experts = [&](SlotChunk c, std::vector<Buffer>& in,
                                          std::vector<Buffer>& out) {
     const std::int64_t r = ep * c.n;
-    const bool whole = c.n == cap;
+    const bool one_chunk = c.n == cap;
     Buffer fc_rows, gelu_rows;
-    for (std::int64_t le = 0; le < local_experts_; ++le) {
-      const auto i = static_cast<std::size_t>(le);
+    for (std::size_t i = 0; i < experts_.size(); ++i) {
       const ExpertParams& e = experts_[i];
-      TensorView fc = sized(whole ? a.fc[i] : fc_rows, Shape{r, Fl});  // (ep*n, F/tp)
-      TensorView g = sized(whole ? a.gelu[i] : gelu_rows, Shape{r, Fl});
+      TensorView fc = sized(one_chunk ? a.fc[i] : fc_rows, Shape{r, Fl});  // (ep*n, Fl)
+      TensorView g = sized(one_chunk ? a.gelu[i] : gelu_rows, Shape{r, Fl});
       be.linear_gelu_forward(view(in[i], Shape{r, C}), expert_->param(e.fc_w),
                              expert_->param(e.fc_b), fc, g);
-      TensorView o = sized(out[i], Shape{r, C});  // (ep*n, C) partial over TP
+      TensorView o = sized(out[i], Shape{r, C});  // (ep*n, C), sharded: partial over TP
       ConstTensorView bias =
-          tp_rank_ == 0 ? ConstTensorView(expert_->param(e.proj_b)) : ConstTensorView{};
+          tp_rank_ == 0 || whole_ ? ConstTensorView(expert_->param(e.proj_b)) : ConstTensorView{};
       be.linear_forward(g, expert_->param(e.proj_w), bias, o);
-      ctx.tp_all_reduce(o);
-      if (whole) {
+      if (!whole_) ctx.tp_all_reduce(o);
+      if (one_chunk) {
         a.xin[i] = std::move(in[i]);
         continue;
       }
@@ -115,9 +145,11 @@ void MoeMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView o
       chunk_rows_to_whole(gelu_rows, a.gelu[i], ep, cap, c, Fl);
     }
   };
-  exchange_with_experts(ctx, E, local_experts_, C, cap, config_.moe_chunks, dispatched, experts,
-                        a.expert_out);
+  exchange(ctx, cap, dispatched, experts, a.expert_out);
+  // Whole experts: each TP rank's expert_out holds its own experts' slots (zeros elsewhere), so
+  // the combine gives its part of the output, summed here or by the caller.
   be.moe_combine(view(a.expert_out, Shape{E, cap, C}), probs, a.routing, out);
+  if (whole_ && reduce) ctx.tp_all_reduce(out);
 }
 
 void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, TensorView dx,
@@ -129,31 +161,33 @@ void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, Te
   TensorView dprobs = zeros(dprobs_buf, Shape{N, E});  // (N, E)
   be.moe_combine_backward(dout, view(a.expert_out, Shape{E, cap, C}), view(a.probs, Shape{N, E}),
                           a.routing, zeros(dexpert_out, Shape{E, cap, C}), dprobs);
+  // Whole experts: expert_out holds this TP rank's experts only, so each rank has the part of
+  // dprobs its experts give; the router needs their sum.
+  if (whole_) ctx.tp_all_reduce(dprobs);
   be.moe_aux_loss_backward(a.routing, config_.aux_loss_coef * aux_scale, dprobs);
   TensorView dlogits = zeros(a.dlogits, Shape{N, E});  // (N, E)
   be.moe_router_backward(view(a.probs, Shape{N, E}), dprobs, dlogits);
   release(a.expert_out);
 
-  // Each local expert's output gradient (kept for W) and fc gradient, whole; a chunk's rows as
-  // they arrive, its input gradient back to the tokens' ranks. One chunk: in place, as forward.
-  a.dout.assign(static_cast<std::size_t>(local_experts_), {});
-  a.dfc.assign(static_cast<std::size_t>(local_experts_), {});
+  // Each computed expert's output gradient (kept for W) and fc gradient, all rows; a chunk's rows
+  // as they arrive, its input gradient back to the tokens' ranks. One chunk: in place, as forward.
+  a.dout.assign(experts_.size(), {});
+  a.dfc.assign(experts_.size(), {});
   const ExpertChunkCompute experts = [&](SlotChunk c, std::vector<Buffer>& in,
                                          std::vector<Buffer>& out) {
     const std::int64_t r = ep * c.n;
-    const bool whole = c.n == cap;
+    const bool one_chunk = c.n == cap;
     Buffer fc_rows, dfc_rows;
-    for (std::int64_t le = 0; le < local_experts_; ++le) {
-      const auto i = static_cast<std::size_t>(le);
+    for (std::size_t i = 0; i < experts_.size(); ++i) {
       const ExpertParams& e = experts_[i];
-      if (!whole) chunk_rows_from_whole(a.fc[i], fc_rows, ep, cap, c, Fl);
-      // (ep*n, F/tp): gelu'(fc) (dout W)
-      TensorView dfc = sized(whole ? a.dfc[i] : dfc_rows, Shape{r, Fl});
+      if (!one_chunk) chunk_rows_from_whole(a.fc[i], fc_rows, ep, cap, c, Fl);
+      // (ep*n, Fl): gelu'(fc) (dout W)
+      TensorView dfc = sized(one_chunk ? a.dfc[i] : dfc_rows, Shape{r, Fl});
       be.linear_gelu_backward_input(view(in[i], Shape{r, C}), expert_->param(e.proj_w),
-                                    view(whole ? a.fc[i] : fc_rows, Shape{r, Fl}), dfc);
+                                    view(one_chunk ? a.fc[i] : fc_rows, Shape{r, Fl}), dfc);
       be.linear_backward_input(dfc, expert_->param(e.fc_w), sized(out[i], Shape{r, C}),
                                tensor::GradientWrite::overwrite);
-      if (whole) {
+      if (one_chunk) {
         a.dout[i] = std::move(in[i]);
         continue;
       }
@@ -162,8 +196,7 @@ void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, Te
     }
   };
   Buffer ddispatched;
-  exchange_with_experts(ctx, E, local_experts_, C, cap, config_.moe_chunks, dexpert_out, experts,
-                        ddispatched);
+  exchange(ctx, cap, dexpert_out, experts, ddispatched);
   for (Buffer& fc : a.fc) release(fc);
   // dx, a partial over TP until the sum: the dispatch backward adds each token's expert rows.
   fill_zero(dx);
@@ -177,8 +210,7 @@ void MoeMlp::backward_weight(const ParallelContext& ctx, ConstTensorView x, MoeM
   const std::int64_t N = x.shape.rows(), C = config_.hidden, E = config_.experts, Fl = ffn_local_,
                      rows = ctx.ep_size * a.capacity;
   auto& be = ctx.be();
-  for (std::int64_t le = 0; le < local_experts_; ++le) {
-    const auto i = static_cast<std::size_t>(le);
+  for (std::size_t i = 0; i < experts_.size(); ++i) {
     const ExpertParams& e = experts_[i];
     be.linear_backward_weight(view(a.dout[i], Shape{rows, C}), view(a.gelu[i], Shape{rows, Fl}),
                               expert_->grad(e.proj_w), expert_->grad(e.proj_b));

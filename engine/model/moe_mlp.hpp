@@ -1,7 +1,10 @@
 // A mixture-of-experts MLP: a replicated router picks top-k experts per token; each expert is a
-// GELU MLP (tensor-parallel like DenseMlp); experts are sharded over the EP group, tokens travel
-// to their experts' ranks and back with two all-to-alls (dispatch and combine). The Switch/GShard
-// load-balancing loss, times aux_loss_coef, joins the training loss.
+// GELU MLP; experts are divided over the EP group, tokens travel to their experts' ranks and back
+// with two all-to-alls (dispatch and combine). Inside the TP group (spec::ExpertLayout) each
+// expert is either sharded (tensor-parallel like DenseMlp, its output summed over TP) or whole
+// (PPMoE: the EP rank's experts divided among the TP ranks; each TP rank computes only its own
+// experts' slots, and one all-reduce of the layer's output adds the ranks' parts). The
+// Switch/GShard load-balancing loss, times aux_loss_coef, joins the training loss.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +13,7 @@
 
 #include "engine/model/buffer_cache.hpp"
 #include "engine/model/model_config.hpp"
+#include "engine/model/moe_exchange.hpp"
 #include "engine/model/parallel_context.hpp"
 #include "engine/model/parameters.hpp"
 #include "engine/tensor/moe_routing.hpp"
@@ -50,12 +54,19 @@ struct MoeMlpActivations {
 class MoeMlp {
  public:
   // Registers "<prefix>router.w" (dense set) and "<prefix>expert.<e>.*" of this rank's experts
-  // (expert set). ep divides experts, tp divides ffn (checked by the caller).
+  // (expert set). ep divides experts, tp divides ffn, and for whole experts experts / ep
+  // (checked by the caller).
   MoeMlp(const ModelConfig& config, const std::string& prefix, int tp_size, int tp_rank,
-         int ep_size, int ep_rank, ParameterSet& dense, ParameterSet& expert);
+         int ep_size, int ep_rank, spec::ExpertLayout layout, ParameterSet& dense,
+         ParameterSet& expert);
 
+  // out (N, C). With `reduce` false and whole experts over tp > 1, out is this TP rank's part of
+  // the sum (the caller reduces it, e.g. reduce-scatters its rows under sequence parallelism);
+  // otherwise it is complete.
   void forward(const ParallelContext& ctx, tensor::ConstTensorView x, tensor::TensorView out,
-               MoeMlpActivations& a);
+               MoeMlpActivations& a, bool reduce = true);
+  // Whether forward without `reduce` leaves a part of the output for the caller to sum over TP.
+  bool output_partial_over_tp() const { return whole_ && tp_size_ > 1; }
   // dx (N, C) = input gradient, written over; aux_scale multiplies the load-balancing loss's
   // gradient (the loss's own grad scale, e.g. 1 / micro-batches).
   void backward_input(const ParallelContext& ctx, tensor::ConstTensorView dout,
@@ -66,13 +77,18 @@ class MoeMlp {
   struct ExpertParams {
     int fc_w, fc_b, proj_w, proj_b;
   };
+  void exchange(const ParallelContext& ctx, std::int64_t cap, const Buffer& by_expert,
+                const ExpertChunkCompute& compute, Buffer& result) const;
+
   ModelConfig config_;
   ParameterSet* dense_;
   ParameterSet* expert_;
   std::int64_t ffn_local_, local_experts_;
-  int tp_rank_;
+  int tp_rank_, tp_size_;
+  bool whole_;
+  std::int64_t own_lo_ = 0, own_hi_ = 0;  // the local experts this TP rank computes
   int router_w_;
-  std::vector<ExpertParams> experts_;  // local experts
+  std::vector<ExpertParams> experts_;  // the local experts this TP rank computes, in order
 };
 
 }  // namespace pipetune::model

@@ -112,7 +112,8 @@ TransformerBlock::TransformerBlock(const ModelConfig& config, std::int64_t layer
   ln2_w_ = norm("ln2.w", Init::Ones);
   ln2_b_ = norm("ln2.b", Init::Zeros);
   if (config.is_moe_layer(layer))
-    moe_.emplace(config, p + "moe.", tp_size, tp_rank, ep_size, ep_rank, dense, expert);
+    moe_.emplace(config, p + "moe.", tp_size, tp_rank, ep_size, ep_rank,
+                 config.expert_layout(layer), dense, expert);
   else
     dense_.emplace(config, p + "mlp.", tp_size, tp_rank, dense);
 }
@@ -216,10 +217,16 @@ float TransformerBlock::forward_from_input(const ParallelContext& ctx, TensorVie
   TensorView out = ctx.sequence_parallel ? sized(out_part, Shape{N, C}) : y;
   float aux = 0.0f;
   if (moe_) {
-    // The experts run on every row and sum over TP themselves; each rank keeps its rows.
-    moe_->forward(ctx, ln2_all, out, a.moe);
+    // The experts run on every row. Sharded ones sum over TP themselves and each rank keeps its
+    // rows; whole ones leave each rank's part of the sum, reduce-scattered to the rows under
+    // sequence parallelism (as the dense MLP's) and all-reduced in the layer without.
+    const bool partial = ctx.sequence_parallel && moe_->output_partial_over_tp();
+    moe_->forward(ctx, ln2_all, out, a.moe, !partial);
     aux = a.moe.aux_loss;
-    if (ctx.sequence_parallel) copy_own_rows(ctx, out, y);
+    if (partial)
+      reduce_rows(ctx, out, y);
+    else if (ctx.sequence_parallel)
+      copy_own_rows(ctx, out, y);
   } else {
     dense_->forward(ctx, ln2_all, out, a.dense, !ctx.sequence_parallel);
     if (ctx.sequence_parallel) reduce_rows(ctx, out, y);

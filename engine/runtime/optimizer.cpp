@@ -71,7 +71,25 @@ void DataParallelOptimizer::update(float* params, const float* grads, std::int64
   p.commit();
 }
 
-void DataParallelOptimizer::reduce_gradients() {
+void DataParallelOptimizer::set_sparse_unit(int unit, std::int64_t width) {
+  if (zero1_ || sharded_gradients_)
+    throw std::logic_error("set_sparse_unit: the sparse embedding gradient runs without ZeRO");
+  const model::ParamUnit& u = params_->units().at(static_cast<std::size_t>(unit));
+  if (width <= 0 || u.numel % width != 0)
+    throw std::logic_error("set_sparse_unit: unit '" + u.name + "' is no table of rows " +
+                           std::to_string(width) + " wide");
+  sparse_unit_ = unit;
+  sparse_width_ = width;
+}
+
+void DataParallelOptimizer::reduce_sparse_unit(std::span<const std::int32_t> touched) {
+  const model::ParamUnit& u = params_->units()[static_cast<std::size_t>(sparse_unit_)];
+  tensor::FlatStorage& g = params_->flat_grads();
+  last_sparse_ = all_reduce_touched_rows(*comm_, group_, g.allocator(), g.data() + u.offset,
+                                         u.numel / sparse_width_, sparse_width_, touched);
+}
+
+void DataParallelOptimizer::reduce_gradients(std::span<const std::int32_t> touched) {
   if (sharded_gradients_) {
     if (!params_->open_gradient_units().empty())
       throw std::logic_error(
@@ -82,14 +100,30 @@ void DataParallelOptimizer::reduce_gradients() {
   }
   if (!unit_reduced_.empty()) {  // layered reduction: the units no R op reduced
     std::vector<int> rest;
-    for (std::size_t u = 0; u < unit_reduced_.size(); ++u)
-      if (!unit_reduced_[u]) rest.push_back(static_cast<int>(u));
+    bool sparse = false;
+    for (std::size_t u = 0; u < unit_reduced_.size(); ++u) {
+      if (unit_reduced_[u]) continue;
+      if (static_cast<int>(u) == sparse_unit_)
+        sparse = true;
+      else
+        rest.push_back(static_cast<int>(u));
+    }
     reduce_units(rest);
+    if (sparse) reduce_sparse_unit(touched);
     unit_reduced_.clear();
     return;
   }
   if (group_.size() <= 1 || params_->padded_size() == 0) return;
   tensor::FlatStorage& g = params_->flat_grads();
+  if (!zero1_ && sparse_unit_ >= 0) {  // the buffer around the table, then the table's rows
+    const model::ParamUnit& u = params_->units()[static_cast<std::size_t>(sparse_unit_)];
+    const auto before = static_cast<std::size_t>(u.offset),
+               after = static_cast<std::size_t>(u.offset + u.numel);
+    if (before > 0) comm_->all_reduce(group_, {g.data(), before});
+    if (after < g.size()) comm_->all_reduce(group_, {g.data() + after, g.size() - after});
+    reduce_sparse_unit(touched);
+    return;
+  }
   if (!zero1_) {
     comm_->all_reduce(group_, {g.data(), g.size()});
     return;

@@ -25,6 +25,7 @@
 
 #include "engine/comm/communicator.hpp"
 #include "engine/model/parameters.hpp"
+#include "engine/runtime/sparse_rows_reduction.hpp"
 #include "engine/tensor/backend.hpp"
 
 namespace pipetune::runtime {
@@ -40,8 +41,15 @@ class DataParallelOptimizer {
   DataParallelOptimizer& operator=(DataParallelOptimizer&&) noexcept;
 
   // At the iteration's end: the DP reduction (ZeRO 0 and 1; under ZeRO-2 the ops have done it).
-  // Under layered reduction, of the units reduce_units() has not reduced this iteration.
-  void reduce_gradients();
+  // Under layered reduction, of the units reduce_units() has not reduced this iteration. With a
+  // sparse unit, `touched` names the rows of it this rank added to (none otherwise).
+  void reduce_gradients(std::span<const std::int32_t> touched = {});
+  // EmbRace (ParallelPlan::sparse_embedding_gradient, ZeRO-0): `unit`, one table of rows
+  // `width` wide, is left out of the all-reduce; reduce_gradients exchanges the rows its
+  // `touched` names instead (sparse_rows_reduction.hpp). logic_error under ZeRO.
+  void set_sparse_unit(int unit, std::int64_t width);
+  // What the last sparse reduction moved (zeros before the first, or without a sparse unit).
+  const SparseRowsExchange& last_sparse_exchange() const { return last_sparse_; }
   // Layered gradient reduction (ZeRO 0; the schedule's R op): all-reduces the gradients of
   // `units` (complete: no later op of the iteration adds to them) now, in runs of adjacent units,
   // and leaves them out of reduce_gradients(). Every rank of the group runs the same schedule, so
@@ -92,6 +100,10 @@ class DataParallelOptimizer {
   bool zero1_;                      // the optimizer state is sharded (ZeRO 1 and 2)
   bool sharded_gradients_;          // ZeRO-2
   std::vector<char> unit_reduced_;  // layered reduction: per unit, reduced this iteration
+  int sparse_unit_ = -1;            // EmbRace: the table reduced by its touched rows
+  std::int64_t sparse_width_ = 0;
+  SparseRowsExchange last_sparse_;
+  void reduce_sparse_unit(std::span<const std::int32_t> touched);
   tensor::Backend* backend_;
   std::unique_ptr<tensor::Backend> host_backend_;  // optimizer offload: the host's AdamW
   std::int64_t lo_ = 0, hi_ = 0;

@@ -686,6 +686,7 @@ void RankRuntime::backward_weight(int chunk, int mb, bool after_weights) {
       be.embedding_shard_backward_weight(tokens, view(s.demb, Shape{batch_, seq_, C}), m.vocab().lo,
                                          m.vocab_rows(), m.dense.grad(m.wte()), dwpe);
     });
+    note_touched_embedding_rows(tokens);
   }
   drop_chunk_state(chunk, mb);
 }

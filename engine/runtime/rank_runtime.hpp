@@ -83,6 +83,11 @@ class RankRuntime {
     ctx_.stream = reductions_.get();  // also the chunked MoE all-to-all's stream
   }
   bool reductions_overlap() const { return reductions_ != nullptr; }
+  // EmbRace (ParallelPlan::sparse_embedding_gradient): remember the rows of this rank's input
+  // embedding shard each backward adds to, for the sparse reduction; take them (sorted, each
+  // once) at the iteration's end, which forgets them.
+  void record_touched_embedding_rows() { record_touched_ = true; }
+  std::vector<std::int32_t> take_touched_embedding_rows();
   // A fault to inject (injected_fault.hpp); null for none. Must outlive the runtime.
   void set_fault(const InjectedFault* fault) { fault_ = fault; }
 
@@ -227,7 +232,11 @@ class RankRuntime {
   // what reduce_sequence_parallel_gradients packs.
   std::vector<int> sequence_parallel_grads_;
   Mailbox mailbox_;
-  ShardingHooks sharding_;       // ZeRO-2 and 3
+  ShardingHooks sharding_;  // ZeRO-2 and 3
+  // EmbRace: per row of the input embedding shard, whether a backward this iteration added to it.
+  bool record_touched_ = false;
+  std::vector<char> touched_rows_;
+  void note_touched_embedding_rows(std::span<const std::int32_t> tokens);
   GroupReduction reduce_group_;  // layered gradient reduction
   profiler::NameId gradient_scatter_name_ = 0, parameter_gather_name_ = 0;
   bool vocab_parallel_ = false;

@@ -218,6 +218,24 @@ void RankRuntime::vocab_input_backward(int mb) {
   ctx_.be().embedding_shard_backward_weight(tokens, view(demb, Shape{batch_, seq_, C}),
                                             m.vocab().lo, m.vocab_rows(), m.dense.grad(m.wte()),
                                             dwpe);
+  note_touched_embedding_rows(tokens);
+}
+
+void RankRuntime::note_touched_embedding_rows(std::span<const std::int32_t> tokens) {
+  if (!record_touched_) return;
+  const auto& m = *model_;
+  const std::int64_t lo = m.vocab().lo, rows = m.vocab().rows();  // this rank's shard
+  touched_rows_.resize(static_cast<std::size_t>(rows), 0);
+  for (const std::int32_t t : tokens)
+    if (t >= lo && t < lo + rows) touched_rows_[static_cast<std::size_t>(t - lo)] = 1;
+}
+
+std::vector<std::int32_t> RankRuntime::take_touched_embedding_rows() {
+  std::vector<std::int32_t> rows;
+  for (std::size_t r = 0; r < touched_rows_.size(); ++r)
+    if (touched_rows_[r]) rows.push_back(static_cast<std::int32_t>(r));
+  touched_rows_.assign(touched_rows_.size(), 0);
+  return rows;
 }
 
 }  // namespace pipetune::runtime

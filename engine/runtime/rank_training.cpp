@@ -162,6 +162,15 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
                      plan_.offload_optimizer);
   expert_opt_.emplace(m.expert, comm_, edp_group_, at_.tp_rank, plan_.zero_stage, backend_,
                       plan_.offload_optimizer);
+  // EmbRace: the input embedding's gradient reduced by the rows this rank's tokens touched.
+  if (plan_.sparse_embedding_gradient && m.has_embedding()) {
+    const auto& units = m.dense.units();
+    const auto wte = std::find_if(units.begin(), units.end(),
+                                  [](const model::ParamUnit& u) { return u.name == "wte"; });
+    if (wte == units.end()) throw std::logic_error("sparse embedding gradient: no unit 'wte'");
+    dense_opt_->set_sparse_unit(static_cast<int>(wte - units.begin()), m.config().hidden);
+    runtime_.record_touched_embedding_rows();
+  }
   if (m.dense.gradients_sharded() || m.expert.gradients_sharded())
     runtime_.set_sharding(
         {.gather_parameters =
@@ -305,7 +314,7 @@ void RankTraining::reduce_gradients(int step) {
     profiler::ScopedSpan span(recorder_, profiler::SpanKind::AllReduce, profiler::Stream::Comm, -1,
                               -1, -1, reduce_name_);
     runtime_.reduce_sequence_parallel_gradients();
-    dense_opt_->reduce_gradients();
+    dense_opt_->reduce_gradients(runtime_.take_touched_embedding_rows());
     expert_opt_->reduce_gradients();
   }
   if (options_.capture_gradients && step == first_step_) {

@@ -284,6 +284,7 @@ PreparedRun prepare(const TrainOptions& options) {
   spec::apply_defaults(p.plan);
   p.config.recompute = p.plan.recompute;  // each rank's RankRuntime applies its stage's own
   p.config.moe_chunks = p.plan.moe_chunks;
+  p.config.expert_layouts = p.plan.expert_layouts;
   {
     spec::ModelSpec model = options.model;
     spec::apply_defaults(model);

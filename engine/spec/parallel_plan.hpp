@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/schedule/schedule.hpp"
+#include "engine/spec/expert_layout.hpp"
 #include "engine/spec/model_spec.hpp"
 
 namespace pipetune::spec {
@@ -77,6 +78,14 @@ struct ParallelPlan {
   // combine split into this many chunks along the experts' slots, the expert GEMMs of one chunk
   // running while the next chunk's all-to-all is in flight. 1 = one all-to-all each way.
   int moe_chunks = 1;
+  // Where each MoE layer's experts sit inside the TP group (expert_layout.hpp): empty = every
+  // MoE layer sharded over TP, one entry = every MoE layer alike, else one per MoE layer in
+  // model order (Tutel's per-layer choice between expert- and tensor-style experts).
+  std::vector<ExpertLayout> expert_layouts;
+  // EmbRace's sparse embedding gradient: the input embedding's gradient is reduced over DP by
+  // exchanging the rows of the tokens each replica embedded (an all-gather of those rows and
+  // their indices) instead of all-reducing the whole table. ZeRO-0 only; untied embeddings.
+  bool sparse_embedding_gradient = false;
   // Placement (Holmes): the rank order, and the order in which the cluster's node groups
   // (ClusterSpec::node_groups, by index) take device slots: slot 0 is on the first node of
   // node_group_order[0]. Empty = the groups in the cluster's own order.

@@ -102,6 +102,33 @@ std::vector<Recompute> read_stage_recompute(TableReader& r) {
   return modes;
 }
 
+// `expert_layout = "whole"` (every MoE layer) or `["whole", "sharded"]` (one per MoE layer).
+std::vector<ExpertLayout> read_expert_layouts(TableReader& r) {
+  std::vector<ExpertLayout> layouts;
+  const toml::node* node = r.node("expert_layout");
+  if (node == nullptr) return layouts;
+  const auto parse = [&](const toml::node& elem, bool in_array) {
+    if (!elem.is_string())
+      r.fail("expert_layout", std::string(in_array ? "expected an array of layout names"
+                                                   : "expected a layout name or an array of them") +
+                                  ", found " + std::string(detail::node_type_phrase(elem)));
+    const std::string& name = elem.as_string()->get();
+    try {
+      layouts.push_back(parse_expert_layout(name));
+    } catch (const SpecError&) {
+      r.fail("expert_layout",
+             (in_array ? "entry " + std::to_string(layouts.size()) + ": " : std::string()) +
+                 "unknown layout '" + name + "' (valid: sharded, whole)");
+    }
+  };
+  if (const toml::array* array = node->as_array()) {
+    for (const toml::node& elem : *array) parse(elem, true);
+  } else {
+    parse(*node, false);
+  }
+  return layouts;
+}
+
 // The [plan] table; dp and chunks are left 0 when absent, for the caller to derive.
 ParallelPlan read_plan(const toml::table& table, const std::string& source) {
   TableReader r(table, source, "plan.");
@@ -159,6 +186,8 @@ ParallelPlan read_plan(const toml::table& table, const std::string& source) {
     if (*v < 1) r.fail("moe_chunks", "must be positive, got " + std::to_string(*v));
     p.moe_chunks = *v;
   }
+  p.expert_layouts = read_expert_layouts(r);
+  if (auto v = r.boolean("sparse_embedding_gradient")) p.sparse_embedding_gradient = *v;
   for (int t : p.slice_tokens)
     if (t < 1)
       r.fail("slice_tokens", "entry " + std::to_string(t) + " is not a slice (>= 1 token)");

@@ -29,6 +29,8 @@
 //   skip_ratio = 0.33          # skippipe: share of stages a micro-batch skips  (1/3)
 //   layered_reduction = false  # reduce each layer group's gradients as its backward ends (false)
 //   moe_chunks = 1             # MoE all-to-all in chunks overlapped with the experts      (1)
+//   expert_layout = "sharded"  # sharded, whole (PPMoE), or one per MoE layer   ("sharded")
+//   sparse_embedding_gradient = false  # EmbRace: exchange the embedding's touched rows (false)
 //
 // `model` and `cluster` may instead be tables holding the keys of a model or cluster file
 // (load.hpp), optionally starting from a preset whose keys they override:

@@ -479,6 +479,17 @@ void validate(const ModelSpec& model, const ParallelPlan& plan) {
                     "moe_chunks=" + shown(std::int64_t{plan.moe_chunks}) +
                         " chunks the all-to-all of MoE layers; the model has none (experts=" +
                         shown(model.experts) + ")");
+  validate_expert_layouts(model, plan);
+  if (plan.sparse_embedding_gradient && plan.zero_stage != 0)
+    throw SpecError({"plan.sparse_embedding_gradient", "plan.zero_stage"},
+                    "sparse_embedding_gradient exchanges the embedding gradient's touched rows "
+                    "with zero_stage=0 only (zero_stage=" +
+                        shown(std::int64_t{plan.zero_stage}) +
+                        " shards the gradient buffer across the rows)");
+  if (plan.sparse_embedding_gradient && model.tied_embeddings)
+    throw SpecError({"plan.sparse_embedding_gradient", "model.tied_embeddings"},
+                    "sparse_embedding_gradient needs untied embeddings: a tied table's gradient "
+                    "is dense (the output layer adds to every row)");
   // Layered gradient reduction all-reduces each layer group's gradients where the schedule's R op
   // stands. ZeRO-1 reduce-scatters one flat buffer whose shards cross the groups, and ZeRO-2 and 3
   // reduce each layer's gradients inside its backward already.

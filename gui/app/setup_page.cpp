@@ -68,9 +68,13 @@ SetupPage::SetupPage(PlanFormModel* form, QWidget* parent) : QWidget(parent), fo
   add_row(right, PlanField::OffloadActivations, "Offload activations to host", new QCheckBox);
   add_row(right, PlanField::OffloadOptimizer, "Offload optimizer to host", new QCheckBox);
   add_row(right, PlanField::LayeredReduction, "Reduce gradients per layer group", new QCheckBox);
+  add_row(right, PlanField::SparseEmbeddingGradient,
+          "Sparse embedding gradient (touched rows only)", new QCheckBox);
   add_row(right, PlanField::Modular, "Modular placement (one layer per group)", new QCheckBox);
   add_row(right, PlanField::Slices, "Token slices (terapipe; empty: 4)", new QLineEdit);
   add_row(right, PlanField::MoeChunks, "MoE all-to-all chunks (empty: 1)", new QLineEdit);
+  add_row(right, PlanField::ExpertLayout, "MoE experts in TP: sharded, whole (empty: sharded)",
+          new QLineEdit);
   add_row(right, PlanField::SkipRatio, "Skip ratio (skippipe, skippipe-ca; empty: 1/3)",
           new QLineEdit);
   add_row(right, PlanField::RankOrder, "Rank order", combo(PlanFormModel::rank_order_names()));

@@ -106,6 +106,13 @@ QHBoxLayout* TunePage::build_target_row() {
       "MoE plans with ep > 1 also try each layer's all-to-all in 2 and 4 chunks overlapped with "
       "the experts' GEMMs, which the Megatron-LM, torchtitan and DeepSpeed exports refuse "
       "(unchecked: pipetune tune --no-moe-chunks)");
+  whole_experts_ = new QCheckBox("Whole experts");
+  whole_experts_->setObjectName("tune_whole_experts");
+  whole_experts_->setChecked(true);
+  whole_experts_->setToolTip(
+      "MoE plans with tp > 1 also try each EP rank's experts whole, divided among the TP ranks "
+      "(PPMoE), which the Megatron-LM, torchtitan and DeepSpeed exports refuse (unchecked: "
+      "pipetune tune --no-whole-experts)");
   for (auto [label, w] : {std::pair<const char*, QWidget*>{"Model", model_},
                           {"Cluster", cluster_},
                           {"Hardware", hardware_},
@@ -116,7 +123,8 @@ QHBoxLayout* TunePage::build_target_row() {
                           {"Failures/dev-h", failure_rate_},
                           {"", reroute_},
                           {"MoE imbalance", moe_imbalance_},
-                          {"", moe_chunks_}}) {
+                          {"", moe_chunks_},
+                          {"", whole_experts_}}) {
     target->addWidget(new QLabel(label));
     target->addWidget(w);
   }
@@ -360,6 +368,7 @@ bool TunePage::start_search() {
   }
   r.failures.reroute = reroute_->isChecked();
   r.moe_chunks = moe_chunks_->isChecked();
+  r.whole_experts = whole_experts_->isChecked();
   if (!moe_imbalance_->text().trimmed().isEmpty()) {
     bool ok_imbalance = false;
     r.moe_imbalance = moe_imbalance_->text().trimmed().toDouble(&ok_imbalance);

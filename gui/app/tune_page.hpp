@@ -90,6 +90,7 @@ class TunePage : public QWidget {
   QCheckBox* reroute_ = nullptr;
   QLineEdit* moe_imbalance_ = nullptr;  // MoE routing: busiest EP rank / mean; "" = even
   QCheckBox* moe_chunks_ = nullptr;     // MoE plans also try the all-to-all in chunks
+  QCheckBox* whole_experts_ = nullptr;  // MoE plans also try whole experts inside TP (PPMoE)
   QPushButton* start_ = nullptr;
   QPushButton* cancel_ = nullptr;
   QProgressBar* progress_ = nullptr;

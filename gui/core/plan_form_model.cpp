@@ -45,7 +45,9 @@ constexpr std::array<const char*, kPlanFieldCount> kKeys = {"model",
                                                             "skip_ratio",
                                                             "layered_reduction",
                                                             "modular",
-                                                            "moe_chunks"};
+                                                            "moe_chunks",
+                                                            "expert_layout",
+                                                            "sparse_embedding_gradient"};
 
 std::size_t slot(PlanField f) {
   return static_cast<std::size_t>(f);
@@ -125,6 +127,7 @@ PlanFormModel::PlanFormModel(QObject* parent) : QObject(parent) {
   values_[slot(PlanField::OffloadActivations)] = "false";
   values_[slot(PlanField::OffloadOptimizer)] = "false";
   values_[slot(PlanField::LayeredReduction)] = "false";
+  values_[slot(PlanField::SparseEmbeddingGradient)] = "false";
   values_[slot(PlanField::Modular)] = "false";
   values_[slot(PlanField::RankOrder)] = "tp-dp-pp";
   message_ = "choose a model";
@@ -230,9 +233,13 @@ void PlanFormModel::load_run_preset(const QString& name) {
     values_[slot(PlanField::OffloadActivations)] = p.offload_activations ? "true" : "false";
     values_[slot(PlanField::OffloadOptimizer)] = p.offload_optimizer ? "true" : "false";
     values_[slot(PlanField::LayeredReduction)] = p.layered_reduction ? "true" : "false";
+    values_[slot(PlanField::SparseEmbeddingGradient)] =
+        p.sparse_embedding_gradient ? "true" : "false";
     values_[slot(PlanField::Slices)] = p.slices > 0 ? QString::number(p.slices) : QString();
     values_[slot(PlanField::MoeChunks)] =
         p.moe_chunks != 1 ? QString::number(p.moe_chunks) : QString();
+    values_[slot(PlanField::ExpertLayout)] =
+        QString::fromStdString(spec::expert_layouts_text(p.expert_layouts));
     values_[slot(PlanField::SkipRatio)] =
         p.skip_ratio ? QString::number(*p.skip_ratio, 'g', 17) : QString();
     // A global batch the plan's sizes imply stays derived, so editing them keeps it consistent.
@@ -366,10 +373,17 @@ void PlanFormModel::read_plan(spec::ParallelPlan& p) const {
       parse_bool(text(PlanField::OffloadActivations), PlanField::OffloadActivations);
   p.offload_optimizer = parse_bool(text(PlanField::OffloadOptimizer), PlanField::OffloadOptimizer);
   p.layered_reduction = parse_bool(text(PlanField::LayeredReduction), PlanField::LayeredReduction);
+  p.sparse_embedding_gradient =
+      parse_bool(text(PlanField::SparseEmbeddingGradient), PlanField::SparseEmbeddingGradient);
   if (!text(PlanField::Slices).isEmpty())
     p.slices = parse_int(text(PlanField::Slices), PlanField::Slices);
   if (!text(PlanField::MoeChunks).isEmpty())
     p.moe_chunks = parse_int(text(PlanField::MoeChunks), PlanField::MoeChunks);
+  try {
+    p.expert_layouts = spec::parse_expert_layouts(text(PlanField::ExpertLayout).toStdString());
+  } catch (const InputError& e) {
+    throw ParseError{PlanField::ExpertLayout, QString::fromStdString(e.what())};
+  }
   if (!text(PlanField::SkipRatio).isEmpty()) {
     bool ok = false;
     const double ratio = text(PlanField::SkipRatio).trimmed().toDouble(&ok);

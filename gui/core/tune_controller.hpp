@@ -56,6 +56,9 @@ struct TuneRequest {
   double moe_imbalance = 1.0;
   // MoE plans with ep > 1 also try the all-to-all in chunks (`tune --no-moe-chunks`: false).
   bool moe_chunks = true;
+  // MoE plans with tp > 1 also try whole experts inside the TP group (`tune
+  // --no-whole-experts`: false).
+  bool whole_experts = true;
 };
 
 using TuneTarget = tuner::ResolvedTarget;

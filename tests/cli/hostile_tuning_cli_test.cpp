@@ -228,7 +228,7 @@ TEST(HostileTuning, DeepspeedRefusesExpertParallelism) {
   const int rank = rank_of(tuned, [](const nlohmann::json& p) {
     return p["ep"].get<int>() > 1 && p["pp"] == 1 && p["recompute"] != "selective" &&
            !(p["sequence_parallel"] == true && p["tp"].get<int>() > 1) &&
-           p.value("moe_chunks", 1) == 1;
+           p.value("moe_chunks", 1) == 1 && !p.contains("expert_layout");
   });
   ASSERT_GT(rank, 0);
   const std::string json = (w.dir / "ds.json").string();
@@ -239,12 +239,22 @@ TEST(HostileTuning, DeepspeedRefusesExpertParallelism) {
   const int chunked = rank_of(tuned, [](const nlohmann::json& p) {
     return p["ep"].get<int>() > 1 && p["pp"] == 1 && p["recompute"] != "selective" &&
            !(p["sequence_parallel"] == true && p["tp"].get<int>() > 1) &&
-           p.value("moe_chunks", 1) > 1;
+           p.value("moe_chunks", 1) > 1 && !p.contains("expert_layout");
   });
   ASSERT_GT(chunked, 0);
   expect_input_error(
       run_in(w, {"export", "--format", "deepspeed", "--rank", std::to_string(chunked), "-o", json}),
       {"deepspeed", "moe_chunks=", "export the plan with moe_chunks 1"});
+  // A plan with whole experts inside the TP group (PPMoE): refused by each framework by name.
+  const int whole = rank_of(tuned, [](const nlohmann::json& p) {
+    return p.contains("expert_layout") && p["expert_layout"][0] == "whole" && p["ep"] == 1 &&
+           p["pp"] == 1 && p["recompute"] != "selective" && p.value("moe_chunks", 1) == 1;
+  });
+  ASSERT_GT(whole, 0);
+  for (const char* format : {"megatron", "torchtitan", "deepspeed"})
+    expect_input_error(
+        run_in(w, {"export", "--format", format, "--rank", std::to_string(whole), "-o", json}),
+        {"expert_layout=whole", "export the plan with expert_layout sharded"});
   EXPECT_FALSE(std::filesystem::exists(json));
 }
 

@@ -44,7 +44,8 @@ std::string key(const ScoredPlan& s) {
   const auto& p = s.plan;
   o << p.tp << ' ' << p.pp << ' ' << p.dp << ' ' << p.ep << ' ' << p.micro_batch_size << ' '
     << p.schedule << ' ' << p.chunks << ' ' << s.vocab_label << ' ' << static_cast<int>(p.recompute)
-    << ' ' << p.zero_stage << ' ' << p.layered_reduction;
+    << ' ' << p.zero_stage << ' ' << p.layered_reduction << ' ' << p.moe_chunks << ' '
+    << spec::expert_layouts_text(p.expert_layouts) << ' ' << p.sparse_embedding_gradient;
   return o.str();
 }
 

@@ -10,6 +10,7 @@
 #include "tuner/cost/analytic_costs.hpp"
 #include "tuner/cost/rank_links.hpp"
 #include "tuner/cost/reshard_cost.hpp"
+#include "tuner/cost/sparse_embedding_cost.hpp"
 #include "tuner/memory/memory_model.hpp"
 
 namespace pipetune::tuner {
@@ -23,27 +24,34 @@ double as_d(std::int64_t v) {
 // The model's layers of each kind on each pipeline rank, from the layer split and where each
 // layer group is placed.
 struct RankLayers {
-  std::vector<double> dense, moe;
+  std::vector<double> dense, moe, moe_whole;  // moe_whole: MoE layers with whole experts
 };
 
-RankLayers layers_per_rank(const spec::ModelSpec& model, const std::vector<int>& split,
-                           const schedule::Schedule& where) {
+RankLayers layers_per_rank(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                           const std::vector<int>& split, const schedule::Schedule& where) {
   const int groups = where.stages * where.chunks;
   RankLayers out;
   out.dense.assign(static_cast<std::size_t>(where.stages), 0.0);
   out.moe.assign(static_cast<std::size_t>(where.stages), 0.0);
+  out.moe_whole.assign(static_cast<std::size_t>(where.stages), 0.0);
   std::int64_t layer = 0;
   for (int g = 0; g < groups; ++g) {
     const auto r = static_cast<std::size_t>(where.rank_of_group(g));
-    for (int i = 0; i < split[static_cast<std::size_t>(g)]; ++i, ++layer)
-      (spec::is_moe_layer(model, layer) ? out.moe : out.dense)[r] += 1.0;
+    for (int i = 0; i < split[static_cast<std::size_t>(g)]; ++i, ++layer) {
+      if (!spec::is_moe_layer(model, layer))
+        out.dense[r] += 1.0;
+      else if (spec::expert_layout_of_layer(model, plan, layer) == spec::ExpertLayout::Whole)
+        out.moe_whole[r] += 1.0;
+      else
+        out.moe[r] += 1.0;
+    }
   }
   return out;
 }
 
 // The work of each pass of one layer kind, and of the vocabulary layers at either end.
 struct LayerWork {
-  PassWork dense, moe, embedding, output;
+  PassWork dense, moe, moe_whole, embedding, output;
 };
 
 LayerWork layer_work(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
@@ -51,6 +59,8 @@ LayerWork layer_work(const spec::ModelSpec& model, const spec::ParallelPlan& pla
   LayerWork w;
   w.dense = transformer_layer_work(model, plan, exec, false);
   w.moe = spec::is_moe(model) ? transformer_layer_work(model, plan, exec, true) : PassWork{};
+  if (spec::is_moe(model) && spec::has_whole_experts(plan.expert_layouts))
+    w.moe_whole = transformer_layer_work(model, plan, exec, true, spec::ExpertLayout::Whole);
   w.embedding = embedding_work(model, plan, exec);
   w.output = output_layer_work(model, plan, exec);
   return w;
@@ -92,12 +102,16 @@ class RecomputeWork {
 
 // One rank's work per pass: its transformer layers, plus the embedding on the first rank and
 // the output layer on the last when the vocabulary layers are not split over the pipeline.
-PassWork rank_work(const LayerWork& lw, double dense_layers, double moe_layers, bool with_embedding,
+PassWork rank_work(const LayerWork& lw, const RankLayers& layers, int rank, bool with_embedding,
                    bool with_output) {
+  const auto i = static_cast<std::size_t>(rank);
+  const double dense = layers.dense[i], moe = layers.moe[i], whole = layers.moe_whole[i];
   PassWork work;
-  work.forward = lw.dense.forward * dense_layers + lw.moe.forward * moe_layers;
-  work.input_grad = lw.dense.input_grad * dense_layers + lw.moe.input_grad * moe_layers;
-  work.weight_grad = lw.dense.weight_grad * dense_layers + lw.moe.weight_grad * moe_layers;
+  work.forward = lw.dense.forward * dense + lw.moe.forward * moe + lw.moe_whole.forward * whole;
+  work.input_grad =
+      lw.dense.input_grad * dense + lw.moe.input_grad * moe + lw.moe_whole.input_grad * whole;
+  work.weight_grad =
+      lw.dense.weight_grad * dense + lw.moe.weight_grad * moe + lw.moe_whole.weight_grad * whole;
   if (with_embedding) {
     work.forward += lw.embedding.forward;
     work.weight_grad += lw.embedding.weight_grad;
@@ -207,12 +221,20 @@ void set_fault_costs(schedule::CostTable& table, const spec::ClusterSpec& cluste
 
 // Data parallelism over the stage's parameters: the gradient reduction and parameter gathers
 // of its ZeRO stage, and the optimizer step over the parameters the rank keeps.
+// `touched_rows`: with the sparse embedding gradient (EmbRace), the rows of the stage's input
+// table shard a replica touches an iteration, `width` wide; 0 otherwise.
 void set_data_parallel_costs(StageCost& st, const StageParameters& sp,
                              const spec::ParallelPlan& plan, const StageLinks& links,
-                             const spec::HardwareSpec& hw, const ExecutionOptions& exec) {
+                             const spec::HardwareSpec& hw, const ExecutionOptions& exec,
+                             double touched_rows, double width) {
   const double param_bytes = exec.activation_bytes;  // bf16 / fp16 weights
   const double grad_bytes = exec.gradient_reduce_bytes;
   const double shared = sp.dense + sp.vocabulary;
+  // The sparse gradient leaves the input table out of the all-reduce (ZeRO-0 only).
+  const bool sparse = plan.sparse_embedding_gradient && sp.input_table > 0.0;
+  const double sparse_time =
+      sparse ? sparse_rows_reduce_time(touched_rows, width, grad_bytes, plan.dp, links.dp) : 0.0;
+  const double dense_shared = sparse ? shared - sp.input_table : shared;
   st.parameters = sp.total();
   const int edp = plan.dp / plan.ep;
   const double gather =
@@ -235,8 +257,9 @@ void set_data_parallel_costs(StageCost& st, const StageParameters& sp,
     st.param_gather = gather;
   } else {
     st.grad_reduce =
-        collective_time(Collective::AllReduce, shared * grad_bytes, links.dp) +
-        collective_time(Collective::AllReduce, sp.expert * grad_bytes, links.expert_dp);
+        collective_time(Collective::AllReduce, dense_shared * grad_bytes, links.dp) +
+        collective_time(Collective::AllReduce, sp.expert * grad_bytes, links.expert_dp) +
+        sparse_time;
     if (spec::reduces_per_group(plan)) {
       // The rank's chunks hold near-equal shares of its layers (spec::layer_split).
       const double v = plan.chunks;
@@ -244,7 +267,10 @@ void set_data_parallel_costs(StageCost& st, const StageParameters& sp,
           collective_time(Collective::AllReduce, sp.dense / v * grad_bytes, links.dp) +
           collective_time(Collective::AllReduce, sp.expert / v * grad_bytes, links.expert_dp);
       st.tables_reduce =
-          collective_time(Collective::AllReduce, sp.vocabulary * grad_bytes, links.dp);
+          collective_time(Collective::AllReduce,
+                          (sparse ? sp.vocabulary - sp.input_table : sp.vocabulary) * grad_bytes,
+                          links.dp) +
+          sparse_time;
     }
   }
   const double local = plan.zero_stage >= 1 ? shared / plan.dp + sp.expert / edp : sp.total();
@@ -488,7 +514,7 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   where.chunks = v;
   where.placement = placement;
 
-  const RankLayers layers = layers_per_rank(model, split, where);
+  const RankLayers layers = layers_per_rank(model, plan, split, where);
   const bool vocab_parallel = plan.vocab != schedule::VocabMode::None;
   const int first_rank = where.rank_of_group(0), last_rank = where.rank_of_group(groups - 1);
 
@@ -516,13 +542,18 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
     const auto i = static_cast<std::size_t>(r);
     const StageLinks links = rank_links.stage(r);
     const bool with_output = !vocab_parallel && r == last_rank;
-    const PassWork work = rank_work(per_stage.work(r), layers.dense[i], layers.moe[i],
-                                    !vocab_parallel && r == first_rank, with_output);
+    const PassWork work =
+        rank_work(per_stage.work(r), layers, r, !vocab_parallel && r == first_rank, with_output);
     if (with_output) out.transient_activation_bytes[i] += logits_bytes;
     set_pass_times(out.stages[i], work, hw, links, exec);
     out.activation_bytes_per_microbatch[i] =
-        per_stage.layer_bytes(r) * (layers.dense[i] + layers.moe[i]);
-    set_data_parallel_costs(out.stages[i], params[i], plan, links, hw, exec);
+        per_stage.layer_bytes(r) * (layers.dense[i] + layers.moe[i] + layers.moe_whole[i]);
+    double touched = 0.0;  // EmbRace: the input table's rows a replica touches
+    if (plan.sparse_embedding_gradient && params[i].input_table > 0.0)
+      touched = expected_touched_rows(params[i].input_table / as_d(model.hidden), as_d(model.vocab),
+                                      tokens_per_replica(model, plan));
+    set_data_parallel_costs(out.stages[i], params[i], plan, links, hw, exec, touched,
+                            as_d(model.hidden));
   }
   if (model.tied_embeddings && !vocab_parallel && first_rank != last_rank)
     set_embedding_sync(out, model, rank_links, plan, first_rank, last_rank, exec);

@@ -97,10 +97,14 @@ struct LayerDims {
   // Of those, the rows the busiest expert-parallel rank computes per token of the mean rank's:
   // routed times the routing imbalance (ExecutionOptions::moe_imbalance), routed with a capacity.
   double expert_rows;
+  // Whole experts inside the TP group (spec::ExpertLayout::Whole, tp > 1): the experts are
+  // divided over ep * tp ranks, each TP rank holding local_experts / tp of them whole.
+  bool whole;
+  double local_experts;  // experts whose GEMMs a rank runs (each whole, or its 1/tp)
 };
 
 LayerDims layer_dims(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
-                     const ExecutionOptions& exec, bool moe_layer) {
+                     const ExecutionOptions& exec, bool moe_layer, spec::ExpertLayout experts) {
   LayerDims d;
   d.n = as_d(plan.micro_batch_size) * as_d(model.seq_len);
   d.s = as_d(model.seq_len), d.h = as_d(model.hidden), d.f = as_d(model.ffn_hidden);
@@ -110,8 +114,13 @@ LayerDims layer_dims(const spec::ModelSpec& model, const spec::ParallelPlan& pla
   d.ne = d.n * d.h / (d.sp ? d.t : 1.0);
   d.matrices = model.activation == spec::Activation::Swiglu ? 3.0 : 2.0;
   d.routed = moe_layer ? routed_experts(model, exec) : 1.0;
+  d.whole = moe_layer && experts == spec::ExpertLayout::Whole && plan.tp > 1;
+  d.local_experts = moe_layer ? as_d(model.experts) / plan.ep / (d.whole ? d.t : 1.0) : 0.0;
+  // The busiest of the groups the experts are divided into: ep groups, or ep * tp when whole.
+  const int expert_groups = d.whole ? plan.ep * plan.tp : plan.ep;
   d.expert_rows = d.routed;
-  if (moe_layer && exec.moe_capacity_factor <= 0.0) d.expert_rows *= exec.moe_imbalance.at(plan.ep);
+  if (moe_layer && exec.moe_capacity_factor <= 0.0)
+    d.expert_rows *= exec.moe_imbalance.at(expert_groups);
   return d;
 }
 
@@ -124,10 +133,9 @@ Work layer_gemms(const LayerDims& d, const spec::ModelSpec& model, const spec::P
   gemms.gemm_count = 2.0;
   gemms.gemm_flops += 2.0 * n * h * d.f * d.matrices * d.expert_rows / t;
   if (moe_layer) {
-    const double local_experts = as_d(model.experts) / plan.ep;
-    gemms.gemm_count += 2.0 * local_experts;
+    gemms.gemm_count += 2.0 * d.local_experts;
     gemms.expert_gemm_flops = 2.0 * n * h * d.f * d.matrices * d.expert_rows / t;
-    gemms.expert_gemm_count = 2.0 * local_experts;
+    gemms.expert_gemm_count = 2.0 * d.local_experts;
     gemms.gemm_flops += 2.0 * n * h * as_d(model.experts) / (d.sp ? t : 1.0);  // router
     gemms.gemm_count += 1.0;
   } else {
@@ -185,8 +193,9 @@ std::pair<Work, Work> tensor_parallel_comm(const LayerDims& d, const spec::Paral
 }  // namespace
 
 PassWork transformer_layer_work(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
-                                const ExecutionOptions& exec, bool moe_layer) {
-  const LayerDims d = layer_dims(model, plan, exec, moe_layer);
+                                const ExecutionOptions& exec, bool moe_layer,
+                                spec::ExpertLayout experts) {
+  const LayerDims d = layer_dims(model, plan, exec, moe_layer, experts);
   const double n = d.n, h = d.h, t = d.t, w = d.w;
   const Work gemms = layer_gemms(d, model, plan, moe_layer);
   const auto [scores_forward, scores_backward] = attention_scores(d, model, plan, exec);
@@ -198,10 +207,16 @@ PassWork transformer_layer_work(const spec::ModelSpec& model, const spec::Parall
   if (moe_layer)
     elementwise.memory_bytes += 4.0 * n * d.routed * h * w / (d.sp ? t : 1.0);  // permute
 
-  const auto [tp_forward, tp_backward] = tensor_parallel_comm(d, plan);
+  auto [tp_forward, tp_backward] = tensor_parallel_comm(d, plan);
+  if (d.whole) {  // the router's probability gradient (n, experts), fp32, summed over TP
+    tp_backward.tp_all_reduce_bytes += n * as_d(model.experts) * 4.0;
+    tp_backward.tp_all_reduce_count += 1.0;
+  }
   Work ep;
   if (moe_layer && plan.ep > 1) {
-    ep.ep_all_to_all_bytes = 2.0 * n * d.expert_rows * h * w / (d.sp ? t : 1.0);
+    // A TP rank sends the rows it computes: its sequence's under sequence parallelism, its own
+    // experts' with whole experts, else every row (replicated over TP).
+    ep.ep_all_to_all_bytes = 2.0 * n * d.expert_rows * h * w / (d.sp || d.whole ? t : 1.0);
     // Dispatch and combine, each in moe_chunks all-to-alls of the same bytes in all.
     ep.ep_all_to_all_count = 2.0 * plan.moe_chunks;
     ep.ep_chunks = plan.moe_chunks;

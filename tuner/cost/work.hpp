@@ -74,9 +74,16 @@ struct PassWork {
   Work weight_grad;  // W
 };
 
-// One transformer layer (dense, or MoE when moe_layer) on one device.
+// One transformer layer (dense, or MoE when moe_layer) on one device. An MoE layer's experts sit
+// inside the TP group as `experts` says (spec::ExpertLayout). Whole experts (tp > 1) against
+// sharded ones: the same FLOPs in GEMMs tp times wider and tp times fewer; the busiest rank is
+// the busiest of ep * tp expert groups (MoeImbalance::at(ep * tp)), not of ep; each TP rank sends
+// only its own experts' rows through the all-to-all (1/tp of them, with or without sequence
+// parallelism); and the backward all-reduces the router's probability gradient (tokens x
+// experts, fp32) over TP, since each rank's experts give their part of it.
 PassWork transformer_layer_work(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
-                                const ExecutionOptions& exec, bool moe_layer);
+                                const ExecutionOptions& exec, bool moe_layer,
+                                spec::ExpertLayout experts = spec::ExpertLayout::Sharded);
 // The input embedding on the stage of the first layer group (lookup and its gradient).
 PassWork embedding_work(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
                         const ExecutionOptions& exec);

@@ -115,6 +115,9 @@ void check_offload(const ExportRequest& r) {
 
 void check_deepspeed_plan(const ExportRequest& r) {
   export_detail::check_common(r, kFw);
+  // pipetune's own settings first: the plan's others (sequence parallelism among them) were
+  // chosen with them.
+  export_detail::refuse_pipetune_only_settings(r.plan, kFw);
   check_dense_features(r);
   check_experts(r);
   check_offload(r);

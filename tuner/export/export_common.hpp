@@ -16,6 +16,21 @@ inline void require(bool ok, std::string_view framework, const std::string& rule
   if (!ok) throw InputError(std::string(framework) + ": " + rule);
 }
 
+// pipetune's own MoE and embedding settings, which no framework has: whole experts inside the TP
+// group (expert_layout) and the sparse embedding gradient. InputError naming the setting.
+inline void refuse_pipetune_only_settings(const spec::ParallelPlan& p, std::string_view framework) {
+  const std::string fw(framework);
+  require(!spec::has_whole_experts(p.expert_layouts), framework,
+          "expert_layout=" + spec::expert_layouts_text(p.expert_layouts) +
+              " (whole experts inside the TP group, PPMoE: index slicing and the TP all-reduce "
+              "instead of an all-to-all there) is not among " +
+              fw + "'s settings; export the plan with expert_layout sharded");
+  require(!p.sparse_embedding_gradient, framework,
+          "sparse_embedding_gradient (EmbRace: the embedding gradient's touched rows exchanged "
+          "instead of an all-reduce of the table) is not among " +
+              fw + "'s settings; export the plan without it");
+}
+
 // The rules every framework shares: the world fills the cluster's devices, sizes divide, the
 // global batch is micro-batch x micro-batches x data-parallel.
 void check_common(const ExportRequest& r, std::string_view framework);

@@ -67,6 +67,7 @@ void check_megatron_plan(const ExportRequest& r) {
           "moe_chunks=" + std::to_string(p.moe_chunks) +
               " (each MoE layer's all-to-all in chunks overlapped with the experts' GEMMs) is "
               "not among Megatron-LM's settings; export the plan with moe_chunks 1");
+  export_detail::refuse_pipetune_only_settings(p, kFw);
   // Layers that do not divide over the virtual stages go in a pipeline layout.
   if (pipelined && p.schedule == "interleaved-1f1b")
     require(p.chunks >= 2, kFw, "interleaved-1f1b needs at least 2 chunks per stage");

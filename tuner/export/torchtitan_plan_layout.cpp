@@ -102,6 +102,7 @@ TorchtitanPlanLayout torchtitan_plan_layout(
               " (each MoE layer's all-to-all in chunks overlapped with the experts' GEMMs) is "
               "not among " +
               std::string(t.framework) + "'s settings; export the plan with moe_chunks 1");
+  export_detail::refuse_pipetune_only_settings(p, t.framework);
   require(!schedule::skips_stages(p.schedule), t.framework,
           "schedule " + p.schedule +
               " lets micro-batches skip stages; torch.distributed.pipelining runs every "

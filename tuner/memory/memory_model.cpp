@@ -104,6 +104,7 @@ std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
     };
     const double input_table = table_on(first), output_table = table_on(last);
     out[static_cast<std::size_t>(first)].vocabulary += input_table;
+    out[static_cast<std::size_t>(first)].input_table = input_table;
     // A tied output layer shares the table on one stage; on another stage it is a second copy
     // (kept in sync by an all-reduce, as in Megatron).
     const bool shared_table = model.tied_embeddings && first == last;
@@ -115,6 +116,7 @@ std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
   } else {
     for (auto& s : out) {
       s.vocabulary += 2.0 * table / p;
+      s.input_table = table / p;
       s.largest_table = table / p;  // its share of each table
     }
     out[static_cast<std::size_t>(last)].vocabulary += final_norm;

@@ -54,9 +54,10 @@ MemoryModelOptions default_memory_options(const spec::HardwareSpec& hardware);
 // Parameters one device of a pipeline stage holds (after TP / EP / vocabulary sharding, before
 // ZeRO sharding).
 struct StageParameters {
-  double dense = 0.0;       // transformer layers without experts (per device)
-  double expert = 0.0;      // this device's experts
-  double vocabulary = 0.0;  // its share of the embedding and the output layer
+  double dense = 0.0;        // transformer layers without experts (per device)
+  double expert = 0.0;       // this device's experts
+  double vocabulary = 0.0;   // its share of the embedding and the output layer
+  double input_table = 0.0;  // of `vocabulary`, its share of the input embedding table
   double total() const { return dense + expert + vocabulary; }
   // One layer's parameters on this device: its dense part (sharded over DP under ZeRO) and its
   // experts (over the expert-DP group). Zero when the stage has no such layer.

@@ -10,6 +10,7 @@
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/spec/validate.hpp"
+#include "tuner/cost/sparse_embedding_cost.hpp"
 #include "tuner/memory/memory_model.hpp"
 #include "tuner/search/auto_layer_split.hpp"
 #include "tuner/search/offload_options.hpp"
@@ -47,6 +48,9 @@ namespace {
 
 // The all-to-all chunk counts the search tries on MoE plans with ep > 1 (besides 1).
 constexpr int kMoeChunkChoices[] = {2, 4};
+// The gradient bytes the sparse embedding gradient's bytes are weighed at before a plan is tried
+// (ExecutionOptions::gradient_reduce_bytes' default, fp32); the evaluator then times it.
+constexpr double kSparseGradientBytes = 4.0;
 
 std::vector<int> divisors(int n) {
   std::vector<int> d;
@@ -314,15 +318,35 @@ class Enumerator {
         p.zero_stage = zero;
         add_candidate(p, vocab_label);
         if (full()) return;
+        // Whole experts inside the TP group (PPMoE; Tutel's expert- against tensor-style
+        // experts): GEMMs tp times wider against the imbalance of ep * tp expert groups.
+        std::vector<spec::ParallelPlan> expert_plans = {p};
+        if (s_.whole_experts && whole_experts_fit(base)) {
+          spec::ParallelPlan whole = p;
+          whole.expert_layouts = {spec::ExpertLayout::Whole};
+          add_candidate(whole, vocab_label);
+          if (full()) return;
+          expert_plans.push_back(std::move(whole));
+        }
         // The MoE all-to-all in chunks overlapping the experts' GEMMs (Tutel, FSMoE): each
         // chunk count trades the all-to-all it hides against the latency it adds.
         if (s_.moe_chunks && base.ep > 1 && spec::is_moe(s_.model))
-          for (int chunks : kMoeChunkChoices) {
-            spec::ParallelPlan chunked = p;
-            chunked.moe_chunks = chunks;
-            add_candidate(std::move(chunked), vocab_label);
-            if (full()) return;
-          }
+          for (const spec::ParallelPlan& q : expert_plans)
+            for (int chunks : kMoeChunkChoices) {
+              spec::ParallelPlan chunked = q;
+              chunked.moe_chunks = chunks;
+              add_candidate(std::move(chunked), vocab_label);
+              if (full()) return;
+            }
+        // EmbRace's sparse embedding gradient (ZeRO-0): the touched rows exchanged instead of
+        // the table all-reduced, where that moves fewer bytes (a large vocabulary against the
+        // tokens each replica embeds).
+        if (zero == 0 && sparse_embedding_may_pay(s_.model, p, kSparseGradientBytes)) {
+          spec::ParallelPlan sparse = p;
+          sparse.sparse_embedding_gradient = true;
+          add_candidate(std::move(sparse), vocab_label);
+          if (full()) return;
+        }
         // Layered gradient reduction (ZeRO-0): each layer group's all-reduce as an R op beside
         // the backwards still to come. With one group per rank it is ready only after the last
         // backward, which hides less than the reduction after the pipeline already overlaps.
@@ -337,6 +361,13 @@ class Enumerator {
       }
     }
     enumerate_stage_recompute(base, vocab_label);
+  }
+
+  // Whether the plan's experts can sit whole inside its TP group: an MoE model, tp > 1 and each
+  // EP rank's experts divisible by tp (spec::validate_expert_layouts), one tp for every stage.
+  bool whole_experts_fit(const spec::ParallelPlan& p) const {
+    return spec::is_moe(s_.model) && p.tp > 1 && p.stage_tp.empty() &&
+           (s_.model.experts / p.ep) % p.tp == 0;
   }
 
   // Per-stage layouts of a uniform plan (stage_layout_options.hpp), through the same rules,

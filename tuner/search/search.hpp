@@ -109,6 +109,9 @@ struct SearchSpace {
   // MoE plans with ep > 1 also try the all-to-all in 2 and 4 chunks (ParallelPlan::moe_chunks);
   // false: one all-to-all each way, as the frameworks the exports write for run it.
   bool moe_chunks = true;
+  // MoE plans with tp > 1 also try each EP rank's experts whole, divided among the TP ranks
+  // (ParallelPlan::expert_layouts = {whole}: PPMoE); false: experts sharded over TP.
+  bool whole_experts = true;
   int max_chunks = 4;               // interleaved-1f1b layer groups per stage, at most
   std::int64_t max_candidates = 0;  // stop enumerating after this many plans; 0 = no limit
   // With a bounder: the best `keep` plans (and the Pareto front) are exact; plans that provably

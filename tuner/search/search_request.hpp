@@ -27,6 +27,8 @@ struct SearchRequest {
   bool stage_layouts = true;
   // Chunked MoE all-to-all (SearchSpace::moe_chunks); false: every plan has moe_chunks 1.
   bool moe_chunks = true;
+  // Whole experts inside the TP group (SearchSpace::whole_experts); false: experts sharded.
+  bool whole_experts = true;
   // Results ranked exactly (SearchSpace::keep); 0 = score every plan.
   std::int64_t keep = 100;
   int threads = 0;  // scoring threads; 0 = hardware concurrency

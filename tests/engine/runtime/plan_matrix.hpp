@@ -28,10 +28,12 @@ struct PlanCase {
   std::vector<int> split = {};
   bool sequence_parallel = false;
   spec::Recompute recompute = spec::Recompute::None;
-  int slices = 0;                      // terapipe's token slices (0: its default)
-  std::vector<int> slice_tokens = {};  // terapipe's uneven slices
-  bool layered_reduction = false;      // an R op per layer group
-  int moe_chunks = 1;                  // each MoE layer's all-to-all in chunks
+  int slices = 0;                                       // terapipe's token slices (0: its default)
+  std::vector<int> slice_tokens = {};                   // terapipe's uneven slices
+  bool layered_reduction = false;                       // an R op per layer group
+  int moe_chunks = 1;                                   // each MoE layer's all-to-all in chunks
+  std::vector<spec::ExpertLayout> expert_layouts = {};  // experts inside the TP group
+  bool sparse_embedding = false;  // EmbRace: the embedding gradient's touched rows exchanged
 
   int world() const { return tp * pp * dp; }
 };
@@ -58,6 +60,8 @@ inline void apply_plan(const PlanCase& c, runtime::TrainOptions& o) {
   o.plan.slice_tokens = c.slice_tokens;
   o.plan.layered_reduction = c.layered_reduction;
   o.plan.moe_chunks = c.moe_chunks;
+  o.plan.expert_layouts = c.expert_layouts;
+  o.plan.sparse_embedding_gradient = c.sparse_embedding;
 }
 
 inline std::vector<PlanCase> parallel_equivalence_plans() {
@@ -234,6 +238,23 @@ inline std::vector<PlanCase> parallel_equivalence_plans() {
   add({.name = "moe_ep2_dp4_zero3", .model = "tiny-moe", .dp = 4, .ep = 2, .zero = 3});
   // ... and over an expert-DP group of one: the dense units sharded, the experts whole.
   add({.name = "moe_ep2_dp2_zero3", .model = "tiny-moe", .dp = 2, .ep = 2, .zero = 3});
+  // The embedding gradient reduced by the rows each replica's tokens touched (EmbRace): alone,
+  // with TP (each rank's vocabulary shard), after layered R ops (the tables are the rest), and
+  // with the tables split over the pipeline (vocabulary parallelism).
+  add({.name = "dp2_sparse_embedding", .dp = 2, .sparse_embedding = true});
+  add({.name = "tp2_dp2_sparse_embedding", .tp = 2, .dp = 2, .sparse_embedding = true});
+  add({.name = "pp2_dp2_interleaved_layered_sparse_embedding",
+       .pp = 2,
+       .dp = 2,
+       .schedule = "interleaved-1f1b",
+       .chunks = 2,
+       .layered_reduction = true,
+       .sparse_embedding = true});
+  add({.name = "pp2_dp2_vocab1_sparse_embedding",
+       .pp = 2,
+       .dp = 2,
+       .vocab = "vocab-1",
+       .sparse_embedding = true});
   // Uneven layer split (8 layers over 3 stages) and a vocabulary (512) the group does not divide.
   add({.name = "pp3_uneven", .pp = 3, .microbatches = 6});
   add({.name = "pp3_vocab1_uneven_vocab", .pp = 3, .vocab = "vocab-1", .microbatches = 6});
@@ -253,6 +274,31 @@ inline std::vector<PlanCase> parallel_equivalence_plans() {
        .dp = 2,
        .ep = 2,
        .sequence_parallel = true});
+  // Whole experts inside the TP group (PPMoE): each TP rank computes its own experts' slots and
+  // the layer's output is summed over TP; alone, beside EP (each TP rank exchanges its own
+  // experts' rows only), under sequence parallelism with the all-to-all in chunks, and per layer
+  // alternating with sharded experts (Tutel's per-layer choice).
+  const auto whole = spec::ExpertLayout::Whole, sharded = spec::ExpertLayout::Sharded;
+  add({.name = "moe_tp2_whole", .model = "tiny-moe", .tp = 2, .expert_layouts = {whole}});
+  add({.name = "moe_tp2_ep2_dp2_whole",
+       .model = "tiny-moe",
+       .tp = 2,
+       .dp = 2,
+       .ep = 2,
+       .expert_layouts = {whole}});
+  add({.name = "moe_tp2_ep2_dp2_sp_whole_chunks2",
+       .model = "tiny-moe",
+       .tp = 2,
+       .dp = 2,
+       .ep = 2,
+       .sequence_parallel = true,
+       .moe_chunks = 2,
+       .expert_layouts = {whole}});
+  add({.name = "moe_tp2_pp2_layers_whole_and_sharded",
+       .model = "tiny-moe",
+       .tp = 2,
+       .pp = 2,
+       .expert_layouts = {whole, sharded, whole, sharded, sharded, whole, sharded, whole}});
   add({.name = "moe_pp2_ep2_dp2_zbh1",
        .model = "tiny-moe",
        .pp = 2,

@@ -54,6 +54,9 @@ std::string shown(Recompute r) {
 std::string shown(const std::vector<Recompute>& v) {
   return "[" + stage_recompute_text(v) + "]";
 }
+std::string shown(const std::vector<ExpertLayout>& v) {
+  return "[" + expert_layouts_text(v) + "]";
+}
 std::string shown(schedule::VocabMode v) {
   return std::string(schedule::vocab_mode_name(v));
 }
@@ -167,6 +170,8 @@ void diff_plan(Diff& d, const ParallelPlan& a, const ParallelPlan& b) {
   d.field("plan.sequence_parallel", a.sequence_parallel, b.sequence_parallel);
   d.field("plan.zero_stage", a.zero_stage, b.zero_stage);
   d.field("plan.group_size", a.group_size, b.group_size);
+  d.field("plan.moe_chunks", a.moe_chunks, b.moe_chunks);
+  d.field("plan.expert_layouts", a.expert_layouts, b.expert_layouts);
 }
 
 // Every field but `source` (where each was read from).
@@ -331,6 +336,19 @@ TEST_F(RunFileWriter, StageRecomputeIsWrittenWhenGiven) {
                                          "\"none\", \"none\"]\n"));
   EXPECT_HAS(text, "stage_recompute = [\"full\", \"selective\", \"none\", \"none\"]\n");
   EXPECT_EQ(expect_round_trip(parse_run(base)).find("stage_recompute"), std::string::npos);
+}
+
+TEST_F(RunFileWriter, ExpertLayoutIsWrittenWhenGiven) {
+  const std::string base =
+      "model = \"tiny-moe\"\ncluster = { hardware = \"a100-80gb\", devices = 2 }\n[plan]\n"
+      "tp = 2\n";
+  EXPECT_HAS(expect_round_trip(parse_run(base + "expert_layout = \"whole\"\n")),
+             "expert_layout = \"whole\"\n");
+  const std::string per_layer =
+      "expert_layout = [\"whole\", \"sharded\", \"whole\", \"whole\", "
+      "\"sharded\", \"sharded\", \"whole\", \"sharded\"]\n";
+  EXPECT_HAS(expect_round_trip(parse_run(base + per_layer)), per_layer);
+  EXPECT_EQ(expect_round_trip(parse_run(base)).find("expert_layout"), std::string::npos);
 }
 
 TEST_F(RunFileWriter, LayerSplitGroupSizeAndAStatedGlobalBatch) {

@@ -257,6 +257,39 @@ TEST(SpecLoading, StageRecomputePerPipelineRank) {
              "r.toml:5: key 'plan.stage_recompute': stage_recompute needs pp = 2 entries, got 1");
 }
 
+TEST(SpecLoading, ExpertLayoutForEveryMoeLayerOrOnePerLayer) {
+  const std::string head = "model = \"tiny-moe\"\ncluster = \"dgx-a100-8\"\n[plan]\ntp = 2\n";
+  EXPECT_EQ(parse_run(head + "expert_layout = \"whole\"\n", "r.toml").plan.expert_layouts,
+            (std::vector<ExpertLayout>{ExpertLayout::Whole}));
+  EXPECT_TRUE(parse_run(head, "r.toml").plan.expert_layouts.empty());
+  const RunSpec run = parse_run(head +
+                                    "expert_layout = [\"whole\", \"sharded\", \"whole\", "
+                                    "\"whole\", \"sharded\", \"sharded\", \"whole\", \"whole\"]\n",
+                                "r.toml");
+  EXPECT_EQ(run.plan.expert_layouts.size(), 8u);
+  EXPECT_EQ(expert_layout_of(run.plan.expert_layouts, 1), ExpertLayout::Sharded);
+  EXPECT_EQ(expert_layout_of(run.plan.expert_layouts, 7), ExpertLayout::Whole);
+  EXPECT_HAS(error_of([&] { parse_run(head + "expert_layout = \"halved\"\n", "r.toml"); }),
+             "r.toml:5: key 'plan.expert_layout': unknown layout 'halved' (valid: sharded, whole)");
+  EXPECT_HAS(error_of([&] { parse_run(head + "expert_layout = [\"whole\", 2]\n", "r.toml"); }),
+             "key 'plan.expert_layout': expected an array of layout names");
+  EXPECT_HAS(
+      error_of([&] { parse_run(head + "expert_layout = [\"whole\", \"sharded\"]\n", "r.toml"); }),
+      "expert_layout has 2 entries: give one for every MoE layer, or one per MoE layer (8)");
+  // 4 experts over ep = 4 leave one per EP rank: not divisible by tp = 2.
+  EXPECT_HAS(
+      error_of([&] { parse_run(head + "dp = 4\nep = 4\nexpert_layout = \"whole\"\n", "r.toml"); }),
+      "expert_layout=whole divides each EP rank's experts (experts/ep = 4/4 = 1) among its "
+      "tp=2 ranks, which does not divide them");
+  EXPECT_HAS(error_of([&] {
+               parse_run(
+                   "model = \"tiny\"\ncluster = \"dgx-a100-8\"\n[plan]\ntp = 2\n"
+                   "expert_layout = \"whole\"\n",
+                   "r.toml");
+             }),
+             "the model has none (experts=1)");
+}
+
 TEST(SpecLoading, OverridesApplyBeforeDerivedDefaults) {
   const ModelSpec m = parse_model("preset = \"tiny\"\nhidden = 128\n", "wide.toml");
   EXPECT_EQ(m.name, "wide");

@@ -164,6 +164,9 @@ TEST(PlanFormModel, AnErrorAboutEachFieldMarksThatField) {
        {{PlanField::ZeroStage, "1"}, {PlanField::LayeredReduction, "true"}}},  // ZeRO-0 only
       {PlanField::Modular, {{PlanField::Schedule, "zb-v"}, {PlanField::Modular, "true"}}},  // a V
       {PlanField::MoeChunks, {{PlanField::MoeChunks, "2"}}},  // the default model has no experts
+      {PlanField::ExpertLayout, {{PlanField::ExpertLayout, "whole"}}},  // nor here
+      {PlanField::SparseEmbeddingGradient,
+       {{PlanField::ZeroStage, "1"}, {PlanField::SparseEmbeddingGradient, "true"}}},  // ZeRO-0
   };
   EXPECT_EQ(cases.size(), static_cast<std::size_t>(kPlanFieldCount)) << "a field without a case";
   for (const Case& c : cases) {

@@ -79,8 +79,8 @@ std::string search_text(const TopSearch& t) {
 }
 
 // The search `pipetune tune --model M --hardware h100-sxm --gpus N --global-batch B --keep 10
-// [--schedules ...] [--vocab-modes ...] --no-moe-chunks` runs (the frameworks do not chunk the
-// MoE all-to-all: the exports refuse it).
+// [--schedules ...] [--vocab-modes ...] --no-moe-chunks --no-whole-experts` runs (the frameworks do
+// not chunk the MoE all-to-all: the exports refuse it).
 SearchResult run_search(const TopSearch& t, SearchSpace& space) {
   const SearchRequest request{.target = {.model = t.model,
                                          .hardware = "h100-sxm",
@@ -89,6 +89,7 @@ SearchResult run_search(const TopSearch& t, SearchSpace& space) {
                               .schedules = t.schedules,
                               .vocab_modes = t.vocab_modes,
                               .moe_chunks = false,
+                              .whole_experts = false,
                               .keep = static_cast<std::int64_t>(kTop)};
   space = search_space(request);
   return search_plans(space, evaluator_scorers(space.model, space.cluster));

@@ -1,0 +1,64 @@
+// Whole experts inside the TP group from the command line: `train --expert-layout whole` trains
+// with the sharded layout's losses (the same model, its experts placed otherwise), the JSON says
+// the layout, a per-layer list is taken, and bad values are refused with exit 2 naming the flag.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "support/run_process.hpp"
+
+namespace pipetune::testing {
+namespace {
+
+std::vector<double> losses(const std::vector<std::string>& layout) {
+  std::vector<std::string> args = {"train", "--model", "tiny-moe", "--tp",    "2",
+                                   "--dp",  "2",       "--ep",     "2",       "--microbatches",
+                                   "2",     "--steps", "3",        "--no-db", "--json"};
+  args.insert(args.end(), layout.begin(), layout.end());
+  const ProcessResult r = run_pipetune(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  if (!layout.empty()) EXPECT_TRUE(j.at("plan").contains("expert_layout")) << j.at("plan").dump();
+  std::vector<double> out;
+  for (const auto& s : j.at("steps")) out.push_back(s.at("loss").get<double>());
+  return out;
+}
+
+TEST(ExpertLayoutCli, WholeExpertsTrainAsShardedOnes) {
+  const std::vector<double> sharded = losses({});
+  const std::vector<double> whole = losses({"--expert-layout", "whole"});
+  const std::vector<double> mixed =
+      losses({"--expert-layout", "whole,sharded,whole,sharded,whole,sharded,whole,sharded"});
+  ASSERT_EQ(sharded.size(), 3u);
+  ASSERT_EQ(whole.size(), sharded.size());
+  ASSERT_EQ(mixed.size(), sharded.size());
+  for (std::size_t i = 0; i < sharded.size(); ++i) {
+    EXPECT_NEAR(whole[i], sharded[i], 1e-5 * std::abs(sharded[i])) << "step " << i + 1;
+    EXPECT_NEAR(mixed[i], sharded[i], 1e-5 * std::abs(sharded[i])) << "step " << i + 1;
+  }
+}
+
+TEST(ExpertLayoutCli, BadLayoutsAreRefused) {
+  const std::vector<std::string> base = {"train", "--tp",    "2", "--dp",
+                                         "2",     "--steps", "1", "--no-db"};
+  for (const auto& [extra, want] :
+       {std::pair{std::vector<std::string>{"--model", "tiny-moe", "--expert-layout", "halved"},
+                  "--expert-layout: expert_layout[0]: unknown layout 'halved'"},
+        std::pair{
+            std::vector<std::string>{"--model", "tiny-moe", "--expert-layout", "whole,sharded"},
+            "expert_layout has 2 entries"},
+        std::pair{std::vector<std::string>{"--model", "tiny", "--expert-layout", "whole"},
+                  "the model has none"}}) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    const ProcessResult r = run_pipetune(args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace pipetune::testing
