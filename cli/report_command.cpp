@@ -61,6 +61,7 @@ Report analyse(const LoadedRun& r) {
   c.ranks_per_stage = r.ranks_per_stage;
   c.stage_tp.assign(r.layout.stage_tp.begin(), r.layout.stage_tp.end());
   c.dp = r.layout.dp;
+  c.reordered_paths = r.layout.reordered_paths;
   c.span_slack = false;
   if (r.pipeline) rep.path = an::critical_path(t, c);  // it follows pipeline stages
   return rep;

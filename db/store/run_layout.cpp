@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "engine/schedule/generators.hpp"
 #include "engine/spec/parallel_plan.hpp"
 
 namespace pipetune::db {
@@ -23,6 +24,9 @@ RunLayout run_layout(const RunRecord& run, const profiler::Trace& trace) {
       if (plan.contains("pp")) {
         layout.pipeline = true;
         layout.ranks_per_stage = std::max(1, plan.value("tp", 1) * plan.value("dp", 1));
+        const auto schedule = plan.find("schedule");
+        layout.reordered_paths = schedule != plan.end() && schedule->is_string() &&
+                                 schedule::skips_stages(schedule->get<std::string>());
         const auto stage_tp = plan.find("stage_tp");
         if (stage_tp != plan.end() && stage_tp->is_array()) {
           std::vector<int> tps;

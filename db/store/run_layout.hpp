@@ -26,6 +26,9 @@ struct RunLayout {
   // empty when every stage holds ranks_per_stage ranks.
   std::vector<int> stage_tp;
   int dp = 1;
+  // The plan's schedule lets micro-batches skip stages and reorder the middle ones (skippipe,
+  // skippipe-ca): the critical path infers each pass's producer from the passes' times.
+  bool reordered_paths = false;
   std::string time_unit = "s";
   std::string source;  // "plan", "point-to-point partners in the profile", "pipeline phases in
                        // the profile", or "none"

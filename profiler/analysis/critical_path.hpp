@@ -76,6 +76,11 @@ struct CriticalPathOptions {
   std::vector<std::int32_t> stage_tp;
   std::int32_t dp = 1;
   ChunkPlacement placement = ChunkPlacement::Auto;
+  // Partial pipelining (skippipe, skippipe-ca): a micro-batch may skip layer groups and visit the
+  // middle ones in any order, so a pass's producer is the same micro-batch's pass of that
+  // direction that ended last before it began, on whichever group (false: the nearest group it
+  // ran on before, forward, or after, backward).
+  bool reordered_paths = false;
   bool span_slack = true;  // fill CriticalPath::span_slack_ns
 };
 

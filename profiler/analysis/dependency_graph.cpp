@@ -431,10 +431,26 @@ class Builder {
       // The producing group: the one before (forward) or after (backward), or, where a micro-batch
       // skips stages (partial pipelining, as skippipe), the nearest one it ran on.
       std::size_t at = all.size();
-      if (cls == 0)
+      if (options_.reordered_paths && cls < 2) {
+        // Reordered paths: of the micro-batch's passes in this direction on the other groups,
+        // the one that ended last before this one began (none: the path's first forward, or the
+        // last group's backward, whose producer is the loss).
+        std::int64_t latest = std::numeric_limits<std::int64_t>::min();
+        for (std::int64_t g = 0; g < groups; ++g) {
+          if (g == group) continue;
+          const std::size_t c = find(pack(from(g), cls, g, mb));
+          if (c == all.size()) continue;
+          const std::int64_t end = g_.end[all[c].last];
+          if (end <= g_.start[e.first] + tol_ && end > latest) {
+            latest = end;
+            at = c;
+          }
+        }
+        if (cls == 1 && group + 1 == groups) at = find(pack(replica, 0, group, mb));  // the loss
+      } else if (cls == 0) {
         for (std::int64_t g = group - 1; g >= 0 && at == all.size(); --g)
           at = find(pack(from(g), 0, g, mb));
-      if (cls == 1) {
+      } else if (cls == 1) {
         for (std::int64_t g = group + 1; g < groups && at == all.size(); ++g)
           at = find(pack(from(g), 1, g, mb));
         if (group + 1 == groups) at = find(pack(replica, 0, group, mb));  // the loss

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "db/store/record_json.hpp"
@@ -78,6 +80,25 @@ TEST(RunLayoutStages, DamagedStageTpReadsAsUniform) {
   run.plan_json = R"({"tp": 2, "pp": 2, "dp": 1, "stage_tp": [2, 0]})";
   EXPECT_TRUE(run_layout(run, {}).stage_tp.empty());
   EXPECT_EQ(stage_of_rank(run_layout(run, {}), 3), 1);  // rank / (tp * dp)
+}
+
+}  // namespace
+}  // namespace pipetune::db
+
+namespace pipetune::db {
+namespace {
+
+// A plan whose schedule reorders the middle stages (skippipe-ca, and skippipe's skipped stages)
+// has its critical path read with reordered paths; other schedules do not.
+TEST(RunLayoutStages, SkippingSchedulesReadReorderedPaths) {
+  for (const char* name : {"skippipe", "skippipe-ca", "1f1b", "zb-v"}) {
+    RunRecord run = measured(1, 4, 1);
+    auto plan = nlohmann::json::parse(run.plan_json);
+    plan["schedule"] = name;
+    run.plan_json = plan.dump();
+    const std::string s = name;
+    EXPECT_EQ(run_layout(run, {}).reordered_paths, s.rfind("skippipe", 0) == 0) << name;
+  }
 }
 
 }  // namespace
