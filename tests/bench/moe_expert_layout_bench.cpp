@@ -1,0 +1,55 @@
+// Experts inside the TP group on the threads engine (ParallelPlan::expert_layouts): GPT-2 small's
+// shape with 4 experts top-2 in every layer (tests/bench/gpt2-small-moe-256.toml), tp 2 (two
+// rank threads), 2 micro-batches of 2 sequences. Arg layout: 0 sharded (each expert's FFN split
+// over the two TP ranks, each expert's output all-reduced), 1 whole (two whole experts a rank,
+// one all-reduce of the layer's output).
+//
+// One benchmark iteration = one train() run of kWarmupSteps + kTimedSteps steps; the time is the
+// timed steps' mean wall time (counter step_s).
+#include <benchmark/benchmark.h>
+
+#include <filesystem>
+
+#include "engine/runtime/trainer.hpp"
+#include "engine/spec/load.hpp"
+#include "tests/bench/timed_steps.hpp"
+
+namespace {
+
+using namespace pipetune;
+
+constexpr int kWarmupSteps = 1;
+constexpr int kTimedSteps = 2;
+
+void BM_MoeExpertLayout(benchmark::State& state) {
+  runtime::TrainOptions options;
+  options.model = spec::load_model(
+      (std::filesystem::path(PIPETUNE_SOURCE_DIR) / "tests/bench/gpt2-small-moe-256.toml")
+          .string());
+  options.plan.tp = 2;
+  options.plan.micro_batch_size = 2;
+  options.plan.microbatches = 2;
+  if (state.range(0) != 0) options.plan.expert_layouts = {spec::ExpertLayout::Whole};
+  spec::apply_defaults(options.plan);
+  options.steps = kWarmupSteps + kTimedSteps;
+  options.threads_per_rank = 1;
+
+  double seconds = 0.0;
+  for (auto _ : state) {
+    const runtime::TrainResult result = runtime::train(options);
+    const double timed = bench::timed_seconds(result, kWarmupSteps);
+    state.SetIterationTime(timed / kTimedSteps);
+    seconds += timed;
+  }
+  state.counters["step_s"] = seconds / (static_cast<double>(state.iterations()) * kTimedSteps);
+}
+
+}  // namespace
+
+BENCHMARK(BM_MoeExpertLayout)
+    ->ArgNames({"whole"})
+    ->Arg(0)
+    ->Arg(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2);

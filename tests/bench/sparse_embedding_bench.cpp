@@ -1,0 +1,63 @@
+// The sparse embedding gradient on the threads engine (ParallelPlan::sparse_embedding_gradient,
+// EmbRace): GPT-2 small at sequence 256 (tests/bench/gpt2-small-256.toml, a 50,257 x 768 input
+// table), dp 2 (two rank threads), 2 micro-batches of 2 sequences: each replica embeds 1,024
+// tokens, so it touches at most 1,024 of the table's rows. Arg sparse: 0 all-reduces the whole
+// table with the rest of the gradients, 1 exchanges the touched rows.
+//
+// One benchmark iteration = one train() run of kWarmupSteps + kTimedSteps steps; the time is the
+// timed steps' mean wall time (counter step_s); reduce_s is the data-parallel reduction's span a
+// step (rank 0).
+#include <benchmark/benchmark.h>
+
+#include <filesystem>
+
+#include "engine/runtime/trainer.hpp"
+#include "engine/spec/load.hpp"
+#include "profiler/trace.hpp"
+#include "tests/bench/timed_steps.hpp"
+
+namespace {
+
+using namespace pipetune;
+
+constexpr int kWarmupSteps = 1;
+constexpr int kTimedSteps = 2;
+
+void BM_SparseEmbeddingGradient(benchmark::State& state) {
+  runtime::TrainOptions options;
+  options.model = spec::load_model(
+      (std::filesystem::path(PIPETUNE_SOURCE_DIR) / "tests/bench/gpt2-small-256.toml").string());
+  options.plan.dp = 2;
+  options.plan.micro_batch_size = 2;
+  options.plan.microbatches = 2;
+  options.plan.sparse_embedding_gradient = state.range(0) != 0;
+  spec::apply_defaults(options.plan);
+  options.steps = kWarmupSteps + kTimedSteps;
+  options.threads_per_rank = 1;
+  options.record_trace = true;
+
+  double seconds = 0.0, reduce_ns = 0.0;
+  for (auto _ : state) {
+    const runtime::TrainResult result = runtime::train(options);
+    const double timed = bench::timed_seconds(result, kWarmupSteps);
+    state.SetIterationTime(timed / kTimedSteps);
+    seconds += timed;
+    for (const profiler::Span& s : result.trace.spans)
+      if (result.trace.lanes[static_cast<std::size_t>(s.lane)].rank == 0 &&
+          s.kind == profiler::SpanKind::AllReduce && s.microbatch < 0)
+        reduce_ns += static_cast<double>(s.end_ns - s.start_ns);
+  }
+  const double steps = static_cast<double>(state.iterations()) * (kWarmupSteps + kTimedSteps);
+  state.counters["reduce_s"] = reduce_ns / 1e9 / steps;
+  state.counters["step_s"] = seconds / (static_cast<double>(state.iterations()) * kTimedSteps);
+}
+
+}  // namespace
+
+BENCHMARK(BM_SparseEmbeddingGradient)
+    ->ArgNames({"sparse"})
+    ->Arg(0)
+    ->Arg(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2);
