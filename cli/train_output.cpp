@@ -43,11 +43,8 @@ nlohmann::json plan_json(const runtime::TrainOptions& o, const runtime::TrainRes
   if (!p.stage_tp.empty()) j["stage_tp"] = p.stage_tp;  // per-stage layouts, only when given
   if (p.moe_chunks != 1) j["moe_chunks"] = p.moe_chunks;
   if (p.sparse_embedding_gradient) j["sparse_embedding_gradient"] = true;
-  if (!p.expert_layouts.empty()) {  // experts inside the TP group, only when given
-    nlohmann::json layouts = nlohmann::json::array();
-    for (spec::ExpertLayout l : p.expert_layouts) layouts.push_back(spec::expert_layout_name(l));
-    j["expert_layout"] = layouts;
-  }
+  if (!p.expert_layouts.empty())  // experts inside the TP group, only when given
+    j["expert_layout"] = spec::expert_layout_names(p.expert_layouts);
   return j;
 }
 

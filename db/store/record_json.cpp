@@ -37,11 +37,8 @@ nlohmann::json plan_to_json(const spec::ParallelPlan& p, const std::string& voca
   if (p.layered_reduction) j["layered_reduction"] = true;
   if (p.moe_chunks != 1) j["moe_chunks"] = p.moe_chunks;  // absent: one all-to-all each way
   if (p.sparse_embedding_gradient) j["sparse_embedding_gradient"] = true;  // absent: dense
-  if (!p.expert_layouts.empty()) {  // absent: every MoE layer's experts sharded over TP
-    std::vector<std::string> layouts;
-    for (spec::ExpertLayout l : p.expert_layouts) layouts.emplace_back(spec::expert_layout_name(l));
-    j["expert_layout"] = layouts;
-  }
+  if (!p.expert_layouts.empty())  // absent: every MoE layer's experts sharded over TP
+    j["expert_layout"] = spec::expert_layout_names(p.expert_layouts);
   // Offload: absent when off (and in plans stored before it was kept).
   if (p.offload_activations) j["offload_activations"] = true;
   if (p.offload_optimizer) j["offload_optimizer"] = true;

@@ -45,7 +45,6 @@ MoeMlp::MoeMlp(const ModelConfig& config, const std::string& prefix, int tp_size
       ffn_local_(config.ffn / tp_size),
       local_experts_(config.experts / ep_size),
       tp_rank_(tp_rank),
-      tp_size_(tp_size),
       whole_(layout == spec::ExpertLayout::Whole && tp_size > 1) {
   const std::int64_t C = config.hidden, F = config.ffn, E = config.experts;
   // Sharded: TP rank t holds rows [lo, hi) of every local expert's FFN. Whole: all of the FFN of

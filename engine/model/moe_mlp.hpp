@@ -66,7 +66,7 @@ class MoeMlp {
   void forward(const ParallelContext& ctx, tensor::ConstTensorView x, tensor::TensorView out,
                MoeMlpActivations& a, bool reduce = true);
   // Whether forward without `reduce` leaves a part of the output for the caller to sum over TP.
-  bool output_partial_over_tp() const { return whole_ && tp_size_ > 1; }
+  bool output_partial_over_tp() const { return whole_; }
   // dx (N, C) = input gradient, written over; aux_scale multiplies the load-balancing loss's
   // gradient (the loss's own grad scale, e.g. 1 / micro-batches).
   void backward_input(const ParallelContext& ctx, tensor::ConstTensorView dout,
@@ -84,8 +84,8 @@ class MoeMlp {
   ParameterSet* dense_;
   ParameterSet* expert_;
   std::int64_t ffn_local_, local_experts_;
-  int tp_rank_, tp_size_;
-  bool whole_;
+  int tp_rank_;
+  bool whole_;  // whole experts over tp > 1 (with tp = 1 the layouts are one computation)
   std::int64_t own_lo_ = 0, own_hi_ = 0;  // the local experts this TP rank computes
   int router_w_;
   std::vector<ExpertParams> experts_;  // the local experts this TP rank computes, in order

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/errors.hpp"
+#include "engine/spec/comma_list.hpp"
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
 
@@ -12,10 +13,8 @@ namespace {
 
 constexpr std::string_view kValid = "valid: sharded, whole";
 
-std::string_view trimmed(std::string_view t) {
-  while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
-  while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
-  return t;
+std::string name_of(ExpertLayout layout) {
+  return std::string(expert_layout_name(layout));
 }
 
 }  // namespace
@@ -52,12 +51,7 @@ bool has_whole_experts(const std::vector<ExpertLayout>& layouts) {
 
 std::vector<ExpertLayout> parse_expert_layouts(std::string_view comma_list) {
   std::vector<ExpertLayout> layouts;
-  const std::string_view all = trimmed(comma_list);
-  if (all.empty()) return layouts;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = all.find(',', start);
-    const std::string_view name = trimmed(all.substr(start, comma - start));
+  for (const std::string_view name : comma_entries(comma_list)) {
     try {
       layouts.push_back(parse_expert_layout(name));
     } catch (const SpecError&) {
@@ -65,27 +59,30 @@ std::vector<ExpertLayout> parse_expert_layouts(std::string_view comma_list) {
                                                   "]: unknown layout '" + std::string(name) +
                                                   "' (" + std::string(kValid) + ")");
     }
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
   }
   return layouts;
 }
 
+std::vector<std::string> expert_layout_names(const std::vector<ExpertLayout>& layouts) {
+  std::vector<std::string> names;
+  for (ExpertLayout l : layouts) names.push_back(name_of(l));
+  return names;
+}
+
+std::string expert_layouts_toml(const std::vector<ExpertLayout>& layouts) {
+  const auto quoted = [](ExpertLayout l) { return "\"" + name_of(l) + "\""; };
+  if (layouts.size() == 1) return quoted(layouts.front());
+  return "[" + joined(layouts, quoted, ", ") + "]";
+}
+
 std::string expert_layouts_text(const std::vector<ExpertLayout>& layouts) {
-  std::string s;
-  for (std::size_t i = 0; i < layouts.size(); ++i)
-    s += (i == 0 ? "" : ",") + std::string(expert_layout_name(layouts[i]));
-  return s;
+  return joined(layouts, name_of, ",");
 }
 
 std::string expert_layouts_label(const std::vector<ExpertLayout>& layouts) {
-  if (layouts.size() == 1) return std::string(expert_layout_name(layouts.front()));
-  std::string s;
-  for (std::size_t i = 0; i < layouts.size(); ++i) {
-    if (i > 0) s += '/';
-    s += expert_layout_name(layouts[i]).front();
-  }
-  return s;
+  if (layouts.size() == 1) return name_of(layouts.front());
+  return joined(
+      layouts, [](ExpertLayout l) { return name_of(l).substr(0, 1); }, "/");
 }
 
 void validate_expert_layouts(const ModelSpec& model, const ParallelPlan& plan) {

@@ -41,7 +41,12 @@ bool has_whole_experts(const std::vector<ExpertLayout>& layouts);
 // "whole" or "whole,sharded,..." -> layouts; blank text -> empty. A bad entry throws SpecError
 // naming plan.expert_layout, the entry and the valid names.
 std::vector<ExpertLayout> parse_expert_layouts(std::string_view comma_list);
-// The inverse ("whole,sharded"); "" for an empty list.
+// Each layout's name, in order (JSON lists, run files' arrays).
+std::vector<std::string> expert_layout_names(const std::vector<ExpertLayout>& layouts);
+// The value of a run file's expert_layout key: "whole" for one entry, ["whole", "sharded"] for
+// several (the names need no escaping).
+std::string expert_layouts_toml(const std::vector<ExpertLayout>& layouts);
+// The inverse of parse_expert_layouts ("whole,sharded"); "" for an empty list.
 std::string expert_layouts_text(const std::vector<ExpertLayout>& layouts);
 // For plan summaries: "whole", or one letter per MoE layer ("w/s/w").
 std::string expert_layouts_label(const std::vector<ExpertLayout>& layouts);

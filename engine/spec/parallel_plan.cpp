@@ -5,6 +5,7 @@
 
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
+#include "engine/spec/comma_list.hpp"
 
 namespace pipetune::spec {
 
@@ -95,38 +96,22 @@ std::vector<int> reshard_senders(int senders, int receivers) {
 }
 
 std::vector<int> parse_stage_tp(std::string_view comma_list) {
-  const auto trimmed = [](std::string_view t) {
-    while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
-    while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
-    return t;
-  };
   std::vector<int> tps;
-  const std::string_view all = trimmed(comma_list);
-  if (all.empty()) return tps;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = all.find(',', start);
-    const std::string_view entry = trimmed(all.substr(start, comma - start));
+  for (const std::string_view entry : comma_entries(comma_list)) {
     const bool digits = !entry.empty() && entry.size() <= 6 &&
                         entry.find_first_not_of("0123456789") == std::string_view::npos;
     if (!digits || std::stoi(std::string(entry)) < 1)
       throw SpecError({"plan.stage_tp"},
                       "stage_tp must be positive TP degrees separated by commas (got '" +
-                          std::string(entry) + "' in '" + std::string(all) + "')");
+                          std::string(entry) + "' in '" + std::string(trimmed(comma_list)) + "')");
     tps.push_back(std::stoi(std::string(entry)));
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
   }
   return tps;
 }
 
 std::string stage_tp_text(const std::vector<int>& stage_tp, char separator) {
-  std::string s;
-  for (std::size_t i = 0; i < stage_tp.size(); ++i) {
-    if (i > 0) s += separator;
-    s += std::to_string(stage_tp[i]);
-  }
-  return s;
+  return joined(
+      stage_tp, [](int t) { return std::to_string(t); }, std::string_view(&separator, 1));
 }
 
 DeviceStrides device_strides(const ParallelPlan& plan) {
@@ -166,13 +151,7 @@ bool stage_recompute_varies(const ParallelPlan& plan) {
 
 std::vector<Recompute> parse_stage_recompute(std::string_view comma_list) {
   std::vector<Recompute> modes;
-  if (comma_list.empty()) return modes;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = comma_list.find(',', start);
-    std::string_view name = comma_list.substr(start, comma - start);
-    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
-    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+  for (const std::string_view name : comma_entries(comma_list)) {
     try {
       modes.push_back(parse_recompute(name));
     } catch (const SpecError&) {
@@ -180,52 +159,32 @@ std::vector<Recompute> parse_stage_recompute(std::string_view comma_list) {
                                                     "]: unknown mode '" + std::string(name) +
                                                     "' (valid: none, selective, full)");
     }
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
   }
   return modes;
 }
 
 std::vector<int> parse_node_group_order(std::string_view comma_list) {
-  const auto trimmed = [](std::string_view t) {
-    while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
-    while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
-    return t;
-  };
   std::vector<int> order;
-  const std::string_view all = trimmed(comma_list);
-  if (all.empty()) return order;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = all.find(',', start);
-    const std::string_view entry = trimmed(all.substr(start, comma - start));
+  for (const std::string_view entry : comma_entries(comma_list)) {
     const bool digits = !entry.empty() && entry.size() <= 9 &&
                         entry.find_first_not_of("0123456789") == std::string_view::npos;
     if (!digits)
       throw SpecError({"plan.node_group_order"},
                       "node_group_order must be node group indices separated by commas (got '" +
-                          std::string(entry) + "' in '" + std::string(all) + "')");
+                          std::string(entry) + "' in '" + std::string(trimmed(comma_list)) + "')");
     order.push_back(std::stoi(std::string(entry)));
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
   }
   return order;
 }
 
 std::string stage_recompute_text(const std::vector<Recompute>& modes) {
-  std::string s;
-  for (std::size_t i = 0; i < modes.size(); ++i)
-    s += (i == 0 ? "" : ",") + std::string(recompute_name(modes[i]));
-  return s;
+  return joined(
+      modes, [](Recompute r) { return std::string(recompute_name(r)); }, ",");
 }
 
 std::string stage_recompute_letters(const std::vector<Recompute>& modes) {
-  std::string s;
-  for (std::size_t i = 0; i < modes.size(); ++i) {
-    if (i > 0) s += '/';
-    s += recompute_name(modes[i]).front();
-  }
-  return s;
+  return joined(
+      modes, [](Recompute r) { return std::string(1, recompute_name(r).front()); }, "/");
 }
 
 void apply_defaults(ParallelPlan& plan) {

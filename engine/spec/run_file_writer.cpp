@@ -146,14 +146,8 @@ void write_plan_table(std::ostream& out, const RunSpec& run) {
   if (p.layered_reduction) out << "layered_reduction = true\n";
   if (p.moe_chunks != 1) out << "moe_chunks = " << p.moe_chunks << "\n";
   if (p.sparse_embedding_gradient) out << "sparse_embedding_gradient = true\n";
-  if (p.expert_layouts.size() == 1) {
-    out << "expert_layout = \"" << expert_layout_name(p.expert_layouts.front()) << "\"\n";
-  } else if (!p.expert_layouts.empty()) {
-    out << "expert_layout = [";
-    for (std::size_t i = 0; i < p.expert_layouts.size(); ++i)
-      out << (i == 0 ? "\"" : ", \"") << expert_layout_name(p.expert_layouts[i]) << "\"";
-    out << "]\n";
-  }
+  if (!p.expert_layouts.empty())
+    out << "expert_layout = " << expert_layouts_toml(p.expert_layouts) << "\n";
   out << "rank_order = \"" << rank_order_name(p.rank_order) << "\"\n";
   int_array_key(out, "node_group_order", p.node_group_order);
   int_array_key(out, "stage_tp", p.stage_tp);

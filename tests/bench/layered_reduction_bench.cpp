@@ -9,12 +9,10 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <map>
 #include <vector>
 
 #include "engine/runtime/trainer.hpp"
-#include "engine/spec/load.hpp"
 #include "profiler/trace.hpp"
 #include "tests/bench/timed_steps.hpp"
 
@@ -44,8 +42,7 @@ std::int64_t covered(const Interval& a, const std::vector<Interval>& covers) {
 
 void BM_LayeredReduction(benchmark::State& state) {
   runtime::TrainOptions options;
-  options.model = spec::load_model(
-      (std::filesystem::path(PIPETUNE_SOURCE_DIR) / "tests/bench/gpt2-small-256.toml").string());
+  options.model = bench::bench_model("gpt2-small-256.toml");
   options.plan.dp = 2;
   options.plan.schedule = "layered";
   options.plan.chunks = 4;
@@ -57,12 +54,8 @@ void BM_LayeredReduction(benchmark::State& state) {
   options.record_trace = true;
   options.overlap_reductions = state.range(0) != 0;
 
-  double seconds = 0.0, reduce_ns = 0.0, hidden_ns = 0.0;
-  for (auto _ : state) {
-    const runtime::TrainResult result = runtime::train(options);
-    const double timed = bench::timed_seconds(result, kWarmupSteps);
-    state.SetIterationTime(timed / kTimedSteps);
-    seconds += timed;
+  double reduce_ns = 0.0, hidden_ns = 0.0;
+  bench::time_training(state, options, kWarmupSteps, [&](const runtime::TrainResult& result) {
     // Per rank: its compute spans, and its R spans (AllReduce with a chunk).
     std::map<int, std::vector<Interval>> compute, reductions;
     for (const profiler::Span& s : result.trace.spans) {
@@ -80,11 +73,10 @@ void BM_LayeredReduction(benchmark::State& state) {
         hidden_ns += static_cast<double>(covered(r, c));
       }
     }
-  }
+  });
   const double steps = static_cast<double>(state.iterations()) * (kWarmupSteps + kTimedSteps);
   state.counters["reduce_s"] = reduce_ns / 1e9 / steps / options.plan.dp;
   state.counters["hidden"] = reduce_ns > 0.0 ? hidden_ns / reduce_ns : 0.0;
-  state.counters["step_s"] = seconds / (static_cast<double>(state.iterations()) * kTimedSteps);
 }
 
 }  // namespace

@@ -8,10 +8,7 @@
 // step_s.
 #include <benchmark/benchmark.h>
 
-#include <filesystem>
-
 #include "engine/runtime/trainer.hpp"
-#include "engine/spec/load.hpp"
 #include "profiler/trace.hpp"
 #include "tests/bench/timed_steps.hpp"
 
@@ -24,9 +21,7 @@ constexpr int kTimedSteps = 2;
 
 void BM_MoeAllToAll(benchmark::State& state) {
   runtime::TrainOptions options;
-  options.model = spec::load_model(
-      (std::filesystem::path(PIPETUNE_SOURCE_DIR) / "tests/bench/gpt2-small-moe-256.toml")
-          .string());
+  options.model = bench::bench_model("gpt2-small-moe-256.toml");
   options.plan.dp = 2;
   options.plan.ep = 2;
   options.plan.micro_batch_size = 2;
@@ -38,19 +33,14 @@ void BM_MoeAllToAll(benchmark::State& state) {
   options.record_trace = true;
   options.overlap_reductions = state.range(1) != 0;
 
-  double seconds = 0.0, a2a_ns = 0.0;
-  for (auto _ : state) {
-    const runtime::TrainResult result = runtime::train(options);
-    const double timed = bench::timed_seconds(result, kWarmupSteps);
-    state.SetIterationTime(timed / kTimedSteps);
-    seconds += timed;
+  double a2a_ns = 0.0;
+  bench::time_training(state, options, kWarmupSteps, [&](const runtime::TrainResult& result) {
     for (const profiler::Span& s : result.trace.spans)
       if (s.kind == profiler::SpanKind::AllToAll)
         a2a_ns += static_cast<double>(s.end_ns - s.start_ns);
-  }
+  });
   const double steps = static_cast<double>(state.iterations()) * (kWarmupSteps + kTimedSteps);
   state.counters["a2a_s"] = a2a_ns / 1e9 / steps / options.plan.dp;
-  state.counters["step_s"] = seconds / (static_cast<double>(state.iterations()) * kTimedSteps);
 }
 
 }  // namespace

@@ -8,10 +8,7 @@
 // timed steps' mean wall time (counter step_s).
 #include <benchmark/benchmark.h>
 
-#include <filesystem>
-
 #include "engine/runtime/trainer.hpp"
-#include "engine/spec/load.hpp"
 #include "tests/bench/timed_steps.hpp"
 
 namespace {
@@ -23,9 +20,7 @@ constexpr int kTimedSteps = 2;
 
 void BM_MoeExpertLayout(benchmark::State& state) {
   runtime::TrainOptions options;
-  options.model = spec::load_model(
-      (std::filesystem::path(PIPETUNE_SOURCE_DIR) / "tests/bench/gpt2-small-moe-256.toml")
-          .string());
+  options.model = bench::bench_model("gpt2-small-moe-256.toml");
   options.plan.tp = 2;
   options.plan.micro_batch_size = 2;
   options.plan.microbatches = 2;
@@ -34,14 +29,7 @@ void BM_MoeExpertLayout(benchmark::State& state) {
   options.steps = kWarmupSteps + kTimedSteps;
   options.threads_per_rank = 1;
 
-  double seconds = 0.0;
-  for (auto _ : state) {
-    const runtime::TrainResult result = runtime::train(options);
-    const double timed = bench::timed_seconds(result, kWarmupSteps);
-    state.SetIterationTime(timed / kTimedSteps);
-    seconds += timed;
-  }
-  state.counters["step_s"] = seconds / (static_cast<double>(state.iterations()) * kTimedSteps);
+  bench::time_training(state, options, kWarmupSteps, [](const runtime::TrainResult&) {});
 }
 
 }  // namespace

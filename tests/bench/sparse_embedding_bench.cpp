@@ -9,10 +9,7 @@
 // step (rank 0).
 #include <benchmark/benchmark.h>
 
-#include <filesystem>
-
 #include "engine/runtime/trainer.hpp"
-#include "engine/spec/load.hpp"
 #include "profiler/trace.hpp"
 #include "tests/bench/timed_steps.hpp"
 
@@ -25,8 +22,7 @@ constexpr int kTimedSteps = 2;
 
 void BM_SparseEmbeddingGradient(benchmark::State& state) {
   runtime::TrainOptions options;
-  options.model = spec::load_model(
-      (std::filesystem::path(PIPETUNE_SOURCE_DIR) / "tests/bench/gpt2-small-256.toml").string());
+  options.model = bench::bench_model("gpt2-small-256.toml");
   options.plan.dp = 2;
   options.plan.micro_batch_size = 2;
   options.plan.microbatches = 2;
@@ -36,20 +32,15 @@ void BM_SparseEmbeddingGradient(benchmark::State& state) {
   options.threads_per_rank = 1;
   options.record_trace = true;
 
-  double seconds = 0.0, reduce_ns = 0.0;
-  for (auto _ : state) {
-    const runtime::TrainResult result = runtime::train(options);
-    const double timed = bench::timed_seconds(result, kWarmupSteps);
-    state.SetIterationTime(timed / kTimedSteps);
-    seconds += timed;
+  double reduce_ns = 0.0;
+  bench::time_training(state, options, kWarmupSteps, [&](const runtime::TrainResult& result) {
     for (const profiler::Span& s : result.trace.spans)
       if (result.trace.lanes[static_cast<std::size_t>(s.lane)].rank == 0 &&
           s.kind == profiler::SpanKind::AllReduce && s.microbatch < 0)
         reduce_ns += static_cast<double>(s.end_ns - s.start_ns);
-  }
+  });
   const double steps = static_cast<double>(state.iterations()) * (kWarmupSteps + kTimedSteps);
   state.counters["reduce_s"] = reduce_ns / 1e9 / steps;
-  state.counters["step_s"] = seconds / (static_cast<double>(state.iterations()) * kTimedSteps);
 }
 
 }  // namespace

@@ -125,8 +125,7 @@ LayerDims layer_dims(const spec::ModelSpec& model, const spec::ParallelPlan& pla
 }
 
 // Projections and MLP: the GEMMs every pass repeats.
-Work layer_gemms(const LayerDims& d, const spec::ModelSpec& model, const spec::ParallelPlan& plan,
-                 bool moe_layer) {
+Work layer_gemms(const LayerDims& d, const spec::ModelSpec& model, bool moe_layer) {
   const double n = d.n, h = d.h, t = d.t;
   Work gemms;
   gemms.gemm_flops = 2.0 * n * h * (h + 2.0 * d.kv) / t + 2.0 * n * h * h / t;
@@ -197,7 +196,7 @@ PassWork transformer_layer_work(const spec::ModelSpec& model, const spec::Parall
                                 spec::ExpertLayout experts) {
   const LayerDims d = layer_dims(model, plan, exec, moe_layer, experts);
   const double n = d.n, h = d.h, t = d.t, w = d.w;
-  const Work gemms = layer_gemms(d, model, plan, moe_layer);
+  const Work gemms = layer_gemms(d, model, moe_layer);
   const auto [scores_forward, scores_backward] = attention_scores(d, model, plan, exec);
 
   Work elementwise;

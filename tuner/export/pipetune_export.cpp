@@ -110,12 +110,8 @@ std::string export_pipetune(const ExportRequest& r) {
   if (p.layered_reduction) o << "layered_reduction = true\n";
   if (p.moe_chunks != 1) o << "moe_chunks = " << p.moe_chunks << "\n";
   if (p.sparse_embedding_gradient) o << "sparse_embedding_gradient = true\n";
-  if (!p.expert_layouts.empty()) {  // one for every MoE layer, or one per MoE layer
-    o << "expert_layout = [";
-    for (std::size_t i = 0; i < p.expert_layouts.size(); ++i)
-      o << (i ? ", \"" : "\"") << spec::expert_layout_name(p.expert_layouts[i]) << "\"";
-    o << "]\n";
-  }
+  if (!p.expert_layouts.empty())  // one for every MoE layer, or one per MoE layer
+    o << "expert_layout = " << spec::expert_layouts_toml(p.expert_layouts) << "\n";
   if (!p.slice_tokens.empty()) {
     o << "slice_tokens = [";
     for (std::size_t i = 0; i < p.slice_tokens.size(); ++i)
