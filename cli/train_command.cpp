@@ -68,6 +68,7 @@ struct TrainArgs {
   std::string db;
   bool no_db = false;
   bool no_gpu_capture = false;
+  bool serial_pairs = false;  // with cuda: an overlapped pair's ops one after the other
   std::optional<std::string> gpu_capture_every;
   std::optional<long long> device_cache_mib;
   std::string name;
@@ -241,6 +242,11 @@ void apply_gpu_flags(const TrainArgs& a, spec::EngineBackend backend, runtime::T
   if (a.no_gpu_capture && backend != spec::EngineBackend::cuda)
     throw InputError("--no-gpu-capture is for --backend cuda (the cpu backend captures no GPU)");
   o.capture_gpu_activity = !a.no_gpu_capture;
+  if (a.serial_pairs && backend != spec::EngineBackend::cuda)
+    throw InputError(
+        "--serial-pairs is for --backend cuda (the cpu backend runs a pair's ops one "
+        "after the other anyway)");
+  o.overlap_pairs = !a.serial_pairs;
   if (a.device_cache_mib) {
     constexpr long long kMaxMib = 1LL << 24;  // 16 TiB: past any device
     if (*a.device_cache_mib < 0 || *a.device_cache_mib > kMaxMib)
@@ -483,6 +489,10 @@ void add_engine_options(CLI::App* cmd, TrainArgs* args) {
                   "near the GPU's memory may need a cap)");
   cmd->add_flag("--no-gpu-capture", args->no_gpu_capture,
                 "With --backend cuda: NVTX ranges only, no CUPTI capture of kernels and copies");
+  cmd->add_flag("--serial-pairs", args->serial_pairs,
+                "With --backend cuda: run the two ops of each overlapped pair (dualpipe-v's F & B) "
+                "one after the other on the rank's stream, not at once on two streams (to "
+                "compare)");
   cmd->add_option("--gpu-capture-every", args->gpu_capture_every,
                   "With --backend cuda: take the captured GPU activity every N steps (and at the "
                   "last and at checkpoints), each take a CUPTI flush; the records still join the "

@@ -80,7 +80,8 @@ void print_train_json(const runtime::TrainOptions& o, const runtime::TrainResult
                      {"peak_offloaded_bytes", k.peak_offloaded_bytes},
                      {"offloaded_optimizer_bytes", k.offloaded_optimizer_bytes},
                      {"reductions_overlapped", k.reductions_overlapped},
-                     {"moe_all_to_all_overlapped", k.moe_all_to_all_overlapped}});
+                     {"moe_all_to_all_overlapped", k.moe_all_to_all_overlapped},
+                     {"pairs_run_at_once", k.pairs_run_at_once}});
   nlohmann::json j = {{"losses", losses},        {"tokens_per_s", runtime::steady_tokens_per_s(r)},
                       {"plan", plan_json(o, r)}, {"first_step", r.first_step},
                       {"steps", steps},          {"iteration_time", r.iteration_seconds},

@@ -58,13 +58,17 @@ CudaBackend::CudaBackend(Options options) : options_(options) {
   try {
     PIPETUNE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     PIPETUNE_CUDA_CHECK(cudaEventCreateWithFlags(&staging_done_, cudaEventDisableTiming));
+    PIPETUNE_CUDA_CHECK(cudaStreamCreateWithFlags(&idle_.stream, cudaStreamNonBlocking));
+    PIPETUNE_CUDA_CHECK(cudaEventCreateWithFlags(&idle_.staging_done, cudaEventDisableTiming));
     PIPETUNE_CUBLAS_CHECK(cublasLtCreate(&lt_));
     workspace_bytes_ = static_cast<std::size_t>(cublaslt_workspace_bytes(major));
     workspace_.reserve(workspace_bytes_, stream_);
   } catch (...) {
     if (lt_ != nullptr) cublasLtDestroy(lt_);
-    if (staging_done_ != nullptr) cudaEventDestroy(staging_done_);
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    for (cudaEvent_t e : {staging_done_, idle_.staging_done})
+      if (e != nullptr) cudaEventDestroy(e);
+    for (cudaStream_t st : {stream_, idle_.stream})
+      if (st != nullptr) cudaStreamDestroy(st);
     throw;
   }
 }
@@ -72,11 +76,40 @@ CudaBackend::CudaBackend(Options options) : options_(options) {
 CudaBackend::~CudaBackend() {
   // Nothing here throws: a failing call at teardown has nobody to report to.
   cudaSetDevice(options_.device);
-  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  if (pinned_ != nullptr) cudaFreeHost(pinned_);
+  for (cudaStream_t st : {stream_, idle_.stream})
+    if (st != nullptr) cudaStreamSynchronize(st);
+  for (void* p : {pinned_, idle_.pinned})
+    if (p != nullptr) cudaFreeHost(p);
   if (lt_ != nullptr) cublasLtDestroy(lt_);
-  if (staging_done_ != nullptr) cudaEventDestroy(staging_done_);
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  for (cudaEvent_t e : {staging_done_, idle_.staging_done})
+    if (e != nullptr) cudaEventDestroy(e);
+  for (cudaStream_t st : {stream_, idle_.stream})
+    if (st != nullptr) cudaStreamDestroy(st);
+}
+
+void CudaBackend::use_second_stream(bool on) {
+  if (on == on_second_) return;
+  // The second stream's cuBLASLt workspace on its first use (the first stream's is reserved at
+  // construction): a rank that never pairs ops pays nothing for it.
+  if (on && idle_.workspace.get() == nullptr) {
+    activate();
+    idle_.workspace.reserve(workspace_bytes_, idle_.stream);
+  }
+  swap_lanes();
+  on_second_ = on;
+}
+
+void CudaBackend::swap_lanes() noexcept {
+  std::swap(stream_, idle_.stream);
+  std::swap(staging_done_, idle_.staging_done);
+  std::swap(pinned_, idle_.pinned);
+  std::swap(pinned_bytes_, idle_.pinned_bytes);
+  workspace_.swap(idle_.workspace);
+  scratch_.swap(idle_.scratch);
+  ids_.swap(idle_.ids);
+  bf16_[0].swap(idle_.bf16[0]);
+  bf16_[1].swap(idle_.bf16[1]);
+  realign_.swap(idle_.realign);
 }
 
 void CudaBackend::activate() {

@@ -45,6 +45,7 @@
 #include <span>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "engine/cuda/launch_shapes.hpp"
@@ -72,6 +73,10 @@ class DeviceBuffer {
   void* reserve(std::size_t bytes, cudaStream_t stream);
   void* get() const { return data_; }
   std::size_t bytes() const { return bytes_; }
+  void swap(DeviceBuffer& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(bytes_, other.bytes_);
+  }
 
  private:
   void* data_ = nullptr;
@@ -107,8 +112,18 @@ class CudaBackend final : public tensor::Backend {
   const Options& options() const { return options_; }
   cudaStream_t stream() const { return stream_; }
   std::size_t gemm_workspace_bytes() const { return workspace_bytes_; }
-  // Waits for every op issued so far.
+  // Waits for every op issued so far on the current stream.
   void synchronize();
+
+  // The second stream, for two ops of the rank at once (an overlapped pair: DualPipeV's "F & B").
+  // While on, ops are issued on it with their own scratch, cuBLASLt workspace, id uploads and
+  // pinned staging, so that neither stream's kernels touch the other's temporaries; stream() is
+  // then the second stream. Ordering the two streams is the caller's (events: CudaRankDevice).
+  // The stream exists from construction (a capture can name it); its buffers come on first use.
+  void use_second_stream(bool on);
+  bool on_second_stream() const { return on_second_; }
+  cudaStream_t second_stream() const { return on_second_ ? stream_ : idle_.stream; }
+  cudaStream_t first_stream() const { return on_second_ ? idle_.stream : stream_; }
 
  protected:
   void do_zero(tensor::TensorView t) override;
@@ -312,7 +327,20 @@ class CudaBackend final : public tensor::Backend {
   void download(void* host, const void* device, std::size_t bytes);
   void* staging(std::size_t bytes);  // pinned host staging, free for reuse when it returns
 
+  // What each stream has to itself: the current stream's are the members below, the other's sit
+  // here (use_second_stream swaps them).
+  struct Lane {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t staging_done = nullptr;
+    DeviceBuffer workspace, scratch, ids, bf16[2], realign;
+    void* pinned = nullptr;
+    std::size_t pinned_bytes = 0;
+  };
+  void swap_lanes() noexcept;
+
   Options options_;
+  Lane idle_;
+  bool on_second_ = false;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t staging_done_ = nullptr;  // recorded after each copy from staging
   cublasLtHandle_t lt_ = nullptr;

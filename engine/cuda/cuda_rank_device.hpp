@@ -48,6 +48,14 @@ class CudaRankDevice final : public runtime::RankDevice {
   // ranges only, and says so on stderr once) when CUPTI cannot start.
   bool start_gpu_capture(std::chrono::steady_clock::time_point epoch) override;
   GpuActivity take_gpu_activity() override;
+  // An overlapped pair's second op on the backend's second stream: it waits for an event of the
+  // first stream recorded before the pair (so it runs beside the first op, after what came
+  // before), and the first stream waits for the second's event after the pair, so what follows
+  // comes after both. The storage's copies and fences move with it (the op's transfers).
+  bool overlaps_pairs() const override { return true; }
+  void begin_pair() override;
+  void second_of_pair() override;
+  void end_pair() override;
   CudaBackend& cuda_backend() { return backend_; }
   const CudaDeviceAllocator& allocator() const { return storage_; }
   const runtime::StagingCommunicator& staging() const { return comm_; }
@@ -59,6 +67,8 @@ class CudaRankDevice final : public runtime::RankDevice {
   std::optional<runtime::PeerCopyCommunicator> peers_;  // over comm_; goes before storage_
   std::shared_ptr<GpuActivityHub> activity_;
   bool joined_ = false;
+  cudaEvent_t pair_fork_ = nullptr;  // on the first stream, before the pair
+  cudaEvent_t pair_join_ = nullptr;  // on the second stream, after the pair's second op
 };
 
 // The trainer's factory for single-GPU mode: every rank on `options.device`, sharing one CUPTI

@@ -28,6 +28,9 @@ class CudaDeviceAllocator final : public tensor::DeviceAllocator {
   std::size_t alignment() const override { return 256; }  // cudaMalloc's guarantee
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
+  // The stream later copies, fills and fences go on: the backend's current one (CudaRankDevice
+  // moves both to the second stream for the second op of an overlapped pair).
+  void set_stream(cudaStream_t stream) { stream_ = stream; }
 
   void copy_to_host(void* host, const void* device, std::size_t bytes) override;
   void copy_from_host(void* device, const void* host, std::size_t bytes) override;

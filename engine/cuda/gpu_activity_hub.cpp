@@ -9,7 +9,8 @@
 
 namespace pipetune::cuda {
 
-bool GpuActivityHub::join(std::int32_t rank, cudaStream_t stream, Clock::time_point epoch) {
+bool GpuActivityHub::join(std::int32_t rank, cudaStream_t stream, Clock::time_point epoch,
+                          cudaStream_t second_stream) {
   std::lock_guard lock(mutex_);
   if (members_ > 0 && epoch != epoch_)
     throw std::logic_error("GpuActivityHub: rank " + std::to_string(rank) +
@@ -29,9 +30,12 @@ bool GpuActivityHub::join(std::int32_t rank, cudaStream_t stream, Clock::time_po
       router_.set_sole_rank(rank);  // every record is the rank's: its stream's id is not needed
     } else {
       // CUPTI's id of the stream (unique within its context; one device here).
-      std::uint32_t id = 0;
-      PIPETUNE_CUPTI_CHECK(cuptiGetStreamIdEx(nullptr, stream, 0, &id));
-      router_.assign_stream(id, rank);
+      for (cudaStream_t s : {stream, second_stream}) {
+        if (s == nullptr) continue;
+        std::uint32_t id = 0;
+        PIPETUNE_CUPTI_CHECK(cuptiGetStreamIdEx(nullptr, s, 0, &id));
+        router_.assign_stream(id, rank);
+      }
     }
   } catch (const CudaError& e) {
     if (members_ == 0) collector_.reset();

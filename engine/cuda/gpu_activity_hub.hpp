@@ -47,11 +47,14 @@ class GpuActivityHub {
                           FlushPolicy flush = FlushPolicy::completed_checked)
       : one_rank_per_process_(one_rank_per_process), flush_policy_(flush) {}
 
-  // Rank `rank` launches its work on `stream`. Starts CUPTI for the run on the first join.
+  // Rank `rank` launches its work on `stream` (and `second_stream`). Starts CUPTI for the run
+  // on the first join.
   // False when CUPTI cannot start or name the stream (a profiler such as Nsight Systems holds
   // it, or the driver has none): the rank runs without capture, and the hub says why on stderr
   // once.
-  bool join(std::int32_t rank, cudaStream_t stream, Clock::time_point epoch);
+  // `second_stream`: another stream of the rank's (CudaBackend::second_stream), or null.
+  bool join(std::int32_t rank, cudaStream_t stream, Clock::time_point epoch,
+            cudaStream_t second_stream = nullptr);
   // Leaves; the last rank out stops CUPTI. Never throws.
   void leave(std::int32_t rank) noexcept;
   // Flushes CUPTI (unless another rank's flush began after this call, and so after the rank's

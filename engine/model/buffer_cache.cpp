@@ -21,6 +21,7 @@ void* BufferCache::allocate_block(std::size_t bytes) {
 }
 
 void BufferCache::release_all() noexcept {
+  end_hold();
   for (auto& [bytes, blocks] : free_) {
     for (void* block : blocks) {
       if (storage_ != nullptr)
@@ -34,6 +35,13 @@ void BufferCache::release_all() noexcept {
 }
 
 void BufferCache::release_block(void* block, std::size_t bytes) noexcept {
+  if (holding_ && storage_ != nullptr) {
+    try {
+      held_.emplace_back(block, bytes);
+      return;
+    } catch (...) {  // no room to hold it: freeing it waits for the device, which is as safe
+    }
+  }
   if (give(block, bytes)) return;
   if (storage_ != nullptr)
     storage_->deallocate(block, bytes);
@@ -73,6 +81,11 @@ BufferCache*& BufferCache::bound() noexcept {
 
 BufferCache* BufferCache::current() noexcept {
   return bound();
+}
+
+void BufferCache::end_hold() noexcept {
+  holding_ = false;
+  for (auto [block, bytes] : std::exchange(held_, {})) release_block(block, bytes);
 }
 
 }  // namespace pipetune::model

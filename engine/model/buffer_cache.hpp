@@ -72,8 +72,17 @@ class BufferCache {
   void* allocate_block(std::size_t bytes);
   void release_block(void* block, std::size_t bytes) noexcept;
 
-  // Frees every kept block (to the device storage, or operator delete).
+  // Frees every kept block (to the device storage, or operator delete), held ones too.
   void release_all() noexcept;
+
+  // Two streams of one device at once (an overlapped pair): a block freed while held is set aside,
+  // not handed out again, since the kernels of the stream that used it may still be running while
+  // the other stream would take it. end_hold() makes the held blocks reusable: call it once the
+  // streams are joined (what is issued next comes after both).
+  void hold_releases() noexcept { holding_ = true; }
+  void end_hold() noexcept;
+  bool holding() const { return holding_; }
+  std::size_t held_blocks() const { return held_.size(); }
 
   // The cache bound to the calling thread, or nullptr.
   static BufferCache* current() noexcept;
@@ -87,6 +96,8 @@ class BufferCache {
   tensor::DeviceAllocator* storage_ = nullptr;
   std::size_t cached_bytes_ = 0;
   std::size_t hits_ = 0, misses_ = 0;
+  bool holding_ = false;
+  std::vector<std::pair<void*, std::size_t>> held_;  // block, bytes
 };
 
 // Binds `cache` to the calling thread until the end of the scope (then restores the previous).

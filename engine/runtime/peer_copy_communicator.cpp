@@ -171,20 +171,19 @@ PeerCopyCommunicator::~PeerCopyCommunicator() {
   } catch (...) {  // a failed device: the run already reports its error
   }
   for (auto& [bytes, blocks] : free_)
-    for (void* b : blocks) storage_->deallocate(b, bytes);
+    for (const FreeBlock& b : blocks) storage_->deallocate(b.block, bytes);
 }
 
 void* PeerCopyCommunicator::staging_block(std::size_t bytes) {
-  for (PeerExchange::Returned& r : exchange_->reclaim(rank())) {
-    // Later copies into the block wait for its readers.
-    for (const auto& fence : r.done) storage_->wait_for(fence);
-    free_[r.bytes].push_back(r.block);
-  }
-  std::vector<void*>& pool = free_[bytes];
+  for (PeerExchange::Returned& r : exchange_->reclaim(rank()))
+    free_[r.bytes].push_back({r.block, std::move(r.done)});
+  std::vector<FreeBlock>& pool = free_[bytes];
   if (!pool.empty()) {
-    void* b = pool.back();
+    FreeBlock b = std::move(pool.back());
     pool.pop_back();
-    return b;
+    // The copy into the block waits for its readers.
+    for (const auto& fence : b.readers_done) storage_->wait_for(fence);
+    return b.block;
   }
   ++blocks_;
   return storage_->allocate(bytes, tensor::DeviceAllocator::Category::Temporaries);

@@ -154,7 +154,7 @@ class PeerCopyCommunicator final : public comm::ForwardingCommunicator {
     return s.empty() ? storage_->on_device() : on_device(s.data());
   }
   void* staging_block(std::size_t bytes);
-  void recycle(void* block, std::size_t bytes) { free_[bytes].push_back(block); }
+  void recycle(void* block, std::size_t bytes) { free_[bytes].push_back({block, {}}); }
   // The key of this member's next collective on `group` (same on every member: each calls the
   // group's collectives in the same order).
   std::string next_key(const comm::ProcessGroup& group);
@@ -173,7 +173,13 @@ class PeerCopyCommunicator final : public comm::ForwardingCommunicator {
   comm::Communicator* direct_;  // tokens and barriers, never staged
   tensor::DeviceAllocator* storage_;
   PeerExchange* exchange_;
-  std::unordered_map<std::size_t, std::vector<void*>> free_;  // reusable blocks by size
+  // Reusable blocks by size, each with its last readers' fences: the copy into a block waits
+  // for them when the block is taken (on the stream then current: a rank's ops may run on two).
+  struct FreeBlock {
+    void* block = nullptr;
+    std::vector<tensor::DeviceAllocator::Fence> readers_done;
+  };
+  std::unordered_map<std::size_t, std::vector<FreeBlock>> free_;
   std::map<std::pair<std::string, std::vector<int>>, std::uint64_t> sequence_;  // per group
   std::size_t piece_;
   std::size_t copied_ = 0, blocks_ = 0, collectives_ = 0;

@@ -7,6 +7,7 @@
 #include "engine/schedule/span_kinds.hpp"
 
 #include "engine/runtime/rank_runtime_state.hpp"
+#include "engine/runtime/trainer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -170,7 +171,27 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
   return losses_;
 }
 
+bool RankRuntime::pair_overlaps(const Op& first, const Op& second) const {
+  return pair_device_ != nullptr && pair_device_->overlaps_pairs() && first.chunk != second.chunk &&
+         plan_.zero_stage < 2 && !offload_;
+}
+
 void RankRuntime::run_ops(const std::vector<Op>& ops, std::int64_t step) {
+  // A pair that runs at once and has not ended; a failure inside it ends it on the way out, so
+  // the device is back on one stream and the held blocks are reusable for whatever runs next.
+  bool pair_open = false;
+  struct PairGuard {
+    RankDevice* device;
+    bool& open;
+    ~PairGuard() {
+      if (!open) return;
+      try {
+        device->end_pair();
+      } catch (...) {  // a failed device: the op's own error is already on its way
+      }
+      if (model::BufferCache* cache = model::BufferCache::current()) cache->end_hold();
+    }
+  } pair_guard{pair_device_, pair_open};
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
     comm_->note_progress(step, profiler::span_kind_name(schedule::span_kind_of(op.kind)),
@@ -180,12 +201,22 @@ void RankRuntime::run_ops(const std::vector<Op>& ops, std::int64_t step) {
     if (i == 0 && fault_ != nullptr) inject_fault(op, step);
     select_unit(op.microbatch);  // token slices: this op's slice's rows
     // An overlapped pair (DualPipeV's "F & B") starts once both inputs are there, as the
-    // simulator times it: the second op's input is received with the first's. On this rank's
-    // one stream the two then compute back to back, each sending its output as it ends, while
-    // the other computes.
+    // simulator times it: the second op's input is received with the first's. On a device that
+    // runs two ops at once (a GPU rank's second stream) the second op is issued beside the first
+    // and the rank waits for both after it; elsewhere the two compute back to back, each sending
+    // its output as it ends.
     const bool pair_first = i + 1 < ops.size() && ops[i + 1].overlaps_previous;
     if (!op.overlaps_previous) receive_inputs(op);
     if (pair_first) receive_inputs(ops[i + 1]);
+    if (pair_first && pair_overlaps(op, ops[i + 1])) {
+      pair_device_->begin_pair();
+      ++pairs_run_at_once_;
+      // Blocks freed during the pair wait for its end (BufferCache::hold_releases).
+      if (model::BufferCache* cache = model::BufferCache::current()) cache->hold_releases();
+      pair_open = true;
+    } else if (op.overlaps_previous && pair_open) {
+      pair_device_->second_of_pair();
+    }
     if (offload_) offload_before_op(i);
     {
       // The ops of an overlapped pair are named after it ("F3.0&BW1.1"), as the simulator names
@@ -203,7 +234,16 @@ void RankRuntime::run_ops(const std::vector<Op>& ops, std::int64_t step) {
       run_op(op);
       // A device computes asynchronously: the op's span ends when its kernels have run, so a
       // GPU rank's spans time its ops as the simulator does (other ranks' streams still overlap).
-      if (tensor::DeviceAllocator* device = model::device_storage()) device->synchronize();
+      // The first op of a pair that runs at once with the second ends when it is issued; the
+      // second's span then ends when both have run, so the pair's two spans cover its time.
+      if (pair_open && op.overlaps_previous) pair_device_->end_pair();
+      if (tensor::DeviceAllocator* device = model::device_storage();
+          device != nullptr && !(pair_open && pair_first))
+        device->synchronize();
+      if (pair_open && op.overlaps_previous) {
+        pair_open = false;
+        if (model::BufferCache* cache = model::BufferCache::current()) cache->end_hold();
+      }
     }
     if (offload_) offload_after_op(i);
     if (recorder_ != nullptr) {

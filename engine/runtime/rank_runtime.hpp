@@ -35,6 +35,8 @@
 
 namespace pipetune::runtime {
 
+class RankDevice;
+
 // Losses of one iteration as this rank saw them. Only the ranks that compute the loss (those
 // holding the last layer group) fill `loss_sum`; aux_sum holds this rank's MoE layers.
 struct IterationLosses {
@@ -90,6 +92,14 @@ class RankRuntime {
   std::vector<std::int32_t> take_touched_embedding_rows();
   // A fault to inject (injected_fault.hpp); null for none. Must outlive the runtime.
   void set_fault(const InjectedFault* fault) { fault_ = fault; }
+  // The device that runs an overlapped pair's two ops at once (RankDevice::overlaps_pairs), or
+  // null: every pair runs one op after the other. Pairs stay serial where the two ops could share
+  // buffers without the schedule saying so: ops of one chunk (the same layers), ZeRO-2 and 3 (a
+  // closed unit's buffer is kept for the next layer's unit, whichever stream asks) and activation
+  // offload (its copies wait for one stream). Must outlive the runtime.
+  void set_pair_device(RankDevice* device) { pair_device_ = device; }
+  // Overlapped pairs run at once on that device so far.
+  std::int64_t pairs_run_at_once() const { return pairs_run_at_once_; }
 
   model::RankModel& model() { return *model_; }
   const model::RankModel& model() const { return *model_; }
@@ -219,6 +229,11 @@ class RankRuntime {
   const comm::Topology* topology_;
   comm::Communicator* comm_;
   const InjectedFault* fault_ = nullptr;
+  RankDevice* pair_device_ = nullptr;
+  std::int64_t pairs_run_at_once_ = 0;
+  // Whether the pair of ops ops[i] and ops[i + 1] (ops[i + 1].overlaps_previous) runs at once on
+  // pair_device_.
+  bool pair_overlaps(const schedule::Op& first, const schedule::Op& second) const;
   // Spans of every op, send, receive and collective; activation bytes on its memory ledger.
   profiler::RankRecorder* recorder_;
   std::int64_t ledger_activations_ = 0;  // what the ledger holds for Activations

@@ -140,6 +140,7 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
       capture_cadence_(shared.options.gpu_capture_every, shared.options.gpu_capture_budget) {
   if (options_.attention) backend_.set_attention_kernel(*options_.attention);
   if (options_.fault) runtime_.set_fault(&*options_.fault);
+  if (options_.overlap_pairs && device.overlaps_pairs()) runtime_.set_pair_device(&device);
   model::RankModel& m = model_;
   // ZeRO-1 pads the flat buffers to a multiple of the group; ZeRO-2 shards the gradients unit by
   // unit, ZeRO-3 the values too (nothing to shard over a group of one).
@@ -546,6 +547,7 @@ void RankTraining::finish() {
   mem.reductions_overlapped = runtime_.reductions_overlap() && spec::reduces_per_group(plan_);
   mem.moe_all_to_all_overlapped =
       runtime_.reductions_overlap() && spec::overlaps_moe_all_to_all(plan_);
+  mem.pairs_run_at_once = runtime_.pairs_run_at_once();
   std::lock_guard lock(s_.mutex);
   s_.result.ranks[static_cast<std::size_t>(rank_)] = mem;
 }

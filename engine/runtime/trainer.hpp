@@ -73,6 +73,18 @@ class RankDevice {
     std::size_t waiting_launch_calls = 0;
   };
   virtual GpuActivity take_gpu_activity() { return {}; }
+
+  // Overlapped pairs (schedule::Op::overlaps_previous: DualPipeV's "F & B"). A device that can run
+  // two ops of its rank at once (a GPU rank: a second stream) returns true, and the rank's runtime
+  // then calls begin_pair() before the pair's first op, second_of_pair() between the two ops and
+  // end_pair() after the second. The device orders the second op after the work issued before the
+  // first (not after the first), and what follows the pair after both. The two ops share no
+  // buffers: they are of different chunks (layers) and micro-batches. False (the CPU): the pair's
+  // ops run one after the other on the rank's one stream of work.
+  virtual bool overlaps_pairs() const { return false; }
+  virtual void begin_pair() {}
+  virtual void second_of_pair() {}
+  virtual void end_pair() {}
 };
 
 // Makes a rank's device on that rank's thread, from the communicator the run gives it and the
@@ -114,6 +126,10 @@ struct TrainOptions {
   // Layered reduction's R ops on a thread of each rank's own where the run allows it
   // (RankSummary::reductions_overlapped); false keeps them on the rank's thread, to compare.
   bool overlap_reductions = true;
+  // The two ops of an overlapped pair run at once where the rank's device can (a GPU rank: the
+  // second on a stream of its own, RankDevice::overlaps_pairs); false runs them one after the
+  // other on every device, to compare.
+  bool overlap_pairs = true;
   // The attention kernel every rank's blocks run; unset: the backend's default (stored on the
   // CPU, flash on CUDA; tensor::AttentionKernel).
   std::optional<tensor::AttentionKernel> attention;
@@ -222,6 +238,9 @@ struct RankSummary {
   // Chunked MoE all-to-all (moe_chunks): the chunks ran on that thread beside the experts' GEMMs;
   // false when they ran in place.
   bool moe_all_to_all_overlapped = false;
+  // Overlapped pairs whose two ops ran at once on the rank's device (a GPU rank's two streams),
+  // over the whole run; 0 where pairs ran one op after the other.
+  std::int64_t pairs_run_at_once = 0;
 };
 
 struct TrainResult {

@@ -10,6 +10,9 @@
 #   2a. op_tests              the op tests' CUDA cases (engine_fast_tests, filter
 #                             Backends/*/cuda: every op on the CUDA backend with the CPU's inputs
 #                             and checks, tests/engine/tensor/*_op_test.cpp)
+#   2a'. pair_streams_bench   dualpipe-v trained with each overlapped pair on two streams of its
+#                             rank against one stream (--serial-pairs), pp 2 and 4
+#                             (tests/bench/cuda/pair_streams_bench.sh; PAIR_PLANS="pp2" for fewer)
 #   2b. nccl_np1              the NCCL communicator's GPU tests under `mpirun -np 1`, when
 #                             device-mpi/ (scripts/device_bundle_mpi: the tests and Open MPI)
 #                             is carried too
@@ -282,7 +285,7 @@ checks() {
   summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.fast.log")"
 
   if [ -n "$no_gpu" ]; then
-    for s in gpu_tests op_tests cuda_capture_bench cuda_attention_bench cuda_gemm_bench \
+    for s in gpu_tests op_tests pair_streams_bench cuda_capture_bench cuda_attention_bench cuda_gemm_bench \
       gpt2_gpu_bench; do
       echo "$s: skipped, no GPU ($no_gpu)"
       note "$s" "SKIPPED (no GPU: $no_gpu)"
@@ -308,6 +311,10 @@ checks() {
       "$scratch/.ops.log" | head -n 1 | cut -c1-200))"
     failed=1
   fi
+
+  # --- 2a'. DualPipeV's pairs on two streams against one (tests/bench/cuda/pair_streams_bench.sh)
+  step pair_streams_bench 180 "$scratch/.pairs.log" env "PIPETUNE=$build/cli/pipetune" \
+    "PLANS=${PAIR_PLANS:-pp2 pp4}" bash "$root/tests/bench/cuda/pair_streams_bench.sh"
 
   # --- 2b. the NCCL communicator in one process, when scripts/device_bundle_mpi's folder came ---
   local mpi_bin="$unpacked/mpi-bin"

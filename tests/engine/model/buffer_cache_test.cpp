@@ -85,6 +85,35 @@ TEST(BufferCache, AFullDeviceGetsTheCachedBlocksBackBeforeTheAllocationFails) {
   cache.release_block(b, 4000);
 }  // the destructor gives the kept blocks back
 
+// Two streams of one device at once (an overlapped pair): a block freed while held is not handed
+// out again until the hold ends, since the stream that used it may still be running; then it is.
+TEST(BufferCache, BlocksFreedDuringAHoldAreReusedOnlyAfterIt) {
+  SmallDevice device(1 << 20);
+  BufferCache cache(std::numeric_limits<std::size_t>::max(), &device);
+  void* before = cache.allocate_block(4000);
+  cache.release_block(before, 4000);  // freed before the hold: reusable during it
+  cache.hold_releases();
+  void* a = cache.allocate_block(4000);
+  EXPECT_EQ(a, before);
+  cache.release_block(a, 4000);
+  EXPECT_EQ(cache.held_blocks(), 1u);
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+  void* b = cache.allocate_block(4000);  // the other stream's request: a new block
+  EXPECT_NE(b, a);
+  EXPECT_EQ(device.used, 8000u);
+  cache.end_hold();
+  EXPECT_EQ(cache.held_blocks(), 0u);
+  EXPECT_EQ(cache.cached_bytes(), 4000u);
+  EXPECT_EQ(cache.allocate_block(4000), a);  // after the hold, as any freed block
+  // A hold that is never ended still gives its blocks back with the cache.
+  cache.hold_releases();
+  cache.release_block(a, 4000);
+  cache.release_block(b, 4000);
+  EXPECT_EQ(cache.held_blocks(), 2u);
+  cache.release_all();
+  EXPECT_EQ(device.used, 0u);
+}
+
 TEST(BufferCache, BufferReusesStorageOfTheBoundCache) {
   BufferCache cache(1 << 20);
   {

@@ -146,6 +146,41 @@ TEST(DeviceStorageRecompute, RecomputedBlocksTrainBitIdenticalWithoutHostAccess)
   }
 }
 
+// DualPipeV's overlapped pairs on a device that runs them at once (GuardedRankDevice::accept_pairs:
+// the calls a GPU rank's second stream gets, in order, with the buffer cache holding freed blocks
+// from the second op to the pair's end). Every pair of the schedule is run that way: rank r of p
+// has 2m - 3p + r + 1 of them a step (DualPipeV's phases 4 and 5: 2(m - 2p + r + 1) + (p - r - 1),
+// engine/schedule/generators/dualpipe_v.cpp), one fewer at the turn of the V (r = p - 1, whose
+// first F0 feeds its own F1 and runs apart), with the plain CPU run's bits. Under ZeRO-2 the
+// pairs stay on one stream (a closed unit's buffer serves the next unit, whichever stream asks).
+TEST(DeviceStoragePairs, OverlappedPairsRunAtOnceWithTheCpuBits) {
+  const std::vector<PlanCase> plans = {
+      {.name = "pp2_dualpipev", .pp = 2, .schedule = "dualpipe-v"},
+      {.name = "tp2_pp2_dualpipev", .tp = 2, .pp = 2, .schedule = "dualpipe-v", .microbatches = 5},
+      {.name = "pp2_dp2_zero2_dualpipev", .pp = 2, .dp = 2, .schedule = "dualpipe-v", .zero = 2}};
+  for (const PlanCase& c : plans) {
+    SCOPED_TRACE(c.name);
+    const TrainOptions base = options_for(c);
+    const TrainResult want = train(base);
+    TrainOptions o = base;
+    PeerExchange exchange;
+    o.rank_device = [&](comm::Communicator& comm, int threads) -> std::unique_ptr<RankDevice> {
+      auto d = std::make_unique<testing::GuardedRankDevice>(comm, threads, false, &exchange);
+      d->accept_pairs(true);
+      return d;
+    };
+    const TrainResult got = train(o);
+    expect_same_training(got, want);
+    for (const RankSummary& r : got.ranks) {
+      const std::int64_t per_step =
+          2 * c.microbatches - 3 * c.pp + r.pp_rank + 1 - (r.pp_rank == c.pp - 1 ? 1 : 0);
+      const std::int64_t expected = c.zero >= 2 ? 0 : per_step * base.steps;
+      EXPECT_EQ(r.pairs_run_at_once, expected)
+          << "rank " << r.rank << " (stage " << r.pp_rank << ")";
+    }
+  }
+}
+
 // The rank's device accounting, seen from inside the run: what its allocator holds for
 // parameters, gradients and optimizer state equals what its memory ledger reports (the ledger
 // splits the vocabulary layers out of parameters and gradients), and activations are device

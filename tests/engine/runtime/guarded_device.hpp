@@ -29,6 +29,7 @@
 #include <utility>
 
 #include "engine/comm/reduction.hpp"
+#include "engine/model/buffer_cache.hpp"
 #include "engine/runtime/peer_copy_communicator.hpp"
 #include "engine/runtime/staging_communicator.hpp"
 #include "engine/runtime/trainer.hpp"
@@ -516,10 +517,43 @@ class GuardedRankDevice final : public runtime::RankDevice {
   comm::Communicator& communicator() override {
     return peers_ ? static_cast<comm::Communicator&>(*peers_) : comm_;
   }
+
+  // Overlapped pairs as a GPU rank with a second stream is asked to run them (the CUDA rank
+  // device's begin / second / end), for checking the runtime's side without a GPU: the calls come
+  // in that order, one pair at a time, and from the second op to the pair's end the rank's buffer
+  // cache holds what is freed (another stream may still use it). The work itself stays
+  // synchronous, so the results are the one-stream run's. Any other order throws (the run fails).
+  void accept_pairs(bool on) { pairs_ = on; }
+  bool overlaps_pairs() const override { return pairs_; }
+  void begin_pair() override { advance(PairState::idle, PairState::first, "begin_pair"); }
+  void second_of_pair() override {
+    advance(PairState::first, PairState::second, "second_of_pair");
+    expect_holding("second_of_pair");
+  }
+  void end_pair() override {
+    expect_holding("end_pair");
+    advance(PairState::second, PairState::idle, "end_pair");
+  }
+
   const GuardedAllocator& allocator() const { return storage_; }
   const runtime::StagingCommunicator& staging() const { return comm_; }
 
  private:
+  enum class PairState { idle, first, second };
+  void advance(PairState from, PairState to, const char* call) {
+    if (pair_state_ != from)
+      throw std::logic_error(std::string("guarded device: ") + call + " out of order");
+    pair_state_ = to;
+  }
+  static void expect_holding(const char* call) {
+    const model::BufferCache* cache = model::BufferCache::current();
+    if (cache == nullptr || !cache->holding())
+      throw std::logic_error(std::string("guarded device: ") + call +
+                             " while the rank's buffer cache reuses freed blocks");
+  }
+
+  bool pairs_ = false;
+  PairState pair_state_ = PairState::idle;
   GuardedAllocator storage_;
   GuardedBackend backend_;
   runtime::StagingCommunicator comm_;
