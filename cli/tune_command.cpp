@@ -40,6 +40,7 @@ struct TuneArgs {
   bool no_offload = false;
   bool no_moe_chunks = false;
   bool no_whole_experts = false;
+  bool no_dedup_experts = false;
   bool no_stage_layouts = false;
   int top = 10;
   std::int64_t keep = 100;
@@ -84,6 +85,7 @@ tuner::SearchSpace make_space(const TuneArgs& a) {
                                      .stage_layouts = !a.no_stage_layouts,
                                      .moe_chunks = !a.no_moe_chunks,
                                      .whole_experts = !a.no_whole_experts,
+                                     .dedup_experts = !a.no_dedup_experts,
                                      .keep = a.keep,
                                      .threads = a.threads};
   tuner::SearchSpace s;
@@ -253,6 +255,10 @@ void add_tune_command(CLI::App& app) {
                 "Keep every MoE layer's experts sharded over TP (by default MoE plans with tp > 1 "
                 "also try each EP rank's experts whole, divided among the TP ranks: PPMoE's "
                 "layout, which the Megatron-LM, torchtitan and DeepSpeed exports refuse)");
+  cmd->add_flag("--no-dedup-experts", a->no_dedup_experts,
+                "Never deduplicate sharded experts over TP (by default MoE plans with tp > 1 and "
+                "ep > 1 also try expert_layout dedup, Parm's schedule: each TP rank sends its "
+                "share of the slots through the all-to-all)");
   cmd->add_option("--top", a->top, "Results to print")->capture_default_str();
   cmd->add_option("--failure-rate", a->failure_rate,
                   "Unreliable peers: rank by expected throughput with devices failing at this "

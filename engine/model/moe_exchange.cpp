@@ -63,6 +63,27 @@ void expand_local_experts(const Buffer& selected, Buffer& all, std::int64_t ep, 
                 {all.data() + at((i * local + lo) * cap * width), Shape{block}});
 }
 
+void select_slot_share(const Buffer& all, Buffer& share_rows, std::int64_t experts,
+                       std::int64_t cap, std::int64_t lo, std::int64_t share, std::int64_t width) {
+  const std::int64_t n = std::clamp<std::int64_t>(cap - lo, 0, share);  // slots that exist
+  if (n < share)
+    zeros(share_rows, Shape{experts, share, width});
+  else
+    sized(share_rows, Shape{experts, share, width});
+  for (std::int64_t e = 0; e < experts && n > 0; ++e)
+    copy_values({all.data() + at((e * cap + lo) * width), Shape{n * width}},
+                {share_rows.data() + at(e * share * width), Shape{n * width}});
+}
+
+void expand_slot_share(const Buffer& share_rows, Buffer& all, std::int64_t experts,
+                       std::int64_t cap, std::int64_t lo, std::int64_t share, std::int64_t width) {
+  const std::int64_t n = std::clamp<std::int64_t>(cap - lo, 0, share);
+  zeros(all, Shape{experts, cap, width});
+  for (std::int64_t e = 0; e < experts && n > 0; ++e)
+    copy_values({share_rows.data() + at(e * share * width), Shape{n * width}},
+                {all.data() + at((e * cap + lo) * width), Shape{n * width}});
+}
+
 void exchange_with_experts(const ParallelContext& ctx, std::int64_t experts,
                            std::int64_t local_experts, std::int64_t width, std::int64_t cap,
                            int chunks, const Buffer& by_expert, const ExpertChunkCompute& compute,

@@ -41,6 +41,15 @@ void select_local_experts(const Buffer& all, Buffer& selected, std::int64_t ep, 
 void expand_local_experts(const Buffer& selected, Buffer& all, std::int64_t ep, std::int64_t local,
                           std::int64_t lo, std::int64_t hi, std::int64_t cap, std::int64_t width);
 
+// Deduplicated experts (spec::ExpertLayout::Dedup): a TP rank's share of every expert's slots,
+// slots [lo, lo + share) of (experts, cap, width) as (experts, share, width), zero past cap (the
+// last share may be short); and back into (experts, cap, width) with zeros in the other slots
+// (`all` sized here).
+void select_slot_share(const Buffer& all, Buffer& share_rows, std::int64_t experts,
+                       std::int64_t cap, std::int64_t lo, std::int64_t share, std::int64_t width);
+void expand_slot_share(const Buffer& share_rows, Buffer& all, std::int64_t experts,
+                       std::int64_t cap, std::int64_t lo, std::int64_t share, std::int64_t width);
+
 // What the experts do to one chunk: `in` holds each local expert's rows of it ((ep * n, width),
 // as above), which compute may take; compute fills `out` likewise.
 using ExpertChunkCompute =

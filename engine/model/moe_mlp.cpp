@@ -45,7 +45,8 @@ MoeMlp::MoeMlp(const ModelConfig& config, const std::string& prefix, int tp_size
       ffn_local_(config.ffn / tp_size),
       local_experts_(config.experts / ep_size),
       tp_rank_(tp_rank),
-      whole_(layout == spec::ExpertLayout::Whole && tp_size > 1) {
+      whole_(layout == spec::ExpertLayout::Whole && tp_size > 1),
+      dedup_(layout == spec::ExpertLayout::Dedup && tp_size > 1) {
   const std::int64_t C = config.hidden, F = config.ffn, E = config.experts;
   // Sharded: TP rank t holds rows [lo, hi) of every local expert's FFN. Whole: all of the FFN of
   // local experts [own_lo_, own_hi_), a block of experts / (ep * tp) per TP rank.
@@ -81,10 +82,20 @@ MoeMlp::MoeMlp(const ModelConfig& config, const std::string& prefix, int tp_size
 // whole experts the rows of its own, (ep * owned, cap, C); and the result back into (E, cap, C).
 void MoeMlp::exchange(const ParallelContext& ctx, std::int64_t cap, const Buffer& by_expert,
                       const ExpertChunkCompute& compute, Buffer& result) const {
-  const std::int64_t C = config_.hidden, ep = ctx.ep_size, owned = own_hi_ - own_lo_;
+  const std::int64_t C = config_.hidden, E = config_.experts, ep = ctx.ep_size,
+                     owned = own_hi_ - own_lo_;
+  if (dedup_) {
+    // This TP rank's share of every expert's slots goes, and comes back; the others' shares
+    // come back to them (zeros here).
+    const std::int64_t share = slot_share(ctx, cap), lo = tp_rank_ * share;
+    Buffer mine, mine_result;
+    select_slot_share(by_expert, mine, E, cap, lo, share, C);
+    exchange_with_experts(ctx, E, owned, C, share, config_.moe_chunks, mine, compute, mine_result);
+    expand_slot_share(mine_result, result, E, cap, lo, share, C);
+    return;
+  }
   if (!whole_) {
-    exchange_with_experts(ctx, config_.experts, owned, C, cap, config_.moe_chunks, by_expert,
-                          compute, result);
+    exchange_with_experts(ctx, E, owned, C, cap, config_.moe_chunks, by_expert, compute, result);
     return;
   }
   Buffer mine, mine_result;
@@ -119,36 +130,50 @@ void MoeMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView o
   a.xin.assign(experts_.size(), {});
   a.fc.assign(experts_.size(), {});
   a.gelu.assign(experts_.size(), {});
+  // Deduplicated: each rank's chunk holds its share's rows; the computed rows are every TP
+  // rank's, gathered (tp blocks of the ep * n rows), kept as tp * ep blocks of `slots`.
+  const std::int64_t slots = dedup_ ? slot_share(ctx, cap) : cap;
+  const std::int64_t gather = dedup_ ? ctx.tp_size : 1, blocks = gather * ep;
+  a.expert_rows = blocks * slots;
   const ExpertChunkCompute experts = [&](SlotChunk c, std::vector<Buffer>& in,
                                          std::vector<Buffer>& out) {
-    const std::int64_t r = ep * c.n;
-    const bool one_chunk = c.n == cap;
-    Buffer fc_rows, gelu_rows;
+    const std::int64_t r = ep * c.n, rows = gather * r;
+    const bool one_chunk = c.n == slots;
+    Buffer xin_rows, fc_rows, gelu_rows, partial;
     for (std::size_t i = 0; i < experts_.size(); ++i) {
       const ExpertParams& e = experts_[i];
-      TensorView fc = sized(one_chunk ? a.fc[i] : fc_rows, Shape{r, Fl});  // (ep*n, Fl)
-      TensorView g = sized(one_chunk ? a.gelu[i] : gelu_rows, Shape{r, Fl});
-      be.linear_gelu_forward(view(in[i], Shape{r, C}), expert_->param(e.fc_w),
+      if (dedup_)  // (tp*ep*n, C): every TP rank's share of the chunk
+        ctx.tp_all_gather(view(in[i], Shape{r, C}),
+                          sized(one_chunk ? a.xin[i] : xin_rows, Shape{rows, C}));
+      const Buffer& x_rows = dedup_ ? (one_chunk ? a.xin[i] : xin_rows) : in[i];
+      TensorView fc = sized(one_chunk ? a.fc[i] : fc_rows, Shape{rows, Fl});  // (rows, Fl)
+      TensorView g = sized(one_chunk ? a.gelu[i] : gelu_rows, Shape{rows, Fl});
+      be.linear_gelu_forward(view(x_rows, Shape{rows, C}), expert_->param(e.fc_w),
                              expert_->param(e.fc_b), fc, g);
-      TensorView o = sized(out[i], Shape{r, C});  // (ep*n, C), sharded: partial over TP
+      // (rows, C), sharded: partial over TP
+      TensorView o = sized(dedup_ ? partial : out[i], Shape{rows, C});
       ConstTensorView bias =
           tp_rank_ == 0 || whole_ ? ConstTensorView(expert_->param(e.proj_b)) : ConstTensorView{};
       be.linear_forward(g, expert_->param(e.proj_w), bias, o);
-      if (!whole_) ctx.tp_all_reduce(o);
+      if (dedup_)  // this rank's share of the sum
+        ctx.tp_reduce_scatter(o, sized(out[i], Shape{r, C}));
+      else if (!whole_)
+        ctx.tp_all_reduce(o);
       if (one_chunk) {
-        a.xin[i] = std::move(in[i]);
+        if (!dedup_) a.xin[i] = std::move(in[i]);
         continue;
       }
-      chunk_rows_to_whole(in[i], a.xin[i], ep, cap, c, C);
-      chunk_rows_to_whole(fc_rows, a.fc[i], ep, cap, c, Fl);
-      chunk_rows_to_whole(gelu_rows, a.gelu[i], ep, cap, c, Fl);
+      chunk_rows_to_whole(dedup_ ? xin_rows : in[i], a.xin[i], blocks, slots, c, C);
+      chunk_rows_to_whole(fc_rows, a.fc[i], blocks, slots, c, Fl);
+      chunk_rows_to_whole(gelu_rows, a.gelu[i], blocks, slots, c, Fl);
     }
   };
   exchange(ctx, cap, dispatched, experts, a.expert_out);
-  // Whole experts: each TP rank's expert_out holds its own experts' slots (zeros elsewhere), so
-  // the combine gives its part of the output, summed here or by the caller.
+  // Whole and deduplicated experts: each TP rank's expert_out holds its own experts' or its
+  // share's slots (zeros elsewhere), so the combine gives its part of the output, summed here or
+  // by the caller.
   be.moe_combine(view(a.expert_out, Shape{E, cap, C}), probs, a.routing, out);
-  if (whole_ && reduce) ctx.tp_all_reduce(out);
+  if (output_partial_over_tp() && reduce) ctx.tp_all_reduce(out);
 }
 
 void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, TensorView dx,
@@ -160,9 +185,9 @@ void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, Te
   TensorView dprobs = zeros(dprobs_buf, Shape{N, E});  // (N, E)
   be.moe_combine_backward(dout, view(a.expert_out, Shape{E, cap, C}), view(a.probs, Shape{N, E}),
                           a.routing, zeros(dexpert_out, Shape{E, cap, C}), dprobs);
-  // Whole experts: expert_out holds this TP rank's experts only, so each rank has the part of
-  // dprobs its experts give; the router needs their sum.
-  if (whole_) ctx.tp_all_reduce(dprobs);
+  // Whole and deduplicated experts: expert_out holds this TP rank's experts or share only, so
+  // each rank has the part of dprobs its slots give; the router needs their sum.
+  if (output_partial_over_tp()) ctx.tp_all_reduce(dprobs);
   be.moe_aux_loss_backward(a.routing, config_.aux_loss_coef * aux_scale, dprobs);
   TensorView dlogits = zeros(a.dlogits, Shape{N, E});  // (N, E)
   be.moe_router_backward(view(a.probs, Shape{N, E}), dprobs, dlogits);
@@ -172,26 +197,36 @@ void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, Te
   // as they arrive, its input gradient back to the tokens' ranks. One chunk: in place, as forward.
   a.dout.assign(experts_.size(), {});
   a.dfc.assign(experts_.size(), {});
+  // As forward: deduplicated, each rank's share of the output gradient is gathered over TP and
+  // the input gradient reduce-scattered back to the shares.
+  const std::int64_t slots = dedup_ ? slot_share(ctx, cap) : cap;
+  const std::int64_t gather = dedup_ ? ctx.tp_size : 1, blocks = gather * ep;
   const ExpertChunkCompute experts = [&](SlotChunk c, std::vector<Buffer>& in,
                                          std::vector<Buffer>& out) {
-    const std::int64_t r = ep * c.n;
-    const bool one_chunk = c.n == cap;
-    Buffer fc_rows, dfc_rows;
+    const std::int64_t r = ep * c.n, rows = gather * r;
+    const bool one_chunk = c.n == slots;
+    Buffer dout_rows, fc_rows, dfc_rows, partial;
     for (std::size_t i = 0; i < experts_.size(); ++i) {
       const ExpertParams& e = experts_[i];
-      if (!one_chunk) chunk_rows_from_whole(a.fc[i], fc_rows, ep, cap, c, Fl);
-      // (ep*n, Fl): gelu'(fc) (dout W)
-      TensorView dfc = sized(one_chunk ? a.dfc[i] : dfc_rows, Shape{r, Fl});
-      be.linear_gelu_backward_input(view(in[i], Shape{r, C}), expert_->param(e.proj_w),
-                                    view(one_chunk ? a.fc[i] : fc_rows, Shape{r, Fl}), dfc);
-      be.linear_backward_input(dfc, expert_->param(e.fc_w), sized(out[i], Shape{r, C}),
-                               tensor::GradientWrite::overwrite);
+      if (dedup_)  // (tp*ep*n, C)
+        ctx.tp_all_gather(view(in[i], Shape{r, C}),
+                          sized(one_chunk ? a.dout[i] : dout_rows, Shape{rows, C}));
+      const Buffer& dy_rows = dedup_ ? (one_chunk ? a.dout[i] : dout_rows) : in[i];
+      if (!one_chunk) chunk_rows_from_whole(a.fc[i], fc_rows, blocks, slots, c, Fl);
+      // (rows, Fl): gelu'(fc) (dout W)
+      TensorView dfc = sized(one_chunk ? a.dfc[i] : dfc_rows, Shape{rows, Fl});
+      be.linear_gelu_backward_input(view(dy_rows, Shape{rows, C}), expert_->param(e.proj_w),
+                                    view(one_chunk ? a.fc[i] : fc_rows, Shape{rows, Fl}), dfc);
+      // (rows, C), a partial over TP when sharded
+      TensorView dxin = sized(dedup_ ? partial : out[i], Shape{rows, C});
+      be.linear_backward_input(dfc, expert_->param(e.fc_w), dxin, tensor::GradientWrite::overwrite);
+      if (dedup_) ctx.tp_reduce_scatter(dxin, sized(out[i], Shape{r, C}));
       if (one_chunk) {
-        a.dout[i] = std::move(in[i]);
+        if (!dedup_) a.dout[i] = std::move(in[i]);
         continue;
       }
-      chunk_rows_to_whole(in[i], a.dout[i], ep, cap, c, C);
-      chunk_rows_to_whole(dfc_rows, a.dfc[i], ep, cap, c, Fl);
+      chunk_rows_to_whole(dedup_ ? dout_rows : in[i], a.dout[i], blocks, slots, c, C);
+      chunk_rows_to_whole(dfc_rows, a.dfc[i], blocks, slots, c, Fl);
     }
   };
   Buffer ddispatched;
@@ -207,7 +242,7 @@ void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, Te
 
 void MoeMlp::backward_weight(const ParallelContext& ctx, ConstTensorView x, MoeMlpActivations& a) {
   const std::int64_t N = x.shape.rows(), C = config_.hidden, E = config_.experts, Fl = ffn_local_,
-                     rows = ctx.ep_size * a.capacity;
+                     rows = a.expert_rows;
   auto& be = ctx.be();
   for (std::size_t i = 0; i < experts_.size(); ++i) {
     const ExpertParams& e = experts_[i];

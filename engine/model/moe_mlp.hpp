@@ -1,9 +1,11 @@
 // A mixture-of-experts MLP: a replicated router picks top-k experts per token; each expert is a
 // GELU MLP; experts are divided over the EP group, tokens travel to their experts' ranks and back
 // with two all-to-alls (dispatch and combine). Inside the TP group (spec::ExpertLayout) each
-// expert is either sharded (tensor-parallel like DenseMlp, its output summed over TP) or whole
+// expert is either sharded (tensor-parallel like DenseMlp, its output summed over TP), whole
 // (PPMoE: the EP rank's experts divided among the TP ranks; each TP rank computes only its own
-// experts' slots, and one all-reduce of the layer's output adds the ranks' parts). The
+// experts' slots, and one all-reduce of the layer's output adds the ranks' parts) or sharded and
+// deduplicated (Parm: each TP rank sends its share of the slots, gathered over TP around the
+// experts' GEMMs; the shares' outputs are summed as whole experts' parts are). The
 // Switch/GShard load-balancing loss, times aux_loss_coef, joins the training loss.
 #pragma once
 
@@ -31,6 +33,9 @@ struct ExpertTokens {
 struct MoeMlpActivations {
   tensor::MoeRouting routing;
   std::int64_t capacity = 0;
+  // Rows of each computed expert kept below (xin, fc, gelu, dout, dfc): ep * capacity, or with
+  // deduplicated experts tp * ep * share (every TP rank's share, gathered).
+  std::int64_t expert_rows = 0;
   Buffer probs;              // (N, E)
   Buffer expert_out;         // (E, cap, C) outputs for this rank's tokens
   std::vector<Buffer> xin;   // per local expert (ep*cap, C)
@@ -66,7 +71,7 @@ class MoeMlp {
   void forward(const ParallelContext& ctx, tensor::ConstTensorView x, tensor::TensorView out,
                MoeMlpActivations& a, bool reduce = true);
   // Whether forward without `reduce` leaves a part of the output for the caller to sum over TP.
-  bool output_partial_over_tp() const { return whole_; }
+  bool output_partial_over_tp() const { return whole_ || dedup_; }
   // dx (N, C) = input gradient, written over; aux_scale multiplies the load-balancing loss's
   // gradient (the loss's own grad scale, e.g. 1 / micro-batches).
   void backward_input(const ParallelContext& ctx, tensor::ConstTensorView dout,
@@ -79,6 +84,10 @@ class MoeMlp {
   };
   void exchange(const ParallelContext& ctx, std::int64_t cap, const Buffer& by_expert,
                 const ExpertChunkCompute& compute, Buffer& result) const;
+  // Deduplicated experts: the slots of each expert this TP rank dispatches, and its first.
+  std::int64_t slot_share(const ParallelContext& ctx, std::int64_t cap) const {
+    return (cap + ctx.tp_size - 1) / ctx.tp_size;
+  }
 
   ModelConfig config_;
   ParameterSet* dense_;
@@ -86,6 +95,7 @@ class MoeMlp {
   std::int64_t ffn_local_, local_experts_;
   int tp_rank_;
   bool whole_;  // whole experts over tp > 1 (with tp = 1 the layouts are one computation)
+  bool dedup_;  // deduplicated (sharded) experts over tp > 1
   std::int64_t own_lo_ = 0, own_hi_ = 0;  // the local experts this TP rank computes
   int router_w_;
   std::vector<ExpertParams> experts_;  // the local experts this TP rank computes, in order

@@ -11,7 +11,7 @@ namespace pipetune::spec {
 
 namespace {
 
-constexpr std::string_view kValid = "valid: sharded, whole";
+constexpr std::string_view kValid = "valid: sharded, whole, dedup";
 
 std::string name_of(ExpertLayout layout) {
   return std::string(expert_layout_name(layout));
@@ -20,11 +20,19 @@ std::string name_of(ExpertLayout layout) {
 }  // namespace
 
 std::string_view expert_layout_name(ExpertLayout layout) {
-  return layout == ExpertLayout::Whole ? "whole" : "sharded";
+  switch (layout) {
+    case ExpertLayout::Whole:
+      return "whole";
+    case ExpertLayout::Dedup:
+      return "dedup";
+    case ExpertLayout::Sharded:
+      break;
+  }
+  return "sharded";
 }
 
 ExpertLayout parse_expert_layout(std::string_view name) {
-  for (ExpertLayout l : {ExpertLayout::Sharded, ExpertLayout::Whole})
+  for (ExpertLayout l : {ExpertLayout::Sharded, ExpertLayout::Whole, ExpertLayout::Dedup})
     if (expert_layout_name(l) == name) return l;
   throw SpecError({"plan.expert_layout"}, "unknown expert layout '" + std::string(name) + "' (" +
                                               std::string(kValid) + ")");
@@ -47,6 +55,11 @@ ExpertLayout expert_layout_of_layer(const ModelSpec& model, const ParallelPlan& 
 
 bool has_whole_experts(const std::vector<ExpertLayout>& layouts) {
   return std::find(layouts.begin(), layouts.end(), ExpertLayout::Whole) != layouts.end();
+}
+
+bool has_unsharded_layouts(const std::vector<ExpertLayout>& layouts) {
+  return std::any_of(layouts.begin(), layouts.end(),
+                     [](ExpertLayout l) { return l != ExpertLayout::Sharded; });
 }
 
 std::vector<ExpertLayout> parse_expert_layouts(std::string_view comma_list) {

@@ -10,7 +10,15 @@
 //            the ranks' parts. No all-to-all inside the TP group; the experts' GEMMs are tp times
 //            wider and tp times fewer, and the busiest rank is the busiest of ep * tp expert
 //            groups rather than of ep.
-// With tp = 1 the two are the same computation.
+//   dedup    sharded experts, but no token crosses the all-to-all twice (Parm's schedule for
+//            MP+EP+ESP layouts): every TP rank holds the same tokens, so each dispatches only its
+//            share (1/tp) of every expert's slots; on the experts' rank the shares are
+//            all-gathered over TP for the sharded GEMMs and the outputs reduce-scattered back to
+//            their shares, which return through the combine; one sum over TP of the layer's
+//            output (as whole) adds the shares. The all-to-all carries 1/tp of the bytes for an
+//            all-gather and a reduce-scatter inside the TP group (NVLink, where EP crosses
+//            nodes); in the backward pass the gradients take the same path.
+// With tp = 1 the three are the same computation.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +31,9 @@ namespace pipetune::spec {
 struct ModelSpec;
 struct ParallelPlan;
 
-enum class ExpertLayout { Sharded, Whole };
+enum class ExpertLayout { Sharded, Whole, Dedup };
 
-std::string_view expert_layout_name(ExpertLayout layout);  // "sharded", "whole"
+std::string_view expert_layout_name(ExpertLayout layout);  // "sharded", "whole", "dedup"
 // Throws SpecError naming plan.expert_layout and the valid names.
 ExpertLayout parse_expert_layout(std::string_view name);
 
@@ -35,8 +43,9 @@ ExpertLayout expert_layout_of(const std::vector<ExpertLayout>& layouts, std::int
 // The same for transformer layer `layer` of the model (Sharded for a dense layer).
 ExpertLayout expert_layout_of_layer(const ModelSpec& model, const ParallelPlan& plan,
                                     std::int64_t layer);
-// Whether some MoE layer of the plan keeps its experts whole.
+// Whether some MoE layer of the plan keeps its experts whole; whether one is not plain sharded.
 bool has_whole_experts(const std::vector<ExpertLayout>& layouts);
+bool has_unsharded_layouts(const std::vector<ExpertLayout>& layouts);
 
 // "whole" or "whole,sharded,..." -> layouts; blank text -> empty. A bad entry throws SpecError
 // naming plan.expert_layout, the entry and the valid names.
@@ -48,7 +57,7 @@ std::vector<std::string> expert_layout_names(const std::vector<ExpertLayout>& la
 std::string expert_layouts_toml(const std::vector<ExpertLayout>& layouts);
 // The inverse of parse_expert_layouts ("whole,sharded"); "" for an empty list.
 std::string expert_layouts_text(const std::vector<ExpertLayout>& layouts);
-// For plan summaries: "whole", or one letter per MoE layer ("w/s/w").
+// For plan summaries: "whole", or one letter per MoE layer ("w/s/d").
 std::string expert_layouts_label(const std::vector<ExpertLayout>& layouts);
 
 // Checks a plan's expert_layouts against the model: none on a dense model; 1 entry or one per

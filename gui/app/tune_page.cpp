@@ -113,6 +113,13 @@ QHBoxLayout* TunePage::build_target_row() {
       "MoE plans with tp > 1 also try each EP rank's experts whole, divided among the TP ranks "
       "(PPMoE), which the Megatron-LM, torchtitan and DeepSpeed exports refuse (unchecked: "
       "pipetune tune --no-whole-experts)");
+  dedup_experts_ = new QCheckBox("Dedup experts");
+  dedup_experts_->setObjectName("tune_dedup_experts");
+  dedup_experts_->setChecked(true);
+  dedup_experts_->setToolTip(
+      "MoE plans with tp > 1 and ep > 1 also try sharded experts deduplicated over TP (Parm): "
+      "each TP rank sends its share of the slots through the all-to-all, gathered over TP around "
+      "the experts' GEMMs (unchecked: pipetune tune --no-dedup-experts)");
   for (auto [label, w] : {std::pair<const char*, QWidget*>{"Model", model_},
                           {"Cluster", cluster_},
                           {"Hardware", hardware_},
@@ -124,7 +131,8 @@ QHBoxLayout* TunePage::build_target_row() {
                           {"", reroute_},
                           {"MoE imbalance", moe_imbalance_},
                           {"", moe_chunks_},
-                          {"", whole_experts_}}) {
+                          {"", whole_experts_},
+                          {"", dedup_experts_}}) {
     target->addWidget(new QLabel(label));
     target->addWidget(w);
   }
@@ -369,6 +377,7 @@ bool TunePage::start_search() {
   r.failures.reroute = reroute_->isChecked();
   r.moe_chunks = moe_chunks_->isChecked();
   r.whole_experts = whole_experts_->isChecked();
+  r.dedup_experts = dedup_experts_->isChecked();
   if (!moe_imbalance_->text().trimmed().isEmpty()) {
     bool ok_imbalance = false;
     r.moe_imbalance = moe_imbalance_->text().trimmed().toDouble(&ok_imbalance);

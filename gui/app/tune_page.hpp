@@ -91,6 +91,7 @@ class TunePage : public QWidget {
   QLineEdit* moe_imbalance_ = nullptr;  // MoE routing: busiest EP rank / mean; "" = even
   QCheckBox* moe_chunks_ = nullptr;     // MoE plans also try the all-to-all in chunks
   QCheckBox* whole_experts_ = nullptr;  // MoE plans also try whole experts inside TP (PPMoE)
+  QCheckBox* dedup_experts_ = nullptr;  // MoE plans also try deduplicated experts (Parm)
   QPushButton* start_ = nullptr;
   QPushButton* cancel_ = nullptr;
   QProgressBar* progress_ = nullptr;

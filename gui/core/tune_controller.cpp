@@ -40,6 +40,7 @@ tuner::SearchSpace tune_space(const TuneRequest& r) {
                                                   .max_candidates = r.max_candidates,
                                                   .moe_chunks = r.moe_chunks,
                                                   .whole_experts = r.whole_experts,
+                                                  .dedup_experts = r.dedup_experts,
                                                   .keep = r.keep,
                                                   .threads = r.threads});
   // One core is left to the GUI thread unless the request says otherwise.

@@ -59,6 +59,9 @@ struct TuneRequest {
   // MoE plans with tp > 1 also try whole experts inside the TP group (`tune
   // --no-whole-experts`: false).
   bool whole_experts = true;
+  // MoE plans with tp > 1 and ep > 1 also try deduplicated experts (`tune --no-dedup-experts`:
+  // false).
+  bool dedup_experts = true;
 };
 
 using TuneTarget = tuner::ResolvedTarget;

@@ -3,6 +3,9 @@
 // rank threads), 2 micro-batches of 2 sequences. Arg layout: 0 sharded (each expert's FFN split
 // over the two TP ranks, each expert's output all-reduced), 1 whole (two whole experts a rank,
 // one all-reduce of the layer's output).
+// BM_MoeExpertDedup: the same model on tp 2, ep 2, dp 2 (four rank threads), sharded experts
+// (every TP rank sends every slot through the EP all-to-all) against dedup (each its half of the
+// slots, gathered over TP around the experts' GEMMs: Parm).
 //
 // One benchmark iteration = one train() run of kWarmupSteps + kTimedSteps steps; the time is the
 // timed steps' mean wall time (counter step_s).
@@ -32,7 +35,31 @@ void BM_MoeExpertLayout(benchmark::State& state) {
   bench::time_training(state, options, kWarmupSteps, [](const runtime::TrainResult&) {});
 }
 
+void BM_MoeExpertDedup(benchmark::State& state) {
+  runtime::TrainOptions options;
+  options.model = bench::bench_model("gpt2-small-moe-256.toml");
+  options.plan.tp = 2;
+  options.plan.dp = 2;
+  options.plan.ep = 2;
+  options.plan.micro_batch_size = 2;
+  options.plan.microbatches = 2;
+  if (state.range(0) != 0) options.plan.expert_layouts = {spec::ExpertLayout::Dedup};
+  spec::apply_defaults(options.plan);
+  options.steps = kWarmupSteps + kTimedSteps;
+  options.threads_per_rank = 1;
+
+  bench::time_training(state, options, kWarmupSteps, [](const runtime::TrainResult&) {});
+}
+
 }  // namespace
+
+BENCHMARK(BM_MoeExpertDedup)
+    ->ArgNames({"dedup"})
+    ->Arg(0)
+    ->Arg(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 BENCHMARK(BM_MoeExpertLayout)
     ->ArgNames({"whole"})

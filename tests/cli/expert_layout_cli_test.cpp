@@ -1,6 +1,7 @@
-// Whole experts inside the TP group from the command line: `train --expert-layout whole` trains
-// with the sharded layout's losses (the same model, its experts placed otherwise), the JSON says
-// the layout, a per-layer list is taken, and bad values are refused with exit 2 naming the flag.
+// Experts inside the TP group from the command line: `train --expert-layout whole` (and dedup)
+// trains with the sharded layout's losses (the same model, its experts placed otherwise), the JSON
+// says the layout, a per-layer list is taken, and bad values are refused with exit 2 naming the
+// flag.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,17 +28,20 @@ std::vector<double> losses(const std::vector<std::string>& layout) {
   return out;
 }
 
-TEST(ExpertLayoutCli, WholeExpertsTrainAsShardedOnes) {
+TEST(ExpertLayoutCli, WholeAndDedupExpertsTrainAsShardedOnes) {
   const std::vector<double> sharded = losses({});
   const std::vector<double> whole = losses({"--expert-layout", "whole"});
   const std::vector<double> mixed =
       losses({"--expert-layout", "whole,sharded,whole,sharded,whole,sharded,whole,sharded"});
+  const std::vector<double> dedup = losses({"--expert-layout", "dedup"});
   ASSERT_EQ(sharded.size(), 3u);
   ASSERT_EQ(whole.size(), sharded.size());
   ASSERT_EQ(mixed.size(), sharded.size());
+  ASSERT_EQ(dedup.size(), sharded.size());
   for (std::size_t i = 0; i < sharded.size(); ++i) {
     EXPECT_NEAR(whole[i], sharded[i], 1e-5 * std::abs(sharded[i])) << "step " << i + 1;
     EXPECT_NEAR(mixed[i], sharded[i], 1e-5 * std::abs(sharded[i])) << "step " << i + 1;
+    EXPECT_NEAR(dedup[i], sharded[i], 1e-5 * std::abs(sharded[i])) << "step " << i + 1;
   }
 }
 
@@ -46,7 +50,8 @@ TEST(ExpertLayoutCli, BadLayoutsAreRefused) {
                                          "2",     "--steps", "1", "--no-db"};
   for (const auto& [extra, want] :
        {std::pair{std::vector<std::string>{"--model", "tiny-moe", "--expert-layout", "halved"},
-                  "--expert-layout: expert_layout[0]: unknown layout 'halved'"},
+                  "--expert-layout: expert_layout[0]: unknown layout 'halved' (valid: sharded, "
+                  "whole, dedup)"},
         std::pair{
             std::vector<std::string>{"--model", "tiny-moe", "--expert-layout", "whole,sharded"},
             "expert_layout has 2 entries"},

@@ -187,6 +187,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--gpu-capture-every", "auto"}, "--gpu-capture-every is for --backend cuda"},
         BadInput{{"--backend", "cuda", "--no-gpu-capture", "--gpu-capture-every", "2"},
                  "--gpu-capture-every and --no-gpu-capture: choose one"},
+        BadInput{{"--serial-pairs", "--schedule", "dualpipe-v", "--pp", "2"},
+                 "--serial-pairs is for --backend cuda"},
         // A learning rate that blows the weights up: the loss turns non-finite, the run stops and
         // names the step and the rank, exit 1, no hang.
         BadInput{{"--lr", "1e30", "--steps", "5", "--microbatches", "2"}, "loss is", 1}),

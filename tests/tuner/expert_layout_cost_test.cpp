@@ -5,7 +5,8 @@
 // more TP all-reduce in the backward, of the router's probability gradient (n x experts, fp32).
 // With tp = 1 the layouts are one computation. A balanced routing predicts whole experts faster
 // (fewer GEMMs, each past its ramp-up), a routing skewed over ep * tp groups predicts them slower,
-// and a plan alternating the layouts per layer lands between the two.
+// and a plan alternating the layouts per layer lands between the two. Deduplicated experts
+// (Parm) likewise against sharded ones.
 #include <gtest/gtest.h>
 
 #include "engine/spec/load.hpp"
@@ -65,8 +66,11 @@ TEST(ExpertLayoutCost, WholeExpertsRunTheSameFlopsInFewerGemmsAndSendLess) {
   const double w = exec.activation_bytes;
   EXPECT_NEAR(sharded.forward.ep_all_to_all_bytes, 2.0 * n * k * 1.1 * h * w, 1e-6);
   EXPECT_NEAR(whole.forward.ep_all_to_all_bytes, 2.0 * n * k * 1.6 * h * w / 2.0, 1e-6);
-  // TP: the forward's all-reduces as a dense layer's; the backward's one more, n x E fp32.
-  EXPECT_DOUBLE_EQ(whole.forward.tp_all_reduce_bytes, sharded.forward.tp_all_reduce_bytes);
+  // TP, forward: the attention's all-reduce (n x h), then sharded each expert's output over all
+  // routed rows, whole the layer's output once (n x h); the backward's one more, n x E fp32.
+  const double message = n * h * w;
+  EXPECT_NEAR(sharded.forward.tp_all_reduce_bytes, message + n * k * 1.1 * h * w, 1e-6);
+  EXPECT_NEAR(whole.forward.tp_all_reduce_bytes, 2.0 * message, 1e-6);
   EXPECT_DOUBLE_EQ(whole.input_grad.tp_all_reduce_bytes - sharded.input_grad.tp_all_reduce_bytes,
                    n * experts * 4.0);
   EXPECT_DOUBLE_EQ(whole.input_grad.tp_all_reduce_count - sharded.input_grad.tp_all_reduce_count,
@@ -109,6 +113,69 @@ TEST(ExpertLayoutCost, TheRoutingDecidesWhichLayoutPredictsFaster) {
   EXPECT_LT(mixed, whole);
 }
 
+// Deduplicated experts (Parm): the sharded layout's GEMMs, half the all-to-all's bytes over tp 2,
+// and around the experts an all-gather and a reduce-scatter of the routed rows each pass in
+// place of the sharded forward's all-reduce of them; the output summed over TP as whole
+// experts' is, and the router's probability gradient too. Under sequence parallelism the sharded
+// layout still sends every row (each TP rank holds every token once the layer's input is
+// gathered); the deduplicated one its share.
+TEST(ExpertLayoutCost, DedupSendsItsShareAndGathersItOverTp) {
+  const spec::ModelSpec m = mixtral();
+  ExecutionOptions exec = default_execution(spec::load_hardware("h100-sxm"));
+  exec.moe_imbalance.by_ep = {{2, 1.1}, {4, 1.6}};
+  const PassWork sharded = transformer_layer_work(m, plan({}), exec, true);
+  const PassWork dedup =
+      transformer_layer_work(m, plan({ExpertLayout::Dedup}), exec, true, ExpertLayout::Dedup);
+  const double n = static_cast<double>(m.seq_len), h = static_cast<double>(m.hidden),
+               k = static_cast<double>(m.top_k), experts = static_cast<double>(m.experts);
+  const double w = exec.activation_bytes, message = n * h * w, routed = n * k * 1.1 * h * w;
+  EXPECT_DOUBLE_EQ(dedup.forward.gemm_flops, sharded.forward.gemm_flops);
+  EXPECT_DOUBLE_EQ(dedup.forward.gemm_count, sharded.forward.gemm_count);
+  EXPECT_NEAR(sharded.forward.ep_all_to_all_bytes, 2.0 * routed, 1e-6);
+  EXPECT_NEAR(dedup.forward.ep_all_to_all_bytes, routed, 1e-6);
+  EXPECT_NEAR(dedup.input_grad.ep_all_to_all_bytes, routed, 1e-6);
+  for (const Work* pass : {&dedup.forward, &dedup.input_grad}) {
+    EXPECT_NEAR(pass->tp_all_gather_bytes, routed, 1e-6);
+    EXPECT_NEAR(pass->tp_reduce_scatter_bytes, routed, 1e-6);
+    EXPECT_DOUBLE_EQ(pass->tp_all_gather_count, 1.0);
+    EXPECT_DOUBLE_EQ(pass->tp_reduce_scatter_count, 1.0);
+  }
+  EXPECT_NEAR(dedup.forward.tp_all_reduce_bytes, 2.0 * message, 1e-6);  // attention, output
+  // attention, the router's gradient, the input gradient
+  EXPECT_NEAR(dedup.input_grad.tp_all_reduce_bytes, 2.0 * message + n * experts * 4.0, 1e-6);
+  EXPECT_DOUBLE_EQ(dedup.input_grad.tp_all_reduce_count, 3.0);
+
+  spec::ParallelPlan sp = plan({});
+  sp.sequence_parallel = true;
+  spec::ParallelPlan sp_dedup = plan({ExpertLayout::Dedup});
+  sp_dedup.sequence_parallel = true;
+  EXPECT_NEAR(transformer_layer_work(m, sp, exec, true).forward.ep_all_to_all_bytes, 2.0 * routed,
+              1e-6);
+  const PassWork d = transformer_layer_work(m, sp_dedup, exec, true, ExpertLayout::Dedup);
+  EXPECT_NEAR(d.forward.ep_all_to_all_bytes, routed, 1e-6);
+  // Sequence parallelism: the attention's gather and scatter, the layer input's gather, the
+  // shares' gather and scatter, and the output reduce-scattered to the rank's rows.
+  EXPECT_NEAR(d.forward.tp_all_gather_bytes, 2.0 * message + routed, 1e-6);
+  EXPECT_NEAR(d.forward.tp_reduce_scatter_bytes, 2.0 * message + routed, 1e-6);
+}
+
+// With EP across nodes (16 GPUs, 8 a node: tp 2, ep 8 spans both), the all-to-all is the
+// inter-node link's: halving it outweighs the gathers inside the node.
+TEST(ExpertLayoutCost, DedupPredictsFasterWhereTheAllToAllCrossesNodes) {
+  const spec::ModelSpec m = mixtral();
+  const spec::ClusterSpec c = spec::make_cluster(spec::load_hardware("h100-sxm"), 16);
+  EvaluateOptions o;
+  o.execution = default_execution(c.hardware);
+  const auto time = [&](std::vector<ExpertLayout> layouts) {
+    spec::ParallelPlan p = plan(std::move(layouts), 2, 8);
+    p.dp = 8;
+    p.global_batch = p.micro_batch_size * p.microbatches * p.dp;
+    p.sequence_parallel = true;
+    return evaluate_plan(m, c, p, o).iteration_time;
+  };
+  EXPECT_LT(time({ExpertLayout::Dedup}), time({}));
+}
+
 TEST(ExpertLayoutSearch, TheTunerTriesWholeExpertsWhereTheyFit) {
   SearchRequest r;
   r.target.model = "mixtral-8x7b";
@@ -129,6 +196,29 @@ TEST(ExpertLayoutSearch, TheTunerTriesWholeExpertsWhereTheyFit) {
   space = search_space(r);
   for (const SearchJob& j : enumerate_plans(space, counts))
     EXPECT_FALSE(spec::has_whole_experts(j.plan.expert_layouts));
+}
+
+TEST(ExpertLayoutSearch, TheTunerTriesDedupWhereTpAndEpAreBothThere) {
+  SearchRequest r;
+  r.target.model = "mixtral-8x7b";
+  r.target.hardware = "h100-sxm";
+  r.target.gpus = 16;
+  r.target.global_batch = 64;
+  SearchResult counts;
+  int dedup = 0;
+  const auto is_dedup = [](const spec::ParallelPlan& p) {
+    return p.expert_layouts == std::vector<ExpertLayout>{ExpertLayout::Dedup};
+  };
+  for (const SearchJob& j : enumerate_plans(search_space(r), counts)) {
+    if (!is_dedup(j.plan)) continue;
+    ++dedup;
+    EXPECT_GT(j.plan.tp, 1);
+    EXPECT_GT(j.plan.ep, 1);
+  }
+  EXPECT_GT(dedup, 0);
+  r.dedup_experts = false;
+  for (const SearchJob& j : enumerate_plans(search_space(r), counts))
+    EXPECT_FALSE(is_dedup(j.plan));
 }
 
 }  // namespace

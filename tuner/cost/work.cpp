@@ -100,6 +100,9 @@ struct LayerDims {
   // Whole experts inside the TP group (spec::ExpertLayout::Whole, tp > 1): the experts are
   // divided over ep * tp ranks, each TP rank holding local_experts / tp of them whole.
   bool whole;
+  // Deduplicated experts (spec::ExpertLayout::Dedup, tp > 1): sharded as without, each TP rank
+  // sending its share (1/tp) of the slots.
+  bool dedup;
   double local_experts;  // experts whose GEMMs a rank runs (each whole, or its 1/tp)
 };
 
@@ -115,6 +118,7 @@ LayerDims layer_dims(const spec::ModelSpec& model, const spec::ParallelPlan& pla
   d.matrices = model.activation == spec::Activation::Swiglu ? 3.0 : 2.0;
   d.routed = moe_layer ? routed_experts(model, exec) : 1.0;
   d.whole = moe_layer && experts == spec::ExpertLayout::Whole && plan.tp > 1;
+  d.dedup = moe_layer && experts == spec::ExpertLayout::Dedup && plan.tp > 1;
   d.local_experts = moe_layer ? as_d(model.experts) / plan.ep / (d.whole ? d.t : 1.0) : 0.0;
   // The busiest of the groups the experts are divided into: ep groups, or ep * tp when whole.
   const int expert_groups = d.whole ? plan.ep * plan.tp : plan.ep;
@@ -189,6 +193,57 @@ std::pair<Work, Work> tensor_parallel_comm(const LayerDims& d, const spec::Paral
   return {tp_forward, tp_backward};
 }
 
+// An MoE layer's MLP inside the TP group (tp > 1), as the engine runs it (model/moe_mlp.cpp,
+// transformer_block.cpp), in place of a dense MLP's share of tensor_parallel_comm. `rows`: the
+// routed rows per token (n * rows expert inputs). Under sequence parallelism the layer's input
+// (and, for the weight pass, again) and the output gradient are all-gathered first.
+//   sharded  each expert's output all-reduced over TP (all routed rows); the input gradient
+//            all-reduced after the dispatch's backward (n x h); each rank keeps its rows.
+//   whole    the layer's output summed over TP (all-reduce, or reduce-scatter to the rows under
+//            sequence parallelism); the input gradient and the router's probability gradient
+//            (n x experts, fp32) all-reduced.
+//   dedup    the shares all-gathered before the experts' GEMMs and reduce-scattered after (all
+//            routed rows, each way), then the output summed as whole; the backward the same way
+//            round, plus whole's two all-reduces.
+std::pair<Work, Work> moe_tensor_parallel_comm(const LayerDims& d, double experts) {
+  const double message = d.n * d.h * d.w, routed = d.n * d.expert_rows * d.h * d.w;
+  Work f, b;
+  const auto all_reduce = [](Work& w, double bytes) {
+    w.tp_all_reduce_bytes += bytes;
+    w.tp_all_reduce_count += 1.0;
+  };
+  const auto all_gather = [](Work& w, double bytes) {
+    w.tp_all_gather_bytes += bytes;
+    w.tp_all_gather_count += 1.0;
+  };
+  const auto reduce_scatter = [](Work& w, double bytes) {
+    w.tp_reduce_scatter_bytes += bytes;
+    w.tp_reduce_scatter_count += 1.0;
+  };
+  if (d.sp) {
+    all_gather(f, message);
+    all_gather(b, message);  // the output gradient
+    all_gather(b, message);  // the input again, for the weight pass
+  }
+  if (!d.whole && !d.dedup) {
+    all_reduce(f, routed);
+  } else {
+    if (d.dedup) {
+      all_gather(f, routed);
+      reduce_scatter(f, routed);
+      all_gather(b, routed);
+      reduce_scatter(b, routed);
+    }
+    if (d.sp)
+      reduce_scatter(f, message);
+    else
+      all_reduce(f, message);
+    all_reduce(b, d.n * experts * 4.0);  // the router's probability gradient, fp32
+  }
+  all_reduce(b, message);  // the input gradient
+  return {f, b};
+}
+
 }  // namespace
 
 PassWork transformer_layer_work(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
@@ -207,15 +262,19 @@ PassWork transformer_layer_work(const spec::ModelSpec& model, const spec::Parall
     elementwise.memory_bytes += 4.0 * n * d.routed * h * w / (d.sp ? t : 1.0);  // permute
 
   auto [tp_forward, tp_backward] = tensor_parallel_comm(d, plan);
-  if (d.whole) {  // the router's probability gradient (n, experts), fp32, summed over TP
-    tp_backward.tp_all_reduce_bytes += n * as_d(model.experts) * 4.0;
-    tp_backward.tp_all_reduce_count += 1.0;
+  if (moe_layer && plan.tp > 1) {  // the attention's half, and the experts' own
+    tp_forward *= 0.5;
+    tp_backward *= 0.5;
+    const auto [moe_forward, moe_backward] = moe_tensor_parallel_comm(d, as_d(model.experts));
+    tp_forward += moe_forward;
+    tp_backward += moe_backward;
   }
   Work ep;
   if (moe_layer && plan.ep > 1) {
-    // A TP rank sends the rows it computes: its sequence's under sequence parallelism, its own
-    // experts' with whole experts, else every row (replicated over TP).
-    ep.ep_all_to_all_bytes = 2.0 * n * d.expert_rows * h * w / (d.sp || d.whole ? t : 1.0);
+    // A TP rank sends its own experts' rows with whole experts, its share with deduplicated
+    // ones, else every row: every TP rank holds every token, sequence parallelism or not (the
+    // MoE layer's input is all-gathered first).
+    ep.ep_all_to_all_bytes = 2.0 * n * d.expert_rows * h * w / (d.whole || d.dedup ? t : 1.0);
     // Dispatch and combine, each in moe_chunks all-to-alls of the same bytes in all.
     ep.ep_all_to_all_count = 2.0 * plan.moe_chunks;
     ep.ep_chunks = plan.moe_chunks;

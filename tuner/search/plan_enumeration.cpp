@@ -328,6 +328,15 @@ class Enumerator {
           if (full()) return;
           expert_plans.push_back(std::move(whole));
         }
+        // Sharded experts deduplicated over TP (Parm): 1/tp of the all-to-all's bytes against
+        // an all-gather and a reduce-scatter inside the TP group around the experts' GEMMs.
+        if (s_.dedup_experts && spec::is_moe(s_.model) && base.tp > 1 && base.ep > 1) {
+          spec::ParallelPlan dedup = p;
+          dedup.expert_layouts = {spec::ExpertLayout::Dedup};
+          add_candidate(dedup, vocab_label);
+          if (full()) return;
+          expert_plans.push_back(std::move(dedup));
+        }
         // The MoE all-to-all in chunks overlapping the experts' GEMMs (Tutel, FSMoE): each
         // chunk count trades the all-to-all it hides against the latency it adds.
         if (s_.moe_chunks && base.ep > 1 && spec::is_moe(s_.model))

@@ -112,6 +112,9 @@ struct SearchSpace {
   // MoE plans with tp > 1 also try each EP rank's experts whole, divided among the TP ranks
   // (ParallelPlan::expert_layouts = {whole}: PPMoE); false: experts sharded over TP.
   bool whole_experts = true;
+  // MoE plans with tp > 1 and ep > 1 also try the experts sharded and deduplicated: each TP rank
+  // sending its share of the slots (ParallelPlan::expert_layouts = {dedup}: Parm); false: none.
+  bool dedup_experts = true;
   int max_chunks = 4;               // interleaved-1f1b layer groups per stage, at most
   std::int64_t max_candidates = 0;  // stop enumerating after this many plans; 0 = no limit
   // With a bounder: the best `keep` plans (and the Pareto front) are exact; plans that provably

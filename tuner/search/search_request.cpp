@@ -33,6 +33,7 @@ SearchSpace search_space(const SearchRequest& request) {
           .stage_layouts = request.stage_layouts,
           .moe_chunks = request.moe_chunks,
           .whole_experts = request.whole_experts,
+          .dedup_experts = request.dedup_experts,
           .max_candidates = request.max_candidates,
           .keep = request.keep,
           .threads = request.threads};

@@ -29,6 +29,8 @@ struct SearchRequest {
   bool moe_chunks = true;
   // Whole experts inside the TP group (SearchSpace::whole_experts); false: experts sharded.
   bool whole_experts = true;
+  // Deduplicated experts (SearchSpace::dedup_experts); false: no plan deduplicates.
+  bool dedup_experts = true;
   // Results ranked exactly (SearchSpace::keep); 0 = score every plan.
   std::int64_t keep = 100;
   int threads = 0;  // scoring threads; 0 = hardware concurrency

@@ -299,6 +299,22 @@ inline std::vector<PlanCase> parallel_equivalence_plans() {
        .tp = 2,
        .pp = 2,
        .expert_layouts = {whole, sharded, whole, sharded, sharded, whole, sharded, whole}});
+  // Sharded experts deduplicated over TP (Parm): each TP rank's share of the slots through the
+  // all-to-all, gathered over TP around the experts; and the three layouts per layer.
+  const auto dedup = spec::ExpertLayout::Dedup;
+  add({.name = "moe_tp2_ep2_dp2_sp_dedup",
+       .model = "tiny-moe",
+       .tp = 2,
+       .dp = 2,
+       .ep = 2,
+       .sequence_parallel = true,
+       .expert_layouts = {dedup}});
+  add({.name = "moe_tp2_ep2_dp2_layers_dedup_whole_sharded",
+       .model = "tiny-moe",
+       .tp = 2,
+       .dp = 2,
+       .ep = 2,
+       .expert_layouts = {dedup, whole, sharded, dedup, dedup, sharded, whole, dedup}});
   add({.name = "moe_pp2_ep2_dp2_zbh1",
        .model = "tiny-moe",
        .pp = 2,
