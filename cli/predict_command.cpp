@@ -123,13 +123,15 @@ void print_prediction(const spec::ModelSpec& model, const spec::ClusterSpec& clu
                           "throughput)")
                              .c_str()
                        : "");
-    if (c.fail_at >= 0.0)
-      std::printf("failure        stage %zu at %s, %s: %s lost\n", i, human_time(c.fail_at).c_str(),
+    for (const schedule::StageCosts::Failure& f : c.failures)
+      std::printf("failure        stage %zu at %s, %s\n", i, human_time(f.at).c_str(),
                   pool && c.failed_replicas < t.reroute_pool
-                      ? (std::to_string(c.failed_replicas) + " of its " +
+                      ? (std::to_string(f.new_replicas) + " more of its " +
                          std::to_string(t.reroute_pool) + " replicas, re-routed to the others")
                             .c_str()
-                      : ("back after " + human_time(c.restart_delay)).c_str(),
+                      : ("back after " + human_time(f.restart_delay)).c_str());
+    if (c.fails())
+      std::printf("failure        stage %zu lost %s\n", i,
                   human_time(e.stages[i].fault_stall).c_str());
   }
   std::printf("memory         %s peak on stage %d of %s per GPU: %s\n",

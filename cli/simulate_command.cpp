@@ -200,8 +200,14 @@ void apply_fault_flags(const SimulateArgs& a, schedule::CostTable& costs) {
     if (!(v[1] >= 0.0) || !(v[2] >= 0.0))
       throw InputError("--fail-stage: the failure time and the restart delay are at least 0");
     schedule::StageCosts& st = costs.stages[stage_of(v[0], "--fail-stage")];
-    st.fail_at = v[1];
-    st.restart_delay = v[2];
+    st.failures.push_back({v[1], v[2], 1});
+  }
+  // Several failures of a stage run in order of time; each takes its replica down first (the
+  // flag names no replica).
+  for (schedule::StageCosts& st : costs.stages) {
+    std::stable_sort(st.failures.begin(), st.failures.end(),
+                     [](const auto& a, const auto& b) { return a.at < b.at; });
+    st.failed_replicas = std::max(1, static_cast<int>(st.failures.size()));
   }
   if (a.reroute == 1 || a.reroute < 0)
     throw InputError("--reroute is the replicas serving each stage: at least 2");
@@ -349,14 +355,18 @@ void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& 
     if (c.slowdown > 1.0)
       std::printf("stage %zu: slow, its passes at %.3gx their cost%s\n", i, c.slowdown,
                   setup.costs.reroute_pool >= 2 ? " (its pool shares the load by throughput)" : "");
-    if (c.fail_at >= 0.0)
-      std::printf("stage %zu: fails at %s; %s; lost %s\n", i,
-                  human_time(c.fail_at, setup.time_unit).c_str(),
-                  setup.costs.reroute_pool >= 2
-                      ? ("re-routed to the other " + std::to_string(setup.costs.reroute_pool - 1) +
-                         " replicas")
+    int down = 0;  // replicas of the pool down so far
+    for (const schedule::StageCosts::Failure& f : c.failures) {
+      down += f.new_replicas;
+      std::printf("stage %zu: fails at %s; %s\n", i, human_time(f.at, setup.time_unit).c_str(),
+                  setup.costs.reroute_pool >= 2 && c.failed_replicas < setup.costs.reroute_pool
+                      ? ("re-routed to the " + std::to_string(setup.costs.reroute_pool - down) +
+                         " replicas left")
                             .c_str()
-                      : ("restarts after " + human_time(c.restart_delay, setup.time_unit)).c_str(),
+                      : ("restarts after " + human_time(f.restart_delay, setup.time_unit)).c_str());
+    }
+    if (c.fails())
+      std::printf("stage %zu: lost %s to its failures\n", i,
                   human_time(r.stages[i].fault_stall, setup.time_unit).c_str());
   }
   for (const auto& st : r.stages)

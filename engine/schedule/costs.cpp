@@ -122,9 +122,14 @@ void check_costs(const CostTable& costs) {
                        ": a slowdown is a factor of at least 1 on its ops' costs");
     if (st.slow_replicas < 1 || st.failed_replicas < 1)
       throw InputError("stage " + std::to_string(r) + ": slow and failed replicas count from 1");
-    if (!(st.fail_at < 0.0)) {  // nan too
-      check(st.fail_at, "a failure time");
-      check(st.restart_delay, "a restart delay");
+    for (std::size_t i = 0; i < st.failures.size(); ++i) {
+      const StageCosts::Failure& f = st.failures[i];
+      check(f.at, "a failure time");
+      check(f.restart_delay, "a restart delay");
+      if (f.new_replicas < 0)
+        throw InputError("stage " + std::to_string(r) + ": a failure's new replicas count from 0");
+      if (i > 0 && f.at < st.failures[i - 1].at)
+        throw InputError("stage " + std::to_string(r) + ": its failures must be in order of time");
     }
   }
   check(costs.p2p_latency, "a transfer latency");

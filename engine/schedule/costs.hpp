@@ -31,15 +31,24 @@ struct StageCosts {
   // activations on the device.
   double offload = 0.0;
   // Unreliable peers (SWARM, ATOM): every pass on this stage takes `slowdown` times its cost (a
-  // slow device), and `fail_at` seconds into the iteration the stage's device fails and is back
-  // `restart_delay` later (a negative fail_at: it does not fail).
+  // slow device), and the stage fails at each of `failures` (in order of time, several in one
+  // iteration if need be).
+  struct Failure {
+    double at = 0.0;             // seconds into the iteration
+    double restart_delay = 0.0;  // seconds until the failed device is back
+    // Under re-routing: the replicas of the stage that fail here for the first time (0 when
+    // this failure hits replicas down already).
+    int new_replicas = 1;
+    bool operator==(const Failure&) const = default;
+  };
   double slowdown = 1.0;
-  double fail_at = -1.0;
-  double restart_delay = 0.0;
+  std::vector<Failure> failures;
   // Under re-routing (CostTable::reroute_pool): how many of the stage's replicas are slow, and
-  // how many fail. A pool whose replicas all fail stalls as one without re-routing.
+  // how many fail (the failures' new_replicas added up). A pool whose replicas all fail stalls
+  // as one without re-routing.
   int slow_replicas = 1;
   int failed_replicas = 1;
+  bool fails() const { return !failures.empty(); }
 };
 
 struct CostTable {

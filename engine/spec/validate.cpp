@@ -215,8 +215,8 @@ void validate(const ClusterSpec& c) {
       require_non_negative("cluster", name + ".fail_at", f.fail_at);
       require_non_negative("cluster", name + ".restart_delay", f.restart_delay);
     }
-    // A node may have one entry that slows it and one that fails it (or one doing both), not two
-    // of a kind: the simulator models one slowdown and one failure per node and iteration.
+    // A node has one slowdown, and may fail several times in an iteration, each failure after
+    // it is back from the one before (the simulator runs each outage in turn).
     for (std::size_t j = 0; j < i; ++j) {
       const NodeFault& e = c.faults[j];
       if (e.node != f.node) continue;
@@ -225,11 +225,13 @@ void validate(const ClusterSpec& c) {
         throw SpecError({"cluster." + name + ".slowdown"},
                         name + " slows node " + shown(std::int64_t{f.node}) + " again (" + earlier +
                             " slows it already; give one slowdown a node)");
-      if (!(f.fail_at < 0.0) && !(e.fail_at < 0.0))
+      if (!(f.fail_at < 0.0) && !(e.fail_at < 0.0) && f.fail_at < e.fail_at + e.restart_delay &&
+          e.fail_at < f.fail_at + f.restart_delay)
         throw SpecError({"cluster." + name + ".fail_at"},
-                        name + " fails node " + shown(std::int64_t{f.node}) + " again (" + earlier +
-                            " fails it already; one failure a node per iteration is " +
-                            "simulated)");
+                        name + " fails node " + shown(std::int64_t{f.node}) + " at " +
+                            shown(f.fail_at) + " s while it is down from " + earlier + " (" +
+                            shown(e.fail_at) + " s to " + shown(e.fail_at + e.restart_delay) +
+                            " s); a node fails again only once it is back");
     }
   }
   if (c.node_groups.empty()) return;

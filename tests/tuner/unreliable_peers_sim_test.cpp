@@ -37,8 +37,7 @@ TEST(UnreliablePeersSim, AFailedStageStallsUntilItRestartsLosingTheOpInFlight) {
   // Stage 1 fails at 3, in BW0 (2-4), and is back at 8: BW0 runs again 8-10, F1 10-11, BW1
   // 11-13; rank 0 BW0 10-12, BW1 13-15. Lost: 1 of BW0's work and 5 of downtime.
   CostTable c = base();
-  c.stages[1].fail_at = 3.0;
-  c.stages[1].restart_delay = 5.0;
+  c.stages[1].failures = {{3.0, 5.0, 1}};
   const sim::SimResult r = sim::simulate(one_f_one_b(), c);
   EXPECT_DOUBLE_EQ(r.iteration_time, 15.0);
   EXPECT_DOUBLE_EQ(r.stages[1].fault_stall, 6.0);
@@ -55,8 +54,7 @@ TEST(UnreliablePeersSim, ReRoutingRecoversOnTheOtherReplicas) {
   // A pool of 4: at 3 the other 3 take over. BW0 runs again from 3, every op from then on at
   // 4/3 of its cost: BW0 3-17/3, F1 -7, BW1 -29/3; rank 0 BW0 17/3-23/3, BW1 29/3-35/3.
   CostTable c = base();
-  c.stages[1].fail_at = 3.0;
-  c.stages[1].restart_delay = 5.0;
+  c.stages[1].failures = {{3.0, 5.0, 1}};
   c.reroute_pool = 4;
   const sim::SimResult r = sim::simulate(one_f_one_b(), c);
   EXPECT_NEAR(r.iteration_time, 35.0 / 3.0, 1e-9);
@@ -71,9 +69,47 @@ TEST(UnreliablePeersSim, BadFaultsAreRefused) {
   c.reroute_pool = 1;
   EXPECT_THROW(sim::simulate(one_f_one_b(), c), InputError);
   c = base();
-  c.stages[1].fail_at = 1.0;
-  c.stages[1].restart_delay = -1.0;
+  c.stages[1].failures = {{1.0, -1.0, 1}};
   EXPECT_THROW(sim::simulate(one_f_one_b(), c), InputError);
+  c = base();
+  c.stages[1].failures = {{4.0, 1.0, 1}, {1.0, 1.0, 1}};  // out of order
+  EXPECT_THROW(sim::simulate(one_f_one_b(), c), InputError);
+}
+
+TEST(UnreliablePeersSim, ASecondFailureCatchesTheOpTheFirstRestartMoved) {
+  // As above, stage 1 down 3-8 (BW0 again 8-10), and again at 10.5 for 1: F1 (10-11) is in
+  // flight, so it runs 11.5-12.5, BW1 12.5-14.5; rank 0 BW0 10-12, BW1 14.5-16.5. Lost: 6 at
+  // the first failure, 1.5 at the second (F1 waited from 10 to 11.5).
+  CostTable c = base();
+  c.stages[1].failures = {{3.0, 5.0, 1}, {10.5, 1.0, 0}};
+  const sim::SimResult r = sim::simulate(one_f_one_b(), c);
+  EXPECT_DOUBLE_EQ(r.iteration_time, 16.5);
+  EXPECT_DOUBLE_EQ(r.stages[1].fault_stall, 7.5);
+  int down = 0;
+  for (const profiler::Span& s : r.trace.spans)
+    if (s.kind == profiler::SpanKind::Other &&
+        ((s.start_ns == 3'000'000'000 && s.end_ns == 8'000'000'000) ||
+         (s.start_ns == 10'500'000'000 && s.end_ns == 11'500'000'000)))
+      ++down;
+  EXPECT_EQ(down, 2);
+}
+
+TEST(UnreliablePeersSim, ReRoutingSlowsOnceMoreAtEachNewReplicaDown) {
+  // A pool of 4: at 3 one replica goes (BW0 again 3-17/3, F1 from 17/3 at 4/3), at 6 a second
+  // during F1, which runs again from 6 at 4/2: F1 6-8, BW1 8-12; rank 0 BW0 17/3-23/3, BW1
+  // 12-14. Lost: 1 at the first failure, 1/3 at the second. A failure that takes no replica
+  // down anew (new_replicas 0) changes nothing.
+  CostTable c = base();
+  c.reroute_pool = 4;
+  c.stages[1].failures = {{3.0, 5.0, 1}, {6.0, 5.0, 1}};
+  c.stages[1].failed_replicas = 2;
+  sim::SimResult r = sim::simulate(one_f_one_b(), c);
+  EXPECT_NEAR(r.iteration_time, 14.0, 1e-9);
+  EXPECT_NEAR(r.stages[1].fault_stall, 4.0 / 3.0, 1e-9);
+  c.stages[1].failures = {{3.0, 5.0, 1}, {6.0, 5.0, 0}};
+  c.stages[1].failed_replicas = 1;
+  r = sim::simulate(one_f_one_b(), c);
+  EXPECT_NEAR(r.iteration_time, 35.0 / 3.0, 1e-9);
 }
 
 }  // namespace

@@ -27,8 +27,12 @@ void append_table(std::string& out, const schedule::CostTable& t, bool sliced) {
     }
     append(out, s.offload);
     append(out, s.slowdown);
-    append(out, s.fail_at);
-    append(out, s.restart_delay);
+    append(out, s.failures.size());
+    for (const schedule::StageCosts::Failure& f : s.failures) {
+      append(out, f.at);
+      append(out, f.restart_delay);
+      append(out, f.new_replicas);
+    }
     append(out, s.slow_replicas);
     append(out, s.failed_replicas);
   }

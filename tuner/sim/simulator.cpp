@@ -84,7 +84,7 @@ class TimingHooks {
         cost_[r * schedule::kOpKindCount + static_cast<std::size_t>(k)] =
             costs.cost(static_cast<int>(r), k) * pass_factor(static_cast<int>(r), k);
     fault_stall_.assign(p, 0.0);
-    for (const schedule::StageCosts& st : costs.stages) failures_ = failures_ || st.fail_at >= 0.0;
+    for (const schedule::StageCosts& st : costs.stages) failures_ = failures_ || st.fails();
     if (s.slices > 1) set_up_slices();
     set_up_offload();
     if (options.record_trace) {
@@ -242,31 +242,39 @@ class TimingHooks {
     return costs_.reroute_pool >= 2 && st.failed_replicas < costs_.reroute_pool;
   }
 
-  // A failure on the op's stage (simulator.hpp), given where the op would start and how long
-  // it would take: it moves and stretches them, and counts what it loses.
+  // The failures on the op's stage (simulator.hpp), given where the op would start and how long
+  // it would take: they move and stretch them, and count what they lose.
   void fail_over(int rank, double& start, double& duration) {
     const auto r = static_cast<std::size_t>(rank);
     const schedule::StageCosts& st = costs_.stages[r];
-    if (st.fail_at < 0.0) return;
-    const double at = st.fail_at;
+    if (!st.fails()) return;
     if (!rerouted(st)) {
-      const double up = at + st.restart_delay;
-      // Down, or in flight when it failed (its work is lost): run after the restart.
-      if (start < up && start + duration > at) {
-        fault_stall_[r] += up - start;
-        start = up;
+      // Down, or in flight when it failed (its work is lost): run after the restart. The
+      // failures are in order of time, so a later one can catch the op where an earlier one
+      // moved it.
+      for (const schedule::StageCosts::Failure& f : st.failures) {
+        const double up = f.at + f.restart_delay;
+        if (start < up && start + duration > f.at) {
+          fault_stall_[r] += up - start;
+          start = up;
+        }
       }
       return;
     }
-    // Re-routing: the pool is short of its failed replicas from `at` on; an op in flight then
-    // runs again on another replica from the failure.
-    const double n = costs_.reroute_pool, k = st.failed_replicas;
-    if (start + duration <= at) return;
-    if (start < at) {
-      fault_stall_[r] += at - start;
-      start = at;
+    // Re-routing: from each failure on the pool is short of the replicas failed so far; an op
+    // in flight at a failure runs again on the others from it, at the pool's new pace.
+    const double n = costs_.reroute_pool, base = duration;
+    double k = 0.0;
+    for (const schedule::StageCosts::Failure& f : st.failures) {
+      if (f.at >= start + duration) break;
+      if (f.new_replicas == 0) continue;  // a replica down already: nothing changes
+      if (f.at > start) {
+        fault_stall_[r] += f.at - start;
+        start = f.at;
+      }
+      k += f.new_replicas;
+      duration = base * n / (n - k);
     }
-    duration *= n / (n - k);
   }
 
   // Runs one op of `duration` on the rank's compute stream once it is free and `ready` has come.
@@ -524,14 +532,16 @@ class TimingHooks {
     for (std::size_t r = 0; r < costs_.stages.size(); ++r) {
       const schedule::StageCosts& st = costs_.stages[r];
       if (rerouted(st)) continue;
-      if (st.fail_at < 0.0 || st.fail_at >= makespan || !(st.restart_delay > 0.0)) continue;
-      profiler::Span span;
-      span.lane = compute_lane_[r];
-      span.kind = profiler::SpanKind::Other;
-      span.start_ns = to_ns(st.fail_at);
-      span.end_ns = to_ns(st.fail_at + st.restart_delay);
-      span.name = name;
-      lane_spans_[static_cast<std::size_t>(span.lane)].push_back(span);
+      for (const schedule::StageCosts::Failure& f : st.failures) {
+        if (f.at >= makespan || !(f.restart_delay > 0.0)) continue;
+        profiler::Span span;
+        span.lane = compute_lane_[r];
+        span.kind = profiler::SpanKind::Other;
+        span.start_ns = to_ns(f.at);
+        span.end_ns = to_ns(f.at + f.restart_delay);
+        span.name = name;
+        lane_spans_[static_cast<std::size_t>(span.lane)].push_back(span);
+      }
     }
   }
 
@@ -576,7 +586,7 @@ class TimingHooks {
   SimResult& result_;
   std::vector<double> compute_free_, comm_free_, busy_, comm_busy_, units_, peak_units_, cost_,
       overlap_hidden_, reduce_free_, reduce_busy_;
-  bool failures_ = false;  // some stage fails (StageCosts::fail_at)
+  bool failures_ = false;  // some stage fails (StageCosts::failures)
   std::vector<double> fault_stall_;
   std::vector<std::int32_t> reduce_lane_;
   std::vector<std::size_t> ops_;
@@ -610,7 +620,7 @@ SimResult simulate(const Schedule& schedule, const CostTable& costs, const SimOp
   if (costs.w_free_fraction < 0.0 || costs.w_free_fraction > 1.0)
     throw InputError("w_free_fraction must be within 0..1");
   for (const schedule::StageCosts& st : costs.stages)
-    if (st.fail_at >= 0.0 && st.offload > 0.0)
+    if (st.fails() && st.offload > 0.0)
       throw InputError(
           "a stage that fails and offloads its activations is not simulated (its copies would "
           "be lost with it)");

@@ -39,15 +39,17 @@
 // from the passes it overlaps, as DP collectives on their own stream mostly do). The iteration
 // ends when the last reduction has ended too.
 //
-// Unreliable peers (StageCosts::slowdown, fail_at, restart_delay; CostTable::reroute_pool):
+// Unreliable peers (StageCosts::slowdown, failures; CostTable::reroute_pool):
 //  - A slow stage's passes take `slowdown` times their cost. With a re-routing pool of n
 //    replicas (SWARM's stochastic wiring, by throughput), k of them slow, the pool shares the
 //    stage's micro-batches and takes n / (n - k + k / slowdown) of the usual time.
 //  - Without re-routing, a stage that fails at time t is down until t + restart_delay: an op
 //    that would run in that time, or was running at t (its work is lost), starts at the restart.
+//    Each of a stage's failures does so in turn (an op a restart moved can meet the next one).
 //  - With re-routing the pool's other replicas take over at t: an op running at t runs again
-//    from t, and every op from t on takes n / (n - k) times as long (k replicas failed). A pool
-//    whose replicas all failed stalls as without re-routing.
+//    from t, and every op from t on takes n / (n - k) times as long (k replicas failed by then:
+//    each failure adds the replicas it takes down first). A pool whose replicas all fail stalls
+//    as without re-routing.
 //  StageSummary::fault_stall counts the time lost: the downtime and the lost work.
 #pragma once
 

@@ -18,6 +18,7 @@
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
 #include "engine/tensor/moe_routing.hpp"
+#include "tests/engine/runtime/training_comparison.hpp"
 
 namespace pipetune::runtime {
 namespace {
@@ -56,21 +57,7 @@ TEST_P(ExpertDedup, TrainsAsShardedExperts) {
   const Shape& s = GetParam();
   const TrainResult sharded = train(moe_run(s, spec::ExpertLayout::Sharded));
   const TrainResult dedup = train(moe_run(s, spec::ExpertLayout::Dedup));
-  ASSERT_EQ(dedup.steps.size(), sharded.steps.size());
-  for (std::size_t i = 0; i < dedup.steps.size(); ++i)
-    EXPECT_NEAR(dedup.steps[i].loss, sharded.steps[i].loss, 1e-6 * std::fabs(sharded.steps[i].loss))
-        << "step " << i + 1;
-  ASSERT_EQ(dedup.first_step_gradients.size(), sharded.first_step_gradients.size());
-  for (const auto& [name, g] : dedup.first_step_gradients) {
-    const tensor::Tensor& want = sharded.first_step_gradients.at(name);
-    ASSERT_EQ(g.numel(), want.numel()) << name;
-    double worst = 0.0, scale = 0.0;
-    for (std::int64_t i = 0; i < g.numel(); ++i) {
-      worst = std::max(worst, std::fabs(double{g[i]} - double{want[i]}));
-      scale = std::max(scale, std::fabs(double{want[i]}));
-    }
-    EXPECT_LE(worst, 1e-6 * scale) << name << ": largest difference " << worst << " of " << scale;
-  }
+  testing::expect_training_within(dedup, sharded, 1e-6);
 }
 
 INSTANTIATE_TEST_SUITE_P(Plans, ExpertDedup,

@@ -14,6 +14,7 @@
 #include "engine/model/moe_exchange.hpp"
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
+#include "tests/engine/runtime/training_comparison.hpp"
 
 namespace pipetune::runtime {
 namespace {
@@ -54,21 +55,7 @@ TEST_P(MoeChunks, EveryChunkCountTrainsAsOneChunk) {
        {std::pair{1, true}, std::pair{2, true}, std::pair{3, true}, std::pair{3, false}}) {
     SCOPED_TRACE(std::to_string(chunks) + " chunks " + (stream ? "on the stream" : "in place"));
     const TrainResult r = train(moe_run(s, chunks, stream));
-    ASSERT_EQ(r.steps.size(), one.steps.size());
-    for (std::size_t i = 0; i < r.steps.size(); ++i)
-      EXPECT_NEAR(r.steps[i].loss, one.steps[i].loss, 1e-6 * std::fabs(one.steps[i].loss))
-          << "step " << i;
-    ASSERT_EQ(r.first_step_gradients.size(), one.first_step_gradients.size());
-    for (const auto& [name, g] : r.first_step_gradients) {
-      const tensor::Tensor& want = one.first_step_gradients.at(name);
-      ASSERT_EQ(g.numel(), want.numel()) << name;
-      double worst = 0.0, scale = 0.0;
-      for (std::int64_t i = 0; i < g.numel(); ++i) {
-        worst = std::max(worst, std::fabs(double{g[i]} - double{want[i]}));
-        scale = std::max(scale, std::fabs(double{want[i]}));
-      }
-      EXPECT_LE(worst, 1e-6 * scale) << name << ": largest difference " << worst << " of " << scale;
-    }
+    testing::expect_training_within(r, one, 1e-6);
     for (const RankSummary& rank : r.ranks)
       EXPECT_EQ(rank.moe_all_to_all_overlapped, stream && chunks > 1) << "rank";
   }
