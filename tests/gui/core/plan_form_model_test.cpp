@@ -542,5 +542,23 @@ TEST(PlanFormModel, ModularPlacementGivesOneLayerPerGroup) {
   EXPECT_EQ(form.selection()->plan.chunks, 2);
 }
 
+// The expert layouts from the Set up page: presets/runs/tiny-moe-dedup-experts.toml fills the
+// field with dedup, the plan carries it, and a list gives one layout per MoE layer.
+TEST(PlanFormModel, ExpertLayoutFieldTakesEveryLayout) {
+  PlanFormModel form;
+  form.load_run_preset("tiny-moe-dedup-experts");
+  ASSERT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_EQ(form.value(PlanField::ExpertLayout), "dedup");
+  EXPECT_EQ(form.selection()->plan.expert_layouts,
+            std::vector<spec::ExpertLayout>{spec::ExpertLayout::Dedup});
+  form.set_value(PlanField::ExpertLayout,
+                 "dedup,whole,sharded,dedup,dedup,sharded,whole,dedup");  // tiny-moe: 8 MoE layers
+  ASSERT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_EQ(form.selection()->plan.expert_layouts.size(), 8u);
+  form.set_value(PlanField::ExpertLayout, "halved");
+  EXPECT_FALSE(form.valid());
+  EXPECT_FALSE(form.field_error(PlanField::ExpertLayout).isEmpty()) << all_errors(form);
+}
+
 }  // namespace
 }  // namespace pipetune::gui
