@@ -8,6 +8,7 @@
 
 #include "engine/errors.hpp"
 #include "tuner/cost/analytic_costs.hpp"
+#include "tuner/cost/fault_costs.hpp"
 #include "tuner/cost/rank_links.hpp"
 #include "tuner/cost/reshard_cost.hpp"
 #include "tuner/cost/sparse_embedding_cost.hpp"
@@ -188,67 +189,6 @@ void set_offload_costs(OpCosts& out, const spec::ParallelPlan& plan, const spec:
   const double link = host_link_rate(hw, "plan.offload_activations");
   for (std::size_t i = 0; i < out.table.stages.size(); ++i)
     out.table.stages[i].offload = out.activation_bytes_per_microbatch[i] / plan.chunks / link;
-}
-
-// Unreliable peers: each stage's slowdown and failures from the faults of the nodes its devices
-// are on (its slowest device; every failure of any of its devices, since the pipeline of that
-// replica bounds the synchronous step), and the re-routing pool, the stage's data-parallel
-// replicas (each failure counts the replicas it is the first to take down).
-void set_fault_costs(schedule::CostTable& table, const spec::ClusterSpec& cluster_in,
-                     const spec::ParallelPlan& plan, const ExecutionOptions& exec) {
-  if (cluster_in.faults.empty()) return;
-  const spec::ClusterSpec cluster = spec::placed_cluster(cluster_in, plan.node_group_order);
-  // Each node's slowdown (spec::validate allows one a node) and failures (several, apart).
-  using Failure = schedule::StageCosts::Failure;
-  struct NodeFaults {
-    double slowdown = 1.0;
-    std::vector<Failure> failures;
-  };
-  std::vector<NodeFaults> nodes(static_cast<std::size_t>(cluster.nodes()));
-  for (const spec::NodeFault& f : cluster.faults) {
-    NodeFaults& n = nodes.at(static_cast<std::size_t>(f.node));
-    n.slowdown = std::max(n.slowdown, f.slowdown);
-    if (!(f.fail_at < 0.0)) n.failures.push_back({f.fail_at, f.restart_delay, 0});
-  }
-  const auto by_time = [](const Failure& a, const Failure& b) {
-    return a.at != b.at ? a.at < b.at : a.restart_delay < b.restart_delay;
-  };
-  for (int r = 0; r < plan.pp; ++r) {
-    schedule::StageCosts& st = table.stages[static_cast<std::size_t>(r)];
-    int slow = 0, failed = 0;           // replicas of the stage with a device on such a node
-    std::vector<double> first_failure;  // of each failing replica
-    for (int d = 0; d < plan.dp; ++d) {
-      bool is_slow = false;
-      double first = -1.0;
-      for (int t = 0; t < spec::tp_of_stage(plan, r); ++t) {
-        const int node = spec::device_slot(plan, t, d, r) / cluster.devices_per_node;
-        const NodeFaults& n = nodes.at(static_cast<std::size_t>(node));
-        if (n.slowdown > 1.0) is_slow = true;
-        st.slowdown = std::max(st.slowdown, n.slowdown);
-        for (const Failure& f : n.failures) {
-          if (std::find(st.failures.begin(), st.failures.end(), f) == st.failures.end())
-            st.failures.push_back(f);
-          if (first < 0.0 || f.at < first) first = f.at;
-        }
-      }
-      slow += is_slow ? 1 : 0;
-      if (first >= 0.0) {
-        ++failed;
-        first_failure.push_back(first);
-      }
-    }
-    std::sort(st.failures.begin(), st.failures.end(), by_time);
-    // Each failing replica counts at its first failure (the earliest entry at that time).
-    for (double first : first_failure)
-      for (Failure& f : st.failures)
-        if (f.at == first) {
-          ++f.new_replicas;
-          break;
-        }
-    st.slow_replicas = std::max(1, slow);
-    st.failed_replicas = std::max(1, failed);
-  }
-  if (exec.reroute_failures && plan.dp >= 2) table.reroute_pool = plan.dp;
 }
 
 // Data parallelism over the stage's parameters: the gradient reduction and parameter gathers
