@@ -125,7 +125,7 @@ void print_prediction(const spec::ModelSpec& model, const spec::ClusterSpec& clu
                        : "");
     for (const schedule::StageCosts::Failure& f : c.failures)
       std::printf("failure        stage %zu at %s, %s\n", i, human_time(f.at).c_str(),
-                  pool && c.failed_replicas < t.reroute_pool
+                  pool && c.failed_replicas() < t.reroute_pool
                       ? (std::to_string(f.new_replicas) + " more of its " +
                          std::to_string(t.reroute_pool) + " replicas, re-routed to the others")
                             .c_str()

@@ -202,13 +202,11 @@ void apply_fault_flags(const SimulateArgs& a, schedule::CostTable& costs) {
     schedule::StageCosts& st = costs.stages[stage_of(v[0], "--fail-stage")];
     st.failures.push_back({v[1], v[2], 1});
   }
-  // Several failures of a stage run in order of time; each takes its replica down first (the
+  // Several failures of a stage run in order of time; each takes a replica of its own down (the
   // flag names no replica).
-  for (schedule::StageCosts& st : costs.stages) {
+  for (schedule::StageCosts& st : costs.stages)
     std::stable_sort(st.failures.begin(), st.failures.end(),
                      [](const auto& a, const auto& b) { return a.at < b.at; });
-    st.failed_replicas = std::max(1, static_cast<int>(st.failures.size()));
-  }
   if (a.reroute == 1 || a.reroute < 0)
     throw InputError("--reroute is the replicas serving each stage: at least 2");
   costs.reroute_pool = a.reroute;
@@ -359,7 +357,7 @@ void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& 
     for (const schedule::StageCosts::Failure& f : c.failures) {
       down += f.new_replicas;
       std::printf("stage %zu: fails at %s; %s\n", i, human_time(f.at, setup.time_unit).c_str(),
-                  setup.costs.reroute_pool >= 2 && c.failed_replicas < setup.costs.reroute_pool
+                  setup.costs.reroute_pool >= 2 && c.failed_replicas() < setup.costs.reroute_pool
                       ? ("re-routed to the " + std::to_string(setup.costs.reroute_pool - down) +
                          " replicas left")
                             .c_str()

@@ -131,9 +131,8 @@ void MoeMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView o
   a.fc.assign(experts_.size(), {});
   a.gelu.assign(experts_.size(), {});
   // Deduplicated: each rank's chunk holds its share's rows; the computed rows are every TP
-  // rank's, gathered (tp blocks of the ep * n rows), kept as tp * ep blocks of `slots`.
-  const std::int64_t slots = dedup_ ? slot_share(ctx, cap) : cap;
-  const std::int64_t gather = dedup_ ? ctx.tp_size : 1, blocks = gather * ep;
+  // rank's, gathered (tp blocks of the ep * n rows).
+  const auto [slots, gather, blocks] = kept_rows(ctx, cap);
   a.expert_rows = blocks * slots;
   const ExpertChunkCompute experts = [&](SlotChunk c, std::vector<Buffer>& in,
                                          std::vector<Buffer>& out) {
@@ -199,8 +198,7 @@ void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, Te
   a.dfc.assign(experts_.size(), {});
   // As forward: deduplicated, each rank's share of the output gradient is gathered over TP and
   // the input gradient reduce-scattered back to the shares.
-  const std::int64_t slots = dedup_ ? slot_share(ctx, cap) : cap;
-  const std::int64_t gather = dedup_ ? ctx.tp_size : 1, blocks = gather * ep;
+  const auto [slots, gather, blocks] = kept_rows(ctx, cap);
   const ExpertChunkCompute experts = [&](SlotChunk c, std::vector<Buffer>& in,
                                          std::vector<Buffer>& out) {
     const std::int64_t r = ep * c.n, rows = gather * r;

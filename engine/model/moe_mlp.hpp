@@ -84,9 +84,20 @@ class MoeMlp {
   };
   void exchange(const ParallelContext& ctx, std::int64_t cap, const Buffer& by_expert,
                 const ExpertChunkCompute& compute, Buffer& result) const;
-  // Deduplicated experts: the slots of each expert this TP rank dispatches, and its first.
-  std::int64_t slot_share(const ParallelContext& ctx, std::int64_t cap) const {
+  // Deduplicated experts: the slots of each expert each TP rank dispatches (the last share may
+  // run past `cap`: zero-padded).
+  static std::int64_t slot_share(const ParallelContext& ctx, std::int64_t cap) {
     return (cap + ctx.tp_size - 1) / ctx.tp_size;
+  }
+  // How the rows each computed expert keeps (MoeMlpActivations::xin ...) are laid out: `blocks`
+  // blocks of `slots` rows, one per EP rank, or with deduplicated experts one per (TP rank, EP
+  // rank) of their shares, as `gather` TP ranks' rows are gathered for each chunk.
+  struct KeptRows {
+    std::int64_t slots, gather, blocks;
+  };
+  KeptRows kept_rows(const ParallelContext& ctx, std::int64_t cap) const {
+    const std::int64_t gather = dedup_ ? ctx.tp_size : 1;
+    return {dedup_ ? slot_share(ctx, cap) : cap, gather, gather * ctx.ep_size};
   }
 
   ModelConfig config_;

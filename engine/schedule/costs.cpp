@@ -120,8 +120,8 @@ void check_costs(const CostTable& costs) {
     if (!(st.slowdown >= 1.0) || !std::isfinite(st.slowdown))
       throw InputError("stage " + std::to_string(r) +
                        ": a slowdown is a factor of at least 1 on its ops' costs");
-    if (st.slow_replicas < 1 || st.failed_replicas < 1)
-      throw InputError("stage " + std::to_string(r) + ": slow and failed replicas count from 1");
+    if (st.slow_replicas < 1)
+      throw InputError("stage " + std::to_string(r) + ": slow replicas count from 1");
     for (std::size_t i = 0; i < st.failures.size(); ++i) {
       const StageCosts::Failure& f = st.failures[i];
       check(f.at, "a failure time");

@@ -43,12 +43,16 @@ struct StageCosts {
   };
   double slowdown = 1.0;
   std::vector<Failure> failures;
-  // Under re-routing (CostTable::reroute_pool): how many of the stage's replicas are slow, and
-  // how many fail (the failures' new_replicas added up). A pool whose replicas all fail stalls
-  // as one without re-routing.
+  // Under re-routing (CostTable::reroute_pool): how many of the stage's replicas are slow.
   int slow_replicas = 1;
-  int failed_replicas = 1;
   bool fails() const { return !failures.empty(); }
+  // How many of its replicas fail (the failures' new_replicas added up, at least 1). A pool
+  // whose replicas all fail stalls as one without re-routing.
+  int failed_replicas() const {
+    int n = 0;
+    for (const Failure& f : failures) n += f.new_replicas;
+    return n > 1 ? n : 1;
+  }
 };
 
 struct CostTable {

@@ -53,13 +53,13 @@ ExpertLayout expert_layout_of_layer(const ModelSpec& model, const ParallelPlan& 
   return expert_layout_of(plan.expert_layouts, layer / std::max<std::int64_t>(1, model.moe_every));
 }
 
-bool has_whole_experts(const std::vector<ExpertLayout>& layouts) {
-  return std::find(layouts.begin(), layouts.end(), ExpertLayout::Whole) != layouts.end();
+bool uses_expert_layout(const std::vector<ExpertLayout>& layouts, ExpertLayout layout) {
+  if (layouts.empty()) return layout == ExpertLayout::Sharded;
+  return std::find(layouts.begin(), layouts.end(), layout) != layouts.end();
 }
 
-bool has_unsharded_layouts(const std::vector<ExpertLayout>& layouts) {
-  return std::any_of(layouts.begin(), layouts.end(),
-                     [](ExpertLayout l) { return l != ExpertLayout::Sharded; });
+bool has_whole_experts(const std::vector<ExpertLayout>& layouts) {
+  return uses_expert_layout(layouts, ExpertLayout::Whole);
 }
 
 std::vector<ExpertLayout> parse_expert_layouts(std::string_view comma_list) {

@@ -32,6 +32,7 @@ struct ModelSpec;
 struct ParallelPlan;
 
 enum class ExpertLayout { Sharded, Whole, Dedup };
+inline constexpr int kExpertLayoutCount = 3;
 
 std::string_view expert_layout_name(ExpertLayout layout);  // "sharded", "whole", "dedup"
 // Throws SpecError naming plan.expert_layout and the valid names.
@@ -43,9 +44,10 @@ ExpertLayout expert_layout_of(const std::vector<ExpertLayout>& layouts, std::int
 // The same for transformer layer `layer` of the model (Sharded for a dense layer).
 ExpertLayout expert_layout_of_layer(const ModelSpec& model, const ParallelPlan& plan,
                                     std::int64_t layer);
-// Whether some MoE layer of the plan keeps its experts whole; whether one is not plain sharded.
+// Whether some MoE layer of the plan places its experts so (an empty list: every one sharded).
+bool uses_expert_layout(const std::vector<ExpertLayout>& layouts, ExpertLayout layout);
+// Whether some MoE layer of the plan keeps its experts whole.
 bool has_whole_experts(const std::vector<ExpertLayout>& layouts);
-bool has_unsharded_layouts(const std::vector<ExpertLayout>& layouts);
 
 // "whole" or "whole,sharded,..." -> layouts; blank text -> empty. A bad entry throws SpecError
 // naming plan.expert_layout, the entry and the valid names.

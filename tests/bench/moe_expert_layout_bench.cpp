@@ -21,13 +21,17 @@ using namespace pipetune;
 constexpr int kWarmupSteps = 1;
 constexpr int kTimedSteps = 2;
 
-void BM_MoeExpertLayout(benchmark::State& state) {
+// Times a run of the MoE model on tp x dp ranks (ep = dp), its experts in `layout` where the
+// benchmark's argument is 1 (else sharded).
+void time_layout(benchmark::State& state, int tp, int dp, spec::ExpertLayout layout) {
   runtime::TrainOptions options;
   options.model = bench::bench_model("gpt2-small-moe-256.toml");
-  options.plan.tp = 2;
+  options.plan.tp = tp;
+  options.plan.dp = dp;
+  options.plan.ep = dp;
   options.plan.micro_batch_size = 2;
   options.plan.microbatches = 2;
-  if (state.range(0) != 0) options.plan.expert_layouts = {spec::ExpertLayout::Whole};
+  if (state.range(0) != 0) options.plan.expert_layouts = {layout};
   spec::apply_defaults(options.plan);
   options.steps = kWarmupSteps + kTimedSteps;
   options.threads_per_rank = 1;
@@ -35,20 +39,12 @@ void BM_MoeExpertLayout(benchmark::State& state) {
   bench::time_training(state, options, kWarmupSteps, [](const runtime::TrainResult&) {});
 }
 
-void BM_MoeExpertDedup(benchmark::State& state) {
-  runtime::TrainOptions options;
-  options.model = bench::bench_model("gpt2-small-moe-256.toml");
-  options.plan.tp = 2;
-  options.plan.dp = 2;
-  options.plan.ep = 2;
-  options.plan.micro_batch_size = 2;
-  options.plan.microbatches = 2;
-  if (state.range(0) != 0) options.plan.expert_layouts = {spec::ExpertLayout::Dedup};
-  spec::apply_defaults(options.plan);
-  options.steps = kWarmupSteps + kTimedSteps;
-  options.threads_per_rank = 1;
+void BM_MoeExpertLayout(benchmark::State& state) {
+  time_layout(state, 2, 1, spec::ExpertLayout::Whole);
+}
 
-  bench::time_training(state, options, kWarmupSteps, [](const runtime::TrainResult&) {});
+void BM_MoeExpertDedup(benchmark::State& state) {
+  time_layout(state, 2, 2, spec::ExpertLayout::Dedup);
 }
 
 }  // namespace

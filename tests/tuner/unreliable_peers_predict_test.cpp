@@ -41,7 +41,7 @@ TEST(UnreliablePeersPredict, ANodesFaultReachesTheStagesItsDevicesHold) {
     const schedule::StageCosts& st = a.costs.table.stages[static_cast<std::size_t>(r)];
     EXPECT_EQ(st.fails(), r == 2) << "stage " << r;
   }
-  EXPECT_EQ(a.costs.table.stages[2].failed_replicas, 8);
+  EXPECT_EQ(a.costs.table.stages[2].failed_replicas(), 8);
   EXPECT_EQ(a.costs.table.reroute_pool, 8);
   // Every replica of stage 2 is on the failed node: nothing to re-route to, the pipeline stalls
   // for the restart either way.
@@ -53,7 +53,7 @@ TEST(UnreliablePeersPredict, ANodesFaultReachesTheStagesItsDevicesHold) {
   const spec::RunSpec by_replica = spec::parse_run(run_text(kNode2Fails, "tp-pp-dp"));
   const PlanEvaluation spread = predict(by_replica, true);
   for (int r = 0; r < 4; ++r)
-    EXPECT_EQ(spread.costs.table.stages[static_cast<std::size_t>(r)].failed_replicas, 2);
+    EXPECT_EQ(spread.costs.table.stages[static_cast<std::size_t>(r)].failed_replicas(), 2);
   // 6 of 8 replicas carry on from the failure: each op at 8/6 of its time from then on, far
   // from the 30 s restart.
   EXPECT_LT(spread.iteration_time, healthy.iteration_time * 8.0 / 6.0 + 1.0);
@@ -249,7 +249,7 @@ TEST(UnreliablePeersPredict, ANodeMayFailAgainOnceItIsBack) {
     const schedule::StageCosts& st = by_replica.costs.table.stages[static_cast<std::size_t>(r)];
     EXPECT_EQ(st.failures, (std::vector<Failure>{{2.0, 30.0, 2}, {33.0, 10.0, 0}, {34.0, 1.0, 2}}))
         << "stage " << r;
-    EXPECT_EQ(st.failed_replicas, 4) << "stage " << r;
+    EXPECT_EQ(st.failed_replicas(), 4) << "stage " << r;
   }
 }
 

@@ -102,12 +102,10 @@ TEST(UnreliablePeersSim, ReRoutingSlowsOnceMoreAtEachNewReplicaDown) {
   CostTable c = base();
   c.reroute_pool = 4;
   c.stages[1].failures = {{3.0, 5.0, 1}, {6.0, 5.0, 1}};
-  c.stages[1].failed_replicas = 2;
   sim::SimResult r = sim::simulate(one_f_one_b(), c);
   EXPECT_NEAR(r.iteration_time, 14.0, 1e-9);
   EXPECT_NEAR(r.stages[1].fault_stall, 4.0 / 3.0, 1e-9);
   c.stages[1].failures = {{3.0, 5.0, 1}, {6.0, 5.0, 0}};
-  c.stages[1].failed_replicas = 1;
   r = sim::simulate(one_f_one_b(), c);
   EXPECT_NEAR(r.iteration_time, 35.0 / 3.0, 1e-9);
 }

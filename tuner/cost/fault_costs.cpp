@@ -26,7 +26,7 @@ void set_fault_costs(schedule::CostTable& table, const spec::ClusterSpec& cluste
   };
   for (int r = 0; r < plan.pp; ++r) {
     schedule::StageCosts& st = table.stages[static_cast<std::size_t>(r)];
-    int slow = 0, failed = 0;           // replicas of the stage with a device on such a node
+    int slow = 0;                       // replicas of the stage with a device on a slow node
     std::vector<double> first_failure;  // of each failing replica
     for (int d = 0; d < plan.dp; ++d) {
       bool is_slow = false;
@@ -43,10 +43,7 @@ void set_fault_costs(schedule::CostTable& table, const spec::ClusterSpec& cluste
         }
       }
       slow += is_slow ? 1 : 0;
-      if (first >= 0.0) {
-        ++failed;
-        first_failure.push_back(first);
-      }
+      if (first >= 0.0) first_failure.push_back(first);
     }
     std::sort(st.failures.begin(), st.failures.end(), by_time);
     // Each failing replica counts at its first failure (the earliest entry at that time).
@@ -57,7 +54,6 @@ void set_fault_costs(schedule::CostTable& table, const spec::ClusterSpec& cluste
           break;
         }
     st.slow_replicas = std::max(1, slow);
-    st.failed_replicas = std::max(1, failed);
   }
   if (exec.reroute_failures && plan.dp >= 2) table.reroute_pool = plan.dp;
 }

@@ -22,11 +22,20 @@ double as_d(std::int64_t v) {
   return static_cast<double>(v);
 }
 
+std::size_t at(spec::ExpertLayout layout) {
+  return static_cast<std::size_t>(layout);
+}
+
 // The model's layers of each kind on each pipeline rank, from the layer split and where each
-// layer group is placed.
+// layer group is placed: dense, and MoE by the place of their experts (spec::ExpertLayout).
 struct RankLayers {
-  // moe_whole, moe_dedup: MoE layers with whole or deduplicated experts
-  std::vector<double> dense, moe, moe_whole, moe_dedup;
+  std::vector<double> dense;
+  std::array<std::vector<double>, spec::kExpertLayoutCount> moe;
+  double all(std::size_t rank) const {
+    double n = dense[rank];
+    for (const std::vector<double>& m : moe) n += m[rank];
+    return n;
+  }
 };
 
 RankLayers layers_per_rank(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
@@ -34,48 +43,37 @@ RankLayers layers_per_rank(const spec::ModelSpec& model, const spec::ParallelPla
   const int groups = where.stages * where.chunks;
   RankLayers out;
   out.dense.assign(static_cast<std::size_t>(where.stages), 0.0);
-  out.moe.assign(static_cast<std::size_t>(where.stages), 0.0);
-  out.moe_whole.assign(static_cast<std::size_t>(where.stages), 0.0);
-  out.moe_dedup.assign(static_cast<std::size_t>(where.stages), 0.0);
+  for (std::vector<double>& m : out.moe) m.assign(static_cast<std::size_t>(where.stages), 0.0);
   std::int64_t layer = 0;
   for (int g = 0; g < groups; ++g) {
     const auto r = static_cast<std::size_t>(where.rank_of_group(g));
     for (int i = 0; i < split[static_cast<std::size_t>(g)]; ++i, ++layer) {
-      if (!spec::is_moe_layer(model, layer)) {
+      if (spec::is_moe_layer(model, layer))
+        out.moe[at(spec::expert_layout_of_layer(model, plan, layer))][r] += 1.0;
+      else
         out.dense[r] += 1.0;
-        continue;
-      }
-      switch (spec::expert_layout_of_layer(model, plan, layer)) {
-        case spec::ExpertLayout::Whole:
-          out.moe_whole[r] += 1.0;
-          break;
-        case spec::ExpertLayout::Dedup:
-          out.moe_dedup[r] += 1.0;
-          break;
-        case spec::ExpertLayout::Sharded:
-          out.moe[r] += 1.0;
-          break;
-      }
     }
   }
   return out;
 }
 
-// The work of each pass of one layer kind, and of the vocabulary layers at either end.
+// The work of each pass of one layer kind (MoE layers by their expert layout, those the plan
+// uses), and of the vocabulary layers at either end.
 struct LayerWork {
-  PassWork dense, moe, moe_whole, moe_dedup, embedding, output;
+  PassWork dense;
+  std::array<PassWork, spec::kExpertLayoutCount> moe;
+  PassWork embedding, output;
 };
 
 LayerWork layer_work(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
                      const ExecutionOptions& exec) {
   LayerWork w;
   w.dense = transformer_layer_work(model, plan, exec, false);
-  w.moe = spec::is_moe(model) ? transformer_layer_work(model, plan, exec, true) : PassWork{};
-  if (spec::is_moe(model) && spec::has_whole_experts(plan.expert_layouts))
-    w.moe_whole = transformer_layer_work(model, plan, exec, true, spec::ExpertLayout::Whole);
-  if (spec::is_moe(model) && std::find(plan.expert_layouts.begin(), plan.expert_layouts.end(),
-                                       spec::ExpertLayout::Dedup) != plan.expert_layouts.end())
-    w.moe_dedup = transformer_layer_work(model, plan, exec, true, spec::ExpertLayout::Dedup);
+  if (spec::is_moe(model))
+    for (spec::ExpertLayout l :
+         {spec::ExpertLayout::Sharded, spec::ExpertLayout::Whole, spec::ExpertLayout::Dedup})
+      if (spec::uses_expert_layout(plan.expert_layouts, l))
+        w.moe[at(l)] = transformer_layer_work(model, plan, exec, true, l);
   w.embedding = embedding_work(model, plan, exec);
   w.output = output_layer_work(model, plan, exec);
   return w;
@@ -120,15 +118,14 @@ class RecomputeWork {
 PassWork rank_work(const LayerWork& lw, const RankLayers& layers, int rank, bool with_embedding,
                    bool with_output) {
   const auto i = static_cast<std::size_t>(rank);
-  const double dense = layers.dense[i], moe = layers.moe[i], whole = layers.moe_whole[i],
-               dedup = layers.moe_dedup[i];
   PassWork work;
-  work.forward = lw.dense.forward * dense + lw.moe.forward * moe + lw.moe_whole.forward * whole +
-                 lw.moe_dedup.forward * dedup;
-  work.input_grad = lw.dense.input_grad * dense + lw.moe.input_grad * moe +
-                    lw.moe_whole.input_grad * whole + lw.moe_dedup.input_grad * dedup;
-  work.weight_grad = lw.dense.weight_grad * dense + lw.moe.weight_grad * moe +
-                     lw.moe_whole.weight_grad * whole + lw.moe_dedup.weight_grad * dedup;
+  const auto add = [&](const PassWork& layer, double count) {
+    work.forward += layer.forward * count;
+    work.input_grad += layer.input_grad * count;
+    work.weight_grad += layer.weight_grad * count;
+  };
+  add(lw.dense, layers.dense[i]);
+  for (std::size_t l = 0; l < lw.moe.size(); ++l) add(lw.moe[l], layers.moe[l][i]);
   if (with_embedding) {
     work.forward += lw.embedding.forward;
     work.weight_grad += lw.embedding.weight_grad;
@@ -518,9 +515,7 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
         rank_work(per_stage.work(r), layers, r, !vocab_parallel && r == first_rank, with_output);
     if (with_output) out.transient_activation_bytes[i] += logits_bytes;
     set_pass_times(out.stages[i], work, hw, links, exec);
-    out.activation_bytes_per_microbatch[i] =
-        per_stage.layer_bytes(r) *
-        (layers.dense[i] + layers.moe[i] + layers.moe_whole[i] + layers.moe_dedup[i]);
+    out.activation_bytes_per_microbatch[i] = per_stage.layer_bytes(r) * layers.all(i);
     double touched = 0.0;  // EmbRace: the input table's rows a replica touches
     if (plan.sparse_embedding_gradient && params[i].input_table > 0.0)
       touched = expected_touched_rows(params[i].input_table / as_d(model.hidden), as_d(model.vocab),

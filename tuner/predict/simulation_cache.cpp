@@ -34,7 +34,6 @@ void append_table(std::string& out, const schedule::CostTable& t, bool sliced) {
       append(out, f.new_replicas);
     }
     append(out, s.slow_replicas);
-    append(out, s.failed_replicas);
   }
   append(out, t.reroute_pool);
   append(out, t.p2p_latency);

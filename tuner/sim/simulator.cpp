@@ -239,7 +239,7 @@ class TimingHooks {
 
   // Whether a failure of the stage is re-routed: a pool, with replicas left.
   bool rerouted(const schedule::StageCosts& st) const {
-    return costs_.reroute_pool >= 2 && st.failed_replicas < costs_.reroute_pool;
+    return costs_.reroute_pool >= 2 && st.failed_replicas() < costs_.reroute_pool;
   }
 
   // The failures on the op's stage (simulator.hpp), given where the op would start and how long
