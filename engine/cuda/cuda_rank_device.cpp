@@ -55,6 +55,7 @@ void CudaRankDevice::end_pair() {
 }
 
 bool CudaRankDevice::start_gpu_capture(std::chrono::steady_clock::time_point epoch) {
+  if (activity_) backend_.synchronize();  // the set-up done: the hub leaves it out (see join)
   joined_ = activity_ &&
             activity_->join(comm_.rank(), backend_.stream(), epoch, backend_.second_stream());
   return joined_;

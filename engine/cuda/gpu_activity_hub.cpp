@@ -25,6 +25,13 @@ bool GpuActivityHub::join(std::int32_t rank, cudaStream_t stream, Clock::time_po
       last_flush_ = {};
       latest_flush_ns_ = 0;
       router_ = profiler::CaptureRouter();
+    } else if (!one_rank_per_process_) {
+      // The rank's set-up records, if CUPTI caught any, go to no rank (see join's comment). The
+      // rank's stream is idle, so they are complete: a flush of completed buffers brings them
+      // without cutting short the records of another rank's running kernels.
+      last_flush_ = Clock::now();
+      collector_->flush(FlushKind::completed);
+      router_.add(collector_->take());
     }
     if (one_rank_per_process_) {
       router_.set_sole_rank(rank);  // every record is the rank's: its stream's id is not needed

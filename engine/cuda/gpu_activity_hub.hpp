@@ -48,7 +48,11 @@ class GpuActivityHub {
       : one_rank_per_process_(one_rank_per_process), flush_policy_(flush) {}
 
   // Rank `rank` launches its work on `stream` (and `second_stream`). Starts CUPTI for the run
-  // on the first join.
+  // on the first join. The caller's streams must be idle: what ran on them before the join (the
+  // rank's set-up) is no step's, and CUPTI records it only when another rank joined first, as
+  // the threads happen to run. So a later join flushes CUPTI's completed buffers before it
+  // names the streams, and the router drops those records, as it drops any of a stream no rank
+  // has named: a run's capture is the same whichever rank joins first.
   // False when CUPTI cannot start or name the stream (a profiler such as Nsight Systems holds
   // it, or the driver has none): the rank runs without capture, and the hub says why on stderr
   // once.

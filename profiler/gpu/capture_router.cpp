@@ -64,6 +64,8 @@ void CaptureRouter::add(GpuCapture capture) {
     const std::int32_t rank = rank_of_stream(record.stream);
     if (rank < 0) {
       ++counts_.unknown_stream;
+      // Its launch call would wait for it until evicted: a record dropped takes its call along.
+      calls_.erase(static_cast<std::uint32_t>(record.correlation));
       continue;
     }
     ++counts_.routed;

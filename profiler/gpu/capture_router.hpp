@@ -33,7 +33,7 @@ bool is_kernel_launch_call(std::string_view api_name);
 
 struct RouterCounts {
   std::size_t routed = 0;          // device records handed to a rank
-  std::size_t unknown_stream = 0;  // device records on a stream of no rank (dropped)
+  std::size_t unknown_stream = 0;  // device records on a stream of no rank (dropped, with calls)
   std::size_t evicted_calls = 0;   // launch calls whose record never came
   std::size_t other_calls = 0;     // API calls that launch nothing (dropped on arrival)
 };

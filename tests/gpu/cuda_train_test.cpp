@@ -16,11 +16,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "engine/cuda/cuda_rank_device.hpp"
@@ -193,22 +196,64 @@ TEST(CudaTrainingCapture, KernelsLandUnderTheOpsThatLaunchedThem) {
 
 // The kernels a streamed run's sinks got, as (rank, name, op, phase, micro-batch), sorted.
 using KernelKeys = std::vector<std::tuple<int, std::string, std::string, int, int>>;
-KernelKeys streamed_kernels(runtime::TrainOptions o, bool fails) {
+// The records outside every op, each as "rank R stream S NAME BYTES B at T us" (T from the run's
+// first record), in start order: printed when the test fails, to tell setup and teardown apart.
+using OutsideRecords = std::vector<std::string>;
+
+KernelKeys streamed_kernels(runtime::TrainOptions o, bool fails,
+                            OutsideRecords* outside = nullptr) {
   KernelKeys keys;
+  std::vector<profiler::KernelRecord> outside_ops;
   std::mutex mutex;
   o.trace_sink = [](profiler::Trace) {};
   o.kernel_sink = [&](std::vector<profiler::KernelRecord> k) {
     std::lock_guard lock(mutex);
-    for (const profiler::KernelRecord& r : k)
+    for (const profiler::KernelRecord& r : k) {
       keys.emplace_back(r.rank, r.name, r.op, r.phase ? static_cast<int>(*r.phase) : -1,
                         r.microbatch);
+      if (r.op.empty()) outside_ops.push_back(r);
+    }
   };
   if (fails)
     EXPECT_THROW(runtime::train(o), std::exception);
   else
     runtime::train(o);
   std::sort(keys.begin(), keys.end());
+  if (outside != nullptr && !outside_ops.empty()) {
+    std::sort(outside_ops.begin(), outside_ops.end(),
+              [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+    const std::int64_t t0 = outside_ops.front().start_ns;
+    for (const profiler::KernelRecord& r : outside_ops) {
+      std::ostringstream os;
+      os << "rank " << r.rank << " stream " << r.stream << " " << r.name << " bytes " << r.bytes
+         << " at " << (r.start_ns - t0) / 1000 << " us";
+      outside->push_back(os.str());
+    }
+  }
   return keys;
+}
+
+std::string key_text(const KernelKeys::value_type& k) {
+  const auto& [rank, name, op, phase, microbatch] = k;
+  std::ostringstream os;
+  os << "rank " << rank << " " << op << " phase " << phase << " mb " << microbatch << ": " << name;
+  return os.str();
+}
+
+// What one sorted key list has that the other lacks (as multisets), a line each, at most 12 of
+// each side: gtest's own print of two long vectors cuts both before they differ.
+std::string key_diff(const KernelKeys& got, const KernelKeys& want) {
+  KernelKeys extra, missing;
+  std::set_difference(got.begin(), got.end(), want.begin(), want.end(), std::back_inserter(extra));
+  std::set_difference(want.begin(), want.end(), got.begin(), got.end(),
+                      std::back_inserter(missing));
+  std::ostringstream os;
+  os << got.size() << " kernels against " << want.size() << "; " << extra.size() << " extra, "
+     << missing.size() << " missing";
+  for (const auto& [label, keys] : {std::pair{"extra", &extra}, std::pair{"missing", &missing}})
+    for (std::size_t i = 0; i < std::min<std::size_t>(keys->size(), 12); ++i)
+      os << "\n  " << label << ": " << key_text((*keys)[i]);
+  return os.str();
 }
 
 // Streamed as `train` streams to its workspace, with a take every 16 steps, a run whose rank 1
@@ -228,9 +273,19 @@ TEST(CudaTrainingCapture, AFailedRunKeepsTheKernelsOfItsStreamedSteps) {
   failing.steps = 5;
   failing.gpu_capture_every = 16;
   failing.fault = runtime::InjectedFault{1, 4, runtime::InjectedFault::Kind::Throw};
-  const KernelKeys reference = streamed_kernels(three_steps, false);
+  OutsideRecords reference_outside, got_outside;
+  const KernelKeys reference = streamed_kernels(three_steps, false, &reference_outside);
   ASSERT_FALSE(reference.empty()) << "no GPU activity captured";
-  EXPECT_EQ(streamed_kernels(failing, true), reference);
+  const KernelKeys got = streamed_kernels(failing, true, &got_outside);
+  EXPECT_TRUE(got == reference) << key_diff(got, reference);
+  if (got != reference) {
+    for (const auto& [label, lines] :
+         {std::pair{"reference", &reference_outside}, std::pair{"failing", &got_outside}}) {
+      std::printf("%s run: %zu records outside ops\n", label, lines->size());
+      for (std::size_t i = 0; i < std::min<std::size_t>(lines->size(), 60); ++i)
+        std::printf("  %s\n", (*lines)[i].c_str());
+    }
+  }
 }
 
 }  // namespace

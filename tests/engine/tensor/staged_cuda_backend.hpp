@@ -321,6 +321,25 @@ class StagedCudaBackend final : public tensor::Backend {
                                          write);
     staging.copy_outputs_back();
   }
+  void do_attention_flash_forward_rows(ConstTensorView qkv, std::int64_t q_begin,
+                                       std::int64_t num_heads, TensorView out,
+                                       TensorView lse) override {
+    DeviceStaging staging(cuda_);
+    const auto [qkv_dev, out_dev, lse_dev] = staging.stage(qkv, out, lse);
+    cuda_.attention_flash_forward_rows(qkv_dev, q_begin, num_heads, out_dev, lse_dev);
+    staging.copy_outputs_back();
+  }
+  void do_attention_flash_backward_input_rows(ConstTensorView dout, ConstTensorView qkv,
+                                              ConstTensorView out, ConstTensorView lse,
+                                              std::int64_t q_begin, std::int64_t num_heads,
+                                              TensorView dqkv) override {
+    DeviceStaging staging(cuda_);
+    const auto [dout_dev, qkv_dev, out_dev, lse_dev, dqkv_dev] =
+        staging.stage(dout, qkv, out, lse, dqkv);
+    cuda_.attention_flash_backward_input_rows(dout_dev, qkv_dev, out_dev, lse_dev, q_begin,
+                                              num_heads, dqkv_dev);
+    staging.copy_outputs_back();
+  }
 
   float do_cross_entropy_forward(ConstTensorView logits, Ids targets, TensorView losses) override {
     DeviceStaging staging(cuda_);
