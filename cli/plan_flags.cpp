@@ -9,7 +9,7 @@ namespace pipetune::cli {
 
 bool PlanFlags::any_given() const {
   return tp || pp || dp || ep || chunks || microbatches || micro_batch_size || zero || slices ||
-         moe_chunks || expert_layout || sparse_embedding_gradient;
+         moe_chunks || moe_a2a_node_ranks || expert_layout || sparse_embedding_gradient;
 }
 
 void PlanFlags::check_counts() const {
@@ -21,7 +21,8 @@ void PlanFlags::check_counts() const {
                                {microbatches, "--microbatches"},
                                {micro_batch_size, "--micro-batch-size"},
                                {slices, "--slices"},
-                               {moe_chunks, "--moe-chunks"}});
+                               {moe_chunks, "--moe-chunks"},
+                               {moe_a2a_node_ranks, "--moe-a2a-node-ranks"}});
   if (expert_layout) {
     try {
       spec::parse_expert_layouts(*expert_layout);
@@ -43,6 +44,7 @@ void PlanFlags::apply_to(spec::ParallelPlan& plan) const {
   if (zero) plan.zero_stage = *zero;
   if (slices) plan.slices = *slices;
   if (moe_chunks) plan.moe_chunks = *moe_chunks;
+  if (moe_a2a_node_ranks) plan.moe_a2a_node_ranks = *moe_a2a_node_ranks;
   if (expert_layout) plan.expert_layouts = spec::parse_expert_layouts(*expert_layout);
   if (sparse_embedding_gradient) plan.sparse_embedding_gradient = true;
 }
@@ -61,6 +63,7 @@ void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help) {
   add("--zero", flags.zero, help.zero);
   add("--slices", flags.slices, help.slices);
   add("--moe-chunks", flags.moe_chunks, help.moe_chunks);
+  add("--moe-a2a-node-ranks", flags.moe_a2a_node_ranks, help.moe_a2a_node_ranks);
   if (help.expert_layout != nullptr)
     cmd->add_option("--expert-layout", flags.expert_layout, help.expert_layout);
   if (help.sparse_embedding_gradient != nullptr)

@@ -16,7 +16,7 @@ namespace pipetune::cli {
 
 struct PlanFlags {
   std::optional<int> tp, pp, dp, ep, chunks, microbatches, micro_batch_size, zero, slices,
-      moe_chunks;
+      moe_chunks, moe_a2a_node_ranks;
   // --expert-layout whole | sharded | one per MoE layer ("whole,sharded,...").
   std::optional<std::string> expert_layout;
   bool sparse_embedding_gradient = false;  // --sparse-embedding-grad (EmbRace)
@@ -41,6 +41,7 @@ struct PlanFlagHelp {
   const char* zero = nullptr;
   const char* slices = nullptr;
   const char* moe_chunks = nullptr;
+  const char* moe_a2a_node_ranks = nullptr;
   const char* expert_layout = nullptr;
   const char* sparse_embedding_gradient = nullptr;
 };
@@ -51,6 +52,9 @@ void add_plan_flags(CLI::App* cmd, PlanFlags& flags, const PlanFlagHelp& help);
 inline constexpr const char* kMoeChunksHelp =
     "MoE: each layer's all-to-all in this many chunks, overlapped with the experts' GEMMs "
     "(default 1)";
+inline constexpr const char* kMoeA2aNodeRanksHelp =
+    "MoE: Tutel's two-phase (2DH) all-to-all with this many EP ranks per node: among a node's "
+    "ranks first, then across nodes (divides --ep; default: one flat all-to-all)";
 inline constexpr const char* kExpertLayoutHelp =
     "MoE: experts inside the TP group, sharded (each expert split over TP, default) or whole "
     "(PPMoE: whole experts divided among the TP ranks); one for every MoE layer or a comma list "

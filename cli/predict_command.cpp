@@ -282,6 +282,7 @@ void add_predict_command(CLI::App& app) {
                   .slices = "terapipe: token slices per micro-batch (default: TeraPipe's dynamic "
                             "programming over uneven slices)",
                   .moe_chunks = kMoeChunksHelp,
+                  .moe_a2a_node_ranks = kMoeA2aNodeRanksHelp,
                   .expert_layout = kExpertLayoutHelp,
                   .sparse_embedding_gradient = kSparseEmbeddingHelp});
   cmd->add_option("--schedule", a->schedule, "Pipeline schedule")->capture_default_str();

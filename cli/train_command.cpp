@@ -407,6 +407,7 @@ void add_plan_options(CLI::App* cmd, TrainArgs* args) {
                   .slices = "terapipe: token slices per micro-batch (default: the cost model's "
                             "choice)",
                   .moe_chunks = kMoeChunksHelp,
+                  .moe_a2a_node_ranks = kMoeA2aNodeRanksHelp,
                   .expert_layout = kExpertLayoutHelp,
                   .sparse_embedding_gradient = kSparseEmbeddingHelp});
   cmd->add_option("--schedule", args->schedule, "Pipeline schedule");

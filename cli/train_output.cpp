@@ -42,6 +42,7 @@ nlohmann::json plan_json(const runtime::TrainOptions& o, const runtime::TrainRes
   }
   if (!p.stage_tp.empty()) j["stage_tp"] = p.stage_tp;  // per-stage layouts, only when given
   if (p.moe_chunks != 1) j["moe_chunks"] = p.moe_chunks;
+  if (p.moe_a2a_node_ranks != 0) j["moe_a2a_node_ranks"] = p.moe_a2a_node_ranks;
   if (p.sparse_embedding_gradient) j["sparse_embedding_gradient"] = true;
   if (!p.expert_layouts.empty())  // experts inside the TP group, only when given
     j["expert_layout"] = spec::expert_layout_names(p.expert_layouts);

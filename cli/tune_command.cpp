@@ -41,6 +41,7 @@ struct TuneArgs {
   bool no_moe_chunks = false;
   bool no_whole_experts = false;
   bool no_dedup_experts = false;
+  bool no_two_phase_a2a = false;
   bool no_stage_layouts = false;
   int top = 10;
   std::int64_t keep = 100;
@@ -86,6 +87,7 @@ tuner::SearchSpace make_space(const TuneArgs& a) {
                                      .moe_chunks = !a.no_moe_chunks,
                                      .whole_experts = !a.no_whole_experts,
                                      .dedup_experts = !a.no_dedup_experts,
+                                     .two_phase_all_to_all = !a.no_two_phase_a2a,
                                      .keep = a.keep,
                                      .threads = a.threads};
   tuner::SearchSpace s;
@@ -259,6 +261,11 @@ void add_tune_command(CLI::App& app) {
                 "Never deduplicate sharded experts over TP (by default MoE plans with tp > 1 and "
                 "ep > 1 also try expert_layout dedup, Parm's schedule: each TP rank sends its "
                 "share of the slots through the all-to-all)");
+  cmd->add_flag("--no-two-phase-a2a", a->no_two_phase_a2a,
+                "Keep every MoE all-to-all flat (by default MoE plans whose EP group spans nodes "
+                "also try Tutel's two-phase all-to-all, moe_a2a_node_ranks: among a node's EP "
+                "ranks, then across nodes; the Megatron-LM, torchtitan and DeepSpeed exports "
+                "refuse it)");
   cmd->add_option("--top", a->top, "Results to print")->capture_default_str();
   cmd->add_option("--failure-rate", a->failure_rate,
                   "Unreliable peers: rank by expected throughput with devices failing at this "

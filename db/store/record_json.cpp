@@ -36,7 +36,8 @@ nlohmann::json plan_to_json(const spec::ParallelPlan& p, const std::string& voca
   if (p.skip_ratio) j["skip_ratio"] = *p.skip_ratio;
   if (p.layered_reduction) j["layered_reduction"] = true;
   if (p.moe_chunks != 1) j["moe_chunks"] = p.moe_chunks;  // absent: one all-to-all each way
-  if (p.sparse_embedding_gradient) j["sparse_embedding_gradient"] = true;  // absent: dense
+  if (p.moe_a2a_node_ranks != 0) j["moe_a2a_node_ranks"] = p.moe_a2a_node_ranks;  // absent: flat
+  if (p.sparse_embedding_gradient) j["sparse_embedding_gradient"] = true;         // absent: dense
   if (!p.expert_layouts.empty())  // absent: every MoE layer's experts sharded over TP
     j["expert_layout"] = spec::expert_layout_names(p.expert_layouts);
   // Offload: absent when off (and in plans stored before it was kept).
@@ -89,6 +90,7 @@ spec::ParallelPlan plan_from_json(const nlohmann::json& j, std::string& vocab_la
     if (j.contains("skip_ratio")) p.skip_ratio = j.at("skip_ratio").get<double>();
     p.layered_reduction = j.value("layered_reduction", false);
     p.moe_chunks = j.value("moe_chunks", 1);
+    p.moe_a2a_node_ranks = j.value("moe_a2a_node_ranks", 0);
     p.sparse_embedding_gradient = j.value("sparse_embedding_gradient", false);
     if (j.contains("expert_layout"))
       for (const std::string& l : j.at("expert_layout").get<std::vector<std::string>>())

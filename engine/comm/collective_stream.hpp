@@ -23,6 +23,10 @@ class CollectiveStream {
   // valid, and input unchanged, until wait(ticket) returns.
   virtual Ticket all_to_all(const ProcessGroup& group, std::span<const float> input,
                             std::span<float> output) = 0;
+  // output <- the two-phase all-to-all of input over `node` then `cross`
+  // (two_phase_all_to_all.hpp), in host memory, on the same terms.
+  virtual Ticket all_to_all_two_phase(const ProcessGroup& node, const ProcessGroup& cross,
+                                      std::span<const float> input, std::span<float> output) = 0;
   // When a collective ran, on the clock of the stream's owner (its recorder's).
   struct Ran {
     std::int64_t start_ns = 0;

@@ -31,12 +31,23 @@ const char* group_name(GroupKind kind) {
       return "expert-dp";
     case GroupKind::vocabulary:
       return "vocab";
+    case GroupKind::expert_node:
+      return "ep-node";
+    case GroupKind::expert_cross:
+      return "ep-cross";
   }
   return "?";
 }
 
 Topology::Topology(const spec::ParallelPlan& plan)
     : Topology(plan.tp, plan.pp, plan.dp, plan.ep, plan.rank_order) {
+  if (const int g = plan.moe_a2a_node_ranks; g != 0) {
+    if (g <= 1 || g >= ep_ || ep_ % g != 0)
+      throw InputError({"plan.moe_a2a_node_ranks", "plan.ep"},
+                       "moe_a2a_node_ranks=" + std::to_string(g) + " must divide ep=" +
+                           std::to_string(ep_) + " and lie strictly between 1 and ep");
+    ep_node_ranks_ = g;
+  }
   if (plan.stage_tp.empty()) return;
   if (static_cast<int>(plan.stage_tp.size()) != pp_)
     throw InputError({"plan.stage_tp", "plan.pp"},
@@ -178,6 +189,22 @@ ProcessGroup Topology::group(GroupKind kind, int rank) const {
       for (int i = 0; i < dp_ / ep_; ++i)
         g.ranks.push_back(rank_of(c.tp_rank, i * ep_ + c.ep_rank, c.pp_rank));
       break;
+    case GroupKind::expert_node:
+    case GroupKind::expert_cross: {
+      const int n = ep_node_ranks_;
+      if (n == 0)
+        throw InputError({"plan.moe_a2a_node_ranks"},
+                         std::string("the ") + group_name(kind) +
+                             " group needs a two-phase all-to-all (moe_a2a_node_ranks)");
+      const int node = c.ep_rank / n, place = c.ep_rank % n, first = c.ep_index * ep_;
+      if (kind == GroupKind::expert_node)
+        for (int e = 0; e < n; ++e)
+          g.ranks.push_back(rank_of(c.tp_rank, first + node * n + e, c.pp_rank));
+      else
+        for (int m = 0; m < ep_ / n; ++m)
+          g.ranks.push_back(rank_of(c.tp_rank, first + m * n + place, c.pp_rank));
+      break;
+    }
   }
   return g;
 }
@@ -233,6 +260,11 @@ std::vector<ProcessGroup> every_group(const Topology& topology) {
     std::vector<ProcessGroup> groups = topology.all_groups(kind);
     out.insert(out.end(), groups.begin(), groups.end());
   }
+  if (topology.ep_node_ranks() > 0)
+    for (GroupKind kind : {GroupKind::expert_node, GroupKind::expert_cross}) {
+      std::vector<ProcessGroup> groups = topology.all_groups(kind);
+      out.insert(out.end(), groups.begin(), groups.end());
+    }
   return out;
 }
 

@@ -13,6 +13,10 @@
 // ranks of one TP/DP slice: the same members as the PP group, kept under its own name so that
 // vocabulary collectives and pipeline collectives are separate streams, as they are with NCCL.
 //
+// A two-phase all-to-all (ParallelPlan::moe_a2a_node_ranks = g, Tutel's 2DH) splits each EP
+// group into nodes of g consecutive EP ranks: the expert-node group holds the EP ranks of one
+// node, the expert-cross group the EP ranks at the same place (ep_rank % g) of every node.
+//
 // Per-stage layouts (ParallelPlan::stage_tp, tp-dp-pp order only): stage s has its own TP degree
 // tp_s and the same dp; its ranks take consecutive numbers from the sum of the earlier stages'
 // tp_s' * dp, tp fastest:
@@ -32,7 +36,16 @@
 
 namespace pipetune::comm {
 
-enum class GroupKind { tensor, pipeline, data, expert, expert_data, vocabulary };
+enum class GroupKind {
+  tensor,
+  pipeline,
+  data,
+  expert,
+  expert_data,
+  vocabulary,
+  expert_node,  // two-phase all-to-all only: the EP ranks of one node
+  expert_cross  // two-phase all-to-all only: one EP rank of each node, at the same place
+};
 
 struct RankCoordinates {
   int tp_rank = 0;
@@ -53,6 +66,9 @@ class Topology {
   int pp() const { return pp_; }
   int dp() const { return dp_; }
   int ep() const { return ep_; }
+  // EP ranks per node of a two-phase all-to-all; 0 = none (the expert-node and expert-cross
+  // groups do not exist then, and asking for them throws).
+  int ep_node_ranks() const { return ep_node_ranks_; }
   int world() const { return world_; }
   spec::RankOrder order() const { return order_; }
   // The TP degree of pipeline rank `pp_rank`'s stage (tp() unless the plan gives stage_tp).
@@ -100,6 +116,7 @@ class Topology {
   // uniform grid.
   void require_uniform(const char* what) const;
   int tp_, pp_, dp_, ep_;
+  int ep_node_ranks_ = 0;
   spec::RankOrder order_;
   std::vector<int> stage_tp_;     // pp entries
   std::vector<int> stage_first_;  // pp + 1 entries: the first rank of each stage, then world
@@ -116,7 +133,8 @@ inline constexpr GroupKind kAllGroupKinds[] = {GroupKind::tensor,      GroupKind
 // Every group of every kind, in one fixed order (kind, then first member): what a process
 // communicator that makes its groups up front (MPI) declares. With per-stage layouts the
 // pipeline and vocabulary kinds are left out (they do not exist; the pipeline's messages are
-// point-to-point over the world).
+// point-to-point over the world); the expert-node and expert-cross kinds come last, with a
+// two-phase all-to-all only.
 std::vector<ProcessGroup> every_group(const Topology& topology);
 
 }  // namespace pipetune::comm

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <optional>
+#include <span>
+
+#include "engine/comm/two_phase_all_to_all.hpp"
 
 namespace pipetune::model {
 
@@ -95,14 +98,30 @@ void exchange_with_experts(const ParallelContext& ctx, std::int64_t experts,
   // Per chunk: what is sent and received each way (kept until its all-to-all is done).
   std::vector<Buffer> sent(k), received(k), returned(k), back(k);
   std::vector<std::optional<comm::CollectiveStream::Ticket>> dispatched(k), combined(k);
-  // An all-to-all of (ep, El, n, C) blocks: on the stream, or in place.
+  // An all-to-all of (ep, El, n, C) blocks: on the stream, or in place; flat or in two phases.
+  Buffer staged, arrived;  // the two-phase one's scratch, in place
   const auto all_to_all = [&](const Buffer& in, Buffer& out) {
-    sized(out, Shape{static_cast<std::int64_t>(in.size())});
+    const auto n = static_cast<std::int64_t>(in.size());
+    sized(out, Shape{n});
     std::optional<comm::CollectiveStream::Ticket> ticket;
-    if (stream != nullptr)
-      ticket = stream->all_to_all(ctx.ep_group, in, out);
-    else
+    if (stream != nullptr) {
+      ticket = ctx.ep_two_phase()
+                   ? stream->all_to_all_two_phase(ctx.ep_node_group, ctx.ep_cross_group, in, out)
+                   : stream->all_to_all(ctx.ep_group, in, out);
+    } else if (ctx.ep_two_phase()) {
+      profiler::ScopedSpan span(ctx.recorder, profiler::SpanKind::AllToAll, profiler::Stream::Comm,
+                                -1, -1, -1, ctx.all_to_all_name);
+      sized(staged, Shape{n});
+      sized(arrived, Shape{n});
+      comm::two_phase_all_to_all(*ctx.comm, ctx.ep_node_group, ctx.ep_cross_group, in, out, staged,
+                                 arrived, [](std::span<const float> from, std::span<float> to) {
+                                   copy_values(
+                                       {from.data(), Shape{static_cast<std::int64_t>(from.size())}},
+                                       {to.data(), Shape{static_cast<std::int64_t>(to.size())}});
+                                 });
+    } else {
       ctx.ep_all_to_all(in, out);
+    }
     return ticket;
   };
   const auto finish = [&](const std::optional<comm::CollectiveStream::Ticket>& ticket) {

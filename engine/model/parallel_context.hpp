@@ -19,6 +19,10 @@ struct ParallelContext {
   comm::Communicator* comm = nullptr;
   comm::ProcessGroup tp_group;
   comm::ProcessGroup ep_group;
+  // A two-phase all-to-all (ParallelPlan::moe_a2a_node_ranks): the EP ranks of this rank's
+  // node, and those at its place on every node; both empty for one flat all-to-all.
+  comm::ProcessGroup ep_node_group;
+  comm::ProcessGroup ep_cross_group;
   int tp_rank = 0;
   int tp_size = 1;
   int ep_rank = 0;
@@ -61,6 +65,8 @@ struct ParallelContext {
         tp_group, std::span<const float>(partial.data, static_cast<std::size_t>(partial.numel())),
         std::span<float>(local.data, static_cast<std::size_t>(local.numel())));
   }
+  bool ep_two_phase() const { return !ep_node_group.ranks.empty(); }
+  // The flat all-to-all of the EP group (moe_exchange.cpp runs the two-phase one).
   void ep_all_to_all(std::span<const float> input, std::span<float> output) const {
     profiler::ScopedSpan span(recorder, profiler::SpanKind::AllToAll, profiler::Stream::Comm, -1,
                               -1, -1, all_to_all_name);

@@ -88,6 +88,10 @@ RankRuntime::RankRuntime(const model::ModelConfig& config, const spec::ParallelP
   ctx_.comm = &comm;
   ctx_.tp_group = topology.tp_group(rank_);
   ctx_.ep_group = topology.ep_group(rank_);
+  if (topology.ep_node_ranks() > 0) {
+    ctx_.ep_node_group = topology.group(comm::GroupKind::expert_node, rank_);
+    ctx_.ep_cross_group = topology.group(comm::GroupKind::expert_cross, rank_);
+  }
   ctx_.tp_rank = at.tp_rank;
   ctx_.tp_size = stage_tp;
   ctx_.ep_rank = at.ep_rank;

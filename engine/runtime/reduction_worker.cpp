@@ -3,6 +3,9 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include "engine/comm/two_phase_all_to_all.hpp"
 
 namespace pipetune::runtime {
 
@@ -35,6 +38,20 @@ comm::CollectiveStream::Ticket ReductionWorker::all_to_all(const comm::ProcessGr
   const Ticket ticket = next_ticket_++;
   queue_.push_back({kStreamJob, ticket, [group, input, output](comm::Communicator& via) {
                       via.all_to_all(group, input, output);
+                    }});
+  changed_.notify_all();
+  return ticket;
+}
+
+comm::CollectiveStream::Ticket ReductionWorker::all_to_all_two_phase(
+    const comm::ProcessGroup& node, const comm::ProcessGroup& cross, std::span<const float> input,
+    std::span<float> output) {
+  std::lock_guard lock(mutex_);
+  const Ticket ticket = next_ticket_++;
+  queue_.push_back({kStreamJob, ticket, [node, cross, input, output](comm::Communicator& via) {
+                      std::vector<float> staged(input.size()), arrived(input.size());
+                      comm::two_phase_all_to_all(via, node, cross, input, output, staged, arrived,
+                                                 comm::host_block_copy);
                     }});
   changed_.notify_all();
   return ticket;

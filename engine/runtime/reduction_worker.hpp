@@ -57,6 +57,8 @@ class ReductionWorker : public comm::CollectiveStream {
   // comm::CollectiveStream: a job of its own in the same queue, waited for by its ticket.
   Ticket all_to_all(const comm::ProcessGroup& group, std::span<const float> input,
                     std::span<float> output) override;
+  Ticket all_to_all_two_phase(const comm::ProcessGroup& node, const comm::ProcessGroup& cross,
+                              std::span<const float> input, std::span<float> output) override;
   comm::CollectiveStream::Ran wait(Ticket ticket) override;
   // The rank's thread met `error`: if a job is queued or running, the run fails with it through
   // the channel (the job's collective then ends with RankFailure), and the queue is dropped.

@@ -233,6 +233,10 @@ bool overlaps_moe_all_to_all(const ParallelPlan& plan) {
   return plan.moe_chunks > 1 && plan.ep > 1;
 }
 
+bool two_phase_all_to_all(const ParallelPlan& plan) {
+  return plan.moe_a2a_node_ranks > 0;
+}
+
 std::vector<int> even_layer_split(std::int64_t layers, int groups) {
   if (groups <= 0) return {};
   std::vector<int> split(groups, static_cast<int>(layers / groups));

@@ -78,6 +78,12 @@ struct ParallelPlan {
   // combine split into this many chunks along the experts' slots, the expert GEMMs of one chunk
   // running while the next chunk's all-to-all is in flight. 1 = one all-to-all each way.
   int moe_chunks = 1;
+  // Two-phase all-to-all (Tutel's 2DH): the EP ranks a node holds. Each MoE all-to-all runs
+  // among the EP ranks of one node first (a node's rows for each remote node gathered on one
+  // rank), then across nodes among the ranks of the same place in their node, so each
+  // inter-node message carries a node's rows and a rank has nodes - 1 remote peers instead of
+  // ep - node ranks. Divides ep, between 1 and ep exclusive; 0 = one flat all-to-all.
+  int moe_a2a_node_ranks = 0;
   // Where each MoE layer's experts sit inside the TP group (expert_layout.hpp): empty = every
   // MoE layer sharded over TP, one entry = every MoE layer alike, else one per MoE layer in
   // model order (Tutel's per-layer choice between expert- and tensor-style experts).
@@ -183,6 +189,9 @@ bool reduces_per_group(const ParallelPlan& plan);
 // Whether the plan's MoE all-to-all runs in chunks over expert parallelism (moe_chunks > 1 and
 // ep > 1), which a rank overlaps with its experts' GEMMs on a collective stream of its own.
 bool overlaps_moe_all_to_all(const ParallelPlan& plan);
+// Whether the plan's MoE all-to-all runs in two phases, in the node then across
+// (moe_a2a_node_ranks).
+bool two_phase_all_to_all(const ParallelPlan& plan);
 
 // `layers` split over `groups` as evenly as possible; the remainder goes one layer each to the
 // first groups (so group sizes never differ by more than one and never increase along the model).

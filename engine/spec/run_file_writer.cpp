@@ -145,6 +145,7 @@ void write_plan_table(std::ostream& out, const RunSpec& run) {
   }
   if (p.layered_reduction) out << "layered_reduction = true\n";
   if (p.moe_chunks != 1) out << "moe_chunks = " << p.moe_chunks << "\n";
+  if (p.moe_a2a_node_ranks != 0) out << "moe_a2a_node_ranks = " << p.moe_a2a_node_ranks << "\n";
   if (p.sparse_embedding_gradient) out << "sparse_embedding_gradient = true\n";
   if (!p.expert_layouts.empty())
     out << "expert_layout = " << expert_layouts_toml(p.expert_layouts) << "\n";

@@ -186,6 +186,10 @@ ParallelPlan read_plan(const toml::table& table, const std::string& source) {
     if (*v < 1) r.fail("moe_chunks", "must be positive, got " + std::to_string(*v));
     p.moe_chunks = *v;
   }
+  if (auto v = r.int32("moe_a2a_node_ranks")) {
+    if (*v < 0) r.fail("moe_a2a_node_ranks", "must be 0 or more, got " + std::to_string(*v));
+    p.moe_a2a_node_ranks = *v;
+  }
   p.expert_layouts = read_expert_layouts(r);
   if (auto v = r.boolean("sparse_embedding_gradient")) p.sparse_embedding_gradient = *v;
   for (int t : p.slice_tokens)

@@ -29,6 +29,7 @@
 //   skip_ratio = 0.33          # skippipe: share of stages a micro-batch skips  (1/3)
 //   layered_reduction = false  # reduce each layer group's gradients as its backward ends (false)
 //   moe_chunks = 1             # MoE all-to-all in chunks overlapped with the experts      (1)
+//   moe_a2a_node_ranks = 0     # Tutel 2DH: EP ranks per node, all-to-all in node then across (0)
 //   expert_layout = "sharded"  # sharded, whole (PPMoE), or one per MoE layer   ("sharded")
 //   sparse_embedding_gradient = false  # EmbRace: exchange the embedding's touched rows (false)
 //

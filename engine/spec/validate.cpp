@@ -481,6 +481,18 @@ void validate(const ModelSpec& model, const ParallelPlan& plan) {
                     "moe_chunks=" + shown(std::int64_t{plan.moe_chunks}) +
                         " chunks the all-to-all of MoE layers; the model has none (experts=" +
                         shown(model.experts) + ")");
+  if (const int g = plan.moe_a2a_node_ranks; g != 0) {
+    const std::string what = "moe_a2a_node_ranks=" + shown(std::int64_t{g});
+    if (!is_moe(model))
+      throw SpecError({"plan.moe_a2a_node_ranks", "model.experts"},
+                      what + " splits the all-to-all of MoE layers; the model has none (experts=" +
+                          shown(model.experts) + ")");
+    if (g <= 1 || g >= plan.ep || plan.ep % g != 0)
+      throw SpecError({"plan.moe_a2a_node_ranks", "plan.ep"},
+                      what + " must divide ep=" + shown(std::int64_t{plan.ep}) +
+                          " and lie strictly between 1 and ep (EP ranks per node of a two-phase "
+                          "all-to-all; 0 for one flat all-to-all)");
+  }
   validate_expert_layouts(model, plan);
   if (plan.sparse_embedding_gradient && plan.zero_stage != 0)
     throw SpecError({"plan.sparse_embedding_gradient", "plan.zero_stage"},

@@ -73,6 +73,8 @@ SetupPage::SetupPage(PlanFormModel* form, QWidget* parent) : QWidget(parent), fo
   add_row(right, PlanField::Modular, "Modular placement (one layer per group)", new QCheckBox);
   add_row(right, PlanField::Slices, "Token slices (terapipe; empty: 4)", new QLineEdit);
   add_row(right, PlanField::MoeChunks, "MoE all-to-all chunks (empty: 1)", new QLineEdit);
+  add_row(right, PlanField::MoeA2aNodeRanks, "MoE 2DH all-to-all: EP ranks a node (empty: flat)",
+          new QLineEdit);
   add_row(right, PlanField::ExpertLayout,
           "MoE experts in TP: sharded, whole, dedup (empty: sharded)", new QLineEdit);
   add_row(right, PlanField::SkipRatio, "Skip ratio (skippipe, skippipe-ca; empty: 1/3)",

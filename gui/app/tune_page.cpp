@@ -120,6 +120,13 @@ QHBoxLayout* TunePage::build_target_row() {
       "MoE plans with tp > 1 and ep > 1 also try sharded experts deduplicated over TP (Parm): "
       "each TP rank sends its share of the slots through the all-to-all, gathered over TP around "
       "the experts' GEMMs (unchecked: pipetune tune --no-dedup-experts)");
+  two_phase_a2a_ = new QCheckBox("2DH all-to-all");
+  two_phase_a2a_->setObjectName("tune_two_phase_a2a");
+  two_phase_a2a_->setChecked(true);
+  two_phase_a2a_->setToolTip(
+      "MoE plans whose EP group spans nodes also try Tutel's two-phase all-to-all: among a "
+      "node's EP ranks, then across nodes, fewer and larger inter-node messages (unchecked: "
+      "pipetune tune --no-two-phase-a2a)");
   for (auto [label, w] : {std::pair<const char*, QWidget*>{"Model", model_},
                           {"Cluster", cluster_},
                           {"Hardware", hardware_},
@@ -132,7 +139,8 @@ QHBoxLayout* TunePage::build_target_row() {
                           {"MoE imbalance", moe_imbalance_},
                           {"", moe_chunks_},
                           {"", whole_experts_},
-                          {"", dedup_experts_}}) {
+                          {"", dedup_experts_},
+                          {"", two_phase_a2a_}}) {
     target->addWidget(new QLabel(label));
     target->addWidget(w);
   }
@@ -378,6 +386,7 @@ bool TunePage::start_search() {
   r.moe_chunks = moe_chunks_->isChecked();
   r.whole_experts = whole_experts_->isChecked();
   r.dedup_experts = dedup_experts_->isChecked();
+  r.two_phase_all_to_all = two_phase_a2a_->isChecked();
   if (!moe_imbalance_->text().trimmed().isEmpty()) {
     bool ok_imbalance = false;
     r.moe_imbalance = moe_imbalance_->text().trimmed().toDouble(&ok_imbalance);

@@ -92,6 +92,7 @@ class TunePage : public QWidget {
   QCheckBox* moe_chunks_ = nullptr;     // MoE plans also try the all-to-all in chunks
   QCheckBox* whole_experts_ = nullptr;  // MoE plans also try whole experts inside TP (PPMoE)
   QCheckBox* dedup_experts_ = nullptr;  // MoE plans also try deduplicated experts (Parm)
+  QCheckBox* two_phase_a2a_ = nullptr;  // MoE plans across nodes also try Tutel's 2DH all-to-all
   QPushButton* start_ = nullptr;
   QPushButton* cancel_ = nullptr;
   QProgressBar* progress_ = nullptr;

@@ -46,6 +46,7 @@ constexpr std::array<const char*, kPlanFieldCount> kKeys = {"model",
                                                             "layered_reduction",
                                                             "modular",
                                                             "moe_chunks",
+                                                            "moe_a2a_node_ranks",
                                                             "expert_layout",
                                                             "sparse_embedding_gradient"};
 
@@ -238,6 +239,8 @@ void PlanFormModel::load_run_preset(const QString& name) {
     values_[slot(PlanField::Slices)] = p.slices > 0 ? QString::number(p.slices) : QString();
     values_[slot(PlanField::MoeChunks)] =
         p.moe_chunks != 1 ? QString::number(p.moe_chunks) : QString();
+    values_[slot(PlanField::MoeA2aNodeRanks)] =
+        p.moe_a2a_node_ranks != 0 ? QString::number(p.moe_a2a_node_ranks) : QString();
     values_[slot(PlanField::ExpertLayout)] =
         QString::fromStdString(spec::expert_layouts_text(p.expert_layouts));
     values_[slot(PlanField::SkipRatio)] =
@@ -379,6 +382,8 @@ void PlanFormModel::read_plan(spec::ParallelPlan& p) const {
     p.slices = parse_int(text(PlanField::Slices), PlanField::Slices);
   if (!text(PlanField::MoeChunks).isEmpty())
     p.moe_chunks = parse_int(text(PlanField::MoeChunks), PlanField::MoeChunks);
+  if (!text(PlanField::MoeA2aNodeRanks).isEmpty())
+    p.moe_a2a_node_ranks = parse_int(text(PlanField::MoeA2aNodeRanks), PlanField::MoeA2aNodeRanks);
   try {
     p.expert_layouts = spec::parse_expert_layouts(text(PlanField::ExpertLayout).toStdString());
   } catch (const InputError& e) {

@@ -52,12 +52,13 @@ enum class PlanField {
   LayeredReduction,  // "true" / "false": each layer group's DP reduction as its backward ends
   Modular,           // "true" / "false": one layer per group (chunks = layers / pp; --modular)
   MoeChunks,         // MoE all-to-all chunks overlapped with the experts' GEMMs; "" = 1
+  MoeA2aNodeRanks,   // Tutel's two-phase all-to-all: EP ranks per node; "" = flat
   // MoE experts inside the TP group: "sharded", "whole" (PPMoE), or one per MoE layer
   // ("whole,sharded,..."); "" = sharded.
   ExpertLayout,
   SparseEmbeddingGradient,  // "true" / "false": EmbRace, the embedding gradient's touched rows
 };
-inline constexpr int kPlanFieldCount = 30;
+inline constexpr int kPlanFieldCount = 31;
 
 // The field's key as a run file's [plan] spells it ("tp", "micro_batch_size"...): a library
 // error about the plan field "plan.<key>" (engine/errors.hpp) is shown at this field.

@@ -41,6 +41,7 @@ tuner::SearchSpace tune_space(const TuneRequest& r) {
                                                   .moe_chunks = r.moe_chunks,
                                                   .whole_experts = r.whole_experts,
                                                   .dedup_experts = r.dedup_experts,
+                                                  .two_phase_all_to_all = r.two_phase_all_to_all,
                                                   .keep = r.keep,
                                                   .threads = r.threads});
   // One core is left to the GUI thread unless the request says otherwise.

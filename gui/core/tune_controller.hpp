@@ -62,6 +62,7 @@ struct TuneRequest {
   // MoE plans with tp > 1 and ep > 1 also try deduplicated experts (`tune --no-dedup-experts`:
   // false).
   bool dedup_experts = true;
+  bool two_phase_all_to_all = true;  // MoE plans across nodes also try Tutel's 2DH all-to-all
 };
 
 using TuneTarget = tuner::ResolvedTarget;

@@ -1,6 +1,7 @@
 #include "tuner/cost/collectives.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace pipetune::tuner {
 
@@ -23,6 +24,7 @@ GroupLink group_link(const spec::ClusterSpec& cluster, int first, int stride, in
   link.all_gather_bandwidth = cluster.intra_node_bandwidth * eff.all_gather_bus;
   link.reduce_scatter_bandwidth = cluster.intra_node_bandwidth * eff.reduce_scatter_bus;
   link.latency = cluster.intra_node_latency;
+  link.intra_latency = cluster.intra_node_latency;
   const int per_node = cluster.devices_per_node > 0 ? cluster.devices_per_node : 1;
   const int first_node = first / per_node;
   const int last_node = (first + (link.members - 1) * stride) / per_node;
@@ -61,6 +63,41 @@ double collective_latency(Collective kind, const GroupLink& link) {
   if (kind == Collective::SendRecv) return link.latency;
   if (n <= 1) return 0.0;
   return (kind == Collective::AllReduce ? 2.0 : 1.0) * (n - 1) * link.latency;
+}
+
+namespace {
+
+// The link of one phase of a two-phase all-to-all: `members` of `link`'s, `per_node` of them in
+// a node.
+GroupLink phase_link(const GroupLink& link, int members, int per_node) {
+  GroupLink l = link;
+  l.members = members;
+  l.members_per_node = std::max(1, std::min(members, per_node));
+  l.inter_node = l.members_per_node < members;
+  l.latency = l.inter_node ? link.latency : link.intra_latency;
+  return l;
+}
+
+std::pair<GroupLink, GroupLink> phase_links(const GroupLink& link, int node_ranks) {
+  const int g = std::clamp(node_ranks, 1, link.members), m = link.members / g;
+  const int k = link.inter_node ? link.members_per_node : link.members;
+  // Phase 1's g members are consecutive: as many share a node as the group's do. Phase 2's are
+  // g apart: k / g of them share a node when blocks are smaller than nodes.
+  return {phase_link(link, g, k), phase_link(link, m, k / g)};
+}
+
+}  // namespace
+
+double two_phase_all_to_all_time(double bytes, const GroupLink& link, int node_ranks) {
+  const auto [first, second] = phase_links(link, node_ranks);
+  return collective_time(Collective::AllToAll, bytes, first) +
+         collective_time(Collective::AllToAll, bytes, second);
+}
+
+double two_phase_all_to_all_latency(const GroupLink& link, int node_ranks) {
+  const auto [first, second] = phase_links(link, node_ranks);
+  return collective_latency(Collective::AllToAll, first) +
+         collective_latency(Collective::AllToAll, second);
 }
 
 double collective_time(Collective kind, double bytes, const GroupLink& link) {

@@ -34,6 +34,7 @@ struct GroupLink {
   double all_reduce_bandwidth = 0.0, all_gather_bandwidth = 0.0, reduce_scatter_bandwidth = 0.0;
   double nic_bandwidth = 0.0;  // bytes/s per device per direction, the slowest NIC touched
   double latency = 0.0;        // seconds per step (inter-node latency when spanning nodes)
+  double intra_latency = 0.0;  // seconds per step inside a node
   // Bus bandwidth of a ring collective of this kind over the group.
   double ring_bandwidth(Collective kind) const;
 };
@@ -44,6 +45,21 @@ GroupLink group_link(const spec::ClusterSpec& cluster, int first, int stride, in
 
 // Point-to-point between two devices.
 GroupLink pair_link(const spec::ClusterSpec& cluster, int a, int b);
+
+// Tutel's two-phase (2DH) all-to-all over `link`'s members in blocks of `node_ranks`
+// consecutive members: an all-to-all among the node_ranks members of a block, then one among the
+// n / node_ranks members at the same place of every block, each sending every byte it holds
+// (the first phase's arrivals):
+//   phase 1  (g-1) latency_1 + (g-1)/g bytes / bandwidth_1
+//   phase 2  (m-1) latency_2 + (m-1)/m bytes / bandwidth_2          (g = node_ranks, m = n / g)
+// each phase's link as collective_time takes it: inside a node (intra latency, scale-up) when its
+// members share one, else across (inter latency, NIC for what crosses). With g the group's
+// members per node, the NIC carries what the flat all-to-all's does, but a member pays m - 1
+// inter-node steps instead of n - g (plus the scale-up phase in series): it wins where the
+// steps' latency outweighs the first phase.
+double two_phase_all_to_all_time(double bytes, const GroupLink& link, int node_ranks);
+// Its bytes-independent part: both phases' latencies.
+double two_phase_all_to_all_latency(const GroupLink& link, int node_ranks);
 
 // Seconds for one collective. bytes: all-reduce / all-gather / reduce-scatter: the full buffer;
 // all-to-all: what one device sends in total; broadcast / send: the message. 0 for one member.

@@ -442,10 +442,13 @@ WorkTime work_time(const Work& work, const spec::HardwareSpec& hw, const GroupLi
       each(Collective::ReduceScatter, work.tp_reduce_scatter_bytes, work.tp_reduce_scatter_count);
   t.tp_exposed = exec.tp_comm_overlap ? std::max(0.0, t.tp_comm - t.gemm) : t.tp_comm;
   if (work.ep_all_to_all_count > 0.0) {
-    t.ep_comm = work.ep_all_to_all_count *
-                collective_time(Collective::AllToAll,
-                                work.ep_all_to_all_bytes / work.ep_all_to_all_count, ep);
-    t.fixed += work.ep_all_to_all_count * collective_latency(Collective::AllToAll, ep);
+    const double bytes = work.ep_all_to_all_bytes / work.ep_all_to_all_count;
+    const int g = work.ep_node_ranks;
+    t.ep_comm =
+        work.ep_all_to_all_count * (g > 0 ? two_phase_all_to_all_time(bytes, ep, g)
+                                          : collective_time(Collective::AllToAll, bytes, ep));
+    t.fixed += work.ep_all_to_all_count * (g > 0 ? two_phase_all_to_all_latency(ep, g)
+                                                 : collective_latency(Collective::AllToAll, ep));
     t.ep_exposed = t.ep_comm;
     if (work.ep_chunks > 1) {
       const double experts = (work.expert_gemm_flops + work.expert_gemm_count * e.gemm_half_flops) /

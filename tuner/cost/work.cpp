@@ -62,6 +62,7 @@ Work& Work::operator+=(const Work& o) {
   expert_gemm_flops += o.expert_gemm_flops;
   expert_gemm_count += o.expert_gemm_count;
   ep_chunks = std::max(ep_chunks, o.ep_chunks);
+  ep_node_ranks = std::max(ep_node_ranks, o.ep_node_ranks);
   return *this;
 }
 
@@ -278,6 +279,12 @@ PassWork transformer_layer_work(const spec::ModelSpec& model, const spec::Parall
     // Dispatch and combine, each in moe_chunks all-to-alls of the same bytes in all.
     ep.ep_all_to_all_count = 2.0 * plan.moe_chunks;
     ep.ep_chunks = plan.moe_chunks;
+    if (spec::two_phase_all_to_all(plan)) {
+      // Two phases, and two reorders of the blocks between them: each reads and writes what a
+      // rank sends.
+      ep.ep_node_ranks = plan.moe_a2a_node_ranks;
+      ep.memory_bytes += 2.0 * 2.0 * ep.ep_all_to_all_bytes;
+    }
   }
 
   PassWork out;

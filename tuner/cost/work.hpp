@@ -51,6 +51,9 @@ struct Work {
   // passes': a plan gives every MoE layer the same). 1: the all-to-all in series.
   double expert_gemm_flops = 0.0, expert_gemm_count = 0.0;
   int ep_chunks = 1;
+  // Tutel's two-phase all-to-all (ParallelPlan::moe_a2a_node_ranks): the EP ranks of its first
+  // phase; 0 = flat (the largest of the summed passes', as ep_chunks).
+  int ep_node_ranks = 0;
 
   Work& operator+=(const Work& o);
   Work& operator*=(double k);

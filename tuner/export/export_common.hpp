@@ -28,6 +28,11 @@ inline void refuse_pipetune_only_settings(const spec::ParallelPlan& p, std::stri
               " (whole experts inside the TP group, PPMoE: index slicing and the TP all-reduce "
               "instead of an all-to-all there) is not among " +
               fw + "'s settings; export the plan with expert_layout sharded");
+  require(p.moe_a2a_node_ranks == 0, framework,
+          "moe_a2a_node_ranks=" + std::to_string(p.moe_a2a_node_ranks) +
+              " (Tutel's two-phase all-to-all: among a node's EP ranks, then across nodes) is "
+              "not among " +
+              fw + "'s settings; export the plan with a flat all-to-all");
   require(!p.sparse_embedding_gradient, framework,
           "sparse_embedding_gradient (EmbRace: the embedding gradient's touched rows exchanged "
           "instead of an all-reduce of the table) is not among " +

@@ -109,6 +109,7 @@ std::string export_pipetune(const ExportRequest& r) {
   }
   if (p.layered_reduction) o << "layered_reduction = true\n";
   if (p.moe_chunks != 1) o << "moe_chunks = " << p.moe_chunks << "\n";
+  if (p.moe_a2a_node_ranks != 0) o << "moe_a2a_node_ranks = " << p.moe_a2a_node_ranks << "\n";
   if (p.sparse_embedding_gradient) o << "sparse_embedding_gradient = true\n";
   if (!p.expert_layouts.empty())  // one for every MoE layer, or one per MoE layer
     o << "expert_layout = " << spec::expert_layouts_toml(p.expert_layouts) << "\n";

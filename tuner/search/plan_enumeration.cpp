@@ -10,6 +10,7 @@
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/spec/validate.hpp"
+#include "tuner/cost/collectives.hpp"
 #include "tuner/cost/sparse_embedding_cost.hpp"
 #include "tuner/memory/memory_model.hpp"
 #include "tuner/search/auto_layer_split.hpp"
@@ -347,6 +348,18 @@ class Enumerator {
               add_candidate(std::move(chunked), vocab_label);
               if (full()) return;
             }
+        // Tutel's two-phase all-to-all where the EP group spans nodes: fewer inter-node steps
+        // against a phase inside the node in series (in one chunk and the most chunks).
+        if (const int g = two_phase_node_ranks(p); g > 0)
+          for (const spec::ParallelPlan& q : expert_plans)
+            for (int chunks : {1, kMoeChunkChoices[std::size(kMoeChunkChoices) - 1]}) {
+              if (chunks > 1 && !s_.moe_chunks) continue;
+              spec::ParallelPlan two = q;
+              two.moe_chunks = chunks;
+              two.moe_a2a_node_ranks = g;
+              add_candidate(std::move(two), vocab_label);
+              if (full()) return;
+            }
         // EmbRace's sparse embedding gradient (ZeRO-0): the touched rows exchanged instead of
         // the table all-reduced, where that moves fewer bytes (a large vocabulary against the
         // tokens each replica embeds).
@@ -377,6 +390,16 @@ class Enumerator {
   bool whole_experts_fit(const spec::ParallelPlan& p) const {
     return spec::is_moe(s_.model) && p.tp > 1 && p.stage_tp.empty() &&
            (s_.model.experts / p.ep) % p.tp == 0;
+  }
+
+  // The EP ranks a node holds when the plan's EP group spans nodes with the same number on each
+  // (its devices are dp_stride apart from the first slot), or 0: no two-phase all-to-all to try.
+  int two_phase_node_ranks(const spec::ParallelPlan& p) const {
+    if (!s_.two_phase_all_to_all || !spec::is_moe(s_.model) || p.ep <= 2 || !p.stage_tp.empty())
+      return 0;
+    const GroupLink link = group_link(s_.cluster, 0, spec::device_strides(p).dp_stride, p.ep);
+    const int g = link.members_per_node;
+    return link.inter_node && g > 1 && g < p.ep && p.ep % g == 0 ? g : 0;
   }
 
   // Per-stage layouts of a uniform plan (stage_layout_options.hpp), through the same rules,

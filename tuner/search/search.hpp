@@ -115,6 +115,9 @@ struct SearchSpace {
   // MoE plans with tp > 1 and ep > 1 also try the experts sharded and deduplicated: each TP rank
   // sending its share of the slots (ParallelPlan::expert_layouts = {dedup}: Parm); false: none.
   bool dedup_experts = true;
+  // MoE plans whose EP group spans nodes also try Tutel's two-phase all-to-all, in nodes of the
+  // EP ranks a node holds (ParallelPlan::moe_a2a_node_ranks); false: one flat all-to-all.
+  bool two_phase_all_to_all = true;
   int max_chunks = 4;               // interleaved-1f1b layer groups per stage, at most
   std::int64_t max_candidates = 0;  // stop enumerating after this many plans; 0 = no limit
   // With a bounder: the best `keep` plans (and the Pareto front) are exact; plans that provably

@@ -34,6 +34,7 @@ SearchSpace search_space(const SearchRequest& request) {
           .moe_chunks = request.moe_chunks,
           .whole_experts = request.whole_experts,
           .dedup_experts = request.dedup_experts,
+          .two_phase_all_to_all = request.two_phase_all_to_all,
           .max_candidates = request.max_candidates,
           .keep = request.keep,
           .threads = request.threads};

@@ -31,6 +31,8 @@ struct SearchRequest {
   bool whole_experts = true;
   // Deduplicated experts (SearchSpace::dedup_experts); false: no plan deduplicates.
   bool dedup_experts = true;
+  // Two-phase MoE all-to-all (SearchSpace::two_phase_all_to_all); false: flat only.
+  bool two_phase_all_to_all = true;
   // Results ranked exactly (SearchSpace::keep); 0 = score every plan.
   std::int64_t keep = 100;
   int threads = 0;  // scoring threads; 0 = hardware concurrency

@@ -83,6 +83,7 @@ std::string plan_summary(const spec::ParallelPlan& p, const std::string& vocab_l
   if (p.layered_reduction && !schedule::always_reduces_per_group(p.schedule))
     s += " layered-reduction";
   if (p.moe_chunks > 1) s += " a2a-chunks=" + std::to_string(p.moe_chunks);
+  if (p.moe_a2a_node_ranks > 0) s += " a2a-2dh=" + std::to_string(p.moe_a2a_node_ranks);
   if (!p.expert_layouts.empty()) s += " experts=" + spec::expert_layouts_label(p.expert_layouts);
   if (p.sparse_embedding_gradient) s += " sparse-emb";
   if (!p.layer_split.empty()) {

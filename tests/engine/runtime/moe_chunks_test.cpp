@@ -70,6 +70,28 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{.name = "ep2_dp2_full_recompute", .recompute = spec::Recompute::Full}),
     [](const auto& info) { return info.param.name; });
 
+// Tutel's two-phase all-to-all (ParallelPlan::moe_a2a_node_ranks) moves the flat one's values
+// to the same places: the same losses and gradients bit for bit, in place and on the stream, in
+// one chunk and in three, over nodes of 2 EP ranks (ep 4, alone and beside TP).
+TEST(MoeTwoPhaseAllToAll, TrainsAsTheFlatAllToAllBitForBit) {
+  struct Case {
+    Shape shape;
+    int node_ranks;
+  };
+  for (const Case& c : {Case{Shape{.name = "ep4_dp4", .dp = 4, .ep = 4}, 2},
+                        Case{Shape{.name = "tp2_ep4_dp4", .tp = 2, .dp = 4, .ep = 4}, 2}}) {
+    for (const auto& [chunks, stream] :
+         {std::pair{1, false}, std::pair{1, true}, std::pair{3, true}}) {
+      SCOPED_TRACE(c.shape.name + ", " + std::to_string(chunks) + " chunks " +
+                   (stream ? "on the stream" : "in place"));
+      const TrainResult flat = train(moe_run(c.shape, chunks, stream));
+      TrainOptions two = moe_run(c.shape, chunks, stream);
+      two.plan.moe_a2a_node_ranks = c.node_ranks;
+      testing::expect_training_within(train(two), flat, 0.0);
+    }
+  }
+}
+
 // On the stream, each MoE layer's dispatch and combine are one all-to-all per chunk each way, in
 // the forward and again in the backward, every micro-batch: the spans the stream's thread timed.
 TEST(MoeChunksTrace, TheStreamRunsOneAllToAllPerChunkEachWay) {

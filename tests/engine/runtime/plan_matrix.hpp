@@ -32,6 +32,7 @@ struct PlanCase {
   std::vector<int> slice_tokens = {};                   // terapipe's uneven slices
   bool layered_reduction = false;                       // an R op per layer group
   int moe_chunks = 1;                                   // each MoE layer's all-to-all in chunks
+  int moe_a2a_node_ranks = 0;                           // Tutel's 2DH all-to-all: EP ranks a node
   std::vector<spec::ExpertLayout> expert_layouts = {};  // experts inside the TP group
   bool sparse_embedding = false;  // EmbRace: the embedding gradient's touched rows exchanged
 
@@ -60,6 +61,7 @@ inline void apply_plan(const PlanCase& c, runtime::TrainOptions& o) {
   o.plan.slice_tokens = c.slice_tokens;
   o.plan.layered_reduction = c.layered_reduction;
   o.plan.moe_chunks = c.moe_chunks;
+  o.plan.moe_a2a_node_ranks = c.moe_a2a_node_ranks;
   o.plan.expert_layouts = c.expert_layouts;
   o.plan.sparse_embedding_gradient = c.sparse_embedding;
 }
@@ -266,6 +268,20 @@ inline std::vector<PlanCase> parallel_equivalence_plans() {
   add({.name = "moe_ep2_dp4", .model = "tiny-moe", .dp = 4, .ep = 2});
   // The all-to-all in 3 chunks (on the collective stream on CPU threads, in place on a device).
   add({.name = "moe_ep2_dp2_a2a_chunks3", .model = "tiny-moe", .dp = 2, .ep = 2, .moe_chunks = 3});
+  // Tutel's two-phase all-to-all, nodes of 2 EP ranks: in place, and in chunks on the stream
+  // beside TP.
+  add({.name = "moe_ep4_dp4_a2a_2dh",
+       .model = "tiny-moe",
+       .dp = 4,
+       .ep = 4,
+       .moe_a2a_node_ranks = 2});
+  add({.name = "moe_tp2_ep4_dp4_a2a_2dh_chunks2",
+       .model = "tiny-moe",
+       .tp = 2,
+       .dp = 4,
+       .ep = 4,
+       .moe_chunks = 2,
+       .moe_a2a_node_ranks = 2});
   add({.name = "moe_ep2_dp2_zero1", .model = "tiny-moe", .dp = 2, .ep = 2, .zero = 1});
   add({.name = "moe_tp2_ep2_dp2", .model = "tiny-moe", .tp = 2, .dp = 2, .ep = 2});
   add({.name = "moe_tp2_ep2_dp2_sp",

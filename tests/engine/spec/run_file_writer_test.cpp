@@ -171,6 +171,7 @@ void diff_plan(Diff& d, const ParallelPlan& a, const ParallelPlan& b) {
   d.field("plan.zero_stage", a.zero_stage, b.zero_stage);
   d.field("plan.group_size", a.group_size, b.group_size);
   d.field("plan.moe_chunks", a.moe_chunks, b.moe_chunks);
+  d.field("plan.moe_a2a_node_ranks", a.moe_a2a_node_ranks, b.moe_a2a_node_ranks);
   d.field("plan.expert_layouts", a.expert_layouts, b.expert_layouts);
 }
 

@@ -164,7 +164,8 @@ TEST(PlanFormModel, AnErrorAboutEachFieldMarksThatField) {
        {{PlanField::ZeroStage, "1"}, {PlanField::LayeredReduction, "true"}}},  // ZeRO-0 only
       {PlanField::Modular, {{PlanField::Schedule, "zb-v"}, {PlanField::Modular, "true"}}},  // a V
       {PlanField::MoeChunks, {{PlanField::MoeChunks, "2"}}},  // the default model has no experts
-      {PlanField::ExpertLayout, {{PlanField::ExpertLayout, "whole"}}},  // nor here
+      {PlanField::MoeA2aNodeRanks, {{PlanField::MoeA2aNodeRanks, "2"}}},  // nor here
+      {PlanField::ExpertLayout, {{PlanField::ExpertLayout, "whole"}}},    // nor here
       {PlanField::SparseEmbeddingGradient,
        {{PlanField::ZeroStage, "1"}, {PlanField::SparseEmbeddingGradient, "true"}}},  // ZeRO-0
   };
@@ -558,6 +559,23 @@ TEST(PlanFormModel, ExpertLayoutFieldTakesEveryLayout) {
   form.set_value(PlanField::ExpertLayout, "halved");
   EXPECT_FALSE(form.valid());
   EXPECT_FALSE(form.field_error(PlanField::ExpertLayout).isEmpty()) << all_errors(form);
+}
+
+// Tutel's two-phase all-to-all from the Set up page: presets/runs/tiny-moe-a2a-2dh.toml fills
+// the field with its node ranks, the plan carries them, and a count that does not divide ep is
+// marked on the field.
+TEST(PlanFormModel, TwoPhaseAllToAllFieldCarriesTheNodeRanks) {
+  PlanFormModel form;
+  form.load_run_preset("tiny-moe-a2a-2dh");
+  ASSERT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_EQ(form.value(PlanField::MoeA2aNodeRanks), "2");
+  EXPECT_EQ(form.selection()->plan.moe_a2a_node_ranks, 2);
+  form.set_value(PlanField::MoeA2aNodeRanks, "3");  // ep = 4
+  EXPECT_FALSE(form.valid());
+  EXPECT_FALSE(form.field_error(PlanField::MoeA2aNodeRanks).isEmpty()) << all_errors(form);
+  form.set_value(PlanField::MoeA2aNodeRanks, "");
+  ASSERT_TRUE(form.valid()) << form.message().toStdString();
+  EXPECT_EQ(form.selection()->plan.moe_a2a_node_ranks, 0);
 }
 
 }  // namespace
