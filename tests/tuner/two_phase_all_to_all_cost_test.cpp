@@ -14,6 +14,9 @@
 #include "tuner/cost/op_costs.hpp"
 #include "tuner/cost/work.hpp"
 #include "tuner/predict/evaluate.hpp"
+#include "tuner/search/plan_enumeration.hpp"
+#include "tuner/search/search.hpp"
+#include "tuner/search/search_request.hpp"
 
 namespace pipetune::tuner {
 namespace {
@@ -106,6 +109,32 @@ TEST(TwoPhaseAllToAllCost, AnEpGroupAcrossEightNodesPredictsFasterWithIt) {
   const double two = evaluate_plan(m, c, plan(8)).iteration_time;
   std::printf("64 experts over 64 H100s (8 nodes): flat %.4f s, two-phase %.4f s\n", flat, two);
   EXPECT_LT(two, flat);
+}
+
+// The tuner tries it where a plan's EP group spans nodes, in blocks of the EP ranks a node holds
+// (mixtral on 2 nodes of 8: ep 8 with tp 2 is 4 EP ranks on each node), and nowhere else.
+TEST(TwoPhaseAllToAllSearch, TheTunerTriesItWhereTheEpGroupSpansNodes) {
+  SearchRequest r;
+  r.target.model = "mixtral-8x7b";
+  r.target.hardware = "h100-sxm";
+  r.target.gpus = 16;
+  r.target.global_batch = 64;
+  const SearchSpace space = search_space(r);
+  SearchResult counts;
+  int two_phase = 0;
+  for (const SearchJob& j : enumerate_plans(space, counts)) {
+    const spec::ParallelPlan& p = j.plan;
+    const GroupLink ep = group_link(space.cluster, 0, spec::device_strides(p).dp_stride, p.ep);
+    if (p.moe_a2a_node_ranks == 0) continue;
+    ++two_phase;
+    EXPECT_TRUE(ep.inter_node) << "tp " << p.tp << " ep " << p.ep;
+    EXPECT_EQ(p.moe_a2a_node_ranks, ep.members_per_node);
+    EXPECT_EQ(p.moe_a2a_node_ranks * p.tp, 8);  // a node's 8 GPUs, tp apart
+  }
+  EXPECT_GT(two_phase, 0);
+  r.two_phase_all_to_all = false;
+  for (const SearchJob& j : enumerate_plans(search_space(r), counts))
+    EXPECT_EQ(j.plan.moe_a2a_node_ranks, 0);
 }
 
 }  // namespace
