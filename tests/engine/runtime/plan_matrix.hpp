@@ -34,9 +34,16 @@ struct PlanCase {
   int moe_chunks = 1;                                   // each MoE layer's all-to-all in chunks
   int moe_a2a_node_ranks = 0;                           // Tutel's 2DH all-to-all: EP ranks a node
   std::vector<spec::ExpertLayout> expert_layouts = {};  // experts inside the TP group
-  bool sparse_embedding = false;  // EmbRace: the embedding gradient's touched rows exchanged
+  bool sparse_embedding = false;   // EmbRace: the embedding gradient's touched rows exchanged
+  std::vector<int> stage_tp = {};  // per-stage layouts: each stage's tp (tp is stage 0's)
+  std::vector<spec::Recompute> stage_recompute = {};  // per-stage recomputation
 
-  int world() const { return tp * pp * dp; }
+  int world() const {
+    if (stage_tp.empty()) return tp * pp * dp;
+    int devices = 0;
+    for (int t : stage_tp) devices += t * dp;
+    return devices;
+  }
 };
 
 inline std::ostream& operator<<(std::ostream& os, const PlanCase& c) {
@@ -64,6 +71,8 @@ inline void apply_plan(const PlanCase& c, runtime::TrainOptions& o) {
   o.plan.moe_a2a_node_ranks = c.moe_a2a_node_ranks;
   o.plan.expert_layouts = c.expert_layouts;
   o.plan.sparse_embedding_gradient = c.sparse_embedding;
+  o.plan.stage_tp = c.stage_tp;
+  o.plan.stage_recompute = c.stage_recompute;
 }
 
 inline std::vector<PlanCase> parallel_equivalence_plans() {
@@ -337,6 +346,16 @@ inline std::vector<PlanCase> parallel_equivalence_plans() {
        .dp = 2,
        .ep = 2,
        .schedule = "zb-h1"});
+  // Per-stage layouts (each stage its own tp, activations resharded at the boundary) and
+  // per-stage recomputation (Merak).
+  add({.name = "pp2_stage_tp1_2", .pp = 2, .stage_tp = {1, 2}});
+  add({.name = "tp2_pp2_dp2_stage_tp2_1", .tp = 2, .pp = 2, .dp = 2, .stage_tp = {2, 1}});
+  const auto full = spec::Recompute::Full, selective = spec::Recompute::Selective,
+             none = spec::Recompute::None;
+  add({.name = "pp4_stage_recompute",
+       .pp = 4,
+       .microbatches = 8,
+       .stage_recompute = {full, selective, none, none}});
   return v;
 }
 
