@@ -37,6 +37,7 @@ struct GroupLink {
   double intra_latency = 0.0;  // seconds per step inside a node
   // Bus bandwidth of a ring collective of this kind over the group.
   double ring_bandwidth(Collective kind) const;
+  bool operator==(const GroupLink&) const = default;
 };
 
 // The group of `members` devices `stride` apart starting at device `first` (Megatron's rank

@@ -22,6 +22,7 @@ struct MoeImbalance {
   std::map<int, double> by_ep;  // ep -> factor (>= 1)
   double at(int ep) const;
   // u for every ep > 1 (a value given, not measured).
+  bool operator==(const MoeImbalance&) const = default;
   static MoeImbalance everywhere(double u) {
     MoeImbalance m;
     m.any_ep = u;
@@ -84,6 +85,8 @@ struct ExecutionOptions {
   // 0: the device's own element-wise rate (efficiency.memory * hbm_bandwidth), for a CPU device,
   // whose host memory is its memory.
   double host_update_bandwidth = 25e9;
+
+  bool operator==(const ExecutionOptions&) const = default;
 };
 
 // The embedded engine on its CPU backend (engine/runtime, engine/tensor/cpu): fp32 activations

@@ -38,6 +38,14 @@ struct RankLayers {
   }
 };
 
+// Whether ranks a and b hold as many layers of each kind.
+bool same_layers(const RankLayers& layers, std::size_t a, std::size_t b) {
+  if (layers.dense[a] != layers.dense[b]) return false;
+  for (const std::vector<double>& m : layers.moe)
+    if (m[a] != m[b]) return false;
+  return true;
+}
+
 RankLayers layers_per_rank(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
                            const std::vector<int>& split, const schedule::Schedule& where) {
   const int groups = where.stages * where.chunks;
@@ -99,6 +107,10 @@ class RecomputeWork {
     }
   }
   const LayerWork& work(int rank) const { return entry(rank).work; }
+  // Whether ranks a and b have one recomputation and tp, so one layer's work.
+  bool same_layer_work(int a, int b) const {
+    return of_rank_[static_cast<std::size_t>(a)] == of_rank_[static_cast<std::size_t>(b)];
+  }
   double layer_bytes(int rank) const { return entry(rank).layer_bytes; }
 
  private:
@@ -510,20 +522,31 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   out.activation_bytes_per_microbatch.assign(static_cast<std::size_t>(p), 0.0);
   out.transient_activation_bytes.assign(static_cast<std::size_t>(p), 0.0);
 
+  StageLinks previous_links;
   for (int r = 0; r < p; ++r) {
     const auto i = static_cast<std::size_t>(r);
-    const StageLinks links = rank_links.stage(r);
+    StageLinks links = rank_links.stage(r);
+    const bool with_embedding = !vocab_parallel && r == first_rank;
     const bool with_output = !vocab_parallel && r == last_rank;
-    const PassWork work =
-        rank_work(per_stage.work(r), layers, r, !vocab_parallel && r == first_rank, with_output);
     if (with_output) out.transient_activation_bytes[i] += logits_bytes;
-    set_pass_times(out.stages[i], work, hw, links, exec);
     out.activation_bytes_per_microbatch[i] = per_stage.layer_bytes(r) * layers.all(i);
+    // Most stages of a deep pipeline are alike (the same layers, links and parameters): such a
+    // stage's costs are the previous one's, not worked out again (the search prices thousands).
+    const bool plain = !with_embedding && !with_output;
+    if (r > 0 && plain && r - 1 != first_rank && r - 1 != last_rank &&
+        per_stage.same_layer_work(r, r - 1) && same_layers(layers, i, i - 1) &&
+        params[i] == params[i - 1] && links == previous_links) {
+      out.stages[i] = out.stages[i - 1];
+      continue;
+    }
+    previous_links = std::move(links);
+    const PassWork work = rank_work(per_stage.work(r), layers, r, with_embedding, with_output);
+    set_pass_times(out.stages[i], work, hw, previous_links, exec);
     double touched = 0.0;  // EmbRace: the input table's rows a replica touches
     if (plan.sparse_embedding_gradient && params[i].input_table > 0.0)
       touched = expected_touched_rows(params[i].input_table / as_d(model.hidden), as_d(model.vocab),
                                       tokens_per_replica(model, plan));
-    set_data_parallel_costs(out.stages[i], params[i], plan, links, hw, exec, touched,
+    set_data_parallel_costs(out.stages[i], params[i], plan, previous_links, hw, exec, touched,
                             as_d(model.hidden));
   }
   if (model.tied_embeddings && !vocab_parallel && first_rank != last_rank)

@@ -19,6 +19,7 @@ namespace pipetune::tuner {
 
 struct StageLinks {
   GroupLink tp, dp, ep, expert_dp;
+  bool operator==(const StageLinks&) const = default;
 };
 
 class RankLinks {

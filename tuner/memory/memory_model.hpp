@@ -63,10 +63,12 @@ struct StageParameters {
   // experts (over the expert-DP group). Zero when the stage has no such layer.
   struct Layer {
     double dense = 0.0, expert = 0.0;
+    bool operator==(const Layer&) const = default;
   };
   Layer dense_layer;           // the stage's largest layer without experts
   Layer moe_layer;             // the stage's largest layer with experts
   double largest_table = 0.0;  // the largest vocabulary table (or table share) on this device
+  bool operator==(const StageParameters&) const = default;
 };
 
 // One entry per pipeline rank. Throws SpecError when the plan's layer split does not match.

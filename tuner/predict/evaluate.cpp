@@ -91,7 +91,7 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   const schedule::Placement placement = schedule::schedule_placement(plan.schedule);
   const ExecutionOptions execution = execution_for(cluster);
   const MemoryModelOptions memory = memory_for(cluster);
-  const OpCosts costs = op_costs(model, cluster, plan, placement, execution);
+  const OpCosts& costs = costs_for(model, cluster, plan, placement, execution);
   const auto P = static_cast<std::size_t>(plan.pp);
   // Activations: what the schedule's warm-up rule makes a stage hold before its first backward
   // (schedule::least_peak_in_flight), at least one chunk of one micro-batch.
@@ -187,6 +187,27 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   return b;
 }
 
+const OpCosts& PlanEvaluator::costs_for(const spec::ModelSpec& model,
+                                        const spec::ClusterSpec& cluster,
+                                        const spec::ParallelPlan& plan,
+                                        schedule::Placement placement,
+                                        const ExecutionOptions& execution) {
+  constexpr std::size_t kRecent = 16;
+  if (!costs_context_ || std::get<0>(*costs_context_) != model ||
+      std::get<1>(*costs_context_) != cluster || std::get<2>(*costs_context_) != execution) {
+    costs_context_.emplace(model, cluster, execution);
+    recent_costs_.clear();
+  }
+  spec::ParallelPlan key = plan;
+  key.schedule = spec::reduces_per_group(plan) ? "per-group" : "";
+  for (auto it = recent_costs_.rbegin(); it != recent_costs_.rend(); ++it)
+    if (it->placement == placement && it->plan == key) return it->costs;
+  if (recent_costs_.size() >= kRecent) recent_costs_.erase(recent_costs_.begin());
+  recent_costs_.push_back(
+      {std::move(key), placement, op_costs(model, cluster, plan, placement, execution)});
+  return recent_costs_.back().costs;
+}
+
 const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorParams& params,
                                                       schedule::Schedule& scratch) {
   // Cost-aware orders and token slices (their lengths chosen per plan) are not cached.
@@ -225,6 +246,7 @@ sim::SimResult PlanEvaluator::run_simulation(const schedule::GeneratorParams& pa
   sim::SimOptions sim_options;
   sim_options.record_trace = options_.record_trace;
   sim_options.activation_bytes_per_microbatch = costs.activation_bytes_per_microbatch;
+  sim_options.structure_checked = true;  // schedule_for's schedules come from generate()
   sim::SimResult r = sim::simulate(s, costs.table, sim_options);
   if (cache != nullptr) cache->insert(std::move(key), r);
   return r;
@@ -260,7 +282,7 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
     }
   }
 
-  e.costs = op_costs(model, cluster, plan, e.placement, execution);
+  e.costs = costs_for(model, cluster, plan, e.placement, execution);
   choose_token_slices(plan, model.seq_len, e.costs.table);  // terapipe without given slices
   e.slice_tokens = plan.slice_tokens;
 

@@ -162,8 +162,23 @@ class PlanEvaluator {
   // set and no trace is recorded.
   sim::SimResult run_simulation(const schedule::GeneratorParams& params, const OpCosts& costs);
 
+  // op_costs of the plan, through a few recent results: plans that differ in their schedule
+  // alone (1f1b, zb-h1, gpipe... on one placement) have the same op costs, which depend on the
+  // schedule only through its placement and whether it reduces per layer group.
+  const OpCosts& costs_for(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                           const spec::ParallelPlan& plan, schedule::Placement placement,
+                           const ExecutionOptions& execution);
+
   EvaluateOptions options_;
   std::map<ScheduleKey, schedule::Schedule> schedules_;
+  struct CostsEntry {
+    spec::ParallelPlan plan;  // schedule name normalised (costs_for)
+    schedule::Placement placement;
+    OpCosts costs;
+  };
+  // For the model, cluster and execution options they were computed with; newest last.
+  std::vector<CostsEntry> recent_costs_;
+  std::optional<std::tuple<spec::ModelSpec, spec::ClusterSpec, ExecutionOptions>> costs_context_;
 };
 
 PlanEvaluation evaluate_plan(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,

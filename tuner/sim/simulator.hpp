@@ -67,6 +67,9 @@ struct SimOptions {
   // Bytes of activations one micro-batch leaves on each stage after its forward through the
   // stage's layers (all chunks). Empty = unknown; peak_activation_bytes then stays negative.
   std::vector<double> activation_bytes_per_microbatch;
+  // The schedule came from schedule::generate, which checked its structure: not checked again
+  // (the search simulates thousands of generated schedules). False for a schedule from elsewhere.
+  bool structure_checked = false;
 };
 
 struct StageSummary {
