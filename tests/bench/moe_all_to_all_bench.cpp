@@ -19,6 +19,18 @@ using namespace pipetune;
 constexpr int kWarmupSteps = 1;
 constexpr int kTimedSteps = 2;
 
+// Times the run's steps, and counts a2a_s: the all-to-all spans' time a step, per rank.
+void time_with_all_to_all(benchmark::State& state, const runtime::TrainOptions& options) {
+  double a2a_ns = 0.0;
+  bench::time_training(state, options, kWarmupSteps, [&](const runtime::TrainResult& result) {
+    for (const profiler::Span& s : result.trace.spans)
+      if (s.kind == profiler::SpanKind::AllToAll)
+        a2a_ns += static_cast<double>(s.end_ns - s.start_ns);
+  });
+  const double steps = static_cast<double>(state.iterations()) * (kWarmupSteps + kTimedSteps);
+  state.counters["a2a_s"] = a2a_ns / 1e9 / steps / options.plan.dp;
+}
+
 void BM_MoeAllToAll(benchmark::State& state) {
   runtime::TrainOptions options;
   options.model = bench::bench_model("gpt2-small-moe-256.toml");
@@ -33,14 +45,7 @@ void BM_MoeAllToAll(benchmark::State& state) {
   options.record_trace = true;
   options.overlap_reductions = state.range(1) != 0;
 
-  double a2a_ns = 0.0;
-  bench::time_training(state, options, kWarmupSteps, [&](const runtime::TrainResult& result) {
-    for (const profiler::Span& s : result.trace.spans)
-      if (s.kind == profiler::SpanKind::AllToAll)
-        a2a_ns += static_cast<double>(s.end_ns - s.start_ns);
-  });
-  const double steps = static_cast<double>(state.iterations()) * (kWarmupSteps + kTimedSteps);
-  state.counters["a2a_s"] = a2a_ns / 1e9 / steps / options.plan.dp;
+  time_with_all_to_all(state, options);
 }
 
 // Tutel's two-phase all-to-all (ParallelPlan::moe_a2a_node_ranks) against the flat one: the same
@@ -62,14 +67,7 @@ void BM_MoeTwoPhaseAllToAll(benchmark::State& state) {
   options.record_trace = true;
   options.overlap_reductions = false;
 
-  double a2a_ns = 0.0;
-  bench::time_training(state, options, kWarmupSteps, [&](const runtime::TrainResult& result) {
-    for (const profiler::Span& s : result.trace.spans)
-      if (s.kind == profiler::SpanKind::AllToAll)
-        a2a_ns += static_cast<double>(s.end_ns - s.start_ns);
-  });
-  const double steps = static_cast<double>(state.iterations()) * (kWarmupSteps + kTimedSteps);
-  state.counters["a2a_s"] = a2a_ns / 1e9 / steps / options.plan.dp;
+  time_with_all_to_all(state, options);
 }
 
 }  // namespace
