@@ -107,6 +107,11 @@ TOML
   check_plan "pp=2 dp=2 v-half vocab-2 zero-3" --tp 1 --pp 2 --dp 2 --schedule v-half \
     --vocab vocab-2 --zero 3
   check_plan "moe dp=4 ep=2 zero-3" --model tiny-moe --tp 1 --pp 1 --dp 4 --ep 2 --zero 3
+  # Tutel's two-phase all-to-all: its node and cross groups declared up front with the others.
+  check_plan "moe dp=4 ep=4 two-phase all-to-all in nodes of 2" --model tiny-moe --tp 1 --pp 1 \
+    --dp 4 --ep 4 --moe-a2a-node-ranks 2
+  check_plan "moe dp=4 ep=4 two-phase all-to-all, 3 chunks on the stream" --model tiny-moe \
+    --tp 1 --pp 1 --dp 4 --ep 4 --moe-a2a-node-ranks 2 --moe-chunks 3
   check_plan "pp=4 zb-v" --tp 1 --pp 4 --dp 1 --schedule zb-v
   check_plan "pp=4 v-min" --tp 1 --pp 4 --dp 1 --schedule v-min
   check_plan "pp=4 dualpipe-v" --tp 1 --pp 4 --dp 1 --schedule dualpipe-v
