@@ -31,30 +31,34 @@ void ReductionWorker::submit(int chunk, Job job) {
   changed_.notify_all();
 }
 
+comm::CollectiveStream::Ticket ReductionWorker::submit_awaited(Job job) {
+  Ticket ticket = 0;
+  {
+    std::lock_guard lock(mutex_);
+    ticket = next_ticket_++;
+    queue_.push_back({kStreamJob, ticket, std::move(job)});
+  }
+  changed_.notify_all();
+  return ticket;
+}
+
 comm::CollectiveStream::Ticket ReductionWorker::all_to_all(const comm::ProcessGroup& group,
                                                            std::span<const float> input,
                                                            std::span<float> output) {
-  std::lock_guard lock(mutex_);
-  const Ticket ticket = next_ticket_++;
-  queue_.push_back({kStreamJob, ticket, [group, input, output](comm::Communicator& via) {
-                      via.all_to_all(group, input, output);
-                    }});
-  changed_.notify_all();
-  return ticket;
+  return submit_awaited(
+      [group, input, output](comm::Communicator& via) { via.all_to_all(group, input, output); });
 }
 
 comm::CollectiveStream::Ticket ReductionWorker::all_to_all_two_phase(
     const comm::ProcessGroup& node, const comm::ProcessGroup& cross, std::span<const float> input,
     std::span<float> output) {
-  std::lock_guard lock(mutex_);
-  const Ticket ticket = next_ticket_++;
-  queue_.push_back({kStreamJob, ticket, [node, cross, input, output](comm::Communicator& via) {
-                      std::vector<float> staged(input.size()), arrived(input.size());
-                      comm::two_phase_all_to_all(via, node, cross, input, output, staged, arrived,
-                                                 comm::host_block_copy);
-                    }});
-  changed_.notify_all();
-  return ticket;
+  // The scratch is the worker thread's alone (jobs run one at a time there), kept between jobs.
+  return submit_awaited([this, node, cross, input, output](comm::Communicator& via) {
+    two_phase_staged_.resize(input.size());
+    two_phase_arrived_.resize(input.size());
+    comm::two_phase_all_to_all(via, node, cross, input, output, two_phase_staged_,
+                               two_phase_arrived_, comm::host_block_copy);
+  });
 }
 
 comm::CollectiveStream::Ran ReductionWorker::wait(Ticket ticket) {

@@ -67,6 +67,8 @@ class ReductionWorker : public comm::CollectiveStream {
 
  private:
   void run();
+  // Queues a collective of the stream, to be waited for by the ticket returned.
+  Ticket submit_awaited(Job job);
 
   std::unique_ptr<comm::Communicator> channel_;
   std::function<std::int64_t()> now_ns_;
@@ -86,6 +88,8 @@ class ReductionWorker : public comm::CollectiveStream {
   std::vector<Ran> ran_;
   std::map<Ticket, comm::CollectiveStream::Ran> stream_ran_;  // awaited by wait(ticket)
   std::exception_ptr error_;
+  // The two-phase all-to-all's scratch (all_to_all_two_phase), touched on the worker thread only.
+  std::vector<float> two_phase_staged_, two_phase_arrived_;
   std::thread thread_;  // last: starts once everything above is built
 };
 

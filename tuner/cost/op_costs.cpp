@@ -523,6 +523,7 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   out.transient_activation_bytes.assign(static_cast<std::size_t>(p), 0.0);
 
   StageLinks previous_links;
+  bool previous_plain = false;  // the previous stage holds no vocabulary layer
   for (int r = 0; r < p; ++r) {
     const auto i = static_cast<std::size_t>(r);
     StageLinks links = rank_links.stage(r);
@@ -533,12 +534,12 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
     // Most stages of a deep pipeline are alike (the same layers, links and parameters): such a
     // stage's costs are the previous one's, not worked out again (the search prices thousands).
     const bool plain = !with_embedding && !with_output;
-    if (r > 0 && plain && r - 1 != first_rank && r - 1 != last_rank &&
-        per_stage.same_layer_work(r, r - 1) && same_layers(layers, i, i - 1) &&
-        params[i] == params[i - 1] && links == previous_links) {
+    if (plain && previous_plain && per_stage.same_layer_work(r, r - 1) &&
+        same_layers(layers, i, i - 1) && params[i] == params[i - 1] && links == previous_links) {
       out.stages[i] = out.stages[i - 1];
       continue;
     }
+    previous_plain = plain;
     previous_links = std::move(links);
     const PassWork work = rank_work(per_stage.work(r), layers, r, with_embedding, with_output);
     set_pass_times(out.stages[i], work, hw, previous_links, exec);
