@@ -9,8 +9,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
 #include <string>
 
+#include "engine/comm/forwarding_communicator.hpp"
 #include "engine/model/moe_exchange.hpp"
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
@@ -90,6 +95,75 @@ TEST(MoeTwoPhaseAllToAll, TrainsAsTheFlatAllToAllBitForBit) {
       testing::expect_training_within(train(two), flat, 0.0);
     }
   }
+}
+
+// Each rank's communicator wrapped to count the all-to-alls per group name ("ep", "ep-node",
+// "ep-cross"), over the CPU device.
+class AllToAllCounts {
+ public:
+  RankDeviceFactory devices() {
+    return [this](comm::Communicator& comm, int threads) -> std::unique_ptr<RankDevice> {
+      return std::make_unique<Device>(*this, comm, threads);
+    };
+  }
+  std::map<std::string, int> by_group() const {
+    std::lock_guard lock(mutex_);
+    return counts_;
+  }
+
+ private:
+  class Counting final : public comm::ForwardingCommunicator {
+   public:
+    Counting(AllToAllCounts& counts, comm::Communicator& inner)
+        : ForwardingCommunicator(inner), counts_(counts) {}
+    void all_to_all(const comm::ProcessGroup& group, std::span<const float> input,
+                    std::span<float> output) override {
+      {
+        std::lock_guard lock(counts_.mutex_);
+        ++counts_.counts_[group.name];
+      }
+      ForwardingCommunicator::all_to_all(group, input, output);
+    }
+
+   private:
+    AllToAllCounts& counts_;
+  };
+  class Device final : public RankDevice {
+   public:
+    Device(AllToAllCounts& counts, comm::Communicator& comm, int threads)
+        : comm_(counts, comm), inner_(make_cpu_rank_device(comm_, threads)) {}
+    tensor::Backend& backend() override { return inner_->backend(); }
+    tensor::DeviceAllocator* storage() override { return inner_->storage(); }
+    comm::Communicator& communicator() override { return comm_; }
+
+   private:
+    Counting comm_;
+    std::unique_ptr<RankDevice> inner_;
+  };
+  mutable std::mutex mutex_;
+  std::map<std::string, int> counts_;
+};
+
+// The training runs above would also pass on the flat all-to-all: counted at the communicator,
+// the two-phase run makes each of the flat run's all-to-alls on the EP group as one on the node's
+// group and one across nodes, and none on the EP group itself.
+TEST(MoeTwoPhaseAllToAll, RunsItsAllToAllsOverTheNodeAndCrossGroups) {
+  const auto counted = [](int node_ranks) {
+    AllToAllCounts counts;
+    TrainOptions o = moe_run(Shape{.name = "ep4_dp4", .dp = 4, .ep = 4}, 1, false);
+    o.steps = 1;
+    o.plan.moe_a2a_node_ranks = node_ranks;
+    o.rank_device = counts.devices();
+    train(o);
+    return counts.by_group();
+  };
+  const std::map<std::string, int> flat = counted(0), two = counted(2);
+  ASSERT_GT(flat.count("ep"), 0u);
+  EXPECT_EQ(flat.count("ep-node"), 0u);
+  EXPECT_EQ(two.count("ep"), 0u);
+  ASSERT_EQ(two.count("ep-node"), 1u);
+  EXPECT_EQ(two.at("ep-node"), flat.at("ep"));
+  EXPECT_EQ(two.at("ep-cross"), flat.at("ep"));
 }
 
 // On the stream, each MoE layer's dispatch and combine are one all-to-all per chunk each way, in
