@@ -61,7 +61,7 @@ inline constexpr const char* kExpertLayoutHelp =
     "of one per MoE layer";
 inline constexpr const char* kSparseEmbeddingHelp =
     "EmbRace: reduce the input embedding's gradient over DP by exchanging the rows of the tokens "
-    "each replica embedded, not the whole table (ZeRO-0)";
+    "each replica embedded, not the whole table (under ZeRO each row sent to its owner)";
 
 // `--stage-recompute full,selective,none,none`: one recomputation per pipeline rank, `pp` of them
 // (empty text: none given). InputError "--stage-recompute: ..." naming the entry or the count.

@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
 #include "cli/json_output.hpp"
+#include "cli/measured_embedding_rows.hpp"
 #include "cli/moe_imbalance_flags.hpp"
 #include "cli/plan_flags.hpp"
 #include "cli/predict_against.hpp"
@@ -44,6 +45,7 @@ struct PredictArgs {
   bool sequence_parallel = false;
   bool offload_activations = false, offload_optimizer = false;
   MoeImbalanceArgs moe_imbalance;
+  EmbeddingRowsArgs embedding_rows;
   bool json = false;
 };
 
@@ -124,12 +126,14 @@ void print_prediction(const spec::ModelSpec& model, const spec::ClusterSpec& clu
                              .c_str()
                        : "");
     for (const schedule::StageCosts::Failure& f : c.failures)
-      std::printf("failure        stage %zu at %s, %s\n", i, human_time(f.at).c_str(),
-                  pool && c.failed_replicas() < t.reroute_pool
-                      ? (std::to_string(f.new_replicas) + " more of its " +
-                         std::to_string(t.reroute_pool) + " replicas, re-routed to the others")
-                            .c_str()
-                      : ("back after " + human_time(f.restart_delay)).c_str());
+      std::printf(
+          "failure        stage %zu at %s, %s\n", i, human_time(f.at).c_str(),
+          pool && c.most_replicas_down() < t.reroute_pool
+              ? (std::to_string(f.new_replicas) + " more of its " + std::to_string(t.reroute_pool) +
+                 " replicas, re-routed to the others until back after " +
+                 human_time(f.restart_delay))
+                    .c_str()
+              : ("back after " + human_time(f.restart_delay)).c_str());
     if (c.fails())
       std::printf("failure        stage %zu lost %s\n", i,
                   human_time(e.stages[i].fault_stall).c_str());
@@ -233,6 +237,8 @@ void run_flags(const PredictArgs& a) {
   }
   if (const auto u = moe_imbalance(a.moe_imbalance, t.model.experts, a.db))
     tuner::set_moe_imbalance(options, t.cluster.hardware, *u);
+  if (const auto rows = embedding_rows_factor(a.embedding_rows, a.db))
+    tuner::set_embedding_rows_factor(options, t.cluster.hardware, *rows);
   print_prediction(t.model, t.cluster, t.global_batch, p, a.vocab,
                    tuner::evaluate_plan(t.model, t.cluster, p, options), a.json);
 }
@@ -242,7 +248,8 @@ void run_flags(const PredictArgs& a) {
 void run_config(const PredictArgs& a) {
   const std::optional<tuner::MoeImbalance> imbalance =
       moe_imbalance(a.moe_imbalance, spec::load_run(a.config).model.experts, a.db);
-  const tuner::SimulationSetup setup = tuner::setup_from_run_file(a.config, a.reroute, imbalance);
+  const tuner::SimulationSetup setup = tuner::setup_from_run_file(
+      a.config, a.reroute, imbalance, embedding_rows_factor(a.embedding_rows, a.db));
   if (!a.against.empty()) {
     print_prediction_against(setup, a.db, a.against, a.json);
     return;
@@ -304,6 +311,7 @@ void add_predict_command(CLI::App& app) {
                   "GPUs; --tp defaults to the first)");
   cmd->add_flag("--sequence-parallel", a->sequence_parallel, "Sequence parallelism (with TP)");
   add_moe_imbalance_options(cmd, a->moe_imbalance);
+  add_embedding_rows_options(cmd, a->embedding_rows);
   cmd->add_flag("--reroute", a->reroute,
                 "Unreliable peers (a cluster's [[faults]]): each stage's data-parallel replicas "
                 "share its micro-batches by throughput and take over a failed one's (SWARM)");
@@ -327,10 +335,12 @@ void add_predict_command(CLI::App& app) {
   cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
   // A run file instead of the flags, and what to compare its prediction with.
   std::vector<CLI::Option*> flags;
-  // --reroute and the MoE imbalance are how a plan is priced, not the plan: they go with either.
+  // --reroute, the MoE imbalance and the embedding rows are how a plan is priced, not the plan:
+  // they go with either.
   for (CLI::Option* o : cmd->get_options())
     if (o->get_name() != "--json" && o->get_name() != "--help" && o->get_name() != "--reroute" &&
-        o->get_name() != "--moe-imbalance" && o->get_name() != "--moe-imbalance-from")
+        o->get_name() != "--moe-imbalance" && o->get_name() != "--moe-imbalance-from" &&
+        o->get_name() != "--embedding-rows" && o->get_name() != "--embedding-rows-from")
       flags.push_back(o);
   CLI::Option* config =
       cmd->add_option("--config", a->config, "Predict a run file (model, cluster, plan) instead");

@@ -12,6 +12,7 @@
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
 #include "cli/json_output.hpp"
+#include "cli/measured_embedding_rows.hpp"
 #include "cli/report_expert_load.hpp"
 #include "cli/report_gpu_ops.hpp"
 #include "cli/workspace_cli.hpp"
@@ -118,6 +119,8 @@ void print_json(const LoadedRun& r, const Report& rep) {
   if (nlohmann::json gpu = gpu_op_time_json(r); !gpu.is_null()) j["gpu_ops"] = std::move(gpu);
   if (nlohmann::json experts = expert_load_json(r); !experts.is_null())
     j["expert_load"] = std::move(experts);
+  if (nlohmann::json rows = embedding_rows_json(r); !rows.is_null())
+    j["embedding_rows"] = std::move(rows);
   if (!r.pipeline) {
     j["idle_ratio"] = rep.breakdown.bubble_ratio;
     j["ranks"] = stages;
@@ -194,6 +197,7 @@ void print_human(const LoadedRun& r, const Report& rep) {
     print_ranks(r, rep);
     print_gpu_op_time(r);
     print_expert_load(r);
+    print_embedding_rows(r);
     return;
   }
   std::printf("iteration %zu of %zu: %s, pipeline bubble %.1f%%\n\n", r.iteration + 1, r.iterations,
@@ -232,6 +236,7 @@ void print_human(const LoadedRun& r, const Report& rep) {
               human_time(seconds(rep.path.wait_ns), u).c_str(), rep.path.steps.size());
   print_gpu_op_time(r);
   print_expert_load(r);
+  print_embedding_rows(r);
 }
 
 void report(const ReportArgs& a) {

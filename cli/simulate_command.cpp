@@ -353,15 +353,15 @@ void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& 
     if (c.slowdown > 1.0)
       std::printf("stage %zu: slow, its passes at %.3gx their cost%s\n", i, c.slowdown,
                   setup.costs.reroute_pool >= 2 ? " (its pool shares the load by throughput)" : "");
-    int down = 0;  // replicas of the pool down so far
     for (const schedule::StageCosts::Failure& f : c.failures) {
-      down += f.new_replicas;
-      std::printf("stage %zu: fails at %s; %s\n", i, human_time(f.at, setup.time_unit).c_str(),
-                  setup.costs.reroute_pool >= 2 && c.failed_replicas() < setup.costs.reroute_pool
-                      ? ("re-routed to the " + std::to_string(setup.costs.reroute_pool - down) +
-                         " replicas left")
-                            .c_str()
-                      : ("restarts after " + human_time(f.restart_delay, setup.time_unit)).c_str());
+      const int down = c.replicas_down_at(f.at);  // of the pool, this failure's included
+      std::printf(
+          "stage %zu: fails at %s; %s\n", i, human_time(f.at, setup.time_unit).c_str(),
+          setup.costs.reroute_pool >= 2 && c.most_replicas_down() < setup.costs.reroute_pool
+              ? ("re-routed to the " + std::to_string(setup.costs.reroute_pool - down) +
+                 " replicas left until back after " + human_time(f.restart_delay, setup.time_unit))
+                    .c_str()
+              : ("restarts after " + human_time(f.restart_delay, setup.time_unit)).c_str());
     }
     if (c.fails())
       std::printf("stage %zu: lost %s to its failures\n", i,

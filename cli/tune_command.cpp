@@ -14,6 +14,7 @@
 #include "cli/explanation_json.hpp"
 #include "cli/format.hpp"
 #include "cli/json_output.hpp"
+#include "cli/measured_embedding_rows.hpp"
 #include "cli/moe_imbalance_flags.hpp"
 #include "cli/stdout_status.hpp"
 #include "cli/tuning_target.hpp"
@@ -42,6 +43,7 @@ struct TuneArgs {
   bool no_whole_experts = false;
   bool no_dedup_experts = false;
   bool no_two_phase_a2a = false;
+  bool no_sparse_embedding = false;
   bool no_stage_layouts = false;
   int top = 10;
   std::int64_t keep = 100;
@@ -52,6 +54,7 @@ struct TuneArgs {
   double restart_delay = 600.0;  // seconds until a failed device is back
   bool reroute = false;          // SWARM re-routing over each stage's replicas
   MoeImbalanceArgs moe_imbalance;
+  EmbeddingRowsArgs embedding_rows;
   std::string db;
   bool no_db = false;
 };
@@ -88,6 +91,7 @@ tuner::SearchSpace make_space(const TuneArgs& a) {
                                      .whole_experts = !a.no_whole_experts,
                                      .dedup_experts = !a.no_dedup_experts,
                                      .two_phase_all_to_all = !a.no_two_phase_a2a,
+                                     .sparse_embedding = !a.no_sparse_embedding,
                                      .keep = a.keep,
                                      .threads = a.threads};
   tuner::SearchSpace s;
@@ -133,7 +137,8 @@ std::optional<tuner::PlanExplanation> explain(const Target& t, const tuner::Sear
 // What the scorers evaluate with: the failure rate the plans are ranked under, if any, and
 // re-routing for it and for the cluster's own faults.
 tuner::EvaluateOptions evaluate_options(const TuneArgs& a, const spec::ClusterSpec& cluster,
-                                        std::int64_t experts) {
+                                        std::int64_t experts,
+                                        std::optional<double> embedding_rows) {
   for (const auto& [flag, v] :
        {std::pair{"--failure-rate", a.failure_rate}, std::pair{"--restart-delay", a.restart_delay}})
     if (!(v >= 0.0) || !std::isfinite(v))
@@ -142,16 +147,21 @@ tuner::EvaluateOptions evaluate_options(const TuneArgs& a, const spec::ClusterSp
       tuner::search_options(cluster, {a.failure_rate, a.restart_delay, a.reroute});
   if (const auto u = moe_imbalance(a.moe_imbalance, experts, a.db))
     tuner::set_moe_imbalance(o, cluster.hardware, *u);
+  if (embedding_rows) tuner::set_embedding_rows_factor(o, cluster.hardware, *embedding_rows);
   return o;
 }
 
 void run(const TuneArgs& a) {
-  const tuner::SearchSpace space = make_space(a);
+  tuner::SearchSpace space = make_space(a);
+  // The measured rows price the sparse gradient's candidates and decide which are tried.
+  const std::optional<double> rows = embedding_rows_factor(a.embedding_rows, a.db);
+  space.embedding_rows_factor = rows.value_or(1.0);
   const Target t{space.model, space.cluster, space.global_batch};
   const bool bar = isatty(STDERR_FILENO) != 0;
   const tuner::SearchResult r = tuner::search_plans(
       space,
-      tuner::evaluator_scorers(t.model, t.cluster, evaluate_options(a, t.cluster, t.model.experts)),
+      tuner::evaluator_scorers(t.model, t.cluster,
+                               evaluate_options(a, t.cluster, t.model.experts, rows)),
       bar ? progress_bar : tuner::SearchProgress{});
   if (r.ranked.empty())
     throw InputError(tuner::no_feasible_plan_explanation(r, t.model, t.cluster));
@@ -266,6 +276,11 @@ void add_tune_command(CLI::App& app) {
                 "also try Tutel's two-phase all-to-all, moe_a2a_node_ranks: among a node's EP "
                 "ranks, then across nodes; the Megatron-LM, torchtitan and DeepSpeed exports "
                 "refuse it)");
+  cmd->add_flag("--no-sparse-embedding", a->no_sparse_embedding,
+                "Reduce every plan's embedding gradient dense (by default plans with dp > 1 also "
+                "try EmbRace's sparse embedding gradient where its touched rows move fewer bytes "
+                "than the table, sparse_embedding_gradient; the Megatron-LM, torchtitan and "
+                "DeepSpeed exports refuse it)");
   cmd->add_option("--top", a->top, "Results to print")->capture_default_str();
   cmd->add_option("--failure-rate", a->failure_rate,
                   "Unreliable peers: rank by expected throughput with devices failing at this "
@@ -287,6 +302,7 @@ void add_tune_command(CLI::App& app) {
                 "Explain why rank 1 beat rank 2: the binding stage, the busiest link, the "
                 "difference by part and the settings that differ");
   add_moe_imbalance_options(cmd, a->moe_imbalance);
+  add_embedding_rows_options(cmd, a->embedding_rows);
   add_db_option(cmd, a->db);
   cmd->add_flag("--no-db", a->no_db, "Do not store the results in a workspace");
   cmd->callback([a] { run(*a); });

@@ -9,7 +9,8 @@
 namespace pipetune::tuner {
 
 SimulationSetup setup_from_run_file(const std::string& name_or_path, bool reroute_failures,
-                                    const std::optional<MoeImbalance>& moe_imbalance) {
+                                    const std::optional<MoeImbalance>& moe_imbalance,
+                                    std::optional<double> embedding_rows_factor) {
   spec::RunSpec run = spec::load_run(name_or_path);
   spec::apply_defaults(run.plan);
   const spec::ParallelPlan& plan = run.plan;
@@ -27,6 +28,8 @@ SimulationSetup setup_from_run_file(const std::string& name_or_path, bool rerout
     set_moe_imbalance(options, run.cluster.hardware, *moe_imbalance);
   else if (run.moe_imbalance != 1.0)
     set_moe_imbalance(options, run.cluster.hardware, MoeImbalance::everywhere(run.moe_imbalance));
+  if (embedding_rows_factor)
+    set_embedding_rows_factor(options, run.cluster.hardware, *embedding_rows_factor);
   PlanEvaluation e = evaluate_plan(run.model, run.cluster, plan, options);
   SimulationSetup setup;
   // terapipe: the slices the evaluation chose (TeraPipe's dynamic programming), as train plans.

@@ -34,8 +34,10 @@ struct SimulationSetup {
 // reroute_failures: the cluster's failing and slow nodes (ClusterSpec::faults) are met by
 // SWARM-style re-routing over each stage's data-parallel replicas (ExecutionOptions).
 // moe_imbalance: the MoE routing imbalance the cost model prices (even when none).
-SimulationSetup setup_from_run_file(
-    const std::string& name_or_path, bool reroute_failures = false,
-    const std::optional<MoeImbalance>& moe_imbalance = std::nullopt);
+// embedding_rows_factor: the sparse embedding gradient's rows over the uniform estimate (1 when
+// none, ExecutionOptions::embedding_rows_factor).
+SimulationSetup setup_from_run_file(const std::string& name_or_path, bool reroute_failures = false,
+                                    const std::optional<MoeImbalance>& moe_imbalance = std::nullopt,
+                                    std::optional<double> embedding_rows_factor = std::nullopt);
 
 }  // namespace pipetune::tuner

@@ -72,8 +72,6 @@ void DataParallelOptimizer::update(float* params, const float* grads, std::int64
 }
 
 void DataParallelOptimizer::set_sparse_unit(int unit, std::int64_t width) {
-  if (zero1_ || sharded_gradients_)
-    throw std::logic_error("set_sparse_unit: the sparse embedding gradient runs without ZeRO");
   const model::ParamUnit& u = params_->units().at(static_cast<std::size_t>(unit));
   if (width <= 0 || u.numel % width != 0)
     throw std::logic_error("set_sparse_unit: unit '" + u.name + "' is no table of rows " +
@@ -89,6 +87,70 @@ void DataParallelOptimizer::reduce_sparse_unit(std::span<const std::int32_t> tou
                                          u.numel / sparse_width_, sparse_width_, touched);
 }
 
+bool DataParallelOptimizer::sparse_unit_open() const {
+  if (sparse_unit_ < 0 || !sharded_gradients_) return false;
+  const std::vector<int>& open = params_->open_gradient_units();
+  return std::find(open.begin(), open.end(), sparse_unit_) != open.end();
+}
+
+// ZeRO-1 with a sparse table at [a, b) of the flat buffer. The rest of each member's owned range
+// is reduced by an all-to-all of those slices, which is the buffer's reduce-scatter without the
+// table (its slices uneven where a range meets the table), summed in group-rank order; the
+// table's part of each range by its touched rows (EmbRace's AlltoAll).
+void DataParallelOptimizer::reduce_scatter_around_sparse_unit(
+    std::span<const std::int32_t> touched) {
+  const model::ParamUnit& u = params_->units()[static_cast<std::size_t>(sparse_unit_)];
+  tensor::FlatStorage& g = params_->flat_grads();
+  tensor::DeviceAllocator& storage = g.allocator();
+  const auto members = static_cast<std::size_t>(group_.size());
+  const auto me = static_cast<std::size_t>(group_.index_of(comm_->rank()));
+  const auto n = static_cast<std::int64_t>(g.size());
+  const std::int64_t a = u.offset, b = u.offset + u.numel, shard = n / group_.size();
+  const auto in_table = [&](std::int64_t lo, std::int64_t hi) {
+    return std::max<std::int64_t>(0, std::min(hi, b) - std::max(lo, a));
+  };
+  std::vector<std::size_t> send(members);
+  std::vector<TableRange> owned(members);
+  for (std::size_t j = 0; j < members; ++j) {
+    const std::int64_t lo = static_cast<std::int64_t>(j) * shard, hi = lo + shard;
+    send[j] = static_cast<std::size_t>(hi - lo - in_table(lo, hi));
+    owned[j] = {std::clamp<std::int64_t>(lo - a, 0, u.numel),
+                std::clamp<std::int64_t>(hi - a, 0, u.numel)};
+  }
+  const std::size_t own = send[me];
+  const std::vector<std::size_t> recv(members, own);
+  // The buffer without the table: in place where the table starts or ends it (the first
+  // stage's embedding is its first unit), else packed.
+  const auto dense_size = static_cast<std::size_t>(n - (b - a));
+  const auto mem = profiler::MemoryCategory::Temporaries;
+  const float* dense = g.data() + (a == 0 ? b : 0);
+  tensor::FlatStorage packed;
+  if (a > 0 && b < n) {
+    packed = tensor::FlatStorage(dense_size, mem, &storage);
+    storage.copy(packed.data(), g.data(), static_cast<std::size_t>(a) * sizeof(float));
+    storage.copy(packed.data() + a, g.data() + b, static_cast<std::size_t>(n - b) * sizeof(float));
+    dense = packed.data();
+  }
+  tensor::FlatStorage slices(std::max<std::size_t>(members * own, 1), mem, &storage);
+  comm_->all_to_all_v(group_, {dense, dense_size}, send, {slices.data(), members * own}, recv);
+  if (own > 0) {
+    const tensor::TensorView sum{slices.data(), Shape{static_cast<std::int64_t>(own)}};
+    for (std::size_t i = 1; i < members; ++i)
+      backend_->accumulate(sum, {slices.data() + i * own, Shape{static_cast<std::int64_t>(own)}});
+    // Back into the owned range, on both sides of the table.
+    const std::int64_t before = std::max<std::int64_t>(0, std::min(hi_, a) - lo_);
+    if (before > 0)
+      storage.copy(g.data() + lo_, slices.data(), static_cast<std::size_t>(before) * sizeof(float));
+    const std::int64_t after_lo = std::max(lo_, b);
+    if (hi_ > after_lo)
+      storage.copy(g.data() + after_lo, slices.data() + before,
+                   static_cast<std::size_t>(hi_ - after_lo) * sizeof(float));
+  }
+  last_sparse_ = reduce_scatter_touched_rows(*comm_, group_, storage, g.data() + a,
+                                             u.numel / sparse_width_, sparse_width_, touched, owned,
+                                             g.data() + a + owned[me].lo, RowsWrite::set);
+}
+
 void DataParallelOptimizer::reduce_gradients(std::span<const std::int32_t> touched) {
   if (sharded_gradients_) {
     if (!params_->open_gradient_units().empty())
@@ -96,6 +158,8 @@ void DataParallelOptimizer::reduce_gradients(std::span<const std::int32_t> touch
           "reduce_gradients: unit '" +
           params_->units()[static_cast<std::size_t>(params_->open_gradient_units().front())].name +
           "' still holds a full gradient at the iteration's end");
+    last_sparse_ = iteration_sparse_;
+    iteration_sparse_ = {};
     return;
   }
   if (!unit_reduced_.empty()) {  // layered reduction: the units no R op reduced
@@ -126,6 +190,10 @@ void DataParallelOptimizer::reduce_gradients(std::span<const std::int32_t> touch
   }
   if (!zero1_) {
     comm_->all_reduce(group_, {g.data(), g.size()});
+    return;
+  }
+  if (sparse_unit_ >= 0) {
+    reduce_scatter_around_sparse_unit(touched);
     return;
   }
   tensor::FlatStorage mine(static_cast<std::size_t>(hi_ - lo_),
@@ -171,13 +239,25 @@ std::vector<std::span<float>> DataParallelOptimizer::take_units(const std::vecto
   return runs;
 }
 
-void DataParallelOptimizer::reduce_open_units() {
+void DataParallelOptimizer::reduce_open_units(std::span<const std::int32_t> touched) {
   if (!sharded_gradients_) return;
   const std::vector<int> open = params_->open_gradient_units();
   tensor::FlatStorage& owned = params_->owned_grads();
   for (int u : open) {
     tensor::FlatStorage& full = params_->unit_gradient(u);
     const std::int64_t shard = params_->shard_size(u);
+    if (u == sparse_unit_) {  // the op's touched rows to the members owning them
+      const model::ParamUnit& unit = params_->units()[static_cast<std::size_t>(u)];
+      std::vector<TableRange> ranges(static_cast<std::size_t>(group_.size()));
+      for (std::size_t j = 0; j < ranges.size(); ++j)
+        ranges[j] = {std::min(static_cast<std::int64_t>(j) * shard, unit.numel),
+                     std::min(static_cast<std::int64_t>(j + 1) * shard, unit.numel)};
+      iteration_sparse_ += reduce_scatter_touched_rows(
+          *comm_, group_, full.allocator(), full.data(), unit.numel / sparse_width_, sparse_width_,
+          touched, ranges, owned.data() + unit.owned_offset, RowsWrite::add);
+      params_->close_gradient_unit(u);
+      continue;
+    }
     // From the rank's buffer cache: a new device block per layer would be a cudaMalloc.
     model::Buffer mine;
     const tensor::TensorView part = model::sized(mine, Shape{shard});

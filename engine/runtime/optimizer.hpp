@@ -44,11 +44,17 @@ class DataParallelOptimizer {
   // Under layered reduction, of the units reduce_units() has not reduced this iteration. With a
   // sparse unit, `touched` names the rows of it this rank added to (none otherwise).
   void reduce_gradients(std::span<const std::int32_t> touched = {});
-  // EmbRace (ParallelPlan::sparse_embedding_gradient, ZeRO-0): `unit`, one table of rows
-  // `width` wide, is left out of the all-reduce; reduce_gradients exchanges the rows its
-  // `touched` names instead (sparse_rows_reduction.hpp). logic_error under ZeRO.
+  // EmbRace (ParallelPlan::sparse_embedding_gradient): `unit`, one table of rows `width` wide,
+  // is left out of the dense reduction; its touched rows are exchanged instead
+  // (sparse_rows_reduction.hpp). Without ZeRO reduce_gradients all-gathers them; under ZeRO-1 it
+  // sends each row to the members owning it (an all-to-all), the rest of the buffer reduce-
+  // scattered around the table; under ZeRO-2 and 3 reduce_open_units does so for each op's rows.
   void set_sparse_unit(int unit, std::int64_t width);
-  // What the last sparse reduction moved (zeros before the first, or without a sparse unit).
+  // Whether the sparse unit holds a full gradient of an op (ZeRO-2 and 3): reduce_open_units
+  // then wants the op's touched rows.
+  bool sparse_unit_open() const;
+  // What the last iteration's sparse reduction moved (zeros before the first, or without a
+  // sparse unit); under ZeRO-2 and 3 the sum over its ops, complete after reduce_gradients.
   const SparseRowsExchange& last_sparse_exchange() const { return last_sparse_; }
   // Layered gradient reduction (ZeRO 0; the schedule's R op): all-reduces the gradients of
   // `units` (complete: no later op of the iteration adds to them) now, in runs of adjacent units,
@@ -63,8 +69,8 @@ class DataParallelOptimizer {
   const comm::ProcessGroup& group() const { return group_; }
   // ZeRO-2: reduce-scatters the units the op opened, in their opening order, into this rank's
   // shards and closes them. Every rank of the group runs the same ops, so they open the same
-  // units in the same order.
-  void reduce_open_units();
+  // units in the same order. The sparse unit's rows named by `touched` go to their owners.
+  void reduce_open_units(std::span<const std::int32_t> touched = {});
   // ZeRO-3: all-gathers the values of `units` (opened for them) from the group's shards.
   void gather_parameter_units(const std::vector<int>& units);
   // Sum of squares of the gradient elements this rank is responsible for, so that summing it over
@@ -103,7 +109,9 @@ class DataParallelOptimizer {
   int sparse_unit_ = -1;            // EmbRace: the table reduced by its touched rows
   std::int64_t sparse_width_ = 0;
   SparseRowsExchange last_sparse_;
+  SparseRowsExchange iteration_sparse_;  // ZeRO-2 and 3: this iteration's ops so far
   void reduce_sparse_unit(std::span<const std::int32_t> touched);
+  void reduce_scatter_around_sparse_unit(std::span<const std::int32_t> touched);
   tensor::Backend* backend_;
   std::unique_ptr<tensor::Backend> host_backend_;  // optimizer offload: the host's AdamW
   std::int64_t lo_ = 0, hi_ = 0;

@@ -157,6 +157,8 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
   grad_scale_ = 1.0f / static_cast<float>(schedule_->data_microbatches() * plan_.dp);
   losses_ = {};
   expert_tokens_.clear();
+  step_rows_.assign(step_rows_.size(), 0);  // an iteration abandoned before its end counts none
+  step_tokens_ = 0;
   if (plan_.offload_activations && !offload_)
     offload_ = std::make_unique<ActivationOffload>(model::rank_storage(), recorder_);
   const std::vector<Op>& ops = schedule_->ranks[static_cast<std::size_t>(pp_rank_)];
@@ -168,6 +170,7 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
   }
   wait_for_reductions();
   record_expert_tokens();
+  record_embedding_rows();
   if (offload_) offload_->drain();
   if (!chunks_.empty() || !vocab_.empty() || !slice_keys_.empty())
     throw std::logic_error("run_schedule: activations left after the iteration on rank " +
@@ -617,8 +620,9 @@ void RankRuntime::backward_weight(int chunk, int mb, bool after_weights) {
       const TensorView dwpe = slice_positions(m.wpe() >= 0 ? m.dense.grad(m.wpe()) : TensorView{});
       be.embedding_shard_backward_weight(tokens, view(s.demb, Shape{batch_, seq_, C}), m.vocab().lo,
                                          m.vocab_rows(), m.dense.grad(m.wte()), dwpe);
+      // Before the units close: under ZeRO-2 and 3 that is where the sparse rows go out.
+      note_touched_embedding_rows(tokens);
     });
-    note_touched_embedding_rows(tokens);
   }
   drop_chunk_state(chunk, mb);
 }

@@ -119,6 +119,9 @@ class RankRuntime {
   model::ExpertTokens* expert_tokens(std::int64_t layer);
   // The iteration's routing statistics as counters at its end.
   void record_expert_tokens();
+  // The rows of the input embedding shard the iteration's tokens touched, as counters at its end
+  // (profiler/analysis/embedding_rows.hpp), on a rank that embedded tokens.
+  void record_embedding_rows();
   // run_schedule's pass over the rank's ops.
   void run_ops(const std::vector<schedule::Op>& ops, std::int64_t step);
   // Layered reduction (rank_runtime_reductions.cpp). submit_reduction hands R's job to the
@@ -251,6 +254,10 @@ class RankRuntime {
   // EmbRace: per row of the input embedding shard, whether a backward this iteration added to it.
   bool record_touched_ = false;
   std::vector<char> touched_rows_;
+  // When the recorder records: per row of the shard, whether the iteration's tokens touched it,
+  // and the tokens embedded (what record_embedding_rows reports).
+  std::vector<char> step_rows_;
+  std::int64_t step_tokens_ = 0;
   void note_touched_embedding_rows(std::span<const std::int32_t> tokens);
   GroupReduction reduce_group_;  // layered gradient reduction
   profiler::NameId gradient_scatter_name_ = 0, parameter_gather_name_ = 0;

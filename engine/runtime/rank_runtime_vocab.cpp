@@ -10,6 +10,7 @@
 #include "engine/model/sequence_rows.hpp"
 #include "engine/runtime/rank_runtime.hpp"
 #include "engine/runtime/rank_runtime_state.hpp"
+#include "profiler/analysis/embedding_rows.hpp"
 
 namespace pipetune::runtime {
 
@@ -222,12 +223,34 @@ void RankRuntime::vocab_input_backward(int mb) {
 }
 
 void RankRuntime::note_touched_embedding_rows(std::span<const std::int32_t> tokens) {
-  if (!record_touched_) return;
+  const bool measure = recorder_ != nullptr && recorder_->enabled();
+  if (!record_touched_ && !measure) return;
   const auto& m = *model_;
   const std::int64_t lo = m.vocab().lo, rows = m.vocab().rows();  // this rank's shard
-  touched_rows_.resize(static_cast<std::size_t>(rows), 0);
-  for (const std::int32_t t : tokens)
-    if (t >= lo && t < lo + rows) touched_rows_[static_cast<std::size_t>(t - lo)] = 1;
+  const auto n = static_cast<std::size_t>(rows);
+  if (record_touched_) touched_rows_.resize(n, 0);
+  if (measure) {
+    step_rows_.resize(n, 0);
+    step_tokens_ += static_cast<std::int64_t>(tokens.size());
+  }
+  for (const std::int32_t t : tokens) {
+    if (t < lo || t >= lo + rows) continue;
+    const auto r = static_cast<std::size_t>(t - lo);
+    if (record_touched_) touched_rows_[r] = 1;
+    if (measure) step_rows_[r] = 1;
+  }
+}
+
+void RankRuntime::record_embedding_rows() {
+  if (step_tokens_ == 0 || recorder_ == nullptr || !recorder_->enabled()) return;
+  namespace an = profiler::analysis;
+  const auto touched = std::count(step_rows_.begin(), step_rows_.end(), char{1});
+  recorder_->counter(an::kEmbeddingRowsTouched, static_cast<double>(touched));
+  recorder_->counter(an::kEmbeddingTokens, static_cast<double>(step_tokens_));
+  recorder_->counter(an::kEmbeddingShardRows, static_cast<double>(model_->vocab().rows()));
+  recorder_->counter(an::kEmbeddingVocab, static_cast<double>(config_.vocab));
+  step_rows_.assign(step_rows_.size(), 0);
+  step_tokens_ = 0;
 }
 
 std::vector<std::int32_t> RankRuntime::take_touched_embedding_rows() {

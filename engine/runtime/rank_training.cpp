@@ -180,7 +180,10 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
              },
          .reduce_gradients =
              [this] {
-               dense_opt_->reduce_open_units();
+               // EmbRace under ZeRO-2 and 3: the op's touched rows go to their owners now.
+               dense_opt_->reduce_open_units(dense_opt_->sparse_unit_open()
+                                                 ? runtime_.take_touched_embedding_rows()
+                                                 : std::vector<std::int32_t>{});
                expert_opt_->reduce_open_units();
              }});
   // Layered gradient reduction: an R op all-reduces its chunk's layers in both sets (each over

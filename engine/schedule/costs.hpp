@@ -2,6 +2,7 @@
 // simulator. Times are in seconds; any consistent unit works for the shape of a schedule.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -36,8 +37,8 @@ struct StageCosts {
   struct Failure {
     double at = 0.0;             // seconds into the iteration
     double restart_delay = 0.0;  // seconds until the failed device is back
-    // Under re-routing: the replicas of the stage that fail here for the first time (0 when
-    // this failure hits replicas down already).
+    // Under re-routing: the replicas of the stage this failure takes down, from `at` until
+    // `restart_delay` has passed (0 when it hits replicas down already).
     int new_replicas = 1;
     bool operator==(const Failure&) const = default;
   };
@@ -46,12 +47,20 @@ struct StageCosts {
   // Under re-routing (CostTable::reroute_pool): how many of the stage's replicas are slow.
   int slow_replicas = 1;
   bool fails() const { return !failures.empty(); }
-  // How many of its replicas fail (the failures' new_replicas added up, at least 1). A pool
-  // whose replicas all fail stalls as one without re-routing.
-  int failed_replicas() const {
+  // Under re-routing: the replicas down at time t (each failure's new_replicas from its time
+  // until it is back).
+  int replicas_down_at(double t) const {
     int n = 0;
-    for (const Failure& f : failures) n += f.new_replicas;
-    return n > 1 ? n : 1;
+    for (const Failure& f : failures)
+      if (f.at <= t && t < f.at + f.restart_delay) n += f.new_replicas;
+    return n;
+  }
+  // The most replicas down at once (at least 1). A pool whose replicas are all down at once
+  // stalls as one without re-routing.
+  int most_replicas_down() const {
+    int most = 1;
+    for (const Failure& f : failures) most = std::max(most, replicas_down_at(f.at));
+    return most;
   }
 };
 

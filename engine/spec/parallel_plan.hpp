@@ -89,8 +89,9 @@ struct ParallelPlan {
   // model order (Tutel's per-layer choice between expert- and tensor-style experts).
   std::vector<ExpertLayout> expert_layouts;
   // EmbRace's sparse embedding gradient: the input embedding's gradient is reduced over DP by
-  // exchanging the rows of the tokens each replica embedded (an all-gather of those rows and
-  // their indices) instead of all-reducing the whole table. ZeRO-0 only; untied embeddings.
+  // exchanging the rows of the tokens each replica embedded (without ZeRO an all-gather of those
+  // rows and their indices; under ZeRO an all-to-all to the members owning them) instead of
+  // reducing the whole table. Untied embeddings.
   bool sparse_embedding_gradient = false;
   // Placement (Holmes): the rank order, and the order in which the cluster's node groups
   // (ClusterSpec::node_groups, by index) take device slots: slot 0 is on the first node of

@@ -494,12 +494,6 @@ void validate(const ModelSpec& model, const ParallelPlan& plan) {
                           "all-to-all; 0 for one flat all-to-all)");
   }
   validate_expert_layouts(model, plan);
-  if (plan.sparse_embedding_gradient && plan.zero_stage != 0)
-    throw SpecError({"plan.sparse_embedding_gradient", "plan.zero_stage"},
-                    "sparse_embedding_gradient exchanges the embedding gradient's touched rows "
-                    "with zero_stage=0 only (zero_stage=" +
-                        shown(std::int64_t{plan.zero_stage}) +
-                        " shards the gradient buffer across the rows)");
   if (plan.sparse_embedding_gradient && model.tied_embeddings)
     throw SpecError({"plan.sparse_embedding_gradient", "model.tied_embeddings"},
                     "sparse_embedding_gradient needs untied embeddings: a tied table's gradient "

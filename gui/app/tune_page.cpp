@@ -99,6 +99,14 @@ QHBoxLayout* TunePage::build_target_row() {
       "MoE routing: the busiest expert-parallel rank's tokens over the mean rank's (>= 1; "
       "pipetune report gives a training run's); its expert GEMMs and all-to-all cost that much "
       "more (pipetune tune --moe-imbalance)");
+  embedding_rows_ = new QLineEdit;
+  embedding_rows_->setObjectName("tune_embedding_rows");
+  embedding_rows_->setMaximumWidth(60);
+  embedding_rows_->setPlaceholderText("1");
+  embedding_rows_->setToolTip(
+      "Sparse embedding gradient: the input embedding rows a batch touches over what uniformly "
+      "drawn tokens would touch (> 0; below 1 for text; pipetune tune --embedding-rows-from "
+      "measures it from a training run); the exchanged rows cost that much");
   moe_chunks_ = new QCheckBox("A2A chunks");
   moe_chunks_->setObjectName("tune_moe_chunks");
   moe_chunks_->setChecked(true);
@@ -127,6 +135,14 @@ QHBoxLayout* TunePage::build_target_row() {
       "MoE plans whose EP group spans nodes also try Tutel's two-phase all-to-all: among a "
       "node's EP ranks, then across nodes, fewer and larger inter-node messages (unchecked: "
       "pipetune tune --no-two-phase-a2a)");
+  sparse_embedding_ = new QCheckBox("Sparse embedding");
+  sparse_embedding_->setObjectName("tune_sparse_embedding");
+  sparse_embedding_->setChecked(true);
+  sparse_embedding_->setToolTip(
+      "Plans with dp > 1 also try EmbRace's sparse embedding gradient: the rows the tokens "
+      "touched exchanged (under ZeRO sent to their owners) instead of the table reduced, which "
+      "the Megatron-LM, torchtitan and DeepSpeed exports refuse (unchecked: pipetune tune "
+      "--no-sparse-embedding)");
   for (auto [label, w] : {std::pair<const char*, QWidget*>{"Model", model_},
                           {"Cluster", cluster_},
                           {"Hardware", hardware_},
@@ -140,7 +156,9 @@ QHBoxLayout* TunePage::build_target_row() {
                           {"", moe_chunks_},
                           {"", whole_experts_},
                           {"", dedup_experts_},
-                          {"", two_phase_a2a_}}) {
+                          {"", two_phase_a2a_},
+                          {"", sparse_embedding_},
+                          {"Embedding rows", embedding_rows_}}) {
     target->addWidget(new QLabel(label));
     target->addWidget(w);
   }
@@ -387,11 +405,21 @@ bool TunePage::start_search() {
   r.whole_experts = whole_experts_->isChecked();
   r.dedup_experts = dedup_experts_->isChecked();
   r.two_phase_all_to_all = two_phase_a2a_->isChecked();
+  r.sparse_embedding = sparse_embedding_->isChecked();
   if (!moe_imbalance_->text().trimmed().isEmpty()) {
     bool ok_imbalance = false;
     r.moe_imbalance = moe_imbalance_->text().trimmed().toDouble(&ok_imbalance);
     if (!ok_imbalance) {
       show_error("the MoE imbalance must be a number >= 1 (got '" + moe_imbalance_->text() + "')");
+      return false;
+    }
+  }
+  if (!embedding_rows_->text().trimmed().isEmpty()) {
+    bool ok_rows = false;
+    r.embedding_rows = embedding_rows_->text().trimmed().toDouble(&ok_rows);
+    if (!ok_rows) {
+      show_error("the embedding rows must be a number above 0 (got '" + embedding_rows_->text() +
+                 "')");
       return false;
     }
   }

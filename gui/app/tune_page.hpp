@@ -88,11 +88,13 @@ class TunePage : public QWidget {
   QLineEdit* keep_ = nullptr;
   QLineEdit* failure_rate_ = nullptr;  // unreliable peers: failures per device-hour; "" = none
   QCheckBox* reroute_ = nullptr;
-  QLineEdit* moe_imbalance_ = nullptr;  // MoE routing: busiest EP rank / mean; "" = even
-  QCheckBox* moe_chunks_ = nullptr;     // MoE plans also try the all-to-all in chunks
-  QCheckBox* whole_experts_ = nullptr;  // MoE plans also try whole experts inside TP (PPMoE)
-  QCheckBox* dedup_experts_ = nullptr;  // MoE plans also try deduplicated experts (Parm)
-  QCheckBox* two_phase_a2a_ = nullptr;  // MoE plans across nodes also try Tutel's 2DH all-to-all
+  QLineEdit* moe_imbalance_ = nullptr;     // MoE routing: busiest EP rank / mean; "" = even
+  QLineEdit* embedding_rows_ = nullptr;    // touched rows over the uniform estimate; "" = 1
+  QCheckBox* moe_chunks_ = nullptr;        // MoE plans also try the all-to-all in chunks
+  QCheckBox* whole_experts_ = nullptr;     // MoE plans also try whole experts inside TP (PPMoE)
+  QCheckBox* dedup_experts_ = nullptr;     // MoE plans also try deduplicated experts (Parm)
+  QCheckBox* two_phase_a2a_ = nullptr;     // MoE plans across nodes also try Tutel's 2DH all-to-all
+  QCheckBox* sparse_embedding_ = nullptr;  // plans with dp > 1 also try EmbRace's sparse gradient
   QPushButton* start_ = nullptr;
   QPushButton* cancel_ = nullptr;
   QProgressBar* progress_ = nullptr;

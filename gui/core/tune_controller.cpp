@@ -4,6 +4,7 @@
 #include "tuner/search/tuning_target.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <nlohmann/json.hpp>
 
@@ -42,6 +43,7 @@ tuner::SearchSpace tune_space(const TuneRequest& r) {
                                                   .whole_experts = r.whole_experts,
                                                   .dedup_experts = r.dedup_experts,
                                                   .two_phase_all_to_all = r.two_phase_all_to_all,
+                                                  .sparse_embedding = r.sparse_embedding,
                                                   .keep = r.keep,
                                                   .threads = r.threads});
   // One core is left to the GUI thread unless the request says otherwise.
@@ -90,6 +92,14 @@ bool TuneController::start(const TuneRequest& request) {
     if (request.moe_imbalance > 1.0)
       tuner::set_moe_imbalance(options, space.cluster.hardware,
                                tuner::MoeImbalance::everywhere(request.moe_imbalance));
+    if (!(request.embedding_rows > 0.0) || !std::isfinite(request.embedding_rows))
+      throw InputError(
+          "the embedding rows must be a finite number above 0 (the touched rows "
+          "over the uniform estimate)");
+    if (request.embedding_rows != 1.0) {
+      tuner::set_embedding_rows_factor(options, space.cluster.hardware, request.embedding_rows);
+      space.embedding_rows_factor = request.embedding_rows;
+    }
   } catch (const std::exception& e) {
     error_ = QString::fromStdString(e.what());
     return false;

@@ -63,6 +63,11 @@ struct TuneRequest {
   // false).
   bool dedup_experts = true;
   bool two_phase_all_to_all = true;  // MoE plans across nodes also try Tutel's 2DH all-to-all
+  // Plans with dp > 1 also try EmbRace's sparse embedding gradient (`tune --no-sparse-embedding`:
+  // false).
+  bool sparse_embedding = true;
+  // Its rows over the uniform estimate (`tune --embedding-rows`; > 0, 1 = uniform).
+  double embedding_rows = 1.0;
 };
 
 using TuneTarget = tuner::ResolvedTarget;

@@ -1,10 +1,13 @@
 // The sparse embedding gradient (EmbRace) from the command line: `train --sparse-embedding-grad`
-// trains with the dense reduction's losses, the JSON says so, and a plan it does not combine with
-// (ZeRO-1) is refused with exit 2 naming the key.
+// trains with the dense reduction's losses, without ZeRO and under ZeRO-1 and 2 (the rows sent to
+// their owners), and the JSON says so. `tune` tries it beside plans of every ZeRO stage, and
+// `--no-sparse-embedding` leaves it out.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,26 +23,49 @@ std::vector<double> losses(const std::vector<std::string>& extra) {
   const ProcessResult r = run_pipetune(args);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j.at("plan").value("sparse_embedding_gradient", false), !extra.empty());
+  const bool sparse =
+      std::find(extra.begin(), extra.end(), "--sparse-embedding-grad") != extra.end();
+  EXPECT_EQ(j.at("plan").value("sparse_embedding_gradient", false), sparse);
   std::vector<double> out;
   for (const auto& s : j.at("steps")) out.push_back(s.at("loss").get<double>());
   return out;
 }
 
 TEST(SparseEmbeddingCli, TrainsAsTheDenseReduction) {
-  const std::vector<double> dense = losses({});
-  const std::vector<double> sparse = losses({"--sparse-embedding-grad"});
-  ASSERT_EQ(dense.size(), 3u);
-  ASSERT_EQ(sparse.size(), dense.size());
-  for (std::size_t i = 0; i < dense.size(); ++i)
-    EXPECT_NEAR(sparse[i], dense[i], 1e-5 * std::abs(dense[i])) << "step " << i + 1;
+  for (const char* zero : {"0", "1", "2"}) {
+    SCOPED_TRACE(std::string("--zero ") + zero);
+    const std::vector<double> dense = losses({"--zero", zero});
+    const std::vector<double> sparse = losses({"--zero", zero, "--sparse-embedding-grad"});
+    ASSERT_EQ(dense.size(), 3u);
+    ASSERT_EQ(sparse.size(), dense.size());
+    for (std::size_t i = 0; i < dense.size(); ++i)
+      EXPECT_NEAR(sparse[i], dense[i], 1e-5 * std::abs(dense[i])) << "step " << i + 1;
+  }
 }
 
-TEST(SparseEmbeddingCli, ZeroOneIsRefused) {
-  const ProcessResult r = run_pipetune({"train", "--tp", "1", "--pp", "1", "--dp", "4", "--zero",
-                                        "1", "--sparse-embedding-grad", "--steps", "1", "--no-db"});
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("sparse_embedding_gradient exchanges"), std::string::npos) << r.err;
+// The sparse plans among tune's results (every plan ranked), and the ZeRO stages they have.
+std::set<int> sparse_zero_stages(const std::vector<std::string>& extra, std::size_t& results) {
+  std::vector<std::string> args = {"tune",     "--model",     "vp-4b-256k", "--hardware",
+                                   "h100-sxm", "--gpus",      "16",         "--global-batch",
+                                   "16",       "--schedules", "1f1b",       "--keep",
+                                   "0",        "--top",       "100000",     "--json"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const ProcessResult r = run_pipetune(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  std::set<int> zero;
+  results = j.at("results").size();
+  for (const auto& s : j.at("results"))
+    if (s.at("plan").value("sparse_embedding_gradient", false))
+      zero.insert(s.at("plan").at("zero_stage").get<int>());
+  return zero;
+}
+
+TEST(SparseEmbeddingCli, TuneTriesItUnderEveryZeroStageUnlessTurnedOff) {
+  std::size_t with = 0, without = 0;
+  EXPECT_EQ(sparse_zero_stages({}, with), (std::set<int>{0, 1, 2, 3}));
+  EXPECT_TRUE(sparse_zero_stages({"--no-sparse-embedding"}, without).empty());
+  EXPECT_LT(without, with);
 }
 
 }  // namespace

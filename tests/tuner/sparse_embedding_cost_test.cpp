@@ -3,7 +3,9 @@
 // the two all-gathers the engine runs; and a plan's DP reduction: the input table leaves the
 // all-reduce and its touched rows' exchange joins, cheaper than the table when a replica's tokens
 // touch few rows of a large vocabulary and dearer when they touch most, as
-// sparse_embedding_may_pay says from the bytes.
+// sparse_embedding_may_pay says from the bytes. Under ZeRO the rows go to their owners: two
+// all-to-alls in place of the table's reduce-scatter, per iteration (ZeRO-1) or per micro-batch
+// with a micro-batch's rows (ZeRO-2 and 3).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -59,6 +61,15 @@ TEST(SparseEmbeddingCost, TheReductionIsTwoAllGathers) {
                        collective_time(Collective::AllGather, 8 * 100 * (4.0 + 4096 * 4.0), link));
 }
 
+TEST(SparseEmbeddingCost, UnderZeroTheRowsGoToTheirOwnersInTwoAllToAlls) {
+  const spec::ClusterSpec c = spec::make_cluster(spec::load_hardware("h100-sxm"), 8);
+  const GroupLink link = group_link(c, 0, 1, 8);
+  EXPECT_DOUBLE_EQ(sparse_rows_scatter_time(100, 4096, 4, 1, link), 0.0);
+  EXPECT_DOUBLE_EQ(sparse_rows_scatter_time(100, 4096, 4, 8, link),
+                   collective_time(Collective::AllToAll, 8 * 4.0, link) +
+                       collective_time(Collective::AllToAll, 100 * (4.0 + 4096 * 4.0), link));
+}
+
 spec::ParallelPlan plan(std::int64_t global_batch, bool sparse) {
   spec::ParallelPlan p;
   p.tp = 1;
@@ -102,6 +113,56 @@ TEST(SparseEmbeddingCost, ThePlansReductionSwapsTheTableForItsTouchedRows) {
   // A few sequences a replica touch few rows of 256k: the exchange pays; many touch most.
   EXPECT_TRUE(sparse_embedding_may_pay(m, plan(8, false), gb));
   EXPECT_FALSE(sparse_embedding_may_pay(m, plan(512, false), gb));
+}
+
+TEST(SparseEmbeddingCost, UnderZeroTheTablesReduceScatterMakesWayForItsRows) {
+  spec::ModelSpec m = spec::load_model("vp-4b-256k");
+  spec::apply_defaults(m);
+  const spec::ClusterSpec c = spec::make_cluster(spec::load_hardware("h100-sxm"), 8);
+  const ExecutionOptions exec = default_execution(c.hardware);
+  const GroupLink dp = group_link(c, 0, 1, 8);
+  const double h = static_cast<double>(m.hidden), V = static_cast<double>(m.vocab),
+               gb = exec.gradient_reduce_bytes;
+  const double rows = static_cast<double>(spec::padded_vocab(m, 1)), table_bytes = rows * h * gb;
+  const auto placement = schedule::schedule_placement("1f1b");
+  for (int zero : {1, 2, 3})
+    for (std::int64_t batch : {8, 64, 512}) {
+      SCOPED_TRACE("zero " + std::to_string(zero) + ", global batch " + std::to_string(batch));
+      spec::ParallelPlan d = plan(batch, false), s = plan(batch, true);
+      d.zero_stage = s.zero_stage = zero;
+      const OpCosts dense = op_costs(m, c, d, placement, exec);
+      const OpCosts sparse = op_costs(m, c, s, placement, exec);
+      // ZeRO-1 exchanges the iteration's rows once; ZeRO-2 and 3 a micro-batch's in each backward.
+      const double tokens = zero == 1
+                                ? static_cast<double>(batch) / 8 * static_cast<double>(m.seq_len)
+                                : static_cast<double>(m.seq_len);  // micro-batch size 1
+      EXPECT_DOUBLE_EQ(tokens_per_exchange(m, s), tokens);
+      const double touched = expected_touched_rows(rows, V, tokens);
+      const double scatter = collective_time(Collective::ReduceScatter,
+                                             dense.stages[0].parameters * gb - table_bytes, dp) +
+                             sparse_rows_scatter_time(touched, h, gb, 8, dp);
+      const StageCost& st = sparse.stages[0];
+      const StageCost& dt = dense.stages[0];
+      const double got = zero == 1   ? st.grad_reduce
+                         : zero == 2 ? st.sharded_backward_comm
+                                     : st.sharded_backward_comm - st.sharded_forward_comm;
+      const double was = zero == 1   ? dt.grad_reduce
+                         : zero == 2 ? dt.sharded_backward_comm
+                                     : dt.sharded_backward_comm - dt.sharded_forward_comm;
+      EXPECT_NEAR(got, scatter, 1e-9 * was);
+      EXPECT_EQ(st.param_gather, dt.param_gather);  // the parameters are gathered as before
+      EXPECT_EQ(sparse_embedding_may_pay(m, d, gb), got < was)
+          << "touched " << touched << " of " << rows << " rows";
+    }
+  // At 512 sequences a replica's 64 touch 40% of the 256k rows: the all-gather (each member
+  // receives every member's rows) stops paying, but the all-to-all (each row sent once, to its
+  // owner) still does. ZeRO-2's micro-batch of one sequence touches under 1%.
+  spec::ParallelPlan p = plan(512, false);
+  EXPECT_FALSE(sparse_embedding_may_pay(m, p, gb));
+  for (int zero : {1, 2}) {
+    p.zero_stage = zero;
+    EXPECT_TRUE(sparse_embedding_may_pay(m, p, gb)) << "zero " << zero;
+  }
 }
 
 // The tuner tries the sparse gradient where it may pay, and a sparse plan never ranks below its

@@ -51,14 +51,52 @@ TEST(UnreliablePeersSim, AFailedStageStallsUntilItRestartsLosingTheOpInFlight) {
 }
 
 TEST(UnreliablePeersSim, ReRoutingRecoversOnTheOtherReplicas) {
-  // A pool of 4: at 3 the other 3 take over. BW0 runs again from 3, every op from then on at
-  // 4/3 of its cost: BW0 3-17/3, F1 -7, BW1 -29/3; rank 0 BW0 17/3-23/3, BW1 29/3-35/3.
+  // A pool of 4: at 3 the other 3 take over until the failed one is back at 8. BW0 runs again
+  // from 3 at 4/3 of its cost: BW0 3-17/3, F1 17/3-7; BW1 from 7 does 3/4 of a second's work by
+  // 8, then the other 1.25 at full pace: -9.25; rank 0 BW0 17/3-23/3, BW1 9.25-11.25.
   CostTable c = base();
   c.stages[1].failures = {{3.0, 5.0, 1}};
   c.reroute_pool = 4;
-  const sim::SimResult r = sim::simulate(one_f_one_b(), c);
-  EXPECT_NEAR(r.iteration_time, 35.0 / 3.0, 1e-9);
+  sim::SimResult r = sim::simulate(one_f_one_b(), c);
+  EXPECT_NEAR(r.iteration_time, 11.25, 1e-9);
   EXPECT_DOUBLE_EQ(r.stages[1].fault_stall, 1.0);
+  // Back after the iteration: the pool stays short to its end, every op from 3 at 4/3: BW0
+  // 3-17/3, F1 -7, BW1 -29/3; rank 0 BW1 29/3-35/3.
+  c.stages[1].failures = {{3.0, 50.0, 1}};
+  r = sim::simulate(one_f_one_b(), c);
+  EXPECT_NEAR(r.iteration_time, 35.0 / 3.0, 1e-9);
+}
+
+TEST(UnreliablePeersSim, AReplicaBackMidOpSpeedsItUpWithoutLosingWork) {
+  // A pool of 2: one down from 2.5 to 3.5 halves the pace. BW0 (2-4) runs again from 2.5: half
+  // a second's work by 3.5, the other 1.5 at full pace: -5; F1 5-6, BW1 6-8; rank 0 BW0 5-7,
+  // BW1 8-10. Lost: 0.5 of BW0's work.
+  CostTable c = base();
+  c.stages[1].failures = {{2.5, 1.0, 1}};
+  c.reroute_pool = 2;
+  const sim::SimResult r = sim::simulate(one_f_one_b(), c);
+  EXPECT_NEAR(r.iteration_time, 10.0, 1e-9);
+  EXPECT_DOUBLE_EQ(r.stages[1].fault_stall, 0.5);
+}
+
+TEST(UnreliablePeersSim, APoolAllDownAtOnceStallsButNotOneDownInTurn) {
+  // A pool of 2 whose replicas fail at 3 (back at 4) and 5 (back at 6): never both down, so it
+  // re-routes; at 3 and 3.5 (back at 4 and 5): both down from 3.5, so it stalls as one.
+  StageCosts in_turn;
+  in_turn.failures = {{3.0, 1.0, 1}, {5.0, 1.0, 1}};
+  EXPECT_EQ(in_turn.most_replicas_down(), 1);
+  EXPECT_EQ(in_turn.replicas_down_at(3.5), 1);
+  EXPECT_EQ(in_turn.replicas_down_at(4.0), 0);  // back at 4
+  StageCosts together;
+  together.failures = {{3.0, 1.0, 1}, {3.5, 1.5, 1}};
+  EXPECT_EQ(together.most_replicas_down(), 2);
+  CostTable c = base();
+  c.reroute_pool = 2;
+  c.stages[1].failures = together.failures;
+  CostTable stalled = base();
+  stalled.stages[1].failures = together.failures;
+  EXPECT_DOUBLE_EQ(sim::simulate(one_f_one_b(), c).iteration_time,
+                   sim::simulate(one_f_one_b(), stalled).iteration_time);
 }
 
 TEST(UnreliablePeersSim, BadFaultsAreRefused) {
@@ -95,19 +133,20 @@ TEST(UnreliablePeersSim, ASecondFailureCatchesTheOpTheFirstRestartMoved) {
 }
 
 TEST(UnreliablePeersSim, ReRoutingSlowsOnceMoreAtEachNewReplicaDown) {
-  // A pool of 4: at 3 one replica goes (BW0 again 3-17/3, F1 from 17/3 at 4/3), at 6 a second
-  // during F1, which runs again from 6 at 4/2: F1 6-8, BW1 8-12; rank 0 BW0 17/3-23/3, BW1
-  // 12-14. Lost: 1 at the first failure, 1/3 at the second. A failure that takes no replica
-  // down anew (new_replicas 0) changes nothing.
+  // A pool of 4: at 3 one replica goes until 8 (BW0 again 3-17/3, F1 from 17/3 at 4/3), at 6 a
+  // second until 11 during F1, which runs again from 6 at 4/2: F1 6-8; at 8 the first is back:
+  // BW1 from 8 at 4/3: -32/3; rank 0 BW0 17/3-23/3, BW1 32/3-38/3. Lost: 1 at the first failure,
+  // 1/3 at the second. A failure that takes no replica down anew (new_replicas 0) changes
+  // nothing: as with the first alone, BW1 7-9.25, rank 0 BW1 9.25-11.25.
   CostTable c = base();
   c.reroute_pool = 4;
   c.stages[1].failures = {{3.0, 5.0, 1}, {6.0, 5.0, 1}};
   sim::SimResult r = sim::simulate(one_f_one_b(), c);
-  EXPECT_NEAR(r.iteration_time, 14.0, 1e-9);
+  EXPECT_NEAR(r.iteration_time, 38.0 / 3.0, 1e-9);
   EXPECT_NEAR(r.stages[1].fault_stall, 4.0 / 3.0, 1e-9);
   c.stages[1].failures = {{3.0, 5.0, 1}, {6.0, 5.0, 0}};
   r = sim::simulate(one_f_one_b(), c);
-  EXPECT_NEAR(r.iteration_time, 35.0 / 3.0, 1e-9);
+  EXPECT_NEAR(r.iteration_time, 11.25, 1e-9);
 }
 
 }  // namespace

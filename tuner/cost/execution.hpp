@@ -71,6 +71,11 @@ struct ExecutionOptions {
   // expert GEMMs and all-to-all cost moe_imbalance.at(ep) times the even split's. With one,
   // every expert computes its padded capacity whatever the routing, and the factor is unused.
   MoeImbalance moe_imbalance;
+  // EmbRace's sparse embedding gradient: the rows a batch's tokens touch over what uniform draws
+  // of as many tokens would touch (expected_touched_rows), measured by a run of real text
+  // (`--embedding-rows-from RUN`, profiler/analysis/embedding_rows.hpp). Text repeats its tokens,
+  // so below 1; 1 = the uniform estimate, an upper bound.
+  double embedding_rows_factor = 1.0;
   // GEMMs / attention on a GPU's fp32 units (HardwareSpec::fp32_peak_flops) instead of its
   // bf16 tensor cores (peak_flops): the CUDA engine in fp32. No effect on a CPU.
   bool fp32_gemms = false;

@@ -26,11 +26,11 @@ void set_fault_costs(schedule::CostTable& table, const spec::ClusterSpec& cluste
   };
   for (int r = 0; r < plan.pp; ++r) {
     schedule::StageCosts& st = table.stages[static_cast<std::size_t>(r)];
-    int slow = 0;                       // replicas of the stage with a device on a slow node
-    std::vector<double> first_failure;  // of each failing replica
+    int slow = 0;  // replicas of the stage with a device on a slow node
+    // Each replica's down times, [fail, back): a device of it failed and is not back yet.
+    std::vector<std::vector<std::pair<double, double>>> down(static_cast<std::size_t>(plan.dp));
     for (int d = 0; d < plan.dp; ++d) {
       bool is_slow = false;
-      double first = -1.0;
       for (int t = 0; t < spec::tp_of_stage(plan, r); ++t) {
         const int node = spec::device_slot(plan, t, d, r) / cluster.devices_per_node;
         const NodeFaults& n = nodes.at(static_cast<std::size_t>(node));
@@ -39,20 +39,34 @@ void set_fault_costs(schedule::CostTable& table, const spec::ClusterSpec& cluste
         for (const Failure& f : n.failures) {
           if (std::find(st.failures.begin(), st.failures.end(), f) == st.failures.end())
             st.failures.push_back(f);
-          if (first < 0.0 || f.at < first) first = f.at;
+          down[static_cast<std::size_t>(d)].emplace_back(f.at, f.at + f.restart_delay);
         }
       }
       slow += is_slow ? 1 : 0;
-      if (first >= 0.0) first_failure.push_back(first);
+    }
+    // A replica is down from the start of each of its merged down times (one device failing
+    // while another is still down extends them) until its end: the failure there takes it down
+    // for as long, and a merged time no single failure spans gets an entry of its own. A replica
+    // back before the iteration ends goes down again at its next failure.
+    for (std::vector<std::pair<double, double>>& times : down) {
+      std::sort(times.begin(), times.end());
+      std::vector<std::pair<double, double>> merged;
+      for (const auto& [from, to] : times)
+        if (!merged.empty() && from <= merged.back().second)
+          merged.back().second = std::max(merged.back().second, to);
+        else
+          merged.emplace_back(from, to);
+      for (const auto& [from, to] : merged) {
+        const auto it = std::find_if(st.failures.begin(), st.failures.end(), [&](const Failure& f) {
+          return f.at == from && f.at + f.restart_delay == to;
+        });
+        if (it != st.failures.end())
+          ++it->new_replicas;
+        else
+          st.failures.push_back({from, to - from, 1});
+      }
     }
     std::sort(st.failures.begin(), st.failures.end(), by_time);
-    // Each failing replica counts at its first failure (the earliest entry at that time).
-    for (double first : first_failure)
-      for (Failure& f : st.failures)
-        if (f.at == first) {
-          ++f.new_replicas;
-          break;
-        }
     st.slow_replicas = std::max(1, slow);
   }
   if (exec.reroute_failures && plan.dp >= 2) table.reroute_pool = plan.dp;

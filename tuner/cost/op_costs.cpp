@@ -211,10 +211,15 @@ void set_data_parallel_costs(StageCost& st, const StageParameters& sp,
   const double param_bytes = exec.activation_bytes;  // bf16 / fp16 weights
   const double grad_bytes = exec.gradient_reduce_bytes;
   const double shared = sp.dense + sp.vocabulary;
-  // The sparse gradient leaves the input table out of the all-reduce (ZeRO-0 only).
+  // The sparse gradient leaves the input table out of the dense reduction: its touched rows are
+  // all-gathered without ZeRO, sent to their owners under ZeRO (per micro-batch under ZeRO-2
+  // and 3, `touched_rows` then being a micro-batch's).
   const bool sparse = plan.sparse_embedding_gradient && sp.input_table > 0.0;
   const double sparse_time =
-      sparse ? sparse_rows_reduce_time(touched_rows, width, grad_bytes, plan.dp, links.dp) : 0.0;
+      !sparse ? 0.0
+      : plan.zero_stage == 0
+          ? sparse_rows_reduce_time(touched_rows, width, grad_bytes, plan.dp, links.dp)
+          : sparse_rows_scatter_time(touched_rows, width, grad_bytes, plan.dp, links.dp);
   const double dense_shared = sparse ? shared - sp.input_table : shared;
   st.parameters = sp.total();
   const int edp = plan.dp / plan.ep;
@@ -222,8 +227,9 @@ void set_data_parallel_costs(StageCost& st, const StageParameters& sp,
       collective_time(Collective::AllGather, shared * param_bytes, links.dp) +
       collective_time(Collective::AllGather, sp.expert * param_bytes, links.expert_dp);
   const double scatter =
-      collective_time(Collective::ReduceScatter, shared * grad_bytes, links.dp) +
-      collective_time(Collective::ReduceScatter, sp.expert * grad_bytes, links.expert_dp);
+      collective_time(Collective::ReduceScatter, dense_shared * grad_bytes, links.dp) +
+      collective_time(Collective::ReduceScatter, sp.expert * grad_bytes, links.expert_dp) +
+      (plan.zero_stage >= 1 ? sparse_time : 0.0);
   if (plan.zero_stage >= 3) {
     st.sharded_forward_comm = gather;
     st.sharded_backward_comm = gather + scatter;
@@ -545,8 +551,8 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
     set_pass_times(out.stages[i], work, hw, previous_links, exec);
     double touched = 0.0;  // EmbRace: the input table's rows a replica touches
     if (plan.sparse_embedding_gradient && params[i].input_table > 0.0)
-      touched = expected_touched_rows(params[i].input_table / as_d(model.hidden), as_d(model.vocab),
-                                      tokens_per_replica(model, plan));
+      touched = measured_touched_rows(params[i].input_table / as_d(model.hidden), as_d(model.vocab),
+                                      tokens_per_exchange(model, plan), exec.embedding_rows_factor);
     set_data_parallel_costs(out.stages[i], params[i], plan, previous_links, hw, exec, touched,
                             as_d(model.hidden));
   }

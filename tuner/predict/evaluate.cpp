@@ -62,7 +62,12 @@ void set_throughput(PlanEvaluation& e, double tokens, int world, double peak) {
 double expected_iteration_time(double t, int devices, int dp, const FailureModel& f) {
   if (!(f.rate_per_device_hour > 0.0) || !(t > 0.0)) return t;
   const double mu = f.rate_per_device_hour * devices / 3600.0;  // failures per second
-  if (f.reroute && dp >= 2) return t + mu * t * (0.5 * t / (dp - 1));
+  if (f.reroute && dp >= 2) {
+    // What a failure at a uniform time u moves: the failed replica's share of min(S, T - u).
+    const double s = f.restart_delay;
+    const double moved = s >= t ? 0.5 * t : s - s * s / (2.0 * t);
+    return t + mu * t * moved / (dp - 1);
+  }
   // expm1: exact where mu t is tiny (1e-6 and below), where exp(mu t) - 1 loses its digits.
   return std::expm1(mu * t) * (1.0 / mu + f.restart_delay);
 }
@@ -71,6 +76,12 @@ void set_moe_imbalance(EvaluateOptions& options, const spec::HardwareSpec& hardw
                        const MoeImbalance& imbalance) {
   if (!options.execution) options.execution = default_execution(hardware);
   options.execution->moe_imbalance = imbalance;
+}
+
+void set_embedding_rows_factor(EvaluateOptions& options, const spec::HardwareSpec& hardware,
+                               double factor) {
+  if (!options.execution) options.execution = default_execution(hardware);
+  options.execution->embedding_rows_factor = factor;
 }
 
 ExecutionOptions PlanEvaluator::execution_for(const spec::ClusterSpec& cluster) const {

@@ -45,9 +45,10 @@ namespace pipetune::tuner {
 //   and starts the iteration over. An iteration of T seconds then takes, on average (the
 //   renewal argument: it ends at the first failure-free stretch of T),
 //   E = (exp(mu T) - 1) (1 / mu + S), about T + mu T (S + T / 2) while mu T is small.
-// - With re-routing (dp >= 2) each failure moves the failed device's share of what is left,
-//   T / 2 on average, to its stage's other dp - 1 replicas and the step goes on:
-//   E = T + mu T (T / 2) / (dp - 1), mu T being the failures an iteration expects.
+// - With re-routing (dp >= 2) each failure moves the failed device's share of what is left
+//   while it is down, min(S, T - u) for a failure at u, to its stage's other dp - 1 replicas and
+//   the step goes on: E = T + mu T g / (dp - 1), mu T being the failures an iteration expects
+//   and g the mean of min(S, T - u) over u in [0, T): S - S^2 / (2 T) when S < T, else T / 2.
 // Failures during a restart are taken as part of it.
 struct FailureModel {
   double rate_per_device_hour = 0.0;  // 0: none
@@ -67,6 +68,10 @@ struct EvaluateOptions;
 // Prices `imbalance` on options (its execution, the hardware's default when unset).
 void set_moe_imbalance(EvaluateOptions& options, const spec::HardwareSpec& hardware,
                        const MoeImbalance& imbalance);
+// The sparse embedding gradient's rows at `factor` times the uniform estimate
+// (ExecutionOptions::embedding_rows_factor), on the hardware's execution defaults when unset.
+void set_embedding_rows_factor(EvaluateOptions& options, const spec::HardwareSpec& hardware,
+                               double factor);
 
 struct EvaluateOptions {
   // Unset: what runs on the cluster's hardware (default_execution, default_memory_options).

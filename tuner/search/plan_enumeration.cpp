@@ -360,10 +360,11 @@ class Enumerator {
               add_candidate(std::move(two), vocab_label);
               if (full()) return;
             }
-        // EmbRace's sparse embedding gradient (ZeRO-0): the touched rows exchanged instead of
-        // the table all-reduced, where that moves fewer bytes (a large vocabulary against the
-        // tokens each replica embeds).
-        if (zero == 0 && sparse_embedding_may_pay(s_.model, p, kSparseGradientBytes)) {
+        // EmbRace's sparse embedding gradient: the touched rows exchanged (under ZeRO sent to
+        // their owners) instead of the table reduced, where that moves fewer bytes (a large
+        // vocabulary against the tokens each replica, or each micro-batch, embeds).
+        if (s_.sparse_embedding &&
+            sparse_embedding_may_pay(s_.model, p, kSparseGradientBytes, s_.embedding_rows_factor)) {
           spec::ParallelPlan sparse = p;
           sparse.sparse_embedding_gradient = true;
           add_candidate(std::move(sparse), vocab_label);

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <numeric>
 
 #include "engine/schedule/op.hpp"
+#include "engine/spec/expert_layout.hpp"
 #include "tuner/cost/rank_links.hpp"
 #include "tuner/cost/reshard_cost.hpp"
 
@@ -235,6 +237,24 @@ std::vector<SettingDifference> setting_differences(const spec::ModelSpec& model_
   add("sequence_parallel", flag(a.sequence_parallel), flag(b.sequence_parallel));
   add("zero_stage", num(a.zero_stage), num(b.zero_stage));
   add("group_size", num(a.group_size), num(b.group_size));
+  // The techniques of the papers: token slices, partial pipelining, layered reduction, the MoE
+  // all-to-all and expert layouts, the sparse embedding gradient.
+  add("slices", a.slice_tokens.empty() ? num(a.slices) : join(a.slice_tokens),
+      b.slice_tokens.empty() ? num(b.slices) : join(b.slice_tokens));
+  const auto ratio = [&](const std::optional<double>& r) {
+    if (!r) return std::string("none");
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f", *r);
+    return std::string(text);
+  };
+  add("skip_ratio", ratio(a.skip_ratio), ratio(b.skip_ratio));
+  add("layered_reduction", flag(spec::reduces_per_group(a)), flag(spec::reduces_per_group(b)));
+  add("moe_chunks", num(a.moe_chunks), num(b.moe_chunks));
+  add("moe_a2a_node_ranks", num(a.moe_a2a_node_ranks), num(b.moe_a2a_node_ranks));
+  add("expert_layout", spec::expert_layouts_text(a.expert_layouts),
+      spec::expert_layouts_text(b.expert_layouts));
+  add("sparse_embedding_gradient", flag(a.sparse_embedding_gradient),
+      flag(b.sparse_embedding_gradient));
   add("rank_order", std::string(spec::rank_order_name(a.rank_order)),
       std::string(spec::rank_order_name(b.rank_order)));
   add("node_group_order", node_group_order_text(cluster, a), node_group_order_text(cluster, b));

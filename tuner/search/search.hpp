@@ -118,6 +118,13 @@ struct SearchSpace {
   // MoE plans whose EP group spans nodes also try Tutel's two-phase all-to-all, in nodes of the
   // EP ranks a node holds (ParallelPlan::moe_a2a_node_ranks); false: one flat all-to-all.
   bool two_phase_all_to_all = true;
+  // Plans with dp > 1 and an untied input table also try EmbRace's sparse embedding gradient
+  // where its rows move fewer bytes than the table (ParallelPlan::sparse_embedding_gradient);
+  // false: every plan reduces the table dense.
+  bool sparse_embedding = true;
+  // What the sparse gradient's rows are priced at (ExecutionOptions::embedding_rows_factor), so
+  // that the search tries it where the measured rows pay.
+  double embedding_rows_factor = 1.0;
   int max_chunks = 4;               // interleaved-1f1b layer groups per stage, at most
   std::int64_t max_candidates = 0;  // stop enumerating after this many plans; 0 = no limit
   // With a bounder: the best `keep` plans (and the Pareto front) are exact; plans that provably

@@ -35,6 +35,7 @@ SearchSpace search_space(const SearchRequest& request) {
           .whole_experts = request.whole_experts,
           .dedup_experts = request.dedup_experts,
           .two_phase_all_to_all = request.two_phase_all_to_all,
+          .sparse_embedding = request.sparse_embedding,
           .max_candidates = request.max_candidates,
           .keep = request.keep,
           .threads = request.threads};

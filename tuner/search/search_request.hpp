@@ -33,6 +33,8 @@ struct SearchRequest {
   bool dedup_experts = true;
   // Two-phase MoE all-to-all (SearchSpace::two_phase_all_to_all); false: flat only.
   bool two_phase_all_to_all = true;
+  // Sparse embedding gradient (SearchSpace::sparse_embedding); false: the table reduced dense.
+  bool sparse_embedding = true;
   // Results ranked exactly (SearchSpace::keep); 0 = score every plan.
   std::int64_t keep = 100;
   int threads = 0;  // scoring threads; 0 = hardware concurrency

@@ -84,7 +84,11 @@ class TimingHooks {
         cost_[r * schedule::kOpKindCount + static_cast<std::size_t>(k)] =
             costs.cost(static_cast<int>(r), k) * pass_factor(static_cast<int>(r), k);
     fault_stall_.assign(p, 0.0);
-    for (const schedule::StageCosts& st : costs.stages) failures_ = failures_ || st.fails();
+    pool_changes_.clear();
+    for (const schedule::StageCosts& st : costs.stages) {
+      failures_ = failures_ || st.fails();
+      pool_changes_.push_back(pool_changes(st));
+    }
     if (s.slices > 1) set_up_slices();
     set_up_offload();
     if (options.record_trace) {
@@ -239,7 +243,34 @@ class TimingHooks {
 
   // Whether a failure of the stage is re-routed: a pool, with replicas left.
   bool rerouted(const schedule::StageCosts& st) const {
-    return costs_.reroute_pool >= 2 && st.failed_replicas() < costs_.reroute_pool;
+    return costs_.reroute_pool >= 2 && st.most_replicas_down() < costs_.reroute_pool;
+  }
+
+  // Re-routing: how many of the stage's replicas are down from each time on, in order of time
+  // (a failure's replicas go down at its time and come back after its restart delay; at one
+  // instant the returns count before the failures).
+  struct PoolChange {
+    double at = 0.0;
+    int down = 0;
+  };
+  static std::vector<PoolChange> pool_changes(const schedule::StageCosts& st) {
+    std::vector<std::pair<double, int>> events;  // (time, replicas down (+) or back (-))
+    for (const schedule::StageCosts::Failure& f : st.failures) {
+      if (f.new_replicas == 0 || !(f.restart_delay > 0.0)) continue;
+      events.emplace_back(f.at, f.new_replicas);
+      events.emplace_back(f.at + f.restart_delay, -f.new_replicas);
+    }
+    std::sort(events.begin(), events.end());  // a return (-) before a failure at one time
+    std::vector<PoolChange> out;
+    int down = 0;
+    for (const auto& [at, delta] : events) {
+      down += delta;
+      if (!out.empty() && out.back().at == at)
+        out.back().down = down;
+      else
+        out.push_back({at, down});
+    }
+    return out;
   }
 
   // The failures on the op's stage (simulator.hpp), given where the op would start and how long
@@ -261,20 +292,30 @@ class TimingHooks {
       }
       return;
     }
-    // Re-routing: from each failure on the pool is short of the replicas failed so far; an op
-    // in flight at a failure runs again on the others from it, at the pool's new pace.
+    // Re-routing: while k of the pool's n replicas are down it runs at (n - k) / n of its pace.
+    // An op in flight when more go down runs again on the others from then (its work so far is
+    // lost); one in flight when some come back goes on at the faster pace.
+    const std::vector<PoolChange>& changes = pool_changes_[r];
     const double n = costs_.reroute_pool, base = duration;
-    double k = 0.0;
-    for (const schedule::StageCosts::Failure& f : st.failures) {
-      if (f.at >= start + duration) break;
-      if (f.new_replicas == 0) continue;  // a replica down already: nothing changes
-      if (f.at > start) {
-        fault_stall_[r] += f.at - start;
-        start = f.at;
+    std::size_t i = 0;
+    int k = 0;
+    for (; i < changes.size() && changes[i].at <= start; ++i) k = changes[i].down;
+    double t = start, remaining = base;  // `remaining`: seconds of work at the full pool's pace
+    for (; i < changes.size(); ++i) {
+      const double pace = (n - k) / n;
+      if (t + remaining / pace <= changes[i].at) break;  // done before the pool changes
+      const PoolChange& c = changes[i];
+      if (c.down > k) {
+        fault_stall_[r] += c.at - start;
+        start = c.at;
+        remaining = base;
+      } else {
+        remaining -= (c.at - t) * pace;
       }
-      k += f.new_replicas;
-      duration = base * n / (n - k);
+      t = c.at;
+      k = c.down;
     }
+    duration = t + remaining * n / (n - k) - start;
   }
 
   // Runs one op of `duration` on the rank's compute stream once it is free and `ready` has come.
@@ -586,7 +627,8 @@ class TimingHooks {
   SimResult& result_;
   std::vector<double> compute_free_, comm_free_, busy_, comm_busy_, units_, peak_units_, cost_,
       overlap_hidden_, reduce_free_, reduce_busy_;
-  bool failures_ = false;  // some stage fails (StageCosts::failures)
+  bool failures_ = false;                              // some stage fails (StageCosts::failures)
+  std::vector<std::vector<PoolChange>> pool_changes_;  // per stage, under re-routing
   std::vector<double> fault_stall_;
   std::vector<std::int32_t> reduce_lane_;
   std::vector<std::size_t> ops_;

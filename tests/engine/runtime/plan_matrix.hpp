@@ -266,6 +266,28 @@ inline std::vector<PlanCase> parallel_equivalence_plans() {
        .dp = 2,
        .vocab = "vocab-1",
        .sparse_embedding = true});
+  // ... and under ZeRO, each row sent to the members owning it (EmbRace's AlltoAll): ZeRO-1 at
+  // the iteration's end (four shards of one flat buffer, some inside the table, one across its
+  // end), ZeRO-2 as each op's backward ends (with TP), ZeRO-3 with the tables on the pipeline's
+  // ends (the table no stage's first unit).
+  add({.name = "dp4_zero1_sparse_embedding", .dp = 4, .zero = 1, .sparse_embedding = true});
+  add({.name = "tp2_dp2_zero2_sparse_embedding",
+       .tp = 2,
+       .dp = 2,
+       .zero = 2,
+       .sparse_embedding = true});
+  add({.name = "pp2_dp2_vocab1_zero3_sparse_embedding",
+       .pp = 2,
+       .dp = 2,
+       .vocab = "vocab-1",
+       .zero = 3,
+       .sparse_embedding = true});
+  add({.name = "pp2_dp2_vocab1_zero1_sparse_embedding",
+       .pp = 2,
+       .dp = 2,
+       .vocab = "vocab-1",
+       .zero = 1,
+       .sparse_embedding = true});
   // Uneven layer split (8 layers over 3 stages) and a vocabulary (512) the group does not divide.
   add({.name = "pp3_uneven", .pp = 3, .microbatches = 6});
   add({.name = "pp3_vocab1_uneven_vocab", .pp = 3, .vocab = "vocab-1", .microbatches = 6});

@@ -104,6 +104,18 @@ TEST_F(SpecValidate, ExpertParallelRules) {
   expect_rule(moe_model(), 8, p, "ep=4 does not divide experts=6");
 }
 
+TEST_F(SpecValidate, SparseEmbeddingGradientNeedsUntiedEmbeddings) {
+  ParallelPlan p = plan(1, 1, 4);
+  p.sparse_embedding_gradient = true;
+  for (int zero : {0, 1, 2, 3}) {  // every ZeRO stage: the rows go to their owners under ZeRO
+    p.zero_stage = zero;
+    EXPECT_NO_THROW(validate(dense_model(), make_cluster(hardware(), 4), p)) << "zero " << zero;
+  }
+  ModelSpec tied = dense_model();
+  tied.tied_embeddings = true;
+  expect_rule(tied, 4, p, "sparse_embedding_gradient needs untied embeddings");
+}
+
 TEST_F(SpecValidate, PipelineMustFitTheLayers) {
   ModelSpec m = dense_model();
   m.layers = 4;

@@ -8,6 +8,7 @@
 #include <QFile>
 #include <QFileInfo>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "db/store/record_json.hpp"
@@ -20,6 +21,7 @@
 #include "tests/gui/support/gui_test_env.hpp"
 #include "tests/gui/support/temp_dir.hpp"
 #include "tuner/search/evaluator_scorer.hpp"
+#include "tuner/search/tuning_target.hpp"
 
 namespace pipetune::gui {
 namespace {
@@ -192,6 +194,11 @@ TEST(TuneController, BadRequestsAreRefusedWithTheRule) {
   EXPECT_FALSE(c.start(r));
   EXPECT_NE(c.error_message().indexOf("the MoE imbalance must be a finite number >= 1"), -1)
       << c.error_message().toStdString();
+  r = small_request();
+  r.embedding_rows = 0.0;
+  EXPECT_FALSE(c.start(r));
+  EXPECT_NE(c.error_message().indexOf("the embedding rows must be a finite number above 0"), -1)
+      << c.error_message().toStdString();
   EXPECT_FALSE(c.running());
 }
 
@@ -222,6 +229,36 @@ TEST(TuneController, PricesAnMoeRoutingImbalance) {
   }
 }
 
+// Measured embedding rows rank as `pipetune tune --embedding-rows` does: a sparse plan's
+// prediction with its exchanged rows at the factor, cheaper than at the uniform estimate.
+TEST(TuneController, PricesTheSparseEmbeddingRowsAtAFactor) {
+  test::test_core_app();
+  TempDir dir;
+  TuneController c;
+  c.set_workspace(dir.qfile("ws.db"));
+  TuneRequest request = small_request();
+  request.schedules = {"1f1b"};
+  request.embedding_rows = 0.25;
+  const Finished f = run_search(c, request);
+  ASSERT_FALSE(f.cancelled) << f.message.toStdString();
+  const TuneTarget t = resolve_tune_target(request);
+  tuner::EvaluateOptions measured;
+  measured.execution = tuner::default_execution(t.cluster.hardware);
+  measured.execution->embedding_rows_factor = 0.25;
+  int sparse = 0;
+  for (int i = 0; i < c.results()->rowCount(); ++i) {
+    const tuner::ScoredPlan& s = c.results()->plan_at(i);
+    EXPECT_DOUBLE_EQ(s.score.iteration_time,
+                     tuner::evaluate_plan(t.model, t.cluster, s.plan, measured).iteration_time)
+        << tuner::plan_summary(s.plan, s.vocab_label);
+    if (!s.plan.sparse_embedding_gradient) continue;
+    ++sparse;
+    EXPECT_LE(s.score.iteration_time,
+              tuner::evaluate_plan(t.model, t.cluster, s.plan).iteration_time);
+  }
+  EXPECT_GT(sparse, 0);
+}
+
 // Under a failure rate the GUI ranks as `pipetune tune --failure-rate` does: by the expected
 // figures, the same search called directly with the same options.
 TEST(TuneController, RanksByExpectedThroughputUnderAFailureRate) {
@@ -246,30 +283,43 @@ TEST(TuneController, RanksByExpectedThroughputUnderAFailureRate) {
   EXPECT_GT(best.score.iteration_time, plain.iteration_time);
 }
 
+// Searches `request` with a box checked and unchecked (`turn` sets it) and gives, for each, the
+// result rows whose plan has what the box turns on, and the best plan's.
+struct OnAndOff {
+  int with = 0, without = 0;
+  bool best_with = false;
+};
+OnAndOff search_on_and_off(TuneRequest request, const std::function<void(TuneRequest&, bool)>& turn,
+                           const std::function<bool(const spec::ParallelPlan&)>& has) {
+  TempDir dir;
+  OnAndOff out;
+  for (const bool on : {true, false}) {
+    TuneController c;
+    c.set_workspace(dir.qfile(on ? "with.db" : "without.db"));
+    turn(request, on);
+    const Finished f = run_search(c, request);
+    EXPECT_FALSE(f.cancelled) << f.message.toStdString();
+    int n = 0;
+    for (int i = 0; i < c.results()->rowCount(); ++i) n += has(c.results()->plan_at(i).plan);
+    (on ? out.with : out.without) = n;
+    if (on && c.results()->rowCount() > 0) out.best_with = has(c.results()->plan_at(0).plan);
+  }
+  return out;
+}
+
 // Unchecking "A2A chunks" searches as `pipetune tune --no-moe-chunks`: no plan chunks its
 // all-to-all; checked (the default), the best of Mixtral on 16 GPUs does.
 TEST(TuneController, TheAllToAllChunksAreSearchedUnlessTurnedOff) {
   test::test_core_app();
-  TempDir dir;
   TuneRequest request = small_request();
   request.model_preset = "mixtral-8x7b";
   request.gpus = 16;
   request.schedules = {"1f1b"};
-  for (const bool chunks : {true, false}) {
-    TuneController c;
-    c.set_workspace(dir.qfile(chunks ? "with.db" : "without.db"));
-    request.moe_chunks = chunks;
-    const Finished f = run_search(c, request);
-    ASSERT_FALSE(f.cancelled) << f.message.toStdString();
-    int chunked = 0;
-    for (int i = 0; i < c.results()->rowCount(); ++i)
-      chunked += c.results()->plan_at(i).plan.moe_chunks > 1 ? 1 : 0;
-    if (chunks) {
-      EXPECT_GT(c.results()->plan_at(0).plan.moe_chunks, 1);
-    } else {
-      EXPECT_EQ(chunked, 0);
-    }
-  }
+  const OnAndOff n = search_on_and_off(
+      request, [](TuneRequest& r, bool on) { r.moe_chunks = on; },
+      [](const spec::ParallelPlan& p) { return p.moe_chunks > 1; });
+  EXPECT_TRUE(n.best_with);
+  EXPECT_EQ(n.without, 0);
 }
 
 // Unchecking "2DH all-to-all" searches as `pipetune tune --no-two-phase-a2a`: no plan runs its
@@ -277,27 +327,30 @@ TEST(TuneController, TheAllToAllChunksAreSearchedUnlessTurnedOff) {
 // do.
 TEST(TuneController, TheTwoPhaseAllToAllIsSearchedUnlessTurnedOff) {
   test::test_core_app();
-  TempDir dir;
   TuneRequest request = small_request();
   request.model_preset = "tiny-moe";
   request.gpus = 8;
   request.nodes_of = 2;
   request.schedules = {"1f1b"};
-  for (const bool on : {true, false}) {
-    TuneController c;
-    c.set_workspace(dir.qfile(on ? "with.db" : "without.db"));
-    request.two_phase_all_to_all = on;
-    const Finished f = run_search(c, request);
-    ASSERT_FALSE(f.cancelled) << f.message.toStdString();
-    int two_phase = 0;
-    for (int i = 0; i < c.results()->rowCount(); ++i)
-      two_phase += c.results()->plan_at(i).plan.moe_a2a_node_ranks > 0 ? 1 : 0;
-    if (on) {
-      EXPECT_GT(two_phase, 0);
-    } else {
-      EXPECT_EQ(two_phase, 0);
-    }
-  }
+  const OnAndOff n = search_on_and_off(
+      request, [](TuneRequest& r, bool on) { r.two_phase_all_to_all = on; },
+      [](const spec::ParallelPlan& p) { return p.moe_a2a_node_ranks > 0; });
+  EXPECT_GT(n.with, 0);
+  EXPECT_EQ(n.without, 0);
+}
+
+// Unchecking "Sparse embedding" searches as `pipetune tune --no-sparse-embedding`: no plan
+// exchanges the embedding gradient's rows. Checked (the default), llama3-8b's 128k vocabulary on 8
+// GPUs ranks some that do.
+TEST(TuneController, TheSparseEmbeddingGradientIsSearchedUnlessTurnedOff) {
+  test::test_core_app();
+  TuneRequest request = small_request();
+  request.schedules = {"1f1b"};
+  const OnAndOff n = search_on_and_off(
+      request, [](TuneRequest& r, bool on) { r.sparse_embedding = on; },
+      [](const spec::ParallelPlan& p) { return p.sparse_embedding_gradient; });
+  EXPECT_GT(n.with, 0);
+  EXPECT_EQ(n.without, 0);
 }
 
 // "Why the best?": the best plan against a row's, by the same evaluation the search ranked them

@@ -57,7 +57,7 @@ checks=()
 for schedule in zb-h1 zb-h2 zb-v v-half v-min; do
   db="$work/$schedule.db"
   if ! "$pipetune" tune --model llama3-8b --hardware h100-sxm --gpus 8 --global-batch 64 \
-    --schedules "$schedule" --vocab-modes none --db "$db" --top 100 --json \
+    --schedules "$schedule" --vocab-modes none --no-sparse-embedding --db "$db" --top 100 --json \
     >"$work/$schedule.json" 2>"$work/err"; then
     fail "$schedule: pipetune tune failed: $(head -c 500 "$work/err")"
     continue

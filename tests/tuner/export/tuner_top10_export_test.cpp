@@ -79,8 +79,9 @@ std::string search_text(const TopSearch& t) {
 }
 
 // The search `pipetune tune --model M --hardware h100-sxm --gpus N --global-batch B --keep 10
-// [--schedules ...] [--vocab-modes ...] --no-moe-chunks --no-whole-experts` runs (the frameworks do
-// not chunk the MoE all-to-all: the exports refuse it).
+// [--schedules ...] [--vocab-modes ...] --no-moe-chunks --no-whole-experts --no-sparse-embedding`
+// runs (the frameworks neither chunk the MoE all-to-all nor exchange the embedding gradient's
+// rows: the exports refuse both).
 SearchResult run_search(const TopSearch& t, SearchSpace& space) {
   const SearchRequest request{.target = {.model = t.model,
                                          .hardware = "h100-sxm",
@@ -90,6 +91,7 @@ SearchResult run_search(const TopSearch& t, SearchSpace& space) {
                               .vocab_modes = t.vocab_modes,
                               .moe_chunks = false,
                               .whole_experts = false,
+                              .sparse_embedding = false,
                               .keep = static_cast<std::int64_t>(kTop)};
   space = search_space(request);
   return search_plans(space, evaluator_scorers(space.model, space.cluster));

@@ -12,6 +12,7 @@
 #include "tuner/predict/evaluate.hpp"
 #include "tuner/search/evaluator_scorer.hpp"
 #include "tuner/search/search.hpp"
+#include "tuner/search/tuning_target.hpp"
 
 namespace pipetune::tuner {
 namespace {
@@ -26,17 +27,9 @@ SearchSpace space(const std::string& model, const std::string& hardware, int gpu
   return s;
 }
 
+// Every setting that makes a plan of its own, as the tuner prints it.
 std::string key(const ScoredPlan& s) {
-  std::ostringstream o;
-  const auto& p = s.plan;
-  o << "tp" << p.tp << " pp" << p.pp << " dp" << p.dp << " mbs" << p.micro_batch_size << ' '
-    << p.schedule << " v" << p.chunks << ' ' << s.vocab_label << " rc"
-    << static_cast<int>(p.recompute) << " z" << p.zero_stage;
-  // Offload variants (the search's default) are plans of their own.
-  if (p.offload_activations) o << " offload-act";
-  if (p.offload_optimizer) o << " offload-opt";
-  for (spec::Recompute r : p.stage_recompute) o << " s" << static_cast<int>(r);
-  return o.str();
+  return plan_summary(s.plan, s.vocab_label);
 }
 
 void expect_bounds_hold(const SearchSpace& s) {
