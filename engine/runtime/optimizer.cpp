@@ -94,9 +94,10 @@ bool DataParallelOptimizer::sparse_unit_open() const {
 }
 
 // ZeRO-1 with a sparse table at [a, b) of the flat buffer. The rest of each member's owned range
-// is reduced by an all-to-all of those slices, which is the buffer's reduce-scatter without the
-// table (its slices uneven where a range meets the table), summed in group-rank order; the
-// table's part of each range by its touched rows (EmbRace's AlltoAll).
+// is reduced by an all-to-all of those slices to their owner, which is the buffer's reduce-
+// scatter without the table (its slices uneven where a range meets the table): the owner adds the
+// others' slices to its own values in place, in group-rank order. The table's part of each range
+// is reduced by its touched rows (EmbRace's AlltoAll).
 void DataParallelOptimizer::reduce_scatter_around_sparse_unit(
     std::span<const std::int32_t> touched) {
   const model::ParamUnit& u = params_->units()[static_cast<std::size_t>(sparse_unit_)];
@@ -133,18 +134,16 @@ void DataParallelOptimizer::reduce_scatter_around_sparse_unit(
   }
   tensor::FlatStorage slices(std::max<std::size_t>(members * own, 1), mem, &storage);
   comm_->all_to_all_v(group_, {dense, dense_size}, send, {slices.data(), members * own}, recv);
-  if (own > 0) {
-    const tensor::TensorView sum{slices.data(), Shape{static_cast<std::int64_t>(own)}};
-    for (std::size_t i = 1; i < members; ++i)
-      backend_->accumulate(sum, {slices.data() + i * own, Shape{static_cast<std::int64_t>(own)}});
-    // Back into the owned range, on both sides of the table.
-    const std::int64_t before = std::max<std::int64_t>(0, std::min(hi_, a) - lo_);
-    if (before > 0)
-      storage.copy(g.data() + lo_, slices.data(), static_cast<std::size_t>(before) * sizeof(float));
-    const std::int64_t after_lo = std::max(lo_, b);
-    if (hi_ > after_lo)
-      storage.copy(g.data() + after_lo, slices.data() + before,
-                   static_cast<std::size_t>(hi_ - after_lo) * sizeof(float));
+  // Each other member's slice added to the owned range in place (its own values are there
+  // already, and its own slice's copy unused), on both sides of the table.
+  const std::int64_t before = std::max<std::int64_t>(0, std::min(hi_, a) - lo_);
+  const std::int64_t after_lo = std::max(lo_, b), after = std::max<std::int64_t>(0, hi_ - after_lo);
+  for (std::size_t i = 0; i < members && own > 0; ++i) {
+    if (i == me) continue;
+    const float* slice = slices.data() + i * own;
+    if (before > 0) backend_->accumulate({g.data() + lo_, Shape{before}}, {slice, Shape{before}});
+    if (after > 0)
+      backend_->accumulate({g.data() + after_lo, Shape{after}}, {slice + before, Shape{after}});
   }
   last_sparse_ = reduce_scatter_touched_rows(*comm_, group_, storage, g.data() + a,
                                              u.numel / sparse_width_, sparse_width_, touched, owned,
