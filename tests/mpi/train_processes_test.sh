@@ -107,6 +107,9 @@ TOML
   check_plan "pp=2 dp=2 v-half vocab-2 zero-3" --tp 1 --pp 2 --dp 2 --schedule v-half \
     --vocab vocab-2 --zero 3
   check_plan "moe dp=4 ep=2 zero-3" --model tiny-moe --tp 1 --pp 1 --dp 4 --ep 2 --zero 3
+  # EmbRace under ZeRO: the touched rows to their owners (MPI's all-to-all with uneven counts).
+  check_plan "dp=4 zero-1 sparse embedding" --tp 1 --pp 1 --dp 4 --zero 1 --sparse-embedding-grad
+  check_plan "dp=4 zero-2 sparse embedding" --tp 1 --pp 1 --dp 4 --zero 2 --sparse-embedding-grad
   # Tutel's two-phase all-to-all: its node and cross groups declared up front with the others.
   check_plan "moe dp=4 ep=4 two-phase all-to-all in nodes of 2" --model tiny-moe --tp 1 --pp 1 \
     --dp 4 --ep 4 --moe-a2a-node-ranks 2
