@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <queue>
@@ -12,6 +13,7 @@
 #include "engine/errors.hpp"
 #include "tuner/search/placement_options.hpp"
 #include "tuner/search/plan_enumeration.hpp"
+#include "tuner/search/tuning_target.hpp"
 
 namespace pipetune::tuner {
 
@@ -165,16 +167,46 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
                } else {
                  out.scores[i] = sc.score(jobs[i].plan);
                }
-               frontier.add(*out.scores[i]);
+               // A sparse plan may tie its dense twin and be left out of the results
+               // (SparseTwins), so only the plans that stay bound the others.
+               if (!jobs[i].plan.sparse_embedding_gradient) frontier.add(*out.scores[i]);
              });
            });
   return {total, bounded_done.load() + done.load()};
 }
 
+// The ranked plans without EmbRace's sparse embedding gradient, by plan: a sparse plan that
+// scores what its dense twin scores (the cost model hides the DP reduction either way) gains
+// nothing for its setting, which the exports refuse, and is left out. Its twin comes before it
+// (plan_enumeration adds the sparse variant after the plan). Sparse plans do not bound the
+// others (score_jobs), so a plan skipped by a bound is beaten by plans that stay: where a twin
+// was skipped, its tied sparse plan is beaten as well and trimmed.
+class SparseTwins {
+ public:
+  void note(const ScoredPlan& s) {
+    if (!s.plan.sparse_embedding_gradient)
+      scores_[plan_summary(s.plan, s.vocab_label)] = {s.score.iteration_time,
+                                                      s.score.peak_memory_bytes};
+  }
+  bool ties(const spec::ParallelPlan& plan, const std::string& vocab_label,
+            const CandidateScore& score) const {
+    if (!plan.sparse_embedding_gradient) return false;
+    spec::ParallelPlan dense = plan;
+    dense.sparse_embedding_gradient = false;
+    const auto it = scores_.find(plan_summary(dense, vocab_label));
+    return it != scores_.end() && it->second.first == score.iteration_time &&
+           it->second.second == score.peak_memory_bytes;
+  }
+
+ private:
+  std::map<std::string, std::pair<double, double>> scores_;
+};
+
 // Each job's outcome into the result: a pruned reason, the smallest infeasible plan, or a
 // ranked plan (unranked yet).
 void tally_outcomes(std::vector<SearchJob>& jobs, const JobOutcomes& out, SearchResult& result) {
   PlacementTwins twins;
+  SparseTwins sparse_twins;
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     if (!out.errors[i].empty()) {
       ++result.pruned["schedule: " + out.errors[i]];
@@ -198,9 +230,14 @@ void tally_outcomes(std::vector<SearchJob>& jobs, const JobOutcomes& out, Search
       ++result.pruned["placement scores the same as another placement of the plan"];
       continue;
     }
+    if (sparse_twins.ties(jobs[i].plan, jobs[i].vocab_label, *score)) {
+      ++result.pruned["sparse embedding gradient scores the same as the plan without it"];
+      continue;
+    }
     spec::ParallelPlan plan = std::move(jobs[i].plan);
     if (plan.slice_tokens.empty()) plan.slice_tokens = score->slice_tokens;
     result.ranked.push_back({std::move(plan), jobs[i].vocab_label, *score});
+    sparse_twins.note(result.ranked.back());
   }
 }
 

@@ -237,6 +237,9 @@ TEST(TuneController, PricesTheSparseEmbeddingRowsAtAFactor) {
   TuneController c;
   c.set_workspace(dir.qfile("ws.db"));
   TuneRequest request = small_request();
+  request.model_preset = "vp-4b-256k";  // its DP reduction across two nodes is not hidden
+  request.gpus = 16;
+  request.global_batch = 16;
   request.schedules = {"1f1b"};
   request.embedding_rows = 0.25;
   const Finished f = run_search(c, request);
@@ -340,11 +343,14 @@ TEST(TuneController, TheTwoPhaseAllToAllIsSearchedUnlessTurnedOff) {
 }
 
 // Unchecking "Sparse embedding" searches as `pipetune tune --no-sparse-embedding`: no plan
-// exchanges the embedding gradient's rows. Checked (the default), llama3-8b's 128k vocabulary on 8
-// GPUs ranks some that do.
+// exchanges the embedding gradient's rows. Checked (the default), the 256k-vocabulary model on
+// two nodes of 8 GPUs ranks some that do.
 TEST(TuneController, TheSparseEmbeddingGradientIsSearchedUnlessTurnedOff) {
   test::test_core_app();
   TuneRequest request = small_request();
+  request.model_preset = "vp-4b-256k";
+  request.gpus = 16;
+  request.global_batch = 16;
   request.schedules = {"1f1b"};
   const OnAndOff n = search_on_and_off(
       request, [](TuneRequest& r, bool on) { r.sparse_embedding = on; },
