@@ -1,10 +1,10 @@
 #include "cli/measured_embedding_rows.hpp"
 
-#include <cmath>
 #include <cstdio>
 
 #include "cli/workspace_cli.hpp"
 #include "engine/errors.hpp"
+#include "engine/spec/run_spec.hpp"
 #include "profiler/analysis/analysis_error.hpp"
 #include "profiler/analysis/embedding_rows.hpp"
 #include "tuner/cost/sparse_embedding_cost.hpp"
@@ -63,9 +63,8 @@ std::optional<double> embedding_rows_factor(const EmbeddingRowsArgs& a, const st
   if (a.factor && !a.from_run.empty())
     throw InputError("--embedding-rows and --embedding-rows-from exclude each other");
   if (a.factor) {
-    if (!(*a.factor > 0.0) || !std::isfinite(*a.factor))
-      throw InputError("--embedding-rows must be a finite number above 0 (got " +
-                       std::to_string(*a.factor) + ")");
+    if (const std::string problem = spec::embedding_rows_problem(*a.factor); !problem.empty())
+      throw InputError("--embedding-rows " + problem);
     return a.factor;
   }
   if (a.from_run.empty()) return std::nullopt;

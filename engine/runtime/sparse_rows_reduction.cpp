@@ -56,6 +56,33 @@ std::vector<float> read_rows(tensor::DeviceAllocator& storage, const float* tabl
   return values;
 }
 
+// The rows `records` (index, w values each, in the order they arrived) name, sorted and each once,
+// with their records added in that order from zero; a negative index is padding, skipped.
+struct RowSums {
+  std::vector<std::int32_t> rows;
+  std::vector<float> sums;   // (rows, w)
+  std::int64_t records = 0;  // added (padding excluded)
+};
+RowSums sum_records(const std::vector<float>& records, std::size_t w) {
+  const std::size_t record = w + 1;
+  RowSums out;
+  for (std::size_t k = 0; k < records.size(); k += record)
+    if (records[k] >= 0.0f) out.rows.push_back(static_cast<std::int32_t>(records[k]));
+  std::sort(out.rows.begin(), out.rows.end());
+  out.rows.erase(std::unique(out.rows.begin(), out.rows.end()), out.rows.end());
+  out.sums.assign(out.rows.size() * w, 0.0f);
+  for (std::size_t k = 0; k < records.size(); k += record) {
+    if (records[k] < 0.0f) continue;
+    ++out.records;
+    const auto at = static_cast<std::size_t>(
+        std::lower_bound(out.rows.begin(), out.rows.end(), static_cast<std::int32_t>(records[k])) -
+        out.rows.begin());
+    float* row = out.sums.data() + at * w;
+    for (std::size_t j = 0; j < w; ++j) row[j] += records[k + 1 + j];
+  }
+  return out;
+}
+
 }  // namespace
 
 SparseRowsExchange all_reduce_touched_rows(comm::Communicator& comm,
@@ -97,26 +124,11 @@ SparseRowsExchange all_reduce_touched_rows(comm::Communicator& comm,
 
   // 3. Every row any member touched: the members' records added in group-rank order from zero,
   // then written back a run of consecutive rows at a time.
-  const std::vector<float> all = gathered.to_host();
-  std::vector<std::int32_t> any;
-  for (std::size_t k = 0; k < g * most; ++k)
-    if (all[k * record] >= 0.0f) any.push_back(static_cast<std::int32_t>(all[k * record]));
-  std::sort(any.begin(), any.end());
-  any.erase(std::unique(any.begin(), any.end()), any.end());
-  std::vector<float> sums(any.size() * w, 0.0f);
-  for (std::size_t k = 0; k < g * most; ++k) {
-    const float index = all[k * record];
-    if (index < 0.0f) continue;
-    ++out.rows_received;
-    const auto at = static_cast<std::size_t>(
-        std::lower_bound(any.begin(), any.end(), static_cast<std::int32_t>(index)) - any.begin());
-    float* row = sums.data() + at * w;
-    const float* add = all.data() + k * record + 1;
-    for (std::size_t j = 0; j < w; ++j) row[j] += add[j];
-  }
-  for_each_run(any, [&](std::size_t first, std::size_t count) {
-    storage.copy_from_host(table + static_cast<std::size_t>(any[first]) * w,
-                           sums.data() + first * w, count * w * sizeof(float));
+  const RowSums s = sum_records(gathered.to_host(), w);
+  out.rows_received = s.records;
+  for_each_run(s.rows, [&](std::size_t first, std::size_t count) {
+    storage.copy_from_host(table + static_cast<std::size_t>(s.rows[first]) * w,
+                           s.sums.data() + first * w, count * w * sizeof(float));
   });
   return out;
 }
@@ -190,19 +202,10 @@ SparseRowsExchange reduce_scatter_touched_rows(comm::Communicator& comm,
   // time, clipped to the range.
   std::vector<float> all(received);
   got.download(0, all);
-  std::vector<std::int32_t> any;
-  for (std::size_t k = 0; k < received; k += record)
-    any.push_back(static_cast<std::int32_t>(all[k]));
-  std::sort(any.begin(), any.end());
-  any.erase(std::unique(any.begin(), any.end()), any.end());
-  std::vector<float> sums(any.size() * w, 0.0f);
-  for (std::size_t k = 0; k < received; k += record) {
-    ++out.rows_received;
-    const auto at = static_cast<std::size_t>(
-        std::lower_bound(any.begin(), any.end(), static_cast<std::int32_t>(all[k])) - any.begin());
-    float* row = sums.data() + at * w;
-    for (std::size_t j = 0; j < w; ++j) row[j] += all[k + 1 + j];
-  }
+  const RowSums s = sum_records(all, w);
+  out.rows_received = s.records;
+  const std::vector<std::int32_t>& any = s.rows;
+  const std::vector<float>& sums = s.sums;
   const TableRange my = owned[static_cast<std::size_t>(group.index_of(comm.rank()))];
   for_each_run(any, [&](std::size_t first, std::size_t count) {
     const std::int64_t begin = std::max(std::int64_t{any[first]} * width, my.lo);

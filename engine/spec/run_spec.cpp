@@ -302,6 +302,12 @@ std::string moe_imbalance_problem(double u) {
          std::to_string(u);
 }
 
+std::string embedding_rows_problem(double factor) {
+  if (factor > 0.0 && std::isfinite(factor)) return "";
+  return "must be a finite number above 0 (the touched rows over the uniform estimate), got " +
+         std::to_string(factor);
+}
+
 std::string_view engine_backend_name(EngineBackend b) {
   return b == EngineBackend::cuda ? "cuda" : "cpu";
 }

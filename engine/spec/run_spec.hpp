@@ -93,6 +93,9 @@ std::string engine_attention_problem(EngineAttention attention, EngineBackend ba
 // Why `u` is not an MoE routing imbalance ("must be a finite number >= 1 (...), got 0.5"), or
 // empty when it is one: the rule of RunSpec::moe_imbalance and of every front end's field.
 std::string moe_imbalance_problem(double u);
+// Why `factor` is not an embedding rows factor (the touched rows over the uniform estimate:
+// finite, above 0), or empty when it is one: the rule of every front end's field.
+std::string embedding_rows_problem(double factor);
 
 struct RunSpec {
   std::string name;

@@ -4,7 +4,6 @@
 #include "tuner/search/tuning_target.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <exception>
 #include <nlohmann/json.hpp>
 
@@ -92,10 +91,9 @@ bool TuneController::start(const TuneRequest& request) {
     if (request.moe_imbalance > 1.0)
       tuner::set_moe_imbalance(options, space.cluster.hardware,
                                tuner::MoeImbalance::everywhere(request.moe_imbalance));
-    if (!(request.embedding_rows > 0.0) || !std::isfinite(request.embedding_rows))
-      throw InputError(
-          "the embedding rows must be a finite number above 0 (the touched rows "
-          "over the uniform estimate)");
+    if (const std::string problem = spec::embedding_rows_problem(request.embedding_rows);
+        !problem.empty())
+      throw InputError("the embedding rows " + problem);
     if (request.embedding_rows != 1.0) {
       tuner::set_embedding_rows_factor(options, space.cluster.hardware, request.embedding_rows);
       space.embedding_rows_factor = request.embedding_rows;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "support/cli_expect.hpp"
 #include "support/run_process.hpp"
 
 namespace pipetune::testing {
@@ -110,11 +111,7 @@ TEST(EmbeddingRowsCli, TrainStoresTheRowsReportGivesTheFactorAndPredictPricesIt)
                   "exclude each other"},
         std::pair{std::vector<std::string>{"--embedding-rows-from", "nope", "--db", s.db},
                   "nope"}}) {
-    std::vector<std::string> args = plan;
-    args.insert(args.end(), extra.begin(), extra.end());
-    const ProcessResult r = run_pipetune(args);
-    EXPECT_EQ(r.exit_code, 2) << r.err;
-    EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+    expect_refused(with(plan, extra), want);
   }
 }
 

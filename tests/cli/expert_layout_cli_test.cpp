@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "support/cli_expect.hpp"
 #include "support/run_process.hpp"
 
 namespace pipetune::testing {
@@ -57,11 +58,7 @@ TEST(ExpertLayoutCli, BadLayoutsAreRefused) {
             "expert_layout has 2 entries"},
         std::pair{std::vector<std::string>{"--model", "tiny", "--expert-layout", "whole"},
                   "the model has none"}}) {
-    std::vector<std::string> args = base;
-    args.insert(args.end(), extra.begin(), extra.end());
-    const ProcessResult r = run_pipetune(args);
-    EXPECT_EQ(r.exit_code, 2) << r.err;
-    EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+    expect_refused(with(base, extra), want);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "support/cli_expect.hpp"
 #include "support/run_process.hpp"
 
 namespace pipetune::testing {
@@ -70,11 +71,7 @@ TEST(MoeImbalanceCli, TrainStoresTheRoutingAndPredictPricesIt) {
                   "exclude each other"},
         std::pair{std::vector<std::string>{"--moe-imbalance-from", "nope", "--db", s.db},
                   "nope"}}) {
-    std::vector<std::string> args = plan;
-    args.insert(args.end(), extra.begin(), extra.end());
-    const ProcessResult r = run_pipetune(args);
-    EXPECT_EQ(r.exit_code, 2) << r.err;
-    EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+    expect_refused(with(plan, extra), want);
   }
   const ProcessResult other =
       run_pipetune({"predict", "--model", "mixtral-8x7b", "--hardware", "h100-sxm", "--gpus", "8",

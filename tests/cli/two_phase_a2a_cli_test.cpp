@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "support/cli_expect.hpp"
 #include "support/run_process.hpp"
 
 namespace pipetune::testing {
@@ -50,11 +51,7 @@ TEST(TwoPhaseAllToAllCli, CountsThatDoNotSplitTheEpGroupAreRefused) {
                   "--moe-a2a-node-ranks must be at least 1"},
         std::pair{std::vector<std::string>{"--model", "tiny", "--moe-a2a-node-ranks", "2"},
                   "the model has none"}}) {
-    std::vector<std::string> args = {"train", "--dp", "4", "--steps", "1", "--no-db"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const ProcessResult r = run_pipetune(args);
-    EXPECT_EQ(r.exit_code, 2) << r.err;
-    EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+    expect_refused(with({"train", "--dp", "4", "--steps", "1", "--no-db"}, extra), want);
   }
 }
 

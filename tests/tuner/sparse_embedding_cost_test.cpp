@@ -83,24 +83,32 @@ spec::ParallelPlan plan(std::int64_t global_batch, bool sparse) {
   return p;
 }
 
+// The 256k-vocabulary model on 8 H100s (dp 8), as both reductions' tests price it.
+struct VocabModelOn8 {
+  spec::ModelSpec m = [] {
+    spec::ModelSpec model = spec::load_model("vp-4b-256k");
+    spec::apply_defaults(model);
+    return model;
+  }();
+  spec::ClusterSpec c = spec::make_cluster(spec::load_hardware("h100-sxm"), 8);
+  ExecutionOptions exec = default_execution(c.hardware);
+  GroupLink dp = group_link(c, 0, 1, 8);
+  double h = static_cast<double>(m.hidden), V = static_cast<double>(m.vocab),
+         gb = exec.gradient_reduce_bytes;
+  double rows = static_cast<double>(spec::padded_vocab(m, 1)), table_bytes = rows * h * gb;
+  schedule::Placement placement = schedule::schedule_placement("1f1b");
+};
+
 TEST(SparseEmbeddingCost, ThePlansReductionSwapsTheTableForItsTouchedRows) {
-  spec::ModelSpec m = spec::load_model("vp-4b-256k");
-  spec::apply_defaults(m);
-  const spec::ClusterSpec c = spec::make_cluster(spec::load_hardware("h100-sxm"), 8);
-  const ExecutionOptions exec = default_execution(c.hardware);
-  const GroupLink dp = group_link(c, 0, 1, 8);
-  const double h = static_cast<double>(m.hidden), V = static_cast<double>(m.vocab),
-               gb = exec.gradient_reduce_bytes;
-  const auto placement = schedule::schedule_placement("1f1b");
+  const VocabModelOn8 s;
+  const auto& [m, c, exec, dp, h, V, gb, rows, table_bytes, placement] = s;
   for (std::int64_t batch : {8, 64, 512}) {
     SCOPED_TRACE("global batch " + std::to_string(batch));
     const OpCosts dense = op_costs(m, c, plan(batch, false), placement, exec);
     const OpCosts sparse = op_costs(m, c, plan(batch, true), placement, exec);
-    const double rows = static_cast<double>(spec::padded_vocab(m, 1));
     const double touched = expected_touched_rows(
         rows, V, static_cast<double>(batch) / 8 * static_cast<double>(m.seq_len));
     // The whole buffer's all-reduce less the table's bytes, plus the rows' exchange.
-    const double table_bytes = rows * h * gb;
     const double all = dense.stages[0].grad_reduce;
     const double others =
         collective_time(Collective::AllReduce, dense.stages[0].parameters * gb - table_bytes, dp);
@@ -116,15 +124,8 @@ TEST(SparseEmbeddingCost, ThePlansReductionSwapsTheTableForItsTouchedRows) {
 }
 
 TEST(SparseEmbeddingCost, UnderZeroTheTablesReduceScatterMakesWayForItsRows) {
-  spec::ModelSpec m = spec::load_model("vp-4b-256k");
-  spec::apply_defaults(m);
-  const spec::ClusterSpec c = spec::make_cluster(spec::load_hardware("h100-sxm"), 8);
-  const ExecutionOptions exec = default_execution(c.hardware);
-  const GroupLink dp = group_link(c, 0, 1, 8);
-  const double h = static_cast<double>(m.hidden), V = static_cast<double>(m.vocab),
-               gb = exec.gradient_reduce_bytes;
-  const double rows = static_cast<double>(spec::padded_vocab(m, 1)), table_bytes = rows * h * gb;
-  const auto placement = schedule::schedule_placement("1f1b");
+  const VocabModelOn8 setup;
+  const auto& [m, c, exec, dp, h, V, gb, rows, table_bytes, placement] = setup;
   for (int zero : {1, 2, 3})
     for (std::int64_t batch : {8, 64, 512}) {
       SCOPED_TRACE("zero " + std::to_string(zero) + ", global batch " + std::to_string(batch));

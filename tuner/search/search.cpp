@@ -184,7 +184,7 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
 class SparseTwins {
  public:
   void note(const ScoredPlan& s) {
-    if (!s.plan.sparse_embedding_gradient)
+    if (!s.plan.sparse_embedding_gradient && s.plan.dp > 1)  // the sparse gradient needs dp > 1
       scores_[plan_summary(s.plan, s.vocab_label)] = {s.score.iteration_time,
                                                       s.score.peak_memory_bytes};
   }

@@ -84,11 +84,10 @@ class TimingHooks {
         cost_[r * schedule::kOpKindCount + static_cast<std::size_t>(k)] =
             costs.cost(static_cast<int>(r), k) * pass_factor(static_cast<int>(r), k);
     fault_stall_.assign(p, 0.0);
-    pool_changes_.clear();
-    for (const schedule::StageCosts& st : costs.stages) {
-      failures_ = failures_ || st.fails();
-      pool_changes_.push_back(pool_changes(st));
-    }
+    for (const schedule::StageCosts& st : costs.stages) failures_ = failures_ || st.fails();
+    // Only a re-routing pool with failures runs at a changing pace (fail_over).
+    if (failures_ && costs.reroute_pool >= 2)
+      for (const schedule::StageCosts& st : costs.stages) pool_changes_.push_back(pool_changes(st));
     if (s.slices > 1) set_up_slices();
     set_up_offload();
     if (options.record_trace) {
