@@ -56,7 +56,10 @@ void set_fault_costs(schedule::CostTable& table, const spec::ClusterSpec& cluste
           merged.back().second = std::max(merged.back().second, to);
         else
           merged.emplace_back(from, to);
-      for (const auto& [from, to] : merged) {
+      for (const std::pair<double, double>& interval : merged) {
+        // Named copies: clang 14 (the fuzz build's) cannot capture structured bindings.
+        const double from = interval.first;
+        const double to = interval.second;
         const auto it = std::find_if(st.failures.begin(), st.failures.end(), [&](const Failure& f) {
           return f.at == from && f.at + f.restart_delay == to;
         });
