@@ -159,6 +159,7 @@ void DataParallelOptimizer::reduce_gradients(std::span<const std::int32_t> touch
           "' still holds a full gradient at the iteration's end");
     last_sparse_ = iteration_sparse_;
     iteration_sparse_ = {};
+    unit_reduced_.clear();
     return;
   }
   if (!unit_reduced_.empty()) {  // layered reduction: the units no R op reduced
@@ -202,12 +203,27 @@ void DataParallelOptimizer::reduce_gradients(std::span<const std::int32_t> touch
 }
 
 void DataParallelOptimizer::reduce_units(const std::vector<int>& units) {
-  for (std::span<float> run : take_units(units)) comm_->all_reduce(group_, run);
+  if (zero1_ || sharded_gradients_)
+    throw std::logic_error("reduce_units: the in-place layered reduction runs without ZeRO");
+  for (const UnitReduction& r : take_units(units)) comm_->all_reduce(group_, r.gradients);
 }
 
-std::vector<std::span<float>> DataParallelOptimizer::take_units(const std::vector<int>& units) {
-  if (zero1_ || sharded_gradients_)
-    throw std::logic_error("reduce_units: layered gradient reduction runs without ZeRO");
+void DataParallelOptimizer::hold_units(const std::vector<int>& units) {
+  if (!sharded_gradients_)
+    throw std::logic_error("hold_units: held gradient units are for ZeRO-2 and 3");
+  unit_held_.resize(params_->units().size(), 0);
+  for (int u : units) unit_held_.at(static_cast<std::size_t>(u)) = 1;
+}
+
+void DataParallelOptimizer::release_reduced_units() {
+  for (int u : reduced_held_) params_->close_gradient_unit(u);
+  reduced_held_.clear();
+}
+
+std::vector<DataParallelOptimizer::UnitReduction> DataParallelOptimizer::take_units(
+    const std::vector<int>& units) {
+  if (zero1_ && !sharded_gradients_)
+    throw std::logic_error("reduce_units: layered gradient reduction runs without ZeRO-1");
   const std::vector<model::ParamUnit>& all = params_->units();
   unit_reduced_.resize(all.size(), 0);
   for (int u : units) {
@@ -217,7 +233,25 @@ std::vector<std::span<float>> DataParallelOptimizer::take_units(const std::vecto
                              "' reduced twice in one iteration");
     done = 1;
   }
-  std::vector<std::span<float>> runs;
+  std::vector<UnitReduction> runs;
+  if (sharded_gradients_) {
+    // A held unit no op of the iteration opened (a chunk no micro-batch visits) has nothing to
+    // add to its shard, which zero_grad left at zero.
+    tensor::FlatStorage& owned = params_->owned_grads();
+    for (int u : units) {
+      if (static_cast<std::size_t>(u) >= unit_held_.size() ||
+          !unit_held_[static_cast<std::size_t>(u)])
+        throw std::logic_error("take_units: unit '" + all[static_cast<std::size_t>(u)].name +
+                               "' is not held for its R op");
+      if (!params_->gradient_unit_open(u)) continue;
+      tensor::FlatStorage& full = params_->unit_gradient(u);
+      runs.push_back({{full.data(), full.size()},
+                      {owned.data() + all[static_cast<std::size_t>(u)].owned_offset,
+                       static_cast<std::size_t>(params_->shard_size(u))}});
+      reduced_held_.push_back(u);
+    }
+    return runs;
+  }
   if (group_.size() <= 1) return runs;
   tensor::FlatStorage& g = params_->flat_grads();
   // Units lie back to back in the flat buffer, in their order: a run of adjacent ones is one
@@ -232,7 +266,7 @@ std::vector<std::span<float>> DataParallelOptimizer::take_units(const std::vecto
       ++j;
     }
     if (end > first.offset)
-      runs.emplace_back(g.data() + first.offset, static_cast<std::size_t>(end - first.offset));
+      runs.push_back({{g.data() + first.offset, static_cast<std::size_t>(end - first.offset)}, {}});
     i = j;
   }
   return runs;
@@ -243,6 +277,9 @@ void DataParallelOptimizer::reduce_open_units(std::span<const std::int32_t> touc
   const std::vector<int> open = params_->open_gradient_units();
   tensor::FlatStorage& owned = params_->owned_grads();
   for (int u : open) {
+    // Held until its R op (layered reduction), or handed to it and not yet closed.
+    if (static_cast<std::size_t>(u) < unit_held_.size() && unit_held_[static_cast<std::size_t>(u)])
+      continue;
     tensor::FlatStorage& full = params_->unit_gradient(u);
     const std::int64_t shard = params_->shard_size(u);
     if (u == sparse_unit_) {  // the op's touched rows to the members owning them

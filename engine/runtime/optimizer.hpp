@@ -56,16 +56,30 @@ class DataParallelOptimizer {
   // What the last iteration's sparse reduction moved (zeros before the first, or without a
   // sparse unit); under ZeRO-2 and 3 the sum over its ops, complete after reduce_gradients.
   const SparseRowsExchange& last_sparse_exchange() const { return last_sparse_; }
-  // Layered gradient reduction (ZeRO 0; the schedule's R op): all-reduces the gradients of
+  // Layered gradient reduction (the schedule's R op), ZeRO 0: all-reduces the gradients of
   // `units` (complete: no later op of the iteration adds to them) now, in runs of adjacent units,
   // and leaves them out of reduce_gradients(). Every rank of the group runs the same schedule, so
   // they reduce the same units in the same order. logic_error under ZeRO, or for a unit reduced
   // twice in one iteration.
   void reduce_units(const std::vector<int>& units);
+  // ZeRO-2 and 3 under layered reduction (group_holds.hpp): `units` (a chunk's layers) keep their
+  // full gradients open across ops, accumulating over the micro-batches, until take_units hands
+  // them to their R op: reduce_open_units leaves them alone.
+  void hold_units(const std::vector<int>& units);
+  // One collective of an R op: a run of adjacent units' gradients all-reduced in place (ZeRO 0,
+  // `shard` empty), or one held unit's full gradient reduce-scattered into the rank's shard of it
+  // (ZeRO-2 and 3; the shard holds nothing else of the iteration, so it is written, not added).
+  struct UnitReduction {
+    std::span<float> gradients;
+    std::span<float> shard;
+  };
   // reduce_units in two halves, for a reduction on another thread (reduction_worker.hpp): marks
-  // `units` reduced, as reduce_units does, and returns the runs of adjacent units' gradients for
-  // the caller to all-reduce over group() (none for a group of one).
-  std::vector<std::span<float>> take_units(const std::vector<int>& units);
+  // `units` reduced, as reduce_units does, and returns the collectives for the caller to run over
+  // group() (none for a group of one under ZeRO 0). Under ZeRO-2 and 3, the held units' full
+  // buffers stay open until release_reduced_units(), called once those collectives have ended.
+  std::vector<UnitReduction> take_units(const std::vector<int>& units);
+  // Closes the held units take_units handed out (their reductions have ended).
+  void release_reduced_units();
   const comm::ProcessGroup& group() const { return group_; }
   // ZeRO-2: reduce-scatters the units the op opened, in their opening order, into this rank's
   // shards and closes them. Every rank of the group runs the same ops, so they open the same
@@ -106,6 +120,8 @@ class DataParallelOptimizer {
   bool zero1_;                      // the optimizer state is sharded (ZeRO 1 and 2)
   bool sharded_gradients_;          // ZeRO-2
   std::vector<char> unit_reduced_;  // layered reduction: per unit, reduced this iteration
+  std::vector<char> unit_held_;     // ZeRO-2 and 3 under layered reduction: per unit, held
+  std::vector<int> reduced_held_;   // held units handed to an R op and not yet closed
   int sparse_unit_ = -1;            // EmbRace: the table reduced by its touched rows
   std::int64_t sparse_width_ = 0;
   SparseRowsExchange last_sparse_;

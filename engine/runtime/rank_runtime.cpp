@@ -162,6 +162,9 @@ IterationLosses RankRuntime::run_schedule(const std::vector<data::Batch>& batche
   if (plan_.offload_activations && !offload_)
     offload_ = std::make_unique<ActivationOffload>(model::rank_storage(), recorder_);
   const std::vector<Op>& ops = schedule_->ranks[static_cast<std::size_t>(pp_rank_)];
+  holds_gradients_ = sharding_.reduce_gradients && schedule::reduces_per_group(*schedule_);
+  holds_ =
+      holds_gradients_ ? schedule::group_holds(ops, schedule_->chunks) : schedule::GroupHolds{};
   try {
     run_ops(ops, step);
   } catch (...) {
@@ -238,7 +241,10 @@ void RankRuntime::run_ops(const std::vector<Op>& ops, std::int64_t step) {
                                 reduction ? profiler::Stream::Comm : profiler::Stream::Compute,
                                 reduction ? -1 : op.microbatch,
                                 schedule::is_vocab_op(op.kind) ? -1 : op.chunk, -1, name);
+      const bool holds = holds_gradients_ && !reduction;
+      if (holds && holds_.gather_before[i]) hold_parameters(op.chunk);
       run_op(op);
+      if (holds && holds_.release_after[i]) release_held_parameters();
       // A device computes asynchronously: the op's span ends when its kernels have run, so a
       // GPU rank's spans time its ops as the simulator does (other ranks' streams still overlap).
       // The first op of a pair that runs at once with the second ends when it is issued; the
@@ -366,6 +372,7 @@ void RankRuntime::run_op(const Op& op) {
       break;
     case OpKind::R:  // on this thread: no reduction worker
       group_reduction(op.chunk)(*comm_);
+      release_reduced_units();
       break;
   }
 }

@@ -29,6 +29,7 @@
 #include "engine/runtime/injected_fault.hpp"
 #include "engine/runtime/mailbox.hpp"
 #include "engine/runtime/reduction_worker.hpp"
+#include "engine/schedule/group_holds.hpp"
 #include "engine/schedule/schedule.hpp"
 #include "engine/spec/parallel_plan.hpp"
 #include "profiler/recorder/rank_recorder.hpp"
@@ -71,6 +72,9 @@ class RankRuntime {
     std::function<void(model::ParameterSet& set, const std::vector<int>& units)> gather_parameters;
     // Reduce-scatters every open gradient unit into the ranks' shards and closes it.
     std::function<void()> reduce_gradients;
+    // Under layered reduction: closes the held gradient units the R ops reduced so far (their
+    // reductions have ended).
+    std::function<void()> release_reduced;
   };
   void set_sharding(ShardingHooks hooks) { sharding_ = std::move(hooks); }
   // Layered gradient reduction: what an R op of the schedule runs, the data-parallel reduction of
@@ -129,6 +133,11 @@ class RankRuntime {
   ReductionWorker::Job group_reduction(int chunk) const;
   bool submit_reduction(int chunk);
   void wait_for_reductions();
+  // ZeRO-2 and 3 under layered reduction (group_holds.hpp): frees the full gradients of the R ops
+  // that have ended; gathers a chunk's layer values for a run of its ops and frees them after.
+  void release_reduced_units();
+  void hold_parameters(int chunk);
+  void release_held_parameters();
   void abandon_reductions(std::exception_ptr error);
   // Activation offload around op `i` of this rank's list: before it, the finished offloads'
   // device buffers go, the reload of the next op's backward starts (on a device: it overlaps op
@@ -251,6 +260,11 @@ class RankRuntime {
   std::vector<int> sequence_parallel_grads_;
   Mailbox mailbox_;
   ShardingHooks sharding_;  // ZeRO-2 and 3
+  // ZeRO-2 and 3 under layered reduction: this iteration's runs of the rank's ops, and the units
+  // a run holds gathered.
+  schedule::GroupHolds holds_;
+  bool holds_gradients_ = false;
+  std::vector<std::pair<model::ParameterSet*, int>> held_parameters_;
   // EmbRace: per row of the input embedding shard, whether a backward this iteration added to it.
   bool record_touched_ = false;
   std::vector<char> touched_rows_;

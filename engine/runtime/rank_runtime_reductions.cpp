@@ -20,19 +20,24 @@ ReductionWorker::Job RankRuntime::group_reduction(int chunk) const {
 
 bool RankRuntime::submit_reduction(int chunk) {
   if (!reductions_) return false;
+  // Held gradients (ZeRO-2 and 3): the earlier R's full buffers are freed before this one's are
+  // handed out, so at most one held reduction is in flight (group_holds.hpp).
+  if (holds_gradients_) wait_for_reductions();
   reductions_->submit(chunk, group_reduction(chunk));
   return true;
 }
 
 void RankRuntime::wait_for_reductions() {
-  if (!reductions_) return;
-  // The iteration ends when its reductions do; each is a span on the rank's comm lane, as long
-  // as it took on its thread.
-  const std::vector<ReductionWorker::Ran> ran = reductions_->wait();
-  if (recorder_ == nullptr) return;
-  for (const ReductionWorker::Ran& r : ran)
-    recorder_->add_timed(schedule::span_kind_of(schedule::OpKind::R), profiler::Stream::Comm, -1,
-                         r.chunk, 0, r.start_ns, r.end_ns);
+  if (reductions_) {
+    // The iteration ends when its reductions do; each is a span on the rank's comm lane, as long
+    // as it took on its thread.
+    const std::vector<ReductionWorker::Ran> ran = reductions_->wait();
+    if (recorder_ != nullptr)
+      for (const ReductionWorker::Ran& r : ran)
+        recorder_->add_timed(schedule::span_kind_of(schedule::OpKind::R), profiler::Stream::Comm,
+                             -1, r.chunk, 0, r.start_ns, r.end_ns);
+  }
+  release_reduced_units();
 }
 
 void RankRuntime::abandon_reductions(std::exception_ptr error) {

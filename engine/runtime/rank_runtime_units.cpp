@@ -74,10 +74,14 @@ RankRuntime::OpenedUnits RankRuntime::open_units(const Units& uses, const Units&
   }
   for (model::ParameterSet* set : {&m.dense, &m.expert}) {
     if (!set->gradients_sharded()) continue;
-    each_unit(*set, computes.tables, computes.layer, [&](int u) {
+    // A layer's unit held for its group's R op (group_holds.hpp) is reduced there, not after
+    // the op.
+    each_unit(*set, computes.tables, holds_gradients_ ? -1 : computes.layer, [&](int u) {
       set->open_gradient_unit(u);
       o.gradients = true;
     });
+    if (holds_gradients_)
+      each_unit(*set, {}, computes.layer, [&](int u) { set->open_gradient_unit(u); });
   }
   account_unit_buffers(recorder_, before, unit_buffer_bytes(m));
   return o;
@@ -91,6 +95,44 @@ void RankRuntime::close_units(const OpenedUnits& o) {
     sharding_.reduce_gradients();
   }
   for (const auto& [set, u] : o.parameters) set->close_parameter_unit(u);
+  account_unit_buffers(recorder_, before, unit_buffer_bytes(*model_));
+}
+
+void RankRuntime::release_reduced_units() {
+  if (!sharding_.release_reduced) return;
+  const model::UnitBufferBytes before = unit_buffer_bytes(*model_);
+  sharding_.release_reduced();
+  account_unit_buffers(recorder_, before, unit_buffer_bytes(*model_));
+}
+
+void RankRuntime::hold_parameters(int chunk) {
+  model::RankModel& m = *model_;
+  const model::UnitBufferBytes before = unit_buffer_bytes(m);
+  const std::size_t blocks = m.blocks(chunk).size();
+  for (model::ParameterSet* set : {&m.dense, &m.expert}) {
+    if (!set->parameters_sharded()) continue;
+    std::vector<int> gathered;
+    for (std::size_t i = 0; i < blocks; ++i) {
+      const int u = set->find_unit(model::layer_unit_name(layer_of(chunk, i)));
+      if (u < 0 || set->parameter_unit_open(u)) continue;
+      set->open_parameter_unit(u);
+      gathered.push_back(u);
+      held_parameters_.emplace_back(set, u);
+    }
+    if (!gathered.empty()) {
+      profiler::ScopedSpan span(recorder_, profiler::SpanKind::AllGather, profiler::Stream::Comm,
+                                -1, -1, -1, parameter_gather_name_);
+      sharding_.gather_parameters(*set, gathered);
+    }
+  }
+  account_unit_buffers(recorder_, before, unit_buffer_bytes(m));
+}
+
+void RankRuntime::release_held_parameters() {
+  if (held_parameters_.empty()) return;
+  const model::UnitBufferBytes before = unit_buffer_bytes(*model_);
+  for (const auto& [set, u] : held_parameters_) set->close_parameter_unit(u);
+  held_parameters_.clear();
   account_unit_buffers(recorder_, before, unit_buffer_bytes(*model_));
 }
 

@@ -185,26 +185,48 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
                                                  ? runtime_.take_touched_embedding_rows()
                                                  : std::vector<std::int32_t>{});
                expert_opt_->reduce_open_units();
+             },
+         .release_reduced =
+             [this] {
+               dense_opt_->release_reduced_units();
+               expert_opt_->release_reduced_units();
              }});
-  // Layered gradient reduction: an R op all-reduces its chunk's layers in both sets (each over
-  // its own group: on the reduction thread's channel, a stream apart from the rank's own
-  // collectives); reduce_gradients() then does the rest (the tables).
+  // Layered gradient reduction: an R op reduces its chunk's layers in both sets (each over its
+  // own group: on the reduction thread's channel, a stream apart from the rank's own
+  // collectives), all-reducing them without ZeRO, reduce-scattering their held full gradients
+  // into the shards under ZeRO-2 and 3 (group_holds.hpp); reduce_gradients() then does the rest
+  // (the tables).
+  const auto chunk_units = [this](const model::ParameterSet& set, int chunk) {
+    const model::LayerGroupPlacement& g =
+        model_.placement().chunks.at(static_cast<std::size_t>(chunk));
+    std::vector<int> units;
+    for (std::int64_t l = g.first_layer; l < g.first_layer + g.layer_count; ++l)
+      if (const int u = set.find_unit(model::layer_unit_name(l)); u >= 0) units.push_back(u);
+    return units;
+  };
+  if (spec::reduces_per_group(plan_) && plan_.zero_stage >= 2)
+    for (auto [set, opt] :
+         {std::pair{&model_.dense, &*dense_opt_}, std::pair{&model_.expert, &*expert_opt_}})
+      for (std::size_t c = 0; c < model_.placement().chunks.size(); ++c)
+        opt->hold_units(chunk_units(*set, static_cast<int>(c)));
   runtime_.set_group_reduction(
-      [this](int chunk) {
-        const model::LayerGroupPlacement& g =
-            model_.placement().chunks.at(static_cast<std::size_t>(chunk));
-        std::vector<std::pair<comm::ProcessGroup, std::vector<std::span<float>>>> work;
+      [this, chunk_units](int chunk) {
+        std::vector<
+            std::pair<comm::ProcessGroup, std::vector<DataParallelOptimizer::UnitReduction>>>
+            work;
         for (auto [set, opt] :
              {std::pair{&model_.dense, &*dense_opt_}, std::pair{&model_.expert, &*expert_opt_}}) {
-          std::vector<int> units;
-          for (std::int64_t l = g.first_layer; l < g.first_layer + g.layer_count; ++l)
-            if (const int u = set->find_unit(model::layer_unit_name(l)); u >= 0) units.push_back(u);
-          std::vector<std::span<float>> runs = opt->take_units(units);
+          std::vector<DataParallelOptimizer::UnitReduction> runs =
+              opt->take_units(chunk_units(*set, chunk));
           if (!runs.empty()) work.emplace_back(opt->group(), std::move(runs));
         }
         return ReductionWorker::Job([work = std::move(work)](comm::Communicator& via) {
           for (const auto& [group, runs] : work)
-            for (std::span<float> run : runs) via.all_reduce(group, run);
+            for (const DataParallelOptimizer::UnitReduction& r : runs)
+              if (r.shard.empty())
+                via.all_reduce(group, r.gradients);
+              else
+                via.reduce_scatter(group, r.gradients, r.shard);
         });
       },
       reduction_worker(device));

@@ -498,18 +498,16 @@ void validate(const ModelSpec& model, const ParallelPlan& plan) {
     throw SpecError({"plan.sparse_embedding_gradient", "model.tied_embeddings"},
                     "sparse_embedding_gradient needs untied embeddings: a tied table's gradient "
                     "is dense (the output layer adds to every row)");
-  // Layered gradient reduction all-reduces each layer group's gradients where the schedule's R op
-  // stands. ZeRO-1 reduce-scatters one flat buffer whose shards cross the groups, and ZeRO-2 and 3
-  // reduce each layer's gradients inside its backward already.
-  if (reduces_per_group(plan) && plan.zero_stage != 0)
+  // Layered gradient reduction reduces each layer group's gradients where the schedule's R op
+  // stands: all-reduced without ZeRO, held whole and reduce-scattered into the shards under
+  // ZeRO-2 and 3 (schedule/group_holds.hpp). ZeRO-1 reduce-scatters one flat buffer whose shards
+  // cross the groups.
+  if (reduces_per_group(plan) && plan.zero_stage == 1)
     throw SpecError(
         {plan.layered_reduction ? "plan.layered_reduction" : "plan.schedule", "plan.zero_stage"},
         std::string(plan.layered_reduction ? "layered_reduction" : "the layered schedule") +
-            " all-reduces each layer group's gradients as its backward ends, with "
-            "zero_stage=0 only (zero_stage=" +
-            shown(std::int64_t{plan.zero_stage}) +
-            ": ZeRO-1 shards one buffer across the groups, ZeRO-2 and 3 reduce each "
-            "layer inside its backward already)");
+            " reduces each layer group's gradients as its backward ends, with zero_stage 0, 2 or "
+            "3 (zero_stage=1 reduce-scatters one buffer whose shards cross the groups)");
   if (plan.layer_split.empty()) {
     if (plan.pp > model.layers) {
       throw SpecError({"plan.pp", "model.layers"}, "pp=" + shown(std::int64_t{plan.pp}) +

@@ -142,6 +142,28 @@ inline std::vector<PlanCase> parallel_equivalence_plans() {
        .schedule = "zb-h1",
        .sequence_parallel = true,
        .layered_reduction = true});
+  // Layered reduction paired with ZeRO (schedule/group_holds.hpp): each group's gradients held
+  // whole over its micro-batches and reduce-scattered once at its R op, its values (ZeRO-3)
+  // gathered once per run of its ops. The layered schedule with modular placement, experts
+  // (their units over the expert-DP group), and R ops added to interleaved 1F1B (runs of one op).
+  add({.name = "pp2_dp2_layered_modular_zero3",
+       .pp = 2,
+       .dp = 2,
+       .schedule = "layered",
+       .chunks = 4,
+       .zero = 3});
+  add({.name = "moe_pp2_dp2_layered_zero2",
+       .model = "tiny-moe",
+       .pp = 2,
+       .dp = 2,
+       .schedule = "layered",
+       .zero = 2});
+  add({.name = "pp2_dp2_interleaved_layered_reduction_zero3",
+       .pp = 2,
+       .dp = 2,
+       .schedule = "interleaved-1f1b",
+       .zero = 3,
+       .layered_reduction = true});
   // Vocabulary parallelism with the schedules that support it.
   add({.name = "pp2_1f1b_vocab1", .pp = 2, .vocab = "vocab-1"});
   add({.name = "pp4_1f1b_vocab2", .pp = 4, .vocab = "vocab-2", .microbatches = 8});
