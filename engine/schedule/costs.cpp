@@ -117,6 +117,7 @@ void check_costs(const CostTable& costs) {
     }
     const StageCosts& st = costs.stages[static_cast<std::size_t>(r)];
     check(st.offload, "an offload copy time");
+    check(st.run_gather, "a layer group's gather time");
     if (!(st.slowdown >= 1.0) || !std::isfinite(st.slowdown))
       throw InputError("stage " + std::to_string(r) +
                        ": a slowdown is a factor of at least 1 on its ops' costs");

@@ -31,6 +31,10 @@ struct StageCosts {
   // before its B), of one chunk's activations of one micro-batch. 0 = this stage keeps its
   // activations on the device.
   double offload = 0.0;
+  // ZeRO-3 under layer-group reductions (group_holds.hpp): seconds to gather one layer group's
+  // values, paid by the first op of each run of the group's ops on this stage (in place of a
+  // gather in every op).
+  double run_gather = 0.0;
   // Unreliable peers (SWARM, ATOM): every pass on this stage takes `slowdown` times its cost (a
   // slow device), and the stage fails at each of `failures` (in order of time, several in one
   // iteration if need be).
@@ -86,6 +90,9 @@ struct CostTable {
   // others take its share and run again the op it had in flight. 0: no re-routing, a pipeline
   // waits for its slow stage and stalls while a failed one restarts.
   int reroute_pool = 0;
+  // ZeRO-2 and 3 under layer-group reductions (group_holds.hpp): an R op starts once the rank's
+  // previous R has ended, whose held gradients are freed first (the engine waits for it there).
+  bool held_reductions = false;
 
   // Same costs on every stage; BW = B + W; S/T/IF/IB as given.
   static CostTable uniform(int stages, double f, double b, double w, double s = 0.0, double t = 0.0,

@@ -72,5 +72,46 @@ TEST(LayeredPredict, ManyGroupsHideAllButTheLastOnesReduction) {
                SpecError);
 }
 
+// Under ZeRO-3 (engine/schedule/group_holds.hpp) a group's values are gathered once per run of
+// its ops and its held gradients reduce-scattered once, by its R op: the per-op collectives are
+// the tables' alone, and the layers' gathers and reduce-scatters add up to the whole stage's
+// (one latency per collective more).
+TEST(LayeredPredict, HeldGroupsUnderZero3GatherAndScatterEachGroupOnce) {
+  const spec::ModelSpec m = spec::load_model("llama3-8b");
+  const spec::ClusterSpec c = spec::make_cluster(spec::load_hardware("h100-sxm"), 64);
+  spec::ParallelPlan held_plan = plan("layered", 8, false), per_op_plan = held_plan;
+  held_plan.zero_stage = 3;
+  per_op_plan.schedule = "interleaved-1f1b";
+  per_op_plan.zero_stage = 3;
+  const PlanEvaluation held = evaluate_plan(m, c, held_plan);
+  const PlanEvaluation per_op = evaluate_plan(m, c, per_op_plan);
+  // Rank 1 holds layers only: its ops gather and scatter nothing.
+  const StageCost& middle = held.costs.stages[1];
+  EXPECT_EQ(middle.sharded_forward_comm, 0.0);
+  EXPECT_EQ(middle.sharded_backward_comm, 0.0);
+  const StageCost& whole = per_op.costs.stages[1];
+  const double latency = 8 * 15 * 10e-6;  // 7 more collectives of 15 steps each, and a bit
+  EXPECT_NEAR(8 * middle.group_gather, whole.sharded_forward_comm, latency);
+  EXPECT_NEAR(8 * (middle.group_gather + middle.group_reduce), whole.sharded_backward_comm,
+              2 * latency);
+  // The simulator pays a run's gather at its first op, less what one forward hides (the
+  // frameworks prefetch), and waits for a held reduction at the next R.
+  const schedule::StageCosts& table = held.costs.table.stages[1];
+  EXPECT_GT(middle.group_gather, 0.0);
+  EXPECT_DOUBLE_EQ(table.run_gather,
+                   std::max(0.0, middle.group_gather - middle.forward.total() / 8));
+  EXPECT_DOUBLE_EQ(table[schedule::OpKind::R], middle.group_reduce);
+  EXPECT_TRUE(held.costs.table.held_reductions);
+  EXPECT_FALSE(per_op.costs.table.held_reductions);
+  // Memory: a group is one layer here (32 layers, 4 ranks, 8 groups each). Held, two groups'
+  // full gradients beyond the shards (one accumulating, one being reduced) against one layer's,
+  // and one group's full values, as before.
+  const double shards = middle.parameters / 16 * 4.0;  // fp32 gradients, over dp 16
+  const double one_layer = per_op.memory.stages[1].gradients - shards;
+  EXPECT_GT(one_layer, 0.0);
+  EXPECT_NEAR(held.memory.stages[1].gradients, shards + 2 * one_layer, 1e-9 * shards);
+  EXPECT_DOUBLE_EQ(held.memory.stages[1].parameters, per_op.memory.stages[1].parameters);
+}
+
 }  // namespace
 }  // namespace pipetune::tuner

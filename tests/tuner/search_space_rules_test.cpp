@@ -82,14 +82,18 @@ TEST(SearchSpaceRules, AnImpossibleCombinationIsCountedWithItsReason) {
 
 TEST(SearchSpaceRules, EveryZeroStageIsSearchedWhereDataParallelismShards) {
   const SearchResult r = search_plans(tiny_space(), feasible);
-  std::map<int, int> by_stage;
+  std::map<int, int> by_stage, per_group_by_stage;
   for (const ScoredPlan& c : r.ranked) {
     ++by_stage[c.plan.zero_stage];
+    if (spec::reduces_per_group(c.plan)) ++per_group_by_stage[c.plan.zero_stage];
     if (c.plan.dp == 1) EXPECT_EQ(c.plan.zero_stage, 0);
   }
   for (int z : {0, 1, 2, 3}) EXPECT_GT(by_stage[z], 0) << "ZeRO " << z;
-  // Each plan with dp > 1 is there at every stage.
-  EXPECT_EQ(by_stage[1], by_stage[2]);
+  // Each plan with dp > 1 is there at every stage, but for ZeRO-1 with layer-group reductions
+  // (refused: its shards cross the groups); ZeRO-2 and 3 hold the groups instead.
+  EXPECT_EQ(per_group_by_stage[1], 0);
+  EXPECT_GT(per_group_by_stage[2], 0);
+  EXPECT_EQ(by_stage[1], by_stage[2] - per_group_by_stage[2]);
   EXPECT_EQ(by_stage[2], by_stage[3]);
 }
 

@@ -230,7 +230,32 @@ void set_data_parallel_costs(StageCost& st, const StageParameters& sp,
       collective_time(Collective::ReduceScatter, dense_shared * grad_bytes, links.dp) +
       collective_time(Collective::ReduceScatter, sp.expert * grad_bytes, links.expert_dp) +
       (plan.zero_stage >= 1 ? sparse_time : 0.0);
-  if (plan.zero_stage >= 3) {
+  if (plan.zero_stage >= 2 && spec::reduces_per_group(plan)) {
+    // Layered reduction paired with ZeRO (engine/schedule/group_holds.hpp): a layer group's
+    // gradients are held over its micro-batches and reduce-scattered once, by its R op; under
+    // ZeRO-3 its values are gathered once per run of its ops (StageCosts::run_gather). The ops
+    // still gather and reduce-scatter the vocabulary tables each time.
+    const double v = plan.chunks;
+    const double tables_gather =
+        collective_time(Collective::AllGather, sp.vocabulary * param_bytes, links.dp);
+    const double tables_scatter =
+        collective_time(Collective::ReduceScatter, (dense_shared - sp.dense) * grad_bytes,
+                        links.dp) +
+        sparse_time;
+    st.group_reduce =
+        collective_time(Collective::ReduceScatter, sp.dense / v * grad_bytes, links.dp) +
+        collective_time(Collective::ReduceScatter, sp.expert / v * grad_bytes, links.expert_dp);
+    if (plan.zero_stage >= 3) {
+      st.group_gather =
+          collective_time(Collective::AllGather, sp.dense / v * param_bytes, links.dp) +
+          collective_time(Collective::AllGather, sp.expert / v * param_bytes, links.expert_dp);
+      st.sharded_forward_comm = tables_gather;
+      st.sharded_backward_comm = tables_gather + tables_scatter;
+    } else {
+      st.sharded_backward_comm = tables_scatter;
+      st.param_gather = gather;
+    }
+  } else if (plan.zero_stage >= 3) {
     st.sharded_forward_comm = gather;
     st.sharded_backward_comm = gather + scatter;
   } else if (plan.zero_stage == 2) {
@@ -399,6 +424,12 @@ void set_pass_op_costs(OpCosts& out, const spec::ParallelPlan& plan, const Execu
     c[schedule::OpKind::BW] = 0.0;             // B + W
     c[schedule::OpKind::R] = st.group_reduce;  // all communication
     c.comm[static_cast<std::size_t>(schedule::OpKind::R)] = st.group_reduce;
+    // A held group's gather (ZeRO-3 under layered reduction) in series before its run's first
+    // op (the engine); prefetched where the ZeRO communication overlaps, behind the op before
+    // it, about one chunk's forward.
+    c.run_gather = exec.overlap_sharded_comm
+                       ? std::max(0.0, st.group_gather - st.forward.total() / v)
+                       : st.group_gather;
     // What is not the pass's own compute is communication inside the op: an overlapped pair
     // hides it behind the other op's compute.
     const auto comm = [&](double cost, const WorkTime& pass) {
@@ -562,6 +593,7 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   if (vocab_parallel)
     add_vocabulary_parallel_costs(out, model, rank_links, plan, exec, logits_bytes);
   set_pass_op_costs(out, plan, exec);
+  out.table.held_reductions = plan.zero_stage >= 2 && spec::reduces_per_group(plan);
   set_offload_costs(out, plan, hw, exec);
   set_fault_costs(out.table, cluster, plan, exec);
   // Weight-gradient GEMMs keep their inputs until W: nearly all of a layer's activations.

@@ -82,6 +82,10 @@ struct StageCost {
   // vocabulary tables), left after the pipeline. 0 for plans that reduce after the pipeline.
   double group_reduce = 0.0;
   double tables_reduce = 0.0;
+  // Layered reduction under ZeRO-2 and 3: group_reduce is one group's reduce-scatter of its held
+  // gradients; under ZeRO-3, gathering one group's values, once per run of its ops
+  // (engine/schedule/group_holds.hpp; the ops' sharded comm is then the tables' alone).
+  double group_gather = 0.0;
   double param_gather = 0.0;    // ZeRO 1, 2: all-gather of the updated bf16 parameters
   double embedding_sync = 0.0;  // tied embeddings: gradient all-reduce of first and last stage
   double optimizer = 0.0;       // Adam step over this device's parameter shard (see above)

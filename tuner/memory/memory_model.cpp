@@ -23,15 +23,29 @@ std::string gib(double bytes) {
 // Under ZeRO-2 and 3: the parameters whose full units a device of the stage holds beyond its
 // shards at its peak, its largest layer (kept open or for the next layer) and its largest table.
 // A unit sharded over a group of d keeps 1/d of it, so the full unit adds (1 - 1/d).
-double open_unit_parameters(const StageParameters& sp, int dp, int expert_dp) {
+// With layered reduction (held groups, engine/schedule/group_holds.hpp) a run holds its group's
+// layers whole instead, and `groups` groups' gradients may be held at once.
+double open_unit_parameters(const StageParameters& sp, int dp, int expert_dp, double groups = 0.0) {
   const auto beyond_shard = [](double n, int d) { return d > 1 ? n * (1.0 - 1.0 / d) : 0.0; };
   const auto layer = [&](const StageParameters::Layer& l) {
     return beyond_shard(l.dense, dp) + beyond_shard(l.expert, expert_dp);
   };
-  return std::max(layer(sp.dense_layer), layer(sp.moe_layer)) + beyond_shard(sp.largest_table, dp);
+  const double largest_layer = std::max(layer(sp.dense_layer), layer(sp.moe_layer));
+  const double open =
+      groups > 0.0 ? std::max(largest_layer, groups * layer(sp.largest_group)) : largest_layer;
+  return open + beyond_shard(sp.largest_table, dp);
 }
 
 }  // namespace
+
+int held_gradient_groups(const spec::ParallelPlan& plan) {
+  if (plan.zero_stage < 2 || !spec::reduces_per_group(plan)) return 0;
+  // The layered schedule accumulates one group while the group before it is reduced; the others
+  // reduce every group after the backwards of all of them have begun.
+  return plan.schedule == "layered" ? std::min(plan.chunks, 2) : plan.chunks;
+}
+
+namespace {}  // namespace
 
 MemoryModelOptions default_memory_options(const spec::HardwareSpec& hardware) {
   MemoryModelOptions o;
@@ -74,6 +88,7 @@ std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
     const int rank = where.rank_of_group(g);
     StageParameters& s = out[static_cast<std::size_t>(rank)];
     const double t = spec::tp_of_stage(plan, rank);  // per-stage layouts shard by their own tp
+    StageParameters::Layer group;
     for (int i = 0; i < split[static_cast<std::size_t>(g)]; ++i, ++layer) {
       const double norms = 2.0 * h;  // replicated on every TP rank
       StageParameters::Layer l;
@@ -89,7 +104,11 @@ std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
       s.expert += l.expert;
       StageParameters::Layer& largest = moe ? s.moe_layer : s.dense_layer;
       if (l.dense + l.expert > largest.dense + largest.expert) largest = l;
+      group.dense += l.dense;
+      group.expert += l.expert;
     }
+    if (group.dense + group.expert > s.largest_group.dense + s.largest_group.expert)
+      s.largest_group = group;
   }
   // Vp*h over TP (Vp: the vocabulary padded for its shards, spec::padded_vocab).
   const double table = as_d(spec::padded_vocab(model, plan.vocab_shards())) * h / plan.tp;
@@ -151,9 +170,12 @@ MemoryEstimate estimate_memory(const spec::ModelSpec& model, const spec::Cluster
     m.parameters = shared * dense.weights + sp.expert * expert.weights;
     m.gradients = shared * dense.gradients + sp.expert * expert.gradients;
     if (plan.zero_stage >= 2) {
-      const double open = open_unit_parameters(sp, plan.dp, plan.dp / plan.ep);
-      m.gradients += open * options.gradient_bytes;
-      if (plan.zero_stage >= 3) m.parameters += open * options.weight_bytes;
+      const int held = held_gradient_groups(plan);
+      m.gradients +=
+          open_unit_parameters(sp, plan.dp, plan.dp / plan.ep, held) * options.gradient_bytes;
+      if (plan.zero_stage >= 3)
+        m.parameters += open_unit_parameters(sp, plan.dp, plan.dp / plan.ep, held > 0 ? 1 : 0) *
+                        options.weight_bytes;
     }
     m.optimizer = shared * dense.optimizer + sp.expert * expert.optimizer;
     if (plan.offload_optimizer) std::swap(m.optimizer, m.host_optimizer);  // ZeRO-Offload

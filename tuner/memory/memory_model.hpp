@@ -68,8 +68,14 @@ struct StageParameters {
   Layer dense_layer;           // the stage's largest layer without experts
   Layer moe_layer;             // the stage's largest layer with experts
   double largest_table = 0.0;  // the largest vocabulary table (or table share) on this device
+  Layer largest_group;         // the layers of the stage's largest layer group (chunk), summed
   bool operator==(const StageParameters&) const = default;
 };
+
+// Layered reduction under ZeRO-2 and 3 (engine/schedule/group_holds.hpp): the most layer groups
+// a rank holds the full gradients of at once (0 for other plans). The generators' schedules
+// reach it: group_holds' peak_gradient_groups.
+int held_gradient_groups(const spec::ParallelPlan& plan);
 
 // One entry per pipeline rank. Throws SpecError when the plan's layer split does not match.
 std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,

@@ -26,6 +26,7 @@ void append_table(std::string& out, const schedule::CostTable& t, bool sliced) {
       for (double c : s.fixed) append(out, c);
     }
     append(out, s.offload);
+    append(out, s.run_gather);
     append(out, s.slowdown);
     append(out, s.failures.size());
     for (const schedule::StageCosts::Failure& f : s.failures) {
@@ -36,6 +37,7 @@ void append_table(std::string& out, const schedule::CostTable& t, bool sliced) {
     append(out, s.slow_replicas);
   }
   append(out, t.reroute_pool);
+  append(out, t.held_reductions);
   append(out, t.p2p_latency);
   append(out, t.p2p_bytes);
   append(out, t.p2p_bandwidth);

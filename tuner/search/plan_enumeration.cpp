@@ -312,8 +312,8 @@ class Enumerator {
   void enumerate_memory_knobs(const spec::ParallelPlan& base, const std::string& vocab_label) {
     for (spec::Recompute rc : s_.recomputes) {
       for (int zero : s_.zero_stages) {
-        if (zero > 0 && base.dp == 1) continue;                   // nothing to shard over
-        if (zero > 0 && spec::reduces_per_group(base)) continue;  // ZeRO-0 only (validate)
+        if (zero > 0 && base.dp == 1) continue;                    // nothing to shard over
+        if (zero == 1 && spec::reduces_per_group(base)) continue;  // refused (validate)
         spec::ParallelPlan p = base;
         p.recompute = rc;
         p.zero_stage = zero;
@@ -370,10 +370,11 @@ class Enumerator {
           add_candidate(std::move(sparse), vocab_label);
           if (full()) return;
         }
-        // Layered gradient reduction (ZeRO-0): each layer group's all-reduce as an R op beside
-        // the backwards still to come. With one group per rank it is ready only after the last
-        // backward, which hides less than the reduction after the pipeline already overlaps.
-        if (zero == 0 && base.dp > 1 && base.chunks > 1 && !spec::reduces_per_group(base)) {
+        // Layered gradient reduction (ZeRO 0, 2 and 3): each layer group's all-reduce (or, under
+        // ZeRO-2 and 3, its held gradients' one reduce-scatter) as an R op beside the backwards
+        // still to come. With one group per rank it is ready only after the last backward, which
+        // hides less than the reduction after the pipeline already overlaps.
+        if (zero != 1 && base.dp > 1 && base.chunks > 1 && !spec::reduces_per_group(base)) {
           spec::ParallelPlan layered = p;
           layered.layered_reduction = true;
           add_candidate(std::move(layered), vocab_label);
@@ -422,7 +423,7 @@ class Enumerator {
     if (base.pp < 2 && !s_.offload) return;
     for (int zero : s_.zero_stages) {
       if (zero > 0 && base.dp == 1) continue;
-      if (zero > 0 && spec::reduces_per_group(base)) continue;
+      if (zero == 1 && spec::reduces_per_group(base)) continue;
       spec::ParallelPlan knobs = base;
       knobs.zero_stage = zero;
       std::vector<spec::ParallelPlan> plans;

@@ -99,8 +99,12 @@ void add_stage_links(std::vector<LinkUse>& out, const spec::HardwareSpec& hw,
   if (dp.members > 1) {
     const Collective kind =
         plan.zero_stage == 0 ? Collective::AllReduce : Collective::ReduceScatter;
-    const double time =
-        st.grad_reduce + st.param_gather + m * (st.sharded_forward_comm + st.sharded_backward_comm);
+    // Held layer groups (layered reduction under ZeRO-2 and 3): each group reduce-scattered once
+    // and, under ZeRO-3, gathered for its forward and its backward runs.
+    const bool held = plan.zero_stage >= 2 && spec::reduces_per_group(plan);
+    const double time = st.grad_reduce + st.param_gather +
+                        m * (st.sharded_forward_comm + st.sharded_backward_comm) +
+                        (held ? plan.chunks * (st.group_reduce + 2.0 * st.group_gather) : 0.0);
     out.push_back(link_use(hw, dp, "dp", data_parallel_collective(plan.zero_stage), r,
                            dp.ring_bandwidth(kind), time));
   }

@@ -1,5 +1,6 @@
 #include "tuner/sim/simulator.hpp"
 
+#include "engine/schedule/group_holds.hpp"
 #include "engine/schedule/span_kinds.hpp"
 
 #include <algorithm>
@@ -88,6 +89,14 @@ class TimingHooks {
     // Only a re-routing pool with failures runs at a changing pace (fail_over).
     if (failures_ && costs.reroute_pool >= 2)
       for (const schedule::StageCosts& st : costs.stages) pool_changes_.push_back(pool_changes(st));
+    // ZeRO-3 under layer-group reductions: the ops that start a run gather its group's values.
+    for (const schedule::StageCosts& st : costs.stages)
+      if (st.run_gather > 0.0) {
+        run_starts_.resize(p);
+        for (std::size_t r = 0; r < p; ++r)
+          run_starts_[r] = schedule::group_holds(s.ranks[r], s.chunks).gather_before;
+        break;
+      }
     if (s.slices > 1) set_up_slices();
     set_up_offload();
     if (options.record_trace) {
@@ -127,8 +136,10 @@ class TimingHooks {
   double op(int rank, std::size_t index, const Op& op, const Requirement& req, double req_time) {
     if (schedule::is_reduction(op.kind)) return reduce(rank, op);
     const double ready = arrival(rank, op, req, req_time);
-    return run(rank, index, op, ready,
-               s_.slices > 1 ? slice_cost_of(rank, op) : cost_of(rank, op.kind));
+    double duration = s_.slices > 1 ? slice_cost_of(rank, op) : cost_of(rank, op.kind);
+    if (!run_starts_.empty() && run_starts_[static_cast<std::size_t>(rank)][index])
+      duration += costs_.stages[static_cast<std::size_t>(rank)].run_gather;
+    return run(rank, index, op, ready, duration);
   }
 
   // An overlapped pair (simulator.hpp): both start once both inputs are there; each op's
@@ -208,6 +219,8 @@ class TimingHooks {
   double reduce(int rank, const Op& op) {
     const auto r = static_cast<std::size_t>(rank);
     const double duration = cost_of(rank, OpKind::R);
+    // Held gradients: the rank waits for its previous R before handing this one's out.
+    if (costs_.held_reductions) compute_free_[r] = std::max(compute_free_[r], reduce_free_[r]);
     const double start = std::max(compute_free_[r], reduce_free_[r]);
     const double end = start + duration;
     reduce_free_[r] = end;
@@ -628,6 +641,7 @@ class TimingHooks {
       overlap_hidden_, reduce_free_, reduce_busy_;
   bool failures_ = false;                              // some stage fails (StageCosts::failures)
   std::vector<std::vector<PoolChange>> pool_changes_;  // per stage, under re-routing
+  std::vector<std::vector<char>> run_starts_;  // per stage and op: gathers its group (ZeRO-3)
   std::vector<double> fault_stall_;
   std::vector<std::int32_t> reduce_lane_;
   std::vector<std::size_t> ops_;
