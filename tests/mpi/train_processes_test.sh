@@ -57,6 +57,9 @@ if [ "$np" -eq 2 ]; then
   check_plan "dp=2 layered" --tp 1 --pp 1 --dp 2 --schedule layered --chunks 4
   check_plan "dp=2 1f1b layered reduction" --tp 1 --pp 1 --dp 2 --schedule 1f1b \
     --layered-reduction
+  # Under ZeRO-2 and 3 the R ops reduce-scatter the held groups over the channel.
+  check_plan "dp=2 layered zero-2" --tp 1 --pp 1 --dp 2 --schedule layered --chunks 4 --zero 2
+  check_plan "dp=2 layered zero-3" --tp 1 --pp 1 --dp 2 --schedule layered --chunks 4 --zero 3
   if "$mpiexec" -np 2 "$pipetune" train --steps 1 --threads 1 --no-db --json --tp 1 --pp 1 \
     --dp 2 --schedule layered --chunks 4 | tr -d ' \n' | grep -q '"reductions_overlapped":true'; then
     echo "ok   dp=2 layered: rank 0's R ops ran on its reduction thread"

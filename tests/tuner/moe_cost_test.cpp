@@ -119,6 +119,50 @@ TEST(MoeChunksCost, TheChunksPipelineTheAllToAllWithTheExperts) {
               1e-12);
 }
 
+// Deduplicated experts (Parm): each chunk's slot shares are all-gathered over TP before its
+// experts' GEMMs and reduce-scattered after, while the next chunk's all-to-all is in flight
+// (model/moe_mlp.cpp on the collective stream). So the chunks pipeline the all-to-all A against
+// X = the GEMMs plus those two TP collectives S, each timed as work_time times TP collectives:
+// max(A, X + S) + min(A, X + S) / k - (X + S) of A is exposed. Where TP communication overlaps
+// the GEMMs already (tp_comm_overlap), S is not counted twice.
+TEST(MoeChunksCost, DeduplicatedSharesJoinEachChunksComputeInThePipeline) {
+  const spec::ModelSpec m = mixtral();
+  const spec::ClusterSpec c = spec::make_cluster(spec::load_hardware("h100-sxm"), 16);
+  ExecutionOptions exec = default_execution(c.hardware);
+  exec.tp_comm_overlap = false;
+  const GroupLink tp = group_link(c, 0, 1, 2), ep = group_link(c, 0, 2, 4);
+  for (int k : {1, 4}) {
+    SCOPED_TRACE("chunks " + std::to_string(k));
+    spec::ParallelPlan p = plan(4, k);
+    p.tp = 2;
+    p.expert_layouts = {spec::ExpertLayout::Dedup};
+    const Work w = transformer_layer_work(m, p, exec, true, spec::ExpertLayout::Dedup).forward;
+    EXPECT_EQ(w.expert_tp_all_gather_count, 1.0);
+    EXPECT_EQ(w.expert_tp_reduce_scatter_count, 1.0);
+    const WorkTime t = work_time(w, c.hardware, tp, ep, exec);
+    Work experts;
+    experts.gemm_flops = w.expert_gemm_flops;
+    experts.gemm_count = w.expert_gemm_count;
+    const double x = work_time(experts, c.hardware, tp, ep, exec).gemm;
+    const double s =
+        collective_time(Collective::AllGather, w.expert_tp_all_gather_bytes, tp) +
+        collective_time(Collective::ReduceScatter, w.expert_tp_reduce_scatter_bytes, tp);
+    const double a = t.ep_comm;
+    EXPECT_GT(s, 0.0);
+    EXPECT_NEAR(t.ep_exposed, k == 1 ? a : std::max(a, x + s) + std::min(a, x + s) / k - (x + s),
+                1e-15);
+    if (k > 1) {
+      ExecutionOptions overlapped = exec;
+      overlapped.tp_comm_overlap = true;
+      const WorkTime o = work_time(w, c.hardware, tp, ep, overlapped);
+      EXPECT_NEAR(o.ep_exposed, std::max(a, x) + std::min(a, x) / k - x, 1e-15);
+    }
+  }
+  // The sharded layout has no shares to overlap.
+  const Work sharded = transformer_layer_work(m, plan(4, 4), exec, true).forward;
+  EXPECT_EQ(sharded.expert_tp_all_gather_bytes, 0.0);
+}
+
 TEST(MoeChunksCost, APlanPredictsFasterWithItsAllToAllInChunks) {
   const spec::ModelSpec m = mixtral();
   const spec::ClusterSpec c = spec::make_cluster(spec::load_hardware("h100-sxm"), 8);

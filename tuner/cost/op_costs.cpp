@@ -502,7 +502,17 @@ WorkTime work_time(const Work& work, const spec::HardwareSpec& hw, const GroupLi
     if (work.ep_chunks > 1) {
       const double experts = (work.expert_gemm_flops + work.expert_gemm_count * e.gemm_half_flops) /
                              (e.gemm * gemm_peak);
-      const double a = t.ep_comm, x = std::min(experts, t.gemm);
+      // Deduplicated experts: each chunk's shares are gathered and reduce-scattered inside the
+      // TP group while the next chunk's all-to-all is in flight (Parm), in the chunk's X as its
+      // GEMMs are. Where TP communication overlaps the GEMMs already, they add nothing.
+      const double shares =
+          exec.tp_comm_overlap
+              ? 0.0
+              : each(Collective::AllGather, work.expert_tp_all_gather_bytes,
+                     work.expert_tp_all_gather_count) +
+                    each(Collective::ReduceScatter, work.expert_tp_reduce_scatter_bytes,
+                         work.expert_tp_reduce_scatter_count);
+      const double a = t.ep_comm, x = std::min(experts, t.gemm) + shares;
       t.ep_exposed = std::max(a, x) + std::min(a, x) / work.ep_chunks - x;
     }
   }

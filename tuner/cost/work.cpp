@@ -61,6 +61,10 @@ Work& Work::operator+=(const Work& o) {
   ep_all_to_all_count += o.ep_all_to_all_count;
   expert_gemm_flops += o.expert_gemm_flops;
   expert_gemm_count += o.expert_gemm_count;
+  expert_tp_all_gather_bytes += o.expert_tp_all_gather_bytes;
+  expert_tp_all_gather_count += o.expert_tp_all_gather_count;
+  expert_tp_reduce_scatter_bytes += o.expert_tp_reduce_scatter_bytes;
+  expert_tp_reduce_scatter_count += o.expert_tp_reduce_scatter_count;
   ep_chunks = std::max(ep_chunks, o.ep_chunks);
   ep_node_ranks = std::max(ep_node_ranks, o.ep_node_ranks);
   return *this;
@@ -82,6 +86,10 @@ Work& Work::operator*=(double k) {
   ep_all_to_all_count *= k;
   expert_gemm_flops *= k;
   expert_gemm_count *= k;
+  expert_tp_all_gather_bytes *= k;
+  expert_tp_all_gather_count *= k;
+  expert_tp_reduce_scatter_bytes *= k;
+  expert_tp_reduce_scatter_count *= k;
   return *this;
 }
 
@@ -230,10 +238,15 @@ std::pair<Work, Work> moe_tensor_parallel_comm(const LayerDims& d, double expert
     all_reduce(f, routed);
   } else {
     if (d.dedup) {
-      all_gather(f, routed);
-      reduce_scatter(f, routed);
-      all_gather(b, routed);
-      reduce_scatter(b, routed);
+      // The shares', inside each expert chunk (Work::expert_tp_all_gather_bytes).
+      for (Work* w : {&f, &b}) {
+        all_gather(*w, routed);
+        reduce_scatter(*w, routed);
+        w->expert_tp_all_gather_bytes += routed;
+        w->expert_tp_all_gather_count += 1.0;
+        w->expert_tp_reduce_scatter_bytes += routed;
+        w->expert_tp_reduce_scatter_count += 1.0;
+      }
     }
     if (d.sp)
       reduce_scatter(f, message);

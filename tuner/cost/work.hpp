@@ -50,6 +50,12 @@ struct Work {
   // GEMMs, which the all-to-all's chunks overlap, and the chunks (the largest of the summed
   // passes': a plan gives every MoE layer the same). 1: the all-to-all in series.
   double expert_gemm_flops = 0.0, expert_gemm_count = 0.0;
+  // Deduplicated experts (spec::ExpertLayout::Dedup): of the TP all-gathers and reduce-scatters
+  // above, the slot shares' (gathered before the experts' GEMMs, reduce-scattered after). They run
+  // inside each chunk's expert compute, so the chunked all-to-all overlaps them as it overlaps
+  // the GEMMs: Parm's pipelining of the intra-node collectives against the inter-node all-to-all.
+  double expert_tp_all_gather_bytes = 0.0, expert_tp_all_gather_count = 0.0;
+  double expert_tp_reduce_scatter_bytes = 0.0, expert_tp_reduce_scatter_count = 0.0;
   int ep_chunks = 1;
   // Tutel's two-phase all-to-all (ParallelPlan::moe_a2a_node_ranks): the EP ranks of its first
   // phase; 0 = flat (the largest of the summed passes', as ep_chunks).
