@@ -56,9 +56,11 @@ inline constexpr const char* kMoeA2aNodeRanksHelp =
     "MoE: Tutel's two-phase (2DH) all-to-all with this many EP ranks per node: among a node's "
     "ranks first, then across nodes (divides --ep; default: one flat all-to-all)";
 inline constexpr const char* kExpertLayoutHelp =
-    "MoE: experts inside the TP group, sharded (each expert split over TP, default) or whole "
-    "(PPMoE: whole experts divided among the TP ranks); one for every MoE layer or a comma list "
-    "of one per MoE layer";
+    "MoE: experts inside the TP group, sharded (each expert split over TP, default), whole "
+    "(PPMoE: whole experts divided among the TP ranks), dedup (Parm: sharded, each TP rank "
+    "sending its share of the tokens) or adaptive (Tutel: sharded's parameters, computed as "
+    "sharded or dedup, whichever a trial of the first two steps finds faster); one for every MoE "
+    "layer or a comma list of one per MoE layer";
 inline constexpr const char* kSparseEmbeddingHelp =
     "EmbRace: reduce the input embedding's gradient over DP by exchanging the rows of the tokens "
     "each replica embedded, not the whole table (under ZeRO each row sent to its owner)";

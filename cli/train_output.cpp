@@ -106,6 +106,15 @@ void print_train_json(const runtime::TrainOptions& o, const runtime::TrainResult
                         {"waiting_launch_calls", r.gpu_capture.waiting_launch_calls},
                         {"takes", r.gpu_capture.takes},
                         {"most_steps_per_take", r.gpu_capture.most_steps_per_take}};
+  if (!r.expert_layout_choices.empty()) {
+    nlohmann::json choices_json = nlohmann::json::array();
+    for (const runtime::TrainResult::ExpertLayoutChoice& c : r.expert_layout_choices)
+      choices_json.push_back({{"layer", c.layer},
+                              {"sharded_seconds", c.sharded_seconds},
+                              {"dedup_seconds", c.dedup_seconds},
+                              {"chosen", std::string(spec::expert_layout_name(c.chosen))}});
+    j["expert_layout_choices"] = choices_json;
+  }
   if (run_id >= 0) j["run_id"] = run_id;
   print_json_value(j);
 }
@@ -133,6 +142,14 @@ void print_train_summary(const runtime::TrainResult& r) {
       std::printf(" %d: %s + %s", k.rank,
                   human_bytes(static_cast<double>(k.peak_offloaded_bytes)).c_str(),
                   human_bytes(static_cast<double>(k.offloaded_optimizer_bytes)).c_str());
+    std::printf("\n");
+  }
+  if (!r.expert_layout_choices.empty()) {
+    std::printf("adaptive experts (sharded / dedup over the trial steps), chosen per layer:");
+    for (const runtime::TrainResult::ExpertLayoutChoice& c : r.expert_layout_choices)
+      std::printf(" %lld: %s (%s / %s)", static_cast<long long>(c.layer),
+                  std::string(spec::expert_layout_name(c.chosen)).c_str(),
+                  human_time(c.sharded_seconds).c_str(), human_time(c.dedup_seconds).c_str());
     std::printf("\n");
   }
   const runtime::TrainResult::GpuCaptureCounts& g = r.gpu_capture;

@@ -1,8 +1,10 @@
 #include "engine/model/moe_mlp.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <span>
+#include <stdexcept>
 
 #include "engine/model/buffers.hpp"
 #include "engine/model/moe_exchange.hpp"
@@ -46,7 +48,8 @@ MoeMlp::MoeMlp(const ModelConfig& config, const std::string& prefix, int tp_size
       local_experts_(config.experts / ep_size),
       tp_rank_(tp_rank),
       whole_(layout == spec::ExpertLayout::Whole && tp_size > 1),
-      dedup_(layout == spec::ExpertLayout::Dedup && tp_size > 1) {
+      dedup_(layout == spec::ExpertLayout::Dedup && tp_size > 1),
+      adaptive_(layout == spec::ExpertLayout::Adaptive && tp_size > 1) {
   const std::int64_t C = config.hidden, F = config.ffn, E = config.experts;
   // Sharded: TP rank t holds rows [lo, hi) of every local expert's FFN. Whole: all of the FFN of
   // local experts [own_lo_, own_hi_), a block of experts / (ep * tp) per TP rank.
@@ -80,6 +83,43 @@ MoeMlp::MoeMlp(const ModelConfig& config, const std::string& prefix, int tp_size
 
 // The experts' slots this TP rank exchanges and computes: all of `by_expert` (E, cap, C), or with
 // whole experts the rows of its own, (ep * owned, cap, C); and the result back into (E, cap, C).
+namespace {
+
+// An adaptive layer's trial: adds the seconds of one pass to `total`, from after the device's
+// earlier work to after its own (a device computes asynchronously).
+class PassTimer {
+ public:
+  PassTimer(bool on, double& total) : total_(on ? &total : nullptr) {
+    if (total_ == nullptr) return;
+    synchronize();
+    start_ = std::chrono::steady_clock::now();
+  }
+  ~PassTimer() {
+    if (total_ == nullptr) return;
+    synchronize();
+    *total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  PassTimer(const PassTimer&) = delete;
+  PassTimer& operator=(const PassTimer&) = delete;
+
+ private:
+  static void synchronize() {
+    if (tensor::DeviceAllocator* device = device_storage()) device->synchronize();
+  }
+  double* total_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
+
+void MoeMlp::compute_as(bool deduplicated, bool timed) {
+  if (!adaptive_)
+    throw std::logic_error("MoeMlp::compute_as: the layer's expert layout is not adaptive");
+  dedup_ = deduplicated;
+  timed_ = timed;
+  seconds_ = 0.0;
+}
+
 void MoeMlp::exchange(const ParallelContext& ctx, std::int64_t cap, const Buffer& by_expert,
                       const ExpertChunkCompute& compute, Buffer& result) const {
   const std::int64_t C = config_.hidden, E = config_.experts, ep = ctx.ep_size,
@@ -107,6 +147,7 @@ void MoeMlp::exchange(const ParallelContext& ctx, std::int64_t cap, const Buffer
 
 void MoeMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView out,
                      MoeMlpActivations& a, bool reduce) {
+  const PassTimer timer(timed_, seconds_);
   const std::int64_t N = x.shape.rows(), C = config_.hidden, E = config_.experts, Fl = ffn_local_,
                      ep = ctx.ep_size;
   auto& be = ctx.be();
@@ -177,6 +218,7 @@ void MoeMlp::forward(const ParallelContext& ctx, ConstTensorView x, TensorView o
 
 void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, TensorView dx,
                             float aux_scale, MoeMlpActivations& a) {
+  const PassTimer timer(timed_, seconds_);
   const std::int64_t N = dout.shape.rows(), C = config_.hidden, E = config_.experts,
                      Fl = ffn_local_, cap = a.capacity, ep = ctx.ep_size;
   auto& be = ctx.be();
@@ -239,6 +281,7 @@ void MoeMlp::backward_input(const ParallelContext& ctx, ConstTensorView dout, Te
 }
 
 void MoeMlp::backward_weight(const ParallelContext& ctx, ConstTensorView x, MoeMlpActivations& a) {
+  const PassTimer timer(timed_, seconds_);
   const std::int64_t N = x.shape.rows(), C = config_.hidden, E = config_.experts, Fl = ffn_local_,
                      rows = a.expert_rows;
   auto& be = ctx.be();

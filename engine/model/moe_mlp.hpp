@@ -72,6 +72,13 @@ class MoeMlp {
                MoeMlpActivations& a, bool reduce = true);
   // Whether forward without `reduce` leaves a part of the output for the caller to sum over TP.
   bool output_partial_over_tp() const { return whole_ || dedup_; }
+  // spec::ExpertLayout::Adaptive over tp > 1: computes sharded or deduplicated as told (between
+  // iterations: both use the same parameters), and with `timed` adds the seconds its passes take
+  // to seconds() (after the device's work, on a device). logic_error on another layout.
+  bool adaptive() const { return adaptive_; }
+  bool deduplicated() const { return dedup_; }
+  void compute_as(bool deduplicated, bool timed);
+  double seconds() const { return seconds_; }
   // dx (N, C) = input gradient, written over; aux_scale multiplies the load-balancing loss's
   // gradient (the loss's own grad scale, e.g. 1 / micro-batches).
   void backward_input(const ParallelContext& ctx, tensor::ConstTensorView dout,
@@ -105,8 +112,11 @@ class MoeMlp {
   ParameterSet* expert_;
   std::int64_t ffn_local_, local_experts_;
   int tp_rank_;
-  bool whole_;  // whole experts over tp > 1 (with tp = 1 the layouts are one computation)
-  bool dedup_;  // deduplicated (sharded) experts over tp > 1
+  bool whole_;     // whole experts over tp > 1 (with tp = 1 the layouts are one computation)
+  bool dedup_;     // deduplicated (sharded) experts over tp > 1
+  bool adaptive_;  // adaptive over tp > 1: dedup_ set by compute_as
+  bool timed_ = false;
+  double seconds_ = 0.0;
   std::int64_t own_lo_ = 0, own_hi_ = 0;  // the local experts this TP rank computes
   int router_w_;
   std::vector<ExpertParams> experts_;  // the local experts this TP rank computes, in order

@@ -98,6 +98,7 @@ class TransformerBlock {
                 float aux_scale, BlockActivations& a);
 
   bool is_moe() const { return moe_.has_value(); }
+  MoeMlp* moe() { return moe_ ? &*moe_ : nullptr; }
 
  private:
   // The forward from a.x (the input already kept): y and every activation; the load-balancing

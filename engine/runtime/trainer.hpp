@@ -257,6 +257,16 @@ struct TrainResult {
   int chunks = 1;        // layer groups per pipeline rank
   int microbatches = 1;
   bool stopped = false;  // ended early on TrainOptions::stop
+  // Adaptive expert layouts (spec::ExpertLayout::Adaptive over tp > 1): each such MoE layer's
+  // trial, its passes' seconds summed over the ranks holding it (the run's first step sharded,
+  // its second deduplicated) and the way it computed the rest of the run. Empty when the run
+  // had none, or ran fewer than two steps (the layers then stayed sharded).
+  struct ExpertLayoutChoice {
+    std::int64_t layer = 0;  // in the model
+    double sharded_seconds = 0.0, dedup_seconds = 0.0;
+    spec::ExpertLayout chosen = spec::ExpertLayout::Sharded;
+  };
+  std::vector<ExpertLayoutChoice> expert_layout_choices;
   // With record_trace and GPU capture: the kernels of trace's GPU lanes, in the lanes' order.
   std::vector<profiler::KernelRecord> kernels;
   struct GpuCaptureCounts {

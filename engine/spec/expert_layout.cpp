@@ -11,7 +11,7 @@ namespace pipetune::spec {
 
 namespace {
 
-constexpr std::string_view kValid = "valid: sharded, whole, dedup";
+constexpr std::string_view kValid = "valid: sharded, whole, dedup, adaptive";
 
 std::string name_of(ExpertLayout layout) {
   return std::string(expert_layout_name(layout));
@@ -25,6 +25,8 @@ std::string_view expert_layout_name(ExpertLayout layout) {
       return "whole";
     case ExpertLayout::Dedup:
       return "dedup";
+    case ExpertLayout::Adaptive:
+      return "adaptive";
     case ExpertLayout::Sharded:
       break;
   }
@@ -32,7 +34,8 @@ std::string_view expert_layout_name(ExpertLayout layout) {
 }
 
 ExpertLayout parse_expert_layout(std::string_view name) {
-  for (ExpertLayout l : {ExpertLayout::Sharded, ExpertLayout::Whole, ExpertLayout::Dedup})
+  for (ExpertLayout l :
+       {ExpertLayout::Sharded, ExpertLayout::Whole, ExpertLayout::Dedup, ExpertLayout::Adaptive})
     if (expert_layout_name(l) == name) return l;
   throw SpecError({"plan.expert_layout"}, "unknown expert layout '" + std::string(name) + "' (" +
                                               std::string(kValid) + ")");

@@ -18,7 +18,13 @@
 //            output (as whole) adds the shares. The all-to-all carries 1/tp of the bytes for an
 //            all-gather and a reduce-scatter inside the TP group (NVLink, where EP crosses
 //            nodes); in the backward pass the gradients take the same path.
-// With tp = 1 the three are the same computation.
+//   adaptive sharded's parameters, and the engine chooses between sharded and dedup (which
+//            share them) by measuring (Tutel's adaptive parallelism: one parameter layout, the
+//            way of computing switched at run time): the run's first step computes the layer
+//            sharded, its second deduplicated, each timed on every rank holding it; the times
+//            are summed over the world and the faster way computes the rest of the run. The cost
+//            model prices it as the faster of the two on the layer's links.
+// With tp = 1 the four are the same computation.
 #pragma once
 
 #include <cstdint>
@@ -31,10 +37,11 @@ namespace pipetune::spec {
 struct ModelSpec;
 struct ParallelPlan;
 
-enum class ExpertLayout { Sharded, Whole, Dedup };
-inline constexpr int kExpertLayoutCount = 3;
+enum class ExpertLayout { Sharded, Whole, Dedup, Adaptive };
+inline constexpr int kExpertLayoutCount = 4;
 
-std::string_view expert_layout_name(ExpertLayout layout);  // "sharded", "whole", "dedup"
+// "sharded", "whole", "dedup", "adaptive"
+std::string_view expert_layout_name(ExpertLayout layout);
 // Throws SpecError naming plan.expert_layout and the valid names.
 ExpertLayout parse_expert_layout(std::string_view name);
 

@@ -118,7 +118,7 @@ std::vector<ExpertLayout> read_expert_layouts(TableReader& r) {
     } catch (const SpecError&) {
       r.fail("expert_layout",
              (in_array ? "entry " + std::to_string(layouts.size()) + ": " : std::string()) +
-                 "unknown layout '" + name + "' (valid: sharded, whole)");
+                 "unknown layout '" + name + "' (valid: sharded, whole, dedup, adaptive)");
     }
   };
   if (const toml::array* array = node->as_array()) {

@@ -30,7 +30,8 @@
 //   layered_reduction = false  # reduce each layer group's gradients as its backward ends (false)
 //   moe_chunks = 1             # MoE all-to-all in chunks overlapped with the experts      (1)
 //   moe_a2a_node_ranks = 0     # Tutel 2DH: EP ranks per node, all-to-all in node then across (0)
-//   expert_layout = "sharded"  # sharded, whole (PPMoE), or one per MoE layer   ("sharded")
+//   expert_layout = "sharded"  # sharded, whole (PPMoE), dedup (Parm), adaptive (Tutel), or one
+//                              # per MoE layer   ("sharded")
 //   sparse_embedding_gradient = false  # EmbRace: exchange the embedding's touched rows (false)
 //
 // `model` and `cluster` may instead be tables holding the keys of a model or cluster file

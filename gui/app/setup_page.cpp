@@ -76,7 +76,7 @@ SetupPage::SetupPage(PlanFormModel* form, QWidget* parent) : QWidget(parent), fo
   add_row(right, PlanField::MoeA2aNodeRanks, "MoE 2DH all-to-all: EP ranks a node (empty: flat)",
           new QLineEdit);
   add_row(right, PlanField::ExpertLayout,
-          "MoE experts in TP: sharded, whole, dedup (empty: sharded)", new QLineEdit);
+          "MoE experts in TP: sharded, whole, dedup, adaptive (empty: sharded)", new QLineEdit);
   add_row(right, PlanField::SkipRatio, "Skip ratio (skippipe, skippipe-ca; empty: 1/3)",
           new QLineEdit);
   add_row(right, PlanField::RankOrder, "Rank order", combo(PlanFormModel::rank_order_names()));

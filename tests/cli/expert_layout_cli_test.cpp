@@ -52,7 +52,7 @@ TEST(ExpertLayoutCli, BadLayoutsAreRefused) {
   for (const auto& [extra, want] :
        {std::pair{std::vector<std::string>{"--model", "tiny-moe", "--expert-layout", "halved"},
                   "--expert-layout: expert_layout[0]: unknown layout 'halved' (valid: sharded, "
-                  "whole, dedup)"},
+                  "whole, dedup, adaptive)"},
         std::pair{
             std::vector<std::string>{"--model", "tiny-moe", "--expert-layout", "whole,sharded"},
             "expert_layout has 2 entries"},

@@ -176,6 +176,33 @@ TEST(ExpertLayoutCost, DedupPredictsFasterWhereTheAllToAllCrossesNodes) {
   EXPECT_LT(time({ExpertLayout::Dedup}), time({}));
 }
 
+// Adaptive experts compute as the engine's trial finds faster: the cost model prices each
+// stage's adaptive layers as the faster of sharded and dedup on its links, so an all-adaptive
+// plan predicts the better of the two plans, whichever it is (EP inside a node, and across two).
+TEST(ExpertLayoutCost, AdaptivePredictsTheFasterOfShardedAndDedup) {
+  const spec::ModelSpec m = mixtral();
+  for (int gpus : {8, 16}) {
+    SCOPED_TRACE(std::to_string(gpus) + " GPUs");
+    const spec::ClusterSpec c = spec::make_cluster(spec::load_hardware("h100-sxm"), gpus);
+    EvaluateOptions o;
+    o.execution = default_execution(c.hardware);
+    o.execution->tp_comm_overlap = false;
+    const auto time = [&](std::vector<ExpertLayout> layouts) {
+      spec::ParallelPlan p = plan(std::move(layouts), 2, gpus / 2);
+      p.dp = gpus / 2;
+      p.global_batch = p.micro_batch_size * p.microbatches * p.dp;
+      return evaluate_plan(m, c, p, o).iteration_time;
+    };
+    const double sharded = time({ExpertLayout::Sharded}), dedup = time({ExpertLayout::Dedup});
+    EXPECT_NE(sharded, dedup);
+    EXPECT_DOUBLE_EQ(time({ExpertLayout::Adaptive}), std::min(sharded, dedup));
+  }
+  // With one TP rank there is nothing to choose: sharded's prediction.
+  const spec::ClusterSpec c = spec::make_cluster(spec::load_hardware("h100-sxm"), 8);
+  EXPECT_DOUBLE_EQ(evaluate_plan(m, c, plan({ExpertLayout::Adaptive}, 1, 2)).iteration_time,
+                   evaluate_plan(m, c, plan({}, 1, 2)).iteration_time);
+}
+
 TEST(ExpertLayoutSearch, TheTunerTriesWholeExpertsWhereTheyFit) {
   SearchRequest r;
   r.target.model = "mixtral-8x7b";

@@ -77,10 +77,13 @@ LayerWork layer_work(const spec::ModelSpec& model, const spec::ParallelPlan& pla
                      const ExecutionOptions& exec) {
   LayerWork w;
   w.dense = transformer_layer_work(model, plan, exec, false);
+  // An adaptive layer computes as sharded or dedup, whichever is faster (rank_work).
+  const bool adaptive = spec::uses_expert_layout(plan.expert_layouts, spec::ExpertLayout::Adaptive);
   if (spec::is_moe(model))
     for (spec::ExpertLayout l :
          {spec::ExpertLayout::Sharded, spec::ExpertLayout::Whole, spec::ExpertLayout::Dedup})
-      if (spec::uses_expert_layout(plan.expert_layouts, l))
+      if (spec::uses_expert_layout(plan.expert_layouts, l) ||
+          (adaptive && l != spec::ExpertLayout::Whole))
         w.moe[at(l)] = transformer_layer_work(model, plan, exec, true, l);
   w.embedding = embedding_work(model, plan, exec);
   w.output = output_layer_work(model, plan, exec);
@@ -127,8 +130,9 @@ class RecomputeWork {
 
 // One rank's work per pass: its transformer layers, plus the embedding on the first rank and
 // the output layer on the last when the vocabulary layers are not split over the pipeline.
+// `adaptive_as`: the layout whose work the rank's adaptive MoE layers do.
 PassWork rank_work(const LayerWork& lw, const RankLayers& layers, int rank, bool with_embedding,
-                   bool with_output) {
+                   bool with_output, spec::ExpertLayout adaptive_as) {
   const auto i = static_cast<std::size_t>(rank);
   PassWork work;
   const auto add = [&](const PassWork& layer, double count) {
@@ -137,7 +141,8 @@ PassWork rank_work(const LayerWork& lw, const RankLayers& layers, int rank, bool
     work.weight_grad += layer.weight_grad * count;
   };
   add(lw.dense, layers.dense[i]);
-  for (std::size_t l = 0; l < lw.moe.size(); ++l) add(lw.moe[l], layers.moe[l][i]);
+  for (std::size_t l = 0; l < lw.moe.size(); ++l)
+    add(lw.moe[l == at(spec::ExpertLayout::Adaptive) ? at(adaptive_as) : l], layers.moe[l][i]);
   if (with_embedding) {
     work.forward += lw.embedding.forward;
     work.weight_grad += lw.embedding.weight_grad;
@@ -148,6 +153,21 @@ PassWork rank_work(const LayerWork& lw, const RankLayers& layers, int rank, bool
     work.weight_grad += lw.output.weight_grad;
   }
   return work;
+}
+
+// Adaptive expert layouts (spec::ExpertLayout::Adaptive): the layout the engine's trial finds
+// faster on this stage's links, sharded or dedup (a tie: sharded).
+spec::ExpertLayout adaptive_choice(const LayerWork& lw, const spec::HardwareSpec& hw,
+                                   const StageLinks& links, const ExecutionOptions& exec) {
+  const auto seconds = [&](spec::ExpertLayout l) {
+    const PassWork& w = lw.moe[at(l)];
+    return work_time(w.forward, hw, links.tp, links.ep, exec).total() +
+           work_time(w.input_grad, hw, links.tp, links.ep, exec).total() +
+           work_time(w.weight_grad, hw, links.tp, links.ep, exec).total();
+  };
+  return seconds(spec::ExpertLayout::Dedup) < seconds(spec::ExpertLayout::Sharded)
+             ? spec::ExpertLayout::Dedup
+             : spec::ExpertLayout::Sharded;
 }
 
 // The stage's time for each pass and the FLOPs it executes.
@@ -588,7 +608,12 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
     }
     previous_plain = plain;
     previous_links = std::move(links);
-    const PassWork work = rank_work(per_stage.work(r), layers, r, with_embedding, with_output);
+    const spec::ExpertLayout adaptive_as =
+        layers.moe[at(spec::ExpertLayout::Adaptive)][i] > 0.0
+            ? adaptive_choice(per_stage.work(r), hw, previous_links, exec)
+            : spec::ExpertLayout::Sharded;
+    const PassWork work =
+        rank_work(per_stage.work(r), layers, r, with_embedding, with_output, adaptive_as);
     set_pass_times(out.stages[i], work, hw, previous_links, exec);
     double touched = 0.0;  // EmbRace: the input table's rows a replica touches
     if (plan.sparse_embedding_gradient && params[i].input_table > 0.0)

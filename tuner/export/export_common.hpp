@@ -18,9 +18,10 @@ inline void require(bool ok, std::string_view framework, const std::string& rule
 
 // pipetune's own MoE and embedding settings, which no framework has: whole experts inside the TP
 // group (expert_layout) and the sparse embedding gradient. InputError naming the setting.
-// expert_layout dedup is exported as sharded: the frameworks shard experts over TP the same way
-// and how they move the tokens is theirs (Megatron-LM's all-to-all dispatcher sends each token
-// from one TP rank under sequence parallelism, as dedup does).
+// expert_layout dedup and adaptive are exported as sharded: the frameworks shard experts over TP
+// the same way (adaptive's parameters are sharded's) and how they move the tokens is theirs
+// (Megatron-LM's all-to-all dispatcher sends each token from one TP rank under sequence
+// parallelism, as dedup does).
 inline void refuse_pipetune_only_settings(const spec::ParallelPlan& p, std::string_view framework) {
   const std::string fw(framework);
   require(!spec::has_whole_experts(p.expert_layouts), framework,

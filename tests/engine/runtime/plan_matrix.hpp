@@ -384,6 +384,14 @@ inline std::vector<PlanCase> parallel_equivalence_plans() {
        .dp = 2,
        .ep = 2,
        .expert_layouts = {dedup, whole, sharded, dedup, dedup, sharded, whole, dedup}});
+  // Adaptive experts (Tutel): sharded in the first step, deduplicated in the second, then the
+  // faster of the two for each layer.
+  add({.name = "moe_tp2_ep2_dp2_adaptive_experts",
+       .model = "tiny-moe",
+       .tp = 2,
+       .dp = 2,
+       .ep = 2,
+       .expert_layouts = {spec::ExpertLayout::Adaptive}});
   add({.name = "moe_pp2_ep2_dp2_zbh1",
        .model = "tiny-moe",
        .pp = 2,

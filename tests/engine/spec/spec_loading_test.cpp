@@ -270,7 +270,8 @@ TEST(SpecLoading, ExpertLayoutForEveryMoeLayerOrOnePerLayer) {
   EXPECT_EQ(expert_layout_of(run.plan.expert_layouts, 1), ExpertLayout::Sharded);
   EXPECT_EQ(expert_layout_of(run.plan.expert_layouts, 7), ExpertLayout::Whole);
   EXPECT_HAS(error_of([&] { parse_run(head + "expert_layout = \"halved\"\n", "r.toml"); }),
-             "r.toml:5: key 'plan.expert_layout': unknown layout 'halved' (valid: sharded, whole)");
+             "r.toml:5: key 'plan.expert_layout': unknown layout 'halved' (valid: sharded, whole, "
+             "dedup, adaptive)");
   EXPECT_HAS(error_of([&] { parse_run(head + "expert_layout = [\"whole\", 2]\n", "r.toml"); }),
              "key 'plan.expert_layout': expected an array of layout names");
   EXPECT_HAS(
