@@ -116,6 +116,26 @@ TEST_F(SpecValidate, SparseEmbeddingGradientNeedsUntiedEmbeddings) {
   expect_rule(tied, 4, p, "sparse_embedding_gradient needs untied embeddings");
 }
 
+// Layer-group reductions (R ops) go with ZeRO 0, 2 and 3 (held groups under 2 and 3,
+// schedule/group_holds.hpp); ZeRO-1's shards cross the groups.
+TEST_F(SpecValidate, LayeredReductionRefusesZero1Only) {
+  ParallelPlan p = plan(1, 1, 4);
+  p.layered_reduction = true;
+  for (int zero : {0, 2, 3}) {
+    p.zero_stage = zero;
+    EXPECT_NO_THROW(validate(dense_model(), make_cluster(hardware(), 4), p)) << "zero " << zero;
+  }
+  p.zero_stage = 1;
+  expect_rule(dense_model(), 4, p,
+              "layered_reduction reduces each layer group's gradients as its backward ends, with "
+              "zero_stage 0, 2 or 3 (zero_stage=1 reduce-scatters one buffer whose shards cross "
+              "the groups)");
+  p.layered_reduction = false;
+  p.schedule = "layered";
+  p.chunks = 2;
+  expect_rule(dense_model(), 4, p, "the layered schedule reduces each layer group's gradients");
+}
+
 TEST_F(SpecValidate, PipelineMustFitTheLayers) {
   ModelSpec m = dense_model();
   m.layers = 4;
