@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <numeric>
 #include <string>
+#include <vector>
 
 #include "db/store/run_measurement.hpp"
 #include "engine/errors.hpp"
@@ -34,6 +35,26 @@ double mean_imbalance(const an::StepLoad& s) {
 
 std::int64_t choices(const an::LayerLoad& l) {
   return std::accumulate(l.tokens.begin(), l.tokens.end(), std::int64_t{0});
+}
+
+}  // namespace
+
+namespace {
+
+// "sdd...": how an adaptive layer computed each step (s: sharded, d: deduplicated).
+std::string steps_text(const an::AdaptiveLayer& l) {
+  std::string s;
+  for (bool d : l.deduplicated) s += d ? 'd' : 's';
+  return s;
+}
+
+void print_adaptive_layers(const LoadedRun& r) {
+  const std::vector<an::AdaptiveLayer> layers = an::adaptive_layers(r.stored.trace);
+  if (layers.empty()) return;
+  std::printf("adaptive experts, each step of each layer (s: sharded, d: deduplicated):");
+  for (const an::AdaptiveLayer& l : layers)
+    std::printf(" %lld: %s", static_cast<long long>(l.layer), steps_text(l).c_str());
+  std::printf("\n");
 }
 
 }  // namespace
@@ -71,6 +92,7 @@ void print_expert_load(const LoadedRun& r) {
                 static_cast<long long>(step_dropped));
   }
   if (shown < load.steps.size()) std::printf("(the last %zu steps shown)\n", shown);
+  print_adaptive_layers(r);
 }
 
 nlohmann::json expert_load_json(const LoadedRun& r) {
@@ -88,11 +110,19 @@ nlohmann::json expert_load_json(const LoadedRun& r) {
                         {"rank_imbalance", l.rank_imbalance(ep)}});
     steps.push_back({{"step", s.step + 1}, {"layers", layers}});
   }
-  return {{"experts", load.experts},
-          {"ep", ep},
-          {"mean_rank_imbalance", load.mean_rank_imbalance(ep)},
-          {"max_rank_imbalance", load.max_rank_imbalance(ep)},
-          {"steps", steps}};
+  nlohmann::json j = {{"experts", load.experts},
+                      {"ep", ep},
+                      {"mean_rank_imbalance", load.mean_rank_imbalance(ep)},
+                      {"max_rank_imbalance", load.max_rank_imbalance(ep)},
+                      {"steps", steps}};
+  const std::vector<an::AdaptiveLayer> adaptive = an::adaptive_layers(r.stored.trace);
+  if (!adaptive.empty()) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (const an::AdaptiveLayer& l : adaptive)
+      layers.push_back({{"layer", l.layer}, {"deduplicated", l.deduplicated}});
+    j["adaptive_layers"] = layers;
+  }
+  return j;
 }
 
 }  // namespace pipetune::cli

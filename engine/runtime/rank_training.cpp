@@ -18,6 +18,7 @@
 #include "engine/runtime/rank_parameters.hpp"
 #include "engine/runtime/rank_runtime.hpp"
 #include "engine/tensor/cpu/cpu_backend.hpp"
+#include "profiler/analysis/expert_load.hpp"
 #include "profiler/byte_codec.hpp"
 #include "profiler/gpu/gpu_capture.hpp"
 #include "profiler/gpu/kernel_record_codec.hpp"
@@ -420,6 +421,11 @@ StepResult RankTraining::record_step(int step, const std::vector<float>& totals,
 }
 
 void RankTraining::adapt_expert_layouts(int step) {
+  // How each adaptive layer computed the step that ended, as a counter of the trace.
+  if (at_.tp_rank == 0)
+    for (const auto& [layer, moe] : adaptive_layers_)
+      recorder_.counter(profiler::analysis::expert_dedup_counter(layer),
+                        moe->deduplicated() ? 1.0 : 0.0);
   const int trial = step - first_step_;
   if (!adapts_ || trial > 1) return;
   if (trial == 0) {

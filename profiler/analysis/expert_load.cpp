@@ -60,6 +60,31 @@ std::string expert_dropped_counter(std::int64_t layer) {
   return std::string(kPrefix) + std::to_string(layer) + " dropped";
 }
 
+std::string expert_dedup_counter(std::int64_t layer) {
+  return std::string(kPrefix) + std::to_string(layer) + " deduplicated";
+}
+
+std::vector<AdaptiveLayer> adaptive_layers(const Trace& trace) {
+  // By name id: the layer, or -1 for another counter.
+  std::vector<std::int64_t> layer_of(trace.names.size(), -1);
+  for (std::size_t i = 0; i < trace.names.size(); ++i) {
+    std::string_view name = trace.names[i];
+    std::int64_t layer = 0;
+    if (take(name, kPrefix) && take_number(name, layer) && name == " deduplicated")
+      layer_of[i] = layer;
+  }
+  std::map<std::int64_t, std::pair<std::int32_t, std::vector<bool>>> by_layer;  // lowest rank's
+  for (const CounterSample& c : trace.counters) {
+    if (c.name >= layer_of.size() || layer_of[c.name] < 0) continue;
+    auto [it, added] = by_layer.try_emplace(layer_of[c.name], c.rank, std::vector<bool>{});
+    if (c.rank < it->second.first) it->second = {c.rank, {}};
+    if (c.rank == it->second.first) it->second.second.push_back(c.value != 0.0);
+  }
+  std::vector<AdaptiveLayer> out;
+  for (auto& [layer, samples] : by_layer) out.push_back({layer, std::move(samples.second)});
+  return out;
+}
+
 double LayerLoad::imbalance() const {
   return max_over_mean(std::vector<double>(tokens.begin(), tokens.end()));
 }

@@ -23,6 +23,10 @@ namespace pipetune::profiler::analysis {
 // the capacity rule drops any) and "moe layer <l> dropped" (choices the capacity rule dropped).
 std::string expert_tokens_counter(std::int64_t layer, std::int64_t expert);
 std::string expert_dropped_counter(std::int64_t layer);
+// Adaptive expert layouts (spec::ExpertLayout::Adaptive): "moe layer <l> deduplicated", 1 for a
+// step the layer computed deduplicated, 0 for one it computed sharded (at the step's end, on the
+// TP rank 0 of each rank group holding the layer).
+std::string expert_dedup_counter(std::int64_t layer);
 
 struct LayerLoad {
   std::int64_t layer = 0;
@@ -51,5 +55,14 @@ struct ExpertLoad {
 // before they were). Throws AnalysisError when a series has a number of samples other than the
 // others' (a run cut short mid-step) or layers disagree on the number of experts.
 ExpertLoad expert_load(const Trace& trace);
+
+// Adaptive expert layouts: how each adaptive MoE layer computed each step (true: deduplicated),
+// read from expert_dedup_counter's samples of the lowest rank that recorded the layer, in
+// order. Layers by index; empty when the run had none.
+struct AdaptiveLayer {
+  std::int64_t layer = 0;
+  std::vector<bool> deduplicated;  // per step
+};
+std::vector<AdaptiveLayer> adaptive_layers(const Trace& trace);
 
 }  // namespace pipetune::profiler::analysis

@@ -46,6 +46,44 @@ TEST(ExpertLayoutCli, WholeAndDedupExpertsTrainAsShardedOnes) {
   }
 }
 
+// Adaptive experts: train's JSON lists each layer's choice with its two measured times, and the
+// stored run's report shows how each layer computed each step: sharded, deduplicated, then its
+// choice.
+TEST(ExpertLayoutCli, AdaptiveChoicesAreReportedAndStored) {
+  ScratchWorkspace w;
+  const ProcessResult r =
+      w.run({"train",    "--model", "tiny-moe", "--tp",      "2", "--dp",
+             "2",        "--ep",    "2",        "--pp",      "1", "--microbatches",
+             "2",        "--steps", "4",        "--threads", "1", "--expert-layout",
+             "adaptive", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& choices = j.at("expert_layout_choices");
+  ASSERT_EQ(choices.size(), 8u);
+  std::vector<std::string> chosen;
+  for (const nlohmann::json& c : choices) {
+    const double sharded = c.at("sharded_seconds").get<double>();
+    const double dedup = c.at("dedup_seconds").get<double>();
+    EXPECT_GT(sharded, 0.0);
+    EXPECT_GT(dedup, 0.0);
+    chosen.push_back(c.at("chosen").get<std::string>());
+    EXPECT_EQ(chosen.back(), dedup < sharded ? "dedup" : "sharded");
+  }
+  const ProcessResult report =
+      w.run({"report", std::to_string(j.at("run_id").get<int>()), "--json"});
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  const nlohmann::json layers =
+      nlohmann::json::parse(report.out).at("expert_load").at("adaptive_layers");
+  ASSERT_EQ(layers.size(), 8u);
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const bool d = chosen[l] == "dedup";
+    EXPECT_EQ(layers[l].at("layer").get<int>(), static_cast<int>(l));
+    EXPECT_EQ(layers[l].at("deduplicated").get<std::vector<bool>>(),
+              (std::vector<bool>{false, true, d, d}))
+        << "layer " << l;
+  }
+}
+
 TEST(ExpertLayoutCli, BadLayoutsAreRefused) {
   const std::vector<std::string> base = {"train", "--tp",    "2", "--dp",
                                          "2",     "--steps", "1", "--no-db"};

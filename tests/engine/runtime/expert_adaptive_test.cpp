@@ -12,10 +12,13 @@
 //    choose (the layouts are one computation).
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
+#include "profiler/analysis/expert_load.hpp"
 #include "tests/engine/runtime/training_comparison.hpp"
 
 namespace pipetune::runtime {
@@ -61,6 +64,27 @@ TEST(ExpertAdaptive, TrainsAsShardedAndChoosesTheFasterWayForEachLayer) {
     testing::expect_training_within(adaptive, sharded, 1e-6);
     expect_choices(adaptive, 8);
     EXPECT_TRUE(sharded.expert_layout_choices.empty());
+  }
+}
+
+// The trace says how each layer computed each step: "moe layer <l> deduplicated" is 0 for the
+// first step, 1 for the second, then the choice, on every TP rank 0 holding the layer.
+TEST(ExpertAdaptive, TheTraceCountsHowEachLayerComputedEachStep) {
+  TrainOptions o = moe_run(spec::ExpertLayout::Adaptive);
+  o.record_trace = true;
+  const TrainResult r = train(o);
+  ASSERT_EQ(r.expert_layout_choices.size(), 8u);
+  for (const TrainResult::ExpertLayoutChoice& c : r.expert_layout_choices) {
+    SCOPED_TRACE("layer " + std::to_string(c.layer));
+    const std::string name = profiler::analysis::expert_dedup_counter(c.layer);
+    const double chosen = c.chosen == spec::ExpertLayout::Dedup ? 1.0 : 0.0;
+    std::map<int, std::vector<double>> by_rank;
+    for (const profiler::CounterSample& s : r.trace.counters)
+      if (r.trace.names.at(s.name) == name) by_rank[s.rank].push_back(s.value);
+    // tp 2, dp 2: ranks 0 and 2 are the TP ranks 0 (dp 0 and 1).
+    ASSERT_EQ(by_rank.size(), 2u);
+    for (const auto& [rank, values] : by_rank)
+      EXPECT_EQ(values, (std::vector<double>{0.0, 1.0, chosen, chosen})) << "rank " << rank;
   }
 }
 

@@ -82,3 +82,34 @@ TEST(ExpertLoad, RefusesASeriesCutShortAndLayersOfOtherWidths) {
 
 }  // namespace
 }  // namespace pipetune::profiler::analysis
+
+namespace pipetune::profiler::analysis {
+namespace {
+
+// Adaptive layers on hand-made counters: each layer's steps from its lowest rank's samples
+// (rank 2 recorded layer 0 too, rank 0 first in time for layer 3 only after rank 1 began), the
+// routing series and other counters left alone.
+TEST(AdaptiveLayers, EachLayersStepsFromItsLowestRank) {
+  Trace t = two_steps();
+  sample(t, 2, expert_dedup_counter(0), 100, 0.0);
+  sample(t, 0, expert_dedup_counter(0), 100, 0.0);
+  sample(t, 2, expert_dedup_counter(0), 200, 1.0);
+  sample(t, 0, expert_dedup_counter(0), 200, 1.0);
+  sample(t, 0, expert_dedup_counter(0), 300, 1.0);
+  sample(t, 1, expert_dedup_counter(3), 100, 0.0);
+  sample(t, 0, expert_dedup_counter(3), 100, 0.0);
+  sample(t, 0, expert_dedup_counter(3), 200, 1.0);
+  sample(t, 0, expert_dedup_counter(3), 300, 0.0);
+  const std::vector<AdaptiveLayer> layers = adaptive_layers(t);
+  ASSERT_EQ(layers.size(), 2u);
+  EXPECT_EQ(layers[0].layer, 0);
+  EXPECT_EQ(layers[0].deduplicated, (std::vector<bool>{false, true, true}));
+  EXPECT_EQ(layers[1].layer, 3);
+  EXPECT_EQ(layers[1].deduplicated, (std::vector<bool>{false, true, false}));
+  EXPECT_TRUE(adaptive_layers(two_steps()).empty());
+  // The routing statistics do not see them.
+  EXPECT_EQ(expert_load(t).steps.size(), 2u);
+}
+
+}  // namespace
+}  // namespace pipetune::profiler::analysis
