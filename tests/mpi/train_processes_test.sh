@@ -123,6 +123,17 @@ TOML
   check_plan "pp=4 dualpipe-v" --tp 1 --pp 4 --dp 1 --schedule dualpipe-v
   check_plan "pp=4 1f1b interlaced vocab" --tp 1 --pp 4 --dp 1 --schedule 1f1b --vocab interlaced
   check_plan "4x2 tp=2 pp=2 dp=2 (tiny-train)" --ranks-per-process 2 --tp 2 --pp 2 --dp 2
+  # Adaptive experts: the choice follows each run's own timing, so the losses are not compared
+  # with the threads'; every process must choose alike (or the run would hang on its collectives)
+  # and the run lists one choice per MoE layer.
+  adaptive="$("$mpiexec" -np 4 "$pipetune" train --steps 3 --threads 1 --no-db --json \
+    --model tiny-moe --tp 2 --pp 1 --dp 2 --ep 2 --expert-layout adaptive | tr -d ' \n')"
+  if [ "$(grep -o '"chosen":"[a-z]*"' <<<"$adaptive" | wc -l)" -eq 8 ]; then
+    echo "ok   moe tp=2 dp=2 ep=2 adaptive experts: 8 choices, alike in every process"
+  else
+    echo "FAIL moe tp=2 dp=2 ep=2 adaptive experts: ${adaptive:-(no output)}"
+    failures=$((failures + 1))
+  fi
   check_plan "4x2 pp=4 dp=2 v-half vocab-2" --ranks-per-process 2 --tp 1 --pp 4 --dp 2 \
     --schedule v-half --vocab vocab-2
 elif [ "$np" -eq 8 ]; then
