@@ -2,6 +2,7 @@
 // read-backs, and the elementwise, optimizer and reduction ops. The GEMMs are in cuda_gemm.cpp,
 // the other ops in cuda_backend_ops.cpp and cuda_backend_moe.cpp; the kernels in cuda_*.cu.
 #include "engine/cuda/cuda_backend.hpp"
+#include "engine/cuda/cublaslt_library.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -60,11 +61,11 @@ CudaBackend::CudaBackend(Options options) : options_(options) {
     PIPETUNE_CUDA_CHECK(cudaEventCreateWithFlags(&staging_done_, cudaEventDisableTiming));
     PIPETUNE_CUDA_CHECK(cudaStreamCreateWithFlags(&idle_.stream, cudaStreamNonBlocking));
     PIPETUNE_CUDA_CHECK(cudaEventCreateWithFlags(&idle_.staging_done, cudaEventDisableTiming));
-    PIPETUNE_CUBLAS_CHECK(cublasLtCreate(&lt_));
+    PIPETUNE_CUBLAS_CHECK(cublaslt().Create(&lt_));
     workspace_bytes_ = static_cast<std::size_t>(cublaslt_workspace_bytes(major));
     workspace_.reserve(workspace_bytes_, stream_);
   } catch (...) {
-    if (lt_ != nullptr) cublasLtDestroy(lt_);
+    if (lt_ != nullptr) cublaslt().Destroy(lt_);
     for (cudaEvent_t e : {staging_done_, idle_.staging_done})
       if (e != nullptr) cudaEventDestroy(e);
     for (cudaStream_t st : {stream_, idle_.stream})
@@ -80,7 +81,7 @@ CudaBackend::~CudaBackend() {
     if (st != nullptr) cudaStreamSynchronize(st);
   for (void* p : {pinned_, idle_.pinned})
     if (p != nullptr) cudaFreeHost(p);
-  if (lt_ != nullptr) cublasLtDestroy(lt_);
+  if (lt_ != nullptr) cublaslt().Destroy(lt_);
   for (cudaEvent_t e : {staging_done_, idle_.staging_done})
     if (e != nullptr) cudaEventDestroy(e);
   for (cudaStream_t st : {stream_, idle_.stream})

@@ -1,4 +1,5 @@
 #include "engine/cuda/cuda_check.hpp"
+#include "engine/cuda/cublaslt_library.hpp"
 
 #include <string_view>
 
@@ -22,8 +23,8 @@ void throw_cuda_error(cudaError_t e, const char* call, const char* file, int lin
 }
 
 void throw_cublas_error(cublasStatus_t s, const char* call, const char* file, int line) {
-  throw CudaError(std::string(call) + ": " + cublasLtGetStatusString(s) + " (" +
-                  cublasLtGetStatusName(s) + ")" + where(file, line));
+  throw CudaError(std::string(call) + ": " + cublaslt().GetStatusString(s) + " (" +
+                  cublaslt().GetStatusName(s) + ")" + where(file, line));
 }
 
 }  // namespace pipetune::cuda::detail

@@ -41,7 +41,7 @@ inline void check_cublas(cublasStatus_t s, const char* call, const char* file, i
 // PIPETUNE_CUDA_CHECK(cudaMalloc(&p, bytes));
 #define PIPETUNE_CUDA_CHECK(call) \
   ::pipetune::cuda::detail::check_cuda((call), #call, __FILE__, __LINE__)
-// PIPETUNE_CUBLAS_CHECK(cublasLtMatmul(...));
+// PIPETUNE_CUBLAS_CHECK(cublaslt().Matmul(...));
 #define PIPETUNE_CUBLAS_CHECK(call) \
   ::pipetune::cuda::detail::check_cublas((call), #call, __FILE__, __LINE__)
 // After a kernel launch: a bad configuration (too much shared memory, a zero grid) is reported

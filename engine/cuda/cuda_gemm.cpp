@@ -24,6 +24,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/cuda/cublaslt_library.hpp"
 #include "engine/cuda/cuda_backend.hpp"
 #include "engine/cuda/cuda_check.hpp"
 #include "engine/cuda/cuda_kernels.hpp"
@@ -40,19 +41,19 @@ namespace {
 struct OpDesc {
   cublasLtMatmulDesc_t d = nullptr;
   ~OpDesc() {
-    if (d != nullptr) cublasLtMatmulDescDestroy(d);
+    if (d != nullptr) cublaslt().MatmulDescDestroy(d);
   }
 };
 struct Layout {
   cublasLtMatrixLayout_t d = nullptr;
   ~Layout() {
-    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
+    if (d != nullptr) cublaslt().MatrixLayoutDestroy(d);
   }
 };
 struct Preference {
   cublasLtMatmulPreference_t d = nullptr;
   ~Preference() {
-    if (d != nullptr) cublasLtMatmulPreferenceDestroy(d);
+    if (d != nullptr) cublaslt().MatmulPreferenceDestroy(d);
   }
 };
 
@@ -67,7 +68,7 @@ bool set_epilogue(cublasLtMatmulDesc_t d, cublasLtEpilogue_t epilogue, const flo
                   const void* aux, std::int64_t ld) {
   const auto set = [&](cublasLtMatmulDescAttributes_t attribute, const void* value,
                        std::size_t bytes) {
-    return cublasLtMatmulDescSetAttribute(d, attribute, value, bytes) == CUBLAS_STATUS_SUCCESS;
+    return cublaslt().MatmulDescSetAttribute(d, attribute, value, bytes) == CUBLAS_STATUS_SUCCESS;
   };
   const cudaDataType_t fp32 = CUDA_R_32F;
   bool ok = set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
@@ -131,13 +132,13 @@ void CudaBackend::matmul(const Gemm& g) {
     return;
   }
   OpDesc op;
-  PIPETUNE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op.d, g.compute, CUDA_R_32F));
+  PIPETUNE_CUBLAS_CHECK(cublaslt().MatmulDescCreate(&op.d, g.compute, CUDA_R_32F));
   const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   PIPETUNE_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+      cublaslt().MatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   PIPETUNE_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+      cublaslt().MatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   // A cuBLASLt that refuses the epilogue's attributes gets the product and kernels instead.
   const cublasLtEpilogue_t epilogue = g.epilogue();
   if (epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
@@ -147,13 +148,13 @@ void CudaBackend::matmul(const Gemm& g) {
   }
   // Layouts of the stored matrices, before op(): A is (k, m) when transposed, else (m, k).
   Layout a, b, c;
-  PIPETUNE_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&a.d, g.ab_type, static_cast<std::uint64_t>(g.trans_a ? g.k : g.m),
-                                 static_cast<std::uint64_t>(g.trans_a ? g.m : g.k), g.lda));
-  PIPETUNE_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&b.d, g.ab_type, static_cast<std::uint64_t>(g.trans_b ? g.n : g.k),
-                                 static_cast<std::uint64_t>(g.trans_b ? g.k : g.n), g.ldb));
-  PIPETUNE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+  PIPETUNE_CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(
+      &a.d, g.ab_type, static_cast<std::uint64_t>(g.trans_a ? g.k : g.m),
+      static_cast<std::uint64_t>(g.trans_a ? g.m : g.k), g.lda));
+  PIPETUNE_CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(
+      &b.d, g.ab_type, static_cast<std::uint64_t>(g.trans_b ? g.n : g.k),
+      static_cast<std::uint64_t>(g.trans_b ? g.k : g.n), g.ldb));
+  PIPETUNE_CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(
       &c.d, CUDA_R_32F, static_cast<std::uint64_t>(g.m), static_cast<std::uint64_t>(g.n), g.ldc));
 
   const std::optional<cublasLtMatmulAlgo_t>& algo =
@@ -174,9 +175,9 @@ void CudaBackend::matmul(const Gemm& g) {
                                                                  : " (fp32)"));
   }
   const float alpha = 1.0f;
-  PIPETUNE_CUBLAS_CHECK(cublasLtMatmul(lt_, op.d, &alpha, g.a, a.d, g.b, b.d, &g.beta, g.c, c.d,
-                                       g.c, c.d, &*algo, workspace_.get(), workspace_bytes_,
-                                       stream_));
+  PIPETUNE_CUBLAS_CHECK(cublaslt().Matmul(lt_, op.d, &alpha, g.a, a.d, g.b, b.d, &g.beta, g.c, c.d,
+                                          g.c, c.d, &*algo, workspace_.get(), workspace_bytes_,
+                                          stream_));
 }
 
 void CudaBackend::matmul_empty_sum(const Gemm& g) {
@@ -216,27 +217,27 @@ const std::optional<cublasLtMatmulAlgo_t>& CudaBackend::gemm_algorithm(
   auto found = algos_.find(key);
   if (found != algos_.end()) return found->second;
   Preference pref;
-  PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.d));
+  PIPETUNE_CUBLAS_CHECK(cublaslt().MatmulPreferenceCreate(&pref.d));
   const std::uint64_t ws = workspace_bytes_;
-  PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  PIPETUNE_CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(
       pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
   // Views into flat buffers can start anywhere: tell the heuristic what the pointers allow.
   const std::uint32_t aa = static_cast<std::uint32_t>(align_a);
   const std::uint32_t ab = static_cast<std::uint32_t>(align_b);
   const std::uint32_t ac = static_cast<std::uint32_t>(align_c);
-  PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  PIPETUNE_CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(
       pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa));
-  PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  PIPETUNE_CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(
       pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
-  PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  PIPETUNE_CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(
       pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac));
-  PIPETUNE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  PIPETUNE_CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(
       pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac));
   cublasLtMatmulHeuristicResult_t result;
   std::memset(&result, 0, sizeof result);
   int count = 0;
   PIPETUNE_CUBLAS_CHECK(
-      cublasLtMatmulAlgoGetHeuristic(lt_, op, a, b, c, c, pref.d, 1, &result, &count));
+      cublaslt().MatmulAlgoGetHeuristic(lt_, op, a, b, c, c, pref.d, 1, &result, &count));
   return algos_.emplace(key, count > 0 ? std::optional(result.algo) : std::nullopt).first->second;
 }
 
