@@ -13,12 +13,12 @@
 #include "engine/data/data_loader.hpp"
 #include "engine/errors.hpp"
 #include "engine/model/buffer_cache.hpp"
+#include "engine/runtime/adaptive_expert_layouts.hpp"
 #include "engine/runtime/capture_cadence.hpp"
 #include "engine/runtime/optimizer.hpp"
 #include "engine/runtime/rank_parameters.hpp"
 #include "engine/runtime/rank_runtime.hpp"
 #include "engine/tensor/cpu/cpu_backend.hpp"
-#include "profiler/analysis/expert_load.hpp"
 #include "profiler/byte_codec.hpp"
 #include "profiler/gpu/gpu_capture.hpp"
 #include "profiler/gpu/kernel_record_codec.hpp"
@@ -58,10 +58,8 @@ class RankTraining {
   void reduce_gradients(int step);
   std::vector<float> all_reduce_totals(const IterationLosses& losses);
   void update_parameters(int step, double norm);
-  // Adaptive expert layouts (spec::ExpertLayout::Adaptive): after the run's first step (its
-  // layers computed sharded, timed) they compute deduplicated, timed; after the second, one
-  // world all-reduce sums every layer's two times and each layer keeps the faster (a tie:
-  // sharded), the same on every rank.
+  // Adaptive expert layouts at the step's end (adaptive_expert_layouts.hpp); rank 0 keeps the
+  // choices in the run's result.
   void adapt_expert_layouts(int step);
   StepResult record_step(int step, const std::vector<float>& totals, double norm,
                          Clock::duration took, profiler::StepMetric& step_metric);
@@ -109,11 +107,7 @@ class RankTraining {
   // When the latest streamed step's part went out, in the recorder's clock: GPU work launched
   // after it belongs to a step the workspace does not have.
   std::int64_t streamed_until_ns_ = 0;
-  // The adaptive layers this rank computes, by model layer; whether the plan has any (every
-  // rank then joins the choice's all-reduce); the first trial's times.
-  std::vector<std::pair<std::int64_t, model::MoeMlp*>> adaptive_layers_;
-  bool adapts_ = false;
-  std::vector<double> sharded_seconds_;
+  std::optional<AdaptiveExpertLayouts> adaptive_experts_;
 };
 
 data::DataLoader make_loader(const SharedTraining& s, const comm::RankCoordinates& at) {
@@ -256,18 +250,7 @@ RankTraining::RankTraining(SharedTraining& shared, RankDevice& device)
     ledger.allocate(profiler::MemoryCategory::OptimizerState, moment_bytes);
   reduce_name_ = recorder_.intern("gradient reduce");
   gather_name_ = recorder_.intern("optimizer step");
-  // Adaptive expert layouts: the first step computes them sharded, timed.
-  adapts_ = spec::uses_expert_layout(plan_.expert_layouts, spec::ExpertLayout::Adaptive);
-  for (std::size_t c = 0; c < model_.placement().chunks.size(); ++c) {
-    auto& blocks = model_.blocks(static_cast<int>(c));
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      model::MoeMlp* moe = blocks[i].moe();
-      if (moe == nullptr || !moe->adaptive()) continue;
-      moe->compute_as(false, true);
-      adaptive_layers_.emplace_back(
-          model_.placement().chunks[c].first_layer + static_cast<std::int64_t>(i), moe);
-    }
-  }
+  adaptive_experts_.emplace(model_, plan_);
   // Nothing would keep what is captured without a trace to put it in.
   gpu_capture_ = options_.capture_gpu_activity && (options_.trace_sink || options_.record_trace) &&
                  device.start_gpu_capture(recorder_.epoch());
@@ -421,42 +404,12 @@ StepResult RankTraining::record_step(int step, const std::vector<float>& totals,
 }
 
 void RankTraining::adapt_expert_layouts(int step) {
-  // How each adaptive layer computed the step that ended, as a counter of the trace.
-  if (at_.tp_rank == 0)
-    for (const auto& [layer, moe] : adaptive_layers_)
-      recorder_.counter(profiler::analysis::expert_dedup_counter(layer),
-                        moe->deduplicated() ? 1.0 : 0.0);
-  const int trial = step - first_step_;
-  if (!adapts_ || trial > 1) return;
-  if (trial == 0) {
-    for (const auto& [layer, moe] : adaptive_layers_) {
-      sharded_seconds_.push_back(moe->seconds());
-      moe->compute_as(true, true);
-    }
-    return;
-  }
-  // [sharded, dedup] seconds of every layer of the model, summed over the ranks holding it.
-  const std::int64_t layers = model_.config().layers;
-  std::vector<float> seconds(2 * static_cast<std::size_t>(layers), 0.0f);
-  for (std::size_t i = 0; i < adaptive_layers_.size(); ++i) {
-    const auto at = 2 * static_cast<std::size_t>(adaptive_layers_[i].first);
-    seconds[at] = static_cast<float>(sharded_seconds_[i]);
-    seconds[at + 1] = static_cast<float>(adaptive_layers_[i].second->seconds());
-  }
-  comm_.all_reduce(world_group_, seconds);
-  for (const auto& [layer, moe] : adaptive_layers_) {
-    const auto at = 2 * static_cast<std::size_t>(layer);
-    moe->compute_as(seconds[at + 1] < seconds[at], false);
-  }
-  if (rank_ != 0) return;
+  const std::vector<TrainResult::ExpertLayoutChoice> choices = adaptive_experts_->step_ended(
+      step - first_step_, comm_, world_group_, at_.tp_rank == 0 ? &recorder_ : nullptr);
+  if (rank_ != 0 || choices.empty()) return;
   std::lock_guard lock(s_.mutex);
-  for (std::int64_t l = 0; l < layers; ++l) {
-    const auto at = 2 * static_cast<std::size_t>(l);
-    if (seconds[at] <= 0.0f && seconds[at + 1] <= 0.0f) continue;  // not an adaptive layer
-    s_.result.expert_layout_choices.push_back(
-        {l, seconds[at], seconds[at + 1],
-         seconds[at + 1] < seconds[at] ? spec::ExpertLayout::Dedup : spec::ExpertLayout::Sharded});
-  }
+  std::vector<TrainResult::ExpertLayoutChoice>& kept = s_.result.expert_layout_choices;
+  kept.insert(kept.end(), choices.begin(), choices.end());
 }
 
 bool RankTraining::run_step(int step) {
