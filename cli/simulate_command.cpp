@@ -299,8 +299,17 @@ nlohmann::json to_json(const tuner::SimulationSetup& setup, const schedule::Sche
   return j;
 }
 
+// The Gantt chart as print_human shows it (drawn before the trace goes to the store).
+std::string render_gantt(const tuner::SimulationSetup& setup, const sim::SimResult& r,
+                         const SimulateArgs& a) {
+  profiler::TextGanttOptions g;
+  g.width = a.width > 0 ? a.width : terminal_width();  // checked in run()
+  g.time_unit = setup.time_unit;
+  return profiler::render_text_gantt(r.trace, g);
+}
+
 void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& s,
-                 const sim::SimResult& r, const SimulateArgs& a) {
+                 const sim::SimResult& r, const SimulateArgs& a, const std::string& gantt) {
   std::printf("schedule %s  stages %d  micro-batches %d  chunks %d  vocab %s\n", s.name.c_str(),
               s.stages, s.data_microbatches(), s.chunks,
               std::string(schedule::vocab_mode_name(s.vocab)).c_str());
@@ -373,17 +382,13 @@ void print_human(const tuner::SimulationSetup& setup, const schedule::Schedule& 
           "stage %d: layer-group gradient reductions %s, %s of it after the last backward\n",
           st.stage, human_time(st.gradient_reduction, setup.time_unit).c_str(),
           human_time(st.exposed_gradient_reduction, setup.time_unit).c_str());
-  if (!a.no_gantt) {
-    profiler::TextGanttOptions g;
-    g.width = a.width > 0 ? a.width : terminal_width();  // checked in run()
-    g.time_unit = setup.time_unit;
-    std::printf("\n%s", profiler::render_text_gantt(r.trace, g).c_str());
-  }
+  if (!a.no_gantt) std::printf("\n%s", gantt.c_str());
 }
 
-// The run as the store keeps it: what was simulated, and the unit of its times.
+// The run as the store keeps it: what was simulated, and the unit of its times. The trace is
+// moved to the store (a copy of a long schedule's trace costs more than simulating it).
 std::int64_t store_simulation(const SimulateArgs& a, const tuner::SimulationSetup& setup,
-                              const schedule::Schedule& s, const sim::SimResult& r) {
+                              const schedule::Schedule& s, sim::SimResult& r) {
   const std::string vocab(schedule::vocab_mode_name(s.vocab));
   nlohmann::json plan = setup.run ? db::plan_to_json(setup.run->plan, vocab)
                                   : nlohmann::json{{"pp", s.stages}, {"tp", 1}, {"dp", 1}};
@@ -403,7 +408,7 @@ std::int64_t store_simulation(const SimulateArgs& a, const tuner::SimulationSetu
                                           : db::printable_text(a.config));
   db::RunWriter w(a.db, {profiler::TraceKind::Simulated, name, json_text(plan, -1),
                          json_text(nlohmann::json{{"setup", setup.description}}, -1)});
-  w.append(r.trace);
+  w.append(std::move(r.trace));
   w.set_summary_json(nlohmann::json{
       {"iteration_time", r.iteration_time},
       {"bubble_ratio", r.bubble_ratio},
@@ -423,10 +428,11 @@ void run(const SimulateArgs& a) {
   const schedule::Schedule s = schedule::generate(setup.params);
   sim::SimOptions options = setup.options;
   options.record_trace = !a.no_db || !a.trace.empty() || (!a.json && !a.no_gantt);
-  const sim::SimResult r = sim::simulate(s, setup.costs, options);
+  sim::SimResult r = sim::simulate(s, setup.costs, options);
   // Write the trace and the run before printing, so a failure leaves no half report.
   if (!a.trace.empty()) db::write_chrome_trace_file(r.trace, a.trace);
-  const std::int64_t run_id = a.no_db ? -1 : store_simulation(a, setup, s, r);
+  const std::string gantt = !a.json && !a.no_gantt ? render_gantt(setup, r, a) : std::string();
+  const std::int64_t run_id = a.no_db ? -1 : store_simulation(a, setup, s, r);  // takes r.trace
   if (!a.trace.empty()) note_kept("the trace was written to " + a.trace);
   if (run_id >= 0) note_kept("the run was stored as run " + std::to_string(run_id) + " in " + a.db);
   if (a.json) {
@@ -434,7 +440,7 @@ void run(const SimulateArgs& a) {
     if (run_id >= 0) j["run_id"] = run_id;
     print_json_value(j);
   } else {
-    print_human(setup, s, r, a);
+    print_human(setup, s, r, a, gantt);
     if (!a.trace.empty()) std::printf("\ntrace written to %s\n", a.trace.c_str());
     if (run_id >= 0)
       std::printf("stored as run %lld in %s\n", static_cast<long long>(run_id), a.db.c_str());

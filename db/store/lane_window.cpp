@@ -1,13 +1,15 @@
 #include "db/store/lane_window.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "db/store/lane_fold.hpp"
 #include "engine/errors.hpp"
 
 namespace pipetune::db {
 
-LaneWindowReader::LaneWindowReader(sqlite::Connection& db) : db_(db) {
+LaneWindowReader::LaneWindowReader(sqlite::Connection& db, std::size_t cache_rows)
+    : db_(db), cache_limit_(cache_rows) {
   sqlite::Statement s = db_.prepare("SELECT id, name FROM span_kinds");
   while (s.step()) {
     const std::int64_t id = s.column_int64(0);
@@ -22,6 +24,39 @@ LaneWindowReader::LaneWindowReader(sqlite::Connection& db) : db_(db) {
       "WHERE lane = ?1 AND depth = ?2 AND end_ns >= ?3 ORDER BY end_ns, first_ord",
       true);
   blob_ = db_.prepare("SELECT spans FROM span_blocks WHERE id = ?1", true);
+  data_version_ = db_.prepare("PRAGMA data_version", true);
+}
+
+void LaneWindowReader::check_cache() {
+  std::pair<std::int64_t, std::int64_t> version{-1, sqlite3_total_changes64(db_.handle())};
+  data_version_.reset();
+  if (data_version_.step()) version.first = data_version_.column_int64(0);
+  data_version_.reset();
+  if (version == cache_version_) return;
+  cache_.clear();
+  cached_rows_ = 0;
+  cache_version_ = version;
+}
+
+const std::vector<LaneWindowReader::BlockRow>* LaneWindowReader::block_rows(std::int64_t lane_db_id,
+                                                                            std::int32_t depth) {
+  const auto key = std::make_pair(lane_db_id, depth);
+  if (const auto it = cache_.find(key); it != cache_.end()) return &it->second;
+  if (cached_rows_ >= cache_limit_) return nullptr;
+  std::vector<BlockRow> rows;
+  blocks_.reset();
+  blocks_.bind(1, lane_db_id).bind(2, depth).bind(3, std::numeric_limits<std::int64_t>::min());
+  while (blocks_.step()) {
+    rows.push_back({blocks_.column_int64(0), blocks_.column_int64(1), blocks_.column_int64(2),
+                    blocks_.column_int64(3), blocks_.column_int64(4), blocks_.column_int64(5)});
+    if (cached_rows_ + rows.size() > cache_limit_) {
+      blocks_.reset();
+      return nullptr;  // this one would overflow the cache: the index serves it
+    }
+  }
+  blocks_.reset();
+  cached_rows_ += rows.size();
+  return &cache_.emplace(key, std::move(rows)).first->second;
 }
 
 profiler::Span LaneWindowReader::to_span(const PackedSpan& p, std::int32_t lane_index) const {
@@ -89,32 +124,39 @@ LaneWindow LaneWindowReader::fold(const LaneRef& lane, std::int64_t t0, std::int
   LaneWindow window;
   window.pixel_ns = window_pixel_ns(t0, t1, width_px);
   LaneFolder folder(window);
+  // One block of the walk; false once past the window.
+  const auto visit = [&](const BlockRow& b) {
+    if (b.start_ns >= t1) return false;
+    // A block inside the window whose spans and inner gaps are all under a pixel folds whole,
+    // from its summary, without reading its spans.
+    const bool whole = b.start_ns >= t0 && b.end_ns < t1 &&
+                       folder.under_pixel(fold_break_key(b.max_duration_ns, b.max_gap_ns));
+    if (whole && folder.add_run(b.start_ns, b.end_ns, b.count)) return true;
+    load_block(b.id, b.count);
+    for (const PackedSpan& p : block_) {
+      if (p.start_ns >= t1) return false;
+      if (visible_in_window(p.start_ns, p.end_ns, t0, t1))
+        folder.add_span(p.start_ns, p.end_ns, [&] { return to_span(p, lane.index); });
+    }
+    return true;
+  };
+  const sqlite::ReadSnapshot snapshot(db_);  // one lock for the walk and its BLOB reads
+  check_cache();
   for (std::int32_t depth = 0; depth <= lane.max_depth; ++depth) {
     folder.begin_depth(depth);
+    if (const std::vector<BlockRow>* rows = block_rows(lane.db_id, depth)) {
+      // The rows are in end order: the first that ends at or after t0 starts the walk.
+      auto it = std::lower_bound(rows->begin(), rows->end(), t0,
+                                 [](const BlockRow& b, std::int64_t t) { return b.end_ns < t; });
+      while (it != rows->end() && visit(*it)) ++it;
+      continue;
+    }
     blocks_.reset();  // also after a read that a corrupt block ended with an exception
     blocks_.bind(1, lane.db_id).bind(2, depth).bind(3, t0);
-    bool past = false;
-    while (!past && blocks_.step()) {
-      const std::int64_t id = blocks_.column_int64(0);
-      const std::int64_t count = blocks_.column_int64(1);
-      const std::int64_t start = blocks_.column_int64(2);
-      const std::int64_t end = blocks_.column_int64(3);
-      if (start >= t1) break;
-      // A block inside the window whose spans and inner gaps are all under a pixel folds whole,
-      // from its summary, without reading its spans.
-      const bool whole =
-          start >= t0 && end < t1 &&
-          folder.under_pixel(fold_break_key(blocks_.column_int64(4), blocks_.column_int64(5)));
-      if (whole && folder.add_run(start, end, count)) continue;
-      load_block(id, count);
-      for (const PackedSpan& p : block_) {
-        if (p.start_ns >= t1) {
-          past = true;
-          break;
-        }
-        if (visible_in_window(p.start_ns, p.end_ns, t0, t1))
-          folder.add_span(p.start_ns, p.end_ns, [&] { return to_span(p, lane.index); });
-      }
+    while (blocks_.step()) {
+      const BlockRow b{blocks_.column_int64(0), blocks_.column_int64(1), blocks_.column_int64(2),
+                       blocks_.column_int64(3), blocks_.column_int64(4), blocks_.column_int64(5)};
+      if (!visit(b)) break;
     }
     blocks_.reset();
   }

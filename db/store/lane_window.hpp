@@ -4,11 +4,20 @@
 // without reading its BLOB, so the cost of a window follows the blocks it covers and the pixels
 // it has, not the spans.
 //
+// The block summaries of each (lane, depth) a fold walks are kept in memory after the first
+// walk, up to kCachedBlockSummaries rows in all, while the database is unchanged (no commit by
+// this connection or another since they were read: SQLite's data_version and the connection's
+// change count). A timeline redraws and pans over the same run frame after frame; each frame
+// then steps over the summaries in memory instead of through SQLite's index, and reads BLOBs
+// only for the blocks that do not fold whole.
+//
 // Visible in [t0, t1): start < t1 and end > t0; a zero-length span when t0 <= start < t1.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "db/store/span_block.hpp"
@@ -16,6 +25,10 @@
 #include "db/store/store_types.hpp"
 
 namespace pipetune::db {
+
+// Block summary rows kept in memory by a reader, at most (48 bytes each: 48 MiB, the summaries
+// of about 256 million spans); beyond it a fold walks SQLite's index as before.
+inline constexpr std::size_t kCachedBlockSummaries = std::size_t{1} << 20;
 
 struct LaneRef {
   std::int64_t db_id = 0;       // lanes.id
@@ -26,7 +39,8 @@ struct LaneRef {
 class LaneWindowReader {
  public:
   // Reads span_kinds: block kind ids become SpanKind (names this binary lacks become Other).
-  explicit LaneWindowReader(sqlite::Connection& db);
+  // cache_rows: block summaries kept in memory at most (0: every walk goes through the index).
+  explicit LaneWindowReader(sqlite::Connection& db, std::size_t cache_rows = kCachedBlockSummaries);
 
   // Every visible span, ordered by start, then depth.
   std::vector<SpanAt> spans(const LaneRef& lane, std::int64_t t0, std::int64_t t1);
@@ -38,7 +52,16 @@ class LaneWindowReader {
   profiler::Span to_span(const PackedSpan& p, std::int32_t lane_index) const;
 
  private:
+  // One span_blocks row's summary columns.
+  struct BlockRow {
+    std::int64_t id, count, start_ns, end_ns, max_duration_ns, max_gap_ns;
+  };
   void load_block(std::int64_t block_id, std::int64_t count);
+  // The summaries of (lane, depth) in the walk's order (end_ns, first_ord), from memory or read
+  // now; nullptr when the cache is full (walk the index instead).
+  const std::vector<BlockRow>* block_rows(std::int64_t lane_db_id, std::int32_t depth);
+  // Drops the cached summaries when the database changed since they were read.
+  void check_cache();
 
   sqlite::Connection& db_;
   std::array<profiler::SpanKind, 256> kinds_{};
@@ -46,6 +69,11 @@ class LaneWindowReader {
   sqlite::Statement blocks_;  // block summaries of (lane, depth) from an end time, in order
   sqlite::Statement blob_;    // one block's spans
   std::vector<PackedSpan> block_;
+  sqlite::Statement data_version_;
+  std::pair<std::int64_t, std::int64_t> cache_version_{-1, -1};  // data_version, total changes
+  std::map<std::pair<std::int64_t, std::int32_t>, std::vector<BlockRow>> cache_;
+  std::size_t cached_rows_ = 0;
+  std::size_t cache_limit_;
 };
 
 }  // namespace pipetune::db

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <iterator>
+#include <limits>
 #include <stdexcept>
 #include <string_view>
 #include <vector>
 
 #include "db/output_file.hpp"
+#include "db/store/counter_block.hpp"
 #include "db/store/process_identity.hpp"
 #include "engine/errors.hpp"
 #include "profiler/trace.hpp"
@@ -168,13 +170,65 @@ void create_version_3(sqlite::Connection& db) {
   db.exec(kVersion3);
 }
 
+// Version 4: counter samples in blocks (counter_block.hpp) instead of a row each. The rows of
+// an older workspace are packed in their order, run by run, and their table dropped.
+constexpr std::string_view kVersion4 = R"sql(
+CREATE TABLE counter_blocks(
+  id INTEGER PRIMARY KEY,
+  run INTEGER NOT NULL,
+  first_seq INTEGER NOT NULL,
+  sample_count INTEGER NOT NULL,
+  samples BLOB NOT NULL
+);
+CREATE UNIQUE INDEX counter_blocks_by_run ON counter_blocks(run, first_seq);
+)sql";
+
+void create_version_4(sqlite::Connection& db) {
+  db.exec(kVersion4);
+  sqlite::Statement read =
+      db.prepare("SELECT run, rank, name, t_ns, value FROM counters ORDER BY run, seq");
+  sqlite::Statement insert = db.prepare(
+      "INSERT INTO counter_blocks(run, first_seq, sample_count, samples) VALUES (?1, ?2, ?3, "
+      "?4)");
+  std::vector<PackedCounter> block;
+  std::int64_t run = -1;
+  std::int64_t first_seq = 0;  // the run's samples before the block: seq renumbered 0..n-1
+  const auto write = [&] {
+    if (block.empty()) return;
+    insert.bind(1, run)
+        .bind(2, first_seq)
+        .bind(3, static_cast<std::int64_t>(block.size()))
+        .bind_static_blob(4, block.data(), block.size() * sizeof(PackedCounter))
+        .run();
+    first_seq += static_cast<std::int64_t>(block.size());
+    block.clear();
+  };
+  while (read.step()) {
+    const std::int64_t row_run = read.column_int64(0);
+    if (row_run != run || block.size() == kCounterBlockSamples) write();
+    if (row_run != run) {
+      run = row_run;
+      first_seq = 0;
+    }
+    PackedCounter p{};
+    p.t_ns = read.column_int64(3);
+    p.value =
+        read.column_is_null(4) ? std::numeric_limits<double>::quiet_NaN() : read.column_double(4);
+    p.rank = static_cast<std::int32_t>(read.column_int64(1));
+    p.name = static_cast<std::uint32_t>(read.column_int64(2));
+    block.push_back(p);
+  }
+  write();
+  db.exec("DROP TABLE counters");
+}
+
 struct Migration {
   int to_version;
   void (*apply)(sqlite::Connection& db);
 };
 
 constexpr Migration kMigrations[] = {
-    {1, create_version_1}, {2, create_version_2}, {3, create_version_3}};
+    {1, create_version_1}, {2, create_version_2}, {3, create_version_3}, {4, create_version_4}};
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
 // Table count and whether schema_version exists; NOTADB surfaces here for a foreign file.
@@ -197,9 +251,9 @@ Contents read_contents(sqlite::Connection& db) {
 // The tables of the current schema (the header's list). A workspace missing one was damaged
 // by hand or by a tool: refused at open, not with a raw SQL error halfway through a command.
 // Tested against what the migrations create (store tests), so the list cannot drift.
-constexpr const char* kTables[] = {"schema_version", "runs",        "span_kinds",     "lanes",
-                                   "names",          "span_blocks", "memory_samples", "counters",
-                                   "step_metrics",   "kernels",     "tuner_trials"};
+constexpr const char* kTables[] = {
+    "schema_version", "runs",           "span_kinds",   "lanes",   "names",       "span_blocks",
+    "memory_samples", "counter_blocks", "step_metrics", "kernels", "tuner_trials"};
 
 std::vector<std::string> table_columns(sqlite::Connection& db, const char* table) {
   sqlite::Statement s = db.prepare(std::string("PRAGMA table_info(") + table + ")");

@@ -1,7 +1,7 @@
 // The workspace schema: its version table, the forward migrations, and opening a workspace
 // (checks that the file is one, refuses a newer version, migrates an older one).
 //
-// Tables (version 2):
+// Tables (version 4):
 //   schema_version(version)                       one row
 //   runs(id, kind, name, plan_json, specs_json, status, started/ended/last_commit_unix_ns,
 //        writer_host, writer_boot_id, writer_pid, writer_start_ticks, summary_json)
@@ -14,7 +14,9 @@
 //               (lane, depth, end_ns) covers the summary columns, so a window walk reads no blob
 //               for blocks it can fold whole
 //   memory_samples(run, seq, rank, category, t_ns, bytes)
-//   counters(run, seq, rank, name, t_ns, value)
+//   counter_blocks(id, run, first_seq, sample_count, samples)  up to counter_block.hpp's
+//               kCounterBlockSamples counter samples of one run in append order, packed; the
+//               samples of a run are the blocks in first_seq order (version 4; rows before)
 //   step_metrics(run, seq, step, t_ns, loss, tokens_per_s)
 //   kernels(run, seq, rank, device, stream, correlation, start_ns, end_ns, name, grid_*, block_*,
 //           bytes, op, phase, microbatch, chunk)  (the last four: version 3; NULL when unknown)
@@ -32,7 +34,7 @@
 
 namespace pipetune::db {
 
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 // How long a connection waits for another process's write lock before failing.
 inline constexpr std::chrono::milliseconds kWorkspaceBusyTimeout{60000};

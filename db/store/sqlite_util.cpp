@@ -311,4 +311,15 @@ void Transaction::commit() {
   open_ = false;
 }
 
+ReadSnapshot::ReadSnapshot(Connection& connection) : connection_(connection) {
+  if (sqlite3_get_autocommit(connection_.handle()) == 0) return;
+  connection_.exec("BEGIN");
+  began_ = true;
+}
+
+ReadSnapshot::~ReadSnapshot() {
+  if (began_ && sqlite3_get_autocommit(connection_.handle()) == 0)
+    sqlite3_exec(connection_.handle(), "COMMIT", nullptr, nullptr, nullptr);
+}
+
 }  // namespace pipetune::db::sqlite

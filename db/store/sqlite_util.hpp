@@ -206,4 +206,20 @@ class Transaction {
   bool open_ = true;
 };
 
+// A read snapshot: one deferred transaction around several reads, so they see one state of
+// the database and take SQLite's shared lock once instead of once per statement. Nothing when
+// the connection is already inside a transaction. Ended (COMMIT, which writes nothing) when
+// destroyed.
+class ReadSnapshot {
+ public:
+  explicit ReadSnapshot(Connection& connection);
+  ~ReadSnapshot();
+  ReadSnapshot(const ReadSnapshot&) = delete;
+  ReadSnapshot& operator=(const ReadSnapshot&) = delete;
+
+ private:
+  Connection& connection_;
+  bool began_ = false;
+};
+
 }  // namespace pipetune::db::sqlite

@@ -76,9 +76,11 @@ TraceInserter::TraceInserter(sqlite::Connection& db, std::int64_t run_id)
       "INSERT INTO memory_samples(run, seq, rank, category, t_ns, bytes) VALUES (?1, ?2, ?3, ?4, "
       "?5, ?6)",
       true);
-  insert_counter_ = db_.prepare(
-      "INSERT INTO counters(run, seq, rank, name, t_ns, value) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+  insert_counter_block_ = db_.prepare(
+      "INSERT INTO counter_blocks(run, first_seq, sample_count, samples) VALUES (?1, ?2, ?3, ?4)",
       true);
+  update_counter_block_ =
+      db_.prepare("UPDATE counter_blocks SET sample_count = ?2, samples = ?3 WHERE id = ?1", true);
   insert_step_ = db_.prepare(
       "INSERT INTO step_metrics(run, seq, step, t_ns, loss, tokens_per_s) VALUES (?1, ?2, ?3, ?4, "
       "?5, ?6)",
@@ -156,13 +158,15 @@ std::size_t TraceInserter::add_part(const Trace& part) {
         .run();
   }
   for (const profiler::CounterSample& c : part.counters) {
-    insert_counter_.bind(1, run_id_)
-        .bind(2, counter_seq_++)
-        .bind(3, c.rank)
-        .bind(4, std::int64_t{name_of[c.name]})
-        .bind(5, c.t_ns);
-    bind_real(insert_counter_, 6, c.value);
-    insert_counter_.run();
+    if (counter_block_.empty()) counter_block_first_seq_ = counter_seq_;
+    counter_block_.push_back(pack_counter(c, name_of[c.name]));
+    ++counter_seq_;
+    counter_block_dirty_ = true;
+    if (counter_block_.size() == kCounterBlockSamples) {
+      write_counter_block();
+      counter_block_.clear();
+      counter_block_row_ = -1;
+    }
   }
   for (const profiler::StepMetric& m : part.steps) {
     insert_step_.bind(1, run_id_).bind(2, step_seq_++).bind(3, m.step).bind(4, m.t_ns);
@@ -241,6 +245,25 @@ void TraceInserter::write_block(LaneState& lane, std::int32_t depth, DepthState&
   d.block_dirty = false;
 }
 
+void TraceInserter::write_counter_block() {
+  const auto count = static_cast<std::int64_t>(counter_block_.size());
+  const std::size_t bytes = counter_block_.size() * sizeof(PackedCounter);
+  if (counter_block_row_ < 0) {
+    insert_counter_block_.bind(1, run_id_)
+        .bind(2, counter_block_first_seq_)
+        .bind(3, count)
+        .bind_static_blob(4, counter_block_.data(), bytes)
+        .run();
+    counter_block_row_ = db_.last_insert_rowid();
+  } else {
+    update_counter_block_.bind(1, counter_block_row_)
+        .bind(2, count)
+        .bind_static_blob(3, counter_block_.data(), bytes)
+        .run();
+  }
+  counter_block_dirty_ = false;
+}
+
 std::size_t TraceInserter::add_kernels(const std::vector<profiler::KernelRecord>& kernels) {
   for (const profiler::KernelRecord& k : kernels) {
     insert_kernel_.bind(1, run_id_)
@@ -315,6 +338,7 @@ void TraceInserter::write_pending(std::int64_t now_unix_ns) {
     }
   }
   dirty_lanes_.clear();
+  if (counter_block_dirty_ && !counter_block_.empty()) write_counter_block();
   update_commit_.bind(1, run_id_).bind(2, now_unix_ns).run();
 }
 

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "db/store/counter_block.hpp"
 #include "db/store/span_block.hpp"
 #include "db/store/span_nesting.hpp"
 #include "db/store/sqlite_util.hpp"
@@ -73,6 +74,7 @@ class TraceInserter {
   void place(LaneState& lane, const PackedSpan& span);
   void mark_dirty(LaneState& lane);  // its stats (and blocks) to write at the next commit
   void write_block(LaneState& lane, std::int32_t depth, DepthState& d);
+  void write_counter_block();  // the open counter block, inserted or rewritten
 
   sqlite::Connection& db_;
   std::int64_t run_id_;
@@ -84,7 +86,14 @@ class TraceInserter {
   std::int64_t span_seq_ = 0, memory_seq_ = 0, counter_seq_ = 0, step_seq_ = 0, kernel_seq_ = 0;
 
   sqlite::Statement insert_lane_, insert_name_, insert_block_, update_block_, update_lane_;
-  sqlite::Statement insert_memory_, insert_counter_, insert_step_, insert_kernel_;
+  // The open counter block: samples from counter_block_first_seq_ on, its row once written.
+  std::vector<PackedCounter> counter_block_;
+  std::int64_t counter_block_first_seq_ = 0;
+  std::int64_t counter_block_row_ = -1;
+  bool counter_block_dirty_ = false;
+
+  sqlite::Statement insert_memory_, insert_counter_block_, update_counter_block_, insert_step_,
+      insert_kernel_;
   sqlite::Statement update_commit_, update_summary_;
 };
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "db/store/counter_block.hpp"
 #include "db/store/process_identity.hpp"
 #include "db/store/run_layout.hpp"
 #include "engine/errors.hpp"
@@ -256,17 +257,19 @@ std::vector<profiler::MemorySample> Workspace::memory(std::int64_t run_id, std::
 
 std::vector<profiler::CounterSample> Workspace::counters(std::int64_t run_id) {
   require_run(run_id);
-  sqlite::Statement s =
-      db_.prepare("SELECT rank, name, t_ns, value FROM counters WHERE run = ?1 ORDER BY seq");
+  sqlite::Statement s = db_.prepare(
+      "SELECT first_seq, sample_count, samples FROM counter_blocks WHERE run = ?1 ORDER BY "
+      "first_seq");
   s.bind(1, run_id);
   std::vector<profiler::CounterSample> out;
   while (s.step()) {
-    profiler::CounterSample c;
-    c.rank = static_cast<std::int32_t>(s.column_int64(0));
-    c.name = static_cast<std::uint32_t>(s.column_int64(1));
-    c.t_ns = s.column_int64(2);
-    c.value = read_real(s, 3);
-    out.push_back(c);
+    const std::int64_t first_seq = s.column_int64(0);
+    if (first_seq != static_cast<std::int64_t>(out.size()))
+      corrupt(path(), "run " + std::to_string(run_id) + " counter block at sample " +
+                          std::to_string(first_seq) + " follows " + std::to_string(out.size()) +
+                          " samples");
+    decode_counter_block(s.column_blob(2), s.column_bytes(2), s.column_int64(1), run_id, first_seq,
+                         path(), out);
   }
   return out;
 }

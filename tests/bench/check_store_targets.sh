@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the trace-store benchmarks (tests/bench/store_bench.cpp) and compares them with their
-# targets: ingest at least 1 million spans/s; a folded window query on a 10-million-span run
-# under 20 ms (one lane at any zoom, and a whole 16-lane screen at 1600 px).
+# targets: ingest at least 3 million spans/s; on a 10-million-span run, a whole 16-lane screen at
+# 1600 px under 5 ms (the first after opening, and the next ones) and one lane's folded window
+# under 20 ms at any zoom.
 # Usage: tests/bench/check_store_targets.sh [BUILD_DIR]   (a Release or RelWithDebInfo build)
 set -euo pipefail
 build="${1:-build}"
@@ -21,13 +22,14 @@ for b in data["benchmarks"]:
     name = b["run_name"]
     if name.startswith("BM_StoreIngest"):
         rate = b["items_per_second"]
-        good = rate >= 1e6
-        print(f"{name}: {rate/1e6:.2f} M spans/s (target >= 1.00) {'ok' if good else 'BELOW TARGET'}")
+        good = rate >= 3e6
+        print(f"{name}: {rate/1e6:.2f} M spans/s (target >= 3.00) {'ok' if good else 'BELOW TARGET'}")
     else:
         unit = {"ms": 1e-3, "us": 1e-6, "ns": 1e-9}[b["time_unit"]]
         ms = b["real_time"] * unit * 1e3
-        good = ms < 20.0
-        print(f"{name}: {ms:.2f} ms (target < 20) {'ok' if good else 'ABOVE TARGET'}")
+        target = 5.0 if name.startswith("BM_StoreFoldedScreen") else 20.0
+        good = ms < target
+        print(f"{name}: {ms:.2f} ms (target < {target:g}) {'ok' if good else 'ABOVE TARGET'}")
     ok &= good
 sys.exit(0 if ok else 1)
 PY

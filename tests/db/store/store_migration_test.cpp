@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
+#include "db/store/counter_block.hpp"
 #include "db/store/run_writer.hpp"
 #include "db/store/schema.hpp"
 #include "db/store/workspace.hpp"
@@ -92,6 +94,82 @@ TEST(StoreMigration, VersionOneWorkspaceIsMigratedAndKeepsItsRuns) {
   Workspace fresh(dir.file("fresh.db"), OpenMode::Create);
   sqlite::Connection created(dir.file("fresh.db"), SQLITE_OPEN_READONLY);
   EXPECT_EQ(schema_sql(migrated), schema_sql(created));
+}
+
+// Version 4 packs counter samples into blocks: a version-3 workspace's counter rows come back
+// in their order, a NULL value as NaN, across a block boundary and for each run apart.
+TEST(StoreMigration, VersionThreeCounterRowsArePackedIntoBlocks) {
+  TempDir dir;
+  const std::string path = dir.file("v3.db");
+  const std::int64_t many = static_cast<std::int64_t>(kCounterBlockSamples) + 904;
+  {
+    sqlite::Connection raw(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    raw.exec("PRAGMA journal_mode = WAL");
+    migrate(raw, 3);
+    raw.exec(
+        "INSERT INTO runs(id, kind, name, status, started_unix_ns) VALUES "
+        "(5, 'simulated', 'many', 'complete', 1), (6, 'measured', 'few', 'complete', 2);"
+        "INSERT INTO names(run, id, text) VALUES (5, 0, ''), (5, 1, 'activations'), "
+        "(6, 0, ''), (6, 1, 'loss scale');");
+    // Run 5: seq 0..many-1 with seq 7's value NULL; run 6: three rows with gaps in seq.
+    raw.exec("WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < " +
+             std::to_string(many - 1) +
+             ") INSERT INTO counters(run, seq, rank, name, t_ns, value) SELECT 5, x, x % 3, 1, "
+             "10 * x, CASE WHEN x = 7 THEN NULL ELSE 0.5 * x END FROM c;"
+             "INSERT INTO counters(run, seq, rank, name, t_ns, value) VALUES "
+             "(6, 0, 1, 1, 100, 65536.0), (6, 4, 0, 1, 200, -1.5), (6, 9, 1, 1, 300, 2.0);");
+  }
+  Workspace ws(path);
+  EXPECT_EQ(ws.schema_version(), kSchemaVersion);
+  const std::vector<CounterSample> five = ws.counters(5);
+  ASSERT_EQ(static_cast<std::int64_t>(five.size()), many);
+  for (std::int64_t x = 0; x < many; ++x) {
+    const CounterSample& c = five[static_cast<std::size_t>(x)];
+    ASSERT_EQ(c.rank, x % 3) << "sample " << x;
+    ASSERT_EQ(c.name, 1u) << "sample " << x;
+    ASSERT_EQ(c.t_ns, 10 * x) << "sample " << x;
+    if (x == 7)
+      EXPECT_TRUE(std::isnan(c.value)) << c.value;
+    else
+      ASSERT_EQ(c.value, 0.5 * static_cast<double>(x)) << "sample " << x;
+  }
+  const std::vector<CounterSample> six = ws.counters(6);
+  ASSERT_EQ(six.size(), 3u);
+  EXPECT_EQ(six[0].value, 65536.0);
+  EXPECT_EQ(six[1].t_ns, 200);
+  EXPECT_EQ(six[1].value, -1.5);
+  EXPECT_EQ(six[2].rank, 1);
+  EXPECT_EQ(ws.load(6).trace.names[six[2].name], "loss scale");
+
+  sqlite::Connection raw(path, SQLITE_OPEN_READONLY);
+  EXPECT_EQ(raw.query_int64("SELECT count(*) FROM counter_blocks WHERE run = 5"), 2);
+  EXPECT_EQ(raw.query_int64("SELECT count(*) FROM counter_blocks WHERE run = 6"), 1);
+  EXPECT_EQ(raw.query_int64("SELECT count(*) FROM sqlite_master WHERE name = 'counters'"), 0);
+}
+
+// A counter block whose size disagrees with its sample count is named, not read past its end.
+TEST(StoreMigration, ACorruptCounterBlockIsNamed) {
+  TempDir dir;
+  const std::string path = dir.file("corrupt.db");
+  Trace t;
+  const std::uint32_t name = t.intern("loss scale");
+  t.counters.push_back(CounterSample{0, name, 10, 1.0});
+  t.counters.push_back(CounterSample{0, name, 20, 2.0});
+  const std::int64_t run = store_trace(path, {TraceKind::Measured, "one", "", ""}, t);
+  {
+    sqlite::Connection raw(path, SQLITE_OPEN_READWRITE);
+    raw.exec("UPDATE counter_blocks SET sample_count = 3");
+  }
+  Workspace ws(path);
+  try {
+    ws.counters(run);
+    FAIL() << "a block of 2 samples read as 3";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("corrupt counter block of run 1 at sample 0 (48 bytes "
+                                         "for 3 samples)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(StoreMigration, CurrentVersionOpensUnchanged) {

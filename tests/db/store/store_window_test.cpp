@@ -4,9 +4,12 @@
 // that arrived out of order, and on memory windows.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
 
+#include "db/store/lane_window.hpp"
 #include "db/store/run_writer.hpp"
+#include "db/store/schema.hpp"
 #include "db/store/span_block.hpp"
 #include "db/store/workspace.hpp"
 #include "store_test_support.hpp"
@@ -155,6 +158,84 @@ TEST(StoreWindow, DenseLaneFoldsWholeBlocksLikeBruteForce) {
   check_windows(ws, run, g, 5);
   const LaneWindow full = ws.window(run, 0, 0, g.end_ns, 2000);
   EXPECT_LT(full.items.size(), 100u) << "a full-range window of 50000 tiny spans folds";
+}
+
+// A reader keeps block summaries between windows: a run that grows while it is open (a writer's
+// commits) shows the new spans in the next window, and a window written over (the open block
+// rewritten) shows the rewritten block.
+TEST(StoreWindow, KeptSummariesFollowARunThatGrows) {
+  TempDir dir;
+  const std::string path = dir.file("growing.db");
+  const GeneratedRun g = generate_run(17, 2, 3000);
+  RunWriter writer(path, {TraceKind::Measured, "growing", "", ""});
+  std::vector<std::vector<GeneratedSpan>> shown(g.by_lane.size());
+  std::optional<Workspace> ws;
+  // Spans go in 5 parts, lanes interleaved as in the trace: a prefix of each lane each time.
+  const std::size_t n = g.trace.spans.size();
+  std::vector<std::size_t> taken(g.by_lane.size(), 0);
+  for (int part_index = 1; part_index <= 5; ++part_index) {
+    Trace part;
+    part.lanes = g.trace.lanes;
+    part.names = g.trace.names;
+    const std::size_t begin = n * static_cast<std::size_t>(part_index - 1) / 5;
+    const std::size_t end = n * static_cast<std::size_t>(part_index) / 5;
+    for (std::size_t i = begin; i < end; ++i) {
+      const Span& s = g.trace.spans[i];
+      part.spans.push_back(s);
+      const auto lane = static_cast<std::size_t>(s.lane);
+      shown[lane].push_back(g.by_lane[lane][taken[lane]++]);
+    }
+    writer.append(std::move(part));
+    writer.flush();
+    if (!ws) ws.emplace(path);
+    for (std::size_t l = 0; l < g.by_lane.size(); ++l) {
+      SCOPED_TRACE("part " + std::to_string(part_index) + " lane " + std::to_string(l));
+      for (int px : {1, 300, 5000}) {
+        const LaneWindow got =
+            ws->window(writer.run_id(), static_cast<std::int32_t>(l), 0, g.end_ns, px);
+        ASSERT_EQ(
+            testing::diff_items(testing::reference_fold(shown[l], 0, g.end_ns,
+                                                        std::max<std::int64_t>(1, g.end_ns / px)),
+                                got.items),
+            "")
+            << "px " << px;
+      }
+    }
+  }
+  writer.finish(RunStatus::Complete);
+}
+
+// The walk over kept summaries and the walk through SQLite's index fold every window alike.
+TEST(StoreWindow, KeptAndIndexWalksFoldAlike) {
+  TempDir dir;
+  const std::string path = dir.file("walks.db");
+  const GeneratedRun g = generate_run(23, 2, 4000);
+  const std::int64_t run = store_trace(path, {TraceKind::Measured, "gen", "", ""}, g.trace);
+  sqlite::Connection db = open_workspace_db(path, OpenMode::Existing);
+  LaneWindowReader kept(db);
+  LaneWindowReader index_only(db, 0);
+  std::mt19937_64 rng(29);
+  sqlite::Statement lanes =
+      db.prepare("SELECT id, idx, max_depth FROM lanes WHERE run = ?1 ORDER BY idx");
+  lanes.bind(1, run);
+  int compared = 0;
+  while (lanes.step()) {
+    const LaneRef lane{lanes.column_int64(0), static_cast<std::int32_t>(lanes.column_int64(1)),
+                       static_cast<std::int32_t>(lanes.column_int64(2))};
+    for (int i = 0; i < 200; ++i) {
+      const std::int64_t t0 =
+          static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(g.end_ns));
+      const std::int64_t t1 = t0 + (std::int64_t{1} << (rng() % 28));
+      const int px = static_cast<int>(rng() % 3000);
+      SCOPED_TRACE("lane " + std::to_string(lane.index) + " window [" + std::to_string(t0) + ", " +
+                   std::to_string(t1) + ") px " + std::to_string(px));
+      ASSERT_EQ(testing::diff_items(index_only.fold(lane, t0, t1, px).items,
+                                    kept.fold(lane, t0, t1, px).items),
+                "");
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 400);
 }
 
 // Parts whose spans on a lane go back in time: the lane is re-packed when the run finishes, so
