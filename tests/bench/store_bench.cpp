@@ -41,7 +41,7 @@ void remove_db(const std::string& path) {
 void BM_StoreIngest(benchmark::State& state) {
   const std::int64_t spans = state.range(0);
   std::vector<profiler::Trace> parts;
-  SyntheticRun(spans, 7).emit(20000, [&](profiler::Trace p) { parts.push_back(std::move(p)); });
+  SyntheticRun(spans, 7).generate(20000, [&](profiler::Trace p) { parts.push_back(std::move(p)); });
   std::int64_t stored = 0;
   for (const auto& p : parts) stored += static_cast<std::int64_t>(p.spans.size());
   const std::string path = temp_db("ingest");
@@ -71,7 +71,7 @@ struct BigRun {
     const auto t0 = std::chrono::steady_clock::now();
     {
       db::RunWriter writer(path, {profiler::TraceKind::Measured, "big", "", ""});
-      SyntheticRun(10'000'000, 11).emit(100000, [&](profiler::Trace p) {
+      SyntheticRun(10'000'000, 11).generate(100000, [&](profiler::Trace p) {
         for (const auto& s : p.spans) end_ns = std::max(end_ns, s.end_ns);
         writer.append(std::move(p));
       });

@@ -25,7 +25,7 @@ class SyntheticRun {
   SyntheticRun(std::int64_t spans, std::uint64_t seed) : total_(spans), rng_(seed) {}
 
   template <typename Sink>
-  void emit(std::int64_t part_spans, Sink&& sink) {
+  void generate(std::int64_t part_spans, Sink&& sink) {
     const std::int64_t per_lane = total_ / kLanes;
     std::vector<std::int64_t> clock(kLanes, 0);
     std::vector<std::int64_t> done(kLanes, 0);

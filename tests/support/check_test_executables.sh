@@ -12,6 +12,7 @@
 #   tests/mpi/*.cpp                    -> mpi_tests (run under mpirun), when mpi=ON
 #   tests/bench/*.cpp                  -> pipetune_bench, when bench=ON
 #   tests/bench/gui/*.cpp              -> gui_bench, when bench=ON and gui=ON
+#   tests/bench/gui/frame/*.cpp        -> timeline_frame_bench, when bench=ON and gui=ON
 #   tests/bench/mpi/*.cpp              -> mpi_comm_bench, when bench=ON and mpi=ON
 # Under CI=true an opted-out part is itself a failure: CI must build everything.
 set -euo pipefail
@@ -55,6 +56,9 @@ if [ "${opt[bench]}" != OFF ] && ls "$src"/tests/bench/*.cpp >/dev/null 2>&1; th
   expected+=(pipetune_bench)
   if [ "${opt[gui]}" != OFF ] && ls "$src"/tests/bench/gui/*.cpp >/dev/null 2>&1; then
     expected+=(gui_bench)
+  fi
+  if [ "${opt[gui]}" != OFF ] && ls "$src"/tests/bench/gui/frame/*.cpp >/dev/null 2>&1; then
+    expected+=(timeline_frame_bench)
   fi
   if [ "${opt[mpi]}" != OFF ] && ls "$src"/tests/bench/mpi/*.cpp >/dev/null 2>&1; then
     expected+=(mpi_comm_bench)

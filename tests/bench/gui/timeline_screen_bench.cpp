@@ -33,7 +33,7 @@ struct BigRun {
   BigRun() {
     remove();
     db::RunWriter writer(path, {profiler::TraceKind::Measured, "big", "", ""});
-    bench::SyntheticRun(10'000'000, 11).emit(100000, [&](profiler::Trace p) {
+    bench::SyntheticRun(10'000'000, 11).generate(100000, [&](profiler::Trace p) {
       writer.append(std::move(p));
     });
     writer.finish(db::RunStatus::Complete);

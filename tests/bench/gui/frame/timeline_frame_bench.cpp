@@ -1,0 +1,125 @@
+// The timeline widget's frame time while a user pans a stored 10-million-span run, under X (its
+// own Xvfb when no X server answers, with Mesa's software OpenGL there): the run opened from
+// its workspace, zoomed in to a tenth, then panned with D and A (10% of the width a key) for
+// 200 frames. Each frame is timed from the key event to the widget's frameSwapped with its GL
+// work finished (glFinish() in its context), while the loader reads the windows the frames ask
+// for on its worker thread, as in the application. Prints the frame time's median,
+// 95th percentile and maximum, and the OpenGL renderer.
+//
+//   build/tests/timeline_frame_bench [SPANS]        (SPANS: 10000000 by default)
+// Exits 77 without an X server or Xvfb, 1 when the run never shows.
+#include <unistd.h>
+
+#include <QApplication>
+#include <QElapsedTimer>
+#include <QKeyEvent>
+#include <QOpenGLContext>
+#include <QOpenGLFunctions>
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "../../synthetic_run.hpp"
+#include "db/store/run_writer.hpp"
+#include "gui/support/gui_test_env.hpp"
+#include "gui/timeline/timeline_widget.hpp"
+
+namespace {
+
+using namespace pipetune;
+namespace fs = std::filesystem;
+
+void press(gui::TimelineWidget& w, int key) {
+  QKeyEvent e(QEvent::KeyPress, key, Qt::NoModifier);
+  QCoreApplication::sendEvent(&w, &e);
+}
+
+// One frame as the user sees it: from the key press (the widget asks for an update) to the
+// widget's frame swapped to the window, its GL work finished.
+double frame_ms(gui::TimelineWidget& w, int key) {
+  bool swapped = false;
+  const QMetaObject::Connection c =
+      QObject::connect(&w, &QOpenGLWidget::frameSwapped, [&] { swapped = true; });
+  QElapsedTimer t;
+  t.start();
+  press(w, key);
+  while (!swapped && t.elapsed() < 10000) QCoreApplication::processEvents(QEventLoop::AllEvents);
+  w.makeCurrent();
+  w.context()->functions()->glFinish();
+  w.doneCurrent();
+  QObject::disconnect(c);
+  return swapped ? static_cast<double>(t.nsecsElapsed()) / 1e6 : -1.0;
+}
+
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const auto i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::int64_t spans = argc > 1 ? std::stoll(argv[1]) : 10'000'000;
+  QApplication* app = gui::test::gui_test_app();
+  if (app == nullptr) {
+    std::fprintf(stderr, "timeline_frame_bench: no display: %s\n",
+                 gui::test::gui_test_skip_reason().c_str());
+    return 77;
+  }
+  const std::string path =
+      (fs::temp_directory_path() / ("pipetune_frame_bench_" + std::to_string(::getpid()) + ".db"))
+          .string();
+  std::int64_t run = 0;
+  {
+    db::RunWriter writer(path, {profiler::TraceKind::Measured, "big", "", ""});
+    bench::SyntheticRun(spans, 11).generate(
+        100000, [&](profiler::Trace p) { writer.append(std::move(p)); });
+    writer.finish(db::RunStatus::Complete);
+    run = writer.run_id();
+  }
+  int rc = 0;
+  {
+    gui::TimelineWidget w;
+    w.resize(1600, 900);
+    w.show();
+    w.open_run(QString::fromStdString(path), run);
+    // The run's lanes and first window come from the loader's worker.
+    QElapsedTimer open;
+    open.start();
+    while (open.elapsed() < 3000) QCoreApplication::processEvents(QEventLoop::AllEvents, 10);
+    for (int i = 0; i < 10; ++i) frame_ms(w, Qt::Key_W);  // 1.25^10: about a tenth of the run
+    std::vector<double> times;
+    int direction = Qt::Key_D;
+    for (int f = 0; f < 200; ++f) {
+      if (f % 40 == 39) direction = direction == Qt::Key_D ? Qt::Key_A : Qt::Key_D;
+      const double ms = frame_ms(w, direction);
+      if (ms < 0) {
+        std::fprintf(stderr, "timeline_frame_bench: frame %d was never drawn\n", f);
+        rc = 1;
+        break;
+      }
+      times.push_back(ms);
+      // What arrived from the worker meanwhile (a window read for this view) is taken between
+      // frames, as the event loop does at 60 frames a second.
+      QElapsedTimer gap;
+      gap.start();
+      while (gap.elapsed() < 16) QCoreApplication::processEvents(QEventLoop::AllEvents, 2);
+    }
+    w.makeCurrent();
+    const auto* renderer =
+        reinterpret_cast<const char*>(w.context()->functions()->glGetString(GL_RENDERER));
+    w.doneCurrent();
+    std::printf(
+        "timeline frame while panning a %lld-span run at 1600x900: median %.2f ms, p95 %.2f "
+        "ms, max %.2f ms over %zu frames (renderer: %s)\n",
+        static_cast<long long>(spans), percentile(times, 0.5), percentile(times, 0.95),
+        percentile(times, 1.0), times.size(), renderer ? renderer : "unknown");
+    if (times.empty()) rc = 1;
+  }
+  std::error_code ec;
+  for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(path + suffix, ec);
+  return rc;
+}
