@@ -1,6 +1,7 @@
 #include "db/store/lane_window.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "db/store/lane_fold.hpp"
@@ -25,6 +26,8 @@ LaneWindowReader::LaneWindowReader(sqlite::Connection& db, std::size_t cache_row
       true);
   blob_ = db_.prepare("SELECT spans FROM span_blocks WHERE id = ?1", true);
   data_version_ = db_.prepare("PRAGMA data_version", true);
+  block_index_ = db_.prepare(
+      "SELECT block_count, summaries FROM lane_block_index WHERE lane = ?1 AND depth = ?2", true);
 }
 
 void LaneWindowReader::check_cache() {
@@ -44,6 +47,29 @@ const std::vector<LaneWindowReader::BlockRow>* LaneWindowReader::block_rows(std:
   if (const auto it = cache_.find(key); it != cache_.end()) return &it->second;
   if (cached_rows_ >= cache_limit_) return nullptr;
   std::vector<BlockRow> rows;
+  block_index_.reset();
+  block_index_.bind(1, lane_db_id).bind(2, depth);
+  if (block_index_.step()) {
+    const std::int64_t count = block_index_.column_int64(0);
+    const std::size_t bytes = block_index_.column_bytes(1);
+    if (count <= 0 || bytes != static_cast<std::size_t>(count) * sizeof(BlockRow) ||
+        block_index_.column_blob(1) == nullptr) {
+      block_index_.reset();
+      throw InputError(db_.path() + ": corrupt block index of lane " + std::to_string(lane_db_id) +
+                       " depth " + std::to_string(depth) + " (" + std::to_string(bytes) +
+                       " bytes for " + std::to_string(count) + " blocks)");
+    }
+    if (cached_rows_ + static_cast<std::size_t>(count) > cache_limit_) {
+      block_index_.reset();
+      return nullptr;
+    }
+    rows.resize(static_cast<std::size_t>(count));
+    std::memcpy(rows.data(), block_index_.column_blob(1), bytes);
+    block_index_.reset();
+    cached_rows_ += rows.size();
+    return &cache_.emplace(key, std::move(rows)).first->second;
+  }
+  block_index_.reset();
   blocks_.reset();
   blocks_.bind(1, lane_db_id).bind(2, depth).bind(3, std::numeric_limits<std::int64_t>::min());
   while (blocks_.step()) {

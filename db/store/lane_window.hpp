@@ -5,11 +5,11 @@
 // it has, not the spans.
 //
 // The block summaries of each (lane, depth) a fold walks are kept in memory after the first
-// walk, up to kCachedBlockSummaries rows in all, while the database is unchanged (no commit by
-// this connection or another since they were read: SQLite's data_version and the connection's
-// change count). A timeline redraws and pans over the same run frame after frame; each frame
-// then steps over the summaries in memory instead of through SQLite's index, and reads BLOBs
-// only for the blocks that do not fold whole.
+// walk (read in one row from lane_block_index for a finished run), up to kCachedBlockSummaries rows
+// in all, while the database is unchanged (no commit by this connection or another since they were
+// read: SQLite's data_version and the connection's change count). A timeline redraws and pans over
+// the same run frame after frame; each frame then steps over the summaries in memory instead of
+// through SQLite's index, and reads BLOBs only for the blocks that do not fold whole.
 //
 // Visible in [t0, t1): start < t1 and end > t0; a zero-length span when t0 <= start < t1.
 #pragma once
@@ -52,13 +52,11 @@ class LaneWindowReader {
   profiler::Span to_span(const PackedSpan& p, std::int32_t lane_index) const;
 
  private:
-  // One span_blocks row's summary columns.
-  struct BlockRow {
-    std::int64_t id, count, start_ns, end_ns, max_duration_ns, max_gap_ns;
-  };
+  using BlockRow = BlockIndexEntry;  // one span_blocks row's summary columns
   void load_block(std::int64_t block_id, std::int64_t count);
   // The summaries of (lane, depth) in the walk's order (end_ns, first_ord), from memory or read
-  // now; nullptr when the cache is full (walk the index instead).
+  // now (the run's lane_block_index row when it is finished, else span_blocks' index); nullptr
+  // when the cache is full (walk the index instead).
   const std::vector<BlockRow>* block_rows(std::int64_t lane_db_id, std::int32_t depth);
   // Drops the cached summaries when the database changed since they were read.
   void check_cache();
@@ -70,6 +68,7 @@ class LaneWindowReader {
   sqlite::Statement blob_;    // one block's spans
   std::vector<PackedSpan> block_;
   sqlite::Statement data_version_;
+  sqlite::Statement block_index_;  // a finished lane's summaries in one row
   std::pair<std::int64_t, std::int64_t> cache_version_{-1, -1};  // data_version, total changes
   std::map<std::pair<std::int64_t, std::int32_t>, std::vector<BlockRow>> cache_;
   std::size_t cached_rows_ = 0;

@@ -323,6 +323,7 @@ void RunWriter::finish(RunStatus status) {
     sqlite::Transaction tx(s.db);
     const std::int64_t now = unix_now_ns();
     s.inserter->rebuild_unordered_lanes(now);
+    s.inserter->write_block_index();
     sqlite::Statement update =
         s.db.prepare("UPDATE runs SET status = ?2, ended_unix_ns = ?3 WHERE id = ?1");
     update.bind(1, s.run_id).bind(2, run_status_name(status)).bind(3, now).run();

@@ -171,7 +171,9 @@ void create_version_3(sqlite::Connection& db) {
 }
 
 // Version 4: counter samples in blocks (counter_block.hpp) instead of a row each. The rows of
-// an older workspace are packed in their order, run by run, and their table dropped.
+// an older workspace are packed in their order, run by run, and their table dropped. And the
+// block summaries of each lane and depth of a finished run in one row (span_block.hpp's
+// BlockIndexEntry), so that a reader takes them at once instead of walking the index.
 constexpr std::string_view kVersion4 = R"sql(
 CREATE TABLE counter_blocks(
   id INTEGER PRIMARY KEY,
@@ -181,6 +183,14 @@ CREATE TABLE counter_blocks(
   samples BLOB NOT NULL
 );
 CREATE UNIQUE INDEX counter_blocks_by_run ON counter_blocks(run, first_seq);
+CREATE TABLE lane_block_index(
+  id INTEGER PRIMARY KEY,
+  lane INTEGER NOT NULL REFERENCES lanes(id),
+  depth INTEGER NOT NULL,
+  block_count INTEGER NOT NULL,
+  summaries BLOB NOT NULL
+);
+CREATE UNIQUE INDEX lane_block_index_by_lane ON lane_block_index(lane, depth);
 )sql";
 
 void create_version_4(sqlite::Connection& db) {
@@ -251,9 +261,10 @@ Contents read_contents(sqlite::Connection& db) {
 // The tables of the current schema (the header's list). A workspace missing one was damaged
 // by hand or by a tool: refused at open, not with a raw SQL error halfway through a command.
 // Tested against what the migrations create (store tests), so the list cannot drift.
-constexpr const char* kTables[] = {
-    "schema_version", "runs",           "span_kinds",   "lanes",   "names",       "span_blocks",
-    "memory_samples", "counter_blocks", "step_metrics", "kernels", "tuner_trials"};
+constexpr const char* kTables[] = {"schema_version", "runs",           "span_kinds",
+                                   "lanes",          "names",          "span_blocks",
+                                   "memory_samples", "counter_blocks", "step_metrics",
+                                   "kernels",        "tuner_trials",   "lane_block_index"};
 
 std::vector<std::string> table_columns(sqlite::Connection& db, const char* table) {
   sqlite::Statement s = db.prepare(std::string("PRAGMA table_info(") + table + ")");

@@ -13,6 +13,9 @@
 //               one lane and depth in time order, packed (span_block.hpp); the index on
 //               (lane, depth, end_ns) covers the summary columns, so a window walk reads no blob
 //               for blocks it can fold whole
+//   lane_block_index(id, lane, depth, block_count, summaries)  (version 4) a finished run's
+//               block summaries of one lane and depth in end order, packed (span_block.hpp's
+//               BlockIndexEntry): what a window walk reads of span_blocks' index, in one row
 //   memory_samples(run, seq, rank, category, t_ns, bytes)
 //   counter_blocks(id, run, first_seq, sample_count, samples)  up to counter_block.hpp's
 //               kCounterBlockSamples counter samples of one run in append order, packed; the

@@ -41,6 +41,18 @@ struct BlockSummary {
 
 BlockSummary summarize_block(const PackedSpan* spans, std::size_t count);
 
+// One block's row in a lane's block index (lane_block_index.summaries): its span_blocks id and
+// summary columns, 48 bytes, little-endian, in the order a window walks them (end, first_ord).
+struct BlockIndexEntry {
+  std::int64_t id;
+  std::int64_t count;
+  std::int64_t start_ns;
+  std::int64_t end_ns;
+  std::int64_t max_duration_ns;
+  std::int64_t max_gap_ns;
+};
+static_assert(sizeof(BlockIndexEntry) == 48 && std::is_trivially_copyable_v<BlockIndexEntry>);
+
 // Copies a BLOB into spans, checking that it holds exactly `count` records. Throws
 // InputError("<db_path>: corrupt span block <id> ...") otherwise.
 void decode_block(const void* blob, std::size_t bytes, std::int64_t count, std::int64_t block_id,

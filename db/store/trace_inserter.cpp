@@ -342,6 +342,32 @@ void TraceInserter::write_pending(std::int64_t now_unix_ns) {
   update_commit_.bind(1, run_id_).bind(2, now_unix_ns).run();
 }
 
+void TraceInserter::write_block_index() {
+  sqlite::Statement read = db_.prepare(
+      "SELECT id, span_count, start_ns, end_ns, max_duration_ns, max_gap_ns FROM span_blocks "
+      "WHERE lane = ?1 AND depth = ?2 ORDER BY end_ns, first_ord");
+  sqlite::Statement insert = db_.prepare(
+      "INSERT OR REPLACE INTO lane_block_index(lane, depth, block_count, summaries) VALUES (?1, "
+      "?2, ?3, ?4)");
+  std::vector<BlockIndexEntry> entries;
+  for (const LaneState& lane : lanes_) {
+    for (std::int32_t depth = 0; depth <= lane.max_depth; ++depth) {
+      entries.clear();
+      read.bind(1, lane.db_id).bind(2, depth);
+      while (read.step())
+        entries.push_back({read.column_int64(0), read.column_int64(1), read.column_int64(2),
+                           read.column_int64(3), read.column_int64(4), read.column_int64(5)});
+      read.reset();
+      if (entries.empty()) continue;
+      insert.bind(1, lane.db_id)
+          .bind(2, depth)
+          .bind(3, static_cast<std::int64_t>(entries.size()))
+          .bind_static_blob(4, entries.data(), entries.size() * sizeof(BlockIndexEntry))
+          .run();
+    }
+  }
+}
+
 void TraceInserter::rebuild_unordered_lanes(std::int64_t now_unix_ns) {
   write_pending(now_unix_ns);
   sqlite::Statement read =

@@ -41,6 +41,9 @@ class TraceInserter {
   void write_pending(std::int64_t now_unix_ns);
   // Re-packs the lanes whose spans arrived out of start order; then writes pending state.
   void rebuild_unordered_lanes(std::int64_t now_unix_ns);
+  // Once the run's spans are final: each lane and depth's block summaries into one
+  // lane_block_index row, as a window walk reads them.
+  void write_block_index();
 
  private:
   struct DepthState {

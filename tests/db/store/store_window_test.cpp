@@ -12,6 +12,7 @@
 #include "db/store/schema.hpp"
 #include "db/store/span_block.hpp"
 #include "db/store/workspace.hpp"
+#include "engine/errors.hpp"
 #include "store_test_support.hpp"
 
 namespace pipetune::db {
@@ -202,7 +203,16 @@ TEST(StoreWindow, KeptSummariesFollowARunThatGrows) {
       }
     }
   }
+  // Finished: the lanes' block index is written, and the open reader takes it.
   writer.finish(RunStatus::Complete);
+  for (std::size_t l = 0; l < g.by_lane.size(); ++l)
+    ASSERT_EQ(
+        testing::diff_items(
+            testing::reference_fold(g.by_lane[l], 0, g.end_ns,
+                                    std::max<std::int64_t>(1, g.end_ns / 700)),
+            ws->window(writer.run_id(), static_cast<std::int32_t>(l), 0, g.end_ns, 700).items),
+        "")
+        << "lane " << l << " once finished";
 }
 
 // The walk over kept summaries and the walk through SQLite's index fold every window alike.
@@ -236,6 +246,31 @@ TEST(StoreWindow, KeptAndIndexWalksFoldAlike) {
     }
   }
   EXPECT_EQ(compared, 400);
+  // The finished run has one block index row for each lane and depth with blocks.
+  EXPECT_EQ(db.query_int64("SELECT count(*) FROM lane_block_index"),
+            db.query_int64("SELECT count(*) FROM (SELECT DISTINCT lane, depth FROM span_blocks)"));
+  EXPECT_GT(db.query_int64("SELECT count(*) FROM lane_block_index"), 2);
+}
+
+// A block index whose size disagrees with its block count is named, not read past its end.
+TEST(StoreWindow, ACorruptBlockIndexIsNamed) {
+  TempDir dir;
+  const std::string path = dir.file("corrupt_index.db");
+  const GeneratedRun g = generate_run(31, 1, 800);
+  const std::int64_t run = store_trace(path, {TraceKind::Measured, "gen", "", ""}, g.trace);
+  {
+    sqlite::Connection raw(path, SQLITE_OPEN_READWRITE);
+    raw.exec("UPDATE lane_block_index SET block_count = block_count + 1 WHERE depth = 0");
+  }
+  Workspace ws(path);
+  try {
+    ws.window(run, 0, 0, g.end_ns, 100);
+    FAIL() << "a block index one entry short was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("corrupt block index of lane 1 depth 0"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // Parts whose spans on a lane go back in time: the lane is re-packed when the run finishes, so
