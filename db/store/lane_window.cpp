@@ -9,6 +9,11 @@
 
 namespace pipetune::db {
 
+BlockIndexEntry block_summary(const sqlite::Statement& walk_row) {
+  return {walk_row.column_int64(0), walk_row.column_int64(1), walk_row.column_int64(2),
+          walk_row.column_int64(3), walk_row.column_int64(4), walk_row.column_int64(5)};
+}
+
 LaneWindowReader::LaneWindowReader(sqlite::Connection& db, std::size_t cache_rows)
     : db_(db), cache_limit_(cache_rows) {
   sqlite::Statement s = db_.prepare("SELECT id, name FROM span_kinds");
@@ -20,10 +25,7 @@ LaneWindowReader::LaneWindowReader(sqlite::Connection& db, std::size_t cache_row
     kinds_[static_cast<std::size_t>(id)] = kind;
     kind_known_[static_cast<std::size_t>(id)] = true;
   }
-  blocks_ = db_.prepare(
-      "SELECT id, span_count, start_ns, end_ns, max_duration_ns, max_gap_ns FROM span_blocks "
-      "WHERE lane = ?1 AND depth = ?2 AND end_ns >= ?3 ORDER BY end_ns, first_ord",
-      true);
+  blocks_ = db_.prepare(kBlockWalkSql, true);
   blob_ = db_.prepare("SELECT spans FROM span_blocks WHERE id = ?1", true);
   data_version_ = db_.prepare("PRAGMA data_version", true);
   block_index_ = db_.prepare(
@@ -73,8 +75,7 @@ const std::vector<LaneWindowReader::BlockRow>* LaneWindowReader::block_rows(std:
   blocks_.reset();
   blocks_.bind(1, lane_db_id).bind(2, depth).bind(3, std::numeric_limits<std::int64_t>::min());
   while (blocks_.step()) {
-    rows.push_back({blocks_.column_int64(0), blocks_.column_int64(1), blocks_.column_int64(2),
-                    blocks_.column_int64(3), blocks_.column_int64(4), blocks_.column_int64(5)});
+    rows.push_back(block_summary(blocks_));
     if (cached_rows_ + rows.size() > cache_limit_) {
       blocks_.reset();
       return nullptr;  // this one would overflow the cache: the index serves it
@@ -179,11 +180,8 @@ LaneWindow LaneWindowReader::fold(const LaneRef& lane, std::int64_t t0, std::int
     }
     blocks_.reset();  // also after a read that a corrupt block ended with an exception
     blocks_.bind(1, lane.db_id).bind(2, depth).bind(3, t0);
-    while (blocks_.step()) {
-      const BlockRow b{blocks_.column_int64(0), blocks_.column_int64(1), blocks_.column_int64(2),
-                       blocks_.column_int64(3), blocks_.column_int64(4), blocks_.column_int64(5)};
-      if (!visit(b)) break;
-    }
+    while (blocks_.step())
+      if (!visit(block_summary(blocks_))) break;
     blocks_.reset();
   }
   folder.finish();

@@ -30,6 +30,14 @@ namespace pipetune::db {
 // of about 256 million spans); beyond it a fold walks SQLite's index as before.
 inline constexpr std::size_t kCachedBlockSummaries = std::size_t{1} << 20;
 
+// The walk over a lane and depth's block summaries (?1 lane, ?2 depth), from the first block
+// ending at or after ?3, in the walk's order (end_ns, first_ord); block_summary reads a row.
+// The writer's block index (TraceInserter::write_block_index) is this walk from the start.
+inline constexpr const char* kBlockWalkSql =
+    "SELECT id, span_count, start_ns, end_ns, max_duration_ns, max_gap_ns FROM span_blocks "
+    "WHERE lane = ?1 AND depth = ?2 AND end_ns >= ?3 ORDER BY end_ns, first_ord";
+BlockIndexEntry block_summary(const sqlite::Statement& walk_row);
+
 struct LaneRef {
   std::int64_t db_id = 0;       // lanes.id
   std::int32_t index = 0;       // the lane's index in its run (Span::lane of what is returned)

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
+#include "db/store/lane_window.hpp"
 #include "db/store/span_nesting.hpp"
 #include "engine/errors.hpp"
 
@@ -343,9 +345,7 @@ void TraceInserter::write_pending(std::int64_t now_unix_ns) {
 }
 
 void TraceInserter::write_block_index() {
-  sqlite::Statement read = db_.prepare(
-      "SELECT id, span_count, start_ns, end_ns, max_duration_ns, max_gap_ns FROM span_blocks "
-      "WHERE lane = ?1 AND depth = ?2 ORDER BY end_ns, first_ord");
+  sqlite::Statement read = db_.prepare(kBlockWalkSql);
   sqlite::Statement insert = db_.prepare(
       "INSERT OR REPLACE INTO lane_block_index(lane, depth, block_count, summaries) VALUES (?1, "
       "?2, ?3, ?4)");
@@ -353,10 +353,8 @@ void TraceInserter::write_block_index() {
   for (const LaneState& lane : lanes_) {
     for (std::int32_t depth = 0; depth <= lane.max_depth; ++depth) {
       entries.clear();
-      read.bind(1, lane.db_id).bind(2, depth);
-      while (read.step())
-        entries.push_back({read.column_int64(0), read.column_int64(1), read.column_int64(2),
-                           read.column_int64(3), read.column_int64(4), read.column_int64(5)});
+      read.bind(1, lane.db_id).bind(2, depth).bind(3, std::numeric_limits<std::int64_t>::min());
+      while (read.step()) entries.push_back(block_summary(read));
       read.reset();
       if (entries.empty()) continue;
       insert.bind(1, lane.db_id)

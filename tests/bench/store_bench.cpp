@@ -5,10 +5,8 @@
 // compares with the targets.
 // The synthetic run: synthetic_run.hpp.
 #include <benchmark/benchmark.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
@@ -21,21 +19,9 @@
 namespace {
 
 using namespace pipetune;
-namespace fs = std::filesystem;
 
 using bench::kLanes;
 using bench::SyntheticRun;
-
-std::string temp_db(const std::string& tag) {
-  return (fs::temp_directory_path() /
-          ("pipetune_store_bench_" + tag + "_" + std::to_string(::getpid()) + ".db"))
-      .string();
-}
-
-void remove_db(const std::string& path) {
-  std::error_code ec;
-  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path + suffix, ec);
-}
 
 // Spans per second through RunWriter, from the first append to finish() (everything durable).
 void BM_StoreIngest(benchmark::State& state) {
@@ -44,54 +30,32 @@ void BM_StoreIngest(benchmark::State& state) {
   SyntheticRun(spans, 7).generate(20000, [&](profiler::Trace p) { parts.push_back(std::move(p)); });
   std::int64_t stored = 0;
   for (const auto& p : parts) stored += static_cast<std::int64_t>(p.spans.size());
-  const std::string path = temp_db("ingest");
+  const std::string path = bench::temp_workspace("store_bench_ingest");
   for (auto _ : state) {
     state.PauseTiming();
-    remove_db(path);
+    bench::remove_workspace(path);
     std::vector<profiler::Trace> copy = parts;
     state.ResumeTiming();
     db::RunWriter writer(path, {profiler::TraceKind::Measured, "bench", "", ""});
     for (auto& p : copy) writer.append(std::move(p));
     writer.finish(db::RunStatus::Complete);
   }
-  remove_db(path);
+  bench::remove_workspace(path);
   state.SetItemsProcessed(state.iterations() * stored);
   state.counters["spans"] = static_cast<double>(stored);
 }
 BENCHMARK(BM_StoreIngest)->Arg(1'000'000)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The 10M-span run, written once per process.
-struct BigRun {
-  std::string path = temp_db("window");
-  std::int64_t run = 0;
-  std::int64_t end_ns = 0;
-  double ingest_seconds = 0.0;
-  BigRun() {
-    remove_db(path);
-    const auto t0 = std::chrono::steady_clock::now();
-    {
-      db::RunWriter writer(path, {profiler::TraceKind::Measured, "big", "", ""});
-      SyntheticRun(10'000'000, 11).generate(100000, [&](profiler::Trace p) {
-        for (const auto& s : p.spans) end_ns = std::max(end_ns, s.end_ns);
-        writer.append(std::move(p));
-      });
-      writer.finish(db::RunStatus::Complete);
-      run = writer.run_id();
-    }
-    ingest_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  ~BigRun() { remove_db(path); }
-};
-
-BigRun& big_run() {
-  static BigRun r;
+bench::StoredSyntheticRun& big_run() {
+  static bench::StoredSyntheticRun r("store_bench_window", 10'000'000, 11);
   return r;
 }
 
 // One lane of the 10M-span run folded to 1600 px; range(0) is the window as a fraction 1/N of the
 // run (1 = the whole run, the worst case for a naive reader), at random positions.
 void BM_StoreFoldedWindow(benchmark::State& state) {
-  BigRun& big = big_run();
+  bench::StoredSyntheticRun& big = big_run();
   db::Workspace ws(big.path);
   const std::int64_t width = big.end_ns / state.range(0);
   std::mt19937_64 rng(3);
@@ -115,7 +79,7 @@ BENCHMARK(BM_StoreFoldedWindow)
 
 // A whole screen: all 16 lanes of the 10M-span run, whole run, at 1600 px.
 void BM_StoreFoldedScreen(benchmark::State& state) {
-  BigRun& big = big_run();
+  bench::StoredSyntheticRun& big = big_run();
   db::Workspace ws(big.path);
   for (auto _ : state) {
     for (int lane = 0; lane < kLanes; ++lane) {
@@ -129,7 +93,7 @@ BENCHMARK(BM_StoreFoldedScreen)->Unit(benchmark::kMillisecond);
 // The same screen as the first one drawn after opening the workspace: the reader has no block
 // summaries in memory yet and walks SQLite's index (the open itself is not timed).
 void BM_StoreFoldedScreenFirst(benchmark::State& state) {
-  BigRun& big = big_run();
+  bench::StoredSyntheticRun& big = big_run();
   for (auto _ : state) {
     state.PauseTiming();
     auto ws = std::make_unique<db::Workspace>(big.path);

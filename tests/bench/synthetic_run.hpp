@@ -4,12 +4,18 @@
 // at a whole-run zoom, a few above.
 #pragma once
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "db/store/run_writer.hpp"
 #include "profiler/trace.hpp"
 
 namespace pipetune::bench {
@@ -78,6 +84,46 @@ class SyntheticRun {
  private:
   std::int64_t total_;
   std::mt19937_64 rng_;
+};
+
+// A workspace file of this process in the temporary folder: pipetune_<tag>_<pid>.db.
+inline std::string temp_workspace(const std::string& tag) {
+  return (std::filesystem::temp_directory_path() /
+          ("pipetune_" + tag + "_" + std::to_string(::getpid()) + ".db"))
+      .string();
+}
+
+// Removes a workspace and SQLite's files beside it.
+inline void remove_workspace(const std::string& path) {
+  std::error_code ec;
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"})
+    std::filesystem::remove(path + suffix, ec);
+}
+
+// A synthetic run written through RunWriter into a workspace of its own (temp_workspace), in
+// parts of 100,000 spans; the workspace is removed with it.
+struct StoredSyntheticRun {
+  std::string path;
+  std::int64_t run = 0;
+  std::int64_t end_ns = 0;      // the last span's end
+  double ingest_seconds = 0.0;  // appending and finishing
+
+  StoredSyntheticRun(const std::string& tag, std::int64_t spans, std::uint64_t seed)
+      : path(temp_workspace(tag)) {
+    remove_workspace(path);
+    const auto t0 = std::chrono::steady_clock::now();
+    db::RunWriter writer(path, {profiler::TraceKind::Measured, "big", "", ""});
+    SyntheticRun(spans, seed).generate(100000, [&](profiler::Trace p) {
+      for (const auto& s : p.spans) end_ns = std::max(end_ns, s.end_ns);
+      writer.append(std::move(p));
+    });
+    writer.finish(db::RunStatus::Complete);
+    run = writer.run_id();
+    ingest_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  ~StoredSyntheticRun() { remove_workspace(path); }
+  StoredSyntheticRun(const StoredSyntheticRun&) = delete;
+  StoredSyntheticRun& operator=(const StoredSyntheticRun&) = delete;
 };
 
 }  // namespace pipetune::bench

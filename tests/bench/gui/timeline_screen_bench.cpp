@@ -2,14 +2,12 @@
 // windows of its 16 lanes read from the workspace (read_stored_window), the frame laid out
 // (build_frame) and turned into an ImGui draw list (draw_frame). Whole run and a pan across a
 // tenth of it, at 1600 px. ImGui runs headless (a font atlas, no renderer): what the GPU does
-// with the draw list is the frame time test's (timeline_frame_time.sh, under Xvfb).
+// with the draw list is timeline_frame_bench's (the widget under Xvfb).
 //
 //   build/tests/gui_bench --benchmark_filter=BM_TimelineScreen
 #include <benchmark/benchmark.h>
 #include <imgui.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -23,31 +21,9 @@
 namespace {
 
 using namespace pipetune;
-namespace fs = std::filesystem;
 
-struct BigRun {
-  std::string path =
-      (fs::temp_directory_path() / ("pipetune_screen_bench_" + std::to_string(::getpid()) + ".db"))
-          .string();
-  std::int64_t run = 0;
-  BigRun() {
-    remove();
-    db::RunWriter writer(path, {profiler::TraceKind::Measured, "big", "", ""});
-    bench::SyntheticRun(10'000'000, 11).generate(100000, [&](profiler::Trace p) {
-      writer.append(std::move(p));
-    });
-    writer.finish(db::RunStatus::Complete);
-    run = writer.run_id();
-  }
-  ~BigRun() { remove(); }
-  void remove() const {
-    std::error_code ec;
-    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path + suffix, ec);
-  }
-};
-
-BigRun& big_run() {
-  static BigRun r;
+bench::StoredSyntheticRun& big_run() {
+  static bench::StoredSyntheticRun r("screen_bench", 10'000'000, 11);
   return r;
 }
 
@@ -73,7 +49,7 @@ struct HeadlessImGui {
 // range(0): the window as a fraction 1/N of the run; successive iterations pan across the run
 // by half a window, so each reads a window it has not read before.
 void BM_TimelineScreen(benchmark::State& state) {
-  BigRun& big = big_run();
+  bench::StoredSyntheticRun& big = big_run();
   HeadlessImGui imgui;
   db::Workspace ws(big.path);
   auto meta =
