@@ -1,8 +1,9 @@
 // cuBLASLt, loaded when the first CUDA backend needs it (dlopen), not when pipetune starts. The
 // library is over 500 MB: linked, its relocations cost every command, the ones that never touch
 // a GPU included, about 140 MB of memory and most of the dynamic loader's time. These
-// are the functions pipetune calls, resolved once from "libcublasLt.so.<major of the headers>",
-// found as the loader finds any library (LD_LIBRARY_PATH, the executable's RUNPATH, ld.so.cache).
+// are the functions pipetune calls, resolved once from the library configure found beside the
+// toolkit (PIPETUNE_CUBLASLT_PATH), or else "libcublasLt.so.<major of the headers>", found as the
+// loader finds any library (LD_LIBRARY_PATH, the executable's RUNPATH, ld.so.cache).
 #pragma once
 
 #include <cublasLt.h>

@@ -16,7 +16,7 @@ namespace detail {
 
 void throw_cupti_error(CUptiResult r, const char* call, const char* file, int line) {
   const char* text = nullptr;
-  if (cuptiGetResultString(r, &text) != CUPTI_SUCCESS || text == nullptr) text = "unknown error";
+  if (cupti().GetResultString(r, &text) != CUPTI_SUCCESS || text == nullptr) text = "unknown error";
   std::string_view f(file);
   const auto slash = f.rfind('/');
   if (slash != std::string_view::npos) f.remove_prefix(slash + 1);
@@ -49,7 +49,7 @@ class Registry {
           "a CUPTI collector is already active in this process (CUPTI's activity buffers are "
           "process-wide: one collector per process)");
     if (!registered_) {
-      PIPETUNE_CUPTI_CHECK(cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed));
+      PIPETUNE_CUPTI_CHECK(cupti().ActivityRegisterCallbacks(&buffer_requested, &buffer_completed));
       registered_ = true;
     }
     buffer_bytes_ = std::max<std::size_t>(buffer_bytes, 64 * 1024);
@@ -84,7 +84,7 @@ class Registry {
                                         std::uint8_t* buffer, std::size_t size,
                                         std::size_t valid_bytes) {
     std::size_t dropped = 0;
-    if (cuptiActivityGetNumDroppedRecords(context, stream_id, &dropped) != CUPTI_SUCCESS)
+    if (cupti().ActivityGetNumDroppedRecords(context, stream_id, &dropped) != CUPTI_SUCCESS)
       dropped = 0;
     Registry& r = instance();
     {
@@ -158,15 +158,16 @@ void keep_only_launch_api_records() {
   const auto each = [&](CUpti_CallbackDomain domain, CUpti_CallbackId count, auto enable) {
     for (CUpti_CallbackId id = 1; id < count; ++id) {
       const char* name = nullptr;
-      if (cuptiGetCallbackName(domain, id, &name) != CUPTI_SUCCESS || name == nullptr) continue;
+      if (cupti().GetCallbackName(domain, id, &name) != CUPTI_SUCCESS || name == nullptr) continue;
       if (profiler::is_launch_call(name)) continue;
       const CUptiResult r = enable(id, std::uint8_t{0});
       if (r != CUPTI_SUCCESS)
         detail::throw_cupti_error(r, "cuptiActivityEnable*Api", __FILE__, __LINE__);
     }
   };
-  each(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, cuptiActivityEnableRuntimeApi);
-  each(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, cuptiActivityEnableDriverApi);
+  each(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE,
+       cupti().ActivityEnableRuntimeApi);
+  each(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, cupti().ActivityEnableDriverApi);
 }
 
 }  // namespace
@@ -200,7 +201,7 @@ BufferWalk append_cupti_buffer(std::uint8_t* buffer, std::size_t valid_bytes,
   BufferWalk walk;
   CUpti_Activity* record = nullptr;
   for (;;) {
-    const CUptiResult r = cuptiActivityGetNextRecord(buffer, valid_bytes, &record);
+    const CUptiResult r = cupti().ActivityGetNextRecord(buffer, valid_bytes, &record);
     if (r == CUPTI_ERROR_MAX_LIMIT_REACHED) break;  // the end of the valid bytes
     if (r != CUPTI_SUCCESS) {
       walk.error = r;
@@ -223,31 +224,32 @@ CuptiCollector::CuptiCollector(Clock::time_point epoch, CuptiCollectorOptions op
   // A CUPTI without the attribute zeroes the buffers itself, as before: not an error.
   std::uint8_t zeroed = options_.zeroed_buffers ? 1 : 0;
   std::size_t zeroed_size = sizeof zeroed;
-  zeroed_buffers_ = cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER,
-                                              &zeroed_size, &zeroed) == CUPTI_SUCCESS &&
+  zeroed_buffers_ = cupti().ActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER,
+                                                 &zeroed_size, &zeroed) == CUPTI_SUCCESS &&
                     options_.zeroed_buffers;
   // Before any record: a rank knows its own thread by gettid(), not by pthread_self()'s address
   // cut to 32 bits (CUPTI's default on Linux). A CUPTI without it leaves the ids as they were.
-  system_thread_ids_ = cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM) == CUPTI_SUCCESS;
+  system_thread_ids_ =
+      cupti().SetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM) == CUPTI_SUCCESS;
   Registry::instance().attach(this, options_.buffer_bytes);
   std::vector<CUpti_ActivityKind> enabled;
   try {
     for (const CUpti_ActivityKind k : kinds(options_)) {
-      PIPETUNE_CUPTI_CHECK(cuptiActivityEnable(k));
+      PIPETUNE_CUPTI_CHECK(cupti().ActivityEnable(k));
       enabled.push_back(k);
     }
     if (options_.api_records == ApiRecords::launches) keep_only_launch_api_records();
     remeasure_clock();
   } catch (...) {
-    for (const CUpti_ActivityKind k : enabled) cuptiActivityDisable(k);
+    for (const CUpti_ActivityKind k : enabled) cupti().ActivityDisable(k);
     Registry::instance().detach(this);
     throw;
   }
 }
 
 CuptiCollector::~CuptiCollector() {
-  for (const CUpti_ActivityKind k : kinds(options_)) cuptiActivityDisable(k);
-  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // completes into this collector
+  for (const CUpti_ActivityKind k : kinds(options_)) cupti().ActivityDisable(k);
+  cupti().ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // completes into this collector
   Registry::instance().detach(this);
 }
 
@@ -256,7 +258,7 @@ void CuptiCollector::remeasure_clock() {
   for (ClockSample& s : samples) {
     std::uint64_t t = 0;
     s.engine_before_ns = engine_now_ns();
-    PIPETUNE_CUPTI_CHECK(cuptiGetTimestamp(&t));
+    PIPETUNE_CUPTI_CHECK(cupti().GetTimestamp(&t));
     s.engine_after_ns = engine_now_ns();
     s.cupti_ns = static_cast<std::int64_t>(t);
   }
@@ -269,19 +271,19 @@ void CuptiCollector::flush() {
 
 void CuptiCollector::flush(FlushKind kind) {
   PIPETUNE_CUPTI_CHECK(
-      cuptiActivityFlushAll(kind == FlushKind::forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0));
+      cupti().ActivityFlushAll(kind == FlushKind::forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0));
 }
 
 void set_cupti_timestamp_buffer_bytes(std::size_t bytes) {
   std::size_t size = sizeof bytes;
   PIPETUNE_CUPTI_CHECK(
-      cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, &size, &bytes));
+      cupti().ActivitySetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, &size, &bytes));
 }
 
 void keep_cupti_timestamps_in_pinned_host_memory(bool pinned) {
   std::uint8_t value = pinned ? 1 : 0;
   std::size_t size = sizeof value;
-  PIPETUNE_CUPTI_CHECK(cuptiActivitySetAttribute(
+  PIPETUNE_CUPTI_CHECK(cupti().ActivitySetAttribute(
       CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED, &size, &value));
 }
 
@@ -302,7 +304,7 @@ void CuptiCollector::consume(std::uint8_t* buffer, std::size_t valid_bytes, std:
   if (walk.error != CUPTI_SUCCESS) {
     if (buffer_errors_++ == 0) {
       const char* text = nullptr;
-      if (cuptiGetResultString(walk.error, &text) != CUPTI_SUCCESS || text == nullptr)
+      if (cupti().GetResultString(walk.error, &text) != CUPTI_SUCCESS || text == nullptr)
         text = "unknown error";
       first_error_ = std::string("cuptiActivityGetNextRecord: ") + text + " after " +
                      std::to_string(walk.records) + " records";

@@ -37,6 +37,7 @@
 #include <string>
 
 #include "engine/cuda/cuda_check.hpp"
+#include "engine/cuda/cupti_library.hpp"
 #include "engine/cuda/cupti_records.hpp"
 #include "profiler/gpu/gpu_capture.hpp"
 
@@ -188,6 +189,6 @@ class CuptiCollector {
 
 }  // namespace pipetune::cuda
 
-// PIPETUNE_CUPTI_CHECK(cuptiActivityFlushAll(0));
+// PIPETUNE_CUPTI_CHECK(cupti().ActivityFlushAll(0));
 #define PIPETUNE_CUPTI_CHECK(call) \
   ::pipetune::cuda::detail::check_cupti((call), #call, __FILE__, __LINE__)

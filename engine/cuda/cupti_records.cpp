@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/cuda/cupti_library.hpp"
 #include "profiler/gpu/capture_router.hpp"
 #include "profiler/gpu/gpu_activity_names.hpp"
 
@@ -22,7 +23,7 @@ std::string callback_name(CUpti_ActivityKind kind, CUpti_CallbackId cbid) {
   const CUpti_CallbackDomain domain =
       kind == CUPTI_ACTIVITY_KIND_DRIVER ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API;
   const char* name = nullptr;
-  if (cuptiGetCallbackName(domain, cbid, &name) == CUPTI_SUCCESS && name != nullptr) return name;
+  if (cupti().GetCallbackName(domain, cbid, &name) == CUPTI_SUCCESS && name != nullptr) return name;
   return std::string(kind == CUPTI_ACTIVITY_KIND_DRIVER ? "driver" : "runtime") + " call " +
          std::to_string(cbid);
 }

@@ -40,7 +40,7 @@ bool GpuActivityHub::join(std::int32_t rank, cudaStream_t stream, Clock::time_po
       for (cudaStream_t s : {stream, second_stream}) {
         if (s == nullptr) continue;
         std::uint32_t id = 0;
-        PIPETUNE_CUPTI_CHECK(cuptiGetStreamIdEx(nullptr, s, 0, &id));
+        PIPETUNE_CUPTI_CHECK(cupti().GetStreamIdEx(nullptr, s, 0, &id));
         router_.assign_stream(id, rank);
       }
     }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/comm/comm_errors.hpp"
+#include "engine/nccl/nccl_library.hpp"
 
 namespace pipetune::nccl {
 
@@ -31,9 +32,10 @@ inline void check_nccl(ncclResult_t result, ncclComm_t comm, const char* call, c
 
 }  // namespace pipetune::nccl
 
-// PIPETUNE_NCCL_CHECK(ncclAllReduce(...));  (no communicator to ask for its last error)
+// PIPETUNE_NCCL_CHECK(nccl_library().AllReduce(...));  (no communicator to ask for its last error)
 #define PIPETUNE_NCCL_CHECK(call) \
   ::pipetune::nccl::detail::check_nccl((call), nullptr, #call, __FILE__, __LINE__)
-// PIPETUNE_NCCL_CHECK_COMM(comm, ncclSend(..., comm, stream));  names NCCL's last error on comm
+// PIPETUNE_NCCL_CHECK_COMM(comm, nccl_library().Send(..., comm, stream));  names NCCL's last error
+// on comm
 #define PIPETUNE_NCCL_CHECK_COMM(comm, call) \
   ::pipetune::nccl::detail::check_nccl((call), (comm), #call, __FILE__, __LINE__)

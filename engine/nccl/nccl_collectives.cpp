@@ -55,13 +55,14 @@ ncclComm_t NcclCommunicator::nccl_of(const ProcessGroup& group, Group& g) {
   UniqueIdBytes bytes{};
   if (me == 0) {
     ncclUniqueId id;
-    PIPETUNE_NCCL_CHECK(ncclGetUniqueId(&id));
+    PIPETUNE_NCCL_CHECK(nccl_library().GetUniqueId(&id));
     bytes = unique_id_to_bytes(id);
   }
   MPI_Request r = MPI_REQUEST_NULL;
   PIPETUNE_MPI_CHECK(MPI_Ibcast(bytes.data(), NCCL_UNIQUE_ID_BYTES, MPI_BYTE, 0, g.mpi, &r));
   wait_mpi(r, "the NCCL id of " + group.describe());
-  PIPETUNE_NCCL_CHECK(ncclCommInitRank(&g.nccl, group.size(), unique_id_from_bytes(bytes), me));
+  PIPETUNE_NCCL_CHECK(
+      nccl_library().CommInitRank(&g.nccl, group.size(), unique_id_from_bytes(bytes), me));
   return g.nccl;
 }
 
@@ -90,8 +91,8 @@ void NcclCommunicator::all_reduce(const ProcessGroup& group, std::span<float> da
   const ncclComm_t c = nccl_of(group, g);
   if (n == 0) return;
   after_compute(stream_);
-  PIPETUNE_NCCL_CHECK_COMM(
-      c, ncclAllReduce(cv(data.data()), data.data(), n, ncclFloat, nccl_op(op), c, stream_));
+  PIPETUNE_NCCL_CHECK_COMM(c, nccl_library().AllReduce(cv(data.data()), data.data(), n, ncclFloat,
+                                                       nccl_op(op), c, stream_));
   wait(stream_, c,
        std::string("all_reduce(") + op_name(op) + ", " + std::to_string(n) + " floats) on " +
            group.describe());
@@ -124,8 +125,8 @@ void NcclCommunicator::reduce_scatter(const ProcessGroup& group, std::span<const
           cudaMemcpyAsync(output.data(), cv(in), bytes_of(n), cudaMemcpyDeviceToDevice, stream_));
   } else {
     c = nccl_of(group, g);
-    PIPETUNE_NCCL_CHECK_COMM(
-        c, ncclReduceScatter(cv(in), output.data(), n, ncclFloat, nccl_op(op), c, stream_));
+    PIPETUNE_NCCL_CHECK_COMM(c, nccl_library().ReduceScatter(cv(in), output.data(), n, ncclFloat,
+                                                             nccl_op(op), c, stream_));
   }
   if (staged != nullptr) PIPETUNE_CUDA_CHECK(cudaFreeAsync(staged, stream_));
   wait(stream_, c, "reduce_scatter on " + group.describe());
@@ -156,7 +157,8 @@ void NcclCommunicator::all_gather(const ProcessGroup& group, std::span<const flo
           cudaMemcpyAsync(output.data(), cv(in), bytes_of(n), cudaMemcpyDeviceToDevice, stream_));
   } else {
     c = nccl_of(group, g);
-    PIPETUNE_NCCL_CHECK_COMM(c, ncclAllGather(cv(in), output.data(), n, ncclFloat, c, stream_));
+    PIPETUNE_NCCL_CHECK_COMM(
+        c, nccl_library().AllGather(cv(in), output.data(), n, ncclFloat, c, stream_));
   }
   if (staged != nullptr) PIPETUNE_CUDA_CHECK(cudaFreeAsync(staged, stream_));
   wait(stream_, c, "all_gather on " + group.describe());
@@ -183,16 +185,16 @@ void NcclCommunicator::all_to_all(const ProcessGroup& group, std::span<const flo
   PIPETUNE_CUDA_CHECK(cudaMemcpyAsync(output.data() + offsets[me], cv(input.data() + offsets[me]),
                                       bytes_of(chunk), cudaMemcpyDeviceToDevice, stream_));
   if (c != nullptr) {
-    PIPETUNE_NCCL_CHECK(ncclGroupStart());
+    PIPETUNE_NCCL_CHECK(nccl_library().GroupStart());
     for (std::size_t j = 0; j < p; ++j) {
       if (j == me) continue;
       const int peer = static_cast<int>(j);
+      PIPETUNE_NCCL_CHECK_COMM(c, nccl_library().Send(cv(input.data() + offsets[j]), chunk,
+                                                      ncclFloat, peer, c, stream_));
       PIPETUNE_NCCL_CHECK_COMM(
-          c, ncclSend(cv(input.data() + offsets[j]), chunk, ncclFloat, peer, c, stream_));
-      PIPETUNE_NCCL_CHECK_COMM(
-          c, ncclRecv(output.data() + offsets[j], chunk, ncclFloat, peer, c, stream_));
+          c, nccl_library().Recv(output.data() + offsets[j], chunk, ncclFloat, peer, c, stream_));
     }
-    PIPETUNE_NCCL_CHECK(ncclGroupEnd());
+    PIPETUNE_NCCL_CHECK(nccl_library().GroupEnd());
   }
   wait(stream_, c, "all_to_all on " + group.describe());
 }
@@ -239,18 +241,19 @@ void NcclCommunicator::all_to_all_v(const ProcessGroup& group, std::span<const f
                                         bytes_of(send_counts[me]), cudaMemcpyDeviceToDevice,
                                         stream_));
   if (c != nullptr) {
-    PIPETUNE_NCCL_CHECK(ncclGroupStart());
+    PIPETUNE_NCCL_CHECK(nccl_library().GroupStart());
     for (std::size_t j = 0; j < p; ++j) {
       if (j == me) continue;
       const int peer = static_cast<int>(j);
       if (send_counts[j] > 0)
-        PIPETUNE_NCCL_CHECK_COMM(c, ncclSend(cv(input.data() + at.send[j]), send_counts[j],
-                                             ncclFloat, peer, c, stream_));
-      if (recv_counts[j] > 0)
         PIPETUNE_NCCL_CHECK_COMM(
-            c, ncclRecv(output.data() + at.recv[j], recv_counts[j], ncclFloat, peer, c, stream_));
+            c, nccl_library().Send(cv(input.data() + at.send[j]), send_counts[j], ncclFloat, peer,
+                                   c, stream_));
+      if (recv_counts[j] > 0)
+        PIPETUNE_NCCL_CHECK_COMM(c, nccl_library().Recv(output.data() + at.recv[j], recv_counts[j],
+                                                        ncclFloat, peer, c, stream_));
     }
-    PIPETUNE_NCCL_CHECK(ncclGroupEnd());
+    PIPETUNE_NCCL_CHECK(nccl_library().GroupEnd());
   }
   wait(stream_, c, "all_to_all_v on " + group.describe());
 }
@@ -265,7 +268,7 @@ void NcclCommunicator::broadcast(const ProcessGroup& group, std::span<float> dat
   if (n == 0) return;
   after_compute(stream_);
   PIPETUNE_NCCL_CHECK_COMM(
-      c, ncclBroadcast(cv(data.data()), data.data(), n, ncclFloat, root, c, stream_));
+      c, nccl_library().Broadcast(cv(data.data()), data.data(), n, ncclFloat, root, c, stream_));
   wait(stream_, c, "broadcast on " + group.describe());
 }
 

@@ -101,7 +101,7 @@ NcclCommunicator::LinkIds NcclCommunicator::exchange_link_ids() {
   for (const auto& [a, b] : links_) {
     if (a == rank_) {
       ncclUniqueId id;
-      PIPETUNE_NCCL_CHECK(ncclGetUniqueId(&id));
+      PIPETUNE_NCCL_CHECK(nccl_library().GetUniqueId(&id));
       sent_ids.push_back(unique_id_to_bytes(id));
       ids.out.emplace_back(b, sent_ids.back());
       MPI_Request r = MPI_REQUEST_NULL;
@@ -122,12 +122,14 @@ NcclCommunicator::LinkIds NcclCommunicator::exchange_link_ids() {
 }
 
 void NcclCommunicator::join_links(const LinkIds& ids) {
-  PIPETUNE_NCCL_CHECK(ncclGroupStart());
+  PIPETUNE_NCCL_CHECK(nccl_library().GroupStart());
   for (const auto& [peer, id] : ids.out)
-    PIPETUNE_NCCL_CHECK(ncclCommInitRank(&out_[peer].nccl, 2, unique_id_from_bytes(id), 0));
+    PIPETUNE_NCCL_CHECK(
+        nccl_library().CommInitRank(&out_[peer].nccl, 2, unique_id_from_bytes(id), 0));
   for (const auto& [peer, id] : ids.in)
-    PIPETUNE_NCCL_CHECK(ncclCommInitRank(&in_[peer].nccl, 2, unique_id_from_bytes(id), 1));
-  PIPETUNE_NCCL_CHECK(ncclGroupEnd());
+    PIPETUNE_NCCL_CHECK(
+        nccl_library().CommInitRank(&in_[peer].nccl, 2, unique_id_from_bytes(id), 1));
+  PIPETUNE_NCCL_CHECK(nccl_library().GroupEnd());
   for (auto* ends : {&out_, &in_})
     for (auto& [peer, link] : *ends) {
       PIPETUNE_CUDA_CHECK(cudaStreamCreateWithFlags(&link.stream, cudaStreamNonBlocking));
@@ -141,13 +143,14 @@ void NcclCommunicator::connect_links() {
   float* warm = nullptr;
   PIPETUNE_CUDA_CHECK(cudaMalloc(&warm, bytes_of(1 + in_.size())));
   PIPETUNE_CUDA_CHECK(cudaMemset(warm, 0, bytes_of(1 + in_.size())));
-  PIPETUNE_NCCL_CHECK(ncclGroupStart());
+  PIPETUNE_NCCL_CHECK(nccl_library().GroupStart());
   for (auto& [peer, link] : out_)
-    PIPETUNE_NCCL_CHECK(ncclSend(warm, 1, ncclFloat, 1, link.nccl, link.stream));
+    PIPETUNE_NCCL_CHECK(nccl_library().Send(warm, 1, ncclFloat, 1, link.nccl, link.stream));
   std::size_t slot = 1;
   for (auto& [peer, link] : in_)
-    PIPETUNE_NCCL_CHECK(ncclRecv(warm + slot++, 1, ncclFloat, 0, link.nccl, link.stream));
-  PIPETUNE_NCCL_CHECK(ncclGroupEnd());
+    PIPETUNE_NCCL_CHECK(
+        nccl_library().Recv(warm + slot++, 1, ncclFloat, 0, link.nccl, link.stream));
+  PIPETUNE_NCCL_CHECK(nccl_library().GroupEnd());
   for (auto* ends : {&out_, &in_})
     for (auto& [peer, link] : *ends) wait(link.stream, link.nccl, "connecting the links");
   PIPETUNE_CUDA_CHECK(cudaFree(warm));
@@ -171,9 +174,9 @@ NcclCommunicator::~NcclCommunicator() {
       drained = false;
     }
     if (drained)
-      ncclCommDestroy(c);
+      nccl_library().CommDestroy(c);
     else
-      ncclCommAbort(c);  // a send nobody received, or a failed peer
+      nccl_library().CommAbort(c);  // a send nobody received, or a failed peer
   };
   for (const auto& [a, b] : links_) {
     if (a == rank_) finish(out_[b].nccl, out_[b].stream);
@@ -233,7 +236,7 @@ void NcclCommunicator::wait(cudaStream_t stream, ncclComm_t nccl, const std::str
         if (e != cudaErrorNotReady) PIPETUNE_CUDA_CHECK(e);
         if (nccl != nullptr) {
           ncclResult_t async = ncclSuccess;
-          PIPETUNE_NCCL_CHECK_COMM(nccl, ncclCommGetAsyncError(nccl, &async));
+          PIPETUNE_NCCL_CHECK_COMM(nccl, nccl_library().CommGetAsyncError(nccl, &async));
           if (async != ncclSuccess && async != ncclInProgress)
             PIPETUNE_NCCL_CHECK_COMM(nccl, async);
         }
@@ -307,7 +310,8 @@ void NcclCommunicator::send(int dst, int tag, std::span<const float> data) {
   after_compute(link.stream);
   void* staged = stage(data.data(), n, link.stream);
   PIPETUNE_CUDA_CHECK(cudaEventRecord(link.copied, link.stream));
-  PIPETUNE_NCCL_CHECK_COMM(link.nccl, ncclSend(staged, n, ncclFloat, 1, link.nccl, link.stream));
+  PIPETUNE_NCCL_CHECK_COMM(link.nccl,
+                           nccl_library().Send(staged, n, ncclFloat, 1, link.nccl, link.stream));
   PIPETUNE_CUDA_CHECK(cudaFreeAsync(staged, link.stream));
   poll(
       [&] {
@@ -367,7 +371,8 @@ void NcclCommunicator::recv(int src, int tag, std::span<float> data) {
       if (h.count > 0) {
         after_compute(link->stream);
         PIPETUNE_NCCL_CHECK_COMM(
-            link->nccl, ncclRecv(data.data(), data.size(), ncclFloat, 0, link->nccl, link->stream));
+            link->nccl,
+            nccl_library().Recv(data.data(), data.size(), ncclFloat, 0, link->nccl, link->stream));
         wait(link->stream, link->nccl, what);
       }
       return;
@@ -376,8 +381,8 @@ void NcclCommunicator::recv(int src, int tag, std::span<float> data) {
     StashedMessage m{nullptr, h.count};
     if (h.count > 0) {
       PIPETUNE_CUDA_CHECK(cudaMallocAsync(&m.data, bytes_of(h.count), link->stream));
-      PIPETUNE_NCCL_CHECK_COMM(link->nccl,
-                               ncclRecv(m.data, h.count, ncclFloat, 0, link->nccl, link->stream));
+      PIPETUNE_NCCL_CHECK_COMM(
+          link->nccl, nccl_library().Recv(m.data, h.count, ncclFloat, 0, link->nccl, link->stream));
     }
     box.stash(h.tag, m);
   }

@@ -1,10 +1,9 @@
 // CpuBackend: construction, BLAS thread control and the elementwise ops.
 #include "engine/tensor/cpu/cpu_backend.hpp"
 
-#include <cblas.h>
-
 #include <algorithm>
 
+#include "engine/tensor/cpu/openblas_library.hpp"
 #include "engine/tensor/cpu/simd.hpp"
 
 namespace pipetune::tensor {
@@ -30,11 +29,11 @@ PIPETUNE_CPU_KERNEL void accumulate_range(float* dst, const float* src, std::int
 }  // namespace
 
 void set_blas_threads(int threads) {
-  openblas_set_num_threads(std::max(1, threads));
+  openblas().set_num_threads(std::max(1, threads));
 }
 
 int blas_threads() {
-  return openblas_get_num_threads();
+  return openblas().get_num_threads();
 }
 
 CpuIsa detected_cpu_isa() {

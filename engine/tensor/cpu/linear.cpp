@@ -3,9 +3,9 @@
 // The sgemm calls use OpenBLAS's own threads (set_blas_threads). The bias terms use the
 // backend's pool: the bias add splits the rows, the bias gradient splits the COLUMNS (each
 // thread sums all rows in order over its columns, so db is the serial sum for any thread count).
-#include <cblas.h>
 
 #include "engine/tensor/cpu/cpu_backend.hpp"
+#include "engine/tensor/cpu/openblas_library.hpp"
 #include "engine/tensor/cpu/simd.hpp"
 
 namespace pipetune::tensor {
@@ -41,8 +41,8 @@ void CpuBackend::do_linear_forward(ConstTensorView x, ConstTensorView w, ConstTe
                                    TensorView y) {
   const std::int64_t N = x.shape.rows(), IN = w.shape[1], OUT = w.shape[0];
   // x (N, IN), w (OUT, IN), y (N, OUT) = x w^T
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bl(N), bl(OUT), bl(IN), 1.0f, x.data, bl(IN),
-              w.data, bl(IN), 0.0f, y.data, bl(OUT));
+  openblas().sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bl(N), bl(OUT), bl(IN), 1.0f, x.data,
+                   bl(IN), w.data, bl(IN), 0.0f, y.data, bl(OUT));
   if (!b.empty()) {
     pool_.parallel_for(N, kRowGrain, [&](std::int64_t n0, std::int64_t n1, int) {
       bias_add_rows(y.data, b.data, OUT, n0, n1);
@@ -55,16 +55,16 @@ void CpuBackend::do_linear_backward_input(ConstTensorView dy, ConstTensorView w,
   const std::int64_t N = dy.shape.rows(), IN = w.shape[1], OUT = w.shape[0];
   // dx (N, IN) (+)= dy (N, OUT) w (OUT, IN); beta 0 sets C without reading it (BLAS's rule)
   const float beta = write == GradientWrite::overwrite ? 0.0f : 1.0f;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bl(N), bl(IN), bl(OUT), 1.0f, dy.data,
-              bl(OUT), w.data, bl(IN), beta, dx.data, bl(IN));
+  openblas().sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bl(N), bl(IN), bl(OUT), 1.0f, dy.data,
+                   bl(OUT), w.data, bl(IN), beta, dx.data, bl(IN));
 }
 
 void CpuBackend::do_linear_backward_weight(ConstTensorView dy, ConstTensorView x, TensorView dw,
                                            TensorView db) {
   const std::int64_t N = dy.shape.rows(), IN = dw.shape[1], OUT = dw.shape[0];
   // dw (OUT, IN) += dy^T (OUT, N) x (N, IN)
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bl(OUT), bl(IN), bl(N), 1.0f, dy.data,
-              bl(OUT), x.data, bl(IN), 1.0f, dw.data, bl(IN));
+  openblas().sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bl(OUT), bl(IN), bl(N), 1.0f, dy.data,
+                   bl(OUT), x.data, bl(IN), 1.0f, dw.data, bl(IN));
   if (!db.empty()) {
     pool_.parallel_for(OUT, kColumnGrain, [&](std::int64_t o0, std::int64_t o1, int) {
       bias_grad_columns(dy.data, db.data, N, OUT, o0, o1);
