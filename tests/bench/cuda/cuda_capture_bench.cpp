@@ -157,7 +157,8 @@ void BM_Step(benchmark::State& state) {
         pipetune::cuda::CuptiCollector::Clock::now(), options);
     if (mode == kCuptiStreamId) {
       std::uint32_t id = 0;
-      PIPETUNE_CUPTI_CHECK(cupti().GetStreamIdEx(nullptr, backend.stream(), 0, &id));
+      PIPETUNE_CUPTI_CHECK(
+          pipetune::cuda::cupti().GetStreamIdEx(nullptr, backend.stream(), 0, &id));
     }
   }
   std::optional<pipetune::profiler::CaptureRouter> router;

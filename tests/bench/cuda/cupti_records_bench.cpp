@@ -150,7 +150,8 @@ void BM_StepRecords(benchmark::State& state) {
       benchmark::DoNotOptimize(walk.kept);
     } else {
       CUpti_Activity* record = nullptr;
-      while (cupti().ActivityGetNextRecord(buffer.data(), buffer.bytes(), &record) == CUPTI_SUCCESS)
+      while (pipetune::cuda::cupti().ActivityGetNextRecord(buffer.data(), buffer.bytes(),
+                                                           &record) == CUPTI_SUCCESS)
         benchmark::DoNotOptimize(pipetune::cuda::append_cupti_record(*record, capture));
     }
     kept_records = capture.activities.size() + capture.api_calls.size();
