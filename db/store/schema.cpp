@@ -14,6 +14,7 @@
 #include "db/output_file.hpp"
 #include "db/store/counter_block.hpp"
 #include "db/store/process_identity.hpp"
+#include "db/store/span_block.hpp"
 #include "engine/errors.hpp"
 #include "profiler/trace.hpp"
 
@@ -232,13 +233,82 @@ void create_version_4(sqlite::Connection& db) {
   db.exec("DROP TABLE counters");
 }
 
+// Version 5: span and counter blocks compact (span_block.hpp's and counter_block.hpp's formats)
+// instead of fixed-size records; each block of an older workspace is decoded and encoded again,
+// in batches of rows by id.
+void encode_counter_blocks_again(sqlite::Connection& db) {
+  sqlite::Statement read = db.prepare(
+      "SELECT id, run, first_seq, sample_count, samples FROM counter_blocks WHERE id > ?1 ORDER "
+      "BY id LIMIT 256");
+  sqlite::Statement update = db.prepare("UPDATE counter_blocks SET samples = ?2 WHERE id = ?1");
+  struct Row {
+    std::int64_t id;
+    std::vector<PackedCounter> samples;
+  };
+  std::vector<Row> rows;
+  std::vector<std::uint8_t> encoded;
+  std::int64_t after = std::numeric_limits<std::int64_t>::min();
+  for (;;) {
+    rows.clear();
+    read.bind(1, after);
+    while (read.step()) {
+      Row& r = rows.emplace_back();
+      r.id = read.column_int64(0);
+      decode_version4_counter_block(read.column_blob(4), read.column_bytes(4), read.column_int64(3),
+                                    read.column_int64(1), read.column_int64(2), db.path(),
+                                    r.samples);
+    }
+    read.reset();
+    if (rows.empty()) break;
+    for (const Row& r : rows) {
+      encode_counter_block(r.samples.data(), r.samples.size(), encoded);
+      update.bind(1, r.id).bind_static_blob(2, encoded.data(), encoded.size()).run();
+    }
+    after = rows.back().id;
+  }
+}
+
+void create_version_5(sqlite::Connection& db) {
+  encode_counter_blocks_again(db);
+  sqlite::Statement read = db.prepare(
+      "SELECT id, span_count, spans FROM span_blocks WHERE id > ?1 ORDER BY id LIMIT 4096");
+  sqlite::Statement update = db.prepare("UPDATE span_blocks SET spans = ?2 WHERE id = ?1");
+  struct Row {
+    std::int64_t id;
+    std::vector<PackedSpan> spans;
+  };
+  std::vector<Row> rows;
+  std::vector<std::uint8_t> encoded;
+  std::int64_t after = std::numeric_limits<std::int64_t>::min();
+  for (;;) {
+    rows.clear();
+    read.bind(1, after);
+    while (read.step()) {
+      Row& r = rows.emplace_back();
+      r.id = read.column_int64(0);
+      decode_version4_block(read.column_blob(2), read.column_bytes(2), read.column_int64(1), r.id,
+                            db.path(), r.spans);
+    }
+    read.reset();
+    if (rows.empty()) break;
+    for (const Row& r : rows) {
+      encode_block(r.spans.data(), r.spans.size(), encoded);
+      update.bind(1, r.id).bind_static_blob(2, encoded.data(), encoded.size()).run();
+    }
+    after = rows.back().id;
+  }
+}
+
 struct Migration {
   int to_version;
   void (*apply)(sqlite::Connection& db);
 };
 
-constexpr Migration kMigrations[] = {
-    {1, create_version_1}, {2, create_version_2}, {3, create_version_3}, {4, create_version_4}};
+constexpr Migration kMigrations[] = {{1, create_version_1},
+                                     {2, create_version_2},
+                                     {3, create_version_3},
+                                     {4, create_version_4},
+                                     {5, create_version_5}};
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
 // Table count and whether schema_version exists; NOTADB surfaces here for a foreign file.

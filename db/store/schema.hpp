@@ -1,7 +1,7 @@
 // The workspace schema: its version table, the forward migrations, and opening a workspace
 // (checks that the file is one, refuses a newer version, migrates an older one).
 //
-// Tables (version 4):
+// Tables (version 5):
 //   schema_version(version)                       one row
 //   runs(id, kind, name, plan_json, specs_json, status, started/ended/last_commit_unix_ns,
 //        writer_host, writer_boot_id, writer_pid, writer_start_ticks, summary_json)
@@ -10,7 +10,8 @@
 //   names(run, id, text)                          span and counter names, kernel names
 //   span_blocks(id, lane, depth, first_ord, span_count, start_ns, end_ns, pred_end_ns,
 //               max_duration_ns, max_gap_ns, spans)  up to span_block.hpp's kBlockSpans spans of
-//               one lane and depth in time order, packed (span_block.hpp); the index on
+//               one lane and depth in time order, compact (span_block.hpp; version 5, 40-byte
+//               records before); the index on
 //               (lane, depth, end_ns) covers the summary columns, so a window walk reads no blob
 //               for blocks it can fold whole
 //   lane_block_index(id, lane, depth, block_count, summaries)  (version 4) a finished run's
@@ -37,7 +38,7 @@
 
 namespace pipetune::db {
 
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 
 // How long a connection waits for another process's write lock before failing.
 inline constexpr std::chrono::milliseconds kWorkspaceBusyTimeout{60000};

@@ -217,7 +217,7 @@ void TraceInserter::place(LaneState& lane, const PackedSpan& span) {
 void TraceInserter::write_block(LaneState& lane, std::int32_t depth, DepthState& d) {
   const BlockSummary s = summarize_block(d.block.data(), d.block.size());
   const auto count = static_cast<std::int64_t>(d.block.size());
-  const std::size_t bytes = d.block.size() * sizeof(PackedSpan);
+  encode_block(d.block.data(), d.block.size(), encoded_);
   if (d.block_row < 0) {
     insert_block_.bind(1, lane.db_id)
         .bind(2, depth)
@@ -231,7 +231,7 @@ void TraceInserter::write_block(LaneState& lane, std::int32_t depth, DepthState&
       insert_block_.bind_null(7);
     insert_block_.bind(8, s.max_duration_ns)
         .bind(9, s.max_gap_ns)
-        .bind_static_blob(10, d.block.data(), bytes)
+        .bind_static_blob(10, encoded_.data(), encoded_.size())
         .run();
     d.block_row = db_.last_insert_rowid();
   } else {
@@ -241,7 +241,7 @@ void TraceInserter::write_block(LaneState& lane, std::int32_t depth, DepthState&
         .bind(4, s.end_ns)
         .bind(5, s.max_duration_ns)
         .bind(6, s.max_gap_ns)
-        .bind_static_blob(7, d.block.data(), bytes)
+        .bind_static_blob(7, encoded_.data(), encoded_.size())
         .run();
   }
   d.block_dirty = false;
@@ -249,18 +249,18 @@ void TraceInserter::write_block(LaneState& lane, std::int32_t depth, DepthState&
 
 void TraceInserter::write_counter_block() {
   const auto count = static_cast<std::int64_t>(counter_block_.size());
-  const std::size_t bytes = counter_block_.size() * sizeof(PackedCounter);
+  encode_counter_block(counter_block_.data(), counter_block_.size(), encoded_);
   if (counter_block_row_ < 0) {
     insert_counter_block_.bind(1, run_id_)
         .bind(2, counter_block_first_seq_)
         .bind(3, count)
-        .bind_static_blob(4, counter_block_.data(), bytes)
+        .bind_static_blob(4, encoded_.data(), encoded_.size())
         .run();
     counter_block_row_ = db_.last_insert_rowid();
   } else {
     update_counter_block_.bind(1, counter_block_row_)
         .bind(2, count)
-        .bind_static_blob(3, counter_block_.data(), bytes)
+        .bind_static_blob(3, encoded_.data(), encoded_.size())
         .run();
   }
   counter_block_dirty_ = false;

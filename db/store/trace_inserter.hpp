@@ -90,6 +90,7 @@ class TraceInserter {
 
   sqlite::Statement insert_lane_, insert_name_, insert_block_, update_block_, update_lane_;
   // The open counter block: samples from counter_block_first_seq_ on, its row once written.
+  std::vector<std::uint8_t> encoded_;  // a span or counter block's BLOB as it is written
   std::vector<PackedCounter> counter_block_;
   std::int64_t counter_block_first_seq_ = 0;
   std::int64_t counter_block_row_ = -1;
