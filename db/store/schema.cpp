@@ -9,6 +9,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "db/output_file.hpp"
@@ -234,69 +235,55 @@ void create_version_4(sqlite::Connection& db) {
 }
 
 // Version 5: span and counter blocks compact (span_block.hpp's and counter_block.hpp's formats)
-// instead of fixed-size records; each block of an older workspace is decoded and encoded again,
-// in batches of rows by id.
-void encode_counter_blocks_again(sqlite::Connection& db) {
-  sqlite::Statement read = db.prepare(
-      "SELECT id, run, first_seq, sample_count, samples FROM counter_blocks WHERE id > ?1 ORDER "
-      "BY id LIMIT 256");
-  sqlite::Statement update = db.prepare("UPDATE counter_blocks SET samples = ?2 WHERE id = ?1");
-  struct Row {
-    std::int64_t id;
-    std::vector<PackedCounter> samples;
-  };
-  std::vector<Row> rows;
-  std::vector<std::uint8_t> encoded;
+// instead of fixed-size records; each block of an older workspace is decoded and encoded again.
+//
+// Every row of `select` (its id first; the rows after id ?1 in id order, a batch at a time) gets
+// the BLOB `encode(row, blob)` makes, through `update` (?1 the id, ?2 the BLOB). A batch is read
+// whole before it is written, so no statement reads a table being updated.
+template <class Encode>
+void encode_blobs_again(sqlite::Connection& db, const std::string& select,
+                        const std::string& update, Encode encode) {
+  sqlite::Statement read = db.prepare(select);
+  sqlite::Statement write = db.prepare(update);
+  std::vector<std::pair<std::int64_t, std::vector<std::uint8_t>>> batch;
   std::int64_t after = std::numeric_limits<std::int64_t>::min();
   for (;;) {
-    rows.clear();
+    batch.clear();
     read.bind(1, after);
     while (read.step()) {
-      Row& r = rows.emplace_back();
-      r.id = read.column_int64(0);
-      decode_version4_counter_block(read.column_blob(4), read.column_bytes(4), read.column_int64(3),
-                                    read.column_int64(1), read.column_int64(2), db.path(),
-                                    r.samples);
+      auto& row = batch.emplace_back();
+      row.first = read.column_int64(0);
+      encode(read, row.second);
     }
     read.reset();
-    if (rows.empty()) break;
-    for (const Row& r : rows) {
-      encode_counter_block(r.samples.data(), r.samples.size(), encoded);
-      update.bind(1, r.id).bind_static_blob(2, encoded.data(), encoded.size()).run();
-    }
-    after = rows.back().id;
+    if (batch.empty()) break;
+    for (const auto& row : batch)
+      write.bind(1, row.first).bind_static_blob(2, row.second.data(), row.second.size()).run();
+    after = batch.back().first;
   }
 }
 
 void create_version_5(sqlite::Connection& db) {
-  encode_counter_blocks_again(db);
-  sqlite::Statement read = db.prepare(
-      "SELECT id, span_count, spans FROM span_blocks WHERE id > ?1 ORDER BY id LIMIT 4096");
-  sqlite::Statement update = db.prepare("UPDATE span_blocks SET spans = ?2 WHERE id = ?1");
-  struct Row {
-    std::int64_t id;
-    std::vector<PackedSpan> spans;
-  };
-  std::vector<Row> rows;
-  std::vector<std::uint8_t> encoded;
-  std::int64_t after = std::numeric_limits<std::int64_t>::min();
-  for (;;) {
-    rows.clear();
-    read.bind(1, after);
-    while (read.step()) {
-      Row& r = rows.emplace_back();
-      r.id = read.column_int64(0);
-      decode_version4_block(read.column_blob(2), read.column_bytes(2), read.column_int64(1), r.id,
-                            db.path(), r.spans);
-    }
-    read.reset();
-    if (rows.empty()) break;
-    for (const Row& r : rows) {
-      encode_block(r.spans.data(), r.spans.size(), encoded);
-      update.bind(1, r.id).bind_static_blob(2, encoded.data(), encoded.size()).run();
-    }
-    after = rows.back().id;
-  }
+  std::vector<PackedCounter> samples;
+  encode_blobs_again(
+      db,
+      "SELECT id, run, first_seq, sample_count, samples FROM counter_blocks WHERE id > ?1 ORDER "
+      "BY id LIMIT 256",
+      "UPDATE counter_blocks SET samples = ?2 WHERE id = ?1",
+      [&](sqlite::Statement& row, std::vector<std::uint8_t>& blob) {
+        decode_version4_counter_block(row.column_blob(4), row.column_bytes(4), row.column_int64(3),
+                                      row.column_int64(1), row.column_int64(2), db.path(), samples);
+        encode_counter_block(samples.data(), samples.size(), blob);
+      });
+  std::vector<PackedSpan> spans;
+  encode_blobs_again(
+      db, "SELECT id, span_count, spans FROM span_blocks WHERE id > ?1 ORDER BY id LIMIT 4096",
+      "UPDATE span_blocks SET spans = ?2 WHERE id = ?1",
+      [&](sqlite::Statement& row, std::vector<std::uint8_t>& blob) {
+        decode_version4_block(row.column_blob(2), row.column_bytes(2), row.column_int64(1),
+                              row.column_int64(0), db.path(), spans);
+        encode_block(spans.data(), spans.size(), blob);
+      });
 }
 
 struct Migration {
