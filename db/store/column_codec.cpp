@@ -2,11 +2,17 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace pipetune::db {
 
 namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "columns are stored little-endian; add byte swapping for this platform");
 
 constexpr std::size_t kMaxColumns = 16;
 
@@ -26,7 +32,7 @@ template <std::size_t W>
 void encode_column(const std::int64_t* v, std::size_t n, std::int64_t lo, std::uint8_t* p) {
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint64_t u = static_cast<std::uint64_t>(v[i]) - static_cast<std::uint64_t>(lo);
-    std::memcpy(p + i * W, &u, W);  // little-endian (span_block.hpp's static_assert)
+    std::memcpy(p + i * W, &u, W);  // the low W bytes: little-endian (the static_assert above)
   }
 }
 
@@ -75,6 +81,9 @@ bool read_varint(const std::uint8_t*& p, const std::uint8_t* end, std::uint64_t&
 
 void append_columns(const std::int64_t* const* columns, std::size_t k, std::size_t n,
                     std::vector<std::uint8_t>& out) {
+  if (k > kMaxColumns)
+    throw std::invalid_argument("append_columns: " + std::to_string(k) + " columns, over " +
+                                std::to_string(kMaxColumns));
   std::array<std::int64_t, kMaxColumns> lo{};
   std::array<std::size_t, kMaxColumns> width{};
   std::size_t row_bytes = 0;

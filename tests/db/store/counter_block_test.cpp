@@ -1,7 +1,7 @@
 // The compact counter block (db/store/counter_block.hpp): samples come back bit for bit, whole
 // numbers and halves or quarters stored as integers, and any other value (0.1, -0, NaN,
-// infinities, a whole number over 2^53, the smallest denormal) as the double's bits; the sizes are the format's arithmetic; a rank out of
-// its type's range is named corrupt.
+// infinities, a whole number over 2^53, the smallest denormal) as the double's bits; the sizes are
+// the format's arithmetic; a rank out of its type's range is named corrupt.
 #include "db/store/counter_block.hpp"
 
 #include <gtest/gtest.h>
