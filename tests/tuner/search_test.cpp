@@ -159,6 +159,39 @@ TEST(Search, RemembersThePlanThatCameClosestToFitting) {
   EXPECT_EQ(none.candidates_evaluated, 0);
 }
 
+TEST(Search, AClosestPlanSkippedAsUnableToFitIsScoredWhenNothingFits) {
+  // Nothing fits (every toy score is infeasible), and the bound says so for the plan needing the
+  // least memory only (valid: it does not fit). The search skips that plan unscored, finds no
+  // feasible plan, and then scores it: it is the closest to fitting, the one to report.
+  const auto score = [](const spec::ParallelPlan& p) {
+    CandidateScore c = toy_score(p);
+    c.feasible = false;
+    c.peak_memory_bytes += 100e9;
+    return c;
+  };
+  SearchSpace s = tiny_space(8);
+  s.keep = 5;
+  const SearchResult plain = search_plans(s, score);  // no bounder: every plan scored
+  ASSERT_TRUE(plain.smallest_infeasible);
+  const std::string closest = key(*plain.smallest_infeasible);
+  const spec::ParallelPlan closest_plan = plain.smallest_infeasible->plan;
+  const ScorerFactory factory = [&] {
+    PlanBounder bound = [&](const spec::ParallelPlan& p) {
+      CandidateBound b;
+      b.peak_memory_bytes = score(p).peak_memory_bytes;
+      b.fits = !(p == closest_plan);
+      return b;
+    };
+    return Scorer(score, bound);
+  };
+  const SearchResult r = search_plans(s, factory);
+  EXPECT_TRUE(r.ranked.empty());
+  ASSERT_TRUE(r.smallest_infeasible);
+  EXPECT_EQ(key(*r.smallest_infeasible), closest);
+  EXPECT_EQ(r.smallest_infeasible->score.peak_memory_bytes,
+            plain.smallest_infeasible->score.peak_memory_bytes);
+}
+
 TEST(Search, RedistributedSplitMatchesAHandCalculation) {
   // 32 layers, 4 stages, the output layer worth 6.6 layers: 38.6 / 4 = 9.65 per stage; the first
   // stage takes 10, the last 9.65 - 6.6 = 3.05 -> 3, the middle two share the other 19.

@@ -35,20 +35,26 @@ GroupLink group_link(const spec::ClusterSpec& cluster, int first, int stride, in
   }
   link.inter_node = true;
   link.latency = cluster.inter_node_latency;
-  // Members are in increasing device order, so each node's members are consecutive.
+  // Members are in increasing device order, so each node's members are consecutive: walk the
+  // nodes holding members (the search prices groups of hundreds, a node holds up to per_node).
+  const int step = stride < 1 ? 1 : stride;
+  const int last_member = link.members - 1;
   double nic = cluster.node_inter_bandwidth(first_node);
-  int node = first_node, count = 0, most = 0;
-  for (int i = 0; i < link.members; ++i) {
-    const int n = (first + i * stride) / per_node;
-    if (n != node) {
-      most = std::max(most, count);
-      nic = std::min(nic, cluster.node_inter_bandwidth(n));
-      node = n;
-      count = 0;
-    }
-    ++count;
+  int most = 0;
+  if (step >= per_node && cluster.node_groups.empty()) {  // a member per node, every NIC alike
+    link.members_per_node = 1;
+    link.nic_bandwidth = nic * eff.inter_node_bus;
+    return link;
   }
-  link.members_per_node = std::max(most, count);
+  for (int i = 0; i <= last_member;) {
+    const int node = (first + i * step) / per_node;
+    // The last member on this node: the largest j with first + j * step < (node + 1) * per_node.
+    const int last_here = std::min(last_member, ((node + 1) * per_node - 1 - first) / step);
+    most = std::max(most, last_here - i + 1);
+    if (node != first_node) nic = std::min(nic, cluster.node_inter_bandwidth(node));
+    i = last_here + 1;
+  }
+  link.members_per_node = most;
   link.nic_bandwidth = nic * eff.inter_node_bus;
   return link;
 }

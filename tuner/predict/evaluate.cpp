@@ -117,8 +117,10 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
         in_flight * costs.activation_bytes_per_microbatch[k] + costs.transient_activation_bytes[k];
   }
   PlanBound b;
-  b.peak_memory_bytes =
-      estimate_memory(model, cluster, plan, placement, least_activations, memory).peak_bytes;
+  const MemoryEstimate least =
+      estimate_memory(model, cluster, plan, placement, least_activations, memory);
+  b.peak_memory_bytes = least.peak_bytes;
+  b.fits = least.fits();
   // Every rank runs each of its chunks' forward and backward (split or fused, whichever is
   // cheaper) for every micro-batch, and under vocabulary parallelism the S, T, IF and IB passes;
   // it cannot start before the first micro-batch's forward has crossed the ranks before it. On a

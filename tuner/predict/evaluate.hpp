@@ -134,6 +134,9 @@ struct PlanEvaluation {
 struct PlanBound {
   double iteration_time = 0.0;     // <= evaluate().iteration_time
   double peak_memory_bytes = 0.0;  // <= evaluate().memory.peak_bytes
+  // False when even these least activations overflow the device's (or the host's) memory: the
+  // plan cannot fit, whatever its schedule holds.
+  bool fits = true;
   // The token slices evaluate() would choose (terapipe without given slices; else empty): the
   // plan with them evaluates the same, without choosing them again.
   std::vector<int> slice_tokens;

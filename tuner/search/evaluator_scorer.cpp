@@ -48,7 +48,7 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
     const FailureModel failures = options.failures;
     PlanBounder bound = [evaluator, target, failures](const spec::ParallelPlan& plan) {
       const PlanBound b = evaluator->bound(target->first, target->second, plan);
-      CandidateBound out{b.iteration_time, b.peak_memory_bytes, b.slice_tokens};
+      CandidateBound out{b.iteration_time, b.peak_memory_bytes, b.fits, b.slice_tokens};
       if (plan.offload_activations || plan.offload_optimizer) {
         // Copies that may stall, a slower optimizer step, recomputation: an offloading plan is
         // never faster than the same plan keeping everything on the device without recomputing.
@@ -69,7 +69,7 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
       c.infeasible_reason = e.feasible ? ""
                             : e.infeasible_reason == kFailuresOutpaceIterations
                                 ? e.infeasible_reason
-                                : "out of memory";
+                                : std::string(kOutOfMemoryReason);
       // Under a failure rate: the expected figures (equal to the others without one), which are
       // never below the plan's bound.
       c.iteration_time = e.expected_iteration_time;

@@ -107,11 +107,47 @@ void run_pool(int threads, std::size_t n, const ScorerFactory& make_scorer,
 
 // What became of each job: its score, the schedule error that pruned it, or its skip by a bound.
 struct JobOutcomes {
-  explicit JobOutcomes(std::size_t n) : scores(n), errors(n), skipped(n, 0) {}
+  explicit JobOutcomes(std::size_t n) : scores(n), errors(n), skipped(n, 0), over_memory(n, 0) {}
   std::vector<std::optional<CandidateScore>> scores;
   std::vector<std::string> errors;
   std::vector<char> skipped;
+  std::vector<char> over_memory;  // not scored: its bound's least memory does not fit
 };
+
+// With no feasible plan the search reports the one that came closest to fitting, which may be
+// one the bound skipped as unable to fit: those whose bound is at most the least simulated peak
+// are scored, least bound first, until none can come closer.
+void score_closest_over_memory(const std::vector<SearchJob>& jobs,
+                               const std::vector<CandidateBound>& bounds,
+                               const ScorerFactory& make_scorer, JobOutcomes& out) {
+  double least = INFINITY;
+  std::vector<std::size_t> over;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    if (out.over_memory[i]) over.push_back(i);
+    if (const auto& s = out.scores[i]) {
+      if (s->feasible) return;
+      least = std::min(least, s->peak_memory_bytes);
+    }
+  }
+  if (over.empty()) return;
+  std::stable_sort(over.begin(), over.end(), [&](std::size_t a, std::size_t b) {
+    return bounds[a].peak_memory_bytes < bounds[b].peak_memory_bytes;
+  });
+  Scorer scorer = make_scorer();
+  for (const std::size_t i : over) {
+    if (bounds[i].peak_memory_bytes > least) break;  // ties too: the first in order is reported
+    spec::ParallelPlan plan = jobs[i].plan;
+    if (!bounds[i].slice_tokens.empty()) plan.slice_tokens = bounds[i].slice_tokens;
+    out.over_memory[i] = 0;
+    try {
+      out.scores[i] = scorer.score(plan);
+    } catch (const InputError& e) {
+      out.errors[i] = reason_key(e.what());
+      continue;
+    }
+    least = std::min(least, out.scores[i]->peak_memory_bytes);
+  }
+}
 
 // How far scoring got: items done (bounds and scores) of the total progress reports count.
 struct ScoringProgress {
@@ -155,6 +191,10 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
            bounded ? static_cast<std::int64_t>(n) : 0, [&](Scorer& sc, std::size_t k) {
              const std::size_t i = order[k];
              if (!out.errors[i].empty()) return;
+             if (bounded && !bounds[i].fits) {
+               out.over_memory[i] = 1;
+               return;
+             }
              if (bounded && frontier.beats(bounds[i])) {
                out.skipped[i] = 1;
                return;
@@ -172,6 +212,8 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
                if (!jobs[i].plan.sparse_embedding_gradient) frontier.add(*out.scores[i]);
              });
            });
+  if (bounded && !(cancel != nullptr && cancel->load()))
+    score_closest_over_memory(jobs, bounds, make_scorer, out);
   return {total, bounded_done.load() + done.load()};
 }
 
@@ -214,6 +256,10 @@ void tally_outcomes(std::vector<SearchJob>& jobs, const JobOutcomes& out, Search
     }
     if (out.skipped[i]) {
       ++result.pruned[std::string(kBoundPrunedReason)];
+      continue;
+    }
+    if (out.over_memory[i]) {
+      ++result.pruned[std::string(kOutOfMemoryReason)];
       continue;
     }
     const std::optional<CandidateScore>& score = out.scores[i];

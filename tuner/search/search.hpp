@@ -68,6 +68,9 @@ using PlanScorer = std::function<CandidateScore(const spec::ParallelPlan&)>;
 struct CandidateBound {
   double iteration_time = 0.0;
   double peak_memory_bytes = 0.0;
+  // False when the plan cannot fit the device's memory whatever it is scored at: the search
+  // counts it out of memory without scoring it.
+  bool fits = true;
   // Token slices the bounder chose for the plan, which its scorer then takes as given (empty:
   // none, or let the scorer choose).
   std::vector<int> slice_tokens;
@@ -137,6 +140,9 @@ struct SearchSpace {
 // The pruned-count key of plans skipped by their bound.
 inline constexpr std::string_view kBoundPrunedReason =
     "cannot reach the best results or the Pareto front (lower bound)";
+// The pruned-count key of plans that do not fit the device's memory: scored, or skipped where
+// their bound already overflows it (CandidateBound::fits).
+inline constexpr std::string_view kOutOfMemoryReason = "out of memory";
 
 struct ScoredPlan {
   spec::ParallelPlan plan;

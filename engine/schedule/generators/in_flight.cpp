@@ -33,6 +33,31 @@ double least_peak_in_flight(const GeneratorParams& params, int rank) {
       return first_backward_after(linear::one_f_one_b_warmup(params.vocab, p, rank));
     if (params.name == "zb-h1") return first_backward_after(p - rank - 1);
   }
+  if (params.name == "interleaved-1f1b") {
+    // Megatron's warm-up of 2 (p - r - 1) + (v - 1) G chunk forwards (interleaved_1f1b.cpp),
+    // lengthened by at least one (vocab-2) or two (vocab-1) under vocabulary parallelism, then
+    // the steady state's first; each chunk's forward holds 1 / v of a micro-batch.
+    const int group = params.group_size > 0 ? params.group_size : p;
+    const int extra = params.vocab == VocabMode::Vocab1   ? 2
+                      : params.vocab == VocabMode::Vocab2 ? 1
+                                                          : 0;
+    const int warmup = 2 * (p - rank - 1) + (chunks - 1) * group + extra;
+    return static_cast<double>(std::min(m * chunks, std::max(0, warmup) + 1)) / chunks;
+  }
+  // dualpipe-v: phases 1 and 2 run 2 (p - r - 1) + 2 (r + 1) = 2p chunk forwards on every rank
+  // before its first backward (dualpipe_v.cpp; it needs m >= 2p).
+  if (params.name == "dualpipe-v") return std::min(m, p);
+  // The V building blocks (v_building_block.hpp) hold a half (V-Half) or a third (V-Min) of
+  // 1F1B's micro-batches: on the least loaded rank floor(p / 2) + 1 and floor(2 (p + 3) / 3) / 2,
+  // fewer while the first micro-batches fill the block ((m + 1) / 2). The squeeze moves ops only
+  // where the peak does not rise, and least_in_flight_test checks these against the simulated
+  // peaks for every p up to 64. With vocabulary passes the block is stretched, never squeezed.
+  if (params.name == "v-half" || params.name == "v-min") {
+    const double filling = (m + 1) / 2.0;
+    const double block =
+        params.name == "v-half" ? p / 2 + 1 : static_cast<double>((2 * (p + 3)) / 3) / 2.0;
+    return std::min(filling, block);
+  }
   // Any schedule: a stage holds one micro-batch from a forward to its backward.
   return 1.0 / chunks;
 }

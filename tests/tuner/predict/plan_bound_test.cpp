@@ -118,12 +118,48 @@ TEST(PlanBound, BranchAndBoundKeepsTheExhaustiveBestAndParetoFront) {
     EXPECT_EQ(bb.pareto[i].score.peak_memory_bytes, all.pareto[i].score.peak_memory_bytes) << i;
   }
   EXPECT_LT(bb.candidates_evaluated, all.candidates_evaluated);
-  // Skipped plans include some the schedule generators would have refused.
-  EXPECT_GE(bb.pruned.at(std::string(kBoundPrunedReason)) + bb.candidates_evaluated,
-            all.candidates_evaluated);
+  // Skipped plans include some the schedule generators would have refused; so do the plans
+  // counted out of memory unscored, their bound overflowing the device.
+  const std::string oom(kOutOfMemoryReason);
+  ASSERT_TRUE(bb.pruned.count(oom));
+  EXPECT_GE(
+      bb.pruned.at(std::string(kBoundPrunedReason)) + bb.pruned.at(oom) + bb.candidates_evaluated,
+      all.candidates_evaluated);
   std::printf("exhaustive: %lld plans simulated; branch and bound (keep 20): %lld\n",
               static_cast<long long>(all.candidates_evaluated),
               static_cast<long long>(bb.candidates_evaluated));
+}
+
+TEST(PlanBound, WithNoFeasiblePlanTheClosestIsTheExhaustiveSearchs) {
+  // Nothing fits: long sequences, no recomputation, no offload. The bounded search skips the
+  // plans whose least memory overflows the device, yet reports the same closest plan as the
+  // search that scores every one.
+  SearchSpace s = space("gpt3-18b", "h100-sxm", 8, 8);
+  s.model.seq_len = 131072;
+  s.recomputes = {spec::Recompute::None};
+  s.offload = false;
+  const SearchResult all = search_plans(s, evaluator_scorers(s.model, s.cluster));
+  s.keep = 10;
+  const SearchResult bb = search_plans(s, evaluator_scorers(s.model, s.cluster));
+  ASSERT_TRUE(all.ranked.empty());
+  ASSERT_TRUE(bb.ranked.empty());
+  ASSERT_TRUE(all.smallest_infeasible && bb.smallest_infeasible);
+  EXPECT_EQ(key(*bb.smallest_infeasible), key(*all.smallest_infeasible));
+  EXPECT_EQ(bb.smallest_infeasible->score.peak_memory_bytes,
+            all.smallest_infeasible->score.peak_memory_bytes);
+  EXPECT_LT(bb.candidates_evaluated, all.candidates_evaluated);
+  // Plans out of memory or refused by their schedule's generator: the bounded search does not
+  // generate the schedules of plans whose bound overflows the device, so some of those it counts
+  // out of memory the exhaustive search counts refused.
+  const auto out_or_refused = [](const SearchResult& r) {
+    std::int64_t n = 0;
+    for (const auto& [reason, count] : r.pruned)
+      if (reason == kOutOfMemoryReason || reason.rfind("schedule: ", 0) == 0) n += count;
+    return n;
+  };
+  EXPECT_EQ(out_or_refused(bb), out_or_refused(all));
+  EXPECT_GE(bb.pruned.at(std::string(kOutOfMemoryReason)),
+            all.pruned.at(std::string(kOutOfMemoryReason)));
 }
 
 }  // namespace

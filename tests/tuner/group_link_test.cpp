@@ -1,0 +1,67 @@
+// group_link walks the nodes a group spans, not its members: its members per node and its
+// slowest NIC must be what a walk over every member finds, on clusters with and without node
+// groups, for every stride, first device and size.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "engine/spec/cluster_spec.hpp"
+#include "tuner/cost/collectives.hpp"
+
+namespace pipetune::tuner {
+namespace {
+
+// The reference: each member's node, counted one by one.
+std::pair<int, double> by_member(const spec::ClusterSpec& c, int first, int stride, int members) {
+  std::map<int, int> per_node;
+  double nic = c.node_inter_bandwidth(first / c.devices_per_node);
+  for (int i = 0; i < members; ++i) {
+    const int node = (first + i * stride) / c.devices_per_node;
+    ++per_node[node];
+    nic = std::min(nic, c.node_inter_bandwidth(node));
+  }
+  int most = 0;
+  for (const auto& [node, n] : per_node) most = std::max(most, n);
+  return {most, nic};
+}
+
+TEST(GroupLink, MembersPerNodeAndSlowestNicMatchAWalkOverEveryMember) {
+  spec::ClusterSpec uniform;
+  uniform.devices_per_node = 8;
+  uniform.devices = 256;
+  uniform.inter_node_bandwidth = 50e9;
+  uniform.intra_node_bandwidth = 450e9;
+  spec::ClusterSpec mixed = uniform;
+  mixed.node_groups = {{5, 50e9}, {3, 25e9}, {24, 12.5e9}};
+  int checked = 0;
+  for (const spec::ClusterSpec* c : {&uniform, &mixed}) {
+    for (int per_node : {1, 4, 8}) {
+      spec::ClusterSpec cluster = *c;
+      cluster.devices_per_node = per_node;
+      const double bus = cluster.hardware.efficiency.inter_node_bus;
+      for (int stride : {1, 2, 3, 4, 8, 12, 16, 64})
+        for (int first : {0, 1, 3, 7, 9, 40})
+          for (int members : {2, 3, 5, 8, 16, 33}) {
+            if (first + (members - 1) * stride >= cluster.devices) continue;
+            const GroupLink link = group_link(cluster, first, stride, members);
+            const auto [most, nic] = by_member(cluster, first, stride, members);
+            if (!link.inter_node) {
+              EXPECT_EQ(most, members) << "one node: every member on it";
+              continue;
+            }
+            EXPECT_EQ(link.members_per_node, most)
+                << "per_node=" << per_node << " stride=" << stride << " first=" << first
+                << " members=" << members << (c == &mixed ? " mixed" : "");
+            EXPECT_DOUBLE_EQ(link.nic_bandwidth, nic * bus)
+                << "per_node=" << per_node << " stride=" << stride << " first=" << first
+                << " members=" << members << (c == &mixed ? " mixed" : "");
+            ++checked;
+          }
+    }
+  }
+  EXPECT_GT(checked, 1000);
+}
+
+}  // namespace
+}  // namespace pipetune::tuner
