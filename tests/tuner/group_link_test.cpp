@@ -8,6 +8,7 @@
 
 #include "engine/spec/cluster_spec.hpp"
 #include "tuner/cost/collectives.hpp"
+#include "tuner/cost/rank_links.hpp"
 
 namespace pipetune::tuner {
 namespace {
@@ -61,6 +62,36 @@ TEST(GroupLink, MembersPerNodeAndSlowestNicMatchAWalkOverEveryMember) {
     }
   }
   EXPECT_GT(checked, 1000);
+}
+
+TEST(GroupLink, StagesOfAUniformClusterHaveTheLinksOfTheirOwnDevices) {
+  // RankLinks computes one stage's links per place in a node where its devices start: each
+  // stage's TP and DP groups (Megatron's order: a stage's tp x dp devices in a row) must still be
+  // the groups its own devices form, where a stage's block is not a whole number of nodes too.
+  spec::ClusterSpec c;
+  c.devices_per_node = 8;
+  c.inter_node_bandwidth = 50e9;
+  c.intra_node_bandwidth = 450e9;
+  int checked = 0;
+  for (int tp : {1, 2, 4})
+    for (int dp : {1, 3, 5, 6, 16})
+      for (int pp : {2, 3, 7, 12}) {
+        spec::ParallelPlan plan;
+        plan.tp = tp;
+        plan.dp = dp;
+        plan.pp = pp;
+        c.devices = tp * dp * pp;
+        const RankLinks links(c, plan);
+        for (int r = 0; r < pp; ++r) {
+          const int first = r * tp * dp;
+          EXPECT_EQ(links.stage(r).tp, group_link(c, first, 1, tp))
+              << "tp=" << tp << " dp=" << dp << " pp=" << pp << " stage " << r;
+          EXPECT_EQ(links.stage(r).dp, group_link(c, first, tp, dp))
+              << "tp=" << tp << " dp=" << dp << " pp=" << pp << " stage " << r;
+          ++checked;
+        }
+      }
+  EXPECT_GT(checked, 300);
 }
 
 }  // namespace

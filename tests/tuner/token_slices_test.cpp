@@ -120,5 +120,30 @@ TEST(TokenSlices, OnlyATerapipePlanWithoutSlicesIsGivenThem) {
   EXPECT_TRUE(other.slice_tokens.empty());
 }
 
+TEST(TokenSlices, TheCacheChoosesWhatChooseTokenSlicesChooses) {
+  // More distinct inputs than the cache holds, each asked for twice and again after the others:
+  // every answer is the direct choice's, for hits, misses and evicted entries alike.
+  TokenSlicingCache cache;
+  for (int round = 0; round < 3; ++round)
+    for (int k = 0; k < 40; ++k) {
+      const schedule::CostTable c = costs(2 + k % 3, 0.1 + 0.02 * k, 0.01 * (k % 5));
+      spec::ParallelPlan plan;
+      plan.pp = 2 + k % 3;
+      plan.microbatches = 1 + k % 4;
+      plan.schedule = "terapipe";
+      spec::ParallelPlan direct = plan, cached = plan;
+      choose_token_slices(direct, 64 + 8 * (k % 2), c);
+      cache.choose(cached, 64 + 8 * (k % 2), c);
+      ASSERT_FALSE(direct.slice_tokens.empty());
+      EXPECT_EQ(cached.slice_tokens, direct.slice_tokens) << "round " << round << " input " << k;
+    }
+  spec::ParallelPlan given;
+  given.pp = 2;
+  given.schedule = "terapipe";
+  given.slices = 3;
+  cache.choose(given, 48, costs(2, 0.5, 0.02));
+  EXPECT_TRUE(given.slice_tokens.empty());  // slices given: nothing chosen
+}
+
 }  // namespace
 }  // namespace pipetune::tuner

@@ -1,5 +1,9 @@
 #include "tuner/cost/rank_links.hpp"
 
+#include <algorithm>
+#include <array>
+#include <utility>
+
 namespace pipetune::tuner {
 
 const GroupLink& slower_link(const GroupLink& a, const GroupLink& b) {
@@ -30,6 +34,24 @@ RankLinks::RankLinks(const spec::ClusterSpec& cluster, const spec::ParallelPlan&
     reordered_ = spec::placed_cluster(cluster, plan.node_group_order);
     placed_ = &*reordered_;
   }
+  // Without node groups every NIC is alike, so a group's link depends on where its first device
+  // sits in its node, not on which node: stages whose groups start at the same place in a node,
+  // with the same tp, have the same links (a deep pipeline's stages mostly do).
+  const int per_node = std::max(1, placed_->devices_per_node);
+  const bool uniform_nics = placed_->node_groups.empty();
+  std::vector<std::pair<std::array<int, 3>, std::size_t>> shapes;  // (shape, stage with it)
+  stages_.reserve(static_cast<std::size_t>(pp_));
+  for (int r = 0; r < pp_; ++r) {
+    const std::array<int, 3> shape{slot(0, 0, r) % per_node, tp(r), dp_stride(r)};
+    const auto same =
+        std::find_if(shapes.begin(), shapes.end(), [&](const auto& s) { return s.first == shape; });
+    if (uniform_nics && same != shapes.end()) {
+      stages_.push_back(stages_[same->second]);
+      continue;
+    }
+    if (uniform_nics) shapes.emplace_back(shape, stages_.size());
+    stages_.push_back(stage_links(r));
+  }
 }
 
 int RankLinks::tp(int pp_rank) const {
@@ -50,7 +72,7 @@ GroupLink RankLinks::group(int tp_rank, int dp_rank, int pp_rank, int stride, in
   return group_link(*placed_, slot(tp_rank, dp_rank, pp_rank), stride, members);
 }
 
-StageLinks RankLinks::stage(int r) const {
+StageLinks RankLinks::stage_links(int r) const {
   const int edp = dp_ / ep_, t_r = tp(r), tps = tp_stride(), dps = dp_stride(r);
   StageLinks l;
   l.tp = group(0, 0, r, tps, t_r);

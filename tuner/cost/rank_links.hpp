@@ -31,7 +31,7 @@ class RankLinks {
   RankLinks& operator=(const RankLinks&) = delete;
 
   // Pipeline rank r's TP, DP, EP and expert-DP groups.
-  StageLinks stage(int r) const;
+  const StageLinks& stage(int r) const { return stages_[static_cast<std::size_t>(r)]; }
   // Between pipeline ranks a and b (a hop, or the tied embedding's first and last stages).
   GroupLink pair(int a, int b) const;
   // The pipeline group (every stage of one replica): the vocabulary-parallel collectives.
@@ -54,10 +54,13 @@ class RankLinks {
   const spec::ClusterSpec* placed_;
   int tp_, pp_, dp_, ep_;
   spec::DeviceStrides at_;
-  bool varies_;                  // per-stage layouts: slots from stage_tp_ and first_slot_
-  std::vector<int> stage_tp_;    // per pipeline rank (only when varies_)
-  std::vector<int> first_slot_;  // per pipeline rank (only when varies_)
-  bool heterogeneous_;           // groups of one kind may cross different NICs: check them all
+  bool varies_;                     // per-stage layouts: slots from stage_tp_ and first_slot_
+  std::vector<int> stage_tp_;       // per pipeline rank (only when varies_)
+  std::vector<int> first_slot_;     // per pipeline rank (only when varies_)
+  bool heterogeneous_;              // groups of one kind may cross different NICs: check them all
+  std::vector<StageLinks> stages_;  // per pipeline rank
+
+  StageLinks stage_links(int r) const;
 };
 
 // The slower of two links, by the time of one all-reduce of 1 GB (or, for two single-member

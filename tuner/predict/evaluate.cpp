@@ -140,7 +140,7 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   std::vector<schedule::SliceShape> shapes;
   if (sliced) {
     spec::ParallelPlan chosen = plan;
-    choose_token_slices(chosen, model.seq_len, t);
+    slicings_.choose(chosen, model.seq_len, t);
     if (plan.slice_tokens.empty()) b.slice_tokens = chosen.slice_tokens;
     shapes = schedule::slice_shapes(
         schedule::slice_count(chosen.schedule, chosen.slices, chosen.slice_tokens),
@@ -296,7 +296,7 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
   }
 
   e.costs = costs_for(model, cluster, plan, e.placement, execution);
-  choose_token_slices(plan, model.seq_len, e.costs.table);  // terapipe without given slices
+  slicings_.choose(plan, model.seq_len, e.costs.table);  // terapipe without given slices
   e.slice_tokens = plan.slice_tokens;
 
   schedule::GeneratorParams params =

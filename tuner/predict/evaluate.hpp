@@ -35,6 +35,7 @@
 #include "tuner/cost/op_costs.hpp"
 #include "tuner/memory/memory_model.hpp"
 #include "tuner/predict/simulation_cache.hpp"
+#include "tuner/predict/token_slices.hpp"
 #include "tuner/sim/simulator.hpp"
 
 namespace pipetune::tuner {
@@ -178,6 +179,7 @@ class PlanEvaluator {
                            const ExecutionOptions& execution);
 
   EvaluateOptions options_;
+  TokenSlicingCache slicings_;
   std::map<ScheduleKey, schedule::Schedule> schedules_;
   struct CostsEntry {
     spec::ParallelPlan plan;  // schedule name normalised (costs_for)

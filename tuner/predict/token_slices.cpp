@@ -30,6 +30,12 @@ class SliceTimer {
     latency_ = std::min(costs.p2p_latency, costs.p2p_time());
     bytes_ = costs.p2p_time() - latency_;
   }
+  // Everything operator() reads, in order.
+  void append_inputs(std::vector<double>& key) const {
+    key.push_back(latency_);
+    key.push_back(bytes_);
+    for (const auto& t : stages_) key.insert(key.end(), {t.fixed, t.per_length, t.attention});
+  }
   double operator()(schedule::SliceShape shape) const {
     double slowest = 0.0;
     for (const auto& t : stages_) slowest = std::max(slowest, t.at(shape));
@@ -117,16 +123,46 @@ TokenSlicing best_token_slicing(const schedule::CostTable& costs, int stages, in
   return best;
 }
 
+namespace {
+
+constexpr int kSlicingGrid = 32;
+
+bool chooses_slices(const spec::ParallelPlan& plan) {
+  return schedule::supports_slices(plan.schedule) && plan.slices <= 0 && plan.slice_tokens.empty();
+}
+
+// Under sequence parallelism a slice's micro_batch_size x tokens rows split over tp.
+int slice_granularity(const spec::ParallelPlan& plan) {
+  if (!plan.sequence_parallel || plan.tp <= 1) return 1;
+  return plan.tp / std::gcd(plan.tp, std::max(1, plan.micro_batch_size));
+}
+
+}  // namespace
+
 void choose_token_slices(spec::ParallelPlan& plan, std::int64_t seq,
                          const schedule::CostTable& costs) {
-  if (!schedule::supports_slices(plan.schedule) || plan.slices > 0 || !plan.slice_tokens.empty())
-    return;
-  // Under sequence parallelism a slice's micro_batch_size x tokens rows split over tp.
-  int granularity = 1;
-  if (plan.sequence_parallel && plan.tp > 1)
-    granularity = plan.tp / std::gcd(plan.tp, std::max(1, plan.micro_batch_size));
+  if (!chooses_slices(plan)) return;
+  plan.slice_tokens = best_token_slicing(costs, plan.pp, plan.microbatches, seq, kSlicingGrid,
+                                         slice_granularity(plan))
+                          .tokens;
+}
+
+void TokenSlicingCache::choose(spec::ParallelPlan& plan, std::int64_t seq,
+                               const schedule::CostTable& costs) {
+  if (!chooses_slices(plan)) return;
+  const int granularity = slice_granularity(plan);
+  std::vector<double> key{static_cast<double>(seq), static_cast<double>(plan.pp),
+                          static_cast<double>(plan.microbatches), static_cast<double>(granularity)};
+  SliceTimer(costs).append_inputs(key);
+  for (auto it = recent_.rbegin(); it != recent_.rend(); ++it)
+    if (it->first == key) {
+      plan.slice_tokens = it->second;
+      return;
+    }
   plan.slice_tokens =
-      best_token_slicing(costs, plan.pp, plan.microbatches, seq, 32, granularity).tokens;
+      best_token_slicing(costs, plan.pp, plan.microbatches, seq, kSlicingGrid, granularity).tokens;
+  if (recent_.size() >= kEntries) recent_.erase(recent_.begin());
+  recent_.emplace_back(std::move(key), plan.slice_tokens);
 }
 
 }  // namespace pipetune::tuner

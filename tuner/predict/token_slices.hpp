@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "engine/schedule/costs.hpp"
@@ -38,5 +39,19 @@ TokenSlicing best_token_slicing(const schedule::CostTable& costs, int stages, in
 // plan is left as it is.
 void choose_token_slices(spec::ParallelPlan& plan, std::int64_t seq,
                          const schedule::CostTable& costs);
+
+// choose_token_slices through the slicings of the latest distinct inputs: a search prices many
+// terapipe plans whose stages cost the same per slice (ZeRO stages, placements, offload of the
+// optimizer), and each choice is a dynamic programme over the grid's cuts. One per thread.
+class TokenSlicingCache {
+ public:
+  void choose(spec::ParallelPlan& plan, std::int64_t seq, const schedule::CostTable& costs);
+
+ private:
+  static constexpr std::size_t kEntries = 32;
+  // What best_token_slicing reads (the sizes, the granularity, the distinct stages' slice terms
+  // and the transfer), and the lengths it chose; newest last.
+  std::vector<std::pair<std::vector<double>, std::vector<int>>> recent_;
+};
 
 }  // namespace pipetune::tuner

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/errors.hpp"
 
@@ -45,17 +47,36 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
   if (!shared.simulation_cache) shared.simulation_cache = std::make_shared<SimulationCache>();
   return [target, options = std::move(shared)] {
     auto evaluator = std::make_shared<PlanEvaluator>(options);
+    // The latest bound times of plans that keep everything on the device without recomputing:
+    // the search enumerates each such plan a few plans before its offload variants, whose bound
+    // needs its time again.
+    auto kept_times = std::make_shared<std::vector<std::pair<spec::ParallelPlan, double>>>();
     const FailureModel failures = options.failures;
-    PlanBounder bound = [evaluator, target, failures](const spec::ParallelPlan& plan) {
+    PlanBounder bound = [evaluator, target, failures, kept_times](const spec::ParallelPlan& plan) {
+      constexpr std::size_t kKeptTimes = 16;
+      const auto remember = [&](const spec::ParallelPlan& p, double t) {
+        if (kept_times->size() >= kKeptTimes) kept_times->erase(kept_times->begin());
+        kept_times->emplace_back(p, t);
+      };
       const PlanBound b = evaluator->bound(target->first, target->second, plan);
       CandidateBound out{b.iteration_time, b.peak_memory_bytes, b.fits, b.slice_tokens};
+      if (!plan.offload_activations && !plan.offload_optimizer &&
+          plan.recompute == spec::Recompute::None && plan.stage_recompute.empty())
+        remember(plan, b.iteration_time);
       if (plan.offload_activations || plan.offload_optimizer) {
         // Copies that may stall, a slower optimizer step, recomputation: an offloading plan is
         // never faster than the same plan keeping everything on the device without recomputing.
         const spec::ParallelPlan kept = without_offload_or_recompute(plan);
-        out.iteration_time =
-            std::max(out.iteration_time,
-                     evaluator->bound(target->first, target->second, kept).iteration_time);
+        const auto seen = std::find_if(kept_times->rbegin(), kept_times->rend(),
+                                       [&](const auto& e) { return e.first == kept; });
+        double kept_time = 0.0;
+        if (seen != kept_times->rend()) {
+          kept_time = seen->second;
+        } else {
+          kept_time = evaluator->bound(target->first, target->second, kept).iteration_time;
+          remember(kept, kept_time);
+        }
+        out.iteration_time = std::max(out.iteration_time, kept_time);
       }
       // The expected time grows with the time: the bound's is a bound on the plan's.
       out.iteration_time =
