@@ -1,0 +1,108 @@
+// What a frame costs before the timeline draws anything: an OpenGL surface that only clears, at
+// the timeline frame bench's size (1600x900), as a QOpenGLWidget (the timeline's surface today:
+// it renders into a framebuffer object that Qt then composes into the window) and as a
+// QOpenGLWindow (rendered into the window's own surface, nothing composed). Each frame is timed
+// as timeline_frame_bench times one: from the update request to frameSwapped, its GL work
+// finished. Under Xvfb with Mesa's software OpenGL the difference is the composition's share of
+// every timeline frame. Prints the median and 95th percentile of 100 frames for each surface.
+//
+//   build/tests/gl_surface_bench
+// Exits 77 without an X server or Xvfb.
+
+#include <QApplication>
+#include <QElapsedTimer>
+#include <QOpenGLContext>
+#include <QOpenGLFunctions>
+#include <QOpenGLWidget>
+#include <QOpenGLWindow>
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "gui/support/gui_test_env.hpp"
+
+namespace {
+
+using namespace pipetune;
+
+class ClearingWidget : public QOpenGLWidget, protected QOpenGLFunctions {
+ protected:
+  void initializeGL() override { initializeOpenGLFunctions(); }
+  void paintGL() override {
+    glClearColor(0.1f, 0.1f, 0.12f, 1.0f);
+    glClear(GL_COLOR_BUFFER_BIT);
+  }
+};
+
+class ClearingWindow : public QOpenGLWindow, protected QOpenGLFunctions {
+ protected:
+  void initializeGL() override { initializeOpenGLFunctions(); }
+  void paintGL() override {
+    glClearColor(0.1f, 0.1f, 0.12f, 1.0f);
+    glClear(GL_COLOR_BUFFER_BIT);
+  }
+};
+
+// From update() to frameSwapped with the GL work finished; -1 when no frame came in 10 s.
+template <class Surface>
+double frame_ms(Surface& s) {
+  bool swapped = false;
+  const QMetaObject::Connection c =
+      QObject::connect(&s, &Surface::frameSwapped, [&] { swapped = true; });
+  QElapsedTimer t;
+  t.start();
+  s.update();
+  while (!swapped && t.elapsed() < 10000) QCoreApplication::processEvents(QEventLoop::AllEvents);
+  s.makeCurrent();
+  s.context()->functions()->glFinish();
+  s.doneCurrent();
+  QObject::disconnect(c);
+  return swapped ? static_cast<double>(t.nsecsElapsed()) / 1e6 : -1.0;
+}
+
+// Prints the surface's median and 95th percentile; false when a frame never came.
+template <class Surface>
+bool report(const char* name, Surface& s) {
+  for (int i = 0; i < 20; ++i) frame_ms(s);  // the first frames create the surface's buffers
+  std::vector<double> ms;
+  for (int i = 0; i < 100; ++i) {
+    const double f = frame_ms(s);
+    if (f < 0) {
+      std::fprintf(stderr, "gl_surface_bench: %s never swapped a frame\n", name);
+      return false;
+    }
+    ms.push_back(f);
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf("%s clearing 1600x900: median %.2f ms, p95 %.2f ms over 100 frames\n", name,
+              ms[ms.size() / 2], ms[ms.size() * 95 / 100]);
+  return true;
+}
+
+}  // namespace
+
+int main() {
+  if (gui::test::gui_test_app() == nullptr) {
+    std::fprintf(stderr, "gl_surface_bench: no display: %s\n",
+                 gui::test::gui_test_skip_reason().c_str());
+    return 77;
+  }
+  bool ok = true;
+  {
+    ClearingWidget w;
+    w.resize(1600, 900);
+    w.show();
+    ok = report("QOpenGLWidget", w) && ok;
+  }
+  {
+    ClearingWindow w;
+    w.resize(1600, 900);
+    w.show();
+    ok = report("QOpenGLWindow", w) && ok;
+    w.makeCurrent();
+    std::printf("renderer: %s\n",
+                reinterpret_cast<const char*>(w.context()->functions()->glGetString(GL_RENDERER)));
+    w.doneCurrent();
+  }
+  return ok ? 0 : 1;
+}
