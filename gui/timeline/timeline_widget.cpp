@@ -1,12 +1,15 @@
 #include "gui/timeline/timeline_widget.hpp"
 
+#include <QCoreApplication>
 #include <QElapsedTimer>
 #include <QKeyEvent>
 #include <QMouseEvent>
 #include <QOpenGLContext>
 #include <QOpenGLFunctions>
+#include <QOpenGLWindow>
 #include <QSurfaceFormat>
 #include <QTimer>
+#include <QVBoxLayout>
 #include <QWheelEvent>
 #include <algorithm>
 #include <chrono>
@@ -89,15 +92,47 @@ namespace {
 void update_comparison(TimelineWidget& w, TimelineView& v);
 }  // namespace
 
+// The OpenGL window the timeline draws on: its GL calls and its input go to the widget.
+class TimelineWidget::Surface : public QOpenGLWindow {
+ public:
+  explicit Surface(TimelineWidget& owner) : owner_(owner) {}
+
+ protected:
+  void initializeGL() override { owner_.initializeGL(); }
+  void paintGL() override { owner_.paintGL(); }
+  void mousePressEvent(QMouseEvent* e) override { owner_.mousePressEvent(e); }
+  void mouseMoveEvent(QMouseEvent* e) override { owner_.mouseMoveEvent(e); }
+  void mouseReleaseEvent(QMouseEvent* e) override { owner_.mouseReleaseEvent(e); }
+  void wheelEvent(QWheelEvent* e) override { owner_.wheelEvent(e); }
+  void keyPressEvent(QKeyEvent* e) override { owner_.keyPressEvent(e); }
+  void keyReleaseEvent(QKeyEvent* e) override { owner_.keyReleaseEvent(e); }
+  bool event(QEvent* e) override {
+    if (e->type() == QEvent::Leave) owner_.leaveEvent(e);
+    return QOpenGLWindow::event(e);
+  }
+
+ private:
+  TimelineWidget& owner_;
+};
+
 TimelineWidget::TimelineWidget(QWidget* parent)
-    : QOpenGLWidget(parent), view_(std::make_unique<TimelineView>()) {
-  QSurfaceFormat f = format();
+    : QWidget(parent), view_(std::make_unique<TimelineView>()) {
+  surface_ = new Surface(*this);
+  QSurfaceFormat f = surface_->format();
   f.setVersion(3, 3);
   f.setProfile(QSurfaceFormat::CoreProfile);
-  setFormat(f);
+  surface_->setFormat(f);
+  QWidget* container = QWidget::createWindowContainer(surface_, this);
+  container->setFocusPolicy(Qt::StrongFocus);
+  container->setMouseTracking(true);
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->addWidget(container);
+  setFocusProxy(container);
   setMouseTracking(true);
   setFocusPolicy(Qt::StrongFocus);
   setMinimumSize(400, 200);
+  connect(surface_, &QOpenGLWindow::frameSwapped, this, &TimelineWidget::frameSwapped);
   view_->clock.start();
   TimelineView* v = view_.get();
   TimelineLoader::Callbacks cb;
@@ -123,23 +158,23 @@ TimelineWidget::TimelineWidget(QWidget* parent)
                       .arg(r.span_count);
       emit error_message(v->status);
     }
-    update();
+    request_frame();
   };
   cb.window = [this, v](std::uint64_t g, std::shared_ptr<const StoredWindow> w) {
     if (g != v->generation || !v->stored) return;
     v->stored->set_window(std::move(w));
-    update();
+    request_frame();
   };
   cb.bubble_ratios = [this, v](std::uint64_t g, std::map<std::int32_t, double> ratios) {
     if (g != v->generation || !v->stored) return;
     v->stored->set_bubble_ratios(std::move(ratios));
-    update();
+    request_frame();
   };
   cb.range_statistics = [this, v](std::uint64_t g, QString text) {
     if (g != v->generation) return;
     v->range_text = text;
     emit range_selected(text);
-    update();
+    request_frame();
   };
   cb.prepared = [this, v](std::uint64_t g, std::shared_ptr<TraceTimelineSource> source) {
     if (g != v->generation) return;
@@ -155,7 +190,7 @@ TimelineWidget::TimelineWidget(QWidget* parent)
     v->fit_pending = true;
     v->last_analysis_s = v->clock.elapsed() / 1e3;
     update_comparison(*this, *v);
-    update();
+    request_frame();
   };
   cb.failed = [this, v](std::uint64_t g, QString message) {
     if (g != v->generation) return;
@@ -163,7 +198,7 @@ TimelineWidget::TimelineWidget(QWidget* parent)
     v->pending_parts.clear();
     v->status = message;
     emit error_message(message);
-    update();
+    request_frame();
   };
   view_->loader = std::make_unique<TimelineLoader>(std::move(cb));
 }
@@ -171,12 +206,45 @@ TimelineWidget::TimelineWidget(QWidget* parent)
 TimelineWidget::~TimelineWidget() {
   view_->loader.reset();  // joins the worker before the state its answers touch goes away
   if (view_->imgui != nullptr) {
-    makeCurrent();
+    surface_->makeCurrent();
     ImGui::SetCurrentContext(view_->imgui);
     if (view_->gl_ready) ImGui_ImplOpenGL3_Shutdown();
     ImGui::DestroyContext(view_->imgui);
-    doneCurrent();
+    surface_->doneCurrent();
   }
+}
+
+void TimelineWidget::request_frame() {
+  surface_->update();
+}
+
+QImage TimelineWidget::grabFramebuffer() {
+  QElapsedTimer waited;
+  waited.start();
+  while (isVisible() && !surface_->isValid() && waited.elapsed() < 5000)
+    QCoreApplication::processEvents(QEventLoop::AllEvents, 10);
+  if (!surface_->isValid()) return {};
+  // QOpenGLWindow::grabFramebuffer reads what is drawn: draw a frame first, as QOpenGLWidget's
+  // did.
+  surface_->makeCurrent();
+  surface_->context()->functions()->glBindFramebuffer(GL_FRAMEBUFFER,
+                                                      surface_->defaultFramebufferObject());
+  paintGL();
+  QImage image = surface_->grabFramebuffer();
+  surface_->doneCurrent();
+  return image;
+}
+
+QOpenGLContext* TimelineWidget::context() const {
+  return surface_->context();
+}
+
+void TimelineWidget::makeCurrent() {
+  surface_->makeCurrent();
+}
+
+void TimelineWidget::doneCurrent() {
+  surface_->doneCurrent();
 }
 
 namespace {
@@ -231,7 +299,7 @@ void TimelineWidget::set_trace(std::shared_ptr<const profiler::Trace> trace, con
     }
   }
   update_comparison(*this, v);
-  update();
+  request_frame();
 }
 
 void TimelineWidget::append(const profiler::Trace& part) {
@@ -252,7 +320,7 @@ void TimelineWidget::append(const profiler::Trace& part) {
   } catch (const std::exception& e) {
     emit error_message(QString("live run: ") + e.what());
   }
-  update();
+  request_frame();
 }
 
 void TimelineWidget::open_run(const QString& db_path, std::int64_t run_id) {
@@ -268,7 +336,7 @@ void TimelineWidget::open_run(const QString& db_path, std::int64_t run_id) {
   v.status = QString("reading run %1 of %2 ...").arg(run_id).arg(db_path);
   v.loader->open(v.generation, db_path, run_id);
   update_comparison(*this, v);
-  update();
+  request_frame();
 }
 
 void TimelineWidget::set_comparison(std::shared_ptr<const profiler::Trace> other,
@@ -284,7 +352,7 @@ void TimelineWidget::set_comparison(std::shared_ptr<const profiler::Trace> other
     }
   }
   update_comparison(*this, v);
-  update();
+  request_frame();
 }
 
 void TimelineWidget::clear() {
@@ -297,7 +365,7 @@ void TimelineWidget::clear() {
   v.other.reset();
   v.comparison.clear();
   reset_selection(v);
-  update();
+  request_frame();
 }
 
 QString TimelineWidget::comparison_text() const {
@@ -315,8 +383,6 @@ void TimelineWidget::initializeGL() {
   v.gl_ready = ImGui_ImplOpenGL3_Init("#version 330 core");
   if (!v.gl_ready) emit error_message("timeline: OpenGL 3.3 initialisation failed");
 }
-
-void TimelineWidget::resizeGL(int, int) {}
 
 void TimelineWidget::paintGL() {
   TimelineView& v = *view_;
@@ -354,7 +420,7 @@ void TimelineWidget::paintGL() {
 }
 
 void TimelineWidget::clear_viewport(qreal dpr) {
-  QOpenGLFunctions* gl = context()->functions();
+  QOpenGLFunctions* gl = surface_->context()->functions();
   gl->glViewport(0, 0, static_cast<GLsizei>(width() * dpr), static_cast<GLsizei>(height() * dpr));
   gl->glClearColor(30 / 255.f, 30 / 255.f, 34 / 255.f, 1.f);
   gl->glClear(GL_COLOR_BUFFER_BIT);
@@ -386,7 +452,7 @@ void TimelineWidget::refresh_live_analysis(double now) {
       v.refresh_scheduled = true;
       QTimer::singleShot(1000, this, [this] {
         view_->refresh_scheduled = false;
-        update();
+        request_frame();
       });
     }
   }
@@ -474,7 +540,7 @@ void TimelineWidget::mousePressEvent(QMouseEvent* event) {
   if (event->button() != Qt::LeftButton && event->button() != Qt::RightButton) return;
   if (v.geometry.side_panel_px > 0 && event->position().x() >= lanes_right(v.geometry)) {
     v.panel_button = true;  // the side panel's own (ImGui) scrollbars
-    update();
+    request_frame();
     return;
   }
   v.pressed = true;
@@ -498,14 +564,14 @@ void TimelineWidget::mouseMoveEvent(QMouseEvent* event) {
     }
     v.last_pos = p;
   }
-  update();
+  request_frame();
 }
 
 void TimelineWidget::mouseReleaseEvent(QMouseEvent* event) {
   TimelineView& v = *view_;
   if (v.panel_button) {
     v.panel_button = false;
-    update();
+    request_frame();
     return;
   }
   if (!v.pressed) return;
@@ -544,7 +610,7 @@ void TimelineWidget::mouseReleaseEvent(QMouseEvent* event) {
       v.details.clear();
     }
   }
-  update();
+  request_frame();
 }
 
 void TimelineWidget::wheelEvent(QWheelEvent* event) {
@@ -554,7 +620,7 @@ void TimelineWidget::wheelEvent(QWheelEvent* event) {
   if (v.geometry.side_panel_px > 0 && event->position().x() >= lanes_right(v.geometry)) {
     v.panel_wheel += static_cast<float>(steps);  // scrolls the side panel (ImGui)
     event->accept();
-    update();
+    request_frame();
     return;
   }
   if (event->modifiers() & Qt::ShiftModifier) {  // Shift+wheel scrolls the lanes
@@ -563,7 +629,7 @@ void TimelineWidget::wheelEvent(QWheelEvent* event) {
     v.view.zoom_at(event->position().x(), std::pow(1.25, steps));
   }
   event->accept();
-  update();
+  request_frame();
 }
 
 void TimelineWidget::keyPressEvent(QKeyEvent* event) {
@@ -609,20 +675,20 @@ void TimelineWidget::keyPressEvent(QKeyEvent* event) {
       v.range_text.clear();
       break;
     default:
-      QOpenGLWidget::keyPressEvent(event);
+      QWidget::keyPressEvent(event);
       return;
   }
-  update();
+  request_frame();
 }
 
 void TimelineWidget::keyReleaseEvent(QKeyEvent* event) {
-  QOpenGLWidget::keyReleaseEvent(event);
+  QWidget::keyReleaseEvent(event);
 }
 
 void TimelineWidget::leaveEvent(QEvent* event) {
   view_->mouse = QPointF(-1, -1);
-  update();
-  QOpenGLWidget::leaveEvent(event);
+  request_frame();
+  QWidget::leaveEvent(event);
 }
 
 }  // namespace pipetune::gui

@@ -1,13 +1,19 @@
-// TimelineWidget: the pipeline timeline of one run, or of two compared. Dear ImGui drawn inside a
-// QOpenGLWidget; every layout decision (time->pixel, rectangles, folding, hatches, memory
-// lines, hit testing, range statistics) lives in the pure model gui/core/timeline_*; this
-// widget only feeds input to that model and turns its draw commands into ImGui draw calls.
+// TimelineWidget: the pipeline timeline of one run, or of two compared. Dear ImGui drawn on a
+// QOpenGLWindow in a window container: a QOpenGLWidget renders into a framebuffer object that Qt
+// then composes into its window with every other widget, which under software OpenGL cost more
+// than the timeline's drawing (tests/bench/gui/frame/gl_surface_bench.cpp). Every layout decision
+// (time->pixel, rectangles, folding, hatches, memory lines, hit testing, range statistics) lives in
+// the pure model gui/core/timeline_*; this widget only feeds input to that model and turns its draw
+// commands into ImGui draw calls.
 #pragma once
 
-#include <QOpenGLWidget>
+#include <QImage>
 #include <QString>
+#include <QWidget>
 #include <cstdint>
 #include <memory>
+
+class QOpenGLContext;
 
 #include "profiler/trace.hpp"
 
@@ -15,7 +21,7 @@ namespace pipetune::gui {
 
 class TimelineView;  // gui/timeline/timeline_widget.cpp: ImGui context, model, worker state
 
-class TimelineWidget : public QOpenGLWidget {
+class TimelineWidget : public QWidget {
   Q_OBJECT
  public:
   explicit TimelineWidget(QWidget* parent = nullptr);
@@ -37,15 +43,23 @@ class TimelineWidget : public QOpenGLWidget {
   void clear();
   QString comparison_text() const;
 
+  // A frame drawn now and read back (empty while the surface has never been shown): what
+  // QOpenGLWidget::grabFramebuffer gave. Waits up to 5 s for a shown widget's surface to appear.
+  QImage grabFramebuffer();
+  // The surface's OpenGL context, current on this thread between makeCurrent and doneCurrent
+  // (null before the surface first appeared).
+  QOpenGLContext* context() const;
+  void makeCurrent();
+  void doneCurrent();
+
  signals:
+  void frameSwapped();                      // a frame reached the window
   void span_selected(QString details);      // click on a block
   void range_selected(QString statistics);  // modifier-drag range: time by kind, bubble, memory
   void error_message(QString message);      // e.g. a run still being written, unreadable file
 
  protected:
-  void initializeGL() override;
-  void resizeGL(int w, int h) override;
-  void paintGL() override;
+  // Input arrives here whether sent to the widget or to its surface (which forwards it).
   void mousePressEvent(QMouseEvent* event) override;
   void mouseMoveEvent(QMouseEvent* event) override;
   void mouseReleaseEvent(QMouseEvent* event) override;
@@ -55,6 +69,11 @@ class TimelineWidget : public QOpenGLWidget {
   void leaveEvent(QEvent* event) override;
 
  private:
+  class Surface;  // the QOpenGLWindow (timeline_widget.cpp)
+  void initializeGL();
+  void paintGL();
+  // A new frame: the surface repaints (QWidget::update would repaint only the widget).
+  void request_frame();
   // paintGL's parts, in the order it calls them.
   void clear_viewport(qreal dpr);
   double feed_imgui_display(qreal dpr);
@@ -65,6 +84,7 @@ class TimelineWidget : public QOpenGLWidget {
   void draw_side_panel();
 
   std::unique_ptr<TimelineView> view_;
+  Surface* surface_ = nullptr;  // owned by its container, a child widget
 };
 
 }  // namespace pipetune::gui

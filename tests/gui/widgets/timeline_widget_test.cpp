@@ -8,10 +8,13 @@
 
 #include <QCoreApplication>
 #include <QElapsedTimer>
+#include <QGuiApplication>
 #include <QImage>
 #include <QKeyEvent>
 #include <QMouseEvent>
+#include <QOpenGLWindow>
 #include <QWheelEvent>
+#include <QWindow>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -144,6 +147,49 @@ TEST(TimelineWidget, ClickRangeFitAndZoomLikeAUser) {
   EXPECT_TRUE(near(img.pixel(static_cast<int>(on_f0.x()), static_cast<int>(row0) - 6),
                    kind_color(profiler::SpanKind::F)));
   EXPECT_TRUE(error.isEmpty()) << error.toStdString();
+}
+
+TEST(TimelineWidget, InputOnItsOpenGLWindowActsAsOnTheWidget) {
+  // The timeline draws on a QOpenGLWindow inside the widget: a user's clicks and keys reach that
+  // window, not the widget, and must select and fit as the widget's own events do.
+  if (test::gui_test_app() == nullptr) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
+  const auto trace = simulated();
+  TimelineWidget w;
+  QString span;
+  QObject::connect(&w, &TimelineWidget::span_selected, [&](const QString& s) { span = s; });
+  w.set_trace(trace, "1f1b");
+  frame(w);
+  QWindow* surface = nullptr;
+  for (QWindow* x : QGuiApplication::allWindows())
+    if (qobject_cast<QOpenGLWindow*>(x) != nullptr) surface = x;
+  ASSERT_NE(surface, nullptr) << "no QOpenGLWindow: the timeline draws elsewhere";
+
+  const auto ext = profiler::analysis::trace_extent(*trace);
+  const double len = static_cast<double>(ext.length_ns());
+  const profiler::Span* f0 = nullptr;  // rank 0's first forward
+  for (const auto& s : trace->spans)
+    if (s.kind == profiler::SpanKind::F &&
+        trace->lanes[static_cast<std::size_t>(s.lane)].rank == 0 &&
+        (f0 == nullptr || s.start_ns < f0->start_ns))
+      f0 = &s;
+  ASSERT_NE(f0, nullptr);
+  const auto x_of = [&](std::int64_t t) {
+    return 220.0 + (static_cast<double>(t - ext.start_ns) + 0.02 * len) / (1.04 * len) * 1000.0;
+  };
+  const double row0 = 26 + 20 + 11;
+  const QPointF on_f0(0.5 * (x_of(f0->start_ns) + x_of(f0->end_ns)), row0);
+  for (const QEvent::Type type : {QEvent::MouseButtonPress, QEvent::MouseButtonRelease}) {
+    QMouseEvent e(type, on_f0, surface->mapToGlobal(on_f0), Qt::LeftButton,
+                  type == QEvent::MouseButtonPress ? Qt::LeftButton : Qt::NoButton, Qt::NoModifier);
+    QCoreApplication::sendEvent(surface, &e);
+  }
+  EXPECT_TRUE(span.startsWith("F0.0")) << span.toStdString();
+  QKeyEvent fit(QEvent::KeyPress, Qt::Key_F, Qt::NoModifier);
+  QCoreApplication::sendEvent(surface, &fit);
+  const QImage img = frame(w);
+  EXPECT_TRUE(
+      near(img.pixel(220 + 500, static_cast<int>(row0) - 6), kind_color(profiler::SpanKind::F)))
+      << "F pressed on the OpenGL window should fit the selected forward";
 }
 
 TEST(TimelineWidget, LiveRunGrowsAndTheViewFollowsItsEnd) {

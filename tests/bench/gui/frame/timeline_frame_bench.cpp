@@ -38,7 +38,7 @@ void press(gui::TimelineWidget& w, int key) {
 double frame_ms(gui::TimelineWidget& w, int key) {
   bool swapped = false;
   const QMetaObject::Connection c =
-      QObject::connect(&w, &QOpenGLWidget::frameSwapped, [&] { swapped = true; });
+      QObject::connect(&w, &gui::TimelineWidget::frameSwapped, [&] { swapped = true; });
   QElapsedTimer t;
   t.start();
   press(w, key);
