@@ -84,6 +84,25 @@ bool near(QRgb p, Rgba c, int tol = 6) {
          std::abs(qBlue(p) - c.b) <= tol;
 }
 
+// Rank 0's first forward; null when the trace has none.
+const profiler::Span* first_forward_on_rank0(const profiler::Trace& trace) {
+  const profiler::Span* f0 = nullptr;
+  for (const auto& s : trace.spans)
+    if (s.kind == profiler::SpanKind::F &&
+        trace.lanes[static_cast<std::size_t>(s.lane)].rank == 0 &&
+        (f0 == nullptr || s.start_ns < f0->start_ns))
+      f0 = &s;
+  return f0;
+}
+
+// Where time t falls in the fitted view: [-2%, 102%] of the run over the lane area (x 220 to
+// 1220 at the test's size).
+double fitted_x(const profiler::Trace& trace, std::int64_t t) {
+  const auto ext = profiler::analysis::trace_extent(trace);
+  const double len = static_cast<double>(ext.length_ns());
+  return 220.0 + (static_cast<double>(t - ext.start_ns) + 0.02 * len) / (1.04 * len) * 1000.0;
+}
+
 TEST(TimelineWidget, ClickRangeFitAndZoomLikeAUser) {
   if (test::gui_test_app() == nullptr) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
   const auto trace = simulated();
@@ -95,18 +114,10 @@ TEST(TimelineWidget, ClickRangeFitAndZoomLikeAUser) {
   w.set_trace(trace, "1f1b");
   frame(w);
 
-  // The fitted view: [-2%, 102%] of the run over the lane area.
   const auto ext = profiler::analysis::trace_extent(*trace);
   const double len = static_cast<double>(ext.length_ns());
-  const auto x_of = [&](std::int64_t t) {
-    return 220.0 + (static_cast<double>(t - ext.start_ns) + 0.02 * len) / (1.04 * len) * 1000.0;
-  };
-  const profiler::Span* f0 = nullptr;  // rank 0's first forward
-  for (const auto& s : trace->spans)
-    if (s.kind == profiler::SpanKind::F &&
-        trace->lanes[static_cast<std::size_t>(s.lane)].rank == 0 &&
-        (f0 == nullptr || s.start_ns < f0->start_ns))
-      f0 = &s;
+  const auto x_of = [&](std::int64_t t) { return fitted_x(*trace, t); };
+  const profiler::Span* f0 = first_forward_on_rank0(*trace);
   ASSERT_NE(f0, nullptr);
   const double row0 = 26 + 20 + 11;  // middle of rank 0's compute row
   const QPointF on_f0(0.5 * (x_of(f0->start_ns) + x_of(f0->end_ns)), row0);
@@ -164,20 +175,10 @@ TEST(TimelineWidget, InputOnItsOpenGLWindowActsAsOnTheWidget) {
     if (qobject_cast<QOpenGLWindow*>(x) != nullptr) surface = x;
   ASSERT_NE(surface, nullptr) << "no QOpenGLWindow: the timeline draws elsewhere";
 
-  const auto ext = profiler::analysis::trace_extent(*trace);
-  const double len = static_cast<double>(ext.length_ns());
-  const profiler::Span* f0 = nullptr;  // rank 0's first forward
-  for (const auto& s : trace->spans)
-    if (s.kind == profiler::SpanKind::F &&
-        trace->lanes[static_cast<std::size_t>(s.lane)].rank == 0 &&
-        (f0 == nullptr || s.start_ns < f0->start_ns))
-      f0 = &s;
+  const profiler::Span* f0 = first_forward_on_rank0(*trace);
   ASSERT_NE(f0, nullptr);
-  const auto x_of = [&](std::int64_t t) {
-    return 220.0 + (static_cast<double>(t - ext.start_ns) + 0.02 * len) / (1.04 * len) * 1000.0;
-  };
   const double row0 = 26 + 20 + 11;
-  const QPointF on_f0(0.5 * (x_of(f0->start_ns) + x_of(f0->end_ns)), row0);
+  const QPointF on_f0(0.5 * (fitted_x(*trace, f0->start_ns) + fitted_x(*trace, f0->end_ns)), row0);
   for (const QEvent::Type type : {QEvent::MouseButtonPress, QEvent::MouseButtonRelease}) {
     QMouseEvent e(type, on_f0, surface->mapToGlobal(on_f0), Qt::LeftButton,
                   type == QEvent::MouseButtonPress ? Qt::LeftButton : Qt::NoButton, Qt::NoModifier);
