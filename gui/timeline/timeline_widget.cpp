@@ -92,27 +92,45 @@ namespace {
 void update_comparison(TimelineWidget& w, TimelineView& v);
 }  // namespace
 
-// The OpenGL window the timeline draws on: its GL calls and its input go to the widget.
+// The OpenGL window the timeline draws on: its GL calls and its input go to the widget, until
+// the widget, going away first (its container deletes the window after it), detaches it.
 class TimelineWidget::Surface : public QOpenGLWindow {
  public:
-  explicit Surface(TimelineWidget& owner) : owner_(owner) {}
+  explicit Surface(TimelineWidget& owner) : owner_(&owner) {}
+  void detach() { owner_ = nullptr; }
 
  protected:
-  void initializeGL() override { owner_.initializeGL(); }
-  void paintGL() override { owner_.paintGL(); }
-  void mousePressEvent(QMouseEvent* e) override { owner_.mousePressEvent(e); }
-  void mouseMoveEvent(QMouseEvent* e) override { owner_.mouseMoveEvent(e); }
-  void mouseReleaseEvent(QMouseEvent* e) override { owner_.mouseReleaseEvent(e); }
-  void wheelEvent(QWheelEvent* e) override { owner_.wheelEvent(e); }
-  void keyPressEvent(QKeyEvent* e) override { owner_.keyPressEvent(e); }
-  void keyReleaseEvent(QKeyEvent* e) override { owner_.keyReleaseEvent(e); }
+  void initializeGL() override {
+    if (owner_ != nullptr) owner_->initializeGL();
+  }
+  void paintGL() override {
+    if (owner_ != nullptr) owner_->paintGL();
+  }
+  void mousePressEvent(QMouseEvent* e) override {
+    if (owner_ != nullptr) owner_->mousePressEvent(e);
+  }
+  void mouseMoveEvent(QMouseEvent* e) override {
+    if (owner_ != nullptr) owner_->mouseMoveEvent(e);
+  }
+  void mouseReleaseEvent(QMouseEvent* e) override {
+    if (owner_ != nullptr) owner_->mouseReleaseEvent(e);
+  }
+  void wheelEvent(QWheelEvent* e) override {
+    if (owner_ != nullptr) owner_->wheelEvent(e);
+  }
+  void keyPressEvent(QKeyEvent* e) override {
+    if (owner_ != nullptr) owner_->keyPressEvent(e);
+  }
+  void keyReleaseEvent(QKeyEvent* e) override {
+    if (owner_ != nullptr) owner_->keyReleaseEvent(e);
+  }
   bool event(QEvent* e) override {
-    if (e->type() == QEvent::Leave) owner_.leaveEvent(e);
+    if (e->type() == QEvent::Leave && owner_ != nullptr) owner_->leaveEvent(e);
     return QOpenGLWindow::event(e);
   }
 
  private:
-  TimelineWidget& owner_;
+  TimelineWidget* owner_;
 };
 
 TimelineWidget::TimelineWidget(QWidget* parent)
@@ -212,6 +230,7 @@ TimelineWidget::~TimelineWidget() {
     ImGui::DestroyContext(view_->imgui);
     surface_->doneCurrent();
   }
+  surface_->detach();  // the window outlives the view: nothing may reach it from there
 }
 
 void TimelineWidget::request_frame() {
