@@ -100,36 +100,27 @@ class TimelineWidget::Surface : public QOpenGLWindow {
   void detach() { owner_ = nullptr; }
 
  protected:
-  void initializeGL() override {
-    if (owner_ != nullptr) owner_->initializeGL();
-  }
-  void paintGL() override {
-    if (owner_ != nullptr) owner_->paintGL();
-  }
-  void mousePressEvent(QMouseEvent* e) override {
-    if (owner_ != nullptr) owner_->mousePressEvent(e);
-  }
-  void mouseMoveEvent(QMouseEvent* e) override {
-    if (owner_ != nullptr) owner_->mouseMoveEvent(e);
-  }
+  void initializeGL() override { forward(&TimelineWidget::initializeGL); }
+  void paintGL() override { forward(&TimelineWidget::paintGL); }
+  void mousePressEvent(QMouseEvent* e) override { forward(&TimelineWidget::mousePressEvent, e); }
+  void mouseMoveEvent(QMouseEvent* e) override { forward(&TimelineWidget::mouseMoveEvent, e); }
   void mouseReleaseEvent(QMouseEvent* e) override {
-    if (owner_ != nullptr) owner_->mouseReleaseEvent(e);
+    forward(&TimelineWidget::mouseReleaseEvent, e);
   }
-  void wheelEvent(QWheelEvent* e) override {
-    if (owner_ != nullptr) owner_->wheelEvent(e);
-  }
-  void keyPressEvent(QKeyEvent* e) override {
-    if (owner_ != nullptr) owner_->keyPressEvent(e);
-  }
-  void keyReleaseEvent(QKeyEvent* e) override {
-    if (owner_ != nullptr) owner_->keyReleaseEvent(e);
-  }
+  void wheelEvent(QWheelEvent* e) override { forward(&TimelineWidget::wheelEvent, e); }
+  void keyPressEvent(QKeyEvent* e) override { forward(&TimelineWidget::keyPressEvent, e); }
+  void keyReleaseEvent(QKeyEvent* e) override { forward(&TimelineWidget::keyReleaseEvent, e); }
   bool event(QEvent* e) override {
-    if (e->type() == QEvent::Leave && owner_ != nullptr) owner_->leaveEvent(e);
+    if (e->type() == QEvent::Leave) forward(&TimelineWidget::leaveEvent, e);
     return QOpenGLWindow::event(e);
   }
 
  private:
+  template <class... Args>
+  void forward(void (TimelineWidget::*handler)(Args...), Args... args) {
+    if (owner_ != nullptr) (owner_->*handler)(args...);
+  }
+
   TimelineWidget* owner_;
 };
 

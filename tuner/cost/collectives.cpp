@@ -40,12 +40,12 @@ GroupLink group_link(const spec::ClusterSpec& cluster, int first, int stride, in
   const int step = stride < 1 ? 1 : stride;
   const int last_member = link.members - 1;
   double nic = cluster.node_inter_bandwidth(first_node);
-  int most = 0;
   if (step >= per_node && cluster.node_groups.empty()) {  // a member per node, every NIC alike
     link.members_per_node = 1;
     link.nic_bandwidth = nic * eff.inter_node_bus;
     return link;
   }
+  int most = 0;
   for (int i = 0; i <= last_member;) {
     const int node = (first + i * step) / per_node;
     // The last member on this node: the largest j with first + j * step < (node + 1) * per_node.

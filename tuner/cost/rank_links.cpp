@@ -42,14 +42,16 @@ RankLinks::RankLinks(const spec::ClusterSpec& cluster, const spec::ParallelPlan&
   std::vector<std::pair<std::array<int, 3>, std::size_t>> shapes;  // (shape, stage with it)
   stages_.reserve(static_cast<std::size_t>(pp_));
   for (int r = 0; r < pp_; ++r) {
-    const std::array<int, 3> shape{slot(0, 0, r) % per_node, tp(r), dp_stride(r)};
-    const auto same =
-        std::find_if(shapes.begin(), shapes.end(), [&](const auto& s) { return s.first == shape; });
-    if (uniform_nics && same != shapes.end()) {
-      stages_.push_back(stages_[same->second]);
-      continue;
+    if (uniform_nics) {
+      const std::array<int, 3> shape{slot(0, 0, r) % per_node, tp(r), dp_stride(r)};
+      const auto same = std::find_if(shapes.begin(), shapes.end(),
+                                     [&](const auto& s) { return s.first == shape; });
+      if (same != shapes.end()) {
+        stages_.push_back(stages_[same->second]);
+        continue;
+      }
+      shapes.emplace_back(shape, stages_.size());
     }
-    if (uniform_nics) shapes.emplace_back(shape, stages_.size());
     stages_.push_back(stage_links(r));
   }
 }

@@ -20,6 +20,16 @@ spec::ParallelPlan without_offload_or_recompute(const spec::ParallelPlan& plan) 
   return p;
 }
 
+namespace {
+
+// The plan is its own without_offload_or_recompute (checked without building that copy).
+bool keeps_everything_without_recompute(const spec::ParallelPlan& plan) {
+  return !plan.offload_activations && !plan.offload_optimizer &&
+         plan.recompute == spec::Recompute::None && plan.stage_recompute.empty();
+}
+
+}  // namespace
+
 ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::ClusterSpec& cluster) {
   return evaluator_scorers(model, cluster, search_options(cluster, {}));
 }
@@ -60,9 +70,7 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
       };
       const PlanBound b = evaluator->bound(target->first, target->second, plan);
       CandidateBound out{b.iteration_time, b.peak_memory_bytes, b.fits, b.slice_tokens};
-      if (!plan.offload_activations && !plan.offload_optimizer &&
-          plan.recompute == spec::Recompute::None && plan.stage_recompute.empty())
-        remember(plan, b.iteration_time);
+      if (keeps_everything_without_recompute(plan)) remember(plan, b.iteration_time);
       if (plan.offload_activations || plan.offload_optimizer) {
         // Copies that may stall, a slower optimizer step, recomputation: an offloading plan is
         // never faster than the same plan keeping everything on the device without recomputing.

@@ -25,22 +25,22 @@ namespace {
 
 using namespace pipetune;
 
+// Each surface's whole frame: the timeline's background colour, nothing drawn.
+void clear(QOpenGLFunctions& gl) {
+  gl.glClearColor(0.1f, 0.1f, 0.12f, 1.0f);
+  gl.glClear(GL_COLOR_BUFFER_BIT);
+}
+
 class ClearingWidget : public QOpenGLWidget, protected QOpenGLFunctions {
  protected:
   void initializeGL() override { initializeOpenGLFunctions(); }
-  void paintGL() override {
-    glClearColor(0.1f, 0.1f, 0.12f, 1.0f);
-    glClear(GL_COLOR_BUFFER_BIT);
-  }
+  void paintGL() override { clear(*this); }
 };
 
 class ClearingWindow : public QOpenGLWindow, protected QOpenGLFunctions {
  protected:
   void initializeGL() override { initializeOpenGLFunctions(); }
-  void paintGL() override {
-    glClearColor(0.1f, 0.1f, 0.12f, 1.0f);
-    glClear(GL_COLOR_BUFFER_BIT);
-  }
+  void paintGL() override { clear(*this); }
 };
 
 // From update() to frameSwapped with the GL work finished; -1 when no frame came in 10 s.
