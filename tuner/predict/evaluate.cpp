@@ -195,6 +195,26 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
     drain += std::min(least(OpKind::B), least(OpKind::BW)) +
              (hop ? t.transfer_time(r + 1, r) : t.p2p_time());
   }
+  // One micro-batch's own chain: its forward through every layer group in order, then its
+  // backward's input gradients back through them (a fused backward whole), each hop between ranks
+  // a transfer. Where a loop of ranks outnumbers the micro-batches in flight (a few micro-batches
+  // over many chunks), no schedule keeps the ranks busy and this binds.
+  if (!sliced && !partial) {
+    const int groups = plan.pp * plan.chunks;
+    const auto rank_of = [&](int g) {
+      return linear ? g % plan.pp : (g < plan.pp ? g : 2 * plan.pp - 1 - g);
+    };
+    const auto least = [&](int r, OpKind k) { return t.cost(r, k) - (pairs ? t.comm(r, k) : 0.0); };
+    double chain = 0.0;
+    for (int g = 0; g < groups; ++g) {
+      const int r = rank_of(g);
+      const double input_grad = std::min(least(r, OpKind::B), least(r, OpKind::BW));
+      chain += least(r, OpKind::F) + (fused_backward ? least(r, OpKind::BW) : input_grad);
+      if (g + 1 < groups && rank_of(g + 1) != r)
+        chain += t.transfer_time(r, rank_of(g + 1)) + t.transfer_time(rank_of(g + 1), r);
+    }
+    busiest = std::max(busiest, chain);
+  }
   const AfterPipeline after = after_pipeline(costs, plan, execution);
   b.iteration_time = busiest + after.data_parallel + after.optimizer;
   return b;
