@@ -26,18 +26,9 @@ CostTable CostTable::uniform(int stages, double f, double b, double w, double s,
   return table;
 }
 
-const StageCosts& CostTable::stage(int rank) const {
-  if (rank < 0 || rank >= static_cast<int>(stages.size())) {
-    throw InputError("cost table has " + std::to_string(stages.size()) +
-                     " stages, asked for stage " + std::to_string(rank));
-  }
-  return stages[static_cast<std::size_t>(rank)];
-}
-
-double CostTable::cost(int rank, OpKind k) const {
-  const StageCosts& c = stage(rank);
-  if (k == OpKind::BW && c[OpKind::BW] <= 0.0) return c[OpKind::B] + c[OpKind::W];
-  return c[k];
+void CostTable::throw_no_stage(int rank) const {
+  throw InputError("cost table has " + std::to_string(stages.size()) + " stages, asked for stage " +
+                   std::to_string(rank));
 }
 
 double CostTable::comm(int rank, OpKind k) const {

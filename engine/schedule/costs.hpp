@@ -98,9 +98,19 @@ struct CostTable {
   static CostTable uniform(int stages, double f, double b, double w, double s = 0.0, double t = 0.0,
                            double comm = 0.0);
 
-  const StageCosts& stage(int rank) const;  // InputError naming the rank when out of range
-  double cost(int rank, OpKind k) const;    // BW falls back to B + W
-  double comm(int rank, OpKind k) const;    // StageCosts::comm; BW as cost() does
+  // InputError naming the rank when out of range. Inline with cost(): the generators and the
+  // simulator ask for costs millions of times a search.
+  const StageCosts& stage(int rank) const {
+    if (rank < 0 || rank >= static_cast<int>(stages.size())) [[unlikely]]
+      throw_no_stage(rank);
+    return stages[static_cast<std::size_t>(rank)];
+  }
+  double cost(int rank, OpKind k) const {  // BW falls back to B + W
+    const StageCosts& c = stage(rank);
+    if (k == OpKind::BW && c[OpKind::BW] <= 0.0) return c[OpKind::B] + c[OpKind::W];
+    return c[k];
+  }
+  double comm(int rank, OpKind k) const;  // StageCosts::comm; BW as cost() does
   // One op on a token slice of `shape` (fractions of the sequence): with a = attention, f = fixed
   // and c = cost (BW as cost() does),
   //   f + (c - a - f) * length + a * length * (2 context + length),
@@ -119,6 +129,9 @@ struct CostTable {
   double p2p_time() const;  // latency + bytes / bandwidth
   // One transfer from rank `source` to rank `dest`: pair_transfer's entry, else p2p_time().
   double transfer_time(int source, int dest) const;
+
+ private:
+  [[noreturn]] void throw_no_stage(int rank) const;
 };
 
 // The longest time a schedule deals in (seconds, or the costs' own unit): what a trace holds in

@@ -172,18 +172,20 @@ void check_pairs(const Schedule& s) {
       if (!second.overlaps_previous) continue;
       if (i == 0) fail(s, where(r, second, i) + ": overlaps the op before it, but is first");
       const Op& first = ops[i - 1];
-      const std::string pair = "rank " + std::to_string(r) + " ops " + std::to_string(i - 1) + "-" +
-                               std::to_string(i) + " (" + pair_label(first, second) + ")";
+      const auto pair = [&] {  // the message's subject, made only for an error
+        return "rank " + std::to_string(r) + " ops " + std::to_string(i - 1) + "-" +
+               std::to_string(i) + " (" + pair_label(first, second) + ")";
+      };
       if (first.overlaps_previous)
-        fail(s, pair + ": an op overlaps with at most one other (pairs, not runs of three)");
+        fail(s, pair() + ": an op overlaps with at most one other (pairs, not runs of three)");
       const bool forward_backward = (first.kind == OpKind::F && is_backward_input(second.kind)) ||
                                     (second.kind == OpKind::F && is_backward_input(first.kind));
       if (!forward_backward)
-        fail(s, pair + ": an overlapped pair is a forward (F) with a backward (B or BW)");
+        fail(s, pair() + ": an overlapped pair is a forward (F) with a backward (B or BW)");
       const Production made = production_of(s, r, first);
       const Requirement needs = requirement_of(s, r, second);
       if (made.present && needs.present && made.event == needs.event)
-        fail(s, pair + ": the second op needs the first one's " + event_label(made.event) +
+        fail(s, pair() + ": the second op needs the first one's " + event_label(made.event) +
                     ", so they cannot run together");
     }
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -57,15 +58,17 @@ void require_at_most(const Fields& fields, std::string_view what, std::int64_t v
 
 void require_at_most(std::string_view spec, std::string_view what, std::int64_t v,
                      std::int64_t limit) {
-  require_at_most(Fields{key(spec, what)}, what, v, limit);
+  if (v > limit) require_at_most(Fields{key(spec, what)}, what, v, limit);
 }
 
 // a * b for positive ints, refused beyond `limit` (the product of two ints fits 64 bits);
-// `fields` are the plan's fields the product is made of.
-std::int64_t require_product_at_most(const Fields& fields, std::string_view what, std::int64_t a,
-                                     std::int64_t b, std::int64_t limit) {
+// `fields` are the plan's fields the product is made of. The search validates every plan it
+// enumerates: the error's strings are made only for an error.
+std::int64_t require_product_at_most(std::initializer_list<std::string_view> fields,
+                                     std::string_view what, std::int64_t a, std::int64_t b,
+                                     std::int64_t limit) {
   const std::int64_t p = a * b;
-  require_at_most(fields, what, p, limit);
+  if (p > limit) require_at_most(Fields(fields.begin(), fields.end()), what, p, limit);
   return p;
 }
 
@@ -76,21 +79,22 @@ void require_non_negative(std::string_view spec, std::string_view what, double v
 }
 
 // "a=3 does not divide b=16" when b % a != 0 (a > 0); about the field a_key, joining b_key.
-void require_divides(const std::string& a_key, std::string_view a_name, std::int64_t a,
-                     const std::string& b_key, std::string_view b_name, std::int64_t b) {
+void require_divides(std::string_view a_key, std::string_view a_name, std::int64_t a,
+                     std::string_view b_key, std::string_view b_name, std::int64_t b) {
   if (a > 0 && b % a != 0) {
-    throw SpecError({a_key, b_key}, std::string(a_name) + "=" + shown(a) + " does not divide " +
-                                        std::string(b_name) + "=" + shown(b));
+    throw SpecError({std::string(a_key), std::string(b_key)},
+                    std::string(a_name) + "=" + shown(a) + " does not divide " +
+                        std::string(b_name) + "=" + shown(b));
   }
 }
 
 // Prefixes a nested check's message ("hardware h100-sxm: ..."), keeping its fields.
 template <typename Fn>
-void with_context(const std::string& context, Fn&& fn) {
+void with_context(std::string_view what, std::string_view name, Fn&& fn) {
   try {
     fn();
   } catch (const SpecError& e) {
-    throw SpecError(context + ": " + e.what(), e);
+    throw SpecError(std::string(what) + " " + std::string(name) + ": " + e.what(), e);
   }
 }
 
@@ -170,7 +174,7 @@ void validate(const ModelSpec& model) {
 }
 
 void validate(const HardwareSpec& hw) {
-  with_context("hardware " + hw.name, [&] {
+  with_context("hardware", hw.name, [&] {
     require_positive("hardware", "peak_flops", hw.peak_flops);
     require_non_negative("hardware", "fp32_peak_flops", hw.fp32_peak_flops);
     require_positive("hardware", "hbm_bytes", hw.hbm_bytes);
@@ -258,14 +262,16 @@ void validate_node_group_order(const std::vector<int>& order) {
   std::vector<char> seen(order.size(), 0);
   for (std::size_t i = 0; i < order.size(); ++i) {
     const int g = order[i];
-    const std::string at = "node_group_order[" + std::to_string(i) + "]=" + std::to_string(g);
+    const auto at = [&] {
+      return "node_group_order[" + std::to_string(i) + "]=" + std::to_string(g);
+    };
     if (g < 0 || g >= n)
       throw SpecError({"plan.node_group_order"},
-                      at + " is not a node group index 0.." + shown(n - 1) +
+                      at() + " is not a node group index 0.." + shown(n - 1) +
                           " (the order names each of the cluster's node groups once)");
     if (seen[static_cast<std::size_t>(g)])
       throw SpecError({"plan.node_group_order"},
-                      at + " names a node group twice (the order names each group once)");
+                      at() + " names a node group twice (the order names each group once)");
     seen[static_cast<std::size_t>(g)] = 1;
   }
 }

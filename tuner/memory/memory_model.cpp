@@ -82,31 +82,38 @@ std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
 
   const double h = as_d(model.hidden);
   const double experts_per_device = as_d(model.experts) / plan.ep;
+  const double attention = as_d(spec::attention_parameters(model));
+  const double mlp = as_d(spec::mlp_parameters(model));
+  const double router = as_d(spec::router_parameters(model));
+  const double norms = 2.0 * h;  // replicated on every TP rank
+  // MoE layers among layers [0, n]: every moe_every-th from layer 0 (spec::is_moe_layer).
+  const bool moe_model = spec::is_moe(model) && model.moe_every > 0;
+  const auto moe_up_to = [&](std::int64_t n) {
+    return moe_model && n >= 0 ? n / model.moe_every + 1 : 0;
+  };
   std::vector<StageParameters> out(static_cast<std::size_t>(p));
   std::int64_t layer = 0;
+  // A group's layers are alike but for their experts: one dense and one MoE layer's parameters,
+  // counted, rather than each layer's (the search prices the stages of some 10^5 plans).
   for (int g = 0; g < groups; ++g) {
     const int rank = where.rank_of_group(g);
     StageParameters& s = out[static_cast<std::size_t>(rank)];
     const double t = spec::tp_of_stage(plan, rank);  // per-stage layouts shard by their own tp
+    const std::int64_t n = split[static_cast<std::size_t>(g)];
+    const auto moe_layers = static_cast<double>(moe_up_to(layer + n - 1) - moe_up_to(layer - 1));
+    const double dense_layers = static_cast<double>(n) - moe_layers;
+    layer += n;
+    const StageParameters::Layer dense{attention / t + norms + mlp / t, 0.0};
+    const StageParameters::Layer moe{attention / t + norms + router, experts_per_device * mlp / t};
     StageParameters::Layer group;
-    for (int i = 0; i < split[static_cast<std::size_t>(g)]; ++i, ++layer) {
-      const double norms = 2.0 * h;  // replicated on every TP rank
-      StageParameters::Layer l;
-      l.dense = as_d(spec::attention_parameters(model)) / t + norms;
-      const bool moe = spec::is_moe_layer(model, layer);
-      if (moe) {
-        l.dense += as_d(spec::router_parameters(model));
-        l.expert = experts_per_device * as_d(spec::mlp_parameters(model)) / t;
-      } else {
-        l.dense += as_d(spec::mlp_parameters(model)) / t;
-      }
-      s.dense += l.dense;
-      s.expert += l.expert;
-      StageParameters::Layer& largest = moe ? s.moe_layer : s.dense_layer;
-      if (l.dense + l.expert > largest.dense + largest.expert) largest = l;
-      group.dense += l.dense;
-      group.expert += l.expert;
-    }
+    group.dense = dense_layers * dense.dense + moe_layers * moe.dense;
+    group.expert = moe_layers * moe.expert;
+    s.dense += group.dense;
+    s.expert += group.expert;
+    if (dense_layers > 0.0 && dense.dense > s.dense_layer.dense + s.dense_layer.expert)
+      s.dense_layer = dense;
+    if (moe_layers > 0.0 && moe.dense + moe.expert > s.moe_layer.dense + s.moe_layer.expert)
+      s.moe_layer = moe;
     if (group.dense + group.expert > s.largest_group.dense + s.largest_group.expert)
       s.largest_group = group;
   }
