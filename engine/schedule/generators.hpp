@@ -84,6 +84,8 @@ bool always_reduces_per_group(std::string_view name);
 // zb-h1, at least the 1F1B warm-up on skippipe's first and last stages and nothing on its middle
 // ones, one chunk of one micro-batch for the others. For the tuner's bounds; no schedule is built.
 double least_peak_in_flight(const GeneratorParams& params, int rank);
+// least_peak_in_flight of every rank, 0 to stages - 1.
+std::vector<double> least_peaks_in_flight(const GeneratorParams& params);
 
 // Builds and validates a schedule. Throws ScheduleError (an InputError) for an unknown name
 // (listing the valid ones), non-positive sizes, too few micro-batches for the schedule, chunks

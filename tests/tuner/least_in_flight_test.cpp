@@ -200,5 +200,24 @@ TEST(LeastPeakInFlight, ClosedFormsOfGPipeAndOneFOneB) {
   }
 }
 
+TEST(LeastPeakInFlight, EveryRankAtOnceIsEachRanksOwn) {
+  // least_peaks_in_flight works out the schedule's rule once for all ranks: the same values.
+  for (const std::string_view name : schedule_names())
+    for (const VocabMode vocab : {VocabMode::None, VocabMode::Vocab1, VocabMode::Vocab2})
+      for (int p : {1, 2, 5, 8}) {
+        GeneratorParams params;
+        params.name = std::string(name);
+        params.stages = p;
+        params.microbatches = 3 * p;
+        params.chunks = default_chunks(name);
+        params.vocab = vocab;
+        const std::vector<double> all = least_peaks_in_flight(params);
+        ASSERT_EQ(all.size(), static_cast<std::size_t>(p));
+        for (int r = 0; r < p; ++r)
+          EXPECT_EQ(all[static_cast<std::size_t>(r)], least_peak_in_flight(params, r))
+              << name << " p=" << p << " rank " << r;
+      }
+}
+
 }  // namespace
 }  // namespace pipetune::schedule

@@ -98,14 +98,15 @@ class RecomputeWork {
   RecomputeWork(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
                 const ExecutionOptions& exec, const AnalyticAssumptions& act) {
     for (int r = 0; r < plan.pp; ++r) {
-      const spec::ParallelPlan stage = spec::plan_of_stage(plan, r);
+      const int tp = spec::tp_of_stage(plan, r);
+      const spec::Recompute mode = spec::recompute_of_stage(plan, r);
       std::size_t k = 0;
-      while (k < entries_.size() &&
-             (entries_[k].tp != stage.tp || entries_[k].mode != stage.recompute))
-        ++k;
-      if (k == entries_.size())
-        entries_.push_back({stage.tp, stage.recompute, layer_work(model, stage, exec),
-                            layer_activation_bytes(model, stage, act)});
+      while (k < entries_.size() && (entries_[k].tp != tp || entries_[k].mode != mode)) ++k;
+      if (k == entries_.size()) {  // the stage's own plan only for a (tp, mode) not seen yet
+        const spec::ParallelPlan stage = spec::plan_of_stage(plan, r);
+        entries_.push_back(
+            {tp, mode, layer_work(model, stage, exec), layer_activation_bytes(model, stage, act)});
+      }
       of_rank_.push_back(k);
     }
   }

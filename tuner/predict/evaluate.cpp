@@ -108,11 +108,11 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   // (schedule::least_peak_in_flight), at least one chunk of one micro-batch.
   const schedule::GeneratorParams shape = spec::generator_params(plan);
   // Offloading activations, a stage keeps at least the one chunk its running forward fills.
-  std::vector<double> least_activations(P, 0.0);
+  std::vector<double> least_activations = plan.offload_activations
+                                              ? std::vector<double>(P, 1.0 / plan.chunks)
+                                              : schedule::least_peaks_in_flight(shape);
   for (std::size_t k = 0; k < P; ++k) {
-    const double in_flight = plan.offload_activations
-                                 ? 1.0 / plan.chunks
-                                 : schedule::least_peak_in_flight(shape, static_cast<int>(k));
+    const double in_flight = least_activations[k];
     least_activations[k] =
         in_flight * costs.activation_bytes_per_microbatch[k] + costs.transient_activation_bytes[k];
   }
@@ -150,6 +150,7 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   const bool partial = schedule::skips_stages(plan.schedule);
   double busiest = 0.0, startup = 0.0, drain = 0.0;
   const bool pairs = schedule::has_overlapped_pairs(plan.schedule);
+  const bool reduces = spec::reduces_per_group(plan);
   for (int r = 0; r < plan.pp; ++r) {
     const double backward =
         std::min(t.cost(r, OpKind::BW), t.cost(r, OpKind::B) + t.cost(r, OpKind::W));
@@ -173,7 +174,18 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
                                   : m * (t.cost(r, OpKind::S) + t.cost(r, OpKind::T) +
                                          t.cost(r, OpKind::IF) + t.cost(r, OpKind::IB));
     if (partial && r != 0 && r != plan.pp - 1) continue;
+    // ZeRO-3 under layer-group reductions gathers a group's values before each run of its ops
+    // (group_holds.hpp), in series with them: a micro-batch's forwards visit the rank's chunks in
+    // order and its backwards in reverse, so a rank runs at least 2v - 1 runs (3 in a V); pairs
+    // may hold every op.
+    if (!pairs && !partial && t.stages[static_cast<std::size_t>(r)].run_gather > 0.0)
+      transformer +=
+          (linear ? 2.0 * v - 1.0 : 3.0) * t.stages[static_cast<std::size_t>(r)].run_gather;
     busiest = std::max(busiest, std::max(startup, vocabulary) + transformer);
+    // Layer-group reductions: the rank's last layer op adds to a group's weight gradients (a W or
+    // BW), whose R then runs on the reduction stream; the iteration ends after it.
+    if (reduces && !partial)
+      busiest = std::max(busiest, startup + transformer + t.cost(r, OpKind::R));
     if (linear) {
       const double deferrable = fused_backward ? 0.0 : m * v * t.cost(r, OpKind::W);
       busiest = std::max(busiest, startup + transformer - deferrable + drain);

@@ -62,9 +62,8 @@ void add_memory(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
     for (int r = 0; r < plan.pp; ++r)
       p.stage_layer_activation_bytes.emplace_back(
           layers, layer_activation_bytes(model, spec::plan_of_stage(plan, r)));
-  const schedule::GeneratorParams params = spec::generator_params(plan);
+  p.stage_in_flight = schedule::least_peaks_in_flight(spec::generator_params(plan));
   for (int rank = 0; rank < plan.pp; ++rank) {
-    p.stage_in_flight.push_back(schedule::least_peak_in_flight(params, rank));
     p.stage_extra_bytes.push_back(stages[static_cast<std::size_t>(rank)].vocabulary *
                                       dense.total() +
                                   options.framework_overhead_bytes);

@@ -58,14 +58,15 @@ std::vector<StageMemoryParts> stage_memory_parts(const spec::ModelSpec& model,
     uniform.stage_recompute.clear();
     layer_bytes[static_cast<std::size_t>(m)] = layer_activation_bytes(model, uniform, act);
   }
-  const schedule::GeneratorParams params = spec::generator_params(plan);
+  const std::vector<double> in_flight =
+      schedule::least_peaks_in_flight(spec::generator_params(plan));
   std::vector<StageMemoryParts> out(static_cast<std::size_t>(plan.pp));
   for (int r = 0; r < plan.pp; ++r) {
     const auto i = static_cast<std::size_t>(r);
     out[i].fixed = fixed.stages[i].total();
     out[i].layers = layers[i];
     out[i].layer_activations = layer_bytes;
-    out[i].in_flight = schedule::least_peak_in_flight(params, r);
+    out[i].in_flight = in_flight[i];
   }
   return out;
 }

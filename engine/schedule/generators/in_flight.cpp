@@ -1,13 +1,48 @@
 // Lower bounds on a stage's peak activations from the generators' warm-up rules, for the tuner's
 // branch and bound: a plan's memory can be bounded without generating its schedule.
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/generators/linear_common.hpp"
 
 namespace pipetune::schedule {
 
-double least_peak_in_flight(const GeneratorParams& params, int rank) {
+namespace {
+
+// Which warm-up rule bounds a schedule's stages: found once per plan from its name, then applied
+// to each rank (the tuner bounds some 10^5 plans).
+enum class InFlightRule {
+  Skipping,     // skippipe: the ends' 1F1B warm-up, nothing on the middle stages
+  SkippingCa,   // skippipe-ca: as little as one micro-batch on the ends
+  Everything,   // gpipe, terapipe, layered: every forward before the first backward
+  OneFOneB,     // 1f1b, with its vocabulary modes' warm-up
+  ZbH1,         // zb-h1: 1F1B's warm-up
+  Interleaved,  // interleaved-1f1b: Megatron's warm-up
+  DualPipeV,    // dualpipe-v: 2p chunk forwards
+  VBlock,       // v-half and v-min: the building block's least loaded rank
+  OneChunk,     // any other schedule: one chunk of one micro-batch
+};
+
+InFlightRule in_flight_rule(const GeneratorParams& params) {
+  const std::string& name = params.name;
+  if (name == "skippipe") return InFlightRule::Skipping;
+  if (name == "skippipe-ca") return InFlightRule::SkippingCa;
+  if (name == "layered") return InFlightRule::Everything;
+  const int chunks = params.chunks > 0 ? params.chunks : 1;
+  if (chunks == 1 && schedule_placement(name) == Placement::Linear) {
+    if (name == "gpipe" || name == "terapipe") return InFlightRule::Everything;
+    if (name == "1f1b") return InFlightRule::OneFOneB;
+    if (name == "zb-h1") return InFlightRule::ZbH1;
+  }
+  if (name == "interleaved-1f1b") return InFlightRule::Interleaved;
+  if (name == "dualpipe-v") return InFlightRule::DualPipeV;
+  if (name == "v-half" || name == "v-min") return InFlightRule::VBlock;
+  return InFlightRule::OneChunk;
+}
+
+double least_in_flight(InFlightRule rule, const GeneratorParams& params, int rank) {
   const int p = params.stages, m = params.microbatches;
   if (m < 1) return 0.0;
   const int chunks = params.chunks > 0 ? params.chunks : 1;
@@ -16,50 +51,67 @@ double least_peak_in_flight(const GeneratorParams& params, int rank) {
   auto first_backward_after = [&](int warmup) {
     return static_cast<double>(std::min(m, std::max(0, warmup) + 1));
   };
-  // skippipe: a middle stage may be skipped by every micro-batch; the ends run 1F1B with at least
-  // its warm-up (skippipe.cpp lengthens it where skips would deadlock).
-  if (skips_stages(params.name)) {
-    if (rank != 0 && rank != p - 1) return 0.0;
-    // skippipe-ca's planner may hold as little as one micro-batch at a time (a memory limit of 1).
-    if (params.name == "skippipe-ca") return 1.0;
-    return first_backward_after(p - rank - 1);
-  }
-  // layered runs every forward of every chunk before its first backward.
-  if (params.name == "layered") return m;
-  if (chunks == 1 && schedule_placement(params.name) == Placement::Linear) {
-    // terapipe runs every slice's forward first, as gpipe does: the slices add up to m.
-    if (params.name == "gpipe" || params.name == "terapipe") return m;
-    if (params.name == "1f1b")
+  switch (rule) {
+    // skippipe: a middle stage may be skipped by every micro-batch; the ends run 1F1B with at
+    // least its warm-up (skippipe.cpp lengthens it where skips would deadlock). skippipe-ca's
+    // planner may hold as little as one micro-batch at a time (a memory limit of 1).
+    case InFlightRule::Skipping:
+      return rank != 0 && rank != p - 1 ? 0.0 : first_backward_after(p - rank - 1);
+    case InFlightRule::SkippingCa:
+      return rank != 0 && rank != p - 1 ? 0.0 : 1.0;
+    // layered runs every forward of every chunk before its first backward; terapipe every
+    // slice's forward, as gpipe does: the slices add up to m.
+    case InFlightRule::Everything:
+      return m;
+    case InFlightRule::OneFOneB:
       return first_backward_after(linear::one_f_one_b_warmup(params.vocab, p, rank));
-    if (params.name == "zb-h1") return first_backward_after(p - rank - 1);
+    case InFlightRule::ZbH1:
+      return first_backward_after(p - rank - 1);
+    case InFlightRule::Interleaved: {
+      // Megatron's warm-up of 2 (p - r - 1) + (v - 1) G chunk forwards (interleaved_1f1b.cpp),
+      // lengthened by at least one (vocab-2) or two (vocab-1) under vocabulary parallelism, then
+      // the steady state's first; each chunk's forward holds 1 / v of a micro-batch.
+      const int group = params.group_size > 0 ? params.group_size : p;
+      const int extra = params.vocab == VocabMode::Vocab1   ? 2
+                        : params.vocab == VocabMode::Vocab2 ? 1
+                                                            : 0;
+      const int warmup = 2 * (p - rank - 1) + (chunks - 1) * group + extra;
+      return static_cast<double>(std::min(m * chunks, std::max(0, warmup) + 1)) / chunks;
+    }
+    // dualpipe-v: phases 1 and 2 run 2 (p - r - 1) + 2 (r + 1) = 2p chunk forwards on every rank
+    // before its first backward (dualpipe_v.cpp; it needs m >= 2p).
+    case InFlightRule::DualPipeV:
+      return std::min(m, p);
+    // The V building blocks (v_building_block.hpp) hold a half (V-Half) or a third (V-Min) of
+    // 1F1B's micro-batches: on the least loaded rank floor(p / 2) + 1 and floor(2 (p + 3) / 3) / 2,
+    // fewer while the first micro-batches fill the block ((m + 1) / 2). The squeeze moves ops only
+    // where the peak does not rise, and least_in_flight_test checks these against the simulated
+    // peaks for every p up to 64. With vocabulary passes the block is stretched, never squeezed.
+    case InFlightRule::VBlock: {
+      const double filling = (m + 1) / 2.0;
+      const double block =
+          params.name == "v-half" ? p / 2 + 1 : static_cast<double>((2 * (p + 3)) / 3) / 2.0;
+      return std::min(filling, block);
+    }
+    // Any schedule: a stage holds one micro-batch from a forward to its backward.
+    case InFlightRule::OneChunk:
+      break;
   }
-  if (params.name == "interleaved-1f1b") {
-    // Megatron's warm-up of 2 (p - r - 1) + (v - 1) G chunk forwards (interleaved_1f1b.cpp),
-    // lengthened by at least one (vocab-2) or two (vocab-1) under vocabulary parallelism, then
-    // the steady state's first; each chunk's forward holds 1 / v of a micro-batch.
-    const int group = params.group_size > 0 ? params.group_size : p;
-    const int extra = params.vocab == VocabMode::Vocab1   ? 2
-                      : params.vocab == VocabMode::Vocab2 ? 1
-                                                          : 0;
-    const int warmup = 2 * (p - rank - 1) + (chunks - 1) * group + extra;
-    return static_cast<double>(std::min(m * chunks, std::max(0, warmup) + 1)) / chunks;
-  }
-  // dualpipe-v: phases 1 and 2 run 2 (p - r - 1) + 2 (r + 1) = 2p chunk forwards on every rank
-  // before its first backward (dualpipe_v.cpp; it needs m >= 2p).
-  if (params.name == "dualpipe-v") return std::min(m, p);
-  // The V building blocks (v_building_block.hpp) hold a half (V-Half) or a third (V-Min) of
-  // 1F1B's micro-batches: on the least loaded rank floor(p / 2) + 1 and floor(2 (p + 3) / 3) / 2,
-  // fewer while the first micro-batches fill the block ((m + 1) / 2). The squeeze moves ops only
-  // where the peak does not rise, and least_in_flight_test checks these against the simulated
-  // peaks for every p up to 64. With vocabulary passes the block is stretched, never squeezed.
-  if (params.name == "v-half" || params.name == "v-min") {
-    const double filling = (m + 1) / 2.0;
-    const double block =
-        params.name == "v-half" ? p / 2 + 1 : static_cast<double>((2 * (p + 3)) / 3) / 2.0;
-    return std::min(filling, block);
-  }
-  // Any schedule: a stage holds one micro-batch from a forward to its backward.
   return 1.0 / chunks;
+}
+
+}  // namespace
+
+double least_peak_in_flight(const GeneratorParams& params, int rank) {
+  return least_in_flight(in_flight_rule(params), params, rank);
+}
+
+std::vector<double> least_peaks_in_flight(const GeneratorParams& params) {
+  const InFlightRule rule = in_flight_rule(params);
+  std::vector<double> out(static_cast<std::size_t>(std::max(params.stages, 0)));
+  for (int r = 0; r < params.stages; ++r)
+    out[static_cast<std::size_t>(r)] = least_in_flight(rule, params, r);
+  return out;
 }
 
 }  // namespace pipetune::schedule
