@@ -357,11 +357,25 @@ void set_reshard_transfers(schedule::CostTable& table, const spec::ModelSpec& mo
       const double send = collective_time(Collective::SendRecv, bytes, link);
       if (send > slowest_send) slowest_send = send, slowest = link;
     }
+  // Over one link the time depends only on the two tps, of which a plan has a few.
+  struct Known {
+    int from, to;
+    double time;
+  };
+  std::vector<Known> known;
   for (int a = 0; a < p; ++a)
-    for (int b = 0; b < p; ++b)
-      if (a != b && !neighbours(a, b))
-        at(a, b) =
-            reshard_time(spec::tp_of_stage(plan, a), spec::tp_of_stage(plan, b), bytes, slowest);
+    for (int b = 0; b < p; ++b) {
+      if (a == b || neighbours(a, b)) continue;
+      const int ta = spec::tp_of_stage(plan, a), tb = spec::tp_of_stage(plan, b);
+      const auto it = std::find_if(known.begin(), known.end(),
+                                   [&](const Known& k) { return k.from == ta && k.to == tb; });
+      if (it != known.end()) {
+        at(a, b) = it->time;
+      } else {
+        at(a, b) = reshard_time(ta, tb, bytes, slowest);
+        known.push_back({ta, tb, at(a, b)});
+      }
+    }
 }
 
 // Pipeline transfers: the slowest hop sets the simulator's one point-to-point cost (and, with

@@ -72,25 +72,31 @@ TokenSlicing best_token_slicing(const schedule::CostTable& costs, int stages, in
   }
   at.push_back(seq);
   const std::size_t N = at.size();
-  // t[i * N + j]: the slice from cut i to cut j.
+  // t[i * N + j]: the slice from cut i to cut j; `edges` every slice, by its time.
   std::vector<double> t(N * N, 0.0);
-  std::vector<double> caps;
+  struct Edge {
+    double time;
+    std::size_t i, j;
+  };
+  std::vector<Edge> edges;
+  edges.reserve(N * (N - 1) / 2);
   const SliceTimer slice(costs);
   for (std::size_t i = 0; i < N; ++i)
     for (std::size_t j = i + 1; j < N; ++j) {
       t[i * N + j] = slice(shape_of(seq, at[j] - at[i], at[i]));
-      caps.push_back(t[i * N + j]);
+      edges.push_back({t[i * N + j], i, j});
     }
-  std::sort(caps.begin(), caps.end());
-  caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
+  std::sort(edges.begin(), edges.end(),
+            [](const Edge& a, const Edge& b) { return a.time < b.time; });
 
   constexpr double kNone = std::numeric_limits<double>::infinity();
-  std::vector<double> S(N);
-  std::vector<std::size_t> last(N);
-  // S(x) under a cap on each slice's time; the cuts are kept in `last`.
-  const auto least_sum = [&](double cap) {
+  std::vector<double> S(N, kNone);
+  std::vector<std::size_t> last(N, 0);
+  // S(x) under a cap on each slice's time, for the cuts from `from` on (those before keep their
+  // sums); the cuts are kept in `last`.
+  const auto least_sum_from = [&](double cap, std::size_t from) {
     S[0] = 0.0;
-    for (std::size_t j = 1; j < N; ++j) {
+    for (std::size_t j = std::max<std::size_t>(from, 1); j < N; ++j) {
       S[j] = kNone;
       for (std::size_t i = 0; i < j; ++i) {
         const double v = t[i * N + j];
@@ -103,13 +109,23 @@ TokenSlicing best_token_slicing(const schedule::CostTable& costs, int stages, in
     return S[N - 1];
   };
   const double m = microbatches, hops = stages - 1;
-  const double uncapped = least_sum(kNone);  // no cap lowers the sum further
+  const double uncapped = least_sum_from(kNone, 1);  // no cap lowers the sum further
   TokenSlicing best;
   best.estimate = kNone;
-  for (double cap : caps) {
-    // Caps rise: once (p - 1) cap alone with the least sum cannot beat the best, none can.
+  // Caps rise through the slices' times. A cap admits the slices of its time; the sums change
+  // only from the first cut such a slice shortens (the cuts before it keep theirs), and where
+  // none does the estimate only grows with the cap: a cap is worked out from there, or skipped.
+  S.assign(N, kNone);
+  S[0] = 0.0;
+  for (std::size_t e = 0; e < edges.size();) {
+    const double cap = edges[e].time;
+    // Once (p - 1) cap alone with the least sum cannot beat the best, no higher cap can.
     if (hops * cap + m * uncapped >= best.estimate) break;
-    const double sum = least_sum(cap);
+    std::size_t from = N;
+    for (; e < edges.size() && edges[e].time == cap; ++e)
+      if (S[edges[e].i] + cap < S[edges[e].j]) from = std::min(from, edges[e].j);
+    if (from == N) continue;
+    const double sum = least_sum_from(cap, from);
     if (sum == kNone) continue;
     const double estimate = m * sum + hops * cap;
     if (estimate < best.estimate) {

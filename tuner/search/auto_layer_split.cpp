@@ -18,12 +18,18 @@ namespace {
 // last stage's mean layer times output_layer_in_layers). With per-stage recomputation, each
 // stage's layer costs with its own mode.
 void add_costs(const spec::ModelSpec& model, const spec::ParallelPlan& plan, PartitionProblem& p) {
+  // A layer's FLOPs differ only by whether it has experts: each kind's worked out once.
   const auto layer_costs = [&](const spec::ParallelPlan& stage) {
-    std::vector<double> costs;
-    for (std::int64_t layer = 0; layer < model.layers; ++layer) {
+    const auto total = [&](std::int64_t layer) {
       const LayerFlops f = layer_flops(model, stage, layer);
-      costs.push_back(f.forward + f.input_grad + f.weight_grad);
-    }
+      return f.forward + f.input_grad + f.weight_grad;
+    };
+    const std::int64_t dense_layer = spec::is_moe_layer(model, 0) ? 1 : 0;
+    const double dense = total(dense_layer);
+    const double moe = spec::is_moe(model) ? total(0) : dense;
+    std::vector<double> costs(static_cast<std::size_t>(model.layers));
+    for (std::int64_t layer = 0; layer < model.layers; ++layer)
+      costs[static_cast<std::size_t>(layer)] = spec::is_moe_layer(model, layer) ? moe : dense;
     return costs;
   };
   p.layer_cost = layer_costs(spec::plan_of_stage(plan, plan.pp - 1));
