@@ -43,6 +43,9 @@ struct GeneratorParams {
   // throws DeadlockError on exactly the same schedules, since whether every op can run does not
   // depend on when each one ends. The structural checks are made either way.
   bool prove_deadlock_free = true;
+  // Whether the generator checks what it built (validate_generated). generate() leaves it to
+  // itself where it adds the layered reductions: it checks the whole schedule once they are in.
+  bool check_generated = true;
 };
 
 // A generator's last check: validate(s), or validate_structure(s) when
