@@ -18,6 +18,8 @@ namespace {
 
 // Schedules kept per evaluator; a search touches a few dozen shapes, so a full cache is dropped.
 constexpr std::size_t kMaxCachedSchedules = 256;
+// Cost-aware orders, which only plans with the same planning costs share: fewer kept.
+constexpr std::size_t kMaxPlannedSchedules = 32;
 
 // Exposed data-parallel communication and optimizer time after the pipeline (the slowest stage
 // of each), from the op costs: what the schedule cannot hide.
@@ -253,13 +255,35 @@ const OpCosts& PlanEvaluator::costs_for(const spec::ModelSpec& model,
   return recent_costs_.back().costs;
 }
 
+namespace {
+
+// What a cost-aware generator reads of its cost table (schedule::uses_costs): each stage's op
+// costs and slowdown, the transfers, the barriers' collective and the W pass's share of the
+// activations. Plans that differ only in the rest (ZeRO-1's optimizer shards, offload copies, the
+// data-parallel reduction) get the same order.
+std::vector<double> planning_inputs(const schedule::CostTable& costs) {
+  std::vector<double> key;
+  key.reserve(costs.stages.size() * (schedule::kOpKindCount + 1) + costs.pair_transfer.size() + 5);
+  for (const schedule::StageCosts& st : costs.stages) {
+    key.insert(key.end(), st.op.begin(), st.op.end());
+    key.push_back(st.slowdown);
+  }
+  key.insert(key.end(), {costs.p2p_latency, costs.p2p_bytes, costs.p2p_bandwidth,
+                         costs.collective_time, costs.w_free_fraction});
+  key.insert(key.end(), costs.pair_transfer.begin(), costs.pair_transfer.end());
+  return key;
+}
+
+}  // namespace
+
 const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorParams& params,
                                                       schedule::Schedule& scratch) {
-  // Cost-aware orders and token slices (their lengths chosen per plan) are not cached.
-  if (schedule::uses_costs(params.name, params.vocab) || schedule::supports_slices(params.name)) {
+  // Token slices (their lengths chosen per plan) are not cached.
+  if (schedule::supports_slices(params.name)) {
     scratch = schedule::generate(params);
     return scratch;
   }
+  const bool planned = schedule::uses_costs(params.name, params.vocab);
   ScheduleKey key{params.name,
                   params.stages,
                   params.microbatches,
@@ -268,11 +292,13 @@ const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorP
                   static_cast<int>(params.vocab),
                   params.memory_limit,
                   params.skip_ratio.value_or(-1.0),
-                  params.layered_reduction};
-  auto it = schedules_.find(key);
-  if (it != schedules_.end()) return it->second;
-  if (schedules_.size() >= kMaxCachedSchedules) schedules_.clear();
-  return schedules_.emplace(std::move(key), schedule::generate(params)).first->second;
+                  params.layered_reduction,
+                  planned ? planning_inputs(params.costs) : std::vector<double>{}};
+  auto& cache = planned ? planned_schedules_ : schedules_;
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() >= (planned ? kMaxPlannedSchedules : kMaxCachedSchedules)) cache.clear();
+  return cache.emplace(std::move(key), schedule::generate(params)).first->second;
 }
 
 sim::SimResult PlanEvaluator::run_simulation(const schedule::GeneratorParams& params,

@@ -163,8 +163,9 @@ class PlanEvaluator {
 
  private:
   // name, stages, micro-batches, chunks, group size, vocabulary, memory limit, skip ratio (-1:
-  // unset).
-  using ScheduleKey = std::tuple<std::string, int, int, int, int, int, double, double, bool>;
+  // unset), layered reduction, and for a cost-aware generator the costs it plans with.
+  using ScheduleKey =
+      std::tuple<std::string, int, int, int, int, int, double, double, bool, std::vector<double>>;
   const schedule::Schedule& schedule_for(const schedule::GeneratorParams& params,
                                          schedule::Schedule& scratch);
   // The schedule of `params` simulated with the costs, through the simulation cache when one is
@@ -181,6 +182,7 @@ class PlanEvaluator {
   EvaluateOptions options_;
   TokenSlicingCache slicings_;
   std::map<ScheduleKey, schedule::Schedule> schedules_;
+  std::map<ScheduleKey, schedule::Schedule> planned_schedules_;  // cost-aware orders
   struct CostsEntry {
     spec::ParallelPlan plan;  // schedule name normalised (costs_for)
     schedule::Placement placement;
