@@ -59,6 +59,31 @@ class Frontier {
   std::vector<std::pair<double, double>> staircase_;  // (time, memory), none dominating another
 };
 
+// The times of the plans scored so far, shared by the scoring threads: what a plan's lower plan
+// (Scorer::lower) was scored at.
+class ScoredTimes {
+ public:
+  void add(const spec::ParallelPlan& plan, const std::string& vocab_label, double time) {
+    std::string key = plan_summary(plan, vocab_label);
+    std::lock_guard lock(mutex_);
+    times_[std::move(key)].emplace_back(plan, time);
+  }
+  std::optional<double> find(const spec::ParallelPlan& plan, const std::string& vocab_label) const {
+    const std::string key = plan_summary(plan, vocab_label);
+    std::lock_guard lock(mutex_);
+    const auto it = times_.find(key);
+    if (it == times_.end()) return std::nullopt;
+    for (const auto& [scored, time] : it->second)
+      if (scored == plan) return time;
+    return std::nullopt;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  // By the plan's summary, which plans differing only in what it does not print share.
+  std::map<std::string, std::vector<std::pair<spec::ParallelPlan, double>>> times_;
+};
+
 // Runs body(scorer, i) for i in [0, n) on `threads` threads, each with its own scorer, until
 // done, cancelled or failed. done counts finished items.
 template <class Body>
@@ -186,6 +211,7 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
     });
   }
   Frontier frontier(static_cast<std::size_t>(std::max<std::int64_t>(keep, 1)));
+  ScoredTimes scored_times;
   std::atomic<std::size_t> done{0};
   run_pool(threads, n, make_scorer, cancel, done, progress, total,
            bounded ? static_cast<std::int64_t>(n) : 0, [&](Scorer& sc, std::size_t k) {
@@ -199,6 +225,17 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
                out.skipped[i] = 1;
                return;
              }
+             // A plan never faster than one scored already: that one's time is its bound too.
+             if (bounded && sc.lower)
+               if (const auto lower = sc.lower(jobs[i].plan))
+                 if (const auto time = scored_times.find(*lower, jobs[i].vocab_label)) {
+                   CandidateBound b = bounds[i];
+                   b.iteration_time = std::max(b.iteration_time, *time);
+                   if (frontier.beats(b)) {
+                     out.skipped[i] = 1;
+                     return;
+                   }
+                 }
              catch_input(i, [&] {
                if (bounded && !bounds[i].slice_tokens.empty()) {
                  spec::ParallelPlan sliced = jobs[i].plan;
@@ -210,6 +247,8 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
                // A sparse plan may tie its dense twin and be left out of the results
                // (SparseTwins), so only the plans that stay bound the others.
                if (!jobs[i].plan.sparse_embedding_gradient) frontier.add(*out.scores[i]);
+               if (bounded && sc.lower)
+                 scored_times.add(jobs[i].plan, jobs[i].vocab_label, out.scores[i]->iteration_time);
              });
            });
   if (bounded && !(cancel != nullptr && cancel->load()))

@@ -76,6 +76,9 @@ struct CandidateBound {
   std::vector<int> slice_tokens;
 };
 using PlanBounder = std::function<CandidateBound(const spec::ParallelPlan&)>;
+// A plan the given one is never faster than (the same schedule order with costs at least as
+// high), or none.
+using PlanLowering = std::function<std::optional<spec::ParallelPlan>(const spec::ParallelPlan&)>;
 
 // What each scoring thread uses: the scorer, and optionally a bounder. With a bounder the search
 // is a branch and bound: plans are scored in order of their bound, and a plan is skipped when
@@ -86,8 +89,13 @@ struct Scorer {
   Scorer() = default;
   Scorer(PlanScorer s) : score(std::move(s)) {}  // NOLINT: a scorer alone is a Scorer
   Scorer(PlanScorer s, PlanBounder b) : score(std::move(s)), bound(std::move(b)) {}
+  Scorer(PlanScorer s, PlanBounder b, PlanLowering l)
+      : score(std::move(s)), bound(std::move(b)), lower(std::move(l)) {}
   PlanScorer score;
   PlanBounder bound;  // empty: score every plan
+  // With a bounder: once the lower plan of a plan is scored, its time bounds the plan's too, and
+  // the plan is skipped where that bound cannot make the results. Empty: bounds alone.
+  PlanLowering lower;
 };
 
 struct SearchSpace {

@@ -69,6 +69,43 @@ TEST(PlanBound, NeverAboveTheEvaluationWithA256kVocabulary) {
   expect_bounds_hold(space("vp-4b-256k", "a100-80gb", 16, 64));
 }
 
+// Every plan of a search against its lower plan (Scorer::lower), both simulated: never faster.
+void expect_lower_plans_hold(const SearchSpace& s, int least_checked) {
+  const Scorer lowering = evaluator_scorers(s.model, s.cluster)();
+  ASSERT_TRUE(lowering.lower);
+  std::mutex mutex;
+  std::vector<std::string> violations;
+  int checked = 0;
+  const ScorerFactory factory = [&] {
+    auto evaluator = std::make_shared<PlanEvaluator>();
+    return Scorer([&, evaluator](const spec::ParallelPlan& plan) {
+      CandidateScore c;
+      c.feasible = true;
+      const auto lower = lowering.lower(plan);
+      if (!lower) return c;
+      const PlanEvaluation e = evaluator->evaluate(s.model, s.cluster, plan);
+      const PlanEvaluation l = evaluator->evaluate(s.model, s.cluster, *lower);
+      std::lock_guard lock(mutex);
+      ++checked;
+      if (e.iteration_time < l.iteration_time * (1 - 1e-12))
+        violations.push_back(key({plan, "", {}}) + ": " + std::to_string(e.iteration_time) +
+                             " s, faster than its lower plan " + key({*lower, "", {}}) + ": " +
+                             std::to_string(l.iteration_time) + " s");
+      return c;
+    });
+  };
+  search_plans(s, factory);
+  EXPECT_GE(checked, least_checked);
+  EXPECT_TRUE(violations.empty()) << violations.size() << " violations, first: " << violations[0];
+}
+
+TEST(PlanBound, NoPlanIsFasterThanItsLowerPlan) {
+  // Offload variants on every schedule (cost-aware ones included: the same order), recomputing
+  // plans on the schedules whose order does not depend on the costs.
+  expect_lower_plans_hold(space("gpt3-18b", "h100-sxm", 32, 64), 500);
+  expect_lower_plans_hold(space("vp-4b-256k", "a100-80gb", 16, 64), 200);
+}
+
 TEST(PlanBound, FewMicroBatchesOverManyChunksAreBoundByOneMicroBatchsChain) {
   // 2 micro-batches looping 8 times over 4 ranks: a rank is busy at most half the time, which the
   // busiest rank's work (16 chunk passes) cannot see; one micro-batch's chain through the 32
