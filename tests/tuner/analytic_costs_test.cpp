@@ -170,6 +170,38 @@ TEST(OpCosts, Zero2ReduceScattersEachMicroBatchBesideTheWeightGradients) {
   }
 }
 
+TEST(OpCosts, AnOffloadVariantsCostsAreItsPlansWithTheOffloadApplied) {
+  // The search prices offload variants from their plan's costs (apply_offload): the same costs,
+  // to the last bit, as pricing the variant whole.
+  const spec::ModelSpec m = gpt_like();
+  const spec::ClusterSpec c = spec::load_cluster("dgx-a100-8");
+  for (const int zero : {0, 1, 3})
+    for (const auto& [activations, optimizer] :
+         {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+      spec::ParallelPlan kept = pipeline_plan(2, 4, 8);
+      kept.zero_stage = zero;
+      spec::ParallelPlan plan = kept;
+      plan.offload_activations = activations;
+      plan.offload_optimizer = optimizer;
+      const OpCosts whole = op_costs(m, c, plan, schedule::Placement::Linear);
+      OpCosts applied = op_costs(m, c, kept, schedule::Placement::Linear);
+      apply_offload(applied, plan, c.hardware);
+      SCOPED_TRACE("zero " + std::to_string(zero) + (activations ? " activations" : "") +
+                   (optimizer ? " optimizer" : ""));
+      ASSERT_EQ(whole.stages.size(), applied.stages.size());
+      for (std::size_t r = 0; r < whole.stages.size(); ++r) {
+        EXPECT_EQ(whole.table.stages[r].op, applied.table.stages[r].op);
+        EXPECT_EQ(whole.table.stages[r].offload, applied.table.stages[r].offload);
+        EXPECT_EQ(whole.stages[r].optimizer, applied.stages[r].optimizer);
+      }
+      EXPECT_EQ(whole.activation_bytes_per_microbatch, applied.activation_bytes_per_microbatch);
+      // And the variant's copies and optimizer step are its own, not its plan's.
+      const OpCosts plain = op_costs(m, c, kept, schedule::Placement::Linear);
+      if (activations) EXPECT_GT(whole.table.stages[0].offload, 0.0);
+      if (optimizer) EXPECT_GT(whole.stages[0].optimizer, plain.stages[0].optimizer);
+    }
+}
+
 // The embedded engine gathers a layer's values before its pass and reduce-scatters its gradients
 // after, in series with the compute: F, B and W grow by the collectives (ZeRO-3: a gather in F
 // and in B, a scatter in W; ZeRO-2: the scatter in W), where a framework that prefetches hides

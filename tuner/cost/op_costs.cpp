@@ -306,8 +306,8 @@ void set_data_parallel_costs(StageCost& st, const StageParameters& sp,
           sparse_time;
     }
   }
-  const double local = plan.zero_stage >= 1 ? shared / plan.dp + sp.expert / edp : sp.total();
-  st.optimizer = optimizer_step_time(local, plan, hw, exec);
+  st.optimizer_shard = plan.zero_stage >= 1 ? shared / plan.dp + sp.expert / edp : sp.total();
+  st.optimizer = optimizer_step_time(st.optimizer_shard, plan, hw, exec);
 }
 
 // Tied embeddings on two stages keep their copies equal with one all-reduce per iteration.
@@ -493,6 +493,14 @@ void set_pass_op_costs(OpCosts& out, const spec::ParallelPlan& plan, const Execu
 
 }  // namespace
 
+void apply_offload(OpCosts& costs, const spec::ParallelPlan& plan, const spec::HardwareSpec& hw,
+                   const ExecutionOptions& exec) {
+  set_offload_costs(costs, plan, hw, exec);
+  if (plan.offload_optimizer)
+    for (StageCost& st : costs.stages)
+      st.optimizer = optimizer_step_time(st.optimizer_shard, plan, hw, exec);
+}
+
 double fp32_peak_flops(const spec::HardwareSpec& hw) {
   if (hw.device == spec::DeviceKind::Cpu) return hw.peak_flops;  // a CPU's peak is fp32
   if (!(hw.fp32_peak_flops > 0.0))
@@ -644,7 +652,7 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
     add_vocabulary_parallel_costs(out, model, rank_links, plan, exec, logits_bytes);
   set_pass_op_costs(out, plan, exec);
   out.table.held_reductions = plan.zero_stage >= 2 && spec::reduces_per_group(plan);
-  set_offload_costs(out, plan, hw, exec);
+  apply_offload(out, plan, hw, exec);
   set_fault_costs(out.table, cluster, plan, exec);
   // Weight-gradient GEMMs keep their inputs until W: nearly all of a layer's activations.
   out.table.w_free_fraction = 1.0;

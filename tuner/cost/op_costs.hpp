@@ -86,11 +86,12 @@ struct StageCost {
   // gradients; under ZeRO-3, gathering one group's values, once per run of its ops
   // (engine/schedule/group_holds.hpp; the ops' sharded comm is then the tables' alone).
   double group_gather = 0.0;
-  double param_gather = 0.0;    // ZeRO 1, 2: all-gather of the updated bf16 parameters
-  double embedding_sync = 0.0;  // tied embeddings: gradient all-reduce of first and last stage
-  double optimizer = 0.0;       // Adam step over this device's parameter shard (see above)
-  double parameters = 0.0;      // parameters this device holds (before ZeRO sharding)
-  double executed_flops = 0.0;  // FLOPs this device executes per micro-batch (all passes)
+  double param_gather = 0.0;     // ZeRO 1, 2: all-gather of the updated bf16 parameters
+  double embedding_sync = 0.0;   // tied embeddings: gradient all-reduce of first and last stage
+  double optimizer = 0.0;        // Adam step over this device's parameter shard (see above)
+  double optimizer_shard = 0.0;  // the parameters that step updates (after ZeRO sharding)
+  double parameters = 0.0;       // parameters this device holds (before ZeRO sharding)
+  double executed_flops = 0.0;   // FLOPs this device executes per micro-batch (all passes)
 };
 
 struct OpCosts {
@@ -108,6 +109,12 @@ struct OpCosts {
 OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                  const spec::ParallelPlan& plan, schedule::Placement placement,
                  const ExecutionOptions& exec = {});
+
+// The costs of `plan` from those of the same plan without offload (op_costs of it): offloading
+// changes the copies and the optimizer step, not the passes. A search prices each offload
+// variant from its plan's costs this way. Throws as op_costs does.
+void apply_offload(OpCosts& costs, const spec::ParallelPlan& plan,
+                   const spec::HardwareSpec& hardware, const ExecutionOptions& exec = {});
 
 // Bytes of memory traffic per parameter of one Adam step over fp32 master weights: read the
 // fp32 gradient (4), read and write master weights, m and v (24), write the bf16 weights (2),

@@ -245,14 +245,28 @@ const OpCosts& PlanEvaluator::costs_for(const spec::ModelSpec& model,
     costs_context_.emplace(model, cluster, execution);
     recent_costs_.clear();
   }
+  // An offload variant's costs are its plan's with the copies and the optimizer step redone
+  // (apply_offload): the search enumerates the variants a few plans after the plan.
   spec::ParallelPlan key = plan;
   key.schedule = spec::reduces_per_group(plan) ? "per-group" : "";
-  for (auto it = recent_costs_.rbegin(); it != recent_costs_.rend(); ++it)
-    if (it->placement == placement && it->plan == key) return it->costs;
-  if (recent_costs_.size() >= kRecent) recent_costs_.erase(recent_costs_.begin());
-  recent_costs_.push_back(
-      {std::move(key), placement, op_costs(model, cluster, plan, placement, execution)});
-  return recent_costs_.back().costs;
+  key.offload_activations = false;
+  key.offload_optimizer = false;
+  const OpCosts* kept = nullptr;
+  for (auto it = recent_costs_.rbegin(); it != recent_costs_.rend() && !kept; ++it)
+    if (it->placement == placement && it->plan == key) kept = &it->costs;
+  if (!kept) {
+    spec::ParallelPlan unloaded = plan;
+    unloaded.offload_activations = false;
+    unloaded.offload_optimizer = false;
+    if (recent_costs_.size() >= kRecent) recent_costs_.erase(recent_costs_.begin());
+    recent_costs_.push_back(
+        {std::move(key), placement, op_costs(model, cluster, unloaded, placement, execution)});
+    kept = &recent_costs_.back().costs;
+  }
+  if (!plan.offload_activations && !plan.offload_optimizer) return *kept;
+  offloaded_costs_ = *kept;
+  apply_offload(offloaded_costs_, plan, cluster.hardware, execution);
+  return offloaded_costs_;
 }
 
 namespace {

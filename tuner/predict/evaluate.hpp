@@ -174,7 +174,8 @@ class PlanEvaluator {
 
   // op_costs of the plan, through a few recent results: plans that differ in their schedule
   // alone (1f1b, zb-h1, gpipe... on one placement) have the same op costs, which depend on the
-  // schedule only through its placement and whether it reduces per layer group.
+  // schedule only through its placement and whether it reduces per layer group; an offload
+  // variant takes its plan's, with apply_offload (the reference lasts until the next call).
   const OpCosts& costs_for(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                            const spec::ParallelPlan& plan, schedule::Placement placement,
                            const ExecutionOptions& execution);
@@ -190,6 +191,7 @@ class PlanEvaluator {
   };
   // For the model, cluster and execution options they were computed with; newest last.
   std::vector<CostsEntry> recent_costs_;
+  OpCosts offloaded_costs_;  // costs_for's latest offload variant
   std::optional<std::tuple<spec::ModelSpec, spec::ClusterSpec, ExecutionOptions>> costs_context_;
 };
 
