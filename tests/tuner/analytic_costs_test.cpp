@@ -197,8 +197,12 @@ TEST(OpCosts, AnOffloadVariantsCostsAreItsPlansWithTheOffloadApplied) {
       EXPECT_EQ(whole.activation_bytes_per_microbatch, applied.activation_bytes_per_microbatch);
       // And the variant's copies and optimizer step are its own, not its plan's.
       const OpCosts plain = op_costs(m, c, kept, schedule::Placement::Linear);
-      if (activations) EXPECT_GT(whole.table.stages[0].offload, 0.0);
-      if (optimizer) EXPECT_GT(whole.stages[0].optimizer, plain.stages[0].optimizer);
+      if (activations) {
+        EXPECT_GT(whole.table.stages[0].offload, 0.0);
+      }
+      if (optimizer) {
+        EXPECT_GT(whole.stages[0].optimizer, plain.stages[0].optimizer);
+      }
     }
 }
 
