@@ -177,9 +177,10 @@ TEST(LeastPeakInFlight, VBlocksAtLongPipelines) {
               << name << " p=" << p << " m=" << m << " stage " << k;
           least = std::min(least, peak);
         }
-        if (name != "dualpipe-v")  // dualpipe-v's bound is its warm-up, half a micro-batch under
+        if (name != "dualpipe-v") {  // dualpipe-v's bound is its warm-up, half a micro-batch under
           EXPECT_DOUBLE_EQ(least_peak_in_flight(params, 0), least)
               << name << " p=" << p << " m=" << m;
+        }
       }
     }
   }
