@@ -19,7 +19,7 @@ namespace {
 // Schedules kept per evaluator; a search touches a few dozen shapes, so a full cache is dropped.
 constexpr std::size_t kMaxCachedSchedules = 256;
 // Cost-aware orders, which only plans with the same planning costs share: fewer kept.
-constexpr std::size_t kMaxPlannedSchedules = 32;
+constexpr std::size_t kMaxPlannedSchedules = 8;
 
 // Exposed data-parallel communication and optimizer time after the pipeline (the slowest stage
 // of each), from the op costs: what the schedule cannot hide.
