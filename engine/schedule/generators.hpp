@@ -90,6 +90,11 @@ double least_peak_in_flight(const GeneratorParams& params, int rank);
 // least_peak_in_flight of every rank, 0 to stages - 1.
 std::vector<double> least_peaks_in_flight(const GeneratorParams& params);
 
+// The most overlapped pairs (Op::overlaps_previous) rank `rank` runs: the generator's own count
+// where it is known (dualpipe-v), else every forward's; 0 for a schedule without pairs. For the
+// tuner's bounds, which credit each pair with the communication it may hide.
+int most_overlapped_pairs(const GeneratorParams& params, int rank);
+
 // Builds and validates a schedule. Throws ScheduleError (an InputError) for an unknown name
 // (listing the valid ones), non-positive sizes, too few micro-batches for the schedule, chunks
 // invalid for it, a vocabulary mode it does not support, or an option it does not read (a

@@ -220,5 +220,30 @@ TEST(LeastPeakInFlight, EveryRankAtOnceIsEachRanksOwn) {
       }
 }
 
+TEST(MostOverlappedPairs, DualPipeVsPhasesCountItsPairs) {
+  // The tuner's bound credits each pair with the communication it may hide: dualpipe-v pairs
+  // only in its phases 4 and 5, so counting every forward credited it with up to 2p pairs more
+  // than it runs on each rank.
+  for (int p : {2, 3, 4, 8, 16})
+    for (int m : {2 * p, 2 * p + 3, 6 * p}) {
+      GeneratorParams params;
+      params.name = "dualpipe-v";
+      params.stages = p;
+      params.microbatches = m;
+      const Schedule s = generate(params);
+      for (int r = 0; r < p; ++r) {
+        int pairs = 0;
+        for (const Op& op : s.ranks[static_cast<std::size_t>(r)]) pairs += op.overlaps_previous;
+        EXPECT_EQ(most_overlapped_pairs(params, r), pairs)
+            << "p=" << p << " m=" << m << " rank " << r;
+      }
+    }
+  GeneratorParams plain;
+  plain.name = "1f1b";
+  plain.stages = 4;
+  plain.microbatches = 8;
+  EXPECT_EQ(most_overlapped_pairs(plain, 0), 0);
+}
+
 }  // namespace
 }  // namespace pipetune::schedule

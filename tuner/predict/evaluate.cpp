@@ -164,7 +164,8 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
       const double kf = t.comm(r, OpKind::F), kbw = t.comm(r, OpKind::BW);
       hidden = std::min(kf, bw - kbw) + std::min(kbw, f - kf);
     }
-    double transformer = m * v * (t.cost(r, OpKind::F) + backward - hidden);
+    double transformer = m * v * (t.cost(r, OpKind::F) + backward) -
+                         (pairs ? schedule::most_overlapped_pairs(shape, r) * hidden : 0.0);
     if (sliced) {
       transformer = 0.0;
       for (const schedule::SliceShape& sh : shapes)

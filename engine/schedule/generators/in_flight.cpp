@@ -106,6 +106,18 @@ double least_peak_in_flight(const GeneratorParams& params, int rank) {
   return least_in_flight(in_flight_rule(params), params, rank);
 }
 
+int most_overlapped_pairs(const GeneratorParams& params, int rank) {
+  const int p = params.stages, m = params.microbatches;
+  if (!has_overlapped_pairs(params.name) || m < 1) return 0;
+  // dualpipe-v (dualpipe_v.cpp): phase 4's m - 2p + r + 1 steps of two pairs (but the turn of
+  // the V's first F0 & B1, run apart) and phase 5's p - r - 1 steps of one; the other phases run
+  // their ops alone. It needs m >= 2p.
+  if (params.name == "dualpipe-v")
+    return std::max(0, 2 * (m - 2 * p + rank + 1) + (p - rank - 1) - (rank == p - 1 ? 1 : 0));
+  const int chunks = params.chunks > 0 ? params.chunks : 1;
+  return m * chunks;  // at most every forward in a pair
+}
+
 std::vector<double> least_peaks_in_flight(const GeneratorParams& params) {
   const InFlightRule rule = in_flight_rule(params);
   std::vector<double> out(static_cast<std::size_t>(std::max(params.stages, 0)));
