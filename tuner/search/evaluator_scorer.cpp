@@ -109,24 +109,31 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
       c.slice_tokens = e.slice_tokens;
       return c;
     });
-    // An offloading plan runs its kept plan's order (the generators never read the copies) with
-    // the same pass costs and copies besides; a recomputing one, costs at least as high on an
-    // order that does not depend on them. On a given order the simulated time only grows with
-    // the costs (the ops start at maxima of sums of them), so the kept plan's time bounds theirs.
-    // Not for recomputation in overlapped pairs, where a longer backward hides more of its
-    // forward's communication and the forward ends sooner; nor with faults on the cluster, whose
-    // re-routing moves work by the costs.
+    // An offloading plan runs the order of the same plan without offload (the generators never
+    // read the copies) at the same pass costs, with the copies as more constraints; a
+    // recomputing one, costs at least as high as its kept plan's on an order that does not
+    // depend on them. On a given order the simulated time only grows with the costs (the ops
+    // start at maxima of sums of them), so those plans' times bound its. Not for recomputation
+    // in overlapped pairs, where a longer backward hides more of its forward's communication
+    // and the forward ends sooner; nor with faults on the cluster, whose re-routing moves work
+    // by the costs.
     const bool faults = !target->second.faults.empty();
-    PlanLowering lower =
-        [faults](const spec::ParallelPlan& plan) -> std::optional<spec::ParallelPlan> {
-      if (faults || keeps_everything_without_recompute(plan)) return std::nullopt;
-      const bool offload_only =
-          plan.recompute == spec::Recompute::None && plan.stage_recompute.empty();
+    PlanLowering lower = [faults](const spec::ParallelPlan& plan) {
+      std::vector<spec::ParallelPlan> out;
+      if (faults || keeps_everything_without_recompute(plan)) return out;
+      if (plan.offload_activations || plan.offload_optimizer) {
+        spec::ParallelPlan kept_on_device = plan;
+        kept_on_device.offload_activations = false;
+        kept_on_device.offload_optimizer = false;
+        out.push_back(std::move(kept_on_device));
+      }
+      const bool recomputes =
+          plan.recompute != spec::Recompute::None || !plan.stage_recompute.empty();
       const bool fixed_order = !schedule::uses_costs(plan.schedule, plan.vocab) &&
                                !schedule::supports_slices(plan.schedule) &&
                                !schedule::has_overlapped_pairs(plan.schedule);
-      if (!offload_only && !fixed_order) return std::nullopt;
-      return without_offload_or_recompute(plan);
+      if (recomputes && fixed_order) out.push_back(without_offload_or_recompute(plan));
+      return out;
     };
     return Scorer(std::move(score), std::move(bound), std::move(lower));
   };

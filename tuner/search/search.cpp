@@ -225,17 +225,17 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
                out.skipped[i] = 1;
                return;
              }
-             // A plan never faster than one scored already: that one's time is its bound too.
-             if (bounded && sc.lower)
-               if (const auto lower = sc.lower(jobs[i].plan))
-                 if (const auto time = scored_times.find(*lower, jobs[i].vocab_label)) {
-                   CandidateBound b = bounds[i];
+             // A plan never faster than plans scored already: their times bound its too.
+             if (bounded && sc.lower) {
+               CandidateBound b = bounds[i];
+               for (const spec::ParallelPlan& lower : sc.lower(jobs[i].plan))
+                 if (const auto time = scored_times.find(lower, jobs[i].vocab_label))
                    b.iteration_time = std::max(b.iteration_time, *time);
-                   if (frontier.beats(b)) {
-                     out.skipped[i] = 1;
-                     return;
-                   }
-                 }
+               if (b.iteration_time > bounds[i].iteration_time && frontier.beats(b)) {
+                 out.skipped[i] = 1;
+                 return;
+               }
+             }
              catch_input(i, [&] {
                if (bounded && !bounds[i].slice_tokens.empty()) {
                  spec::ParallelPlan sliced = jobs[i].plan;

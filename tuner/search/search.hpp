@@ -76,9 +76,9 @@ struct CandidateBound {
   std::vector<int> slice_tokens;
 };
 using PlanBounder = std::function<CandidateBound(const spec::ParallelPlan&)>;
-// A plan the given one is never faster than (the same schedule order with costs at least as
-// high), or none.
-using PlanLowering = std::function<std::optional<spec::ParallelPlan>(const spec::ParallelPlan&)>;
+// Plans the given one is never faster than (each the same schedule order with costs at least as
+// high); empty: none known.
+using PlanLowering = std::function<std::vector<spec::ParallelPlan>(const spec::ParallelPlan&)>;
 
 // What each scoring thread uses: the scorer, and optionally a bounder. With a bounder the search
 // is a branch and bound: plans are scored in order of their bound, and a plan is skipped when

@@ -81,16 +81,18 @@ void expect_lower_plans_hold(const SearchSpace& s, int least_checked) {
     return Scorer([&, evaluator](const spec::ParallelPlan& plan) {
       CandidateScore c;
       c.feasible = true;
-      const auto lower = lowering.lower(plan);
-      if (!lower) return c;
+      const std::vector<spec::ParallelPlan> lowers = lowering.lower(plan);
+      if (lowers.empty()) return c;
       const PlanEvaluation e = evaluator->evaluate(s.model, s.cluster, plan);
-      const PlanEvaluation l = evaluator->evaluate(s.model, s.cluster, *lower);
-      std::lock_guard lock(mutex);
-      ++checked;
-      if (e.iteration_time < l.iteration_time * (1 - 1e-12))
-        violations.push_back(key({plan, "", {}}) + ": " + std::to_string(e.iteration_time) +
-                             " s, faster than its lower plan " + key({*lower, "", {}}) + ": " +
-                             std::to_string(l.iteration_time) + " s");
+      for (const spec::ParallelPlan& lower : lowers) {
+        const PlanEvaluation l = evaluator->evaluate(s.model, s.cluster, lower);
+        std::lock_guard lock(mutex);
+        ++checked;
+        if (e.iteration_time < l.iteration_time * (1 - 1e-12))
+          violations.push_back(key({plan, "", {}}) + ": " + std::to_string(e.iteration_time) +
+                               " s, faster than its lower plan " + key({lower, "", {}}) + ": " +
+                               std::to_string(l.iteration_time) + " s");
+      }
       return c;
     });
   };
