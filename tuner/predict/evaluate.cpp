@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <optional>
 
 #include "engine/errors.hpp"
@@ -19,7 +20,7 @@ namespace {
 // Schedules kept per evaluator; a search touches a few dozen shapes, so a full cache is dropped.
 constexpr std::size_t kMaxCachedSchedules = 256;
 // Cost-aware orders, which only plans with the same planning costs share: fewer kept.
-constexpr std::size_t kMaxPlannedSchedules = 8;
+constexpr std::size_t kMaxPlannedSchedules = 16;
 
 // Exposed data-parallel communication and optimizer time after the pipeline (the slowest stage
 // of each), from the op costs: what the schedule cannot hide.
@@ -309,11 +310,24 @@ const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorP
                   params.skip_ratio.value_or(-1.0),
                   params.layered_reduction,
                   planned ? planning_inputs(params.costs) : std::vector<double>{}};
-  auto& cache = planned ? planned_schedules_ : schedules_;
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  if (cache.size() >= (planned ? kMaxPlannedSchedules : kMaxCachedSchedules)) cache.clear();
-  return cache.emplace(std::move(key), schedule::generate(params)).first->second;
+  if (planned) {
+    // The most recently used first out: the plans that share an order are scored near each
+    // other (their bounds are near), seldom all of them at once.
+    const auto it = std::find_if(planned_schedules_.begin(), planned_schedules_.end(),
+                                 [&](const auto& e) { return e.first == key; });
+    if (it != planned_schedules_.end()) {
+      std::rotate(it, std::next(it), planned_schedules_.end());
+      return planned_schedules_.back().second;
+    }
+    if (planned_schedules_.size() >= kMaxPlannedSchedules)
+      planned_schedules_.erase(planned_schedules_.begin());
+    planned_schedules_.emplace_back(std::move(key), schedule::generate(params));
+    return planned_schedules_.back().second;
+  }
+  auto it = schedules_.find(key);
+  if (it != schedules_.end()) return it->second;
+  if (schedules_.size() >= kMaxCachedSchedules) schedules_.clear();
+  return schedules_.emplace(std::move(key), schedule::generate(params)).first->second;
 }
 
 sim::SimResult PlanEvaluator::run_simulation(const schedule::GeneratorParams& params,

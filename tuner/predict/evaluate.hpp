@@ -183,7 +183,8 @@ class PlanEvaluator {
   EvaluateOptions options_;
   TokenSlicingCache slicings_;
   std::map<ScheduleKey, schedule::Schedule> schedules_;
-  std::map<ScheduleKey, schedule::Schedule> planned_schedules_;  // cost-aware orders
+  // Cost-aware orders, least recently used first.
+  std::vector<std::pair<ScheduleKey, schedule::Schedule>> planned_schedules_;
   struct CostsEntry {
     spec::ParallelPlan plan;  // schedule name normalised (costs_for)
     schedule::Placement placement;
