@@ -258,7 +258,9 @@ TEST(Placement, SearchTriesPlacementsAndReportsEachOnce) {
       spec::ParallelPlan a = sp.plan, b = other.plan;
       a.rank_order = b.rank_order;
       a.node_group_order = b.node_group_order;
-      if (a == b) EXPECT_NE(sp.score.iteration_time, other.score.iteration_time);
+      if (a == b) {
+        EXPECT_NE(sp.score.iteration_time, other.score.iteration_time);
+      }
     }
   }
   EXPECT_TRUE(tried_swapped ||

@@ -16,7 +16,7 @@ namespace {
 
 SearchRequest tiny_request() {
   SearchRequest r;
-  r.target = {"tiny", "h100-sxm", 8, 0, 32, 32};
+  r.target = {"tiny", "h100-sxm", 8, 0, 32, 32, ""};
   r.threads = 2;
   return r;
 }
