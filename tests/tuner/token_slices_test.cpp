@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <tuple>
 #include <vector>
 
 #include "engine/schedule/costs.hpp"
@@ -63,6 +64,67 @@ double brute_force(const schedule::CostTable& c, int p, int m, int seq) {
     best = std::min(best, estimate_of(c, p, m, seq, tokens));
   }
   return best;
+}
+
+// The dynamic programme as first written: every distinct cap, each with the whole least sum
+// worked out again (the first cut reaching the least taken, a tie kept). The incremental one
+// must choose the very same cuts.
+TokenSlicing every_cap_again(const schedule::CostTable& c, int p, int m, std::int64_t seq,
+                             int grid) {
+  std::vector<std::int64_t> at;
+  for (int i = 0; i < grid; ++i) {
+    const std::int64_t cut = seq * i / grid;
+    if (at.empty() || cut > at.back()) at.push_back(cut);
+  }
+  at.push_back(seq);
+  const std::size_t N = at.size();
+  std::vector<double> t(N * N, 0.0), caps;
+  for (std::size_t i = 0; i < N; ++i)
+    for (std::size_t j = i + 1; j < N; ++j) {
+      t[i * N + j] = slice_time(c, seq, at[j] - at[i], at[i]);
+      caps.push_back(t[i * N + j]);
+    }
+  std::sort(caps.begin(), caps.end());
+  caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
+  TokenSlicing best;
+  best.estimate = INFINITY;
+  for (double cap : caps) {
+    std::vector<double> S(N, INFINITY);
+    std::vector<std::size_t> last(N, 0);
+    S[0] = 0.0;
+    for (std::size_t j = 1; j < N; ++j)
+      for (std::size_t i = 0; i < j; ++i)
+        if (t[i * N + j] <= cap && S[i] + t[i * N + j] < S[j]) {
+          S[j] = S[i] + t[i * N + j];
+          last[j] = i;
+        }
+    if (S[N - 1] == INFINITY) continue;
+    const double estimate = m * S[N - 1] + (p - 1) * cap;
+    if (estimate < best.estimate) {
+      best.estimate = estimate;
+      best.tokens.clear();
+      for (std::size_t j = N - 1; j > 0; j = last[j])
+        best.tokens.push_back(static_cast<int>(at[j] - at[last[j]]));
+      std::reverse(best.tokens.begin(), best.tokens.end());
+    }
+  }
+  return best;
+}
+
+TEST(TokenSlices, TheIncrementalProgrammeChoosesTheCutsOfTheWholeOne) {
+  // Uniform costs (no attention, no fixed part) tie many slicings: the cuts must still be the
+  // ones the whole programme takes.
+  for (const auto& [p, m, attention, fixed] :
+       {std::tuple{4, 1, 0.0, 0.0}, std::tuple{8, 4, 0.0, 0.0}, std::tuple{4, 2, 0.5, 0.02},
+        std::tuple{16, 8, 0.8, 0.1}, std::tuple{2, 16, 0.3, 0.0}, std::tuple{32, 1, 0.6, 0.05}})
+    for (const std::int64_t seq : {std::int64_t{64}, std::int64_t{2048}, std::int64_t{4099}}) {
+      const schedule::CostTable c = costs(p, attention, fixed);
+      const TokenSlicing want = every_cap_again(c, p, m, seq, 32);
+      const TokenSlicing got = best_token_slicing(c, p, m, seq, 32);
+      EXPECT_EQ(got.tokens, want.tokens) << "p=" << p << " m=" << m << " attention=" << attention
+                                         << " fixed=" << fixed << " seq=" << seq;
+      EXPECT_EQ(got.estimate, want.estimate);
+    }
 }
 
 TEST(TokenSlices, TheDynamicProgrammingFindsTheBruteForceOptimum) {

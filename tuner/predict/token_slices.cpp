@@ -112,18 +112,23 @@ TokenSlicing best_token_slicing(const schedule::CostTable& costs, int stages, in
   const double uncapped = least_sum_from(kNone, 1);  // no cap lowers the sum further
   TokenSlicing best;
   best.estimate = kNone;
-  // Caps rise through the slices' times. A cap admits the slices of its time; the sums change
-  // only from the first cut such a slice shortens (the cuts before it keep theirs), and where
-  // none does the estimate only grows with the cap: a cap is worked out from there, or skipped.
+  // Caps rise through the slices' times. A cap admits the slices of its time; the sums (and the
+  // cuts they take) change only from the first cut such a slice shortens or ties (the cuts before
+  // it keep theirs), and where none does the estimate only grows with the cap: a cap is worked
+  // out from there, or skipped.
   S.assign(N, kNone);
   S[0] = 0.0;
   for (std::size_t e = 0; e < edges.size();) {
     const double cap = edges[e].time;
     // Once (p - 1) cap alone with the least sum cannot beat the best, no higher cap can.
     if (hops * cap + m * uncapped >= best.estimate) break;
+    // A tie counts: the full sum takes the first cut reaching the least, which may be the new
+    // slice's.
     std::size_t from = N;
-    for (; e < edges.size() && edges[e].time == cap; ++e)
-      if (S[edges[e].i] + cap < S[edges[e].j]) from = std::min(from, edges[e].j);
+    for (; e < edges.size() && edges[e].time == cap; ++e) {
+      const Edge& x = edges[e];
+      if (S[x.i] < kNone && S[x.i] + cap <= S[x.j]) from = std::min(from, x.j);
+    }
     if (from == N) continue;
     const double sum = least_sum_from(cap, from);
     if (sum == kNone) continue;
