@@ -52,9 +52,13 @@ bool is_moe_layer(const ModelSpec& model, std::int64_t layer) {
   return is_moe(model) && model.moe_every > 0 && layer % model.moe_every == 0;
 }
 
+std::int64_t moe_layers_before(const ModelSpec& model, std::int64_t n) {
+  if (!is_moe(model) || model.moe_every <= 0 || n <= 0) return 0;
+  return (n + model.moe_every - 1) / model.moe_every;  // layers 0, k, 2k, ... below n
+}
+
 std::int64_t moe_layer_count(const ModelSpec& model) {
-  if (!is_moe(model) || model.moe_every <= 0) return 0;
-  return (model.layers + model.moe_every - 1) / model.moe_every;
+  return moe_layers_before(model, model.layers);
 }
 
 std::int64_t attention_parameters(const ModelSpec& model) {

@@ -57,6 +57,8 @@ std::int64_t kv_dim(const ModelSpec& model);    // kv_heads * head_dim: width of
 bool is_moe(const ModelSpec& model);
 bool is_moe_layer(const ModelSpec& model, std::int64_t layer);  // layer is 0-based
 std::int64_t moe_layer_count(const ModelSpec& model);
+// MoE layers among layers 0..n-1 (is_moe_layer's), in closed form.
+std::int64_t moe_layers_before(const ModelSpec& model, std::int64_t n);
 
 // Parameter counts (see the convention at the top of this file).
 std::int64_t attention_parameters(const ModelSpec& model);  // Q, K, V, O of one layer

@@ -86,7 +86,9 @@ TEST(SearchSpaceRules, EveryZeroStageIsSearchedWhereDataParallelismShards) {
   for (const ScoredPlan& c : r.ranked) {
     ++by_stage[c.plan.zero_stage];
     if (spec::reduces_per_group(c.plan)) ++per_group_by_stage[c.plan.zero_stage];
-    if (c.plan.dp == 1) EXPECT_EQ(c.plan.zero_stage, 0);
+    if (c.plan.dp == 1) {
+      EXPECT_EQ(c.plan.zero_stage, 0);
+    }
   }
   for (int z : {0, 1, 2, 3}) EXPECT_GT(by_stage[z], 0) << "ZeRO " << z;
   // Each plan with dp > 1 is there at every stage, but for ZeRO-1 with layer-group reductions

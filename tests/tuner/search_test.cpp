@@ -132,7 +132,9 @@ TEST(Search, EnumeratingOnSeveralThreadsGivesTheOneThreadResult) {
   for (std::size_t i = 0; i < a.ranked.size(); ++i)
     ASSERT_EQ(key(a.ranked[i]), key(b.ranked[i])) << "rank " << i;
   ASSERT_EQ(a.smallest_infeasible.has_value(), b.smallest_infeasible.has_value());
-  if (a.smallest_infeasible) EXPECT_EQ(key(*a.smallest_infeasible), key(*b.smallest_infeasible));
+  if (a.smallest_infeasible) {
+    EXPECT_EQ(key(*a.smallest_infeasible), key(*b.smallest_infeasible));
+  }
 }
 
 TEST(Search, RemembersThePlanThatCameClosestToFitting) {

@@ -493,6 +493,13 @@ void set_pass_op_costs(OpCosts& out, const spec::ParallelPlan& plan, const Execu
 
 }  // namespace
 
+spec::ParallelPlan without_offload(const spec::ParallelPlan& plan) {
+  spec::ParallelPlan p = plan;
+  p.offload_activations = false;
+  p.offload_optimizer = false;
+  return p;
+}
+
 void apply_offload(OpCosts& costs, const spec::ParallelPlan& plan, const spec::HardwareSpec& hw,
                    const ExecutionOptions& exec) {
   set_offload_costs(costs, plan, hw, exec);

@@ -110,6 +110,10 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                  const spec::ParallelPlan& plan, schedule::Placement placement,
                  const ExecutionOptions& exec = {});
 
+// `plan` keeping its activations and optimizer state on the device: the plan apply_offload
+// prices an offload variant from.
+spec::ParallelPlan without_offload(const spec::ParallelPlan& plan);
+
 // The costs of `plan` from those of the same plan without offload (op_costs of it): offloading
 // changes the copies and the optimizer step, not the passes. A search prices each offload
 // variant from its plan's costs this way. Throws as op_costs does.

@@ -86,11 +86,6 @@ std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
   const double mlp = as_d(spec::mlp_parameters(model));
   const double router = as_d(spec::router_parameters(model));
   const double norms = 2.0 * h;  // replicated on every TP rank
-  // MoE layers among layers [0, n]: every moe_every-th from layer 0 (spec::is_moe_layer).
-  const bool moe_model = spec::is_moe(model) && model.moe_every > 0;
-  const auto moe_up_to = [&](std::int64_t n) {
-    return moe_model && n >= 0 ? n / model.moe_every + 1 : 0;
-  };
   std::vector<StageParameters> out(static_cast<std::size_t>(p));
   std::int64_t layer = 0;
   // A group's layers are alike but for their experts: one dense and one MoE layer's parameters,
@@ -100,7 +95,8 @@ std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
     StageParameters& s = out[static_cast<std::size_t>(rank)];
     const double t = spec::tp_of_stage(plan, rank);  // per-stage layouts shard by their own tp
     const std::int64_t n = split[static_cast<std::size_t>(g)];
-    const auto moe_layers = static_cast<double>(moe_up_to(layer + n - 1) - moe_up_to(layer - 1));
+    const auto moe_layers = static_cast<double>(spec::moe_layers_before(model, layer + n) -
+                                                spec::moe_layers_before(model, layer));
     const double dense_layers = static_cast<double>(n) - moe_layers;
     layer += n;
     const StageParameters::Layer dense{attention / t + norms + mlp / t, 0.0};

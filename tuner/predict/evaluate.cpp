@@ -111,14 +111,13 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   // (schedule::least_peak_in_flight), at least one chunk of one micro-batch.
   const schedule::GeneratorParams shape = spec::generator_params(plan);
   // Offloading activations, a stage keeps at least the one chunk its running forward fills.
-  std::vector<double> least_activations = plan.offload_activations
-                                              ? std::vector<double>(P, 1.0 / plan.chunks)
-                                              : schedule::least_peaks_in_flight(shape);
-  for (std::size_t k = 0; k < P; ++k) {
-    const double in_flight = least_activations[k];
-    least_activations[k] =
-        in_flight * costs.activation_bytes_per_microbatch[k] + costs.transient_activation_bytes[k];
-  }
+  const std::vector<double> in_flight = plan.offload_activations
+                                            ? std::vector<double>(P, 1.0 / plan.chunks)
+                                            : schedule::least_peaks_in_flight(shape);
+  std::vector<double> least_activations(P, 0.0);
+  for (std::size_t k = 0; k < P; ++k)
+    least_activations[k] = in_flight[k] * costs.activation_bytes_per_microbatch[k] +
+                           costs.transient_activation_bytes[k];
   PlanBound b;
   const MemoryEstimate least =
       estimate_memory(model, cluster, plan, placement, least_activations, memory);
@@ -154,6 +153,10 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   double busiest = 0.0, startup = 0.0, drain = 0.0;
   const bool pairs = schedule::has_overlapped_pairs(plan.schedule);
   const bool reduces = spec::reduces_per_group(plan);
+  // An op of a pair may be shorter by the communication it hides: at most its own.
+  const auto least_cost = [&](int r, OpKind k) {
+    return t.cost(r, k) - (pairs ? t.comm(r, k) : 0.0);
+  };
   for (int r = 0; r < plan.pp; ++r) {
     const double backward =
         std::min(t.cost(r, OpKind::BW), t.cost(r, OpKind::B) + t.cost(r, OpKind::W));
@@ -196,8 +199,6 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
     }
     // The hop to the next rank (forward) and back (backward): resharded with per-stage layouts.
     const bool hop = r + 1 < plan.pp;
-    // An op of a pair may be shorter by the communication it hides: at most its own.
-    const auto least = [&](OpKind k) { return t.cost(r, k) - (pairs ? t.comm(r, k) : 0.0); };
     if (partial) continue;
     if (sliced) {  // the first slice, and at most its share of a transfer
       const double share = shapes.front().length;
@@ -207,8 +208,8 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
                share * (hop ? t.transfer_time(r + 1, r) : t.p2p_time());
       continue;
     }
-    startup += least(OpKind::F) + (hop ? t.transfer_time(r, r + 1) : t.p2p_time());
-    drain += std::min(least(OpKind::B), least(OpKind::BW)) +
+    startup += least_cost(r, OpKind::F) + (hop ? t.transfer_time(r, r + 1) : t.p2p_time());
+    drain += std::min(least_cost(r, OpKind::B), least_cost(r, OpKind::BW)) +
              (hop ? t.transfer_time(r + 1, r) : t.p2p_time());
   }
   // One micro-batch's own chain: its forward through every layer group in order, then its
@@ -216,18 +217,18 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   // a transfer. Where a loop of ranks outnumbers the micro-batches in flight (a few micro-batches
   // over many chunks), no schedule keeps the ranks busy and this binds.
   if (!sliced && !partial) {
-    const int groups = plan.pp * plan.chunks;
-    const auto rank_of = [&](int g) {
-      return linear ? g % plan.pp : (g < plan.pp ? g : 2 * plan.pp - 1 - g);
-    };
-    const auto least = [&](int r, OpKind k) { return t.cost(r, k) - (pairs ? t.comm(r, k) : 0.0); };
+    schedule::Schedule where;  // the group -> rank mapping of the placement
+    where.stages = plan.pp;
+    where.chunks = plan.chunks;
+    where.placement = placement;
+    const int groups = where.groups();
     double chain = 0.0;
     for (int g = 0; g < groups; ++g) {
-      const int r = rank_of(g);
-      const double input_grad = std::min(least(r, OpKind::B), least(r, OpKind::BW));
-      chain += least(r, OpKind::F) + (fused_backward ? least(r, OpKind::BW) : input_grad);
-      if (g + 1 < groups && rank_of(g + 1) != r)
-        chain += t.transfer_time(r, rank_of(g + 1)) + t.transfer_time(rank_of(g + 1), r);
+      const int r = where.rank_of_group(g);
+      const double input_grad = std::min(least_cost(r, OpKind::B), least_cost(r, OpKind::BW));
+      chain += least_cost(r, OpKind::F) + (fused_backward ? least_cost(r, OpKind::BW) : input_grad);
+      if (const int next = g + 1 < groups ? where.rank_of_group(g + 1) : r; next != r)
+        chain += t.transfer_time(r, next) + t.transfer_time(next, r);
     }
     busiest = std::max(busiest, chain);
   }
@@ -249,17 +250,13 @@ const OpCosts& PlanEvaluator::costs_for(const spec::ModelSpec& model,
   }
   // An offload variant's costs are its plan's with the copies and the optimizer step redone
   // (apply_offload): the search enumerates the variants a few plans after the plan.
-  spec::ParallelPlan key = plan;
+  const spec::ParallelPlan unloaded = without_offload(plan);
+  spec::ParallelPlan key = unloaded;
   key.schedule = spec::reduces_per_group(plan) ? "per-group" : "";
-  key.offload_activations = false;
-  key.offload_optimizer = false;
   const OpCosts* kept = nullptr;
   for (auto it = recent_costs_.rbegin(); it != recent_costs_.rend() && !kept; ++it)
     if (it->placement == placement && it->plan == key) kept = &it->costs;
   if (!kept) {
-    spec::ParallelPlan unloaded = plan;
-    unloaded.offload_activations = false;
-    unloaded.offload_optimizer = false;
     if (recent_costs_.size() >= kRecent) recent_costs_.erase(recent_costs_.begin());
     recent_costs_.push_back(
         {std::move(key), placement, op_costs(model, cluster, unloaded, placement, execution)});

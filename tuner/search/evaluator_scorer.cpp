@@ -9,13 +9,12 @@
 
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
+#include "tuner/cost/op_costs.hpp"
 
 namespace pipetune::tuner {
 
 spec::ParallelPlan without_offload_or_recompute(const spec::ParallelPlan& plan) {
-  spec::ParallelPlan p = plan;
-  p.offload_activations = false;
-  p.offload_optimizer = false;
+  spec::ParallelPlan p = without_offload(plan);
   p.recompute = spec::Recompute::None;
   p.stage_recompute.clear();
   return p;
@@ -121,12 +120,7 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
     PlanLowering lower = [faults](const spec::ParallelPlan& plan) {
       std::vector<spec::ParallelPlan> out;
       if (faults || keeps_everything_without_recompute(plan)) return out;
-      if (plan.offload_activations || plan.offload_optimizer) {
-        spec::ParallelPlan kept_on_device = plan;
-        kept_on_device.offload_activations = false;
-        kept_on_device.offload_optimizer = false;
-        out.push_back(std::move(kept_on_device));
-      }
+      if (plan.offload_activations || plan.offload_optimizer) out.push_back(without_offload(plan));
       const bool recomputes =
           plan.recompute != spec::Recompute::None || !plan.stage_recompute.empty();
       const bool fixed_order = !schedule::uses_costs(plan.schedule, plan.vocab) &&

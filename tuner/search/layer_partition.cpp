@@ -115,15 +115,13 @@ std::optional<double> least_feasible_bound(const PartitionProblem& p, int layers
     extras.push_back(at(p.stage_extra_cost, s, 0.0));
   std::sort(extras.begin(), extras.end());
   extras.erase(std::unique(extras.begin(), extras.end()), extras.end());
-  // Each extra's values rise with n (a cost is never negative): the lists are merged, not sorted.
+  // Each extra's values rise with n (partition_uniform_layers refuses a negative layer cost):
+  // the lists are merged, not sorted.
   std::vector<double> candidates;
   for (double extra : extras) {
     const auto middle = static_cast<std::ptrdiff_t>(candidates.size());
     for (int n = p.min_layers_per_stage; n <= layers; ++n)
       candidates.push_back(n * layer_cost + extra);
-    if (!(layer_cost >= 0.0)) {
-      std::sort(candidates.begin() + middle, candidates.end());
-    }
     std::inplace_merge(candidates.begin(), candidates.begin() + middle, candidates.end());
   }
   candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());

@@ -93,7 +93,7 @@ struct Scorer {
       : score(std::move(s)), bound(std::move(b)), lower(std::move(l)) {}
   PlanScorer score;
   PlanBounder bound;  // empty: score every plan
-  // With a bounder: once the lower plan of a plan is scored, its time bounds the plan's too, and
+  // With a bounder: once a plan's lower plans are scored, their times bound the plan's too, and
   // the plan is skipped where that bound cannot make the results. Empty: bounds alone.
   PlanLowering lower;
 };

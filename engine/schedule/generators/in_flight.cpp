@@ -1,5 +1,6 @@
-// Lower bounds on a stage's peak activations from the generators' warm-up rules, for the tuner's
-// branch and bound: a plan's memory can be bounded without generating its schedule.
+// What the generators' rules say of a schedule without building it, for the tuner's branch and
+// bound: lower bounds on a stage's peak activations (from the warm-ups), and how many overlapped
+// pairs a rank runs at most.
 #include <algorithm>
 #include <string>
 #include <vector>

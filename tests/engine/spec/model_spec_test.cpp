@@ -93,6 +93,21 @@ TEST(ModelSpecParams, MoeEveryOtherLayer) {
   EXPECT_EQ(transformer_parameters(m), 4 * layer_parameters(m, 0) + 4 * layer_parameters(m, 1));
 }
 
+TEST(ModelSpecParams, MoeLayersBeforeCountsIsMoeLayer) {
+  // The closed form the memory model counts a layer group's experts with, against counting.
+  ModelSpec m = load_model("tiny-moe");
+  for (const std::int64_t every : {1, 2, 3, 5}) {
+    m.moe_every = every;
+    std::int64_t counted = 0;
+    for (std::int64_t n = 0; n <= 12; ++n) {
+      EXPECT_EQ(moe_layers_before(m, n), counted) << "moe_every=" << every << " n=" << n;
+      if (is_moe_layer(m, n)) ++counted;
+    }
+  }
+  m.experts = 0;  // dense: none
+  EXPECT_EQ(moe_layers_before(m, 8), 0);
+}
+
 TEST(ModelSpecDefaults, AbsentKeysTakeDefaults) {
   const ModelSpec m =
       parse_model("layers = 2\nhidden = 64\nheads = 4\nvocab = 100\nseq_len = 8\n", "mini.toml");
