@@ -14,8 +14,9 @@ BlockIndexEntry block_summary(const sqlite::Statement& walk_row) {
           walk_row.column_int64(3), walk_row.column_int64(4), walk_row.column_int64(5)};
 }
 
-LaneWindowReader::LaneWindowReader(sqlite::Connection& db, std::size_t cache_rows)
-    : db_(db), cache_limit_(cache_rows) {
+LaneWindowReader::LaneWindowReader(sqlite::Connection& db, std::size_t cache_rows,
+                                   std::size_t cache_pieces)
+    : db_(db), cache_limit_(cache_rows), pieces_limit_(cache_pieces) {
   sqlite::Statement s = db_.prepare("SELECT id, name FROM span_kinds");
   while (s.step()) {
     const std::int64_t id = s.column_int64(0);
@@ -40,7 +41,43 @@ void LaneWindowReader::check_cache() {
   if (version == cache_version_) return;
   cache_.clear();
   cached_rows_ = 0;
+  pieces_.clear();
+  cached_pieces_ = 0;
   cache_version_ = version;
+}
+
+const std::vector<FoldPiece>* LaneWindowReader::fold_pieces(const BlockRow& b,
+                                                            std::int64_t pixel_ns) {
+  if (pieces_limit_ == 0) return nullptr;
+  BlockPieces& kept = pieces_[b.id];
+  if (kept.pixel_ns == pixel_ns) return &kept.pieces;
+  cached_pieces_ -= kept.pieces.size();
+  kept.pieces.clear();
+  kept.pixel_ns = pixel_ns;
+  load_block(b.id, b.count);
+  // LaneFolder's rule (lane_fold.hpp) within the block: a short span continues the run before
+  // it when it starts less than a pixel after that run's last span ended.
+  const auto short_span = [&](const PackedSpan& p) { return p.end_ns - p.start_ns < pixel_ns; };
+  bool open = false;
+  for (const PackedSpan& p : block_) {
+    if (open && short_span(p) && p.start_ns - kept.pieces.back().span.end_ns < pixel_ns) {
+      FoldPiece& run = kept.pieces.back();
+      ++run.count;
+      run.span.end_ns = p.end_ns;
+      continue;
+    }
+    kept.pieces.push_back({p, 1});
+    open = short_span(p);
+  }
+  cached_pieces_ += kept.pieces.size();
+  if (cached_pieces_ > pieces_limit_) {
+    // Over the limit: keep only this block's (a pan needs the window's blocks, not older ones).
+    BlockPieces mine = std::move(kept);
+    pieces_.clear();
+    cached_pieces_ = mine.pieces.size();
+    return &pieces_.emplace(b.id, std::move(mine)).first->second.pieces;
+  }
+  return &kept.pieces;
 }
 
 const std::vector<LaneWindowReader::BlockRow>* LaneWindowReader::block_rows(std::int64_t lane_db_id,
@@ -159,6 +196,17 @@ LaneWindow LaneWindowReader::fold(const LaneRef& lane, std::int64_t t0, std::int
     const bool whole = b.start_ns >= t0 && b.end_ns < t1 &&
                        folder.under_pixel(fold_break_key(b.max_duration_ns, b.max_gap_ns));
     if (whole && folder.add_run(b.start_ns, b.end_ns, b.count)) return true;
+    // Inside the window every span is visible: the block's pieces at this pixel size fold as
+    // its spans would.
+    const bool inside = b.start_ns >= t0 && b.end_ns < t1;
+    if (const std::vector<FoldPiece>* pieces = inside ? fold_pieces(b, window.pixel_ns) : nullptr) {
+      for (const FoldPiece& piece : *pieces) {
+        const PackedSpan& p = piece.span;
+        if (piece.count > 1 && folder.add_run(p.start_ns, p.end_ns, piece.count)) continue;
+        folder.add_span(p.start_ns, p.end_ns, [&] { return to_span(p, lane.index); });
+      }
+      return true;
+    }
     load_block(b.id, b.count);
     for (const PackedSpan& p : block_) {
       if (p.start_ns >= t1) return false;

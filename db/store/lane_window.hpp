@@ -11,12 +11,18 @@
 // the same run frame after frame; each frame then steps over the summaries in memory instead of
 // through SQLite's index, and reads BLOBs only for the blocks that do not fold whole.
 //
+// A block inside a window that does not fold whole (a span or gap in it reaches a pixel) is
+// decoded once per pixel size: its spans are kept as the runs that fold together and the spans
+// that stand alone (FoldPiece), up to kCachedFoldPieces, and the next window at that pixel size
+// (a pan) gives the folder those pieces instead of decoding the block's spans again.
+//
 // Visible in [t0, t1): start < t1 and end > t0; a zero-length span when t0 <= start < t1.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -29,6 +35,17 @@ namespace pipetune::db {
 // Block summary rows kept in memory by a reader, at most (48 bytes each: 48 MiB, the summaries
 // of about 256 million spans); beyond it a fold walks SQLite's index as before.
 inline constexpr std::size_t kCachedBlockSummaries = std::size_t{1} << 20;
+
+// Fold pieces kept in memory by a reader, at most (48 bytes each: 24 MiB).
+inline constexpr std::size_t kCachedFoldPieces = std::size_t{1} << 19;
+
+// A run of `count` >= 2 consecutive spans that fold together at a pixel size (each and each gap
+// between them under a pixel), from span.start_ns to span.end_ns (its first span's start, its
+// last's end), or, with count 1, one span as it is.
+struct FoldPiece {
+  PackedSpan span;
+  std::int64_t count = 1;
+};
 
 // The walk over a lane and depth's block summaries (?1 lane, ?2 depth), from the first block
 // ending at or after ?3, in the walk's order (end_ns, first_ord); block_summary reads a row.
@@ -47,8 +64,10 @@ struct LaneRef {
 class LaneWindowReader {
  public:
   // Reads span_kinds: block kind ids become SpanKind (names this binary lacks become Other).
-  // cache_rows: block summaries kept in memory at most (0: every walk goes through the index).
-  explicit LaneWindowReader(sqlite::Connection& db, std::size_t cache_rows = kCachedBlockSummaries);
+  // cache_rows: block summaries kept in memory at most (0: every walk goes through the index);
+  // cache_pieces: fold pieces kept at most (0: every fold decodes the blocks it reads).
+  explicit LaneWindowReader(sqlite::Connection& db, std::size_t cache_rows = kCachedBlockSummaries,
+                            std::size_t cache_pieces = kCachedFoldPieces);
 
   // Every visible span, ordered by start, then depth.
   std::vector<SpanAt> spans(const LaneRef& lane, std::int64_t t0, std::int64_t t1);
@@ -66,7 +85,10 @@ class LaneWindowReader {
   // now (the run's lane_block_index row when it is finished, else span_blocks' index); nullptr
   // when the cache is full (walk the index instead).
   const std::vector<BlockRow>* block_rows(std::int64_t lane_db_id, std::int32_t depth);
-  // Drops the cached summaries when the database changed since they were read.
+  // The block's fold pieces at pixel_ns, kept or made now from its spans; nullptr when the
+  // pieces are not kept (cache_pieces 0).
+  const std::vector<FoldPiece>* fold_pieces(const BlockRow& b, std::int64_t pixel_ns);
+  // Drops the cached summaries and pieces when the database changed since they were read.
   void check_cache();
 
   sqlite::Connection& db_;
@@ -81,6 +103,13 @@ class LaneWindowReader {
   std::map<std::pair<std::int64_t, std::int32_t>, std::vector<BlockRow>> cache_;
   std::size_t cached_rows_ = 0;
   std::size_t cache_limit_;
+  struct BlockPieces {
+    std::int64_t pixel_ns = -1;
+    std::vector<FoldPiece> pieces;
+  };
+  std::unordered_map<std::int64_t, BlockPieces> pieces_;  // by block id
+  std::size_t cached_pieces_ = 0;
+  std::size_t pieces_limit_;
 };
 
 }  // namespace pipetune::db

@@ -78,4 +78,9 @@ Rgba memory_color(profiler::MemoryCategory category) {
   return {200, 200, 200};
 }
 
+Rgba darker(Rgba c) {
+  return {static_cast<std::uint8_t>(c.r * 3 / 5), static_cast<std::uint8_t>(c.g * 3 / 5),
+          static_cast<std::uint8_t>(c.b * 3 / 5), c.a};
+}
+
 }  // namespace pipetune::gui

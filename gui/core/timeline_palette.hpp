@@ -15,6 +15,8 @@ struct Rgba {
 
 Rgba kind_color(profiler::SpanKind kind);
 Rgba memory_color(profiler::MemoryCategory category);
+// A block's and a fold's outline and zig-zag: its colour at three fifths.
+Rgba darker(Rgba c);
 
 namespace palette {
 inline constexpr Rgba kBackground{30, 30, 34};

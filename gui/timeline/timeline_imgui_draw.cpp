@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "gui/core/timeline_raster.hpp"
 #include "imgui.h"
 
 namespace pipetune::gui {
@@ -12,11 +13,6 @@ ImU32 col(Rgba c) {
   return IM_COL32(c.r, c.g, c.b, c.a);
 }
 
-Rgba darker(Rgba c) {
-  return {static_cast<std::uint8_t>(c.r * 3 / 5), static_cast<std::uint8_t>(c.g * 3 / 5),
-          static_cast<std::uint8_t>(c.b * 3 / 5), c.a};
-}
-
 void text(ImDrawList& list, const DrawCommand& d, float clip_x0, float clip_y0, float clip_x1,
           float clip_y1, Rgba color) {
   const ImVec4 clip(clip_x0, clip_y0, clip_x1, clip_y1);
@@ -24,9 +20,19 @@ void text(ImDrawList& list, const DrawCommand& d, float clip_x0, float clip_y0, 
                d.text.data(), d.text.data() + d.text.size(), 0.0f, &clip);
 }
 
+// A block's or fold's label, centred vertically, clipped to its rectangle.
+void block_label(ImDrawList& list, const DrawCommand& d, const TimelineGeometry& g) {
+  DrawCommand t = d;
+  t.x0 = d.x0 + g.label_pad_px;
+  t.y0 = 0.5f * (d.y0 + d.y1) - 0.5f * ImGui::GetFontSize();
+  text(list, t, d.x0, d.y0, d.x1, d.y1,
+       d.kind == DrawKind::Fold ? palette::kText : palette::kBlockText);
+}
+
 }  // namespace
 
-void draw_frame(ImDrawList& list, const TimelineFrame& frame, const TimelineGeometry& g) {
+void draw_frame(ImDrawList& list, const TimelineFrame& frame, const TimelineGeometry& g,
+                bool lanes_rasterized) {
   const auto w = static_cast<float>(g.width_px);
   const auto h = static_cast<float>(g.height_px);
   ImVector<ImVec2> points;
@@ -35,6 +41,11 @@ void draw_frame(ImDrawList& list, const TimelineFrame& frame, const TimelineGeom
     list.PushClipRect(ImVec2(0, layer == 0 ? g.axis_px : 0), ImVec2(w, h), false);
     for (const DrawCommand& d : frame.commands) {
       if (d.layer != layer) continue;
+      if (lanes_rasterized && rasterized(d)) {
+        // The image has the rectangle; a block's or fold's label is still text.
+        if (!d.text.empty()) block_label(list, d, g);
+        continue;
+      }
       switch (d.kind) {
         case DrawKind::Fill:
           list.AddRectFilled(ImVec2(d.x0, d.y0), ImVec2(d.x1, d.y1), col(d.color));
@@ -53,13 +64,7 @@ void draw_frame(ImDrawList& list, const TimelineFrame& frame, const TimelineGeom
               pts[n] = ImVec2(x, mid + ((n % 2) ? 3.0f : -3.0f));
             list.AddPolyline(pts, n, col(darker(d.color)), 0, 1.0f);
           }
-          if (!d.text.empty()) {
-            DrawCommand t = d;
-            t.x0 = d.x0 + g.label_pad_px;
-            t.y0 = 0.5f * (d.y0 + d.y1) - 0.5f * ImGui::GetFontSize();
-            text(list, t, d.x0, d.y0, d.x1, d.y1,
-                 d.kind == DrawKind::Fold ? palette::kText : palette::kBlockText);
-          }
+          if (!d.text.empty()) block_label(list, d, g);
           break;
         }
         case DrawKind::Hatch: {

@@ -8,6 +8,9 @@ struct ImDrawList;
 
 namespace pipetune::gui {
 
-void draw_frame(ImDrawList& list, const TimelineFrame& frame, const TimelineGeometry& geometry);
+// `lanes_rasterized`: the commands rasterize_lanes draws (gui/core/timeline_raster.hpp) are in
+// an image drawn before this list, and are left out.
+void draw_frame(ImDrawList& list, const TimelineFrame& frame, const TimelineGeometry& geometry,
+                bool lanes_rasterized = false);
 
 }  // namespace pipetune::gui

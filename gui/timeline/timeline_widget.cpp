@@ -17,9 +17,11 @@
 
 #include "gui/core/timeline_layout.hpp"
 #include "gui/core/timeline_loader.hpp"
+#include "gui/core/timeline_raster.hpp"
 #include "gui/core/timeline_stored_source.hpp"
 #include "gui/core/timeline_text.hpp"
 #include "gui/core/timeline_trace_source.hpp"
+#include "gui/timeline/frame_image_quad.hpp"
 #include "gui/timeline/timeline_imgui_draw.hpp"
 #include "imgui.h"
 #include "imgui_impl_opengl3.h"
@@ -38,6 +40,11 @@ class TimelineView {
  public:
   ImGuiContext* imgui = nullptr;
   bool gl_ready = false;
+  TimelineRaster raster = TimelineRaster::Auto;
+  bool raster_resolved = false;  // lanes_on_cpu decided for `raster` in the surface's context
+  bool lanes_on_cpu = false;
+  FrameImage lanes_image;
+  FrameImageQuad lanes_quad;
   QElapsedTimer clock;
   double last_frame_s = 0.0;
 
@@ -218,6 +225,7 @@ TimelineWidget::~TimelineWidget() {
     surface_->makeCurrent();
     ImGui::SetCurrentContext(view_->imgui);
     if (view_->gl_ready) ImGui_ImplOpenGL3_Shutdown();
+    view_->lanes_quad.release();
     ImGui::DestroyContext(view_->imgui);
     surface_->doneCurrent();
   }
@@ -394,11 +402,50 @@ void TimelineWidget::initializeGL() {
   if (!v.gl_ready) emit error_message("timeline: OpenGL 3.3 initialisation failed");
 }
 
+void TimelineWidget::set_raster(TimelineRaster mode) {
+  view_->raster = mode;
+  view_->raster_resolved = false;
+  request_frame();
+}
+
+bool TimelineWidget::lanes_on_cpu() const {
+  return view_->raster_resolved && view_->lanes_on_cpu;
+}
+
+// In paintGL, the surface's context current.
+void TimelineWidget::resolve_raster() {
+  TimelineView& v = *view_;
+  v.raster_resolved = true;
+  bool cpu = v.raster == TimelineRaster::Cpu;
+  if (v.raster == TimelineRaster::Auto) {
+    const auto* name =
+        reinterpret_cast<const char*>(surface_->context()->functions()->glGetString(GL_RENDERER));
+    const std::string renderer = name != nullptr ? name : "";
+    for (const char* software : {"llvmpipe", "softpipe", "swrast", "SwiftShader"})
+      if (renderer.find(software) != std::string::npos) cpu = true;
+  }
+  if (cpu == v.lanes_on_cpu) return;
+  if (cpu) {
+    std::string error;
+    if (!v.lanes_quad.initialize(error)) {
+      emit error_message(QString("timeline: drawing the lanes as an image failed, drawing them "
+                                 "as triangles: ") +
+                         QString::fromStdString(error));
+      cpu = false;
+    }
+  } else {
+    v.lanes_quad.release();
+    v.lanes_image = {};
+  }
+  v.lanes_on_cpu = cpu;
+}
+
 void TimelineWidget::paintGL() {
   TimelineView& v = *view_;
   const qreal dpr = devicePixelRatioF();
   clear_viewport(dpr);
   if (!v.gl_ready || v.imgui == nullptr) return;
+  if (!v.raster_resolved) resolve_raster();
   ImGui::SetCurrentContext(v.imgui);
   const double now = feed_imgui_display(dpr);
   refresh_live_analysis(now);
@@ -419,7 +466,12 @@ void TimelineWidget::paintGL() {
   TimelineGeometry& g = v.geometry;
   v.frame = build_frame(v.runs(), v.view, g, v.overlay);
   v.view.clamp_y(v.frame.content_height, static_cast<float>(height()) - g.axis_px);
-  draw_frame(*ImGui::GetBackgroundDrawList(), v.frame, g);
+  if (v.lanes_on_cpu) {
+    rasterize_lanes(v.frame, g, static_cast<int>(width() * dpr), static_cast<int>(height() * dpr),
+                    static_cast<float>(dpr), palette::kBackground, v.lanes_image);
+    v.lanes_quad.draw(v.lanes_image);
+  }
+  draw_frame(*ImGui::GetBackgroundDrawList(), v.frame, g, v.lanes_on_cpu);
 
   request_stored_window();
   if (!v.pressed && main != nullptr) draw_hover_tooltip();
@@ -432,7 +484,8 @@ void TimelineWidget::paintGL() {
 void TimelineWidget::clear_viewport(qreal dpr) {
   QOpenGLFunctions* gl = surface_->context()->functions();
   gl->glViewport(0, 0, static_cast<GLsizei>(width() * dpr), static_cast<GLsizei>(height() * dpr));
-  gl->glClearColor(30 / 255.f, 30 / 255.f, 34 / 255.f, 1.f);
+  const Rgba c = palette::kBackground;
+  gl->glClearColor(c.r / 255.f, c.g / 255.f, c.b / 255.f, 1.f);
   gl->glClear(GL_COLOR_BUFFER_BIT);
 }
 

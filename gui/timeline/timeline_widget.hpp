@@ -21,6 +21,12 @@ namespace pipetune::gui {
 
 class TimelineView;  // gui/timeline/timeline_widget.cpp: ImGui context, model, worker state
 
+// How the lanes' rectangles reach the screen: as ImGui triangles (Gpu), or drawn into one image
+// on the CPU and drawn as one quad (Cpu, gui/core/timeline_raster.hpp), which is several times
+// faster under software OpenGL. Auto takes Cpu when the OpenGL renderer is a software one (Mesa's
+// llvmpipe, softpipe or swrast, SwiftShader).
+enum class TimelineRaster { Auto, Gpu, Cpu };
+
 class TimelineWidget : public QWidget {
   Q_OBJECT
  public:
@@ -42,6 +48,11 @@ class TimelineWidget : public QWidget {
                       bool pipelines = true);
   void clear();
   QString comparison_text() const;
+
+  // Takes effect at the next frame.
+  void set_raster(TimelineRaster mode);
+  // Whether the frames drawn now draw the lanes on the CPU (false before the first frame).
+  bool lanes_on_cpu() const;
 
   // A frame drawn now and read back (empty while the surface has never been shown): what
   // QOpenGLWidget::grabFramebuffer gave. Waits up to 5 s for a shown widget's surface to appear.
@@ -75,6 +86,7 @@ class TimelineWidget : public QWidget {
   // A new frame: the surface repaints (QWidget::update would repaint only the widget).
   void request_frame();
   // paintGL's parts, in the order it calls them.
+  void resolve_raster();
   void clear_viewport(qreal dpr);
   double feed_imgui_display(qreal dpr);
   void refresh_live_analysis(double now);

@@ -1,8 +1,10 @@
 // One timeline screen of a stored 10-million-span run, as the widget makes it: the folded
 // windows of its 16 lanes read from the workspace (read_stored_window), the frame laid out
-// (build_frame) and turned into an ImGui draw list (draw_frame). Whole run and a pan across a
-// tenth of it, at 1600 px. ImGui runs headless (a font atlas, no renderer): what the GPU does
-// with the draw list is timeline_frame_bench's (the widget under Xvfb).
+// (build_frame) and turned into an ImGui draw list (draw_frame), with the lanes' rectangles
+// drawn into an image on the CPU first when lanes_on_cpu is 1 (rasterize_lanes, as the widget
+// does under software OpenGL). Whole run and a pan across a tenth of it, at 1600 x 900 px. ImGui
+// runs headless (a font atlas, no renderer): what OpenGL does with the draw list and the image is
+// timeline_frame_bench's (the widget under Xvfb).
 //
 //   build/tests/gui_bench --benchmark_filter=BM_TimelineScreen
 #include <benchmark/benchmark.h>
@@ -15,6 +17,7 @@
 #include "db/store/run_writer.hpp"
 #include "db/store/workspace.hpp"
 #include "gui/core/timeline_layout.hpp"
+#include "gui/core/timeline_raster.hpp"
 #include "gui/core/timeline_stored_source.hpp"
 #include "gui/timeline/timeline_imgui_draw.hpp"
 
@@ -47,8 +50,10 @@ struct HeadlessImGui {
 };
 
 // range(0): the window as a fraction 1/N of the run; successive iterations pan across the run
-// by half a window, so each reads a window it has not read before.
+// by half a window, so each reads a window it has not read before. range(1): lanes on the CPU.
 void BM_TimelineScreen(benchmark::State& state) {
+  const bool lanes_on_cpu = state.range(1) != 0;
+  gui::FrameImage image;
   bench::StoredSyntheticRun& big = big_run();
   HeadlessImGui imgui;
   db::Workspace ws(big.path);
@@ -74,7 +79,10 @@ void BM_TimelineScreen(benchmark::State& state) {
         gui::read_stored_window(ws, *meta, w0, w1, view.width_px())));
     ImGui::NewFrame();
     const gui::TimelineFrame frame = gui::build_frame(runs, view, geometry);
-    gui::draw_frame(*ImGui::GetBackgroundDrawList(), frame, geometry);
+    if (lanes_on_cpu)
+      gui::rasterize_lanes(frame, geometry, geometry.width_px, geometry.height_px, 1.0f,
+                           gui::palette::kBackground, image);
+    gui::draw_frame(*ImGui::GetBackgroundDrawList(), frame, geometry, lanes_on_cpu);
     ImGui::Render();
     commands += frame.commands.size();
     folded += frame.folded_spans;
@@ -87,9 +95,8 @@ void BM_TimelineScreen(benchmark::State& state) {
   state.counters["folded_spans"] = static_cast<double>(folded) / state.iterations();
 }
 BENCHMARK(BM_TimelineScreen)
-    ->ArgName("fraction_1_over")
-    ->Arg(1)
-    ->Arg(10)
+    ->ArgNames({"fraction_1_over", "lanes_on_cpu"})
+    ->ArgsProduct({{1, 10}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

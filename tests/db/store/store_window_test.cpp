@@ -134,11 +134,8 @@ TEST(StoreWindow, FoldsAndSpansMatchBruteForceOverManyBlocks) {
   check_windows(ws, run, g, 11);
 }
 
-// Folding must also hold when a full-range window folds most blocks whole: a dense lane of tiny
-// spans with a few long ones and wide gaps.
-TEST(StoreWindow, DenseLaneFoldsWholeBlocksLikeBruteForce) {
-  TempDir dir;
-  const std::string path = dir.file("dense.db");
+// A dense lane of tiny spans with a few long ones and wide gaps.
+GeneratedRun dense_run() {
   GeneratedRun g;
   g.trace.kind = TraceKind::Imported;
   const auto lane = g.trace.lane(0, Stream::Gpu, 1);
@@ -154,6 +151,14 @@ TEST(StoreWindow, DenseLaneFoldsWholeBlocksLikeBruteForce) {
     t += d;
   }
   g.end_ns = t;
+  return g;
+}
+
+// Folding must also hold when a full-range window folds most blocks whole.
+TEST(StoreWindow, DenseLaneFoldsWholeBlocksLikeBruteForce) {
+  TempDir dir;
+  const std::string path = dir.file("dense.db");
+  const GeneratedRun g = dense_run();
   const std::int64_t run = store_trace(path, {TraceKind::Imported, "dense", "", ""}, g.trace);
   Workspace ws(path);
   check_windows(ws, run, g, 5);
@@ -250,6 +255,57 @@ TEST(StoreWindow, KeptAndIndexWalksFoldAlike) {
   EXPECT_EQ(db.query_int64("SELECT count(*) FROM lane_block_index"),
             db.query_int64("SELECT count(*) FROM (SELECT DISTINCT lane, depth FROM span_blocks)"));
   EXPECT_GT(db.query_int64("SELECT count(*) FROM lane_block_index"), 2);
+}
+
+// A timeline pans at one pixel size: the blocks inside each window that do not fold whole are
+// folded from the pieces kept from the window before. The items must be brute force's, and a
+// reader that keeps no pieces (or too few to hold a window's) must give the same ones.
+TEST(StoreWindow, PannedWindowsFoldFromKeptPiecesLikeBruteForce) {
+  for (const bool dense : {false, true}) {
+    SCOPED_TRACE(dense ? "dense lane" : "nested lanes");
+    TempDir dir;
+    const std::string path = dir.file("pan.db");
+    const GeneratedRun g = dense ? dense_run() : generate_run(31, 2, 4000);
+    const std::int64_t run = store_trace(path, {TraceKind::Measured, "gen", "", ""}, g.trace);
+    sqlite::Connection db = open_workspace_db(path, OpenMode::Existing);
+    LaneWindowReader kept(db);
+    LaneWindowReader few(db, kCachedBlockSummaries, 64);
+    LaneWindowReader none(db, kCachedBlockSummaries, 0);
+    sqlite::Statement lanes =
+        db.prepare("SELECT id, idx, max_depth FROM lanes WHERE run = ?1 ORDER BY idx");
+    lanes.bind(1, run);
+    int compared = 0;
+    while (lanes.step()) {
+      const LaneRef lane{lanes.column_int64(0), static_cast<std::int32_t>(lanes.column_int64(1)),
+                         static_cast<std::int32_t>(lanes.column_int64(2))};
+      const auto& spans = g.by_lane[static_cast<std::size_t>(lane.index)];
+      for (const int px : {300, 1600, 4800}) {
+        for (const std::int64_t divisor : {3, 20, 200}) {
+          const std::int64_t width = g.end_ns / divisor;
+          const std::int64_t pixel = std::max<std::int64_t>(1, width / px);
+          // Forward by a tenth of the width, then back by a seventh: the same blocks are folded
+          // again from other edges.
+          std::vector<std::int64_t> starts;
+          for (std::int64_t t = -width / 2; t < g.end_ns; t += width / 10) starts.push_back(t);
+          for (std::int64_t t = g.end_ns - width / 2; t > -width; t -= width / 7)
+            starts.push_back(t);
+          for (const std::int64_t t0 : starts) {
+            const std::int64_t t1 = t0 + width;
+            SCOPED_TRACE("lane " + std::to_string(lane.index) + " window [" + std::to_string(t0) +
+                         ", " + std::to_string(t1) + ") px " + std::to_string(px));
+            const LaneWindow got = kept.fold(lane, t0, t1, px);
+            ASSERT_EQ(got.pixel_ns, pixel);
+            ASSERT_EQ(testing::diff_items(testing::reference_fold(spans, t0, t1, pixel), got.items),
+                      "");
+            ASSERT_EQ(testing::diff_items(none.fold(lane, t0, t1, px).items, got.items), "");
+            ASSERT_EQ(testing::diff_items(few.fold(lane, t0, t1, px).items, got.items), "");
+            ++compared;
+          }
+        }
+      }
+    }
+    EXPECT_GT(compared, 500);
+  }
 }
 
 // A block index whose size disagrees with its block count is named, not read past its end.

@@ -119,17 +119,27 @@ std::vector<Span> compute_spans(const profiler::Trace& t, int rank) {
   return out;
 }
 
-TEST(TimelineScreenshot, LanesBlocksAndBubbleHatchesAreWhereTheTraceSays) {
+// Both ways of drawing the lanes: ImGui's triangles, and the image rasterized on the CPU.
+class TimelineScreenshotBothRasters : public ::testing::TestWithParam<TimelineRaster> {};
+
+std::string raster_name(TimelineRaster r) {
+  return r == TimelineRaster::Cpu ? "cpu" : r == TimelineRaster::Gpu ? "gpu" : "auto";
+}
+
+TEST_P(TimelineScreenshotBothRasters, LanesBlocksAndBubbleHatchesAreWhereTheTraceSays) {
   if (test::gui_test_app() == nullptr) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
   const auto trace = simulate_1f1b();
   TimelineWidget w;
   int errors = 0;
   QObject::connect(&w, &TimelineWidget::error_message, [&](const QString&) { ++errors; });
+  w.set_raster(GetParam());
   w.set_trace(trace, "1f1b p=4 m=8 (simulated)");
   const QImage img = render(w);
   ASSERT_EQ(img.width(), kWidth);
   ASSERT_EQ(img.height(), kHeight);
-  const QString path = artifact_dir() + "/timeline_1f1b.png";
+  EXPECT_EQ(w.lanes_on_cpu(), GetParam() == TimelineRaster::Cpu);
+  const QString path =
+      artifact_dir() + "/timeline_1f1b_" + QString::fromStdString(raster_name(GetParam())) + ".png";
   ASSERT_TRUE(img.save(path)) << path.toStdString();
   std::printf("screenshot: %s\n", path.toStdString().c_str());
   EXPECT_EQ(errors, 0);
@@ -195,6 +205,46 @@ TEST(TimelineScreenshot, LanesBlocksAndBubbleHatchesAreWhereTheTraceSays) {
           << "rank " << rank << ": the warm-up before the first op is drawn as a bubble";
     }
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Rasters, TimelineScreenshotBothRasters,
+                         ::testing::Values(TimelineRaster::Gpu, TimelineRaster::Cpu),
+                         [](const auto& info) { return raster_name(info.param); });
+
+// The lanes drawn on the CPU against the same frame drawn by OpenGL: the same picture but for
+// the edges ImGui anti-aliases (outlines, zig-zags, hatch lines).
+TEST(TimelineScreenshot, LanesOnTheCpuLookAsOpenGlDrawsThem) {
+  if (test::gui_test_app() == nullptr) PIPETUNE_SKIP_OR_FAIL(test::gui_test_skip_reason());
+  const auto trace = simulate_1f1b("zb-h1");
+  TimelineWidget w;
+  w.set_trace(trace, "zb-h1 p=4 m=8 (simulated)");
+  w.set_raster(TimelineRaster::Gpu);
+  const QImage gpu = render(w);
+  w.set_raster(TimelineRaster::Cpu);
+  const QImage cpu = render(w);
+  ASSERT_TRUE(w.lanes_on_cpu());
+  ASSERT_EQ(gpu.size(), cpu.size());
+  std::int64_t same = 0, close = 0, total = 0;
+  int first_x = -1, first_y = -1;
+  for (int y = 0; y < gpu.height(); ++y)
+    for (int x = 0; x < gpu.width(); ++x) {
+      const QRgb a = gpu.pixel(x, y), b = cpu.pixel(x, y);
+      const int d = std::max({std::abs(qRed(a) - qRed(b)), std::abs(qGreen(a) - qGreen(b)),
+                              std::abs(qBlue(a) - qBlue(b))});
+      ++total;
+      if (d == 0) ++same;
+      if (d <= 24) {
+        ++close;
+      } else if (first_x < 0) {
+        first_x = x, first_y = y;
+      }
+    }
+  const double same_share = static_cast<double>(same) / static_cast<double>(total);
+  const double close_share = static_cast<double>(close) / static_cast<double>(total);
+  std::printf("cpu against gpu lanes: %.2f%% of pixels the same, %.2f%% within 24\n",
+              100 * same_share, 100 * close_share);
+  EXPECT_GT(same_share, 0.98);
+  EXPECT_GT(close_share, 0.99) << "first far pixel at (" << first_x << "," << first_y << ")";
 }
 
 // The README's picture: zero-bubble ZB-H1 above 1F1B on one time axis, a block clicked and a

@@ -13,9 +13,12 @@
 #include <QElapsedTimer>
 #include <QOpenGLContext>
 #include <QOpenGLFunctions>
+#include <QOpenGLShaderProgram>
+#include <QOpenGLVertexArrayObject>
 #include <QOpenGLWidget>
 #include <QOpenGLWindow>
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <vector>
 
@@ -41,6 +44,65 @@ class ClearingWindow : public QOpenGLWindow, protected QOpenGLFunctions {
  protected:
   void initializeGL() override { initializeOpenGLFunctions(); }
   void paintGL() override { clear(*this); }
+};
+
+// The frame as one texture: an image of the window's size written on the CPU each frame (a
+// different pattern each time, so nothing is cached), uploaded and drawn as one quad, no blending.
+class TexturedWindow : public QOpenGLWindow, protected QOpenGLFunctions {
+ protected:
+  void initializeGL() override {
+    initializeOpenGLFunctions();
+    program_.addShaderFromSourceCode(QOpenGLShader::Vertex,
+                                     "#version 330 core\n"
+                                     "out vec2 uv;\n"
+                                     "void main() {\n"
+                                     "  uv = vec2((gl_VertexID << 1) & 2, gl_VertexID & 2);\n"
+                                     "  gl_Position = vec4(uv * 2.0 - 1.0, 0.0, 1.0);\n"
+                                     "}\n");
+    program_.addShaderFromSourceCode(
+        QOpenGLShader::Fragment,
+        "#version 330 core\n"
+        "in vec2 uv;\n"
+        "uniform sampler2D image;\n"
+        "out vec4 color;\n"
+        "void main() { color = texture(image, vec2(uv.x, 1.0 - uv.y)); }\n");
+    program_.link();
+    vao_.create();
+    glGenTextures(1, &texture_);
+    glBindTexture(GL_TEXTURE_2D, texture_);
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
+  }
+  void paintGL() override {
+    const int w = width(), h = height();
+    if (w != width_ || h != height_) {
+      width_ = w;
+      height_ = h;
+      pixels_.assign(static_cast<std::size_t>(w) * static_cast<std::size_t>(h), 0);
+      glBindTexture(GL_TEXTURE_2D, texture_);
+      glTexImage2D(GL_TEXTURE_2D, 0, GL_RGBA8, w, h, 0, GL_RGBA, GL_UNSIGNED_BYTE, nullptr);
+    }
+    ++frame_;
+    for (int y = 0; y < h; ++y) {
+      const auto row = static_cast<std::uint32_t>(0xff000000u | ((y + frame_) & 0xff) << 8);
+      std::fill_n(pixels_.begin() + static_cast<std::ptrdiff_t>(y) * w, w, row);
+    }
+    glViewport(0, 0, w, h);
+    glDisable(GL_BLEND);
+    glBindTexture(GL_TEXTURE_2D, texture_);
+    glPixelStorei(GL_UNPACK_ALIGNMENT, 4);
+    glTexSubImage2D(GL_TEXTURE_2D, 0, 0, 0, w, h, GL_RGBA, GL_UNSIGNED_BYTE, pixels_.data());
+    program_.bind();
+    vao_.bind();
+    glDrawArrays(GL_TRIANGLES, 0, 3);
+  }
+
+ private:
+  QOpenGLShaderProgram program_;
+  QOpenGLVertexArrayObject vao_;
+  GLuint texture_ = 0;
+  std::vector<std::uint32_t> pixels_;
+  int width_ = 0, height_ = 0, frame_ = 0;
 };
 
 // From update() to frameSwapped with the GL work finished; -1 when no frame came in 10 s.
@@ -103,6 +165,16 @@ int main() {
     std::printf("renderer: %s\n",
                 reinterpret_cast<const char*>(w.context()->functions()->glGetString(GL_RENDERER)));
     w.doneCurrent();
+  }
+  {
+    TexturedWindow w;
+    QSurfaceFormat f = w.format();
+    f.setVersion(3, 3);
+    f.setProfile(QSurfaceFormat::CoreProfile);
+    w.setFormat(f);
+    w.resize(1600, 900);
+    w.show();
+    ok = report("QOpenGLWindow with a CPU image", w) && ok;
   }
   return ok ? 0 : 1;
 }
