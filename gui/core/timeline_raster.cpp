@@ -45,6 +45,9 @@ class Painter {
             clamp_to(x1 * scale_, 0, image_.width), clamp_to(y1 * scale_, 0, image_.height)};
   }
 
+  // Device pixels, unclipped.
+  void fill_pixels(PixelRange cols, PixelRange rows, Rgba c) { fill(cols, rows, c); }
+
   // The rectangle's pixels (logical coordinates).
   void rect(float x0, float y0, float x1, float y1, Rgba c) {
     const PixelRange cols = covered(x0 * scale_, x1 * scale_, clip_.x0, clip_.x1);
@@ -179,13 +182,33 @@ void rasterize_lanes(const TimelineFrame& frame, const TimelineGeometry& g, int 
                      float scale, Rgba background, FrameImage& image) {
   image.width = std::max(0, width);
   image.height = std::max(0, height);
-  image.pixels.assign(
-      static_cast<std::size_t>(image.width) * static_cast<std::size_t>(image.height),
-      pack_rgba(background));
+  image.pixels.resize(static_cast<std::size_t>(image.width) *
+                      static_cast<std::size_t>(image.height));
   Painter p(image, scale);
   // Layer 0's clip, as the renderer pushes it: below the axis, the whole width.
-  p.set_clip(
-      p.clip_of(0, g.axis_px, static_cast<float>(g.width_px), static_cast<float>(g.height_px)));
+  const Clip lanes =
+      p.clip_of(0, g.axis_px, static_cast<float>(g.width_px), static_cast<float>(g.height_px));
+  // The background where layer 0 does not reach, and under it too unless the frame's first
+  // rectangle covers it opaquely (the layout's background does): a pass over the image less.
+  const auto first = std::find_if(frame.commands.begin(), frame.commands.end(),
+                                  [](const DrawCommand& d) { return rasterized(d); });
+  bool covers =
+      first != frame.commands.end() && first->kind == DrawKind::Fill && first->color.a == 255;
+  if (covers) {
+    const PixelRange cols = covered(first->x0 * scale, first->x1 * scale, 0, image.width);
+    const PixelRange rows = covered(first->y0 * scale, first->y1 * scale, 0, image.height);
+    covers = cols.begin <= lanes.x0 && cols.end >= lanes.x1 && rows.begin <= lanes.y0 &&
+             rows.end >= lanes.y1;
+  }
+  if (covers) {
+    p.fill_pixels({0, image.width}, {0, lanes.y0}, background);
+    p.fill_pixels({0, image.width}, {lanes.y1, image.height}, background);
+    p.fill_pixels({0, lanes.x0}, {lanes.y0, lanes.y1}, background);
+    p.fill_pixels({lanes.x1, image.width}, {lanes.y0, lanes.y1}, background);
+  } else {
+    p.fill_pixels({0, image.width}, {0, image.height}, background);
+  }
+  p.set_clip(lanes);
   for (const DrawCommand& d : frame.commands)
     if (rasterized(d)) draw(p, d);
 }

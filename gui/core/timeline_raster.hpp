@@ -2,7 +2,7 @@
 // OpenGL (Mesa's llvmpipe: a machine or a remote display without a GPU) each triangle costs
 // about a microsecond whatever its size, and a panned 10M-span run has some 8,000 blocks, folds
 // and bubbles, 45,000 triangles with their outlines: 40 ms a frame. The same rectangles written
-// into an image here cost about a millisecond, and the image is drawn as one quad. What stays
+// into an image here cost a millisecond or two, and the image is copied to the window. What stays
 // with ImGui (text, lines, memory polylines, markers, the selection, and the axis layer) is a
 // few thousand vertices.
 //

@@ -21,7 +21,7 @@
 #include "gui/core/timeline_stored_source.hpp"
 #include "gui/core/timeline_text.hpp"
 #include "gui/core/timeline_trace_source.hpp"
-#include "gui/timeline/frame_image_quad.hpp"
+#include "gui/timeline/frame_image_blit.hpp"
 #include "gui/timeline/timeline_imgui_draw.hpp"
 #include "imgui.h"
 #include "imgui_impl_opengl3.h"
@@ -41,10 +41,11 @@ class TimelineView {
   ImGuiContext* imgui = nullptr;
   bool gl_ready = false;
   TimelineRaster raster = TimelineRaster::Auto;
+  bool frame_posted = false;     // an UpdateRequest posted to the surface, not yet delivered
   bool raster_resolved = false;  // lanes_on_cpu decided for `raster` in the surface's context
   bool lanes_on_cpu = false;
   FrameImage lanes_image;
-  FrameImageQuad lanes_quad;
+  FrameImageBlit lanes_blit;
   QElapsedTimer clock;
   double last_frame_s = 0.0;
 
@@ -119,6 +120,8 @@ class TimelineWidget::Surface : public QOpenGLWindow {
   void keyReleaseEvent(QKeyEvent* e) override { forward(&TimelineWidget::keyReleaseEvent, e); }
   bool event(QEvent* e) override {
     if (e->type() == QEvent::Leave) forward(&TimelineWidget::leaveEvent, e);
+    if (e->type() == QEvent::UpdateRequest && owner_ != nullptr)
+      owner_->view_->frame_posted = false;
     return QOpenGLWindow::event(e);
   }
 
@@ -225,7 +228,7 @@ TimelineWidget::~TimelineWidget() {
     surface_->makeCurrent();
     ImGui::SetCurrentContext(view_->imgui);
     if (view_->gl_ready) ImGui_ImplOpenGL3_Shutdown();
-    view_->lanes_quad.release();
+    view_->lanes_blit.release();
     ImGui::DestroyContext(view_->imgui);
     surface_->doneCurrent();
   }
@@ -234,6 +237,13 @@ TimelineWidget::~TimelineWidget() {
 
 void TimelineWidget::request_frame() {
   surface_->update();
+  // Qt paints an update 5 ms later, to gather more events first (QPlatformWindow::requestUpdate);
+  // the timeline answers input at once: the paint is posted now, and Qt's later one finds nothing
+  // left to repaint. One at a time: events that arrive meanwhile are drawn by it.
+  if (!view_->frame_posted && surface_->isExposed()) {
+    view_->frame_posted = true;
+    QCoreApplication::postEvent(surface_, new QEvent(QEvent::UpdateRequest));
+  }
 }
 
 QImage TimelineWidget::grabFramebuffer() {
@@ -427,14 +437,14 @@ void TimelineWidget::resolve_raster() {
   if (cpu == v.lanes_on_cpu) return;
   if (cpu) {
     std::string error;
-    if (!v.lanes_quad.initialize(error)) {
+    if (!v.lanes_blit.initialize(error)) {
       emit error_message(QString("timeline: drawing the lanes as an image failed, drawing them "
                                  "as triangles: ") +
                          QString::fromStdString(error));
       cpu = false;
     }
   } else {
-    v.lanes_quad.release();
+    v.lanes_blit.release();
     v.lanes_image = {};
   }
   v.lanes_on_cpu = cpu;
@@ -469,7 +479,7 @@ void TimelineWidget::paintGL() {
   if (v.lanes_on_cpu) {
     rasterize_lanes(v.frame, g, static_cast<int>(width() * dpr), static_cast<int>(height() * dpr),
                     static_cast<float>(dpr), palette::kBackground, v.lanes_image);
-    v.lanes_quad.draw(v.lanes_image);
+    v.lanes_blit.draw(v.lanes_image);
   }
   draw_frame(*ImGui::GetBackgroundDrawList(), v.frame, g, v.lanes_on_cpu);
 

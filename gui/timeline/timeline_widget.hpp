@@ -22,7 +22,7 @@ namespace pipetune::gui {
 class TimelineView;  // gui/timeline/timeline_widget.cpp: ImGui context, model, worker state
 
 // How the lanes' rectangles reach the screen: as ImGui triangles (Gpu), or drawn into one image
-// on the CPU and drawn as one quad (Cpu, gui/core/timeline_raster.hpp), which is several times
+// on the CPU and copied to the window (Cpu, gui/core/timeline_raster.hpp), which is several times
 // faster under software OpenGL. Auto takes Cpu when the OpenGL renderer is a software one (Mesa's
 // llvmpipe, softpipe or swrast, SwiftShader).
 enum class TimelineRaster { Auto, Gpu, Cpu };
