@@ -39,6 +39,7 @@ class Painter {
   Painter(FrameImage& image, float scale) : image_(image), scale_(scale) {}
 
   void set_clip(Clip c) { clip_ = c; }
+  float scale() const { return scale_; }
   const Clip& clip() const { return clip_; }
   Clip clip_of(float x0, float y0, float x1, float y1) const {
     return {clamp_to(x0 * scale_, 0, image_.width), clamp_to(y0 * scale_, 0, image_.height),
@@ -78,12 +79,12 @@ class Painter {
     const double x0 = ax * scale_, y0 = ay * scale_, dx = (bx - ax) * scale_,
                  dy = (by - ay) * scale_;
     const double length = std::max(std::abs(dx), std::abs(dy));
-    if (!(length < 1e6)) return;  // not finite, or far beyond any screen
+    if (!std::isfinite(x0 + y0 + dx + dy) || !(length < 1e6)) return;  // beyond any screen
     const int steps = static_cast<int>(std::ceil(length));
     for (int i = 0; i <= steps - (open_end ? 1 : 0); ++i) {
       const double t = steps == 0 ? 0.0 : static_cast<double>(i) / steps;
       const double x = std::floor(x0 + dx * t), y = std::floor(y0 + dy * t);
-      if (x < clip_.x0 || x >= clip_.x1 || y < clip_.y0 || y >= clip_.y1) continue;
+      if (!(x >= clip_.x0 && x < clip_.x1 && y >= clip_.y0 && y < clip_.y1)) continue;
       put(static_cast<int>(x), static_cast<int>(y), c);
     }
   }
@@ -151,8 +152,16 @@ void draw(Painter& p, const DrawCommand& d) {
       p.rect(d.x0, d.y0, d.x1, d.y1, d.fill);
       const Clip outer = p.clip();
       p.set_clip(outer.intersect(p.clip_of(d.x0, d.y0, d.x1, d.y1)));
-      const float height = d.y1 - d.y0;
-      for (float x = d.x0 - height; x < d.x1; x += 6.0f) p.line(x, d.y1, x + height, d.y0, d.color);
+      // Lines start every 6 px from x0 - height; only those that reach the clip are walked, so
+      // a hatch far wider than the screen costs what the screen shows.
+      const double height = static_cast<double>(d.y1) - d.y0;
+      const double left = std::max<double>(d.x0, p.clip().x0 / p.scale());
+      const double right = std::min<double>(d.x1, p.clip().x1 / p.scale());
+      if (height >= 0 && height < 1e5 && right > left) {
+        const double skipped = std::floor((left - d.x0) / 6.0);
+        for (double x = d.x0 - height + 6.0 * std::max(0.0, skipped); x < right; x += 6.0)
+          p.line(static_cast<float>(x), d.y1, static_cast<float>(x + height), d.y0, d.color);
+      }
       p.set_clip(outer);
       return;
     }

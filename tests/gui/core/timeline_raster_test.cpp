@@ -5,10 +5,12 @@
 // lines, layer 1) are left out. Hatches and zig-zags are one-pixel lines inside their item.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "gui/core/timeline_raster.hpp"
 
@@ -213,6 +215,34 @@ TEST(TimelineRaster, TheBackgroundShowsOnlyWhereNothingIsDrawn) {
         EXPECT_EQ(a.at(x, y), b.at(x, y)) << "(" << x << "," << y << ")";
       }
     }
+}
+
+// Coordinates no layout makes (NaN, infinities, far off the screen, a hatch a billion pixels
+// wide) draw nothing outside the image and end at once.
+TEST(TimelineRaster, ImpossibleCoordinatesDrawNothingAndEnd) {
+  TimelineGeometry g;
+  g.width_px = 80;
+  g.height_px = 60;
+  g.axis_px = 10;
+  const float nan = std::nanf(""), inf = INFINITY;
+  TimelineFrame f;
+  for (const DrawKind k : {DrawKind::Fill, DrawKind::Block, DrawKind::Fold, DrawKind::Hatch}) {
+    for (const auto& r : std::vector<std::array<float, 4>>{{nan, 20, 30, 40},
+                                                           {0, nan, 30, nan},
+                                                           {-inf, 20, inf, 40},
+                                                           {-1e30f, 20, 1e30f, 30},
+                                                           {1e9f, 20, 2e9f, 40},
+                                                           {10, -inf, 20, inf}}) {
+      DrawCommand d = rect(k, r[0], r[1], r[2], r[3], {200, 100, 50});
+      d.fill = {50, 60, 70};
+      f.commands.push_back(d);
+    }
+  }
+  FrameImage img;
+  rasterize_lanes(f, g, 80, 60, 1.0f, palette::kBackground, img);
+  ASSERT_EQ(img.pixels.size(), 80u * 60u);
+  for (int y = 0; y < 10; ++y)
+    for (int x = 0; x < 80; ++x) ASSERT_EQ(img.at(x, y), pack_rgba(palette::kBackground));
 }
 
 }  // namespace
