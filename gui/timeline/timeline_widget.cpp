@@ -453,9 +453,10 @@ void TimelineWidget::resolve_raster() {
 void TimelineWidget::paintGL() {
   TimelineView& v = *view_;
   const qreal dpr = devicePixelRatioF();
-  clear_viewport(dpr);
+  if (v.gl_ready && v.imgui != nullptr && !v.raster_resolved) resolve_raster();
+  // The lanes' image covers the viewport: clearing under it would be a pass over it for nothing.
+  clear_viewport(dpr, !(v.gl_ready && v.imgui != nullptr && v.lanes_on_cpu));
   if (!v.gl_ready || v.imgui == nullptr) return;
-  if (!v.raster_resolved) resolve_raster();
   ImGui::SetCurrentContext(v.imgui);
   const double now = feed_imgui_display(dpr);
   refresh_live_analysis(now);
@@ -491,9 +492,10 @@ void TimelineWidget::paintGL() {
   ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
 }
 
-void TimelineWidget::clear_viewport(qreal dpr) {
+void TimelineWidget::clear_viewport(qreal dpr, bool clear) {
   QOpenGLFunctions* gl = surface_->context()->functions();
   gl->glViewport(0, 0, static_cast<GLsizei>(width() * dpr), static_cast<GLsizei>(height() * dpr));
+  if (!clear) return;
   const Rgba c = palette::kBackground;
   gl->glClearColor(c.r / 255.f, c.g / 255.f, c.b / 255.f, 1.f);
   gl->glClear(GL_COLOR_BUFFER_BIT);

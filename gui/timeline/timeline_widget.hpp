@@ -87,7 +87,7 @@ class TimelineWidget : public QWidget {
   void request_frame();
   // paintGL's parts, in the order it calls them.
   void resolve_raster();
-  void clear_viewport(qreal dpr);
+  void clear_viewport(qreal dpr, bool clear);
   double feed_imgui_display(qreal dpr);
   void refresh_live_analysis(double now);
   void lay_out_view(bool panel);
