@@ -9,10 +9,12 @@
 #include "cli/heap_setup.hpp"
 #include "cli/stdout_status.hpp"
 #include "engine/errors.hpp"
+#include "engine/tensor/cpu/openblas_library.hpp"
 #include "profiler/analysis/analysis_error.hpp"
 
 int main(int argc, char** argv) {
   pipetune::cli::set_up_heap();
+  pipetune::tensor::set_openblas_thread_timeout();
   // A file-size limit (RLIMIT_FSIZE, a quota) must fail the write that crosses it with EFBIG,
   // which the store reports as a full disk and records, not kill the process mid-write.
   std::signal(SIGXFSZ, SIG_IGN);

@@ -4,9 +4,11 @@
 #include <QCommandLineParser>
 #include <cstdio>
 
+#include "engine/tensor/cpu/openblas_library.hpp"
 #include "gui/app/main_window.hpp"
 
 int main(int argc, char** argv) {
+  pipetune::tensor::set_openblas_thread_timeout();  // before Qt starts its threads
   QApplication app(argc, argv);
   QApplication::setApplicationName("pipetune-gui");
   QCommandLineParser parser;

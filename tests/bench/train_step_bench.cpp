@@ -15,11 +15,16 @@
 
 #include "engine/runtime/trainer.hpp"
 #include "engine/spec/load.hpp"
+#include "engine/tensor/cpu/openblas_library.hpp"
 #include "tests/bench/timed_steps.hpp"
 
 namespace {
 
 using namespace pipetune;
+
+// As pipetune's main() does, before main (and any thread) starts: OpenBLAS's idle threads sleep
+// at once instead of spinning beside the step's other work.
+[[maybe_unused]] const bool kBlasTimeoutSet = (tensor::set_openblas_thread_timeout(), true);
 
 constexpr int kWarmupSteps = 1;
 constexpr int kTimedSteps = 3;

@@ -21,8 +21,9 @@ constexpr int kDoubleLanes = 8;
 // grads[i] * grad_scale is what the update reads: with grad_scale 1 the gradient itself, else the
 // same float a scale pass would have stored (no fused multiply-add can absorb the product, which
 // only ever feeds multiplications).
-PIPETUNE_CPU_KERNEL void adamw_range(float* params, const float* grads, float* m, float* v,
-                                     std::int64_t n, float beta1, float beta2, float lr, float eps,
+PIPETUNE_CPU_KERNEL void adamw_range(float* __restrict params, const float* __restrict grads,
+                                     float* __restrict m, float* __restrict v, std::int64_t n,
+                                     float beta1, float beta2, float lr, float eps,
                                      float weight_decay, float bc1, float bc2, float grad_scale) {
   for (std::int64_t i = 0; i < n; ++i) {
     const float g = grads[i] * grad_scale;

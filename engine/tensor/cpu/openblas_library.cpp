@@ -1,5 +1,7 @@
 #include "engine/tensor/cpu/openblas_library.hpp"
 
+#include <cstdlib>
+
 #include "engine/tensor/shared_library.hpp"
 
 namespace pipetune::tensor {
@@ -21,6 +23,10 @@ OpenBlasLibrary load() {
 }
 
 }  // namespace
+
+void set_openblas_thread_timeout() {
+  setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);  // 0: the user's value stays
+}
 
 const OpenBlasLibrary& openblas() {
   static const OpenBlasLibrary lib = load();  // a failed load throws, and the next call retries

@@ -113,6 +113,31 @@ TEST_P(AdamWOpTest, SegmentsEqualScaledStepsSegmentBySegment) {
   }
 }
 
+// An element's update is its own: the same bits whether the buffer is updated whole or in
+// pieces of every length from 1 to 40 (a vectorized kernel computes some elements in its vector
+// loop and others in its remainder, wherever a piece ends: both must give the same floats).
+TEST_P(AdamWOpTest, AnElementsUpdateIsTheSameWhereverTheBufferIsCut) {
+  std::mt19937 rng(7);
+  AdamWConfig cfg;
+  cfg.lr = 3e-3f;
+  cfg.weight_decay = 0.05f;
+  const std::int64_t n = 40 * 41 / 2;  // pieces 1, 2, ..., 40
+  Tensor p = random_tensor({n}, rng), m({n}), v({n});
+  Tensor p_cut = p, m_cut = m, v_cut = v;
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    const Tensor g = random_tensor({n}, rng);
+    be().adamw_step(p, g, m, v, cfg, step);
+    for (std::int64_t begin = 0, len = 1; begin < n; begin += len, ++len) {
+      const Shape shape{len};
+      be().adamw_step({p_cut.data() + begin, shape}, {g.data() + begin, shape},
+                      {m_cut.data() + begin, shape}, {v_cut.data() + begin, shape}, cfg, step);
+    }
+  }
+  EXPECT_TRUE(all_close("params", p_cut.values(), p.values(), 0, 0));
+  EXPECT_TRUE(all_close("m", m_cut.values(), m.values(), 0, 0));
+  EXPECT_TRUE(all_close("v", v_cut.values(), v.values(), 0, 0));
+}
+
 TEST_P(AdamWOpTest, SegmentSumOfSquaresAddsTheSegmentsInOrder) {
   std::mt19937 rng(32);
   const std::int64_t n = 100000;
