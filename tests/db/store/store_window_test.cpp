@@ -221,6 +221,18 @@ TEST(StoreWindow, KeptSummariesFollowARunThatGrows) {
 }
 
 // The walk over kept summaries and the walk through SQLite's index fold every window alike.
+// The run's lanes as a reader takes them, by index.
+std::vector<LaneRef> lane_refs(sqlite::Connection& db, std::int64_t run) {
+  sqlite::Statement lanes =
+      db.prepare("SELECT id, idx, max_depth FROM lanes WHERE run = ?1 ORDER BY idx");
+  lanes.bind(1, run);
+  std::vector<LaneRef> out;
+  while (lanes.step())
+    out.push_back({lanes.column_int64(0), static_cast<std::int32_t>(lanes.column_int64(1)),
+                   static_cast<std::int32_t>(lanes.column_int64(2))});
+  return out;
+}
+
 TEST(StoreWindow, KeptAndIndexWalksFoldAlike) {
   TempDir dir;
   const std::string path = dir.file("walks.db");
@@ -230,13 +242,8 @@ TEST(StoreWindow, KeptAndIndexWalksFoldAlike) {
   LaneWindowReader kept(db);
   LaneWindowReader index_only(db, 0);
   std::mt19937_64 rng(29);
-  sqlite::Statement lanes =
-      db.prepare("SELECT id, idx, max_depth FROM lanes WHERE run = ?1 ORDER BY idx");
-  lanes.bind(1, run);
   int compared = 0;
-  while (lanes.step()) {
-    const LaneRef lane{lanes.column_int64(0), static_cast<std::int32_t>(lanes.column_int64(1)),
-                       static_cast<std::int32_t>(lanes.column_int64(2))};
+  for (const LaneRef& lane : lane_refs(db, run)) {
     for (int i = 0; i < 200; ++i) {
       const std::int64_t t0 =
           static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(g.end_ns));
@@ -271,13 +278,8 @@ TEST(StoreWindow, PannedWindowsFoldFromKeptPiecesLikeBruteForce) {
     LaneWindowReader kept(db);
     LaneWindowReader few(db, kCachedBlockSummaries, 64);
     LaneWindowReader none(db, kCachedBlockSummaries, 0);
-    sqlite::Statement lanes =
-        db.prepare("SELECT id, idx, max_depth FROM lanes WHERE run = ?1 ORDER BY idx");
-    lanes.bind(1, run);
     int compared = 0;
-    while (lanes.step()) {
-      const LaneRef lane{lanes.column_int64(0), static_cast<std::int32_t>(lanes.column_int64(1)),
-                         static_cast<std::int32_t>(lanes.column_int64(2))};
+    for (const LaneRef& lane : lane_refs(db, run)) {
       const auto& spans = g.by_lane[static_cast<std::size_t>(lane.index)];
       for (const int px : {300, 4800}) {
         for (const std::int64_t divisor : {3, 40}) {
