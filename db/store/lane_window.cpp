@@ -49,35 +49,33 @@ void LaneWindowReader::check_cache() {
 const std::vector<FoldPiece>* LaneWindowReader::fold_pieces(const BlockRow& b,
                                                             std::int64_t pixel_ns) {
   if (pieces_limit_ == 0) return nullptr;
-  BlockPieces& kept = pieces_[b.id];
-  if (kept.pixel_ns == pixel_ns) return &kept.pieces;
-  cached_pieces_ -= kept.pieces.size();
-  kept.pieces.clear();
-  kept.pixel_ns = pixel_ns;
-  load_block(b.id, b.count);
+  if (const auto it = pieces_.find(b.id); it != pieces_.end() && it->second.pixel_ns == pixel_ns)
+    return &it->second.pieces;
+  load_block(b.id, b.count);  // a corrupt block throws here, before anything is kept of it
   // LaneFolder's rule (lane_fold.hpp) within the block: a short span continues the run before
   // it when it starts less than a pixel after that run's last span ended.
   const auto short_span = [&](const PackedSpan& p) { return p.end_ns - p.start_ns < pixel_ns; };
+  std::vector<FoldPiece> pieces;
   bool open = false;
   for (const PackedSpan& p : block_) {
-    if (open && short_span(p) && p.start_ns - kept.pieces.back().span.end_ns < pixel_ns) {
-      FoldPiece& run = kept.pieces.back();
-      ++run.count;
-      run.span.end_ns = p.end_ns;
+    if (open && short_span(p) && p.start_ns - pieces.back().span.end_ns < pixel_ns) {
+      ++pieces.back().count;
+      pieces.back().span.end_ns = p.end_ns;
       continue;
     }
-    kept.pieces.push_back({p, 1});
+    pieces.push_back({p, 1});
     open = short_span(p);
   }
-  cached_pieces_ += kept.pieces.size();
-  if (cached_pieces_ > pieces_limit_) {
-    // Over the limit: keep only this block's (a pan needs the window's blocks, not older ones).
-    BlockPieces mine = std::move(kept);
-    pieces_.clear();
-    cached_pieces_ = mine.pieces.size();
-    return &pieces_.emplace(b.id, std::move(mine)).first->second.pieces;
+  if (const auto it = pieces_.find(b.id); it != pieces_.end()) {
+    cached_pieces_ -= it->second.pieces.size();
+    pieces_.erase(it);
   }
-  return &kept.pieces;
+  if (cached_pieces_ + pieces.size() > pieces_limit_) {
+    pieces_.clear();  // a pan needs the window's blocks, not older ones
+    cached_pieces_ = 0;
+  }
+  cached_pieces_ += pieces.size();
+  return &pieces_.emplace(b.id, BlockPieces{pixel_ns, std::move(pieces)}).first->second.pieces;
 }
 
 const std::vector<LaneWindowReader::BlockRow>* LaneWindowReader::block_rows(std::int64_t lane_db_id,
@@ -193,12 +191,12 @@ LaneWindow LaneWindowReader::fold(const LaneRef& lane, std::int64_t t0, std::int
     if (b.start_ns >= t1) return false;
     // A block inside the window whose spans and inner gaps are all under a pixel folds whole,
     // from its summary, without reading its spans.
-    const bool whole = b.start_ns >= t0 && b.end_ns < t1 &&
-                       folder.under_pixel(fold_break_key(b.max_duration_ns, b.max_gap_ns));
+    const bool inside = b.start_ns >= t0 && b.end_ns < t1;
+    const bool whole =
+        inside && folder.under_pixel(fold_break_key(b.max_duration_ns, b.max_gap_ns));
     if (whole && folder.add_run(b.start_ns, b.end_ns, b.count)) return true;
     // Inside the window every span is visible: the block's pieces at this pixel size fold as
     // its spans would.
-    const bool inside = b.start_ns >= t0 && b.end_ns < t1;
     if (const std::vector<FoldPiece>* pieces = inside ? fold_pieces(b, window.pixel_ns) : nullptr) {
       for (const FoldPiece& piece : *pieces) {
         const PackedSpan& p = piece.span;

@@ -206,6 +206,7 @@ void rasterize_lanes(const TimelineFrame& frame, const TimelineGeometry& g, int 
   image.height = std::max(0, height);
   image.pixels.resize(static_cast<std::size_t>(image.width) *
                       static_cast<std::size_t>(image.height));
+  background.a = 255;  // what a clear leaves: the image's pixels start opaque
   Painter p(image, scale);
   // Layer 0's clip, as the renderer pushes it: below the axis, the whole width.
   const Clip lanes =

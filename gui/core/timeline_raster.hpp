@@ -39,8 +39,8 @@ Rgba unpack_rgba(std::uint32_t p);
 bool rasterized(const DrawCommand& d);
 
 // The frame's rasterized commands, in order, over `background` (the colour the frame is cleared
-// to), into an image of width x height device pixels; `scale` is device pixels per logical
-// pixel. Layer 0 is clipped below the time axis (g.axis_px), as the renderer clips it.
+// to, taken opaque), into an image of width x height device pixels; `scale` is device pixels per
+// logical pixel. Layer 0 is clipped below the time axis (g.axis_px), as the renderer clips it.
 void rasterize_lanes(const TimelineFrame& frame, const TimelineGeometry& g, int width, int height,
                      float scale, Rgba background, FrameImage& image);
 

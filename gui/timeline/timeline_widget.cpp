@@ -17,11 +17,9 @@
 
 #include "gui/core/timeline_layout.hpp"
 #include "gui/core/timeline_loader.hpp"
-#include "gui/core/timeline_raster.hpp"
 #include "gui/core/timeline_stored_source.hpp"
 #include "gui/core/timeline_text.hpp"
 #include "gui/core/timeline_trace_source.hpp"
-#include "gui/timeline/frame_image_blit.hpp"
 #include "gui/timeline/timeline_imgui_draw.hpp"
 #include "imgui.h"
 #include "imgui_impl_opengl3.h"
@@ -40,12 +38,8 @@ class TimelineView {
  public:
   ImGuiContext* imgui = nullptr;
   bool gl_ready = false;
-  TimelineRaster raster = TimelineRaster::Auto;
-  bool frame_posted = false;     // an UpdateRequest posted to the surface, not yet delivered
-  bool raster_resolved = false;  // lanes_on_cpu decided for `raster` in the surface's context
-  bool lanes_on_cpu = false;
-  FrameImage lanes_image;
-  FrameImageBlit lanes_blit;
+  bool frame_posted = false;  // an UpdateRequest posted to the surface, not yet delivered
+  LanesImage lanes;           // the lanes as an image on the CPU, or not
   QElapsedTimer clock;
   double last_frame_s = 0.0;
 
@@ -228,7 +222,7 @@ TimelineWidget::~TimelineWidget() {
     surface_->makeCurrent();
     ImGui::SetCurrentContext(view_->imgui);
     if (view_->gl_ready) ImGui_ImplOpenGL3_Shutdown();
-    view_->lanes_blit.release();
+    view_->lanes.release();
     ImGui::DestroyContext(view_->imgui);
     surface_->doneCurrent();
   }
@@ -413,50 +407,30 @@ void TimelineWidget::initializeGL() {
 }
 
 void TimelineWidget::set_raster(TimelineRaster mode) {
-  view_->raster = mode;
-  view_->raster_resolved = false;
+  view_->lanes.set_mode(mode);
   request_frame();
 }
 
 bool TimelineWidget::lanes_on_cpu() const {
-  return view_->raster_resolved && view_->lanes_on_cpu;
-}
-
-// In paintGL, the surface's context current.
-void TimelineWidget::resolve_raster() {
-  TimelineView& v = *view_;
-  v.raster_resolved = true;
-  bool cpu = v.raster == TimelineRaster::Cpu;
-  if (v.raster == TimelineRaster::Auto) {
-    const auto* name =
-        reinterpret_cast<const char*>(surface_->context()->functions()->glGetString(GL_RENDERER));
-    const std::string renderer = name != nullptr ? name : "";
-    for (const char* software : {"llvmpipe", "softpipe", "swrast", "SwiftShader"})
-      if (renderer.find(software) != std::string::npos) cpu = true;
-  }
-  if (cpu == v.lanes_on_cpu) return;
-  if (cpu) {
-    std::string error;
-    if (!v.lanes_blit.initialize(error)) {
-      emit error_message(QString("timeline: drawing the lanes as an image failed, drawing them "
-                                 "as triangles: ") +
-                         QString::fromStdString(error));
-      cpu = false;
-    }
-  } else {
-    v.lanes_blit.release();
-    v.lanes_image = {};
-  }
-  v.lanes_on_cpu = cpu;
+  return view_->lanes.on_cpu();
 }
 
 void TimelineWidget::paintGL() {
   TimelineView& v = *view_;
   const qreal dpr = devicePixelRatioF();
-  if (v.gl_ready && v.imgui != nullptr && !v.raster_resolved) resolve_raster();
+  if (!v.gl_ready || v.imgui == nullptr) {
+    clear_viewport(dpr, true);
+    return;
+  }
+  if (!v.lanes.resolved()) {
+    const std::string error = v.lanes.resolve();
+    if (!error.empty())
+      emit error_message(QString("timeline: drawing the lanes as an image failed, drawing them "
+                                 "as triangles: ") +
+                         QString::fromStdString(error));
+  }
   // The lanes' image covers the viewport: clearing under it would be a pass over it for nothing.
-  clear_viewport(dpr, !(v.gl_ready && v.imgui != nullptr && v.lanes_on_cpu));
-  if (!v.gl_ready || v.imgui == nullptr) return;
+  clear_viewport(dpr, !v.lanes.on_cpu());
   ImGui::SetCurrentContext(v.imgui);
   const double now = feed_imgui_display(dpr);
   refresh_live_analysis(now);
@@ -477,12 +451,10 @@ void TimelineWidget::paintGL() {
   TimelineGeometry& g = v.geometry;
   v.frame = build_frame(v.runs(), v.view, g, v.overlay);
   v.view.clamp_y(v.frame.content_height, static_cast<float>(height()) - g.axis_px);
-  if (v.lanes_on_cpu) {
-    rasterize_lanes(v.frame, g, static_cast<int>(width() * dpr), static_cast<int>(height() * dpr),
-                    static_cast<float>(dpr), palette::kBackground, v.lanes_image);
-    v.lanes_blit.draw(v.lanes_image);
-  }
-  draw_frame(*ImGui::GetBackgroundDrawList(), v.frame, g, v.lanes_on_cpu);
+  if (v.lanes.on_cpu())
+    v.lanes.draw(v.frame, g, static_cast<int>(width() * dpr), static_cast<int>(height() * dpr),
+                 static_cast<float>(dpr));
+  draw_frame(*ImGui::GetBackgroundDrawList(), v.frame, g, v.lanes.on_cpu());
 
   request_stored_window();
   if (!v.pressed && main != nullptr) draw_hover_tooltip();

@@ -15,17 +15,12 @@
 
 class QOpenGLContext;
 
+#include "gui/timeline/lanes_image.hpp"  // TimelineRaster
 #include "profiler/trace.hpp"
 
 namespace pipetune::gui {
 
 class TimelineView;  // gui/timeline/timeline_widget.cpp: ImGui context, model, worker state
-
-// How the lanes' rectangles reach the screen: as ImGui triangles (Gpu), or drawn into one image
-// on the CPU and copied to the window (Cpu, gui/core/timeline_raster.hpp), which is several times
-// faster under software OpenGL. Auto takes Cpu when the OpenGL renderer is a software one (Mesa's
-// llvmpipe, softpipe or swrast, SwiftShader).
-enum class TimelineRaster { Auto, Gpu, Cpu };
 
 class TimelineWidget : public QWidget {
   Q_OBJECT
@@ -86,7 +81,6 @@ class TimelineWidget : public QWidget {
   // A new frame: the surface repaints (QWidget::update would repaint only the widget).
   void request_frame();
   // paintGL's parts, in the order it calls them.
-  void resolve_raster();
   void clear_viewport(qreal dpr, bool clear);
   double feed_imgui_display(qreal dpr);
   void refresh_live_analysis(double now);

@@ -310,6 +310,27 @@ TEST(StoreWindow, PannedWindowsFoldFromKeptPiecesLikeBruteForce) {
   }
 }
 
+// A block whose spans cannot be decoded fails every fold that reads it, the second as the first:
+// nothing of it is kept for the next window.
+TEST(StoreWindow, ACorruptBlockFailsEveryFoldThatReadsIt) {
+  TempDir dir;
+  const std::string path = dir.file("corrupt.db");
+  const GeneratedRun g = dense_run();
+  const std::int64_t run = store_trace(path, {TraceKind::Imported, "dense", "", ""}, g.trace);
+  {
+    sqlite::Connection raw = open_workspace_db(path, OpenMode::Existing);
+    // One block, the run's first: inside any window from 0 that ends past it.
+    raw.exec("UPDATE span_blocks SET spans = X'01' WHERE id = (SELECT min(id) FROM span_blocks)");
+  }
+  sqlite::Connection db = open_workspace_db(path, OpenMode::Existing);
+  LaneWindowReader reader(db);
+  const LaneRef lane = lane_refs(db, run).front();
+  // Pixels of 1 ns: no block folds whole from its summary, every one inside is read.
+  for (int attempt = 0; attempt < 2; ++attempt)
+    EXPECT_THROW(reader.fold(lane, 0, g.end_ns, static_cast<int>(g.end_ns)), InputError)
+        << "fold " << attempt + 1;
+}
+
 // A block index whose size disagrees with its block count is named, not read past its end.
 TEST(StoreWindow, ACorruptBlockIndexIsNamed) {
   TempDir dir;

@@ -107,7 +107,10 @@ TEST(TimelineRaster, RectanglesAndBordersCoverThePixelsWhoseCentresTheyHold) {
   for (const float scale : {1.0f, 1.5f, 2.0f}) {
     for (int trial = 0; trial < 40; ++trial) {
       TimelineFrame f;
-      f.commands.push_back(rect(DrawKind::Fill, 0, 0, 120, 90, palette::kBackground));
+      // Half the frames start with the layout's opaque background over the whole lane area,
+      // half show the background colour wherever their rectangles leave it.
+      if (trial % 2 == 0)
+        f.commands.push_back(rect(DrawKind::Fill, 0, 0, 120, 90, palette::kBackground));
       for (int i = 0; i < 25; ++i) {
         float x0 = coord(rng), x1 = coord(rng), y0 = coord(rng), y1 = coord(rng);
         if (x1 < x0) std::swap(x0, x1);
