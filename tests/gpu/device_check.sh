@@ -32,10 +32,13 @@
 #                             '--cupti-timestamps=pinned' or '--cupti-timestamp-buffer-kib=256' to
 #                             move CUPTI's timestamps (measured on an H100: no gain beyond noise)
 #   4. cuda_attention_bench   the stored and flash attention kernels at GPT-2's shape
+#   4'. torch_attention_bench PyTorch's fused attention kernels (cuDNN, FlashAttention-2, memory-
+#                             efficient) at the same shape, batch 8 and 64: the reference for
+#                             pipetune's own (tests/bench/cuda/torch_attention_bench.py)
 #   4b. cuda_gemm_bench       the linear layers' GEMMs at GPT-2's shapes: fp32, bf16 from copies,
 #                             bf16 rounded inside cuBLASLt; the MLP's GELU after its GEMM or in
 #                             cuBLASLt's epilogues
-#                             (4 and 4b: skipped unless SKIP is set, as both measured already and
+#                             (4, 4' and 4b: skipped unless SKIP is set, as both measured already and
 #                             the budget goes to the GPT-2 step)
 #   5. gpt2_gpu_bench.sh      GPT-2 124M tokens/s and MFU, pipetune (fp32, bf16) and PyTorch, and
 #                             the pp=4 1F1B run against its prediction
@@ -66,7 +69,7 @@
 # pp2_dp2_zero3_vocab1);
 # SKIP: step names
 # not to run (e.g. SKIP="cuda_capture_bench cuda_attention_bench" to rerun the rest; default
-# "cuda_attention_bench cuda_gemm_bench", SKIP="" runs every step).
+# "cuda_attention_bench torch_attention_bench cuda_gemm_bench", SKIP="" runs every step).
 # Exit status: 0 when every step passed, 1 when one failed, 2 without a GPU (after the steps that
 # need none) or with a library missing.
 set -uo pipefail
@@ -133,7 +136,7 @@ step() {
     failed=1
     return
   fi
-  if [[ " ${SKIP-cuda_attention_bench cuda_gemm_bench} " == *" $name "* ]]; then
+  if [[ " ${SKIP-cuda_attention_bench torch_attention_bench cuda_gemm_bench} " == *" $name "* ]]; then
     echo "skipped: SKIP names it"
     note "$name" "skipped (SKIP)"
     : >"$log"
@@ -180,6 +183,14 @@ every_test_skipped() {
 checks() {
   echo "== device_check: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) ($(uname -srm)), $root"
   echo "== output: $out"
+  # The bundle's binaries come xz-compressed (scripts/device_bundle): unpacked in place once.
+  local packed
+  for packed in "$build"/cli/*.xz "$build"/tests/*.xz; do
+    [ -f "$packed" ] || continue
+    if [ ! -f "${packed%.xz}" ]; then
+      unpack_xz "$packed" "${packed%.xz}" && chmod +x "${packed%.xz}"
+    fi
+  done
   if [ -f "$build/bundle-info.txt" ]; then
     sed 's/^/   /' "$build/bundle-info.txt"
   else
@@ -285,7 +296,8 @@ checks() {
   summary[-1]="${summary[-1]}; $(gtest_counts "$scratch/.fast.log")"
 
   if [ -n "$no_gpu" ]; then
-    for s in gpu_tests op_tests pair_streams_bench cuda_capture_bench cuda_attention_bench cuda_gemm_bench \
+    for s in gpu_tests op_tests pair_streams_bench cuda_capture_bench cuda_attention_bench \
+      torch_attention_bench cuda_gemm_bench \
       gpt2_gpu_bench; do
       echo "$s: skipped, no GPU ($no_gpu)"
       note "$s" "SKIPPED (no GPU: $no_gpu)"
@@ -511,6 +523,10 @@ open(os.path.join(os.environ["SCRATCH"], ".attention"), "w").write(line)
 PY
     rm -f "$scratch/.attention"
   fi
+
+  # --- 4'. PyTorch's fused attention at the same shape (PyTorch's own libraries, not device-libs)
+  step torch_attention_bench 90 "$scratch/.torch_attention.log" python3 \
+    "$root/tests/bench/cuda/torch_attention_bench.py" --batches "8 64"
 
   # --- 4b. the linear layers' GEMMs: are bf16 copies worth their traffic? -----------------------
   # Without in-GEMM rounding (operands:2) unless GEMM_ARGS says otherwise: it measured -15.8%
