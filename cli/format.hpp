@@ -1,6 +1,7 @@
 // Human-readable numbers and terminal facts shared by the commands.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace pipetune::cli {
@@ -10,6 +11,10 @@ std::string human_time(double t, const std::string& unit = "s");
 // Stored text (run names) as a terminal shows it safely: control characters and bytes that are
 // not UTF-8 as \xNN (db::printable_text).
 std::string shown_text(const std::string& text);
+// A stored time in nanoseconds in seconds, the unit of the JSON reports.
+inline double seconds_of(std::int64_t ns) {
+  return static_cast<double>(ns) * 1e-9;
+}
 // profiler::format_bytes.
 std::string human_bytes(double bytes);
 // Columns for charts: the terminal's width when stdout is one, else 100.

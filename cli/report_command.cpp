@@ -35,10 +35,6 @@ struct ReportArgs {
   int width = 0;
 };
 
-double seconds(std::int64_t ns) {
-  return static_cast<double>(ns) * 1e-9;
-}
-
 struct Report {
   an::PipelineBreakdown breakdown;
   an::MemoryTimeline memory;
@@ -77,16 +73,16 @@ void print_json(const LoadedRun& r, const Report& rep) {
       const an::KindTime& kt = s.kinds[static_cast<std::size_t>(k)];
       if (kt.count == 0) continue;
       kinds[std::string(profiler::span_kind_name(static_cast<profiler::SpanKind>(k)))] = {
-          {"count", kt.count}, {"time", seconds(kt.total_ns)}};
+          {"count", kt.count}, {"time", seconds_of(kt.total_ns)}};
     }
     const nlohmann::json peak =
         it != rep.memory_of.end() ? nlohmann::json(it->second->peak.bytes) : nullptr;
     if (!r.pipeline) {  // no stages: busy and idle per rank, no pipeline phases
       stages.push_back({{"rank", s.rank},
-                        {"busy", seconds(s.compute_ns)},
-                        {"communication", seconds(s.communication_ns)},
-                        {"exposed_communication", seconds(s.exposed_communication_ns)},
-                        {"idle", seconds(s.bubble_ns)},
+                        {"busy", seconds_of(s.compute_ns)},
+                        {"communication", seconds_of(s.communication_ns)},
+                        {"exposed_communication", seconds_of(s.exposed_communication_ns)},
+                        {"idle", seconds_of(s.bubble_ns)},
                         {"idle_ratio", s.bubble_ratio},
                         {"gpu_time", s.gpu_activity},
                         {"peak_memory_bytes", peak},
@@ -95,26 +91,27 @@ void print_json(const LoadedRun& r, const Report& rep) {
     }
     stages.push_back({{"stage", db::stage_of_rank(r.layout, s.rank)},
                       {"rank", s.rank},
-                      {"compute", seconds(s.compute_ns)},
-                      {"communication", seconds(s.communication_ns)},
-                      {"exposed_communication", seconds(s.exposed_communication_ns)},
-                      {"bubble", seconds(s.bubble_ns)},
-                      {"warmup_bubble", seconds(s.warmup_ns)},
-                      {"steady_bubble", seconds(s.steady_ns)},
-                      {"cooldown_bubble", seconds(s.cooldown_ns)},
+                      {"compute", seconds_of(s.compute_ns)},
+                      {"communication", seconds_of(s.communication_ns)},
+                      {"exposed_communication", seconds_of(s.exposed_communication_ns)},
+                      {"bubble", seconds_of(s.bubble_ns)},
+                      {"warmup_bubble", seconds_of(s.warmup_ns)},
+                      {"steady_bubble", seconds_of(s.steady_ns)},
+                      {"cooldown_bubble", seconds_of(s.cooldown_ns)},
                       {"bubble_ratio", s.bubble_ratio},
                       {"peak_memory_bytes", peak},
                       {"kinds", kinds}});
   }
   std::map<std::int32_t, double> path_by_rank;
-  for (const auto& step : rep.path.steps) path_by_rank[step.rank] += seconds(step.contribution_ns);
+  for (const auto& step : rep.path.steps)
+    path_by_rank[step.rank] += seconds_of(step.contribution_ns);
   nlohmann::json by_rank = nlohmann::json::object();
   for (const auto& [rank, s] : path_by_rank) by_rank[std::to_string(rank)] = s;
   nlohmann::json j = {{"run", run_identity_json(r.stored.run)},
                       {"iteration", r.iteration + 1},
                       {"iterations", r.iterations},
                       {"time_unit", r.time_unit},
-                      {"iteration_time", seconds(r.window.length_ns())},
+                      {"iteration_time", seconds_of(r.window.length_ns())},
                       {"pipeline", r.pipeline}};
   if (nlohmann::json gpu = gpu_op_time_json(r); !gpu.is_null()) j["gpu_ops"] = std::move(gpu);
   if (nlohmann::json experts = expert_load_json(r); !experts.is_null())
@@ -127,9 +124,9 @@ void print_json(const LoadedRun& r, const Report& rep) {
   } else {
     j["bubble_ratio"] = rep.breakdown.bubble_ratio;
     j["stages"] = stages;
-    j["critical_path"] = {{"length", seconds(rep.path.length_ns)},
-                          {"busy", seconds(rep.path.busy_ns)},
-                          {"wait", seconds(rep.path.wait_ns)},
+    j["critical_path"] = {{"length", seconds_of(rep.path.length_ns)},
+                          {"busy", seconds_of(rep.path.busy_ns)},
+                          {"wait", seconds_of(rep.path.wait_ns)},
                           {"steps", rep.path.steps.size()},
                           {"busy_by_rank", by_rank}};
   }
@@ -145,17 +142,17 @@ void print_ranks(const LoadedRun& r, const Report& rep) {
   std::printf(
       "iteration %zu of %zu: %s, %s idle %.1f%% (per rank: no plan was given and the "
       "profile names no pipeline phases)\n\n",
-      r.iteration + 1, r.iterations, human_time(seconds(r.window.length_ns()), u).c_str(),
+      r.iteration + 1, r.iterations, human_time(seconds_of(r.window.length_ns()), u).c_str(),
       gpu ? "GPU" : "rank", 100.0 * rep.breakdown.bubble_ratio);
   std::printf("%-5s %11s %11s %11s %11s %8s %11s\n", "rank", gpu ? "GPU busy" : "busy", "comm",
               "exposed", "idle", "idle%", "peak mem");
   for (const auto& s : rep.breakdown.stages) {
     const auto it = rep.memory_of.find(s.rank);
     std::printf("%-5d %11s %11s %11s %11s %7.1f%% %11s\n", s.rank,
-                human_time(seconds(s.compute_ns), u).c_str(),
-                human_time(seconds(s.communication_ns), u).c_str(),
-                human_time(seconds(s.exposed_communication_ns), u).c_str(),
-                human_time(seconds(s.bubble_ns), u).c_str(), 100.0 * s.bubble_ratio,
+                human_time(seconds_of(s.compute_ns), u).c_str(),
+                human_time(seconds_of(s.communication_ns), u).c_str(),
+                human_time(seconds_of(s.exposed_communication_ns), u).c_str(),
+                human_time(seconds_of(s.bubble_ns), u).c_str(), 100.0 * s.bubble_ratio,
                 it != rep.memory_of.end()
                     ? human_bytes(static_cast<double>(it->second->peak.bytes)).c_str()
                     : "-");
@@ -201,7 +198,7 @@ void print_human(const LoadedRun& r, const Report& rep) {
     return;
   }
   std::printf("iteration %zu of %zu: %s, pipeline bubble %.1f%%\n\n", r.iteration + 1, r.iterations,
-              human_time(seconds(r.window.length_ns()), u).c_str(),
+              human_time(seconds_of(r.window.length_ns()), u).c_str(),
               100.0 * rep.breakdown.bubble_ratio);
   print_compute_source(r, rep);
   std::printf("%-5s %-5s %11s %11s %11s %11s %11s %11s %11s %8s %11s\n", "rank", "stage", "compute",
@@ -210,12 +207,13 @@ void print_human(const LoadedRun& r, const Report& rep) {
     const auto it = rep.memory_of.find(s.rank);
     std::printf(
         "%-5d %-5d %11s %11s %11s %11s %11s %11s %11s %7.1f%% %11s\n", s.rank,
-        db::stage_of_rank(r.layout, s.rank), human_time(seconds(s.compute_ns), u).c_str(),
-        human_time(seconds(s.communication_ns), u).c_str(),
-        human_time(seconds(s.exposed_communication_ns), u).c_str(),
-        human_time(seconds(s.bubble_ns), u).c_str(), human_time(seconds(s.warmup_ns), u).c_str(),
-        human_time(seconds(s.steady_ns), u).c_str(), human_time(seconds(s.cooldown_ns), u).c_str(),
-        100.0 * s.bubble_ratio,
+        db::stage_of_rank(r.layout, s.rank), human_time(seconds_of(s.compute_ns), u).c_str(),
+        human_time(seconds_of(s.communication_ns), u).c_str(),
+        human_time(seconds_of(s.exposed_communication_ns), u).c_str(),
+        human_time(seconds_of(s.bubble_ns), u).c_str(),
+        human_time(seconds_of(s.warmup_ns), u).c_str(),
+        human_time(seconds_of(s.steady_ns), u).c_str(),
+        human_time(seconds_of(s.cooldown_ns), u).c_str(), 100.0 * s.bubble_ratio,
         it != rep.memory_of.end() ? human_bytes(static_cast<double>(it->second->peak.bytes)).c_str()
                                   : "-");
   }
@@ -228,12 +226,12 @@ void print_human(const LoadedRun& r, const Report& rep) {
     const auto& span = r.stored.trace.spans[*m.op_at_peak];
     std::printf("  rank %-4d %s at %s\n", m.rank,
                 shown_text(r.stored.trace.span_label(span)).c_str(),
-                human_time(seconds(m.peak.t_ns - r.window.start_ns), u).c_str());
+                human_time(seconds_of(m.peak.t_ns - r.window.start_ns), u).c_str());
   }
   std::printf("\ncritical path: %s = %s busy + %s waiting, %zu steps\n",
-              human_time(seconds(rep.path.length_ns), u).c_str(),
-              human_time(seconds(rep.path.busy_ns), u).c_str(),
-              human_time(seconds(rep.path.wait_ns), u).c_str(), rep.path.steps.size());
+              human_time(seconds_of(rep.path.length_ns), u).c_str(),
+              human_time(seconds_of(rep.path.busy_ns), u).c_str(),
+              human_time(seconds_of(rep.path.wait_ns), u).c_str(), rep.path.steps.size());
   print_gpu_op_time(r);
   print_expert_load(r);
   print_embedding_rows(r);
@@ -258,7 +256,7 @@ void timeline(const ReportArgs& a) {
   const auto& run = r.stored.run;
   std::printf("run %lld: %s, iteration %zu of %zu (%s)\n\n", static_cast<long long>(run.id),
               shown_text(run.name).c_str(), r.iteration + 1, r.iterations,
-              human_time(seconds(r.window.length_ns()), r.time_unit).c_str());
+              human_time(seconds_of(r.window.length_ns()), r.time_unit).c_str());
   profiler::TextGanttOptions g;
   g.width = a.width > 0 ? a.width : terminal_width();
   g.time_unit = r.time_unit;  // a cost-unit simulation's axis is not in seconds

@@ -15,10 +15,6 @@ using profiler::KernelClass;
 using profiler::kKernelClassCount;
 using profiler::SpanKind;
 
-double seconds(std::int64_t ns) {
-  return static_cast<double>(ns) * 1e-9;
-}
-
 std::vector<an::GpuOpTime> op_times(const LoadedRun& r) {
   return an::gpu_op_time(r.stored.kernels, r.window);
 }
@@ -55,7 +51,8 @@ void print_gpu_op_time(const LoadedRun& r) {
   for (const an::GpuOpTime& t : times) {
     std::printf("%-5d", t.rank);
     for (int c : classes)
-      std::printf(" %13s", human_time(seconds(t.class_ns[static_cast<std::size_t>(c)]), u).c_str());
+      std::printf(" %13s",
+                  human_time(seconds_of(t.class_ns[static_cast<std::size_t>(c)]), u).c_str());
     std::printf(" %12.1f%%\n", t.activities > 0 ? 100.0 * static_cast<double>(t.attributed) /
                                                       static_cast<double>(t.activities)
                                                 : 0.0);
@@ -71,8 +68,9 @@ void print_gpu_op_time(const LoadedRun& r) {
   for (const an::GpuOpTime& t : times) {
     std::printf("%-5d", t.rank);
     for (int p : phases)
-      std::printf(" %11s", human_time(seconds(t.phase_ns[static_cast<std::size_t>(p)]), u).c_str());
-    std::printf(" %11s\n", human_time(seconds(t.outside_phase_ns), u).c_str());
+      std::printf(" %11s",
+                  human_time(seconds_of(t.phase_ns[static_cast<std::size_t>(p)]), u).c_str());
+    std::printf(" %11s\n", human_time(seconds_of(t.outside_phase_ns), u).c_str());
   }
 }
 
@@ -86,20 +84,20 @@ nlohmann::json gpu_op_time_json(const LoadedRun& r) {
       const auto i = static_cast<std::size_t>(c);
       if (t.class_count[i] == 0) continue;
       classes[std::string(profiler::kernel_class_name(static_cast<KernelClass>(c)))] = {
-          {"count", t.class_count[i]}, {"time", seconds(t.class_ns[i])}};
+          {"count", t.class_count[i]}, {"time", seconds_of(t.class_ns[i])}};
     }
     nlohmann::json phases = nlohmann::json::object();
     for (int p = 0; p < profiler::kSpanKindCount; ++p)
       if (t.phase_ns[static_cast<std::size_t>(p)] > 0)
         phases[std::string(profiler::span_kind_name(static_cast<SpanKind>(p)))] =
-            seconds(t.phase_ns[static_cast<std::size_t>(p)]);
+            seconds_of(t.phase_ns[static_cast<std::size_t>(p)]);
     out.push_back({{"rank", t.rank},
                    {"activities", t.activities},
                    {"attributed", t.attributed},
-                   {"time", seconds(t.total_ns)},
+                   {"time", seconds_of(t.total_ns)},
                    {"classes", classes},
                    {"phases", phases},
-                   {"outside_phase", seconds(t.outside_phase_ns)}});
+                   {"outside_phase", seconds_of(t.outside_phase_ns)}});
   }
   return out;
 }

@@ -44,10 +44,6 @@ void mark_failed(sqlite::Connection& db, std::int64_t run_id) noexcept {
   }
 }
 
-struct SummaryUpdate {
-  std::string json;
-};
-
 }  // namespace
 
 void validate_trace_part(const profiler::Trace& part) {
@@ -83,6 +79,9 @@ void validate_trace_part(const profiler::Trace& part) {
 }
 
 struct RunWriter::State {
+  struct SummaryUpdate {
+    std::string json;
+  };
   using Item = std::variant<profiler::Trace, std::vector<profiler::KernelRecord>, SummaryUpdate>;
 
   WriterOptions options;
@@ -290,7 +289,7 @@ void RunWriter::append_kernels(std::vector<profiler::KernelRecord> kernels) {
 
 void RunWriter::set_summary_json(std::string json) {
   check_json(json, "run " + std::to_string(state_->run_id) + ": summary JSON");
-  state_->enqueue(State::Item(SummaryUpdate{std::move(json)}), 1);
+  state_->enqueue(State::Item(State::SummaryUpdate{std::move(json)}), 1);
 }
 
 void RunWriter::flush() {

@@ -9,14 +9,14 @@ namespace pipetune::checkpoint {
 
 namespace {
 
-constexpr std::uint64_t kMagic = 0x3143524b43545450;  // "PTTCKRC1"
+constexpr std::uint64_t kRankMessageMagic = 0x3143524b43545450;  // "PTTCKRC1"
 const char* const kWhat = "rank checkpoint message";
 
 }  // namespace
 
 std::string encode_rank_checkpoint(const RankCheckpoint& r) {
   profiler::ByteWriter w;
-  w.value(kMagic);
+  w.value(kRankMessageMagic);
   w.value(static_cast<std::int64_t>(r.rank));
   w.value(static_cast<std::uint64_t>(r.buffers.size()));
   for (const NamedTensor& t : r.buffers) {
@@ -36,7 +36,7 @@ std::string encode_rank_checkpoint(const RankCheckpoint& r) {
 
 RankCheckpoint decode_rank_checkpoint(const std::string& bytes) {
   profiler::ByteReader in(bytes, kWhat);
-  if (in.value<std::uint64_t>() != kMagic)
+  if (in.value<std::uint64_t>() != kRankMessageMagic)
     throw std::runtime_error(std::string(kWhat) + ": bad magic");
   RankCheckpoint r;
   r.rank = static_cast<int>(in.value<std::int64_t>());

@@ -68,7 +68,7 @@ std::array<double, kSpanKindCount> mean_phase_op_ns(const std::vector<KernelReco
 
 namespace {
 
-using OpKey = std::tuple<std::int32_t, SpanKind, std::int32_t, std::int16_t>;
+using GpuOpKey = std::tuple<std::int32_t, SpanKind, std::int32_t, std::int16_t>;
 
 // One occurrence of an op: the host ranges of its key that overlap (a range and a duplicate
 // nested in it), with the GPU work launched from it. The same key's next range (the next
@@ -85,7 +85,7 @@ struct Occurrence {
 // Each op's occurrences in start order, and each host op span's occurrence (null for other
 // spans; pointing into by_key's vectors, which stay put).
 struct OpOccurrences {
-  std::map<OpKey, std::vector<Occurrence>> by_key;
+  std::map<GpuOpKey, std::vector<Occurrence>> by_key;
   std::vector<const Occurrence*> of_span;
 };
 
@@ -95,9 +95,10 @@ OpOccurrences host_op_occurrences(const Trace& trace) {
            trace.lanes.at(static_cast<std::size_t>(s.lane)).stream != Stream::Gpu;
   };
   const auto key_of = [&](const Span& s) {
-    return OpKey{trace.lanes[static_cast<std::size_t>(s.lane)].rank, s.kind, s.microbatch, s.chunk};
+    return GpuOpKey{trace.lanes[static_cast<std::size_t>(s.lane)].rank, s.kind, s.microbatch,
+                    s.chunk};
   };
-  std::map<OpKey, std::vector<std::size_t>> ranges;  // span indices, by key
+  std::map<GpuOpKey, std::vector<std::size_t>> ranges;  // span indices, by key
   for (std::size_t i = 0; i < trace.spans.size(); ++i)
     if (is_host_op(trace.spans[i])) ranges[key_of(trace.spans[i])].push_back(i);
   OpOccurrences out;
@@ -123,12 +124,12 @@ OpOccurrences host_op_occurrences(const Trace& trace) {
 
 // A record belongs to the latest occurrence of its op begun by its start (the one before the
 // first: clock skew between host and device). Returns whether any record found its op.
-bool add_gpu_work(std::map<OpKey, std::vector<Occurrence>>& occurrences,
+bool add_gpu_work(std::map<GpuOpKey, std::vector<Occurrence>>& occurrences,
                   const std::vector<KernelRecord>& records) {
   bool any = false;
   for (const KernelRecord& r : records) {
     if (!r.phase || classify_gpu_activity(r) == KernelClass::Communication) continue;
-    const auto it = occurrences.find(OpKey{r.rank, *r.phase, r.microbatch, r.chunk});
+    const auto it = occurrences.find(GpuOpKey{r.rank, *r.phase, r.microbatch, r.chunk});
     if (it == occurrences.end()) continue;
     std::vector<Occurrence>& occ = it->second;
     auto at = std::upper_bound(occ.begin(), occ.end(), r.start_ns,

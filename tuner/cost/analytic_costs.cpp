@@ -3,16 +3,9 @@
 #include <algorithm>
 
 #include "engine/errors.hpp"
+#include "tuner/cost/as_double.hpp"
 
 namespace pipetune::tuner {
-
-namespace {
-
-double as_d(std::int64_t v) {
-  return static_cast<double>(v);
-}
-
-}  // namespace
 
 LayerFlops layer_flops(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
                        std::int64_t layer) {

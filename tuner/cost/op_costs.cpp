@@ -8,6 +8,7 @@
 
 #include "engine/errors.hpp"
 #include "tuner/cost/analytic_costs.hpp"
+#include "tuner/cost/as_double.hpp"
 #include "tuner/cost/fault_costs.hpp"
 #include "tuner/cost/rank_links.hpp"
 #include "tuner/cost/reshard_cost.hpp"
@@ -17,10 +18,6 @@
 namespace pipetune::tuner {
 
 namespace {
-
-double as_d(std::int64_t v) {
-  return static_cast<double>(v);
-}
 
 std::size_t at(spec::ExpertLayout layout) {
   return static_cast<std::size_t>(layout);

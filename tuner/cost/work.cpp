@@ -2,13 +2,11 @@
 
 #include <utility>
 
+#include "tuner/cost/as_double.hpp"
+
 namespace pipetune::tuner {
 
 namespace {
-
-double as_d(std::int64_t v) {
-  return static_cast<double>(v);
-}
 
 // Cross-entropy over fp32 logits (Megatron's vocab-parallel cross-entropy): the forward casts
 // the logits and makes about five fp32 passes over them (max, subtract, exp, sum, normalise), the

@@ -5,14 +5,11 @@
 #include <utility>
 
 #include "engine/errors.hpp"
+#include "tuner/cost/as_double.hpp"
 
 namespace pipetune::tuner {
 
 namespace {
-
-double as_d(std::int64_t v) {
-  return static_cast<double>(v);
-}
 
 std::string gib(double bytes) {
   char buf[32];
@@ -44,8 +41,6 @@ int held_gradient_groups(const spec::ParallelPlan& plan) {
   // reduce every group after the backwards of all of them have begun.
   return plan.schedule == "layered" ? std::min(plan.chunks, 2) : plan.chunks;
 }
-
-namespace {}  // namespace
 
 MemoryModelOptions default_memory_options(const spec::HardwareSpec& hardware) {
   MemoryModelOptions o;

@@ -26,10 +26,6 @@ constexpr std::array<int, 5> kMemory = {1, 1, 0, 0, -1};
 // lists[t][k] = slot of the k-th op of type t on one stage (micro-batch k for F and B).
 using Lists = std::vector<std::vector<int>>;
 
-std::size_t at(int i) {
-  return static_cast<std::size_t>(i);
-}
-
 int last_slot(const Lists& lists, int types) {
   int bound = 0;
   for (int t = 0; t < types; ++t)

@@ -9,6 +9,8 @@
 // that does not raise the peak memory, and the slots give each stage's op order.
 #pragma once
 
+#include <cstddef>
+
 #include <array>
 #include <string_view>
 #include <vector>
@@ -18,6 +20,11 @@
 #include "engine/schedule/schedule.hpp"
 
 namespace pipetune::schedule {
+
+// A vector index from the generators' int counters (ranks, slots), checked by their callers.
+inline std::size_t at(int i) {
+  return static_cast<std::size_t>(i);
+}
 
 enum class VKind { Half, Min };
 

@@ -23,10 +23,6 @@ namespace pipetune::schedule {
 
 namespace {
 
-std::size_t at(int i) {
-  return static_cast<std::size_t>(i);
-}
-
 // List scheduling of the transformer ops (the reference's add_time): start and end per op.
 struct TimingHooks {
   const CostTable& costs;

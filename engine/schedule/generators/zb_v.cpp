@@ -37,19 +37,15 @@ namespace pipetune::schedule {
 
 namespace {
 
-std::size_t at(int i) {
-  return static_cast<std::size_t>(i);
-}
-
 // What a stage issues, in the order one micro-batch needs them on stage p-1.
-enum Kind : int { kF0 = 0, kF1 = 1, kB1 = 2, kB0 = 3 };
+enum Kind : int { kVF0 = 0, kVF1 = 1, kVB1 = 2, kVB0 = 3 };
 constexpr double kEps = 1e-9;
 
 int chunk_of(int kind) {
-  return kind == kF0 || kind == kB0 ? 0 : 1;
+  return kind == kVF0 || kind == kVB0 ? 0 : 1;
 }
 bool is_forward(int kind) {
-  return kind == kF0 || kind == kF1;
+  return kind == kVF0 || kind == kVF1;
 }
 
 // Backwards whose W is still to run, (chunk, micro-batch) first in first out. Items stay in
@@ -150,8 +146,8 @@ class ZbvGreedy {
   bool ready(int stage, int kind) {
     const int mb = count_[at(stage)][at(kind)];
     if (mb >= m_) return false;
-    if (kind != kF0 && end(stage, kind - 1, mb) < 0.0) return false;
-    const bool has_dep = (kind == kF0 || kind == kB1) ? stage > 0 : stage < p_ - 1;
+    if (kind != kVF0 && end(stage, kind - 1, mb) < 0.0) return false;
+    const bool has_dep = (kind == kVF0 || kind == kVB1) ? stage > 0 : stage < p_ - 1;
     return !has_dep || dependency_end(stage, kind) >= 0.0;
   }
 
@@ -165,7 +161,7 @@ class ZbvGreedy {
   // The cross-stage producer this op waits for, or -1 when it has none.
   double dependency_end(int stage, int kind) {
     const int mb = count_[at(stage)][at(kind)];
-    const bool from_prev = kind == kF0 || kind == kB1;  // flows towards higher stages
+    const bool from_prev = kind == kVF0 || kind == kVB1;  // flows towards higher stages
     if (from_prev && stage > 0) return end(stage - 1, kind, mb);
     if (!from_prev && stage < p_ - 1) return end(stage + 1, kind, mb);
     return -1.0;
@@ -180,15 +176,15 @@ class ZbvGreedy {
     if (mb >= m_) throw std::logic_error("zb-v: issued too many ops of one kind");
     const double delta = is_forward(kind) ? 1.0 : b_mem_;
     if (mem_[at(stage)] + delta > max_mem_ + kEps) throw OverBudget{};
-    if (kind != kF0 && end(stage, kind - 1, mb) < 0.0)
+    if (kind != kVF0 && end(stage, kind - 1, mb) < 0.0)
       throw std::logic_error("zb-v: op issued before its predecessor on the stage");
-    const bool has_dep = (kind == kF0 || kind == kB1) ? stage > 0 : stage < p_ - 1;
+    const bool has_dep = (kind == kVF0 || kind == kVB1) ? stage > 0 : stage < p_ - 1;
     if (has_dep) {
       const double d = dependency_end(stage, kind);
       if (d < 0.0) throw std::logic_error("zb-v: op issued before its cross-stage dependency");
       t = std::max(t, d + comm_ + c);
     }
-    if (count_[at(stage)][kF0] > 0) {
+    if (count_[at(stage)][kVF0] > 0) {
       bubble_[at(stage)] += t - no_bubble;
       worst_bubble_ = std::max(worst_bubble_, bubble_[at(stage)]);
     }
@@ -221,18 +217,18 @@ class ZbvGreedy {
   }
 
   void warm_up() {
-    for (int i = 0; i < p_; ++i) put(kF0, i);
+    for (int i = 0; i < p_; ++i) put(kVF0, i);
     for (int i = p_ - 1; i >= 0; --i) {
       if (i < p_ - 1) {
         // Extra chunk-0 forwards on stages 0..i while they end before the chunk-1 forward of
         // micro-batch 0 arrives from stage i+1, keeping room for the forwards still to come.
-        const double arrival = end(i + 1, kF1, 0) + comm_;
+        const double arrival = end(i + 1, kVF1, 0) + comm_;
         while (mem_[at(i)] + 2.0 + 2.0 * i <= max_mem_ + kEps &&
-               cur_[at(i)] + cost(i, OpKind::F) <= arrival && count_[at(i)][kF0] < m_ &&
+               cur_[at(i)] + cost(i, OpKind::F) <= arrival && count_[at(i)][kVF0] < m_ &&
                room_for_forward(0, i))
-          for (int j = 0; j <= i; ++j) put(kF0, j);
+          for (int j = 0; j <= i; ++j) put(kVF0, j);
       }
-      put(kF1, i);
+      put(kVF1, i);
     }
   }
 
@@ -242,14 +238,15 @@ class ZbvGreedy {
       auto behind = [&] {
         const auto& c = count_[at(i)];
         const auto& prev = count_[at(i - 1)];
-        return c[kF0] + c[kF1] < prev[kF0] + prev[kF1] || (c[kF1] <= prev[kF1] && prev[kF1] < m_);
+        return c[kVF0] + c[kVF1] < prev[kVF0] + prev[kVF1] ||
+               (c[kVF1] <= prev[kVF1] && prev[kVF1] < m_);
       };
       // Sweeps that issue nothing twice in a row (both chunks blocked, unequal costs) end the
       // catch-up; the steady rounds take over.
       for (int idle = 0; behind() && idle < 2;) {
         bool progress = false;
         for (int j = p_ - 1; j >= i; --j) {
-          const int kind = chunk == 0 ? kF0 : kF1;
+          const int kind = chunk == 0 ? kVF0 : kVF1;
           if (ready(j, kind) && room_for_forward(j, j)) {
             put(kind, j);
             progress = true;
@@ -274,9 +271,9 @@ class ZbvGreedy {
     b1_stages.clear();
     for (int i = 0; i < p_; ++i) {
       const auto& c = count_[at(i)];
-      if (c[kB0] >= c[kB1]) {
+      if (c[kVB0] >= c[kVB1]) {
         b1_stages.push_back(i);
-      } else if (i == p_ - 1 || c[kB1] >= m_ || end(i + 1, kB0, c[kB0]) >= 0.0) {
+      } else if (i == p_ - 1 || c[kVB1] >= m_ || end(i + 1, kVB0, c[kVB0]) >= 0.0) {
         b0_stages.push_back(i);
       } else {
         b1_stages.push_back(i);
@@ -284,17 +281,17 @@ class ZbvGreedy {
     }
     auto& order = order_;
     order.clear();
-    for (auto it = b0_stages.rbegin(); it != b0_stages.rend(); ++it) order.push_back({*it, kB0});
-    for (int i : b1_stages) order.push_back({i, kB1});
+    for (auto it = b0_stages.rbegin(); it != b0_stages.rend(); ++it) order.push_back({*it, kVB0});
+    for (int i : b1_stages) order.push_back({i, kVB1});
     for (auto [i, kind] : order) {
       if (!ready(i, kind)) {
         // Unequal costs: take the other chunk's backward if that one can go, else skip a round.
-        const int other = kind == kB0 ? kB1 : kB0;
+        const int other = kind == kVB0 ? kVB1 : kVB0;
         if (!ready(i, other)) continue;
         kind = other;
       }
       // Chunk-0 backwards always fill a long wait with a W; chunk-1 only with fill_b.
-      fill_wait(i, dependency_end(i, kind), kind == kB0 || fill_b);
+      fill_wait(i, dependency_end(i, kind), kind == kVB0 || fill_b);
       put(kind, i);
     }
   }
@@ -302,14 +299,14 @@ class ZbvGreedy {
   void place_forwards(bool fill_f) {
     for (int i = 0; i < p_; ++i) {
       const auto& c = count_[at(i)];
-      if (c[kF1] >= m_) continue;
+      if (c[kVF1] >= m_) continue;
       int kind = -1;
-      if (c[kF1] >= c[kF0]) {
-        kind = kF0;
-      } else if (i == p_ - 1 || end(i + 1, kF1, c[kF1]) >= 0.0) {
-        kind = kF1;
-      } else if (c[kF0] < m_ && (i == 0 || end(i - 1, kF0, c[kF0]) >= 0.0)) {
-        kind = kF0;
+      if (c[kVF1] >= c[kVF0]) {
+        kind = kVF0;
+      } else if (i == p_ - 1 || end(i + 1, kVF1, c[kVF1]) >= 0.0) {
+        kind = kVF1;
+      } else if (c[kVF0] < m_ && (i == 0 || end(i - 1, kVF0, c[kVF0]) >= 0.0)) {
+        kind = kVF0;
       }
       if (kind < 0 || !ready(i, kind)) continue;
       while (mem_[at(i)] + 1.0 > max_mem_ + kEps && !pending_w_[at(i)].empty()) put_w(i);
