@@ -57,8 +57,8 @@ nlohmann::json pairing_json(const an::OpPairing& p) {
              for (const auto& d : p.largest_differences)
                out.push_back({{"rank", d.rank},
                               {"op", d.op},
-                              {"a", static_cast<double>(d.a_ns) * 1e-9},
-                              {"b", static_cast<double>(d.b_ns) * 1e-9}});
+                              {"a", seconds_of(d.a_ns)},
+                              {"b", seconds_of(d.b_ns)}});
              return out;
            }()}};
 }

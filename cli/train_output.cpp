@@ -160,7 +160,7 @@ void print_train_summary(const runtime::TrainResult& r) {
         "steps a take), %zu flushes, %zu of them forced (%s flushing, %s routing, host time in "
         "all)\n",
         g.activities, g.attributed, g.outside_ops, g.without_launch, g.takes, g.most_steps_per_take,
-        g.flushes, g.forced_flushes, human_time(1e-9 * static_cast<double>(g.flush_ns)).c_str(),
-        human_time(1e-9 * static_cast<double>(g.route_ns)).c_str());
+        g.flushes, g.forced_flushes, human_time(seconds_of(g.flush_ns)).c_str(),
+        human_time(seconds_of(g.route_ns)).c_str());
 }
 }  // namespace pipetune::cli

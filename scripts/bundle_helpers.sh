@@ -42,23 +42,25 @@ bundle_copy_libraries() {
 }
 
 # bundle_dlopened TREE: the libraries the binaries of build tree TREE open at run time (dlopen;
-# ldd does not name them): each PIPETUNE_<NAME>_PATH the build passes its compiler, as
-# "SONAME FILE" lines. Since b6ac2fd OpenBLAS, cuBLASLt, CUPTI and NCCL are opened that way, by
-# the file configure found and else by their soname (which the GPU machine's LD_LIBRARY_PATH
-# must then find).
+# ldd does not name them): each PIPETUNE_<NAME>_PATH in the tree's compile_commands.json (written
+# by every generator), as "SONAME FILE" lines. Since b6ac2fd OpenBLAS, cuBLASLt, CUPTI and NCCL
+# are opened that way, by the file configure found and else by their soname (which the GPU
+# machine's LD_LIBRARY_PATH must then find).
 bundle_dlopened() {
-  grep -rhoE 'PIPETUNE_[A-Z0-9]+_PATH=\\?"[^"\\]+' "$1" --include=flags.make 2>/dev/null |
-    sed -E 's/^[^"]*"//' | sort -u | while read -r file; do
+  grep -oE 'PIPETUNE_[A-Z0-9]+_PATH=[^ ]+' "$1/compile_commands.json" 2>/dev/null |
+    sed -E 's/^[^=]*=[\\"]*//; s/[\\"]*$//' | sort -u | while read -r file; do
     echo "$(basename "$file") $file"
   done
 }
 
 # bundle_copy_dlopened DEST SKIP HAVE TREE: copies into DEST the libraries bundle_dlopened names
 # for TREE (under their sonames) and those they load, but those whose name matches SKIP and those
-# HAVE carries; exits 1 naming one this machine lacks.
+# HAVE carries; exits 1 naming one this machine lacks, or when the tree names none (OpenBLAS is
+# always among them: a tree without compile_commands.json would leave it out).
 bundle_copy_dlopened() {
-  local dest="$1" skip="$2" have="$3" tree="$4" soname file
+  local dest="$1" skip="$2" have="$3" tree="$4" soname file found=""
   while read -r soname file; do
+    found=1
     [[ "$soname" =~ $skip ]] && continue
     if [ -n "$have" ] && { [ -e "$have/$soname" ] || [ -e "$have/$soname.xz" ]; }; then continue; fi
     [ -e "$file" ] || { echo "$(basename "$0"): the binaries open $file, which is not here" >&2; exit 1; }
@@ -68,6 +70,7 @@ bundle_copy_dlopened() {
     fi
     bundle_copy_libraries "$dest" "$skip" "$have" "$file"
   done < <(bundle_dlopened "$tree")
+  [ -n "$found" ] || { echo "$(basename "$0"): $tree/compile_commands.json names no library opened at run time" >&2; exit 1; }
 }
 
 # What a bundle's binaries are built from, as a git pathspec: the tree but the text they do not

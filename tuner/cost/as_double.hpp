@@ -5,6 +5,8 @@
 
 namespace pipetune::tuner {
 
-inline double as_d(std::int64_t v) { return static_cast<double>(v); }
+inline double as_d(std::int64_t v) {
+  return static_cast<double>(v);
+}
 
 }  // namespace pipetune::tuner
