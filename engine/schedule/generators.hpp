@@ -81,6 +81,17 @@ bool has_overlapped_pairs(std::string_view name);
 // plan says: layered. Any other takes them from GeneratorParams::layered_reduction.
 bool always_reduces_per_group(std::string_view name);
 
+// The transformer ops of generate(params)'s schedule alone (F, B, W, BW and the layered
+// reductions), in its order on every rank, as a schedule without vocabulary parallelism, for the
+// vocabulary-parallel schedules whose transformer order does not depend on the costs: v-half and
+// 1f1b under vocab-1 and vocab-2 (fixed orders), interleaved-1f1b under vocab-1 and vocab-2 (the
+// shortest warm-up its planner places the passes around, which depends on the sizes only).
+// The vocabulary passes only add ops and dependencies around that order (the last group's
+// backward waits for a barrier its own forward precedes), so this schedule's simulated time is a
+// lower bound of the whole schedule's under the same costs. nullopt for every other schedule and
+// mode (interlaced chooses between orders by the costs). For the tuner's bounds.
+std::optional<Schedule> transformer_ops_schedule(const GeneratorParams& params);
+
 // A lower bound on the activations stage `rank` holds at its peak, in the simulator's units
 // (micro-batches through all of the stage's layers; a chunk's forward adds 1 / chunks), implied by
 // the generator's warm-up rule: exact for gpipe, terapipe, layered, 1f1b (all vocabulary modes) and
@@ -121,5 +132,10 @@ Schedule generate_terapipe(const GeneratorParams& params);
 Schedule generate_skippipe(const GeneratorParams& params);
 Schedule generate_skippipe_ca(const GeneratorParams& params);  // skippipe_paths.hpp
 Schedule generate_layered(const GeneratorParams& params);
+// Their transformer_ops_schedule, for params under vocab-1 or vocab-2 (checked as the
+// generators check them).
+Schedule transformer_ops_of_1f1b_vocab(const GeneratorParams& params);
+Schedule transformer_ops_of_interleaved_1f1b(const GeneratorParams& params);
+Schedule transformer_ops_of_v_half(const GeneratorParams& params);
 
 }  // namespace pipetune::schedule

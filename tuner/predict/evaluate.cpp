@@ -175,11 +175,14 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
       for (const schedule::SliceShape& sh : shapes)
         transformer += m * (t.slice_cost(r, OpKind::F, sh) + t.slice_cost(r, OpKind::BW, sh));
     }
-    // Vocabulary passes (the input embedding's at least) may run before the first forward.
-    const double vocabulary = plan.vocab == schedule::VocabMode::None
-                                  ? 0.0
-                                  : m * (t.cost(r, OpKind::S) + t.cost(r, OpKind::T) +
-                                         t.cost(r, OpKind::IF) + t.cost(r, OpKind::IB));
+    // Vocabulary passes run on the rank's compute stream too. Before its first forward a rank can
+    // only run input-embedding forwards (S, T and IB wait for a forward to reach the last layer
+    // group); after its last forward or input-gradient op only T, IB and deferred W passes are
+    // left (every IF and S precede the last micro-batch's backward).
+    const bool vocab = plan.vocab != schedule::VocabMode::None;
+    const double vocab_before = vocab ? m * t.cost(r, OpKind::IF) : 0.0;
+    const double vocab_after = vocab ? m * (t.cost(r, OpKind::T) + t.cost(r, OpKind::IB)) : 0.0;
+    const double vocabulary = vocab ? vocab_before + vocab_after + m * t.cost(r, OpKind::S) : 0.0;
     if (partial && r != 0 && r != plan.pp - 1) continue;
     // ZeRO-3 under layer-group reductions gathers a group's values before each run of its ops
     // (group_holds.hpp), in series with them: a micro-batch's forwards visit the rank's chunks in
@@ -188,15 +191,17 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
     if (!pairs && !partial && t.stages[static_cast<std::size_t>(r)].run_gather > 0.0)
       transformer +=
           (linear ? 2.0 * v - 1.0 : 3.0) * t.stages[static_cast<std::size_t>(r)].run_gather;
-    busiest = std::max(busiest, std::max(startup, vocabulary) + transformer);
+    // The rank idles until the first forward reaches it but for what input-embedding passes fill.
+    const double busy = std::max(0.0, startup - vocab_before) + transformer + vocabulary;
+    busiest = std::max(busiest, busy);
     // Layer-group reductions: the rank's last layer op adds to a group's weight gradients (a W or
     // BW), whose R then runs on the reduction stream; the iteration ends after it.
-    if (reduces && !partial)
-      busiest = std::max(busiest, startup + transformer + t.cost(r, OpKind::R));
-    if (linear) {
-      const double deferrable = fused_backward ? 0.0 : m * v * t.cost(r, OpKind::W);
-      busiest = std::max(busiest, startup + transformer - deferrable + drain);
-    }
+    if (reduces && !partial) busiest = std::max(busiest, busy - vocab_after + t.cost(r, OpKind::R));
+    // Its last forward or input gradient (the first group it holds, for the last micro-batch, on
+    // a linear and a V placement alike) must then cross the ranks before it back (the drain):
+    // only the passes that may come after it fill that wait.
+    const double deferrable = fused_backward ? 0.0 : m * v * t.cost(r, OpKind::W);
+    busiest = std::max(busiest, busy - vocab_after - deferrable + drain);
     // The hop to the next rank (forward) and back (backward): resharded with per-stage layouts.
     const bool hop = r + 1 < plan.pp;
     if (partial) continue;
@@ -288,6 +293,60 @@ std::vector<double> planning_inputs(const schedule::CostTable& costs) {
 }
 
 }  // namespace
+
+std::optional<double> PlanEvaluator::transformer_bound(const spec::ModelSpec& model_in,
+                                                       const spec::ClusterSpec& cluster,
+                                                       const spec::ParallelPlan& plan_in) {
+  if (plan_in.vocab != schedule::VocabMode::Vocab1 && plan_in.vocab != schedule::VocabMode::Vocab2)
+    return std::nullopt;
+  spec::ModelSpec model = model_in;
+  spec::apply_defaults(model);
+  spec::ParallelPlan plan = plan_in;
+  spec::apply_defaults(plan);
+  spec::validate(model, cluster, plan);
+  const schedule::Placement placement = schedule::schedule_placement(plan.schedule);
+  const ExecutionOptions execution = execution_for(cluster);
+  const OpCosts& costs = costs_for(model, cluster, plan, placement, execution);
+  schedule::GeneratorParams params =
+      spec::generator_params(plan, costs.table, options_.schedule_memory_limit);
+  ScheduleKey key{params.name,
+                  params.stages,
+                  params.microbatches,
+                  params.chunks,
+                  params.group_size,
+                  static_cast<int>(params.vocab),
+                  params.memory_limit,
+                  params.skip_ratio.value_or(-1.0),
+                  params.layered_reduction,
+                  {}};
+  auto it = transformer_schedules_.find(key);
+  if (it == transformer_schedules_.end()) {
+    if (transformer_schedules_.size() >= kMaxCachedSchedules) transformer_schedules_.clear();
+    it = transformer_schedules_.emplace(std::move(key), schedule::transformer_ops_schedule(params))
+             .first;
+  }
+  if (!it->second) return std::nullopt;
+  // Simulated through the cache under a name of its own: the order is not the schedule's.
+  SimulationCache* cache = options_.simulation_cache.get();
+  std::string cache_key;
+  if (cache != nullptr) {
+    schedule::GeneratorParams named = params;
+    named.name += " (transformer ops)";
+    cache_key = SimulationCache::key(named, costs.table, costs.activation_bytes_per_microbatch);
+    if (const std::optional<sim::SimResult> cached = cache->find(cache_key)) {
+      const AfterPipeline after = after_pipeline(costs, plan, execution);
+      return cached->iteration_time + after.data_parallel + after.optimizer;
+    }
+  }
+  sim::SimOptions sim_options;
+  sim_options.record_trace = false;
+  sim_options.activation_bytes_per_microbatch = costs.activation_bytes_per_microbatch;
+  sim_options.structure_checked = true;  // transformer_ops_schedule checked it
+  const sim::SimResult r = sim::simulate(*it->second, costs.table, sim_options);
+  if (cache != nullptr) cache->insert(std::move(cache_key), r);
+  const AfterPipeline after = after_pipeline(costs, plan, execution);
+  return r.iteration_time + after.data_parallel + after.optimizer;
+}
 
 const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorParams& params,
                                                       schedule::Schedule& scratch) {

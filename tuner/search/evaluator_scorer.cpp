@@ -129,7 +129,20 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
       if (recomputes && fixed_order) out.push_back(without_offload_or_recompute(plan));
       return out;
     };
-    return Scorer(std::move(score), std::move(bound), std::move(lower));
+    // The schedule's transformer ops alone, where their order is fixed (the vocabulary modes of
+    // v-half, 1f1b and interleaved-1f1b): the passes add ops and dependencies around them, so
+    // the plan is never faster. Not with faults on the cluster, as above.
+    PlanRefiner refine = [evaluator, target, failures,
+                          faults](const spec::ParallelPlan& plan) -> std::optional<double> {
+      if (faults) return std::nullopt;
+      const std::optional<double> t =
+          evaluator->transformer_bound(target->first, target->second, plan);
+      if (!t) return std::nullopt;
+      return expected_iteration_time(*t, plan.world_size(), plan.dp, failures);
+    };
+    Scorer scorer(std::move(score), std::move(bound), std::move(lower));
+    scorer.refine = std::move(refine);
+    return scorer;
   };
 }
 

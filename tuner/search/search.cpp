@@ -237,6 +237,18 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
                }
              }
              catch_input(i, [&] {
+               // A plan whose schedule's transformer ops alone already take too long.
+               if (bounded && sc.refine) {
+                 if (const std::optional<double> refined = sc.refine(jobs[i].plan);
+                     refined && *refined > bounds[i].iteration_time) {
+                   CandidateBound b = bounds[i];
+                   b.iteration_time = *refined;
+                   if (frontier.beats(b)) {
+                     out.skipped[i] = 1;
+                     return;
+                   }
+                 }
+               }
                if (bounded && !bounds[i].slice_tokens.empty()) {
                  spec::ParallelPlan sliced = jobs[i].plan;
                  sliced.slice_tokens = bounds[i].slice_tokens;

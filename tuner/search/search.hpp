@@ -80,6 +80,10 @@ using PlanBounder = std::function<CandidateBound(const spec::ParallelPlan&)>;
 // high); empty: none known.
 using PlanLowering = std::function<std::vector<spec::ParallelPlan>(const spec::ParallelPlan&)>;
 
+// A tighter lower bound on a plan's iteration time than its bound, dearer to work out (a
+// simulation of part of its schedule) but cheaper than scoring it; nullopt: none known.
+using PlanRefiner = std::function<std::optional<double>(const spec::ParallelPlan&)>;
+
 // What each scoring thread uses: the scorer, and optionally a bounder. With a bounder the search
 // is a branch and bound: plans are scored in order of their bound, and a plan is skipped when
 // SearchSpace::keep scored plans are already at least as fast as its bound AND a scored plan is
@@ -96,6 +100,9 @@ struct Scorer {
   // With a bounder: once a plan's lower plans are scored, their times bound the plan's too, and
   // the plan is skipped where that bound cannot make the results. Empty: bounds alone.
   PlanLowering lower;
+  // With a bounder: asked of a plan its bound did not skip, just before it is scored; the plan
+  // is skipped where the refined time cannot make the results. Empty: bounds alone.
+  PlanRefiner refine;
 };
 
 struct SearchSpace {

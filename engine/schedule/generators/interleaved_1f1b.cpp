@@ -82,18 +82,25 @@ std::vector<std::vector<Op>> transformer_order(const std::vector<TableEntry>& ta
 }
 
 // Vocab-1 / vocab-2 on the interleaved order (see the file comment): the shortest warm-up, from
-// 1f1b's rule on, that the planner can place the vocabulary passes around.
-Schedule with_vocabulary(const GeneratorParams& params, const std::vector<TableEntry>& table, int v,
-                         int G) {
+// 1f1b's rule on, that the planner can place the vocabulary passes around, and the schedule it
+// planned. Whether the planner can is a matter of the orders alone, not of the costs: each rank
+// takes the first ready op of four fixed sequences (barriers, T, transformer ops, IB), so what
+// can run at all does not depend on which ran first.
+struct VocabularyOrder {
+  int extra = 0;
+  Schedule schedule;
+};
+
+VocabularyOrder with_vocabulary(const GeneratorParams& params, const std::vector<TableEntry>& table,
+                                int v, int G) {
   const int p = params.stages;
   const int m = params.microbatches;
   const CostTable costs = linear::checked_planning_costs(kName, params);
   // 1f1b's longer warm-up (linear::one_f_one_b_warmup): one forward more under vocab-2, two
   // under vocab-1; longer only when the planner cannot place the passes around it.
   const int first_extra = params.vocab == VocabMode::Vocab1 ? 2 : 1;
-  std::optional<Schedule> best;
   std::string last_error;
-  for (int extra = first_extra; extra <= first_extra + v + 1 && !best; ++extra) {
+  for (int extra = first_extra; extra <= first_extra + v + 1; ++extra) {
     const std::vector<std::vector<Op>> transformer = transformer_order(table, p, m, v, G, extra);
     // Micro-batches whose first-chunk forward stage 0 runs before its first backward.
     int first_chunk = 0;
@@ -102,22 +109,20 @@ Schedule with_vocabulary(const GeneratorParams& params, const std::vector<TableE
       if (op.chunk == 0) ++first_chunk;
     }
     try {
-      best = linear::plan_vocabulary_passes(kName, params, v, transformer,
-                                            std::min(m, first_chunk + 2), costs);
+      return {extra, linear::plan_vocabulary_passes(kName, params, v, transformer,
+                                                    std::min(m, first_chunk + 2), costs)};
     } catch (const ScheduleError& e) {
       last_error = e.what();  // this warm-up cannot take the passes; try a longer one
     }
   }
-  if (!best)
-    linear::fail(kName, {"plan.vocab", "plan.microbatches"},
-                 std::string(vocab_mode_name(params.vocab)) + " found no order for these sizes (" +
-                     last_error + ")");
-  return linear::validated(std::move(*best), params);
+  linear::fail(kName, {"plan.vocab", "plan.microbatches"},
+               std::string(vocab_mode_name(params.vocab)) + " found no order for these sizes (" +
+                   last_error + ")");
+  return {};
 }
 
-}  // namespace
-
-Schedule generate_interleaved_1f1b(const GeneratorParams& params) {
+// The checks generate_interleaved_1f1b makes, and its chunks v and group size G.
+std::pair<int, int> checked_chunks_and_group(const GeneratorParams& params) {
   linear::check_sizes(kName, params);
   if (params.vocab == VocabMode::Interlaced) linear::require_no_vocab(kName, params);
   const int p = params.stages;
@@ -148,14 +153,37 @@ Schedule generate_interleaved_1f1b(const GeneratorParams& params) {
                  "microbatches=" + std::to_string(m) + " leaves a last group of " +
                      std::to_string(last_group) + " (m mod G, " + g_text +
                      "), which must be 0 or at least p=" + std::to_string(p));
+  return {v, G};
+}
 
+}  // namespace
+
+Schedule generate_interleaved_1f1b(const GeneratorParams& params) {
+  const auto [v, G] = checked_chunks_and_group(params);
+  const int p = params.stages;
+  const int m = params.microbatches;
   const std::vector<TableEntry> table = forward_table(m, v, G);
   if (params.vocab == VocabMode::None) {
     Schedule s = linear::empty_schedule(kName, p, m, v, VocabMode::None);
     s.ranks = transformer_order(table, p, m, v, G, 0);
     return linear::validated(std::move(s), params);
   }
-  return with_vocabulary(params, table, v, G);
+  return linear::validated(with_vocabulary(params, table, v, G).schedule, params);
+}
+
+Schedule transformer_ops_of_interleaved_1f1b(const GeneratorParams& params) {
+  const auto [v, G] = checked_chunks_and_group(params);
+  const int p = params.stages;
+  const int m = params.microbatches;
+  if (params.vocab == VocabMode::None)
+    linear::fail(kName, {"plan.vocab"},
+                 "the transformer order alone is asked of a vocabulary mode");
+  const std::vector<TableEntry> table = forward_table(m, v, G);
+  // The planner's warm-up is the same whatever the costs: planned once, with the ones given.
+  const int extra = with_vocabulary(params, table, v, G).extra;
+  Schedule s = linear::empty_schedule(kName, p, m, v, VocabMode::None);
+  s.ranks = transformer_order(table, p, m, v, G, extra);
+  return s;
 }
 
 }  // namespace pipetune::schedule

@@ -198,6 +198,8 @@ void plan_in_time_order(std::string_view generator, Planner& planner, Step&& ste
 
 // 1f1b with vocabulary parallelism (one_f_one_b_vocab.cpp).
 Schedule generate_1f1b_vocab(const GeneratorParams& params);
+// Its transformer ops alone (vocab-1, vocab-2), as a schedule without vocabulary parallelism.
+Schedule transformer_ops_of_1f1b_vocab(const GeneratorParams& params);
 
 // Vocabulary passes (params.vocab: vocab-1 or vocab-2) placed around fixed transformer op lists,
 // one per rank, by the eager planner of one_f_one_b_vocab.cpp: every rank joins the barriers in

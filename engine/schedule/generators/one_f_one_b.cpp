@@ -23,4 +23,11 @@ Schedule generate_1f1b(const GeneratorParams& params) {
   return linear::validated(std::move(s), params);
 }
 
+Schedule transformer_ops_of_1f1b_vocab(const GeneratorParams& params) {
+  constexpr std::string_view kName = "1f1b";
+  linear::check_sizes(kName, params);
+  linear::require_single_chunk(kName, params);
+  return linear::transformer_ops_of_1f1b_vocab(params);
+}
+
 }  // namespace pipetune::schedule

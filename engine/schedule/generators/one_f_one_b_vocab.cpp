@@ -144,16 +144,24 @@ class EagerStep {
   std::vector<int> next_t_, next_ib_;
 };
 
-Schedule plan_eager(const GeneratorParams& params, const CostTable& costs) {
+// Every rank's transformer ops: 1F1B with the mode's longer warm-up.
+std::vector<std::vector<Op>> transformer_order(const GeneratorParams& params) {
   const int p = params.stages;
   const int m = params.microbatches;
-  const VocabMode mode = params.vocab;
   std::vector<std::vector<Op>> transformer(static_cast<std::size_t>(p));
   for (int r = 0; r < p; ++r) {
     auto& ops = transformer[static_cast<std::size_t>(r)];
     ops.reserve(2 * static_cast<std::size_t>(m));
-    append_one_f_one_b(ops, m, one_f_one_b_warmup(mode, p, r), OpKind::BW);
+    append_one_f_one_b(ops, m, one_f_one_b_warmup(params.vocab, p, r), OpKind::BW);
   }
+  return transformer;
+}
+
+Schedule plan_eager(const GeneratorParams& params, const CostTable& costs) {
+  const int p = params.stages;
+  const int m = params.microbatches;
+  const VocabMode mode = params.vocab;
+  const std::vector<std::vector<Op>> transformer = transformer_order(params);
   const int stage0_warmup = std::clamp(one_f_one_b_warmup(mode, p, 0), 0, m);
   return plan_vocabulary_passes(kName, params, 1, transformer, std::min(m, stage0_warmup + 2),
                                 costs);
@@ -252,6 +260,15 @@ Schedule plan_vocabulary_passes(std::string_view name, const GeneratorParams& pa
   Planner planner(s, costs);
   EagerStep step(planner, transformer, barriers, p, m, free_t);
   plan_in_time_order(name, planner, [&](int r) { return step(r); });
+  return s;
+}
+
+Schedule transformer_ops_of_1f1b_vocab(const GeneratorParams& params) {
+  if (params.vocab != VocabMode::Vocab1 && params.vocab != VocabMode::Vocab2)
+    fail(kName, {"plan.vocab"},
+         "the transformer order alone is fixed under vocab-1 and vocab-2 only");
+  Schedule s = empty_schedule(kName, params.stages, params.microbatches, 1, VocabMode::None);
+  s.ranks = transformer_order(params);
   return s;
 }
 

@@ -91,6 +91,23 @@ bool uses_costs(std::string_view name, VocabMode vocab) {
          name == "skippipe-ca";
 }
 
+std::optional<Schedule> transformer_ops_schedule(const GeneratorParams& params) {
+  if (params.vocab != VocabMode::Vocab1 && params.vocab != VocabMode::Vocab2) return std::nullopt;
+  Schedule s;
+  if (params.name == "v-half")
+    s = transformer_ops_of_v_half(params);
+  else if (params.name == "1f1b")
+    s = transformer_ops_of_1f1b_vocab(params);
+  else if (params.name == "interleaved-1f1b")
+    s = transformer_ops_of_interleaved_1f1b(params);
+  else
+    return std::nullopt;
+  // The reductions follow each group's last weight-gradient pass, as generate() adds them.
+  if (params.layered_reduction && !reduces_per_group(s)) add_gradient_reductions(s);
+  validate_structure(s);
+  return s;
+}
+
 bool supports_slices(std::string_view name) {
   return name == "terapipe";
 }

@@ -13,7 +13,10 @@
 
 namespace pipetune::schedule {
 
-Schedule generate_v_half(const GeneratorParams& params) {
+namespace {
+
+// The V-Half block's transformer ops (what generate_v_half builds before any vocabulary pass).
+Schedule v_half_transformer_ops(const GeneratorParams& params) {
   check_v_params(params, "v-half", /*vocab_ok=*/true);
   if (params.vocab == VocabMode::Interlaced)
     throw ScheduleError({"plan.vocab", "plan.schedule"},
@@ -22,13 +25,25 @@ Schedule generate_v_half(const GeneratorParams& params) {
   // The extra room holds S and T and their collectives between a micro-batch's last forward and
   // its first backward (b.5: interval += 6 for Algorithm 2, += 12 for Algorithm 1).
   const int extra = params.vocab == VocabMode::Vocab1 ? 12 : vocab ? 6 : 0;
-
   Schedule s = make_v_schedule(params, "v-half");
   s.ranks = v_block_order(VKind::Half, params.stages, params.microbatches, extra,
                           /*squeeze=*/!vocab);
-  if (vocab) add_v_half_vocab_passes(s, params.vocab, planning_costs(params));
+  return s;
+}
+
+}  // namespace
+
+Schedule generate_v_half(const GeneratorParams& params) {
+  Schedule s = v_half_transformer_ops(params);
+  // The passes are merged into each rank's list by time: the transformer ops keep their order.
+  if (params.vocab != VocabMode::None)
+    add_v_half_vocab_passes(s, params.vocab, planning_costs(params));
   validate_generated(s, params);
   return s;
+}
+
+Schedule transformer_ops_of_v_half(const GeneratorParams& params) {
+  return v_half_transformer_ops(params);
 }
 
 }  // namespace pipetune::schedule
