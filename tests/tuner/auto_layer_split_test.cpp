@@ -151,5 +151,34 @@ TEST(AutoLayerSplit, OneLayerGroupPerStageOnly) {
   EXPECT_THROW((void)auto_layer_split(t.model, t.cluster, vocab), InputError);
 }
 
+// The splitter (the enumerator's memo of solved problems) gives every plan what a fresh solve
+// gives, over the knobs a search varies: those the problem reads (micro-batch size,
+// recomputation, ZeRO stage, schedule) and those it does not (offload), which share a solve.
+TEST(AutoLayerSplit, TheSplitterGivesEachPlanItsOwnSolvesSplit) {
+  const ResolvedTarget t = llama3_70b_on_16();
+  AutoLayerSplitter splitter;
+  int plans = 0, split = 0;
+  for (const char* schedule : {"1f1b", "gpipe", "zb-h1"})
+    for (int mbs : {1, 2})
+      for (spec::Recompute rc : {spec::Recompute::None, spec::Recompute::Full})
+        for (int zero : {0, 1, 2, 3})
+          for (bool offload : {false, true}) {
+            spec::ParallelPlan p = tight_plan(t);
+            p.schedule = schedule;
+            p.micro_batch_size = mbs;
+            p.microbatches = static_cast<int>(t.global_batch) / mbs;
+            p.recompute = rc;
+            p.zero_stage = zero;
+            p.offload_activations = offload;
+            const auto fresh = auto_layer_split(t.model, t.cluster, p);
+            EXPECT_EQ(splitter.split(t.model, t.cluster, p), fresh)
+                << schedule << " mbs=" << mbs << " zero=" << zero << " offload=" << offload;
+            ++plans;
+            split += fresh.has_value() ? 1 : 0;
+          }
+  EXPECT_GT(split, 10);  // the splits compared are real ones, not only "none fits"
+  EXPECT_LT(splitter.solves(), static_cast<std::size_t>(plans) / 2);
+}
+
 }  // namespace
 }  // namespace pipetune::tuner

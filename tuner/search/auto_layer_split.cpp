@@ -1,6 +1,8 @@
 #include "tuner/search/auto_layer_split.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
@@ -77,11 +79,9 @@ void add_memory(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   p.capacity_bytes = static_cast<double>(cluster.hardware.hbm_bytes);
 }
 
-}  // namespace
-
-std::optional<std::vector<int>> auto_layer_split(const spec::ModelSpec& model,
-                                                 const spec::ClusterSpec& cluster,
-                                                 const spec::ParallelPlan& plan) {
+// The problem auto_layer_split solves for the plan.
+PartitionProblem split_problem(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                               const spec::ParallelPlan& plan) {
   if (plan.chunks > 1 || schedule::schedule_placement(plan.schedule) != schedule::Placement::Linear)
     throw InputError("auto layer split: " + plan.schedule +
                      " places more than one layer group per stage");
@@ -91,6 +91,11 @@ std::optional<std::vector<int>> auto_layer_split(const spec::ModelSpec& model,
   problem.stages = plan.pp;
   add_costs(model, plan, problem);
   add_memory(model, cluster, plan, problem);
+  return problem;
+}
+
+std::optional<std::vector<int>> solve(const spec::ModelSpec& model,
+                                      const PartitionProblem& problem) {
   const bool uniform = problem.stage_layer_cost.empty() &&
                        std::all_of(problem.layer_cost.begin(), problem.layer_cost.end(),
                                    [&](double c) { return c == problem.layer_cost.front(); });
@@ -101,6 +106,61 @@ std::optional<std::vector<int>> auto_layer_split(const spec::ModelSpec& model,
               : partition_layers(problem);
   if (!split.feasible) return std::nullopt;
   return split.layers;
+}
+
+// Every number of the problem in one list, each list preceded by its length.
+std::vector<double> flattened(const PartitionProblem& p) {
+  std::vector<double> out;
+  const auto add = [&](const std::vector<double>& v) {
+    out.push_back(static_cast<double>(v.size()));
+    out.insert(out.end(), v.begin(), v.end());
+  };
+  out.push_back(p.stages);
+  out.push_back(p.capacity_bytes);
+  out.push_back(p.min_layers_per_stage);
+  out.push_back(p.scan ? 1.0 : 0.0);
+  for (const auto* v : {&p.layer_cost, &p.stage_extra_cost, &p.layer_static_bytes,
+                        &p.layer_activation_bytes, &p.stage_in_flight, &p.stage_extra_bytes})
+    add(*v);
+  out.push_back(static_cast<double>(p.stage_layer_cost.size()));
+  for (const auto& v : p.stage_layer_cost) add(v);
+  out.push_back(static_cast<double>(p.stage_layer_activation_bytes.size()));
+  for (const auto& v : p.stage_layer_activation_bytes) add(v);
+  return out;
+}
+
+std::size_t hash_of(const std::vector<double>& values) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the values' bits
+  for (const double d : values) {
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, &d, sizeof bits);
+    h = (h ^ bits) * 1099511628211ull;
+  }
+  return static_cast<std::size_t>(h);
+}
+
+}  // namespace
+
+std::optional<std::vector<int>> auto_layer_split(const spec::ModelSpec& model,
+                                                 const spec::ClusterSpec& cluster,
+                                                 const spec::ParallelPlan& plan) {
+  return solve(model, split_problem(model, cluster, plan));
+}
+
+std::optional<std::vector<int>> AutoLayerSplitter::split(const spec::ModelSpec& model,
+                                                         const spec::ClusterSpec& cluster,
+                                                         const spec::ParallelPlan& plan) {
+  const PartitionProblem problem = split_problem(model, cluster, plan);
+  std::vector<double> key = flattened(problem);
+  const std::size_t h = hash_of(key);
+  const auto [first, last] = splits_.equal_range(h);
+  for (auto it = first; it != last; ++it)
+    if (it->second.first == key) return it->second.second;
+  if (splits_.size() >= capacity_) splits_.clear();
+  ++solves_;
+  std::optional<std::vector<int>> split = solve(model, problem);
+  splits_.emplace(h, std::make_pair(std::move(key), split));
+  return split;
 }
 
 }  // namespace pipetune::tuner

@@ -17,7 +17,9 @@
 // interleaved schedules place several groups per rank: their split is not one group a stage).
 #pragma once
 
+#include <cstddef>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/spec/cluster_spec.hpp"
@@ -31,5 +33,27 @@ namespace pipetune::tuner {
 std::optional<std::vector<int>> auto_layer_split(const spec::ModelSpec& model,
                                                  const spec::ClusterSpec& cluster,
                                                  const spec::ParallelPlan& plan);
+
+// auto_layer_split through the splits of the partition problems seen before: plans that differ
+// only in what the problem does not read (offload, ZeRO-0 against 1 where the optimizer fits the
+// same, the schedule among those of one warm-up) share one solve. The key is the whole problem,
+// every cost and byte, so a shared split is the one a solve would give. Not thread-safe: one per
+// enumerating thread. Keeps at most `capacity` problems (then starts over).
+class AutoLayerSplitter {
+ public:
+  explicit AutoLayerSplitter(std::size_t capacity = 1024) : capacity_(capacity) {}
+  std::optional<std::vector<int>> split(const spec::ModelSpec& model,
+                                        const spec::ClusterSpec& cluster,
+                                        const spec::ParallelPlan& plan);
+  std::size_t solves() const { return solves_; }  // problems solved, not found
+
+ private:
+  std::size_t capacity_;
+  std::size_t solves_ = 0;
+  // By the problem's hash: each entry's problem (flattened) and its split.
+  std::unordered_multimap<std::size_t,
+                          std::pair<std::vector<double>, std::optional<std::vector<int>>>>
+      splits_;
+};
 
 }  // namespace pipetune::tuner

@@ -493,7 +493,7 @@ class Enumerator {
   bool split_automatically(spec::ParallelPlan& p) {
     std::optional<std::vector<int>> split;
     try {
-      split = auto_layer_split(s_.model, s_.cluster, p);
+      split = splitter_.split(s_.model, s_.cluster, p);
     } catch (const InputError& e) {
       prune("plan rule: " + reason_key(e.what()));
       return false;
@@ -523,6 +523,7 @@ class Enumerator {
   SearchResult& r_;
   std::vector<SearchJob> jobs_;
   std::vector<std::vector<int>> node_group_orders_;
+  AutoLayerSplitter splitter_;  // the auto splits of the problems this enumerator met
 };
 
 }  // namespace
