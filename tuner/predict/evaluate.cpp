@@ -242,12 +242,40 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   return b;
 }
 
+namespace {
+
+// A cheap screen for equal plans (ParallelPlan's == decides): the settings a search varies most.
+std::uint64_t settings_hash(const spec::ParallelPlan& p) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  const auto mix = [&](std::int64_t v) {
+    h = (h ^ static_cast<std::uint64_t>(v)) * 1099511628211ull;
+  };
+  for (const int v :
+       {p.tp, p.pp, p.dp, p.ep, p.chunks, p.micro_batch_size, p.microbatches,
+        static_cast<int>(p.vocab), static_cast<int>(p.recompute), p.zero_stage, p.group_size,
+        p.slices, p.moe_chunks, p.moe_a2a_node_ranks, static_cast<int>(p.rank_order),
+        static_cast<int>(p.sequence_parallel), static_cast<int>(p.layered_reduction),
+        static_cast<int>(p.sparse_embedding_gradient)})
+    mix(v);
+  for (const auto* list : {&p.layer_split, &p.node_group_order, &p.stage_tp}) {
+    mix(static_cast<std::int64_t>(list->size()));
+    for (const int v : *list) mix(v);
+  }
+  mix(static_cast<std::int64_t>(p.stage_recompute.size()));
+  for (const spec::Recompute r : p.stage_recompute) mix(static_cast<int>(r));
+  mix(static_cast<std::int64_t>(p.expert_layouts.size()));
+  for (const spec::ExpertLayout l : p.expert_layouts) mix(static_cast<int>(l));
+  return h;
+}
+
+}  // namespace
+
 const OpCosts& PlanEvaluator::costs_for(const spec::ModelSpec& model,
                                         const spec::ClusterSpec& cluster,
                                         const spec::ParallelPlan& plan,
                                         schedule::Placement placement,
                                         const ExecutionOptions& execution) {
-  constexpr std::size_t kRecent = 16;
+  constexpr std::size_t kRecent = 128;
   if (!costs_context_ || std::get<0>(*costs_context_) != model ||
       std::get<1>(*costs_context_) != cluster || std::get<2>(*costs_context_) != execution) {
     costs_context_.emplace(model, cluster, execution);
@@ -258,13 +286,14 @@ const OpCosts& PlanEvaluator::costs_for(const spec::ModelSpec& model,
   const spec::ParallelPlan unloaded = without_offload(plan);
   spec::ParallelPlan key = unloaded;
   key.schedule = spec::reduces_per_group(plan) ? "per-group" : "";
+  const std::uint64_t hash = settings_hash(key);
   const OpCosts* kept = nullptr;
   for (auto it = recent_costs_.rbegin(); it != recent_costs_.rend() && !kept; ++it)
-    if (it->placement == placement && it->plan == key) kept = &it->costs;
+    if (it->hash == hash && it->placement == placement && it->plan == key) kept = &it->costs;
   if (!kept) {
     if (recent_costs_.size() >= kRecent) recent_costs_.erase(recent_costs_.begin());
-    recent_costs_.push_back(
-        {std::move(key), placement, op_costs(model, cluster, unloaded, placement, execution)});
+    recent_costs_.push_back({std::move(key), hash, placement,
+                             op_costs(model, cluster, unloaded, placement, execution)});
     kept = &recent_costs_.back().costs;
   }
   if (!plan.offload_activations && !plan.offload_optimizer) return *kept;

@@ -197,6 +197,7 @@ class PlanEvaluator {
   std::vector<std::pair<ScheduleKey, schedule::Schedule>> planned_schedules_;
   struct CostsEntry {
     spec::ParallelPlan plan;  // schedule name normalised (costs_for)
+    std::uint64_t hash = 0;   // of its settings, to pass over unequal plans cheaply
     schedule::Placement placement;
     OpCosts costs;
   };
