@@ -323,6 +323,20 @@ std::vector<double> planning_inputs(const schedule::CostTable& costs) {
 
 }  // namespace
 
+PlanEvaluator::ScheduleKey PlanEvaluator::schedule_key(const schedule::GeneratorParams& params,
+                                                       std::vector<double> planning) {
+  return {params.name,
+          params.stages,
+          params.microbatches,
+          params.chunks,
+          params.group_size,
+          static_cast<int>(params.vocab),
+          params.memory_limit,
+          params.skip_ratio.value_or(-1.0),
+          params.layered_reduction,
+          std::move(planning)};
+}
+
 std::optional<double> PlanEvaluator::transformer_bound(const spec::ModelSpec& model_in,
                                                        const spec::ClusterSpec& cluster,
                                                        const spec::ParallelPlan& plan_in) {
@@ -338,16 +352,7 @@ std::optional<double> PlanEvaluator::transformer_bound(const spec::ModelSpec& mo
   const OpCosts& costs = costs_for(model, cluster, plan, placement, execution);
   schedule::GeneratorParams params =
       spec::generator_params(plan, costs.table, options_.schedule_memory_limit);
-  ScheduleKey key{params.name,
-                  params.stages,
-                  params.microbatches,
-                  params.chunks,
-                  params.group_size,
-                  static_cast<int>(params.vocab),
-                  params.memory_limit,
-                  params.skip_ratio.value_or(-1.0),
-                  params.layered_reduction,
-                  {}};
+  ScheduleKey key = schedule_key(params, {});
   auto it = transformer_schedules_.find(key);
   if (it == transformer_schedules_.end()) {
     if (transformer_schedules_.size() >= kMaxCachedSchedules) transformer_schedules_.clear();
@@ -385,16 +390,8 @@ const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorP
     return scratch;
   }
   const bool planned = schedule::uses_costs(params.name, params.vocab);
-  ScheduleKey key{params.name,
-                  params.stages,
-                  params.microbatches,
-                  params.chunks,
-                  params.group_size,
-                  static_cast<int>(params.vocab),
-                  params.memory_limit,
-                  params.skip_ratio.value_or(-1.0),
-                  params.layered_reduction,
-                  planned ? planning_inputs(params.costs) : std::vector<double>{}};
+  ScheduleKey key =
+      schedule_key(params, planned ? planning_inputs(params.costs) : std::vector<double>{});
   if (planned) {
     // The most recently used first out: the plans that share an order are scored near each
     // other (their bounds are near), seldom all of them at once.

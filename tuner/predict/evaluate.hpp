@@ -174,6 +174,9 @@ class PlanEvaluator {
   // unset), layered reduction, and for a cost-aware generator the costs it plans with.
   using ScheduleKey =
       std::tuple<std::string, int, int, int, int, int, double, double, bool, std::vector<double>>;
+  // The key of a schedule of `params`, with the costs a cost-aware generator plans with.
+  static ScheduleKey schedule_key(const schedule::GeneratorParams& params,
+                                  std::vector<double> planning);
   const schedule::Schedule& schedule_for(const schedule::GeneratorParams& params,
                                          schedule::Schedule& scratch);
   // The schedule of `params` simulated with the costs, through the simulation cache when one is
