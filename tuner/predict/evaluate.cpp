@@ -352,16 +352,20 @@ std::optional<double> PlanEvaluator::transformer_bound(const spec::ModelSpec& mo
   const OpCosts& costs = costs_for(model, cluster, plan, placement, execution);
   schedule::GeneratorParams params =
       spec::generator_params(plan, costs.table, options_.schedule_memory_limit);
+  // The order of a shape, kept by this evaluator, and found once for all of a search's.
+  SimulationCache* cache = options_.simulation_cache.get();
   ScheduleKey key = schedule_key(params, {});
   auto it = transformer_schedules_.find(key);
   if (it == transformer_schedules_.end()) {
     if (transformer_schedules_.size() >= kMaxCachedSchedules) transformer_schedules_.clear();
-    it = transformer_schedules_.emplace(std::move(key), schedule::transformer_ops_schedule(params))
-             .first;
+    auto ops = cache != nullptr ? cache->transformer_ops(params)
+                                : std::make_shared<const std::optional<schedule::Schedule>>(
+                                      schedule::transformer_ops_schedule(params));
+    it = transformer_schedules_.emplace(std::move(key), std::move(ops)).first;
   }
-  if (!it->second) return std::nullopt;
+  const std::optional<schedule::Schedule>& ops = *it->second;
+  if (!ops) return std::nullopt;
   // Simulated through the cache under a name of its own: the order is not the schedule's.
-  SimulationCache* cache = options_.simulation_cache.get();
   std::string cache_key;
   if (cache != nullptr) {
     schedule::GeneratorParams named = params;
@@ -376,7 +380,7 @@ std::optional<double> PlanEvaluator::transformer_bound(const spec::ModelSpec& mo
   sim_options.record_trace = false;
   sim_options.activation_bytes_per_microbatch = costs.activation_bytes_per_microbatch;
   sim_options.structure_checked = true;  // transformer_ops_schedule checked it
-  const sim::SimResult r = sim::simulate(*it->second, costs.table, sim_options);
+  const sim::SimResult r = sim::simulate(*ops, costs.table, sim_options);
   if (cache != nullptr) cache->insert(std::move(cache_key), r);
   const AfterPipeline after = after_pipeline(costs, plan, execution);
   return r.iteration_time + after.data_parallel + after.optimizer;

@@ -195,7 +195,8 @@ class PlanEvaluator {
   TokenSlicingCache slicings_;
   std::map<ScheduleKey, schedule::Schedule> schedules_;
   // transformer_bound's orders (none where the schedule has no fixed one).
-  std::map<ScheduleKey, std::optional<schedule::Schedule>> transformer_schedules_;
+  std::map<ScheduleKey, std::shared_ptr<const std::optional<schedule::Schedule>>>
+      transformer_schedules_;
   // Cost-aware orders, least recently used first.
   std::vector<std::pair<ScheduleKey, schedule::Schedule>> planned_schedules_;
   struct CostsEntry {

@@ -81,6 +81,28 @@ std::optional<sim::SimResult> SimulationCache::find(const std::string& key) cons
   return it->second;
 }
 
+std::shared_ptr<const std::optional<schedule::Schedule>> SimulationCache::transformer_ops(
+    const schedule::GeneratorParams& params) {
+  std::string k = params.name;  // the sizes transformer_ops_schedule reads, not the costs
+  k.push_back('\0');
+  append(k, params.stages);
+  append(k, params.microbatches);
+  append(k, params.chunks);
+  append(k, params.group_size);
+  append(k, static_cast<int>(params.vocab));
+  append(k, params.layered_reduction);
+  {
+    std::lock_guard lock(mutex_);
+    if (const auto it = transformer_ops_.find(k); it != transformer_ops_.end()) return it->second;
+  }
+  // Outside the lock: two threads may both work a new shape out; the first kept wins.
+  auto ops = std::make_shared<const std::optional<schedule::Schedule>>(
+      schedule::transformer_ops_schedule(params));
+  std::lock_guard lock(mutex_);
+  if (transformer_ops_.size() >= capacity_) transformer_ops_.clear();
+  return transformer_ops_.emplace(std::move(k), std::move(ops)).first->second;
+}
+
 void SimulationCache::insert(std::string key, const sim::SimResult& result) {
   std::lock_guard lock(mutex_);
   if (results_.size() >= capacity_) results_.clear();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -28,10 +29,18 @@ class SimulationCache {
   // Thread-safe; a full cache starts over (a search revisits recent shapes).
   void insert(std::string key, const sim::SimResult& result);
 
+  // schedule::transformer_ops_schedule(params), worked out once for all evaluators: it depends on
+  // the sizes only (interleaved 1F1B's takes a planning run to find). Thread-safe; throws as
+  // transformer_ops_schedule does.
+  std::shared_ptr<const std::optional<schedule::Schedule>> transformer_ops(
+      const schedule::GeneratorParams& params);
+
  private:
   std::size_t capacity_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, sim::SimResult> results_;
+  std::unordered_map<std::string, std::shared_ptr<const std::optional<schedule::Schedule>>>
+      transformer_ops_;
 };
 
 }  // namespace pipetune::tuner
