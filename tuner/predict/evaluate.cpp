@@ -95,15 +95,25 @@ MemoryModelOptions PlanEvaluator::memory_for(const spec::ClusterSpec& cluster) c
   return options_.memory.value_or(default_memory_options(cluster.hardware));
 }
 
+PlanEvaluator::Checked PlanEvaluator::checked(const spec::ModelSpec& model,
+                                              const spec::ClusterSpec& cluster,
+                                              const spec::ParallelPlan& plan) const {
+  Checked c{model, plan, schedule::Placement::Linear, {}};
+  spec::apply_defaults(c.model);
+  spec::apply_defaults(c.plan);
+  spec::validate(c.model, cluster, c.plan);
+  c.placement = schedule::schedule_placement(c.plan.schedule);
+  c.execution = execution_for(cluster);
+  return c;
+}
+
 PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::ClusterSpec& cluster,
                                const spec::ParallelPlan& plan_in) {
-  spec::ModelSpec model = model_in;
-  spec::apply_defaults(model);
-  spec::ParallelPlan plan = plan_in;
-  spec::apply_defaults(plan);
-  spec::validate(model, cluster, plan);
-  const schedule::Placement placement = schedule::schedule_placement(plan.schedule);
-  const ExecutionOptions execution = execution_for(cluster);
+  const Checked c = checked(model_in, cluster, plan_in);
+  const spec::ModelSpec& model = c.model;
+  const spec::ParallelPlan& plan = c.plan;
+  const schedule::Placement placement = c.placement;
+  const ExecutionOptions& execution = c.execution;
   const MemoryModelOptions memory = memory_for(cluster);
   const OpCosts& costs = costs_for(model, cluster, plan, placement, execution);
   const auto P = static_cast<std::size_t>(plan.pp);
@@ -342,14 +352,10 @@ std::optional<double> PlanEvaluator::transformer_bound(const spec::ModelSpec& mo
                                                        const spec::ParallelPlan& plan_in) {
   if (plan_in.vocab != schedule::VocabMode::Vocab1 && plan_in.vocab != schedule::VocabMode::Vocab2)
     return std::nullopt;
-  spec::ModelSpec model = model_in;
-  spec::apply_defaults(model);
-  spec::ParallelPlan plan = plan_in;
-  spec::apply_defaults(plan);
-  spec::validate(model, cluster, plan);
-  const schedule::Placement placement = schedule::schedule_placement(plan.schedule);
-  const ExecutionOptions execution = execution_for(cluster);
-  const OpCosts& costs = costs_for(model, cluster, plan, placement, execution);
+  const Checked c = checked(model_in, cluster, plan_in);
+  const spec::ParallelPlan& plan = c.plan;
+  const ExecutionOptions& execution = c.execution;
+  const OpCosts& costs = costs_for(c.model, cluster, plan, c.placement, execution);
   schedule::GeneratorParams params =
       spec::generator_params(plan, costs.table, options_.schedule_memory_limit);
   // The order of a shape, kept by this evaluator, and found once for all of a search's.

@@ -174,6 +174,16 @@ class PlanEvaluator {
   // unset), layered reduction, and for a cost-aware generator the costs it plans with.
   using ScheduleKey =
       std::tuple<std::string, int, int, int, int, int, double, double, bool, std::vector<double>>;
+  // A plan with its defaults, checked (SpecError / ScheduleError naming the rule it breaks),
+  // with its placement and the execution facts it is priced with.
+  struct Checked {
+    spec::ModelSpec model;
+    spec::ParallelPlan plan;
+    schedule::Placement placement;
+    ExecutionOptions execution;
+  };
+  Checked checked(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                  const spec::ParallelPlan& plan) const;
   // The key of a schedule of `params`, with the costs a cost-aware generator plans with.
   static ScheduleKey schedule_key(const schedule::GeneratorParams& params,
                                   std::vector<double> planning);

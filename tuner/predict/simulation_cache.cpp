@@ -48,11 +48,8 @@ void append_table(std::string& out, const schedule::CostTable& t, bool sliced) {
   append(out, t.copies_block_compute);
 }
 
-}  // namespace
-
-std::string SimulationCache::key(const schedule::GeneratorParams& params,
-                                 const schedule::CostTable& costs,
-                                 const std::vector<double>& activation_bytes) {
+// The schedule's name and sizes: the start of both keys.
+std::string shape_key(const schedule::GeneratorParams& params) {
   std::string k = params.name;
   k.push_back('\0');
   append(k, params.stages);
@@ -60,6 +57,15 @@ std::string SimulationCache::key(const schedule::GeneratorParams& params,
   append(k, params.chunks);
   append(k, params.group_size);
   append(k, static_cast<int>(params.vocab));
+  return k;
+}
+
+}  // namespace
+
+std::string SimulationCache::key(const schedule::GeneratorParams& params,
+                                 const schedule::CostTable& costs,
+                                 const std::vector<double>& activation_bytes) {
+  std::string k = shape_key(params);
   append(k, params.memory_limit);
   append(k, params.skip_ratio.value_or(-1.0));
   append(k, params.layered_reduction);
@@ -83,13 +89,7 @@ std::optional<sim::SimResult> SimulationCache::find(const std::string& key) cons
 
 std::shared_ptr<const std::optional<schedule::Schedule>> SimulationCache::transformer_ops(
     const schedule::GeneratorParams& params) {
-  std::string k = params.name;  // the sizes transformer_ops_schedule reads, not the costs
-  k.push_back('\0');
-  append(k, params.stages);
-  append(k, params.microbatches);
-  append(k, params.chunks);
-  append(k, params.group_size);
-  append(k, static_cast<int>(params.vocab));
+  std::string k = shape_key(params);  // the sizes transformer_ops_schedule reads, not the costs
   append(k, params.layered_reduction);
   {
     std::lock_guard lock(mutex_);
