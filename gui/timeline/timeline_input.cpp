@@ -115,16 +115,10 @@ void TimelineWidget::keyPressEvent(QKeyEvent* event) {
   const TimelineSource* main = v.main();
   switch (event->key()) {
     case Qt::Key_W:
-      v.view.key('w');
-      break;
     case Qt::Key_S:
-      v.view.key('s');
-      break;
     case Qt::Key_A:
-      v.view.key('a');
-      break;
-    case Qt::Key_D:
-      v.view.key('d');
+    case Qt::Key_D:  // Qt's letter keys are their upper-case ASCII codes, which TimeView takes
+      v.view.key(static_cast<char>(event->key()));
       break;
     case Qt::Key_F:
       if (main == nullptr) break;

@@ -10,6 +10,7 @@
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/spec/validate.hpp"
+#include "tuner/cost/fnv1a.hpp"
 #include "tuner/cost/work.hpp"
 #include "tuner/predict/token_slices.hpp"
 
@@ -256,10 +257,8 @@ namespace {
 
 // A cheap screen for equal plans (ParallelPlan's == decides): the settings a search varies most.
 std::uint64_t settings_hash(const spec::ParallelPlan& p) {
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
-  const auto mix = [&](std::int64_t v) {
-    h = (h ^ static_cast<std::uint64_t>(v)) * 1099511628211ull;
-  };
+  Fnv1a h;
+  const auto mix = [&](std::int64_t v) { h.add(static_cast<std::uint64_t>(v)); };
   for (const int v :
        {p.tp, p.pp, p.dp, p.ep, p.chunks, p.micro_batch_size, p.microbatches,
         static_cast<int>(p.vocab), static_cast<int>(p.recompute), p.zero_stage, p.group_size,
@@ -275,7 +274,7 @@ std::uint64_t settings_hash(const spec::ParallelPlan& p) {
   for (const spec::Recompute r : p.stage_recompute) mix(static_cast<int>(r));
   mix(static_cast<std::int64_t>(p.expert_layouts.size()));
   for (const spec::ExpertLayout l : p.expert_layouts) mix(static_cast<int>(l));
-  return h;
+  return h.value();
 }
 
 }  // namespace
@@ -371,23 +370,9 @@ std::optional<double> PlanEvaluator::transformer_bound(const spec::ModelSpec& mo
   }
   const std::optional<schedule::Schedule>& ops = *it->second;
   if (!ops) return std::nullopt;
-  // Simulated through the cache under a name of its own: the order is not the schedule's.
-  std::string cache_key;
-  if (cache != nullptr) {
-    schedule::GeneratorParams named = params;
-    named.name += " (transformer ops)";
-    cache_key = SimulationCache::key(named, costs.table, costs.activation_bytes_per_microbatch);
-    if (const std::optional<sim::SimResult> cached = cache->find(cache_key)) {
-      const AfterPipeline after = after_pipeline(costs, plan, execution);
-      return cached->iteration_time + after.data_parallel + after.optimizer;
-    }
-  }
-  sim::SimOptions sim_options;
-  sim_options.record_trace = false;
-  sim_options.activation_bytes_per_microbatch = costs.activation_bytes_per_microbatch;
-  sim_options.structure_checked = true;  // transformer_ops_schedule checked it
-  const sim::SimResult r = sim::simulate(*ops, costs.table, sim_options);
-  if (cache != nullptr) cache->insert(std::move(cache_key), r);
+  // Simulated under a name of its own: the order is not the schedule's.
+  params.name += " (transformer ops)";
+  const sim::SimResult r = run_simulation(params, costs, &*ops);
   const AfterPipeline after = after_pipeline(costs, plan, execution);
   return r.iteration_time + after.data_parallel + after.optimizer;
 }
@@ -423,9 +408,11 @@ const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorP
 }
 
 sim::SimResult PlanEvaluator::run_simulation(const schedule::GeneratorParams& params,
-                                             const OpCosts& costs) {
-  // A recorded trace is never cached: the cache keeps summaries for the search.
-  SimulationCache* cache = options_.record_trace ? nullptr : options_.simulation_cache.get();
+                                             const OpCosts& costs,
+                                             const schedule::Schedule* order) {
+  // A recorded trace (of the plan's own schedule) is never cached: the cache keeps summaries.
+  const bool record = options_.record_trace && order == nullptr;
+  SimulationCache* cache = record ? nullptr : options_.simulation_cache.get();
   std::string key;
   std::optional<sim::SimResult> cached;
   if (cache != nullptr) {
@@ -434,11 +421,11 @@ sim::SimResult PlanEvaluator::run_simulation(const schedule::GeneratorParams& pa
   }
   if (cached) return std::move(*cached);
   schedule::Schedule scratch;
-  const schedule::Schedule& s = schedule_for(params, scratch);
+  const schedule::Schedule& s = order != nullptr ? *order : schedule_for(params, scratch);
   sim::SimOptions sim_options;
-  sim_options.record_trace = options_.record_trace;
+  sim_options.record_trace = record;
   sim_options.activation_bytes_per_microbatch = costs.activation_bytes_per_microbatch;
-  sim_options.structure_checked = true;  // schedule_for's schedules come from generate()
+  sim_options.structure_checked = true;  // generate() and transformer_ops_schedule check theirs
   sim::SimResult r = sim::simulate(s, costs.table, sim_options);
   if (cache != nullptr) cache->insert(std::move(key), r);
   return r;
@@ -447,15 +434,13 @@ sim::SimResult PlanEvaluator::run_simulation(const schedule::GeneratorParams& pa
 PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
                                        const spec::ClusterSpec& cluster,
                                        const spec::ParallelPlan& plan_in) {
-  spec::ModelSpec model = model_in;
-  spec::apply_defaults(model);
-  spec::ParallelPlan plan = plan_in;
-  spec::apply_defaults(plan);
-  spec::validate(model, cluster, plan);
+  Checked c = checked(model_in, cluster, plan_in);
+  const spec::ModelSpec& model = c.model;
+  spec::ParallelPlan& plan = c.plan;  // terapipe's chosen slices are written into it
 
   PlanEvaluation e;
-  e.placement = schedule::schedule_placement(plan.schedule);
-  const ExecutionOptions execution = execution_for(cluster);
+  e.placement = c.placement;
+  const ExecutionOptions& execution = c.execution;
   const MemoryModelOptions memory = memory_for(cluster);
   const int world = plan.world_size();
   const double tokens = static_cast<double>(plan.global_batch) * static_cast<double>(model.seq_len);

@@ -190,8 +190,10 @@ class PlanEvaluator {
   const schedule::Schedule& schedule_for(const schedule::GeneratorParams& params,
                                          schedule::Schedule& scratch);
   // The schedule of `params` simulated with the costs, through the simulation cache when one is
-  // set and no trace is recorded.
-  sim::SimResult run_simulation(const schedule::GeneratorParams& params, const OpCosts& costs);
+  // set and no trace is recorded; `order`: a schedule to simulate in its place
+  // (transformer_bound's, which names its params apart for the cache).
+  sim::SimResult run_simulation(const schedule::GeneratorParams& params, const OpCosts& costs,
+                                const schedule::Schedule* order = nullptr);
 
   // op_costs of the plan, through a few recent results: plans that differ in their schedule
   // alone (1f1b, zb-h1, gpipe... on one placement) have the same op costs, which depend on the

@@ -1,13 +1,12 @@
 #include "tuner/search/auto_layer_split.hpp"
 
 #include <algorithm>
-#include <cstdint>
-#include <cstring>
 
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/spec/plan_schedule.hpp"
 #include "tuner/cost/analytic_costs.hpp"
+#include "tuner/cost/fnv1a.hpp"
 #include "tuner/memory/memory_model.hpp"
 #include "tuner/search/layer_partition.hpp"
 #include "tuner/search/search.hpp"
@@ -130,13 +129,9 @@ std::vector<double> flattened(const PartitionProblem& p) {
 }
 
 std::size_t hash_of(const std::vector<double>& values) {
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the values' bits
-  for (const double d : values) {
-    std::uint64_t bits = 0;
-    std::memcpy(&bits, &d, sizeof bits);
-    h = (h ^ bits) * 1099511628211ull;
-  }
-  return static_cast<std::size_t>(h);
+  Fnv1a h;
+  for (const double d : values) h.add(d);
+  return static_cast<std::size_t>(h.value());
 }
 
 }  // namespace

@@ -35,8 +35,8 @@ std::optional<std::vector<int>> auto_layer_split(const spec::ModelSpec& model,
                                                  const spec::ParallelPlan& plan);
 
 // auto_layer_split through the splits of the partition problems seen before: plans that differ
-// only in what the problem does not read (offload, ZeRO-0 against 1 where the optimizer fits the
-// same, the schedule among those of one warm-up) share one solve. The key is the whole problem,
+// only in what the problem does not read (offload, layered reduction, schedules with the same
+// warm-up) share one solve. The key is the whole problem,
 // every cost and byte, so a shared split is the one a solve would give. Not thread-safe: one per
 // enumerating thread. Keeps at most `capacity` problems (then starts over).
 class AutoLayerSplitter {

@@ -225,28 +225,30 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
                out.skipped[i] = 1;
                return;
              }
-             // A plan never faster than plans scored already: their times bound its too.
+             // The bound raised by what is known by now: a plan is never faster than plans scored
+             // already that it only adds to (Scorer::lower), nor than its refined bound.
+             CandidateBound b = bounds[i];
+             const auto raise = [&](double time) {
+               if (!(time > b.iteration_time)) return false;
+               b.iteration_time = time;
+               return frontier.beats(b);
+             };
              if (bounded && sc.lower) {
-               CandidateBound b = bounds[i];
+               double slowest = 0.0;
                for (const spec::ParallelPlan& lower : sc.lower(jobs[i].plan))
                  if (const auto time = scored_times.find(lower, jobs[i].vocab_label))
-                   b.iteration_time = std::max(b.iteration_time, *time);
-               if (b.iteration_time > bounds[i].iteration_time && frontier.beats(b)) {
+                   slowest = std::max(slowest, *time);
+               if (raise(slowest)) {
                  out.skipped[i] = 1;
                  return;
                }
              }
              catch_input(i, [&] {
-               // A plan whose schedule's transformer ops alone already take too long.
                if (bounded && sc.refine) {
                  if (const std::optional<double> refined = sc.refine(jobs[i].plan);
-                     refined && *refined > bounds[i].iteration_time) {
-                   CandidateBound b = bounds[i];
-                   b.iteration_time = *refined;
-                   if (frontier.beats(b)) {
-                     out.skipped[i] = 1;
-                     return;
-                   }
+                     refined && raise(*refined)) {
+                   out.skipped[i] = 1;
+                   return;
                  }
                }
                if (bounded && !bounds[i].slice_tokens.empty()) {

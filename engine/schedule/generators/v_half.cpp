@@ -13,10 +13,8 @@
 
 namespace pipetune::schedule {
 
-namespace {
-
 // The V-Half block's transformer ops (what generate_v_half builds before any vocabulary pass).
-Schedule v_half_transformer_ops(const GeneratorParams& params) {
+Schedule transformer_ops_of_v_half(const GeneratorParams& params) {
   check_v_params(params, "v-half", /*vocab_ok=*/true);
   if (params.vocab == VocabMode::Interlaced)
     throw ScheduleError({"plan.vocab", "plan.schedule"},
@@ -31,19 +29,13 @@ Schedule v_half_transformer_ops(const GeneratorParams& params) {
   return s;
 }
 
-}  // namespace
-
 Schedule generate_v_half(const GeneratorParams& params) {
-  Schedule s = v_half_transformer_ops(params);
+  Schedule s = transformer_ops_of_v_half(params);
   // The passes are merged into each rank's list by time: the transformer ops keep their order.
   if (params.vocab != VocabMode::None)
     add_v_half_vocab_passes(s, params.vocab, planning_costs(params));
   validate_generated(s, params);
   return s;
-}
-
-Schedule transformer_ops_of_v_half(const GeneratorParams& params) {
-  return v_half_transformer_ops(params);
 }
 
 }  // namespace pipetune::schedule

@@ -133,6 +133,15 @@ TEST(TimelineWidget, ClickRangeFitAndZoomLikeAUser) {
       near(img.pixel(220 + 500, static_cast<int>(row0) - 6), kind_color(profiler::SpanKind::F)))
       << "after F the selected forward should fill the view";
 
+  // D pans right and A back, W zooms in and S out: each pair leaves the frame it started from.
+  const QImage fitted = frame(w);
+  for (const auto& [there, back] : {std::pair{Qt::Key_D, Qt::Key_A}, {Qt::Key_W, Qt::Key_S}}) {
+    key(w, there);
+    EXPECT_NE(frame(w), fitted) << "key " << there << " should move the view";
+    key(w, back);
+    EXPECT_EQ(frame(w), fitted) << "key " << back << " should undo key " << there;
+  }
+
   // Escape drops the selection; F then fits the whole run again.
   key(w, Qt::Key_Escape);
   key(w, Qt::Key_F);
