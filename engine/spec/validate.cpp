@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -403,6 +404,36 @@ void validate(const ModelSpec& model, const ClusterSpec& cluster, const Parallel
   }
 }
 
+std::optional<SpecError> token_slice_conflict(const ModelSpec& model, const ParallelPlan& plan) {
+  if (schedule::slice_count(plan.schedule, plan.slices, plan.slice_tokens) <= 1)
+    return std::nullopt;
+  if (plan.offload_activations)
+    return SpecError({"plan.slices", "plan.offload_activations"},
+                     "token slices keep each slice's keys and values on the device for the later "
+                     "slices: they do not combine with offload_activations");
+  const bool full_recompute = plan.recompute == Recompute::Full ||
+                              std::find(plan.stage_recompute.begin(), plan.stage_recompute.end(),
+                                        Recompute::Full) != plan.stage_recompute.end();
+  if (full_recompute)
+    return SpecError({"plan.slices", "plan.recompute"},
+                     "token slices do not combine with full recomputation yet: the engine's "
+                     "recomputed forward of a slice does not reuse the keys its slices share");
+  if (is_moe(model))
+    return SpecError({"plan.slices", "model.experts"},
+                     "token slices need a dense model: an MoE layer's load-balancing loss is "
+                     "taken over a whole micro-batch (experts=" +
+                         shown(model.experts) + ")");
+  return std::nullopt;
+}
+
+std::optional<SpecError> layer_group_shortage(const ModelSpec& model, const ParallelPlan& plan) {
+  if (!plan.layer_split.empty() || plan.layer_groups() <= model.layers) return std::nullopt;
+  return SpecError({"plan.chunks", "plan.pp", "model.layers"},
+                   "chunks=" + shown(std::int64_t{plan.chunks}) +
+                       " needs at least pp*chunks=" + shown(std::int64_t{plan.layer_groups()}) +
+                       " layers, model has " + shown(model.layers));
+}
+
 void validate(const ModelSpec& model, const ParallelPlan& plan) {
   validate(model);
   validate(plan);
@@ -461,22 +492,7 @@ void validate(const ModelSpec& model, const ParallelPlan& plan) {
                     "slices=" + shown(slices) + " exceeds seq_len=" + shown(model.seq_len) +
                         " (a token slice holds at least one token)");
   }
-  if (slices > 1 && plan.offload_activations)
-    throw SpecError({"plan.slices", "plan.offload_activations"},
-                    "token slices keep each slice's keys and values on the device for the later "
-                    "slices: they do not combine with offload_activations");
-  const bool full_recompute = plan.recompute == Recompute::Full ||
-                              std::find(plan.stage_recompute.begin(), plan.stage_recompute.end(),
-                                        Recompute::Full) != plan.stage_recompute.end();
-  if (slices > 1 && full_recompute)
-    throw SpecError({"plan.slices", "plan.recompute"},
-                    "token slices do not combine with full recomputation yet: the engine's "
-                    "recomputed forward of a slice does not reuse the keys its slices share");
-  if (slices > 1 && is_moe(model))
-    throw SpecError({"plan.slices", "model.experts"},
-                    "token slices need a dense model: an MoE layer's load-balancing loss is taken "
-                    "over a whole micro-batch (experts=" +
-                        shown(model.experts) + ")");
+  if (auto broken = token_slice_conflict(model, plan)) throw std::move(*broken);
   // Chunked all-to-all: chunks of the experts' slots, of an MoE model.
   if (plan.moe_chunks < 1 || plan.moe_chunks > kMaxMoeChunks)
     throw SpecError({"plan.moe_chunks"}, "moe_chunks=" + shown(std::int64_t{plan.moe_chunks}) +
@@ -519,12 +535,7 @@ void validate(const ModelSpec& model, const ParallelPlan& plan) {
       throw SpecError({"plan.pp", "model.layers"}, "pp=" + shown(std::int64_t{plan.pp}) +
                                                        " exceeds layers=" + shown(model.layers));
     }
-    if (plan.layer_groups() > model.layers) {
-      throw SpecError({"plan.chunks", "plan.pp", "model.layers"},
-                      "chunks=" + shown(std::int64_t{plan.chunks}) +
-                          " needs at least pp*chunks=" + shown(std::int64_t{plan.layer_groups()}) +
-                          " layers, model has " + shown(model.layers));
-    }
+    if (auto broken = layer_group_shortage(model, plan)) throw std::move(*broken);
   } else {
     const std::int64_t sum =
         std::accumulate(plan.layer_split.begin(), plan.layer_split.end(), std::int64_t{0});

@@ -6,6 +6,9 @@
 // here only the schedule name and its support for the vocabulary mode are checked.
 #pragma once
 
+#include <optional>
+
+#include "engine/errors.hpp"
 #include "engine/spec/cluster_spec.hpp"
 #include "engine/spec/hardware_spec.hpp"
 #include "engine/spec/model_spec.hpp"
@@ -27,6 +30,12 @@ void validate(const ParallelPlan& plan);
 // ep needs an MoE model and divides experts; enough layers for pp * chunks layer groups;
 // layer_split sums to the model's layers. (The embedded engine's own cluster is virtual.)
 void validate(const ModelSpec& model, const ParallelPlan& plan);
+// Two rules of validate(model, plan) that a search breaks by the thousand, as it words them, or
+// nullopt: a search counts them without the throw (some 60,000 instructions each). Token slices
+// with offloaded activations, full recomputation or experts; and (with no layer_split) more
+// layer groups than layers. validate() checks other rules first.
+std::optional<SpecError> token_slice_conflict(const ModelSpec& model, const ParallelPlan& plan);
+std::optional<SpecError> layer_group_shortage(const ModelSpec& model, const ParallelPlan& plan);
 // validate(model, plan), the cluster, and tp*pp*dp = the cluster's devices.
 void validate(const ModelSpec& model, const ClusterSpec& cluster, const ParallelPlan& plan);
 

@@ -146,6 +146,18 @@ MemoryEstimate estimate_memory(const spec::ModelSpec& model, const spec::Cluster
                                const std::vector<double>& peak_activation_bytes,
                                const MemoryModelOptions& options,
                                const std::vector<double>& host_activation_bytes) {
+  return estimate_memory(stage_parameters(model, plan, placement), cluster, plan,
+                         peak_activation_bytes, options, host_activation_bytes);
+}
+
+MemoryEstimate estimate_memory(const std::vector<StageParameters>& params,
+                               const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
+                               const std::vector<double>& peak_activation_bytes,
+                               const MemoryModelOptions& options,
+                               const std::vector<double>& host_activation_bytes) {
+  if (params.size() != static_cast<std::size_t>(plan.pp))
+    throw InputError("estimate_memory: " + std::to_string(params.size()) +
+                     " stages' parameters for " + std::to_string(plan.pp) + " pipeline stages");
   if (peak_activation_bytes.size() != static_cast<std::size_t>(plan.pp))
     throw InputError("estimate_memory: " + std::to_string(peak_activation_bytes.size()) +
                      " activation peaks for " + std::to_string(plan.pp) + " pipeline stages");
@@ -153,7 +165,6 @@ MemoryEstimate estimate_memory(const spec::ModelSpec& model, const spec::Cluster
       host_activation_bytes.size() != static_cast<std::size_t>(plan.pp))
     throw InputError("estimate_memory: " + std::to_string(host_activation_bytes.size()) +
                      " host activation peaks for " + std::to_string(plan.pp) + " pipeline stages");
-  const std::vector<StageParameters> params = stage_parameters(model, plan, placement);
   const BytesPerParameter dense = bytes_per_parameter(plan.zero_stage, plan.dp, options);
   const BytesPerParameter expert = bytes_per_parameter(plan.zero_stage, plan.dp / plan.ep, options);
 
@@ -192,6 +203,36 @@ MemoryEstimate estimate_memory(const spec::ModelSpec& model, const spec::Cluster
     e.stages.push_back(m);
   }
   return e;
+}
+
+const std::vector<StageParameters>& StageParameterMemo::get(const spec::ModelSpec& model,
+                                                            const spec::ParallelPlan& plan,
+                                                            schedule::Placement placement) {
+  if (model_.empty() || model_.front() != model) {
+    model_.assign(1, model);
+    entries_.clear();
+    next_ = 0;
+  }
+  const std::size_t n = entries_.size();
+  for (std::size_t k = 1; k <= n; ++k) {  // newest first
+    const Entry& e = entries_[(next_ + n - k) % n];
+    if (e.placement == placement && e.pp == plan.pp && e.chunks == plan.chunks && e.tp == plan.tp &&
+        e.ep == plan.ep && e.vocab == plan.vocab && e.layer_split == plan.layer_split &&
+        e.stage_tp == plan.stage_tp)
+      return e.params;
+  }
+  Entry entry{placement,        plan.pp,       plan.chunks,
+              plan.tp,          plan.ep,       plan.vocab,
+              plan.layer_split, plan.stage_tp, stage_parameters(model, plan, placement)};
+  if (n < kEntries) {
+    entries_.push_back(std::move(entry));
+    next_ = entries_.size() % kEntries;
+    return entries_.back().params;
+  }
+  Entry& slot = entries_[next_];
+  slot = std::move(entry);
+  next_ = (next_ + 1) % kEntries;
+  return slot.params;
 }
 
 std::string MemoryEstimate::binding_constraint() const {

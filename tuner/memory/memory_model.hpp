@@ -27,6 +27,7 @@
 // hardware gives host_memory_bytes, every stage's host total at most that.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,30 @@ std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
                                               const spec::ParallelPlan& plan,
                                               schedule::Placement placement);
 
+// stage_parameters of one model's plans, kept for the last few plan shapes they depend on
+// (placement, pp, chunks, tp, per-stage tp, ep, vocabulary mode and layer split): the search prices
+// some 10^5 plans over a few hundred such shapes. A model unlike the last one empties it.
+class StageParameterMemo {
+ public:
+  // The reference lasts until the next call.
+  const std::vector<StageParameters>& get(const spec::ModelSpec& model,
+                                          const spec::ParallelPlan& plan,
+                                          schedule::Placement placement);
+
+ private:
+  struct Entry {
+    schedule::Placement placement;
+    int pp, chunks, tp, ep;
+    schedule::VocabMode vocab;
+    std::vector<int> layer_split, stage_tp;
+    std::vector<StageParameters> params;
+  };
+  static constexpr std::size_t kEntries = 16;
+  std::vector<Entry> entries_;  // a ring: once full, the oldest at next_
+  std::size_t next_ = 0;
+  std::vector<spec::ModelSpec> model_;  // the model they are of (none yet: empty)
+};
+
 struct StageMemory {
   int stage = 0;
   double parameters = 0.0;  // bytes of weights
@@ -120,6 +145,13 @@ struct MemoryEstimate {
 // host_activation_bytes: per pipeline rank, its peak_host_activation_bytes; empty = none.
 MemoryEstimate estimate_memory(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                                const spec::ParallelPlan& plan, schedule::Placement placement,
+                               const std::vector<double>& peak_activation_bytes,
+                               const MemoryModelOptions& options = {},
+                               const std::vector<double>& host_activation_bytes = {});
+
+// The same with the plan's stage_parameters given (a StageParameterMemo's).
+MemoryEstimate estimate_memory(const std::vector<StageParameters>& params,
+                               const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
                                const std::vector<double>& peak_activation_bytes,
                                const MemoryModelOptions& options = {},
                                const std::vector<double>& host_activation_bytes = {});

@@ -130,8 +130,8 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
     least_activations[k] = in_flight[k] * costs.activation_bytes_per_microbatch[k] +
                            costs.transient_activation_bytes[k];
   PlanBound b;
-  const MemoryEstimate least =
-      estimate_memory(model, cluster, plan, placement, least_activations, memory);
+  const MemoryEstimate least = estimate_memory(stage_parameters_.get(model, plan, placement),
+                                               cluster, plan, least_activations, memory);
   b.peak_memory_bytes = least.peak_bytes;
   b.fits = least.fits();
   // Every rank runs each of its chunks' forward and backward (split or fused, whichever is
@@ -289,6 +289,7 @@ const OpCosts& PlanEvaluator::costs_for(const spec::ModelSpec& model,
       std::get<1>(*costs_context_) != cluster || std::get<2>(*costs_context_) != execution) {
     costs_context_.emplace(model, cluster, execution);
     recent_costs_.clear();
+    next_costs_ = 0;
   }
   // An offload variant's costs are its plan's with the copies and the optimizer step redone
   // (apply_offload): the search enumerates the variants a few plans after the plan.
@@ -297,13 +298,23 @@ const OpCosts& PlanEvaluator::costs_for(const spec::ModelSpec& model,
   key.schedule = spec::reduces_per_group(plan) ? "per-group" : "";
   const std::uint64_t hash = settings_hash(key);
   const OpCosts* kept = nullptr;
-  for (auto it = recent_costs_.rbegin(); it != recent_costs_.rend() && !kept; ++it)
-    if (it->hash == hash && it->placement == placement && it->plan == key) kept = &it->costs;
+  const std::size_t n = recent_costs_.size();
+  for (std::size_t k = 1; k <= n && !kept; ++k) {  // newest first
+    const CostsEntry& e = recent_costs_[(next_costs_ + n - k) % n];
+    if (e.hash == hash && e.placement == placement && e.plan == key) kept = &e.costs;
+  }
   if (!kept) {
-    if (recent_costs_.size() >= kRecent) recent_costs_.erase(recent_costs_.begin());
-    recent_costs_.push_back({std::move(key), hash, placement,
-                             op_costs(model, cluster, unloaded, placement, execution)});
-    kept = &recent_costs_.back().costs;
+    CostsEntry entry{std::move(key), hash, placement,
+                     op_costs(model, cluster, unloaded, placement, execution)};
+    if (n < kRecent) {
+      recent_costs_.push_back(std::move(entry));
+      kept = &recent_costs_.back().costs;
+      next_costs_ = recent_costs_.size() % kRecent;
+    } else {
+      recent_costs_[next_costs_] = std::move(entry);
+      kept = &recent_costs_[next_costs_].costs;
+      next_costs_ = (next_costs_ + 1) % kRecent;
+    }
   }
   if (!plan.offload_activations && !plan.offload_optimizer) return *kept;
   offloaded_costs_ = *kept;
@@ -450,7 +461,8 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
 
   if (options_.skip_simulation_when_static_memory_exceeds) {
     const std::vector<double> none(static_cast<std::size_t>(plan.pp), 0.0);
-    MemoryEstimate fixed = estimate_memory(model, cluster, plan, e.placement, none, memory);
+    MemoryEstimate fixed = estimate_memory(stage_parameters_.get(model, plan, e.placement), cluster,
+                                           plan, none, memory);
     if (!fixed.fits()) {
       e.memory = std::move(fixed);
       e.feasible = false;
@@ -513,7 +525,8 @@ PlanEvaluation PlanEvaluator::evaluate(const spec::ModelSpec& model_in,
   e.expected_iteration_time =
       expected_iteration_time(e.iteration_time, world, plan.dp, options_.failures);
   if (e.expected_iteration_time > 0.0) e.expected_tokens_per_s = tokens / e.expected_iteration_time;
-  e.memory = estimate_memory(model, cluster, plan, e.placement, peaks, memory, host_peaks);
+  e.memory = estimate_memory(stage_parameters_.get(model, plan, e.placement), cluster, plan, peaks,
+                             memory, host_peaks);
   e.feasible = e.memory.fits();
   if (!e.feasible) e.infeasible_reason = e.memory.binding_constraint();
   // Restarts that come faster than an iteration can end: the expectation grows as exp(mu T).

@@ -217,9 +217,12 @@ class PlanEvaluator {
     schedule::Placement placement;
     OpCosts costs;
   };
-  // For the model, cluster and execution options they were computed with; newest last.
+  // For the model, cluster and execution options they were computed with: a ring, its oldest
+  // entry at next_costs_ once full (the next one overwritten).
   std::vector<CostsEntry> recent_costs_;
+  std::size_t next_costs_ = 0;
   OpCosts offloaded_costs_;  // costs_for's latest offload variant
+  StageParameterMemo stage_parameters_;
   std::optional<std::tuple<spec::ModelSpec, spec::ClusterSpec, ExecutionOptions>> costs_context_;
 };
 

@@ -86,8 +86,15 @@ TokenSlicing best_token_slicing(const schedule::CostTable& costs, int stages, in
       t[i * N + j] = slice(shape_of(seq, at[j] - at[i], at[i]));
       edges.push_back({t[i * N + j], i, j});
     }
-  std::sort(edges.begin(), edges.end(),
-            [](const Edge& a, const Edge& b) { return a.time < b.time; });
+  // Taken shortest first from a heap: the caps below usually stop well before the last slice,
+  // so most of a full sort would be wasted (the order among equal times does not matter).
+  const auto later = [](const Edge& a, const Edge& b) { return a.time > b.time; };
+  std::make_heap(edges.begin(), edges.end(), later);
+  std::size_t left = edges.size();  // edges[0, left) is the heap; the popped follow, in order
+  const auto pop = [&] {
+    std::pop_heap(edges.begin(), edges.begin() + static_cast<std::ptrdiff_t>(left), later);
+    return edges[--left];
+  };
 
   constexpr double kNone = std::numeric_limits<double>::infinity();
   std::vector<double> S(N, kNone);
@@ -118,15 +125,15 @@ TokenSlicing best_token_slicing(const schedule::CostTable& costs, int stages, in
   // out from there, or skipped.
   S.assign(N, kNone);
   S[0] = 0.0;
-  for (std::size_t e = 0; e < edges.size();) {
-    const double cap = edges[e].time;
+  while (left > 0) {
+    const double cap = edges.front().time;
     // Once (p - 1) cap alone with the least sum cannot beat the best, no higher cap can.
     if (hops * cap + m * uncapped >= best.estimate) break;
     // A tie counts: the full sum takes the first cut reaching the least, which may be the new
     // slice's.
     std::size_t from = N;
-    for (; e < edges.size() && edges[e].time == cap; ++e) {
-      const Edge& x = edges[e];
+    while (left > 0 && edges.front().time == cap) {
+      const Edge x = pop();
       if (S[x.i] < kNone && S[x.i] + cap <= S[x.j]) from = std::min(from, x.j);
     }
     if (from == N) continue;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <exception>
 #include <iterator>
+#include <optional>
 #include <thread>
 
 #include "engine/errors.hpp"
@@ -449,6 +450,13 @@ class Enumerator {
     // The auto split's plan is not a candidate when no split fits or it is the even one.
     if (vocab_label == "auto" && !split_automatically(p)) return;
     ++r_.candidates_enumerated;
+    // The rules searches break by the thousand, counted without a throw (validate checks them).
+    std::optional<SpecError> broken = spec::token_slice_conflict(s_.model, p);
+    if (!broken) broken = spec::layer_group_shortage(s_.model, p);
+    if (broken) {
+      prune("plan rule: " + reason_key(broken->what()));
+      return;
+    }
     try {
       spec::validate(s_.model, s_.cluster, p);
     } catch (const SpecError& e) {
@@ -456,8 +464,8 @@ class Enumerator {
       return;
     }
     const schedule::Placement placement = schedule::schedule_placement(p.schedule);
-    const MemoryEstimate fixed =
-        estimate_memory(s_.model, s_.cluster, p, placement, std::vector<double>(p.pp, 0.0));
+    const MemoryEstimate fixed = estimate_memory(stage_parameters_.get(s_.model, p, placement),
+                                                 s_.cluster, p, std::vector<double>(p.pp, 0.0));
     if (!fixed.fits()) {
       prune("weights, gradients and optimizer state exceed device memory");
       note_infeasible(p, vocab_label, fixed.peak_bytes);
@@ -524,6 +532,7 @@ class Enumerator {
   std::vector<SearchJob> jobs_;
   std::vector<std::vector<int>> node_group_orders_;
   AutoLayerSplitter splitter_;  // the auto splits of the problems this enumerator met
+  StageParameterMemo stage_parameters_;
 };
 
 }  // namespace
