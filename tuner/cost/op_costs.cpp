@@ -579,6 +579,12 @@ WorkTime work_time(const Work& work, const spec::HardwareSpec& hw, const GroupLi
 OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                  const spec::ParallelPlan& plan, schedule::Placement placement,
                  const ExecutionOptions& exec) {
+  return op_costs(model, cluster, plan, placement, exec, stage_parameters(model, plan, placement));
+}
+
+OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                 const spec::ParallelPlan& plan, schedule::Placement placement,
+                 const ExecutionOptions& exec, const std::vector<StageParameters>& params) {
   const int p = plan.pp, v = plan.chunks, groups = p * v;
   const std::vector<int> split = spec::layer_split(model, plan);
   if (static_cast<int>(split.size()) != groups)
@@ -607,7 +613,9 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   const int output_tp = spec::tp_of_stage(plan, last_rank);
   const double logits_bytes = n * as_d(spec::padded_vocab(model, output_tp)) * 4.0 / output_tp;
 
-  const std::vector<StageParameters> params = stage_parameters(model, plan, placement);
+  if (params.size() != static_cast<std::size_t>(p))
+    throw SpecError("op_costs: " + std::to_string(params.size()) + " stages' parameters for " +
+                    std::to_string(p) + " pipeline stages");
 
   const RankLinks rank_links(cluster, plan);
   OpCosts out;

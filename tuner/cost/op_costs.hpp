@@ -38,6 +38,7 @@
 #include "tuner/cost/collectives.hpp"
 #include "tuner/cost/execution.hpp"
 #include "tuner/cost/work.hpp"
+#include "tuner/memory/memory_model.hpp"
 
 namespace pipetune::tuner {
 
@@ -109,6 +110,10 @@ struct OpCosts {
 OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                  const spec::ParallelPlan& plan, schedule::Placement placement,
                  const ExecutionOptions& exec = {});
+// The same with the plan's stage_parameters given (a StageParameterMemo's).
+OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                 const spec::ParallelPlan& plan, schedule::Placement placement,
+                 const ExecutionOptions& exec, const std::vector<StageParameters>& params);
 
 // `plan` keeping its activations and optimizer state on the device: the plan apply_offload
 // prices an offload variant from.

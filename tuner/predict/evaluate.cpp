@@ -305,7 +305,8 @@ const OpCosts& PlanEvaluator::costs_for(const spec::ModelSpec& model,
   }
   if (!kept) {
     CostsEntry entry{std::move(key), hash, placement,
-                     op_costs(model, cluster, unloaded, placement, execution)};
+                     op_costs(model, cluster, unloaded, placement, execution,
+                              stage_parameters_.get(model, unloaded, placement))};
     if (n < kRecent) {
       recent_costs_.push_back(std::move(entry));
       kept = &recent_costs_.back().costs;

@@ -66,21 +66,22 @@ class Variants {
 std::vector<spec::ParallelPlan> offload_variants(const spec::ModelSpec& model,
                                                  const spec::ClusterSpec& cluster,
                                                  const spec::ParallelPlan& plan,
-                                                 const std::vector<spec::Recompute>& allowed) {
+                                                 const std::vector<spec::Recompute>& allowed,
+                                                 StageParameterMemo* memo) {
   if (!(cluster.hardware.host_bandwidth > 0.0) || allowed.empty()) return {};
   spec::ParallelPlan plain = plan;
   plain.recompute = spec::Recompute::None;
   plain.stage_recompute.clear();
   plain.offload_activations = false;
   plain.offload_optimizer = false;
-  const Stages kept = stage_memory_parts(model, cluster, plain);
+  const Stages kept = stage_memory_parts(model, cluster, plain, memo);
   const auto device = static_cast<double>(cluster.hardware.hbm_bytes);
   const double room = kOffloadHeadroom * device;
   // Fits without recomputation: recomputing or offloading could only cost time.
   if (fits(kept, room, spec::Recompute::None)) return {};
   spec::ParallelPlan optimizer_offloaded = plain;
   optimizer_offloaded.offload_optimizer = true;
-  const Stages without_optimizer = stage_memory_parts(model, cluster, optimizer_offloaded);
+  const Stages without_optimizer = stage_memory_parts(model, cluster, optimizer_offloaded, memo);
   const int chunks = std::max(1, plain.chunks);
   // Without a pipeline a micro-batch's backward follows its forward at once: its activations
   // would come straight back, so offloading them frees nothing and hides nothing.

@@ -30,6 +30,7 @@
 #include "engine/spec/cluster_spec.hpp"
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
+#include "tuner/memory/memory_model.hpp"
 
 namespace pipetune::tuner {
 
@@ -43,7 +44,8 @@ inline constexpr double kOffloadHeadroom = 0.9;
 std::vector<spec::ParallelPlan> offload_variants(const spec::ModelSpec& model,
                                                  const spec::ClusterSpec& cluster,
                                                  const spec::ParallelPlan& plan,
-                                                 const std::vector<spec::Recompute>& allowed);
+                                                 const std::vector<spec::Recompute>& allowed,
+                                                 StageParameterMemo* memo = nullptr);
 
 // "act", "opt", "act+opt"; empty when the plan offloads nothing.
 std::string offload_label(const spec::ParallelPlan& plan);

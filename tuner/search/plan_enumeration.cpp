@@ -430,10 +430,12 @@ class Enumerator {
       std::vector<spec::ParallelPlan> plans;
       try {
         spec::validate(s_.model, s_.cluster, knobs);
-        for (auto& modes : stage_recompute_candidates(s_.model, s_.cluster, knobs, s_.recomputes))
+        for (auto& modes : stage_recompute_candidates(s_.model, s_.cluster, knobs, s_.recomputes,
+                                                      &stage_parameters_))
           plans.emplace_back(knobs).stage_recompute = std::move(modes);
         if (s_.offload)
-          for (auto& p : offload_variants(s_.model, s_.cluster, knobs, s_.recomputes))
+          for (auto& p :
+               offload_variants(s_.model, s_.cluster, knobs, s_.recomputes, &stage_parameters_))
             plans.push_back(std::move(p));
       } catch (const InputError&) {
         continue;  // the uniform plans above count the rule it breaks

@@ -41,10 +41,13 @@ std::optional<std::vector<spec::Recompute>> least_that_fits(
 
 std::vector<StageMemoryParts> stage_memory_parts(const spec::ModelSpec& model,
                                                  const spec::ClusterSpec& cluster,
-                                                 const spec::ParallelPlan& plan) {
+                                                 const spec::ParallelPlan& plan,
+                                                 StageParameterMemo* memo) {
   const schedule::Placement placement = schedule::schedule_placement(plan.schedule);
+  const std::vector<double> none(static_cast<std::size_t>(plan.pp), 0.0);
   const MemoryEstimate fixed =
-      estimate_memory(model, cluster, plan, placement, std::vector<double>(plan.pp, 0.0));
+      memo != nullptr ? estimate_memory(memo->get(model, plan, placement), cluster, plan, none)
+                      : estimate_memory(model, cluster, plan, placement, none);
   const std::vector<double> layers = layers_on_ranks(model, plan, placement);
   const ExecutionOptions exec = default_execution(cluster.hardware);
   AnalyticAssumptions act;
@@ -73,9 +76,10 @@ std::vector<StageMemoryParts> stage_memory_parts(const spec::ModelSpec& model,
 
 std::vector<std::array<double, 3>> stage_memory_by_recompute(const spec::ModelSpec& model,
                                                              const spec::ClusterSpec& cluster,
-                                                             const spec::ParallelPlan& plan) {
+                                                             const spec::ParallelPlan& plan,
+                                                             StageParameterMemo* memo) {
   std::vector<std::array<double, 3>> out;
-  for (const StageMemoryParts& stage : stage_memory_parts(model, cluster, plan))
+  for (const StageMemoryParts& stage : stage_memory_parts(model, cluster, plan, memo))
     out.push_back({stage.bytes(spec::Recompute::None), stage.bytes(spec::Recompute::Selective),
                    stage.bytes(spec::Recompute::Full)});
   return out;
@@ -83,10 +87,11 @@ std::vector<std::array<double, 3>> stage_memory_by_recompute(const spec::ModelSp
 
 std::vector<std::vector<spec::Recompute>> stage_recompute_candidates(
     const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
-    const std::vector<spec::Recompute>& allowed) {
+    const std::vector<spec::Recompute>& allowed, StageParameterMemo* memo) {
   std::vector<std::vector<spec::Recompute>> out;
   if (plan.pp < 2 || allowed.size() < 2) return out;
-  const std::vector<std::array<double, 3>> bytes = stage_memory_by_recompute(model, cluster, plan);
+  const std::vector<std::array<double, 3>> bytes =
+      stage_memory_by_recompute(model, cluster, plan, memo);
   const auto capacity = static_cast<double>(cluster.hardware.hbm_bytes);
   const bool none_fits = std::all_of(bytes.begin(), bytes.end(), [&](const auto& stage) {
     return stage[static_cast<std::size_t>(spec::Recompute::None)] <= capacity;

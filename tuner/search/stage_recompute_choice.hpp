@@ -21,6 +21,7 @@
 #include "engine/spec/cluster_spec.hpp"
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
+#include "tuner/memory/memory_model.hpp"
 
 namespace pipetune::tuner {
 
@@ -39,17 +40,20 @@ struct StageMemoryParts {
   }
 };
 
-// Per pipeline rank. The plan's own recompute and stage_recompute are ignored.
+// Per pipeline rank. The plan's own recompute and stage_recompute are ignored. `memo`, where
+// given, keeps the stages' parameters for the model's later plans (a search's).
 std::vector<StageMemoryParts> stage_memory_parts(const spec::ModelSpec& model,
                                                  const spec::ClusterSpec& cluster,
-                                                 const spec::ParallelPlan& plan);
+                                                 const spec::ParallelPlan& plan,
+                                                 StageParameterMemo* memo = nullptr);
 
 // Per pipeline rank, the estimated bytes one device of the stage needs with each mode (indexed
 // by static_cast<int>(Recompute)): StageMemoryParts::bytes. The plan's own recompute and
 // stage_recompute are ignored.
 std::vector<std::array<double, 3>> stage_memory_by_recompute(const spec::ModelSpec& model,
                                                              const spec::ClusterSpec& cluster,
-                                                             const spec::ParallelPlan& plan);
+                                                             const spec::ParallelPlan& plan,
+                                                             StageParameterMemo* memo = nullptr);
 
 // The per-stage assignments worth scoring beside the uniform modes, using only `allowed` modes:
 // none when the plan has one stage, when every stage fits without recomputation, or when some
@@ -57,6 +61,6 @@ std::vector<std::array<double, 3>> stage_memory_by_recompute(const spec::ModelSp
 // scores anyway) are left out. At most two, distinct.
 std::vector<std::vector<spec::Recompute>> stage_recompute_candidates(
     const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
-    const std::vector<spec::Recompute>& allowed);
+    const std::vector<spec::Recompute>& allowed, StageParameterMemo* memo = nullptr);
 
 }  // namespace pipetune::tuner

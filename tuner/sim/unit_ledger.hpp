@@ -15,7 +15,10 @@ class UnitLedger {
  public:
   // At time t (seconds), the device gains device_delta units and the host host_delta.
   void add(double t, double device_delta, double host_delta) {
-    pending_.push_back({t, device_delta, host_delta});
+    // Kept in time order as they come (a few at a time): settle() then needs no sort.
+    const auto at = std::upper_bound(pending_.begin(), pending_.end(), t,
+                                     [](double x, const Change& c) { return x < c.t; });
+    pending_.insert(at, {t, device_delta, host_delta});
   }
 
   // Applies every change before `watermark` (the caller knows none earlier can still come),
@@ -23,8 +26,6 @@ class UnitLedger {
   template <class OnChange>
   void settle(double watermark, OnChange&& on_change) {
     if (pending_.empty()) return;
-    std::sort(pending_.begin(), pending_.end(),
-              [](const Change& a, const Change& b) { return a.t < b.t; });
     std::size_t i = 0;
     while (i < pending_.size() && pending_[i].t < watermark) {
       const double t = pending_[i].t;
@@ -46,7 +47,7 @@ class UnitLedger {
   struct Change {
     double t = 0.0, device = 0.0, host = 0.0;
   };
-  std::vector<Change> pending_;  // unsorted until settled; a few ops' worth
+  std::vector<Change> pending_;  // in time order; a few ops' worth
   double device_ = 0.0, host_ = 0.0, peak_device_ = 0.0, peak_host_ = 0.0;
 };
 
