@@ -190,10 +190,15 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
     // only run input-embedding forwards (S, T and IB wait for a forward to reach the last layer
     // group); after its last forward or input-gradient op only T, IB and deferred W passes are
     // left (every IF and S precede the last micro-batch's backward).
+    // Interlaced passes block the rank's compute stream until their barrier's collective is
+    // done (at least collective_time after the rank's own arrival): IF, S and T each.
     const bool vocab = plan.vocab != schedule::VocabMode::None;
-    const double vocab_before = vocab ? m * t.cost(r, OpKind::IF) : 0.0;
-    const double vocab_after = vocab ? m * (t.cost(r, OpKind::T) + t.cost(r, OpKind::IB)) : 0.0;
-    const double vocabulary = vocab ? vocab_before + vocab_after + m * t.cost(r, OpKind::S) : 0.0;
+    const double block = plan.vocab == schedule::VocabMode::Interlaced ? t.collective_time : 0.0;
+    const double vocab_before = vocab ? m * (t.cost(r, OpKind::IF) + block) : 0.0;
+    const double vocab_after =
+        vocab ? m * (t.cost(r, OpKind::T) + block + t.cost(r, OpKind::IB)) : 0.0;
+    const double vocabulary =
+        vocab ? vocab_before + vocab_after + m * (t.cost(r, OpKind::S) + block) : 0.0;
     if (partial && r != 0 && r != plan.pp - 1) continue;
     // ZeRO-3 under layer-group reductions gathers a group's values before each run of its ops
     // (group_holds.hpp), in series with them: a micro-batch's forwards visit the rank's chunks in

@@ -164,6 +164,42 @@ TEST(PlanBound, FewMicroBatchesOverManyChunksAreBoundByOneMicroBatchsChain) {
   }
 }
 
+TEST(PlanBound, InterlacedPassesWaitForTheirBarriers) {
+  // Interlaced vocabulary passes block the rank until their barrier's all-reduce is done: each
+  // rank runs every micro-batch's forward, backward and four passes, and waits at least the
+  // collective after its IF, S and T. That sum (from the op costs, by hand) is under the bound,
+  // which stays under the simulation; the wait is a fifth of it here (64 ranks' all-reduces).
+  const spec::ModelSpec model = spec::load_model("gpt3-175b");
+  const spec::ClusterSpec cluster = spec::make_cluster(spec::load_hardware("h100-sxm"), 1024);
+  spec::ParallelPlan plan;
+  plan.tp = 8;
+  plan.pp = 64;
+  plan.dp = 2;
+  plan.schedule = "1f1b";
+  plan.vocab = schedule::VocabMode::Interlaced;
+  plan.micro_batch_size = 4;
+  plan.microbatches = 192;
+  plan.global_batch = 1536;
+  plan.sequence_parallel = true;
+  plan.zero_stage = 1;
+  PlanEvaluator evaluator;
+  const PlanEvaluation e = evaluator.evaluate(model, cluster, plan);
+  const PlanBound b = evaluator.bound(model, cluster, plan);
+  const schedule::CostTable& t = e.costs.table;
+  using schedule::OpKind;
+  double busiest = 0.0, wait = 3.0 * plan.microbatches * t.collective_time;
+  for (int r = 0; r < plan.pp; ++r) {
+    double work = 0.0;
+    for (OpKind k : {OpKind::F, OpKind::IF, OpKind::S, OpKind::T, OpKind::IB}) work += t.cost(r, k);
+    work += std::min(t.cost(r, OpKind::BW), t.cost(r, OpKind::B) + t.cost(r, OpKind::W));
+    busiest = std::max(busiest, plan.microbatches * work + wait);
+  }
+  const double after = e.data_parallel_time + e.optimizer_time;
+  EXPECT_GT(wait, 0.2 * busiest);
+  EXPECT_GE(b.iteration_time, (busiest + after) * (1.0 - 1e-12));  // sums in another order
+  EXPECT_LE(b.iteration_time, e.iteration_time);
+}
+
 void expect_branch_and_bound_exact(SearchSpace s, std::size_t keep) {
   const SearchResult all = search_plans(s, evaluator_scorers(s.model, s.cluster));
   s.keep = static_cast<std::int64_t>(keep);
