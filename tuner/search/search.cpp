@@ -243,8 +243,13 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
                  return;
                }
              }
+             // A refined time skips the plan only where the scored plans already beat its
+             // memory: where none does (the Pareto front's low-memory end), it is not worked out.
+             CandidateBound any_time = b;
+             any_time.iteration_time = INFINITY;
+             const bool refine = bounded && sc.refine && frontier.beats(any_time);
              catch_input(i, [&] {
-               if (bounded && sc.refine) {
+               if (refine) {
                  if (const std::optional<double> refined = sc.refine(jobs[i].plan);
                      refined && raise(*refined)) {
                    out.skipped[i] = 1;
