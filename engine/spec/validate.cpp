@@ -427,11 +427,12 @@ std::optional<SpecError> token_slice_conflict(const ModelSpec& model, const Para
 }
 
 std::optional<SpecError> layer_group_shortage(const ModelSpec& model, const ParallelPlan& plan) {
-  if (!plan.layer_split.empty() || plan.layer_groups() <= model.layers) return std::nullopt;
+  // In 64 bits: the enumerator asks before validate(plan) has bounded pp * chunks.
+  const std::int64_t groups = std::int64_t{plan.pp} * plan.chunks;
+  if (!plan.layer_split.empty() || groups <= model.layers) return std::nullopt;
   return SpecError({"plan.chunks", "plan.pp", "model.layers"},
-                   "chunks=" + shown(std::int64_t{plan.chunks}) +
-                       " needs at least pp*chunks=" + shown(std::int64_t{plan.layer_groups()}) +
-                       " layers, model has " + shown(model.layers));
+                   "chunks=" + shown(std::int64_t{plan.chunks}) + " needs at least pp*chunks=" +
+                       shown(groups) + " layers, model has " + shown(model.layers));
 }
 
 void validate(const ModelSpec& model, const ParallelPlan& plan) {

@@ -199,6 +199,12 @@ TEST(SearchPlanRules, TheUnthrownRulesAreWordedAsValidateThrowsThem) {
       EXPECT_EQ(std::string(e.what()), std::string(broken->what())) << "case " << i;
     }
   }
+  // Asked before validate(plan) bounds pp * chunks: counted in 64 bits (UBSan would catch an int).
+  spec::ParallelPlan huge = base("zb-v", 1 << 20, 1 << 12);
+  const std::optional<SpecError> too_many = spec::layer_group_shortage(dense, huge);
+  ASSERT_TRUE(too_many.has_value());
+  EXPECT_NE(std::string(too_many->what()).find("pp*chunks=4294967296"), std::string::npos)
+      << too_many->what();
   // And nothing for plans that keep both rules.
   EXPECT_FALSE(spec::token_slice_conflict(dense, base("terapipe", 4, 1)).has_value());
   spec::ParallelPlan unsliced = offload;
