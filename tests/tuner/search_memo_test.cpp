@@ -1,8 +1,8 @@
-// What the search keeps or checks its shortcut way gives what the plain way gives: the stage
-// parameters a StageParameterMemo hands back are stage_parameters' for every plan, through more
-// shapes than it keeps and a change of model; the offload ledger settles its changes as a replay
-// of them in time order does; and the two plan rules the enumerator counts without a throw are
-// worded as validate() throws them.
+// What the search keeps or checks its shortcut way gives what the plain way gives: its caches'
+// ring finds what a list of every entry would; the stage parameters a StageParameterMemo hands
+// back are stage_parameters' for every plan, through more shapes than it keeps and a change of
+// model; the offload ledger settles its changes as a replay of them in time order does; and the
+// two plan rules the enumerator counts without a throw are worded as validate() throws them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include "engine/errors.hpp"
 #include "engine/spec/load.hpp"
 #include "engine/spec/validate.hpp"
+#include "tuner/cost/recent_ring.hpp"
 #include "tuner/memory/memory_model.hpp"
 #include "tuner/sim/unit_ledger.hpp"
 
@@ -106,6 +107,36 @@ TEST(StageParameterMemo, EstimatesMemoryAsThePlainEstimate) {
   EXPECT_THROW(estimate_memory(memo.get(model, plan, schedule::Placement::Linear), cluster, plan,
                                std::vector<double>(3, 0.0)),
                InputError);
+}
+
+// The ring against a list of every entry added: it finds the newest match among the last N, and
+// none older.
+TEST(RecentRing, FindsTheNewestMatchAmongTheLastEntries) {
+  RecentRing<std::pair<int, int>, 5> ring;  // (key, when added)
+  std::vector<std::pair<int, int>> all;
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> key(0, 7);
+  for (int step = 0; step < 200; ++step) {
+    if (step == 120) {
+      ring.clear();
+      all.clear();
+    }
+    const int k = key(rng);
+    const std::pair<int, int>* got = ring.find([&](const auto& e) { return e.first == k; });
+    const std::pair<int, int>* want = nullptr;
+    const std::size_t kept = std::min<std::size_t>(all.size(), 5);
+    for (std::size_t i = all.size(); i > all.size() - kept; --i)
+      if (all[i - 1].first == k) {
+        want = &all[i - 1];
+        break;
+      }
+    ASSERT_EQ(got == nullptr, want == nullptr) << "step " << step << " key " << k;
+    if (got != nullptr) EXPECT_EQ(*got, *want) << "step " << step;
+    // Added whether found or not: keys repeat in the ring, and the newest must be found.
+    EXPECT_EQ(ring.add({k, step}), std::make_pair(k, step));
+    all.emplace_back(k, step);
+    EXPECT_EQ(ring.size(), std::min<std::size_t>(all.size(), 5));
+  }
 }
 
 // The ledger against a replay: every change before each watermark, sorted by time, summed per

@@ -211,28 +211,17 @@ const std::vector<StageParameters>& StageParameterMemo::get(const spec::ModelSpe
   if (model_.empty() || model_.front() != model) {
     model_.assign(1, model);
     entries_.clear();
-    next_ = 0;
   }
-  const std::size_t n = entries_.size();
-  for (std::size_t k = 1; k <= n; ++k) {  // newest first
-    const Entry& e = entries_[(next_ + n - k) % n];
-    if (e.placement == placement && e.pp == plan.pp && e.chunks == plan.chunks && e.tp == plan.tp &&
-        e.ep == plan.ep && e.vocab == plan.vocab && e.layer_split == plan.layer_split &&
-        e.stage_tp == plan.stage_tp)
-      return e.params;
-  }
-  Entry entry{placement,        plan.pp,       plan.chunks,
-              plan.tp,          plan.ep,       plan.vocab,
-              plan.layer_split, plan.stage_tp, stage_parameters(model, plan, placement)};
-  if (n < kEntries) {
-    entries_.push_back(std::move(entry));
-    next_ = entries_.size() % kEntries;
-    return entries_.back().params;
-  }
-  Entry& slot = entries_[next_];
-  slot = std::move(entry);
-  next_ = (next_ + 1) % kEntries;
-  return slot.params;
+  if (const Entry* e = entries_.find([&](const Entry& e) {
+        return e.placement == placement && e.pp == plan.pp && e.chunks == plan.chunks &&
+               e.tp == plan.tp && e.ep == plan.ep && e.vocab == plan.vocab &&
+               e.layer_split == plan.layer_split && e.stage_tp == plan.stage_tp;
+      }))
+    return e->params;
+  return entries_
+      .add({placement, plan.pp, plan.chunks, plan.tp, plan.ep, plan.vocab, plan.layer_split,
+            plan.stage_tp, stage_parameters(model, plan, placement)})
+      .params;
 }
 
 std::string MemoryEstimate::binding_constraint() const {

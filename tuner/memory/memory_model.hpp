@@ -35,6 +35,7 @@
 #include "engine/spec/cluster_spec.hpp"
 #include "engine/spec/model_spec.hpp"
 #include "engine/spec/parallel_plan.hpp"
+#include "tuner/cost/recent_ring.hpp"
 
 namespace pipetune::tuner {
 
@@ -101,9 +102,7 @@ class StageParameterMemo {
     std::vector<int> layer_split, stage_tp;
     std::vector<StageParameters> params;
   };
-  static constexpr std::size_t kEntries = 16;
-  std::vector<Entry> entries_;  // a ring: once full, the oldest at next_
-  std::size_t next_ = 0;
+  RecentRing<Entry, 16> entries_;
   std::vector<spec::ModelSpec> model_;  // the model they are of (none yet: empty)
 };
 

@@ -289,12 +289,10 @@ const OpCosts& PlanEvaluator::costs_for(const spec::ModelSpec& model,
                                         const spec::ParallelPlan& plan,
                                         schedule::Placement placement,
                                         const ExecutionOptions& execution) {
-  constexpr std::size_t kRecent = 128;
   if (!costs_context_ || std::get<0>(*costs_context_) != model ||
       std::get<1>(*costs_context_) != cluster || std::get<2>(*costs_context_) != execution) {
     costs_context_.emplace(model, cluster, execution);
     recent_costs_.clear();
-    next_costs_ = 0;
   }
   // An offload variant's costs are its plan's with the copies and the optimizer step redone
   // (apply_offload): the search enumerates the variants a few plans after the plan.
@@ -302,28 +300,15 @@ const OpCosts& PlanEvaluator::costs_for(const spec::ModelSpec& model,
   spec::ParallelPlan key = unloaded;
   key.schedule = spec::reduces_per_group(plan) ? "per-group" : "";
   const std::uint64_t hash = settings_hash(key);
-  const OpCosts* kept = nullptr;
-  const std::size_t n = recent_costs_.size();
-  for (std::size_t k = 1; k <= n && !kept; ++k) {  // newest first
-    const CostsEntry& e = recent_costs_[(next_costs_ + n - k) % n];
-    if (e.hash == hash && e.placement == placement && e.plan == key) kept = &e.costs;
-  }
-  if (!kept) {
-    CostsEntry entry{std::move(key), hash, placement,
-                     op_costs(model, cluster, unloaded, placement, execution,
-                              stage_parameters_.get(model, unloaded, placement))};
-    if (n < kRecent) {
-      recent_costs_.push_back(std::move(entry));
-      kept = &recent_costs_.back().costs;
-      next_costs_ = recent_costs_.size() % kRecent;
-    } else {
-      recent_costs_[next_costs_] = std::move(entry);
-      kept = &recent_costs_[next_costs_].costs;
-      next_costs_ = (next_costs_ + 1) % kRecent;
-    }
-  }
-  if (!plan.offload_activations && !plan.offload_optimizer) return *kept;
-  offloaded_costs_ = *kept;
+  const CostsEntry* kept = recent_costs_.find([&](const CostsEntry& e) {
+    return e.hash == hash && e.placement == placement && e.plan == key;
+  });
+  if (!kept)
+    kept = &recent_costs_.add({std::move(key), hash, placement,
+                               op_costs(model, cluster, unloaded, placement, execution,
+                                        stage_parameters_.get(model, unloaded, placement))});
+  if (!plan.offload_activations && !plan.offload_optimizer) return kept->costs;
+  offloaded_costs_ = kept->costs;
   apply_offload(offloaded_costs_, plan, cluster.hardware, execution);
   return offloaded_costs_;
 }

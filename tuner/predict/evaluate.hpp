@@ -33,6 +33,7 @@
 #include "profiler/trace.hpp"
 #include "tuner/cost/execution.hpp"
 #include "tuner/cost/op_costs.hpp"
+#include "tuner/cost/recent_ring.hpp"
 #include "tuner/memory/memory_model.hpp"
 #include "tuner/predict/simulation_cache.hpp"
 #include "tuner/predict/token_slices.hpp"
@@ -217,10 +218,8 @@ class PlanEvaluator {
     schedule::Placement placement;
     OpCosts costs;
   };
-  // For the model, cluster and execution options they were computed with: a ring, its oldest
-  // entry at next_costs_ once full (the next one overwritten).
-  std::vector<CostsEntry> recent_costs_;
-  std::size_t next_costs_ = 0;
+  // For the model, cluster and execution options they were computed with.
+  RecentRing<CostsEntry, 128> recent_costs_;
   OpCosts offloaded_costs_;  // costs_for's latest offload variant
   StageParameterMemo stage_parameters_;
   std::optional<std::tuple<spec::ModelSpec, spec::ClusterSpec, ExecutionOptions>> costs_context_;

@@ -182,15 +182,13 @@ void TokenSlicingCache::choose(spec::ParallelPlan& plan, std::int64_t seq,
   std::vector<double> key{static_cast<double>(seq), static_cast<double>(plan.pp),
                           static_cast<double>(plan.microbatches), static_cast<double>(granularity)};
   SliceTimer(costs).append_inputs(key);
-  for (auto it = recent_.rbegin(); it != recent_.rend(); ++it)
-    if (it->first == key) {
-      plan.slice_tokens = it->second;
-      return;
-    }
+  if (const auto* kept = recent_.find([&](const auto& e) { return e.first == key; })) {
+    plan.slice_tokens = kept->second;
+    return;
+  }
   plan.slice_tokens =
       best_token_slicing(costs, plan.pp, plan.microbatches, seq, kSlicingGrid, granularity).tokens;
-  if (recent_.size() >= kEntries) recent_.erase(recent_.begin());
-  recent_.emplace_back(std::move(key), plan.slice_tokens);
+  recent_.add({std::move(key), plan.slice_tokens});
 }
 
 }  // namespace pipetune::tuner

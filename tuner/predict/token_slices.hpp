@@ -13,6 +13,7 @@
 
 #include "engine/schedule/costs.hpp"
 #include "engine/spec/parallel_plan.hpp"
+#include "tuner/cost/recent_ring.hpp"
 
 namespace pipetune::tuner {
 
@@ -48,10 +49,9 @@ class TokenSlicingCache {
   void choose(spec::ParallelPlan& plan, std::int64_t seq, const schedule::CostTable& costs);
 
  private:
-  static constexpr std::size_t kEntries = 32;
   // What best_token_slicing reads (the sizes, the granularity, the distinct stages' slice terms
-  // and the transfer), and the lengths it chose; newest last.
-  std::vector<std::pair<std::vector<double>, std::vector<int>>> recent_;
+  // and the transfer), and the lengths it chose.
+  RecentRing<std::pair<std::vector<double>, std::vector<int>>, 32> recent_;
 };
 
 }  // namespace pipetune::tuner

@@ -10,6 +10,7 @@
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
 #include "tuner/cost/op_costs.hpp"
+#include "tuner/cost/recent_ring.hpp"
 
 namespace pipetune::tuner {
 
@@ -60,14 +61,10 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
     // The latest bound times of plans that keep everything on the device without recomputing:
     // the search enumerates each such plan a few plans before its offload variants, whose bound
     // needs its time again.
-    auto kept_times = std::make_shared<std::vector<std::pair<spec::ParallelPlan, double>>>();
+    auto kept_times = std::make_shared<RecentRing<std::pair<spec::ParallelPlan, double>, 16>>();
     const FailureModel failures = options.failures;
     PlanBounder bound = [evaluator, target, failures, kept_times](const spec::ParallelPlan& plan) {
-      constexpr std::size_t kKeptTimes = 16;
-      const auto remember = [&](const spec::ParallelPlan& p, double t) {
-        if (kept_times->size() >= kKeptTimes) kept_times->erase(kept_times->begin());
-        kept_times->emplace_back(p, t);
-      };
+      const auto remember = [&](const spec::ParallelPlan& p, double t) { kept_times->add({p, t}); };
       const PlanBound b = evaluator->bound(target->first, target->second, plan);
       CandidateBound out{b.iteration_time, b.peak_memory_bytes, b.fits, b.slice_tokens};
       if (keeps_everything_without_recompute(plan)) remember(plan, b.iteration_time);
@@ -75,10 +72,9 @@ ScorerFactory evaluator_scorers(const spec::ModelSpec& model, const spec::Cluste
         // Copies that may stall, a slower optimizer step, recomputation: an offloading plan is
         // never faster than the same plan keeping everything on the device without recomputing.
         const spec::ParallelPlan kept = without_offload_or_recompute(plan);
-        const auto seen = std::find_if(kept_times->rbegin(), kept_times->rend(),
-                                       [&](const auto& e) { return e.first == kept; });
+        const auto* seen = kept_times->find([&](const auto& e) { return e.first == kept; });
         double kept_time = 0.0;
-        if (seen != kept_times->rend()) {
+        if (seen != nullptr) {
           kept_time = seen->second;
         } else {
           kept_time = evaluator->bound(target->first, target->second, kept).iteration_time;
