@@ -171,6 +171,7 @@ MemoryEstimate estimate_memory(const std::vector<StageParameters>& params,
   MemoryEstimate e;
   e.device_bytes = as_d(cluster.hardware.hbm_bytes);
   e.host_bytes = as_d(cluster.hardware.host_memory_bytes);
+  e.stages.reserve(static_cast<std::size_t>(plan.pp));
   for (int r = 0; r < plan.pp; ++r) {
     const StageParameters& sp = params[static_cast<std::size_t>(r)];
     const double shared = sp.dense + sp.vocabulary;
