@@ -209,8 +209,8 @@ MemoryEstimate estimate_memory(const std::vector<StageParameters>& params,
 const std::vector<StageParameters>& StageParameterMemo::get(const spec::ModelSpec& model,
                                                             const spec::ParallelPlan& plan,
                                                             schedule::Placement placement) {
-  if (model_.empty() || model_.front() != model) {
-    model_.assign(1, model);
+  if (!model_ || *model_ != model) {
+    model_ = model;
     entries_.clear();
   }
   if (const Entry* e = entries_.find([&](const Entry& e) {

@@ -27,7 +27,7 @@
 // hardware gives host_memory_bytes, every stage's host total at most that.
 #pragma once
 
-#include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -103,7 +103,7 @@ class StageParameterMemo {
     std::vector<StageParameters> params;
   };
   RecentRing<Entry, 16> entries_;
-  std::vector<spec::ModelSpec> model_;  // the model they are of (none yet: empty)
+  std::optional<spec::ModelSpec> model_;  // the model they are of
 };
 
 struct StageMemory {
