@@ -131,7 +131,9 @@ TEST(RecentRing, FindsTheNewestMatchAmongTheLastEntries) {
         break;
       }
     ASSERT_EQ(got == nullptr, want == nullptr) << "step " << step << " key " << k;
-    if (got != nullptr) EXPECT_EQ(*got, *want) << "step " << step;
+    if (got != nullptr) {
+      EXPECT_EQ(*got, *want) << "step " << step;
+    }
     // Added whether found or not: keys repeat in the ring, and the newest must be found.
     EXPECT_EQ(ring.add({k, step}), std::make_pair(k, step));
     all.emplace_back(k, step);
