@@ -164,6 +164,11 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   double busiest = 0.0, startup = 0.0, drain = 0.0;
   const bool pairs = schedule::has_overlapped_pairs(plan.schedule);
   const bool reduces = spec::reduces_per_group(plan);
+  // A hop's transfer: one time for every pair of ranks unless per-stage layouts reshard.
+  const double p2p = t.p2p_time();
+  const auto transfer = [&](int source, int dest) {
+    return t.pair_transfer.empty() ? p2p : t.transfer_time(source, dest);
+  };
   // An op of a pair may be shorter by the communication it hides: at most its own.
   const auto least_cost = [&](int r, OpKind k) {
     return t.cost(r, k) - (pairs ? t.comm(r, k) : 0.0);
@@ -223,15 +228,15 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
     if (partial) continue;
     if (sliced) {  // the first slice, and at most its share of a transfer
       const double share = shapes.front().length;
-      startup += t.slice_cost(r, OpKind::F, shapes.front()) +
-                 share * (hop ? t.transfer_time(r, r + 1) : t.p2p_time());
-      drain += t.slice_cost(r, OpKind::BW, shapes.front()) +
-               share * (hop ? t.transfer_time(r + 1, r) : t.p2p_time());
+      startup +=
+          t.slice_cost(r, OpKind::F, shapes.front()) + share * (hop ? transfer(r, r + 1) : p2p);
+      drain +=
+          t.slice_cost(r, OpKind::BW, shapes.front()) + share * (hop ? transfer(r + 1, r) : p2p);
       continue;
     }
-    startup += least_cost(r, OpKind::F) + (hop ? t.transfer_time(r, r + 1) : t.p2p_time());
+    startup += least_cost(r, OpKind::F) + (hop ? transfer(r, r + 1) : p2p);
     drain += std::min(least_cost(r, OpKind::B), least_cost(r, OpKind::BW)) +
-             (hop ? t.transfer_time(r + 1, r) : t.p2p_time());
+             (hop ? transfer(r + 1, r) : p2p);
   }
   // One micro-batch's own chain: its forward through every layer group in order, then its
   // backward's input gradients back through them (a fused backward whole), each hop between ranks
@@ -249,7 +254,7 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
       const double input_grad = std::min(least_cost(r, OpKind::B), least_cost(r, OpKind::BW));
       chain += least_cost(r, OpKind::F) + (fused_backward ? least_cost(r, OpKind::BW) : input_grad);
       if (const int next = g + 1 < groups ? where.rank_of_group(g + 1) : r; next != r)
-        chain += t.transfer_time(r, next) + t.transfer_time(next, r);
+        chain += transfer(r, next) + transfer(next, r);
     }
     busiest = std::max(busiest, chain);
   }
