@@ -99,16 +99,25 @@ TokenSlicing best_token_slicing(const schedule::CostTable& costs, int stages, in
   constexpr double kNone = std::numeric_limits<double>::infinity();
   std::vector<double> S(N, kNone);
   std::vector<std::size_t> last(N, 0);
-  // S(x) under a cap on each slice's time, for the cuts from `from` on (those before keep their
-  // sums); the cuts are kept in `last`.
-  const auto least_sum_from = [&](double cap, std::size_t from) {
+  // The least sum of slice times to the last cut, with no cap on a slice's time.
+  const auto least_sum = [&] {
+    S[0] = 0.0;
+    for (std::size_t j = 1; j < N; ++j)
+      for (std::size_t i = 0; i < j; ++i) S[j] = std::min(S[j], S[i] + t[i * N + j]);
+    return S[N - 1];
+  };
+  // S(x) under a cap on each slice's time, through the slices the cap admits, for the cuts from
+  // `from` on (those before keep their sums): each cut's least sum and, of the cuts reaching it
+  // with that sum, the first, kept in `last`.
+  std::vector<std::vector<std::size_t>> admitted(N);  // admitted[j]: the i of slices i..j in
+  const auto least_admitted_sum_from = [&](std::size_t from) {
     S[0] = 0.0;
     for (std::size_t j = std::max<std::size_t>(from, 1); j < N; ++j) {
       S[j] = kNone;
-      for (std::size_t i = 0; i < j; ++i) {
-        const double v = t[i * N + j];
-        if (v <= cap && S[i] + v < S[j]) {
-          S[j] = S[i] + v;
+      for (const std::size_t i : admitted[j]) {
+        const double sum = S[i] + t[i * N + j];
+        if (sum < S[j] || (sum == S[j] && sum < kNone && i < last[j])) {
+          S[j] = sum;
           last[j] = i;
         }
       }
@@ -116,7 +125,7 @@ TokenSlicing best_token_slicing(const schedule::CostTable& costs, int stages, in
     return S[N - 1];
   };
   const double m = microbatches, hops = stages - 1;
-  const double uncapped = least_sum_from(kNone, 1);  // no cap lowers the sum further
+  const double uncapped = least_sum();  // no cap lowers the sum further
   TokenSlicing best;
   best.estimate = kNone;
   // Caps rise through the slices' times. A cap admits the slices of its time; the sums (and the
@@ -134,10 +143,11 @@ TokenSlicing best_token_slicing(const schedule::CostTable& costs, int stages, in
     std::size_t from = N;
     while (left > 0 && edges.front().time == cap) {
       const Edge x = pop();
+      admitted[x.j].push_back(x.i);
       if (S[x.i] < kNone && S[x.i] + cap <= S[x.j]) from = std::min(from, x.j);
     }
     if (from == N) continue;
-    const double sum = least_sum_from(cap, from);
+    const double sum = least_admitted_sum_from(from);
     if (sum == kNone) continue;
     const double estimate = m * sum + hops * cap;
     if (estimate < best.estimate) {
