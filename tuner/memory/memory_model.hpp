@@ -80,6 +80,8 @@ struct StageParameters {
 int held_gradient_groups(const spec::ParallelPlan& plan);
 
 // One entry per pipeline rank. Throws SpecError when the plan's layer split does not match.
+// Reads the plan's pp, chunks, tp, stage_tp, ep, vocab and layer_split only: StageParameterMemo
+// keys on exactly these, so a setting read here later must join its key.
 std::vector<StageParameters> stage_parameters(const spec::ModelSpec& model,
                                               const spec::ParallelPlan& plan,
                                               schedule::Placement placement);
@@ -95,7 +97,7 @@ class StageParameterMemo {
                                           schedule::Placement placement);
 
  private:
-  struct Entry {
+  struct Entry {  // what stage_parameters reads, and what it gave
     schedule::Placement placement;
     int pp, chunks, tp, ep;
     schedule::VocabMode vocab;
