@@ -87,7 +87,9 @@ struct Schedule {
   }
   int rank_of_group(int group) const {
     if (placement == Placement::VShape) return group < stages ? group : 2 * stages - 1 - group;
-    return group % stages;
+    // Without a division where it can: every op's dependency asks, and with one chunk a group
+    // is its rank.
+    return group < stages ? group : group % stages;
   }
   int chunk_of_group(int group) const {
     if (placement == Placement::VShape) return group < stages ? 0 : 1;

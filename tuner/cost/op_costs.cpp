@@ -94,6 +94,7 @@ class RecomputeWork {
  public:
   RecomputeWork(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
                 const ExecutionOptions& exec, const AnalyticAssumptions& act) {
+    of_rank_.reserve(static_cast<std::size_t>(plan.pp));
     for (int r = 0; r < plan.pp; ++r) {
       const int tp = spec::tp_of_stage(plan, r);
       const spec::Recompute mode = spec::recompute_of_stage(plan, r);
@@ -180,17 +181,18 @@ void set_pass_times(StageCost& st, const PassWork& work, const spec::HardwareSpe
 // Bytes/s a copy between a device and host memory reaches. SpecError naming `plan_key` and the
 // hardware's key when the hardware does not say (0 = unknown).
 double host_link_rate(const spec::HardwareSpec& hw, const char* plan_key) {
+  if (hw.host_bandwidth > 0.0 && hw.efficiency.host_link > 0.0)
+    return hw.host_bandwidth * hw.efficiency.host_link;
+  // The messages are built only here: every offloading plan's costs ask for the rate.
   const std::string offload = plan_key;
   const std::string which = hw.name.empty() ? "this hardware" : "hardware " + hw.name;
   if (!(hw.host_bandwidth > 0.0))
     throw SpecError({offload, "hardware.host_bandwidth"},
                     offload + " needs the hardware's host_bandwidth (bytes/s over PCIe), which " +
                         which + " does not give");
-  if (!(hw.efficiency.host_link > 0.0))
-    throw SpecError({offload, "hardware.efficiency.host_link"},
-                    offload + " needs a positive efficiency.host_link (the share of " +
-                        "host_bandwidth copies reach), which " + which + " does not give");
-  return hw.host_bandwidth * hw.efficiency.host_link;
+  throw SpecError({offload, "hardware.efficiency.host_link"},
+                  offload + " needs a positive efficiency.host_link (the share of " +
+                      "host_bandwidth copies reach), which " + which + " does not give");
 }
 
 // The optimizer step over `shard` parameters. On the device: its memory traffic at the

@@ -172,6 +172,7 @@ MemoryEstimate estimate_memory(const std::vector<StageParameters>& params,
   e.device_bytes = as_d(cluster.hardware.hbm_bytes);
   e.host_bytes = as_d(cluster.hardware.host_memory_bytes);
   e.stages.reserve(static_cast<std::size_t>(plan.pp));
+  const int held = plan.zero_stage >= 2 ? held_gradient_groups(plan) : 0;
   for (int r = 0; r < plan.pp; ++r) {
     const StageParameters& sp = params[static_cast<std::size_t>(r)];
     const double shared = sp.dense + sp.vocabulary;
@@ -180,7 +181,6 @@ MemoryEstimate estimate_memory(const std::vector<StageParameters>& params,
     m.parameters = shared * dense.weights + sp.expert * expert.weights;
     m.gradients = shared * dense.gradients + sp.expert * expert.gradients;
     if (plan.zero_stage >= 2) {
-      const int held = held_gradient_groups(plan);
       m.gradients +=
           open_unit_parameters(sp, plan.dp, plan.dp / plan.ep, held) * options.gradient_bytes;
       if (plan.zero_stage >= 3)

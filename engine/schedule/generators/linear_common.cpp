@@ -161,9 +161,9 @@ std::optional<double> Planner::ready_time(int rank, const Op& op) const {
   return req.transfer ? t + p2p_ : t;
 }
 
-void Planner::run(int rank, const Op& op) {
+void Planner::run(int rank, const Op& op, double ready) {
   const auto r = static_cast<std::size_t>(rank);
-  const double start = std::max(clock_[r], ready_time(rank, op).value());
+  const double start = std::max(clock_[r], ready);
   const double done = start + costs_.cost(rank, op.kind);
   clock_[r] = done;
   if (idle_since_[r] >= 0.0) {

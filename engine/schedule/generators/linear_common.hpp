@@ -81,7 +81,9 @@ class Planner {
   // from another rank); nullopt while the requirement has not been planned yet.
   std::optional<double> ready_time(int rank, const Op& op) const;
   // Appends op to the rank's list, starting at max(clock, ready_time); ready_time must be known.
-  void run(int rank, const Op& op);
+  void run(int rank, const Op& op) { run(rank, op, ready_time(rank, op).value()); }
+  // The same, given the ready_time the step just asked for.
+  void run(int rank, const Op& op, double ready);
   // Nothing to do before t: the rank idles, but is woken earlier when another rank produces an
   // event before t (it may be what the rank needs).
   void idle_until(int rank, double t);

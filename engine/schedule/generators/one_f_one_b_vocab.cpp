@@ -79,7 +79,7 @@ class EagerStep {
     const auto offer = [&](const Op& op, int slot) {
       const std::optional<double> ready = planner_.ready_time(r, op);
       if (ready && *ready <= now) {
-        planner_.run(r, op);
+        planner_.run(r, op, *ready);
         advance(static_cast<std::size_t>(r), slot);
         return true;
       }

@@ -61,7 +61,7 @@ Schedule plan(const GeneratorParams& params, const CostTable& costs, bool w_must
     const auto ready = planner.ready_time(r, op);
     const double now = planner.clock(r);
     if (ready && *ready <= now) {
-      planner.run(r, op);
+      planner.run(r, op, *ready);
       ++next[R];
       if (op.kind == OpKind::F) {
         memory[R] += 1.0;
