@@ -587,6 +587,35 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
 OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                  const spec::ParallelPlan& plan, schedule::Placement placement,
                  const ExecutionOptions& exec, const std::vector<StageParameters>& params) {
+  return op_costs(pass_costs(model, cluster, plan, placement, exec, params), model, cluster, plan,
+                  exec, params);
+}
+
+namespace {
+
+// The placement's group -> rank mapping, as a schedule of no ops.
+schedule::Schedule placement_of(const spec::ParallelPlan& plan, schedule::Placement placement) {
+  schedule::Schedule where;
+  where.stages = plan.pp;
+  where.chunks = plan.chunks;
+  where.placement = placement;
+  return where;
+}
+
+// fp32 logits of one micro-batch, padding rows' included, on the output layer's stage (its own
+// tp with per-stage layouts; vocabulary parallelism has uniform layouts).
+double logits_bytes_of(const spec::ModelSpec& model, const spec::ParallelPlan& plan,
+                       int last_rank) {
+  const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len);
+  const int output_tp = spec::tp_of_stage(plan, last_rank);
+  return n * as_d(spec::padded_vocab(model, output_tp)) * 4.0 / output_tp;
+}
+
+}  // namespace
+
+PassCosts pass_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                     const spec::ParallelPlan& plan, schedule::Placement placement,
+                     const ExecutionOptions& exec, const std::vector<StageParameters>& params) {
   const int p = plan.pp, v = plan.chunks, groups = p * v;
   const std::vector<int> split = spec::layer_split(model, plan);
   if (static_cast<int>(split.size()) != groups)
@@ -595,10 +624,7 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   const spec::HardwareSpec& hw = cluster.hardware;
   if (!(hw.peak_flops > 0.0) || !(hw.hbm_bandwidth > 0.0))
     throw SpecError("hardware " + hw.name + " needs positive peak_flops and hbm_bandwidth");
-  schedule::Schedule where;  // the group -> rank mapping of the placement
-  where.stages = p;
-  where.chunks = v;
-  where.placement = placement;
+  const schedule::Schedule where = placement_of(plan, placement);
 
   const RankLayers layers = layers_per_rank(model, plan, split, where);
   const bool vocab_parallel = plan.vocab != schedule::VocabMode::None;
@@ -609,22 +635,21 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   act.stores_attention_probabilities = exec.stores_attention_probabilities;
   act.bytes_per_value = exec.activation_bytes;
   const RecomputeWork per_stage(model, plan, exec, act);  // each stage's own recomputation
-  const double n = as_d(plan.micro_batch_size) * as_d(model.seq_len);
-  // fp32 logits of one micro-batch, padding rows' included, on the output layer's stage (its own
-  // tp with per-stage layouts; vocabulary parallelism has uniform layouts).
-  const int output_tp = spec::tp_of_stage(plan, last_rank);
-  const double logits_bytes = n * as_d(spec::padded_vocab(model, output_tp)) * 4.0 / output_tp;
+  const double logits_bytes = logits_bytes_of(model, plan, last_rank);
 
   if (params.size() != static_cast<std::size_t>(p))
     throw SpecError("op_costs: " + std::to_string(params.size()) + " stages' parameters for " +
                     std::to_string(p) + " pipeline stages");
 
   const RankLinks rank_links(cluster, plan);
-  OpCosts out;
+  PassCosts passes;
+  OpCosts& out = passes.costs;
   out.table.stages.assign(static_cast<std::size_t>(p), schedule::StageCosts{});
   out.stages.assign(static_cast<std::size_t>(p), StageCost{});
   out.activation_bytes_per_microbatch.assign(static_cast<std::size_t>(p), 0.0);
   out.transient_activation_bytes.assign(static_cast<std::size_t>(p), 0.0);
+  passes.links.resize(static_cast<std::size_t>(p));
+  passes.like_previous.assign(static_cast<std::size_t>(p), 0);
 
   StageLinks previous_links;
   bool previous_plain = false;  // the previous stage holds no vocabulary layer
@@ -641,6 +666,7 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
     if (plain && previous_plain && per_stage.same_layer_work(r, r - 1) &&
         same_layers(layers, i, i - 1) && params[i] == params[i - 1] && links == previous_links) {
       out.stages[i] = out.stages[i - 1];
+      passes.like_previous[i] = 1;
       continue;
     }
     previous_plain = plain;
@@ -652,18 +678,43 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
     const PassWork work =
         rank_work(per_stage.work(r), layers, r, with_embedding, with_output, adaptive_as);
     set_pass_times(out.stages[i], work, hw, previous_links, exec);
-    double touched = 0.0;  // EmbRace: the input table's rows a replica touches
-    if (plan.sparse_embedding_gradient && params[i].input_table > 0.0)
-      touched = measured_touched_rows(params[i].input_table / as_d(model.hidden), as_d(model.vocab),
-                                      tokens_per_exchange(model, plan), exec.embedding_rows_factor);
-    set_data_parallel_costs(out.stages[i], params[i], plan, previous_links, hw, exec, touched,
-                            as_d(model.hidden));
+    passes.links[i] = previous_links;
   }
+  // What the ZeRO stage does not change besides the passes: the tied embeddings' sync, the
+  // pipeline's transfers and the vocabulary passes.
   if (model.tied_embeddings && !vocab_parallel && first_rank != last_rank)
     set_embedding_sync(out, model, rank_links, plan, first_rank, last_rank, exec);
   set_pipeline_transfer(out.table, model, rank_links, plan, exec);
   if (vocab_parallel)
     add_vocabulary_parallel_costs(out, model, rank_links, plan, exec, logits_bytes);
+  return passes;
+}
+
+OpCosts op_costs(const PassCosts& passes, const spec::ModelSpec& model,
+                 const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
+                 const ExecutionOptions& exec, const std::vector<StageParameters>& params) {
+  const int p = plan.pp;
+  if (passes.costs.stages.size() != static_cast<std::size_t>(p) ||
+      params.size() != static_cast<std::size_t>(p))
+    throw SpecError("op_costs: pass costs or stage parameters of another pipeline than pp=" +
+                    std::to_string(p));
+  const spec::HardwareSpec& hw = cluster.hardware;
+  OpCosts out = passes.costs;
+  for (int r = 0; r < p; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    if (passes.like_previous[i]) {
+      // Its data-parallel costs too. (Only a stage with no embedding, output or tied sync is
+      // like the one before it, and so are the vocabulary passes' flops each stage adds.)
+      out.stages[i] = out.stages[i - 1];
+      continue;
+    }
+    double touched = 0.0;  // EmbRace: the input table's rows a replica touches
+    if (plan.sparse_embedding_gradient && params[i].input_table > 0.0)
+      touched = measured_touched_rows(params[i].input_table / as_d(model.hidden), as_d(model.vocab),
+                                      tokens_per_exchange(model, plan), exec.embedding_rows_factor);
+    set_data_parallel_costs(out.stages[i], params[i], plan, passes.links[i], hw, exec, touched,
+                            as_d(model.hidden));
+  }
   set_pass_op_costs(out, plan, exec);
   out.table.held_reductions = plan.zero_stage >= 2 && spec::reduces_per_group(plan);
   apply_offload(out, plan, hw, exec);

@@ -37,6 +37,7 @@
 #include "engine/spec/parallel_plan.hpp"
 #include "tuner/cost/collectives.hpp"
 #include "tuner/cost/execution.hpp"
+#include "tuner/cost/rank_links.hpp"
 #include "tuner/cost/work.hpp"
 #include "tuner/memory/memory_model.hpp"
 
@@ -113,6 +114,23 @@ OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
 // The same with the plan's stage_parameters given (a StageParameterMemo's).
 OpCosts op_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                  const spec::ParallelPlan& plan, schedule::Placement placement,
+                 const ExecutionOptions& exec, const std::vector<StageParameters>& params);
+
+// op_costs in two steps. What it works out before the plan's ZeRO stage enters: each stage's
+// passes, activations and groups; plans that differ in their ZeRO stage alone share it (a search
+// prices every ZeRO stage of a plan from one).
+struct PassCosts {
+  OpCosts costs;                    // the passes' times and activations; no data-parallel costs
+  std::vector<StageLinks> links;    // each stage's groups (where not like_previous)
+  std::vector<char> like_previous;  // a stage whose costs are the previous stage's
+};
+PassCosts pass_costs(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                     const spec::ParallelPlan& plan, schedule::Placement placement,
+                     const ExecutionOptions& exec, const std::vector<StageParameters>& params);
+// Then the rest, for `plan` at its ZeRO stage: `passes` of it at any ZeRO stage. The same costs
+// as op_costs(plan).
+OpCosts op_costs(const PassCosts& passes, const spec::ModelSpec& model,
+                 const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
                  const ExecutionOptions& exec, const std::vector<StageParameters>& params);
 
 // `plan` keeping its activations and optimizer state on the device: the plan apply_offload

@@ -298,6 +298,7 @@ const OpCosts& PlanEvaluator::costs_for(const spec::ModelSpec& model,
       std::get<1>(*costs_context_) != cluster || std::get<2>(*costs_context_) != execution) {
     costs_context_.emplace(model, cluster, execution);
     recent_costs_.clear();
+    recent_passes_.clear();
   }
   // An offload variant's costs are its plan's with the copies and the optimizer step redone
   // (apply_offload): the search enumerates the variants a few plans after the plan.
@@ -308,10 +309,23 @@ const OpCosts& PlanEvaluator::costs_for(const spec::ModelSpec& model,
   const CostsEntry* kept = recent_costs_.find([&](const CostsEntry& e) {
     return e.hash == hash && e.placement == placement && e.plan == key;
   });
-  if (!kept)
-    kept = &recent_costs_.add({std::move(key), hash, placement,
-                               op_costs(model, cluster, unloaded, placement, execution,
-                                        stage_parameters_.get(model, unloaded, placement))});
+  if (!kept) {
+    // The passes of the plan at any ZeRO stage: a search prices the stages one after another.
+    spec::ParallelPlan passes_key = key;
+    passes_key.zero_stage = 0;
+    const std::uint64_t passes_hash = settings_hash(passes_key);
+    const std::vector<StageParameters>& params = stage_parameters_.get(model, unloaded, placement);
+    const PassesEntry* passes = recent_passes_.find([&](const PassesEntry& e) {
+      return e.hash == passes_hash && e.placement == placement && e.plan == passes_key;
+    });
+    if (!passes)
+      passes =
+          &recent_passes_.add({std::move(passes_key), passes_hash, placement,
+                               pass_costs(model, cluster, unloaded, placement, execution, params)});
+    kept =
+        &recent_costs_.add({std::move(key), hash, placement,
+                            op_costs(passes->passes, model, cluster, unloaded, execution, params)});
+  }
   if (!plan.offload_activations && !plan.offload_optimizer) return kept->costs;
   offloaded_costs_ = kept->costs;
   apply_offload(offloaded_costs_, plan, cluster.hardware, execution);

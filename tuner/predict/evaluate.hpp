@@ -220,6 +220,14 @@ class PlanEvaluator {
   };
   // For the model, cluster and execution options they were computed with.
   RecentRing<CostsEntry, 128> recent_costs_;
+  // Their pass costs (PassCosts), by the plan at ZeRO stage 0.
+  struct PassesEntry {
+    spec::ParallelPlan plan;
+    std::uint64_t hash = 0;
+    schedule::Placement placement;
+    PassCosts passes;
+  };
+  RecentRing<PassesEntry, 32> recent_passes_;
   OpCosts offloaded_costs_;  // costs_for's latest offload variant
   StageParameterMemo stage_parameters_;
   std::optional<std::tuple<spec::ModelSpec, spec::ClusterSpec, ExecutionOptions>> costs_context_;
