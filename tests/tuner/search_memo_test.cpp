@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <deque>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -138,6 +140,47 @@ TEST(RecentRing, FindsTheNewestMatchAmongTheLastEntries) {
     EXPECT_EQ(ring.add({k, step}), std::make_pair(k, step));
     all.emplace_back(k, step);
     EXPECT_EQ(ring.size(), std::min<std::size_t>(all.size(), 5));
+  }
+}
+
+// add_with fills the oldest entry's place in place; a fill that throws leaves the ring as if
+// neither it nor the entry it was replacing had been added (checked against a list of every
+// entry, and N = 1, where the ring empties).
+TEST(RecentRing, AddWithFillsInPlaceAndForgetsAFillThatThrows) {
+  for (const int seed : {5, 9}) {
+    RecentRing<std::pair<int, int>, 4> ring;  // (key, when added)
+    RecentRing<std::pair<int, int>, 1> one;
+    std::deque<std::pair<int, int>> kept;  // what the ring should keep, oldest first
+    std::mt19937 rng(static_cast<unsigned>(seed));
+    std::uniform_int_distribution<int> key(0, 5), fails(0, 4);
+    for (int step = 0; step < 300; ++step) {
+      const int k = key(rng);
+      const bool fail = fails(rng) == 0;
+      const auto fill = [&](std::pair<int, int>& e) {
+        e.first = -1;  // half written
+        if (fail) throw std::runtime_error("fill");
+        e = {k, step};
+      };
+      if (fail) {
+        EXPECT_THROW(ring.add_with(fill), std::runtime_error);
+        EXPECT_THROW(one.add_with(fill), std::runtime_error);
+        if (kept.size() == 4) kept.pop_front();  // the place it was filling is lost
+        EXPECT_EQ(one.size(), 0u);
+      } else {
+        EXPECT_EQ(ring.add_with(fill), std::make_pair(k, step));
+        EXPECT_EQ(one.add_with(fill), std::make_pair(k, step));
+        kept.emplace_back(k, step);
+        if (kept.size() > 4) kept.pop_front();
+      }
+      ASSERT_EQ(ring.size(), kept.size()) << "step " << step;
+      for (int probe = -1; probe <= 5; ++probe) {
+        const std::pair<int, int>* got = ring.find([&](const auto& e) { return e.first == probe; });
+        const auto want = std::find_if(kept.rbegin(), kept.rend(),
+                                       [&](const auto& e) { return e.first == probe; });
+        ASSERT_EQ(got == nullptr, want == kept.rend()) << "step " << step << " key " << probe;
+        if (got != nullptr) EXPECT_EQ(*got, *want) << "step " << step;
+      }
+    }
   }
 }
 

@@ -693,13 +693,21 @@ PassCosts pass_costs(const spec::ModelSpec& model, const spec::ClusterSpec& clus
 OpCosts op_costs(const PassCosts& passes, const spec::ModelSpec& model,
                  const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
                  const ExecutionOptions& exec, const std::vector<StageParameters>& params) {
+  OpCosts out;
+  op_costs(out, passes, model, cluster, plan, exec, params);
+  return out;
+}
+
+void op_costs(OpCosts& out, const PassCosts& passes, const spec::ModelSpec& model,
+              const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
+              const ExecutionOptions& exec, const std::vector<StageParameters>& params) {
   const int p = plan.pp;
   if (passes.costs.stages.size() != static_cast<std::size_t>(p) ||
       params.size() != static_cast<std::size_t>(p))
     throw SpecError("op_costs: pass costs or stage parameters of another pipeline than pp=" +
                     std::to_string(p));
   const spec::HardwareSpec& hw = cluster.hardware;
-  OpCosts out = passes.costs;
+  out = passes.costs;  // into out's buffers
   for (int r = 0; r < p; ++r) {
     const auto i = static_cast<std::size_t>(r);
     if (passes.like_previous[i]) {
@@ -721,7 +729,6 @@ OpCosts op_costs(const PassCosts& passes, const spec::ModelSpec& model,
   set_fault_costs(out.table, cluster, plan, exec);
   // Weight-gradient GEMMs keep their inputs until W: nearly all of a layer's activations.
   out.table.w_free_fraction = 1.0;
-  return out;
 }
 
 }  // namespace pipetune::tuner

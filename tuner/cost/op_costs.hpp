@@ -132,6 +132,10 @@ PassCosts pass_costs(const spec::ModelSpec& model, const spec::ClusterSpec& clus
 OpCosts op_costs(const PassCosts& passes, const spec::ModelSpec& model,
                  const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
                  const ExecutionOptions& exec, const std::vector<StageParameters>& params);
+// The same into `out`, whose buffers it reuses.
+void op_costs(OpCosts& out, const PassCosts& passes, const spec::ModelSpec& model,
+              const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
+              const ExecutionOptions& exec, const std::vector<StageParameters>& params);
 
 // `plan` keeping its activations and optimizer state on the device: the plan apply_offload
 // prices an offload variant from.

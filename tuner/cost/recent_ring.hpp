@@ -3,6 +3,7 @@
 // oldest in place once full, where erasing a vector's front moved every other entry.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -35,6 +36,31 @@ class RecentRing {
     }
     Entry& slot = entries_[next_];
     slot = std::move(entry);
+    next_ = (next_ + 1) % N;
+    return slot;
+  }
+
+  // Keeps as the newest the entry `fill` writes into the place of the oldest (reusing its
+  // buffers) or a new one; should `fill` throw, the place is emptied of its old entry too.
+  template <class Fill>
+  Entry& add_with(Fill&& fill) {
+    if (entries_.size() < N) {
+      Entry e;
+      fill(e);
+      return add(std::move(e));
+    }
+    Entry& slot = entries_[next_];
+    try {
+      fill(slot);
+    } catch (...) {
+      // Half written: forgotten, with the oldest entry it was replacing. The others are put in
+      // the order of a ring not yet full: oldest first, the newest last.
+      entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(next_));
+      std::rotate(entries_.begin(), entries_.begin() + static_cast<std::ptrdiff_t>(next_),
+                  entries_.end());
+      next_ = entries_.size() % N;
+      throw;
+    }
     next_ = (next_ + 1) % N;
     return slot;
   }

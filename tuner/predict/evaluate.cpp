@@ -322,9 +322,12 @@ const OpCosts& PlanEvaluator::costs_for(const spec::ModelSpec& model,
       passes =
           &recent_passes_.add({std::move(passes_key), passes_hash, placement,
                                pass_costs(model, cluster, unloaded, placement, execution, params)});
-    kept =
-        &recent_costs_.add({std::move(key), hash, placement,
-                            op_costs(passes->passes, model, cluster, unloaded, execution, params)});
+    kept = &recent_costs_.add_with([&](CostsEntry& e) {
+      op_costs(e.costs, passes->passes, model, cluster, unloaded, execution, params);
+      e.plan = std::move(key);
+      e.hash = hash;
+      e.placement = placement;
+    });
   }
   if (!plan.offload_activations && !plan.offload_optimizer) return kept->costs;
   offloaded_costs_ = kept->costs;
