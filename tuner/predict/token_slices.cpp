@@ -106,22 +106,32 @@ TokenSlicing best_token_slicing(const schedule::CostTable& costs, int stages, in
       for (std::size_t i = 0; i < j; ++i) S[j] = std::min(S[j], S[i] + t[i * N + j]);
     return S[N - 1];
   };
-  // S(x) under a cap on each slice's time, through the slices the cap admits, for the cuts from
-  // `from` on (those before keep their sums): each cut's least sum and, of the cuts reaching it
-  // with that sum, the first, kept in `last`.
-  std::vector<std::vector<std::size_t>> admitted(N);  // admitted[j]: the i of slices i..j in
-  const auto least_admitted_sum_from = [&](std::size_t from) {
-    S[0] = 0.0;
-    for (std::size_t j = std::max<std::size_t>(from, 1); j < N; ++j) {
-      S[j] = kNone;
-      for (const std::size_t i : admitted[j]) {
-        const double sum = S[i] + t[i * N + j];
-        if (sum < S[j] || (sum == S[j] && sum < kNone && i < last[j])) {
-          S[j] = sum;
-          last[j] = i;
-        }
-      }
+  // S(x) under a cap on each slice's time, through the slices the cap admits: each cut's least
+  // sum and, of the cuts reaching it with that sum, the first, kept in `last`. A higher cap only
+  // admits slices, so the sums only fall: each admitted slice is relaxed, and so are the slices
+  // from a cut whose sum fell, cut by cut in order (a cut's sum is final before its slices are
+  // relaxed). A tie keeps the first cut, as working every sum out again would.
+  std::vector<std::vector<std::size_t>> reaches(N);  // reaches[i]: the j of slices i..j in
+  std::vector<char> fell(N, 0);
+  std::size_t first_fell = N;
+  const auto relax = [&](std::size_t i, std::size_t j) {
+    const double sum = S[i] + t[i * N + j];
+    if (sum < S[j]) {
+      S[j] = sum;
+      last[j] = i;
+      fell[j] = 1;
+      first_fell = std::min(first_fell, j);
+    } else if (sum == S[j] && sum < kNone && i < last[j]) {
+      last[j] = i;
     }
+  };
+  const auto relax_from_fallen = [&] {
+    for (std::size_t i = first_fell; i < N; ++i) {
+      if (!fell[i]) continue;
+      fell[i] = 0;
+      for (const std::size_t j : reaches[i]) relax(i, j);
+    }
+    first_fell = N;
     return S[N - 1];
   };
   const double m = microbatches, hops = stages - 1;
@@ -140,14 +150,15 @@ TokenSlicing best_token_slicing(const schedule::CostTable& costs, int stages, in
     if (hops * cap + m * uncapped >= best.estimate) break;
     // A tie counts: the full sum takes the first cut reaching the least, which may be the new
     // slice's.
-    std::size_t from = N;
+    bool changes = false;
     while (left > 0 && edges.front().time == cap) {
       const Edge x = pop();
-      admitted[x.j].push_back(x.i);
-      if (S[x.i] < kNone && S[x.i] + cap <= S[x.j]) from = std::min(from, x.j);
+      reaches[x.i].push_back(x.j);
+      changes = changes || (S[x.i] < kNone && S[x.i] + cap <= S[x.j]);
+      relax(x.i, x.j);
     }
-    if (from == N) continue;
-    const double sum = least_admitted_sum_from(from);
+    const double sum = relax_from_fallen();
+    if (!changes) continue;
     if (sum == kNone) continue;
     const double estimate = m * sum + hops * cap;
     if (estimate < best.estimate) {
