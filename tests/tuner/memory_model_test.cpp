@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include "engine/errors.hpp"
 #include "engine/spec/load.hpp"
@@ -215,6 +217,43 @@ TEST(MemoryModel, ActivationsAndOverheadAddToTheStage) {
   EXPECT_EQ(e.peak_bytes, std::max(e.stages[0].total(), e.stages[1].total()));
   EXPECT_THROW(estimate_memory(tiny, cluster, plan, schedule::Placement::Linear, {1.0}, o),
                InputError);
+}
+
+// memory_peaks is estimate_memory without the per-stage breakdown: the same peaks, stage and
+// fit for every ZeRO stage, data-parallel size, activation load and offloaded optimizer.
+TEST(MemoryModel, PeaksAloneAreTheEstimatesPeaks) {
+  const spec::ModelSpec model = spec::load_model("tiny-moe");
+  spec::ClusterSpec cluster = spec::make_cluster(spec::load_hardware("h100-sxm"), 64);
+  int fits = 0, over = 0;
+  for (const int zero : {0, 1, 2, 3})
+    for (const int pp : {1, 2, 4})
+      for (const int dp : {1, 4, 16})
+        for (const double activations : {0.0, 1e9, 6e10})
+          for (const bool offload : {false, true}) {
+            spec::ParallelPlan plan;
+            plan.pp = pp;
+            plan.dp = dp;
+            plan.ep = dp >= 4 ? 2 : 1;
+            plan.zero_stage = zero;
+            plan.offload_optimizer = offload;
+            spec::apply_defaults(plan);
+            const auto params = stage_parameters(model, plan, schedule::Placement::Linear);
+            std::vector<double> peaks(static_cast<std::size_t>(pp));
+            for (int r = 0; r < pp; ++r) peaks[static_cast<std::size_t>(r)] = activations * (r + 1);
+            const MemoryEstimate whole = estimate_memory(params, cluster, plan, peaks);
+            const MemoryEstimate alone = memory_peaks(params, cluster, plan, peaks);
+            SCOPED_TRACE("zero " + std::to_string(zero) + " pp " + std::to_string(pp) + " dp " +
+                         std::to_string(dp) + " activations " + std::to_string(activations));
+            EXPECT_EQ(alone.peak_bytes, whole.peak_bytes);
+            EXPECT_EQ(alone.peak_stage, whole.peak_stage);
+            EXPECT_EQ(alone.peak_host_bytes, whole.peak_host_bytes);
+            EXPECT_EQ(alone.fits(), whole.fits());
+            EXPECT_TRUE(alone.stages.empty());
+            ASSERT_EQ(whole.stages.size(), static_cast<std::size_t>(pp));
+            (whole.fits() ? fits : over) += 1;
+          }
+  EXPECT_GT(fits, 0);
+  EXPECT_GT(over, 0);
 }
 
 }  // namespace

@@ -150,11 +150,14 @@ MemoryEstimate estimate_memory(const spec::ModelSpec& model, const spec::Cluster
                          peak_activation_bytes, options, host_activation_bytes);
 }
 
-MemoryEstimate estimate_memory(const std::vector<StageParameters>& params,
+namespace {
+
+// estimate_memory, with its stages kept where `keep_stages`.
+MemoryEstimate memory_estimate(const std::vector<StageParameters>& params,
                                const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
                                const std::vector<double>& peak_activation_bytes,
                                const MemoryModelOptions& options,
-                               const std::vector<double>& host_activation_bytes) {
+                               const std::vector<double>& host_activation_bytes, bool keep_stages) {
   if (params.size() != static_cast<std::size_t>(plan.pp))
     throw InputError("estimate_memory: " + std::to_string(params.size()) +
                      " stages' parameters for " + std::to_string(plan.pp) + " pipeline stages");
@@ -171,7 +174,7 @@ MemoryEstimate estimate_memory(const std::vector<StageParameters>& params,
   MemoryEstimate e;
   e.device_bytes = as_d(cluster.hardware.hbm_bytes);
   e.host_bytes = as_d(cluster.hardware.host_memory_bytes);
-  e.stages.reserve(static_cast<std::size_t>(plan.pp));
+  if (keep_stages) e.stages.reserve(static_cast<std::size_t>(plan.pp));
   const int held = plan.zero_stage >= 2 ? held_gradient_groups(plan) : 0;
   for (int r = 0; r < plan.pp; ++r) {
     const StageParameters& sp = params[static_cast<std::size_t>(r)];
@@ -201,9 +204,27 @@ MemoryEstimate estimate_memory(const std::vector<StageParameters>& params,
       e.peak_host_bytes = m.host();
       e.peak_host_stage = r;
     }
-    e.stages.push_back(m);
+    if (keep_stages) e.stages.push_back(m);
   }
   return e;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const std::vector<StageParameters>& params,
+                               const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
+                               const std::vector<double>& peak_activation_bytes,
+                               const MemoryModelOptions& options,
+                               const std::vector<double>& host_activation_bytes) {
+  return memory_estimate(params, cluster, plan, peak_activation_bytes, options,
+                         host_activation_bytes, true);
+}
+
+MemoryEstimate memory_peaks(const std::vector<StageParameters>& params,
+                            const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
+                            const std::vector<double>& peak_activation_bytes,
+                            const MemoryModelOptions& options) {
+  return memory_estimate(params, cluster, plan, peak_activation_bytes, options, {}, false);
 }
 
 const std::vector<StageParameters>& StageParameterMemo::get(const spec::ModelSpec& model,

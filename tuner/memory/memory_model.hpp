@@ -156,6 +156,12 @@ MemoryEstimate estimate_memory(const std::vector<StageParameters>& params,
                                const std::vector<double>& peak_activation_bytes,
                                const MemoryModelOptions& options = {},
                                const std::vector<double>& host_activation_bytes = {});
+// Its peaks alone (`stages` left empty, so no binding_constraint): what a search's bounds and
+// rules ask of tens of thousands of plans.
+MemoryEstimate memory_peaks(const std::vector<StageParameters>& params,
+                            const spec::ClusterSpec& cluster, const spec::ParallelPlan& plan,
+                            const std::vector<double>& peak_activation_bytes,
+                            const MemoryModelOptions& options = {});
 
 // Bytes of weights, gradients and optimizer state per parameter for a ZeRO stage and a data-
 // parallel group of `dp` devices: {weights, gradients, optimizer}.

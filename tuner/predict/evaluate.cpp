@@ -130,8 +130,8 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
     least_activations[k] = in_flight[k] * costs.activation_bytes_per_microbatch[k] +
                            costs.transient_activation_bytes[k];
   PlanBound b;
-  const MemoryEstimate least = estimate_memory(stage_parameters_.get(model, plan, placement),
-                                               cluster, plan, least_activations, memory);
+  const MemoryEstimate least = memory_peaks(stage_parameters_.get(model, plan, placement), cluster,
+                                            plan, least_activations, memory);
   b.peak_memory_bytes = least.peak_bytes;
   b.fits = least.fits();
   // Every rank runs each of its chunks' forward and backward (split or fused, whichever is

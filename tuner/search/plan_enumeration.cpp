@@ -466,8 +466,8 @@ class Enumerator {
       return;
     }
     const schedule::Placement placement = schedule::schedule_placement(p.schedule);
-    const MemoryEstimate fixed = estimate_memory(stage_parameters_.get(s_.model, p, placement),
-                                                 s_.cluster, p, std::vector<double>(p.pp, 0.0));
+    const MemoryEstimate fixed = memory_peaks(stage_parameters_.get(s_.model, p, placement),
+                                              s_.cluster, p, std::vector<double>(p.pp, 0.0));
     if (!fixed.fits()) {
       prune("weights, gradients and optimizer state exceed device memory");
       note_infeasible(p, vocab_label, fixed.peak_bytes);
