@@ -109,7 +109,14 @@ std::optional<std::vector<int>> solve(const spec::ModelSpec& model,
 
 // Every number of the problem in one list, each list preceded by its length.
 std::vector<double> flattened(const PartitionProblem& p) {
+  std::size_t n = 6;  // the four numbers and the two list counts
+  for (const auto* v : {&p.layer_cost, &p.stage_extra_cost, &p.layer_static_bytes,
+                        &p.layer_activation_bytes, &p.stage_in_flight, &p.stage_extra_bytes})
+    n += 1 + v->size();
+  for (const auto& v : p.stage_layer_cost) n += 1 + v.size();
+  for (const auto& v : p.stage_layer_activation_bytes) n += 1 + v.size();
   std::vector<double> out;
+  out.reserve(n);  // one allocation: a key is some hundreds of numbers, made for every split
   const auto add = [&](const std::vector<double>& v) {
     out.push_back(static_cast<double>(v.size()));
     out.insert(out.end(), v.begin(), v.end());
