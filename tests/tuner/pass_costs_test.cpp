@@ -2,7 +2,8 @@
 // pass costs of the same plan at any ZeRO stage, to the last bit: the search shares one
 // pass_costs among a plan's ZeRO stages. Checked over the plans two searches enumerate (MoE
 // with expert layouts and chunked all-to-alls, vocabulary parallelism, layered reduction, per-stage
-// layouts, offload, the sparse embedding gradient, tied embeddings), field by field.
+// layouts, offload, the sparse embedding gradient, tied embeddings), field by field; and so do
+// a plan's offload variants priced one after another in one copy of its costs.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -163,6 +164,46 @@ TEST(PassCosts, AnyZeroStagesPassesPriceAnMoePlanAsOpCostsDoes) {
   const Checked n = check_every_zero_stage(on_16_h100s("mixtral-8x7b"), ExecutionOptions{}, 11);
   EXPECT_GT(n.plans, 100);
   EXPECT_GT(n.zero3_layered, 0);
+}
+
+// A search prices a plan's offload variants in one copy of the plan's costs, each variant's
+// offload undone before the next is applied: the same costs, bit for bit, as applying each to a
+// fresh copy, in any order of the variants (checked over a search's plans, both offloads).
+TEST(OffloadVariants, UndoneAndRedoneInOneCopyPriceAsAFreshCopy) {
+  const SearchSpace space = search_space(on_16_h100s("llama2-7b"));
+  SearchResult counts;
+  const std::vector<SearchJob> jobs = enumerate_plans(space, counts);
+  int checked = 0;
+  for (std::size_t j = 0; j < jobs.size(); j += 13) {
+    spec::ParallelPlan plan = without_offload(jobs[j].plan);
+    spec::apply_defaults(plan);
+    try {
+      spec::validate(space.model, space.cluster, plan);
+    } catch (const InputError&) {
+      continue;
+    }
+    const schedule::Placement placement = schedule::schedule_placement(plan.schedule);
+    const OpCosts base = op_costs(space.model, space.cluster, plan, placement);
+    OpCosts reused = base;
+    for (const auto& [activations, optimizer] :
+         {std::pair{true, false}, std::pair{true, true}, std::pair{false, true},
+          std::pair{true, false}, std::pair{false, true}}) {
+      spec::ParallelPlan variant = plan;
+      variant.offload_activations = activations;
+      variant.offload_optimizer = optimizer;
+      OpCosts fresh = base;
+      apply_offload(fresh, variant, space.cluster.hardware);
+      undo_offload(reused, base);
+      apply_offload(reused, variant, space.cluster.hardware);
+      ASSERT_EQ(difference(fresh, reused), "")
+          << plan_summary(variant, jobs[j].vocab_label) << (activations ? " activations" : "")
+          << (optimizer ? " optimizer" : "");
+    }
+    undo_offload(reused, base);
+    ASSERT_EQ(difference(base, reused), "") << plan_summary(plan, jobs[j].vocab_label);
+    ++checked;
+  }
+  EXPECT_GT(checked, 50);
 }
 
 }  // namespace

@@ -507,6 +507,18 @@ void apply_offload(OpCosts& costs, const spec::ParallelPlan& plan, const spec::H
       st.optimizer = optimizer_step_time(st.optimizer_shard, plan, hw, exec);
 }
 
+void undo_offload(OpCosts& costs, const OpCosts& base) {
+  if (costs.stages.size() != base.stages.size() ||
+      costs.table.stages.size() != base.table.stages.size())
+    throw SpecError("undo_offload: costs of another pipeline");
+  // What apply_offload writes (set_offload_costs, the optimizer step), back to the base's.
+  costs.table.copies_block_compute = base.table.copies_block_compute;
+  for (std::size_t i = 0; i < costs.stages.size(); ++i) {
+    costs.table.stages[i].offload = base.table.stages[i].offload;
+    costs.stages[i].optimizer = base.stages[i].optimizer;
+  }
+}
+
 double fp32_peak_flops(const spec::HardwareSpec& hw) {
   if (hw.device == spec::DeviceKind::Cpu) return hw.peak_flops;  // a CPU's peak is fp32
   if (!(hw.fp32_peak_flops > 0.0))

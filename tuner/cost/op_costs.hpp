@@ -146,6 +146,9 @@ spec::ParallelPlan without_offload(const spec::ParallelPlan& plan);
 // variant from its plan's costs this way. Throws as op_costs does.
 void apply_offload(OpCosts& costs, const spec::ParallelPlan& plan,
                    const spec::HardwareSpec& hardware, const ExecutionOptions& exec = {});
+// `costs`, once `base` with apply_offload (whole or in part), back to `base`: a search prices
+// a plan's offload variants one after another in one copy of its costs.
+void undo_offload(OpCosts& costs, const OpCosts& base);
 
 // Bytes of memory traffic per parameter of one Adam step over fp32 master weights: read the
 // fp32 gradient (4), read and write master weights, m and v (24), write the bf16 weights (2),

@@ -327,10 +327,17 @@ const OpCosts& PlanEvaluator::costs_for(const spec::ModelSpec& model,
       e.plan = std::move(key);
       e.hash = hash;
       e.placement = placement;
+      e.serial = ++next_serial_;
     });
   }
   if (!plan.offload_activations && !plan.offload_optimizer) return kept->costs;
-  offloaded_costs_ = kept->costs;
+  // The variants of one plan come one after another: each is the last one undone and redone.
+  if (offloaded_from_ == kept->serial) {
+    undo_offload(offloaded_costs_, kept->costs);
+  } else {
+    offloaded_costs_ = kept->costs;
+    offloaded_from_ = kept->serial;
+  }
   apply_offload(offloaded_costs_, plan, cluster.hardware, execution);
   return offloaded_costs_;
 }

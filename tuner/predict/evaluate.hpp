@@ -217,6 +217,7 @@ class PlanEvaluator {
     std::uint64_t hash = 0;   // of its settings, to pass over unequal plans cheaply
     schedule::Placement placement;
     OpCosts costs;
+    std::uint64_t serial = 0;  // from 1, each entry's own: what offloaded_costs_ was copied from
   };
   // For the model, cluster and execution options they were computed with.
   RecentRing<CostsEntry, 128> recent_costs_;
@@ -229,6 +230,8 @@ class PlanEvaluator {
   };
   RecentRing<PassesEntry, 32> recent_passes_;
   OpCosts offloaded_costs_;  // costs_for's latest offload variant
+  // The serial of the entry offloaded_costs_ was copied from (CostsEntry::serial).
+  std::uint64_t offloaded_from_ = 0, next_serial_ = 0;
   StageParameterMemo stage_parameters_;
   std::optional<std::tuple<spec::ModelSpec, spec::ClusterSpec, ExecutionOptions>> costs_context_;
 };
