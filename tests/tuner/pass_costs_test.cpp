@@ -26,6 +26,10 @@ namespace {
 std::vector<std::pair<std::string, double>> fields(const OpCosts& c) {
   std::vector<std::pair<std::string, double>> out;
   const auto add = [&](std::string name, double v) { out.emplace_back(std::move(name), v); };
+  const auto add_each = [&](const std::string& name, const std::vector<double>& values) {
+    for (std::size_t i = 0; i < values.size(); ++i)
+      add(name + "[" + std::to_string(i) + "]", values[i]);
+  };
   const auto& t = c.table;
   add("p2p_latency", t.p2p_latency);
   add("p2p_bytes", t.p2p_bytes);
@@ -34,8 +38,7 @@ std::vector<std::pair<std::string, double>> fields(const OpCosts& c) {
   add("w_free_fraction", t.w_free_fraction);
   add("held_reductions", t.held_reductions);
   add("copies_block_compute", t.copies_block_compute);
-  for (std::size_t i = 0; i < t.pair_transfer.size(); ++i)
-    add("pair_transfer[" + std::to_string(i) + "]", t.pair_transfer[i]);
+  add_each("pair_transfer", t.pair_transfer);
   for (std::size_t r = 0; r < t.stages.size(); ++r) {
     const schedule::StageCosts& s = t.stages[r];
     const std::string at = "table.stages[" + std::to_string(r) + "].";
@@ -70,10 +73,8 @@ std::vector<std::pair<std::string, double>> fields(const OpCosts& c) {
     add(at + "parameters", s.parameters);
     add(at + "executed_flops", s.executed_flops);
   }
-  for (std::size_t r = 0; r < c.activation_bytes_per_microbatch.size(); ++r)
-    add("activation_bytes[" + std::to_string(r) + "]", c.activation_bytes_per_microbatch[r]);
-  for (std::size_t r = 0; r < c.transient_activation_bytes.size(); ++r)
-    add("transient[" + std::to_string(r) + "]", c.transient_activation_bytes[r]);
+  add_each("activation_bytes", c.activation_bytes_per_microbatch);
+  add_each("transient", c.transient_activation_bytes);
   return out;
 }
 
