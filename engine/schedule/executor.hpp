@@ -38,6 +38,8 @@ class EventTimes {
 
   // Time at which the event is complete, or a negative value while it is not.
   double time(const Event& e) const { return const_cast<EventTimes*>(this)->slot_ref(e); }
+  // Where that time is kept, for a caller that reads it again and again (it stays put).
+  const double* slot(const Event& e) const { return &const_cast<EventTimes*>(this)->slot_ref(e); }
   void set(const Event& e, double t) { slot_ref(e) = t; }
   // Barrier bookkeeping: returns true when this arrival was the last one.
   bool arrive(const Event& e, double t);

@@ -68,15 +68,19 @@ BENCHMARK(BM_Simulate_1F1B_p64_m1024)->Unit(benchmark::kMillisecond);
 }  // namespace
 
 // The cost-aware planners (zb-h1, zb-h2, 1f1b and interleaved-1f1b with vocabulary parallelism)
-// at tuner scale:
-// p stages, m = 3p micro-batches, F:B:W = 1:1:1 with the vocabulary passes at a tenth.
+// at tuner scale: p stages, m micro-batches (0: 3p), F:B:W = 1:1:1 with the vocabulary passes at
+// a tenth. A search over 1024 GPUs plans pipelines of up to 64 stages and 768 micro-batches.
+void planned_shapes(benchmark::internal::Benchmark* b) {
+  b->Args({8, 0})->Args({32, 0})->Args({16, 384})->Args({64, 768});
+}
+
 void BM_GeneratePlanned(benchmark::State& state, const char* name,
                         pipetune::schedule::VocabMode vocab) {
   using namespace pipetune;
   schedule::GeneratorParams params;
   params.name = name;
   params.stages = static_cast<int>(state.range(0));
-  params.microbatches = 3 * params.stages;
+  params.microbatches = state.range(1) ? static_cast<int>(state.range(1)) : 3 * params.stages;
   params.vocab = vocab;
   params.costs = schedule::CostTable::uniform(params.stages, 1.0, 1.0, 1.0, 0.1, 0.1);
   std::size_t ops = 0;
@@ -88,24 +92,19 @@ void BM_GeneratePlanned(benchmark::State& state, const char* name,
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(ops));
 }
 BENCHMARK_CAPTURE(BM_GeneratePlanned, zb_h1, "zb-h1", pipetune::schedule::VocabMode::None)
-    ->Arg(8)
-    ->Arg(32)
+    ->Apply(planned_shapes)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GeneratePlanned, zb_h2, "zb-h2", pipetune::schedule::VocabMode::None)
-    ->Arg(8)
-    ->Arg(32)
+    ->Apply(planned_shapes)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GeneratePlanned, vocab1_1f1b, "1f1b", pipetune::schedule::VocabMode::Vocab1)
-    ->Arg(8)
-    ->Arg(32)
+    ->Apply(planned_shapes)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GeneratePlanned, vocab1_interleaved_1f1b, "interleaved-1f1b",
                   pipetune::schedule::VocabMode::Vocab1)
-    ->Arg(8)
-    ->Arg(32)
+    ->Apply(planned_shapes)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GeneratePlanned, interlaced_1f1b, "1f1b",
                   pipetune::schedule::VocabMode::Interlaced)
-    ->Arg(8)
-    ->Arg(32)
+    ->Apply(planned_shapes)
     ->Unit(benchmark::kMillisecond);

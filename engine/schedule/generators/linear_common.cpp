@@ -127,11 +127,17 @@ Planner::Planner(Schedule& s, const CostTable& costs)
       events_(s),
       p2p_(costs.p2p_time()),
       clock_(static_cast<std::size_t>(s.stages), 0.0),
+      op_end_(static_cast<std::size_t>(s.stages), 0.0),
       idle_since_(static_cast<std::size_t>(s.stages), -1.0),
       barrier_of_(static_cast<std::size_t>(s.stages)),
       in_barrier_(static_cast<std::size_t>(s.stages), 0),
       watches_(static_cast<std::size_t>(s.stages)),
       watch_count_(static_cast<std::size_t>(s.stages), 0) {}
+
+std::optional<double> Planner::makespan() const {
+  if (!as_executed_) return std::nullopt;
+  return op_end_.empty() ? 0.0 : *std::max_element(op_end_.begin(), op_end_.end());
+}
 
 void Planner::watch(int rank, const Event& event) const {
   const auto r = static_cast<std::size_t>(rank);
@@ -150,22 +156,20 @@ bool Planner::wakes(int rank) const {
   return false;
 }
 
-std::optional<double> Planner::ready_time(int rank, const Op& op) const {
+Planner::Need Planner::need(int rank, const Op& op) const {
   const Requirement req = requirement_of(schedule_, rank, op);
-  if (!req.present) return 0.0;
-  const double t = events_.time(req.event);
-  if (t < 0.0) {
-    watch(rank, req.event);
-    return std::nullopt;
-  }
-  return req.transfer ? t + p2p_ : t;
+  if (!req.present) return {};
+  // t + 0.0 is t for every time the slot can hold (>= 0): no transfer adds nothing, exactly.
+  return {events_.slot(req.event), req.transfer ? p2p_ : 0.0, req.event};
 }
 
 void Planner::run(int rank, const Op& op, double ready) {
   const auto r = static_cast<std::size_t>(rank);
   const double start = std::max(clock_[r], ready);
+  if (start != std::max(op_end_[r], ready)) as_executed_ = false;
   const double done = start + costs_.cost(rank, op.kind);
   clock_[r] = done;
+  op_end_[r] = done;
   if (idle_since_[r] >= 0.0) {
     idle_since_[r] = -1.0;
     std::erase(idling_, rank);
@@ -206,6 +210,7 @@ bool Planner::leave_barrier(int rank) {
     return false;
   }
   clock_[r] = std::max(clock_[r], t);
+  op_end_[r] = std::max(op_end_[r], t);
   in_barrier_[r] = 0;
   return true;
 }

@@ -75,11 +75,38 @@ class Planner {
 
   int stages() const { return schedule_.stages; }
   double clock(int rank) const { return clock_[static_cast<std::size_t>(rank)]; }
+  // Once every rank is done: estimated_makespan() of the planned schedule, exactly, when every op
+  // started where executing the lists starts it, at max(the end of its rank's op before, its
+  // input's time); nullopt when one did not (a step that ran an op at a clock its rank had
+  // idled to, past both). zb-h1's and the vocabulary passes' steps run an op after idling only
+  // at its input's time, so they need not execute what they planned to time it.
+  std::optional<double> makespan() const;
   double cost(int rank, OpKind kind) const { return costs_.cost(rank, kind); }
 
+  // What an op waits for, looked up once: a step offers the same candidates again and again
+  // until one runs, and ready() reads the event's time without working the requirement out.
+  struct Need {
+    const double* time = nullptr;  // the event's time slot; null when the op waits for nothing
+    double transfer = 0.0;         // added to that time: one p2p when it comes from another rank
+    Event event;
+  };
+  Need need(int rank, const Op& op) const;
+  // When an op with that need could start on rank; nullopt while its event has not been planned
+  // yet (the rank then watches it).
+  std::optional<double> ready(int rank, const Need& need) const {
+    if (need.time == nullptr) return 0.0;
+    const double t = *need.time;
+    if (t < 0.0) {
+      watch(rank, need.event);
+      return std::nullopt;
+    }
+    return t + need.transfer;
+  }
   // When op could start on rank (its requirement's completion plus a transfer when it comes
   // from another rank); nullopt while the requirement has not been planned yet.
-  std::optional<double> ready_time(int rank, const Op& op) const;
+  std::optional<double> ready_time(int rank, const Op& op) const {
+    return ready(rank, need(rank, op));
+  }
   // Appends op to the rank's list, starting at max(clock, ready_time); ready_time must be known.
   void run(int rank, const Op& op) { run(rank, op, ready_time(rank, op).value()); }
   // The same, given the ready_time the step just asked for.
@@ -117,6 +144,8 @@ class Planner {
   EventTimes events_;
   double p2p_ = 0.0;
   std::vector<double> clock_;
+  std::vector<double> op_end_;      // the end of the rank's last op (or barrier wait)
+  bool as_executed_ = true;         // every op started where execute() starts it
   std::vector<double> idle_since_;  // negative when the rank is not idling
   std::vector<int> idling_;         // the ranks with idle_since_ >= 0
   std::vector<Event> barrier_of_;
@@ -205,11 +234,12 @@ Schedule transformer_ops_of_1f1b_vocab(const GeneratorParams& params);
 
 // Vocabulary passes (params.vocab: vocab-1 or vocab-2) placed around fixed transformer op lists,
 // one per rank, by the eager planner of one_f_one_b_vocab.cpp: every rank joins the barriers in
-// one order, the input embeddings of the first `if_lookahead` micro-batches first. Throws
+// one order, the input embeddings of the first `if_lookahead` micro-batches first. `makespan`
+// (when given) receives the planner's Planner::makespan(). Throws
 // ScheduleError when the planner stalls (the transformer order needs an input embedding the
 // barrier order has not reached).
 Schedule plan_vocabulary_passes(std::string_view name, const GeneratorParams& params, int chunks,
                                 const std::vector<std::vector<Op>>& transformer, int if_lookahead,
-                                const CostTable& costs);
+                                const CostTable& costs, std::optional<double>* makespan = nullptr);
 
 }  // namespace pipetune::schedule::linear

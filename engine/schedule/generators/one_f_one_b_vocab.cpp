@@ -26,6 +26,7 @@
 // a burst of p - r vocabulary passes, then one pass per 1F1B step) and keep whichever the
 // planning costs say is faster; the lock-step order needs enough micro-batches to be valid.
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <vector>
 
@@ -69,46 +70,49 @@ class EagerStep {
         next_tr_(static_cast<std::size_t>(p), 0),
         next_bar_(static_cast<std::size_t>(p), 0),
         next_t_(static_cast<std::size_t>(p), free_t ? 0 : m),
-        next_ib_(static_cast<std::size_t>(p), 0) {}
+        next_ib_(static_cast<std::size_t>(p), 0),
+        needs_(static_cast<std::size_t>(p)) {
+    for (std::size_t R = 0; R < needs_.size(); ++R)
+      for (int slot = 0; slot < kSlots; ++slot) look_up(R, slot);
+  }
 
   StepResult operator()(int r) {
     const double now = planner_.clock(r);
+    const auto R = static_cast<std::size_t>(r);
     std::optional<double> earliest;
     // The candidates in order of preference: the first ready now runs, and those after it need
     // not be looked at (their unknown inputs matter only to a step that ends blocked).
-    const auto offer = [&](const Op& op, int slot) {
-      const std::optional<double> ready = planner_.ready_time(r, op);
+    const auto offer = [&](int slot) {
+      const std::optional<double> ready = planner_.ready(r, needs_[R][slot]);
       if (ready && *ready <= now) {
-        planner_.run(r, op, *ready);
-        advance(static_cast<std::size_t>(r), slot);
+        planner_.run(r, next_op(R, slot), *ready);
+        advance(R, slot);
         return true;
       }
       if (ready && (!earliest || *ready < *earliest)) earliest = ready;
       return false;
     };
-    const auto R = static_cast<std::size_t>(r);
     bool any = false;
-    if (next_bar_[R] < barriers_.size()) {
+    if (left(R, kBarrier)) {
       any = true;
-      if (offer(barriers_[next_bar_[R]], 0)) return StepResult::Progress;
+      if (offer(kBarrier)) return StepResult::Progress;
     }
-    if (next_ib_[R] < m_ && next_ib_[R] + p_ < m_) {
+    if (left(R, kBacklog)) {
       // More than p embedding gradients waiting: run IB before transformer work.
-      const auto backlog = planner_.ready_time(r, {OpKind::IB, 0, next_ib_[R] + p_});
-      if (backlog && *backlog <= now && offer({OpKind::IB, 0, next_ib_[R]}, 3))
-        return StepResult::Progress;
+      const auto backlog = planner_.ready(r, needs_[R][kBacklog]);
+      if (backlog && *backlog <= now && offer(kInputBackward)) return StepResult::Progress;
     }
-    if (next_t_[R] < m_) {
+    if (left(R, kFreeT)) {
       any = true;
-      if (offer({OpKind::T, 0, next_t_[R]}, 1)) return StepResult::Progress;
+      if (offer(kFreeT)) return StepResult::Progress;
     }
-    if (next_tr_[R] < transformer_[R].size()) {
+    if (left(R, kTransformer)) {
       any = true;
-      if (offer(transformer_[R][next_tr_[R]], 2)) return StepResult::Progress;
+      if (offer(kTransformer)) return StepResult::Progress;
     }
-    if (next_ib_[R] < m_) {
+    if (left(R, kInputBackward)) {
       any = true;
-      if (offer({OpKind::IB, 0, next_ib_[R]}, 3)) return StepResult::Progress;
+      if (offer(kInputBackward)) return StepResult::Progress;
     }
     if (!any) return StepResult::Done;
     if (earliest) {
@@ -119,21 +123,59 @@ class EagerStep {
   }
 
  private:
+  // Where a rank's candidates come from. The backlog slot is the IB p micro-batches after the
+  // next one: while its input is there, more than p embedding gradients are waiting.
+  enum Slot { kBarrier, kFreeT, kTransformer, kInputBackward, kBacklog, kSlots };
+
+  bool left(std::size_t R, int slot) const {
+    switch (slot) {
+      case kBarrier:
+        return next_bar_[R] < barriers_.size();
+      case kFreeT:
+        return next_t_[R] < m_;
+      case kTransformer:
+        return next_tr_[R] < transformer_[R].size();
+      case kInputBackward:
+        return next_ib_[R] < m_;
+      default:
+        return next_ib_[R] + p_ < m_;
+    }
+  }
+  Op next_op(std::size_t R, int slot) const {
+    switch (slot) {
+      case kBarrier:
+        return barriers_[next_bar_[R]];
+      case kFreeT:
+        return {OpKind::T, 0, next_t_[R]};
+      case kTransformer:
+        return transformer_[R][next_tr_[R]];
+      case kInputBackward:
+        return {OpKind::IB, 0, next_ib_[R]};
+      default:
+        return {OpKind::IB, 0, next_ib_[R] + p_};
+    }
+  }
+  // The slot's next op's need, worked out once per op (the steps offer it until it runs).
+  void look_up(std::size_t R, int slot) {
+    if (left(R, slot)) needs_[R][slot] = planner_.need(static_cast<int>(R), next_op(R, slot));
+  }
   void advance(std::size_t R, int slot) {
     switch (slot) {
-      case 0:
+      case kBarrier:
         ++next_bar_[R];
         break;
-      case 1:
+      case kFreeT:
         ++next_t_[R];
         break;
-      case 2:
+      case kTransformer:
         ++next_tr_[R];
         break;
       default:
         ++next_ib_[R];
+        look_up(R, kBacklog);
         break;
     }
+    look_up(R, slot);
   }
 
   Planner& planner_;
@@ -142,6 +184,7 @@ class EagerStep {
   const int p_, m_;
   std::vector<std::size_t> next_tr_, next_bar_;
   std::vector<int> next_t_, next_ib_;
+  std::vector<std::array<Planner::Need, kSlots>> needs_;
 };
 
 // Every rank's transformer ops: 1F1B with the mode's longer warm-up.
@@ -157,14 +200,16 @@ std::vector<std::vector<Op>> transformer_order(const GeneratorParams& params) {
   return transformer;
 }
 
-Schedule plan_eager(const GeneratorParams& params, const CostTable& costs) {
+// The eager placement; `makespan` receives the planner's Planner::makespan().
+Schedule plan_eager(const GeneratorParams& params, const CostTable& costs,
+                    std::optional<double>& makespan) {
   const int p = params.stages;
   const int m = params.microbatches;
   const VocabMode mode = params.vocab;
   const std::vector<std::vector<Op>> transformer = transformer_order(params);
   const int stage0_warmup = std::clamp(one_f_one_b_warmup(mode, p, 0), 0, m);
   return plan_vocabulary_passes(kName, params, 1, transformer, std::min(m, stage0_warmup + 2),
-                                costs);
+                                costs, &makespan);
 }
 
 // The interlaced schedule's lock-step order (see the file comment), built for rank r.
@@ -247,7 +292,7 @@ std::optional<Schedule> lockstep_interlaced(const GeneratorParams& params) {
 
 Schedule plan_vocabulary_passes(std::string_view name, const GeneratorParams& params, int chunks,
                                 const std::vector<std::vector<Op>>& transformer, int if_lookahead,
-                                const CostTable& costs) {
+                                const CostTable& costs, std::optional<double>* makespan) {
   const int p = params.stages;
   const int m = params.microbatches;
   const VocabMode mode = params.vocab;
@@ -260,6 +305,7 @@ Schedule plan_vocabulary_passes(std::string_view name, const GeneratorParams& pa
   Planner planner(s, costs);
   EagerStep step(planner, transformer, barriers, p, m, free_t);
   plan_in_time_order(name, planner, [&](int r) { return step(r); });
+  if (makespan != nullptr) *makespan = planner.makespan();
   return s;
 }
 
@@ -274,11 +320,12 @@ Schedule transformer_ops_of_1f1b_vocab(const GeneratorParams& params) {
 
 Schedule generate_1f1b_vocab(const GeneratorParams& params) {
   const CostTable costs = checked_planning_costs(kName, params);
-  Schedule best = plan_eager(params, costs);
+  std::optional<double> eager_time;
+  Schedule best = plan_eager(params, costs, eager_time);
   if (params.vocab == VocabMode::Interlaced) {
     if (auto lockstep = lockstep_interlaced(params)) {
-      if (estimated_makespan(*lockstep, costs) < estimated_makespan(best, costs))
-        best = std::move(*lockstep);
+      if (!eager_time) eager_time = estimated_makespan(best, costs);
+      if (estimated_makespan(*lockstep, costs) < *eager_time) best = std::move(*lockstep);
     }
   }
   return validated(std::move(best), params);

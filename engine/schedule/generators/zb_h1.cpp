@@ -25,7 +25,9 @@ namespace {
 
 constexpr std::string_view kName = "zb-h1";
 
-Schedule plan(const GeneratorParams& params, const CostTable& costs, bool w_must_fit) {
+// Plans the F, B and W passes; `makespan` receives the plan's estimated_makespan.
+Schedule plan(const GeneratorParams& params, const CostTable& costs, bool w_must_fit,
+              double& makespan) {
   const int p = params.stages;
   const int m = params.microbatches;
   const auto P = static_cast<std::size_t>(p);
@@ -43,6 +45,13 @@ Schedule plan(const GeneratorParams& params, const CostTable& costs, bool w_must
   std::vector<double> memory(P, 0.0);
 
   linear::Planner planner(s, costs);
+  // What each rank's next F or B waits for, worked out once per op: a rank that idles or runs
+  // W passes asks again for the same op.
+  std::vector<linear::Planner::Need> need(P);
+  const auto look_up = [&](std::size_t R) {
+    if (next[R] < order[R].size()) need[R] = planner.need(static_cast<int>(R), order[R][next[R]]);
+  };
+  for (std::size_t R = 0; R < P; ++R) look_up(R);
   linear::plan_in_time_order(kName, planner, [&](int r) {
     const auto R = static_cast<std::size_t>(r);
     auto run_w = [&] {
@@ -58,11 +67,12 @@ Schedule plan(const GeneratorParams& params, const CostTable& costs, bool w_must
     }
     const Op op = order[R][next[R]];
     if (op.kind == OpKind::F && !pending_w[R].empty() && memory[R] + 1.0 > limit) return run_w();
-    const auto ready = planner.ready_time(r, op);
+    const auto ready = planner.ready(r, need[R]);
     const double now = planner.clock(r);
     if (ready && *ready <= now) {
       planner.run(r, op, *ready);
       ++next[R];
+      look_up(R);
       if (op.kind == OpKind::F) {
         memory[R] += 1.0;
       } else {
@@ -80,6 +90,8 @@ Schedule plan(const GeneratorParams& params, const CostTable& costs, bool w_must
     }
     return linear::StepResult::Blocked;
   });
+  const std::optional<double> planned = planner.makespan();
+  makespan = planned ? *planned : linear::estimated_makespan(s, costs);
   return s;
 }
 
@@ -108,10 +120,10 @@ Schedule generate_zb_h1(const GeneratorParams& params) {
   linear::require_single_chunk(kName, params);
   linear::require_no_vocab(kName, params);
   const CostTable costs = linear::checked_planning_costs(kName, params);
-  Schedule best = plan(params, costs, false);
-  double best_time = linear::estimated_makespan(best, costs);
-  Schedule fit = plan(params, costs, true);
-  if (const double t = linear::estimated_makespan(fit, costs); t < best_time) {
+  double best_time = 0.0, t = 0.0;
+  Schedule best = plan(params, costs, false, best_time);
+  Schedule fit = plan(params, costs, true, t);
+  if (t < best_time) {
     best = std::move(fit);
     best_time = t;
   }
