@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "engine/errors.hpp"
@@ -275,17 +276,23 @@ std::vector<Op> lockstep_rank(int p, int m, int r) {
   return ops;
 }
 
-std::optional<Schedule> lockstep_interlaced(const GeneratorParams& params) {
+// The lock-step order and its estimated_makespan under `costs`; nullopt where it is not valid
+// (too few micro-batches for the pattern). Timing it executes it, which throws DeadlockError on
+// exactly the orders validate() would refuse for a deadlock: it need not be executed twice.
+std::optional<std::pair<Schedule, double>> lockstep_interlaced(const GeneratorParams& params,
+                                                               const CostTable& costs) {
   const int p = params.stages;
   const int m = params.microbatches;
   Schedule s = empty_schedule(kName, p, m, 1, VocabMode::Interlaced);
   for (int r = 0; r < p; ++r) s.ranks[static_cast<std::size_t>(r)] = lockstep_rank(p, m, r);
+  double time = 0.0;
   try {
-    validate(s);
+    validate_structure(s);
+    time = estimated_makespan(s, costs);
   } catch (const ScheduleError&) {
-    return std::nullopt;  // too few micro-batches for the lock-step pattern
+    return std::nullopt;
   }
-  return s;
+  return std::pair{std::move(s), time};
 }
 
 }  // namespace
@@ -323,9 +330,9 @@ Schedule generate_1f1b_vocab(const GeneratorParams& params) {
   std::optional<double> eager_time;
   Schedule best = plan_eager(params, costs, eager_time);
   if (params.vocab == VocabMode::Interlaced) {
-    if (auto lockstep = lockstep_interlaced(params)) {
+    if (auto lockstep = lockstep_interlaced(params, costs)) {
       if (!eager_time) eager_time = estimated_makespan(best, costs);
-      if (estimated_makespan(*lockstep, costs) < *eager_time) best = std::move(*lockstep);
+      if (lockstep->second < *eager_time) best = std::move(lockstep->first);
     }
   }
   return validated(std::move(best), params);
