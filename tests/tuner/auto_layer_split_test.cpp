@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "engine/errors.hpp"
@@ -178,6 +179,42 @@ TEST(AutoLayerSplit, TheSplitterGivesEachPlanItsOwnSolvesSplit) {
           }
   EXPECT_GT(split, 10);  // the splits compared are real ones, not only "none fits"
   EXPECT_LT(splitter.solves(), static_cast<std::size_t>(plans) / 2);
+}
+
+// Per-stage recomputation: the problems' per-stage lists hold the same values in other orders and
+// runs (the splitter keys a list by its runs of equal values), and each plan still gets its own
+// solve's split.
+TEST(AutoLayerSplit, TheSplitterTellsPerStageOrdersApart) {
+  ResolvedTarget t = llama3_70b_on_16();
+  t.cluster.hardware.hbm_bytes = t.cluster.hardware.hbm_bytes * 6 / 2;
+  using spec::Recompute;
+  const std::vector<std::vector<Recompute>> orders = {
+      {Recompute::Full, Recompute::Full, Recompute::None, Recompute::None},
+      {Recompute::None, Recompute::None, Recompute::Full, Recompute::Full},
+      {Recompute::Full, Recompute::None, Recompute::Full, Recompute::None},
+      {Recompute::None, Recompute::Full, Recompute::None, Recompute::Full},
+      {Recompute::Full, Recompute::None, Recompute::None, Recompute::Full},
+      {Recompute::Full, Recompute::Full, Recompute::Full, Recompute::None},
+      {Recompute::None, Recompute::Full, Recompute::Full, Recompute::Full}};
+  AutoLayerSplitter splitter;
+  std::vector<std::optional<std::vector<int>>> splits;
+  for (int pass = 0; pass < 2; ++pass)  // the second pass finds every problem solved
+    for (const std::vector<Recompute>& order : orders) {
+      spec::ParallelPlan p = tight_plan(t);
+      p.stage_recompute = order;
+      const auto fresh = auto_layer_split(t.model, t.cluster, p);
+      EXPECT_EQ(splitter.split(t.model, t.cluster, p), fresh) << "pass " << pass;
+      if (pass == 0) splits.push_back(fresh);
+    }
+  EXPECT_EQ(splitter.solves(), orders.size());
+  // Each order its own split (none shared by mistake would give these).
+  std::size_t distinct = 0;
+  for (std::size_t i = 0; i < splits.size(); ++i) {
+    ASSERT_TRUE(splits[i].has_value()) << "order " << i;
+    distinct += std::find(splits.begin(), splits.begin() + static_cast<std::ptrdiff_t>(i),
+                          splits[i]) == splits.begin() + static_cast<std::ptrdiff_t>(i);
+  }
+  EXPECT_EQ(distinct, orders.size());
 }
 
 }  // namespace

