@@ -81,6 +81,17 @@ std::vector<std::vector<Op>> transformer_order(const std::vector<TableEntry>& ta
   return ranks;
 }
 
+// The input embeddings every rank reduces before the first S: those of the micro-batches whose
+// first-chunk forward stage 0 runs before its first backward, and two more.
+int if_lookahead(const std::vector<Op>& stage0, int m) {
+  int first_chunk = 0;
+  for (const Op& op : stage0) {
+    if (op.kind != OpKind::F) break;
+    if (op.chunk == 0) ++first_chunk;
+  }
+  return std::min(m, first_chunk + 2);
+}
+
 // Vocab-1 / vocab-2 on the interleaved order (see the file comment): the shortest warm-up, from
 // 1f1b's rule on, that the planner can place the vocabulary passes around, and the schedule it
 // planned. Whether the planner can is a matter of the orders alone, not of the costs: each rank
@@ -102,15 +113,9 @@ VocabularyOrder with_vocabulary(const GeneratorParams& params, const std::vector
   std::string last_error;
   for (int extra = first_extra; extra <= first_extra + v + 1; ++extra) {
     const std::vector<std::vector<Op>> transformer = transformer_order(table, p, m, v, G, extra);
-    // Micro-batches whose first-chunk forward stage 0 runs before its first backward.
-    int first_chunk = 0;
-    for (const Op& op : transformer.front()) {
-      if (op.kind != OpKind::F) break;
-      if (op.chunk == 0) ++first_chunk;
-    }
     try {
       return {extra, linear::plan_vocabulary_passes(kName, params, v, transformer,
-                                                    std::min(m, first_chunk + 2), costs)};
+                                                    if_lookahead(transformer.front(), m), costs)};
     } catch (const ScheduleError& e) {
       last_error = e.what();  // this warm-up cannot take the passes; try a longer one
     }
@@ -179,11 +184,20 @@ Schedule transformer_ops_of_interleaved_1f1b(const GeneratorParams& params) {
     linear::fail(kName, {"plan.vocab"},
                  "the transformer order alone is asked of a vocabulary mode");
   const std::vector<TableEntry> table = forward_table(m, v, G);
-  // The planner's warm-up is the same whatever the costs: planned once, with the ones given.
-  const int extra = with_vocabulary(params, table, v, G).extra;
-  Schedule s = linear::empty_schedule(kName, p, m, v, VocabMode::None);
-  s.ranks = transformer_order(table, p, m, v, G, extra);
-  return s;
+  // with_vocabulary's warm-up, the shortest the passes fit around: whether they fit does not
+  // depend on the costs (linear::vocabulary_passes_fit), so no planning in time finds it.
+  const int first_extra = params.vocab == VocabMode::Vocab1 ? 2 : 1;
+  for (int extra = first_extra; extra <= first_extra + v + 1; ++extra) {
+    std::vector<std::vector<Op>> transformer = transformer_order(table, p, m, v, G, extra);
+    if (!linear::vocabulary_passes_fit(params, v, transformer,
+                                       if_lookahead(transformer.front(), m)))
+      continue;
+    Schedule s = linear::empty_schedule(kName, p, m, v, VocabMode::None);
+    s.ranks = std::move(transformer);
+    return s;
+  }
+  with_vocabulary(params, table, v, G);  // fails naming why the passes do not fit
+  return {};
 }
 
 }  // namespace pipetune::schedule

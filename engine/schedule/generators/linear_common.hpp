@@ -232,6 +232,14 @@ Schedule generate_1f1b_vocab(const GeneratorParams& params);
 // Its transformer ops alone (vocab-1, vocab-2), as a schedule without vocabulary parallelism.
 Schedule transformer_ops_of_1f1b_vocab(const GeneratorParams& params);
 
+// Whether plan_vocabulary_passes places every pass around these transformer lists (vocab-1 or
+// vocab-2) rather than stalling, worked out without time: each rank takes the next op of one of
+// its sequences (barriers, T, transformer ops, IB) whose input is there, and running an op only
+// ever makes more ops runnable, so what can run at all depends neither on the costs nor on which
+// ran first. A closure of what can run decides it, for a fraction of a planning.
+bool vocabulary_passes_fit(const GeneratorParams& params, int chunks,
+                           const std::vector<std::vector<Op>>& transformer, int if_lookahead);
+
 // Vocabulary passes (params.vocab: vocab-1 or vocab-2) placed around fixed transformer op lists,
 // one per rank, by the eager planner of one_f_one_b_vocab.cpp: every rank joins the barriers in
 // one order, the input embeddings of the first `if_lookahead` micro-batches first. `makespan`

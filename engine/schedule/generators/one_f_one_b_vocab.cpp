@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "engine/errors.hpp"
+#include "engine/schedule/executor.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/generators/linear_common.hpp"
 #include "engine/schedule/validator.hpp"
@@ -296,6 +297,79 @@ std::optional<std::pair<Schedule, double>> lockstep_interlaced(const GeneratorPa
 }
 
 }  // namespace
+
+bool vocabulary_passes_fit(const GeneratorParams& params, int chunks,
+                           const std::vector<std::vector<Op>>& transformer, int if_lookahead) {
+  const int p = params.stages;
+  const int m = params.microbatches;
+  const VocabMode mode = params.vocab;
+  if (mode != VocabMode::Vocab1 && mode != VocabMode::Vocab2)
+    fail(kName, "vocabulary_passes_fit decides vocab-1 and vocab-2 only");
+  const Schedule s = empty_schedule(kName, p, m, chunks, mode);  // the shape dependencies read
+  const std::vector<Op> barriers = barrier_sequence(mode, m, if_lookahead);
+  const auto P = static_cast<std::size_t>(p);
+  std::vector<std::size_t> next_bar(P, 0), next_tr(P, 0);
+  std::vector<int> next_t(P, mode == VocabMode::Vocab2 ? 0 : m), next_ib(P, 0);
+  EventTimes events(s);  // 0 once produced, negative before
+  std::vector<char> queued(P, 1);
+  std::vector<int> work;
+  work.reserve(2 * P);
+  for (int r = p - 1; r >= 0; --r) work.push_back(r);
+  const auto wake = [&](int r) {
+    if (!queued[static_cast<std::size_t>(r)]) {
+      queued[static_cast<std::size_t>(r)] = 1;
+      work.push_back(r);
+    }
+  };
+  const auto wake_all = [&] {
+    for (int r = 0; r < p; ++r) wake(r);
+  };
+  // Runs op on rank r when its input is there; its product wakes the ranks that consume it.
+  const auto try_run = [&](int r, const Op& op) {
+    const Requirement req = requirement_of(s, r, op);
+    if (req.present && events.time(req.event) < 0.0) return false;
+    const Production prod = production_of(s, r, op);
+    if (prod.present && !prod.joins_barrier) {
+      events.set(prod.event, 0.0);
+      detail::wake_consumers(s, r, prod.event, wake, wake_all);
+    } else if (prod.present && events.arrive(prod.event, 0.0)) {
+      events.set(prod.event, 0.0);
+      wake_all();
+    }
+    return true;
+  };
+  while (!work.empty()) {
+    const int r = work.back();
+    work.pop_back();
+    const auto R = static_cast<std::size_t>(r);
+    queued[R] = 0;
+    // Whatever the rank can run, from any of its sequences, until none can go on.
+    for (bool ran = true; ran;) {
+      ran = false;
+      if (next_bar[R] < barriers.size() && try_run(r, barriers[next_bar[R]])) {
+        ++next_bar[R];
+        ran = true;
+      }
+      if (next_t[R] < m && try_run(r, {OpKind::T, 0, next_t[R]})) {
+        ++next_t[R];
+        ran = true;
+      }
+      if (next_tr[R] < transformer[R].size() && try_run(r, transformer[R][next_tr[R]])) {
+        ++next_tr[R];
+        ran = true;
+      }
+      if (next_ib[R] < m && try_run(r, {OpKind::IB, 0, next_ib[R]})) {
+        ++next_ib[R];
+        ran = true;
+      }
+    }
+  }
+  for (std::size_t R = 0; R < P; ++R)
+    if (next_bar[R] < barriers.size() || next_t[R] < m || next_tr[R] < transformer[R].size() ||
+        next_ib[R] < m)
+      return false;
+  return true;
+}
 
 Schedule plan_vocabulary_passes(std::string_view name, const GeneratorParams& params, int chunks,
                                 const std::vector<std::vector<Op>>& transformer, int if_lookahead,

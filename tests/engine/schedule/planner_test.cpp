@@ -5,6 +5,7 @@
 // rewound, blocked and barrier-waiting ranks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/errors.hpp"
 #include "engine/schedule/generators/linear_common.hpp"
 #include "engine/schedule/validator.hpp"
 
@@ -121,6 +123,64 @@ TEST(Planner, DeferredWeightPassesTakeWhatExecutingThemTakes) {
   // W run at a clock its rank idled to, which the planner must not time.
   EXPECT_GT(as_executed, 10);
   EXPECT_GT(not_as_executed, 10);
+}
+
+// Megatron's interleaved order of rank r (v chunks, groups of G micro-batches, `warmup` forwards
+// before the first backward): forwards walk each group chunk by chunk, backwards the same with the
+// chunks reversed.
+std::vector<Op> interleaved_order(int m, int v, int G, int warmup) {
+  std::vector<Op> forward, backward, ops;
+  for (int first = 0; first < m; first += G)
+    for (int c = 0; c < v; ++c)
+      for (int i = first; i < std::min(first + G, m); ++i) {
+        forward.push_back({OpKind::F, static_cast<std::int16_t>(c), i});
+        backward.push_back({OpKind::BW, static_cast<std::int16_t>(v - 1 - c), i});
+      }
+  const int total = m * v;
+  const int w = std::min(warmup, total);
+  for (int k = 0; k < w; ++k) ops.push_back(forward[static_cast<std::size_t>(k)]);
+  for (int k = 0; k < total - w; ++k) {
+    ops.push_back(forward[static_cast<std::size_t>(k + w)]);
+    ops.push_back(backward[static_cast<std::size_t>(k)]);
+  }
+  for (int k = total - w; k < total; ++k) ops.push_back(backward[static_cast<std::size_t>(k)]);
+  return ops;
+}
+
+// Whether the passes fit around a transformer order, decided without time, against planning them
+// in time (which stalls where they do not): interleaved orders with warm-ups and input-embedding
+// lookaheads from too short to long enough, so that both answers come up.
+TEST(Planner, WhetherThePassesFitIsWhatPlanningThemFinds) {
+  std::mt19937_64 rng(5);
+  int fit = 0, stalled = 0;
+  for (int p = 1; p <= 5; ++p)
+    for (int v : {1, 2, 3})
+      for (int m : {p, 2 * p, 3 * p})
+        for (VocabMode mode : {VocabMode::Vocab1, VocabMode::Vocab2})
+          for (int extra = 0; extra <= 3; ++extra)
+            for (int lookahead = 1; lookahead <= p + 2; ++lookahead) {
+              GeneratorParams params;
+              params.stages = p;
+              params.microbatches = m;
+              params.vocab = mode;
+              const CostTable costs = random_costs(rng, p);
+              std::vector<std::vector<Op>> transformer;
+              for (int r = 0; r < p; ++r)
+                transformer.push_back(
+                    interleaved_order(m, v, p, 2 * (p - r - 1) + (v - 1) * p + extra));
+              const int k = std::min(m, lookahead);
+              bool planned = true;
+              try {
+                (void)plan_vocabulary_passes("interleaved-1f1b", params, v, transformer, k, costs);
+              } catch (const ScheduleError&) {
+                planned = false;
+              }
+              EXPECT_EQ(vocabulary_passes_fit(params, v, transformer, k), planned)
+                  << shape(p, m, mode) << " v=" << v << " extra " << extra << " lookahead " << k;
+              ++(planned ? fit : stalled);
+            }
+  EXPECT_GT(fit, 100);
+  EXPECT_GT(stalled, 100);
 }
 
 }  // namespace
