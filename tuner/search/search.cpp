@@ -93,10 +93,8 @@ constexpr std::size_t kScoreBlock = 8;
 // done, cancelled or failed. done counts finished items. A thread takes a run of neighbours, a
 // quarter of its share of what is left and at least `block` (so the runs shrink to `block` by the
 // end and no thread is left with a long one): neighbours in the enumeration share op costs, token
-// slicings and planned schedules, which each scorer keeps for a few recent plans, so runs handed
-// to alternate threads had both work them out (2 threads scored 8 plans in a row, then took 15%
-// more plannings and CPU than one thread without bounds). `block` 1 hands out single items in
-// order.
+// slicings and planned schedules, which each scorer keeps for a few recent plans: items handed to
+// alternate threads have both threads work them out. `block` 1 hands out single items in order.
 template <class Body>
 void run_pool(int threads, std::size_t n, const ScorerFactory& make_scorer,
               const std::atomic<bool>* cancel, std::atomic<std::size_t>& done,

@@ -92,6 +92,14 @@ int if_lookahead(const std::vector<Op>& stage0, int m) {
   return std::min(m, first_chunk + 2);
 }
 
+// The warm-ups the vocabulary passes are tried around, shortest first: 1f1b's longer warm-up
+// (linear::one_f_one_b_warmup: one forward more under vocab-2, two under vocab-1), longer only
+// where the passes do not fit around it.
+std::pair<int, int> warmup_extras(VocabMode vocab, int v) {
+  const int first = vocab == VocabMode::Vocab1 ? 2 : 1;
+  return {first, first + v + 1};
+}
+
 // Vocab-1 / vocab-2 on the interleaved order (see the file comment): the shortest warm-up, from
 // 1f1b's rule on, that the planner can place the vocabulary passes around, and the schedule it
 // planned. Whether the planner can is a matter of the orders alone, not of the costs: each rank
@@ -107,11 +115,9 @@ VocabularyOrder with_vocabulary(const GeneratorParams& params, const std::vector
   const int p = params.stages;
   const int m = params.microbatches;
   const CostTable costs = linear::checked_planning_costs(kName, params);
-  // 1f1b's longer warm-up (linear::one_f_one_b_warmup): one forward more under vocab-2, two
-  // under vocab-1; longer only when the planner cannot place the passes around it.
-  const int first_extra = params.vocab == VocabMode::Vocab1 ? 2 : 1;
+  const auto [first_extra, last_extra] = warmup_extras(params.vocab, v);
   std::string last_error;
-  for (int extra = first_extra; extra <= first_extra + v + 1; ++extra) {
+  for (int extra = first_extra; extra <= last_extra; ++extra) {
     const std::vector<std::vector<Op>> transformer = transformer_order(table, p, m, v, G, extra);
     try {
       return {extra, linear::plan_vocabulary_passes(kName, params, v, transformer,
@@ -185,19 +191,17 @@ Schedule transformer_ops_of_interleaved_1f1b(const GeneratorParams& params) {
                  "the transformer order alone is asked of a vocabulary mode");
   const std::vector<TableEntry> table = forward_table(m, v, G);
   // with_vocabulary's warm-up, the shortest the passes fit around: whether they fit does not
-  // depend on the costs (linear::vocabulary_passes_fit), so no planning in time finds it.
-  const int first_extra = params.vocab == VocabMode::Vocab1 ? 2 : 1;
-  for (int extra = first_extra; extra <= first_extra + v + 1; ++extra) {
-    std::vector<std::vector<Op>> transformer = transformer_order(table, p, m, v, G, extra);
-    if (!linear::vocabulary_passes_fit(params, v, transformer,
-                                       if_lookahead(transformer.front(), m)))
-      continue;
-    Schedule s = linear::empty_schedule(kName, p, m, v, VocabMode::None);
-    s.ranks = std::move(transformer);
-    return s;
+  // depend on the costs (linear::vocabulary_passes_fit), so no planning in time finds it. Where
+  // none fits, with_vocabulary plans them and fails naming why.
+  Schedule s = linear::empty_schedule(kName, p, m, v, VocabMode::None);
+  const auto [first_extra, last_extra] = warmup_extras(params.vocab, v);
+  for (int extra = first_extra; extra <= last_extra; ++extra) {
+    s.ranks = transformer_order(table, p, m, v, G, extra);
+    if (linear::vocabulary_passes_fit(params, v, s.ranks, if_lookahead(s.ranks.front(), m)))
+      return s;
   }
-  with_vocabulary(params, table, v, G);  // fails naming why the passes do not fit
-  return {};
+  s.ranks = transformer_order(table, p, m, v, G, with_vocabulary(params, table, v, G).extra);
+  return s;
 }
 
 }  // namespace pipetune::schedule

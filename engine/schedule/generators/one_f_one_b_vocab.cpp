@@ -304,8 +304,9 @@ bool vocabulary_passes_fit(const GeneratorParams& params, int chunks,
   const int m = params.microbatches;
   const VocabMode mode = params.vocab;
   if (mode != VocabMode::Vocab1 && mode != VocabMode::Vocab2)
-    fail(kName, "vocabulary_passes_fit decides vocab-1 and vocab-2 only");
-  const Schedule s = empty_schedule(kName, p, m, chunks, mode);  // the shape dependencies read
+    fail("vocabulary passes", "whether they fit is decided for vocab-1 and vocab-2 only");
+  // The shape the dependencies read (placement, groups, vocabulary mode); its lists stay empty.
+  const Schedule s = empty_schedule("vocabulary passes", p, m, chunks, mode);
   const std::vector<Op> barriers = barrier_sequence(mode, m, if_lookahead);
   const auto P = static_cast<std::size_t>(p);
   std::vector<std::size_t> next_bar(P, 0), next_tr(P, 0);
