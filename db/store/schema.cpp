@@ -412,6 +412,9 @@ bool damaged_file_code(int code) {
     case SQLITE_FORMAT:
     case SQLITE_RANGE:
     case SQLITE_READONLY:  // the file's header forbids writing; permissions were checked first
+    // Opening writes only what the file holds (a migration repacking its rows): a constraint
+    // those rows break is the file's damage.
+    case SQLITE_CONSTRAINT:
       return true;
     default:
       return false;
@@ -642,11 +645,10 @@ sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
     // A schema SQLite cannot use (unsupported format, another text encoding, a table without
     // the columns a query names) or absurd sizes in it: the file is damaged, not the machine.
     if (!damaged_file_code(e.code())) throw;
-    const bool own = sqlite3_extended_errcode(db.handle()) == e.code();
-    throw sqlite::BadFileError(path + ": workspace is damaged (" +
-                                   (own ? sqlite3_errmsg(db.handle()) : sqlite3_errstr(e.code())) +
-                                   ")",
-                               e.code());
+    throw sqlite::BadFileError(
+        path + ": workspace is damaged (" +
+            (e.message().empty() ? std::string(sqlite3_errstr(e.code())) : e.message()) + ")",
+        e.code());
   }
 }
 

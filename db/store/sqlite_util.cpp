@@ -92,7 +92,7 @@ void throw_error(sqlite3* db, int code, std::string_view db_path, std::string_vi
   }
   throw Error(path + ": " + one_line(what) + ": " + message + " [" + std::string(base_name(file)) +
                   ":" + std::to_string(line) + "]",
-              code);
+              code, message);
 }
 
 // --- Statement ---

@@ -16,19 +16,24 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "engine/errors.hpp"
 
 namespace pipetune::db::sqlite {
 
-// A SQLite call failed; code() is the extended result code.
+// A SQLite call failed; code() is the extended result code, message() SQLite's own words for it
+// (kept apart from what(): the connection's message is gone once a transaction rolls back).
 class Error : public std::runtime_error {
  public:
-  Error(const std::string& what, int code) : std::runtime_error(what), code_(code) {}
+  Error(const std::string& what, int code, std::string message = {})
+      : std::runtime_error(what), code_(code), message_(std::move(message)) {}
   int code() const { return code_; }
+  const std::string& message() const { return message_; }
 
  private:
   int code_;
+  std::string message_;
 };
 
 // The file is not a SQLite database, or it is corrupt.

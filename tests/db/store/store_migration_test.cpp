@@ -214,6 +214,36 @@ TEST(StoreMigration, VersionThreeCounterRowsArePackedIntoBlocks) {
   EXPECT_EQ(raw.query_int64("SELECT count(*) FROM sqlite_master WHERE name = 'counters'"), 0);
 }
 
+// A version-3 file whose counter rows break the new table's constraint when packed (a run stored
+// as text reads as run 0, after run 5, so run 0's first block comes twice) is refused as
+// damaged, naming the constraint, and left as it was: the migration is rolled back.
+TEST(StoreMigration, CounterRowsThatBreakAConstraintWhenPackedAreNamedAsDamage) {
+  TempDir dir;
+  const std::string path = dir.file("v3-damaged.db");
+  {
+    sqlite::Connection raw(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    raw.exec("PRAGMA journal_mode = WAL");
+    migrate(raw, 3);
+    raw.exec(
+        "INSERT INTO counters(run, seq, rank, name, t_ns, value) VALUES "
+        "(0, 0, 0, 0, 10, 1.0), (5, 0, 0, 0, 20, 2.0), ('five', 0, 0, 0, 30, 3.0);");
+  }
+  try {
+    Workspace ws(path);
+    FAIL() << "a workspace whose counters cannot be packed opened";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": workspace is damaged (UNIQUE constraint "
+                                                "failed: counter_blocks.run, "
+                                                "counter_blocks.first_seq)"),
+              std::string::npos)
+        << e.what();
+  }
+  sqlite::Connection raw(path, SQLITE_OPEN_READONLY);
+  EXPECT_EQ(read_schema_version(raw), 3);
+  EXPECT_EQ(raw.query_int64("SELECT count(*) FROM counters"), 3);
+  EXPECT_EQ(raw.query_int64("SELECT count(*) FROM sqlite_master WHERE name = 'counter_blocks'"), 0);
+}
+
 // A counter block whose size disagrees with its sample count is named, not read past its end.
 TEST(StoreMigration, ACorruptCounterBlockIsNamed) {
   TempDir dir;
