@@ -239,9 +239,11 @@ void create_version_4(sqlite::Connection& db) {
 //
 // Every row of `select` (its id first; the rows after id ?1 in id order, a batch at a time) gets
 // the BLOB `encode(row, blob)` makes, through `update` (?1 the id, ?2 the BLOB). A batch is read
-// whole before it is written, so no statement reads a table being updated.
+// whole before it is written, so no statement reads a table being updated. A damaged table can
+// give its rows out of id order (a seek past an id then finds it again): ids that do not rise
+// are refused, so every batch starts past the last and the loop ends.
 template <class Encode>
-void encode_blobs_again(sqlite::Connection& db, const std::string& select,
+void encode_blobs_again(sqlite::Connection& db, std::string_view table, const std::string& select,
                         const std::string& update, Encode encode) {
   sqlite::Statement read = db.prepare(select);
   sqlite::Statement write = db.prepare(update);
@@ -251,8 +253,14 @@ void encode_blobs_again(sqlite::Connection& db, const std::string& select,
     batch.clear();
     read.bind(1, after);
     while (read.step()) {
+      const std::int64_t id = read.column_int64(0);
+      if (id <= (batch.empty() ? after : batch.back().first))
+        throw sqlite::BadFileError(db.path() + ": workspace is damaged (the rows of " +
+                                       std::string(table) + " are not in id order at id " +
+                                       std::to_string(id) + ")",
+                                   SQLITE_CORRUPT);
       auto& row = batch.emplace_back();
-      row.first = read.column_int64(0);
+      row.first = id;
       encode(read, row.second);
     }
     read.reset();
@@ -266,7 +274,7 @@ void encode_blobs_again(sqlite::Connection& db, const std::string& select,
 void create_version_5(sqlite::Connection& db) {
   std::vector<PackedCounter> samples;
   encode_blobs_again(
-      db,
+      db, "counter_blocks",
       "SELECT id, run, first_seq, sample_count, samples FROM counter_blocks WHERE id > ?1 ORDER "
       "BY id LIMIT 256",
       "UPDATE counter_blocks SET samples = ?2 WHERE id = ?1",
@@ -277,7 +285,8 @@ void create_version_5(sqlite::Connection& db) {
       });
   std::vector<PackedSpan> spans;
   encode_blobs_again(
-      db, "SELECT id, span_count, spans FROM span_blocks WHERE id > ?1 ORDER BY id LIMIT 4096",
+      db, "span_blocks",
+      "SELECT id, span_count, spans FROM span_blocks WHERE id > ?1 ORDER BY id LIMIT 4096",
       "UPDATE span_blocks SET spans = ?2 WHERE id = ?1",
       [&](sqlite::Statement& row, std::vector<std::uint8_t>& blob) {
         decode_version4_block(row.column_blob(2), row.column_bytes(2), row.column_int64(1),

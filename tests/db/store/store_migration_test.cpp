@@ -244,6 +244,36 @@ TEST(StoreMigration, CounterRowsThatBreakAConstraintWhenPackedAreNamedAsDamage) 
   EXPECT_EQ(raw.query_int64("SELECT count(*) FROM sqlite_master WHERE name = 'counter_blocks'"), 0);
 }
 
+// Version 5 encodes the blocks again a batch at a time, each batch after the last one's id. Ids
+// that do not rise (text, which sorts after every number and reads as 0; or a damaged table's
+// order) would give the same rows again and again: they are refused as damage, not looped on.
+TEST(StoreMigration, BlockIdsThatDoNotRiseAreNamedNotLoopedOn) {
+  TempDir dir;
+  const std::string path = dir.file("v4-text-ids.db");
+  {
+    sqlite::Connection raw(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    raw.exec("PRAGMA journal_mode = WAL");
+    migrate(raw, 4);
+    raw.exec(
+        "DROP TABLE counter_blocks;"
+        "CREATE TABLE counter_blocks(id TEXT, run INTEGER, first_seq INTEGER, sample_count "
+        "INTEGER, samples BLOB);"
+        "INSERT INTO counter_blocks VALUES ('one', 1, 0, 1, zeroblob(" +
+        std::to_string(sizeof(PackedCounter)) + "));");
+  }
+  try {
+    Workspace ws(path);
+    FAIL() << "a workspace whose block ids do not rise opened";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": workspace is damaged (the rows of "
+                                                "counter_blocks are not in id order at id 0)"),
+              std::string::npos)
+        << e.what();
+  }
+  sqlite::Connection raw(path, SQLITE_OPEN_READONLY);
+  EXPECT_EQ(read_schema_version(raw), 4);
+}
+
 // A counter block whose size disagrees with its sample count is named, not read past its end.
 TEST(StoreMigration, ACorruptCounterBlockIsNamed) {
   TempDir dir;
