@@ -2,7 +2,8 @@
 // says a planned schedule takes (Planner::makespan, which zb-h1 and 1f1b's interlaced passes
 // choose between their candidate orders by) against executing the planned op lists with the same
 // costs (estimated_makespan), over random per-stage costs, transfers and barriers, with idling,
-// rewound, blocked and barrier-waiting ranks.
+// rewound, blocked and barrier-waiting ranks; and the rank they advance next (EarliestRank)
+// against a scan for the first least clock.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -181,6 +182,36 @@ TEST(Planner, WhetherThePassesFitIsWhatPlanningThemFinds) {
             }
   EXPECT_GT(fit, 100);
   EXPECT_GT(stalled, 100);
+}
+
+// The rank the planners advance next: the eligible rank with the least clock, ties to the lowest
+// rank, as a scan for the first minimum finds it, over random clocks drawn from a few values (so
+// that ties are common), ineligible ranks, clocks set to what they were and rank counts that are
+// and are not powers of two.
+TEST(Planner, TheEarliestRankIsTheFirstLeastEligibleClock) {
+  std::mt19937_64 rng(11);
+  for (int ranks : {1, 2, 3, 5, 8, 13, 32, 33, 64}) {
+    EarliestRank earliest(ranks);
+    std::vector<double> clock(static_cast<std::size_t>(ranks), EarliestRank::kIneligible);
+    for (int i = 0; i < ranks; ++i) earliest.set(i, EarliestRank::kIneligible);
+    for (int step = 0; step < 4000; ++step) {
+      const int r = static_cast<int>(rng() % static_cast<std::uint64_t>(ranks));
+      const std::uint64_t draw = rng() % 8;
+      const double c = draw == 0   ? EarliestRank::kIneligible
+                       : draw == 1 ? clock[static_cast<std::size_t>(r)]
+                                   : 0.5 * static_cast<double>(rng() % 6);
+      clock[static_cast<std::size_t>(r)] = c;
+      earliest.set(r, c);
+      int expected = -1;
+      for (int i = 0; i < ranks; ++i)
+        if (clock[static_cast<std::size_t>(i)] != EarliestRank::kIneligible &&
+            (expected < 0 ||
+             clock[static_cast<std::size_t>(i)] < clock[static_cast<std::size_t>(expected)]))
+          expected = i;
+      ASSERT_EQ(earliest.top(), expected)
+          << ranks << " ranks, step " << step << ": set rank " << r << " to " << c;
+    }
+  }
 }
 
 }  // namespace
