@@ -6,8 +6,10 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <system_error>
 
 namespace pipetune::cli {
 
@@ -26,6 +28,12 @@ std::string shown_text(const std::string& text) {
 
 std::string human_bytes(double b) {
   return profiler::format_bytes(b);
+}
+
+std::string shown_number(double value) {
+  char buf[64];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(value);
 }
 
 int terminal_width() {

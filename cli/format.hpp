@@ -17,6 +17,9 @@ inline double seconds_of(std::int64_t ns) {
 }
 // profiler::format_bytes.
 std::string human_bytes(double bytes);
+// A number a user gave, in the fewest digits that read back to it (1.5, not 1.500000), for
+// messages that quote it.
+std::string shown_number(double value);
 // Columns for charts: the terminal's width when stdout is one, else 100.
 int terminal_width();
 // --width of a text Gantt chart: 0 (the terminal's) or 1 to 10000 columns, else InputError

@@ -110,7 +110,7 @@ tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
   p.vocab = schedule::parse_vocab_mode(a.vocab);
   if (a.memory_limit && !(*a.memory_limit > 0.0 && std::isfinite(*a.memory_limit)))
     throw InputError("--memory-limit must be a positive number of micro-batches, not " +
-                     std::to_string(*a.memory_limit));
+                     shown_number(*a.memory_limit));
   p.memory_limit = a.memory_limit.value_or(0.0);   // absent: no limit
   p.slices = count_or_zero(a.slices, "--slices");  // absent: the schedule's default
   p.slice_tokens = a.slice_tokens;
@@ -118,7 +118,7 @@ tuner::SimulationSetup setup_from_flags(const SimulateArgs& a) {
     throw InputError(
         "--skip-ratio is the share of stages a micro-batch skips: at least 0 and "
         "below 1, not " +
-        std::to_string(*a.skip_ratio));
+        shown_number(*a.skip_ratio));
   p.skip_ratio = a.skip_ratio;  // unset: the schedule's default
   p.layered_reduction = a.layered_reduction;
   if (a.cost_reduce > 0.0 && !a.layered_reduction &&

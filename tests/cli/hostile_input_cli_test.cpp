@@ -52,6 +52,13 @@ TEST(HostileInput, CountsOfZeroAreRefusedNotReplaced) {
            {{"simulate", "--schedule", "zb-h2", "--stages", "4", "--microbatches", "8",
              "--memory-limit", "nan", "--no-db"},
             "--memory-limit must be a positive number of micro-batches, not nan"},
+           // The number as given, not std::to_string's six decimals ("-1.500000").
+           {{"simulate", "--schedule", "zb-h2", "--stages", "4", "--microbatches", "8",
+             "--memory-limit", "-1.5", "--no-db"},
+            "--memory-limit must be a positive number of micro-batches, not -1.5"},
+           {{"simulate", "--schedule", "skippipe", "--stages", "4", "--microbatches", "8",
+             "--skip-ratio", "1.25", "--no-db"},
+            "at least 0 and below 1, not 1.25"},
            {with(kPredict, {"--seq", "0"}), "--seq: must be at least 1, not 0"},
            {with(kPredict, {"--nodes-of", "0"}), "--nodes-of: must be at least 1, not 0"},
            // A given 0 or negative was taken as "derive it" (dp = gpus / (tp*pp)).
