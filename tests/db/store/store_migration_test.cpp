@@ -46,6 +46,19 @@ std::string schema_sql(sqlite::Connection& db) {
   return out;
 }
 
+// Opening the workspace is refused with an InputError whose message holds `expected`, and the file
+// keeps schema version `version` (the migration rolled back).
+void expect_refused_at_open(const std::string& path, const std::string& expected, int version) {
+  try {
+    Workspace ws(path);
+    ADD_FAILURE() << path << " opened; expected the refusal: " << expected;
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+  sqlite::Connection raw(path, SQLITE_OPEN_READONLY);
+  EXPECT_EQ(read_schema_version(raw), version);
+}
+
 TEST(StoreMigration, VersionOneWorkspaceIsMigratedAndKeepsItsRuns) {
   TempDir dir;
   const std::string path = dir.file("v1.db");
@@ -228,18 +241,12 @@ TEST(StoreMigration, CounterRowsThatBreakAConstraintWhenPackedAreNamedAsDamage) 
         "INSERT INTO counters(run, seq, rank, name, t_ns, value) VALUES "
         "(0, 0, 0, 0, 10, 1.0), (5, 0, 0, 0, 20, 2.0), ('five', 0, 0, 0, 30, 3.0);");
   }
-  try {
-    Workspace ws(path);
-    FAIL() << "a workspace whose counters cannot be packed opened";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(path + ": workspace is damaged (UNIQUE constraint "
-                                                "failed: counter_blocks.run, "
-                                                "counter_blocks.first_seq)"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_refused_at_open(path,
+                         path +
+                             ": workspace is damaged (UNIQUE constraint failed: "
+                             "counter_blocks.run, counter_blocks.first_seq)",
+                         3);
   sqlite::Connection raw(path, SQLITE_OPEN_READONLY);
-  EXPECT_EQ(read_schema_version(raw), 3);
   EXPECT_EQ(raw.query_int64("SELECT count(*) FROM counters"), 3);
   EXPECT_EQ(raw.query_int64("SELECT count(*) FROM sqlite_master WHERE name = 'counter_blocks'"), 0);
 }
@@ -261,17 +268,11 @@ TEST(StoreMigration, BlockIdsThatDoNotRiseAreNamedNotLoopedOn) {
         "INSERT INTO counter_blocks VALUES ('one', 1, 0, 1, zeroblob(" +
         std::to_string(sizeof(PackedCounter)) + "));");
   }
-  try {
-    Workspace ws(path);
-    FAIL() << "a workspace whose block ids do not rise opened";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(path + ": workspace is damaged (the rows of "
-                                                "counter_blocks are not in id order at id 0)"),
-              std::string::npos)
-        << e.what();
-  }
-  sqlite::Connection raw(path, SQLITE_OPEN_READONLY);
-  EXPECT_EQ(read_schema_version(raw), 4);
+  expect_refused_at_open(path,
+                         path +
+                             ": workspace is damaged (the rows of counter_blocks are not in id "
+                             "order at id 0)",
+                         4);
 }
 
 // A counter block whose size disagrees with its sample count is named, not read past its end.
