@@ -9,10 +9,21 @@
 #include <unistd.h>
 #endif
 
+// AddressSanitizer, ThreadSanitizer and MemorySanitizer replace malloc with their own allocator,
+// which neither mallopt nor the heap's break governs.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PIPETUNE_SANITIZER_HEAP 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+#define PIPETUNE_SANITIZER_HEAP 1
+#endif
+#endif
+
 namespace pipetune::cli {
 
-void set_up_heap() {
-#if defined(__GLIBC__)
+bool set_up_heap() {
+#if defined(__GLIBC__) && !defined(PIPETUNE_SANITIZER_HEAP)
   constexpr std::size_t kHugePage = std::size_t{2} << 20;
   constexpr int kTopPad = 64 << 20;
   // glibc's largest mmap threshold on 64-bit: a larger one is refused.
@@ -28,6 +39,9 @@ void set_up_heap() {
   const std::uintptr_t end = after & ~(kHugePage - 1);
   // A kernel without THP refuses the advice: the heap then stays in 4 KB pages, as before.
   if (end > first) madvise(reinterpret_cast<void*>(first), end - first, MADV_HUGEPAGE);
+  return true;
+#else
+  return false;
 #endif
 }
 
