@@ -9,7 +9,6 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
-#include <system_error>
 
 namespace pipetune::cli {
 
@@ -31,9 +30,8 @@ std::string human_bytes(double b) {
 }
 
 std::string shown_number(double value) {
-  char buf[64];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
-  return ec == std::errc() ? std::string(buf, end) : std::to_string(value);
+  char buf[32];  // the shortest form of any double takes at most 24
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, value).ptr);
 }
 
 int terminal_width() {

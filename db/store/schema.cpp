@@ -654,10 +654,7 @@ sqlite::Connection open_workspace_db(const std::string& path, OpenMode mode) {
     // A schema SQLite cannot use (unsupported format, another text encoding, a table without
     // the columns a query names) or absurd sizes in it: the file is damaged, not the machine.
     if (!damaged_file_code(e.code())) throw;
-    throw sqlite::BadFileError(
-        path + ": workspace is damaged (" +
-            (e.message().empty() ? std::string(sqlite3_errstr(e.code())) : e.message()) + ")",
-        e.code());
+    throw sqlite::BadFileError(path + ": workspace is damaged (" + e.message() + ")", e.code());
   }
 }
 

@@ -26,7 +26,7 @@ namespace pipetune::db::sqlite {
 // (kept apart from what(): the connection's message is gone once a transaction rolls back).
 class Error : public std::runtime_error {
  public:
-  Error(const std::string& what, int code, std::string message = {})
+  Error(const std::string& what, int code, std::string message)
       : std::runtime_error(what), code_(code), message_(std::move(message)) {}
   int code() const { return code_; }
   const std::string& message() const { return message_; }

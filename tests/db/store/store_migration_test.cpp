@@ -46,6 +46,14 @@ std::string schema_sql(sqlite::Connection& db) {
   return out;
 }
 
+// A workspace at an older schema `version`, as that pipetune left it (WAL), with `sql` run in it.
+void write_old_workspace(const std::string& path, int version, const std::string& sql) {
+  sqlite::Connection raw(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  raw.exec("PRAGMA journal_mode = WAL");
+  migrate(raw, version);
+  raw.exec(sql);
+}
+
 // Opening the workspace is refused with an InputError whose message holds `expected`, and the file
 // keeps schema version `version` (the migration rolled back).
 void expect_refused_at_open(const std::string& path, const std::string& expected, int version) {
@@ -182,23 +190,19 @@ TEST(StoreMigration, VersionThreeCounterRowsArePackedIntoBlocks) {
   TempDir dir;
   const std::string path = dir.file("v3.db");
   const std::int64_t many = static_cast<std::int64_t>(kCounterBlockSamples) + 904;
-  {
-    sqlite::Connection raw(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-    raw.exec("PRAGMA journal_mode = WAL");
-    migrate(raw, 3);
-    raw.exec(
-        "INSERT INTO runs(id, kind, name, status, started_unix_ns) VALUES "
-        "(5, 'simulated', 'many', 'complete', 1), (6, 'measured', 'few', 'complete', 2);"
-        "INSERT INTO names(run, id, text) VALUES (5, 0, ''), (5, 1, 'activations'), "
-        "(6, 0, ''), (6, 1, 'loss scale');");
-    // Run 5: seq 0..many-1 with seq 7's value NULL; run 6: three rows with gaps in seq.
-    raw.exec("WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < " +
-             std::to_string(many - 1) +
-             ") INSERT INTO counters(run, seq, rank, name, t_ns, value) SELECT 5, x, x % 3, 1, "
-             "10 * x, CASE WHEN x = 7 THEN NULL ELSE 0.5 * x END FROM c;"
-             "INSERT INTO counters(run, seq, rank, name, t_ns, value) VALUES "
-             "(6, 0, 1, 1, 100, 65536.0), (6, 4, 0, 1, 200, -1.5), (6, 9, 1, 1, 300, 2.0);");
-  }
+  // Run 5: seq 0..many-1 with seq 7's value NULL; run 6: three rows with gaps in seq.
+  write_old_workspace(
+      path, 3,
+      "INSERT INTO runs(id, kind, name, status, started_unix_ns) VALUES "
+      "(5, 'simulated', 'many', 'complete', 1), (6, 'measured', 'few', 'complete', 2);"
+      "INSERT INTO names(run, id, text) VALUES (5, 0, ''), (5, 1, 'activations'), "
+      "(6, 0, ''), (6, 1, 'loss scale');"
+      "WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < " +
+          std::to_string(many - 1) +
+          ") INSERT INTO counters(run, seq, rank, name, t_ns, value) SELECT 5, x, x % 3, 1, "
+          "10 * x, CASE WHEN x = 7 THEN NULL ELSE 0.5 * x END FROM c;"
+          "INSERT INTO counters(run, seq, rank, name, t_ns, value) VALUES "
+          "(6, 0, 1, 1, 100, 65536.0), (6, 4, 0, 1, 200, -1.5), (6, 9, 1, 1, 300, 2.0);");
   Workspace ws(path);
   EXPECT_EQ(ws.schema_version(), kSchemaVersion);
   const std::vector<CounterSample> five = ws.counters(5);
@@ -233,14 +237,9 @@ TEST(StoreMigration, VersionThreeCounterRowsArePackedIntoBlocks) {
 TEST(StoreMigration, CounterRowsThatBreakAConstraintWhenPackedAreNamedAsDamage) {
   TempDir dir;
   const std::string path = dir.file("v3-damaged.db");
-  {
-    sqlite::Connection raw(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-    raw.exec("PRAGMA journal_mode = WAL");
-    migrate(raw, 3);
-    raw.exec(
-        "INSERT INTO counters(run, seq, rank, name, t_ns, value) VALUES "
-        "(0, 0, 0, 0, 10, 1.0), (5, 0, 0, 0, 20, 2.0), ('five', 0, 0, 0, 30, 3.0);");
-  }
+  write_old_workspace(path, 3,
+                      "INSERT INTO counters(run, seq, rank, name, t_ns, value) VALUES "
+                      "(0, 0, 0, 0, 10, 1.0), (5, 0, 0, 0, 20, 2.0), ('five', 0, 0, 0, 30, 3.0);");
   expect_refused_at_open(path,
                          path +
                              ": workspace is damaged (UNIQUE constraint failed: "
@@ -257,17 +256,12 @@ TEST(StoreMigration, CounterRowsThatBreakAConstraintWhenPackedAreNamedAsDamage) 
 TEST(StoreMigration, BlockIdsThatDoNotRiseAreNamedNotLoopedOn) {
   TempDir dir;
   const std::string path = dir.file("v4-text-ids.db");
-  {
-    sqlite::Connection raw(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-    raw.exec("PRAGMA journal_mode = WAL");
-    migrate(raw, 4);
-    raw.exec(
-        "DROP TABLE counter_blocks;"
-        "CREATE TABLE counter_blocks(id TEXT, run INTEGER, first_seq INTEGER, sample_count "
-        "INTEGER, samples BLOB);"
-        "INSERT INTO counter_blocks VALUES ('one', 1, 0, 1, zeroblob(" +
-        std::to_string(sizeof(PackedCounter)) + "));");
-  }
+  write_old_workspace(path, 4,
+                      "DROP TABLE counter_blocks;"
+                      "CREATE TABLE counter_blocks(id TEXT, run INTEGER, first_seq INTEGER, "
+                      "sample_count INTEGER, samples BLOB);"
+                      "INSERT INTO counter_blocks VALUES ('one', 1, 0, 1, zeroblob(" +
+                          std::to_string(sizeof(PackedCounter)) + "));");
   expect_refused_at_open(path,
                          path +
                              ": workspace is damaged (the rows of counter_blocks are not in id "
