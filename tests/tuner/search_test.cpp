@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <set>
 #include <sstream>
 
@@ -192,6 +193,48 @@ TEST(Search, AClosestPlanSkippedAsUnableToFitIsScoredWhenNothingFits) {
   EXPECT_EQ(key(*r.smallest_infeasible), closest);
   EXPECT_EQ(r.smallest_infeasible->score.peak_memory_bytes,
             plain.smallest_infeasible->score.peak_memory_bytes);
+}
+
+TEST(Search, AnExhaustiveSearchLeavesThePlansThatCannotFitUnscored) {
+  // keep 0 scores every plan, except those whose bound already overflows the memory: they are
+  // counted out of memory unscored, and the rest is ranked as without a bounder. The bound is
+  // valid (it refuses infeasible plans only: those with micro-batches of 2 and 8) and tight in time
+  // (each plan's own time), which branch and bound would prune by; keep 0 must not.
+  SearchSpace s = tiny_space(8);
+  s.keep = 0;
+  const SearchResult plain = search_plans(s, toy_score);
+  std::atomic<int> scored{0};
+  const auto refused = [](const spec::ParallelPlan& p) {
+    return !toy_score(p).feasible && p.micro_batch_size % 3 != 1;
+  };
+  const ScorerFactory factory = [&] {
+    PlanScorer score = [&](const spec::ParallelPlan& p) {
+      ++scored;
+      return toy_score(p);
+    };
+    PlanBounder bound = [&](const spec::ParallelPlan& p) {
+      CandidateBound b;
+      b.iteration_time = toy_score(p).iteration_time;
+      b.peak_memory_bytes = toy_score(p).peak_memory_bytes;
+      b.fits = !refused(p);
+      return b;
+    };
+    return Scorer(score, bound);
+  };
+  const SearchResult r = search_plans(s, factory);
+  for (const ScoredPlan& c : plain.ranked) EXPECT_FALSE(refused(c.plan)) << key(c);
+  ASSERT_TRUE(plain.smallest_infeasible);
+  EXPECT_FALSE(refused(plain.smallest_infeasible->plan));  // the closest one is still scored
+  EXPECT_EQ(key(*r.smallest_infeasible), key(*plain.smallest_infeasible));
+  EXPECT_EQ(plain.candidates_evaluated - r.candidates_evaluated, 8);  // 2 sizes x 4 ZeRO stages
+  EXPECT_EQ(scored.load(), r.candidates_evaluated);
+  EXPECT_EQ(r.pruned, plain.pruned);  // out of memory either way
+  ASSERT_EQ(r.ranked.size(), plain.ranked.size());
+  for (std::size_t i = 0; i < r.ranked.size(); ++i)
+    ASSERT_EQ(key(r.ranked[i]), key(plain.ranked[i])) << "rank " << i;
+  ASSERT_EQ(r.pareto.size(), plain.pareto.size());
+  for (std::size_t i = 0; i < r.pareto.size(); ++i)
+    EXPECT_EQ(key(r.pareto[i]), key(plain.pareto[i])) << "front " << i;
 }
 
 TEST(Search, RedistributedSplitMatchesAHandCalculation) {

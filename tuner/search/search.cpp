@@ -195,11 +195,13 @@ struct ScoringProgress {
   std::size_t done = 0;
 };
 
-// Scores every job on `threads` threads. Branch and bound (when bounded): bound every plan
-// (cheap), then score in the order of the bounds, so the plans that decide what can be skipped
-// come first; a plan whose bound the scored plans beat is skipped.
+// Scores every job on `threads` threads. With bounds (`bounded`), every plan is bounded first
+// (cheap) and one whose least memory already overflows the device is not scored: it cannot fit,
+// whatever its schedule. Branch and bound (`pruned`, with bounds): score in the order of the
+// bounds, so the plans that decide what can be skipped come first; a plan whose bound the scored
+// plans beat is skipped.
 ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFactory& make_scorer,
-                           std::int64_t keep, bool bounded, int threads,
+                           std::int64_t keep, bool bounded, bool pruned, int threads,
                            const SearchProgress& progress, const std::atomic<bool>* cancel,
                            JobOutcomes& out) {
   const std::size_t n = jobs.size();
@@ -221,6 +223,8 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
              [&](Scorer& sc, std::size_t i) {
                catch_input(i, [&] { bounds[i] = sc.bound(jobs[i].plan); });
              });
+  }
+  if (pruned) {
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
       return bounds[a].iteration_time < bounds[b].iteration_time;
     });
@@ -229,9 +233,9 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
   ScoredTimes scored_times;
   std::atomic<std::size_t> done{0};
   // Scored in the order of the bounds one at a time (each plan scored may skip the next ones);
-  // without bounds, in the enumeration's order, neighbours together.
+  // without pruning, in the enumeration's order, neighbours together.
   run_pool(threads, n, make_scorer, cancel, done, progress, total,
-           bounded ? static_cast<std::int64_t>(n) : 0, bounded ? 1 : kScoreBlock,
+           bounded ? static_cast<std::int64_t>(n) : 0, pruned ? 1 : kScoreBlock,
            [&](Scorer& sc, std::size_t k) {
              const std::size_t i = order[k];
              if (!out.errors[i].empty()) return;
@@ -239,7 +243,7 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
                out.over_memory[i] = 1;
                return;
              }
-             if (bounded && frontier.beats(bounds[i])) {
+             if (pruned && frontier.beats(bounds[i])) {
                out.skipped[i] = 1;
                return;
              }
@@ -251,7 +255,7 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
                b.iteration_time = time;
                return frontier.beats(b);
              };
-             if (bounded && sc.lower) {
+             if (pruned && sc.lower) {
                double slowest = 0.0;
                for (const spec::ParallelPlan& lower : sc.lower(jobs[i].plan))
                  if (const auto time = scored_times.find(lower, jobs[i].vocab_label))
@@ -265,7 +269,7 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
              // memory: where none does (the Pareto front's low-memory end), it is not worked out.
              CandidateBound any_time = b;
              any_time.iteration_time = INFINITY;
-             const bool refine = bounded && sc.refine && frontier.beats(any_time);
+             const bool refine = pruned && sc.refine && frontier.beats(any_time);
              catch_input(i, [&] {
                if (refine) {
                  if (const std::optional<double> refined = sc.refine(jobs[i].plan);
@@ -284,7 +288,7 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
                // A sparse plan may tie its dense twin and be left out of the results
                // (SparseTwins), so only the plans that stay bound the others.
                if (!jobs[i].plan.sparse_embedding_gradient) frontier.add(*out.scores[i]);
-               if (bounded && sc.lower)
+               if (pruned && sc.lower)
                  scored_times.add(jobs[i].plan, jobs[i].vocab_label, out.scores[i]->iteration_time);
              });
            });
@@ -395,17 +399,18 @@ SearchResult search_plans(const SearchSpace& space, const ScorerFactory& make_sc
   SearchResult result;
   std::vector<SearchJob> jobs = enumerate_plans(space, result);
   const int threads = search_threads(space);
-  const bool bounded = space.keep > 0 && make_scorer().bound != nullptr;
+  const bool bounded = make_scorer().bound != nullptr;
+  const bool pruned = bounded && space.keep > 0;
   JobOutcomes outcomes(jobs.size());
-  const ScoringProgress scored =
-      score_jobs(jobs, make_scorer, space.keep, bounded, threads, progress, cancel, outcomes);
+  const ScoringProgress scored = score_jobs(jobs, make_scorer, space.keep, bounded, pruned, threads,
+                                            progress, cancel, outcomes);
   result.cancelled = cancel != nullptr && cancel->load();
   // A cancelled search reports how far it got, not 100%.
   if (progress)
     progress(result.cancelled ? static_cast<std::int64_t>(scored.done) : scored.total,
              scored.total);
   tally_outcomes(jobs, outcomes, result);
-  rank_plans(result, space.keep, bounded && !result.cancelled);
+  rank_plans(result, space.keep, pruned && !result.cancelled);
   return result;
 }
 

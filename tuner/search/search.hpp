@@ -147,7 +147,9 @@ struct SearchSpace {
   std::int64_t max_candidates = 0;  // stop enumerating after this many plans; 0 = no limit
   // With a bounder: the best `keep` plans (and the Pareto front) are exact; plans that provably
   // cannot be among them are skipped, and the results hold just those (the same every run,
-  // whatever the threads' timing). 0 = score every plan and rank them all.
+  // whatever the threads' timing). 0 = score every plan and rank them all. Either way a plan whose
+  // bound's least memory already overflows the device is counted out of memory unscored (with no
+  // feasible plan, those closest to fitting are scored to find the smallest).
   std::int64_t keep = 0;
   int threads = 0;  // scoring threads; 0 = hardware concurrency
 };

@@ -131,29 +131,45 @@ Planner::Planner(Schedule& s, const CostTable& costs)
       idle_since_(static_cast<std::size_t>(s.stages), -1.0),
       barrier_of_(static_cast<std::size_t>(s.stages)),
       in_barrier_(static_cast<std::size_t>(s.stages), 0),
-      watches_(static_cast<std::size_t>(s.stages)),
-      watch_count_(static_cast<std::size_t>(s.stages), 0) {}
+      cells_(static_cast<std::size_t>(s.groups()) * static_cast<std::size_t>(s.microbatches)),
+      generation_(static_cast<std::size_t>(s.stages), 0),
+      watch_heads_(2 * cells_ + 3 * static_cast<std::size_t>(s.microbatches), -1) {}
 
 std::optional<double> Planner::makespan() const {
   if (!as_executed_) return std::nullopt;
   return op_end_.empty() ? 0.0 : *std::max_element(op_end_.begin(), op_end_.end());
 }
 
-void Planner::watch(int rank, const Event& event) const {
-  const auto r = static_cast<std::size_t>(rank);
-  std::size_t& n = watch_count_[r];
-  if (n < kMaxWatches) watches_[r][n] = event;
-  if (n <= kMaxWatches) ++n;
+std::size_t Planner::event_index(const Event& e) const {
+  const auto mb = static_cast<std::size_t>(e.microbatch);
+  const auto m = static_cast<std::size_t>(schedule_.microbatches);
+  switch (e.kind) {
+    case EventKind::Forward:
+      return static_cast<std::size_t>(e.group) * m + mb;
+    case EventKind::Backward:
+      return cells_ + static_cast<std::size_t>(e.group) * m + mb;
+    case EventKind::InputReduce:
+      return 2 * cells_ + mb;
+    case EventKind::OutputBarrier1:
+      return 2 * cells_ + m + mb;
+    case EventKind::OutputBarrier2:
+      break;
+  }
+  return 2 * cells_ + 2 * m + mb;
 }
 
-bool Planner::wakes(int rank) const {
-  const auto r = static_cast<std::size_t>(rank);
-  const std::size_t n = watch_count_[r];
-  if (n > kMaxWatches) return !produced_.empty();
-  for (const Event& e : produced_)
-    for (std::size_t i = 0; i < n; ++i)
-      if (watches_[r][i] == e) return true;
-  return false;
+void Planner::watch(int rank, const Event& event) const {
+  int& head = watch_heads_[event_index(event)];
+  const Watch w{rank, generation_[static_cast<std::size_t>(rank)], head};
+  if (free_watch_ >= 0) {
+    const int i = free_watch_;
+    free_watch_ = watches_[static_cast<std::size_t>(i)].next;
+    watches_[static_cast<std::size_t>(i)] = w;
+    head = i;
+  } else {
+    watches_.push_back(w);
+    head = static_cast<int>(watches_.size()) - 1;
+  }
 }
 
 Planner::Need Planner::need(int rank, const Op& op) const {
@@ -170,10 +186,7 @@ void Planner::run(int rank, const Op& op, double ready) {
   const double done = start + costs_.cost(rank, op.kind);
   clock_[r] = done;
   op_end_[r] = done;
-  if (idle_since_[r] >= 0.0) {
-    idle_since_[r] = -1.0;
-    std::erase(idling_, rank);
-  }
+  idle_since_[r] = -1.0;
   schedule_.ranks[r].push_back(op);
   const Production prod = production_of(schedule_, rank, op);
   if (!prod.present) return;
@@ -195,10 +208,7 @@ void Planner::run(int rank, const Op& op, double ready) {
 
 void Planner::idle_until(int rank, double t) {
   const auto r = static_cast<std::size_t>(rank);
-  if (idle_since_[r] < 0.0) {
-    idle_since_[r] = clock_[r];
-    idling_.push_back(rank);
-  }
+  if (idle_since_[r] < 0.0) idle_since_[r] = clock_[r];
   clock_[r] = std::max(clock_[r], t);
 }
 
@@ -216,16 +226,24 @@ bool Planner::leave_barrier(int rank) {
 }
 
 void Planner::produced(const Event& event, double time) {
-  ++productions_;
-  produced_.push_back(event);
-  // An idling rank may have been waiting for exactly this: let it look again at `time`.
-  for (const int rank : idling_) {
-    const auto r = static_cast<std::size_t>(rank);
-    if (clock_[r] > time) {
-      clock_[r] = std::max(idle_since_[r], time);
-      rewound_.push_back(rank);
+  int& head = watch_heads_[event_index(event)];
+  for (int i = head; i >= 0;) {
+    Watch& w = watches_[static_cast<std::size_t>(i)];
+    const int next = w.next;
+    const auto r = static_cast<std::size_t>(w.rank);
+    if (w.generation == generation_[r]) {
+      woken_.push_back(w.rank);
+      // An idling rank was waiting for this, among others: let it look again at `time`.
+      if (idle_since_[r] >= 0.0 && clock_[r] > time) {
+        clock_[r] = std::max(idle_since_[r], time);
+        rewound_.push_back(w.rank);
+      }
     }
+    w.next = free_watch_;
+    free_watch_ = i;
+    i = next;
   }
+  head = -1;
 }
 
 EarliestRank::EarliestRank(int ranks) {

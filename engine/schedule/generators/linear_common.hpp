@@ -111,8 +111,10 @@ class Planner {
   void run(int rank, const Op& op) { run(rank, op, ready_time(rank, op).value()); }
   // The same, given the ready_time the step just asked for.
   void run(int rank, const Op& op, double ready);
-  // Nothing to do before t: the rank idles, but is woken earlier when another rank produces an
-  // event before t (it may be what the rank needs).
+  // Nothing to do before t: the rank idles, but is woken earlier when an event its step found
+  // unknown is produced before t (it may be what the rank needs). The step must therefore decide
+  // on what it asked (ready(), leave_barrier()) and its own state only, as a blocked step does:
+  // another production cannot change what it does at an earlier clock.
   void idle_until(int rank, double t);
 
   // Interlaced vocabulary passes: after joining a barrier the rank waits for it to complete.
@@ -120,24 +122,30 @@ class Planner {
   // Leaves the barrier when it is complete (clock moves to its completion); false otherwise.
   bool leave_barrier(int rank);
 
-  // Changes whenever an event or a barrier completion is produced.
-  std::uint64_t productions() const { return productions_; }
-
-  // Blocked ranks: a step that ends Blocked depends only on events it found unknown through
-  // ready_time() / leave_barrier() (its "watches", reset by begin_step), so it need be retried
-  // only when one of those is produced. wakes() says whether a production since
-  // clear_productions() was one the rank watches.
-  void begin_step(int rank) { watch_count_[static_cast<std::size_t>(rank)] = 0; }
+  // Blocked and idling ranks: a step that ends Blocked or idles depends only on events it found
+  // unknown through ready_time() / leave_barrier() (its "watches", dropped by its next
+  // begin_step), so it is looked at again only when one of those is produced. Each event keeps
+  // the ranks that watch it: a production reaches those alone, not every waiting rank.
+  void begin_step(int rank) { ++generation_[static_cast<std::size_t>(rank)]; }
   // Ranks whose clock a production moved back (idling ranks), since clear_rewound().
   const std::vector<int>& rewound() const { return rewound_; }
   void clear_rewound() { rewound_.clear(); }
-  bool wakes(int rank) const;
-  void clear_productions() { produced_.clear(); }
+  // Ranks a production of an event they watch reached (a blocked rank may go on), since
+  // clear_woken(); a rank may appear more than once.
+  const std::vector<int>& woken() const { return woken_; }
+  void clear_woken() { woken_.clear(); }
 
  private:
-  static constexpr std::size_t kMaxWatches = 8;
+  // One rank watching one event, in that event's list (linked by index; -1 ends it).
+  struct Watch {
+    int rank = 0;
+    std::uint32_t generation = 0;  // the rank's step that watched: stale once it steps again
+    int next = -1;
+  };
   void produced(const Event& event, double time);
   void watch(int rank, const Event& event) const;
+  // The event's place in watch_heads_: forward, backward, then the three barriers' slots.
+  std::size_t event_index(const Event& e) const;
 
   Schedule& schedule_;
   const CostTable& costs_;
@@ -147,16 +155,17 @@ class Planner {
   std::vector<double> op_end_;      // the end of the rank's last op (or barrier wait)
   bool as_executed_ = true;         // every op started where execute() starts it
   std::vector<double> idle_since_;  // negative when the rank is not idling
-  std::vector<int> idling_;         // the ranks with idle_since_ >= 0
   std::vector<Event> barrier_of_;
   std::vector<char> in_barrier_;
-  std::uint64_t productions_ = 0;
-  std::vector<Event> produced_;  // since clear_productions()
-  std::vector<int> rewound_;     // since clear_rewound()
-  // Events each rank found unknown in its current step; a rank with more than kMaxWatches
-  // watches every production (count kMaxWatches + 1).
-  mutable std::vector<std::array<Event, kMaxWatches>> watches_;
-  mutable std::vector<std::size_t> watch_count_;
+  std::vector<int> rewound_;  // since clear_rewound()
+  std::vector<int> woken_;    // since clear_woken()
+  std::size_t cells_ = 0;     // layer groups x micro-batches
+  std::vector<std::uint32_t> generation_;  // each rank's steps (begin_step)
+  // Per event, the first of its watches (-1: none); the watches, with a free list of those
+  // whose event was produced.
+  mutable std::vector<int> watch_heads_;
+  mutable std::vector<Watch> watches_;
+  mutable int free_watch_ = -1;
 };
 
 enum class StepResult { Progress, Blocked, Done };
@@ -183,14 +192,12 @@ template <class Step>
 void plan_in_time_order(std::string_view generator, Planner& planner, Step&& step) {
   const int p = planner.stages();
   std::vector<char> blocked(static_cast<std::size_t>(p), 0), done(static_cast<std::size_t>(p), 0);
-  std::vector<int> blocked_ranks;  // the ranks with blocked[i], in the order they blocked
   EarliestRank earliest(p);
   for (int i = 0; i < p; ++i) earliest.set(i, planner.clock(i));
   auto refresh = [&](int i) {
     const auto ii = static_cast<std::size_t>(i);
     earliest.set(i, done[ii] || blocked[ii] ? EarliestRank::kIneligible : planner.clock(i));
   };
-  std::uint64_t seen = planner.productions();
   while (true) {
     const int r = earliest.top();
     if (r < 0) {
@@ -209,21 +216,16 @@ void plan_in_time_order(std::string_view generator, Planner& planner, Step&& ste
       if (res == StepResult::Blocked) blocked[rr] = 1;
       if (res == StepResult::Done) done[rr] = 1;
     }
-    if (blocked[rr]) blocked_ranks.push_back(r);
     refresh(r);
     for (int i : planner.rewound()) refresh(i);
     planner.clear_rewound();
-    if (planner.productions() != seen) {
-      seen = planner.productions();
-      // Only the blocked ranks can wake, and most steps leave none: not a pass over every rank.
-      std::erase_if(blocked_ranks, [&](int i) {
-        if (!planner.wakes(i)) return false;
-        blocked[static_cast<std::size_t>(i)] = 0;
-        refresh(i);
-        return true;
-      });
-      planner.clear_productions();
+    // A blocked rank goes on once an event it watches is produced.
+    for (int i : planner.woken()) {
+      if (!blocked[static_cast<std::size_t>(i)]) continue;
+      blocked[static_cast<std::size_t>(i)] = 0;
+      refresh(i);
     }
+    planner.clear_woken();
   }
 }
 

@@ -70,8 +70,8 @@ TEST(Planner, PlannedVocabularyPassesTakeWhatExecutingThemTakes) {
 }
 
 // A planner of its own: every rank keeps 1F1B's order of F and B, and at each wait runs a deferred
-// W or not as a coin says (so ranks idle, are rewound by earlier events, and block on unknown
-// inputs in patterns zb-h1 does not make).
+// W, idles a while or waits for its input as a coin says (so ranks idle past their inputs, are
+// rewound by earlier events, and block on unknown inputs in patterns zb-h1 does not make).
 TEST(Planner, DeferredWeightPassesTakeWhatExecutingThemTakes) {
   std::mt19937_64 rng(11);
   int as_executed = 0, not_as_executed = 0;
@@ -103,7 +103,14 @@ TEST(Planner, DeferredWeightPassesTakeWhatExecutingThemTakes) {
         if (op.kind == OpKind::B) pending[R].push_back(op.microbatch);
         return StepResult::Progress;
       }
-      if (!pending[R].empty() && rng() % 2 == 0) return run_w();
+      // At a wait a coin runs a deferred W, idles the time of one (past its input's time, or
+      // until an input not planned yet is produced earlier, which rewinds the rank), or neither.
+      const auto coin = rng() % 3;
+      if (!pending[R].empty() && coin == 0) return run_w();
+      if (coin == 1) {
+        planner.idle_until(r, planner.clock(r) + planner.cost(r, OpKind::W));
+        return StepResult::Progress;
+      }
       if (ready) {
         planner.idle_until(r, *ready);
         return StepResult::Progress;
@@ -120,8 +127,8 @@ TEST(Planner, DeferredWeightPassesTakeWhatExecutingThemTakes) {
     EXPECT_EQ(*makespan, estimated_makespan(s, costs))
         << "trial " << trial << " p=" << p << " m=" << m;
   }
-  // The coin makes both: plans whose ops all start where execution starts them, and plans with a
-  // W run at a clock its rank idled to, which the planner must not time.
+  // The coin makes both: plans whose ops all start where execution starts them, and plans with an
+  // op run at a clock its rank idled to, past its input, which the planner must not time.
   EXPECT_GT(as_executed, 10);
   EXPECT_GT(not_as_executed, 10);
 }

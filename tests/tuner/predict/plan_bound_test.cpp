@@ -264,14 +264,20 @@ TEST(PlanBound, BranchAndBoundKeepsTheExhaustiveBestAndParetoFront) {
 TEST(PlanBound, WithNoFeasiblePlanTheClosestIsTheExhaustiveSearchs) {
   // Nothing fits: long sequences, no recomputation, no offload. The bounded search skips the
   // plans whose least memory overflows the device, yet reports the same closest plan as the
-  // search that scores every one.
+  // search that scores every one (without a bounder). So does the exhaustive search (keep 0),
+  // which skips them too.
   SearchSpace s = space("gpt3-18b", "h100-sxm", 8, 8);
   s.model.seq_len = 131072;
   s.recomputes = {spec::Recompute::None};
   s.offload = false;
-  const SearchResult all = search_plans(s, evaluator_scorers(s.model, s.cluster));
+  const ScorerFactory scorers = evaluator_scorers(s.model, s.cluster);
+  const SearchResult all = search_plans(s, [&] { return Scorer(scorers().score); });
+  const SearchResult exhaustive = search_plans(s, scorers);
+  ASSERT_TRUE(exhaustive.smallest_infeasible);
+  EXPECT_EQ(key(*exhaustive.smallest_infeasible), key(*all.smallest_infeasible));
+  EXPECT_LT(exhaustive.candidates_evaluated, all.candidates_evaluated);
   s.keep = 10;
-  const SearchResult bb = search_plans(s, evaluator_scorers(s.model, s.cluster));
+  const SearchResult bb = search_plans(s, scorers);
   ASSERT_TRUE(all.ranked.empty());
   ASSERT_TRUE(bb.ranked.empty());
   ASSERT_TRUE(all.smallest_infeasible && bb.smallest_infeasible);
