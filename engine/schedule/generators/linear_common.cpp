@@ -132,7 +132,6 @@ Planner::Planner(Schedule& s, const CostTable& costs)
       barrier_of_(static_cast<std::size_t>(s.stages)),
       in_barrier_(static_cast<std::size_t>(s.stages), 0),
       cells_(static_cast<std::size_t>(s.groups()) * static_cast<std::size_t>(s.microbatches)),
-      generation_(static_cast<std::size_t>(s.stages), 0),
       watch_heads_(2 * cells_ + 3 * static_cast<std::size_t>(s.microbatches), -1) {}
 
 std::optional<double> Planner::makespan() const {
@@ -160,7 +159,7 @@ std::size_t Planner::event_index(const Event& e) const {
 
 void Planner::watch(int rank, const Event& event) const {
   int& head = watch_heads_[event_index(event)];
-  const Watch w{rank, generation_[static_cast<std::size_t>(rank)], head};
+  const Watch w{rank, head};
   if (free_watch_ >= 0) {
     const int i = free_watch_;
     free_watch_ = watches_[static_cast<std::size_t>(i)].next;
@@ -231,13 +230,11 @@ void Planner::produced(const Event& event, double time) {
     Watch& w = watches_[static_cast<std::size_t>(i)];
     const int next = w.next;
     const auto r = static_cast<std::size_t>(w.rank);
-    if (w.generation == generation_[r]) {
-      woken_.push_back(w.rank);
-      // An idling rank was waiting for this, among others: let it look again at `time`.
-      if (idle_since_[r] >= 0.0 && clock_[r] > time) {
-        clock_[r] = std::max(idle_since_[r], time);
-        rewound_.push_back(w.rank);
-      }
+    woken_.push_back(w.rank);
+    // An idling rank was waiting for this, among others: let it look again at `time`.
+    if (idle_since_[r] >= 0.0 && clock_[r] > time) {
+      clock_[r] = std::max(idle_since_[r], time);
+      rewound_.push_back(w.rank);
     }
     w.next = free_watch_;
     free_watch_ = i;

@@ -89,6 +89,8 @@ class Planner {
     const double* time = nullptr;  // the event's time slot; null when the op waits for nothing
     double transfer = 0.0;         // added to that time: one p2p when it comes from another rank
     Event event;
+    // The rank watches the event already: a step that asks again adds no second watch.
+    mutable bool watched = false;
   };
   Need need(int rank, const Op& op) const;
   // When an op with that need could start on rank; nullopt while its event has not been planned
@@ -97,7 +99,8 @@ class Planner {
     if (need.time == nullptr) return 0.0;
     const double t = *need.time;
     if (t < 0.0) {
-      watch(rank, need.event);
+      if (!need.watched) watch(rank, need.event);
+      need.watched = true;
       return std::nullopt;
     }
     return t + need.transfer;
@@ -123,10 +126,11 @@ class Planner {
   bool leave_barrier(int rank);
 
   // Blocked and idling ranks: a step that ends Blocked or idles depends only on events it found
-  // unknown through ready_time() / leave_barrier() (its "watches", dropped by its next
-  // begin_step), so it is looked at again only when one of those is produced. Each event keeps
-  // the ranks that watch it: a production reaches those alone, not every waiting rank.
-  void begin_step(int rank) { ++generation_[static_cast<std::size_t>(rank)]; }
+  // unknown through ready_time() / leave_barrier() (its "watches"), so it is looked at again only
+  // when one of those is produced. Each event keeps the ranks that watch it: a production reaches
+  // those alone, not every waiting rank. A watch stays until its event is produced: one from an
+  // earlier step wakes a rank whose latest step did not ask, which only makes it step again to
+  // the same decision (nothing it asked has changed).
   // Ranks whose clock a production moved back (idling ranks), since clear_rewound().
   const std::vector<int>& rewound() const { return rewound_; }
   void clear_rewound() { rewound_.clear(); }
@@ -139,7 +143,6 @@ class Planner {
   // One rank watching one event, in that event's list (linked by index; -1 ends it).
   struct Watch {
     int rank = 0;
-    std::uint32_t generation = 0;  // the rank's step that watched: stale once it steps again
     int next = -1;
   };
   void produced(const Event& event, double time);
@@ -160,7 +163,6 @@ class Planner {
   std::vector<int> rewound_;  // since clear_rewound()
   std::vector<int> woken_;    // since clear_woken()
   std::size_t cells_ = 0;     // layer groups x micro-batches
-  std::vector<std::uint32_t> generation_;  // each rank's steps (begin_step)
   // Per event, the first of its watches (-1: none); the watches, with a free list of those
   // whose event was produced.
   mutable std::vector<int> watch_heads_;
@@ -208,7 +210,6 @@ void plan_in_time_order(std::string_view generator, Planner& planner, Step&& ste
       return;
     }
     const auto rr = static_cast<std::size_t>(r);
-    planner.begin_step(r);
     if (planner.in_barrier(r)) {
       if (!planner.leave_barrier(r)) blocked[rr] = 1;
     } else {
