@@ -171,13 +171,6 @@ void Planner::watch(int rank, const Event& event) const {
   }
 }
 
-Planner::Need Planner::need(int rank, const Op& op) const {
-  const Requirement req = requirement_of(schedule_, rank, op);
-  if (!req.present) return {};
-  // t + 0.0 is t for every time the slot can hold (>= 0): no transfer adds nothing, exactly.
-  return {events_.slot(req.event), req.transfer ? p2p_ : 0.0, req.event};
-}
-
 void Planner::run(int rank, const Op& op, double ready) {
   const auto r = static_cast<std::size_t>(rank);
   const double start = std::max(clock_[r], ready);

@@ -92,7 +92,12 @@ class Planner {
     // The rank watches the event already: a step that asks again adds no second watch.
     mutable bool watched = false;
   };
-  Need need(int rank, const Op& op) const;
+  Need need(int rank, const Op& op) const {
+    const Requirement req = requirement_of(schedule_, rank, op);
+    if (!req.present) return {};
+    // t + 0.0 is t for every time the slot can hold (>= 0): no transfer adds nothing, exactly.
+    return {events_.slot(req.event), req.transfer ? p2p_ : 0.0, req.event};
+  }
   // When an op with that need could start on rank; nullopt while its event has not been planned
   // yet (the rank then watches it).
   std::optional<double> ready(int rank, const Need& need) const {
