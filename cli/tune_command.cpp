@@ -294,8 +294,8 @@ void add_tune_command(CLI::App& app) {
                 "one's micro-batches (SWARM), for --failure-rate and the cluster's faults");
   cmd->add_option("--keep", a->keep,
                   "Results ranked exactly (at least --top); plans whose lower bound cannot reach "
-                  "them or the Pareto front are not simulated (0 = simulate every plan that can fit "
-                  "the memory)")
+                  "them or the Pareto front are not simulated (0 = simulate every plan that can "
+                  "fit the memory)")
       ->capture_default_str();
   cmd->add_option("--threads", a->threads, "Scoring threads (0 = all cores)");
   cmd->add_flag("--json", a->json, "Print one JSON object on stdout");

@@ -197,14 +197,15 @@ struct ScoringProgress {
 
 // Scores every job on `threads` threads. With bounds (`bounded`), every plan is bounded first
 // (cheap) and one whose least memory already overflows the device is not scored: it cannot fit,
-// whatever its schedule. Branch and bound (`pruned`, with bounds): score in the order of the
+// whatever its schedule. Branch and bound (with bounds and keep > 0): score in the order of the
 // bounds, so the plans that decide what can be skipped come first; a plan whose bound the scored
 // plans beat is skipped.
 ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFactory& make_scorer,
-                           std::int64_t keep, bool bounded, bool pruned, int threads,
+                           std::int64_t keep, bool bounded, int threads,
                            const SearchProgress& progress, const std::atomic<bool>* cancel,
                            JobOutcomes& out) {
   const std::size_t n = jobs.size();
+  const bool pruned = bounded && keep > 0;
   std::vector<std::size_t> order(n);
   for (std::size_t i = 0; i < n; ++i) order[i] = i;
   auto catch_input = [&](std::size_t i, auto&& what) {
@@ -287,7 +288,7 @@ ScoringProgress score_jobs(const std::vector<SearchJob>& jobs, const ScorerFacto
                }
                // A sparse plan may tie its dense twin and be left out of the results
                // (SparseTwins), so only the plans that stay bound the others.
-               if (!jobs[i].plan.sparse_embedding_gradient) frontier.add(*out.scores[i]);
+               if (pruned && !jobs[i].plan.sparse_embedding_gradient) frontier.add(*out.scores[i]);
                if (pruned && sc.lower)
                  scored_times.add(jobs[i].plan, jobs[i].vocab_label, out.scores[i]->iteration_time);
              });
@@ -400,17 +401,17 @@ SearchResult search_plans(const SearchSpace& space, const ScorerFactory& make_sc
   std::vector<SearchJob> jobs = enumerate_plans(space, result);
   const int threads = search_threads(space);
   const bool bounded = make_scorer().bound != nullptr;
-  const bool pruned = bounded && space.keep > 0;
   JobOutcomes outcomes(jobs.size());
-  const ScoringProgress scored = score_jobs(jobs, make_scorer, space.keep, bounded, pruned, threads,
-                                            progress, cancel, outcomes);
+  const ScoringProgress scored =
+      score_jobs(jobs, make_scorer, space.keep, bounded, threads, progress, cancel, outcomes);
   result.cancelled = cancel != nullptr && cancel->load();
   // A cancelled search reports how far it got, not 100%.
   if (progress)
     progress(result.cancelled ? static_cast<std::int64_t>(scored.done) : scored.total,
              scored.total);
   tally_outcomes(jobs, outcomes, result);
-  rank_plans(result, space.keep, pruned && !result.cancelled);
+  // Trimmed to the exact part only where branch and bound pruned.
+  rank_plans(result, space.keep, bounded && space.keep > 0 && !result.cancelled);
   return result;
 }
 

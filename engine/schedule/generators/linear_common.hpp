@@ -89,8 +89,7 @@ class Planner {
     const double* time = nullptr;  // the event's time slot; null when the op waits for nothing
     double transfer = 0.0;         // added to that time: one p2p when it comes from another rank
     Event event;
-    // The rank watches the event already: a step that asks again adds no second watch.
-    mutable bool watched = false;
+    bool watched = false;  // the rank watches the event already: asking again adds no watch
   };
   Need need(int rank, const Op& op) const {
     const Requirement req = requirement_of(schedule_, rank, op);
@@ -99,8 +98,8 @@ class Planner {
     return {events_.slot(req.event), req.transfer ? p2p_ : 0.0, req.event};
   }
   // When an op with that need could start on rank; nullopt while its event has not been planned
-  // yet (the rank then watches it).
-  std::optional<double> ready(int rank, const Need& need) const {
+  // yet (the rank then watches it, once per need).
+  std::optional<double> ready(int rank, Need& need) const {
     if (need.time == nullptr) return 0.0;
     const double t = *need.time;
     if (t < 0.0) {
@@ -113,7 +112,8 @@ class Planner {
   // When op could start on rank (its requirement's completion plus a transfer when it comes
   // from another rank); nullopt while the requirement has not been planned yet.
   std::optional<double> ready_time(int rank, const Op& op) const {
-    return ready(rank, need(rank, op));
+    Need n = need(rank, op);
+    return ready(rank, n);
   }
   // Appends op to the rank's list, starting at max(clock, ready_time); ready_time must be known.
   void run(int rank, const Op& op) { run(rank, op, ready_time(rank, op).value()); }
