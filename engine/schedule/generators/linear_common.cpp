@@ -239,22 +239,23 @@ void Planner::produced(const Event& event, double time) {
 EarliestRank::EarliestRank(int ranks) {
   leaves_ = 1;
   while (leaves_ < static_cast<std::size_t>(std::max(ranks, 1))) leaves_ *= 2;
-  key_.assign(2 * leaves_, kIneligible);
-  rank_.assign(2 * leaves_, -1);
-  for (std::size_t i = 0; i < leaves_; ++i) rank_[leaves_ + i] = static_cast<int>(i);
-  for (std::size_t i = leaves_ - 1; i >= 1; --i) rank_[i] = rank_[2 * i];
+  node_.assign(2 * leaves_, 0);
+  for (std::size_t i = 0; i < leaves_; ++i)
+    node_[leaves_ + i] = node(kIneligible, static_cast<int>(i));
+  for (std::size_t i = leaves_ - 1; i >= 1; --i)
+    node_[i] = std::min(node_[2 * i], node_[2 * i + 1]);
 }
 
 void EarliestRank::set(int rank, double clock) {
   std::size_t i = leaves_ + static_cast<std::size_t>(rank);
-  key_[i] = clock;
-  for (i /= 2; i >= 1; i /= 2) {
-    // Ties go to the lower rank (the left child), as a first-minimum scan would.
-    const std::size_t l = 2 * i, r = 2 * i + 1;
-    const std::size_t win = key_[r] < key_[l] ? r : l;
-    if (key_[i] == key_[win] && rank_[i] == rank_[win]) break;  // the ancestors stand as they are
-    key_[i] = key_[win];
-    rank_[i] = rank_[win];
+  Node winner = node(clock, rank);
+  node_[i] = winner;
+  // The winner so far is carried up and meets only its sibling at each level: one comparison of
+  // two integers, no reload of what the level below stored.
+  for (; i > 1; i /= 2) {
+    const Node sibling = node_[i ^ 1];
+    winner = sibling < winner ? sibling : winner;
+    node_[i / 2] = winner;
   }
 }
 

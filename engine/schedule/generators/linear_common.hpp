@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <limits>
 
 #include <algorithm>
@@ -92,10 +93,24 @@ class Planner {
     bool watched = false;  // the rank watches the event already: asking again adds no watch
   };
   Need need(int rank, const Op& op) const {
+    Need out;
+    look_up(rank, op, out);
+    return out;
+  }
+  // The same, written into `out` field by field: a step's slots are rewritten for every op, and
+  // a whole Need copied in is read back wider than it was written (a stalled store forward).
+  void look_up(int rank, const Op& op, Need& out) const {
     const Requirement req = requirement_of(schedule_, rank, op);
-    if (!req.present) return {};
+    out.watched = false;
+    if (!req.present) {
+      out.time = nullptr;
+      out.transfer = 0.0;
+      return;
+    }
+    out.time = events_.slot(req.event);
     // t + 0.0 is t for every time the slot can hold (>= 0): no transfer adds nothing, exactly.
-    return {events_.slot(req.event), req.transfer ? p2p_ : 0.0, req.event};
+    out.transfer = req.transfer ? p2p_ : 0.0;
+    out.event = req.event;
   }
   // When an op with that need could start on rank; nullopt while its event has not been planned
   // yet (the rank then watches it, once per need).
@@ -183,13 +198,25 @@ class EarliestRank {
  public:
   static constexpr double kIneligible = std::numeric_limits<double>::infinity();
   explicit EarliestRank(int ranks);
-  void set(int rank, double clock);  // kIneligible removes the rank
-  int top() const { return key_[1] == kIneligible ? -1 : rank_[1]; }
+  void set(int rank, double clock);  // kIneligible removes the rank; clock >= 0
+  int top() const {
+    return node_[1] >> 32 == std::bit_cast<std::uint64_t>(kIneligible)
+               ? -1
+               : static_cast<int>(static_cast<std::uint32_t>(node_[1]));
+  }
 
  private:
+  // A (clock, rank) pair as one integer that orders as the pairs do: the bits of a clock >= 0
+  // (or +infinity) order as the clocks, above the rank. One integer comparison picks a winner
+  // without a branch (which side wins is data, not a pattern).
+  using Node = unsigned __int128;
+  static Node node(double clock, int rank) {
+    // + 0.0 turns a -0.0 (whose bits would order above every clock) into 0.0.
+    return static_cast<Node>(std::bit_cast<std::uint64_t>(clock + 0.0)) << 32 |
+           static_cast<std::uint32_t>(rank);
+  }
   std::size_t leaves_ = 1;
-  std::vector<double> key_;
-  std::vector<int> rank_;
+  std::vector<Node> node_;
 };
 
 // Runs step(rank) for the rank with the earliest clock until every rank reports Done. A Blocked

@@ -27,6 +27,7 @@
 // planning costs say is faster; the lock-step order needs enough micro-batches to be valid.
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -61,6 +62,8 @@ std::vector<Op> barrier_sequence(VocabMode mode, int m, int if_lookahead) {
 // backlog is over p, free T, transformer op and IB (in that preference), run the first whose input
 // is there; else idle until the earliest known input, or block.
 class EagerStep {
+  static constexpr double kNoInput = std::numeric_limits<double>::infinity();
+
  public:
   EagerStep(Planner& planner, const std::vector<std::vector<Op>>& transformer,
             const std::vector<Op>& barriers, int p, int m, bool free_t)
@@ -81,7 +84,9 @@ class EagerStep {
   StepResult operator()(int r) {
     const double now = planner_.clock(r);
     const auto R = static_cast<std::size_t>(r);
-    std::optional<double> earliest;
+    // The earliest known input of the candidates looked at; +infinity while none is known (a
+    // plain double: an optional copied whole through memory stalls the store forwarding).
+    double earliest = kNoInput;
     // The candidates in order of preference: the first ready now runs, and those after it need
     // not be looked at (their unknown inputs matter only to a step that ends blocked).
     const auto offer = [&](int slot) {
@@ -91,7 +96,7 @@ class EagerStep {
         advance(R, slot);
         return true;
       }
-      if (ready && (!earliest || *ready < *earliest)) earliest = ready;
+      if (ready && *ready < earliest) earliest = *ready;
       return false;
     };
     bool any = false;
@@ -117,8 +122,8 @@ class EagerStep {
       if (offer(kInputBackward)) return StepResult::Progress;
     }
     if (!any) return StepResult::Done;
-    if (earliest) {
-      planner_.idle_until(r, *earliest);
+    if (earliest != kNoInput) {
+      planner_.idle_until(r, earliest);
       return StepResult::Progress;
     }
     return StepResult::Blocked;
@@ -159,7 +164,7 @@ class EagerStep {
   }
   // The slot's next op's need, worked out once per op (the steps offer it until it runs).
   void look_up(std::size_t R, int slot) {
-    if (left(R, slot)) needs_[R][slot] = planner_.need(static_cast<int>(R), next_op(R, slot));
+    if (left(R, slot)) planner_.look_up(static_cast<int>(R), next_op(R, slot), needs_[R][slot]);
   }
   void advance(std::size_t R, int slot) {
     switch (slot) {

@@ -49,7 +49,7 @@ Schedule plan(const GeneratorParams& params, const CostTable& costs, bool w_must
   // W passes asks again for the same op.
   std::vector<linear::Planner::Need> need(P);
   const auto look_up = [&](std::size_t R) {
-    if (next[R] < order[R].size()) need[R] = planner.need(static_cast<int>(R), order[R][next[R]]);
+    if (next[R] < order[R].size()) planner.look_up(static_cast<int>(R), order[R][next[R]], need[R]);
   };
   for (std::size_t R = 0; R < P; ++R) look_up(R);
   linear::plan_in_time_order(kName, planner, [&](int r) {
