@@ -45,6 +45,9 @@ void check_shape(const Schedule& s) {
 struct OpCounts {
   std::vector<std::uint8_t> f, b, w, bw;
   std::vector<std::uint8_t> vocab[4];
+  // Whether any op overlaps the one before it / is a gradient reduction: the checks of pairs
+  // and reductions, a pass over every op each, find nothing to refuse without one.
+  bool pairs = false, reductions = false;
 };
 
 std::size_t vocab_cell(const Schedule& s, int rank, int microbatch) {
@@ -66,7 +69,11 @@ OpCounts count_ops(const Schedule& s) {
     const auto& ops = s.ranks[static_cast<std::size_t>(r)];
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
-      if (is_reduction(op.kind)) continue;  // check_reductions
+      n.pairs = n.pairs || op.overlaps_previous;
+      if (is_reduction(op.kind)) {  // check_reductions
+        n.reductions = true;
+        continue;
+      }
       if (op.microbatch < 0 || op.microbatch >= m)
         fail(s, where(r, op, i) + ": micro-batch out of range 0.." + std::to_string(m - 1));
       if (is_vocab_op(op.kind)) {
@@ -328,9 +335,9 @@ void validate_structure(const Schedule& s) {
   check_paths(s);
   const OpCounts counts = count_ops(s);
   check_every_pass_present(s, counts);
-  check_pairs(s);
+  if (counts.pairs) check_pairs(s);
   check_slices(s);
-  check_reductions(s);
+  if (counts.reductions) check_reductions(s);
   if (s.vocab != VocabMode::None) {
     check_vocab_ops_present(s, counts);
     check_barrier_order(s);
