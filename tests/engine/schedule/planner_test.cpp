@@ -204,8 +204,10 @@ TEST(Planner, TheEarliestRankIsTheFirstLeastEligibleClock) {
     for (int step = 0; step < 4000; ++step) {
       const int r = static_cast<int>(rng() % static_cast<std::uint64_t>(ranks));
       const std::uint64_t draw = rng() % 8;
+      // -0.0 equals 0.0 (its bits alone would order above every clock).
       const double c = draw == 0   ? EarliestRank::kIneligible
                        : draw == 1 ? clock[static_cast<std::size_t>(r)]
+                       : draw == 2 ? -0.0
                                    : 0.5 * static_cast<double>(rng() % 6);
       clock[static_cast<std::size_t>(r)] = c;
       earliest.set(r, c);
