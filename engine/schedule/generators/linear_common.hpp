@@ -92,13 +92,8 @@ class Planner {
     Event event;
     bool watched = false;  // the rank watches the event already: asking again adds no watch
   };
-  Need need(int rank, const Op& op) const {
-    Need out;
-    look_up(rank, op, out);
-    return out;
-  }
-  // The same, written into `out` field by field: a step's slots are rewritten for every op, and
-  // a whole Need copied in is read back wider than it was written (a stalled store forward).
+  // The op's need, written into `out` field by field: a step's slots are rewritten for every op,
+  // and a whole Need copied in is read back wider than it was written (a stalled store forward).
   void look_up(int rank, const Op& op, Need& out) const {
     const Requirement req = requirement_of(schedule_, rank, op);
     out.watched = false;
@@ -127,7 +122,8 @@ class Planner {
   // When op could start on rank (its requirement's completion plus a transfer when it comes
   // from another rank); nullopt while the requirement has not been planned yet.
   std::optional<double> ready_time(int rank, const Op& op) const {
-    Need n = need(rank, op);
+    Need n;
+    look_up(rank, op, n);
     return ready(rank, n);
   }
   // Appends op to the rank's list, starting at max(clock, ready_time); ready_time must be known.
