@@ -96,10 +96,16 @@ std::optional<Schedule> transformer_ops_schedule(const GeneratorParams& params);
 // (micro-batches through all of the stage's layers; a chunk's forward adds 1 / chunks), implied by
 // the generator's warm-up rule: exact for gpipe, terapipe, layered, 1f1b (all vocabulary modes) and
 // zb-h1, at least the 1F1B warm-up on skippipe's first and last stages and nothing on its middle
-// ones, one chunk of one micro-batch for the others. For the tuner's bounds; no schedule is built.
+// ones, one chunk of one micro-batch for the others. With planning costs (params.costs, which
+// generate() plans with), also what zb-h2's greedy makes its first stage hold before the first
+// backward can reach it; without them, a bound for any costs. For the tuner's bounds; no schedule
+// is built.
 double least_peak_in_flight(const GeneratorParams& params, int rank);
 // least_peak_in_flight of every rank, 0 to stages - 1.
 std::vector<double> least_peaks_in_flight(const GeneratorParams& params);
+// The same with `planning` as the planning costs (params.costs is not read): for a caller that
+// holds the plan's cost table and would otherwise copy it into params.
+std::vector<double> least_peaks_in_flight(const GeneratorParams& params, const CostTable& planning);
 
 // The most overlapped pairs (Op::overlaps_previous) rank `rank` runs: the generator's own count
 // where it is known (dualpipe-v), else every forward's; 0 for a schedule without pairs. For the

@@ -119,12 +119,14 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   const OpCosts& costs = costs_for(model, cluster, plan, placement, execution);
   const auto P = static_cast<std::size_t>(plan.pp);
   // Activations: what the schedule's warm-up rule makes a stage hold before its first backward
-  // (schedule::least_peak_in_flight), at least one chunk of one micro-batch.
-  const schedule::GeneratorParams shape = spec::generator_params(plan);
+  // (schedule::least_peak_in_flight, with the costs evaluate() plans with), at least one chunk of
+  // one micro-batch.
+  schedule::GeneratorParams shape = spec::generator_params(plan);
+  shape.memory_limit = options_.schedule_memory_limit;
   // Offloading activations, a stage keeps at least the one chunk its running forward fills.
   const std::vector<double> in_flight = plan.offload_activations
                                             ? std::vector<double>(P, 1.0 / plan.chunks)
-                                            : schedule::least_peaks_in_flight(shape);
+                                            : schedule::least_peaks_in_flight(shape, costs.table);
   std::vector<double> least_activations(P, 0.0);
   for (std::size_t k = 0; k < P; ++k)
     least_activations[k] = in_flight[k] * costs.activation_bytes_per_microbatch[k] +

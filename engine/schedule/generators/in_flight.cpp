@@ -2,6 +2,7 @@
 // bound: lower bounds on a stage's peak activations (from the warm-ups), and how many overlapped
 // pairs a rank runs at most.
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@ enum class InFlightRule {
   Everything,   // gpipe, terapipe, layered: every forward before the first backward
   OneFOneB,     // 1f1b, with its vocabulary modes' warm-up
   ZbH1,         // zb-h1: 1F1B's warm-up
+  ZbH2,         // zb-h2: the first stage's forwards before a backward can come back
   Interleaved,  // interleaved-1f1b: Megatron's warm-up
   DualPipeV,    // dualpipe-v: 2p chunk forwards
   VBlock,       // v-half and v-min: the building block's least loaded rank
@@ -36,6 +38,7 @@ InFlightRule in_flight_rule(const GeneratorParams& params) {
     if (name == "gpipe" || name == "terapipe") return InFlightRule::Everything;
     if (name == "1f1b") return InFlightRule::OneFOneB;
     if (name == "zb-h1") return InFlightRule::ZbH1;
+    if (name == "zb-h2") return InFlightRule::ZbH2;
   }
   if (name == "interleaved-1f1b") return InFlightRule::Interleaved;
   if (name == "dualpipe-v") return InFlightRule::DualPipeV;
@@ -43,7 +46,40 @@ InFlightRule in_flight_rule(const GeneratorParams& params) {
   return InFlightRule::OneChunk;
 }
 
-double least_in_flight(InFlightRule rule, const GeneratorParams& params, int rank) {
+// zb-h2 (zb_h2.cpp), its first stage: both variants of the greedy run a forward whenever no
+// backward has arrived and the budget allows it (the first stage's forwards need no input), one
+// after another from time 0. The first backward cannot reach it before micro-batch 0 has gone
+// forward through every stage and back, each hop and pass as soon as it can: so every forward
+// that starts before then runs, and each holds its activations until a backward. The times are
+// summed in the greedy's own order (the end of a pass is its start plus its cost), so the count
+// is the greedy's, not an estimate of it. `costs`: the planning costs.
+double zb_h2_first_stage(const GeneratorParams& params, const CostTable& costs) {
+  const int p = params.stages, m = params.microbatches;
+  const double limit = params.memory_limit > 0.0 ? params.memory_limit : 2.0 * p;
+  // The budget lets forward j run while j + 1 micro-batches fit; counting stops early for a huge
+  // budget (a lower bound may be lower).
+  constexpr double kMostCounted = 65536.0;
+  const double most = std::min({static_cast<double>(m), std::floor(limit + 1e-9), kMostCounted});
+  const double hop = costs.p2p_time();
+  double forward_end = 0.0;  // micro-batch 0's forward, stage by stage
+  for (int r = 0; r < p; ++r)
+    forward_end = (r == 0 ? 0.0 : forward_end + hop) + costs.cost(r, OpKind::F);
+  // The last stage's backward needs its own forward; each stage before it, the gradient from the
+  // stage after it, one hop later.
+  double arrival = forward_end;
+  if (p > 1) {
+    double backward_end = forward_end + costs.cost(p - 1, OpKind::B);
+    for (int r = p - 2; r >= 1; --r) backward_end = (backward_end + hop) + costs.cost(r, OpKind::B);
+    arrival = backward_end + hop;
+  }
+  double count = 0.0;
+  const double forward = costs.cost(0, OpKind::F);
+  for (double now = 0.0; count < most && now < arrival; now = now + forward) count += 1.0;
+  return std::max(count, 1.0);  // the first op of every stage is a forward
+}
+
+double least_in_flight(InFlightRule rule, const GeneratorParams& params, int rank,
+                       const CostTable* costs) {
   const int p = params.stages, m = params.microbatches;
   if (m < 1) return 0.0;
   const int chunks = params.chunks > 0 ? params.chunks : 1;
@@ -68,6 +104,10 @@ double least_in_flight(InFlightRule rule, const GeneratorParams& params, int ran
       return first_backward_after(linear::one_f_one_b_warmup(params.vocab, p, rank));
     case InFlightRule::ZbH1:
       return first_backward_after(p - rank - 1);
+    case InFlightRule::ZbH2:
+      if (rank == 0 && costs != nullptr && costs->stages.size() == static_cast<std::size_t>(p))
+        return zb_h2_first_stage(params, *costs);
+      break;
     case InFlightRule::Interleaved: {
       // Megatron's warm-up of 2 (p - r - 1) + (v - 1) G chunk forwards (interleaved_1f1b.cpp),
       // lengthened by at least one (vocab-2) or two (vocab-1) under vocabulary parallelism, then
@@ -104,7 +144,7 @@ double least_in_flight(InFlightRule rule, const GeneratorParams& params, int ran
 }  // namespace
 
 double least_peak_in_flight(const GeneratorParams& params, int rank) {
-  return least_in_flight(in_flight_rule(params), params, rank);
+  return least_in_flight(in_flight_rule(params), params, rank, &params.costs);
 }
 
 int most_overlapped_pairs(const GeneratorParams& params, int rank) {
@@ -120,10 +160,15 @@ int most_overlapped_pairs(const GeneratorParams& params, int rank) {
 }
 
 std::vector<double> least_peaks_in_flight(const GeneratorParams& params) {
+  return least_peaks_in_flight(params, params.costs);
+}
+
+std::vector<double> least_peaks_in_flight(const GeneratorParams& params,
+                                          const CostTable& planning) {
   const InFlightRule rule = in_flight_rule(params);
   std::vector<double> out(static_cast<std::size_t>(std::max(params.stages, 0)));
   for (int r = 0; r < params.stages; ++r)
-    out[static_cast<std::size_t>(r)] = least_in_flight(rule, params, r);
+    out[static_cast<std::size_t>(r)] = least_in_flight(rule, params, r, &planning);
   return out;
 }
 
