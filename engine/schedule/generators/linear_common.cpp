@@ -179,6 +179,11 @@ void Planner::run(int rank, const Op& op, double ready) {
   clock_[r] = done;
   op_end_[r] = done;
   idle_since_[r] = -1.0;
+  if (!left_.empty()) {
+    left_[r] -= costs_.cost(rank, op.kind);
+    // The margin covers the rounding of `left`, a difference where the ends are sums.
+    if (done + left_[r] > give_up_time_ * (1.0 + 1e-9)) gave_up_ = true;
+  }
   schedule_.ranks[r].push_back(op);
   const Production prod = production_of(schedule_, rank, op);
   if (!prod.present) return;
@@ -196,6 +201,12 @@ void Planner::run(int rank, const Op& op, double ready) {
     barrier_of_[r] = prod.event;
     in_barrier_[r] = 1;
   }
+}
+
+void Planner::give_up_past(double time, std::vector<double> left) {
+  if (!(time < std::numeric_limits<double>::infinity())) return;
+  give_up_time_ = time;
+  left_ = std::move(left);
 }
 
 void Planner::idle_until(int rank, double t) {

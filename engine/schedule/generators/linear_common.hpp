@@ -136,6 +136,14 @@ class Planner {
   // another production cannot change what it does at an earlier clock.
   void idle_until(int rank, double t);
 
+  // Planning one of several orders to keep the fastest: stop (gave_up(), and plan_in_time_order
+  // returns) once this one cannot end before `time`, that is when some rank's last op ends so
+  // late that the ops it has left, run back to back, would end past it. `left`: each rank's
+  // costs of every op it will run. Only for steps that keep makespan() known (run an op after
+  // idling only at its input's time): then the planned iteration is at least that late too.
+  void give_up_past(double time, std::vector<double> left);
+  bool gave_up() const { return gave_up_; }
+
   // Interlaced vocabulary passes: after joining a barrier the rank waits for it to complete.
   bool in_barrier(int rank) const { return in_barrier_[static_cast<std::size_t>(rank)] != 0; }
   // Leaves the barrier when it is complete (clock moves to its completion); false otherwise.
@@ -179,6 +187,10 @@ class Planner {
   std::vector<int> rewound_;  // since clear_rewound()
   std::vector<int> woken_;    // since clear_woken()
   std::size_t cells_ = 0;     // layer groups x micro-batches
+  // give_up_past: its time (+infinity: never) and each rank's costs still to run.
+  double give_up_time_ = std::numeric_limits<double>::infinity();
+  std::vector<double> left_;
+  bool gave_up_ = false;
   // Per event, the first of its watches (-1: none); the watches, with a free list of those
   // whose event was produced.
   mutable std::vector<int> watch_heads_;
@@ -228,7 +240,7 @@ void plan_in_time_order(std::string_view generator, Planner& planner, Step&& ste
     const auto ii = static_cast<std::size_t>(i);
     earliest.set(i, done[ii] || blocked[ii] ? EarliestRank::kIneligible : planner.clock(i));
   };
-  while (true) {
+  while (!planner.gave_up()) {
     const int r = earliest.top();
     if (r < 0) {
       for (int i = 0; i < p; ++i)
@@ -274,11 +286,13 @@ bool vocabulary_passes_fit(const GeneratorParams& params, int chunks,
 // Vocabulary passes (params.vocab: vocab-1 or vocab-2) placed around fixed transformer op lists,
 // one per rank, by the eager planner of one_f_one_b_vocab.cpp: every rank joins the barriers in
 // one order, the input embeddings of the first `if_lookahead` micro-batches first. `makespan`
-// (when given) receives the planner's Planner::makespan(). Throws
-// ScheduleError when the planner stalls (the transformer order needs an input embedding the
-// barrier order has not reached).
+// (when given) receives the planner's Planner::makespan(). With `give_up_past` finite, the planner
+// stops once the order cannot end before it (Planner::give_up_past): `makespan` then receives
+// +infinity and the schedule is unfinished. Throws ScheduleError when the planner stalls (the
+// transformer order needs an input embedding the barrier order has not reached).
 Schedule plan_vocabulary_passes(std::string_view name, const GeneratorParams& params, int chunks,
                                 const std::vector<std::vector<Op>>& transformer, int if_lookahead,
-                                const CostTable& costs, std::optional<double>* makespan = nullptr);
+                                const CostTable& costs, std::optional<double>* makespan = nullptr,
+                                double give_up_past = std::numeric_limits<double>::infinity());
 
 }  // namespace pipetune::schedule::linear

@@ -207,16 +207,18 @@ std::vector<std::vector<Op>> transformer_order(const GeneratorParams& params) {
   return transformer;
 }
 
-// The eager placement; `makespan` receives the planner's Planner::makespan().
+// The eager placement; `makespan` receives the planner's Planner::makespan(), +infinity where it
+// gave up past `give_up_past` (plan_vocabulary_passes).
 Schedule plan_eager(const GeneratorParams& params, const CostTable& costs,
-                    std::optional<double>& makespan) {
+                    std::optional<double>& makespan,
+                    double give_up_past = std::numeric_limits<double>::infinity()) {
   const int p = params.stages;
   const int m = params.microbatches;
   const VocabMode mode = params.vocab;
   const std::vector<std::vector<Op>> transformer = transformer_order(params);
   const int stage0_warmup = std::clamp(one_f_one_b_warmup(mode, p, 0), 0, m);
   return plan_vocabulary_passes(kName, params, 1, transformer, std::min(m, stage0_warmup + 2),
-                                costs, &makespan);
+                                costs, &makespan, give_up_past);
 }
 
 // The interlaced schedule's lock-step order (see the file comment), built for rank r.
@@ -379,7 +381,8 @@ bool vocabulary_passes_fit(const GeneratorParams& params, int chunks,
 
 Schedule plan_vocabulary_passes(std::string_view name, const GeneratorParams& params, int chunks,
                                 const std::vector<std::vector<Op>>& transformer, int if_lookahead,
-                                const CostTable& costs, std::optional<double>* makespan) {
+                                const CostTable& costs, std::optional<double>* makespan,
+                                double give_up_past) {
   const int p = params.stages;
   const int m = params.microbatches;
   const VocabMode mode = params.vocab;
@@ -390,9 +393,22 @@ Schedule plan_vocabulary_passes(std::string_view name, const GeneratorParams& pa
   const std::vector<Op> barriers = barrier_sequence(mode, m, if_lookahead);
   const bool free_t = mode == VocabMode::Vocab2;  // T joins no barrier: place it freely
   Planner planner(s, costs);
+  if (give_up_past < std::numeric_limits<double>::infinity()) {
+    // What EagerStep runs on each rank: the barrier ops, free T, its transformer ops and IB.
+    std::vector<double> left(static_cast<std::size_t>(p), 0.0);
+    for (int r = 0; r < p; ++r) {
+      double& l = left[static_cast<std::size_t>(r)];
+      for (const Op& op : transformer[static_cast<std::size_t>(r)]) l += costs.cost(r, op.kind);
+      for (const Op& op : barriers) l += costs.cost(r, op.kind);
+      l += m * ((free_t ? costs.cost(r, OpKind::T) : 0.0) + costs.cost(r, OpKind::IB));
+    }
+    planner.give_up_past(give_up_past, std::move(left));
+  }
   EagerStep step(planner, transformer, barriers, p, m, free_t);
   plan_in_time_order(name, planner, [&](int r) { return step(r); });
-  if (makespan != nullptr) *makespan = planner.makespan();
+  if (makespan != nullptr)
+    *makespan = planner.gave_up() ? std::optional<double>(std::numeric_limits<double>::infinity())
+                                  : planner.makespan();
   return s;
 }
 
@@ -408,14 +424,18 @@ Schedule transformer_ops_of_1f1b_vocab(const GeneratorParams& params) {
 Schedule generate_1f1b_vocab(const GeneratorParams& params) {
   const CostTable costs = checked_planning_costs(kName, params);
   std::optional<double> eager_time;
-  Schedule best = plan_eager(params, costs, eager_time);
-  if (params.vocab == VocabMode::Interlaced) {
-    if (auto lockstep = lockstep_interlaced(params, costs)) {
-      if (!eager_time) eager_time = estimated_makespan(best, costs);
-      if (lockstep->second < *eager_time) best = std::move(lockstep->first);
-    }
-  }
-  return validated(std::move(best), params);
+  if (params.vocab != VocabMode::Interlaced)
+    return validated(plan_eager(params, costs, eager_time), params);
+  // Interlaced: the lock-step order first, so that planning the eager one stops once it cannot
+  // be faster (the eager order is kept on a tie). The lock-step order's timing executed it after
+  // its structural checks: it is validate()'s whole check already.
+  std::optional<std::pair<Schedule, double>> lockstep = lockstep_interlaced(params, costs);
+  Schedule eager =
+      plan_eager(params, costs, eager_time,
+                 lockstep ? lockstep->second : std::numeric_limits<double>::infinity());
+  if (!eager_time) eager_time = estimated_makespan(eager, costs);
+  if (lockstep && lockstep->second < *eager_time) return std::move(lockstep->first);
+  return validated(std::move(eager), params);
 }
 
 }  // namespace pipetune::schedule::linear

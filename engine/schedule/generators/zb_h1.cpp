@@ -14,6 +14,7 @@
 // its B the pair is fused into one BW when the cost table says a fused backward is cheaper (as
 // the quick variant never splits on stage 0).
 #include <deque>
+#include <limits>
 #include <vector>
 
 #include "engine/schedule/generators.hpp"
@@ -25,9 +26,10 @@ namespace {
 
 constexpr std::string_view kName = "zb-h1";
 
-// Plans the F, B and W passes; `makespan` receives the plan's estimated_makespan.
+// Plans the F, B and W passes; `makespan` receives the plan's estimated_makespan, or +infinity
+// where the plan gave up once it could not end before `give_up_past` (Planner::give_up_past).
 Schedule plan(const GeneratorParams& params, const CostTable& costs, bool w_must_fit,
-              double& makespan) {
+              double& makespan, double give_up_past = std::numeric_limits<double>::infinity()) {
   const int p = params.stages;
   const int m = params.microbatches;
   const auto P = static_cast<std::size_t>(p);
@@ -45,6 +47,13 @@ Schedule plan(const GeneratorParams& params, const CostTable& costs, bool w_must
   std::vector<double> memory(P, 0.0);
 
   linear::Planner planner(s, costs);
+  if (give_up_past < std::numeric_limits<double>::infinity()) {
+    std::vector<double> left(P);  // every rank runs m of each pass
+    for (int r = 0; r < p; ++r)
+      left[static_cast<std::size_t>(r)] =
+          m * (costs.cost(r, OpKind::F) + costs.cost(r, OpKind::B) + costs.cost(r, OpKind::W));
+    planner.give_up_past(give_up_past, std::move(left));
+  }
   // What each rank's next F or B waits for, worked out once per op: a rank that idles or runs
   // W passes asks again for the same op.
   std::vector<linear::Planner::Need> need(P);
@@ -90,6 +99,10 @@ Schedule plan(const GeneratorParams& params, const CostTable& costs, bool w_must
     }
     return linear::StepResult::Blocked;
   });
+  if (planner.gave_up()) {
+    makespan = std::numeric_limits<double>::infinity();
+    return s;
+  }
   const std::optional<double> planned = planner.makespan();
   makespan = planned ? *planned : linear::estimated_makespan(s, costs);
   return s;
@@ -120,9 +133,11 @@ Schedule generate_zb_h1(const GeneratorParams& params) {
   linear::require_single_chunk(kName, params);
   linear::require_no_vocab(kName, params);
   const CostTable costs = linear::checked_planning_costs(kName, params);
+  // The variant whose W must fit its wait wins more often: planned first, the other stops once
+  // it cannot be faster (it is kept on a tie).
   double best_time = 0.0, t = 0.0;
-  Schedule best = plan(params, costs, false, best_time);
   Schedule fit = plan(params, costs, true, t);
+  Schedule best = plan(params, costs, false, best_time, t);
   if (t < best_time) {
     best = std::move(fit);
     best_time = t;

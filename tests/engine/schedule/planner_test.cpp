@@ -1,14 +1,15 @@
 // The planner behind the cost-aware linear generators (generators/linear_common.hpp): the time it
 // says a planned schedule takes (Planner::makespan, which zb-h1 and 1f1b's interlaced passes
-// choose between their candidate orders by) against executing the planned op lists with the same
-// costs (estimated_makespan), over random per-stage costs, transfers and barriers, with idling,
-// rewound, blocked and barrier-waiting ranks; and the rank they advance next (EarliestRank)
-// against a scan for the first least clock.
+// choose between their candidate orders by, giving up on one past the other's time) against
+// executing the planned op lists with the same costs (estimated_makespan), over random per-stage
+// costs, transfers and barriers, with idling, rewound, blocked and barrier-waiting ranks; and the
+// rank they advance next (EarliestRank) against a scan for the first least clock.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -64,6 +65,18 @@ TEST(Planner, PlannedVocabularyPassesTakeWhatExecutingThemTakes) {
         // Timed by the planner, and exactly: the generators compare candidate orders by it.
         ASSERT_TRUE(makespan.has_value()) << shape(p, m, mode);
         EXPECT_EQ(*makespan, estimated_makespan(s, costs)) << shape(p, m, mode);
+        // Told to give up past its own time, it plans the same order to the end; past a time a
+        // little shorter, it gives up (the interlaced passes give up on the eager order where
+        // the lock-step one is faster, and zb-h1 on a variant).
+        std::optional<double> again;
+        const Schedule same = plan_vocabulary_passes("1f1b", params, 1, transformer, lookahead,
+                                                     costs, &again, *makespan);
+        EXPECT_EQ(same.ranks, s.ranks) << shape(p, m, mode);
+        EXPECT_EQ(again, makespan) << shape(p, m, mode);
+        std::optional<double> shorter;
+        plan_vocabulary_passes("1f1b", params, 1, transformer, lookahead, costs, &shorter,
+                               *makespan * (1.0 - 1e-6));
+        EXPECT_EQ(shorter, std::numeric_limits<double>::infinity()) << shape(p, m, mode);
         ++planned;
       }
   EXPECT_EQ(planned, 8 * 3 * 3);
