@@ -99,6 +99,8 @@ class TimingHooks {
       }
     if (s.slices > 1) set_up_slices();
     set_up_offload();
+    plain_ = !options.record_trace && offloading_.empty() && !failures_ && run_starts_.empty() &&
+             s.slices == 1 && pair_transfer_.empty();
     if (options.record_trace) {
       auto& t = result.trace;
       t.kind = profiler::TraceKind::Simulated;
@@ -135,6 +137,24 @@ class TimingHooks {
 
   double op(int rank, std::size_t index, const Op& op, const Requirement& req, double req_time) {
     if (schedule::is_reduction(op.kind)) return reduce(rank, op);
+    if (plain_) {
+      // arrival() and run() where nothing but the compute stream and the activations is kept:
+      // the same sums in the same order, without asking what this run does not have per op.
+      const auto r = static_cast<std::size_t>(rank);
+      const double ready = req.present && req.transfer ? req_time + p2p_time_ : req_time;
+      const double duration = cost_of(rank, op.kind);
+      const double start = std::max(compute_free_[r], ready);
+      const double end = start + duration;
+      compute_free_[r] = end;
+      busy_[r] += duration;
+      ++ops_[r];
+      const double delta = unit_delta(op.kind);
+      if (delta != 0.0) {
+        units_[r] += delta;
+        if (units_[r] > peak_units_[r]) peak_units_[r] = units_[r];
+      }
+      return end;
+    }
     const double ready = arrival(rank, op, req, req_time);
     double duration = s_.slices > 1 ? slice_cost_of(rank, op) : cost_of(rank, op.kind);
     if (!run_starts_.empty() && run_starts_[static_cast<std::size_t>(rank)][index])
@@ -639,7 +659,10 @@ class TimingHooks {
   SimResult& result_;
   std::vector<double> compute_free_, comm_free_, busy_, comm_busy_, units_, peak_units_, cost_,
       overlap_hidden_, reduce_free_, reduce_busy_;
-  bool failures_ = false;                              // some stage fails (StageCosts::failures)
+  bool failures_ = false;  // some stage fails (StageCosts::failures)
+  // No trace, offload, failures, gathers, token slices or per-pair transfers: op() runs each op
+  // on the compute stream alone.
+  bool plain_ = false;
   std::vector<std::vector<PoolChange>> pool_changes_;  // per stage, under re-routing
   std::vector<std::vector<char>> run_starts_;  // per stage and op: gathers its group (ZeRO-3)
   std::vector<double> fault_stall_;
