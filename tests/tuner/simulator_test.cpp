@@ -100,7 +100,7 @@ TEST(Simulator, RejectsCostTableOfWrongSize) {
 TEST(Simulator, WithoutATraceEveryScheduleTakesWhatItTakesWithOne) {
   // A run without a trace (the tuner's) times each op on its own short path; with a trace, the
   // full one. Every generator and vocabulary mode, uneven costs and transfers, layered
-  // reductions: the same times, peaks and counts to the last bit.
+  // reductions, per-pair transfers: the same times, peaks and counts to the last bit.
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<double> u(0.05, 2.0);
   int compared = 0;
@@ -122,6 +122,10 @@ TEST(Simulator, WithoutATraceEveryScheduleTakesWhatItTakesWithOne) {
           c.p2p_latency = 0.1 * u(rng);
           c.collective_time = 0.1 * u(rng);
           c.w_free_fraction = 0.5;
+          if (layered) {  // per-stage layouts' transfers, one per pair of ranks
+            c.pair_transfer.resize(static_cast<std::size_t>(p * p));
+            for (double& t : c.pair_transfer) t = 0.1 * u(rng);
+          }
           Schedule s;
           try {
             s = schedule::generate(params);

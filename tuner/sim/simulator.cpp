@@ -100,7 +100,7 @@ class TimingHooks {
     if (s.slices > 1) set_up_slices();
     set_up_offload();
     plain_ = !options.record_trace && offloading_.empty() && !failures_ && run_starts_.empty() &&
-             s.slices == 1 && pair_transfer_.empty();
+             s.slices == 1;
     if (options.record_trace) {
       auto& t = result.trace;
       t.kind = profiler::TraceKind::Simulated;
@@ -141,7 +141,12 @@ class TimingHooks {
       // arrival() and run() where nothing but the compute stream and the activations is kept:
       // the same sums in the same order, without asking what this run does not have per op.
       const auto r = static_cast<std::size_t>(rank);
-      const double ready = req.present && req.transfer ? req_time + p2p_time_ : req_time;
+      double ready = req_time;
+      if (req.present && req.transfer)
+        ready += pair_transfer_.empty() ? p2p_time_
+                                        : pair_transfer_[static_cast<std::size_t>(req.source_rank) *
+                                                             static_cast<std::size_t>(s_.stages) +
+                                                         r];
       const double duration = cost_of(rank, op.kind);
       const double start = std::max(compute_free_[r], ready);
       const double end = start + duration;
@@ -660,8 +665,8 @@ class TimingHooks {
   std::vector<double> compute_free_, comm_free_, busy_, comm_busy_, units_, peak_units_, cost_,
       overlap_hidden_, reduce_free_, reduce_busy_;
   bool failures_ = false;  // some stage fails (StageCosts::failures)
-  // No trace, offload, failures, gathers, token slices or per-pair transfers: op() runs each op
-  // on the compute stream alone.
+  // No trace, offload, failures, gathers or token slices: op() runs each op on the compute
+  // stream alone.
   bool plain_ = false;
   std::vector<std::vector<PoolChange>> pool_changes_;  // per stage, under re-routing
   std::vector<std::vector<char>> run_starts_;  // per stage and op: gathers its group (ZeRO-3)
