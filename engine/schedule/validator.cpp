@@ -1,5 +1,6 @@
 #include "engine/schedule/validator.hpp"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -65,13 +66,16 @@ OpCounts count_ops(const Schedule& s) {
   const auto vcells = static_cast<std::size_t>(s.stages) * static_cast<std::size_t>(m);
   for (auto& v : n.vocab) v.assign(vcells, 0);
 
+  // Noted in locals, not in `n` (returned through memory): a flag stored for every op would be
+  // reloaded by the next one.
+  bool pairs = false, reductions = false;
   for (int r = 0; r < s.stages; ++r) {
     const auto& ops = s.ranks[static_cast<std::size_t>(r)];
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
-      n.pairs = n.pairs || op.overlaps_previous;
+      pairs |= op.overlaps_previous;
       if (is_reduction(op.kind)) {  // check_reductions
-        n.reductions = true;
+        reductions = true;
         continue;
       }
       if (op.microbatch < 0 || op.microbatch >= m)
@@ -100,6 +104,8 @@ OpCounts count_ops(const Schedule& s) {
       if (++*counter > 1) fail(s, where(r, op, i) + ": appears more than once");
     }
   }
+  n.pairs = pairs;
+  n.reductions = reductions;
   return n;
 }
 
@@ -149,22 +155,29 @@ void check_vocab_ops_present(const Schedule& s, const OpCounts& n) {
 // Barriers are collectives over the pipeline group: every rank must issue them in the same
 // order, or a real run deadlocks inside the communicator.
 void check_barrier_order(const Schedule& s) {
-  std::vector<Event> reference;
+  // Each barrier as (kind, micro-batch) in one integer, its fields read one by one: copying the
+  // whole event reads back, wider, what production_of stored in pieces.
+  const auto key = [](const Event& e) {
+    return static_cast<std::uint64_t>(e.kind) << 32 | static_cast<std::uint32_t>(e.microbatch);
+  };
+  const auto barrier = [](std::uint64_t k) {
+    return Event{static_cast<EventKind>(k >> 32), -1, static_cast<std::int32_t>(k & 0xffffffffu)};
+  };
+  std::vector<std::uint64_t> reference;
   for (int r = 0; r < s.stages; ++r) {
-    std::vector<Event> order;
+    std::size_t i = 0;
     for (const Op& op : s.ranks[static_cast<std::size_t>(r)]) {
       const Production prod = production_of(s, r, op);
-      if (prod.present && prod.joins_barrier) order.push_back(prod.event);
-    }
-    if (r == 0) {
-      reference = std::move(order);
-      continue;
-    }
-    for (std::size_t i = 0; i < order.size(); ++i) {
-      if (order[i].kind != reference[i].kind || order[i].microbatch != reference[i].microbatch)
+      if (!prod.present || !prod.joins_barrier) continue;
+      const std::uint64_t k = key(prod.event);
+      if (r == 0) {
+        reference.push_back(k);
+      } else if (i < reference.size() && k != reference[i]) {
         fail(s, "barrier order differs between ranks (a real run would deadlock): rank 0 issues " +
-                    event_label(reference[i]) + " as barrier " + std::to_string(i) + ", rank " +
-                    std::to_string(r) + " issues " + event_label(order[i]));
+                    event_label(barrier(reference[i])) + " as barrier " + std::to_string(i) +
+                    ", rank " + std::to_string(r) + " issues " + event_label(barrier(k)));
+      }
+      ++i;
     }
   }
 }

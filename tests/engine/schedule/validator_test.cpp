@@ -3,6 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+
+#include "engine/schedule/generators.hpp"
+
 namespace pipetune::schedule {
 namespace {
 
@@ -57,6 +62,35 @@ TEST(Validator, RequiresWAfterSplitB) {
   // A W before its B can never run.
   std::swap(s.ranks[1][1], s.ranks[1][2]);
   EXPECT_THROW(validate(s), DeadlockError);
+}
+
+TEST(Validator, NamesTheFirstBarrierTwoRanksIssueInADifferentOrder) {
+  GeneratorParams params;
+  params.name = "1f1b";
+  params.stages = 2;
+  params.microbatches = 4;
+  params.vocab = VocabMode::Vocab1;
+  Schedule s = generate(params);
+  EXPECT_NO_THROW(validate_structure(s));
+  // Rank 1 joins C1 of micro-batch 0 after the barrier that follows it on rank 0.
+  auto& ops = s.ranks[1];
+  const auto is_barrier_op = [](const Op& op) {
+    return op.kind == OpKind::S || op.kind == OpKind::T || op.kind == OpKind::IF;
+  };
+  const auto first_s = std::find(ops.begin(), ops.end(), Op{OpKind::S, 0, 0});
+  ASSERT_NE(first_s, ops.end());
+  const auto next = std::find_if(first_s + 1, ops.end(), is_barrier_op);
+  ASSERT_NE(next, ops.end());
+  std::iter_swap(first_s, next);
+  try {
+    validate_structure(s);
+    FAIL() << "barrier order not checked";
+  } catch (const ScheduleError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("barrier order differs between ranks"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank 0 issues C1(mb0) as barrier"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank 1 issues"), std::string::npos) << msg;
+  }
 }
 
 }  // namespace
