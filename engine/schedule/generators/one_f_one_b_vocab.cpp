@@ -222,7 +222,8 @@ Schedule plan_eager(const GeneratorParams& params, const CostTable& costs,
 }
 
 // The interlaced schedule's lock-step order (see the file comment), built for rank r.
-std::vector<Op> lockstep_rank(int p, int m, int r) {
+// Flattened: its pushes, one per op, inline (a call each otherwise).
+[[gnu::flatten]] std::vector<Op> lockstep_rank(int p, int m, int r) {
   const int warmup = std::min((3 * p) / 2 - r, m);
   const int warmup0 = std::min((3 * p) / 2, m);
   const int burst = std::min(p - r, m);  // vocabulary passes right after the warm-up
