@@ -31,8 +31,9 @@ struct GreedyResult {
 // schedules an op.
 class GreedyScheduler {
  public:
+  // give_up_past: stop once this variant cannot end before it (GreedyResult::gave_up).
   GreedyScheduler(const GeneratorParams& params, const CostTable& costs, double limit,
-                  bool fill_with_f_first)
+                  bool fill_with_f_first, double give_up_past)
       : params_(params),
         costs_(costs),
         limit_(limit),
@@ -53,13 +54,20 @@ class GreedyScheduler {
         ops_(P_),
         blocked_(P_, 0),
         earliest_(p_),
-        remaining_(3 * P_ * M_) {
+        remaining_(3 * P_ * M_),
+        give_up_past_(give_up_past) {
     for (auto& o : ops_) o.reserve(3 * M_);
+    if (give_up_past < std::numeric_limits<double>::infinity()) {
+      left_.resize(P_);  // every stage runs m of each pass
+      for (int r = 0; r < p_; ++r)
+        left_[static_cast<std::size_t>(r)] =
+            m_ * (costs.cost(r, OpKind::F) + costs.cost(r, OpKind::B) + costs.cost(r, OpKind::W));
+    }
   }
 
   GreedyResult run() {
     for (int i = 0; i < p_; ++i) refresh(i);
-    while (remaining_ > 0) {
+    while (remaining_ > 0 && !gave_up_) {
       // The stage that is free earliest decides next (time order keeps arrivals known).
       const int r = earliest_.top();
       if (r < 0)
@@ -70,6 +78,10 @@ class GreedyScheduler {
       unblock_neighbours(r);
     }
     GreedyResult out;
+    if (gave_up_) {
+      out.makespan = std::numeric_limits<double>::infinity();
+      return out;
+    }
     out.schedule.name = params_.name;
     out.schedule.stages = p_;
     out.schedule.microbatches = m_;
@@ -117,10 +129,14 @@ class GreedyScheduler {
     const bool can_b = br <= now;
     const bool can_f = fr <= now && f_fits;
 
-    auto run_op = [&](OpKind k, int mb) {
+    auto run_op = [&](OpKind k, int mb) [[gnu::always_inline]] {
       ops_[R].push_back({k, 0, mb});
       t_[R] = now + costs_.cost(r, k);
       --remaining_;
+      // Its stage's passes still to come run one after another from this one's end at best (the
+      // margin covers the rounding of `left`).
+      if (!left_.empty() && t_[R] + (left_[R] -= costs_.cost(r, k)) > give_up_past_ * (1.0 + 1e-9))
+        gave_up_ = true;
     };
     if (can_b && !(fill_with_f_first_ && can_f && next_b_[R] == 0)) {
       const int mb = next_b_[R]++;
@@ -177,11 +193,16 @@ class GreedyScheduler {
   std::vector<char> blocked_;
   linear::EarliestRank earliest_;
   std::size_t remaining_;
+  const double give_up_past_;
+  std::vector<double> left_;  // per stage, the costs of its passes still to run (give_up_past)
+  bool gave_up_ = false;
 };
 
+// One variant; makespan +infinity (and no schedule) where it gave up past `give_up_past`.
 GreedyResult build(const GeneratorParams& params, const CostTable& costs, double limit,
-                   bool fill_with_f_first) {
-  return GreedyScheduler(params, costs, limit, fill_with_f_first).run();
+                   bool fill_with_f_first,
+                   double give_up_past = std::numeric_limits<double>::infinity()) {
+  return GreedyScheduler(params, costs, limit, fill_with_f_first, give_up_past).run();
 }
 
 }  // namespace
@@ -196,8 +217,9 @@ Schedule generate_zb_h2(const GeneratorParams& params) {
   if (limit < 1.0)
     throw ScheduleError("zb-h2: memory limit must hold at least one micro-batch, got " +
                         std::to_string(limit));
+  // The second variant stops once it cannot be faster (the first is kept on a tie).
   GreedyResult best = build(params, costs, limit, false);
-  GreedyResult other = build(params, costs, limit, true);
+  GreedyResult other = build(params, costs, limit, true, best.makespan);
   if (other.makespan < best.makespan) best = std::move(other);
   validate_generated(best.schedule, params);
   return std::move(best.schedule);
