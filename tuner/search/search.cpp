@@ -330,6 +330,12 @@ class SparseTwins {
 void tally_outcomes(std::vector<SearchJob>& jobs, const JobOutcomes& out, SearchResult& result) {
   PlacementTwins twins;
   SparseTwins sparse_twins;
+  // At most the feasible plans are ranked: room for them at once (an exhaustive search ranks
+  // tens of thousands, each moved again at every growth otherwise).
+  std::size_t feasible = 0;
+  for (const std::optional<CandidateScore>& score : out.scores)
+    feasible += score && score->feasible;
+  result.ranked.reserve(result.ranked.size() + feasible);
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     if (!out.errors[i].empty()) {
       ++result.pruned["schedule: " + out.errors[i]];
