@@ -40,6 +40,8 @@ class EventTimes {
   double time(const Event& e) const { return const_cast<EventTimes*>(this)->slot_ref(e); }
   // Where that time is kept, for a caller that reads it again and again (it stays put).
   const double* slot(const Event& e) const { return &const_cast<EventTimes*>(this)->slot_ref(e); }
+  // The same, to write: a caller may keep its own negative marks there until the event is set.
+  double* slot(const Event& e) { return &slot_ref(e); }
   void set(const Event& e, double t) { slot_ref(e) = t; }
   // Barrier bookkeeping: returns true when this arrival was the last one.
   bool arrive(const Event& e, double t);

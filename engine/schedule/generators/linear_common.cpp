@@ -130,44 +130,23 @@ Planner::Planner(Schedule& s, const CostTable& costs)
       op_end_(static_cast<std::size_t>(s.stages), 0.0),
       idle_since_(static_cast<std::size_t>(s.stages), -1.0),
       barrier_of_(static_cast<std::size_t>(s.stages)),
-      in_barrier_(static_cast<std::size_t>(s.stages), 0),
-      cells_(static_cast<std::size_t>(s.groups()) * static_cast<std::size_t>(s.microbatches)),
-      watch_heads_(2 * cells_ + 3 * static_cast<std::size_t>(s.microbatches), -1) {}
+      in_barrier_(static_cast<std::size_t>(s.stages), 0) {}
 
 std::optional<double> Planner::makespan() const {
   if (!as_executed_) return std::nullopt;
   return op_end_.empty() ? 0.0 : *std::max_element(op_end_.begin(), op_end_.end());
 }
 
-std::size_t Planner::event_index(const Event& e) const {
-  const auto mb = static_cast<std::size_t>(e.microbatch);
-  const auto m = static_cast<std::size_t>(schedule_.microbatches);
-  switch (e.kind) {
-    case EventKind::Forward:
-      return static_cast<std::size_t>(e.group) * m + mb;
-    case EventKind::Backward:
-      return cells_ + static_cast<std::size_t>(e.group) * m + mb;
-    case EventKind::InputReduce:
-      return 2 * cells_ + mb;
-    case EventKind::OutputBarrier1:
-      return 2 * cells_ + m + mb;
-    case EventKind::OutputBarrier2:
-      break;
-  }
-  return 2 * cells_ + 2 * m + mb;
-}
-
-void Planner::watch(int rank, const Event& event) const {
-  int& head = watch_heads_[event_index(event)];
-  const Watch w{rank, head};
+void Planner::watch(int rank, double& slot) {
+  const Watch w{rank, first_watch(slot)};
   if (free_watch_ >= 0) {
     const int i = free_watch_;
     free_watch_ = watches_[static_cast<std::size_t>(i)].next;
     watches_[static_cast<std::size_t>(i)] = w;
-    head = i;
+    slot = -(2.0 + i);
   } else {
     watches_.push_back(w);
-    head = static_cast<int>(watches_.size()) - 1;
+    slot = -(2.0 + static_cast<double>(watches_.size() - 1));
   }
 }
 
@@ -188,15 +167,11 @@ void Planner::run(int rank, const Op& op, double ready) {
   const Production prod = production_of(schedule_, rank, op);
   if (!prod.present) return;
   if (!prod.joins_barrier) {
-    events_.set(prod.event, done);
-    produced(prod.event, done);
+    produced(*events_.slot(prod.event), done);
     return;
   }
-  if (events_.arrive(prod.event, done)) {
-    const double complete = events_.last_arrival(prod.event) + costs_.collective_time;
-    events_.set(prod.event, complete);
-    produced(prod.event, complete);
-  }
+  if (events_.arrive(prod.event, done))
+    produced(*events_.slot(prod.event), events_.last_arrival(prod.event) + costs_.collective_time);
   if (prod.waits_for_barrier) {
     barrier_of_[r] = prod.event;
     in_barrier_[r] = 1;
@@ -217,9 +192,10 @@ void Planner::idle_until(int rank, double t) {
 
 bool Planner::leave_barrier(int rank) {
   const auto r = static_cast<std::size_t>(rank);
-  const double t = events_.time(barrier_of_[r]);
+  double& slot = *events_.slot(barrier_of_[r]);
+  const double t = slot;
   if (t < 0.0) {
-    watch(rank, barrier_of_[r]);
+    watch(rank, slot);
     return false;
   }
   clock_[r] = std::max(clock_[r], t);
@@ -228,8 +204,9 @@ bool Planner::leave_barrier(int rank) {
   return true;
 }
 
-void Planner::produced(const Event& event, double time) {
-  int& head = watch_heads_[event_index(event)];
+void Planner::produced(double& slot, double time) {
+  const int head = first_watch(slot);
+  slot = time;
   for (int i = head; i >= 0;) {
     Watch& w = watches_[static_cast<std::size_t>(i)];
     const int next = w.next;
@@ -244,7 +221,6 @@ void Planner::produced(const Event& event, double time) {
     free_watch_ = i;
     i = next;
   }
-  head = -1;
 }
 
 EarliestRank::EarliestRank(int ranks) {

@@ -87,14 +87,13 @@ class Planner {
   // What an op waits for, looked up once: a step offers the same candidates again and again
   // until one runs, and ready() reads the event's time without working the requirement out.
   struct Need {
-    const double* time = nullptr;  // the event's time slot; null when the op waits for nothing
-    double transfer = 0.0;         // added to that time: one p2p when it comes from another rank
-    Event event;
-    bool watched = false;  // the rank watches the event already: asking again adds no watch
+    double* time = nullptr;  // the event's time slot; null when the op waits for nothing
+    double transfer = 0.0;   // added to that time: one p2p when it comes from another rank
+    bool watched = false;    // the rank watches the event already: asking again adds no watch
   };
   // The op's need, written into `out` field by field: a step's slots are rewritten for every op,
   // and a whole Need copied in is read back wider than it was written (a stalled store forward).
-  void look_up(int rank, const Op& op, Need& out) const {
+  void look_up(int rank, const Op& op, Need& out) {
     const Requirement req = requirement_of(schedule_, rank, op);
     out.watched = false;
     if (!req.present) {
@@ -105,15 +104,14 @@ class Planner {
     out.time = events_.slot(req.event);
     // t + 0.0 is t for every time the slot can hold (>= 0): no transfer adds nothing, exactly.
     out.transfer = req.transfer ? p2p_ : 0.0;
-    out.event = req.event;
   }
   // When an op with that need could start on rank; nullopt while its event has not been planned
   // yet (the rank then watches it, once per need).
-  std::optional<double> ready(int rank, Need& need) const {
+  std::optional<double> ready(int rank, Need& need) {
     if (need.time == nullptr) return 0.0;
     const double t = *need.time;
     if (t < 0.0) {
-      if (!need.watched) watch(rank, need.event);
+      if (!need.watched) watch(rank, *need.time);
       need.watched = true;
       return std::nullopt;
     }
@@ -121,7 +119,7 @@ class Planner {
   }
   // When op could start on rank (its requirement's completion plus a transfer when it comes
   // from another rank); nullopt while the requirement has not been planned yet.
-  std::optional<double> ready_time(int rank, const Op& op) const {
+  std::optional<double> ready_time(int rank, const Op& op) {
     Need n;
     look_up(rank, op, n);
     return ready(rank, n);
@@ -169,10 +167,13 @@ class Planner {
     int rank = 0;
     int next = -1;
   };
-  void produced(const Event& event, double time);
-  void watch(int rank, const Event& event) const;
-  // The event's place in watch_heads_: forward, backward, then the three barriers' slots.
-  std::size_t event_index(const Event& e) const;
+  // An event not planned yet keeps its list in its own time slot, which holds -1 while nobody
+  // watches and -(2 + the first watch) after: producing the event reads the slot it writes,
+  // and a look-up finds the slot alone.
+  static int first_watch(double slot) { return slot < -1.5 ? static_cast<int>(-slot - 2.0) : -1; }
+  // Sets the event's slot to `time` and wakes its watches.
+  void produced(double& slot, double time);
+  void watch(int rank, double& slot);
 
   Schedule& schedule_;
   const CostTable& costs_;
@@ -186,16 +187,13 @@ class Planner {
   std::vector<char> in_barrier_;
   std::vector<int> rewound_;  // since clear_rewound()
   std::vector<int> woken_;    // since clear_woken()
-  std::size_t cells_ = 0;     // layer groups x micro-batches
   // give_up_past: its time (+infinity: never) and each rank's costs still to run.
   double give_up_time_ = std::numeric_limits<double>::infinity();
   std::vector<double> left_;
   bool gave_up_ = false;
-  // Per event, the first of its watches (-1: none); the watches, with a free list of those
-  // whose event was produced.
-  mutable std::vector<int> watch_heads_;
-  mutable std::vector<Watch> watches_;
-  mutable int free_watch_ = -1;
+  // The watches (first_watch), with a free list of those whose event was produced.
+  std::vector<Watch> watches_;
+  int free_watch_ = -1;
 };
 
 enum class StepResult { Progress, Blocked, Done };
