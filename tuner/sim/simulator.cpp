@@ -148,15 +148,18 @@ class TimingHooks {
                                                              static_cast<std::size_t>(s_.stages) +
                                                          r];
       const double duration = cost_of(rank, op.kind);
-      const double start = std::max(compute_free_[r], ready);
+      // std::max's choice, on values (its references keep `ready` in memory).
+      const double free = compute_free_[r];
+      const double start = free < ready ? ready : free;
       const double end = start + duration;
       compute_free_[r] = end;
       busy_[r] += duration;
       ++ops_[r];
       const double delta = unit_delta(op.kind);
       if (delta != 0.0) {
-        units_[r] += delta;
-        if (units_[r] > peak_units_[r]) peak_units_[r] = units_[r];
+        const double held = units_[r] + delta;
+        units_[r] = held;
+        if (held > peak_units_[r]) peak_units_[r] = held;
       }
       return end;
     }
