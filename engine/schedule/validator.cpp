@@ -69,39 +69,46 @@ OpCounts count_ops(const Schedule& s) {
   // Noted in locals, not in `n` (returned through memory): a flag stored for every op would be
   // reloaded by the next one.
   bool pairs = false, reductions = false;
+  // Each pass kind's counters, by the kind's number (F, B, W, BW, then S, T, IF, IB), and each
+  // chunk's first cell on the rank at hand: an op's counter is found without a chain of tests.
+  static_assert(static_cast<int>(OpKind::R) == kPassKindCount,
+                "R is the one kind after the passes");
+  std::uint8_t* const counters[kPassKindCount] = {
+      n.f.data(),        n.b.data(),        n.w.data(),        n.bw.data(),
+      n.vocab[0].data(), n.vocab[1].data(), n.vocab[2].data(), n.vocab[3].data()};
+  std::vector<std::size_t> chunk_cell(static_cast<std::size_t>(s.chunks));
   for (int r = 0; r < s.stages; ++r) {
     const auto& ops = s.ranks[static_cast<std::size_t>(r)];
+    for (int c = 0; c < s.chunks; ++c)
+      chunk_cell[static_cast<std::size_t>(c)] =
+          static_cast<std::size_t>(s.group_of(r, c)) * static_cast<std::size_t>(m);
+    const std::size_t rank_cell = vocab_cell(s, r, 0);
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
       pairs |= op.overlaps_previous;
-      if (is_reduction(op.kind)) {  // check_reductions
+      const int kind = static_cast<int>(op.kind);
+      if (kind >= kPassKindCount) {  // a gradient reduction: check_reductions
         reductions = true;
         continue;
       }
       if (op.microbatch < 0 || op.microbatch >= m)
         fail(s, where(r, op, i) + ": micro-batch out of range 0.." + std::to_string(m - 1));
-      if (is_vocab_op(op.kind)) {
+      // One test, seldom true, for every op's chunk and the schedule's mode; the message after.
+      const bool vocab_op = is_vocab_op(op.kind);
+      if (vocab_op ? op.chunk != 0 || s.vocab == VocabMode::None
+                   : op.chunk < 0 || op.chunk >= s.chunks) {
+        if (!vocab_op)
+          fail(s, where(r, op, i) + ": chunk out of range 0.." + std::to_string(s.chunks - 1));
         if (s.vocab == VocabMode::None)
           fail(s, where(r, op, i) + ": vocabulary op in a schedule without vocabulary parallelism");
-        if (op.chunk != 0) fail(s, where(r, op, i) + ": vocabulary ops carry chunk 0");
-        const int k = op.kind == OpKind::S    ? 0
-                      : op.kind == OpKind::T  ? 1
-                      : op.kind == OpKind::IF ? 2
-                                              : 3;
-        auto& c = n.vocab[k][vocab_cell(s, r, op.microbatch)];
-        if (++c > 1) fail(s, where(r, op, i) + ": appears more than once on this rank");
-        continue;
+        fail(s, where(r, op, i) + ": vocabulary ops carry chunk 0");
       }
-      if (op.chunk < 0 || op.chunk >= s.chunks)
-        fail(s, where(r, op, i) + ": chunk out of range 0.." + std::to_string(s.chunks - 1));
-      const auto cell =
-          static_cast<std::size_t>(s.group_of(r, op.chunk)) * static_cast<std::size_t>(m) +
+      const std::size_t cell =
+          (vocab_op ? rank_cell : chunk_cell[static_cast<std::size_t>(op.chunk)]) +
           static_cast<std::size_t>(op.microbatch);
-      std::uint8_t* counter = op.kind == OpKind::F   ? &n.f[cell]
-                              : op.kind == OpKind::B ? &n.b[cell]
-                              : op.kind == OpKind::W ? &n.w[cell]
-                                                     : &n.bw[cell];
-      if (++*counter > 1) fail(s, where(r, op, i) + ": appears more than once");
+      if (++counters[kind][cell] > 1)
+        fail(s, where(r, op, i) + (vocab_op ? ": appears more than once on this rank"
+                                            : ": appears more than once"));
     }
   }
   n.pairs = pairs;

@@ -53,6 +53,56 @@ TEST(Validator, CatchesMissingAndDuplicateOps) {
   EXPECT_THROW(validate(s), ScheduleError);
 }
 
+// The message validate_structure refuses a schedule with ("" when it accepts it).
+std::string refusal(const Schedule& s) {
+  try {
+    validate_structure(s);
+  } catch (const ScheduleError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Validator, NamesWhatIsWrongWithAnOpsNumbers) {
+  // Each count refusal on its own: where the op is, and why.
+  Schedule s = two_stage_gpipe(2);
+  EXPECT_EQ(refusal(s), "");
+  s.ranks[1][1].microbatch = 2;
+  EXPECT_NE(refusal(s).find("rank 1 op 1 (F2.0): micro-batch out of range 0..1"), std::string::npos)
+      << refusal(s);
+  s = two_stage_gpipe(2);
+  s.ranks[0][2].chunk = 1;
+  EXPECT_NE(refusal(s).find("rank 0 op 2 (BW0.1): chunk out of range 0..0"), std::string::npos)
+      << refusal(s);
+  s = two_stage_gpipe(2);
+  s.ranks[1][3] = s.ranks[1][2];
+  EXPECT_NE(refusal(s).find("rank 1 op 3 (BW0.0): appears more than once"), std::string::npos)
+      << refusal(s);
+  EXPECT_EQ(refusal(s).find("on this rank"), std::string::npos) << refusal(s);  // a layer's op
+  s = two_stage_gpipe(2);
+  s.ranks[0].push_back({OpKind::S, 0, 0});
+  EXPECT_NE(refusal(s).find("vocabulary op in a schedule without vocabulary parallelism"),
+            std::string::npos)
+      << refusal(s);
+
+  GeneratorParams params;
+  params.name = "1f1b";
+  params.stages = 2;
+  params.microbatches = 4;
+  params.vocab = VocabMode::Vocab2;
+  const Schedule vocab = generate(params);
+  EXPECT_EQ(refusal(vocab), "");
+  s = vocab;
+  const auto s0 = std::find(s.ranks[1].begin(), s.ranks[1].end(), Op{OpKind::S, 0, 0});
+  ASSERT_NE(s0, s.ranks[1].end());
+  s0->chunk = 1;
+  EXPECT_NE(refusal(s).find("vocabulary ops carry chunk 0"), std::string::npos) << refusal(s);
+  s = vocab;
+  s.ranks[1].push_back({OpKind::IB, 0, 3});
+  EXPECT_NE(refusal(s).find("(IB3): appears more than once on this rank"), std::string::npos)
+      << refusal(s);
+}
+
 TEST(Validator, RequiresWAfterSplitB) {
   Schedule s = two_stage_gpipe(1);
   s.ranks[1][1] = {OpKind::B, 0, 0};
