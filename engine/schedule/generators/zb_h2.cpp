@@ -129,7 +129,7 @@ class GreedyScheduler {
     const bool can_b = br <= now;
     const bool can_f = fr <= now && f_fits;
 
-    auto run_op = [&](OpKind k, int mb) [[gnu::always_inline]] {
+    auto run_op = [&](OpKind k, int mb) __attribute__((always_inline)) {
       ops_[R].push_back({k, 0, mb});
       t_[R] = now + costs_.cost(r, k);
       --remaining_;
