@@ -89,7 +89,7 @@ class EagerStep {
     double earliest = kNoInput;
     // The candidates in order of preference: the first ready now runs, and those after it need
     // not be looked at (their unknown inputs matter only to a step that ends blocked).
-    const auto offer = [&](int slot) {
+    const auto offer = [&](int slot) __attribute__((always_inline)) {
       const std::optional<double> ready = planner_.ready(r, needs_[R][slot]);
       if (ready && *ready <= now) {
         planner_.run(r, next_op(R, slot), *ready);
