@@ -347,7 +347,7 @@ std::vector<Lists> squeeze(std::vector<Lists> st, bool consider_w, int m) {
   return eager_unit_times(st, 5, maps);
 }
 
-Op op_of_type(int type, int mb) {
+__attribute__((always_inline)) inline Op op_of_type(int type, int mb) {
   switch (type) {
     case kF0:
       return {OpKind::F, 0, mb};

@@ -159,7 +159,7 @@ class ZbvGreedy {
   }
 
   // The cross-stage producer this op waits for, or -1 when it has none.
-  double dependency_end(int stage, int kind) {
+  __attribute__((always_inline)) double dependency_end(int stage, int kind) {
     const int mb = count_[at(stage)][at(kind)];
     const bool from_prev = kind == kVF0 || kind == kVB1;  // flows towards higher stages
     if (from_prev && stage > 0) return end(stage - 1, kind, mb);
