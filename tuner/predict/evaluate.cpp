@@ -121,8 +121,8 @@ PlanBound PlanEvaluator::bound(const spec::ModelSpec& model_in, const spec::Clus
   // Activations: what the schedule's warm-up rule makes a stage hold before its first backward
   // (schedule::least_peak_in_flight, with the costs evaluate() plans with), at least one chunk of
   // one micro-batch.
-  schedule::GeneratorParams shape = spec::generator_params(plan);
-  shape.memory_limit = options_.schedule_memory_limit;
+  const schedule::GeneratorParams shape =
+      spec::generator_params(plan, {}, options_.schedule_memory_limit);
   // Offloading activations, a stage keeps at least the one chunk its running forward fills.
   const std::vector<double> in_flight = plan.offload_activations
                                             ? std::vector<double>(P, 1.0 / plan.chunks)

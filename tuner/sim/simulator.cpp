@@ -142,11 +142,7 @@ class TimingHooks {
       // the same sums in the same order, without asking what this run does not have per op.
       const auto r = static_cast<std::size_t>(rank);
       double ready = req_time;
-      if (req.present && req.transfer)
-        ready += pair_transfer_.empty() ? p2p_time_
-                                        : pair_transfer_[static_cast<std::size_t>(req.source_rank) *
-                                                             static_cast<std::size_t>(s_.stages) +
-                                                         r];
+      if (req.present && req.transfer) ready += hop_time(req.source_rank, rank);
       const double duration = cost_of(rank, op.kind);
       // std::max's choice, on values (its references keep `ready` in memory).
       const double free = compute_free_[r];
@@ -449,15 +445,19 @@ class TimingHooks {
     }
   }
 
+  // One point-to-point transfer from `source` to `dest`, a whole micro-batch's.
+  double hop_time(int source, int dest) const {
+    return pair_transfer_.empty() ? p2p_time_
+                                  : pair_transfer_[static_cast<std::size_t>(source) *
+                                                       static_cast<std::size_t>(s_.stages) +
+                                                   static_cast<std::size_t>(dest)];
+  }
+
   // When the op's requirement is on this rank: at the source's time, plus one point-to-point
   // transfer when it comes from another rank (traced as a send on the source's lane).
   double arrival(int rank, const Op& op, const Requirement& req, double req_time) {
     if (!(req.present && req.transfer)) return req_time;
-    double transfer = pair_transfer_.empty()
-                          ? p2p_time_
-                          : pair_transfer_[static_cast<std::size_t>(req.source_rank) *
-                                               static_cast<std::size_t>(s_.stages) +
-                                           static_cast<std::size_t>(rank)];
+    double transfer = hop_time(req.source_rank, rank);
     // A token slice sends its share of the bytes; the latency is paid whole. (A per-stage
     // layout's resharded transfer is scaled whole: its table does not split the two.)
     if (s_.slices > 1) {

@@ -2,7 +2,6 @@
 // bound: lower bounds on a stage's peak activations (from the warm-ups), and how many overlapped
 // pairs a rank runs at most.
 #include <algorithm>
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -55,11 +54,10 @@ InFlightRule in_flight_rule(const GeneratorParams& params) {
 // is the greedy's, not an estimate of it. `costs`: the planning costs.
 double zb_h2_first_stage(const GeneratorParams& params, const CostTable& costs) {
   const int p = params.stages, m = params.microbatches;
-  const double limit = params.memory_limit > 0.0 ? params.memory_limit : 2.0 * p;
-  // The budget lets forward j run while j + 1 micro-batches fit; counting stops early for a huge
-  // budget (a lower bound may be lower).
+  const double limit = linear::zb_h2_memory_limit(params);
+  // Counting stops early for a huge budget and many micro-batches (a lower bound may be lower).
   constexpr double kMostCounted = 65536.0;
-  const double most = std::min({static_cast<double>(m), std::floor(limit + 1e-9), kMostCounted});
+  const double most = std::min(static_cast<double>(m), kMostCounted);
   const double hop = costs.p2p_time();
   double forward_end = 0.0;  // micro-batch 0's forward, stage by stage
   for (int r = 0; r < p; ++r)
@@ -74,7 +72,11 @@ double zb_h2_first_stage(const GeneratorParams& params, const CostTable& costs) 
   }
   double count = 0.0;
   const double forward = costs.cost(0, OpKind::F);
-  for (double now = 0.0; count < most && now < arrival; now = now + forward) count += 1.0;
+  // Forward `count` runs while the budget holds count + 1 micro-batches (none freed before).
+  for (double now = 0.0;
+       count < most && linear::within_zb_h2_budget(count + 1.0, limit) && now < arrival;
+       now = now + forward)
+    count += 1.0;
   return std::max(count, 1.0);  // the first op of every stage is a forward
 }
 

@@ -160,10 +160,9 @@ void Planner::run(int rank, const Op& op, double ready) {
   idle_since_[r] = -1.0;
   if (!left_.empty()) {
     left_[r] -= costs_.cost(rank, op.kind);
-    // The margin covers the rounding of `left`, a difference where the ends are sums. A plan
-    // already timed apart from how it executes (!as_executed_) would be executed to time it,
-    // perhaps sooner: it goes on.
-    if (done + left_[r] > give_up_time_ * (1.0 + 1e-9) && as_executed_) gave_up_ = true;
+    // A plan already timed apart from how it executes (!as_executed_) would be executed to time
+    // it, perhaps sooner: it goes on.
+    if (surely_past(done + left_[r], give_up_time_) && as_executed_) gave_up_ = true;
   }
   schedule_.ranks[r].push_back(op);
   const Production prod = production_of(schedule_, rank, op);
@@ -178,6 +177,15 @@ void Planner::run(int rank, const Op& op, double ready) {
     barrier_of_[r] = prod.event;
     in_barrier_[r] = 1;
   }
+}
+
+std::vector<double> split_backward_work(const CostTable& costs, int stages, int microbatches) {
+  std::vector<double> work(static_cast<std::size_t>(stages));
+  for (int r = 0; r < stages; ++r)
+    work[static_cast<std::size_t>(r)] =
+        microbatches *
+        (costs.cost(r, OpKind::F) + costs.cost(r, OpKind::B) + costs.cost(r, OpKind::W));
+  return work;
 }
 
 void Planner::give_up_past(double time, std::vector<double> left) {

@@ -196,6 +196,23 @@ class Planner {
   int free_watch_ = -1;
 };
 
+// Giving up on a candidate order (Planner::give_up_past, zb-h2's greedy): whether an order
+// whose last op cannot end before `end` surely ends past `time`. `end` is a rank's op end plus a
+// running difference of its costs still to run; the margin covers that difference's rounding.
+inline bool surely_past(double end, double time) {
+  return end > time * (1.0 + 1e-9);
+}
+// Each rank's costs of m F, B and W passes: what every rank of zb-h1 and zb-h2 runs.
+std::vector<double> split_backward_work(const CostTable& costs, int stages, int microbatches);
+
+// zb-h2's activation budget in micro-batches (params.memory_limit, else 2p), and whether a
+// stage holding `held` stays within it: the greedy's rule, and its first stage's bound's
+// (least_peak_in_flight).
+double zb_h2_memory_limit(const GeneratorParams& params);
+inline bool within_zb_h2_budget(double held, double limit) {
+  return held <= limit + 1e-9;
+}
+
 enum class StepResult { Progress, Blocked, Done };
 
 // The eligible rank with the earliest clock (ties: the lowest rank) in O(1), updates in

@@ -47,13 +47,7 @@ Schedule plan(const GeneratorParams& params, const CostTable& costs, bool w_must
   std::vector<double> memory(P, 0.0);
 
   linear::Planner planner(s, costs);
-  if (give_up_past < std::numeric_limits<double>::infinity()) {
-    std::vector<double> left(P);  // every rank runs m of each pass
-    for (int r = 0; r < p; ++r)
-      left[static_cast<std::size_t>(r)] =
-          m * (costs.cost(r, OpKind::F) + costs.cost(r, OpKind::B) + costs.cost(r, OpKind::W));
-    planner.give_up_past(give_up_past, std::move(left));
-  }
+  planner.give_up_past(give_up_past, linear::split_backward_work(costs, p, m));
   // What each rank's next F or B waits for, worked out once per op: a rank that idles or runs
   // W passes asks again for the same op.
   std::vector<linear::Planner::Need> need(P);

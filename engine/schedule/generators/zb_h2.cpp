@@ -57,12 +57,8 @@ class GreedyScheduler {
         remaining_(3 * P_ * M_),
         give_up_past_(give_up_past) {
     for (auto& o : ops_) o.reserve(3 * M_);
-    if (give_up_past < std::numeric_limits<double>::infinity()) {
-      left_.resize(P_);  // every stage runs m of each pass
-      for (int r = 0; r < p_; ++r)
-        left_[static_cast<std::size_t>(r)] =
-            m_ * (costs.cost(r, OpKind::F) + costs.cost(r, OpKind::B) + costs.cost(r, OpKind::W));
-    }
+    if (give_up_past < std::numeric_limits<double>::infinity())
+      left_ = linear::split_backward_work(costs, p_, m_);
   }
 
   GreedyResult run() {
@@ -125,7 +121,7 @@ class GreedyScheduler {
     const bool has_w = next_w_[R] < next_b_[R];
     const double fr = has_f ? f_ready(r, next_f_[R]) : kUnknown;
     const double br = has_b ? b_ready(r, next_b_[R]) : kUnknown;
-    const bool f_fits = mem_[R] + 1.0 <= limit_ + 1e-9;
+    const bool f_fits = linear::within_zb_h2_budget(mem_[R] + 1.0, limit_);
     const bool can_b = br <= now;
     const bool can_f = fr <= now && f_fits;
 
@@ -133,10 +129,11 @@ class GreedyScheduler {
       ops_[R].push_back({k, 0, mb});
       t_[R] = now + costs_.cost(r, k);
       --remaining_;
-      // Its stage's passes still to come run one after another from this one's end at best (the
-      // margin covers the rounding of `left`).
-      if (!left_.empty() && t_[R] + (left_[R] -= costs_.cost(r, k)) > give_up_past_ * (1.0 + 1e-9))
-        gave_up_ = true;
+      // Its stage's passes still to come run one after another from this one's end at best.
+      if (!left_.empty()) {
+        left_[R] -= costs_.cost(r, k);
+        if (linear::surely_past(t_[R] + left_[R], give_up_past_)) gave_up_ = true;
+      }
     };
     if (can_b && !(fill_with_f_first_ && can_f && next_b_[R] == 0)) {
       const int mb = next_b_[R]++;
@@ -207,13 +204,16 @@ GreedyResult build(const GeneratorParams& params, const CostTable& costs, double
 
 }  // namespace
 
+double linear::zb_h2_memory_limit(const GeneratorParams& params) {
+  return params.memory_limit > 0.0 ? params.memory_limit : 2.0 * static_cast<double>(params.stages);
+}
+
 Schedule generate_zb_h2(const GeneratorParams& params) {
   if (params.chunks > 1)
     throw ScheduleError({"plan.chunks", "plan.schedule"},
                         "zb-h2 supports chunks=1 only, got " + std::to_string(params.chunks));
   const CostTable costs = planning_costs(params);
-  const double limit =
-      params.memory_limit > 0.0 ? params.memory_limit : 2.0 * static_cast<double>(params.stages);
+  const double limit = linear::zb_h2_memory_limit(params);
   if (limit < 1.0)
     throw ScheduleError("zb-h2: memory limit must hold at least one micro-batch, got " +
                         std::to_string(limit));
