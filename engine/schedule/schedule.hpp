@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +24,8 @@ enum class Placement { Linear, VShape };
 //  Vocab2: one barrier (C1 carries the precomputed input gradient); B of the last group needs C1.
 //  Interlaced: like Vocab1, but the passes run synchronously (the rank waits for each barrier).
 enum class VocabMode { None, Vocab1, Vocab2, Interlaced };
+
+struct PlannedTime;  // planned_time.hpp
 
 std::string_view placement_name(Placement p);
 std::string_view vocab_mode_name(VocabMode v);
@@ -51,6 +54,9 @@ struct Schedule {
   // (the loss) ends it; the groups between may come in any order (SkipPipe's reordered paths).
   // Empty = every micro-batch visits every group in order.
   std::vector<std::vector<int>> paths;
+  // The iteration a cost-aware generator planned these lists to take, and under what costs
+  // (planned_time.hpp); null where none did. Kept for the lists it was planned for only.
+  std::shared_ptr<const PlannedTime> planned_time;
 
   int groups() const { return stages * chunks; }
   int data_microbatches() const { return microbatches / slices; }

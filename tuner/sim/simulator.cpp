@@ -12,6 +12,7 @@
 
 #include "engine/errors.hpp"
 #include "engine/schedule/executor.hpp"
+#include "engine/schedule/planned_time.hpp"
 #include "engine/schedule/validator.hpp"
 #include "tuner/sim/unit_ledger.hpp"
 
@@ -149,14 +150,7 @@ class TimingHooks {
       const double start = free < ready ? ready : free;
       const double end = start + duration;
       compute_free_[r] = end;
-      busy_[r] += duration;
-      ++ops_[r];
-      const double delta = unit_delta(op.kind);
-      if (delta != 0.0) {
-        const double held = units_[r] + delta;
-        units_[r] = held;
-        if (held > peak_units_[r]) peak_units_[r] = held;
-      }
+      account(r, op.kind, duration);
       return end;
     }
     const double ready = arrival(rank, op, req, req_time);
@@ -164,6 +158,34 @@ class TimingHooks {
     if (!run_starts_.empty() && run_starts_[static_cast<std::size_t>(rank)][index])
       duration += costs_.stages[static_cast<std::size_t>(rank)].run_gather;
     return run(rank, index, op, ready, duration);
+  }
+
+  // A schedule that carries the time its generator planned (schedule::PlannedTime), under this
+  // run's costs, for these very lists, where the run is the short path's (no trace, offload,
+  // failures, gathers, token slices, per-pair transfers, reductions or pairs): the planned
+  // iteration is the one execute() would find (each op at the latest of its rank's op before and
+  // its input, each barrier at its last arrival), so only the short path's per-op sums are run,
+  // in each rank's order as execute() runs them. False, with nothing summed, otherwise.
+  bool time_as_planned(const schedule::PlannedTime& planned) {
+    if (!plain_ || !pair_transfer_.empty() || planned.costs != cost_ || planned.p2p != p2p_time_ ||
+        planned.collective != costs_.collective_time ||
+        planned.fingerprint != schedule::op_fingerprint(s_))
+      return false;
+    for (const auto& ops : s_.ranks)
+      for (const Op& op : ops)
+        if (schedule::is_reduction(op.kind) || op.overlaps_previous) return false;
+    const auto p = static_cast<std::size_t>(s_.stages);
+    for (std::size_t r = 0; r < p; ++r)
+      for (const Op& op : s_.ranks[r]) account(r, op.kind, cost_of(static_cast<int>(r), op.kind));
+    // Each barrier (every rank joins each once) adds its time to every rank's stream, as
+    // barrier() does.
+    std::size_t barriers = 0;
+    for (const Op& op : s_.ranks[0])
+      if (schedule::production_of(s_, 0, op).joins_barrier) ++barriers;
+    for (std::size_t r = 0; r < p; ++r)
+      for (std::size_t i = 0; i < barriers; ++i) comm_busy_[r] += costs_.collective_time;
+    finish(planned.iteration);
+    return true;
   }
 
   // An overlapped pair (simulator.hpp): both start once both inputs are there; each op's
@@ -406,13 +428,17 @@ class TimingHooks {
   }
 
   void finish() {
-    const int p = s_.stages;
     double makespan = 0.0;
-    for (int r = 0; r < p; ++r) {
+    for (int r = 0; r < s_.stages; ++r) {
       makespan = std::max(makespan, compute_free_[static_cast<std::size_t>(r)]);
       makespan = std::max(makespan, comm_free_[static_cast<std::size_t>(r)]);
       makespan = std::max(makespan, reduce_free_[static_cast<std::size_t>(r)]);
     }
+    finish(makespan);
+  }
+
+  void finish(double makespan) {
+    const int p = s_.stages;
     // Every time of the run (busy, bubble, each op's end) is at most the makespan: bounded here,
     // with or without a trace, as the trace's times are. (A copy ends before the B it serves.)
     schedule::check_schedule_time(makespan, "a simulated time");
@@ -476,6 +502,19 @@ class TimingHooks {
       lane_spans_[static_cast<std::size_t>(send.lane)].push_back(send);
     }
     return ready;
+  }
+
+  // The short path's sums for an op of `duration` on rank r: its busy time, its count and the
+  // activations it adds or frees.
+  void account(std::size_t r, OpKind kind, double duration) {
+    busy_[r] += duration;
+    ++ops_[r];
+    const double delta = unit_delta(kind);
+    if (delta != 0.0) {
+      const double held = units_[r] + delta;
+      units_[r] = held;
+      if (held > peak_units_[r]) peak_units_[r] = held;
+    }
   }
 
   // Activation units an op adds (F, as it starts) or frees (B, W, BW, as they end).
@@ -720,6 +759,7 @@ SimResult simulate(const Schedule& schedule, const CostTable& costs, const SimOp
 
   SimResult result;
   TimingHooks hooks(schedule, costs, options, result);
+  if (schedule.planned_time && hooks.time_as_planned(*schedule.planned_time)) return result;
   schedule::execute(schedule, hooks);
   hooks.finish();
   return result;

@@ -98,6 +98,8 @@ struct TimedHooks {
   const CostTable& costs;
   double p2p;
   std::vector<double> clock;
+  double last_barrier_end = 0.0;  // as Planner's
+  bool barrier_waited = false;
 
   double op(int rank, std::size_t, const Op& op, const Requirement& req, double req_time) {
     double& c = clock[static_cast<std::size_t>(rank)];
@@ -105,7 +107,12 @@ struct TimedHooks {
     c = std::max(c, ready) + costs.cost(rank, op.kind);
     return c;
   }
-  double barrier(const Event&, double last_arrival) { return last_arrival + costs.collective_time; }
+  double barrier(const Event&, double last_arrival) {
+    // The executor completes barriers in the order the ranks join them.
+    if (last_arrival < last_barrier_end) barrier_waited = true;
+    last_barrier_end = last_arrival + costs.collective_time;
+    return last_barrier_end;
+  }
   void wait(int rank, double until) {
     double& c = clock[static_cast<std::size_t>(rank)];
     c = std::max(c, until);
@@ -115,10 +122,17 @@ struct TimedHooks {
 }  // namespace
 
 double estimated_makespan(const Schedule& s, const CostTable& costs) {
+  return estimated_time(s, costs).makespan;
+}
+
+EstimatedTime estimated_time(const Schedule& s, const CostTable& costs) {
   TimedHooks hooks{costs, costs.p2p_time(),
                    std::vector<double>(static_cast<std::size_t>(s.stages))};
   execute(s, hooks);
-  return *std::max_element(hooks.clock.begin(), hooks.clock.end());
+  EstimatedTime t;
+  t.makespan = *std::max_element(hooks.clock.begin(), hooks.clock.end());
+  if (!hooks.barrier_waited) t.simulated = std::max(t.makespan, hooks.last_barrier_end);
+  return t;
 }
 
 Planner::Planner(Schedule& s, const CostTable& costs)
@@ -135,6 +149,12 @@ Planner::Planner(Schedule& s, const CostTable& costs)
 std::optional<double> Planner::makespan() const {
   if (!as_executed_) return std::nullopt;
   return op_end_.empty() ? 0.0 : *std::max_element(op_end_.begin(), op_end_.end());
+}
+
+std::optional<double> Planner::simulated_iteration() const {
+  const std::optional<double> end = makespan();
+  if (!end || barrier_waited_) return std::nullopt;
+  return std::max(*end, last_barrier_end_);
 }
 
 void Planner::watch(int rank, double& slot) {
@@ -171,8 +191,13 @@ void Planner::run(int rank, const Op& op, double ready) {
     produced(*events_.slot(prod.event), done);
     return;
   }
-  if (events_.arrive(prod.event, done))
-    produced(*events_.slot(prod.event), events_.last_arrival(prod.event) + costs_.collective_time);
+  if (events_.arrive(prod.event, done)) {
+    // Every rank joins the barriers in one order, so they complete in it.
+    const double last = events_.last_arrival(prod.event);
+    if (last < last_barrier_end_) barrier_waited_ = true;
+    last_barrier_end_ = last + costs_.collective_time;
+    produced(*events_.slot(prod.event), last_barrier_end_);
+  }
   if (prod.waits_for_barrier) {
     barrier_of_[r] = prod.event;
     in_barrier_[r] = 1;

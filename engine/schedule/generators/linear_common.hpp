@@ -63,6 +63,15 @@ Schedule validated(Schedule s, const GeneratorParams& params);
 // (no link contention, no comm streams) used only to choose between candidate orders; the
 // simulator in tuner/sim is the reference for reported times.
 double estimated_makespan(const Schedule& s, const CostTable& costs);
+// The same, and where the simulator's model reduces to this one for the schedule (no barrier
+// waited for the one before it on the communication stream: each started at its last arrival),
+// the iteration the simulator finds without offload, failures or per-pair transfers: the end of
+// the last op or barrier (PlannedTime::iteration).
+struct EstimatedTime {
+  double makespan = 0.0;
+  std::optional<double> simulated;
+};
+EstimatedTime estimated_time(const Schedule& s, const CostTable& costs);
 
 // Builds op lists in simulated time. A generator's step function looks at one rank at its current
 // clock, asks when candidate ops could start, and either runs one, idles until a known time, or
@@ -82,6 +91,9 @@ class Planner {
   // idled to, past both). zb-h1's and the vocabulary passes' steps run an op after idling only
   // at its input's time, so they need not execute what they planned to time it.
   std::optional<double> makespan() const;
+  // Once every rank is done: estimated_time(...).simulated of the planned schedule, exactly,
+  // where makespan() is known; nullopt otherwise.
+  std::optional<double> simulated_iteration() const;
   double cost(int rank, OpKind kind) const { return costs_.cost(rank, kind); }
 
   // What an op waits for, looked up once: a step offers the same candidates again and again
@@ -180,8 +192,13 @@ class Planner {
   EventTimes events_;
   double p2p_ = 0.0;
   std::vector<double> clock_;
-  std::vector<double> op_end_;      // the end of the rank's last op (or barrier wait)
-  bool as_executed_ = true;         // every op started where execute() starts it
+  std::vector<double> op_end_;  // the end of the rank's last op (or barrier wait)
+  bool as_executed_ = true;     // every op started where execute() starts it
+  // The barriers, which complete in the one order every rank joins them: the end of the last
+  // one, and whether one's last arrival came before it (the simulator's communication stream
+  // would have started it later).
+  double last_barrier_end_ = 0.0;
+  bool barrier_waited_ = false;
   std::vector<double> idle_since_;  // negative when the rank is not idling
   std::vector<Event> barrier_of_;
   std::vector<char> in_barrier_;

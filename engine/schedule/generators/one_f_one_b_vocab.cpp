@@ -36,6 +36,7 @@
 #include "engine/schedule/executor.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/generators/linear_common.hpp"
+#include "engine/schedule/planned_time.hpp"
 #include "engine/schedule/validator.hpp"
 
 namespace pipetune::schedule::linear {
@@ -294,14 +295,15 @@ std::optional<std::pair<Schedule, double>> lockstep_interlaced(const GeneratorPa
   const int m = params.microbatches;
   Schedule s = empty_schedule(kName, p, m, 1, VocabMode::Interlaced);
   for (int r = 0; r < p; ++r) s.ranks[static_cast<std::size_t>(r)] = lockstep_rank(p, m, r);
-  double time = 0.0;
+  EstimatedTime time;
   try {
     validate_structure(s);
-    time = estimated_makespan(s, costs);
+    time = estimated_time(s, costs);
   } catch (const ScheduleError&) {
     return std::nullopt;
   }
-  return std::pair{std::move(s), time};
+  if (time.simulated) set_planned_time(s, costs, *time.simulated);
+  return std::pair{std::move(s), time.makespan};
 }
 
 }  // namespace
@@ -407,6 +409,9 @@ Schedule plan_vocabulary_passes(std::string_view name, const GeneratorParams& pa
   }
   EagerStep step(planner, transformer, barriers, p, m, free_t);
   plan_in_time_order(name, planner, [&](int r) { return step(r); });
+  if (const std::optional<double> simulated = planner.simulated_iteration();
+      simulated && !planner.gave_up())
+    set_planned_time(s, costs, *simulated);
   if (makespan != nullptr)
     *makespan = planner.gave_up() ? std::optional<double>(std::numeric_limits<double>::infinity())
                                   : planner.makespan();
@@ -434,7 +439,11 @@ Schedule generate_1f1b_vocab(const GeneratorParams& params) {
   Schedule eager =
       plan_eager(params, costs, eager_time,
                  lockstep ? lockstep->second : std::numeric_limits<double>::infinity());
-  if (!eager_time) eager_time = estimated_makespan(eager, costs);
+  if (!eager_time) {
+    const EstimatedTime t = estimated_time(eager, costs);
+    eager_time = t.makespan;
+    if (t.simulated) set_planned_time(eager, costs, *t.simulated);
+  }
   if (lockstep && lockstep->second < *eager_time) return std::move(lockstep->first);
   return validated(std::move(eager), params);
 }

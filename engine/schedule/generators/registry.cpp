@@ -233,7 +233,10 @@ Schedule generate(const GeneratorParams& params) {
   GeneratorParams unchecked = params;
   unchecked.check_generated = false;
   Schedule s = it->fn(unchecked);
-  if (!reduces_per_group(s)) add_gradient_reductions(s);
+  if (!reduces_per_group(s)) {
+    add_gradient_reductions(s);
+    s.planned_time.reset();  // planned without the reductions
+  }
   validate_generated(s, params);
   return s;
 }

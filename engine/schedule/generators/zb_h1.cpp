@@ -19,6 +19,7 @@
 
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/generators/linear_common.hpp"
+#include "engine/schedule/planned_time.hpp"
 
 namespace pipetune::schedule {
 
@@ -139,8 +140,14 @@ Schedule generate_zb_h1(const GeneratorParams& params) {
   if (costs.cost(0, OpKind::BW) < costs.cost(0, OpKind::B) + costs.cost(0, OpKind::W)) {
     Schedule fused = best;
     fuse_first_stage(fused);
-    if (linear::estimated_makespan(fused, costs) < best_time) best = std::move(fused);
+    const double fused_time = linear::estimated_makespan(fused, costs);
+    if (fused_time < best_time) {
+      best = std::move(fused);
+      best_time = fused_time;
+    }
   }
+  // Without barriers the estimated time is the simulator's (linear::estimated_time).
+  set_planned_time(best, costs, best_time);
   return linear::validated(std::move(best), params);
 }
 

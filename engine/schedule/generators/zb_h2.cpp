@@ -12,6 +12,7 @@
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/generators/linear_common.hpp"
+#include "engine/schedule/planned_time.hpp"
 #include "engine/schedule/validator.hpp"
 
 namespace pipetune::schedule {
@@ -23,6 +24,9 @@ constexpr double kUnknown = std::numeric_limits<double>::infinity();
 struct GreedyResult {
   Schedule schedule;
   double makespan = 0.0;
+  // Every op started where executing the lists starts it (at the latest of its stage's op
+  // before and its input): makespan is then the simulator's iteration too.
+  bool as_executed = true;
 };
 
 // One greedy list-scheduling run: per stage its clock, its activations held (in micro-batches)
@@ -47,6 +51,7 @@ class GreedyScheduler {
         fwd_end_(P_ * M_, kUnknown),
         bwd_end_(P_ * M_, kUnknown),
         t_(P_, 0.0),
+        op_end_(P_, 0.0),
         mem_(P_, 0.0),
         next_f_(P_, 0),
         next_b_(P_, 0),
@@ -85,6 +90,7 @@ class GreedyScheduler {
     out.schedule.placement = Placement::Linear;
     out.schedule.ranks = std::move(ops_);
     out.makespan = *std::max_element(t_.begin(), t_.end());
+    out.as_executed = as_executed_;
     return out;
   }
 
@@ -125,9 +131,12 @@ class GreedyScheduler {
     const bool can_b = br <= now;
     const bool can_f = fr <= now && f_fits;
 
-    auto run_op = [&](OpKind k, int mb) __attribute__((always_inline)) {
+    // `ready`: the op's input's time (a W's, its own B, has ended before now).
+    auto run_op = [&](OpKind k, int mb, double ready) __attribute__((always_inline)) {
       ops_[R].push_back({k, 0, mb});
+      if (now != std::max(op_end_[R], ready)) as_executed_ = false;
       t_[R] = now + costs_.cost(r, k);
+      op_end_[R] = t_[R];
       --remaining_;
       // Its stage's passes still to come run one after another from this one's end at best.
       if (!left_.empty()) {
@@ -137,16 +146,16 @@ class GreedyScheduler {
     };
     if (can_b && !(fill_with_f_first_ && can_f && next_b_[R] == 0)) {
       const int mb = next_b_[R]++;
-      run_op(OpKind::B, mb);
+      run_op(OpKind::B, mb, br);
       bwd_end_[at(r, mb)] = t_[R];
       mem_[R] -= 1.0 - wf_;
     } else if (can_f) {
       const int mb = next_f_[R]++;
-      run_op(OpKind::F, mb);
+      run_op(OpKind::F, mb, fr);
       fwd_end_[at(r, mb)] = t_[R];
       mem_[R] += 1.0;
     } else if (has_w) {
-      run_op(OpKind::W, next_w_[R]++);
+      run_op(OpKind::W, next_w_[R]++, 0.0);
       mem_[R] -= wf_;
     } else {
       // Idle until the next input arrives. When its time is not known yet, the stage waits
@@ -184,7 +193,7 @@ class GreedyScheduler {
   const double comm_, wf_;
   const std::size_t P_, M_;
   std::vector<double> fwd_end_, bwd_end_;
-  std::vector<double> t_, mem_;
+  std::vector<double> t_, op_end_, mem_;  // op_end_: the end of the stage's last op
   std::vector<int> next_f_, next_b_, next_w_;
   std::vector<std::vector<Op>> ops_;
   std::vector<char> blocked_;
@@ -193,6 +202,7 @@ class GreedyScheduler {
   const double give_up_past_;
   std::vector<double> left_;  // per stage, the costs of its passes still to run (give_up_past)
   bool gave_up_ = false;
+  bool as_executed_ = true;
 };
 
 // One variant; makespan +infinity (and no schedule) where it gave up past `give_up_past`.
@@ -221,6 +231,7 @@ Schedule generate_zb_h2(const GeneratorParams& params) {
   GreedyResult best = build(params, costs, limit, false);
   GreedyResult other = build(params, costs, limit, true, best.makespan);
   if (other.makespan < best.makespan) best = std::move(other);
+  if (best.as_executed) set_planned_time(best.schedule, costs, best.makespan);
   validate_generated(best.schedule, params);
   return std::move(best.schedule);
 }
