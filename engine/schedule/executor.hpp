@@ -36,6 +36,13 @@ class EventTimes {
  public:
   explicit EventTimes(const Schedule& s);
 
+  // The events' times are one array (forward events, backward events, then the barriers'): an
+  // event's index there, and the array's size (execution_order.hpp records indices).
+  std::size_t index(const Event& e) const {
+    return static_cast<std::size_t>(&slot_ref_const(e) - times_.data());
+  }
+  std::size_t size() const { return times_.size(); }
+
   // Time at which the event is complete, or a negative value while it is not.
   double time(const Event& e) const { return const_cast<EventTimes*>(this)->slot_ref(e); }
   // Where that time is kept, for a caller that reads it again and again (it stays put).
@@ -59,16 +66,22 @@ class EventTimes {
     const std::size_t at = static_cast<std::size_t>(e.group) * static_cast<std::size_t>(m_) + mb;
     switch (e.kind) {
       case EventKind::Forward:
-        return forward_[at];
+        return times_[at];
       case EventKind::Backward:
-        return backward_[at];
+        return times_[per_kind_ + at];
       default:
-        return barrier_done_[barrier_index(e.kind)][mb];
+        return times_[2 * per_kind_ +
+                      static_cast<std::size_t>(barrier_index(e.kind)) *
+                          static_cast<std::size_t>(m_) +
+                      mb];
     }
   }
+  const double& slot_ref_const(const Event& e) const {
+    return const_cast<EventTimes*>(this)->slot_ref(e);
+  }
   int m_, groups_, ranks_;
-  std::vector<double> forward_, backward_;
-  std::vector<double> barrier_done_[3];
+  std::size_t per_kind_ = 0;  // forward (and backward) events: groups x micro-batches
+  std::vector<double> times_;
   std::vector<double> barrier_max_[3];
   std::vector<std::int32_t> barrier_count_[3];
 };

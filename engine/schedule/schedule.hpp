@@ -25,7 +25,8 @@ enum class Placement { Linear, VShape };
 //  Interlaced: like Vocab1, but the passes run synchronously (the rank waits for each barrier).
 enum class VocabMode { None, Vocab1, Vocab2, Interlaced };
 
-struct PlannedTime;  // planned_time.hpp
+struct PlannedTime;     // planned_time.hpp
+struct ExecutionOrder;  // execution_order.hpp
 
 std::string_view placement_name(Placement p);
 std::string_view vocab_mode_name(VocabMode v);
@@ -57,6 +58,9 @@ struct Schedule {
   // The iteration a cost-aware generator planned these lists to take, and under what costs
   // (planned_time.hpp); null where none did. Kept for the lists it was planned for only.
   std::shared_ptr<const PlannedTime> planned_time;
+  // An order its ops were seen to run in (execution_order.hpp), where one was recorded; kept for
+  // the lists it was recorded for only.
+  std::shared_ptr<const ExecutionOrder> execution_order;
 
   int groups() const { return stages * chunks; }
   int data_microbatches() const { return microbatches / slices; }

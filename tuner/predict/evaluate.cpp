@@ -1,5 +1,7 @@
 #include "tuner/predict/evaluate.hpp"
 
+#include "engine/schedule/execution_order.hpp"
+
 #include "engine/spec/plan_schedule.hpp"
 
 #include <algorithm>
@@ -437,7 +439,12 @@ const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorP
   auto it = schedules_.find(key);
   if (it != schedules_.end()) return it->second;
   if (schedules_.size() >= kMaxCachedSchedules) schedules_.clear();
-  return schedules_.emplace(std::move(key), schedule::generate(params)).first->second;
+  // An order of a shape is simulated under many cost tables: recorded once, each simulation
+  // replays it instead of executing the lists again.
+  schedule::Schedule s = schedule::generate(params);
+  s.execution_order =
+      std::make_shared<const schedule::ExecutionOrder>(schedule::record_execution_order(s));
+  return schedules_.emplace(std::move(key), std::move(s)).first->second;
 }
 
 sim::SimResult PlanEvaluator::run_simulation(const schedule::GeneratorParams& params,

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "engine/errors.hpp"
+#include "engine/schedule/execution_order.hpp"
 #include "engine/schedule/executor.hpp"
 #include "engine/schedule/planned_time.hpp"
 #include "engine/schedule/validator.hpp"
@@ -141,17 +142,9 @@ class TimingHooks {
     if (plain_) {
       // arrival() and run() where nothing but the compute stream and the activations is kept:
       // the same sums in the same order, without asking what this run does not have per op.
-      const auto r = static_cast<std::size_t>(rank);
       double ready = req_time;
       if (req.present && req.transfer) ready += hop_time(req.source_rank, rank);
-      const double duration = cost_of(rank, op.kind);
-      // std::max's choice, on values (its references keep `ready` in memory).
-      const double free = compute_free_[r];
-      const double start = free < ready ? ready : free;
-      const double end = start + duration;
-      compute_free_[r] = end;
-      account(r, op.kind, duration);
-      return end;
+      return plain_op(rank, op.kind, ready);
     }
     const double ready = arrival(rank, op, req, req_time);
     double duration = s_.slices > 1 ? slice_cost_of(rank, op) : cost_of(rank, op.kind);
@@ -160,16 +153,31 @@ class TimingHooks {
     return run(rank, index, op, ready, duration);
   }
 
-  // A schedule that carries the time its generator planned (schedule::PlannedTime), under this
-  // run's costs, for these very lists, where the run is the short path's (no trace, offload,
-  // failures, gathers, token slices, per-pair transfers, reductions or pairs): the planned
-  // iteration is the one execute() would find (each op at the latest of its rank's op before and
-  // its input, each barrier at its last arrival), so only the short path's per-op sums are run,
-  // in each rank's order as execute() runs them. False, with nothing summed, otherwise.
+  // A run on the short path (no trace, offload, failures, gathers or token slices) of lists that
+  // carry what their generator planned or an order they were recorded in, for these very lists:
+  // timed without executing them (time_as_planned, replay). False, with nothing timed, otherwise.
+  bool timed_without_executing() {
+    const schedule::PlannedTime* planned = s_.planned_time.get();
+    const schedule::ExecutionOrder* order = s_.execution_order.get();
+    if (!plain_ || (planned == nullptr && order == nullptr)) return false;
+    const std::uint64_t lists = schedule::op_fingerprint(s_);
+    if (planned != nullptr && planned->fingerprint == lists && time_as_planned(*planned))
+      return true;
+    if (order == nullptr || order->fingerprint != lists || order->has_pairs) return false;
+    replay(*order);
+    finish();
+    return true;
+  }
+
+ private:
+  // The time its generator planned (schedule::PlannedTime), under this run's costs, without
+  // per-pair transfers, reductions or pairs: the planned iteration is the one execute() would
+  // find (each op at the latest of its rank's op before and its input, each barrier at its last
+  // arrival), so only the short path's per-op sums are run, in each rank's order as execute()
+  // runs them. False, with nothing summed, otherwise.
   bool time_as_planned(const schedule::PlannedTime& planned) {
-    if (!plain_ || !pair_transfer_.empty() || planned.costs != cost_ || planned.p2p != p2p_time_ ||
-        planned.collective != costs_.collective_time ||
-        planned.fingerprint != schedule::op_fingerprint(s_))
+    if (!pair_transfer_.empty() || planned.costs != cost_ || planned.p2p != p2p_time_ ||
+        planned.collective != costs_.collective_time)
       return false;
     for (const auto& ops : s_.ranks)
       for (const Op& op : ops)
@@ -188,6 +196,46 @@ class TimingHooks {
     return true;
   }
 
+  // The ops in a recorded order (schedule::ExecutionOrder), each timed as op() and barrier() time
+  // it when execute() runs it: an op's times depend only on its rank's ops before it and its
+  // input, which the order has timed before it, so they are the same to the last bit.
+  void replay(const schedule::ExecutionOrder& order) {
+    using Step = schedule::ExecutionStep;
+    std::vector<double> time(order.events, 0.0);  // events; a barrier's latest arrival till it runs
+    const auto per_kind =
+        static_cast<std::size_t>(s_.groups()) * static_cast<std::size_t>(s_.microbatches);
+    for (const Step& st : order.steps) {
+      if ((st.flags & Step::kWait) != 0) {
+        wait(st.rank, time[static_cast<std::size_t>(st.input)]);
+        continue;
+      }
+      if (schedule::is_reduction(st.kind)) {
+        reduce(st.rank, Op{st.kind, 0, 0});
+        continue;
+      }
+      double ready = st.input >= 0 ? time[static_cast<std::size_t>(st.input)] : 0.0;
+      if ((st.flags & Step::kTransfer) != 0) {
+        // A transfer carries a forward or backward event: its group's rank sent it.
+        const int source =
+            pair_transfer_.empty()
+                ? 0
+                : s_.rank_of_group(static_cast<int>(static_cast<std::size_t>(st.input) % per_kind /
+                                                    static_cast<std::size_t>(s_.microbatches)));
+        ready += hop_time(source, st.rank);
+      }
+      const double end = plain_op(st.rank, st.kind, ready);
+      if (st.output < 0) continue;
+      double& out = time[static_cast<std::size_t>(st.output)];
+      if ((st.flags & Step::kJoinsBarrier) == 0) {
+        out = end;
+        continue;
+      }
+      out = std::max(out, end);  // EventTimes::arrive
+      if ((st.flags & Step::kCompletesBarrier) != 0) out = barrier(Event{}, out);
+    }
+  }
+
+ public:
   // An overlapped pair (simulator.hpp): both start once both inputs are there; each op's
   // communication hides behind the other's compute.
   std::array<double, 2> pair(int rank, std::size_t index, const Op& first,
@@ -504,6 +552,19 @@ class TimingHooks {
     return ready;
   }
 
+  // The short path: an op of `kind` on rank `rank` whose input is there at `ready`.
+  double plain_op(int rank, OpKind kind, double ready) {
+    const auto r = static_cast<std::size_t>(rank);
+    const double duration = cost_of(rank, kind);
+    // std::max's choice, on values (its references keep `ready` in memory).
+    const double free = compute_free_[r];
+    const double start = free < ready ? ready : free;
+    const double end = start + duration;
+    compute_free_[r] = end;
+    account(r, kind, duration);
+    return end;
+  }
+
   // The short path's sums for an op of `duration` on rank r: its busy time, its count and the
   // activations it adds or frees.
   void account(std::size_t r, OpKind kind, double duration) {
@@ -759,7 +820,7 @@ SimResult simulate(const Schedule& schedule, const CostTable& costs, const SimOp
 
   SimResult result;
   TimingHooks hooks(schedule, costs, options, result);
-  if (schedule.planned_time && hooks.time_as_planned(*schedule.planned_time)) return result;
+  if (hooks.timed_without_executing()) return result;
   schedule::execute(schedule, hooks);
   hooks.finish();
   return result;
