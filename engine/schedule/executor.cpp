@@ -6,11 +6,12 @@ namespace pipetune::schedule {
 
 EventTimes::EventTimes(const Schedule& s)
     : m_(s.microbatches), groups_(s.groups()), ranks_(s.stages) {
-  per_kind_ = static_cast<std::size_t>(m_) * static_cast<std::size_t>(groups_);
-  const bool barriers = s.vocab != VocabMode::None;
-  times_.assign(2 * per_kind_ + (barriers ? 3 * static_cast<std::size_t>(m_) : 0), -1.0);
-  if (barriers) {
+  const auto n = static_cast<std::size_t>(m_) * static_cast<std::size_t>(groups_);
+  forward_.assign(n, -1.0);
+  backward_.assign(n, -1.0);
+  if (s.vocab != VocabMode::None) {
     for (int i = 0; i < 3; ++i) {
+      barrier_done_[i].assign(static_cast<std::size_t>(m_), -1.0);
       barrier_max_[i].assign(static_cast<std::size_t>(m_), 0.0);
       barrier_count_[i].assign(static_cast<std::size_t>(m_), 0);
     }

@@ -36,12 +36,24 @@ class EventTimes {
  public:
   explicit EventTimes(const Schedule& s);
 
-  // The events' times are one array (forward events, backward events, then the barriers'): an
-  // event's index there, and the array's size (execution_order.hpp records indices).
+  // Events numbered in one sequence (forward events, backward events, then the barriers'), for
+  // a caller that keeps them in one array (execution_order.hpp): an event's number, and how many.
   std::size_t index(const Event& e) const {
-    return static_cast<std::size_t>(&slot_ref_const(e) - times_.data());
+    const auto m = static_cast<std::size_t>(m_);
+    const auto mb = static_cast<std::size_t>(e.microbatch);
+    const std::size_t per_kind = m * static_cast<std::size_t>(groups_);
+    switch (e.kind) {
+      case EventKind::Forward:
+        return static_cast<std::size_t>(e.group) * m + mb;
+      case EventKind::Backward:
+        return per_kind + static_cast<std::size_t>(e.group) * m + mb;
+      default:
+        return 2 * per_kind + static_cast<std::size_t>(barrier_index(e.kind)) * m + mb;
+    }
   }
-  std::size_t size() const { return times_.size(); }
+  std::size_t size() const {
+    return forward_.size() + backward_.size() + barrier_done_[0].size() * 3;
+  }
 
   // Time at which the event is complete, or a negative value while it is not.
   double time(const Event& e) const { return const_cast<EventTimes*>(this)->slot_ref(e); }
@@ -66,22 +78,16 @@ class EventTimes {
     const std::size_t at = static_cast<std::size_t>(e.group) * static_cast<std::size_t>(m_) + mb;
     switch (e.kind) {
       case EventKind::Forward:
-        return times_[at];
+        return forward_[at];
       case EventKind::Backward:
-        return times_[per_kind_ + at];
+        return backward_[at];
       default:
-        return times_[2 * per_kind_ +
-                      static_cast<std::size_t>(barrier_index(e.kind)) *
-                          static_cast<std::size_t>(m_) +
-                      mb];
+        return barrier_done_[barrier_index(e.kind)][mb];
     }
   }
-  const double& slot_ref_const(const Event& e) const {
-    return const_cast<EventTimes*>(this)->slot_ref(e);
-  }
   int m_, groups_, ranks_;
-  std::size_t per_kind_ = 0;  // forward (and backward) events: groups x micro-batches
-  std::vector<double> times_;
+  std::vector<double> forward_, backward_;
+  std::vector<double> barrier_done_[3];
   std::vector<double> barrier_max_[3];
   std::vector<std::int32_t> barrier_count_[3];
 };

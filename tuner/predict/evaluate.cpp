@@ -437,14 +437,19 @@ const schedule::Schedule& PlanEvaluator::schedule_for(const schedule::GeneratorP
     return planned_schedules_.back().second;
   }
   auto it = schedules_.find(key);
-  if (it != schedules_.end()) return it->second;
-  if (schedules_.size() >= kMaxCachedSchedules) schedules_.clear();
-  // An order of a shape is simulated under many cost tables: recorded once, each simulation
-  // replays it instead of executing the lists again.
-  schedule::Schedule s = schedule::generate(params);
-  s.execution_order =
-      std::make_shared<const schedule::ExecutionOrder>(schedule::record_execution_order(s));
-  return schedules_.emplace(std::move(key), std::move(s)).first->second;
+  if (it == schedules_.end()) {
+    if (schedules_.size() >= kMaxCachedSchedules) schedules_.clear();
+    it = schedules_.emplace(std::move(key), FixedOrder{schedule::generate(params), 0}).first;
+  }
+  // Each ask simulates the order under another cost table. Asked for a sixth time, it is
+  // recorded (which takes most of an execution), and the simulations from then on, often many
+  // (an exhaustive search asks for an order tens of times), replay it instead; the default
+  // search asks for most orders a few times, where recording would cost more than it saves.
+  FixedOrder& f = it->second;
+  if (++f.asks == 6)
+    f.schedule.execution_order = std::make_shared<const schedule::ExecutionOrder>(
+        schedule::record_execution_order(f.schedule));
+  return f.schedule;
 }
 
 sim::SimResult PlanEvaluator::run_simulation(const schedule::GeneratorParams& params,

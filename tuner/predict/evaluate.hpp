@@ -206,7 +206,13 @@ class PlanEvaluator {
 
   EvaluateOptions options_;
   TokenSlicingCache slicings_;
-  std::map<ScheduleKey, schedule::Schedule> schedules_;
+  // Fixed orders, with how often each was asked for (schedule_for records an execution order
+  // for one asked for often).
+  struct FixedOrder {
+    schedule::Schedule schedule;
+    int asks = 0;
+  };
+  std::map<ScheduleKey, FixedOrder> schedules_;
   // transformer_bound's orders (none where the schedule has no fixed one).
   std::map<ScheduleKey, std::shared_ptr<const std::optional<schedule::Schedule>>>
       transformer_schedules_;

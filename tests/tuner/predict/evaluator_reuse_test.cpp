@@ -82,3 +82,32 @@ TEST(EvaluatorReuse, EveryPlanGetsWhatAFreshEvaluatorGivesIt) {
 
 }  // namespace
 }  // namespace pipetune::tuner
+
+namespace pipetune::tuner {
+namespace {
+
+TEST(EvaluatorReuse, AnOrderAskedForOftenTimesAsAFreshEvaluatorTimesIt) {
+  // One fixed order (same schedule, stages and micro-batches) under eight cost tables: the
+  // reused evaluator records it once it has been asked for often and replays it from then on
+  // (schedule::ExecutionOrder); a fresh evaluator executes every one.
+  const spec::ModelSpec gpt3 = spec::load_model("gpt3-175b");
+  const spec::ClusterSpec c = spec::make_cluster(spec::load_hardware("h100-sxm"), 256);
+  for (const char* schedule : {"1f1b", "gpipe", "layered", "v-half"}) {
+    PlanEvaluator reused;
+    int step = 0;
+    for (const int tp : {8, 4, 2, 1})
+      for (const int mbs : {1, 2}) {
+        spec::ParallelPlan p = plan(schedule, 8, 32 / tp);
+        p.tp = tp;
+        p.micro_batch_size = mbs;
+        p.global_batch = 32 * 32 / tp * mbs;
+        p.microbatches = 32;
+        const std::string what = std::string(schedule) + " ask " + std::to_string(++step) +
+                                 " tp=" + std::to_string(tp) + " mbs=" + std::to_string(mbs);
+        expect_same(reused.evaluate(gpt3, c, p), evaluate_plan(gpt3, c, p), what);
+      }
+  }
+}
+
+}  // namespace
+}  // namespace pipetune::tuner
