@@ -9,6 +9,7 @@
 #include "engine/errors.hpp"
 #include "engine/schedule/execution_order.hpp"
 #include "engine/schedule/generators.hpp"
+#include "support/sim_helpers.hpp"
 #include "tuner/sim/simulator.hpp"
 
 namespace pipetune::sim {
@@ -18,33 +19,9 @@ using schedule::CostTable;
 using schedule::OpKind;
 using schedule::Schedule;
 using schedule::VocabMode;
-
-void expect_same(const SimResult& a, const SimResult& b, const std::string& at) {
-  EXPECT_EQ(a.iteration_time, b.iteration_time) << at;
-  EXPECT_EQ(a.bubble_ratio, b.bubble_ratio) << at;
-  EXPECT_EQ(a.op_count, b.op_count) << at;
-  ASSERT_EQ(a.stages.size(), b.stages.size()) << at;
-  for (std::size_t k = 0; k < a.stages.size(); ++k) {
-    const StageSummary &x = a.stages[k], &y = b.stages[k];
-    const std::string stage = at + " stage " + std::to_string(k);
-    EXPECT_EQ(x.busy, y.busy) << stage;
-    EXPECT_EQ(x.bubble, y.bubble) << stage;
-    EXPECT_EQ(x.comm, y.comm) << stage;
-    EXPECT_EQ(x.peak_activation_microbatches, y.peak_activation_microbatches) << stage;
-    EXPECT_EQ(x.peak_activation_bytes, y.peak_activation_bytes) << stage;
-    EXPECT_EQ(x.gradient_reduction, y.gradient_reduction) << stage;
-    EXPECT_EQ(x.exposed_gradient_reduction, y.exposed_gradient_reduction) << stage;
-    EXPECT_EQ(x.overlap_hidden, y.overlap_hidden) << stage;
-    EXPECT_EQ(x.ops, y.ops) << stage;
-  }
-}
-
-SimResult untraced(const Schedule& s, const CostTable& c) {
-  SimOptions o;
-  o.record_trace = false;
-  o.activation_bytes_per_microbatch.assign(static_cast<std::size_t>(s.stages), 3.0);
-  return simulate(s, c, o);
-}
+using schedule::testing::expect_same_result;
+using schedule::testing::fuse_last_b_and_w;
+using schedule::testing::untraced;
 
 Schedule with_order(Schedule s) {
   s.planned_time.reset();  // the order alone
@@ -98,7 +75,7 @@ TEST(ExecutionOrderSim, EveryScheduleReplaysAsItExecutes) {
           const std::string at = std::string(name) + " vocab " +
                                  std::to_string(static_cast<int>(vocab)) +
                                  " p=" + std::to_string(p) + (layered ? " layered" : "");
-          expect_same(untraced(with_order(s), c), untraced(without_notes(s), c), at);
+          expect_same_result(untraced(with_order(s), c), untraced(without_notes(s), c), at);
           ++compared;
         }
       }
@@ -118,19 +95,10 @@ TEST(ExecutionOrderSim, ChangedListsAreExecuted) {
   c.stages[0][OpKind::BW] = 10.0;
   const Schedule recorded = with_order(schedule::generate(params));
   Schedule s = recorded;
-  auto& ops = s.ranks[0];
-  bool fused = false;
-  for (std::size_t i = ops.size() - 1; i-- > 0 && !fused;)
-    if (ops[i].kind == OpKind::B && ops[i + 1].kind == OpKind::W &&
-        ops[i + 1].microbatch == ops[i].microbatch) {
-      ops[i].kind = OpKind::BW;
-      ops.erase(ops.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-      fused = true;
-    }
-  ASSERT_TRUE(fused);
+  ASSERT_TRUE(fuse_last_b_and_w(s, 0));
   const SimResult executed = untraced(without_notes(s), c);
   ASSERT_NE(executed.iteration_time, untraced(recorded, c).iteration_time);
-  expect_same(untraced(s, c), executed, "fused");
+  expect_same_result(untraced(s, c), executed, "fused");
 }
 
 TEST(ExecutionOrderSim, RunsBeyondTheShortPathAreExecuted) {
@@ -146,7 +114,7 @@ TEST(ExecutionOrderSim, RunsBeyondTheShortPathAreExecuted) {
   CostTable failing = CostTable::uniform(4, 1.0, 2.0, 0.0, 0.2, 0.2, 0.1);
   failing.stages[2].failures.push_back({5.0, 3.0, 0});
   for (const auto& [what, c] : {std::pair{"offload", offload}, std::pair{"failure", failing}})
-    expect_same(untraced(s, c), untraced(without_notes(s), c), what);
+    expect_same_result(untraced(s, c), untraced(without_notes(s), c), what);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/planned_time.hpp"
+#include "support/sim_helpers.hpp"
 #include "tuner/sim/simulator.hpp"
 
 namespace pipetune::sim {
@@ -21,34 +22,11 @@ using schedule::GeneratorParams;
 using schedule::OpKind;
 using schedule::Schedule;
 using schedule::VocabMode;
+using schedule::testing::expect_same_result;
+using schedule::testing::fuse_last_b_and_w;
+using schedule::testing::untraced;
 
 // Every field of two results, bit for bit, with `at` naming the case.
-void expect_same(const SimResult& a, const SimResult& b, const std::string& at) {
-  EXPECT_EQ(a.iteration_time, b.iteration_time) << at;
-  EXPECT_EQ(a.bubble_ratio, b.bubble_ratio) << at;
-  EXPECT_EQ(a.op_count, b.op_count) << at;
-  ASSERT_EQ(a.stages.size(), b.stages.size()) << at;
-  for (std::size_t k = 0; k < a.stages.size(); ++k) {
-    const StageSummary &x = a.stages[k], &y = b.stages[k];
-    const std::string stage = at + " stage " + std::to_string(k);
-    EXPECT_EQ(x.busy, y.busy) << stage;
-    EXPECT_EQ(x.bubble, y.bubble) << stage;
-    EXPECT_EQ(x.bubble_ratio, y.bubble_ratio) << stage;
-    EXPECT_EQ(x.comm, y.comm) << stage;
-    EXPECT_EQ(x.peak_activation_microbatches, y.peak_activation_microbatches) << stage;
-    EXPECT_EQ(x.peak_activation_bytes, y.peak_activation_bytes) << stage;
-    EXPECT_EQ(x.gradient_reduction, y.gradient_reduction) << stage;
-    EXPECT_EQ(x.overlap_hidden, y.overlap_hidden) << stage;
-    EXPECT_EQ(x.ops, y.ops) << stage;
-  }
-}
-
-SimResult simulated(const Schedule& s, const CostTable& c) {
-  SimOptions o;
-  o.record_trace = false;  // the tuner's runs
-  o.activation_bytes_per_microbatch.assign(static_cast<std::size_t>(s.stages), 3.0);
-  return simulate(s, c, o);
-}
 
 Schedule without_planned_time(Schedule s) {
   s.planned_time.reset();
@@ -113,7 +91,8 @@ TEST(PlannedTime, APlannedOrderSimulatesAsExecutingItDoes) {
                              std::to_string(i) + " p=" + std::to_string(p) +
                              " m=" + std::to_string(params.microbatches);
       if (s.planned_time) ++planned;
-      expect_same(simulated(s, params.costs), simulated(without_planned_time(s), params.costs), at);
+      expect_same_result(untraced(s, params.costs), untraced(without_planned_time(s), params.costs),
+                         at);
       ++compared;
     }
     EXPECT_GE(compared, 15) << k.name;
@@ -145,19 +124,10 @@ TEST(PlannedTime, ChangedListsAreExecuted) {
   c.stages[0][OpKind::BW] = 10.0;
   Schedule s = planned_zb_h1(c, 4, 12);
   const double planned = s.planned_time->iteration;
-  auto& ops = s.ranks[0];
-  bool fused = false;
-  for (std::size_t i = ops.size() - 1; i-- > 0 && !fused;)
-    if (ops[i].kind == OpKind::B && ops[i + 1].kind == OpKind::W &&
-        ops[i + 1].microbatch == ops[i].microbatch) {
-      ops[i].kind = OpKind::BW;
-      ops.erase(ops.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-      fused = true;
-    }
-  ASSERT_TRUE(fused);
-  const SimResult executed = simulated(without_planned_time(s), c);
+  ASSERT_TRUE(fuse_last_b_and_w(s, 0));
+  const SimResult executed = untraced(without_planned_time(s), c);
   ASSERT_NE(executed.iteration_time, planned);
-  expect_same(simulated(s, c), executed, "fused");
+  expect_same_result(untraced(s, c), executed, "fused");
 }
 
 TEST(PlannedTime, OtherCostsOrAnotherModelAreExecuted) {
@@ -185,9 +155,9 @@ TEST(PlannedTime, OtherCostsOrAnotherModelAreExecuted) {
   t.copies_block_compute = true;
   others.emplace_back("offload", t);
   for (const auto& [what, table] : others) {
-    const SimResult executed = simulated(without_planned_time(s), table);
+    const SimResult executed = untraced(without_planned_time(s), table);
     EXPECT_NE(executed.iteration_time, s.planned_time->iteration) << what;
-    expect_same(simulated(s, table), executed, what);
+    expect_same_result(untraced(s, table), executed, what);
   }
 }
 
