@@ -39,6 +39,13 @@ std::uint64_t op_fingerprint(const Schedule& s) {
 }
 
 void set_planned_time(Schedule& s, const CostTable& costs, double iteration) {
+  // The planned model has neither (the simulator times them on streams of their own).
+  for (const std::vector<Op>& ops : s.ranks)
+    for (const Op& op : ops)
+      if (is_reduction(op.kind) || op.overlaps_previous) {
+        s.planned_time.reset();
+        return;
+      }
   auto t = std::make_shared<PlannedTime>();
   t->costs.resize(static_cast<std::size_t>(s.stages) * kOpKindCount);
   for (int r = 0; r < s.stages; ++r)

@@ -28,7 +28,8 @@ struct PlannedTime {
 // A hash of every rank's op list (kind, chunk, micro-batch, pairing; the ranks kept apart).
 std::uint64_t op_fingerprint(const Schedule& s);
 
-// Keeps with s the iteration planned for its lists (as they are now) under `costs`.
+// Keeps with s the iteration planned for its lists (as they are now) under `costs`; lists with
+// gradient reductions or overlapped pairs keep none.
 void set_planned_time(Schedule& s, const CostTable& costs, double iteration);
 
 }  // namespace pipetune::schedule

@@ -98,8 +98,7 @@ struct TimedHooks {
   const CostTable& costs;
   double p2p;
   std::vector<double> clock;
-  double last_barrier_end = 0.0;  // as Planner's
-  bool barrier_waited = false;
+  BarrierEnds barriers;
 
   double op(int rank, std::size_t, const Op& op, const Requirement& req, double req_time) {
     double& c = clock[static_cast<std::size_t>(rank)];
@@ -108,10 +107,7 @@ struct TimedHooks {
     return c;
   }
   double barrier(const Event&, double last_arrival) {
-    // The executor completes barriers in the order the ranks join them.
-    if (last_arrival < last_barrier_end) barrier_waited = true;
-    last_barrier_end = last_arrival + costs.collective_time;
-    return last_barrier_end;
+    return barriers.complete(last_arrival, costs.collective_time);
   }
   void wait(int rank, double until) {
     double& c = clock[static_cast<std::size_t>(rank)];
@@ -131,7 +127,7 @@ EstimatedTime estimated_time(const Schedule& s, const CostTable& costs) {
   execute(s, hooks);
   EstimatedTime t;
   t.makespan = *std::max_element(hooks.clock.begin(), hooks.clock.end());
-  if (!hooks.barrier_waited) t.simulated = std::max(t.makespan, hooks.last_barrier_end);
+  t.simulated = hooks.barriers.simulated(t.makespan);
   return t;
 }
 
@@ -153,8 +149,7 @@ std::optional<double> Planner::makespan() const {
 
 std::optional<double> Planner::simulated_iteration() const {
   const std::optional<double> end = makespan();
-  if (!end || barrier_waited_) return std::nullopt;
-  return std::max(*end, last_barrier_end_);
+  return end ? barriers_.simulated(*end) : std::nullopt;
 }
 
 void Planner::watch(int rank, double& slot) {
@@ -192,11 +187,8 @@ void Planner::run(int rank, const Op& op, double ready) {
     return;
   }
   if (events_.arrive(prod.event, done)) {
-    // Every rank joins the barriers in one order, so they complete in it.
-    const double last = events_.last_arrival(prod.event);
-    if (last < last_barrier_end_) barrier_waited_ = true;
-    last_barrier_end_ = last + costs_.collective_time;
-    produced(*events_.slot(prod.event), last_barrier_end_);
+    produced(*events_.slot(prod.event),
+             barriers_.complete(events_.last_arrival(prod.event), costs_.collective_time));
   }
   if (prod.waits_for_barrier) {
     barrier_of_[r] = prod.event;

@@ -71,6 +71,24 @@ struct EstimatedTime {
   double makespan = 0.0;
   std::optional<double> simulated;
 };
+// The barriers' ends as the planner and the estimate time them: each at its last arrival plus
+// the collective. They complete in the one order every rank joins them; where a last arrival
+// comes before the previous barrier's end, the simulator's communication stream would start it
+// later, and the two models part.
+struct BarrierEnds {
+  double last_end = 0.0;
+  bool parted = false;
+  double complete(double last_arrival, double collective) {
+    if (last_arrival < last_end) parted = true;
+    last_end = last_arrival + collective;
+    return last_end;
+  }
+  // The simulator's iteration for an order whose ops end by `op_end` as timed, where it is this.
+  std::optional<double> simulated(double op_end) const {
+    if (parted) return std::nullopt;
+    return std::max(op_end, last_end);
+  }
+};
 EstimatedTime estimated_time(const Schedule& s, const CostTable& costs);
 
 // Builds op lists in simulated time. A generator's step function looks at one rank at its current
@@ -194,11 +212,7 @@ class Planner {
   std::vector<double> clock_;
   std::vector<double> op_end_;  // the end of the rank's last op (or barrier wait)
   bool as_executed_ = true;     // every op started where execute() starts it
-  // The barriers, which complete in the one order every rank joins them: the end of the last
-  // one, and whether one's last arrival came before it (the simulator's communication stream
-  // would have started it later).
-  double last_barrier_end_ = 0.0;
-  bool barrier_waited_ = false;
+  BarrierEnds barriers_;
   std::vector<double> idle_since_;  // negative when the rank is not idling
   std::vector<Event> barrier_of_;
   std::vector<char> in_barrier_;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/errors.hpp"
+#include "engine/schedule/costs.hpp"
 #include "engine/schedule/dependencies.hpp"
 #include "engine/schedule/generators.hpp"
 #include "engine/schedule/planned_time.hpp"
@@ -114,6 +115,22 @@ TEST(ExecutionOrder, TheFingerprintTellsChangedListsApart) {
     changed.emplace_back("field " + std::to_string(field), t);
   }
   for (const auto& [what, lists] : changed) EXPECT_NE(op_fingerprint(lists), f) << what;
+}
+
+TEST(PlannedTimeAttach, ListsWithReductionsOrPairsKeepNone) {
+  // The planned model has no reduction stream and no pairs: such lists are executed instead.
+  Schedule s = generated("1f1b", VocabMode::None, 2, 4);
+  const CostTable c = CostTable::uniform(2, 1.0, 1.0, 1.0);
+  set_planned_time(s, c, 1.0);
+  ASSERT_NE(s.planned_time, nullptr);
+  Schedule reduced = s;
+  add_gradient_reductions(reduced);
+  set_planned_time(reduced, c, 1.0);
+  EXPECT_EQ(reduced.planned_time, nullptr);
+  Schedule paired = s;
+  paired.ranks[0][1].overlaps_previous = true;
+  set_planned_time(paired, c, 1.0);
+  EXPECT_EQ(paired.planned_time, nullptr);
 }
 
 }  // namespace
