@@ -73,6 +73,7 @@ struct Contribution {
   bool present = false;
   OpCall call;
   const float* input = nullptr;
+  float* output = nullptr;  // all_reduce: where the member's result goes (its data)
   std::span<const std::size_t> send_counts;
   std::span<const std::size_t> recv_counts;
 };
@@ -83,7 +84,6 @@ struct Slot {
   int arrived = 0;
   int computed = 0;  // members done reading the others' buffers
   int departed = 0;
-  std::vector<float> scratch;  // all_reduce: the reduced vector
 };
 
 struct GroupState {
@@ -92,8 +92,7 @@ struct GroupState {
   const std::string description;
   std::mutex mutex;
   std::condition_variable cv;
-  std::map<std::uint64_t, Slot> slots;            // at most two alive at once
-  std::vector<std::vector<float>> spare_scratch;  // reused so big all-reduces do not re-map
+  std::map<std::uint64_t, Slot> slots;  // at most two alive at once
 };
 
 struct Message {

@@ -52,14 +52,34 @@ bool overlaps(const float* a, std::size_t na, const float* b, std::size_t nb) {
   return na > 0 && nb > 0 && before(a, b + nb) && before(b, a + na);
 }
 
-// out[0, len) <- reduction of members' input[offset, offset + len), folded in group-rank order
-// so every element is ((x0 op x1) op x2) ... whichever member computes it.
+// Reduces members' input[offset, offset + len) block by block, folded in group-rank order so every
+// element is ((x0 op x1) op x2) ... whichever member computes it, and hands each reduced block to
+// emit(position, block, length). A block stays in L1 while every member's part is folded into
+// it, so each input is read once and each result written once; folding whole vectors instead
+// read and wrote the result once per member. An output may be an input at the same positions:
+// a block is read whole before it is emitted.
+constexpr std::size_t kReduceBlock = 2048;  // floats
+
+template <class Emit>
+void reduce_blocks(ReduceOp op, const std::vector<Contribution>& members, std::size_t offset,
+                   std::size_t len, Emit emit) {
+  float block[kReduceBlock];
+  for (std::size_t at = 0; at < len; at += kReduceBlock) {
+    const std::size_t l = std::min(kReduceBlock, len - at);
+    const float* first = members[0].input + offset + at;
+    std::copy(first, first + l, block);
+    for (std::size_t j = 1; j < members.size(); ++j)
+      fold_into(op, block, members[j].input + offset + at, l);
+    emit(at, static_cast<const float*>(block), l);
+  }
+}
+
+// out[0, len) <- the reduction of members' input[offset, offset + len).
 void reduce_into(ReduceOp op, const std::vector<Contribution>& members, std::size_t offset,
                  std::size_t len, float* out) {
-  const float* first = members[0].input + offset;
-  std::copy(first, first + len, out);
-  for (std::size_t j = 1; j < members.size(); ++j)
-    fold_into(op, out, members[j].input + offset, len);
+  reduce_blocks(op, members, offset, len, [&](std::size_t at, const float* block, std::size_t l) {
+    std::copy(block, block + l, out + at);
+  });
 }
 
 std::string size_error(const OpCall& call, const std::string& rule) {
@@ -212,20 +232,10 @@ static std::string check_splits(const Slot& slot, const GroupState& g, const OpC
   return {};
 }
 
-// The call's slot in g, opened by the first member to arrive: one Contribution per member, and
-// for an all-reduce the scratch its result is reduced into (reusing a spare one if any).
+// The call's slot in g, opened by the first member to arrive: one Contribution per member.
 static Slot& open_slot(GroupState& g, const OpCall& call) {
   Slot& slot = g.slots[call.seq];
-  if (slot.members.empty()) {
-    slot.members.resize(static_cast<std::size_t>(g.group.size()));
-    if (call.kind == OpKind::all_reduce) {
-      if (!g.spare_scratch.empty()) {
-        slot.scratch = std::move(g.spare_scratch.back());
-        g.spare_scratch.pop_back();
-      }
-      slot.scratch.resize(call.count);
-    }
-  }
+  if (slot.members.empty()) slot.members.resize(static_cast<std::size_t>(g.group.size()));
   return slot;
 }
 
@@ -319,10 +329,7 @@ void ThreadCommunicator::rendezvous(GroupHandle& h, const OpCall& call, const Co
   // 4. write, then leave; the last one out frees the slot.
   write(slot);
   lock.lock();
-  if (++slot.departed == n) {
-    if (slot.scratch.capacity() > 0) g.spare_scratch.push_back(std::move(slot.scratch));
-    g.slots.erase(call.seq);
-  }
+  if (++slot.departed == n) g.slots.erase(call.seq);
 }
 
 // ---- point to point ----------------------------------------------------------------------------
@@ -402,17 +409,25 @@ void ThreadCommunicator::all_reduce(const ProcessGroup& group, std::span<float> 
   ActivityScope scope(*activity_, call);
   Contribution mine;
   mine.input = data.data();
+  mine.output = data.data();
   const std::size_t n = static_cast<std::size_t>(group.size());
   const std::size_t me = static_cast<std::size_t>(h.index);
-  // Each member reduces one chunk; the chunking does not change any element's summation order.
+  // Each member reduces one chunk and writes it into every member's data, in place: no member
+  // reads or writes another's chunk, and the fence keeps every buffer alive until all are done.
+  // The chunking does not change any element's summation order.
   const std::size_t begin = data.size() * me / n;
   const std::size_t end = data.size() * (me + 1) / n;
   rendezvous(
       h, call, mine,
       [&](Slot& slot) {
-        reduce_into(op, slot.members, begin, end - begin, slot.scratch.data() + begin);
+        if (n == 1) return;
+        reduce_blocks(op, slot.members, begin, end - begin,
+                      [&](std::size_t at, const float* block, std::size_t l) {
+                        for (const Contribution& member : slot.members)
+                          std::copy(block, block + l, member.output + begin + at);
+                      });
       },
-      [&](Slot& slot) { std::copy(slot.scratch.begin(), slot.scratch.end(), data.begin()); });
+      [](Slot&) {});
 }
 
 void ThreadCommunicator::reduce_scatter(const ProcessGroup& group, std::span<const float> input,
@@ -430,13 +445,24 @@ void ThreadCommunicator::reduce_scatter(const ProcessGroup& group, std::span<con
   Contribution mine;
   mine.input = input.data();
   const std::size_t offset = output.size() * static_cast<std::size_t>(h.index);
+  // The others read only their own chunks of this input: an output apart from it, or this
+  // member's own chunk of it (NCCL's in-place form), is written at once; any other overlap waits
+  // for the fence.
+  const bool direct = output.data() == input.data() + offset ||
+                      !overlaps(input.data(), input.size(), output.data(), output.size());
   rendezvous(
       h, call, mine,
       [&](Slot& slot) {
+        if (direct) {
+          reduce_into(op, slot.members, offset, output.size(), output.data());
+          return;
+        }
         staging_.resize(output.size());
         reduce_into(op, slot.members, offset, output.size(), staging_.data());
       },
-      [&](Slot&) { std::copy(staging_.begin(), staging_.end(), output.begin()); });
+      [&](Slot&) {
+        if (!direct) std::copy(staging_.begin(), staging_.end(), output.begin());
+      });
 }
 
 void ThreadCommunicator::all_gather(const ProcessGroup& group, std::span<const float> input,

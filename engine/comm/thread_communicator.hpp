@@ -5,9 +5,9 @@
 // group's stream (every member counts its own calls):
 //   1. arrive: publish buffer pointers and the call's signature (a different signature from a
 //      member already there is a CommMismatch); wait until every member has arrived.
-//   2. read: each member reads the others' buffers directly (no copy to a shared staging area,
-//      except the all-reduce result); an all-reduce splits the vector so each member reduces one
-//      chunk, in group-rank order, into the slot's scratch.
+//   2. read: each member reads the others' buffers directly (no copy to a shared staging area);
+//      an all-reduce splits the vector so each member reduces one chunk, in group-rank order, and
+//      writes it into every member's buffer (no member touches another's chunk).
 //   3. fence: wait until every member is done reading, so no buffer is written or freed early.
 //   4. write: copy results that could not be written in place; the last member out frees the slot.
 // Only step 1 can be interrupted (abort, watchdog); a member leaving it withdraws its arrival

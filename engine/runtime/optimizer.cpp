@@ -196,10 +196,9 @@ void DataParallelOptimizer::reduce_gradients(std::span<const std::int32_t> touch
     reduce_scatter_around_sparse_unit(touched);
     return;
   }
-  tensor::FlatStorage mine(static_cast<std::size_t>(hi_ - lo_),
-                           profiler::MemoryCategory::Temporaries, &g.allocator());
-  comm_->reduce_scatter(group_, {g.data(), g.size()}, {mine.data(), mine.size()});
-  g.allocator().copy(g.data() + lo_, mine.data(), mine.size() * sizeof(float));
+  // In place (NCCL's form): the owned range is this member's chunk of the padded buffer.
+  comm_->reduce_scatter(group_, {g.data(), g.size()},
+                        {g.data() + lo_, static_cast<std::size_t>(hi_ - lo_)});
 }
 
 void DataParallelOptimizer::reduce_units(const std::vector<int>& units) {

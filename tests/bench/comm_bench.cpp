@@ -1,8 +1,8 @@
-// All-reduce on the threads communicator: latency (4 KiB) and bandwidth (4 MiB) for world 2, 4
-// and 8. One benchmark iteration is a batch of all-reduces timed on rank 0 between two barriers
-// (manual time, so thread start-up is not counted). us_per_allreduce is the latency;
-// bytes_per_second the algorithm bandwidth (vector size / time per all-reduce); busbw_GBps scales
-// it by 2(n-1)/n as nccl-tests does.
+// All-reduce on the threads communicator: latency (4 KiB) and bandwidth (4 MiB, and 64 MiB, a
+// gradient buffer far bigger than the caches) for world 2, 4 and 8. One benchmark iteration is a
+// batch of all-reduces timed on rank 0 between two barriers (manual time, so thread start-up is not
+// counted). us_per_allreduce is the latency; bytes_per_second the algorithm bandwidth (vector size
+// / time per all-reduce); busbw_GBps scales it by 2(n-1)/n as nccl-tests does.
 //
 // Reduce-scatter of a layer-sized buffer (ZeRO-2/3's per-layer gradients), timed per call on rank
 // 0 after a barrier so neither rank waits for the other: `fresh` = 1 rewrites each rank's input
@@ -50,7 +50,7 @@ void BM_ThreadAllReduce(benchmark::State& state) {
 }
 BENCHMARK(BM_ThreadAllReduce)
     ->ArgNames({"world", "bytes"})
-    ->ArgsProduct({{2, 4, 8}, {4 << 10, 4 << 20}})
+    ->ArgsProduct({{2, 4, 8}, {4 << 10, 4 << 20, 64 << 20}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -122,8 +122,8 @@ double estimated_makespan(const Schedule& s, const CostTable& costs) {
 }
 
 EstimatedTime estimated_time(const Schedule& s, const CostTable& costs) {
-  TimedHooks hooks{costs, costs.p2p_time(),
-                   std::vector<double>(static_cast<std::size_t>(s.stages))};
+  TimedHooks hooks{costs, costs.p2p_time(), std::vector<double>(static_cast<std::size_t>(s.stages)),
+                   BarrierEnds{}};
   execute(s, hooks);
   EstimatedTime t;
   t.makespan = *std::max_element(hooks.clock.begin(), hooks.clock.end());

@@ -289,6 +289,54 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CommCollectivesTest, ::testing::ValuesIn(testin
 
 // Float addition is not associative: 1e8 + 1 == 1e8. Summed in group order the result is
 // ((1e8 + 1) - 1e8) + 1 = 1; any other order gives 0 or 2. Arrival order is shuffled on purpose.
+// Each member's share several of the reductions' blocks long (2,048 floats) and not a multiple
+// of it: every block of every share is reduced and lands where it belongs, with the output apart
+// from the input, at the member's own chunk of it (in place), and over another member's chunk of
+// it (which that member reads while this one reduces). Worlds 1 to 4, a group of 3 in a world of 5.
+TEST(CommLongVectorsTest, AreReducedBlockByBlock) {
+  constexpr std::size_t share = 2 * 2048 + 37;
+  for (int world : {1, 2, 3, 4, 5}) {
+    const ProcessGroup g = world == 5 ? ProcessGroup{"odd", {4, 1, 3}} : make_world_group(world);
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
+      const std::size_t n = share * static_cast<std::size_t>(g.size());
+      std::vector<std::vector<float>> in;
+      for (int r = 0; r < world; ++r)
+        in.push_back(testing::order_sensitive_values(r, n + 3, op == ReduceOp::sum ? 5u : 6u));
+      const std::vector<float> want = testing::sequential_reduce(op, in, g);
+      for (int where = 0; where < 4; ++where) {  // all-reduce; apart, in place, over the next's
+        std::vector<std::vector<float>> got(static_cast<std::size_t>(world));
+        ThreadCluster(world).run([&](Communicator& c) {
+          const int me = g.index_of(c.rank());
+          if (me < 0) return;
+          std::vector<float> buf = in[static_cast<std::size_t>(c.rank())];
+          if (where == 0) {
+            c.all_reduce(g, buf, op);
+            got[static_cast<std::size_t>(c.rank())] = buf;
+            return;
+          }
+          buf.resize(n);
+          const std::size_t at =
+              share * static_cast<std::size_t>(where == 2 ? me : (me + 1) % g.size());
+          std::vector<float> apart(share, -1.0f);
+          const std::span<float> out =
+              where == 1 ? std::span<float>(apart) : std::span<float>(buf).subspan(at, share);
+          c.reduce_scatter(g, buf, out, op);
+          got[static_cast<std::size_t>(c.rank())].assign(out.begin(), out.end());
+        });
+        for (int r : g.ranks) {
+          const std::size_t at = where == 0 ? 0 : share * static_cast<std::size_t>(g.index_of(r));
+          const std::vector<float> expected(
+              want.begin() + static_cast<std::ptrdiff_t>(at),
+              where == 0 ? want.end() : want.begin() + static_cast<std::ptrdiff_t>(at + share));
+          EXPECT_TRUE(testing::bitwise_equal(got[static_cast<std::size_t>(r)], expected))
+              << "world " << world << ", case " << where << ", rank " << r << ": "
+              << testing::first_difference(got[static_cast<std::size_t>(r)], expected);
+        }
+      }
+    }
+  }
+}
+
 TEST(CommDeterminismTest, AllReduceSumsInGroupOrderWhateverTheArrivalOrder) {
   const std::vector<float> values = {1e8f, 1.0f, -1e8f, 1.0f};
   for (int trial = 0; trial < 30; ++trial) {
