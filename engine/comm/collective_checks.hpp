@@ -24,6 +24,34 @@ inline void check_reduce_scatter(int rank, const ProcessGroup& group, std::size_
                            std::to_string(group.size()) + " x output " + std::to_string(output));
 }
 
+// reduce_scatter_v: a count per member, summing to the input; the output holds the caller's
+// count. Returns where each member's chunk starts in the input.
+inline std::vector<std::size_t> check_reduce_scatter_v(int rank, const ProcessGroup& group,
+                                                       std::size_t input,
+                                                       std::span<const std::size_t> counts,
+                                                       std::size_t output) {
+  const auto p = static_cast<std::size_t>(group.size());
+  const std::string what = "reduce_scatter_v on " + group.describe();
+  if (counts.size() != p)
+    throw CommMismatch(rank, "reduce_scatter_v",
+                       what + ": counts for " + std::to_string(counts.size()) + " members");
+  std::vector<std::size_t> at(p);
+  std::size_t sum = 0;
+  for (std::size_t j = 0; j < p; ++j) {
+    at[j] = sum;
+    sum += counts[j];
+  }
+  const int me = group.index_of(rank);
+  if (sum != input || me < 0 || counts[static_cast<std::size_t>(me)] != output)
+    throw CommMismatch(
+        rank, "reduce_scatter_v",
+        what + ": counts sum to " + std::to_string(sum) + " floats and give rank " +
+            std::to_string(rank) + " " +
+            (me < 0 ? std::string("none") : std::to_string(counts[static_cast<std::size_t>(me)])) +
+            "; buffers hold " + std::to_string(input) + " / " + std::to_string(output));
+  return at;
+}
+
 // all_gather: output = group size x input.
 inline void check_all_gather(int rank, const ProcessGroup& group, std::size_t input,
                              std::size_t output) {

@@ -46,6 +46,12 @@ class Communicator {
   // output (n) <- chunk `group rank` of the reduction of every member's input (n * group size).
   virtual void reduce_scatter(const ProcessGroup& group, std::span<const float> input,
                               std::span<float> output, ReduceOp op = ReduceOp::sum) = 0;
+  // Uneven splits: input holds counts[j] floats for group rank j, consecutive in group-rank order
+  // (counts the same on every member); output (counts[me]) <- the reduction of every member's
+  // chunk `me`. In place when output is this member's chunk of input (NCCL's form).
+  virtual void reduce_scatter_v(const ProcessGroup& group, std::span<const float> input,
+                                std::span<const std::size_t> counts, std::span<float> output,
+                                ReduceOp op = ReduceOp::sum) = 0;
   // output (n * group size) <- every member's input (n), in group-rank order.
   virtual void all_gather(const ProcessGroup& group, std::span<const float> input,
                           std::span<float> output) = 0;

@@ -34,6 +34,11 @@ class ForwardingCommunicator : public Communicator {
                       std::span<float> output, ReduceOp op = ReduceOp::sum) override {
     inner_->reduce_scatter(group, input, output, op);
   }
+  void reduce_scatter_v(const ProcessGroup& group, std::span<const float> input,
+                        std::span<const std::size_t> counts, std::span<float> output,
+                        ReduceOp op = ReduceOp::sum) override {
+    inner_->reduce_scatter_v(group, input, counts, output, op);
+  }
   void all_gather(const ProcessGroup& group, std::span<const float> input,
                   std::span<float> output) override {
     inner_->all_gather(group, input, output);

@@ -16,6 +16,8 @@ const char* kind_name(OpKind kind) {
       return "all_reduce";
     case OpKind::reduce_scatter:
       return "reduce_scatter";
+    case OpKind::reduce_scatter_v:
+      return "reduce_scatter_v";
     case OpKind::all_gather:
       return "all_gather";
     case OpKind::all_to_all:
@@ -48,6 +50,7 @@ std::string describe_signature(const OpCall& c) {
       args = reduce + ", " + floats(c.count);
       break;
     case OpKind::reduce_scatter:
+    case OpKind::reduce_scatter_v:
       args = reduce + ", " + floats(c.count) + " -> " + floats(c.out_count);
       break;
     case OpKind::all_gather:
@@ -83,6 +86,9 @@ bool same_signature(const OpCall& a, const OpCall& b) {
     case OpKind::all_gather:
     case OpKind::all_to_all:
       return a.count == b.count && a.out_count == b.out_count;
+    // The counts themselves are compared once everyone has arrived.
+    case OpKind::reduce_scatter_v:
+      return a.reduce == b.reduce && a.count == b.count;
     case OpKind::broadcast:
       return a.root == b.root && a.count == b.count;
     // Variable splits are checked pairwise once everyone has arrived.

@@ -41,6 +41,7 @@ enum class OpKind : std::uint8_t {
   recv,
   all_reduce,
   reduce_scatter,
+  reduce_scatter_v,
   all_gather,
   all_to_all,
   all_to_all_v,
@@ -74,7 +75,7 @@ struct Contribution {
   OpCall call;
   const float* input = nullptr;
   float* output = nullptr;  // all_reduce: where the member's result goes (its data)
-  std::span<const std::size_t> send_counts;
+  std::span<const std::size_t> send_counts;  // all_to_all_v; reduce_scatter_v's counts
   std::span<const std::size_t> recv_counts;
 };
 

@@ -232,6 +232,19 @@ static std::string check_splits(const Slot& slot, const GroupState& g, const OpC
   return {};
 }
 
+// reduce_scatter_v: every member splits the input by the same counts.
+static std::string check_counts(const Slot& slot, const GroupState& g, const OpCall& call) {
+  const std::span<const std::size_t> first = slot.members[0].send_counts;
+  for (std::size_t i = 1; i < slot.members.size(); ++i) {
+    const std::span<const std::size_t> other = slot.members[i].send_counts;
+    if (!std::equal(first.begin(), first.end(), other.begin(), other.end()))
+      return "reduce_scatter_v count mismatch on " + g.description + " (call #" +
+             std::to_string(call.seq) + "): rank " + std::to_string(g.group.ranks[i]) +
+             " splits the input otherwise than rank " + std::to_string(g.group.ranks[0]);
+  }
+  return {};
+}
+
 // The call's slot in g, opened by the first member to arrive: one Contribution per member.
 static Slot& open_slot(GroupState& g, const OpCall& call) {
   Slot& slot = g.slots[call.seq];
@@ -271,8 +284,9 @@ Slot& ThreadCommunicator::arrive(GroupHandle& h, const OpCall& call, const Contr
     --slot.arrived;
   };
   if (++slot.arrived == n) {
-    if (call.kind == OpKind::all_to_all_v) {
-      const std::string bad = check_splits(slot, g, call);
+    if (call.kind == OpKind::all_to_all_v || call.kind == OpKind::reduce_scatter_v) {
+      const std::string bad = call.kind == OpKind::all_to_all_v ? check_splits(slot, g, call)
+                                                                : check_counts(slot, g, call);
       if (!bad.empty()) {
         withdraw();
         fail_and_throw<CommMismatch>(call, bad, lock);
@@ -444,7 +458,14 @@ void ThreadCommunicator::reduce_scatter(const ProcessGroup& group, std::span<con
                                           std::to_string(output.size() * n) + " floats)"));
   Contribution mine;
   mine.input = input.data();
-  const std::size_t offset = output.size() * static_cast<std::size_t>(h.index);
+  reduce_own_chunk(h, call, mine, output.size() * static_cast<std::size_t>(h.index), input, output,
+                   op);
+}
+
+void ThreadCommunicator::reduce_own_chunk(GroupHandle& h, const OpCall& call,
+                                          const Contribution& mine, std::size_t offset,
+                                          std::span<const float> input, std::span<float> output,
+                                          ReduceOp op) {
   // The others read only their own chunks of this input: an output apart from it, or this
   // member's own chunk of it (NCCL's in-place form), is written at once; any other overlap waits
   // for the fence.
@@ -463,6 +484,33 @@ void ThreadCommunicator::reduce_scatter(const ProcessGroup& group, std::span<con
       [&](Slot&) {
         if (!direct) std::copy(staging_.begin(), staging_.end(), output.begin());
       });
+}
+
+void ThreadCommunicator::reduce_scatter_v(const ProcessGroup& group, std::span<const float> input,
+                                          std::span<const std::size_t> counts,
+                                          std::span<float> output, ReduceOp op) {
+  GroupHandle& h = handle(group);
+  OpCall call = collective_call(h, OpKind::reduce_scatter_v);
+  call.reduce = op;
+  call.count = input.size();
+  call.out_count = output.size();
+  ActivityScope scope(*activity_, call);
+  const std::size_t n = static_cast<std::size_t>(group.size());
+  const std::size_t me = static_cast<std::size_t>(h.index);
+  if (counts.size() != n)
+    throw InputError(
+        size_error(call, "counts need one entry per member (" + std::to_string(n) + ")"));
+  if (std::accumulate(counts.begin(), counts.end(), std::size_t{0}) != input.size())
+    throw InputError(size_error(call, "counts do not add up to the input size"));
+  if (counts[me] != output.size())
+    throw InputError(size_error(
+        call, "output must hold this member's count (" + std::to_string(counts[me]) + " floats)"));
+  Contribution mine;
+  mine.input = input.data();
+  mine.send_counts = counts;
+  const std::size_t offset = std::accumulate(
+      counts.begin(), counts.begin() + static_cast<std::ptrdiff_t>(me), std::size_t{0});
+  reduce_own_chunk(h, call, mine, offset, input, output, op);
 }
 
 void ThreadCommunicator::all_gather(const ProcessGroup& group, std::span<const float> input,

@@ -38,6 +38,9 @@ class ThreadCommunicator final : public Communicator {
                   ReduceOp op = ReduceOp::sum) override;
   void reduce_scatter(const ProcessGroup& group, std::span<const float> input,
                       std::span<float> output, ReduceOp op = ReduceOp::sum) override;
+  void reduce_scatter_v(const ProcessGroup& group, std::span<const float> input,
+                        std::span<const std::size_t> counts, std::span<float> output,
+                        ReduceOp op = ReduceOp::sum) override;
   void all_gather(const ProcessGroup& group, std::span<const float> input,
                   std::span<float> output) override;
   void all_to_all(const ProcessGroup& group, std::span<const float> input,
@@ -75,6 +78,12 @@ class ThreadCommunicator final : public Communicator {
   template <class Read, class Write>
   void rendezvous(GroupHandle& h, const threads::OpCall& call, const threads::Contribution& mine,
                   Read read, Write write);
+
+  // The reduce-scatters' rendezvous: output <- the reduction of every member's input at
+  // [offset, offset + output size), this member's chunk.
+  void reduce_own_chunk(GroupHandle& h, const threads::OpCall& call,
+                        const threads::Contribution& mine, std::size_t offset,
+                        std::span<const float> input, std::span<float> output, ReduceOp op);
 
   template <class Ready>
   WaitEnd wait(std::unique_lock<std::mutex>& lock, std::condition_variable& cv, Ready ready);

@@ -258,6 +258,34 @@ void MpiCommunicator::reduce_scatter(const ProcessGroup& group, std::span<const 
   std::copy_n(pieces, n, output.data());
 }
 
+void MpiCommunicator::reduce_scatter_v(const ProcessGroup& group, std::span<const float> input,
+                                       std::span<const std::size_t> counts, std::span<float> output,
+                                       ReduceOp op) {
+  const MPI_Comm c = comm_of(group);
+  const int p = group.size();
+  const std::size_t n = output.size();
+  const std::vector<std::size_t> at =
+      comm::check_reduce_scatter_v(rank_, group, input.size(), counts, n);
+  if (scratch_.size() < n * static_cast<std::size_t>(p))
+    scratch_.resize(n * static_cast<std::size_t>(p));
+  float* pieces = scratch_.data();  // (p, n): chunk `me` of every member
+  std::vector<int> sc(p), sd(p), rc(p, as_count(n, "reduce_scatter_v")), rd(p);
+  for (int j = 0; j < p; ++j) {
+    sc[j] = as_count(counts[static_cast<std::size_t>(j)], "reduce_scatter_v");
+    sd[j] = as_count(at[static_cast<std::size_t>(j)], "reduce_scatter_v");
+    rd[j] = as_count(n * static_cast<std::size_t>(j), "reduce_scatter_v");
+  }
+  {
+    MPI_Request request;
+    PIPETUNE_MPI_CHECK(MPI_Ialltoallv(input.data(), sc.data(), sd.data(), MPI_FLOAT, pieces,
+                                      rc.data(), rd.data(), MPI_FLOAT, c, &request));
+    complete(request, "reduce_scatter_v on " + group.describe());
+  }
+  for (int j = 1; j < p; ++j)
+    comm::fold_into(op, pieces, pieces + n * static_cast<std::size_t>(j), n);
+  std::copy_n(pieces, n, output.data());
+}
+
 void MpiCommunicator::all_gather(const ProcessGroup& group, std::span<const float> input,
                                  std::span<float> output) {
   const MPI_Comm c = comm_of(group);

@@ -127,18 +127,38 @@ void MpiHybridCommunicator::all_reduce(const ProcessGroup& group, std::span<floa
 
 void MpiHybridCommunicator::reduce_scatter(const ProcessGroup& group, std::span<const float> input,
                                            std::span<float> output, ReduceOp op) {
-  const int tag = tag_of(group), p = group.size(), me = group.index_of(rank_);
   const std::size_t n = output.size();
   comm::check_reduce_scatter(rank_, group, input.size(), n);
-  const std::string what = "reduce_scatter on " + group.describe();
+  const std::vector<std::size_t> counts(static_cast<std::size_t>(group.size()), n);
+  std::vector<std::size_t> at(counts.size());
+  for (std::size_t j = 0; j < at.size(); ++j) at[j] = n * j;
+  reduce_chunks(group, input, counts, at, output, op, "reduce_scatter on " + group.describe());
+}
+
+void MpiHybridCommunicator::reduce_scatter_v(const ProcessGroup& group,
+                                             std::span<const float> input,
+                                             std::span<const std::size_t> counts,
+                                             std::span<float> output, ReduceOp op) {
+  const std::vector<std::size_t> at =
+      comm::check_reduce_scatter_v(rank_, group, input.size(), counts, output.size());
+  reduce_chunks(group, input, counts, at, output, op, "reduce_scatter_v on " + group.describe());
+}
+
+void MpiHybridCommunicator::reduce_chunks(const ProcessGroup& group, std::span<const float> input,
+                                          std::span<const std::size_t> counts,
+                                          std::span<const std::size_t> at, std::span<float> output,
+                                          ReduceOp op, const std::string& what) {
+  const int tag = tag_of(group), p = group.size(), me = group.index_of(rank_);
+  const std::size_t n = output.size();
   for (int j = 0; j < p; ++j)
     if (j != me)
-      post_floats(group.ranks[j], tag, input.data() + n * static_cast<std::size_t>(j), n);
-  std::vector<float> pieces(input.size());  // (p, n): chunk `me` of every member
+      post_floats(group.ranks[j], tag, input.data() + at[static_cast<std::size_t>(j)],
+                  counts[static_cast<std::size_t>(j)]);
+  std::vector<float> pieces(n * static_cast<std::size_t>(p));  // (p, n): chunk `me` of each
   for (int j = 0; j < p; ++j) {
     float* piece = pieces.data() + n * static_cast<std::size_t>(j);
     if (j == me)
-      std::copy_n(input.data() + n * static_cast<std::size_t>(me), n, piece);
+      std::copy_n(input.data() + at[static_cast<std::size_t>(me)], n, piece);
     else
       take_floats(group.ranks[j], tag, {piece, n}, what);
   }

@@ -34,6 +34,9 @@ class MpiHybridCommunicator final : public comm::Communicator {
                   comm::ReduceOp op = comm::ReduceOp::sum) override;
   void reduce_scatter(const comm::ProcessGroup& group, std::span<const float> input,
                       std::span<float> output, comm::ReduceOp op = comm::ReduceOp::sum) override;
+  void reduce_scatter_v(const comm::ProcessGroup& group, std::span<const float> input,
+                        std::span<const std::size_t> counts, std::span<float> output,
+                        comm::ReduceOp op = comm::ReduceOp::sum) override;
   void all_gather(const comm::ProcessGroup& group, std::span<const float> input,
                   std::span<float> output) override;
   void all_to_all(const comm::ProcessGroup& group, std::span<const float> input,
@@ -56,6 +59,11 @@ class MpiHybridCommunicator final : public comm::Communicator {
   void post_floats(int dst, int tag, const float* data, std::size_t n);
   // Receives exactly `out.size()` floats of a collective message from `src`.
   void take_floats(int src, int tag, std::span<float> out, const std::string& op);
+  // Both reduce-scatters: counts[j] floats at at[j] go to group rank j; output <- the reduction
+  // of every member's chunk for this one, in group-rank order.
+  void reduce_chunks(const comm::ProcessGroup& group, std::span<const float> input,
+                     std::span<const std::size_t> counts, std::span<const std::size_t> at,
+                     std::span<float> output, comm::ReduceOp op, const std::string& what);
 
   MpiRankRouter* router_;
   int rank_;

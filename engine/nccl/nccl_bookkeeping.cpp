@@ -71,6 +71,8 @@ const char* collective_name(CollectiveKind kind) {
       return "all_to_all_v";
     case CollectiveKind::broadcast:
       return "broadcast";
+    case CollectiveKind::reduce_scatter_v:
+      return "reduce_scatter_v";
   }
   return "unknown collective";
 }
@@ -80,7 +82,8 @@ std::string describe_signature(const CollectiveSignature& s) {
   std::string text = collective_name(kind);
   if (kind == CollectiveKind::broadcast)
     text += "(root " + std::to_string(s.op) + ", ";
-  else if (kind == CollectiveKind::all_reduce || kind == CollectiveKind::reduce_scatter)
+  else if (kind == CollectiveKind::all_reduce || kind == CollectiveKind::reduce_scatter ||
+           kind == CollectiveKind::reduce_scatter_v)
     text += std::string("(") + (s.op == 0 ? "sum" : "max") + ", ";
   else
     text += "(";

@@ -119,12 +119,13 @@ enum class CollectiveKind : std::int32_t {
   all_to_all,
   all_to_all_v,
   broadcast,
+  reduce_scatter_v,
 };
 
 struct CollectiveSignature {
   std::int32_t kind = 0;    // CollectiveKind
   std::int32_t op = 0;      // ReduceOp, or the root of a broadcast
-  std::uint64_t count = 0;  // floats of the input (all_to_all_v: its total)
+  std::uint64_t count = 0;  // floats of the input (all_to_all_v, reduce_scatter_v: its total)
 };
 static_assert(sizeof(CollectiveSignature) == 16, "sent over MPI as bytes");
 

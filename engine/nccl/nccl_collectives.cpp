@@ -1,5 +1,6 @@
 // NcclCommunicator's collectives (nccl_communicator.hpp says how they map onto NCCL): each
 // group's MPI and NCCL communicators, the signature check over MPI, and the collectives.
+#include <algorithm>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -130,6 +131,69 @@ void NcclCommunicator::reduce_scatter(const ProcessGroup& group, std::span<const
   }
   if (staged != nullptr) PIPETUNE_CUDA_CHECK(cudaFreeAsync(staged, stream_));
   wait(stream_, c, "reduce_scatter on " + group.describe());
+}
+
+namespace {
+// A non-root's receive buffer of ncclReduce, which NCCL ignores: a valid device address all the
+// same (the send buffer's), so no argument check refuses it.
+void* not_written(const float* send) {
+  return const_cast<float*>(send);
+}
+}  // namespace
+
+void NcclCommunicator::reduce_scatter_v(const ProcessGroup& group, std::span<const float> input,
+                                        std::span<const std::size_t> counts,
+                                        std::span<float> output, ReduceOp op) {
+  Group& g = group_of(group, "reduce_scatter_v");
+  const std::vector<std::size_t> at =
+      comm::check_reduce_scatter_v(rank_, group, input.size(), counts, output.size());
+  const auto p = static_cast<std::size_t>(group.size());
+  const auto me = static_cast<std::size_t>(group.index_of(rank_));
+  if (p > 1 && options_.check_collectives) {
+    check_signature(group, g,
+                    {static_cast<std::int32_t>(CollectiveKind::reduce_scatter_v),
+                     static_cast<std::int32_t>(op), input.size()});
+    // Every member must split the input the same way (else NCCL would hang).
+    std::vector<std::uint64_t> mine(counts.begin(), counts.end()), all(p * p);
+    MPI_Request r = MPI_REQUEST_NULL;
+    PIPETUNE_MPI_CHECK(MPI_Iallgather(mine.data(), static_cast<int>(p), MPI_UINT64_T, all.data(),
+                                      static_cast<int>(p), MPI_UINT64_T, g.mpi, &r));
+    wait_mpi(r, "reduce_scatter_v counts on " + group.describe());
+    for (std::size_t j = 0; j < p; ++j)
+      if (!std::equal(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(j * p)))
+        throw comm::CommMismatch(
+            rank_, "reduce_scatter_v on " + group.describe(),
+            "reduce_scatter_v on " + group.describe() + ": rank " + std::to_string(group.ranks[j]) +
+                " splits the input otherwise than rank " + std::to_string(rank_));
+  }
+  after_compute(stream_);
+  // NCCL's in-place form is output == input + at[me]; any other overlap stages the input.
+  const float* in = input.data();
+  void* staged = nullptr;
+  const bool nccl_in_place = output.data() == input.data() + at[me];
+  if (!nccl_in_place && overlaps(input.data(), input.size(), output.data(), output.size())) {
+    staged = stage(input.data(), input.size(), stream_);
+    in = static_cast<const float*>(staged);
+  }
+  ncclComm_t c = nullptr;
+  if (p == 1) {
+    if (in != output.data() && !output.empty())
+      PIPETUNE_CUDA_CHECK(cudaMemcpyAsync(output.data(), cv(in), bytes_of(output.size()),
+                                          cudaMemcpyDeviceToDevice, stream_));
+  } else {
+    c = nccl_of(group, g);
+    PIPETUNE_NCCL_CHECK(nccl_library().GroupStart());
+    for (std::size_t j = 0; j < p; ++j) {
+      if (counts[j] == 0) continue;  // the same on every member
+      PIPETUNE_NCCL_CHECK_COMM(
+          c, nccl_library().Reduce(cv(in + at[j]),
+                                   j == me ? output.data() : not_written(in + at[j]), counts[j],
+                                   ncclFloat, nccl_op(op), static_cast<int>(j), c, stream_));
+    }
+    PIPETUNE_NCCL_CHECK(nccl_library().GroupEnd());
+  }
+  if (staged != nullptr) PIPETUNE_CUDA_CHECK(cudaFreeAsync(staged, stream_));
+  wait(stream_, c, "reduce_scatter_v on " + group.describe());
 }
 
 void NcclCommunicator::all_gather(const ProcessGroup& group, std::span<const float> input,

@@ -117,6 +117,10 @@ class NcclCommunicator final : public comm::Communicator {
                   comm::ReduceOp op = comm::ReduceOp::sum) override;
   void reduce_scatter(const comm::ProcessGroup& group, std::span<const float> input,
                       std::span<float> output, comm::ReduceOp op = comm::ReduceOp::sum) override;
+  // One ncclReduce to each member's chunk, grouped; in place as reduce_scatter.
+  void reduce_scatter_v(const comm::ProcessGroup& group, std::span<const float> input,
+                        std::span<const std::size_t> counts, std::span<float> output,
+                        comm::ReduceOp op = comm::ReduceOp::sum) override;
   void all_gather(const comm::ProcessGroup& group, std::span<const float> input,
                   std::span<float> output) override;
   void all_to_all(const comm::ProcessGroup& group, std::span<const float> input,

@@ -25,6 +25,7 @@ NcclLibrary load() {
     library.resolve(lib.Recv, "ncclRecv");
     library.resolve(lib.AllReduce, "ncclAllReduce");
     library.resolve(lib.ReduceScatter, "ncclReduceScatter");
+    library.resolve(lib.Reduce, "ncclReduce");
     library.resolve(lib.AllGather, "ncclAllGather");
     library.resolve(lib.Broadcast, "ncclBroadcast");
     return lib;

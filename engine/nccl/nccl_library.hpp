@@ -22,6 +22,7 @@ struct NcclLibrary {
   decltype(&::ncclRecv) Recv;
   decltype(&::ncclAllReduce) AllReduce;
   decltype(&::ncclReduceScatter) ReduceScatter;
+  decltype(&::ncclReduce) Reduce;
   decltype(&::ncclAllGather) AllGather;
   decltype(&::ncclBroadcast) Broadcast;
 };

@@ -94,58 +94,36 @@ bool DataParallelOptimizer::sparse_unit_open() const {
 }
 
 // ZeRO-1 with a sparse table at [a, b) of the flat buffer. The rest of each member's owned range
-// is reduced by an all-to-all of those slices to their owner, which is the buffer's reduce-
-// scatter without the table (its slices uneven where a range meets the table): the owner adds the
-// others' slices to its own values in place, in group-rank order. The table's part of each range
-// is reduced by its touched rows (EmbRace's AlltoAll).
+// is reduced by the buffer's reduce-scatter without the table: one uneven reduce-scatter on each
+// side of it (a range meeting the table holds less of that side, one past it none), in place.
+// The table's part of each range is reduced by its touched rows (EmbRace's AlltoAll).
 void DataParallelOptimizer::reduce_scatter_around_sparse_unit(
     std::span<const std::int32_t> touched) {
   const model::ParamUnit& u = params_->units()[static_cast<std::size_t>(sparse_unit_)];
   tensor::FlatStorage& g = params_->flat_grads();
-  tensor::DeviceAllocator& storage = g.allocator();
   const auto members = static_cast<std::size_t>(group_.size());
   const auto me = static_cast<std::size_t>(group_.index_of(comm_->rank()));
   const auto n = static_cast<std::int64_t>(g.size());
   const std::int64_t a = u.offset, b = u.offset + u.numel, shard = n / group_.size();
-  const auto in_table = [&](std::int64_t lo, std::int64_t hi) {
-    return std::max<std::int64_t>(0, std::min(hi, b) - std::max(lo, a));
-  };
-  std::vector<std::size_t> send(members);
   std::vector<TableRange> owned(members);
   for (std::size_t j = 0; j < members; ++j) {
-    const std::int64_t lo = static_cast<std::int64_t>(j) * shard, hi = lo + shard;
-    send[j] = static_cast<std::size_t>(hi - lo - in_table(lo, hi));
+    const std::int64_t lo = static_cast<std::int64_t>(j) * shard;
     owned[j] = {std::clamp<std::int64_t>(lo - a, 0, u.numel),
-                std::clamp<std::int64_t>(hi - a, 0, u.numel)};
+                std::clamp<std::int64_t>(lo + shard - a, 0, u.numel)};
   }
-  const std::size_t own = send[me];
-  const std::vector<std::size_t> recv(members, own);
-  // The buffer without the table: in place where the table starts or ends it (the first
-  // stage's embedding is its first unit), else packed.
-  const auto dense_size = static_cast<std::size_t>(n - (b - a));
-  const auto mem = profiler::MemoryCategory::Temporaries;
-  const float* dense = g.data() + (a == 0 ? b : 0);
-  tensor::FlatStorage packed;
-  if (a > 0 && b < n) {
-    packed = tensor::FlatStorage(dense_size, mem, &storage);
-    storage.copy(packed.data(), g.data(), static_cast<std::size_t>(a) * sizeof(float));
-    storage.copy(packed.data() + a, g.data() + b, static_cast<std::size_t>(n - b) * sizeof(float));
-    dense = packed.data();
-  }
-  tensor::FlatStorage slices(std::max<std::size_t>(members * own, 1), mem, &storage);
-  comm_->all_to_all_v(group_, {dense, dense_size}, send, {slices.data(), members * own}, recv);
-  // Each other member's slice added to the owned range in place (its own values are there
-  // already, and its own slice's copy unused), on both sides of the table.
-  const std::int64_t before = std::max<std::int64_t>(0, std::min(hi_, a) - lo_);
-  const std::int64_t after_lo = std::max(lo_, b), after = std::max<std::int64_t>(0, hi_ - after_lo);
-  for (std::size_t i = 0; i < members && own > 0; ++i) {
-    if (i == me) continue;
-    const float* slice = slices.data() + i * own;
-    if (before > 0) backend_->accumulate({g.data() + lo_, Shape{before}}, {slice, Shape{before}});
-    if (after > 0)
-      backend_->accumulate({g.data() + after_lo, Shape{after}}, {slice + before, Shape{after}});
-  }
-  last_sparse_ = reduce_scatter_touched_rows(*comm_, group_, storage, g.data() + a,
+  const auto reduce_side = [&](std::int64_t from, std::int64_t to) {  // the buffer's [from, to)
+    std::vector<std::size_t> counts(members);
+    for (std::size_t j = 0; j < members; ++j) {
+      const std::int64_t lo = static_cast<std::int64_t>(j) * shard;
+      counts[j] = static_cast<std::size_t>(
+          std::max<std::int64_t>(0, std::min(lo + shard, to) - std::max(lo, from)));
+    }
+    comm_->reduce_scatter_v(group_, {g.data() + from, static_cast<std::size_t>(to - from)}, counts,
+                            {g.data() + std::clamp(lo_, from, to), counts[me]});
+  };
+  if (a > 0) reduce_side(0, a);
+  if (b < n) reduce_side(b, n);
+  last_sparse_ = reduce_scatter_touched_rows(*comm_, group_, g.allocator(), g.data() + a,
                                              u.numel / sparse_width_, sparse_width_, touched, owned,
                                              g.data() + a + owned[me].lo, RowsWrite::set);
 }

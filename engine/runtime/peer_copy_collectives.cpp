@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/comm/collective_checks.hpp"
 #include "engine/comm/comm_errors.hpp"
 #include "engine/runtime/peer_copy_communicator.hpp"
 
@@ -137,15 +138,37 @@ void PeerCopyCommunicator::reduce_scatter(const comm::ProcessGroup& group,
     throw comm::CommMismatch(
         rank(), "reduce_scatter on " + group.describe(),
         "rank " + std::to_string(rank()) + ": " + sizes("reduce_scatter", input.size(), n, g));
+  reduce_own_chunk(group, input, n * static_cast<std::size_t>(me), output, op);
+}
+
+void PeerCopyCommunicator::reduce_scatter_v(const comm::ProcessGroup& group,
+                                            std::span<const float> input,
+                                            std::span<const std::size_t> counts,
+                                            std::span<float> output, comm::ReduceOp op) {
+  // Every member takes the same way: the counts are the same on each, and the output's size is
+  // the caller's count, so a member with nothing to receive still posts its input for the others.
+  const bool devices = group.size() > 1 && on_device(input.data()) &&
+                       (output.empty() || on_device(output.data())) && !input.empty();
+  if (!devices) return inner().reduce_scatter_v(group, input, counts, output, op);
+  const std::vector<std::size_t> at =
+      comm::check_reduce_scatter_v(rank(), group, input.size(), counts, output.size());
+  reduce_own_chunk(group, input, at[static_cast<std::size_t>(group.index_of(rank()))], output, op);
+}
+
+void PeerCopyCommunicator::reduce_own_chunk(const comm::ProcessGroup& group,
+                                            std::span<const float> input, std::size_t offset,
+                                            std::span<float> output, comm::ReduceOp op) {
+  const int g = group.size(), me = group.index_of(rank());
+  const std::size_t n = output.size();
   const std::string key = next_key(group);
   post_input(key, me, input, g);
   direct_->barrier(group);
   {
     Reads reads(*exchange_, *storage_, key, rank());
-    const std::size_t offset = n * static_cast<std::size_t>(me);  // this member's chunk
     for (int i = 0; i < g; ++i) {
       tensor::DeviceAllocator* owner = nullptr;
       const float* block = reads.take(i, input.size_bytes(), owner);
+      if (n == 0) continue;
       if (i == 0)
         storage_->copy_from_peer(output.data(), *owner, block + offset, n * sizeof(float));
       else

@@ -130,6 +130,9 @@ class PeerCopyCommunicator final : public comm::ForwardingCommunicator {
                   comm::ReduceOp op) override;
   void reduce_scatter(const comm::ProcessGroup& group, std::span<const float> input,
                       std::span<float> output, comm::ReduceOp op) override;
+  void reduce_scatter_v(const comm::ProcessGroup& group, std::span<const float> input,
+                        std::span<const std::size_t> counts, std::span<float> output,
+                        comm::ReduceOp op) override;
   void all_gather(const comm::ProcessGroup& group, std::span<const float> input,
                   std::span<float> output) override;
   void all_to_all(const comm::ProcessGroup& group, std::span<const float> input,
@@ -168,6 +171,10 @@ class PeerCopyCommunicator final : public comm::ForwardingCommunicator {
                       std::span<const std::size_t> recv);
   void all_reduce_piece(const comm::ProcessGroup& group, std::span<float> data, comm::ReduceOp op);
   // Ends a collective once every member has released every block (a barrier).
+  // Both reduce-scatters: output <- the reduction of every member's input at [offset, offset +
+  // output size), read from the members' posted blocks in group-rank order.
+  void reduce_own_chunk(const comm::ProcessGroup& group, std::span<const float> input,
+                        std::size_t offset, std::span<float> output, comm::ReduceOp op);
   void finish(const comm::ProcessGroup& group);
 
   comm::Communicator* direct_;  // tokens and barriers, never staged

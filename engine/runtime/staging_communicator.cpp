@@ -77,6 +77,15 @@ void StagingCommunicator::reduce_scatter(const comm::ProcessGroup& group,
   finish(output_data, out_);
 }
 
+void StagingCommunicator::reduce_scatter_v(const comm::ProcessGroup& group,
+                                           std::span<const float> input_data,
+                                           std::span<const std::size_t> counts,
+                                           std::span<float> output_data, comm::ReduceOp op) {
+  const std::span<const float> in = input(input_data, in_);
+  inner().reduce_scatter_v(group, in, counts, output(output_data, out_), op);
+  finish(output_data, out_);
+}
+
 void StagingCommunicator::all_gather(const comm::ProcessGroup& group,
                                      std::span<const float> input_data,
                                      std::span<float> output_data) {

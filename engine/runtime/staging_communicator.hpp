@@ -36,6 +36,9 @@ class StagingCommunicator final : public comm::ForwardingCommunicator {
                   comm::ReduceOp op) override;
   void reduce_scatter(const comm::ProcessGroup& group, std::span<const float> input,
                       std::span<float> output, comm::ReduceOp op) override;
+  void reduce_scatter_v(const comm::ProcessGroup& group, std::span<const float> input,
+                        std::span<const std::size_t> counts, std::span<float> output,
+                        comm::ReduceOp op) override;
   void all_gather(const comm::ProcessGroup& group, std::span<const float> input,
                   std::span<float> output) override;
   void all_to_all(const comm::ProcessGroup& group, std::span<const float> input,

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <thread>
 #include <vector>
 
@@ -91,6 +92,19 @@ std::vector<float> run_collectives(Communicator& c, const std::vector<ProcessGro
     std::vector<float> rs(64);
     c.reduce_scatter(g, rs_in, rs, ReduceOp::sum);
     keep(rs);
+    // Uneven chunks, one of them empty: group rank j gets (j * 3 + 1) % 4 floats, in place.
+    std::vector<std::size_t> counts(p);
+    for (std::size_t j = 0; j < p; ++j) counts[j] = (j * 3 + 1) % 4;
+    std::vector<float> rsv =
+        inputs(me, std::accumulate(counts.begin(), counts.end(), std::size_t{0}), ++salt);
+    const auto gm = static_cast<std::size_t>(g.index_of(me));
+    const auto at = static_cast<std::ptrdiff_t>(std::accumulate(
+        counts.begin(), counts.begin() + static_cast<std::ptrdiff_t>(gm), std::size_t{0}));
+    c.reduce_scatter_v(g, rsv, counts,
+                       std::span<float>(rsv).subspan(static_cast<std::size_t>(at), counts[gm]),
+                       ReduceOp::max);
+    keep(std::vector<float>(rsv.begin() + at,
+                            rsv.begin() + at + static_cast<std::ptrdiff_t>(counts[gm])));
     const std::vector<float> ag_in = inputs(me, 33, ++salt);
     std::vector<float> ag(33 * p);
     c.all_gather(g, ag_in, ag);

@@ -126,6 +126,47 @@ TEST_P(CommCollectivesTest, ReduceScatterInPlace) {
   });
 }
 
+// Uneven chunks, some empty (a member whose range holds none of a buffer's part): each member
+// gets the reduction of its own chunk, apart from the input and in place.
+TEST_P(CommCollectivesTest, ReduceScatterVGivesEachMemberItsUnevenChunk) {
+  const Topology t = topology();
+  auto counts_of = [](const ProcessGroup& g) {
+    std::vector<std::size_t> counts;
+    for (int j = 0; j < g.size(); ++j) counts.push_back(static_cast<std::size_t>((j * 7 + 3) % 5));
+    return counts;
+  };
+  auto total = [&](const ProcessGroup& g) {
+    const std::vector<std::size_t> c = counts_of(g);
+    return std::accumulate(c.begin(), c.end(), std::size_t{0});
+  };
+  auto start = [&](const ProcessGroup& g, int member) {
+    const std::vector<std::size_t> c = counts_of(g);
+    return std::accumulate(c.begin(), c.begin() + member, std::size_t{0});
+  };
+  for (bool in_place : {false, true}) {
+    auto results = run_on_every_group(t, [&](Communicator& c, const ProcessGroup& g, int i) {
+      std::vector<float> buf = inputs_for(t, total(g), i, 7)[static_cast<std::size_t>(c.rank())];
+      const std::vector<std::size_t> counts = counts_of(g);
+      const int me = g.index_of(c.rank());
+      const std::size_t mine = counts[static_cast<std::size_t>(me)];
+      std::vector<float> apart(mine, -1.0f);
+      const std::span<float> out =
+          in_place ? std::span<float>(buf).subspan(start(g, me), mine) : std::span<float>(apart);
+      c.reduce_scatter_v(g, buf, counts, out, ReduceOp::sum);
+      return std::vector<float>(out.begin(), out.end());
+    });
+    check(results, [&](int r, const ProcessGroup& g, int i) {
+      const auto full = testing::sequential_reduce(ReduceOp::sum, inputs_for(t, total(g), i, 7), g);
+      const int me = g.index_of(r);
+      const auto at = static_cast<std::ptrdiff_t>(start(g, me));
+      return std::vector<float>(
+          full.begin() + at,
+          full.begin() + at +
+              static_cast<std::ptrdiff_t>(counts_of(g)[static_cast<std::size_t>(me)]));
+    });
+  }
+}
+
 TEST_P(CommCollectivesTest, AllGatherConcatenatesInGroupOrder) {
   const Topology t = topology();
   constexpr std::size_t chunk = 7;

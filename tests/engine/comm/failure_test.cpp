@@ -263,6 +263,20 @@ TEST(CommFailureTest, MismatchedAllToAllSplits) {
       "rank 1, which expects 3");
 }
 
+TEST(CommFailureTest, MismatchedReduceScatterVCounts) {
+  expect_run_throws<CommMismatch>(
+      2, watchdog(30s),
+      [&](Communicator& c) {
+        // Both split 4 floats, rank 0 as 1 + 3 and rank 1 as 2 + 2.
+        const std::vector<std::size_t> counts =
+            c.rank() == 0 ? std::vector<std::size_t>{1, 3} : std::vector<std::size_t>{2, 2};
+        std::vector<float> in(4), out(counts[static_cast<std::size_t>(c.rank())]);
+        c.reduce_scatter_v(make_world_group(2), in, counts, out);
+      },
+      "reduce_scatter_v count mismatch on world group [0, 1] (call #0): rank 1 splits the input "
+      "otherwise than rank 0");
+}
+
 TEST(CommFailureTest, RecvOfTheWrongSize) {
   expect_run_throws<CommMismatch>(
       2, watchdog(30s),

@@ -29,6 +29,12 @@ class Recorder final : public Communicator {
                       ReduceOp op) override {
     add("reduce_scatter", g.size(), static_cast<int>(op), in.size() * 100 + out.size());
   }
+  void reduce_scatter_v(const ProcessGroup& g, std::span<const float> in,
+                        std::span<const std::size_t> counts, std::span<float> out,
+                        ReduceOp op) override {
+    add("reduce_scatter_v", g.size(), static_cast<int>(op) * 10 + static_cast<int>(counts[0]),
+        in.size() * 100 + out.size());
+  }
   void all_gather(const ProcessGroup& g, std::span<const float> in, std::span<float> out) override {
     add("all_gather", g.size(), 0, in.size() * 100 + out.size());
   }
@@ -77,6 +83,7 @@ TEST(ForwardingCommunicator, EveryCallReachesTheWrappedCommunicator) {
   c.recv(5, 7, a);
   c.all_reduce(g, a, ReduceOp::max);
   c.reduce_scatter(g, b, a, ReduceOp::sum);
+  c.reduce_scatter_v(g, a, counts, std::span<float>(b).first(2), ReduceOp::max);
   c.all_gather(g, a, b);
   c.all_to_all(g, a, a);
   c.all_to_all_v(g, a, counts, b, counts);
@@ -89,6 +96,7 @@ TEST(ForwardingCommunicator, EveryCallReachesTheWrappedCommunicator) {
                              "recv:5:7:4",
                              "all_reduce:2:1:4",
                              "reduce_scatter:2:0:804",
+                             "reduce_scatter_v:2:12:402",
                              "all_gather:2:0:408",
                              "all_to_all:2:0:404",
                              "all_to_all_v:2:22:408",

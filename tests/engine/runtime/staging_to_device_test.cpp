@@ -47,6 +47,14 @@ class DeviceOnly final : public comm::ForwardingCommunicator {
     Open o(device_);
     inner().reduce_scatter(g, in, out, op);
   }
+  void reduce_scatter_v(const comm::ProcessGroup& g, std::span<const float> in,
+                        std::span<const std::size_t> counts, std::span<float> out,
+                        comm::ReduceOp op) override {
+    check(in);
+    check(out);
+    Open o(device_);
+    inner().reduce_scatter_v(g, in, counts, out, op);
+  }
   void all_gather(const comm::ProcessGroup& g, std::span<const float> in,
                   std::span<float> out) override {
     check(in);
@@ -120,6 +128,10 @@ TEST(StagingCommunicator, ToADeviceOnlyCommunicatorStagesHostSpans) {
     EXPECT_EQ(all, (std::vector<float>{0, 0.5f, 1, 1.5f}));
     c.reduce_scatter(world, all, mine, comm::ReduceOp::sum);
     EXPECT_EQ(mine, r == 0 ? (std::vector<float>{0, 1}) : (std::vector<float>{2, 3}));
+    const std::vector<std::size_t> counts = {3, 1};
+    std::vector<float> uneven(r == 0 ? 3 : 1);
+    c.reduce_scatter_v(world, all, counts, uneven, comm::ReduceOp::sum);
+    EXPECT_EQ(uneven, r == 0 ? (std::vector<float>{0, 1, 2}) : (std::vector<float>{3}));
     std::vector<float> out = {10 * f, 10 * f + 1, 10 * f + 2, 10 * f + 3}, got(4);
     c.all_to_all(world, out, got);
     EXPECT_EQ(got,
