@@ -43,10 +43,10 @@ inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
 constexpr std::size_t kSumFloats = 2500, kMaxFloats = 300;  // the two all-reduces
 
 // Blocks each member posts to the exchange in check(), with all-reduce pieces of `piece` floats:
-// one per all-reduce round, reduce-scatter, all-to-all, each all-gather and all-to-all-v (the
-// broadcast's root posts one more).
+// one per all-reduce round, each reduce-scatter, all-to-all, each all-gather and all-to-all-v
+// (the broadcast's root posts one more).
 constexpr std::size_t posts_per_member(std::size_t piece) {
-  return (kSumFloats + piece - 1) / piece + (kMaxFloats + piece - 1) / piece + 1 + 1 + 2 + 1;
+  return (kSumFloats + piece - 1) / piece + (kMaxFloats + piece - 1) / piece + 2 + 1 + 2 + 1;
 }
 
 // The device collectives each member runs in check().
@@ -96,6 +96,20 @@ inline void check(runtime::PeerCopyCommunicator& peers, tensor::DeviceAllocator&
   peers.reduce_scatter(world, {din, in.size()}, {dchunk, chunk.size()}, comm::ReduceOp::sum);
   reference.reduce_scatter(world, in, chunk, comm::ReduceOp::sum);
   EXPECT_TRUE(same_bits(to_host(dchunk, chunk.size()), chunk)) << "reduce_scatter on rank " << r;
+
+  // Uneven chunks, one empty (ZeRO-1 around a sparse table), in place: the member's own chunk.
+  const std::vector<std::size_t> counts = {300, 0, 17, 211};
+  std::vector<std::size_t> starts(4, 0);
+  for (std::size_t j = 1; j < 4; ++j) starts[j] = starts[j - 1] + counts[j - 1];
+  const std::vector<float> uneven = values(r, 8, starts[3] + counts[3]);
+  const auto me = static_cast<std::size_t>(r);
+  std::vector<float> own(counts[me]);
+  float* duneven = on_device(uneven);
+  peers.reduce_scatter_v(world, {duneven, uneven.size()}, counts,
+                         {duneven + starts[me], counts[me]}, comm::ReduceOp::sum);
+  reference.reduce_scatter_v(world, uneven, counts, own, comm::ReduceOp::sum);
+  EXPECT_TRUE(same_bits(to_host(duneven + starts[me], counts[me]), own))
+      << "reduce_scatter_v on rank " << r;
 
   std::vector<float> b = values(r, 4, 700);
   float* db = on_device(b);
