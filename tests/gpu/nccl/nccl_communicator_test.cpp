@@ -79,6 +79,44 @@ TEST_F(NcclCommunicatorGpu, ReduceScatterSeparateAndInPlace) {
   }
 }
 
+// Uneven chunks, one of them empty where the world has three or more ranks (ZeRO-1 around a
+// sparse embedding table): apart, in place, and over the start of the input (staged).
+TEST_F(NcclCommunicatorGpu, ReduceScatterVSeparateAndInPlace) {
+  std::vector<std::size_t> counts(static_cast<std::size_t>(world));
+  for (std::size_t j = 0; j < counts.size(); ++j) counts[j] = j == 1 ? 0 : 300 + 17 * j;
+  const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+  const auto mine_at = static_cast<std::size_t>(
+      std::accumulate(counts.begin(), counts.begin() + me, std::size_t{0}));
+  const std::size_t n = counts[static_cast<std::size_t>(me)];
+  const auto ref = reference(world, [&](comm::Communicator& t) {
+    const std::vector<float> in = input_of(t.rank(), total);
+    std::vector<float> out(counts[static_cast<std::size_t>(t.rank())]);
+    t.reduce_scatter_v(comm::make_world_group(world), in, counts, out);
+    return out;
+  });
+  const auto& mine = ref[static_cast<std::size_t>(me)];
+  const auto chunk_of = [](const std::vector<float>& all, std::size_t at, std::size_t len) {
+    return std::vector<float>(all.begin() + static_cast<std::ptrdiff_t>(at),
+                              all.begin() + static_cast<std::ptrdiff_t>(at + len));
+  };
+  {
+    DeviceFloats in(input_of(me, total)), out(n);
+    c->reduce_scatter_v(worldg, in.span(), counts, out.span());
+    EXPECT_TRUE(near_reference("reduce_scatter_v", out.values(), mine));
+  }
+  {  // NCCL's in-place layout: output is my chunk of the input
+    DeviceFloats buf(input_of(me, total));
+    c->reduce_scatter_v(worldg, buf.span(), counts, buf.span(mine_at, n));
+    EXPECT_TRUE(
+        near_reference("reduce_scatter_v in place", chunk_of(buf.values(), mine_at, n), mine));
+  }
+  {  // another overlap (output at the start of the input): staged
+    DeviceFloats buf(input_of(me, total));
+    c->reduce_scatter_v(worldg, buf.span(), counts, buf.span(0, n));
+    EXPECT_TRUE(near_reference("reduce_scatter_v overlapping", chunk_of(buf.values(), 0, n), mine));
+  }
+}
+
 TEST_F(NcclCommunicatorGpu, AllGatherSeparateAndInPlace) {
   const std::size_t n = 513, total = n * static_cast<std::size_t>(world);
   const auto ref = reference(world, [&](comm::Communicator& t) {
