@@ -37,7 +37,8 @@ inline std::vector<float> values(int rank, int salt, std::size_t n) {
 
 // Bitwise equality, NaN included.
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 constexpr std::size_t kSumFloats = 2500, kMaxFloats = 300;  // the two all-reduces
