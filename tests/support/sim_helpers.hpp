@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <random>
 #include <string>
 
+#include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
 #include "tuner/sim/simulator.hpp"
 
@@ -69,6 +72,59 @@ inline bool fuse_last_b_and_w(Schedule& s, int rank) {
       return true;
     }
   return false;
+}
+
+// Every generator and vocabulary mode at 2, 3 and 5 stages (4p micro-batches), with and without
+// layered reduction, each with uneven costs drawn from `seed` (the vocabulary passes S, T, IF and
+// IB scaled by `vocab_pass_scale`), a transfer, a barrier time up to `collective_max` and, where
+// layered, per-pair transfers: check(schedule, costs, case name) for each the generator accepts.
+// Returns how many were checked.
+template <class Check>
+int for_each_generated_case(std::uint64_t seed, double vocab_pass_scale, double collective_max,
+                            Check check) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0.05, 2.0);
+  int checked = 0;
+  for (const std::string_view name : schedule_names()) {
+    for (const VocabMode vocab :
+         {VocabMode::None, VocabMode::Vocab1, VocabMode::Vocab2, VocabMode::Interlaced}) {
+      if (vocab != VocabMode::None && !supports_vocab(name, vocab)) continue;
+      for (const int p : {2, 3, 5}) {
+        for (const bool layered : {false, true}) {
+          GeneratorParams params;
+          params.name = std::string(name);
+          params.stages = p;
+          params.microbatches = 4 * p;
+          params.vocab = vocab;
+          params.layered_reduction = layered;
+          Schedule s;
+          try {
+            s = generate(params);
+          } catch (const InputError&) {
+            continue;  // a size or option this schedule refuses
+          }
+          CostTable c = CostTable::uniform(p, 1, 1, 1, 0.2, 0.2);
+          for (auto& st : c.stages)
+            for (OpKind k : kAllOpKinds) st[k] = u(rng);
+          for (auto& st : c.stages)
+            for (OpKind k : {OpKind::S, OpKind::T, OpKind::IF, OpKind::IB})
+              st[k] *= vocab_pass_scale;
+          c.p2p_latency = 0.1 * u(rng);
+          c.collective_time = collective_max / 2.0 * u(rng);
+          c.w_free_fraction = 0.5;
+          if (layered) {  // per-stage layouts' transfers, one per pair of ranks
+            c.pair_transfer.resize(static_cast<std::size_t>(p * p));
+            for (double& t : c.pair_transfer) t = 0.1 * u(rng);
+          }
+          check(s, c,
+                std::string(name) + " vocab " + std::to_string(static_cast<int>(vocab)) +
+                    " p=" + std::to_string(p) + (layered ? " layered" : ""));
+          ++checked;
+        }
+      }
+    }
+  }
+  return checked;
 }
 
 }  // namespace pipetune::schedule::testing

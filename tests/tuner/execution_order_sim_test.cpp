@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <memory>
-#include <random>
 #include <string>
 
 #include "engine/errors.hpp"
@@ -18,7 +17,6 @@ namespace {
 using schedule::CostTable;
 using schedule::OpKind;
 using schedule::Schedule;
-using schedule::VocabMode;
 using schedule::testing::expect_same_result;
 using schedule::testing::fuse_last_b_and_w;
 using schedule::testing::untraced;
@@ -37,50 +35,13 @@ Schedule without_notes(Schedule s) {
 }
 
 TEST(ExecutionOrderSim, EveryScheduleReplaysAsItExecutes) {
-  // Every generator and vocabulary mode, uneven costs and transfers, barriers that queue,
-  // layered reductions and per-pair transfers: the replayed order and the execution agree.
-  std::mt19937_64 rng(13);
-  std::uniform_real_distribution<double> u(0.05, 2.0);
-  int compared = 0;
-  for (const std::string_view name : schedule::schedule_names()) {
-    for (const VocabMode vocab :
-         {VocabMode::None, VocabMode::Vocab1, VocabMode::Vocab2, VocabMode::Interlaced}) {
-      if (vocab != VocabMode::None && !schedule::supports_vocab(name, vocab)) continue;
-      for (const int p : {2, 3, 5}) {
-        for (const bool layered : {false, true}) {
-          schedule::GeneratorParams params;
-          params.name = std::string(name);
-          params.stages = p;
-          params.microbatches = 4 * p;
-          params.vocab = vocab;
-          params.layered_reduction = layered;
-          Schedule s;
-          try {
-            s = schedule::generate(params);
-          } catch (const InputError&) {
-            continue;  // a size or option this schedule refuses
-          }
-          CostTable c = CostTable::uniform(p, 1, 1, 1, 0.2, 0.2);
-          for (auto& st : c.stages)
-            for (OpKind k : schedule::kAllOpKinds) st[k] = u(rng);
-          for (auto& st : c.stages)
-            for (OpKind k : {OpKind::S, OpKind::T, OpKind::IF, OpKind::IB}) st[k] *= 0.02;
-          c.p2p_latency = 0.1 * u(rng);
-          c.collective_time = 0.3 * u(rng);  // longer than the vocabulary passes: they queue
-          c.w_free_fraction = 0.5;
-          if (layered) {
-            c.pair_transfer.resize(static_cast<std::size_t>(p * p));
-            for (double& t : c.pair_transfer) t = 0.1 * u(rng);
-          }
-          const std::string at = std::string(name) + " vocab " +
-                                 std::to_string(static_cast<int>(vocab)) +
-                                 " p=" + std::to_string(p) + (layered ? " layered" : "");
-          expect_same_result(untraced(with_order(s), c), untraced(without_notes(s), c), at);
-          ++compared;
-        }
-      }
-    }
-  }
+  // Every generator and vocabulary mode, uneven costs and transfers, barriers that queue (longer
+  // than the vocabulary passes), layered reductions and per-pair transfers: the replayed order
+  // and the execution agree.
+  const int compared = schedule::testing::for_each_generated_case(
+      13, 0.02, 0.6, [](const Schedule& s, const CostTable& c, const std::string& at) {
+        expect_same_result(untraced(with_order(s), c), untraced(without_notes(s), c), at);
+      });
   EXPECT_GT(compared, 60);
 }
 

@@ -26,8 +26,6 @@ using schedule::testing::expect_same_result;
 using schedule::testing::fuse_last_b_and_w;
 using schedule::testing::untraced;
 
-// Every field of two results, bit for bit, with `at` naming the case.
-
 Schedule without_planned_time(Schedule s) {
   s.planned_time.reset();
   return s;

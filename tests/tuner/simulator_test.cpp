@@ -8,6 +8,7 @@
 
 #include "engine/errors.hpp"
 #include "engine/schedule/generators.hpp"
+#include "support/sim_helpers.hpp"
 
 namespace pipetune::sim {
 namespace {
@@ -101,62 +102,27 @@ TEST(Simulator, WithoutATraceEveryScheduleTakesWhatItTakesWithOne) {
   // A run without a trace (the tuner's) times each op on its own short path; with a trace, the
   // full one. Every generator and vocabulary mode, uneven costs and transfers, layered
   // reductions, per-pair transfers: the same times, peaks and counts to the last bit.
-  std::mt19937_64 rng(3);
-  std::uniform_real_distribution<double> u(0.05, 2.0);
-  int compared = 0;
-  for (const std::string_view name : schedule::schedule_names()) {
-    for (const VocabMode vocab :
-         {VocabMode::None, VocabMode::Vocab1, VocabMode::Vocab2, VocabMode::Interlaced}) {
-      if (vocab != VocabMode::None && !schedule::supports_vocab(name, vocab)) continue;
-      for (const int p : {2, 3, 5}) {
-        for (const bool layered : {false, true}) {
-          schedule::GeneratorParams params;
-          params.name = std::string(name);
-          params.stages = p;
-          params.microbatches = 4 * p;
-          params.vocab = vocab;
-          params.layered_reduction = layered;
-          CostTable c = CostTable::uniform(p, 1, 1, 1, 0.2, 0.2);
-          for (auto& st : c.stages)
-            for (OpKind k : schedule::kAllOpKinds) st[k] = u(rng);
-          c.p2p_latency = 0.1 * u(rng);
-          c.collective_time = 0.1 * u(rng);
-          c.w_free_fraction = 0.5;
-          if (layered) {  // per-stage layouts' transfers, one per pair of ranks
-            c.pair_transfer.resize(static_cast<std::size_t>(p * p));
-            for (double& t : c.pair_transfer) t = 0.1 * u(rng);
-          }
-          Schedule s;
-          try {
-            s = schedule::generate(params);
-          } catch (const InputError&) {
-            continue;  // a size or option this schedule refuses
-          }
-          SimOptions traced;
-          traced.activation_bytes_per_microbatch.assign(static_cast<std::size_t>(p), 3.0);
-          SimOptions untraced = traced;
-          untraced.record_trace = false;
-          const SimResult a = simulate(s, c, traced), b = simulate(s, c, untraced);
-          const std::string at = std::string(name) + " vocab " +
-                                 std::to_string(static_cast<int>(vocab)) +
-                                 " p=" + std::to_string(p) + (layered ? " layered" : "");
-          EXPECT_EQ(a.iteration_time, b.iteration_time) << at;
-          EXPECT_EQ(a.bubble_ratio, b.bubble_ratio) << at;
-          EXPECT_EQ(a.op_count, b.op_count) << at;
-          ASSERT_EQ(a.stages.size(), b.stages.size()) << at;
-          for (std::size_t k = 0; k < a.stages.size(); ++k) {
-            EXPECT_EQ(a.stages[k].busy, b.stages[k].busy) << at << " stage " << k;
-            EXPECT_EQ(a.stages[k].comm, b.stages[k].comm) << at << " stage " << k;
-            EXPECT_EQ(a.stages[k].overlap_hidden, b.stages[k].overlap_hidden) << at;
-            EXPECT_EQ(a.stages[k].gradient_reduction, b.stages[k].gradient_reduction) << at;
-            EXPECT_EQ(a.stages[k].peak_activation_bytes, b.stages[k].peak_activation_bytes)
-                << at << " stage " << k;
-          }
-          ++compared;
+  const int compared = schedule::testing::for_each_generated_case(
+      3, 1.0, 0.2, [](const Schedule& s, const CostTable& c, const std::string& at) {
+        const int p = s.stages;
+        SimOptions traced;
+        traced.activation_bytes_per_microbatch.assign(static_cast<std::size_t>(p), 3.0);
+        SimOptions untraced = traced;
+        untraced.record_trace = false;
+        const SimResult a = simulate(s, c, traced), b = simulate(s, c, untraced);
+        EXPECT_EQ(a.iteration_time, b.iteration_time) << at;
+        EXPECT_EQ(a.bubble_ratio, b.bubble_ratio) << at;
+        EXPECT_EQ(a.op_count, b.op_count) << at;
+        ASSERT_EQ(a.stages.size(), b.stages.size()) << at;
+        for (std::size_t k = 0; k < a.stages.size(); ++k) {
+          EXPECT_EQ(a.stages[k].busy, b.stages[k].busy) << at << " stage " << k;
+          EXPECT_EQ(a.stages[k].comm, b.stages[k].comm) << at << " stage " << k;
+          EXPECT_EQ(a.stages[k].overlap_hidden, b.stages[k].overlap_hidden) << at;
+          EXPECT_EQ(a.stages[k].gradient_reduction, b.stages[k].gradient_reduction) << at;
+          EXPECT_EQ(a.stages[k].peak_activation_bytes, b.stages[k].peak_activation_bytes)
+              << at << " stage " << k;
         }
-      }
-    }
-  }
+      });
   EXPECT_GT(compared, 60);
 }
 
